@@ -1,0 +1,268 @@
+package admit
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/ledger"
+	"github.com/spendgate/spendgate/streams"
+)
+
+// Admitter admits reservations against a ledger.
+type Admitter struct {
+	l    *ledger.Ledger
+	opts options
+}
+
+// New returns an Admitter over l.
+func New(l *ledger.Ledger, opts ...Option) (*Admitter, error) {
+	o := defaultOptions()
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	return &Admitter{l: l, opts: o}, nil
+}
+
+// request is a validated AdmitRequest.
+type request struct {
+	id       string
+	scopes   []events.Scope
+	amount   events.Money
+	unit     string
+	ttl      time.Duration
+	metadata map[string]string
+	hash     string
+}
+
+// Validate checks an AdmitRequest without touching the ledger.
+//
+// Errors (*events.Error), in precedence order: CodeInvalidIdentifier
+// (request id, scopes), CodeInvalidRequest (no scopes, too many),
+// CodeInvalidAmount, CodeInvalidUnit, CodeInvalidTTL, CodeInvalidMetadata.
+func (a *Admitter) Validate(req events.AdmitRequest) error {
+	_, err := a.validate(req)
+	return err
+}
+
+func (a *Admitter) validate(req events.AdmitRequest) (request, error) {
+	var r request
+	if err := events.ValidateToken("request_id", req.RequestID, events.MaxIDLen); err != nil {
+		return r, err
+	}
+	r.id = req.RequestID
+	if len(req.Scopes) == 0 {
+		return r, events.Errorf(events.CodeInvalidRequest, "scopes: at least one scope is required")
+	}
+	if len(req.Scopes) > events.MaxScopes {
+		return r, events.Errorf(events.CodeInvalidRequest, "scopes: at most %d scopes per admit", events.MaxScopes)
+	}
+	for _, s := range req.Scopes {
+		sc, err := events.ParseScope(s)
+		if err != nil {
+			return r, err
+		}
+		r.scopes = append(r.scopes, sc)
+	}
+	r.scopes = events.SortScopes(r.scopes)
+	amt, err := events.ParseMoney(req.Amount)
+	if err != nil {
+		return r, err
+	}
+	if amt.IsZero() {
+		return r, events.Errorf(events.CodeInvalidAmount, "amount must be greater than zero")
+	}
+	r.amount = amt
+	r.unit = req.Unit
+	if r.unit == "" {
+		r.unit = a.opts.defaultUnit
+	}
+	if err := events.ValidateUnit(r.unit); err != nil {
+		return r, err
+	}
+	if events.IsCount(r.unit) {
+		return r, events.Errorf(events.CodeInvalidUnit, "the request's unit is its currency; %q is a budget count unit", r.unit)
+	}
+	r.ttl = a.opts.defaultTTL
+	if req.TTL != "" {
+		d, err := time.ParseDuration(req.TTL)
+		if err != nil {
+			return r, events.Errorf(events.CodeInvalidTTL, "ttl %q is not a duration such as \"30s\" or \"5m\"", req.TTL)
+		}
+		r.ttl = d
+	}
+	if r.ttl < a.opts.minTTL || r.ttl > a.opts.maxTTL {
+		return r, events.Errorf(events.CodeInvalidTTL, "ttl %v is outside [%v, %v]", r.ttl, a.opts.minTTL, a.opts.maxTTL)
+	}
+	if len(req.Metadata) > events.MaxMetadata {
+		return r, events.Errorf(events.CodeInvalidMetadata, "metadata has %d entries; the limit is %d", len(req.Metadata), events.MaxMetadata)
+	}
+	for k, v := range req.Metadata {
+		if err := events.ValidateToken("metadata key", k, 64); err != nil {
+			return r, &events.Error{Code: events.CodeInvalidMetadata, Message: err.(*events.Error).Message}
+		}
+		if len(v) > events.MaxMetaLen {
+			return r, events.Errorf(events.CodeInvalidMetadata, "metadata %q is longer than %d bytes", k, events.MaxMetaLen)
+		}
+	}
+	r.metadata = req.Metadata
+	r.hash = hashRequest(r)
+	return r, nil
+}
+
+// hashRequest fingerprints everything that determines an admission, in a
+// canonical form, so a retry with an equal body matches whatever its JSON
+// field order or amount spelling ("0.050" and "0.05").
+func hashRequest(r request) string {
+	keys := make([]string, 0, len(r.metadata))
+	for k := range r.metadata {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	meta := make([][2]string, len(keys))
+	for i, k := range keys {
+		meta[i] = [2]string{k, r.metadata[k]}
+	}
+	b, _ := json.Marshal(struct {
+		Scopes []events.Scope
+		Amount string
+		Unit   string
+		TTL    int64
+		Meta   [][2]string
+	}{r.scopes, r.amount.String(), r.unit, int64(r.ttl), meta})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16])
+}
+
+// Admit reserves req.Amount in every budget of every scope of req, or in
+// none. A denial is a reply, not an error: Admitted is false and Denial says
+// which budget blocked it and why (limit_reached, unknown_budget,
+// unit_mismatch), with its limit, spent, reserved and the amount requested.
+//
+// Errors (*events.Error), in precedence order: the validation errors of
+// Validate; CodeIdempotencyMismatch (the request id was used with another
+// body); CodeLedgerBusy, CodeLedgerUnavailable. On any error nothing was
+// reserved.
+func (a *Admitter) Admit(ctx context.Context, req events.AdmitRequest) (events.AdmitReply, error) {
+	r, err := a.validate(req)
+	if err != nil {
+		return events.AdmitReply{}, err
+	}
+	now := a.opts.now().UTC()
+	budgets, denial := a.budgets(ctx, r)
+	if denial != nil {
+		return events.AdmitReply{RequestID: r.id, Denial: denial}, nil
+	}
+	tx := &admitTx{req: r, now: now, id: "rsv_" + uuid.Must(uuid.NewV7()).String()}
+	for _, b := range budgets {
+		ref := events.BalanceRef{Scope: b.Ref.Scope, Period: b.Ref.Period, Instance: b.Ref.Period.Instance(now)}
+		tx.refs = append(tx.refs, ref)
+	}
+	if err := a.l.Submit(ctx, tx); err != nil {
+		return events.AdmitReply{}, err
+	}
+	return tx.reply, nil
+}
+
+// budgets returns every budget of every scope of r. A scope without a
+// budget denies the request (fail closed), after a sync with the stream in
+// case the budget was defined through another replica a moment ago.
+func (a *Admitter) budgets(ctx context.Context, r request) ([]ledger.Budget, *events.Denial) {
+	var out []ledger.Budget
+	synced := false
+	for _, s := range r.scopes {
+		bs := a.l.BudgetsOf(s)
+		if len(bs) == 0 && !synced {
+			synced = true
+			if err := a.l.Sync(ctx); err == nil {
+				bs = a.l.BudgetsOf(s)
+			}
+		}
+		if len(bs) == 0 {
+			return nil, &events.Denial{
+				Reason: events.ReasonUnknownBudget, Scope: s,
+				Message: fmt.Sprintf("no budget is defined for scope %s", s),
+			}
+		}
+		out = append(out, bs...)
+	}
+	return out, nil
+}
+
+// admitTx reserves one request in every balance it names.
+type admitTx struct {
+	req   request
+	now   time.Time
+	id    string
+	refs  []events.BalanceRef
+	reply events.AdmitReply
+}
+
+func (t *admitTx) Balances() []events.BalanceRef { return t.refs }
+
+func (t *admitTx) Decide(v *ledger.View) (events.Events, error) {
+	t.reply = events.AdmitReply{RequestID: t.req.id}
+	if prior, ok := v.ByRequest(t.req.id); ok {
+		if prior.RequestHash != t.req.hash {
+			return nil, events.Errorf(events.CodeIdempotencyMismatch,
+				"request_id %s was already used with a different body (reservation %s)", t.req.id, prior.ID)
+		}
+		t.reply = admittedReply(t.req, prior.ID, prior.Balances, prior.ExpiresAt)
+		t.reply.Replayed = true
+		return nil, nil
+	}
+	expires := t.now.Add(t.req.ttl)
+	evs := make(events.Events, 0, len(t.refs))
+	for _, ref := range t.refs {
+		b := v.Balance(streams.BalanceKey(ref))
+		deny := func(reason events.Code, msg string) {
+			t.reply.Denial = &events.Denial{
+				Reason: reason, Message: msg, Scope: ref.Scope, Period: ref.Period, Instance: ref.Instance,
+				Unit: b.Unit, Limit: b.Limit.String(), Spent: b.Spent.String(), Reserved: b.Reserved.String(),
+				Requested: t.req.amount.String(),
+			}
+		}
+		if !b.Defined {
+			deny(events.ReasonUnknownBudget, fmt.Sprintf("no budget is defined for %s per %s", ref.Scope, ref.Period))
+			return nil, nil
+		}
+		amt := t.req.amount
+		switch {
+		case events.IsCount(b.Unit):
+			amt = events.MoneyFromInt(1)
+		case b.Unit != t.req.unit:
+			deny(events.ReasonUnitMismatch, fmt.Sprintf("budget %s per %s is in %s, the request in %s", ref.Scope, ref.Period, b.Unit, t.req.unit))
+			return nil, nil
+		}
+		if b.Spent.Add(b.Reserved).Add(amt).Cmp(b.Limit) > 0 {
+			deny(events.ReasonLimitReached, fmt.Sprintf("%s per %s: spent %s + reserved %s + requested %s exceeds the limit %s %s",
+				ref.Scope, ref.Period, b.Spent, b.Reserved, amt, b.Limit, b.Unit))
+			t.reply.Denial.Requested = amt.String()
+			return nil, nil
+		}
+		evs = append(evs, events.ReservationOpened{
+			ReservationID: t.id, RequestID: t.req.id, RequestHash: t.req.hash,
+			Balance: ref, Amount: amt, Unit: b.Unit, Balances: t.refs,
+			ExpiresAt: expires, At: t.now, Metadata: t.req.metadata,
+		})
+	}
+	t.reply = admittedReply(t.req, t.id, t.refs, expires)
+	return evs, nil
+}
+
+func admittedReply(r request, id string, refs []events.BalanceRef, expires time.Time) events.AdmitReply {
+	exp := expires.UTC()
+	return events.AdmitReply{
+		Admitted: true, RequestID: r.id, ReservationID: id,
+		Amount: r.amount.String(), Unit: r.unit, Balances: refs, ExpiresAt: &exp,
+	}
+}

@@ -1,0 +1,50 @@
+package admit
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spendgate/spendgate/events"
+)
+
+type options struct {
+	now                        func() time.Time
+	defaultTTL, minTTL, maxTTL time.Duration
+	defaultUnit                string
+}
+
+func defaultOptions() options {
+	return options{
+		now:         time.Now,
+		defaultTTL:  events.DefaultTTL,
+		minTTL:      events.MinTTL,
+		maxTTL:      events.MaxTTL,
+		defaultUnit: "USD",
+	}
+}
+
+// Option configures an Admitter.
+type Option func(*options) error
+
+// WithClock sets the clock that periods and expiries are computed from.
+func WithClock(now func() time.Time) Option {
+	return func(o *options) error {
+		if now == nil {
+			return fmt.Errorf("admit: nil clock")
+		}
+		o.now = now
+		return nil
+	}
+}
+
+// WithTTL sets the default TTL and its bounds (min <= def <= max, within
+// events.MinTTL..events.MaxTTL).
+func WithTTL(def, min, max time.Duration) Option {
+	return func(o *options) error {
+		if min < events.MinTTL || max > events.MaxTTL || min > def || def > max {
+			return fmt.Errorf("admit: ttl default %v must lie in [%v, %v] within [%v, %v]", def, min, max, events.MinTTL, events.MaxTTL)
+		}
+		o.defaultTTL, o.minTTL, o.maxTTL = def, min, max
+		return nil
+	}
+}

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spendgate/spendgate/service"
+	"github.com/spendgate/spendgate/streams"
+	"github.com/spendgate/spendgate/testenv"
+)
+
+func serve(args []string) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	dataDir := fs.String("data-dir", "./spendgate-data", "JetStream file storage of the embedded server")
+	listen := fs.String("listen", "127.0.0.1:4222", "client address of the embedded server")
+	natsURL := fs.String("nats-url", os.Getenv("SPENDGATE_NATS_URL"), "connect to this NATS server instead of embedding one ($SPENDGATE_NATS_URL)")
+	bucket := fs.String("bucket", streams.DefaultBucket, "ledger bucket name")
+	prefix := fs.String("prefix", streams.DefaultPrefix, "service subject prefix")
+	replicas := fs.Int("replicas", 0, "ledger stream replicas (default 1 embedded, 3 with --nats-url)")
+	syncAlways := fs.Bool("sync-always", false, "embedded server: fsync every write before acknowledging it")
+	defTTL := fs.Duration("default-ttl", 5*time.Minute, "reservation TTL when the request names none")
+	maxTTL := fs.Duration("max-ttl", 24*time.Hour, "largest TTL a request may ask for")
+	sweepEvery := fs.Duration("sweep-interval", time.Minute, "how often this replica releases expired reservations")
+	verbose := fs.Bool("v", false, "log debug output")
+	if fs.Parse(args) != nil {
+		return 1
+	}
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+
+	url := *natsURL
+	if url == "" {
+		host, portStr, err := net.SplitHostPort(*listen)
+		if err != nil {
+			log.Error("bad --listen", "err", err)
+			return 1
+		}
+		port, err := strconv.Atoi(portStr)
+		if err != nil {
+			log.Error("bad --listen port", "err", err)
+			return 1
+		}
+		if err := os.MkdirAll(*dataDir, 0o755); err != nil {
+			log.Error("data dir", "err", err)
+			return 1
+		}
+		srv, err := testenv.StartServer(testenv.ServerConfig{Host: host, Port: port, StoreDir: *dataDir, ServerName: "spendgate", SyncAlways: *syncAlways, NoLog: true})
+		if err != nil {
+			log.Error("embedded NATS server", "err", err)
+			return 1
+		}
+		defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
+		url = srv.ClientURL()
+		log.Info("embedded NATS server with JetStream", "url", url, "data_dir", *dataDir, "sync_always", *syncAlways)
+		if *replicas == 0 {
+			*replicas = 1
+		}
+	} else if *replicas == 0 {
+		*replicas = 3
+	}
+
+	layout, err := streams.New(streams.Config{Bucket: *bucket, Prefix: *prefix, Replicas: *replicas})
+	if err != nil {
+		log.Error("config", "err", err)
+		return 1
+	}
+	nc, err := nats.Connect(url, nats.Name("spendgate"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+	if err != nil {
+		log.Error("connect", "url", url, "err", err)
+		return 1
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		log.Error("jetstream", "err", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	r, err := service.StartReplica(ctx, nc, js, service.ReplicaConfig{
+		Layout: layout, DefaultTTL: *defTTL, MaxTTL: *maxTTL, SweepInterval: *sweepEvery, Log: log,
+	})
+	if err != nil {
+		log.Error("start", "err", err)
+		return 1
+	}
+	log.Info("spendgate serving", "service", streams.ServiceName, "prefix", layout.Prefix(), "stream", layout.StreamName(), "replicas", *replicas)
+	fmt.Fprintf(os.Stderr, "ready: try  nats micro info %s\n", streams.ServiceName)
+	<-ctx.Done()
+	log.Info("shutting down: answering requests in flight")
+	if err := r.Stop(); err != nil {
+		log.Error("stop", "err", err)
+		return 1
+	}
+	_ = nc.Drain()
+	return 0
+}

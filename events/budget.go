@@ -1,0 +1,161 @@
+package events
+
+import (
+	"sort"
+	"strings"
+	"time"
+)
+
+// Limits on identifiers. Every identifier becomes part of a NATS subject or
+// KV key, so only a conservative token alphabet is accepted.
+const (
+	MaxKindLen  = 32
+	MaxIDLen    = 128
+	MaxScopes   = 8 // scopes named in one admit
+	MaxMetadata = 16
+	MaxMetaLen  = 256
+)
+
+// ValidateToken reports whether s is a safe NATS subject / KV key token:
+// 1..max characters of [A-Za-z0-9_-]. That excludes '.', '*', '>', ':',
+// spaces, control characters and anything that is not ASCII (and so any
+// invalid UTF-8).
+func ValidateToken(what, s string, max int) error {
+	if s == "" {
+		return Errorf(CodeInvalidIdentifier, "%s is empty", what)
+	}
+	if len(s) > max {
+		return Errorf(CodeInvalidIdentifier, "%s is longer than %d characters", what, max)
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return Errorf(CodeInvalidIdentifier, "%s %q may hold only letters, digits, '_' and '-'", what, s)
+		}
+	}
+	return nil
+}
+
+// Scope names what a budget applies to: "kind:id", e.g. "org:acme",
+// "user:u-17", "key:k_9".
+type Scope string
+
+// ParseScope validates s: a kind of lower-case letters, digits, '_' or '-'
+// starting with a letter, ':' and a token id.
+func ParseScope(s string) (Scope, error) {
+	kind, id, ok := strings.Cut(s, ":")
+	if !ok {
+		return "", Errorf(CodeInvalidIdentifier, "scope %q must be kind:id", s)
+	}
+	if err := ValidateToken("scope kind", kind, MaxKindLen); err != nil {
+		return "", err
+	}
+	if kind[0] < 'a' || kind[0] > 'z' || strings.ToLower(kind) != kind {
+		return "", Errorf(CodeInvalidIdentifier, "scope kind %q must be lower case and start with a letter", kind)
+	}
+	if err := ValidateToken("scope id", id, MaxIDLen); err != nil {
+		return "", err
+	}
+	return Scope(s), nil
+}
+
+// Kind returns the part before ':'.
+func (s Scope) Kind() string { k, _, _ := strings.Cut(string(s), ":"); return k }
+
+// ID returns the part after ':'.
+func (s Scope) ID() string { _, id, _ := strings.Cut(string(s), ":"); return id }
+
+// Period is the calendar a budget resets on. All periods are UTC.
+type Period string
+
+// Periods.
+const (
+	PeriodMonth    Period = "month"
+	PeriodDay      Period = "day"
+	PeriodLifetime Period = "lifetime"
+)
+
+// Periods lists every period in a fixed order.
+var Periods = []Period{PeriodMonth, PeriodDay, PeriodLifetime}
+
+// ParsePeriod validates s.
+func ParsePeriod(s string) (Period, error) {
+	switch p := Period(s); p {
+	case PeriodMonth, PeriodDay, PeriodLifetime:
+		return p, nil
+	}
+	return "", Errorf(CodeInvalidPeriod, "period %q must be month, day or lifetime", s)
+}
+
+// Instance returns the period instance that t falls in, in UTC:
+// "2026-11" for month, "2026-11-30" for day, "all" for lifetime. It is
+// computed once per admit and stored with the reservation.
+func (p Period) Instance(t time.Time) string {
+	t = t.UTC()
+	switch p {
+	case PeriodMonth:
+		return t.Format("2006-01")
+	case PeriodDay:
+		return t.Format("2006-01-02")
+	default:
+		return "all"
+	}
+}
+
+// Units. A currency unit reserves the request's amount; a count unit
+// reserves 1 per admitted request.
+const UnitRequests = "requests"
+
+var currencies = map[string]bool{
+	"USD": true, "EUR": true, "GBP": true, "JPY": true, "CHF": true, "CAD": true,
+	"AUD": true, "NZD": true, "CNY": true, "INR": true, "SEK": true, "NOK": true,
+	"DKK": true, "PLN": true, "BRL": true, "MXN": true, "SGD": true, "HKD": true,
+	"KRW": true, "ZAR": true, "CREDITS": true,
+}
+
+// ValidateUnit accepts a known ISO 4217 currency code (plus CREDITS, for
+// platforms that bill in their own credits) or the count unit "requests".
+func ValidateUnit(u string) error {
+	if u == UnitRequests || currencies[u] {
+		return nil
+	}
+	return Errorf(CodeInvalidUnit, "unit %q is not a known currency or count unit (%s)", u, UnitRequests)
+}
+
+// IsCount reports whether u counts requests rather than money.
+func IsCount(u string) bool { return u == UnitRequests }
+
+// BudgetRef names one budget: a scope in a period.
+type BudgetRef struct {
+	Scope  Scope  `json:"scope"`
+	Period Period `json:"period"`
+}
+
+// BalanceRef names the balance of one budget in one period instance.
+type BalanceRef struct {
+	Scope    Scope  `json:"scope"`
+	Period   Period `json:"period"`
+	Instance string `json:"instance"`
+}
+
+// Budget returns the budget the balance belongs to.
+func (b BalanceRef) Budget() BudgetRef { return BudgetRef{Scope: b.Scope, Period: b.Period} }
+
+// String is "scope/period/instance".
+func (b BalanceRef) String() string {
+	return string(b.Scope) + "/" + string(b.Period) + "/" + b.Instance
+}
+
+// SortScopes returns a sorted copy without duplicates.
+func SortScopes(in []Scope) []Scope {
+	out := append([]Scope(nil), in...)
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	j := 0
+	for i := range out {
+		if i == 0 || out[i] != out[i-1] {
+			out[j] = out[i]
+			j++
+		}
+	}
+	return out[:j]
+}

@@ -1,0 +1,105 @@
+package events
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Code is a stable, documented error or denial code. Codes are part of the
+// wire API: they never change meaning once released.
+type Code string
+
+// Error codes returned in {"error":{"code","message"}} replies.
+const (
+	// CodeInvalidRequest: the body is not a JSON object of the expected shape
+	// (malformed JSON, unknown field, wrong type, trailing data).
+	CodeInvalidRequest Code = "invalid_request"
+	// CodePayloadTooLarge: the body exceeds MaxPayloadBytes.
+	CodePayloadTooLarge Code = "payload_too_large"
+	// CodeInvalidAmount: an amount is missing, negative, zero where not
+	// allowed, not a plain decimal, or beyond the digit limits.
+	CodeInvalidAmount Code = "invalid_amount"
+	// CodeInvalidIdentifier: a scope, request id or reservation id is not a
+	// safe token (see ValidateToken).
+	CodeInvalidIdentifier Code = "invalid_identifier"
+	// CodeInvalidTTL: ttl is not a Go duration or is outside the bounds.
+	CodeInvalidTTL Code = "invalid_ttl"
+	// CodeInvalidPeriod: period is not month, day or lifetime.
+	CodeInvalidPeriod Code = "invalid_period"
+	// CodeInvalidUnit: unit is not a known currency or count unit.
+	CodeInvalidUnit Code = "invalid_unit"
+	// CodeInvalidMetadata: metadata has too many entries or oversized values.
+	CodeInvalidMetadata Code = "invalid_metadata"
+	// CodeUnknownBudget: no budget is defined for the scope (budget get).
+	CodeUnknownBudget Code = "unknown_budget"
+	// CodeUnknownReservation: settle or release of a reservation the ledger
+	// has never opened.
+	CodeUnknownReservation Code = "unknown_reservation"
+	// CodeIdempotencyMismatch: a request id was reused with a different body.
+	CodeIdempotencyMismatch Code = "idempotency_mismatch"
+	// CodeAlreadySettled: release of a settled reservation, or a settle
+	// with a different actual than the one recorded.
+	CodeAlreadySettled Code = "already_settled"
+	// CodeAlreadyReleased: settle or release of a reservation that was
+	// already released (by a caller, or expired by the sweeper).
+	CodeAlreadyReleased Code = "already_released"
+	// CodeLedgerBusy: the commit lost compare-and-set too many times in a
+	// row; nothing changed and the caller may retry with the same id.
+	CodeLedgerBusy Code = "ledger_busy"
+	// CodeLedgerUnavailable: the ledger could not be reached or did not
+	// answer in time (set by clients, which then fail closed).
+	CodeLedgerUnavailable Code = "ledger_unavailable"
+	// CodeInternal: an unexpected failure; nothing was acknowledged.
+	CodeInternal Code = "internal"
+)
+
+// Denial reasons in an admit reply whose admitted field is false.
+const (
+	// ReasonLimitReached: spent + reserved + amount would exceed the limit.
+	ReasonLimitReached Code = "limit_reached"
+	// ReasonUnknownBudget: a named scope has no budget defined.
+	ReasonUnknownBudget Code = "unknown_budget"
+	// ReasonUnitMismatch: a budget's currency differs from the request's.
+	ReasonUnitMismatch Code = "unit_mismatch"
+	// ReasonLedgerUnavailable: set by clients that fail closed.
+	ReasonLedgerUnavailable Code = "ledger_unavailable"
+)
+
+// Error is a structured error with a stable code. It is what every
+// spendgate package returns for a failure that a caller can act on.
+type Error struct {
+	Code    Code   `json:"code"`
+	Message string `json:"message"`
+	// Err is the underlying cause, if any; never sent on the wire.
+	Err error `json:"-"`
+}
+
+func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is reports whether target is an *Error with the same code, so that
+// errors.Is(err, &Error{Code: CodeInvalidAmount}) works.
+func (e *Error) Is(target error) bool {
+	var t *Error
+	if errors.As(target, &t) {
+		return t.Code == e.Code && t.Message == ""
+	}
+	return false
+}
+
+// Errorf builds an *Error with a formatted message.
+func Errorf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// CodeOf returns the code of the first *Error in err's chain, or
+// CodeInternal.
+func CodeOf(err error) Code {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return CodeInternal
+}

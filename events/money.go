@@ -1,0 +1,167 @@
+package events
+
+import (
+	"encoding/json"
+	"strings"
+
+	"github.com/cockroachdb/apd/v3"
+)
+
+// Limits on amounts accepted at the edge. They bound the work any request can
+// cause and keep every sum exact within Context's precision.
+const (
+	// MaxAmountLen caps the length of an amount string before it is parsed.
+	MaxAmountLen = 40
+	// MaxIntegerDigits caps digits before the decimal point.
+	MaxIntegerDigits = 18
+	// MaxFractionDigits caps digits after the decimal point (1e-12).
+	MaxFractionDigits = 12
+)
+
+// Context is the one decimal context of the money path. 40 digits of
+// precision hold any sum of amounts within the limits above exactly; Inexact
+// and Rounded trap, so an arithmetic result that would lose a digit is an
+// error instead of a silently rounded number.
+var Context = apd.Context{
+	Precision:   40,
+	MaxExponent: 40,
+	MinExponent: -40,
+	Traps:       apd.DefaultTraps | apd.Inexact | apd.Rounded,
+}
+
+// Money is an exact decimal amount. The zero value is 0. Money values are
+// immutable: every operation returns a new value.
+type Money struct{ d apd.Decimal }
+
+// Zero is 0.
+var Zero = Money{}
+
+// ParseMoney parses a plain decimal string: ASCII digits with an optional
+// fractional part ("12", "0.05", "0.000000001"). It rejects signs,
+// exponents, NaN, Infinity, whitespace, empty strings, strings longer than
+// MaxAmountLen and more than MaxIntegerDigits/MaxFractionDigits digits.
+// Negative amounts are reported as such. The result is non-negative; callers
+// decide whether zero is allowed.
+func ParseMoney(s string) (Money, error) {
+	if s == "" {
+		return Money{}, Errorf(CodeInvalidAmount, "amount is empty")
+	}
+	if len(s) > MaxAmountLen {
+		return Money{}, Errorf(CodeInvalidAmount, "amount is longer than %d characters", MaxAmountLen)
+	}
+	if s[0] == '-' {
+		return Money{}, Errorf(CodeInvalidAmount, "amount %q is negative", s)
+	}
+	intPart, frac, hasDot := strings.Cut(s, ".")
+	if !digitsOnly(intPart) || (hasDot && !digitsOnly(frac)) {
+		return Money{}, Errorf(CodeInvalidAmount, "amount %q is not a plain decimal string (digits, optional '.' and digits)", s)
+	}
+	if len(strings.TrimLeft(intPart, "0")) > MaxIntegerDigits {
+		return Money{}, Errorf(CodeInvalidAmount, "amount %q has more than %d integer digits", s, MaxIntegerDigits)
+	}
+	if len(frac) > MaxFractionDigits {
+		return Money{}, Errorf(CodeInvalidAmount, "amount %q has more than %d fractional digits", s, MaxFractionDigits)
+	}
+	var m Money
+	if _, _, err := m.d.SetString(s); err != nil {
+		return Money{}, Errorf(CodeInvalidAmount, "amount %q: %v", s, err)
+	}
+	m.d.Reduce(&m.d)
+	return m, nil
+}
+
+// MustMoney parses s or panics; for constants in tests and examples.
+func MustMoney(s string) Money {
+	m, err := ParseMoney(s)
+	if err != nil {
+		panic(err)
+	}
+	return m
+}
+
+// MoneyFromInt returns n as Money.
+func MoneyFromInt(n int64) Money {
+	var m Money
+	m.d.SetInt64(n)
+	return m
+}
+
+func digitsOnly(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// Add returns m + o. It panics only if the sum cannot be represented exactly
+// in Context, which the input limits rule out for any realistic ledger.
+func (m Money) Add(o Money) Money {
+	var r Money
+	if _, err := Context.Add(&r.d, &m.d, &o.d); err != nil {
+		panic("events: inexact money addition: " + err.Error())
+	}
+	r.d.Reduce(&r.d)
+	return r
+}
+
+// Sub returns m - o (which may be negative).
+func (m Money) Sub(o Money) Money {
+	var r Money
+	if _, err := Context.Sub(&r.d, &m.d, &o.d); err != nil {
+		panic("events: inexact money subtraction: " + err.Error())
+	}
+	r.d.Reduce(&r.d)
+	return r
+}
+
+// Cmp compares m and o: -1, 0 or +1.
+func (m Money) Cmp(o Money) int { return m.d.Cmp(&o.d) }
+
+// Sign returns -1, 0 or +1.
+func (m Money) Sign() int { return m.d.Sign() }
+
+// IsZero reports whether m == 0.
+func (m Money) IsZero() bool { return m.d.IsZero() }
+
+// Max returns the larger of m and o.
+func (m Money) Max(o Money) Money {
+	if m.Cmp(o) >= 0 {
+		return m
+	}
+	return o
+}
+
+// String returns the canonical plain decimal form ("0.05", "100", "0").
+func (m Money) String() string {
+	if m.d.IsZero() {
+		return "0"
+	}
+	return m.d.Text('f')
+}
+
+// MarshalJSON writes m as a JSON string.
+func (m Money) MarshalJSON() ([]byte, error) { return json.Marshal(m.String()) }
+
+// UnmarshalJSON reads a JSON string holding a stored amount. Stored amounts
+// may be negative (a delta) but must otherwise obey ParseMoney's rules.
+func (m *Money) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return Errorf(CodeInvalidAmount, "amount must be a JSON string")
+	}
+	neg := strings.HasPrefix(s, "-")
+	v, err := ParseMoney(strings.TrimPrefix(s, "-"))
+	if err != nil {
+		return err
+	}
+	if neg {
+		v.d.Neg(&v.d)
+	}
+	*m = v
+	return nil
+}

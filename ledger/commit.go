@@ -1,0 +1,283 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/streams"
+)
+
+// keyLock serializes this replica's commits to one key and queues the Txs
+// waiting for it, so that one committer folds them into one revision.
+type keyLock struct {
+	commit sync.Mutex
+	qmu    sync.Mutex
+	queue  []*pending
+}
+
+type pending struct {
+	tx   Tx
+	err  error
+	done bool
+}
+
+func (l *Ledger) lockFor(key string) *keyLock {
+	l.klMu.Lock()
+	defer l.klMu.Unlock()
+	kl := l.locks[key]
+	if kl == nil {
+		kl = &keyLock{}
+		l.locks[key] = kl
+	}
+	return kl
+}
+
+// Submit decides tx against the current balances and commits its events.
+// Concurrent single-balance Txs on the same balance are folded into one
+// revision (group commit); a Tx over several balances is written as one
+// atomic batch with a revision check on each key. A Tx whose Decide returns
+// an error gets that error back and commits nothing.
+//
+// The write outlives ctx's cancellation (a reservation must not be half
+// decided because one caller went away); each attempt is bounded by the
+// commit timeout.
+//
+// Errors, in precedence order: Decide's own error; *events.Error with
+// CodeLedgerBusy (compare-and-set lost DefaultMaxAttempts times; nothing of
+// tx was committed) or CodeLedgerUnavailable (JetStream could not be
+// reached).
+func (l *Ledger) Submit(ctx context.Context, tx Tx) error {
+	refs := uniqueRefs(tx.Balances())
+	if len(refs) == 0 {
+		return events.Errorf(events.CodeInternal, "transaction touches no balance")
+	}
+	if len(refs) > streams.MaxBatch {
+		return events.Errorf(events.CodeInvalidRequest, "transaction touches %d balances; the limit is %d", len(refs), streams.MaxBatch)
+	}
+	ctx = context.WithoutCancel(ctx)
+	p := &pending{tx: tx}
+	if len(refs) > 1 {
+		locks := make([]*keyLock, len(refs))
+		for i, r := range refs {
+			locks[i] = l.lockFor(streams.BalanceKey(r))
+			locks[i].commit.Lock()
+		}
+		l.commitGroup(ctx, refs, []*pending{p})
+		for _, kl := range locks {
+			kl.commit.Unlock()
+		}
+		return p.err
+	}
+	kl := l.lockFor(streams.BalanceKey(refs[0]))
+	kl.qmu.Lock()
+	kl.queue = append(kl.queue, p)
+	kl.qmu.Unlock()
+	for {
+		kl.commit.Lock()
+		if p.done {
+			kl.commit.Unlock()
+			return p.err
+		}
+		kl.qmu.Lock()
+		n := min(len(kl.queue), l.opts.maxGroup)
+		group := make([]*pending, n)
+		copy(group, kl.queue)
+		kl.queue = append(kl.queue[:0:0], kl.queue[n:]...)
+		kl.qmu.Unlock()
+		l.commitGroup(ctx, refs, group)
+		kl.commit.Unlock()
+	}
+}
+
+func uniqueRefs(in []events.BalanceRef) []events.BalanceRef {
+	seen := map[string]bool{}
+	var out []events.BalanceRef
+	for _, r := range in {
+		k := streams.BalanceKey(r)
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, r)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return streams.BalanceKey(out[i]) < streams.BalanceKey(out[j]) })
+	return out
+}
+
+// commitGroup decides every Tx of group against one view of refs and writes
+// the result as one revision per key. The caller holds the commit lock of
+// every key in refs.
+func (l *Ledger) commitGroup(ctx context.Context, refs []events.BalanceRef, group []*pending) {
+	finish := func(err error) {
+		for _, p := range group {
+			if err != nil && p.err == nil {
+				p.err = err
+			}
+			p.done = true
+		}
+	}
+	for attempt := 0; ; attempt++ {
+		v := l.newView(refs)
+		for _, p := range group {
+			evs, err := p.tx.Decide(v)
+			p.err = err
+			if err != nil || len(evs) == 0 {
+				continue
+			}
+			if err := v.apply(evs); err != nil {
+				p.err = &events.Error{Code: events.CodeInternal, Message: "applying decision", Err: err}
+			}
+		}
+		revs := v.revisions()
+		if len(revs) == 0 {
+			finish(nil)
+			return
+		}
+		seqs, err := l.write(ctx, revs)
+		if err == nil {
+			l.mu.Lock()
+			for i := range revs {
+				l.applyBalanceLocked(revs[i].key, seqs[i], &revs[i].value)
+			}
+			l.mu.Unlock()
+			finish(nil)
+			return
+		}
+		var unknown bool
+		switch {
+		case streams.IsConflict(err):
+		case isTimeout(err):
+			// The write may or may not have landed: fold whatever is there
+			// and decide again; a landed write shows up as already applied.
+			unknown = true
+		default:
+			l.opts.log.Warn("ledger write failed", "err", err)
+			finish(&events.Error{Code: events.CodeLedgerUnavailable, Message: "writing to the ledger stream", Err: err})
+			return
+		}
+		if attempt+1 >= l.opts.maxAttempts {
+			finish(events.Errorf(events.CodeLedgerBusy, "gave up after %d conflicting attempts; nothing was committed", attempt+1))
+			return
+		}
+		for _, r := range refs {
+			if err := l.catchUp(ctx, streams.BalanceKey(r)); err != nil {
+				if unknown {
+					err = &events.Error{Code: events.CodeLedgerUnavailable, Message: "write outcome unknown and the ledger cannot be read", Err: err}
+				}
+				finish(err)
+				return
+			}
+		}
+		if attempt >= 3 {
+			// Another replica keeps winning this key: back off a little so
+			// both do not spin.
+			time.Sleep(time.Duration(attempt) * 200 * time.Microsecond)
+		}
+	}
+}
+
+// write commits revs: one compare-and-set publish for one key, an atomic
+// batch with a compare-and-set on every key for several. It returns the
+// stream sequence (the new revision) of each.
+func (l *Ledger) write(ctx context.Context, revs []keyedRevision) ([]uint64, error) {
+	datas := make([][]byte, len(revs))
+	for i := range revs {
+		b, err := json.Marshal(&revs[i].value)
+		if err != nil {
+			return nil, err
+		}
+		datas[i] = b
+	}
+	if len(revs) == 1 {
+		seq, err := l.publishOne(ctx, revs[0].key, revs[0].rev, datas[0])
+		if err != nil {
+			return nil, err
+		}
+		return []uint64{seq}, nil
+	}
+	return l.publishBatch(ctx, revs, datas)
+}
+
+// publishOne writes data to key if the key's last revision is rev (0: the
+// key must not exist).
+func (l *Ledger) publishOne(ctx context.Context, key string, rev uint64, data []byte) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.opts.commitTimeout)
+	defer cancel()
+	msg := nats.NewMsg(l.layout.Subject(key))
+	msg.Data = data
+	ack, err := l.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithExpectStream(l.layout.StreamName()))
+	if err != nil {
+		return 0, err
+	}
+	return ack.Sequence, nil
+}
+
+// JetStream atomic batch headers (nats-server 2.12+).
+const (
+	hdrBatchID     = "Nats-Batch-Id"
+	hdrBatchSeq    = "Nats-Batch-Sequence"
+	hdrBatchCommit = "Nats-Batch-Commit"
+)
+
+type batchAck struct {
+	Stream string              `json:"stream"`
+	Seq    uint64              `json:"seq"`
+	Count  int                 `json:"count"`
+	Error  *jetstream.APIError `json:"error,omitempty"`
+}
+
+// publishBatch writes all revisions as one atomic batch: either every key
+// moves to its new revision or none does (a stale revision on any key
+// rejects the whole batch). One round trip: only the commit message asks
+// for an ack.
+func (l *Ledger) publishBatch(ctx context.Context, revs []keyedRevision, datas [][]byte) ([]uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.opts.commitTimeout)
+	defer cancel()
+	id := uuid.NewString()
+	for i := range revs {
+		msg := nats.NewMsg(l.layout.Subject(revs[i].key))
+		msg.Data = datas[i]
+		msg.Header.Set(hdrBatchID, id)
+		msg.Header.Set(hdrBatchSeq, strconv.Itoa(i+1))
+		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(revs[i].rev, 10))
+		if i < len(revs)-1 {
+			if err := l.nc.PublishMsg(msg); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		msg.Header.Set(hdrBatchCommit, "1")
+		reply, err := l.nc.RequestMsgWithContext(ctx, msg)
+		if err != nil {
+			if errors.Is(err, nats.ErrNoResponders) {
+				return nil, jetstream.ErrNoStreamResponse
+			}
+			return nil, err
+		}
+		var ack batchAck
+		if err := json.Unmarshal(reply.Data, &ack); err != nil {
+			return nil, err
+		}
+		if ack.Error != nil {
+			return nil, ack.Error
+		}
+		if ack.Count != len(revs) || ack.Seq < uint64(len(revs)) {
+			return nil, errors.New("ledger: batch ack does not match the batch")
+		}
+		seqs := make([]uint64, len(revs))
+		for j := range revs {
+			seqs[j] = ack.Seq - uint64(len(revs)-1-j)
+		}
+		return seqs, nil
+	}
+	return nil, errors.New("ledger: empty batch")
+}

@@ -1,0 +1,443 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/streams"
+)
+
+// Ledger is one replica's view of the book and its commit path. Create it
+// with New, then call Run; it is ready when Ready is closed.
+type Ledger struct {
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	stream jetstream.Stream
+	layout streams.Layout
+	opts   options
+
+	mu           sync.RWMutex
+	budgets      map[string]*budget  // by budget key
+	balances     map[string]*balance // by balance key
+	reservations map[string]*Reservation
+	requests     map[string]*Reservation // by request id
+
+	klMu  sync.Mutex
+	locks map[string]*keyLock
+
+	applied  atomic.Uint64 // last stream sequence folded by the follower
+	progress chan struct{} // closed and replaced whenever applied advances
+	progMu   sync.Mutex
+
+	ready     chan struct{}
+	readyOnce sync.Once
+}
+
+// New binds the ledger stream (which streams.Ensure must have created).
+func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, layout streams.Layout, opts ...Option) (*Ledger, error) {
+	o := defaultOptions()
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	s, err := js.Stream(ctx, layout.StreamName())
+	if err != nil {
+		return nil, fmt.Errorf("ledger: bind %s: %w", layout.StreamName(), err)
+	}
+	return &Ledger{
+		nc: nc, js: js, stream: s, layout: layout, opts: o,
+		budgets:      map[string]*budget{},
+		balances:     map[string]*balance{},
+		reservations: map[string]*Reservation{},
+		requests:     map[string]*Reservation{},
+		locks:        map[string]*keyLock{},
+		progress:     make(chan struct{}),
+		ready:        make(chan struct{}),
+	}, nil
+}
+
+// Layout returns the stream layout.
+func (l *Ledger) Layout() streams.Layout { return l.layout }
+
+// Ready is closed once the follower has folded the stream as it was when Run
+// started.
+func (l *Ledger) Ready() <-chan struct{} { return l.ready }
+
+// Run follows the ledger stream from its first revision and folds every
+// revision into the book until ctx ends. It returns ctx's error, or the
+// error that stopped it.
+func (l *Ledger) Run(ctx context.Context) error {
+	info, err := l.stream.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("ledger: stream info: %w", err)
+	}
+	startLast := info.State.LastSeq
+	if startLast == 0 {
+		l.readyOnce.Do(func() { close(l.ready) })
+	}
+	cons, err := l.js.OrderedConsumer(ctx, l.layout.StreamName(), jetstream.OrderedConsumerConfig{
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return fmt.Errorf("ledger: follower: %w", err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(1024))
+	if err != nil {
+		return fmt.Errorf("ledger: follower: %w", err)
+	}
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
+	defer it.Stop()
+	for {
+		msg, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return ctx.Err()
+			}
+			return fmt.Errorf("ledger: follower: %w", err)
+		}
+		meta, err := msg.Metadata()
+		if err != nil {
+			return fmt.Errorf("ledger: follower metadata: %w", err)
+		}
+		seq := meta.Sequence.Stream
+		if err := l.applyMsg(msg.Subject(), seq, msg.Data()); err != nil {
+			// A revision this replica cannot fold means the book is not
+			// what this code understands: stop rather than decide on it.
+			return fmt.Errorf("ledger: fold seq %d: %w", seq, err)
+		}
+		l.advance(seq)
+		if seq >= startLast {
+			l.readyOnce.Do(func() { close(l.ready) })
+		}
+	}
+}
+
+func (l *Ledger) advance(seq uint64) {
+	l.progMu.Lock()
+	if seq > l.applied.Load() {
+		l.applied.Store(seq)
+		close(l.progress)
+		l.progress = make(chan struct{})
+	}
+	l.progMu.Unlock()
+}
+
+// Sync waits until this replica has folded every revision that the stream
+// held when Sync was called: a read-your-writes barrier for lookups that
+// missed (a reservation or budget just created through another replica).
+func (l *Ledger) Sync(ctx context.Context) error {
+	info, err := l.stream.Info(ctx)
+	if err != nil {
+		return &events.Error{Code: events.CodeLedgerUnavailable, Message: "ledger stream info", Err: err}
+	}
+	target := info.State.LastSeq
+	for {
+		l.progMu.Lock()
+		ch := l.progress
+		done := l.applied.Load() >= target
+		l.progMu.Unlock()
+		if done {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return &events.Error{Code: events.CodeLedgerUnavailable, Message: "ledger follower is behind", Err: ctx.Err()}
+		}
+	}
+}
+
+// applyMsg folds one stream message of any key family.
+func (l *Ledger) applyMsg(subject string, seq uint64, data []byte) error {
+	key, ok := l.layout.KeyOf(subject)
+	if !ok {
+		return nil
+	}
+	switch {
+	case streams.IsBalanceKey(key):
+		var rev events.BalanceRevision
+		if err := json.Unmarshal(data, &rev); err != nil {
+			return fmt.Errorf("%s: %w", key, err)
+		}
+		l.mu.Lock()
+		l.applyBalanceLocked(key, seq, &rev)
+		l.mu.Unlock()
+	case streams.IsBudgetKey(key):
+		var rev events.BudgetRevision
+		if err := json.Unmarshal(data, &rev); err != nil {
+			return fmt.Errorf("%s: %w", key, err)
+		}
+		l.mu.Lock()
+		l.applyBudgetLocked(key, seq, &rev)
+		l.mu.Unlock()
+	}
+	return nil
+}
+
+func (l *Ledger) applyBudgetLocked(key string, seq uint64, rev *events.BudgetRevision) {
+	b := l.budgets[key]
+	if b == nil {
+		b = &budget{}
+		l.budgets[key] = b
+	}
+	if seq <= b.rev {
+		return
+	}
+	b.rev = seq
+	b.def = Budget{Ref: rev.Budget, Limit: rev.Limit, Unit: rev.Unit, Revision: seq}
+}
+
+// applyBalanceLocked folds one balance revision. Revisions of one key arrive
+// here in order from three places (the follower, a catch-up after a
+// conflict, and this replica's own successful writes); a revision already
+// folded is skipped.
+func (l *Ledger) applyBalanceLocked(key string, seq uint64, rev *events.BalanceRevision) {
+	b := l.balances[key]
+	if b == nil {
+		b = &balance{ref: rev.Balance, open: map[string]events.Money{}}
+		l.balances[key] = b
+	}
+	if seq <= b.rev {
+		return
+	}
+	for _, e := range rev.Events {
+		l.applyEventLocked(b, key, e)
+	}
+	b.rev = seq
+	b.unit, b.limit = rev.Unit, rev.Limit
+	b.spent, b.reserved, b.overrun = rev.Spent, rev.Reserved, rev.Overrun
+}
+
+func (l *Ledger) applyEventLocked(b *balance, key string, e events.Event) {
+	switch e := e.(type) {
+	case events.ReservationOpened:
+		b.open[e.ReservationID] = e.Amount
+		r := l.reservations[e.ReservationID]
+		if r == nil {
+			r = &Reservation{
+				ID: e.ReservationID, RequestID: e.RequestID, RequestHash: e.RequestHash,
+				Unit: e.Unit, Balances: e.Balances, Amounts: map[string]events.Money{}, Units: map[string]string{},
+				OpenedAt: e.At, ExpiresAt: e.ExpiresAt, Status: events.StatusOpen,
+			}
+			l.reservations[e.ReservationID] = r
+			l.requests[e.RequestID] = r
+		}
+		r.Amounts[key] = e.Amount
+		r.Units[key] = e.Unit
+	case events.ReservationSettled:
+		delete(b.open, e.ReservationID)
+		if r := l.reservations[e.ReservationID]; r != nil {
+			r.Status = events.StatusSettled
+			if r.Actual == nil {
+				r.Actual = map[string]events.Money{}
+			}
+			r.Actual[key] = e.Actual
+			r.Late = r.Late || e.Late
+		}
+	case events.ReservationReleased:
+		delete(b.open, e.ReservationID)
+		if r := l.reservations[e.ReservationID]; r != nil {
+			if e.Reason == events.ReasonExpired {
+				r.Status = events.StatusExpired
+			} else {
+				r.Status = events.StatusReleased
+			}
+		}
+	}
+}
+
+// catchUp folds the revisions of key written after the one this replica
+// holds, reading them straight from the stream (next message by subject),
+// so a replica that lost a compare-and-set learns what it missed without
+// waiting for its follower.
+func (l *Ledger) catchUp(ctx context.Context, key string) error {
+	subj := l.layout.Subject(key)
+	for {
+		l.mu.RLock()
+		var have uint64
+		if streams.IsBalanceKey(key) {
+			if b := l.balances[key]; b != nil {
+				have = b.rev
+			}
+		} else if b := l.budgets[key]; b != nil {
+			have = b.rev
+		}
+		l.mu.RUnlock()
+		msg, err := l.stream.GetMsg(ctx, have+1, jetstream.WithGetMsgSubject(subj))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil
+		}
+		if err != nil {
+			return &events.Error{Code: events.CodeLedgerUnavailable, Message: "reading missed revisions", Err: err}
+		}
+		if err := l.applyMsg(msg.Subject, msg.Sequence, msg.Data); err != nil {
+			return &events.Error{Code: events.CodeInternal, Message: "folding missed revision", Err: err}
+		}
+	}
+}
+
+// BudgetsOf returns the budgets defined for scope, in period order.
+func (l *Ledger) BudgetsOf(scope events.Scope) []Budget {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	var out []Budget
+	for _, p := range events.Periods {
+		if b := l.budgets[streams.BudgetKey(events.BudgetRef{Scope: scope, Period: p})]; b != nil {
+			out = append(out, b.def)
+		}
+	}
+	return out
+}
+
+// Budget returns one budget definition.
+func (l *Ledger) Budget(ref events.BudgetRef) (Budget, bool) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	b := l.budgets[streams.BudgetKey(ref)]
+	if b == nil {
+		return Budget{}, false
+	}
+	return b.def, true
+}
+
+// Budgets returns every budget, sorted by scope then period.
+func (l *Ledger) Budgets() []Budget {
+	l.mu.RLock()
+	out := make([]Budget, 0, len(l.budgets))
+	for _, b := range l.budgets {
+		out = append(out, b.def)
+	}
+	l.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Ref.Scope != out[j].Ref.Scope {
+			return out[i].Ref.Scope < out[j].Ref.Scope
+		}
+		return out[i].Ref.Period < out[j].Ref.Period
+	})
+	return out
+}
+
+// Balance returns the balance of ref as this replica has folded it.
+func (l *Ledger) Balance(ref events.BalanceRef) Balance {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.balanceLocked(streams.BalanceKey(ref), ref)
+}
+
+func (l *Ledger) balanceLocked(key string, ref events.BalanceRef) Balance {
+	out := Balance{Ref: ref}
+	if b := l.balances[key]; b != nil {
+		out.Unit, out.Limit = b.unit, b.limit
+		out.Spent, out.Reserved, out.Overrun, out.Open = b.spent, b.reserved, b.overrun, len(b.open)
+	}
+	if d := l.budgets[streams.BudgetKey(ref.Budget())]; d != nil {
+		out.Defined, out.Unit, out.Limit = true, d.def.Unit, d.def.Limit
+	}
+	return out
+}
+
+// Reservation returns a copy of what this replica knows of reservation id.
+func (l *Ledger) Reservation(id string) (*Reservation, bool) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	r := l.reservations[id]
+	if r == nil {
+		return nil, false
+	}
+	return r.clone(), true
+}
+
+// Expired returns up to max ids of open reservations whose ExpiresAt is at
+// or before now, oldest expiry first.
+func (l *Ledger) Expired(now time.Time, max int) []string {
+	l.mu.RLock()
+	var due []*Reservation
+	for _, r := range l.reservations {
+		if r.Status == events.StatusOpen && !r.ExpiresAt.After(now) {
+			due = append(due, r)
+		}
+	}
+	l.mu.RUnlock()
+	sort.Slice(due, func(i, j int) bool { return due[i].ExpiresAt.Before(due[j].ExpiresAt) })
+	if len(due) > max {
+		due = due[:max]
+	}
+	ids := make([]string, len(due))
+	for i, r := range due {
+		ids[i] = r.ID
+	}
+	return ids
+}
+
+// OpenCount returns how many reservations are open.
+func (l *Ledger) OpenCount() int {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	n := 0
+	for _, b := range l.balances {
+		n += len(b.open)
+	}
+	return n
+}
+
+// PutBudget defines or changes a budget: one BudgetDefined event in one
+// compare-and-set write of the budget key. Putting the definition it already
+// has changes nothing and returns it.
+//
+// Errors: *events.Error with CodeLedgerBusy or CodeLedgerUnavailable.
+func (l *Ledger) PutBudget(ctx context.Context, ref events.BudgetRef, limit events.Money, unit string, now time.Time) (Budget, error) {
+	key := streams.BudgetKey(ref)
+	for attempt := 0; attempt < l.opts.maxAttempts; attempt++ {
+		l.mu.RLock()
+		var rev uint64
+		var cur Budget
+		if b := l.budgets[key]; b != nil {
+			rev, cur = b.rev, b.def
+		}
+		l.mu.RUnlock()
+		if rev > 0 && cur.Limit.Cmp(limit) == 0 && cur.Unit == unit {
+			return cur, nil
+		}
+		value := events.BudgetRevision{
+			Schema: events.SchemaBudget, Budget: ref, Limit: limit, Unit: unit,
+			Events: events.Events{events.BudgetDefined{Budget: ref, Limit: limit, Unit: unit, At: now.UTC()}},
+		}
+		data, err := json.Marshal(value)
+		if err != nil {
+			return Budget{}, &events.Error{Code: events.CodeInternal, Message: "encoding budget", Err: err}
+		}
+		seq, err := l.publishOne(ctx, key, rev, data)
+		if err == nil {
+			l.mu.Lock()
+			l.applyBudgetLocked(key, seq, &value)
+			l.mu.Unlock()
+			return Budget{Ref: ref, Limit: limit, Unit: unit, Revision: seq}, nil
+		}
+		if !streams.IsConflict(err) && !isTimeout(err) {
+			return Budget{}, &events.Error{Code: events.CodeLedgerUnavailable, Message: "writing budget", Err: err}
+		}
+		if err := l.catchUp(ctx, key); err != nil {
+			return Budget{}, err
+		}
+	}
+	return Budget{}, events.Errorf(events.CodeLedgerBusy, "budget %s/%s: too many concurrent writers", ref.Scope, ref.Period)
+}
+
+func isTimeout(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoStreamResponse)
+}

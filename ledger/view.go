@@ -1,0 +1,217 @@
+package ledger
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/streams"
+)
+
+// Tx is one change to the ledger: the balance keys it touches and a pure
+// decision. Decide may run several times (after a conflict the ledger folds
+// what it missed and decides again), so it must derive everything from the
+// View and from fields fixed when the Tx was built, and reset any result it
+// records on every call.
+type Tx interface {
+	// Balances returns the balances the Tx touches.
+	Balances() []events.BalanceRef
+	// Decide returns the events to commit (one or more per touched key,
+	// each naming its balance), or none to commit nothing. An error is the
+	// Tx's final answer; nothing of it is committed.
+	Decide(v *View) (events.Events, error)
+}
+
+// View is what a Tx decides against: the touched balances at the revision
+// the write will require, plus the effect of the Txs decided before it in
+// the same group.
+type View struct {
+	l   *Ledger
+	bal map[string]*viewBalance
+	res map[string]*Reservation // reservations changed in this group
+	req map[string]*Reservation // request ids opened in this group
+}
+
+type viewBalance struct {
+	Balance
+	rev     uint64
+	added   map[string]events.Money
+	removed map[string]bool
+	events  events.Events
+}
+
+func (l *Ledger) newView(refs []events.BalanceRef) *View {
+	v := &View{l: l, bal: make(map[string]*viewBalance, len(refs)), res: map[string]*Reservation{}, req: map[string]*Reservation{}}
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	for _, ref := range refs {
+		k := streams.BalanceKey(ref)
+		vb := &viewBalance{added: map[string]events.Money{}, removed: map[string]bool{}}
+		if b := l.balances[k]; b != nil {
+			vb.rev = b.rev
+		}
+		vb.Balance = l.balanceLocked(k, ref)
+		v.bal[k] = vb
+	}
+	return v
+}
+
+// Balance returns the balance of key as of this decision.
+func (v *View) Balance(key string) Balance {
+	if vb := v.bal[key]; vb != nil {
+		return vb.Balance
+	}
+	return Balance{}
+}
+
+// OpenAmount returns the amount reservation id holds in balance key, if it
+// is open there.
+func (v *View) OpenAmount(key, id string) (events.Money, bool) {
+	vb := v.bal[key]
+	if vb == nil {
+		return events.Money{}, false
+	}
+	if vb.removed[id] {
+		return events.Money{}, false
+	}
+	if amt, ok := vb.added[id]; ok {
+		return amt, true
+	}
+	v.l.mu.RLock()
+	defer v.l.mu.RUnlock()
+	if b := v.l.balances[key]; b != nil {
+		amt, ok := b.open[id]
+		return amt, ok
+	}
+	return events.Money{}, false
+}
+
+// Reservation returns a copy of reservation id as of this decision.
+func (v *View) Reservation(id string) (*Reservation, bool) {
+	if r := v.res[id]; r != nil {
+		return r.clone(), true
+	}
+	return v.l.Reservation(id)
+}
+
+// ByRequest returns the reservation opened for request id rid, if any.
+func (v *View) ByRequest(rid string) (*Reservation, bool) {
+	if r := v.req[rid]; r != nil {
+		return r.clone(), true
+	}
+	v.l.mu.RLock()
+	defer v.l.mu.RUnlock()
+	if r := v.l.requests[rid]; r != nil {
+		return r.clone(), true
+	}
+	return nil, false
+}
+
+// apply folds a Tx's events into the view so that later Txs in the group
+// see them. It is the writer's fold; package projector folds the same
+// events independently, and the two must agree.
+func (v *View) apply(es events.Events) error {
+	for _, e := range es {
+		var ref events.BalanceRef
+		switch e := e.(type) {
+		case events.ReservationOpened:
+			ref = e.Balance
+		case events.ReservationSettled:
+			ref = e.Balance
+		case events.ReservationReleased:
+			ref = e.Balance
+		default:
+			return fmt.Errorf("ledger: %s is not a balance event", e.EventType())
+		}
+		key := streams.BalanceKey(ref)
+		vb := v.bal[key]
+		if vb == nil {
+			return fmt.Errorf("ledger: event for %s outside the Tx's keys", key)
+		}
+		switch e := e.(type) {
+		case events.ReservationOpened:
+			vb.Reserved = vb.Reserved.Add(e.Amount)
+			vb.Open++
+			vb.added[e.ReservationID] = e.Amount
+			delete(vb.removed, e.ReservationID)
+			r := v.res[e.ReservationID]
+			if r == nil {
+				r = &Reservation{
+					ID: e.ReservationID, RequestID: e.RequestID, RequestHash: e.RequestHash,
+					Unit: e.Unit, Balances: e.Balances, Amounts: map[string]events.Money{}, Units: map[string]string{},
+					OpenedAt: e.At, ExpiresAt: e.ExpiresAt, Status: events.StatusOpen,
+				}
+				v.res[e.ReservationID] = r
+				v.req[e.RequestID] = r
+			}
+			r.Amounts[key] = e.Amount
+			r.Units[key] = e.Unit
+			r.Units[key] = e.Unit
+		case events.ReservationSettled:
+			vb.Spent = vb.Spent.Add(e.Actual)
+			vb.Overrun = vb.Overrun.Add(e.Overrun)
+			if !e.AfterExpiry {
+				vb.Reserved = vb.Reserved.Sub(e.Reserved)
+				vb.Open--
+				vb.removed[e.ReservationID] = true
+				delete(vb.added, e.ReservationID)
+			}
+			r := v.overlay(e.ReservationID)
+			r.Status = events.StatusSettled
+			if r.Actual == nil {
+				r.Actual = map[string]events.Money{}
+			}
+			r.Actual[key] = e.Actual
+			r.Late = r.Late || e.Late
+		case events.ReservationReleased:
+			vb.Reserved = vb.Reserved.Sub(e.Reserved)
+			vb.Open--
+			vb.removed[e.ReservationID] = true
+			delete(vb.added, e.ReservationID)
+			r := v.overlay(e.ReservationID)
+			r.Status = events.StatusReleased
+			if e.Reason == events.ReasonExpired {
+				r.Status = events.StatusExpired
+			}
+		}
+		vb.events = append(vb.events, e)
+	}
+	return nil
+}
+
+// overlay returns the group's copy of reservation id, copying it in from the
+// book on first change.
+func (v *View) overlay(id string) *Reservation {
+	if r := v.res[id]; r != nil {
+		return r
+	}
+	r, ok := v.l.Reservation(id)
+	if !ok {
+		r = &Reservation{ID: id}
+	}
+	v.res[id] = r
+	return r
+}
+
+type keyedRevision struct {
+	key   string
+	rev   uint64 // the revision the write requires
+	value events.BalanceRevision
+}
+
+// revisions returns the revisions to write, sorted by key.
+func (v *View) revisions() []keyedRevision {
+	var out []keyedRevision
+	for k, vb := range v.bal {
+		if len(vb.events) == 0 {
+			continue
+		}
+		out = append(out, keyedRevision{key: k, rev: vb.rev, value: events.BalanceRevision{
+			Schema: events.SchemaBalance, Balance: vb.Ref, Unit: vb.Unit, Limit: vb.Limit,
+			Spent: vb.Spent, Reserved: vb.Reserved, Overrun: vb.Overrun, Open: int64(vb.Open),
+			Events: vb.events,
+		}})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].key < out[j].key })
+	return out
+}

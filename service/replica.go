@@ -1,0 +1,140 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spendgate/spendgate/admit"
+	"github.com/spendgate/spendgate/ledger"
+	"github.com/spendgate/spendgate/settle"
+	"github.com/spendgate/spendgate/streams"
+	"github.com/spendgate/spendgate/sweep"
+)
+
+// ReplicaConfig configures one spendgate replica.
+type ReplicaConfig struct {
+	Layout streams.Layout
+	// Now is the clock of admissions, settles and the sweeper; default
+	// time.Now.
+	Now func() time.Time
+	// DefaultTTL, MinTTL, MaxTTL bound reservation TTLs; zero values take
+	// the events package defaults.
+	DefaultTTL, MinTTL, MaxTTL time.Duration
+	// SweepInterval is the sweeper's period; default sweep.DefaultInterval.
+	// Negative disables the sweeper (tests drive it by hand).
+	SweepInterval time.Duration
+	// ReadyTimeout bounds the initial fold of the ledger stream; default 1m.
+	ReadyTimeout time.Duration
+	// LedgerOptions are passed to ledger.New.
+	LedgerOptions []ledger.Option
+	Log           *slog.Logger
+}
+
+// Replica is one running spendgate: the ledger follower, the service
+// endpoints and the sweeper, all stopped by Stop.
+type Replica struct {
+	Ledger   *ledger.Ledger
+	Admitter *admit.Admitter
+	Settler  *settle.Settler
+	Sweeper  *sweep.Sweeper
+	Service  *Service
+
+	cancel context.CancelFunc
+	done   chan error
+	sweepd chan struct{}
+}
+
+// StartReplica ensures the streams, folds the ledger, and starts serving on
+// nc. It returns once the replica answers requests.
+func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg ReplicaConfig) (*Replica, error) {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.ReadyTimeout == 0 {
+		cfg.ReadyTimeout = time.Minute
+	}
+	if _, err := streams.Ensure(ctx, js, cfg.Layout); err != nil {
+		return nil, err
+	}
+	l, err := ledger.New(ctx, nc, js, cfg.Layout, append([]ledger.Option{ledger.WithLogger(cfg.Log)}, cfg.LedgerOptions...)...)
+	if err != nil {
+		return nil, err
+	}
+	aopts := []admit.Option{admit.WithClock(cfg.Now)}
+	if cfg.DefaultTTL != 0 || cfg.MinTTL != 0 || cfg.MaxTTL != 0 {
+		def, lo, hi := cfg.DefaultTTL, cfg.MinTTL, cfg.MaxTTL
+		if def == 0 {
+			def = 5 * time.Minute
+		}
+		if lo == 0 {
+			lo = time.Second
+		}
+		if hi == 0 {
+			hi = 24 * time.Hour
+		}
+		aopts = append(aopts, admit.WithTTL(def, lo, hi))
+	}
+	a, err := admit.New(l, aopts...)
+	if err != nil {
+		return nil, err
+	}
+	st, err := settle.New(l, settle.WithClock(cfg.Now))
+	if err != nil {
+		return nil, err
+	}
+	sopts := []sweep.Option{sweep.WithClock(cfg.Now), sweep.WithLogger(cfg.Log)}
+	if cfg.SweepInterval > 0 {
+		sopts = append(sopts, sweep.WithInterval(cfg.SweepInterval))
+	}
+	sw, err := sweep.New(l, st, sopts...)
+	if err != nil {
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	r := &Replica{Ledger: l, Admitter: a, Settler: st, Sweeper: sw, cancel: cancel, done: make(chan error, 1), sweepd: make(chan struct{})}
+	go func() { r.done <- l.Run(runCtx) }()
+	select {
+	case <-l.Ready():
+	case err := <-r.done:
+		cancel()
+		return nil, fmt.Errorf("service: ledger follower stopped: %w", err)
+	case <-time.After(cfg.ReadyTimeout):
+		cancel()
+		<-r.done
+		return nil, errors.New("service: ledger fold did not finish in time")
+	}
+	svc, err := Start(nc, Config{Ledger: l, Admitter: a, Settler: st, Now: cfg.Now, Log: cfg.Log})
+	if err != nil {
+		cancel()
+		<-r.done
+		return nil, err
+	}
+	r.Service = svc
+	if cfg.SweepInterval >= 0 {
+		go func() { defer close(r.sweepd); _ = sw.Run(runCtx) }()
+	} else {
+		close(r.sweepd)
+	}
+	return r, nil
+}
+
+// Stop stops taking requests, answers those in flight, then stops the
+// sweeper and the follower.
+func (r *Replica) Stop() error {
+	err := r.Service.Stop()
+	r.cancel()
+	<-r.sweepd
+	if ferr := <-r.done; ferr != nil && !errors.Is(ferr, context.Canceled) && err == nil {
+		err = ferr
+	}
+	return err
+}

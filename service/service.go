@@ -1,0 +1,277 @@
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/spendgate/spendgate/admit"
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/ledger"
+	"github.com/spendgate/spendgate/settle"
+	"github.com/spendgate/spendgate/streams"
+)
+
+// Version is the service version reported to micro discovery.
+const Version = "0.1.0"
+
+// QueueGroup is the queue group of every endpoint, so replicas share load.
+const QueueGroup = "spendgate"
+
+// MaxInFlight bounds the requests one replica handles at once. micro calls a
+// handler from one goroutine per endpoint; spendgate hands each request to
+// its own goroutine so concurrent admits on a hot budget reach the group
+// commit together. Past this bound the endpoint stops reading (backpressure).
+const MaxInFlight = 4096
+
+// Service is a running micro service. Stop it with Stop.
+type Service struct {
+	svc micro.Service
+	l   *ledger.Ledger
+	a   *admit.Admitter
+	s   *settle.Settler
+	now func() time.Time
+	log *slog.Logger
+	// ctx is handed to handlers; it is never cancelled by Stop, so requests
+	// in flight finish their commits.
+	ctx      context.Context
+	inflight chan struct{}
+	wg       sync.WaitGroup
+}
+
+// Config is what Start needs.
+type Config struct {
+	Ledger   *ledger.Ledger
+	Admitter *admit.Admitter
+	Settler  *settle.Settler
+	// Now is the clock for budget definitions; default time.Now.
+	Now func() time.Time
+	Log *slog.Logger
+}
+
+// Start registers the spendgate endpoints on nc under the ledger layout's
+// prefix.
+func Start(nc *nats.Conn, cfg Config) (*Service, error) {
+	if cfg.Ledger == nil || cfg.Admitter == nil || cfg.Settler == nil {
+		return nil, errors.New("service: ledger, admitter and settler are required")
+	}
+	s := &Service{l: cfg.Ledger, a: cfg.Admitter, s: cfg.Settler, now: cfg.Now, log: cfg.Log,
+		ctx: context.Background(), inflight: make(chan struct{}, MaxInFlight)}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	layout := cfg.Ledger.Layout()
+	svc, err := micro.AddService(nc, micro.Config{
+		Name:        streams.ServiceName,
+		Version:     Version,
+		Description: "spendgate: spend caps enforced before the money is spent",
+		QueueGroup:  QueueGroup,
+		Metadata:    map[string]string{"prefix": layout.Prefix(), "bucket": layout.Bucket()},
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.svc = svc
+	add := func(name, desc string, h func([]byte) (any, error)) error {
+		return svc.AddEndpoint(strings.ReplaceAll(name, ".", "_"), micro.HandlerFunc(func(r micro.Request) {
+			s.inflight <- struct{}{}
+			s.wg.Add(1)
+			go func() {
+				defer func() { <-s.inflight; s.wg.Done() }()
+				s.serve(r, h)
+			}()
+		}),
+			micro.WithEndpointSubject(layout.Endpoint(name)),
+			micro.WithEndpointMetadata(map[string]string{"description": desc}))
+	}
+	for _, e := range []struct {
+		name, desc string
+		h          func([]byte) (any, error)
+	}{
+		{streams.EndpointAdmit, "reserve an amount in every budget of the named scopes, or in none", s.admit},
+		{streams.EndpointSettle, "close a reservation with its actual cost", s.settle},
+		{streams.EndpointRelease, "give a whole reservation back", s.release},
+		{streams.EndpointBudgetPut, "define or change a budget", s.budgetPut},
+		{streams.EndpointBudgetGet, "read a budget and its current balance", s.budgetGet},
+		{streams.EndpointBudgetList, "list budgets", s.budgetList},
+	} {
+		if err := add(e.name, e.desc, e.h); err != nil {
+			_ = svc.Stop()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Stop drains the endpoints: no new requests are taken, and Stop returns
+// once every request in flight has been answered.
+func (s *Service) Stop() error {
+	err := s.svc.Stop()
+	s.wg.Wait()
+	return err
+}
+
+// Info returns the micro service info.
+func (s *Service) Info() micro.Info { return s.svc.Info() }
+
+func (s *Service) serve(r micro.Request, h func([]byte) (any, error)) {
+	out, err := h(r.Data())
+	if err != nil {
+		var e *events.Error
+		if !errors.As(err, &e) {
+			s.log.Error("request failed", "subject", r.Subject(), "err", err)
+			e = &events.Error{Code: events.CodeInternal, Message: "internal error"}
+		} else if e.Code == events.CodeInternal || e.Code == events.CodeLedgerUnavailable {
+			s.log.Error("request failed", "subject", r.Subject(), "err", err)
+		}
+		body, _ := json.Marshal(events.ErrorReply{Error: &events.Error{Code: e.Code, Message: e.Message}})
+		_ = r.Error(statusOf(e.Code), string(e.Code), body)
+		return
+	}
+	body, err := json.Marshal(out)
+	if err != nil {
+		s.log.Error("encoding reply", "err", err)
+		_ = r.Error("500", string(events.CodeInternal), []byte(`{"error":{"code":"internal","message":"encoding reply"}}`))
+		return
+	}
+	_ = r.Respond(body)
+}
+
+func statusOf(c events.Code) string {
+	switch c {
+	case events.CodeInternal:
+		return "500"
+	case events.CodeLedgerBusy, events.CodeLedgerUnavailable:
+		return "503"
+	case events.CodeUnknownBudget, events.CodeUnknownReservation:
+		return "404"
+	case events.CodeIdempotencyMismatch, events.CodeAlreadySettled, events.CodeAlreadyReleased:
+		return "409"
+	case events.CodePayloadTooLarge:
+		return "413"
+	}
+	return "400"
+}
+
+func (s *Service) admit(data []byte) (any, error) {
+	var req events.AdmitRequest
+	if err := events.DecodeRequest(data, &req); err != nil {
+		return nil, err
+	}
+	return s.a.Admit(s.ctx, req)
+}
+
+func (s *Service) settle(data []byte) (any, error) {
+	var req events.SettleRequest
+	if err := events.DecodeRequest(data, &req); err != nil {
+		return nil, err
+	}
+	return s.s.Settle(s.ctx, req)
+}
+
+func (s *Service) release(data []byte) (any, error) {
+	var req events.ReleaseRequest
+	if err := events.DecodeRequest(data, &req); err != nil {
+		return nil, err
+	}
+	return s.s.Release(s.ctx, req)
+}
+
+func (s *Service) budgetPut(data []byte) (any, error) {
+	var req events.BudgetPutRequest
+	if err := events.DecodeRequest(data, &req); err != nil {
+		return nil, err
+	}
+	scope, err := events.ParseScope(req.Scope)
+	if err != nil {
+		return nil, err
+	}
+	period, err := events.ParsePeriod(req.Period)
+	if err != nil {
+		return nil, err
+	}
+	limit, err := events.ParseMoney(req.Limit)
+	if err != nil {
+		return nil, err
+	}
+	if err := events.ValidateUnit(req.Unit); err != nil {
+		return nil, err
+	}
+	ref := events.BudgetRef{Scope: scope, Period: period}
+	if _, err := s.l.PutBudget(s.ctx, ref, limit, req.Unit, s.now()); err != nil {
+		return nil, err
+	}
+	return s.view(ref)
+}
+
+func (s *Service) budgetGet(data []byte) (any, error) {
+	var req events.BudgetGetRequest
+	if err := events.DecodeRequest(data, &req); err != nil {
+		return nil, err
+	}
+	scope, err := events.ParseScope(req.Scope)
+	if err != nil {
+		return nil, err
+	}
+	period, err := events.ParsePeriod(req.Period)
+	if err != nil {
+		return nil, err
+	}
+	ref := events.BudgetRef{Scope: scope, Period: period}
+	if _, ok := s.l.Budget(ref); !ok {
+		if err := s.l.Sync(s.ctx); err != nil {
+			return nil, err
+		}
+	}
+	return s.view(ref)
+}
+
+func (s *Service) budgetList(data []byte) (any, error) {
+	var req events.BudgetListRequest
+	if len(data) > 0 {
+		if err := events.DecodeRequest(data, &req); err != nil {
+			return nil, err
+		}
+	}
+	if req.Kind != "" {
+		if err := events.ValidateToken("kind", req.Kind, events.MaxKindLen); err != nil {
+			return nil, err
+		}
+	}
+	out := events.BudgetListReply{Budgets: []events.BudgetView{}}
+	for _, b := range s.l.Budgets() {
+		if req.Kind != "" && b.Ref.Scope.Kind() != req.Kind {
+			continue
+		}
+		v, err := s.view(b.Ref)
+		if err != nil {
+			return nil, err
+		}
+		out.Budgets = append(out.Budgets, v)
+	}
+	return out, nil
+}
+
+// view reads a budget and its balance in the current period instance.
+func (s *Service) view(ref events.BudgetRef) (events.BudgetView, error) {
+	b, ok := s.l.Budget(ref)
+	if !ok {
+		return events.BudgetView{}, events.Errorf(events.CodeUnknownBudget, "no budget is defined for %s per %s", ref.Scope, ref.Period)
+	}
+	bal := s.l.Balance(events.BalanceRef{Scope: ref.Scope, Period: ref.Period, Instance: ref.Period.Instance(s.now())})
+	return events.BudgetView{
+		Scope: ref.Scope, Period: ref.Period, Limit: b.Limit.String(), Unit: b.Unit,
+		Instance: bal.Ref.Instance, Spent: bal.Spent.String(), Reserved: bal.Reserved.String(),
+		Overrun: bal.Overrun.String(), Available: bal.Available().String(), Open: int64(bal.Open),
+	}, nil
+}

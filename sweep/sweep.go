@@ -1,0 +1,143 @@
+// Package sweep releases expired reservations. A Sweeper runs inside every
+// serve replica with no leader election: each pass asks the ledger for open
+// reservations whose expiry has passed and expires them one transaction at a
+// time. Because every close is a compare-and-set on the reservation's
+// balances, sweepers on several replicas, a late settle and a release may
+// race and exactly one transition wins.
+package sweep
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/spendgate/spendgate/events"
+)
+
+// Defaults.
+const (
+	DefaultInterval = time.Minute
+	// DefaultMaxPerPass bounds the reservations one pass expires, so a
+	// backlog cannot monopolize a hot budget's commit path.
+	DefaultMaxPerPass = 1000
+)
+
+// Lister finds expired reservations (ledger.Ledger implements it).
+type Lister interface {
+	Expired(now time.Time, max int) []string
+}
+
+// Expirer expires one reservation if it is still open and due
+// (settle.Settler implements it).
+type Expirer interface {
+	Expire(ctx context.Context, id string) (events.CloseReply, error)
+}
+
+// Sweeper releases expired reservations.
+type Sweeper struct {
+	list     Lister
+	exp      Expirer
+	now      func() time.Time
+	interval time.Duration
+	max      int
+	log      *slog.Logger
+}
+
+// Option configures a Sweeper.
+type Option func(*Sweeper) error
+
+// WithClock sets the clock deciding what is due.
+func WithClock(now func() time.Time) Option {
+	return func(s *Sweeper) error {
+		if now == nil {
+			return errors.New("sweep: nil clock")
+		}
+		s.now = now
+		return nil
+	}
+}
+
+// WithInterval sets the time between passes (100ms..24h).
+func WithInterval(d time.Duration) Option {
+	return func(s *Sweeper) error {
+		if d < 100*time.Millisecond || d > 24*time.Hour {
+			return fmt.Errorf("sweep: interval %v out of range 100ms..24h", d)
+		}
+		s.interval = d
+		return nil
+	}
+}
+
+// WithMaxPerPass bounds the reservations expired per pass (1..100000).
+func WithMaxPerPass(n int) Option {
+	return func(s *Sweeper) error {
+		if n < 1 || n > 100000 {
+			return fmt.Errorf("sweep: max per pass %d out of range 1..100000", n)
+		}
+		s.max = n
+		return nil
+	}
+}
+
+// WithLogger sets the logger.
+func WithLogger(l *slog.Logger) Option {
+	return func(s *Sweeper) error {
+		if l == nil {
+			return errors.New("sweep: nil logger")
+		}
+		s.log = l
+		return nil
+	}
+}
+
+// New returns a Sweeper.
+func New(list Lister, exp Expirer, opts ...Option) (*Sweeper, error) {
+	s := &Sweeper{list: list, exp: exp, now: time.Now, interval: DefaultInterval, max: DefaultMaxPerPass, log: slog.New(slog.DiscardHandler)}
+	for _, opt := range opts {
+		if err := opt(s); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Pass expires up to the per-pass bound of due reservations and returns how
+// many it expired. A reservation closed by someone else first is skipped.
+// It stops at the first ledger error (busy or unavailable) and returns it.
+func (s *Sweeper) Pass(ctx context.Context) (int, error) {
+	n := 0
+	for _, id := range s.list.Expired(s.now(), s.max) {
+		if ctx.Err() != nil {
+			return n, ctx.Err()
+		}
+		reply, err := s.exp.Expire(ctx, id)
+		if err != nil {
+			return n, err
+		}
+		if reply.Status == events.StatusExpired && !reply.Replayed {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// Run sweeps every interval until ctx ends, and returns ctx's error.
+func (s *Sweeper) Run(ctx context.Context) error {
+	t := time.NewTicker(s.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			n, err := s.Pass(ctx)
+			if err != nil && ctx.Err() == nil {
+				s.log.Warn("sweep pass stopped", "expired", n, "err", err)
+			} else if n > 0 {
+				s.log.Info("sweep pass", "expired", n)
+			}
+		}
+	}
+}

@@ -2,6 +2,7 @@ package events
 
 import (
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -97,9 +98,10 @@ func (p Period) Instance(t time.Time) string {
 		return t.Format("2006-01")
 	case PeriodDay:
 		return t.Format("2006-01-02")
-	default:
+	case PeriodLifetime:
 		return "all"
 	}
+	panic("events: instance of unvalidated period " + strconv.Quote(string(p)))
 }
 
 // Units. A currency unit reserves the request's amount; a count unit

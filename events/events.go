@@ -3,6 +3,7 @@ package events
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"time"
 )
 
@@ -116,7 +117,7 @@ func DecodeEvent(b []byte) (Event, error) {
 		Type Type `json:"type"`
 	}
 	if err := json.Unmarshal(b, &head); err != nil {
-		return nil, Errorf(CodeInvalidRequest, "event: %v", err)
+		return nil, &Error{Code: CodeInvalidRequest, Message: fmt.Sprintf("event: %v", err), Err: err}
 	}
 	strict := func(v any) error {
 		d := json.NewDecoder(bytes.NewReader(b))
@@ -160,7 +161,7 @@ func DecodeEvent(b []byte) (Event, error) {
 	default:
 		return nil, Errorf(CodeInvalidRequest, "unknown event type %q", head.Type)
 	}
-	return nil, Errorf(CodeInvalidRequest, "event %s: %v", head.Type, err)
+	return nil, &Error{Code: CodeInvalidRequest, Message: fmt.Sprintf("event %s: %v", head.Type, err), Err: err}
 }
 
 // Events is a list of events that encodes each with its type.

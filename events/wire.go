@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"reflect"
+	"strings"
+	"sync"
 	"time"
 )
 
@@ -154,6 +157,12 @@ func DecodeRequest(data []byte, v any) error {
 	if len(data) > MaxPayloadBytes {
 		return Errorf(CodePayloadTooLarge, "request is %d bytes; the limit is %d", len(data), MaxPayloadBytes)
 	}
+	if t := bytes.TrimLeft(data, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+		return Errorf(CodeInvalidRequest, "request body must be a JSON object")
+	}
+	if err := checkKeys(data, v); err != nil {
+		return err
+	}
 	d := json.NewDecoder(bytes.NewReader(data))
 	d.DisallowUnknownFields()
 	if err := d.Decode(v); err != nil {
@@ -163,4 +172,65 @@ func DecodeRequest(data []byte, v any) error {
 		return Errorf(CodeInvalidRequest, "request body: unexpected data after the JSON object")
 	}
 	return nil
+}
+
+// checkKeys rejects top-level keys that encoding/json would accept but a
+// strict reader must not: a key that matches a field only case-insensitively
+// ("AMOUNT") and a key given twice.
+func checkKeys(data []byte, v any) error {
+	allowed := fieldNames(reflect.TypeOf(v))
+	d := json.NewDecoder(bytes.NewReader(data))
+	if _, err := d.Token(); err != nil { // '{'
+		return &Error{Code: CodeInvalidRequest, Message: "request body: " + err.Error(), Err: err}
+	}
+	seen := map[string]bool{}
+	for d.More() {
+		tok, err := d.Token()
+		if err != nil {
+			return &Error{Code: CodeInvalidRequest, Message: "request body: " + err.Error(), Err: err}
+		}
+		key, _ := tok.(string)
+		if seen[key] {
+			return Errorf(CodeInvalidRequest, "request body: field %q appears twice", key)
+		}
+		seen[key] = true
+		if allowed != nil && !allowed[key] {
+			return Errorf(CodeInvalidRequest, "request body: unknown field %q", key)
+		}
+		var skip json.RawMessage
+		if err := d.Decode(&skip); err != nil {
+			return &Error{Code: CodeInvalidRequest, Message: "request body: " + err.Error(), Err: err}
+		}
+	}
+	return nil
+}
+
+var fieldCache sync.Map // reflect.Type -> map[string]bool
+
+// fieldNames returns the exact JSON names of a struct type's fields, or nil
+// for a type that is not a struct.
+func fieldNames(t reflect.Type) map[string]bool {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil || t.Kind() != reflect.Struct {
+		return nil
+	}
+	if m, ok := fieldCache.Load(t); ok {
+		return m.(map[string]bool)
+	}
+	m := map[string]bool{}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" || !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		m[name] = true
+	}
+	fieldCache.Store(t, m)
+	return m
 }

@@ -1,0 +1,130 @@
+package projector_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/projector"
+	"github.com/spendgate/spendgate/streams"
+	"github.com/spendgate/spendgate/testenv"
+)
+
+// testTimeout bounds every NATS call of the integration test.
+const testTimeout = 30 * time.Second
+
+func TestCheck(t *testing.T) {
+	env := testenv.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	js, layout := env.JS, env.Layout
+
+	// An empty ledger replays to nothing and reconciles.
+	p := projector.New(js, layout)
+	st, err := p.CatchUp(ctx)
+	require.NoError(t, err)
+	require.Zero(t, st.Position())
+	rep, err := projector.Check(ctx, js, layout)
+	require.NoError(t, err)
+	require.True(t, rep.OK(), rep.String())
+
+	// Write revisions the way the ledger does: compare-and-set on each
+	// key's last sequence.
+	last := map[string]uint64{}
+	publish := func(key string, data []byte) uint64 {
+		t.Helper()
+		ack, err := js.Publish(ctx, layout.Subject(key), data, jetstream.WithExpectLastSequencePerSubject(last[key]))
+		require.NoError(t, err)
+		last[key] = ack.Sequence
+		return ack.Sequence
+	}
+	count := func(spent, reserved string, open int64) nums {
+		return nums{unit: events.UnitRequests, limit: "100", spent: spent, reserved: reserved, overrun: "0", open: open}
+	}
+	both := []events.BalanceRef{acme, u17}
+	late := settled("r3", acme, "2", "1.5", "0")
+	late.Late, late.AfterExpiry = true, true
+
+	publish(streams.BudgetKey(acme.Budget()), budgetRev(t, acme.Budget(), "10", "USD"))
+	publish(key(acme), balanceRev(t, acme, usd("0", "0.05", "0", 1), opened("r1", acme, "0.05", both...)))
+	publish(key(u17), balanceRev(t, u17, count("0", "1", 1), opened("r1", u17, "1", both...)))
+	publish(key(acme), balanceRev(t, acme, usd("0.07", "0", "0.02", 0), settled("r1", acme, "0.05", "0.07", "0.02")))
+	publish(key(u17), balanceRev(t, u17, count("1", "0", 0), settled("r1", u17, "1", "1", "0")))
+	publish(key(acme), balanceRev(t, acme, usd("0.07", "3", "0.02", 2), opened("r2", acme, "1"), opened("r3", acme, "2")))
+	publish(key(acme), balanceRev(t, acme, usd("0.07", "1", "0.02", 1), released("r3", acme, "2", events.ReasonExpired)))
+	lastSeq := publish(key(acme), balanceRev(t, acme, usd("1.57", "1", "0.02", 1), late))
+
+	st, err = p.CatchUp(ctx)
+	require.NoError(t, err)
+	require.Equal(t, lastSeq, st.Position())
+	a, ok := st.Balance(acme)
+	require.True(t, ok)
+	require.Equal(t, []string{"1.57", "1", "0.02", "10"}, []string{a.Spent.String(), a.Reserved.String(), a.Overrun.String(), a.Limit.String()})
+	require.Equal(t, int64(1), a.Open)
+	u, ok := st.Balance(u17)
+	require.True(t, ok)
+	require.Equal(t, "1", u.Spent.String())
+	r3, _ := st.Reservation("r3")
+	require.Equal(t, events.StatusSettled, r3.Status)
+	require.True(t, r3.Expired)
+
+	rep, err = projector.Check(ctx, js, layout)
+	require.NoError(t, err)
+	require.True(t, rep.OK(), rep.String())
+	require.Equal(t, projector.Report{Position: lastSeq, Balances: 2, Reservations: 3, Events: 9}, *rep)
+
+	// Balances at the time of the fourth message: the prefix of the
+	// stream stored at or before it.
+	s, err := js.Stream(ctx, layout.StreamName())
+	require.NoError(t, err)
+	fourth, err := s.GetMsg(ctx, 4)
+	require.NoError(t, err)
+	want := uint64(0)
+	for seq := uint64(1); seq <= lastSeq; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		require.NoError(t, err)
+		if m.Time.After(fourth.Time) {
+			break
+		}
+		want = seq
+	}
+	then, err := p.ReplayUntil(ctx, fourth.Time)
+	require.NoError(t, err)
+	require.Equal(t, want, then.Position())
+	r1, _ := then.Reservation("r1")
+	require.Equal(t, events.StatusSettled, r1.Parts[acme].Status)
+	before, err := p.ReplayUntil(ctx, time.Time{})
+	require.NoError(t, err)
+	require.Zero(t, before.Position())
+
+	// Run follows new messages from where CatchUp left off, and returns
+	// nil when its context ends.
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(runCtx) }()
+	next := publish(key(acme), balanceRev(t, acme, usd("1.57", "0", "0.02", 0), released("r2", acme, "1", events.ReasonReleased)))
+	testenv.WaitFor(t, testTimeout, "Run folds the release", func() bool { return p.State().Position() == next })
+	stop()
+	require.NoError(t, <-done)
+	a, _ = p.State().Balance(acme)
+	require.Equal(t, "0", a.Reserved.String())
+	require.Equal(t, int64(1), a.Released)
+
+	// A revision whose stated spent is off by 0.000000001.
+	tampered := publish(key(acme), balanceRev(t, acme, usd("1.570000001", "0.5", "0.02", 1), opened("r4", acme, "0.5")))
+	rep, err = projector.Check(ctx, js, layout)
+	require.NoError(t, err)
+	require.False(t, rep.OK())
+	require.Contains(t, rep.Problems[0], key(acme))
+	require.Contains(t, rep.Problems[0], "spent: stated 1.570000001, folded 1.57")
+	require.Contains(t, rep.String(), "1 problems")
+	_, err = p.CatchUp(ctx)
+	require.ErrorIs(t, err, projector.ErrMismatch)
+	var ae *projector.ApplyError
+	require.ErrorAs(t, err, &ae)
+	require.Equal(t, tampered, ae.Seq)
+}

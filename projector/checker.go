@@ -1,0 +1,287 @@
+package projector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/streams"
+)
+
+// MaxCheckRounds bounds how many times Check folds further to reach a live
+// value that was written after its replay: a balance still moving after
+// that many rounds is reported as a problem.
+const MaxCheckRounds = 8
+
+// Report is the outcome of Check.
+type Report struct {
+	// Position is the stream sequence the replay reached.
+	Position uint64
+	// Balances, Reservations and Events count what the replay folded.
+	Balances, Reservations, Events int
+	// Problems lists every discrepancy found, in the order found; empty
+	// means replay equals live.
+	Problems []string
+}
+
+// OK reports whether Check found no problem.
+func (r *Report) OK() bool { return len(r.Problems) == 0 }
+
+// String is a one-line summary followed by one line per problem.
+func (r *Report) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "replayed %d events to seq %d: %d balances, %d reservations: ",
+		r.Events, r.Position, r.Balances, r.Reservations)
+	if r.OK() {
+		b.WriteString("OK, replay equals live")
+		return b.String()
+	}
+	fmt.Fprintf(&b, "%d problems", len(r.Problems))
+	for _, p := range r.Problems {
+		b.WriteString("\n  - ")
+		b.WriteString(p)
+	}
+	return b.String()
+}
+
+func (r *Report) problemf(format string, args ...any) {
+	r.Problems = append(r.Problems, fmt.Sprintf(format, args...))
+}
+
+// Check replays the ledger stream from its first message and reconciles
+// the result with the live KV bucket, to the last digit:
+//
+//   - every message must apply (see State.Apply);
+//   - every balance key's live value must be the revision the replay
+//     folded last for it, stating exactly the replayed spent, reserved,
+//     overrun, open, limit and unit, and no balance may exist on one side
+//     only;
+//   - per balance, reserved == the sum of the amounts of the reservations
+//     open in it, open == their number, and
+//     spent + reserved <= limit + overrun;
+//   - every reservation has a part in each balance its ReservationOpened
+//     lists, all in the same status (a reservation is atomic across
+//     budgets).
+//
+// Check does not stop at the first problem. A message that fails to apply
+// becomes a problem and quarantines its key: later revisions of that key
+// are skipped (they would only repeat the first problem) and the key is
+// left out of the live comparison and of the checks above, while every
+// other key goes on folding. A live value written after the replay makes
+// Check fold further, up to MaxCheckRounds times.
+//
+// Problems go into the Report; the error is only for failing to read:
+// the stream or bucket lookup, a consumer or KV read error, or ctx's error.
+func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout) (*Report, error) {
+	p := New(js, layout)
+	s, last, err := p.stream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rep := &Report{}
+	st := NewState()
+	bad := map[string]bool{} // quarantined keys
+	fold := func(from, until uint64) error {
+		if until < from {
+			return nil
+		}
+		return p.read(ctx, s, from, until, func(m message) error {
+			if bad[m.key] {
+				st.skip(m.seq)
+				return nil
+			}
+			if err := st.Apply(m.seq, m.key, m.data); err != nil {
+				rep.problemf("%v", err)
+				bad[m.key] = true
+				st.skip(m.seq)
+			}
+			return nil
+		})
+	}
+	if err := fold(1, last); err != nil {
+		return nil, err
+	}
+
+	kv, err := js.KeyValue(ctx, layout.Bucket())
+	if err != nil {
+		return nil, fmt.Errorf("projector: bucket %s: %w", layout.Bucket(), err)
+	}
+	liveKeys, err := balanceKeys(ctx, kv, layout)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{} // live keys compared or reported
+	pending := liveKeys
+	for round := 0; len(pending) > 0; round++ {
+		if round == MaxCheckRounds {
+			for _, k := range pending {
+				seen[k] = true
+				rep.problemf("balance %s: still changing after %d rounds; not compared", k, MaxCheckRounds)
+			}
+			break
+		}
+		var later []string
+		var until uint64
+		for _, key := range pending {
+			if bad[key] {
+				continue
+			}
+			e, err := kv.Get(ctx, key)
+			if errors.Is(err, jetstream.ErrKeyNotFound) {
+				continue // deleted since listed: reported below if replayed
+			}
+			if err != nil {
+				return nil, fmt.Errorf("projector: get %s: %w", key, err)
+			}
+			if e.Revision() > st.Position() {
+				later = append(later, key)
+				until = max(until, e.Revision())
+				continue
+			}
+			seen[key] = true
+			compareLive(rep, st, key, e)
+		}
+		if err := fold(st.Position()+1, until); err != nil {
+			return nil, err
+		}
+		pending = later
+	}
+	for _, b := range st.Balances() {
+		if !bad[b.Key] && !seen[b.Key] {
+			rep.problemf("balance %s: replayed to seq %d but has no live value", b.Key, b.Revision)
+		}
+	}
+
+	checkInvariants(rep, st, bad)
+	rep.Position = st.Position()
+	rep.Balances = len(st.balances)
+	rep.Reservations = len(st.reservations)
+	rep.Events = st.Events()
+	return rep, nil
+}
+
+// balanceKeys lists every live balance key, reading the lister to its end
+// so that its goroutine is done when this returns.
+func balanceKeys(ctx context.Context, kv jetstream.KeyValue, layout streams.Layout) ([]string, error) {
+	filter := strings.TrimPrefix(layout.BalanceKeysFilter(), layout.KeyPrefix())
+	l, err := kv.ListKeysFiltered(ctx, filter)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrNoKeysFound) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("projector: list balance keys: %w", err)
+	}
+	var keys []string
+	for k := range l.Keys() {
+		if streams.IsBalanceKey(k) {
+			keys = append(keys, k)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("projector: list balance keys: %w", err)
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys), nil
+}
+
+// compareLive compares one live balance value with the replay, which has
+// folded every message up to at least the value's revision.
+func compareLive(rep *Report, st *State, key string, e jetstream.KeyValueEntry) {
+	ref, ok := st.keys[key]
+	if !ok {
+		rep.problemf("balance %s: live at revision %d but never replayed", key, e.Revision())
+		return
+	}
+	b := st.balances[ref]
+	if e.Revision() != b.Revision {
+		rep.problemf("balance %s: live revision %d, replay's last revision %d", key, e.Revision(), b.Revision)
+		return
+	}
+	var live events.BalanceRevision
+	if err := decodeStrict(e.Value(), &live); err != nil {
+		rep.problemf("balance %s: live value: %v", key, err)
+		return
+	}
+	for _, c := range []struct {
+		field          string
+		live, replayed events.Money
+	}{
+		{"spent", live.Spent, b.Spent},
+		{"reserved", live.Reserved, b.Reserved},
+		{"overrun", live.Overrun, b.Overrun},
+		{"limit", live.Limit, b.Limit},
+	} {
+		if c.live.Cmp(c.replayed) != 0 {
+			rep.problemf("balance %s: live %s %s, replayed %s", key, c.field, c.live, c.replayed)
+		}
+	}
+	if live.Open != b.Open {
+		rep.problemf("balance %s: live open %d, replayed %d", key, live.Open, b.Open)
+	}
+	if live.Unit != b.Unit {
+		rep.problemf("balance %s: live unit %q, replayed %q", key, live.Unit, b.Unit)
+	}
+}
+
+// checkInvariants checks the replayed state on its own: each balance
+// against its open reservations and its limit, each reservation across its
+// balances. Quarantined balances are left out.
+func checkInvariants(rep *Report, st *State, bad map[string]bool) {
+	type sum struct {
+		reserved events.Money
+		open     int64
+	}
+	open := map[events.BalanceRef]sum{}
+	for _, r := range st.Reservations() {
+		statuses := map[string]bool{}
+		for _, ref := range r.Balances {
+			if bad[streams.BalanceKey(ref)] {
+				continue
+			}
+			p, ok := r.Parts[ref]
+			if !ok {
+				rep.problemf("reservation %s: lists balance %s but was never opened there", r.ID, ref)
+				continue
+			}
+			statuses[p.Status] = true
+		}
+		for ref, p := range r.Parts {
+			if p.Status == events.StatusOpen {
+				o := open[ref]
+				open[ref] = sum{reserved: o.reserved.Add(p.Amount), open: o.open + 1}
+			}
+		}
+		if len(statuses) > 1 {
+			list := make([]string, 0, len(statuses))
+			for s := range statuses {
+				list = append(list, s)
+			}
+			slices.Sort(list)
+			rep.problemf("reservation %s: parts disagree on its status: %s", r.ID, strings.Join(list, ", "))
+		}
+	}
+	for _, b := range st.Balances() {
+		if bad[b.Key] {
+			continue
+		}
+		o := open[b.Ref]
+		if b.Reserved.Cmp(o.reserved) != 0 {
+			rep.problemf("balance %s: reserved %s, but its open reservations hold %s", b.Key, b.Reserved, o.reserved)
+		}
+		if b.Open != o.open {
+			rep.problemf("balance %s: open %d, but %d reservations are open in it", b.Key, b.Open, o.open)
+		}
+		if b.Reserved.Sign() < 0 {
+			rep.problemf("balance %s: reserved %s is negative", b.Key, b.Reserved)
+		}
+		if total, bound := b.Spent.Add(b.Reserved), b.Limit.Add(b.Overrun); total.Cmp(bound) > 0 {
+			rep.problemf("balance %s: spent %s + reserved %s = %s exceeds limit %s + overrun %s = %s",
+				b.Key, b.Spent, b.Reserved, total, b.Limit, b.Overrun, bound)
+		}
+	}
+}

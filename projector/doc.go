@@ -1,0 +1,32 @@
+// Package projector rebuilds spendgate's balances from the book of record.
+//
+// The ledger is one KV-shaped JetStream stream (streams.Layout.StreamName)
+// that keeps every revision of every key. A balance key holds an
+// events.BalanceRevision: the balance's numbers after the revision and the
+// events the revision applied. A budget key holds an events.BudgetRevision.
+//
+// State is a pure fold over those messages: State.Apply decodes one
+// message, applies its events with the rules below (written independently
+// of the ledger writer, so that replay == live is a real check), and then
+// verifies the numbers the revision states against the folded totals. It
+// has no clock and does no I/O; its position is the stream sequence.
+//
+// Per balance, the fold rules are:
+//
+//   - ReservationOpened: reserved += Amount; open += 1; the reservation is
+//     open in that balance holding Amount.
+//   - ReservationSettled: spent += Actual; overrun += Overrun; unless
+//     AfterExpiry, reserved -= Reserved and open -= 1. Reserved must be the
+//     amount opened in that balance and Overrun must be
+//     max(0, Actual-Reserved). AfterExpiry is only valid for a reservation
+//     the sweeper released as expired in that balance.
+//   - ReservationReleased: reserved -= Reserved; open -= 1; the reason is
+//     "released" or "expired".
+//   - BudgetDefined: the budget's limit and unit.
+//
+// Projector reads the stream with an ordered consumer: CatchUp folds it from
+// the first message to the last as of the call, Run keeps folding until its
+// context ends, ReplayUntil answers "balances at time T". Check replays the
+// stream and reconciles the result with the live KV values to the last
+// digit.
+package projector

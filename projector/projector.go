@@ -1,0 +1,187 @@
+package projector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spendgate/spendgate/streams"
+)
+
+// Projector folds the ledger stream into a State with an ordered consumer.
+// Its methods are safe for concurrent use; State returns snapshots.
+type Projector struct {
+	js     jetstream.JetStream
+	layout streams.Layout
+
+	mu    sync.Mutex
+	state *State
+}
+
+// New returns a Projector over the ledger stream of layout. It does no I/O
+// until CatchUp, Run or ReplayUntil.
+func New(js jetstream.JetStream, layout streams.Layout) *Projector {
+	return &Projector{js: js, layout: layout, state: NewState()}
+}
+
+// State returns a snapshot (a deep copy) of the projector's current state:
+// what CatchUp installed and Run folded since.
+func (p *Projector) State() *State {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.state.Clone()
+}
+
+// errStop ends a read early without an error.
+var errStop = errors.New("projector: stop")
+
+// message is what a read hands to its fold.
+type message struct {
+	seq  uint64
+	key  string
+	data []byte
+	at   time.Time
+}
+
+// stream returns the ledger stream handle and its last sequence as of now.
+func (p *Projector) stream(ctx context.Context) (jetstream.Stream, uint64, error) {
+	s, err := p.js.Stream(ctx, p.layout.StreamName())
+	if err != nil {
+		return nil, 0, fmt.Errorf("projector: stream %s: %w", p.layout.StreamName(), err)
+	}
+	return s, s.CachedInfo().State.LastSeq, nil
+}
+
+// read hands every message of the stream with sequence from..until to fn,
+// in stream order, through an ordered consumer. until == 0 means follow the
+// stream until ctx ends (then read returns nil). A finite read also ends
+// when the consumer reports nothing pending (a trailing gap). fn returning
+// errStop ends the read with nil; any other error ends it with that error.
+func (p *Projector) read(ctx context.Context, s jetstream.Stream, from, until uint64, fn func(message) error) error {
+	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
+	if from > 1 {
+		cfg = jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from}
+	}
+	cons, err := s.OrderedConsumer(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("projector: ordered consumer: %w", err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return fmt.Errorf("projector: ordered consumer: %w", err)
+	}
+	defer it.Stop()
+	for {
+		msg, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			if until == 0 && ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("projector: read %s: %w", p.layout.StreamName(), err)
+		}
+		meta, err := msg.Metadata()
+		if err != nil {
+			return fmt.Errorf("projector: message metadata: %w", err)
+		}
+		seq := meta.Sequence.Stream
+		if until != 0 && seq > until {
+			return nil
+		}
+		key, ok := p.layout.KeyOf(msg.Subject())
+		if !ok {
+			return fmt.Errorf("projector: seq %d: subject %q is outside the ledger's keys", seq, msg.Subject())
+		}
+		if err := fn(message{seq: seq, key: key, data: msg.Data(), at: meta.Timestamp}); err != nil {
+			if errors.Is(err, errStop) {
+				return nil
+			}
+			return err
+		}
+		if until != 0 && (seq >= until || meta.NumPending == 0) {
+			return nil
+		}
+	}
+}
+
+// CatchUp folds the whole stream, from its first message to its last as of
+// the call, into a fresh State and returns it. The result also becomes the
+// projector's state (unless Run has already folded further), so that Run
+// continues from it.
+//
+// It returns the stream lookup or consumer error, ctx's error, or the first
+// *ApplyError (the stream contradicts itself; nothing after it is folded).
+func (p *Projector) CatchUp(ctx context.Context) (*State, error) {
+	s, last, err := p.stream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	st := NewState()
+	if last > 0 {
+		if err := p.read(ctx, s, 1, last, func(m message) error {
+			return st.Apply(m.seq, m.key, m.data)
+		}); err != nil {
+			return nil, err
+		}
+	}
+	p.mu.Lock()
+	if st.Position() >= p.state.Position() {
+		p.state = st.Clone()
+	}
+	p.mu.Unlock()
+	return st, nil
+}
+
+// Run keeps folding new messages into the projector's state, from just
+// after its position, until ctx ends; then it returns nil. Call CatchUp
+// first to start from a full replay; otherwise Run starts at the first
+// message. Run starts no goroutine that outlives it.
+//
+// It returns the stream lookup or consumer error, or the first *ApplyError;
+// the state then stays at the last message that applied.
+func (p *Projector) Run(ctx context.Context) error {
+	s, _, err := p.stream(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	p.mu.Lock()
+	from := p.state.Position() + 1
+	p.mu.Unlock()
+	return p.read(ctx, s, from, 0, func(m message) error {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.state.Apply(m.seq, m.key, m.data)
+	})
+}
+
+// ReplayUntil folds, into a fresh State, the messages stored at or before
+// t: the balances as they stood at time t. It reads in stream order up to
+// the last message as of the call and stops at the first message stored
+// after t. It does not change the projector's state.
+//
+// It returns the same errors as CatchUp.
+func (p *Projector) ReplayUntil(ctx context.Context, t time.Time) (*State, error) {
+	s, last, err := p.stream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	st := NewState()
+	if last == 0 {
+		return st, nil
+	}
+	if err := p.read(ctx, s, 1, last, func(m message) error {
+		if m.at.After(t) {
+			return errStop
+		}
+		return st.Apply(m.seq, m.key, m.data)
+	}); err != nil {
+		return nil, err
+	}
+	return st, nil
+}

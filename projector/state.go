@@ -1,0 +1,641 @@
+package projector
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/streams"
+)
+
+// Balance is the folded total of one balance: a budget in one period
+// instance.
+type Balance struct {
+	// Ref names the balance; Key is its KV key.
+	Ref events.BalanceRef
+	Key string
+	// Unit and Limit are those stated by the balance's last revision: a
+	// revision carries the limit that applied when it was written (a limit
+	// defined by a default needs no BudgetDefined, and a changed limit
+	// lands on a balance at its next write), so the fold adopts them.
+	Unit  string
+	Limit events.Money
+	// Spent is the sum of settled actual costs, Reserved the sum of the
+	// amounts of the reservations open in this balance, Overrun the sum of
+	// max(0, actual-reserved) over settles.
+	Spent    events.Money
+	Reserved events.Money
+	Overrun  events.Money
+	// Open is the number of reservations open in this balance.
+	Open int64
+	// Opened counts ReservationOpened events; Settled every settle
+	// (including those after expiry); Released releases with reason
+	// "released"; Expired releases with reason "expired"; Late settles
+	// marked late.
+	Opened, Settled, Released, Expired, Late int64
+	// Revision is the stream sequence of the balance's last revision, and
+	// Revisions how many revisions it has had.
+	Revision  uint64
+	Revisions int64
+}
+
+// ReservationPart is one reservation's lifecycle in one balance.
+type ReservationPart struct {
+	// Status is events.StatusOpen, StatusSettled, StatusReleased or
+	// StatusExpired.
+	Status string
+	// Amount is what the reservation holds (or held) in this balance.
+	Amount events.Money
+	// Actual and Overrun are set by a settle.
+	Actual  events.Money
+	Overrun events.Money
+	// Late: the settle arrived after the reservation's expiry.
+	// AfterExpiry: the settle came after the sweeper had released it.
+	Late, AfterExpiry bool
+	// Seqs are the stream sequences of this part's events, ascending.
+	Seqs []uint64
+}
+
+// Reservation is one reservation's lifecycle across all its balances.
+type Reservation struct {
+	// ID is the reservation id; RequestID the admit's idempotency key.
+	ID        string
+	RequestID string
+	// Unit is the unit of the admit request.
+	Unit string
+	// Balances lists every balance the reservation was admitted in, as its
+	// ReservationOpened events state.
+	Balances []events.BalanceRef
+	// Parts holds the lifecycle per balance, for every balance whose
+	// ReservationOpened has been folded.
+	Parts map[events.BalanceRef]ReservationPart
+	// Status is StatusOpen while any part is open; otherwise
+	// StatusSettled if any part was settled, else StatusExpired if any
+	// expired, else StatusReleased.
+	Status string
+	// Late: a settle arrived after expiry. Expired: the sweeper released it
+	// in some balance (a late settle may have followed).
+	Late, Expired bool
+	// OpenedAt, ExpiresAt come from ReservationOpened; ClosedAt is the At
+	// of the last settle or release.
+	OpenedAt, ExpiresAt, ClosedAt time.Time
+	// Seqs are the stream sequences of the messages that carried its
+	// events, ascending.
+	Seqs []uint64
+}
+
+// Budget is a budget definition folded from BudgetDefined events.
+type Budget struct {
+	// Ref names the budget; Limit and Unit are its last definition.
+	Ref   events.BudgetRef
+	Limit events.Money
+	Unit  string
+	// DefinedAt is the At of the last BudgetDefined.
+	DefinedAt time.Time
+	// Definitions counts BudgetDefined events; Revision is the stream
+	// sequence of the last one.
+	Definitions int64
+	Revision    uint64
+}
+
+// State is the fold of the ledger stream up to Position. The zero value is
+// not usable: use NewState. A State is not safe for concurrent use;
+// Projector guards its own.
+type State struct {
+	position     uint64
+	events       int
+	balances     map[events.BalanceRef]*Balance
+	keys         map[string]events.BalanceRef
+	reservations map[string]*Reservation
+	budgets      map[events.BudgetRef]*Budget
+}
+
+// NewState returns an empty State at position 0.
+func NewState() *State {
+	return &State{
+		balances:     map[events.BalanceRef]*Balance{},
+		keys:         map[string]events.BalanceRef{},
+		reservations: map[string]*Reservation{},
+		budgets:      map[events.BudgetRef]*Budget{},
+	}
+}
+
+// Position is the stream sequence of the last message applied (0 before
+// any).
+func (s *State) Position() uint64 { return s.position }
+
+// Events is the number of events folded.
+func (s *State) Events() int { return s.events }
+
+// Balance returns the totals of one balance.
+func (s *State) Balance(ref events.BalanceRef) (Balance, bool) {
+	b, ok := s.balances[ref]
+	if !ok {
+		return Balance{}, false
+	}
+	return *b, true
+}
+
+// Balances returns every balance, sorted by key.
+func (s *State) Balances() []Balance {
+	out := make([]Balance, 0, len(s.balances))
+	for _, b := range s.balances {
+		out = append(out, *b)
+	}
+	slices.SortFunc(out, func(a, b Balance) int { return strings.Compare(a.Key, b.Key) })
+	return out
+}
+
+// Reservation returns one reservation's lifecycle.
+func (s *State) Reservation(id string) (Reservation, bool) {
+	r, ok := s.reservations[id]
+	if !ok {
+		return Reservation{}, false
+	}
+	return *r.clone(), true
+}
+
+// Reservations returns every reservation, sorted by id.
+func (s *State) Reservations() []Reservation {
+	out := make([]Reservation, 0, len(s.reservations))
+	for _, r := range s.reservations {
+		out = append(out, *r.clone())
+	}
+	slices.SortFunc(out, func(a, b Reservation) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}
+
+// Budget returns one budget definition.
+func (s *State) Budget(ref events.BudgetRef) (Budget, bool) {
+	b, ok := s.budgets[ref]
+	if !ok {
+		return Budget{}, false
+	}
+	return *b, true
+}
+
+// Budgets returns every budget definition, sorted by key.
+func (s *State) Budgets() []Budget {
+	out := make([]Budget, 0, len(s.budgets))
+	for _, b := range s.budgets {
+		out = append(out, *b)
+	}
+	slices.SortFunc(out, func(a, b Budget) int {
+		return strings.Compare(streams.BudgetKey(a.Ref), streams.BudgetKey(b.Ref))
+	})
+	return out
+}
+
+// Clone returns a deep copy that shares nothing mutable with s.
+func (s *State) Clone() *State {
+	c := &State{
+		position:     s.position,
+		events:       s.events,
+		balances:     make(map[events.BalanceRef]*Balance, len(s.balances)),
+		keys:         maps.Clone(s.keys),
+		reservations: make(map[string]*Reservation, len(s.reservations)),
+		budgets:      make(map[events.BudgetRef]*Budget, len(s.budgets)),
+	}
+	for k, b := range s.balances {
+		v := *b
+		c.balances[k] = &v
+	}
+	for k, r := range s.reservations {
+		c.reservations[k] = r.clone()
+	}
+	for k, b := range s.budgets {
+		v := *b
+		c.budgets[k] = &v
+	}
+	return c
+}
+
+func (r *Reservation) clone() *Reservation {
+	c := *r
+	c.Balances = slices.Clone(r.Balances)
+	c.Seqs = slices.Clone(r.Seqs)
+	c.Parts = make(map[events.BalanceRef]ReservationPart, len(r.Parts))
+	for k, p := range r.Parts {
+		p.Seqs = slices.Clone(p.Seqs)
+		c.Parts[k] = p
+	}
+	return &c
+}
+
+// Apply folds one stream message: seq is its stream sequence, key its KV
+// key (streams.Layout.KeyOf of its subject), data its value. A balance key
+// must hold an events.BalanceRevision, a budget key an
+// events.BudgetRevision; a key of any other family is not part of the book
+// of record and is skipped (the position still advances).
+//
+// After applying a balance revision's events in order, Apply verifies that
+// the revision's stated Spent, Reserved, Overrun and Open equal the folded
+// totals, that its Limit is not negative and its Unit valid, that reserved
+// never went negative, and that right after each ReservationOpened
+// spent + reserved <= Limit (the invariant at admission). A budget
+// revision's stated Limit and Unit must equal its folded definition.
+//
+// A seq <= Position is ignored and returns nil. Apply is all or nothing: on
+// error the State, Position included, is unchanged. The error is an
+// *ApplyError wrapping, in precedence order: ErrMalformed (decoding,
+// schema, key, unit, limit); then, event by event in order, ErrMalformed,
+// ErrTransition or ErrInvariant (negative reserved, admission); then
+// ErrMismatch (a *MismatchError, fields checked in the order spent,
+// reserved, overrun, open for a balance, limit, unit for a budget). Apply
+// does no I/O and does not panic on any input.
+func (s *State) Apply(seq uint64, key string, data []byte) error {
+	if seq <= s.position {
+		return nil
+	}
+	var err error
+	switch {
+	case streams.IsBalanceKey(key):
+		err = s.applyBalance(seq, key, data)
+	case streams.IsBudgetKey(key):
+		err = s.applyBudget(seq, key, data)
+	}
+	if err != nil {
+		return &ApplyError{Seq: seq, Key: key, Err: err}
+	}
+	s.position = seq
+	return nil
+}
+
+// skip advances the position past seq without applying it; Check uses it
+// to go on after a message it reported.
+func (s *State) skip(seq uint64) {
+	if seq > s.position {
+		s.position = seq
+	}
+}
+
+// decodeStrict decodes one JSON object with no unknown fields and no
+// trailing data.
+func decodeStrict(data []byte, v any) error {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return errorf(ErrMalformed, "empty value (a KV delete or purge?)")
+	}
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.DisallowUnknownFields()
+	if err := d.Decode(v); err != nil {
+		return errorf(ErrMalformed, "decode: %v", err)
+	}
+	if _, err := d.Token(); !errors.Is(err, io.EOF) {
+		return errorf(ErrMalformed, "decode: unexpected data after the revision")
+	}
+	return nil
+}
+
+// validBalanceRef checks that every part of b is a valid token.
+func validBalanceRef(b events.BalanceRef) error {
+	if _, err := events.ParseScope(string(b.Scope)); err != nil {
+		return err
+	}
+	if _, err := events.ParsePeriod(string(b.Period)); err != nil {
+		return err
+	}
+	return events.ValidateToken("instance", b.Instance, events.MaxIDLen)
+}
+
+// stage holds the reservations one revision touches, copied on first
+// touch, so that a failing revision leaves the State unchanged.
+type stage struct {
+	s   *State
+	mod map[string]*Reservation
+}
+
+func (st *stage) get(id string) *Reservation {
+	if r, ok := st.mod[id]; ok {
+		return r
+	}
+	r, ok := st.s.reservations[id]
+	if !ok {
+		return nil
+	}
+	r = r.clone()
+	st.mod[id] = r
+	return r
+}
+
+func (s *State) applyBalance(seq uint64, key string, data []byte) error {
+	var rev events.BalanceRevision
+	if err := decodeStrict(data, &rev); err != nil {
+		return err
+	}
+	if rev.Schema != events.SchemaBalance {
+		return errorf(ErrMalformed, "schema %q under a balance key, want %q", rev.Schema, events.SchemaBalance)
+	}
+	if err := validBalanceRef(rev.Balance); err != nil {
+		return errorf(ErrMalformed, "balance %s: %v", rev.Balance, err)
+	}
+	if want := streams.BalanceKey(rev.Balance); want != key {
+		return errorf(ErrMalformed, "revision of balance %s belongs under key %s", rev.Balance, want)
+	}
+	if err := events.ValidateUnit(rev.Unit); err != nil {
+		return errorf(ErrMalformed, "%v", err)
+	}
+	if rev.Limit.Sign() < 0 {
+		return errorf(ErrMalformed, "negative limit %s", rev.Limit)
+	}
+
+	ref := rev.Balance
+	var b Balance
+	if cur, ok := s.balances[ref]; ok {
+		b = *cur
+	} else {
+		b = Balance{Ref: ref, Key: key}
+	}
+	b.Unit, b.Limit = rev.Unit, rev.Limit
+	st := &stage{s: s, mod: map[string]*Reservation{}}
+
+	for i, e := range rev.Events {
+		if err := applyEvent(st, &b, seq, e); err != nil {
+			return fmt.Errorf("event %d (%s): %w", i, eventType(e), err)
+		}
+		if b.Reserved.Sign() < 0 {
+			return errorf(ErrInvariant, "event %d (%s): reserved went negative: %s", i, eventType(e), b.Reserved)
+		}
+		if _, ok := e.(events.ReservationOpened); ok {
+			if total := b.Spent.Add(b.Reserved); total.Cmp(b.Limit) > 0 {
+				return errorf(ErrInvariant, "event %d (%s): at admission spent %s + reserved %s = %s exceeds limit %s",
+					i, eventType(e), b.Spent, b.Reserved, total, b.Limit)
+			}
+		}
+	}
+
+	for _, c := range []struct {
+		field          string
+		stated, folded events.Money
+	}{
+		{"spent", rev.Spent, b.Spent},
+		{"reserved", rev.Reserved, b.Reserved},
+		{"overrun", rev.Overrun, b.Overrun},
+	} {
+		if c.stated.Cmp(c.folded) != 0 {
+			return &MismatchError{Field: c.field, Stated: c.stated.String(), Folded: c.folded.String()}
+		}
+	}
+	if rev.Open != b.Open {
+		return &MismatchError{Field: "open", Stated: strconv.FormatInt(rev.Open, 10), Folded: strconv.FormatInt(b.Open, 10)}
+	}
+
+	// Commit.
+	b.Revision = seq
+	b.Revisions++
+	s.balances[ref] = &b
+	s.keys[key] = ref
+	for id, r := range st.mod {
+		s.reservations[id] = r
+	}
+	s.events += len(rev.Events)
+	return nil
+}
+
+func eventType(e events.Event) events.Type {
+	if e == nil {
+		return "null"
+	}
+	return e.EventType()
+}
+
+// applyEvent applies one reservation event to the balance b.
+func applyEvent(st *stage, b *Balance, seq uint64, e events.Event) error {
+	switch ev := e.(type) {
+	case events.ReservationOpened:
+		return applyOpened(st, b, seq, ev)
+	case events.ReservationSettled:
+		return applySettled(st, b, seq, ev)
+	case events.ReservationReleased:
+		return applyReleased(st, b, seq, ev)
+	default:
+		return errorf(ErrMalformed, "not a reservation event in a balance revision")
+	}
+}
+
+func checkBalance(b *Balance, got events.BalanceRef) error {
+	if got != b.Ref {
+		return errorf(ErrMalformed, "event balance %s differs from the revision's %s", got, b.Ref)
+	}
+	return nil
+}
+
+func appendSeq(seqs []uint64, seq uint64) []uint64 {
+	if n := len(seqs); n > 0 && seqs[n-1] == seq {
+		return seqs
+	}
+	return append(seqs, seq)
+}
+
+func applyOpened(st *stage, b *Balance, seq uint64, ev events.ReservationOpened) error {
+	if err := checkBalance(b, ev.Balance); err != nil {
+		return err
+	}
+	if ev.ReservationID == "" {
+		return errorf(ErrMalformed, "empty reservation id")
+	}
+	if !slices.Contains(ev.Balances, ev.Balance) {
+		return errorf(ErrMalformed, "reservation %s: balance %s is not among its balances", ev.ReservationID, ev.Balance)
+	}
+	if ev.Amount.Sign() < 0 {
+		return errorf(ErrTransition, "reservation %s: negative amount %s", ev.ReservationID, ev.Amount)
+	}
+	r := st.get(ev.ReservationID)
+	if r == nil {
+		r = &Reservation{
+			ID:        ev.ReservationID,
+			RequestID: ev.RequestID,
+			Unit:      ev.Unit,
+			Balances:  slices.Clone(ev.Balances),
+			Parts:     map[events.BalanceRef]ReservationPart{},
+			OpenedAt:  ev.At,
+			ExpiresAt: ev.ExpiresAt,
+		}
+		st.mod[ev.ReservationID] = r
+	}
+	if p, dup := r.Parts[b.Ref]; dup {
+		return errorf(ErrTransition, "reservation %s opened again in balance %s (it is %s there)", ev.ReservationID, b.Ref, p.Status)
+	}
+	r.Parts[b.Ref] = ReservationPart{Status: events.StatusOpen, Amount: ev.Amount, Seqs: []uint64{seq}}
+	r.Seqs = appendSeq(r.Seqs, seq)
+	r.refreshStatus()
+	b.Reserved = b.Reserved.Add(ev.Amount)
+	b.Open++
+	b.Opened++
+	return nil
+}
+
+// part returns the reservation and its part in b, or a transition error.
+func part(st *stage, b *Balance, id, what string) (*Reservation, ReservationPart, error) {
+	r := st.get(id)
+	if r == nil {
+		return nil, ReservationPart{}, errorf(ErrTransition, "%s of reservation %s, which was never opened", what, id)
+	}
+	p, ok := r.Parts[b.Ref]
+	if !ok {
+		return nil, ReservationPart{}, errorf(ErrTransition, "%s of reservation %s, which was never opened in balance %s", what, id, b.Ref)
+	}
+	return r, p, nil
+}
+
+func applySettled(st *stage, b *Balance, seq uint64, ev events.ReservationSettled) error {
+	if err := checkBalance(b, ev.Balance); err != nil {
+		return err
+	}
+	r, p, err := part(st, b, ev.ReservationID, "settle")
+	if err != nil {
+		return err
+	}
+	switch {
+	case ev.AfterExpiry && p.Status != events.StatusExpired:
+		return errorf(ErrTransition, "settle after expiry of reservation %s, which is %s (not expired) in %s", ev.ReservationID, p.Status, b.Ref)
+	case !ev.AfterExpiry && p.Status != events.StatusOpen:
+		return errorf(ErrTransition, "settle of reservation %s, which is already %s in %s", ev.ReservationID, p.Status, b.Ref)
+	}
+	if ev.Reserved.Cmp(p.Amount) != 0 {
+		return errorf(ErrTransition, "settle of reservation %s states reserved %s, but it opened %s in %s", ev.ReservationID, ev.Reserved, p.Amount, b.Ref)
+	}
+	if ev.Actual.Sign() < 0 {
+		return errorf(ErrTransition, "settle of reservation %s: negative actual %s", ev.ReservationID, ev.Actual)
+	}
+	if want := ev.Actual.Sub(ev.Reserved).Max(events.Zero); ev.Overrun.Cmp(want) != 0 {
+		return errorf(ErrTransition, "settle of reservation %s states overrun %s, but actual %s - reserved %s gives %s",
+			ev.ReservationID, ev.Overrun, ev.Actual, ev.Reserved, want)
+	}
+	b.Spent = b.Spent.Add(ev.Actual)
+	b.Overrun = b.Overrun.Add(ev.Overrun)
+	if !ev.AfterExpiry {
+		b.Reserved = b.Reserved.Sub(ev.Reserved)
+		b.Open--
+	}
+	b.Settled++
+	if ev.Late {
+		b.Late++
+	}
+	p.Status = events.StatusSettled
+	p.Actual, p.Overrun = ev.Actual, ev.Overrun
+	p.Late, p.AfterExpiry = ev.Late, ev.AfterExpiry
+	p.Seqs = appendSeq(p.Seqs, seq)
+	r.Parts[b.Ref] = p
+	r.Late = r.Late || ev.Late
+	r.ClosedAt = ev.At
+	r.Seqs = appendSeq(r.Seqs, seq)
+	r.refreshStatus()
+	return nil
+}
+
+func applyReleased(st *stage, b *Balance, seq uint64, ev events.ReservationReleased) error {
+	if err := checkBalance(b, ev.Balance); err != nil {
+		return err
+	}
+	if ev.Reason != events.ReasonReleased && ev.Reason != events.ReasonExpired {
+		return errorf(ErrMalformed, "release of reservation %s with reason %q, want %q or %q",
+			ev.ReservationID, ev.Reason, events.ReasonReleased, events.ReasonExpired)
+	}
+	r, p, err := part(st, b, ev.ReservationID, "release")
+	if err != nil {
+		return err
+	}
+	if p.Status != events.StatusOpen {
+		return errorf(ErrTransition, "release of reservation %s, which is already %s in %s", ev.ReservationID, p.Status, b.Ref)
+	}
+	if ev.Reserved.Cmp(p.Amount) != 0 {
+		return errorf(ErrTransition, "release of reservation %s states reserved %s, but it opened %s in %s", ev.ReservationID, ev.Reserved, p.Amount, b.Ref)
+	}
+	b.Reserved = b.Reserved.Sub(ev.Reserved)
+	b.Open--
+	if ev.Reason == events.ReasonExpired {
+		b.Expired++
+		p.Status = events.StatusExpired
+		r.Expired = true
+	} else {
+		b.Released++
+		p.Status = events.StatusReleased
+	}
+	p.Seqs = appendSeq(p.Seqs, seq)
+	r.Parts[b.Ref] = p
+	r.ClosedAt = ev.At
+	r.Seqs = appendSeq(r.Seqs, seq)
+	r.refreshStatus()
+	return nil
+}
+
+// refreshStatus derives the reservation's status from its parts.
+func (r *Reservation) refreshStatus() {
+	has := map[string]bool{}
+	for _, p := range r.Parts {
+		has[p.Status] = true
+	}
+	switch {
+	case has[events.StatusOpen]:
+		r.Status = events.StatusOpen
+	case has[events.StatusSettled]:
+		r.Status = events.StatusSettled
+	case has[events.StatusExpired]:
+		r.Status = events.StatusExpired
+	default:
+		r.Status = events.StatusReleased
+	}
+}
+
+func (s *State) applyBudget(seq uint64, key string, data []byte) error {
+	var rev events.BudgetRevision
+	if err := decodeStrict(data, &rev); err != nil {
+		return err
+	}
+	if rev.Schema != events.SchemaBudget {
+		return errorf(ErrMalformed, "schema %q under a budget key, want %q", rev.Schema, events.SchemaBudget)
+	}
+	if _, err := events.ParseScope(string(rev.Budget.Scope)); err != nil {
+		return errorf(ErrMalformed, "%v", err)
+	}
+	if _, err := events.ParsePeriod(string(rev.Budget.Period)); err != nil {
+		return errorf(ErrMalformed, "%v", err)
+	}
+	if want := streams.BudgetKey(rev.Budget); want != key {
+		return errorf(ErrMalformed, "revision of budget %s/%s belongs under key %s", rev.Budget.Scope, rev.Budget.Period, want)
+	}
+	if len(rev.Events) == 0 {
+		return errorf(ErrMalformed, "budget revision without a BudgetDefined event")
+	}
+	var b Budget
+	if cur, ok := s.budgets[rev.Budget]; ok {
+		b = *cur
+	} else {
+		b = Budget{Ref: rev.Budget}
+	}
+	for i, e := range rev.Events {
+		ev, ok := e.(events.BudgetDefined)
+		if !ok {
+			return errorf(ErrMalformed, "event %d (%s): not a BudgetDefined in a budget revision", i, eventType(e))
+		}
+		if ev.Budget != rev.Budget {
+			return errorf(ErrMalformed, "event %d (%s): budget %s/%s differs from the revision's", i, eventType(e), ev.Budget.Scope, ev.Budget.Period)
+		}
+		if ev.Limit.Sign() < 0 {
+			return errorf(ErrMalformed, "event %d (%s): negative limit %s", i, eventType(e), ev.Limit)
+		}
+		if err := events.ValidateUnit(ev.Unit); err != nil {
+			return errorf(ErrMalformed, "event %d (%s): %v", i, eventType(e), err)
+		}
+		b.Limit, b.Unit, b.DefinedAt = ev.Limit, ev.Unit, ev.At
+		b.Definitions++
+	}
+	if rev.Limit.Cmp(b.Limit) != 0 {
+		return &MismatchError{Field: "limit", Stated: rev.Limit.String(), Folded: b.Limit.String()}
+	}
+	if rev.Unit != b.Unit {
+		return &MismatchError{Field: "unit", Stated: rev.Unit, Folded: b.Unit}
+	}
+	b.Revision = seq
+	s.budgets[rev.Budget] = &b
+	s.events += len(rev.Events)
+	return nil
+}

@@ -214,7 +214,11 @@ func (l *Ledger) publishOne(ctx context.Context, key string, rev uint64, data []
 	defer cancel()
 	msg := nats.NewMsg(l.layout.Subject(key))
 	msg.Data = data
-	ack, err := l.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithExpectStream(l.layout.StreamName()))
+	opts := []jetstream.PublishOpt{jetstream.WithExpectStream(l.layout.StreamName())}
+	if !l.opts.blindWrites {
+		opts = append(opts, jetstream.WithExpectLastSequencePerSubject(rev))
+	}
+	ack, err := l.js.PublishMsg(ctx, msg, opts...)
 	if err != nil {
 		return 0, err
 	}
@@ -248,7 +252,9 @@ func (l *Ledger) publishBatch(ctx context.Context, revs []keyedRevision, datas [
 		msg.Data = datas[i]
 		msg.Header.Set(hdrBatchID, id)
 		msg.Header.Set(hdrBatchSeq, strconv.Itoa(i+1))
-		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(revs[i].rev, 10))
+		if !l.opts.blindWrites {
+			msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(revs[i].rev, 10))
+		}
 		if i < len(revs)-1 {
 			if err := l.nc.PublishMsg(msg); err != nil {
 				return nil, err

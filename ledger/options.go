@@ -21,6 +21,7 @@ type options struct {
 	maxAttempts   int
 	commitTimeout time.Duration
 	log           *slog.Logger
+	blindWrites   bool
 }
 
 func defaultOptions() options {
@@ -76,6 +77,17 @@ func WithLogger(l *slog.Logger) Option {
 			return fmt.Errorf("ledger: nil logger")
 		}
 		o.log = l
+		return nil
+	}
+}
+
+// UnsafeBlindWritesForTesting makes every write skip its revision check: a
+// replica then overwrites balances that another replica changed since it
+// decided. It exists only so that tests can show their concurrency checks
+// fail without compare-and-set; never use it elsewhere.
+func UnsafeBlindWritesForTesting() Option {
+	return func(o *options) error {
+		o.blindWrites = true
 		return nil
 	}
 }

@@ -110,6 +110,12 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 			return nil, err
 		}
 	}
+	// Make sure the server has registered every endpoint before callers are
+	// told the service is up.
+	if err := nc.FlushTimeout(10 * time.Second); err != nil {
+		_ = svc.Stop()
+		return nil, err
+	}
 	return s, nil
 }
 

@@ -1,0 +1,395 @@
+package service_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/ledger"
+	"github.com/spendgate/spendgate/projector"
+	"github.com/spendgate/spendgate/streams"
+)
+
+// burst fires n admits at once (released together by a barrier) and returns
+// the replies.
+func burst(t *testing.T, h *harness, n int, mk func(i int) events.AdmitRequest) []events.AdmitReply {
+	t.Helper()
+	replies := make([]events.AdmitReply, n)
+	errs := make([]*events.Error, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			data, _ := json.Marshal(mk(i))
+			msg, err := h.nc.Request(h.env.Layout.Endpoint(streams.EndpointAdmit), data, 30*time.Second)
+			if err != nil {
+				errs[i] = &events.Error{Code: events.CodeLedgerUnavailable, Message: err.Error()}
+				return
+			}
+			var er events.ErrorReply
+			if json.Unmarshal(msg.Data, &er) == nil && er.Error != nil {
+				errs[i] = er.Error
+				return
+			}
+			if err := json.Unmarshal(msg.Data, &replies[i]); err != nil {
+				errs[i] = &events.Error{Code: events.CodeInternal, Message: err.Error()}
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for i, e := range errs {
+		require.Nil(t, e, "admit %d", i)
+	}
+	return replies
+}
+
+func countAdmitted(rs []events.AdmitReply) (admitted int, denied map[events.Code]int) {
+	denied = map[events.Code]int{}
+	for _, r := range rs {
+		if r.Admitted {
+			admitted++
+		} else {
+			denied[r.Denial.Reason]++
+		}
+	}
+	return admitted, denied
+}
+
+// TestAdmit_ConcurrentHotBudget: 200 concurrent admits of 0.05 against 1.00
+// admit exactly 20, on one replica and on two replicas sharing the server.
+//
+// How we know it can fail: with one replica, the in-process group commit
+// alone serializes a key, so the two-replica case is the one that exercises
+// compare-and-set. TestAdmit_BlindWritesOverAdmit runs the same burst on two
+// replicas with the revision check removed (ledger.UnsafeBlindWritesForTesting)
+// and shows over-admission and a failing invariant check.
+func TestAdmit_ConcurrentHotBudget(t *testing.T) {
+	for _, replicas := range []int{1, 2} {
+		t.Run(fmt.Sprintf("replicas=%d", replicas), func(t *testing.T) {
+			h := newHarness(t, harnessOpts{replicas: replicas})
+			h.putBudget("org:acme", "month", "1.00", "USD")
+			rs := burst(t, h, 200, func(i int) events.AdmitRequest {
+				return events.AdmitRequest{RequestID: fmt.Sprintf("req-%d", i), Scopes: []string{"org:acme"}, Amount: "0.05", TTL: "1m"}
+			})
+			admitted, denied := countAdmitted(rs)
+			require.Equal(t, 20, admitted)
+			require.Equal(t, map[events.Code]int{events.ReasonLimitReached: 180}, denied)
+			v := h.budget("org:acme", "month")
+			require.Equal(t, "1", v.Reserved)
+			require.Equal(t, "0", v.Available)
+			require.EqualValues(t, 20, v.Open)
+			if replicas == 2 {
+				// Both replicas took part (the queue group spreads requests).
+				for i, r := range h.replicas {
+					st := r.Service.Info()
+					require.NotEmpty(t, st.Endpoints, "replica %d", i)
+				}
+			}
+		})
+	}
+}
+
+// TestAdmit_BlindWritesOverAdmit is the negative control of
+// TestAdmit_ConcurrentHotBudget: two replicas whose writes skip the revision
+// check. Within a few bursts one replica overwrites the other's revision and
+// the ledger admits more than the limit or loses a reservation, which the
+// invariant checker catches. If this test ever fails, the hot-budget test
+// above no longer proves anything about compare-and-set.
+func TestAdmit_BlindWritesOverAdmit(t *testing.T) {
+	h := newHarness(t, harnessOpts{replicas: 2, noCheck: true, ledgerOpts: []ledger.Option{ledger.UnsafeBlindWritesForTesting()}})
+	broken := false
+	for round := 0; round < 20 && !broken; round++ {
+		scope := fmt.Sprintf("org:blind%d", round)
+		h.putBudget(scope, "month", "1.00", "USD")
+		rs := burst(t, h, 200, func(i int) events.AdmitRequest {
+			return events.AdmitRequest{RequestID: fmt.Sprintf("b%d-%d", round, i), Scopes: []string{scope}, Amount: "0.05", TTL: "1m"}
+		})
+		admitted, _ := countAdmitted(rs)
+		rep, err := projector.Check(context.Background(), h.env.JS, h.env.Layout)
+		require.NoError(t, err)
+		broken = admitted > 20 || !rep.OK()
+		t.Logf("round %d: admitted %d, check ok %v", round, admitted, rep.OK())
+	}
+	require.True(t, broken, "without compare-and-set two replicas never broke the budget: the concurrency tests would not detect its removal")
+}
+
+// TestAdmit_MultiScopeAllOrNothing: an admit against org:a and user:b where
+// only user:b is full reserves in neither, and the ledger is unchanged.
+func TestAdmit_MultiScopeAllOrNothing(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	h.putBudget("org:a", "month", "10", "USD")
+	h.putBudget("user:b", "day", "1", "USD")
+	r, e := h.admit(events.AdmitRequest{RequestID: "fill", Scopes: []string{"user:b"}, Amount: "1"})
+	require.Nil(t, e)
+	require.True(t, r.Admitted)
+	seq, msgs := h.streamState()
+
+	r, e = h.admit(events.AdmitRequest{RequestID: "both", Scopes: []string{"org:a", "user:b"}, Amount: "0.5"})
+	require.Nil(t, e)
+	require.False(t, r.Admitted)
+	require.Equal(t, events.ReasonLimitReached, r.Denial.Reason)
+	require.Equal(t, events.Scope("user:b"), r.Denial.Scope)
+	require.Equal(t, events.PeriodDay, r.Denial.Period)
+	require.Equal(t, "1", r.Denial.Limit)
+	require.Equal(t, "0", r.Denial.Spent)
+	require.Equal(t, "1", r.Denial.Reserved)
+	require.Equal(t, "0.5", r.Denial.Requested)
+	require.Equal(t, "0", h.budget("org:a", "month").Reserved)
+	seq2, msgs2 := h.streamState()
+	require.Equal(t, seq, seq2)
+	require.Equal(t, msgs, msgs2)
+
+	// Unknown scope in a multi-scope admit: denied, nothing reserved.
+	r, e = h.admit(events.AdmitRequest{RequestID: "ghost", Scopes: []string{"org:a", "user:ghost"}, Amount: "0.5"})
+	require.Nil(t, e)
+	require.False(t, r.Admitted)
+	require.Equal(t, events.ReasonUnknownBudget, r.Denial.Reason)
+	require.Equal(t, events.Scope("user:ghost"), r.Denial.Scope)
+	require.Equal(t, "0", h.budget("org:a", "month").Reserved)
+}
+
+// TestAdmit_MultiScopeConcurrent: 120 concurrent two-scope admits of 0.05
+// (org:a, limit 1.00, plus one of four users, limit 0.30 each) on two
+// replicas: each user admits at most 6, the org at most 20, so exactly 20
+// are admitted and no budget is ever above its limit.
+func TestAdmit_MultiScopeConcurrent(t *testing.T) {
+	h := newHarness(t, harnessOpts{replicas: 2})
+	h.putBudget("org:a", "month", "1.00", "USD")
+	for u := 0; u < 4; u++ {
+		h.putBudget(fmt.Sprintf("user:u%d", u), "month", "0.30", "USD")
+	}
+	rs := burst(t, h, 120, func(i int) events.AdmitRequest {
+		return events.AdmitRequest{RequestID: fmt.Sprintf("m-%d", i), Scopes: []string{"org:a", fmt.Sprintf("user:u%d", i%4)}, Amount: "0.05"}
+	})
+	admitted, _ := countAdmitted(rs)
+	require.Equal(t, 20, admitted)
+	require.Equal(t, "1", h.budget("org:a", "month").Reserved)
+	total := 0
+	for u := 0; u < 4; u++ {
+		v := h.budget(fmt.Sprintf("user:u%d", u), "month")
+		require.LessOrEqual(t, v.Open, int64(6))
+		total += int(v.Open)
+	}
+	require.Equal(t, 20, total)
+}
+
+// TestClose_Races: settles and releases of the same reservations race from
+// many goroutines through two replicas; exactly one transition wins each
+// reservation, the counters move once, and every loser is told what
+// happened.
+func TestClose_Races(t *testing.T) {
+	h := newHarness(t, harnessOpts{replicas: 2})
+	h.putBudget("org:race", "month", "100", "USD")
+	const n = 30
+	ids := make([]string, n)
+	for i := range ids {
+		r, e := h.admit(events.AdmitRequest{RequestID: fmt.Sprintf("r%d", i), Scopes: []string{"org:race"}, Amount: "1"})
+		require.Nil(t, e)
+		require.True(t, r.Admitted)
+		ids[i] = r.ReservationID
+	}
+	type outcome struct {
+		settleWins, releaseWins, replays atomic.Int64
+	}
+	var out outcome
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for _, id := range ids {
+		for k := 0; k < 8; k++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				if k%2 == 0 {
+					r, e := h.settle(id, "0.75")
+					switch {
+					case e == nil && !r.Replayed:
+						out.settleWins.Add(1)
+					case e == nil:
+						out.replays.Add(1)
+					default:
+						require.Equal(t, events.CodeAlreadyReleased, e.Code)
+					}
+				} else {
+					r, e := h.release(id)
+					switch {
+					case e == nil && !r.Replayed:
+						out.releaseWins.Add(1)
+					case e == nil:
+						out.replays.Add(1)
+					default:
+						require.Equal(t, events.CodeAlreadySettled, e.Code)
+					}
+				}
+			}()
+		}
+	}
+	close(start)
+	wg.Wait()
+	wins := out.settleWins.Load() + out.releaseWins.Load()
+	require.EqualValues(t, n, wins, "exactly one winner per reservation")
+	v := h.budget("org:race", "month")
+	require.Equal(t, "0", v.Reserved)
+	require.EqualValues(t, 0, v.Open)
+	spent := events.Zero
+	for i := int64(0); i < out.settleWins.Load(); i++ {
+		spent = spent.Add(events.MustMoney("0.75"))
+	}
+	require.Equal(t, spent.String(), v.Spent)
+}
+
+// TestAdmit_IdempotentRace: the same request id sent 40 times at once to two
+// replicas reserves once and every reply names the same reservation; the
+// same id with another body is refused.
+func TestAdmit_IdempotentRace(t *testing.T) {
+	h := newHarness(t, harnessOpts{replicas: 2})
+	h.putBudget("org:idem", "month", "10", "USD")
+	rs := burst(t, h, 40, func(int) events.AdmitRequest {
+		return events.AdmitRequest{RequestID: "same", Scopes: []string{"org:idem"}, Amount: "0.5", Metadata: map[string]string{"model": "m1"}}
+	})
+	fresh := 0
+	for _, r := range rs {
+		require.True(t, r.Admitted)
+		require.Equal(t, rs[0].ReservationID, r.ReservationID)
+		if !r.Replayed {
+			fresh++
+		}
+	}
+	require.Equal(t, 1, fresh)
+	require.Equal(t, "0.5", h.budget("org:idem", "month").Reserved)
+
+	// Same body spelled differently is the same request.
+	r, e := h.admit(events.AdmitRequest{RequestID: "same", Scopes: []string{"org:idem", "org:idem"}, Amount: "0.500", Metadata: map[string]string{"model": "m1"}})
+	require.Nil(t, e)
+	require.True(t, r.Replayed)
+	// A different body is refused and changes nothing.
+	seq, _ := h.streamState()
+	_, e = h.admit(events.AdmitRequest{RequestID: "same", Scopes: []string{"org:idem"}, Amount: "0.6"})
+	require.NotNil(t, e)
+	require.Equal(t, events.CodeIdempotencyMismatch, e.Code)
+	seq2, _ := h.streamState()
+	require.Equal(t, seq, seq2)
+}
+
+// TestAdmit_Exactness: twenty 0.05 fit 1.00 exactly (the float bug of seed
+// 003 admits 19), and 1e-9 granularity works.
+func TestAdmit_Exactness(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	h.putBudget("org:exact", "month", "1.00", "USD")
+	for i := 0; i < 20; i++ {
+		r, e := h.admit(events.AdmitRequest{RequestID: fmt.Sprintf("x%d", i), Scopes: []string{"org:exact"}, Amount: "0.05"})
+		require.Nil(t, e)
+		require.True(t, r.Admitted, "admit %d of 0.05 must fit 1.00", i+1)
+	}
+	r, e := h.admit(events.AdmitRequest{RequestID: "x20", Scopes: []string{"org:exact"}, Amount: "0.000000001"})
+	require.Nil(t, e)
+	require.False(t, r.Admitted)
+
+	h.putBudget("org:nano", "month", "0.000000003", "USD")
+	var ids []string
+	for i := 0; i < 3; i++ {
+		r, e := h.admit(events.AdmitRequest{RequestID: fmt.Sprintf("n%d", i), Scopes: []string{"org:nano"}, Amount: "0.000000001"})
+		require.Nil(t, e)
+		require.True(t, r.Admitted)
+		ids = append(ids, r.ReservationID)
+	}
+	r, e = h.admit(events.AdmitRequest{RequestID: "n3", Scopes: []string{"org:nano"}, Amount: "0.000000001"})
+	require.Nil(t, e)
+	require.False(t, r.Admitted)
+	c, e := h.settle(ids[0], "0.000000002")
+	require.Nil(t, e)
+	require.Equal(t, "0.000000001", c.Overrun)
+	v := h.budget("org:nano", "month")
+	require.Equal(t, "0.000000002", v.Spent)
+	require.Equal(t, "0.000000002", v.Reserved)
+	require.Equal(t, "0.000000001", v.Overrun)
+	require.Equal(t, "-0.000000001", v.Available)
+}
+
+// TestSettle_Overrun: an actual above the reservation is recorded in full,
+// marked as overrun, and blocks further admits until the budget has room.
+func TestSettle_Overrun(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	h.putBudget("org:o", "month", "1", "USD")
+	r, _ := h.admit(events.AdmitRequest{RequestID: "o1", Scopes: []string{"org:o"}, Amount: "0.10"})
+	require.True(t, r.Admitted)
+	c, e := h.settle(r.ReservationID, "1.25")
+	require.Nil(t, e)
+	require.Equal(t, events.StatusSettled, c.Status)
+	require.Equal(t, "1.15", c.Overrun)
+	v := h.budget("org:o", "month")
+	require.Equal(t, "1.25", v.Spent)
+	require.Equal(t, "1.15", v.Overrun)
+	r, _ = h.admit(events.AdmitRequest{RequestID: "o2", Scopes: []string{"org:o"}, Amount: "0.01"})
+	require.False(t, r.Admitted)
+	// Settling again with another actual is refused; with the same, replayed.
+	_, e = h.settle(c.ReservationID, "1.00")
+	require.Equal(t, events.CodeAlreadySettled, e.Code)
+	c2, e := h.settle(c.ReservationID, "1.250")
+	require.Nil(t, e)
+	require.True(t, c2.Replayed)
+}
+
+// TestAdmit_OnePeriodPerRequest: the period instance is fixed at admission;
+// a settle after midnight lands in the reservation's own day.
+func TestAdmit_OnePeriodPerRequest(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	h.clock.now.Store(time.Date(2026, 11, 30, 23, 59, 59, 999_000_000, time.UTC))
+	h.putBudget("user:late", "day", "1", "USD")
+	r, _ := h.admit(events.AdmitRequest{RequestID: "p1", Scopes: []string{"user:late"}, Amount: "0.6"})
+	require.True(t, r.Admitted)
+	require.Equal(t, "2026-11-30", r.Balances[0].Instance)
+	h.clock.now.Add(time.Second) // 2026-12-01
+	_, e := h.settle(r.ReservationID, "0.5")
+	require.Nil(t, e)
+	v := h.budget("user:late", "day")
+	require.Equal(t, "2026-12-01", v.Instance)
+	require.Equal(t, "0", v.Spent, "the new day starts empty")
+	r2, _ := h.admit(events.AdmitRequest{RequestID: "p2", Scopes: []string{"user:late"}, Amount: "1"})
+	require.True(t, r2.Admitted, "the new day has its whole limit")
+	st, err := projector.New(h.env.JS, h.env.Layout).CatchUp(ctxT(t))
+	require.NoError(t, err)
+	old, ok := st.Balance(events.BalanceRef{Scope: "user:late", Period: events.PeriodDay, Instance: "2026-11-30"})
+	require.True(t, ok)
+	require.Equal(t, "0.5", old.Spent.String())
+	require.Equal(t, "0", old.Reserved.String())
+}
+
+// TestAdmit_CountBudget: a budget in "requests" counts admissions next to a
+// money budget of the same scope.
+func TestAdmit_CountBudget(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	h.putBudget("key:k_9", "day", "3", "requests")
+	h.putBudget("key:k_9", "lifetime", "100", "USD")
+	var last events.AdmitReply
+	for i := 0; i < 3; i++ {
+		r, e := h.admit(events.AdmitRequest{RequestID: fmt.Sprintf("c%d", i), Scopes: []string{"key:k_9"}, Amount: "2"})
+		require.Nil(t, e)
+		require.True(t, r.Admitted)
+		last = r
+	}
+	r, _ := h.admit(events.AdmitRequest{RequestID: "c3", Scopes: []string{"key:k_9"}, Amount: "2"})
+	require.False(t, r.Admitted)
+	require.Equal(t, events.PeriodDay, r.Denial.Period)
+	require.Equal(t, "requests", r.Denial.Unit)
+	require.Equal(t, "6", h.budget("key:k_9", "lifetime").Reserved)
+	c, e := h.settle(last.ReservationID, "2.5")
+	require.Nil(t, e)
+	require.Equal(t, "0.5", c.Overrun)
+	require.Equal(t, "1", h.budget("key:k_9", "day").Spent)
+	require.Equal(t, "2.5", h.budget("key:k_9", "lifetime").Spent)
+	// A request in another currency is denied by the USD budget.
+	r, _ = h.admit(events.AdmitRequest{RequestID: "eur", Scopes: []string{"key:k_9"}, Amount: "1", Unit: "EUR"})
+	require.False(t, r.Admitted)
+}

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/spendgate/spendgate/testenv"
+)
+
+// binPath is the spendgate binary built once by TestMain for the process
+// tests.
+var binPath string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "spendgate-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binPath = filepath.Join(dir, "spendgate")
+	args := []string{"build", "-o", binPath}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command("go", append(args, ".")...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building spendgate:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// proc is a running spendgate process.
+type proc struct {
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan struct{}
+	err  error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startProc runs the binary with args and returns once it printed "ready"
+// (for serve) or immediately (ready == false). The process is killed at
+// test end if still running.
+func startProc(t *testing.T, waitReady bool, args ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(binPath, args...), out: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	require.NoError(t, p.cmd.Start())
+	go func() { p.err = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("output of %v:\n%s", args, p.out.String())
+		}
+	})
+	if waitReady {
+		testenv.WaitFor(t, 30*time.Second, "spendgate serve ready", func() bool {
+			select {
+			case <-p.done:
+				t.Fatalf("spendgate %v exited early: %v\n%s", args, p.err, p.out.String())
+			default:
+			}
+			return bytes.Contains([]byte(p.out.String()), []byte("ready:"))
+		})
+	}
+	return p
+}
+
+// kill sends SIGKILL and waits for the process to die.
+func (p *proc) kill(t *testing.T) {
+	t.Helper()
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
+	<-p.done
+}
+
+// stop sends SIGTERM and waits (bounded) for a clean exit.
+func (p *proc) stop(t *testing.T) {
+	t.Helper()
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-p.done:
+		require.NoError(t, p.err, p.out.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("spendgate did not stop on SIGTERM:\n%s", p.out.String())
+	}
+}
+
+// freePort returns a free TCP port on 127.0.0.1.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// connect dials url with reconnects, closed at test end.
+func connect(t *testing.T, url string) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// serviceCount asks micro discovery how many spendgate instances answer.
+func serviceCount(t *testing.T, nc *nats.Conn) int {
+	t.Helper()
+	inbox := nats.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	require.NoError(t, err)
+	defer sub.Unsubscribe()
+	require.NoError(t, nc.PublishRequest("$SRV.PING.spendgate", inbox, nil))
+	n := 0
+	for {
+		if _, err := sub.NextMsg(300 * time.Millisecond); err != nil {
+			return n
+		}
+		n++
+	}
+}
+

@@ -1,0 +1,305 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/streams"
+)
+
+// Client sends spendgate requests over a NATS connection. It is safe for
+// concurrent use; it does not own the connection.
+type Client struct {
+	nc       *nats.Conn
+	layout   streams.Layout
+	timeout  time.Duration
+	attempts int
+	log      *slog.Logger
+	failOpen *slog.Logger
+}
+
+// New returns a client that sends requests on nc under the service prefix
+// (streams.DefaultPrefix unless WithPrefix). It returns an error if nc is
+// nil or an option is invalid.
+func New(nc *nats.Conn, opts ...Option) (*Client, error) {
+	if nc == nil {
+		return nil, errors.New("client: nil NATS connection")
+	}
+	o := defaultOptions()
+	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	layout, err := streams.New(streams.Config{Prefix: o.prefix})
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	return &Client{nc: nc, layout: layout, timeout: o.timeout, attempts: o.attempts, log: o.log, failOpen: o.failOpen}, nil
+}
+
+// Admit reserves req.Amount in every budget of req.Scopes, in all of them
+// or in none. If req.RequestID is empty, Admit sets a new UUID before the
+// first attempt; every retry sends the same id, so the service reserves
+// once however many attempts reach it. It retries timeouts, no responders,
+// ledger_busy and ledger_unavailable within the attempt budget, and returns
+// within timeout × attempts (sooner if ctx ends).
+//
+// A nil error means admitted: the *Reservation must then be settled or
+// released. Every non-nil error means not admitted. In precedence order:
+//
+//   - *events.Error with the service's code (invalid_amount,
+//     invalid_identifier, idempotency_mismatch, ...): the request is
+//     invalid; the caller's bug, not a denial.
+//   - *DeniedError (matches ErrDenied): a budget denied the request
+//     (Denial.Reason limit_reached, unknown_budget, unit_mismatch).
+//   - *DeniedError with Denial.Reason ledger_unavailable (matches ErrDenied
+//     and ErrLedgerUnavailable, and wraps the cause): the ledger did not
+//     answer; the client fails closed. With WithFailOpen, Admit instead
+//     returns a Reservation whose FailedOpen is true, and logs it at WARN.
+//   - ctx's error, wrapped, if ctx ended before an answer; never fails open.
+//
+// When every reply was lost, the service may have reserved without the
+// client knowing; that reservation expires after its TTL and the sweeper
+// gives it back.
+func (c *Client) Admit(ctx context.Context, req events.AdmitRequest) (*Reservation, error) {
+	if req.RequestID == "" {
+		req.RequestID = uuid.NewString()
+	}
+	var reply events.AdmitReply
+	err := c.request(ctx, streams.EndpointAdmit, req, &reply)
+	if err != nil {
+		if !errors.Is(err, ErrLedgerUnavailable) {
+			return nil, err
+		}
+		if c.failOpen != nil {
+			return c.admitFailedOpen(req, err), nil
+		}
+		return nil, &DeniedError{
+			RequestID: req.RequestID,
+			Denial: events.Denial{
+				Reason:    events.ReasonLedgerUnavailable,
+				Message:   "the ledger could not answer; denied (fail closed): " + err.Error(),
+				Unit:      req.Unit,
+				Requested: req.Amount,
+			},
+			Err: err,
+		}
+	}
+	if reply.RequestID == "" {
+		reply.RequestID = req.RequestID
+	}
+	if !reply.Admitted {
+		d := events.Denial{Reason: events.CodeInternal, Message: "the service denied without a reason"}
+		if reply.Denial != nil {
+			d = *reply.Denial
+		}
+		return nil, &DeniedError{RequestID: reply.RequestID, Denial: d}
+	}
+	return &Reservation{c: c, reply: reply}, nil
+}
+
+// admitFailedOpen builds and logs a fail-open admission.
+func (c *Client) admitFailedOpen(req events.AdmitRequest, cause error) *Reservation {
+	c.failOpen.Warn("spendgate: ledger unavailable; admitting without a reservation (fail-open)",
+		"request_id", req.RequestID, "scopes", req.Scopes, "amount", req.Amount, "unit", req.Unit, "err", cause)
+	return &Reservation{
+		c: c,
+		reply: events.AdmitReply{
+			Admitted:  true,
+			RequestID: req.RequestID,
+			Amount:    req.Amount,
+			Unit:      req.Unit,
+		},
+		failedOpen: true,
+	}
+}
+
+// Settle closes a reservation with its actual cost. It runs under
+// context.WithoutCancel(ctx), bounded by the client's own timeout ×
+// attempts: a cancelled caller still settles. It retries timeouts, no
+// responders, ledger_busy and ledger_unavailable; the service answers a
+// repeated settle with the recorded outcome and Replayed set.
+//
+// Errors, all *events.Error: unknown_reservation, already_released,
+// already_settled (a different actual was recorded), invalid_amount and
+// the other validation codes from the service; then, matching
+// ErrLedgerUnavailable, ledger_unavailable (no answer after every
+// attempt), ledger_busy or internal.
+func (c *Client) Settle(ctx context.Context, req events.SettleRequest) (events.CloseReply, error) {
+	var reply events.CloseReply
+	if err := c.request(context.WithoutCancel(ctx), streams.EndpointSettle, req, &reply); err != nil {
+		return events.CloseReply{}, err
+	}
+	return reply, nil
+}
+
+// Release gives a whole reservation back. Like Settle, it runs under
+// context.WithoutCancel(ctx) with the client's own timeout × attempts, and
+// it retries; a repeated release is answered with Replayed set.
+//
+// Errors, all *events.Error: unknown_reservation, already_settled,
+// already_released (released with another reason, e.g. expired by the
+// sweeper), invalid_identifier and the other validation codes from the
+// service; then, matching ErrLedgerUnavailable, ledger_unavailable,
+// ledger_busy or internal.
+func (c *Client) Release(ctx context.Context, req events.ReleaseRequest) (events.CloseReply, error) {
+	var reply events.CloseReply
+	if err := c.request(context.WithoutCancel(ctx), streams.EndpointRelease, req, &reply); err != nil {
+		return events.CloseReply{}, err
+	}
+	return reply, nil
+}
+
+// PutBudget defines or changes a budget and returns it with its balance in
+// the current period.
+//
+// Errors: *events.Error with a validation code (invalid_identifier,
+// invalid_period, invalid_amount, invalid_unit, ...); then *events.Error
+// matching ErrLedgerUnavailable (ledger_unavailable, ledger_busy,
+// internal); then ctx's error, wrapped.
+func (c *Client) PutBudget(ctx context.Context, req events.BudgetPutRequest) (events.BudgetView, error) {
+	var v events.BudgetView
+	if err := c.request(ctx, streams.EndpointBudgetPut, req, &v); err != nil {
+		return events.BudgetView{}, err
+	}
+	return v, nil
+}
+
+// GetBudget reads a budget and its balance in the current period.
+//
+// Errors: *events.Error unknown_budget, or a validation code
+// (invalid_identifier, invalid_period); then *events.Error matching
+// ErrLedgerUnavailable; then ctx's error, wrapped.
+func (c *Client) GetBudget(ctx context.Context, req events.BudgetGetRequest) (events.BudgetView, error) {
+	var v events.BudgetView
+	if err := c.request(ctx, streams.EndpointBudgetGet, req, &v); err != nil {
+		return events.BudgetView{}, err
+	}
+	return v, nil
+}
+
+// ListBudgets lists the budgets of scopes of kind ("" for all), sorted by
+// scope and period.
+//
+// Errors: *events.Error invalid_identifier (kind); then *events.Error
+// matching ErrLedgerUnavailable; then ctx's error, wrapped.
+func (c *Client) ListBudgets(ctx context.Context, kind string) (events.BudgetListReply, error) {
+	var v events.BudgetListReply
+	if err := c.request(ctx, streams.EndpointBudgetList, events.BudgetListRequest{Kind: kind}, &v); err != nil {
+		return events.BudgetListReply{}, err
+	}
+	return v, nil
+}
+
+// request sends req to endpoint, retrying within the attempt budget, and
+// decodes the reply into out. The whole request is bounded by timeout ×
+// attempts. Its errors: *events.Error from the service or from encoding;
+// *events.Error matching ErrLedgerUnavailable; ctx's error, wrapped, when
+// ctx (the caller's) ended.
+func (c *Client) request(ctx context.Context, endpoint string, req, out any) error {
+	subject := c.layout.Endpoint(endpoint)
+	data, err := json.Marshal(req)
+	if err != nil {
+		return &events.Error{Code: events.CodeInvalidRequest, Message: "encoding request: " + err.Error(), Err: err}
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("spendgate: %s: %w", subject, err)
+	}
+	all, cancel := context.WithTimeout(ctx, c.timeout*time.Duration(c.attempts))
+	defer cancel()
+	pause := retryPause
+	for attempt := 1; ; attempt++ {
+		retry, wait, err := c.attempt(all, subject, data, out)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("spendgate: %s: %w", subject, ctx.Err())
+		}
+		if !retry || attempt >= c.attempts || all.Err() != nil {
+			return err
+		}
+		c.log.Debug("spendgate: retrying", "subject", subject, "attempt", attempt+1, "of", c.attempts, "err", err)
+		if wait {
+			t := time.NewTimer(min(pause, c.timeout))
+			select {
+			case <-all.Done():
+				t.Stop()
+				if ctx.Err() != nil {
+					return fmt.Errorf("spendgate: %s: %w", subject, ctx.Err())
+				}
+				return err
+			case <-t.C:
+			}
+			pause *= 2
+		}
+	}
+}
+
+// attempt sends one request. retry says whether the failure invites a
+// retry with the same request, wait whether to pause first (the failure
+// was immediate).
+func (c *Client) attempt(ctx context.Context, subject string, data []byte, out any) (retry, wait bool, err error) {
+	actx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	msg, err := c.nc.RequestWithContext(actx, subject, data)
+	switch {
+	case err == nil:
+	case errors.Is(err, nats.ErrNoResponders):
+		return true, true, unavailable(subject, err)
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+		return true, false, unavailable(subject, fmt.Errorf("no reply within %s: %w", c.timeout, err))
+	default:
+		return false, false, unavailable(subject, err)
+	}
+	if e := replyError(msg); e != nil {
+		if unavailableCode(e.Code) {
+			e.Err = ErrLedgerUnavailable
+		}
+		return retryableCode(e.Code), true, e
+	}
+	if err := json.Unmarshal(msg.Data, out); err != nil {
+		return false, false, &events.Error{
+			Code:    events.CodeInternal,
+			Message: fmt.Sprintf("undecodable reply on %s: %v", subject, err),
+			Err:     fmt.Errorf("%w: %w", ErrLedgerUnavailable, err),
+		}
+	}
+	return false, false, nil
+}
+
+// replyError returns the error a reply carries, or nil: the
+// {"error":{"code","message"}} body, or failing that the micro service
+// error headers.
+func replyError(msg *nats.Msg) *events.Error {
+	var er events.ErrorReply
+	if json.Unmarshal(msg.Data, &er) == nil && er.Error != nil && er.Error.Code != "" {
+		return &events.Error{Code: er.Error.Code, Message: er.Error.Message}
+	}
+	if msg.Header == nil {
+		return nil
+	}
+	code, desc := msg.Header.Get(micro.ErrorCodeHeader), msg.Header.Get(micro.ErrorHeader)
+	if code == "" && desc == "" {
+		return nil
+	}
+	// The code header may hold a status number, the description the code.
+	if _, err := strconv.Atoi(code); (err == nil || code == "") && desc != "" {
+		code = desc
+	}
+	return &events.Error{Code: events.Code(code), Message: desc}
+}

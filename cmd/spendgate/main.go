@@ -22,6 +22,8 @@ Usage:
   spendgate admit    --scope KIND:ID [--scope ...] --amount DECIMAL [--unit USD] [--ttl 5m] [--request-id ID]
   spendgate settle   --reservation ID --actual DECIMAL
   spendgate release  --reservation ID
+  spendgate audit check                  replay the book of record and reconcile it with the live balances
+  spendgate audit balances [--at TIME]   totals per budget period as CSV, optionally as of an RFC 3339 time
 
 Every command takes -h for its flags. Client commands connect to --nats-url
 (default nats://127.0.0.1:4222, or $SPENDGATE_NATS_URL) and print the JSON
@@ -49,6 +51,8 @@ func run(args []string) int {
 		return settleCmd(rest)
 	case "release":
 		return releaseCmd(rest)
+	case "audit":
+		return audit(rest)
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return 0

@@ -4,9 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -121,26 +121,35 @@ func (a *Admitter) validate(req events.AdmitRequest) (request, error) {
 
 // hashRequest fingerprints everything that determines an admission, in a
 // canonical form, so a retry with an equal body matches whatever its JSON
-// field order or amount spelling ("0.050" and "0.05").
+// field order or amount spelling ("0.050" and "0.05"). Fields are written
+// length-prefixed so no two different requests share an encoding.
 func hashRequest(r request) string {
+	h := sha256.New()
+	var buf []byte
+	field := func(s string) {
+		buf = strconv.AppendInt(buf[:0], int64(len(s)), 10)
+		buf = append(buf, ':')
+		buf = append(buf, s...)
+		h.Write(buf)
+	}
+	for _, s := range r.scopes {
+		field(string(s))
+	}
+	field("|")
+	field(r.amount.String())
+	field(r.unit)
+	field(strconv.FormatInt(int64(r.ttl), 10))
 	keys := make([]string, 0, len(r.metadata))
 	for k := range r.metadata {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	meta := make([][2]string, len(keys))
-	for i, k := range keys {
-		meta[i] = [2]string{k, r.metadata[k]}
+	for _, k := range keys {
+		field(k)
+		field(r.metadata[k])
 	}
-	b, _ := json.Marshal(struct {
-		Scopes []events.Scope
-		Amount string
-		Unit   string
-		TTL    int64
-		Meta   [][2]string
-	}{r.scopes, r.amount.String(), r.unit, int64(r.ttl), meta})
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:16])
+	var sum [sha256.Size]byte
+	return hex.EncodeToString(h.Sum(sum[:0])[:16])
 }
 
 // Admit reserves req.Amount in every budget of every scope of req, or in

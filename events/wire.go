@@ -176,30 +176,58 @@ func DecodeRequest(data []byte, v any) error {
 
 // checkKeys rejects top-level keys that encoding/json would accept but a
 // strict reader must not: a key that matches a field only case-insensitively
-// ("AMOUNT") and a key given twice.
+// ("AMOUNT") and a key given twice. It scans the bytes once without
+// decoding values; malformed JSON is left for the decoder to report.
 func checkKeys(data []byte, v any) error {
 	allowed := fieldNames(reflect.TypeOf(v))
-	d := json.NewDecoder(bytes.NewReader(data))
-	if _, err := d.Token(); err != nil { // '{'
-		return &Error{Code: CodeInvalidRequest, Message: "request body: " + err.Error(), Err: err}
-	}
-	seen := map[string]bool{}
-	for d.More() {
-		tok, err := d.Token()
-		if err != nil {
-			return &Error{Code: CodeInvalidRequest, Message: "request body: " + err.Error(), Err: err}
+	var seen [16]string
+	keys := seen[:0]
+	depth, inStr, esc := 0, false, false
+	expectKey := false
+	keyStart := -1
+	for i, c := range data {
+		if inStr {
+			switch {
+			case esc:
+				esc = false
+			case c == '\\':
+				esc = true
+			case c == '"':
+				inStr = false
+				if keyStart >= 0 {
+					key := string(data[keyStart:i])
+					keyStart = -1
+					for _, k := range keys {
+						if k == key {
+							return Errorf(CodeInvalidRequest, "request body: field %q appears twice", key)
+						}
+					}
+					keys = append(keys, key)
+					if allowed != nil && !allowed[key] {
+						return Errorf(CodeInvalidRequest, "request body: unknown field %q", key)
+					}
+				}
+			}
+			continue
 		}
-		key, _ := tok.(string)
-		if seen[key] {
-			return Errorf(CodeInvalidRequest, "request body: field %q appears twice", key)
-		}
-		seen[key] = true
-		if allowed != nil && !allowed[key] {
-			return Errorf(CodeInvalidRequest, "request body: unknown field %q", key)
-		}
-		var skip json.RawMessage
-		if err := d.Decode(&skip); err != nil {
-			return &Error{Code: CodeInvalidRequest, Message: "request body: " + err.Error(), Err: err}
+		switch c {
+		case '"':
+			inStr = true
+			if depth == 1 && expectKey {
+				keyStart = i + 1
+				expectKey = false
+			}
+		case '{', '[':
+			depth++
+			if depth == 1 && c == '{' {
+				expectKey = true
+			}
+		case '}', ']':
+			depth--
+		case ',':
+			if depth == 1 {
+				expectKey = true
+			}
 		}
 	}
 	return nil

@@ -20,15 +20,18 @@ import (
 // keyLock serializes this replica's commits to one key and queues the Txs
 // waiting for it, so that one committer folds them into one revision.
 type keyLock struct {
+	// commit is held while a revision of the key is decided and written.
 	commit sync.Mutex
+
 	qmu    sync.Mutex
 	queue  []*pending
+	active bool // a committer is draining queue
 }
 
 type pending struct {
 	tx   Tx
 	err  error
-	done bool
+	done chan struct{}
 }
 
 func (l *Ledger) lockFor(key string) *keyLock {
@@ -65,7 +68,7 @@ func (l *Ledger) Submit(ctx context.Context, tx Tx) error {
 		return events.Errorf(events.CodeInvalidRequest, "transaction touches %d balances; the limit is %d", len(refs), streams.MaxBatch)
 	}
 	ctx = context.WithoutCancel(ctx)
-	p := &pending{tx: tx}
+	p := &pending{tx: tx, done: make(chan struct{})}
 	if len(refs) > 1 {
 		locks := make([]*keyLock, len(refs))
 		for i, r := range refs {
@@ -81,22 +84,49 @@ func (l *Ledger) Submit(ctx context.Context, tx Tx) error {
 	kl := l.lockFor(streams.BalanceKey(refs[0]))
 	kl.qmu.Lock()
 	kl.queue = append(kl.queue, p)
+	lead := !kl.active
+	kl.active = true
 	kl.qmu.Unlock()
-	for {
-		kl.commit.Lock()
-		if p.done {
-			kl.commit.Unlock()
-			return p.err
+	if lead {
+		// This caller commits the queue as it stands (its own Tx included),
+		// then hands the rest of the queue to a background committer so its
+		// own reply is not held up by later arrivals.
+		if l.commitNext(ctx, kl, refs) {
+			go func() {
+				for l.commitNext(ctx, kl, refs) {
+				}
+			}()
 		}
-		kl.qmu.Lock()
-		n := min(len(kl.queue), l.opts.maxGroup)
-		group := make([]*pending, n)
-		copy(group, kl.queue)
-		kl.queue = append(kl.queue[:0:0], kl.queue[n:]...)
-		kl.qmu.Unlock()
-		l.commitGroup(ctx, refs, group)
-		kl.commit.Unlock()
 	}
+	<-p.done
+	return p.err
+}
+
+// commitNext commits up to maxGroup queued Txs of kl as one revision. It
+// reports whether more are queued; when none are, it releases the committer
+// role.
+func (l *Ledger) commitNext(ctx context.Context, kl *keyLock, refs []events.BalanceRef) bool {
+	kl.qmu.Lock()
+	n := min(len(kl.queue), l.opts.maxGroup)
+	if n == 0 {
+		kl.active = false
+		kl.qmu.Unlock()
+		return false
+	}
+	group := make([]*pending, n)
+	copy(group, kl.queue)
+	kl.queue = append(kl.queue[:0:0], kl.queue[n:]...)
+	kl.qmu.Unlock()
+	kl.commit.Lock()
+	l.commitGroup(ctx, refs, group)
+	kl.commit.Unlock()
+	kl.qmu.Lock()
+	more := len(kl.queue) > 0
+	if !more {
+		kl.active = false
+	}
+	kl.qmu.Unlock()
+	return more
 }
 
 func uniqueRefs(in []events.BalanceRef) []events.BalanceRef {
@@ -122,7 +152,7 @@ func (l *Ledger) commitGroup(ctx context.Context, refs []events.BalanceRef, grou
 			if err != nil && p.err == nil {
 				p.err = err
 			}
-			p.done = true
+			close(p.done)
 		}
 	}
 	for attempt := 0; ; attempt++ {
@@ -149,12 +179,19 @@ func (l *Ledger) commitGroup(ctx context.Context, refs []events.BalanceRef, grou
 				l.applyBalanceLocked(revs[i].key, seqs[i], &revs[i].value)
 			}
 			l.mu.Unlock()
+			l.ownFolded()
+			l.stats.commits.Add(1)
+			l.stats.txs.Add(int64(len(group)))
+			if len(revs) > 1 {
+				l.stats.batches.Add(1)
+			}
 			finish(nil)
 			return
 		}
 		var unknown bool
 		switch {
 		case streams.IsConflict(err):
+			l.stats.conflicts.Add(1)
 		case isTimeout(err):
 			// The write may or may not have landed: fold whatever is there
 			// and decide again; a landed write shows up as already applied.
@@ -214,6 +251,7 @@ func (l *Ledger) publishOne(ctx context.Context, key string, rev uint64, data []
 	defer cancel()
 	msg := nats.NewMsg(l.layout.Subject(key))
 	msg.Data = data
+	msg.Header.Set(HeaderWriter, l.id)
 	opts := []jetstream.PublishOpt{jetstream.WithExpectStream(l.layout.StreamName())}
 	if !l.opts.blindWrites {
 		opts = append(opts, jetstream.WithExpectLastSequencePerSubject(rev))
@@ -251,6 +289,7 @@ func (l *Ledger) publishBatch(ctx context.Context, revs []keyedRevision, datas [
 		msg := nats.NewMsg(l.layout.Subject(revs[i].key))
 		msg.Data = datas[i]
 		msg.Header.Set(hdrBatchID, id)
+		msg.Header.Set(HeaderWriter, l.id)
 		msg.Header.Set(hdrBatchSeq, strconv.Itoa(i+1))
 		if !l.opts.blindWrites {
 			msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(revs[i].rev, 10))

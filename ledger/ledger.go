@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -41,7 +42,26 @@ type Ledger struct {
 
 	ready     chan struct{}
 	readyOnce sync.Once
+
+	stats struct {
+		commits, txs, conflicts, batches atomic.Int64
+	}
+
+	// id marks this replica's writes (header HeaderWriter), so the follower
+	// can leave them to the committer, which folds them from memory.
+	id string
+	// ownApplied is closed and replaced whenever a committer folds its own
+	// write.
+	ownApplied chan struct{}
+	ownMu      sync.Mutex
 }
+
+// HeaderWriter names the replica that wrote a revision.
+const HeaderWriter = "Spendgate-Writer"
+
+// ownWait bounds how long the follower waits for a committer to fold its own
+// write before decoding it itself (the committer may have timed out).
+const ownWait = 2 * time.Second
 
 // New binds the ledger stream (which streams.Ensure must have created).
 func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, layout streams.Layout, opts ...Option) (*Ledger, error) {
@@ -64,6 +84,8 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, layout stre
 		locks:        map[string]*keyLock{},
 		progress:     make(chan struct{}),
 		ready:        make(chan struct{}),
+		id:           uuid.NewString(),
+		ownApplied:   make(chan struct{}),
 	}, nil
 }
 
@@ -115,6 +137,9 @@ func (l *Ledger) Run(ctx context.Context) error {
 			return fmt.Errorf("ledger: follower metadata: %w", err)
 		}
 		seq := meta.Sequence.Stream
+		if msg.Headers().Get(HeaderWriter) == l.id {
+			l.awaitOwn(msg.Subject(), seq)
+		}
 		if err := l.applyMsg(msg.Subject(), seq, msg.Data()); err != nil {
 			// A revision this replica cannot fold means the book is not
 			// what this code understands: stop rather than decide on it.
@@ -125,6 +150,52 @@ func (l *Ledger) Run(ctx context.Context) error {
 			l.readyOnce.Do(func() { close(l.ready) })
 		}
 	}
+}
+
+// awaitOwn waits (bounded) until the committer that wrote seq has folded it,
+// so the follower need not decode a revision this replica already holds in
+// memory. Revisions of one key must be folded in order, so the follower
+// cannot simply skip it.
+func (l *Ledger) awaitOwn(subject string, seq uint64) {
+	key, ok := l.layout.KeyOf(subject)
+	if !ok {
+		return
+	}
+	deadline := time.NewTimer(ownWait)
+	defer deadline.Stop()
+	for {
+		l.ownMu.Lock()
+		ch := l.ownApplied
+		l.ownMu.Unlock()
+		if l.revOf(key) >= seq {
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			return
+		}
+	}
+}
+
+func (l *Ledger) revOf(key string) uint64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if b := l.balances[key]; b != nil {
+		return b.rev
+	}
+	if b := l.budgets[key]; b != nil {
+		return b.rev
+	}
+	return 0
+}
+
+// ownFolded wakes a follower waiting in awaitOwn.
+func (l *Ledger) ownFolded() {
+	l.ownMu.Lock()
+	close(l.ownApplied)
+	l.ownApplied = make(chan struct{})
+	l.ownMu.Unlock()
 }
 
 func (l *Ledger) advance(seq uint64) {
@@ -166,6 +237,11 @@ func (l *Ledger) Sync(ctx context.Context) error {
 func (l *Ledger) applyMsg(subject string, seq uint64, data []byte) error {
 	key, ok := l.layout.KeyOf(subject)
 	if !ok {
+		return nil
+	}
+	// A revision already folded (this replica's own write, folded from
+	// memory when its ack came back) is skipped before paying for a decode.
+	if seq <= l.revOf(key) {
 		return nil
 	}
 	switch {
@@ -426,6 +502,7 @@ func (l *Ledger) PutBudget(ctx context.Context, ref events.BudgetRef, limit even
 			l.mu.Lock()
 			l.applyBudgetLocked(key, seq, &value)
 			l.mu.Unlock()
+			l.ownFolded()
 			return Budget{Ref: ref, Limit: limit, Unit: unit, Revision: seq}, nil
 		}
 		if !streams.IsConflict(err) && !isTimeout(err) {
@@ -440,4 +517,23 @@ func (l *Ledger) PutBudget(ctx context.Context, ref events.BudgetRef, limit even
 
 func isTimeout(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoStreamResponse)
+}
+
+// Stats counts this replica's commit path since it started.
+type Stats struct {
+	// Commits is the number of successful writes (a revision, or an atomic
+	// batch of several).
+	Commits int64
+	// Batches is how many of Commits were multi-key atomic batches.
+	Batches int64
+	// Txs is the number of Txs decided in successful commits (including
+	// those that committed nothing, such as denials and replays).
+	Txs int64
+	// Conflicts counts writes lost to compare-and-set.
+	Conflicts int64
+}
+
+// Stats returns the commit counters.
+func (l *Ledger) Stats() Stats {
+	return Stats{Commits: l.stats.commits.Load(), Batches: l.stats.batches.Load(), Txs: l.stats.txs.Load(), Conflicts: l.stats.conflicts.Load()}
 }

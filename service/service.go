@@ -84,11 +84,15 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 	s.svc = svc
 	add := func(name, desc string, h func([]byte) (any, error)) error {
 		return svc.AddEndpoint(strings.ReplaceAll(name, ".", "_"), micro.HandlerFunc(func(r micro.Request) {
+			// micro's Request is not safe to use after the handler returns
+			// (its stats read it), so the goroutine gets copies and replies
+			// on the connection itself.
+			data, reply, subject := r.Data(), r.Reply(), r.Subject()
 			s.inflight <- struct{}{}
 			s.wg.Add(1)
 			go func() {
 				defer func() { <-s.inflight; s.wg.Done() }()
-				s.serve(r, h)
+				s.serve(nc, subject, reply, data, h)
 			}()
 		}),
 			micro.WithEndpointSubject(layout.Endpoint(name)),
@@ -130,27 +134,32 @@ func (s *Service) Stop() error {
 // Info returns the micro service info.
 func (s *Service) Info() micro.Info { return s.svc.Info() }
 
-func (s *Service) serve(r micro.Request, h func([]byte) (any, error)) {
-	out, err := h(r.Data())
+func (s *Service) serve(nc *nats.Conn, subject, reply string, data []byte, h func([]byte) (any, error)) {
+	out, err := h(data)
+	msg := &nats.Msg{Subject: reply}
+	if err == nil {
+		msg.Data, err = json.Marshal(out)
+	}
 	if err != nil {
 		var e *events.Error
 		if !errors.As(err, &e) {
-			s.log.Error("request failed", "subject", r.Subject(), "err", err)
+			s.log.Error("request failed", "subject", subject, "err", err)
 			e = &events.Error{Code: events.CodeInternal, Message: "internal error"}
 		} else if e.Code == events.CodeInternal || e.Code == events.CodeLedgerUnavailable {
-			s.log.Error("request failed", "subject", r.Subject(), "err", err)
+			s.log.Error("request failed", "subject", subject, "err", err)
 		}
-		body, _ := json.Marshal(events.ErrorReply{Error: &events.Error{Code: e.Code, Message: e.Message}})
-		_ = r.Error(statusOf(e.Code), string(e.Code), body)
+		msg.Data, _ = json.Marshal(events.ErrorReply{Error: &events.Error{Code: e.Code, Message: e.Message}})
+		msg.Header = nats.Header{
+			micro.ErrorHeader:     []string{string(e.Code)},
+			micro.ErrorCodeHeader: []string{statusOf(e.Code)},
+		}
+	}
+	if reply == "" {
 		return
 	}
-	body, err := json.Marshal(out)
-	if err != nil {
-		s.log.Error("encoding reply", "err", err)
-		_ = r.Error("500", string(events.CodeInternal), []byte(`{"error":{"code":"internal","message":"encoding reply"}}`))
-		return
+	if err := nc.PublishMsg(msg); err != nil {
+		s.log.Warn("reply failed", "subject", subject, "err", err)
 	}
-	_ = r.Respond(body)
 }
 
 func statusOf(c events.Code) string {

@@ -169,8 +169,19 @@ func (l *Ledger) commitGroup(ctx context.Context, refs []events.BalanceRef, grou
 		}
 		revs := v.revisions()
 		if len(revs) == 0 {
-			finish(nil)
-			return
+			// Nothing to write, so no compare-and-set vouches for the
+			// decisions (denials, replays): check that they were made on
+			// the latest revision of every key, else fold and decide again.
+			stale, err := l.stale(ctx, v)
+			if err != nil {
+				finish(err)
+				return
+			}
+			if !stale || attempt+1 >= l.opts.maxAttempts {
+				finish(nil)
+				return
+			}
+			continue
 		}
 		seqs, err := l.write(ctx, revs)
 		if err == nil {
@@ -325,4 +336,23 @@ func (l *Ledger) publishBatch(ctx context.Context, revs []keyedRevision, datas [
 		return seqs, nil
 	}
 	return nil, errors.New("ledger: empty batch")
+}
+
+// stale reports whether any key of v has a newer revision than the one v was
+// decided on, folding the newer revisions in if so.
+func (l *Ledger) stale(ctx context.Context, v *View) (bool, error) {
+	stale := false
+	for key, vb := range v.bal {
+		latest, err := l.latestRev(ctx, key)
+		if err != nil {
+			return false, err
+		}
+		if latest > vb.rev {
+			stale = true
+			if err := l.catchUp(ctx, key); err != nil {
+				return false, err
+			}
+		}
+	}
+	return stale, nil
 }

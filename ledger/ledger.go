@@ -338,30 +338,21 @@ func (l *Ledger) applyEventLocked(b *balance, key string, e events.Event) {
 }
 
 // catchUp folds the revisions of key written after the one this replica
-// holds, reading them straight from the stream (next message by subject),
-// so a replica that lost a compare-and-set learns what it missed without
-// waiting for its follower.
+// holds, reading them from the stream leader (next message by subject), so a
+// replica that lost a compare-and-set learns what it missed without waiting
+// for its follower.
 func (l *Ledger) catchUp(ctx context.Context, key string) error {
 	subj := l.layout.Subject(key)
 	for {
-		l.mu.RLock()
-		var have uint64
-		if streams.IsBalanceKey(key) {
-			if b := l.balances[key]; b != nil {
-				have = b.rev
-			}
-		} else if b := l.budgets[key]; b != nil {
-			have = b.rev
+		have := l.revOf(key)
+		m, found, err := l.leaderGet(ctx, leaderGetRequest{Seq: have + 1, NextFor: subj})
+		if err != nil {
+			return err
 		}
-		l.mu.RUnlock()
-		msg, err := l.stream.GetMsg(ctx, have+1, jetstream.WithGetMsgSubject(subj))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
+		if !found {
 			return nil
 		}
-		if err != nil {
-			return &events.Error{Code: events.CodeLedgerUnavailable, Message: "reading missed revisions", Err: err}
-		}
-		if err := l.applyMsg(msg.Subject, msg.Sequence, msg.Data); err != nil {
+		if err := l.applyMsg(m.subject, m.seq, m.data); err != nil {
 			return &events.Error{Code: events.CodeInternal, Message: "folding missed revision", Err: err}
 		}
 	}

@@ -1,0 +1,79 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spendgate/spendgate/events"
+)
+
+// errCodeNoMessage is JetStream's "no message found" (10037).
+const errCodeNoMessage = 10037
+
+// leaderGetRequest is the body of $JS.API.STREAM.MSG.GET.<stream>.
+type leaderGetRequest struct {
+	Seq     uint64 `json:"seq,omitempty"`
+	NextFor string `json:"next_by_subj,omitempty"`
+	LastFor string `json:"last_by_subj,omitempty"`
+}
+
+type leaderGetResponse struct {
+	Error   *jetstream.APIError `json:"error,omitempty"`
+	Message *struct {
+		Subject  string `json:"subject"`
+		Sequence uint64 `json:"seq"`
+		Data     []byte `json:"data,omitempty"`
+	} `json:"message,omitempty"`
+}
+
+// storedMsg is one message read back from the ledger stream.
+type storedMsg struct {
+	subject string
+	seq     uint64
+	data    []byte
+}
+
+// leaderGet reads one message through the stream leader (not a direct get,
+// which any replica of an R3 stream may serve from a lagging copy). It is
+// used where a stale answer would be wrong: catching up after a lost
+// compare-and-set, and checking that a decision that writes nothing was
+// made on the latest revision. found is false when no message matches.
+func (l *Ledger) leaderGet(ctx context.Context, req leaderGetRequest) (m storedMsg, found bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, l.opts.commitTimeout)
+	defer cancel()
+	body, err := json.Marshal(req)
+	if err != nil {
+		return m, false, err
+	}
+	reply, err := l.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+l.layout.StreamName(), body)
+	if err != nil {
+		return m, false, &events.Error{Code: events.CodeLedgerUnavailable, Message: "reading the ledger stream", Err: err}
+	}
+	var resp leaderGetResponse
+	if err := json.Unmarshal(reply.Data, &resp); err != nil {
+		return m, false, &events.Error{Code: events.CodeLedgerUnavailable, Message: "reading the ledger stream", Err: err}
+	}
+	if resp.Error != nil {
+		if resp.Error.ErrorCode == errCodeNoMessage {
+			return m, false, nil
+		}
+		return m, false, &events.Error{Code: events.CodeLedgerUnavailable, Message: "reading the ledger stream", Err: resp.Error}
+	}
+	if resp.Message == nil {
+		return m, false, fmt.Errorf("ledger: empty message get reply")
+	}
+	return storedMsg{subject: resp.Message.Subject, seq: resp.Message.Sequence, data: resp.Message.Data}, true, nil
+}
+
+// latestRev returns the last revision of key as the stream leader has it
+// (0 if the key does not exist).
+func (l *Ledger) latestRev(ctx context.Context, key string) (uint64, error) {
+	m, found, err := l.leaderGet(ctx, leaderGetRequest{LastFor: l.layout.Subject(key)})
+	if err != nil || !found {
+		return 0, err
+	}
+	return m.seq, nil
+}

@@ -48,6 +48,8 @@ type Replica struct {
 	cancel context.CancelFunc
 	done   chan error
 	sweepd chan struct{}
+	failed chan struct{}
+	err    error
 }
 
 // StartReplica ensures the streams, folds the ledger, and starts serving on
@@ -100,8 +102,18 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 		return nil, err
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	r := &Replica{Ledger: l, Admitter: a, Settler: st, Sweeper: sw, cancel: cancel, done: make(chan error, 1), sweepd: make(chan struct{})}
-	go func() { r.done <- l.Run(runCtx) }()
+	r := &Replica{Ledger: l, Admitter: a, Settler: st, Sweeper: sw, cancel: cancel, done: make(chan error, 1), sweepd: make(chan struct{}), failed: make(chan struct{})}
+	go func() {
+		err := l.Run(runCtx)
+		if runCtx.Err() == nil {
+			// The follower stopped on its own: this replica's book no
+			// longer advances, so it must stop answering.
+			cfg.Log.Error("ledger follower stopped", "err", err)
+			r.err = err
+			close(r.failed)
+		}
+		r.done <- err
+	}()
 	select {
 	case <-l.Ready():
 	case err := <-r.done:
@@ -125,6 +137,22 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 		close(r.sweepd)
 	}
 	return r, nil
+}
+
+// Failed is closed if the ledger follower stops on its own (a revision it
+// cannot fold, or the stream is gone); Err then says why. The replica's
+// owner should Stop it: a replica whose book no longer advances must not keep
+// answering.
+func (r *Replica) Failed() <-chan struct{} { return r.failed }
+
+// Err returns why the follower failed, after Failed is closed.
+func (r *Replica) Err() error {
+	select {
+	case <-r.failed:
+		return r.err
+	default:
+		return nil
+	}
 }
 
 // Stop stops taking requests, answers those in flight, then stops the

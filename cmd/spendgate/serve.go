@@ -100,12 +100,18 @@ func serve(args []string) int {
 	}
 	log.Info("spendgate serving", "service", streams.ServiceName, "prefix", layout.Prefix(), "stream", layout.StreamName(), "replicas", *replicas)
 	fmt.Fprintf(os.Stderr, "ready: try  nats micro info %s\n", streams.ServiceName)
-	<-ctx.Done()
-	log.Info("shutting down: answering requests in flight")
+	code := 0
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: answering requests in flight")
+	case <-r.Failed():
+		log.Error("ledger follower failed; stopping", "err", r.Err())
+		code = 1
+	}
 	if err := r.Stop(); err != nil {
 		log.Error("stop", "err", err)
-		return 1
+		code = 1
 	}
 	_ = nc.Drain()
-	return 0
+	return code
 }

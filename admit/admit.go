@@ -47,8 +47,9 @@ type request struct {
 // Validate checks an AdmitRequest without touching the ledger.
 //
 // Errors (*events.Error), in precedence order: CodeInvalidIdentifier
-// (request id, scopes), CodeInvalidRequest (no scopes, too many),
-// CodeInvalidAmount, CodeInvalidUnit, CodeInvalidTTL, CodeInvalidMetadata.
+// (request id), CodeInvalidRequest (no scopes, too many),
+// CodeInvalidIdentifier (a scope), CodeInvalidAmount, CodeInvalidUnit,
+// CodeInvalidTTL, CodeInvalidMetadata.
 func (a *Admitter) Validate(req events.AdmitRequest) error {
 	_, err := a.validate(req)
 	return err

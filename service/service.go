@@ -25,6 +25,10 @@ const Version = "0.1.0"
 // QueueGroup is the queue group of every endpoint, so replicas share load.
 const QueueGroup = "spendgate"
 
+// RequestTimeout bounds the work of one request that waits on the ledger
+// (a read-your-writes sync); commits have their own timeout.
+const RequestTimeout = 10 * time.Second
+
 // MaxInFlight bounds the requests one replica handles at once. micro calls a
 // handler from one goroutine per endpoint; spendgate hands each request to
 // its own goroutine so concurrent admits on a hot budget reach the group
@@ -82,7 +86,7 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	s.svc = svc
-	add := func(name, desc string, h func([]byte) (any, error)) error {
+	add := func(name, desc string, h func(context.Context, []byte) (any, error)) error {
 		return svc.AddEndpoint(strings.ReplaceAll(name, ".", "_"), micro.HandlerFunc(func(r micro.Request) {
 			// micro's Request is not safe to use after the handler returns
 			// (its stats read it), so the goroutine gets copies and replies
@@ -100,7 +104,7 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 	}
 	for _, e := range []struct {
 		name, desc string
-		h          func([]byte) (any, error)
+		h          func(context.Context, []byte) (any, error)
 	}{
 		{streams.EndpointAdmit, "reserve an amount in every budget of the named scopes, or in none", s.admit},
 		{streams.EndpointSettle, "close a reservation with its actual cost", s.settle},
@@ -134,8 +138,10 @@ func (s *Service) Stop() error {
 // Info returns the micro service info.
 func (s *Service) Info() micro.Info { return s.svc.Info() }
 
-func (s *Service) serve(nc *nats.Conn, subject, reply string, data []byte, h func([]byte) (any, error)) {
-	out, err := h(data)
+func (s *Service) serve(nc *nats.Conn, subject, reply string, data []byte, h func(context.Context, []byte) (any, error)) {
+	ctx, cancel := context.WithTimeout(s.ctx, RequestTimeout)
+	defer cancel()
+	out, err := h(ctx, data)
 	msg := &nats.Msg{Subject: reply}
 	if err == nil {
 		msg.Data, err = json.Marshal(out)
@@ -178,31 +184,31 @@ func statusOf(c events.Code) string {
 	return "400"
 }
 
-func (s *Service) admit(data []byte) (any, error) {
+func (s *Service) admit(ctx context.Context, data []byte) (any, error) {
 	var req events.AdmitRequest
 	if err := events.DecodeRequest(data, &req); err != nil {
 		return nil, err
 	}
-	return s.a.Admit(s.ctx, req)
+	return s.a.Admit(ctx, req)
 }
 
-func (s *Service) settle(data []byte) (any, error) {
+func (s *Service) settle(ctx context.Context, data []byte) (any, error) {
 	var req events.SettleRequest
 	if err := events.DecodeRequest(data, &req); err != nil {
 		return nil, err
 	}
-	return s.s.Settle(s.ctx, req)
+	return s.s.Settle(ctx, req)
 }
 
-func (s *Service) release(data []byte) (any, error) {
+func (s *Service) release(ctx context.Context, data []byte) (any, error) {
 	var req events.ReleaseRequest
 	if err := events.DecodeRequest(data, &req); err != nil {
 		return nil, err
 	}
-	return s.s.Release(s.ctx, req)
+	return s.s.Release(ctx, req)
 }
 
-func (s *Service) budgetPut(data []byte) (any, error) {
+func (s *Service) budgetPut(ctx context.Context, data []byte) (any, error) {
 	var req events.BudgetPutRequest
 	if err := events.DecodeRequest(data, &req); err != nil {
 		return nil, err
@@ -223,13 +229,13 @@ func (s *Service) budgetPut(data []byte) (any, error) {
 		return nil, err
 	}
 	ref := events.BudgetRef{Scope: scope, Period: period}
-	if _, err := s.l.PutBudget(s.ctx, ref, limit, req.Unit, s.now()); err != nil {
+	if _, err := s.l.PutBudget(ctx, ref, limit, req.Unit, s.now()); err != nil {
 		return nil, err
 	}
 	return s.view(ref)
 }
 
-func (s *Service) budgetGet(data []byte) (any, error) {
+func (s *Service) budgetGet(ctx context.Context, data []byte) (any, error) {
 	var req events.BudgetGetRequest
 	if err := events.DecodeRequest(data, &req); err != nil {
 		return nil, err
@@ -242,16 +248,15 @@ func (s *Service) budgetGet(data []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	ref := events.BudgetRef{Scope: scope, Period: period}
-	if _, ok := s.l.Budget(ref); !ok {
-		if err := s.l.Sync(s.ctx); err != nil {
-			return nil, err
-		}
+	// Reads are read-your-writes across replicas: fold the stream up to
+	// its current end before answering.
+	if err := s.l.Sync(ctx); err != nil {
+		return nil, err
 	}
-	return s.view(ref)
+	return s.view(events.BudgetRef{Scope: scope, Period: period})
 }
 
-func (s *Service) budgetList(data []byte) (any, error) {
+func (s *Service) budgetList(ctx context.Context, data []byte) (any, error) {
 	var req events.BudgetListRequest
 	if len(data) > 0 {
 		if err := events.DecodeRequest(data, &req); err != nil {
@@ -262,6 +267,9 @@ func (s *Service) budgetList(data []byte) (any, error) {
 		if err := events.ValidateToken("kind", req.Kind, events.MaxKindLen); err != nil {
 			return nil, err
 		}
+	}
+	if err := s.l.Sync(ctx); err != nil {
+		return nil, err
 	}
 	out := events.BudgetListReply{Budgets: []events.BudgetView{}}
 	for _, b := range s.l.Budgets() {

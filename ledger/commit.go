@@ -30,6 +30,7 @@ type keyLock struct {
 
 type pending struct {
 	tx   Tx
+	refs []events.BalanceRef
 	err  error
 	done chan struct{}
 }
@@ -68,38 +69,96 @@ func (l *Ledger) Submit(ctx context.Context, tx Tx) error {
 		return events.Errorf(events.CodeInvalidRequest, "transaction touches %d balances; the limit is %d", len(refs), streams.MaxBatch)
 	}
 	ctx = context.WithoutCancel(ctx)
-	p := &pending{tx: tx, done: make(chan struct{})}
+	p := &pending{tx: tx, refs: refs, done: make(chan struct{})}
 	if len(refs) > 1 {
-		locks := make([]*keyLock, len(refs))
-		for i, r := range refs {
-			locks[i] = l.lockFor(streams.BalanceKey(r))
-			locks[i].commit.Lock()
-		}
-		l.commitGroup(ctx, refs, []*pending{p})
-		for _, kl := range locks {
-			kl.commit.Unlock()
-		}
-		return p.err
-	}
-	kl := l.lockFor(streams.BalanceKey(refs[0]))
-	kl.qmu.Lock()
-	kl.queue = append(kl.queue, p)
-	lead := !kl.active
-	kl.active = true
-	kl.qmu.Unlock()
-	if lead {
-		// This caller commits the queue as it stands (its own Tx included),
-		// then hands the rest of the queue to a background committer so its
-		// own reply is not held up by later arrivals.
-		if l.commitNext(ctx, kl, refs) {
-			go func() {
-				for l.commitNext(ctx, kl, refs) {
-				}
-			}()
-		}
+		l.enqueue(ctx, &l.multi, p, l.commitMultiNext)
+	} else {
+		kl := l.lockFor(streams.BalanceKey(refs[0]))
+		l.enqueue(ctx, kl, p, func(ctx context.Context, q *keyLock) bool { return l.commitNext(ctx, q, refs) })
 	}
 	<-p.done
 	return p.err
+}
+
+// enqueue queues p on q. If no committer is draining q, this caller becomes
+// it: it commits the queue as it stands (its own Tx included), then hands
+// the rest to a background committer so its own reply is not held up by
+// later arrivals.
+func (l *Ledger) enqueue(ctx context.Context, q *keyLock, p *pending, next func(context.Context, *keyLock) bool) {
+	q.qmu.Lock()
+	q.queue = append(q.queue, p)
+	lead := !q.active
+	q.active = true
+	q.qmu.Unlock()
+	if lead && next(ctx, q) {
+		go func() {
+			for next(ctx, q) {
+			}
+		}()
+	}
+}
+
+// commitMultiNext commits queued multi-balance Txs as one atomic batch: as
+// many Txs as fit in maxGroup and in streams.MaxBatch distinct keys, decided
+// together against one view of the union of their balances, so that on a
+// single file-storage server (where every atomic batch pays a staged fsync)
+// many multi-budget admits share one batch. It holds the commit lock of
+// every key in the union, taken in key order, so it excludes the
+// single-balance committers of those keys. It reports whether more are
+// queued; when none are, it releases the committer role.
+func (l *Ledger) commitMultiNext(ctx context.Context, q *keyLock) bool {
+	q.qmu.Lock()
+	if len(q.queue) == 0 {
+		q.active = false
+		q.qmu.Unlock()
+		return false
+	}
+	keys := map[string]events.BalanceRef{}
+	n := 0
+	for _, p := range q.queue {
+		if n == l.opts.maxGroup {
+			break
+		}
+		added := 0
+		for _, r := range p.refs {
+			if _, ok := keys[streams.BalanceKey(r)]; !ok {
+				added++
+			}
+		}
+		if n > 0 && len(keys)+added > streams.MaxBatch {
+			break
+		}
+		for _, r := range p.refs {
+			keys[streams.BalanceKey(r)] = r
+		}
+		n++
+	}
+	group := make([]*pending, n)
+	copy(group, q.queue)
+	q.queue = append(q.queue[:0:0], q.queue[n:]...)
+	q.qmu.Unlock()
+
+	union := make([]events.BalanceRef, 0, len(keys))
+	for _, r := range keys {
+		union = append(union, r)
+	}
+	union = uniqueRefs(union)
+	locks := make([]*keyLock, len(union))
+	for i, r := range union {
+		locks[i] = l.lockFor(streams.BalanceKey(r))
+		locks[i].commit.Lock()
+	}
+	l.commitGroup(ctx, union, group)
+	for _, kl := range locks {
+		kl.commit.Unlock()
+	}
+	q.qmu.Lock()
+	more := len(q.queue) > 0
+	if !more {
+		q.active = false
+	}
+	q.qmu.Unlock()
+	return more
 }
 
 // commitNext commits up to maxGroup queued Txs of kl as one revision. It

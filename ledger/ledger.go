@@ -35,6 +35,8 @@ type Ledger struct {
 
 	klMu  sync.Mutex
 	locks map[string]*keyLock
+	// multi queues the Txs over several balances for the batch committer.
+	multi keyLock
 
 	applied  atomic.Uint64 // last stream sequence folded by the follower
 	progress chan struct{} // closed and replaced whenever applied advances

@@ -28,8 +28,9 @@ const (
 	// MaxMsgSize caps one revision (a group commit folds many events into
 	// one revision, so this also bounds the group size in bytes).
 	MaxMsgSize = 4 << 20
-	// MaxBatch is the most messages in one atomic batch (server limit 1000).
-	MaxBatch = 64
+	// MaxBatch is the most keys (messages) in one atomic batch; the server
+	// allows 1000. Multi-budget Txs are grouped into batches up to this.
+	MaxBatch = 256
 )
 
 // Config names the resources of one spendgate installation.

@@ -105,7 +105,9 @@ func New(list Lister, exp Expirer, opts ...Option) (*Sweeper, error) {
 
 // Pass expires up to the per-pass bound of due reservations and returns how
 // many it expired. A reservation closed by someone else first is skipped.
-// It stops at the first ledger error (busy or unavailable) and returns it.
+// It stops at the first error that says the ledger is unavailable and
+// returns it; any other failure of one reservation is logged and skipped,
+// so one bad reservation cannot stop every later expiry.
 func (s *Sweeper) Pass(ctx context.Context) (int, error) {
 	n := 0
 	for _, id := range s.list.Expired(s.now(), s.max) {
@@ -114,7 +116,11 @@ func (s *Sweeper) Pass(ctx context.Context) (int, error) {
 		}
 		reply, err := s.exp.Expire(ctx, id)
 		if err != nil {
-			return n, err
+			if code := events.CodeOf(err); code == events.CodeLedgerUnavailable || ctx.Err() != nil {
+				return n, err
+			}
+			s.log.Warn("sweep: expiring a reservation failed; skipping it this pass", "reservation", id, "err", err)
+			continue
 		}
 		if reply.Status == events.StatusExpired && !reply.Replayed {
 			n++

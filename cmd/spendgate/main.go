@@ -24,6 +24,8 @@ Usage:
   spendgate release  --reservation ID
   spendgate audit check                  replay the book of record and reconcile it with the live balances
   spendgate audit balances [--at TIME]   totals per budget period as CSV, optionally as of an RFC 3339 time
+  spendgate bench    [--duration 3s] [--reps 3] [--conns 4] [--scenarios hot1,...|mem] [--json]   throughput vs floor and naive CAS
+  spendgate demo overrun [--concurrency 20] [--ceiling 0.10] [--price 0.02] [--json]   naive ledger vs spendgate, no setup
 
 Every command takes -h for its flags. Client commands connect to --nats-url
 (default nats://127.0.0.1:4222, or $SPENDGATE_NATS_URL) and print the JSON
@@ -53,6 +55,10 @@ func run(args []string) int {
 		return releaseCmd(rest)
 	case "audit":
 		return audit(rest)
+	case "bench":
+		return benchCmd(rest)
+	case "demo":
+		return demoCmd(rest)
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return 0

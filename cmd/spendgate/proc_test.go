@@ -23,6 +23,10 @@ import (
 var binPath string
 
 func TestMain(m *testing.M) {
+	if os.Getenv("GO_SPENDGATE_CALLER") == "1" {
+		// Re-executed as a caller process: it needs no binary.
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "spendgate-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -151,4 +155,3 @@ func serviceCount(t *testing.T, nc *nats.Conn) int {
 		n++
 	}
 }
-

@@ -36,6 +36,10 @@ func serve(args []string) int {
 	if fs.Parse(args) != nil {
 		return 1
 	}
+	if *sweepEvery <= 0 {
+		fmt.Fprintln(os.Stderr, "spendgate: --sweep-interval must be positive")
+		return 1
+	}
 	level := slog.LevelInfo
 	if *verbose {
 		level = slog.LevelDebug

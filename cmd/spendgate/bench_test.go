@@ -1,0 +1,218 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/service"
+	"github.com/spendgate/spendgate/streams"
+	"github.com/spendgate/spendgate/testenv"
+)
+
+// benchTestBudget bounds TestBenchCmd_Table, race detector included.
+const benchTestBudget = 15 * time.Second
+
+func TestBenchCmd_Table(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*benchTestBudget)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	before := runtime.NumGoroutine()
+	start := time.Now()
+	code := runBench(ctx, []string{"--duration", "200ms", "--reps", "1", "--scenarios", "hot1,hot16"}, &out, &errOut)
+	elapsed := time.Since(start)
+	require.Equal(t, 0, code, "stderr:\n%s\nstdout:\n%s", errOut.String(), out.String())
+	// No goroutine outlives the command (closed connections and the server
+	// take a moment to unwind).
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond) // polling a condition with a bound
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		buf := make([]byte, 1<<20)
+		t.Fatalf("goroutines outlive the command: %d before, %d after:\n%s", before, n, buf[:runtime.Stack(buf, true)])
+	}
+
+	// The table: columns separated by two or more spaces.
+	sep := regexp.MustCompile(`\s{2,}`)
+	var header []string
+	rows := map[string][]string{}
+	for _, line := range strings.Split(out.String(), "\n") {
+		f := sep.Split(strings.TrimSpace(line), -1)
+		if f[0] == "scenario" {
+			header = f
+			continue
+		}
+		if header != nil && len(f) == len(header) {
+			rows[f[0]] = f
+		}
+	}
+	require.Equal(t, benchTableColumns, header, out.String())
+	col := func(row []string, name string) string {
+		for i, h := range header {
+			if h == name {
+				return row[i]
+			}
+		}
+		t.Fatalf("no column %q", name)
+		return ""
+	}
+	for _, sc := range []struct {
+		name    string
+		callers string
+	}{{"hot1", "1"}, {"hot16", "16"}} {
+		row, ok := rows[sc.name]
+		require.True(t, ok, "no row for %s:\n%s", sc.name, out.String())
+		require.Equal(t, sc.callers, col(row, "callers"))
+		require.Equal(t, "0", col(row, "over-admissions"), sc.name)
+		for _, c := range []string{"cycles/s", "floor cycles/s", "naive cycles/s"} {
+			v, err := strconv.ParseFloat(col(row, c), 64)
+			require.NoError(t, err, c)
+			// Naive CAS on one key with 16 callers may finish no cycle at
+			// all in 200 ms under the race detector; that is a result.
+			if c != "naive cycles/s" || sc.name == "hot1" {
+				require.Positive(t, v, "%s %s", sc.name, c)
+			}
+		}
+		for _, c := range []string{"admit p50", "p99", "p99.9", "floor admit p99", "naive p99"} {
+			require.Regexp(t, `^[0-9.]+(µs|ms|s)$`, col(row, c), "%s %s", sc.name, c)
+		}
+		require.Regexp(t, `^[0-9.]+x$`, col(row, "x floor"))
+		require.Regexp(t, `^[0-9.]+x$`, col(row, "x naive"))
+	}
+	require.Contains(t, out.String(), "GOMAXPROCS=")
+	require.Contains(t, out.String(), "reps=1")
+	require.Contains(t, out.String(), "naive: the same callers calling KV directly (no service hop")
+	require.NotContains(t, out.String(), "ERRORS")
+	require.Less(t, elapsed, benchTestBudget, "bench took %s", elapsed)
+}
+
+func TestBenchCmd_Flags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--scenarios", "nope"},
+		{"--scenarios", ","},
+		{"--replicas", "3"}, // embedded server is a single node
+		{"--duration", "0s"},
+		{"--reps", "0"},
+		{"--conns", "0"},
+		{"extra"},
+	} {
+		var out, errOut bytes.Buffer
+		require.Equal(t, 1, runBench(context.Background(), args, &out, &errOut), "%v", args)
+		require.NotEmpty(t, errOut.String(), "%v", args)
+		require.Empty(t, out.String(), "%v", args)
+	}
+	o, err := parseBenchFlags([]string{"--scenarios", "multi3,mem,hot1"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	require.True(t, o.mem)
+	require.Len(t, o.scenarios, 2)
+	require.Equal(t, "hot1", o.scenarios[0].name) // canonical order
+	require.Equal(t, "multi3", o.scenarios[1].name)
+	o, err = parseBenchFlags(nil, &bytes.Buffer{})
+	require.NoError(t, err)
+	require.False(t, o.mem, "mem runs only when named")
+	require.Len(t, o.scenarios, len(benchScenarios))
+}
+
+func TestBenchCmd_JSON(t *testing.T) {
+	b := &bencher{o: benchOptions{conns: 4, reps: 3, duration: time.Second, replicas: 1}, serverDesc: "test"}
+	rows := []benchRow{{Scenario: "hot64", Callers: 64, Conns: 4, CyclesPerS: 1000, FloorCyclesPerS: 2000, XFloor: 0.5}}
+	var out bytes.Buffer
+	require.NoError(t, b.printJSON(&out, rows, &memResult{Scenario: "mem", Open: 10}))
+	var got []map[string]any
+	require.NoError(t, json.Unmarshal(out.Bytes(), &got), out.String())
+	require.Len(t, got, 2)
+	for _, k := range []string{"scenario", "callers", "conns", "cycles_per_s", "admit_p50_us", "admit_p99_us", "admit_p999_us",
+		"over_admissions", "floor_cycles_per_s", "floor_admit_p99_us", "x_floor", "naive_cycles_per_s", "naive_reserve_p99_us", "x_naive"} {
+		require.Contains(t, got[0], k)
+	}
+	require.Equal(t, "mem", got[1]["scenario"])
+}
+
+// benchHarness is an embedded server with a spendgate replica on its own
+// connection and a separate client connection, as the bench command runs.
+func benchHarness(b *testing.B) (client *nats.Conn, layout streams.Layout) {
+	b.Helper()
+	env := testenv.New(b)
+	snc, err := nats.Connect(env.Server.ClientURL(), nats.Name("bench-replica"))
+	require.NoError(b, err)
+	b.Cleanup(snc.Close)
+	sjs, err := jetstream.New(snc)
+	require.NoError(b, err)
+	r, err := service.StartReplica(context.Background(), snc, sjs, service.ReplicaConfig{Layout: env.Layout, SweepInterval: -1})
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = r.Stop() })
+	client, err = nats.Connect(env.Server.ClientURL(), nats.Name("bench-client"))
+	require.NoError(b, err)
+	b.Cleanup(client.Close)
+	return client, env.Layout
+}
+
+// benchParallel runs 64 caller goroutines (like hot64), whatever GOMAXPROCS.
+func benchParallel(b *testing.B, cycle func(id string) error) {
+	b.Helper()
+	var seq atomic.Int64
+	b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if err := cycle("bench-cycle-" + strconv.FormatInt(seq.Add(1), 10)); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	if s := b.Elapsed().Seconds(); s > 0 {
+		b.ReportMetric(float64(b.N)/s, "cycles/s")
+	}
+}
+
+// BenchmarkAdmitSettleCycle is the hot request path: admit + settle on one
+// budget over NATS request-reply (TCP loopback) against an embedded server
+// and a replica, 64 callers on one client connection.
+func BenchmarkAdmitSettleCycle(b *testing.B) {
+	nc, layout := benchHarness(b)
+	ctx := context.Background()
+	data, err := json.Marshal(events.BudgetPutRequest{Scope: "org:bench", Period: "month", Limit: benchBigLimit, Unit: "USD"})
+	require.NoError(b, err)
+	_, err = benchRequest(ctx, nc, layout.Endpoint(streams.EndpointBudgetPut), data)
+	require.NoError(b, err)
+	admit, settle := layout.Endpoint(streams.EndpointAdmit), layout.Endpoint(streams.EndpointSettle)
+	scopes := []string{"org:bench"}
+	benchParallel(b, func(id string) error {
+		_, err := benchCycle(ctx, nc, admit, settle, scopes, id)
+		return err
+	})
+}
+
+// BenchmarkFloorCycle is BenchmarkAdmitSettleCycle's floor: the same two
+// requests to an endpoint that only decodes and replies.
+func BenchmarkFloorCycle(b *testing.B) {
+	nc, _ := benchHarness(b)
+	fnc, err := nats.Connect(nc.ConnectedUrl(), nats.Name("bench-floor"))
+	require.NoError(b, err)
+	b.Cleanup(fnc.Close)
+	f, err := startFloor(fnc)
+	require.NoError(b, err)
+	b.Cleanup(f.Stop)
+	ctx := context.Background()
+	scopes := []string{"org:bench"}
+	benchParallel(b, func(id string) error {
+		_, err := benchCycle(ctx, nc, benchFloorAdmit, benchFloorSettle, scopes, id)
+		return err
+	})
+}

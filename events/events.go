@@ -85,31 +85,7 @@ func (ReservationSettled) EventType() Type  { return TypeReservationSettled }
 func (ReservationReleased) EventType() Type { return TypeReservationReleased }
 
 // EncodeEvent writes e as a JSON object with its "type" first.
-func EncodeEvent(e Event) ([]byte, error) {
-	switch v := e.(type) {
-	case BudgetDefined:
-		return json.Marshal(struct {
-			Type Type `json:"type"`
-			BudgetDefined
-		}{v.EventType(), v})
-	case ReservationOpened:
-		return json.Marshal(struct {
-			Type Type `json:"type"`
-			ReservationOpened
-		}{v.EventType(), v})
-	case ReservationSettled:
-		return json.Marshal(struct {
-			Type Type `json:"type"`
-			ReservationSettled
-		}{v.EventType(), v})
-	case ReservationReleased:
-		return json.Marshal(struct {
-			Type Type `json:"type"`
-			ReservationReleased
-		}{v.EventType(), v})
-	}
-	return nil, Errorf(CodeInternal, "unknown event %T", e)
-}
+func EncodeEvent(e Event) ([]byte, error) { return AppendEvent(nil, e) }
 
 // DecodeEvent reads one encoded event. An unknown type is an error.
 func DecodeEvent(b []byte) (Event, error) {
@@ -169,15 +145,20 @@ type Events []Event
 
 // MarshalJSON encodes every event with EncodeEvent.
 func (es Events) MarshalJSON() ([]byte, error) {
-	raw := make([]json.RawMessage, len(es))
+	if es == nil {
+		return []byte("null"), nil
+	}
+	b := []byte{'['}
 	for i, e := range es {
-		b, err := EncodeEvent(e)
-		if err != nil {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		var err error
+		if b, err = AppendEvent(b, e); err != nil {
 			return nil, err
 		}
-		raw[i] = b
 	}
-	return json.Marshal(raw)
+	return append(b, ']'), nil
 }
 
 // UnmarshalJSON decodes every event with DecodeEvent.

@@ -298,7 +298,7 @@ func (l *Ledger) commitGroup(ctx context.Context, refs []events.BalanceRef, grou
 func (l *Ledger) write(ctx context.Context, revs []keyedRevision) ([]uint64, error) {
 	datas := make([][]byte, len(revs))
 	for i := range revs {
-		b, err := json.Marshal(&revs[i].value)
+		b, err := revs[i].value.AppendJSON(make([]byte, 0, 512*len(revs[i].value.Events)+256))
 		if err != nil {
 			return nil, err
 		}

@@ -287,7 +287,7 @@ func (l *Ledger) applyBudgetLocked(key string, seq uint64, rev *events.BudgetRev
 func (l *Ledger) applyBalanceLocked(key string, seq uint64, rev *events.BalanceRevision) {
 	b := l.balances[key]
 	if b == nil {
-		b = &balance{ref: rev.Balance, open: map[string]events.Money{}}
+		b = &balance{ref: rev.Balance, open: map[string]*Reservation{}}
 		l.balances[key] = b
 	}
 	if seq <= b.rev {
@@ -304,27 +304,24 @@ func (l *Ledger) applyBalanceLocked(key string, seq uint64, rev *events.BalanceR
 func (l *Ledger) applyEventLocked(b *balance, key string, e events.Event) {
 	switch e := e.(type) {
 	case events.ReservationOpened:
-		b.open[e.ReservationID] = e.Amount
 		r := l.reservations[e.ReservationID]
 		if r == nil {
 			r = &Reservation{
 				ID: e.ReservationID, RequestID: e.RequestID, RequestHash: e.RequestHash,
-				Unit: e.Unit, Balances: e.Balances, Amounts: map[string]events.Money{}, Units: map[string]string{},
+				Balances: e.Balances, Parts: make([]Part, 0, len(e.Balances)),
 				OpenedAt: e.At, ExpiresAt: e.ExpiresAt, Status: events.StatusOpen,
 			}
 			l.reservations[e.ReservationID] = r
 			l.requests[e.RequestID] = r
 		}
-		r.Amounts[key] = e.Amount
-		r.Units[key] = e.Unit
+		p := r.part(key)
+		p.Unit, p.Amount = e.Unit, e.Amount
+		b.open[e.ReservationID] = r
 	case events.ReservationSettled:
 		delete(b.open, e.ReservationID)
 		if r := l.reservations[e.ReservationID]; r != nil {
 			r.Status = events.StatusSettled
-			if r.Actual == nil {
-				r.Actual = map[string]events.Money{}
-			}
-			r.Actual[key] = e.Actual
+			r.part(key).Actual = e.Actual
 			r.Late = r.Late || e.Late
 		}
 	case events.ReservationReleased:

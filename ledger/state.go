@@ -34,66 +34,78 @@ type Budget struct {
 	Revision uint64
 }
 
-// Reservation is what the ledger knows about one reservation.
+// Reservation is what the ledger knows about one reservation. It is kept
+// compact (one allocation for the struct, one for Parts): a replica holds
+// every reservation in memory.
 type Reservation struct {
 	ID          string
 	RequestID   string
 	RequestHash string
-	Unit        string
-	Balances    []events.BalanceRef
-	// Amounts is the amount held in each balance, by balance key.
-	Amounts map[string]events.Money
-	// Units is each balance's unit, by balance key.
-	Units     map[string]string
+	// Balances are the balances the reservation holds, in key order.
+	Balances []events.BalanceRef
+	// Parts is what the reservation holds in each balance, parallel to
+	// Balances.
+	Parts     []Part
 	OpenedAt  time.Time
 	ExpiresAt time.Time
 	// Status is events.StatusOpen, StatusSettled, StatusReleased or
 	// StatusExpired.
 	Status string
-	// Actual is the settled actual cost, by balance key.
-	Actual map[string]events.Money
 	// Late is set when the settle arrived after ExpiresAt.
 	Late bool
 }
 
+// Part is a reservation's share of one balance.
+type Part struct {
+	// Key is the balance key (streams.BalanceKey).
+	Key    string
+	Unit   string
+	Amount events.Money
+	// Actual is the settled actual cost in this balance.
+	Actual events.Money
+}
+
 func (r *Reservation) clone() *Reservation {
 	c := *r
-	c.Amounts = cloneMap(r.Amounts)
-	c.Actual = cloneMap(r.Actual)
-	c.Units = make(map[string]string, len(r.Units))
-	for k, v := range r.Units {
-		c.Units[k] = v
-	}
+	c.Parts = append([]Part(nil), r.Parts...)
 	return &c
+}
+
+// Part returns the reservation's part in balance key, or nil.
+func (r *Reservation) Part(key string) *Part {
+	for i := range r.Parts {
+		if r.Parts[i].Key == key {
+			return &r.Parts[i]
+		}
+	}
+	return nil
+}
+
+// part returns the part for key, adding it if missing.
+func (r *Reservation) part(key string) *Part {
+	if p := r.Part(key); p != nil {
+		return p
+	}
+	r.Parts = append(r.Parts, Part{Key: key})
+	return &r.Parts[len(r.Parts)-1]
 }
 
 // Amount is the amount the reservation holds in its money balances (all hold
 // the request's amount); for a reservation only in count budgets, 1.
-func (r *Reservation) Amount() events.Money { return r.pick(r.Amounts) }
+func (r *Reservation) Amount() events.Money { return r.pick(func(p *Part) events.Money { return p.Amount }) }
 
 // ActualAmount is the settled actual cost (see Amount).
-func (r *Reservation) ActualAmount() events.Money { return r.pick(r.Actual) }
+func (r *Reservation) ActualAmount() events.Money { return r.pick(func(p *Part) events.Money { return p.Actual }) }
 
-func (r *Reservation) pick(m map[string]events.Money) events.Money {
+func (r *Reservation) pick(f func(*Part) events.Money) events.Money {
 	var count events.Money
-	for k, v := range m {
-		if !events.IsCount(r.Units[k]) {
-			return v
+	for i := range r.Parts {
+		if !events.IsCount(r.Parts[i].Unit) {
+			return f(&r.Parts[i])
 		}
-		count = v
+		count = f(&r.Parts[i])
 	}
 	return count
-}
-
-func cloneMap(m map[string]events.Money) map[string]events.Money {
-	if m == nil {
-		return nil
-	}
-	c := make(map[string]events.Money, len(m))
-	for k, v := range m {
-		c[k] = v
-	}
-	return c
 }
 
 // balance is the replica's folded state of one balance key.
@@ -105,8 +117,8 @@ type balance struct {
 	spent    events.Money
 	reserved events.Money
 	overrun  events.Money
-	// open maps reservation id -> amount held in this balance.
-	open map[string]events.Money
+	// open holds the reservations open in this balance, by id.
+	open map[string]*Reservation
 }
 
 // budget is the replica's folded state of one budget key.

@@ -80,8 +80,11 @@ func (v *View) OpenAmount(key, id string) (events.Money, bool) {
 	v.l.mu.RLock()
 	defer v.l.mu.RUnlock()
 	if b := v.l.balances[key]; b != nil {
-		amt, ok := b.open[id]
-		return amt, ok
+		if r := b.open[id]; r != nil {
+			if p := r.Part(key); p != nil {
+				return p.Amount, true
+			}
+		}
 	}
 	return events.Money{}, false
 }
@@ -138,15 +141,14 @@ func (v *View) apply(es events.Events) error {
 			if r == nil {
 				r = &Reservation{
 					ID: e.ReservationID, RequestID: e.RequestID, RequestHash: e.RequestHash,
-					Unit: e.Unit, Balances: e.Balances, Amounts: map[string]events.Money{}, Units: map[string]string{},
+					Balances: e.Balances, Parts: make([]Part, 0, len(e.Balances)),
 					OpenedAt: e.At, ExpiresAt: e.ExpiresAt, Status: events.StatusOpen,
 				}
 				v.res[e.ReservationID] = r
 				v.req[e.RequestID] = r
 			}
-			r.Amounts[key] = e.Amount
-			r.Units[key] = e.Unit
-			r.Units[key] = e.Unit
+			p := r.part(key)
+			p.Unit, p.Amount = e.Unit, e.Amount
 		case events.ReservationSettled:
 			vb.Spent = vb.Spent.Add(e.Actual)
 			vb.Overrun = vb.Overrun.Add(e.Overrun)
@@ -158,10 +160,7 @@ func (v *View) apply(es events.Events) error {
 			}
 			r := v.overlay(e.ReservationID)
 			r.Status = events.StatusSettled
-			if r.Actual == nil {
-				r.Actual = map[string]events.Money{}
-			}
-			r.Actual[key] = e.Actual
+			r.part(key).Actual = e.Actual
 			r.Late = r.Late || e.Late
 		case events.ReservationReleased:
 			vb.Reserved = vb.Reserved.Sub(e.Reserved)

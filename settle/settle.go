@@ -150,7 +150,7 @@ func (t *closeTx) decideOpen(r *ledger.Reservation) (events.Events, error) {
 			t.reply.Status = events.StatusExpired
 			for _, ref := range t.refs {
 				evs = append(evs, events.ReservationReleased{ReservationID: t.id, Balance: ref,
-					Reserved: r.Amounts[streams.BalanceKey(ref)], Reason: events.ReasonExpired, At: t.now})
+					Reserved: amountIn(r, ref), Reason: events.ReasonExpired, At: t.now})
 			}
 			return evs, nil
 		}
@@ -160,7 +160,7 @@ func (t *closeTx) decideOpen(r *ledger.Reservation) (events.Events, error) {
 		t.reply.Status = events.StatusReleased
 		for _, ref := range t.refs {
 			evs = append(evs, events.ReservationReleased{ReservationID: t.id, Balance: ref,
-				Reserved: r.Amounts[streams.BalanceKey(ref)], Reason: events.ReasonReleased, At: t.now})
+				Reserved: amountIn(r, ref), Reason: events.ReasonReleased, At: t.now})
 		}
 		return evs, nil
 	}
@@ -169,15 +169,13 @@ func (t *closeTx) decideOpen(r *ledger.Reservation) (events.Events, error) {
 
 func (t *closeTx) settle(r *ledger.Reservation, late, afterExpiry bool) events.Events {
 	var evs events.Events
-	actuals := map[string]events.Money{}
 	for _, ref := range t.refs {
 		key := streams.BalanceKey(ref)
-		reserved := r.Amounts[key]
+		reserved := amountIn(r, ref)
 		actual := t.actual
-		if events.IsCount(r.Units[key]) {
+		if p := r.Part(key); p != nil && events.IsCount(p.Unit) {
 			actual = events.MoneyFromInt(1)
 		}
-		actuals[key] = actual
 		evs = append(evs, events.ReservationSettled{ReservationID: t.id, Balance: ref, Reserved: reserved,
 			Actual: actual, Overrun: actual.Sub(reserved).Max(events.Zero), Late: late, AfterExpiry: afterExpiry, At: t.now})
 	}
@@ -223,4 +221,12 @@ func (t *closeTx) decideClosed(r *ledger.Reservation) (events.Events, error) {
 		return t.settle(r, true, true), nil
 	}
 	return nil, events.Errorf(events.CodeAlreadyReleased, "reservation %s was already released; its actual cost cannot be recorded", t.id)
+}
+
+// amountIn is what reservation r holds in balance ref.
+func amountIn(r *ledger.Reservation, ref events.BalanceRef) events.Money {
+	if p := r.Part(streams.BalanceKey(ref)); p != nil {
+		return p.Amount
+	}
+	return events.Zero
 }

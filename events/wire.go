@@ -3,8 +3,6 @@ package events
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
-	"io"
 	"reflect"
 	"strings"
 	"sync"
@@ -160,16 +158,14 @@ func DecodeRequest(data []byte, v any) error {
 	if t := bytes.TrimLeft(data, " \t\r\n"); len(t) == 0 || t[0] != '{' {
 		return Errorf(CodeInvalidRequest, "request body must be a JSON object")
 	}
+	// checkKeys enforces exact, unique, known top-level field names (the
+	// request types are flat: their only nested value is a string map), and
+	// json.Unmarshal rejects malformed JSON, wrong types and trailing data.
 	if err := checkKeys(data, v); err != nil {
 		return err
 	}
-	d := json.NewDecoder(bytes.NewReader(data))
-	d.DisallowUnknownFields()
-	if err := d.Decode(v); err != nil {
+	if err := json.Unmarshal(data, v); err != nil {
 		return &Error{Code: CodeInvalidRequest, Message: "request body: " + err.Error(), Err: err}
-	}
-	if _, err := d.Token(); !errors.Is(err, io.EOF) {
-		return Errorf(CodeInvalidRequest, "request body: unexpected data after the JSON object")
 	}
 	return nil
 }

@@ -189,16 +189,24 @@ func (l *Ledger) commitNext(ctx context.Context, kl *keyLock, refs []events.Bala
 }
 
 func uniqueRefs(in []events.BalanceRef) []events.BalanceRef {
-	seen := map[string]bool{}
-	var out []events.BalanceRef
+	if len(in) == 1 {
+		return in
+	}
+	type keyed struct {
+		key string
+		ref events.BalanceRef
+	}
+	ks := make([]keyed, 0, len(in))
 	for _, r := range in {
-		k := streams.BalanceKey(r)
-		if !seen[k] {
-			seen[k] = true
-			out = append(out, r)
+		ks = append(ks, keyed{streams.BalanceKey(r), r})
+	}
+	sort.Slice(ks, func(i, j int) bool { return ks[i].key < ks[j].key })
+	out := make([]events.BalanceRef, 0, len(ks))
+	for i, k := range ks {
+		if i == 0 || k.key != ks[i-1].key {
+			out = append(out, k.ref)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return streams.BalanceKey(out[i]) < streams.BalanceKey(out[j]) })
 	return out
 }
 
@@ -292,16 +300,23 @@ func (l *Ledger) commitGroup(ctx context.Context, refs []events.BalanceRef, grou
 	}
 }
 
+// bufPool recycles revision encoding buffers: the publish copies the data
+// into the connection's buffer before it returns.
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return &b }}
+
 // write commits revs: one compare-and-set publish for one key, an atomic
 // batch with a compare-and-set on every key for several. It returns the
 // stream sequence (the new revision) of each.
 func (l *Ledger) write(ctx context.Context, revs []keyedRevision) ([]uint64, error) {
 	datas := make([][]byte, len(revs))
 	for i := range revs {
-		b, err := revs[i].value.AppendJSON(make([]byte, 0, 512*len(revs[i].value.Events)+256))
+		buf := bufPool.Get().(*[]byte)
+		defer bufPool.Put(buf)
+		b, err := revs[i].value.AppendJSON((*buf)[:0])
 		if err != nil {
 			return nil, err
 		}
+		*buf = b
 		datas[i] = b
 	}
 	if len(revs) == 1 {

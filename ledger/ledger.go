@@ -32,6 +32,9 @@ type Ledger struct {
 	balances     map[string]*balance // by balance key
 	reservations map[string]*Reservation
 	requests     map[string]*Reservation // by request id
+	// closed and expired queue closed reservations in the order they
+	// closed, so the book forgets them after their retention.
+	closed, expired []closedRes
 
 	klMu  sync.Mutex
 	locks map[string]*keyLock
@@ -301,6 +304,52 @@ func (l *Ledger) applyBalanceLocked(key string, seq uint64, rev *events.BalanceR
 	b.spent, b.reserved, b.overrun = rev.Spent, rev.Reserved, rev.Overrun
 }
 
+type closedRes struct {
+	r  *Reservation
+	at time.Time
+}
+
+// closeLocked records that r closed at t, and forgets reservations whose
+// retention ended before t. Event time, not a clock, drives it, so every
+// replica forgets the same reservations after folding the same events.
+func (l *Ledger) closeLocked(r *Reservation, t time.Time) {
+	if r.Status == events.StatusExpired {
+		l.expired = append(l.expired, closedRes{r, t})
+	} else {
+		l.closed = append(l.closed, closedRes{r, t})
+	}
+	l.forgetUntilLocked(t)
+}
+
+// forgetUntilLocked forgets the closed reservations whose retention ended
+// before event time t.
+func (l *Ledger) forgetUntilLocked(t time.Time) {
+	l.closed = l.forgetLocked(l.closed, t.Add(-l.opts.retention))
+	l.expired = l.forgetLocked(l.expired, t.Add(-l.opts.expiredKeep))
+}
+
+func (l *Ledger) forgetLocked(q []closedRes, before time.Time) []closedRes {
+	n := 0
+	for n < len(q) && q[n].at.Before(before) {
+		r := q[n].r
+		if r.Status != events.StatusOpen && l.reservations[r.ID] == r {
+			delete(l.reservations, r.ID)
+			if l.requests[r.RequestID] == r {
+				delete(l.requests, r.RequestID)
+			}
+		}
+		n++
+	}
+	if n == 0 {
+		return q
+	}
+	if n > len(q)/2 {
+		// Compact so the backing array does not grow without bound.
+		return append(q[:0:0], q[n:]...)
+	}
+	return q[n:]
+}
+
 func (l *Ledger) applyEventLocked(b *balance, key string, e events.Event) {
 	switch e := e.(type) {
 	case events.ReservationOpened:
@@ -317,21 +366,27 @@ func (l *Ledger) applyEventLocked(b *balance, key string, e events.Event) {
 		p := r.part(key)
 		p.Unit, p.Amount = e.Unit, e.Amount
 		b.open[e.ReservationID] = r
+		l.forgetUntilLocked(e.At)
 	case events.ReservationSettled:
 		delete(b.open, e.ReservationID)
 		if r := l.reservations[e.ReservationID]; r != nil {
+			was := r.Status
 			r.Status = events.StatusSettled
 			r.part(key).Actual = e.Actual
 			r.Late = r.Late || e.Late
+			if was != events.StatusSettled {
+				l.closeLocked(r, e.At)
+			}
 		}
 	case events.ReservationReleased:
 		delete(b.open, e.ReservationID)
-		if r := l.reservations[e.ReservationID]; r != nil {
+		if r := l.reservations[e.ReservationID]; r != nil && r.Status == events.StatusOpen {
 			if e.Reason == events.ReasonExpired {
 				r.Status = events.StatusExpired
 			} else {
 				r.Status = events.StatusReleased
 			}
+			l.closeLocked(r, e.At)
 		}
 	}
 }

@@ -14,6 +14,14 @@ const (
 	DefaultMaxAttempts = 64
 	// DefaultCommitTimeout bounds one write to JetStream.
 	DefaultCommitTimeout = 5 * time.Second
+	// DefaultRetention is how long a replica remembers a settled or
+	// released reservation (and its request id) after it closed: the window
+	// in which a retried admit, settle or release gets its original answer.
+	DefaultRetention = 15 * time.Minute
+	// DefaultExpiredRetention is how long an expired reservation is
+	// remembered, so that a late settle can still record its spend; it
+	// covers the longest TTL.
+	DefaultExpiredRetention = 48 * time.Hour
 )
 
 type options struct {
@@ -22,6 +30,8 @@ type options struct {
 	commitTimeout time.Duration
 	log           *slog.Logger
 	blindWrites   bool
+	retention     time.Duration
+	expiredKeep   time.Duration
 }
 
 func defaultOptions() options {
@@ -29,6 +39,8 @@ func defaultOptions() options {
 		maxGroup:      DefaultMaxGroup,
 		maxAttempts:   DefaultMaxAttempts,
 		commitTimeout: DefaultCommitTimeout,
+		retention:     DefaultRetention,
+		expiredKeep:   DefaultExpiredRetention,
 		log:           slog.New(slog.DiscardHandler),
 	}
 }
@@ -66,6 +78,19 @@ func WithCommitTimeout(d time.Duration) Option {
 			return fmt.Errorf("ledger: commit timeout %v out of range 10ms..1m", d)
 		}
 		o.commitTimeout = d
+		return nil
+	}
+}
+
+// WithRetention sets how long closed reservations are remembered after they
+// close: settled or released ones (1m..7d), and expired ones (1h..30d, at
+// least the longest TTL so a late settle still finds its reservation).
+func WithRetention(closed, expired time.Duration) Option {
+	return func(o *options) error {
+		if closed < time.Minute || closed > 7*24*time.Hour || expired < time.Hour || expired > 30*24*time.Hour {
+			return fmt.Errorf("ledger: retention %v/%v out of range 1m..7d / 1h..30d", closed, expired)
+		}
+		o.retention, o.expiredKeep = closed, expired
 		return nil
 	}
 }

@@ -393,3 +393,43 @@ func TestAdmit_CountBudget(t *testing.T) {
 	r, _ = h.admit(events.AdmitRequest{RequestID: "eur", Scopes: []string{"key:k_9"}, Amount: "1", Unit: "EUR"})
 	require.False(t, r.Admitted)
 }
+
+// TestRetention_ForgetsClosedReservations: a replica remembers a closed
+// reservation (and its request id) for ledger.DefaultRetention after it
+// closed, so retries get their original answer; after that the book forgets
+// it, which bounds memory. An expired reservation is kept far longer, so a
+// late settle still records its spend.
+func TestRetention_ForgetsClosedReservations(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	h.putBudget("org:ret", "month", "100", "USD")
+	r1, _ := h.admit(events.AdmitRequest{RequestID: "ret-1", Scopes: []string{"org:ret"}, Amount: "1", TTL: "1m"})
+	r2, _ := h.admit(events.AdmitRequest{RequestID: "ret-2", Scopes: []string{"org:ret"}, Amount: "2", TTL: "1m"})
+	require.True(t, r1.Admitted && r2.Admitted)
+	_, e := h.settle(r1.ReservationID, "1")
+	require.Nil(t, e)
+
+	// Within the retention: replays.
+	h.clock.now.Add(ledger.DefaultRetention - time.Minute)
+	r, e := h.admit(events.AdmitRequest{RequestID: "ret-1", Scopes: []string{"org:ret"}, Amount: "1", TTL: "1m"})
+	require.Nil(t, e)
+	require.True(t, r.Replayed)
+	// r2 expires now (its TTL passed long ago) and the sweep's event moves
+	// the book's notion of time.
+	n, err := h.replicas[0].Sweeper.Pass(ctxT(t))
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+
+	// Past the retention of r1 (counted from the next event's time): r1 is
+	// forgotten, r2 (expired) is still known and takes a late settle.
+	h.clock.now.Add(2 * time.Minute)
+	r3, _ := h.admit(events.AdmitRequest{RequestID: "ret-3", Scopes: []string{"org:ret"}, Amount: "1", TTL: "1m"})
+	require.True(t, r3.Admitted)
+	_, e = h.settle(r1.ReservationID, "1")
+	require.NotNil(t, e)
+	require.Equal(t, events.CodeUnknownReservation, e.Code)
+	c, e := h.settle(r2.ReservationID, "1.5")
+	require.Nil(t, e)
+	require.True(t, c.Late)
+	_, ok := h.replicas[0].Ledger.Reservation(r1.ReservationID)
+	require.False(t, ok)
+}

@@ -509,7 +509,9 @@ func TestSweep_ClosedBeforeExpiryUntouched(t *testing.T) {
 	require.Nil(t, e)
 	sweepSyncAll(t, h)
 
-	h.clock.now.Add(time.Hour)
+	// Well past the expiry, within the ledger's retention of closed
+	// reservations (ledger.DefaultRetention).
+	h.clock.now.Add(10 * time.Minute)
 	for _, r := range h.replicas {
 		require.Equal(t, []string{open}, r.Ledger.Expired(h.clock.now.Load(), 100))
 	}

@@ -290,7 +290,7 @@ func (l *Ledger) applyBudgetLocked(key string, seq uint64, rev *events.BudgetRev
 func (l *Ledger) applyBalanceLocked(key string, seq uint64, rev *events.BalanceRevision) {
 	b := l.balances[key]
 	if b == nil {
-		b = &balance{ref: rev.Balance, open: map[string]*Reservation{}}
+		b = &balance{key: key, ref: rev.Balance, self: []events.BalanceRef{rev.Balance}, open: map[string]*Reservation{}}
 		l.balances[key] = b
 	}
 	if seq <= b.rev {
@@ -355,15 +355,19 @@ func (l *Ledger) applyEventLocked(b *balance, key string, e events.Event) {
 	case events.ReservationOpened:
 		r := l.reservations[e.ReservationID]
 		if r == nil {
+			balances := e.Balances
+			if len(balances) == 1 && balances[0] == b.ref {
+				balances = b.self
+			}
 			r = &Reservation{
 				ID: e.ReservationID, RequestID: e.RequestID, RequestHash: e.RequestHash,
-				Balances: e.Balances, Parts: make([]Part, 0, len(e.Balances)),
+				Balances: balances, Parts: make([]Part, 0, len(balances)),
 				OpenedAt: e.At, ExpiresAt: e.ExpiresAt, Status: events.StatusOpen,
 			}
 			l.reservations[e.ReservationID] = r
 			l.requests[e.RequestID] = r
 		}
-		p := r.part(key)
+		p := r.part(b.key)
 		p.Unit, p.Amount = e.Unit, e.Amount
 		b.open[e.ReservationID] = r
 		l.forgetUntilLocked(e.At)

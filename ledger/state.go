@@ -110,7 +110,11 @@ func (r *Reservation) pick(f func(*Part) events.Money) events.Money {
 
 // balance is the replica's folded state of one balance key.
 type balance struct {
-	ref      events.BalanceRef
+	key string
+	ref events.BalanceRef
+	// self is a one-element slice holding ref, shared by the single-balance
+	// reservations of this balance (a replica holds every reservation).
+	self     []events.BalanceRef
 	rev      uint64
 	unit     string
 	limit    events.Money

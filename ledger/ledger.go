@@ -29,6 +29,7 @@ type Ledger struct {
 
 	mu           sync.RWMutex
 	budgets      map[string]*budget  // by budget key
+	byScope      map[events.Scope][]Budget
 	balances     map[string]*balance // by balance key
 	reservations map[string]*Reservation
 	requests     map[string]*Reservation // by request id
@@ -61,6 +62,10 @@ type Ledger struct {
 	ownMu      sync.Mutex
 }
 
+// SyncTimeout bounds Sync: a request that needs the replica to catch up
+// fails with CodeLedgerUnavailable rather than wait on a stalled follower.
+const SyncTimeout = 10 * time.Second
+
 // HeaderWriter names the replica that wrote a revision.
 const HeaderWriter = "Spendgate-Writer"
 
@@ -83,6 +88,7 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, layout stre
 	return &Ledger{
 		nc: nc, js: js, stream: s, layout: layout, opts: o,
 		budgets:      map[string]*budget{},
+		byScope:      map[events.Scope][]Budget{},
 		balances:     map[string]*balance{},
 		reservations: map[string]*Reservation{},
 		requests:     map[string]*Reservation{},
@@ -217,6 +223,8 @@ func (l *Ledger) advance(seq uint64) {
 // held when Sync was called: a read-your-writes barrier for lookups that
 // missed (a reservation or budget just created through another replica).
 func (l *Ledger) Sync(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, SyncTimeout)
+	defer cancel()
 	info, err := l.stream.Info(ctx)
 	if err != nil {
 		return &events.Error{Code: events.CodeLedgerUnavailable, Message: "ledger stream info", Err: err}
@@ -281,6 +289,14 @@ func (l *Ledger) applyBudgetLocked(key string, seq uint64, rev *events.BudgetRev
 	}
 	b.rev = seq
 	b.def = Budget{Ref: rev.Budget, Limit: rev.Limit, Unit: rev.Unit, Revision: seq}
+	// Rebuild the scope's index (a new slice: readers hold the old one).
+	var defs []Budget
+	for _, p := range events.Periods {
+		if d := l.budgets[streams.BudgetKey(events.BudgetRef{Scope: rev.Budget.Scope, Period: p})]; d != nil {
+			defs = append(defs, d.def)
+		}
+	}
+	l.byScope[rev.Budget.Scope] = defs
 }
 
 // applyBalanceLocked folds one balance revision. Revisions of one key arrive
@@ -420,13 +436,7 @@ func (l *Ledger) catchUp(ctx context.Context, key string) error {
 func (l *Ledger) BudgetsOf(scope events.Scope) []Budget {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	var out []Budget
-	for _, p := range events.Periods {
-		if b := l.budgets[streams.BudgetKey(events.BudgetRef{Scope: scope, Period: p})]; b != nil {
-			out = append(out, b.def)
-		}
-	}
-	return out
+	return l.byScope[scope] // never mutated in place
 }
 
 // Budget returns one budget definition.

@@ -25,10 +25,6 @@ const Version = "0.1.0"
 // QueueGroup is the queue group of every endpoint, so replicas share load.
 const QueueGroup = "spendgate"
 
-// RequestTimeout bounds the work of one request that waits on the ledger
-// (a read-your-writes sync); commits have their own timeout.
-const RequestTimeout = 10 * time.Second
-
 // MaxInFlight bounds the requests one replica handles at once. micro calls a
 // handler from one goroutine per endpoint; spendgate hands each request to
 // its own goroutine so concurrent admits on a hot budget reach the group
@@ -139,9 +135,7 @@ func (s *Service) Stop() error {
 func (s *Service) Info() micro.Info { return s.svc.Info() }
 
 func (s *Service) serve(nc *nats.Conn, subject, reply string, data []byte, h func(context.Context, []byte) (any, error)) {
-	ctx, cancel := context.WithTimeout(s.ctx, RequestTimeout)
-	defer cancel()
-	out, err := h(ctx, data)
+	out, err := h(s.ctx, data)
 	msg := &nats.Msg{Subject: reply}
 	if err == nil {
 		msg.Data, err = json.Marshal(out)

@@ -152,13 +152,7 @@ func (l *Ledger) commitMultiNext(ctx context.Context, q *keyLock) bool {
 	for _, kl := range locks {
 		kl.commit.Unlock()
 	}
-	q.qmu.Lock()
-	more := len(q.queue) > 0
-	if !more {
-		q.active = false
-	}
-	q.qmu.Unlock()
-	return more
+	return q.more()
 }
 
 // commitNext commits up to maxGroup queued Txs of kl as one revision. It
@@ -179,13 +173,19 @@ func (l *Ledger) commitNext(ctx context.Context, kl *keyLock, refs []events.Bala
 	kl.commit.Lock()
 	l.commitGroup(ctx, refs, group)
 	kl.commit.Unlock()
-	kl.qmu.Lock()
-	more := len(kl.queue) > 0
-	if !more {
-		kl.active = false
+	return kl.more()
+}
+
+// more reports whether Txs are queued; when none are, it releases the
+// committer role (under the same lock an arriving Tx checks it).
+func (q *keyLock) more() bool {
+	q.qmu.Lock()
+	defer q.qmu.Unlock()
+	if len(q.queue) == 0 {
+		q.active = false
+		return false
 	}
-	kl.qmu.Unlock()
-	return more
+	return true
 }
 
 func uniqueRefs(in []events.BalanceRef) []events.BalanceRef {

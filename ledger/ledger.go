@@ -28,7 +28,7 @@ type Ledger struct {
 	opts   options
 
 	mu           sync.RWMutex
-	budgets      map[string]*budget  // by budget key
+	budgets      map[string]*budget // by budget key
 	byScope      map[events.Scope][]Budget
 	balances     map[string]*balance // by balance key
 	reservations map[string]*Reservation

@@ -92,10 +92,14 @@ func (r *Reservation) part(key string) *Part {
 
 // Amount is the amount the reservation holds in its money balances (all hold
 // the request's amount); for a reservation only in count budgets, 1.
-func (r *Reservation) Amount() events.Money { return r.pick(func(p *Part) events.Money { return p.Amount }) }
+func (r *Reservation) Amount() events.Money {
+	return r.pick(func(p *Part) events.Money { return p.Amount })
+}
 
 // ActualAmount is the settled actual cost (see Amount).
-func (r *Reservation) ActualAmount() events.Money { return r.pick(func(p *Part) events.Money { return p.Actual }) }
+func (r *Reservation) ActualAmount() events.Money {
+	return r.pick(func(p *Part) events.Money { return p.Actual })
+}
 
 func (r *Reservation) pick(f func(*Part) events.Money) events.Money {
 	var count events.Money

@@ -168,7 +168,10 @@ func (a *Admitter) Admit(ctx context.Context, req events.AdmitRequest) (events.A
 		return events.AdmitReply{}, err
 	}
 	now := a.opts.now().UTC()
-	budgets, denial := a.budgets(ctx, r)
+	budgets, denial, err := a.budgets(ctx, r)
+	if err != nil {
+		return events.AdmitReply{}, err
+	}
 	if denial != nil {
 		return events.AdmitReply{RequestID: r.id, Denial: denial}, nil
 	}
@@ -186,26 +189,29 @@ func (a *Admitter) Admit(ctx context.Context, req events.AdmitRequest) (events.A
 // budgets returns every budget of every scope of r. A scope without a
 // budget denies the request (fail closed), after a sync with the stream in
 // case the budget was defined through another replica a moment ago.
-func (a *Admitter) budgets(ctx context.Context, r request) ([]ledger.Budget, *events.Denial) {
+func (a *Admitter) budgets(ctx context.Context, r request) ([]ledger.Budget, *events.Denial, error) {
 	var out []ledger.Budget
 	synced := false
 	for _, s := range r.scopes {
 		bs := a.l.BudgetsOf(s)
 		if len(bs) == 0 && !synced {
 			synced = true
-			if err := a.l.Sync(ctx); err == nil {
-				bs = a.l.BudgetsOf(s)
+			// "No budget" must be a definitive answer: if the replica
+			// cannot catch up, the ledger is unavailable, not the budget.
+			if err := a.l.Sync(ctx); err != nil {
+				return nil, nil, err
 			}
+			bs = a.l.BudgetsOf(s)
 		}
 		if len(bs) == 0 {
 			return nil, &events.Denial{
 				Reason: events.ReasonUnknownBudget, Scope: s,
 				Message: fmt.Sprintf("no budget is defined for scope %s", s),
-			}
+			}, nil
 		}
 		out = append(out, bs...)
 	}
-	return out, nil
+	return out, nil, nil
 }
 
 // admitTx reserves one request in every balance it names.

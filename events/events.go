@@ -50,9 +50,10 @@ type ReservationOpened struct {
 // ReservationSettled: the reservation closed with its actual cost. Spent
 // grows by Actual. Reserved is the amount the reservation held in this
 // balance; it leaves reserved now unless AfterExpiry, when the sweeper had
-// already returned it. Overrun is max(0, Actual-Reserved): money spent beyond
-// what was reserved, recorded in full, never clamped. Late is set when the
-// settle arrived after ExpiresAt.
+// already returned it. Overrun is the money spent beyond what was reserved,
+// recorded in full, never clamped: max(0, Actual-Reserved), or all of Actual
+// when AfterExpiry (nothing was reserved for it any more). Late is set when
+// the settle arrived after ExpiresAt.
 type ReservationSettled struct {
 	ReservationID string     `json:"reservation_id"`
 	Balance       BalanceRef `json:"balance"`

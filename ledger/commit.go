@@ -235,20 +235,24 @@ func (l *Ledger) commitGroup(ctx context.Context, refs []events.BalanceRef, grou
 			}
 		}
 		revs := v.revisions()
-		if len(revs) == 0 {
-			// Nothing to write, so no compare-and-set vouches for the
-			// decisions (denials, replays): check that they were made on
-			// the latest revision of every key, else fold and decide again.
-			stale, err := l.stale(ctx, v)
+		// Keys the group writes are vouched for by their compare-and-set.
+		// Decisions made on keys it does not write (denials, replays, a
+		// half-folded multi-balance reservation) have nothing to vouch for
+		// them: check those keys were at their latest revision, else fold
+		// and decide again before writing anything.
+		if unwritten := v.unwritten(); len(unwritten) > 0 {
+			stale, err := l.stale(ctx, v, unwritten)
 			if err != nil {
 				finish(err)
 				return
 			}
-			if !stale || attempt+1 >= l.opts.maxAttempts {
-				finish(nil)
-				return
+			if stale && attempt+1 < l.opts.maxAttempts {
+				continue
 			}
-			continue
+		}
+		if len(revs) == 0 {
+			finish(nil)
+			return
 		}
 		seqs, err := l.write(ctx, revs)
 		if err == nil {
@@ -264,6 +268,14 @@ func (l *Ledger) commitGroup(ctx context.Context, refs []events.BalanceRef, grou
 				l.stats.batches.Add(1)
 			}
 			finish(nil)
+			return
+		}
+		if tooLarge(err) && len(group) > 1 {
+			// The folded revision is over the server's max payload (or
+			// the stream's max message size): commit the group in halves.
+			half := len(group) / 2
+			l.commitGroup(ctx, refs, group[:half])
+			l.commitGroup(ctx, refs, group[half:])
 			return
 		}
 		var unknown bool
@@ -412,11 +424,25 @@ func (l *Ledger) publishBatch(ctx context.Context, revs []keyedRevision, datas [
 	return nil, errors.New("ledger: empty batch")
 }
 
-// stale reports whether any key of v has a newer revision than the one v was
+// tooLarge reports whether a write failed on its size.
+func tooLarge(err error) bool {
+	if errors.Is(err, nats.ErrMaxPayload) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeMessageTooLarge
+}
+
+// errCodeMessageTooLarge is JetStream's "message size exceeds maximum
+// allowed" (the stream's MaxMsgSize).
+const errCodeMessageTooLarge = 10054
+
+// stale reports whether any of keys has a newer revision than the one v was
 // decided on, folding the newer revisions in if so.
-func (l *Ledger) stale(ctx context.Context, v *View) (bool, error) {
+func (l *Ledger) stale(ctx context.Context, v *View, keys []string) (bool, error) {
 	stale := false
-	for key, vb := range v.bal {
+	for _, key := range keys {
+		vb := v.bal[key]
 		latest, err := l.latestRev(ctx, key)
 		if err != nil {
 			return false, err

@@ -429,6 +429,9 @@ func (l *Ledger) catchUp(ctx context.Context, key string) error {
 		if err := l.applyMsg(m.subject, m.seq, m.data); err != nil {
 			return &events.Error{Code: events.CodeInternal, Message: "folding missed revision", Err: err}
 		}
+		// A follower waiting for this replica's own write (whose ack was
+		// lost) may be waiting for exactly this revision.
+		l.ownFolded()
 	}
 }
 
@@ -546,7 +549,19 @@ func (l *Ledger) PutBudget(ctx context.Context, ref events.BudgetRef, limit even
 		}
 		l.mu.RUnlock()
 		if rev > 0 && cur.Limit.Cmp(limit) == 0 && cur.Unit == unit {
-			return cur, nil
+			// Only a no-op if this replica's copy is the latest: another
+			// replica may have changed the budget a moment ago.
+			latest, err := l.latestRev(ctx, key)
+			if err != nil {
+				return Budget{}, err
+			}
+			if latest == rev {
+				return cur, nil
+			}
+			if err := l.catchUp(ctx, key); err != nil {
+				return Budget{}, err
+			}
+			continue
 		}
 		value := events.BudgetRevision{
 			Schema: events.SchemaBudget, Budget: ref, Limit: limit, Unit: unit,

@@ -214,3 +214,14 @@ func (v *View) revisions() []keyedRevision {
 	sort.Slice(out, func(i, j int) bool { return out[i].key < out[j].key })
 	return out
 }
+
+// unwritten returns the keys of the view that no decision wrote to.
+func (v *View) unwritten() []string {
+	var out []string
+	for k, vb := range v.bal {
+		if len(vb.events) == 0 {
+			out = append(out, k)
+		}
+	}
+	return out
+}

@@ -46,7 +46,7 @@ func TestCheck(t *testing.T) {
 		return nums{unit: events.UnitRequests, limit: "100", spent: spent, reserved: reserved, overrun: "0", open: open}
 	}
 	both := []events.BalanceRef{acme, u17}
-	late := settled("r3", acme, "2", "1.5", "0")
+	late := settled("r3", acme, "2", "1.5", "1.5")
 	late.Late, late.AfterExpiry = true, true
 
 	publish(streams.BudgetKey(acme.Budget()), budgetRev(t, acme.Budget(), "10", "USD"))
@@ -56,14 +56,14 @@ func TestCheck(t *testing.T) {
 	publish(key(u17), balanceRev(t, u17, count("1", "0", 0), settled("r1", u17, "1", "1", "0")))
 	publish(key(acme), balanceRev(t, acme, usd("0.07", "3", "0.02", 2), opened("r2", acme, "1"), opened("r3", acme, "2")))
 	publish(key(acme), balanceRev(t, acme, usd("0.07", "1", "0.02", 1), released("r3", acme, "2", events.ReasonExpired)))
-	lastSeq := publish(key(acme), balanceRev(t, acme, usd("1.57", "1", "0.02", 1), late))
+	lastSeq := publish(key(acme), balanceRev(t, acme, usd("1.57", "1", "1.52", 1), late))
 
 	st, err = p.CatchUp(ctx)
 	require.NoError(t, err)
 	require.Equal(t, lastSeq, st.Position())
 	a, ok := st.Balance(acme)
 	require.True(t, ok)
-	require.Equal(t, []string{"1.57", "1", "0.02", "10"}, []string{a.Spent.String(), a.Reserved.String(), a.Overrun.String(), a.Limit.String()})
+	require.Equal(t, []string{"1.57", "1", "1.52", "10"}, []string{a.Spent.String(), a.Reserved.String(), a.Overrun.String(), a.Limit.String()})
 	require.Equal(t, int64(1), a.Open)
 	u, ok := st.Balance(u17)
 	require.True(t, ok)
@@ -106,7 +106,7 @@ func TestCheck(t *testing.T) {
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- p.Run(runCtx) }()
-	next := publish(key(acme), balanceRev(t, acme, usd("1.57", "0", "0.02", 0), released("r2", acme, "1", events.ReasonReleased)))
+	next := publish(key(acme), balanceRev(t, acme, usd("1.57", "0", "1.52", 0), released("r2", acme, "1", events.ReasonReleased)))
 	testenv.WaitFor(t, testTimeout, "Run folds the release", func() bool { return p.State().Position() == next })
 	stop()
 	require.NoError(t, <-done)
@@ -115,7 +115,7 @@ func TestCheck(t *testing.T) {
 	require.Equal(t, int64(1), a.Released)
 
 	// A revision whose stated spent is off by 0.000000001.
-	tampered := publish(key(acme), balanceRev(t, acme, usd("1.570000001", "0.5", "0.02", 1), opened("r4", acme, "0.5")))
+	tampered := publish(key(acme), balanceRev(t, acme, usd("1.570000001", "0.5", "1.52", 1), opened("r4", acme, "0.5")))
 	rep, err = projector.Check(ctx, js, layout)
 	require.NoError(t, err)
 	require.False(t, rep.OK())

@@ -93,7 +93,9 @@ func apply(t *testing.T, msgs ...msg) *projector.State {
 
 func TestState_Apply_lifecycle(t *testing.T) {
 	budget := acme.Budget()
-	late := settled("r3", acme, "3", "3.1", "0.1")
+	// After expiry the reservation was already returned, so all of the
+	// late actual is overrun.
+	late := settled("r3", acme, "3", "3.1", "3.1")
 	late.Late, late.AfterExpiry = true, true
 	s := apply(t,
 		msg{streams.BudgetKey(budget), budgetRev(t, budget, "10", "USD")},
@@ -106,7 +108,7 @@ func TestState_Apply_lifecycle(t *testing.T) {
 		msg{key(acme), balanceRev(t, acme, usd("2.5", "0", "0.5", 0), released("r3", acme, "3", events.ReasonExpired))},
 		// The late settle after the sweeper expired it: spent grows,
 		// reserved and open do not move again.
-		msg{key(acme), balanceRev(t, acme, usd("5.6", "0", "0.6", 0), late)},
+		msg{key(acme), balanceRev(t, acme, usd("5.6", "0", "3.6", 0), late)},
 	)
 	require.Equal(t, uint64(7), s.Position())
 	require.Equal(t, 8, s.Events())
@@ -115,7 +117,7 @@ func TestState_Apply_lifecycle(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, "5.6", b.Spent.String())
 	require.Equal(t, "0", b.Reserved.String())
-	require.Equal(t, "0.6", b.Overrun.String())
+	require.Equal(t, "3.6", b.Overrun.String())
 	require.Equal(t, "10", b.Limit.String())
 	require.Equal(t, "USD", b.Unit)
 	require.Equal(t, key(acme), b.Key)

@@ -505,7 +505,13 @@ func applySettled(st *stage, b *Balance, seq uint64, ev events.ReservationSettle
 	if ev.Actual.Sign() < 0 {
 		return errorf(ErrTransition, "settle of reservation %s: negative actual %s", ev.ReservationID, ev.Actual)
 	}
-	if want := ev.Actual.Sub(ev.Reserved).Max(events.Zero); ev.Overrun.Cmp(want) != 0 {
+	want := ev.Actual.Sub(ev.Reserved).Max(events.Zero)
+	if ev.AfterExpiry {
+		// The sweeper had returned the reservation: all of the spend is
+		// beyond what was reserved.
+		want = ev.Actual
+	}
+	if ev.Overrun.Cmp(want) != 0 {
 		return errorf(ErrTransition, "settle of reservation %s states overrun %s, but actual %s - reserved %s gives %s",
 			ev.ReservationID, ev.Overrun, ev.Actual, ev.Reserved, want)
 	}

@@ -433,3 +433,45 @@ func TestRetention_ForgetsClosedReservations(t *testing.T) {
 	_, ok := h.replicas[0].Ledger.Reservation(r1.ReservationID)
 	require.False(t, ok)
 }
+
+// TestSettle_AfterExpiryIsAllOverrun: once the sweeper has returned a
+// reservation, its budget may be reserved again; a late settle then lands
+// on top of that, so all of its actual is overrun (recorded, never clamped)
+// and spent + reserved <= limit + overrun still holds (checked at cleanup).
+func TestSettle_AfterExpiryIsAllOverrun(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	h.putBudget("org:late", "month", "1", "USD")
+	a, _ := h.admit(events.AdmitRequest{RequestID: "late-a", Scopes: []string{"org:late"}, Amount: "1", TTL: "1s"})
+	require.True(t, a.Admitted)
+	h.clock.now.Add(2 * time.Second)
+	n, err := h.replicas[0].Sweeper.Pass(ctxT(t))
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	b, _ := h.admit(events.AdmitRequest{RequestID: "late-b", Scopes: []string{"org:late"}, Amount: "1"})
+	require.True(t, b.Admitted, "the expired reservation's budget is free again")
+	c, e := h.settle(a.ReservationID, "1")
+	require.Nil(t, e)
+	require.True(t, c.Late)
+	require.Equal(t, "1", c.Overrun)
+	v := h.budget("org:late", "month")
+	require.Equal(t, "1", v.Spent)
+	require.Equal(t, "1", v.Reserved)
+	require.Equal(t, "1", v.Overrun)
+}
+
+// TestSettle_CountOnlyRetryIsReplay: a reservation held only in a count
+// budget records 1, not the caller's actual; a retried settle with the same
+// actual is a replay, not already_settled.
+func TestSettle_CountOnlyRetryIsReplay(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	h.putBudget("key:cnt", "day", "10", "requests")
+	r, _ := h.admit(events.AdmitRequest{RequestID: "cnt-1", Scopes: []string{"key:cnt"}, Amount: "0.04"})
+	require.True(t, r.Admitted)
+	c, e := h.settle(r.ReservationID, "0.04")
+	require.Nil(t, e)
+	require.Empty(t, c.Overrun)
+	c, e = h.settle(r.ReservationID, "0.04")
+	require.Nil(t, e)
+	require.True(t, c.Replayed)
+	require.Equal(t, "1", h.budget("key:cnt", "day").Spent)
+}

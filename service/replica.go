@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -50,6 +51,9 @@ type Replica struct {
 	sweepd chan struct{}
 	failed chan struct{}
 	err    error
+
+	stopOnce sync.Once
+	stopErr  error
 }
 
 // StartReplica ensures the streams, folds the ledger, and starts serving on
@@ -156,13 +160,16 @@ func (r *Replica) Err() error {
 }
 
 // Stop stops taking requests, answers those in flight, then stops the
-// sweeper and the follower.
+// sweeper and the follower. It is safe to call more than once.
 func (r *Replica) Stop() error {
-	err := r.Service.Stop()
-	r.cancel()
-	<-r.sweepd
-	if ferr := <-r.done; ferr != nil && !errors.Is(ferr, context.Canceled) && err == nil {
-		err = ferr
-	}
-	return err
+	r.stopOnce.Do(func() {
+		err := r.Service.Stop()
+		r.cancel()
+		<-r.sweepd
+		if ferr := <-r.done; ferr != nil && !errors.Is(ferr, context.Canceled) && err == nil {
+			err = ferr
+		}
+		r.stopErr = err
+	})
+	return r.stopErr
 }

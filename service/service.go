@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -43,7 +44,14 @@ type Service struct {
 	// in flight finish their commits.
 	ctx      context.Context
 	inflight chan struct{}
-	wg       sync.WaitGroup
+	nc       *nats.Conn
+	// lastDispatch is when micro last handed a request to the service
+	// (unix nanoseconds).
+	lastDispatch atomic.Int64
+
+	mu      sync.Mutex
+	running int // requests handed to goroutines and not yet answered
+	idle    *sync.Cond
 }
 
 // Config is what Start needs.
@@ -63,7 +71,8 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 		return nil, errors.New("service: ledger, admitter and settler are required")
 	}
 	s := &Service{l: cfg.Ledger, a: cfg.Admitter, s: cfg.Settler, now: cfg.Now, log: cfg.Log,
-		ctx: context.Background(), inflight: make(chan struct{}, MaxInFlight)}
+		ctx: context.Background(), inflight: make(chan struct{}, MaxInFlight), nc: nc}
+	s.idle = sync.NewCond(&s.mu)
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -88,10 +97,20 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 			// (its stats read it), so the goroutine gets copies and replies
 			// on the connection itself.
 			data, reply, subject := r.Data(), r.Reply(), r.Subject()
+			s.lastDispatch.Store(time.Now().UnixNano())
 			s.inflight <- struct{}{}
-			s.wg.Add(1)
+			s.mu.Lock()
+			s.running++
+			s.mu.Unlock()
 			go func() {
-				defer func() { <-s.inflight; s.wg.Done() }()
+				defer func() {
+					<-s.inflight
+					s.mu.Lock()
+					if s.running--; s.running == 0 {
+						s.idle.Broadcast()
+					}
+					s.mu.Unlock()
+				}()
 				s.serve(nc, subject, reply, data, h)
 			}()
 		}),
@@ -123,11 +142,43 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 	return s, nil
 }
 
-// Stop drains the endpoints: no new requests are taken, and Stop returns
-// once every request in flight has been answered.
+// StopTimeout bounds how long Stop waits for requests in flight.
+const StopTimeout = 30 * time.Second
+
+// stopQuiet is how long the endpoints must have handed out no request
+// before Stop considers their queues empty (see Stop).
+const stopQuiet = 50 * time.Millisecond
+
+// Stop drains the endpoints: no new requests are taken, every request the
+// server already routed here is handled, and Stop returns once each has been
+// answered (or StopTimeout passed).
+//
+// micro's Stop only starts draining its subscriptions and gives no signal
+// when they are done. After it, a flush round trip proves the server has
+// processed the unsubscribes, so every request routed here is already in
+// the connection's local queues, which micro hands out back to back; Stop
+// then waits until no request was handed out for stopQuiet and every
+// handler has replied.
 func (s *Service) Stop() error {
 	err := s.svc.Stop()
-	s.wg.Wait()
+	_ = s.nc.FlushTimeout(5 * time.Second)
+	deadline := time.Now().Add(StopTimeout)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for time.Since(time.Unix(0, s.lastDispatch.Load())) < stopQuiet && time.Now().Before(deadline) {
+		<-tick.C
+	}
+	timer := time.AfterFunc(time.Until(deadline), func() {
+		s.mu.Lock()
+		s.idle.Broadcast()
+		s.mu.Unlock()
+	})
+	defer timer.Stop()
+	s.mu.Lock()
+	for s.running > 0 && time.Now().Before(deadline) {
+		s.idle.Wait()
+	}
+	s.mu.Unlock()
 	return err
 }
 

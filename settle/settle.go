@@ -169,23 +169,41 @@ func (t *closeTx) decideOpen(r *ledger.Reservation) (events.Events, error) {
 
 func (t *closeTx) settle(r *ledger.Reservation, late, afterExpiry bool) events.Events {
 	var evs events.Events
+	t.reply.Overrun = ""
 	for _, ref := range t.refs {
 		key := streams.BalanceKey(ref)
 		reserved := amountIn(r, ref)
 		actual := t.actual
+		count := false
 		if p := r.Part(key); p != nil && events.IsCount(p.Unit) {
-			actual = events.MoneyFromInt(1)
+			actual, count = events.MoneyFromInt(1), true
+		}
+		// Spend beyond the reservation is recorded in full. After the
+		// sweeper returned the reservation, all of it is beyond.
+		overrun := actual.Sub(reserved).Max(events.Zero)
+		if afterExpiry {
+			overrun = actual
+		}
+		if !count && overrun.Sign() > 0 {
+			t.reply.Overrun = overrun.String()
 		}
 		evs = append(evs, events.ReservationSettled{ReservationID: t.id, Balance: ref, Reserved: reserved,
-			Actual: actual, Overrun: actual.Sub(reserved).Max(events.Zero), Late: late, AfterExpiry: afterExpiry, At: t.now})
+			Actual: actual, Overrun: overrun, Late: late, AfterExpiry: afterExpiry, At: t.now})
 	}
 	t.reply.Status = events.StatusSettled
 	t.reply.Actual = t.actual.String()
 	t.reply.Late = late
-	if over := t.actual.Sub(r.Amount()); over.Sign() > 0 {
-		t.reply.Overrun = over.String()
-	}
 	return evs
+}
+
+// hasMoney reports whether r holds a money (not count) balance.
+func hasMoney(r *ledger.Reservation) bool {
+	for _, p := range r.Parts {
+		if !events.IsCount(p.Unit) {
+			return true
+		}
+	}
+	return false
 }
 
 // decideClosed answers a close of a reservation that is no longer open.
@@ -207,9 +225,13 @@ func (t *closeTx) decideClosed(r *ledger.Reservation) (events.Events, error) {
 	switch r.Status {
 	case events.StatusSettled:
 		recorded := r.ActualAmount()
-		if recorded.Cmp(t.actual) == 0 {
+		// A reservation held only in count budgets records 1 per balance,
+		// not the caller's actual: any settle of it again is a replay.
+		if recorded.Cmp(t.actual) == 0 || !hasMoney(r) {
 			t.reply.Actual, t.reply.Late, t.reply.Replayed = recorded.String(), r.Late, true
-			if over := recorded.Sub(r.Amount()); over.Sign() > 0 {
+			if !hasMoney(r) {
+				t.reply.Actual = t.actual.String()
+			} else if over := recorded.Sub(r.Amount()); over.Sign() > 0 {
 				t.reply.Overrun = over.String()
 			}
 			return nil, nil

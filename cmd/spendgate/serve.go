@@ -82,7 +82,9 @@ func serve(args []string) int {
 		log.Error("config", "err", err)
 		return 1
 	}
-	nc, err := nats.Connect(url, nats.Name("spendgate"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+	closed := make(chan struct{})
+	nc, err := nats.Connect(url, nats.Name("spendgate"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
+		nats.ClosedHandler(func(*nats.Conn) { close(closed) }))
 	if err != nil {
 		log.Error("connect", "url", url, "err", err)
 		return 1
@@ -116,6 +118,13 @@ func serve(args []string) int {
 		log.Error("stop", "err", err)
 		code = 1
 	}
-	_ = nc.Drain()
+	// Flush the last replies before the connection (and an embedded server)
+	// goes away.
+	if err := nc.Drain(); err == nil {
+		select {
+		case <-closed:
+		case <-time.After(10 * time.Second):
+		}
+	}
 	return code
 }

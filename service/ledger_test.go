@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -474,4 +475,25 @@ func TestSettle_CountOnlyRetryIsReplay(t *testing.T) {
 	require.Nil(t, e)
 	require.True(t, c.Replayed)
 	require.Equal(t, "1", h.budget("key:cnt", "day").Spent)
+}
+
+// TestAdmit_GroupOverMaxPayload: a burst of admits each carrying the most
+// metadata allowed folds into revisions larger than the server's max payload
+// (1 MiB); the ledger commits such a group in parts instead of failing it.
+// Without the split (ledger.tooLarge) this burst fails with
+// ledger_unavailable: checked by disabling it.
+func TestAdmit_GroupOverMaxPayload(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	h.putBudget("org:big", "month", "1000000", "USD")
+	meta := map[string]string{}
+	for i := 0; i < events.MaxMetadata; i++ {
+		key := fmt.Sprintf("k%02d_%s", i, strings.Repeat("x", 60))
+		meta[key] = strings.Repeat("v", events.MaxMetaLen)
+	}
+	rs := burst(t, h, 256, func(i int) events.AdmitRequest {
+		return events.AdmitRequest{RequestID: fmt.Sprintf("big-%d", i), Scopes: []string{"org:big"}, Amount: "1", Metadata: meta}
+	})
+	admitted, _ := countAdmitted(rs)
+	require.Equal(t, 256, admitted)
+	require.Equal(t, "256", h.budget("org:big", "month").Reserved)
 }

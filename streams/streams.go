@@ -25,8 +25,9 @@ const (
 	KeepRevisions = int64(1) << 40
 	// DuplicateWindow is the stream's Nats-Msg-Id dedupe window.
 	DuplicateWindow = 10 * time.Minute
-	// MaxMsgSize caps one revision (a group commit folds many events into
-	// one revision, so this also bounds the group size in bytes).
+	// MaxMsgSize caps one revision in the stream. The NATS max payload
+	// (1 MiB by default) is usually the tighter bound; a group commit whose
+	// revision exceeds either is committed in parts.
 	MaxMsgSize = 4 << 20
 	// MaxBatch is the most keys (messages) in one atomic batch; the server
 	// allows 1000. Multi-budget Txs are grouped into batches up to this.

@@ -34,8 +34,10 @@ type Ledger struct {
 	reservations map[string]*Reservation
 	requests     map[string]*Reservation // by request id
 	// closed and expired queue closed reservations in the order they
-	// closed, so the book forgets them after their retention.
+	// closed, so the book forgets them after their retention; serverNow is
+	// the JetStream timestamp of the last message the follower folded.
 	closed, expired []closedRes
+	serverNow       time.Time
 
 	klMu  sync.Mutex
 	locks map[string]*keyLock
@@ -156,6 +158,9 @@ func (l *Ledger) Run(ctx context.Context) error {
 			// what this code understands: stop rather than decide on it.
 			return fmt.Errorf("ledger: fold seq %d: %w", seq, err)
 		}
+		l.mu.Lock()
+		l.forgetUntilLocked(meta.Timestamp)
+		l.mu.Unlock()
 		l.advance(seq)
 		if seq >= startLast {
 			l.readyOnce.Do(func() { close(l.ready) })
@@ -325,21 +330,31 @@ type closedRes struct {
 	at time.Time
 }
 
-// closeLocked records that r closed at t, and forgets reservations whose
-// retention ended before t. Event time, not a clock, drives it, so every
-// replica forgets the same reservations after folding the same events.
-func (l *Ledger) closeLocked(r *Reservation, t time.Time) {
-	if r.Status == events.StatusExpired {
-		l.expired = append(l.expired, closedRes{r, t})
-	} else {
-		l.closed = append(l.closed, closedRes{r, t})
+// closeLocked queues r, which just closed, for forgetting after its
+// retention. Retention runs on one clock, the JetStream server's: r is
+// stamped with the timestamp of the last message the follower folded, and
+// the follower forgets by the timestamps of the messages it folds (see
+// forgetUntilLocked). A replica's own clock, which stamps the events it
+// decides, plays no part, so one skewed replica cannot shrink everyone's
+// replay window.
+func (l *Ledger) closeLocked(r *Reservation, eventAt time.Time) {
+	at := l.serverNow
+	if at.IsZero() {
+		at = eventAt
 	}
-	l.forgetUntilLocked(t)
+	if r.Status == events.StatusExpired {
+		l.expired = append(l.expired, closedRes{r, at})
+	} else {
+		l.closed = append(l.closed, closedRes{r, at})
+	}
 }
 
 // forgetUntilLocked forgets the closed reservations whose retention ended
-// before event time t.
+// before server time t; only the follower calls it.
 func (l *Ledger) forgetUntilLocked(t time.Time) {
+	if t.After(l.serverNow) {
+		l.serverNow = t
+	}
 	l.closed = l.forgetLocked(l.closed, t.Add(-l.opts.retention))
 	l.expired = l.forgetLocked(l.expired, t.Add(-l.opts.expiredKeep))
 }
@@ -386,7 +401,6 @@ func (l *Ledger) applyEventLocked(b *balance, key string, e events.Event) {
 		p := r.part(b.key)
 		p.Unit, p.Amount = e.Unit, e.Amount
 		b.open[e.ReservationID] = r
-		l.forgetUntilLocked(e.At)
 	case events.ReservationSettled:
 		delete(b.open, e.ReservationID)
 		if r := l.reservations[e.ReservationID]; r != nil {

@@ -83,12 +83,13 @@ func WithCommitTimeout(d time.Duration) Option {
 }
 
 // WithRetention sets how long closed reservations are remembered after they
-// close: settled or released ones (1m..7d), and expired ones (1h..30d, at
-// least the longest TTL so a late settle still finds its reservation).
+// close: settled or released ones, and expired ones (keep those at least as
+// long as the longest TTL, so a late settle still finds its reservation).
+// Both 1s..30d.
 func WithRetention(closed, expired time.Duration) Option {
 	return func(o *options) error {
-		if closed < time.Minute || closed > 7*24*time.Hour || expired < time.Hour || expired > 30*24*time.Hour {
-			return fmt.Errorf("ledger: retention %v/%v out of range 1m..7d / 1h..30d", closed, expired)
+		if closed < time.Second || closed > 30*24*time.Hour || expired < time.Second || expired > 30*24*time.Hour {
+			return fmt.Errorf("ledger: retention %v/%v out of range 1s..30d", closed, expired)
 		}
 		o.retention, o.expiredKeep = closed, expired
 		return nil

@@ -16,6 +16,7 @@ import (
 	"github.com/spendgate/spendgate/ledger"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/streams"
+	"github.com/spendgate/spendgate/testenv"
 )
 
 // burst fires n admits at once (released together by a barrier) and returns
@@ -396,43 +397,48 @@ func TestAdmit_CountBudget(t *testing.T) {
 }
 
 // TestRetention_ForgetsClosedReservations: a replica remembers a closed
-// reservation (and its request id) for ledger.DefaultRetention after it
-// closed, so retries get their original answer; after that the book forgets
-// it, which bounds memory. An expired reservation is kept far longer, so a
-// late settle still records its spend.
+// reservation (and its request id) for the retention after it closed, so
+// retries get their original answer; after that the book forgets it, which
+// bounds memory. An expired reservation is kept far longer, so a late settle
+// still records its spend. Retention runs on the JetStream server's clock
+// (message timestamps), not on the replicas' clocks: this test shortens it
+// to one second and waits, bounded, on the real clock.
 func TestRetention_ForgetsClosedReservations(t *testing.T) {
-	h := newHarness(t, harnessOpts{})
+	h := newHarness(t, harnessOpts{ledgerOpts: []ledger.Option{ledger.WithRetention(time.Second, time.Hour)}})
 	h.putBudget("org:ret", "month", "100", "USD")
 	r1, _ := h.admit(events.AdmitRequest{RequestID: "ret-1", Scopes: []string{"org:ret"}, Amount: "1", TTL: "1m"})
 	r2, _ := h.admit(events.AdmitRequest{RequestID: "ret-2", Scopes: []string{"org:ret"}, Amount: "2", TTL: "1m"})
 	require.True(t, r1.Admitted && r2.Admitted)
 	_, e := h.settle(r1.ReservationID, "1")
 	require.Nil(t, e)
-
-	// Within the retention: replays.
-	h.clock.now.Add(ledger.DefaultRetention - time.Minute)
-	r, e := h.admit(events.AdmitRequest{RequestID: "ret-1", Scopes: []string{"org:ret"}, Amount: "1", TTL: "1m"})
-	require.Nil(t, e)
-	require.True(t, r.Replayed)
-	// r2 expires now (its TTL passed long ago) and the sweep's event moves
-	// the book's notion of time.
+	// r2 expires (by the replicas' clock) and the sweeper releases it.
+	h.clock.now.Add(2 * time.Minute)
 	n, err := h.replicas[0].Sweeper.Pass(ctxT(t))
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 
-	// Past the retention of r1 (counted from the next event's time): r1 is
-	// forgotten, r2 (expired) is still known and takes a late settle.
-	h.clock.now.Add(2 * time.Minute)
-	r3, _ := h.admit(events.AdmitRequest{RequestID: "ret-3", Scopes: []string{"org:ret"}, Amount: "1", TTL: "1m"})
-	require.True(t, r3.Admitted)
+	// Within the retention: a retried admit is a replay.
+	r, e := h.admit(events.AdmitRequest{RequestID: "ret-1", Scopes: []string{"org:ret"}, Amount: "1", TTL: "1m"})
+	require.Nil(t, e)
+	require.True(t, r.Replayed)
+
+	// Forgetting happens as the follower folds newer messages: keep the
+	// ledger moving until r1 is forgotten.
+	i := 0
+	testenv.WaitFor(t, 20*time.Second, "r1 forgotten", func() bool {
+		i++
+		a, _ := h.admit(events.AdmitRequest{RequestID: fmt.Sprintf("tick-%d", i), Scopes: []string{"org:ret"}, Amount: "0.01", TTL: "1m"})
+		require.True(t, a.Admitted)
+		_, known := h.replicas[0].Ledger.Reservation(r1.ReservationID)
+		return !known
+	})
 	_, e = h.settle(r1.ReservationID, "1")
 	require.NotNil(t, e)
 	require.Equal(t, events.CodeUnknownReservation, e.Code)
+	// r2 (expired) is still known and takes a late settle.
 	c, e := h.settle(r2.ReservationID, "1.5")
 	require.Nil(t, e)
 	require.True(t, c.Late)
-	_, ok := h.replicas[0].Ledger.Reservation(r1.ReservationID)
-	require.False(t, ok)
 }
 
 // TestSettle_AfterExpiryIsAllOverrun: once the sweeper has returned a

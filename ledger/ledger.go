@@ -337,10 +337,12 @@ type closedRes struct {
 // forgetUntilLocked). A replica's own clock, which stamps the events it
 // decides, plays no part, so one skewed replica cannot shrink everyone's
 // replay window.
-func (l *Ledger) closeLocked(r *Reservation, eventAt time.Time) {
+func (l *Ledger) closeLocked(r *Reservation) {
 	at := l.serverNow
 	if at.IsZero() {
-		at = eventAt
+		// The follower has folded nothing yet (a fresh stream): the best
+		// estimate of the server's clock is this machine's.
+		at = time.Now()
 	}
 	if r.Status == events.StatusExpired {
 		l.expired = append(l.expired, closedRes{r, at})
@@ -409,7 +411,7 @@ func (l *Ledger) applyEventLocked(b *balance, key string, e events.Event) {
 			r.part(key).Actual = e.Actual
 			r.Late = r.Late || e.Late
 			if was != events.StatusSettled {
-				l.closeLocked(r, e.At)
+				l.closeLocked(r)
 			}
 		}
 	case events.ReservationReleased:
@@ -420,7 +422,7 @@ func (l *Ledger) applyEventLocked(b *balance, key string, e events.Event) {
 			} else {
 				r.Status = events.StatusReleased
 			}
-			l.closeLocked(r, e.At)
+			l.closeLocked(r)
 		}
 	}
 }

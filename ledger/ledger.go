@@ -127,7 +127,10 @@ func (l *Ledger) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("ledger: follower: %w", err)
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(1024))
+	// Short pulls with a 1 s heartbeat: after a server restart or a
+	// leader change the ordered consumer notices within seconds (the
+	// defaults, 30 s and 15 s, left a replica's follower stalled that long).
+	it, err := cons.Messages(jetstream.PullMaxMessages(1024), jetstream.PullExpiry(5*time.Second), jetstream.PullHeartbeat(time.Second))
 	if err != nil {
 		return fmt.Errorf("ledger: follower: %w", err)
 	}

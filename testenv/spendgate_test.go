@@ -23,7 +23,7 @@ func TestEnv_StartSpendgate(t *testing.T) {
 		data, err := json.Marshal(in)
 		require.NoError(t, err)
 		var msg []byte
-		testenv.WaitFor(t, 10*time.Second, endpoint+" answered", func() bool {
+		testenv.WaitFor(t, 30*time.Second, endpoint+" answered", func() bool {
 			m, err := env.Conn.Request(env.Layout.Endpoint(endpoint), data, time.Second)
 			if err != nil {
 				return false

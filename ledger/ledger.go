@@ -109,20 +109,63 @@ func (l *Ledger) Layout() streams.Layout { return l.layout }
 // started.
 func (l *Ledger) Ready() <-chan struct{} { return l.ready }
 
+// errFold marks a revision the follower cannot fold: the book is not what
+// this code understands, so the replica must stop rather than decide on it.
+var errFold = errors.New("ledger: cannot fold")
+
+// followRetry is the pause before the follower re-creates its consumer
+// after losing it (a server restart, a leader change).
+const followRetry = 250 * time.Millisecond
+
 // Run follows the ledger stream from its first revision and folds every
-// revision into the book until ctx ends. It returns ctx's error, or the
-// error that stopped it.
+// revision into the book until ctx ends. A lost consumer (server restart,
+// leader change, network) is re-created from the next unfolded revision;
+// only a revision it cannot fold stops it. It returns ctx's error, or that
+// fold error.
 func (l *Ledger) Run(ctx context.Context) error {
-	info, err := l.stream.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("ledger: stream info: %w", err)
+	var startLast uint64
+	for {
+		info, err := l.stream.Info(ctx)
+		if err == nil {
+			startLast = info.State.LastSeq
+			break
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		l.opts.log.Warn("ledger follower: stream info", "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(followRetry):
+		}
 	}
-	startLast := info.State.LastSeq
 	if startLast == 0 {
 		l.readyOnce.Do(func() { close(l.ready) })
 	}
+	for {
+		err := l.follow(ctx, l.applied.Load()+1, startLast)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if errors.Is(err, errFold) {
+			return err
+		}
+		l.opts.log.Warn("ledger follower lost its consumer; resuming", "from", l.applied.Load()+1, "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(followRetry):
+		}
+	}
+}
+
+// follow folds revisions from seq from with one ordered consumer until the
+// consumer fails or ctx ends.
+func (l *Ledger) follow(ctx context.Context, from, startLast uint64) error {
 	cons, err := l.js.OrderedConsumer(ctx, l.layout.StreamName(), jetstream.OrderedConsumerConfig{
-		DeliverPolicy: jetstream.DeliverAllPolicy,
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:   from,
 	})
 	if err != nil {
 		return fmt.Errorf("ledger: follower: %w", err)
@@ -140,12 +183,6 @@ func (l *Ledger) Run(ctx context.Context) error {
 	for {
 		msg, err := it.Next()
 		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				return ctx.Err()
-			}
 			return fmt.Errorf("ledger: follower: %w", err)
 		}
 		meta, err := msg.Metadata()
@@ -153,13 +190,14 @@ func (l *Ledger) Run(ctx context.Context) error {
 			return fmt.Errorf("ledger: follower metadata: %w", err)
 		}
 		seq := meta.Sequence.Stream
+		if seq <= l.applied.Load() {
+			continue
+		}
 		if msg.Headers().Get(HeaderWriter) == l.id {
 			l.awaitOwn(msg.Subject(), seq)
 		}
 		if err := l.applyMsg(msg.Subject(), seq, msg.Data()); err != nil {
-			// A revision this replica cannot fold means the book is not
-			// what this code understands: stop rather than decide on it.
-			return fmt.Errorf("ledger: fold seq %d: %w", seq, err)
+			return fmt.Errorf("%w: seq %d: %w", errFold, seq, err)
 		}
 		l.mu.Lock()
 		l.forgetUntilLocked(meta.Timestamp)

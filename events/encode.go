@@ -68,11 +68,9 @@ func appendString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-func appendKey(b []byte, first bool, key string) []byte {
-	if !first {
-		b = append(b, ',')
-	}
-	b = append(b, '"')
+// appendKey appends ,"key": (every key here follows the leading "type").
+func appendKey(b []byte, key string) []byte {
+	b = append(b, ',', '"')
 	b = append(b, key...)
 	return append(b, '"', ':')
 }
@@ -123,34 +121,41 @@ func appendStringMap(b []byte, m map[string]string) []byte {
 	return append(b, '}')
 }
 
+// appendReservationHead opens a reservation event: its type and id.
+func appendReservationHead(b []byte, t Type, id string) []byte {
+	b = append(b, `{"type":"`...)
+	b = append(b, t...)
+	b = append(b, '"')
+	b = appendKey(b, "reservation_id")
+	return appendString(b, id)
+}
+
 // AppendEvent appends e encoded as EncodeEvent encodes it.
 func AppendEvent(b []byte, e Event) ([]byte, error) {
 	switch e := e.(type) {
 	case BudgetDefined:
 		b = append(b, `{"type":"`+string(TypeBudgetDefined)+`"`...)
-		b = appendKey(b, false, "budget")
+		b = appendKey(b, "budget")
 		b = appendBudgetRef(b, e.Budget)
-		b = appendKey(b, false, "limit")
+		b = appendKey(b, "limit")
 		b = appendMoney(b, e.Limit)
-		b = appendKey(b, false, "unit")
+		b = appendKey(b, "unit")
 		b = appendString(b, e.Unit)
-		b = appendKey(b, false, "at")
+		b = appendKey(b, "at")
 		b = appendTime(b, e.At)
 	case ReservationOpened:
-		b = append(b, `{"type":"`+string(TypeReservationOpened)+`"`...)
-		b = appendKey(b, false, "reservation_id")
-		b = appendString(b, e.ReservationID)
-		b = appendKey(b, false, "request_id")
+		b = appendReservationHead(b, TypeReservationOpened, e.ReservationID)
+		b = appendKey(b, "request_id")
 		b = appendString(b, e.RequestID)
-		b = appendKey(b, false, "request_hash")
+		b = appendKey(b, "request_hash")
 		b = appendString(b, e.RequestHash)
-		b = appendKey(b, false, "balance")
+		b = appendKey(b, "balance")
 		b = appendRef(b, e.Balance)
-		b = appendKey(b, false, "amount")
+		b = appendKey(b, "amount")
 		b = appendMoney(b, e.Amount)
-		b = appendKey(b, false, "unit")
+		b = appendKey(b, "unit")
 		b = appendString(b, e.Unit)
-		b = appendKey(b, false, "balances")
+		b = appendKey(b, "balances")
 		if e.Balances == nil {
 			b = append(b, "null"...)
 		} else {
@@ -163,25 +168,23 @@ func AppendEvent(b []byte, e Event) ([]byte, error) {
 			}
 			b = append(b, ']')
 		}
-		b = appendKey(b, false, "expires_at")
+		b = appendKey(b, "expires_at")
 		b = appendTime(b, e.ExpiresAt)
-		b = appendKey(b, false, "at")
+		b = appendKey(b, "at")
 		b = appendTime(b, e.At)
 		if len(e.Metadata) > 0 {
-			b = appendKey(b, false, "metadata")
+			b = appendKey(b, "metadata")
 			b = appendStringMap(b, e.Metadata)
 		}
 	case ReservationSettled:
-		b = append(b, `{"type":"`+string(TypeReservationSettled)+`"`...)
-		b = appendKey(b, false, "reservation_id")
-		b = appendString(b, e.ReservationID)
-		b = appendKey(b, false, "balance")
+		b = appendReservationHead(b, TypeReservationSettled, e.ReservationID)
+		b = appendKey(b, "balance")
 		b = appendRef(b, e.Balance)
-		b = appendKey(b, false, "reserved")
+		b = appendKey(b, "reserved")
 		b = appendMoney(b, e.Reserved)
-		b = appendKey(b, false, "actual")
+		b = appendKey(b, "actual")
 		b = appendMoney(b, e.Actual)
-		b = appendKey(b, false, "overrun")
+		b = appendKey(b, "overrun")
 		b = appendMoney(b, e.Overrun)
 		if e.Late {
 			b = append(b, `,"late":true`...)
@@ -189,19 +192,17 @@ func AppendEvent(b []byte, e Event) ([]byte, error) {
 		if e.AfterExpiry {
 			b = append(b, `,"after_expiry":true`...)
 		}
-		b = appendKey(b, false, "at")
+		b = appendKey(b, "at")
 		b = appendTime(b, e.At)
 	case ReservationReleased:
-		b = append(b, `{"type":"`+string(TypeReservationReleased)+`"`...)
-		b = appendKey(b, false, "reservation_id")
-		b = appendString(b, e.ReservationID)
-		b = appendKey(b, false, "balance")
+		b = appendReservationHead(b, TypeReservationReleased, e.ReservationID)
+		b = appendKey(b, "balance")
 		b = appendRef(b, e.Balance)
-		b = appendKey(b, false, "reserved")
+		b = appendKey(b, "reserved")
 		b = appendMoney(b, e.Reserved)
-		b = appendKey(b, false, "reason")
+		b = appendKey(b, "reason")
 		b = appendString(b, e.Reason)
-		b = appendKey(b, false, "at")
+		b = appendKey(b, "at")
 		b = appendTime(b, e.At)
 	default:
 		return b, Errorf(CodeInternal, "unknown event %T", e)
@@ -213,21 +214,21 @@ func AppendEvent(b []byte, e Event) ([]byte, error) {
 func (r *BalanceRevision) AppendJSON(b []byte) ([]byte, error) {
 	b = append(b, `{"schema":`...)
 	b = appendString(b, r.Schema)
-	b = appendKey(b, false, "balance")
+	b = appendKey(b, "balance")
 	b = appendRef(b, r.Balance)
-	b = appendKey(b, false, "unit")
+	b = appendKey(b, "unit")
 	b = appendString(b, r.Unit)
-	b = appendKey(b, false, "limit")
+	b = appendKey(b, "limit")
 	b = appendMoney(b, r.Limit)
-	b = appendKey(b, false, "spent")
+	b = appendKey(b, "spent")
 	b = appendMoney(b, r.Spent)
-	b = appendKey(b, false, "reserved")
+	b = appendKey(b, "reserved")
 	b = appendMoney(b, r.Reserved)
-	b = appendKey(b, false, "overrun")
+	b = appendKey(b, "overrun")
 	b = appendMoney(b, r.Overrun)
-	b = appendKey(b, false, "open")
+	b = appendKey(b, "open")
 	b = strconv.AppendInt(b, r.Open, 10)
-	b = appendKey(b, false, "events")
+	b = appendKey(b, "events")
 	if r.Events == nil {
 		b = append(b, "null"...)
 	} else {

@@ -579,17 +579,6 @@ func (l *Ledger) Expired(now time.Time, max int) []string {
 	return ids
 }
 
-// OpenCount returns how many reservations are open.
-func (l *Ledger) OpenCount() int {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	n := 0
-	for _, b := range l.balances {
-		n += len(b.open)
-	}
-	return n
-}
-
 // PutBudget defines or changes a budget: one BudgetDefined event in one
 // compare-and-set write of the budget key. Putting the definition it already
 // has changes nothing and returns it.

@@ -182,9 +182,6 @@ func BalanceKey(b events.BalanceRef) string {
 	return balanceFamily + "." + b.Scope.Kind() + "." + b.Scope.ID() + "." + string(b.Period) + "." + b.Instance
 }
 
-// BudgetKeysFilter matches every budget key ("budget.>").
-func (l Layout) BudgetKeysFilter() string { return l.KeyPrefix() + budgetFamily + ".>" }
-
 // BalanceKeysFilter matches every balance key ("balance.>").
 func (l Layout) BalanceKeysFilter() string { return l.KeyPrefix() + balanceFamily + ".>" }
 

@@ -28,6 +28,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/ledger"
 	"github.com/spendgate/spendgate/service"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
@@ -125,6 +126,7 @@ type benchOptions struct {
 	mem           bool
 	cpuProfile    string
 	memProfile    string
+	baselines     bool
 }
 
 func benchCmd(args []string) int {
@@ -223,6 +225,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	fs.BoolVar(&o.json, "json", false, "print a JSON array of objects instead of the table")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (server, replica and callers) to this file")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write a heap profile at the end of the run to this file")
+	fs.BoolVar(&o.baselines, "baselines", true, "also run the floor and naive baselines (false: spendgate only, e.g. to profile it; ratios print as -)")
 	list := fs.String("scenarios", benchDefaultScenarios, "comma-separated scenarios: hot1,hot16,hot64,spread64,multi3,mem (mem only when named)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -290,7 +293,17 @@ type bencher struct {
 	kvs        []jetstream.KeyValue
 	naiveName  string
 	floor      *floorService
+	replica    *service.Replica // nil with --nats-url
 	cleanups   []func()
+}
+
+// ledgerStats returns the embedded replica's commit counters (zero with
+// --nats-url).
+func (b *bencher) ledgerStats() ledger.Stats {
+	if b.replica == nil {
+		return ledger.Stats{}
+	}
+	return b.replica.Ledger.Stats()
 }
 
 func (b *bencher) close() {
@@ -344,6 +357,7 @@ func (b *bencher) start() error {
 			return fmt.Errorf("spendgate replica: %w", err)
 		}
 		b.onClose(func() { _ = r.Stop() })
+		b.replica = r
 	} else {
 		b.serverDesc = "server " + b.o.natsURL + " (its own sync setting), spendgate service already running there (prefix " + b.o.prefix + ")"
 	}
@@ -540,18 +554,29 @@ func (b *bencher) scenario(sc benchScenario) (benchRow, error) {
 	admit, settle := b.layout.Endpoint(streams.EndpointAdmit), b.layout.Endpoint(streams.EndpointSettle)
 	for rep := 0; rep < b.o.reps; rep++ {
 		tag := fmt.Sprintf("%s-%s-%d", b.run, sc.name, rep)
+		st0 := b.ledgerStats()
 		s := b.drive(sc.callers, func(_ context.Context, c, seq int, rng *rand.Rand) (time.Duration, error) {
 			return benchCycle(b.ctx, b.conns[b.connFor(c)], admit, settle, p.scopesOf(p.pick(c, rng)), tag+"-s-"+strconv.Itoa(c)+"-"+strconv.Itoa(seq))
 		})
-		f := b.drive(sc.callers, func(_ context.Context, c, seq int, rng *rand.Rand) (time.Duration, error) {
-			return benchCycle(b.ctx, b.conns[b.connFor(c)], benchFloorAdmit, benchFloorSettle, p.scopesOf(p.pick(c, rng)), tag+"-f-"+strconv.Itoa(c)+"-"+strconv.Itoa(seq))
-		})
-		var st naiveStats
-		n := b.drive(sc.callers, func(ctx context.Context, c, _ int, rng *rand.Rand) (time.Duration, error) {
-			return naiveCycle(ctx, b.kvs[b.connFor(c)], p.keysOf(p.pick(c, rng)), &st)
-		})
-		n.attempts, n.conflicts = st.attempts.Load(), st.conflicts.Load()
-		svc, floor, naive = append(svc, s), append(floor, f), append(naive, n)
+		svc = append(svc, s)
+		if b.replica != nil {
+			st := b.ledgerStats()
+			commits, txs := st.Commits-st0.Commits, st.Txs-st0.Txs
+			fmt.Fprintf(b.log, "%s rep %d/%d: ledger %d commits (%d atomic batches), %.1f txs per commit, %d conflicts\n",
+				sc.name, rep+1, b.o.reps, commits, st.Batches-st0.Batches, float64(txs)/float64(max(commits, 1)), st.Conflicts-st0.Conflicts)
+		}
+		var f, n runResult
+		if b.o.baselines {
+			f = b.drive(sc.callers, func(_ context.Context, c, seq int, rng *rand.Rand) (time.Duration, error) {
+				return benchCycle(b.ctx, b.conns[b.connFor(c)], benchFloorAdmit, benchFloorSettle, p.scopesOf(p.pick(c, rng)), tag+"-f-"+strconv.Itoa(c)+"-"+strconv.Itoa(seq))
+			})
+			var st naiveStats
+			n = b.drive(sc.callers, func(ctx context.Context, c, _ int, rng *rand.Rand) (time.Duration, error) {
+				return naiveCycle(ctx, b.kvs[b.connFor(c)], p.keysOf(p.pick(c, rng)), &st)
+			})
+			n.attempts, n.conflicts = st.attempts.Load(), st.conflicts.Load()
+			floor, naive = append(floor, f), append(naive, n)
+		}
 		fmt.Fprintf(b.log, "%s rep %d/%d: spendgate %.0f cycles/s (p99 %s), floor %.0f, naive %.0f (%.0f%% conflicts)\n",
 			sc.name, rep+1, b.o.reps, s.rate(), fmtLatency(s.percentile(0.99)), f.rate(), n.rate(), n.conflictPct())
 		if err := b.ctx.Err(); err != nil {
@@ -1121,6 +1146,8 @@ func (b *bencher) printJSON(w io.Writer, rows []benchRow, mem *memResult) error 
 // fmtLatency formats µs.
 func fmtLatency(us float64) string {
 	switch {
+	case us == 0:
+		return "-" // not measured (--baselines=false)
 	case us < 1000:
 		return fmt.Sprintf("%.0fµs", us)
 	case us < 1e6:
@@ -1130,6 +1157,9 @@ func fmtLatency(us float64) string {
 }
 
 func fmtRatio(x float64) string {
+	if x == 0 {
+		return "-" // no baseline to compare with (--baselines=false)
+	}
 	if x >= 10 {
 		return fmt.Sprintf("%.0fx", x)
 	}

@@ -86,17 +86,45 @@ func TestBenchCmd_Table(t *testing.T) {
 				require.Positive(t, v, "%s %s", sc.name, c)
 			}
 		}
-		for _, c := range []string{"admit p50", "p99", "p99.9", "floor admit p99", "naive p99"} {
+		for _, c := range []string{"admit p50", "p99", "p99.9", "floor admit p99"} {
 			require.Regexp(t, `^[0-9.]+(µs|ms|s)$`, col(row, c), "%s %s", sc.name, c)
 		}
 		require.Regexp(t, `^[0-9.]+x$`, col(row, "x floor"))
-		require.Regexp(t, `^[0-9.]+x$`, col(row, "x naive"))
+		if col(row, "naive cycles/s") == "0" {
+			// No naive cycle finished: nothing to time or compare with.
+			require.Equal(t, "-", col(row, "naive p99"))
+			require.Equal(t, "-", col(row, "x naive"))
+		} else {
+			require.Regexp(t, `^[0-9.]+(µs|ms|s)$`, col(row, "naive p99"))
+			require.Regexp(t, `^[0-9.]+x$`, col(row, "x naive"))
+		}
 	}
+	// The embedded replica's commit counters are logged per rep.
+	require.Regexp(t, `hot16 rep 1/1: ledger [1-9][0-9]* commits \(0 atomic batches\), [0-9.]+ txs per commit`, errOut.String())
 	require.Contains(t, out.String(), "GOMAXPROCS=")
 	require.Contains(t, out.String(), "reps=1")
 	require.Contains(t, out.String(), "naive: the same callers calling KV directly (no service hop")
 	require.NotContains(t, out.String(), "ERRORS")
 	require.Less(t, elapsed, benchTestBudget, "bench took %s", elapsed)
+}
+
+// With --baselines=false only spendgate runs: the baseline columns say so
+// with "-" instead of zeros that would read as measurements.
+func TestBenchCmd_NoBaselines(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), benchTestBudget)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	code := runBench(ctx, []string{"--duration", "200ms", "--reps", "1", "--scenarios", "hot1", "--baselines=false", "--json"}, &out, &errOut)
+	require.Equal(t, 0, code, "stderr:\n%s", errOut.String())
+	var rows []benchRow
+	require.NoError(t, json.Unmarshal(out.Bytes(), &rows), out.String())
+	require.Len(t, rows, 1)
+	require.Positive(t, rows[0].CyclesPerS)
+	require.Zero(t, rows[0].FloorCyclesPerS)
+	require.Zero(t, rows[0].NaiveCyclesPerS)
+	require.Empty(t, rows[0].FloorReps)
+	require.Equal(t, "-", fmtRatio(rows[0].XFloor))
+	require.Equal(t, "-", fmtLatency(rows[0].FloorAdmitP99))
 }
 
 func TestBenchCmd_Flags(t *testing.T) {

@@ -341,9 +341,10 @@ func (b *bencher) start() error {
 			syncDesc = "sync=always (fsync every write)"
 		}
 		b.serverDesc = "embedded server " + b.url + ", file storage, " + syncDesc
-		// The replica gets its own connection, so callers reach it over
-		// TCP request-reply exactly as remote callers would.
-		snc, err := nats.Connect(b.url, nats.Name("spendgate-bench-replica"))
+		// The replica connects to its embedded server in process, as
+		// `spendgate serve` does; the callers reach it over TCP
+		// request-reply exactly as remote callers would.
+		snc, err := nats.Connect(b.url, nats.Name("spendgate-bench-replica"), nats.InProcessServer(srv))
 		if err != nil {
 			return err
 		}

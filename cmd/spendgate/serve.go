@@ -47,6 +47,7 @@ func serve(args []string) int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 
 	url := *natsURL
+	var connOpts []nats.Option
 	if url == "" {
 		host, portStr, err := net.SplitHostPort(*listen)
 		if err != nil {
@@ -69,6 +70,11 @@ func serve(args []string) int {
 		}
 		defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
 		url = srv.ClientURL()
+		// The replica talks to its own embedded server in process (no TCP
+		// loopback): a compare-and-set round trip is roughly half as long,
+		// and a hot budget commits that much more often. Callers still
+		// connect over TCP at url.
+		connOpts = append(connOpts, nats.InProcessServer(srv))
 		log.Info("embedded NATS server with JetStream", "url", url, "data_dir", *dataDir, "sync_always", *syncAlways)
 		if *replicas == 0 {
 			*replicas = 1
@@ -83,8 +89,9 @@ func serve(args []string) int {
 		return 1
 	}
 	closed := make(chan struct{})
-	nc, err := nats.Connect(url, nats.Name("spendgate"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
+	connOpts = append(connOpts, nats.Name("spendgate"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
 		nats.ClosedHandler(func(*nats.Conn) { close(closed) }))
+	nc, err := nats.Connect(url, connOpts...)
 	if err != nil {
 		log.Error("connect", "url", url, "err", err)
 		return 1

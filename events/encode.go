@@ -211,6 +211,27 @@ func AppendEvent(b []byte, e Event) ([]byte, error) {
 }
 
 // AppendJSON appends r encoded exactly as json.Marshal encodes it.
+func (r *LaneRevision) AppendJSON(b []byte) ([]byte, error) {
+	b = append(b, `{"schema":`...)
+	b = appendString(b, r.Schema)
+	b = appendKey(b, "balances")
+	if r.Balances == nil {
+		return append(b, "null}"...), nil
+	}
+	b = append(b, '[')
+	for i := range r.Balances {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		var err error
+		if b, err = r.Balances[i].AppendJSON(b); err != nil {
+			return b, err
+		}
+	}
+	return append(b, "]}"...), nil
+}
+
+// AppendJSON appends r encoded exactly as json.Marshal encodes it.
 func (r *BalanceRevision) AppendJSON(b []byte) ([]byte, error) {
 	b = append(b, `{"schema":`...)
 	b = appendString(b, r.Schema)

@@ -182,15 +182,24 @@ func (es *Events) UnmarshalJSON(b []byte) error {
 
 // Revision schemas.
 const (
+	SchemaLane    = "lane.v1"
 	SchemaBalance = "balance.v1"
 	SchemaBudget  = "budget.v1"
 )
 
-// BalanceRevision is the value of a balance key in the ledger bucket: the
-// balance after this revision and the events that this revision applied.
-// The KV stream keeps every revision, so the stream is the book of record:
-// folding the events of all revisions in stream order yields exactly the
-// numbers of the last revision of every key.
+// LaneRevision is the value of a lane key in the ledger bucket: every
+// balance that this revision changed, each after the revision, with the
+// events the revision applied to it, in balance key order. The KV stream
+// keeps every revision, so the stream is the book of record: folding the
+// events of all revisions in stream order yields exactly the numbers that
+// the last revision naming each balance states.
+type LaneRevision struct {
+	Schema   string            `json:"schema"`
+	Balances []BalanceRevision `json:"balances"`
+}
+
+// BalanceRevision is one balance in a LaneRevision: the balance after the
+// revision and the events that the revision applied to it.
 type BalanceRevision struct {
 	Schema   string     `json:"schema"`
 	Balance  BalanceRef `json:"balance"`

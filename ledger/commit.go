@@ -70,11 +70,10 @@ func (l *Ledger) Submit(ctx context.Context, tx Tx) error {
 	}
 	ctx = context.WithoutCancel(ctx)
 	p := &pending{tx: tx, refs: refs, done: make(chan struct{})}
-	if len(refs) > 1 {
+	if lanes := l.lanesOf(refs); len(lanes) > 1 {
 		l.enqueue(ctx, &l.multi, p, l.commitMultiNext)
 	} else {
-		kl := l.lockFor(streams.BalanceKey(refs[0]))
-		l.enqueue(ctx, kl, p, func(ctx context.Context, q *keyLock) bool { return l.commitNext(ctx, q, refs) })
+		l.enqueue(ctx, l.lockFor(lanes[0]), p, l.commitLaneNext)
 	}
 	<-p.done
 	return p.err
@@ -98,14 +97,14 @@ func (l *Ledger) enqueue(ctx context.Context, q *keyLock, p *pending, next func(
 	}
 }
 
-// commitMultiNext commits queued multi-balance Txs as one atomic batch: as
-// many Txs as fit in maxGroup and in streams.MaxBatch distinct keys, decided
-// together against one view of the union of their balances, so that on a
-// single file-storage server (where every atomic batch pays a staged fsync)
-// many multi-budget admits share one batch. It holds the commit lock of
-// every key in the union, taken in key order, so it excludes the
-// single-balance committers of those keys. It reports whether more are
-// queued; when none are, it releases the committer role.
+// commitMultiNext commits queued Txs whose balances span several lanes as
+// one atomic batch: as many Txs as fit in maxGroup and in streams.MaxBatch
+// distinct lanes, decided together against one view of the union of their
+// balances, so that on a single file-storage server (where every atomic
+// batch pays a staged fsync) many of them share one batch. It holds the
+// commit lock of every lane in the union, taken in lane order, so it
+// excludes those lanes' committers. It reports whether more are queued;
+// when none are, it releases the committer role.
 func (l *Ledger) commitMultiNext(ctx context.Context, q *keyLock) bool {
 	q.qmu.Lock()
 	if len(q.queue) == 0 {
@@ -113,23 +112,24 @@ func (l *Ledger) commitMultiNext(ctx context.Context, q *keyLock) bool {
 		q.qmu.Unlock()
 		return false
 	}
-	keys := map[string]events.BalanceRef{}
+	lanes := map[string]bool{}
 	n := 0
 	for _, p := range q.queue {
 		if n == l.opts.maxGroup {
 			break
 		}
+		pl := l.lanesOf(p.refs)
 		added := 0
-		for _, r := range p.refs {
-			if _, ok := keys[streams.BalanceKey(r)]; !ok {
+		for _, lane := range pl {
+			if !lanes[lane] {
 				added++
 			}
 		}
-		if n > 0 && len(keys)+added > streams.MaxBatch {
+		if n > 0 && len(lanes)+added > streams.MaxBatch {
 			break
 		}
-		for _, r := range p.refs {
-			keys[streams.BalanceKey(r)] = r
+		for _, lane := range pl {
+			lanes[lane] = true
 		}
 		n++
 	}
@@ -138,14 +138,11 @@ func (l *Ledger) commitMultiNext(ctx context.Context, q *keyLock) bool {
 	q.queue = append(q.queue[:0:0], q.queue[n:]...)
 	q.qmu.Unlock()
 
-	union := make([]events.BalanceRef, 0, len(keys))
-	for _, r := range keys {
-		union = append(union, r)
-	}
-	union = uniqueRefs(union)
-	locks := make([]*keyLock, len(union))
-	for i, r := range union {
-		locks[i] = l.lockFor(streams.BalanceKey(r))
+	union := unionRefs(group)
+	held := l.lanesOf(union)
+	locks := make([]*keyLock, len(held))
+	for i, lane := range held {
+		locks[i] = l.lockFor(lane)
 		locks[i].commit.Lock()
 	}
 	l.commitGroup(ctx, union, group)
@@ -155,10 +152,10 @@ func (l *Ledger) commitMultiNext(ctx context.Context, q *keyLock) bool {
 	return q.more()
 }
 
-// commitNext commits up to maxGroup queued Txs of kl as one revision. It
-// reports whether more are queued; when none are, it releases the committer
-// role.
-func (l *Ledger) commitNext(ctx context.Context, kl *keyLock, refs []events.BalanceRef) bool {
+// commitLaneNext commits up to maxGroup queued Txs of one lane as one
+// revision of the lane. It reports whether more are queued; when none are,
+// it releases the committer role.
+func (l *Ledger) commitLaneNext(ctx context.Context, kl *keyLock) bool {
 	kl.qmu.Lock()
 	n := min(len(kl.queue), l.opts.maxGroup)
 	if n == 0 {
@@ -171,9 +168,21 @@ func (l *Ledger) commitNext(ctx context.Context, kl *keyLock, refs []events.Bala
 	kl.queue = append(kl.queue[:0:0], kl.queue[n:]...)
 	kl.qmu.Unlock()
 	kl.commit.Lock()
-	l.commitGroup(ctx, refs, group)
+	l.commitGroup(ctx, unionRefs(group), group)
 	kl.commit.Unlock()
 	return kl.more()
+}
+
+// unionRefs returns the distinct balances of group's Txs, in key order.
+func unionRefs(group []*pending) []events.BalanceRef {
+	if len(group) == 1 {
+		return group[0].refs
+	}
+	var all []events.BalanceRef
+	for _, p := range group {
+		all = append(all, p.refs...)
+	}
+	return uniqueRefs(all)
 }
 
 // more reports whether Txs are queued; when none are, it releases the
@@ -211,8 +220,8 @@ func uniqueRefs(in []events.BalanceRef) []events.BalanceRef {
 }
 
 // commitGroup decides every Tx of group against one view of refs and writes
-// the result as one revision per key. The caller holds the commit lock of
-// every key in refs.
+// the result as one revision per lane (an atomic batch when it spans
+// lanes). The caller holds the commit lock of every lane of refs.
 func (l *Ledger) commitGroup(ctx context.Context, refs []events.BalanceRef, group []*pending) {
 	finish := func(err error) {
 		for _, p := range group {
@@ -258,7 +267,7 @@ func (l *Ledger) commitGroup(ctx context.Context, refs []events.BalanceRef, grou
 		if err == nil {
 			l.mu.Lock()
 			for i := range revs {
-				l.applyBalanceLocked(revs[i].key, seqs[i], &revs[i].value)
+				l.applyLaneLocked(revs[i].key, seqs[i], &revs[i].value)
 			}
 			l.mu.Unlock()
 			l.ownFolded()
@@ -295,8 +304,8 @@ func (l *Ledger) commitGroup(ctx context.Context, refs []events.BalanceRef, grou
 			finish(events.Errorf(events.CodeLedgerBusy, "gave up after %d conflicting attempts; nothing was committed", attempt+1))
 			return
 		}
-		for _, r := range refs {
-			if err := l.catchUp(ctx, streams.BalanceKey(r)); err != nil {
+		for _, lane := range l.lanesOf(refs) {
+			if err := l.catchUp(ctx, lane); err != nil {
 				if unknown {
 					err = &events.Error{Code: events.CodeLedgerUnavailable, Message: "write outcome unknown and the ledger cannot be read", Err: err}
 				}
@@ -437,17 +446,16 @@ func tooLarge(err error) bool {
 // allowed" (the stream's MaxMsgSize).
 const errCodeMessageTooLarge = 10054
 
-// stale reports whether any of keys has a newer revision than the one v was
-// decided on, folding the newer revisions in if so.
-func (l *Ledger) stale(ctx context.Context, v *View, keys []string) (bool, error) {
+// stale reports whether any of lanes has a newer revision than the one v
+// was decided on, folding the newer revisions in if so.
+func (l *Ledger) stale(ctx context.Context, v *View, lanes []string) (bool, error) {
 	stale := false
-	for _, key := range keys {
-		vb := v.bal[key]
+	for _, key := range lanes {
 		latest, err := l.latestRev(ctx, key)
 		if err != nil {
 			return false, err
 		}
-		if latest > vb.rev {
+		if latest > v.lanes[key] {
 			stale = true
 			if err := l.catchUp(ctx, key); err != nil {
 				return false, err

@@ -31,6 +31,7 @@ type Ledger struct {
 	budgets      map[string]*budget // by budget key
 	byScope      map[events.Scope][]Budget
 	balances     map[string]*balance // by balance key
+	lanes        map[string]uint64   // last folded revision, by lane key
 	reservations map[string]*Reservation
 	requests     map[string]*Reservation // by request id
 	// closed and expired queue closed reservations in the order they
@@ -92,6 +93,7 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, layout stre
 		budgets:      map[string]*budget{},
 		byScope:      map[events.Scope][]Budget{},
 		balances:     map[string]*balance{},
+		lanes:        map[string]uint64{},
 		reservations: map[string]*Reservation{},
 		requests:     map[string]*Reservation{},
 		locks:        map[string]*keyLock{},
@@ -238,8 +240,8 @@ func (l *Ledger) awaitOwn(subject string, seq uint64) {
 func (l *Ledger) revOf(key string) uint64 {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	if b := l.balances[key]; b != nil {
-		return b.rev
+	if rev, ok := l.lanes[key]; ok {
+		return rev
 	}
 	if b := l.budgets[key]; b != nil {
 		return b.rev
@@ -304,14 +306,19 @@ func (l *Ledger) applyMsg(subject string, seq uint64, data []byte) error {
 		return nil
 	}
 	switch {
-	case streams.IsBalanceKey(key):
-		var rev events.BalanceRevision
+	case streams.IsLaneKey(key):
+		var rev events.LaneRevision
 		if err := json.Unmarshal(data, &rev); err != nil {
 			return fmt.Errorf("%s: %w", key, err)
 		}
+		if rev.Schema != events.SchemaLane {
+			return fmt.Errorf("%s: schema %q, want %q", key, rev.Schema, events.SchemaLane)
+		}
 		l.mu.Lock()
-		l.applyBalanceLocked(key, seq, &rev)
+		l.applyLaneLocked(key, seq, &rev)
 		l.mu.Unlock()
+	case streams.IsBalanceKey(key):
+		return fmt.Errorf("%s: a balance key outside a lane (a stream of an older layout)", key)
 	case streams.IsBudgetKey(key):
 		var rev events.BudgetRevision
 		if err := json.Unmarshal(data, &rev); err != nil {
@@ -345,10 +352,21 @@ func (l *Ledger) applyBudgetLocked(key string, seq uint64, rev *events.BudgetRev
 	l.byScope[rev.Budget.Scope] = defs
 }
 
-// applyBalanceLocked folds one balance revision. Revisions of one key arrive
-// here in order from three places (the follower, a catch-up after a
-// conflict, and this replica's own successful writes); a revision already
-// folded is skipped.
+// applyLaneLocked folds one lane revision: every balance it names. Revisions
+// of one lane arrive here in order from three places (the follower, a
+// catch-up after a conflict, and this replica's own successful writes); a
+// revision already folded is skipped.
+func (l *Ledger) applyLaneLocked(lane string, seq uint64, rev *events.LaneRevision) {
+	if seq <= l.lanes[lane] {
+		return
+	}
+	for i := range rev.Balances {
+		l.applyBalanceLocked(streams.BalanceKey(rev.Balances[i].Balance), seq, &rev.Balances[i])
+	}
+	l.lanes[lane] = seq
+}
+
+// applyBalanceLocked folds one balance of a lane revision at seq.
 func (l *Ledger) applyBalanceLocked(key string, seq uint64, rev *events.BalanceRevision) {
 	b := l.balances[key]
 	if b == nil {

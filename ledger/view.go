@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/spendgate/spendgate/events"
@@ -22,34 +23,34 @@ type Tx interface {
 	Decide(v *View) (events.Events, error)
 }
 
-// View is what a Tx decides against: the touched balances at the revision
-// the write will require, plus the effect of the Txs decided before it in
-// the same group.
+// View is what a Tx decides against: the touched balances at the lane
+// revisions the write will require, plus the effect of the Txs decided
+// before it in the same group.
 type View struct {
-	l   *Ledger
-	bal map[string]*viewBalance
-	res map[string]*Reservation // reservations changed in this group
-	req map[string]*Reservation // request ids opened in this group
+	l     *Ledger
+	bal   map[string]*viewBalance
+	lanes map[string]uint64       // the revision of each lane the view was taken at
+	res   map[string]*Reservation // reservations changed in this group
+	req   map[string]*Reservation // request ids opened in this group
 }
 
 type viewBalance struct {
 	Balance
-	rev     uint64
+	lane    string
 	added   map[string]events.Money
 	removed map[string]bool
 	events  events.Events
 }
 
 func (l *Ledger) newView(refs []events.BalanceRef) *View {
-	v := &View{l: l, bal: make(map[string]*viewBalance, len(refs)), res: map[string]*Reservation{}, req: map[string]*Reservation{}}
+	v := &View{l: l, bal: make(map[string]*viewBalance, len(refs)), lanes: map[string]uint64{}, res: map[string]*Reservation{}, req: map[string]*Reservation{}}
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	for _, ref := range refs {
 		k := streams.BalanceKey(ref)
-		vb := &viewBalance{added: map[string]events.Money{}, removed: map[string]bool{}}
-		if b := l.balances[k]; b != nil {
-			vb.rev = b.rev
-		}
+		lane := l.layout.LaneKey(ref)
+		v.lanes[lane] = l.lanes[lane]
+		vb := &viewBalance{lane: lane, added: map[string]events.Money{}, removed: map[string]bool{}}
 		vb.Balance = l.balanceLocked(k, ref)
 		v.bal[k] = vb
 	}
@@ -193,35 +194,67 @@ func (v *View) overlay(id string) *Reservation {
 }
 
 type keyedRevision struct {
-	key   string
+	key   string // the lane key
 	rev   uint64 // the revision the write requires
-	value events.BalanceRevision
+	value events.LaneRevision
 }
 
-// revisions returns the revisions to write, sorted by key.
+// revisions returns the lane revisions to write, sorted by lane key, each
+// naming its changed balances in balance key order.
 func (v *View) revisions() []keyedRevision {
-	var out []keyedRevision
+	byLane := map[string][]string{}
 	for k, vb := range v.bal {
-		if len(vb.events) == 0 {
-			continue
+		if len(vb.events) > 0 {
+			byLane[vb.lane] = append(byLane[vb.lane], k)
 		}
-		out = append(out, keyedRevision{key: k, rev: vb.rev, value: events.BalanceRevision{
-			Schema: events.SchemaBalance, Balance: vb.Ref, Unit: vb.Unit, Limit: vb.Limit,
-			Spent: vb.Spent, Reserved: vb.Reserved, Overrun: vb.Overrun, Open: int64(vb.Open),
-			Events: vb.events,
-		}})
+	}
+	out := make([]keyedRevision, 0, len(byLane))
+	for lane, keys := range byLane {
+		sort.Strings(keys)
+		rev := events.LaneRevision{Schema: events.SchemaLane, Balances: make([]events.BalanceRevision, len(keys))}
+		for i, k := range keys {
+			vb := v.bal[k]
+			rev.Balances[i] = events.BalanceRevision{
+				Schema: events.SchemaBalance, Balance: vb.Ref, Unit: vb.Unit, Limit: vb.Limit,
+				Spent: vb.Spent, Reserved: vb.Reserved, Overrun: vb.Overrun, Open: int64(vb.Open),
+				Events: vb.events,
+			}
+		}
+		out = append(out, keyedRevision{key: lane, rev: v.lanes[lane], value: rev})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].key < out[j].key })
 	return out
 }
 
-// unwritten returns the keys of the view that no decision wrote to.
+// unwritten returns the lanes of the view that no decision wrote to. A lane
+// the group writes is vouched for by its compare-and-set, for every balance
+// of the lane, written or not.
 func (v *View) unwritten() []string {
-	var out []string
-	for k, vb := range v.bal {
-		if len(vb.events) == 0 {
-			out = append(out, k)
+	written := map[string]bool{}
+	for _, vb := range v.bal {
+		if len(vb.events) > 0 {
+			written[vb.lane] = true
 		}
 	}
+	var out []string
+	for lane := range v.lanes {
+		if !written[lane] {
+			out = append(out, lane)
+		}
+	}
+	sort.Strings(out)
 	return out
+}
+
+// lanesOf returns the distinct lanes of refs, sorted.
+func (l *Ledger) lanesOf(refs []events.BalanceRef) []string {
+	if len(refs) == 1 {
+		return []string{l.layout.LaneKey(refs[0])}
+	}
+	out := make([]string, 0, len(refs))
+	for _, r := range refs {
+		out = append(out, l.layout.LaneKey(r))
+	}
+	sort.Strings(out)
+	return slices.Compact(out)
 }

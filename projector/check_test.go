@@ -2,6 +2,7 @@ package projector_test
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -17,8 +18,23 @@ import (
 // testTimeout bounds every NATS call of the integration test.
 const testTimeout = 30 * time.Second
 
+// publisher returns a function that writes a revision of a key the way the
+// ledger does, compare-and-set on the key's last sequence, and returns its
+// stream sequence.
+func publisher(t *testing.T, ctx context.Context, js jetstream.JetStream, layout streams.Layout) func(key string, data []byte) uint64 {
+	last := map[string]uint64{}
+	return func(key string, data []byte) uint64 {
+		t.Helper()
+		ack, err := js.Publish(ctx, layout.Subject(key), data, jetstream.WithExpectLastSequencePerSubject(last[key]))
+		require.NoError(t, err)
+		last[key] = ack.Sequence
+		return ack.Sequence
+	}
+}
+
 func TestCheck(t *testing.T) {
-	env := testenv.New(t)
+	// Two lanes: acme's revisions go to one lane key, u17's to the other.
+	env := testenv.New(t, testenv.WithLayout(lanes2))
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	js, layout := env.JS, env.Layout
@@ -32,16 +48,7 @@ func TestCheck(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, rep.OK(), rep.String())
 
-	// Write revisions the way the ledger does: compare-and-set on each
-	// key's last sequence.
-	last := map[string]uint64{}
-	publish := func(key string, data []byte) uint64 {
-		t.Helper()
-		ack, err := js.Publish(ctx, layout.Subject(key), data, jetstream.WithExpectLastSequencePerSubject(last[key]))
-		require.NoError(t, err)
-		last[key] = ack.Sequence
-		return ack.Sequence
-	}
+	publish := publisher(t, ctx, js, layout)
 	count := func(spent, reserved string, open int64) nums {
 		return nums{unit: events.UnitRequests, limit: "100", spent: spent, reserved: reserved, overrun: "0", open: open}
 	}
@@ -50,13 +57,13 @@ func TestCheck(t *testing.T) {
 	late.Late, late.AfterExpiry = true, true
 
 	publish(streams.BudgetKey(acme.Budget()), budgetRev(t, acme.Budget(), "10", "USD"))
-	publish(key(acme), balanceRev(t, acme, usd("0", "0.05", "0", 1), opened("r1", acme, "0.05", both...)))
-	publish(key(u17), balanceRev(t, u17, count("0", "1", 1), opened("r1", u17, "1", both...)))
-	publish(key(acme), balanceRev(t, acme, usd("0.07", "0", "0.02", 0), settled("r1", acme, "0.05", "0.07", "0.02")))
-	publish(key(u17), balanceRev(t, u17, count("1", "0", 0), settled("r1", u17, "1", "1", "0")))
-	publish(key(acme), balanceRev(t, acme, usd("0.07", "3", "0.02", 2), opened("r2", acme, "1"), opened("r3", acme, "2")))
-	publish(key(acme), balanceRev(t, acme, usd("0.07", "1", "0.02", 1), released("r3", acme, "2", events.ReasonExpired)))
-	lastSeq := publish(key(acme), balanceRev(t, acme, usd("1.57", "1", "1.52", 1), late))
+	publish(lane(acme), balanceRev(t, acme, usd("0", "0.05", "0", 1), opened("r1", acme, "0.05", both...)))
+	publish(lane(u17), balanceRev(t, u17, count("0", "1", 1), opened("r1", u17, "1", both...)))
+	publish(lane(acme), balanceRev(t, acme, usd("0.07", "0", "0.02", 0), settled("r1", acme, "0.05", "0.07", "0.02")))
+	publish(lane(u17), balanceRev(t, u17, count("1", "0", 0), settled("r1", u17, "1", "1", "0")))
+	publish(lane(acme), balanceRev(t, acme, usd("0.07", "3", "0.02", 2), opened("r2", acme, "1"), opened("r3", acme, "2")))
+	publish(lane(acme), balanceRev(t, acme, usd("0.07", "1", "0.02", 1), released("r3", acme, "2", events.ReasonExpired)))
+	lastSeq := publish(lane(acme), balanceRev(t, acme, usd("1.57", "1", "1.52", 1), late))
 
 	st, err = p.CatchUp(ctx)
 	require.NoError(t, err)
@@ -106,7 +113,7 @@ func TestCheck(t *testing.T) {
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- p.Run(runCtx) }()
-	next := publish(key(acme), balanceRev(t, acme, usd("1.57", "0", "1.52", 0), released("r2", acme, "1", events.ReasonReleased)))
+	next := publish(lane(acme), balanceRev(t, acme, usd("1.57", "0", "1.52", 0), released("r2", acme, "1", events.ReasonReleased)))
 	testenv.WaitFor(t, testTimeout, "Run folds the release", func() bool { return p.State().Position() == next })
 	stop()
 	require.NoError(t, <-done)
@@ -115,16 +122,68 @@ func TestCheck(t *testing.T) {
 	require.Equal(t, int64(1), a.Released)
 
 	// A revision whose stated spent is off by 0.000000001.
-	tampered := publish(key(acme), balanceRev(t, acme, usd("1.570000001", "0.5", "1.52", 1), opened("r4", acme, "0.5")))
+	tampered := publish(lane(acme), balanceRev(t, acme, usd("1.570000001", "0.5", "1.52", 1), opened("r4", acme, "0.5")))
 	rep, err = projector.Check(ctx, js, layout)
 	require.NoError(t, err)
 	require.False(t, rep.OK())
-	require.Contains(t, rep.Problems[0], key(acme))
-	require.Contains(t, rep.Problems[0], "spent: stated 1.570000001, folded 1.57")
+	require.Contains(t, rep.Problems[0], "key "+lane(acme))
+	require.Contains(t, rep.Problems[0], "balance "+acme.String()+": spent: stated 1.570000001, folded 1.57")
 	require.Contains(t, rep.String(), "1 problems")
 	_, err = p.CatchUp(ctx)
 	require.ErrorIs(t, err, projector.ErrMismatch)
 	var ae *projector.ApplyError
 	require.ErrorAs(t, err, &ae)
 	require.Equal(t, tampered, ae.Seq)
+}
+
+func TestCheck_lanes(t *testing.T) {
+	env := testenv.New(t, testenv.WithLayout(lanes2))
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	js, layout := env.JS, env.Layout
+	publish := publisher(t, ctx, js, layout)
+	require.Equal(t, lane(acme), lane(acmeDay))
+	require.NotEqual(t, lane(acme), lane(u17))
+
+	// One admit in two balances of one lane: one lane revision names both;
+	// the settle names both again.
+	both := []events.BalanceRef{acmeDay, acme}
+	publish(lane(acme), laneRev(t,
+		bal(acmeDay, usd("0", "1", "0", 1), opened("r1", acmeDay, "1", both...)),
+		bal(acme, usd("0", "1", "0", 1), opened("r1", acme, "1", both...))))
+	publish(lane(u17), balanceRev(t, u17, usd("0", "2", "0", 1), opened("r2", u17, "2")))
+	settledAt := publish(lane(acme), laneRev(t,
+		bal(acmeDay, usd("0.5", "0", "0", 0), settled("r1", acmeDay, "1", "0.5", "0")),
+		bal(acme, usd("0.5", "0", "0", 0), settled("r1", acme, "1", "0.5", "0"))))
+
+	rep, err := projector.Check(ctx, js, layout)
+	require.NoError(t, err)
+	require.True(t, rep.OK(), rep.String())
+	require.Equal(t, projector.Report{Position: settledAt, Balances: 3, Reservations: 2, Events: 5}, *rep)
+	st, err := projector.New(js, layout).CatchUp(ctx)
+	require.NoError(t, err)
+	for _, ref := range both {
+		b, ok := st.Balance(ref)
+		require.True(t, ok)
+		require.Equal(t, settledAt, b.Revision)
+		require.Equal(t, lane(acme), b.Lane)
+	}
+
+	// A lane revision that fails quarantines its lane: the next revision
+	// of that lane is skipped, its balances are left out of the
+	// comparison and of the invariants, and the other lane still
+	// reconciles. A balance key in the stream is of an older layout.
+	publish(lane(u17), balanceRev(t, u17, usd("0.1", "0", "0", 0), released("r2", u17, "2", events.ReasonReleased)))
+	publish(lane(u17), balanceRev(t, u17, usd("0", "1", "0", 1), opened("r3", u17, "1")))
+	b, err := json.Marshal(bal(acme, usd("0.5", "0", "0", 0)))
+	require.NoError(t, err)
+	publish(key(acme), b)
+
+	rep, err = projector.Check(ctx, js, layout)
+	require.NoError(t, err)
+	require.Len(t, rep.Problems, 2, rep.String())
+	require.Contains(t, rep.Problems[0], "key "+lane(u17))
+	require.Contains(t, rep.Problems[0], "balance "+u17.String()+": spent: stated 0.1, folded 0")
+	require.Contains(t, rep.Problems[1], "key "+key(acme))
+	require.Contains(t, rep.Problems[1], "balance key outside a lane")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -14,8 +15,8 @@ import (
 )
 
 // MaxCheckRounds bounds how many times Check folds further to reach a live
-// value that was written after its replay: a balance still moving after
-// that many rounds is reported as a problem.
+// value that was written after its replay: a lane still moving after that
+// many rounds is reported as a problem.
 const MaxCheckRounds = 8
 
 // Report is the outcome of Check.
@@ -57,10 +58,11 @@ func (r *Report) problemf(format string, args ...any) {
 // the result with the live KV bucket, to the last digit:
 //
 //   - every message must apply (see State.Apply);
-//   - every balance key's live value must be the revision the replay
-//     folded last for it, stating exactly the replayed spent, reserved,
-//     overrun, open, limit and unit, and no balance may exist on one side
-//     only;
+//   - every lane key's live value must be the revision the replay folded
+//     last for that lane, and each balance it names must have that
+//     revision as its last and state exactly the replayed spent,
+//     reserved, overrun, open, limit and unit; no lane may exist on one
+//     side only;
 //   - per balance, reserved == the sum of the amounts of the reservations
 //     open in it, open == their number, and
 //     spent + reserved <= limit + overrun;
@@ -70,10 +72,11 @@ func (r *Report) problemf(format string, args ...any) {
 //
 // Check does not stop at the first problem. A message that fails to apply
 // becomes a problem and quarantines its key: later revisions of that key
-// are skipped (they would only repeat the first problem) and the key is
-// left out of the live comparison and of the checks above, while every
-// other key goes on folding. A live value written after the replay makes
-// Check fold further, up to MaxCheckRounds times.
+// are skipped (they would only repeat the first problem) and the key (for
+// a lane key, every balance in that lane) is left out of the live
+// comparison and of the checks above, while every other key goes on
+// folding. A live value written after the replay makes Check fold
+// further, up to MaxCheckRounds times.
 //
 // Problems go into the Report; the error is only for failing to read:
 // the stream or bucket lookup, a consumer or KV read error, or ctx's error.
@@ -111,7 +114,7 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout) (
 	if err != nil {
 		return nil, fmt.Errorf("projector: bucket %s: %w", layout.Bucket(), err)
 	}
-	liveKeys, err := balanceKeys(ctx, kv, layout)
+	liveKeys, err := laneKeys(ctx, kv, layout)
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +124,7 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout) (
 		if round == MaxCheckRounds {
 			for _, k := range pending {
 				seen[k] = true
-				rep.problemf("balance %s: still changing after %d rounds; not compared", k, MaxCheckRounds)
+				rep.problemf("lane %s: still changing after %d rounds; not compared", k, MaxCheckRounds)
 			}
 			break
 		}
@@ -144,20 +147,20 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout) (
 				continue
 			}
 			seen[key] = true
-			compareLive(rep, st, key, e)
+			compareLane(rep, st, key, e)
 		}
 		if err := fold(st.Position()+1, until); err != nil {
 			return nil, err
 		}
 		pending = later
 	}
-	for _, b := range st.Balances() {
-		if !bad[b.Key] && !seen[b.Key] {
-			rep.problemf("balance %s: replayed to seq %d but has no live value", b.Key, b.Revision)
+	for _, lane := range slices.Sorted(maps.Keys(st.lanes)) {
+		if !bad[lane] && !seen[lane] {
+			rep.problemf("lane %s: replayed to seq %d but has no live value", lane, st.lanes[lane])
 		}
 	}
 
-	checkInvariants(rep, st, bad)
+	checkInvariants(rep, st, layout, bad)
 	rep.Position = st.Position()
 	rep.Balances = len(st.balances)
 	rep.Reservations = len(st.reservations)
@@ -165,46 +168,71 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout) (
 	return rep, nil
 }
 
-// balanceKeys lists every live balance key, reading the lister to its end
-// so that its goroutine is done when this returns.
-func balanceKeys(ctx context.Context, kv jetstream.KeyValue, layout streams.Layout) ([]string, error) {
-	filter := strings.TrimPrefix(layout.BalanceKeysFilter(), layout.KeyPrefix())
+// laneKeys lists every live lane key, reading the lister to its end so
+// that its goroutine is done when this returns.
+func laneKeys(ctx context.Context, kv jetstream.KeyValue, layout streams.Layout) ([]string, error) {
+	filter := strings.TrimPrefix(layout.LaneKeysFilter(), layout.KeyPrefix())
 	l, err := kv.ListKeysFiltered(ctx, filter)
 	if err != nil {
 		if errors.Is(err, jetstream.ErrNoKeysFound) {
 			return nil, nil
 		}
-		return nil, fmt.Errorf("projector: list balance keys: %w", err)
+		return nil, fmt.Errorf("projector: list lane keys: %w", err)
 	}
 	var keys []string
 	for k := range l.Keys() {
-		if streams.IsBalanceKey(k) {
+		if streams.IsLaneKey(k) {
 			keys = append(keys, k)
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("projector: list balance keys: %w", err)
+		return nil, fmt.Errorf("projector: list lane keys: %w", err)
 	}
 	slices.Sort(keys)
 	return slices.Compact(keys), nil
 }
 
-// compareLive compares one live balance value with the replay, which has
+// compareLane compares one live lane value with the replay, which has
 // folded every message up to at least the value's revision.
-func compareLive(rep *Report, st *State, key string, e jetstream.KeyValueEntry) {
-	ref, ok := st.keys[key]
+func compareLane(rep *Report, st *State, lane string, e jetstream.KeyValueEntry) {
+	last, ok := st.lanes[lane]
 	if !ok {
-		rep.problemf("balance %s: live at revision %d but never replayed", key, e.Revision())
+		rep.problemf("lane %s: live at revision %d but never replayed", lane, e.Revision())
 		return
 	}
-	b := st.balances[ref]
-	if e.Revision() != b.Revision {
-		rep.problemf("balance %s: live revision %d, replay's last revision %d", key, e.Revision(), b.Revision)
+	if e.Revision() != last {
+		rep.problemf("lane %s: live revision %d, replay's last revision %d", lane, e.Revision(), last)
 		return
 	}
-	var live events.BalanceRevision
+	var live events.LaneRevision
 	if err := decodeStrict(e.Value(), &live); err != nil {
-		rep.problemf("balance %s: live value: %v", key, err)
+		rep.problemf("lane %s: live value: %v", lane, err)
+		return
+	}
+	if live.Schema != events.SchemaLane {
+		rep.problemf("lane %s: live schema %q, want %q", lane, live.Schema, events.SchemaLane)
+		return
+	}
+	for i := range live.Balances {
+		compareBalance(rep, st, lane, e.Revision(), &live.Balances[i])
+	}
+}
+
+// compareBalance compares one balance of a live lane value at revision rev
+// with the replay.
+func compareBalance(rep *Report, st *State, lane string, rev uint64, live *events.BalanceRevision) {
+	key := streams.BalanceKey(live.Balance)
+	b, ok := st.balances[live.Balance]
+	if !ok {
+		rep.problemf("balance %s: live in lane %s at revision %d but never replayed", key, lane, rev)
+		return
+	}
+	if b.Lane != lane {
+		rep.problemf("balance %s: live in lane %s, replayed in lane %s", key, lane, b.Lane)
+		return
+	}
+	if b.Revision != rev {
+		rep.problemf("balance %s: live revision %d, replay's last revision %d", key, rev, b.Revision)
 		return
 	}
 	for _, c := range []struct {
@@ -230,8 +258,15 @@ func compareLive(rep *Report, st *State, key string, e jetstream.KeyValueEntry) 
 
 // checkInvariants checks the replayed state on its own: each balance
 // against its open reservations and its limit, each reservation across its
-// balances. Quarantined balances are left out.
-func checkInvariants(rep *Report, st *State, bad map[string]bool) {
+// balances. Balances in a quarantined lane are left out: the lane of a
+// balance the replay never folded is the one layout gives it.
+func checkInvariants(rep *Report, st *State, layout streams.Layout, bad map[string]bool) {
+	quarantined := func(ref events.BalanceRef) bool {
+		if b, ok := st.balances[ref]; ok {
+			return bad[b.Lane]
+		}
+		return bad[layout.LaneKey(ref)]
+	}
 	type sum struct {
 		reserved events.Money
 		open     int64
@@ -240,7 +275,7 @@ func checkInvariants(rep *Report, st *State, bad map[string]bool) {
 	for _, r := range st.Reservations() {
 		statuses := map[string]bool{}
 		for _, ref := range r.Balances {
-			if bad[streams.BalanceKey(ref)] {
+			if quarantined(ref) {
 				continue
 			}
 			p, ok := r.Parts[ref]
@@ -266,7 +301,7 @@ func checkInvariants(rep *Report, st *State, bad map[string]bool) {
 		}
 	}
 	for _, b := range st.Balances() {
-		if bad[b.Key] {
+		if bad[b.Lane] {
 			continue
 		}
 		o := open[b.Ref]

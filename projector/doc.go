@@ -1,14 +1,22 @@
 // Package projector rebuilds spendgate's balances from the book of record.
 //
 // The ledger is one KV-shaped JetStream stream (streams.Layout.StreamName)
-// that keeps every revision of every key. A balance key holds an
-// events.BalanceRevision: the balance's numbers after the revision and the
-// events the revision applied. A budget key holds an events.BudgetRevision.
+// that keeps every revision of every key. Balances are written in commit
+// lanes: a fixed number of lane keys (streams.Layout.LaneKey), each balance
+// in one lane for good. A lane key holds an events.LaneRevision: the
+// balances the revision changed, in streams.BalanceKey order, each with
+// its numbers after the revision and the events the revision applied to
+// it. A balance's revision is the stream sequence of the last lane
+// revision that named it. A budget key holds an events.BudgetRevision.
+// Balance keys (streams.BalanceKey) name balances in the book but are not
+// KV keys: a stream that has them is of an older layout, which the fold
+// rejects.
 //
 // State is a pure fold over those messages: State.Apply decodes one
 // message, applies its events with the rules below (written independently
 // of the ledger writer, so that replay == live is a real check), and then
-// verifies the numbers the revision states against the folded totals. It
+// verifies the numbers the revision states against the folded totals; a
+// lane revision applies all of its balances or none. It
 // has no clock and does no I/O; its position is the stream sequence.
 //
 // Per balance, the fold rules are:
@@ -27,6 +35,6 @@
 // Projector reads the stream with an ordered consumer: CatchUp folds it from
 // the first message to the last as of the call, Run keeps folding until its
 // context ends, ReplayUntil answers "balances at time T". Check replays the
-// stream and reconciles the result with the live KV values to the last
+// stream and reconciles the result with the live lane values to the last
 // digit.
 package projector

@@ -9,10 +9,14 @@ import (
 // returns is an *ApplyError wrapping exactly one of them.
 var (
 	// ErrMalformed: the message is not a revision the fold understands:
-	// undecodable JSON, an unknown schema, a key that does not match the
-	// revision's balance or budget, an event of the wrong family, an event
-	// whose balance or budget differs from its revision's, an invalid unit,
-	// scope or period, or an empty value (a KV delete or purge).
+	// undecodable JSON, an unknown schema, a budget key that does not match
+	// its revision's budget, a balance key (a stream of an older layout:
+	// balances live in lanes), a lane revision that names no balance or
+	// names its balances out of key order or twice, a balance named under
+	// another lane than the one that first named it, an event of the wrong
+	// family, an event whose balance or budget differs from its revision's,
+	// an invalid unit, scope or period, or an empty value (a KV delete or
+	// purge).
 	ErrMalformed = errors.New("malformed revision")
 	// ErrTransition: an event is not a valid step of its reservation's
 	// lifecycle in that balance (a settle or release of a reservation not
@@ -32,7 +36,7 @@ var (
 type ApplyError struct {
 	// Seq is the stream sequence of the message.
 	Seq uint64
-	// Key is the KV key of the message.
+	// Key is the KV key of the message (a lane or budget key).
 	Key string
 	// Err is the cause; it wraps one of ErrMalformed, ErrTransition,
 	// ErrMismatch or ErrInvariant.

@@ -15,8 +15,22 @@ import (
 
 var (
 	acme = events.BalanceRef{Scope: "org:acme", Period: events.PeriodMonth, Instance: "2026-11"}
-	u17  = events.BalanceRef{Scope: "user:u-17", Period: events.PeriodDay, Instance: "2026-11-30"}
-	t0   = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	// acmeDay shares acme's scope, hence its lane, and sorts before it.
+	acmeDay = events.BalanceRef{Scope: "org:acme", Period: events.PeriodDay, Instance: "2026-11-30"}
+	u17     = events.BalanceRef{Scope: "user:u-17", Period: events.PeriodDay, Instance: "2026-11-30"}
+	t0      = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+	// lanes2 is a layout of two lanes that puts acme (and acmeDay) in
+	// lane.1 and u17 in lane.0.
+	lanes2 = func() streams.Layout {
+		c := streams.DefaultConfig()
+		c.Lanes = 2
+		l, err := streams.New(c)
+		if err != nil {
+			panic(err)
+		}
+		return l
+	}()
 )
 
 func m(s string) events.Money { return events.MustMoney(s) }
@@ -32,18 +46,30 @@ func usd(spent, reserved, overrun string, open int64) nums {
 	return nums{unit: "USD", limit: "10", spent: spent, reserved: reserved, overrun: overrun, open: open}
 }
 
-func balanceRev(t *testing.T, ref events.BalanceRef, n nums, evs ...events.Event) []byte {
-	t.Helper()
-	b, err := json.Marshal(events.BalanceRevision{
+// bal is one balance of a lane revision.
+func bal(ref events.BalanceRef, n nums, evs ...events.Event) events.BalanceRevision {
+	return events.BalanceRevision{
 		Schema: events.SchemaBalance, Balance: ref, Unit: n.unit, Limit: m(n.limit),
 		Spent: m(n.spent), Reserved: m(n.reserved), Overrun: m(n.overrun), Open: n.open,
 		Events: events.Events(evs),
-	})
+	}
+}
+
+// laneRev is a lane revision naming bals, in the order given.
+func laneRev(t testing.TB, bals ...events.BalanceRevision) []byte {
+	t.Helper()
+	b, err := json.Marshal(events.LaneRevision{Schema: events.SchemaLane, Balances: bals})
 	require.NoError(t, err)
 	return b
 }
 
-func budgetRev(t *testing.T, ref events.BudgetRef, limit, unit string) []byte {
+// balanceRev is a lane revision naming one balance.
+func balanceRev(t testing.TB, ref events.BalanceRef, n nums, evs ...events.Event) []byte {
+	t.Helper()
+	return laneRev(t, bal(ref, n, evs...))
+}
+
+func budgetRev(t testing.TB, ref events.BudgetRef, limit, unit string) []byte {
 	t.Helper()
 	b, err := json.Marshal(events.BudgetRevision{
 		Schema: events.SchemaBudget, Budget: ref, Limit: m(limit), Unit: unit,
@@ -73,7 +99,11 @@ func released(id string, in events.BalanceRef, reserved, reason string) events.R
 	return events.ReservationReleased{ReservationID: id, Balance: in, Reserved: m(reserved), Reason: reason, At: t0.Add(2 * time.Minute)}
 }
 
+// key is the name of a balance in the book.
 func key(ref events.BalanceRef) string { return streams.BalanceKey(ref) }
+
+// lane is the lane key of a balance under lanes2.
+func lane(ref events.BalanceRef) string { return lanes2.LaneKey(ref) }
 
 // msg is one stream message for apply.
 type msg struct {
@@ -99,16 +129,16 @@ func TestState_Apply_lifecycle(t *testing.T) {
 	late.Late, late.AfterExpiry = true, true
 	s := apply(t,
 		msg{streams.BudgetKey(budget), budgetRev(t, budget, "10", "USD")},
-		msg{key(acme), balanceRev(t, acme, usd("0", "2", "0", 1), opened("r1", acme, "2"))},
+		msg{lane(acme), balanceRev(t, acme, usd("0", "2", "0", 1), opened("r1", acme, "2"))},
 		// Settled above what it reserved: overrun 0.5, recorded in full.
-		msg{key(acme), balanceRev(t, acme, usd("2.5", "0", "0.5", 0), settled("r1", acme, "2", "2.5", "0.5"))},
+		msg{lane(acme), balanceRev(t, acme, usd("2.5", "0", "0.5", 0), settled("r1", acme, "2", "2.5", "0.5"))},
 		// A group commit: two admissions in one revision.
-		msg{key(acme), balanceRev(t, acme, usd("2.5", "4", "0.5", 2), opened("r2", acme, "1"), opened("r3", acme, "3"))},
-		msg{key(acme), balanceRev(t, acme, usd("2.5", "3", "0.5", 1), released("r2", acme, "1", events.ReasonReleased))},
-		msg{key(acme), balanceRev(t, acme, usd("2.5", "0", "0.5", 0), released("r3", acme, "3", events.ReasonExpired))},
+		msg{lane(acme), balanceRev(t, acme, usd("2.5", "4", "0.5", 2), opened("r2", acme, "1"), opened("r3", acme, "3"))},
+		msg{lane(acme), balanceRev(t, acme, usd("2.5", "3", "0.5", 1), released("r2", acme, "1", events.ReasonReleased))},
+		msg{lane(acme), balanceRev(t, acme, usd("2.5", "0", "0.5", 0), released("r3", acme, "3", events.ReasonExpired))},
 		// The late settle after the sweeper expired it: spent grows,
 		// reserved and open do not move again.
-		msg{key(acme), balanceRev(t, acme, usd("5.6", "0", "3.6", 0), late)},
+		msg{lane(acme), balanceRev(t, acme, usd("5.6", "0", "3.6", 0), late)},
 	)
 	require.Equal(t, uint64(7), s.Position())
 	require.Equal(t, 8, s.Events())
@@ -121,6 +151,7 @@ func TestState_Apply_lifecycle(t *testing.T) {
 	require.Equal(t, "10", b.Limit.String())
 	require.Equal(t, "USD", b.Unit)
 	require.Equal(t, key(acme), b.Key)
+	require.Equal(t, lane(acme), b.Lane)
 	require.Equal(t, int64(0), b.Open)
 	require.Equal(t, [5]int64{3, 2, 1, 1, 1}, [5]int64{b.Opened, b.Settled, b.Released, b.Expired, b.Late})
 	require.Equal(t, uint64(7), b.Revision)
@@ -170,10 +201,10 @@ func TestState_Apply_multiBalance(t *testing.T) {
 	// One admit across two budgets: one message per balance, committed
 	// together; the count budget reserves 1 whatever the amount.
 	s := apply(t,
-		msg{key(acme), balanceRev(t, acme, usd("0", "0.05", "0", 1), opened("r1", acme, "0.05", both...))},
-		msg{key(u17), balanceRev(t, u17, count, opened("r1", u17, "1", both...))},
-		msg{key(acme), balanceRev(t, acme, usd("0.04", "0", "0", 0), settled("r1", acme, "0.05", "0.04", "0"))},
-		msg{key(u17), balanceRev(t, u17, countSettled, settled("r1", u17, "1", "1", "0"))},
+		msg{lane(acme), balanceRev(t, acme, usd("0", "0.05", "0", 1), opened("r1", acme, "0.05", both...))},
+		msg{lane(u17), balanceRev(t, u17, count, opened("r1", u17, "1", both...))},
+		msg{lane(acme), balanceRev(t, acme, usd("0.04", "0", "0", 0), settled("r1", acme, "0.05", "0.04", "0"))},
+		msg{lane(u17), balanceRev(t, u17, countSettled, settled("r1", u17, "1", "1", "0"))},
 	)
 	r, ok := s.Reservation("r1")
 	require.True(t, ok)
@@ -202,13 +233,13 @@ func TestState_Apply_multiBalance(t *testing.T) {
 func TestState_Apply_idempotentOnPosition(t *testing.T) {
 	first := balanceRev(t, acme, usd("0", "2", "0", 1), opened("r1", acme, "2"))
 	s := projector.NewState()
-	require.NoError(t, s.Apply(5, key(acme), first))
+	require.NoError(t, s.Apply(5, lane(acme), first))
 	before := s.Clone()
 
 	// Redelivery of the same message, an older one, or anything at a
 	// sequence already applied: ignored.
-	require.NoError(t, s.Apply(5, key(acme), first))
-	require.NoError(t, s.Apply(3, key(acme), []byte("not even JSON")))
+	require.NoError(t, s.Apply(5, lane(acme), first))
+	require.NoError(t, s.Apply(3, lane(acme), []byte("not even JSON")))
 	require.Equal(t, before, s)
 	require.Equal(t, uint64(5), s.Position())
 
@@ -225,11 +256,11 @@ func base(t *testing.T) *projector.State {
 	t.Helper()
 	both := []events.BalanceRef{acme, u17}
 	return apply(t,
-		msg{key(acme), balanceRev(t, acme, usd("0", "4", "0", 3),
+		msg{lane(acme), balanceRev(t, acme, usd("0", "4", "0", 3),
 			opened("r1", acme, "2"), opened("r2", acme, "1"), opened("r4", acme, "1"))},
-		msg{key(acme), balanceRev(t, acme, usd("1", "2", "0", 1),
+		msg{lane(acme), balanceRev(t, acme, usd("1", "2", "0", 1),
 			released("r2", acme, "1", events.ReasonExpired), settled("r4", acme, "1", "1", "0"))},
-		msg{key(u17), balanceRev(t, u17, usd("0", "0.5", "0", 1), opened("r5", u17, "0.5", both...))},
+		msg{lane(u17), balanceRev(t, u17, usd("0", "0.5", "0", 1), opened("r5", u17, "0.5", both...))},
 	)
 }
 
@@ -250,69 +281,110 @@ func TestState_Apply_invalid(t *testing.T) {
 		is    error
 		names string // a substring the message must hold
 	}{
-		{"settle of a reservation never opened", key(acme), func(t *testing.T) []byte {
+		{"settle of a reservation never opened", lane(acme), func(t *testing.T) []byte {
 			return balanceRev(t, acme, afterBase, settled("nope", acme, "1", "1", "0"))
 		}, projector.ErrTransition, "never opened"},
-		{"settle in a balance it was not opened in", key(u17), func(t *testing.T) []byte {
+		{"settle in a balance it was not opened in", lane(u17), func(t *testing.T) []byte {
 			return balanceRev(t, u17, usd("1", "0.5", "0", 1), settled("r1", u17, "2", "1", "0"))
 		}, projector.ErrTransition, "never opened in balance user:u-17"},
-		{"second settle", key(acme), func(t *testing.T) []byte {
+		{"second settle", lane(acme), func(t *testing.T) []byte {
 			return balanceRev(t, acme, afterBase, settled("r4", acme, "1", "1", "0"))
 		}, projector.ErrTransition, "already settled"},
-		{"release of an expired reservation", key(acme), func(t *testing.T) []byte {
+		{"release of an expired reservation", lane(acme), func(t *testing.T) []byte {
 			return balanceRev(t, acme, afterBase, released("r2", acme, "1", events.ReasonReleased))
 		}, projector.ErrTransition, "already expired"},
-		{"release of a settled reservation", key(acme), func(t *testing.T) []byte {
+		{"release of a settled reservation", lane(acme), func(t *testing.T) []byte {
 			return balanceRev(t, acme, afterBase, released("r4", acme, "1", events.ReasonReleased))
 		}, projector.ErrTransition, "already settled"},
-		{"release of a reservation never opened", key(acme), func(t *testing.T) []byte {
+		{"release of a reservation never opened", lane(acme), func(t *testing.T) []byte {
 			return balanceRev(t, acme, afterBase, released("nope", acme, "1", events.ReasonExpired))
 		}, projector.ErrTransition, "never opened"},
-		{"second open of the same id in the same balance", key(acme), func(t *testing.T) []byte {
+		{"second open of the same id in the same balance", lane(acme), func(t *testing.T) []byte {
 			return balanceRev(t, acme, usd("1", "3", "0", 2), opened("r4", acme, "1"))
 		}, projector.ErrTransition, "opened again"},
-		{"settle after expiry of an open reservation", key(acme), func(t *testing.T) []byte {
+		{"settle after expiry of an open reservation", lane(acme), func(t *testing.T) []byte {
 			return balanceRev(t, acme, usd("2", "2", "0", 1), afterExpiryOfOpen)
 		}, projector.ErrTransition, "not expired"},
-		{"settle after expiry of a settled reservation", key(acme), func(t *testing.T) []byte {
+		{"settle after expiry of a settled reservation", lane(acme), func(t *testing.T) []byte {
 			e := settled("r4", acme, "1", "1", "0")
 			e.AfterExpiry = true
 			return balanceRev(t, acme, usd("2", "2", "0", 1), e)
 		}, projector.ErrTransition, "not expired"},
-		{"settle stating another reserved", key(acme), func(t *testing.T) []byte {
+		{"settle stating another reserved", lane(acme), func(t *testing.T) []byte {
 			return balanceRev(t, acme, usd("2", "0.5", "0", 0), settled("r1", acme, "1.5", "1", "0"))
 		}, projector.ErrTransition, "opened 2"},
-		{"settle stating a wrong overrun", key(acme), func(t *testing.T) []byte {
+		{"settle stating a wrong overrun", lane(acme), func(t *testing.T) []byte {
 			return balanceRev(t, acme, usd("4", "0", "1", 0), settled("r1", acme, "2", "3", "1.5"))
 		}, projector.ErrTransition, "gives 1"},
-		{"release stating another reserved", key(acme), func(t *testing.T) []byte {
+		{"release stating another reserved", lane(acme), func(t *testing.T) []byte {
 			return balanceRev(t, acme, usd("1", "1", "0", 0), released("r1", acme, "1", events.ReasonReleased))
 		}, projector.ErrTransition, "opened 2"},
-		{"release with an unknown reason", key(acme), func(t *testing.T) []byte {
+		{"release with an unknown reason", lane(acme), func(t *testing.T) []byte {
 			return balanceRev(t, acme, usd("1", "0", "0", 0), released("r1", acme, "2", "lost"))
 		}, projector.ErrMalformed, `reason "lost"`},
-		{"event balance differs from the revision's", key(acme), func(t *testing.T) []byte {
+		{"event balance differs from the revision's", lane(acme), func(t *testing.T) []byte {
 			return balanceRev(t, acme, usd("2", "0", "0", 0), wrongBalance)
 		}, projector.ErrMalformed, "differs from the revision's"},
-		{"negative amount", key(acme), func(t *testing.T) []byte {
+		{"negative amount", lane(acme), func(t *testing.T) []byte {
 			b := balanceRev(t, acme, usd("1", "1", "0", 2), opened("r9", acme, "1"))
 			return []byte(strings.Replace(string(b), `"amount":"1"`, `"amount":"-1"`, 1))
 		}, projector.ErrTransition, "negative amount"},
-		{"budget event in a balance revision", key(acme), func(t *testing.T) []byte {
+		{"budget event in a balance revision", lane(acme), func(t *testing.T) []byte {
 			return balanceRev(t, acme, afterBase, events.BudgetDefined{Budget: acme.Budget(), Limit: m("1"), Unit: "USD"})
 		}, projector.ErrMalformed, "not a reservation event"},
-		{"revision under another balance's key", key(u17), func(t *testing.T) []byte {
+		{"balance under another lane than the one that first named it", lane(u17), func(t *testing.T) []byte {
 			return balanceRev(t, acme, afterBase)
-		}, projector.ErrMalformed, "belongs under key " + key(acme)},
-		{"unknown schema", key(acme), func(t *testing.T) []byte {
+		}, projector.ErrMalformed, "belongs to lane " + lane(acme) + ", which first named it, not to " + lane(u17)},
+		{"balance key: a stream of an older layout", key(acme), func(t *testing.T) []byte {
+			b, err := json.Marshal(bal(acme, afterBase))
+			require.NoError(t, err)
+			return b
+		}, projector.ErrMalformed, "balance key outside a lane"},
+		{"lane revision naming no balance", lane(acme), func(t *testing.T) []byte {
+			return laneRev(t)
+		}, projector.ErrMalformed, "names no balance"},
+		{"lane revision with empty balances", lane(acme), func(t *testing.T) []byte {
+			return []byte(`{"schema":"lane.v1","balances":[]}`)
+		}, projector.ErrMalformed, "names no balance"},
+		{"unknown lane schema", lane(acme), func(t *testing.T) []byte {
+			return []byte(strings.Replace(string(balanceRev(t, acme, afterBase)), events.SchemaLane, "lane.v9", 1))
+		}, projector.ErrMalformed, "lane.v9"},
+		{"a balance revision alone under a lane key", lane(acme), func(t *testing.T) []byte {
+			b, err := json.Marshal(bal(acme, afterBase))
+			require.NoError(t, err)
+			return b
+		}, projector.ErrMalformed, "decode"},
+		{"balances out of key order", lane(acme), func(t *testing.T) []byte {
+			return laneRev(t, bal(acme, afterBase), bal(acmeDay, usd("0", "0", "0", 0)))
+		}, projector.ErrMalformed, "out of key order: " + key(acmeDay) + " after " + key(acme)},
+		{"a balance named twice", lane(acme), func(t *testing.T) []byte {
+			return laneRev(t, bal(acme, afterBase), bal(acme, afterBase))
+		}, projector.ErrMalformed, "named twice"},
+		{"second balance of a lane revision malformed", lane(acme), func(t *testing.T) []byte {
+			day := nums{unit: "USD", limit: "5", spent: "0", reserved: "1", overrun: "0", open: 1}
+			b := laneRev(t, bal(acmeDay, day, opened("r9", acmeDay, "1")), bal(acme, afterBase))
+			return []byte(strings.Replace(string(b), `"limit":"10"`, `"limit":"-1"`, 1))
+		}, projector.ErrMalformed, "balance org:acme/month/2026-11: malformed revision: negative limit -1"},
+		{"second balance of a lane revision breaks a transition", lane(acme), func(t *testing.T) []byte {
+			return laneRev(t,
+				bal(acmeDay, usd("0", "1", "0", 1), opened("r9", acmeDay, "1")),
+				bal(acme, afterBase, released("r4", acme, "1", events.ReasonReleased)))
+		}, projector.ErrTransition, "balance org:acme/month/2026-11: event 0 (reservation.released.v1)"},
+		{"unknown schema", lane(acme), func(t *testing.T) []byte {
 			return []byte(strings.Replace(string(balanceRev(t, acme, afterBase)), events.SchemaBalance, "balance.v9", 1))
 		}, projector.ErrMalformed, "balance.v9"},
-		{"unknown field", key(acme), func(t *testing.T) []byte {
+		{"unknown field", lane(acme), func(t *testing.T) []byte {
 			return []byte(strings.Replace(string(balanceRev(t, acme, afterBase)), `{"schema"`, `{"extra":1,"schema"`, 1))
 		}, projector.ErrMalformed, "extra"},
-		{"not JSON", key(acme), func(*testing.T) []byte { return []byte("{") }, projector.ErrMalformed, "decode"},
-		{"empty value", key(acme), func(*testing.T) []byte { return nil }, projector.ErrMalformed, "empty value"},
-		{"unknown unit", key(acme), func(t *testing.T) []byte {
+		{"unknown field in a balance", lane(acme), func(t *testing.T) []byte {
+			return []byte(strings.Replace(string(balanceRev(t, acme, afterBase)), `{"schema":"balance.v1"`, `{"extra":1,"schema":"balance.v1"`, 1))
+		}, projector.ErrMalformed, "extra"},
+		{"trailing data", lane(acme), func(t *testing.T) []byte {
+			return append(balanceRev(t, acme, afterBase), "{}"...)
+		}, projector.ErrMalformed, "after the revision"},
+		{"not JSON", lane(acme), func(*testing.T) []byte { return []byte("{") }, projector.ErrMalformed, "decode"},
+		{"empty value", lane(acme), func(*testing.T) []byte { return nil }, projector.ErrMalformed, "empty value"},
+		{"unknown unit", lane(acme), func(t *testing.T) []byte {
 			n := afterBase
 			n.unit = "DOGE"
 			return balanceRev(t, acme, n)
@@ -348,13 +420,14 @@ func TestState_Apply_statedMismatch(t *testing.T) {
 		{"open", "1", "0", usd("2", "0", "0", 1)},
 	} {
 		t.Run(tc.field, func(t *testing.T) {
-			s := apply(t, msg{key(acme), balanceRev(t, acme, usd("0", "2", "0", 1), opened("r1", acme, "2"))})
-			err := s.Apply(2, key(acme), balanceRev(t, acme, tc.n, settled("r1", acme, "2", "2", "0")))
+			s := apply(t, msg{lane(acme), balanceRev(t, acme, usd("0", "2", "0", 1), opened("r1", acme, "2"))})
+			err := s.Apply(2, lane(acme), balanceRev(t, acme, tc.n, settled("r1", acme, "2", "2", "0")))
 			require.ErrorIs(t, err, projector.ErrMismatch)
 			var me *projector.MismatchError
 			require.ErrorAs(t, err, &me)
 			require.Equal(t, projector.MismatchError{Field: tc.field, Stated: tc.stated, Folded: tc.folded}, *me)
-			require.EqualError(t, err, "projector: key "+key(acme)+" seq 2: "+tc.field+": stated "+tc.stated+", folded "+tc.folded)
+			require.EqualError(t, err, "projector: key "+lane(acme)+" seq 2: balance "+acme.String()+": "+
+				tc.field+": stated "+tc.stated+", folded "+tc.folded)
 			require.Equal(t, uint64(1), s.Position())
 		})
 	}
@@ -362,17 +435,17 @@ func TestState_Apply_statedMismatch(t *testing.T) {
 
 func TestState_Apply_admission(t *testing.T) {
 	t.Run("an admission past the limit", func(t *testing.T) {
-		s := apply(t, msg{key(acme), balanceRev(t, acme, usd("0", "6", "0", 1), opened("r1", acme, "6"))})
-		err := s.Apply(2, key(acme), balanceRev(t, acme, usd("0", "10.000000001", "0", 2), opened("r2", acme, "4.000000001")))
+		s := apply(t, msg{lane(acme), balanceRev(t, acme, usd("0", "6", "0", 1), opened("r1", acme, "6"))})
+		err := s.Apply(2, lane(acme), balanceRev(t, acme, usd("0", "10.000000001", "0", 2), opened("r2", acme, "4.000000001")))
 		require.ErrorIs(t, err, projector.ErrInvariant)
 		require.ErrorContains(t, err, "exceeds limit 10")
 	})
 	t.Run("an admission after spend reached the limit", func(t *testing.T) {
 		s := apply(t,
-			msg{key(acme), balanceRev(t, acme, usd("0", "6", "0", 1), opened("r1", acme, "6"))},
-			msg{key(acme), balanceRev(t, acme, usd("10.5", "0", "4.5", 0), settled("r1", acme, "6", "10.5", "4.5"))},
+			msg{lane(acme), balanceRev(t, acme, usd("0", "6", "0", 1), opened("r1", acme, "6"))},
+			msg{lane(acme), balanceRev(t, acme, usd("10.5", "0", "4.5", 0), settled("r1", acme, "6", "10.5", "4.5"))},
 		)
-		err := s.Apply(3, key(acme), balanceRev(t, acme, usd("10.5", "0.01", "4.5", 1), opened("r2", acme, "0.01")))
+		err := s.Apply(3, lane(acme), balanceRev(t, acme, usd("10.5", "0.01", "4.5", 1), opened("r2", acme, "0.01")))
 		require.ErrorIs(t, err, projector.ErrInvariant)
 	})
 	t.Run("exactly at the limit, then an overrun in the same group", func(t *testing.T) {
@@ -385,7 +458,7 @@ func TestState_Apply_admission(t *testing.T) {
 		}
 		evs = append(evs, settled("ra", acme, "0.05", "0.5", "0.45"))
 		n := nums{unit: "USD", limit: "1.00", spent: "0.5", reserved: "0.95", overrun: "0.45", open: 19}
-		s := apply(t, msg{key(acme), balanceRev(t, acme, n, evs...)})
+		s := apply(t, msg{lane(acme), balanceRev(t, acme, n, evs...)})
 		b, _ := s.Balance(acme)
 		require.Equal(t, "1.45", b.Spent.Add(b.Reserved).String())
 	})
@@ -413,7 +486,7 @@ func TestState_Apply_allOrNothing(t *testing.T) {
 	// The first event would apply; the second does not: nothing of the
 	// revision lands.
 	s := projector.NewState()
-	err := s.Apply(1, key(acme), balanceRev(t, acme, usd("0", "2", "0", 1),
+	err := s.Apply(1, lane(acme), balanceRev(t, acme, usd("0", "2", "0", 1),
 		opened("r1", acme, "2"), released("r1", acme, "2", events.ReasonReleased), released("r1", acme, "2", events.ReasonReleased)))
 	require.ErrorIs(t, err, projector.ErrTransition)
 	require.ErrorContains(t, err, "event 2 ")
@@ -423,4 +496,95 @@ func TestState_Apply_allOrNothing(t *testing.T) {
 	_, ok = s.Balance(acme)
 	require.False(t, ok)
 	require.Zero(t, s.Events())
+}
+
+func TestState_Apply_laneOfTwoBalances(t *testing.T) {
+	// One admit in two balances of the same lane: one lane revision names
+	// both, in key order (acmeDay before acme), and folds both at its seq.
+	both := []events.BalanceRef{acmeDay, acme}
+	dayNums := func(spent, reserved string, open int64) nums {
+		return nums{unit: "USD", limit: "1", spent: spent, reserved: reserved, overrun: "0", open: open}
+	}
+	s := apply(t,
+		msg{lane(acme), laneRev(t,
+			bal(acmeDay, dayNums("0", "0.5", 1), opened("r1", acmeDay, "0.5", both...)),
+			bal(acme, usd("0", "0.5", "0", 1), opened("r1", acme, "0.5", both...)))},
+		// The next revision changes acme only: acmeDay keeps its revision.
+		msg{lane(acme), laneRev(t, bal(acme, usd("0.5", "0", "0", 0), settled("r1", acme, "0.5", "0.5", "0")))},
+		msg{lane(acme), laneRev(t, bal(acmeDay, dayNums("0.5", "0", 0), settled("r1", acmeDay, "0.5", "0.5", "0")))},
+	)
+	require.Equal(t, 4, s.Events())
+
+	bs := s.Balances()
+	require.Len(t, bs, 2)
+	require.Equal(t, []string{key(acmeDay), key(acme)}, []string{bs[0].Key, bs[1].Key})
+	for _, b := range bs {
+		require.Equal(t, lane(acme), b.Lane)
+		require.Equal(t, "0.5", b.Spent.String())
+		require.Equal(t, int64(2), b.Revisions)
+	}
+	require.Equal(t, uint64(3), bs[0].Revision) // acmeDay: seqs 1 and 3
+	require.Equal(t, uint64(2), bs[1].Revision) // acme: seqs 1 and 2
+
+	r, ok := s.Reservation("r1")
+	require.True(t, ok)
+	require.Equal(t, events.StatusSettled, r.Status)
+	require.Equal(t, []uint64{1, 2, 3}, r.Seqs)
+	require.Equal(t, []uint64{1, 3}, r.Parts[acmeDay].Seqs)
+	require.Equal(t, []uint64{1, 2}, r.Parts[acme].Seqs)
+
+	// After the first revision alone, both balances were at seq 1.
+	first := apply(t, msg{lane(acme), laneRev(t,
+		bal(acmeDay, dayNums("0", "0.5", 1), opened("r1", acmeDay, "0.5", both...)),
+		bal(acme, usd("0", "0.5", "0", 1), opened("r1", acme, "0.5", both...)))})
+	for _, b := range first.Balances() {
+		require.Equal(t, uint64(1), b.Revision)
+		require.Equal(t, int64(1), b.Revisions)
+		require.Equal(t, "0.5", b.Reserved.String())
+	}
+	r, _ = first.Reservation("r1")
+	require.Equal(t, events.StatusOpen, r.Status)
+	require.Equal(t, []uint64{1}, r.Seqs)
+}
+
+func TestState_Apply_laneAllOrNothing(t *testing.T) {
+	// The first balance of the lane revision folds; the second states a
+	// wrong spent: neither lands, and the position stays.
+	both := []events.BalanceRef{acmeDay, acme}
+	s := apply(t, msg{lane(u17), balanceRev(t, u17, usd("0", "1", "0", 1), opened("r0", u17, "1"))})
+	before := s.Clone()
+	err := s.Apply(2, lane(acme), laneRev(t,
+		bal(acmeDay, usd("0", "2", "0", 1), opened("r1", acmeDay, "2", both...)),
+		bal(acme, usd("0.1", "2", "0", 1), opened("r1", acme, "2", both...))))
+	require.ErrorIs(t, err, projector.ErrMismatch)
+	var me *projector.MismatchError
+	require.ErrorAs(t, err, &me)
+	require.Equal(t, "spent", me.Field)
+	require.ErrorContains(t, err, "balance "+acme.String()+": spent: stated 0.1, folded 0")
+	require.Equal(t, before, s)
+	require.Equal(t, uint64(1), s.Position())
+	_, ok := s.Balance(acmeDay)
+	require.False(t, ok)
+	_, ok = s.Reservation("r1")
+	require.False(t, ok)
+	require.Equal(t, 1, s.Events())
+
+	// The same revision stated right applies, at the same seq.
+	require.NoError(t, s.Apply(2, lane(acme), laneRev(t,
+		bal(acmeDay, usd("0", "2", "0", 1), opened("r1", acmeDay, "2", both...)),
+		bal(acme, usd("0", "2", "0", 1), opened("r1", acme, "2", both...)))))
+	require.Equal(t, uint64(2), s.Position())
+	require.Len(t, s.Balances(), 3)
+}
+
+func TestState_Apply_laneStaysPut(t *testing.T) {
+	// A balance belongs to the lane that first named it, whatever lane
+	// names other balances of its scope.
+	s := apply(t, msg{"lane.7", balanceRev(t, acme, usd("0", "1", "0", 1), opened("r1", acme, "1"))})
+	b, _ := s.Balance(acme)
+	require.Equal(t, "lane.7", b.Lane)
+	err := s.Apply(2, "lane.3", balanceRev(t, acme, usd("0", "0", "0", 0), released("r1", acme, "1", events.ReasonReleased)))
+	require.ErrorIs(t, err, projector.ErrMalformed)
+	require.ErrorContains(t, err, "balance "+acme.String()+": malformed revision: belongs to lane lane.7")
+	require.NoError(t, s.Apply(2, "lane.7", balanceRev(t, acme, usd("0", "0", "0", 0), released("r1", acme, "1", events.ReasonReleased))))
 }

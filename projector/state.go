@@ -19,9 +19,13 @@ import (
 // Balance is the folded total of one balance: a budget in one period
 // instance.
 type Balance struct {
-	// Ref names the balance; Key is its KV key.
-	Ref events.BalanceRef
-	Key string
+	// Ref names the balance; Key is its name in the book
+	// (streams.BalanceKey), which is not a KV key. Lane is the KV key of
+	// the lane whose revisions carry it (the lane that first named it: a
+	// balance never moves between lanes).
+	Ref  events.BalanceRef
+	Key  string
+	Lane string
 	// Unit and Limit are those stated by the balance's last revision: a
 	// revision carries the limit that applied when it was written (a limit
 	// defined by a default needs no BudgetDefined, and a changed limit
@@ -41,8 +45,8 @@ type Balance struct {
 	// "released"; Expired releases with reason "expired"; Late settles
 	// marked late.
 	Opened, Settled, Released, Expired, Late int64
-	// Revision is the stream sequence of the balance's last revision, and
-	// Revisions how many revisions it has had.
+	// Revision is the stream sequence of the last lane revision that named
+	// the balance, and Revisions how many lane revisions named it.
 	Revision  uint64
 	Revisions int64
 }
@@ -113,7 +117,7 @@ type State struct {
 	position     uint64
 	events       int
 	balances     map[events.BalanceRef]*Balance
-	keys         map[string]events.BalanceRef
+	lanes        map[string]uint64 // lane key -> seq of its last revision applied
 	reservations map[string]*Reservation
 	budgets      map[events.BudgetRef]*Budget
 }
@@ -122,7 +126,7 @@ type State struct {
 func NewState() *State {
 	return &State{
 		balances:     map[events.BalanceRef]*Balance{},
-		keys:         map[string]events.BalanceRef{},
+		lanes:        map[string]uint64{},
 		reservations: map[string]*Reservation{},
 		budgets:      map[events.BudgetRef]*Budget{},
 	}
@@ -200,7 +204,7 @@ func (s *State) Clone() *State {
 		position:     s.position,
 		events:       s.events,
 		balances:     make(map[events.BalanceRef]*Balance, len(s.balances)),
-		keys:         maps.Clone(s.keys),
+		lanes:        maps.Clone(s.lanes),
 		reservations: make(map[string]*Reservation, len(s.reservations)),
 		budgets:      make(map[events.BudgetRef]*Budget, len(s.budgets)),
 	}
@@ -231,34 +235,47 @@ func (r *Reservation) clone() *Reservation {
 }
 
 // Apply folds one stream message: seq is its stream sequence, key its KV
-// key (streams.Layout.KeyOf of its subject), data its value. A balance key
-// must hold an events.BalanceRevision, a budget key an
-// events.BudgetRevision; a key of any other family is not part of the book
-// of record and is skipped (the position still advances).
+// key (streams.Layout.KeyOf of its subject), data its value. A lane key
+// must hold an events.LaneRevision, a budget key an events.BudgetRevision.
+// A balance key is not valid: balances live in lanes, so a message under a
+// balance key comes from a stream of an older layout. A key of any other
+// family is not part of the book of record and is skipped (the position
+// still advances).
 //
-// After applying a balance revision's events in order, Apply verifies that
-// the revision's stated Spent, Reserved, Overrun and Open equal the folded
-// totals, that its Limit is not negative and its Unit valid, that reserved
-// never went negative, and that right after each ReservationOpened
-// spent + reserved <= Limit (the invariant at admission). A budget
-// revision's stated Limit and Unit must equal its folded definition.
+// A lane revision names one or more balances, distinct and in increasing
+// streams.BalanceKey order; a balance always stays in the lane that first
+// named it. For each balance in turn, after applying its events in order,
+// Apply verifies that the balance's stated Spent, Reserved, Overrun and
+// Open equal the folded totals, that its Limit is not negative and its
+// Unit valid, that reserved never went negative, and that right after each
+// ReservationOpened spent + reserved <= Limit (the invariant at
+// admission). Every balance the revision names gets seq as its Revision.
+// A budget revision's stated Limit and Unit must equal its folded
+// definition.
 //
-// A seq <= Position is ignored and returns nil. Apply is all or nothing: on
-// error the State, Position included, is unchanged. The error is an
-// *ApplyError wrapping, in precedence order: ErrMalformed (decoding,
-// schema, key, unit, limit); then, event by event in order, ErrMalformed,
-// ErrTransition or ErrInvariant (negative reserved, admission); then
+// A seq <= Position is ignored and returns nil. Apply is all or nothing,
+// across every balance of a lane revision: on error the State, Position
+// included, is unchanged. The error is an *ApplyError wrapping, in
+// precedence order: ErrMalformed (decoding, schema, key, a lane revision
+// with no balance or with balances out of order or named twice, then per
+// balance in order its schema, ref, lane, unit and limit); then, balance
+// by balance in order, event by event in order, ErrMalformed,
+// ErrTransition or ErrInvariant (negative reserved, admission), and
 // ErrMismatch (a *MismatchError, fields checked in the order spent,
-// reserved, overrun, open for a balance, limit, unit for a budget). Apply
-// does no I/O and does not panic on any input.
+// reserved, overrun, open for a balance, limit, unit for a budget). An
+// error about one balance of a lane revision starts with "balance
+// <scope/period/instance>: ". Apply does no I/O and does not panic on any
+// input.
 func (s *State) Apply(seq uint64, key string, data []byte) error {
 	if seq <= s.position {
 		return nil
 	}
 	var err error
 	switch {
+	case streams.IsLaneKey(key):
+		err = s.applyLane(seq, key, data)
 	case streams.IsBalanceKey(key):
-		err = s.applyBalance(seq, key, data)
+		err = errorf(ErrMalformed, "balance key outside a lane: a stream of an older layout")
 	case streams.IsBudgetKey(key):
 		err = s.applyBudget(seq, key, data)
 	}
@@ -305,8 +322,9 @@ func validBalanceRef(b events.BalanceRef) error {
 	return events.ValidateToken("instance", b.Instance, events.MaxIDLen)
 }
 
-// stage holds the reservations one revision touches, copied on first
-// touch, so that a failing revision leaves the State unchanged.
+// stage holds the reservations one lane revision touches, across all of
+// its balances, copied on first touch, so that a failing revision leaves
+// the State unchanged.
 type stage struct {
 	s   *State
 	mod map[string]*Reservation
@@ -325,19 +343,76 @@ func (st *stage) get(id string) *Reservation {
 	return r
 }
 
-func (s *State) applyBalance(seq uint64, key string, data []byte) error {
-	var rev events.BalanceRevision
+// applyLane folds one lane revision: every balance it names, sharing one
+// stage, and commits only if all of them fold.
+func (s *State) applyLane(seq uint64, key string, data []byte) error {
+	var rev events.LaneRevision
 	if err := decodeStrict(data, &rev); err != nil {
 		return err
 	}
+	if rev.Schema != events.SchemaLane {
+		return errorf(ErrMalformed, "schema %q under a lane key, want %q", rev.Schema, events.SchemaLane)
+	}
+	if len(rev.Balances) == 0 {
+		return errorf(ErrMalformed, "lane revision names no balance")
+	}
+	// Every balance's header first, so that a malformed revision is
+	// reported as such before any of its events is folded.
+	prev := ""
+	for i := range rev.Balances {
+		br := &rev.Balances[i]
+		if err := s.checkHeader(key, br); err != nil {
+			return fmt.Errorf("balance %s: %w", br.Balance, err)
+		}
+		k := streams.BalanceKey(br.Balance)
+		switch {
+		case i > 0 && k == prev:
+			return errorf(ErrMalformed, "balance %s named twice in one lane revision", br.Balance)
+		case i > 0 && k < prev:
+			return errorf(ErrMalformed, "balances out of key order: %s after %s", k, prev)
+		}
+		prev = k
+	}
+
+	st := &stage{s: s, mod: map[string]*Reservation{}}
+	folded := make([]Balance, len(rev.Balances))
+	n := 0
+	for i := range rev.Balances {
+		br := &rev.Balances[i]
+		b, err := s.foldBalance(st, seq, key, br)
+		if err != nil {
+			return fmt.Errorf("balance %s: %w", br.Balance, err)
+		}
+		folded[i] = b
+		n += len(br.Events)
+	}
+
+	// Commit.
+	for i := range folded {
+		b := folded[i]
+		b.Revision = seq
+		b.Revisions++
+		s.balances[b.Ref] = &b
+	}
+	s.lanes[key] = seq
+	for id, r := range st.mod {
+		s.reservations[id] = r
+	}
+	s.events += n
+	return nil
+}
+
+// checkHeader checks one balance of a lane revision before its events:
+// schema, ref, lane, unit and limit.
+func (s *State) checkHeader(lane string, rev *events.BalanceRevision) error {
 	if rev.Schema != events.SchemaBalance {
-		return errorf(ErrMalformed, "schema %q under a balance key, want %q", rev.Schema, events.SchemaBalance)
+		return errorf(ErrMalformed, "schema %q in a lane revision, want %q", rev.Schema, events.SchemaBalance)
 	}
 	if err := validBalanceRef(rev.Balance); err != nil {
-		return errorf(ErrMalformed, "balance %s: %v", rev.Balance, err)
+		return errorf(ErrMalformed, "%v", err)
 	}
-	if want := streams.BalanceKey(rev.Balance); want != key {
-		return errorf(ErrMalformed, "revision of balance %s belongs under key %s", rev.Balance, want)
+	if cur, ok := s.balances[rev.Balance]; ok && cur.Lane != lane {
+		return errorf(ErrMalformed, "belongs to lane %s, which first named it, not to %s", cur.Lane, lane)
 	}
 	if err := events.ValidateUnit(rev.Unit); err != nil {
 		return errorf(ErrMalformed, "%v", err)
@@ -345,27 +420,33 @@ func (s *State) applyBalance(seq uint64, key string, data []byte) error {
 	if rev.Limit.Sign() < 0 {
 		return errorf(ErrMalformed, "negative limit %s", rev.Limit)
 	}
+	return nil
+}
 
+// foldBalance applies one balance's events on top of its folded totals,
+// staging the reservations they touch, and checks the numbers the revision
+// states. It returns the balance after the revision (Revision and
+// Revisions not yet advanced) and changes nothing in s.
+func (s *State) foldBalance(st *stage, seq uint64, lane string, rev *events.BalanceRevision) (Balance, error) {
 	ref := rev.Balance
 	var b Balance
 	if cur, ok := s.balances[ref]; ok {
 		b = *cur
 	} else {
-		b = Balance{Ref: ref, Key: key}
+		b = Balance{Ref: ref, Key: streams.BalanceKey(ref), Lane: lane}
 	}
 	b.Unit, b.Limit = rev.Unit, rev.Limit
-	st := &stage{s: s, mod: map[string]*Reservation{}}
 
 	for i, e := range rev.Events {
 		if err := applyEvent(st, &b, seq, e); err != nil {
-			return fmt.Errorf("event %d (%s): %w", i, eventType(e), err)
+			return Balance{}, fmt.Errorf("event %d (%s): %w", i, eventType(e), err)
 		}
 		if b.Reserved.Sign() < 0 {
-			return errorf(ErrInvariant, "event %d (%s): reserved went negative: %s", i, eventType(e), b.Reserved)
+			return Balance{}, errorf(ErrInvariant, "event %d (%s): reserved went negative: %s", i, eventType(e), b.Reserved)
 		}
 		if _, ok := e.(events.ReservationOpened); ok {
 			if total := b.Spent.Add(b.Reserved); total.Cmp(b.Limit) > 0 {
-				return errorf(ErrInvariant, "event %d (%s): at admission spent %s + reserved %s = %s exceeds limit %s",
+				return Balance{}, errorf(ErrInvariant, "event %d (%s): at admission spent %s + reserved %s = %s exceeds limit %s",
 					i, eventType(e), b.Spent, b.Reserved, total, b.Limit)
 			}
 		}
@@ -380,23 +461,13 @@ func (s *State) applyBalance(seq uint64, key string, data []byte) error {
 		{"overrun", rev.Overrun, b.Overrun},
 	} {
 		if c.stated.Cmp(c.folded) != 0 {
-			return &MismatchError{Field: c.field, Stated: c.stated.String(), Folded: c.folded.String()}
+			return Balance{}, &MismatchError{Field: c.field, Stated: c.stated.String(), Folded: c.folded.String()}
 		}
 	}
 	if rev.Open != b.Open {
-		return &MismatchError{Field: "open", Stated: strconv.FormatInt(rev.Open, 10), Folded: strconv.FormatInt(b.Open, 10)}
+		return Balance{}, &MismatchError{Field: "open", Stated: strconv.FormatInt(rev.Open, 10), Folded: strconv.FormatInt(b.Open, 10)}
 	}
-
-	// Commit.
-	b.Revision = seq
-	b.Revisions++
-	s.balances[ref] = &b
-	s.keys[key] = ref
-	for id, r := range st.mod {
-		s.reservations[id] = r
-	}
-	s.events += len(rev.Events)
-	return nil
+	return b, nil
 }
 
 func eventType(e events.Event) events.Type {

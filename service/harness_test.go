@@ -33,6 +33,9 @@ type harnessOpts struct {
 	replicas   int
 	ledgerOpts []ledger.Option
 	noCheck    bool
+	// lanes of the ledger stream (default 1: every Tx commits as one lane
+	// revision; more lanes put multi-scope Txs on the atomic batch path).
+	lanes int
 }
 
 type clock struct{ now atomicTime }
@@ -42,7 +45,9 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 	if o.replicas == 0 {
 		o.replicas = 1
 	}
-	env := testenv.New(t)
+	layout, err := streams.New(streams.Config{Lanes: o.lanes})
+	require.NoError(t, err)
+	env := testenv.New(t, testenv.WithLayout(layout))
 	h := &harness{t: t, env: env, nc: env.Connect(t), clock: &clock{}}
 	h.clock.now.Store(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	for i := 0; i < o.replicas; i++ {

@@ -126,10 +126,25 @@ func TestAdmit_BlindWritesOverAdmit(t *testing.T) {
 	require.True(t, broken, "without compare-and-set two replicas never broke the budget: the concurrency tests would not detect its removal")
 }
 
+// laneCounts are the lane counts the multi-scope tests run with: with one
+// lane a multi-scope admit is one lane revision; with 8, org:a (lane 0) and
+// user:b, user:u0..u3 (lanes 6, 5, 2, 7, 4) are in different lanes, so the
+// same admits are atomic batches over several lane keys.
+var laneCounts = []int{1, 8}
+
 // TestAdmit_MultiScopeAllOrNothing: an admit against org:a and user:b where
 // only user:b is full reserves in neither, and the ledger is unchanged.
 func TestAdmit_MultiScopeAllOrNothing(t *testing.T) {
-	h := newHarness(t, harnessOpts{})
+	for _, lanes := range laneCounts {
+		t.Run(fmt.Sprintf("lanes=%d", lanes), func(t *testing.T) { testMultiScopeAllOrNothing(t, lanes) })
+	}
+}
+
+func testMultiScopeAllOrNothing(t *testing.T, lanes int) {
+	h := newHarness(t, harnessOpts{lanes: lanes})
+	if lanes > 1 {
+		require.NotEqual(t, h.env.Layout.LaneKey(events.BalanceRef{Scope: "org:a"}), h.env.Layout.LaneKey(events.BalanceRef{Scope: "user:b"}))
+	}
 	h.putBudget("org:a", "month", "10", "USD")
 	h.putBudget("user:b", "day", "1", "USD")
 	r, e := h.admit(events.AdmitRequest{RequestID: "fill", Scopes: []string{"user:b"}, Amount: "1"})
@@ -166,7 +181,13 @@ func TestAdmit_MultiScopeAllOrNothing(t *testing.T) {
 // replicas: each user admits at most 6, the org at most 20, so exactly 20
 // are admitted and no budget is ever above its limit.
 func TestAdmit_MultiScopeConcurrent(t *testing.T) {
-	h := newHarness(t, harnessOpts{replicas: 2})
+	for _, lanes := range laneCounts {
+		t.Run(fmt.Sprintf("lanes=%d", lanes), func(t *testing.T) { testMultiScopeConcurrent(t, lanes) })
+	}
+}
+
+func testMultiScopeConcurrent(t *testing.T, lanes int) {
+	h := newHarness(t, harnessOpts{replicas: 2, lanes: lanes})
 	h.putBudget("org:a", "month", "1.00", "USD")
 	for u := 0; u < 4; u++ {
 		h.putBudget(fmt.Sprintf("user:u%d", u), "month", "0.30", "USD")
@@ -184,6 +205,17 @@ func TestAdmit_MultiScopeConcurrent(t *testing.T) {
 		total += int(v.Open)
 	}
 	require.Equal(t, 20, total)
+	// The path the admits took: one lane revision each with one lane,
+	// atomic batches over lane keys with eight.
+	var batches int64
+	for _, r := range h.replicas {
+		batches += r.Ledger.Stats().Batches
+	}
+	if lanes == 1 {
+		require.Zero(t, batches)
+	} else {
+		require.Positive(t, batches)
+	}
 }
 
 // TestClose_Races: settles and releases of the same reservations race from

@@ -13,11 +13,13 @@ func ExampleLayout() {
 	bal := events.BalanceRef{Scope: "org:acme", Period: events.PeriodMonth, Instance: "2026-11"}
 	fmt.Println(l.StreamName())
 	fmt.Println(streams.BudgetKey(bal.Budget()))
-	fmt.Println(l.Subject(streams.BalanceKey(bal)))
+	fmt.Println(streams.BalanceKey(bal))
+	fmt.Println(l.Subject(l.LaneKey(bal)))
 	fmt.Println(l.Endpoint(streams.EndpointAdmit))
 	// Output:
 	// KV_spendgate
 	// budget.org.acme.month
-	// $KV.spendgate.balance.org.acme.month.2026-11
+	// balance.org.acme.month.2026-11
+	// $KV.spendgate.lane.0
 	// spendgate.admit
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"strconv"
 	"strings"
 	"time"
 
@@ -30,8 +32,16 @@ const (
 	// revision exceeds either is committed in parts.
 	MaxMsgSize = 4 << 20
 	// MaxBatch is the most keys (messages) in one atomic batch; the server
-	// allows 1000. Multi-budget Txs are grouped into batches up to this.
+	// allows 1000. Txs over several lanes are grouped into batches up to
+	// this.
 	MaxBatch = 256
+	// DefaultLanes is the number of commit lanes of a new ledger stream.
+	DefaultLanes = 1
+	// MaxLanes bounds Config.Lanes.
+	MaxLanes = 1024
+	// MetadataLanes is the ledger stream's metadata key that records its
+	// number of lanes; it is fixed when the stream is created.
+	MetadataLanes = "spendgate_lanes"
 )
 
 // Config names the resources of one spendgate installation.
@@ -43,11 +53,20 @@ type Config struct {
 	Replicas int
 	// Prefix of every service subject, ending in '.'.
 	Prefix string
+	// Lanes is the number of commit lanes (default DefaultLanes): every
+	// balance belongs to one lane, chosen by its scope, and the balances of
+	// one lane are written together, one compare-and-set revision of the
+	// lane key carrying every balance it changes. One lane folds every
+	// concurrent Tx of a replica into one write; more lanes commit in
+	// parallel, but a Tx whose balances span lanes costs an atomic batch.
+	// It is recorded in the stream when the stream is created and can never
+	// change (a balance must never move between lanes).
+	Lanes int
 }
 
 // DefaultConfig is the embedded single-server configuration.
 func DefaultConfig() Config {
-	return Config{Bucket: DefaultBucket, Replicas: 1, Prefix: DefaultPrefix}
+	return Config{Bucket: DefaultBucket, Replicas: 1, Prefix: DefaultPrefix, Lanes: DefaultLanes}
 }
 
 func (c Config) withDefaults() Config {
@@ -59,6 +78,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Prefix == "" {
 		c.Prefix = DefaultPrefix
+	}
+	if c.Lanes == 0 {
+		c.Lanes = DefaultLanes
 	}
 	return c
 }
@@ -74,6 +96,9 @@ func (c Config) Validate() error {
 	}
 	if !strings.HasSuffix(c.Prefix, ".") || strings.ContainsAny(c.Prefix, " *>") || strings.HasPrefix(c.Prefix, ".") {
 		return fmt.Errorf("streams: prefix %q must be dot-separated tokens ending in '.'", c.Prefix)
+	}
+	if c.Lanes < 1 || c.Lanes > MaxLanes {
+		return fmt.Errorf("streams: lanes must be 1..%d, got %d", MaxLanes, c.Lanes)
 	}
 	return nil
 }
@@ -106,7 +131,7 @@ func (l Layout) Bucket() string { return l.c.Bucket }
 func (l Layout) StreamConfig() jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:               l.StreamName(),
-		Description:        "spendgate ledger: budget definitions and balances; every revision is kept as the book of record",
+		Description:        "spendgate ledger: budget definitions and balances (in commit lanes); every revision is kept as the book of record",
 		Subjects:           []string{l.KeyPrefix() + ">"},
 		Retention:          jetstream.LimitsPolicy,
 		MaxMsgsPerSubject:  KeepRevisions,
@@ -123,12 +148,15 @@ func (l Layout) StreamConfig() jetstream.StreamConfig {
 		DenyPurge:          true,
 		AllowDirect:        true,
 		AllowAtomicPublish: true,
+		Metadata:           map[string]string{MetadataLanes: strconv.Itoa(l.c.Lanes)},
 	}
 }
 
 // Ensure creates or updates the ledger stream. It is idempotent and safe to
 // run from every replica at start. It never calls UpdateKeyValue, which
-// would rebuild the stream without atomic publish.
+// would rebuild the stream without atomic publish. An existing stream must
+// have the layout's number of lanes (ErrLanesMismatch otherwise): lanes are
+// fixed when the stream is created.
 func Ensure(ctx context.Context, js jetstream.JetStream, l Layout) (jetstream.Stream, error) {
 	cfg := l.StreamConfig()
 	var s jetstream.Stream
@@ -136,6 +164,9 @@ func Ensure(ctx context.Context, js jetstream.JetStream, l Layout) (jetstream.St
 	// Right after a cluster forms, stream creation may fail with "no
 	// suitable peers" for a moment: retry within ctx.
 	for attempt := 0; ; attempt++ {
+		if err = checkLanes(ctx, js, l); err != nil {
+			return nil, err
+		}
 		s, err = js.CreateOrUpdateStream(ctx, cfg)
 		if err == nil {
 			return s, nil
@@ -150,6 +181,29 @@ func Ensure(ctx context.Context, js jetstream.JetStream, l Layout) (jetstream.St
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// ErrLanesMismatch: the ledger stream exists with another number of lanes
+// than the layout's, or records none (a stream of an older layout).
+var ErrLanesMismatch = errors.New("streams: ledger stream lanes differ from the configured lanes")
+
+// checkLanes fails if the ledger stream exists with other lanes than l's.
+func checkLanes(ctx context.Context, js jetstream.JetStream, l Layout) error {
+	s, err := js.Stream(ctx, l.StreamName())
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("streams: ensure %s: %w", l.StreamName(), err)
+	}
+	have := s.CachedInfo().Config.Metadata[MetadataLanes]
+	if have != strconv.Itoa(l.c.Lanes) {
+		if have == "" {
+			have = "none (a stream written by an older layout)"
+		}
+		return fmt.Errorf("%w: stream %s has %s, configured %d", ErrLanesMismatch, l.StreamName(), have, l.c.Lanes)
+	}
+	return nil
 }
 
 // KeyPrefix is "$KV.<bucket>.".
@@ -170,6 +224,7 @@ const errNoSuitablePeers jetstream.ErrorCode = 10005
 const (
 	budgetFamily  = "budget"
 	balanceFamily = "balance"
+	laneFamily    = "lane"
 )
 
 // BudgetKey is "budget.<kind>.<id>.<period>".
@@ -177,19 +232,39 @@ func BudgetKey(b events.BudgetRef) string {
 	return budgetFamily + "." + b.Scope.Kind() + "." + b.Scope.ID() + "." + string(b.Period)
 }
 
-// BalanceKey is "balance.<kind>.<id>.<period>.<instance>".
+// BalanceKey is "balance.<kind>.<id>.<period>.<instance>": the name of a
+// balance in the book and in events. It is not a KV key: a balance's
+// revisions live in its lane (LaneKey).
 func BalanceKey(b events.BalanceRef) string {
 	return balanceFamily + "." + b.Scope.Kind() + "." + b.Scope.ID() + "." + string(b.Period) + "." + b.Instance
 }
 
-// BalanceKeysFilter matches every balance key ("balance.>").
-func (l Layout) BalanceKeysFilter() string { return l.KeyPrefix() + balanceFamily + ".>" }
+// Lanes returns the number of commit lanes.
+func (l Layout) Lanes() int { return l.c.Lanes }
+
+// LaneKey is the KV key of the lane that holds balance b: "lane.<n>", n the
+// FNV-1a hash of b's scope modulo the number of lanes, so every period of
+// one scope shares a lane.
+func (l Layout) LaneKey(b events.BalanceRef) string {
+	if l.c.Lanes <= 1 {
+		return laneFamily + ".0"
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(b.Scope))
+	return laneFamily + "." + strconv.FormatUint(uint64(h.Sum32()%uint32(l.c.Lanes)), 10)
+}
+
+// LaneKeysFilter matches every lane key ("$KV.<bucket>.lane.>").
+func (l Layout) LaneKeysFilter() string { return l.KeyPrefix() + laneFamily + ".>" }
 
 // IsBudgetKey reports whether key is a budget definition key.
 func IsBudgetKey(key string) bool { return strings.HasPrefix(key, budgetFamily+".") }
 
-// IsBalanceKey reports whether key is a balance key.
+// IsBalanceKey reports whether key names a balance (see BalanceKey).
 func IsBalanceKey(key string) bool { return strings.HasPrefix(key, balanceFamily+".") }
+
+// IsLaneKey reports whether key is a lane key.
+func IsLaneKey(key string) bool { return strings.HasPrefix(key, laneFamily+".") }
 
 // Service subjects, under the prefix.
 const (

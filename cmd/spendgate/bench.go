@@ -90,7 +90,7 @@ var benchScenarios = []benchScenario{
 	{"hot16", 16, "16 callers, one budget"},
 	{"hot64", 64, "64 callers, one budget"},
 	{"spread64", 64, "64 callers over 1,000 budgets, a random budget per cycle"},
-	{"multi3", 64, "64 callers, 3-scope admits: org + user (1 of 64, by caller) + key (1 of 64, random); one atomic batch per admit and per settle"},
+	{"multi3", 64, "64 callers, 3-scope admits: org + user (1 of 64, by caller) + key (1 of 64, random) (one lane revision per group with one lane; an atomic batch over lanes otherwise)"},
 }
 
 const benchDefaultScenarios = "hot1,hot16,hot64,spread64,multi3"
@@ -127,6 +127,7 @@ type benchOptions struct {
 	cpuProfile    string
 	memProfile    string
 	baselines     bool
+	lanes         int
 }
 
 func benchCmd(args []string) int {
@@ -218,6 +219,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	fs.StringVar(&o.prefix, "prefix", streams.DefaultPrefix, "service subject prefix (with --nats-url)")
 	fs.IntVar(&o.replicas, "replicas", 1, "stream replicas of the ledger (embedded) and of the naive baseline's bucket; >1 needs --nats-url to a cluster")
 	fs.BoolVar(&o.syncAlways, "sync-always", false, "embedded server: fsync every write before acknowledging it")
+	fs.IntVar(&o.lanes, "lanes", streams.DefaultLanes, "embedded: commit lanes of the ledger stream (with --nats-url the running service's stream decides)")
 	fs.DurationVar(&o.duration, "duration", 3*time.Second, "duration of each run (per scenario, per rep, per baseline)")
 	fs.IntVar(&o.reps, "reps", 3, "repetitions; every number is the median of the reps")
 	fs.IntVar(&o.conns, "conns", 4, "client connections the callers are spread over")
@@ -318,7 +320,7 @@ func (b *bencher) onClose(f func()) { b.cleanups = append(b.cleanups, f) }
 // start brings up the server (unless --nats-url), the replica, the floor
 // service, the client connections and the naive bucket.
 func (b *bencher) start() error {
-	layout, err := streams.New(streams.Config{Prefix: b.o.prefix, Replicas: b.o.replicas})
+	layout, err := streams.New(streams.Config{Prefix: b.o.prefix, Replicas: b.o.replicas, Lanes: b.o.lanes})
 	if err != nil {
 		return err
 	}
@@ -1058,9 +1060,13 @@ func (b *bencher) facts() string {
 	if b.o.connPerCaller {
 		conns = "one client connection per caller"
 	}
-	return fmt.Sprintf("GOMAXPROCS=%d NumCPU=%d %s %s/%s | %s | stream replicas=%d | duration=%s per run, reps=%d (medians) | %s",
+	lanes := fmt.Sprintf("lanes=%d", b.o.lanes)
+	if b.o.natsURL != "" {
+		lanes = "lanes: the running service's"
+	}
+	return fmt.Sprintf("GOMAXPROCS=%d NumCPU=%d %s %s/%s | %s | stream replicas=%d, %s | duration=%s per run, reps=%d (medians) | %s",
 		runtime.GOMAXPROCS(0), runtime.NumCPU(), runtime.Version(), runtime.GOOS, runtime.GOARCH,
-		b.serverDesc, b.o.replicas, b.o.duration, b.o.reps, conns)
+		b.serverDesc, b.o.replicas, lanes, b.o.duration, b.o.reps, conns)
 }
 
 func (b *bencher) printTable(w io.Writer, rows []benchRow, mem *memResult) error {

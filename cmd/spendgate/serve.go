@@ -28,6 +28,7 @@ func serve(args []string) int {
 	bucket := fs.String("bucket", streams.DefaultBucket, "ledger bucket name")
 	prefix := fs.String("prefix", streams.DefaultPrefix, "service subject prefix")
 	replicas := fs.Int("replicas", 0, "ledger stream replicas (default 1 embedded, 3 with --nats-url)")
+	lanes := fs.Int("lanes", streams.DefaultLanes, "commit lanes of a new ledger stream (fixed when the stream is created; must match an existing one)")
 	syncAlways := fs.Bool("sync-always", false, "embedded server: fsync every write before acknowledging it")
 	defTTL := fs.Duration("default-ttl", 5*time.Minute, "reservation TTL when the request names none")
 	maxTTL := fs.Duration("max-ttl", 24*time.Hour, "largest TTL a request may ask for")
@@ -83,7 +84,7 @@ func serve(args []string) int {
 		*replicas = 3
 	}
 
-	layout, err := streams.New(streams.Config{Bucket: *bucket, Prefix: *prefix, Replicas: *replicas})
+	layout, err := streams.New(streams.Config{Bucket: *bucket, Prefix: *prefix, Replicas: *replicas, Lanes: *lanes})
 	if err != nil {
 		log.Error("config", "err", err)
 		return 1
@@ -111,7 +112,7 @@ func serve(args []string) int {
 		log.Error("start", "err", err)
 		return 1
 	}
-	log.Info("spendgate serving", "service", streams.ServiceName, "prefix", layout.Prefix(), "stream", layout.StreamName(), "replicas", *replicas)
+	log.Info("spendgate serving", "service", streams.ServiceName, "prefix", layout.Prefix(), "stream", layout.StreamName(), "replicas", *replicas, "lanes", layout.Lanes())
 	fmt.Fprintf(os.Stderr, "ready: try  nats micro info %s\n", streams.ServiceName)
 	code := 0
 	select {

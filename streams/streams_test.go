@@ -1,0 +1,108 @@
+package streams_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/streams"
+	"github.com/spendgate/spendgate/testenv"
+)
+
+func layout(t *testing.T, lanes int) streams.Layout {
+	t.Helper()
+	l, err := streams.New(streams.Config{Lanes: lanes})
+	require.NoError(t, err)
+	return l
+}
+
+func TestConfig_Lanes(t *testing.T) {
+	require.Equal(t, streams.DefaultLanes, streams.Default().Lanes())
+	require.Equal(t, 1, layout(t, 0).Lanes(), "zero means the default")
+	for _, bad := range []int{-1, streams.MaxLanes + 1} {
+		_, err := streams.New(streams.Config{Lanes: bad})
+		require.Error(t, err, "lanes %d", bad)
+	}
+	require.Equal(t, streams.MaxLanes, layout(t, streams.MaxLanes).Lanes())
+}
+
+// A balance's lane is a pure function of its scope and the lane count: every
+// period and instance of a scope shares one lane, and the mapping is pinned
+// here because a balance that moved lanes would have two compare-and-set
+// guards.
+func TestLaneKey(t *testing.T) {
+	one := layout(t, 1)
+	eight := layout(t, 8)
+	ref := func(scope string, p events.Period, inst string) events.BalanceRef {
+		return events.BalanceRef{Scope: events.Scope(scope), Period: p, Instance: inst}
+	}
+	require.Equal(t, "lane.0", one.LaneKey(ref("org:acme", events.PeriodMonth, "2026-11")))
+	require.Equal(t, "lane.0", one.LaneKey(ref("user:u-17", events.PeriodDay, "2026-11-30")))
+
+	acme := eight.LaneKey(ref("org:acme", events.PeriodMonth, "2026-11"))
+	require.Equal(t, "lane.3", acme, "the lane of org:acme among 8 is pinned (FNV-1a 32 of the scope, mod 8; checked by hand)")
+	require.Equal(t, acme, eight.LaneKey(ref("org:acme", events.PeriodDay, "2026-11-30")))
+	require.Equal(t, acme, eight.LaneKey(ref("org:acme", events.PeriodLifetime, "all")))
+
+	seen := map[string]int{}
+	for i := 0; i < 1000; i++ {
+		k := eight.LaneKey(ref(fmt.Sprintf("org:o%d", i), events.PeriodMonth, "2026-11"))
+		require.True(t, streams.IsLaneKey(k), k)
+		seen[k]++
+	}
+	require.Len(t, seen, 8, "1,000 scopes spread over every lane")
+	for k, n := range seen {
+		require.Greater(t, n, 60, "lane %s got %d of 1,000 scopes", k, n)
+	}
+	require.False(t, streams.IsLaneKey(streams.BalanceKey(ref("org:acme", events.PeriodMonth, "2026-11"))))
+	require.False(t, streams.IsLaneKey("budget.org.acme.month"))
+}
+
+// Ensure records the lane count in the stream and refuses to run a layout
+// with another count against it, or against a stream of the older layout
+// that records none: either would remap balances to other lanes.
+func TestEnsure_Lanes(t *testing.T) {
+	srv, err := testenv.StartServer(testenv.ServerConfig{StoreDir: t.TempDir(), NoLog: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	nc, err := nats.Connect(srv.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	l4, err := streams.New(streams.Config{Bucket: "lanes4", Lanes: 4})
+	require.NoError(t, err)
+	s, err := streams.Ensure(ctx, js, l4)
+	require.NoError(t, err)
+	require.Equal(t, "4", s.CachedInfo().Config.Metadata[streams.MetadataLanes])
+	_, err = streams.Ensure(ctx, js, l4)
+	require.NoError(t, err, "ensure is idempotent")
+
+	l1, err := streams.New(streams.Config{Bucket: "lanes4", Lanes: 1})
+	require.NoError(t, err)
+	_, err = streams.Ensure(ctx, js, l1)
+	require.ErrorIs(t, err, streams.ErrLanesMismatch)
+	info, err := js.Stream(ctx, l4.StreamName())
+	require.NoError(t, err)
+	require.Equal(t, "4", info.CachedInfo().Config.Metadata[streams.MetadataLanes], "a refused ensure changes nothing")
+
+	// A stream of the older layout (no lane count recorded).
+	old, err := streams.New(streams.Config{Bucket: "older"})
+	require.NoError(t, err)
+	cfg := old.StreamConfig()
+	cfg.Metadata = nil
+	_, err = js.CreateStream(ctx, cfg)
+	require.NoError(t, err)
+	_, err = streams.Ensure(ctx, js, old)
+	require.ErrorIs(t, err, streams.ErrLanesMismatch)
+	require.ErrorContains(t, err, "older layout")
+}

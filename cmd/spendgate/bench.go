@@ -128,6 +128,8 @@ type benchOptions struct {
 	memProfile    string
 	baselines     bool
 	lanes         int
+	// serviceReplicas is the number of embedded spendgate replicas.
+	serviceReplicas int
 }
 
 func benchCmd(args []string) int {
@@ -219,6 +221,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	fs.StringVar(&o.prefix, "prefix", streams.DefaultPrefix, "service subject prefix (with --nats-url)")
 	fs.IntVar(&o.replicas, "replicas", 1, "stream replicas of the ledger (embedded) and of the naive baseline's bucket; >1 needs --nats-url to a cluster")
 	fs.BoolVar(&o.syncAlways, "sync-always", false, "embedded server: fsync every write before acknowledging it")
+	fs.IntVar(&o.serviceReplicas, "service-replicas", 1, "embedded: spendgate replicas (each its own in-process connection, one queue group); they arbitrate by compare-and-set")
 	fs.IntVar(&o.lanes, "lanes", streams.DefaultLanes, "embedded: commit lanes of the ledger stream (with --nats-url the running service's stream decides)")
 	fs.DurationVar(&o.duration, "duration", 3*time.Second, "duration of each run (per scenario, per rep, per baseline)")
 	fs.IntVar(&o.reps, "reps", 3, "repetitions; every number is the median of the reps")
@@ -246,6 +249,12 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 		return o, errors.New("--replicas must be 1..5")
 	case o.natsURL == "" && o.replicas != 1:
 		return o, errors.New("--replicas > 1 needs --nats-url (the embedded server is a single node)")
+	case o.serviceReplicas < 1 || o.serviceReplicas > 16:
+		return o, errors.New("--service-replicas must be 1..16")
+	case o.natsURL != "" && o.serviceReplicas != 1:
+		return o, errors.New("--service-replicas is for the embedded server; with --nats-url run the replicas yourself")
+	case o.lanes < 1 || o.lanes > streams.MaxLanes:
+		return o, fmt.Errorf("--lanes must be 1..%d", streams.MaxLanes)
 	}
 	seen := map[string]bool{}
 	for _, name := range strings.Split(*list, ",") {
@@ -295,17 +304,22 @@ type bencher struct {
 	kvs        []jetstream.KeyValue
 	naiveName  string
 	floor      *floorService
-	replica    *service.Replica // nil with --nats-url
+	replicas   []*service.Replica // none with --nats-url
 	cleanups   []func()
 }
 
-// ledgerStats returns the embedded replica's commit counters (zero with
-// --nats-url).
+// ledgerStats returns the embedded replicas' commit counters, summed (zero
+// with --nats-url).
 func (b *bencher) ledgerStats() ledger.Stats {
-	if b.replica == nil {
-		return ledger.Stats{}
+	var st ledger.Stats
+	for _, r := range b.replicas {
+		s := r.Ledger.Stats()
+		st.Commits += s.Commits
+		st.Batches += s.Batches
+		st.Txs += s.Txs
+		st.Conflicts += s.Conflicts
 	}
-	return b.replica.Ledger.Stats()
+	return st
 }
 
 func (b *bencher) close() {
@@ -343,24 +357,27 @@ func (b *bencher) start() error {
 			syncDesc = "sync=always (fsync every write)"
 		}
 		b.serverDesc = "embedded server " + b.url + ", file storage, " + syncDesc
-		// The replica connects to its embedded server in process, as
-		// `spendgate serve` does; the callers reach it over TCP
-		// request-reply exactly as remote callers would.
-		snc, err := nats.Connect(b.url, nats.Name("spendgate-bench-replica"), nats.InProcessServer(srv))
-		if err != nil {
-			return err
+		// Each replica connects to its embedded server in process, as
+		// `spendgate serve` does; the callers reach them over TCP
+		// request-reply exactly as remote callers would (a queue group
+		// spreads requests over the replicas).
+		for i := 0; i < b.o.serviceReplicas; i++ {
+			snc, err := nats.Connect(b.url, nats.Name(fmt.Sprintf("spendgate-bench-replica-%d", i)), nats.InProcessServer(srv))
+			if err != nil {
+				return err
+			}
+			b.onClose(snc.Close)
+			sjs, err := jetstream.New(snc)
+			if err != nil {
+				return err
+			}
+			r, err := service.StartReplica(b.ctx, snc, sjs, service.ReplicaConfig{Layout: layout, SweepInterval: -1})
+			if err != nil {
+				return fmt.Errorf("spendgate replica: %w", err)
+			}
+			b.onClose(func() { _ = r.Stop() })
+			b.replicas = append(b.replicas, r)
 		}
-		b.onClose(snc.Close)
-		sjs, err := jetstream.New(snc)
-		if err != nil {
-			return err
-		}
-		r, err := service.StartReplica(b.ctx, snc, sjs, service.ReplicaConfig{Layout: layout, SweepInterval: -1})
-		if err != nil {
-			return fmt.Errorf("spendgate replica: %w", err)
-		}
-		b.onClose(func() { _ = r.Stop() })
-		b.replica = r
 	} else {
 		b.serverDesc = "server " + b.o.natsURL + " (its own sync setting), spendgate service already running there (prefix " + b.o.prefix + ")"
 	}
@@ -562,7 +579,7 @@ func (b *bencher) scenario(sc benchScenario) (benchRow, error) {
 			return benchCycle(b.ctx, b.conns[b.connFor(c)], admit, settle, p.scopesOf(p.pick(c, rng)), tag+"-s-"+strconv.Itoa(c)+"-"+strconv.Itoa(seq))
 		})
 		svc = append(svc, s)
-		if b.replica != nil {
+		if len(b.replicas) > 0 {
 			st := b.ledgerStats()
 			commits, txs := st.Commits-st0.Commits, st.Txs-st0.Txs
 			fmt.Fprintf(b.log, "%s rep %d/%d: ledger %d commits (%d atomic batches), %.1f txs per commit, %d conflicts\n",
@@ -973,6 +990,10 @@ type benchRow struct {
 	GOMAXPROCS int     `json:"gomaxprocs"`
 	Server     string  `json:"server"`
 	Replicas   int     `json:"replicas"`
+	// Lanes and ServiceReplicas are 0 with --nats-url (the running
+	// service's own).
+	Lanes           int `json:"lanes"`
+	ServiceReplicas int `json:"service_replicas"`
 	DurationS  float64 `json:"duration_s"`
 	Reps       int     `json:"reps"`
 }
@@ -1019,6 +1040,7 @@ func (b *bencher) summarize(p *benchPlan, capRes capResult, svc, floor, naive []
 		NaiveConflictPct: med(naive, runResult.conflictPct),
 		CyclesPerSReps:   rates(svc), FloorReps: rates(floor), NaiveReps: rates(naive),
 		GOMAXPROCS: runtime.GOMAXPROCS(0), Server: b.serverDesc, Replicas: b.o.replicas,
+		Lanes: b.o.lanes, ServiceReplicas: len(b.replicas),
 		DurationS: b.o.duration.Seconds(), Reps: b.o.reps,
 	}
 	row.Errors = sum(svc, &row.FirstError)
@@ -1060,9 +1082,9 @@ func (b *bencher) facts() string {
 	if b.o.connPerCaller {
 		conns = "one client connection per caller"
 	}
-	lanes := fmt.Sprintf("lanes=%d", b.o.lanes)
+	lanes := fmt.Sprintf("lanes=%d | spendgate replicas=%d", b.o.lanes, b.o.serviceReplicas)
 	if b.o.natsURL != "" {
-		lanes = "lanes: the running service's"
+		lanes = "lanes and spendgate replicas: the running service's"
 	}
 	return fmt.Sprintf("GOMAXPROCS=%d NumCPU=%d %s %s/%s | %s | stream replicas=%d, %s | duration=%s per run, reps=%d (medians) | %s",
 		runtime.GOMAXPROCS(0), runtime.NumCPU(), runtime.Version(), runtime.GOOS, runtime.GOARCH,

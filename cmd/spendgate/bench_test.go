@@ -127,6 +127,29 @@ func TestBenchCmd_NoBaselines(t *testing.T) {
 	require.Equal(t, "-", fmtLatency(rows[0].FloorAdmitP99))
 }
 
+// Two embedded replicas on 4 lanes, multi-scope admits: both replicas
+// commit (they arbitrate by compare-and-set), the cap burst admits exactly
+// the limit, and the row records the setup.
+func TestBenchCmd_ServiceReplicasAndLanes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), benchTestBudget)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	code := runBench(ctx, []string{"--duration", "300ms", "--reps", "1", "--scenarios", "multi3", "--baselines=false",
+		"--service-replicas", "2", "--lanes", "4", "--json"}, &out, &errOut)
+	require.Equal(t, 0, code, "stderr:\n%s", errOut.String())
+	var rows []benchRow
+	require.NoError(t, json.Unmarshal(out.Bytes(), &rows), out.String())
+	require.Len(t, rows, 1)
+	r := rows[0]
+	require.Positive(t, r.CyclesPerS)
+	require.Zero(t, r.OverAdmissions)
+	require.Equal(t, 64, r.Admitted, "the cap burst admits exactly the org limit")
+	require.Equal(t, 4, r.Lanes)
+	require.Equal(t, 2, r.ServiceReplicas)
+	require.Regexp(t, `multi3 rep 1/1: ledger [1-9][0-9]* commits \([1-9][0-9]* atomic batches\)`, errOut.String(),
+		"scopes over 4 lanes go through atomic batches")
+}
+
 func TestBenchCmd_Flags(t *testing.T) {
 	for _, args := range [][]string{
 		{"--scenarios", "nope"},
@@ -135,6 +158,9 @@ func TestBenchCmd_Flags(t *testing.T) {
 		{"--duration", "0s"},
 		{"--reps", "0"},
 		{"--conns", "0"},
+		{"--lanes", "0"},
+		{"--service-replicas", "0"},
+		{"--nats-url", "nats://127.0.0.1:1", "--service-replicas", "2"},
 		{"extra"},
 	} {
 		var out, errOut bytes.Buffer

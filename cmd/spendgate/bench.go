@@ -987,15 +987,15 @@ type benchRow struct {
 	FloorReps        []float64 `json:"floor_cycles_per_s_reps"`
 	NaiveReps        []float64 `json:"naive_cycles_per_s_reps"`
 	// Facts of the run, repeated on every row.
-	GOMAXPROCS int     `json:"gomaxprocs"`
-	Server     string  `json:"server"`
-	Replicas   int     `json:"replicas"`
+	GOMAXPROCS int    `json:"gomaxprocs"`
+	Server     string `json:"server"`
+	Replicas   int    `json:"replicas"`
 	// Lanes and ServiceReplicas are 0 with --nats-url (the running
 	// service's own).
-	Lanes           int `json:"lanes"`
-	ServiceReplicas int `json:"service_replicas"`
-	DurationS  float64 `json:"duration_s"`
-	Reps       int     `json:"reps"`
+	Lanes           int     `json:"lanes"`
+	ServiceReplicas int     `json:"service_replicas"`
+	DurationS       float64 `json:"duration_s"`
+	Reps            int     `json:"reps"`
 }
 
 func (b *bencher) summarize(p *benchPlan, capRes capResult, svc, floor, naive []runResult) benchRow {

@@ -1040,8 +1040,11 @@ func (b *bencher) summarize(p *benchPlan, capRes capResult, svc, floor, naive []
 		NaiveConflictPct: med(naive, runResult.conflictPct),
 		CyclesPerSReps:   rates(svc), FloorReps: rates(floor), NaiveReps: rates(naive),
 		GOMAXPROCS: runtime.GOMAXPROCS(0), Server: b.serverDesc, Replicas: b.o.replicas,
-		Lanes: b.o.lanes, ServiceReplicas: len(b.replicas),
+		ServiceReplicas: len(b.replicas),
 		DurationS: b.o.duration.Seconds(), Reps: b.o.reps,
+	}
+	if len(b.replicas) > 0 {
+		row.Lanes = b.o.lanes
 	}
 	row.Errors = sum(svc, &row.FirstError)
 	var ignore string

@@ -1041,7 +1041,7 @@ func (b *bencher) summarize(p *benchPlan, capRes capResult, svc, floor, naive []
 		CyclesPerSReps:   rates(svc), FloorReps: rates(floor), NaiveReps: rates(naive),
 		GOMAXPROCS: runtime.GOMAXPROCS(0), Server: b.serverDesc, Replicas: b.o.replicas,
 		ServiceReplicas: len(b.replicas),
-		DurationS: b.o.duration.Seconds(), Reps: b.o.reps,
+		DurationS:       b.o.duration.Seconds(), Reps: b.o.reps,
 	}
 	if len(b.replicas) > 0 {
 		row.Lanes = b.o.lanes

@@ -47,10 +47,11 @@ func (l *Ledger) lockFor(key string) *keyLock {
 }
 
 // Submit decides tx against the current balances and commits its events.
-// Concurrent single-balance Txs on the same balance are folded into one
-// revision (group commit); a Tx over several balances is written as one
-// atomic batch with a revision check on each key. A Tx whose Decide returns
-// an error gets that error back and commits nothing.
+// Concurrent Txs whose balances are all in one lane are folded into one
+// revision of the lane (group commit); a Tx over balances in several lanes
+// is written as one atomic batch with a revision check on each lane key. A
+// Tx whose Decide returns an error gets that error back and commits
+// nothing.
 //
 // The write outlives ctx's cancellation (a reservation must not be half
 // decided because one caller went away); each attempt is bounded by the

@@ -659,10 +659,10 @@ func isTimeout(err error) bool {
 
 // Stats counts this replica's commit path since it started.
 type Stats struct {
-	// Commits is the number of successful writes (a revision, or an atomic
-	// batch of several).
+	// Commits is the number of successful writes (a lane revision, or an
+	// atomic batch of revisions of several lanes).
 	Commits int64
-	// Batches is how many of Commits were multi-key atomic batches.
+	// Batches is how many of Commits were atomic batches over lanes.
 	Batches int64
 	// Txs is the number of Txs decided in successful commits (including
 	// those that committed nothing, such as denials and replays).

@@ -2,8 +2,10 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -49,52 +51,114 @@ type node struct {
 }
 
 // NewCluster starts an n-node cluster (3 typically; streams allows 1..5
-// replicas) on 127.0.0.1, waits until it has a JetStream meta leader and every node is
-// current, connects a client to all nodes, applies streams.Ensure with
-// Replicas n and waits until the ledger stream has a leader. It registers
-// cleanup and fails t on any error.
+// replicas) on 127.0.0.1 with StartCluster, in t's temp dir, with the
+// default layout at Replicas n. It registers Shutdown as cleanup and fails
+// t on any error.
 func NewCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
-	layout, err := streams.New(streams.Config{Replicas: n})
-	require.NoError(t, err, "testenv: cluster layout")
+	c, err := StartCluster(ClusterConfig{Nodes: n, Dir: t.TempDir(), Name: t.Name()})
+	require.NoError(t, err)
+	t.Cleanup(c.Shutdown)
+	return c
+}
 
-	ports := freePorts(t, 2*n)
-	c := &Cluster{Layout: layout, Servers: make([]*server.Server, n), nodes: make([]node, n)}
+// ClusterConfig configures StartCluster.
+type ClusterConfig struct {
+	// Nodes is the number of servers, 1..5 (3 typically).
+	Nodes int
+	// Dir is the parent of the nodes' store directories (required).
+	Dir string
+	// Layout is applied with Replicas = Nodes; its other settings are
+	// kept. The zero value is streams.Default().
+	Layout streams.Layout
+	// Name names the client connection.
+	Name string
+}
+
+// StartCluster starts an in-process JetStream cluster on 127.0.0.1 (free
+// ports picked for clients and routes), waits until it has a JetStream meta
+// leader and every node is current, connects a client to all nodes,
+// applies streams.Ensure with Replicas = Nodes and waits until the ledger
+// stream has a leader. On error everything it started is stopped. Stop it
+// with Shutdown.
+func StartCluster(cfg ClusterConfig) (*Cluster, error) {
+	if cfg.Dir == "" {
+		return nil, errors.New("testenv: ClusterConfig.Dir is required")
+	}
+	lc := cfg.Layout.Config()
+	if cfg.Layout == (streams.Layout{}) {
+		lc = streams.DefaultConfig()
+	}
+	lc.Replicas = cfg.Nodes
+	layout, err := streams.New(lc)
+	if err != nil {
+		return nil, fmt.Errorf("testenv: cluster layout: %w", err)
+	}
+	ports, err := freePorts(2 * cfg.Nodes)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{Layout: layout, Servers: make([]*server.Server, cfg.Nodes), nodes: make([]node, cfg.Nodes)}
 	for i := range c.nodes {
 		c.nodes[i] = node{
 			name:        fmt.Sprintf("n%d", i+1),
-			storeDir:    t.TempDir(),
+			storeDir:    filepath.Join(cfg.Dir, fmt.Sprintf("n%d", i+1)),
 			clientPort:  ports[2*i],
 			clusterPort: ports[2*i+1],
 		}
 	}
-	t.Cleanup(func() {
-		for _, s := range c.Servers {
-			if s != nil {
-				shutdown(s)
-			}
-		}
-	})
+	fail := func(err error) (*Cluster, error) {
+		c.Shutdown()
+		return nil, err
+	}
 	for i := range c.nodes {
 		s, err := startServer(c.options(i))
-		require.NoError(t, err, "testenv: start node %d", i)
+		if err != nil {
+			return fail(fmt.Errorf("testenv: start node %d: %w", i, err))
+		}
 		c.Servers[i] = s
 	}
-	c.waitMeta(t)
-
-	c.Conn = connect(t, c.URLs(), t.Name())
-	c.JS, err = jetstream.New(c.Conn)
-	require.NoError(t, err, "testenv: jetstream")
-	require.NoError(t, waitAccountInfo(c.JS, time.Now().Add(SetupTimeout)), "testenv: cluster jetstream")
-
+	if err := c.awaitMeta(); err != nil {
+		return fail(err)
+	}
+	name := cfg.Name
+	if name == "" {
+		name = "testenv-cluster"
+	}
+	c.Conn, err = nats.Connect(c.URLs(), nats.Name(name), nats.MaxReconnects(-1),
+		nats.ReconnectWait(reconnectWait), nats.ReconnectJitter(reconnectWait, reconnectWait))
+	if err != nil {
+		return fail(fmt.Errorf("testenv: connect %s: %w", c.URLs(), err))
+	}
+	if c.JS, err = jetstream.New(c.Conn); err != nil {
+		return fail(fmt.Errorf("testenv: jetstream: %w", err))
+	}
+	if err := waitAccountInfo(c.JS, time.Now().Add(SetupTimeout)); err != nil {
+		return fail(fmt.Errorf("testenv: cluster jetstream: %w", err))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), SetupTimeout)
 	defer cancel()
-	_, err = streams.Ensure(ctx, c.JS, c.Layout)
-	require.NoError(t, err, "testenv: ensure streams")
+	if _, err := streams.Ensure(ctx, c.JS, c.Layout); err != nil {
+		return fail(fmt.Errorf("testenv: ensure streams: %w", err))
+	}
 	// Only the leader: followers of a stream that has never committed an
 	// entry do not report current until the leader's first commit.
-	WaitFor(t, SetupTimeout, "a ledger stream leader", func() bool { return c.Leader() >= 0 })
-	return c
+	if err := waitCond(SetupTimeout, "a ledger stream leader", func() bool { return c.Leader() >= 0 }); err != nil {
+		return fail(err)
+	}
+	return c, nil
+}
+
+// Shutdown closes the client and stops every node.
+func (c *Cluster) Shutdown() {
+	if c.Conn != nil {
+		c.Conn.Close()
+	}
+	for _, s := range c.Servers {
+		if s != nil {
+			shutdown(s)
+		}
+	}
 }
 
 // URLs returns the client URLs of all nodes, comma-joined.
@@ -122,8 +186,8 @@ func (c *Cluster) RestartServer(t testing.TB, i int) {
 	s, err := startServer(c.options(i))
 	require.NoError(t, err, "testenv: restart node %d", i)
 	c.Servers[i] = s
-	c.waitMeta(t)
-	c.waitStream(t)
+	require.NoError(t, c.awaitMeta())
+	require.NoError(t, c.awaitStream())
 }
 
 // Leader returns the index of the node leading the ledger stream, or -1 if
@@ -162,11 +226,10 @@ func (c *Cluster) options(i int) *server.Options {
 	}
 }
 
-// waitMeta waits until some running node is the JetStream meta leader and
+// awaitMeta waits until some running node is the JetStream meta leader and
 // every running node is current.
-func (c *Cluster) waitMeta(t testing.TB) {
-	t.Helper()
-	WaitFor(t, SetupTimeout, "jetstream meta leader and current nodes", func() bool {
+func (c *Cluster) awaitMeta() error {
+	return waitCond(SetupTimeout, "jetstream meta leader and current nodes", func() bool {
 		leader := false
 		for _, s := range c.Servers {
 			if !s.Running() {
@@ -181,12 +244,11 @@ func (c *Cluster) waitMeta(t testing.TB) {
 	})
 }
 
-// waitStream waits until the ledger stream has a leader and is current on
+// awaitStream waits until the ledger stream has a leader and is current on
 // every running node.
-func (c *Cluster) waitStream(t testing.TB) {
-	t.Helper()
+func (c *Cluster) awaitStream() error {
 	stream := c.Layout.StreamName()
-	WaitFor(t, SetupTimeout, "ledger stream leader and current replicas", func() bool {
+	return waitCond(SetupTimeout, "ledger stream leader and current replicas", func() bool {
 		for _, s := range c.Servers {
 			if s.Running() && !s.JetStreamIsStreamCurrent(globalAccount, stream) {
 				return false
@@ -196,20 +258,40 @@ func (c *Cluster) waitStream(t testing.TB) {
 	})
 }
 
+// waitCond polls cond until it holds or timeout passes.
+func waitCond(timeout time.Duration, what string, cond func() bool) error {
+	deadline := time.Now().Add(timeout)
+	ticker := time.NewTicker(pollInterval)
+	defer ticker.Stop()
+	for ; ; <-ticker.C {
+		if cond() {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("testenv: timed out after %s waiting for %s", timeout, what)
+		}
+	}
+}
+
 // freePorts returns n distinct free TCP ports on 127.0.0.1, found by
 // listening on port 0 and closing the listeners.
-func freePorts(t testing.TB, n int) []int {
-	t.Helper()
+func freePorts(n int) ([]int, error) {
 	ports := make([]int, n)
 	listeners := make([]net.Listener, n)
+	defer func() {
+		for _, l := range listeners {
+			if l != nil {
+				_ = l.Close()
+			}
+		}
+	}()
 	for i := range listeners {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err, "testenv: pick free port")
+		if err != nil {
+			return nil, fmt.Errorf("testenv: pick free port: %w", err)
+		}
 		listeners[i] = l
 		ports[i] = l.Addr().(*net.TCPAddr).Port
 	}
-	for _, l := range listeners {
-		require.NoError(t, l.Close())
-	}
-	return ports
+	return ports, nil
 }

@@ -130,6 +130,8 @@ type benchOptions struct {
 	lanes         int
 	// serviceReplicas is the number of embedded spendgate replicas.
 	serviceReplicas int
+	// cluster is the node count of an embedded cluster (0: one server).
+	cluster int
 }
 
 func benchCmd(args []string) int {
@@ -221,6 +223,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	fs.StringVar(&o.prefix, "prefix", streams.DefaultPrefix, "service subject prefix (with --nats-url)")
 	fs.IntVar(&o.replicas, "replicas", 1, "stream replicas of the ledger (embedded) and of the naive baseline's bucket; >1 needs --nats-url to a cluster")
 	fs.BoolVar(&o.syncAlways, "sync-always", false, "embedded server: fsync every write before acknowledging it")
+	fs.IntVar(&o.cluster, "cluster", 0, "embed an N-node JetStream cluster (3..5) instead of one server; streams at N replicas (production's R3 shape, all nodes on this machine)")
 	fs.IntVar(&o.serviceReplicas, "service-replicas", 1, "embedded: spendgate replicas (each its own in-process connection, one queue group); they arbitrate by compare-and-set")
 	fs.IntVar(&o.lanes, "lanes", streams.DefaultLanes, "embedded: commit lanes of the ledger stream (with --nats-url the running service's stream decides)")
 	fs.DurationVar(&o.duration, "duration", 3*time.Second, "duration of each run (per scenario, per rep, per baseline)")
@@ -247,14 +250,25 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 		return o, errors.New("--conns must be at least 1")
 	case o.replicas < 1 || o.replicas > 5:
 		return o, errors.New("--replicas must be 1..5")
-	case o.natsURL == "" && o.replicas != 1:
-		return o, errors.New("--replicas > 1 needs --nats-url (the embedded server is a single node)")
+	case o.cluster != 0 && (o.cluster < 3 || o.cluster > 5):
+		return o, errors.New("--cluster must be 3..5 nodes")
+	case o.cluster != 0 && o.natsURL != "":
+		return o, errors.New("--cluster embeds a cluster; it cannot be combined with --nats-url")
+	case o.cluster != 0 && o.syncAlways:
+		return o, errors.New("--sync-always is for the single embedded server")
+	case o.cluster != 0 && o.replicas != 1 && o.replicas != o.cluster:
+		return o, errors.New("--cluster N puts the streams at N replicas; leave --replicas out")
+	case o.natsURL == "" && o.cluster == 0 && o.replicas != 1:
+		return o, errors.New("--replicas > 1 needs --cluster or --nats-url (the embedded server is a single node)")
 	case o.serviceReplicas < 1 || o.serviceReplicas > 16:
 		return o, errors.New("--service-replicas must be 1..16")
 	case o.natsURL != "" && o.serviceReplicas != 1:
 		return o, errors.New("--service-replicas is for the embedded server; with --nats-url run the replicas yourself")
 	case o.lanes < 1 || o.lanes > streams.MaxLanes:
 		return o, fmt.Errorf("--lanes must be 1..%d", streams.MaxLanes)
+	}
+	if o.cluster != 0 {
+		o.replicas = o.cluster
 	}
 	seen := map[string]bool{}
 	for _, name := range strings.Split(*list, ",") {
@@ -346,23 +360,36 @@ func (b *bencher) start() error {
 			return err
 		}
 		b.onClose(func() { _ = os.RemoveAll(dir) })
-		srv, err := testenv.StartServer(testenv.ServerConfig{Host: "127.0.0.1", StoreDir: dir, ServerName: "spendgate-bench", SyncAlways: b.o.syncAlways, NoLog: true})
-		if err != nil {
-			return fmt.Errorf("embedded NATS server: %w", err)
+		var replicaOpts []nats.Option
+		if b.o.cluster > 0 {
+			c, err := testenv.StartCluster(testenv.ClusterConfig{Nodes: b.o.cluster, Dir: dir, Layout: layout, Name: "spendgate-bench-setup"})
+			if err != nil {
+				return fmt.Errorf("embedded NATS cluster: %w", err)
+			}
+			b.onClose(c.Shutdown)
+			b.url = c.URLs()
+			b.serverDesc = fmt.Sprintf("embedded %d-node cluster %s, file storage, streams R%d, sync=interval (server default, 2m)", b.o.cluster, b.url, b.o.cluster)
+		} else {
+			srv, err := testenv.StartServer(testenv.ServerConfig{Host: "127.0.0.1", StoreDir: dir, ServerName: "spendgate-bench", SyncAlways: b.o.syncAlways, NoLog: true})
+			if err != nil {
+				return fmt.Errorf("embedded NATS server: %w", err)
+			}
+			b.onClose(func() { srv.Shutdown(); srv.WaitForShutdown() })
+			b.url = srv.ClientURL()
+			syncDesc := "sync=interval (server default, 2m)"
+			if b.o.syncAlways {
+				syncDesc = "sync=always (fsync every write)"
+			}
+			b.serverDesc = "embedded server " + b.url + ", file storage, " + syncDesc
+			// As `spendgate serve` does with its embedded server.
+			replicaOpts = append(replicaOpts, nats.InProcessServer(srv))
 		}
-		b.onClose(func() { srv.Shutdown(); srv.WaitForShutdown() })
-		b.url = srv.ClientURL()
-		syncDesc := "sync=interval (server default, 2m)"
-		if b.o.syncAlways {
-			syncDesc = "sync=always (fsync every write)"
-		}
-		b.serverDesc = "embedded server " + b.url + ", file storage, " + syncDesc
-		// Each replica connects to its embedded server in process, as
-		// `spendgate serve` does; the callers reach them over TCP
-		// request-reply exactly as remote callers would (a queue group
-		// spreads requests over the replicas).
+		// Each replica connects on its own (in process to a single
+		// embedded server; to every node of a cluster); the callers reach
+		// them over TCP request-reply exactly as remote callers would (a
+		// queue group spreads requests over the replicas).
 		for i := 0; i < b.o.serviceReplicas; i++ {
-			snc, err := nats.Connect(b.url, nats.Name(fmt.Sprintf("spendgate-bench-replica-%d", i)), nats.InProcessServer(srv))
+			snc, err := nats.Connect(b.url, append([]nats.Option{nats.Name(fmt.Sprintf("spendgate-bench-replica-%d", i))}, replicaOpts...)...)
 			if err != nil {
 				return err
 			}

@@ -150,6 +150,26 @@ func TestBenchCmd_ServiceReplicasAndLanes(t *testing.T) {
 		"scopes over 4 lanes go through atomic batches")
 }
 
+// --cluster 3 embeds a 3-node cluster with the streams at R3, in one
+// command: the production shape on one machine.
+func TestBenchCmd_Cluster(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*benchTestBudget)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	code := runBench(ctx, []string{"--duration", "300ms", "--reps", "1", "--scenarios", "multi3", "--cluster", "3", "--json"}, &out, &errOut)
+	require.Equal(t, 0, code, "stderr:\n%s", errOut.String())
+	var rows []benchRow
+	require.NoError(t, json.Unmarshal(out.Bytes(), &rows), out.String())
+	require.Len(t, rows, 1)
+	r := rows[0]
+	require.Equal(t, 3, r.Replicas)
+	require.Contains(t, r.Server, "3-node cluster")
+	require.Positive(t, r.CyclesPerS)
+	require.Positive(t, r.FloorCyclesPerS)
+	require.Zero(t, r.OverAdmissions)
+	require.Equal(t, 64, r.Admitted)
+}
+
 func TestBenchCmd_Flags(t *testing.T) {
 	for _, args := range [][]string{
 		{"--scenarios", "nope"},
@@ -161,6 +181,10 @@ func TestBenchCmd_Flags(t *testing.T) {
 		{"--lanes", "0"},
 		{"--service-replicas", "0"},
 		{"--nats-url", "nats://127.0.0.1:1", "--service-replicas", "2"},
+		{"--cluster", "2"},
+		{"--cluster", "3", "--nats-url", "nats://127.0.0.1:1"},
+		{"--cluster", "3", "--sync-always"},
+		{"--cluster", "3", "--replicas", "5"},
 		{"extra"},
 	} {
 		var out, errOut bytes.Buffer

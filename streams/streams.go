@@ -153,26 +153,36 @@ func (l Layout) StreamConfig() jetstream.StreamConfig {
 }
 
 // Ensure creates or updates the ledger stream. It is idempotent and safe to
-// run from every replica at start. It never calls UpdateKeyValue, which
-// would rebuild the stream without atomic publish. An existing stream must
-// have the layout's number of lanes (ErrLanesMismatch otherwise): lanes are
-// fixed when the stream is created.
+// run from every replica at start, at the same time. It never calls
+// UpdateKeyValue, which would rebuild the stream without atomic publish.
+// An existing stream must have the layout's number of lanes
+// (ErrLanesMismatch otherwise): lanes are fixed when the stream is created.
+// The stream is only created with a create-only request and only updated
+// after its lane count was read back and matched, so two replicas starting
+// at once with different lane counts cannot both succeed.
 func Ensure(ctx context.Context, js jetstream.JetStream, l Layout) (jetstream.Stream, error) {
 	cfg := l.StreamConfig()
-	var s jetstream.Stream
-	var err error
 	// Right after a cluster forms, stream creation may fail with "no
-	// suitable peers" for a moment: retry within ctx.
+	// suitable peers" for a moment: retry within ctx. A create that loses
+	// to another replica's create goes round again to check that stream.
 	for attempt := 0; ; attempt++ {
-		if err = checkLanes(ctx, js, l); err != nil {
+		exists, err := checkLanes(ctx, js, l)
+		if err != nil {
 			return nil, err
 		}
-		s, err = js.CreateOrUpdateStream(ctx, cfg)
+		var s jetstream.Stream
+		if exists {
+			s, err = js.UpdateStream(ctx, cfg)
+		} else {
+			s, err = js.CreateStream(ctx, cfg)
+		}
 		if err == nil {
 			return s, nil
 		}
 		var apiErr *jetstream.APIError
-		if !errors.As(err, &apiErr) || apiErr.ErrorCode != errNoSuitablePeers || attempt >= 50 {
+		retry := errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) ||
+			(errors.As(err, &apiErr) && apiErr.ErrorCode == errNoSuitablePeers)
+		if !retry || attempt >= 50 {
 			return nil, fmt.Errorf("streams: ensure %s: %w", cfg.Name, err)
 		}
 		select {
@@ -187,23 +197,40 @@ func Ensure(ctx context.Context, js jetstream.JetStream, l Layout) (jetstream.St
 // than the layout's, or records none (a stream of an older layout).
 var ErrLanesMismatch = errors.New("streams: ledger stream lanes differ from the configured lanes")
 
-// checkLanes fails if the ledger stream exists with other lanes than l's.
-func checkLanes(ctx context.Context, js jetstream.JetStream, l Layout) error {
+// checkLanes reports whether the ledger stream exists, and fails if it
+// exists with other lanes than l's.
+func checkLanes(ctx context.Context, js jetstream.JetStream, l Layout) (bool, error) {
 	s, err := js.Stream(ctx, l.StreamName())
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return fmt.Errorf("streams: ensure %s: %w", l.StreamName(), err)
+		return false, fmt.Errorf("streams: ensure %s: %w", l.StreamName(), err)
 	}
 	have := s.CachedInfo().Config.Metadata[MetadataLanes]
 	if have != strconv.Itoa(l.c.Lanes) {
 		if have == "" {
 			have = "none (a stream written by an older layout)"
 		}
-		return fmt.Errorf("%w: stream %s has %s, configured %d", ErrLanesMismatch, l.StreamName(), have, l.c.Lanes)
+		return true, fmt.Errorf("%w: stream %s has %s, configured %d", ErrLanesMismatch, l.StreamName(), have, l.c.Lanes)
 	}
-	return nil
+	return true, nil
+}
+
+// StreamLanes returns the lane count recorded in the ledger stream of
+// layout l's bucket (ErrLanesMismatch if it records none): what a reader
+// such as the auditor, which did not create the stream, must use.
+func StreamLanes(ctx context.Context, js jetstream.JetStream, l Layout) (int, error) {
+	s, err := js.Stream(ctx, l.StreamName())
+	if err != nil {
+		return 0, fmt.Errorf("streams: %s: %w", l.StreamName(), err)
+	}
+	have := s.CachedInfo().Config.Metadata[MetadataLanes]
+	n, err := strconv.Atoi(have)
+	if err != nil || n < 1 || n > MaxLanes {
+		return 0, fmt.Errorf("%w: stream %s records lanes %q (a stream written by an older layout?)", ErrLanesMismatch, l.StreamName(), have)
+	}
+	return n, nil
 }
 
 // KeyPrefix is "$KV.<bucket>.".

@@ -3,6 +3,7 @@ package streams_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -105,4 +106,57 @@ func TestEnsure_Lanes(t *testing.T) {
 	_, err = streams.Ensure(ctx, js, old)
 	require.ErrorIs(t, err, streams.ErrLanesMismatch)
 	require.ErrorContains(t, err, "older layout")
+}
+
+// Replicas starting at the same moment with different lane counts: at most
+// one may succeed, and the stream keeps the count of the one that did. The
+// review that found the race saw both succeed in 14 of 150 trials with a
+// check-then-CreateOrUpdate; with that code this test failed on this
+// machine. Each trial races two fresh Ensures.
+func TestEnsure_LanesRace(t *testing.T) {
+	srv, err := testenv.StartServer(testenv.ServerConfig{StoreDir: t.TempDir(), NoLog: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	nc, err := nats.Connect(srv.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	for trial := 0; trial < 100; trial++ {
+		bucket := fmt.Sprintf("race%d", trial)
+		layouts := []streams.Layout{}
+		for _, lanes := range []int{1, 8} {
+			l, err := streams.New(streams.Config{Bucket: bucket, Lanes: lanes})
+			require.NoError(t, err)
+			layouts = append(layouts, l)
+		}
+		errs := make([]error, 2)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range layouts {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				_, errs[i] = streams.Ensure(ctx, js, layouts[i])
+			}()
+		}
+		close(start)
+		wg.Wait()
+		ok := 0
+		for i, err := range errs {
+			if err == nil {
+				ok++
+				n, lerr := streams.StreamLanes(ctx, js, layouts[i])
+				require.NoError(t, lerr)
+				require.Equal(t, layouts[i].Lanes(), n, "trial %d: the stream records the winner's lanes", trial)
+			} else {
+				require.ErrorIs(t, err, streams.ErrLanesMismatch, "trial %d", trial)
+			}
+		}
+		require.Equal(t, 1, ok, "trial %d: exactly one of two racing Ensures with different lanes succeeds: %v", trial, errs)
+	}
 }

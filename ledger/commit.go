@@ -256,8 +256,13 @@ func (l *Ledger) commitGroup(ctx context.Context, refs []events.BalanceRef, grou
 				finish(err)
 				return
 			}
-			if stale && attempt+1 < l.opts.maxAttempts {
-				continue
+			if stale {
+				if attempt+1 < l.opts.maxAttempts {
+					continue
+				}
+				// Never answer from a view known to be stale.
+				finish(events.Errorf(events.CodeLedgerBusy, "gave up after %d attempts on a changing ledger; nothing was committed", attempt+1))
+				return
 			}
 		}
 		if len(revs) == 0 {

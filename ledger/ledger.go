@@ -314,6 +314,14 @@ func (l *Ledger) applyMsg(subject string, seq uint64, data []byte) error {
 		if rev.Schema != events.SchemaLane {
 			return fmt.Errorf("%s: schema %q, want %q", key, rev.Schema, events.SchemaLane)
 		}
+		// A balance under another lane than this layout gives it would
+		// have a second compare-and-set guard (a replica with another lane
+		// count wrote it): stop rather than decide on it.
+		for i := range rev.Balances {
+			if want := l.layout.LaneKey(rev.Balances[i].Balance); want != key {
+				return fmt.Errorf("%s: balance %s belongs to %s with %d lane(s)", key, rev.Balances[i].Balance, want, l.layout.Lanes())
+			}
+		}
 		l.mu.Lock()
 		l.applyLaneLocked(key, seq, &rev)
 		l.mu.Unlock()

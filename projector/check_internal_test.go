@@ -83,7 +83,7 @@ func TestCompareLane(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rep := &Report{}
-			compareLane(rep, st, tc.e.key, tc.e)
+			compareLane(rep, st, tc.e.key, tc.e, nil)
 			require.Equal(t, tc.want, rep.Problems)
 		})
 	}

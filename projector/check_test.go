@@ -187,3 +187,67 @@ func TestCheck_lanes(t *testing.T) {
 	require.Contains(t, rep.Problems[1], "key "+key(acme))
 	require.Contains(t, rep.Problems[1], "balance key outside a lane")
 }
+
+// Lanes belong to the stream: Check reads the lane count the stream
+// records, reports a balance written under another lane than that count
+// gives it (a writer with another lane count), whatever layout the auditor
+// was started with, and reports a stream that records no lane count.
+func TestCheck_LaneCountOfTheStream(t *testing.T) {
+	env := testenv.New(t, testenv.WithLayout(lanes2))
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	js := env.JS
+	publish := publisher(t, ctx, js, env.Layout)
+	publish(streams.BudgetKey(acme.Budget()), budgetRev(t, acme.Budget(), "10", "USD"))
+	// acme belongs to lane.1 of 2; a one-lane writer puts it in lane.0.
+	require.Equal(t, "lane.1", lanes2.LaneKey(acme))
+	publish("lane.0", balanceRev(t, acme, usd("0", "0.05", "0", 1), opened("r1", acme, "0.05")))
+
+	// The auditor's own layout says one lane; the stream says two.
+	rep, err := projector.Check(ctx, js, streams.Default())
+	require.NoError(t, err)
+	require.False(t, rep.OK())
+	require.Contains(t, rep.String(), "in lane lane.0, but the stream's 2 lane(s) put it in lane.1")
+
+	// Without the stream's record, Check says so.
+	s, err := js.Stream(ctx, env.Layout.StreamName())
+	require.NoError(t, err)
+	cfg := s.CachedInfo().Config
+	cfg.Metadata = map[string]string{}
+	_, err = js.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+	rep, err = projector.Check(ctx, js, env.Layout)
+	require.NoError(t, err)
+	require.Contains(t, rep.String(), "records no valid lane count")
+}
+
+// With one lane (the default) a lane is the whole book, so Check quarantines
+// balance by balance: a tampered revision of acme quarantines acme only,
+// and a later, independent over-admission of u17 in the same lane is still
+// found. (A review found the earlier per-lane quarantine reporting the
+// first problem and then nothing at all.)
+func TestCheck_QuarantineIsPerBalance(t *testing.T) {
+	env := testenv.New(t) // one lane
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	publish := publisher(t, ctx, env.JS, env.Layout)
+	l0 := env.Layout.LaneKey(acme)
+	require.Equal(t, l0, env.Layout.LaneKey(u17))
+	// acme's stated spent is off.
+	publish(l0, balanceRev(t, acme, usd("0.000000001", "1", "0", 1), opened("r1", acme, "1")))
+	// u17 (limit 1) is admitted 6: over its limit at admission.
+	over := usd("0", "6", "0", 1)
+	over.limit = "1"
+	publish(l0, balanceRev(t, u17, over, opened("r2", u17, "6")))
+	// acme again: skipped (quarantined), not reported twice.
+	publish(l0, balanceRev(t, acme, usd("0.000000001", "2", "0", 2), opened("r3", acme, "1")))
+
+	rep, err := projector.Check(ctx, env.JS, env.Layout)
+	require.NoError(t, err)
+	out := rep.String()
+	require.Contains(t, out, "balance org:acme")
+	require.Contains(t, out, "spent")
+	require.Contains(t, out, "balance user:u-17")
+	require.Contains(t, out, "exceeds limit 1")
+	require.Len(t, rep.Problems, 2, out)
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -70,12 +71,13 @@ func (r *Report) problemf(format string, args ...any) {
 //     lists, all in the same status (a reservation is atomic across
 //     budgets).
 //
-// Check does not stop at the first problem. A message that fails to apply
-// becomes a problem and quarantines its key: later revisions of that key
-// are skipped (they would only repeat the first problem) and the key (for
-// a lane key, every balance in that lane) is left out of the live
-// comparison and of the checks above, while every other key goes on
-// folding. A live value written after the replay makes Check fold
+// Check does not stop at the first problem. A balance of a lane revision
+// that fails to apply becomes a problem and is quarantined: its later
+// revisions are skipped (they would only repeat the first problem) and it
+// is left out of the live comparison and of the checks above, while every
+// other balance, in that lane too, goes on folding (with one lane, a lane
+// is the whole book). A lane revision that cannot be read at all is
+// reported and skipped. A budget revision that fails quarantines its key. A live value written after the replay makes Check fold
 // further, up to MaxCheckRounds times.
 //
 // Problems go into the Report; the error is only for failing to read:
@@ -87,8 +89,19 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout) (
 		return nil, err
 	}
 	rep := &Report{}
+	// Lanes are a property of the stream: a balance's lane must be the
+	// one the stream's recorded lane count gives it.
+	if n, err := strconv.Atoi(s.CachedInfo().Config.Metadata[streams.MetadataLanes]); err == nil && n >= 1 && n <= streams.MaxLanes {
+		lc := layout.Config()
+		lc.Lanes = n
+		if l, err := streams.New(lc); err == nil {
+			layout = l
+		}
+	} else {
+		rep.problemf("stream %s records no valid lane count (%s = %q)", layout.StreamName(), streams.MetadataLanes, s.CachedInfo().Config.Metadata[streams.MetadataLanes])
+	}
 	st := NewState()
-	bad := map[string]bool{} // quarantined keys
+	bad := map[string]bool{} // quarantined budget keys and balances (by balance key)
 	fold := func(from, until uint64) error {
 		if until < from {
 			return nil
@@ -96,6 +109,23 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout) (
 		return p.read(ctx, s, from, until, func(m message) error {
 			if bad[m.key] {
 				st.skip(m.seq)
+				return nil
+			}
+			if streams.IsLaneKey(m.key) {
+				// Balance by balance: a bad balance is quarantined, the
+				// other balances of the lane go on folding.
+				failed, err := st.applyLaneQuarantine(m.seq, m.key, m.data, bad)
+				if err != nil {
+					rep.problemf("%v", &ApplyError{Seq: m.seq, Key: m.key, Err: err})
+					st.skip(m.seq)
+					return nil
+				}
+				for _, ref := range slices.SortedFunc(maps.Keys(failed), func(a, b events.BalanceRef) int {
+					return strings.Compare(streams.BalanceKey(a), streams.BalanceKey(b))
+				}) {
+					rep.problemf("%v", &ApplyError{Seq: m.seq, Key: m.key, Err: fmt.Errorf("balance %s: %w", ref, failed[ref])})
+					bad[streams.BalanceKey(ref)] = true
+				}
 				return nil
 			}
 			if err := st.Apply(m.seq, m.key, m.data); err != nil {
@@ -147,7 +177,7 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout) (
 				continue
 			}
 			seen[key] = true
-			compareLane(rep, st, key, e)
+			compareLane(rep, st, key, e, bad)
 		}
 		if err := fold(st.Position()+1, until); err != nil {
 			return nil, err
@@ -160,6 +190,11 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout) (
 		}
 	}
 
+	for _, b := range st.Balances() {
+		if want := layout.LaneKey(b.Ref); b.Lane != want {
+			rep.problemf("balance %s: in lane %s, but the stream's %d lane(s) put it in %s", b.Key, b.Lane, layout.Lanes(), want)
+		}
+	}
 	checkInvariants(rep, st, layout, bad)
 	rep.Position = st.Position()
 	rep.Balances = len(st.balances)
@@ -194,7 +229,7 @@ func laneKeys(ctx context.Context, kv jetstream.KeyValue, layout streams.Layout)
 
 // compareLane compares one live lane value with the replay, which has
 // folded every message up to at least the value's revision.
-func compareLane(rep *Report, st *State, lane string, e jetstream.KeyValueEntry) {
+func compareLane(rep *Report, st *State, lane string, e jetstream.KeyValueEntry, bad map[string]bool) {
 	last, ok := st.lanes[lane]
 	if !ok {
 		rep.problemf("lane %s: live at revision %d but never replayed", lane, e.Revision())
@@ -214,6 +249,9 @@ func compareLane(rep *Report, st *State, lane string, e jetstream.KeyValueEntry)
 		return
 	}
 	for i := range live.Balances {
+		if bad[streams.BalanceKey(live.Balances[i].Balance)] {
+			continue
+		}
 		compareBalance(rep, st, lane, e.Revision(), &live.Balances[i])
 	}
 }
@@ -262,6 +300,9 @@ func compareBalance(rep *Report, st *State, lane string, rev uint64, live *event
 // balance the replay never folded is the one layout gives it.
 func checkInvariants(rep *Report, st *State, layout streams.Layout, bad map[string]bool) {
 	quarantined := func(ref events.BalanceRef) bool {
+		if bad[streams.BalanceKey(ref)] {
+			return true
+		}
 		if b, ok := st.balances[ref]; ok {
 			return bad[b.Lane]
 		}

@@ -402,6 +402,64 @@ func (s *State) applyLane(seq uint64, key string, data []byte) error {
 	return nil
 }
 
+// applyLaneQuarantine is Check's fold of one lane revision: balance by
+// balance rather than all or nothing, so that one bad balance does not hide
+// the others (with one lane, a lane is the whole book). Balances whose
+// balance key is in bad are skipped; each balance that fails to apply is
+// left unchanged and returned with its error, for Check to report and
+// quarantine. A revision that cannot be read as a lane revision at all
+// returns err and changes nothing. The position advances to seq unless err.
+func (s *State) applyLaneQuarantine(seq uint64, key string, data []byte, bad map[string]bool) (failed map[events.BalanceRef]error, err error) {
+	if seq <= s.position {
+		return nil, nil
+	}
+	var rev events.LaneRevision
+	if err := decodeStrict(data, &rev); err != nil {
+		return nil, err
+	}
+	if rev.Schema != events.SchemaLane {
+		return nil, errorf(ErrMalformed, "schema %q under a lane key, want %q", rev.Schema, events.SchemaLane)
+	}
+	if len(rev.Balances) == 0 {
+		return nil, errorf(ErrMalformed, "lane revision names no balance")
+	}
+	prev := ""
+	for i := range rev.Balances {
+		k := streams.BalanceKey(rev.Balances[i].Balance)
+		if i > 0 && k <= prev {
+			return nil, errorf(ErrMalformed, "balances out of key order or named twice: %s after %s", k, prev)
+		}
+		prev = k
+	}
+	failed = map[events.BalanceRef]error{}
+	for i := range rev.Balances {
+		br := &rev.Balances[i]
+		if bad[streams.BalanceKey(br.Balance)] {
+			continue
+		}
+		if err := s.checkHeader(key, br); err != nil {
+			failed[br.Balance] = err
+			continue
+		}
+		st := &stage{s: s, mod: map[string]*Reservation{}}
+		b, err := s.foldBalance(st, seq, key, br)
+		if err != nil {
+			failed[br.Balance] = err
+			continue
+		}
+		b.Revision = seq
+		b.Revisions++
+		s.balances[b.Ref] = &b
+		for id, r := range st.mod {
+			s.reservations[id] = r
+		}
+		s.events += len(br.Events)
+	}
+	s.lanes[key] = seq
+	s.position = seq
+	return failed, nil
+}
+
 // checkHeader checks one balance of a lane revision before its events:
 // schema, ref, lane, unit and limit.
 func (s *State) checkHeader(lane string, rev *events.BalanceRevision) error {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -91,14 +90,14 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout) (
 	rep := &Report{}
 	// Lanes are a property of the stream: a balance's lane must be the
 	// one the stream's recorded lane count gives it.
-	if n, err := strconv.Atoi(s.CachedInfo().Config.Metadata[streams.MetadataLanes]); err == nil && n >= 1 && n <= streams.MaxLanes {
+	if n, err := streams.RecordedLanes(s.CachedInfo().Config); err == nil {
 		lc := layout.Config()
 		lc.Lanes = n
 		if l, err := streams.New(lc); err == nil {
 			layout = l
 		}
 	} else {
-		rep.problemf("stream %s records no valid lane count (%s = %q)", layout.StreamName(), streams.MetadataLanes, s.CachedInfo().Config.Metadata[streams.MetadataLanes])
+		rep.problemf("stream %s records no valid lane count: %v", layout.StreamName(), err)
 	}
 	st := NewState()
 	bad := map[string]bool{} // quarantined budget keys and balances (by balance key)

@@ -207,28 +207,24 @@ func checkLanes(ctx context.Context, js jetstream.JetStream, l Layout) (bool, er
 	if err != nil {
 		return false, fmt.Errorf("streams: ensure %s: %w", l.StreamName(), err)
 	}
-	have := s.CachedInfo().Config.Metadata[MetadataLanes]
-	if have != strconv.Itoa(l.c.Lanes) {
-		if have == "" {
-			have = "none (a stream written by an older layout)"
+	if n, err := RecordedLanes(s.CachedInfo().Config); err != nil || n != l.c.Lanes {
+		have := "none (a stream written by an older layout)"
+		if err == nil {
+			have = strconv.Itoa(n)
 		}
 		return true, fmt.Errorf("%w: stream %s has %s, configured %d", ErrLanesMismatch, l.StreamName(), have, l.c.Lanes)
 	}
 	return true, nil
 }
 
-// StreamLanes returns the lane count recorded in the ledger stream of
-// layout l's bucket (ErrLanesMismatch if it records none): what a reader
-// such as the auditor, which did not create the stream, must use.
-func StreamLanes(ctx context.Context, js jetstream.JetStream, l Layout) (int, error) {
-	s, err := js.Stream(ctx, l.StreamName())
-	if err != nil {
-		return 0, fmt.Errorf("streams: %s: %w", l.StreamName(), err)
-	}
-	have := s.CachedInfo().Config.Metadata[MetadataLanes]
+// RecordedLanes returns the lane count a ledger stream's configuration
+// records (ErrLanesMismatch if it records none or an invalid one): what a
+// reader such as the auditor, which did not create the stream, must use.
+func RecordedLanes(cfg jetstream.StreamConfig) (int, error) {
+	have := cfg.Metadata[MetadataLanes]
 	n, err := strconv.Atoi(have)
 	if err != nil || n < 1 || n > MaxLanes {
-		return 0, fmt.Errorf("%w: stream %s records lanes %q (a stream written by an older layout?)", ErrLanesMismatch, l.StreamName(), have)
+		return 0, fmt.Errorf("%w: stream %s records lanes %q", ErrLanesMismatch, cfg.Name, have)
 	}
 	return n, nil
 }

@@ -16,6 +16,20 @@ import (
 	"github.com/spendgate/spendgate/testenv"
 )
 
+// serverJS starts an embedded server and returns a JetStream client of it.
+func serverJS(t *testing.T) jetstream.JetStream {
+	t.Helper()
+	srv, err := testenv.StartServer(testenv.ServerConfig{StoreDir: t.TempDir(), NoLog: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	nc, err := nats.Connect(srv.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	return js
+}
+
 func layout(t *testing.T, lanes int) streams.Layout {
 	t.Helper()
 	l, err := streams.New(streams.Config{Lanes: lanes})
@@ -69,14 +83,7 @@ func TestLaneKey(t *testing.T) {
 // with another count against it, or against a stream of the older layout
 // that records none: either would remap balances to other lanes.
 func TestEnsure_Lanes(t *testing.T) {
-	srv, err := testenv.StartServer(testenv.ServerConfig{StoreDir: t.TempDir(), NoLog: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	nc, err := nats.Connect(srv.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	js := serverJS(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -114,14 +121,7 @@ func TestEnsure_Lanes(t *testing.T) {
 // check-then-CreateOrUpdate; with that code this test failed on this
 // machine. Each trial races two fresh Ensures.
 func TestEnsure_LanesRace(t *testing.T) {
-	srv, err := testenv.StartServer(testenv.ServerConfig{StoreDir: t.TempDir(), NoLog: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	nc, err := nats.Connect(srv.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	js := serverJS(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
@@ -150,7 +150,9 @@ func TestEnsure_LanesRace(t *testing.T) {
 		for i, err := range errs {
 			if err == nil {
 				ok++
-				n, lerr := streams.StreamLanes(ctx, js, layouts[i])
+				info, lerr := js.Stream(ctx, layouts[i].StreamName())
+				require.NoError(t, lerr)
+				n, lerr := streams.RecordedLanes(info.CachedInfo().Config)
 				require.NoError(t, lerr)
 				require.Equal(t, layouts[i].Lanes(), n, "trial %d: the stream records the winner's lanes", trial)
 			} else {

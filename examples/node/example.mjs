@@ -1,0 +1,77 @@
+// The spendgate walk-through for Node.js. With `spendgate serve` running:
+//
+//     cd examples/node && npm install && node example.mjs
+//
+// NATS_URL selects the server (default nats://127.0.0.1:4222).
+import { randomUUID } from "node:crypto";
+import { connect } from "@nats-io/transport-node";
+import { Spendgate, SpendgateError, UnavailableError } from "./spendgate.mjs";
+
+export async function walkthrough(nc, log = console.log) {
+  const sg = new Spendgate(nc);
+  const scope = `org:node-${randomUUID().slice(0, 8)}`;
+  const out = {};
+
+  // 1. A budget: 1.00 USD a month for this scope.
+  out.budget = await sg.putBudget({ scope, period: "month", limit: "1.00", unit: "USD" });
+  log(`budget ${scope}: limit ${out.budget.limit} ${out.budget.unit}`);
+
+  // 2. Admit 0.40 before calling the upstream, then settle what it cost.
+  out.admit = await sg.admit({ scopes: [scope], amount: "0.40", ttl: "30s", metadata: { model: "gpt-x" } });
+  log(`admitted ${out.admit.admitted}: reservation ${out.admit.reservation_id}`);
+  out.settle = await sg.settle(out.admit.reservation_id, "0.35");
+  log(`${out.settle.status}: actual ${out.settle.actual} of ${out.settle.reserved} reserved`);
+
+  // 3. A denial is a reply, not an error: 0.35 spent, 0.80 does not fit.
+  out.denied = await sg.admit({ scopes: [scope], amount: "0.80" });
+  log(`admitted ${out.denied.admitted}: ${out.denied.denial.reason}: ${out.denied.denial.message}`);
+
+  // 4. An error reply: a bad amount is refused with a stable code.
+  try {
+    await sg.admit({ scopes: [scope], amount: "-1" });
+  } catch (err) {
+    if (!(err instanceof SpendgateError)) throw err;
+    out.errorCode = err.code;
+    log(`refused: ${err.code}`);
+  }
+
+  // 5. A lost reply, then a retry under the same request id: the first attempt
+  //    reserved, its reply never arrived (published to an inbox nobody reads),
+  //    and the retry gets the original answer instead of reserving again.
+  const requestId = randomUUID();
+  const body = { request_id: requestId, scopes: [scope], amount: "0.10" };
+  nc.publish("spendgate.admit", JSON.stringify(body), { reply: `_INBOX.lost.${requestId}` });
+  await nc.flush();
+  // Wait (bounded) until the lost attempt has reserved, so the retry below is
+  // the second arrival; a real caller would simply retry after its timeout.
+  for (let i = 0; ; i++) {
+    const b = await sg.request("budget.get", { scope, period: "month" });
+    if (b.reserved === "0.1") break;
+    if (i === 100) throw new Error("the first attempt never reserved");
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  out.retry = await sg.admit(body);
+  log(`retry of ${requestId}: replayed ${out.retry.replayed === true}, reservation ${out.retry.reservation_id}`);
+  out.release = await sg.release(out.retry.reservation_id);
+  log(`released ${out.retry.reservation_id}`);
+
+  // 6. Fail closed: with a timeout the caller treats the call as denied.
+  const unreachable = new Spendgate(nc, { prefix: "nobody.listens.here.", timeoutMs: 200, attempts: 2 });
+  try {
+    await unreachable.admit({ scopes: [scope], amount: "0.01" });
+  } catch (err) {
+    if (!(err instanceof UnavailableError)) throw err;
+    out.unavailable = err.code;
+    log(`no answer: ${err.code}, so the upstream is not called`);
+  }
+  return out;
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  const nc = await connect({ servers: process.env.NATS_URL ?? "nats://127.0.0.1:4222" });
+  try {
+    await walkthrough(nc);
+  } finally {
+    await nc.close();
+  }
+}

@@ -1,0 +1,89 @@
+// A small spendgate client for Node.js: JSON over NATS request-reply, with the
+// two rules every caller in any language must keep.
+//
+//  1. Make the request id before the first attempt and reuse it on every retry:
+//     a retried admit whose first reply was lost gets the original answer
+//     ("replayed": true) and reserves once.
+//  2. Fail closed: if the ledger cannot be reached or does not answer in time,
+//     treat the call as denied. Never call the paid upstream without an admit.
+import { randomUUID } from "node:crypto";
+import { errors } from "@nats-io/transport-node";
+
+/** SpendgateError is an error reply: {"error":{"code","message",...}}. */
+export class SpendgateError extends Error {
+  constructor(body) {
+    super(`${body.code}: ${body.message}`);
+    this.name = "SpendgateError";
+    this.code = body.code;
+    this.body = body;
+  }
+}
+
+/** UnavailableError means the ledger did not answer: fail closed. */
+export class UnavailableError extends Error {
+  constructor(cause) {
+    super(`ledger_unavailable: ${cause.message}`, { cause });
+    this.name = "UnavailableError";
+    this.code = "ledger_unavailable";
+  }
+}
+
+export class Spendgate {
+  /**
+   * @param nc a connection from @nats-io/transport-node's connect()
+   * @param opts prefix (default "spendgate."), timeoutMs per attempt
+   *        (default 2000), attempts (default 3)
+   */
+  constructor(nc, { prefix = "spendgate.", timeoutMs = 2000, attempts = 3 } = {}) {
+    this.nc = nc;
+    this.prefix = prefix;
+    this.timeoutMs = timeoutMs;
+    this.attempts = attempts;
+  }
+
+  /** request sends body to endpoint, retrying the same bytes on a timeout. */
+  async request(endpoint, body) {
+    const payload = JSON.stringify(body);
+    let last;
+    for (let i = 0; i < this.attempts; i++) {
+      try {
+        const msg = await this.nc.request(this.prefix + endpoint, payload, { timeout: this.timeoutMs });
+        const reply = msg.json();
+        if (reply.error) throw new SpendgateError(reply.error);
+        return reply;
+      } catch (err) {
+        if (err instanceof SpendgateError) throw err;
+        if (!isRetryable(err)) throw new UnavailableError(err);
+        last = err; // same payload, same request id: the ledger deduplicates
+        if (i + 1 < this.attempts) await new Promise((r) => setTimeout(r, 100 * (i + 1)));
+      }
+    }
+    throw new UnavailableError(last);
+  }
+
+  /** admit reserves; the request id is made here once unless the caller gives one. */
+  admit(req) {
+    return this.request("admit", { request_id: req.request_id ?? randomUUID(), ...req });
+  }
+
+  settle(reservationId, actual) {
+    return this.request("settle", { reservation_id: reservationId, actual });
+  }
+
+  release(reservationId) {
+    return this.request("release", { reservation_id: reservationId });
+  }
+
+  putBudget(budget) {
+    return this.request("budget.put", budget);
+  }
+}
+
+function isRetryable(err) {
+  if (err instanceof errors.TimeoutError) return true;
+  if (err instanceof errors.RequestError) {
+    // No responders: no replica is subscribed right now (a restart); retry.
+    return err.isNoResponders() || err.cause instanceof errors.TimeoutError;
+  }
+  return false;
+}

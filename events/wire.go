@@ -25,8 +25,16 @@ const (
 // AdmitRequest asks to reserve Amount in every budget of every named scope,
 // atomically: in all of them or in none.
 type AdmitRequest struct {
-	// RequestID is the caller's idempotency key: a retry with the same id
-	// and body gets the original answer and reserves once.
+	// RequestID is the caller's idempotency key. A retry with the same id
+	// and body (same scopes, amount, unit, ttl and metadata, whatever the
+	// JSON spelling) is answered with the same reservation, Replayed set and
+	// its current Status, and reserves nothing more; the same id with
+	// another body is refused with CodeIdempotencyMismatch. A replica
+	// remembers the id while its reservation is open and for a retention
+	// after it closed (15 minutes after a settle or release, 48 hours after
+	// an expiry, on the JetStream server's clock); after that a retry
+	// reserves again. Only admissions are remembered: a retried denial or
+	// error is decided again.
 	RequestID string `json:"request_id"`
 	// Scopes are "kind:id" strings, at most MaxScopes.
 	Scopes []string `json:"scopes"`

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/ledger"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -236,4 +237,38 @@ func TestDecode_TypeErrorsNameTheField(t *testing.T) {
 			require.Equal(t, msgs, msgs2)
 		})
 	}
+}
+
+// TestRetention_CloseAfterIdleIsRemembered: a reservation that closes after
+// the ledger was quiet for longer than the retention must still be
+// remembered for the retention after it closed, so that a retried settle
+// replays and a retried admit does not reserve again.
+//
+// It fails on today's ledger, so it is skipped: ledger.closeLocked stamps a
+// closing reservation with the server time of the message folded *before*
+// the close, and the follower then forgets by the closing message's own
+// timestamp; after a quiet spell longer than the retention (15 minutes by
+// default) the reservation is forgotten the moment it closes: the retried
+// settle answers unknown_reservation and a retried admit reserves again.
+// Remove the skip with the ledger fix.
+func TestRetention_CloseAfterIdleIsRemembered(t *testing.T) {
+	t.Skip("ledger bug: a close after a quiet spell longer than the retention is forgotten at once (see the comment)")
+	h := newHarness(t, harnessOpts{ledgerOpts: []ledger.Option{ledger.WithRetention(time.Second, time.Hour)}})
+	h.putBudget("org:ret", "month", "100", "USD")
+	req := events.AdmitRequest{RequestID: "idle-1", Scopes: []string{"org:ret"}, Amount: "1", TTL: "1m"}
+	r1, e := h.admit(req)
+	require.Nil(t, e)
+	require.True(t, r1.Admitted)
+	// Not a synchronization: the ledger must stay quiet for longer than
+	// the retention, on the server's clock.
+	time.Sleep(1500 * time.Millisecond)
+	_, e = h.settle(r1.ReservationID, "1")
+	require.Nil(t, e)
+	c, e := h.settle(r1.ReservationID, "1")
+	require.Nil(t, e, "a retried settle right after the settle replays")
+	require.True(t, c.Replayed)
+	r, e := h.admit(req)
+	require.Nil(t, e)
+	require.True(t, r.Replayed, "a retried admit right after the settle replays, reserving nothing")
+	require.Equal(t, events.StatusSettled, r.Status)
 }

@@ -158,9 +158,19 @@ func hashRequest(r request) string {
 // which budget blocked it and why (limit_reached, unknown_budget,
 // unit_mismatch), with its limit, spent, reserved and the amount requested.
 //
+// An admitted reply carries the reservation's Status: open for a new
+// admission; for a replay (Replayed set: the request id and body were seen
+// before), the reservation's state now, which may be settled, released or
+// expired. A replay is answered only while the replica remembers the
+// request id: while its reservation is open, then for the ledger's
+// retention after it closed (ledger.DefaultRetention, 15 minutes, or
+// ledger.DefaultExpiredRetention, 48 hours, for an expired one). A denial
+// is not remembered: a retried denied request is decided again.
+//
 // Errors (*events.Error), in precedence order: the validation errors of
 // Validate; CodeIdempotencyMismatch (the request id was used with another
-// body); CodeLedgerBusy, CodeLedgerUnavailable. On any error nothing was
+// body; it carries that reservation's ReservationID and Status);
+// CodeLedgerBusy, CodeLedgerUnavailable. On any error nothing was
 // reserved.
 func (a *Admitter) Admit(ctx context.Context, req events.AdmitRequest) (events.AdmitReply, error) {
 	r, err := a.validate(req)
@@ -229,10 +239,11 @@ func (t *admitTx) Decide(v *ledger.View) (events.Events, error) {
 	t.reply = events.AdmitReply{RequestID: t.req.id}
 	if prior, ok := v.ByRequest(t.req.id); ok {
 		if prior.RequestHash != t.req.hash {
-			return nil, events.Errorf(events.CodeIdempotencyMismatch,
-				"request_id %s was already used with a different body (reservation %s)", t.req.id, prior.ID)
+			return nil, events.ReservationErrorf(events.CodeIdempotencyMismatch, prior.ID, prior.Status,
+				"request_id %s was already used with a different body (reservation %s, %s)", t.req.id, prior.ID, prior.Status)
 		}
 		t.reply = admittedReply(t.req, prior.ID, prior.Balances, prior.ExpiresAt)
+		t.reply.Status = prior.Status
 		t.reply.Replayed = true
 		return nil, nil
 	}
@@ -272,6 +283,7 @@ func (t *admitTx) Decide(v *ledger.View) (events.Events, error) {
 		})
 	}
 	t.reply = admittedReply(t.req, t.id, t.refs, expires)
+	t.reply.Status = events.StatusOpen
 	return evs, nil
 }
 

@@ -25,6 +25,7 @@ type Client struct {
 	timeout  time.Duration
 	attempts int
 	log      *slog.Logger
+	logSet   bool
 	failOpen *slog.Logger
 }
 
@@ -48,7 +49,16 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	return &Client{nc: nc, layout: layout, timeout: o.timeout, attempts: o.attempts, log: o.log, failOpen: o.failOpen}, nil
+	return &Client{nc: nc, layout: layout, timeout: o.timeout, attempts: o.attempts, log: o.log, logSet: o.logSet, failOpen: o.failOpen}, nil
+}
+
+// errorLog is where failures that no return value can carry are logged:
+// the WithLogger logger, or slog.Default().
+func (c *Client) errorLog() *slog.Logger {
+	if c.logSet {
+		return c.log
+	}
+	return slog.Default()
 }
 
 // Admit reserves req.Amount in every budget of req.Scopes, in all of them
@@ -59,17 +69,22 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 // within timeout × attempts (sooner if ctx ends).
 //
 // A nil error means admitted: the *Reservation must then be settled or
-// released. Every non-nil error means not admitted. In precedence order:
+// released. Its Reply().Status is "open", or for a replayed request id the
+// reservation's state now ("settled", "released", "expired"): a replay of
+// a closed reservation holds nothing to settle. Every non-nil error means
+// not admitted. In precedence order:
 //
-//   - *events.Error with the service's code (invalid_amount,
-//     invalid_identifier, idempotency_mismatch, ...): the request is
-//     invalid; the caller's bug, not a denial.
+//   - the service's refusal of the request, an *events.Error (errors.As)
+//     matching ErrInvalid (invalid_amount, invalid_identifier, ...: the
+//     caller's bug) or ErrConflict (idempotency_mismatch: the request id
+//     was used with another body).
 //   - *DeniedError (matches ErrDenied): a budget denied the request
 //     (Denial.Reason limit_reached, unknown_budget, unit_mismatch).
-//   - *DeniedError with Denial.Reason ledger_unavailable (matches ErrDenied
-//     and ErrLedgerUnavailable, and wraps the cause): the ledger did not
-//     answer; the client fails closed. With WithFailOpen, Admit instead
-//     returns a Reservation whose FailedOpen is true, and logs it at WARN.
+//   - *DeniedError with Denial.Reason ledger_unavailable, matching both
+//     ErrDenied and ErrUnavailable, whose Err is the *UnavailableError:
+//     the ledger did not answer; the client fails closed. It is not an
+//     *events.Error. With WithFailOpen, Admit instead returns a
+//     Reservation whose FailedOpen is true, and logs it at WARN.
 //   - ctx's error, wrapped, if ctx ended before an answer; never fails open.
 //
 // When every reply was lost, the service may have reserved without the
@@ -82,7 +97,7 @@ func (c *Client) Admit(ctx context.Context, req events.AdmitRequest) (*Reservati
 	var reply events.AdmitReply
 	err := c.request(ctx, streams.EndpointAdmit, req, &reply)
 	if err != nil {
-		if !errors.Is(err, ErrLedgerUnavailable) {
+		if !errors.Is(err, ErrUnavailable) {
 			return nil, err
 		}
 		if c.failOpen != nil {
@@ -134,11 +149,12 @@ func (c *Client) admitFailedOpen(req events.AdmitRequest, cause error) *Reservat
 // responders, ledger_busy and ledger_unavailable; the service answers a
 // repeated settle with the recorded outcome and Replayed set.
 //
-// Errors, all *events.Error: unknown_reservation, already_released,
-// already_settled (a different actual was recorded), invalid_amount and
-// the other validation codes from the service; then, matching
-// ErrLedgerUnavailable, ledger_unavailable (no answer after every
-// attempt), ledger_busy or internal.
+// Errors, in precedence order: the service's refusal, an *events.Error
+// matching ErrInvalid (invalid_amount, invalid_identifier, ...),
+// ErrNotFound (unknown_reservation) or ErrConflict (already_released,
+// already_settled with another actual; its ReservationID and Status name
+// the reservation's state); then an *UnavailableError matching
+// ErrUnavailable (no answer after every attempt, ledger_busy, internal).
 func (c *Client) Settle(ctx context.Context, req events.SettleRequest) (events.CloseReply, error) {
 	var reply events.CloseReply
 	if err := c.request(context.WithoutCancel(ctx), streams.EndpointSettle, req, &reply); err != nil {
@@ -149,13 +165,14 @@ func (c *Client) Settle(ctx context.Context, req events.SettleRequest) (events.C
 
 // Release gives a whole reservation back. Like Settle, it runs under
 // context.WithoutCancel(ctx) with the client's own timeout × attempts, and
-// it retries; a repeated release is answered with Replayed set.
+// it retries; a repeated release (or one of an expired reservation) is
+// answered with Replayed set.
 //
-// Errors, all *events.Error: unknown_reservation, already_settled,
-// already_released (released with another reason, e.g. expired by the
-// sweeper), invalid_identifier and the other validation codes from the
-// service; then, matching ErrLedgerUnavailable, ledger_unavailable,
-// ledger_busy or internal.
+// Errors, in precedence order: the service's refusal, an *events.Error
+// matching ErrInvalid (invalid_identifier, ...), ErrNotFound
+// (unknown_reservation) or ErrConflict (already_settled, with the
+// reservation's Status); then an *UnavailableError matching
+// ErrUnavailable.
 func (c *Client) Release(ctx context.Context, req events.ReleaseRequest) (events.CloseReply, error) {
 	var reply events.CloseReply
 	if err := c.request(context.WithoutCancel(ctx), streams.EndpointRelease, req, &reply); err != nil {
@@ -167,10 +184,10 @@ func (c *Client) Release(ctx context.Context, req events.ReleaseRequest) (events
 // PutBudget defines or changes a budget and returns it with its balance in
 // the current period.
 //
-// Errors: *events.Error with a validation code (invalid_identifier,
-// invalid_period, invalid_amount, invalid_unit, ...); then *events.Error
-// matching ErrLedgerUnavailable (ledger_unavailable, ledger_busy,
-// internal); then ctx's error, wrapped.
+// Errors, in precedence order: an *events.Error matching ErrInvalid
+// (invalid_identifier, invalid_period, invalid_amount, invalid_unit, ...);
+// then an *UnavailableError matching ErrUnavailable; then ctx's error,
+// wrapped.
 func (c *Client) PutBudget(ctx context.Context, req events.BudgetPutRequest) (events.BudgetView, error) {
 	var v events.BudgetView
 	if err := c.request(ctx, streams.EndpointBudgetPut, req, &v); err != nil {
@@ -180,11 +197,16 @@ func (c *Client) PutBudget(ctx context.Context, req events.BudgetPutRequest) (ev
 }
 
 // GetBudget reads a budget and its balance in the current period.
+// req.Period is required; GetScopeBudgets reads every budget of a scope.
 //
-// Errors: *events.Error unknown_budget, or a validation code
-// (invalid_identifier, invalid_period); then *events.Error matching
-// ErrLedgerUnavailable; then ctx's error, wrapped.
+// Errors, in precedence order: an *events.Error matching ErrInvalid
+// (invalid_identifier, invalid_period, also for an empty period) or
+// ErrNotFound (unknown_budget); then an *UnavailableError matching
+// ErrUnavailable; then ctx's error, wrapped.
 func (c *Client) GetBudget(ctx context.Context, req events.BudgetGetRequest) (events.BudgetView, error) {
+	if req.Period == "" {
+		return events.BudgetView{}, invalid(events.CodeInvalidPeriod, "GetBudget needs a period; GetScopeBudgets reads every budget of a scope")
+	}
 	var v events.BudgetView
 	if err := c.request(ctx, streams.EndpointBudgetGet, req, &v); err != nil {
 		return events.BudgetView{}, err
@@ -192,11 +214,27 @@ func (c *Client) GetBudget(ctx context.Context, req events.BudgetGetRequest) (ev
 	return v, nil
 }
 
+// GetScopeBudgets reads every budget of scope (budget.get without a
+// period) with its balance in the current period, in period order.
+//
+// Errors, in precedence order: an *events.Error matching ErrInvalid
+// (invalid_identifier) or ErrNotFound (unknown_budget: the scope has no
+// budget); then an *UnavailableError matching ErrUnavailable; then ctx's
+// error, wrapped.
+func (c *Client) GetScopeBudgets(ctx context.Context, scope string) (events.BudgetListReply, error) {
+	var v events.BudgetListReply
+	if err := c.request(ctx, streams.EndpointBudgetGet, events.BudgetGetRequest{Scope: scope}, &v); err != nil {
+		return events.BudgetListReply{}, err
+	}
+	return v, nil
+}
+
 // ListBudgets lists the budgets of scopes of kind ("" for all), sorted by
 // scope and period.
 //
-// Errors: *events.Error invalid_identifier (kind); then *events.Error
-// matching ErrLedgerUnavailable; then ctx's error, wrapped.
+// Errors, in precedence order: an *events.Error matching ErrInvalid
+// (invalid_identifier: kind); then an *UnavailableError matching
+// ErrUnavailable; then ctx's error, wrapped.
 func (c *Client) ListBudgets(ctx context.Context, kind string) (events.BudgetListReply, error) {
 	var v events.BudgetListReply
 	if err := c.request(ctx, streams.EndpointBudgetList, events.BudgetListRequest{Kind: kind}, &v); err != nil {
@@ -207,14 +245,14 @@ func (c *Client) ListBudgets(ctx context.Context, kind string) (events.BudgetLis
 
 // request sends req to endpoint, retrying within the attempt budget, and
 // decodes the reply into out. The whole request is bounded by timeout ×
-// attempts. Its errors: *events.Error from the service or from encoding;
-// *events.Error matching ErrLedgerUnavailable; ctx's error, wrapped, when
-// ctx (the caller's) ended.
+// attempts. Its errors: a refusal (the service's *events.Error, matching
+// ErrInvalid, ErrNotFound or ErrConflict); an *UnavailableError; ctx's
+// error, wrapped, when ctx (the caller's) ended.
 func (c *Client) request(ctx context.Context, endpoint string, req, out any) error {
 	subject := c.layout.Endpoint(endpoint)
 	data, err := json.Marshal(req)
 	if err != nil {
-		return &events.Error{Code: events.CodeInvalidRequest, Message: "encoding request: " + err.Error(), Err: err}
+		return invalid(events.CodeInvalidRequest, "encoding request: %v", err)
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("spendgate: %s: %w", subject, err)
@@ -266,40 +304,39 @@ func (c *Client) attempt(ctx context.Context, subject string, data []byte, out a
 	default:
 		return false, false, unavailable(subject, err)
 	}
-	if e := replyError(msg); e != nil {
-		if unavailableCode(e.Code) {
-			e.Err = ErrLedgerUnavailable
-		}
-		return retryableCode(e.Code), true, e
+	if e, status := replyError(msg); e != nil {
+		err := classify(subject, e, status)
+		return retryable(err), true, err
 	}
 	if err := json.Unmarshal(msg.Data, out); err != nil {
-		return false, false, &events.Error{
-			Code:    events.CodeInternal,
-			Message: fmt.Sprintf("undecodable reply on %s: %v", subject, err),
-			Err:     fmt.Errorf("%w: %w", ErrLedgerUnavailable, err),
-		}
+		return false, false, &UnavailableError{Subject: subject, Code: events.CodeInternal,
+			Message: fmt.Sprintf("undecodable reply: %v", err), Err: err}
 	}
 	return false, false, nil
 }
 
-// replyError returns the error a reply carries, or nil: the
-// {"error":{"code","message"}} body, or failing that the micro service
-// error headers.
-func replyError(msg *nats.Msg) *events.Error {
+// replyError returns the error a reply carries and its micro status
+// header, or nil: the {"error":{...}} body, or failing that the micro
+// service error headers.
+func replyError(msg *nats.Msg) (*events.Error, string) {
+	var status string
+	if msg.Header != nil {
+		status = msg.Header.Get(micro.ErrorCodeHeader)
+	}
 	var er events.ErrorReply
 	if json.Unmarshal(msg.Data, &er) == nil && er.Error != nil && er.Error.Code != "" {
-		return &events.Error{Code: er.Error.Code, Message: er.Error.Message}
+		return er.Error, status
 	}
 	if msg.Header == nil {
-		return nil
+		return nil, ""
 	}
-	code, desc := msg.Header.Get(micro.ErrorCodeHeader), msg.Header.Get(micro.ErrorHeader)
+	code, desc := status, msg.Header.Get(micro.ErrorHeader)
 	if code == "" && desc == "" {
-		return nil
+		return nil, ""
 	}
 	// The code header may hold a status number, the description the code.
 	if _, err := strconv.Atoi(code); (err == nil || code == "") && desc != "" {
 		code = desc
 	}
-	return &events.Error{Code: events.Code(code), Message: desc}
+	return &events.Error{Code: events.Code(code), Message: desc}, status
 }

@@ -94,7 +94,13 @@ func requireUnavailableDenial(t *testing.T, res *client.Reservation, err error) 
 	t.Helper()
 	require.Nil(t, res)
 	require.ErrorIs(t, err, client.ErrDenied)
-	require.ErrorIs(t, err, client.ErrLedgerUnavailable)
+	require.ErrorIs(t, err, client.ErrUnavailable)
+	require.ErrorIs(t, err, client.ErrLedgerUnavailable, "the deprecated name is the same sentinel")
+	require.NotErrorIs(t, err, client.ErrInvalid)
+	var ee *events.Error
+	require.False(t, errors.As(err, &ee), "an outage is not an *events.Error: %v", err)
+	var ue *client.UnavailableError
+	require.ErrorAs(t, err, &ue)
 	var de *client.DeniedError
 	require.ErrorAs(t, err, &de)
 	require.Equal(t, events.ReasonLedgerUnavailable, de.Denial.Reason)
@@ -196,12 +202,20 @@ func TestClient_Admit_serviceErrors(t *testing.T) {
 		noBody      bool
 		attempts    int // requests the responder sees
 		unavailable bool
+		// class is the sentinel a refusal matches (unavailable: none).
+		class error
 	}{
-		{"busy is retried, then fails closed", events.CodeLedgerBusy, "503", false, 3, true},
-		{"unavailable is retried, then fails closed", events.CodeLedgerUnavailable, "503", false, 3, true},
-		{"internal fails closed at once", events.CodeInternal, "500", false, 1, true},
-		{"validation is the caller's bug", events.CodeInvalidAmount, "400", false, 1, false},
-		{"headers only", events.CodeInvalidIdentifier, "400", true, 1, false},
+		{"busy is retried, then fails closed", events.CodeLedgerBusy, "503", false, 3, true, nil},
+		{"unavailable is retried, then fails closed", events.CodeLedgerUnavailable, "503", false, 3, true, nil},
+		{"internal fails closed at once", events.CodeInternal, "500", false, 1, true, nil},
+		{"validation is the caller's bug", events.CodeInvalidAmount, "400", false, 1, false, client.ErrInvalid},
+		{"headers only", events.CodeInvalidIdentifier, "400", true, 1, false, client.ErrInvalid},
+		{"mismatch is a conflict", events.CodeIdempotencyMismatch, "409", false, 1, false, client.ErrConflict},
+		// Codes of a newer service: the status header classifies them.
+		{"unknown 503 code fails closed", "ledger_overloaded", "503", false, 1, true, nil},
+		{"unknown 409 code is a conflict", "already_frozen", "409", false, 1, false, client.ErrConflict},
+		{"unknown 404 code is not found", "unknown_tenant", "404", false, 1, false, client.ErrNotFound},
+		{"unknown 400 code is the caller's bug", "invalid_model", "400", false, 1, false, client.ErrInvalid},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := testenv.New(t)
@@ -230,15 +244,19 @@ func TestClient_Admit_serviceErrors(t *testing.T) {
 			req.RequestID = "req-1"
 			res, err := c.Admit(ctxT(t), req)
 			require.Nil(t, res)
-			var ee *events.Error
-			require.ErrorAs(t, err, &ee)
-			require.Equal(t, tc.code, ee.Code)
 			if tc.unavailable {
 				de := requireUnavailableDenial(t, res, err)
 				require.Equal(t, "req-1", de.RequestID)
+				var ue *client.UnavailableError
+				require.ErrorAs(t, err, &ue)
+				require.Equal(t, tc.code, ue.Code, "the service's code is kept")
 			} else {
+				var ee *events.Error
+				require.ErrorAs(t, err, &ee)
+				require.Equal(t, tc.code, ee.Code)
+				require.ErrorIs(t, err, tc.class)
 				require.NotErrorIs(t, err, client.ErrDenied)
-				require.NotErrorIs(t, err, client.ErrLedgerUnavailable)
+				require.NotErrorIs(t, err, client.ErrUnavailable)
 			}
 			mu.Lock()
 			defer mu.Unlock()

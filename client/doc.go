@@ -8,22 +8,57 @@
 //		return err // denied (errors.Is(err, client.ErrDenied)) or not admitted
 //	}
 //	out, err := upstream(ctx)
-//	if err != nil {
-//		res.Release(ctx) // gives the whole reservation back, even if ctx is cancelled
+//	if err != nil && out.Cost == "" {
+//		res.Release(ctx) // nothing was billed: give the whole reservation back
 //		return err
 //	}
-//	res.Settle(ctx, out.Cost) // records the actual cost
+//	res.Settle(ctx, out.Cost) // records the actual cost, also of a billed call that failed
 //
-// Do runs that pattern around a function.
+// Call runs that pattern around a function and returns an Outcome (the
+// admit reply with the reservation and its status, the settle or release
+// reply); Do is Call without the Outcome. A function that fails after it
+// was billed returns its cost next to its error and is settled with it:
+// money spent is never recorded as zero.
 //
-// The client fails closed: when the ledger cannot answer (no responders,
-// no reply within the timeout after every attempt, or a ledger_busy,
-// ledger_unavailable or internal error from the service), Admit denies
-// with reason ledger_unavailable. WithFailOpen changes that, explicitly and
-// with a WARN log line for every admission made without the ledger.
+// # Errors
+//
+// Every error of this package is told apart with errors.Is against a
+// sentinel:
+//
+//   - ErrDenied: the admit was not admitted. A budget said no (a
+//     *DeniedError whose Denial says which budget and why), or, together
+//     with ErrUnavailable, the ledger did not answer and the client failed
+//     closed.
+//   - ErrUnavailable: the ledger did not answer usefully (no responders,
+//     no reply within the timeout on every attempt, ledger_busy,
+//     ledger_unavailable, internal). The error is an *UnavailableError and
+//     never an *events.Error: an outage is not a refusal of the request,
+//     and retrying later with the same request id is safe.
+//   - ErrInvalid: the service refused the request as wrong in itself
+//     (invalid_amount, invalid_identifier, ...): a bug of the caller's;
+//     retrying cannot succeed.
+//   - ErrNotFound: the request names what the ledger does not know
+//     (unknown_reservation, unknown_budget).
+//   - ErrConflict: the request contradicts what already happened
+//     (already_settled, already_released, idempotency_mismatch).
+//
+// A refusal (ErrInvalid, ErrNotFound, ErrConflict) is also the service's
+// *events.Error, found with errors.As: its Code, Message and, for a
+// refusal about a reservation, ReservationID and Status (the reservation's
+// state: open, settled, released or expired). A cancelled or expired ctx
+// comes back as ctx's error, wrapped, matching none of the sentinels.
+//
+// # Failing closed
+//
+// When the ledger cannot answer, Admit denies with reason
+// ledger_unavailable. WithFailOpen changes that, explicitly and with a
+// WARN log line for every admission made without the ledger.
+//
+// # Retries and idempotency
 //
 // Admit sets the request id before the first attempt and every retry
-// reuses it, so a retried admit whose first reply was lost reserves once.
-// Settle and Release run under context.WithoutCancel: a cancelled caller is
-// exactly the one that must still give its reservation back.
+// reuses it, so a retried admit whose first reply was lost reserves once
+// (the reply then says "replayed" and the reservation's current status).
+// Settle and Release run under context.WithoutCancel: a cancelled caller
+// is exactly the one that must still give its reservation back.
 package client

@@ -3,26 +3,61 @@ package client
 import (
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/spendgate/spendgate/events"
 )
 
-// ErrDenied matches every *DeniedError: the admit was not admitted, by a
-// budget or because the ledger could not answer (fail closed).
-var ErrDenied = errors.New("spendgate: denied")
+// The sentinel errors. Every error of this package matches at most one of
+// ErrInvalid, ErrNotFound, ErrConflict and ErrUnavailable; ErrDenied
+// matches every denied admit, and a fail-closed denial matches both
+// ErrDenied and ErrUnavailable. Test them with errors.Is.
+var (
+	// ErrDenied matches every *DeniedError: the admit was not admitted, by
+	// a budget or, together with ErrUnavailable, because the ledger could
+	// not answer (fail closed).
+	ErrDenied = errors.New("spendgate: denied")
 
-// ErrLedgerUnavailable matches every failure that means the ledger did not
-// answer usefully: no responders, no reply within the timeout on every
-// attempt, an undecodable reply, or a ledger_busy, ledger_unavailable or
-// internal error from the service. Admit turns it into a denial with reason
-// ledger_unavailable (or a fail-open admission, with WithFailOpen); the
-// other methods return it inside an *events.Error.
-var ErrLedgerUnavailable = errors.New("spendgate: ledger unavailable")
+	// ErrUnavailable matches every failure that means the ledger did not
+	// answer usefully: no responders, no reply within the timeout on every
+	// attempt, an undecodable reply, or a ledger_busy, ledger_unavailable
+	// or internal error from the service. The error is an
+	// *UnavailableError, never an *events.Error: an outage is not a
+	// refusal of the request. Admit turns it into a denial (fail closed)
+	// or, with WithFailOpen, a fail-open admission.
+	ErrUnavailable = errors.New("spendgate: ledger unavailable")
+
+	// ErrLedgerUnavailable is ErrUnavailable under its first name.
+	//
+	// Deprecated: use ErrUnavailable; both are the same value.
+	ErrLedgerUnavailable = ErrUnavailable
+
+	// ErrInvalid matches the service's refusal of a request that is wrong
+	// in itself, a bug of the caller's: the codes invalid_request,
+	// payload_too_large, invalid_amount, invalid_identifier, invalid_ttl,
+	// invalid_period, invalid_unit and invalid_metadata. Retrying it
+	// cannot succeed. The error is also the service's *events.Error.
+	ErrInvalid = errors.New("spendgate: invalid request")
+
+	// ErrNotFound matches the service's refusal of a request about
+	// something it does not know: unknown_reservation (never opened, or
+	// closed longer ago than the ledger remembers) and unknown_budget. The
+	// error is also the service's *events.Error.
+	ErrNotFound = errors.New("spendgate: not found")
+
+	// ErrConflict matches the service's refusal of a request that
+	// contradicts what already happened: already_settled, already_released
+	// and idempotency_mismatch. The error is also the service's
+	// *events.Error, whose ReservationID and Status name the reservation
+	// and its state.
+	ErrConflict = errors.New("spendgate: conflict")
+)
 
 // DeniedError is Admit's error when the request was not admitted: Denial
 // says which budget blocked it and why. When the client denied because the
 // ledger was unavailable, Denial.Reason is events.ReasonLedgerUnavailable
-// and Err holds the cause (which matches ErrLedgerUnavailable).
+// and Err holds the cause, an *UnavailableError (so the DeniedError
+// matches ErrUnavailable too).
 type DeniedError struct {
 	// RequestID is the admit's request id (generated when the caller left
 	// it empty).
@@ -54,28 +89,90 @@ func (e *DeniedError) Is(target error) bool { return target == ErrDenied }
 // Unwrap returns the cause of a fail-closed denial, or nil.
 func (e *DeniedError) Unwrap() error { return e.Err }
 
-// unavailable is the error for a request the ledger did not answer:
-// code ledger_unavailable, wrapping ErrLedgerUnavailable and the cause.
-func unavailable(subject string, cause error) *events.Error {
-	return &events.Error{
-		Code:    events.CodeLedgerUnavailable,
-		Message: fmt.Sprintf("no answer on %s: %v", subject, cause),
-		Err:     fmt.Errorf("%w: %w", ErrLedgerUnavailable, cause),
-	}
+// UnavailableError is the error of a request the ledger did not answer
+// usefully (see ErrUnavailable, which it matches). It is not an
+// *events.Error, so errors.As(err, &*events.Error) never mistakes an outage
+// for a refusal of the request.
+type UnavailableError struct {
+	// Subject is the request's NATS subject.
+	Subject string
+	// Code is events.CodeLedgerUnavailable when no useful reply came (no
+	// responders, timeouts, an undecodable reply), or the service's own
+	// code: events.CodeLedgerBusy, events.CodeLedgerUnavailable or
+	// events.CodeInternal.
+	Code events.Code
+	// Message describes the failure.
+	Message string
+	// Err is the cause (a NATS or context error), if any.
+	Err error
 }
 
-// unavailableCode reports whether a service error code means the ledger
-// could not serve the request (as opposed to a bad request).
-func unavailableCode(c events.Code) bool {
-	switch c {
+// Error describes the failure.
+func (e *UnavailableError) Error() string {
+	return fmt.Sprintf("spendgate: %s: %s: %s", e.Subject, e.Code, e.Message)
+}
+
+// Is reports whether target is ErrUnavailable.
+func (e *UnavailableError) Is(target error) bool { return target == ErrUnavailable }
+
+// Unwrap returns the cause.
+func (e *UnavailableError) Unwrap() error { return e.Err }
+
+// refusal is the service's refusal of a request: its *events.Error, which
+// errors.As finds, and the sentinel of its class (ErrInvalid, ErrNotFound
+// or ErrConflict), which errors.Is finds. Its text is the events.Error's.
+type refusal struct {
+	err   *events.Error
+	class error
+}
+
+func (r *refusal) Error() string   { return r.err.Error() }
+func (r *refusal) Unwrap() []error { return []error{r.err, r.class} }
+
+// unavailable is the error for a request the ledger did not answer.
+func unavailable(subject string, cause error) *UnavailableError {
+	return &UnavailableError{Subject: subject, Code: events.CodeLedgerUnavailable,
+		Message: fmt.Sprintf("no answer: %v", cause), Err: cause}
+}
+
+// classify turns the service's error reply into this package's error: an
+// *UnavailableError for the codes that mean the ledger could not serve the
+// request, a refusal otherwise. status is the reply's micro status header
+// ("400", "404", ...), which classifies a code this client does not know.
+func classify(subject string, e *events.Error, status string) error {
+	switch e.Code {
 	case events.CodeLedgerBusy, events.CodeLedgerUnavailable, events.CodeInternal:
-		return true
+		return &UnavailableError{Subject: subject, Code: e.Code, Message: e.Message}
+	case events.CodeUnknownReservation, events.CodeUnknownBudget:
+		return &refusal{err: e, class: ErrNotFound}
+	case events.CodeIdempotencyMismatch, events.CodeAlreadySettled, events.CodeAlreadyReleased:
+		return &refusal{err: e, class: ErrConflict}
+	case events.CodeInvalidRequest, events.CodePayloadTooLarge, events.CodeInvalidAmount,
+		events.CodeInvalidIdentifier, events.CodeInvalidTTL, events.CodeInvalidPeriod,
+		events.CodeInvalidUnit, events.CodeInvalidMetadata:
+		return &refusal{err: e, class: ErrInvalid}
 	}
-	return false
+	// A code from a newer service: its status says which class it is in.
+	n, _ := strconv.Atoi(status)
+	switch {
+	case n >= 500:
+		return &UnavailableError{Subject: subject, Code: e.Code, Message: e.Message}
+	case n == 404:
+		return &refusal{err: e, class: ErrNotFound}
+	case n == 409:
+		return &refusal{err: e, class: ErrConflict}
+	}
+	return &refusal{err: e, class: ErrInvalid}
 }
 
-// retryableCode reports whether a service error code invites a retry with
-// the same request: nothing changed.
-func retryableCode(c events.Code) bool {
-	return c == events.CodeLedgerBusy || c == events.CodeLedgerUnavailable
+// invalid is a refusal made by the client itself, before sending.
+func invalid(code events.Code, format string, args ...any) error {
+	return &refusal{err: events.Errorf(code, format, args...), class: ErrInvalid}
+}
+
+// retryable reports whether an error invites a retry of the same request:
+// nothing changed (ledger_busy, ledger_unavailable from the service).
+func retryable(err error) bool {
+	var u *UnavailableError
+	return errors.As(err, &u) && (u.Code == events.CodeLedgerBusy || u.Code == events.CodeLedgerUnavailable)
 }

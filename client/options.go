@@ -36,6 +36,7 @@ type options struct {
 	timeout  time.Duration
 	attempts int
 	log      *slog.Logger
+	logSet   bool
 	failOpen *slog.Logger
 }
 
@@ -106,14 +107,16 @@ func WithFailOpen(logger *slog.Logger) Option {
 	}
 }
 
-// WithLogger sets the logger of the client's own diagnostics (retries, at
-// DEBUG); the default discards them. It must not be nil.
+// WithLogger sets the logger of the client's own diagnostics: retries at
+// DEBUG, and at ERROR a release that failed after a panicking call (see
+// Call). Without it, DEBUG lines are discarded and ERROR lines go to
+// slog.Default(). It must not be nil.
 func WithLogger(logger *slog.Logger) Option {
 	return func(o *options) error {
 		if logger == nil {
 			return errors.New("client: nil logger")
 		}
-		o.log = logger
+		o.log, o.logSet = logger, true
 		return nil
 	}
 }

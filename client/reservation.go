@@ -91,44 +91,133 @@ func (r *Reservation) Release(ctx context.Context) (events.CloseReply, error) {
 	return r.c.Release(ctx, events.ReleaseRequest{ReservationID: r.reply.ReservationID})
 }
 
-// Do runs call under a reservation: price -> reserve -> call -> settle |
+// Outcome is what Call did: the admit's answer, what the call reported,
+// and the settle or release that closed the reservation.
+type Outcome struct {
+	// Admit is the admit reply. Admitted, it holds the reservation's id,
+	// amount, unit, balances, expiry and Status ("open"; for a replayed
+	// request id, the reservation's state now). Denied by a budget,
+	// Admitted is false and Denial says why. Zero when no answer came (an
+	// outage, an invalid request, ctx ended): see the error.
+	Admit events.AdmitReply
+	// Called reports whether the call ran (only after an admission).
+	Called bool
+	// Actual is the cost the call reported, "" if it reported none.
+	Actual string
+	// Close is the reply of the settle (Status "settled") or release
+	// (Status "released") that followed the call, with Replayed set if the
+	// reservation was already so. Zero when the call did not run or its
+	// settle or release failed (see the error), and for a fail-open
+	// admission.
+	Close events.CloseReply
+	// FailedOpen reports an admission made without the ledger
+	// (WithFailOpen): nothing was reserved and nothing recorded.
+	FailedOpen bool
+}
+
+// Call runs call under a reservation: price -> reserve -> call -> settle |
 // release. It admits req (req.Amount is the priced maximum); if admitted it
-// runs call, then settles the reservation with the actual cost call
-// returns, or releases it if call returns an error or panics. Settle and
-// release run detached from ctx's cancellation (see Reservation.Settle).
+// runs call and then:
+//
+//   - call returned an actual cost (with or without an error): the
+//     reservation is settled with it. A call that failed after it was
+//     billed must report what it cost (return "0.03", err): its spend is
+//     recorded, never zeroed.
+//   - call returned an error and no actual (""): the reservation is
+//     released in full.
+//   - call panicked (or called runtime.Goexit): the reservation is
+//     released, and the panic goes on unchanged. A failed release is
+//     logged at ERROR on the client's logger (WithLogger; slog.Default()
+//     if none was set), never dropped silently.
+//
+// Settle and release run detached from ctx's cancellation (see
+// Reservation.Settle). The Outcome tells what happened, also alongside an
+// error.
 //
 // Errors, in precedence order:
 //
-//   - Admit's error (call is not run): *DeniedError matching ErrDenied,
-//     *events.Error for an invalid request, or ctx's error.
-//   - call's error, unchanged when the release succeeded; joined
-//     (errors.Join) with the release error otherwise, so errors.Is still
-//     finds call's error.
-//   - the settle error (an *events.Error, e.g. invalid_amount for a bad
-//     actual), wrapped: call succeeded and its money was spent, but the
-//     ledger did not record it; the reservation stays open until it
-//     expires.
-func Do(ctx context.Context, c *Client, req events.AdmitRequest, call func(ctx context.Context) (actual string, err error)) error {
+//   - Admit's error (call is not run): a *DeniedError matching ErrDenied
+//     (and ErrUnavailable when the ledger did not answer: fail closed); a
+//     refusal matching ErrInvalid or ErrConflict (an *events.Error); or
+//     ctx's error.
+//   - an *events.Error already_settled or already_released matching
+//     ErrConflict (call is not run): req.RequestID was admitted before and
+//     the admit replay says its reservation is closed (Outcome.Admit.Status
+//     settled, released or expired), so the call it paid for already ran.
+//   - call's error: unchanged when the settle or release that followed
+//     succeeded; joined (errors.Join) with that settle or release error
+//     otherwise, so errors.Is still finds call's error.
+//   - the settle error, wrapped, after a call that succeeded: its money
+//     was spent but the ledger did not record it (errors.Is(err,
+//     ErrUnavailable) for an outage, ErrInvalid for a bad actual); the
+//     reservation stays open until it expires.
+func Call(ctx context.Context, c *Client, req events.AdmitRequest, call func(ctx context.Context) (actual string, err error)) (Outcome, error) {
+	var out Outcome
 	res, err := c.Admit(ctx, req)
 	if err != nil {
-		return err
+		var de *DeniedError
+		if errors.As(err, &de) && de.Err == nil {
+			d := de.Denial
+			out.Admit = events.AdmitReply{RequestID: de.RequestID, Denial: &d}
+		}
+		return out, err
+	}
+	out.Admit, out.FailedOpen = res.Reply(), res.FailedOpen()
+	if st := out.Admit.Status; out.Admit.Replayed && st != "" && st != events.StatusOpen {
+		// The request id was admitted before and its reservation is
+		// closed: the call it paid for already ran. Running it again would
+		// spend money no reservation covers.
+		code := events.CodeAlreadyReleased
+		if st == events.StatusSettled {
+			code = events.CodeAlreadySettled
+		}
+		return out, &refusal{class: ErrConflict, err: events.ReservationErrorf(code, res.ID(), st,
+			"request_id %s was already admitted and its reservation %s is %s; the call is not run again", res.RequestID(), res.ID(), st)}
 	}
 	finished := false
 	defer func() {
-		if !finished { // call panicked: give the reservation back
-			_, _ = res.Release(ctx)
+		if finished {
+			return
+		}
+		// call panicked: whether it was billed is unknown, and the panic
+		// is the caller's to see. Give the reservation back and let the
+		// panic continue; the release's failure must not vanish with it.
+		if _, err := res.Release(ctx); err != nil {
+			c.errorLog().Error("spendgate: release after a panicking call failed; the reservation stays open until it expires",
+				"reservation_id", res.ID(), "request_id", res.RequestID(), "err", err)
 		}
 	}()
+	out.Called = true
 	actual, callErr := call(ctx)
 	finished = true
-	if callErr != nil {
-		if _, err := res.Release(ctx); err != nil {
-			return errors.Join(callErr, fmt.Errorf("spendgate: release of %s after the failed call: %w", res.ID(), err))
+	out.Actual = actual
+	if callErr != nil && actual == "" {
+		cr, err := res.Release(ctx)
+		if err != nil {
+			return out, errors.Join(callErr, fmt.Errorf("spendgate: release of %s after the failed call: %w", res.ID(), err))
 		}
-		return callErr
+		out.Close = cr
+		return out, callErr
 	}
-	if _, err := res.Settle(ctx, actual); err != nil {
-		return fmt.Errorf("spendgate: settle of %s after the successful call: %w", res.ID(), err)
+	cr, err := res.Settle(ctx, actual)
+	if err != nil {
+		if callErr != nil {
+			return out, errors.Join(callErr, fmt.Errorf("spendgate: settle of %s at %s after the failed, billed call: %w", res.ID(), actual, err))
+		}
+		return out, fmt.Errorf("spendgate: settle of %s after the successful call: %w", res.ID(), err)
 	}
-	return nil
+	out.Close = cr
+	return out, callErr
+}
+
+// Do is Call without the Outcome: it runs call under a reservation
+// (price -> reserve -> call -> settle | release) and returns Call's error.
+// A call that fails after it was billed reports its cost next to its error
+// (return "0.03", err) and is settled with it; one that reports no actual
+// is released.
+//
+// Errors: those of Call.
+func Do(ctx context.Context, c *Client, req events.AdmitRequest, call func(ctx context.Context) (actual string, err error)) error {
+	_, err := Call(ctx, c, req, call)
+	return err
 }

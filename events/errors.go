@@ -70,6 +70,14 @@ const (
 type Error struct {
 	Code    Code   `json:"code"`
 	Message string `json:"message"`
+	// ReservationID names the reservation a refusal concerns: set with
+	// CodeAlreadySettled, CodeAlreadyReleased and CodeIdempotencyMismatch
+	// (the reservation the request id already opened); empty otherwise.
+	ReservationID string `json:"reservation_id,omitempty"`
+	// Status is that reservation's state when the request was refused
+	// (StatusOpen, StatusSettled, StatusReleased or StatusExpired); set
+	// exactly when ReservationID is.
+	Status string `json:"status,omitempty"`
 	// Err is the underlying cause, if any; never sent on the wire.
 	Err error `json:"-"`
 }
@@ -92,6 +100,13 @@ func (e *Error) Is(target error) bool {
 // Errorf builds an *Error with a formatted message.
 func Errorf(code Code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// ReservationErrorf builds an *Error about reservation id, which is in
+// state status: the refusal carries both as fields, so a caller need not
+// parse the message to learn what happened to the reservation.
+func ReservationErrorf(code Code, id, status, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...), ReservationID: id, Status: status}
 }
 
 // CodeOf returns the code of the first *Error in err's chain, or

@@ -3,6 +3,9 @@ package events
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"reflect"
 	"strings"
 	"sync"
@@ -22,8 +25,16 @@ const (
 // AdmitRequest asks to reserve Amount in every budget of every named scope,
 // atomically: in all of them or in none.
 type AdmitRequest struct {
-	// RequestID is the caller's idempotency key: a retry with the same id
-	// and body gets the original answer and reserves once.
+	// RequestID is the caller's idempotency key. A retry with the same id
+	// and body (same scopes, amount, unit, ttl and metadata, whatever the
+	// JSON spelling) is answered with the same reservation, Replayed set and
+	// its current Status, and reserves nothing more; the same id with
+	// another body is refused with CodeIdempotencyMismatch. A replica
+	// remembers the id while its reservation is open and for a retention
+	// after it closed (15 minutes after a settle or release, 48 hours after
+	// an expiry, on the JetStream server's clock); after that a retry
+	// reserves again. Only admissions are remembered: a retried denial or
+	// error is decided again.
 	RequestID string `json:"request_id"`
 	// Scopes are "kind:id" strings, at most MaxScopes.
 	Scopes []string `json:"scopes"`
@@ -49,6 +60,11 @@ type AdmitReply struct {
 	Unit          string       `json:"unit,omitempty"`
 	Balances      []BalanceRef `json:"balances,omitempty"`
 	ExpiresAt     *time.Time   `json:"expires_at,omitempty"`
+	// Status is the reservation's state when the reply was made: StatusOpen
+	// for a new admission; for a replay, whatever became of it since
+	// (StatusOpen, StatusSettled, StatusReleased or StatusExpired). Empty
+	// when not admitted.
+	Status string `json:"status,omitempty"`
 	// Replayed is true when this is the stored answer to an earlier
 	// request with the same id.
 	Replayed bool    `json:"replayed,omitempty"`
@@ -114,10 +130,12 @@ type BudgetPutRequest struct {
 	Unit   string `json:"unit"`
 }
 
-// BudgetGetRequest reads one budget and its current balance.
+// BudgetGetRequest reads one budget and its current balance. With Period
+// empty it reads every budget of Scope instead: the reply is then a
+// BudgetListReply, not a BudgetView.
 type BudgetGetRequest struct {
 	Scope  string `json:"scope"`
-	Period string `json:"period"`
+	Period string `json:"period,omitempty"`
 }
 
 // BudgetListRequest lists budgets, optionally of one scope kind.
@@ -165,7 +183,97 @@ func DecodeRequest(data []byte, v any) error {
 		return err
 	}
 	if err := json.Unmarshal(data, v); err != nil {
-		return &Error{Code: CodeInvalidRequest, Message: "request body: " + err.Error(), Err: err}
+		return &Error{Code: CodeInvalidRequest, Message: decodeMessage(err, v), Err: err}
+	}
+	return nil
+}
+
+// fieldWants says, in the API's words, what each request field must be.
+// A wrong JSON type for a field is refused with this text, never with
+// encoding/json's, which names Go types and struct fields.
+var fieldWants = map[string]string{
+	"request_id":     `a string`,
+	"reservation_id": `a string (the reservation_id an admit returned)`,
+	"scopes":         `an array of scope strings like ["org:acme"]`,
+	"scope":          `a scope string like "org:acme"`,
+	"kind":           `a scope kind string like "org"`,
+	"amount":         `a decimal string like "0.05"`,
+	"actual":         `a decimal string like "0.05"`,
+	"limit":          `a decimal string like "0.05"`,
+	"unit":           `a string like "USD"`,
+	"period":         `one of the strings "month", "day" or "lifetime"`,
+	"ttl":            `a duration string like "30s"`,
+	"metadata":       `an object of string values like {"model":"gpt-4o"}`,
+}
+
+// decodeMessage describes a decoding error of a request body in the API's
+// words: the field by its JSON name and what it must be, or where the JSON
+// is malformed.
+func decodeMessage(err error, v any) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" {
+		field, _, nested := strings.Cut(te.Field, ".")
+		want, ok := fieldWants[field]
+		if !ok {
+			want = "of another type"
+		}
+		got := jsonKind(te.Value)
+		// A wrong element inside an array or object field: Go reports the
+		// element's type, not the field's.
+		if t := fieldType(reflect.TypeOf(v), field); nested || (t != nil && te.Type != nil && t.Kind() != te.Type.Kind()) {
+			return fmt.Sprintf("%s must be %s; it holds %s", field, want, got)
+		}
+		return fmt.Sprintf("%s must be %s, got %s", field, want, got)
+	}
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return fmt.Sprintf("request body is not valid JSON (at byte %d): %s", se.Offset, strings.TrimPrefix(se.Error(), "json: "))
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return "request body is not valid JSON: it ends too early"
+	}
+	return "request body is not a valid request object"
+}
+
+// jsonKind names a JSON value kind as encoding/json reports it ("number",
+// "string", "bool", "array", "object", "number 1e999") with its article.
+func jsonKind(value string) string {
+	kind, _, _ := strings.Cut(value, " ")
+	switch kind {
+	case "number":
+		return "a number"
+	case "string":
+		return "a string"
+	case "bool":
+		return "a boolean"
+	case "array":
+		return "an array"
+	case "object":
+		return "an object"
+	case "":
+		return "another type"
+	}
+	return kind
+}
+
+// fieldType returns the Go type of the struct field of t whose JSON name is
+// name, or nil.
+func fieldType(t reflect.Type, name string) reflect.Type {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil || t.Kind() != reflect.Struct {
+		return nil
+	}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		n, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if n == "" {
+			n = f.Name
+		}
+		if n == name {
+			return f.Type
+		}
 	}
 	return nil
 }

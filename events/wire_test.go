@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -153,4 +154,84 @@ func asError(t *testing.T, err error) *events.Error {
 	var e *events.Error
 	require.True(t, errors.As(err, &e))
 	return e
+}
+
+// TestDecodeRequest_TypeErrors: a value of the wrong JSON type is refused
+// with invalid_request and a message that names the field by its JSON name
+// and says what it must be, in the API's words; encoding/json's own text
+// (Go types, struct fields) never reaches the message, only the cause.
+func TestDecodeRequest_TypeErrors(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		v    any
+		want string
+	}{
+		{`{"amount":0.05}`, &events.AdmitRequest{}, `amount must be a decimal string like "0.05", got a number`},
+		{`{"amount":1e999}`, &events.AdmitRequest{}, `amount must be a decimal string like "0.05", got a number`},
+		{`{"amount":true}`, &events.AdmitRequest{}, `amount must be a decimal string like "0.05", got a boolean`},
+		{`{"request_id":42}`, &events.AdmitRequest{}, `request_id must be a string, got a number`},
+		{`{"scopes":"org:acme"}`, &events.AdmitRequest{}, `scopes must be an array of scope strings like ["org:acme"], got a string`},
+		{`{"scopes":[1,2]}`, &events.AdmitRequest{}, `scopes must be an array of scope strings like ["org:acme"]; it holds a number`},
+		{`{"ttl":30}`, &events.AdmitRequest{}, `ttl must be a duration string like "30s", got a number`},
+		{`{"metadata":["a"]}`, &events.AdmitRequest{}, `metadata must be an object of string values like {"model":"gpt-4o"}, got an array`},
+		{`{"metadata":{"a":{}}}`, &events.AdmitRequest{}, `metadata must be an object of string values like {"model":"gpt-4o"}; it holds an object`},
+		{`{"actual":0}`, &events.SettleRequest{}, `actual must be a decimal string like "0.05", got a number`},
+		{`{"limit":[]}`, &events.BudgetPutRequest{}, `limit must be a decimal string like "0.05", got an array`},
+		{`{"period":1}`, &events.BudgetGetRequest{}, `period must be one of the strings "month", "day" or "lifetime", got a number`},
+		{`{"kind":{}}`, &events.BudgetListRequest{}, `kind must be a scope kind string like "org", got an object`},
+		{`{"request_id":}`, &events.AdmitRequest{}, `request body is not valid JSON (at byte 15): invalid character '}' looking for beginning of value`},
+		{`{"request_id":"r"}x`, &events.AdmitRequest{}, `request body is not valid JSON (at byte 19): invalid character 'x' after top-level value`},
+		{`{"request_id":"r"`, &events.AdmitRequest{}, `request body is not valid JSON (at byte 17): unexpected end of JSON input`},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			err := events.DecodeRequest([]byte(tc.in), tc.v)
+			requireCode(t, err, events.CodeInvalidRequest)
+			e := asError(t, err)
+			require.Equal(t, tc.want, e.Message)
+			require.NotContains(t, e.Message, "json:")
+			require.NotContains(t, e.Message, "Go ")
+			require.Error(t, e.Err, "the decoder's error stays the cause")
+		})
+	}
+}
+
+// TestWire_Golden freezes the wire shapes this package defines that
+// callers parse: a refusal that concerns a reservation, a replayed admit,
+// and a scope-only budget.get. Like the events, a released shape only
+// grows: new fields are optional and omitted when empty.
+func TestWire_Golden(t *testing.T) {
+	exp := time.Date(2026, 11, 30, 12, 5, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name string
+		v    any
+	}{
+		{"wire/error.already_settled.json", events.ErrorReply{Error: events.ReservationErrorf(events.CodeAlreadySettled,
+			"rsv_01a22a71-3a41-7d65-b6de-256be21c6fe4", events.StatusSettled,
+			"reservation %s was already settled with actual 0.12; it cannot be released", "rsv_01a22a71-3a41-7d65-b6de-256be21c6fe4")}},
+		{"wire/error.invalid_request.json", events.ErrorReply{Error: events.Errorf(events.CodeInvalidRequest,
+			`amount must be a decimal string like "0.05", got a number`)}},
+		{"wire/admit.replayed.json", events.AdmitReply{
+			Admitted: true, RequestID: "req-42", ReservationID: "rsv_01a22a71-3a41-7d65-b6de-256be21c6fe4",
+			Amount: "0.1", Unit: "USD", ExpiresAt: &exp, Status: events.StatusSettled, Replayed: true,
+			Balances: []events.BalanceRef{{Scope: "org:acme", Period: events.PeriodMonth, Instance: "2026-11"}},
+		}},
+		{"wire/budget.get.scope.json", events.BudgetListReply{Budgets: []events.BudgetView{
+			{Scope: "org:acme", Period: events.PeriodDay, Limit: "1", Unit: "USD", Instance: "2026-11-30",
+				Spent: "0", Reserved: "0.1", Overrun: "0", Available: "0.9", Open: 1},
+			{Scope: "org:acme", Period: events.PeriodMonth, Limit: "10", Unit: "USD", Instance: "2026-11",
+				Spent: "0.12", Reserved: "0.1", Overrun: "0.02", Available: "9.78", Open: 1},
+		}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := json.Marshal(tc.v)
+			require.NoError(t, err)
+			golden(t, tc.name, got)
+		})
+	}
+	// The error's cause never goes on the wire.
+	e := events.ReservationErrorf(events.CodeAlreadyReleased, "rsv_1", events.StatusReleased, "released")
+	e.Err = errors.New("secret cause")
+	b, err := json.Marshal(events.ErrorReply{Error: e})
+	require.NoError(t, err)
+	require.NotContains(t, string(b), "secret")
 }

@@ -323,6 +323,16 @@ func TestBadInput(t *testing.T) {
 				require.NotNil(t, got, "expected %s, got reply %s", c.code, string(reply))
 				require.Equal(t, c.code, got.Code, got.Message)
 				require.NotEmpty(t, got.Message)
+				require.NotContains(t, got.Message, "Go struct", "messages speak the API's words")
+				require.NotContains(t, got.Message, "json:", "messages speak the API's words")
+				switch c.code {
+				case events.CodeAlreadySettled, events.CodeAlreadyReleased, events.CodeIdempotencyMismatch:
+					require.NotEmpty(t, got.Status, "a refusal about a reservation names its state")
+					require.NotEmpty(t, got.ReservationID)
+				default:
+					require.Empty(t, got.Status)
+					require.Empty(t, got.ReservationID)
+				}
 			}
 			seq2, msgs2 := h.streamState()
 			require.Equal(t, seq, seq2, "stream last sequence moved")

@@ -125,7 +125,7 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 		{streams.EndpointSettle, "close a reservation with its actual cost", s.settle},
 		{streams.EndpointRelease, "give a whole reservation back", s.release},
 		{streams.EndpointBudgetPut, "define or change a budget", s.budgetPut},
-		{streams.EndpointBudgetGet, "read a budget and its current balance", s.budgetGet},
+		{streams.EndpointBudgetGet, "read a budget and its current balance, or every budget of a scope", s.budgetGet},
 		{streams.EndpointBudgetList, "list budgets", s.budgetList},
 	} {
 		if err := add(e.name, e.desc, e.h); err != nil {
@@ -199,7 +199,9 @@ func (s *Service) serve(nc *nats.Conn, subject, reply string, data []byte, h fun
 		} else if e.Code == events.CodeInternal || e.Code == events.CodeLedgerUnavailable {
 			s.log.Error("request failed", "subject", subject, "err", err)
 		}
-		msg.Data, _ = json.Marshal(events.ErrorReply{Error: &events.Error{Code: e.Code, Message: e.Message}})
+		msg.Data, _ = json.Marshal(events.ErrorReply{Error: &events.Error{
+			Code: e.Code, Message: e.Message, ReservationID: e.ReservationID, Status: e.Status,
+		}})
 		msg.Header = nats.Header{
 			micro.ErrorHeader:     []string{string(e.Code)},
 			micro.ErrorCodeHeader: []string{statusOf(e.Code)},
@@ -289,16 +291,34 @@ func (s *Service) budgetGet(ctx context.Context, data []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	period, err := events.ParsePeriod(req.Period)
-	if err != nil {
-		return nil, err
+	var period events.Period
+	if req.Period != "" {
+		if period, err = events.ParsePeriod(req.Period); err != nil {
+			return nil, err
+		}
 	}
 	// Reads are read-your-writes across replicas: fold the stream up to
 	// its current end before answering.
 	if err := s.l.Sync(ctx); err != nil {
 		return nil, err
 	}
-	return s.view(events.BudgetRef{Scope: scope, Period: period})
+	if req.Period != "" {
+		return s.view(events.BudgetRef{Scope: scope, Period: period})
+	}
+	// Only a scope: every budget of it, in period order.
+	bs := s.l.BudgetsOf(scope)
+	if len(bs) == 0 {
+		return nil, events.Errorf(events.CodeUnknownBudget, "no budget is defined for scope %s", scope)
+	}
+	out := events.BudgetListReply{Budgets: make([]events.BudgetView, 0, len(bs))}
+	for _, b := range bs {
+		v, err := s.view(b.Ref)
+		if err != nil {
+			return nil, err
+		}
+		out.Budgets = append(out.Budgets, v)
+	}
+	return out, nil
 }
 
 func (s *Service) budgetList(ctx context.Context, data []byte) (any, error) {

@@ -60,7 +60,8 @@ const (
 // Errors (*events.Error), in precedence order: CodeInvalidIdentifier,
 // CodeInvalidAmount; CodeUnknownReservation; CodeAlreadyReleased (it was
 // released by a caller); CodeAlreadySettled (it was settled with another
-// actual); CodeLedgerBusy, CodeLedgerUnavailable.
+// actual); CodeLedgerBusy, CodeLedgerUnavailable. CodeAlreadyReleased and
+// CodeAlreadySettled carry the reservation's ReservationID and Status.
 func (s *Settler) Settle(ctx context.Context, req events.SettleRequest) (events.CloseReply, error) {
 	if err := events.ValidateToken("reservation_id", req.ReservationID, events.MaxIDLen); err != nil {
 		return events.CloseReply{}, err
@@ -76,8 +77,8 @@ func (s *Settler) Settle(ctx context.Context, req events.SettleRequest) (events.
 // reservation is answered with Replayed set.
 //
 // Errors (*events.Error), in precedence order: CodeInvalidIdentifier;
-// CodeUnknownReservation; CodeAlreadySettled; CodeLedgerBusy,
-// CodeLedgerUnavailable.
+// CodeUnknownReservation; CodeAlreadySettled (with the reservation's
+// ReservationID and Status); CodeLedgerBusy, CodeLedgerUnavailable.
 func (s *Settler) Release(ctx context.Context, req events.ReleaseRequest) (events.CloseReply, error) {
 	if err := events.ValidateToken("reservation_id", req.ReservationID, events.MaxIDLen); err != nil {
 		return events.CloseReply{}, err
@@ -219,8 +220,8 @@ func (t *closeTx) decideClosed(r *ledger.Reservation) (events.Events, error) {
 			t.reply.Replayed = true
 			return nil, nil
 		}
-		return nil, events.Errorf(events.CodeAlreadySettled, "reservation %s was already settled with actual %s; it cannot be released",
-			t.id, r.ActualAmount())
+		return nil, events.ReservationErrorf(events.CodeAlreadySettled, t.id, r.Status,
+			"reservation %s was already settled with actual %s; it cannot be released", t.id, r.ActualAmount())
 	}
 	switch r.Status {
 	case events.StatusSettled:
@@ -236,13 +237,15 @@ func (t *closeTx) decideClosed(r *ledger.Reservation) (events.Events, error) {
 			}
 			return nil, nil
 		}
-		return nil, events.Errorf(events.CodeAlreadySettled, "reservation %s was already settled with actual %s", t.id, recorded)
+		return nil, events.ReservationErrorf(events.CodeAlreadySettled, t.id, r.Status,
+			"reservation %s was already settled with actual %s", t.id, recorded)
 	case events.StatusExpired:
 		// The sweeper returned the reservation, but the money was spent:
 		// record it, late, in the reservation's own period.
 		return t.settle(r, true, true), nil
 	}
-	return nil, events.Errorf(events.CodeAlreadyReleased, "reservation %s was already released; its actual cost cannot be recorded", t.id)
+	return nil, events.ReservationErrorf(events.CodeAlreadyReleased, t.id, r.Status,
+		"reservation %s was already released; its actual cost cannot be recorded", t.id)
 }
 
 // amountIn is what reservation r holds in balance ref.

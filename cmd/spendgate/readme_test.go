@@ -1,0 +1,214 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// readmeBlock is one indented code block of README.md.
+type readmeBlock struct {
+	line  int // 1-based line of its first line
+	lines []string
+}
+
+// readmeBlocks returns README.md's indented code blocks, in order.
+func readmeBlocks(t *testing.T) []readmeBlock {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	require.NoError(t, err)
+	var blocks []readmeBlock
+	var cur *readmeBlock
+	inFence := false
+	for i, l := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(l, "```") {
+			inFence = !inFence
+			continue
+		}
+		if !inFence && strings.HasPrefix(l, "    ") && !strings.HasPrefix(strings.TrimSpace(l), "|") {
+			if cur == nil {
+				blocks = append(blocks, readmeBlock{line: i + 1})
+				cur = &blocks[len(blocks)-1]
+			}
+			cur.lines = append(cur.lines, l[4:])
+			continue
+		}
+		if strings.TrimSpace(l) != "" || cur == nil {
+			cur = nil
+			continue
+		}
+		// A blank line inside a block keeps it open; a second ends it.
+	}
+	return blocks
+}
+
+var (
+	readmeRsv     = regexp.MustCompile(`rsv_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
+	readmeNatsReq = regexp.MustCompile(`^nats req (\S+) '(.*)'$`)
+)
+
+// readmeSkipped says why a command line of the README is not run here, or
+// "" if it is. Each skipped command runs elsewhere: serve is started by the
+// test itself, the test command is CI's, the Node example is run by
+// .ci/run, bench and demo by their own tests.
+func readmeSkipped(l string) string {
+	switch {
+	case strings.HasPrefix(l, "go run ./cmd/spendgate serve"), strings.HasPrefix(l, "spendgate serve"):
+		return "the test runs serve itself"
+	case strings.HasPrefix(l, "go test"), strings.HasPrefix(l, "go install"), strings.HasPrefix(l, "go build"):
+		return "toolchain"
+	case strings.Contains(l, " bench"), strings.Contains(l, " demo"):
+		return "bench and demo have their own tests"
+	case strings.Contains(l, "examples/node"):
+		return ".ci/run runs the Node example"
+	case strings.Contains(l, "[") && !strings.HasPrefix(l, "nats req"):
+		return "a synopsis, not a command"
+	}
+	return ""
+}
+
+// TestREADME_RunsAsPrinted runs every spendgate and `nats req` command the
+// README shows, in the README's order, against one fresh `spendgate serve`:
+// the state each step meets is the one the README's earlier steps made.
+// CLI lines must exit 0; a `nats req` line is sent as printed (with the
+// reservation id of the README's admit replaced by the one this run got)
+// and its reply must equal the reply the README prints under it, field by
+// field, but for ids, times and period instances. It fails when the README
+// shows a reply the service does not give, a field it does not have, or a
+// command that does not work.
+func TestREADME_RunsAsPrinted(t *testing.T) {
+	t.Setenv("SPENDGATE_NATS_URL", "")
+	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	url := "nats://" + listen
+	startProc(t, true, "serve", "--data-dir", filepath.Join(t.TempDir(), "data"), "--listen", listen)
+	nc := connect(t, url)
+
+	// Every line of every code block, in order: a reply the README prints
+	// is the line after its request.
+	type item struct {
+		line int
+		text string
+	}
+	var items []item
+	for _, b := range readmeBlocks(t) {
+		for i, l := range b.lines {
+			items = append(items, item{b.line + i, strings.TrimSpace(l)})
+		}
+	}
+	var shell []string // CLI lines, run in one shell so variables carry
+	lastRsv, readmeRsvID := "", ""
+	ran := map[string]int{}
+	for ii, it := range items {
+		l := it.text
+		isCLI := strings.HasPrefix(l, "go run ./cmd/spendgate ") || strings.HasPrefix(l, "spendgate ") ||
+			strings.HasPrefix(l, "R=$(go run ./cmd/spendgate ")
+		m := readmeNatsReq.FindStringSubmatch(l)
+		if !isCLI && m == nil {
+			continue
+		}
+		if why := readmeSkipped(l); why != "" {
+			ran["skipped"]++
+			continue
+		}
+		if isCLI {
+			l = strings.ReplaceAll(l, "go run ./cmd/spendgate ", binPath+" ")
+			if strings.HasPrefix(l, "spendgate ") {
+				l = binPath + strings.TrimPrefix(l, "spendgate")
+			}
+			shell = append(shell, "echo "+shellQuote("$ "+it.text)+" >&2", l)
+			ran["cli"]++
+			continue
+		}
+		// Run the shell lines before a request: order matters.
+		runReadmeShell(t, url, shell)
+		shell = nil
+		subject, payload := m[1], m[2]
+		if rid := readmeRsv.FindString(payload); rid != "" {
+			require.NotEmpty(t, lastRsv, "README line %d settles a reservation no earlier step opened", it.line)
+			readmeRsvID = rid
+			payload = strings.ReplaceAll(payload, rid, lastRsv)
+		}
+		msg, err := nc.Request(subject, []byte(payload), 10*time.Second)
+		require.NoError(t, err, "README line %d: %s", it.line, l)
+		ran["nats"]++
+		var got map[string]any
+		require.NoError(t, json.Unmarshal(msg.Data, &got), string(msg.Data))
+		if id, ok := got["reservation_id"].(string); ok && subject == "spendgate.admit" && lastRsv == "" {
+			lastRsv = id
+		}
+		if ii+1 >= len(items) || !strings.HasPrefix(items[ii+1].text, "{") {
+			continue // the README prints no reply for this one
+		}
+		want := items[ii+1].text
+		if readmeRsvID == "" {
+			readmeRsvID = readmeRsv.FindString(want)
+		}
+		if readmeRsvID != "" && lastRsv != "" {
+			want = strings.ReplaceAll(want, readmeRsvID, lastRsv)
+		}
+		var wantV map[string]any
+		require.NoError(t, json.Unmarshal([]byte(want), &wantV), "README line %d", items[ii+1].line)
+		readmeNormalize(wantV)
+		readmeNormalize(got)
+		require.Equal(t, wantV, got, "README line %d: %s\nreply: %s", it.line, l, msg.Data)
+		ran["compared"]++
+	}
+	runReadmeShell(t, url, shell)
+	t.Logf("README: %d CLI lines and %d nats requests run (%d replies compared), %d skipped", ran["cli"], ran["nats"], ran["compared"], ran["skipped"])
+	require.GreaterOrEqual(t, ran["cli"], 6, "the quick start's commands were not found")
+	require.GreaterOrEqual(t, ran["nats"], 10, "the wire API's examples were not found")
+	require.GreaterOrEqual(t, ran["compared"], 10, "the wire API's replies were not found")
+}
+
+// readmeNormalize blanks the values that differ from run to run: times,
+// period instances (today's date) and the expiry.
+func readmeNormalize(v any) {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, x := range v {
+			switch k {
+			case "instance", "expires_at", "at":
+				v[k] = "<" + k + ">"
+			default:
+				readmeNormalize(x)
+			}
+		}
+	case []any:
+		for _, x := range v {
+			readmeNormalize(x)
+		}
+	}
+}
+
+// runReadmeShell runs lines in one bash with SPENDGATE_NATS_URL set, from
+// the repository root; every line must succeed.
+func runReadmeShell(t *testing.T, url string, lines []string) {
+	t.Helper()
+	if len(lines) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	script := "set -euo pipefail\n" + strings.Join(lines, "\n") + "\n"
+	cmd := exec.CommandContext(ctx, "bash", "-c", script)
+	cmd.Dir = filepath.Join("..", "..")
+	cmd.Env = append(os.Environ(), "SPENDGATE_NATS_URL="+url, "GORACE="+os.Getenv("GORACE")+" atexit_sleep_ms=0")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	t.Logf("README shell:\n%s", out.String())
+	require.NoError(t, err, "a README command failed:\n%s", out.String())
+}
+
+// shellQuote quotes s for bash, so that echoing a line does not run it.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }

@@ -50,9 +50,9 @@ func defaultOptions() options {
 	return options{host: "127.0.0.1", port: 0, readyTimeout: DefaultReadyTimeout}
 }
 
-// WithListen sets the client address, host:port. Port 0 picks a random free
-// port (read it back with Server.ClientURL or Server.Addr). The default is
-// DefaultListen.
+// WithListen sets the client address, host:port. An empty host (":4222")
+// listens on every interface; port 0 picks a random free port (read it
+// back with Server.ClientURL or Server.Addr). The default is DefaultListen.
 func WithListen(hostport string) Option {
 	return func(o *options) error {
 		host, port, err := splitHostPort(hostport)

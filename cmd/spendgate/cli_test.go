@@ -62,8 +62,9 @@ var allCommands = [][]string{
 	{"bench"}, {"demo"}, {"demo", "overrun"}, {"version"},
 }
 
-// singleDashFlag matches a flag printed the flag package's way, -name.
-var singleDashFlag = regexp.MustCompile(`(?m)^\s+-[a-z]`)
+// singleDashFlag matches a long flag printed the flag package's way,
+// -name (a one-letter flag, -v, keeps its one dash).
+var singleDashFlag = regexp.MustCompile(`(?m)^\s+-[a-z][a-z-]+`)
 
 // --help and -h on every command exit 0 and print the usage on stdout,
 // flags as --name.

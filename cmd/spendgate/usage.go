@@ -83,12 +83,16 @@ func (c command) printUsage(w io.Writer, fs *flag.FlagSet) {
 	printFlags(w, fs)
 }
 
-// printFlags writes every flag of fs as "  --name TYPE", then its usage and
-// default, like flag.PrintDefaults but with two dashes.
+// printFlags writes every flag of fs as "  --name TYPE" (a one-letter
+// flag as "  -n"), then its usage and default, like flag.PrintDefaults but
+// with two dashes.
 func printFlags(w io.Writer, fs *flag.FlagSet) {
 	fs.VisitAll(func(f *flag.Flag) {
 		typ, usage := flag.UnquoteUsage(f)
 		line := "  --" + f.Name
+		if len(f.Name) == 1 {
+			line = "  -" + f.Name // a short flag, like -v
+		}
 		if typ != "" {
 			line += " " + typ
 		}

@@ -166,3 +166,21 @@ func TestStart_Cluster(t *testing.T) {
 		require.NoError(t, s.WaitJetStream(ctx))
 	}
 }
+
+// A fatal error the server reports while starting (here JetStream cannot
+// create its store) comes back from Start at once, in the server's words,
+// not as a timeout.
+func TestStart_ServerFatalError(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "jetstream"), []byte("not a directory"), 0o644))
+	begin := time.Now()
+	_, err := embedded.Start(dir)
+	require.Error(t, err)
+	require.Less(t, time.Since(begin), refuseWithin)
+	require.ErrorContains(t, err, "nats-server failed")
+	require.ErrorContains(t, err, "JetStream")
+	require.NotErrorIs(t, err, embedded.ErrNotReady)
+	// The refused start released the data dir.
+	_, err = embedded.Start(dir)
+	require.NotErrorIs(t, err, embedded.ErrDataDirInUse)
+}

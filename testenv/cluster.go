@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/spendgate/spendgate/embedded"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -40,6 +41,8 @@ type Cluster struct {
 	Layout streams.Layout
 
 	nodes []node
+	// embedded are the nodes' handles, parallel to Servers.
+	embedded []*embedded.Server
 }
 
 // node is what a cluster node keeps across restarts.
@@ -98,7 +101,8 @@ func StartCluster(cfg ClusterConfig) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{Layout: layout, Servers: make([]*server.Server, cfg.Nodes), nodes: make([]node, cfg.Nodes)}
+	c := &Cluster{Layout: layout, Servers: make([]*server.Server, cfg.Nodes), nodes: make([]node, cfg.Nodes),
+		embedded: make([]*embedded.Server, cfg.Nodes)}
 	for i := range c.nodes {
 		c.nodes[i] = node{
 			name:        fmt.Sprintf("n%d", i+1),
@@ -112,11 +116,9 @@ func StartCluster(cfg ClusterConfig) (*Cluster, error) {
 		return nil, err
 	}
 	for i := range c.nodes {
-		s, err := startServer(c.options(i))
-		if err != nil {
+		if err := c.start(i); err != nil {
 			return fail(fmt.Errorf("testenv: start node %d: %w", i, err))
 		}
-		c.Servers[i] = s
 	}
 	if err := c.awaitMeta(); err != nil {
 		return fail(err)
@@ -154,9 +156,9 @@ func (c *Cluster) Shutdown() {
 	if c.Conn != nil {
 		c.Conn.Close()
 	}
-	for _, s := range c.Servers {
+	for _, s := range c.embedded {
 		if s != nil {
-			shutdown(s)
+			s.Shutdown()
 		}
 	}
 }
@@ -173,7 +175,7 @@ func (c *Cluster) URLs() string {
 // StopServer shuts node i down and waits until it has stopped. Stopping a
 // stopped node does nothing.
 func (c *Cluster) StopServer(i int) {
-	shutdown(c.Servers[i])
+	c.embedded[i].Shutdown()
 }
 
 // RestartServer starts node i again, stopping it first if it runs, with the
@@ -182,10 +184,8 @@ func (c *Cluster) StopServer(i int) {
 // every running node has caught up with it. It fails t on any error.
 func (c *Cluster) RestartServer(t testing.TB, i int) {
 	t.Helper()
-	shutdown(c.Servers[i])
-	s, err := startServer(c.options(i))
-	require.NoError(t, err, "testenv: restart node %d", i)
-	c.Servers[i] = s
+	c.embedded[i].Shutdown()
+	require.NoError(t, c.start(i), "testenv: restart node %d", i)
 	require.NoError(t, c.awaitMeta())
 	require.NoError(t, c.awaitStream())
 }
@@ -201,29 +201,25 @@ func (c *Cluster) Leader() int {
 	return -1
 }
 
-// options builds fresh server options for node i (the server mutates the
-// options it is given, so they are never reused).
-func (c *Cluster) options(i int) *server.Options {
+// start starts node i with its name, store directory and ports; it
+// waits only until the node accepts connections (its JetStream needs a
+// quorum of peers).
+func (c *Cluster) start(i int) error {
 	nd := c.nodes[i]
 	routes := make([]string, len(c.nodes))
 	for j, other := range c.nodes {
 		routes[j] = "nats-route://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(other.clusterPort))
 	}
-	return &server.Options{
-		ServerName: nd.name,
-		Host:       "127.0.0.1",
-		Port:       nd.clientPort,
-		JetStream:  true,
-		StoreDir:   nd.storeDir,
-		NoLog:      true,
-		NoSigs:     true,
-		Cluster: server.ClusterOpts{
-			Name: clusterName,
-			Host: "127.0.0.1",
-			Port: nd.clusterPort,
-		},
-		Routes: server.RoutesFromStr(strings.Join(routes, ",")),
+	s, err := embedded.Start(nd.storeDir,
+		embedded.WithServerName(nd.name),
+		embedded.WithListen(net.JoinHostPort("127.0.0.1", strconv.Itoa(nd.clientPort))),
+		embedded.WithCluster(clusterName, net.JoinHostPort("127.0.0.1", strconv.Itoa(nd.clusterPort)), routes...),
+	)
+	if err != nil {
+		return err
 	}
+	c.embedded[i], c.Servers[i] = s, s.NATS()
+	return nil
 }
 
 // awaitMeta waits until some running node is the JetStream meta leader and

@@ -1,14 +1,12 @@
 // Package testenv is spendgate's httptest: it starts real, in-process
-// JetStream servers for tests and for the embedded server of
-// `spendgate serve`.
+// JetStream servers for tests, on top of package embedded (as
+// net/http/httptest stands on net/http). No production binary links it.
 //
 // New starts one server on 127.0.0.1 with a random port and t.TempDir()
 // storage, waits until JetStream is ready, applies streams.Ensure and
 // cleans everything up with t.Cleanup. Env.Restart restarts that server on
 // the same port and store, so tests can check what survives a restart.
 // NewCluster starts an n-node cluster (3 is typical) with the ledger stream
-// replicated on every node, for failover tests.
-//
-// StartServer is the testing-free building block shared with cmd/spendgate.
-// Only this package and cmd import nats-server.
+// replicated on every node, for failover tests. StartServer is a
+// testing-free shortcut to embedded.Start for examples.
 package testenv

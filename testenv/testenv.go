@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/spendgate/spendgate/embedded"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -40,6 +41,7 @@ type Env struct {
 	// StoreDir is the server's JetStream storage directory.
 	StoreDir string
 
+	srv *embedded.Server
 	cfg ServerConfig
 }
 
@@ -84,12 +86,12 @@ func New(t testing.TB, opts ...Option) *Env {
 	}
 	s, err := StartServer(e.cfg)
 	require.NoError(t, err, "testenv: start server")
-	e.Server = s
+	e.srv, e.Server = s, s.NATS()
 	// Cleanups run last-in first-out: connections close before the server
 	// stops, and the server stops before t.TempDir is removed.
-	t.Cleanup(func() { shutdown(e.Server) })
+	t.Cleanup(func() { e.srv.Shutdown() })
 	// Restart reuses the port the server picked.
-	e.cfg.Port = s.Addr().(*net.TCPAddr).Port
+	e.cfg.Port = s.Addr().Port
 
 	e.Conn = connect(t, e.URL(), t.Name())
 	e.JS, err = jetstream.New(e.Conn)
@@ -120,10 +122,10 @@ func (e *Env) Connect(t testing.TB) *nats.Conn {
 func (e *Env) Restart(t testing.TB) {
 	t.Helper()
 	before := e.Conn.Stats().Reconnects
-	shutdown(e.Server)
+	e.srv.Shutdown()
 	s, err := StartServer(e.cfg)
 	require.NoError(t, err, "testenv: restart server")
-	e.Server = s
+	e.srv, e.Server = s, s.NATS()
 	WaitFor(t, SetupTimeout, "client reconnected after restart", func() bool {
 		return e.Conn.Stats().Reconnects > before && e.Conn.Status() == nats.CONNECTED
 	})

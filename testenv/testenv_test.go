@@ -190,5 +190,5 @@ func TestStartServer_RestartOnSamePortAndStore(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
 	require.Equal(t, u.String(), s.ClientURL())
-	require.True(t, s.JetStreamEnabled())
+	require.True(t, s.NATS().JetStreamEnabled())
 }

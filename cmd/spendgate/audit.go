@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 	"encoding/csv"
-	"flag"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"time"
@@ -16,22 +16,61 @@ import (
 	"github.com/spendgate/spendgate/streams"
 )
 
-// audit replays the book of record for finance:
-//
-//	spendgate audit check               replay == live, to the last digit
-//	spendgate audit balances [--at T]   totals per balance (CSV), optionally as of time T
+var (
+	auditCommand = command{
+		name:     "spendgate audit",
+		synopsis: "check|balances [flags]",
+		about: `Replays the book of record for finance:
+
+  check      replay the book and reconcile it with the live balances, to the
+             last digit (exit 1 if they differ)
+  balances   totals per budget period as CSV, optionally as of a time`,
+	}
+	auditCheckCommand = command{
+		name:     "spendgate audit check",
+		synopsis: "[--nats-url URL] [--bucket NAME]",
+		about:    "Replays the book of record and reconciles it with the live balances. Exit status 1 if they differ.",
+	}
+	auditBalancesCommand = command{
+		name:     "spendgate audit balances",
+		synopsis: "[--at RFC3339] [--nats-url URL] [--bucket NAME]",
+		about: `Writes the totals of every budget period as CSV on standard output, as of
+now or of --at. Exit status 1 on any error, a failed write included: a file
+that ends early is never reported as complete.`,
+	}
+)
+
+// audit is spendgate audit check|balances.
 func audit(args []string) int {
 	if len(args) == 0 || (args[0] != "check" && args[0] != "balances") {
-		fmt.Fprint(os.Stderr, "usage: spendgate audit check|balances [--at RFC3339] [--nats-url URL] [--bucket NAME]\n")
-		return 1
+		fs := newFlagSet("audit")
+		if code, ok := auditCommand.parse(fs, args); !ok {
+			return code
+		}
+		return auditCommand.usageError(fs, "which audit? (check or balances)")
 	}
-	fs := flag.NewFlagSet("audit "+args[0], flag.ContinueOnError)
+	cmd := auditCheckCommand
+	if args[0] == "balances" {
+		cmd = auditBalancesCommand
+	}
+	fs := newFlagSet("audit " + args[0])
 	var c clientFlags
 	c.register(fs)
 	bucket := fs.String("bucket", streams.DefaultBucket, "ledger bucket name")
-	at := fs.String("at", "", "balances as of this time (RFC 3339), default now")
-	if fs.Parse(args[1:]) != nil {
-		return 1
+	var at *string
+	if args[0] == "balances" {
+		at = fs.String("at", "", "balances as of this time (RFC 3339), default now")
+	}
+	if code, ok := cmd.parse(fs, args[1:]); !ok {
+		return code
+	}
+	var until time.Time
+	if at != nil && *at != "" {
+		t, err := time.Parse(time.RFC3339Nano, *at)
+		if err != nil {
+			return cmd.usageError(fs, fmt.Sprintf("--at %q: %v", *at, err))
+		}
+		until = t
 	}
 	layout, err := streams.New(streams.Config{Bucket: *bucket, Prefix: c.prefix})
 	if err != nil {
@@ -57,7 +96,10 @@ func audit(args []string) int {
 			fmt.Fprintln(os.Stderr, "spendgate: audit check:", err)
 			return 1
 		}
-		fmt.Println(rep)
+		if _, err := fmt.Println(rep); err != nil {
+			fmt.Fprintln(os.Stderr, "spendgate: audit check: write the report:", err)
+			return 1
+		}
 		if !rep.OK() {
 			return 1
 		}
@@ -65,13 +107,8 @@ func audit(args []string) int {
 	}
 	p := projector.New(js, layout)
 	var st *projector.State
-	if *at != "" {
-		t, perr := time.Parse(time.RFC3339Nano, *at)
-		if perr != nil {
-			fmt.Fprintf(os.Stderr, "spendgate: --at %q: %v\n", *at, perr)
-			return 1
-		}
-		st, err = p.ReplayUntil(ctx, t)
+	if !until.IsZero() {
+		st, err = p.ReplayUntil(ctx, until)
 	} else {
 		st, err = p.CatchUp(ctx)
 	}
@@ -79,14 +116,31 @@ func audit(args []string) int {
 		fmt.Fprintln(os.Stderr, "spendgate: audit balances:", err)
 		return 1
 	}
-	w := csv.NewWriter(os.Stdout)
-	_ = w.Write([]string{"scope", "period", "instance", "unit", "limit", "spent", "reserved", "overrun", "open", "opened", "settled", "released", "expired", "late"})
-	for _, b := range st.Balances() {
-		_ = w.Write([]string{string(b.Ref.Scope), string(b.Ref.Period), b.Ref.Instance, b.Unit,
+	if err := writeBalances(os.Stdout, st.Balances()); err != nil {
+		fmt.Fprintln(os.Stderr, "spendgate: audit balances: the CSV is incomplete:", err)
+		return 1
+	}
+	return 0
+}
+
+// balanceColumns is the header of audit balances' CSV.
+var balanceColumns = []string{"scope", "period", "instance", "unit", "limit", "spent", "reserved", "overrun", "open", "opened", "settled", "released", "expired", "late"}
+
+// writeBalances writes balances as CSV and returns the first write or
+// flush error: a finance export that ends early must not look complete.
+func writeBalances(out io.Writer, balances []projector.Balance) error {
+	w := csv.NewWriter(out)
+	if err := w.Write(balanceColumns); err != nil {
+		return err
+	}
+	for _, b := range balances {
+		if err := w.Write([]string{string(b.Ref.Scope), string(b.Ref.Period), b.Ref.Instance, b.Unit,
 			b.Limit.String(), b.Spent.String(), b.Reserved.String(), b.Overrun.String(),
 			strconv.FormatInt(b.Open, 10), strconv.FormatInt(b.Opened, 10), strconv.FormatInt(b.Settled, 10),
-			strconv.FormatInt(b.Released, 10), strconv.FormatInt(b.Expired, 10), strconv.FormatInt(b.Late, 10)})
+			strconv.FormatInt(b.Released, 10), strconv.FormatInt(b.Expired, 10), strconv.FormatInt(b.Late, 10)}); err != nil {
+			return err
+		}
 	}
 	w.Flush()
-	return 0
+	return w.Error()
 }

@@ -10,13 +10,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/streams"
 )
 
+// clientFlags are the flags of every command that talks to a running
+// service.
 type clientFlags struct {
 	url     string
 	prefix  string
@@ -57,12 +58,16 @@ func (c *clientFlags) call(endpoint string, req any, out any) int {
 		fmt.Fprintf(os.Stderr, "spendgate: %s: %v\n", endpoint, err)
 		return 1
 	}
+	printed := msg.Data
 	var pretty any
 	if json.Unmarshal(msg.Data, &pretty) == nil {
-		b, _ := json.MarshalIndent(pretty, "", "  ")
-		fmt.Println(string(b))
-	} else {
-		fmt.Println(string(msg.Data))
+		if b, err := json.MarshalIndent(pretty, "", "  "); err == nil {
+			printed = b
+		}
+	}
+	if _, err := fmt.Fprintln(os.Stdout, string(printed)); err != nil {
+		fmt.Fprintf(os.Stderr, "spendgate: %s: write the reply: %v\n", endpoint, err)
+		return 1
 	}
 	var er events.ErrorReply
 	if json.Unmarshal(msg.Data, &er) == nil && er.Error != nil {
@@ -74,99 +79,8 @@ func (c *clientFlags) call(endpoint string, req any, out any) int {
 	return 0
 }
 
+// multiFlag collects a repeated flag.
 type multiFlag []string
 
 func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(s string) error { *m = append(*m, s); return nil }
-
-func budget(args []string) int {
-	if len(args) == 0 {
-		fmt.Fprint(os.Stderr, "usage: spendgate budget put|get|list [flags]\n")
-		return 1
-	}
-	var c clientFlags
-	fs := flag.NewFlagSet("budget "+args[0], flag.ContinueOnError)
-	c.register(fs)
-	switch args[0] {
-	case "put":
-		var req events.BudgetPutRequest
-		fs.StringVar(&req.Scope, "scope", "", "scope, kind:id (e.g. org:acme)")
-		fs.StringVar(&req.Period, "period", "month", "month, day or lifetime (UTC)")
-		fs.StringVar(&req.Limit, "limit", "", "limit, a decimal string")
-		fs.StringVar(&req.Unit, "unit", "USD", "currency (USD, EUR, ...) or requests")
-		if fs.Parse(args[1:]) != nil {
-			return 1
-		}
-		return c.call(streams.EndpointBudgetPut, req, nil)
-	case "get":
-		var req events.BudgetGetRequest
-		fs.StringVar(&req.Scope, "scope", "", "scope, kind:id")
-		fs.StringVar(&req.Period, "period", "month", "month, day or lifetime")
-		if fs.Parse(args[1:]) != nil {
-			return 1
-		}
-		return c.call(streams.EndpointBudgetGet, req, nil)
-	case "list":
-		var req events.BudgetListRequest
-		fs.StringVar(&req.Kind, "kind", "", "only scopes of this kind")
-		if fs.Parse(args[1:]) != nil {
-			return 1
-		}
-		return c.call(streams.EndpointBudgetList, req, nil)
-	}
-	fmt.Fprintf(os.Stderr, "spendgate: unknown budget command %q\n", args[0])
-	return 1
-}
-
-func admitCmd(args []string) int {
-	var c clientFlags
-	fs := flag.NewFlagSet("admit", flag.ContinueOnError)
-	c.register(fs)
-	var req events.AdmitRequest
-	var scopes multiFlag
-	fs.Var(&scopes, "scope", "scope kind:id; repeat for several (reserved in all or none)")
-	fs.StringVar(&req.Amount, "amount", "", "amount to reserve, a decimal string")
-	fs.StringVar(&req.Unit, "unit", "", "currency of the amount (default USD)")
-	fs.StringVar(&req.TTL, "ttl", "", "reservation TTL, e.g. 30s (default 5m)")
-	fs.StringVar(&req.RequestID, "request-id", "", "idempotency key (default: a new UUID)")
-	if fs.Parse(args) != nil {
-		return 1
-	}
-	req.Scopes = scopes
-	if req.RequestID == "" {
-		req.RequestID = uuid.NewString()
-	}
-	var reply events.AdmitReply
-	if code := c.call(streams.EndpointAdmit, req, &reply); code != 0 {
-		return code
-	}
-	if !reply.Admitted {
-		return 2
-	}
-	return 0
-}
-
-func settleCmd(args []string) int {
-	var c clientFlags
-	fs := flag.NewFlagSet("settle", flag.ContinueOnError)
-	c.register(fs)
-	var req events.SettleRequest
-	fs.StringVar(&req.ReservationID, "reservation", "", "reservation id")
-	fs.StringVar(&req.Actual, "actual", "", "actual cost, a decimal string")
-	if fs.Parse(args) != nil {
-		return 1
-	}
-	return c.call(streams.EndpointSettle, req, nil)
-}
-
-func releaseCmd(args []string) int {
-	var c clientFlags
-	fs := flag.NewFlagSet("release", flag.ContinueOnError)
-	c.register(fs)
-	var req events.ReleaseRequest
-	fs.StringVar(&req.ReservationID, "reservation", "", "reservation id")
-	if fs.Parse(args) != nil {
-		return 1
-	}
-	return c.call(streams.EndpointRelease, req, nil)
-}

@@ -4,7 +4,10 @@
 //	spendgate budget put|get|list        manage budgets
 //	spendgate admit|settle|release       reserve and close
 //
-// Run "spendgate help" for every command and flag.
+// Each subcommand is one small file here that parses flags and calls a
+// package (serve: service and embedded; bench: bench; demo: demo). Run
+// "spendgate help" for every command, and any command with --help for its
+// flags.
 package main
 
 import (
@@ -26,11 +29,27 @@ Usage:
   spendgate audit balances [--at TIME]   totals per budget period as CSV, optionally as of an RFC 3339 time
   spendgate bench    [--duration 3s] [--reps 3] [--conns 4] [--scenarios hot1,...|mem] [--json]   throughput vs floor and naive CAS
   spendgate demo overrun [--concurrency 20] [--ceiling 0.10] [--price 0.02] [--json]   naive ledger vs spendgate, no setup
+  spendgate version                      module version and commit of this binary
 
-Every command takes -h for its flags. Client commands connect to --nats-url
-(default nats://127.0.0.1:4222, or $SPENDGATE_NATS_URL) and print the JSON
-reply. Exit status: 0 success or admitted, 2 denied, 1 error.
+Every command takes --help for its flags ("spendgate help COMMAND" too).
+Client commands connect to --nats-url (default nats://127.0.0.1:4222, or
+$SPENDGATE_NATS_URL) and print the JSON reply.
+Exit status: 0 success or admitted; 1 error; 2 denied, or a usage error
+(an unknown command or flag, a bad flag value, an unexpected argument).
 `
+
+// commands maps each command to its function.
+var commands = map[string]func([]string) int{
+	"serve":   serve,
+	"budget":  budget,
+	"admit":   admitCmd,
+	"settle":  settleCmd,
+	"release": releaseCmd,
+	"audit":   audit,
+	"bench":   benchCmd,
+	"demo":    demoCmd,
+	"version": versionCmd,
+}
 
 func main() {
 	os.Exit(run(os.Args[1:]))
@@ -39,30 +58,24 @@ func main() {
 func run(args []string) int {
 	if len(args) == 0 {
 		fmt.Fprint(os.Stderr, usage)
-		return 1
+		return exitUsage
 	}
-	cmd, rest := args[0], args[1:]
-	switch cmd {
-	case "serve":
-		return serve(rest)
-	case "budget":
-		return budget(rest)
-	case "admit":
-		return admitCmd(rest)
-	case "settle":
-		return settleCmd(rest)
-	case "release":
-		return releaseCmd(rest)
-	case "audit":
-		return audit(rest)
-	case "bench":
-		return benchCmd(rest)
-	case "demo":
-		return demoCmd(rest)
-	case "help", "-h", "--help":
+	name, rest := args[0], args[1:]
+	switch name {
+	case "help", "-h", "-help", "--help":
+		if name == "help" && len(rest) > 0 {
+			if f, ok := commands[rest[0]]; ok {
+				return f(append(rest[1:], "--help"))
+			}
+			fmt.Fprintf(os.Stderr, "spendgate: unknown command %q\n\n%s", rest[0], usage)
+			return exitUsage
+		}
 		fmt.Print(usage)
-		return 0
+		return exitOK
 	}
-	fmt.Fprintf(os.Stderr, "spendgate: unknown command %q\n\n%s", cmd, usage)
-	return 1
+	if f, ok := commands[name]; ok {
+		return f(rest)
+	}
+	fmt.Fprintf(os.Stderr, "spendgate: unknown command %q\n\n%s", name, usage)
+	return exitUsage
 }

@@ -2,26 +2,35 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
+	neturl "net/url"
 	"os"
 	"os/signal"
-	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spendgate/spendgate/embedded"
 	"github.com/spendgate/spendgate/service"
 	"github.com/spendgate/spendgate/streams"
-	"github.com/spendgate/spendgate/testenv"
 )
 
+var serveCommand = command{
+	name:     "spendgate serve",
+	synopsis: "[--data-dir DIR] [--listen HOST:PORT] [--nats-url URL] [flags]",
+	about: `Runs a spendgate replica. By default it embeds a NATS server with JetStream
+file storage in --data-dir, listening for clients on --listen; the data dir is
+locked, so a second serve on it is refused. With --nats-url it joins an
+existing NATS server or cluster instead (run as many replicas as you like).`,
+}
+
 func serve(args []string) int {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs := newFlagSet("serve")
 	dataDir := fs.String("data-dir", "./spendgate-data", "JetStream file storage of the embedded server")
 	listen := fs.String("listen", "127.0.0.1:4222", "client address of the embedded server")
 	natsURL := fs.String("nats-url", os.Getenv("SPENDGATE_NATS_URL"), "connect to this NATS server instead of embedding one ($SPENDGATE_NATS_URL)")
@@ -34,12 +43,14 @@ func serve(args []string) int {
 	maxTTL := fs.Duration("max-ttl", 24*time.Hour, "largest TTL a request may ask for")
 	sweepEvery := fs.Duration("sweep-interval", time.Minute, "how often this replica releases expired reservations")
 	verbose := fs.Bool("v", false, "log debug output")
-	if fs.Parse(args) != nil {
-		return 1
+	if code, ok := serveCommand.parse(fs, args); !ok {
+		return code
 	}
 	if *sweepEvery <= 0 {
-		fmt.Fprintln(os.Stderr, "spendgate: --sweep-interval must be positive")
-		return 1
+		return serveCommand.usageError(fs, "--sweep-interval must be positive")
+	}
+	if *natsURL != "" && *syncAlways {
+		return serveCommand.usageError(fs, "--sync-always applies to the embedded server; with --nats-url set sync in that server's configuration")
 	}
 	level := slog.LevelInfo
 	if *verbose {
@@ -50,26 +61,21 @@ func serve(args []string) int {
 	url := *natsURL
 	var connOpts []nats.Option
 	if url == "" {
-		host, portStr, err := net.SplitHostPort(*listen)
+		// The server's own log: warnings and errors, everything with -v.
+		srvLog := log
+		if !*verbose {
+			srvLog = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		}
+		srv, err := embedded.Start(*dataDir,
+			embedded.WithListen(*listen),
+			embedded.WithServerName("spendgate"),
+			embedded.WithSyncAlways(*syncAlways),
+			embedded.WithLogger(srvLog))
 		if err != nil {
-			log.Error("bad --listen", "err", err)
+			log.Error("cannot start the embedded NATS server", "err", err)
 			return 1
 		}
-		port, err := strconv.Atoi(portStr)
-		if err != nil {
-			log.Error("bad --listen port", "err", err)
-			return 1
-		}
-		if err := os.MkdirAll(*dataDir, 0o755); err != nil {
-			log.Error("data dir", "err", err)
-			return 1
-		}
-		srv, err := testenv.StartServer(testenv.ServerConfig{Host: host, Port: port, StoreDir: *dataDir, ServerName: "spendgate", SyncAlways: *syncAlways, NoLog: true})
-		if err != nil {
-			log.Error("embedded NATS server", "err", err)
-			return 1
-		}
-		defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
+		defer srv.Shutdown()
 		url = srv.ClientURL()
 		// The replica talks to its own embedded server in process (no TCP
 		// loopback): a compare-and-set round trip is roughly half as long,
@@ -113,7 +119,9 @@ func serve(args []string) int {
 		return 1
 	}
 	log.Info("spendgate serving", "service", streams.ServiceName, "prefix", layout.Prefix(), "stream", layout.StreamName(), "replicas", *replicas, "lanes", layout.Lanes())
-	fmt.Fprintf(os.Stderr, "ready: try  nats micro info %s\n", streams.ServiceName)
+	shown := displayURL(url)
+	fmt.Fprintf(os.Stderr, "ready: clients connect to %s; try  spendgate budget list --nats-url %s  or  nats --server %s micro info %s\n",
+		shown, shown, shown, streams.ServiceName)
 	code := 0
 	select {
 	case <-ctx.Done():
@@ -135,4 +143,22 @@ func serve(args []string) int {
 		}
 	}
 	return code
+}
+
+// displayURL is url as a client on this machine can use it in a hint: the
+// wildcard hosts become 127.0.0.1, and user info is left out, never printed.
+func displayURL(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		u, err := neturl.Parse(strings.TrimSpace(p))
+		if err != nil || u.Host == "" {
+			continue
+		}
+		u.User = nil
+		if h := u.Hostname(); h == "0.0.0.0" || h == "::" || h == "" {
+			u.Host = net.JoinHostPort("127.0.0.1", u.Port())
+		}
+		parts[i] = u.String()
+	}
+	return strings.Join(parts, ",")
 }

@@ -1,9 +1,10 @@
-package main
+package demo
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -16,21 +17,25 @@ import (
 // demoTestTimeout bounds one in-process demo run.
 const demoTestTimeout = time.Minute
 
-func runDemo(t *testing.T, args ...string) (int, string, string) {
+func runDemo(t *testing.T, o Options) *Report {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), demoTestTimeout)
 	defer cancel()
-	var out, errOut bytes.Buffer
-	code := demoRun(ctx, args, &out, &errOut)
-	return code, out.String(), errOut.String()
+	rep, err := Overrun(ctx, o)
+	require.NoError(t, err)
+	return rep
 }
 
-// The defaults reproduce seed 003's headline, and spendgate holds all
-// four fail-open patterns.
-func TestDemo_Overrun(t *testing.T) {
+// The defaults: the check-then-act ledger lands 300% over the headline
+// ceiling, spendgate 0%, and spendgate holds all four fail-open patterns.
+func TestOverrun(t *testing.T) {
 	t.Parallel()
-	code, out, errOut := runDemo(t, "overrun")
-	require.Equal(t, 0, code, "stderr: %s\nstdout: %s", errOut, out)
+	rep := runDemo(t, DefaultOptions())
+	var buf bytes.Buffer
+	require.NoError(t, rep.Print(&buf))
+	out := buf.String()
+	require.True(t, rep.Held, out)
+	require.True(t, rep.AuditOK, out)
 	require.Contains(t, out, "check-then-act ledger: $0.40 spent against a $0.10 ceiling: 300% over (20 admitted / 0 refused)")
 	require.Contains(t, out, "spendgate:             $0.10 spent against a $0.10 ceiling: 0% over (5 admitted / 15 refused)")
 	for _, name := range []string{"check-then-act", "post-hoc accounting", "best-effort recording", "unpriced model at zero"} {
@@ -47,15 +52,34 @@ func TestDemo_Overrun(t *testing.T) {
 	}
 	require.Contains(t, out, "OK, replay equals live")
 	require.Contains(t, out, "spendgate held every ceiling; the naive ledger failed open in 4 of 4 patterns.")
+	for _, outside := range []string{"seed", "Seed", "issue", "NATS-FACTS"} {
+		require.NotContains(t, out, outside, "the output cites nothing outside the repository")
+	}
+	require.Error(t, rep.Print(&failingWriter{limit: 64}), "a cut-short report is an error")
+}
+
+// failingWriter accepts limit bytes, then fails every write.
+type failingWriter struct{ limit int }
+
+func (f *failingWriter) Write(p []byte) (int, error) {
+	if len(p) > f.limit {
+		n := f.limit
+		f.limit = 0
+		return n, io.ErrShortWrite
+	}
+	f.limit -= len(p)
+	return len(p), nil
 }
 
 // The JSON report: exact amounts and counts per pattern.
-func TestDemo_OverrunJSON(t *testing.T) {
+func TestOverrun_JSON(t *testing.T) {
 	t.Parallel()
-	code, out, errOut := runDemo(t, "overrun", "--json", "--concurrency", "8", "--ceiling", "0.1", "--price", "0.03")
-	require.Equal(t, 0, code, "stderr: %s", errOut)
-	var rep demoReport
-	require.NoError(t, json.Unmarshal([]byte(out), &rep))
+	o := DefaultOptions()
+	o.Concurrency, o.Ceiling, o.Price = 8, "0.1", "0.03"
+	data, err := json.Marshal(runDemo(t, o))
+	require.NoError(t, err)
+	var rep Report
+	require.NoError(t, json.Unmarshal(data, &rep))
 	require.True(t, rep.Held)
 	require.True(t, rep.AuditOK, rep.Audit)
 
@@ -95,7 +119,7 @@ func TestDemo_OverrunJSON(t *testing.T) {
 	require.Contains(t, rep.Patterns[3].Note, "caller-side table")
 }
 
-func requireDemoSide(t *testing.T, s demoSide, spent, recorded, over string, admitted int, refused map[string]int) {
+func requireDemoSide(t *testing.T, s Side, spent, recorded, over string, admitted int, refused map[string]int) {
 	t.Helper()
 	require.Equal(t, spent, s.Spent, "spent")
 	require.Equal(t, recorded, s.Recorded, "recorded")
@@ -111,29 +135,28 @@ func requireDemoSide(t *testing.T, s demoSide, spent, recorded, over string, adm
 	require.Equal(t, events.MustMoney(spent).Cmp(ceiling) > 0, s.Breached, "breached")
 }
 
-func TestDemo_badArguments(t *testing.T) {
+func TestOptions_Validate(t *testing.T) {
 	t.Parallel()
-	for _, args := range [][]string{
-		nil,
-		{"underrun"},
-		{"overrun", "--concurrency", "0"},
-		{"overrun", "--concurrency", "10001"},
-		{"overrun", "--ceiling", "0"},
-		{"overrun", "--ceiling", "-1"},
-		{"overrun", "--price", "1e3"},
-		{"overrun", "--price", "NaN"},
-		{"overrun", "--latency", "-1s"},
-		{"overrun", "extra"},
-		{"overrun", "--no-such-flag"},
+	require.NoError(t, DefaultOptions().Validate())
+	for name, mod := range map[string]func(*Options){
+		"no concurrency":     func(o *Options) { o.Concurrency = 0 },
+		"too much":           func(o *Options) { o.Concurrency = 10001 },
+		"zero ceiling":       func(o *Options) { o.Ceiling = "0" },
+		"negative ceiling":   func(o *Options) { o.Ceiling = "-1" },
+		"exponent price":     func(o *Options) { o.Price = "1e3" },
+		"NaN price":          func(o *Options) { o.Price = "NaN" },
+		"negative latency":   func(o *Options) { o.Latency = -time.Second },
+		"latency over bound": func(o *Options) { o.Latency = time.Minute },
 	} {
-		code, out, errOut := runDemo(t, args...)
-		require.Equal(t, 1, code, "args %q", args)
-		require.Empty(t, out, "args %q", args)
-		require.NotEmpty(t, errOut, "args %q", args)
+		o := DefaultOptions()
+		mod(&o)
+		require.Error(t, o.Validate(), name)
+		_, err := Overrun(context.Background(), o)
+		require.Error(t, err, name)
 	}
 }
 
-func TestDemo_percentOver(t *testing.T) {
+func TestPercentOver(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ spent, ceiling, want string }{
 		{"0.4", "0.1", "300"},
@@ -153,7 +176,7 @@ func TestDemo_percentOver(t *testing.T) {
 	}
 }
 
-func TestDemo_usd(t *testing.T) {
+func TestUSD(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]string{"0": "$0.00", "0.4": "$0.40", "1": "$1.00", "0.001": "$0.001", "12.5": "$12.50"} {
 		require.Equal(t, want, demoUSD(events.MustMoney(in)))

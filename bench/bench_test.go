@@ -1,9 +1,10 @@
-package main
+package bench
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"regexp"
 	"runtime"
 	"strconv"
@@ -22,18 +23,22 @@ import (
 	"github.com/spendgate/spendgate/testenv"
 )
 
-// benchTestBudget bounds TestBenchCmd_Table, race detector included.
+// benchTestBudget bounds TestRun_Table, race detector included.
 const benchTestBudget = 15 * time.Second
 
-func TestBenchCmd_Table(t *testing.T) {
+func TestRun_Table(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*benchTestBudget)
 	defer cancel()
 	var out, errOut bytes.Buffer
 	before := runtime.NumGoroutine()
 	start := time.Now()
-	code := runBench(ctx, []string{"--duration", "200ms", "--reps", "1", "--scenarios", "hot1,hot16"}, &out, &errOut)
+	o := DefaultOptions()
+	o.Duration = 200 * time.Millisecond
+	o.Reps = 1
+	o.Scenarios = []string{"hot1", "hot16"}
+	err := Run(ctx, o, &out, &errOut)
 	elapsed := time.Since(start)
-	require.Equal(t, 0, code, "stderr:\n%s\nstdout:\n%s", errOut.String(), out.String())
+	require.NoError(t, err, "stderr:\n%s\nstdout:\n%s", errOut.String(), out.String())
 	// No goroutine outlives the command (closed connections and the server
 	// take a moment to unwind).
 	deadline := time.Now().Add(10 * time.Second)
@@ -110,12 +115,18 @@ func TestBenchCmd_Table(t *testing.T) {
 
 // With --baselines=false only spendgate runs: the baseline columns say so
 // with "-" instead of zeros that would read as measurements.
-func TestBenchCmd_NoBaselines(t *testing.T) {
+func TestRun_NoBaselines(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), benchTestBudget)
 	defer cancel()
 	var out, errOut bytes.Buffer
-	code := runBench(ctx, []string{"--duration", "200ms", "--reps", "1", "--scenarios", "hot1", "--baselines=false", "--json"}, &out, &errOut)
-	require.Equal(t, 0, code, "stderr:\n%s", errOut.String())
+	o := DefaultOptions()
+	o.Duration = 200 * time.Millisecond
+	o.Reps = 1
+	o.Scenarios = []string{"hot1"}
+	o.Baselines = false
+	o.JSON = true
+	err := Run(ctx, o, &out, &errOut)
+	require.NoError(t, err, "stderr:\n%s", errOut.String())
 	var rows []benchRow
 	require.NoError(t, json.Unmarshal(out.Bytes(), &rows), out.String())
 	require.Len(t, rows, 1)
@@ -130,13 +141,20 @@ func TestBenchCmd_NoBaselines(t *testing.T) {
 // Two embedded replicas on 4 lanes, multi-scope admits: both replicas
 // commit (they arbitrate by compare-and-set), the cap burst admits exactly
 // the limit, and the row records the setup.
-func TestBenchCmd_ServiceReplicasAndLanes(t *testing.T) {
+func TestRun_ServiceReplicasAndLanes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), benchTestBudget)
 	defer cancel()
 	var out, errOut bytes.Buffer
-	code := runBench(ctx, []string{"--duration", "300ms", "--reps", "1", "--scenarios", "multi3", "--baselines=false",
-		"--service-replicas", "2", "--lanes", "4", "--json"}, &out, &errOut)
-	require.Equal(t, 0, code, "stderr:\n%s", errOut.String())
+	o := DefaultOptions()
+	o.Duration = 300 * time.Millisecond
+	o.Reps = 1
+	o.Scenarios = []string{"multi3"}
+	o.Baselines = false
+	o.ServiceReplicas = 2
+	o.Lanes = 4
+	o.JSON = true
+	err := Run(ctx, o, &out, &errOut)
+	require.NoError(t, err, "stderr:\n%s", errOut.String())
 	var rows []benchRow
 	require.NoError(t, json.Unmarshal(out.Bytes(), &rows), out.String())
 	require.Len(t, rows, 1)
@@ -152,12 +170,18 @@ func TestBenchCmd_ServiceReplicasAndLanes(t *testing.T) {
 
 // --cluster 3 embeds a 3-node cluster with the streams at R3, in one
 // command: the production shape on one machine.
-func TestBenchCmd_Cluster(t *testing.T) {
+func TestRun_Cluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*benchTestBudget)
 	defer cancel()
 	var out, errOut bytes.Buffer
-	code := runBench(ctx, []string{"--duration", "300ms", "--reps", "1", "--scenarios", "multi3", "--cluster", "3", "--json"}, &out, &errOut)
-	require.Equal(t, 0, code, "stderr:\n%s", errOut.String())
+	o := DefaultOptions()
+	o.Duration = 300 * time.Millisecond
+	o.Reps = 1
+	o.Scenarios = []string{"multi3"}
+	o.Cluster = 3
+	o.JSON = true
+	err := Run(ctx, o, &out, &errOut)
+	require.NoError(t, err, "stderr:\n%s", errOut.String())
 	var rows []benchRow
 	require.NoError(t, json.Unmarshal(out.Bytes(), &rows), out.String())
 	require.Len(t, rows, 1)
@@ -170,42 +194,50 @@ func TestBenchCmd_Cluster(t *testing.T) {
 	require.Equal(t, 64, r.Admitted)
 }
 
-func TestBenchCmd_Flags(t *testing.T) {
-	for _, args := range [][]string{
-		{"--scenarios", "nope"},
-		{"--scenarios", ","},
-		{"--replicas", "3"}, // embedded server is a single node
-		{"--duration", "0s"},
-		{"--reps", "0"},
-		{"--conns", "0"},
-		{"--lanes", "0"},
-		{"--service-replicas", "0"},
-		{"--nats-url", "nats://127.0.0.1:1", "--service-replicas", "2"},
-		{"--cluster", "2"},
-		{"--cluster", "3", "--nats-url", "nats://127.0.0.1:1"},
-		{"--cluster", "3", "--sync-always"},
-		{"--cluster", "3", "--replicas", "5"},
-		{"extra"},
+func TestOptions_Validate(t *testing.T) {
+	for name, mod := range map[string]func(*Options){
+		"unknown scenario":       func(o *Options) { o.Scenarios = []string{"nope"} },
+		"no scenario":            func(o *Options) { o.Scenarios = []string{"", " "} },
+		"replicas on one server": func(o *Options) { o.Replicas = 3 },
+		"zero duration":          func(o *Options) { o.Duration = 0 },
+		"zero reps":              func(o *Options) { o.Reps = 0 },
+		"zero conns":             func(o *Options) { o.Conns = 0 },
+		"zero lanes":             func(o *Options) { o.Lanes = 0 },
+		"zero service replicas":  func(o *Options) { o.ServiceReplicas = 0 },
+		"service replicas remote": func(o *Options) {
+			o.NATSURL, o.ServiceReplicas = "nats://127.0.0.1:1", 2
+		},
+		"sync-always remote":     func(o *Options) { o.NATSURL, o.SyncAlways = "nats://127.0.0.1:1", true },
+		"cluster of 2":           func(o *Options) { o.Cluster = 2 },
+		"cluster and remote":     func(o *Options) { o.Cluster, o.NATSURL = 3, "nats://127.0.0.1:1" },
+		"cluster and sync":       func(o *Options) { o.Cluster, o.SyncAlways = 3, true },
+		"cluster other replicas": func(o *Options) { o.Cluster, o.Replicas = 3, 5 },
 	} {
-		var out, errOut bytes.Buffer
-		require.Equal(t, 1, runBench(context.Background(), args, &out, &errOut), "%v", args)
-		require.NotEmpty(t, errOut.String(), "%v", args)
-		require.Empty(t, out.String(), "%v", args)
+		t.Run(name, func(t *testing.T) {
+			o := DefaultOptions()
+			mod(&o)
+			require.Error(t, o.Validate())
+			var out, errOut bytes.Buffer
+			require.Error(t, Run(context.Background(), o, &out, &errOut))
+			require.Empty(t, out.String())
+		})
 	}
-	o, err := parseBenchFlags([]string{"--scenarios", "multi3,mem,hot1"}, &bytes.Buffer{})
+	o := DefaultOptions()
+	o.Scenarios = []string{"multi3", "mem", "hot1"}
+	c, err := o.resolve()
 	require.NoError(t, err)
-	require.True(t, o.mem)
-	require.Len(t, o.scenarios, 2)
-	require.Equal(t, "hot1", o.scenarios[0].name) // canonical order
-	require.Equal(t, "multi3", o.scenarios[1].name)
-	o, err = parseBenchFlags(nil, &bytes.Buffer{})
+	require.True(t, c.mem)
+	require.Len(t, c.scenarios, 2)
+	require.Equal(t, "hot1", c.scenarios[0].name) // canonical order
+	require.Equal(t, "multi3", c.scenarios[1].name)
+	c, err = DefaultOptions().resolve()
 	require.NoError(t, err)
-	require.False(t, o.mem, "mem runs only when named")
-	require.Len(t, o.scenarios, len(benchScenarios))
+	require.False(t, c.mem, "mem runs only when named")
+	require.Len(t, c.scenarios, len(benchScenarios))
 }
 
-func TestBenchCmd_JSON(t *testing.T) {
-	b := &bencher{o: benchOptions{conns: 4, reps: 3, duration: time.Second, replicas: 1}, serverDesc: "test"}
+func TestRun_JSON(t *testing.T) {
+	b := &bencher{o: config{Options: Options{Conns: 4, Reps: 3, Duration: time.Second, Replicas: 1}}, serverDesc: "test"}
 	rows := []benchRow{{Scenario: "hot64", Callers: 64, Conns: 4, CyclesPerS: 1000, FloorCyclesPerS: 2000, XFloor: 0.5}}
 	var out bytes.Buffer
 	require.NoError(t, b.printJSON(&out, rows, &memResult{Scenario: "mem", Open: 10}))
@@ -293,4 +325,62 @@ func BenchmarkFloorCycle(b *testing.B) {
 		_, err := benchCycle(ctx, nc, benchFloorAdmit, benchFloorSettle, scopes, id)
 		return err
 	})
+}
+
+// Without baselines the table prints "-" in every floor and naive column,
+// never a 0 that would read as a measurement.
+func TestPrintTable_NoBaselines(t *testing.T) {
+	b := &bencher{o: config{Options: Options{Conns: 4, Reps: 1, Duration: time.Second, Replicas: 1}}, serverDesc: "test"}
+	rows := []benchRow{{Scenario: "hot1", Callers: 1, Conns: 1, CyclesPerS: 1000, AdmitP50: 500, AdmitP99: 900, AdmitP999: 990}}
+	var out bytes.Buffer
+	require.NoError(t, b.printTable(&out, rows, nil))
+	sep := regexp.MustCompile(`\s{2,}`)
+	var header, row []string
+	for _, line := range strings.Split(out.String(), "\n") {
+		f := sep.Split(strings.TrimSpace(line), -1)
+		switch f[0] {
+		case "scenario":
+			header = f
+		case "hot1":
+			if row == nil {
+				row = f
+			}
+		}
+	}
+	require.Equal(t, benchTableColumns, header)
+	require.Len(t, row, len(header), out.String())
+	for i, h := range header {
+		if strings.HasPrefix(h, "floor") || strings.HasPrefix(h, "naive") || strings.HasPrefix(h, "x ") {
+			require.Equal(t, "-", row[i], "column %q", h)
+		}
+	}
+	require.NotContains(t, out.String(), "naive CAS conflicts")
+}
+
+// failingWriter accepts limit bytes, then fails every write.
+type failingWriter struct{ limit int }
+
+func (f *failingWriter) Write(p []byte) (int, error) {
+	if len(p) > f.limit {
+		n := f.limit
+		f.limit = 0
+		return n, io.ErrShortWrite
+	}
+	f.limit -= len(p)
+	return len(p), nil
+}
+
+// A report cut short is an error, and so is any failed request.
+func TestRun_Failures(t *testing.T) {
+	b := &bencher{o: config{Options: Options{Conns: 4, Reps: 1, Duration: time.Second, Replicas: 1, Baselines: true}}, serverDesc: "test"}
+	rows := []benchRow{{Scenario: "hot1", Callers: 1, Conns: 1, CyclesPerS: 1000}}
+	require.ErrorIs(t, b.printTable(&failingWriter{limit: 100}, rows, nil), io.ErrShortWrite)
+	require.ErrorIs(t, b.printJSON(&failingWriter{limit: 10}, rows, nil), io.ErrShortWrite)
+
+	require.NoError(t, verdict(rows, nil))
+	rows[0].NaiveErrors = 1
+	require.ErrorIs(t, verdict(rows, nil), ErrRequests)
+	rows[0].NaiveErrors, rows[0].OverAdmissions = 0, 1
+	require.ErrorIs(t, verdict(rows, nil), ErrOverAdmission)
+	require.ErrorIs(t, verdict(nil, &memResult{Over: true}), ErrMemOver)
 }

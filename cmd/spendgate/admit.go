@@ -1,0 +1,45 @@
+package main
+
+import (
+	"github.com/google/uuid"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/streams"
+)
+
+var admitCommand = command{
+	name:     "spendgate admit",
+	synopsis: "--scope KIND:ID [--scope ...] --amount DECIMAL [--unit USD] [--ttl 5m] [--request-id ID]",
+	about: `Reserves an amount in every budget of every scope, or in none, and prints
+the reply. Exit status: 0 admitted, 2 denied (or a usage error: the message on
+stderr says which), 1 on an error.`,
+}
+
+// admitCmd is spendgate admit.
+func admitCmd(args []string) int {
+	var c clientFlags
+	fs := newFlagSet("admit")
+	c.register(fs)
+	var req events.AdmitRequest
+	var scopes multiFlag
+	fs.Var(&scopes, "scope", "scope `kind:id`; repeat for several (reserved in all or none)")
+	fs.StringVar(&req.Amount, "amount", "", "amount to reserve, a decimal string")
+	fs.StringVar(&req.Unit, "unit", "", "currency of the amount (default USD)")
+	fs.StringVar(&req.TTL, "ttl", "", "reservation TTL, e.g. 30s (default 5m)")
+	fs.StringVar(&req.RequestID, "request-id", "", "idempotency key (default: a new UUID)")
+	if code, ok := admitCommand.parse(fs, args); !ok {
+		return code
+	}
+	req.Scopes = scopes
+	if req.RequestID == "" {
+		req.RequestID = uuid.NewString()
+	}
+	var reply events.AdmitReply
+	if code := c.call(streams.EndpointAdmit, req, &reply); code != 0 {
+		return code
+	}
+	if !reply.Admitted {
+		return 2
+	}
+	return 0
+}

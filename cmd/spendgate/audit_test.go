@@ -1,0 +1,93 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/projector"
+	"github.com/spendgate/spendgate/service"
+	"github.com/spendgate/spendgate/testenv"
+)
+
+// failingWriter accepts limit bytes, then fails every write.
+type failingWriter struct{ limit int }
+
+func (f *failingWriter) Write(p []byte) (int, error) {
+	if len(p) > f.limit {
+		n := f.limit
+		f.limit = 0
+		return n, io.ErrShortWrite
+	}
+	f.limit -= len(p)
+	return len(p), nil
+}
+
+func TestWriteBalances_WriteErrors(t *testing.T) {
+	t.Parallel()
+	balances := make([]projector.Balance, 1000)
+	for i := range balances {
+		balances[i] = projector.Balance{Unit: "USD", Limit: events.MustMoney("1"), Spent: events.MustMoney("0.5"),
+			Reserved: events.MustMoney("0"), Overrun: events.MustMoney("0")}
+	}
+	var whole bytes.Buffer
+	require.NoError(t, writeBalances(&whole, balances))
+	require.Equal(t, len(balances)+1, strings.Count(whole.String(), "\n"))
+	// Cut short anywhere: in the header, in the rows, at the final flush.
+	for _, limit := range []int{0, 10, 5000, whole.Len() - 1} {
+		require.ErrorIs(t, writeBalances(&failingWriter{limit: limit}, balances), io.ErrShortWrite, "limit %d", limit)
+	}
+}
+
+// A finance export to a full disk exits non-zero: a truncated file is
+// never reported as complete.
+func TestAuditBalances_FullDevice(t *testing.T) {
+	t.Parallel()
+	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+	if err != nil {
+		t.Skipf("no /dev/full: %v", err)
+	}
+	defer full.Close()
+	env := testenv.New(t)
+	env.StartSpendgate(t, service.ReplicaConfig{SweepInterval: -1})
+	code, _ := e2eCLI(t, env.URL(), "budget", "put", "--scope", "org:acme", "--period", "month", "--limit", "10", "--unit", "USD")
+	require.Equal(t, 0, code)
+	code, _ = e2eCLI(t, env.URL(), "admit", "--scope", "org:acme", "--amount", "1")
+	require.Equal(t, 0, code)
+
+	code, out := e2eCLI(t, env.URL(), "audit", "balances")
+	require.Equal(t, 0, code)
+	require.Contains(t, string(out), "org:acme,month,")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binPath, "audit", "balances", "--nats-url", env.URL())
+	cmd.Env = append(os.Environ(), "GORACE="+os.Getenv("GORACE")+" atexit_sleep_ms=0")
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = full, &stderr
+	err = cmd.Run()
+	var exitErr *exec.ExitError
+	require.True(t, errors.As(err, &exitErr), "exit: %v\n%s", err, stderr.String())
+	require.Equal(t, 1, exitErr.ExitCode())
+	require.Contains(t, stderr.String(), "the CSV is incomplete")
+	require.Contains(t, stderr.String(), "no space left on device")
+
+	// The same for a client command's reply.
+	cmd = exec.CommandContext(ctx, binPath, "budget", "list", "--nats-url", env.URL())
+	cmd.Env = append(os.Environ(), "GORACE="+os.Getenv("GORACE")+" atexit_sleep_ms=0")
+	stderr.Reset()
+	cmd.Stdout, cmd.Stderr = full, &stderr
+	err = cmd.Run()
+	require.True(t, errors.As(err, &exitErr), "exit: %v\n%s", err, stderr.String())
+	require.Equal(t, 1, exitErr.ExitCode())
+	require.Contains(t, stderr.String(), "write the reply")
+}

@@ -1,0 +1,25 @@
+package main
+
+import (
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/streams"
+)
+
+var releaseCommand = command{
+	name:     "spendgate release",
+	synopsis: "--reservation ID",
+	about:    "Closes a reservation without cost (the call failed or was not made) and prints the reply.",
+}
+
+// releaseCmd is spendgate release.
+func releaseCmd(args []string) int {
+	var c clientFlags
+	fs := newFlagSet("release")
+	c.register(fs)
+	var req events.ReleaseRequest
+	fs.StringVar(&req.ReservationID, "reservation", "", "reservation id")
+	if code, ok := releaseCommand.parse(fs, args); !ok {
+		return code
+	}
+	return c.call(streams.EndpointRelease, req, nil)
+}

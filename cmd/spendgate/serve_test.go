@@ -1,0 +1,88 @@
+package main
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// refusedWithin bounds a refused start: at once, far below the readiness
+// timeout a refusal used to wait out.
+const refusedWithin = 5 * time.Second
+
+// One data dir, one owner: a second serve on a data dir in use is refused
+// at once, naming the process that holds it. The first one's hints show
+// the address it really listens on.
+func TestServe_DataDirInUse(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "data")
+	port := strconv.Itoa(freePort(t))
+	first := startProc(t, true, "serve", "--data-dir", dir, "--listen", "127.0.0.1:"+port, "--sweep-interval", "1m")
+	var ready string
+	for _, line := range strings.Split(first.out.String(), "\n") {
+		if strings.HasPrefix(line, "ready:") {
+			ready = line
+		}
+	}
+	require.Contains(t, ready, "nats://127.0.0.1:"+port)
+	require.NotContains(t, ready, "4222")
+
+	begin := time.Now()
+	r := runCLI(t, nil, "serve", "--data-dir", dir, "--listen", "127.0.0.1:"+strconv.Itoa(freePort(t)))
+	require.Less(t, time.Since(begin), refusedWithin)
+	require.Equal(t, 1, r.code, r.stderr)
+	require.Contains(t, r.stderr, "locked by process "+strconv.Itoa(first.cmd.Process.Pid))
+	require.Contains(t, r.stderr, dir)
+	require.NotContains(t, r.stderr, "testenv")
+
+	// Stopped, the first releases the data dir.
+	first.stop(t)
+	startProc(t, true, "serve", "--data-dir", dir, "--listen", "127.0.0.1:"+strconv.Itoa(freePort(t)))
+}
+
+func TestServe_PortInUse(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	begin := time.Now()
+	r := runCLI(t, nil, "serve", "--data-dir", t.TempDir(), "--listen", l.Addr().String())
+	require.Less(t, time.Since(begin), refusedWithin)
+	require.Equal(t, 1, r.code, r.stderr)
+	require.Contains(t, r.stderr, "cannot listen for clients on "+l.Addr().String())
+	require.Contains(t, r.stderr, "address already in use")
+	require.NotContains(t, r.stderr, "testenv")
+}
+
+// A data dir the user cannot write is named, with the cause. Root writes
+// anywhere, so as root the binary runs as the unprivileged user nobody.
+func TestServe_UnwritableDataDir(t *testing.T) {
+	t.Parallel()
+	base := t.TempDir()
+	dir := filepath.Join(base, "data")
+	require.NoError(t, os.Mkdir(dir, 0o755))
+	var cred *syscall.Credential
+	if os.Geteuid() == 0 {
+		// nobody must reach the binary and the data dir, and not write it.
+		const nobody = 65534
+		cred = &syscall.Credential{Uid: nobody, Gid: nobody}
+		for _, d := range []string{filepath.Dir(binPath), base, filepath.Dir(base)} {
+			require.NoError(t, os.Chmod(d, 0o755))
+		}
+	} else {
+		require.NoError(t, os.Chmod(dir, 0o555))
+		t.Cleanup(func() { _ = os.Chmod(dir, 0o755) })
+	}
+	r := runCLIAs(t, cred, nil, "serve", "--data-dir", dir, "--listen", "127.0.0.1:0")
+	require.Equal(t, 1, r.code, r.stderr)
+	require.Contains(t, r.stderr, "data dir "+dir+" is not writable")
+	require.Contains(t, r.stderr, "permission denied")
+	require.NotContains(t, r.stderr, "testenv")
+}

@@ -20,12 +20,12 @@ var (
 	budgetPutCommand = command{
 		name:     "spendgate budget put",
 		synopsis: "--scope KIND:ID --period month|day|lifetime --limit DECIMAL --unit USD|requests|...",
-		about:    "Defines the budget of a scope for a period, or changes its limit.",
+		about:    "Defines the budget of a scope for a period, or changes its limit. --period is\nrequired, so that a change never lands on another period's budget by default.",
 	}
 	budgetGetCommand = command{
 		name:     "spendgate budget get",
-		synopsis: "--scope KIND:ID --period month|day|lifetime",
-		about:    "Prints one budget of a scope with its current period's spent, reserved and available.",
+		synopsis: "--scope KIND:ID [--period month|day|lifetime]",
+		about:    "Prints a budget of a scope with its current period's spent, reserved and available;\nwithout --period, every budget of the scope.",
 	}
 	budgetListCommand = command{
 		name:     "spendgate budget list",
@@ -50,17 +50,20 @@ func budget(args []string) int {
 	case "put":
 		var req events.BudgetPutRequest
 		fs.StringVar(&req.Scope, "scope", "", "scope, kind:id (e.g. org:acme)")
-		fs.StringVar(&req.Period, "period", "month", "month, day or lifetime (UTC)")
+		fs.StringVar(&req.Period, "period", "", "month, day or lifetime (UTC); required")
 		fs.StringVar(&req.Limit, "limit", "", "limit, a decimal string")
 		fs.StringVar(&req.Unit, "unit", "USD", "currency (USD, EUR, ...) or requests")
 		if code, ok := budgetPutCommand.parse(fs, args[1:]); !ok {
 			return code
 		}
+		if req.Period == "" {
+			return budgetPutCommand.usageError(fs, "--period is required (month, day or lifetime)")
+		}
 		return c.call(streams.EndpointBudgetPut, req, nil)
 	case "get":
 		var req events.BudgetGetRequest
 		fs.StringVar(&req.Scope, "scope", "", "scope, kind:id")
-		fs.StringVar(&req.Period, "period", "month", "month, day or lifetime")
+		fs.StringVar(&req.Period, "period", "", "month, day or lifetime; without it, every budget of the scope")
 		if code, ok := budgetGetCommand.parse(fs, args[1:]); !ok {
 			return code
 		}

@@ -20,7 +20,7 @@ const usage = `spendgate: spend caps enforced before the money is spent.
 Usage:
   spendgate serve    [--data-dir DIR] [--listen 127.0.0.1:4222] [--nats-url URL] ...
   spendgate budget put  --scope KIND:ID --period month|day|lifetime --limit DECIMAL --unit USD|requests|...
-  spendgate budget get  --scope KIND:ID --period month|day|lifetime
+  spendgate budget get  --scope KIND:ID [--period month|day|lifetime]
   spendgate budget list [--kind KIND]
   spendgate admit    --scope KIND:ID [--scope ...] --amount DECIMAL [--unit USD] [--ttl 5m] [--request-id ID]
   spendgate settle   --reservation ID --actual DECIMAL

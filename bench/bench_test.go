@@ -23,7 +23,9 @@ import (
 	"github.com/spendgate/spendgate/testenv"
 )
 
-// benchTestBudget bounds TestRun_Table, race detector included.
+// benchTestBudget bounds one bench run in these tests, race detector
+// included: a run that does not finish in it fails through its context, not
+// through a wall-clock assertion.
 const benchTestBudget = 15 * time.Second
 
 func TestRun_Table(t *testing.T) {
@@ -31,13 +33,11 @@ func TestRun_Table(t *testing.T) {
 	defer cancel()
 	var out, errOut bytes.Buffer
 	before := runtime.NumGoroutine()
-	start := time.Now()
 	o := DefaultOptions()
 	o.Duration = 200 * time.Millisecond
 	o.Reps = 1
 	o.Scenarios = []string{"hot1", "hot16"}
 	err := Run(ctx, o, &out, &errOut)
-	elapsed := time.Since(start)
 	require.NoError(t, err, "stderr:\n%s\nstdout:\n%s", errOut.String(), out.String())
 	// No goroutine outlives the command (closed connections and the server
 	// take a moment to unwind).
@@ -110,7 +110,6 @@ func TestRun_Table(t *testing.T) {
 	require.Contains(t, out.String(), "reps=1")
 	require.Contains(t, out.String(), "naive: the same callers calling KV directly (no service hop")
 	require.NotContains(t, out.String(), "ERRORS")
-	require.Less(t, elapsed, benchTestBudget, "bench took %s", elapsed)
 }
 
 // With --baselines=false only spendgate runs: the baseline columns say so

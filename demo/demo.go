@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -33,10 +34,9 @@ const (
 	demoDefaultConcurrency = 20
 	demoDefaultCeiling     = "0.10"
 	demoDefaultPrice       = "0.02"
-	// demoDefaultLatency is the fake upstream's time per call. It is far
-	// longer than it takes a burst to pass a check-then-act ledger's read,
-	// so every caller of a burst reads before any records, as they do
-	// against a real model that answers in seconds.
+	// demoDefaultLatency is the fake upstream's time per call. That every
+	// caller of a naive burst reads before any records does not depend on
+	// it: demoNaive gates the calls of a burst on every read (see there).
 	demoDefaultLatency = 10 * time.Millisecond
 	demoMaxLatency     = 10 * time.Second
 	demoMaxConcurrency = 10000
@@ -686,16 +686,39 @@ func demoNaive(ctx context.Context, spec demoSpec, pricing demoPricing, latency 
 		}
 		return nil
 	}
+	// A concurrent burst is modelled as it happens against a model that
+	// answers in seconds: every caller's read lands before any call
+	// returns. The gate makes that exact, where a timer would make the
+	// naive side's numbers a matter of scheduling luck.
+	var reads atomic.Int64
+	allRead := make(chan struct{})
+	read := func() events.Money {
+		m := l.read()
+		if spec.concurrent && reads.Add(1) == int64(len(spec.calls)) {
+			close(allRead)
+		}
+		return m
+	}
+	call := func(c demoCall) (events.Money, error) {
+		if spec.concurrent {
+			select {
+			case <-allRead:
+			case <-ctx.Done():
+				return events.Zero, ctx.Err()
+			}
+		}
+		return up.call(ctx, c)
+	}
 	step := func(i int) error {
-		call := spec.calls[i]
+		c := spec.calls[i]
 		if spec.postHoc {
 			// No check before the call: its cost is known only after it.
 			// The only brake is "stop once the total reaches the ceiling".
-			if l.read().Cmp(spec.ceiling) >= 0 {
+			if read().Cmp(spec.ceiling) >= 0 {
 				t.refuse(demoOverCeiling)
 				return nil
 			}
-			cost, err := up.call(ctx, call)
+			cost, err := call(c)
 			if err != nil {
 				return err
 			}
@@ -703,15 +726,15 @@ func demoNaive(ctx context.Context, spec demoSpec, pricing demoPricing, latency 
 			t.admit()
 			return nil
 		}
-		price, err := pricing.maxCost(call)
+		price, err := pricing.maxCost(c)
 		if err != nil {
 			price = events.Zero // the fallback that fails open: an unpriced model costs nothing
 		}
-		if l.read().Add(price).Cmp(spec.ceiling) > 0 { // check...
+		if read().Add(price).Cmp(spec.ceiling) > 0 { // check...
 			t.refuse(demoOverCeiling)
 			return nil
 		}
-		if _, err := up.call(ctx, call); err != nil { // ...then act
+		if _, err := call(c); err != nil { // ...then act
 			return err
 		}
 		// Best effort: "don't fail the user's request over telemetry".

@@ -6,9 +6,10 @@
 // Vec forms and GaugeVecFunc) are cheap on the hot path: a counter is one
 // atomic add, a histogram observation a binary search, one atomic add and a
 // compare-and-swap on the sum, a labelled lookup of an existing member a
-// read-locked map read with no allocation. A Registry writes them with HELP and TYPE lines,
-// families in name order and series in label-value order, escaping label
-// values, so a scrape is byte-for-byte stable for the same state.
+// read-locked map read with no allocation. A Registry writes them with HELP
+// and TYPE lines, families in name order and series in label-value order,
+// escaping label values, so a scrape is byte-for-byte stable for the same
+// state.
 //
 // Money is never a float in this process: the reserved amount per budget is
 // handed over as the ledger's exact decimal string and written verbatim as

@@ -349,3 +349,17 @@ func BenchmarkHistogram_Observe(b *testing.B) {
 		}
 	})
 }
+
+func TestSet_ObserveRequest(t *testing.T) {
+	s := New(BuildInfo{})
+	s.ObserveRequest("settle", "unknown_reservation", 3*time.Millisecond)
+	s.ObserveRequest("settle", CodeOK, 20*time.Second)
+	_, fams := scrape(t, s.Registry)
+	req := fams["spendgate_requests_total"]
+	require.Equal(t, "1", req.value("spendgate_requests_total", "endpoint", "settle", "code", "unknown_reservation"))
+	require.Equal(t, "1", req.value("spendgate_requests_total", "endpoint", "settle", "code", "ok"))
+	d := fams["spendgate_request_duration_seconds"]
+	require.Equal(t, "1", d.value("spendgate_request_duration_seconds_bucket", "endpoint", "settle", "le", "0.005"))
+	require.Equal(t, "1", d.value("spendgate_request_duration_seconds_bucket", "endpoint", "settle", "le", "10"))
+	require.Equal(t, "2", d.value("spendgate_request_duration_seconds_bucket", "endpoint", "settle", "le", "+Inf"))
+}

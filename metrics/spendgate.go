@@ -240,3 +240,11 @@ func compareAbs(a, b string) int {
 	}
 	return 0
 }
+
+// ObserveRequest records one answered request: it counts it in Requests
+// under (endpoint, code) and its duration in RequestDuration under
+// endpoint. code is CodeOK or the reply's error code.
+func (s *Set) ObserveRequest(endpoint, code string, took time.Duration) {
+	s.Requests.With(endpoint, code).Inc()
+	s.RequestDuration.With(endpoint).ObserveDuration(took)
+}

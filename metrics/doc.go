@@ -18,8 +18,8 @@
 //
 // # Spendgate's metrics
 //
-// New returns the Set below; the lead of each row increments it where the
-// last column says.
+// New returns the Set below (RegisterBudgets, RegisterFollowerLag and
+// RegisterSnapshotAge add the families computed from the book).
 //
 //	name                                  type       labels                 meaning
 //	spendgate_admits_total                counter    result, reason         admit decisions; result admitted|denied, reason the denial code ("" when admitted)
@@ -37,6 +37,25 @@
 //	spendgate_budgets_not_exposed         gauge                             budgets left out of the two above by the series limit
 //	spendgate_snapshot_age_seconds        gauge                             age of the newest snapshot (RegisterSnapshotAge)
 //	spendgate_build_info                  gauge      version, commit, go_version   always 1
+//
+// Where each is recorded:
+//
+//   - requests, request duration, in-flight: around the handler call in
+//     the service's reply path (Inflight.Inc/Dec around it, then
+//     ObserveRequest with the reply's code);
+//   - admits: after the admitter's decision, from AdmitReply.Admitted and
+//     Denial.Reason;
+//   - ledger busy: where the in-flight limit refuses (BusyInflight) and
+//     where the commit path gives up after its compare-and-set attempts
+//     (BusyConflicts);
+//   - commits, commit txs, CAS conflicts: in the commit path, next to the
+//     ledger's own Stats counters (a successful write: Commits.Inc and
+//     CommitTxs.Observe(len(group)); a conflict: CASConflicts.Inc);
+//   - sweeper released: the count returned by each sweep pass;
+//   - follower lag: the NumPending of the last message the follower
+//     folded (jetstream.MsgMetadata), kept in an atomic;
+//   - per-budget gauges: a read of the book's open reservations per
+//     balance of the current period.
 //
 // Label values come from bounded sets (endpoint names, reply codes, denial
 // reasons); the per-budget gauges are bounded by RegisterBudgets' limit,

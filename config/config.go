@@ -1,0 +1,134 @@
+package config
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// EnvPrefix starts the name of every environment variable Apply reads.
+const EnvPrefix = "SPENDGATE_"
+
+// FileFlag is the name of the flag that names the config file.
+const FileFlag = "config"
+
+// MaxFileBytes caps the size of a config file.
+const MaxFileBytes = 1 << 20
+
+// AddFileFlag declares --config on fs.
+func AddFileFlag(fs *flag.FlagSet) *string {
+	return fs.String(FileFlag, "", "read settings from this file: 'flag-name = value' lines (also $"+EnvName(FileFlag)+")")
+}
+
+// EnvName returns the environment variable Apply reads for the flag named
+// name: "data-dir" -> "SPENDGATE_DATA_DIR".
+func EnvName(name string) string {
+	return EnvPrefix + strings.NewReplacer("-", "_", ".", "_").Replace(strings.ToUpper(name))
+}
+
+// Apply fills every flag of fs that was not set on the command line: from
+// its environment variable (EnvName) when that is set and not empty, else
+// from the config file's line for it, else the flag keeps its default.
+// The config file is the value of the flag FileFlag ("config") after the
+// command line and the environment, if fs has such a flag and it is not
+// empty. Call it after fs.Parse.
+//
+// Errors, in the order they are checked: a variable whose value the flag
+// rejects (naming the variable); the file cannot be read; a line that is
+// not "key = value", a key that is not a flag of fs, a key given twice, the
+// key "config" itself, or a value the flag rejects (naming the file, the
+// line and the key). Every key of the file is checked, including those the
+// command line or the environment override. On error some flags may
+// already have been set.
+func Apply(fs *flag.FlagSet) error {
+	explicit := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
+
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if err != nil || explicit[f.Name] {
+			return
+		}
+		env := EnvName(f.Name)
+		v, ok := os.LookupEnv(env)
+		if !ok || v == "" {
+			return
+		}
+		if e := fs.Set(f.Name, v); e != nil {
+			err = fmt.Errorf("config: $%s: %w", env, e)
+			return
+		}
+		explicit[f.Name] = true
+	})
+	if err != nil {
+		return err
+	}
+
+	ff := fs.Lookup(FileFlag)
+	if ff == nil || ff.Value.String() == "" {
+		return nil
+	}
+	return applyFile(fs, ff.Value.String(), explicit)
+}
+
+func applyFile(fs *flag.FlagSet, path string, explicit map[string]bool) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Size() > MaxFileBytes {
+		return fmt.Errorf("config: %s is larger than %d bytes", path, MaxFileBytes)
+	}
+	seen := map[string]int{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 4096), MaxFileBytes)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		key, value, ok := strings.Cut(line, "=")
+		if !ok {
+			return fmt.Errorf("config: %s:%d: expected 'key = value', got %q", path, n, line)
+		}
+		key, value = strings.TrimSpace(key), strings.TrimSpace(value)
+		if key == "" {
+			return fmt.Errorf("config: %s:%d: missing key before '='", path, n)
+		}
+		if key == FileFlag {
+			return fmt.Errorf("config: %s:%d: key %q: a config file cannot name another", path, n, key)
+		}
+		if fs.Lookup(key) == nil {
+			return fmt.Errorf("config: %s:%d: unknown key %q (not a flag of %s)", path, n, key, fs.Name())
+		}
+		if prev, dup := seen[key]; dup {
+			return fmt.Errorf("config: %s:%d: key %q already set on line %d", path, n, key, prev)
+		}
+		seen[key] = n
+		if strings.HasPrefix(value, `"`) {
+			uq, err := strconv.Unquote(value)
+			if err != nil {
+				return fmt.Errorf("config: %s:%d: key %q: value %s is not a complete double-quoted string", path, n, key, value)
+			}
+			value = uq
+		}
+		if explicit[key] {
+			continue
+		}
+		if err := fs.Set(key, value); err != nil {
+			return fmt.Errorf("config: %s:%d: key %q: %w", path, n, key, err)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return fmt.Errorf("config: %s: a line is longer than %d bytes", path, MaxFileBytes)
+		}
+		return fmt.Errorf("config: %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,63 @@
+// Package metrics exposes spendgate's metrics in the Prometheus text
+// exposition format (version 0.0.4), with no dependency beyond the standard
+// library.
+//
+// The primitives (Counter, Gauge, GaugeFunc, Histogram, their labelled
+// Vec forms and GaugeVecFunc) are cheap on the hot path: a counter is one
+// atomic add, a histogram observation a binary search, one atomic add and a
+// compare-and-swap on the sum, a labelled lookup of an existing member a
+// read-locked map read with no allocation. A Registry writes them with HELP
+// and TYPE lines, families in name order and series in label-value order,
+// escaping label values, so a scrape is byte-for-byte stable for the same
+// state.
+//
+// Money is never a float in this process: the reserved amount per budget is
+// handed over as the ledger's exact decimal string and written verbatim as
+// the sample value (see Decimal); Prometheus parses it into its own float64
+// storage.
+//
+// # Spendgate's metrics
+//
+// New returns the Set below (RegisterBudgets, RegisterFollowerLag and
+// RegisterSnapshotAge add the families computed from the book).
+//
+//	name                                  type       labels                 meaning
+//	spendgate_admits_total                counter    result, reason         admit decisions; result admitted|denied, reason the denial code ("" when admitted)
+//	spendgate_requests_total              counter    endpoint, code         requests answered; code "ok" or the reply's error code
+//	spendgate_request_duration_seconds    histogram  endpoint               take-to-reply time, buckets 100µs..10s (LatencyBuckets)
+//	spendgate_inflight_requests           gauge                             requests being handled now
+//	spendgate_ledger_busy_total           counter    cause                  ledger_busy answers; cause inflight_limit|cas_exhausted
+//	spendgate_commits_total               counter                           successful ledger writes
+//	spendgate_commit_txs                  histogram                         transactions per successful write, buckets 1..4096 (TxBuckets)
+//	spendgate_cas_conflicts_total         counter                           writes lost to compare-and-set
+//	spendgate_sweeper_released_total      counter                           reservations expired by the sweeper
+//	spendgate_follower_lag_revisions      gauge                             stream messages not folded yet (RegisterFollowerLag)
+//	spendgate_open_reservations           gauge      scope, period          open reservations per budget (RegisterBudgets)
+//	spendgate_reserved_amount             gauge      scope, period, unit    amount held per budget, exact decimal (RegisterBudgets)
+//	spendgate_budgets_not_exposed         gauge                             budgets left out of the two above by the series limit
+//	spendgate_snapshot_age_seconds        gauge                             age of the newest snapshot (RegisterSnapshotAge)
+//	spendgate_build_info                  gauge      version, commit, go_version   always 1
+//
+// Where each is recorded:
+//
+//   - requests, request duration, in-flight: around the handler call in
+//     the service's reply path (Inflight.Inc/Dec around it, then
+//     ObserveRequest with the reply's code);
+//   - admits: after the admitter's decision, from AdmitReply.Admitted and
+//     Denial.Reason;
+//   - ledger busy: where the in-flight limit refuses (BusyInflight) and
+//     where the commit path gives up after its compare-and-set attempts
+//     (BusyConflicts);
+//   - commits, commit txs, CAS conflicts: in the commit path, next to the
+//     ledger's own Stats counters (a successful write: Commits.Inc and
+//     CommitTxs.Observe(len(group)); a conflict: CASConflicts.Inc);
+//   - sweeper released: the count returned by each sweep pass;
+//   - follower lag: the NumPending of the last message the follower
+//     folded (jetstream.MsgMetadata), kept in an atomic;
+//   - per-budget gauges: a read of the book's open reservations per
+//     balance of the current period.
+//
+// Label values come from bounded sets (endpoint names, reply codes, denial
+// reasons); the per-budget gauges are bounded by RegisterBudgets' limit,
+// keeping the budgets with the most money reserved.
+package metrics

@@ -1,0 +1,250 @@
+package metrics
+
+import (
+	"cmp"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Label values of spendgate_admits_total's result label.
+const (
+	ResultAdmitted = "admitted"
+	ResultDenied   = "denied"
+)
+
+// Label values of spendgate_ledger_busy_total's cause label.
+const (
+	// BusyInflight: the request was refused because the in-flight limit was
+	// reached.
+	BusyInflight = "inflight_limit"
+	// BusyConflicts: the commit lost compare-and-set too many times.
+	BusyConflicts = "cas_exhausted"
+)
+
+// CodeOK is the code label of a request answered without an error.
+const CodeOK = "ok"
+
+// DefaultBudgetLimit is how many budgets the per-budget gauges expose when
+// the caller of RegisterBudgets asks for 0.
+const DefaultBudgetLimit = 100
+
+// BuildInfo is what spendgate_build_info reports.
+type BuildInfo struct {
+	Version string
+	Commit  string
+}
+
+// Set is spendgate's metrics, registered in its own Registry. Every field
+// is ready to use after New; the families computed from other parts
+// (RegisterBudgets, RegisterFollowerLag, RegisterSnapshotAge) appear once
+// those are called. The package doc lists every name and label.
+type Set struct {
+	// Registry holds every family below; serve it at /metrics.
+	Registry *Registry
+
+	// Admits counts admit decisions: With(result, reason), result
+	// ResultAdmitted (reason "", replays included) or ResultDenied (reason
+	// the denial's code, e.g. "limit_reached").
+	Admits *CounterVec
+	// Requests counts answered requests: With(endpoint, code), endpoint the
+	// service endpoint ("admit", "settle", "release", "budget.put", ...),
+	// code CodeOK or the error code of the reply.
+	Requests *CounterVec
+	// RequestDuration is the time from taking a request to replying, in
+	// seconds: With(endpoint).
+	RequestDuration *HistogramVec
+	// Inflight is the number of requests being handled now.
+	Inflight *Gauge
+	// LedgerBusy counts ledger_busy answers: With(cause), BusyInflight or
+	// BusyConflicts.
+	LedgerBusy *CounterVec
+	// Commits counts successful ledger writes (a lane revision or an atomic
+	// batch over lanes).
+	Commits *Counter
+	// CommitTxs is the number of transactions decided in each successful
+	// commit (group commit's batch size).
+	CommitTxs *Histogram
+	// CASConflicts counts writes lost to compare-and-set.
+	CASConflicts *Counter
+	// SweeperReleased counts reservations the sweeper expired.
+	SweeperReleased *Counter
+}
+
+// New returns spendgate's metrics with build info recorded.
+func New(info BuildInfo) *Set {
+	s := &Set{
+		Registry:        NewRegistry(),
+		Admits:          NewCounterVec("spendgate_admits_total", "Admit decisions by result (admitted, denied) and denial reason.", "result", "reason"),
+		Requests:        NewCounterVec("spendgate_requests_total", "Requests answered, by endpoint and reply code (ok or the error code).", "endpoint", "code"),
+		RequestDuration: NewHistogramVec("spendgate_request_duration_seconds", "Time from taking a request to replying, by endpoint.", LatencyBuckets, "endpoint"),
+		Inflight:        NewGauge("spendgate_inflight_requests", "Requests being handled now."),
+		LedgerBusy:      NewCounterVec("spendgate_ledger_busy_total", "ledger_busy answers, by cause (inflight_limit, cas_exhausted).", "cause"),
+		Commits:         NewCounter("spendgate_commits_total", "Successful ledger writes (one lane revision or one atomic batch over lanes)."),
+		CommitTxs:       NewHistogram("spendgate_commit_txs", "Transactions decided per successful ledger write (group commit size).", TxBuckets),
+		CASConflicts:    NewCounter("spendgate_cas_conflicts_total", "Ledger writes lost to compare-and-set (another writer was first)."),
+		SweeperReleased: NewCounter("spendgate_sweeper_released_total", "Reservations the sweeper released because their TTL had passed."),
+	}
+	build := NewGaugeVec("spendgate_build_info", "Always 1; the labels say which build is running.", "version", "commit", "go_version")
+	build.With(info.Version, info.Commit, runtime.Version()).Set(1)
+	s.Registry.MustRegister(s.Admits, s.Requests, s.RequestDuration, s.Inflight, s.LedgerBusy,
+		s.Commits, s.CommitTxs, s.CASConflicts, s.SweeperReleased, build)
+	return s
+}
+
+// BudgetSample is one budget's open reservations and reserved amount in its
+// current period, as the in-memory book has them.
+type BudgetSample struct {
+	Scope  string // "kind:id"
+	Period string // month, day, lifetime
+	Unit   string
+	Open   int
+	// Reserved is the exact decimal string of the amount held by open
+	// reservations (events.Money.String()). It is written verbatim; see
+	// Decimal.
+	Reserved string
+}
+
+// RegisterBudgets adds spendgate_open_reservations{scope,period},
+// spendgate_reserved_amount{scope,period,unit} and
+// spendgate_budgets_not_exposed. f is called three times a scrape, once for
+// each family; it must not block, should only read the book, and must not
+// modify a slice it returned earlier (it may return a shared one). To bound the number of series, only the limit budgets
+// with the largest reserved amount (exact decimal comparison, ties by more
+// open reservations, then by scope and period) are exposed; limit 0 means
+// DefaultBudgetLimit. spendgate_budgets_not_exposed says how many were
+// left out. Call it once.
+func (s *Set) RegisterBudgets(limit int, f func() []BudgetSample) {
+	if limit <= 0 {
+		limit = DefaultBudgetLimit
+	}
+	top := func() []BudgetSample {
+		all := f()
+		if len(all) <= limit {
+			return all
+		}
+		all = slices.Clone(all)
+		slices.SortFunc(all, func(a, b BudgetSample) int {
+			if c := compareDecimal(b.Reserved, a.Reserved); c != 0 {
+				return c
+			}
+			if c := cmp.Compare(b.Open, a.Open); c != 0 {
+				return c
+			}
+			return cmp.Or(strings.Compare(a.Scope, b.Scope), strings.Compare(a.Period, b.Period))
+		})
+		return all[:limit]
+	}
+	s.Registry.MustRegister(
+		NewGaugeVecFunc("spendgate_open_reservations", "Open reservations per budget in its current period (the top budgets by reserved amount; see spendgate_budgets_not_exposed).",
+			[]string{"scope", "period"}, func() []Sample {
+				bs := top()
+				out := make([]Sample, len(bs))
+				for i, b := range bs {
+					out[i] = Sample{LabelValues: []string{b.Scope, b.Period}, Value: Int(int64(b.Open))}
+				}
+				return out
+			}),
+		NewGaugeVecFunc("spendgate_reserved_amount", "Amount held by open reservations per budget in its current period, in the budget's unit, exact decimal.",
+			[]string{"scope", "period", "unit"}, func() []Sample {
+				bs := top()
+				out := make([]Sample, len(bs))
+				for i, b := range bs {
+					out[i] = Sample{LabelValues: []string{b.Scope, b.Period, b.Unit}, Value: Decimal(b.Reserved)}
+				}
+				return out
+			}),
+		NewGaugeFunc("spendgate_budgets_not_exposed", "Budgets left out of the per-budget gauges by their series limit.", func() float64 {
+			return float64(max(0, len(f())-limit))
+		}),
+	)
+}
+
+// RegisterFollowerLag adds spendgate_follower_lag_revisions, the number of
+// ledger stream messages this replica has not folded yet (last stream
+// sequence minus the folded one). f must not block: it should return a
+// value the follower maintains, not ask NATS.
+func (s *Set) RegisterFollowerLag(f func() uint64) {
+	s.Registry.MustRegister(NewGaugeFunc("spendgate_follower_lag_revisions",
+		"Ledger stream messages this replica has not folded yet.", func() float64 { return float64(f()) }))
+}
+
+// RegisterSnapshotAge adds spendgate_snapshot_age_seconds, the age of the
+// newest book snapshot; f returns a negative duration when there is none,
+// which is written as NaN.
+func (s *Set) RegisterSnapshotAge(f func() time.Duration) {
+	s.Registry.MustRegister(NewGaugeFunc("spendgate_snapshot_age_seconds",
+		"Age of the newest book snapshot (NaN when there is none).", func() float64 {
+			d := f()
+			if d < 0 {
+				return nan()
+			}
+			return d.Seconds()
+		}))
+}
+
+// compareDecimal compares two decimal strings exactly, without converting
+// them to floats: plain decimals (as Decimal accepts) in numeric order,
+// anything else before every plain decimal.
+func compareDecimal(a, b string) int {
+	pa, pb := plainDecimal(a), plainDecimal(b)
+	switch {
+	case !pa && !pb:
+		return strings.Compare(a, b)
+	case !pa:
+		return -1
+	case !pb:
+		return 1
+	}
+	na, nb := strings.HasPrefix(a, "-"), strings.HasPrefix(b, "-")
+	a, b = strings.TrimPrefix(a, "-"), strings.TrimPrefix(b, "-")
+	c := compareAbs(a, b)
+	if c == 0 && allZero(a) && allZero(b) {
+		return 0 // -0 == 0
+	}
+	switch {
+	case na && nb:
+		return -c
+	case na:
+		return -1
+	case nb:
+		return 1
+	}
+	return c
+}
+
+func allZero(s string) bool { return strings.Trim(s, "0.") == "" }
+
+func compareAbs(a, b string) int {
+	ai, af, _ := cutByte(a, '.')
+	bi, bf, _ := cutByte(b, '.')
+	ai, bi = strings.TrimLeft(ai, "0"), strings.TrimLeft(bi, "0")
+	if c := cmp.Compare(len(ai), len(bi)); c != 0 {
+		return c
+	}
+	if c := strings.Compare(ai, bi); c != 0 {
+		return c
+	}
+	for i := 0; i < max(len(af), len(bf)); i++ {
+		da, db := byte('0'), byte('0')
+		if i < len(af) {
+			da = af[i]
+		}
+		if i < len(bf) {
+			db = bf[i]
+		}
+		if c := cmp.Compare(da, db); c != 0 {
+			return c
+		}
+	}
+	return 0
+}
+
+// ObserveRequest records one answered request: it counts it in Requests
+// under (endpoint, code) and its duration in RequestDuration under
+// endpoint. code is CodeOK or the reply's error code.
+func (s *Set) ObserveRequest(endpoint, code string, took time.Duration) {
+	s.Requests.With(endpoint, code).Inc()
+	s.RequestDuration.With(endpoint).ObserveDuration(took)
+}

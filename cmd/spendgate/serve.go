@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -9,13 +10,17 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spendgate/spendgate/config"
 	"github.com/spendgate/spendgate/embedded"
+	"github.com/spendgate/spendgate/metrics"
+	"github.com/spendgate/spendgate/ops"
 	"github.com/spendgate/spendgate/service"
 	"github.com/spendgate/spendgate/streams"
 )
@@ -42,9 +47,16 @@ func serve(args []string) int {
 	defTTL := fs.Duration("default-ttl", 5*time.Minute, "reservation TTL when the request names none")
 	maxTTL := fs.Duration("max-ttl", 24*time.Hour, "largest TTL a request may ask for")
 	sweepEvery := fs.Duration("sweep-interval", time.Minute, "how often this replica releases expired reservations")
-	verbose := fs.Bool("v", false, "log debug output")
+	verbose := fs.Bool("v", false, "log debug output, the embedded server's included (--log-level debug)")
+	httpAddr := fs.String("http", "", "serve /metrics, /healthz and /readyz on this address (e.g. 127.0.0.1:8080); off when empty")
+	config.AddFileFlag(fs)
+	var logging config.Logging
+	logging.AddFlags(fs)
 	if code, ok := serveCommand.parse(fs, args); !ok {
 		return code
+	}
+	if err := config.Apply(fs); err != nil {
+		return serveCommand.usageError(fs, err.Error())
 	}
 	if *sweepEvery <= 0 {
 		return serveCommand.usageError(fs, "--sweep-interval must be positive")
@@ -52,19 +64,41 @@ func serve(args []string) int {
 	if *natsURL != "" && *syncAlways {
 		return serveCommand.usageError(fs, "--sync-always applies to the embedded server; with --nats-url set sync in that server's configuration")
 	}
-	level := slog.LevelInfo
 	if *verbose {
-		level = slog.LevelDebug
+		logging.Level = slog.LevelDebug
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	log := logging.New(os.Stderr)
+
+	// The operator's HTTP view binds first, so a busy port fails at once.
+	m := metrics.New(metrics.BuildInfo{Version: buildVersion(), Commit: buildCommit()})
+	var started atomic.Bool
+	var opsSrv *ops.Server
+	if *httpAddr != "" {
+		var err error
+		if opsSrv, err = ops.New(*httpAddr, m.Registry, ops.WithLogger(log)); err == nil {
+			err = opsSrv.Listen()
+		}
+		if err != nil {
+			log.Error("cannot serve --http", "err", err)
+			return 1
+		}
+		opsSrv.AddCheck("ledger", func() error {
+			if !started.Load() {
+				return errors.New("folding the ledger stream")
+			}
+			return nil
+		})
+	}
 
 	url := *natsURL
 	var connOpts []nats.Option
 	if url == "" {
 		// The server's own log: warnings and errors, everything with -v.
 		srvLog := log
-		if !*verbose {
-			srvLog = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		if logging.Level > slog.LevelDebug {
+			warn := logging
+			warn.Level = max(logging.Level, slog.LevelWarn)
+			srvLog = warn.New(os.Stderr)
 		}
 		srv, err := embedded.Start(*dataDir,
 			embedded.WithListen(*listen),
@@ -111,6 +145,18 @@ func serve(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	opsDone := make(chan error, 1)
+	if opsSrv != nil {
+		opsSrv.AddCheck("nats", func() error {
+			if st := nc.Status(); st != nats.CONNECTED {
+				return fmt.Errorf("NATS connection %s", st)
+			}
+			return nil
+		})
+		opsCtx, opsStop := context.WithCancel(context.Background())
+		defer func() { opsStop(); <-opsDone }()
+		go func() { opsDone <- opsSrv.Run(opsCtx) }()
+	}
 	r, err := service.StartReplica(ctx, nc, js, service.ReplicaConfig{
 		Layout: layout, DefaultTTL: *defTTL, MaxTTL: *maxTTL, SweepInterval: *sweepEvery, Log: log,
 	})
@@ -118,6 +164,7 @@ func serve(args []string) int {
 		log.Error("start", "err", err)
 		return 1
 	}
+	started.Store(true)
 	log.Info("spendgate serving", "service", streams.ServiceName, "prefix", layout.Prefix(), "stream", layout.StreamName(), "replicas", *replicas, "lanes", layout.Lanes())
 	shown := displayURL(url)
 	fmt.Fprintf(os.Stderr, "ready: clients connect to %s; try  spendgate budget list --nats-url %s  or  nats --server %s micro info %s\n",

@@ -54,3 +54,23 @@ func writeVersion(w io.Writer, info *debug.BuildInfo) error {
 		info.Main.Version, info.Main.Path, commit, when, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	return err
 }
+
+// buildVersion and buildCommit are the module version and VCS commit of
+// this binary, for spendgate_build_info; "unknown" when not recorded.
+func buildVersion() string {
+	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" {
+		return info.Main.Version
+	}
+	return "unknown"
+}
+
+func buildCommit() string {
+	if info, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range info.Settings {
+			if s.Key == "vcs.revision" {
+				return s.Value
+			}
+		}
+	}
+	return "unknown"
+}

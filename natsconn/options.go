@@ -427,6 +427,13 @@ func (o *Options) explain(err error) error {
 		cause = ErrTLSClientCertRefused
 	case strings.Contains(msg, "certificate required"):
 		cause = ErrTLSClientCertRequired
+	case strings.Contains(msg, "connection closed by remote after tls handshake") && o.TLSCert != "":
+		// TLS 1.3: the client finishes its handshake before the server
+		// checks the certificate, so a refusal may arrive as a closed
+		// connection instead of an alert.
+		cause = ErrTLSClientCertRefused
+	case strings.Contains(msg, "connection closed by remote after tls handshake"):
+		cause = ErrTLSClientCertRequired
 	case strings.Contains(msg, "tls: unknown certificate authority"), strings.Contains(msg, "tls: bad certificate"),
 		strings.Contains(msg, "tls: unsupported certificate"), strings.Contains(msg, "tls: certificate expired"):
 		cause = ErrTLSClientCertRefused

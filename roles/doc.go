@@ -29,10 +29,22 @@
 // ledger stream is no role's business: an operator does it with an
 // identity outside this layout.
 //
-// Known limits of subject permissions: a finance identity may create any
-// consumer on the ledger stream, and JetStream does not check a push
-// consumer's deliver subject against the creator's permissions. Consumers
-// change no ledger data; to confine them as well, put finance in its own
-// account that imports the stream (the accounts form of Render does not do
-// this yet).
+// Rendering: Authorization writes a nats-server "authorization" block
+// (users in the global account), Accounts the same users inside one account
+// with JetStream; passwords stay out of the file (the server reads
+// SPENDGATE_<USER>_PASSWORD from its environment) unless given. In
+// operator/JWT mode, Role.JWTPermissions is what to sign into a user JWT and
+// Role.NSCFlags the same as `nsc add user` flags.
+//
+// The layout was derived from a real run (TestRoles_CoverARealRun records
+// every subject each identity uses from the server's protocol trace and
+// fails if the layout refuses one) and is checked subject by subject on a
+// real server (TestRoles_Matrix), in both forms and in operator mode.
+//
+// Known limits of subject permissions: finance and replica may create any
+// consumer on the ledger stream (ordered consumers need it) and delete
+// consumers by name, and JetStream does not check a push consumer's
+// deliver subject against its creator's permissions. Consumers change no
+// ledger data; to confine them as well, put finance in its own account that
+// imports the stream.
 package roles

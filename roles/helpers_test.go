@@ -77,9 +77,15 @@ func password(user string) string { return "pw-" + user + "-secret" }
 // prefix, collecting permission violations.
 func dial(t *testing.T, s *server.Server, l streams.Layout, user string, inbox string) *ident {
 	t.Helper()
-	id := &ident{role: user, errs: make(chan error, 256)}
-	o := natsconn.Options{URL: s.ClientURL(), User: user, Password: password(user), InboxPrefix: inbox}
-	nc, err := o.Connect("roles-test-"+user, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+	return dialWith(t, user, natsconn.Options{URL: s.ClientURL(), User: user, Password: password(user), InboxPrefix: inbox})
+}
+
+// dialWith connects with o as an identity named name, collecting permission
+// violations.
+func dialWith(t *testing.T, name string, o natsconn.Options) *ident {
+	t.Helper()
+	id := &ident{role: name, errs: make(chan error, 256)}
+	nc, err := o.Connect("roles-test-"+name, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 		select {
 		case id.errs <- err:
 		default:

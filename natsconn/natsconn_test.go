@@ -8,9 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/jwt/v2"
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/require"
@@ -25,7 +25,7 @@ func roundTrip(t *testing.T, nc *nats.Conn) {
 	sub, err := nc.Subscribe("natsconn.echo", func(m *nats.Msg) { _ = m.Respond(m.Data) })
 	require.NoError(t, err)
 	defer sub.Unsubscribe()
-	msg, err := nc.Request("natsconn.echo", []byte("hi"), 5e9)
+	msg, err := nc.Request("natsconn.echo", []byte("hi"), 5*time.Second)
 	require.NoError(t, err)
 	require.Equal(t, "hi", string(msg.Data))
 }
@@ -318,4 +318,32 @@ func TestOptions_Describe(t *testing.T) {
 	require.Equal(t, "servers="+natsconn.DefaultURL+" auth=token tls=off", o.Describe())
 }
 
-var _ = server.RANDOM_PORT
+
+// TestConnect_ReconnectsToAnotherServer: a long-running client whose server
+// goes away carries on with the next URL of its list.
+func TestConnect_ReconnectsToAnotherServer(t *testing.T) {
+	a, b := startConf(t, ""), startConf(t, "")
+	reconnected := make(chan struct{}, 1)
+	o := natsconn.Options{URL: a.ClientURL() + "," + b.ClientURL()}
+	nc, err := o.Connect("reconnect", nats.ReconnectHandler(func(*nats.Conn) {
+		select {
+		case reconnected <- struct{}{}:
+		default:
+		}
+	}))
+	require.NoError(t, err)
+	defer nc.Close()
+	first, other := a, b
+	if nc.ConnectedUrl() == b.ClientURL() {
+		first, other = b, a
+	}
+	first.Shutdown()
+	first.WaitForShutdown()
+	select {
+	case <-reconnected:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no reconnect to the other server within 10s")
+	}
+	require.Equal(t, other.ClientURL(), nc.ConnectedUrl())
+	roundTrip(t, nc)
+}

@@ -318,7 +318,6 @@ func TestOptions_Describe(t *testing.T) {
 	require.Equal(t, "servers="+natsconn.DefaultURL+" auth=token tls=off", o.Describe())
 }
 
-
 // TestConnect_ReconnectsToAnotherServer: a long-running client whose server
 // goes away carries on with the next URL of its list.
 func TestConnect_ReconnectsToAnotherServer(t *testing.T) {

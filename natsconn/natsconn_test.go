@@ -64,6 +64,14 @@ func TestConnect_TLSPrivateCA(t *testing.T) {
 
 }
 
+func TestConnect_TLSNotOffered(t *testing.T) {
+	dir := t.TempDir()
+	ca := newCA(t, dir, "private")
+	s := startConf(t, "")
+	_, err := (&natsconn.Options{URL: s.ClientURL(), TLSCA: ca.certPEM}).Connect("tls-wanted")
+	require.ErrorIs(t, err, natsconn.ErrTLSRequired)
+}
+
 func TestConnect_TLSWrongHostname(t *testing.T) {
 	dir := t.TempDir()
 	ca := newCA(t, dir, "private")

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/spendgate/spendgate/streams"
 )
 
 // User is one NATS user of a role, as Authorization and Accounts render it.
@@ -189,4 +191,14 @@ func simpleToken(s string) bool {
 		}
 	}
 	return true
+}
+
+// Config is what `spendgate roles` prints for layout l: every role with
+// its default user (DefaultUsers), in the authorization form, or in the
+// accounts form inside account if account is not empty.
+func Config(l streams.Layout, account string) (string, error) {
+	if account == "" {
+		return Authorization(All(l), DefaultUsers())
+	}
+	return Accounts(account, All(l), DefaultUsers())
 }

@@ -52,3 +52,17 @@ func TestAuthorization_UsersAndLayout(t *testing.T) {
 	require.ErrorIs(t, err, roles.ErrUnknownRole)
 	require.Equal(t, "SPENDGATE_SVC_A_PASSWORD", roles.PasswordEnv("svc-a"))
 }
+
+func TestConfig(t *testing.T) {
+	l := streams.Default()
+	a, err := roles.Config(l, "")
+	require.NoError(t, err)
+	want, _ := roles.Authorization(roles.All(l), roles.DefaultUsers())
+	require.Equal(t, want, a)
+	b, err := roles.Config(l, "SPENDGATE")
+	require.NoError(t, err)
+	require.Contains(t, b, "accounts {\n  SPENDGATE {\n    jetstream: enabled\n")
+	for _, n := range roles.Names {
+		require.Contains(t, b, "password: $"+roles.PasswordEnv(n))
+	}
+}

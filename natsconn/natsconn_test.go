@@ -2,11 +2,15 @@ package natsconn_test
 
 import (
 	"bytes"
+	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -353,4 +357,51 @@ func TestConnect_ReconnectsToAnotherServer(t *testing.T) {
 	}
 	require.Equal(t, other.ClientURL(), nc.ConnectedUrl())
 	roundTrip(t, nc)
+}
+
+// recorder is a slog.Handler that keeps the messages it receives.
+type recorder struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (r *recorder) Enabled(context.Context, slog.Level) bool { return true }
+func (r *recorder) Handle(_ context.Context, rec slog.Record) error {
+	line := rec.Message
+	rec.Attrs(func(a slog.Attr) bool { line += " " + a.String(); return true })
+	r.mu.Lock()
+	r.msgs = append(r.msgs, line)
+	r.mu.Unlock()
+	return nil
+}
+func (r *recorder) WithAttrs([]slog.Attr) slog.Handler { return r }
+func (r *recorder) WithGroup(string) slog.Handler      { return r }
+
+func (r *recorder) waitFor(t *testing.T, substr string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r.mu.Lock()
+		found := slices.ContainsFunc(r.msgs, func(m string) bool { return strings.Contains(m, substr) })
+		r.mu.Unlock()
+		if found {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "no log containing %q", substr)
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestOptions_Log: permission violations and disconnects reach the logger.
+func TestOptions_Log(t *testing.T) {
+	s := startConf(t, "authorization { users = [ {user: u, password: pw, permissions: {publish: \"ok\"}} ] }\n")
+	rec := &recorder{}
+	nc, err := (&natsconn.Options{URL: s.ClientURL(), User: "u", Password: "pw", Log: slog.New(rec)}).Connect("log")
+	require.NoError(t, err)
+	defer nc.Close()
+	require.NoError(t, nc.Publish("forbidden", nil))
+	require.NoError(t, nc.Flush())
+	rec.waitFor(t, `Permissions Violation for Publish to "forbidden"`)
+	s.Shutdown()
+	rec.waitFor(t, "nats disconnected")
 }

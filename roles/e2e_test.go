@@ -36,9 +36,9 @@ func startReplica(t *testing.T, id *ident, l streams.Layout) *service.Replica {
 	return r
 }
 
-func newClient(t *testing.T, id *ident) *client.Client {
+func newClient(t *testing.T, id *ident, l streams.Layout) *client.Client {
 	t.Helper()
-	c, err := client.New(id.nc, client.WithTimeout(time.Second), client.WithRetries(1))
+	c, err := client.New(id.nc, client.WithPrefix(l.Prefix()), client.WithTimeout(time.Second), client.WithRetries(1))
 	require.NoError(t, err)
 	return c
 }
@@ -50,7 +50,7 @@ func newClient(t *testing.T, id *ident) *client.Client {
 func scenario(t *testing.T, l streams.Layout, ids map[string]*ident) *projector.State {
 	t.Helper()
 	ctx := context.Background()
-	admin, svc, fin := newClient(t, ids[roles.Admin]), newClient(t, ids[roles.Service]), newClient(t, ids[roles.Finance])
+	admin, svc, fin := newClient(t, ids[roles.Admin], l), newClient(t, ids[roles.Service], l), newClient(t, ids[roles.Finance], l)
 
 	_, err := admin.PutBudget(ctx, events.BudgetPutRequest{Scope: "org:acme", Period: "lifetime", Limit: "10", Unit: "USD"})
 	require.NoError(t, err)
@@ -124,9 +124,17 @@ func refused(t *testing.T, id *ident, subject string) {
 // TestRoles_EndToEnd runs spendgate on a nats-server loaded with the
 // rendered roles: a replica under the replica identity serves every caller
 // under its own identity, and every forbidden write is refused while the
-// ledger stays as it was.
+// ledger stays as it was. It runs on the default layout and on one with
+// another bucket and prefix.
 func TestRoles_EndToEnd(t *testing.T) {
-	l := streams.Default()
+	other, err := streams.New(streams.Config{Bucket: "ledger2", Prefix: "acme.spend."})
+	require.NoError(t, err)
+	for _, l := range []streams.Layout{streams.Default(), other} {
+		t.Run(l.Bucket(), func(t *testing.T) { endToEnd(t, l) })
+	}
+}
+
+func endToEnd(t *testing.T, l streams.Layout) {
 	for _, n := range roles.Names {
 		t.Setenv(roles.PasswordEnv(n), password(n))
 	}
@@ -158,7 +166,7 @@ func TestRoles_EndToEnd(t *testing.T) {
 	before := stream.CachedInfo().State
 
 	// A calling service may not define budgets.
-	_, err = newClient(t, ids[roles.Service]).PutBudget(ctx, events.BudgetPutRequest{Scope: "org:acme", Period: "lifetime", Limit: "1000000", Unit: "USD"})
+	_, err = newClient(t, ids[roles.Service], l).PutBudget(ctx, events.BudgetPutRequest{Scope: "org:acme", Period: "lifetime", Limit: "1000000", Unit: "USD"})
 	require.Error(t, err)
 	refused(t, ids[roles.Service], l.Endpoint(streams.EndpointBudgetPut))
 	refused(t, ids[roles.Finance], l.Endpoint(streams.EndpointBudgetPut))

@@ -16,19 +16,31 @@ import (
 	"github.com/nats-io/nkeys"
 )
 
-// Environment variables read by FromEnv and RegisterFlags.
+// Environment variables read by FromEnv and RegisterFlags (the nats CLI's
+// names, plus two of spendgate's).
 const (
+	// EnvSpendgateURL holds server URLs; it wins over EnvURL.
 	EnvSpendgateURL = "SPENDGATE_NATS_URL"
-	EnvURL          = "NATS_URL"
-	EnvCreds        = "NATS_CREDS"
-	EnvNKey         = "NATS_NKEY"
-	EnvUser         = "NATS_USER"
-	EnvPassword     = "NATS_PASSWORD"
-	EnvToken        = "NATS_TOKEN"
-	EnvCA           = "NATS_CA"
-	EnvCert         = "NATS_CERT"
-	EnvKey          = "NATS_KEY"
-	EnvInboxPrefix  = "SPENDGATE_INBOX_PREFIX"
+	// EnvURL holds server URLs, comma-separated.
+	EnvURL = "NATS_URL"
+	// EnvCreds names a user credentials file.
+	EnvCreds = "NATS_CREDS"
+	// EnvNKey names a user nkey seed file.
+	EnvNKey = "NATS_NKEY"
+	// EnvUser is the user name.
+	EnvUser = "NATS_USER"
+	// EnvPassword is the password.
+	EnvPassword = "NATS_PASSWORD"
+	// EnvToken is the authentication token.
+	EnvToken = "NATS_TOKEN"
+	// EnvCA names the PEM file of the servers' CA.
+	EnvCA = "NATS_CA"
+	// EnvCert names the PEM client certificate.
+	EnvCert = "NATS_CERT"
+	// EnvKey names the PEM key of the client certificate.
+	EnvKey = "NATS_KEY"
+	// EnvInboxPrefix is the reply-subject prefix.
+	EnvInboxPrefix = "SPENDGATE_INBOX_PREFIX"
 )
 
 // Defaults.

@@ -1,0 +1,50 @@
+// Package roles is spendgate's NATS permission layout: which subjects each
+// kind of identity may publish and subscribe to, derived from a
+// streams.Layout, and its rendering as a nats-server configuration.
+//
+// Four roles:
+//
+//   - replica runs `spendgate serve`: it creates and updates its ledger
+//     stream (never deletes or purges it), reads it with ordered consumers
+//     and direct gets, is the only role that writes the ledger's
+//     $KV.<bucket>.> subjects, serves every endpoint under the prefix
+//     (queue group "q") and answers $SRV discovery. It replies to requests
+//     through allow_responses: it cannot publish into anyone's inbox
+//     unasked.
+//   - service is a calling service: admit, settle and release only.
+//   - admin manages budgets: every endpoint, budget.put/get/list included,
+//     and $SRV discovery (`nats micro info spendgate`).
+//   - finance reads: budget.get/list, stream info, ephemeral (ordered)
+//     consumers on the ledger stream, direct and message gets; enough for
+//     `spendgate audit`. It writes nothing.
+//
+// Every role has a private inbox, _INBOX_<bucket>_<role>: a client of a
+// role connects with that inbox prefix (natsconn.Options.InboxPrefix,
+// --inbox-prefix, nats.CustomInboxPrefix), so no identity can read another
+// one's replies (a ledger read, a budget list) by subscribing to _INBOX.>.
+//
+// Besides its allow lists, every role but replica carries an explicit deny
+// of the ledger's write subjects (LedgerWrites): deny wins in nats-server,
+// so a later, broader allow cannot open them. Deleting or purging the
+// ledger stream is no role's business: an operator does it with an
+// identity outside this layout.
+//
+// Rendering: Authorization writes a nats-server "authorization" block
+// (users in the global account), Accounts the same users inside one account
+// with JetStream; passwords stay out of the file (the server reads
+// SPENDGATE_<USER>_PASSWORD from its environment) unless given. In
+// operator/JWT mode, Role.JWTPermissions is what to sign into a user JWT and
+// Role.NSCFlags the same as `nsc add user` flags.
+//
+// The layout was derived from a real run (TestRoles_CoverARealRun records
+// every subject each identity uses from the server's protocol trace and
+// fails if the layout refuses one) and is checked subject by subject on a
+// real server (TestRoles_Matrix), in both forms and in operator mode.
+//
+// Known limits of subject permissions: finance and replica may create any
+// consumer on the ledger stream (ordered consumers need it) and delete
+// consumers by name, and JetStream does not check a push consumer's
+// deliver subject against its creator's permissions. Consumers change no
+// ledger data; to confine them as well, put finance in its own account that
+// imports the stream.
+package roles

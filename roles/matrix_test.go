@@ -1,0 +1,218 @@
+package roles_test
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/spendgate/spendgate/roles"
+	"github.com/spendgate/spendgate/streams"
+)
+
+// The matrix below is the specification, written out by hand for the
+// default layout (bucket spendgate, stream KV_spendgate, prefix spendgate.):
+// every subject spendgate uses (recorded from a real run, see
+// TestRoles_EndToEnd) plus the ones an attacker would try. A subject not
+// listed under a role must be refused to it.
+
+var pubSubjects = []string{
+	// Ledger stream administration.
+	"$JS.API.STREAM.CREATE.KV_spendgate",
+	"$JS.API.STREAM.UPDATE.KV_spendgate",
+	"$JS.API.STREAM.DELETE.KV_spendgate",
+	"$JS.API.STREAM.PURGE.KV_spendgate",
+	"$JS.API.STREAM.MSG.DELETE.KV_spendgate",
+	"$JS.API.STREAM.RESTORE.KV_spendgate",
+	"$JS.API.STREAM.SNAPSHOT.KV_spendgate",
+	"$JS.API.CONSUMER.DURABLE.CREATE.KV_spendgate.d1",
+	"$JS.API.STREAM.CREATE.OTHER",
+	"$JS.API.STREAM.DELETE.OTHER",
+	"$JS.API.STREAM.LIST",
+	"$JS.API.STREAM.NAMES",
+	"$JS.API.INFO",
+	// Ledger reads.
+	"$JS.API.STREAM.INFO.KV_spendgate",
+	"$JS.API.STREAM.MSG.GET.KV_spendgate",
+	"$JS.API.DIRECT.GET.KV_spendgate",
+	"$JS.API.DIRECT.GET.KV_spendgate.$KV.spendgate.lane.0",
+	"$JS.API.CONSUMER.CREATE.KV_spendgate",
+	"$JS.API.CONSUMER.CREATE.KV_spendgate.c1",
+	"$JS.API.CONSUMER.CREATE.KV_spendgate.c1.$KV.spendgate.lane.0",
+	"$JS.API.CONSUMER.MSG.NEXT.KV_spendgate.c1",
+	"$JS.API.CONSUMER.INFO.KV_spendgate.c1",
+	"$JS.API.CONSUMER.DELETE.KV_spendgate.c1",
+	"$JS.API.CONSUMER.LIST.KV_spendgate",
+	"$JS.FC.KV_spendgate.c1.x",
+	"$JS.ACK.KV_spendgate.c1.1.1.1.1.0",
+	// Ledger writes (what `nats kv put` publishes).
+	"$KV.spendgate.lane.0",
+	"$KV.spendgate.budget.x",
+	"$KV.spendgate.budget.org.acme.month",
+	// Service endpoints.
+	"spendgate.admit",
+	"spendgate.settle",
+	"spendgate.release",
+	"spendgate.budget.put",
+	"spendgate.budget.get",
+	"spendgate.budget.list",
+	"spendgate.other",
+	// Discovery.
+	"$SRV.PING", "$SRV.PING.spendgate", "$SRV.PING.spendgate.id1",
+	"$SRV.INFO", "$SRV.INFO.spendgate", "$SRV.INFO.spendgate.id1",
+	"$SRV.STATS", "$SRV.STATS.spendgate", "$SRV.STATS.spendgate.id1",
+	// Inboxes: nobody publishes into another's inbox unasked.
+	"_INBOX.x",
+	"_INBOX_spendgate_replica.x",
+	"_INBOX_spendgate_service.x",
+	"_INBOX_spendgate_admin.x",
+	"_INBOX_spendgate_finance.x",
+	"anything.else",
+}
+
+var srv = []string{"$SRV.PING", "$SRV.PING.spendgate", "$SRV.PING.spendgate.id1",
+	"$SRV.INFO", "$SRV.INFO.spendgate", "$SRV.INFO.spendgate.id1",
+	"$SRV.STATS", "$SRV.STATS.spendgate", "$SRV.STATS.spendgate.id1"}
+
+var ledgerRead = []string{
+	"$JS.API.STREAM.INFO.KV_spendgate",
+	"$JS.API.STREAM.MSG.GET.KV_spendgate",
+	"$JS.API.DIRECT.GET.KV_spendgate",
+	"$JS.API.DIRECT.GET.KV_spendgate.$KV.spendgate.lane.0",
+	"$JS.API.CONSUMER.CREATE.KV_spendgate",
+	"$JS.API.CONSUMER.CREATE.KV_spendgate.c1",
+	"$JS.API.CONSUMER.CREATE.KV_spendgate.c1.$KV.spendgate.lane.0",
+	"$JS.API.CONSUMER.MSG.NEXT.KV_spendgate.c1",
+	"$JS.API.CONSUMER.DELETE.KV_spendgate.c1",
+	"$JS.FC.KV_spendgate.c1.x",
+}
+
+var wantPub = map[string][]string{
+	roles.Replica: concat(
+		[]string{"$JS.API.STREAM.CREATE.KV_spendgate", "$JS.API.STREAM.UPDATE.KV_spendgate"},
+		ledgerRead,
+		[]string{"$JS.API.CONSUMER.INFO.KV_spendgate.c1",
+			"$KV.spendgate.lane.0", "$KV.spendgate.budget.x", "$KV.spendgate.budget.org.acme.month"}),
+	roles.Service: {"spendgate.admit", "spendgate.settle", "spendgate.release"},
+	roles.Admin: concat([]string{"spendgate.admit", "spendgate.settle", "spendgate.release",
+		"spendgate.budget.put", "spendgate.budget.get", "spendgate.budget.list"}, srv),
+	roles.Finance: concat([]string{"spendgate.budget.get", "spendgate.budget.list"}, ledgerRead),
+}
+
+// subChecks are (filter, a subject it matches) pairs.
+var subChecks = [][2]string{
+	{"spendgate.admit", "spendgate.admit"},
+	{"spendgate.settle", "spendgate.settle"},
+	{"spendgate.release", "spendgate.release"},
+	{"spendgate.budget.put", "spendgate.budget.put"},
+	{"spendgate.budget.get", "spendgate.budget.get"},
+	{"spendgate.budget.list", "spendgate.budget.list"},
+	{"spendgate.>", "spendgate.admit"},
+	{"$SRV.PING", "$SRV.PING"}, {"$SRV.PING.spendgate", "$SRV.PING.spendgate"}, {"$SRV.PING.spendgate.id1", "$SRV.PING.spendgate.id1"},
+	{"$SRV.INFO", "$SRV.INFO"}, {"$SRV.INFO.spendgate", "$SRV.INFO.spendgate"}, {"$SRV.INFO.spendgate.id1", "$SRV.INFO.spendgate.id1"},
+	{"$SRV.STATS", "$SRV.STATS"}, {"$SRV.STATS.spendgate", "$SRV.STATS.spendgate"}, {"$SRV.STATS.spendgate.id1", "$SRV.STATS.spendgate.id1"},
+	{"$KV.spendgate.lane.0", "$KV.spendgate.lane.0"},
+	{"$KV.spendgate.>", "$KV.spendgate.budget.x"},
+	{"$JS.API.STREAM.INFO.KV_spendgate", "$JS.API.STREAM.INFO.KV_spendgate"},
+	{"$JS.API.>", "$JS.API.STREAM.INFO.KV_spendgate"},
+	{"_INBOX.x", "_INBOX.x"},
+	{"_INBOX.>", "_INBOX.x"},
+	{"_INBOX_spendgate_replica.x", "_INBOX_spendgate_replica.x"},
+	{"_INBOX_spendgate_service.x", "_INBOX_spendgate_service.x"},
+	{"_INBOX_spendgate_admin.x", "_INBOX_spendgate_admin.x"},
+	{"_INBOX_spendgate_finance.x", "_INBOX_spendgate_finance.x"},
+	{"_INBOX_spendgate_finance.>", "_INBOX_spendgate_finance.x"},
+	{">", "anything.else"},
+}
+
+var wantSub = map[string][]string{
+	roles.Replica: concat([]string{"spendgate.admit", "spendgate.settle", "spendgate.release", "spendgate.budget.put",
+		"spendgate.budget.get", "spendgate.budget.list", "spendgate.>"}, srv, []string{"_INBOX_spendgate_replica.x"}),
+	roles.Service: {"_INBOX_spendgate_service.x"},
+	roles.Admin:   {"_INBOX_spendgate_admin.x"},
+	roles.Finance: {"_INBOX_spendgate_finance.x", "_INBOX_spendgate_finance.>"},
+}
+
+func concat(parts ...[]string) []string { return slices.Concat(parts...) }
+
+// matrixConfig renders the default roles and users (passwords from the
+// environment, as in production) plus the observer, in the authorization
+// form or, if account is set, the accounts form.
+func matrixConfig(t *testing.T, l streams.Layout, account string) string {
+	t.Helper()
+	for _, n := range roles.Names {
+		t.Setenv(roles.PasswordEnv(n), password(n))
+	}
+	rs := append(roles.All(l), observerRole)
+	us := append(roles.DefaultUsers(), roles.User{Name: "observer", Role: "observer", Password: password("observer")})
+	var conf string
+	var err error
+	if account == "" {
+		conf, err = roles.Authorization(rs, us)
+	} else {
+		conf, err = roles.Accounts(account, rs, us)
+	}
+	require.NoError(t, err)
+	for _, n := range roles.Names {
+		require.NotContains(t, conf, password(n), "the rendered config must hold no secret")
+	}
+	return conf
+}
+
+// TestRoles_Matrix checks every role against every subject on a real
+// nats-server loaded with the rendered configuration (without JetStream, so
+// a permitted $JS.API publish reaches the observer and changes nothing). It
+// fails on any unexpected allow or deny, and lists them all. Both rendered
+// forms are checked.
+func TestRoles_Matrix(t *testing.T) {
+	for _, account := range []string{"", "SPENDGATE"} {
+		t.Run("account="+account, func(t *testing.T) { checkMatrix(t, account) })
+	}
+}
+
+func checkMatrix(t *testing.T, account string) {
+	l := streams.Default()
+	s := startConf(t, matrixConfig(t, l, account), false, nil)
+	obs := dial(t, s, l, "observer", "")
+
+	var unexpected []string
+	for _, role := range roles.Names {
+		id := dialRole(t, s, l, role)
+		for _, subj := range pubSubjects {
+			want := slices.Contains(wantPub[role], subj)
+			if got := canPublish(t, obs, id, subj); got != want {
+				unexpected = append(unexpected, fmt.Sprintf("%-8s publish   %-60s allowed=%v want %v", role, subj, got, want))
+			}
+		}
+		for _, c := range subChecks {
+			want := slices.Contains(wantSub[role], c[0])
+			if got := canSubscribe(t, obs, id, c[0], c[1], false); got != want {
+				unexpected = append(unexpected, fmt.Sprintf("%-8s subscribe %-60s allowed=%v want %v", role, c[0], got, want))
+			}
+		}
+		if role == roles.Replica {
+			// The service endpoints are served in queue group "q".
+			for _, ep := range []string{"spendgate.admit", "spendgate.budget.put"} {
+				if !canSubscribe(t, obs, id, ep, ep, true) {
+					unexpected = append(unexpected, fmt.Sprintf("%-8s queue-sub %-60s refused", role, ep))
+				}
+			}
+		}
+	}
+	sort.Strings(unexpected)
+	require.Empty(t, unexpected, "unexpected allows/denies:\n%s", strings.Join(unexpected, "\n"))
+	// Every expectation names a subject the matrix checks.
+	for role, subs := range wantPub {
+		for _, s := range subs {
+			require.Contains(t, pubSubjects, s, role)
+		}
+	}
+	if os.Getenv("ROLES_PRINT") != "" {
+		conf, _ := roles.Authorization(roles.All(l), roles.DefaultUsers())
+		t.Log("\n" + conf)
+	}
+}

@@ -1,0 +1,68 @@
+package roles_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/spendgate/spendgate/roles"
+	"github.com/spendgate/spendgate/streams"
+)
+
+func TestAuthorization_Errors(t *testing.T) {
+	l := streams.Default()
+	for _, tc := range []struct {
+		name  string
+		roles []roles.Role
+		users []roles.User
+	}{
+		{"unknown role", roles.All(l), []roles.User{{Name: "x", Role: "auditor"}}},
+		{"duplicate user", roles.All(l), []roles.User{{Name: "x", Role: roles.Admin}, {Name: "x", Role: roles.Admin}}},
+		{"anonymous", roles.All(l), []roles.User{{Role: roles.Admin}}},
+		{"bad role name", []roles.Role{{Name: "a b"}}, []roles.User{{Name: "x", Role: "a b"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := roles.Authorization(tc.roles, tc.users)
+			require.ErrorIs(t, err, roles.ErrRender)
+		})
+	}
+	_, err := roles.Accounts("bad account", roles.All(l), roles.DefaultUsers())
+	require.ErrorIs(t, err, roles.ErrRender)
+}
+
+func TestAuthorization_UsersAndLayout(t *testing.T) {
+	l, err := streams.New(streams.Config{Bucket: "ledger2", Prefix: "acme.spend."})
+	require.NoError(t, err)
+	conf, err := roles.Authorization(roles.All(l), []roles.User{
+		{Name: "svc-a", Role: roles.Service},
+		{Name: "ops", Role: roles.Admin, Password: "$2a$11$hash"},
+		{Role: roles.Finance, NKey: "UABC"},
+	})
+	require.NoError(t, err)
+	require.Contains(t, conf, `{user: "svc-a", password: $SPENDGATE_SVC_A_PASSWORD, permissions: $SPENDGATE_SERVICE}`)
+	require.Contains(t, conf, `{user: "ops", password: "$2a$11$hash", permissions: $SPENDGATE_ADMIN}`)
+	require.Contains(t, conf, `{nkey: "UABC", permissions: $SPENDGATE_FINANCE}`)
+	require.Contains(t, conf, `"acme.spend.admit"`)
+	require.Contains(t, conf, `"$KV.ledger2.>"`)
+	require.Contains(t, conf, `"$JS.API.STREAM.DELETE.KV_ledger2"`)
+	require.Contains(t, conf, "_INBOX_ledger2_service")
+	require.NotContains(t, conf, "SPENDGATE_REPLICA =", "a role without users is not rendered")
+
+	_, err = roles.ByName(l, "auditor")
+	require.ErrorIs(t, err, roles.ErrUnknownRole)
+	require.Equal(t, "SPENDGATE_SVC_A_PASSWORD", roles.PasswordEnv("svc-a"))
+}
+
+func TestConfig(t *testing.T) {
+	l := streams.Default()
+	a, err := roles.Config(l, "")
+	require.NoError(t, err)
+	want, _ := roles.Authorization(roles.All(l), roles.DefaultUsers())
+	require.Equal(t, want, a)
+	b, err := roles.Config(l, "SPENDGATE")
+	require.NoError(t, err)
+	require.Contains(t, b, "accounts {\n  SPENDGATE {\n    jetstream: enabled\n")
+	for _, n := range roles.Names {
+		require.Contains(t, b, "password: $"+roles.PasswordEnv(n))
+	}
+}

@@ -1,0 +1,193 @@
+package roles
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/spendgate/spendgate/streams"
+)
+
+// Role names.
+const (
+	Replica = "replica"
+	Service = "service"
+	Admin   = "admin"
+	Finance = "finance"
+)
+
+// Names lists the roles in the order All returns them.
+var Names = []string{Replica, Service, Admin, Finance}
+
+// Rules is one direction (publish or subscribe) of a permission set, as
+// nats-server reads it: a subject is permitted if it matches an Allow
+// entry (or Allow is empty) and no Deny entry.
+type Rules struct {
+	Allow []string
+	Deny  []string
+}
+
+// Role is a named permission set.
+type Role struct {
+	// Name of the role ("replica").
+	Name string
+	// Description is one line on who uses the role; Render prints it as
+	// a comment.
+	Description string
+	// Publish and Subscribe are the role's subject permissions.
+	Publish, Subscribe Rules
+	// AllowResponses lets the role publish one reply to the reply subject
+	// of each request it received (nats-server allow_responses).
+	AllowResponses bool
+	// InboxPrefix is the prefix of the role's reply subjects; its clients
+	// must connect with it (nats.CustomInboxPrefix). Empty means the
+	// role's Subscribe rules already cover _INBOX.
+	InboxPrefix string
+}
+
+// InboxPrefix is the private inbox prefix of role in layout l:
+// "_INBOX_<bucket>_<role>".
+func InboxPrefix(l streams.Layout, role string) string {
+	return "_INBOX_" + l.Bucket() + "_" + role
+}
+
+// srvVerbs are the NATS micro discovery verbs.
+var srvVerbs = []string{"PING", "INFO", "STATS"}
+
+// discovery is every $SRV subject of the spendgate service: the verb, the
+// verb for the service name, and for one instance.
+func discovery() []string {
+	var out []string
+	for _, v := range srvVerbs {
+		out = append(out, "$SRV."+v, "$SRV."+v+"."+streams.ServiceName, "$SRV."+v+"."+streams.ServiceName+".*")
+	}
+	return out
+}
+
+// jsAPI is "$JS.API.".
+const jsAPI = "$JS.API."
+
+// LedgerWrites returns the subjects that change the ledger of l: its KV
+// write subjects and the JetStream API calls that create, change, delete,
+// purge, restore or reshape its stream, delete a message, or create a
+// durable consumer by the legacy subject. Only the replica role may publish
+// to the first ones (create, update and the KV subjects); no role may
+// publish to the others.
+func LedgerWrites(l streams.Layout) []string {
+	s := l.StreamName()
+	return append([]string{
+		l.KeyPrefix() + ">",
+		jsAPI + "STREAM.CREATE." + s,
+		jsAPI + "STREAM.UPDATE." + s,
+	}, ledgerAdmin(l)...)
+}
+
+// ledgerAdmin are the ledger writes no role may publish: deleting or
+// purging the stream or a message, restoring it, moving it, and creating a
+// durable consumer by the legacy subject.
+func ledgerAdmin(l streams.Layout) []string {
+	s := l.StreamName()
+	return []string{
+		jsAPI + "STREAM.DELETE." + s,
+		jsAPI + "STREAM.PURGE." + s,
+		jsAPI + "STREAM.MSG.DELETE." + s,
+		jsAPI + "STREAM.RESTORE." + s,
+		jsAPI + "STREAM.PEER.REMOVE." + s,
+		jsAPI + "STREAM.LEADER.STEPDOWN." + s,
+		jsAPI + "CONSUMER.DURABLE.CREATE." + s + ".>",
+	}
+}
+
+// ledgerReads are the JetStream API subjects that read the ledger stream
+// of l: its info, ephemeral and ordered consumers (created by either
+// subject form, pulled, deleted when done: a KV watch deletes its consumer
+// on stop), direct and message gets, and flow control replies of push
+// consumers (a KV watch).
+func ledgerReads(l streams.Layout) []string {
+	s := l.StreamName()
+	return []string{
+		jsAPI + "STREAM.INFO." + s,
+		jsAPI + "STREAM.MSG.GET." + s,
+		jsAPI + "DIRECT.GET." + s,
+		jsAPI + "DIRECT.GET." + s + ".>",
+		jsAPI + "CONSUMER.CREATE." + s,
+		jsAPI + "CONSUMER.CREATE." + s + ".>",
+		jsAPI + "CONSUMER.MSG.NEXT." + s + ".*",
+		jsAPI + "CONSUMER.DELETE." + s + ".*",
+		"$JS.FC." + s + ".>",
+	}
+}
+
+// All returns the roles of layout l: replica, service, admin, finance.
+func All(l streams.Layout) []Role {
+	s := l.StreamName()
+	ep := func(names ...string) []string {
+		out := make([]string, len(names))
+		for i, n := range names {
+			out[i] = l.Endpoint(n)
+		}
+		return out
+	}
+	inbox := func(role string) []string { return []string{InboxPrefix(l, role) + ".>"} }
+	writes := LedgerWrites(l)
+
+	replicaPub := []string{
+		jsAPI + "STREAM.CREATE." + s,
+		jsAPI + "STREAM.UPDATE." + s,
+	}
+	replicaPub = append(replicaPub, ledgerReads(l)...)
+	replicaPub = append(replicaPub,
+		jsAPI+"CONSUMER.INFO."+s+".*",
+		l.KeyPrefix()+">",
+	)
+	replicaSub := append([]string{l.Prefix() + ">"}, discovery()...)
+	replicaSub = append(replicaSub, inbox(Replica)...)
+
+	all := []string{streams.EndpointAdmit, streams.EndpointSettle, streams.EndpointRelease,
+		streams.EndpointBudgetPut, streams.EndpointBudgetGet, streams.EndpointBudgetList}
+	financePub := append(ep(streams.EndpointBudgetGet, streams.EndpointBudgetList), ledgerReads(l)...)
+	return []Role{
+		{
+			Name:           Replica,
+			Description:    "runs `spendgate serve`: ensures and follows the ledger stream, writes its revisions, serves every endpoint and $SRV discovery",
+			Publish:        Rules{Allow: replicaPub, Deny: ledgerAdmin(l)},
+			Subscribe:      Rules{Allow: replicaSub},
+			AllowResponses: true,
+			InboxPrefix:    InboxPrefix(l, Replica),
+		},
+		{
+			Name:        Service,
+			Description: "a calling service: admit, settle and release only",
+			Publish:     Rules{Allow: ep(streams.EndpointAdmit, streams.EndpointSettle, streams.EndpointRelease), Deny: writes},
+			Subscribe:   Rules{Allow: inbox(Service)},
+			InboxPrefix: InboxPrefix(l, Service),
+		},
+		{
+			Name:        Admin,
+			Description: "budget administration: every endpoint (budget.put/get/list included) and $SRV discovery",
+			Publish:     Rules{Allow: append(ep(all...), discovery()...), Deny: writes},
+			Subscribe:   Rules{Allow: inbox(Admin)},
+			InboxPrefix: InboxPrefix(l, Admin),
+		},
+		{
+			Name:        Finance,
+			Description: "reads the ledger and runs `spendgate audit`: budget.get/list, stream info, ordered consumers, direct gets; writes nothing",
+			Publish:     Rules{Allow: financePub, Deny: writes},
+			Subscribe:   Rules{Allow: inbox(Finance)},
+			InboxPrefix: InboxPrefix(l, Finance),
+		},
+	}
+}
+
+// ErrUnknownRole: a name that is none of Names.
+var ErrUnknownRole = errors.New("roles: unknown role")
+
+// ByName returns the role of layout l called name (ErrUnknownRole if none).
+func ByName(l streams.Layout, name string) (Role, error) {
+	for _, r := range All(l) {
+		if r.Name == name {
+			return r, nil
+		}
+	}
+	return Role{}, fmt.Errorf("%w %q (one of %s)", ErrUnknownRole, name, strings.Join(Names, ", "))
+}

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spendgate/spendgate/projector"
@@ -77,9 +76,9 @@ func audit(args []string) int {
 		fmt.Fprintln(os.Stderr, "spendgate:", err)
 		return 1
 	}
-	nc, err := nats.Connect(c.url, nats.Name("spendgate-audit"))
+	nc, err := c.connect("spendgate-audit")
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "spendgate: connect %s: %v\n", c.url, err)
+		fmt.Fprintf(os.Stderr, "spendgate: %v\n", err)
 		return 1
 	}
 	defer nc.Close()

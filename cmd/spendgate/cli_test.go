@@ -59,7 +59,7 @@ func runCLIAs(t *testing.T, cred *syscall.Credential, env []string, args ...stri
 var allCommands = [][]string{
 	{"serve"}, {"budget"}, {"budget", "put"}, {"budget", "get"}, {"budget", "list"},
 	{"admit"}, {"settle"}, {"release"}, {"audit"}, {"audit", "check"}, {"audit", "balances"},
-	{"bench"}, {"demo"}, {"demo", "overrun"}, {"version"},
+	{"bench"}, {"demo"}, {"demo", "overrun"}, {"roles"}, {"version"},
 }
 
 // singleDashFlag matches a long flag printed the flag package's way,
@@ -85,7 +85,8 @@ func TestCLI_HelpExitsZero(t *testing.T) {
 	r := runCLI(t, nil, "help", "admit")
 	require.Equal(t, 0, r.code)
 	require.Contains(t, r.stdout, "  --amount string\n")
-	require.Contains(t, r.stdout, `(default "nats://127.0.0.1:4222")`)
+	require.Contains(t, r.stdout, "empty means nats://127.0.0.1:4222")
+	require.Contains(t, r.stdout, "prefer $NATS_PASSWORD")
 }
 
 // Unexpected arguments, unknown commands and flags are refused with the

@@ -13,33 +13,38 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/natsconn"
 	"github.com/spendgate/spendgate/streams"
 )
 
 // clientFlags are the flags of every command that talks to a running
 // service.
 type clientFlags struct {
-	url     string
+	conn    natsconn.Options
 	prefix  string
 	timeout time.Duration
 }
 
+// register declares the connection flags (--nats-url, --creds, --nkey,
+// --user, --password, --token, --tls-ca, --tls-cert, --tls-key,
+// --inbox-prefix; defaults from NATS_* variables), --prefix and --timeout.
 func (c *clientFlags) register(fs *flag.FlagSet) {
-	def := os.Getenv("SPENDGATE_NATS_URL")
-	if def == "" {
-		def = "nats://127.0.0.1:4222"
-	}
-	fs.StringVar(&c.url, "nats-url", def, "NATS server URL ($SPENDGATE_NATS_URL)")
+	c.conn.RegisterFlags(fs)
 	fs.StringVar(&c.prefix, "prefix", streams.DefaultPrefix, "service subject prefix")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "request timeout")
+}
+
+// connect dials NATS as the flags say, under the connection name name.
+func (c *clientFlags) connect(name string) (*nats.Conn, error) {
+	return c.conn.Connect(name, nats.Timeout(c.timeout))
 }
 
 // call sends req to endpoint and prints the reply. It returns the exit code
 // and the decoded reply body.
 func (c *clientFlags) call(endpoint string, req any, out any) int {
-	nc, err := nats.Connect(c.url, nats.Name("spendgate-cli"), nats.Timeout(c.timeout))
+	nc, err := c.connect("spendgate-cli")
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "spendgate: connect %s: %v\n", c.url, err)
+		fmt.Fprintf(os.Stderr, "spendgate: %v\n", err)
 		return 1
 	}
 	defer nc.Close()

@@ -29,11 +29,13 @@ Usage:
   spendgate audit balances [--at TIME]   totals per budget period as CSV, optionally as of an RFC 3339 time
   spendgate bench    [--duration 3s] [--reps 3] [--conns 4] [--scenarios hot1,...|mem] [--json]   throughput vs floor and naive CAS
   spendgate demo overrun [--concurrency 20] [--ceiling 0.10] [--price 0.02] [--json]   naive ledger vs spendgate, no setup
+  spendgate roles [--account NAME]       a nats-server permission layout: replica, service, admin, finance
   spendgate version                      module version and commit of this binary
 
 Every command takes --help for its flags ("spendgate help COMMAND" too).
 Client commands connect to --nats-url (default nats://127.0.0.1:4222, or
-$SPENDGATE_NATS_URL) and print the JSON reply.
+$SPENDGATE_NATS_URL, or $NATS_URL) with --creds, --nkey, --user/--password,
+--token or --tls-* (or the NATS_* variables) and print the JSON reply.
 Exit status: 0 success or admitted; 1 error; 2 denied, or a usage error
 (an unknown command or flag, a bad flag value, an unexpected argument).
 `
@@ -48,6 +50,7 @@ var commands = map[string]func([]string) int{
 	"audit":   audit,
 	"bench":   benchCmd,
 	"demo":    demoCmd,
+	"roles":   rolesCmd,
 	"version": versionCmd,
 }
 

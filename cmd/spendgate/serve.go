@@ -20,6 +20,7 @@ import (
 	"github.com/spendgate/spendgate/config"
 	"github.com/spendgate/spendgate/embedded"
 	"github.com/spendgate/spendgate/metrics"
+	"github.com/spendgate/spendgate/natsconn"
 	"github.com/spendgate/spendgate/ops"
 	"github.com/spendgate/spendgate/service"
 	"github.com/spendgate/spendgate/streams"
@@ -38,7 +39,13 @@ func serve(args []string) int {
 	fs := newFlagSet("serve")
 	dataDir := fs.String("data-dir", "./spendgate-data", "JetStream file storage of the embedded server")
 	listen := fs.String("listen", "127.0.0.1:4222", "client address of the embedded server")
-	natsURL := fs.String("nats-url", os.Getenv("SPENDGATE_NATS_URL"), "connect to this NATS server instead of embedding one ($SPENDGATE_NATS_URL)")
+	var conn natsconn.Options
+	conn.RegisterFlags(fs)
+	// serve embeds a server unless told otherwise: NATS_URL, which the nats
+	// CLI and other clients read, does not count, only --nats-url and
+	// $SPENDGATE_NATS_URL do.
+	conn.URL = os.Getenv(natsconn.EnvSpendgateURL)
+	natsURL := &conn.URL
 	bucket := fs.String("bucket", streams.DefaultBucket, "ledger bucket name")
 	prefix := fs.String("prefix", streams.DefaultPrefix, "service subject prefix")
 	replicas := fs.Int("replicas", 0, "ledger stream replicas (default 1 embedded, 3 with --nats-url)")
@@ -130,11 +137,18 @@ func serve(args []string) int {
 		return 1
 	}
 	closed := make(chan struct{})
-	connOpts = append(connOpts, nats.Name("spendgate"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
-		nats.ClosedHandler(func(*nats.Conn) { close(closed) }))
-	nc, err := nats.Connect(url, connOpts...)
+	onClosed := nats.ClosedHandler(func(*nats.Conn) { close(closed) })
+	var nc *nats.Conn
+	if len(connOpts) > 0 { // the embedded server, in process
+		connOpts = append(connOpts, nats.Name("spendgate"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond), onClosed)
+		nc, err = nats.Connect(url, connOpts...)
+	} else {
+		conn.Log = log
+		log.Info("connecting", "nats", conn.Describe())
+		nc, err = conn.Connect("spendgate", onClosed)
+	}
 	if err != nil {
-		log.Error("connect", "url", url, "err", err)
+		log.Error("connect", "err", err)
 		return 1
 	}
 	defer nc.Close()

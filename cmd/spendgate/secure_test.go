@@ -1,0 +1,109 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/stretchr/testify/require"
+
+	"github.com/spendgate/spendgate/roles"
+	"github.com/spendgate/spendgate/streams"
+	"github.com/spendgate/spendgate/testenv"
+)
+
+// TestSecure_RolesWalkthrough runs the README's "Securing spendgate" steps
+// with the binary: `spendgate roles` renders the permission layout, a real
+// nats-server loads it (passwords from its environment), `serve` joins it
+// as the replica, and each command runs under its role with credentials
+// and inbox prefix from the NATS_* and SPENDGATE_* variables only (nothing
+// secret in argv). The admin defines a budget, the calling service admits,
+// finance audits; the service's budget.put and a wrong password are
+// refused. It fails if a command ignores the connection variables (it
+// could not authenticate) or if the layout lets a role do what it must not.
+func TestSecure_RolesWalkthrough(t *testing.T) {
+	t.Setenv("SPENDGATE_NATS_URL", "")
+	dir := t.TempDir()
+	r := runCLI(t, nil, "roles")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "spendgate-roles.conf"), []byte(r.stdout), 0o600))
+	pw := func(user string) string { return "pw-" + user + "-x" }
+	for _, u := range roles.Names {
+		t.Setenv(roles.PasswordEnv(u), pw(u))
+	}
+	conf := fmt.Sprintf("listen: \"127.0.0.1:-1\"\njetstream { store_dir: %q }\ninclude ./spendgate-roles.conf\n", filepath.Join(dir, "js"))
+	confPath := filepath.Join(dir, "server.conf")
+	require.NoError(t, os.WriteFile(confPath, []byte(conf), 0o600))
+	opts, err := server.ProcessConfigFile(confPath)
+	require.NoError(t, err)
+	opts.NoLog, opts.NoSigs = true, true
+	s, err := server.NewServer(opts)
+	require.NoError(t, err)
+	s.Start()
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	require.True(t, s.ReadyForConnections(10*time.Second))
+	url := s.ClientURL()
+
+	as := func(role string) []string {
+		return []string{"NATS_URL=" + url, "NATS_USER=" + role, "NATS_PASSWORD=" + pw(role),
+			"SPENDGATE_INBOX_PREFIX=" + roles.InboxPrefix(streams.Default(), role)}
+	}
+
+	// The replica: serve joins the server with the replica's identity.
+	// NATS_URL alone does not make serve leave its embedded server, so
+	// the URL is given as SPENDGATE_NATS_URL.
+	serveCmd := exec.Command(binPath, "serve", "--replicas", "1")
+	serveCmd.Env = append(os.Environ(), append(as(roles.Replica), "SPENDGATE_NATS_URL="+url)...)
+	out := &syncBuffer{}
+	serveCmd.Stdout, serveCmd.Stderr = out, out
+	require.NoError(t, serveCmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- serveCmd.Wait() }()
+	t.Cleanup(func() {
+		_ = serveCmd.Process.Kill()
+		<-done
+		if t.Failed() {
+			t.Logf("serve:\n%s", out.String())
+		}
+	})
+	testenv.WaitFor(t, 30*time.Second, "serve ready under the replica role", func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("serve exited: %v\n%s", err, out.String())
+		default:
+		}
+		return strings.Contains(out.String(), "ready:")
+	})
+
+	r = runCLI(t, as(roles.Admin), "budget", "put", "--scope", "org:sec", "--period", "month", "--limit", "1.00", "--unit", "USD")
+	require.Equal(t, 0, r.code, "admin budget put: %s", r.stderr)
+
+	r = runCLI(t, as(roles.Service), "admit", "--scope", "org:sec", "--amount", "0.25")
+	require.Equal(t, 0, r.code, "service admit: %s", r.stderr)
+	require.Contains(t, r.stdout, `"admitted": true`)
+
+	// The calling service may not define budgets: its publish is refused
+	// by the server, so no reply comes.
+	r = runCLI(t, as(roles.Service), "budget", "put", "--scope", "org:sec", "--period", "month", "--limit", "500", "--unit", "USD", "--timeout", "1s")
+	require.Equal(t, 1, r.code, "service budget put must fail: %s", r.stdout)
+
+	r = runCLI(t, as(roles.Finance), "audit", "check")
+	require.Equal(t, 0, r.code, "finance audit check: %s %s", r.stdout, r.stderr)
+	require.Contains(t, r.stdout, "OK")
+
+	// The limit is unchanged: the refused put wrote nothing.
+	r = runCLI(t, as(roles.Admin), "budget", "get", "--scope", "org:sec", "--period", "month")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, `"limit": "1"`)
+
+	// A wrong password is refused with the server's reason.
+	bad := append(as(roles.Admin), "NATS_PASSWORD=wrong")
+	r = runCLI(t, bad, "budget", "list")
+	require.Equal(t, 1, r.code)
+	require.Contains(t, strings.ToLower(r.stderr), "authorization")
+}

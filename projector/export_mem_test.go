@@ -80,14 +80,18 @@ func (h *heapSampler) peak() uint64 {
 }
 
 // The export's memory stays flat as rows grow: the live heap after 50,000
-// rows is within a few MB of the heap after 5,000. It can fail: an export
+// rows (20,000 under the race detector) is within a few MB of the heap
+// after 5,000. It can fail: an export
 // that kept its rows (or a State that keeps every reservation, about 1 KB
 // each) grows by tens of MB between the samples.
 func TestProjector_ExportMemoryFlat(t *testing.T) {
 	if testing.Short() {
 		t.Skip("writes 50,000 reservations")
 	}
-	const n = 50000
+	n := 50000
+	if exportRace {
+		n = 20000
+	}
 	env := closedHistory(t, n, 10)
 	p := projector.New(env.JS, env.Layout)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -102,6 +106,7 @@ func TestProjector_ExportMemoryFlat(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, n, rows)
 	require.Len(t, h.samples, n/5000)
+	require.GreaterOrEqual(t, len(h.samples), 4)
 	// The samples wobble by a few MB (the embedded server's block cache,
 	// the consumer's buffer): bound the peak loosely and the settled level
 	// (the lowest of the last three samples) tightly. Keeping ~1 KB per
@@ -120,7 +125,7 @@ func TestProjector_ExportMemoryFlat(t *testing.T) {
 	tot, err := p.ExportCSV(ctx, io.Discard, projector.Filter{})
 	require.NoError(t, err)
 	require.Equal(t, int64(n), tot.Units[0].Rows)
-	require.Equal(t, "25000", tot.Units[0].Actual.String())
+	require.Equal(t, strconv.Itoa(n/2), tot.Units[0].Actual.String())
 	runtime.GC()
 	runtime.ReadMemStats(&ms)
 	require.Less(t, int64(ms.HeapAlloc)-int64(before), int64(4<<20))

@@ -342,7 +342,7 @@ func TestProjector_Report(t *testing.T) {
 		n, open, settled, released, expired, late int64
 		spend, overrun, reserved                  string
 	}
-	lines := func(by string) []line {
+	lines := func(by projector.GroupBy) []line {
 		rep, err := p.Report(ctx, projector.Filter{}, by)
 		require.NoError(t, err)
 		var out []line
@@ -358,7 +358,7 @@ func TestProjector_Report(t *testing.T) {
 		{"claude", 2, 0, 2, 0, 0, 2, "1.75", "0.75", "0"},
 		{"", 1, 0, 0, 1, 0, 0, "0", "0", "0"},
 		{"-1+1", 1, 1, 0, 0, 0, 0, "0", "0", "1"},
-	}, lines("model"))
+	}, lines(projector.ByMetadata("model")))
 	require.Equal(t, []line{
 		{"org:acme", 5, 1, 3, 0, 1, 2, "4.25", "1.25", "1"},
 		{"user:u-17", 2, 0, 1, 1, 0, 0, "2.5", "0.5", "0"},

@@ -10,9 +10,26 @@ import (
 	"github.com/spendgate/spendgate/streams"
 )
 
-// ByScope groups a spend report by scope; any other grouping names a
-// metadata key.
-const ByScope = "scope"
+// GroupBy says how a spend report groups reservations: ByScope or
+// ByMetadata(key).
+type GroupBy struct {
+	scope bool
+	key   string
+}
+
+// ByScope groups by scope.
+var ByScope = GroupBy{scope: true}
+
+// ByMetadata groups by the value of a metadata key.
+func ByMetadata(key string) GroupBy { return GroupBy{key: key} }
+
+// String is "scope" or "metadata.KEY".
+func (g GroupBy) String() string {
+	if g.scope {
+		return "scope"
+	}
+	return MetadataColumnPrefix + g.key
+}
 
 // SpendGroup is one line of a spend report: the reservations of one group
 // value in one unit.
@@ -32,8 +49,8 @@ type SpendGroup struct {
 
 // SpendReport is spend grouped by a scope or a metadata key.
 type SpendReport struct {
-	// By is ByScope or a metadata key; Filter what was read.
-	By     string
+	// By is the grouping; Filter what was read.
+	By     GroupBy
 	Filter Filter
 	// Groups are sorted by unit, then by spend descending, then by value.
 	Groups []SpendGroup
@@ -42,14 +59,14 @@ type SpendReport struct {
 }
 
 // Report reads the ledger stream like Rows and sums the reservations f
-// selects by group: by scope when by is ByScope (a reservation admitted in
-// several scopes counts once in each of them, so the groups of one unit
-// may add up to more than was spent), else by the value of metadata key by.
+// selects by group: by scope (a reservation admitted in several scopes
+// counts once in each of them, so the groups of one unit may add up to more
+// than was spent), or by the value of a metadata key ("" when not set).
 // Its memory is that of Rows plus one entry per group. Denials are not in
 // the book of record, so a report has no denial counts.
 //
 // It returns Rows' errors.
-func (p *Projector) Report(ctx context.Context, f Filter, by string) (*SpendReport, error) {
+func (p *Projector) Report(ctx context.Context, f Filter, by GroupBy) (*SpendReport, error) {
 	type gk struct{ value, unit string }
 	groups := map[gk]*SpendGroup{}
 	add := func(value string, r *Row) {
@@ -80,13 +97,13 @@ func (p *Projector) Report(ctx context.Context, f Filter, by string) (*SpendRepo
 		}
 	}
 	pos, err := p.Rows(ctx, f, func(r *Row) error {
-		if by == ByScope {
+		if by.scope {
 			for _, s := range r.Scopes {
 				add(string(s), r)
 			}
 			return nil
 		}
-		add(r.Metadata[by], r)
+		add(r.Metadata[by.key], r)
 		return nil
 	})
 	if err != nil {

@@ -1,7 +1,9 @@
 package projector
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sort"
@@ -161,8 +163,8 @@ type rowFold struct {
 	held  []heldEntry // FIFO, deadlines non-decreasing (stream order)
 	order uint64
 	emit  func(*Row) error
-	// keys, when not nil, collects metadata keys of selected reservations
-	// and nothing else is tracked (the first pass of a CSV export).
+	// keys collects metadata keys of selected reservations in
+	// collectKeys.
 	keys map[string]struct{}
 }
 
@@ -181,6 +183,49 @@ func decodeLane(data []byte) (*events.LaneRevision, error) {
 		return nil, errorf(ErrMalformed, "schema %q under a lane key, want %q", rev.Schema, events.SchemaLane)
 	}
 	return &rev, nil
+}
+
+// keysOnly is what the first pass of a CSV export reads of a lane
+// revision: the events, undecoded.
+type keysOnly struct {
+	Balances []struct {
+		Events []json.RawMessage `json:"events"`
+	} `json:"balances"`
+}
+
+// openedPrefix starts every encoded ReservationOpened (the encoder writes
+// the type first); an event that does not start with it or with another
+// type is decoded in full to be sure.
+var openedPrefix = []byte(`{"type":"` + string(events.TypeReservationOpened) + `"`)
+
+// collectKeys is the first pass of a CSV export: it adds the metadata keys
+// of the reservations the filter selects and decodes nothing else. It does
+// not verify the revision: the second pass reads it strictly.
+func (rf *rowFold) collectKeys(m message) error {
+	if !streams.IsLaneKey(m.key) {
+		return nil
+	}
+	var rev keysOnly
+	if err := json.Unmarshal(m.data, &rev); err != nil {
+		return &ApplyError{Seq: m.seq, Key: m.key, Err: errorf(ErrMalformed, "decode: %v", err)}
+	}
+	for _, b := range rev.Balances {
+		for _, raw := range b.Events {
+			if !bytes.HasPrefix(raw, openedPrefix) && bytes.HasPrefix(raw, []byte(`{"type":"`)) {
+				continue // another event type
+			}
+			e, err := events.DecodeEvent(raw)
+			if err != nil {
+				return &ApplyError{Seq: m.seq, Key: m.key, Err: errorf(ErrMalformed, "decode: %v", err)}
+			}
+			if ev, ok := e.(events.ReservationOpened); ok && rf.f.selects(ev) {
+				for k := range ev.Metadata {
+					rf.keys[k] = struct{}{}
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // apply folds one stream message.
@@ -215,12 +260,6 @@ func (rf *rowFold) event(m message, ref events.BalanceRef, e events.Event) error
 	switch ev := e.(type) {
 	case events.ReservationOpened:
 		if !rf.f.selects(ev) {
-			return nil
-		}
-		if rf.keys != nil {
-			for k := range ev.Metadata {
-				rf.keys[k] = struct{}{}
-			}
 			return nil
 		}
 		t := rf.live[ev.ReservationID]
@@ -417,7 +456,7 @@ func (p *Projector) MetadataKeys(ctx context.Context, f Filter) ([]string, uint6
 	rf := newRowFold(f, nil)
 	rf.keys = map[string]struct{}{}
 	if last > 0 {
-		if err := p.read(ctx, s, 1, last, rf.apply); err != nil {
+		if err := p.read(ctx, s, 1, last, rf.collectKeys); err != nil {
 			return nil, 0, err
 		}
 	}

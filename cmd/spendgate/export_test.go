@@ -115,8 +115,8 @@ func TestCLI_ExportReportBalances(t *testing.T) {
 	// Reports.
 	out = ok("report", "--by", "model")
 	require.Contains(t, out, "Denials are not recorded")
-	require.Regexp(t, `(?m)^\s*gpt-4o\s+USD\s+2\s+1\s+1\s+0\s+0\s+0\s+2\.5\s+0\.5\s+3\s*$`, out)
-	require.Regexp(t, `(?m)^\s*\(none\)\s+USD\s+1\s+0\s+0\s+1\s`, out)
+	require.Regexp(t, `(?m)^gpt-4o\s+USD\s+2\s+1\s+1\s+0\s+0\s+0\s+2\.5\s+0\.5\s+3\s*$`, out)
+	require.Regexp(t, `(?m)^\(none\)\s+USD\s+1\s+0\s+0\s+1\s`, out)
 	code, out, errOut := e2eCLIErr(t, url, "report", "--by", "scope", "--format", "csv")
 	require.Equal(t, 0, code)
 	require.Contains(t, errOut, "Denials are not recorded")

@@ -6,7 +6,7 @@ import (
 	"io"
 	"os"
 	"strings"
-	"text/tabwriter"
+	"unicode/utf8"
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/projector"
@@ -138,22 +138,46 @@ func writeReportTable(out io.Writer, name string, r replayFlags, rep *projector.
 		name, in, from, to, rep.Position, strings.ReplaceAll(reportDenialsNote, "\n", "\n# ")); err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	head := append([]string{strings.ToUpper(name)}, reportColumns...)
 	for i := range head {
 		head[i] = strings.ToUpper(head[i])
 	}
-	if _, err := fmt.Fprintln(tw, strings.Join(head, "\t")+"\t"); err != nil {
-		return err
-	}
+	table := [][]string{head}
 	for _, g := range rep.Groups {
 		v := g.Value
 		if v == "" {
 			v = "(none)"
 		}
-		if _, err := fmt.Fprintln(tw, strings.Join(append([]string{v}, reportCells(g)...), "\t")+"\t"); err != nil {
+		table = append(table, append([]string{v}, reportCells(g)...))
+	}
+	return writeAligned(out, table)
+}
+
+// writeAligned writes rows as columns two spaces apart: the first column
+// (a name) left-aligned, the others (numbers) right-aligned.
+func writeAligned(out io.Writer, rows [][]string) error {
+	width := make([]int, len(rows[0]))
+	for _, row := range rows {
+		for i, c := range row {
+			width[i] = max(width[i], utf8.RuneCountInString(c))
+		}
+	}
+	var b strings.Builder
+	for _, row := range rows {
+		b.Reset()
+		for i, c := range row {
+			pad := strings.Repeat(" ", width[i]-utf8.RuneCountInString(c))
+			switch {
+			case i == 0:
+				b.WriteString(c + pad)
+			default:
+				b.WriteString("  " + pad + c)
+			}
+		}
+		b.WriteByte('\n')
+		if _, err := io.WriteString(out, b.String()); err != nil {
 			return err
 		}
 	}
-	return tw.Flush()
+	return nil
 }

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"fmt"
+	"strings"
+
 	"github.com/google/uuid"
 
 	"github.com/spendgate/spendgate/events"
@@ -9,7 +12,7 @@ import (
 
 var admitCommand = command{
 	name:     "spendgate admit",
-	synopsis: "--scope KIND:ID [--scope ...] --amount DECIMAL [--unit USD] [--ttl 5m] [--request-id ID]",
+	synopsis: "--scope KIND:ID [--scope ...] --amount DECIMAL [--unit USD] [--ttl 5m] [--request-id ID] [--meta KEY=VALUE ...]",
 	about: `Reserves an amount in every budget of every scope, or in none, and prints
 the reply. Exit status: 0 admitted, 2 denied (or a usage error: the message on
 stderr says which), 1 on an error.`,
@@ -27,8 +30,20 @@ func admitCmd(args []string) int {
 	fs.StringVar(&req.Unit, "unit", "", "currency of the amount (default USD)")
 	fs.StringVar(&req.TTL, "ttl", "", "reservation TTL, e.g. 30s (default 5m)")
 	fs.StringVar(&req.RequestID, "request-id", "", "idempotency key (default: a new UUID)")
+	var meta multiFlag
+	fs.Var(&meta, "meta", "metadata `key=value` recorded with the reservation (model, user, ...); repeat for several")
 	if code, ok := admitCommand.parse(fs, args); !ok {
 		return code
+	}
+	for _, kv := range meta {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return admitCommand.usageError(fs, fmt.Sprintf("--meta %q: want KEY=VALUE", kv))
+		}
+		if req.Metadata == nil {
+			req.Metadata = map[string]string{}
+		}
+		req.Metadata[k] = v
 	}
 	req.Scopes = scopes
 	if req.RequestID == "" {

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -18,12 +20,13 @@ import (
 var (
 	auditCommand = command{
 		name:     "spendgate audit",
-		synopsis: "check|balances [flags]",
+		synopsis: "check|balances|export [flags]",
 		about: `Replays the book of record for finance:
 
   check      replay the book and reconcile it with the live balances, to the
              last digit (exit 1 if they differ)
-  balances   totals per budget period as CSV, optionally as of a time`,
+  balances   totals per budget period as CSV, optionally as of a time
+  export     one row per reservation, as CSV or JSON Lines`,
 	}
 	auditCheckCommand = command{
 		name:     "spendgate audit check",
@@ -34,19 +37,23 @@ var (
 		name:     "spendgate audit balances",
 		synopsis: "[--at RFC3339] [--nats-url URL] [--bucket NAME]",
 		about: `Writes the totals of every budget period as CSV on standard output, as of
-now or of --at. Exit status 1 on any error, a failed write included: a file
-that ends early is never reported as complete.`,
+now or of --at. A budget defined but not used in its period instance at
+--at (or now) gets a row of zeros. Exit status 1 on any error, a failed
+write included: a file that ends early is never reported as complete.`,
 	}
 )
 
 // audit is spendgate audit check|balances.
 func audit(args []string) int {
+	if len(args) > 0 && args[0] == "export" {
+		return auditExport(args[1:])
+	}
 	if len(args) == 0 || (args[0] != "check" && args[0] != "balances") {
 		fs := newFlagSet("audit")
 		if code, ok := auditCommand.parse(fs, args); !ok {
 			return code
 		}
-		return auditCommand.usageError(fs, "which audit? (check or balances)")
+		return auditCommand.usageError(fs, "which audit? (check, balances or export)")
 	}
 	cmd := auditCheckCommand
 	if args[0] == "balances" {
@@ -64,10 +71,10 @@ func audit(args []string) int {
 		return code
 	}
 	var until time.Time
-	if at != nil && *at != "" {
-		t, err := time.Parse(time.RFC3339Nano, *at)
+	if at != nil {
+		t, err := parseTimeFlag("at", *at)
 		if err != nil {
-			return cmd.usageError(fs, fmt.Sprintf("--at %q: %v", *at, err))
+			return cmd.usageError(fs, err.Error())
 		}
 		until = t
 	}
@@ -115,7 +122,13 @@ func audit(args []string) int {
 		fmt.Fprintln(os.Stderr, "spendgate: audit balances:", err)
 		return 1
 	}
-	if err := writeBalances(os.Stdout, st.Balances()); err != nil {
+	now := until
+	if now.IsZero() {
+		now = time.Now()
+	}
+	balances := append(st.Balances(), projector.IdleBalances(st, now)...)
+	slices.SortFunc(balances, func(a, b projector.Balance) int { return strings.Compare(a.Key, b.Key) })
+	if err := writeBalances(os.Stdout, balances); err != nil {
 		fmt.Fprintln(os.Stderr, "spendgate: audit balances: the CSV is incomplete:", err)
 		return 1
 	}

@@ -27,6 +27,9 @@ Usage:
   spendgate release  --reservation ID
   spendgate audit check                  replay the book of record and reconcile it with the live balances
   spendgate audit balances [--at TIME]   totals per budget period as CSV, optionally as of an RFC 3339 time
+  spendgate audit export [--from TIME] [--to TIME] [--scope KIND:ID ...] [--format csv|jsonl] [--totals FILE]
+                                         one row per reservation, streamed
+  spendgate report   --by scope|KEY [--from TIME] [--to TIME] [--format table|csv]   spend by scope or metadata key
   spendgate bench    [--duration 3s] [--reps 3] [--conns 4] [--scenarios hot1,...|mem] [--json]   throughput vs floor and naive CAS
   spendgate demo overrun [--concurrency 20] [--ceiling 0.10] [--price 0.02] [--json]   naive ledger vs spendgate, no setup
   spendgate roles [--account NAME]       a nats-server permission layout: replica, service, admin, finance
@@ -48,6 +51,7 @@ var commands = map[string]func([]string) int{
 	"settle":  settleCmd,
 	"release": releaseCmd,
 	"audit":   audit,
+	"report":  report,
 	"bench":   benchCmd,
 	"demo":    demoCmd,
 	"roles":   rolesCmd,

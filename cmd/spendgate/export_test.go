@@ -1,0 +1,217 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/service"
+	"github.com/spendgate/spendgate/testenv"
+)
+
+// e2eCLIErr is e2eCLI that also returns standard error.
+func e2eCLIErr(t *testing.T, url string, args ...string) (int, string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binPath, args...)
+	cmd.Env = append(os.Environ(), "SPENDGATE_NATS_URL="+url, "GORACE="+os.Getenv("GORACE")+" atexit_sleep_ms=0")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exitErr *exec.ExitError
+	code := 0
+	switch {
+	case errors.As(err, &exitErr):
+		code = exitErr.ExitCode()
+	case err != nil:
+		t.Fatalf("spendgate %v: %v\n%s", args, err, stderr.String())
+	}
+	t.Logf("$ spendgate %v  -> exit %d\n%s%s", args, code, stdout.String(), stderr.String())
+	return code, stdout.String(), stderr.String()
+}
+
+// Export and report through the real service and CLI: the rows and groups
+// are those of what the CLI admitted, settled and released; the balances
+// list an idle budget; bad times and flags are usage errors.
+func TestCLI_ExportReportBalances(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	env.StartSpendgate(t, service.ReplicaConfig{SweepInterval: -1})
+	url := env.URL()
+	ok := func(args ...string) string {
+		t.Helper()
+		code, out, errOut := e2eCLIErr(t, url, args...)
+		require.Equal(t, 0, code, errOut)
+		return out
+	}
+	ok("budget", "put", "--scope", "org:acme", "--period", "month", "--limit", "100", "--unit", "USD")
+	ok("budget", "put", "--scope", "user:u-17", "--period", "day", "--limit", "10", "--unit", "USD")
+	ok("budget", "put", "--scope", "team:idle", "--period", "month", "--limit", "50", "--unit", "USD")
+	admit := func(args ...string) string {
+		t.Helper()
+		var r events.AdmitReply
+		require.NoError(t, json.Unmarshal([]byte(ok(append([]string{"admit"}, args...)...)), &r))
+		require.True(t, r.Admitted)
+		return r.ReservationID
+	}
+	r1 := admit("--scope", "org:acme", "--scope", "user:u-17", "--amount", "2", "--meta", "model=gpt-4o", "--meta", "feature==1+1")
+	r2 := admit("--scope", "org:acme", "--amount", "1.50", "--meta", "model=claude")
+	r3 := admit("--scope", "user:u-17", "--amount", "0.25")
+	ok("settle", "--reservation", r1, "--actual", "2.5")
+	ok("settle", "--reservation", r2, "--actual", "1")
+	ok("release", "--reservation", r3)
+	r4 := admit("--scope", "org:acme", "--amount", "3", "--meta", "model=gpt-4o")
+
+	// CSV: header, one row per reservation (r1 once, not once per
+	// balance), closed rows in closing order, the open one last.
+	dir := t.TempDir()
+	out := ok("audit", "export", "--totals", filepath.Join(dir, "totals.csv"))
+	recs, err := csv.NewReader(strings.NewReader(out)).ReadAll()
+	require.NoError(t, err)
+	require.Equal(t, []string{"reservation_id", "request_id", "scopes", "balances", "unit", "reserved",
+		"opened_at", "expires_at", "settled_at", "released_at", "expired_at", "status", "actual", "overrun", "late",
+		"release_reason", "metadata.feature", "metadata.model"}, recs[0])
+	require.Len(t, recs, 5)
+	col := func(rec []string, name string) string { return rec[indexOf(recs[0], name)] }
+	require.Equal(t, []string{r1, r2, r3, r4}, []string{recs[1][0], recs[2][0], recs[3][0], recs[4][0]})
+	require.Equal(t, "org:acme user:u-17", col(recs[1], "scopes"))
+	require.Equal(t, "settled", col(recs[1], "status"))
+	require.Equal(t, "2.5", col(recs[1], "actual"))
+	require.Equal(t, "0.5", col(recs[1], "overrun"))
+	require.Equal(t, "'=1+1", col(recs[1], "metadata.feature"), "a formula is defused")
+	require.Equal(t, "1.5", col(recs[2], "reserved"))
+	require.Equal(t, "released", col(recs[3], "release_reason"))
+	require.Equal(t, "open", col(recs[4], "status"))
+	_, err = time.Parse(time.RFC3339, col(recs[1], "opened_at"))
+	require.NoError(t, err)
+	totals, err := os.ReadFile(filepath.Join(dir, "totals.csv"))
+	require.NoError(t, err)
+	require.Equal(t, "unit,rows,open,settled,released,expired,late,reserved,actual,overrun\nUSD,4,1,2,1,0,0,6.75,3.5,0.5\n", string(totals))
+
+	// JSONL, filtered by scope.
+	out = ok("audit", "export", "--format", "jsonl", "--scope", "user:u-17")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 2)
+	var row map[string]any
+	require.NoError(t, json.Unmarshal([]byte(lines[0]), &row))
+	require.Equal(t, r1, row["reservation_id"])
+	require.Equal(t, map[string]any{"model": "gpt-4o", "feature": "=1+1"}, row["metadata"])
+	// --from after everything: a header and nothing else.
+	out = ok("audit", "export", "--from", time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
+	require.Equal(t, 1, strings.Count(out, "\n"))
+
+	// Reports.
+	out = ok("report", "--by", "model")
+	require.Contains(t, out, "Denials are not recorded")
+	require.Regexp(t, `(?m)^gpt-4o\s+USD\s+2\s+1\s+1\s+0\s+0\s+0\s+2\.5\s+0\.5\s+3\s*$`, out)
+	require.Regexp(t, `(?m)^\(none\)\s+USD\s+1\s+0\s+0\s+1\s`, out)
+	code, out, errOut := e2eCLIErr(t, url, "report", "--by", "scope", "--format", "csv")
+	require.Equal(t, 0, code)
+	require.Contains(t, errOut, "Denials are not recorded")
+	require.Equal(t, "scope,unit,reservations,open,settled,released,expired,late,spend,overrun,reserved\n"+
+		"org:acme,USD,3,1,2,0,0,0,3.5,0.5,3\n"+
+		"user:u-17,USD,2,0,1,1,0,0,2.5,0.5,0\n", out)
+
+	// audit balances lists the idle budget with zeros.
+	out = ok("audit", "balances")
+	require.Regexp(t, `(?m)^team:idle,month,\d{4}-\d{2},USD,50,0,0,0,0,0,0,0,0,0$`, out)
+	require.Contains(t, out, "org:acme,month,")
+
+	// Usage errors: a bad time names the flag and the format; exit 2.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"audit", "balances", "--at", "yesterday"}, `--at "yesterday": want an RFC 3339 time like 2026-11-30T12:00:00Z`},
+		{[]string{"audit", "export", "--from", "2026-11-30"}, `--from "2026-11-30": want an RFC 3339 time like`},
+		{[]string{"audit", "export", "--to", "soon"}, `--to "soon": want an RFC 3339 time`},
+		{[]string{"audit", "export", "--format", "xlsx"}, `--format "xlsx": want csv or jsonl`},
+		{[]string{"audit", "export", "--scope", "acme"}, `--scope "acme"`},
+		{[]string{"audit", "export", "extra"}, `unexpected arguments`},
+		{[]string{"audit", "export", "--from", "2026-12-01T00:00:00Z", "--to", "2026-11-01T00:00:00Z"}, `is not before --to`},
+		{[]string{"audit", "check", "--at", "2026-11-30T12:00:00Z"}, `flag provided but not defined: --at`},
+		{[]string{"report"}, `--by is required`},
+		{[]string{"report", "--by", "a b"}, `--by "a b"`},
+		{[]string{"report", "--by", "model", "--format", "pdf"}, `--format "pdf": want table or csv`},
+		{[]string{"report", "--by", "model", "--from", "x"}, `--from "x": want an RFC 3339 time`},
+		{[]string{"admit", "--scope", "org:acme", "--amount", "1", "--meta", "model"}, `--meta "model": want KEY=VALUE`},
+	} {
+		code, _, errOut := e2eCLIErr(t, url, c.args...)
+		require.Equal(t, 2, code, "%v", c.args)
+		require.Contains(t, errOut, c.want, "%v", c.args)
+	}
+	for _, args := range [][]string{{"audit", "export", "--help"}, {"report", "--help"}} {
+		code, out, _ := e2eCLIErr(t, url, args...)
+		require.Equal(t, 0, code)
+		require.Contains(t, out, "Usage: spendgate ")
+		require.Contains(t, out, "  --from string")
+	}
+}
+
+func indexOf(s []string, v string) int {
+	for i, x := range s {
+		if x == v {
+			return i
+		}
+	}
+	panic("no column " + v)
+}
+
+// An export to a full disk exits 1 and says the file is incomplete, in
+// both formats, and so does a totals file that cannot be written.
+func TestAuditExport_FullDevice(t *testing.T) {
+	t.Parallel()
+	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+	if err != nil {
+		t.Skipf("no /dev/full: %v", err)
+	}
+	defer full.Close()
+	env := testenv.New(t)
+	env.StartSpendgate(t, service.ReplicaConfig{SweepInterval: -1})
+	code, _ := e2eCLI(t, env.URL(), "budget", "put", "--scope", "org:acme", "--period", "month", "--limit", "10", "--unit", "USD")
+	require.Equal(t, 0, code)
+	code, _ = e2eCLI(t, env.URL(), "admit", "--scope", "org:acme", "--amount", "1")
+	require.Equal(t, 0, code)
+	run := func(stdout *os.File, args ...string) (int, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, binPath, append(args, "--nats-url", env.URL())...)
+		cmd.Env = append(os.Environ(), "GORACE="+os.Getenv("GORACE")+" atexit_sleep_ms=0")
+		var stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = stdout, &stderr
+		err := cmd.Run()
+		var exitErr *exec.ExitError
+		if errors.As(err, &exitErr) {
+			return exitErr.ExitCode(), stderr.String()
+		}
+		require.NoError(t, err)
+		return 0, stderr.String()
+	}
+	for _, format := range []string{"csv", "jsonl"} {
+		code, errOut := run(full, "audit", "export", "--format", format)
+		require.Equal(t, 1, code, errOut)
+		require.Contains(t, errOut, "the export is incomplete")
+		require.Contains(t, errOut, "no space left on device")
+	}
+	code, errOut := run(full, "report", "--by", "scope")
+	require.Equal(t, 1, code, errOut)
+	require.Contains(t, errOut, "the report is incomplete")
+	devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	require.NoError(t, err)
+	defer devnull.Close()
+	code, errOut = run(devnull, "audit", "export", "--totals", "/dev/full")
+	require.Equal(t, 1, code, errOut)
+	require.Contains(t, errOut, "the totals file /dev/full is incomplete")
+}

@@ -1,0 +1,469 @@
+package projector
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/streams"
+)
+
+// DefaultLateSettleHold is how long after an expired reservation was
+// released an export waits for a late settle before it writes the
+// reservation's row, measured on the stream's message timestamps (the
+// server's clock, as the ledger's own retention is). It is longer than the
+// 48 hours a replica remembers an expired reservation
+// (ledger.DefaultExpiredRetention), after which no late settle can land.
+const DefaultLateSettleHold = 72 * time.Hour
+
+// Filter selects the reservations of an export or a report.
+type Filter struct {
+	// From and To select reservations by the time they opened
+	// (ReservationOpened.At): From <= opened < To. A zero bound is open.
+	From, To time.Time
+	// Scopes, when not empty, keeps only reservations admitted in at least
+	// one of these scopes.
+	Scopes []events.Scope
+	// Hold overrides DefaultLateSettleHold when positive.
+	Hold time.Duration
+}
+
+// selects reports whether a reservation opened with ev is in the filter.
+func (f Filter) selects(ev events.ReservationOpened) bool {
+	if !f.From.IsZero() && ev.At.Before(f.From) {
+		return false
+	}
+	if !f.To.IsZero() && !ev.At.Before(f.To) {
+		return false
+	}
+	if len(f.Scopes) == 0 {
+		return true
+	}
+	for _, b := range ev.Balances {
+		if slices.Contains(f.Scopes, b.Scope) {
+			return true
+		}
+	}
+	return false
+}
+
+func (f Filter) hold() time.Duration {
+	if f.Hold > 0 {
+		return f.Hold
+	}
+	return DefaultLateSettleHold
+}
+
+// Row is one reservation as an export writes it: its whole lifecycle
+// across every balance it was admitted in, flattened.
+type Row struct {
+	// ReservationID and RequestID name the reservation and its admit.
+	ReservationID, RequestID string
+	// Scopes are the distinct scopes of Balances, in the order Balances
+	// names them; Balances every balance it was admitted in.
+	Scopes   []events.Scope
+	Balances []events.BalanceRef
+	// Unit and Reserved are those of the admit: one amount reserved in
+	// every balance.
+	Unit     string
+	Reserved events.Money
+	// OpenedAt and ExpiresAt come from ReservationOpened. SettledAt is the
+	// settle's At, ReleasedAt a release's At with reason "released",
+	// ExpiredAt the sweeper's release's At (reason "expired"); zero when
+	// it did not happen.
+	OpenedAt, ExpiresAt, SettledAt, ReleasedAt, ExpiredAt time.Time
+	// Status is events.StatusOpen while any balance holds it, else
+	// StatusSettled if it was settled (after expiry too), else
+	// StatusExpired or StatusReleased.
+	Status string
+	// Settled says Actual and Overrun are set (by a settle).
+	Settled         bool
+	Actual, Overrun events.Money
+	// Late: the settle arrived after ExpiresAt.
+	Late bool
+	// ReleaseReason is events.ReasonReleased or ReasonExpired, or "".
+	ReleaseReason string
+	// Metadata is the admit's metadata, as recorded.
+	Metadata map[string]string
+}
+
+// partState is one balance's lifecycle of a tracked reservation.
+type partState uint8
+
+const (
+	partOpen partState = iota + 1
+	partSettled
+	partReleased
+	partExpired // released by the sweeper, no late settle yet
+	partExpiredSettled
+)
+
+// tracked is a reservation the export has not written yet.
+type tracked struct {
+	row   Row
+	parts map[events.BalanceRef]partState
+	order uint64 // opening order, for the rows written at the end
+	held  bool   // every part closed, some expired: waiting for a late settle
+}
+
+// done reports whether every balance the reservation names has closed and
+// none waits for a late settle; held whether every one closed but some
+// expired part has not been settled.
+func (t *tracked) state() (closed, waiting bool) {
+	if len(t.parts) < len(t.row.Balances) {
+		return false, false
+	}
+	for _, p := range t.parts {
+		switch p {
+		case partOpen:
+			return false, false
+		case partExpired:
+			waiting = true
+		}
+	}
+	return true, waiting
+}
+
+func (t *tracked) refreshStatus() {
+	has := map[partState]bool{}
+	for _, p := range t.parts {
+		has[p] = true
+	}
+	switch {
+	case has[partOpen] || len(t.parts) < len(t.row.Balances):
+		t.row.Status = events.StatusOpen
+	case has[partSettled] || has[partExpiredSettled]:
+		t.row.Status = events.StatusSettled
+	case has[partExpired]:
+		t.row.Status = events.StatusExpired
+	default:
+		t.row.Status = events.StatusReleased
+	}
+}
+
+// heldEntry is an expired reservation waiting for a late settle until
+// deadline (a message timestamp).
+type heldEntry struct {
+	t        *tracked
+	deadline time.Time
+}
+
+// rowFold is the streaming fold of an export: it keeps only the
+// reservations it has not written yet (those open, and those expired and
+// within their late-settle hold), so its memory is bounded by what is
+// live, not by the number of rows.
+type rowFold struct {
+	f     Filter
+	live  map[string]*tracked
+	held  []heldEntry // FIFO, deadlines non-decreasing (stream order)
+	order uint64
+	emit  func(*Row) error
+	// keys collects metadata keys of selected reservations in
+	// collectKeys.
+	keys map[string]struct{}
+}
+
+func newRowFold(f Filter, emit func(*Row) error) *rowFold {
+	return &rowFold{f: f, live: map[string]*tracked{}, emit: emit}
+}
+
+// decodeLane reads a lane revision for an export. Exports do not verify
+// the book (audit check does); they only need its events.
+func decodeLane(data []byte) (*events.LaneRevision, error) {
+	var rev events.LaneRevision
+	if err := decodeStrict(data, &rev); err != nil {
+		return nil, err
+	}
+	if rev.Schema != events.SchemaLane {
+		return nil, errorf(ErrMalformed, "schema %q under a lane key, want %q", rev.Schema, events.SchemaLane)
+	}
+	return &rev, nil
+}
+
+// keysOnly is what the first pass of a CSV export reads of a lane
+// revision: the events, undecoded.
+type keysOnly struct {
+	Balances []struct {
+		Events []json.RawMessage `json:"events"`
+	} `json:"balances"`
+}
+
+// openedPrefix starts every encoded ReservationOpened (the encoder writes
+// the type first); an event that does not start with it or with another
+// type is decoded in full to be sure.
+var openedPrefix = []byte(`{"type":"` + string(events.TypeReservationOpened) + `"`)
+
+// collectKeys is the first pass of a CSV export: it adds the metadata keys
+// of the reservations the filter selects and decodes nothing else. It does
+// not verify the revision: the second pass reads it strictly.
+func (rf *rowFold) collectKeys(m message) error {
+	if !streams.IsLaneKey(m.key) {
+		return nil
+	}
+	var rev keysOnly
+	if err := json.Unmarshal(m.data, &rev); err != nil {
+		return &ApplyError{Seq: m.seq, Key: m.key, Err: errorf(ErrMalformed, "decode: %v", err)}
+	}
+	for _, b := range rev.Balances {
+		for _, raw := range b.Events {
+			if !bytes.HasPrefix(raw, openedPrefix) && bytes.HasPrefix(raw, []byte(`{"type":"`)) {
+				continue // another event type
+			}
+			e, err := events.DecodeEvent(raw)
+			if err != nil {
+				return &ApplyError{Seq: m.seq, Key: m.key, Err: errorf(ErrMalformed, "decode: %v", err)}
+			}
+			if ev, ok := e.(events.ReservationOpened); ok && rf.f.selects(ev) {
+				for k := range ev.Metadata {
+					rf.keys[k] = struct{}{}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// apply folds one stream message.
+func (rf *rowFold) apply(m message) error {
+	if err := rf.expireHolds(m.at); err != nil {
+		return err
+	}
+	switch {
+	case streams.IsLaneKey(m.key):
+	case streams.IsBalanceKey(m.key):
+		return &ApplyError{Seq: m.seq, Key: m.key, Err: errorf(ErrMalformed, "balance key outside a lane: a stream of an older layout")}
+	default:
+		return nil
+	}
+	rev, err := decodeLane(m.data)
+	if err != nil {
+		return &ApplyError{Seq: m.seq, Key: m.key, Err: err}
+	}
+	for i := range rev.Balances {
+		br := &rev.Balances[i]
+		for j, e := range br.Events {
+			if err := rf.event(m, br.Balance, e); err != nil {
+				return &ApplyError{Seq: m.seq, Key: m.key, Err: fmt.Errorf("balance %s: event %d (%s): %w", br.Balance, j, eventType(e), err)}
+			}
+		}
+	}
+	return nil
+}
+
+// event folds one reservation event of balance ref.
+func (rf *rowFold) event(m message, ref events.BalanceRef, e events.Event) error {
+	switch ev := e.(type) {
+	case events.ReservationOpened:
+		if !rf.f.selects(ev) {
+			return nil
+		}
+		t := rf.live[ev.ReservationID]
+		if t == nil {
+			rf.order++
+			t = &tracked{
+				row: Row{
+					ReservationID: ev.ReservationID, RequestID: ev.RequestID,
+					Balances: slices.Clone(ev.Balances), Unit: ev.Unit, Reserved: ev.Amount,
+					OpenedAt: ev.At, ExpiresAt: ev.ExpiresAt, Metadata: ev.Metadata,
+				},
+				parts: make(map[events.BalanceRef]partState, len(ev.Balances)),
+				order: rf.order,
+			}
+			for _, b := range ev.Balances {
+				if !slices.Contains(t.row.Scopes, b.Scope) {
+					t.row.Scopes = append(t.row.Scopes, b.Scope)
+				}
+			}
+			rf.live[ev.ReservationID] = t
+		}
+		if _, dup := t.parts[ref]; dup {
+			return errorf(ErrTransition, "reservation %s opened twice in balance %s", ev.ReservationID, ref)
+		}
+		t.parts[ref] = partOpen
+		t.refreshStatus()
+		return nil
+	case events.ReservationSettled:
+		t := rf.live[ev.ReservationID]
+		if t == nil {
+			return nil // not selected (or its row was written after its hold)
+		}
+		p := t.parts[ref]
+		switch {
+		case p == partOpen && !ev.AfterExpiry:
+			t.parts[ref] = partSettled
+		case p == partExpired && ev.AfterExpiry:
+			t.parts[ref] = partExpiredSettled
+		default:
+			return errorf(ErrTransition, "settle of reservation %s in balance %s in an impossible state", ev.ReservationID, ref)
+		}
+		if !t.row.Settled {
+			t.row.Settled, t.row.Actual, t.row.Overrun = true, ev.Actual, ev.Overrun
+		}
+		if ev.At.After(t.row.SettledAt) {
+			t.row.SettledAt = ev.At
+		}
+		t.row.Late = t.row.Late || ev.Late
+	case events.ReservationReleased:
+		t := rf.live[ev.ReservationID]
+		if t == nil {
+			return nil
+		}
+		if t.parts[ref] != partOpen {
+			return errorf(ErrTransition, "release of reservation %s, which is not open in balance %s", ev.ReservationID, ref)
+		}
+		t.row.ReleaseReason = ev.Reason
+		if ev.Reason == events.ReasonExpired {
+			t.parts[ref] = partExpired
+			if ev.At.After(t.row.ExpiredAt) {
+				t.row.ExpiredAt = ev.At
+			}
+		} else {
+			t.parts[ref] = partReleased
+			if ev.At.After(t.row.ReleasedAt) {
+				t.row.ReleasedAt = ev.At
+			}
+		}
+	default:
+		return nil
+	}
+	id := eventReservation(e)
+	t := rf.live[id]
+	t.refreshStatus()
+	closed, waiting := t.state()
+	switch {
+	case closed && !waiting:
+		delete(rf.live, id)
+		t.held = false
+		return rf.write(t)
+	case closed && waiting && !t.held:
+		t.held = true
+		rf.held = append(rf.held, heldEntry{t: t, deadline: m.at.Add(rf.f.hold())})
+	}
+	return nil
+}
+
+func eventReservation(e events.Event) string {
+	switch ev := e.(type) {
+	case events.ReservationSettled:
+		return ev.ReservationID
+	case events.ReservationReleased:
+		return ev.ReservationID
+	}
+	return ""
+}
+
+// expireHolds writes the rows of held reservations whose hold ended
+// before now.
+func (rf *rowFold) expireHolds(now time.Time) error {
+	for len(rf.held) > 0 && rf.held[0].deadline.Before(now) {
+		h := rf.held[0]
+		rf.held[0] = heldEntry{}
+		rf.held = rf.held[1:]
+		if !h.t.held || rf.live[h.t.row.ReservationID] != h.t {
+			continue // written when its late settle arrived
+		}
+		delete(rf.live, h.t.row.ReservationID)
+		if err := rf.write(h.t); err != nil {
+			return err
+		}
+	}
+	if len(rf.held) == 0 {
+		rf.held = nil // let the backing array go
+	}
+	return nil
+}
+
+func (rf *rowFold) write(t *tracked) error {
+	if rf.emit == nil {
+		return nil
+	}
+	return rf.emit(&t.row)
+}
+
+// finish writes every reservation not written yet (open, or expired and
+// within its hold) in the order they opened.
+func (rf *rowFold) finish() error {
+	rest := make([]*tracked, 0, len(rf.live))
+	for _, t := range rf.live {
+		rest = append(rest, t)
+	}
+	sort.Slice(rest, func(i, j int) bool { return rest[i].order < rest[j].order })
+	rf.live, rf.held = map[string]*tracked{}, nil
+	for _, t := range rest {
+		if err := rf.write(t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Rows reads the ledger stream from its first message to its last as of
+// the call and hands fn every reservation that f selects, once, as a Row:
+//
+//   - when it closes in every balance it was admitted in (the stream
+//     order of the revision that closed it last), settled or released;
+//   - an expired reservation when a late settle arrives, or when its
+//     late-settle hold (f.Hold) has passed on the stream's clock;
+//   - then, at the end, every reservation still open or still held, in
+//     the order they opened.
+//
+// Memory is bounded by the reservations not yet handed over (open ones and
+// expired ones within their hold), never by the number of rows. fn must
+// not keep the *Row. Rows does not verify the book (audit check does) and
+// does not change the projector's state. It returns the stream position
+// it read up to.
+//
+// It returns the stream lookup or consumer error, ctx's error, an
+// *ApplyError for a message it cannot read as a lane revision or an
+// impossible transition, or fn's error.
+func (p *Projector) Rows(ctx context.Context, f Filter, fn func(*Row) error) (uint64, error) {
+	return p.rows(ctx, f, 0, fn)
+}
+
+// rows is Rows up to until (0: the last message as of the call).
+func (p *Projector) rows(ctx context.Context, f Filter, until uint64, fn func(*Row) error) (uint64, error) {
+	s, last, err := p.stream(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if until == 0 {
+		until = last
+	}
+	rf := newRowFold(f, fn)
+	if until > 0 {
+		if err := p.read(ctx, s, 1, until, rf.apply); err != nil {
+			return 0, err
+		}
+	}
+	return until, rf.finish()
+}
+
+// MetadataKeys reads the stream up to its last message as of the call and
+// returns the sorted union of the metadata keys of the reservations f
+// selects, and the position it read up to. It keeps only the keys (at
+// most events.MaxMetadata per reservation), so its memory is bounded by
+// the number of distinct keys.
+func (p *Projector) MetadataKeys(ctx context.Context, f Filter) ([]string, uint64, error) {
+	s, last, err := p.stream(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	rf := newRowFold(f, nil)
+	rf.keys = map[string]struct{}{}
+	if last > 0 {
+		if err := p.read(ctx, s, 1, last, rf.collectKeys); err != nil {
+			return nil, 0, err
+		}
+	}
+	keys := make([]string, 0, len(rf.keys))
+	for k := range rf.keys {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys, last, nil
+}

@@ -1,0 +1,386 @@
+package projector_test
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/projector"
+	"github.com/spendgate/spendgate/streams"
+	"github.com/spendgate/spendgate/testenv"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// book writes a consistent book of record straight into the ledger stream
+// through the events encoder, with fixed ids and times, so that an export
+// of it is byte-identical from run to run. It keeps each balance's totals
+// to state them in every revision, as the ledger writer does; the test
+// proves the book consistent with projector.Check.
+type book struct {
+	t      testing.TB
+	env    *testenv.Env
+	limits map[events.BudgetRef]events.Money
+	bals   map[events.BalanceRef]*events.BalanceRevision
+	buf    []byte
+}
+
+func newBook(t testing.TB, env *testenv.Env) *book {
+	return &book{t: t, env: env, limits: map[events.BudgetRef]events.Money{}, bals: map[events.BalanceRef]*events.BalanceRevision{}}
+}
+
+// define writes a budget definition.
+func (bk *book) define(ref events.BudgetRef, limit string) {
+	bk.t.Helper()
+	bk.limits[ref] = m(limit)
+	bk.put(streams.BudgetKey(ref), budgetRev(bk.t, ref, limit, "USD"))
+}
+
+func (bk *book) put(key string, data []byte) {
+	bk.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := bk.env.JS.Publish(ctx, bk.env.Layout.Subject(key), data)
+	require.NoError(bk.t, err)
+}
+
+// commit writes evs: one lane revision per lane they touch, in lane key
+// order, each balance's events in the order given.
+func (bk *book) commit(evs ...events.Event) {
+	bk.t.Helper()
+	byLane := map[string]map[events.BalanceRef]*events.BalanceRevision{}
+	for _, e := range evs {
+		var ref events.BalanceRef
+		switch ev := e.(type) {
+		case events.ReservationOpened:
+			ref = ev.Balance
+		case events.ReservationSettled:
+			ref = ev.Balance
+		case events.ReservationReleased:
+			ref = ev.Balance
+		}
+		b := bk.bals[ref]
+		if b == nil {
+			b = &events.BalanceRevision{Schema: events.SchemaBalance, Balance: ref, Unit: "USD", Limit: bk.limits[ref.Budget()]}
+			bk.bals[ref] = b
+		}
+		switch ev := e.(type) {
+		case events.ReservationOpened:
+			b.Reserved, b.Open = b.Reserved.Add(ev.Amount), b.Open+1
+		case events.ReservationSettled:
+			b.Spent, b.Overrun = b.Spent.Add(ev.Actual), b.Overrun.Add(ev.Overrun)
+			if !ev.AfterExpiry {
+				b.Reserved, b.Open = b.Reserved.Sub(ev.Reserved), b.Open-1
+			}
+		case events.ReservationReleased:
+			b.Reserved, b.Open = b.Reserved.Sub(ev.Reserved), b.Open-1
+		}
+		lk := bk.env.Layout.LaneKey(ref)
+		if byLane[lk] == nil {
+			byLane[lk] = map[events.BalanceRef]*events.BalanceRevision{}
+		}
+		cur := byLane[lk][ref]
+		if cur == nil {
+			cur = &events.BalanceRevision{}
+			byLane[lk][ref] = cur
+		}
+		cur.Events = append(cur.Events, e)
+	}
+	for _, lk := range slices.Sorted(mapsKeys(byLane)) {
+		rev := events.LaneRevision{Schema: events.SchemaLane}
+		refs := slices.SortedFunc(mapsKeys(byLane[lk]), func(a, b events.BalanceRef) int {
+			return strings.Compare(streams.BalanceKey(a), streams.BalanceKey(b))
+		})
+		for _, ref := range refs {
+			br := *bk.bals[ref]
+			br.Events = byLane[lk][ref].Events
+			rev.Balances = append(rev.Balances, br)
+		}
+		var err error
+		bk.buf, err = rev.AppendJSON(bk.buf[:0])
+		require.NoError(bk.t, err)
+		bk.put(lk, bk.buf)
+	}
+}
+
+func mapsKeys[K comparable, V any](mm map[K]V) func(func(K) bool) {
+	return func(yield func(K) bool) {
+		for k := range mm {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+func open(id string, amount string, at time.Time, ttl time.Duration, meta map[string]string, refs ...events.BalanceRef) []events.Event {
+	out := make([]events.Event, len(refs))
+	for i, ref := range refs {
+		out[i] = events.ReservationOpened{
+			ReservationID: id, RequestID: "req-" + id, RequestHash: "h-" + id, Balance: ref,
+			Amount: m(amount), Unit: "USD", Balances: refs, ExpiresAt: at.Add(ttl), At: at, Metadata: meta,
+		}
+	}
+	return out
+}
+
+func settle(id, reserved, actual string, at time.Time, late, afterExpiry bool, refs ...events.BalanceRef) []events.Event {
+	out := make([]events.Event, len(refs))
+	for i, ref := range refs {
+		over := m(actual).Sub(m(reserved)).Max(events.Zero)
+		if afterExpiry {
+			over = m(actual)
+		}
+		out[i] = events.ReservationSettled{ReservationID: id, Balance: ref, Reserved: m(reserved), Actual: m(actual),
+			Overrun: over, Late: late, AfterExpiry: afterExpiry, At: at}
+	}
+	return out
+}
+
+func release(id, reserved, reason string, at time.Time, refs ...events.BalanceRef) []events.Event {
+	out := make([]events.Event, len(refs))
+	for i, ref := range refs {
+		out[i] = events.ReservationReleased{ReservationID: id, Balance: ref, Reserved: m(reserved), Reason: reason, At: at}
+	}
+	return out
+}
+
+func cat(evs ...[]events.Event) []events.Event { return slices.Concat(evs...) }
+
+// goldenScenario writes the fixed scenario of the golden export on a
+// two-lane ledger (acme in lane.1, u17 in lane.0): a two-scope reservation
+// settled with an overrun, one that expired and was settled after expiry,
+// one settled late before the sweeper came, one released, one expired and
+// never settled, one still open, metadata with a formula, a comma, quotes
+// and a newline.
+func goldenScenario(t testing.TB) *testenv.Env {
+	env := testenv.New(t, testenv.WithLayout(lanes2))
+	bk := newBook(t, env)
+	bk.define(acme.Budget(), "100")
+	bk.define(u17.Budget(), "10")
+	bk.define(events.BudgetRef{Scope: "team:idle", Period: events.PeriodMonth}, "50")
+	s := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Second) }
+	bk.commit(open("rsv_01", "2", s(0), time.Minute, map[string]string{"model": "gpt-4o", "user": "u-17", "feature": "=HYPERLINK(\"http://x\")"}, u17, acme)...)
+	bk.commit(open("rsv_02", "1.25", s(1), time.Minute, map[string]string{"model": "claude", "feature": "chat, \"beta\"\nline 2"}, acme)...)
+	bk.commit(cat(
+		open("rsv_03", "0.5", s(2), time.Minute, nil, u17),
+		open("rsv_04", "3", s(3), time.Minute, map[string]string{"model": "gpt-4o"}, acme),
+		open("rsv_05", "1", s(4), time.Hour, map[string]string{"model": "-1+1"}, acme),
+		open("rsv_07", "1", s(5), time.Minute, map[string]string{"model": "claude"}, acme),
+	)...)
+	bk.commit(release("rsv_03", "0.5", events.ReasonReleased, s(6), u17)...)
+	bk.commit(settle("rsv_01", "2", "2.5", s(10), false, false, u17, acme)...)
+	bk.commit(settle("rsv_07", "1", "1", s(90), true, false, acme)...)
+	bk.commit(cat(
+		release("rsv_02", "1.25", events.ReasonExpired, s(120), acme),
+		release("rsv_04", "3", events.ReasonExpired, s(120), acme),
+	)...)
+	bk.commit(settle("rsv_02", "1.25", "0.75", s(180), true, true, acme)...)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rep, err := projector.Check(ctx, env.JS, env.Layout)
+	require.NoError(t, err)
+	require.True(t, rep.OK(), "the scenario is a consistent book: %s", rep)
+	return env
+}
+
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		require.NoError(t, os.MkdirAll("testdata", 0o755))
+		require.NoError(t, os.WriteFile(path, got, 0o644))
+	}
+	want, err := os.ReadFile(path)
+	require.NoError(t, err, "run go test -run Golden -update ./projector/ to create it")
+	require.Equal(t, string(want), string(got), "%s differs from the export", path)
+}
+
+func TestProjector_ExportGolden(t *testing.T) {
+	t.Parallel()
+	env := goldenScenario(t)
+	p := projector.New(env.JS, env.Layout)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	var csvOut, jsonOut, totCSV, totJSON bytes.Buffer
+	tot, err := p.ExportCSV(ctx, &csvOut, projector.Filter{})
+	require.NoError(t, err)
+	tot2, err := p.ExportJSONL(ctx, &jsonOut, projector.Filter{})
+	require.NoError(t, err)
+	require.Equal(t, tot, tot2, "both formats total the same rows")
+	require.NoError(t, projector.WriteTotalsCSV(&totCSV, tot))
+	require.NoError(t, projector.WriteTotalsJSON(&totJSON, tot))
+	golden(t, "export.csv", csvOut.Bytes())
+	golden(t, "export.jsonl", jsonOut.Bytes())
+	golden(t, "export-totals.csv", totCSV.Bytes())
+	golden(t, "export-totals.jsonl", totJSON.Bytes())
+
+	// Order: closed as the book closed them (rsv_03, rsv_01, rsv_07, then
+	// rsv_02 at its late settle); then, in opening order, those still
+	// open or held for a late settle (rsv_04 expired, rsv_05 open).
+	var ids []string
+	for _, line := range strings.Split(strings.TrimSpace(csvOut.String()), "\n")[1:] {
+		if strings.HasPrefix(line, "rsv_") {
+			ids = append(ids, line[:6])
+		}
+	}
+	require.Equal(t, []string{"rsv_03", "rsv_01", "rsv_07", "rsv_02", "rsv_04", "rsv_05"}, ids)
+	// The totals agree with the balances: spent of both balances is the
+	// actual of their rows (rsv_01 counts in both, once in the totals).
+	st, err := p.CatchUp(ctx)
+	require.NoError(t, err)
+	ba, _ := st.Balance(acme)
+	bu, _ := st.Balance(u17)
+	require.Equal(t, "4.25", ba.Spent.Add(bu.Spent).Sub(m("2.5")).String())
+	require.Equal(t, "4.25", tot.Units[0].Actual.String())
+	require.Equal(t, "1.25", tot.Units[0].Overrun.String())
+}
+
+func TestProjector_ExportFilter(t *testing.T) {
+	t.Parallel()
+	env := goldenScenario(t)
+	p := projector.New(env.JS, env.Layout)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ids := func(f projector.Filter) []string {
+		var out []string
+		_, err := p.Rows(ctx, f, func(r *projector.Row) error { out = append(out, r.ReservationID); return nil })
+		require.NoError(t, err)
+		slices.Sort(out)
+		return out
+	}
+	s := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Second) }
+	require.Equal(t, []string{"rsv_02", "rsv_03", "rsv_04"}, ids(projector.Filter{From: s(1), To: s(4)}), "from inclusive, to exclusive")
+	require.Equal(t, []string{"rsv_01", "rsv_03"}, ids(projector.Filter{Scopes: []events.Scope{"user:u-17"}}))
+	require.Equal(t, []string{"rsv_01", "rsv_03"}, ids(projector.Filter{Scopes: []events.Scope{"user:u-17", "team:none"}}))
+	require.Empty(t, ids(projector.Filter{From: s(100)}))
+
+	// A CSV's metadata columns are those of the selected rows only.
+	var out bytes.Buffer
+	_, err := p.ExportCSV(ctx, &out, projector.Filter{Scopes: []events.Scope{"user:u-17"}, To: s(2)})
+	require.NoError(t, err)
+	header, _, _ := strings.Cut(out.String(), "\n")
+	require.True(t, strings.HasSuffix(header, ",release_reason,metadata.feature,metadata.model,metadata.user"), header)
+
+	// A hold shorter than the time between the expiry and the late settle
+	// writes rsv_02 without its settle; the settle is then not exported.
+	var st []string
+	_, err = p.Rows(ctx, projector.Filter{Hold: time.Nanosecond}, func(r *projector.Row) error {
+		if r.ReservationID == "rsv_02" {
+			st = append(st, r.Status)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Len(t, st, 1)
+}
+
+// failingWriter accepts limit bytes, then fails every write.
+type failingWriter struct{ limit int }
+
+func (f *failingWriter) Write(p []byte) (int, error) {
+	if len(p) > f.limit {
+		n := f.limit
+		f.limit = 0
+		return n, io.ErrShortWrite
+	}
+	f.limit -= len(p)
+	return len(p), nil
+}
+
+func TestProjector_ExportWriteErrors(t *testing.T) {
+	t.Parallel()
+	env := goldenScenario(t)
+	p := projector.New(env.JS, env.Layout)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var whole bytes.Buffer
+	_, err := p.ExportCSV(ctx, &whole, projector.Filter{})
+	require.NoError(t, err)
+	for _, limit := range []int{0, 10, whole.Len() / 2, whole.Len() - 1} {
+		_, err := p.ExportCSV(ctx, &failingWriter{limit: limit}, projector.Filter{})
+		require.ErrorIs(t, err, io.ErrShortWrite, "csv, limit %d", limit)
+		_, err = p.ExportJSONL(ctx, &failingWriter{limit: limit}, projector.Filter{})
+		require.ErrorIs(t, err, io.ErrShortWrite, "jsonl, limit %d", limit)
+	}
+	tot, err := p.ExportCSV(ctx, io.Discard, projector.Filter{})
+	require.NoError(t, err)
+	require.ErrorIs(t, projector.WriteTotalsCSV(&failingWriter{limit: 5}, tot), io.ErrShortWrite)
+	require.ErrorIs(t, projector.WriteTotalsJSON(&failingWriter{limit: 5}, tot), io.ErrShortWrite)
+}
+
+func TestSafeCell(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"": "", "gpt-4o": "gpt-4o", "=1+1": "'=1+1", "+1": "'+1", "-1": "'-1", "@SUM(A1)": "'@SUM(A1)",
+		"\tx": "'\tx", "\rx": "'\rx", "a=b": "a=b", "'x": "'x",
+	} {
+		require.Equal(t, want, projector.SafeCell(in), "%q", in)
+	}
+}
+
+func TestProjector_Report(t *testing.T) {
+	t.Parallel()
+	env := goldenScenario(t)
+	p := projector.New(env.JS, env.Layout)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	type line struct {
+		value                                     string
+		n, open, settled, released, expired, late int64
+		spend, overrun, reserved                  string
+	}
+	lines := func(by projector.GroupBy) []line {
+		rep, err := p.Report(ctx, projector.Filter{}, by)
+		require.NoError(t, err)
+		var out []line
+		for _, g := range rep.Groups {
+			require.Equal(t, "USD", g.Unit)
+			out = append(out, line{g.Value, g.Reservations, g.Open, g.Settled, g.Released, g.Expired, g.Late,
+				g.Spend.String(), g.Overrun.String(), g.Reserved.String()})
+		}
+		return out
+	}
+	require.Equal(t, []line{
+		{"gpt-4o", 2, 0, 1, 0, 1, 0, "2.5", "0.5", "0"},
+		{"claude", 2, 0, 2, 0, 0, 2, "1.75", "0.75", "0"},
+		{"", 1, 0, 0, 1, 0, 0, "0", "0", "0"},
+		{"-1+1", 1, 1, 0, 0, 0, 0, "0", "0", "1"},
+	}, lines(projector.ByMetadata("model")))
+	require.Equal(t, []line{
+		{"org:acme", 5, 1, 3, 0, 1, 2, "4.25", "1.25", "1"},
+		{"user:u-17", 2, 0, 1, 1, 0, 0, "2.5", "0.5", "0"},
+	}, lines(projector.ByScope))
+}
+
+func TestIdleBalances(t *testing.T) {
+	t.Parallel()
+	env := goldenScenario(t)
+	p := projector.New(env.JS, env.Layout)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := p.CatchUp(ctx)
+	require.NoError(t, err)
+	var got []string
+	for _, b := range projector.IdleBalances(st, t0) {
+		got = append(got, b.Key+" "+b.Limit.String()+" "+b.Spent.String())
+	}
+	require.Equal(t, []string{"balance.team.idle.month.2026-11 50 0"}, got, "acme and u17 have balances at t0")
+	got = nil
+	for _, b := range projector.IdleBalances(st, t0.AddDate(0, 1, 0)) {
+		got = append(got, b.Key)
+	}
+	require.Equal(t, []string{"balance.org.acme.month.2026-12", "balance.team.idle.month.2026-12", "balance.user.u-17.day.2026-12-30"}, got)
+}

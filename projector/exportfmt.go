@@ -1,0 +1,323 @@
+package projector
+
+import (
+	"bufio"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spendgate/spendgate/events"
+)
+
+// ExportColumns are the fixed columns of a CSV export, in order; one
+// column per metadata key follows, named MetadataColumnPrefix + key.
+var ExportColumns = []string{
+	"reservation_id", "request_id", "scopes", "balances", "unit", "reserved",
+	"opened_at", "expires_at", "settled_at", "released_at", "expired_at",
+	"status", "actual", "overrun", "late", "release_reason",
+}
+
+// MetadataColumnPrefix starts the name of a metadata column of a CSV
+// export ("metadata.model"), so that no key can collide with a fixed
+// column.
+const MetadataColumnPrefix = "metadata."
+
+// ListSeparator joins the scopes and balances of one reservation in one
+// CSV cell. Neither a scope nor a balance can hold a space.
+const ListSeparator = " "
+
+// formatTime is the export's time format: RFC 3339 in UTC with as many
+// fractional digits as the time has, "" for the zero time.
+func formatTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+// SafeCell guards a CSV cell against formula injection: a cell that starts
+// with '=', '+', '-', '@', a tab or a carriage return gets a leading single
+// quote, so that a spreadsheet shows it as text instead of evaluating it.
+// Every cell of a CSV export goes through it; spendgate's own numbers are
+// never negative, so only caller-supplied text (request ids, scopes,
+// metadata values) can be changed.
+func SafeCell(s string) string {
+	if s == "" {
+		return s
+	}
+	switch s[0] {
+	case '=', '+', '-', '@', '\t', '\r':
+		return "'" + s
+	}
+	return s
+}
+
+// Totals sums an export per unit.
+type Totals struct {
+	// Units holds one UnitTotals per unit, sorted by unit.
+	Units []UnitTotals
+	// Position is the stream sequence the export read up to.
+	Position uint64
+}
+
+// UnitTotals is the sum of the rows of one unit.
+type UnitTotals struct {
+	Unit string
+	// Rows counts rows; Open, Settled, Released, Expired rows by status;
+	// Late rows settled late.
+	Rows, Open, Settled, Released, Expired, Late int64
+	// Reserved sums the rows' reserved amounts, Actual and Overrun those
+	// of the settled rows.
+	Reserved, Actual, Overrun events.Money
+}
+
+// TotalsColumns is the header of WriteTotalsCSV.
+var TotalsColumns = []string{"unit", "rows", "open", "settled", "released", "expired", "late", "reserved", "actual", "overrun"}
+
+type totaller struct{ by map[string]*UnitTotals }
+
+func (t *totaller) add(r *Row) {
+	if t.by == nil {
+		t.by = map[string]*UnitTotals{}
+	}
+	u := t.by[r.Unit]
+	if u == nil {
+		u = &UnitTotals{Unit: r.Unit}
+		t.by[r.Unit] = u
+	}
+	u.Rows++
+	switch r.Status {
+	case events.StatusOpen:
+		u.Open++
+	case events.StatusSettled:
+		u.Settled++
+	case events.StatusReleased:
+		u.Released++
+	case events.StatusExpired:
+		u.Expired++
+	}
+	if r.Late {
+		u.Late++
+	}
+	u.Reserved = u.Reserved.Add(r.Reserved)
+	if r.Settled {
+		u.Actual = u.Actual.Add(r.Actual)
+		u.Overrun = u.Overrun.Add(r.Overrun)
+	}
+}
+
+func (t *totaller) totals(pos uint64) Totals {
+	out := Totals{Position: pos}
+	for _, u := range t.by {
+		out.Units = append(out.Units, *u)
+	}
+	slices.SortFunc(out.Units, func(a, b UnitTotals) int { return strings.Compare(a.Unit, b.Unit) })
+	return out
+}
+
+// WriteTotalsCSV writes totals as CSV: a header (TotalsColumns) and one
+// row per unit. It returns the first write or flush error.
+func WriteTotalsCSV(w io.Writer, t Totals) error {
+	cw := csv.NewWriter(w)
+	if err := cw.Write(TotalsColumns); err != nil {
+		return err
+	}
+	for _, u := range t.Units {
+		if err := cw.Write([]string{SafeCell(u.Unit), itoa(u.Rows), itoa(u.Open), itoa(u.Settled), itoa(u.Released),
+			itoa(u.Expired), itoa(u.Late), u.Reserved.String(), u.Actual.String(), u.Overrun.String()}); err != nil {
+			return err
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+// WriteTotalsJSON writes totals as one JSON object per unit, one a line,
+// with the field names of TotalsColumns.
+func WriteTotalsJSON(w io.Writer, t Totals) error {
+	bw := bufio.NewWriter(w)
+	for _, u := range t.Units {
+		b, err := json.Marshal(struct {
+			Unit     string       `json:"unit"`
+			Rows     int64        `json:"rows"`
+			Open     int64        `json:"open"`
+			Settled  int64        `json:"settled"`
+			Released int64        `json:"released"`
+			Expired  int64        `json:"expired"`
+			Late     int64        `json:"late"`
+			Reserved events.Money `json:"reserved"`
+			Actual   events.Money `json:"actual"`
+			Overrun  events.Money `json:"overrun"`
+		}{u.Unit, u.Rows, u.Open, u.Settled, u.Released, u.Expired, u.Late, u.Reserved, u.Actual, u.Overrun})
+		if err != nil {
+			return err
+		}
+		if _, err := bw.Write(append(b, '\n')); err != nil {
+			return err
+		}
+	}
+	return bw.Flush()
+}
+
+// ExportCSV writes the reservations f selects as CSV on w, one row each in
+// the order Rows hands them over: a header of ExportColumns and then one
+// column per metadata key, sorted. To know the metadata columns before
+// the first row while still streaming, it reads the stream twice: a first
+// pass collects only the metadata keys (memory bounded by the number of
+// distinct keys), a second, up to the same position, writes the rows.
+// Cells are quoted as RFC 4180 says and guarded by SafeCell; decimals are
+// written exactly as recorded; times are RFC 3339 in UTC; an empty cell
+// means "did not happen" (or, for a metadata column, "not set").
+//
+// It returns the totals of what it wrote, or Rows' errors, or the first
+// write or flush error: a file that ends early is never reported as
+// complete.
+func (p *Projector) ExportCSV(ctx context.Context, w io.Writer, f Filter) (Totals, error) {
+	keys, last, err := p.MetadataKeys(ctx, f)
+	if err != nil {
+		return Totals{}, err
+	}
+	cw := csv.NewWriter(w)
+	header := slices.Clone(ExportColumns)
+	for _, k := range keys {
+		header = append(header, SafeCell(MetadataColumnPrefix+k))
+	}
+	if err := cw.Write(header); err != nil {
+		return Totals{}, err
+	}
+	var tot totaller
+	if last == 0 {
+		cw.Flush()
+		return tot.totals(0), cw.Error()
+	}
+	rec := make([]string, len(header))
+	pos, err := p.rows(ctx, f, last, func(r *Row) error {
+		tot.add(r)
+		fillRecord(rec, r, keys)
+		if err := cw.Write(rec); err != nil {
+			return err
+		}
+		return cw.Error() // a failed flush of an earlier buffer
+	})
+	if err != nil {
+		return Totals{}, err
+	}
+	cw.Flush()
+	if err := cw.Error(); err != nil {
+		return Totals{}, err
+	}
+	return tot.totals(pos), nil
+}
+
+// fillRecord writes r into rec, in the columns of ExportColumns and keys.
+func fillRecord(rec []string, r *Row, keys []string) {
+	scopes := make([]string, len(r.Scopes))
+	for i, s := range r.Scopes {
+		scopes[i] = string(s)
+	}
+	balances := make([]string, len(r.Balances))
+	for i, b := range r.Balances {
+		balances[i] = b.String()
+	}
+	actual, overrun := "", ""
+	if r.Settled {
+		actual, overrun = r.Actual.String(), r.Overrun.String()
+	}
+	late := "false"
+	if r.Late {
+		late = "true"
+	}
+	fixed := []string{
+		r.ReservationID, r.RequestID, strings.Join(scopes, ListSeparator), strings.Join(balances, ListSeparator),
+		r.Unit, r.Reserved.String(),
+		formatTime(r.OpenedAt), formatTime(r.ExpiresAt), formatTime(r.SettledAt), formatTime(r.ReleasedAt), formatTime(r.ExpiredAt),
+		r.Status, actual, overrun, late, r.ReleaseReason,
+	}
+	n := copy(rec, fixed)
+	for i, k := range keys {
+		rec[n+i] = r.Metadata[k]
+	}
+	for i := range rec {
+		rec[i] = SafeCell(rec[i])
+	}
+}
+
+// jsonRow is one line of a JSONL export. Absent times and the amounts of
+// an unsettled reservation are null.
+type jsonRow struct {
+	ReservationID string              `json:"reservation_id"`
+	RequestID     string              `json:"request_id"`
+	Scopes        []events.Scope      `json:"scopes"`
+	Balances      []events.BalanceRef `json:"balances"`
+	Unit          string              `json:"unit"`
+	Reserved      events.Money        `json:"reserved"`
+	OpenedAt      *string             `json:"opened_at"`
+	ExpiresAt     *string             `json:"expires_at"`
+	SettledAt     *string             `json:"settled_at"`
+	ReleasedAt    *string             `json:"released_at"`
+	ExpiredAt     *string             `json:"expired_at"`
+	Status        string              `json:"status"`
+	Actual        *events.Money       `json:"actual"`
+	Overrun       *events.Money       `json:"overrun"`
+	Late          bool                `json:"late"`
+	ReleaseReason *string             `json:"release_reason"`
+	Metadata      map[string]string   `json:"metadata"`
+}
+
+func optTime(t time.Time) *string {
+	if t.IsZero() {
+		return nil
+	}
+	s := formatTime(t)
+	return &s
+}
+
+// ExportJSONL writes the reservations f selects as JSON Lines on w: one
+// object per reservation, in the order Rows hands them over, with the
+// fields named like ExportColumns plus "metadata" (an object, {} when
+// none); scopes and balances are arrays, amounts decimal strings exactly
+// as recorded, times RFC 3339 strings in UTC, and what did not happen is
+// null. It reads the stream once.
+//
+// It returns the totals of what it wrote, or Rows' errors, or the first
+// write or flush error.
+func (p *Projector) ExportJSONL(ctx context.Context, w io.Writer, f Filter) (Totals, error) {
+	bw := bufio.NewWriterSize(w, 64<<10)
+	enc := json.NewEncoder(bw)
+	enc.SetEscapeHTML(false)
+	var tot totaller
+	pos, err := p.rows(ctx, f, 0, func(r *Row) error {
+		tot.add(r)
+		jr := jsonRow{
+			ReservationID: r.ReservationID, RequestID: r.RequestID, Scopes: r.Scopes, Balances: r.Balances,
+			Unit: r.Unit, Reserved: r.Reserved,
+			OpenedAt: optTime(r.OpenedAt), ExpiresAt: optTime(r.ExpiresAt), SettledAt: optTime(r.SettledAt),
+			ReleasedAt: optTime(r.ReleasedAt), ExpiredAt: optTime(r.ExpiredAt),
+			Status: r.Status, Late: r.Late, Metadata: r.Metadata,
+		}
+		if jr.Metadata == nil {
+			jr.Metadata = map[string]string{}
+		}
+		if r.Settled {
+			jr.Actual, jr.Overrun = &r.Actual, &r.Overrun
+		}
+		if r.ReleaseReason != "" {
+			jr.ReleaseReason = &r.ReleaseReason
+		}
+		return enc.Encode(jr) // one line: Encode adds the newline
+	})
+	if err != nil {
+		return Totals{}, err
+	}
+	if err := bw.Flush(); err != nil {
+		return Totals{}, err
+	}
+	return tot.totals(pos), nil
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

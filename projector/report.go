@@ -1,0 +1,143 @@
+package projector
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/streams"
+)
+
+// GroupBy says how a spend report groups reservations: ByScope or
+// ByMetadata(key).
+type GroupBy struct {
+	scope bool
+	key   string
+}
+
+// ByScope groups by scope.
+var ByScope = GroupBy{scope: true}
+
+// ByMetadata groups by the value of a metadata key.
+func ByMetadata(key string) GroupBy { return GroupBy{key: key} }
+
+// String is "scope" or "metadata.KEY".
+func (g GroupBy) String() string {
+	if g.scope {
+		return "scope"
+	}
+	return MetadataColumnPrefix + g.key
+}
+
+// SpendGroup is one line of a spend report: the reservations of one group
+// value in one unit.
+type SpendGroup struct {
+	// Value is the scope, or the metadata value ("" when the key is not
+	// set); Unit the reservations' unit (amounts of different units are
+	// never added).
+	Value string
+	Unit  string
+	// Reservations counts the group's reservations; Open, Settled,
+	// Released, Expired by status; Late those settled late.
+	Reservations, Open, Settled, Released, Expired, Late int64
+	// Spend sums the settled actual costs, Overrun the overruns, Reserved
+	// the amounts the group's open reservations still hold.
+	Spend, Overrun, Reserved events.Money
+}
+
+// SpendReport is spend grouped by a scope or a metadata key.
+type SpendReport struct {
+	// By is the grouping; Filter what was read.
+	By     GroupBy
+	Filter Filter
+	// Groups are sorted by unit, then by spend descending, then by value.
+	Groups []SpendGroup
+	// Position is the stream sequence the report read up to.
+	Position uint64
+}
+
+// Report reads the ledger stream like Rows and sums the reservations f
+// selects by group: by scope (a reservation admitted in several scopes
+// counts once in each of them, so the groups of one unit may add up to more
+// than was spent), or by the value of a metadata key ("" when not set).
+// Its memory is that of Rows plus one entry per group. Denials are not in
+// the book of record, so a report has no denial counts.
+//
+// It returns Rows' errors.
+func (p *Projector) Report(ctx context.Context, f Filter, by GroupBy) (*SpendReport, error) {
+	type gk struct{ value, unit string }
+	groups := map[gk]*SpendGroup{}
+	add := func(value string, r *Row) {
+		k := gk{value, r.Unit}
+		g := groups[k]
+		if g == nil {
+			g = &SpendGroup{Value: value, Unit: r.Unit}
+			groups[k] = g
+		}
+		g.Reservations++
+		switch r.Status {
+		case events.StatusOpen:
+			g.Open++
+			g.Reserved = g.Reserved.Add(r.Reserved)
+		case events.StatusSettled:
+			g.Settled++
+		case events.StatusReleased:
+			g.Released++
+		case events.StatusExpired:
+			g.Expired++
+		}
+		if r.Late {
+			g.Late++
+		}
+		if r.Settled {
+			g.Spend = g.Spend.Add(r.Actual)
+			g.Overrun = g.Overrun.Add(r.Overrun)
+		}
+	}
+	pos, err := p.Rows(ctx, f, func(r *Row) error {
+		if by.scope {
+			for _, s := range r.Scopes {
+				add(string(s), r)
+			}
+			return nil
+		}
+		add(r.Metadata[by.key], r)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	rep := &SpendReport{By: by, Filter: f, Position: pos}
+	for _, g := range groups {
+		rep.Groups = append(rep.Groups, *g)
+	}
+	slices.SortFunc(rep.Groups, func(a, b SpendGroup) int {
+		if c := strings.Compare(a.Unit, b.Unit); c != 0 {
+			return c
+		}
+		if c := b.Spend.Cmp(a.Spend); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Value, b.Value)
+	})
+	return rep, nil
+}
+
+// IdleBalances returns, for every budget of st that has no balance in its
+// period instance at t, that balance with zero totals: a budget defined
+// but not used in the current period. Limit and Unit are the budget's;
+// Lane is "" (no lane has named it yet). Sorted by key.
+func IdleBalances(st *State, t time.Time) []Balance {
+	var out []Balance
+	for _, b := range st.Budgets() {
+		ref := events.BalanceRef{Scope: b.Ref.Scope, Period: b.Ref.Period, Instance: b.Ref.Period.Instance(t)}
+		if _, ok := st.Balance(ref); ok {
+			continue
+		}
+		out = append(out, Balance{Ref: ref, Key: streams.BalanceKey(ref), Unit: b.Unit, Limit: b.Limit})
+	}
+	slices.SortFunc(out, func(a, b Balance) int { return strings.Compare(a.Key, b.Key) })
+	return out
+}

@@ -9,7 +9,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spendgate/spendgate/events"
@@ -82,9 +81,9 @@ func (r *replayFlags) projector(name string) (*projector.Projector, context.Cont
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	nc, err := nats.Connect(r.client.url, nats.Name("spendgate-"+name))
+	nc, err := r.client.connect("spendgate-" + name)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("connect %s: %w", r.client.url, err)
+		return nil, nil, nil, err
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {

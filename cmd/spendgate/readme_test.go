@@ -190,8 +190,9 @@ func readmeNormalize(v any) {
 	}
 }
 
-// runReadmeShell runs lines in one bash with SPENDGATE_NATS_URL set, from
-// the repository root; every line must succeed.
+// runReadmeShell runs lines in one bash with SPENDGATE_NATS_URL set, in a
+// temporary directory (the files they write stay out of the checkout);
+// every line must succeed.
 func runReadmeShell(t *testing.T, url string, lines []string) {
 	t.Helper()
 	if len(lines) == 0 {
@@ -201,7 +202,7 @@ func runReadmeShell(t *testing.T, url string, lines []string) {
 	defer cancel()
 	script := "set -euo pipefail\n" + strings.Join(lines, "\n") + "\n"
 	cmd := exec.CommandContext(ctx, "bash", "-c", script)
-	cmd.Dir = filepath.Join("..", "..")
+	cmd.Dir = t.TempDir()
 	cmd.Env = append(os.Environ(), "SPENDGATE_NATS_URL="+url, "GORACE="+os.Getenv("GORACE")+" atexit_sleep_ms=0")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out

@@ -113,6 +113,7 @@ func (l *Ledger) Submit(ctx context.Context, tx Tx) error {
 func (l *Ledger) enqueue(q *keyLock, p *pending, next func(*keyLock) bool) {
 	q.qmu.Lock()
 	q.queue = append(q.queue, p)
+	l.stats.queued.Add(1)
 	lead := !q.active
 	q.active = true
 	q.qmu.Unlock()
@@ -126,6 +127,7 @@ func (l *Ledger) enqueue(q *keyLock, p *pending, next func(*keyLock) bool) {
 		q.qmu.Lock()
 		rest := q.queue
 		q.queue, q.active = nil, false
+		l.stats.queued.Add(-int64(len(rest)))
 		q.qmu.Unlock()
 		finishAll(rest, l.live())
 	}
@@ -170,6 +172,7 @@ func (l *Ledger) commitMultiNext(q *keyLock) bool {
 	group := make([]*pending, n)
 	copy(group, q.queue)
 	q.queue = append(q.queue[:0:0], q.queue[n:]...)
+	l.stats.queued.Add(-int64(n))
 	q.qmu.Unlock()
 
 	union := unionRefs(group)
@@ -196,6 +199,7 @@ func (l *Ledger) commitLaneNext(kl *keyLock) bool {
 	group := make([]*pending, n)
 	copy(group, kl.queue)
 	kl.queue = append(kl.queue[:0:0], kl.queue[n:]...)
+	l.stats.queued.Add(-int64(n))
 	kl.qmu.Unlock()
 	l.commitGroup(unionRefs(group), group, []*keyLock{kl})
 	return kl.more()

@@ -54,7 +54,7 @@ type Ledger struct {
 	owned   sync.WaitGroup
 
 	stats struct {
-		commits, txs, conflicts, batches atomic.Int64
+		commits, txs, conflicts, batches, queued atomic.Int64
 	}
 
 	// id marks this replica's writes (header streams.HeaderWriter), so the
@@ -261,9 +261,12 @@ type Stats struct {
 	Txs int64
 	// Conflicts counts writes lost to compare-and-set.
 	Conflicts int64
+	// Queued is how many submitted Txs wait for a committer now (a gauge:
+	// not those being decided or written).
+	Queued int64
 }
 
 // Stats returns the commit counters.
 func (l *Ledger) Stats() Stats {
-	return Stats{Commits: l.stats.commits.Load(), Batches: l.stats.batches.Load(), Txs: l.stats.txs.Load(), Conflicts: l.stats.conflicts.Load()}
+	return Stats{Commits: l.stats.commits.Load(), Batches: l.stats.batches.Load(), Txs: l.stats.txs.Load(), Conflicts: l.stats.conflicts.Load(), Queued: l.stats.queued.Load()}
 }

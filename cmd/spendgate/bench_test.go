@@ -22,7 +22,8 @@ import (
 	"github.com/spendgate/spendgate/testenv"
 )
 
-// benchTestBudget bounds TestBenchCmd_Table, race detector included.
+// benchTestBudget sizes the watchdog of TestBenchCmd_Table (a hang, not a
+// speed, fails it).
 const benchTestBudget = 15 * time.Second
 
 func TestBenchCmd_Table(t *testing.T) {
@@ -105,7 +106,9 @@ func TestBenchCmd_Table(t *testing.T) {
 	require.Contains(t, out.String(), "reps=1")
 	require.Contains(t, out.String(), "naive: the same callers calling KV directly (no service hop")
 	require.NotContains(t, out.String(), "ERRORS")
-	require.Less(t, elapsed, benchTestBudget, "bench took %s", elapsed)
+	// No wall-clock assertion: how long the bench takes depends on the
+	// machine; ctx (2 x benchTestBudget) is only a watchdog against a hang.
+	t.Logf("bench took %s", elapsed)
 }
 
 // With --baselines=false only spendgate runs: the baseline columns say so

@@ -427,6 +427,9 @@ func (l *Ledger) attempt(ctx context.Context, refs []events.BalanceRef, group []
 			p.err = &events.Error{Code: events.CodeInternal, Message: "applying decision", Err: err}
 		}
 	}
+	if v.stale {
+		return actRetry, nil
+	}
 	revs := v.revisions()
 	// Verify. Keys the group writes are vouched for by their
 	// compare-and-set. Decisions made on keys it does not write (denials,

@@ -25,7 +25,11 @@ type Tx interface {
 
 // View is what a Tx decides against: the touched balances at the lane
 // revisions the write will require, plus the effect of the Txs decided
-// before it in the same group.
+// before it in the same group. Open reservations and request ids are read
+// from the book, which the follower may advance meanwhile; a read that
+// finds one of the view's lanes folded past the view's revision makes the
+// group decide again, so every answer rests on the revisions written or
+// verified.
 type View struct {
 	l     *Ledger
 	bal   map[string]*viewBalance
@@ -33,6 +37,22 @@ type View struct {
 	hash  map[string]string       // the payload hash of each of those revisions
 	res   map[string]*Reservation // reservations changed in this group
 	req   map[string]*Reservation // request ids opened in this group
+	// stale is set when a read from the book (open reservations, request
+	// ids) found a lane of the view already folded past the revision the
+	// view was taken at: the group is then decided again.
+	stale bool
+}
+
+// checkLanes marks the view stale if the book has folded any lane of the
+// view, among those of refs, past the view's revision. The caller holds
+// l.mu.
+func (v *View) checkLanes(refs []events.BalanceRef) {
+	for _, ref := range refs {
+		lane := v.l.layout.LaneKey(ref)
+		if at, ok := v.lanes[lane]; ok && v.l.bk.lanes[lane] != at {
+			v.stale = true
+		}
+	}
 }
 
 type viewBalance struct {
@@ -82,6 +102,9 @@ func (v *View) OpenAmount(key, id string) (events.Money, bool) {
 	}
 	v.l.mu.RLock()
 	defer v.l.mu.RUnlock()
+	if v.l.bk.lanes[vb.lane] != v.lanes[vb.lane] {
+		v.stale = true
+	}
 	if b := v.l.bk.balances[key]; b != nil {
 		if r := b.open[id]; r != nil {
 			if p := r.Part(key); p != nil {
@@ -97,7 +120,14 @@ func (v *View) Reservation(id string) (*Reservation, bool) {
 	if r := v.res[id]; r != nil {
 		return r.clone(), true
 	}
-	return v.l.Reservation(id)
+	v.l.mu.RLock()
+	defer v.l.mu.RUnlock()
+	r := v.l.bk.reservations[id]
+	if r == nil {
+		return nil, false
+	}
+	v.checkLanes(r.Balances)
+	return r.clone(), true
 }
 
 // ByRequest returns the reservation opened for request id rid, if any.
@@ -108,6 +138,7 @@ func (v *View) ByRequest(rid string) (*Reservation, bool) {
 	v.l.mu.RLock()
 	defer v.l.mu.RUnlock()
 	if r := v.l.bk.requests[rid]; r != nil {
+		v.checkLanes(r.Balances)
 		return r.clone(), true
 	}
 	return nil, false

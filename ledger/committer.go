@@ -463,9 +463,10 @@ func (l *Ledger) attempt(ctx context.Context, refs []events.BalanceRef, group []
 		l.ownFolded()
 		if err != nil {
 			// The write landed but does not follow what this replica
-			// folded: a bug or a second writer without compare-and-set.
-			// The follower will stop on it too.
-			return actFail, &events.Error{Code: events.CodeInternal, Message: "folding own write", Err: err}
+			// folded (a second writer without compare-and-set forked the
+			// lane): the follower will stop on it too. Fail closed; a
+			// retry elsewhere finds what was written.
+			return actFail, &events.Error{Code: events.CodeLedgerUnavailable, Message: "own write does not follow the folded revision (a fork)", Err: err}
 		}
 		l.stats.commits.Add(1)
 		l.stats.txs.Add(int64(len(group)))

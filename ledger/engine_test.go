@@ -215,12 +215,11 @@ func TestSubmit_HonoursCallerDeadline(t *testing.T) {
 	hang.Store(true)
 	ctx, stop := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer stop()
-	// Two callers share the group; the second's ctx has no deadline, so it
-	// is bounded by the submit timeout, not by the first caller's ctx.
 	res := submitAsync(ctx, l, &openTx{id: "r1", amount: events.MustMoney("0.1")})
 	err = await(t, res)
 	require.Equal(t, events.CodeLedgerUnavailable, events.CodeOf(err), "%v", err)
-	require.NotNil(t, ctx.Err(), "answered only once the deadline passed")
+	d, _ := ctx.Deadline()
+	require.False(t, time.Now().Before(d), "answered only once the deadline passed")
 	cancel()
 	select {
 	case <-done:
@@ -276,4 +275,44 @@ func TestLedger_StopsOnForkedLane(t *testing.T) {
 	require.Equal(t, ack.Sequence, ce.Seq)
 	err = l.Submit(context.Background(), &openTx{id: "r3", amount: events.MustMoney("0.1")})
 	require.Equal(t, events.CodeLedgerUnavailable, events.CodeOf(err))
+}
+
+// TestSubmit_CallerDeadlineIsItsOwn: A and B queue behind a held write; A's
+// deadline passes before their group is decided. A is answered
+// ledger_unavailable with nothing committed, and B, whose ctx has no
+// deadline, commits: one caller's ctx bounds only its own Tx. How we know
+// it can fail: before, the caller's deadline was dropped (A committed
+// anyway), and a group that used the leader's ctx for its writes would fail
+// B with A's deadline.
+func TestSubmit_CallerDeadlineIsItsOwn(t *testing.T) {
+	env := testenv.New(t)
+	entered, release := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int32
+	l := startLedger(t, env, ledger.UnsafeWriteFaultForTesting(func(ctx context.Context, _ []string) error {
+		if calls.Add(1) == 1 {
+			close(entered)
+			<-release
+		}
+		return nil
+	}))
+	_, err := l.PutBudget(context.Background(), bal.Budget(), events.MustMoney("1"), "USD", t0)
+	require.NoError(t, err)
+	first := submitAsync(context.Background(), l, &openTx{id: "r0", amount: events.MustMoney("0.1")})
+	<-entered
+	ctxA, cancelA := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancelA()
+	a := submitAsync(ctxA, l, &openTx{id: "ra", amount: events.MustMoney("0.1")})
+	b := submitAsync(context.Background(), l, &openTx{id: "rb", amount: events.MustMoney("0.1")})
+	waitFor(t, "A and B queued", func() bool { return l.Stats().Queued == 2 })
+	<-ctxA.Done()
+	close(release)
+	require.NoError(t, await(t, first))
+	errA := await(t, a)
+	require.Equal(t, events.CodeLedgerUnavailable, events.CodeOf(errA), "%v", errA)
+	require.NoError(t, await(t, b))
+	_, ok := l.Reservation("ra")
+	require.False(t, ok, "A committed nothing")
+	_, ok = l.Reservation("rb")
+	require.True(t, ok)
+	check(t, env)
 }

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -16,6 +17,20 @@ import (
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/streams"
 )
+
+// committer is the state of the part of the Ledger that writes decisions
+// (Submit): a queue and a commit lock per lane, the queue of Txs that span
+// lanes, and the counters of Stats.
+type committer struct {
+	klMu  sync.Mutex
+	locks map[string]*keyLock
+	// multi queues the Txs over several balances for the batch committer.
+	multi keyLock
+
+	stats struct {
+		commits, txs, conflicts, batches, queued atomic.Int64
+	}
+}
 
 // keyLock serializes this replica's commits to one key and queues the Txs
 // waiting for it, so that one committer folds them into one revision.

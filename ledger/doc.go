@@ -15,7 +15,9 @@
 //
 // # Book, follower, committer
 //
-// The engine has three parts, each in its own file:
+// The engine has three parts, each a type in its own file (the Ledger
+// embeds the follower's and the committer's state and holds the book under
+// its mutex):
 //
 //   - The book (book.go) is the state and its fold: budgets, balances,
 //     open and recently closed reservations, request ids, and the last

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -12,8 +14,22 @@ import (
 	"github.com/spendgate/spendgate/streams"
 )
 
-// The follower: Run folds the ledger stream into the book, and owns the
-// ledger's lifetime. Decisions are taken only while it runs (see live).
+// follower is the state of the part of the Ledger that folds the stream
+// into the book (Run) and owns the Ledger's lifetime: decisions are taken
+// only while it runs (see live).
+type follower struct {
+	applied  atomic.Uint64 // last stream sequence folded by the follower
+	progress chan struct{} // closed and replaced whenever applied advances
+	progMu   sync.Mutex
+
+	ready     chan struct{}
+	readyOnce sync.Once
+
+	// ownApplied is closed and replaced whenever a committer folds its own
+	// write (see awaitOwn).
+	ownApplied chan struct{}
+	ownMu      sync.Mutex
+}
 
 // Lifecycle states of a Ledger.
 const (

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -33,17 +32,8 @@ type Ledger struct {
 	mu sync.RWMutex
 	bk *book
 
-	klMu  sync.Mutex
-	locks map[string]*keyLock
-	// multi queues the Txs over several balances for the batch committer.
-	multi keyLock
-
-	applied  atomic.Uint64 // last stream sequence folded by the follower
-	progress chan struct{} // closed and replaced whenever applied advances
-	progMu   sync.Mutex
-
-	ready     chan struct{}
-	readyOnce sync.Once
+	follower
+	committer
 
 	// life guards the lifecycle: state (stateNew, stateRunning,
 	// stateStopped), why Run stopped, and owned, the background
@@ -53,18 +43,10 @@ type Ledger struct {
 	stopErr error
 	owned   sync.WaitGroup
 
-	stats struct {
-		commits, txs, conflicts, batches, queued atomic.Int64
-	}
-
 	// id marks this replica's writes (header streams.HeaderWriter), so the
 	// follower can leave them to the committer, which folds them from
 	// memory.
 	id string
-	// ownApplied is closed and replaced whenever a committer folds its own
-	// write.
-	ownApplied chan struct{}
-	ownMu      sync.Mutex
 }
 
 // SyncTimeout bounds Sync: a request that needs the replica to catch up
@@ -93,12 +75,10 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, layout stre
 	}
 	return &Ledger{
 		nc: nc, js: js, stream: s, layout: layout, opts: o,
-		bk:         newBook(layout, o.retention, o.expiredKeep),
-		locks:      map[string]*keyLock{},
-		progress:   make(chan struct{}),
-		ready:      make(chan struct{}),
-		id:         uuid.NewString(),
-		ownApplied: make(chan struct{}),
+		bk:        newBook(layout, o.retention, o.expiredKeep),
+		committer: committer{locks: map[string]*keyLock{}},
+		follower:  follower{progress: make(chan struct{}), ready: make(chan struct{}), ownApplied: make(chan struct{})},
+		id:        uuid.NewString(),
 	}, nil
 }
 

@@ -214,6 +214,10 @@ func AppendEvent(b []byte, e Event) ([]byte, error) {
 func (r *LaneRevision) AppendJSON(b []byte) ([]byte, error) {
 	b = append(b, `{"schema":`...)
 	b = appendString(b, r.Schema)
+	b = appendKey(b, "prev")
+	b = strconv.AppendUint(b, r.Prev, 10)
+	b = appendKey(b, "prev_hash")
+	b = appendString(b, r.PrevHash)
 	b = appendKey(b, "balances")
 	if r.Balances == nil {
 		return append(b, "null}"...), nil

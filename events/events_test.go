@@ -83,9 +83,10 @@ func goldenBalanceRevision() events.BalanceRevision {
 	}
 }
 
+// goldenBudgetRevision is the budget.v1 golden value.
 func goldenBudgetRevision() events.BudgetRevision {
 	return events.BudgetRevision{
-		Schema: events.SchemaBudget,
+		Schema: events.SchemaBudgetV1,
 		Budget: events.BudgetRef{Scope: "org:acme", Period: events.PeriodMonth},
 		Limit:  events.MustMoney("100.5"),
 		Unit:   "USD",
@@ -158,7 +159,8 @@ func goldenLaneRevision() events.LaneRevision {
 		Unit: "USD", Limit: events.MustMoney("5"), Spent: events.MustMoney("0"), Reserved: events.MustMoney("0.05"),
 		Overrun: events.MustMoney("0"), Open: 1, Events: events.Events{goldenEvents()[1]},
 	}
-	return events.LaneRevision{Schema: events.SchemaLane, Balances: []events.BalanceRevision{a, b}}
+	return events.LaneRevision{Schema: events.SchemaLane, Chain: events.Chain{Prev: 41, PrevHash: events.HashPayload([]byte("revision 41"))},
+		Balances: []events.BalanceRevision{a, b}}
 }
 
 func TestLaneRevision_Golden(t *testing.T) {
@@ -167,9 +169,10 @@ func TestLaneRevision_Golden(t *testing.T) {
 	require.NoError(t, err)
 	b := golden(t, events.SchemaLane+".json", got)
 
-	var back events.LaneRevision
-	require.NoError(t, json.Unmarshal(b, &back))
+	back, err := events.DecodeLaneRevision(b)
+	require.NoError(t, err)
 	require.Equal(t, rev, back)
+	require.True(t, back.Chained())
 
 	// The hand-written encoder the ledger writes with gives the same bytes.
 	fast, err := rev.AppendJSON(nil)
@@ -177,15 +180,70 @@ func TestLaneRevision_Golden(t *testing.T) {
 	require.Equal(t, string(got), string(fast))
 }
 
-func TestBudgetRevision_Golden(t *testing.T) {
+// TestLaneRevision_V1Upcast: the frozen lane.v1 golden still decodes, as an
+// unchained revision with the same balances.
+func TestLaneRevision_V1Upcast(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("testdata", events.SchemaLaneV1+".json"))
+	require.NoError(t, err)
+	back, err := events.DecodeLaneRevision(b)
+	require.NoError(t, err)
+	want := goldenLaneRevision()
+	want.Schema, want.Chain = events.SchemaLaneV1, events.Chain{}
+	require.Equal(t, want, back)
+	require.False(t, back.Chained())
+
+	// A v1 revision carrying chain fields, or an unknown schema, is refused.
+	_, err = events.DecodeLaneRevision([]byte(`{"schema":"lane.v1","prev":3,"balances":[]}`))
+	require.Error(t, err)
+	_, err = events.DecodeLaneRevision([]byte(`{"schema":"lane.v3","balances":[]}`))
+	require.Error(t, err)
+}
+
+func goldenBudgetRevisionV2() events.BudgetRevision {
 	rev := goldenBudgetRevision()
+	rev.Schema = events.SchemaBudget
+	rev.Chain = events.Chain{Prev: 7, PrevHash: events.HashPayload([]byte("revision 7"))}
+	return rev
+}
+
+func TestBudgetRevision_Golden(t *testing.T) {
+	rev := goldenBudgetRevisionV2()
 	got, err := json.Marshal(rev)
 	require.NoError(t, err)
 	b := golden(t, events.SchemaBudget+".json", got)
 
-	var back events.BudgetRevision
-	require.NoError(t, json.Unmarshal(b, &back))
+	back, err := events.DecodeBudgetRevision(b)
+	require.NoError(t, err)
 	require.Equal(t, rev, back)
+	require.True(t, back.Chained())
+}
+
+// TestBudgetRevision_V1Upcast: the frozen budget.v1 golden still decodes.
+func TestBudgetRevision_V1Upcast(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("testdata", events.SchemaBudgetV1+".json"))
+	require.NoError(t, err)
+	back, err := events.DecodeBudgetRevision(b)
+	require.NoError(t, err)
+	require.Equal(t, goldenBudgetRevision(), back)
+	require.False(t, back.Chained())
+}
+
+// TestCheckChain: the next revision follows the last folded one by sequence
+// and hash; a skipped revision (gap) and another history (fork) are
+// ChainErrors naming the sequence.
+func TestCheckChain(t *testing.T) {
+	h := events.HashPayload([]byte("x"))
+	require.NoError(t, events.CheckChain("lane.0", 5, events.Chain{}, 0, ""))
+	require.NoError(t, events.CheckChain("lane.0", 9, events.Chain{Prev: 5, PrevHash: h}, 5, h))
+	var ce *events.ChainError
+	err := events.CheckChain("lane.0", 9, events.Chain{Prev: 4, PrevHash: h}, 5, h)
+	require.ErrorAs(t, err, &ce)
+	require.EqualValues(t, 9, ce.Seq)
+	require.Contains(t, err.Error(), "revision 9 of lane.0")
+	err = events.CheckChain("lane.0", 9, events.Chain{Prev: 5, PrevHash: events.HashPayload([]byte("y"))}, 5, h)
+	require.ErrorAs(t, err, &ce)
+	require.Contains(t, err.Error(), "fork")
+	require.Equal(t, "12-3", events.EventID(12, 3))
 }
 
 func TestEncodeEvent_Unknown(t *testing.T) {

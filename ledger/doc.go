@@ -13,24 +13,65 @@
 // carries both the state change and its events, and there is no second
 // write to lose.
 //
-// # Commit path
+// # Book, follower, committer
 //
-// Callers (packages admit, settle, sweep) describe a change as a Tx: the
-// balances it touches and a Decide function that looks at a View of those
-// balances and returns the events to commit. The ledger
+// The engine has three parts, each a type in its own file (the Ledger
+// embeds the follower's and the committer's state and holds the book under
+// its mutex):
 //
-//   - groups the concurrent Txs of one lane into one revision of the lane
-//     (group commit: one compare-and-set for many reservations, on one hot
-//     budget or on many cold ones, single- or multi-budget),
-//   - writes a lane revision with Nats-Expected-Last-Subject-Sequence set
-//     to the lane revision it decided on, and a change whose balances span
-//     lanes as one atomic batch with that check on every lane, so a change
-//     applies to all its budgets or to none,
-//   - on a conflict (another replica wrote first) reads the revisions it
-//     missed, folds them, and decides again from the new state.
+//   - The book (book.go) is the state and its fold: budgets, balances,
+//     open and recently closed reservations, request ids, and the last
+//     revision and payload hash of every key. It does no I/O and reads no
+//     clock; it is tested like projector.State. This is where a snapshot
+//     (load and save the book at a sequence) belongs.
+//   - The follower (follower.go, Run) folds every revision of the stream
+//     into the book in stream order, and owns the Ledger's lifetime.
+//   - The committer (committer.go, Submit) queues Txs per lane, decides a
+//     group of them against a View, verifies the decisions that write
+//     nothing, writes one revision per lane (an atomic batch when a group
+//     spans lanes), folds its own write into the book, and classifies a
+//     failed write into an action: retry after folding what was missed,
+//     retry with the outcome unknown, split an oversized group, or fail.
+//     New kinds of change are new Txs; revision signatures (future) belong
+//     in the write and in the follower's decode.
 //
-// Decisions are made only against the exact lane revisions that the write
-// then requires, so no replica can admit against a stale balance:
-// compare-and-set is the only arbiter, across any number of replicas, with
-// no lock held in NATS.
+// # Invariants
+//
+//   - The book folds the revisions of one key in stream order, from three
+//     sources (follower, catch-up after a lost compare-and-set, own
+//     writes); a revision at or below the key's last folded one is skipped.
+//   - Chain: each revision (lane.v2, budget.v2) names the revision of its
+//     key it follows (stream sequence and SHA-256 of its payload bytes). The
+//     book refuses one that does not follow its last folded revision, and
+//     the follower then stops: a gap or a fork is never folded past. Lane
+//     revisions list only the balances they change, so without the chain a
+//     skipped revision would lose balances silently. The chain is over valid
+//     revisions: once revisions are signed (in message headers, over the
+//     payload bytes, so the payload does not change), a forged revision is
+//     skipped and the next valid revision names the last valid one. A v1
+//     revision carries no chain; checking starts at the first v2 revision.
+//   - Decisions are made only against the exact lane revisions that the
+//     write then requires (Nats-Expected-Last-Subject-Sequence on every
+//     lane key), so no replica can admit against a stale balance:
+//     compare-and-set is the only arbiter, across any number of replicas,
+//     with no lock held in NATS. Decisions made on lanes the group does not
+//     write are checked against the leader's last revision before anyone
+//     is answered.
+//   - All or none: a Tx's events are applied to the group's View all or
+//     none (journaled, rolled back on error). If the group's write fails,
+//     every Tx of the group gets the write's error, since its answer may
+//     rest on a sibling's uncommitted change.
+//   - Fail closed: decisions are taken only while Run runs and after
+//     Ready; once Run returns, Submit, PutBudget and Sync answer
+//     CodeLedgerUnavailable.
+//   - Bounded and owned: every attempt of a commit shares one deadline,
+//     taken from the caller's ctx (or WithSubmitTimeout); a caller's
+//     cancellation never abandons a write shared with others, and no
+//     caller's ctx is used for a group's writes. Background committers are
+//     owned by Run, which waits for them. The lane lock is held only for
+//     one decide-and-write attempt; catch-up reads and back-off run without
+//     it (see commitGroup for the one network call that must hold it).
+//
+// Stable ids for a future event feed are "<stream seq>-<index of the event
+// in its revision>" (events.EventID).
 package ledger

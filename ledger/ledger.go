@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -18,8 +17,10 @@ import (
 	"github.com/spendgate/spendgate/streams"
 )
 
-// Ledger is one replica's view of the book and its commit path. Create it
-// with New, then call Run; it is ready when Ready is closed.
+// Ledger is one replica's engine: its book, the follower that folds the
+// stream into it, and the committer that writes decisions (see the package
+// doc). Create it with New, then call Run; it decides once Ready is closed
+// and until Run returns.
 type Ledger struct {
 	nc     *nats.Conn
 	js     jetstream.JetStream
@@ -27,50 +28,34 @@ type Ledger struct {
 	layout streams.Layout
 	opts   options
 
-	mu           sync.RWMutex
-	budgets      map[string]*budget // by budget key
-	byScope      map[events.Scope][]Budget
-	balances     map[string]*balance // by balance key
-	lanes        map[string]uint64   // last folded revision, by lane key
-	reservations map[string]*Reservation
-	requests     map[string]*Reservation // by request id
-	// closed and expired queue closed reservations in the order they
-	// closed, so the book forgets them after their retention; serverNow is
-	// the JetStream timestamp of the last message the follower folded.
-	closed, expired []closedRes
-	serverNow       time.Time
+	// mu guards bk.
+	mu sync.RWMutex
+	bk *book
 
-	klMu  sync.Mutex
-	locks map[string]*keyLock
-	// multi queues the Txs over several balances for the batch committer.
-	multi keyLock
+	follower
+	committer
 
-	applied  atomic.Uint64 // last stream sequence folded by the follower
-	progress chan struct{} // closed and replaced whenever applied advances
-	progMu   sync.Mutex
+	// life guards the lifecycle: state (stateNew, stateRunning,
+	// stateStopped), why Run stopped, and owned, the background
+	// committers Run waits for.
+	life    sync.Mutex
+	state   int
+	stopErr error
+	owned   sync.WaitGroup
 
-	ready     chan struct{}
-	readyOnce sync.Once
-
-	stats struct {
-		commits, txs, conflicts, batches atomic.Int64
-	}
-
-	// id marks this replica's writes (header HeaderWriter), so the follower
-	// can leave them to the committer, which folds them from memory.
+	// id marks this replica's writes (header streams.HeaderWriter), so the
+	// follower can leave them to the committer, which folds them from
+	// memory.
 	id string
-	// ownApplied is closed and replaced whenever a committer folds its own
-	// write.
-	ownApplied chan struct{}
-	ownMu      sync.Mutex
 }
 
 // SyncTimeout bounds Sync: a request that needs the replica to catch up
 // fails with CodeLedgerUnavailable rather than wait on a stalled follower.
 const SyncTimeout = 10 * time.Second
 
-// HeaderWriter names the replica that wrote a revision.
-const HeaderWriter = "Spendgate-Writer"
+// HeaderWriter names the replica that wrote a revision (an alias of
+// streams.HeaderWriter, kept for callers of this package).
+const HeaderWriter = streams.HeaderWriter
 
 // ownWait bounds how long the follower waits for a committer to fold its own
 // write before decoding it itself (the committer may have timed out).
@@ -90,17 +75,10 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, layout stre
 	}
 	return &Ledger{
 		nc: nc, js: js, stream: s, layout: layout, opts: o,
-		budgets:      map[string]*budget{},
-		byScope:      map[events.Scope][]Budget{},
-		balances:     map[string]*balance{},
-		lanes:        map[string]uint64{},
-		reservations: map[string]*Reservation{},
-		requests:     map[string]*Reservation{},
-		locks:        map[string]*keyLock{},
-		progress:     make(chan struct{}),
-		ready:        make(chan struct{}),
-		id:           uuid.NewString(),
-		ownApplied:   make(chan struct{}),
+		bk:        newBook(layout, o.retention, o.expiredKeep),
+		committer: committer{locks: map[string]*keyLock{}},
+		follower:  follower{progress: make(chan struct{}), ready: make(chan struct{}), ownApplied: make(chan struct{})},
+		id:        uuid.NewString(),
 	}, nil
 }
 
@@ -111,425 +89,18 @@ func (l *Ledger) Layout() streams.Layout { return l.layout }
 // started.
 func (l *Ledger) Ready() <-chan struct{} { return l.ready }
 
-// errFold marks a revision the follower cannot fold: the book is not what
-// this code understands, so the replica must stop rather than decide on it.
-var errFold = errors.New("ledger: cannot fold")
-
-// followRetry is the pause before the follower re-creates its consumer
-// after losing it (a server restart, a leader change).
-const followRetry = 250 * time.Millisecond
-
-// Run follows the ledger stream from its first revision and folds every
-// revision into the book until ctx ends. A lost consumer (server restart,
-// leader change, network) is re-created from the next unfolded revision;
-// only a revision it cannot fold stops it. It returns ctx's error, or that
-// fold error.
-func (l *Ledger) Run(ctx context.Context) error {
-	var startLast uint64
-	for {
-		info, err := l.stream.Info(ctx)
-		if err == nil {
-			startLast = info.State.LastSeq
-			break
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		l.opts.log.Warn("ledger follower: stream info", "err", err)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(followRetry):
-		}
-	}
-	if startLast == 0 {
-		l.readyOnce.Do(func() { close(l.ready) })
-	}
-	for {
-		err := l.follow(ctx, l.applied.Load()+1, startLast)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if errors.Is(err, errFold) {
-			return err
-		}
-		l.opts.log.Warn("ledger follower lost its consumer; resuming", "from", l.applied.Load()+1, "err", err)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(followRetry):
-		}
-	}
-}
-
-// follow folds revisions from seq from with one ordered consumer until the
-// consumer fails or ctx ends.
-func (l *Ledger) follow(ctx context.Context, from, startLast uint64) error {
-	cons, err := l.js.OrderedConsumer(ctx, l.layout.StreamName(), jetstream.OrderedConsumerConfig{
-		DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:   from,
-	})
-	if err != nil {
-		return fmt.Errorf("ledger: follower: %w", err)
-	}
-	// Short pulls with a 1 s heartbeat: after a server restart or a
-	// leader change the ordered consumer notices within seconds (the
-	// defaults, 30 s and 15 s, left a replica's follower stalled that long).
-	it, err := cons.Messages(jetstream.PullMaxMessages(1024), jetstream.PullExpiry(5*time.Second), jetstream.PullHeartbeat(time.Second))
-	if err != nil {
-		return fmt.Errorf("ledger: follower: %w", err)
-	}
-	stop := context.AfterFunc(ctx, it.Stop)
-	defer stop()
-	defer it.Stop()
-	for {
-		msg, err := it.Next()
-		if err != nil {
-			return fmt.Errorf("ledger: follower: %w", err)
-		}
-		meta, err := msg.Metadata()
-		if err != nil {
-			return fmt.Errorf("ledger: follower metadata: %w", err)
-		}
-		seq := meta.Sequence.Stream
-		if seq <= l.applied.Load() {
-			continue
-		}
-		if msg.Headers().Get(HeaderWriter) == l.id {
-			l.awaitOwn(msg.Subject(), seq)
-		}
-		if err := l.applyMsg(msg.Subject(), seq, msg.Data()); err != nil {
-			return fmt.Errorf("%w: seq %d: %w", errFold, seq, err)
-		}
-		l.mu.Lock()
-		l.forgetUntilLocked(meta.Timestamp)
-		l.mu.Unlock()
-		l.advance(seq)
-		if seq >= startLast {
-			l.readyOnce.Do(func() { close(l.ready) })
-		}
-	}
-}
-
-// awaitOwn waits (bounded) until the committer that wrote seq has folded it,
-// so the follower need not decode a revision this replica already holds in
-// memory. Revisions of one key must be folded in order, so the follower
-// cannot simply skip it.
-func (l *Ledger) awaitOwn(subject string, seq uint64) {
-	key, ok := l.layout.KeyOf(subject)
-	if !ok {
-		return
-	}
-	deadline := time.NewTimer(ownWait)
-	defer deadline.Stop()
-	for {
-		l.ownMu.Lock()
-		ch := l.ownApplied
-		l.ownMu.Unlock()
-		if l.revOf(key) >= seq {
-			return
-		}
-		select {
-		case <-ch:
-		case <-deadline.C:
-			return
-		}
-	}
-}
-
-func (l *Ledger) revOf(key string) uint64 {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	if rev, ok := l.lanes[key]; ok {
-		return rev
-	}
-	if b := l.budgets[key]; b != nil {
-		return b.rev
-	}
-	return 0
-}
-
-// ownFolded wakes a follower waiting in awaitOwn.
-func (l *Ledger) ownFolded() {
-	l.ownMu.Lock()
-	close(l.ownApplied)
-	l.ownApplied = make(chan struct{})
-	l.ownMu.Unlock()
-}
-
-func (l *Ledger) advance(seq uint64) {
-	l.progMu.Lock()
-	if seq > l.applied.Load() {
-		l.applied.Store(seq)
-		close(l.progress)
-		l.progress = make(chan struct{})
-	}
-	l.progMu.Unlock()
-}
-
-// Sync waits until this replica has folded every revision that the stream
-// held when Sync was called: a read-your-writes barrier for lookups that
-// missed (a reservation or budget just created through another replica).
-func (l *Ledger) Sync(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, SyncTimeout)
-	defer cancel()
-	info, err := l.stream.Info(ctx)
-	if err != nil {
-		return &events.Error{Code: events.CodeLedgerUnavailable, Message: "ledger stream info", Err: err}
-	}
-	target := info.State.LastSeq
-	for {
-		l.progMu.Lock()
-		ch := l.progress
-		done := l.applied.Load() >= target
-		l.progMu.Unlock()
-		if done {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return &events.Error{Code: events.CodeLedgerUnavailable, Message: "ledger follower is behind", Err: ctx.Err()}
-		}
-	}
-}
-
-// applyMsg folds one stream message of any key family.
-func (l *Ledger) applyMsg(subject string, seq uint64, data []byte) error {
-	key, ok := l.layout.KeyOf(subject)
-	if !ok {
-		return nil
-	}
-	// A revision already folded (this replica's own write, folded from
-	// memory when its ack came back) is skipped before paying for a decode.
-	if seq <= l.revOf(key) {
-		return nil
-	}
-	switch {
-	case streams.IsLaneKey(key):
-		var rev events.LaneRevision
-		if err := json.Unmarshal(data, &rev); err != nil {
-			return fmt.Errorf("%s: %w", key, err)
-		}
-		if rev.Schema != events.SchemaLane {
-			return fmt.Errorf("%s: schema %q, want %q", key, rev.Schema, events.SchemaLane)
-		}
-		// A balance under another lane than this layout gives it would
-		// have a second compare-and-set guard (a replica with another lane
-		// count wrote it): stop rather than decide on it.
-		for i := range rev.Balances {
-			if want := l.layout.LaneKey(rev.Balances[i].Balance); want != key {
-				return fmt.Errorf("%s: balance %s belongs to %s with %d lane(s)", key, rev.Balances[i].Balance, want, l.layout.Lanes())
-			}
-		}
-		l.mu.Lock()
-		l.applyLaneLocked(key, seq, &rev)
-		l.mu.Unlock()
-	case streams.IsBalanceKey(key):
-		return fmt.Errorf("%s: a balance key outside a lane (a stream of an older layout)", key)
-	case streams.IsBudgetKey(key):
-		var rev events.BudgetRevision
-		if err := json.Unmarshal(data, &rev); err != nil {
-			return fmt.Errorf("%s: %w", key, err)
-		}
-		l.mu.Lock()
-		l.applyBudgetLocked(key, seq, &rev)
-		l.mu.Unlock()
-	}
-	return nil
-}
-
-func (l *Ledger) applyBudgetLocked(key string, seq uint64, rev *events.BudgetRevision) {
-	b := l.budgets[key]
-	if b == nil {
-		b = &budget{}
-		l.budgets[key] = b
-	}
-	if seq <= b.rev {
-		return
-	}
-	b.rev = seq
-	b.def = Budget{Ref: rev.Budget, Limit: rev.Limit, Unit: rev.Unit, Revision: seq}
-	// Rebuild the scope's index (a new slice: readers hold the old one).
-	var defs []Budget
-	for _, p := range events.Periods {
-		if d := l.budgets[streams.BudgetKey(events.BudgetRef{Scope: rev.Budget.Scope, Period: p})]; d != nil {
-			defs = append(defs, d.def)
-		}
-	}
-	l.byScope[rev.Budget.Scope] = defs
-}
-
-// applyLaneLocked folds one lane revision: every balance it names. Revisions
-// of one lane arrive here in order from three places (the follower, a
-// catch-up after a conflict, and this replica's own successful writes); a
-// revision already folded is skipped.
-func (l *Ledger) applyLaneLocked(lane string, seq uint64, rev *events.LaneRevision) {
-	if seq <= l.lanes[lane] {
-		return
-	}
-	for i := range rev.Balances {
-		l.applyBalanceLocked(streams.BalanceKey(rev.Balances[i].Balance), seq, &rev.Balances[i])
-	}
-	l.lanes[lane] = seq
-}
-
-// applyBalanceLocked folds one balance of a lane revision at seq.
-func (l *Ledger) applyBalanceLocked(key string, seq uint64, rev *events.BalanceRevision) {
-	b := l.balances[key]
-	if b == nil {
-		b = &balance{key: key, ref: rev.Balance, self: []events.BalanceRef{rev.Balance}, open: map[string]*Reservation{}}
-		l.balances[key] = b
-	}
-	if seq <= b.rev {
-		return
-	}
-	for _, e := range rev.Events {
-		l.applyEventLocked(b, key, e)
-	}
-	b.rev = seq
-	b.unit, b.limit = rev.Unit, rev.Limit
-	b.spent, b.reserved, b.overrun = rev.Spent, rev.Reserved, rev.Overrun
-}
-
-type closedRes struct {
-	r  *Reservation
-	at time.Time
-}
-
-// closeLocked queues r, which just closed, for forgetting after its
-// retention. Retention runs on one clock, the JetStream server's: r is
-// stamped with the timestamp of the last message the follower folded, and
-// the follower forgets by the timestamps of the messages it folds (see
-// forgetUntilLocked). A replica's own clock, which stamps the events it
-// decides, plays no part, so one skewed replica cannot shrink everyone's
-// replay window.
-func (l *Ledger) closeLocked(r *Reservation) {
-	at := l.serverNow
-	if at.IsZero() {
-		// The follower has folded nothing yet (a fresh stream): the best
-		// estimate of the server's clock is this machine's.
-		at = time.Now()
-	}
-	if r.Status == events.StatusExpired {
-		l.expired = append(l.expired, closedRes{r, at})
-	} else {
-		l.closed = append(l.closed, closedRes{r, at})
-	}
-}
-
-// forgetUntilLocked forgets the closed reservations whose retention ended
-// before server time t; only the follower calls it.
-func (l *Ledger) forgetUntilLocked(t time.Time) {
-	if t.After(l.serverNow) {
-		l.serverNow = t
-	}
-	l.closed = l.forgetLocked(l.closed, t.Add(-l.opts.retention))
-	l.expired = l.forgetLocked(l.expired, t.Add(-l.opts.expiredKeep))
-}
-
-func (l *Ledger) forgetLocked(q []closedRes, before time.Time) []closedRes {
-	n := 0
-	for n < len(q) && q[n].at.Before(before) {
-		r := q[n].r
-		if r.Status != events.StatusOpen && l.reservations[r.ID] == r {
-			delete(l.reservations, r.ID)
-			if l.requests[r.RequestID] == r {
-				delete(l.requests, r.RequestID)
-			}
-		}
-		n++
-	}
-	if n == 0 {
-		return q
-	}
-	if n > len(q)/2 {
-		// Compact so the backing array does not grow without bound.
-		return append(q[:0:0], q[n:]...)
-	}
-	return q[n:]
-}
-
-func (l *Ledger) applyEventLocked(b *balance, key string, e events.Event) {
-	switch e := e.(type) {
-	case events.ReservationOpened:
-		r := l.reservations[e.ReservationID]
-		if r == nil {
-			balances := e.Balances
-			if len(balances) == 1 && balances[0] == b.ref {
-				balances = b.self
-			}
-			r = &Reservation{
-				ID: e.ReservationID, RequestID: e.RequestID, RequestHash: e.RequestHash,
-				Balances: balances, Parts: make([]Part, 0, len(balances)),
-				OpenedAt: e.At, ExpiresAt: e.ExpiresAt, Status: events.StatusOpen,
-			}
-			l.reservations[e.ReservationID] = r
-			l.requests[e.RequestID] = r
-		}
-		p := r.part(b.key)
-		p.Unit, p.Amount = e.Unit, e.Amount
-		b.open[e.ReservationID] = r
-	case events.ReservationSettled:
-		delete(b.open, e.ReservationID)
-		if r := l.reservations[e.ReservationID]; r != nil {
-			was := r.Status
-			r.Status = events.StatusSettled
-			r.part(key).Actual = e.Actual
-			r.Late = r.Late || e.Late
-			if was != events.StatusSettled {
-				l.closeLocked(r)
-			}
-		}
-	case events.ReservationReleased:
-		delete(b.open, e.ReservationID)
-		if r := l.reservations[e.ReservationID]; r != nil && r.Status == events.StatusOpen {
-			if e.Reason == events.ReasonExpired {
-				r.Status = events.StatusExpired
-			} else {
-				r.Status = events.StatusReleased
-			}
-			l.closeLocked(r)
-		}
-	}
-}
-
-// catchUp folds the revisions of key written after the one this replica
-// holds, reading them from the stream leader (next message by subject), so a
-// replica that lost a compare-and-set learns what it missed without waiting
-// for its follower.
-func (l *Ledger) catchUp(ctx context.Context, key string) error {
-	subj := l.layout.Subject(key)
-	for {
-		have := l.revOf(key)
-		m, found, err := l.leaderGet(ctx, leaderGetRequest{Seq: have + 1, NextFor: subj})
-		if err != nil {
-			return err
-		}
-		if !found {
-			return nil
-		}
-		if err := l.applyMsg(m.subject, m.seq, m.data); err != nil {
-			return &events.Error{Code: events.CodeInternal, Message: "folding missed revision", Err: err}
-		}
-		// A follower waiting for this replica's own write (whose ack was
-		// lost) may be waiting for exactly this revision.
-		l.ownFolded()
-	}
-}
-
 // BudgetsOf returns the budgets defined for scope, in period order.
 func (l *Ledger) BudgetsOf(scope events.Scope) []Budget {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	return l.byScope[scope] // never mutated in place
+	return l.bk.byScope[scope] // never mutated in place
 }
 
 // Budget returns one budget definition.
 func (l *Ledger) Budget(ref events.BudgetRef) (Budget, bool) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	b := l.budgets[streams.BudgetKey(ref)]
+	b := l.bk.budgets[streams.BudgetKey(ref)]
 	if b == nil {
 		return Budget{}, false
 	}
@@ -539,44 +110,22 @@ func (l *Ledger) Budget(ref events.BudgetRef) (Budget, bool) {
 // Budgets returns every budget, sorted by scope then period.
 func (l *Ledger) Budgets() []Budget {
 	l.mu.RLock()
-	out := make([]Budget, 0, len(l.budgets))
-	for _, b := range l.budgets {
-		out = append(out, b.def)
-	}
-	l.mu.RUnlock()
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Ref.Scope != out[j].Ref.Scope {
-			return out[i].Ref.Scope < out[j].Ref.Scope
-		}
-		return out[i].Ref.Period < out[j].Ref.Period
-	})
-	return out
+	defer l.mu.RUnlock()
+	return l.bk.budgetList()
 }
 
 // Balance returns the balance of ref as this replica has folded it.
 func (l *Ledger) Balance(ref events.BalanceRef) Balance {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	return l.balanceLocked(streams.BalanceKey(ref), ref)
-}
-
-func (l *Ledger) balanceLocked(key string, ref events.BalanceRef) Balance {
-	out := Balance{Ref: ref}
-	if b := l.balances[key]; b != nil {
-		out.Unit, out.Limit = b.unit, b.limit
-		out.Spent, out.Reserved, out.Overrun, out.Open = b.spent, b.reserved, b.overrun, len(b.open)
-	}
-	if d := l.budgets[streams.BudgetKey(ref.Budget())]; d != nil {
-		out.Defined, out.Unit, out.Limit = true, d.def.Unit, d.def.Limit
-	}
-	return out
+	return l.bk.balance(streams.BalanceKey(ref), ref)
 }
 
 // Reservation returns a copy of what this replica knows of reservation id.
 func (l *Ledger) Reservation(id string) (*Reservation, bool) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	r := l.reservations[id]
+	r := l.bk.reservations[id]
 	if r == nil {
 		return nil, false
 	}
@@ -587,12 +136,7 @@ func (l *Ledger) Reservation(id string) (*Reservation, bool) {
 // or before now, oldest expiry first.
 func (l *Ledger) Expired(now time.Time, max int) []string {
 	l.mu.RLock()
-	var due []*Reservation
-	for _, r := range l.reservations {
-		if r.Status == events.StatusOpen && !r.ExpiresAt.After(now) {
-			due = append(due, r)
-		}
-	}
+	due := l.bk.expiredBy(now)
 	l.mu.RUnlock()
 	sort.Slice(due, func(i, j int) bool { return due[i].ExpiresAt.Before(due[j].ExpiresAt) })
 	if len(due) > max {
@@ -607,18 +151,34 @@ func (l *Ledger) Expired(now time.Time, max int) []string {
 
 // PutBudget defines or changes a budget: one BudgetDefined event in one
 // compare-and-set write of the budget key. Putting the definition it already
-// has changes nothing and returns it.
+// has changes nothing and returns it. All attempts share one deadline: ctx's,
+// or DefaultSubmitTimeout (see WithSubmitTimeout) if ctx has none; ctx's
+// cancellation does not abandon a write in flight.
 //
-// Errors: *events.Error with CodeLedgerBusy or CodeLedgerUnavailable.
+// Errors: *events.Error with CodeLedgerUnavailable (the follower is not
+// running, JetStream could not be reached, or the deadline passed) or
+// CodeLedgerBusy.
 func (l *Ledger) PutBudget(ctx context.Context, ref events.BudgetRef, limit events.Money, unit string, now time.Time) (Budget, error) {
+	if err := l.live(); err != nil {
+		return Budget{}, err
+	}
+	ctx, cancel := l.commitContext(ctx)
+	defer cancel()
 	key := streams.BudgetKey(ref)
 	for attempt := 0; attempt < l.opts.maxAttempts; attempt++ {
+		if err := l.live(); err != nil {
+			return Budget{}, err
+		}
+		if ctx.Err() != nil {
+			return Budget{}, &events.Error{Code: events.CodeLedgerUnavailable, Message: "deadline passed writing budget", Err: ctx.Err()}
+		}
 		l.mu.RLock()
 		var rev uint64
 		var cur Budget
-		if b := l.budgets[key]; b != nil {
+		if b := l.bk.budgets[key]; b != nil {
 			rev, cur = b.rev, b.def
 		}
+		prevHash := l.bk.hashes[key]
 		l.mu.RUnlock()
 		if rev > 0 && cur.Limit.Cmp(limit) == 0 && cur.Unit == unit {
 			// Only a no-op if this replica's copy is the latest: another
@@ -636,7 +196,8 @@ func (l *Ledger) PutBudget(ctx context.Context, ref events.BudgetRef, limit even
 			continue
 		}
 		value := events.BudgetRevision{
-			Schema: events.SchemaBudget, Budget: ref, Limit: limit, Unit: unit,
+			Schema: events.SchemaBudget, Chain: events.Chain{Prev: rev, PrevHash: prevHash},
+			Budget: ref, Limit: limit, Unit: unit,
 			Events: events.Events{events.BudgetDefined{Budget: ref, Limit: limit, Unit: unit, At: now.UTC()}},
 		}
 		data, err := json.Marshal(value)
@@ -646,8 +207,11 @@ func (l *Ledger) PutBudget(ctx context.Context, ref events.BudgetRef, limit even
 		seq, err := l.publishOne(ctx, key, rev, data)
 		if err == nil {
 			l.mu.Lock()
-			l.applyBudgetLocked(key, seq, &value)
+			err = l.bk.applyBudget(key, seq, &value, events.HashPayload(data))
 			l.mu.Unlock()
+			if err != nil {
+				return Budget{}, &events.Error{Code: events.CodeInternal, Message: "folding own budget write", Err: err}
+			}
 			l.ownFolded()
 			return Budget{Ref: ref, Limit: limit, Unit: unit, Revision: seq}, nil
 		}
@@ -677,9 +241,12 @@ type Stats struct {
 	Txs int64
 	// Conflicts counts writes lost to compare-and-set.
 	Conflicts int64
+	// Queued is how many submitted Txs wait for a committer now (a gauge:
+	// not those being decided or written).
+	Queued int64
 }
 
 // Stats returns the commit counters.
 func (l *Ledger) Stats() Stats {
-	return Stats{Commits: l.stats.commits.Load(), Batches: l.stats.batches.Load(), Txs: l.stats.txs.Load(), Conflicts: l.stats.conflicts.Load()}
+	return Stats{Commits: l.stats.commits.Load(), Batches: l.stats.batches.Load(), Txs: l.stats.txs.Load(), Conflicts: l.stats.conflicts.Load(), Queued: l.stats.queued.Load()}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -86,6 +87,7 @@ func TestLedger_GroupCommitFolds(t *testing.T) {
 	_, err := l.PutBudget(context.Background(), bal.Budget(), events.MustMoney("1"), "USD", t0)
 	require.NoError(t, err)
 	txs := make([]*openTx, 100)
+	errs := make([]error, len(txs))
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for i := range txs {
@@ -94,11 +96,14 @@ func TestLedger_GroupCommitFolds(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			require.NoError(t, l.Submit(context.Background(), txs[i]))
+			errs[i] = l.Submit(context.Background(), txs[i])
 		}()
 	}
 	close(start)
 	wg.Wait()
+	for i, err := range errs {
+		require.NoError(t, err, "tx %d", i)
+	}
 	admitted := 0
 	for _, tx := range txs {
 		if !tx.denied {
@@ -112,38 +117,85 @@ func TestLedger_GroupCommitFolds(t *testing.T) {
 	check(t, env)
 }
 
-// TestLedger_ConflictCatchUp: two replicas write the same balance in turn.
-// Whenever one decides before its follower has folded the other's last
-// write, its compare-and-set loses and it folds what it missed from the
-// stream leader and decides again; either way the limit holds and both
-// books agree. (The hot-budget tests in package service run the same race
-// under load, with a negative control that removes the revision check.)
+// TestLedger_ConflictCatchUp: two replicas write the same balance. Each
+// write of replica b is made to lose its compare-and-set exactly once:
+// between b's decision and b's write, replica a commits to the same lane
+// (from b's write hook). b must then fold what it missed from the stream
+// leader and decide again; the limit holds and both books agree. Both
+// replicas took part (each committed) and b conflicted on every one of its
+// writes: the test asserts both, so it cannot pass on a run with no race.
+// How we know it can fail: with b's compare-and-set removed
+// (UnsafeBlindWritesForTesting) b overwrites a's revision; the follower
+// then stops on the fork and the counts below differ (see
+// TestLedger_ConflictCatchUp_BlindControl).
 func TestLedger_ConflictCatchUp(t *testing.T) {
 	env := testenv.New(t)
+	rounds, conflicts := runConflictRace(t, env)
+	require.Equal(t, 5, rounds)
+	require.EqualValues(t, 5, conflicts, "every write of b lost one compare-and-set to a")
+	check(t, env)
+}
+
+// TestLedger_ConflictCatchUp_BlindControl is the negative control of
+// TestLedger_ConflictCatchUp: without b's revision check, b's write lands on
+// top of a's and no conflict happens; b's own fold (or its follower)
+// refuses the revision as a fork.
+func TestLedger_ConflictCatchUp_BlindControl(t *testing.T) {
+	env := testenv.New(t)
+	_, conflicts := runConflictRace(t, env, ledger.UnsafeBlindWritesForTesting())
+	require.Zero(t, conflicts)
+	rep, err := projector.Check(context.Background(), env.JS, env.Layout)
+	require.NoError(t, err)
+	require.False(t, rep.OK(), "a blind write must show as a fork: %s", rep)
+}
+
+// runConflictRace alternates writes of a and b (b with bOpts); before each
+// of b's writes, a commits first. It returns how many of b's Txs were
+// answered and b's conflicts.
+func runConflictRace(t *testing.T, env *testenv.Env, bOpts ...ledger.Option) (int, int64) {
+	t.Helper()
 	a := startLedger(t, env)
-	b := startLedger(t, env)
+	var aErrs []error
+	var inject atomic.Bool
+	n := 0
+	hook := ledger.UnsafeWriteFaultForTesting(func(ctx context.Context, _ []string) error {
+		if inject.Swap(false) {
+			// Runs on b's committer: a's write lands between b's
+			// decision and b's write.
+			n++
+			aErrs = append(aErrs, a.Submit(ctx, &openTx{id: fmt.Sprint("a", n), amount: events.MustMoney("0.01")}))
+		}
+		return nil
+	})
+	b := startLedger(t, env, append([]ledger.Option{hook}, bOpts...)...)
 	_, err := a.PutBudget(context.Background(), bal.Budget(), events.MustMoney("0.1"), "USD", t0)
 	require.NoError(t, err)
 	require.NoError(t, b.Sync(context.Background()))
-	// Interleave writes from both replicas as fast as they go: each write
-	// of one makes the other's next decision stale.
-	for i := 0; i < 10; i++ {
-		l := a
-		if i%2 == 1 {
-			l = b
+	rounds := 0
+	for i := 0; i < 5; i++ {
+		inject.Store(true)
+		err := b.Submit(context.Background(), &openTx{id: fmt.Sprint("b", i), amount: events.MustMoney("0.01")})
+		if err != nil {
+			break
 		}
-		require.NoError(t, l.Submit(context.Background(), &openTx{id: fmt.Sprint("c", i), amount: events.MustMoney("0.01")}))
+		rounds++
 	}
-	// The eleventh no longer fits on either replica.
-	tx := &openTx{id: "c10", amount: events.MustMoney("0.01")}
-	require.NoError(t, b.Submit(context.Background(), tx))
-	require.True(t, tx.denied)
-	require.NoError(t, a.Sync(context.Background()))
-	require.NoError(t, b.Sync(context.Background()))
-	require.Equal(t, "0.1", a.Balance(bal).Reserved.String())
-	require.Equal(t, "0.1", b.Balance(bal).Reserved.String())
-	require.Equal(t, 10, a.Balance(bal).Open)
-	check(t, env)
+	for i, err := range aErrs {
+		require.NoError(t, err, "a's write %d", i)
+	}
+	if rounds == 5 {
+		require.NoError(t, a.Sync(context.Background()))
+		require.NoError(t, b.Sync(context.Background()))
+		require.Equal(t, "0.1", a.Balance(bal).Reserved.String())
+		require.Equal(t, "0.1", b.Balance(bal).Reserved.String())
+		require.Equal(t, 10, a.Balance(bal).Open)
+		require.EqualValues(t, 5, a.Stats().Commits, "a committed its five")
+		// The eleventh no longer fits on either replica.
+		tx := &openTx{id: "c10", amount: events.MustMoney("0.01")}
+		require.NoError(t, b.Submit(context.Background(), tx))
+		require.True(t, tx.denied)
+	}
+	return rounds, b.Stats().Conflicts
 }
 
 // TestLedger_DecideErrorCommitsNothing: a Tx that refuses gets its error

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"time"
@@ -12,8 +13,11 @@ const (
 	DefaultMaxGroup = 256
 	// DefaultMaxAttempts bounds compare-and-set retries of one commit.
 	DefaultMaxAttempts = 64
-	// DefaultCommitTimeout bounds one write to JetStream.
+	// DefaultCommitTimeout bounds one call to JetStream (a write, a read).
 	DefaultCommitTimeout = 5 * time.Second
+	// DefaultSubmitTimeout bounds all attempts of one Submit or PutBudget
+	// whose ctx has no deadline.
+	DefaultSubmitTimeout = 30 * time.Second
 	// DefaultRetention is how long a replica remembers a settled or
 	// released reservation (and its request id) after it closed: the window
 	// in which a retried admit, settle or release gets its original answer.
@@ -32,6 +36,8 @@ type options struct {
 	blindWrites   bool
 	retention     time.Duration
 	expiredKeep   time.Duration
+	submitTimeout time.Duration
+	writeFault    func(ctx context.Context, lanes []string) error
 }
 
 func defaultOptions() options {
@@ -41,6 +47,7 @@ func defaultOptions() options {
 		commitTimeout: DefaultCommitTimeout,
 		retention:     DefaultRetention,
 		expiredKeep:   DefaultExpiredRetention,
+		submitTimeout: DefaultSubmitTimeout,
 		log:           slog.New(slog.DiscardHandler),
 	}
 }
@@ -82,6 +89,18 @@ func WithCommitTimeout(d time.Duration) Option {
 	}
 }
 
+// WithSubmitTimeout bounds all attempts of a Submit or PutBudget whose ctx
+// has no deadline (100ms..10m).
+func WithSubmitTimeout(d time.Duration) Option {
+	return func(o *options) error {
+		if d < 100*time.Millisecond || d > 10*time.Minute {
+			return fmt.Errorf("ledger: submit timeout %v out of range 100ms..10m", d)
+		}
+		o.submitTimeout = d
+		return nil
+	}
+}
+
 // WithRetention sets how long closed reservations are remembered after they
 // close: settled or released ones, and expired ones (keep those at least as
 // long as the longest TTL, so a late settle still finds its reservation).
@@ -114,6 +133,21 @@ func WithLogger(l *slog.Logger) Option {
 func UnsafeBlindWritesForTesting() Option {
 	return func(o *options) error {
 		o.blindWrites = true
+		return nil
+	}
+}
+
+// UnsafeWriteFaultForTesting calls f before every write of a lane revision
+// or batch, with the write's context and the lane keys it writes; a non-nil
+// error from f is the write's error and nothing is published. Tests use it
+// to inject a failed, hung or slow write at an exact point. Never use it
+// elsewhere.
+func UnsafeWriteFaultForTesting(f func(ctx context.Context, lanes []string) error) Option {
+	return func(o *options) error {
+		if f == nil {
+			return fmt.Errorf("ledger: nil write fault")
+		}
+		o.writeFault = f
 		return nil
 	}
 }

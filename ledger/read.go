@@ -8,10 +8,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/streams"
 )
-
-// errCodeNoMessage is JetStream's "no message found" (10037).
-const errCodeNoMessage = 10037
 
 // leaderGetRequest is the body of $JS.API.STREAM.MSG.GET.<stream>.
 type leaderGetRequest struct {
@@ -48,7 +46,7 @@ func (l *Ledger) leaderGet(ctx context.Context, req leaderGetRequest) (m storedM
 	if err != nil {
 		return m, false, err
 	}
-	reply, err := l.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+l.layout.StreamName(), body)
+	reply, err := l.nc.RequestWithContext(ctx, l.layout.MsgGetSubject(l.js), body)
 	if err != nil {
 		return m, false, &events.Error{Code: events.CodeLedgerUnavailable, Message: "reading the ledger stream", Err: err}
 	}
@@ -57,7 +55,7 @@ func (l *Ledger) leaderGet(ctx context.Context, req leaderGetRequest) (m storedM
 		return m, false, &events.Error{Code: events.CodeLedgerUnavailable, Message: "reading the ledger stream", Err: err}
 	}
 	if resp.Error != nil {
-		if resp.Error.ErrorCode == errCodeNoMessage {
+		if streams.IsNoMessage(resp.Error.ErrorCode) {
 			return m, false, nil
 		}
 		return m, false, &events.Error{Code: events.CodeLedgerUnavailable, Message: "reading the ledger stream", Err: resp.Error}

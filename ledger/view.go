@@ -25,13 +25,34 @@ type Tx interface {
 
 // View is what a Tx decides against: the touched balances at the lane
 // revisions the write will require, plus the effect of the Txs decided
-// before it in the same group.
+// before it in the same group. Open reservations and request ids are read
+// from the book, which the follower may advance meanwhile; a read that
+// finds one of the view's lanes folded past the view's revision makes the
+// group decide again, so every answer rests on the revisions written or
+// verified.
 type View struct {
 	l     *Ledger
 	bal   map[string]*viewBalance
 	lanes map[string]uint64       // the revision of each lane the view was taken at
+	hash  map[string]string       // the payload hash of each of those revisions
 	res   map[string]*Reservation // reservations changed in this group
 	req   map[string]*Reservation // request ids opened in this group
+	// stale is set when a read from the book (open reservations, request
+	// ids) found a lane of the view already folded past the revision the
+	// view was taken at: the group is then decided again.
+	stale bool
+}
+
+// checkLanes marks the view stale if the book has folded any lane of the
+// view, among those of refs, past the view's revision. The caller holds
+// l.mu.
+func (v *View) checkLanes(refs []events.BalanceRef) {
+	for _, ref := range refs {
+		lane := v.l.layout.LaneKey(ref)
+		if at, ok := v.lanes[lane]; ok && v.l.bk.lanes[lane] != at {
+			v.stale = true
+		}
+	}
 }
 
 type viewBalance struct {
@@ -43,15 +64,16 @@ type viewBalance struct {
 }
 
 func (l *Ledger) newView(refs []events.BalanceRef) *View {
-	v := &View{l: l, bal: make(map[string]*viewBalance, len(refs)), lanes: map[string]uint64{}, res: map[string]*Reservation{}, req: map[string]*Reservation{}}
+	v := &View{l: l, bal: make(map[string]*viewBalance, len(refs)), lanes: map[string]uint64{}, hash: map[string]string{}, res: map[string]*Reservation{}, req: map[string]*Reservation{}}
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	for _, ref := range refs {
 		k := streams.BalanceKey(ref)
 		lane := l.layout.LaneKey(ref)
-		v.lanes[lane] = l.lanes[lane]
+		v.lanes[lane] = l.bk.lanes[lane]
+		v.hash[lane] = l.bk.hashes[lane]
 		vb := &viewBalance{lane: lane, added: map[string]events.Money{}, removed: map[string]bool{}}
-		vb.Balance = l.balanceLocked(k, ref)
+		vb.Balance = l.bk.balance(k, ref)
 		v.bal[k] = vb
 	}
 	return v
@@ -80,7 +102,10 @@ func (v *View) OpenAmount(key, id string) (events.Money, bool) {
 	}
 	v.l.mu.RLock()
 	defer v.l.mu.RUnlock()
-	if b := v.l.balances[key]; b != nil {
+	if v.l.bk.lanes[vb.lane] != v.lanes[vb.lane] {
+		v.stale = true
+	}
+	if b := v.l.bk.balances[key]; b != nil {
 		if r := b.open[id]; r != nil {
 			if p := r.Part(key); p != nil {
 				return p.Amount, true
@@ -95,7 +120,14 @@ func (v *View) Reservation(id string) (*Reservation, bool) {
 	if r := v.res[id]; r != nil {
 		return r.clone(), true
 	}
-	return v.l.Reservation(id)
+	v.l.mu.RLock()
+	defer v.l.mu.RUnlock()
+	r := v.l.bk.reservations[id]
+	if r == nil {
+		return nil, false
+	}
+	v.checkLanes(r.Balances)
+	return r.clone(), true
 }
 
 // ByRequest returns the reservation opened for request id rid, if any.
@@ -105,16 +137,44 @@ func (v *View) ByRequest(rid string) (*Reservation, bool) {
 	}
 	v.l.mu.RLock()
 	defer v.l.mu.RUnlock()
-	if r := v.l.requests[rid]; r != nil {
+	if r := v.l.bk.requests[rid]; r != nil {
+		v.checkLanes(r.Balances)
 		return r.clone(), true
 	}
 	return nil, false
 }
 
 // apply folds a Tx's events into the view so that later Txs in the group
-// see them. It is the writer's fold; package projector folds the same
-// events independently, and the two must agree.
-func (v *View) apply(es events.Events) error {
+// see them, all or none: every change it makes is journaled, and on an
+// error the journal is rolled back, so the view (and so the group's write)
+// is exactly as if the Tx had decided nothing. It is the writer's fold;
+// package projector folds the same events independently, and the two must
+// agree.
+func (v *View) apply(es events.Events) (err error) {
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+	touched := map[*viewBalance]bool{}
+	touchedRes := map[string]bool{}
+	// saveRes journals reservation id as the group had it before this Tx.
+	saveRes := func(id string) {
+		if touchedRes[id] {
+			return
+		}
+		touchedRes[id] = true
+		if r, ok := v.res[id]; ok {
+			saved := *r
+			saved.Parts = slices.Clone(r.Parts)
+			undo = append(undo, func() { *r = saved })
+			return
+		}
+		undo = append(undo, func() { delete(v.res, id) })
+	}
 	for _, e := range es {
 		var ref events.BalanceRef
 		switch e := e.(type) {
@@ -132,12 +192,32 @@ func (v *View) apply(es events.Events) error {
 		if vb == nil {
 			return fmt.Errorf("ledger: event for %s outside the Tx's keys", key)
 		}
+		if !touched[vb] {
+			touched[vb] = true
+			saved, n := vb.Balance, len(vb.events)
+			undo = append(undo, func() { vb.Balance, vb.events = saved, vb.events[:n] })
+		}
+		// open and close journal the per-reservation maps of vb.
+		open := func(id string, amt events.Money) {
+			a, hadA := vb.added[id]
+			_, hadR := vb.removed[id]
+			undo = append(undo, func() { restoreOpen(vb, id, a, hadA, hadR) })
+			vb.added[id] = amt
+			delete(vb.removed, id)
+		}
+		closeRes := func(id string) {
+			a, hadA := vb.added[id]
+			_, hadR := vb.removed[id]
+			undo = append(undo, func() { restoreOpen(vb, id, a, hadA, hadR) })
+			vb.removed[id] = true
+			delete(vb.added, id)
+		}
 		switch e := e.(type) {
 		case events.ReservationOpened:
 			vb.Reserved = vb.Reserved.Add(e.Amount)
 			vb.Open++
-			vb.added[e.ReservationID] = e.Amount
-			delete(vb.removed, e.ReservationID)
+			open(e.ReservationID, e.Amount)
+			saveRes(e.ReservationID)
 			r := v.res[e.ReservationID]
 			if r == nil {
 				r = &Reservation{
@@ -146,7 +226,16 @@ func (v *View) apply(es events.Events) error {
 					OpenedAt: e.At, ExpiresAt: e.ExpiresAt, Status: events.StatusOpen,
 				}
 				v.res[e.ReservationID] = r
-				v.req[e.RequestID] = r
+				rid := e.RequestID
+				prev, had := v.req[rid]
+				v.req[rid] = r
+				undo = append(undo, func() {
+					if had {
+						v.req[rid] = prev
+					} else {
+						delete(v.req, rid)
+					}
+				})
 			}
 			p := r.part(key)
 			p.Unit, p.Amount = e.Unit, e.Amount
@@ -156,9 +245,9 @@ func (v *View) apply(es events.Events) error {
 			if !e.AfterExpiry {
 				vb.Reserved = vb.Reserved.Sub(e.Reserved)
 				vb.Open--
-				vb.removed[e.ReservationID] = true
-				delete(vb.added, e.ReservationID)
+				closeRes(e.ReservationID)
 			}
+			saveRes(e.ReservationID)
 			r := v.overlay(e.ReservationID)
 			r.Status = events.StatusSettled
 			r.part(key).Actual = e.Actual
@@ -166,8 +255,8 @@ func (v *View) apply(es events.Events) error {
 		case events.ReservationReleased:
 			vb.Reserved = vb.Reserved.Sub(e.Reserved)
 			vb.Open--
-			vb.removed[e.ReservationID] = true
-			delete(vb.added, e.ReservationID)
+			closeRes(e.ReservationID)
+			saveRes(e.ReservationID)
 			r := v.overlay(e.ReservationID)
 			r.Status = events.StatusReleased
 			if e.Reason == events.ReasonExpired {
@@ -177,6 +266,20 @@ func (v *View) apply(es events.Events) error {
 		vb.events = append(vb.events, e)
 	}
 	return nil
+}
+
+// restoreOpen puts back vb's record of reservation id as it was.
+func restoreOpen(vb *viewBalance, id string, added events.Money, hadAdded, hadRemoved bool) {
+	if hadAdded {
+		vb.added[id] = added
+	} else {
+		delete(vb.added, id)
+	}
+	if hadRemoved {
+		vb.removed[id] = true
+	} else {
+		delete(vb.removed, id)
+	}
 }
 
 // overlay returns the group's copy of reservation id, copying it in from the
@@ -211,7 +314,8 @@ func (v *View) revisions() []keyedRevision {
 	out := make([]keyedRevision, 0, len(byLane))
 	for lane, keys := range byLane {
 		sort.Strings(keys)
-		rev := events.LaneRevision{Schema: events.SchemaLane, Balances: make([]events.BalanceRevision, len(keys))}
+		rev := events.LaneRevision{Schema: events.SchemaLane, Chain: events.Chain{Prev: v.lanes[lane], PrevHash: v.hash[lane]},
+			Balances: make([]events.BalanceRevision, len(keys))}
 		for i, k := range keys {
 			vb := v.bal[k]
 			rev.Balances[i] = events.BalanceRevision{

@@ -30,6 +30,11 @@ var (
 	// ErrInvariant: the fold breaks an invariant: reserved < 0, or
 	// spent + reserved > limit right after an admission.
 	ErrInvariant = errors.New("invariant broken")
+	// ErrChain: a chained revision (lane.v2, budget.v2) does not follow
+	// the last revision of its key that was applied: a gap (a revision
+	// never seen) or a fork (another history). The wrapped
+	// *events.ChainError names the sequence. A fold must stop there.
+	ErrChain = errors.New("revision breaks its key's chain")
 )
 
 // ApplyError is the error of State.Apply: which message failed, and why.

@@ -16,7 +16,8 @@ func ExampleState_Apply() {
 
 	// Lane revision 1 admits a reservation of 0.05; lane revision 2
 	// settles it at 0.07, 0.02 beyond what was reserved. Each names the
-	// one balance it changes.
+	// one balance it changes, and revision 2 names revision 1, the one it
+	// follows, by sequence and payload hash.
 	rev1, _ := json.Marshal(events.LaneRevision{Schema: events.SchemaLane, Balances: []events.BalanceRevision{{
 		Schema: events.SchemaBalance, Balance: bal, Unit: "USD", Limit: events.MustMoney("1"),
 		Reserved: events.MustMoney("0.05"), Open: 1,
@@ -25,7 +26,7 @@ func ExampleState_Apply() {
 			Unit: "USD", Balances: []events.BalanceRef{bal}, ExpiresAt: at.Add(time.Minute), At: at,
 		}},
 	}}})
-	rev2, _ := json.Marshal(events.LaneRevision{Schema: events.SchemaLane, Balances: []events.BalanceRevision{{
+	rev2, _ := json.Marshal(events.LaneRevision{Schema: events.SchemaLane, Chain: events.Chain{Prev: 1, PrevHash: events.HashPayload(rev1)}, Balances: []events.BalanceRevision{{
 		Schema: events.SchemaBalance, Balance: bal, Unit: "USD", Limit: events.MustMoney("1"),
 		Spent: events.MustMoney("0.07"), Overrun: events.MustMoney("0.02"),
 		Events: events.Events{events.ReservationSettled{

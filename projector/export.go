@@ -166,22 +166,34 @@ type rowFold struct {
 	// keys collects metadata keys of selected reservations in
 	// collectKeys.
 	keys map[string]struct{}
+	// chain is the last revision folded per lane key (sequence and payload
+	// hash), so that an export stops on a gap or a fork as a replay does.
+	chain map[string]events.Chain
 }
 
 func newRowFold(f Filter, emit func(*Row) error) *rowFold {
-	return &rowFold{f: f, live: map[string]*tracked{}, emit: emit}
+	return &rowFold{f: f, live: map[string]*tracked{}, emit: emit, chain: map[string]events.Chain{}}
 }
 
-// decodeLane reads a lane revision for an export. Exports do not verify
-// the book (audit check does); they only need its events.
-func decodeLane(data []byte) (*events.LaneRevision, error) {
+// decodeLane reads a lane revision of version 1 or 2 for an export and, for
+// version 2, checks that it follows the last revision of its key folded (a
+// gap or a fork is an ErrChain error, as in a replay): an export is never
+// built from a book that a replay would refuse.
+func (rf *rowFold) decodeLane(m message) (*events.LaneRevision, error) {
 	var rev events.LaneRevision
-	if err := decodeStrict(data, &rev); err != nil {
+	if err := decodeStrict(m.data, &rev); err != nil {
 		return nil, err
 	}
-	if rev.Schema != events.SchemaLane {
-		return nil, errorf(ErrMalformed, "schema %q under a lane key, want %q", rev.Schema, events.SchemaLane)
+	if err := events.UpcastLane(&rev); err != nil {
+		return nil, errorf(ErrMalformed, "%v", err)
 	}
+	last := rf.chain[m.key]
+	if rev.Chained() {
+		if err := events.CheckChain(m.key, m.seq, rev.Chain, last.Prev, last.PrevHash); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrChain, err)
+		}
+	}
+	rf.chain[m.key] = events.Chain{Prev: m.seq, PrevHash: events.HashPayload(m.data)}
 	return &rev, nil
 }
 
@@ -240,7 +252,7 @@ func (rf *rowFold) apply(m message) error {
 	default:
 		return nil
 	}
-	rev, err := decodeLane(m.data)
+	rev, err := rf.decodeLane(m)
 	if err != nil {
 		return &ApplyError{Seq: m.seq, Key: m.key, Err: err}
 	}

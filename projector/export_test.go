@@ -33,10 +33,12 @@ type book struct {
 	limits map[events.BudgetRef]events.Money
 	bals   map[events.BalanceRef]*events.BalanceRevision
 	buf    []byte
+	// chain is each lane's last revision, which the next one names.
+	chain map[string]events.Chain
 }
 
 func newBook(t testing.TB, env *testenv.Env) *book {
-	return &book{t: t, env: env, limits: map[events.BudgetRef]events.Money{}, bals: map[events.BalanceRef]*events.BalanceRevision{}}
+	return &book{t: t, env: env, limits: map[events.BudgetRef]events.Money{}, bals: map[events.BalanceRef]*events.BalanceRevision{}, chain: map[string]events.Chain{}}
 }
 
 // define writes a budget definition.
@@ -46,12 +48,13 @@ func (bk *book) define(ref events.BudgetRef, limit string) {
 	bk.put(streams.BudgetKey(ref), budgetRev(bk.t, ref, limit, "USD"))
 }
 
-func (bk *book) put(key string, data []byte) {
+func (bk *book) put(key string, data []byte) uint64 {
 	bk.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, err := bk.env.JS.Publish(ctx, bk.env.Layout.Subject(key), data)
+	ack, err := bk.env.JS.Publish(ctx, bk.env.Layout.Subject(key), data)
 	require.NoError(bk.t, err)
+	return ack.Sequence
 }
 
 // commit writes evs: one lane revision per lane they touch, in lane key
@@ -97,7 +100,7 @@ func (bk *book) commit(evs ...events.Event) {
 		cur.Events = append(cur.Events, e)
 	}
 	for _, lk := range slices.Sorted(mapsKeys(byLane)) {
-		rev := events.LaneRevision{Schema: events.SchemaLane}
+		rev := events.LaneRevision{Schema: events.SchemaLane, Chain: bk.chain[lk]}
 		refs := slices.SortedFunc(mapsKeys(byLane[lk]), func(a, b events.BalanceRef) int {
 			return strings.Compare(streams.BalanceKey(a), streams.BalanceKey(b))
 		})
@@ -109,7 +112,8 @@ func (bk *book) commit(evs ...events.Event) {
 		var err error
 		bk.buf, err = rev.AppendJSON(bk.buf[:0])
 		require.NoError(bk.t, err)
-		bk.put(lk, bk.buf)
+		seq := bk.put(lk, bk.buf)
+		bk.chain[lk] = events.Chain{Prev: seq, PrevHash: events.HashPayload(bk.buf)}
 	}
 }
 
@@ -383,4 +387,29 @@ func TestIdleBalances(t *testing.T) {
 		got = append(got, b.Key)
 	}
 	require.Equal(t, []string{"balance.org.acme.month.2026-12", "balance.team.idle.month.2026-12", "balance.user.u-17.day.2026-12-30"}, got)
+}
+
+// An export refuses a book that a replay refuses: a lane revision that
+// does not follow the last one of its key (a gap or a fork) stops it with
+// ErrChain, before any row is built on it.
+func TestProjector_ExportStopsOnFork(t *testing.T) {
+	t.Parallel()
+	env := goldenScenario(t)
+	bk := newBook(t, env)
+	// A revision that claims to follow nothing: lane.0 was written before.
+	lk := env.Layout.LaneKey(acme)
+	forged := events.LaneRevision{Schema: events.SchemaLane, Balances: []events.BalanceRevision{{
+		Schema: events.SchemaBalance, Balance: acme, Unit: "USD", Limit: m("100"),
+		Events: events.Events(open("rsv_99", "1", t0, time.Minute, nil, acme)),
+	}}}
+	data, err := forged.AppendJSON(nil)
+	require.NoError(t, err)
+	bk.put(lk, data)
+	p := projector.New(env.JS, env.Layout)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err = p.ExportCSV(ctx, io.Discard, projector.Filter{})
+	require.ErrorIs(t, err, projector.ErrChain)
+	_, err = p.ExportJSONL(ctx, io.Discard, projector.Filter{})
+	require.ErrorIs(t, err, projector.ErrChain)
 }

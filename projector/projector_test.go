@@ -58,7 +58,7 @@ func bal(ref events.BalanceRef, n nums, evs ...events.Event) events.BalanceRevis
 // laneRev is a lane revision naming bals, in the order given.
 func laneRev(t testing.TB, bals ...events.BalanceRevision) []byte {
 	t.Helper()
-	b, err := json.Marshal(events.LaneRevision{Schema: events.SchemaLane, Balances: bals})
+	b, err := json.Marshal(events.LaneRevision{Schema: events.SchemaLaneV1, Balances: bals})
 	require.NoError(t, err)
 	return b
 }
@@ -72,7 +72,7 @@ func balanceRev(t testing.TB, ref events.BalanceRef, n nums, evs ...events.Event
 func budgetRev(t testing.TB, ref events.BudgetRef, limit, unit string) []byte {
 	t.Helper()
 	b, err := json.Marshal(events.BudgetRevision{
-		Schema: events.SchemaBudget, Budget: ref, Limit: m(limit), Unit: unit,
+		Schema: events.SchemaBudgetV1, Budget: ref, Limit: m(limit), Unit: unit,
 		Events: events.Events{events.BudgetDefined{Budget: ref, Limit: m(limit), Unit: unit, At: t0}},
 	})
 	require.NoError(t, err)
@@ -347,7 +347,7 @@ func TestState_Apply_invalid(t *testing.T) {
 			return []byte(`{"schema":"lane.v1","balances":[]}`)
 		}, projector.ErrMalformed, "names no balance"},
 		{"unknown lane schema", lane(acme), func(t *testing.T) []byte {
-			return []byte(strings.Replace(string(balanceRev(t, acme, afterBase)), events.SchemaLane, "lane.v9", 1))
+			return []byte(strings.Replace(string(balanceRev(t, acme, afterBase)), events.SchemaLaneV1, "lane.v9", 1))
 		}, projector.ErrMalformed, "lane.v9"},
 		{"a balance revision alone under a lane key", lane(acme), func(t *testing.T) []byte {
 			b, err := json.Marshal(bal(acme, afterBase))

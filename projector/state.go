@@ -114,10 +114,13 @@ type Budget struct {
 // not usable: use NewState. A State is not safe for concurrent use;
 // Projector guards its own.
 type State struct {
-	position     uint64
-	events       int
-	balances     map[events.BalanceRef]*Balance
-	lanes        map[string]uint64 // lane key -> seq of its last revision applied
+	position uint64
+	events   int
+	balances map[events.BalanceRef]*Balance
+	lanes    map[string]uint64 // lane key -> seq of its last revision applied
+	// hashes is the payload hash of the last revision applied of every
+	// lane and budget key: what the next chained revision must name.
+	hashes       map[string]string
 	reservations map[string]*Reservation
 	budgets      map[events.BudgetRef]*Budget
 }
@@ -127,6 +130,7 @@ func NewState() *State {
 	return &State{
 		balances:     map[events.BalanceRef]*Balance{},
 		lanes:        map[string]uint64{},
+		hashes:       map[string]string{},
 		reservations: map[string]*Reservation{},
 		budgets:      map[events.BudgetRef]*Budget{},
 	}
@@ -205,6 +209,7 @@ func (s *State) Clone() *State {
 		events:       s.events,
 		balances:     make(map[events.BalanceRef]*Balance, len(s.balances)),
 		lanes:        maps.Clone(s.lanes),
+		hashes:       maps.Clone(s.hashes),
 		reservations: make(map[string]*Reservation, len(s.reservations)),
 		budgets:      make(map[events.BudgetRef]*Budget, len(s.budgets)),
 	}
@@ -256,7 +261,9 @@ func (r *Reservation) clone() *Reservation {
 // A seq <= Position is ignored and returns nil. Apply is all or nothing,
 // across every balance of a lane revision: on error the State, Position
 // included, is unchanged. The error is an *ApplyError wrapping, in
-// precedence order: ErrMalformed (decoding, schema, key, a lane revision
+// precedence order: ErrMalformed (decoding, schema: lane.v1 and budget.v1
+// are upcast; then ErrChain for a version-2 revision that does not follow the
+// last revision of its key applied, naming the sequence; then key, a lane revision
 // with no balance or with balances out of order or named twice, then per
 // balance in order its schema, ref, lane, unit and limit); then, balance
 // by balance in order, event by event in order, ErrMalformed,
@@ -346,15 +353,9 @@ func (st *stage) get(id string) *Reservation {
 // applyLane folds one lane revision: every balance it names, sharing one
 // stage, and commits only if all of them fold.
 func (s *State) applyLane(seq uint64, key string, data []byte) error {
-	var rev events.LaneRevision
-	if err := decodeStrict(data, &rev); err != nil {
+	rev, err := s.decodeLane(seq, key, data)
+	if err != nil {
 		return err
-	}
-	if rev.Schema != events.SchemaLane {
-		return errorf(ErrMalformed, "schema %q under a lane key, want %q", rev.Schema, events.SchemaLane)
-	}
-	if len(rev.Balances) == 0 {
-		return errorf(ErrMalformed, "lane revision names no balance")
 	}
 	// Every balance's header first, so that a malformed revision is
 	// reported as such before any of its events is folded.
@@ -395,11 +396,34 @@ func (s *State) applyLane(seq uint64, key string, data []byte) error {
 		s.balances[b.Ref] = &b
 	}
 	s.lanes[key] = seq
+	s.hashes[key] = events.HashPayload(data)
 	for id, r := range st.mod {
 		s.reservations[id] = r
 	}
 	s.events += n
 	return nil
+}
+
+// decodeLane decodes a lane revision of version 1 or 2 and, for version 2,
+// checks that it follows the last revision of key applied: a gap or a fork
+// is an ErrChain error naming seq.
+func (s *State) decodeLane(seq uint64, key string, data []byte) (events.LaneRevision, error) {
+	var rev events.LaneRevision
+	if err := decodeStrict(data, &rev); err != nil {
+		return rev, err
+	}
+	if err := events.UpcastLane(&rev); err != nil {
+		return rev, errorf(ErrMalformed, "%v", err)
+	}
+	if len(rev.Balances) == 0 {
+		return rev, errorf(ErrMalformed, "lane revision names no balance")
+	}
+	if rev.Chained() {
+		if err := events.CheckChain(key, seq, rev.Chain, s.lanes[key], s.hashes[key]); err != nil {
+			return rev, fmt.Errorf("%w: %w", ErrChain, err)
+		}
+	}
+	return rev, nil
 }
 
 // applyLaneQuarantine is Check's fold of one lane revision: balance by
@@ -413,15 +437,9 @@ func (s *State) applyLaneQuarantine(seq uint64, key string, data []byte, bad map
 	if seq <= s.position {
 		return nil, nil
 	}
-	var rev events.LaneRevision
-	if err := decodeStrict(data, &rev); err != nil {
+	rev, err := s.decodeLane(seq, key, data)
+	if err != nil {
 		return nil, err
-	}
-	if rev.Schema != events.SchemaLane {
-		return nil, errorf(ErrMalformed, "schema %q under a lane key, want %q", rev.Schema, events.SchemaLane)
-	}
-	if len(rev.Balances) == 0 {
-		return nil, errorf(ErrMalformed, "lane revision names no balance")
 	}
 	prev := ""
 	for i := range rev.Balances {
@@ -456,6 +474,7 @@ func (s *State) applyLaneQuarantine(seq uint64, key string, data []byte, bad map
 		s.events += len(br.Events)
 	}
 	s.lanes[key] = seq
+	s.hashes[key] = events.HashPayload(data)
 	s.position = seq
 	return failed, nil
 }
@@ -725,8 +744,8 @@ func (s *State) applyBudget(seq uint64, key string, data []byte) error {
 	if err := decodeStrict(data, &rev); err != nil {
 		return err
 	}
-	if rev.Schema != events.SchemaBudget {
-		return errorf(ErrMalformed, "schema %q under a budget key, want %q", rev.Schema, events.SchemaBudget)
+	if err := events.UpcastBudget(&rev); err != nil {
+		return errorf(ErrMalformed, "%v", err)
 	}
 	if _, err := events.ParseScope(string(rev.Budget.Scope)); err != nil {
 		return errorf(ErrMalformed, "%v", err)
@@ -739,6 +758,15 @@ func (s *State) applyBudget(seq uint64, key string, data []byte) error {
 	}
 	if len(rev.Events) == 0 {
 		return errorf(ErrMalformed, "budget revision without a BudgetDefined event")
+	}
+	if rev.Chained() {
+		var last uint64
+		if cur, ok := s.budgets[rev.Budget]; ok {
+			last = cur.Revision
+		}
+		if err := events.CheckChain(key, seq, rev.Chain, last, s.hashes[key]); err != nil {
+			return fmt.Errorf("%w: %w", ErrChain, err)
+		}
 	}
 	var b Budget
 	if cur, ok := s.budgets[rev.Budget]; ok {
@@ -771,6 +799,7 @@ func (s *State) applyBudget(seq uint64, key string, data []byte) error {
 	}
 	b.Revision = seq
 	s.budgets[rev.Budget] = &b
+	s.hashes[key] = events.HashPayload(data)
 	s.events += len(rev.Events)
 	return nil
 }

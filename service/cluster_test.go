@@ -41,7 +41,9 @@ func TestCluster_HotBudgetR3(t *testing.T) {
 		replicas = append(replicas, r)
 	}
 	nc := c.Conn
-	call := func(endpoint string, req, out any) *events.Error {
+	// callE never calls require, so burst goroutines can use it; call is
+	// for the test goroutine.
+	callE := func(endpoint string, req, out any) (*events.Error, error) {
 		data, _ := json.Marshal(req)
 		var msg *nats.Msg
 		var err error
@@ -53,14 +55,22 @@ func TestCluster_HotBudgetR3(t *testing.T) {
 				break
 			}
 		}
-		require.NoError(t, err)
-		var er events.ErrorReply
-		require.NoError(t, json.Unmarshal(msg.Data, &er))
-		if er.Error != nil {
-			return er.Error
+		if err != nil {
+			return nil, err
 		}
-		require.NoError(t, json.Unmarshal(msg.Data, out))
-		return nil
+		var er events.ErrorReply
+		if err := json.Unmarshal(msg.Data, &er); err != nil {
+			return nil, err
+		}
+		if er.Error != nil {
+			return er.Error, nil
+		}
+		return nil, json.Unmarshal(msg.Data, out)
+	}
+	call := func(endpoint string, req, out any) *events.Error {
+		e, err := callE(endpoint, req, out)
+		require.NoError(t, err)
+		return e
 	}
 	var bv events.BudgetView
 	require.Nil(t, call(streams.EndpointBudgetPut, events.BudgetPutRequest{Scope: "org:r3", Period: "month", Limit: "1.00", Unit: "USD"}, &bv))
@@ -68,6 +78,7 @@ func TestCluster_HotBudgetR3(t *testing.T) {
 		var wg sync.WaitGroup
 		var mu sync.Mutex
 		var admitted []string
+		failures := make([]string, n)
 		start := make(chan struct{})
 		for i := 0; i < n; i++ {
 			wg.Add(1)
@@ -75,9 +86,13 @@ func TestCluster_HotBudgetR3(t *testing.T) {
 				defer wg.Done()
 				<-start
 				var r events.AdmitReply
-				e := call(streams.EndpointAdmit, events.AdmitRequest{RequestID: fmt.Sprintf("%s-%d", prefix, i), Scopes: []string{"org:r3"}, Amount: "0.05"}, &r)
-				require.Nil(t, e)
-				if r.Admitted {
+				e, err := callE(streams.EndpointAdmit, events.AdmitRequest{RequestID: fmt.Sprintf("%s-%d", prefix, i), Scopes: []string{"org:r3"}, Amount: "0.05"}, &r)
+				switch {
+				case err != nil:
+					failures[i] = err.Error()
+				case e != nil:
+					failures[i] = string(e.Code) + ": " + e.Message
+				case r.Admitted:
 					mu.Lock()
 					admitted = append(admitted, r.ReservationID)
 					mu.Unlock()
@@ -86,6 +101,9 @@ func TestCluster_HotBudgetR3(t *testing.T) {
 		}
 		close(start)
 		wg.Wait()
+		for i, f := range failures {
+			require.Empty(t, f, "admit %d", i)
+		}
 		return admitted
 	}
 	ids := burstR3("a", 200)

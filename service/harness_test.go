@@ -33,6 +33,9 @@ type harnessOpts struct {
 	replicas   int
 	ledgerOpts []ledger.Option
 	noCheck    bool
+	// stopMayFail accepts a replica whose follower stopped (a negative
+	// control whose blind writes fork a lane).
+	stopMayFail bool
 	// lanes of the ledger stream (default 1: every Tx commits as one lane
 	// revision; more lanes put multi-scope Txs on the atomic batch path).
 	lanes int
@@ -58,7 +61,11 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 			Layout: env.Layout, Now: h.clock.now.Load, SweepInterval: -1, LedgerOptions: o.ledgerOpts,
 		})
 		require.NoError(t, err)
-		t.Cleanup(func() { require.NoError(t, r.Stop()) })
+		t.Cleanup(func() {
+			if err := r.Stop(); !o.stopMayFail {
+				require.NoError(t, err)
+			}
+		})
 		h.replicas = append(h.replicas, r)
 	}
 	if !o.noCheck {
@@ -81,6 +88,42 @@ func (h *harness) check() {
 	rep, err := projector.Check(context.Background(), h.env.JS, h.env.Layout)
 	require.NoError(h.t, err)
 	require.True(h.t, rep.OK(), "invariant check: %s", rep)
+}
+
+// callE is call for goroutines other than the test's: it never calls
+// require, and returns a transport or decoding failure as err.
+func (h *harness) callE(endpoint string, req any, out any) (*events.Error, error) {
+	data, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	msg, err := h.nc.Request(h.env.Layout.Endpoint(endpoint), data, 10*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	var er events.ErrorReply
+	if err := json.Unmarshal(msg.Data, &er); err != nil {
+		return nil, err
+	}
+	if er.Error != nil {
+		return er.Error, nil
+	}
+	if out != nil {
+		return nil, json.Unmarshal(msg.Data, out)
+	}
+	return nil, nil
+}
+
+// failed reports whether any replica's follower stopped on its own.
+func (h *harness) failed() bool {
+	for _, r := range h.replicas {
+		select {
+		case <-r.Failed():
+			return true
+		default:
+		}
+	}
+	return false
 }
 
 // call sends req to an endpoint and decodes the reply into out; it returns

@@ -32,7 +32,7 @@ func TestReplica_RefusesBalanceInTheWrongLane(t *testing.T) {
 	if right == wrong {
 		wrong = "lane.1"
 	}
-	rev := events.LaneRevision{Schema: events.SchemaLane, Balances: []events.BalanceRevision{{
+	rev := events.LaneRevision{Schema: events.SchemaLaneV1, Balances: []events.BalanceRevision{{
 		Schema: events.SchemaBalance, Balance: ref, Unit: "USD", Limit: events.MustMoney("10"),
 		Spent: events.MustMoney("0"), Reserved: events.MustMoney("0"), Overrun: events.MustMoney("0"), Events: events.Events{},
 	}}}

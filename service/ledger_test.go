@@ -23,6 +23,16 @@ import (
 // the replies.
 func burst(t *testing.T, h *harness, n int, mk func(i int) events.AdmitRequest) []events.AdmitReply {
 	t.Helper()
+	replies, errs := burstE(h, n, mk)
+	for i, e := range errs {
+		require.Nil(t, e, "admit %d", i)
+	}
+	return replies
+}
+
+// burstE is burst that returns the error replies (or transport failures,
+// as ledger_unavailable) instead of failing on them.
+func burstE(h *harness, n int, mk func(i int) events.AdmitRequest) ([]events.AdmitReply, []*events.Error) {
 	replies := make([]events.AdmitReply, n)
 	errs := make([]*events.Error, n)
 	start := make(chan struct{})
@@ -50,10 +60,7 @@ func burst(t *testing.T, h *harness, n int, mk func(i int) events.AdmitRequest) 
 	}
 	close(start)
 	wg.Wait()
-	for i, e := range errs {
-		require.Nil(t, e, "admit %d", i)
-	}
-	return replies
+	return replies, errs
 }
 
 func countAdmitted(rs []events.AdmitReply) (admitted int, denied map[events.Code]int) {
@@ -61,69 +68,145 @@ func countAdmitted(rs []events.AdmitReply) (admitted int, denied map[events.Code
 	for _, r := range rs {
 		if r.Admitted {
 			admitted++
-		} else {
+		} else if r.Denial != nil {
 			denied[r.Denial.Reason]++
 		}
 	}
 	return admitted, denied
 }
 
+// maxRounds bounds the re-rounds of a race test that must observe both
+// sides of its race: a round that does not is repeated on fresh budgets,
+// and the test fails if none does.
+const maxRounds = 10
+
 // TestAdmit_ConcurrentHotBudget: 200 concurrent admits of 0.05 against 1.00
 // admit exactly 20, on one replica and on two replicas sharing the server.
+// With two replicas the burst is repeated on fresh budgets (at most
+// maxRounds) until both replicas have decided admits and at least one
+// compare-and-set was lost, and the test asserts both: a run where one
+// replica did all the work, or where they never collided, proves nothing
+// about compare-and-set and fails.
 //
-// How we know it can fail: with one replica, the in-process group commit
-// alone serializes a key, so the two-replica case is the one that exercises
-// compare-and-set. TestAdmit_BlindWritesOverAdmit runs the same burst on two
-// replicas with the revision check removed (ledger.UnsafeBlindWritesForTesting)
-// and shows over-admission and a failing invariant check.
+// How we know it can fail: TestAdmit_BlindWritesOverAdmit runs the same
+// burst on two replicas with the revision check removed
+// (ledger.UnsafeBlindWritesForTesting) and shows over-admission, a failing
+// invariant check or a replica stopping on the fork it wrote.
 func TestAdmit_ConcurrentHotBudget(t *testing.T) {
 	for _, replicas := range []int{1, 2} {
 		t.Run(fmt.Sprintf("replicas=%d", replicas), func(t *testing.T) {
 			h := newHarness(t, harnessOpts{replicas: replicas})
-			h.putBudget("org:acme", "month", "1.00", "USD")
-			rs := burst(t, h, 200, func(i int) events.AdmitRequest {
-				return events.AdmitRequest{RequestID: fmt.Sprintf("req-%d", i), Scopes: []string{"org:acme"}, Amount: "0.05", TTL: "1m"}
-			})
-			admitted, denied := countAdmitted(rs)
-			require.Equal(t, 20, admitted)
-			require.Equal(t, map[events.Code]int{events.ReasonLimitReached: 180}, denied)
-			v := h.budget("org:acme", "month")
-			require.Equal(t, "1", v.Reserved)
-			require.Equal(t, "0", v.Available)
-			require.EqualValues(t, 20, v.Open)
-			if replicas == 2 {
-				// Both replicas took part (the queue group spreads requests).
-				for i, r := range h.replicas {
-					st := r.Service.Info()
-					require.NotEmpty(t, st.Endpoints, "replica %d", i)
+			for round := 0; round < maxRounds; round++ {
+				scope := fmt.Sprintf("org:acme%d", round)
+				h.putBudget(scope, "month", "1.00", "USD")
+				rs := burst(t, h, 200, func(i int) events.AdmitRequest {
+					return events.AdmitRequest{RequestID: fmt.Sprintf("req-%d-%d", round, i), Scopes: []string{scope}, Amount: "0.05", TTL: "1m"}
+				})
+				admitted, denied := countAdmitted(rs)
+				require.Equal(t, 20, admitted)
+				require.Equal(t, map[events.Code]int{events.ReasonLimitReached: 180}, denied)
+				v := h.budget(scope, "month")
+				require.Equal(t, "1", v.Reserved)
+				require.Equal(t, "0", v.Available)
+				require.EqualValues(t, 20, v.Open)
+				if replicas == 1 {
+					return
+				}
+				var conflicts int64
+				both := true
+				for _, r := range h.replicas {
+					st := r.Ledger.Stats()
+					conflicts += st.Conflicts
+					both = both && st.Txs > 0
+				}
+				t.Logf("round %d: both replicas decided: %v, conflicts: %d", round, both, conflicts)
+				if both && conflicts > 0 {
+					return
 				}
 			}
+			t.Fatalf("in %d rounds the two replicas never both decided and conflicted", maxRounds)
 		})
 	}
 }
 
 // TestAdmit_BlindWritesOverAdmit is the negative control of
 // TestAdmit_ConcurrentHotBudget: two replicas whose writes skip the revision
-// check. Within a few bursts one replica overwrites the other's revision and
-// the ledger admits more than the limit or loses a reservation, which the
-// invariant checker catches. If this test ever fails, the hot-budget test
-// above no longer proves anything about compare-and-set.
+// check. Within a few bursts one replica overwrites the other's revision:
+// the ledger admits more than the limit or loses a reservation (the
+// invariant checker catches it), or a replica's follower stops on the fork
+// in the lane's chain and its requests answer ledger_unavailable. If this
+// test ever fails, the hot-budget test above no longer proves anything
+// about compare-and-set.
 func TestAdmit_BlindWritesOverAdmit(t *testing.T) {
-	h := newHarness(t, harnessOpts{replicas: 2, noCheck: true, ledgerOpts: []ledger.Option{ledger.UnsafeBlindWritesForTesting()}})
+	h := newHarness(t, harnessOpts{replicas: 2, noCheck: true, stopMayFail: true, ledgerOpts: []ledger.Option{ledger.UnsafeBlindWritesForTesting()}})
 	broken := false
 	for round := 0; round < 20 && !broken; round++ {
 		scope := fmt.Sprintf("org:blind%d", round)
-		h.putBudget(scope, "month", "1.00", "USD")
-		rs := burst(t, h, 200, func(i int) events.AdmitRequest {
+		if e, err := h.callE(streams.EndpointBudgetPut, events.BudgetPutRequest{Scope: scope, Period: "month", Limit: "1.00", Unit: "USD"}, nil); e != nil || err != nil {
+			broken = true // a replica already stopped on a fork
+			break
+		}
+		rs, errs := burstE(h, 200, func(i int) events.AdmitRequest {
 			return events.AdmitRequest{RequestID: fmt.Sprintf("b%d-%d", round, i), Scopes: []string{scope}, Amount: "0.05", TTL: "1m"}
 		})
-		admitted, _ := countAdmitted(rs)
-		rep, err := projector.Check(context.Background(), h.env.JS, h.env.Layout)
-		require.NoError(t, err)
-		broken = admitted > 20 || !rep.OK()
-		t.Logf("round %d: admitted %d, check ok %v", round, admitted, rep.OK())
+		broken = blindBroken(t, h, round, rs, errs, 20)
 	}
 	require.True(t, broken, "without compare-and-set two replicas never broke the budget: the concurrency tests would not detect its removal")
+}
+
+// blindBroken reports whether a blind-write round was caught: more admitted
+// than want, an invariant check that fails, a replica whose follower
+// stopped, or requests that answered errors.
+func blindBroken(t *testing.T, h *harness, round int, rs []events.AdmitReply, errs []*events.Error, want int) bool {
+	t.Helper()
+	admitted, _ := countAdmitted(rs)
+	failed := 0
+	for _, e := range errs {
+		if e != nil {
+			failed++
+		}
+	}
+	rep, err := projector.Check(context.Background(), h.env.JS, h.env.Layout)
+	require.NoError(t, err)
+	t.Logf("round %d: admitted %d, errors %d, check ok %v, replica stopped %v", round, admitted, failed, rep.OK(), h.failed())
+	return admitted > want || !rep.OK() || h.failed() || failed > 0
+}
+
+// TestAdmit_BlindWritesMultiScopeBatch is the negative control of the
+// atomic batch path: on 8 lanes, two-scope admits (org:a in lane 0 and
+// user:b in lane 6) are atomic batches over two lane keys. With the
+// revision check removed from every key of the batch, two replicas
+// overwrite each other within a few bursts and the damage is caught. If
+// this ever fails, TestAdmit_MultiScopeConcurrent and the lane tests no
+// longer prove anything about the batch's compare-and-set.
+func TestAdmit_BlindWritesMultiScopeBatch(t *testing.T) {
+	h := newHarness(t, harnessOpts{replicas: 2, lanes: 8, noCheck: true, stopMayFail: true, ledgerOpts: []ledger.Option{ledger.UnsafeBlindWritesForTesting()}})
+	broken := false
+	for round := 0; round < 20 && !broken; round++ {
+		org, user := fmt.Sprintf("org:a%d", round), fmt.Sprintf("user:b%d", round)
+		lanes := map[string]bool{}
+		for _, sc := range []string{org, user} {
+			lanes[h.env.Layout.LaneKey(events.BalanceRef{Scope: events.Scope(sc), Period: events.PeriodMonth, Instance: "2026-11"})] = true
+		}
+		if len(lanes) < 2 {
+			continue // both scopes in one lane: not the batch path
+		}
+		ok := true
+		for _, sc := range []string{org, user} {
+			if e, err := h.callE(streams.EndpointBudgetPut, events.BudgetPutRequest{Scope: sc, Period: "month", Limit: "1.00", Unit: "USD"}, nil); e != nil || err != nil {
+				ok = false
+			}
+		}
+		if !ok {
+			broken = true // a replica already stopped on a fork
+			break
+		}
+		rs, errs := burstE(h, 200, func(i int) events.AdmitRequest {
+			return events.AdmitRequest{RequestID: fmt.Sprintf("mb%d-%d", round, i), Scopes: []string{org, user}, Amount: "0.05", TTL: "1m"}
+		})
+		broken = blindBroken(t, h, round, rs, errs, 20)
+	}
+	require.True(t, broken, "without compare-and-set on the batch's keys two replicas never broke a budget: the batch path's tests would not detect its removal")
 }
 
 // laneCounts are the lane counts the multi-scope tests run with: with one
@@ -218,25 +301,35 @@ func testMultiScopeConcurrent(t *testing.T, lanes int) {
 	}
 }
 
-// TestClose_Races: settles and releases of the same reservations race from
-// many goroutines through two replicas; exactly one transition wins each
-// reservation, the counters move once, and every loser is told what
-// happened.
-func TestClose_Races(t *testing.T) {
-	h := newHarness(t, harnessOpts{replicas: 2})
-	h.putBudget("org:race", "month", "100", "USD")
-	const n = 30
+// closeRace is one round of settles and releases of the same n
+// reservations racing from 8 goroutines each through two replicas. It
+// returns, per reservation, how many transitions won, how many wins each
+// kind had, and any unexpected answer (a loser must be told what happened:
+// already_released or already_settled, or a replay).
+type closeRaceResult struct {
+	wins                    map[string]int
+	settleWins, releaseWins int
+	unexpected              []string
+	ids                     []string
+}
+
+func closeRace(t *testing.T, h *harness, scope string, n int) closeRaceResult {
+	t.Helper()
 	ids := make([]string, n)
 	for i := range ids {
-		r, e := h.admit(events.AdmitRequest{RequestID: fmt.Sprintf("r%d", i), Scopes: []string{"org:race"}, Amount: "1"})
+		r, e := h.admit(events.AdmitRequest{RequestID: fmt.Sprintf("%s-r%d", strings.ReplaceAll(scope, ":", "-"), i), Scopes: []string{scope}, Amount: "1"})
 		require.Nil(t, e)
 		require.True(t, r.Admitted)
 		ids[i] = r.ReservationID
 	}
-	type outcome struct {
-		settleWins, releaseWins, replays atomic.Int64
-	}
-	var out outcome
+	return closeRaceIDs(h, ids)
+}
+
+// closeRaceIDs races the closes of ids (see closeRace); it calls no
+// require.
+func closeRaceIDs(h *harness, ids []string) closeRaceResult {
+	var mu sync.Mutex
+	res := closeRaceResult{wins: map[string]int{}, ids: ids}
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for _, id := range ids {
@@ -245,42 +338,118 @@ func TestClose_Races(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				if k%2 == 0 {
-					r, e := h.settle(id, "0.75")
-					switch {
-					case e == nil && !r.Replayed:
-						out.settleWins.Add(1)
-					case e == nil:
-						out.replays.Add(1)
-					default:
-						require.Equal(t, events.CodeAlreadyReleased, e.Code)
-					}
+				var r events.CloseReply
+				var e *events.Error
+				var err error
+				settle := k%2 == 0
+				if settle {
+					e, err = h.callE(streams.EndpointSettle, events.SettleRequest{ReservationID: id, Actual: "0.75"}, &r)
 				} else {
-					r, e := h.release(id)
-					switch {
-					case e == nil && !r.Replayed:
-						out.releaseWins.Add(1)
-					case e == nil:
-						out.replays.Add(1)
-					default:
-						require.Equal(t, events.CodeAlreadySettled, e.Code)
+					e, err = h.callE(streams.EndpointRelease, events.ReleaseRequest{ReservationID: id}, &r)
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err != nil:
+					res.unexpected = append(res.unexpected, fmt.Sprintf("%s: %v", id, err))
+				case e == nil && !r.Replayed:
+					res.wins[id]++
+					if settle {
+						res.settleWins++
+					} else {
+						res.releaseWins++
 					}
+				case e == nil:
+				case settle && e.Code == events.CodeAlreadyReleased, !settle && e.Code == events.CodeAlreadySettled:
+				default:
+					res.unexpected = append(res.unexpected, fmt.Sprintf("%s: %s: %s", id, e.Code, e.Message))
 				}
 			}()
 		}
 	}
 	close(start)
 	wg.Wait()
-	wins := out.settleWins.Load() + out.releaseWins.Load()
-	require.EqualValues(t, n, wins, "exactly one winner per reservation")
-	v := h.budget("org:race", "month")
-	require.Equal(t, "0", v.Reserved)
-	require.EqualValues(t, 0, v.Open)
-	spent := events.Zero
-	for i := int64(0); i < out.settleWins.Load(); i++ {
-		spent = spent.Add(events.MustMoney("0.75"))
+	return res
+}
+
+// TestClose_Races: settles and releases of the same reservations race from
+// many goroutines through two replicas; exactly one transition wins each
+// reservation (checked per reservation, not in total), the counters move
+// once, and every loser is told what happened. Rounds are repeated on
+// fresh reservations (at most maxRounds) until both kinds of transition
+// have won somewhere, so each side of the race happened.
+//
+// How we know it can fail: TestClose_RacesBlindControl runs the same race
+// with the revision check removed, and sees two winners for a reservation,
+// a failing invariant check or a replica stopping on a fork.
+func TestClose_Races(t *testing.T) {
+	h := newHarness(t, harnessOpts{replicas: 2})
+	const n = 30
+	for round := 0; round < maxRounds; round++ {
+		scope := fmt.Sprintf("org:race%d", round)
+		h.putBudget(scope, "month", "100", "USD")
+		res := closeRace(t, h, scope, n)
+		require.Empty(t, res.unexpected)
+		for _, id := range res.ids {
+			require.Equal(t, 1, res.wins[id], "exactly one winner for reservation %s", id)
+		}
+		v := h.budget(scope, "month")
+		require.Equal(t, "0", v.Reserved)
+		require.EqualValues(t, 0, v.Open)
+		spent := events.Zero
+		for i := 0; i < res.settleWins; i++ {
+			spent = spent.Add(events.MustMoney("0.75"))
+		}
+		require.Equal(t, spent.String(), v.Spent)
+		t.Logf("round %d: %d settles and %d releases won", round, res.settleWins, res.releaseWins)
+		if res.settleWins > 0 && res.releaseWins > 0 {
+			return
+		}
 	}
-	require.Equal(t, spent.String(), v.Spent)
+	t.Fatalf("in %d rounds settles and releases never both won", maxRounds)
+}
+
+// TestClose_RacesBlindControl is the negative control of TestClose_Races:
+// with the revision check removed, two replicas both close some
+// reservation (two winners), or the damage shows in the invariant check or
+// as a replica stopping on the fork it wrote.
+func TestClose_RacesBlindControl(t *testing.T) {
+	h := newHarness(t, harnessOpts{replicas: 2, noCheck: true, stopMayFail: true, ledgerOpts: []ledger.Option{ledger.UnsafeBlindWritesForTesting()}})
+	broken := false
+	for round := 0; round < 20 && !broken; round++ {
+		scope := fmt.Sprintf("org:brace%d", round)
+		if e, err := h.callE(streams.EndpointBudgetPut, events.BudgetPutRequest{Scope: scope, Period: "month", Limit: "100", Unit: "USD"}, nil); e != nil || err != nil {
+			broken = true
+			break
+		}
+		ids := make([]string, 0, 30)
+		for i := 0; i < 30; i++ {
+			var r events.AdmitReply
+			e, err := h.callE(streams.EndpointAdmit, events.AdmitRequest{RequestID: fmt.Sprintf("%s-r%d", strings.ReplaceAll(scope, ":", "-"), i), Scopes: []string{scope}, Amount: "1"}, &r)
+			require.NoError(t, err)
+			if e != nil {
+				// Only a stopped replica may refuse a valid admit.
+				require.Equal(t, events.CodeLedgerUnavailable, e.Code, e.Message)
+				broken = true
+				break
+			}
+			require.True(t, r.Admitted)
+			ids = append(ids, r.ReservationID)
+		}
+		if broken {
+			break
+		}
+		res := closeRaceIDs(h, ids)
+		twice := false
+		for _, id := range ids {
+			twice = twice || res.wins[id] > 1
+		}
+		rep, err := projector.Check(context.Background(), h.env.JS, h.env.Layout)
+		require.NoError(t, err)
+		t.Logf("round %d: a reservation closed twice %v, unexpected %d, check ok %v, replica stopped %v", round, twice, len(res.unexpected), rep.OK(), h.failed())
+		broken = twice || !rep.OK() || h.failed() || len(res.unexpected) > 0
+	}
+	require.True(t, broken, "without compare-and-set the close race never broke: TestClose_Races would not detect its removal")
 }
 
 // TestAdmit_IdempotentRace: the same request id sent 40 times at once to two

@@ -142,6 +142,11 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 	return s, nil
 }
 
+// RequestTimeout is the deadline of one request: every commit attempt the
+// request makes shares it (see ledger.Ledger.Submit), so a request answers
+// ledger_unavailable rather than hang on a stalled JetStream.
+const RequestTimeout = 10 * time.Second
+
 // StopTimeout bounds how long Stop waits for requests in flight.
 const StopTimeout = 30 * time.Second
 
@@ -186,7 +191,9 @@ func (s *Service) Stop() error {
 func (s *Service) Info() micro.Info { return s.svc.Info() }
 
 func (s *Service) serve(nc *nats.Conn, subject, reply string, data []byte, h func(context.Context, []byte) (any, error)) {
-	out, err := h(s.ctx, data)
+	ctx, cancel := context.WithTimeout(s.ctx, RequestTimeout)
+	defer cancel()
+	out, err := h(ctx, data)
 	msg := &nats.Msg{Subject: reply}
 	if err == nil {
 		msg.Data, err = json.Marshal(out)

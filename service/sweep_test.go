@@ -1,6 +1,7 @@
 package service_test
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/ledger"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/service"
 	"github.com/spendgate/spendgate/sweep"
@@ -194,11 +196,29 @@ func TestSweep_ManyExpired(t *testing.T) {
 // either settled while still open (the sweeper skipped it) or expired and
 // then settled late after expiry; never both counted. Spent is the sum of
 // the actuals, reserved returns to 0, and the sweeper's count equals the
-// expiries in the stream.
+// expiries in the stream. Rounds repeat on fresh budgets (at most
+// maxRounds) until both sides of the race happened: some reservation was
+// settled while open and some was expired first; the test fails otherwise.
+//
+// How we know it can fail: TestSweep_RaceBlindControl runs sweepers and
+// settles with the revision check removed and sees a reservation counted
+// twice, a failing invariant check or a replica stopping on a fork.
 func TestSweep_SettleRace(t *testing.T) {
 	h := newHarness(t, harnessOpts{replicas: 2})
+	for round := 0; round < maxRounds; round++ {
+		afterExpiry, n := settleRaceRound(t, h, round)
+		t.Logf("round %d: of %d reservations: %d settled while open, %d expired then settled late", round, n, n-afterExpiry, afterExpiry)
+		if afterExpiry > 0 && afterExpiry < n {
+			return
+		}
+	}
+	t.Fatalf("in %d rounds the sweeper and the settles never both won a reservation", maxRounds)
+}
+
+func settleRaceRound(t *testing.T, h *harness, round int) (afterExpiry, total int64) {
+	t.Helper()
 	const n, budgets = 60, 4
-	scope := func(i int) string { return fmt.Sprintf("org:srace%d", i%budgets) }
+	scope := func(i int) string { return fmt.Sprintf("org:srace%dx%d", round, i%budgets) }
 	for b := 0; b < budgets; b++ {
 		h.putBudget(scope(b), "month", "1000", "USD")
 	}
@@ -207,7 +227,7 @@ func TestSweep_SettleRace(t *testing.T) {
 	// sent from n-1 down: they meet somewhere in the middle.
 	ids := make([]string, n)
 	rs := burst(t, h, n, func(i int) events.AdmitRequest {
-		return events.AdmitRequest{RequestID: fmt.Sprintf("srace-%d", i), Scopes: []string{scope(i)}, Amount: "2",
+		return events.AdmitRequest{RequestID: fmt.Sprintf("srace%d-%d", round, i), Scopes: []string{scope(i)}, Amount: "2",
 			TTL: (30*time.Second + time.Duration(i)*time.Millisecond).String()}
 	})
 	for i, r := range rs {
@@ -230,6 +250,16 @@ func TestSweep_SettleRace(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		<-start
+		// Give the sweeper its side of the race: the settles start once
+		// it has expired the oldest reservation (or after a bounded wait),
+		// from the newest down, so they meet it in the middle.
+		deadline := time.Now().Add(5 * time.Second)
+		for time.Now().Before(deadline) {
+			if r, ok := sweeper.Ledger.Reservation(ids[0]); ok && r.Status != events.StatusOpen {
+				break
+			}
+			runtime.Gosched()
+		}
 		var inner sync.WaitGroup
 		for i := n - 1; i >= 0; i-- {
 			inner.Add(1)
@@ -290,7 +320,6 @@ func TestSweep_SettleRace(t *testing.T) {
 	require.Equal(t, want.String(), spent.String())
 
 	st := sweepReplay(t, h)
-	afterExpiry := int64(0)
 	for i, id := range ids {
 		r, ok := st.Reservation(id)
 		require.True(t, ok)
@@ -320,31 +349,87 @@ func TestSweep_SettleRace(t *testing.T) {
 	require.EqualValues(t, n, late)
 	require.Equal(t, swept.Load(), expired, "the sweeper counted exactly the expiries in the stream")
 	require.Equal(t, afterExpiry, expired)
-	t.Logf("of %d reservations: %d settled while open, %d expired then settled late", n, int64(n)-afterExpiry, afterExpiry)
+	return afterExpiry, n
 }
 
 // TestSweep_TwoSweepersRace: the sweepers of two replicas pass over the same
 // 200 expired reservations at the same moment: together they expire each
-// exactly once.
+// exactly once. Rounds repeat on fresh budgets (at most maxRounds) until
+// each sweeper expired some: a round in which one sweeper found nothing left
+// raced nothing, and the test fails if every round is like that.
+//
+// How we know it can fail: TestSweep_RaceBlindControl runs the same two
+// sweepers with the revision check removed and sees a reservation expired
+// twice, a failing invariant check or a replica stopping on a fork.
 func TestSweep_TwoSweepersRace(t *testing.T) {
 	h := newHarness(t, harnessOpts{replicas: 2})
-	h.putBudget("org:twin", "month", "1000", "USD")
-	h.putBudget("user:twin", "day", "1000", "USD")
-	const n = 200
-	sweepAdmitN(t, h, "twin", n, "1", "1m", func(i int) []string {
-		if i%2 == 0 {
-			return []string{"org:twin", "user:twin"} // multi-balance: one atomic batch per expiry
+	for round := 0; round < maxRounds; round++ {
+		counts, errs, expired := twoSweepersRound(t, h, round, false)
+		for i := range errs {
+			require.NoError(t, errs[i], "replica %d", i)
 		}
-		return []string{"org:twin"}
-	})
+		const n = twinN
+		require.Equal(t, n, counts[0]+counts[1], "expired exactly once in total (%v)", counts)
+		for _, r := range h.replicas {
+			require.Zero(t, sweepPass(t, r))
+		}
+		for _, b := range []struct{ scope, period string }{{fmt.Sprintf("org:twin%d", round), "month"}, {fmt.Sprintf("user:twin%d", round), "day"}} {
+			v := h.budget(b.scope, b.period)
+			require.Equal(t, "0", v.Reserved, b.scope)
+			require.EqualValues(t, 0, v.Open, b.scope)
+		}
+		require.EqualValues(t, n+n/2, expired, "one expiry event per reservation and balance")
+		t.Logf("round %d: replica 0 expired %d, replica 1 expired %d", round, counts[0], counts[1])
+		if counts[0] > 0 && counts[1] > 0 {
+			return
+		}
+	}
+	t.Fatalf("in %d rounds one sweeper always found nothing left to expire", maxRounds)
+}
+
+// twinN is how many reservations a two-sweeper round expires.
+const twinN = 200
+
+// twoSweepersRound admits twinN reservations in round's budgets (one in two
+// over two balances), lets them expire, runs both replicas' sweepers at
+// once, and returns each one's count and error, and the expiry events of
+// the round's balances in the replayed stream.
+//
+// With oneWriter, the admits go one at a time through replica 0 (a blind
+// control must not fork the book before its race).
+func twoSweepersRound(t *testing.T, h *harness, round int, oneWriter bool) (counts []int, errs []error, expired int64) {
+	t.Helper()
+	org, user := fmt.Sprintf("org:twin%d", round), fmt.Sprintf("user:twin%d", round)
+	scopes := func(i int) []string {
+		if i%2 == 0 {
+			return []string{org, user} // multi-balance: one atomic batch per expiry
+		}
+		return []string{org}
+	}
+	if oneWriter {
+		r0 := h.replicas[0]
+		for _, b := range []events.BudgetRef{{Scope: events.Scope(org), Period: events.PeriodMonth}, {Scope: events.Scope(user), Period: events.PeriodDay}} {
+			_, err := r0.Ledger.PutBudget(ctxT(t), b, events.MustMoney("1000"), "USD", h.clock.now.Load())
+			require.NoError(t, err)
+		}
+		for i := 0; i < twinN; i++ {
+			r, err := r0.Admitter.Admit(ctxT(t), events.AdmitRequest{RequestID: fmt.Sprintf("twin%d-%d", round, i), Scopes: scopes(i), Amount: "1", TTL: "1m"})
+			require.NoError(t, err)
+			require.True(t, r.Admitted)
+		}
+	} else {
+		h.putBudget(org, "month", "1000", "USD")
+		h.putBudget(user, "day", "1000", "USD")
+		sweepAdmitN(t, h, fmt.Sprintf("twin%d", round), twinN, "1", "1m", scopes)
+	}
 	sweepSyncAll(t, h)
 	for _, r := range h.replicas {
-		require.Len(t, r.Ledger.Expired(h.clock.now.Load().Add(time.Minute), 1000), n, "each replica sees all of them")
+		require.Len(t, r.Ledger.Expired(h.clock.now.Load().Add(time.Minute), 1000), twinN, "each replica sees all of them")
 	}
 	h.clock.now.Add(time.Minute)
 
-	counts := make([]int, len(h.replicas))
-	errs := make([]error, len(h.replicas))
+	counts = make([]int, len(h.replicas))
+	errs = make([]error, len(h.replicas))
 	start := make(chan struct{})
 	var wg sync.WaitGroup
 	for i, r := range h.replicas {
@@ -357,25 +442,40 @@ func TestSweep_TwoSweepersRace(t *testing.T) {
 	}
 	close(start)
 	wg.Wait()
-	for i := range errs {
-		require.NoError(t, errs[i], "replica %d", i)
+	st, err := projector.New(h.env.JS, h.env.Layout).CatchUp(ctxT(t))
+	if err != nil {
+		// The replay stopped (a blind control's fork): report it as a
+		// sweeper error.
+		errs = append(errs, err)
+		return counts, errs, 0
 	}
-	require.Equal(t, n, counts[0]+counts[1], "expired exactly once in total (%v)", counts)
-	t.Logf("replica 0 expired %d, replica 1 expired %d", counts[0], counts[1])
-	for _, r := range h.replicas {
-		require.Zero(t, sweepPass(t, r))
-	}
-	for _, b := range []struct{ scope, period string }{{"org:twin", "month"}, {"user:twin", "day"}} {
-		v := h.budget(b.scope, b.period)
-		require.Equal(t, "0", v.Reserved, b.scope)
-		require.EqualValues(t, 0, v.Open, b.scope)
-	}
-	st := sweepReplay(t, h)
-	expired := int64(0)
 	for _, b := range st.Balances() {
-		expired += b.Expired
+		if b.Ref.Scope == events.Scope(org) || b.Ref.Scope == events.Scope(user) {
+			expired += b.Expired
+		}
 	}
-	require.EqualValues(t, n+n/2, expired, "one expiry event per reservation and balance")
+	return counts, errs, expired
+}
+
+// TestSweep_RaceBlindControl is the negative control of the sweeper races:
+// two sweepers with the revision check removed expire some reservation
+// twice (more expiry events than balances held), or the damage shows in the
+// invariant check or as a replica stopping on the fork it wrote.
+func TestSweep_RaceBlindControl(t *testing.T) {
+	h := newHarness(t, harnessOpts{replicas: 2, noCheck: true, stopMayFail: true, ledgerOpts: []ledger.Option{ledger.UnsafeBlindWritesForTesting()}})
+	broken := false
+	for round := 0; round < 10 && !broken && !h.failed(); round++ {
+		counts, errs, expired := twoSweepersRound(t, h, round, true)
+		rep, err := projector.Check(context.Background(), h.env.JS, h.env.Layout)
+		require.NoError(t, err)
+		t.Logf("round %d: counts %v, errors %v, expiry events %d (want %d), check ok %v, replica stopped %v",
+			round, counts, errs, expired, twinN+twinN/2, rep.OK(), h.failed())
+		broken = expired > twinN+twinN/2 || counts[0]+counts[1] > twinN || !rep.OK() || h.failed()
+		for _, err := range errs {
+			broken = broken || err != nil
+		}
+	}
+	require.True(t, broken, "without compare-and-set two sweepers never broke the book: the sweeper race tests would not detect its removal")
 }
 
 // TestSettle_LateAfterExpiry: a settle that arrives after its reservation

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spendgate/spendgate/events"
@@ -326,4 +327,53 @@ func IsConflict(err error) bool {
 func IsConflictCode(code int) bool {
 	return code == int(jetstream.JSErrCodeStreamWrongLastSequence) ||
 		code == int(jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// JetStream headers spendgate writes. The batch headers are nats-server
+// 2.12's atomic batch publish (nats.go has no exported names for them yet);
+// the expected-last-subject-sequence header is nats.go's.
+const (
+	// HeaderWriter names the replica that wrote a revision.
+	HeaderWriter = "Spendgate-Writer"
+	// HeaderBatchID, HeaderBatchSeq and HeaderBatchCommit make a run of
+	// publishes one atomic batch.
+	HeaderBatchID     = "Nats-Batch-Id"
+	HeaderBatchSeq    = "Nats-Batch-Sequence"
+	HeaderBatchCommit = "Nats-Batch-Commit"
+	// HeaderExpectedLastSubjSeq is the compare-and-set of one publish.
+	HeaderExpectedLastSubjSeq = jetstream.ExpectedLastSubjSeqHeader
+)
+
+// IsNoMessage reports whether a JetStream API error code is "no message
+// found" (a get past the end of a subject).
+func IsNoMessage(code jetstream.ErrorCode) bool { return code == jetstream.JSErrCodeMessageNotFound }
+
+// IsTooLarge reports whether err is a publish over the stream's or the
+// server's maximum message size.
+func IsTooLarge(err error) bool {
+	if errors.Is(err, nats.ErrMaxPayload) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum
+}
+
+// MsgGetSubject is the JetStream API subject that reads one message of the
+// layout's stream through its leader ("$JS.API.STREAM.MSG.GET.<stream>"),
+// under js's API prefix, so a JetStream domain or a custom prefix is
+// honoured.
+func (l Layout) MsgGetSubject(js jetstream.JetStream) string {
+	prefix := jetstream.DefaultAPIPrefix
+	if js != nil {
+		switch o := js.Options(); {
+		case o.Domain != "":
+			prefix = "$JS." + o.Domain + ".API."
+		case o.APIPrefix != "":
+			prefix = o.APIPrefix
+		}
+	}
+	if !strings.HasSuffix(prefix, ".") {
+		prefix += "."
+	}
+	return prefix + "STREAM.MSG.GET." + l.StreamName()
 }

@@ -162,3 +162,20 @@ func TestEnsure_LanesRace(t *testing.T) {
 		require.Equal(t, 1, ok, "trial %d: exactly one of two racing Ensures with different lanes succeeds: %v", trial, errs)
 	}
 }
+
+// TestMsgGetSubject: the leader read's subject follows the JetStream
+// client's API prefix, so a JetStream domain or a custom prefix is
+// honoured (a hand-written "$JS.API." broke under a domain).
+func TestMsgGetSubject(t *testing.T) {
+	js := serverJS(t)
+	l := streams.Default()
+	require.Equal(t, "$JS.API.STREAM.MSG.GET.KV_spendgate", l.MsgGetSubject(js))
+	require.Equal(t, "$JS.API.STREAM.MSG.GET.KV_spendgate", l.MsgGetSubject(nil))
+	nc := js.Conn()
+	dom, err := jetstream.NewWithDomain(nc, "hub")
+	require.NoError(t, err)
+	require.Equal(t, "$JS.hub.API.STREAM.MSG.GET.KV_spendgate", l.MsgGetSubject(dom))
+	pre, err := jetstream.NewWithAPIPrefix(nc, "$JS.acct.API")
+	require.NoError(t, err)
+	require.Equal(t, "$JS.acct.API.STREAM.MSG.GET.KV_spendgate", l.MsgGetSubject(pre))
+}

@@ -70,15 +70,22 @@ type crashClient struct {
 // timeout, a broken connection, ledger_busy and ledger_unavailable are
 // retried with the same request.
 func (c *crashClient) do(endpoint string, req, out any) error {
+	_, err := c.doCount(endpoint, req, out)
+	return err
+}
+
+// doCount is do that also returns how many times req was retried.
+func (c *crashClient) doCount(endpoint string, req, out any) (retries int, err error) {
 	data, err := json.Marshal(req)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	for attempt := 0; ; attempt++ {
+		retries = attempt
 		if attempt > 0 {
 			c.retries.Add(1)
 			if time.Now().After(c.deadline) {
-				return fmt.Errorf("%s %s: no definitive answer after %d attempts", endpoint, data, attempt)
+				return retries, fmt.Errorf("%s %s: no definitive answer after %d attempts", endpoint, data, attempt)
 			}
 			<-time.After(crashRetryPause)
 		}
@@ -88,21 +95,21 @@ func (c *crashClient) do(endpoint string, req, out any) error {
 		}
 		var er events.ErrorReply
 		if err := json.Unmarshal(msg.Data, &er); err != nil {
-			return fmt.Errorf("%s: undecodable reply %q: %w", endpoint, msg.Data, err)
+			return retries, fmt.Errorf("%s: undecodable reply %q: %w", endpoint, msg.Data, err)
 		}
 		if er.Error != nil {
 			switch er.Error.Code {
 			case events.CodeLedgerBusy, events.CodeLedgerUnavailable:
 				continue
 			}
-			return er.Error
+			return retries, er.Error
 		}
 		if out != nil {
 			if err := json.Unmarshal(msg.Data, out); err != nil {
-				return fmt.Errorf("%s: reply %q: %w", endpoint, msg.Data, err)
+				return retries, fmt.Errorf("%s: reply %q: %w", endpoint, msg.Data, err)
 			}
 		}
-		return nil
+		return retries, nil
 	}
 }
 
@@ -139,6 +146,14 @@ type crashRecord struct {
 	asked  map[string]bool // every request id ever sent
 	admits map[string]*crashAdmit
 	acked  atomic.Int64 // acknowledged operations
+	// batchLanes reports whether the admits over two scopes are atomic
+	// batches over two lane keys (the serve process runs with several
+	// lanes and the two scopes hash to different lanes).
+	batchLanes func(scopes []string) bool
+	// inBatch counts batch-path admits in flight now; batchRetried those
+	// whose request went unanswered at least once (a kill interrupted
+	// them).
+	inBatch, batchRetried atomic.Int64
 }
 
 func newCrashRecord() *crashRecord {
@@ -158,12 +173,24 @@ func crashGenerate(c *crashClient, rec *crashRecord, w int, stop func() bool) er
 		var ar events.AdmitReply
 		scopes := []string{"org:load"}
 		if i%3 == 0 {
-			// One admit in three spans two budgets: one atomic batch that a
-			// kill must not split.
+			// One admit in three spans two budgets: one revision of one
+			// lane, or with several lanes (when the scopes hash apart) one
+			// atomic batch over two lane keys; a kill must split neither.
 			scopes = append(scopes, fmt.Sprintf("user:w%d", w))
 		}
 		req := events.AdmitRequest{RequestID: rid, Scopes: scopes, Amount: crashAmount, TTL: "10m"}
-		if err := c.do(streams.EndpointAdmit, req, &ar); err != nil {
+		batch := rec.batchLanes != nil && rec.batchLanes(scopes)
+		if batch {
+			rec.inBatch.Add(1)
+		}
+		retried, err := c.doCount(streams.EndpointAdmit, req, &ar)
+		if batch {
+			rec.inBatch.Add(-1)
+			if retried > 0 {
+				rec.batchRetried.Add(1)
+			}
+		}
+		if err != nil {
 			return fmt.Errorf("admit %s: %w", rid, err)
 		}
 		if !ar.Admitted || ar.ReservationID == "" {
@@ -298,8 +325,15 @@ func crashVerify(t *testing.T, js jetstream.JetStream, layout streams.Layout, c 
 // SIGKILLs it crashKills times at moments drawn from the acknowledged
 // operation count, restarts it each time (start, with the same arguments),
 // and returns once every started operation was acknowledged.
+//
+// With layout's lanes > 1 the two-scope admits are atomic batches over two
+// lane keys; each kill then waits (bounded) for one of them to be in
+// flight, and crashLoop asserts that kills landed while batches were in
+// flight, that some batch-path admit was interrupted and retried, and that
+// some operation had landed before the kill ate its reply (a replay).
 func crashLoop(t *testing.T, c *crashClient, p *proc, start func() *proc) *crashRecord {
 	t.Helper()
+	lanes := c.layout.Lanes()
 	for _, b := range []events.BudgetPutRequest{
 		{Scope: "org:load", Period: "month", Limit: "100000", Unit: "USD"},
 		{Scope: "user:w0", Period: "lifetime", Limit: "100000", Unit: "USD"},
@@ -311,6 +345,22 @@ func crashLoop(t *testing.T, c *crashClient, p *proc, start func() *proc) *crash
 	}
 
 	rec := newCrashRecord()
+	if lanes > 1 {
+		rec.batchLanes = func(scopes []string) bool {
+			seen := map[string]bool{}
+			for _, sc := range scopes {
+				seen[c.layout.LaneKey(events.BalanceRef{Scope: events.Scope(sc)})] = true
+			}
+			return len(seen) > 1
+		}
+		spans := 0
+		for w := 0; w < crashWorkers; w++ {
+			if rec.batchLanes([]string{"org:load", fmt.Sprintf("user:w%d", w)}) {
+				spans++
+			}
+		}
+		require.Positive(t, spans, "some worker's two-scope admits span two lanes")
+	}
 	began := time.Now()
 	// The load goes on until it has crashOps acknowledged operations and
 	// every kill is done, but never starts an admit after hardUntil.
@@ -341,6 +391,7 @@ func crashLoop(t *testing.T, c *crashClient, p *proc, start func() *proc) *crash
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	share := int64(crashOps / (crashKills + 1))
 	var killedAt []int64
+	killsInBatch := 0
 	for k := 0; k < crashKills; k++ {
 		at := rec.acked.Load() + share/2 + rng.Int64N(share)
 		testenv.WaitFor(t, crashConvergeFor, fmt.Sprintf("%d acknowledged operations", at), func() bool {
@@ -348,6 +399,16 @@ func crashLoop(t *testing.T, c *crashClient, p *proc, start func() *proc) *crash
 		})
 		if running.Load() == 0 {
 			break // a worker failed: its error is reported below
+		}
+		if lanes > 1 {
+			// Kill while a batch-path admit is in flight (bounded: a
+			// third of the admits take that path).
+			testenv.WaitFor(t, crashConvergeFor, "a batch-path admit in flight", func() bool {
+				return rec.inBatch.Load() > 0 || running.Load() == 0
+			})
+			if rec.inBatch.Load() > 0 {
+				killsInBatch++
+			}
 		}
 		killedAt = append(killedAt, rec.acked.Load())
 		p.kill(t)
@@ -378,6 +439,12 @@ func crashLoop(t *testing.T, c *crashClient, p *proc, start func() *proc) *crash
 		seed, rec.acked.Load(), len(rec.admits), time.Since(began).Round(time.Millisecond), killedAt, c.retries.Load(), replayedAdmits, replayedCloses)
 	require.Len(t, killedAt, crashKills, "the serve process was killed during the load")
 	require.Positive(t, c.retries.Load(), "kills interrupted requests")
+	if lanes > 1 {
+		t.Logf("%d of %d kills landed with a batch in flight; %d batch-path admits were interrupted and retried", killsInBatch, len(killedAt), rec.batchRetried.Load())
+		require.Positive(t, killsInBatch, "kills landed while atomic batches were in flight")
+		require.Positive(t, rec.batchRetried.Load(), "a kill interrupted a batch-path admit, which was retried")
+		require.Positive(t, replayedAdmits+replayedCloses, "some operation landed before a kill ate its reply, and its retry was a replay")
+	}
 	return rec
 }
 
@@ -398,6 +465,20 @@ func TestServe_KillLoop(t *testing.T) {
 	t.Run("external NATS", func(t *testing.T) {
 		env := testenv.New(t)
 		args := []string{"serve", "--nats-url", env.URL(), "--replicas", "1"}
+		start := func() *proc { return startProc(t, true, args...) }
+		p := start()
+		c := &crashClient{nc: connect(t, env.URL()), layout: env.Layout, deadline: time.Now().Add(crashLoadFor + crashConvergeFor)}
+		rec := crashLoop(t, c, p, start)
+		crashVerify(t, env.JS, env.Layout, c, rec)
+	})
+	t.Run("external NATS, 8 lanes", func(t *testing.T) {
+		// Two-scope admits are atomic batches over two lane keys: a kill
+		// must not split one (crashVerify checks every reservation is
+		// opened in all its balances or in none).
+		layout, err := streams.New(streams.Config{Lanes: 8})
+		require.NoError(t, err)
+		env := testenv.New(t, testenv.WithLayout(layout))
+		args := []string{"serve", "--nats-url", env.URL(), "--replicas", "1", "--lanes", "8"}
 		start := func() *proc { return startProc(t, true, args...) }
 		p := start()
 		c := &crashClient{nc: connect(t, env.URL()), layout: env.Layout, deadline: time.Now().Add(crashLoadFor + crashConvergeFor)}

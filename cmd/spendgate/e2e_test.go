@@ -121,8 +121,9 @@ func e2eAdmitsServed(t *testing.T, nc *nats.Conn, instances int) map[string]int 
 // decides again. How we know this test would catch its removal: the
 // in-process negative control TestAdmit_BlindWritesOverAdmit (package
 // service) runs the same burst on two replicas with the revision check
-// switched off (ledger.UnsafeBlindWritesForTesting) and over-admits or
-// breaks the invariant checker within a few rounds.
+// switched off (ledger.UnsafeBlindWritesForTesting) and over-admits,
+// breaks the invariant checker, or stops a replica on the fork it wrote
+// (lane.v2 chains) within a few rounds.
 func TestServe_TwoProcessesHotBudget(t *testing.T) {
 	env := testenv.New(t)
 	for i := 0; i < 2; i++ {

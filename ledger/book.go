@@ -1,0 +1,295 @@
+package ledger
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/streams"
+)
+
+// book is the replica's folded state: budget definitions, balances, open
+// and recently closed reservations, request ids, and the last revision (and
+// its payload hash) of every key. It is a pure fold: no I/O, no clock, no
+// lock (the Ledger guards it with its mu). Revisions of one key reach it in
+// stream order from three places (the follower, a catch-up after a lost
+// compare-and-set, and this replica's own successful writes); a revision at
+// or below the key's last folded revision is skipped, and a chained
+// revision (version 2) that does not follow the last one is refused with an
+// *events.ChainError, leaving the book unchanged.
+type book struct {
+	layout streams.Layout
+
+	budgets  map[string]*budget // by budget key
+	byScope  map[events.Scope][]Budget
+	balances map[string]*balance // by balance key
+	lanes    map[string]uint64   // last folded revision, by lane key
+	// hashes is the payload hash (events.HashPayload) of the last folded
+	// revision of every key, lane or budget: what the next chained
+	// revision must name.
+	hashes       map[string]string
+	reservations map[string]*Reservation
+	requests     map[string]*Reservation // by request id
+	// closed and expired queue closed reservations in the order they
+	// closed, so the book forgets them after their retention; serverNow is
+	// the JetStream timestamp of the last message the follower folded.
+	closed, expired []closedRes
+	serverNow       time.Time
+
+	retention, expiredKeep time.Duration
+}
+
+func newBook(layout streams.Layout, retention, expiredKeep time.Duration) *book {
+	return &book{
+		layout:       layout,
+		budgets:      map[string]*budget{},
+		byScope:      map[events.Scope][]Budget{},
+		balances:     map[string]*balance{},
+		lanes:        map[string]uint64{},
+		hashes:       map[string]string{},
+		reservations: map[string]*Reservation{},
+		requests:     map[string]*Reservation{},
+		retention:    retention,
+		expiredKeep:  expiredKeep,
+	}
+}
+
+// rev returns the last folded revision of key (lane or budget), 0 if none.
+func (b *book) rev(key string) uint64 {
+	if rev, ok := b.lanes[key]; ok {
+		return rev
+	}
+	if d := b.budgets[key]; d != nil {
+		return d.rev
+	}
+	return 0
+}
+
+// checkLane checks, without changing the book, that rev can be folded as
+// revision seq of lane: every balance belongs to lane under this layout, and
+// a chained revision follows the last folded one.
+func (b *book) checkLane(lane string, seq uint64, rev *events.LaneRevision) error {
+	// A balance under another lane than this layout gives it would have a
+	// second compare-and-set guard (a replica with another lane count wrote
+	// it): stop rather than decide on it.
+	for i := range rev.Balances {
+		if want := b.layout.LaneKey(rev.Balances[i].Balance); want != lane {
+			return fmt.Errorf("%s: balance %s belongs to %s with %d lane(s)", lane, rev.Balances[i].Balance, want, b.layout.Lanes())
+		}
+	}
+	if rev.Chained() {
+		return events.CheckChain(lane, seq, rev.Chain, b.lanes[lane], b.hashes[lane])
+	}
+	return nil
+}
+
+// applyLane folds one lane revision at seq whose payload hashes to hash:
+// every balance it names. A revision already folded is skipped.
+func (b *book) applyLane(lane string, seq uint64, rev *events.LaneRevision, hash string) error {
+	if seq <= b.lanes[lane] {
+		return nil
+	}
+	if err := b.checkLane(lane, seq, rev); err != nil {
+		return err
+	}
+	for i := range rev.Balances {
+		b.applyBalance(streams.BalanceKey(rev.Balances[i].Balance), seq, &rev.Balances[i])
+	}
+	b.lanes[lane] = seq
+	b.hashes[lane] = hash
+	return nil
+}
+
+// applyBudget folds one budget revision at seq whose payload hashes to
+// hash.
+func (b *book) applyBudget(key string, seq uint64, rev *events.BudgetRevision, hash string) error {
+	d := b.budgets[key]
+	if d != nil && seq <= d.rev {
+		return nil
+	}
+	if rev.Chained() {
+		var last uint64
+		if d != nil {
+			last = d.rev
+		}
+		if err := events.CheckChain(key, seq, rev.Chain, last, b.hashes[key]); err != nil {
+			return err
+		}
+	}
+	if d == nil {
+		d = &budget{}
+		b.budgets[key] = d
+	}
+	d.rev = seq
+	d.def = Budget{Ref: rev.Budget, Limit: rev.Limit, Unit: rev.Unit, Revision: seq}
+	b.hashes[key] = hash
+	// Rebuild the scope's index (a new slice: readers hold the old one).
+	var defs []Budget
+	for _, p := range events.Periods {
+		if d := b.budgets[streams.BudgetKey(events.BudgetRef{Scope: rev.Budget.Scope, Period: p})]; d != nil {
+			defs = append(defs, d.def)
+		}
+	}
+	b.byScope[rev.Budget.Scope] = defs
+	return nil
+}
+
+// applyBalance folds one balance of a lane revision at seq.
+func (b *book) applyBalance(key string, seq uint64, rev *events.BalanceRevision) {
+	bl := b.balances[key]
+	if bl == nil {
+		bl = &balance{key: key, ref: rev.Balance, self: []events.BalanceRef{rev.Balance}, open: map[string]*Reservation{}}
+		b.balances[key] = bl
+	}
+	if seq <= bl.rev {
+		return
+	}
+	for _, e := range rev.Events {
+		b.applyEvent(bl, key, e)
+	}
+	bl.rev = seq
+	bl.unit, bl.limit = rev.Unit, rev.Limit
+	bl.spent, bl.reserved, bl.overrun = rev.Spent, rev.Reserved, rev.Overrun
+}
+
+type closedRes struct {
+	r  *Reservation
+	at time.Time
+}
+
+// closeRes queues r, which just closed, for forgetting after its retention.
+// Retention runs on one clock, the JetStream server's: r is stamped with
+// the timestamp of the last message the follower folded, and the follower
+// forgets by the timestamps of the messages it folds (see forgetUntil). A
+// replica's own clock, which stamps the events it decides, plays no part,
+// so one skewed replica cannot shrink everyone's replay window.
+func (b *book) closeRes(r *Reservation) {
+	at := b.serverNow
+	if at.IsZero() {
+		// The follower has folded nothing yet (a fresh stream): the best
+		// estimate of the server's clock is this machine's.
+		at = time.Now()
+	}
+	if r.Status == events.StatusExpired {
+		b.expired = append(b.expired, closedRes{r, at})
+	} else {
+		b.closed = append(b.closed, closedRes{r, at})
+	}
+}
+
+// forgetUntil forgets the closed reservations whose retention ended before
+// server time t; only the follower calls it.
+func (b *book) forgetUntil(t time.Time) {
+	if t.After(b.serverNow) {
+		b.serverNow = t
+	}
+	b.closed = b.forget(b.closed, t.Add(-b.retention))
+	b.expired = b.forget(b.expired, t.Add(-b.expiredKeep))
+}
+
+func (b *book) forget(q []closedRes, before time.Time) []closedRes {
+	n := 0
+	for n < len(q) && q[n].at.Before(before) {
+		r := q[n].r
+		if r.Status != events.StatusOpen && b.reservations[r.ID] == r {
+			delete(b.reservations, r.ID)
+			if b.requests[r.RequestID] == r {
+				delete(b.requests, r.RequestID)
+			}
+		}
+		n++
+	}
+	if n == 0 {
+		return q
+	}
+	if n > len(q)/2 {
+		// Compact so the backing array does not grow without bound.
+		return append(q[:0:0], q[n:]...)
+	}
+	return q[n:]
+}
+
+func (b *book) applyEvent(bl *balance, key string, e events.Event) {
+	switch e := e.(type) {
+	case events.ReservationOpened:
+		r := b.reservations[e.ReservationID]
+		if r == nil {
+			balances := e.Balances
+			if len(balances) == 1 && balances[0] == bl.ref {
+				balances = bl.self
+			}
+			r = &Reservation{
+				ID: e.ReservationID, RequestID: e.RequestID, RequestHash: e.RequestHash,
+				Balances: balances, Parts: make([]Part, 0, len(balances)),
+				OpenedAt: e.At, ExpiresAt: e.ExpiresAt, Status: events.StatusOpen,
+			}
+			b.reservations[e.ReservationID] = r
+			b.requests[e.RequestID] = r
+		}
+		p := r.part(bl.key)
+		p.Unit, p.Amount = e.Unit, e.Amount
+		bl.open[e.ReservationID] = r
+	case events.ReservationSettled:
+		delete(bl.open, e.ReservationID)
+		if r := b.reservations[e.ReservationID]; r != nil {
+			was := r.Status
+			r.Status = events.StatusSettled
+			r.part(key).Actual = e.Actual
+			r.Late = r.Late || e.Late
+			if was != events.StatusSettled {
+				b.closeRes(r)
+			}
+		}
+	case events.ReservationReleased:
+		delete(bl.open, e.ReservationID)
+		if r := b.reservations[e.ReservationID]; r != nil && r.Status == events.StatusOpen {
+			if e.Reason == events.ReasonExpired {
+				r.Status = events.StatusExpired
+			} else {
+				r.Status = events.StatusReleased
+			}
+			b.closeRes(r)
+		}
+	}
+}
+
+// balance returns the balance of ref (whose balance key is key).
+func (b *book) balance(key string, ref events.BalanceRef) Balance {
+	out := Balance{Ref: ref}
+	if bl := b.balances[key]; bl != nil {
+		out.Unit, out.Limit = bl.unit, bl.limit
+		out.Spent, out.Reserved, out.Overrun, out.Open = bl.spent, bl.reserved, bl.overrun, len(bl.open)
+	}
+	if d := b.budgets[streams.BudgetKey(ref.Budget())]; d != nil {
+		out.Defined, out.Unit, out.Limit = true, d.def.Unit, d.def.Limit
+	}
+	return out
+}
+
+// budgetList returns every budget, sorted by scope then period.
+func (b *book) budgetList() []Budget {
+	out := make([]Budget, 0, len(b.budgets))
+	for _, d := range b.budgets {
+		out = append(out, d.def)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Ref.Scope != out[j].Ref.Scope {
+			return out[i].Ref.Scope < out[j].Ref.Scope
+		}
+		return out[i].Ref.Period < out[j].Ref.Period
+	})
+	return out
+}
+
+// expiredBy returns the open reservations whose ExpiresAt is at or before
+// now.
+func (b *book) expiredBy(now time.Time) []*Reservation {
+	var due []*Reservation
+	for _, r := range b.reservations {
+		if r.Status == events.StatusOpen && !r.ExpiresAt.After(now) {
+			due = append(due, r)
+		}
+	}
+	return due
+}

@@ -1,0 +1,341 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/streams"
+)
+
+// follower is the state of the part of the Ledger that folds the stream
+// into the book (Run) and owns the Ledger's lifetime: decisions are taken
+// only while it runs (see live).
+type follower struct {
+	applied  atomic.Uint64 // last stream sequence folded by the follower
+	progress chan struct{} // closed and replaced whenever applied advances
+	progMu   sync.Mutex
+
+	ready     chan struct{}
+	readyOnce sync.Once
+
+	// ownApplied is closed and replaced whenever a committer folds its own
+	// write (see awaitOwn).
+	ownApplied chan struct{}
+	ownMu      sync.Mutex
+}
+
+// Lifecycle states of a Ledger.
+const (
+	stateNew = iota
+	stateRunning
+	stateStopped
+)
+
+// errFold marks a revision the follower cannot fold: the book is not what
+// this code understands, or the revision does not follow the last one of
+// its key (a gap or a fork), so the replica must stop rather than decide on
+// it.
+var errFold = errors.New("ledger: cannot fold")
+
+// followRetry is the pause before the follower re-creates its consumer
+// after losing it (a server restart, a leader change).
+const followRetry = 250 * time.Millisecond
+
+// live returns nil if decisions may be taken: the follower runs and has
+// folded the stream as it was when it started. Otherwise it returns a
+// CodeLedgerUnavailable error: a book that does not advance must not
+// decide (fail closed).
+func (l *Ledger) live() error {
+	l.life.Lock()
+	state, err := l.state, l.stopErr
+	l.life.Unlock()
+	switch state {
+	case stateNew:
+		return events.Errorf(events.CodeLedgerUnavailable, "the ledger follower is not running")
+	case stateStopped:
+		return &events.Error{Code: events.CodeLedgerUnavailable, Message: "the ledger follower has stopped", Err: err}
+	}
+	select {
+	case <-l.ready:
+		return nil
+	default:
+		return events.Errorf(events.CodeLedgerUnavailable, "the ledger is still folding the stream")
+	}
+}
+
+// goOwned runs f on a goroutine that Run waits for before it returns. It
+// reports false, running nothing, once Run has stopped (or before it
+// started).
+func (l *Ledger) goOwned(f func()) bool {
+	l.life.Lock()
+	defer l.life.Unlock()
+	if l.state != stateRunning {
+		return false
+	}
+	l.owned.Add(1)
+	go func() {
+		defer l.owned.Done()
+		f()
+	}()
+	return true
+}
+
+// Run follows the ledger stream from its first revision and folds every
+// revision into the book until ctx ends. A lost consumer (server restart,
+// leader change, network) is re-created from the next unfolded revision;
+// only a revision it cannot fold stops it (a malformed revision, a balance
+// under another lane, a gap or a fork in a key's chain of revisions).
+//
+// Run owns the ledger: Submit and PutBudget decide only while Run runs
+// (after Ready), and answer CodeLedgerUnavailable once it has returned.
+// Before returning, Run waits for every background committer it owns (each
+// ends within the commit deadline of the Txs it holds). Run may be called
+// once. It returns ctx's error, or the fold error.
+func (l *Ledger) Run(ctx context.Context) (err error) {
+	l.life.Lock()
+	if l.state != stateNew {
+		l.life.Unlock()
+		return errors.New("ledger: Run called twice")
+	}
+	l.state = stateRunning
+	l.life.Unlock()
+	defer func() {
+		l.life.Lock()
+		l.state, l.stopErr = stateStopped, err
+		l.life.Unlock()
+		l.owned.Wait()
+	}()
+	var startLast uint64
+	for {
+		info, err := l.stream.Info(ctx)
+		if err == nil {
+			startLast = info.State.LastSeq
+			break
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		l.opts.log.Warn("ledger follower: stream info", "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(followRetry):
+		}
+	}
+	if startLast == 0 {
+		l.readyOnce.Do(func() { close(l.ready) })
+	}
+	for {
+		err := l.follow(ctx, l.applied.Load()+1, startLast)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if errors.Is(err, errFold) {
+			l.opts.log.Error("ledger follower stopped", "err", err)
+			return err
+		}
+		l.opts.log.Warn("ledger follower lost its consumer; resuming", "from", l.applied.Load()+1, "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(followRetry):
+		}
+	}
+}
+
+// follow folds revisions from seq from with one ordered consumer until the
+// consumer fails or ctx ends.
+func (l *Ledger) follow(ctx context.Context, from, startLast uint64) error {
+	cons, err := l.js.OrderedConsumer(ctx, l.layout.StreamName(), jetstream.OrderedConsumerConfig{
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:   from,
+	})
+	if err != nil {
+		return fmt.Errorf("ledger: follower: %w", err)
+	}
+	// Short pulls with a 1 s heartbeat: after a server restart or a
+	// leader change the ordered consumer notices within seconds (the
+	// defaults, 30 s and 15 s, left a replica's follower stalled that long).
+	it, err := cons.Messages(jetstream.PullMaxMessages(1024), jetstream.PullExpiry(5*time.Second), jetstream.PullHeartbeat(time.Second))
+	if err != nil {
+		return fmt.Errorf("ledger: follower: %w", err)
+	}
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
+	defer it.Stop()
+	for {
+		msg, err := it.Next()
+		if err != nil {
+			return fmt.Errorf("ledger: follower: %w", err)
+		}
+		meta, err := msg.Metadata()
+		if err != nil {
+			return fmt.Errorf("ledger: follower metadata: %w", err)
+		}
+		seq := meta.Sequence.Stream
+		if seq <= l.applied.Load() {
+			continue
+		}
+		if msg.Headers().Get(streams.HeaderWriter) == l.id {
+			l.awaitOwn(msg.Subject(), seq)
+		}
+		if err := l.applyMsg(msg.Subject(), seq, msg.Data()); err != nil {
+			return fmt.Errorf("%w: seq %d: %w", errFold, seq, err)
+		}
+		l.mu.Lock()
+		l.bk.forgetUntil(meta.Timestamp)
+		l.mu.Unlock()
+		l.advance(seq)
+		if seq >= startLast {
+			l.readyOnce.Do(func() { close(l.ready) })
+		}
+	}
+}
+
+// awaitOwn waits (bounded) until the committer that wrote seq has folded it,
+// so the follower need not decode a revision this replica already holds in
+// memory. Revisions of one key must be folded in order, so the follower
+// cannot simply skip it.
+func (l *Ledger) awaitOwn(subject string, seq uint64) {
+	key, ok := l.layout.KeyOf(subject)
+	if !ok {
+		return
+	}
+	deadline := time.NewTimer(ownWait)
+	defer deadline.Stop()
+	for {
+		l.ownMu.Lock()
+		ch := l.ownApplied
+		l.ownMu.Unlock()
+		if l.revOf(key) >= seq {
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			return
+		}
+	}
+}
+
+func (l *Ledger) revOf(key string) uint64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.bk.rev(key)
+}
+
+// ownFolded wakes a follower waiting in awaitOwn.
+func (l *Ledger) ownFolded() {
+	l.ownMu.Lock()
+	close(l.ownApplied)
+	l.ownApplied = make(chan struct{})
+	l.ownMu.Unlock()
+}
+
+func (l *Ledger) advance(seq uint64) {
+	l.progMu.Lock()
+	if seq > l.applied.Load() {
+		l.applied.Store(seq)
+		close(l.progress)
+		l.progress = make(chan struct{})
+	}
+	l.progMu.Unlock()
+}
+
+// Sync waits until this replica has folded every revision that the stream
+// held when Sync was called: a read-your-writes barrier for lookups that
+// missed (a reservation or budget just created through another replica).
+func (l *Ledger) Sync(ctx context.Context) error {
+	if err := l.live(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, SyncTimeout)
+	defer cancel()
+	info, err := l.stream.Info(ctx)
+	if err != nil {
+		return &events.Error{Code: events.CodeLedgerUnavailable, Message: "ledger stream info", Err: err}
+	}
+	target := info.State.LastSeq
+	for {
+		l.progMu.Lock()
+		ch := l.progress
+		done := l.applied.Load() >= target
+		l.progMu.Unlock()
+		if done {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return &events.Error{Code: events.CodeLedgerUnavailable, Message: "ledger follower is behind", Err: ctx.Err()}
+		}
+	}
+}
+
+// applyMsg decodes one stream message of any key family and folds it into
+// the book.
+func (l *Ledger) applyMsg(subject string, seq uint64, data []byte) error {
+	key, ok := l.layout.KeyOf(subject)
+	if !ok {
+		return nil
+	}
+	// A revision already folded (this replica's own write, folded from
+	// memory when its ack came back) is skipped before paying for a decode.
+	if seq <= l.revOf(key) {
+		return nil
+	}
+	switch {
+	case streams.IsLaneKey(key):
+		rev, err := events.DecodeLaneRevision(data)
+		if err != nil {
+			return fmt.Errorf("%s: %w", key, err)
+		}
+		hash := events.HashPayload(data)
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.bk.applyLane(key, seq, &rev, hash)
+	case streams.IsBalanceKey(key):
+		return fmt.Errorf("%s: a balance key outside a lane (a stream of an older layout)", key)
+	case streams.IsBudgetKey(key):
+		rev, err := events.DecodeBudgetRevision(data)
+		if err != nil {
+			return fmt.Errorf("%s: %w", key, err)
+		}
+		hash := events.HashPayload(data)
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.bk.applyBudget(key, seq, &rev, hash)
+	}
+	return nil
+}
+
+// catchUp folds the revisions of key written after the one this replica
+// holds, reading them from the stream leader (next message by subject), so a
+// replica that lost a compare-and-set learns what it missed without waiting
+// for its follower.
+func (l *Ledger) catchUp(ctx context.Context, key string) error {
+	subj := l.layout.Subject(key)
+	for {
+		have := l.revOf(key)
+		m, found, err := l.leaderGet(ctx, leaderGetRequest{Seq: have + 1, NextFor: subj})
+		if err != nil {
+			return err
+		}
+		if !found {
+			return nil
+		}
+		if err := l.applyMsg(m.subject, m.seq, m.data); err != nil {
+			return &events.Error{Code: events.CodeInternal, Message: "folding missed revision", Err: err}
+		}
+		// A follower waiting for this replica's own write (whose ack was
+		// lost) may be waiting for exactly this revision.
+		l.ownFolded()
+	}
+}

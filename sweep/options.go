@@ -1,0 +1,55 @@
+package sweep
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Option configures a Sweeper.
+type Option func(*Sweeper) error
+
+// WithClock sets the clock deciding what is due.
+func WithClock(now func() time.Time) Option {
+	return func(s *Sweeper) error {
+		if now == nil {
+			return errors.New("sweep: nil clock")
+		}
+		s.now = now
+		return nil
+	}
+}
+
+// WithInterval sets the time between passes (100ms..24h).
+func WithInterval(d time.Duration) Option {
+	return func(s *Sweeper) error {
+		if d < 100*time.Millisecond || d > 24*time.Hour {
+			return fmt.Errorf("sweep: interval %v out of range 100ms..24h", d)
+		}
+		s.interval = d
+		return nil
+	}
+}
+
+// WithMaxPerPass bounds the reservations expired per pass (1..100000).
+func WithMaxPerPass(n int) Option {
+	return func(s *Sweeper) error {
+		if n < 1 || n > 100000 {
+			return fmt.Errorf("sweep: max per pass %d out of range 1..100000", n)
+		}
+		s.max = n
+		return nil
+	}
+}
+
+// WithLogger sets the logger.
+func WithLogger(l *slog.Logger) Option {
+	return func(s *Sweeper) error {
+		if l == nil {
+			return errors.New("sweep: nil logger")
+		}
+		s.log = l
+		return nil
+	}
+}

@@ -31,10 +31,14 @@ type book struct {
 	hashes       map[string]string
 	reservations map[string]*Reservation
 	requests     map[string]*Reservation // by request id
-	// closed and expired queue closed reservations in the order they
-	// closed, so the book forgets them after their retention; serverNow is
-	// the JetStream timestamp of the last message the follower folded.
+	// closed and expired queue closed reservations in the order the
+	// follower stamped them, so the book forgets them after their
+	// retention; pending holds the closes the follower has not folded yet
+	// (a committer applies its own revision before the follower sees it);
+	// serverNow is the JetStream timestamp of the last message the
+	// follower folded.
 	closed, expired []closedRes
+	pending         []pendingClose
 	serverNow       time.Time
 
 	retention, expiredKeep time.Duration
@@ -146,7 +150,7 @@ func (b *book) applyBalance(key string, seq uint64, rev *events.BalanceRevision)
 		return
 	}
 	for _, e := range rev.Events {
-		b.applyEvent(bl, key, e)
+		b.applyEvent(bl, key, seq, e)
 	}
 	bl.rev = seq
 	bl.unit, bl.limit = rev.Unit, rev.Limit
@@ -158,32 +162,44 @@ type closedRes struct {
 	at time.Time
 }
 
-// closeRes queues r, which just closed, for forgetting after its retention.
-// Retention runs on one clock, the JetStream server's: r is stamped with
-// the timestamp of the last message the follower folded, and the follower
-// forgets by the timestamps of the messages it folds (see forgetUntil). A
-// replica's own clock, which stamps the events it decides, plays no part,
-// so one skewed replica cannot shrink everyone's replay window.
-func (b *book) closeRes(r *Reservation) {
-	at := b.serverNow
-	if at.IsZero() {
-		// The follower has folded nothing yet (a fresh stream): the best
-		// estimate of the server's clock is this machine's.
-		at = time.Now()
-	}
-	if r.Status == events.StatusExpired {
-		b.expired = append(b.expired, closedRes{r, at})
-	} else {
-		b.closed = append(b.closed, closedRes{r, at})
-	}
+type pendingClose struct {
+	r   *Reservation
+	seq uint64
 }
 
-// forgetUntil forgets the closed reservations whose retention ended before
-// server time t; only the follower calls it.
-func (b *book) forgetUntil(t time.Time) {
+// closeRes queues r, which closed in the revision at seq, for forgetting
+// after its retention. Retention runs on one clock, the JetStream
+// server's: r's retention starts at the timestamp of the message at seq,
+// which the follower stamps when it folds that message (see forgetUntil).
+// Neither a replica's own clock nor the time of an earlier message plays a
+// part: one skewed replica cannot shrink anyone's replay window, and a
+// close after a quiet spell is remembered for the whole retention from the
+// close, not from the last write before it.
+func (b *book) closeRes(r *Reservation, seq uint64) {
+	b.pending = append(b.pending, pendingClose{r, seq})
+}
+
+// forgetUntil records that the follower folded the message at seq, whose
+// server timestamp is t: the closes of revisions up to seq start their
+// retention at t, and the closed reservations whose retention ended before
+// t are forgotten. Only the follower calls it, in stream order.
+func (b *book) forgetUntil(seq uint64, t time.Time) {
 	if t.After(b.serverNow) {
 		b.serverNow = t
 	}
+	kept := b.pending[:0]
+	for _, p := range b.pending {
+		switch {
+		case p.seq > seq:
+			kept = append(kept, p)
+		case p.r.Status == events.StatusExpired:
+			b.expired = append(b.expired, closedRes{p.r, b.serverNow})
+		default:
+			b.closed = append(b.closed, closedRes{p.r, b.serverNow})
+		}
+	}
+	clear(b.pending[len(kept):])
+	b.pending = kept
 	b.closed = b.forget(b.closed, t.Add(-b.retention))
 	b.expired = b.forget(b.expired, t.Add(-b.expiredKeep))
 }
@@ -210,7 +226,7 @@ func (b *book) forget(q []closedRes, before time.Time) []closedRes {
 	return q[n:]
 }
 
-func (b *book) applyEvent(bl *balance, key string, e events.Event) {
+func (b *book) applyEvent(bl *balance, key string, seq uint64, e events.Event) {
 	switch e := e.(type) {
 	case events.ReservationOpened:
 		r := b.reservations[e.ReservationID]
@@ -238,7 +254,7 @@ func (b *book) applyEvent(bl *balance, key string, e events.Event) {
 			r.part(key).Actual = e.Actual
 			r.Late = r.Late || e.Late
 			if was != events.StatusSettled {
-				b.closeRes(r)
+				b.closeRes(r, seq)
 			}
 		}
 	case events.ReservationReleased:
@@ -249,7 +265,7 @@ func (b *book) applyEvent(bl *balance, key string, e events.Event) {
 			} else {
 				r.Status = events.StatusReleased
 			}
-			b.closeRes(r)
+			b.closeRes(r, seq)
 		}
 	}
 }

@@ -190,7 +190,7 @@ func (l *Ledger) follow(ctx context.Context, from, startLast uint64) error {
 			return fmt.Errorf("%w: seq %d: %w", errFold, seq, err)
 		}
 		l.mu.Lock()
-		l.bk.forgetUntil(meta.Timestamp)
+		l.bk.forgetUntil(seq, meta.Timestamp)
 		l.mu.Unlock()
 		l.advance(seq)
 		if seq >= startLast {

@@ -242,17 +242,12 @@ func TestDecode_TypeErrorsNameTheField(t *testing.T) {
 // TestRetention_CloseAfterIdleIsRemembered: a reservation that closes after
 // the ledger was quiet for longer than the retention must still be
 // remembered for the retention after it closed, so that a retried settle
-// replays and a retried admit does not reserve again.
-//
-// It fails on today's ledger, so it is skipped: ledger.closeLocked stamps a
-// closing reservation with the server time of the message folded *before*
-// the close, and the follower then forgets by the closing message's own
-// timestamp; after a quiet spell longer than the retention (15 minutes by
-// default) the reservation is forgotten the moment it closes: the retried
-// settle answers unknown_reservation and a retried admit reserves again.
-// Remove the skip with the ledger fix.
+// replays and a retried admit does not reserve again. Before the fix the
+// close was stamped with the server time of the message folded before it
+// (the admit, 1.5 s earlier here) and forgotten the moment the follower
+// folded the settle: the retried settle answered unknown_reservation and
+// the retried admit reserved again.
 func TestRetention_CloseAfterIdleIsRemembered(t *testing.T) {
-	t.Skip("ledger bug: a close after a quiet spell longer than the retention is forgotten at once (see the comment)")
 	h := newHarness(t, harnessOpts{ledgerOpts: []ledger.Option{ledger.WithRetention(time.Second, time.Hour)}})
 	h.putBudget("org:ret", "month", "100", "USD")
 	req := events.AdmitRequest{RequestID: "idle-1", Scopes: []string{"org:ret"}, Amount: "1", TTL: "1m"}

@@ -29,9 +29,6 @@ const (
 	testTimeout = time.Minute
 	// waitTimeout bounds every wait on a condition.
 	waitTimeout = 10 * time.Second
-	// slack is what a request may take beyond timeout × attempts: the
-	// scheduler, the race detector, a busy CI machine.
-	slack = time.Second
 	// shortTimeout is the per-attempt timeout of tests that wait for it to
 	// pass.
 	shortTimeout = 200 * time.Millisecond
@@ -150,13 +147,12 @@ func TestClient_Admit_noResponders(t *testing.T) {
 	env := testenv.New(t)
 	const attempts = 3
 	c := newClient(t, env.Conn, client.WithTimeout(shortTimeout), client.WithRetries(attempts))
-	start := time.Now()
+	// No wall-clock assertion: ctxT bounds the call, and a client that
+	// hung instead of failing closed would fail through it.
 	res, err := c.Admit(ctxT(t), admitReq("0.10", "org:acme"))
-	elapsed := time.Since(start)
 	de := requireUnavailableDenial(t, res, err)
 	require.ErrorIs(t, err, nats.ErrNoResponders)
 	requireMoney(t, "0.10", de.Denial.Requested)
-	require.Less(t, elapsed, shortTimeout*attempts+slack)
 	require.Contains(t, err.Error(), "ledger_unavailable")
 }
 
@@ -171,13 +167,11 @@ func TestClient_Admit_noReply(t *testing.T) {
 	require.NoError(t, env.Conn.Flush())
 
 	c := newClient(t, env.Connect(t), client.WithTimeout(shortTimeout), client.WithRetries(attempts))
-	start := time.Now()
 	res, err := c.Admit(ctxT(t), admitReq("0.10", "org:acme"))
-	elapsed := time.Since(start)
 	de := requireUnavailableDenial(t, res, err)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.Less(t, elapsed, shortTimeout*attempts+slack)
-	require.GreaterOrEqual(t, elapsed, shortTimeout*(attempts-1), "every attempt waited for its timeout")
+	// Every attempt was made (and timed out: nobody answers), no more.
+	require.Len(t, got, attempts, "one request per attempt")
 
 	// Every attempt carried the request id Admit generated.
 	for i := range attempts {

@@ -488,6 +488,9 @@ func (l *Ledger) attempt(ctx context.Context, refs []events.BalanceRef, group []
 		if len(revs) > 1 {
 			l.stats.batches.Add(1)
 		}
+		if l.opts.observer != nil {
+			l.opts.observer.Committed(len(group))
+		}
 		finishEach(group)
 		return actDone, nil
 	}
@@ -497,6 +500,9 @@ func (l *Ledger) attempt(ctx context.Context, refs []events.BalanceRef, group []
 		return actSplit, nil
 	case streams.IsConflict(err):
 		l.stats.conflicts.Add(1)
+		if l.opts.observer != nil {
+			l.opts.observer.Conflicted()
+		}
 		return actRetry, nil
 	case isTimeout(err):
 		return actRetryUnknown, nil

@@ -19,6 +19,7 @@ import (
 // only while it runs (see live).
 type follower struct {
 	applied  atomic.Uint64 // last stream sequence folded by the follower
+	lag      atomic.Uint64 // messages the follower's consumer had pending after the last one folded
 	progress chan struct{} // closed and replaced whenever applied advances
 	progMu   sync.Mutex
 
@@ -191,6 +192,7 @@ func (l *Ledger) follow(ctx context.Context, from, startLast uint64) error {
 		}
 		l.mu.Lock()
 		l.bk.forgetUntil(seq, meta.Timestamp)
+		l.lag.Store(meta.NumPending)
 		l.mu.Unlock()
 		l.advance(seq)
 		if seq >= startLast {
@@ -339,3 +341,8 @@ func (l *Ledger) catchUp(ctx context.Context, key string) error {
 		l.ownFolded()
 	}
 }
+
+// Lag returns how many revisions of the stream the follower had still to
+// fold after the last one it folded (0 when caught up): how far this
+// replica's book is behind the stream, as of its last fold.
+func (l *Ledger) Lag() uint64 { return l.lag.Load() }

@@ -38,6 +38,7 @@ type options struct {
 	expiredKeep   time.Duration
 	submitTimeout time.Duration
 	writeFault    func(ctx context.Context, lanes []string) error
+	observer      Observer
 }
 
 func defaultOptions() options {
@@ -148,6 +149,25 @@ func UnsafeWriteFaultForTesting(f func(ctx context.Context, lanes []string) erro
 			return fmt.Errorf("ledger: nil write fault")
 		}
 		o.writeFault = f
+		return nil
+	}
+}
+
+// Observer is told what the commit path does, for metrics. Its methods are
+// called on the commit path: they must be cheap and must not block.
+type Observer interface {
+	// Committed: one write landed (a lane revision or an atomic batch),
+	// carrying txs transactions.
+	Committed(txs int)
+	// Conflicted: a write lost compare-and-set to another writer.
+	Conflicted()
+}
+
+// WithObserver has o told of every commit and every lost compare-and-set
+// (nil: nobody is told).
+func WithObserver(o Observer) Option {
+	return func(opts *options) error {
+		opts.observer = o
 		return nil
 	}
 }

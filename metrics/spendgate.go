@@ -248,3 +248,21 @@ func (s *Set) ObserveRequest(endpoint, code string, took time.Duration) {
 	s.Requests.With(endpoint, code).Inc()
 	s.RequestDuration.With(endpoint).ObserveDuration(took)
 }
+
+// Committed records one successful ledger write carrying txs transactions.
+// With Conflicted it makes a *Set a ledger.Observer (without this package
+// importing the ledger).
+func (s *Set) Committed(txs int) {
+	s.Commits.Inc()
+	s.CommitTxs.Observe(float64(txs))
+}
+
+// Conflicted records a ledger write lost to compare-and-set.
+func (s *Set) Conflicted() { s.CASConflicts.Inc() }
+
+// Expired records n reservations released by the sweeper.
+func (s *Set) Expired(n int) {
+	if n > 0 {
+		s.SweeperReleased.Add(uint64(n))
+	}
+}

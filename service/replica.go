@@ -13,6 +13,7 @@ import (
 
 	"github.com/spendgate/spendgate/admit"
 	"github.com/spendgate/spendgate/ledger"
+	"github.com/spendgate/spendgate/metrics"
 	"github.com/spendgate/spendgate/settle"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/sweep"
@@ -35,6 +36,12 @@ type ReplicaConfig struct {
 	// LedgerOptions are passed to ledger.New.
 	LedgerOptions []ledger.Option
 	Log           *slog.Logger
+	// Metrics, if set, receives the replica's requests, admissions,
+	// commits, compare-and-set conflicts and sweeps, and gains gauges of
+	// the follower's lag and the open reservations per budget (the top
+	// MetricsBudgets by reserved amount; 0 means metrics.DefaultBudgetLimit).
+	Metrics        *metrics.Set
+	MetricsBudgets int
 }
 
 // Replica is one running spendgate: the ledger follower, the service
@@ -71,7 +78,11 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 	if _, err := streams.Ensure(ctx, js, cfg.Layout); err != nil {
 		return nil, err
 	}
-	l, err := ledger.New(ctx, nc, js, cfg.Layout, append([]ledger.Option{ledger.WithLogger(cfg.Log)}, cfg.LedgerOptions...)...)
+	lopts := []ledger.Option{ledger.WithLogger(cfg.Log)}
+	if cfg.Metrics != nil {
+		lopts = append(lopts, ledger.WithObserver(cfg.Metrics))
+	}
+	l, err := ledger.New(ctx, nc, js, cfg.Layout, append(lopts, cfg.LedgerOptions...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -101,6 +112,9 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 	if cfg.SweepInterval > 0 {
 		sopts = append(sopts, sweep.WithInterval(cfg.SweepInterval))
 	}
+	if cfg.Metrics != nil {
+		sopts = append(sopts, sweep.WithOnExpired(cfg.Metrics.Expired))
+	}
 	sw, err := sweep.New(l, st, sopts...)
 	if err != nil {
 		return nil, err
@@ -128,13 +142,28 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 		<-r.done
 		return nil, errors.New("service: ledger fold did not finish in time")
 	}
-	svc, err := Start(nc, Config{Ledger: l, Admitter: a, Settler: st, Now: cfg.Now, Log: cfg.Log})
+	svc, err := Start(nc, Config{Ledger: l, Admitter: a, Settler: st, Now: cfg.Now, Log: cfg.Log, Metrics: cfg.Metrics})
 	if err != nil {
 		cancel()
 		<-r.done
 		return nil, err
 	}
 	r.Service = svc
+	if cfg.Metrics != nil {
+		cfg.Metrics.RegisterFollowerLag(l.Lag)
+		cfg.Metrics.RegisterBudgets(cfg.MetricsBudgets, func() []metrics.BudgetSample {
+			budgets := l.Budgets()
+			out := make([]metrics.BudgetSample, 0, len(budgets))
+			for _, b := range budgets {
+				v, err := svc.view(b.Ref)
+				if err != nil {
+					continue
+				}
+				out = append(out, metrics.BudgetSample{Scope: string(v.Scope), Period: string(v.Period), Unit: v.Unit, Open: int(v.Open), Reserved: v.Reserved})
+			}
+			return out
+		})
+	}
 	if cfg.SweepInterval >= 0 {
 		go func() { defer close(r.sweepd); _ = sw.Run(runCtx) }()
 	} else {

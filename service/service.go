@@ -16,6 +16,7 @@ import (
 	"github.com/spendgate/spendgate/admit"
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/ledger"
+	"github.com/spendgate/spendgate/metrics"
 	"github.com/spendgate/spendgate/settle"
 	"github.com/spendgate/spendgate/streams"
 )
@@ -45,6 +46,7 @@ type Service struct {
 	ctx      context.Context
 	inflight chan struct{}
 	nc       *nats.Conn
+	m        *metrics.Set
 	// lastDispatch is when micro last handed a request to the service
 	// (unix nanoseconds).
 	lastDispatch atomic.Int64
@@ -62,6 +64,9 @@ type Config struct {
 	// Now is the clock for budget definitions; default time.Now.
 	Now func() time.Time
 	Log *slog.Logger
+	// Metrics receives request and admission counts; default a private
+	// set nobody reads.
+	Metrics *metrics.Set
 }
 
 // Start registers the spendgate endpoints on nc under the ledger layout's
@@ -78,6 +83,9 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.m = cfg.Metrics; s.m == nil {
+		s.m = metrics.New(metrics.BuildInfo{})
 	}
 	layout := cfg.Ledger.Layout()
 	svc, err := micro.AddService(nc, micro.Config{
@@ -111,7 +119,7 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 					}
 					s.mu.Unlock()
 				}()
-				s.serve(nc, subject, reply, data, h)
+				s.serve(nc, name, subject, reply, data, h)
 			}()
 		}),
 			micro.WithEndpointSubject(layout.Endpoint(name)),
@@ -190,7 +198,14 @@ func (s *Service) Stop() error {
 // Info returns the micro service info.
 func (s *Service) Info() micro.Info { return s.svc.Info() }
 
-func (s *Service) serve(nc *nats.Conn, subject, reply string, data []byte, h func(context.Context, []byte) (any, error)) {
+func (s *Service) serve(nc *nats.Conn, endpoint, subject, reply string, data []byte, h func(context.Context, []byte) (any, error)) {
+	start := time.Now()
+	s.m.Inflight.Inc()
+	code := metrics.CodeOK
+	defer func() {
+		s.m.Inflight.Dec()
+		s.m.ObserveRequest(endpoint, code, time.Since(start))
+	}()
 	ctx, cancel := context.WithTimeout(s.ctx, RequestTimeout)
 	defer cancel()
 	out, err := h(ctx, data)
@@ -205,6 +220,10 @@ func (s *Service) serve(nc *nats.Conn, subject, reply string, data []byte, h fun
 			e = &events.Error{Code: events.CodeInternal, Message: "internal error"}
 		} else if e.Code == events.CodeInternal || e.Code == events.CodeLedgerUnavailable {
 			s.log.Error("request failed", "subject", subject, "err", err)
+		}
+		code = string(e.Code)
+		if e.Code == events.CodeLedgerBusy {
+			s.m.LedgerBusy.With(metrics.BusyConflicts).Inc()
 		}
 		msg.Data, _ = json.Marshal(events.ErrorReply{Error: &events.Error{
 			Code: e.Code, Message: e.Message, ReservationID: e.ReservationID, Status: e.Status,
@@ -243,7 +262,15 @@ func (s *Service) admit(ctx context.Context, data []byte) (any, error) {
 	if err := events.DecodeRequest(data, &req); err != nil {
 		return nil, err
 	}
-	return s.a.Admit(ctx, req)
+	reply, err := s.a.Admit(ctx, req)
+	if err == nil {
+		if reply.Admitted {
+			s.m.Admits.With(metrics.ResultAdmitted, "").Inc()
+		} else if reply.Denial != nil {
+			s.m.Admits.With(metrics.ResultDenied, string(reply.Denial.Reason)).Inc()
+		}
+	}
+	return reply, err
 }
 
 func (s *Service) settle(ctx context.Context, data []byte) (any, error) {

@@ -53,3 +53,12 @@ func WithLogger(l *slog.Logger) Option {
 		return nil
 	}
 }
+
+// WithOnExpired has f told how many reservations each pass expired (for
+// metrics; f must not block).
+func WithOnExpired(f func(n int)) Option {
+	return func(s *Sweeper) error {
+		s.onExpired = f
+		return nil
+	}
+}

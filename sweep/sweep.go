@@ -41,6 +41,8 @@ type Sweeper struct {
 	interval time.Duration
 	max      int
 	log      *slog.Logger
+	// onExpired, if set, is told each pass's count.
+	onExpired func(n int)
 }
 
 // New returns a Sweeper.
@@ -90,6 +92,9 @@ func (s *Sweeper) Run(ctx context.Context) error {
 			return ctx.Err()
 		case <-t.C:
 			n, err := s.Pass(ctx)
+			if s.onExpired != nil {
+				s.onExpired(n)
+			}
 			if err != nil && ctx.Err() == nil {
 				s.log.Warn("sweep pass stopped", "expired", n, "err", err)
 			} else if n > 0 {

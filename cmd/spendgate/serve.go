@@ -56,6 +56,8 @@ func serve(args []string) int {
 	sweepEvery := fs.Duration("sweep-interval", time.Minute, "how often this replica releases expired reservations")
 	verbose := fs.Bool("v", false, "log debug output, the embedded server's included (--log-level debug)")
 	httpAddr := fs.String("http", "", "serve /metrics, /healthz and /readyz on this address (e.g. 127.0.0.1:8080); off when empty")
+	metricsBudgets := fs.Int("metrics-budgets", metrics.DefaultBudgetLimit, "per-budget gauges for at most this many budgets, the most reserved first")
+	readyTimeout := fs.Duration("ready-timeout", time.Minute, "how long the replica may take to fold the ledger stream at start")
 	config.AddFileFlag(fs)
 	var logging config.Logging
 	logging.AddFlags(fs)
@@ -173,6 +175,7 @@ func serve(args []string) int {
 	}
 	r, err := service.StartReplica(ctx, nc, js, service.ReplicaConfig{
 		Layout: layout, DefaultTTL: *defTTL, MaxTTL: *maxTTL, SweepInterval: *sweepEvery, Log: log,
+		ReadyTimeout: *readyTimeout, Metrics: m, MetricsBudgets: *metricsBudgets,
 	})
 	if err != nil {
 		log.Error("start", "err", err)

@@ -3,6 +3,7 @@ package ledger_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -130,7 +131,10 @@ func TestLedger_GroupCommitFolds(t *testing.T) {
 // TestLedger_ConflictCatchUp_BlindControl).
 func TestLedger_ConflictCatchUp(t *testing.T) {
 	env := testenv.New(t)
-	rounds, conflicts := runConflictRace(t, env)
+	rounds, conflicts, aErrs := runConflictRace(t, env)
+	for i, err := range aErrs {
+		require.NoError(t, err, "a's write %d", i)
+	}
 	require.Equal(t, 5, rounds)
 	require.EqualValues(t, 5, conflicts, "every write of b lost one compare-and-set to a")
 	check(t, env)
@@ -142,7 +146,10 @@ func TestLedger_ConflictCatchUp(t *testing.T) {
 // refuses the revision as a fork.
 func TestLedger_ConflictCatchUp_BlindControl(t *testing.T) {
 	env := testenv.New(t)
-	_, conflicts := runConflictRace(t, env, ledger.UnsafeBlindWritesForTesting())
+	// a may meet the fork first (its catch-up or its follower refuses
+	// b's blind revision), so a's writes may fail: that is detection too.
+	_, conflicts, aErrs := runConflictRace(t, env, ledger.UnsafeBlindWritesForTesting())
+	t.Logf("a's writes after the fork: %v", aErrs)
 	require.Zero(t, conflicts)
 	rep, err := projector.Check(context.Background(), env.JS, env.Layout)
 	require.NoError(t, err)
@@ -151,8 +158,8 @@ func TestLedger_ConflictCatchUp_BlindControl(t *testing.T) {
 
 // runConflictRace alternates writes of a and b (b with bOpts); before each
 // of b's writes, a commits first. It returns how many of b's Txs were
-// answered and b's conflicts.
-func runConflictRace(t *testing.T, env *testenv.Env, bOpts ...ledger.Option) (int, int64) {
+// answered, b's conflicts, and the answers to a's writes.
+func runConflictRace(t *testing.T, env *testenv.Env, bOpts ...ledger.Option) (int, int64, []error) {
 	t.Helper()
 	a := startLedger(t, env)
 	var aErrs []error
@@ -180,10 +187,7 @@ func runConflictRace(t *testing.T, env *testenv.Env, bOpts ...ledger.Option) (in
 		}
 		rounds++
 	}
-	for i, err := range aErrs {
-		require.NoError(t, err, "a's write %d", i)
-	}
-	if rounds == 5 {
+	if rounds == 5 && !slices.ContainsFunc(aErrs, func(err error) bool { return err != nil }) {
 		require.NoError(t, a.Sync(context.Background()))
 		require.NoError(t, b.Sync(context.Background()))
 		require.Equal(t, "0.1", a.Balance(bal).Reserved.String())
@@ -195,7 +199,7 @@ func runConflictRace(t *testing.T, env *testenv.Env, bOpts ...ledger.Option) (in
 		require.NoError(t, b.Submit(context.Background(), tx))
 		require.True(t, tx.denied)
 	}
-	return rounds, b.Stats().Conflicts
+	return rounds, b.Stats().Conflicts, aErrs
 }
 
 // TestLedger_DecideErrorCommitsNothing: a Tx that refuses gets its error

@@ -2,7 +2,6 @@ package settle
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/spendgate/spendgate/events"
@@ -14,20 +13,6 @@ import (
 type Settler struct {
 	l   *ledger.Ledger
 	now func() time.Time
-}
-
-// Option configures a Settler.
-type Option func(*Settler) error
-
-// WithClock sets the clock used for lateness and expiry.
-func WithClock(now func() time.Time) Option {
-	return func(s *Settler) error {
-		if now == nil {
-			return fmt.Errorf("settle: nil clock")
-		}
-		s.now = now
-		return nil
-	}
 }
 
 // New returns a Settler over l.

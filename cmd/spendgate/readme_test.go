@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -213,3 +214,66 @@ func runReadmeShell(t *testing.T, url string, lines []string) {
 
 // shellQuote quotes s for bash, so that echoing a line does not run it.
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// readmeGoSources are the files whose code the README quotes.
+var readmeGoSources = []string{"../../client/example_test.go", "../../testenv/readme_test.go"}
+
+// TestREADME_GoSnippetsAreTested: every Go snippet of the README appears,
+// line for line (indentation aside), in an example or test that go test
+// runs, so a snippet that stops compiling or working fails a test.
+func TestREADME_GoSnippetsAreTested(t *testing.T) {
+	var src [][]string
+	for _, path := range readmeGoSources {
+		data, err := os.ReadFile(path)
+		require.NoError(t, err)
+		src = append(src, trimmedLines(string(data)))
+	}
+	n := 0
+	for _, b := range readmeBlocks(t) {
+		if !readmeIsGo(b.lines) {
+			continue
+		}
+		n++
+		want := trimmedLines(strings.Join(b.lines, "\n"))
+		found := false
+		for _, lines := range src {
+			if containsRun(lines, want) {
+				found = true
+			}
+		}
+		require.True(t, found, "the Go snippet at README line %d is not in %v:\n%s", b.line, readmeGoSources, strings.Join(b.lines, "\n"))
+	}
+	require.GreaterOrEqual(t, n, 2, "the README's Go snippets were not found")
+}
+
+// readmeIsGo says whether a block is Go code: it declares with := and is
+// not a shell line.
+func readmeIsGo(lines []string) bool {
+	for _, l := range lines {
+		l = strings.TrimSpace(l)
+		if strings.Contains(l, ":=") && !strings.HasPrefix(l, "R=$(") {
+			return true
+		}
+	}
+	return false
+}
+
+func trimmedLines(s string) []string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if l = strings.Join(strings.Fields(l), " "); l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// containsRun says whether want appears in lines as consecutive lines.
+func containsRun(lines, want []string) bool {
+	for i := 0; i+len(want) <= len(lines); i++ {
+		if slices.Equal(lines[i:i+len(want)], want) {
+			return true
+		}
+	}
+	return false
+}

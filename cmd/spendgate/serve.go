@@ -57,6 +57,7 @@ func serve(args []string) int {
 	verbose := fs.Bool("v", false, "log debug output, the embedded server's included (--log-level debug)")
 	httpAddr := fs.String("http", "", "serve /metrics, /healthz and /readyz on this address (e.g. 127.0.0.1:8080); off when empty")
 	metricsBudgets := fs.Int("metrics-budgets", metrics.DefaultBudgetLimit, "per-budget gauges for at most this many budgets, the most reserved first")
+	feedOn := fs.Bool("feed", false, "relay every ledger event to the live event feed (stream <bucket>_feed, subjects <prefix>feed.v1.>); off by default: it stores each event a second time, and turning it on later back-fills from the ledger's start")
 	readyTimeout := fs.Duration("ready-timeout", time.Minute, "how long the replica may take to fold the ledger stream at start")
 	config.AddFileFlag(fs)
 	var logging config.Logging
@@ -175,7 +176,7 @@ func serve(args []string) int {
 	}
 	r, err := service.StartReplica(ctx, nc, js, service.ReplicaConfig{
 		Layout: layout, DefaultTTL: *defTTL, MaxTTL: *maxTTL, SweepInterval: *sweepEvery, Log: log,
-		ReadyTimeout: *readyTimeout, Metrics: m, MetricsBudgets: *metricsBudgets,
+		ReadyTimeout: *readyTimeout, Metrics: m, MetricsBudgets: *metricsBudgets, Feed: *feedOn,
 	})
 	if err != nil {
 		log.Error("start", "err", err)

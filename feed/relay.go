@@ -243,11 +243,24 @@ func (m Message) scope() events.Scope {
 		return m.Balance.Ref.Scope
 	}
 	var e struct {
-		Budget events.BudgetRef `json:"budget"`
+		Budget  events.BudgetRef  `json:"budget"`
+		Balance events.BalanceRef `json:"balance"`
 	}
 	_ = json.Unmarshal(m.Event, &e)
-	return e.Budget.Scope
+	switch {
+	case e.Budget.Scope != "":
+		return e.Budget.Scope
+	case e.Balance.Scope != "":
+		return e.Balance.Scope
+	}
+	// An event of no scope (none exists in feed.v1): a subject that still
+	// has the layout's token count.
+	return events.Scope(NoScope + ":" + NoScope)
 }
+
+// NoScope is the scope kind and id tokens of the subject of an event that
+// names no scope.
+const NoScope = "_"
 
 // encode writes the body without HTML escaping, so Event keeps the exact
 // bytes of the ledger.

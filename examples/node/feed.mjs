@@ -23,7 +23,8 @@ export const FEED_PREFIX = "spendgate.feed.v1.";
 
 /** ensureConsumer creates (or updates) the durable consumer `durable`. */
 export async function ensureConsumer(nc, durable, { filter = FEED_PREFIX + ">", ackWaitMs = 5000, stream = FEED_STREAM } = {}) {
-  const jsm = await jetstreamManager(nc);
+  // checkAPI false: no account-info call, which the feed role may not make.
+  const jsm = await jetstreamManager(nc, { checkAPI: false });
   await jsm.consumers.add(stream, {
     durable_name: durable,
     filter_subject: filter,

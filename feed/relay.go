@@ -93,6 +93,12 @@ func (r *Relay) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
+			if errors.Is(err, errFeedMoved) {
+				// Another relay moved the feed: start again from its
+				// end at once.
+				r.log.Debug("feed relay: restarting from the feed's end", "err", err)
+				continue
+			}
 			r.log.Warn("feed relay: restarting", "err", err)
 		}
 		select {
@@ -169,6 +175,10 @@ func (r *Relay) runOnce(ctx context.Context) error {
 			it.Stop()
 		}
 	}()
+	// next is the position of the last event published (acknowledged or
+	// in flight in win).
+	next := t.last
+	var win []inflight
 	for {
 		msg, err := it.Next()
 		if err != nil {
@@ -187,14 +197,87 @@ func (r *Relay) runOnce(ctx context.Context) error {
 			return fmt.Errorf("feed: revision %d of %s: %w", md.Sequence.Stream, key, err)
 		}
 		for _, m := range out {
-			if !t.last.Before(m.Position()) {
-				continue // already in the feed
+			if !next.Before(m.Position()) {
+				continue // already in the feed (or in the window)
 			}
-			if t, err = r.append(ctx, t, m); err != nil {
+			msg, err := r.feedMsg(m)
+			if err != nil {
 				return err
 			}
+			f, err := r.js.PublishMsgAsync(msg, jetstream.WithMsgID(m.ID), jetstream.WithExpectLastSequence(t.feedSeq+uint64(len(win))))
+			if err != nil {
+				return err
+			}
+			win = append(win, inflight{m: m, f: f})
+			next = m.Position()
+			if len(win) >= MaxInFlight {
+				if t, err = r.flush(ctx, t, win); err != nil {
+					return err
+				}
+				win = win[:0]
+			}
+		}
+		if md.NumPending == 0 && len(win) > 0 {
+			// Caught up with the ledger: append what is in flight now,
+			// so a live event is not held back for the window to fill.
+			if t, err = r.flush(ctx, t, win); err != nil {
+				return err
+			}
+			win = win[:0]
 		}
 	}
+}
+
+// MaxInFlight bounds the feed appends a relay has in flight at once.
+// Pipelining is safe: each append expects the feed's sequence just before
+// it, and every relay splits the same ledger into the same events in the
+// same order, so the message at a feed sequence is always the same event,
+// whoever appended it.
+const MaxInFlight = 256
+
+// inflight is an append waiting for its acknowledgement.
+type inflight struct {
+	m Message
+	f jetstream.PubAckFuture
+}
+
+// flush waits for the appends in win, in order, and returns the feed's new
+// tail. If another relay appended some of them first (a duplicate id or a
+// wrong last sequence), it re-reads the tail, which must then be at or past
+// the window's last event (errFeedMoved otherwise: the caller starts again
+// from the tail).
+func (r *Relay) flush(ctx context.Context, t tail, win []inflight) (tail, error) {
+	lost := false
+	for _, p := range win {
+		select {
+		case ack := <-p.f.Ok():
+			if ack.Duplicate {
+				lost = true
+				continue
+			}
+			r.relayed.Add(1)
+			t = tail{feedSeq: ack.Sequence, last: p.m.Position()}
+		case err := <-p.f.Err():
+			if !streams.IsConflict(err) {
+				return t, err
+			}
+			lost = true
+		case <-ctx.Done():
+			return t, ctx.Err()
+		}
+	}
+	if !lost {
+		return t, nil
+	}
+	r.lost.Add(1)
+	nt, err := r.readTail(ctx)
+	if err != nil {
+		return t, err
+	}
+	if nt.last.Before(win[len(win)-1].m.Position()) {
+		return t, errFeedMoved
+	}
+	return nt, nil
 }
 
 // errFeedMoved: the feed's tail is not where this relay's chain expects it
@@ -205,16 +288,10 @@ var errFeedMoved = errors.New("feed: the feed stream's last event is not the one
 // appended first, it re-reads the tail and, when the tail is at or past m,
 // returns it (m is in the feed already).
 func (r *Relay) append(ctx context.Context, t tail, m Message) (tail, error) {
-	body, err := m.encode()
+	msg, err := r.feedMsg(m)
 	if err != nil {
 		return t, err
 	}
-	msg := nats.NewMsg(r.l.FeedSubject(m.Type, m.scope()))
-	msg.Data = body
-	msg.Header.Set(streams.HeaderFeedSchema, streams.FeedSchema)
-	msg.Header.Set(streams.HeaderFeedSourceSeq, strconv.FormatUint(m.SourceSeq, 10))
-	msg.Header.Set(streams.HeaderFeedIndex, strconv.Itoa(m.Index))
-	msg.Header.Set(streams.HeaderFeedType, string(m.Type))
 	ack, err := r.js.PublishMsg(ctx, msg, jetstream.WithMsgID(m.ID), jetstream.WithExpectLastSequence(t.feedSeq))
 	if err == nil && !ack.Duplicate {
 		r.relayed.Add(1)
@@ -234,6 +311,21 @@ func (r *Relay) append(ctx context.Context, t tail, m Message) (tail, error) {
 		return t, errFeedMoved
 	}
 	return nt, nil
+}
+
+// feedMsg is the feed message of m: its subject, body and headers.
+func (r *Relay) feedMsg(m Message) (*nats.Msg, error) {
+	body, err := m.encode()
+	if err != nil {
+		return nil, fmt.Errorf("feed: encode event %s: %w", m.ID, err)
+	}
+	msg := nats.NewMsg(r.l.FeedSubject(m.Type, m.scope()))
+	msg.Data = body
+	msg.Header.Set(streams.HeaderFeedSchema, streams.FeedSchema)
+	msg.Header.Set(streams.HeaderFeedSourceSeq, strconv.FormatUint(m.SourceSeq, 10))
+	msg.Header.Set(streams.HeaderFeedIndex, strconv.Itoa(m.Index))
+	msg.Header.Set(streams.HeaderFeedType, string(m.Type))
+	return msg, nil
 }
 
 // scope is the scope of the message's subject: its balance's, or the

@@ -38,7 +38,10 @@
 // Nats-Expected-Last-Sequence set to the feed's sequence of the previous
 // event. The expected sequence makes the append a compare-and-set on the
 // feed's end: an event can only follow its predecessor, so however many
-// relays run, each event is appended once and in order. A relay that loses
+// relays run, each event is appended once and in order. Up to MaxInFlight
+// appends are pipelined: every relay splits the ledger into the same events
+// in the same order, so the message at a feed sequence is the same event
+// whoever appended it. A relay that loses
 // (another relay appended first) reads the feed's last message again and
 // resumes after it. The ledger keeps every revision, so a feed turned on
 // late, or a relay down for a while, back-fills from where the feed ends.

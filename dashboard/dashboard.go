@@ -220,15 +220,7 @@ func (d *Dashboard) rows(now time.Time) []BudgetRow {
 	budgets := d.cfg.Book.Budgets()
 	out := make([]BudgetRow, 0, len(budgets))
 	for _, b := range budgets {
-		inst := b.Ref.Period.Instance(now)
-		bal := d.cfg.Book.Balance(events.BalanceRef{Scope: b.Ref.Scope, Period: b.Ref.Period, Instance: inst})
-		used := bal.Spent.Add(bal.Reserved)
-		row := BudgetRow{Scope: b.Ref.Scope, Kind: b.Ref.Scope.Kind(), Period: b.Ref.Period, Instance: inst, Unit: b.Unit,
-			Limit: b.Limit.String(), Spent: bal.Spent.String(), Reserved: bal.Reserved.String(), Overrun: bal.Overrun.String(),
-			Available: b.Limit.Sub(used).String(), Open: bal.Open,
-			UsedBP: basisPoints(used, b.Limit), SpentBP: basisPoints(bal.Spent, b.Limit)}
-		row.Forecast = forecast(d.points(b.Ref, inst), b.Limit, b.Ref.Period, now)
-		out = append(out, row)
+		out = append(out, d.row(b, now))
 	}
 	// The nearest to the limit first.
 	sort.SliceStable(out, func(i, j int) bool {
@@ -238,6 +230,19 @@ func (d *Dashboard) rows(now time.Time) []BudgetRow {
 		return out[i].Scope < out[j].Scope
 	})
 	return out
+}
+
+// row is budget b in its period instance at now.
+func (d *Dashboard) row(b ledger.Budget, now time.Time) BudgetRow {
+	inst := b.Ref.Period.Instance(now)
+	bal := d.cfg.Book.Balance(events.BalanceRef{Scope: b.Ref.Scope, Period: b.Ref.Period, Instance: inst})
+	used := bal.Spent.Add(bal.Reserved)
+	row := BudgetRow{Scope: b.Ref.Scope, Kind: b.Ref.Scope.Kind(), Period: b.Ref.Period, Instance: inst, Unit: b.Unit,
+		Limit: b.Limit.String(), Spent: bal.Spent.String(), Reserved: bal.Reserved.String(), Overrun: bal.Overrun.String(),
+		Available: b.Limit.Sub(used).String(), Open: bal.Open,
+		UsedBP: basisPoints(used, b.Limit), SpentBP: basisPoints(bal.Spent, b.Limit)}
+	row.Forecast = forecast(d.points(b.Ref, inst), b.Limit, b.Ref.Period, now)
+	return row
 }
 
 // points copies ref's series if it is of instance inst.
@@ -288,9 +293,10 @@ func (d *Dashboard) seriesOf(w http.ResponseWriter, r *http.Request) {
 	}
 	now := d.cfg.Now().UTC()
 	var row *BudgetRow
-	for _, b := range d.rows(now) {
-		if b.Scope == scope && b.Period == period {
-			row = &b
+	for _, b := range d.cfg.Book.Budgets() {
+		if b.Ref.Scope == scope && b.Ref.Period == period {
+			r := d.row(b, now)
+			row = &r
 			break
 		}
 	}

@@ -212,7 +212,13 @@ function renderDenials(data) {
 }
 
 async function loadChart() {
-  if (!state.selected) return;
+  if (!state.selected) {
+    const p = el("p", { class: "empty" }, "No budget yet: define one with spendgate budget put.");
+    $("chart").replaceChildren(p);
+    $("chart-title").textContent = "";
+    $("forecast").textContent = "";
+    return;
+  }
   const q = new URLSearchParams(state.selected);
   try { renderChart(await getJSON("api/series?" + q)); } catch (e) { console.warn(e.message); }
 }

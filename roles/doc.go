@@ -2,7 +2,7 @@
 // kind of identity may publish and subscribe to, derived from a
 // streams.Layout, and its rendering as a nats-server configuration.
 //
-// Four roles:
+// Five roles:
 //
 //   - replica runs `spendgate serve`: it creates and updates its ledger
 //     stream (never deletes or purges it), reads it with ordered consumers
@@ -17,6 +17,10 @@
 //   - finance reads: budget.get/list, stream info, ephemeral (ordered)
 //     consumers on the ledger stream, direct and message gets; enough for
 //     `spendgate audit`. It writes nothing.
+//   - feed follows the live event feed (package feed): it reads the feed
+//     stream with durable or ordered consumers and acknowledges what it
+//     processed. The replica role appends to the feed (serve --feed); no
+//     role deletes or purges it.
 //
 // Every role has a private inbox, _INBOX_<bucket>_<role>: a client of a
 // role connects with that inbox prefix (natsconn.Options.InboxPrefix,

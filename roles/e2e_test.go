@@ -16,6 +16,7 @@ import (
 
 	"github.com/spendgate/spendgate/client"
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/feed"
 	"github.com/spendgate/spendgate/natsconn"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/roles"
@@ -30,7 +31,7 @@ func startReplica(t *testing.T, id *ident, l streams.Layout) *service.Replica {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	r, err := service.StartReplica(ctx, id.nc, js, service.ReplicaConfig{Layout: l, SweepInterval: 100 * time.Millisecond})
+	r, err := service.StartReplica(ctx, id.nc, js, service.ReplicaConfig{Layout: l, SweepInterval: 100 * time.Millisecond, Feed: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = r.Stop() })
 	return r
@@ -98,7 +99,50 @@ func scenario(t *testing.T, l streams.Layout, ids map[string]*ident) *projector.
 	require.True(t, rep.OK(), rep.String())
 	_, err = projector.New(js, l).ReplayUntil(ctx, time.Now())
 	require.NoError(t, err)
+	followFeed(t, l, ids[roles.Feed])
 	return st
+}
+
+// followFeed reads the live event feed as the feed role does: the
+// scenario's seven events (a budget, three opens, a settle and two
+// releases) through a durable consumer with acknowledged pulls, then an
+// ordered consumer and a message get.
+func followFeed(t *testing.T, l streams.Layout, id *ident) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js, err := jetstream.New(id.nc)
+	require.NoError(t, err)
+	const events = 7
+	var stream jetstream.Stream
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		stream, err = js.Stream(ctx, l.FeedStreamName())
+		if err == nil && stream.CachedInfo().State.Msgs >= events {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the relay did not fill the feed: %v", err)
+		time.Sleep(50 * time.Millisecond)
+	}
+	cons, err := stream.CreateOrUpdateConsumer(ctx, feed.ConsumerConfig(l, "billing"))
+	require.NoError(t, err)
+	var cursor feed.Cursor
+	for range events {
+		msg, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		require.NoError(t, err)
+		m, err := feed.Decode(msg.Data())
+		require.NoError(t, err)
+		require.True(t, cursor.Next(m))
+		require.NoError(t, msg.DoubleAck(ctx))
+	}
+	oc, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	require.NoError(t, err)
+	msg, err := oc.Next(jetstream.FetchMaxWait(5 * time.Second))
+	require.NoError(t, err)
+	_, err = feed.Decode(msg.Data())
+	require.NoError(t, err)
+	_, err = stream.GetMsg(ctx, 1)
+	require.NoError(t, err)
 }
 
 // refused asserts that publishing to subject as id is refused with a
@@ -189,6 +233,19 @@ func endToEnd(t *testing.T, l streams.Layout) {
 			refused(t, id, "$JS.API."+api+l.StreamName())
 		}
 	}
+	// The feed is the replica's to append to: no other role writes it,
+	// and no role deletes or purges it.
+	for _, n := range []string{roles.Service, roles.Admin, roles.Finance, roles.Feed} {
+		refused(t, ids[n], l.FeedPrefix()+"budget.defined.v1.org.acme")
+		for _, api := range []string{"STREAM.DELETE.", "STREAM.PURGE.", "STREAM.UPDATE.", "STREAM.CREATE."} {
+			refused(t, ids[n], "$JS.API."+api+l.FeedStreamName())
+		}
+	}
+	refused(t, ids[roles.Replica], "$JS.API.STREAM.PURGE."+l.FeedStreamName())
+	refused(t, ids[roles.Replica], "$JS.API.STREAM.DELETE."+l.FeedStreamName())
+	refused(t, ids[roles.Feed], l.Subject("lane.0"))
+	refused(t, ids[roles.Feed], l.Endpoint(streams.EndpointAdmit))
+
 	// Even the replica cannot delete or purge its ledger.
 	dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	require.Error(t, rjs.DeleteStream(dctx, l.StreamName()))

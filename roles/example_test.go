@@ -41,6 +41,16 @@ func ExampleAuthorization() {
 	//         "$JS.API.STREAM.PEER.REMOVE.KV_spendgate"
 	//         "$JS.API.STREAM.LEADER.STEPDOWN.KV_spendgate"
 	//         "$JS.API.CONSUMER.DURABLE.CREATE.KV_spendgate.>"
+	//         "spendgate.feed.v1.>"
+	//         "$JS.API.STREAM.CREATE.spendgate_feed"
+	//         "$JS.API.STREAM.UPDATE.spendgate_feed"
+	//         "$JS.API.STREAM.DELETE.spendgate_feed"
+	//         "$JS.API.STREAM.PURGE.spendgate_feed"
+	//         "$JS.API.STREAM.MSG.DELETE.spendgate_feed"
+	//         "$JS.API.STREAM.RESTORE.spendgate_feed"
+	//         "$JS.API.STREAM.PEER.REMOVE.spendgate_feed"
+	//         "$JS.API.STREAM.LEADER.STEPDOWN.spendgate_feed"
+	//         "$JS.API.CONSUMER.DURABLE.CREATE.spendgate_feed.>"
 	//       ]
 	//     }
 	//     subscribe = {

@@ -53,6 +53,26 @@ var pubSubjects = []string{
 	"$KV.spendgate.lane.0",
 	"$KV.spendgate.budget.x",
 	"$KV.spendgate.budget.org.acme.month",
+	// The live event feed: its stream's administration, reads, consumers
+	// and acks, and its subjects.
+	"$JS.API.STREAM.CREATE.spendgate_feed",
+	"$JS.API.STREAM.UPDATE.spendgate_feed",
+	"$JS.API.STREAM.DELETE.spendgate_feed",
+	"$JS.API.STREAM.PURGE.spendgate_feed",
+	"$JS.API.STREAM.MSG.DELETE.spendgate_feed",
+	"$JS.API.CONSUMER.DURABLE.CREATE.spendgate_feed.billing",
+	"$JS.API.STREAM.INFO.spendgate_feed",
+	"$JS.API.STREAM.MSG.GET.spendgate_feed",
+	"$JS.API.DIRECT.GET.spendgate_feed",
+	"$JS.API.CONSUMER.CREATE.spendgate_feed",
+	"$JS.API.CONSUMER.CREATE.spendgate_feed.billing",
+	"$JS.API.CONSUMER.CREATE.spendgate_feed.billing.spendgate.feed.v1.>",
+	"$JS.API.CONSUMER.INFO.spendgate_feed.billing",
+	"$JS.API.CONSUMER.MSG.NEXT.spendgate_feed.billing",
+	"$JS.API.CONSUMER.DELETE.spendgate_feed.billing",
+	"$JS.ACK.spendgate_feed.billing.1.1.1.1.0",
+	"$JS.FC.spendgate_feed.c1.x",
+	"spendgate.feed.v1.reservation.opened.v1.team.search",
 	// Service endpoints.
 	"spendgate.admit",
 	"spendgate.settle",
@@ -71,6 +91,7 @@ var pubSubjects = []string{
 	"_INBOX_spendgate_service.x",
 	"_INBOX_spendgate_admin.x",
 	"_INBOX_spendgate_finance.x",
+	"_INBOX_spendgate_feed.x",
 	"anything.else",
 }
 
@@ -91,16 +112,34 @@ var ledgerRead = []string{
 	"$JS.FC.KV_spendgate.c1.x",
 }
 
+var feedRead = []string{
+	"$JS.API.STREAM.INFO.spendgate_feed",
+	"$JS.API.STREAM.MSG.GET.spendgate_feed",
+	"$JS.API.DIRECT.GET.spendgate_feed",
+	"$JS.API.CONSUMER.CREATE.spendgate_feed",
+	"$JS.API.CONSUMER.CREATE.spendgate_feed.billing",
+	"$JS.API.CONSUMER.CREATE.spendgate_feed.billing.spendgate.feed.v1.>",
+	"$JS.API.CONSUMER.INFO.spendgate_feed.billing",
+	"$JS.API.CONSUMER.MSG.NEXT.spendgate_feed.billing",
+	"$JS.API.CONSUMER.DELETE.spendgate_feed.billing",
+	"$JS.ACK.spendgate_feed.billing.1.1.1.1.0",
+	"$JS.FC.spendgate_feed.c1.x",
+}
+
 var wantPub = map[string][]string{
 	roles.Replica: concat(
 		[]string{"$JS.API.STREAM.CREATE.KV_spendgate", "$JS.API.STREAM.UPDATE.KV_spendgate"},
 		ledgerRead,
 		[]string{"$JS.API.CONSUMER.INFO.KV_spendgate.c1",
-			"$KV.spendgate.lane.0", "$KV.spendgate.budget.x", "$KV.spendgate.budget.org.acme.month"}),
+			"$KV.spendgate.lane.0", "$KV.spendgate.budget.x", "$KV.spendgate.budget.org.acme.month"},
+		[]string{"$JS.API.STREAM.CREATE.spendgate_feed", "$JS.API.STREAM.UPDATE.spendgate_feed",
+			"$JS.API.STREAM.INFO.spendgate_feed", "$JS.API.STREAM.MSG.GET.spendgate_feed",
+			"spendgate.feed.v1.reservation.opened.v1.team.search"}),
 	roles.Service: {"spendgate.admit", "spendgate.settle", "spendgate.release"},
 	roles.Admin: concat([]string{"spendgate.admit", "spendgate.settle", "spendgate.release",
 		"spendgate.budget.put", "spendgate.budget.get", "spendgate.budget.list"}, srv),
 	roles.Finance: concat([]string{"spendgate.budget.get", "spendgate.budget.list"}, ledgerRead),
+	roles.Feed:    feedRead,
 }
 
 // subChecks are (filter, a subject it matches) pairs.
@@ -126,6 +165,7 @@ var subChecks = [][2]string{
 	{"_INBOX_spendgate_admin.x", "_INBOX_spendgate_admin.x"},
 	{"_INBOX_spendgate_finance.x", "_INBOX_spendgate_finance.x"},
 	{"_INBOX_spendgate_finance.>", "_INBOX_spendgate_finance.x"},
+	{"_INBOX_spendgate_feed.x", "_INBOX_spendgate_feed.x"},
 	{">", "anything.else"},
 }
 
@@ -135,6 +175,7 @@ var wantSub = map[string][]string{
 	roles.Service: {"_INBOX_spendgate_service.x"},
 	roles.Admin:   {"_INBOX_spendgate_admin.x"},
 	roles.Finance: {"_INBOX_spendgate_finance.x", "_INBOX_spendgate_finance.>"},
+	roles.Feed:    {"_INBOX_spendgate_feed.x"},
 }
 
 func concat(parts ...[]string) []string { return slices.Concat(parts...) }

@@ -14,10 +14,11 @@ const (
 	Service = "service"
 	Admin   = "admin"
 	Finance = "finance"
+	Feed    = "feed"
 )
 
 // Names lists the roles in the order All returns them.
-var Names = []string{Replica, Service, Admin, Finance}
+var Names = []string{Replica, Service, Admin, Finance, Feed}
 
 // Rules is one direction (publish or subscribe) of a permission set, as
 // nats-server reads it: a subject is permitted if it matches an Allow
@@ -98,6 +99,53 @@ func ledgerAdmin(l streams.Layout) []string {
 	}
 }
 
+// FeedWrites returns the subjects that write the live event feed of l (the
+// feed stream's subjects and its create and update) and the feed stream's
+// administration. Only the replica role may publish to the first ones; no
+// role may publish to the others.
+func FeedWrites(l streams.Layout) []string {
+	f := l.FeedStreamName()
+	return append([]string{
+		l.FeedFilter(),
+		jsAPI + "STREAM.CREATE." + f,
+		jsAPI + "STREAM.UPDATE." + f,
+	}, feedAdmin(l)...)
+}
+
+// feedAdmin are the feed writes no role may publish.
+func feedAdmin(l streams.Layout) []string {
+	f := l.FeedStreamName()
+	return []string{
+		jsAPI + "STREAM.DELETE." + f,
+		jsAPI + "STREAM.PURGE." + f,
+		jsAPI + "STREAM.MSG.DELETE." + f,
+		jsAPI + "STREAM.RESTORE." + f,
+		jsAPI + "STREAM.PEER.REMOVE." + f,
+		jsAPI + "STREAM.LEADER.STEPDOWN." + f,
+		jsAPI + "CONSUMER.DURABLE.CREATE." + f + ".>",
+	}
+}
+
+// feedReads are what a consumer of the feed publishes: stream info and
+// message gets, consumers (durable or ordered, created by name, their info,
+// pulls and deletion), acknowledgements and flow control.
+func feedReads(l streams.Layout) []string {
+	f := l.FeedStreamName()
+	return []string{
+		jsAPI + "STREAM.INFO." + f,
+		jsAPI + "STREAM.MSG.GET." + f,
+		jsAPI + "DIRECT.GET." + f,
+		jsAPI + "DIRECT.GET." + f + ".>",
+		jsAPI + "CONSUMER.CREATE." + f,
+		jsAPI + "CONSUMER.CREATE." + f + ".>",
+		jsAPI + "CONSUMER.INFO." + f + ".*",
+		jsAPI + "CONSUMER.MSG.NEXT." + f + ".*",
+		jsAPI + "CONSUMER.DELETE." + f + ".*",
+		"$JS.ACK." + f + ".>",
+		"$JS.FC." + f + ".>",
+	}
+}
+
 // ledgerReads are the JetStream API subjects that read the ledger stream
 // of l: its info, ephemeral and ordered consumers (created by either
 // subject form, pulled, deleted when done: a KV watch deletes its consumer
@@ -118,7 +166,7 @@ func ledgerReads(l streams.Layout) []string {
 	}
 }
 
-// All returns the roles of layout l: replica, service, admin, finance.
+// All returns the roles of layout l: replica, service, admin, finance, feed.
 func All(l streams.Layout) []Role {
 	s := l.StreamName()
 	ep := func(names ...string) []string {
@@ -129,7 +177,8 @@ func All(l streams.Layout) []Role {
 		return out
 	}
 	inbox := func(role string) []string { return []string{InboxPrefix(l, role) + ".>"} }
-	writes := LedgerWrites(l)
+	writes := append(LedgerWrites(l), FeedWrites(l)...)
+	f := l.FeedStreamName()
 
 	replicaPub := []string{
 		jsAPI + "STREAM.CREATE." + s,
@@ -139,6 +188,13 @@ func All(l streams.Layout) []Role {
 	replicaPub = append(replicaPub,
 		jsAPI+"CONSUMER.INFO."+s+".*",
 		l.KeyPrefix()+">",
+		// The feed relay (serve --feed): ensure the feed stream, read
+		// its last message, append events.
+		jsAPI+"STREAM.CREATE."+f,
+		jsAPI+"STREAM.UPDATE."+f,
+		jsAPI+"STREAM.INFO."+f,
+		jsAPI+"STREAM.MSG.GET."+f,
+		l.FeedFilter(),
 	)
 	replicaSub := append([]string{l.Prefix() + ">"}, discovery()...)
 	replicaSub = append(replicaSub, inbox(Replica)...)
@@ -150,7 +206,7 @@ func All(l streams.Layout) []Role {
 		{
 			Name:           Replica,
 			Description:    "runs `spendgate serve`: ensures and follows the ledger stream, writes its revisions, serves every endpoint and $SRV discovery",
-			Publish:        Rules{Allow: replicaPub, Deny: ledgerAdmin(l)},
+			Publish:        Rules{Allow: replicaPub, Deny: append(ledgerAdmin(l), feedAdmin(l)...)},
 			Subscribe:      Rules{Allow: replicaSub},
 			AllowResponses: true,
 			InboxPrefix:    InboxPrefix(l, Replica),
@@ -175,6 +231,13 @@ func All(l streams.Layout) []Role {
 			Publish:     Rules{Allow: financePub, Deny: writes},
 			Subscribe:   Rules{Allow: inbox(Finance)},
 			InboxPrefix: InboxPrefix(l, Finance),
+		},
+		{
+			Name:        Feed,
+			Description: "follows the live event feed: reads the feed stream with durable or ordered consumers and acknowledges; writes nothing else",
+			Publish:     Rules{Allow: feedReads(l), Deny: writes},
+			Subscribe:   Rules{Allow: inbox(Feed)},
+			InboxPrefix: InboxPrefix(l, Feed),
 		},
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spendgate/spendgate/admit"
+	"github.com/spendgate/spendgate/feed"
 	"github.com/spendgate/spendgate/ledger"
 	"github.com/spendgate/spendgate/metrics"
 	"github.com/spendgate/spendgate/settle"
@@ -42,6 +43,10 @@ type ReplicaConfig struct {
 	// MetricsBudgets by reserved amount; 0 means metrics.DefaultBudgetLimit).
 	Metrics        *metrics.Set
 	MetricsBudgets int
+	// Feed runs a feed.Relay in the replica: it fills the live event feed
+	// (stream streams.FeedStreamName) from the ledger stream. Any number
+	// of replicas may relay at once; each event is appended once.
+	Feed bool
 }
 
 // Replica is one running spendgate: the ledger follower, the service
@@ -52,7 +57,10 @@ type Replica struct {
 	Settler  *settle.Settler
 	Sweeper  *sweep.Sweeper
 	Service  *Service
+	// Relay is the feed relay, nil unless ReplicaConfig.Feed.
+	Relay *feed.Relay
 
+	feedd  chan struct{}
 	cancel context.CancelFunc
 	done   chan error
 	sweepd chan struct{}
@@ -164,6 +172,18 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 			return out
 		})
 	}
+	r.feedd = make(chan struct{})
+	if cfg.Feed {
+		if r.Relay, err = feed.NewRelay(js, cfg.Layout, feed.WithLogger(cfg.Log)); err != nil {
+			_ = r.Service.Stop()
+			cancel()
+			<-r.done
+			return nil, err
+		}
+		go func() { defer close(r.feedd); _ = r.Relay.Run(runCtx) }()
+	} else {
+		close(r.feedd)
+	}
 	if cfg.SweepInterval >= 0 {
 		go func() { defer close(r.sweepd); _ = sw.Run(runCtx) }()
 	} else {
@@ -195,6 +215,7 @@ func (r *Replica) Stop() error {
 		err := r.Service.Stop()
 		r.cancel()
 		<-r.sweepd
+		<-r.feedd
 		if ferr := <-r.done; ferr != nil && !errors.Is(ferr, context.Canceled) && err == nil {
 			err = ferr
 		}

@@ -51,6 +51,9 @@ type Service struct {
 	// (unix nanoseconds).
 	lastDispatch atomic.Int64
 
+	// denials keeps this replica's recent denials (RecentDenials).
+	denials denialRing
+
 	mu      sync.Mutex
 	running int // requests handed to goroutines and not yet answered
 	idle    *sync.Cond
@@ -268,6 +271,8 @@ func (s *Service) admit(ctx context.Context, data []byte) (any, error) {
 			s.m.Admits.With(metrics.ResultAdmitted, "").Inc()
 		} else if reply.Denial != nil {
 			s.m.Admits.With(metrics.ResultDenied, string(reply.Denial.Reason)).Inc()
+			s.denials.add(DeniedAdmit{At: s.now().UTC(), RequestID: req.RequestID, Scopes: req.Scopes, Amount: req.Amount,
+				Unit: req.Unit, Metadata: req.Metadata, Denial: *reply.Denial})
 		}
 	}
 	return reply, err

@@ -377,3 +377,91 @@ func (l Layout) MsgGetSubject(js jetstream.JetStream) string {
 	}
 	return prefix + "STREAM.MSG.GET." + l.StreamName()
 }
+
+// The live event feed (package feed): a stream of its own, one message per
+// event, in the ledger's commit order. Its layout is feed.v1.
+const (
+	// FeedVersion is the feed's subject token and schema version.
+	FeedVersion = "v1"
+	// FeedSchema is the "schema" of every feed message body.
+	FeedSchema = "feed.v1"
+	// FeedMaxMsgSize caps one feed message: one event and its envelope,
+	// far below a whole lane revision.
+	FeedMaxMsgSize = 256 << 10
+	// HeaderFeedSourceSeq is the ledger stream sequence of the revision an
+	// event was relayed from; HeaderFeedIndex the event's index in it.
+	HeaderFeedSourceSeq = "Spendgate-Source-Seq"
+	HeaderFeedIndex     = "Spendgate-Event-Index"
+	// HeaderFeedType is the event type ("reservation.opened.v1").
+	HeaderFeedType = "Spendgate-Event-Type"
+	// HeaderFeedSchema is FeedSchema.
+	HeaderFeedSchema = "Spendgate-Schema"
+)
+
+// FeedStreamName is the feed stream, "<bucket>_feed".
+func (l Layout) FeedStreamName() string { return l.c.Bucket + "_feed" }
+
+// FeedPrefix is "<prefix>feed.v1.", the start of every feed subject.
+func (l Layout) FeedPrefix() string { return l.c.Prefix + "feed." + FeedVersion + "." }
+
+// FeedFilter matches every feed subject ("spendgate.feed.v1.>").
+func (l Layout) FeedFilter() string { return l.FeedPrefix() + ">" }
+
+// FeedSubject is the subject of one feed message:
+// "<prefix>feed.v1.<event type>.<scope kind>.<scope id>", for example
+// "spendgate.feed.v1.reservation.opened.v1.team.search". The event type
+// spans three tokens (noun, verb, version), so a consumer filters by type
+// with "spendgate.feed.v1.reservation.>" or by scope with
+// "spendgate.feed.v1.*.*.*.team.search".
+func (l Layout) FeedSubject(t events.Type, scope events.Scope) string {
+	return l.FeedPrefix() + string(t) + "." + scope.Kind() + "." + scope.ID()
+}
+
+// FeedStreamConfig is the feed stream's configuration. It keeps every
+// message (like the ledger it is derived from) and dedupes Nats-Msg-Id
+// over DuplicateWindow.
+func (l Layout) FeedStreamConfig() jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        l.FeedStreamName(),
+		Description: "spendgate live event feed (feed.v1): every ledger event, one message each, in commit order",
+		Subjects:    []string{l.FeedFilter()},
+		Retention:   jetstream.LimitsPolicy,
+		MaxMsgs:     -1,
+		MaxBytes:    -1,
+		MaxMsgSize:  FeedMaxMsgSize,
+		Storage:     jetstream.FileStorage,
+		Replicas:    l.c.Replicas,
+		Discard:     jetstream.DiscardNew,
+		Duplicates:  DuplicateWindow,
+		DenyDelete:  true,
+		DenyPurge:   true,
+		AllowDirect: true,
+	}
+}
+
+// EnsureFeed creates or updates the feed stream. Like Ensure it is
+// idempotent and safe to run from every replica at once.
+func EnsureFeed(ctx context.Context, js jetstream.JetStream, l Layout) (jetstream.Stream, error) {
+	cfg := l.FeedStreamConfig()
+	for attempt := 0; ; attempt++ {
+		s, err := js.CreateOrUpdateStream(ctx, cfg)
+		if err == nil {
+			return s, nil
+		}
+		var apiErr *jetstream.APIError
+		retry := errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) ||
+			(errors.As(err, &apiErr) && apiErr.ErrorCode == errNoSuitablePeers)
+		if !retry || attempt >= 50 {
+			return nil, fmt.Errorf("streams: ensure %s: %w", cfg.Name, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("streams: ensure %s: %w", cfg.Name, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// BudgetKeysFilter matches every budget definition key
+// ("$KV.<bucket>.budget.>").
+func (l Layout) BudgetKeysFilter() string { return l.KeyPrefix() + budgetFamily + ".>" }

@@ -11,9 +11,9 @@ import (
 var rolesCommand = command{
 	name:     "spendgate roles",
 	synopsis: "[--bucket NAME] [--prefix PREFIX] [--account NAME] [--nsc]",
-	about: `Prints a nats-server permission layout with four roles: replica (runs serve),
-service (admit, settle, release), admin (every endpoint) and finance (reads the
-ledger and runs audits; writes nothing). Include it in the server's config; the
+	about: `Prints a nats-server permission layout with five roles: replica (runs serve),
+service (admit, settle, release), admin (every endpoint), finance (reads the
+ledger and runs audits; writes nothing) and feed (follows the live event feed). Include it in the server's config; the
 file holds no password: the server reads SPENDGATE_<USER>_PASSWORD from its
 environment. With --account it prints the layout inside an account with
 JetStream; with --nsc, the nsc flags of each role for operator/JWT mode.`,

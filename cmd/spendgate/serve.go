@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spendgate/spendgate/config"
+	"github.com/spendgate/spendgate/dashboard"
 	"github.com/spendgate/spendgate/embedded"
 	"github.com/spendgate/spendgate/metrics"
 	"github.com/spendgate/spendgate/natsconn"
@@ -55,8 +56,9 @@ func serve(args []string) int {
 	maxTTL := fs.Duration("max-ttl", 24*time.Hour, "largest TTL a request may ask for")
 	sweepEvery := fs.Duration("sweep-interval", time.Minute, "how often this replica releases expired reservations")
 	verbose := fs.Bool("v", false, "log debug output, the embedded server's included (--log-level debug)")
-	httpAddr := fs.String("http", "", "serve /metrics, /healthz and /readyz on this address (e.g. 127.0.0.1:8080); off when empty")
+	httpAddr := fs.String("http", "", "serve /metrics, /healthz, /readyz and the spend dashboard (/dashboard/) on this address (e.g. 127.0.0.1:8080); off when empty")
 	metricsBudgets := fs.Int("metrics-budgets", metrics.DefaultBudgetLimit, "per-budget gauges for at most this many budgets, the most reserved first")
+	feedOn := fs.Bool("feed", false, "relay every ledger event to the live event feed (stream <bucket>_feed, subjects <prefix>feed.v1.>); off by default: it stores each event a second time, and turning it on later back-fills from the ledger's start")
 	readyTimeout := fs.Duration("ready-timeout", time.Minute, "how long the replica may take to fold the ledger stream at start")
 	config.AddFileFlag(fs)
 	var logging config.Logging
@@ -175,13 +177,28 @@ func serve(args []string) int {
 	}
 	r, err := service.StartReplica(ctx, nc, js, service.ReplicaConfig{
 		Layout: layout, DefaultTTL: *defTTL, MaxTTL: *maxTTL, SweepInterval: *sweepEvery, Log: log,
-		ReadyTimeout: *readyTimeout, Metrics: m, MetricsBudgets: *metricsBudgets,
+		ReadyTimeout: *readyTimeout, Metrics: m, MetricsBudgets: *metricsBudgets, Feed: *feedOn,
 	})
 	if err != nil {
 		log.Error("start", "err", err)
 		return 1
 	}
 	started.Store(true)
+	if opsSrv != nil {
+		// The spend dashboard, read-only, on the operator listener.
+		host, _ := os.Hostname()
+		dash, err := dashboard.New(dashboard.Config{JS: js, Layout: layout, Book: r.Ledger, Denials: r.Service.RecentDenials, Replica: host, Log: log})
+		if err != nil {
+			log.Error("dashboard", "err", err)
+			_ = r.Stop()
+			return 1
+		}
+		opsSrv.Handle(dashboard.Path, dash)
+		dashCtx, dashStop := context.WithCancel(context.Background())
+		dashDone := make(chan struct{})
+		go func() { defer close(dashDone); _ = dash.Run(dashCtx) }()
+		defer func() { dashStop(); <-dashDone }()
+	}
 	log.Info("spendgate serving", "service", streams.ServiceName, "prefix", layout.Prefix(), "stream", layout.StreamName(), "replicas", *replicas, "lanes", layout.Lanes())
 	shown := displayURL(url)
 	fmt.Fprintf(os.Stderr, "ready: clients connect to %s; try  spendgate budget list --nats-url %s  or  nats --server %s micro info %s\n",

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/spendgate/spendgate/dashboard"
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/feed"
+	"github.com/spendgate/spendgate/streams"
+	"github.com/spendgate/spendgate/testenv"
+)
+
+// TestServe_FeedAndDashboard runs serve --feed --http: the events of a
+// budget put, an admit and a settle reach the feed stream in order, and the
+// dashboard's page and JSON answer on the --http listener, the denial
+// included.
+func TestServe_FeedAndDashboard(t *testing.T) {
+	t.Setenv("SPENDGATE_NATS_URL", "")
+	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	startProc(t, true, "serve", "--data-dir", filepath.Join(t.TempDir(), "data"), "--listen", listen, "--http", httpAddr, "--feed")
+	nc := connect(t, "nats://"+listen)
+	var bv events.BudgetView
+	require.Nil(t, e2eRequest(t, nc, "spendgate.budget.put", events.BudgetPutRequest{Scope: "org:f", Period: "month", Limit: "1", Unit: "USD"}, &bv))
+	var ar events.AdmitReply
+	require.Nil(t, e2eRequest(t, nc, "spendgate.admit", events.AdmitRequest{RequestID: "f-1", Scopes: []string{"org:f"}, Amount: "0.5"}, &ar))
+	require.True(t, ar.Admitted)
+	var cr events.CloseReply
+	require.Nil(t, e2eRequest(t, nc, "spendgate.settle", events.SettleRequest{ReservationID: ar.ReservationID, Actual: "0.25"}, &cr))
+	var denied events.AdmitReply
+	require.Nil(t, e2eRequest(t, nc, "spendgate.admit", events.AdmitRequest{RequestID: "f-2", Scopes: []string{"org:f"}, Amount: "5"}, &denied))
+	require.False(t, denied.Admitted)
+
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	l := streams.Default()
+	var types []events.Type
+	testenv.WaitFor(t, 30*time.Second, "three events in the feed", func() bool {
+		s, err := js.Stream(ctx, l.FeedStreamName())
+		if err != nil {
+			return false
+		}
+		info, err := s.Info(ctx)
+		return err == nil && info.State.Msgs >= 3
+	})
+	s, err := js.Stream(ctx, l.FeedStreamName())
+	require.NoError(t, err)
+	for seq := uint64(1); seq <= 3; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		require.NoError(t, err)
+		fm, err := feed.Decode(m.Data)
+		require.NoError(t, err)
+		require.True(t, strings.HasPrefix(m.Subject, "spendgate.feed.v1."), m.Subject)
+		types = append(types, fm.Type)
+	}
+	require.Equal(t, []events.Type{events.TypeBudgetDefined, events.TypeReservationOpened, events.TypeReservationSettled}, types)
+
+	base := "http://" + httpAddr + dashboard.Path
+	code, body := httpStatus(t, base)
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "Spend dashboard")
+	code, body = httpStatus(t, base+"api/budgets")
+	require.Equal(t, http.StatusOK, code)
+	var br dashboard.BudgetsReply
+	require.NoError(t, json.Unmarshal([]byte(body), &br))
+	require.Len(t, br.Budgets, 1)
+	require.Equal(t, "0.25", br.Budgets[0].Spent)
+	code, body = httpStatus(t, base+"api/denials")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, `"request_id":"f-2"`)
+}

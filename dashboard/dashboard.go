@@ -1,0 +1,355 @@
+package dashboard
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/ledger"
+	"github.com/spendgate/spendgate/service"
+	"github.com/spendgate/spendgate/streams"
+)
+
+//go:embed assets
+var assets embed.FS
+
+// Path is where the dashboard is mounted: Handle(Path, d).
+const Path = "/dashboard/"
+
+// MaxDenials is the most denials /api/denials returns.
+const MaxDenials = service.DenialRingSize
+
+// Book is what the dashboard reads of a replica's fold (a *ledger.Ledger).
+type Book interface {
+	Budgets() []ledger.Budget
+	Balance(events.BalanceRef) ledger.Balance
+}
+
+// Config is what New needs. JS, Layout and Book are required.
+type Config struct {
+	JS     jetstream.JetStream
+	Layout streams.Layout
+	Book   Book
+	// Denials returns the replica's recent denials, newest first
+	// (service.Service.RecentDenials); nil shows none.
+	Denials func() []service.DeniedAdmit
+	// Replica names this replica on the page (denials are per replica).
+	Replica string
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+	Log *slog.Logger
+}
+
+// Dashboard serves the page and its JSON, and follows the ledger stream
+// for the time series (Run).
+type Dashboard struct {
+	cfg    Config
+	mux    *http.ServeMux
+	mu     sync.Mutex
+	series map[events.BudgetRef]*series
+	ready  atomic.Bool
+}
+
+// New returns a Dashboard; mount it at Path and start Run.
+func New(cfg Config) (*Dashboard, error) {
+	if cfg.JS == nil || cfg.Book == nil || cfg.Layout.Bucket() == "" {
+		return nil, errors.New("dashboard: JS, Layout and Book are required")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Denials == nil {
+		cfg.Denials = func() []service.DeniedAdmit { return nil }
+	}
+	d := &Dashboard{cfg: cfg, mux: http.NewServeMux(), series: map[events.BudgetRef]*series{}}
+	sub, err := fs.Sub(assets, "assets")
+	if err != nil {
+		return nil, err
+	}
+	files := http.StripPrefix(Path, http.FileServerFS(sub))
+	d.mux.Handle("GET "+Path+"{$}", files)
+	d.mux.Handle("GET "+Path+"app.js", files)
+	d.mux.Handle("GET "+Path+"style.css", files)
+	d.mux.HandleFunc("GET "+Path+"api/budgets", d.budgets)
+	d.mux.HandleFunc("GET "+Path+"api/series", d.seriesOf)
+	d.mux.HandleFunc("GET "+Path+"api/denials", d.denials)
+	return d, nil
+}
+
+// ServeHTTP serves Path and below, read-only (GET and HEAD).
+func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'; base-uri 'none'; frame-ancestors 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "no-referrer")
+	d.mux.ServeHTTP(w, r)
+}
+
+// Run follows the ledger stream from HistoryWindow ago and records every
+// balance revision into the series until ctx is done; a broken consumer is
+// started again (after a second) from where it stopped.
+func (d *Dashboard) Run(ctx context.Context) error {
+	start := d.cfg.Now().Add(-HistoryWindow)
+	var next uint64
+	for {
+		err := d.follow(ctx, start, &next)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		d.cfg.Log.Warn("dashboard: series consumer stopped; restarting", "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (d *Dashboard) follow(ctx context.Context, start time.Time, next *uint64) error {
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{d.cfg.Layout.LaneKeysFilter()}, DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &start}
+	if *next > 0 {
+		cfg = jetstream.OrderedConsumerConfig{FilterSubjects: cfg.FilterSubjects, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: *next}
+	}
+	s, err := d.cfg.JS.Stream(ctx, d.cfg.Layout.StreamName())
+	if err != nil {
+		return err
+	}
+	if info, err := s.Info(ctx); err == nil && info.State.Msgs == 0 {
+		d.ready.Store(true)
+	}
+	cons, err := s.OrderedConsumer(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-done:
+		}
+		it.Stop()
+	}()
+	for {
+		msg, err := it.Next()
+		if err != nil {
+			return err
+		}
+		md, err := msg.Metadata()
+		if err != nil {
+			return err
+		}
+		*next = md.Sequence.Stream + 1
+		if rev, err := events.DecodeLaneRevision(msg.Data()); err == nil {
+			d.record(md.Timestamp, rev)
+		}
+		if md.NumPending == 0 {
+			d.ready.Store(true)
+		}
+	}
+}
+
+// maxSeriesBudgets bounds the budgets with a series (memory bound with
+// MaxPoints).
+const maxSeriesBudgets = 100_000
+
+func (d *Dashboard) record(at time.Time, rev events.LaneRevision) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, b := range rev.Balances {
+		ref := events.BudgetRef{Scope: b.Balance.Scope, Period: b.Balance.Period}
+		s := d.series[ref]
+		if s == nil {
+			if len(d.series) >= maxSeriesBudgets {
+				continue
+			}
+			s = &series{}
+			d.series[ref] = s
+		}
+		s.add(b.Balance.Instance, point{T: at.UTC(), Spent: b.Spent, Reserved: b.Reserved})
+	}
+}
+
+// BudgetRow is one budget in /api/budgets.
+type BudgetRow struct {
+	Scope     events.Scope  `json:"scope"`
+	Kind      string        `json:"kind"`
+	Period    events.Period `json:"period"`
+	Instance  string        `json:"instance"`
+	Unit      string        `json:"unit"`
+	Limit     string        `json:"limit"`
+	Spent     string        `json:"spent"`
+	Reserved  string        `json:"reserved"`
+	Overrun   string        `json:"overrun"`
+	Available string        `json:"available"`
+	Open      int           `json:"open"`
+	// UsedBP is (spent + reserved) / limit and SpentBP spent / limit, in
+	// basis points (10000 = the whole limit), rounded down.
+	UsedBP   int64    `json:"used_bp"`
+	SpentBP  int64    `json:"spent_bp"`
+	Forecast Forecast `json:"forecast"`
+}
+
+// BudgetsReply is /api/budgets.
+type BudgetsReply struct {
+	Now     time.Time   `json:"now"`
+	Replica string      `json:"replica,omitempty"`
+	Ready   bool        `json:"series_ready"`
+	Budgets []BudgetRow `json:"budgets"`
+}
+
+func (d *Dashboard) rows(now time.Time) []BudgetRow {
+	budgets := d.cfg.Book.Budgets()
+	out := make([]BudgetRow, 0, len(budgets))
+	for _, b := range budgets {
+		out = append(out, d.row(b, now))
+	}
+	// The nearest to the limit first.
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].UsedBP != out[j].UsedBP {
+			return out[i].UsedBP > out[j].UsedBP
+		}
+		return out[i].Scope < out[j].Scope
+	})
+	return out
+}
+
+// row is budget b in its period instance at now.
+func (d *Dashboard) row(b ledger.Budget, now time.Time) BudgetRow {
+	inst := b.Ref.Period.Instance(now)
+	bal := d.cfg.Book.Balance(events.BalanceRef{Scope: b.Ref.Scope, Period: b.Ref.Period, Instance: inst})
+	used := bal.Spent.Add(bal.Reserved)
+	row := BudgetRow{Scope: b.Ref.Scope, Kind: b.Ref.Scope.Kind(), Period: b.Ref.Period, Instance: inst, Unit: b.Unit,
+		Limit: b.Limit.String(), Spent: bal.Spent.String(), Reserved: bal.Reserved.String(), Overrun: bal.Overrun.String(),
+		Available: b.Limit.Sub(used).String(), Open: bal.Open,
+		UsedBP: basisPoints(used, b.Limit), SpentBP: basisPoints(bal.Spent, b.Limit)}
+	row.Forecast = forecast(d.points(b.Ref, inst), b.Limit, b.Ref.Period, now)
+	return row
+}
+
+// points copies ref's series if it is of instance inst.
+func (d *Dashboard) points(ref events.BudgetRef, inst string) []point {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := d.series[ref]
+	if s == nil || s.instance != inst {
+		return nil
+	}
+	return append([]point(nil), s.pts...)
+}
+
+func (d *Dashboard) budgets(w http.ResponseWriter, _ *http.Request) {
+	now := d.cfg.Now().UTC()
+	writeJSON(w, http.StatusOK, BudgetsReply{Now: now, Replica: d.cfg.Replica, Ready: d.ready.Load(), Budgets: d.rows(now)})
+}
+
+// SeriesPoint is one point of /api/series.
+type SeriesPoint struct {
+	T        time.Time `json:"t"`
+	Spent    string    `json:"spent"`
+	Reserved string    `json:"reserved"`
+	SpentBP  int64     `json:"spent_bp"`
+	UsedBP   int64     `json:"used_bp"`
+}
+
+// SeriesReply is /api/series.
+type SeriesReply struct {
+	Budget   BudgetRow     `json:"budget"`
+	Points   []SeriesPoint `json:"points"`
+	Start    time.Time     `json:"start"`
+	Now      time.Time     `json:"now"`
+	Ready    bool          `json:"series_ready"`
+	Capacity int           `json:"capacity"`
+}
+
+func (d *Dashboard) seriesOf(w http.ResponseWriter, r *http.Request) {
+	scope, err := events.ParseScope(r.URL.Query().Get("scope"))
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
+	period, err := events.ParsePeriod(r.URL.Query().Get("period"))
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
+	now := d.cfg.Now().UTC()
+	var row *BudgetRow
+	for _, b := range d.cfg.Book.Budgets() {
+		if b.Ref.Scope == scope && b.Ref.Period == period {
+			r := d.row(b, now)
+			row = &r
+			break
+		}
+	}
+	if row == nil {
+		writeErr(w, http.StatusNotFound, events.Errorf(events.CodeUnknownBudget, "no budget is defined for %s per %s", scope, period))
+		return
+	}
+	limit, _ := events.ParseMoney(row.Limit)
+	pts := d.points(events.BudgetRef{Scope: scope, Period: period}, row.Instance)
+	out := SeriesReply{Budget: *row, Now: now, Ready: d.ready.Load(), Capacity: MaxPoints, Points: make([]SeriesPoint, 0, len(pts))}
+	if end := instanceEnd(period, now); end != nil {
+		if period == events.PeriodMonth {
+			out.Start = end.AddDate(0, -1, 0)
+		} else {
+			out.Start = end.AddDate(0, 0, -1)
+		}
+	} else if len(pts) > 0 {
+		out.Start = pts[0].T
+	} else {
+		out.Start = now.Add(-time.Hour)
+	}
+	for _, p := range pts {
+		out.Points = append(out.Points, SeriesPoint{T: p.T, Spent: p.Spent.String(), Reserved: p.Reserved.String(),
+			SpentBP: basisPoints(p.Spent, limit), UsedBP: basisPoints(p.Spent.Add(p.Reserved), limit)})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// DenialsReply is /api/denials.
+type DenialsReply struct {
+	Replica string                `json:"replica,omitempty"`
+	Denials []service.DeniedAdmit `json:"denials"`
+}
+
+func (d *Dashboard) denials(w http.ResponseWriter, _ *http.Request) {
+	ds := d.cfg.Denials()
+	if ds == nil {
+		ds = []service.DeniedAdmit{}
+	}
+	writeJSON(w, http.StatusOK, DenialsReply{Replica: d.cfg.Replica, Denials: ds[:min(len(ds), MaxDenials)]})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeErr(w http.ResponseWriter, code int, err error) {
+	var e *events.Error
+	if !errors.As(err, &e) {
+		e = &events.Error{Code: events.CodeInvalidRequest, Message: err.Error()}
+	}
+	writeJSON(w, code, events.ErrorReply{Error: e})
+}

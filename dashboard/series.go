@@ -1,0 +1,199 @@
+package dashboard
+
+import (
+	"time"
+
+	"github.com/cockroachdb/apd/v3"
+
+	"github.com/spendgate/spendgate/events"
+)
+
+// Bounds of the time series.
+const (
+	// MaxPoints bounds the points kept per budget; when full, every
+	// other point is dropped and the minimum gap between points doubles.
+	MaxPoints = 360
+	// HistoryWindow is how far back the series consumer starts reading
+	// the ledger stream (a month instance and a margin).
+	HistoryWindow = 32 * 24 * time.Hour
+	// PaceWindow is the trailing window of the burn rate: the pace is the
+	// spend since the first point in it, over the time since that point.
+	PaceWindow = 24 * time.Hour
+)
+
+// point is a balance after a revision.
+type point struct {
+	T        time.Time
+	Spent    events.Money
+	Reserved events.Money
+}
+
+// series is one budget's points in its latest period instance.
+type series struct {
+	instance string
+	pts      []point
+	gap      time.Duration
+}
+
+// add records p for instance; an older instance is ignored, a newer one
+// starts the series again.
+func (s *series) add(instance string, p point) {
+	switch {
+	case instance < s.instance:
+		return
+	case instance > s.instance:
+		s.instance, s.pts, s.gap = instance, s.pts[:0], 0
+	}
+	if n := len(s.pts); n >= 2 && p.T.Sub(s.pts[n-2].T) < s.gap {
+		s.pts[n-1] = p // within the resolution: the newest wins
+		return
+	}
+	s.pts = append(s.pts, p)
+	if len(s.pts) < MaxPoints {
+		return
+	}
+	kept := s.pts[:0]
+	last := s.pts[len(s.pts)-1]
+	for i := 0; i < len(s.pts)-1; i += 2 {
+		kept = append(kept, s.pts[i])
+	}
+	kept = append(kept, last)
+	s.pts = kept
+	if span := last.T.Sub(s.pts[0].T); span > 0 {
+		s.gap = span / time.Duration(MaxPoints/2)
+	}
+}
+
+// dec converts Money to an apd.Decimal (Money keeps its decimal private).
+func dec(m events.Money) *apd.Decimal {
+	d, _, err := apd.NewFromString(m.String())
+	if err != nil {
+		return apd.New(0, 0)
+	}
+	return d
+}
+
+// calc is the context of the dashboard's divisions: they round, unlike the
+// money path, and only ever feed a display.
+var calc = apd.BaseContext.WithPrecision(34)
+
+// basisPoints is amount / limit in 1/10000, rounded down; 0 for a zero
+// limit and nothing used, and capped at 999999.
+func basisPoints(amount, limit events.Money) int64 {
+	if limit.Sign() <= 0 {
+		if amount.Sign() > 0 {
+			return 10000
+		}
+		return 0
+	}
+	var q, r apd.Decimal
+	if _, err := calc.Mul(&q, dec(amount), apd.New(10000, 0)); err != nil {
+		return 0
+	}
+	if _, err := calc.QuoInteger(&r, &q, dec(limit)); err != nil {
+		return 0
+	}
+	v, err := r.Int64()
+	if err != nil || v > 999999 {
+		return 999999
+	}
+	return v
+}
+
+// Forecast is a budget's burn rate and when it runs out at that pace.
+type Forecast struct {
+	// PerHour is the spend per hour over the pace window, a decimal
+	// string rounded to 2 places ("" without a pace).
+	PerHour string `json:"per_hour,omitempty"`
+	// ExhaustsAt is when spent reaches the limit at that pace; absent
+	// without a pace. Exhausted is set when spent is already at or over
+	// the limit.
+	ExhaustsAt *time.Time `json:"exhausts_at,omitempty"`
+	Exhausted  bool       `json:"exhausted,omitempty"`
+	// ResetsAt is when the period instance ends (absent for lifetime);
+	// BeforeReset tells whether ExhaustsAt comes first.
+	ResetsAt    *time.Time `json:"resets_at,omitempty"`
+	BeforeReset bool       `json:"before_reset,omitempty"`
+}
+
+// instanceEnd is the end of the period instance containing now.
+func instanceEnd(p events.Period, now time.Time) *time.Time {
+	now = now.UTC()
+	var t time.Time
+	switch p {
+	case events.PeriodMonth:
+		t = time.Date(now.Year(), now.Month()+1, 1, 0, 0, 0, 0, time.UTC)
+	case events.PeriodDay:
+		t = time.Date(now.Year(), now.Month(), now.Day()+1, 0, 0, 0, 0, time.UTC)
+	default:
+		return nil
+	}
+	return &t
+}
+
+// forecast computes the pace from pts (the current instance's points) at
+// now, with exact decimals; the result is rounded to the nanosecond.
+func forecast(pts []point, limit events.Money, period events.Period, now time.Time) Forecast {
+	f := Forecast{ResetsAt: instanceEnd(period, now)}
+	if len(pts) == 0 {
+		return f
+	}
+	last := pts[len(pts)-1]
+	if limit.Sign() > 0 && last.Spent.Cmp(limit) >= 0 {
+		f.Exhausted = true
+	}
+	first := -1
+	for i, p := range pts {
+		if !p.T.Before(now.Add(-PaceWindow)) {
+			first = i
+			break
+		}
+	}
+	// The pace starts at the last point before the window when there is
+	// one (the spend level entering the window), else at the window's
+	// first point.
+	if first > 0 {
+		first--
+	}
+	if first < 0 {
+		return f
+	}
+	start := pts[first]
+	elapsed := now.Sub(start.T)
+	spent := last.Spent.Sub(start.Spent)
+	if elapsed <= 0 || spent.Sign() <= 0 {
+		return f
+	}
+	// per hour = spent * 1h / elapsed
+	var ph apd.Decimal
+	if _, err := calc.Mul(&ph, dec(spent), apd.New(int64(time.Hour), 0)); err != nil {
+		return f
+	}
+	if _, err := calc.Quo(&ph, &ph, apd.New(int64(elapsed), 0)); err != nil {
+		return f
+	}
+	var shown apd.Decimal
+	if _, err := calc.Quantize(&shown, &ph, -2); err == nil {
+		shown.Reduce(&shown)
+		f.PerHour = shown.Text('f')
+	}
+	if f.Exhausted || limit.Sign() <= 0 {
+		return f
+	}
+	// remaining time = (limit - spent) * elapsed / spent
+	var ns apd.Decimal
+	if _, err := calc.Mul(&ns, dec(limit.Sub(last.Spent)), apd.New(int64(elapsed), 0)); err != nil {
+		return f
+	}
+	if _, err := calc.QuoInteger(&ns, &ns, dec(spent)); err != nil {
+		return f
+	}
+	n, err := ns.Int64()
+	if err != nil || n > int64(100*365*24*time.Hour) {
+		return f // beyond any horizon worth showing
+	}
+	at := now.Add(time.Duration(n)).UTC()
+	f.ExhaustsAt = &at
+	f.BeforeReset = f.ResetsAt == nil || at.Before(*f.ResetsAt)
+	return f
+}

@@ -1,0 +1,49 @@
+package feed_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/feed"
+	"github.com/spendgate/spendgate/service"
+	"github.com/spendgate/spendgate/testenv"
+)
+
+// BenchmarkRelay_Backfill measures how fast a relay turned on late fills
+// the feed from a ledger that already holds b.N reservations (two events
+// each, plus the budget's).
+func BenchmarkRelay_Backfill(b *testing.B) {
+	env := testenv.New(b)
+	ctx := context.Background()
+	r := env.StartSpendgate(b, service.ReplicaConfig{SweepInterval: -1})
+	_, err := r.Ledger.PutBudget(ctx, events.BudgetRef{Scope: "org:bench", Period: events.PeriodMonth}, events.MustMoney("1000000000"), "USD", time.Now())
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range b.N {
+		rep, err := r.Admitter.Admit(ctx, events.AdmitRequest{RequestID: fmt.Sprint("b-", i), Scopes: []string{"org:bench"}, Amount: "1"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := r.Settler.Settle(ctx, events.SettleRequest{ReservationID: rep.ReservationID, Actual: "1"}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	want := uint64(1 + 2*b.N)
+	rl, err := feed.NewRelay(env.JS, env.Layout)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- rl.Run(rctx) }()
+	testenv.WaitFor(b, 10*time.Minute, "the back-fill", func() bool { return rl.Relayed() >= want })
+	b.StopTimer()
+	cancel()
+	<-done
+	b.ReportMetric(float64(want)/b.Elapsed().Seconds(), "events/s")
+}

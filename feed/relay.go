@@ -1,0 +1,439 @@
+package feed
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/streams"
+)
+
+// DefaultRetry is how long a relay waits before it starts again after an
+// error other than losing a race to another relay.
+const DefaultRetry = time.Second
+
+// Relay copies every event of the ledger stream into the feed stream, one
+// message per event, in commit order (see the package doc). Any number of
+// relays may run at once against one ledger: each event is appended once.
+type Relay struct {
+	js      jetstream.JetStream
+	l       streams.Layout
+	log     *slog.Logger
+	retry   time.Duration
+	relayed atomic.Uint64
+	lost    atomic.Uint64
+}
+
+// Option configures a Relay.
+type Option func(*Relay) error
+
+// WithLogger logs the relay's restarts.
+func WithLogger(log *slog.Logger) Option {
+	return func(r *Relay) error {
+		if log == nil {
+			return errors.New("feed: nil logger")
+		}
+		r.log = log
+		return nil
+	}
+}
+
+// WithRetry sets the wait before starting again after an error (default
+// DefaultRetry).
+func WithRetry(d time.Duration) Option {
+	return func(r *Relay) error {
+		if d <= 0 {
+			return fmt.Errorf("feed: retry must be positive, got %s", d)
+		}
+		r.retry = d
+		return nil
+	}
+}
+
+// NewRelay returns a relay from l's ledger stream to l's feed stream.
+func NewRelay(js jetstream.JetStream, l streams.Layout, opts ...Option) (*Relay, error) {
+	if js == nil {
+		return nil, errors.New("feed: nil JetStream")
+	}
+	r := &Relay{js: js, l: l, log: slog.New(slog.DiscardHandler), retry: DefaultRetry}
+	for _, o := range opts {
+		if err := o(r); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// Relayed is how many events this relay appended to the feed.
+func (r *Relay) Relayed() uint64 { return r.relayed.Load() }
+
+// Lost is how many appends this relay lost to another relay (it then
+// skipped what the other had appended).
+func (r *Relay) Lost() uint64 { return r.lost.Load() }
+
+// Run ensures the feed stream and relays until ctx is done; it returns
+// ctx's error. Errors on the way (a connection lost, a stream leader
+// moving) are logged and retried after the retry interval.
+func (r *Relay) Run(ctx context.Context) error {
+	for {
+		if _, err := streams.EnsureFeed(ctx, r.js, r.l); err != nil {
+			r.log.Warn("feed relay: ensure the feed stream", "err", err)
+		} else {
+			err = r.runOnce(ctx)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if errors.Is(err, errFeedMoved) {
+				// Another relay moved the feed: start again from its
+				// end at once.
+				r.log.Debug("feed relay: restarting from the feed's end", "err", err)
+				continue
+			}
+			r.log.Warn("feed relay: restarting", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(r.retry):
+		}
+	}
+}
+
+// tail is the feed's end: the feed sequence of its last message and that
+// event's position (zero when the feed is empty).
+type tail struct {
+	feedSeq uint64
+	last    Position
+}
+
+// readTail reads the feed's last message.
+func (r *Relay) readTail(ctx context.Context) (tail, error) {
+	s, err := r.js.Stream(ctx, r.l.FeedStreamName())
+	if err != nil {
+		return tail{}, err
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return tail{}, err
+	}
+	if info.State.LastSeq == 0 {
+		return tail{}, nil
+	}
+	m, err := s.GetMsg(ctx, info.State.LastSeq)
+	if err != nil {
+		return tail{}, fmt.Errorf("feed: read the feed's last message %d: %w", info.State.LastSeq, err)
+	}
+	seq, err1 := strconv.ParseUint(m.Header.Get(streams.HeaderFeedSourceSeq), 10, 64)
+	idx, err2 := strconv.Atoi(m.Header.Get(streams.HeaderFeedIndex))
+	if err1 != nil || err2 != nil || seq == 0 || idx < 0 {
+		return tail{}, fmt.Errorf("feed: message %d of %s has no valid %s/%s headers", m.Sequence, r.l.FeedStreamName(), streams.HeaderFeedSourceSeq, streams.HeaderFeedIndex)
+	}
+	return tail{feedSeq: m.Sequence, last: Position{Seq: seq, Index: idx}}, nil
+}
+
+// runOnce relays from the feed's tail until an error.
+func (r *Relay) runOnce(ctx context.Context) error {
+	t, err := r.readTail(ctx)
+	if err != nil {
+		return err
+	}
+	cfg := jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{r.l.BudgetKeysFilter(), r.l.LaneKeysFilter()},
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+	}
+	if t.last.Seq > 0 {
+		// Re-read the revision of the last event: the events after it in
+		// that revision may not be relayed yet.
+		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+		cfg.OptStartSeq = t.last.Seq
+	}
+	cons, err := r.js.OrderedConsumer(ctx, r.l.StreamName(), cfg)
+	if err != nil {
+		return err
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-ctx.Done():
+			it.Stop()
+		case <-done:
+			it.Stop()
+		}
+	}()
+	// next is the position of the last event published (acknowledged or
+	// in flight in win).
+	next := t.last
+	var win []inflight
+	for {
+		msg, err := it.Next()
+		if err != nil {
+			return err
+		}
+		md, err := msg.Metadata()
+		if err != nil {
+			return err
+		}
+		key, _ := r.l.KeyOf(msg.Subject())
+		out, err := Split(md.Sequence.Stream, key, md.Timestamp, msg.Data())
+		if err != nil {
+			// A revision the relay cannot read is never skipped: the feed
+			// would lose its events for good. Stop and retry (a newer
+			// binary may read it).
+			return fmt.Errorf("feed: revision %d of %s: %w", md.Sequence.Stream, key, err)
+		}
+		for _, m := range out {
+			if !next.Before(m.Position()) {
+				continue // already in the feed (or in the window)
+			}
+			msg, err := r.feedMsg(m)
+			if err != nil {
+				return err
+			}
+			f, err := r.js.PublishMsgAsync(msg, jetstream.WithMsgID(m.ID), jetstream.WithExpectLastSequence(t.feedSeq+uint64(len(win))))
+			if err != nil {
+				return err
+			}
+			win = append(win, inflight{m: m, f: f})
+			next = m.Position()
+			if len(win) >= MaxInFlight {
+				if t, err = r.flush(ctx, t, win); err != nil {
+					return err
+				}
+				win = win[:0]
+			}
+		}
+		if md.NumPending == 0 && len(win) > 0 {
+			// Caught up with the ledger: append what is in flight now,
+			// so a live event is not held back for the window to fill.
+			if t, err = r.flush(ctx, t, win); err != nil {
+				return err
+			}
+			win = win[:0]
+		}
+	}
+}
+
+// MaxInFlight bounds the feed appends a relay has in flight at once.
+// Pipelining is safe: each append expects the feed's sequence just before
+// it, and every relay splits the same ledger into the same events in the
+// same order, so the message at a feed sequence is always the same event,
+// whoever appended it.
+const MaxInFlight = 256
+
+// inflight is an append waiting for its acknowledgement.
+type inflight struct {
+	m Message
+	f jetstream.PubAckFuture
+}
+
+// flush waits for the appends in win, in order, and returns the feed's new
+// tail. If another relay appended some of them first (a duplicate id or a
+// wrong last sequence), it re-reads the tail, which must then be at or past
+// the window's last event (errFeedMoved otherwise: the caller starts again
+// from the tail).
+func (r *Relay) flush(ctx context.Context, t tail, win []inflight) (tail, error) {
+	lost := false
+	for _, p := range win {
+		select {
+		case ack := <-p.f.Ok():
+			if ack.Duplicate {
+				lost = true
+				continue
+			}
+			r.relayed.Add(1)
+			t = tail{feedSeq: ack.Sequence, last: p.m.Position()}
+		case err := <-p.f.Err():
+			if !streams.IsConflict(err) {
+				return t, err
+			}
+			lost = true
+		case <-ctx.Done():
+			return t, ctx.Err()
+		}
+	}
+	if !lost {
+		return t, nil
+	}
+	r.lost.Add(1)
+	nt, err := r.readTail(ctx)
+	if err != nil {
+		return t, err
+	}
+	if nt.last.Before(win[len(win)-1].m.Position()) {
+		return t, errFeedMoved
+	}
+	return nt, nil
+}
+
+// errFeedMoved: the feed's tail is not where this relay's chain expects it
+// and not past the event either.
+var errFeedMoved = errors.New("feed: the feed stream's last event is not the one this relay relayed")
+
+// append publishes m after t and returns the new tail. If another relay
+// appended first, it re-reads the tail and, when the tail is at or past m,
+// returns it (m is in the feed already).
+func (r *Relay) append(ctx context.Context, t tail, m Message) (tail, error) {
+	msg, err := r.feedMsg(m)
+	if err != nil {
+		return t, err
+	}
+	ack, err := r.js.PublishMsg(ctx, msg, jetstream.WithMsgID(m.ID), jetstream.WithExpectLastSequence(t.feedSeq))
+	if err == nil && !ack.Duplicate {
+		r.relayed.Add(1)
+		return tail{feedSeq: ack.Sequence, last: m.Position()}, nil
+	}
+	if err != nil && !streams.IsConflict(err) {
+		return t, err
+	}
+	// Lost: another relay appended this event (a duplicate id) or moved
+	// the feed past t (a wrong last sequence).
+	r.lost.Add(1)
+	nt, err := r.readTail(ctx)
+	if err != nil {
+		return t, err
+	}
+	if nt.last.Before(m.Position()) {
+		return t, errFeedMoved
+	}
+	return nt, nil
+}
+
+// feedMsg is the feed message of m: its subject, body and headers.
+func (r *Relay) feedMsg(m Message) (*nats.Msg, error) {
+	body, err := m.encode()
+	if err != nil {
+		return nil, fmt.Errorf("feed: encode event %s: %w", m.ID, err)
+	}
+	msg := nats.NewMsg(r.l.FeedSubject(m.Type, m.scope()))
+	msg.Data = body
+	msg.Header.Set(streams.HeaderFeedSchema, streams.FeedSchema)
+	msg.Header.Set(streams.HeaderFeedSourceSeq, strconv.FormatUint(m.SourceSeq, 10))
+	msg.Header.Set(streams.HeaderFeedIndex, strconv.Itoa(m.Index))
+	msg.Header.Set(streams.HeaderFeedType, string(m.Type))
+	return msg, nil
+}
+
+// scope is the scope of the message's subject: its balance's, or the
+// defined budget's.
+func (m Message) scope() events.Scope {
+	if m.Balance != nil {
+		return m.Balance.Ref.Scope
+	}
+	var e struct {
+		Budget  events.BudgetRef  `json:"budget"`
+		Balance events.BalanceRef `json:"balance"`
+	}
+	_ = json.Unmarshal(m.Event, &e)
+	switch {
+	case e.Budget.Scope != "":
+		return e.Budget.Scope
+	case e.Balance.Scope != "":
+		return e.Balance.Scope
+	}
+	// An event of no scope (none exists in feed.v1): a subject that still
+	// has the layout's token count.
+	return events.Scope(NoScope + ":" + NoScope)
+}
+
+// NoScope is the scope kind and id tokens of the subject of an event that
+// names no scope.
+const NoScope = "_"
+
+// encode writes the body without HTML escaping, so Event keeps the exact
+// bytes of the ledger.
+func (m Message) encode() ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(m); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
+
+// rawLane and rawBudget read a revision keeping each event's bytes.
+type rawLane struct {
+	Schema   string `json:"schema"`
+	Balances []struct {
+		Balance
+		Ref    events.BalanceRef `json:"balance"`
+		Events []json.RawMessage `json:"events"`
+	} `json:"balances"`
+}
+
+type rawBudget struct {
+	Schema string            `json:"schema"`
+	Events []json.RawMessage `json:"events"`
+}
+
+// Split returns the feed messages of the ledger revision data, stored at
+// stream sequence seq under key at time at, in feed order. It is what a
+// relay publishes; a consumer never needs it.
+func Split(seq uint64, key string, at time.Time, data []byte) ([]Message, error) {
+	var out []Message
+	add := func(raw json.RawMessage, bal *Balance) error {
+		var head struct {
+			Type events.Type `json:"type"`
+		}
+		if err := json.Unmarshal(raw, &head); err != nil {
+			return err
+		}
+		if _, err := events.DecodeEvent(raw); err != nil {
+			return err
+		}
+		i := len(out)
+		out = append(out, Message{Schema: streams.FeedSchema, ID: events.EventID(seq, i), SourceSeq: seq, Index: i,
+			Key: key, CommittedAt: at.UTC(), Type: head.Type, Balance: bal, Event: raw})
+		return nil
+	}
+	switch {
+	case streams.IsLaneKey(key):
+		var rev rawLane
+		if err := json.Unmarshal(data, &rev); err != nil {
+			return nil, err
+		}
+		if rev.Schema != events.SchemaLane && rev.Schema != events.SchemaLaneV1 {
+			return nil, fmt.Errorf("schema %q under a lane key", rev.Schema)
+		}
+		for _, b := range rev.Balances {
+			bal := b.Balance
+			bal.Ref = b.Ref
+			for _, e := range b.Events {
+				if err := add(e, &bal); err != nil {
+					return nil, err
+				}
+			}
+		}
+	case streams.IsBudgetKey(key):
+		var rev rawBudget
+		if err := json.Unmarshal(data, &rev); err != nil {
+			return nil, err
+		}
+		if rev.Schema != events.SchemaBudget && rev.Schema != events.SchemaBudgetV1 {
+			return nil, fmt.Errorf("schema %q under a budget key", rev.Schema)
+		}
+		for _, e := range rev.Events {
+			if err := add(e, nil); err != nil {
+				return nil, err
+			}
+		}
+	default:
+		return nil, fmt.Errorf("key %q is neither a lane nor a budget", key)
+	}
+	return out, nil
+}

@@ -177,6 +177,10 @@ type BudgetPutRequest struct {
 	Disabled bool `json:"disabled,omitempty"`
 	// AllowZero must be set to put a limit of 0.
 	AllowZero bool `json:"allow_zero,omitempty"`
+	// FixedSlot, a decimal string > 0, makes every admit reserve this
+	// amount in the budget instead of the requested one (money budgets
+	// only); "" for none.
+	FixedSlot string `json:"fixed_slot,omitempty"`
 }
 
 // BudgetPutReply is the budget after a put, and what the put changed.
@@ -185,8 +189,8 @@ type BudgetPutReply struct {
 	// Created is true when the budget did not exist.
 	Created bool `json:"created,omitempty"`
 	// Changed names the fields the put changed, in the order limit, unit,
-	// tz, disabled; empty when the put changed nothing (or created the
-	// budget).
+	// tz, disabled, fixed_slot; empty when the put changed nothing (or
+	// created the budget).
 	Changed []string `json:"changed"`
 	// Previous is the definition before the put, when it changed one.
 	Previous *BudgetDefinition `json:"previous,omitempty"`
@@ -194,10 +198,11 @@ type BudgetPutReply struct {
 
 // BudgetDefinition is a budget's definition without its balance.
 type BudgetDefinition struct {
-	Limit    string `json:"limit"`
-	Unit     string `json:"unit"`
-	TZ       string `json:"tz,omitempty"`
-	Disabled bool   `json:"disabled,omitempty"`
+	Limit     string `json:"limit"`
+	Unit      string `json:"unit"`
+	TZ        string `json:"tz,omitempty"`
+	Disabled  bool   `json:"disabled,omitempty"`
+	FixedSlot string `json:"fixed_slot,omitempty"`
 }
 
 // BudgetGetRequest reads one budget and its current balance. With Period
@@ -229,6 +234,14 @@ type BudgetView struct {
 	// denies every admit; both omitted when unset.
 	TZ       string `json:"tz,omitempty"`
 	Disabled bool   `json:"disabled,omitempty"`
+	// FixedSlot is what each admit reserves, when set. MaxInFlight is then
+	// floor(limit / fixed_slot), the most reservations a period can hold
+	// open at once, and OvershootBound the worst case it implies: every one
+	// of them settling at the most one call can cost, each overshooting by
+	// that cost minus the slot ("10 x (cost of one call - 1)").
+	FixedSlot      string `json:"fixed_slot,omitempty"`
+	MaxInFlight    string `json:"max_in_flight,omitempty"`
+	OvershootBound string `json:"overshoot_bound,omitempty"`
 }
 
 // BudgetListReply lists budgets sorted by scope and period.
@@ -280,6 +293,7 @@ var fieldWants = map[string]string{
 	"tz":             `an IANA time zone string like "Europe/Berlin"`,
 	"disabled":       `true or false`,
 	"allow_zero":     `true or false`,
+	"fixed_slot":     `a decimal string like "1.00"`,
 	"ttl":            `a duration string like "30s"`,
 	"metadata":       `an object of string values like {"model":"gpt-4o"}`,
 }

@@ -385,3 +385,76 @@ func TestCalendar_NamedZoneAcrossDST(t *testing.T) {
 	}
 	require.Equal(t, "2026-10-26", h.budget("org:berlin", "day").Instance)
 }
+
+// TestFixedSlot_SeedBound is seed 000's bound: a budget of 10 with a fixed
+// slot of 1 and calls that cost 6.75. 20 concurrent admits: exactly 10 are
+// admitted (each reserving 1, whatever it asked), and when they settle at
+// 6.75 the overshoot is exactly 10 x 5.75, recorded as overrun. It fails if
+// the slot is not what is reserved (then 1 admit of 10, or none), or if an
+// overrun is clamped.
+func TestFixedSlot_SeedBound(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	v, e := h.putDef(events.BudgetPutRequest{Scope: "org:seed", Period: "month", Limit: "10", Unit: "USD", FixedSlot: "1"})
+	require.Nil(t, e)
+	require.Equal(t, "1", v.FixedSlot)
+	require.Equal(t, "10", v.MaxInFlight)
+	require.Equal(t, "10 x (cost of one call - 1)", v.OvershootBound)
+
+	const n = 20
+	replies := make([]events.AdmitReply, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			e, err := h.callE(streams.EndpointAdmit, events.AdmitRequest{
+				RequestID: fmt.Sprintf("seed-%d", i), Scopes: []string{"org:seed"}, Amount: "6.75", TTL: "10m"}, &replies[i])
+			if err == nil && e != nil {
+				err = e
+			}
+			errs[i] = err
+		}()
+	}
+	close(start)
+	wg.Wait()
+	var admitted []events.AdmitReply
+	for i, r := range replies {
+		require.NoError(t, errs[i])
+		if r.Admitted {
+			require.Equal(t, "1", r.Budgets[0].Amount)
+			admitted = append(admitted, r)
+		} else {
+			require.Equal(t, events.ReasonLimitReached, r.Denial.Reason)
+			require.Equal(t, "1", r.Denial.Requested)
+		}
+	}
+	require.Len(t, admitted, 10)
+	for _, r := range admitted {
+		c, e := h.settle(r.ReservationID, "6.75")
+		require.Nil(t, e)
+		require.Equal(t, "1", c.Reserved)
+		require.Equal(t, "5.75", c.Overrun)
+	}
+	got := h.budget("org:seed", "month")
+	require.Equal(t, events.MoneyFromInt(10).Mul(events.MustMoney("5.75")).String(), got.Overrun) // 57.5
+	require.Equal(t, "67.5", got.Spent)
+	require.Equal(t, "0", got.Reserved)
+	require.Equal(t, "-57.5", got.Available)
+
+	// A fixed slot on a requests budget, or of zero, is refused.
+	_, e = h.putDef(events.BudgetPutRequest{Scope: "org:seed", Period: "day", Limit: "10", Unit: "requests", FixedSlot: "1"})
+	require.NotNil(t, e)
+	require.Equal(t, events.CodeInvalidAmount, e.Code)
+	_, e = h.putDef(events.BudgetPutRequest{Scope: "org:seed", Period: "day", Limit: "10", Unit: "USD", FixedSlot: "0"})
+	require.NotNil(t, e)
+	require.Equal(t, events.CodeInvalidAmount, e.Code)
+	// Removing the slot is a change the put names.
+	v, e = h.putDef(events.BudgetPutRequest{Scope: "org:seed", Period: "month", Limit: "10", Unit: "USD"})
+	require.Nil(t, e)
+	require.Equal(t, []string{"fixed_slot"}, v.Changed)
+	require.Equal(t, "1", v.Previous.FixedSlot)
+	require.Empty(t, v.MaxInFlight)
+}

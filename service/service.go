@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -323,6 +324,9 @@ func (s *Service) budgetPut(ctx context.Context, data []byte) (any, error) {
 	out := events.BudgetPutReply{BudgetView: v, Created: !ch.Existed, Changed: ch.Changed}
 	if ch.Existed && len(ch.Changed) > 0 {
 		out.Previous = &events.BudgetDefinition{Limit: ch.Prev.Limit.String(), Unit: ch.Prev.Unit, TZ: ch.Prev.TZ, Disabled: ch.Prev.Disabled}
+		if ch.Prev.FixedSlot != nil {
+			out.Previous.FixedSlot = ch.Prev.FixedSlot.String()
+		}
 	}
 	return out, nil
 }
@@ -330,7 +334,8 @@ func (s *Service) budgetPut(ctx context.Context, data []byte) (any, error) {
 // parseBudgetPut validates a budget put. Errors (*events.Error), in
 // precedence order: CodeInvalidIdentifier (scope), CodeInvalidPeriod,
 // CodeInvalidAmount (limit: its message names "limit"; 0 without
-// allow_zero), CodeInvalidUnit, CodeInvalidTZ.
+// allow_zero), CodeInvalidUnit, CodeInvalidTZ, CodeInvalidAmount
+// (fixed_slot: not a decimal > 0, or on a requests budget).
 func parseBudgetPut(req events.BudgetPutRequest) (ledger.Budget, error) {
 	scope, err := events.ParseScope(req.Scope)
 	if err != nil {
@@ -358,8 +363,26 @@ func parseBudgetPut(req events.BudgetPutRequest) (ledger.Budget, error) {
 	if _, err := events.LoadZone(req.TZ); err != nil {
 		return ledger.Budget{}, err
 	}
-	return ledger.Budget{Ref: events.BudgetRef{Scope: scope, Period: period}, Limit: limit, Unit: req.Unit,
-		TZ: req.TZ, Disabled: req.Disabled}, nil
+	def := ledger.Budget{Ref: events.BudgetRef{Scope: scope, Period: period}, Limit: limit, Unit: req.Unit,
+		TZ: req.TZ, Disabled: req.Disabled}
+	if req.FixedSlot != "" {
+		slot, err := events.ParseMoney(req.FixedSlot)
+		if err != nil {
+			var e *events.Error
+			if errors.As(err, &e) && strings.HasPrefix(e.Message, "amount") {
+				return ledger.Budget{}, &events.Error{Code: e.Code, Message: "fixed_slot" + strings.TrimPrefix(e.Message, "amount"), Err: err}
+			}
+			return ledger.Budget{}, err
+		}
+		if slot.IsZero() {
+			return ledger.Budget{}, events.Errorf(events.CodeInvalidAmount, "fixed_slot must be greater than zero (leave it out for none)")
+		}
+		if events.IsCount(req.Unit) {
+			return ledger.Budget{}, events.Errorf(events.CodeInvalidAmount, "fixed_slot applies to money budgets; a %s budget reserves 1 per admit", req.Unit)
+		}
+		def.FixedSlot = &slot
+	}
+	return def, nil
 }
 
 func (s *Service) budgetGet(ctx context.Context, data []byte) (any, error) {
@@ -437,10 +460,16 @@ func (s *Service) view(ref events.BudgetRef) (events.BudgetView, error) {
 		return events.BudgetView{}, events.Errorf(events.CodeUnknownBudget, "no budget is defined for %s per %s", ref.Scope, ref.Period)
 	}
 	bal := s.l.Balance(b.Balance(s.now()))
-	return events.BudgetView{
+	v := events.BudgetView{
 		Scope: ref.Scope, Period: ref.Period, Limit: b.Limit.String(), Unit: b.Unit,
 		Instance: bal.Ref.Instance, Spent: bal.Spent.String(), Reserved: bal.Reserved.String(),
 		Overrun: bal.Overrun.String(), Available: bal.Available().String(), Open: int64(bal.Open),
 		TZ: b.TZ, Disabled: b.Disabled,
-	}, nil
+	}
+	if b.FixedSlot != nil {
+		n := b.Limit.Slots(*b.FixedSlot)
+		v.FixedSlot, v.MaxInFlight = b.FixedSlot.String(), n.String()
+		v.OvershootBound = fmt.Sprintf("%s x (cost of one call - %s)", n, b.FixedSlot)
+	}
+	return v, nil
 }

@@ -21,18 +21,18 @@ var (
 	}
 	budgetPutCommand = command{
 		name:     "spendgate budget put",
-		synopsis: "--scope KIND:ID --period month|week|day|lifetime --limit DECIMAL --unit USD|requests|... [--tz ZONE] [--disabled] [--allow-zero]",
+		synopsis: "--scope KIND:ID --period month|week|day|lifetime --limit DECIMAL --unit USD|requests|... [--tz ZONE] [--disabled] [--allow-zero] [--fixed-slot DECIMAL]",
 		about: `Defines the budget of a scope for a period, or changes it; the reply says what
 changed ("changed") and what it was ("previous"). --period is required, so that
 a change never lands on another period's budget by default. The put is the
-whole definition: a --tz or --disabled left out is reset. --limit 0 denies
+whole definition: a --tz, --disabled or --fixed-slot left out is reset. --limit 0 denies
 everything and needs --allow-zero.`,
 	}
 	budgetDisableCommand = command{
 		name:     "spendgate budget disable",
 		synopsis: "--scope KIND:ID --period month|week|day|lifetime",
 		about: `Disables a budget: every admit naming it is denied budget_disabled. It keeps the
-limit, unit and time zone: it reads the budget and puts it back with only
+limit, unit, time zone and fixed slot: it reads the budget and puts it back with only
 "disabled" changed. The reply's "changed" shows what the put changed; if
 another change landed between the read and the put, it shows that too.`,
 	}
@@ -75,6 +75,7 @@ func budget(args []string) int {
 		fs.StringVar(&req.TZ, "tz", "", "IANA time zone of the period's calendar, e.g. Europe/Berlin (default UTC)")
 		fs.BoolVar(&req.Disabled, "disabled", false, "define the budget disabled: every admit naming it is denied")
 		fs.BoolVar(&req.AllowZero, "allow-zero", false, "allow --limit 0 (deny everything)")
+		fs.StringVar(&req.FixedSlot, "fixed-slot", "", "reserve this fixed amount per admit instead of the requested one (money budgets)")
 		if code, ok := budgetPutCommand.parse(fs, args[1:]); !ok {
 			return code
 		}
@@ -116,7 +117,7 @@ func budget(args []string) int {
 			return code
 		}
 		req := events.BudgetPutRequest{Scope: get.Scope, Period: get.Period, Limit: cur.Limit, Unit: cur.Unit,
-			TZ: cur.TZ, Disabled: args[0] == "disable", AllowZero: cur.Limit == "0"}
+			TZ: cur.TZ, Disabled: args[0] == "disable", AllowZero: cur.Limit == "0", FixedSlot: cur.FixedSlot}
 		return c.call(streams.EndpointBudgetPut, req, nil)
 	}
 	return budgetCommand.usageError(nil, fmt.Sprintf("unknown budget command %q", args[0]))

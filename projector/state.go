@@ -261,8 +261,9 @@ func (r *Reservation) clone() *Reservation {
 // Unit valid, that reserved never went negative, and that right after each
 // ReservationOpened spent + reserved <= Limit (the invariant at
 // admission). Every balance the revision names gets seq as its Revision.
-// A budget revision's stated Limit and Unit must equal its folded
-// definition.
+// A budget revision's stated Limit, Unit, TZ, Disabled, FixedSlot and
+// Thresholds must equal its folded definition (budget.defined.v1 events
+// are upcast to v2 with events.AsBudgetDefinedV2).
 //
 // A seq <= Position is ignored and returns nil. Apply is all or nothing,
 // across every balance of a lane revision: on error the State, Position
@@ -275,7 +276,8 @@ func (r *Reservation) clone() *Reservation {
 // by balance in order, event by event in order, ErrMalformed,
 // ErrTransition or ErrInvariant (negative reserved, admission), and
 // ErrMismatch (a *MismatchError, fields checked in the order spent,
-// reserved, overrun, open for a balance, limit, unit for a budget). An
+// reserved, overrun, open for a balance; limit, unit, tz, disabled,
+// fixed_slot, thresholds for a budget). An
 // error about one balance of a lane revision starts with "balance
 // <scope/period/instance>: ". Apply does no I/O and does not panic on any
 // input.

@@ -129,7 +129,9 @@ func TestAdmit_CheckAndShadow(t *testing.T) {
 // opening with its id, or more than 10) or if a check's decision took part
 // in the group's balance (fewer than 10 admitted).
 func TestAdmit_CheckConcurrentWithAdmits(t *testing.T) {
-	h := newHarness(t, harnessOpts{})
+	// Two replicas share the requests (one queue group), so checks on one
+	// race admits on the other as well as in the same commit group.
+	h := newHarness(t, harnessOpts{replicas: 2})
 	h.putBudget("org:acme", "month", "10", "USD")
 	const n = 20
 	var wg sync.WaitGroup
@@ -278,6 +280,9 @@ func TestBudgetPut_Lifecycle(t *testing.T) {
 	put(base)
 
 	// Disable: every admit (and check) is denied budget_disabled.
+	pending, e := h.admit(events.AdmitRequest{RequestID: "before-off", Scopes: []string{"org:acme"}, Amount: "0.5"})
+	require.Nil(t, e)
+	require.True(t, pending.Admitted)
 	off := base
 	off.Disabled = true
 	v = put(off)
@@ -291,6 +296,9 @@ func TestBudgetPut_Lifecycle(t *testing.T) {
 		require.Equal(t, events.Scope("org:acme"), d.Denial.Scope)
 	}
 	// Settling a reservation opened before the disable still works.
+	c, e := h.settle(pending.ReservationID, "0.25")
+	require.Nil(t, e)
+	require.Equal(t, events.StatusSettled, c.Status)
 	v = put(base)
 	require.Equal(t, []string{"disabled"}, v.Changed)
 	require.Equal(t, &events.BudgetDefinition{Limit: "100", Unit: "USD", Disabled: true}, v.Previous)
@@ -374,8 +382,12 @@ func TestCalendar_NamedZoneAcrossDST(t *testing.T) {
 		{time.Date(2026, 10, 25, 22, 59, 59, 0, time.UTC), false, "2026-10-25"}, // 23:59:59 CET
 		{time.Date(2026, 10, 25, 23, 0, 0, 0, time.UTC), true, "2026-10-26"},    // local midnight after the change
 	}
-	for _, s := range steps {
+	var first events.AdmitReply
+	for i, s := range steps {
 		r := admitAt(s.at)
+		if i == 0 {
+			first = r
+		}
 		require.Equal(t, s.admitted, r.Admitted, s.at)
 		if r.Admitted {
 			require.Equal(t, s.instance, r.Balances[0].Instance, s.at)
@@ -384,6 +396,13 @@ func TestCalendar_NamedZoneAcrossDST(t *testing.T) {
 		}
 	}
 	require.Equal(t, "2026-10-26", h.budget("org:berlin", "day").Instance)
+
+	// The reservation opened at 23:59:59 local on 24 October settles into
+	// its own local day, two days later.
+	c, e := h.settle(first.ReservationID, "1")
+	require.Nil(t, e)
+	require.Equal(t, "2026-10-24", c.Balances[0].Instance)
+	require.Equal(t, "1", h.replicas[0].Ledger.Balance(events.BalanceRef{Scope: "org:berlin", Period: "day", Instance: "2026-10-24"}).Spent.String())
 }
 
 // TestFixedSlot_SeedBound is seed 000's bound: a budget of 10 with a fixed

@@ -41,6 +41,7 @@ type request struct {
 	unit     string
 	ttl      time.Duration
 	metadata map[string]string
+	mode     string
 	hash     string
 }
 
@@ -49,7 +50,7 @@ type request struct {
 // Errors (*events.Error), in precedence order: CodeInvalidIdentifier
 // (request id), CodeInvalidRequest (no scopes, too many),
 // CodeInvalidIdentifier (a scope), CodeInvalidAmount, CodeInvalidUnit,
-// CodeInvalidTTL, CodeInvalidMetadata.
+// CodeInvalidTTL, CodeInvalidMetadata, CodeInvalidMode.
 func (a *Admitter) Validate(req events.AdmitRequest) error {
 	_, err := a.validate(req)
 	return err
@@ -116,6 +117,17 @@ func (a *Admitter) validate(req events.AdmitRequest) (request, error) {
 		}
 	}
 	r.metadata = req.Metadata
+	switch req.Mode {
+	case "", events.ModeAdmit:
+		r.mode = events.ModeAdmit
+	case events.ModeCheck, events.ModeShadow:
+		r.mode = req.Mode
+	default:
+		return r, events.Errorf(events.CodeInvalidMode, "mode %q must be \"admit\", \"check\" or \"shadow\"", req.Mode)
+	}
+	// The mode is not part of the request's fingerprint: a check of a
+	// request id already admitted with the same body answers as the retry
+	// would, a replay.
 	r.hash = hashRequest(r)
 	return r, nil
 }
@@ -156,7 +168,17 @@ func hashRequest(r request) string {
 // Admit reserves req.Amount in every budget of every scope of req, or in
 // none. A denial is a reply, not an error: Admitted is false and Denial says
 // which budget blocked it and why (limit_reached, unknown_budget,
-// unit_mismatch), with its limit, spent, reserved and the amount requested.
+// unit_mismatch, budget_disabled), with its limit, spent, reserved and the
+// amount requested. An admission lists every budget it applied to in
+// Budgets, with what remains after it. A budget with a fixed slot reserves
+// the slot instead of req.Amount; a requests budget reserves 1.
+//
+// With req.Mode check or shadow, Admit decides exactly as an admit would,
+// against the same balances (in the same commit group as concurrent
+// admits), and writes nothing: no reservation, no request id remembered.
+// Its reply has Mode set and no ReservationID, ExpiresAt or Status (a
+// check of an id already admitted with the same body answers Replayed
+// with that reservation, as a retry would).
 //
 // An admitted reply carries the reservation's Status: open for a new
 // admission; for a replay (Replayed set: the request id and body were seen
@@ -183,17 +205,29 @@ func (a *Admitter) Admit(ctx context.Context, req events.AdmitRequest) (events.A
 		return events.AdmitReply{}, err
 	}
 	if denial != nil {
-		return events.AdmitReply{RequestID: r.id, Denial: denial}, nil
+		return events.AdmitReply{RequestID: r.id, Denial: denial, Mode: r.replyMode()}, nil
 	}
-	tx := &admitTx{req: r, now: now, id: "rsv_" + uuid.Must(uuid.NewV7()).String()}
+	tx := &admitTx{req: r, now: now}
+	if r.mode == events.ModeAdmit {
+		tx.id = "rsv_" + uuid.Must(uuid.NewV7()).String()
+	}
+	// The period instance of each budget is computed once, here, in the
+	// budget's time zone, and stored with the reservation.
 	for _, b := range budgets {
-		ref := events.BalanceRef{Scope: b.Ref.Scope, Period: b.Ref.Period, Instance: b.Ref.Period.Instance(now)}
-		tx.refs = append(tx.refs, ref)
+		tx.refs = append(tx.refs, b.Balance(now))
 	}
 	if err := a.l.Submit(ctx, tx); err != nil {
 		return events.AdmitReply{}, err
 	}
 	return tx.reply, nil
+}
+
+// replyMode is the Mode of the reply: empty for a real admit.
+func (r request) replyMode() string {
+	if r.mode == events.ModeAdmit {
+		return ""
+	}
+	return r.mode
 }
 
 // budgets returns every budget of every scope of r. A scope without a
@@ -236,7 +270,7 @@ type admitTx struct {
 func (t *admitTx) Balances() []events.BalanceRef { return t.refs }
 
 func (t *admitTx) Decide(v *ledger.View) (events.Events, error) {
-	t.reply = events.AdmitReply{RequestID: t.req.id}
+	t.reply = events.AdmitReply{RequestID: t.req.id, Mode: t.req.replyMode()}
 	if prior, ok := v.ByRequest(t.req.id); ok {
 		if prior.RequestHash != t.req.hash {
 			return nil, events.ReservationErrorf(events.CodeIdempotencyMismatch, prior.ID, prior.Status,
@@ -249,6 +283,7 @@ func (t *admitTx) Decide(v *ledger.View) (events.Events, error) {
 	}
 	expires := t.now.Add(t.req.ttl)
 	evs := make(events.Events, 0, len(t.refs))
+	uses := make([]events.BudgetUse, 0, len(t.refs))
 	for _, ref := range t.refs {
 		b := v.Balance(streams.BalanceKey(ref))
 		deny := func(reason events.Code, msg string) {
@@ -262,6 +297,10 @@ func (t *admitTx) Decide(v *ledger.View) (events.Events, error) {
 			deny(events.ReasonUnknownBudget, fmt.Sprintf("no budget is defined for %s per %s", ref.Scope, ref.Period))
 			return nil, nil
 		}
+		if b.Disabled {
+			deny(events.ReasonBudgetDisabled, fmt.Sprintf("budget %s per %s is disabled", ref.Scope, ref.Period))
+			return nil, nil
+		}
 		amt := t.req.amount
 		switch {
 		case events.IsCount(b.Unit):
@@ -269,6 +308,8 @@ func (t *admitTx) Decide(v *ledger.View) (events.Events, error) {
 		case b.Unit != t.req.unit:
 			deny(events.ReasonUnitMismatch, fmt.Sprintf("budget %s per %s is in %s, the request in %s", ref.Scope, ref.Period, b.Unit, t.req.unit))
 			return nil, nil
+		case b.FixedSlot != nil:
+			amt = *b.FixedSlot
 		}
 		if b.Spent.Add(b.Reserved).Add(amt).Cmp(b.Limit) > 0 {
 			deny(events.ReasonLimitReached, fmt.Sprintf("%s per %s: spent %s + reserved %s + requested %s exceeds the limit %s %s",
@@ -276,14 +317,30 @@ func (t *admitTx) Decide(v *ledger.View) (events.Events, error) {
 			t.reply.Denial.Requested = amt.String()
 			return nil, nil
 		}
+		reserved := b.Reserved.Add(amt)
+		uses = append(uses, events.BudgetUse{
+			Scope: ref.Scope, Period: ref.Period, Instance: ref.Instance, Unit: b.Unit,
+			Limit: b.Limit.String(), Amount: amt.String(), Spent: b.Spent.String(),
+			Reserved: reserved.String(), Available: b.Limit.Sub(b.Spent).Sub(reserved).String(),
+		})
 		evs = append(evs, events.ReservationOpened{
 			ReservationID: t.id, RequestID: t.req.id, RequestHash: t.req.hash,
 			Balance: ref, Amount: amt, Unit: b.Unit, Balances: t.refs,
 			ExpiresAt: expires, At: t.now, Metadata: t.req.metadata,
 		})
 	}
+	if t.req.mode != events.ModeAdmit {
+		// A check or shadow request: the answer an admit would get, and
+		// nothing written.
+		t.reply = events.AdmitReply{
+			Admitted: true, RequestID: t.req.id, Amount: t.req.amount.String(), Unit: t.req.unit,
+			Balances: t.refs, Mode: t.req.mode, Budgets: uses,
+		}
+		return nil, nil
+	}
 	t.reply = admittedReply(t.req, t.id, t.refs, expires)
 	t.reply.Status = events.StatusOpen
+	t.reply.Budgets = uses
 	return evs, nil
 }
 
@@ -292,5 +349,6 @@ func admittedReply(r request, id string, refs []events.BalanceRef, expires time.
 	return events.AdmitReply{
 		Admitted: true, RequestID: r.id, ReservationID: id,
 		Amount: r.amount.String(), Unit: r.unit, Balances: refs, ExpiresAt: &exp,
+		Mode: r.replyMode(),
 	}
 }

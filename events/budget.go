@@ -1,10 +1,18 @@
 package events
 
 import (
+	"fmt"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	// The IANA time zone database is linked into every binary that uses
+	// events (about 450 KB), so that a budget's tz loads the same on a bare
+	// machine or a scratch container, which have no /usr/share/zoneinfo,
+	// as on a developer's laptop: a replica that could not load a zone
+	// would compute another period instance than its peers.
+	_ "time/tzdata"
 )
 
 // Limits on identifiers. Every identifier becomes part of a NATS subject or
@@ -66,42 +74,77 @@ func (s Scope) Kind() string { k, _, _ := strings.Cut(string(s), ":"); return k 
 // ID returns the part after ':'.
 func (s Scope) ID() string { _, id, _ := strings.Cut(string(s), ":"); return id }
 
-// Period is the calendar a budget resets on. All periods are UTC.
+// Period is the calendar a budget resets on: in UTC, or in the budget's
+// IANA time zone (see BudgetDefinedV2.TZ).
 type Period string
 
 // Periods.
 const (
 	PeriodMonth    Period = "month"
+	PeriodWeek     Period = "week"
 	PeriodDay      Period = "day"
 	PeriodLifetime Period = "lifetime"
 )
 
 // Periods lists every period in a fixed order.
-var Periods = []Period{PeriodMonth, PeriodDay, PeriodLifetime}
+var Periods = []Period{PeriodMonth, PeriodWeek, PeriodDay, PeriodLifetime}
 
 // ParsePeriod validates s.
 func ParsePeriod(s string) (Period, error) {
 	switch p := Period(s); p {
-	case PeriodMonth, PeriodDay, PeriodLifetime:
+	case PeriodMonth, PeriodWeek, PeriodDay, PeriodLifetime:
 		return p, nil
 	}
-	return "", Errorf(CodeInvalidPeriod, "period %q must be month, day or lifetime", s)
+	return "", Errorf(CodeInvalidPeriod, "period %q must be month, week, day or lifetime", s)
 }
 
-// Instance returns the period instance that t falls in, in UTC:
-// "2026-11" for month, "2026-11-30" for day, "all" for lifetime. It is
-// computed once per admit and stored with the reservation.
-func (p Period) Instance(t time.Time) string {
-	t = t.UTC()
+// Instance returns the period instance that t falls in, in UTC: "2026-11"
+// for month, "2026-W49" for week (ISO 8601: weeks start on Monday, week 1
+// holds the year's first Thursday, and the year is the ISO week-year),
+// "2026-11-30" for day, "all" for lifetime. It is computed once per admit
+// and stored with the reservation.
+func (p Period) Instance(t time.Time) string { return p.InstanceIn(t, nil) }
+
+// InstanceIn is Instance with the calendar of loc (nil means UTC): the
+// instance is the local date's month, ISO week or day in that zone.
+func (p Period) InstanceIn(t time.Time, loc *time.Location) string {
+	if loc == nil {
+		loc = time.UTC
+	}
+	t = t.In(loc)
 	switch p {
 	case PeriodMonth:
 		return t.Format("2006-01")
+	case PeriodWeek:
+		y, w := t.ISOWeek()
+		return fmt.Sprintf("%04d-W%02d", y, w)
 	case PeriodDay:
 		return t.Format("2006-01-02")
 	case PeriodLifetime:
 		return "all"
 	}
 	panic("events: instance of unvalidated period " + strconv.Quote(string(p)))
+}
+
+// MaxTZLen caps the length of a time zone name.
+const MaxTZLen = 64
+
+// LoadZone validates an IANA time zone name and loads it: "" and "UTC" are
+// UTC. A name that is not a zone of the embedded database (package
+// time/tzdata is linked in, so a bare machine knows every zone) or that is
+// "Local" is refused with CodeInvalidTZ.
+func LoadZone(tz string) (*time.Location, error) {
+	if tz == "" || tz == "UTC" {
+		return time.UTC, nil
+	}
+	if len(tz) > MaxTZLen || tz == "Local" || strings.ContainsAny(tz, " \\") {
+		return nil, Errorf(CodeInvalidTZ, "tz %q must be an IANA time zone name like \"Europe/Berlin\"", tz)
+	}
+	loc, err := time.LoadLocation(tz)
+	if err != nil {
+		return nil, Errorf(CodeInvalidTZ, "tz %q is not an IANA time zone name like \"Europe/Berlin\"", tz)
+	}
+	return loc, nil
 }
 
 // Units. A currency unit reserves the request's amount; a count unit

@@ -21,6 +21,11 @@
 // (EventID); a leaner payload is left to S2 stream compression, to be
 // measured.
 //
+// Budget definitions: writers emit BudgetDefinedV2 (budget.defined.v2: limit,
+// unit, time zone, disabled, fixed slot, thresholds, and the fields it
+// changed); readers upcast the frozen BudgetDefined (v1) with
+// AsBudgetDefinedV2. A budget revision states the whole definition after it.
+//
 // Money never touches a float: amounts are apd decimals, parsed from plain
 // decimal strings under hard limits (see ParseMoney) and written back as
 // canonical decimal strings.

@@ -1,6 +1,7 @@
 package events
 
 import (
+	"encoding/json"
 	"sort"
 	"strconv"
 	"time"
@@ -143,6 +144,16 @@ func AppendEvent(b []byte, e Event) ([]byte, error) {
 		b = appendString(b, e.Unit)
 		b = appendKey(b, "at")
 		b = appendTime(b, e.At)
+	case BudgetDefinedV2:
+		// A budget definition is off the hot path: encoding/json writes it.
+		data, err := json.Marshal(struct {
+			Type Type `json:"type"`
+			BudgetDefinedV2
+		}{TypeBudgetDefinedV2, e})
+		if err != nil {
+			return b, &Error{Code: CodeInternal, Message: "encoding budget definition", Err: err}
+		}
+		return append(b, data...), nil
 	case ReservationOpened:
 		b = appendReservationHead(b, TypeReservationOpened, e.ReservationID)
 		b = appendKey(b, "request_id")

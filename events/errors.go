@@ -28,6 +28,14 @@ const (
 	CodeInvalidPeriod Code = "invalid_period"
 	// CodeInvalidUnit: unit is not a known currency or count unit.
 	CodeInvalidUnit Code = "invalid_unit"
+	// CodeInvalidTZ: tz is not an IANA time zone name.
+	CodeInvalidTZ Code = "invalid_tz"
+	// CodeInvalidMode: an admit's mode is not "", "admit", "check" or
+	// "shadow".
+	CodeInvalidMode Code = "invalid_mode"
+	// CodeUnitChangeRefused: a budget put would change the unit of a
+	// budget that has spend or reservations in some period instance.
+	CodeUnitChangeRefused Code = "unit_change_refused"
 	// CodeInvalidMetadata: metadata has too many entries or oversized values.
 	CodeInvalidMetadata Code = "invalid_metadata"
 	// CodeUnknownBudget: no budget is defined for the scope (budget get).
@@ -61,6 +69,8 @@ const (
 	ReasonUnknownBudget Code = "unknown_budget"
 	// ReasonUnitMismatch: a budget's currency differs from the request's.
 	ReasonUnitMismatch Code = "unit_mismatch"
+	// ReasonBudgetDisabled: a budget of a named scope is disabled.
+	ReasonBudgetDisabled Code = "budget_disabled"
 	// ReasonLedgerUnavailable: set by clients that fail closed.
 	ReasonLedgerUnavailable Code = "ledger_unavailable"
 )

@@ -18,6 +18,7 @@ type Type string
 // Event types.
 const (
 	TypeBudgetDefined       Type = "budget.defined.v1"
+	TypeBudgetDefinedV2     Type = "budget.defined.v2"
 	TypeReservationOpened   Type = "reservation.opened.v1"
 	TypeReservationSettled  Type = "reservation.settled.v1"
 	TypeReservationReleased Type = "reservation.released.v1"
@@ -32,6 +33,51 @@ type BudgetDefined struct {
 	Limit  Money     `json:"limit"`
 	Unit   string    `json:"unit"`
 	At     time.Time `json:"at"`
+}
+
+// BudgetDefinedV2: a budget's whole definition was set (created or
+// changed). It supersedes BudgetDefined (v1), which readers upcast with
+// AsBudgetDefinedV2; writers emit only v2.
+//
+// Every field but Budget, Limit, Unit and At is optional and omitted when
+// zero, so a v1 definition upcast to v2 encodes as v2 with the v1 fields
+// only. FixedSlot is the fixed amount a money budget reserves per admit
+// (seed 000's R). Thresholds leave room for alerts (fractions of the
+// limit): budget.put does not set them yet, and a fold carries them as
+// they are. Pricing and per-kind defaults need no field here: they are
+// definitions of their own keys.
+type BudgetDefinedV2 struct {
+	Budget BudgetRef `json:"budget"`
+	Limit  Money     `json:"limit"`
+	Unit   string    `json:"unit"`
+	// TZ is the IANA time zone the period's calendar runs in ("" is UTC).
+	TZ string `json:"tz,omitempty"`
+	// Disabled: every admit that names the budget is denied with
+	// ReasonBudgetDisabled.
+	Disabled bool `json:"disabled,omitempty"`
+	// FixedSlot, when set, is reserved per admit in this budget instead of
+	// the requested amount.
+	FixedSlot *Money `json:"fixed_slot,omitempty"`
+	// Thresholds are alert thresholds, fractions of the limit in (0, 1].
+	Thresholds []Money `json:"thresholds,omitempty"`
+	// Changed names the fields this definition changed from the previous
+	// one, in the order limit, unit, tz, disabled, fixed_slot,
+	// thresholds; empty for a new budget.
+	Changed []string  `json:"changed,omitempty"`
+	At      time.Time `json:"at"`
+}
+
+// AsBudgetDefinedV2 upcasts a budget definition event: a BudgetDefinedV2
+// as it is, a BudgetDefined (v1) as a v2 with no time zone (UTC), enabled,
+// no fixed slot and no thresholds. It reports false for any other event.
+func AsBudgetDefinedV2(e Event) (BudgetDefinedV2, bool) {
+	switch e := e.(type) {
+	case BudgetDefinedV2:
+		return e, true
+	case BudgetDefined:
+		return BudgetDefinedV2{Budget: e.Budget, Limit: e.Limit, Unit: e.Unit, At: e.At}, true
+	}
+	return BudgetDefinedV2{}, false
 }
 
 // ReservationOpened: Amount was reserved in one balance. A reservation across
@@ -84,6 +130,7 @@ type ReservationReleased struct {
 }
 
 func (BudgetDefined) EventType() Type       { return TypeBudgetDefined }
+func (BudgetDefinedV2) EventType() Type     { return TypeBudgetDefinedV2 }
 func (ReservationOpened) EventType() Type   { return TypeReservationOpened }
 func (ReservationSettled) EventType() Type  { return TypeReservationSettled }
 func (ReservationReleased) EventType() Type { return TypeReservationReleased }
@@ -113,6 +160,14 @@ func DecodeEvent(b []byte) (Event, error) {
 		}
 		if err = strict(&v); err == nil {
 			return v.BudgetDefined, nil
+		}
+	case TypeBudgetDefinedV2:
+		var v struct {
+			Type Type `json:"type"`
+			BudgetDefinedV2
+		}
+		if err = strict(&v); err == nil {
+			return v.BudgetDefinedV2, nil
 		}
 	case TypeReservationOpened:
 		var v struct {
@@ -356,12 +411,20 @@ type BalanceRevision struct {
 }
 
 // BudgetRevision is the value of a budget definition key. Since budget.v2
-// it names the revision it follows (see Chain).
+// it names the revision it follows (see Chain). It states the definition
+// after the revision: Limit and Unit always; TZ, Disabled, FixedSlot and
+// Thresholds when set (omitted when zero, so a revision of a plain budget
+// is byte for byte what it was before they existed). A revision whose
+// event is a BudgetDefinedV2 states exactly that event's definition.
 type BudgetRevision struct {
 	Schema string `json:"schema"`
 	Chain
-	Budget BudgetRef `json:"budget"`
-	Limit  Money     `json:"limit"`
-	Unit   string    `json:"unit"`
-	Events Events    `json:"events"`
+	Budget     BudgetRef `json:"budget"`
+	Limit      Money     `json:"limit"`
+	Unit       string    `json:"unit"`
+	TZ         string    `json:"tz,omitempty"`
+	Disabled   bool      `json:"disabled,omitempty"`
+	FixedSlot  *Money    `json:"fixed_slot,omitempty"`
+	Thresholds []Money   `json:"thresholds,omitempty"`
+	Events     Events    `json:"events"`
 }

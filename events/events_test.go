@@ -65,6 +65,23 @@ func goldenEvents() []events.Event {
 			Reason:        events.ReasonExpired,
 			At:            fixedExpires.Add(2 * time.Second),
 		},
+		goldenDefinedV2(),
+	}
+}
+
+// goldenDefinedV2 is a fully populated budget.defined.v2.
+func goldenDefinedV2() events.BudgetDefinedV2 {
+	slot := events.MustMoney("1")
+	return events.BudgetDefinedV2{
+		Budget:     events.BudgetRef{Scope: "org:acme", Period: events.PeriodWeek},
+		Limit:      events.MustMoney("100.5"),
+		Unit:       "USD",
+		TZ:         "Europe/Berlin",
+		Disabled:   true,
+		FixedSlot:  &slot,
+		Thresholds: []events.Money{events.MustMoney("0.5"), events.MustMoney("0.8"), events.MustMoney("1")},
+		Changed:    []string{"limit", "tz", "disabled"},
+		At:         fixedAt,
 	}
 }
 
@@ -134,7 +151,7 @@ func TestEncodeEvent_Golden(t *testing.T) {
 		})
 	}
 	for _, typ := range []events.Type{
-		events.TypeBudgetDefined, events.TypeReservationOpened,
+		events.TypeBudgetDefined, events.TypeBudgetDefinedV2, events.TypeReservationOpened,
 		events.TypeReservationSettled, events.TypeReservationReleased,
 	} {
 		require.True(t, seen[typ], "no golden value for %s", typ)

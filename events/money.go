@@ -119,6 +119,31 @@ func (m Money) Sub(o Money) Money {
 	return r
 }
 
+// Slots returns how many whole amounts of slot fit in m: floor(m / slot),
+// 0 when m < slot or m <= 0. slot must be > 0.
+func (m Money) Slots(slot Money) Money {
+	var r Money
+	if m.Sign() <= 0 || slot.Sign() <= 0 {
+		return r
+	}
+	if _, err := Context.QuoInteger(&r.d, &m.d, &slot.d); err != nil {
+		panic("events: money slots: " + err.Error())
+	}
+	r.d.Reduce(&r.d)
+	return r
+}
+
+// Mul returns m * o. It panics only if the product cannot be represented
+// exactly in Context.
+func (m Money) Mul(o Money) Money {
+	var r Money
+	if _, err := Context.Mul(&r.d, &m.d, &o.d); err != nil {
+		panic("events: inexact money multiplication: " + err.Error())
+	}
+	r.d.Reduce(&r.d)
+	return r
+}
+
 // Cmp compares m and o: -1, 0 or +1.
 func (m Money) Cmp(o Money) int { return m.d.Cmp(&o.d) }
 

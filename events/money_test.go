@@ -333,3 +333,14 @@ func TestMoney_UnmarshalJSON(t *testing.T) {
 		})
 	}
 }
+
+func TestMoney_SlotsMul(t *testing.T) {
+	for _, tt := range []struct{ m, slot, want string }{
+		{"10", "1", "10"}, {"10", "3", "3"}, {"0.99", "1", "0"}, {"0", "1", "0"},
+		{"100.5", "0.25", "402"}, {"999999999999999999", "0.000000000001", "999999999999999999000000000000"},
+	} {
+		require.Equal(t, tt.want, events.MustMoney(tt.m).Slots(events.MustMoney(tt.slot)).String(), "%s/%s", tt.m, tt.slot)
+	}
+	require.Equal(t, "0", events.MustMoney("5").Sub(events.MustMoney("6")).Slots(events.MustMoney("1")).String())
+	require.Equal(t, "57.5", events.MustMoney("10").Mul(events.MustMoney("5.75")).String())
+}

@@ -48,7 +48,23 @@ type AdmitRequest struct {
 	TTL string `json:"ttl,omitempty"`
 	// Metadata is copied into the ReservationOpened events.
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// Mode is ModeAdmit (the default, also ""), ModeCheck or ModeShadow.
+	Mode string `json:"mode,omitempty"`
 }
+
+// Admit modes.
+const (
+	// ModeAdmit reserves: the default.
+	ModeAdmit = "admit"
+	// ModeCheck answers what an admit would do now, against the same
+	// balances and with the same rules, and changes nothing: nothing is
+	// written and the request id is not remembered.
+	ModeCheck = "check"
+	// ModeShadow marks shadow or evaluation traffic. It is answered as a
+	// check (decided against the real budgets, never written) and counted
+	// apart from real admits (metrics: spendgate_admit_checks_total).
+	ModeShadow = "shadow"
+)
 
 // AdmitReply answers an admit. Exactly one of the admission fields or
 // Denial is set.
@@ -69,6 +85,31 @@ type AdmitReply struct {
 	// request with the same id.
 	Replayed bool    `json:"replayed,omitempty"`
 	Denial   *Denial `json:"denial,omitempty"`
+	// Mode is ModeCheck or ModeShadow for an answer that reserved nothing
+	// (then ReservationID, ExpiresAt and Status are empty); omitted for a
+	// real admit.
+	Mode string `json:"mode,omitempty"`
+	// Budgets lists every budget the admission applied to (would apply
+	// to, for a check), in balance order, with what remains after it. Set
+	// on a new admission or an admitting check; omitted on a replay and a
+	// denial.
+	Budgets []BudgetUse `json:"budgets,omitempty"`
+}
+
+// BudgetUse is one budget an admission applied to, after the admission:
+// Amount is what it reserved in this budget (the request's amount, 1 for
+// a requests budget), Reserved includes it, and Available is Limit - Spent
+// - Reserved.
+type BudgetUse struct {
+	Scope     Scope  `json:"scope"`
+	Period    Period `json:"period"`
+	Instance  string `json:"instance"`
+	Unit      string `json:"unit"`
+	Limit     string `json:"limit"`
+	Amount    string `json:"amount"`
+	Spent     string `json:"spent"`
+	Reserved  string `json:"reserved"`
+	Available string `json:"available"`
 }
 
 // Denial says which budget blocked an admit, and why.
@@ -122,12 +163,46 @@ type CloseReply struct {
 	Replayed bool `json:"replayed,omitempty"`
 }
 
-// BudgetPutRequest defines or changes a budget.
+// BudgetPutRequest defines or changes a budget: the whole definition.
 type BudgetPutRequest struct {
 	Scope  string `json:"scope"`
 	Period string `json:"period"`
-	Limit  string `json:"limit"`
-	Unit   string `json:"unit"`
+	// Limit is a decimal string >= 0; 0 ("deny everything") only with
+	// AllowZero.
+	Limit string `json:"limit"`
+	Unit  string `json:"unit"`
+	// TZ is the IANA time zone of the period's calendar; "" is UTC.
+	TZ string `json:"tz,omitempty"`
+	// Disabled denies every admit naming the budget (budget_disabled).
+	Disabled bool `json:"disabled,omitempty"`
+	// AllowZero must be set to put a limit of 0.
+	AllowZero bool `json:"allow_zero,omitempty"`
+	// FixedSlot, a decimal string > 0, makes every admit reserve this
+	// amount in the budget instead of the requested one (money budgets
+	// only); "" for none.
+	FixedSlot string `json:"fixed_slot,omitempty"`
+}
+
+// BudgetPutReply is the budget after a put, and what the put changed.
+type BudgetPutReply struct {
+	BudgetView
+	// Created is true when the budget did not exist.
+	Created bool `json:"created,omitempty"`
+	// Changed names the fields the put changed, in the order limit, unit,
+	// tz, disabled, fixed_slot; empty when the put changed nothing (or
+	// created the budget).
+	Changed []string `json:"changed"`
+	// Previous is the definition before the put, when it changed one.
+	Previous *BudgetDefinition `json:"previous,omitempty"`
+}
+
+// BudgetDefinition is a budget's definition without its balance.
+type BudgetDefinition struct {
+	Limit     string `json:"limit"`
+	Unit      string `json:"unit"`
+	TZ        string `json:"tz,omitempty"`
+	Disabled  bool   `json:"disabled,omitempty"`
+	FixedSlot string `json:"fixed_slot,omitempty"`
 }
 
 // BudgetGetRequest reads one budget and its current balance. With Period
@@ -155,6 +230,18 @@ type BudgetView struct {
 	Overrun   string `json:"overrun"`
 	Available string `json:"available"`
 	Open      int64  `json:"open"`
+	// TZ is the budget's time zone ("" for UTC) and Disabled whether it
+	// denies every admit; both omitted when unset.
+	TZ       string `json:"tz,omitempty"`
+	Disabled bool   `json:"disabled,omitempty"`
+	// FixedSlot is what each admit reserves, when set. MaxInFlight is then
+	// floor(limit / fixed_slot), the most reservations a period can hold
+	// open at once, and OvershootBound the worst case it implies: every one
+	// of them settling at the most one call can cost, each overshooting by
+	// that cost minus the slot ("10 x (cost of one call - 1)").
+	FixedSlot      string `json:"fixed_slot,omitempty"`
+	MaxInFlight    string `json:"max_in_flight,omitempty"`
+	OvershootBound string `json:"overshoot_bound,omitempty"`
 }
 
 // BudgetListReply lists budgets sorted by scope and period.
@@ -201,7 +288,12 @@ var fieldWants = map[string]string{
 	"actual":         `a decimal string like "0.05"`,
 	"limit":          `a decimal string like "0.05"`,
 	"unit":           `a string like "USD"`,
-	"period":         `one of the strings "month", "day" or "lifetime"`,
+	"period":         `one of the strings "month", "week", "day" or "lifetime"`,
+	"mode":           `one of the strings "admit", "check" or "shadow"`,
+	"tz":             `an IANA time zone string like "Europe/Berlin"`,
+	"disabled":       `true or false`,
+	"allow_zero":     `true or false`,
+	"fixed_slot":     `a decimal string like "1.00"`,
 	"ttl":            `a duration string like "30s"`,
 	"metadata":       `an object of string values like {"model":"gpt-4o"}`,
 }

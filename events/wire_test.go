@@ -177,7 +177,7 @@ func TestDecodeRequest_TypeErrors(t *testing.T) {
 		{`{"metadata":{"a":{}}}`, &events.AdmitRequest{}, `metadata must be an object of string values like {"model":"gpt-4o"}; it holds an object`},
 		{`{"actual":0}`, &events.SettleRequest{}, `actual must be a decimal string like "0.05", got a number`},
 		{`{"limit":[]}`, &events.BudgetPutRequest{}, `limit must be a decimal string like "0.05", got an array`},
-		{`{"period":1}`, &events.BudgetGetRequest{}, `period must be one of the strings "month", "day" or "lifetime", got a number`},
+		{`{"period":1}`, &events.BudgetGetRequest{}, `period must be one of the strings "month", "week", "day" or "lifetime", got a number`},
 		{`{"kind":{}}`, &events.BudgetListRequest{}, `kind must be a scope kind string like "org", got an object`},
 		{`{"request_id":}`, &events.AdmitRequest{}, `request body is not valid JSON (at byte 15): invalid character '}' looking for beginning of value`},
 		{`{"request_id":"r"}x`, &events.AdmitRequest{}, `request body is not valid JSON (at byte 19): invalid character 'x' after top-level value`},
@@ -221,6 +221,45 @@ func TestWire_Golden(t *testing.T) {
 			{Scope: "org:acme", Period: events.PeriodMonth, Limit: "10", Unit: "USD", Instance: "2026-11",
 				Spent: "0.12", Reserved: "0.1", Overrun: "0.02", Available: "9.78", Open: 1},
 		}}},
+		{"wire/admit.admitted.json", events.AdmitReply{
+			Admitted: true, RequestID: "req-43", ReservationID: "rsv_01a22a71-3a41-7d65-b6de-256be21c6fe5",
+			Amount: "0.1", Unit: "USD", ExpiresAt: &exp, Status: events.StatusOpen,
+			Balances: []events.BalanceRef{
+				{Scope: "org:acme", Period: events.PeriodMonth, Instance: "2026-11"},
+				{Scope: "user:u-17", Period: events.PeriodDay, Instance: "2026-11-30"},
+			},
+			Budgets: []events.BudgetUse{
+				{Scope: "org:acme", Period: events.PeriodMonth, Instance: "2026-11", Unit: "USD", Limit: "10",
+					Amount: "0.1", Spent: "0.12", Reserved: "0.2", Available: "9.68"},
+				{Scope: "user:u-17", Period: events.PeriodDay, Instance: "2026-11-30", Unit: "requests", Limit: "100",
+					Amount: "1", Spent: "3", Reserved: "1", Available: "96"},
+			},
+		}},
+		{"wire/admit.check.json", events.AdmitReply{
+			Admitted: true, RequestID: "req-44", Amount: "0.1", Unit: "USD", Mode: events.ModeCheck,
+			Balances: []events.BalanceRef{{Scope: "org:acme", Period: events.PeriodMonth, Instance: "2026-11"}},
+			Budgets: []events.BudgetUse{{Scope: "org:acme", Period: events.PeriodMonth, Instance: "2026-11", Unit: "USD",
+				Limit: "10", Amount: "0.1", Spent: "0.12", Reserved: "0.2", Available: "9.68"}},
+		}},
+		{"wire/admit.denied.disabled.json", events.AdmitReply{
+			RequestID: "req-45", Mode: events.ModeShadow, Denial: &events.Denial{
+				Reason: events.ReasonBudgetDisabled, Message: "budget org:acme per month is disabled",
+				Scope: "org:acme", Period: events.PeriodMonth, Instance: "2026-11", Unit: "USD",
+				Limit: "10", Spent: "0.12", Reserved: "0.1", Requested: "0.1",
+			},
+		}},
+		{"wire/budget.put.changed.json", events.BudgetPutReply{
+			BudgetView: events.BudgetView{Scope: "org:acme", Period: events.PeriodWeek, Limit: "5", Unit: "USD",
+				Instance: "2026-W49", Spent: "0", Reserved: "0", Overrun: "0", Available: "5", Open: 0,
+				TZ: "Europe/Berlin", Disabled: true},
+			Changed:  []string{"limit", "tz", "disabled"},
+			Previous: &events.BudgetDefinition{Limit: "100", Unit: "USD"},
+		}},
+		{"wire/budget.put.created.json", events.BudgetPutReply{
+			BudgetView: events.BudgetView{Scope: "org:acme", Period: events.PeriodMonth, Limit: "100", Unit: "USD",
+				Instance: "2026-11", Spent: "0", Reserved: "0", Overrun: "0", Available: "100", Open: 0},
+			Created: true, Changed: []string{},
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := json.Marshal(tc.v)

@@ -121,12 +121,20 @@ func (b *book) applyBudget(key string, seq uint64, rev *events.BudgetRevision, h
 			return err
 		}
 	}
+	loc, err := events.LoadZone(rev.TZ)
+	if err != nil {
+		return fmt.Errorf("budget revision %d of %s: %w", seq, key, err)
+	}
+	if loc == time.UTC {
+		loc = nil
+	}
 	if d == nil {
 		d = &budget{}
 		b.budgets[key] = d
 	}
 	d.rev = seq
-	d.def = Budget{Ref: rev.Budget, Limit: rev.Limit, Unit: rev.Unit, Revision: seq}
+	d.def = Budget{Ref: rev.Budget, Limit: rev.Limit, Unit: rev.Unit, TZ: rev.TZ, Loc: loc, Disabled: rev.Disabled,
+		FixedSlot: rev.FixedSlot, Thresholds: rev.Thresholds, Revision: seq}
 	b.hashes[key] = hash
 	// Rebuild the scope's index (a new slice: readers hold the old one).
 	var defs []Budget
@@ -279,8 +287,20 @@ func (b *book) balance(key string, ref events.BalanceRef) Balance {
 	}
 	if d := b.budgets[streams.BudgetKey(ref.Budget())]; d != nil {
 		out.Defined, out.Unit, out.Limit = true, d.def.Unit, d.def.Limit
+		out.Disabled, out.FixedSlot = d.def.Disabled, d.def.FixedSlot
 	}
 	return out
+}
+
+// active reports whether any balance of budget ref, in any period
+// instance, has spend, reservations or an overrun.
+func (b *book) active(ref events.BudgetRef) bool {
+	for _, bl := range b.balances {
+		if bl.ref.Budget() == ref && (!bl.spent.IsZero() || !bl.reserved.IsZero() || !bl.overrun.IsZero() || len(bl.open) > 0) {
+			return true
+		}
+	}
+	return false
 }
 
 // budgetList returns every budget, sorted by scope then period.

@@ -149,28 +149,63 @@ func (l *Ledger) Expired(now time.Time, max int) []string {
 	return ids
 }
 
-// PutBudget defines or changes a budget: one BudgetDefined event in one
-// compare-and-set write of the budget key. Putting the definition it already
-// has changes nothing and returns it. All attempts share one deadline: ctx's,
-// or DefaultSubmitTimeout (see WithSubmitTimeout) if ctx has none; ctx's
-// cancellation does not abandon a write in flight.
-//
-// Errors: *events.Error with CodeLedgerUnavailable (the follower is not
-// running, JetStream could not be reached, or the deadline passed) or
-// CodeLedgerBusy.
+// PutBudget defines or changes a budget's limit and unit, in UTC, enabled,
+// with no fixed slot: DefineBudget with that definition.
 func (l *Ledger) PutBudget(ctx context.Context, ref events.BudgetRef, limit events.Money, unit string, now time.Time) (Budget, error) {
+	ch, err := l.DefineBudget(ctx, Budget{Ref: ref, Limit: limit, Unit: unit}, now)
+	return ch.Budget, err
+}
+
+// BudgetChange is what DefineBudget did.
+type BudgetChange struct {
+	// Budget is the definition now.
+	Budget Budget
+	// Existed is true when the budget was defined before; Prev is then
+	// that definition.
+	Existed bool
+	Prev    Budget
+	// Changed names the fields that changed (see Budget.Changes); empty
+	// for a new budget and when nothing changed.
+	Changed []string
+}
+
+// DefineBudget defines or changes a budget to def (its Ref, Limit, Unit,
+// TZ, Disabled, FixedSlot and Thresholds; Loc and Revision are ignored):
+// one BudgetDefinedV2 event in one compare-and-set write of the budget key.
+// Putting the definition it already has changes nothing and returns it. A
+// change of unit is refused if any period instance of the budget has spend,
+// reservations or an overrun, as this replica has folded the lanes (the
+// caller syncs first; an admit racing the change is denied unit_mismatch
+// once the change lands, or lands in the old unit just before it). All
+// attempts share one deadline: ctx's, or DefaultSubmitTimeout (see
+// WithSubmitTimeout) if ctx has none; ctx's cancellation does not abandon
+// a write in flight.
+//
+// Errors: *events.Error with CodeInvalidTZ (def.TZ), CodeUnitChangeRefused,
+// CodeLedgerUnavailable (the follower is not running, JetStream could not
+// be reached, or the deadline passed) or CodeLedgerBusy.
+func (l *Ledger) DefineBudget(ctx context.Context, def Budget, now time.Time) (BudgetChange, error) {
+	ref := def.Ref
+	loc, err := events.LoadZone(def.TZ)
+	if err != nil {
+		return BudgetChange{}, err
+	}
+	if loc == time.UTC {
+		loc = nil
+	}
+	def.Loc, def.Revision = loc, 0
 	if err := l.live(); err != nil {
-		return Budget{}, err
+		return BudgetChange{}, err
 	}
 	ctx, cancel := l.commitContext(ctx)
 	defer cancel()
 	key := streams.BudgetKey(ref)
 	for attempt := 0; attempt < l.opts.maxAttempts; attempt++ {
 		if err := l.live(); err != nil {
-			return Budget{}, err
+			return BudgetChange{}, err
 		}
 		if ctx.Err() != nil {
-			return Budget{}, &events.Error{Code: events.CodeLedgerUnavailable, Message: "deadline passed writing budget", Err: ctx.Err()}
+			return BudgetChange{}, &events.Error{Code: events.CodeLedgerUnavailable, Message: "deadline passed writing budget", Err: ctx.Err()}
 		}
 		l.mu.RLock()
 		var rev uint64
@@ -179,30 +214,43 @@ func (l *Ledger) PutBudget(ctx context.Context, ref events.BudgetRef, limit even
 			rev, cur = b.rev, b.def
 		}
 		prevHash := l.bk.hashes[key]
+		active := rev > 0 && cur.Unit != def.Unit && l.bk.active(ref)
 		l.mu.RUnlock()
-		if rev > 0 && cur.Limit.Cmp(limit) == 0 && cur.Unit == unit {
+		var changed []string
+		if rev > 0 {
+			changed = def.Changes(cur)
+		}
+		if rev > 0 && len(changed) == 0 {
 			// Only a no-op if this replica's copy is the latest: another
 			// replica may have changed the budget a moment ago.
 			latest, err := l.latestRev(ctx, key)
 			if err != nil {
-				return Budget{}, err
+				return BudgetChange{}, err
 			}
 			if latest == rev {
-				return cur, nil
+				return BudgetChange{Budget: cur, Existed: true, Prev: cur, Changed: []string{}}, nil
 			}
 			if err := l.catchUp(ctx, key); err != nil {
-				return Budget{}, err
+				return BudgetChange{}, err
 			}
 			continue
 		}
+		if active {
+			return BudgetChange{}, events.Errorf(events.CodeUnitChangeRefused,
+				"budget %s per %s has spend or reservations in %s; its unit cannot change to %s (define a budget of another scope or period instead)",
+				ref.Scope, ref.Period, cur.Unit, def.Unit)
+		}
+		ev := events.BudgetDefinedV2{Budget: ref, Limit: def.Limit, Unit: def.Unit, TZ: def.TZ, Disabled: def.Disabled,
+			FixedSlot: def.FixedSlot, Thresholds: def.Thresholds, Changed: changed, At: now.UTC()}
 		value := events.BudgetRevision{
 			Schema: events.SchemaBudget, Chain: events.Chain{Prev: rev, PrevHash: prevHash},
-			Budget: ref, Limit: limit, Unit: unit,
-			Events: events.Events{events.BudgetDefined{Budget: ref, Limit: limit, Unit: unit, At: now.UTC()}},
+			Budget: ref, Limit: def.Limit, Unit: def.Unit, TZ: def.TZ, Disabled: def.Disabled,
+			FixedSlot: def.FixedSlot, Thresholds: def.Thresholds,
+			Events: events.Events{ev},
 		}
 		data, err := json.Marshal(value)
 		if err != nil {
-			return Budget{}, &events.Error{Code: events.CodeInternal, Message: "encoding budget", Err: err}
+			return BudgetChange{}, &events.Error{Code: events.CodeInternal, Message: "encoding budget", Err: err}
 		}
 		seq, err := l.publishOne(ctx, key, rev, data)
 		if err == nil {
@@ -210,19 +258,23 @@ func (l *Ledger) PutBudget(ctx context.Context, ref events.BudgetRef, limit even
 			err = l.bk.applyBudget(key, seq, &value, events.HashPayload(data))
 			l.mu.Unlock()
 			if err != nil {
-				return Budget{}, &events.Error{Code: events.CodeInternal, Message: "folding own budget write", Err: err}
+				return BudgetChange{}, &events.Error{Code: events.CodeInternal, Message: "folding own budget write", Err: err}
 			}
 			l.ownFolded()
-			return Budget{Ref: ref, Limit: limit, Unit: unit, Revision: seq}, nil
+			def.Revision = seq
+			if changed == nil {
+				changed = []string{}
+			}
+			return BudgetChange{Budget: def, Existed: rev > 0, Prev: cur, Changed: changed}, nil
 		}
 		if !streams.IsConflict(err) && !isTimeout(err) {
-			return Budget{}, &events.Error{Code: events.CodeLedgerUnavailable, Message: "writing budget", Err: err}
+			return BudgetChange{}, &events.Error{Code: events.CodeLedgerUnavailable, Message: "writing budget", Err: err}
 		}
 		if err := l.catchUp(ctx, key); err != nil {
-			return Budget{}, err
+			return BudgetChange{}, err
 		}
 	}
-	return Budget{}, events.Errorf(events.CodeLedgerBusy, "budget %s/%s: too many concurrent writers", ref.Scope, ref.Period)
+	return BudgetChange{}, events.Errorf(events.CodeLedgerBusy, "budget %s/%s: too many concurrent writers", ref.Scope, ref.Period)
 }
 
 func isTimeout(err error) bool {

@@ -11,13 +11,16 @@ import (
 type Balance struct {
 	Ref events.BalanceRef
 	// Defined is false when no budget exists for Ref's scope and period.
-	Defined  bool
-	Unit     string
-	Limit    events.Money
-	Spent    events.Money
-	Reserved events.Money
-	Overrun  events.Money
-	Open     int
+	Defined bool
+	// Disabled is the budget's Disabled; FixedSlot its FixedSlot.
+	Disabled  bool
+	FixedSlot *events.Money
+	Unit      string
+	Limit     events.Money
+	Spent     events.Money
+	Reserved  events.Money
+	Overrun   events.Money
+	Open      int
 }
 
 // Available is limit - spent - reserved (negative after an overrun).
@@ -30,8 +33,56 @@ type Budget struct {
 	Ref   events.BudgetRef
 	Limit events.Money
 	Unit  string
+	// TZ is the IANA time zone of the period's calendar ("" is UTC); Loc
+	// is that zone loaded (nil for UTC).
+	TZ  string
+	Loc *time.Location
+	// Disabled: admits naming the budget are denied (budget_disabled).
+	Disabled bool
+	// FixedSlot, when not nil, is what an admit reserves in this budget
+	// instead of the requested amount; Thresholds are alert thresholds.
+	// Both are carried from the definition as they are.
+	FixedSlot  *events.Money
+	Thresholds []events.Money
 	// Revision is the stream sequence of the definition.
 	Revision uint64
+}
+
+// Instance returns the budget's period instance at t, in its time zone.
+func (b Budget) Instance(t time.Time) string { return b.Ref.Period.InstanceIn(t, b.Loc) }
+
+// Balance returns the balance of the budget's period instance at t.
+func (b Budget) Balance(t time.Time) events.BalanceRef {
+	return events.BalanceRef{Scope: b.Ref.Scope, Period: b.Ref.Period, Instance: b.Instance(t)}
+}
+
+// Changes names the fields of the definition that differ from prev, in the
+// order limit, unit, tz, disabled, fixed_slot, thresholds.
+func (b Budget) Changes(prev Budget) []string {
+	out := []string{}
+	if b.Limit.Cmp(prev.Limit) != 0 {
+		out = append(out, "limit")
+	}
+	if b.Unit != prev.Unit {
+		out = append(out, "unit")
+	}
+	if b.TZ != prev.TZ {
+		out = append(out, "tz")
+	}
+	if b.Disabled != prev.Disabled {
+		out = append(out, "disabled")
+	}
+	if (b.FixedSlot == nil) != (prev.FixedSlot == nil) || b.FixedSlot != nil && b.FixedSlot.Cmp(*prev.FixedSlot) != 0 {
+		out = append(out, "fixed_slot")
+	}
+	same := len(b.Thresholds) == len(prev.Thresholds)
+	for i := 0; same && i < len(b.Thresholds); i++ {
+		same = b.Thresholds[i].Cmp(prev.Thresholds[i]) == 0
+	}
+	if !same {
+		out = append(out, "thresholds")
+	}
+	return out
 }
 
 // Reservation is what the ledger knows about one reservation. It is kept

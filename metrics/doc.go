@@ -23,6 +23,7 @@
 //
 //	name                                  type       labels                 meaning
 //	spendgate_admits_total                counter    result, reason         admit decisions; result admitted|denied, reason the denial code ("" when admitted)
+//	spendgate_admit_checks_total          counter    mode, result, reason   admits with mode check or shadow, which reserve nothing; counted apart from spendgate_admits_total
 //	spendgate_requests_total              counter    endpoint, code         requests answered; code "ok" or the reply's error code
 //	spendgate_request_duration_seconds    histogram  endpoint               take-to-reply time, buckets 100µs..10s (LatencyBuckets)
 //	spendgate_inflight_requests           gauge                             requests being handled now

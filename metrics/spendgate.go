@@ -48,6 +48,10 @@ type Set struct {
 	// ResultAdmitted (reason "", replays included) or ResultDenied (reason
 	// the denial's code, e.g. "limit_reached").
 	Admits *CounterVec
+	// AdmitChecks counts the admits answered without reserving, apart
+	// from Admits: With(mode, result, reason), mode "check" or "shadow"
+	// (shadow or evaluation traffic), result and reason as for Admits.
+	AdmitChecks *CounterVec
 	// Requests counts answered requests: With(endpoint, code), endpoint the
 	// service endpoint ("admit", "settle", "release", "budget.put", ...),
 	// code CodeOK or the error code of the reply.
@@ -77,6 +81,7 @@ func New(info BuildInfo) *Set {
 	s := &Set{
 		Registry:        NewRegistry(),
 		Admits:          NewCounterVec("spendgate_admits_total", "Admit decisions by result (admitted, denied) and denial reason.", "result", "reason"),
+		AdmitChecks:     NewCounterVec("spendgate_admit_checks_total", "Admits answered without reserving (mode check or shadow), by mode, result and denial reason.", "mode", "result", "reason"),
 		Requests:        NewCounterVec("spendgate_requests_total", "Requests answered, by endpoint and reply code (ok or the error code).", "endpoint", "code"),
 		RequestDuration: NewHistogramVec("spendgate_request_duration_seconds", "Time from taking a request to replying, by endpoint.", LatencyBuckets, "endpoint"),
 		Inflight:        NewGauge("spendgate_inflight_requests", "Requests being handled now."),
@@ -88,7 +93,7 @@ func New(info BuildInfo) *Set {
 	}
 	build := NewGaugeVec("spendgate_build_info", "Always 1; the labels say which build is running.", "version", "commit", "go_version")
 	build.With(info.Version, info.Commit, runtime.Version()).Set(1)
-	s.Registry.MustRegister(s.Admits, s.Requests, s.RequestDuration, s.Inflight, s.LedgerBusy,
+	s.Registry.MustRegister(s.Admits, s.AdmitChecks, s.Requests, s.RequestDuration, s.Inflight, s.LedgerBusy,
 		s.Commits, s.CommitTxs, s.CASConflicts, s.SweeperReleased, build)
 	return s
 }

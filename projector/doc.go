@@ -30,7 +30,12 @@
 //     the sweeper released as expired in that balance.
 //   - ReservationReleased: reserved -= Reserved; open -= 1; the reason is
 //     "released" or "expired".
-//   - BudgetDefined: the budget's limit and unit.
+//   - BudgetDefined (v1, upcast with events.AsBudgetDefinedV2) and
+//     BudgetDefinedV2: the budget's whole definition (limit, unit, time
+//     zone, disabled, fixed slot, thresholds). A zone must load and a fixed
+//     slot be positive. Admission invariants do not change: a fixed slot is
+//     the amount its ReservationOpened carries, and a disabled budget only
+//     opens nothing.
 //
 // Projector reads the stream with an ordered consumer: CatchUp folds it from
 // the first message to the last as of the call, Run keeps folding until its

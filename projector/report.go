@@ -132,7 +132,11 @@ func (p *Projector) Report(ctx context.Context, f Filter, by GroupBy) (*SpendRep
 func IdleBalances(st *State, t time.Time) []Balance {
 	var out []Balance
 	for _, b := range st.Budgets() {
-		ref := events.BalanceRef{Scope: b.Ref.Scope, Period: b.Ref.Period, Instance: b.Ref.Period.Instance(t)}
+		loc, err := events.LoadZone(b.TZ)
+		if err != nil {
+			continue // the fold refused such a definition
+		}
+		ref := events.BalanceRef{Scope: b.Ref.Scope, Period: b.Ref.Period, Instance: b.Ref.Period.InstanceIn(t, loc)}
 		if _, ok := st.Balance(ref); ok {
 			continue
 		}

@@ -96,12 +96,18 @@ type Reservation struct {
 	Seqs []uint64
 }
 
-// Budget is a budget definition folded from BudgetDefined events.
+// Budget is a budget definition folded from BudgetDefined (v1, upcast)
+// and BudgetDefinedV2 events.
 type Budget struct {
-	// Ref names the budget; Limit and Unit are its last definition.
-	Ref   events.BudgetRef
-	Limit events.Money
-	Unit  string
+	// Ref names the budget; Limit, Unit, TZ, Disabled, FixedSlot and
+	// Thresholds are its last definition.
+	Ref        events.BudgetRef
+	Limit      events.Money
+	Unit       string
+	TZ         string
+	Disabled   bool
+	FixedSlot  *events.Money
+	Thresholds []events.Money
 	// DefinedAt is the At of the last BudgetDefined.
 	DefinedAt time.Time
 	// Definitions counts BudgetDefined events; Revision is the stream
@@ -255,8 +261,9 @@ func (r *Reservation) clone() *Reservation {
 // Unit valid, that reserved never went negative, and that right after each
 // ReservationOpened spent + reserved <= Limit (the invariant at
 // admission). Every balance the revision names gets seq as its Revision.
-// A budget revision's stated Limit and Unit must equal its folded
-// definition.
+// A budget revision's stated Limit, Unit, TZ, Disabled, FixedSlot and
+// Thresholds must equal its folded definition (budget.defined.v1 events
+// are upcast to v2 with events.AsBudgetDefinedV2).
 //
 // A seq <= Position is ignored and returns nil. Apply is all or nothing,
 // across every balance of a lane revision: on error the State, Position
@@ -269,7 +276,8 @@ func (r *Reservation) clone() *Reservation {
 // by balance in order, event by event in order, ErrMalformed,
 // ErrTransition or ErrInvariant (negative reserved, admission), and
 // ErrMismatch (a *MismatchError, fields checked in the order spent,
-// reserved, overrun, open for a balance, limit, unit for a budget). An
+// reserved, overrun, open for a balance; limit, unit, tz, disabled,
+// fixed_slot, thresholds for a budget). An
 // error about one balance of a lane revision starts with "balance
 // <scope/period/instance>: ". Apply does no I/O and does not panic on any
 // input.
@@ -775,9 +783,9 @@ func (s *State) applyBudget(seq uint64, key string, data []byte) error {
 		b = Budget{Ref: rev.Budget}
 	}
 	for i, e := range rev.Events {
-		ev, ok := e.(events.BudgetDefined)
+		ev, ok := events.AsBudgetDefinedV2(e)
 		if !ok {
-			return errorf(ErrMalformed, "event %d (%s): not a BudgetDefined in a budget revision", i, eventType(e))
+			return errorf(ErrMalformed, "event %d (%s): not a budget definition in a budget revision", i, eventType(e))
 		}
 		if ev.Budget != rev.Budget {
 			return errorf(ErrMalformed, "event %d (%s): budget %s/%s differs from the revision's", i, eventType(e), ev.Budget.Scope, ev.Budget.Period)
@@ -788,7 +796,14 @@ func (s *State) applyBudget(seq uint64, key string, data []byte) error {
 		if err := events.ValidateUnit(ev.Unit); err != nil {
 			return errorf(ErrMalformed, "event %d (%s): %v", i, eventType(e), err)
 		}
+		if _, err := events.LoadZone(ev.TZ); err != nil {
+			return errorf(ErrMalformed, "event %d (%s): %v", i, eventType(e), err)
+		}
+		if ev.FixedSlot != nil && ev.FixedSlot.Sign() <= 0 {
+			return errorf(ErrMalformed, "event %d (%s): fixed slot %s is not positive", i, eventType(e), ev.FixedSlot)
+		}
 		b.Limit, b.Unit, b.DefinedAt = ev.Limit, ev.Unit, ev.At
+		b.TZ, b.Disabled, b.FixedSlot, b.Thresholds = ev.TZ, ev.Disabled, ev.FixedSlot, ev.Thresholds
 		b.Definitions++
 	}
 	if rev.Limit.Cmp(b.Limit) != 0 {
@@ -797,9 +812,38 @@ func (s *State) applyBudget(seq uint64, key string, data []byte) error {
 	if rev.Unit != b.Unit {
 		return &MismatchError{Field: "unit", Stated: rev.Unit, Folded: b.Unit}
 	}
+	if rev.TZ != b.TZ {
+		return &MismatchError{Field: "tz", Stated: rev.TZ, Folded: b.TZ}
+	}
+	if rev.Disabled != b.Disabled {
+		return &MismatchError{Field: "disabled", Stated: strconv.FormatBool(rev.Disabled), Folded: strconv.FormatBool(b.Disabled)}
+	}
+	if st, fo := slotString(rev.FixedSlot), slotString(b.FixedSlot); st != fo {
+		return &MismatchError{Field: "fixed_slot", Stated: st, Folded: fo}
+	}
+	if st, fo := moneyList(rev.Thresholds), moneyList(b.Thresholds); st != fo {
+		return &MismatchError{Field: "thresholds", Stated: st, Folded: fo}
+	}
 	b.Revision = seq
 	s.budgets[rev.Budget] = &b
 	s.hashes[key] = events.HashPayload(data)
 	s.events += len(rev.Events)
 	return nil
+}
+
+// slotString is a fixed slot as text: "" for none.
+func slotString(m *events.Money) string {
+	if m == nil {
+		return ""
+	}
+	return m.String()
+}
+
+// moneyList is a list of amounts as text.
+func moneyList(ms []events.Money) string {
+	parts := make([]string, len(ms))
+	for i, m := range ms {
+		parts[i] = m.String()
+	}
+	return strings.Join(parts, ",")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -266,6 +267,15 @@ func (s *Service) admit(ctx context.Context, data []byte) (any, error) {
 		return nil, err
 	}
 	reply, err := s.a.Admit(ctx, req)
+	if err == nil && reply.Mode != "" {
+		// Check and shadow answers are counted apart from real admits.
+		if reply.Admitted {
+			s.m.AdmitChecks.With(reply.Mode, metrics.ResultAdmitted, "").Inc()
+		} else if reply.Denial != nil {
+			s.m.AdmitChecks.With(reply.Mode, metrics.ResultDenied, string(reply.Denial.Reason)).Inc()
+		}
+		return reply, nil
+	}
 	if err == nil {
 		if reply.Admitted {
 			s.m.Admits.With(metrics.ResultAdmitted, "").Inc()
@@ -299,26 +309,85 @@ func (s *Service) budgetPut(ctx context.Context, data []byte) (any, error) {
 	if err := events.DecodeRequest(data, &req); err != nil {
 		return nil, err
 	}
-	scope, err := events.ParseScope(req.Scope)
+	def, err := parseBudgetPut(req)
 	if err != nil {
 		return nil, err
+	}
+	// A unit change is refused on a budget with spend or reservations: fold
+	// every lane written so far, from any replica, before looking.
+	if err := s.l.Sync(ctx); err != nil {
+		return nil, err
+	}
+	ch, err := s.l.DefineBudget(ctx, def, s.now())
+	if err != nil {
+		return nil, err
+	}
+	v, err := s.view(def.Ref)
+	if err != nil {
+		return nil, err
+	}
+	out := events.BudgetPutReply{BudgetView: v, Created: !ch.Existed, Changed: ch.Changed}
+	if ch.Existed && len(ch.Changed) > 0 {
+		out.Previous = &events.BudgetDefinition{Limit: ch.Prev.Limit.String(), Unit: ch.Prev.Unit, TZ: ch.Prev.TZ, Disabled: ch.Prev.Disabled}
+		if ch.Prev.FixedSlot != nil {
+			out.Previous.FixedSlot = ch.Prev.FixedSlot.String()
+		}
+	}
+	return out, nil
+}
+
+// parseBudgetPut validates a budget put. Errors (*events.Error), in
+// precedence order: CodeInvalidIdentifier (scope), CodeInvalidPeriod,
+// CodeInvalidAmount (limit: its message names "limit"; 0 without
+// allow_zero), CodeInvalidUnit, CodeInvalidTZ, CodeInvalidAmount
+// (fixed_slot: not a decimal > 0, or on a requests budget).
+func parseBudgetPut(req events.BudgetPutRequest) (ledger.Budget, error) {
+	scope, err := events.ParseScope(req.Scope)
+	if err != nil {
+		return ledger.Budget{}, err
 	}
 	period, err := events.ParsePeriod(req.Period)
 	if err != nil {
-		return nil, err
+		return ledger.Budget{}, err
 	}
 	limit, err := events.ParseMoney(req.Limit)
 	if err != nil {
-		return nil, err
+		var e *events.Error
+		if errors.As(err, &e) && strings.HasPrefix(e.Message, "amount") {
+			return ledger.Budget{}, &events.Error{Code: e.Code, Message: "limit" + strings.TrimPrefix(e.Message, "amount"), Err: err}
+		}
+		return ledger.Budget{}, err
+	}
+	if limit.IsZero() && !req.AllowZero {
+		return ledger.Budget{}, events.Errorf(events.CodeInvalidAmount,
+			"limit 0 denies every admit; to mean that, put \"allow_zero\": true (or \"disabled\": true to switch the budget off)")
 	}
 	if err := events.ValidateUnit(req.Unit); err != nil {
-		return nil, err
+		return ledger.Budget{}, err
 	}
-	ref := events.BudgetRef{Scope: scope, Period: period}
-	if _, err := s.l.PutBudget(ctx, ref, limit, req.Unit, s.now()); err != nil {
-		return nil, err
+	if _, err := events.LoadZone(req.TZ); err != nil {
+		return ledger.Budget{}, err
 	}
-	return s.view(ref)
+	def := ledger.Budget{Ref: events.BudgetRef{Scope: scope, Period: period}, Limit: limit, Unit: req.Unit,
+		TZ: req.TZ, Disabled: req.Disabled}
+	if req.FixedSlot != "" {
+		slot, err := events.ParseMoney(req.FixedSlot)
+		if err != nil {
+			var e *events.Error
+			if errors.As(err, &e) && strings.HasPrefix(e.Message, "amount") {
+				return ledger.Budget{}, &events.Error{Code: e.Code, Message: "fixed_slot" + strings.TrimPrefix(e.Message, "amount"), Err: err}
+			}
+			return ledger.Budget{}, err
+		}
+		if slot.IsZero() {
+			return ledger.Budget{}, events.Errorf(events.CodeInvalidAmount, "fixed_slot must be greater than zero (leave it out for none)")
+		}
+		if events.IsCount(req.Unit) {
+			return ledger.Budget{}, events.Errorf(events.CodeInvalidAmount, "fixed_slot applies to money budgets; a %s budget reserves 1 per admit", req.Unit)
+		}
+		def.FixedSlot = &slot
+	}
+	return def, nil
 }
 
 func (s *Service) budgetGet(ctx context.Context, data []byte) (any, error) {
@@ -395,10 +464,17 @@ func (s *Service) view(ref events.BudgetRef) (events.BudgetView, error) {
 	if !ok {
 		return events.BudgetView{}, events.Errorf(events.CodeUnknownBudget, "no budget is defined for %s per %s", ref.Scope, ref.Period)
 	}
-	bal := s.l.Balance(events.BalanceRef{Scope: ref.Scope, Period: ref.Period, Instance: ref.Period.Instance(s.now())})
-	return events.BudgetView{
+	bal := s.l.Balance(b.Balance(s.now()))
+	v := events.BudgetView{
 		Scope: ref.Scope, Period: ref.Period, Limit: b.Limit.String(), Unit: b.Unit,
 		Instance: bal.Ref.Instance, Spent: bal.Spent.String(), Reserved: bal.Reserved.String(),
 		Overrun: bal.Overrun.String(), Available: bal.Available().String(), Open: int64(bal.Open),
-	}, nil
+		TZ: b.TZ, Disabled: b.Disabled,
+	}
+	if b.FixedSlot != nil {
+		n := b.Limit.Slots(*b.FixedSlot)
+		v.FixedSlot, v.MaxInFlight = b.FixedSlot.String(), n.String()
+		v.OvershootBound = fmt.Sprintf("%s x (cost of one call - %s)", n, b.FixedSlot)
+	}
+	return v, nil
 }

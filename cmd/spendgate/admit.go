@@ -12,10 +12,11 @@ import (
 
 var admitCommand = command{
 	name:     "spendgate admit",
-	synopsis: "--scope KIND:ID [--scope ...] --amount DECIMAL [--unit USD] [--ttl 5m] [--request-id ID] [--meta KEY=VALUE ...]",
+	synopsis: "--scope KIND:ID [--scope ...] --amount DECIMAL [--unit USD] [--ttl 5m] [--request-id ID] [--meta KEY=VALUE ...] [--mode admit|check|shadow]",
 	about: `Reserves an amount in every budget of every scope, or in none, and prints
-the reply. Exit status: 0 admitted, 2 denied (or a usage error: the message on
-stderr says which), 1 on an error.`,
+the reply. With --mode check (or shadow, for evaluation traffic) it prints what
+an admit would do and reserves nothing. Exit status: 0 admitted (or would be),
+2 denied (or a usage error: the message on stderr says which), 1 on an error.`,
 }
 
 // admitCmd is spendgate admit.
@@ -30,6 +31,7 @@ func admitCmd(args []string) int {
 	fs.StringVar(&req.Unit, "unit", "", "currency of the amount (default USD)")
 	fs.StringVar(&req.TTL, "ttl", "", "reservation TTL, e.g. 30s (default 5m)")
 	fs.StringVar(&req.RequestID, "request-id", "", "idempotency key (default: a new UUID)")
+	fs.StringVar(&req.Mode, "mode", "", "admit (default), check (answer only, reserve nothing) or shadow (evaluation traffic: as check, counted apart)")
 	var meta multiFlag
 	fs.Var(&meta, "meta", "metadata `key=value` recorded with the reservation (model, user, ...); repeat for several")
 	if code, ok := admitCommand.parse(fs, args); !ok {

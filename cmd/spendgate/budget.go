@@ -10,17 +10,36 @@ import (
 var (
 	budgetCommand = command{
 		name:     "spendgate budget",
-		synopsis: "put|get|list [flags]",
+		synopsis: "put|get|list|disable|enable [flags]",
 		about: `Manages budgets on a running service:
 
-  put    define or change a budget: a limit per period for a scope
-  get    one budget of a scope, with what is spent and reserved
-  list   every budget, optionally of one kind of scope`,
+  put      define or change a budget: a limit per period for a scope
+  get      one budget of a scope, with what is spent and reserved
+  list     every budget, optionally of one kind of scope
+  disable  deny every admit that names the budget (budget_disabled)
+  enable   admit against the budget again`,
 	}
 	budgetPutCommand = command{
 		name:     "spendgate budget put",
-		synopsis: "--scope KIND:ID --period month|day|lifetime --limit DECIMAL --unit USD|requests|...",
-		about:    "Defines the budget of a scope for a period, or changes its limit. --period is\nrequired, so that a change never lands on another period's budget by default.",
+		synopsis: "--scope KIND:ID --period month|week|day|lifetime --limit DECIMAL --unit USD|requests|... [--tz ZONE] [--disabled] [--allow-zero] [--fixed-slot DECIMAL]",
+		about: `Defines the budget of a scope for a period, or changes it; the reply says what
+changed ("changed") and what it was ("previous"). --period is required, so that
+a change never lands on another period's budget by default. The put is the
+whole definition: a --tz, --disabled or --fixed-slot left out is reset. --limit 0 denies
+everything and needs --allow-zero.`,
+	}
+	budgetDisableCommand = command{
+		name:     "spendgate budget disable",
+		synopsis: "--scope KIND:ID --period month|week|day|lifetime",
+		about: `Disables a budget: every admit naming it is denied budget_disabled. It keeps the
+limit, unit, time zone and fixed slot: it reads the budget and puts it back with only
+"disabled" changed. The reply's "changed" shows what the put changed; if
+another change landed between the read and the put, it shows that too.`,
+	}
+	budgetEnableCommand = command{
+		name:     "spendgate budget enable",
+		synopsis: "--scope KIND:ID --period month|week|day|lifetime",
+		about:    "Enables a disabled budget again, keeping the rest of its definition (see\nspendgate budget disable).",
 	}
 	budgetGetCommand = command{
 		name:     "spendgate budget get",
@@ -41,7 +60,7 @@ func budget(args []string) int {
 		if code, ok := budgetCommand.parse(fs, args); !ok {
 			return code
 		}
-		return budgetCommand.usageError(fs, "which budget command? (put, get or list)")
+		return budgetCommand.usageError(fs, "which budget command? (put, get, list, disable or enable)")
 	}
 	var c clientFlags
 	fs := newFlagSet("budget " + args[0])
@@ -53,17 +72,21 @@ func budget(args []string) int {
 		fs.StringVar(&req.Period, "period", "", "month, day or lifetime (UTC); required")
 		fs.StringVar(&req.Limit, "limit", "", "limit, a decimal string")
 		fs.StringVar(&req.Unit, "unit", "USD", "currency (USD, EUR, ...) or requests")
+		fs.StringVar(&req.TZ, "tz", "", "IANA time zone of the period's calendar, e.g. Europe/Berlin (default UTC)")
+		fs.BoolVar(&req.Disabled, "disabled", false, "define the budget disabled: every admit naming it is denied")
+		fs.BoolVar(&req.AllowZero, "allow-zero", false, "allow --limit 0 (deny everything)")
+		fs.StringVar(&req.FixedSlot, "fixed-slot", "", "reserve this fixed amount per admit instead of the requested one (money budgets)")
 		if code, ok := budgetPutCommand.parse(fs, args[1:]); !ok {
 			return code
 		}
 		if req.Period == "" {
-			return budgetPutCommand.usageError(fs, "--period is required (month, day or lifetime)")
+			return budgetPutCommand.usageError(fs, "--period is required (month, week, day or lifetime)")
 		}
 		return c.call(streams.EndpointBudgetPut, req, nil)
 	case "get":
 		var req events.BudgetGetRequest
 		fs.StringVar(&req.Scope, "scope", "", "scope, kind:id")
-		fs.StringVar(&req.Period, "period", "", "month, day or lifetime; without it, every budget of the scope")
+		fs.StringVar(&req.Period, "period", "", "month, week, day or lifetime; without it, every budget of the scope")
 		if code, ok := budgetGetCommand.parse(fs, args[1:]); !ok {
 			return code
 		}
@@ -75,6 +98,27 @@ func budget(args []string) int {
 			return code
 		}
 		return c.call(streams.EndpointBudgetList, req, nil)
+	case "disable", "enable":
+		var get events.BudgetGetRequest
+		fs.StringVar(&get.Scope, "scope", "", "scope, kind:id")
+		fs.StringVar(&get.Period, "period", "", "month, week, day or lifetime; required")
+		cmd := budgetDisableCommand
+		if args[0] == "enable" {
+			cmd = budgetEnableCommand
+		}
+		if code, ok := cmd.parse(fs, args[1:]); !ok {
+			return code
+		}
+		if get.Period == "" {
+			return cmd.usageError(fs, "--period is required (month, week, day or lifetime)")
+		}
+		var cur events.BudgetView
+		if code := c.fetch(streams.EndpointBudgetGet, get, &cur); code != 0 {
+			return code
+		}
+		req := events.BudgetPutRequest{Scope: get.Scope, Period: get.Period, Limit: cur.Limit, Unit: cur.Unit,
+			TZ: cur.TZ, Disabled: args[0] == "disable", AllowZero: cur.Limit == "0", FixedSlot: cur.FixedSlot}
+		return c.call(streams.EndpointBudgetPut, req, nil)
 	}
 	return budgetCommand.usageError(nil, fmt.Sprintf("unknown budget command %q", args[0]))
 }

@@ -57,7 +57,7 @@ func runCLIAs(t *testing.T, cred *syscall.Credential, env []string, args ...stri
 
 // every command and subcommand, as typed.
 var allCommands = [][]string{
-	{"serve"}, {"budget"}, {"budget", "put"}, {"budget", "get"}, {"budget", "list"},
+	{"serve"}, {"budget"}, {"budget", "put"}, {"budget", "get"}, {"budget", "list"}, {"budget", "disable"}, {"budget", "enable"},
 	{"admit"}, {"settle"}, {"release"}, {"audit"}, {"audit", "check"}, {"audit", "balances"},
 	{"bench"}, {"demo"}, {"demo", "overrun"}, {"roles"}, {"version"},
 }

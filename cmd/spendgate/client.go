@@ -41,6 +41,43 @@ func (c *clientFlags) connect(name string) (*nats.Conn, error) {
 
 // call sends req to endpoint and prints the reply. It returns the exit code
 // and the decoded reply body.
+// fetch is call without printing a successful reply: an error reply is
+// printed and exits 1, a reply is decoded into out.
+func (c *clientFlags) fetch(endpoint string, req any, out any) int {
+	nc, err := c.connect("spendgate-cli")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "spendgate: %v\n", err)
+		return 1
+	}
+	defer nc.Close()
+	data, err := json.Marshal(req)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "spendgate: %v\n", err)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	msg, err := nc.RequestWithContext(ctx, c.prefix+endpoint, data)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			err = fmt.Errorf("no spendgate service is listening on %s%s", c.prefix, endpoint)
+		}
+		fmt.Fprintf(os.Stderr, "spendgate: %s: %v\n", endpoint, err)
+		return 1
+	}
+	var er events.ErrorReply
+	if json.Unmarshal(msg.Data, &er) == nil && er.Error != nil {
+		fmt.Fprintln(os.Stdout, string(msg.Data))
+		return 1
+	}
+	if err := json.Unmarshal(msg.Data, out); err != nil {
+		fmt.Fprintf(os.Stderr, "spendgate: %s: %v\n", endpoint, err)
+		return 1
+	}
+	return 0
+}
+
+// call sends req to endpoint, prints the reply and decodes it into out.
 func (c *clientFlags) call(endpoint string, req any, out any) int {
 	nc, err := c.connect("spendgate-cli")
 	if err != nil {

@@ -79,7 +79,7 @@ func Example() {
 		if cursor.Next(m) { // new: handle it, store the cursor with it
 			e, _ := m.Decoded()
 			switch e := e.(type) {
-			case events.BudgetDefined:
+			case events.BudgetDefinedV2:
 				fmt.Println(m.Type, e.Budget.Scope, e.Limit, e.Unit)
 			case events.ReservationOpened:
 				fmt.Println(m.Type, e.Balance.Scope, e.Amount, e.Metadata)
@@ -91,7 +91,7 @@ func Example() {
 		_ = msg.Ack()
 	}
 	// Output:
-	// budget.defined.v1 org:acme 10 USD
+	// budget.defined.v2 org:acme 10 USD
 	// reservation.opened.v1 org:acme 0.05 map[]
 	// reservation.settled.v1 org:acme 0.04 spent now 0.04
 }

@@ -101,7 +101,14 @@ func subjectScope(t *testing.T, m feed.Message) events.Scope {
 	}
 	e, err := m.Decoded()
 	require.NoError(t, err)
-	return e.(events.BudgetDefined).Budget.Scope
+	switch e := e.(type) {
+	case events.BudgetDefinedV2:
+		return e.Budget.Scope
+	case events.BudgetDefined:
+		return e.Budget.Scope
+	}
+	t.Fatalf("an event with no balance and no budget: %T", e)
+	return ""
 }
 
 func ids(ms []feed.Message) []string {

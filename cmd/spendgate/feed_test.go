@@ -65,7 +65,7 @@ func TestServe_FeedAndDashboard(t *testing.T) {
 		require.True(t, strings.HasPrefix(m.Subject, "spendgate.feed.v1."), m.Subject)
 		types = append(types, fm.Type)
 	}
-	require.Equal(t, []events.Type{events.TypeBudgetDefined, events.TypeReservationOpened, events.TypeReservationSettled}, types)
+	require.Equal(t, []events.Type{events.TypeBudgetDefinedV2, events.TypeReservationOpened, events.TypeReservationSettled}, types)
 
 	base := "http://" + httpAddr + dashboard.Path
 	code, body := httpStatus(t, base)

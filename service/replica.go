@@ -42,6 +42,9 @@ type ReplicaConfig struct {
 	// MetricsBudgets by reserved amount; 0 means metrics.DefaultBudgetLimit).
 	Metrics        *metrics.Set
 	MetricsBudgets int
+	// MaxInFlight bounds the requests the replica handles at once (see
+	// Config.MaxInFlight); 0 means MaxInFlight.
+	MaxInFlight int
 }
 
 // Replica is one running spendgate: the ledger follower, the service
@@ -142,7 +145,7 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 		<-r.done
 		return nil, errors.New("service: ledger fold did not finish in time")
 	}
-	svc, err := Start(nc, Config{Ledger: l, Admitter: a, Settler: st, Now: cfg.Now, Log: cfg.Log, Metrics: cfg.Metrics})
+	svc, err := Start(nc, Config{Ledger: l, Admitter: a, Settler: st, Now: cfg.Now, Log: cfg.Log, Metrics: cfg.Metrics, MaxInFlight: cfg.MaxInFlight})
 	if err != nil {
 		cancel()
 		<-r.done

@@ -27,10 +27,13 @@ const Version = "0.1.0"
 // QueueGroup is the queue group of every endpoint, so replicas share load.
 const QueueGroup = "spendgate"
 
-// MaxInFlight bounds the requests one replica handles at once. micro calls a
-// handler from one goroutine per endpoint; spendgate hands each request to
-// its own goroutine so concurrent admits on a hot budget reach the group
-// commit together. Past this bound the endpoint stops reading (backpressure).
+// MaxInFlight is the default bound on the requests one replica handles at
+// once (Config.MaxInFlight). micro calls a handler from one goroutine per
+// endpoint; spendgate hands each request to its own goroutine so concurrent
+// admits on a hot budget reach the group commit together. Past the bound a
+// request is answered ledger_busy at once, without touching the ledger, so
+// an overloaded replica refuses fast instead of queueing every caller
+// behind the backlog.
 const MaxInFlight = 4096
 
 // Service is a running micro service. Stop it with Stop.
@@ -67,6 +70,10 @@ type Config struct {
 	// Metrics receives request and admission counts; default a private
 	// set nobody reads.
 	Metrics *metrics.Set
+	// MaxInFlight bounds the requests handled at once; beyond it a request
+	// is answered ledger_busy (counted in spendgate_ledger_busy_total with
+	// cause inflight_limit). 0 means MaxInFlight; negative is an error.
+	MaxInFlight int
 }
 
 // Start registers the spendgate endpoints on nc under the ledger layout's
@@ -75,8 +82,15 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 	if cfg.Ledger == nil || cfg.Admitter == nil || cfg.Settler == nil {
 		return nil, errors.New("service: ledger, admitter and settler are required")
 	}
+	limit := cfg.MaxInFlight
+	if limit < 0 {
+		return nil, errors.New("service: MaxInFlight must not be negative")
+	}
+	if limit == 0 {
+		limit = MaxInFlight
+	}
 	s := &Service{l: cfg.Ledger, a: cfg.Admitter, s: cfg.Settler, now: cfg.Now, log: cfg.Log,
-		ctx: context.Background(), inflight: make(chan struct{}, MaxInFlight), nc: nc}
+		ctx: context.Background(), inflight: make(chan struct{}, limit), nc: nc}
 	s.idle = sync.NewCond(&s.mu)
 	if s.now == nil {
 		s.now = time.Now
@@ -106,7 +120,12 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 			// on the connection itself.
 			data, reply, subject := r.Data(), r.Reply(), r.Subject()
 			s.lastDispatch.Store(time.Now().UnixNano())
-			s.inflight <- struct{}{}
+			select {
+			case s.inflight <- struct{}{}:
+			default:
+				s.refuseBusy(r, name)
+				return
+			}
 			s.mu.Lock()
 			s.running++
 			s.mu.Unlock()
@@ -238,6 +257,24 @@ func (s *Service) serve(nc *nats.Conn, endpoint, subject, reply string, data []b
 	}
 	if err := nc.PublishMsg(msg); err != nil {
 		s.log.Warn("reply failed", "subject", subject, "err", err)
+	}
+}
+
+// busyReply is the body of the answer past the in-flight limit.
+var busyReply, _ = json.Marshal(events.ErrorReply{Error: &events.Error{
+	Code: events.CodeLedgerBusy, Message: "too many requests in flight on this replica; retry with back-off",
+}})
+
+// refuseBusy answers r ledger_busy on micro's own goroutine: no ledger work,
+// no goroutine, and micro counts it as an error of the endpoint.
+func (s *Service) refuseBusy(r micro.Request, endpoint string) {
+	s.m.LedgerBusy.With(metrics.BusyInflight).Inc()
+	s.m.ObserveRequest(endpoint, string(events.CodeLedgerBusy), 0)
+	if r.Reply() == "" {
+		return
+	}
+	if err := r.Error(statusOf(events.CodeLedgerBusy), string(events.CodeLedgerBusy), busyReply); err != nil {
+		s.log.Warn("reply failed", "subject", r.Subject(), "err", err)
 	}
 }
 

@@ -58,6 +58,7 @@ func serve(args []string) int {
 	httpAddr := fs.String("http", "", "serve /metrics, /healthz and /readyz on this address (e.g. 127.0.0.1:8080); off when empty")
 	metricsBudgets := fs.Int("metrics-budgets", metrics.DefaultBudgetLimit, "per-budget gauges for at most this many budgets, the most reserved first")
 	readyTimeout := fs.Duration("ready-timeout", time.Minute, "how long the replica may take to fold the ledger stream at start")
+	maxInflight := fs.Int("max-inflight", service.MaxInFlight, "requests this replica handles at once; beyond it callers get ledger_busy at once")
 	config.AddFileFlag(fs)
 	var logging config.Logging
 	logging.AddFlags(fs)
@@ -66,6 +67,9 @@ func serve(args []string) int {
 	}
 	if err := config.Apply(fs); err != nil {
 		return serveCommand.usageError(fs, err.Error())
+	}
+	if *maxInflight < 1 {
+		return serveCommand.usageError(fs, "--max-inflight must be at least 1")
 	}
 	if *sweepEvery <= 0 {
 		return serveCommand.usageError(fs, "--sweep-interval must be positive")
@@ -176,6 +180,7 @@ func serve(args []string) int {
 	r, err := service.StartReplica(ctx, nc, js, service.ReplicaConfig{
 		Layout: layout, DefaultTTL: *defTTL, MaxTTL: *maxTTL, SweepInterval: *sweepEvery, Log: log,
 		ReadyTimeout: *readyTimeout, Metrics: m, MetricsBudgets: *metricsBudgets,
+		MaxInFlight: *maxInflight,
 	})
 	if err != nil {
 		log.Error("start", "err", err)

@@ -392,35 +392,6 @@ func (s *Service) budgetGet(ctx context.Context, data []byte) (any, error) {
 	return out, nil
 }
 
-func (s *Service) budgetList(ctx context.Context, data []byte) (any, error) {
-	var req events.BudgetListRequest
-	if len(data) > 0 {
-		if err := events.DecodeRequest(data, &req); err != nil {
-			return nil, err
-		}
-	}
-	if req.Kind != "" {
-		if err := events.ValidateToken("kind", req.Kind, events.MaxKindLen); err != nil {
-			return nil, err
-		}
-	}
-	if err := s.l.Sync(ctx); err != nil {
-		return nil, err
-	}
-	out := events.BudgetListReply{Budgets: []events.BudgetView{}}
-	for _, b := range s.l.Budgets() {
-		if req.Kind != "" && b.Ref.Scope.Kind() != req.Kind {
-			continue
-		}
-		v, err := s.view(b.Ref)
-		if err != nil {
-			return nil, err
-		}
-		out.Budgets = append(out.Budgets, v)
-	}
-	return out, nil
-}
-
 // view reads a budget and its balance in the current period instance.
 func (s *Service) view(ref events.BudgetRef) (events.BudgetView, error) {
 	b, ok := s.l.Budget(ref)

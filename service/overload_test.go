@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
@@ -91,6 +92,18 @@ func TestService_InflightLimit(t *testing.T) {
 	require.Positive(t, busy, "the in-flight limit refused nothing")
 	require.Positive(t, admitted)
 	require.Equal(t, uint64(busy), m.LedgerBusy.With(metrics.BusyInflight).Value())
+	// The refusals are answered on micro's goroutine, so micro's own
+	// counters see them too.
+	msg, err := h.nc.Request("$SRV.STATS."+streams.ServiceName, nil, 5*time.Second)
+	require.NoError(t, err)
+	var st micro.Stats
+	require.NoError(t, json.Unmarshal(msg.Data, &st))
+	for _, ep := range st.Endpoints {
+		if ep.Name == "admit" {
+			require.Equal(t, busy, ep.NumErrors)
+		}
+	}
+	require.Equal(t, int64(busy), h.replicas[0].Service.Stats()["admit"].Errors["ledger_busy"])
 	v := h.budget("org:acme", "month")
 	require.Equal(t, int64(admitted), v.Open, "only the admits within the limit hold budget")
 	require.Equal(t, fmt.Sprint(admitted), v.Reserved)

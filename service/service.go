@@ -53,6 +53,8 @@ type Service struct {
 	// lastDispatch is when micro last handed a request to the service
 	// (unix nanoseconds).
 	lastDispatch atomic.Int64
+	// stats counts every answer per endpoint, for micro's STATS data.
+	stats endpointStats
 
 	mu      sync.Mutex
 	running int // requests handed to goroutines and not yet answered
@@ -103,11 +105,12 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 	}
 	layout := cfg.Ledger.Layout()
 	svc, err := micro.AddService(nc, micro.Config{
-		Name:        streams.ServiceName,
-		Version:     Version,
-		Description: "spendgate: spend caps enforced before the money is spent",
-		QueueGroup:  QueueGroup,
-		Metadata:    map[string]string{"prefix": layout.Prefix(), "bucket": layout.Bucket()},
+		Name:         streams.ServiceName,
+		Version:      Version,
+		Description:  "spendgate: spend caps enforced before the money is spent",
+		QueueGroup:   QueueGroup,
+		Metadata:     map[string]string{"prefix": layout.Prefix(), "bucket": layout.Bucket()},
+		StatsHandler: s.stats.handler,
 	})
 	if err != nil {
 		return nil, err
@@ -119,7 +122,8 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 			// (its stats read it), so the goroutine gets copies and replies
 			// on the connection itself.
 			data, reply, subject := r.Data(), r.Reply(), r.Subject()
-			s.lastDispatch.Store(time.Now().UnixNano())
+			arrived := time.Now()
+			s.lastDispatch.Store(arrived.UnixNano())
 			select {
 			case s.inflight <- struct{}{}:
 			default:
@@ -138,7 +142,7 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 					}
 					s.mu.Unlock()
 				}()
-				s.serve(nc, name, subject, reply, data, h)
+				s.serve(nc, name, subject, reply, data, h, arrived)
 			}()
 		}),
 			micro.WithEndpointSubject(layout.Endpoint(name)),
@@ -217,13 +221,15 @@ func (s *Service) Stop() error {
 // Info returns the micro service info.
 func (s *Service) Info() micro.Info { return s.svc.Info() }
 
-func (s *Service) serve(nc *nats.Conn, endpoint, subject, reply string, data []byte, h func(context.Context, []byte) (any, error)) {
+func (s *Service) serve(nc *nats.Conn, endpoint, subject, reply string, data []byte, h func(context.Context, []byte) (any, error), arrived time.Time) {
 	start := time.Now()
 	s.m.Inflight.Inc()
 	code := metrics.CodeOK
+	var errCode, errMsg string
 	defer func() {
 		s.m.Inflight.Dec()
 		s.m.ObserveRequest(endpoint, code, time.Since(start))
+		s.stats.observe(endpoint, errCode, errMsg, time.Since(arrived))
 	}()
 	ctx, cancel := context.WithTimeout(s.ctx, RequestTimeout)
 	defer cancel()
@@ -241,6 +247,7 @@ func (s *Service) serve(nc *nats.Conn, endpoint, subject, reply string, data []b
 			s.log.Error("request failed", "subject", subject, "err", err)
 		}
 		code = string(e.Code)
+		errCode, errMsg = code, e.Message
 		if e.Code == events.CodeLedgerBusy {
 			s.m.LedgerBusy.With(metrics.BusyConflicts).Inc()
 		}
@@ -270,6 +277,7 @@ var busyReply, _ = json.Marshal(events.ErrorReply{Error: &events.Error{
 func (s *Service) refuseBusy(r micro.Request, endpoint string) {
 	s.m.LedgerBusy.With(metrics.BusyInflight).Inc()
 	s.m.ObserveRequest(endpoint, string(events.CodeLedgerBusy), 0)
+	s.stats.observe(endpoint, string(events.CodeLedgerBusy), "in-flight limit", 0)
 	if r.Reply() == "" {
 		return
 	}

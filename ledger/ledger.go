@@ -71,7 +71,14 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, layout stre
 			return nil, err
 		}
 	}
-	s, err := js.Stream(ctx, layout.StreamName())
+	// A stream another replica created a moment ago may not be visible
+	// (or have a leader) on every node yet: retry for a bounded while.
+	var s jetstream.Stream
+	err := streams.RetryStart(ctx, streams.BindRetryFor, nil, func(ctx context.Context) error {
+		var err error
+		s, err = js.Stream(ctx, layout.StreamName())
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("ledger: bind %s: %w", layout.StreamName(), err)
 	}

@@ -385,10 +385,11 @@ func TestRun_Failures(t *testing.T) {
 }
 
 // TestRun_Flood runs the flood scenario briefly: every flood settle is
-// answered (unknown_reservation, or ledger_busy), the good cycles do not
-// fail, and the misses share stream reads (fewer reads than misses; it
-// fails if each miss made its own read). The p99 target is reported, not
-// asserted: it is a property of the machine.
+// answered (unknown_reservation, or ledger_busy) and the good cycles do
+// not fail. The p99 target is reported, not asserted: it is a property of
+// the machine. (A paced flood coalesces only when misses overlap, so the
+// count of reads is logged here; TestService_MissFloodCoalesced asserts
+// coalescing with misses sent at once.)
 func TestRun_Flood(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*benchTestBudget)
 	defer cancel()
@@ -410,6 +411,5 @@ func TestRun_Flood(t *testing.T) {
 	require.Zero(t, f.Unanswered)
 	require.Equal(t, f.Sent, f.Unknown+f.Busy)
 	require.Positive(t, f.FloodCyclesPS)
-	require.Less(t, f.SyncReads, f.Unknown, "each miss made its own stream read")
 	t.Logf("flood: %d sent, %d stream reads; good admit p99 %.0f µs calm, %.0f µs flooded", f.Sent, f.SyncReads, f.CalmP99, f.FloodP99)
 }

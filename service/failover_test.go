@@ -47,7 +47,14 @@ type acked struct {
 // before the kill is lost (the fresh replica misses it), if the commit
 // path stalls for a fixed timeout after the election, or if a retried write
 // lands twice (the checker's replay).
-func TestCluster_FailoverLeaderKill(t *testing.T) {
+func TestCluster_FailoverLeaderKill(t *testing.T) { failover(t, "stop") }
+
+// TestCluster_FailoverStepDown is TestCluster_FailoverLeaderKill with a
+// graceful leader change instead of a stopped node: the stream leader is
+// asked to step down (what `nats stream cluster step-down` does).
+func TestCluster_FailoverStepDown(t *testing.T) { failover(t, "stepdown") }
+
+func failover(t *testing.T, mode string) {
 	kills := 1
 	if v := os.Getenv("SPENDGATE_FAILOVER_KILLS"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -171,7 +178,13 @@ func TestCluster_FailoverLeaderKill(t *testing.T) {
 		old := c.Leader()
 		require.GreaterOrEqual(t, old, 0)
 		killedAt := time.Now()
-		c.StopServer(old)
+		if mode == "stepdown" {
+			msg, err := c.Conn.Request("$JS.API.STREAM.LEADER.STEPDOWN."+c.Layout.StreamName(), nil, 10*time.Second)
+			require.NoError(t, err)
+			require.Contains(t, string(msg.Data), `"success":true`)
+		} else {
+			c.StopServer(old)
+		}
 		var electedAt time.Time
 		testenv.WaitFor(t, 60*time.Second, "a new stream leader", func() bool {
 			if l := c.Leader(); l >= 0 && l != old {
@@ -188,9 +201,9 @@ func TestCluster_FailoverLeaderKill(t *testing.T) {
 		})
 		election, recovery := electedAt.Sub(killedAt), recoveredAt.Sub(electedAt)
 		elections, recoveries = append(elections, election), append(recoveries, recovery)
-		t.Logf("kill %d: node n%d killed; new leader elected after %v; first admit acknowledged %v after the election", k+1, old+1, election.Round(time.Millisecond), recovery.Round(time.Millisecond))
+		t.Logf("%s %d: leader n%d; new leader elected after %v; first admit acknowledged %v after the election", mode, k+1, old+1, election.Round(time.Millisecond), recovery.Round(time.Millisecond))
 		require.Less(t, recovery, failoverRecoveryBound, "admits resumed too long after the election")
-		if k+1 < kills {
+		if k+1 < kills && mode == "stop" {
 			c.RestartServer(t, old)
 		}
 	}

@@ -572,17 +572,19 @@ func (l *Ledger) write(ctx context.Context, revs []keyedRevision) ([]uint64, []s
 //
 // Each attempt waits at most the commit timeout; an attempt that times out
 // (no stream leader, a leader election in progress) is sent again, the same
-// bytes with the same Nats-Msg-Id (the key, rev and payload hash) and the
-// same expected revision, until ctx ends. If an earlier attempt landed, the
-// repeat is a duplicate and JetStream answers with that attempt's sequence;
-// no other write can land at rev. When ctx ends first, the outcome is
-// unknown and the caller resolves it by reading the lane (catchUp).
+// bytes with the same expected revision, until ctx ends. If an earlier
+// attempt landed, the repeat fails its compare-and-set and the caller folds
+// the lane (catchUp), where it finds its own write; no other write can land
+// at rev. (No Nats-Msg-Id: the server would keep one dedupe entry per
+// commit for the stream's duplicate window, hundreds of MB at thousands of
+// commits per second, to save a round trip only after a lost ack.) When
+// ctx ends first, the outcome is unknown and the caller resolves it by
+// reading the lane.
 func (l *Ledger) publishOne(ctx context.Context, key string, rev uint64, data []byte) (uint64, error) {
 	msg := nats.NewMsg(l.layout.Subject(key))
 	msg.Data = data
 	msg.Header.Set(streams.HeaderWriter, l.id)
-	opts := []jetstream.PublishOpt{jetstream.WithExpectStream(l.layout.StreamName()),
-		jetstream.WithMsgID(key + "@" + strconv.FormatUint(rev, 10) + ":" + events.HashPayload(data))}
+	opts := []jetstream.PublishOpt{jetstream.WithExpectStream(l.layout.StreamName())}
 	if !l.opts.blindWrites {
 		opts = append(opts, jetstream.WithExpectLastSequencePerSubject(rev))
 	}
@@ -592,7 +594,7 @@ func (l *Ledger) publishOne(ctx context.Context, key string, rev uint64, data []
 		cancel()
 		if err == nil {
 			if attempt > 1 {
-				l.opts.log.Info("ledger write landed after retries", "key", key, "attempts", attempt, "duplicate", ack.Duplicate)
+				l.opts.log.Info("ledger write landed after retries", "key", key, "attempts", attempt)
 			}
 			return ack.Sequence, nil
 		}

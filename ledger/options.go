@@ -16,12 +16,12 @@ const (
 	// DefaultCommitTimeout bounds one attempt of a call to JetStream (a
 	// write, a leader read). It is short on purpose: while a stream leader
 	// is being elected a request goes unanswered, and a write that timed
-	// out is sent again, byte for byte with the same Nats-Msg-Id and the
-	// same expected revision, every DefaultCommitTimeout until the commit's
-	// deadline; JetStream's duplicate window makes the repeat return the
-	// first write's sequence if it landed, and the compare-and-set makes
-	// any other write impossible. So admits resume about one attempt after
-	// the new leader is elected, not after a fixed 5 s.
+	// out is sent again, byte for byte with the same expected revision,
+	// every DefaultCommitTimeout until the commit's deadline; if the first
+	// landed, the repeat loses its compare-and-set and the catch-up finds
+	// the write, and no other write can land at that revision. So admits
+	// resume about one attempt after the new leader is elected, not after a
+	// fixed 5 s.
 	DefaultCommitTimeout = 500 * time.Millisecond
 	// retryPause is the pause before a write or a leader read is tried
 	// again after a timeout (an election in progress).

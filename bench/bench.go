@@ -100,8 +100,11 @@ same run: the request-reply floor (an endpoint that only decodes and replies)
 and a naive get-then-CAS ledger on a KV key. By default it embeds its own
 NATS server (temp dir, random port) and its own spendgate replica.
 
-Scenarios: hot1, hot16, hot64, spread64, multi3 (default all of them), and
-mem (100,000 open reservations over 1,000 budgets; only when named).
+Scenarios: hot1, hot16, hot64, spread64, multi3 (default all of them),
+mem (100,000 open reservations over 1,000 budgets; only when named), and
+flood (16 callers' cycles with and without 5,000/s settles of unknown
+reservation ids from another connection; target admit p99 < 50 ms; only
+when named).
 
 Exit status: 0 ok; 1 on any error (a failed request included), on any
 over-admission, or on mem over 300 MB; 2 on a usage error.`
@@ -146,8 +149,8 @@ type Options struct {
 // DefaultScenarios are the scenarios run when none are named.
 var DefaultScenarios = []string{"hot1", "hot16", "hot64", "spread64", "multi3"}
 
-// ScenarioNames are every scenario's name, mem included.
-var ScenarioNames = []string{"hot1", "hot16", "hot64", "spread64", "multi3", "mem"}
+// ScenarioNames are every scenario's name, mem and flood included.
+var ScenarioNames = []string{"hot1", "hot16", "hot64", "spread64", "multi3", "mem", "flood"}
 
 // DefaultOptions returns the defaults of spendgate bench.
 func DefaultOptions() Options {
@@ -162,6 +165,7 @@ type config struct {
 	Options
 	scenarios []benchScenario
 	mem       bool
+	flood     bool
 }
 
 // Validate checks the options as Run does and returns the first problem,
@@ -215,6 +219,10 @@ func (o Options) resolve() (config, error) {
 			c.mem = true
 			continue
 		}
+		if name == "flood" {
+			c.flood = true
+			continue
+		}
 		found := false
 		for _, sc := range benchScenarios {
 			if sc.name == name {
@@ -230,7 +238,7 @@ func (o Options) resolve() (config, error) {
 			c.scenarios = append(c.scenarios, sc)
 		}
 	}
-	if len(c.scenarios) == 0 && !c.mem {
+	if len(c.scenarios) == 0 && !c.mem && !c.flood {
 		return c, errors.New("--scenarios names no scenario")
 	}
 	return c, nil
@@ -277,6 +285,13 @@ func Run(ctx context.Context, opts Options, stdout, stderr io.Writer) error {
 		}
 		mem = &m
 	}
+	if o.flood {
+		f, err := b.floodCheck()
+		if err != nil {
+			return fmt.Errorf("flood: %w", err)
+		}
+		b.flood = &f
+	}
 	if o.MemProfile != "" {
 		if err := writeHeapProfile(o.MemProfile); err != nil {
 			return fmt.Errorf("heap profile: %w", err)
@@ -290,7 +305,11 @@ func Run(ctx context.Context, opts Options, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("write the report: %w", err)
 	}
-	return verdict(rows, mem)
+	err = verdict(rows, mem)
+	if f := b.flood; f != nil && f.Errors > 0 {
+		err = errors.Join(err, fmt.Errorf("%w: flood: %d good cycles failed (first: %s)", ErrRequests, f.Errors, f.FirstError))
+	}
+	return err
 }
 
 // verdict returns the failures of a finished run, or nil.
@@ -335,6 +354,7 @@ type bencher struct {
 	floor      *floorService
 	replicas   []*service.Replica // none with --nats-url
 	cleanups   []func()
+	flood      *floodResult // the flood scenario's result, when run
 }
 
 // ledgerStats returns the embedded replicas' commit counters, summed (zero
@@ -347,6 +367,7 @@ func (b *bencher) ledgerStats() ledger.Stats {
 		st.Batches += s.Batches
 		st.Txs += s.Txs
 		st.Conflicts += s.Conflicts
+		st.SyncReads += s.SyncReads
 	}
 	return st
 }
@@ -1228,6 +1249,9 @@ x floor = cycles/s / floor cycles/s; x naive = cycles/s / naive cycles/s.
 		fmt.Fprintf(w, "mem: %d open reservations (ttl %s) over %d budgets, opened in %s (%d errors): held RSS %.0f MB (%.0f MB before, %.0f MB right after the burst), Go heap in use %.0f MB, limit %d MB: %s\n  %s\n",
 			mem.Open, benchMemTTL, mem.Budgets, fmtSeconds(mem.OpenSeconds), mem.Errors, mem.RSSMB, mem.RSSBeforeMB, mem.PeakRSSMB, mem.HeapInuseMB, benchMemLimitMB, verdict, mem.Note)
 	}
+	if b.flood != nil {
+		writeFlood(w, b.flood)
+	}
 	return nil
 }
 
@@ -1247,6 +1271,9 @@ func (b *bencher) printJSON(w io.Writer, rows []benchRow, mem *memResult) error 
 	}
 	if mem != nil {
 		out = append(out, mem)
+	}
+	if b.flood != nil {
+		out = append(out, b.flood)
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

@@ -229,15 +229,41 @@ func (c *Client) GetScopeBudgets(ctx context.Context, scope string) (events.Budg
 	return v, nil
 }
 
-// ListBudgets lists the budgets of scopes of kind ("" for all), sorted by
-// scope and period.
+// ListBudgets lists every budget of scopes of kind ("" for all), sorted by
+// scope and period, fetching them page by page (budget.list is paged; see
+// ListBudgetsPage for one page). The pages are not one snapshot: a budget
+// defined while the listing runs may be missing.
 //
 // Errors, in precedence order: an *events.Error matching ErrInvalid
 // (invalid_identifier: kind); then an *UnavailableError matching
 // ErrUnavailable; then ctx's error, wrapped.
 func (c *Client) ListBudgets(ctx context.Context, kind string) (events.BudgetListReply, error) {
+	all := events.BudgetListReply{Budgets: []events.BudgetView{}}
+	req := events.BudgetListRequest{Kind: kind}
+	for {
+		page, err := c.ListBudgetsPage(ctx, req)
+		if err != nil {
+			return events.BudgetListReply{}, err
+		}
+		all.Budgets = append(all.Budgets, page.Budgets...)
+		if page.NextCursor == "" {
+			return all, nil
+		}
+		req.Cursor = page.NextCursor
+	}
+}
+
+// ListBudgetsPage requests one page of budget.list: req names the kind, the
+// sort (events.SortScope or events.SortUtilization), the page size and the
+// cursor of the previous page (empty for the first). The reply's NextCursor
+// is empty on the last page.
+//
+// Errors, in precedence order: an *events.Error matching ErrInvalid
+// (invalid_identifier: kind; invalid_request: sort, limit or cursor); then
+// an *UnavailableError matching ErrUnavailable; then ctx's error, wrapped.
+func (c *Client) ListBudgetsPage(ctx context.Context, req events.BudgetListRequest) (events.BudgetListReply, error) {
 	var v events.BudgetListReply
-	if err := c.request(ctx, streams.EndpointBudgetList, events.BudgetListRequest{Kind: kind}, &v); err != nil {
+	if err := c.request(ctx, streams.EndpointBudgetList, req, &v); err != nil {
 		return events.BudgetListReply{}, err
 	}
 	return v, nil

@@ -213,10 +213,39 @@ type BudgetGetRequest struct {
 	Period string `json:"period,omitempty"`
 }
 
-// BudgetListRequest lists budgets, optionally of one scope kind.
+// BudgetListRequest lists budgets, optionally of one scope kind, one page
+// at a time. An empty request (no fields, or no body) is valid: the first
+// page of DefaultBudgetPage budgets of every kind, sorted by scope.
 type BudgetListRequest struct {
 	Kind string `json:"kind,omitempty"`
+	// Limit is the page size, 1..MaxBudgetPage; 0 means DefaultBudgetPage.
+	// A page may hold fewer (the reply is kept under the connection's max
+	// payload); only an empty NextCursor means the list is done.
+	Limit int `json:"limit,omitempty"`
+	// Cursor is the NextCursor of the previous page, opaque; it is only
+	// valid with the same Kind and Sort.
+	Cursor string `json:"cursor,omitempty"`
+	// Sort is SortScope (default: by scope, then period) or
+	// SortUtilization (most used first: (spent + reserved) / limit in the
+	// current period, exactly, then by scope and period).
+	Sort string `json:"sort,omitempty"`
 }
+
+// Sort orders of budget.list.
+const (
+	// SortScope lists budgets by scope, then period (the default).
+	SortScope = "scope"
+	// SortUtilization lists the budgets nearest their limit first.
+	SortUtilization = "utilization"
+)
+
+// Page sizes of budget.list.
+const (
+	// DefaultBudgetPage is the page size of a request without a limit.
+	DefaultBudgetPage = 1000
+	// MaxBudgetPage is the largest page a request may ask for.
+	MaxBudgetPage = 1000
+)
 
 // BudgetView is a budget and its balance in the current period instance.
 type BudgetView struct {
@@ -244,9 +273,13 @@ type BudgetView struct {
 	OvershootBound string `json:"overshoot_bound,omitempty"`
 }
 
-// BudgetListReply lists budgets sorted by scope and period.
+// BudgetListReply lists budgets sorted by scope and period (or as the
+// request's Sort asks).
 type BudgetListReply struct {
 	Budgets []BudgetView `json:"budgets"`
+	// NextCursor, when set, fetches the next page (BudgetListRequest.Cursor);
+	// empty on the last page. budget.get never sets it.
+	NextCursor string `json:"next_cursor,omitempty"`
 }
 
 // ErrorReply is the body of every failed request.

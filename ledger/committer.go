@@ -381,7 +381,7 @@ func (l *Ledger) commitGroup(refs []events.BalanceRef, group []*pending, locks [
 			return
 		}
 		for _, lane := range l.lanesOf(refs) {
-			if err := l.catchUp(ctx, lane); err != nil {
+			if err := l.resolve(ctx, lane, unknown); err != nil {
 				cancel()
 				if unknown {
 					err = &events.Error{Code: events.CodeLedgerUnavailable, Message: "write outcome unknown and the ledger cannot be read", Err: err}
@@ -401,6 +401,20 @@ func (l *Ledger) commitGroup(refs []events.BalanceRef, group []*pending, locks [
 			}
 		}
 		cancel()
+	}
+}
+
+// resolve folds what was written to lane after this replica's last folded
+// revision (catchUp). After a write whose outcome is unknown, a read that
+// times out (the stream has no leader yet) is tried again until ctx ends:
+// the answer to the callers waits for the lane's last revision, which says
+// whether the write landed.
+func (l *Ledger) resolve(ctx context.Context, lane string, unknown bool) error {
+	for {
+		err := l.catchUp(ctx, lane)
+		if err == nil || !unknown || !(isTimeout(err) || streams.IsTransient(err)) || !pause(ctx, retryPause) {
+			return err
+		}
 	}
 }
 
@@ -555,9 +569,18 @@ func (l *Ledger) write(ctx context.Context, revs []keyedRevision) ([]uint64, []s
 
 // publishOne writes data to key if the key's last revision is rev (0: the
 // key must not exist).
+//
+// Each attempt waits at most the commit timeout; an attempt that times out
+// (no stream leader, a leader election in progress) is sent again, the same
+// bytes with the same expected revision, until ctx ends. If an earlier
+// attempt landed, the repeat fails its compare-and-set and the caller folds
+// the lane (catchUp), where it finds its own write; no other write can land
+// at rev. (No Nats-Msg-Id: the server would keep one dedupe entry per
+// commit for the stream's duplicate window, hundreds of MB at thousands of
+// commits per second, to save a round trip only after a lost ack.) When
+// ctx ends first, the outcome is unknown and the caller resolves it by
+// reading the lane.
 func (l *Ledger) publishOne(ctx context.Context, key string, rev uint64, data []byte) (uint64, error) {
-	ctx, cancel := context.WithTimeout(ctx, l.opts.commitTimeout)
-	defer cancel()
 	msg := nats.NewMsg(l.layout.Subject(key))
 	msg.Data = data
 	msg.Header.Set(streams.HeaderWriter, l.id)
@@ -565,11 +588,32 @@ func (l *Ledger) publishOne(ctx context.Context, key string, rev uint64, data []
 	if !l.opts.blindWrites {
 		opts = append(opts, jetstream.WithExpectLastSequencePerSubject(rev))
 	}
-	ack, err := l.js.PublishMsg(ctx, msg, opts...)
-	if err != nil {
-		return 0, err
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, l.opts.commitTimeout)
+		ack, err := l.js.PublishMsg(actx, msg, opts...)
+		cancel()
+		if err == nil {
+			if attempt > 1 {
+				l.opts.log.Info("ledger write landed after retries", "key", key, "attempts", attempt)
+			}
+			return ack.Sequence, nil
+		}
+		if !isTimeout(err) || !pause(ctx, retryPause) {
+			return 0, err
+		}
 	}
-	return ack.Sequence, nil
+}
+
+// pause waits d, or until ctx ends; it reports whether ctx is still live.
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return ctx.Err() == nil
+	case <-ctx.Done():
+		return false
+	}
 }
 
 type batchAck struct {

@@ -254,17 +254,19 @@ func (l *Ledger) advance(seq uint64) {
 // Sync waits until this replica has folded every revision that the stream
 // held when Sync was called: a read-your-writes barrier for lookups that
 // missed (a reservation or budget just created through another replica).
+// Concurrent Syncs share one read of the stream's state (see syncer), so a
+// flood of misses costs about one round trip per round trip time, not one
+// per miss.
 func (l *Ledger) Sync(ctx context.Context) error {
 	if err := l.live(); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, SyncTimeout)
 	defer cancel()
-	info, err := l.stream.Info(ctx)
+	target, err := l.syncTarget(ctx)
 	if err != nil {
-		return &events.Error{Code: events.CodeLedgerUnavailable, Message: "ledger stream info", Err: err}
+		return err
 	}
-	target := info.State.LastSeq
 	for {
 		l.progMu.Lock()
 		ch := l.progress

@@ -34,6 +34,8 @@ type Ledger struct {
 
 	follower
 	committer
+	// sync coalesces the stream reads of concurrent Syncs.
+	syncs syncer
 
 	// life guards the lifecycle: state (stateNew, stateRunning,
 	// stateStopped), why Run stopped, and owned, the background
@@ -69,7 +71,14 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, layout stre
 			return nil, err
 		}
 	}
-	s, err := js.Stream(ctx, layout.StreamName())
+	// A stream another replica created a moment ago may not be visible
+	// (or have a leader) on every node yet: retry for a bounded while.
+	var s jetstream.Stream
+	err := streams.RetryStart(ctx, streams.BindRetryFor, nil, func(ctx context.Context) error {
+		var err error
+		s, err = js.Stream(ctx, layout.StreamName())
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("ledger: bind %s: %w", layout.StreamName(), err)
 	}
@@ -296,9 +305,13 @@ type Stats struct {
 	// Queued is how many submitted Txs wait for a committer now (a gauge:
 	// not those being decided or written).
 	Queued int64
+	// SyncReads counts the stream reads made for Sync (misses that had to
+	// catch up); concurrent Syncs share one read.
+	SyncReads int64
 }
 
 // Stats returns the commit counters.
 func (l *Ledger) Stats() Stats {
-	return Stats{Commits: l.stats.commits.Load(), Batches: l.stats.batches.Load(), Txs: l.stats.txs.Load(), Conflicts: l.stats.conflicts.Load(), Queued: l.stats.queued.Load()}
+	return Stats{Commits: l.stats.commits.Load(), Batches: l.stats.batches.Load(), Txs: l.stats.txs.Load(), Conflicts: l.stats.conflicts.Load(), Queued: l.stats.queued.Load(),
+		SyncReads: l.syncs.reads.Load()}
 }

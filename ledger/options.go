@@ -13,8 +13,19 @@ const (
 	DefaultMaxGroup = 256
 	// DefaultMaxAttempts bounds compare-and-set retries of one commit.
 	DefaultMaxAttempts = 64
-	// DefaultCommitTimeout bounds one call to JetStream (a write, a read).
-	DefaultCommitTimeout = 5 * time.Second
+	// DefaultCommitTimeout bounds one attempt of a call to JetStream (a
+	// write, a leader read). It is short on purpose: while a stream leader
+	// is being elected a request goes unanswered, and a write that timed
+	// out is sent again, byte for byte with the same expected revision,
+	// every DefaultCommitTimeout until the commit's deadline; if the first
+	// landed, the repeat loses its compare-and-set and the catch-up finds
+	// the write, and no other write can land at that revision. So admits
+	// resume about one attempt after the new leader is elected, not after a
+	// fixed 5 s.
+	DefaultCommitTimeout = 500 * time.Millisecond
+	// retryPause is the pause before a write or a leader read is tried
+	// again after a timeout (an election in progress).
+	retryPause = 50 * time.Millisecond
 	// DefaultSubmitTimeout bounds all attempts of one Submit or PutBudget
 	// whose ctx has no deadline.
 	DefaultSubmitTimeout = 30 * time.Second

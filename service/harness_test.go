@@ -40,8 +40,9 @@ type harnessOpts struct {
 	// lanes of the ledger stream (default 1: every Tx commits as one lane
 	// revision; more lanes put multi-scope Txs on the atomic batch path).
 	lanes int
-	// metrics, if set, is every replica's metrics set.
-	metrics *metrics.Set
+	// maxInFlight and metrics are passed to every replica.
+	maxInFlight int
+	metrics     *metrics.Set
 }
 
 type clock struct{ now atomicTime }
@@ -62,7 +63,7 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 		require.NoError(t, err)
 		r, err := service.StartReplica(ctxT(t), nc, js, service.ReplicaConfig{
 			Layout: env.Layout, Now: h.clock.now.Load, SweepInterval: -1, LedgerOptions: o.ledgerOpts,
-			Metrics: o.metrics,
+			MaxInFlight: o.maxInFlight, Metrics: o.metrics,
 		})
 		require.NoError(t, err)
 		t.Cleanup(func() {

@@ -47,6 +47,9 @@ type ReplicaConfig struct {
 	// (stream streams.FeedStreamName) from the ledger stream. Any number
 	// of replicas may relay at once; each event is appended once.
 	Feed bool
+	// MaxInFlight bounds the requests the replica handles at once (see
+	// Config.MaxInFlight); 0 means MaxInFlight.
+	MaxInFlight int
 }
 
 // Replica is one running spendgate: the ledger follower, the service
@@ -150,7 +153,7 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 		<-r.done
 		return nil, errors.New("service: ledger fold did not finish in time")
 	}
-	svc, err := Start(nc, Config{Ledger: l, Admitter: a, Settler: st, Now: cfg.Now, Log: cfg.Log, Metrics: cfg.Metrics})
+	svc, err := Start(nc, Config{Ledger: l, Admitter: a, Settler: st, Now: cfg.Now, Log: cfg.Log, Metrics: cfg.Metrics, MaxInFlight: cfg.MaxInFlight})
 	if err != nil {
 		cancel()
 		<-r.done

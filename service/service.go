@@ -28,10 +28,13 @@ const Version = "0.1.0"
 // QueueGroup is the queue group of every endpoint, so replicas share load.
 const QueueGroup = "spendgate"
 
-// MaxInFlight bounds the requests one replica handles at once. micro calls a
-// handler from one goroutine per endpoint; spendgate hands each request to
-// its own goroutine so concurrent admits on a hot budget reach the group
-// commit together. Past this bound the endpoint stops reading (backpressure).
+// MaxInFlight is the default bound on the requests one replica handles at
+// once (Config.MaxInFlight). micro calls a handler from one goroutine per
+// endpoint; spendgate hands each request to its own goroutine so concurrent
+// admits on a hot budget reach the group commit together. Past the bound a
+// request is answered ledger_busy at once, without touching the ledger, so
+// an overloaded replica refuses fast instead of queueing every caller
+// behind the backlog.
 const MaxInFlight = 4096
 
 // Service is a running micro service. Stop it with Stop.
@@ -51,6 +54,8 @@ type Service struct {
 	// lastDispatch is when micro last handed a request to the service
 	// (unix nanoseconds).
 	lastDispatch atomic.Int64
+	// stats counts every answer per endpoint, for micro's STATS data.
+	stats endpointStats
 
 	// denials keeps this replica's recent denials (RecentDenials).
 	denials denialRing
@@ -71,6 +76,10 @@ type Config struct {
 	// Metrics receives request and admission counts; default a private
 	// set nobody reads.
 	Metrics *metrics.Set
+	// MaxInFlight bounds the requests handled at once; beyond it a request
+	// is answered ledger_busy (counted in spendgate_ledger_busy_total with
+	// cause inflight_limit). 0 means MaxInFlight; negative is an error.
+	MaxInFlight int
 }
 
 // Start registers the spendgate endpoints on nc under the ledger layout's
@@ -79,8 +88,15 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 	if cfg.Ledger == nil || cfg.Admitter == nil || cfg.Settler == nil {
 		return nil, errors.New("service: ledger, admitter and settler are required")
 	}
+	limit := cfg.MaxInFlight
+	if limit < 0 {
+		return nil, errors.New("service: MaxInFlight must not be negative")
+	}
+	if limit == 0 {
+		limit = MaxInFlight
+	}
 	s := &Service{l: cfg.Ledger, a: cfg.Admitter, s: cfg.Settler, now: cfg.Now, log: cfg.Log,
-		ctx: context.Background(), inflight: make(chan struct{}, MaxInFlight), nc: nc}
+		ctx: context.Background(), inflight: make(chan struct{}, limit), nc: nc}
 	s.idle = sync.NewCond(&s.mu)
 	if s.now == nil {
 		s.now = time.Now
@@ -93,11 +109,12 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 	}
 	layout := cfg.Ledger.Layout()
 	svc, err := micro.AddService(nc, micro.Config{
-		Name:        streams.ServiceName,
-		Version:     Version,
-		Description: "spendgate: spend caps enforced before the money is spent",
-		QueueGroup:  QueueGroup,
-		Metadata:    map[string]string{"prefix": layout.Prefix(), "bucket": layout.Bucket()},
+		Name:         streams.ServiceName,
+		Version:      Version,
+		Description:  "spendgate: spend caps enforced before the money is spent",
+		QueueGroup:   QueueGroup,
+		Metadata:     map[string]string{"prefix": layout.Prefix(), "bucket": layout.Bucket()},
+		StatsHandler: s.stats.handler,
 	})
 	if err != nil {
 		return nil, err
@@ -109,8 +126,14 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 			// (its stats read it), so the goroutine gets copies and replies
 			// on the connection itself.
 			data, reply, subject := r.Data(), r.Reply(), r.Subject()
-			s.lastDispatch.Store(time.Now().UnixNano())
-			s.inflight <- struct{}{}
+			arrived := time.Now()
+			s.lastDispatch.Store(arrived.UnixNano())
+			select {
+			case s.inflight <- struct{}{}:
+			default:
+				s.refuseBusy(r, name)
+				return
+			}
 			s.mu.Lock()
 			s.running++
 			s.mu.Unlock()
@@ -123,7 +146,7 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 					}
 					s.mu.Unlock()
 				}()
-				s.serve(nc, name, subject, reply, data, h)
+				s.serve(nc, name, subject, reply, data, h, arrived)
 			}()
 		}),
 			micro.WithEndpointSubject(layout.Endpoint(name)),
@@ -202,13 +225,15 @@ func (s *Service) Stop() error {
 // Info returns the micro service info.
 func (s *Service) Info() micro.Info { return s.svc.Info() }
 
-func (s *Service) serve(nc *nats.Conn, endpoint, subject, reply string, data []byte, h func(context.Context, []byte) (any, error)) {
+func (s *Service) serve(nc *nats.Conn, endpoint, subject, reply string, data []byte, h func(context.Context, []byte) (any, error), arrived time.Time) {
 	start := time.Now()
 	s.m.Inflight.Inc()
 	code := metrics.CodeOK
+	var errCode, errMsg string
 	defer func() {
 		s.m.Inflight.Dec()
 		s.m.ObserveRequest(endpoint, code, time.Since(start))
+		s.stats.observe(endpoint, errCode, errMsg, time.Since(arrived))
 	}()
 	ctx, cancel := context.WithTimeout(s.ctx, RequestTimeout)
 	defer cancel()
@@ -226,6 +251,7 @@ func (s *Service) serve(nc *nats.Conn, endpoint, subject, reply string, data []b
 			s.log.Error("request failed", "subject", subject, "err", err)
 		}
 		code = string(e.Code)
+		errCode, errMsg = code, e.Message
 		if e.Code == events.CodeLedgerBusy {
 			s.m.LedgerBusy.With(metrics.BusyConflicts).Inc()
 		}
@@ -242,6 +268,25 @@ func (s *Service) serve(nc *nats.Conn, endpoint, subject, reply string, data []b
 	}
 	if err := nc.PublishMsg(msg); err != nil {
 		s.log.Warn("reply failed", "subject", subject, "err", err)
+	}
+}
+
+// busyReply is the body of the answer past the in-flight limit.
+var busyReply, _ = json.Marshal(events.ErrorReply{Error: &events.Error{
+	Code: events.CodeLedgerBusy, Message: "too many requests in flight on this replica; retry with back-off",
+}})
+
+// refuseBusy answers r ledger_busy on micro's own goroutine: no ledger work,
+// no goroutine, and micro counts it as an error of the endpoint.
+func (s *Service) refuseBusy(r micro.Request, endpoint string) {
+	s.m.LedgerBusy.With(metrics.BusyInflight).Inc()
+	s.m.ObserveRequest(endpoint, string(events.CodeLedgerBusy), 0)
+	s.stats.observe(endpoint, string(events.CodeLedgerBusy), "in-flight limit", 0)
+	if r.Reply() == "" {
+		return
+	}
+	if err := r.Error(statusOf(events.CodeLedgerBusy), string(events.CodeLedgerBusy), busyReply); err != nil {
+		s.log.Warn("reply failed", "subject", r.Subject(), "err", err)
 	}
 }
 
@@ -420,35 +465,6 @@ func (s *Service) budgetGet(ctx context.Context, data []byte) (any, error) {
 	}
 	out := events.BudgetListReply{Budgets: make([]events.BudgetView, 0, len(bs))}
 	for _, b := range bs {
-		v, err := s.view(b.Ref)
-		if err != nil {
-			return nil, err
-		}
-		out.Budgets = append(out.Budgets, v)
-	}
-	return out, nil
-}
-
-func (s *Service) budgetList(ctx context.Context, data []byte) (any, error) {
-	var req events.BudgetListRequest
-	if len(data) > 0 {
-		if err := events.DecodeRequest(data, &req); err != nil {
-			return nil, err
-		}
-	}
-	if req.Kind != "" {
-		if err := events.ValidateToken("kind", req.Kind, events.MaxKindLen); err != nil {
-			return nil, err
-		}
-	}
-	if err := s.l.Sync(ctx); err != nil {
-		return nil, err
-	}
-	out := events.BudgetListReply{Budgets: []events.BudgetView{}}
-	for _, b := range s.l.Budgets() {
-		if req.Kind != "" && b.Ref.Scope.Kind() != req.Kind {
-			continue
-		}
 		v, err := s.view(b.Ref)
 		if err != nil {
 			return nil, err

@@ -164,34 +164,33 @@ func (l Layout) StreamConfig() jetstream.StreamConfig {
 func Ensure(ctx context.Context, js jetstream.JetStream, l Layout) (jetstream.Stream, error) {
 	cfg := l.StreamConfig()
 	// Right after a cluster forms, stream creation may fail with "no
-	// suitable peers" for a moment: retry within ctx. A create that loses
-	// to another replica's create goes round again to check that stream.
-	for attempt := 0; ; attempt++ {
+	// suitable peers" for a moment, a stream another replica is creating
+	// may answer "stream not found" or not at all: retry within
+	// StartRetryFor (and ctx). A create that loses to another replica's
+	// create goes round again to check that stream. A lane mismatch is
+	// final.
+	var s jetstream.Stream
+	err := RetryStart(ctx, StartRetryFor, func(err error) bool {
+		return errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) || (IsTransient(err) && !errors.Is(err, ErrLanesMismatch))
+	}, func(ctx context.Context) error {
 		exists, err := checkLanes(ctx, js, l)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		var s jetstream.Stream
 		if exists {
 			s, err = js.UpdateStream(ctx, cfg)
 		} else {
 			s, err = js.CreateStream(ctx, cfg)
 		}
-		if err == nil {
-			return s, nil
+		if err != nil {
+			return fmt.Errorf("streams: ensure %s: %w", cfg.Name, err)
 		}
-		var apiErr *jetstream.APIError
-		retry := errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) ||
-			(errors.As(err, &apiErr) && apiErr.ErrorCode == errNoSuitablePeers)
-		if !retry || attempt >= 50 {
-			return nil, fmt.Errorf("streams: ensure %s: %w", cfg.Name, err)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("streams: ensure %s: %w", cfg.Name, err)
-		case <-time.After(100 * time.Millisecond):
-		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
+	return s, nil
 }
 
 // ErrLanesMismatch: the ledger stream exists with another number of lanes

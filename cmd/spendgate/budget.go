@@ -1,7 +1,13 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/streams"
@@ -48,8 +54,11 @@ another change landed between the read and the put, it shows that too.`,
 	}
 	budgetListCommand = command{
 		name:     "spendgate budget list",
-		synopsis: "[--kind KIND]",
-		about:    "Prints every budget, or those whose scope is of one kind.",
+		synopsis: "[--kind KIND] [--sort scope|utilization] [--max N] [--page-size N] [--cursor C]",
+		about: `Prints every budget, or those whose scope is of one kind, fetching them page
+by page. --sort utilization lists the budgets nearest their limit first
+(e.g. --sort utilization --max 10). With --cursor it prints one page and its
+next_cursor, as the service answers it.`,
 	}
 )
 
@@ -94,10 +103,20 @@ func budget(args []string) int {
 	case "list":
 		var req events.BudgetListRequest
 		fs.StringVar(&req.Kind, "kind", "", "only scopes of this kind")
+		fs.StringVar(&req.Sort, "sort", events.SortScope, "scope (by scope, then period) or utilization ((spent+reserved)/limit, highest first)")
+		fs.IntVar(&req.Limit, "page-size", 0, fmt.Sprintf("budgets per request, 1..%d (default %d)", events.MaxBudgetPage, events.DefaultBudgetPage))
+		fs.StringVar(&req.Cursor, "cursor", "", "print only the page after this next_cursor (with its next_cursor)")
+		maxN := fs.Int("max", 0, "print at most this many budgets (0: all)")
 		if code, ok := budgetListCommand.parse(fs, args[1:]); !ok {
 			return code
 		}
-		return c.call(streams.EndpointBudgetList, req, nil)
+		if *maxN < 0 {
+			return budgetListCommand.usageError(fs, "--max must not be negative")
+		}
+		if req.Cursor != "" {
+			return c.call(streams.EndpointBudgetList, req, nil)
+		}
+		return c.listAll(req, *maxN)
 	case "disable", "enable":
 		var get events.BudgetGetRequest
 		fs.StringVar(&get.Scope, "scope", "", "scope, kind:id")
@@ -121,4 +140,78 @@ func budget(args []string) int {
 		return c.call(streams.EndpointBudgetPut, req, nil)
 	}
 	return budgetCommand.usageError(nil, fmt.Sprintf("unknown budget command %q", args[0]))
+}
+
+// listAll pages through budget.list from the first page and prints every
+// budget (at most maxN if maxN > 0) as one {"budgets": [...]} object.
+func (c *clientFlags) listAll(req events.BudgetListRequest, maxN int) int {
+	nc, err := c.connect("spendgate-cli")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "spendgate: %v\n", err)
+		return 1
+	}
+	defer nc.Close()
+	all := events.BudgetListReply{Budgets: []events.BudgetView{}}
+	pageSize := req.Limit
+	for {
+		if maxN > 0 {
+			// Ask for no more than is left to print.
+			left := min(maxN-len(all.Budgets), events.MaxBudgetPage)
+			if pageSize > 0 {
+				left = min(left, pageSize)
+			}
+			req.Limit = left
+		}
+		page, er, err := c.listPage(nc, req)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "spendgate: %s: %v\n", streams.EndpointBudgetList, err)
+			return 1
+		}
+		if er != nil {
+			b, _ := json.MarshalIndent(events.ErrorReply{Error: er}, "", "  ")
+			fmt.Fprintln(os.Stdout, string(b))
+			return 1
+		}
+		all.Budgets = append(all.Budgets, page.Budgets...)
+		if maxN > 0 && len(all.Budgets) >= maxN {
+			all.Budgets = all.Budgets[:maxN]
+			break
+		}
+		if page.NextCursor == "" {
+			break
+		}
+		req.Cursor = page.NextCursor
+	}
+	b, err := json.MarshalIndent(all, "", "  ")
+	if err == nil {
+		_, err = fmt.Fprintln(os.Stdout, string(b))
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "spendgate: %s: write the reply: %v\n", streams.EndpointBudgetList, err)
+		return 1
+	}
+	return 0
+}
+
+// listPage requests one page of budget.list.
+func (c *clientFlags) listPage(nc *nats.Conn, req events.BudgetListRequest) (events.BudgetListReply, *events.Error, error) {
+	var page events.BudgetListReply
+	data, err := json.Marshal(req)
+	if err != nil {
+		return page, nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	msg, err := nc.RequestWithContext(ctx, c.prefix+streams.EndpointBudgetList, data)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			err = fmt.Errorf("no spendgate service is listening on %s%s", c.prefix, streams.EndpointBudgetList)
+		}
+		return page, nil, err
+	}
+	var er events.ErrorReply
+	if json.Unmarshal(msg.Data, &er) == nil && er.Error != nil {
+		return page, er.Error, nil
+	}
+	return page, nil, json.Unmarshal(msg.Data, &page)
 }

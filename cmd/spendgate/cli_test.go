@@ -103,6 +103,8 @@ func TestCLI_UsageErrors(t *testing.T) {
 		{[]string{"serve", "extra"}, `unexpected arguments ["extra"]`},
 		{[]string{"serve", "--sweep-interval", "0s"}, "--sweep-interval must be positive"},
 		{[]string{"serve", "--nats-url", "nats://127.0.0.1:1", "--sync-always"}, "--sync-always applies to the embedded server"},
+		{[]string{"serve", "--nats-url", "nats://127.0.0.1:1", "--sync-always=false"}, "--sync-always applies to the embedded server"},
+		{[]string{"serve", "--nats-url", "nats://127.0.0.1:1", "--max-inflight", "0"}, "--max-inflight must be at least 1"},
 		{[]string{"budget"}, "which budget command?"},
 		{[]string{"budget", "nope"}, `unknown budget command "nope"`},
 		{[]string{"budget", "list", "extra"}, `unexpected arguments ["extra"]`},

@@ -454,7 +454,8 @@ func crashLoop(t *testing.T, c *crashClient, p *proc, start func() *proc) *crash
 // client does. Afterwards every acknowledged operation is in the book,
 // nothing else is, nothing is half-applied, and replay equals live.
 //
-// Durability in force: the default, no --sync-always. JetStream writes every
+// Durability in force: fsync on the interval (--sync-always=false; the
+// embedded default is --sync-always). JetStream writes every
 // message to its file store (the OS page cache) before acknowledging it and
 // fsyncs on its periodic sync interval. A SIGKILL of the process (even with
 // the embedded server inside it) therefore loses nothing acknowledged: the
@@ -490,7 +491,7 @@ func TestServe_KillLoop(t *testing.T) {
 		// down with it, and the restart recovers the same data dir.
 		dir := filepath.Join(t.TempDir(), "data")
 		listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-		args := []string{"serve", "--data-dir", dir, "--listen", listen}
+		args := []string{"serve", "--data-dir", dir, "--listen", listen, "--sync-always=false"}
 		start := func() *proc { return startProc(t, true, args...) }
 		p := start()
 		nc := connect(t, "nats://"+listen)

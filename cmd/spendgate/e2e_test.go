@@ -288,6 +288,17 @@ func TestCLI_Walkthrough(t *testing.T) {
 	require.Len(t, list.Budgets, 1)
 	require.Equal(t, events.Scope("user:u-17"), list.Budgets[0].Scope)
 
+	// budget list pages through every budget; --max stops early.
+	code, out = cli("budget", "list", "--page-size", "1")
+	require.Equal(t, 0, code)
+	list = e2eJSON[events.BudgetListReply](t, out)
+	require.Len(t, list.Budgets, 2)
+	require.Empty(t, list.NextCursor)
+	code, out = cli("budget", "list", "--sort", "utilization", "--max", "1")
+	require.Equal(t, 0, code)
+	list = e2eJSON[events.BudgetListReply](t, out)
+	require.Len(t, list.Budgets, 1)
+
 	// An admit against two scopes reserves in both.
 	code, out = cli("admit", "--scope", "org:acme", "--scope", "user:u-17", "--amount", "0.40", "--ttl", "5m")
 	require.Equal(t, 0, code)

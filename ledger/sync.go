@@ -1,0 +1,96 @@
+package ledger
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"github.com/spendgate/spendgate/events"
+)
+
+// syncer coalesces the stream reads of concurrent Syncs: a miss (a
+// reservation, budget or request id this replica does not hold) needs the
+// stream's last sequence as the leader has it, and under a flood of misses
+// one read per miss would queue every request behind thousands of round
+// trips. Instead, every Sync that arrives while a read is in flight waits
+// for the next read, which starts when the current one returns and serves
+// all of them: at most one read is in flight per replica, and a Sync waits
+// for at most two.
+//
+// A Sync may not join a read that is already in flight: that read may have
+// left before the write the caller wants to see was acknowledged, and its
+// answer would miss it (read-your-writes would break).
+type syncer struct {
+	mu      sync.Mutex
+	running bool       // a read is in flight
+	next    *syncRound // the read that starts when the current one returns
+	reads   atomic.Int64
+}
+
+// syncRound is one stream read shared by every Sync that joined it.
+type syncRound struct {
+	done   chan struct{}
+	target uint64 // the stream's last sequence, once done (if err is nil)
+	err    error
+}
+
+// syncTarget returns the stream's last sequence as the leader reports it,
+// read after the call began, sharing the read with concurrent callers.
+func (l *Ledger) syncTarget(ctx context.Context) (uint64, error) {
+	l.syncs.mu.Lock()
+	r := l.syncs.next
+	if r == nil {
+		r = &syncRound{done: make(chan struct{})}
+		l.syncs.next = r
+	}
+	if !l.syncs.running {
+		l.syncs.running = true
+		l.syncs.next = nil
+		l.startSyncRound(r)
+	}
+	l.syncs.mu.Unlock()
+	select {
+	case <-r.done:
+		return r.target, r.err
+	case <-ctx.Done():
+		return 0, &events.Error{Code: events.CodeLedgerUnavailable, Message: "ledger follower is behind", Err: ctx.Err()}
+	}
+}
+
+// startSyncRound reads the stream's state for r on a goroutine Run owns,
+// then starts the round that queued behind it, if any. l.syncs.mu is held.
+func (l *Ledger) startSyncRound(r *syncRound) {
+	run := func() {
+		l.syncs.reads.Add(1)
+		// The read is shared, so no caller's ctx bounds it.
+		ctx, cancel := context.WithTimeout(context.Background(), SyncTimeout)
+		info, err := l.stream.Info(ctx)
+		cancel()
+		if err != nil {
+			r.err = &events.Error{Code: events.CodeLedgerUnavailable, Message: "ledger stream info", Err: err}
+		} else {
+			r.target = info.State.LastSeq
+		}
+		close(r.done)
+		l.syncs.mu.Lock()
+		defer l.syncs.mu.Unlock()
+		if nr := l.syncs.next; nr != nil {
+			l.syncs.next = nil
+			l.startSyncRound(nr)
+			return
+		}
+		l.syncs.running = false
+	}
+	if !l.goOwned(run) {
+		r.err = events.Errorf(events.CodeLedgerUnavailable, "the ledger follower has stopped")
+		close(r.done)
+		// Whoever queued a next round behind this one is failed too: no
+		// read will start for it.
+		if nr := l.syncs.next; nr != nil {
+			l.syncs.next = nil
+			nr.err = r.err
+			close(nr.done)
+		}
+		l.syncs.running = false
+	}
+}

@@ -31,6 +31,8 @@ type book struct {
 	hashes       map[string]string
 	reservations map[string]*Reservation
 	requests     map[string]*Reservation // by request id
+	// due indexes the open reservations by expiry.
+	due dueIndex
 	// closed and expired queue closed reservations in the order the
 	// follower stamped them, so the book forgets them after their
 	// retention; pending holds the closes the follower has not folded yet
@@ -242,6 +244,7 @@ func (b *book) applyEvent(bl *balance, key string, seq uint64, e events.Event) {
 			}
 			b.reservations[e.ReservationID] = r
 			b.requests[e.RequestID] = r
+			b.due.add(r)
 		}
 		p := r.part(bl.key)
 		p.Unit, p.Amount = e.Unit, e.Amount
@@ -251,6 +254,7 @@ func (b *book) applyEvent(bl *balance, key string, seq uint64, e events.Event) {
 		if r := b.reservations[e.ReservationID]; r != nil {
 			was := r.Status
 			r.Status = events.StatusSettled
+			b.due.remove(r)
 			r.part(key).Actual = e.Actual
 			r.Late = r.Late || e.Late
 			if was != events.StatusSettled {
@@ -265,6 +269,7 @@ func (b *book) applyEvent(bl *balance, key string, seq uint64, e events.Event) {
 			} else {
 				r.Status = events.StatusReleased
 			}
+			b.due.remove(r)
 			b.closeRes(r, seq)
 		}
 	}
@@ -299,11 +304,11 @@ func (b *book) budgetList() []Budget {
 }
 
 // expiredBy returns the open reservations whose ExpiresAt is at or before
-// now.
+// now. It costs what is due (see dueIndex), not what is open.
 func (b *book) expiredBy(now time.Time) []*Reservation {
 	var due []*Reservation
-	for _, r := range b.reservations {
-		if r.Status == events.StatusOpen && !r.ExpiresAt.After(now) {
+	for _, r := range b.due.by(now) {
+		if r.Status == events.StatusOpen {
 			due = append(due, r)
 		}
 	}

@@ -53,6 +53,10 @@ type Reservation struct {
 	Status string
 	// Late is set when the settle arrived after ExpiresAt.
 	Late bool
+
+	// due is 1 + the reservation's position in the book's expiry index,
+	// 0 when it is not there (always 0 in a copy handed out).
+	due int
 }
 
 // Part is a reservation's share of one balance.
@@ -67,6 +71,7 @@ type Part struct {
 
 func (r *Reservation) clone() *Reservation {
 	c := *r
+	c.due = 0
 	c.Parts = append([]Part(nil), r.Parts...)
 	return &c
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/spendgate/spendgate/ops"
 	"github.com/spendgate/spendgate/service"
 	"github.com/spendgate/spendgate/streams"
+	"github.com/spendgate/spendgate/sweep"
 )
 
 var serveCommand = command{
@@ -53,7 +54,7 @@ func serve(args []string) int {
 	syncAlways := fs.Bool("sync-always", false, "embedded server: fsync every write before acknowledging it")
 	defTTL := fs.Duration("default-ttl", 5*time.Minute, "reservation TTL when the request names none")
 	maxTTL := fs.Duration("max-ttl", 24*time.Hour, "largest TTL a request may ask for")
-	sweepEvery := fs.Duration("sweep-interval", time.Minute, "how often this replica releases expired reservations")
+	sweepEvery := fs.Duration("sweep-interval", sweep.DefaultInterval, "how often this replica releases expired reservations (each pass releases everything due, in group commits)")
 	verbose := fs.Bool("v", false, "log debug output, the embedded server's included (--log-level debug)")
 	httpAddr := fs.String("http", "", "serve /metrics, /healthz and /readyz on this address (e.g. 127.0.0.1:8080); off when empty")
 	metricsBudgets := fs.Int("metrics-budgets", metrics.DefaultBudgetLimit, "per-budget gauges for at most this many budgets, the most reserved first")

@@ -123,11 +123,21 @@ func (b *book) applyBudget(key string, seq uint64, rev *events.BudgetRevision, h
 			return err
 		}
 	}
+	b.setBudget(key, seq, rev, hash)
+	return nil
+}
+
+// setBudget makes rev, at seq with payload hash hash, the budget key's
+// definition: what applyBudget does once the chain is checked, and what a
+// snapshot's load does with the revision it carries.
+func (b *book) setBudget(key string, seq uint64, rev *events.BudgetRevision, hash string) {
+	d := b.budgets[key]
 	if d == nil {
 		d = &budget{}
 		b.budgets[key] = d
 	}
 	d.rev = seq
+	d.src = *rev
 	d.def = Budget{Ref: rev.Budget, Limit: rev.Limit, Unit: rev.Unit, Revision: seq}
 	b.hashes[key] = hash
 	// Rebuild the scope's index (a new slice: readers hold the old one).
@@ -138,7 +148,6 @@ func (b *book) applyBudget(key string, seq uint64, rev *events.BudgetRevision, h
 		}
 	}
 	b.byScope[rev.Budget.Scope] = defs
-	return nil
 }
 
 // applyBalance folds one balance of a lane revision at seq.

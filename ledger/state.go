@@ -138,4 +138,7 @@ type balance struct {
 type budget struct {
 	rev uint64
 	def Budget
+	// src is the revision def was folded from: a snapshot carries it
+	// whole, so whatever a budget revision holds travels with it.
+	src events.BudgetRevision
 }

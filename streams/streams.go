@@ -178,6 +178,9 @@ func Ensure(ctx context.Context, js jetstream.JetStream, l Layout) (jetstream.St
 			s, err = js.CreateStream(ctx, cfg)
 		}
 		if err == nil {
+			if _, err := EnsureSnapshots(ctx, js, l); err != nil {
+				return nil, err
+			}
 			return s, nil
 		}
 		var apiErr *jetstream.APIError
@@ -192,6 +195,57 @@ func Ensure(ctx context.Context, js jetstream.JetStream, l Layout) (jetstream.St
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// SnapshotBucket is the object store bucket of the ledger's snapshots:
+// <bucket>_snapshots ("spendgate_snapshots" by default).
+//
+// Why an object store and not a KV key: a snapshot holds what is live
+// (budgets, balances, open reservations, the idempotency window), which
+// grows with traffic to many megabytes; a KV value is one message, capped
+// by the server's max payload (1 MiB by default), while an object is
+// chunked (128 KiB chunks), carries its own SHA-256 digest, and is written
+// and read as a stream. Snapshots are named by the stream sequence they
+// cover (SnapshotName), so replicas writing at once never overwrite each
+// other's with a different state.
+func (l Layout) SnapshotBucket() string { return l.c.Bucket + "_snapshots" }
+
+// SnapshotPrefix starts the name of every snapshot object.
+const SnapshotPrefix = "snapshot-"
+
+// SnapshotName is the object name of the snapshot covering seq: the
+// sequence zero-padded to 20 digits, so names sort in sequence order.
+func SnapshotName(seq uint64) string { return fmt.Sprintf("%s%020d", SnapshotPrefix, seq) }
+
+// SnapshotSeq parses a SnapshotName.
+func SnapshotSeq(name string) (uint64, bool) {
+	if !strings.HasPrefix(name, SnapshotPrefix) || len(name) != len(SnapshotPrefix)+20 {
+		return 0, false
+	}
+	seq, err := strconv.ParseUint(name[len(SnapshotPrefix):], 10, 64)
+	return seq, err == nil
+}
+
+// SnapshotConfig is the snapshot bucket's configuration: file storage,
+// the ledger's replicas, S2-compressed (a snapshot is JSON).
+func (l Layout) SnapshotConfig() jetstream.ObjectStoreConfig {
+	return jetstream.ObjectStoreConfig{
+		Bucket:      l.SnapshotBucket(),
+		Description: "spendgate ledger snapshots: the book at one stream sequence, so a replica folds only the tail",
+		Storage:     jetstream.FileStorage,
+		Replicas:    l.c.Replicas,
+		Compression: true,
+	}
+}
+
+// EnsureSnapshots creates or updates the snapshot bucket (idempotent; Ensure
+// calls it).
+func EnsureSnapshots(ctx context.Context, js jetstream.JetStream, l Layout) (jetstream.ObjectStore, error) {
+	os, err := js.CreateOrUpdateObjectStore(ctx, l.SnapshotConfig())
+	if err != nil {
+		return nil, fmt.Errorf("streams: ensure %s: %w", l.SnapshotBucket(), err)
+	}
+	return os, nil
 }
 
 // ErrLanesMismatch: the ledger stream exists with another number of lanes

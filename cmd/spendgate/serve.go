@@ -19,6 +19,7 @@ import (
 
 	"github.com/spendgate/spendgate/config"
 	"github.com/spendgate/spendgate/embedded"
+	"github.com/spendgate/spendgate/ledger"
 	"github.com/spendgate/spendgate/metrics"
 	"github.com/spendgate/spendgate/natsconn"
 	"github.com/spendgate/spendgate/ops"
@@ -58,6 +59,8 @@ func serve(args []string) int {
 	verbose := fs.Bool("v", false, "log debug output, the embedded server's included (--log-level debug)")
 	httpAddr := fs.String("http", "", "serve /metrics, /healthz and /readyz on this address (e.g. 127.0.0.1:8080); off when empty")
 	metricsBudgets := fs.Int("metrics-budgets", metrics.DefaultBudgetLimit, "per-budget gauges for at most this many budgets, the most reserved first")
+	snapRevisions := fs.Uint64("snapshot-revisions", ledger.DefaultSnapshotRevisions, "write a snapshot of the book once the stream has moved this many revisions past the newest one (0: never; spendgate snapshot writes one on demand)")
+	snapInterval := fs.Duration("snapshot-interval", ledger.DefaultSnapshotInterval, "write a snapshot this long after the newest one if the stream moved")
 	readyTimeout := fs.Duration("ready-timeout", time.Minute, "how long the replica may take to fold the ledger stream at start")
 	config.AddFileFlag(fs)
 	var logging config.Logging
@@ -67,6 +70,9 @@ func serve(args []string) int {
 	}
 	if err := config.Apply(fs); err != nil {
 		return serveCommand.usageError(fs, err.Error())
+	}
+	if *snapRevisions > 0 && (*snapInterval < time.Second || *snapInterval > 24*time.Hour) {
+		return serveCommand.usageError(fs, "--snapshot-interval must be 1s..24h")
 	}
 	if *sweepEvery <= 0 {
 		return serveCommand.usageError(fs, "--sweep-interval must be positive")
@@ -176,7 +182,8 @@ func serve(args []string) int {
 	}
 	r, err := service.StartReplica(ctx, nc, js, service.ReplicaConfig{
 		Layout: layout, DefaultTTL: *defTTL, MaxTTL: *maxTTL, SweepInterval: *sweepEvery, Log: log,
-		ReadyTimeout: *readyTimeout, Metrics: m, MetricsBudgets: *metricsBudgets,
+		LedgerOptions: []ledger.Option{ledger.WithSnapshotEvery(*snapRevisions, *snapInterval)},
+		ReadyTimeout:  *readyTimeout, Metrics: m, MetricsBudgets: *metricsBudgets,
 	})
 	if err != nil {
 		log.Error("start", "err", err)

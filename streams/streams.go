@@ -40,6 +40,14 @@ const (
 	DefaultLanes = 1
 	// MaxLanes bounds Config.Lanes.
 	MaxLanes = 1024
+	// Compression is the ledger stream's storage compression. Measured
+	// (BenchmarkDiskBytesPerReservation: 40k admits + settles, 64 callers,
+	// 200 budgets, a fifth over two scopes): 1,304 bytes on disk per
+	// reservation without, 171 with S2 (sealed 4 MiB blocks shrink about
+	// 10x; the block being written stays uncompressed). Ensure sets it on
+	// an existing stream too; the server applies it to the blocks it
+	// writes after its next restart, and never rewrites older blocks.
+	Compression = jetstream.S2Compression
 	// MetadataLanes is the ledger stream's metadata key that records its
 	// number of lanes; it is fixed when the stream is created.
 	MetadataLanes = "spendgate_lanes"
@@ -149,6 +157,7 @@ func (l Layout) StreamConfig() jetstream.StreamConfig {
 		DenyPurge:          true,
 		AllowDirect:        true,
 		AllowAtomicPublish: true,
+		Compression:        Compression,
 		Metadata:           map[string]string{MetadataLanes: strconv.Itoa(l.c.Lanes)},
 	}
 }

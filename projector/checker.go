@@ -28,6 +28,9 @@ type Report struct {
 	// Problems lists every discrepancy found, in the order found; empty
 	// means replay equals live.
 	Problems []string
+	// Snapshot is what Check found of the newest ledger snapshot: it is
+	// compared with the replay at its sequence.
+	Snapshot SnapshotCheck
 }
 
 // OK reports whether Check found no problem.
@@ -40,6 +43,9 @@ func (r *Report) String() string {
 		r.Events, r.Position, r.Balances, r.Reservations)
 	if r.OK() {
 		b.WriteString("OK, replay equals live")
+		if r.Snapshot.Verified {
+			fmt.Fprintf(&b, "; snapshot %s equals the replay at seq %d", r.Snapshot.Name, r.Snapshot.Seq)
+		}
 		return b.String()
 	}
 	fmt.Fprintf(&b, "%d problems", len(r.Problems))
@@ -101,11 +107,26 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout) (
 	}
 	st := NewState()
 	bad := map[string]bool{} // quarantined budget keys and balances (by balance key)
+	// The newest snapshot is compared with the replay when the replay
+	// stands exactly at its sequence.
+	snapName, snapSeq, snapData, haveSnap, err := newestSnapshot(ctx, js, layout, last)
+	if err != nil {
+		return nil, err
+	}
+	verifySnap := func() {
+		if haveSnap {
+			haveSnap = false
+			verifySnapshot(rep, st, snapName, snapSeq, snapData)
+		}
+	}
 	fold := func(from, until uint64) error {
 		if until < from {
 			return nil
 		}
 		return p.read(ctx, s, from, until, func(m message) error {
+			if haveSnap && m.seq > snapSeq {
+				verifySnap()
+			}
 			if bad[m.key] {
 				st.skip(m.seq)
 				return nil
@@ -143,6 +164,7 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout) (
 	if err := fold(1, last); err != nil {
 		return nil, err
 	}
+	verifySnap() // the snapshot is at the stream's last sequence
 
 	kv, err := js.KeyValue(ctx, layout.Bucket())
 	if err != nil {

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -42,7 +45,35 @@ func TestCLI_Snapshot(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(lines[0]), &listed))
 	require.Equal(t, got, listed)
 
+	// audit check compares the snapshot with its replay at seq 2.
+	code, out = e2eCLI(t, env.URL(), "audit", "check")
+	require.Equal(t, 0, code)
+	require.Contains(t, string(out), "snapshot "+got.Name+" equals the replay at seq 2")
+
 	r2 := env.StartSpendgate(t, service.ReplicaConfig{SweepInterval: -1})
 	require.Equal(t, got.Seq, r2.Ledger.SnapshotStats().Loaded)
 	require.Len(t, r2.Ledger.Budgets(), 1)
+
+	// A snapshot that lies (a balance's reserved amount changed, its
+	// digest recomputed so it passes its own integrity check) is reported
+	// by audit check, which compares it with the replay.
+	store, err := env.JS.ObjectStore(ctx, env.Layout.SnapshotBucket())
+	require.NoError(t, err)
+	data, err := store.GetBytes(ctx, got.Name)
+	require.NoError(t, err)
+	head, body, ok := bytes.Cut(data, []byte("\n"))
+	require.True(t, ok)
+	forged := bytes.Replace(body, []byte(`"reserved":"1"`), []byte(`"reserved":"2"`), 1)
+	require.NotEqual(t, body, forged)
+	var h map[string]any
+	require.NoError(t, json.Unmarshal(head, &h))
+	sum := sha256.Sum256(forged)
+	h["size"], h["sha256"] = len(forged), hex.EncodeToString(sum[:])
+	head, err = json.Marshal(h)
+	require.NoError(t, err)
+	_, err = store.PutBytes(ctx, got.Name, append(append(head, '\n'), forged...))
+	require.NoError(t, err)
+	code, out = e2eCLI(t, env.URL(), "audit", "check")
+	require.Equal(t, 1, code)
+	require.Contains(t, string(out), "snapshot "+got.Name+": balance")
 }

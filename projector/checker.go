@@ -60,6 +60,20 @@ func (r *Report) problemf(format string, args ...any) {
 	r.Problems = append(r.Problems, fmt.Sprintf(format, args...))
 }
 
+// CheckOption configures Check.
+type CheckOption func(*checkOptions)
+
+type checkOptions struct {
+	progress func(seq, last uint64)
+}
+
+// WithProgress has f told the sequence of every message Check folds and
+// the stream's last sequence when Check started (f must be quick: it runs
+// on the replay's path).
+func WithProgress(f func(seq, last uint64)) CheckOption {
+	return func(o *checkOptions) { o.progress = f }
+}
+
 // Check replays the ledger stream from its first message and reconciles
 // the result with the live KV bucket, to the last digit:
 //
@@ -87,7 +101,11 @@ func (r *Report) problemf(format string, args ...any) {
 //
 // Problems go into the Report; the error is only for failing to read:
 // the stream or bucket lookup, a consumer or KV read error, or ctx's error.
-func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout) (*Report, error) {
+func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout, opts ...CheckOption) (*Report, error) {
+	var o checkOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	p := New(js, layout)
 	s, last, err := p.stream(ctx)
 	if err != nil {
@@ -124,6 +142,9 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout) (
 			return nil
 		}
 		return p.read(ctx, s, from, until, func(m message) error {
+			if o.progress != nil {
+				o.progress(m.seq, last)
+			}
 			if haveSnap && m.seq > snapSeq {
 				verifySnap()
 			}

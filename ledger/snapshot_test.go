@@ -259,3 +259,31 @@ func TestSnapshot_CorruptSkipped(t *testing.T) {
 	got, _ = bookOf(t, l)
 	require.Equal(t, want, got)
 }
+
+// TestSnapshot_Periodic: a replica set to write a snapshot every revision
+// (checked every half second) writes them as the stream moves, keeps the
+// newest ledger.SnapshotsKept, and a replica started afterwards loads the
+// newest. How it can fail: a writer that never runs leaves the bucket
+// empty and the wait times out.
+func TestSnapshot_Periodic(t *testing.T) {
+	env := snapLayout(t)
+	w := startLedger(t, env, ledger.WithSnapshotEvery(1, time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*watchdog)
+	defer cancel()
+	var seqs []uint64
+	for round := 0; round < ledger.SnapshotsKept+2; round++ {
+		snapHistory(t, w, uint64(40+round), 2, 10)
+		require.NoError(t, w.Sync(ctx))
+		_, last := bookOf(t, w)
+		testenv.WaitFor(t, watchdog, "a periodic snapshot at the stream's end", func() bool {
+			return w.SnapshotStats().Written == last
+		})
+		seqs = append(seqs, last)
+	}
+	list, err := ledger.ListSnapshots(ctx, env.JS, env.Layout)
+	require.NoError(t, err)
+	require.Len(t, list, ledger.SnapshotsKept, "older snapshots are deleted")
+	require.Equal(t, seqs[len(seqs)-1], list[0].Seq)
+	l := startLedger(t, env, snapOpts...)
+	require.Equal(t, list[0].Seq, l.SnapshotStats().Loaded)
+}

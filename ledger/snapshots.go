@@ -23,7 +23,8 @@ const (
 	// SnapshotsKept is how many snapshots the writer keeps; older ones are
 	// deleted after a new one is written.
 	SnapshotsKept = 3
-	// snapshotCheck is how often the periodic writer looks.
+	// snapshotCheck is how often the periodic writer looks (or half the
+	// snapshot interval, if shorter).
 	snapshotCheck = 5 * time.Second
 )
 
@@ -213,7 +214,7 @@ func (l *Ledger) snapshotLoop(ctx context.Context) {
 	if l.opts.snapRevisions == 0 {
 		return
 	}
-	t := time.NewTicker(snapshotCheck)
+	t := time.NewTicker(min(snapshotCheck, l.opts.snapInterval/2))
 	defer t.Stop()
 	lastAt := time.Now()
 	for {

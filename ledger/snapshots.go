@@ -23,6 +23,8 @@ const (
 	// SnapshotsKept is how many snapshots the writer keeps; older ones are
 	// deleted after a new one is written.
 	SnapshotsKept = 3
+	// snapshotLookup bounds finding and listing the snapshot bucket.
+	snapshotLookup = 10 * time.Second
 	// snapshotCheck is how often the periodic writer looks (or half the
 	// snapshot interval, if shorter).
 	snapshotCheck = 5 * time.Second
@@ -52,11 +54,24 @@ func (l *Ledger) Snapshot(ctx context.Context) (SnapshotInfo, error) {
 	if err := l.live(); err != nil {
 		return SnapshotInfo{}, err
 	}
-	store, err := l.js.ObjectStore(ctx, l.layout.SnapshotBucket())
+	store, err := l.snapshotBucket(ctx)
 	if err != nil {
-		return SnapshotInfo{}, fmt.Errorf("ledger: snapshot bucket %s: %w", l.layout.SnapshotBucket(), err)
+		return SnapshotInfo{}, err
 	}
 	return l.writeSnapshot(ctx, store)
+}
+
+// snapshotBucket opens the snapshot bucket, creating it if it does not
+// exist.
+func (l *Ledger) snapshotBucket(ctx context.Context) (jetstream.ObjectStore, error) {
+	store, err := l.js.ObjectStore(ctx, l.layout.SnapshotBucket())
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		store, err = streams.EnsureSnapshots(ctx, l.js, l.layout)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ledger: snapshot bucket %s: %w", l.layout.SnapshotBucket(), err)
+	}
+	return store, nil
 }
 
 func (l *Ledger) writeSnapshot(ctx context.Context, store jetstream.ObjectStore) (SnapshotInfo, error) {
@@ -144,7 +159,11 @@ func listSnapshots(ctx context.Context, store jetstream.ObjectStore) ([]Snapshot
 // logged as an error, counted (SnapshotsSkipped), and skipped for an older
 // one. It runs before the follower starts, so the book is this goroutine's.
 func (l *Ledger) loadSnapshot(ctx context.Context, last uint64) uint64 {
-	store, err := l.js.ObjectStore(ctx, l.layout.SnapshotBucket())
+	// Finding and listing are bounded: a replica whose permissions do not
+	// cover the bucket must not wait long to fold the whole stream.
+	lctx, cancel := context.WithTimeout(ctx, snapshotLookup)
+	defer cancel()
+	store, err := l.js.ObjectStore(lctx, l.layout.SnapshotBucket())
 	if err != nil {
 		if !errors.Is(err, jetstream.ErrBucketNotFound) {
 			l.opts.log.Warn("ledger: snapshot bucket unreadable; folding the whole stream", "bucket", l.layout.SnapshotBucket(), "err", err)
@@ -152,7 +171,7 @@ func (l *Ledger) loadSnapshot(ctx context.Context, last uint64) uint64 {
 		return 0
 	}
 	l.snapStore = store
-	list, err := listSnapshots(ctx, store)
+	list, err := listSnapshots(lctx, store)
 	if err != nil {
 		l.opts.log.Warn("ledger: listing snapshots failed; folding the whole stream", "err", err)
 		return 0
@@ -217,6 +236,7 @@ func (l *Ledger) snapshotLoop(ctx context.Context) {
 	t := time.NewTicker(min(snapshotCheck, l.opts.snapInterval/2))
 	defer t.Stop()
 	lastAt := time.Now()
+	var notBefore time.Time // after a failure, wait an interval
 	for {
 		select {
 		case <-ctx.Done():
@@ -224,7 +244,7 @@ func (l *Ledger) snapshotLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		applied, last := l.applied.Load(), l.snapWritten.Load()
-		if applied <= last || (applied-last < l.opts.snapRevisions && time.Since(lastAt) < l.opts.snapInterval) {
+		if time.Now().Before(notBefore) || applied <= last || (applied-last < l.opts.snapRevisions && time.Since(lastAt) < l.opts.snapInterval) {
 			continue
 		}
 		if l.live() != nil {
@@ -232,8 +252,13 @@ func (l *Ledger) snapshotLoop(ctx context.Context) {
 		}
 		store := l.snapStore
 		if store == nil {
+			bctx, cancel := context.WithTimeout(ctx, snapshotLookup)
 			var err error
-			if store, err = l.js.ObjectStore(ctx, l.layout.SnapshotBucket()); err != nil {
+			store, err = l.snapshotBucket(bctx)
+			cancel()
+			if err != nil {
+				l.opts.log.Warn("ledger: cannot write periodic snapshots", "err", err)
+				notBefore = time.Now().Add(l.opts.snapInterval)
 				continue
 			}
 			l.snapStore = store
@@ -252,6 +277,7 @@ func (l *Ledger) snapshotLoop(ctx context.Context) {
 		lastAt = time.Now()
 		if err != nil {
 			l.opts.log.Warn("ledger: periodic snapshot failed", "err", err)
+			notBefore = time.Now().Add(l.opts.snapInterval)
 			continue
 		}
 		l.opts.log.Info("ledger: wrote snapshot", "snapshot", info.Name, "seq", info.Seq, "bytes", info.Size)

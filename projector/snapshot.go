@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -54,8 +55,10 @@ type snapBody struct {
 	} `json:"reservations"`
 }
 
-// snapshotFormat and snapshotVersion are the encoding this decoder reads.
+// snapshotFormat and snapshotVersion are the encoding this decoder reads;
+// snapshotLookup bounds finding and listing the snapshot bucket.
 const (
+	snapshotLookup  = 10 * time.Second
 	snapshotFormat  = "spendgate.snapshot"
 	snapshotVersion = 1
 )
@@ -72,20 +75,19 @@ type SnapshotCheck struct {
 
 // newestSnapshot reads the newest snapshot at or below last. ok is false
 // when there is none (no bucket, no snapshot).
+// A bucket that cannot be found or listed (it does not exist, or the
+// auditor's permissions do not cover it) means no snapshot to check; the
+// lookup is bounded so that it cannot hold the audit up.
 func newestSnapshot(ctx context.Context, js jetstream.JetStream, layout streams.Layout, last uint64) (name string, seq uint64, data []byte, ok bool, err error) {
-	store, err := js.ObjectStore(ctx, layout.SnapshotBucket())
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return "", 0, nil, false, nil
-	}
+	lctx, cancel := context.WithTimeout(ctx, snapshotLookup)
+	defer cancel()
+	store, err := js.ObjectStore(lctx, layout.SnapshotBucket())
 	if err != nil {
-		return "", 0, nil, false, fmt.Errorf("projector: snapshot bucket: %w", err)
+		return "", 0, nil, false, ctx.Err()
 	}
-	objs, err := store.List(ctx)
-	if errors.Is(err, jetstream.ErrNoObjectsFound) {
-		return "", 0, nil, false, nil
-	}
+	objs, err := store.List(lctx)
 	if err != nil {
-		return "", 0, nil, false, fmt.Errorf("projector: listing snapshots: %w", err)
+		return "", 0, nil, false, ctx.Err()
 	}
 	for _, o := range objs {
 		if s, ok := streams.SnapshotSeq(o.Name); ok && !o.Deleted && s <= last && s > seq {

@@ -187,9 +187,6 @@ func Ensure(ctx context.Context, js jetstream.JetStream, l Layout) (jetstream.St
 			s, err = js.CreateStream(ctx, cfg)
 		}
 		if err == nil {
-			if _, err := EnsureSnapshots(ctx, js, l); err != nil {
-				return nil, err
-			}
 			return s, nil
 		}
 		var apiErr *jetstream.APIError
@@ -247,8 +244,11 @@ func (l Layout) SnapshotConfig() jetstream.ObjectStoreConfig {
 	}
 }
 
-// EnsureSnapshots creates or updates the snapshot bucket (idempotent; Ensure
-// calls it).
+// EnsureSnapshots creates or updates the snapshot bucket (idempotent). The
+// writer of a snapshot calls it (the ledger's snapshot writer when it finds
+// no bucket, spendgate snapshot); Ensure does not, so a replica whose
+// permissions do not cover the bucket still starts (it folds the whole
+// stream and logs that it cannot read or write snapshots).
 func EnsureSnapshots(ctx context.Context, js jetstream.JetStream, l Layout) (jetstream.ObjectStore, error) {
 	os, err := js.CreateOrUpdateObjectStore(ctx, l.SnapshotConfig())
 	if err != nil {

@@ -31,6 +31,8 @@ type book struct {
 	hashes       map[string]string
 	reservations map[string]*Reservation
 	requests     map[string]*Reservation // by request id
+	// due indexes the open reservations by expiry.
+	due dueIndex
 	// closed and expired queue closed reservations in the order the
 	// follower stamped them, so the book forgets them after their
 	// retention; pending holds the closes the follower has not folded yet
@@ -121,6 +123,14 @@ func (b *book) applyBudget(key string, seq uint64, rev *events.BudgetRevision, h
 			return err
 		}
 	}
+	return b.setBudget(key, seq, rev, hash)
+}
+
+// setBudget makes rev, at seq with payload hash hash, the budget key's
+// definition: what applyBudget does once the chain is checked, and what a
+// snapshot's load does with the revision it carries. It fails only on a
+// time zone this machine cannot load.
+func (b *book) setBudget(key string, seq uint64, rev *events.BudgetRevision, hash string) error {
 	loc, err := events.LoadZone(rev.TZ)
 	if err != nil {
 		return fmt.Errorf("budget revision %d of %s: %w", seq, key, err)
@@ -128,11 +138,13 @@ func (b *book) applyBudget(key string, seq uint64, rev *events.BudgetRevision, h
 	if loc == time.UTC {
 		loc = nil
 	}
+	d := b.budgets[key]
 	if d == nil {
 		d = &budget{}
 		b.budgets[key] = d
 	}
 	d.rev = seq
+	d.src = *rev
 	d.def = Budget{Ref: rev.Budget, Limit: rev.Limit, Unit: rev.Unit, TZ: rev.TZ, Loc: loc, Disabled: rev.Disabled,
 		FixedSlot: rev.FixedSlot, Thresholds: rev.Thresholds, Revision: seq}
 	b.hashes[key] = hash
@@ -250,6 +262,7 @@ func (b *book) applyEvent(bl *balance, key string, seq uint64, e events.Event) {
 			}
 			b.reservations[e.ReservationID] = r
 			b.requests[e.RequestID] = r
+			b.due.add(r)
 		}
 		p := r.part(bl.key)
 		p.Unit, p.Amount = e.Unit, e.Amount
@@ -259,6 +272,7 @@ func (b *book) applyEvent(bl *balance, key string, seq uint64, e events.Event) {
 		if r := b.reservations[e.ReservationID]; r != nil {
 			was := r.Status
 			r.Status = events.StatusSettled
+			b.due.remove(r)
 			r.part(key).Actual = e.Actual
 			r.Late = r.Late || e.Late
 			if was != events.StatusSettled {
@@ -273,6 +287,7 @@ func (b *book) applyEvent(bl *balance, key string, seq uint64, e events.Event) {
 			} else {
 				r.Status = events.StatusReleased
 			}
+			b.due.remove(r)
 			b.closeRes(r, seq)
 		}
 	}
@@ -319,11 +334,11 @@ func (b *book) budgetList() []Budget {
 }
 
 // expiredBy returns the open reservations whose ExpiresAt is at or before
-// now.
+// now. It costs what is due (see dueIndex), not what is open.
 func (b *book) expiredBy(now time.Time) []*Reservation {
 	var due []*Reservation
-	for _, r := range b.reservations {
-		if r.Status == events.StatusOpen && !r.ExpiresAt.After(now) {
+	for _, r := range b.due.by(now) {
+		if r.Status == events.StatusOpen {
 			due = append(due, r)
 		}
 	}

@@ -22,8 +22,9 @@
 //   - The book (book.go) is the state and its fold: budgets, balances,
 //     open and recently closed reservations, request ids, and the last
 //     revision and payload hash of every key. It does no I/O and reads no
-//     clock; it is tested like projector.State. This is where a snapshot
-//     (load and save the book at a sequence) belongs.
+//     clock; it is tested like projector.State. A snapshot (snapshot.go)
+//     is the book dumped at a stream sequence; its expiry index (due.go)
+//     makes listing what is due cost what is due.
 //   - The follower (follower.go, Run) folds every revision of the stream
 //     into the book in stream order, and owns the Ledger's lifetime.
 //   - The committer (committer.go, Submit) queues Txs per lane, decides a
@@ -34,6 +35,20 @@
 //     retry with the outcome unknown, split an oversized group, or fail.
 //     New kinds of change are new Txs; revision signatures (future) belong
 //     in the write and in the follower's decode.
+//
+// # Snapshots
+//
+// A snapshot (snapshot.go, snapshots.go) is the book at one exact stream
+// sequence, written to the object store bucket streams.Layout.
+// SnapshotBucket: on demand (Snapshot) and by Run every
+// DefaultSnapshotRevisions revisions or DefaultSnapshotInterval. It is
+// taken at an instant when no key has a revision folded past the
+// follower's position (a committer folds its own writes first), so it
+// holds every revision up to its sequence and nothing after. Run loads the
+// newest one that passes its digest and describes this layout, and the
+// follower folds from the next sequence; a snapshot whose tail does not
+// follow its chain is dropped for the whole fold before Ready. Snapshots
+// never replace the stream, which stays the book of record.
 //
 // # Invariants
 //

@@ -45,6 +45,20 @@ const (
 // it.
 var errFold = errors.New("ledger: cannot fold")
 
+// progressEvery is how often the follower logs its progress while it
+// folds the stream at start.
+const progressEvery = 2 * time.Second
+
+// isReady reports whether Ready is closed.
+func (l *Ledger) isReady() bool {
+	select {
+	case <-l.ready:
+		return true
+	default:
+		return false
+	}
+}
+
 // followRetry is the pause before the follower re-creates its consumer
 // after losing it (a server restart, a leader change).
 const followRetry = 250 * time.Millisecond
@@ -130,13 +144,29 @@ func (l *Ledger) Run(ctx context.Context) (err error) {
 		case <-time.After(followRetry):
 		}
 	}
-	if startLast == 0 {
+	if l.opts.snapLoad {
+		l.loadSnapshot(ctx, startLast)
+	}
+	if l.applied.Load() >= startLast {
 		l.readyOnce.Do(func() { close(l.ready) })
 	}
+	// The periodic snapshot writer ends when Run returns, before Run
+	// waits for what it owns.
+	loopCtx, stopLoop := context.WithCancel(ctx)
+	defer stopLoop()
+	l.goOwned(func() { l.snapshotLoop(loopCtx) })
 	for {
 		err := l.follow(ctx, l.applied.Load()+1, startLast)
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if errors.Is(err, errFold) && l.snapLoaded.Load() != 0 && !l.isReady() {
+			// The tail does not follow the snapshot (its chain names other
+			// revisions): the snapshot does not describe this stream.
+			l.snapSkipped.Add(1)
+			l.opts.log.Error("ledger: the stream does not follow the loaded snapshot; folding the whole stream", "snapshot_seq", l.snapLoaded.Load(), "err", err)
+			l.resetBook()
+			continue
 		}
 		if errors.Is(err, errFold) {
 			l.opts.log.Error("ledger follower stopped", "err", err)
@@ -171,6 +201,7 @@ func (l *Ledger) follow(ctx context.Context, from, startLast uint64) error {
 	stop := context.AfterFunc(ctx, it.Stop)
 	defer stop()
 	defer it.Stop()
+	logged := time.Now()
 	for {
 		msg, err := it.Next()
 		if err != nil {
@@ -195,8 +226,12 @@ func (l *Ledger) follow(ctx context.Context, from, startLast uint64) error {
 		l.lag.Store(meta.NumPending)
 		l.mu.Unlock()
 		l.advance(seq)
-		if seq >= startLast {
+		if seq >= startLast && !l.isReady() {
+			l.opts.log.Info("ledger: folded the stream; ready", "seq", seq, "folded", seq-from+1, "from_snapshot", l.snapLoaded.Load())
 			l.readyOnce.Do(func() { close(l.ready) })
+		} else if seq < startLast && time.Since(logged) >= progressEvery {
+			logged = time.Now()
+			l.opts.log.Info("ledger: folding the stream", "folded", seq-from+1, "of", startLast-from+1, "seq", seq, "from_snapshot", l.snapLoaded.Load())
 		}
 	}
 }

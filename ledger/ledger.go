@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -44,6 +45,12 @@ type Ledger struct {
 	state   int
 	stopErr error
 	owned   sync.WaitGroup
+
+	// snapStore is the snapshot bucket (nil until found); snapLoaded,
+	// snapSkipped and snapWritten feed SnapshotStats.
+	snapStore               jetstream.ObjectStore
+	snapLoaded, snapWritten atomic.Uint64
+	snapSkipped             atomic.Int64
 
 	// id marks this replica's writes (header streams.HeaderWriter), so the
 	// follower can leave them to the committer, which folds them from

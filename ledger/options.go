@@ -50,6 +50,11 @@ type options struct {
 	submitTimeout time.Duration
 	writeFault    func(ctx context.Context, lanes []string) error
 	observer      Observer
+	// snapLoad: Run starts from the newest valid snapshot.
+	snapLoad bool
+	// snapRevisions, snapInterval: when Run writes a snapshot (0: never).
+	snapRevisions uint64
+	snapInterval  time.Duration
 }
 
 func defaultOptions() options {
@@ -61,6 +66,36 @@ func defaultOptions() options {
 		expiredKeep:   DefaultExpiredRetention,
 		submitTimeout: DefaultSubmitTimeout,
 		log:           slog.New(slog.DiscardHandler),
+		snapLoad:      true,
+		snapRevisions: DefaultSnapshotRevisions,
+		snapInterval:  DefaultSnapshotInterval,
+	}
+}
+
+// WithSnapshotLoad sets whether Run starts from the newest valid snapshot
+// in the snapshot bucket (default true) or folds the whole stream.
+func WithSnapshotLoad(load bool) Option {
+	return func(o *options) error {
+		o.snapLoad = load
+		return nil
+	}
+}
+
+// WithSnapshotEvery sets when Run writes a snapshot: once the stream has
+// moved revisions (1..10^9) past the newest snapshot, or every (1s..24h)
+// after it if the stream moved at all. revisions 0 turns periodic
+// snapshots off (Snapshot still writes one on demand).
+func WithSnapshotEvery(revisions uint64, every time.Duration) Option {
+	return func(o *options) error {
+		if revisions == 0 {
+			o.snapRevisions = 0
+			return nil
+		}
+		if revisions > 1_000_000_000 || every < time.Second || every > 24*time.Hour {
+			return fmt.Errorf("ledger: snapshot every %d revisions or %v out of range 1..1e9, 1s..24h", revisions, every)
+		}
+		o.snapRevisions, o.snapInterval = revisions, every
+		return nil
 	}
 }
 

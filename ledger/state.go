@@ -104,6 +104,10 @@ type Reservation struct {
 	Status string
 	// Late is set when the settle arrived after ExpiresAt.
 	Late bool
+
+	// due is 1 + the reservation's position in the book's expiry index,
+	// 0 when it is not there (always 0 in a copy handed out).
+	due int
 }
 
 // Part is a reservation's share of one balance.
@@ -118,6 +122,7 @@ type Part struct {
 
 func (r *Reservation) clone() *Reservation {
 	c := *r
+	c.due = 0
 	c.Parts = append([]Part(nil), r.Parts...)
 	return &c
 }
@@ -184,4 +189,7 @@ type balance struct {
 type budget struct {
 	rev uint64
 	def Budget
+	// src is the revision def was folded from: a snapshot carries it
+	// whole, so whatever a budget revision holds travels with it.
+	src events.BudgetRevision
 }

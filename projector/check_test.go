@@ -251,3 +251,27 @@ func TestCheck_QuarantineIsPerBalance(t *testing.T) {
 	require.Contains(t, out, "exceeds limit 1")
 	require.Len(t, rep.Problems, 2, out)
 }
+
+// TestCheck_Progress: WithProgress is told every message the replay folds,
+// in order, ending at the stream's last sequence.
+func TestCheck_Progress(t *testing.T) {
+	env := testenv.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	publish := publisher(t, ctx, env.JS, env.Layout)
+	var last uint64
+	for _, scope := range []string{"org:p1", "org:p2", "org:p3"} {
+		ref := events.BudgetRef{Scope: events.Scope(scope), Period: events.PeriodMonth}
+		last = publish(streams.BudgetKey(ref), budgetRev(t, ref, "10", "USD"))
+	}
+	var seen []uint64
+	var lasts []uint64
+	rep, err := projector.Check(ctx, env.JS, env.Layout, projector.WithProgress(func(seq, l uint64) {
+		seen = append(seen, seq)
+		lasts = append(lasts, l)
+	}))
+	require.NoError(t, err)
+	require.True(t, rep.OK(), rep.String())
+	require.Equal(t, []uint64{1, 2, 3}, seen)
+	require.Equal(t, []uint64{last, last, last}, lasts)
+}

@@ -28,6 +28,9 @@ type Report struct {
 	// Problems lists every discrepancy found, in the order found; empty
 	// means replay equals live.
 	Problems []string
+	// Snapshot is what Check found of the newest ledger snapshot: it is
+	// compared with the replay at its sequence.
+	Snapshot SnapshotCheck
 }
 
 // OK reports whether Check found no problem.
@@ -40,6 +43,9 @@ func (r *Report) String() string {
 		r.Events, r.Position, r.Balances, r.Reservations)
 	if r.OK() {
 		b.WriteString("OK, replay equals live")
+		if r.Snapshot.Verified {
+			fmt.Fprintf(&b, "; snapshot %s equals the replay at seq %d", r.Snapshot.Name, r.Snapshot.Seq)
+		}
 		return b.String()
 	}
 	fmt.Fprintf(&b, "%d problems", len(r.Problems))
@@ -52,6 +58,20 @@ func (r *Report) String() string {
 
 func (r *Report) problemf(format string, args ...any) {
 	r.Problems = append(r.Problems, fmt.Sprintf(format, args...))
+}
+
+// CheckOption configures Check.
+type CheckOption func(*checkOptions)
+
+type checkOptions struct {
+	progress func(seq, last uint64)
+}
+
+// WithProgress has f told the sequence of every message Check folds and
+// the stream's last sequence when Check started (f must be quick: it runs
+// on the replay's path).
+func WithProgress(f func(seq, last uint64)) CheckOption {
+	return func(o *checkOptions) { o.progress = f }
 }
 
 // Check replays the ledger stream from its first message and reconciles
@@ -81,7 +101,11 @@ func (r *Report) problemf(format string, args ...any) {
 //
 // Problems go into the Report; the error is only for failing to read:
 // the stream or bucket lookup, a consumer or KV read error, or ctx's error.
-func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout) (*Report, error) {
+func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout, opts ...CheckOption) (*Report, error) {
+	var o checkOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	p := New(js, layout)
 	s, last, err := p.stream(ctx)
 	if err != nil {
@@ -101,11 +125,29 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout) (
 	}
 	st := NewState()
 	bad := map[string]bool{} // quarantined budget keys and balances (by balance key)
+	// The newest snapshot is compared with the replay when the replay
+	// stands exactly at its sequence.
+	snapName, snapSeq, snapData, haveSnap, err := newestSnapshot(ctx, js, layout, last)
+	if err != nil {
+		return nil, err
+	}
+	verifySnap := func() {
+		if haveSnap {
+			haveSnap = false
+			verifySnapshot(rep, st, snapName, snapSeq, snapData)
+		}
+	}
 	fold := func(from, until uint64) error {
 		if until < from {
 			return nil
 		}
 		return p.read(ctx, s, from, until, func(m message) error {
+			if o.progress != nil {
+				o.progress(m.seq, last)
+			}
+			if haveSnap && m.seq > snapSeq {
+				verifySnap()
+			}
 			if bad[m.key] {
 				st.skip(m.seq)
 				return nil
@@ -143,6 +185,7 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout) (
 	if err := fold(1, last); err != nil {
 		return nil, err
 	}
+	verifySnap() // the snapshot is at the stream's last sequence
 
 	kv, err := js.KeyValue(ctx, layout.Bucket())
 	if err != nil {

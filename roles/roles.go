@@ -166,6 +166,40 @@ func ledgerReads(l streams.Layout) []string {
 	}
 }
 
+// snapshotReads are the JetStream API subjects that read the ledger's
+// snapshot bucket (an object store, stream OBJ_<bucket>_snapshots): its
+// info, the ordered consumers that read an object's chunks and list the
+// objects, direct and message gets of an object's metadata, and flow
+// control replies.
+func snapshotReads(l streams.Layout) []string {
+	s := "OBJ_" + l.SnapshotBucket()
+	return []string{
+		jsAPI + "STREAM.INFO." + s,
+		jsAPI + "STREAM.MSG.GET." + s,
+		jsAPI + "DIRECT.GET." + s,
+		jsAPI + "DIRECT.GET." + s + ".>",
+		jsAPI + "CONSUMER.CREATE." + s,
+		jsAPI + "CONSUMER.CREATE." + s + ".>",
+		jsAPI + "CONSUMER.MSG.NEXT." + s + ".*",
+		jsAPI + "CONSUMER.DELETE." + s + ".*",
+		"$JS.FC." + s + ".>",
+	}
+}
+
+// snapshotWrites are what a replica needs to write snapshots: create the
+// bucket, publish an object's chunks and metadata, and purge the chunks of
+// a snapshot it replaces or deletes.
+func snapshotWrites(l streams.Layout) []string {
+	s := "OBJ_" + l.SnapshotBucket()
+	return []string{
+		jsAPI + "STREAM.CREATE." + s,
+		jsAPI + "STREAM.UPDATE." + s,
+		jsAPI + "STREAM.PURGE." + s,
+		jsAPI + "CONSUMER.INFO." + s + ".*",
+		"$O." + l.SnapshotBucket() + ".>",
+	}
+}
+
 // All returns the roles of layout l: replica, service, admin, finance, feed.
 func All(l streams.Layout) []Role {
 	s := l.StreamName()
@@ -196,16 +230,19 @@ func All(l streams.Layout) []Role {
 		jsAPI+"STREAM.MSG.GET."+f,
 		l.FeedFilter(),
 	)
+	replicaPub = append(replicaPub, snapshotReads(l)...)
+	replicaPub = append(replicaPub, snapshotWrites(l)...)
 	replicaSub := append([]string{l.Prefix() + ">"}, discovery()...)
 	replicaSub = append(replicaSub, inbox(Replica)...)
 
 	all := []string{streams.EndpointAdmit, streams.EndpointSettle, streams.EndpointRelease,
 		streams.EndpointBudgetPut, streams.EndpointBudgetGet, streams.EndpointBudgetList}
 	financePub := append(ep(streams.EndpointBudgetGet, streams.EndpointBudgetList), ledgerReads(l)...)
+	financePub = append(financePub, snapshotReads(l)...)
 	return []Role{
 		{
 			Name:           Replica,
-			Description:    "runs `spendgate serve`: ensures and follows the ledger stream, writes its revisions, serves every endpoint and $SRV discovery",
+			Description:    "runs `spendgate serve`: ensures and follows the ledger stream, writes its revisions and snapshots, serves every endpoint and $SRV discovery",
 			Publish:        Rules{Allow: replicaPub, Deny: append(ledgerAdmin(l), feedAdmin(l)...)},
 			Subscribe:      Rules{Allow: replicaSub},
 			AllowResponses: true,
@@ -227,7 +264,7 @@ func All(l streams.Layout) []Role {
 		},
 		{
 			Name:        Finance,
-			Description: "reads the ledger and runs `spendgate audit`: budget.get/list, stream info, ordered consumers, direct gets; writes nothing",
+			Description: "reads the ledger and its snapshots and runs `spendgate audit`: budget.get/list, stream info, ordered consumers, direct gets; writes nothing",
 			Publish:     Rules{Allow: financePub, Deny: writes},
 			Subscribe:   Rules{Allow: inbox(Finance)},
 			InboxPrefix: InboxPrefix(l, Finance),

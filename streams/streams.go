@@ -40,6 +40,14 @@ const (
 	DefaultLanes = 1
 	// MaxLanes bounds Config.Lanes.
 	MaxLanes = 1024
+	// Compression is the ledger stream's storage compression. Measured
+	// (BenchmarkDiskBytesPerReservation: 40k admits + settles, 64 callers,
+	// 200 budgets, a fifth over two scopes): 1,304 bytes on disk per
+	// reservation without, 171 with S2 (sealed 4 MiB blocks shrink about
+	// 10x; the block being written stays uncompressed). Ensure sets it on
+	// an existing stream too; the server applies it to the blocks it
+	// writes after its next restart, and never rewrites older blocks.
+	Compression = jetstream.S2Compression
 	// MetadataLanes is the ledger stream's metadata key that records its
 	// number of lanes; it is fixed when the stream is created.
 	MetadataLanes = "spendgate_lanes"
@@ -149,6 +157,7 @@ func (l Layout) StreamConfig() jetstream.StreamConfig {
 		DenyPurge:          true,
 		AllowDirect:        true,
 		AllowAtomicPublish: true,
+		Compression:        Compression,
 		Metadata:           map[string]string{MetadataLanes: strconv.Itoa(l.c.Lanes)},
 	}
 }
@@ -191,6 +200,60 @@ func Ensure(ctx context.Context, js jetstream.JetStream, l Layout) (jetstream.St
 		return nil, err
 	}
 	return s, nil
+}
+
+// SnapshotBucket is the object store bucket of the ledger's snapshots:
+// <bucket>_snapshots ("spendgate_snapshots" by default).
+//
+// Why an object store and not a KV key: a snapshot holds what is live
+// (budgets, balances, open reservations, the idempotency window), which
+// grows with traffic to many megabytes; a KV value is one message, capped
+// by the server's max payload (1 MiB by default), while an object is
+// chunked (128 KiB chunks), carries its own SHA-256 digest, and is written
+// and read as a stream. Snapshots are named by the stream sequence they
+// cover (SnapshotName), so replicas writing at once never overwrite each
+// other's with a different state.
+func (l Layout) SnapshotBucket() string { return l.c.Bucket + "_snapshots" }
+
+// SnapshotPrefix starts the name of every snapshot object.
+const SnapshotPrefix = "snapshot-"
+
+// SnapshotName is the object name of the snapshot covering seq: the
+// sequence zero-padded to 20 digits, so names sort in sequence order.
+func SnapshotName(seq uint64) string { return fmt.Sprintf("%s%020d", SnapshotPrefix, seq) }
+
+// SnapshotSeq parses a SnapshotName.
+func SnapshotSeq(name string) (uint64, bool) {
+	if !strings.HasPrefix(name, SnapshotPrefix) || len(name) != len(SnapshotPrefix)+20 {
+		return 0, false
+	}
+	seq, err := strconv.ParseUint(name[len(SnapshotPrefix):], 10, 64)
+	return seq, err == nil
+}
+
+// SnapshotConfig is the snapshot bucket's configuration: file storage,
+// the ledger's replicas, S2-compressed (a snapshot is JSON).
+func (l Layout) SnapshotConfig() jetstream.ObjectStoreConfig {
+	return jetstream.ObjectStoreConfig{
+		Bucket:      l.SnapshotBucket(),
+		Description: "spendgate ledger snapshots: the book at one stream sequence, so a replica folds only the tail",
+		Storage:     jetstream.FileStorage,
+		Replicas:    l.c.Replicas,
+		Compression: true,
+	}
+}
+
+// EnsureSnapshots creates or updates the snapshot bucket (idempotent). The
+// writer of a snapshot calls it (the ledger's snapshot writer when it finds
+// no bucket, spendgate snapshot); Ensure does not, so a replica whose
+// permissions do not cover the bucket still starts (it folds the whole
+// stream and logs that it cannot read or write snapshots).
+func EnsureSnapshots(ctx context.Context, js jetstream.JetStream, l Layout) (jetstream.ObjectStore, error) {
+	os, err := js.CreateOrUpdateObjectStore(ctx, l.SnapshotConfig())
+	if err != nil {
+		return nil, fmt.Errorf("streams: ensure %s: %w", l.SnapshotBucket(), err)
+	}
+	return os, nil
 }
 
 // ErrLanesMismatch: the ledger stream exists with another number of lanes

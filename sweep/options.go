@@ -32,13 +32,27 @@ func WithInterval(d time.Duration) Option {
 	}
 }
 
-// WithMaxPerPass bounds the reservations expired per pass (1..100000).
+// WithMaxPerPass bounds the reservations expired per pass
+// (1..10,000,000; default DefaultMaxPerPass).
 func WithMaxPerPass(n int) Option {
 	return func(s *Sweeper) error {
-		if n < 1 || n > 100000 {
-			return fmt.Errorf("sweep: max per pass %d out of range 1..100000", n)
+		if n < 1 || n > 10_000_000 {
+			return fmt.Errorf("sweep: max per pass %d out of range 1..10000000", n)
 		}
 		s.max = n
+		return nil
+	}
+}
+
+// WithWorkers bounds the expiries a pass has in flight at once (1..4096;
+// default DefaultWorkers). With one worker a pass expires one reservation
+// at a time, in order.
+func WithWorkers(n int) Option {
+	return func(s *Sweeper) error {
+		if n < 1 || n > 4096 {
+			return fmt.Errorf("sweep: workers %d out of range 1..4096", n)
+		}
+		s.workers = n
 		return nil
 	}
 }

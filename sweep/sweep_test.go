@@ -132,6 +132,53 @@ func TestSweeper_PassBoundedPerPass(t *testing.T) {
 	}
 }
 
+// TestSweeper_PassConcurrent: a pass has up to its worker bound of expiries
+// in flight at once (so the ledger's committer can fold them into one
+// group commit), never more, and every due reservation is tried exactly
+// once. How it can fail: a sequential pass never gets two expiries in
+// flight and the barrier times out; a pass over the bound trips maxSeen.
+func TestSweeper_PassConcurrent(t *testing.T) {
+	const due, workers = 200, 8
+	var mu sync.Mutex
+	inFlight, maxSeen := 0, 0
+	full := make(chan struct{})
+	var fullOnce sync.Once
+	e := &fakeExpirer{script: map[string]func(context.Context) (events.CloseReply, error){}}
+	for i := 0; i < due; i++ {
+		e.script[fmt.Sprintf("rsv_%03d", i)] = func(ctx context.Context) (events.CloseReply, error) {
+			mu.Lock()
+			inFlight++
+			maxSeen = max(maxSeen, inFlight)
+			if inFlight == workers {
+				fullOnce.Do(func() { close(full) })
+			}
+			mu.Unlock()
+			select {
+			case <-full:
+			case <-time.After(10 * time.Second):
+				return events.CloseReply{}, errors.New("the pass never had its worker bound in flight")
+			}
+			mu.Lock()
+			inFlight--
+			mu.Unlock()
+			return events.CloseReply{Status: events.StatusExpired}, nil
+		}
+	}
+	s, err := sweep.New(dueAll(due), e, sweep.WithClock(fixed(t0)), sweep.WithWorkers(workers))
+	require.NoError(t, err)
+	n, err := s.Pass(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, due, n)
+	require.Equal(t, workers, maxSeen)
+	asked := e.Asked()
+	require.Len(t, asked, due)
+	seen := map[string]bool{}
+	for _, id := range asked {
+		require.False(t, seen[id], "tried twice: %s", id)
+		seen[id] = true
+	}
+}
+
 // TestSweeper_PassUsesClock: what is due is decided by the injected clock,
 // at the nanosecond: an id due at T is not listed at T-1ns and is at T.
 func TestSweeper_PassUsesClock(t *testing.T) {
@@ -141,7 +188,7 @@ func TestSweeper_PassUsesClock(t *testing.T) {
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	set := func(t time.Time) { mu.Lock(); now = t; mu.Unlock() }
 	e := &fakeExpirer{}
-	s, err := sweep.New(l, e, sweep.WithClock(clock))
+	s, err := sweep.New(l, e, sweep.WithClock(clock), sweep.WithWorkers(1)) // in order
 	require.NoError(t, err)
 	for _, step := range []struct {
 		at   time.Time
@@ -188,7 +235,8 @@ func TestSweeper_PassStopsAtFirstError(t *testing.T) {
 		"rsv_001": reply(events.StatusExpired, true),
 		"rsv_003": func(context.Context) (events.CloseReply, error) { return events.CloseReply{}, down },
 	}}
-	s, err := sweep.New(l, e, sweep.WithClock(fixed(t0)))
+	// One worker: the pass is sequential, so "nothing after" is exact.
+	s, err := sweep.New(l, e, sweep.WithClock(fixed(t0)), sweep.WithWorkers(1))
 	require.NoError(t, err)
 	n, err := s.Pass(context.Background())
 	require.ErrorIs(t, err, down)
@@ -240,7 +288,7 @@ func TestSweeper_PassCancelled(t *testing.T) {
 				return events.CloseReply{Status: events.StatusExpired}, nil
 			},
 		}}
-		s, err := sweep.New(dueAll(4), e, sweep.WithClock(fixed(t0)))
+		s, err := sweep.New(dueAll(4), e, sweep.WithClock(fixed(t0)), sweep.WithWorkers(1))
 		require.NoError(t, err)
 		n, err := s.Pass(ctx)
 		require.ErrorIs(t, err, context.Canceled)
@@ -325,7 +373,7 @@ func TestSweeper_Run(t *testing.T) {
 				return events.CloseReply{}, ctx.Err()
 			},
 		}}
-		s, err := sweep.New(dueAll(2), e, sweep.WithClock(fixed(t0)), sweep.WithInterval(100*time.Millisecond))
+		s, err := sweep.New(dueAll(2), e, sweep.WithClock(fixed(t0)), sweep.WithInterval(100*time.Millisecond), sweep.WithWorkers(1))
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
@@ -416,7 +464,12 @@ func TestNew_Options(t *testing.T) {
 		{"max per pass 100000", sweep.WithMaxPerPass(100000), true},
 		{"max per pass 0", sweep.WithMaxPerPass(0), false},
 		{"max per pass negative", sweep.WithMaxPerPass(-1), false},
-		{"max per pass 100001", sweep.WithMaxPerPass(100001), false},
+		{"max per pass 10000000", sweep.WithMaxPerPass(10_000_000), true},
+		{"max per pass 10000001", sweep.WithMaxPerPass(10_000_001), false},
+		{"workers 1", sweep.WithWorkers(1), true},
+		{"workers 4096", sweep.WithWorkers(4096), true},
+		{"workers 0", sweep.WithWorkers(0), false},
+		{"workers 4097", sweep.WithWorkers(4097), false},
 		{"nil clock", sweep.WithClock(nil), false},
 		{"clock", sweep.WithClock(time.Now), true},
 		{"nil logger", sweep.WithLogger(nil), false},

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -94,10 +96,19 @@ func audit(args []string) int {
 		fmt.Fprintln(os.Stderr, "spendgate:", err)
 		return 1
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	// A replay is as long as the book: no fixed deadline, SIGINT or
+	// SIGTERM end it.
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	if args[0] == "check" {
-		rep, err := projector.Check(ctx, js, layout)
+		var opts []projector.CheckOption
+		if isTerminal(os.Stderr) {
+			opts = append(opts, projector.WithProgress(terminalProgress(os.Stderr, "audit check: replayed")))
+		}
+		rep, err := projector.Check(ctx, js, layout, opts...)
+		if len(opts) > 0 {
+			fmt.Fprint(os.Stderr, "\r\033[K")
+		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "spendgate: audit check:", err)
 			return 1
@@ -133,6 +144,25 @@ func audit(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// isTerminal reports whether f is a character device (a terminal).
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// terminalProgress returns a progress function that rewrites one line of
+// w at most twice a second: "<what> N of M revisions".
+func terminalProgress(w io.Writer, what string) func(seq, last uint64) {
+	var shown time.Time
+	return func(seq, last uint64) {
+		if time.Since(shown) < 500*time.Millisecond && seq != last {
+			return
+		}
+		shown = time.Now()
+		fmt.Fprintf(w, "\r\033[K%s %d of %d revisions", what, seq, last)
+	}
 }
 
 // balanceColumns is the header of audit balances' CSV.

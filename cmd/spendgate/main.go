@@ -29,6 +29,7 @@ Usage:
   spendgate audit balances [--at TIME]   totals per budget period as CSV, optionally as of an RFC 3339 time
   spendgate audit export [--from TIME] [--to TIME] [--scope KIND:ID ...] [--format csv|jsonl] [--totals FILE]
                                          one row per reservation, streamed
+  spendgate snapshot [--list]            write a snapshot of the book now (replicas also write them periodically)
   spendgate report   --by scope|KEY [--from TIME] [--to TIME] [--format table|csv]   spend by scope or metadata key
   spendgate bench    [--duration 3s] [--reps 3] [--conns 4] [--scenarios hot1,...|mem] [--json]   throughput vs floor and naive CAS
   spendgate demo overrun [--concurrency 20] [--ceiling 0.10] [--price 0.02] [--json]   naive ledger vs spendgate, no setup
@@ -45,17 +46,18 @@ Exit status: 0 success or admitted; 1 error; 2 denied, or a usage error
 
 // commands maps each command to its function.
 var commands = map[string]func([]string) int{
-	"serve":   serve,
-	"budget":  budget,
-	"admit":   admitCmd,
-	"settle":  settleCmd,
-	"release": releaseCmd,
-	"audit":   audit,
-	"report":  report,
-	"bench":   benchCmd,
-	"demo":    demoCmd,
-	"roles":   rolesCmd,
-	"version": versionCmd,
+	"serve":    serve,
+	"budget":   budget,
+	"admit":    admitCmd,
+	"settle":   settleCmd,
+	"release":  releaseCmd,
+	"audit":    audit,
+	"report":   report,
+	"bench":    benchCmd,
+	"demo":     demoCmd,
+	"roles":    rolesCmd,
+	"snapshot": snapshotCmd,
+	"version":  versionCmd,
 }
 
 func main() {

@@ -21,11 +21,13 @@ import (
 	"github.com/spendgate/spendgate/config"
 	"github.com/spendgate/spendgate/dashboard"
 	"github.com/spendgate/spendgate/embedded"
+	"github.com/spendgate/spendgate/ledger"
 	"github.com/spendgate/spendgate/metrics"
 	"github.com/spendgate/spendgate/natsconn"
 	"github.com/spendgate/spendgate/ops"
 	"github.com/spendgate/spendgate/service"
 	"github.com/spendgate/spendgate/streams"
+	"github.com/spendgate/spendgate/sweep"
 )
 
 var serveCommand = command{
@@ -55,11 +57,13 @@ func serve(args []string) int {
 	syncAlways := fs.Bool("sync-always", true, "embedded server: fsync every write before acknowledging it, so a power loss loses nothing acknowledged (false: fsync every 2 minutes, faster; see the README's durability section)")
 	defTTL := fs.Duration("default-ttl", 5*time.Minute, "reservation TTL when the request names none")
 	maxTTL := fs.Duration("max-ttl", 24*time.Hour, "largest TTL a request may ask for")
-	sweepEvery := fs.Duration("sweep-interval", time.Minute, "how often this replica releases expired reservations")
+	sweepEvery := fs.Duration("sweep-interval", sweep.DefaultInterval, "how often this replica releases expired reservations (each pass releases everything due, in group commits)")
 	verbose := fs.Bool("v", false, "log debug output, the embedded server's included (--log-level debug)")
 	httpAddr := fs.String("http", "", "serve /metrics, /healthz, /readyz and the spend dashboard (/dashboard/) on this address (e.g. 127.0.0.1:8080); off when empty")
 	metricsBudgets := fs.Int("metrics-budgets", metrics.DefaultBudgetLimit, "per-budget gauges for at most this many budgets, the most reserved first")
 	feedOn := fs.Bool("feed", false, "relay every ledger event to the live event feed (stream <bucket>_feed, subjects <prefix>feed.v1.>); off by default: it stores each event a second time, and turning it on later back-fills from the ledger's start")
+	snapRevisions := fs.Uint64("snapshot-revisions", ledger.DefaultSnapshotRevisions, "write a snapshot of the book once the stream has moved this many revisions past the newest one (0: never; spendgate snapshot writes one on demand)")
+	snapInterval := fs.Duration("snapshot-interval", ledger.DefaultSnapshotInterval, "write a snapshot this long after the newest one if the stream moved")
 	readyTimeout := fs.Duration("ready-timeout", time.Minute, "how long the replica may take to fold the ledger stream at start")
 	maxInflight := fs.Int("max-inflight", service.MaxInFlight, "requests this replica handles at once; beyond it callers get ledger_busy at once")
 	config.AddFileFlag(fs)
@@ -73,6 +77,9 @@ func serve(args []string) int {
 	}
 	if *maxInflight < 1 {
 		return serveCommand.usageError(fs, "--max-inflight must be at least 1")
+	}
+	if *snapRevisions > 0 && (*snapInterval < time.Second || *snapInterval > 24*time.Hour) {
+		return serveCommand.usageError(fs, "--snapshot-interval must be 1s..24h")
 	}
 	if *sweepEvery <= 0 {
 		return serveCommand.usageError(fs, "--sweep-interval must be positive")
@@ -186,7 +193,8 @@ func serve(args []string) int {
 	}
 	r, err := service.StartReplica(ctx, nc, js, service.ReplicaConfig{
 		Layout: layout, DefaultTTL: *defTTL, MaxTTL: *maxTTL, SweepInterval: *sweepEvery, Log: log,
-		ReadyTimeout: *readyTimeout, Metrics: m, MetricsBudgets: *metricsBudgets, Feed: *feedOn,
+		LedgerOptions: []ledger.Option{ledger.WithSnapshotEvery(*snapRevisions, *snapInterval)},
+		ReadyTimeout:  *readyTimeout, Metrics: m, MetricsBudgets: *metricsBudgets, Feed: *feedOn,
 		MaxInFlight: *maxInflight,
 	})
 	if err != nil {

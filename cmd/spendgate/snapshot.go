@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spendgate/spendgate/config"
+	"github.com/spendgate/spendgate/ledger"
+	"github.com/spendgate/spendgate/streams"
+)
+
+var snapshotCommand = command{
+	name:     "spendgate snapshot",
+	synopsis: "[--list] [--nats-url URL] [--bucket NAME] [--within 10m]",
+	about: `Writes a snapshot of the ledger's book now, into the object store bucket
+<bucket>_snapshots, and prints it as JSON ({"name","seq","size"}). It folds
+the stream the way a starting replica does (from the newest valid snapshot,
+then the tail), so it needs no running replica. Replicas also write one every
+--snapshot-revisions revisions or --snapshot-interval (see serve). With
+--list it prints the stored snapshots, newest first, one JSON object a line.`,
+}
+
+// snapshotCmd is spendgate snapshot.
+func snapshotCmd(args []string) int {
+	fs := newFlagSet("snapshot")
+	var c clientFlags
+	c.register(fs)
+	bucket := fs.String("bucket", streams.DefaultBucket, "ledger bucket name")
+	list := fs.Bool("list", false, "list the stored snapshots instead of writing one")
+	timeout := fs.Duration("within", 10*time.Minute, "how long the fold and the write may take")
+	var logging config.Logging
+	logging.AddFlags(fs)
+	if code, ok := snapshotCommand.parse(fs, args); !ok {
+		return code
+	}
+	if *timeout <= 0 {
+		return snapshotCommand.usageError(fs, "--within must be positive")
+	}
+	fail := func(err error) int {
+		fmt.Fprintln(os.Stderr, "spendgate: snapshot:", err)
+		return exitError
+	}
+	nc, err := c.connect("spendgate-snapshot")
+	if err != nil {
+		return fail(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fail(err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	layout, err := streams.New(streams.Config{Bucket: *bucket, Prefix: c.prefix})
+	if err != nil {
+		return fail(err)
+	}
+	// The lane count is the stream's, whatever the flags say.
+	s, err := js.Stream(ctx, layout.StreamName())
+	if err != nil {
+		return fail(fmt.Errorf("ledger stream %s: %w", layout.StreamName(), err))
+	}
+	lanes, err := streams.RecordedLanes(s.CachedInfo().Config)
+	if err != nil {
+		return fail(err)
+	}
+	if layout, err = streams.New(streams.Config{Bucket: *bucket, Prefix: c.prefix, Lanes: lanes, Replicas: s.CachedInfo().Config.Replicas}); err != nil {
+		return fail(err)
+	}
+	enc := json.NewEncoder(os.Stdout)
+	if *list {
+		snaps, err := ledger.ListSnapshots(ctx, js, layout)
+		if err != nil {
+			return fail(err)
+		}
+		for _, s := range snaps {
+			if err := enc.Encode(snapshotJSON(s)); err != nil {
+				return fail(err)
+			}
+		}
+		return exitOK
+	}
+	if _, err := streams.EnsureSnapshots(ctx, js, layout); err != nil {
+		return fail(err)
+	}
+	l, err := ledger.New(ctx, nc, js, layout, ledger.WithSnapshotEvery(0, 0), ledger.WithLogger(logging.New(os.Stderr)))
+	if err != nil {
+		return fail(err)
+	}
+	runCtx, stopRun := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- l.Run(runCtx) }()
+	defer func() { stopRun(); <-done }()
+	select {
+	case <-l.Ready():
+	case err := <-done:
+		done <- err
+		return fail(fmt.Errorf("folding the stream: %w", err))
+	case <-ctx.Done():
+		return fail(fmt.Errorf("folding the stream: %w", ctx.Err()))
+	}
+	info, err := l.Snapshot(ctx)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("%w (raise --within)", err)
+		}
+		return fail(err)
+	}
+	if err := enc.Encode(snapshotJSON(info)); err != nil {
+		return fail(err)
+	}
+	return exitOK
+}
+
+type snapshotOut struct {
+	Name string `json:"name"`
+	Seq  uint64 `json:"seq"`
+	Size uint64 `json:"size"`
+}
+
+func snapshotJSON(s ledger.SnapshotInfo) snapshotOut { return snapshotOut(s) }

@@ -1,0 +1,122 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spendgate/spendgate/streams"
+)
+
+// BookBody returns the encoded state of l's book at an instant it is exact
+// (what a snapshot's body would hold), and its sequence.
+func BookBody(ctx context.Context, l *Ledger) ([]byte, uint64, error) {
+	st, err := l.dumpExact(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	b, err := json.Marshal(st)
+	return b, st.Seq, err
+}
+
+// FoldView folds the stream's revisions 1..seq into a fresh book (the way
+// the follower does, message by message, stamping closes with each
+// message's server time) and returns its BookView.
+func FoldView(ctx context.Context, js jetstream.JetStream, layout streams.Layout, seq uint64, opts ...Option) (string, error) {
+	l, err := New(ctx, nil, js, layout, opts...)
+	if err != nil {
+		return "", err
+	}
+	for s := uint64(1); s <= seq; s++ {
+		m, err := l.stream.GetMsg(ctx, s)
+		if err != nil {
+			return "", fmt.Errorf("seq %d: %w", s, err)
+		}
+		if err := l.applyMsg(m.Subject, s, m.Data); err != nil {
+			return "", fmt.Errorf("seq %d: %w", s, err)
+		}
+		l.bk.forgetUntil(s, m.Time)
+	}
+	return bookView(l.bk), nil
+}
+
+// SnapshotView reads a stored snapshot, checks it, loads it into a book
+// as a starting replica would, and returns its BookView.
+func SnapshotView(ctx context.Context, js jetstream.JetStream, layout streams.Layout, name string, opts ...Option) (string, error) {
+	l, err := New(ctx, nil, js, layout, opts...)
+	if err != nil {
+		return "", err
+	}
+	store, err := js.ObjectStore(ctx, layout.SnapshotBucket())
+	if err != nil {
+		return "", err
+	}
+	b, err := l.readSnapshot(ctx, store, name)
+	if err != nil {
+		return "", err
+	}
+	return bookView(b), nil
+}
+
+// BookView renders every field of l's book, independently of the snapshot
+// code (which a test of snapshots must not trust to compare books): what
+// the book would answer to anyone, plus its queues, stamps and indexes.
+func BookView(l *Ledger) string {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return bookView(l.bk)
+}
+
+func bookView(b *book) string {
+	var out []string
+	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
+	for k, d := range b.budgets {
+		add("budget %s rev=%d def=%+v src=%+v hash=%s", k, d.rev, d.def, d.src, b.hashes[k])
+	}
+	for k, rev := range b.lanes {
+		add("lane %s rev=%d hash=%s", k, rev, b.hashes[k])
+	}
+	for s, defs := range b.byScope {
+		add("scope %s %+v", s, defs)
+	}
+	for k, bl := range b.balances {
+		var open []string
+		for id, r := range bl.open {
+			if b.reservations[id] != r {
+				add("balance %s open %s is not the book's reservation", k, id)
+			}
+			open = append(open, id)
+		}
+		sortStrings(open)
+		add("balance %s ref=%+v rev=%d unit=%s limit=%s spent=%s reserved=%s overrun=%s open=%v",
+			k, bl.ref, bl.rev, bl.unit, bl.limit, bl.spent, bl.reserved, bl.overrun, open)
+	}
+	for id, r := range b.reservations {
+		c := *r
+		c.due = 0
+		add("reservation %s %+v indexed=%v", id, c, r.due != 0)
+	}
+	for rid, r := range b.requests {
+		add("request %s -> %s", rid, r.ID)
+	}
+	for name, q := range map[string][]closedRes{"closed": b.closed, "expired": b.expired} {
+		var line []string // in queue order
+		for _, c := range q {
+			if b.reservations[c.r.ID] == c.r {
+				line = append(line, c.r.ID+"@"+c.at.Format(time.RFC3339Nano))
+			}
+		}
+		add("%s queue %v", name, line)
+	}
+	add("pending %d serverNow %s due %d", len(b.pending), b.serverNow.Format(time.RFC3339Nano), len(b.due))
+	// closed and expired keep their order; the rest is sorted.
+	sortStrings(out)
+	return strings.Join(out, "\n")
+}
+
+func sortStrings(s []string) { sort.Strings(s) }

@@ -1,0 +1,315 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spendgate/spendgate/streams"
+)
+
+// Snapshot defaults.
+const (
+	// DefaultSnapshotRevisions: a replica writes a snapshot once the stream
+	// has this many revisions past the newest snapshot.
+	DefaultSnapshotRevisions = 100_000
+	// DefaultSnapshotInterval: a replica writes a snapshot this long after
+	// the newest one if the stream moved meanwhile.
+	DefaultSnapshotInterval = 15 * time.Minute
+	// SnapshotsKept is how many snapshots the writer keeps; older ones are
+	// deleted after a new one is written.
+	SnapshotsKept = 3
+	// snapshotLookup bounds finding and listing the snapshot bucket.
+	snapshotLookup = 10 * time.Second
+	// snapshotCheck is how often the periodic writer looks (or half the
+	// snapshot interval, if shorter).
+	snapshotCheck = 5 * time.Second
+)
+
+// SnapshotInfo describes one snapshot in the snapshot bucket.
+type SnapshotInfo struct {
+	// Name is the object name (streams.SnapshotName(Seq)).
+	Name string
+	// Seq is the stream sequence the snapshot covers: it holds every
+	// revision up to and including Seq, and nothing after.
+	Seq uint64
+	// Size is the encoded size in bytes.
+	Size uint64
+}
+
+// Snapshot writes a snapshot of this replica's book now and returns what
+// it wrote. It waits (within ctx) for an instant at which the book holds
+// exactly the revisions up to the follower's position (this replica's own
+// writes are folded before the follower reaches them), dumps the book under
+// the read lock, and encodes and writes it without the lock.
+//
+// Errors: CodeLedgerUnavailable if the follower is not running; ctx's
+// error; an error from the object store (the bucket is created by
+// streams.Ensure).
+func (l *Ledger) Snapshot(ctx context.Context) (SnapshotInfo, error) {
+	if err := l.live(); err != nil {
+		return SnapshotInfo{}, err
+	}
+	store, err := l.snapshotBucket(ctx)
+	if err != nil {
+		return SnapshotInfo{}, err
+	}
+	return l.writeSnapshot(ctx, store)
+}
+
+// snapshotBucket opens the snapshot bucket, creating it if it does not
+// exist.
+func (l *Ledger) snapshotBucket(ctx context.Context) (jetstream.ObjectStore, error) {
+	store, err := l.js.ObjectStore(ctx, l.layout.SnapshotBucket())
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		store, err = streams.EnsureSnapshots(ctx, l.js, l.layout)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ledger: snapshot bucket %s: %w", l.layout.SnapshotBucket(), err)
+	}
+	return store, nil
+}
+
+func (l *Ledger) writeSnapshot(ctx context.Context, store jetstream.ObjectStore) (SnapshotInfo, error) {
+	st, err := l.dumpExact(ctx)
+	if err != nil {
+		return SnapshotInfo{}, err
+	}
+	data, err := encodeSnapshot(st)
+	if err != nil {
+		return SnapshotInfo{}, err
+	}
+	name := streams.SnapshotName(st.Seq)
+	info, err := store.PutBytes(ctx, name, data)
+	if err != nil {
+		return SnapshotInfo{}, fmt.Errorf("ledger: writing snapshot %s: %w", name, err)
+	}
+	l.snapWritten.Store(st.Seq)
+	return SnapshotInfo{Name: name, Seq: st.Seq, Size: info.Size}, nil
+}
+
+// dumpExact waits for an instant at which the book is exact at the
+// follower's position and dumps it.
+func (l *Ledger) dumpExact(ctx context.Context) (*snapshotState, error) {
+	for {
+		l.progMu.Lock()
+		ch := l.progress
+		l.progMu.Unlock()
+		l.mu.RLock()
+		seq := l.applied.Load()
+		var st *snapshotState
+		var err error
+		if seq > 0 && l.bk.exactAt(seq) {
+			st, err = l.bk.snapshot(seq)
+		}
+		l.mu.RUnlock()
+		if err != nil || st != nil {
+			return st, err
+		}
+		t := time.NewTimer(5 * time.Millisecond)
+		select {
+		case <-ch:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("ledger: snapshot: no instant at which the book was exact: %w", ctx.Err())
+		}
+		t.Stop()
+	}
+}
+
+// ListSnapshots returns the snapshots in layout's snapshot bucket, newest
+// first (none if the bucket does not exist).
+func ListSnapshots(ctx context.Context, js jetstream.JetStream, layout streams.Layout) ([]SnapshotInfo, error) {
+	store, err := js.ObjectStore(ctx, layout.SnapshotBucket())
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return listSnapshots(ctx, store)
+}
+
+func listSnapshots(ctx context.Context, store jetstream.ObjectStore) ([]SnapshotInfo, error) {
+	objs, err := store.List(ctx)
+	if errors.Is(err, jetstream.ErrNoObjectsFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []SnapshotInfo
+	for _, o := range objs {
+		if seq, ok := streams.SnapshotSeq(o.Name); ok && !o.Deleted {
+			out = append(out, SnapshotInfo{Name: o.Name, Seq: seq, Size: o.Size})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Seq > out[j].Seq })
+	return out, nil
+}
+
+// loadSnapshot loads the newest valid snapshot at or below last into the
+// book and returns its sequence (0: none, the follower folds from the
+// first revision). A snapshot that cannot be read or fails its checks is
+// logged as an error, counted (SnapshotsSkipped), and skipped for an older
+// one. It runs before the follower starts, so the book is this goroutine's.
+func (l *Ledger) loadSnapshot(ctx context.Context, last uint64) uint64 {
+	// Finding and listing are bounded: a replica whose permissions do not
+	// cover the bucket must not wait long to fold the whole stream.
+	lctx, cancel := context.WithTimeout(ctx, snapshotLookup)
+	defer cancel()
+	store, err := l.js.ObjectStore(lctx, l.layout.SnapshotBucket())
+	if err != nil {
+		if !errors.Is(err, jetstream.ErrBucketNotFound) {
+			l.opts.log.Warn("ledger: snapshot bucket unreadable; folding the whole stream", "bucket", l.layout.SnapshotBucket(), "err", err)
+		}
+		return 0
+	}
+	l.snapStore = store
+	list, err := listSnapshots(lctx, store)
+	if err != nil {
+		l.opts.log.Warn("ledger: listing snapshots failed; folding the whole stream", "err", err)
+		return 0
+	}
+	for _, s := range list {
+		if s.Seq > last {
+			continue // written against a stream that has since been reset
+		}
+		start := time.Now()
+		b, err := l.readSnapshot(ctx, store, s.Name)
+		if err != nil {
+			l.snapSkipped.Add(1)
+			l.opts.log.Error("ledger: snapshot skipped", "snapshot", s.Name, "err", err)
+			continue
+		}
+		l.mu.Lock()
+		l.bk = b
+		l.mu.Unlock()
+		l.advance(s.Seq)
+		l.snapLoaded.Store(s.Seq)
+		l.snapWritten.Store(s.Seq)
+		l.opts.log.Info("ledger: loaded snapshot", "snapshot", s.Name, "seq", s.Seq, "bytes", s.Size,
+			"reservations", len(b.reservations), "took", time.Since(start), "tail", last-s.Seq)
+		return s.Seq
+	}
+	return 0
+}
+
+func (l *Ledger) readSnapshot(ctx context.Context, store jetstream.ObjectStore, name string) (*book, error) {
+	data, err := store.GetBytes(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading %s: %w", ErrSnapshotInvalid, name, err)
+	}
+	st, err := decodeSnapshot(data)
+	if err != nil {
+		return nil, err
+	}
+	return bookFromSnapshot(l.layout, l.opts.retention, l.opts.expiredKeep, st)
+}
+
+// resetBook drops a book loaded from a snapshot whose tail did not fold
+// (its revisions do not follow the snapshot's), so the follower folds the
+// whole stream. Only before Ready: nothing has decided on the book.
+func (l *Ledger) resetBook() {
+	l.mu.Lock()
+	l.bk = newBook(l.layout, l.opts.retention, l.opts.expiredKeep)
+	l.mu.Unlock()
+	l.progMu.Lock()
+	l.applied.Store(0)
+	l.progMu.Unlock()
+	l.snapLoaded.Store(0)
+}
+
+// snapshotLoop writes a snapshot whenever the stream has moved
+// DefaultSnapshotRevisions (see WithSnapshotEvery) past the newest one
+// this replica knows of, or the interval passed and it moved at all, and
+// keeps the newest SnapshotsKept.
+func (l *Ledger) snapshotLoop(ctx context.Context) {
+	if l.opts.snapRevisions == 0 {
+		return
+	}
+	t := time.NewTicker(min(snapshotCheck, l.opts.snapInterval/2))
+	defer t.Stop()
+	lastAt := time.Now()
+	var notBefore time.Time // after a failure, wait an interval
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		applied, last := l.applied.Load(), l.snapWritten.Load()
+		if time.Now().Before(notBefore) || applied <= last || (applied-last < l.opts.snapRevisions && time.Since(lastAt) < l.opts.snapInterval) {
+			continue
+		}
+		if l.live() != nil {
+			continue
+		}
+		store := l.snapStore
+		if store == nil {
+			bctx, cancel := context.WithTimeout(ctx, snapshotLookup)
+			var err error
+			store, err = l.snapshotBucket(bctx)
+			cancel()
+			if err != nil {
+				l.opts.log.Warn("ledger: cannot write periodic snapshots", "err", err)
+				notBefore = time.Now().Add(l.opts.snapInterval)
+				continue
+			}
+			l.snapStore = store
+		}
+		// Another replica may have written one meanwhile.
+		list, err := listSnapshots(ctx, store)
+		if err == nil && len(list) > 0 && list[0].Seq > last {
+			l.snapWritten.Store(list[0].Seq)
+			if applied-list[0].Seq < l.opts.snapRevisions && time.Since(lastAt) < l.opts.snapInterval {
+				continue
+			}
+		}
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		info, err := l.writeSnapshot(wctx, store)
+		cancel()
+		lastAt = time.Now()
+		if err != nil {
+			l.opts.log.Warn("ledger: periodic snapshot failed", "err", err)
+			notBefore = time.Now().Add(l.opts.snapInterval)
+			continue
+		}
+		l.opts.log.Info("ledger: wrote snapshot", "snapshot", info.Name, "seq", info.Seq, "bytes", info.Size)
+		l.pruneSnapshots(ctx, store)
+	}
+}
+
+func (l *Ledger) pruneSnapshots(ctx context.Context, store jetstream.ObjectStore) {
+	list, err := listSnapshots(ctx, store)
+	if err != nil || len(list) <= SnapshotsKept {
+		return
+	}
+	for _, s := range list[SnapshotsKept:] {
+		if err := store.Delete(ctx, s.Name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+			l.opts.log.Warn("ledger: deleting old snapshot", "snapshot", s.Name, "err", err)
+		}
+	}
+}
+
+// SnapshotStats says what this replica did with snapshots.
+type SnapshotStats struct {
+	// Loaded is the sequence of the snapshot the replica started from (0:
+	// it folded the whole stream).
+	Loaded uint64
+	// Skipped counts snapshots that failed their checks at start.
+	Skipped int64
+	// Written is the sequence of the newest snapshot this replica wrote or
+	// saw.
+	Written uint64
+}
+
+// SnapshotStats returns what this replica did with snapshots.
+func (l *Ledger) SnapshotStats() SnapshotStats {
+	return SnapshotStats{Loaded: l.snapLoaded.Load(), Skipped: l.snapSkipped.Load(), Written: l.snapWritten.Load()}
+}

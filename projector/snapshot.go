@@ -1,0 +1,238 @@
+package projector
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/streams"
+)
+
+// The projector reads a ledger snapshot (see package ledger: a header line
+// with its size and SHA-256, then a JSON body) with its own decoder, from
+// the snapshot format alone, and compares what it states with its own
+// replay at the snapshot's sequence. Only the fields it compares are
+// decoded.
+
+type snapHeader struct {
+	Format  string `json:"format"`
+	Version int    `json:"version"`
+	Seq     uint64 `json:"seq"`
+	Size    int    `json:"size"`
+	SHA256  string `json:"sha256"`
+}
+
+type snapKey struct {
+	Key  string `json:"key"`
+	Rev  uint64 `json:"rev"`
+	Hash string `json:"hash"`
+}
+
+type snapBody struct {
+	Seq      uint64    `json:"seq"`
+	Budgets  []snapKey `json:"budgets"`
+	LaneRevs []snapKey `json:"lane_revisions"`
+	Balances []struct {
+		Key      string            `json:"key"`
+		Ref      events.BalanceRef `json:"ref"`
+		Rev      uint64            `json:"rev"`
+		Spent    events.Money      `json:"spent"`
+		Reserved events.Money      `json:"reserved"`
+		Overrun  events.Money      `json:"overrun"`
+		Open     []string          `json:"open"`
+	} `json:"balances"`
+	Reservations []struct {
+		ID     string `json:"id"`
+		Status string `json:"status"`
+	} `json:"reservations"`
+}
+
+// snapshotFormat and snapshotVersion are the encoding this decoder reads;
+// snapshotLookup bounds finding and listing the snapshot bucket.
+const (
+	snapshotLookup  = 10 * time.Second
+	snapshotFormat  = "spendgate.snapshot"
+	snapshotVersion = 1
+)
+
+// SnapshotCheck is what Check found of the newest snapshot.
+type SnapshotCheck struct {
+	// Name and Seq name the snapshot checked ("" when there is none).
+	Name string
+	Seq  uint64
+	// Verified: it decoded, passed its digest and equals the replay at
+	// Seq; otherwise its problems are in the Report's Problems.
+	Verified bool
+}
+
+// newestSnapshot reads the newest snapshot at or below last. ok is false
+// when there is none (no bucket, no snapshot).
+// A bucket that cannot be found or listed (it does not exist, or the
+// auditor's permissions do not cover it) means no snapshot to check; the
+// lookup is bounded so that it cannot hold the audit up.
+func newestSnapshot(ctx context.Context, js jetstream.JetStream, layout streams.Layout, last uint64) (name string, seq uint64, data []byte, ok bool, err error) {
+	lctx, cancel := context.WithTimeout(ctx, snapshotLookup)
+	defer cancel()
+	store, err := js.ObjectStore(lctx, layout.SnapshotBucket())
+	if err != nil {
+		return "", 0, nil, false, ctx.Err()
+	}
+	objs, err := store.List(lctx)
+	if err != nil {
+		return "", 0, nil, false, ctx.Err()
+	}
+	for _, o := range objs {
+		if s, ok := streams.SnapshotSeq(o.Name); ok && !o.Deleted && s <= last && s > seq {
+			name, seq = o.Name, s
+		}
+	}
+	if name == "" {
+		return "", 0, nil, false, nil
+	}
+	data, err = store.GetBytes(ctx, name)
+	if err != nil {
+		return name, seq, nil, true, nil // reported as a problem by verify
+	}
+	return name, seq, data, true, nil
+}
+
+func decodeSnap(data []byte) (*snapBody, error) {
+	nl := bytes.IndexByte(data, '\n')
+	if nl < 0 {
+		return nil, errors.New("no header line")
+	}
+	var h snapHeader
+	if err := json.Unmarshal(data[:nl], &h); err != nil {
+		return nil, fmt.Errorf("header: %v", err)
+	}
+	if h.Format != snapshotFormat || h.Version != snapshotVersion {
+		return nil, fmt.Errorf("format %q version %d", h.Format, h.Version)
+	}
+	body := data[nl+1:]
+	if len(body) != h.Size {
+		return nil, fmt.Errorf("body of %d bytes, header says %d", len(body), h.Size)
+	}
+	sum := sha256.Sum256(body)
+	if hex.EncodeToString(sum[:]) != h.SHA256 {
+		return nil, errors.New("digest mismatch")
+	}
+	var b snapBody
+	if err := json.Unmarshal(body, &b); err != nil {
+		return nil, fmt.Errorf("body: %v", err)
+	}
+	if b.Seq != h.Seq {
+		return nil, fmt.Errorf("body at seq %d, header says %d", b.Seq, h.Seq)
+	}
+	return &b, nil
+}
+
+// verifySnapshot compares snapshot data (named name, at seq) with st, the
+// replay up to exactly seq, and reports every difference.
+func verifySnapshot(rep *Report, st *State, name string, seq uint64, data []byte) {
+	before := len(rep.Problems)
+	pf := func(format string, args ...any) {
+		rep.problemf("snapshot %s: "+format, append([]any{name}, args...)...)
+	}
+	if data == nil {
+		pf("unreadable")
+		return
+	}
+	b, err := decodeSnap(data)
+	if err != nil {
+		pf("%v", err)
+		return
+	}
+	lanes := map[string]bool{}
+	for _, k := range b.LaneRevs {
+		lanes[k.Key] = true
+		if st.lanes[k.Key] != k.Rev || st.hashes[k.Key] != k.Hash {
+			pf("lane %s at %d (%s), the replay at %d (%s)", k.Key, k.Rev, k.Hash, st.lanes[k.Key], st.hashes[k.Key])
+		}
+	}
+	for lane := range st.lanes {
+		if !lanes[lane] {
+			pf("lane %s is missing", lane)
+		}
+	}
+	budgets := map[string]bool{}
+	for _, k := range b.Budgets {
+		budgets[k.Key] = true
+		if st.hashes[k.Key] != k.Hash {
+			pf("budget %s at %d (%s), the replay's hash %s", k.Key, k.Rev, k.Hash, st.hashes[k.Key])
+		}
+	}
+	for ref := range st.budgets {
+		if !budgets[streams.BudgetKey(ref)] {
+			pf("budget %s is missing", streams.BudgetKey(ref))
+		}
+	}
+	if len(b.Balances) != len(st.balances) {
+		pf("%d balances, the replay %d", len(b.Balances), len(st.balances))
+	}
+	for _, sb := range b.Balances {
+		bl, ok := st.balances[sb.Ref]
+		if !ok {
+			pf("balance %s is not in the replay", sb.Key)
+			continue
+		}
+		if bl.Spent.Cmp(sb.Spent) != 0 || bl.Reserved.Cmp(sb.Reserved) != 0 || bl.Overrun.Cmp(sb.Overrun) != 0 ||
+			bl.Open != int64(len(sb.Open)) || bl.Revision != sb.Rev {
+			pf("balance %s: spent %s reserved %s overrun %s open %d at %d; the replay: spent %s reserved %s overrun %s open %d at %d",
+				sb.Key, sb.Spent, sb.Reserved, sb.Overrun, len(sb.Open), sb.Rev, bl.Spent, bl.Reserved, bl.Overrun, bl.Open, bl.Revision)
+		}
+		for _, id := range sb.Open {
+			r, ok := st.reservations[id]
+			if !ok || r.Parts[sb.Ref].Status != events.StatusOpen {
+				pf("balance %s: reservation %s is open, not in the replay", sb.Key, id)
+			}
+		}
+	}
+	// A snapshot may stand between two messages of an atomic batch that
+	// closes a reservation over two lanes: the ledger's book calls it
+	// closed at its first close, the replay open until its last. Such a
+	// reservation (some parts closed, some open) is compared as closed.
+	open := 0
+	for _, sr := range b.Reservations {
+		r, ok := st.reservations[sr.ID]
+		switch {
+		case !ok:
+			pf("reservation %s is not in the replay", sr.ID)
+		case r.Status != sr.Status && !(partlyClosed(r) && sr.Status != events.StatusOpen):
+			pf("reservation %s is %s, the replay %s", sr.ID, sr.Status, r.Status)
+		}
+		if sr.Status == events.StatusOpen {
+			open++
+		}
+	}
+	replayOpen := 0
+	for _, r := range st.reservations {
+		if r.Status == events.StatusOpen && !partlyClosed(r) {
+			replayOpen++
+		}
+	}
+	if open != replayOpen {
+		pf("%d open reservations, the replay %d", open, replayOpen)
+	}
+	rep.Snapshot = SnapshotCheck{Name: name, Seq: seq, Verified: len(rep.Problems) == before}
+}
+
+// partlyClosed reports whether some of r's parts are closed and some open.
+func partlyClosed(r *Reservation) bool {
+	var open, closed bool
+	for _, p := range r.Parts {
+		if p.Status == events.StatusOpen {
+			open = true
+		} else {
+			closed = true
+		}
+	}
+	return open && closed
+}

@@ -1,0 +1,131 @@
+package streams_test
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/service"
+	"github.com/spendgate/spendgate/testenv"
+)
+
+// BenchmarkDiskBytesPerReservation measures the ledger stream's bytes on
+// disk per reservation (admit + settle) with and without S2 stream
+// compression: 64 callers, 200 budgets, every fifth admit over two scopes.
+// The S2 case turns compression on by updating the existing stream (which
+// is how an existing deployment would get it). Run it with
+//
+//	go test -run '^$' -bench BenchmarkDiskBytesPerReservation -benchtime 1x ./streams/
+func BenchmarkDiskBytesPerReservation(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		// created is the compression the stream is created with; updated,
+		// if set, the one it is then updated to (restart: and the server
+		// restarted before any write).
+		created, updated jetstream.StoreCompression
+		restart          bool
+	}{
+		{"none", jetstream.NoCompression, jetstream.NoCompression, false},
+		{"s2-created", jetstream.S2Compression, jetstream.S2Compression, false},
+		{"s2-updated", jetstream.NoCompression, jetstream.S2Compression, false},
+		{"s2-updated-restarted", jetstream.NoCompression, jetstream.S2Compression, true},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				const n = 40_000
+				env := testenv.New(b)
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+				defer cancel()
+				s, err := env.JS.Stream(ctx, env.Layout.StreamName())
+				require.NoError(b, err)
+				cfg := s.CachedInfo().Config
+				require.NoError(b, env.JS.DeleteStream(ctx, cfg.Name))
+				cfg.Compression = tc.created
+				_, err = env.JS.CreateStream(ctx, cfg)
+				require.NoError(b, err)
+				cfg.Compression = tc.updated
+				s, err = env.JS.UpdateStream(ctx, cfg)
+				require.NoError(b, err, "updating an existing stream's compression")
+				require.Equal(b, tc.updated, s.CachedInfo().Config.Compression)
+				if tc.restart {
+					env.Restart(b)
+					s, err = env.JS.Stream(ctx, env.Layout.StreamName())
+					require.NoError(b, err)
+				}
+				r := env.StartSpendgate(b, service.ReplicaConfig{SweepInterval: -1})
+				for j := 0; j < 200; j++ {
+					for _, kind := range []string{"org", "team"} {
+						_, err := r.Ledger.PutBudget(ctx, events.BudgetRef{Scope: events.Scope(fmt.Sprintf("%s:d%d", kind, j)), Period: events.PeriodMonth},
+							events.MustMoney("1000000"), "USD", time.Now())
+						require.NoError(b, err)
+					}
+				}
+				var next atomic.Int64
+				var failed atomic.Value
+				var wg sync.WaitGroup
+				for c := 0; c < 64; c++ {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for {
+							k := int(next.Add(1) - 1)
+							if k >= n {
+								return
+							}
+							scopes := []string{fmt.Sprintf("org:d%d", k%200)}
+							if k%5 == 0 {
+								scopes = append(scopes, fmt.Sprintf("team:d%d", k%200))
+							}
+							rep, err := r.Admitter.Admit(ctx, events.AdmitRequest{RequestID: fmt.Sprintf("req-%d", k), Scopes: scopes, Amount: "0.25"})
+							if err == nil {
+								_, err = r.Settler.Settle(ctx, events.SettleRequest{ReservationID: rep.ReservationID, Actual: "0.2"})
+							}
+							if err != nil {
+								failed.Store(err)
+								return
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				if err, _ := failed.Load().(error); err != nil {
+					b.Fatal(err)
+				}
+				info, err := s.Info(ctx)
+				require.NoError(b, err)
+				var disk int64
+				require.NoError(b, filepath.WalkDir(env.StoreDir, func(p string, d fs.DirEntry, err error) error {
+					if err == nil && !d.IsDir() && strings.Contains(p, env.Layout.StreamName()) && strings.HasSuffix(p, ".blk") {
+						fi, err := d.Info()
+						if err == nil {
+							disk += fi.Size()
+						}
+					}
+					return nil
+				}))
+				if testing.Verbose() {
+					_ = filepath.WalkDir(env.StoreDir, func(p string, d fs.DirEntry, err error) error {
+						if err == nil && !d.IsDir() {
+							fi, _ := d.Info()
+							b.Logf("%s %d", p, fi.Size())
+						}
+						return nil
+					})
+				}
+				b.ReportMetric(float64(disk)/n, "disk-B/reservation")
+				b.ReportMetric(float64(info.State.Bytes)/n, "stream-B/reservation")
+				b.ReportMetric(float64(info.State.Msgs), "msgs")
+			}
+		})
+	}
+}

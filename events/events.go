@@ -42,7 +42,7 @@ type BudgetDefined struct {
 // Every field but Budget, Limit, Unit and At is optional and omitted when
 // zero, so a v1 definition upcast to v2 encodes as v2 with the v1 fields
 // only. FixedSlot is the fixed amount a money budget reserves per admit
-// (seed 000's R). Thresholds leave room for alerts (fractions of the
+// (a fixed reservation slot R). Thresholds leave room for alerts (fractions of the
 // limit): budget.put does not set them yet, and a fold carries them as
 // they are. Pricing and per-kind defaults need no field here: they are
 // definitions of their own keys.

@@ -39,21 +39,20 @@ func (c *clientFlags) connect(name string) (*nats.Conn, error) {
 	return c.conn.Connect(name, nats.Timeout(c.timeout))
 }
 
-// call sends req to endpoint and prints the reply. It returns the exit code
-// and the decoded reply body.
-// fetch is call without printing a successful reply: an error reply is
-// printed and exits 1, a reply is decoded into out.
-func (c *clientFlags) fetch(endpoint string, req any, out any) int {
+// request sends req to endpoint and returns the reply's body, or prints
+// why it could not (connection, encoding, no responder, timeout) and
+// returns ok false.
+func (c *clientFlags) request(endpoint string, req any) (body []byte, ok bool) {
 	nc, err := c.connect("spendgate-cli")
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "spendgate: %v\n", err)
-		return 1
+		return nil, false
 	}
 	defer nc.Close()
 	data, err := json.Marshal(req)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "spendgate: %v\n", err)
-		return 1
+		return nil, false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
@@ -63,46 +62,45 @@ func (c *clientFlags) fetch(endpoint string, req any, out any) int {
 			err = fmt.Errorf("no spendgate service is listening on %s%s", c.prefix, endpoint)
 		}
 		fmt.Fprintf(os.Stderr, "spendgate: %s: %v\n", endpoint, err)
-		return 1
+		return nil, false
 	}
+	return msg.Data, true
+}
+
+// isErrorReply says whether body is an error reply.
+func isErrorReply(body []byte) bool {
 	var er events.ErrorReply
-	if json.Unmarshal(msg.Data, &er) == nil && er.Error != nil {
-		fmt.Fprintln(os.Stdout, string(msg.Data))
+	return json.Unmarshal(body, &er) == nil && er.Error != nil
+}
+
+// fetch is call without printing a successful reply: an error reply is
+// printed and exits 1, a reply is decoded into out.
+func (c *clientFlags) fetch(endpoint string, req any, out any) int {
+	body, ok := c.request(endpoint, req)
+	if !ok {
 		return 1
 	}
-	if err := json.Unmarshal(msg.Data, out); err != nil {
+	if isErrorReply(body) {
+		fmt.Fprintln(os.Stdout, string(body))
+		return 1
+	}
+	if err := json.Unmarshal(body, out); err != nil {
 		fmt.Fprintf(os.Stderr, "spendgate: %s: %v\n", endpoint, err)
 		return 1
 	}
 	return 0
 }
 
-// call sends req to endpoint, prints the reply and decodes it into out.
+// call sends req to endpoint, prints the reply (indented) and decodes it
+// into out. It returns the exit code: 1 on an error reply.
 func (c *clientFlags) call(endpoint string, req any, out any) int {
-	nc, err := c.connect("spendgate-cli")
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "spendgate: %v\n", err)
+	body, ok := c.request(endpoint, req)
+	if !ok {
 		return 1
 	}
-	defer nc.Close()
-	data, err := json.Marshal(req)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "spendgate: %v\n", err)
-		return 1
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	defer cancel()
-	msg, err := nc.RequestWithContext(ctx, c.prefix+endpoint, data)
-	if err != nil {
-		if errors.Is(err, nats.ErrNoResponders) {
-			err = fmt.Errorf("no spendgate service is listening on %s%s", c.prefix, endpoint)
-		}
-		fmt.Fprintf(os.Stderr, "spendgate: %s: %v\n", endpoint, err)
-		return 1
-	}
-	printed := msg.Data
+	printed := body
 	var pretty any
-	if json.Unmarshal(msg.Data, &pretty) == nil {
+	if json.Unmarshal(body, &pretty) == nil {
 		if b, err := json.MarshalIndent(pretty, "", "  "); err == nil {
 			printed = b
 		}
@@ -111,12 +109,11 @@ func (c *clientFlags) call(endpoint string, req any, out any) int {
 		fmt.Fprintf(os.Stderr, "spendgate: %s: write the reply: %v\n", endpoint, err)
 		return 1
 	}
-	var er events.ErrorReply
-	if json.Unmarshal(msg.Data, &er) == nil && er.Error != nil {
+	if isErrorReply(body) {
 		return 1
 	}
 	if out != nil {
-		_ = json.Unmarshal(msg.Data, out)
+		_ = json.Unmarshal(body, out)
 	}
 	return 0
 }

@@ -215,6 +215,7 @@ func (r *Relay) runOnce(ctx context.Context) error {
 					return err
 				}
 				win = win[:0]
+				next = later(next, t.last)
 			}
 		}
 		if md.NumPending == 0 && len(win) > 0 {
@@ -224,8 +225,21 @@ func (r *Relay) runOnce(ctx context.Context) error {
 				return err
 			}
 			win = win[:0]
+			next = later(next, t.last)
 		}
 	}
+}
+
+// later returns the later of two positions. After a flush that found the
+// feed moved past this relay's window (another relay appended ahead), the
+// relay must skip to the feed's tail: publishing the events between its
+// window and that tail would append them a second time, since each would
+// expect the new tail's sequence and pass.
+func later(a, b Position) Position {
+	if a.Before(b) {
+		return b
+	}
+	return a
 }
 
 // MaxInFlight bounds the feed appends a relay has in flight at once.

@@ -307,17 +307,6 @@ func (b *book) balance(key string, ref events.BalanceRef) Balance {
 	return out
 }
 
-// active reports whether any balance of budget ref, in any period
-// instance, has spend, reservations or an overrun.
-func (b *book) active(ref events.BudgetRef) bool {
-	for _, bl := range b.balances {
-		if bl.ref.Budget() == ref && (!bl.spent.IsZero() || !bl.reserved.IsZero() || !bl.overrun.IsZero() || len(bl.open) > 0) {
-			return true
-		}
-	}
-	return false
-}
-
 // budgetList returns every budget, sorted by scope then period.
 func (b *book) budgetList() []Budget {
 	out := make([]Budget, 0, len(b.budgets))

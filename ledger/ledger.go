@@ -230,7 +230,11 @@ func (l *Ledger) DefineBudget(ctx context.Context, def Budget, now time.Time) (B
 			rev, cur = b.rev, b.def
 		}
 		prevHash := l.bk.hashes[key]
-		active := rev > 0 && cur.Unit != def.Unit && l.bk.active(ref)
+		// A budget's unit never changes once defined. Checking "no spend
+		// and nothing open" here would race: an admit committed on the
+		// lane between this check and the budget write would be counted
+		// in the new unit, and nothing ties the two keys' writes together.
+		unitChange := rev > 0 && cur.Unit != def.Unit
 		l.mu.RUnlock()
 		var changed []string
 		if rev > 0 {
@@ -251,9 +255,9 @@ func (l *Ledger) DefineBudget(ctx context.Context, def Budget, now time.Time) (B
 			}
 			continue
 		}
-		if active {
+		if unitChange {
 			return BudgetChange{}, events.Errorf(events.CodeUnitChangeRefused,
-				"budget %s per %s has spend or reservations in %s; its unit cannot change to %s (define a budget of another scope or period instead)",
+				"budget %s per %s is in %s; a budget's unit cannot change to %s (define a budget of another scope or period instead)",
 				ref.Scope, ref.Period, cur.Unit, def.Unit)
 		}
 		ev := events.BudgetDefinedV2{Budget: ref, Limit: def.Limit, Unit: def.Unit, TZ: def.TZ, Disabled: def.Disabled,

@@ -202,8 +202,8 @@ func TestAdmit_ReplyListsBudgets(t *testing.T) {
 	require.Empty(t, rp.Budgets)
 }
 
-// TestBudgetPut_Lifecycle: a put says what it changed; a unit change on a
-// budget with spend is refused; a zero limit needs allow_zero; errors about
+// TestBudgetPut_Lifecycle: a put says what it changed; a unit change is
+// refused, with or without spend (it would race a concurrent admit); a zero limit needs allow_zero; errors about
 // the limit say "limit"; a budget can be disabled and enabled again.
 func TestBudgetPut_Lifecycle(t *testing.T) {
 	h := newHarness(t, harnessOpts{})
@@ -233,14 +233,18 @@ func TestBudgetPut_Lifecycle(t *testing.T) {
 	require.Equal(t, &events.BudgetDefinition{Limit: "100", Unit: "USD"}, v.Previous)
 	require.Equal(t, "5", v.Limit)
 
-	// A unit change with nothing spent or reserved is allowed.
+	// A unit change is refused even with nothing spent or reserved: an
+	// admit racing it would be counted in the new unit. Nothing changes.
 	eur := lower
 	eur.Unit = "EUR"
-	v = put(eur)
-	require.Equal(t, []string{"unit"}, v.Changed)
-	put(lower)
+	seq, _ = h.streamState()
+	_, e := h.putDef(eur)
+	require.NotNil(t, e)
+	require.Equal(t, events.CodeUnitChangeRefused, e.Code)
+	s2, _ = h.streamState()
+	require.Equal(t, seq, s2)
 
-	// With spend, it is refused and nothing changes.
+	// With spend, it is refused too.
 	r, e := h.admit(events.AdmitRequest{RequestID: "a", Scopes: []string{"org:acme"}, Amount: "0.16"})
 	require.Nil(t, e)
 	_, e = h.settle(r.ReservationID, "0.16")

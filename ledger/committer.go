@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sort"
 	"strconv"
 	"sync"
@@ -598,11 +599,22 @@ func (l *Ledger) publishOne(ctx context.Context, key string, rev uint64, data []
 			}
 			return ack.Sequence, nil
 		}
+		if attempt > 1 && streams.IsConflict(err) {
+			// An earlier attempt timed out and may have landed: then this
+			// resend loses to it. The outcome is unknown, not a conflict;
+			// the caller resolves it by reading the lane.
+			return 0, fmt.Errorf("%w (%v)", errResentConflict, err)
+		}
 		if !isTimeout(err) || !pause(ctx, retryPause) {
 			return 0, err
 		}
 	}
 }
+
+// errResentConflict: a resend after a timed-out attempt lost its
+// compare-and-set. The timed-out attempt may be the write it lost to, so
+// the outcome is unknown (isTimeout reports it as such).
+var errResentConflict = errors.New("ledger: a resend after a timeout lost its compare-and-set; the first attempt may have landed")
 
 // pause waits d, or until ctx ends; it reports whether ctx is still live.
 func pause(ctx context.Context, d time.Duration) bool {

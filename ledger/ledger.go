@@ -298,7 +298,8 @@ func (l *Ledger) DefineBudget(ctx context.Context, def Budget, now time.Time) (B
 }
 
 func isTimeout(err error) bool {
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoStreamResponse)
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, errResentConflict)
 }
 
 // Stats counts this replica's commit path since it started.

@@ -19,10 +19,11 @@ const usage = `spendgate: spend caps enforced before the money is spent.
 
 Usage:
   spendgate serve    [--data-dir DIR] [--listen 127.0.0.1:4222] [--nats-url URL] ...
-  spendgate budget put  --scope KIND:ID --period month|day|lifetime --limit DECIMAL --unit USD|requests|...
-  spendgate budget get  --scope KIND:ID [--period month|day|lifetime]
-  spendgate budget list [--kind KIND]
-  spendgate admit    --scope KIND:ID [--scope ...] --amount DECIMAL [--unit USD] [--ttl 5m] [--request-id ID]
+  spendgate budget put  --scope KIND:ID --period month|week|day|lifetime --limit DECIMAL --unit USD|requests|... [--tz ZONE] [--fixed-slot DECIMAL]
+  spendgate budget get  --scope KIND:ID [--period month|week|day|lifetime]
+  spendgate budget disable|enable --scope KIND:ID --period PERIOD
+  spendgate budget list [--kind KIND] [--sort scope|utilization] [--max N]
+  spendgate admit    --scope KIND:ID [--scope ...] --amount DECIMAL [--unit USD] [--ttl 5m] [--request-id ID] [--meta K=V] [--mode check|shadow]
   spendgate settle   --reservation ID --actual DECIMAL
   spendgate release  --reservation ID
   spendgate audit check                  replay the book of record and reconcile it with the live balances
@@ -33,7 +34,7 @@ Usage:
   spendgate report   --by scope|KEY [--from TIME] [--to TIME] [--format table|csv]   spend by scope or metadata key
   spendgate bench    [--duration 3s] [--reps 3] [--conns 4] [--scenarios hot1,...|mem] [--json]   throughput vs floor and naive CAS
   spendgate demo overrun [--concurrency 20] [--ceiling 0.10] [--price 0.02] [--json]   naive ledger vs spendgate, no setup
-  spendgate roles [--account NAME]       a nats-server permission layout: replica, service, admin, finance
+  spendgate roles [--account NAME]       a nats-server permission layout: replica, service, admin, finance, feed
   spendgate version                      module version and commit of this binary
 
 Every command takes --help for its flags ("spendgate help COMMAND" too).

@@ -49,6 +49,11 @@ func serve(args []string) int {
 	// CLI and other clients read, does not count, only --nats-url and
 	// $SPENDGATE_NATS_URL do.
 	conn.URL = os.Getenv(natsconn.EnvSpendgateURL)
+	if f := fs.Lookup("nats-url"); f != nil {
+		f.Usage = "join this NATS server or cluster (comma-separated URLs) instead of embedding one ($" +
+			natsconn.EnvSpendgateURL + "; serve does not read $NATS_URL; empty: embed a server)"
+		f.DefValue = conn.URL
+	}
 	natsURL := &conn.URL
 	bucket := fs.String("bucket", streams.DefaultBucket, "ledger bucket name")
 	prefix := fs.String("prefix", streams.DefaultPrefix, "service subject prefix")

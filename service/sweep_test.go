@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -430,14 +431,29 @@ func twoSweepersRound(t *testing.T, h *harness, round int, oneWriter bool) (coun
 
 	counts = make([]int, len(h.replicas))
 	errs = make([]error, len(h.replicas))
+	// Both sweepers pass over all of them, one expiry in flight each, from
+	// opposite ends (replica 1's list reversed): they meet somewhere in the
+	// middle and race there. With the defaults (512 in flight, the same
+	// order) a sweeper's whole pass folds into one or two group commits and
+	// whichever lands first takes every reservation, round after round.
+	sweepers := make([]*sweep.Sweeper, len(h.replicas))
+	for i, r := range h.replicas {
+		var list sweep.Lister = r.Ledger
+		if i%2 == 1 {
+			list = reversedLister{r.Ledger}
+		}
+		var err error
+		sweepers[i], err = sweep.New(list, r.Settler, sweep.WithClock(h.clock.now.Load), sweep.WithWorkers(1))
+		require.NoError(t, err)
+	}
 	start := make(chan struct{})
 	var wg sync.WaitGroup
-	for i, r := range h.replicas {
+	for i := range h.replicas {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			<-start
-			counts[i], errs[i] = r.Sweeper.Pass(ctxT(t))
+			counts[i], errs[i] = sweepers[i].Pass(ctxT(t))
 		}()
 	}
 	close(start)
@@ -651,4 +667,13 @@ func TestSweep_ClosedBeforeExpiryUntouched(t *testing.T) {
 	require.Equal(t, "0.9", v.Spent)
 	require.Equal(t, "0", v.Reserved)
 	require.EqualValues(t, 0, v.Open)
+}
+
+// reversedLister lists what is due newest first.
+type reversedLister struct{ sweep.Lister }
+
+func (r reversedLister) Expired(now time.Time, max int) []string {
+	ids := r.Lister.Expired(now, max)
+	slices.Reverse(ids)
+	return ids
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -182,6 +183,9 @@ func (l *Ledger) loadSnapshot(ctx context.Context, last uint64) uint64 {
 		}
 		start := time.Now()
 		b, err := l.readSnapshot(ctx, store, s.Name)
+		if err == nil {
+			err = l.checkAnchors(ctx, b)
+		}
 		if err != nil {
 			l.snapSkipped.Add(1)
 			l.opts.log.Error("ledger: snapshot skipped", "snapshot", s.Name, "err", err)
@@ -198,6 +202,26 @@ func (l *Ledger) loadSnapshot(ctx context.Context, last uint64) uint64 {
 		return s.Seq
 	}
 	return 0
+}
+
+// checkAnchors checks that every lane revision a snapshot's book names is
+// in this stream: the message at that sequence is under that lane's key and
+// its payload hashes to the snapshot's hash. The tail's chain only checks
+// the lanes the tail touches; this catches a snapshot written against
+// another stream (a bucket left behind by a reset stream) whose lanes the
+// tail does not touch. Budget keys are not read back (there may be many);
+// a lane check is one leader read per lane.
+func (l *Ledger) checkAnchors(ctx context.Context, b *book) error {
+	for key, rev := range b.lanes {
+		m, found, err := l.leaderGet(ctx, leaderGetRequest{Seq: rev})
+		if err != nil {
+			return fmt.Errorf("%w: reading %s at %d: %w", ErrSnapshotInvalid, key, rev, err)
+		}
+		if !found || m.subject != l.layout.Subject(key) || events.HashPayload(m.data) != b.hashes[key] {
+			return fmt.Errorf("%w: the stream's message at %d is not the revision of %s the snapshot names (a snapshot of another stream?)", ErrSnapshotInvalid, rev, key)
+		}
+	}
+	return nil
 }
 
 func (l *Ledger) readSnapshot(ctx context.Context, store jetstream.ObjectStore, name string) (*book, error) {

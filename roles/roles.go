@@ -86,8 +86,12 @@ func LedgerWrites(l streams.Layout) []string {
 // ledgerAdmin are the ledger writes no role may publish: deleting or
 // purging the stream or a message, restoring it, moving it, and creating a
 // durable consumer by the legacy subject.
-func ledgerAdmin(l streams.Layout) []string {
-	s := l.StreamName()
+func ledgerAdmin(l streams.Layout) []string { return streamAdmin(l.StreamName()) }
+
+// streamAdmin are the JetStream API subjects that delete, purge, restore or
+// move stream s, delete one of its messages, or create a durable consumer
+// on it by the legacy subject.
+func streamAdmin(s string) []string {
 	return []string{
 		jsAPI + "STREAM.DELETE." + s,
 		jsAPI + "STREAM.PURGE." + s,
@@ -113,18 +117,7 @@ func FeedWrites(l streams.Layout) []string {
 }
 
 // feedAdmin are the feed writes no role may publish.
-func feedAdmin(l streams.Layout) []string {
-	f := l.FeedStreamName()
-	return []string{
-		jsAPI + "STREAM.DELETE." + f,
-		jsAPI + "STREAM.PURGE." + f,
-		jsAPI + "STREAM.MSG.DELETE." + f,
-		jsAPI + "STREAM.RESTORE." + f,
-		jsAPI + "STREAM.PEER.REMOVE." + f,
-		jsAPI + "STREAM.LEADER.STEPDOWN." + f,
-		jsAPI + "CONSUMER.DURABLE.CREATE." + f + ".>",
-	}
-}
+func feedAdmin(l streams.Layout) []string { return streamAdmin(l.FeedStreamName()) }
 
 // feedReads are what a consumer of the feed publishes: stream info and
 // message gets, consumers (durable or ordered, created by name, their info,

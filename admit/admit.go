@@ -43,6 +43,12 @@ type request struct {
 	metadata map[string]string
 	mode     string
 	hash     string
+	// model, inputTokens and maxOutput price the request from the pricing
+	// table (model != ""); quote is the price read, set by Admit.
+	model       string
+	inputTokens int64
+	maxOutput   int64
+	quote       *events.PriceQuote
 }
 
 // Validate checks an AdmitRequest without touching the ledger.
@@ -76,19 +82,28 @@ func (a *Admitter) validate(req events.AdmitRequest) (request, error) {
 		r.scopes = append(r.scopes, sc)
 	}
 	r.scopes = events.SortScopes(r.scopes)
-	amt, err := events.ParseMoney(req.Amount)
-	if err != nil {
-		return r, err
+	if req.Model != "" {
+		if err := r.priced(req); err != nil {
+			return r, err
+		}
+	} else {
+		if req.InputTokens != 0 || req.InputChars != 0 || req.MaxOutputTokens != 0 {
+			return r, events.Errorf(events.CodeInvalidRequest, "input_tokens, input_chars and max_output_tokens price a model: give model with them, or an amount without them")
+		}
+		amt, err := events.ParseMoney(req.Amount)
+		if err != nil {
+			return r, err
+		}
+		if amt.IsZero() {
+			return r, events.Errorf(events.CodeInvalidAmount, "amount must be greater than zero")
+		}
+		r.amount = amt
 	}
-	if amt.IsZero() {
-		return r, events.Errorf(events.CodeInvalidAmount, "amount must be greater than zero")
-	}
-	r.amount = amt
 	r.unit = req.Unit
-	if r.unit == "" {
+	if r.unit == "" && r.model == "" {
 		r.unit = a.opts.defaultUnit
 	}
-	if err := events.ValidateUnit(r.unit); err != nil {
+	if err := events.ValidateUnit(r.unit); r.unit != "" && err != nil {
 		return r, err
 	}
 	if events.IsCount(r.unit) {
@@ -132,6 +147,39 @@ func (a *Admitter) validate(req events.AdmitRequest) (request, error) {
 	return r, nil
 }
 
+// priced validates the model fields of a request priced from the pricing
+// table. Errors, in order: CodeInvalidRequest (an amount too),
+// CodeInvalidModel, CodeInvalidTokens.
+func (r *request) priced(req events.AdmitRequest) error {
+	if req.Amount != "" {
+		return events.Errorf(events.CodeInvalidRequest, "give an amount or a model to price, not both")
+	}
+	if err := events.ValidateModel(req.Model); err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		name string
+		n    int64
+	}{{"input_tokens", req.InputTokens}, {"input_chars", req.InputChars}, {"max_output_tokens", req.MaxOutputTokens}} {
+		if err := events.CheckTokens(f.name, f.n); err != nil {
+			return err
+		}
+	}
+	if req.InputTokens != 0 && req.InputChars != 0 {
+		return events.Errorf(events.CodeInvalidTokens, "give input_tokens or input_chars, not both")
+	}
+	r.model = req.Model
+	r.inputTokens = req.InputTokens
+	if req.InputChars != 0 {
+		r.inputTokens = req.InputChars * events.CharsPerToken
+	}
+	r.maxOutput = req.MaxOutputTokens
+	if r.inputTokens == 0 && r.maxOutput == 0 {
+		return events.Errorf(events.CodeInvalidTokens, "nothing to price: give input_tokens (or input_chars) and max_output_tokens")
+	}
+	return nil
+}
+
 // hashRequest fingerprints everything that determines an admission, in a
 // canonical form, so a retry with an equal body matches whatever its JSON
 // field order or amount spelling ("0.050" and "0.05"). Fields are written
@@ -149,6 +197,15 @@ func hashRequest(r request) string {
 		field(string(s))
 	}
 	field("|")
+	if r.model != "" {
+		// A priced request is fingerprinted by what it prices, not by the
+		// amount the table gave it: a retry replays even if the price
+		// changed in between.
+		field("model")
+		field(r.model)
+		field(strconv.FormatInt(r.inputTokens, 10))
+		field(strconv.FormatInt(r.maxOutput, 10))
+	}
 	field(r.amount.String())
 	field(r.unit)
 	field(strconv.FormatInt(int64(r.ttl), 10))
@@ -200,6 +257,15 @@ func (a *Admitter) Admit(ctx context.Context, req events.AdmitRequest) (events.A
 		return events.AdmitReply{}, err
 	}
 	now := a.opts.now().UTC()
+	if r.model != "" {
+		denial, err := a.price(ctx, &r)
+		if err != nil {
+			return events.AdmitReply{}, err
+		}
+		if denial != nil {
+			return events.AdmitReply{RequestID: r.id, Denial: denial, Mode: r.replyMode()}, nil
+		}
+	}
 	budgets, denial, err := a.budgets(ctx, r)
 	if err != nil {
 		return events.AdmitReply{}, err
@@ -220,6 +286,34 @@ func (a *Admitter) Admit(ctx context.Context, req events.AdmitRequest) (events.A
 		return events.AdmitReply{}, err
 	}
 	return tx.reply, nil
+}
+
+// price sets r's amount, unit and quote from the pricing table: the
+// maximum cost of its input and max output tokens at the model's current
+// price. A model without a price is denied unpriced_model (after a sync,
+// in case it was priced through another replica a moment ago), never
+// costed at zero.
+//
+// Errors: CodeInvalidUnit (the request's unit is not the price's),
+// CodeLedgerUnavailable.
+func (a *Admitter) price(ctx context.Context, r *request) (*events.Denial, error) {
+	p, ok := a.l.Price(r.model)
+	if !ok {
+		if err := a.l.Sync(ctx); err != nil {
+			return nil, err
+		}
+		p, ok = a.l.Price(r.model)
+	}
+	if !ok {
+		return &events.Denial{Reason: events.ReasonUnpricedModel, Model: r.model,
+			Message: fmt.Sprintf("model %s has no price in the pricing table; it is never costed at zero", r.model)}, nil
+	}
+	if r.unit != "" && r.unit != p.Unit {
+		return nil, events.Errorf(events.CodeInvalidUnit, "model %s is priced in %s, the request names %s", r.model, p.Unit, r.unit)
+	}
+	q := p.Quote(r.inputTokens, r.maxOutput)
+	r.quote, r.unit, r.amount = &q, p.Unit, q.MaxCost()
+	return nil, nil
 }
 
 // replyMode is the Mode of the reply: empty for a real admit.
@@ -278,6 +372,11 @@ func (t *admitTx) Decide(v *ledger.View) (events.Events, error) {
 		}
 		t.reply = admittedReply(t.req, prior.ID, prior.Balances, prior.ExpiresAt)
 		t.reply.Status = prior.Status
+		if prior.Pricing != nil {
+			// The replay answers with what was reserved, at the price
+			// version the admission used.
+			t.reply.Amount, t.reply.Unit, t.reply.Pricing = prior.Pricing.MaxCost().String(), prior.Pricing.Unit, prior.Pricing
+		}
 		t.reply.Replayed = true
 		return nil, nil
 	}
@@ -326,7 +425,7 @@ func (t *admitTx) Decide(v *ledger.View) (events.Events, error) {
 		evs = append(evs, events.ReservationOpened{
 			ReservationID: t.id, RequestID: t.req.id, RequestHash: t.req.hash,
 			Balance: ref, Amount: amt, Unit: b.Unit, Balances: t.refs,
-			ExpiresAt: expires, At: t.now, Metadata: t.req.metadata,
+			ExpiresAt: expires, At: t.now, Metadata: t.req.metadata, Pricing: t.req.quote,
 		})
 	}
 	if t.req.mode != events.ModeAdmit {
@@ -334,7 +433,7 @@ func (t *admitTx) Decide(v *ledger.View) (events.Events, error) {
 		// nothing written.
 		t.reply = events.AdmitReply{
 			Admitted: true, RequestID: t.req.id, Amount: t.req.amount.String(), Unit: t.req.unit,
-			Balances: t.refs, Mode: t.req.mode, Budgets: uses,
+			Balances: t.refs, Mode: t.req.mode, Budgets: uses, Pricing: t.req.quote,
 		}
 		return nil, nil
 	}
@@ -349,6 +448,6 @@ func admittedReply(r request, id string, refs []events.BalanceRef, expires time.
 	return events.AdmitReply{
 		Admitted: true, RequestID: r.id, ReservationID: id,
 		Amount: r.amount.String(), Unit: r.unit, Balances: refs, ExpiresAt: &exp,
-		Mode: r.replyMode(),
+		Mode: r.replyMode(), Pricing: r.quote,
 	}
 }

@@ -187,6 +187,14 @@ func AppendEvent(b []byte, e Event) ([]byte, error) {
 			b = appendKey(b, "metadata")
 			b = appendStringMap(b, e.Metadata)
 		}
+		if e.Pricing != nil {
+			data, err := json.Marshal(e.Pricing)
+			if err != nil {
+				return b, &Error{Code: CodeInternal, Message: "encoding price quote", Err: err}
+			}
+			b = appendKey(b, "pricing")
+			b = append(b, data...)
+		}
 	case ReservationSettled:
 		b = appendReservationHead(b, TypeReservationSettled, e.ReservationID)
 		b = appendKey(b, "balance")
@@ -205,6 +213,24 @@ func AppendEvent(b []byte, e Event) ([]byte, error) {
 		}
 		b = appendKey(b, "at")
 		b = appendTime(b, e.At)
+		if e.Usage != nil {
+			data, err := json.Marshal(e.Usage)
+			if err != nil {
+				return b, &Error{Code: CodeInternal, Message: "encoding usage", Err: err}
+			}
+			b = appendKey(b, "usage")
+			b = append(b, data...)
+		}
+	case PricingDefined:
+		// A pricing definition is off the hot path: encoding/json writes it.
+		data, err := json.Marshal(struct {
+			Type Type `json:"type"`
+			PricingDefined
+		}{TypePricingDefined, e})
+		if err != nil {
+			return b, &Error{Code: CodeInternal, Message: "encoding pricing definition", Err: err}
+		}
+		return append(b, data...), nil
 	case ReservationReleased:
 		b = appendReservationHead(b, TypeReservationReleased, e.ReservationID)
 		b = appendKey(b, "balance")

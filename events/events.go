@@ -94,6 +94,10 @@ type ReservationOpened struct {
 	ExpiresAt     time.Time         `json:"expires_at"`
 	At            time.Time         `json:"at"`
 	Metadata      map[string]string `json:"metadata,omitempty"`
+	// Pricing is set when the amount was priced from a model: the price
+	// version and prices used and the token counts priced (the amount is
+	// Pricing.MaxCost() in a money balance).
+	Pricing *PriceQuote `json:"pricing,omitempty"`
 }
 
 // ReservationSettled: the reservation closed with its actual cost. Spent
@@ -112,6 +116,9 @@ type ReservationSettled struct {
 	Late          bool       `json:"late,omitempty"`
 	AfterExpiry   bool       `json:"after_expiry,omitempty"`
 	At            time.Time  `json:"at"`
+	// Usage is set when the settle gave usage instead of an amount: Actual
+	// is its cost at the reservation's price version.
+	Usage *Usage `json:"usage,omitempty"`
 }
 
 // Release reasons.
@@ -184,6 +191,14 @@ func DecodeEvent(b []byte) (Event, error) {
 		}
 		if err = strict(&v); err == nil {
 			return v.ReservationSettled, nil
+		}
+	case TypePricingDefined:
+		var v struct {
+			Type Type `json:"type"`
+			PricingDefined
+		}
+		if err = strict(&v); err == nil {
+			return v.PricingDefined, nil
 		}
 	case TypeReservationReleased:
 		var v struct {

@@ -21,7 +21,8 @@ import (
 type book struct {
 	layout streams.Layout
 
-	budgets  map[string]*budget // by budget key
+	budgets  map[string]*budget  // by budget key
+	prices   map[string]*pricing // by pricing key
 	byScope  map[events.Scope][]Budget
 	balances map[string]*balance // by balance key
 	lanes    map[string]uint64   // last folded revision, by lane key
@@ -50,6 +51,7 @@ func newBook(layout streams.Layout, retention, expiredKeep time.Duration) *book 
 	return &book{
 		layout:       layout,
 		budgets:      map[string]*budget{},
+		prices:       map[string]*pricing{},
 		byScope:      map[events.Scope][]Budget{},
 		balances:     map[string]*balance{},
 		lanes:        map[string]uint64{},
@@ -68,6 +70,9 @@ func (b *book) rev(key string) uint64 {
 	}
 	if d := b.budgets[key]; d != nil {
 		return d.rev
+	}
+	if p := b.prices[key]; p != nil {
+		return p.def.Version
 	}
 	return 0
 }
@@ -258,7 +263,7 @@ func (b *book) applyEvent(bl *balance, key string, seq uint64, e events.Event) {
 			r = &Reservation{
 				ID: e.ReservationID, RequestID: e.RequestID, RequestHash: e.RequestHash,
 				Balances: balances, Parts: make([]Part, 0, len(balances)),
-				OpenedAt: e.At, ExpiresAt: e.ExpiresAt, Status: events.StatusOpen,
+				OpenedAt: e.At, ExpiresAt: e.ExpiresAt, Status: events.StatusOpen, Pricing: e.Pricing,
 			}
 			b.reservations[e.ReservationID] = r
 			b.requests[e.RequestID] = r

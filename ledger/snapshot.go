@@ -56,8 +56,10 @@ type snapshotState struct {
 	Seq     uint64 `json:"seq"`
 	Lanes   int    `json:"lanes"`
 	// ServerNow is the JetStream timestamp of the message at Seq.
-	ServerNow    time.Time         `json:"server_now"`
-	Budgets      []snapBudget      `json:"budgets"`
+	ServerNow time.Time    `json:"server_now"`
+	Budgets   []snapBudget `json:"budgets"`
+	// Prices travel as the pricing revision they were folded from.
+	Prices       []snapBudget      `json:"prices,omitempty"`
 	LaneRevs     []snapKey         `json:"lane_revisions"`
 	Balances     []snapBalance     `json:"balances"`
 	Reservations []snapReservation `json:"reservations"`
@@ -100,6 +102,7 @@ type snapReservation struct {
 	ExpiresAt   time.Time           `json:"expires_at"`
 	Status      string              `json:"status"`
 	Late        bool                `json:"late,omitempty"`
+	Pricing     *events.PriceQuote  `json:"pricing,omitempty"`
 }
 
 type snapPart struct {
@@ -131,6 +134,11 @@ func (b *book) exactAt(seq uint64) bool {
 			return false
 		}
 	}
+	for _, p := range b.prices {
+		if p.def.Version > seq {
+			return false
+		}
+	}
 	return true
 }
 
@@ -146,6 +154,14 @@ func (b *book) snapshot(seq uint64) (*snapshotState, error) {
 		st.Budgets = append(st.Budgets, snapBudget{snapKey{key, d.rev, b.hashes[key]}, raw})
 	}
 	sort.Slice(st.Budgets, func(i, j int) bool { return st.Budgets[i].Key < st.Budgets[j].Key })
+	for key, p := range b.prices {
+		raw, err := json.Marshal(&p.src)
+		if err != nil {
+			return nil, fmt.Errorf("ledger: snapshot of pricing %s: %w", key, err)
+		}
+		st.Prices = append(st.Prices, snapBudget{snapKey{key, p.def.Version, b.hashes[key]}, raw})
+	}
+	sort.Slice(st.Prices, func(i, j int) bool { return st.Prices[i].Key < st.Prices[j].Key })
 	for key, rev := range b.lanes {
 		st.LaneRevs = append(st.LaneRevs, snapKey{key, rev, b.hashes[key]})
 	}
@@ -163,7 +179,7 @@ func (b *book) snapshot(seq uint64) (*snapshotState, error) {
 	for _, r := range b.reservations {
 		sr := snapReservation{ID: r.ID, RequestID: r.RequestID, RequestHash: r.RequestHash,
 			Balances: append([]events.BalanceRef(nil), r.Balances...), OpenedAt: r.OpenedAt, ExpiresAt: r.ExpiresAt,
-			Status: r.Status, Late: r.Late}
+			Status: r.Status, Late: r.Late, Pricing: r.Pricing}
 		for _, p := range r.Parts {
 			sr.Parts = append(sr.Parts, snapPart{p.Key, p.Unit, p.Amount, p.Actual})
 		}
@@ -214,6 +230,16 @@ func bookFromSnapshot(layout streams.Layout, retention, expiredKeep time.Duratio
 			return nil, bad("budget %s: %v", sb.Key, err)
 		}
 	}
+	for _, sp := range st.Prices {
+		rev, err := events.DecodePricingRevision(sp.Revision)
+		if err != nil {
+			return nil, bad("pricing %s: %v", sp.Key, err)
+		}
+		if streams.PricingKey(rev.Model) != sp.Key || sp.Rev == 0 || sp.Rev > st.Seq {
+			return nil, bad("pricing %s: revision of %s at %d", sp.Key, streams.PricingKey(rev.Model), sp.Rev)
+		}
+		b.setPricing(sp.Key, sp.Rev, &rev, sp.Hash)
+	}
 	for _, k := range st.LaneRevs {
 		if !streams.IsLaneKey(k.Key) || k.Rev == 0 || k.Rev > st.Seq {
 			return nil, bad("lane %s at %d", k.Key, k.Rev)
@@ -231,7 +257,7 @@ func bookFromSnapshot(layout streams.Layout, retention, expiredKeep time.Duratio
 			return nil, bad("reservation %q twice", sr.ID)
 		}
 		r := &Reservation{ID: sr.ID, RequestID: sr.RequestID, RequestHash: sr.RequestHash, Balances: sr.Balances,
-			Parts: make([]Part, 0, len(sr.Parts)), OpenedAt: sr.OpenedAt, ExpiresAt: sr.ExpiresAt, Status: sr.Status, Late: sr.Late}
+			Parts: make([]Part, 0, len(sr.Parts)), OpenedAt: sr.OpenedAt, ExpiresAt: sr.ExpiresAt, Status: sr.Status, Late: sr.Late, Pricing: sr.Pricing}
 		for _, p := range sr.Parts {
 			r.Parts = append(r.Parts, Part{Key: p.Key, Unit: p.Unit, Amount: p.Amount, Actual: p.Actual})
 		}

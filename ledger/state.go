@@ -104,6 +104,9 @@ type Reservation struct {
 	Status string
 	// Late is set when the settle arrived after ExpiresAt.
 	Late bool
+	// Pricing is the price quote of a reservation priced from a model
+	// (nil otherwise): a settle from usage prices at it.
+	Pricing *events.PriceQuote
 
 	// due is 1 + the reservation's position in the book's expiry index,
 	// 0 when it is not there (always 0 in a copy handed out).

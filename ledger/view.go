@@ -223,7 +223,7 @@ func (v *View) apply(es events.Events) (err error) {
 				r = &Reservation{
 					ID: e.ReservationID, RequestID: e.RequestID, RequestHash: e.RequestHash,
 					Balances: e.Balances, Parts: make([]Part, 0, len(e.Balances)),
-					OpenedAt: e.At, ExpiresAt: e.ExpiresAt, Status: events.StatusOpen,
+					OpenedAt: e.At, ExpiresAt: e.ExpiresAt, Status: events.StatusOpen, Pricing: e.Pricing,
 				}
 				v.res[e.ReservationID] = r
 				rid := e.RequestID

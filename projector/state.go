@@ -94,6 +94,8 @@ type Reservation struct {
 	// Seqs are the stream sequences of the messages that carried its
 	// events, ascending.
 	Seqs []uint64
+	// Pricing is the price quote of a reservation priced from a model.
+	Pricing *events.PriceQuote
 }
 
 // Budget is a budget definition folded from BudgetDefined (v1, upcast)
@@ -129,6 +131,7 @@ type State struct {
 	hashes       map[string]string
 	reservations map[string]*Reservation
 	budgets      map[events.BudgetRef]*Budget
+	pricing      pricingState
 }
 
 // NewState returns an empty State at position 0.
@@ -139,6 +142,7 @@ func NewState() *State {
 		hashes:       map[string]string{},
 		reservations: map[string]*Reservation{},
 		budgets:      map[events.BudgetRef]*Budget{},
+		pricing:      pricingState{current: map[string]uint64{}, versions: map[string]map[uint64]*Price{}},
 	}
 }
 
@@ -218,6 +222,7 @@ func (s *State) Clone() *State {
 		hashes:       maps.Clone(s.hashes),
 		reservations: make(map[string]*Reservation, len(s.reservations)),
 		budgets:      make(map[events.BudgetRef]*Budget, len(s.budgets)),
+		pricing:      s.pricing.clone(),
 	}
 	for k, b := range s.balances {
 		v := *b
@@ -293,6 +298,8 @@ func (s *State) Apply(seq uint64, key string, data []byte) error {
 		err = errorf(ErrMalformed, "balance key outside a lane: a stream of an older layout")
 	case streams.IsBudgetKey(key):
 		err = s.applyBudget(seq, key, data)
+	case streams.IsPricingKey(key):
+		err = s.applyPricing(seq, key, data)
 	}
 	if err != nil {
 		return &ApplyError{Seq: seq, Key: key, Err: err}
@@ -603,6 +610,9 @@ func applyOpened(st *stage, b *Balance, seq uint64, ev events.ReservationOpened)
 	if ev.Amount.Sign() < 0 {
 		return errorf(ErrTransition, "reservation %s: negative amount %s", ev.ReservationID, ev.Amount)
 	}
+	if err := st.s.checkQuote(ev); err != nil {
+		return err
+	}
 	r := st.get(ev.ReservationID)
 	if r == nil {
 		r = &Reservation{
@@ -613,6 +623,7 @@ func applyOpened(st *stage, b *Balance, seq uint64, ev events.ReservationOpened)
 			Parts:     map[events.BalanceRef]ReservationPart{},
 			OpenedAt:  ev.At,
 			ExpiresAt: ev.ExpiresAt,
+			Pricing:   ev.Pricing,
 		}
 		st.mod[ev.ReservationID] = r
 	}
@@ -666,6 +677,11 @@ func applySettled(st *stage, b *Balance, seq uint64, ev events.ReservationSettle
 		// The sweeper had returned the reservation: all of the spend is
 		// beyond what was reserved.
 		want = ev.Actual
+	}
+	if ev.Usage != nil {
+		if err := checkUsage(r, b, ev); err != nil {
+			return err
+		}
 	}
 	if ev.Overrun.Cmp(want) != 0 {
 		return errorf(ErrTransition, "settle of reservation %s states overrun %s, but actual %s - reserved %s gives %s",

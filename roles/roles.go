@@ -229,8 +229,9 @@ func All(l streams.Layout) []Role {
 	replicaSub = append(replicaSub, inbox(Replica)...)
 
 	all := []string{streams.EndpointAdmit, streams.EndpointSettle, streams.EndpointRelease,
-		streams.EndpointBudgetPut, streams.EndpointBudgetGet, streams.EndpointBudgetList}
-	financePub := append(ep(streams.EndpointBudgetGet, streams.EndpointBudgetList), ledgerReads(l)...)
+		streams.EndpointBudgetPut, streams.EndpointBudgetGet, streams.EndpointBudgetList,
+		streams.EndpointPricingPut, streams.EndpointPricingGet, streams.EndpointPricingList}
+	financePub := append(ep(streams.EndpointBudgetGet, streams.EndpointBudgetList, streams.EndpointPricingGet, streams.EndpointPricingList), ledgerReads(l)...)
 	financePub = append(financePub, snapshotReads(l)...)
 	return []Role{
 		{

@@ -162,6 +162,9 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 		{streams.EndpointBudgetPut, "define or change a budget", s.budgetPut},
 		{streams.EndpointBudgetGet, "read a budget and its current balance, or every budget of a scope", s.budgetGet},
 		{streams.EndpointBudgetList, "list budgets", s.budgetList},
+		{streams.EndpointPricingPut, "set a model's prices per million tokens", s.pricingPut},
+		{streams.EndpointPricingGet, "read a model's current prices", s.pricingGet},
+		{streams.EndpointPricingList, "list every priced model", s.pricingList},
 	} {
 		if err := add(e.name, e.desc, e.h); err != nil {
 			_ = svc.Stop()
@@ -296,7 +299,7 @@ func statusOf(c events.Code) string {
 		return "500"
 	case events.CodeLedgerBusy, events.CodeLedgerUnavailable:
 		return "503"
-	case events.CodeUnknownBudget, events.CodeUnknownReservation:
+	case events.CodeUnknownBudget, events.CodeUnknownReservation, events.CodeUnpricedModel:
 		return "404"
 	case events.CodeIdempotencyMismatch, events.CodeAlreadySettled, events.CodeAlreadyReleased:
 		return "409"

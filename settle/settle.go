@@ -47,9 +47,27 @@ const (
 // released by a caller); CodeAlreadySettled (it was settled with another
 // actual); CodeLedgerBusy, CodeLedgerUnavailable. CodeAlreadyReleased and
 // CodeAlreadySettled carry the reservation's ReservationID and Status.
+//
+// A reservation priced from a model may be settled from usage instead:
+// Actual empty and the token counts given; the actual is their cost at the
+// reservation's price version (events.PriceQuote.Cost), and the events
+// record the usage. Usage errors come after CodeInvalidIdentifier:
+// CodeInvalidRequest (actual and usage both given), CodeInvalidTokens;
+// after CodeUnknownReservation: CodeNotPriced (the reservation was not
+// priced from a model).
 func (s *Settler) Settle(ctx context.Context, req events.SettleRequest) (events.CloseReply, error) {
 	if err := events.ValidateToken("reservation_id", req.ReservationID, events.MaxIDLen); err != nil {
 		return events.CloseReply{}, err
+	}
+	usage := events.Usage{InputTokens: req.InputTokens, OutputTokens: req.OutputTokens, CachedInputTokens: req.CachedInputTokens}
+	if req.Actual == "" && usage != (events.Usage{}) {
+		if err := events.ValidateUsage(usage); err != nil {
+			return events.CloseReply{}, err
+		}
+		return s.closeWith(ctx, req.ReservationID, kindSettle, events.Money{}, &usage)
+	}
+	if usage != (events.Usage{}) {
+		return events.CloseReply{}, events.Errorf(events.CodeInvalidRequest, "give actual or usage (input_tokens, output_tokens, cached_input_tokens), not both")
 	}
 	actual, err := events.ParseMoney(req.Actual)
 	if err != nil {
@@ -81,6 +99,10 @@ func (s *Settler) Expire(ctx context.Context, id string) (events.CloseReply, err
 }
 
 func (s *Settler) close(ctx context.Context, id string, k kind, actual events.Money) (events.CloseReply, error) {
+	return s.closeWith(ctx, id, k, actual, nil)
+}
+
+func (s *Settler) closeWith(ctx context.Context, id string, k kind, actual events.Money, usage *events.Usage) (events.CloseReply, error) {
 	r, ok := s.l.Reservation(id)
 	if !ok {
 		if err := s.l.Sync(ctx); err != nil {
@@ -90,7 +112,7 @@ func (s *Settler) close(ctx context.Context, id string, k kind, actual events.Mo
 			return events.CloseReply{}, events.Errorf(events.CodeUnknownReservation, "reservation %s is unknown", id)
 		}
 	}
-	tx := &closeTx{id: id, kind: k, actual: actual, now: s.now().UTC(), refs: r.Balances}
+	tx := &closeTx{id: id, kind: k, actual: actual, usage: usage, now: s.now().UTC(), refs: r.Balances}
 	if err := s.l.Submit(ctx, tx); err != nil {
 		return events.CloseReply{}, err
 	}
@@ -101,6 +123,10 @@ type closeTx struct {
 	id     string
 	kind   kind
 	actual events.Money
+	// usage, when set, is a settle from usage: Decide prices it at the
+	// reservation's quote into actual and priced.
+	usage  *events.Usage
+	priced *events.Usage
 	now    time.Time
 	refs   []events.BalanceRef
 	reply  events.CloseReply
@@ -114,6 +140,14 @@ func (t *closeTx) Decide(v *ledger.View) (events.Events, error) {
 		return nil, events.Errorf(events.CodeUnknownReservation, "reservation %s is unknown", t.id)
 	}
 	t.reply = events.CloseReply{ReservationID: t.id, Balances: r.Balances, Reserved: r.Amount().String()}
+	if t.usage != nil {
+		if r.Pricing == nil {
+			return nil, events.Errorf(events.CodeNotPriced, "reservation %s was not priced from a model: settle it with actual", t.id)
+		}
+		u := *t.usage
+		u.PriceVersion = r.Pricing.Version
+		t.actual, t.priced = r.Pricing.Cost(u), &u
+	}
 	open := true
 	for _, ref := range t.refs {
 		if _, ok := v.OpenAmount(streams.BalanceKey(ref), t.id); !ok {
@@ -174,8 +208,9 @@ func (t *closeTx) settle(r *ledger.Reservation, late, afterExpiry bool) events.E
 			t.reply.Overrun = overrun.String()
 		}
 		evs = append(evs, events.ReservationSettled{ReservationID: t.id, Balance: ref, Reserved: reserved,
-			Actual: actual, Overrun: overrun, Late: late, AfterExpiry: afterExpiry, At: t.now})
+			Actual: actual, Overrun: overrun, Late: late, AfterExpiry: afterExpiry, At: t.now, Usage: t.priced})
 	}
+	t.reply.Usage = t.priced
 	t.reply.Status = events.StatusSettled
 	t.reply.Actual = t.actual.String()
 	t.reply.Late = late

@@ -311,7 +311,19 @@ const (
 	budgetFamily  = "budget"
 	balanceFamily = "balance"
 	laneFamily    = "lane"
+	pricingFamily = "pricing"
 )
+
+// PricingKey is "pricing.<model>": the key of a model's prices (a model
+// name may hold '.', so the key may span several subject tokens; see
+// events.ValidateModel).
+func PricingKey(model string) string { return pricingFamily + "." + model }
+
+// IsPricingKey reports whether key is a pricing key.
+func IsPricingKey(key string) bool { return strings.HasPrefix(key, pricingFamily+".") }
+
+// PricingModel returns the model of a pricing key.
+func PricingModel(key string) string { return strings.TrimPrefix(key, pricingFamily+".") }
 
 // BudgetKey is "budget.<kind>.<id>.<period>".
 func BudgetKey(b events.BudgetRef) string {
@@ -360,6 +372,11 @@ const (
 	EndpointBudgetPut  = "budget.put"
 	EndpointBudgetGet  = "budget.get"
 	EndpointBudgetList = "budget.list"
+	// EndpointPricingPut, EndpointPricingGet and EndpointPricingList
+	// manage the pricing table.
+	EndpointPricingPut  = "pricing.put"
+	EndpointPricingGet  = "pricing.get"
+	EndpointPricingList = "pricing.list"
 )
 
 // Endpoint returns the subject of an endpoint ("spendgate.admit").

@@ -266,14 +266,14 @@ func (a *Admitter) Admit(ctx context.Context, req events.AdmitRequest) (events.A
 			return events.AdmitReply{RequestID: r.id, Denial: denial, Mode: r.replyMode()}, nil
 		}
 	}
-	budgets, denial, err := a.budgets(ctx, r)
+	budgets, virtual, denial, err := a.budgets(ctx, r, now)
 	if err != nil {
 		return events.AdmitReply{}, err
 	}
 	if denial != nil {
 		return events.AdmitReply{RequestID: r.id, Denial: denial, Mode: r.replyMode()}, nil
 	}
-	tx := &admitTx{req: r, now: now}
+	tx := &admitTx{req: r, now: now, virtual: virtual}
 	if r.mode == events.ModeAdmit {
 		tx.id = "rsv_" + uuid.Must(uuid.NewV7()).String()
 	}
@@ -325,31 +325,81 @@ func (r request) replyMode() string {
 }
 
 // budgets returns every budget of every scope of r. A scope without a
-// budget denies the request (fail closed), after a sync with the stream in
-// case the budget was defined through another replica a moment ago.
-func (a *Admitter) budgets(ctx context.Context, r request) ([]ledger.Budget, *events.Denial, error) {
+// budget of its own takes the default budgets of its kind: a real admit
+// creates them for the scope (ledger.CreateFromDefault: once, whatever the
+// replicas racing it); a check or shadow admit writes nothing and returns
+// them as virtual budgets, which the Tx decides against as new, empty
+// ones. A scope with neither denies the request (fail closed), after a
+// sync with the stream in case a budget or default was defined through
+// another replica a moment ago.
+func (a *Admitter) budgets(ctx context.Context, r request, now time.Time) ([]ledger.Budget, map[string]ledger.Budget, *events.Denial, error) {
 	var out []ledger.Budget
+	var virtual map[string]ledger.Budget
 	synced := false
 	for _, s := range r.scopes {
 		bs := a.l.BudgetsOf(s)
-		if len(bs) == 0 && !synced {
+		ds := a.defaultsFor(s, bs)
+		if len(bs) == 0 && len(ds) == 0 && !synced {
 			synced = true
 			// "No budget" must be a definitive answer: if the replica
 			// cannot catch up, the ledger is unavailable, not the budget.
 			if err := a.l.Sync(ctx); err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
+			bs = a.l.BudgetsOf(s)
+			ds = a.defaultsFor(s, bs)
+		}
+		for _, d := range ds {
+			if r.mode != events.ModeAdmit {
+				if virtual == nil {
+					virtual = map[string]ledger.Budget{}
+				}
+				b := d.For(s)
+				virtual[streams.BalanceKey(b.Balance(now))] = b
+				bs = append(bs, b)
+				continue
+			}
+			if _, err := a.l.CreateFromDefault(ctx, s, d, now); err != nil {
+				return nil, nil, nil, err
+			}
+		}
+		if len(ds) > 0 && r.mode == events.ModeAdmit {
 			bs = a.l.BudgetsOf(s)
 		}
 		if len(bs) == 0 {
-			return nil, &events.Denial{
+			return nil, nil, &events.Denial{
 				Reason: events.ReasonUnknownBudget, Scope: s,
-				Message: fmt.Sprintf("no budget is defined for scope %s", s),
+				Message: fmt.Sprintf("no budget is defined for scope %s, and no default for kind %s", s, s.Kind()),
 			}, nil
 		}
 		out = append(out, bs...)
 	}
-	return out, nil, nil
+	return out, virtual, nil, nil
+}
+
+// defaultsFor returns the defaults of s's kind whose budget s lacks, when
+// s has no budget of its own (bs, its budgets, all came from defaults).
+func (a *Admitter) defaultsFor(s events.Scope, bs []ledger.Budget) []ledger.Default {
+	for _, b := range bs {
+		if b.FromDefault == 0 {
+			return nil
+		}
+	}
+	ds := a.l.DefaultsOf(s.Kind())
+	if len(ds) == 0 {
+		return nil
+	}
+	var missing []ledger.Default
+	for _, d := range ds {
+		have := false
+		for _, b := range bs {
+			have = have || b.Ref.Period == d.Def.Ref.Period
+		}
+		if !have {
+			missing = append(missing, d)
+		}
+	}
+	return missing
 }
 
 // admitTx reserves one request in every balance it names.
@@ -359,6 +409,9 @@ type admitTx struct {
 	id    string
 	refs  []events.BalanceRef
 	reply events.AdmitReply
+	// virtual are the budgets a check or shadow admit would create from
+	// defaults, by balance key (see budgets).
+	virtual map[string]ledger.Budget
 }
 
 func (t *admitTx) Balances() []events.BalanceRef { return t.refs }
@@ -385,6 +438,9 @@ func (t *admitTx) Decide(v *ledger.View) (events.Events, error) {
 	uses := make([]events.BudgetUse, 0, len(t.refs))
 	for _, ref := range t.refs {
 		b := v.Balance(streams.BalanceKey(ref))
+		if vb, ok := t.virtual[streams.BalanceKey(ref)]; ok && !b.Defined {
+			b.Defined, b.Unit, b.Limit, b.Disabled, b.FixedSlot = true, vb.Unit, vb.Limit, vb.Disabled, vb.FixedSlot
+		}
 		deny := func(reason events.Code, msg string) {
 			t.reply.Denial = &events.Denial{
 				Reason: reason, Message: msg, Scope: ref.Scope, Period: ref.Period, Instance: ref.Instance,

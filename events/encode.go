@@ -221,6 +221,15 @@ func AppendEvent(b []byte, e Event) ([]byte, error) {
 			b = appendKey(b, "usage")
 			b = append(b, data...)
 		}
+	case DefaultDefined:
+		data, err := json.Marshal(struct {
+			Type Type `json:"type"`
+			DefaultDefined
+		}{TypeDefaultDefined, e})
+		if err != nil {
+			return b, &Error{Code: CodeInternal, Message: "encoding default definition", Err: err}
+		}
+		return append(b, data...), nil
 	case PricingDefined:
 		// A pricing definition is off the hot path: encoding/json writes it.
 		data, err := json.Marshal(struct {

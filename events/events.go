@@ -63,8 +63,12 @@ type BudgetDefinedV2 struct {
 	// Changed names the fields this definition changed from the previous
 	// one, in the order limit, unit, tz, disabled, fixed_slot,
 	// thresholds; empty for a new budget.
-	Changed []string  `json:"changed,omitempty"`
-	At      time.Time `json:"at"`
+	Changed []string `json:"changed,omitempty"`
+	// FromDefault, when set, is the revision of the kind's default
+	// (DefaultDefined) this budget was created from on the scope's first
+	// admit; 0 for a budget put for the scope itself.
+	FromDefault uint64    `json:"from_default,omitempty"`
+	At          time.Time `json:"at"`
 }
 
 // AsBudgetDefinedV2 upcasts a budget definition event: a BudgetDefinedV2
@@ -191,6 +195,14 @@ func DecodeEvent(b []byte) (Event, error) {
 		}
 		if err = strict(&v); err == nil {
 			return v.ReservationSettled, nil
+		}
+	case TypeDefaultDefined:
+		var v struct {
+			Type Type `json:"type"`
+			DefaultDefined
+		}
+		if err = strict(&v); err == nil {
+			return v.DefaultDefined, nil
 		}
 	case TypePricingDefined:
 		var v struct {
@@ -441,5 +453,7 @@ type BudgetRevision struct {
 	Disabled   bool      `json:"disabled,omitempty"`
 	FixedSlot  *Money    `json:"fixed_slot,omitempty"`
 	Thresholds []Money   `json:"thresholds,omitempty"`
-	Events     Events    `json:"events"`
+	// FromDefault is the FromDefault of the revision's BudgetDefinedV2.
+	FromDefault uint64 `json:"from_default,omitempty"`
+	Events      Events `json:"events"`
 }

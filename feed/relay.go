@@ -359,7 +359,7 @@ func (m Message) scope() events.Scope {
 	case e.Balance.Scope != "":
 		return e.Balance.Scope
 	}
-	// An event of no scope (pricing.defined.v1): a subject that still
+	// An event of no scope (pricing.defined.v1, default.defined.v1): a subject that still
 	// has the layout's token count.
 	return events.Scope(NoScope + ":" + NoScope)
 }
@@ -446,15 +446,15 @@ func Split(seq uint64, key string, at time.Time, data []byte) ([]Message, error)
 				return nil, err
 			}
 		}
-	case streams.IsPricingKey(key):
-		// A model's price names no scope: its subject's scope tokens are
-		// NoScope.
+	case streams.IsPricingKey(key), streams.IsDefaultKey(key):
+		// A model's price and a kind's default name no scope: their
+		// subject's scope tokens are NoScope.
 		var rev rawBudget
 		if err := json.Unmarshal(data, &rev); err != nil {
 			return nil, err
 		}
-		if rev.Schema != events.SchemaPricing {
-			return nil, fmt.Errorf("schema %q under a pricing key", rev.Schema)
+		if rev.Schema != events.SchemaPricing && rev.Schema != events.SchemaDefault {
+			return nil, fmt.Errorf("schema %q under a pricing or default key", rev.Schema)
 		}
 		for _, e := range rev.Events {
 			if err := add(e, nil); err != nil {

@@ -23,6 +23,9 @@ type book struct {
 
 	budgets  map[string]*budget  // by budget key
 	prices   map[string]*pricing // by pricing key
+	defaults map[string]*dflt    // by default key
+	// byKind indexes defaults by scope kind, in period order.
+	byKind   map[string][]Default
 	byScope  map[events.Scope][]Budget
 	balances map[string]*balance // by balance key
 	lanes    map[string]uint64   // last folded revision, by lane key
@@ -52,6 +55,8 @@ func newBook(layout streams.Layout, retention, expiredKeep time.Duration) *book 
 		layout:       layout,
 		budgets:      map[string]*budget{},
 		prices:       map[string]*pricing{},
+		defaults:     map[string]*dflt{},
+		byKind:       map[string][]Default{},
 		byScope:      map[events.Scope][]Budget{},
 		balances:     map[string]*balance{},
 		lanes:        map[string]uint64{},
@@ -73,6 +78,9 @@ func (b *book) rev(key string) uint64 {
 	}
 	if p := b.prices[key]; p != nil {
 		return p.def.Version
+	}
+	if d := b.defaults[key]; d != nil {
+		return d.def.Def.Revision
 	}
 	return 0
 }
@@ -151,7 +159,7 @@ func (b *book) setBudget(key string, seq uint64, rev *events.BudgetRevision, has
 	d.rev = seq
 	d.src = *rev
 	d.def = Budget{Ref: rev.Budget, Limit: rev.Limit, Unit: rev.Unit, TZ: rev.TZ, Loc: loc, Disabled: rev.Disabled,
-		FixedSlot: rev.FixedSlot, Thresholds: rev.Thresholds, Revision: seq}
+		FixedSlot: rev.FixedSlot, Thresholds: rev.Thresholds, Revision: seq, FromDefault: rev.FromDefault}
 	b.hashes[key] = hash
 	// Rebuild the scope's index (a new slice: readers hold the old one).
 	var defs []Budget

@@ -360,6 +360,15 @@ func (l *Ledger) applyMsg(subject string, seq uint64, data []byte) error {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		return l.bk.applyPricing(key, seq, &rev, hash)
+	case streams.IsDefaultKey(key):
+		rev, err := events.DecodeDefaultRevision(data)
+		if err != nil {
+			return fmt.Errorf("%s: %w", key, err)
+		}
+		hash := events.HashPayload(data)
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.bk.applyDefault(key, seq, &rev, hash)
 	}
 	return nil
 }

@@ -268,6 +268,7 @@ func (l *Ledger) DefineBudget(ctx context.Context, def Budget, now time.Time) (B
 			FixedSlot: def.FixedSlot, Thresholds: def.Thresholds,
 			Events: events.Events{ev},
 		}
+		def.FromDefault = 0
 		data, err := json.Marshal(value)
 		if err != nil {
 			return BudgetChange{}, &events.Error{Code: events.CodeInternal, Message: "encoding budget", Err: err}

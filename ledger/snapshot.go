@@ -59,7 +59,9 @@ type snapshotState struct {
 	ServerNow time.Time    `json:"server_now"`
 	Budgets   []snapBudget `json:"budgets"`
 	// Prices travel as the pricing revision they were folded from.
-	Prices       []snapBudget      `json:"prices,omitempty"`
+	Prices []snapBudget `json:"prices,omitempty"`
+	// Defaults travel as the default revision they were folded from.
+	Defaults     []snapBudget      `json:"defaults,omitempty"`
 	LaneRevs     []snapKey         `json:"lane_revisions"`
 	Balances     []snapBalance     `json:"balances"`
 	Reservations []snapReservation `json:"reservations"`
@@ -139,6 +141,11 @@ func (b *book) exactAt(seq uint64) bool {
 			return false
 		}
 	}
+	for _, d := range b.defaults {
+		if d.def.Def.Revision > seq {
+			return false
+		}
+	}
 	return true
 }
 
@@ -162,6 +169,14 @@ func (b *book) snapshot(seq uint64) (*snapshotState, error) {
 		st.Prices = append(st.Prices, snapBudget{snapKey{key, p.def.Version, b.hashes[key]}, raw})
 	}
 	sort.Slice(st.Prices, func(i, j int) bool { return st.Prices[i].Key < st.Prices[j].Key })
+	for key, d := range b.defaults {
+		raw, err := json.Marshal(&d.src)
+		if err != nil {
+			return nil, fmt.Errorf("ledger: snapshot of default %s: %w", key, err)
+		}
+		st.Defaults = append(st.Defaults, snapBudget{snapKey{key, d.def.Def.Revision, b.hashes[key]}, raw})
+	}
+	sort.Slice(st.Defaults, func(i, j int) bool { return st.Defaults[i].Key < st.Defaults[j].Key })
 	for key, rev := range b.lanes {
 		st.LaneRevs = append(st.LaneRevs, snapKey{key, rev, b.hashes[key]})
 	}
@@ -239,6 +254,18 @@ func bookFromSnapshot(layout streams.Layout, retention, expiredKeep time.Duratio
 			return nil, bad("pricing %s: revision of %s at %d", sp.Key, streams.PricingKey(rev.Model), sp.Rev)
 		}
 		b.setPricing(sp.Key, sp.Rev, &rev, sp.Hash)
+	}
+	for _, sd := range st.Defaults {
+		rev, err := events.DecodeDefaultRevision(sd.Revision)
+		if err != nil {
+			return nil, bad("default %s: %v", sd.Key, err)
+		}
+		if streams.DefaultKey(rev.Kind, rev.Period) != sd.Key || sd.Rev == 0 || sd.Rev > st.Seq {
+			return nil, bad("default %s: revision of %s at %d", sd.Key, streams.DefaultKey(rev.Kind, rev.Period), sd.Rev)
+		}
+		if err := b.setDefault(sd.Key, sd.Rev, &rev, sd.Hash); err != nil {
+			return nil, bad("default %s: %v", sd.Key, err)
+		}
 	}
 	for _, k := range st.LaneRevs {
 		if !streams.IsLaneKey(k.Key) || k.Rev == 0 || k.Rev > st.Seq {

@@ -46,6 +46,10 @@ type Budget struct {
 	Thresholds []events.Money
 	// Revision is the stream sequence of the definition.
 	Revision uint64
+	// FromDefault is the revision of the kind's default the budget was
+	// created from on its scope's first admit; 0 for a budget put for the
+	// scope itself.
+	FromDefault uint64
 }
 
 // Instance returns the budget's period instance at t, in its time zone.

@@ -116,6 +116,9 @@ type Budget struct {
 	// sequence of the last one.
 	Definitions int64
 	Revision    uint64
+	// FromDefault is the revision of the kind's default the budget was
+	// created from (0: put for the scope itself).
+	FromDefault uint64
 }
 
 // State is the fold of the ledger stream up to Position. The zero value is
@@ -132,6 +135,11 @@ type State struct {
 	reservations map[string]*Reservation
 	budgets      map[events.BudgetRef]*Budget
 	pricing      pricingState
+	// defaults holds every version of every kind's default budget, by
+	// default key then revision (a budget created from one names it).
+	defaults map[string]map[uint64]*Budget
+	// defaultRev is the last revision of each default key.
+	defaultRev map[string]uint64
 }
 
 // NewState returns an empty State at position 0.
@@ -143,6 +151,8 @@ func NewState() *State {
 		reservations: map[string]*Reservation{},
 		budgets:      map[events.BudgetRef]*Budget{},
 		pricing:      pricingState{current: map[string]uint64{}, versions: map[string]map[uint64]*Price{}},
+		defaults:     map[string]map[uint64]*Budget{},
+		defaultRev:   map[string]uint64{},
 	}
 }
 
@@ -223,6 +233,11 @@ func (s *State) Clone() *State {
 		reservations: make(map[string]*Reservation, len(s.reservations)),
 		budgets:      make(map[events.BudgetRef]*Budget, len(s.budgets)),
 		pricing:      s.pricing.clone(),
+		defaults:     make(map[string]map[uint64]*Budget, len(s.defaults)),
+		defaultRev:   maps.Clone(s.defaultRev),
+	}
+	for k, vs := range s.defaults {
+		c.defaults[k] = maps.Clone(vs) // *Budget values are never mutated
 	}
 	for k, b := range s.balances {
 		v := *b
@@ -300,6 +315,8 @@ func (s *State) Apply(seq uint64, key string, data []byte) error {
 		err = s.applyBudget(seq, key, data)
 	case streams.IsPricingKey(key):
 		err = s.applyPricing(seq, key, data)
+	case streams.IsDefaultKey(key):
+		err = s.applyDefault(seq, key, data)
 	}
 	if err != nil {
 		return &ApplyError{Seq: seq, Key: key, Err: err}
@@ -820,6 +837,12 @@ func (s *State) applyBudget(seq uint64, key string, data []byte) error {
 		}
 		b.Limit, b.Unit, b.DefinedAt = ev.Limit, ev.Unit, ev.At
 		b.TZ, b.Disabled, b.FixedSlot, b.Thresholds = ev.TZ, ev.Disabled, ev.FixedSlot, ev.Thresholds
+		if ev.FromDefault != 0 {
+			if err := s.checkFromDefault(rev.Budget, ev, seq); err != nil {
+				return err
+			}
+		}
+		b.FromDefault = ev.FromDefault
 		b.Definitions++
 	}
 	if rev.Limit.Cmp(b.Limit) != 0 {
@@ -839,6 +862,9 @@ func (s *State) applyBudget(seq uint64, key string, data []byte) error {
 	}
 	if st, fo := moneyList(rev.Thresholds), moneyList(b.Thresholds); st != fo {
 		return &MismatchError{Field: "thresholds", Stated: st, Folded: fo}
+	}
+	if rev.FromDefault != b.FromDefault {
+		return &MismatchError{Field: "from_default", Stated: strconv.FormatUint(rev.FromDefault, 10), Folded: strconv.FormatUint(b.FromDefault, 10)}
 	}
 	b.Revision = seq
 	s.budgets[rev.Budget] = &b

@@ -357,6 +357,12 @@ func (s *Service) budgetPut(ctx context.Context, data []byte) (any, error) {
 	if err := events.DecodeRequest(data, &req); err != nil {
 		return nil, err
 	}
+	if kind, ok, err := events.ParseDefaultScope(req.Scope); ok || err != nil {
+		if err != nil {
+			return nil, err
+		}
+		return s.defaultPut(ctx, kind, req)
+	}
 	def, err := parseBudgetPut(req)
 	if err != nil {
 		return nil, err
@@ -442,6 +448,12 @@ func (s *Service) budgetGet(ctx context.Context, data []byte) (any, error) {
 	var req events.BudgetGetRequest
 	if err := events.DecodeRequest(data, &req); err != nil {
 		return nil, err
+	}
+	if kind, ok, err := events.ParseDefaultScope(req.Scope); ok || err != nil {
+		if err != nil {
+			return nil, err
+		}
+		return s.defaultGet(ctx, kind, req.Period)
 	}
 	scope, err := events.ParseScope(req.Scope)
 	if err != nil {

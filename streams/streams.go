@@ -312,7 +312,17 @@ const (
 	balanceFamily = "balance"
 	laneFamily    = "lane"
 	pricingFamily = "pricing"
+	defaultFamily = "default"
 )
+
+// DefaultKey is "default.<kind>.<period>": the key of the default budget of
+// a scope kind for a period.
+func DefaultKey(kind string, p events.Period) string {
+	return defaultFamily + "." + kind + "." + string(p)
+}
+
+// IsDefaultKey reports whether key is a default budget key.
+func IsDefaultKey(key string) bool { return strings.HasPrefix(key, defaultFamily+".") }
 
 // PricingKey is "pricing.<model>": the key of a model's prices (a model
 // name may hold '.', so the key may span several subject tokens; see

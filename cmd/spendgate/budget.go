@@ -32,7 +32,9 @@ var (
 changed ("changed") and what it was ("previous"). --period is required, so that
 a change never lands on another period's budget by default. The put is the
 whole definition: a --tz, --disabled or --fixed-slot left out is reset. --limit 0 denies
-everything and needs --allow-zero.`,
+everything and needs --allow-zero. --scope KIND:* (quote it for the shell) defines
+the default budget of a kind: a scope of that kind with no budget of its own gets
+it on its first admit.`,
 	}
 	budgetDisableCommand = command{
 		name:     "spendgate budget disable",

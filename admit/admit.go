@@ -285,6 +285,9 @@ func (a *Admitter) Admit(ctx context.Context, req events.AdmitRequest) (events.A
 	if err := a.l.Submit(ctx, tx); err != nil {
 		return events.AdmitReply{}, err
 	}
+	if len(tx.alerts) > 0 && r.mode == events.ModeAdmit && a.opts.alerts != nil {
+		a.opts.alerts(tx.alerts)
+	}
 	return tx.reply, nil
 }
 
@@ -412,6 +415,8 @@ type admitTx struct {
 	// virtual are the budgets a check or shadow admit would create from
 	// defaults, by balance key (see budgets).
 	virtual map[string]ledger.Budget
+	// alerts are the thresholds the decision crossed.
+	alerts []events.ThresholdCrossed
 }
 
 func (t *admitTx) Balances() []events.BalanceRef { return t.refs }
@@ -434,12 +439,13 @@ func (t *admitTx) Decide(v *ledger.View) (events.Events, error) {
 		return nil, nil
 	}
 	expires := t.now.Add(t.req.ttl)
+	t.alerts = nil
 	evs := make(events.Events, 0, len(t.refs))
 	uses := make([]events.BudgetUse, 0, len(t.refs))
 	for _, ref := range t.refs {
 		b := v.Balance(streams.BalanceKey(ref))
 		if vb, ok := t.virtual[streams.BalanceKey(ref)]; ok && !b.Defined {
-			b.Defined, b.Unit, b.Limit, b.Disabled, b.FixedSlot = true, vb.Unit, vb.Limit, vb.Disabled, vb.FixedSlot
+			b.Defined, b.Unit, b.Limit, b.Disabled, b.FixedSlot, b.Thresholds = true, vb.Unit, vb.Limit, vb.Disabled, vb.FixedSlot, vb.Thresholds
 		}
 		deny := func(reason events.Code, msg string) {
 			t.reply.Denial = &events.Denial{
@@ -483,6 +489,16 @@ func (t *admitTx) Decide(v *ledger.View) (events.Events, error) {
 			Balance: ref, Amount: amt, Unit: b.Unit, Balances: t.refs,
 			ExpiresAt: expires, At: t.now, Metadata: t.req.metadata, Pricing: t.req.quote,
 		})
+		// A threshold this admission reaches for the first time in the
+		// period is crossed in the same revision: its compare-and-set
+		// makes the crossing exactly once.
+		used := b.Spent.Add(reserved)
+		for _, th := range events.Crossed(b.Thresholds, b.Alerted, b.Limit, used) {
+			a := events.ThresholdCrossed{Balance: ref, Threshold: th, Limit: b.Limit, Used: used, Unit: b.Unit,
+				ReservationID: t.id, At: t.now}
+			evs = append(evs, a)
+			t.alerts = append(t.alerts, a)
+		}
 	}
 	if t.req.mode != events.ModeAdmit {
 		// A check or shadow request: the answer an admit would get, and

@@ -221,6 +221,15 @@ func AppendEvent(b []byte, e Event) ([]byte, error) {
 			b = appendKey(b, "usage")
 			b = append(b, data...)
 		}
+	case ThresholdCrossed:
+		data, err := json.Marshal(struct {
+			Type Type `json:"type"`
+			ThresholdCrossed
+		}{TypeThresholdCrossed, e})
+		if err != nil {
+			return b, &Error{Code: CodeInternal, Message: "encoding threshold crossing", Err: err}
+		}
+		return append(b, data...), nil
 	case DefaultDefined:
 		data, err := json.Marshal(struct {
 			Type Type `json:"type"`

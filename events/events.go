@@ -196,6 +196,14 @@ func DecodeEvent(b []byte) (Event, error) {
 		if err = strict(&v); err == nil {
 			return v.ReservationSettled, nil
 		}
+	case TypeThresholdCrossed:
+		var v struct {
+			Type Type `json:"type"`
+			ThresholdCrossed
+		}
+		if err = strict(&v); err == nil {
+			return v.ThresholdCrossed, nil
+		}
 	case TypeDefaultDefined:
 		var v struct {
 			Type Type `json:"type"`

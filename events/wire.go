@@ -205,6 +205,12 @@ type BudgetPutRequest struct {
 	// amount in the budget instead of the requested one (money budgets
 	// only); "" for none.
 	FixedSlot string `json:"fixed_slot,omitempty"`
+	// Alerts turns threshold alerts on, at Thresholds or, without them,
+	// at DefaultThresholds (50 %, 80 %, 100 % of the limit).
+	Alerts bool `json:"alerts,omitempty"`
+	// Thresholds are alert thresholds, fractions of the limit in (0, 1]
+	// as decimal strings ("0.8"); giving them turns alerts on.
+	Thresholds []string `json:"thresholds,omitempty"`
 }
 
 // BudgetPutReply is the budget after a put, and what the put changed.
@@ -227,6 +233,8 @@ type BudgetDefinition struct {
 	TZ        string `json:"tz,omitempty"`
 	Disabled  bool   `json:"disabled,omitempty"`
 	FixedSlot string `json:"fixed_slot,omitempty"`
+	// Thresholds are the alert thresholds, when alerts were on.
+	Thresholds []string `json:"thresholds,omitempty"`
 }
 
 // BudgetGetRequest reads one budget and its current balance. With Period
@@ -295,6 +303,8 @@ type BudgetView struct {
 	FixedSlot      string `json:"fixed_slot,omitempty"`
 	MaxInFlight    string `json:"max_in_flight,omitempty"`
 	OvershootBound string `json:"overshoot_bound,omitempty"`
+	// Thresholds are the alert thresholds, when alerts are on.
+	Thresholds []string `json:"thresholds,omitempty"`
 }
 
 // BudgetListReply lists budgets sorted by scope and period (or as the

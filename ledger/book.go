@@ -292,6 +292,8 @@ func (b *book) applyEvent(bl *balance, key string, seq uint64, e events.Event) {
 				b.closeRes(r, seq)
 			}
 		}
+	case events.ThresholdCrossed:
+		bl.alerted = append(bl.alerted, e.Threshold)
 	case events.ReservationReleased:
 		delete(bl.open, e.ReservationID)
 		if r := b.reservations[e.ReservationID]; r != nil && r.Status == events.StatusOpen {
@@ -312,10 +314,11 @@ func (b *book) balance(key string, ref events.BalanceRef) Balance {
 	if bl := b.balances[key]; bl != nil {
 		out.Unit, out.Limit = bl.unit, bl.limit
 		out.Spent, out.Reserved, out.Overrun, out.Open = bl.spent, bl.reserved, bl.overrun, len(bl.open)
+		out.Alerted = bl.alerted[:len(bl.alerted):len(bl.alerted)]
 	}
 	if d := b.budgets[streams.BudgetKey(ref.Budget())]; d != nil {
 		out.Defined, out.Unit, out.Limit = true, d.def.Unit, d.def.Limit
-		out.Disabled, out.FixedSlot = d.def.Disabled, d.def.FixedSlot
+		out.Disabled, out.FixedSlot, out.Thresholds = d.def.Disabled, d.def.FixedSlot, d.def.Thresholds
 	}
 	return out
 }

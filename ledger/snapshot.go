@@ -92,6 +92,7 @@ type snapBalance struct {
 	Reserved events.Money      `json:"reserved"`
 	Overrun  events.Money      `json:"overrun"`
 	Open     []string          `json:"open,omitempty"`
+	Alerted  []events.Money    `json:"alerted,omitempty"`
 }
 
 type snapReservation struct {
@@ -183,7 +184,7 @@ func (b *book) snapshot(seq uint64) (*snapshotState, error) {
 	sort.Slice(st.LaneRevs, func(i, j int) bool { return st.LaneRevs[i].Key < st.LaneRevs[j].Key })
 	for key, bl := range b.balances {
 		sb := snapBalance{Key: key, Ref: bl.ref, Rev: bl.rev, Unit: bl.unit, Limit: bl.limit,
-			Spent: bl.spent, Reserved: bl.reserved, Overrun: bl.overrun}
+			Spent: bl.spent, Reserved: bl.reserved, Overrun: bl.overrun, Alerted: bl.alerted}
 		for id := range bl.open {
 			sb.Open = append(sb.Open, id)
 		}
@@ -299,7 +300,7 @@ func bookFromSnapshot(layout streams.Layout, retention, expiredKeep time.Duratio
 			return nil, bad("balance %s at %d", sb.Key, sb.Rev)
 		}
 		bl := &balance{key: sb.Key, ref: sb.Ref, self: []events.BalanceRef{sb.Ref}, rev: sb.Rev, unit: sb.Unit,
-			limit: sb.Limit, spent: sb.Spent, reserved: sb.Reserved, overrun: sb.Overrun, open: make(map[string]*Reservation, len(sb.Open))}
+			limit: sb.Limit, spent: sb.Spent, reserved: sb.Reserved, overrun: sb.Overrun, alerted: sb.Alerted, open: make(map[string]*Reservation, len(sb.Open))}
 		for _, id := range sb.Open {
 			r := b.reservations[id]
 			if r == nil {

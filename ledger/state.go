@@ -15,12 +15,17 @@ type Balance struct {
 	// Disabled is the budget's Disabled; FixedSlot its FixedSlot.
 	Disabled  bool
 	FixedSlot *events.Money
-	Unit      string
-	Limit     events.Money
-	Spent     events.Money
-	Reserved  events.Money
-	Overrun   events.Money
-	Open      int
+	// Thresholds are the budget's alert thresholds; Alerted those already
+	// crossed in this balance (events.ThresholdCrossed), in the order
+	// crossed. Append to Alerted only through a copy.
+	Thresholds []events.Money
+	Alerted    []events.Money
+	Unit       string
+	Limit      events.Money
+	Spent      events.Money
+	Reserved   events.Money
+	Overrun    events.Money
+	Open       int
 }
 
 // Available is limit - spent - reserved (negative after an overrun).
@@ -188,6 +193,8 @@ type balance struct {
 	spent    events.Money
 	reserved events.Money
 	overrun  events.Money
+	// alerted are the thresholds crossed in this balance.
+	alerted []events.Money
 	// open holds the reservations open in this balance, by id.
 	open map[string]*Reservation
 }

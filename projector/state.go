@@ -49,6 +49,9 @@ type Balance struct {
 	// the balance, and Revisions how many lane revisions named it.
 	Revision  uint64
 	Revisions int64
+	// Alerted are the alert thresholds crossed in this balance
+	// (threshold.crossed.v1), in the order crossed; Alerts counts them.
+	Alerted []events.Money
 }
 
 // ReservationPart is one reservation's lifecycle in one balance.
@@ -595,8 +598,10 @@ func applyEvent(st *stage, b *Balance, seq uint64, e events.Event) error {
 		return applySettled(st, b, seq, ev)
 	case events.ReservationReleased:
 		return applyReleased(st, b, seq, ev)
+	case events.ThresholdCrossed:
+		return applyCrossed(b, ev)
 	default:
-		return errorf(ErrMalformed, "not a reservation event in a balance revision")
+		return errorf(ErrMalformed, "not a reservation event (nor a threshold crossing) in a balance revision")
 	}
 }
 

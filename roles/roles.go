@@ -223,6 +223,10 @@ func All(l streams.Layout) []Role {
 		jsAPI+"STREAM.MSG.GET."+f,
 		l.FeedFilter(),
 	)
+	// Threshold alerts: the replica that commits a crossing publishes it.
+	alerts := l.AlertSubject("x:y")
+	alerts = alerts[:len(alerts)-len("x.y")] + ">"
+	replicaPub = append(replicaPub, alerts)
 	replicaPub = append(replicaPub, snapshotReads(l)...)
 	replicaPub = append(replicaPub, snapshotWrites(l)...)
 	replicaSub := append([]string{l.Prefix() + ">"}, discovery()...)
@@ -253,14 +257,14 @@ func All(l streams.Layout) []Role {
 			Name:        Admin,
 			Description: "budget administration: every endpoint (budget.put/get/list included) and $SRV discovery",
 			Publish:     Rules{Allow: append(ep(all...), discovery()...), Deny: writes},
-			Subscribe:   Rules{Allow: inbox(Admin)},
+			Subscribe:   Rules{Allow: append(inbox(Admin), alerts)},
 			InboxPrefix: InboxPrefix(l, Admin),
 		},
 		{
 			Name:        Finance,
 			Description: "reads the ledger and its snapshots and runs `spendgate audit`: budget.get/list, stream info, ordered consumers, direct gets; writes nothing",
 			Publish:     Rules{Allow: financePub, Deny: writes},
-			Subscribe:   Rules{Allow: inbox(Finance)},
+			Subscribe:   Rules{Allow: append(inbox(Finance), alerts)},
 			InboxPrefix: InboxPrefix(l, Finance),
 		},
 		{

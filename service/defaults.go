@@ -69,6 +69,7 @@ func defaultView(kind string, b ledger.Budget) events.BudgetView {
 	v := events.BudgetView{
 		Scope: events.Scope(kind + ":" + events.DefaultScopeID), Period: b.Ref.Period, Limit: b.Limit.String(), Unit: b.Unit,
 		Spent: "0", Reserved: "0", Overrun: "0", Available: b.Limit.String(), TZ: b.TZ, Disabled: b.Disabled,
+		Thresholds: moneyStrings(b.Thresholds),
 	}
 	if b.FixedSlot != nil {
 		n := b.Limit.Slots(*b.FixedSlot)

@@ -382,7 +382,8 @@ func (s *Service) budgetPut(ctx context.Context, data []byte) (any, error) {
 	}
 	out := events.BudgetPutReply{BudgetView: v, Created: !ch.Existed, Changed: ch.Changed}
 	if ch.Existed && len(ch.Changed) > 0 {
-		out.Previous = &events.BudgetDefinition{Limit: ch.Prev.Limit.String(), Unit: ch.Prev.Unit, TZ: ch.Prev.TZ, Disabled: ch.Prev.Disabled}
+		out.Previous = &events.BudgetDefinition{Limit: ch.Prev.Limit.String(), Unit: ch.Prev.Unit, TZ: ch.Prev.TZ, Disabled: ch.Prev.Disabled,
+			Thresholds: moneyStrings(ch.Prev.Thresholds)}
 		if ch.Prev.FixedSlot != nil {
 			out.Previous.FixedSlot = ch.Prev.FixedSlot.String()
 		}
@@ -424,6 +425,13 @@ func parseBudgetPut(req events.BudgetPutRequest) (ledger.Budget, error) {
 	}
 	def := ledger.Budget{Ref: events.BudgetRef{Scope: scope, Period: period}, Limit: limit, Unit: req.Unit,
 		TZ: req.TZ, Disabled: req.Disabled}
+	if len(req.Thresholds) > 0 {
+		if def.Thresholds, err = events.ParseThresholds(req.Thresholds); err != nil {
+			return ledger.Budget{}, err
+		}
+	} else if req.Alerts {
+		def.Thresholds = events.DefaultThresholds
+	}
 	if req.FixedSlot != "" {
 		slot, err := events.ParseMoney(req.FixedSlot)
 		if err != nil {
@@ -500,7 +508,7 @@ func (s *Service) view(ref events.BudgetRef) (events.BudgetView, error) {
 		Scope: ref.Scope, Period: ref.Period, Limit: b.Limit.String(), Unit: b.Unit,
 		Instance: bal.Ref.Instance, Spent: bal.Spent.String(), Reserved: bal.Reserved.String(),
 		Overrun: bal.Overrun.String(), Available: bal.Available().String(), Open: int64(bal.Open),
-		TZ: b.TZ, Disabled: b.Disabled,
+		TZ: b.TZ, Disabled: b.Disabled, Thresholds: moneyStrings(b.Thresholds),
 	}
 	if b.FixedSlot != nil {
 		n := b.Limit.Slots(*b.FixedSlot)
@@ -508,4 +516,16 @@ func (s *Service) view(ref events.BudgetRef) (events.BudgetView, error) {
 		v.OvershootBound = fmt.Sprintf("%s x (cost of one call - %s)", n, b.FixedSlot)
 	}
 	return v, nil
+}
+
+// moneyStrings is ms as decimal strings (nil for none).
+func moneyStrings(ms []events.Money) []string {
+	if len(ms) == 0 {
+		return nil
+	}
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = m.String()
+	}
+	return out
 }

@@ -11,8 +11,9 @@ import (
 
 // Settler settles, releases and expires reservations.
 type Settler struct {
-	l   *ledger.Ledger
-	now func() time.Time
+	l      *ledger.Ledger
+	now    func() time.Time
+	alerts func([]events.ThresholdCrossed)
 }
 
 // New returns a Settler over l.
@@ -116,6 +117,9 @@ func (s *Settler) closeWith(ctx context.Context, id string, k kind, actual event
 	if err := s.l.Submit(ctx, tx); err != nil {
 		return events.CloseReply{}, err
 	}
+	if len(tx.alerts) > 0 && s.alerts != nil {
+		s.alerts(tx.alerts)
+	}
 	return tx.reply, nil
 }
 
@@ -127,9 +131,13 @@ type closeTx struct {
 	// reservation's quote into actual and priced.
 	usage  *events.Usage
 	priced *events.Usage
+	// alerts are the thresholds the decision crossed (a settle above its
+	// reservation can cross one).
+	alerts []events.ThresholdCrossed
 	now    time.Time
 	refs   []events.BalanceRef
 	reply  events.CloseReply
+	view   *ledger.View
 }
 
 func (t *closeTx) Balances() []events.BalanceRef { return t.refs }
@@ -140,6 +148,8 @@ func (t *closeTx) Decide(v *ledger.View) (events.Events, error) {
 		return nil, events.Errorf(events.CodeUnknownReservation, "reservation %s is unknown", t.id)
 	}
 	t.reply = events.CloseReply{ReservationID: t.id, Balances: r.Balances, Reserved: r.Amount().String()}
+	t.alerts = nil
+	t.view = v
 	if t.usage != nil {
 		if r.Pricing == nil {
 			return nil, events.Errorf(events.CodeNotPriced, "reservation %s was not priced from a model: settle it with actual", t.id)
@@ -209,6 +219,18 @@ func (t *closeTx) settle(r *ledger.Reservation, late, afterExpiry bool) events.E
 		}
 		evs = append(evs, events.ReservationSettled{ReservationID: t.id, Balance: ref, Reserved: reserved,
 			Actual: actual, Overrun: overrun, Late: late, AfterExpiry: afterExpiry, At: t.now, Usage: t.priced})
+		if b := t.view.Balance(key); len(b.Thresholds) > 0 {
+			used := b.Spent.Add(actual).Add(b.Reserved)
+			if !afterExpiry {
+				used = used.Sub(reserved)
+			}
+			for _, th := range events.Crossed(b.Thresholds, b.Alerted, b.Limit, used) {
+				a := events.ThresholdCrossed{Balance: ref, Threshold: th, Limit: b.Limit, Used: used, Unit: b.Unit,
+					ReservationID: t.id, At: t.now}
+				evs = append(evs, a)
+				t.alerts = append(t.alerts, a)
+			}
+		}
 	}
 	t.reply.Usage = t.priced
 	t.reply.Status = events.StatusSettled

@@ -496,6 +496,21 @@ func (l Layout) FeedPrefix() string { return l.c.Prefix + "feed." + FeedVersion 
 // FeedFilter matches every feed subject ("spendgate.feed.v1.>").
 func (l Layout) FeedFilter() string { return l.FeedPrefix() + ">" }
 
+// AlertVersion is the version token of alert subjects.
+const AlertVersion = "v1"
+
+// HeaderAlertID carries an alert's id (events.AlertID) on its NATS
+// message, so a consumer can drop a duplicate.
+const HeaderAlertID = "Spendgate-Alert-Id"
+
+// AlertSubject is the subject of a threshold alert of scope:
+// "<prefix>alert.v1.<scope kind>.<scope id>", for example
+// "spendgate.alert.v1.org.acme"; subscribe to "spendgate.alert.v1.>" for
+// every alert.
+func (l Layout) AlertSubject(scope events.Scope) string {
+	return l.c.Prefix + "alert." + AlertVersion + "." + scope.Kind() + "." + scope.ID()
+}
+
 // FeedSubject is the subject of one feed message:
 // "<prefix>feed.v1.<event type>.<scope kind>.<scope id>", for example
 // "spendgate.feed.v1.reservation.opened.v1.team.search". The event type

@@ -27,7 +27,7 @@ var (
 	}
 	budgetPutCommand = command{
 		name:     "spendgate budget put",
-		synopsis: "--scope KIND:ID --period month|week|day|lifetime --limit DECIMAL --unit USD|requests|... [--tz ZONE] [--disabled] [--allow-zero] [--fixed-slot DECIMAL]",
+		synopsis: "--scope KIND:ID --period month|week|day|lifetime --limit DECIMAL --unit USD|requests|... [--tz ZONE] [--disabled] [--allow-zero] [--fixed-slot DECIMAL] [--alerts] [--threshold F ...]",
 		about: `Defines the budget of a scope for a period, or changes it; the reply says what
 changed ("changed") and what it was ("previous"). --period is required, so that
 a change never lands on another period's budget by default. The put is the
@@ -87,12 +87,16 @@ func budget(args []string) int {
 		fs.BoolVar(&req.Disabled, "disabled", false, "define the budget disabled: every admit naming it is denied")
 		fs.BoolVar(&req.AllowZero, "allow-zero", false, "allow --limit 0 (deny everything)")
 		fs.StringVar(&req.FixedSlot, "fixed-slot", "", "reserve this fixed amount per admit instead of the requested one (money budgets)")
+		fs.BoolVar(&req.Alerts, "alerts", false, "publish threshold alerts at 50%, 80% and 100% of the limit (or at --threshold)")
+		var thresholds multiFlag
+		fs.Var(&thresholds, "threshold", "alert `fraction` of the limit in (0, 1], e.g. 0.9; repeat for several (turns alerts on)")
 		if code, ok := budgetPutCommand.parse(fs, args[1:]); !ok {
 			return code
 		}
 		if req.Period == "" {
 			return budgetPutCommand.usageError(fs, "--period is required (month, week, day or lifetime)")
 		}
+		req.Thresholds = thresholds
 		return c.call(streams.EndpointBudgetPut, req, nil)
 	case "get":
 		var req events.BudgetGetRequest
@@ -138,7 +142,7 @@ func budget(args []string) int {
 			return code
 		}
 		req := events.BudgetPutRequest{Scope: get.Scope, Period: get.Period, Limit: cur.Limit, Unit: cur.Unit,
-			TZ: cur.TZ, Disabled: args[0] == "disable", AllowZero: cur.Limit == "0", FixedSlot: cur.FixedSlot}
+			TZ: cur.TZ, Disabled: args[0] == "disable", AllowZero: cur.Limit == "0", FixedSlot: cur.FixedSlot, Thresholds: cur.Thresholds}
 		return c.call(streams.EndpointBudgetPut, req, nil)
 	}
 	return budgetCommand.usageError(nil, fmt.Sprintf("unknown budget command %q", args[0]))

@@ -49,6 +49,8 @@ type request struct {
 	inputTokens int64
 	maxOutput   int64
 	quote       *events.PriceQuote
+	// count is what the request reserves in a requests budget.
+	count int64
 }
 
 // Validate checks an AdmitRequest without touching the ledger.
@@ -98,6 +100,13 @@ func (a *Admitter) validate(req events.AdmitRequest) (request, error) {
 			return r, events.Errorf(events.CodeInvalidAmount, "amount must be greater than zero")
 		}
 		r.amount = amt
+	}
+	r.count = 1
+	if req.Count != 0 {
+		if req.Count < 0 || req.Count > events.MaxCount {
+			return r, events.Errorf(events.CodeInvalidAmount, "count %d must be from 1 to %d", req.Count, events.MaxCount)
+		}
+		r.count = req.Count
 	}
 	r.unit = req.Unit
 	if r.unit == "" && r.model == "" {
@@ -207,6 +216,10 @@ func hashRequest(r request) string {
 		field(strconv.FormatInt(r.maxOutput, 10))
 	}
 	field(r.amount.String())
+	if r.count != 1 {
+		field("count")
+		field(strconv.FormatInt(r.count, 10))
+	}
 	field(r.unit)
 	field(strconv.FormatInt(int64(r.ttl), 10))
 	keys := make([]string, 0, len(r.metadata))
@@ -465,7 +478,7 @@ func (t *admitTx) Decide(v *ledger.View) (events.Events, error) {
 		amt := t.req.amount
 		switch {
 		case events.IsCount(b.Unit):
-			amt = events.MoneyFromInt(1)
+			amt = events.MoneyFromInt(t.req.count)
 		case b.Unit != t.req.unit:
 			deny(events.ReasonUnitMismatch, fmt.Sprintf("budget %s per %s is in %s, the request in %s", ref.Scope, ref.Period, b.Unit, t.req.unit))
 			return nil, nil

@@ -60,7 +60,14 @@ type AdmitRequest struct {
 	InputTokens     int64  `json:"input_tokens,omitempty"`
 	InputChars      int64  `json:"input_chars,omitempty"`
 	MaxOutputTokens int64  `json:"max_output_tokens,omitempty"`
+	// Count is what the request counts in budgets of unit "requests":
+	// 1..MaxCount, default 1 (a batch of 5 calls counts 5). Money budgets
+	// take the amount.
+	Count int64 `json:"count,omitempty"`
 }
+
+// MaxCount bounds an admit's count.
+const MaxCount = 1_000_000
 
 // Admit modes.
 const (

@@ -206,7 +206,8 @@ func (t *closeTx) settle(r *ledger.Reservation, late, afterExpiry bool) events.E
 		actual := t.actual
 		count := false
 		if p := r.Part(key); p != nil && events.IsCount(p.Unit) {
-			actual, count = events.MoneyFromInt(1), true
+			// A requests budget records the count it reserved.
+			actual, count = p.Amount, true
 		}
 		// Spend beyond the reservation is recorded in full. After the
 		// sweeper returned the reservation, all of it is beyond.

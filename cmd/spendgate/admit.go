@@ -36,6 +36,7 @@ func admitCmd(args []string) int {
 	fs.StringVar(&req.Unit, "unit", "", "currency of the amount (default USD)")
 	fs.StringVar(&req.TTL, "ttl", "", "reservation TTL, e.g. 30s (default 5m)")
 	fs.StringVar(&req.RequestID, "request-id", "", "idempotency key (default: a new UUID)")
+	fs.Int64Var(&req.Count, "count", 0, "what the request counts in requests budgets (default 1)")
 	fs.StringVar(&req.Mode, "mode", "", "admit (default), check (answer only, reserve nothing) or shadow (evaluation traffic: as check, counted apart)")
 	var meta multiFlag
 	fs.Var(&meta, "meta", "metadata `key=value` recorded with the reservation (model, user, ...); repeat for several")

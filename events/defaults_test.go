@@ -54,3 +54,26 @@ func TestDefaultDefined_Golden(t *testing.T) {
 		require.Equal(t, c.err, err != nil, c.in)
 	}
 }
+
+// TestBalanceRef_Alongside freezes the encoding of a balance of a budget
+// defined alongside another in its period: its refs carry "unit" (omitted
+// for every other budget, so older events encode as before).
+func TestBalanceRef_Alongside(t *testing.T) {
+	ref := events.BalanceRef{Scope: "org:acme", Period: events.PeriodMonth, Instance: "2026-11", Unit: events.UnitRequests}
+	o := goldenEvents()[1].(events.ReservationOpened)
+	o.Balance, o.Balances, o.Amount, o.Unit = ref, []events.BalanceRef{balOrg, ref}, events.MustMoney("2"), events.UnitRequests
+	got, err := events.EncodeEvent(o)
+	require.NoError(t, err)
+	std, err := json.Marshal(struct {
+		Type events.Type `json:"type"`
+		events.ReservationOpened
+	}{events.TypeReservationOpened, o})
+	require.NoError(t, err)
+	require.Equal(t, string(std), string(got), "the hand encoder writes what encoding/json writes")
+	b := golden(t, "reservation.opened.v1.alongside.json", got)
+	back, err := events.DecodeEvent(b)
+	require.NoError(t, err)
+	require.Equal(t, events.Event(o), back)
+	require.Equal(t, "org:acme/month/2026-11/requests", ref.String())
+	require.Equal(t, events.BudgetRef{Scope: "org:acme", Period: events.PeriodMonth, Unit: events.UnitRequests}, ref.Budget())
+}

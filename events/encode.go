@@ -93,6 +93,10 @@ func appendRef(b []byte, r BalanceRef) []byte {
 	b = appendString(b, string(r.Period))
 	b = append(b, `,"instance":`...)
 	b = appendString(b, r.Instance)
+	if r.Unit != "" {
+		b = append(b, `,"unit":`...)
+		b = appendString(b, r.Unit)
+	}
 	return append(b, '}')
 }
 
@@ -101,6 +105,10 @@ func appendBudgetRef(b []byte, r BudgetRef) []byte {
 	b = appendString(b, string(r.Scope))
 	b = append(b, `,"period":`...)
 	b = appendString(b, string(r.Period))
+	if r.Unit != "" {
+		b = append(b, `,"unit":`...)
+		b = appendString(b, r.Unit)
+	}
 	return append(b, '}')
 }
 

@@ -250,6 +250,10 @@ type BudgetDefinition struct {
 type BudgetGetRequest struct {
 	Scope  string `json:"scope"`
 	Period string `json:"period,omitempty"`
+	// Unit picks, with Period, the budget of that unit when the scope
+	// holds a money and a count budget in the period; default the one
+	// defined first.
+	Unit string `json:"unit,omitempty"`
 }
 
 // BudgetListRequest lists budgets, optionally of one scope kind, one page

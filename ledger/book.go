@@ -161,13 +161,17 @@ func (b *book) setBudget(key string, seq uint64, rev *events.BudgetRevision, has
 	d.def = Budget{Ref: rev.Budget, Limit: rev.Limit, Unit: rev.Unit, TZ: rev.TZ, Loc: loc, Disabled: rev.Disabled,
 		FixedSlot: rev.FixedSlot, Thresholds: rev.Thresholds, Revision: seq, FromDefault: rev.FromDefault}
 	b.hashes[key] = hash
-	// Rebuild the scope's index (a new slice: readers hold the old one).
-	var defs []Budget
-	for _, p := range events.Periods {
-		if d := b.budgets[streams.BudgetKey(events.BudgetRef{Scope: rev.Budget.Scope, Period: p})]; d != nil {
-			defs = append(defs, d.def)
+	// Rebuild the scope's index (a new slice: readers hold the old one),
+	// in period order, a budget alongside another after it.
+	old := b.byScope[rev.Budget.Scope]
+	defs := make([]Budget, 0, len(old)+1)
+	for _, o := range old {
+		if o.Ref != rev.Budget {
+			defs = append(defs, o)
 		}
 	}
+	defs = append(defs, d.def)
+	sort.Slice(defs, func(i, j int) bool { return budgetBefore(defs[i].Ref, defs[j].Ref) })
 	b.byScope[rev.Budget.Scope] = defs
 	return nil
 }
@@ -333,9 +337,55 @@ func (b *book) budgetList() []Budget {
 		if out[i].Ref.Scope != out[j].Ref.Scope {
 			return out[i].Ref.Scope < out[j].Ref.Scope
 		}
-		return out[i].Ref.Period < out[j].Ref.Period
+		if out[i].Ref.Period != out[j].Ref.Period {
+			return out[i].Ref.Period < out[j].Ref.Period
+		}
+		return out[i].Ref.Unit < out[j].Ref.Unit
 	})
 	return out
+}
+
+// target is the budget a put of a budget of unit for ref defines: ref's
+// own, unless a budget of the other kind (count or money) is defined in
+// the same scope and period, and then the one alongside it, named with
+// its unit (events.BudgetRef.Unit). A ref that names a Unit is its own
+// target. A put of another currency for a money budget targets that
+// budget (and is refused as a unit change).
+func (b *book) target(ref events.BudgetRef, unit string) events.BudgetRef {
+	if ref.Unit != "" {
+		return ref
+	}
+	plain := b.budgets[streams.BudgetKey(ref)]
+	if plain == nil || plain.def.Unit == unit || events.IsCount(plain.def.Unit) == events.IsCount(unit) {
+		return ref
+	}
+	// A budget of the other kind alongside: the one of this kind there,
+	// if any, whatever its currency (a change of it is refused).
+	for _, o := range b.byScope[ref.Scope] {
+		if o.Ref.Period == ref.Period && o.Ref.Unit != "" && events.IsCount(o.Unit) == events.IsCount(unit) {
+			return o.Ref
+		}
+	}
+	ref.Unit = unit
+	return ref
+}
+
+// budgetBefore orders the budgets of one scope: by period (month, week,
+// day, lifetime), then the plain budget before one alongside it.
+func budgetBefore(a, b events.BudgetRef) bool {
+	if a.Period != b.Period {
+		return periodIndex(a.Period) < periodIndex(b.Period)
+	}
+	return a.Unit < b.Unit
+}
+
+func periodIndex(p events.Period) int {
+	for i, q := range events.Periods {
+		if q == p {
+			return i
+		}
+	}
+	return len(events.Periods)
 }
 
 // expiredBy returns the open reservations whose ExpiresAt is at or before

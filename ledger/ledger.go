@@ -201,7 +201,8 @@ type BudgetChange struct {
 // CodeLedgerUnavailable (the follower is not running, JetStream could not
 // be reached, or the deadline passed) or CodeLedgerBusy.
 func (l *Ledger) DefineBudget(ctx context.Context, def Budget, now time.Time) (BudgetChange, error) {
-	ref := def.Ref
+	asked := def.Ref
+	ref := asked
 	loc, err := events.LoadZone(def.TZ)
 	if err != nil {
 		return BudgetChange{}, err
@@ -215,7 +216,6 @@ func (l *Ledger) DefineBudget(ctx context.Context, def Budget, now time.Time) (B
 	}
 	ctx, cancel := l.commitContext(ctx)
 	defer cancel()
-	key := streams.BudgetKey(ref)
 	for attempt := 0; attempt < l.opts.maxAttempts; attempt++ {
 		if err := l.live(); err != nil {
 			return BudgetChange{}, err
@@ -224,6 +224,9 @@ func (l *Ledger) DefineBudget(ctx context.Context, def Budget, now time.Time) (B
 			return BudgetChange{}, &events.Error{Code: events.CodeLedgerUnavailable, Message: "deadline passed writing budget", Err: ctx.Err()}
 		}
 		l.mu.RLock()
+		ref = l.bk.target(asked, def.Unit)
+		def.Ref = ref
+		key := streams.BudgetKey(ref)
 		var rev uint64
 		var cur Budget
 		if b := l.bk.budgets[key]; b != nil {

@@ -62,7 +62,7 @@ func (b Budget) Instance(t time.Time) string { return b.Ref.Period.InstanceIn(t,
 
 // Balance returns the balance of the budget's period instance at t.
 func (b Budget) Balance(t time.Time) events.BalanceRef {
-	return events.BalanceRef{Scope: b.Ref.Scope, Period: b.Ref.Period, Instance: b.Instance(t)}
+	return events.BalanceRef{Scope: b.Ref.Scope, Period: b.Ref.Period, Instance: b.Instance(t), Unit: b.Ref.Unit}
 }
 
 // Changes names the fields of the definition that differ from prev, in the

@@ -361,6 +361,11 @@ func validBalanceRef(b events.BalanceRef) error {
 	if _, err := events.ParsePeriod(string(b.Period)); err != nil {
 		return err
 	}
+	if b.Unit != "" {
+		if err := events.ValidateUnit(b.Unit); err != nil {
+			return err
+		}
+	}
 	return events.ValidateToken("instance", b.Instance, events.MaxIDLen)
 }
 

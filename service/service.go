@@ -376,7 +376,7 @@ func (s *Service) budgetPut(ctx context.Context, data []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	v, err := s.view(def.Ref)
+	v, err := s.view(ch.Budget.Ref)
 	if err != nil {
 		return nil, err
 	}
@@ -479,7 +479,16 @@ func (s *Service) budgetGet(ctx context.Context, data []byte) (any, error) {
 		return nil, err
 	}
 	if req.Period != "" {
-		return s.view(events.BudgetRef{Scope: scope, Period: period})
+		ref := events.BudgetRef{Scope: scope, Period: period}
+		if req.Unit != "" {
+			if err := events.ValidateUnit(req.Unit); err != nil {
+				return nil, err
+			}
+			if b, ok := s.l.Budget(ref); !ok || b.Unit != req.Unit {
+				ref.Unit = req.Unit
+			}
+		}
+		return s.view(ref)
 	}
 	// Only a scope: every budget of it, in period order.
 	bs := s.l.BudgetsOf(scope)

@@ -335,16 +335,27 @@ func IsPricingKey(key string) bool { return strings.HasPrefix(key, pricingFamily
 // PricingModel returns the model of a pricing key.
 func PricingModel(key string) string { return strings.TrimPrefix(key, pricingFamily+".") }
 
-// BudgetKey is "budget.<kind>.<id>.<period>".
+// BudgetKey is "budget.<kind>.<id>.<period>", with ".<unit>" for a budget
+// defined alongside another of the other kind in the same period
+// (events.BudgetRef.Unit).
 func BudgetKey(b events.BudgetRef) string {
-	return budgetFamily + "." + b.Scope.Kind() + "." + b.Scope.ID() + "." + string(b.Period)
+	k := budgetFamily + "." + b.Scope.Kind() + "." + b.Scope.ID() + "." + string(b.Period)
+	if b.Unit != "" {
+		k += "." + b.Unit
+	}
+	return k
 }
 
 // BalanceKey is "balance.<kind>.<id>.<period>.<instance>": the name of a
 // balance in the book and in events. It is not a KV key: a balance's
 // revisions live in its lane (LaneKey).
 func BalanceKey(b events.BalanceRef) string {
-	return balanceFamily + "." + b.Scope.Kind() + "." + b.Scope.ID() + "." + string(b.Period) + "." + b.Instance
+	k := balanceFamily + "." + b.Scope.Kind() + "." + b.Scope.ID() + "." + string(b.Period) + "." + b.Instance
+	if b.Unit != "" {
+		// A budget alongside another in the same period (BudgetRef.Unit).
+		k += "." + b.Unit
+	}
+	return k
 }
 
 // Lanes returns the number of commit lanes.

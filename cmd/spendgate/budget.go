@@ -102,6 +102,7 @@ func budget(args []string) int {
 		var req events.BudgetGetRequest
 		fs.StringVar(&req.Scope, "scope", "", "scope, kind:id")
 		fs.StringVar(&req.Period, "period", "", "month, week, day or lifetime; without it, every budget of the scope")
+		fs.StringVar(&req.Unit, "unit", "", "with --period: the budget of this unit, when the scope has a money and a requests budget in the period")
 		if code, ok := budgetGetCommand.parse(fs, args[1:]); !ok {
 			return code
 		}
@@ -127,6 +128,7 @@ func budget(args []string) int {
 		var get events.BudgetGetRequest
 		fs.StringVar(&get.Scope, "scope", "", "scope, kind:id")
 		fs.StringVar(&get.Period, "period", "", "month, week, day or lifetime; required")
+		fs.StringVar(&get.Unit, "unit", "", "the budget of this unit, when the scope has a money and a requests budget in the period")
 		cmd := budgetDisableCommand
 		if args[0] == "enable" {
 			cmd = budgetEnableCommand

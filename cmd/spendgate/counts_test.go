@@ -82,31 +82,51 @@ func TestServe_TwoProcessesCountsAndMoney(t *testing.T) {
 		require.Nil(t, e2eRequest(t, nc, streams.DefaultPrefix+streams.EndpointBudgetPut,
 			events.BudgetPutRequest{Scope: scope, Period: period, Limit: limit, Unit: unit}, nil))
 	}
-	get := func(scope, period string) events.BudgetView {
+	get := func(scope, period, unit string) events.BudgetView {
 		var v events.BudgetView
 		require.Nil(t, e2eRequest(t, nc, streams.DefaultPrefix+streams.EndpointBudgetGet,
-			events.BudgetGetRequest{Scope: scope, Period: period}, &v))
+			events.BudgetGetRequest{Scope: scope, Period: period, Unit: unit}, &v))
+		require.Equal(t, unit, v.Unit)
 		return v
 	}
 	for _, c := range []struct {
 		scope              string
+		quotaPeriod        string
 		quota, cap, amount string
 		count              int64
 		admitted           int
 		reserved, used     string
 	}{
 		// The count budget binds: 7 requests a day, room for 20 in USD.
-		{"team:quota", "7", "1.00", "0.05", 1, 7, "0.35", "7"},
+		{"team:quota", "day", "7", "1.00", "0.05", 1, 7, "0.35", "7"},
 		// The USD budget binds: 0.30 a month, room for 100 requests.
-		{"team:cap", "100", "0.30", "0.05", 1, 6, "0.3", "6"},
+		{"team:cap", "day", "100", "0.30", "0.05", 1, 6, "0.3", "6"},
 		// A batch counts 2: 3 of them fit a quota of 7.
-		{"team:batch", "7", "1.00", "0.05", 2, 3, "0.15", "6"},
+		{"team:batch", "day", "7", "1.00", "0.05", 2, 3, "0.15", "6"},
+		// Both in the same period: the requests budget is defined
+		// alongside the USD one (its own key, the scope's lane).
+		{"team:same", "month", "7", "1.00", "0.05", 1, 7, "0.35", "7"},
 	} {
-		put(c.scope, "day", c.quota, "requests")
+		put(c.scope, c.quotaPeriod, c.quota, "requests")
 		put(c.scope, "month", c.cap, "USD")
+		// A process admits against the budgets it has folded: wait until
+		// checks (which land on either process at random) see both, 20 in
+		// a row.
+		testenv.WaitFor(t, 10*time.Second, c.scope+" folded by both processes", func() bool {
+			for i := 0; i < 20; i++ {
+				var r events.AdmitReply
+				e := e2eRequest(t, nc, streams.DefaultPrefix+streams.EndpointAdmit, events.AdmitRequest{
+					RequestID: "chk", Scopes: []string{c.scope}, Amount: c.amount, Mode: events.ModeCheck}, &r)
+				require.Nil(t, e)
+				if len(r.Budgets) != 2 {
+					return false
+				}
+			}
+			return true
+		})
 		require.Equal(t, c.admitted, countsBurst(t, nc, 20, c.scope, c.amount, c.count, c.scope[5:]), c.scope)
 		testenv.WaitFor(t, 10*time.Second, c.scope+" exact in both budgets", func() bool {
-			m, d := get(c.scope, "month"), get(c.scope, "day")
+			m, d := get(c.scope, "month", "USD"), get(c.scope, c.quotaPeriod, "requests")
 			return m.Reserved == c.reserved && m.Open == int64(c.admitted) && d.Reserved == c.used && d.Open == int64(c.admitted)
 		})
 	}

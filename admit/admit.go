@@ -57,7 +57,10 @@ type request struct {
 //
 // Errors (*events.Error), in precedence order: CodeInvalidIdentifier
 // (request id), CodeInvalidRequest (no scopes, too many),
-// CodeInvalidIdentifier (a scope), CodeInvalidAmount, CodeInvalidUnit,
+// CodeInvalidIdentifier (a scope); for a request priced from a model
+// CodeInvalidRequest (an amount too), CodeInvalidModel, CodeInvalidTokens,
+// otherwise CodeInvalidRequest (token counts without a model),
+// CodeInvalidAmount; then CodeInvalidAmount (count), CodeInvalidUnit,
 // CodeInvalidTTL, CodeInvalidMetadata, CodeInvalidMode.
 func (a *Admitter) Validate(req events.AdmitRequest) error {
 	_, err := a.validate(req)
@@ -259,8 +262,15 @@ func hashRequest(r request) string {
 // ledger.DefaultExpiredRetention, 48 hours, for an expired one). A denial
 // is not remembered: a retried denied request is decided again.
 //
+// A request priced from a model (Model set) reserves its maximum cost at
+// the model's current price (see price); an unpriced model is denied
+// (unpriced_model). A scope without a budget of its own takes its kind's
+// defaults (see budgets). A threshold an admission crosses is written with
+// it (events.ThresholdCrossed) and handed to WithAlerts after the commit.
+//
 // Errors (*events.Error), in precedence order: the validation errors of
-// Validate; CodeIdempotencyMismatch (the request id was used with another
+// Validate; CodeInvalidUnit (a unit other than the model's price);
+// CodeIdempotencyMismatch (the request id was used with another
 // body; it carries that reservation's ReservationID and Status);
 // CodeLedgerBusy, CodeLedgerUnavailable. On any error nothing was
 // reserved.

@@ -1,11 +1,15 @@
 package service_test
 
 import (
+	"bytes"
+	"context"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -80,6 +84,20 @@ func TestPricing_AdmitSettleFromUsage(t *testing.T) {
 	e = h.call(streams.EndpointSettle, events.SettleRequest{ReservationID: plain.ReservationID, InputTokens: 5}, nil)
 	require.NotNil(t, e)
 	require.Equal(t, events.CodeNotPriced, e.Code)
+
+	// The export carries the quote and the usage of priced reservations.
+	var out bytes.Buffer
+	_, err := projector.New(h.env.JS, h.env.Layout).ExportJSONL(context.Background(), &out, projector.Filter{Hold: 1})
+	require.NoError(t, err)
+	var priced int
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		if strings.Contains(line, `"request_id":"p1"`) {
+			require.Contains(t, line, `"usage":{"input_tokens":1200,"output_tokens":640,"cached_input_tokens":1000,"price_version":`)
+			require.Contains(t, line, `"pricing":{"model":"gpt-x.1"`)
+			priced++
+		}
+	}
+	require.Equal(t, 1, priced, out.String())
 
 	var g events.PriceView
 	require.Nil(t, h.call(streams.EndpointPricingGet, events.PricingGetRequest{Model: "gpt-x.1"}, &g))

@@ -205,6 +205,28 @@ func TestTenants_Isolation(t *testing.T) {
 	require.Contains(t, string(reply.Data), `"limit":"1"`)
 	require.NotContains(t, string(reply.Data), `"limit":"5"`)
 
+	// The live feed carries the tenant in its subjects: acme's filter
+	// holds acme's events only (two budgets, two opens, two settles).
+	rjs, err := jetstream.New(obs.nc)
+	require.NoError(t, err)
+	feedStream, err := rjs.Stream(ctx, l.FeedStreamName())
+	require.NoError(t, err)
+	deadline := time.Now().Add(waitBound)
+	for {
+		info, err := feedStream.Info(ctx, jetstream.WithSubjectFilter(l.TenantFeedFilter("acme")))
+		require.NoError(t, err)
+		var n uint64
+		for subj, c := range info.State.Subjects {
+			require.Contains(t, subj, ".t.acme.", subj)
+			n += c
+		}
+		if n == 6 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "acme's feed has %d events, want 6", n)
+		time.Sleep(10 * time.Millisecond)
+	}
+
 	// Finance audits the whole ledger: every tenant's events fold.
 	fin := dialRole(t, s, l, roles.Finance)
 	js, err := jetstream.New(fin.nc)

@@ -394,7 +394,10 @@ func (l Layout) TenantOf(subject string) (string, bool) {
 		return "", false
 	}
 	t, _, ok := strings.Cut(rest, ".")
-	return t, ok && t != ""
+	if !ok || t == "" {
+		return "", false
+	}
+	return t, true
 }
 
 // Prefix returns the service subject prefix.

@@ -64,6 +64,36 @@ func TenantImports(l streams.Layout, tenant string) []TenantImport {
 // "<prefix>t.<tenant>.>", to the tenant's account only.
 func TenantExport(l streams.Layout, tenant string) string { return l.TenantPrefix(tenant) }
 
+// TenantJSPrefix is the JetStream API prefix a tenant's client uses for its
+// feed ("spendgate.js.API"; jetstream.NewWithAPIPrefix): its account sees
+// the replicas' account's "$JS.API.<...>" under it, apart from its own
+// "$JS.API" (which the server answers "JetStream not enabled").
+func TenantJSPrefix(l streams.Layout) string { return l.Prefix() + "js.API" }
+
+// TenantFeedImports is the JetStream API a tenant's account imports to
+// follow its own live events: create (or update) its one durable pull
+// consumer on the feed stream, streams.TenantFeedConsumer(tenant), with
+// exactly its filter (streams.Layout.TenantFeedFilter; the server refuses
+// a create whose filter differs from the one in its subject), read its
+// info, pull (MSG.NEXT, whose replies are a stream of messages) and
+// acknowledge. Subject is the replicas' account's, To the tenant's (under
+// TenantJSPrefix; an acknowledgement keeps its subject, the reply subject
+// of the message). Nothing else of the feed stream is reachable: no other
+// consumer, no message or direct get, no stream info.
+func TenantFeedImports(l streams.Layout, tenant string) []TenantImport {
+	f, c := l.FeedStreamName(), streams.TenantFeedConsumer(tenant)
+	local := TenantJSPrefix(l) + "."
+	api := func(rest string) TenantImport {
+		return TenantImport{Subject: jsAPI + rest, To: local + rest}
+	}
+	return []TenantImport{
+		api("CONSUMER.CREATE." + f + "." + c + "." + l.TenantFeedFilter(tenant)),
+		api("CONSUMER.INFO." + f + "." + c),
+		api("CONSUMER.MSG.NEXT." + f + "." + c),
+		{Subject: "$JS.ACK." + f + "." + c + ".>", To: "$JS.ACK." + f + "." + c + ".>"},
+	}
+}
+
 func checkTenants(account string, tenants []string) error {
 	seen := map[string]bool{}
 	for _, t := range tenants {
@@ -93,16 +123,25 @@ func exports(b *strings.Builder, ind string, l streams.Layout, tenants []string)
 	if len(tenants) == 0 {
 		return
 	}
-	fmt.Fprintf(b, "%s# Each tenant's endpoints, to that tenant's account alone.\n", ind)
+	fmt.Fprintf(b, "%s# Each tenant's endpoints and its feed consumer, to that tenant's account alone.\n", ind)
 	fmt.Fprintf(b, "%sexports = [\n", ind)
 	for _, t := range tenants {
 		fmt.Fprintf(b, "%s  {service: %q, accounts: [%s]}\n", ind, TenantExport(l, t), t)
+		for _, im := range TenantFeedImports(l, t) {
+			if strings.Contains(im.Subject, ".MSG.NEXT.") {
+				// A pull is answered by a stream of messages.
+				fmt.Fprintf(b, "%s  {service: %q, accounts: [%s], response_type: stream}\n", ind, im.Subject, t)
+			} else {
+				fmt.Fprintf(b, "%s  {service: %q, accounts: [%s]}\n", ind, im.Subject, t)
+			}
+		}
 	}
 	fmt.Fprintf(b, "%s]\n", ind)
 }
 
-// tenantAccount writes tenant's account: its imports from account and one
-// user, named after the tenant, of role Tenant.
+// tenantAccount writes tenant's account: its imports from account (the
+// endpoints and TenantFeed) and one user, named after the tenant, of role
+// Tenant, who may also use its feed consumer.
 func tenantAccount(b *strings.Builder, ind string, l streams.Layout, account, tenant string) {
 	r := Tenant(l)
 	fmt.Fprintf(b, "%s# tenant %s: %s\n", ind, tenant, r.Description)
@@ -111,10 +150,19 @@ func tenantAccount(b *strings.Builder, ind string, l streams.Layout, account, te
 	for _, im := range TenantImports(l, tenant) {
 		fmt.Fprintf(b, "%s    {service: {account: %s, subject: %q}, to: %q}\n", ind, account, im.Subject, im.To)
 	}
+	feed := TenantFeedImports(l, tenant)
+	for _, im := range feed {
+		fmt.Fprintf(b, "%s    {service: {account: %s, subject: %q}, to: %q}\n", ind, account, im.Subject, im.To)
+	}
 	fmt.Fprintf(b, "%s  ]\n", ind)
 	fmt.Fprintf(b, "%s  users = [\n", ind)
 	fmt.Fprintf(b, "%s    {user: %q, password: $%s, permissions: {\n", ind, tenant, PasswordEnv(tenant))
-	rules(b, ind+"      ", "publish", r.Publish)
+	pub := r.Publish
+	pub.Allow = append([]string{}, pub.Allow...)
+	for _, im := range feed {
+		pub.Allow = append(pub.Allow, im.To)
+	}
+	rules(b, ind+"      ", "publish", pub)
 	rules(b, ind+"      ", "subscribe", r.Subscribe)
 	fmt.Fprintf(b, "%s    }}\n", ind)
 	fmt.Fprintf(b, "%s  ]\n", ind)

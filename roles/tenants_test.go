@@ -235,3 +235,104 @@ func TestTenants_Isolation(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, rep.OK(), rep.String())
 }
+
+// TestTenants_Feed: a tenant follows its own live events from its own
+// account, through the JetStream API the replicas' account exports to it
+// alone (roles.TenantFeed): its one durable consumer, with its filter,
+// pulled and acknowledged. Every message is its own; a broader filter,
+// another tenant's consumer, a message get and stream info are refused.
+// It fails if the layout let a tenant's account create a consumer with
+// another filter or reach another consumer.
+func TestTenants_Feed(t *testing.T) {
+	l, s := tenantServer(t, "acme", "globex")
+	ctx := context.Background()
+	admin := dialRole(t, s, l, roles.Admin)
+	acmeID, globexID := dialTenant(t, s, "acme"), dialTenant(t, s, "globex")
+	for _, tenant := range []string{"acme", "globex"} {
+		_, err := tenantAdmin(t, admin, l, tenant).PutBudget(ctx, events.BudgetPutRequest{Scope: "team:search", Period: "month", Limit: "5", Unit: "USD"})
+		require.NoError(t, err)
+	}
+	res, err := newClient(t, acmeID, l).Admit(ctx, events.AdmitRequest{Scopes: []string{"team:search"}, Amount: "1"})
+	require.NoError(t, err)
+	_, err = res.Settle(ctx, "0.5")
+	require.NoError(t, err)
+	_, err = newClient(t, globexID, l).Admit(ctx, events.AdmitRequest{Scopes: []string{"team:search"}, Amount: "2"})
+	require.NoError(t, err)
+
+	// The replica's relay creates the feed stream as it starts.
+	rjs, err := jetstream.New(dialRole(t, s, l, roles.Replica).nc)
+	require.NoError(t, err)
+	cctx, cancel := context.WithTimeout(ctx, waitBound)
+	defer cancel()
+	for {
+		if _, err := rjs.Stream(cctx, l.FeedStreamName()); err == nil {
+			break
+		}
+		require.NoError(t, cctx.Err(), "no feed stream")
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	js, err := jetstream.NewWithAPIPrefix(acmeID.nc, roles.TenantJSPrefix(l))
+	require.NoError(t, err)
+	cons, err := js.CreateOrUpdateConsumer(cctx, l.FeedStreamName(), jetstream.ConsumerConfig{
+		Durable: streams.TenantFeedConsumer("acme"), FilterSubject: l.TenantFeedFilter("acme"), AckPolicy: jetstream.AckExplicitPolicy,
+	})
+	require.NoError(t, err)
+	// acme's three events: its budget, its open, its settle.
+	var got []string
+	deadline := time.Now().Add(waitBound)
+	for len(got) < 3 {
+		require.True(t, time.Now().Before(deadline), "acme's feed: %v", got)
+		batch, err := cons.Fetch(3-len(got), jetstream.FetchMaxWait(time.Second))
+		require.NoError(t, err)
+		for m := range batch.Messages() {
+			got = append(got, m.Headers().Get(streams.HeaderFeedType))
+			require.Contains(t, m.Subject(), ".t.acme.", m.Subject())
+			require.NotContains(t, string(m.Data()), "globex")
+			require.NoError(t, m.Ack())
+		}
+	}
+	require.ElementsMatch(t, []string{"budget.defined.v2", "reservation.opened.v1", "reservation.settled.v1"}, got)
+	_, err = cons.Info(cctx)
+	require.NoError(t, err)
+
+	// Everything else of the feed is out of reach: each is refused by
+	// the server (no reply within the bound).
+	refused := func(what string, f func(ctx context.Context) error) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		defer cancel()
+		require.Error(t, f(ctx), what)
+	}
+	refused("the whole feed", func(ctx context.Context) error {
+		_, err := js.CreateOrUpdateConsumer(ctx, l.FeedStreamName(), jetstream.ConsumerConfig{
+			Durable: streams.TenantFeedConsumer("acme"), FilterSubject: l.FeedFilter()})
+		return err
+	})
+	refused("globex's filter", func(ctx context.Context) error {
+		_, err := js.CreateOrUpdateConsumer(ctx, l.FeedStreamName(), jetstream.ConsumerConfig{
+			Durable: streams.TenantFeedConsumer("acme"), FilterSubject: l.TenantFeedFilter("globex")})
+		return err
+	})
+	refused("globex's consumer", func(ctx context.Context) error {
+		_, err := js.CreateOrUpdateConsumer(ctx, l.FeedStreamName(), jetstream.ConsumerConfig{
+			Durable: streams.TenantFeedConsumer("globex"), FilterSubject: l.TenantFeedFilter("globex")})
+		return err
+	})
+	refused("an unfiltered consumer", func(ctx context.Context) error {
+		_, err := js.CreateOrUpdateConsumer(ctx, l.FeedStreamName(), jetstream.ConsumerConfig{Durable: streams.TenantFeedConsumer("acme")})
+		return err
+	})
+	refused("stream info", func(ctx context.Context) error {
+		_, err := js.Stream(ctx, l.FeedStreamName())
+		return err
+	})
+	refused("a direct get", func(ctx context.Context) error {
+		_, err := acmeID.nc.RequestWithContext(ctx, roles.TenantJSPrefix(l)+".DIRECT.GET."+l.FeedStreamName(), []byte(`{"seq":1}`))
+		return err
+	})
+	refused("the ledger", func(ctx context.Context) error {
+		_, err := acmeID.nc.RequestWithContext(ctx, roles.TenantJSPrefix(l)+".STREAM.INFO."+l.StreamName(), nil)
+		return err
+	})
+}

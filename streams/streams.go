@@ -525,6 +525,11 @@ func (l Layout) FeedSubject(t events.Type, scope events.Scope) string {
 	return l.FeedPrefix() + string(t) + "." + scope.Kind() + "." + scope.ID()
 }
 
+// TenantFeedConsumer is the one durable consumer of the feed stream a
+// tenant may use: "t-<tenant>". Consumer names starting "t-" are reserved
+// for tenants.
+func TenantFeedConsumer(tenant string) string { return "t-" + tenant }
+
 // TenantFeedFilter matches every feed subject of tenant's events
 // ("spendgate.feed.v1.*.*.*.t.acme.>").
 func (l Layout) TenantFeedFilter(tenant string) string {

@@ -22,7 +22,8 @@ Each --tenant NAME adds an account NAME for that tenant, with one user NAME
 default SPENDGATE) exports <prefix>t.NAME.> to it alone, and it imports
 admit, settle, release, budget.get and budget.list from there under their
 plain subjects, so the replica reads the tenant from a subject the tenant
-cannot choose.`,
+cannot choose; and, under the JetStream prefix spendgate.js.API, its one
+feed consumer t-NAME, filtered to its own events.`,
 }
 
 // rolesCmd is spendgate roles.

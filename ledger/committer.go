@@ -585,6 +585,7 @@ func (l *Ledger) publishOne(ctx context.Context, key string, rev uint64, data []
 	msg := nats.NewMsg(l.layout.Subject(key))
 	msg.Data = data
 	msg.Header.Set(streams.HeaderWriter, l.id)
+	l.sign(msg.Header, key, data)
 	opts := []jetstream.PublishOpt{jetstream.WithExpectStream(l.layout.StreamName())}
 	if !l.opts.blindWrites {
 		opts = append(opts, jetstream.WithExpectLastSequencePerSubject(rev))
@@ -648,6 +649,7 @@ func (l *Ledger) publishBatch(ctx context.Context, revs []keyedRevision, datas [
 		msg.Data = datas[i]
 		msg.Header.Set(streams.HeaderBatchID, id)
 		msg.Header.Set(streams.HeaderWriter, l.id)
+		l.sign(msg.Header, revs[i].key, datas[i])
 		msg.Header.Set(streams.HeaderBatchSeq, strconv.Itoa(i+1))
 		if !l.opts.blindWrites {
 			msg.Header.Set(streams.HeaderExpectedLastSubjSeq, strconv.FormatUint(revs[i].rev, 10))

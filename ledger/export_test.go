@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -37,8 +38,12 @@ func FoldView(ctx context.Context, js jetstream.JetStream, layout streams.Layout
 		if err != nil {
 			return "", fmt.Errorf("seq %d: %w", s, err)
 		}
-		if err := l.applyMsg(m.Subject, s, m.Data); err != nil {
-			return "", fmt.Errorf("seq %d: %w", s, err)
+		if err := l.applyMsg(m.Subject, s, m.Header, m.Data); err != nil {
+			var rej *Rejection
+			if !errors.As(err, &rej) {
+				return "", fmt.Errorf("seq %d: %w", s, err)
+			}
+			l.reject(rej)
 		}
 		l.bk.forgetUntil(s, m.Time)
 	}

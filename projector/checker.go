@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/signing"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -31,6 +32,36 @@ type Report struct {
 	// Snapshot is what Check found of the newest ledger snapshot: it is
 	// compared with the replay at its sequence.
 	Snapshot SnapshotCheck
+	// Skipped lists every revision the replay did not fold, as a replica
+	// skips it (unsigned, untrusted key, bad signature, malformed, replay,
+	// off the chain), in stream order. Each is also a problem.
+	Skipped []Skipped
+	// Signed counts the revisions whose signature was verified (0 without
+	// WithTrust).
+	Signed int
+}
+
+// Skipped is one revision that Check, like a replica, did not fold.
+type Skipped struct {
+	Seq    uint64
+	Key    string
+	Reason signing.Reason
+	// Detail is the decode or chain error, if any.
+	Detail string
+}
+
+// String is "seq N key K: reason (detail)".
+func (s Skipped) String() string {
+	out := fmt.Sprintf("seq %d %s: skipped, %s", s.Seq, s.Key, s.Reason)
+	if s.Detail != "" {
+		out += " (" + s.Detail + ")"
+	}
+	return out
+}
+
+func (r *Report) skip(s Skipped) {
+	r.Skipped = append(r.Skipped, s)
+	r.Problems = append(r.Problems, s.String())
 }
 
 // OK reports whether Check found no problem.
@@ -65,6 +96,15 @@ type CheckOption func(*checkOptions)
 
 type checkOptions struct {
 	progress func(seq, last uint64)
+	trust    *signing.KeySet
+}
+
+// WithTrust makes Check verify every revision's signature against ks (see
+// signing.KeySet.Verify): a revision it refuses is skipped, as a replica
+// skips it, and reported in Report.Skipped. Without it signatures are not
+// checked (the chain always is).
+func WithTrust(ks *signing.KeySet) CheckOption {
+	return func(o *checkOptions) { o.trust = ks }
 }
 
 // WithProgress has f told the sequence of every message Check folds and
@@ -125,6 +165,7 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout, o
 	}
 	st := NewState()
 	bad := map[string]bool{} // quarantined budget keys and balances (by balance key)
+	rejected := map[uint64]bool{}
 	// The newest snapshot is compared with the replay when the replay
 	// stands exactly at its sequence.
 	snapName, snapSeq, snapData, haveSnap, err := newestSnapshot(ctx, js, layout, last)
@@ -152,16 +193,29 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout, o
 				st.skip(m.seq)
 				return nil
 			}
+			if streams.IsLaneKey(m.key) || streams.IsBudgetKey(m.key) {
+				if reason := o.trust.Verify(m.key, m.seq, m.header, m.data); reason != "" {
+					rep.skip(Skipped{Seq: m.seq, Key: m.key, Reason: reason})
+					rejected[m.seq] = true
+					st.skip(m.seq)
+					return nil
+				}
+				if o.trust != nil {
+					rep.Signed++
+				}
+			}
 			if streams.IsLaneKey(m.key) {
 				// Balance by balance: a bad balance is quarantined, the
 				// other balances of the lane go on folding.
 				failed, err := st.applyLaneQuarantine(m.seq, m.key, m.data, bad)
 				if err != nil {
-					rep.problemf("%v", &ApplyError{Seq: m.seq, Key: m.key, Err: err})
-					if errors.Is(err, ErrChain) {
-						// The lane's history stops here: fold no
-						// more of it.
-						bad[m.key] = true
+					if reason, ok := rejection(err); ok {
+						// Skipped as a replica skips it: the chain goes on
+						// from the lane's last valid revision.
+						rep.skip(Skipped{Seq: m.seq, Key: m.key, Reason: reason, Detail: detail(err)})
+						rejected[m.seq] = true
+					} else {
+						rep.problemf("%v", &ApplyError{Seq: m.seq, Key: m.key, Err: err})
 					}
 					st.skip(m.seq)
 					return nil
@@ -175,8 +229,13 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout, o
 				return nil
 			}
 			if err := st.Apply(m.seq, m.key, m.data); err != nil {
-				rep.problemf("%v", err)
-				bad[m.key] = true
+				if reason, ok := rejection(err); ok {
+					rep.skip(Skipped{Seq: m.seq, Key: m.key, Reason: reason, Detail: detail(err)})
+					rejected[m.seq] = true
+				} else {
+					rep.problemf("%v", err)
+					bad[m.key] = true
+				}
 				st.skip(m.seq)
 			}
 			return nil
@@ -224,6 +283,11 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout, o
 				continue
 			}
 			seen[key] = true
+			if rejected[e.Revision()] {
+				// The live value is a skipped revision (reported above):
+				// replicas serve the lane's last valid revision.
+				continue
+			}
 			compareLane(rep, st, key, e, bad)
 		}
 		if err := fold(st.Position()+1, until); err != nil {
@@ -248,6 +312,29 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout, o
 	rep.Reservations = len(st.reservations)
 	rep.Events = st.Events()
 	return rep, nil
+}
+
+// rejection reports whether err, from folding one whole revision, is one
+// a replica skips (a payload that does not decode, a revision off its
+// key's chain), and why.
+func rejection(err error) (signing.Reason, bool) {
+	if r, ok := signing.ChainReason(err); ok {
+		return r, true
+	}
+	var ae *ApplyError
+	if errors.Is(err, ErrMalformed) && (!errors.As(err, &ae) || !strings.HasPrefix(ae.Err.Error(), "balance ")) {
+		return signing.ReasonMalformed, true
+	}
+	return "", false
+}
+
+// detail is err's message without the wrapping that Skipped already says.
+func detail(err error) string {
+	var ae *ApplyError
+	if errors.As(err, &ae) {
+		err = ae.Err
+	}
+	return err.Error()
 }
 
 // laneKeys lists every live lane key, reading the lister to its end so

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spendgate/spendgate/streams"
@@ -41,10 +42,11 @@ var errStop = errors.New("projector: stop")
 
 // message is what a read hands to its fold.
 type message struct {
-	seq  uint64
-	key  string
-	data []byte
-	at   time.Time
+	seq    uint64
+	key    string
+	header nats.Header
+	data   []byte
+	at     time.Time
 }
 
 // stream returns the ledger stream handle and its last sequence as of now.
@@ -95,7 +97,7 @@ func (p *Projector) read(ctx context.Context, s jetstream.Stream, from, until ui
 		if !ok {
 			return fmt.Errorf("projector: seq %d: subject %q is outside the ledger's keys", seq, msg.Subject())
 		}
-		if err := fn(message{seq: seq, key: key, data: msg.Data(), at: meta.Timestamp}); err != nil {
+		if err := fn(message{seq: seq, key: key, header: msg.Headers(), data: msg.Data(), at: meta.Timestamp}); err != nil {
 			if errors.Is(err, errStop) {
 				return nil
 			}

@@ -86,6 +86,9 @@ func bookView(b *book) string {
 	for k, rev := range b.lanes {
 		add("lane %s rev=%d hash=%s", k, rev, b.hashes[k])
 	}
+	for k, rev := range b.seen {
+		add("skipped %s rev=%d", k, rev)
+	}
 	for s, defs := range b.byScope {
 		add("scope %s %+v", s, defs)
 	}
@@ -125,3 +128,12 @@ func bookView(b *book) string {
 }
 
 func sortStrings(s []string) { sort.Strings(s) }
+
+// Revs returns the last revision of key the replica has seen (what its
+// next compare-and-set names) and the last valid one (what the chain
+// continues from).
+func Revs(l *Ledger, key string) (seen, valid uint64) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.bk.rev(key), l.bk.valid(key)
+}

@@ -74,6 +74,9 @@ func (r *Report) String() string {
 		r.Events, r.Position, r.Balances, r.Reservations)
 	if r.OK() {
 		b.WriteString("OK, replay equals live")
+		if r.Signed > 0 {
+			fmt.Fprintf(&b, "; %d revisions signed by trusted keys", r.Signed)
+		}
 		if r.Snapshot.Verified {
 			fmt.Fprintf(&b, "; snapshot %s equals the replay at seq %d", r.Snapshot.Name, r.Snapshot.Seq)
 		}

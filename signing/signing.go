@@ -65,8 +65,8 @@ type Signer struct {
 	priv ed25519.PrivateKey
 }
 
-// NewSigner returns a Signer for an nkey seed (user, account or server:
-// "SU...", "SA...", "SN..."). Surrounding whitespace and decorated creds
+// NewSigner returns a Signer for an nkey seed (user, account or operator:
+// "SU...", "SA...", "SO..."). Surrounding whitespace and decorated creds
 // style (the seed between "-----BEGIN ... NKEY SEED-----" lines) are
 // accepted.
 func NewSigner(seed []byte) (*Signer, error) {
@@ -195,18 +195,26 @@ func NewKeySet(keys []Key, unsignedUntil uint64) (*KeySet, error) {
 }
 
 // ParseKeys reads a trusted-keys list: entries separated by commas or
-// newlines, each a public nkey optionally followed by " until=SEQ" (a key
-// retired after stream sequence SEQ), or the path of a file holding such
-// entries one per line. Blank lines and lines starting with # are ignored.
-func ParseKeys(spec string, unsignedUntil uint64) (*KeySet, error) {
-	keys, err := parseEntries(spec, true)
+// newlines, each one of
+//
+//	UABC...              a public nkey trusted to sign
+//	UABC... until=SEQ    a retired key: trusted up to stream sequence SEQ
+//	unsigned until=SEQ   unsigned revisions accepted up to SEQ (history
+//	                     written before signing was turned on)
+//	PATH                 a file holding such entries, one per line
+//
+// Blank lines and lines starting with # are ignored. The set must name at
+// least one key.
+func ParseKeys(spec string) (*KeySet, error) {
+	var unsigned uint64
+	keys, err := parseEntries(spec, true, &unsigned)
 	if err != nil {
 		return nil, err
 	}
-	return NewKeySet(keys, unsignedUntil)
+	return NewKeySet(keys, unsigned)
 }
 
-func parseEntries(spec string, files bool) ([]Key, error) {
+func parseEntries(spec string, files bool, unsigned *uint64) ([]Key, error) {
 	var out []Key
 	for _, line := range strings.FieldsFunc(spec, func(r rune) bool { return r == ',' || r == '\n' }) {
 		line = strings.TrimSpace(line)
@@ -214,7 +222,7 @@ func parseEntries(spec string, files bool) ([]Key, error) {
 			continue
 		}
 		fields := strings.Fields(line)
-		if !nkeys.IsValidPublicKey(fields[0]) {
+		if fields[0] != "unsigned" && !nkeys.IsValidPublicKey(fields[0]) {
 			if !files || len(fields) != 1 {
 				return nil, fmt.Errorf("signing: %q is not a public nkey", fields[0])
 			}
@@ -222,14 +230,14 @@ func parseEntries(spec string, files bool) ([]Key, error) {
 			if err != nil {
 				return nil, fmt.Errorf("signing: trusted keys: %q is neither a public nkey nor a readable file: %w", fields[0], err)
 			}
-			keys, err := parseEntries(string(b), false)
+			keys, err := parseEntries(string(b), false, unsigned)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", fields[0], err)
 			}
 			out = append(out, keys...)
 			continue
 		}
-		k := Key{Public: fields[0]}
+		var until uint64
 		for _, f := range fields[1:] {
 			v, ok := strings.CutPrefix(f, "until=")
 			if !ok {
@@ -239,9 +247,16 @@ func parseEntries(spec string, files bool) ([]Key, error) {
 			if err != nil || n == 0 {
 				return nil, fmt.Errorf("signing: %q: until=%s is not a stream sequence", fields[0], v)
 			}
-			k.Until = n
+			until = n
 		}
-		out = append(out, k)
+		if fields[0] == "unsigned" {
+			if until == 0 {
+				return nil, errors.New("signing: \"unsigned\" needs until=SEQ")
+			}
+			*unsigned = max(*unsigned, until)
+			continue
+		}
+		out = append(out, Key{Public: fields[0], Until: until})
 	}
 	return out, nil
 }
@@ -319,6 +334,9 @@ func (ks *KeySet) Verify(key string, seq uint64, h nats.Header, data []byte) Rea
 // String lists the set as ParseKeys reads it, one entry per line.
 func (ks *KeySet) String() string {
 	var b bytes.Buffer
+	if u := ks.UnsignedUntil(); u != 0 {
+		fmt.Fprintf(&b, "unsigned until=%d\n", u)
+	}
 	for _, k := range ks.Keys() {
 		b.WriteString(k.Public)
 		if k.Until != 0 {

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spendgate/spendgate/projector"
+	"github.com/spendgate/spendgate/signing"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -26,14 +27,29 @@ var (
 		about: `Replays the book of record for finance:
 
   check      replay the book and reconcile it with the live balances, to the
-             last digit (exit 1 if they differ)
+             last digit (exit 1 if they differ); with --trusted-keys also
+             verify every revision's signature
+  keys       which signing key wrote which revisions
   balances   totals per budget period as CSV, optionally as of a time
   export     one row per reservation, as CSV or JSON Lines`,
 	}
 	auditCheckCommand = command{
 		name:     "spendgate audit check",
+		synopsis: "[--trusted-keys KEYS] [--nats-url URL] [--bucket NAME]",
+		about: `Replays the book of record and reconciles it with the live balances. With
+--trusted-keys (public keys, or files of them, comma-separated) it also
+verifies every revision's signature and skips, as a replica does, any
+revision that is unsigned, signed by another key, badly signed, replayed,
+malformed or off its key's chain, listing each with its sequence. Exit
+status 1 if anything was skipped or replay and live differ.`,
+	}
+	auditKeysCommand = command{
+		name:     "spendgate audit keys",
 		synopsis: "[--nats-url URL] [--bucket NAME]",
-		about:    "Replays the book of record and reconciles it with the live balances. Exit status 1 if they differ.",
+		about: `Lists every key that signed revisions of the ledger stream, with the first
+and last stream sequence it signed and how many ("unsigned" for revisions
+without a signature). It verifies nothing (audit check does): it says, for
+example, the last sequence of a key being retired.`,
 	}
 	auditBalancesCommand = command{
 		name:     "spendgate audit balances",
@@ -50,27 +66,41 @@ func audit(args []string) int {
 	if len(args) > 0 && args[0] == "export" {
 		return auditExport(args[1:])
 	}
-	if len(args) == 0 || (args[0] != "check" && args[0] != "balances") {
+	if len(args) == 0 || (args[0] != "check" && args[0] != "balances" && args[0] != "keys") {
 		fs := newFlagSet("audit")
 		if code, ok := auditCommand.parse(fs, args); !ok {
 			return code
 		}
-		return auditCommand.usageError(fs, "which audit? (check, balances or export)")
+		return auditCommand.usageError(fs, "which audit? (check, balances, export or keys)")
 	}
 	cmd := auditCheckCommand
-	if args[0] == "balances" {
+	switch args[0] {
+	case "balances":
 		cmd = auditBalancesCommand
+	case "keys":
+		cmd = auditKeysCommand
 	}
 	fs := newFlagSet("audit " + args[0])
 	var c clientFlags
 	c.register(fs)
 	bucket := fs.String("bucket", streams.DefaultBucket, "ledger bucket name")
-	var at *string
+	var at, trusted *string
 	if args[0] == "balances" {
 		at = fs.String("at", "", "balances as of this time (RFC 3339), default now")
 	}
+	if args[0] == "check" {
+		trusted = fs.String("trusted-keys", os.Getenv("SPENDGATE_TRUSTED_KEYS"), "verify every revision's signature against these public keys, or files of them, comma-separated ($SPENDGATE_TRUSTED_KEYS; empty: signatures are not checked)")
+	}
 	if code, ok := cmd.parse(fs, args[1:]); !ok {
 		return code
+	}
+	var trust *signing.KeySet
+	if trusted != nil && *trusted != "" {
+		ks, err := signing.ParseKeys(*trusted)
+		if err != nil {
+			return cmd.usageError(fs, "--trusted-keys: "+err.Error())
+		}
+		trust = ks
 	}
 	var until time.Time
 	if at != nil {
@@ -100,13 +130,28 @@ func audit(args []string) int {
 	// SIGTERM end it.
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
+	if args[0] == "keys" {
+		uses, err := projector.Signers(ctx, js, layout)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "spendgate: audit keys:", err)
+			return 1
+		}
+		for _, u := range uses {
+			key := u.Key
+			if key == "" {
+				key = "unsigned"
+			}
+			fmt.Printf("%s first=%d last=%d revisions=%d\n", key, u.First, u.Last, u.Revisions)
+		}
+		return 0
+	}
 	if args[0] == "check" {
-		var opts []projector.CheckOption
+		opts := []projector.CheckOption{projector.WithTrust(trust)}
 		if isTerminal(os.Stderr) {
 			opts = append(opts, projector.WithProgress(terminalProgress(os.Stderr, "audit check: replayed")))
 		}
 		rep, err := projector.Check(ctx, js, layout, opts...)
-		if len(opts) > 0 {
+		if len(opts) > 1 {
 			fmt.Fprint(os.Stderr, "\r\033[K")
 		}
 		if err != nil {

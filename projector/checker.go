@@ -48,6 +48,8 @@ type Skipped struct {
 	Reason signing.Reason
 	// Detail is the decode or chain error, if any.
 	Detail string
+	// Reviewed: named by WithReviewed, so not a problem.
+	Reviewed bool
 }
 
 // String is "seq N key K: reason (detail)".
@@ -56,12 +58,18 @@ func (s Skipped) String() string {
 	if s.Detail != "" {
 		out += " (" + s.Detail + ")"
 	}
+	if s.Reviewed {
+		out += ", reviewed"
+	}
 	return out
 }
 
-func (r *Report) skip(s Skipped) {
+func (r *Report) skip(o *checkOptions, s Skipped) {
+	s.Reviewed = o.reviewed[s.Seq]
 	r.Skipped = append(r.Skipped, s)
-	r.Problems = append(r.Problems, s.String())
+	if !s.Reviewed {
+		r.Problems = append(r.Problems, s.String())
+	}
 }
 
 // OK reports whether Check found no problem.
@@ -76,6 +84,10 @@ func (r *Report) String() string {
 		b.WriteString("OK, replay equals live")
 		if r.Signed > 0 {
 			fmt.Fprintf(&b, "; %d revisions signed by trusted keys", r.Signed)
+		}
+		for _, s := range r.Skipped {
+			b.WriteString("\n  - ")
+			b.WriteString(s.String())
 		}
 		if r.Snapshot.Verified {
 			fmt.Fprintf(&b, "; snapshot %s equals the replay at seq %d", r.Snapshot.Name, r.Snapshot.Seq)
@@ -100,6 +112,22 @@ type CheckOption func(*checkOptions)
 type checkOptions struct {
 	progress func(seq, last uint64)
 	trust    *signing.KeySet
+	reviewed map[uint64]bool
+}
+
+// WithReviewed names skipped revisions an operator has already looked
+// into (see the README's Recovery): they are still listed in
+// Report.Skipped, marked Reviewed, but are no problem. A sequence that is
+// not skipped is no problem either; it is simply unused.
+func WithReviewed(seqs ...uint64) CheckOption {
+	return func(o *checkOptions) {
+		if o.reviewed == nil {
+			o.reviewed = map[uint64]bool{}
+		}
+		for _, s := range seqs {
+			o.reviewed[s] = true
+		}
+	}
 }
 
 // WithTrust makes Check verify every revision's signature against ks (see
@@ -198,7 +226,7 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout, o
 			}
 			if streams.IsLaneKey(m.key) || streams.IsBudgetKey(m.key) {
 				if reason := o.trust.Verify(m.key, m.seq, m.header, m.data); reason != "" {
-					rep.skip(Skipped{Seq: m.seq, Key: m.key, Reason: reason})
+					rep.skip(&o, Skipped{Seq: m.seq, Key: m.key, Reason: reason})
 					rejected[m.seq] = true
 					st.skip(m.seq)
 					return nil
@@ -215,7 +243,7 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout, o
 					if reason, ok := rejection(err); ok {
 						// Skipped as a replica skips it: the chain goes on
 						// from the lane's last valid revision.
-						rep.skip(Skipped{Seq: m.seq, Key: m.key, Reason: reason, Detail: detail(err)})
+						rep.skip(&o, Skipped{Seq: m.seq, Key: m.key, Reason: reason, Detail: detail(err)})
 						rejected[m.seq] = true
 					} else {
 						rep.problemf("%v", &ApplyError{Seq: m.seq, Key: m.key, Err: err})
@@ -233,7 +261,7 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout, o
 			}
 			if err := st.Apply(m.seq, m.key, m.data); err != nil {
 				if reason, ok := rejection(err); ok {
-					rep.skip(Skipped{Seq: m.seq, Key: m.key, Reason: reason, Detail: detail(err)})
+					rep.skip(&o, Skipped{Seq: m.seq, Key: m.key, Reason: reason, Detail: detail(err)})
 					rejected[m.seq] = true
 				} else {
 					rep.problemf("%v", err)

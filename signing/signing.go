@@ -138,6 +138,19 @@ func LoadOrCreate(path string) (s *Signer, created bool, err error) {
 	return s, true, err
 }
 
+// NewEphemeral returns a Signer for a new user key that is kept nowhere.
+func NewEphemeral() (*Signer, error) {
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		return nil, err
+	}
+	seed, err := kp.Seed()
+	if err != nil {
+		return nil, err
+	}
+	return NewSigner(seed)
+}
+
 // PublicKey returns the signer's public nkey: what a KeySet lists.
 func (s *Signer) PublicKey() string { return s.pub }
 
@@ -216,7 +229,10 @@ func ParseKeys(spec string) (*KeySet, error) {
 
 func parseEntries(spec string, files bool, unsigned *uint64) ([]Key, error) {
 	var out []Key
-	for _, line := range strings.FieldsFunc(spec, func(r rune) bool { return r == ',' || r == '\n' }) {
+	// A list splits at commas and newlines, a file at newlines only (a
+	// comment may hold a comma).
+	sep := func(r rune) bool { return r == '\n' || (files && r == ',') }
+	for _, line := range strings.FieldsFunc(spec, sep) {
 		line = strings.TrimSpace(line)
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue

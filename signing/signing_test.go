@@ -98,7 +98,7 @@ func TestParseKeys(t *testing.T) {
 	s := goldenSigner(t)
 	dir := t.TempDir()
 	file := filepath.Join(dir, "trusted-keys")
-	require.NoError(t, os.WriteFile(file, []byte("# the replicas' keys\n"+s.PublicKey()+" until=40\nunsigned until=7\n\n"), 0o600))
+	require.NoError(t, os.WriteFile(file, []byte("# the replicas' keys, all of them\n"+s.PublicKey()+" until=40\nunsigned until=7\n\n"), 0o600))
 	ks, err := signing.ParseKeys(file)
 	require.NoError(t, err)
 	require.Equal(t, []signing.Key{{Public: s.PublicKey(), Until: 40}}, ks.Keys())

@@ -35,13 +35,14 @@ var (
 	}
 	auditCheckCommand = command{
 		name:     "spendgate audit check",
-		synopsis: "[--trusted-keys KEYS] [--nats-url URL] [--bucket NAME]",
+		synopsis: "[--trusted-keys KEYS] [--reviewed SEQ,...] [--nats-url URL] [--bucket NAME]",
 		about: `Replays the book of record and reconciles it with the live balances. With
 --trusted-keys (public keys, or files of them, comma-separated) it also
 verifies every revision's signature and skips, as a replica does, any
 revision that is unsigned, signed by another key, badly signed, replayed,
 malformed or off its key's chain, listing each with its sequence. Exit
-status 1 if anything was skipped or replay and live differ.`,
+status 1 if anything was skipped (but the --reviewed sequences) or replay
+and live differ.`,
 	}
 	auditKeysCommand = command{
 		name:     "spendgate audit keys",
@@ -84,12 +85,13 @@ func audit(args []string) int {
 	var c clientFlags
 	c.register(fs)
 	bucket := fs.String("bucket", streams.DefaultBucket, "ledger bucket name")
-	var at, trusted *string
+	var at, trusted, reviewed *string
 	if args[0] == "balances" {
 		at = fs.String("at", "", "balances as of this time (RFC 3339), default now")
 	}
 	if args[0] == "check" {
 		trusted = fs.String("trusted-keys", os.Getenv("SPENDGATE_TRUSTED_KEYS"), "verify every revision's signature against these public keys, or files of them, comma-separated ($SPENDGATE_TRUSTED_KEYS; empty: signatures are not checked)")
+		reviewed = fs.String("reviewed", "", "stream sequences of skipped revisions already looked into, comma-separated: still listed, no longer a failure")
 	}
 	if code, ok := cmd.parse(fs, args[1:]); !ok {
 		return code
@@ -101,6 +103,16 @@ func audit(args []string) int {
 			return cmd.usageError(fs, "--trusted-keys: "+err.Error())
 		}
 		trust = ks
+	}
+	var reviewedSeqs []uint64
+	if reviewed != nil && *reviewed != "" {
+		for _, f := range strings.Split(*reviewed, ",") {
+			n, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
+			if err != nil || n == 0 {
+				return cmd.usageError(fs, fmt.Sprintf("--reviewed: %q is not a stream sequence", f))
+			}
+			reviewedSeqs = append(reviewedSeqs, n)
+		}
 	}
 	var until time.Time
 	if at != nil {
@@ -146,12 +158,12 @@ func audit(args []string) int {
 		return 0
 	}
 	if args[0] == "check" {
-		opts := []projector.CheckOption{projector.WithTrust(trust)}
+		opts := []projector.CheckOption{projector.WithTrust(trust), projector.WithReviewed(reviewedSeqs...)}
 		if isTerminal(os.Stderr) {
 			opts = append(opts, projector.WithProgress(terminalProgress(os.Stderr, "audit check: replayed")))
 		}
 		rep, err := projector.Check(ctx, js, layout, opts...)
-		if len(opts) > 1 {
+		if len(opts) > 2 {
 			fmt.Fprint(os.Stderr, "\r\033[K")
 		}
 		if err != nil {

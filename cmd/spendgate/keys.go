@@ -33,8 +33,9 @@ type replicaKeys struct {
 }
 
 // loadReplicaKeys resolves serve's keys. The signing key is, in order: the
-// seed in $SPENDGATE_SIGNING_SEED, the file --signing-key, or
-// <data-dir>/signing.nk (created on first start). The trusted keys are
+// seed in $SPENDGATE_SIGNING_SEED, the file --signing-key, or with the
+// embedded server <data-dir>/signing.nk (created on first start), and
+// with --nats-url a key made for this process alone. The trusted keys are
 // --trusted-keys; without it, the embedded server's replica trusts the
 // list in <data-dir>/trusted-keys, created on first start with its own
 // public key (and "unsigned until=<last sequence>" if the stream already
@@ -49,7 +50,16 @@ func loadReplicaKeys(ctx context.Context, log *slog.Logger, js jetstream.JetStre
 		}
 		k.signer = s
 	} else {
-		if k.keyPath == "" {
+		if k.keyPath == "" && !embeddedServer {
+			// No data dir of its own: a key that lives as long as the
+			// process (the replica trusts whatever --trusted-keys says).
+			s, err := signing.NewEphemeral()
+			if err != nil {
+				return nil, err
+			}
+			k.signer = s
+			log.Warn("signing with a key that lives only in this process: pass --signing-key (see the README, Securing spendgate: Keys)", "public_key", s.PublicKey())
+		} else if k.keyPath == "" {
 			k.keyPath = filepath.Join(dataDir, signingKeyFile)
 			s, created, err := signing.LoadOrCreate(k.keyPath)
 			if err != nil {

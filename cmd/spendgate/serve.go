@@ -71,7 +71,7 @@ func serve(args []string) int {
 	snapInterval := fs.Duration("snapshot-interval", ledger.DefaultSnapshotInterval, "write a snapshot this long after the newest one if the stream moved")
 	readyTimeout := fs.Duration("ready-timeout", time.Minute, "how long the replica may take to fold the ledger stream at start")
 	maxInflight := fs.Int("max-inflight", service.MaxInFlight, "requests this replica handles at once; beyond it callers get ledger_busy at once")
-	signingKey := fs.String("signing-key", "", "nkey seed file that signs this replica's revisions (default <data-dir>/"+signingKeyFile+", created on first start; or the seed itself in $"+envSigningSeed+"); re-read on SIGHUP")
+	signingKey := fs.String("signing-key", "", "nkey seed file that signs this replica's revisions (or the seed itself in $"+envSigningSeed+"; default with the embedded server <data-dir>/"+signingKeyFile+", created on first start; with --nats-url a key kept only in memory); re-read on SIGHUP")
 	trustedKeys := fs.String("trusted-keys", "", "public keys whose revisions this replica folds: keys or files of keys, comma-separated (default with the embedded server <data-dir>/"+trustedKeysFile+", created on first start; with --nats-url none: signatures are not checked); re-read on SIGHUP")
 	config.AddFileFlag(fs)
 	var logging config.Logging

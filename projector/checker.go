@@ -240,7 +240,7 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout, o
 				// other balances of the lane go on folding.
 				failed, err := st.applyLaneQuarantine(m.seq, m.key, m.data, bad)
 				if err != nil {
-					if reason, ok := rejection(err); ok {
+					if reason, ok := rejection(m.key, err); ok {
 						// Skipped as a replica skips it: the chain goes on
 						// from the lane's last valid revision.
 						rep.skip(&o, Skipped{Seq: m.seq, Key: m.key, Reason: reason, Detail: detail(err)})
@@ -260,7 +260,7 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout, o
 				return nil
 			}
 			if err := st.Apply(m.seq, m.key, m.data); err != nil {
-				if reason, ok := rejection(err); ok {
+				if reason, ok := rejection(m.key, err); ok {
 					rep.skip(&o, Skipped{Seq: m.seq, Key: m.key, Reason: reason, Detail: detail(err)})
 					rejected[m.seq] = true
 				} else {
@@ -345,10 +345,13 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout, o
 	return rep, nil
 }
 
-// rejection reports whether err, from folding one whole revision, is one
-// a replica skips (a payload that does not decode, a revision off its
-// key's chain), and why.
-func rejection(err error) (signing.Reason, bool) {
+// rejection reports whether err, from folding one whole revision of key,
+// is one a replica skips (a lane or budget payload that does not decode, a
+// revision off its key's chain), and why.
+func rejection(key string, err error) (signing.Reason, bool) {
+	if err == nil || !(streams.IsLaneKey(key) || streams.IsBudgetKey(key)) {
+		return "", false
+	}
 	if r, ok := signing.ChainReason(err); ok {
 		return r, true
 	}

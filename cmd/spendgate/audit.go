@@ -54,7 +54,7 @@ example, the last sequence of a key being retired.`,
 	}
 	auditBalancesCommand = command{
 		name:     "spendgate audit balances",
-		synopsis: "[--at RFC3339] [--nats-url URL] [--bucket NAME]",
+		synopsis: "[--at RFC3339] [--trusted-keys KEYS] [--nats-url URL] [--bucket NAME]",
 		about: `Writes the totals of every budget period as CSV on standard output, as of
 now or of --at. A budget defined but not used in its period instance at
 --at (or now) gets a row of zeros. Exit status 1 on any error, a failed
@@ -89,20 +89,21 @@ func audit(args []string) int {
 	if args[0] == "balances" {
 		at = fs.String("at", "", "balances as of this time (RFC 3339), default now")
 	}
+	if args[0] != "keys" {
+		trusted = fs.String("trusted-keys", os.Getenv("SPENDGATE_TRUSTED_KEYS"), trustedKeysUsage)
+	}
 	if args[0] == "check" {
-		trusted = fs.String("trusted-keys", os.Getenv("SPENDGATE_TRUSTED_KEYS"), "verify every revision's signature against these public keys, or files of them, comma-separated ($SPENDGATE_TRUSTED_KEYS; empty: signatures are not checked)")
 		reviewed = fs.String("reviewed", "", "stream sequences of skipped revisions already looked into, comma-separated: still listed, no longer a failure")
 	}
 	if code, ok := cmd.parse(fs, args[1:]); !ok {
 		return code
 	}
 	var trust *signing.KeySet
-	if trusted != nil && *trusted != "" {
-		ks, err := signing.ParseKeys(*trusted)
-		if err != nil {
-			return cmd.usageError(fs, "--trusted-keys: "+err.Error())
+	if trusted != nil {
+		var err error
+		if trust, err = parseTrusted(*trusted); err != nil {
+			return cmd.usageError(fs, err.Error())
 		}
-		trust = ks
 	}
 	var reviewedSeqs []uint64
 	if reviewed != nil && *reviewed != "" {
@@ -179,7 +180,7 @@ func audit(args []string) int {
 		}
 		return 0
 	}
-	p := projector.New(js, layout)
+	p := projector.New(js, layout, projector.Verifying(trust))
 	var st *projector.State
 	if !until.IsZero() {
 		st, err = p.ReplayUntil(ctx, until)
@@ -201,6 +202,22 @@ func audit(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// trustedKeysUsage is the help of --trusted-keys on the replaying
+// commands.
+const trustedKeysUsage = "fold only revisions signed by these public keys, or files of them, comma-separated, as replicas do; check lists what it skips ($SPENDGATE_TRUSTED_KEYS; empty: signatures are not checked)"
+
+// parseTrusted reads --trusted-keys ("" gives nil: nothing verified).
+func parseTrusted(spec string) (*signing.KeySet, error) {
+	if spec == "" {
+		return nil, nil
+	}
+	ks, err := signing.ParseKeys(spec)
+	if err != nil {
+		return nil, fmt.Errorf("--trusted-keys: %w", err)
+	}
+	return ks, nil
 }
 
 // isTerminal reports whether f is a character device (a terminal).

@@ -39,6 +39,7 @@ type replayFlags struct {
 	bucket   string
 	from, to string
 	scopes   multiFlag
+	trusted  string
 }
 
 func (r *replayFlags) register(fs *flag.FlagSet) {
@@ -47,6 +48,7 @@ func (r *replayFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.from, "from", "", "only reservations opened at or after this RFC 3339 time")
 	fs.StringVar(&r.to, "to", "", "only reservations opened before this RFC 3339 time")
 	fs.Var(&r.scopes, "scope", "only reservations admitted in this scope KIND:ID (repeatable: any of them)")
+	fs.StringVar(&r.trusted, "trusted-keys", os.Getenv("SPENDGATE_TRUSTED_KEYS"), trustedKeysUsage)
 }
 
 // filter validates the selection flags into a projector.Filter; the error
@@ -81,6 +83,10 @@ func (r *replayFlags) projector(name string) (*projector.Projector, context.Cont
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	trust, err := parseTrusted(r.trusted)
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	nc, err := r.client.connect("spendgate-" + name)
 	if err != nil {
 		return nil, nil, nil, err
@@ -91,5 +97,5 @@ func (r *replayFlags) projector(name string) (*projector.Projector, context.Cont
 		return nil, nil, nil, err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	return projector.New(js, layout), ctx, func() { stop(); nc.Close() }, nil
+	return projector.New(js, layout, projector.Verifying(trust)), ctx, func() { stop(); nc.Close() }, nil
 }

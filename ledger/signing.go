@@ -34,6 +34,10 @@ func (l *Ledger) SetSigner(s *signing.Signer) { l.keys.signer.Store(s) }
 // are not checked again.
 func (l *Ledger) SetTrust(ks *signing.KeySet) { l.keys.trust.Store(ks) }
 
+// Trust returns the key set the replica checks revisions against now (nil:
+// signatures are not checked).
+func (l *Ledger) Trust() *signing.KeySet { return l.keys.trust.Load() }
+
 // Rejection is a revision of the ledger stream that a replica (or an
 // auditor) does not fold: it is skipped, and the key's chain continues from
 // its last valid revision.

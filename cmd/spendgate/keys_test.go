@@ -60,13 +60,14 @@ func rawPut(t *testing.T, js jetstream.JetStream, key string, data []byte, h nat
 // written straight to the bucket) is skipped: an admit of 500 against the
 // original 1.00 limit is denied, and audit check fails naming the forged
 // sequence. A garbage write to lane.0: the service keeps answering within
-// a second with the balances unchanged. Then the README's recovery step:
+// a second with the balances unchanged, and the live feed relays neither
+// and keeps relaying. Then the README's recovery step:
 // audit check --reviewed with both sequences passes. How we know it can
 // fail: before signatures the admit of 500 was admitted and audit check
 // said OK; before skip-and-serve the garbage stopped the replica.
 func TestSecure_ForgeryAndGarbage(t *testing.T) {
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	_, dataDir, url, js := keysServe(t, "--http", httpAddr)
+	_, dataDir, url, js := keysServe(t, "--http", httpAddr, "--feed")
 	cli := func(args ...string) (int, []byte) { t.Helper(); return e2eCLI(t, url, args...) }
 	code, _ := cli("budget", "put", "--scope", "org:t1", "--period", "month", "--limit", "1.00", "--unit", "USD")
 	require.Equal(t, 0, code)
@@ -75,18 +76,18 @@ func TestSecure_ForgeryAndGarbage(t *testing.T) {
 
 	// The forgery.
 	bkey := streams.BudgetKey(events.BudgetRef{Scope: "org:t1", Period: events.PeriodMonth})
-	s, err := js.Stream(context.Background(), streams.DefaultBucket)
-	if err != nil {
-		s, err = js.Stream(context.Background(), "KV_"+streams.DefaultBucket)
-	}
-	require.NoError(t, err)
 	layout, err := streams.New(streams.Config{})
+	require.NoError(t, err)
+	s, err := js.Stream(context.Background(), layout.StreamName())
 	require.NoError(t, err)
 	cur, err := s.GetLastMsgForSubject(context.Background(), layout.Subject(bkey))
 	require.NoError(t, err)
 	var rev map[string]any
 	require.NoError(t, json.Unmarshal(cur.Data, &rev))
+	// The limit and the event that defines it, so that nothing but the
+	// signature tells the forgery from a revision.
 	rev["limit"] = "500"
+	rev["events"].([]any)[0].(map[string]any)["limit"] = "500"
 	rev["prev"] = cur.Sequence
 	rev["prev_hash"] = events.HashPayload(cur.Data)
 	forged, err := json.Marshal(rev)
@@ -127,6 +128,23 @@ func TestSecure_ForgeryAndGarbage(t *testing.T) {
 	resp.Body.Close()
 	require.NoError(t, err)
 	require.Contains(t, string(body), `spendgate_revisions_rejected_total{reason="unsigned"} 2`)
+
+	// The live feed relayed the signed events only, and went on past the
+	// garbage: the budget, then the two admits.
+	feed, err := js.Stream(context.Background(), layout.FeedStreamName())
+	require.NoError(t, err)
+	testenv.WaitFor(t, 10*time.Second, "the feed relays the second admit", func() bool {
+		info, err := feed.Info(context.Background())
+		return err == nil && info.State.Msgs >= 3
+	})
+	info, err := feed.Info(context.Background())
+	require.NoError(t, err)
+	require.EqualValues(t, 3, info.State.Msgs)
+	for seq := uint64(1); seq <= 3; seq++ {
+		m, err := feed.GetMsg(context.Background(), seq)
+		require.NoError(t, err)
+		require.NotContains(t, string(m.Data), `"500"`, "the forged budget is not in the feed")
+	}
 
 	// Reviewed: listed, no longer a failure.
 	code, out = cli("audit", "check", "--trusted-keys", trusted, "--reviewed", fmt.Sprintf("%d,%d", forgedSeq, garbageSeq))

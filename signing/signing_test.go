@@ -128,3 +128,34 @@ func TestLoadOrCreate(t *testing.T) {
 	_, err = signing.NewSigner([]byte(s.PublicKey()))
 	require.Error(t, err, "a public key is not a seed")
 }
+
+// BenchmarkSign and BenchmarkVerify: one signature or one check over a
+// revision the size of events/testdata/lane.v2.json.
+func BenchmarkSign(b *testing.B) {
+	s, err := signing.NewSigner([]byte(goldenSeed))
+	require.NoError(b, err)
+	payload, err := os.ReadFile("../events/testdata/lane.v2.json")
+	require.NoError(b, err)
+	h := nats.Header{}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		s.Sign(h, "lane.0", payload)
+	}
+}
+
+func BenchmarkVerify(b *testing.B) {
+	s, err := signing.NewSigner([]byte(goldenSeed))
+	require.NoError(b, err)
+	payload, err := os.ReadFile("../events/testdata/lane.v2.json")
+	require.NoError(b, err)
+	h := nats.Header{}
+	s.Sign(h, "lane.0", payload)
+	ks, err := signing.ParseKeys(s.PublicKey())
+	require.NoError(b, err)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if ks.Verify("lane.0", 1, h, payload) != "" {
+			b.Fatal("does not verify")
+		}
+	}
+}

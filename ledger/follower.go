@@ -41,10 +41,10 @@ const (
 	stateStopped
 )
 
-// errFold marks a revision the follower cannot fold: the book is not what
-// this code understands, or the revision does not follow the last one of
-// its key (a gap or a fork), so the replica must stop rather than decide on
-// it.
+// errFold marks a stream the follower cannot fold: the book is not what
+// this code understands (a balance under another lane, a balance key of an
+// older layout), so the replica must stop rather than decide on it. A bad
+// revision (see Rejection) is skipped instead.
 var errFold = errors.New("ledger: cannot fold")
 
 // progressEvery is how often the follower logs its progress while it
@@ -106,9 +106,11 @@ func (l *Ledger) goOwned(f func()) bool {
 
 // Run follows the ledger stream from its first revision and folds every
 // revision into the book until ctx ends. A lost consumer (server restart,
-// leader change, network) is re-created from the next unfolded revision;
-// only a revision it cannot fold stops it (a malformed revision, a balance
-// under another lane, a gap or a fork in a key's chain of revisions).
+// leader change, network) is re-created from the next unfolded revision. A
+// revision that must not be folded (a *Rejection: bad or missing signature,
+// malformed, replayed, off its key's chain) is skipped, logged and counted
+// (Stats.Rejected); only a stream this code cannot fold stops it (a balance
+// under another lane, a balance key of an older layout).
 //
 // Run owns the ledger: Submit and PutBudget decide only while Run runs
 // (after Ready), and answer CodeLedgerUnavailable once it has returned.

@@ -148,6 +148,8 @@ func WithProgress(f func(seq, last uint64)) CheckOption {
 // Check replays the ledger stream from its first message and reconciles
 // the result with the live KV bucket, to the last digit:
 //
+//   - with WithTrust, every lane and budget revision must be signed by a
+//     trusted key (signing.KeySet.Verify);
 //   - every message must apply (see State.Apply);
 //   - every lane key's live value must be the revision the replay folded
 //     last for that lane, and each balance it names must have that
@@ -166,9 +168,13 @@ func WithProgress(f func(seq, last uint64)) CheckOption {
 // revisions are skipped (they would only repeat the first problem) and it
 // is left out of the live comparison and of the checks above, while every
 // other balance, in that lane too, goes on folding (with one lane, a lane
-// is the whole book). A lane revision that cannot be read at all is
-// reported and skipped. A budget revision that fails quarantines its key. A live value written after the replay makes Check fold
-// further, up to MaxCheckRounds times.
+// is the whole book). A revision a replica skips (a signature that fails,
+// a payload that does not decode, a revision off its key's chain) is
+// skipped the same way, reported in Report.Skipped with its sequence and
+// reason, and the key's chain goes on from its last valid revision; a
+// lane whose live value is such a revision is not compared. Any other
+// budget revision that fails quarantines its key. A live value written
+// after the replay makes Check fold further, up to MaxCheckRounds times.
 //
 // Problems go into the Report; the error is only for failing to read:
 // the stream or bucket lookup, a consumer or KV read error, or ctx's error.

@@ -32,6 +32,10 @@ type follower struct {
 	// write (see awaitOwn).
 	ownApplied chan struct{}
 	ownMu      sync.Mutex
+	// ownWrites counts this replica's writes in flight: with none, a
+	// revision naming this replica as its writer is not waited for (it is
+	// an old revision written again, and would hold the follower up).
+	ownWrites atomic.Int64
 }
 
 // Lifecycle states of a Ledger.
@@ -265,7 +269,7 @@ func (l *Ledger) awaitOwn(subject string, seq uint64) {
 		l.ownMu.Lock()
 		ch := l.ownApplied
 		l.ownMu.Unlock()
-		if l.revOf(key) >= seq {
+		if l.revOf(key) >= seq || l.ownWrites.Load() == 0 {
 			return
 		}
 		select {

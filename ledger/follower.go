@@ -358,11 +358,13 @@ func (l *Ledger) applyMsg(subject string, seq uint64, hdr nats.Header, data []by
 	if streams.IsBalanceKey(key) {
 		return fmt.Errorf("%s: a balance key outside a lane (a stream of an older layout)", key)
 	}
-	if !streams.IsLaneKey(key) && !streams.IsBudgetKey(key) {
-		return nil
-	}
+	// Every revision of every key family is checked before it is decoded
+	// (a family added later folds below, after this check).
 	if reason := l.keys.trust.Load().Verify(key, seq, hdr, data); reason != "" {
 		return &Rejection{Seq: seq, Key: key, Reason: reason}
+	}
+	if !streams.IsLaneKey(key) && !streams.IsBudgetKey(key) {
+		return nil
 	}
 	hash := events.HashPayload(data)
 	var err error

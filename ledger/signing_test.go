@@ -337,9 +337,9 @@ func lastK1(t *testing.T, env *testenv.Env, pub string) uint64 {
 
 // BenchmarkSubmit_Signing measures the commit path with and without
 // signing (the writer signs every revision; a second replica trusting the
-// key folds and checks them): 32 callers reserving on one lane, the two
-// variants alternated in one run so that machine noise hits both. Run it
-// with
+// key folds and checks them): 32 callers reserving on one lane, both
+// variants in one run (compare them within a run: the machine's noise
+// differs between runs). Run it with
 //
 //	go test -run '^$' -bench BenchmarkSubmit_Signing -benchtime 3000x -count 3 ./ledger/
 func BenchmarkSubmit_Signing(b *testing.B) {

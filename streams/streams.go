@@ -584,3 +584,11 @@ func EnsureFeed(ctx context.Context, js jetstream.JetStream, l Layout) (jetstrea
 // BudgetKeysFilter matches every budget definition key
 // ("$KV.<bucket>.budget.>").
 func (l Layout) BudgetKeysFilter() string { return l.KeyPrefix() + budgetFamily + ".>" }
+
+// Revision signature headers (package signing writes and checks them): the
+// public nkey of the signer, and the base64url (no padding) Ed25519
+// signature over signing.Input(key, payload).
+const (
+	HeaderSigKey = "Spendgate-Sig-Key"
+	HeaderSig    = "Spendgate-Sig"
+)

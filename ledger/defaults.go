@@ -37,14 +37,10 @@ type dflt struct {
 
 // applyDefault folds one default revision at seq, checking its chain.
 func (b *book) applyDefault(key string, seq uint64, rev *events.DefaultRevision, hash string) error {
-	var last uint64
-	if d := b.defaults[key]; d != nil {
-		if seq <= d.def.Def.Revision {
-			return nil
-		}
-		last = d.def.Def.Revision
+	if seq <= b.rev(key) {
+		return nil
 	}
-	if err := events.CheckChain(key, seq, rev.Chain, last, b.hashes[key]); err != nil {
+	if err := events.CheckChain(key, seq, rev.Chain, b.valid(key), b.hashes[key]); err != nil {
 		return err
 	}
 	return b.setDefault(key, seq, rev, hash)
@@ -63,6 +59,7 @@ func (b *book) setDefault(key string, seq uint64, rev *events.DefaultRevision, h
 		Limit: rev.Limit, Unit: rev.Unit, TZ: rev.TZ, Loc: loc, Disabled: rev.Disabled, FixedSlot: rev.FixedSlot,
 		Thresholds: rev.Thresholds, Revision: seq}}, src: *rev}
 	b.hashes[key] = hash
+	delete(b.seen, key)
 	var ds []Default
 	for _, p := range events.Periods {
 		if d := b.defaults[streams.DefaultKey(rev.Kind, p)]; d != nil {
@@ -108,15 +105,18 @@ func (l *Ledger) DefineDefault(ctx context.Context, kind string, def Budget, now
 			return BudgetChange{}, &events.Error{Code: events.CodeLedgerUnavailable, Message: "deadline passed writing default", Err: ctx.Err()}
 		}
 		l.mu.RLock()
+		// rev names the compare-and-set, valid the chain (see
+		// DefineBudget).
 		var cur Budget
-		var rev uint64
+		var valid uint64
 		if d := l.bk.defaults[key]; d != nil {
-			cur, rev = d.def.Def, d.def.Def.Revision
+			cur, valid = d.def.Def, d.def.Def.Revision
 		}
+		rev := l.bk.rev(key)
 		prevHash := l.bk.hashes[key]
 		l.mu.RUnlock()
 		var changed []string
-		if rev > 0 {
+		if valid > 0 {
 			if changed = def.Changes(cur); len(changed) == 0 {
 				latest, err := l.latestRev(ctx, key)
 				if err != nil {
@@ -133,7 +133,7 @@ func (l *Ledger) DefineDefault(ctx context.Context, kind string, def Budget, now
 		}
 		ev := events.DefaultDefined{Kind: kind, Period: period, Limit: def.Limit, Unit: def.Unit, TZ: def.TZ, Disabled: def.Disabled,
 			FixedSlot: def.FixedSlot, Thresholds: def.Thresholds, Changed: changed, At: now.UTC()}
-		value := events.DefaultRevision{Schema: events.SchemaDefault, Chain: events.Chain{Prev: rev, PrevHash: prevHash},
+		value := events.DefaultRevision{Schema: events.SchemaDefault, Chain: events.Chain{Prev: valid, PrevHash: prevHash},
 			Kind: kind, Period: period, Limit: def.Limit, Unit: def.Unit, TZ: def.TZ, Disabled: def.Disabled,
 			FixedSlot: def.FixedSlot, Thresholds: def.Thresholds, Events: events.Events{ev}}
 		data, err := json.Marshal(value)
@@ -155,7 +155,7 @@ func (l *Ledger) DefineDefault(ctx context.Context, kind string, def Budget, now
 			if changed == nil {
 				changed = []string{}
 			}
-			return BudgetChange{Budget: now, Existed: rev > 0, Prev: cur, Changed: changed}, nil
+			return BudgetChange{Budget: now, Existed: valid > 0, Prev: cur, Changed: changed}, nil
 		}
 		if !streams.IsConflict(err) && !isTimeout(err) {
 			return BudgetChange{}, &events.Error{Code: events.CodeLedgerUnavailable, Message: "writing default", Err: err}
@@ -185,7 +185,14 @@ func (l *Ledger) CreateFromDefault(ctx context.Context, scope events.Scope, d De
 	ref := def.Ref
 	key := streams.BudgetKey(ref)
 	for attempt := 0; attempt < l.opts.maxAttempts; attempt++ {
-		if _, ok := l.Budget(ref); ok {
+		// The existence check and the revision the write expects are read
+		// together: a budget folded between them (another goroutine's
+		// create) would otherwise be overwritten by a second create.
+		l.mu.RLock()
+		_, exists := l.bk.budgets[key]
+		rev, valid, prevHash := l.bk.rev(key), l.bk.valid(key), l.bk.hashes[key]
+		l.mu.RUnlock()
+		if exists {
 			return false, nil
 		}
 		if ctx.Err() != nil {
@@ -200,8 +207,14 @@ func (l *Ledger) CreateFromDefault(ctx context.Context, scope events.Scope, d De
 		if err != nil {
 			return false, &events.Error{Code: events.CodeInternal, Message: "encoding budget", Err: err}
 		}
-		// Expecting revision 0 makes the write create-only.
-		seq, err := l.publishOne(ctx, key, 0, data)
+		// Expecting the key's last revision as read with the check (0:
+		// none) makes the write create-only: no valid budget existed, and
+		// a skipped revision of the key, if any, is what it must follow.
+		value.Chain = events.Chain{Prev: valid, PrevHash: prevHash}
+		if data, err = json.Marshal(value); err != nil {
+			return false, &events.Error{Code: events.CodeInternal, Message: "encoding budget", Err: err}
+		}
+		seq, err := l.publishOne(ctx, key, rev, data)
 		if err == nil {
 			l.mu.Lock()
 			err = l.bk.applyBudget(key, seq, &value, events.HashPayload(data))

@@ -55,15 +55,10 @@ type pricing struct {
 // applyPricing folds one pricing revision at seq whose payload hashes to
 // hash, checking its chain.
 func (b *book) applyPricing(key string, seq uint64, rev *events.PricingRevision, hash string) error {
-	p := b.prices[key]
-	var last uint64
-	if p != nil {
-		if seq <= p.def.Version {
-			return nil
-		}
-		last = p.def.Version
+	if seq <= b.rev(key) {
+		return nil
 	}
-	if err := events.CheckChain(key, seq, rev.Chain, last, b.hashes[key]); err != nil {
+	if err := events.CheckChain(key, seq, rev.Chain, b.valid(key), b.hashes[key]); err != nil {
 		return err
 	}
 	b.setPricing(key, seq, rev, hash)
@@ -75,6 +70,7 @@ func (b *book) setPricing(key string, seq uint64, rev *events.PricingRevision, h
 	b.prices[key] = &pricing{def: Price{Model: rev.Model, Unit: rev.Unit, Input: rev.Input, Output: rev.Output,
 		CachedInput: rev.CachedInput, Version: seq}, src: *rev}
 	b.hashes[key] = hash
+	delete(b.seen, key)
 }
 
 // Price returns the current price of model as this replica has folded it.
@@ -135,15 +131,18 @@ func (l *Ledger) DefinePrice(ctx context.Context, def Price, now time.Time) (Pri
 			return PriceChange{}, &events.Error{Code: events.CodeLedgerUnavailable, Message: "deadline passed writing pricing", Err: ctx.Err()}
 		}
 		l.mu.RLock()
+		// rev names the compare-and-set, valid the chain (they differ
+		// after a skipped revision; see DefineBudget).
 		var cur Price
-		var rev uint64
+		var valid uint64
 		if p := l.bk.prices[key]; p != nil {
-			cur, rev = p.def, p.def.Version
+			cur, valid = p.def, p.def.Version
 		}
+		rev := l.bk.rev(key)
 		prevHash := l.bk.hashes[key]
 		l.mu.RUnlock()
 		var changed []string
-		if rev > 0 {
+		if valid > 0 {
 			changed = def.Changes(cur)
 			if len(changed) == 0 {
 				latest, err := l.latestRev(ctx, key)
@@ -161,7 +160,7 @@ func (l *Ledger) DefinePrice(ctx context.Context, def Price, now time.Time) (Pri
 		}
 		ev := events.PricingDefined{Model: def.Model, Unit: def.Unit, Input: def.Input, Output: def.Output,
 			CachedInput: def.CachedInput, Changed: changed, At: now.UTC()}
-		value := events.PricingRevision{Schema: events.SchemaPricing, Chain: events.Chain{Prev: rev, PrevHash: prevHash},
+		value := events.PricingRevision{Schema: events.SchemaPricing, Chain: events.Chain{Prev: valid, PrevHash: prevHash},
 			Model: def.Model, Unit: def.Unit, Input: def.Input, Output: def.Output, CachedInput: def.CachedInput,
 			Events: events.Events{ev}}
 		data, err := json.Marshal(value)
@@ -181,7 +180,7 @@ func (l *Ledger) DefinePrice(ctx context.Context, def Price, now time.Time) (Pri
 			if changed == nil {
 				changed = []string{}
 			}
-			return PriceChange{Price: def, Existed: rev > 0, Prev: cur, Changed: changed}, nil
+			return PriceChange{Price: def, Existed: valid > 0, Prev: cur, Changed: changed}, nil
 		}
 		if !streams.IsConflict(err) && !isTimeout(err) {
 			return PriceChange{}, &events.Error{Code: events.CodeLedgerUnavailable, Message: "writing pricing", Err: err}

@@ -17,7 +17,7 @@ func (s *State) applyDefault(seq uint64, key string, data []byte) error {
 	if rev.Schema != events.SchemaDefault {
 		return errorf(ErrMalformed, "schema %q under a default key", rev.Schema)
 	}
-	if _, err := events.ParseScope(rev.Kind + ":x"); err != nil {
+	if _, err := events.ParseStoredScope(rev.Kind + ":x"); err != nil {
 		return errorf(ErrMalformed, "kind: %v", err)
 	}
 	if _, err := events.ParsePeriod(string(rev.Period)); err != nil {

@@ -14,6 +14,8 @@ import (
 func (s *Service) defaultPut(ctx context.Context, kind string, req events.BudgetPutRequest) (any, error) {
 	// Validated as a budget of one scope of the kind would be.
 	req.Scope = kind + ":x"
+	local := kind
+	kind = storedKind(ctx, kind)
 	def, err := parseBudgetPut(req)
 	if err != nil {
 		return nil, err
@@ -23,7 +25,7 @@ func (s *Service) defaultPut(ctx context.Context, kind string, req events.Budget
 	if err != nil {
 		return nil, err
 	}
-	out := events.BudgetPutReply{BudgetView: defaultView(kind, ch.Budget), Created: !ch.Existed, Changed: ch.Changed}
+	out := events.BudgetPutReply{BudgetView: defaultView(local, ch.Budget), Created: !ch.Existed, Changed: ch.Changed}
 	if ch.Existed && len(ch.Changed) > 0 {
 		out.Previous = &events.BudgetDefinition{Limit: ch.Prev.Limit.String(), Unit: ch.Prev.Unit, TZ: ch.Prev.TZ, Disabled: ch.Prev.Disabled}
 		if ch.Prev.FixedSlot != nil {
@@ -44,7 +46,7 @@ func (s *Service) defaultGet(ctx context.Context, kind, period string) (any, err
 	if err := s.l.Sync(ctx); err != nil {
 		return nil, err
 	}
-	ds := s.l.DefaultsOf(kind)
+	ds := s.l.DefaultsOf(storedKind(ctx, kind))
 	out := events.BudgetListReply{Budgets: []events.BudgetView{}}
 	for _, d := range ds {
 		if period == "" || string(d.Def.Ref.Period) == period {
@@ -61,6 +63,12 @@ func (s *Service) defaultGet(ctx context.Context, kind, period string) (any, err
 		return nil, events.Errorf(events.CodeUnknownBudget, "no default budget is defined for kind %s", kind)
 	}
 	return out, nil
+}
+
+// storedKind is kind as the ledger stores it for the request's tenant:
+// a tenant's defaults apply to its own scopes only ("<tenant>/<kind>").
+func storedKind(ctx context.Context, kind string) string {
+	return events.TenantScope(events.TenantFromContext(ctx), events.Scope(kind+":x")).Kind()
 }
 
 // defaultView shows a default as the budget a new scope of its kind gets:

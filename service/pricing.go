@@ -13,6 +13,11 @@ func (s *Service) pricingPut(ctx context.Context, data []byte) (any, error) {
 	if err := events.DecodeRequest(data, &req); err != nil {
 		return nil, err
 	}
+	if events.TenantFromContext(ctx) != "" {
+		// One pricing table serves every tenant: only the deployment's
+		// own administration changes it.
+		return nil, events.Errorf(events.CodeInvalidRequest, "the pricing table is shared by every tenant; prices are set on spendgate.pricing.put, not for one tenant")
+	}
 	def, err := ParsePricingPut(req)
 	if err != nil {
 		return nil, err

@@ -12,7 +12,7 @@ import (
 
 var admitCommand = command{
 	name:     "spendgate admit",
-	synopsis: "--scope KIND:ID [--scope ...] --amount DECIMAL|--model NAME --input-tokens N --max-output-tokens N [--unit USD] [--ttl 5m] [--request-id ID] [--meta KEY=VALUE ...] [--mode admit|check|shadow]",
+	synopsis: "--scope KIND:ID [--scope ...] --amount DECIMAL|--model NAME --input-tokens N --max-output-tokens N [--count N] [--unit USD] [--ttl 5m] [--request-id ID] [--meta KEY=VALUE ...] [--mode admit|check|shadow] [--tenant NAME]",
 	about: `Reserves an amount in every budget of every scope, or in none, and prints
 the reply. With --model instead of --amount, the amount is the most the call
 can cost at the model's price (see spendgate pricing). With --mode check (or shadow, for evaluation traffic) it prints what
@@ -25,6 +25,7 @@ func admitCmd(args []string) int {
 	var c clientFlags
 	fs := newFlagSet("admit")
 	c.register(fs)
+	c.registerTenant(fs)
 	var req events.AdmitRequest
 	var scopes multiFlag
 	fs.Var(&scopes, "scope", "scope `kind:id`; repeat for several (reserved in all or none)")

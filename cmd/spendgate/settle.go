@@ -7,7 +7,7 @@ import (
 
 var settleCommand = command{
 	name:     "spendgate settle",
-	synopsis: "--reservation ID --actual DECIMAL | --input-tokens N --output-tokens N [--cached-input-tokens N]",
+	synopsis: "--reservation ID --actual DECIMAL | --input-tokens N --output-tokens N [--cached-input-tokens N] [--tenant NAME]",
 	about: `Closes a reservation with the actual cost and prints the reply. A reservation
 priced from a model may give its usage instead: the actual is its cost at the
 price version the admit used.`,
@@ -18,6 +18,7 @@ func settleCmd(args []string) int {
 	var c clientFlags
 	fs := newFlagSet("settle")
 	c.register(fs)
+	c.registerTenant(fs)
 	var req events.SettleRequest
 	fs.StringVar(&req.ReservationID, "reservation", "", "reservation id")
 	fs.StringVar(&req.Actual, "actual", "", "actual cost, a decimal string")

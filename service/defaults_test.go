@@ -115,3 +115,37 @@ func TestDefaults_FirstUseAcrossReplicas(t *testing.T) {
 	require.NotNil(t, e)
 	require.Equal(t, events.CodeInvalidIdentifier, e.Code)
 }
+
+// TestDefaults_PerTenant: a tenant's default applies to its own scopes
+// only; the untenanted deployment's scope of the same name has neither a
+// budget nor a default. A tenant cannot change the shared pricing table,
+// and its alerts carry its tenant in the subject.
+func TestDefaults_PerTenant(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	var v events.BudgetPutReply
+	require.Nil(t, h.tcall("acme", streams.EndpointBudgetPut, events.BudgetPutRequest{Scope: "user:*", Period: "month", Limit: "10", Unit: "USD", Alerts: true}, &v))
+	require.Equal(t, events.Scope("user:*"), v.Scope)
+
+	var a events.AdmitReply
+	require.Nil(t, h.tcall("acme", streams.EndpointAdmit, events.AdmitRequest{RequestID: "r1", Scopes: []string{"user:u1"}, Amount: "6"}, &a))
+	require.True(t, a.Admitted, "%+v", a.Denial)
+	require.Equal(t, events.Scope("user:u1"), a.Budgets[0].Scope)
+	require.EqualValues(t, 1, h.revisionsOf(streams.BudgetKey(events.BudgetRef{Scope: "acme/user:u1", Period: events.PeriodMonth})))
+	require.EqualValues(t, 1, h.revisionsOf(streams.DefaultKey("acme/user", events.PeriodMonth)))
+
+	u, e := h.admit(events.AdmitRequest{RequestID: "r2", Scopes: []string{"user:u1"}, Amount: "1"})
+	require.Nil(t, e)
+	require.Equal(t, events.ReasonUnknownBudget, u.Denial.Reason, "the tenant's default does not reach other tenants")
+	require.Nil(t, h.tcall("globex", streams.EndpointAdmit, events.AdmitRequest{RequestID: "r3", Scopes: []string{"user:u1"}, Amount: "1"}, &a))
+	require.Equal(t, events.ReasonUnknownBudget, a.Denial.Reason)
+
+	var l events.BudgetListReply
+	require.Nil(t, h.tcall("acme", streams.EndpointBudgetGet, events.BudgetGetRequest{Scope: "user:*"}, &l))
+	require.Len(t, l.Budgets, 1)
+	require.NotNil(t, h.call(streams.EndpointBudgetGet, events.BudgetGetRequest{Scope: "user:*"}, nil))
+
+	e = h.tcall("acme", streams.EndpointPricingPut, events.PricingPutRequest{Model: "m", Input: "1", Output: "1"}, nil)
+	require.NotNil(t, e)
+	require.Equal(t, events.CodeInvalidRequest, e.Code)
+	require.Equal(t, "spendgate.alert.v1.t.acme.user.u1", h.env.Layout.AlertSubject("acme/user:u1"))
+}

@@ -29,8 +29,9 @@ const Version = "0.1.0"
 const QueueGroup = "spendgate"
 
 // MaxInFlight is the default bound on the requests one replica handles at
-// once (Config.MaxInFlight). micro calls a handler from one goroutine per
-// endpoint; spendgate hands each request to its own goroutine so concurrent
+// once (Config.MaxInFlight); each item of a batch counts as a request.
+// micro calls a handler from one goroutine per endpoint; spendgate hands
+// each request (and each batch item) to a worker of its own so concurrent
 // admits on a hot budget reach the group commit together. Past the bound a
 // request is answered ledger_busy at once, without touching the ledger, so
 // an overloaded replica refuses fast instead of queueing every caller
@@ -49,6 +50,7 @@ type Service struct {
 	// in flight finish their commits.
 	ctx      context.Context
 	inflight chan struct{}
+	pool     *workers
 	nc       *nats.Conn
 	m        *metrics.Set
 	// lastDispatch is when micro last handed a request to the service
@@ -96,7 +98,7 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 		limit = MaxInFlight
 	}
 	s := &Service{l: cfg.Ledger, a: cfg.Admitter, s: cfg.Settler, now: cfg.Now, log: cfg.Log,
-		ctx: context.Background(), inflight: make(chan struct{}, limit), nc: nc}
+		ctx: context.Background(), inflight: make(chan struct{}, limit), pool: newWorkers(), nc: nc}
 	s.idle = sync.NewCond(&s.mu)
 	if s.now == nil {
 		s.now = time.Now
@@ -120,50 +122,46 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	s.svc = svc
-	add := func(name, desc string, h func(context.Context, []byte) (any, error)) error {
-		return svc.AddEndpoint(strings.ReplaceAll(name, ".", "_"), micro.HandlerFunc(func(r micro.Request) {
+	add := func(name, desc string, h handler, single string) error {
+		return svc.AddEndpoint(microName(name), micro.HandlerFunc(func(r micro.Request) {
 			// micro's Request is not safe to use after the handler returns
-			// (its stats read it), so the goroutine gets copies and replies
+			// (its stats read it), so the worker gets copies and replies
 			// on the connection itself.
 			data, reply, subject := r.Data(), r.Reply(), r.Subject()
 			arrived := time.Now()
 			s.lastDispatch.Store(arrived.UnixNano())
-			select {
-			case s.inflight <- struct{}{}:
-			default:
+			if !s.takeSlot() {
 				s.refuseBusy(r, name)
 				return
 			}
-			s.mu.Lock()
-			s.running++
-			s.mu.Unlock()
-			go func() {
-				defer func() {
-					<-s.inflight
-					s.mu.Lock()
-					if s.running--; s.running == 0 {
-						s.idle.Broadcast()
-					}
-					s.mu.Unlock()
-				}()
+			s.pool.run(func() {
+				defer s.freeSlot()
+				if single != "" {
+					s.serveBatch(nc, name, single, subject, reply, data, h, arrived)
+					return
+				}
 				s.serve(nc, name, subject, reply, data, h, arrived)
-			}()
+			})
 		}),
 			micro.WithEndpointSubject(layout.Endpoint(name)),
 			micro.WithEndpointMetadata(map[string]string{"description": desc}))
 	}
 	for _, e := range []struct {
 		name, desc string
-		h          func(context.Context, []byte) (any, error)
+		h          handler
+		single     string // for a batch endpoint, the endpoint of its items
 	}{
-		{streams.EndpointAdmit, "reserve an amount in every budget of the named scopes, or in none", s.admit},
-		{streams.EndpointSettle, "close a reservation with its actual cost", s.settle},
-		{streams.EndpointRelease, "give a whole reservation back", s.release},
-		{streams.EndpointBudgetPut, "define or change a budget", s.budgetPut},
-		{streams.EndpointBudgetGet, "read a budget and its current balance, or every budget of a scope", s.budgetGet},
-		{streams.EndpointBudgetList, "list budgets", s.budgetList},
+		{streams.EndpointAdmit, "reserve an amount in every budget of the named scopes, or in none", s.admit, ""},
+		{streams.EndpointSettle, "close a reservation with its actual cost", s.settle, ""},
+		{streams.EndpointRelease, "give a whole reservation back", s.release, ""},
+		{streams.EndpointAdmitBatch, "many admits in one message ({\"items\":[...]}), each answered on its own", s.admit, streams.EndpointAdmit},
+		{streams.EndpointSettleBatch, "many settles in one message ({\"items\":[...]}), each answered on its own", s.settle, streams.EndpointSettle},
+		{streams.EndpointReleaseBatch, "many releases in one message ({\"items\":[...]}), each answered on its own", s.release, streams.EndpointRelease},
+		{streams.EndpointBudgetPut, "define or change a budget", s.budgetPut, ""},
+		{streams.EndpointBudgetGet, "read a budget and its current balance, or every budget of a scope", s.budgetGet, ""},
+		{streams.EndpointBudgetList, "list budgets", s.budgetList, ""},
 	} {
-		if err := add(e.name, e.desc, e.h); err != nil {
+		if err := add(e.name, e.desc, e.h, e.single); err != nil {
 			_ = svc.Stop()
 			return nil, err
 		}
@@ -225,7 +223,53 @@ func (s *Service) Stop() error {
 // Info returns the micro service info.
 func (s *Service) Info() micro.Info { return s.svc.Info() }
 
-func (s *Service) serve(nc *nats.Conn, endpoint, subject, reply string, data []byte, h func(context.Context, []byte) (any, error), arrived time.Time) {
+// handler answers one request body: a reply to encode, or an error.
+type handler func(context.Context, []byte) (any, error)
+
+// takeSlot takes an in-flight slot, or reports that none is free.
+func (s *Service) takeSlot() bool {
+	select {
+	case s.inflight <- struct{}{}:
+	default:
+		return false
+	}
+	s.mu.Lock()
+	s.running++
+	s.mu.Unlock()
+	return true
+}
+
+// freeSlot gives back a slot taken by takeSlot.
+func (s *Service) freeSlot() {
+	<-s.inflight
+	s.mu.Lock()
+	if s.running--; s.running == 0 {
+		s.idle.Broadcast()
+	}
+	s.mu.Unlock()
+}
+
+func (s *Service) serve(nc *nats.Conn, endpoint, subject, reply string, data []byte, h handler, arrived time.Time) {
+	body, e := s.answer(endpoint, subject, data, h, arrived)
+	if reply == "" {
+		return
+	}
+	msg := &nats.Msg{Subject: reply, Data: body}
+	if e != nil {
+		msg.Header = nats.Header{
+			micro.ErrorHeader:     []string{string(e.Code)},
+			micro.ErrorCodeHeader: []string{statusOf(e.Code)},
+		}
+	}
+	if err := nc.PublishMsg(msg); err != nil {
+		s.log.Warn("reply failed", "subject", subject, "err", err)
+	}
+}
+
+// answer handles one request (a single request, or one item of a batch)
+// with its own deadline, counts it, and returns the body of its answer,
+// with the error it carries (nil on success).
+func (s *Service) answer(endpoint, subject string, data []byte, h handler, arrived time.Time) (body []byte, e *events.Error) {
 	start := time.Now()
 	s.m.Inflight.Inc()
 	code := metrics.CodeOK
@@ -238,35 +282,67 @@ func (s *Service) serve(nc *nats.Conn, endpoint, subject, reply string, data []b
 	ctx, cancel := context.WithTimeout(s.ctx, RequestTimeout)
 	defer cancel()
 	out, err := h(ctx, data)
-	msg := &nats.Msg{Subject: reply}
 	if err == nil {
-		msg.Data, err = json.Marshal(out)
+		if body, err = json.Marshal(out); err == nil {
+			return body, nil
+		}
 	}
+	if !errors.As(err, &e) {
+		s.log.Error("request failed", "subject", subject, "err", err)
+		e = &events.Error{Code: events.CodeInternal, Message: "internal error"}
+	} else if e.Code == events.CodeInternal || e.Code == events.CodeLedgerUnavailable {
+		s.log.Error("request failed", "subject", subject, "err", err)
+	}
+	code = string(e.Code)
+	errCode, errMsg = code, e.Message
+	if e.Code == events.CodeLedgerBusy {
+		s.m.LedgerBusy.With(metrics.BusyConflicts).Inc()
+	}
+	body, _ = json.Marshal(events.ErrorReply{Error: &events.Error{
+		Code: e.Code, Message: e.Message, ReservationID: e.ReservationID, Status: e.Status,
+	}})
+	return body, e
+}
+
+// serveBatch answers a batch request (events.BatchRequest) on endpoint:
+// every item is handled as a single request of the endpoint single would
+// be, with its own deadline and in-flight slot, all at once so that they
+// fold into the same group commits, and the reply lists their answers in
+// order. Only a malformed envelope fails the whole message.
+func (s *Service) serveBatch(nc *nats.Conn, endpoint, single, subject, reply string, data []byte, h handler, arrived time.Time) {
+	items, err := events.DecodeBatch(data)
 	if err != nil {
-		var e *events.Error
-		if !errors.As(err, &e) {
-			s.log.Error("request failed", "subject", subject, "err", err)
-			e = &events.Error{Code: events.CodeInternal, Message: "internal error"}
-		} else if e.Code == events.CodeInternal || e.Code == events.CodeLedgerUnavailable {
-			s.log.Error("request failed", "subject", subject, "err", err)
+		s.serve(nc, endpoint, subject, reply, data, func(context.Context, []byte) (any, error) { return nil, err }, arrived)
+		return
+	}
+	s.stats.observe(endpoint, "", "", 0)
+	out := make([][]byte, len(items))
+	var wg sync.WaitGroup
+	for i, item := range items {
+		if !s.takeSlot() {
+			s.m.LedgerBusy.With(metrics.BusyInflight).Inc()
+			s.m.ObserveRequest(single, string(events.CodeLedgerBusy), 0)
+			s.stats.observe(single, string(events.CodeLedgerBusy), "in-flight limit", 0)
+			out[i] = busyReply
+			continue
 		}
-		code = string(e.Code)
-		errCode, errMsg = code, e.Message
-		if e.Code == events.CodeLedgerBusy {
-			s.m.LedgerBusy.With(metrics.BusyConflicts).Inc()
+		wg.Add(1)
+		run := func() {
+			defer wg.Done()
+			defer s.freeSlot()
+			out[i], _ = s.answer(single, subject, item, h, arrived)
 		}
-		msg.Data, _ = json.Marshal(events.ErrorReply{Error: &events.Error{
-			Code: e.Code, Message: e.Message, ReservationID: e.ReservationID, Status: e.Status,
-		}})
-		msg.Header = nats.Header{
-			micro.ErrorHeader:     []string{string(e.Code)},
-			micro.ErrorCodeHeader: []string{statusOf(e.Code)},
+		if i == len(items)-1 {
+			run()
+		} else {
+			s.pool.run(run)
 		}
 	}
+	wg.Wait()
 	if reply == "" {
 		return
 	}
-	if err := nc.PublishMsg(msg); err != nil {
+	if err := nc.Publish(reply, events.EncodeBatchReply(out)); err != nil {
 		s.log.Warn("reply failed", "subject", subject, "err", err)
 	}
 }

@@ -27,6 +27,11 @@ type Client struct {
 	log      *slog.Logger
 	logSet   bool
 	failOpen *slog.Logger
+	// linger and maxItems bound the coalescing of concurrent calls;
+	// coalesce holds a coalescer per coalesced endpoint, nil when off.
+	linger   time.Duration
+	maxItems int
+	coalesce map[string]*coalescer
 }
 
 // New returns a client that sends requests on nc under the service prefix
@@ -49,7 +54,35 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	return &Client{nc: nc, layout: layout, timeout: o.timeout, attempts: o.attempts, log: o.log, logSet: o.logSet, failOpen: o.failOpen}, nil
+	c := &Client{nc: nc, layout: layout, timeout: o.timeout, attempts: o.attempts, log: o.log, logSet: o.logSet, failOpen: o.failOpen,
+		linger: o.linger, maxItems: o.maxItems}
+	if o.maxItems > 1 {
+		c.coalesce = map[string]*coalescer{}
+		for endpoint, batch := range coalescedEndpoints {
+			c.coalesce[endpoint] = newCoalescer(c, endpoint, batch)
+		}
+		c.coalesce[streams.EndpointAdmit].onAbandoned = c.releaseAbandoned
+	}
+	return c, nil
+}
+
+// releaseAbandoned releases what an admit reserved after its caller gave
+// up on it (ctx ended, or every attempt timed out): the caller was told it
+// was not admitted, so nothing may stay reserved for it.
+func (c *Client) releaseAbandoned(answer *nats.Msg) {
+	var reply events.AdmitReply
+	if e, _ := replyError(answer); e != nil || json.Unmarshal(answer.Data, &reply) != nil {
+		return
+	}
+	if !reply.Admitted || reply.ReservationID == "" || reply.Mode != "" || reply.Status != events.StatusOpen {
+		return
+	}
+	go func() {
+		if _, err := c.Release(context.Background(), events.ReleaseRequest{ReservationID: reply.ReservationID}); err != nil {
+			c.errorLog().Error("spendgate: release of an admit whose caller gave up failed; the reservation stays open until it expires",
+				"reservation_id", reply.ReservationID, "request_id", reply.RequestID, "err", err)
+		}
+	}()
 }
 
 // errorLog is where failures that no return value can carry are logged:
@@ -286,8 +319,9 @@ func (c *Client) request(ctx context.Context, endpoint string, req, out any) err
 	all, cancel := context.WithTimeout(ctx, c.timeout*time.Duration(c.attempts))
 	defer cancel()
 	pause := retryPause
+	k := c.coalesce[endpoint]
 	for attempt := 1; ; attempt++ {
-		retry, wait, err := c.attempt(all, subject, data, out)
+		retry, wait, err := c.attempt(all, k, subject, data, out, attempt >= c.attempts)
 		if err == nil {
 			return nil
 		}
@@ -314,13 +348,19 @@ func (c *Client) request(ctx context.Context, endpoint string, req, out any) err
 	}
 }
 
-// attempt sends one request. retry says whether the failure invites a
+// attempt sends one request, through k when coalescing (nil otherwise);
+// last says no attempt follows. retry says whether the failure invites a
 // retry with the same request, wait whether to pause first (the failure
 // was immediate).
-func (c *Client) attempt(ctx context.Context, subject string, data []byte, out any) (retry, wait bool, err error) {
-	actx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	msg, err := c.nc.RequestWithContext(actx, subject, data)
+func (c *Client) attempt(ctx context.Context, k *coalescer, subject string, data []byte, out any, last bool) (retry, wait bool, err error) {
+	var msg *nats.Msg
+	if k != nil {
+		msg, err = k.do(ctx, data, last)
+	} else {
+		actx, cancel := context.WithTimeout(ctx, c.timeout)
+		msg, err = c.nc.RequestWithContext(actx, subject, data)
+		cancel()
+	}
 	switch {
 	case err == nil:
 	case errors.Is(err, nats.ErrNoResponders):

@@ -195,17 +195,57 @@ func hashRequest(r request) string {
 // CodeLedgerBusy, CodeLedgerUnavailable. On any error nothing was
 // reserved.
 func (a *Admitter) Admit(ctx context.Context, req events.AdmitRequest) (events.AdmitReply, error) {
+	out, errs := a.AdmitAll(ctx, []events.AdmitRequest{req})
+	return out[0], errs[0]
+}
+
+// AdmitAll admits every request of reqs as Admit would, each validated,
+// decided and answered on its own (out[i], errs[i] answer reqs[i]), and
+// submits them to the ledger at once (ledger.Ledger.SubmitAll), so that
+// they fold into the same group commits. They share ctx's deadline.
+func (a *Admitter) AdmitAll(ctx context.Context, reqs []events.AdmitRequest) (out []events.AdmitReply, errs []error) {
+	out, errs = make([]events.AdmitReply, len(reqs)), make([]error, len(reqs))
+	var txs []ledger.Tx
+	var idx []int
+	for i, req := range reqs {
+		tx, denied, err := a.prepare(ctx, req)
+		switch {
+		case err != nil:
+			errs[i] = err
+		case denied != nil:
+			out[i] = *denied
+		default:
+			txs = append(txs, tx)
+			idx = append(idx, i)
+		}
+	}
+	if len(txs) == 0 {
+		return out, errs
+	}
+	for j, err := range a.l.SubmitAll(ctx, txs) {
+		if err != nil {
+			errs[idx[j]] = err
+			continue
+		}
+		out[idx[j]] = txs[j].(*admitTx).reply
+	}
+	return out, errs
+}
+
+// prepare validates req and finds its budgets: the Tx to submit, or the
+// denial to answer, or the error.
+func (a *Admitter) prepare(ctx context.Context, req events.AdmitRequest) (*admitTx, *events.AdmitReply, error) {
 	r, err := a.validate(req)
 	if err != nil {
-		return events.AdmitReply{}, err
+		return nil, nil, err
 	}
 	now := a.opts.now().UTC()
 	budgets, denial, err := a.budgets(ctx, r)
 	if err != nil {
-		return events.AdmitReply{}, err
+		return nil, nil, err
 	}
 	if denial != nil {
-		return events.AdmitReply{RequestID: r.id, Denial: denial, Mode: r.replyMode()}, nil
+		return nil, &events.AdmitReply{RequestID: r.id, Denial: denial, Mode: r.replyMode()}, nil
 	}
 	tx := &admitTx{req: r, now: now}
 	if r.mode == events.ModeAdmit {
@@ -216,10 +256,7 @@ func (a *Admitter) Admit(ctx context.Context, req events.AdmitRequest) (events.A
 	for _, b := range budgets {
 		tx.refs = append(tx.refs, b.Balance(now))
 	}
-	if err := a.l.Submit(ctx, tx); err != nil {
-		return events.AdmitReply{}, err
-	}
-	return tx.reply, nil
+	return tx, nil, nil
 }
 
 // replyMode is the Mode of the reply: empty for a real admit.

@@ -122,7 +122,7 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	s.svc = svc
-	add := func(name, desc string, h handler, single string) error {
+	add := func(name, desc string, h handler, bh batchHandler, single string) error {
 		return svc.AddEndpoint(microName(name), micro.HandlerFunc(func(r micro.Request) {
 			// micro's Request is not safe to use after the handler returns
 			// (its stats read it), so the worker gets copies and replies
@@ -137,7 +137,7 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 			s.pool.run(func() {
 				defer s.freeSlot()
 				if single != "" {
-					s.serveBatch(nc, name, single, subject, reply, data, h, arrived)
+					s.serveBatch(nc, name, single, subject, reply, data, bh, arrived)
 					return
 				}
 				s.serve(nc, name, subject, reply, data, h, arrived)
@@ -149,19 +149,20 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 	for _, e := range []struct {
 		name, desc string
 		h          handler
+		bh         batchHandler
 		single     string // for a batch endpoint, the endpoint of its items
 	}{
-		{streams.EndpointAdmit, "reserve an amount in every budget of the named scopes, or in none", s.admit, ""},
-		{streams.EndpointSettle, "close a reservation with its actual cost", s.settle, ""},
-		{streams.EndpointRelease, "give a whole reservation back", s.release, ""},
-		{streams.EndpointAdmitBatch, "many admits in one message ({\"items\":[...]}), each answered on its own", s.admit, streams.EndpointAdmit},
-		{streams.EndpointSettleBatch, "many settles in one message ({\"items\":[...]}), each answered on its own", s.settle, streams.EndpointSettle},
-		{streams.EndpointReleaseBatch, "many releases in one message ({\"items\":[...]}), each answered on its own", s.release, streams.EndpointRelease},
-		{streams.EndpointBudgetPut, "define or change a budget", s.budgetPut, ""},
-		{streams.EndpointBudgetGet, "read a budget and its current balance, or every budget of a scope", s.budgetGet, ""},
-		{streams.EndpointBudgetList, "list budgets", s.budgetList, ""},
+		{streams.EndpointAdmit, "reserve an amount in every budget of the named scopes, or in none", s.admit, nil, ""},
+		{streams.EndpointSettle, "close a reservation with its actual cost", s.settle, nil, ""},
+		{streams.EndpointRelease, "give a whole reservation back", s.release, nil, ""},
+		{streams.EndpointAdmitBatch, "many admits in one message ({\"items\":[...]}), each answered on its own", nil, s.admitBatch, streams.EndpointAdmit},
+		{streams.EndpointSettleBatch, "many settles in one message ({\"items\":[...]}), each answered on its own", nil, s.settleBatch, streams.EndpointSettle},
+		{streams.EndpointReleaseBatch, "many releases in one message ({\"items\":[...]}), each answered on its own", nil, s.releaseBatch, streams.EndpointRelease},
+		{streams.EndpointBudgetPut, "define or change a budget", s.budgetPut, nil, ""},
+		{streams.EndpointBudgetGet, "read a budget and its current balance, or every budget of a scope", s.budgetGet, nil, ""},
+		{streams.EndpointBudgetList, "list budgets", s.budgetList, nil, ""},
 	} {
-		if err := add(e.name, e.desc, e.h, e.single); err != nil {
+		if err := add(e.name, e.desc, e.h, e.bh, e.single); err != nil {
 			_ = svc.Stop()
 			return nil, err
 		}
@@ -266,22 +267,28 @@ func (s *Service) serve(nc *nats.Conn, endpoint, subject, reply string, data []b
 	}
 }
 
-// answer handles one request (a single request, or one item of a batch)
-// with its own deadline, counts it, and returns the body of its answer,
-// with the error it carries (nil on success).
+// answer handles one request with its own deadline, counts it, and
+// returns the body of its answer, with the error it carries (nil on
+// success).
 func (s *Service) answer(endpoint, subject string, data []byte, h handler, arrived time.Time) (body []byte, e *events.Error) {
 	start := time.Now()
 	s.m.Inflight.Inc()
-	code := metrics.CodeOK
-	var errCode, errMsg string
-	defer func() {
-		s.m.Inflight.Dec()
-		s.m.ObserveRequest(endpoint, code, time.Since(start))
-		s.stats.observe(endpoint, errCode, errMsg, time.Since(arrived))
-	}()
+	defer s.m.Inflight.Dec()
 	ctx, cancel := context.WithTimeout(s.ctx, RequestTimeout)
 	defer cancel()
 	out, err := h(ctx, data)
+	return s.encode(endpoint, subject, out, err, start, arrived)
+}
+
+// encode counts one answer (a request's, or a batch item's) and returns
+// its body, with the error it carries (nil on success).
+func (s *Service) encode(endpoint, subject string, out any, err error, start, arrived time.Time) (body []byte, e *events.Error) {
+	code := metrics.CodeOK
+	var errCode, errMsg string
+	defer func() {
+		s.m.ObserveRequest(endpoint, code, time.Since(start))
+		s.stats.observe(endpoint, errCode, errMsg, time.Since(arrived))
+	}()
 	if err == nil {
 		if body, err = json.Marshal(out); err == nil {
 			return body, nil
@@ -304,45 +311,53 @@ func (s *Service) answer(endpoint, subject string, data []byte, h handler, arriv
 	return body, e
 }
 
+// batchHandler answers the items of a batch, each on its own: out[i] or
+// errs[i] answers items[i].
+type batchHandler func(ctx context.Context, items []json.RawMessage) (out []any, errs []error)
+
 // serveBatch answers a batch request (events.BatchRequest) on endpoint:
 // every item is handled as a single request of the endpoint single would
-// be, with its own deadline and in-flight slot, all at once so that they
-// fold into the same group commits, and the reply lists their answers in
-// order. Only a malformed envelope fails the whole message.
-func (s *Service) serveBatch(nc *nats.Conn, endpoint, single, subject, reply string, data []byte, h handler, arrived time.Time) {
+// be, with an in-flight slot and the request deadline of its own, all of
+// them submitted to the ledger at once so that they fold into the same
+// group commits, and the reply lists their answers in order. Only a
+// malformed envelope fails the whole message.
+func (s *Service) serveBatch(nc *nats.Conn, endpoint, single, subject, reply string, data []byte, h batchHandler, arrived time.Time) {
 	items, err := events.DecodeBatch(data)
 	if err != nil {
 		s.serve(nc, endpoint, subject, reply, data, func(context.Context, []byte) (any, error) { return nil, err }, arrived)
 		return
 	}
 	s.stats.observe(endpoint, "", "", 0)
-	out := make([][]byte, len(items))
-	var wg sync.WaitGroup
+	start := time.Now()
+	bodies := make([][]byte, len(items))
+	taken := make([]json.RawMessage, 0, len(items))
+	idx := make([]int, 0, len(items))
 	for i, item := range items {
 		if !s.takeSlot() {
 			s.m.LedgerBusy.With(metrics.BusyInflight).Inc()
 			s.m.ObserveRequest(single, string(events.CodeLedgerBusy), 0)
 			s.stats.observe(single, string(events.CodeLedgerBusy), "in-flight limit", 0)
-			out[i] = busyReply
+			bodies[i] = busyReply
 			continue
 		}
-		wg.Add(1)
-		run := func() {
-			defer wg.Done()
-			defer s.freeSlot()
-			out[i], _ = s.answer(single, subject, item, h, arrived)
-		}
-		if i == len(items)-1 {
-			run()
-		} else {
-			s.pool.run(run)
+		taken = append(taken, item)
+		idx = append(idx, i)
+	}
+	if len(taken) > 0 {
+		s.m.Inflight.Add(float64(len(taken)))
+		ctx, cancel := context.WithTimeout(s.ctx, RequestTimeout)
+		outs, errs := h(ctx, taken)
+		cancel()
+		s.m.Inflight.Add(-float64(len(taken)))
+		for j, i := range idx {
+			bodies[i], _ = s.encode(single, subject, outs[j], errs[j], start, arrived)
+			s.freeSlot()
 		}
 	}
-	wg.Wait()
 	if reply == "" {
 		return
 	}
-	if err := nc.Publish(reply, events.EncodeBatchReply(out)); err != nil {
+	if err := nc.Publish(reply, events.EncodeBatchReply(bodies)); err != nil {
 		s.log.Warn("reply failed", "subject", subject, "err", err)
 	}
 }
@@ -388,25 +403,32 @@ func (s *Service) admit(ctx context.Context, data []byte) (any, error) {
 		return nil, err
 	}
 	reply, err := s.a.Admit(ctx, req)
-	if err == nil && reply.Mode != "" {
+	s.countAdmit(req, reply, err)
+	return reply, err
+}
+
+// countAdmit counts an admit's answer in the metrics and keeps a denial in
+// the recent denials.
+func (s *Service) countAdmit(req events.AdmitRequest, reply events.AdmitReply, err error) {
+	if err != nil {
+		return
+	}
+	if reply.Mode != "" {
 		// Check and shadow answers are counted apart from real admits.
 		if reply.Admitted {
 			s.m.AdmitChecks.With(reply.Mode, metrics.ResultAdmitted, "").Inc()
 		} else if reply.Denial != nil {
 			s.m.AdmitChecks.With(reply.Mode, metrics.ResultDenied, string(reply.Denial.Reason)).Inc()
 		}
-		return reply, nil
+		return
 	}
-	if err == nil {
-		if reply.Admitted {
-			s.m.Admits.With(metrics.ResultAdmitted, "").Inc()
-		} else if reply.Denial != nil {
-			s.m.Admits.With(metrics.ResultDenied, string(reply.Denial.Reason)).Inc()
-			s.denials.add(DeniedAdmit{At: s.now().UTC(), RequestID: req.RequestID, Scopes: req.Scopes, Amount: req.Amount,
-				Unit: req.Unit, Metadata: req.Metadata, Denial: *reply.Denial})
-		}
+	if reply.Admitted {
+		s.m.Admits.With(metrics.ResultAdmitted, "").Inc()
+	} else if reply.Denial != nil {
+		s.m.Admits.With(metrics.ResultDenied, string(reply.Denial.Reason)).Inc()
+		s.denials.add(DeniedAdmit{At: s.now().UTC(), RequestID: req.RequestID, Scopes: req.Scopes, Amount: req.Amount,
+			Unit: req.Unit, Metadata: req.Metadata, Denial: *reply.Denial})
 	}
-	return reply, err
 }
 
 func (s *Service) settle(ctx context.Context, data []byte) (any, error) {
@@ -423,6 +445,51 @@ func (s *Service) release(ctx context.Context, data []byte) (any, error) {
 		return nil, err
 	}
 	return s.s.Release(ctx, req)
+}
+
+// decodeItems decodes every item of a batch into a request of type T: the
+// requests that decoded, the index of each in items, and every item's
+// decoding error (nil for those that decoded).
+func decodeItems[T any](items []json.RawMessage) (reqs []T, idx []int, errs []error) {
+	errs = make([]error, len(items))
+	for i, item := range items {
+		var req T
+		if errs[i] = events.DecodeRequest(item, &req); errs[i] == nil {
+			reqs = append(reqs, req)
+			idx = append(idx, i)
+		}
+	}
+	return reqs, idx, errs
+}
+
+// gather places the answers of the decoded requests back among the items.
+func gather[R any](n int, idx []int, replies []R, rerrs []error, errs []error) ([]any, []error) {
+	out := make([]any, n)
+	for j, i := range idx {
+		out[i], errs[i] = replies[j], rerrs[j]
+	}
+	return out, errs
+}
+
+func (s *Service) admitBatch(ctx context.Context, items []json.RawMessage) ([]any, []error) {
+	reqs, idx, errs := decodeItems[events.AdmitRequest](items)
+	replies, rerrs := s.a.AdmitAll(ctx, reqs)
+	for j := range reqs {
+		s.countAdmit(reqs[j], replies[j], rerrs[j])
+	}
+	return gather(len(items), idx, replies, rerrs, errs)
+}
+
+func (s *Service) settleBatch(ctx context.Context, items []json.RawMessage) ([]any, []error) {
+	reqs, idx, errs := decodeItems[events.SettleRequest](items)
+	replies, rerrs := s.s.SettleAll(ctx, reqs)
+	return gather(len(items), idx, replies, rerrs, errs)
+}
+
+func (s *Service) releaseBatch(ctx context.Context, items []json.RawMessage) ([]any, []error) {
+	reqs, idx, errs := decodeItems[events.ReleaseRequest](items)
+	replies, rerrs := s.s.ReleaseAll(ctx, reqs)
+	return gather(len(items), idx, replies, rerrs, errs)
 }
 
 func (s *Service) budgetPut(ctx context.Context, data []byte) (any, error) {

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -309,7 +310,7 @@ func (c *Client) ListBudgetsPage(ctx context.Context, req events.BudgetListReque
 // error, wrapped, when ctx (the caller's) ended.
 func (c *Client) request(ctx context.Context, endpoint string, req, out any) error {
 	subject := c.layout.Endpoint(endpoint)
-	data, err := json.Marshal(req)
+	data, err := marshalRequest(req)
 	if err != nil {
 		return invalid(events.CodeInvalidRequest, "encoding request: %v", err)
 	}
@@ -374,11 +375,35 @@ func (c *Client) attempt(ctx context.Context, k *coalescer, subject string, data
 		err := classify(subject, e, status)
 		return retryable(err), true, err
 	}
-	if err := json.Unmarshal(msg.Data, out); err != nil {
+	if err := unmarshalReply(msg.Data, out); err != nil {
 		return false, false, &UnavailableError{Subject: subject, Code: events.CodeInternal,
 			Message: fmt.Sprintf("undecodable reply: %v", err), Err: err}
 	}
 	return false, false, nil
+}
+
+// marshalRequest encodes a request: the hot path's without reflection.
+func marshalRequest(req any) ([]byte, error) {
+	switch r := req.(type) {
+	case events.AdmitRequest:
+		return events.AppendAdmitRequest(make([]byte, 0, 256), &r), nil
+	case events.SettleRequest:
+		return events.AppendSettleRequest(make([]byte, 0, 96), &r), nil
+	case events.ReleaseRequest:
+		return events.AppendReleaseRequest(make([]byte, 0, 64), &r), nil
+	}
+	return json.Marshal(req)
+}
+
+// unmarshalReply decodes a reply: the hot path's without reflection.
+func unmarshalReply(data []byte, out any) error {
+	switch o := out.(type) {
+	case *events.AdmitReply:
+		return events.DecodeAdmitReply(data, o)
+	case *events.CloseReply:
+		return events.DecodeCloseReply(data, o)
+	}
+	return json.Unmarshal(data, out)
 }
 
 // replyError returns the error a reply carries and its micro status
@@ -390,7 +415,9 @@ func replyError(msg *nats.Msg) (*events.Error, string) {
 		status = msg.Header.Get(micro.ErrorCodeHeader)
 	}
 	var er events.ErrorReply
-	if json.Unmarshal(msg.Data, &er) == nil && er.Error != nil && er.Error.Code != "" {
+	// Only a body with an "error" key can be an error reply: the others
+	// are not decoded twice.
+	if bytes.Contains(msg.Data, []byte(`"error"`)) && json.Unmarshal(msg.Data, &er) == nil && er.Error != nil && er.Error.Code != "" {
 		return er.Error, status
 	}
 	if msg.Header == nil {

@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -152,7 +151,12 @@ func (k *coalescer) send(items []*citem) {
 		k.inflight--
 		k.mu.Unlock()
 	}()
-	if len(items) == 1 || k.noBatch.Load() {
+	if len(items) == 1 {
+		msg, err := k.request(k.single, items[0].data)
+		k.finish(items[0], msg, err)
+		return
+	}
+	if k.noBatch.Load() {
 		var wg sync.WaitGroup
 		for _, it := range items {
 			wg.Add(1)
@@ -189,10 +193,10 @@ func (k *coalescer) send(items []*citem) {
 		}
 		return
 	}
-	var rep events.BatchReply
-	if err := json.Unmarshal(msg.Data, &rep); err != nil || len(rep.Items) != len(items) {
+	answers, err := events.DecodeBatchReply(msg.Data)
+	if err != nil || len(answers) != len(items) {
 		if err == nil {
-			err = fmt.Errorf("%d answers to %d items", len(rep.Items), len(items))
+			err = fmt.Errorf("%d answers to %d items", len(answers), len(items))
 		}
 		err = &UnavailableError{Subject: k.batch, Code: events.CodeInternal, Message: fmt.Sprintf("undecodable batch reply: %v", err), Err: err}
 		for _, it := range items {
@@ -201,7 +205,7 @@ func (k *coalescer) send(items []*citem) {
 		return
 	}
 	for i, it := range items {
-		k.finish(it, &nats.Msg{Subject: msg.Subject, Data: rep.Items[i]}, nil)
+		k.finish(it, &nats.Msg{Subject: msg.Subject, Data: answers[i]}, nil)
 	}
 }
 

@@ -290,7 +290,7 @@ func (s *Service) encode(endpoint, subject string, out any, err error, start, ar
 		s.stats.observe(endpoint, errCode, errMsg, time.Since(arrived))
 	}()
 	if err == nil {
-		if body, err = json.Marshal(out); err == nil {
+		if body, err = marshalReply(out); err == nil {
 			return body, nil
 		}
 	}
@@ -305,10 +305,21 @@ func (s *Service) encode(endpoint, subject string, out any, err error, start, ar
 	if e.Code == events.CodeLedgerBusy {
 		s.m.LedgerBusy.With(metrics.BusyConflicts).Inc()
 	}
-	body, _ = json.Marshal(events.ErrorReply{Error: &events.Error{
+	body = events.AppendErrorReply(nil, &events.ErrorReply{Error: &events.Error{
 		Code: e.Code, Message: e.Message, ReservationID: e.ReservationID, Status: e.Status,
 	}})
 	return body, e
+}
+
+// marshalReply encodes a reply: the hot path's without reflection.
+func marshalReply(out any) ([]byte, error) {
+	switch r := out.(type) {
+	case events.AdmitReply:
+		return events.AppendAdmitReply(make([]byte, 0, 512), &r), nil
+	case events.CloseReply:
+		return events.AppendCloseReply(make([]byte, 0, 256), &r), nil
+	}
+	return json.Marshal(out)
 }
 
 // batchHandler answers the items of a batch, each on its own: out[i] or

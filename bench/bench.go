@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
@@ -699,8 +700,9 @@ func (b *bencher) scenario(sc benchScenario) (benchRow, error) {
 			n.attempts, n.conflicts = st.attempts.Load(), st.conflicts.Load()
 			floor, naive = append(floor, f), append(naive, n)
 		}
-		fmt.Fprintf(b.log, "%s rep %d/%d: spendgate %.0f cycles/s (p99 %s), client %.0f (p99 %s), floor %.0f, naive %.0f (%.0f%% conflicts)\n",
-			sc.name, rep+1, b.o.Reps, s.rate(), fmtLatency(s.percentile(0.99)), cr.rate(), fmtLatency(cr.percentile(0.99)), f.rate(), n.rate(), n.conflictPct())
+		fmt.Fprintf(b.log, "%s rep %d/%d: spendgate %.0f cycles/s (p99 %s, %.0fµs CPU/cycle), client %.0f (p99 %s, %.0fµs CPU/cycle), floor %.0f (%.0fµs CPU/cycle), naive %.0f (%.0f%% conflicts)\n",
+			sc.name, rep+1, b.o.Reps, s.rate(), fmtLatency(s.percentile(0.99)), s.cpuPerCycle(), cr.rate(), fmtLatency(cr.percentile(0.99)), cr.cpuPerCycle(),
+			f.rate(), f.cpuPerCycle(), n.rate(), n.conflictPct())
 		if err := b.ctx.Err(); err != nil {
 			return benchRow{}, err
 		}
@@ -751,11 +753,31 @@ func (p *benchPlan) keysOf(idx []int) []string {
 type runResult struct {
 	cycles   int64
 	elapsed  time.Duration
+	cpu      time.Duration // the process's CPU time (user + system) during the run
 	lat      []int64 // admit (naive: reserve) latencies in ns, sorted
 	errors   int64
 	firstErr string
 	// naive only
 	attempts, conflicts int64
+}
+
+// cpuPerCycle is the process's CPU time per cycle in µs (server, replica
+// and callers together): what a cycle costs, whatever else the machine
+// runs.
+func (r runResult) cpuPerCycle() float64 {
+	if r.cycles == 0 {
+		return 0
+	}
+	return float64(r.cpu.Microseconds()) / float64(r.cycles)
+}
+
+// processCPU returns the CPU time this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func (r runResult) rate() float64 {
@@ -831,12 +853,12 @@ func (b *bencher) drive(callers int, f cycleFunc) runResult {
 			}
 		}()
 	}
-	t0 := time.Now()
+	t0, cpu0 := time.Now(), processCPU()
 	timer := time.AfterFunc(b.o.Duration, cancel)
 	close(start)
 	wg.Wait()
 	timer.Stop()
-	out := runResult{elapsed: time.Since(t0)}
+	out := runResult{elapsed: time.Since(t0), cpu: processCPU() - cpu0}
 	for _, r := range res {
 		out.cycles += r.cycles
 		out.errors += r.errors

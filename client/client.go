@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -33,6 +34,7 @@ type Client struct {
 	linger   time.Duration
 	maxItems int
 	coalesce map[string]*coalescer
+	mux      *replyMux
 }
 
 // New returns a client that sends requests on nc under the service prefix
@@ -59,8 +61,10 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 		linger: o.linger, maxItems: o.maxItems}
 	if o.maxItems > 1 {
 		c.coalesce = map[string]*coalescer{}
+		c.mux = &replyMux{nc: nc}
+		followers := new(atomic.Int64)
 		for endpoint, batch := range coalescedEndpoints {
-			c.coalesce[endpoint] = newCoalescer(c, endpoint, batch)
+			c.coalesce[endpoint] = newCoalescer(c, endpoint, batch, followers)
 		}
 		c.coalesce[streams.EndpointAdmit].onAbandoned = c.releaseAbandoned
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,7 +21,8 @@ import (
 // keeps every caller's request, retries, idempotency and errors as they
 // are. A request arriving when no message of its kind is in flight is sent
 // at once, alone, on the single subject: a lone caller waits for nothing.
-// Otherwise it waits at most the linger for others to join it (or until
+// (Except right after a batch was answered, when its callers' next calls
+// are expected within the linger.) Otherwise it waits at most the linger for others to join it (or until
 // maxItems have), and the gathered items travel as one batch request
 // (events.BatchRequest) whose answers are handed back item by item.
 type coalescer struct {
@@ -34,6 +37,12 @@ type coalescer struct {
 	// noBatch is set when the batch subject had no responders (a service
 	// without batch endpoints): items then go one by one.
 	noBatch atomic.Bool
+
+	// followers is when the callers of the last batch answered (on any of
+	// the client's coalescers) may still be making their next call (unix
+	// nanoseconds, shared by the client's coalescers): until then a call
+	// waits for them even if nothing is in flight.
+	followers *atomic.Int64
 
 	mu       sync.Mutex
 	pending  []*citem
@@ -52,9 +61,9 @@ type citem struct {
 	sent, abandoned, finished bool
 }
 
-func newCoalescer(c *Client, endpoint, batchEndpoint string) *coalescer {
+func newCoalescer(c *Client, endpoint, batchEndpoint string, followers *atomic.Int64) *coalescer {
 	return &coalescer{c: c, single: c.layout.Endpoint(endpoint), batch: c.layout.Endpoint(batchEndpoint),
-		linger: c.linger, maxItems: c.maxItems}
+		linger: c.linger, maxItems: c.maxItems, followers: followers}
 }
 
 // errAttemptTimeout is the cause of an attempt that got no answer within
@@ -73,7 +82,7 @@ func (k *coalescer) do(ctx context.Context, data []byte, last bool) (*nats.Msg, 
 	k.mu.Lock()
 	k.pending = append(k.pending, it)
 	switch {
-	case k.inflight == 0 || len(k.pending) >= k.maxItems:
+	case len(k.pending) >= k.maxItems || (k.inflight == 0 && time.Now().UnixNano() >= k.followers.Load()):
 		k.flushLocked()
 	case len(k.pending) == 1:
 		if k.timer == nil {
@@ -141,80 +150,151 @@ func (k *coalescer) flushLocked() {
 		it.sent = true
 	}
 	k.inflight++
-	go k.send(items)
+	if k.noBatch.Load() && len(items) > 1 {
+		// One message per item, each counted in flight.
+		k.inflight += len(items) - 1
+		for _, it := range items {
+			k.send([]*citem{it})
+		}
+		return
+	}
+	k.send(items)
 }
 
-// send sends items and hands each its answer.
+// flight is a message sent and not yet answered.
+type flight struct {
+	k     *coalescer
+	items []*citem
+	batch bool
+	timer *time.Timer
+}
+
+// send publishes items as one message (alone on the single subject, or as
+// a batch) with a reply subject of the client's reply mux; its answer (or
+// the client's timeout) completes it. It does not block.
 func (k *coalescer) send(items []*citem) {
-	defer func() {
-		k.mu.Lock()
-		k.inflight--
-		k.mu.Unlock()
-	}()
-	if len(items) == 1 {
-		msg, err := k.request(k.single, items[0].data)
-		k.finish(items[0], msg, err)
-		return
-	}
-	if k.noBatch.Load() {
-		var wg sync.WaitGroup
-		for _, it := range items {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				msg, err := k.request(k.single, it.data)
-				k.finish(it, msg, err)
-			}()
+	f := &flight{k: k, items: items, batch: len(items) > 1}
+	subject, data := k.single, items[0].data
+	if f.batch {
+		bodies := make([][]byte, len(items))
+		for i, it := range items {
+			bodies[i] = it.data
 		}
-		wg.Wait()
-		return
+		subject, data = k.batch, events.EncodeBatchReply(bodies)
 	}
-	bodies := make([][]byte, len(items))
-	for i, it := range items {
-		bodies[i] = it.data
+	m := k.c.mux
+	reply, token, err := m.add(f, k.c.timeout)
+	if err == nil {
+		err = k.c.nc.PublishRequest(subject, reply, data)
 	}
-	msg, err := k.request(k.batch, events.EncodeBatchReply(bodies))
-	if errors.Is(err, nats.ErrNoResponders) {
+	if err != nil && (token == "" || m.take(token) != nil) {
+		go f.complete(nil, err)
+	}
+}
+
+// complete hands the answer of a flight (msg, or err) to its items.
+func (f *flight) complete(msg *nats.Msg, err error) {
+	k := f.k
+	if f.timer != nil {
+		f.timer.Stop()
+	}
+	if err == nil && len(msg.Data) == 0 && msg.Header.Get("Status") == "503" {
+		err = nats.ErrNoResponders
+	}
+	k.mu.Lock()
+	k.inflight--
+	if f.batch && errors.Is(err, nats.ErrNoResponders) {
 		// No service answers batches here (or none at all): send the items
 		// one by one, and keep doing so for a while.
-		k.noBatch.Store(true)
-		time.AfterFunc(noBatchRecheck, func() { k.noBatch.Store(false) })
-		for _, it := range items {
-			m, err := k.request(k.single, it.data)
-			k.finish(it, m, err)
+		if !k.noBatch.Swap(true) {
+			time.AfterFunc(noBatchRecheck, func() { k.noBatch.Store(false) })
 		}
+		k.inflight += len(f.items)
+		for _, it := range f.items {
+			k.send([]*citem{it})
+		}
+		k.mu.Unlock()
 		return
 	}
-	if err != nil || (msg.Header != nil && msg.Header.Get(microErrorHeader) != "") {
-		// No answer, or the batch refused as a whole (the service's in-flight
-		// limit): every item gets that.
-		for _, it := range items {
+	k.mu.Unlock()
+	if !f.batch || err != nil || (msg.Header != nil && msg.Header.Get(microErrorHeader) != "") {
+		// A single answer; or no answer, or the batch refused as a whole
+		// (the service's in-flight limit): every item gets that.
+		for _, it := range f.items {
 			k.finish(it, msg, err)
 		}
 		return
 	}
 	answers, err := events.DecodeBatchReply(msg.Data)
-	if err != nil || len(answers) != len(items) {
+	if err != nil || len(answers) != len(f.items) {
 		if err == nil {
-			err = fmt.Errorf("%d answers to %d items", len(answers), len(items))
+			err = fmt.Errorf("%d answers to %d items", len(answers), len(f.items))
 		}
 		err = &UnavailableError{Subject: k.batch, Code: events.CodeInternal, Message: fmt.Sprintf("undecodable batch reply: %v", err), Err: err}
-		for _, it := range items {
+		for _, it := range f.items {
 			k.finish(it, nil, err)
 		}
 		return
 	}
-	for i, it := range items {
+	// Their callers are likely to call again at once (an admit's settle):
+	// let those calls gather rather than go out one by one.
+	k.followers.Store(time.Now().Add(k.linger).UnixNano())
+	for i, it := range f.items {
 		k.finish(it, &nats.Msg{Subject: msg.Subject, Data: answers[i]}, nil)
 	}
 }
 
-// request is one request-reply on the connection, bounded by the client's
-// timeout.
-func (k *coalescer) request(subject string, data []byte) (*nats.Msg, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), k.c.timeout)
-	defer cancel()
-	return k.c.nc.RequestWithContext(ctx, subject, data)
+// replyMux routes the replies of a client's coalesced messages: one
+// subscription on a wildcard inbox, one token per message in flight.
+type replyMux struct {
+	nc      *nats.Conn
+	once    sync.Once
+	err     error
+	prefix  string
+	mu      sync.Mutex
+	next    uint64
+	waiting map[string]*flight
+}
+
+// add registers f and returns its reply subject and token (subscribing on
+// first use). If no reply comes within timeout, f completes with a timeout
+// error.
+func (m *replyMux) add(f *flight, timeout time.Duration) (reply, token string, err error) {
+	m.once.Do(func() {
+		m.prefix = m.nc.NewInbox() + "."
+		m.waiting = map[string]*flight{}
+		_, m.err = m.nc.Subscribe(m.prefix+"*", m.deliver)
+	})
+	if m.err != nil {
+		return "", "", m.err
+	}
+	m.mu.Lock()
+	m.next++
+	token = strconv.FormatUint(m.next, 36)
+	m.waiting[token] = f
+	// Set under m.mu: complete reads it after take, which locks m.mu.
+	f.timer = time.AfterFunc(timeout, func() {
+		if m.take(token) != nil {
+			f.complete(nil, fmt.Errorf("no reply within %s: %w", timeout, errAttemptTimeout))
+		}
+	})
+	m.mu.Unlock()
+	return m.prefix + token, token, nil
+}
+
+// take removes and returns the flight of token, nil if it is gone.
+func (m *replyMux) take(token string) *flight {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f := m.waiting[token]
+	delete(m.waiting, token)
+	return f
+}
+
+func (m *replyMux) deliver(msg *nats.Msg) {
+	if f := m.take(strings.TrimPrefix(msg.Subject, m.prefix)); f != nil {
+		f.complete(msg, nil)
+	}
 }
 
 // finish hands it its answer, or gives the answer to onAbandoned if its

@@ -16,8 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"sync/atomic"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -754,7 +754,7 @@ type runResult struct {
 	cycles   int64
 	elapsed  time.Duration
 	cpu      time.Duration // the process's CPU time (user + system) during the run
-	lat      []int64 // admit (naive: reserve) latencies in ns, sorted
+	lat      []int64       // admit (naive: reserve) latencies in ns, sorted
 	errors   int64
 	firstErr string
 	// naive only

@@ -372,6 +372,19 @@ type bencher struct {
 
 // ledgerStats returns the embedded replicas' commit counters, summed (zero
 // with --nats-url).
+// endpointCounts sums the answers of every embedded replica by micro
+// endpoint name; a batch counts once under its own name and once per item
+// under its items' endpoint.
+func (b *bencher) endpointCounts() map[string]int64 {
+	out := map[string]int64{}
+	for _, r := range b.replicas {
+		for name, st := range r.Service.Stats() {
+			out[name] += st.NumRequests
+		}
+	}
+	return out
+}
+
 func (b *bencher) ledgerStats() ledger.Stats {
 	var st ledger.Stats
 	for _, r := range b.replicas {
@@ -676,7 +689,7 @@ func (b *bencher) scenario(sc benchScenario) (benchRow, error) {
 		}
 		var cr runResult
 		if b.o.Client {
-			st0 := b.ledgerStats()
+			st0, m0 := b.ledgerStats(), b.endpointCounts()
 			cr = b.drive(sc.callers, func(_ context.Context, c, seq int, rng *rand.Rand) (time.Duration, error) {
 				return clientCycle(b.ctx, b.clients[b.connFor(c)], p.scopesOf(p.pick(c, rng)), tag+"-c-"+strconv.Itoa(c)+"-"+strconv.Itoa(seq))
 			})
@@ -684,8 +697,11 @@ func (b *bencher) scenario(sc benchScenario) (benchRow, error) {
 			if len(b.replicas) > 0 {
 				st := b.ledgerStats()
 				commits, txs := st.Commits-st0.Commits, st.Txs-st0.Txs
-				fmt.Fprintf(b.log, "%s rep %d/%d: client: ledger %d commits, %.1f txs per commit\n",
-					sc.name, rep+1, b.o.Reps, commits, float64(txs)/float64(max(commits, 1)))
+				m := b.endpointCounts()
+				items := m["admit"] + m["settle"] - m0["admit"] - m0["settle"]
+				batches := m["admit_batch"] + m["settle_batch"] - m0["admit_batch"] - m0["settle_batch"]
+				fmt.Fprintf(b.log, "%s rep %d/%d: client: ledger %d commits, %.1f txs per commit; %d admits and settles, %d batch messages\n",
+					sc.name, rep+1, b.o.Reps, commits, float64(txs)/float64(max(commits, 1)), items, batches)
 			}
 		}
 		var f, n runResult

@@ -716,9 +716,9 @@ func (b *bencher) scenario(sc benchScenario) (benchRow, error) {
 			n.attempts, n.conflicts = st.attempts.Load(), st.conflicts.Load()
 			floor, naive = append(floor, f), append(naive, n)
 		}
-		fmt.Fprintf(b.log, "%s rep %d/%d: spendgate %.0f cycles/s (p99 %s, %.0fµs CPU/cycle), client %.0f (p99 %s, %.0fµs CPU/cycle), floor %.0f (%.0fµs CPU/cycle), naive %.0f (%.0f%% conflicts)\n",
-			sc.name, rep+1, b.o.Reps, s.rate(), fmtLatency(s.percentile(0.99)), s.cpuPerCycle(), cr.rate(), fmtLatency(cr.percentile(0.99)), cr.cpuPerCycle(),
-			f.rate(), f.cpuPerCycle(), n.rate(), n.conflictPct())
+		fmt.Fprintf(b.log, "%s rep %d/%d: spendgate %.0f cycles/s (p99 %s; %s), client %.0f (p99 %s; %s), floor %.0f (%s), naive %.0f (%.0f%% conflicts)\n",
+			sc.name, rep+1, b.o.Reps, s.rate(), fmtLatency(s.percentile(0.99)), s.cost(), cr.rate(), fmtLatency(cr.percentile(0.99)), cr.cost(),
+			f.rate(), f.cost(), n.rate(), n.conflictPct())
 		if err := b.ctx.Err(); err != nil {
 			return benchRow{}, err
 		}
@@ -770,6 +770,9 @@ type runResult struct {
 	cycles   int64
 	elapsed  time.Duration
 	cpu      time.Duration // the process's CPU time (user + system) during the run
+	// allocs and allocBytes are the process's heap allocations during the
+	// run (runtime.MemStats Mallocs and TotalAlloc).
+	allocs, allocBytes uint64
 	lat      []int64       // admit (naive: reserve) latencies in ns, sorted
 	errors   int64
 	firstErr string
@@ -785,6 +788,20 @@ func (r runResult) cpuPerCycle() float64 {
 		return 0
 	}
 	return float64(r.cpu.Microseconds()) / float64(r.cycles)
+}
+
+// allocsPerCycle returns the heap allocations and bytes per cycle.
+func (r runResult) allocsPerCycle() (n, bytes float64) {
+	if r.cycles == 0 {
+		return 0, 0
+	}
+	return float64(r.allocs) / float64(r.cycles), float64(r.allocBytes) / float64(r.cycles)
+}
+
+// cost formats a run's CPU and allocations per cycle.
+func (r runResult) cost() string {
+	n, b := r.allocsPerCycle()
+	return fmt.Sprintf("%.0fµs CPU, %.0f allocs, %.1f KB per cycle", r.cpuPerCycle(), n, b/1024)
 }
 
 // processCPU returns the CPU time this process has used.
@@ -869,12 +886,16 @@ func (b *bencher) drive(callers int, f cycleFunc) runResult {
 			}
 		}()
 	}
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
 	t0, cpu0 := time.Now(), processCPU()
 	timer := time.AfterFunc(b.o.Duration, cancel)
 	close(start)
 	wg.Wait()
 	timer.Stop()
 	out := runResult{elapsed: time.Since(t0), cpu: processCPU() - cpu0}
+	runtime.ReadMemStats(&ms1)
+	out.allocs, out.allocBytes = ms1.Mallocs-ms0.Mallocs, ms1.TotalAlloc-ms0.TotalAlloc
 	for _, r := range res {
 		out.cycles += r.cycles
 		out.errors += r.errors

@@ -214,6 +214,7 @@ func (a *Admitter) AdmitAll(ctx context.Context, reqs []events.AdmitRequest) (ou
 			errs[i] = err
 		case denied != nil:
 			out[i] = *denied
+			out[i].Budgets = brief(req, out[i].Budgets)
 		default:
 			txs = append(txs, tx)
 			idx = append(idx, i)
@@ -228,8 +229,18 @@ func (a *Admitter) AdmitAll(ctx context.Context, reqs []events.AdmitRequest) (ou
 			continue
 		}
 		out[idx[j]] = txs[j].(*admitTx).reply
+		out[idx[j]].Budgets = brief(reqs[idx[j]], out[idx[j]].Budgets)
 	}
 	return out, errs
+}
+
+// brief returns the budgets of a reply to req: none if it asked for a
+// brief reply.
+func brief(req events.AdmitRequest, budgets []events.BudgetUse) []events.BudgetUse {
+	if req.Brief {
+		return nil
+	}
+	return budgets
 }
 
 // prepare validates req and finds its budgets: the Tx to submit, or the

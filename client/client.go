@@ -35,6 +35,7 @@ type Client struct {
 	maxItems int
 	coalesce map[string]*coalescer
 	mux      *replyMux
+	brief    bool
 }
 
 // New returns a client that sends requests on nc under the service prefix
@@ -58,7 +59,7 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("client: %w", err)
 	}
 	c := &Client{nc: nc, layout: layout, timeout: o.timeout, attempts: o.attempts, log: o.log, logSet: o.logSet, failOpen: o.failOpen,
-		linger: o.linger, maxItems: o.maxItems}
+		linger: o.linger, maxItems: o.maxItems, brief: o.brief}
 	if o.maxItems > 1 {
 		c.coalesce = map[string]*coalescer{}
 		c.mux = &replyMux{nc: nc}
@@ -131,6 +132,9 @@ func (c *Client) errorLog() *slog.Logger {
 func (c *Client) Admit(ctx context.Context, req events.AdmitRequest) (*Reservation, error) {
 	if req.RequestID == "" {
 		req.RequestID = uuid.NewString()
+	}
+	if c.brief {
+		req.Brief = true
 	}
 	var reply events.AdmitReply
 	err := c.request(ctx, streams.EndpointAdmit, req, &reply)

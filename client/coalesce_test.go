@@ -251,3 +251,20 @@ func TestBatching_cancelInsideBatch(t *testing.T) {
 	require.True(t, res.Reply().Replayed)
 	require.Equal(t, events.StatusReleased, res.Reply().Status)
 }
+
+func TestWithBriefReplies(t *testing.T) {
+	env := testenv.New(t)
+	startService(t, env)
+	full := newClient(t, env.Connect(t))
+	brief := newClient(t, env.Connect(t), client.WithBriefReplies())
+	putBudget(t, full, "org:acme", "1.00")
+	res, err := full.Admit(ctxT(t), admitReq("0.10", "org:acme"))
+	require.NoError(t, err)
+	require.Len(t, res.Reply().Budgets, 1)
+	res, err = brief.Admit(ctxT(t), admitReq("0.10", "org:acme"))
+	require.NoError(t, err)
+	require.Empty(t, res.Reply().Budgets)
+	require.Len(t, res.Balances(), 1)
+	_, err = res.Settle(ctxT(t), "0.05")
+	require.NoError(t, err)
+}

@@ -48,6 +48,7 @@ type options struct {
 	failOpen *slog.Logger
 	linger   time.Duration
 	maxItems int
+	brief    bool
 }
 
 func defaultOptions() options {
@@ -159,6 +160,18 @@ func WithLogger(logger *slog.Logger) Option {
 			return errors.New("client: nil logger")
 		}
 		o.log, o.logSet = logger, true
+		return nil
+	}
+}
+
+// WithBriefReplies sets Brief on every admit: its reply leaves out the
+// per-budget balances after the admission (AdmitReply.Budgets, so
+// Reservation.Reply().Budgets and Outcome.Admit.Budgets are empty), which
+// makes every admit's reply smaller to encode, send and decode. Everything
+// else of the reply is unchanged.
+func WithBriefReplies() Option {
+	return func(o *options) error {
+		o.brief = true
 		return nil
 	}
 }

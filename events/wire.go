@@ -50,6 +50,11 @@ type AdmitRequest struct {
 	Metadata map[string]string `json:"metadata,omitempty"`
 	// Mode is ModeAdmit (the default, also ""), ModeCheck or ModeShadow.
 	Mode string `json:"mode,omitempty"`
+	// Brief asks for a reply without Budgets (each budget's balance after
+	// the admission): a smaller reply to encode, send and decode, for a
+	// caller that does not show them. It is not part of the request's
+	// identity: a retry may set it or not.
+	Brief bool `json:"brief,omitempty"`
 }
 
 // Admit modes.
@@ -350,6 +355,7 @@ var fieldWants = map[string]string{
 	"tz":             `an IANA time zone string like "Europe/Berlin"`,
 	"disabled":       `true or false`,
 	"allow_zero":     `true or false`,
+	"brief":          `true or false`,
 	"fixed_slot":     `a decimal string like "1.00"`,
 	"ttl":            `a duration string like "30s"`,
 	"metadata":       `an object of string values like {"model":"gpt-4o"}`,

@@ -39,6 +39,9 @@ func AppendAdmitRequest(b []byte, r *AdmitRequest) []byte {
 		b = appendKey(b, "mode")
 		b = appendString(b, r.Mode)
 	}
+	if r.Brief {
+		b = append(b, `,"brief":true`...)
+	}
 	return append(b, '}')
 }
 
@@ -427,6 +430,8 @@ func fastAdmitRequest(data []byte, v *AdmitRequest) bool {
 			out.TTL = r.str()
 		case "mode":
 			out.Mode = r.str()
+		case "brief":
+			out.Brief = r.boolean()
 		case "metadata":
 			m := map[string]string{}
 			r.object(func(k []byte) { m[string(k)] = r.str() })

@@ -16,7 +16,9 @@ func FuzzDecodeRequestFast(f *testing.F) {
 		`{"request_id":"r1","scopes":["org:acme","user:u1"],"amount":"0.05","unit":"USD","ttl":"30s","metadata":{"model":"gpt-4o"},"mode":"check"}`,
 		`{"reservation_id":"rsv_1","actual":"0.01"}`,
 		`{"reservation_id":"rsv_1"}`,
-		`{"request_id":"r1","scopes":[],"amount":"1","metadata":{}}`,
+		`{"request_id":"r1","scopes":[],"amount":"1","metadata":{},"brief":true}`,
+		`{"brief":false}`,
+		`{"brief":"yes"}`,
 		`{"request_id":"r1","request_id":"r2"}`,
 		`{"REQUEST_ID":"r1"}`,
 		`{"request_id":"\u00e9","scopes":null}`,
@@ -74,7 +76,7 @@ func FuzzAppendWire(f *testing.F) {
 		if a != "" {
 			scopes = []string{b, c}
 		}
-		ar := AdmitRequest{RequestID: a, Scopes: scopes, Amount: b, Unit: c, TTL: d, Metadata: md, Mode: e}
+		ar := AdmitRequest{RequestID: a, Scopes: scopes, Amount: b, Unit: c, TTL: d, Metadata: md, Mode: e, Brief: flag}
 		same("admit request", AppendAdmitRequest(nil, &ar), ar)
 		sr := SettleRequest{ReservationID: a, Actual: b}
 		same("settle request", AppendSettleRequest(nil, &sr), sr)
@@ -163,7 +165,7 @@ func FuzzDecodeReplies(f *testing.F) {
 // fails until the counts here are updated with them).
 func TestWireCodec_KnowsEveryField(t *testing.T) {
 	for typ, n := range map[reflect.Type]int{
-		reflect.TypeOf(AdmitRequest{}):   7,
+		reflect.TypeOf(AdmitRequest{}):   8,
 		reflect.TypeOf(SettleRequest{}):  2,
 		reflect.TypeOf(ReleaseRequest{}): 1,
 		reflect.TypeOf(AdmitReply{}):     12,

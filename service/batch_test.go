@@ -188,3 +188,23 @@ func TestBatch_Envelope(t *testing.T) {
 	seq1, _ := h.streamState()
 	require.Equal(t, seq0, seq1)
 }
+
+// A brief admit is answered without the per-budget balances, and is
+// otherwise the same request: its retry without brief is a replay.
+func TestAdmit_Brief(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	h.putBudget("org:acme", "month", "1.00", "USD")
+	r, e := h.admit(events.AdmitRequest{RequestID: "b1", Scopes: []string{"org:acme"}, Amount: "0.10", Brief: true})
+	require.Nil(t, e)
+	require.True(t, r.Admitted)
+	require.Empty(t, r.Budgets)
+	require.NotEmpty(t, r.Balances)
+	full, e := h.admit(events.AdmitRequest{RequestID: "b2", Scopes: []string{"org:acme"}, Amount: "0.10"})
+	require.Nil(t, e)
+	require.Len(t, full.Budgets, 1)
+	again, e := h.admit(events.AdmitRequest{RequestID: "b1", Scopes: []string{"org:acme"}, Amount: "0.10"})
+	require.Nil(t, e)
+	require.True(t, again.Replayed)
+	require.Equal(t, r.ReservationID, again.ReservationID)
+	require.Equal(t, "0.2", h.budget("org:acme", "month").Reserved)
+}

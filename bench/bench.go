@@ -767,15 +767,15 @@ func (p *benchPlan) keysOf(idx []int) []string {
 
 // runResult is one run of one kind (spendgate, floor or naive).
 type runResult struct {
-	cycles   int64
-	elapsed  time.Duration
-	cpu      time.Duration // the process's CPU time (user + system) during the run
+	cycles  int64
+	elapsed time.Duration
+	cpu     time.Duration // the process's CPU time (user + system) during the run
 	// allocs and allocBytes are the process's heap allocations during the
 	// run (runtime.MemStats Mallocs and TotalAlloc).
 	allocs, allocBytes uint64
-	lat      []int64       // admit (naive: reserve) latencies in ns, sorted
-	errors   int64
-	firstErr string
+	lat                []int64 // admit (naive: reserve) latencies in ns, sorted
+	errors             int64
+	firstErr           string
 	// naive only
 	attempts, conflicts int64
 }

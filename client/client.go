@@ -330,7 +330,7 @@ func (c *Client) request(ctx context.Context, endpoint string, req, out any) err
 	pause := retryPause
 	k := c.coalesce[endpoint]
 	for attempt := 1; ; attempt++ {
-		retry, wait, err := c.attempt(all, k, subject, data, out, attempt >= c.attempts)
+		retry, wait, err := c.attempt(all, k, subject, data, out)
 		if err == nil {
 			return nil
 		}
@@ -357,14 +357,14 @@ func (c *Client) request(ctx context.Context, endpoint string, req, out any) err
 	}
 }
 
-// attempt sends one request, through k when coalescing (nil otherwise);
-// last says no attempt follows. retry says whether the failure invites a
+// attempt sends one request, through k when coalescing (nil otherwise).
+// retry says whether the failure invites a
 // retry with the same request, wait whether to pause first (the failure
 // was immediate).
-func (c *Client) attempt(ctx context.Context, k *coalescer, subject string, data []byte, out any, last bool) (retry, wait bool, err error) {
+func (c *Client) attempt(ctx context.Context, k *coalescer, subject string, data []byte, out any) (retry, wait bool, err error) {
 	var msg *nats.Msg
 	if k != nil {
-		msg, err = k.do(ctx, data, last)
+		msg, err = k.do(ctx, data)
 	} else {
 		actx, cancel := context.WithTimeout(ctx, c.timeout)
 		msg, err = c.nc.RequestWithContext(actx, subject, data)

@@ -75,9 +75,8 @@ var errAttemptTimeout = context.DeadlineExceeded
 // send). The attempt waits at most the client's timeout; ctx is the whole
 // request's: when it ends first, the item is taken out of a batch not yet
 // sent (never made), or marked abandoned so that its late answer is given
-// to onAbandoned. last says that no attempt follows this one: if it times
-// out, its late answer is abandoned too.
-func (k *coalescer) do(ctx context.Context, data []byte, last bool) (*nats.Msg, error) {
+// to onAbandoned.
+func (k *coalescer) do(ctx context.Context, data []byte) (*nats.Msg, error) {
 	it := &citem{data: data, done: make(chan struct{})}
 	k.mu.Lock()
 	k.pending = append(k.pending, it)
@@ -92,18 +91,12 @@ func (k *coalescer) do(ctx context.Context, data []byte, last bool) (*nats.Msg, 
 		}
 	}
 	k.mu.Unlock()
-	t := time.NewTimer(k.c.timeout)
-	defer t.Stop()
+	// The message's own timeout (the client's, from when it is sent)
+	// bounds the wait: it completes every item of a message that got no
+	// answer.
 	select {
 	case <-it.done:
 		return it.answer, it.err
-	case <-t.C:
-		// Unless this is the last attempt, another follows with the same
-		// request, whose answer is the same reservation's: this attempt's
-		// late answer is then not abandoned.
-		if !last {
-			return nil, fmt.Errorf("no reply within %s: %w", k.c.timeout, errAttemptTimeout)
-		}
 	case <-ctx.Done():
 	}
 	k.mu.Lock()
@@ -124,9 +117,6 @@ func (k *coalescer) do(ctx context.Context, data []byte, last bool) (*nats.Msg, 
 	}
 	it.abandoned = true
 	k.mu.Unlock()
-	if ctx.Err() == nil {
-		return nil, fmt.Errorf("no reply within %s: %w", k.c.timeout, errAttemptTimeout)
-	}
 	return nil, ctx.Err()
 }
 

@@ -44,6 +44,11 @@ func DecodeBatch(data []byte) ([]json.RawMessage, error) {
 	if t := bytes.TrimLeft(data, " \t\r\n"); len(t) == 0 || t[0] != '{' {
 		return nil, Errorf(CodeInvalidRequest, "batch request body must be a JSON object {\"items\":[...]}")
 	}
+	// The plain spelling (as EncodeBatchReply writes it, with "items"
+	// for the key: an array of objects) is split without reflection.
+	if items, ok := splitBatchReply(data); ok && len(items) > 0 && len(items) <= MaxBatchItems {
+		return items, nil
+	}
 	var req BatchRequest
 	if err := checkKeys(data, &req); err != nil {
 		return nil, err

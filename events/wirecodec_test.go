@@ -180,3 +180,23 @@ func TestWireCodec_KnowsEveryField(t *testing.T) {
 		}
 	}
 }
+
+// DecodeBatch's fast split returns the items encoding/json finds.
+func FuzzDecodeBatch(f *testing.F) {
+	for _, s := range []string{`{"items":[{"a":"]"},{}]}`, `{"items":[{}],"items":[{}]}`, `{"items":["x",{}]}`, `{"items":[]}`, `{"items":[{}{}]}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		items, err := DecodeBatch(data)
+		if err != nil {
+			return
+		}
+		var req BatchRequest
+		if err := json.Unmarshal(data, &req); err != nil {
+			t.Fatalf("%q: DecodeBatch accepted what encoding/json refuses: %v", data, err)
+		}
+		if !reflect.DeepEqual(items, req.Items) {
+			t.Fatalf("%q: items %q, encoding/json %q", data, items, req.Items)
+		}
+	})
+}

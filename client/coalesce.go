@@ -44,10 +44,11 @@ type coalescer struct {
 	// waits for them even if nothing is in flight.
 	followers *atomic.Int64
 
-	mu       sync.Mutex
-	pending  []*citem
-	timer    *time.Timer
-	inflight int // messages sent and not yet answered
+	mu           sync.Mutex
+	pending      []*citem
+	pendingBytes int // the bodies of pending, with a separator each
+	timer        *time.Timer
+	inflight     int // messages sent and not yet answered
 }
 
 // citem is one request waiting in or travelling with a batch.
@@ -79,7 +80,13 @@ var errAttemptTimeout = context.DeadlineExceeded
 func (k *coalescer) do(ctx context.Context, data []byte) (*nats.Msg, error) {
 	it := &citem{data: data, done: make(chan struct{})}
 	k.mu.Lock()
+	if len(k.pending) > 0 && k.pendingBytes+len(data)+batchOverhead > k.maxBytes() {
+		// It would make the batch too large for the service or the
+		// connection: what is waiting goes now, and it starts the next.
+		k.flushLocked()
+	}
 	k.pending = append(k.pending, it)
+	k.pendingBytes += len(data) + 1
 	switch {
 	case len(k.pending) >= k.maxItems || (k.inflight == 0 && time.Now().UnixNano() >= k.followers.Load()):
 		k.flushLocked()
@@ -109,6 +116,7 @@ func (k *coalescer) do(ctx context.Context, data []byte) (*nats.Msg, error) {
 		for i, p := range k.pending {
 			if p == it {
 				k.pending = append(k.pending[:i], k.pending[i+1:]...)
+				k.pendingBytes -= len(it.data) + 1
 				break
 			}
 		}
@@ -118,6 +126,19 @@ func (k *coalescer) do(ctx context.Context, data []byte) (*nats.Msg, error) {
 	it.abandoned = true
 	k.mu.Unlock()
 	return nil, ctx.Err()
+}
+
+// batchOverhead is the envelope's share of a batch message.
+const batchOverhead = len(`{"items":[]}`)
+
+// maxBytes is the largest batch message: the service's limit, or the
+// connection's max payload if smaller.
+func (k *coalescer) maxBytes() int {
+	n := events.MaxBatchPayloadBytes
+	if mp := k.c.nc.MaxPayload(); mp > 0 && int(mp) < n {
+		n = int(mp)
+	}
+	return n
 }
 
 // lingerDone sends what gathered during the linger.
@@ -132,7 +153,7 @@ func (k *coalescer) lingerDone() {
 // flushLocked sends the pending items as one message; k.mu is held.
 func (k *coalescer) flushLocked() {
 	items := k.pending
-	k.pending = nil
+	k.pending, k.pendingBytes = nil, 0
 	if k.timer != nil {
 		k.timer.Stop()
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -267,4 +268,36 @@ func TestWithBriefReplies(t *testing.T) {
 	require.Len(t, res.Balances(), 1)
 	_, err = res.Settle(ctxT(t), "0.05")
 	require.NoError(t, err)
+}
+
+// Large requests are split over several batch messages, each within the
+// service's and the connection's payload limits.
+func TestBatching_largeItemsSplit(t *testing.T) {
+	env := testenv.New(t)
+	startService(t, env)
+	c := newClient(t, env.Connect(t), client.WithBatching(client.MaxLinger, 256))
+	putBudget(t, c, "org:acme", "1000")
+	md := map[string]string{}
+	for i := range 16 {
+		md[fmt.Sprintf("k%02d", i)] = strings.Repeat("x", 250)
+	}
+	const n = 200 // about 4.5 KB each: 900 KB in all
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req := admitReq("0.01", "org:acme")
+			req.Metadata = md
+			_, err := c.Admit(ctxT(t), req)
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.EqualValues(t, n, budget(t, c, "org:acme").Open)
 }

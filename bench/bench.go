@@ -97,9 +97,11 @@ const benchDefaultScenarios = "hot1,hot16,hot64,spread64,multi3"
 // Usage describes the command for its help text: what it does, the
 // scenarios and the exit status.
 const Usage = `Drives admit+settle cycles over NATS request-reply, as remote callers do, and
-prints, per scenario, cycles/s and admit latency next to two baselines of the
-same run: the request-reply floor (an endpoint that only decodes and replies)
-and a naive get-then-CAS ledger on a KV key. By default it embeds its own
+prints, per scenario, cycles/s and admit latency: as single requests, through the
+Go client (which gathers concurrent calls into batch messages; --client=false
+leaves it out), and for two baselines of the same run: the request-reply floor
+(an endpoint that only decodes and replies) and a naive get-then-CAS ledger on a
+KV key. By default it embeds its own
 NATS server (temp dir, random port) and its own spendgate replica.
 
 Scenarios: hot1, hot16, hot64, spread64, multi3 (default all of them),

@@ -301,3 +301,47 @@ func TestBatching_largeItemsSplit(t *testing.T) {
 	}
 	require.EqualValues(t, n, budget(t, c, "org:acme").Open)
 }
+
+// A service without the batch endpoints (an older one): a batch finds no
+// responders, and its items are sent one by one instead.
+func TestBatching_fallbackWithoutBatchEndpoints(t *testing.T) {
+	env := testenv.New(t)
+	var singles atomic.Int64
+	sub, err := env.Conn.Subscribe(env.Layout.Endpoint(streams.EndpointAdmit), func(m *nats.Msg) {
+		singles.Add(1)
+		var req events.AdmitRequest
+		_ = json.Unmarshal(m.Data, &req)
+		data, _ := json.Marshal(events.AdmitReply{Admitted: true, RequestID: req.RequestID, ReservationID: "rsv_" + req.RequestID, Status: events.StatusOpen})
+		_ = m.Respond(data)
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	require.NoError(t, env.Conn.Flush())
+	c := newClient(t, env.Connect(t), client.WithBatching(client.MaxLinger, 64))
+
+	const n = 32
+	errs := make(chan error, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			req := admitReq("0.01", "org:acme")
+			req.RequestID = fmt.Sprintf("r%d", i)
+			res, err := c.Admit(ctxT(t), req)
+			if err == nil && res.ID() != "rsv_"+req.RequestID {
+				err = fmt.Errorf("%s got %s", req.RequestID, res.ID())
+			}
+			errs <- err
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.EqualValues(t, n, singles.Load(), "every admit reached the single endpoint once")
+}

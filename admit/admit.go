@@ -189,8 +189,13 @@ func hashRequest(r request) string {
 // ledger.DefaultExpiredRetention, 48 hours, for an expired one). A denial
 // is not remembered: a retried denied request is decided again.
 //
+// If ctx carries a tenant (events.ContextWithTenant), the request acts
+// for that tenant only: its scopes name the tenant's budgets and its
+// request id is remembered apart from every other tenant's; the reply names
+// scopes and the request id as the tenant sent them.
+//
 // Errors (*events.Error), in precedence order: the validation errors of
-// Validate; CodeIdempotencyMismatch (the request id was used with another
+// Validate; CodeInvalidIdentifier (ctx's tenant); CodeIdempotencyMismatch (the request id was used with another
 // body; it carries that reservation's ReservationID and Status);
 // CodeLedgerBusy, CodeLedgerUnavailable. On any error nothing was
 // reserved.
@@ -213,8 +218,7 @@ func (a *Admitter) AdmitAll(ctx context.Context, reqs []events.AdmitRequest) (ou
 		case err != nil:
 			errs[i] = err
 		case denied != nil:
-			out[i] = *denied
-			out[i].Budgets = brief(req, out[i].Budgets)
+			out[i] = answer(ctx, req, *denied)
 		default:
 			txs = append(txs, tx)
 			idx = append(idx, i)
@@ -228,8 +232,7 @@ func (a *Admitter) AdmitAll(ctx context.Context, reqs []events.AdmitRequest) (ou
 			errs[idx[j]] = err
 			continue
 		}
-		out[idx[j]] = txs[j].(*admitTx).reply
-		out[idx[j]].Budgets = brief(reqs[idx[j]], out[idx[j]].Budgets)
+		out[idx[j]] = answer(ctx, reqs[idx[j]], txs[j].(*admitTx).reply)
 	}
 	return out, errs
 }
@@ -243,13 +246,70 @@ func brief(req events.AdmitRequest, budgets []events.BudgetUse) []events.BudgetU
 	return budgets
 }
 
-// prepare validates req and finds its budgets: the Tx to submit, or the
-// denial to answer, or the error.
+// prepare validates req (as its tenant's, if ctx names one) and finds its
+// budgets: the Tx to submit, or the denial to answer, or the error.
 func (a *Admitter) prepare(ctx context.Context, req events.AdmitRequest) (*admitTx, *events.AdmitReply, error) {
 	r, err := a.validate(req)
 	if err != nil {
 		return nil, nil, err
 	}
+	if tenant := events.TenantFromContext(ctx); tenant != "" {
+		if err := events.ValidateTenant(tenant); err != nil {
+			return nil, nil, err
+		}
+		r = r.inTenant(tenant)
+	}
+	return a.plan(ctx, r)
+}
+
+// answer is the reply to req: reply as req's tenant names things (if ctx
+// names one), without budgets if req asked for a brief reply.
+func answer(ctx context.Context, req events.AdmitRequest, reply events.AdmitReply) events.AdmitReply {
+	if events.TenantFromContext(ctx) != "" {
+		reply = localReply(reply, req.RequestID)
+	}
+	reply.Budgets = brief(req, reply.Budgets)
+	return reply
+}
+
+// inTenant is r as tenant t's request: its scopes and request id qualified
+// by t (events.TenantScope, events.TenantRequestID), so it can only touch
+// t's budgets and only replay t's admissions.
+func (r request) inTenant(t string) request {
+	r.id = events.TenantRequestID(t, r.id)
+	scopes := make([]events.Scope, len(r.scopes))
+	for i, s := range r.scopes {
+		scopes[i] = events.TenantScope(t, s)
+	}
+	r.scopes = scopes
+	r.hash = hashRequest(r)
+	return r
+}
+
+// localReply is reply as the tenant that sent request id names things:
+// scopes without the tenant, its own request id.
+func localReply(reply events.AdmitReply, id string) events.AdmitReply {
+	reply.RequestID = id
+	reply.Balances = events.LocalBalances(reply.Balances)
+	if reply.Budgets != nil {
+		uses := make([]events.BudgetUse, len(reply.Budgets))
+		for i, u := range reply.Budgets {
+			u.Scope = u.Scope.Local()
+			uses[i] = u
+		}
+		reply.Budgets = uses
+	}
+	if reply.Denial != nil {
+		d := *reply.Denial
+		d.Scope = d.Scope.Local()
+		reply.Denial = &d
+	}
+	return reply
+}
+
+// plan finds the budgets of the validated request r: the Tx to submit, or
+// the denial to answer, or the error.
+func (a *Admitter) plan(ctx context.Context, r request) (*admitTx, *events.AdmitReply, error) {
 	now := a.opts.now().UTC()
 	budgets, denial, err := a.budgets(ctx, r)
 	if err != nil {
@@ -298,7 +358,7 @@ func (a *Admitter) budgets(ctx context.Context, r request) ([]ledger.Budget, *ev
 		if len(bs) == 0 {
 			return nil, &events.Denial{
 				Reason: events.ReasonUnknownBudget, Scope: s,
-				Message: fmt.Sprintf("no budget is defined for scope %s", s),
+				Message: fmt.Sprintf("no budget is defined for scope %s", s.Local()),
 			}, nil
 		}
 		out = append(out, bs...)
@@ -322,7 +382,7 @@ func (t *admitTx) Decide(v *ledger.View) (events.Events, error) {
 	if prior, ok := v.ByRequest(t.req.id); ok {
 		if prior.RequestHash != t.req.hash {
 			return nil, events.ReservationErrorf(events.CodeIdempotencyMismatch, prior.ID, prior.Status,
-				"request_id %s was already used with a different body (reservation %s, %s)", t.req.id, prior.ID, prior.Status)
+				"request_id %s was already used with a different body (reservation %s, %s)", events.LocalRequestID(t.req.id), prior.ID, prior.Status)
 		}
 		t.reply = admittedReply(t.req, prior.ID, prior.Balances, prior.ExpiresAt)
 		t.reply.Status = prior.Status
@@ -342,11 +402,11 @@ func (t *admitTx) Decide(v *ledger.View) (events.Events, error) {
 			}
 		}
 		if !b.Defined {
-			deny(events.ReasonUnknownBudget, fmt.Sprintf("no budget is defined for %s per %s", ref.Scope, ref.Period))
+			deny(events.ReasonUnknownBudget, fmt.Sprintf("no budget is defined for %s per %s", ref.Scope.Local(), ref.Period))
 			return nil, nil
 		}
 		if b.Disabled {
-			deny(events.ReasonBudgetDisabled, fmt.Sprintf("budget %s per %s is disabled", ref.Scope, ref.Period))
+			deny(events.ReasonBudgetDisabled, fmt.Sprintf("budget %s per %s is disabled", ref.Scope.Local(), ref.Period))
 			return nil, nil
 		}
 		amt := t.req.amount
@@ -354,14 +414,14 @@ func (t *admitTx) Decide(v *ledger.View) (events.Events, error) {
 		case events.IsCount(b.Unit):
 			amt = events.MoneyFromInt(1)
 		case b.Unit != t.req.unit:
-			deny(events.ReasonUnitMismatch, fmt.Sprintf("budget %s per %s is in %s, the request in %s", ref.Scope, ref.Period, b.Unit, t.req.unit))
+			deny(events.ReasonUnitMismatch, fmt.Sprintf("budget %s per %s is in %s, the request in %s", ref.Scope.Local(), ref.Period, b.Unit, t.req.unit))
 			return nil, nil
 		case b.FixedSlot != nil:
 			amt = *b.FixedSlot
 		}
 		if b.Spent.Add(b.Reserved).Add(amt).Cmp(b.Limit) > 0 {
 			deny(events.ReasonLimitReached, fmt.Sprintf("%s per %s: spent %s + reserved %s + requested %s exceeds the limit %s %s",
-				ref.Scope, ref.Period, b.Spent, b.Reserved, amt, b.Limit, b.Unit))
+				ref.Scope.Local(), ref.Period, b.Spent, b.Reserved, amt, b.Limit, b.Unit))
 			t.reply.Denial.Requested = amt.String()
 			return nil, nil
 		}

@@ -208,3 +208,49 @@ func TestAdmit_Brief(t *testing.T) {
 	require.Equal(t, r.ReservationID, again.ReservationID)
 	require.Equal(t, "0.2", h.budget("org:acme", "month").Reserved)
 }
+
+// A batch on a tenant's subject acts for that tenant, item by item, as the
+// tenant's single requests do: its budgets, its request ids, its
+// reservations only; replies name scopes as the tenant sent them.
+func TestBatch_Tenant(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	for _, tenant := range []string{"acme", "globex"} {
+		var v events.BudgetView
+		require.Nil(t, h.tcall(tenant, streams.EndpointBudgetPut, events.BudgetPutRequest{Scope: "team:search", Period: "day", Limit: "1", Unit: "USD"}, &v))
+	}
+	send := func(tenant, endpoint string, items ...string) []json.RawMessage {
+		body := `{"items":[` + strings.Join(items, ",") + `]}`
+		msg, err := h.nc.Request(h.env.Layout.TenantEndpoint(tenant, endpoint), []byte(body), 10*time.Second)
+		require.NoError(t, err)
+		var rep events.BatchReply
+		require.NoError(t, json.Unmarshal(msg.Data, &rep), string(msg.Data))
+		return rep.Items
+	}
+	got := send("acme", streams.EndpointAdmitBatch,
+		`{"request_id":"r1","scopes":["team:search"],"amount":"0.4"}`,
+		`{"request_id":"r2","scopes":["team:search"],"amount":"0.4"}`)
+	var a1, a2 events.AdmitReply
+	require.NoError(t, json.Unmarshal(got[0], &a1))
+	require.NoError(t, json.Unmarshal(got[1], &a2))
+	require.True(t, a1.Admitted && a2.Admitted)
+	require.Equal(t, "r1", a1.RequestID)
+	require.Equal(t, events.Scope("team:search"), a1.Balances[0].Scope)
+
+	// globex cannot close acme's reservations, even in a batch.
+	got = send("globex", streams.EndpointReleaseBatch, `{"reservation_id":"`+a1.ReservationID+`"}`)
+	var er events.ErrorReply
+	require.NoError(t, json.Unmarshal(got[0], &er))
+	require.Equal(t, events.CodeUnknownReservation, er.Error.Code)
+	// acme can; globex's budget is untouched.
+	got = send("acme", streams.EndpointSettleBatch, `{"reservation_id":"`+a1.ReservationID+`","actual":"0.3"}`)
+	var cr events.CloseReply
+	require.NoError(t, json.Unmarshal(got[0], &cr))
+	require.Equal(t, events.StatusSettled, cr.Status)
+	require.Equal(t, events.Scope("team:search"), cr.Balances[0].Scope)
+	var va, vg events.BudgetView
+	require.Nil(t, h.tcall("acme", streams.EndpointBudgetGet, events.BudgetGetRequest{Scope: "team:search", Period: "day"}, &va))
+	require.Nil(t, h.tcall("globex", streams.EndpointBudgetGet, events.BudgetGetRequest{Scope: "team:search", Period: "day"}, &vg))
+	require.Equal(t, "0.3", va.Spent)
+	require.Equal(t, "0.4", va.Reserved)
+	require.Equal(t, "0", vg.Reserved)
+}

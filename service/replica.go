@@ -170,14 +170,16 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 				if err != nil {
 					continue
 				}
-				out = append(out, metrics.BudgetSample{Scope: string(v.Scope), Period: string(v.Period), Unit: v.Unit, Open: int(v.Open), Reserved: v.Reserved})
+				// The label is the stored scope: a tenant's carries
+				// the tenant ("acme/team:search").
+				out = append(out, metrics.BudgetSample{Scope: string(b.Ref.Scope), Period: string(v.Period), Unit: v.Unit, Open: int(v.Open), Reserved: v.Reserved})
 			}
 			return out
 		})
 	}
 	r.feedd = make(chan struct{})
 	if cfg.Feed {
-		if r.Relay, err = feed.NewRelay(js, cfg.Layout, feed.WithLogger(cfg.Log)); err != nil {
+		if r.Relay, err = feed.NewRelay(js, cfg.Layout, feed.WithLogger(cfg.Log), feed.WithTrust(l.Trust)); err != nil {
 			_ = r.Service.Stop()
 			cancel()
 			<-r.done

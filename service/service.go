@@ -122,8 +122,13 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	s.svc = svc
-	add := func(name, desc string, h handler, bh batchHandler, single string) error {
-		return svc.AddEndpoint(microName(name), micro.HandlerFunc(func(r micro.Request) {
+	add := func(name, desc string, h handler, bh batchHandler, single string, tenants bool) error {
+		endpoint, subject := microName(name), layout.Endpoint(name)
+		if tenants {
+			endpoint, subject = "tenant_"+endpoint, layout.TenantEndpoints(name)
+			desc += " (for the tenant named by the subject)"
+		}
+		return svc.AddEndpoint(endpoint, micro.HandlerFunc(func(r micro.Request) {
 			// micro's Request is not safe to use after the handler returns
 			// (its stats read it), so the worker gets copies and replies
 			// on the connection itself.
@@ -143,7 +148,7 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 				s.serve(nc, name, subject, reply, data, h, arrived)
 			})
 		}),
-			micro.WithEndpointSubject(layout.Endpoint(name)),
+			micro.WithEndpointSubject(subject),
 			micro.WithEndpointMetadata(map[string]string{"description": desc}))
 	}
 	for _, e := range []struct {
@@ -162,9 +167,14 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 		{streams.EndpointBudgetGet, "read a budget and its current balance, or every budget of a scope", s.budgetGet, nil, ""},
 		{streams.EndpointBudgetList, "list budgets", s.budgetList, nil, ""},
 	} {
-		if err := add(e.name, e.desc, e.h, e.bh, e.single); err != nil {
-			_ = svc.Stop()
-			return nil, err
+		// Each endpoint twice: for the untenanted deployment on its plain
+		// subject, and for every tenant on "<prefix>t.*.<name>" (see
+		// withTenant, which takes the tenant from the subject).
+		for _, tenants := range []bool{false, true} {
+			if err := add(e.name, e.desc, e.h, e.bh, e.single, tenants); err != nil {
+				_ = svc.Stop()
+				return nil, err
+			}
 		}
 	}
 	// Make sure the server has registered every endpoint before callers are
@@ -276,8 +286,30 @@ func (s *Service) answer(endpoint, subject string, data []byte, h handler, arriv
 	defer s.m.Inflight.Dec()
 	ctx, cancel := context.WithTimeout(s.ctx, RequestTimeout)
 	defer cancel()
-	out, err := h(ctx, data)
+	var out any
+	ctx, err := s.withTenant(ctx, subject)
+	if err == nil {
+		out, err = h(ctx, data)
+	}
 	return s.encode(endpoint, subject, out, err, start, arrived)
+}
+
+// withTenant returns ctx with the tenant of subject, if it names one.
+//
+// It is the one place the tenant is decided: from the subject the request
+// arrived on, never from its body. A tenant account reaches only
+// "<prefix>t.<its tenant>.<endpoint>" (its service import fixes the
+// subject), so a caller cannot choose another tenant. Every handler and the
+// engine read it with events.TenantFromContext.
+func (s *Service) withTenant(ctx context.Context, subject string) (context.Context, error) {
+	tenant, ok := s.l.Layout().TenantOf(subject)
+	if !ok {
+		return ctx, nil
+	}
+	if err := events.ValidateTenant(tenant); err != nil {
+		return ctx, err
+	}
+	return events.ContextWithTenant(ctx, tenant), nil
 }
 
 // encode counts one answer (a request's, or a batch item's) and returns
@@ -334,6 +366,9 @@ type batchHandler func(ctx context.Context, items []json.RawMessage) (out []any,
 // malformed envelope fails the whole message.
 func (s *Service) serveBatch(nc *nats.Conn, endpoint, single, subject, reply string, data []byte, h batchHandler, arrived time.Time) {
 	items, err := events.DecodeBatch(data)
+	if err == nil {
+		_, err = s.withTenant(s.ctx, subject)
+	}
 	if err != nil {
 		s.serve(nc, endpoint, subject, reply, data, func(context.Context, []byte) (any, error) { return nil, err }, arrived)
 		return
@@ -357,6 +392,7 @@ func (s *Service) serveBatch(nc *nats.Conn, endpoint, single, subject, reply str
 	if len(taken) > 0 {
 		s.m.Inflight.Add(float64(len(taken)))
 		ctx, cancel := context.WithTimeout(s.ctx, RequestTimeout)
+		ctx, _ = s.withTenant(ctx, subject)
 		outs, errs := h(ctx, taken)
 		cancel()
 		s.m.Inflight.Add(-float64(len(taken)))
@@ -414,13 +450,13 @@ func (s *Service) admit(ctx context.Context, data []byte) (any, error) {
 		return nil, err
 	}
 	reply, err := s.a.Admit(ctx, req)
-	s.countAdmit(req, reply, err)
+	s.countAdmit(ctx, req, reply, err)
 	return reply, err
 }
 
 // countAdmit counts an admit's answer in the metrics and keeps a denial in
 // the recent denials.
-func (s *Service) countAdmit(req events.AdmitRequest, reply events.AdmitReply, err error) {
+func (s *Service) countAdmit(ctx context.Context, req events.AdmitRequest, reply events.AdmitReply, err error) {
 	if err != nil {
 		return
 	}
@@ -437,7 +473,7 @@ func (s *Service) countAdmit(req events.AdmitRequest, reply events.AdmitReply, e
 		s.m.Admits.With(metrics.ResultAdmitted, "").Inc()
 	} else if reply.Denial != nil {
 		s.m.Admits.With(metrics.ResultDenied, string(reply.Denial.Reason)).Inc()
-		s.denials.add(DeniedAdmit{At: s.now().UTC(), RequestID: req.RequestID, Scopes: req.Scopes, Amount: req.Amount,
+		s.denials.add(DeniedAdmit{At: s.now().UTC(), Tenant: events.TenantFromContext(ctx), RequestID: req.RequestID, Scopes: req.Scopes, Amount: req.Amount,
 			Unit: req.Unit, Metadata: req.Metadata, Denial: *reply.Denial})
 	}
 }
@@ -486,7 +522,7 @@ func (s *Service) admitBatch(ctx context.Context, items []json.RawMessage) ([]an
 	reqs, idx, errs := decodeItems[events.AdmitRequest](items)
 	replies, rerrs := s.a.AdmitAll(ctx, reqs)
 	for j := range reqs {
-		s.countAdmit(reqs[j], replies[j], rerrs[j])
+		s.countAdmit(ctx, reqs[j], replies[j], rerrs[j])
 	}
 	return gather(len(items), idx, replies, rerrs, errs)
 }
@@ -512,6 +548,7 @@ func (s *Service) budgetPut(ctx context.Context, data []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	def.Ref.Scope = events.TenantScope(events.TenantFromContext(ctx), def.Ref.Scope)
 	// A unit change is refused on a budget with spend or reservations: fold
 	// every lane written so far, from any replica, before looking.
 	if err := s.l.Sync(ctx); err != nil {
@@ -598,6 +635,7 @@ func (s *Service) budgetGet(ctx context.Context, data []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	scope = events.TenantScope(events.TenantFromContext(ctx), scope)
 	var period events.Period
 	if req.Period != "" {
 		if period, err = events.ParsePeriod(req.Period); err != nil {
@@ -615,7 +653,7 @@ func (s *Service) budgetGet(ctx context.Context, data []byte) (any, error) {
 	// Only a scope: every budget of it, in period order.
 	bs := s.l.BudgetsOf(scope)
 	if len(bs) == 0 {
-		return nil, events.Errorf(events.CodeUnknownBudget, "no budget is defined for scope %s", scope)
+		return nil, events.Errorf(events.CodeUnknownBudget, "no budget is defined for scope %s", scope.Local())
 	}
 	out := events.BudgetListReply{Budgets: make([]events.BudgetView, 0, len(bs))}
 	for _, b := range bs {
@@ -628,15 +666,16 @@ func (s *Service) budgetGet(ctx context.Context, data []byte) (any, error) {
 	return out, nil
 }
 
-// view reads a budget and its balance in the current period instance.
+// view reads a budget and its balance in the current period instance, its
+// scope as its tenant names it.
 func (s *Service) view(ref events.BudgetRef) (events.BudgetView, error) {
 	b, ok := s.l.Budget(ref)
 	if !ok {
-		return events.BudgetView{}, events.Errorf(events.CodeUnknownBudget, "no budget is defined for %s per %s", ref.Scope, ref.Period)
+		return events.BudgetView{}, events.Errorf(events.CodeUnknownBudget, "no budget is defined for %s per %s", ref.Scope.Local(), ref.Period)
 	}
 	bal := s.l.Balance(b.Balance(s.now()))
 	v := events.BudgetView{
-		Scope: ref.Scope, Period: ref.Period, Limit: b.Limit.String(), Unit: b.Unit,
+		Scope: ref.Scope.Local(), Period: ref.Period, Limit: b.Limit.String(), Unit: b.Unit,
 		Instance: bal.Ref.Instance, Spent: bal.Spent.String(), Reserved: bal.Reserved.String(),
 		Overrun: bal.Overrun.String(), Available: bal.Available().String(), Open: int64(bal.Open),
 		TZ: b.TZ, Disabled: b.Disabled,

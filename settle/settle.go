@@ -42,6 +42,11 @@ const (
 // period, flagged late. Settling again with the same actual is answered with
 // Replayed set.
 //
+// If ctx carries a tenant (events.ContextWithTenant), only that tenant's
+// reservations can be settled: any other is CodeUnknownReservation, as if
+// it did not exist; the same holds for release. The untenanted deployment
+// (no tenant) cannot settle a tenant's reservation either.
+//
 // Errors (*events.Error), in precedence order: CodeInvalidIdentifier,
 // CodeInvalidAmount; CodeUnknownReservation; CodeAlreadyReleased (it was
 // released by a caller); CodeAlreadySettled (it was settled with another
@@ -87,7 +92,8 @@ func (s *Settler) ReleaseAll(ctx context.Context, reqs []events.ReleaseRequest) 
 // reservation is answered with Replayed set.
 //
 // Errors (*events.Error), in precedence order: CodeInvalidIdentifier;
-// CodeUnknownReservation; CodeAlreadySettled (with the reservation's
+// CodeUnknownReservation (also another tenant's reservation, see Settle);
+// CodeAlreadySettled (with the reservation's
 // ReservationID and Status); CodeLedgerBusy, CodeLedgerUnavailable.
 func (s *Settler) Release(ctx context.Context, req events.ReleaseRequest) (events.CloseReply, error) {
 	out, errs := s.ReleaseAll(ctx, []events.ReleaseRequest{req})
@@ -110,14 +116,20 @@ func (s *Settler) close(ctx context.Context, id string, k kind, actual events.Mo
 }
 
 // prepare finds reservation id (after a sync if this replica has not seen
-// it) and returns the Tx that closes it.
+// it, or has not seen it as the caller's tenant's) and returns the Tx that
+// closes it.
 func (s *Settler) prepare(ctx context.Context, id string, k kind, actual events.Money) (*closeTx, error) {
+	// A caller closes only its own tenant's reservations; the sweeper
+	// expires everyone's.
+	tenant, sweeper := events.TenantFromContext(ctx), k == kindExpire
 	r, ok := s.l.Reservation(id)
-	if !ok {
+	if !ok || !(sweeper || ownedBy(r, tenant)) {
 		if err := s.l.Sync(ctx); err != nil {
 			return nil, err
 		}
-		if r, ok = s.l.Reservation(id); !ok {
+		if r, ok = s.l.Reservation(id); !ok || !(sweeper || ownedBy(r, tenant)) {
+			// Another tenant's reservation is answered exactly as one
+			// that does not exist: no tenant learns what another holds.
 			return nil, events.Errorf(events.CodeUnknownReservation, "reservation %s is unknown", id)
 		}
 	}
@@ -139,12 +151,28 @@ func (s *Settler) submit(ctx context.Context, txs []*closeTx, errs []error) ([]e
 	if len(sub) == 0 {
 		return out, errs
 	}
+	tenant := events.TenantFromContext(ctx)
 	for j, err := range s.l.SubmitAll(ctx, sub) {
 		if errs[idx[j]] = err; err == nil {
 			out[idx[j]] = txs[idx[j]].reply
+			if tenant != "" {
+				out[idx[j]].Balances = events.LocalBalances(out[idx[j]].Balances)
+			}
 		}
 	}
 	return out, errs
+}
+
+// ownedBy reports whether every balance of r belongs to tenant ("" for the
+// untenanted deployment). An admit qualifies all its scopes by one tenant,
+// so a reservation belongs to exactly one.
+func ownedBy(r *ledger.Reservation, tenant string) bool {
+	for _, b := range r.Balances {
+		if b.Scope.Tenant() != tenant {
+			return false
+		}
+	}
+	return true
 }
 
 type closeTx struct {

@@ -29,6 +29,9 @@ func ExampleAuthorization() {
 	//         "spendgate.admit"
 	//         "spendgate.settle"
 	//         "spendgate.release"
+	//         "spendgate.admit.batch"
+	//         "spendgate.settle.batch"
+	//         "spendgate.release.batch"
 	//       ]
 	//       deny = [
 	//         "$KV.spendgate.>"

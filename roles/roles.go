@@ -242,6 +242,7 @@ func All(l streams.Layout) []Role {
 	replicaSub = append(replicaSub, inbox(Replica)...)
 
 	all := []string{streams.EndpointAdmit, streams.EndpointSettle, streams.EndpointRelease,
+		streams.EndpointAdmitBatch, streams.EndpointSettleBatch, streams.EndpointReleaseBatch,
 		streams.EndpointBudgetPut, streams.EndpointBudgetGet, streams.EndpointBudgetList,
 		streams.EndpointPricingPut, streams.EndpointPricingGet, streams.EndpointPricingList}
 	financePub := append(ep(streams.EndpointBudgetGet, streams.EndpointBudgetList, streams.EndpointPricingGet, streams.EndpointPricingList), ledgerReads(l)...)
@@ -258,7 +259,8 @@ func All(l streams.Layout) []Role {
 		{
 			Name:        Service,
 			Description: "a calling service: admit, settle and release only",
-			Publish:     Rules{Allow: ep(streams.EndpointAdmit, streams.EndpointSettle, streams.EndpointRelease), Deny: writes},
+			Publish: Rules{Allow: ep(streams.EndpointAdmit, streams.EndpointSettle, streams.EndpointRelease,
+				streams.EndpointAdmitBatch, streams.EndpointSettleBatch, streams.EndpointReleaseBatch), Deny: writes},
 			Subscribe:   Rules{Allow: inbox(Service)},
 			InboxPrefix: InboxPrefix(l, Service),
 		},

@@ -398,6 +398,12 @@ const (
 	EndpointPricingPut  = "pricing.put"
 	EndpointPricingGet  = "pricing.get"
 	EndpointPricingList = "pricing.list"
+	// EndpointAdmitBatch, EndpointSettleBatch and EndpointReleaseBatch
+	// take many requests of their kind in one message
+	// (events.BatchRequest) and answer each on its own.
+	EndpointAdmitBatch   = "admit.batch"
+	EndpointSettleBatch  = "settle.batch"
+	EndpointReleaseBatch = "release.batch"
 )
 
 // Endpoint returns the subject of an endpoint ("spendgate.admit").

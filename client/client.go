@@ -224,16 +224,44 @@ func (c *Client) Release(ctx context.Context, req events.ReleaseRequest) (events
 }
 
 // PutBudget defines or changes a budget and returns it with its balance in
-// the current period.
+// the current period, and what the put did: Created, the fields it
+// Changed, and the Previous definition when it changed one.
 //
 // Errors, in precedence order: an *events.Error matching ErrInvalid
-// (invalid_identifier, invalid_period, invalid_amount, invalid_unit, ...);
-// then an *UnavailableError matching ErrUnavailable; then ctx's error,
-// wrapped.
-func (c *Client) PutBudget(ctx context.Context, req events.BudgetPutRequest) (events.BudgetView, error) {
-	var v events.BudgetView
+// (invalid_identifier, invalid_period, invalid_amount, invalid_unit,
+// unit_change_refused, ...); then an *UnavailableError matching
+// ErrUnavailable; then ctx's error, wrapped.
+func (c *Client) PutBudget(ctx context.Context, req events.BudgetPutRequest) (events.BudgetPutReply, error) {
+	var v events.BudgetPutReply
 	if err := c.request(ctx, streams.EndpointBudgetPut, req, &v); err != nil {
-		return events.BudgetView{}, err
+		return events.BudgetPutReply{}, err
+	}
+	return v, nil
+}
+
+// PutPrice sets a model's prices per million tokens and returns them with
+// their new version and what the put changed.
+//
+// Errors, in precedence order: an *events.Error matching ErrInvalid
+// (invalid_model, invalid_unit, invalid_amount); then an
+// *UnavailableError matching ErrUnavailable; then ctx's error, wrapped.
+func (c *Client) PutPrice(ctx context.Context, req events.PricingPutRequest) (events.PricingPutReply, error) {
+	var v events.PricingPutReply
+	if err := c.request(ctx, streams.EndpointPricingPut, req, &v); err != nil {
+		return events.PricingPutReply{}, err
+	}
+	return v, nil
+}
+
+// GetPrice reads a model's current prices and version.
+//
+// Errors, in precedence order: an *events.Error matching ErrInvalid
+// (invalid_model) or ErrNotFound (unpriced_model); then an *UnavailableError
+// matching ErrUnavailable; then ctx's error, wrapped.
+func (c *Client) GetPrice(ctx context.Context, model string) (events.PriceView, error) {
+	var v events.PriceView
+	if err := c.request(ctx, streams.EndpointPricingGet, events.PricingGetRequest{Model: model}, &v); err != nil {
+		return events.PriceView{}, err
 	}
 	return v, nil
 }

@@ -175,7 +175,7 @@ func (d *Dashboard) record(at time.Time, rev events.LaneRevision) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, b := range rev.Balances {
-		ref := events.BudgetRef{Scope: b.Balance.Scope, Period: b.Balance.Period}
+		ref := b.Balance.Budget()
 		s := d.series[ref]
 		if s == nil {
 			if len(d.series) >= maxSeriesBudgets {
@@ -242,7 +242,7 @@ func (d *Dashboard) rows(now time.Time, tenant string, all bool) []BudgetRow {
 // row is budget b in its period instance at now.
 func (d *Dashboard) row(b ledger.Budget, now time.Time) BudgetRow {
 	inst := b.Ref.Period.Instance(now)
-	bal := d.cfg.Book.Balance(events.BalanceRef{Scope: b.Ref.Scope, Period: b.Ref.Period, Instance: inst})
+	bal := d.cfg.Book.Balance(events.BalanceRef{Scope: b.Ref.Scope, Period: b.Ref.Period, Instance: inst, Unit: b.Ref.Unit})
 	used := bal.Spent.Add(bal.Reserved)
 	row := BudgetRow{Scope: b.Ref.Scope, Tenant: b.Ref.Scope.Tenant(), Kind: b.Ref.Scope.Local().Kind(), Period: b.Ref.Period, Instance: inst, Unit: b.Unit,
 		Limit: b.Limit.String(), Spent: bal.Spent.String(), Reserved: bal.Reserved.String(), Overrun: bal.Overrun.String(),

@@ -27,6 +27,18 @@
 // changed); readers upcast the frozen BudgetDefined (v1) with
 // AsBudgetDefinedV2. A budget revision states the whole definition after it.
 //
+// Pricing (pricing.go): a PricingRevision (pricing.v1) under a model's key
+// carries PricingDefined; a priced ReservationOpened records the PriceQuote
+// it reserved against (version and prices), and a settle from usage records
+// its Usage, priced at that quote. Defaults per scope kind (defaults.go): a
+// DefaultRevision (default.v1) carries DefaultDefined; a budget created from
+// it names its revision (BudgetDefinedV2.FromDefault). Alerts (alerts.go):
+// ThresholdCrossed sits in the lane revision that crossed the threshold. A
+// budget defined alongside another of the other kind in its period (counts
+// next to money) is named with its unit (BudgetRef.Unit, BalanceRef.Unit).
+// Every addition is an optional field or a new type: events written before
+// encode and decode as they did.
+//
 // Money never touches a float: amounts are apd decimals, parsed from plain
 // decimal strings under hard limits (see ParseMoney) and written back as
 // canonical decimal strings.

@@ -59,6 +59,19 @@ const (
 	CodeLedgerUnavailable Code = "ledger_unavailable"
 	// CodeInternal: an unexpected failure; nothing was acknowledged.
 	CodeInternal Code = "internal"
+	// CodeInvalidModel: a model name is empty, too long or holds a
+	// character outside [A-Za-z0-9_-./].
+	CodeInvalidModel Code = "invalid_model"
+	// CodeInvalidTokens: a token or character count is negative, above
+	// events.MaxTokens, or inconsistent (cached above input, nothing to
+	// price, input_tokens and input_chars both given).
+	CodeInvalidTokens Code = "invalid_tokens"
+	// CodeUnpricedModel: the model has no price in the pricing table
+	// (pricing.get); an admit of it is denied with ReasonUnpricedModel.
+	CodeUnpricedModel Code = "unpriced_model"
+	// CodeNotPriced: a settle from usage of a reservation that was not
+	// priced from a model (settle it with actual).
+	CodeNotPriced Code = "not_priced"
 )
 
 // Denial reasons in an admit reply whose admitted field is false.
@@ -71,6 +84,9 @@ const (
 	ReasonUnitMismatch Code = "unit_mismatch"
 	// ReasonBudgetDisabled: a budget of a named scope is disabled.
 	ReasonBudgetDisabled Code = "budget_disabled"
+	// ReasonUnpricedModel: the admit named a model that the pricing
+	// table has no price for; it is never costed at zero.
+	ReasonUnpricedModel Code = "unpriced_model"
 	// ReasonLedgerUnavailable: set by clients that fail closed.
 	ReasonLedgerUnavailable Code = "ledger_unavailable"
 )

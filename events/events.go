@@ -63,8 +63,12 @@ type BudgetDefinedV2 struct {
 	// Changed names the fields this definition changed from the previous
 	// one, in the order limit, unit, tz, disabled, fixed_slot,
 	// thresholds; empty for a new budget.
-	Changed []string  `json:"changed,omitempty"`
-	At      time.Time `json:"at"`
+	Changed []string `json:"changed,omitempty"`
+	// FromDefault, when set, is the revision of the kind's default
+	// (DefaultDefined) this budget was created from on the scope's first
+	// admit; 0 for a budget put for the scope itself.
+	FromDefault uint64    `json:"from_default,omitempty"`
+	At          time.Time `json:"at"`
 }
 
 // AsBudgetDefinedV2 upcasts a budget definition event: a BudgetDefinedV2
@@ -94,6 +98,10 @@ type ReservationOpened struct {
 	ExpiresAt     time.Time         `json:"expires_at"`
 	At            time.Time         `json:"at"`
 	Metadata      map[string]string `json:"metadata,omitempty"`
+	// Pricing is set when the amount was priced from a model: the price
+	// version and prices used and the token counts priced (the amount is
+	// Pricing.MaxCost() in a money balance).
+	Pricing *PriceQuote `json:"pricing,omitempty"`
 }
 
 // ReservationSettled: the reservation closed with its actual cost. Spent
@@ -112,6 +120,9 @@ type ReservationSettled struct {
 	Late          bool       `json:"late,omitempty"`
 	AfterExpiry   bool       `json:"after_expiry,omitempty"`
 	At            time.Time  `json:"at"`
+	// Usage is set when the settle gave usage instead of an amount: Actual
+	// is its cost at the reservation's price version.
+	Usage *Usage `json:"usage,omitempty"`
 }
 
 // Release reasons.
@@ -184,6 +195,30 @@ func DecodeEvent(b []byte) (Event, error) {
 		}
 		if err = strict(&v); err == nil {
 			return v.ReservationSettled, nil
+		}
+	case TypeThresholdCrossed:
+		var v struct {
+			Type Type `json:"type"`
+			ThresholdCrossed
+		}
+		if err = strict(&v); err == nil {
+			return v.ThresholdCrossed, nil
+		}
+	case TypeDefaultDefined:
+		var v struct {
+			Type Type `json:"type"`
+			DefaultDefined
+		}
+		if err = strict(&v); err == nil {
+			return v.DefaultDefined, nil
+		}
+	case TypePricingDefined:
+		var v struct {
+			Type Type `json:"type"`
+			PricingDefined
+		}
+		if err = strict(&v); err == nil {
+			return v.PricingDefined, nil
 		}
 	case TypeReservationReleased:
 		var v struct {
@@ -426,5 +461,7 @@ type BudgetRevision struct {
 	Disabled   bool      `json:"disabled,omitempty"`
 	FixedSlot  *Money    `json:"fixed_slot,omitempty"`
 	Thresholds []Money   `json:"thresholds,omitempty"`
-	Events     Events    `json:"events"`
+	// FromDefault is the FromDefault of the revision's BudgetDefinedV2.
+	FromDefault uint64 `json:"from_default,omitempty"`
+	Events      Events `json:"events"`
 }

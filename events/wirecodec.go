@@ -3,6 +3,7 @@ package events
 import (
 	"bytes"
 	"encoding/json"
+	"strconv"
 	"time"
 	"unicode/utf8"
 )
@@ -42,15 +43,37 @@ func AppendAdmitRequest(b []byte, r *AdmitRequest) []byte {
 	if r.Brief {
 		b = append(b, `,"brief":true`...)
 	}
+	if r.Model != "" {
+		b = appendKey(b, "model")
+		b = appendString(b, r.Model)
+	}
+	b = appendInt(b, "input_tokens", r.InputTokens)
+	b = appendInt(b, "input_chars", r.InputChars)
+	b = appendInt(b, "max_output_tokens", r.MaxOutputTokens)
+	b = appendInt(b, "count", r.Count)
 	return append(b, '}')
+}
+
+// appendInt appends ,"key":n unless n is 0 (an omitempty integer field).
+func appendInt(b []byte, key string, n int64) []byte {
+	if n == 0 {
+		return b
+	}
+	b = appendKey(b, key)
+	return strconv.AppendInt(b, n, 10)
 }
 
 // AppendSettleRequest appends r as encoding/json would encode it.
 func AppendSettleRequest(b []byte, r *SettleRequest) []byte {
 	b = append(b, `{"reservation_id":`...)
 	b = appendString(b, r.ReservationID)
-	b = appendKey(b, "actual")
-	b = appendString(b, r.Actual)
+	if r.Actual != "" {
+		b = appendKey(b, "actual")
+		b = appendString(b, r.Actual)
+	}
+	b = appendInt(b, "input_tokens", r.InputTokens)
+	b = appendInt(b, "output_tokens", r.OutputTokens)
+	b = appendInt(b, "cached_input_tokens", r.CachedInputTokens)
 	return append(b, '}')
 }
 
@@ -134,6 +157,13 @@ func AppendAdmitReply(b []byte, r *AdmitReply) []byte {
 		}
 		b = append(b, ']')
 	}
+	if r.Pricing != nil {
+		// A priced admit: off the fast path's common case, encoding/json
+		// writes the quote.
+		data, _ := json.Marshal(r.Pricing)
+		b = appendKey(b, "pricing")
+		b = append(b, data...)
+	}
 	return append(b, '}')
 }
 
@@ -160,7 +190,7 @@ func appendDenial(b []byte, d *Denial) []byte {
 	b = appendString(b, string(d.Scope))
 	for _, f := range [...]struct{ k, v string }{
 		{"period", string(d.Period)}, {"instance", d.Instance}, {"unit", d.Unit}, {"limit", d.Limit},
-		{"spent", d.Spent}, {"reserved", d.Reserved}, {"requested", d.Requested},
+		{"spent", d.Spent}, {"reserved", d.Reserved}, {"requested", d.Requested}, {"model", d.Model},
 	} {
 		if f.v != "" {
 			b = appendKey(b, f.k)
@@ -206,6 +236,11 @@ func AppendCloseReply(b []byte, r *CloseReply) []byte {
 	b = appendRefs(b, r.Balances)
 	if r.Replayed {
 		b = append(b, `,"replayed":true`...)
+	}
+	if r.Usage != nil {
+		data, _ := json.Marshal(r.Usage)
+		b = appendKey(b, "usage")
+		b = append(b, data...)
 	}
 	return append(b, '}')
 }

@@ -78,8 +78,12 @@ func FuzzAppendWire(f *testing.F) {
 		}
 		ar := AdmitRequest{RequestID: a, Scopes: scopes, Amount: b, Unit: c, TTL: d, Metadata: md, Mode: e, Brief: flag}
 		same("admit request", AppendAdmitRequest(nil, &ar), ar)
+		ar.Model, ar.InputTokens, ar.InputChars, ar.MaxOutputTokens, ar.Count = k, nanos, -nanos, nanos%1000, nanos%7
+		same("priced admit request", AppendAdmitRequest(nil, &ar), ar)
 		sr := SettleRequest{ReservationID: a, Actual: b}
 		same("settle request", AppendSettleRequest(nil, &sr), sr)
+		sr = SettleRequest{ReservationID: a, Actual: b, InputTokens: nanos, OutputTokens: nanos % 5, CachedInputTokens: -nanos}
+		same("settle request with usage", AppendSettleRequest(nil, &sr), sr)
 		rr := ReleaseRequest{ReservationID: c}
 		same("release request", AppendReleaseRequest(nil, &rr), rr)
 
@@ -95,8 +99,19 @@ func FuzzAppendWire(f *testing.F) {
 			reply.Denial = &Denial{Reason: Code(a), Message: b, Scope: Scope(c), Period: Period(d), Instance: e, Unit: k, Limit: v, Spent: a, Reserved: "", Requested: c}
 		}
 		same("admit reply", AppendAdmitReply(nil, &reply), reply)
+		if flag {
+			reply.Pricing = &PriceQuote{Model: k, Version: uint64(nanos & 0xffff), Unit: d, Input: MustMoney("2.5"), Output: MustMoney("10"), InputTokens: nanos, MaxOutputTokens: 3}
+		} else {
+			reply.Denial.Model = v
+		}
+		same("admit reply with pricing or model", AppendAdmitReply(nil, &reply), reply)
 		cr := CloseReply{ReservationID: a, Status: b, Reserved: c, Actual: d, Overrun: e, Late: flag, Balances: refs, Replayed: !flag}
 		same("close reply", AppendCloseReply(nil, &cr), cr)
+		cr.Usage = &Usage{InputTokens: nanos, OutputTokens: 2, PriceVersion: 9}
+		same("close reply with usage", AppendCloseReply(nil, &cr), cr)
+		alongside := []BalanceRef{{Scope: Scope(a), Period: Period(b), Instance: c, Unit: d}}
+		cr.Balances = alongside
+		same("close reply with a unit ref", AppendCloseReply(nil, &cr), cr)
 		er := ErrorReply{Error: &Error{Code: Code(a), Message: b, ReservationID: c, Status: d}}
 		same("error reply", AppendErrorReply(nil, &er), er)
 		same("nil error reply", AppendErrorReply(nil, &ErrorReply{}), ErrorReply{})
@@ -165,14 +180,14 @@ func FuzzDecodeReplies(f *testing.F) {
 // fails until the counts here are updated with them).
 func TestWireCodec_KnowsEveryField(t *testing.T) {
 	for typ, n := range map[reflect.Type]int{
-		reflect.TypeOf(AdmitRequest{}):   8,
-		reflect.TypeOf(SettleRequest{}):  2,
+		reflect.TypeOf(AdmitRequest{}):   13,
+		reflect.TypeOf(SettleRequest{}):  5,
 		reflect.TypeOf(ReleaseRequest{}): 1,
-		reflect.TypeOf(AdmitReply{}):     12,
-		reflect.TypeOf(CloseReply{}):     8,
-		reflect.TypeOf(Denial{}):         10,
+		reflect.TypeOf(AdmitReply{}):     13,
+		reflect.TypeOf(CloseReply{}):     9,
+		reflect.TypeOf(Denial{}):         11,
 		reflect.TypeOf(BudgetUse{}):      9,
-		reflect.TypeOf(BalanceRef{}):     3,
+		reflect.TypeOf(BalanceRef{}):     4,
 		reflect.TypeOf(Error{}):          5,
 	} {
 		if typ.NumField() != n {

@@ -386,7 +386,7 @@ func (m Message) scope() events.Scope {
 	case e.Balance.Scope != "":
 		return e.Balance.Scope
 	}
-	// An event of no scope (none exists in feed.v1): a subject that still
+	// An event of no scope (pricing.defined.v1, default.defined.v1): a subject that still
 	// has the layout's token count.
 	return events.Scope(NoScope + ":" + NoScope)
 }
@@ -473,8 +473,23 @@ func Split(seq uint64, key string, at time.Time, data []byte) ([]Message, error)
 				return nil, err
 			}
 		}
+	case streams.IsPricingKey(key), streams.IsDefaultKey(key):
+		// A model's price and a kind's default name no scope: their
+		// subject's scope tokens are NoScope.
+		var rev rawBudget
+		if err := json.Unmarshal(data, &rev); err != nil {
+			return nil, err
+		}
+		if rev.Schema != events.SchemaPricing && rev.Schema != events.SchemaDefault {
+			return nil, fmt.Errorf("schema %q under a pricing or default key", rev.Schema)
+		}
+		for _, e := range rev.Events {
+			if err := add(e, nil); err != nil {
+				return nil, err
+			}
+		}
 	default:
-		return nil, fmt.Errorf("key %q is neither a lane nor a budget", key)
+		return nil, fmt.Errorf("key %q is neither a lane, a budget nor a pricing key", key)
 	}
 	return out, nil
 }

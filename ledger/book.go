@@ -21,7 +21,11 @@ import (
 type book struct {
 	layout streams.Layout
 
-	budgets  map[string]*budget // by budget key
+	budgets  map[string]*budget  // by budget key
+	prices   map[string]*pricing // by pricing key
+	defaults map[string]*dflt    // by default key
+	// byKind indexes defaults by scope kind, in period order.
+	byKind   map[string][]Default
 	byScope  map[events.Scope][]Budget
 	balances map[string]*balance // by balance key
 	lanes    map[string]uint64   // last folded revision, by lane key
@@ -57,6 +61,9 @@ func newBook(layout streams.Layout, retention, expiredKeep time.Duration) *book 
 	return &book{
 		layout:       layout,
 		budgets:      map[string]*budget{},
+		prices:       map[string]*pricing{},
+		defaults:     map[string]*dflt{},
+		byKind:       map[string][]Default{},
 		byScope:      map[events.Scope][]Budget{},
 		balances:     map[string]*balance{},
 		lanes:        map[string]uint64{},
@@ -84,6 +91,12 @@ func (b *book) valid(key string) uint64 {
 	}
 	if d := b.budgets[key]; d != nil {
 		return d.rev
+	}
+	if p := b.prices[key]; p != nil {
+		return p.def.Version
+	}
+	if d := b.defaults[key]; d != nil {
+		return d.def.Def.Revision
 	}
 	return 0
 }
@@ -173,15 +186,19 @@ func (b *book) setBudget(key string, seq uint64, rev *events.BudgetRevision, has
 	d.src = *rev
 	delete(b.seen, key)
 	d.def = Budget{Ref: rev.Budget, Limit: rev.Limit, Unit: rev.Unit, TZ: rev.TZ, Loc: loc, Disabled: rev.Disabled,
-		FixedSlot: rev.FixedSlot, Thresholds: rev.Thresholds, Revision: seq}
+		FixedSlot: rev.FixedSlot, Thresholds: rev.Thresholds, Revision: seq, FromDefault: rev.FromDefault}
 	b.hashes[key] = hash
-	// Rebuild the scope's index (a new slice: readers hold the old one).
-	var defs []Budget
-	for _, p := range events.Periods {
-		if d := b.budgets[streams.BudgetKey(events.BudgetRef{Scope: rev.Budget.Scope, Period: p})]; d != nil {
-			defs = append(defs, d.def)
+	// Rebuild the scope's index (a new slice: readers hold the old one),
+	// in period order, a budget alongside another after it.
+	old := b.byScope[rev.Budget.Scope]
+	defs := make([]Budget, 0, len(old)+1)
+	for _, o := range old {
+		if o.Ref != rev.Budget {
+			defs = append(defs, o)
 		}
 	}
+	defs = append(defs, d.def)
+	sort.Slice(defs, func(i, j int) bool { return budgetBefore(defs[i].Ref, defs[j].Ref) })
 	b.byScope[rev.Budget.Scope] = defs
 	return nil
 }
@@ -285,7 +302,7 @@ func (b *book) applyEvent(bl *balance, key string, seq uint64, e events.Event) {
 			r = &Reservation{
 				ID: e.ReservationID, RequestID: e.RequestID, RequestHash: e.RequestHash,
 				Balances: balances, Parts: make([]Part, 0, len(balances)),
-				OpenedAt: e.At, ExpiresAt: e.ExpiresAt, Status: events.StatusOpen,
+				OpenedAt: e.At, ExpiresAt: e.ExpiresAt, Status: events.StatusOpen, Pricing: e.Pricing,
 			}
 			b.reservations[e.ReservationID] = r
 			b.requests[e.RequestID] = r
@@ -306,6 +323,8 @@ func (b *book) applyEvent(bl *balance, key string, seq uint64, e events.Event) {
 				b.closeRes(r, seq)
 			}
 		}
+	case events.ThresholdCrossed:
+		bl.alerted = append(bl.alerted, e.Threshold)
 	case events.ReservationReleased:
 		delete(bl.open, e.ReservationID)
 		if r := b.reservations[e.ReservationID]; r != nil && r.Status == events.StatusOpen {
@@ -326,10 +345,11 @@ func (b *book) balance(key string, ref events.BalanceRef) Balance {
 	if bl := b.balances[key]; bl != nil {
 		out.Unit, out.Limit = bl.unit, bl.limit
 		out.Spent, out.Reserved, out.Overrun, out.Open = bl.spent, bl.reserved, bl.overrun, len(bl.open)
+		out.Alerted = bl.alerted[:len(bl.alerted):len(bl.alerted)]
 	}
 	if d := b.budgets[streams.BudgetKey(ref.Budget())]; d != nil {
 		out.Defined, out.Unit, out.Limit = true, d.def.Unit, d.def.Limit
-		out.Disabled, out.FixedSlot = d.def.Disabled, d.def.FixedSlot
+		out.Disabled, out.FixedSlot, out.Thresholds = d.def.Disabled, d.def.FixedSlot, d.def.Thresholds
 	}
 	return out
 }
@@ -344,9 +364,55 @@ func (b *book) budgetList() []Budget {
 		if out[i].Ref.Scope != out[j].Ref.Scope {
 			return out[i].Ref.Scope < out[j].Ref.Scope
 		}
-		return out[i].Ref.Period < out[j].Ref.Period
+		if out[i].Ref.Period != out[j].Ref.Period {
+			return out[i].Ref.Period < out[j].Ref.Period
+		}
+		return out[i].Ref.Unit < out[j].Ref.Unit
 	})
 	return out
+}
+
+// target is the budget a put of a budget of unit for ref defines: ref's
+// own, unless a budget of the other kind (count or money) is defined in
+// the same scope and period, and then the one alongside it, named with
+// its unit (events.BudgetRef.Unit). A ref that names a Unit is its own
+// target. A put of another currency for a money budget targets that
+// budget (and is refused as a unit change).
+func (b *book) target(ref events.BudgetRef, unit string) events.BudgetRef {
+	if ref.Unit != "" {
+		return ref
+	}
+	plain := b.budgets[streams.BudgetKey(ref)]
+	if plain == nil || plain.def.Unit == unit || events.IsCount(plain.def.Unit) == events.IsCount(unit) {
+		return ref
+	}
+	// A budget of the other kind alongside: the one of this kind there,
+	// if any, whatever its currency (a change of it is refused).
+	for _, o := range b.byScope[ref.Scope] {
+		if o.Ref.Period == ref.Period && o.Ref.Unit != "" && events.IsCount(o.Unit) == events.IsCount(unit) {
+			return o.Ref
+		}
+	}
+	ref.Unit = unit
+	return ref
+}
+
+// budgetBefore orders the budgets of one scope: by period (month, week,
+// day, lifetime), then the plain budget before one alongside it.
+func budgetBefore(a, b events.BudgetRef) bool {
+	if a.Period != b.Period {
+		return periodIndex(a.Period) < periodIndex(b.Period)
+	}
+	return a.Unit < b.Unit
+}
+
+func periodIndex(p events.Period) int {
+	for i, q := range events.Periods {
+		if q == p {
+			return i
+		}
+	}
+	return len(events.Periods)
 }
 
 // expiredBy returns the open reservations whose ExpiresAt is at or before

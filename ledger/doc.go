@@ -5,7 +5,9 @@
 // # Layout
 //
 // Every budget definition is a key of the ledger bucket, and so is every
-// commit lane (see package streams). Every balance (a budget in one period
+// commit lane (see package streams), every model's prices (pricing.<model>)
+// and every scope kind's default budget per period (default.<kind>.<period>);
+// the last two are chained like budget.v2 revisions. Every balance (a budget in one period
 // instance) belongs to one lane, chosen by its scope. A lane key's value is
 // an events.LaneRevision: each balance the revision changed, with its
 // numbers after the revision and the events the revision applied to it. The

@@ -101,13 +101,23 @@ func bookView(b *book) string {
 			open = append(open, id)
 		}
 		sortStrings(open)
-		add("balance %s ref=%+v rev=%d unit=%s limit=%s spent=%s reserved=%s overrun=%s open=%v",
-			k, bl.ref, bl.rev, bl.unit, bl.limit, bl.spent, bl.reserved, bl.overrun, open)
+		add("balance %s ref=%+v rev=%d unit=%s limit=%s spent=%s reserved=%s overrun=%s open=%v alerted=%v",
+			k, bl.ref, bl.rev, bl.unit, bl.limit, bl.spent, bl.reserved, bl.overrun, open, bl.alerted)
+	}
+	for k, p := range b.prices {
+		add("pricing %s def=%s src=%s hash=%s", k, mustJSON(p.def), mustJSON(p.src), b.hashes[k])
+	}
+	for k, d := range b.defaults {
+		add("default %s def=%s src=%s hash=%s", k, mustJSON(d.def), mustJSON(d.src), b.hashes[k])
+	}
+	for kind, ds := range b.byKind {
+		add("kind %s %d defaults", kind, len(ds))
 	}
 	for id, r := range b.reservations {
 		c := *r
 		c.due = 0
-		add("reservation %s %+v indexed=%v", id, c, r.due != 0)
+		c.Pricing = nil
+		add("reservation %s %+v pricing=%s indexed=%v", id, c, mustJSON(r.Pricing), r.due != 0)
 	}
 	for rid, r := range b.requests {
 		add("request %s -> %s", rid, r.ID)
@@ -128,6 +138,14 @@ func bookView(b *book) string {
 }
 
 func sortStrings(s []string) { sort.Strings(s) }
+
+func mustJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err.Error()
+	}
+	return string(b)
+}
 
 // Revs returns the last revision of key the replica has seen (what its
 // next compare-and-set names) and the last valid one (what the chain

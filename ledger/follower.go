@@ -363,26 +363,46 @@ func (l *Ledger) applyMsg(subject string, seq uint64, hdr nats.Header, data []by
 	if reason := l.keys.trust.Load().Verify(key, seq, hdr, data); reason != "" {
 		return &Rejection{Seq: seq, Key: key, Reason: reason}
 	}
-	if !streams.IsLaneKey(key) && !streams.IsBudgetKey(key) {
+	if !streams.IsLaneKey(key) && !streams.IsBudgetKey(key) && !streams.IsPricingKey(key) && !streams.IsDefaultKey(key) {
 		return nil
 	}
 	hash := events.HashPayload(data)
 	var err error
-	if streams.IsLaneKey(key) {
+	malformed := func(derr error) error {
+		return &Rejection{Seq: seq, Key: key, Reason: signing.ReasonMalformed, Err: derr}
+	}
+	switch {
+	case streams.IsLaneKey(key):
 		rev, derr := events.DecodeLaneRevision(data)
 		if derr != nil {
-			return &Rejection{Seq: seq, Key: key, Reason: signing.ReasonMalformed, Err: derr}
+			return malformed(derr)
 		}
 		l.mu.Lock()
 		err = l.bk.applyLane(key, seq, &rev, hash)
 		l.mu.Unlock()
-	} else {
+	case streams.IsBudgetKey(key):
 		rev, derr := events.DecodeBudgetRevision(data)
 		if derr != nil {
-			return &Rejection{Seq: seq, Key: key, Reason: signing.ReasonMalformed, Err: derr}
+			return malformed(derr)
 		}
 		l.mu.Lock()
 		err = l.bk.applyBudget(key, seq, &rev, hash)
+		l.mu.Unlock()
+	case streams.IsPricingKey(key):
+		rev, derr := events.DecodePricingRevision(data)
+		if derr != nil {
+			return malformed(derr)
+		}
+		l.mu.Lock()
+		err = l.bk.applyPricing(key, seq, &rev, hash)
+		l.mu.Unlock()
+	default: // a default key
+		rev, derr := events.DecodeDefaultRevision(data)
+		if derr != nil {
+			return malformed(derr)
+		}
+		l.mu.Lock()
+		err = l.bk.applyDefault(key, seq, &rev, hash)
 		l.mu.Unlock()
 	}
 	if reason, ok := signing.ChainReason(err); ok {

@@ -205,7 +205,8 @@ type BudgetChange struct {
 // CodeLedgerUnavailable (the follower is not running, JetStream could not
 // be reached, or the deadline passed) or CodeLedgerBusy.
 func (l *Ledger) DefineBudget(ctx context.Context, def Budget, now time.Time) (BudgetChange, error) {
-	ref := def.Ref
+	asked := def.Ref
+	ref := asked
 	loc, err := events.LoadZone(def.TZ)
 	if err != nil {
 		return BudgetChange{}, err
@@ -219,7 +220,6 @@ func (l *Ledger) DefineBudget(ctx context.Context, def Budget, now time.Time) (B
 	}
 	ctx, cancel := l.commitContext(ctx)
 	defer cancel()
-	key := streams.BudgetKey(ref)
 	for attempt := 0; attempt < l.opts.maxAttempts; attempt++ {
 		if err := l.live(); err != nil {
 			return BudgetChange{}, err
@@ -228,6 +228,9 @@ func (l *Ledger) DefineBudget(ctx context.Context, def Budget, now time.Time) (B
 			return BudgetChange{}, &events.Error{Code: events.CodeLedgerUnavailable, Message: "deadline passed writing budget", Err: ctx.Err()}
 		}
 		l.mu.RLock()
+		ref = l.bk.target(asked, def.Unit)
+		def.Ref = ref
+		key := streams.BudgetKey(ref)
 		// rev is the key's last revision (the compare-and-set), valid its
 		// last valid one (the chain): they differ after a skipped revision.
 		var valid uint64
@@ -275,6 +278,7 @@ func (l *Ledger) DefineBudget(ctx context.Context, def Budget, now time.Time) (B
 			FixedSlot: def.FixedSlot, Thresholds: def.Thresholds,
 			Events: events.Events{ev},
 		}
+		def.FromDefault = 0
 		data, err := json.Marshal(value)
 		if err != nil {
 			return BudgetChange{}, &events.Error{Code: events.CodeInternal, Message: "encoding budget", Err: err}

@@ -186,6 +186,8 @@ func (v *View) apply(es events.Events) (err error) {
 			ref = e.Balance
 		case events.ReservationReleased:
 			ref = e.Balance
+		case events.ThresholdCrossed:
+			ref = e.Balance
 		default:
 			return fmt.Errorf("ledger: %s is not a balance event", e.EventType())
 		}
@@ -215,6 +217,10 @@ func (v *View) apply(es events.Events) (err error) {
 			delete(vb.added, id)
 		}
 		switch e := e.(type) {
+		case events.ThresholdCrossed:
+			// A copy: the book's slice is shared (and undo restores the
+			// old header with the Balance).
+			vb.Alerted = append(vb.Alerted[:len(vb.Alerted):len(vb.Alerted)], e.Threshold)
 		case events.ReservationOpened:
 			vb.Reserved = vb.Reserved.Add(e.Amount)
 			vb.Open++
@@ -225,7 +231,7 @@ func (v *View) apply(es events.Events) (err error) {
 				r = &Reservation{
 					ID: e.ReservationID, RequestID: e.RequestID, RequestHash: e.RequestHash,
 					Balances: e.Balances, Parts: make([]Part, 0, len(e.Balances)),
-					OpenedAt: e.At, ExpiresAt: e.ExpiresAt, Status: events.StatusOpen,
+					OpenedAt: e.At, ExpiresAt: e.ExpiresAt, Status: events.StatusOpen, Pricing: e.Pricing,
 				}
 				v.res[e.ReservationID] = r
 				rid := e.RequestID

@@ -100,6 +100,11 @@ type Row struct {
 	ReleaseReason string
 	// Metadata is the admit's metadata, as recorded.
 	Metadata map[string]string
+	// Pricing is the price quote of a reservation priced from a model
+	// (model, price version, prices, tokens), nil otherwise; Usage the
+	// usage its settle gave, nil for a settle with an actual.
+	Pricing *events.PriceQuote
+	Usage   *events.Usage
 }
 
 // partState is one balance's lifecycle of a tracked reservation.
@@ -291,7 +296,7 @@ func (rf *rowFold) event(m message, ref events.BalanceRef, e events.Event) error
 				row: Row{
 					ReservationID: ev.ReservationID, RequestID: ev.RequestID,
 					Balances: slices.Clone(ev.Balances), Unit: ev.Unit, Reserved: ev.Amount,
-					OpenedAt: ev.At, ExpiresAt: ev.ExpiresAt, Metadata: ev.Metadata,
+					OpenedAt: ev.At, ExpiresAt: ev.ExpiresAt, Metadata: ev.Metadata, Pricing: ev.Pricing,
 				},
 				parts: make(map[events.BalanceRef]partState, len(ev.Balances)),
 				order: rf.order,
@@ -325,6 +330,7 @@ func (rf *rowFold) event(m message, ref events.BalanceRef, e events.Event) error
 		}
 		if !t.row.Settled {
 			t.row.Settled, t.row.Actual, t.row.Overrun = true, ev.Actual, ev.Overrun
+			t.row.Usage = ev.Usage
 		}
 		if ev.At.After(t.row.SettledAt) {
 			t.row.SettledAt = ev.At

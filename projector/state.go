@@ -49,6 +49,9 @@ type Balance struct {
 	// the balance, and Revisions how many lane revisions named it.
 	Revision  uint64
 	Revisions int64
+	// Alerted are the alert thresholds crossed in this balance
+	// (threshold.crossed.v1), in the order crossed; Alerts counts them.
+	Alerted []events.Money
 }
 
 // ReservationPart is one reservation's lifecycle in one balance.
@@ -94,6 +97,8 @@ type Reservation struct {
 	// Seqs are the stream sequences of the messages that carried its
 	// events, ascending.
 	Seqs []uint64
+	// Pricing is the price quote of a reservation priced from a model.
+	Pricing *events.PriceQuote
 }
 
 // Budget is a budget definition folded from BudgetDefined (v1, upcast)
@@ -114,6 +119,9 @@ type Budget struct {
 	// sequence of the last one.
 	Definitions int64
 	Revision    uint64
+	// FromDefault is the revision of the kind's default the budget was
+	// created from (0: put for the scope itself).
+	FromDefault uint64
 }
 
 // State is the fold of the ledger stream up to Position. The zero value is
@@ -129,6 +137,12 @@ type State struct {
 	hashes       map[string]string
 	reservations map[string]*Reservation
 	budgets      map[events.BudgetRef]*Budget
+	pricing      pricingState
+	// defaults holds every version of every kind's default budget, by
+	// default key then revision (a budget created from one names it).
+	defaults map[string]map[uint64]*Budget
+	// defaultRev is the last revision of each default key.
+	defaultRev map[string]uint64
 }
 
 // NewState returns an empty State at position 0.
@@ -139,6 +153,9 @@ func NewState() *State {
 		hashes:       map[string]string{},
 		reservations: map[string]*Reservation{},
 		budgets:      map[events.BudgetRef]*Budget{},
+		pricing:      pricingState{current: map[string]uint64{}, versions: map[string]map[uint64]*Price{}},
+		defaults:     map[string]map[uint64]*Budget{},
+		defaultRev:   map[string]uint64{},
 	}
 }
 
@@ -218,6 +235,12 @@ func (s *State) Clone() *State {
 		hashes:       maps.Clone(s.hashes),
 		reservations: make(map[string]*Reservation, len(s.reservations)),
 		budgets:      make(map[events.BudgetRef]*Budget, len(s.budgets)),
+		pricing:      s.pricing.clone(),
+		defaults:     make(map[string]map[uint64]*Budget, len(s.defaults)),
+		defaultRev:   maps.Clone(s.defaultRev),
+	}
+	for k, vs := range s.defaults {
+		c.defaults[k] = maps.Clone(vs) // *Budget values are never mutated
 	}
 	for k, b := range s.balances {
 		v := *b
@@ -293,6 +316,10 @@ func (s *State) Apply(seq uint64, key string, data []byte) error {
 		err = errorf(ErrMalformed, "balance key outside a lane: a stream of an older layout")
 	case streams.IsBudgetKey(key):
 		err = s.applyBudget(seq, key, data)
+	case streams.IsPricingKey(key):
+		err = s.applyPricing(seq, key, data)
+	case streams.IsDefaultKey(key):
+		err = s.applyDefault(seq, key, data)
 	}
 	if err != nil {
 		return &ApplyError{Seq: seq, Key: key, Err: err}
@@ -333,6 +360,11 @@ func validBalanceRef(b events.BalanceRef) error {
 	}
 	if _, err := events.ParsePeriod(string(b.Period)); err != nil {
 		return err
+	}
+	if b.Unit != "" {
+		if err := events.ValidateUnit(b.Unit); err != nil {
+			return err
+		}
 	}
 	return events.ValidateToken("instance", b.Instance, events.MaxIDLen)
 }
@@ -571,8 +603,10 @@ func applyEvent(st *stage, b *Balance, seq uint64, e events.Event) error {
 		return applySettled(st, b, seq, ev)
 	case events.ReservationReleased:
 		return applyReleased(st, b, seq, ev)
+	case events.ThresholdCrossed:
+		return applyCrossed(b, ev)
 	default:
-		return errorf(ErrMalformed, "not a reservation event in a balance revision")
+		return errorf(ErrMalformed, "not a reservation event (nor a threshold crossing) in a balance revision")
 	}
 }
 
@@ -603,6 +637,9 @@ func applyOpened(st *stage, b *Balance, seq uint64, ev events.ReservationOpened)
 	if ev.Amount.Sign() < 0 {
 		return errorf(ErrTransition, "reservation %s: negative amount %s", ev.ReservationID, ev.Amount)
 	}
+	if err := st.s.checkQuote(ev); err != nil {
+		return err
+	}
 	r := st.get(ev.ReservationID)
 	if r == nil {
 		r = &Reservation{
@@ -613,6 +650,7 @@ func applyOpened(st *stage, b *Balance, seq uint64, ev events.ReservationOpened)
 			Parts:     map[events.BalanceRef]ReservationPart{},
 			OpenedAt:  ev.At,
 			ExpiresAt: ev.ExpiresAt,
+			Pricing:   ev.Pricing,
 		}
 		st.mod[ev.ReservationID] = r
 	}
@@ -666,6 +704,11 @@ func applySettled(st *stage, b *Balance, seq uint64, ev events.ReservationSettle
 		// The sweeper had returned the reservation: all of the spend is
 		// beyond what was reserved.
 		want = ev.Actual
+	}
+	if ev.Usage != nil {
+		if err := checkUsage(r, b, ev); err != nil {
+			return err
+		}
 	}
 	if ev.Overrun.Cmp(want) != 0 {
 		return errorf(ErrTransition, "settle of reservation %s states overrun %s, but actual %s - reserved %s gives %s",
@@ -804,6 +847,12 @@ func (s *State) applyBudget(seq uint64, key string, data []byte) error {
 		}
 		b.Limit, b.Unit, b.DefinedAt = ev.Limit, ev.Unit, ev.At
 		b.TZ, b.Disabled, b.FixedSlot, b.Thresholds = ev.TZ, ev.Disabled, ev.FixedSlot, ev.Thresholds
+		if ev.FromDefault != 0 {
+			if err := s.checkFromDefault(rev.Budget, ev, seq); err != nil {
+				return err
+			}
+		}
+		b.FromDefault = ev.FromDefault
 		b.Definitions++
 	}
 	if rev.Limit.Cmp(b.Limit) != 0 {
@@ -823,6 +872,9 @@ func (s *State) applyBudget(seq uint64, key string, data []byte) error {
 	}
 	if st, fo := moneyList(rev.Thresholds), moneyList(b.Thresholds); st != fo {
 		return &MismatchError{Field: "thresholds", Stated: st, Folded: fo}
+	}
+	if rev.FromDefault != b.FromDefault {
+		return &MismatchError{Field: "from_default", Stated: strconv.FormatUint(rev.FromDefault, 10), Folded: strconv.FormatUint(b.FromDefault, 10)}
 	}
 	b.Revision = seq
 	s.budgets[rev.Budget] = &b

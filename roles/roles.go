@@ -232,6 +232,10 @@ func All(l streams.Layout) []Role {
 		jsAPI+"STREAM.MSG.GET."+f,
 		l.FeedFilter(),
 	)
+	// Threshold alerts: the replica that commits a crossing publishes it.
+	alerts := l.AlertSubject("x:y")
+	alerts = alerts[:len(alerts)-len("x.y")] + ">"
+	replicaPub = append(replicaPub, alerts)
 	replicaPub = append(replicaPub, snapshotReads(l)...)
 	replicaPub = append(replicaPub, snapshotWrites(l)...)
 	replicaSub := append([]string{l.Prefix() + ">"}, discovery()...)
@@ -239,8 +243,9 @@ func All(l streams.Layout) []Role {
 
 	all := []string{streams.EndpointAdmit, streams.EndpointSettle, streams.EndpointRelease,
 		streams.EndpointAdmitBatch, streams.EndpointSettleBatch, streams.EndpointReleaseBatch,
-		streams.EndpointBudgetPut, streams.EndpointBudgetGet, streams.EndpointBudgetList}
-	financePub := append(ep(streams.EndpointBudgetGet, streams.EndpointBudgetList), ledgerReads(l)...)
+		streams.EndpointBudgetPut, streams.EndpointBudgetGet, streams.EndpointBudgetList,
+		streams.EndpointPricingPut, streams.EndpointPricingGet, streams.EndpointPricingList}
+	financePub := append(ep(streams.EndpointBudgetGet, streams.EndpointBudgetList, streams.EndpointPricingGet, streams.EndpointPricingList), ledgerReads(l)...)
 	financePub = append(financePub, snapshotReads(l)...)
 	return []Role{
 		{
@@ -261,16 +266,16 @@ func All(l streams.Layout) []Role {
 		},
 		{
 			Name:        Admin,
-			Description: "budget administration: every endpoint (budget.put/get/list included), for the untenanted deployment and for every tenant, and $SRV discovery",
+			Description: "budget administration: every endpoint (budget.put/get/list included), for the untenanted deployment and for every tenant, and $SRV discovery; threshold alerts",
 			Publish:     Rules{Allow: append(append(ep(all...), tenantEp(all...)...), discovery()...), Deny: writes},
-			Subscribe:   Rules{Allow: inbox(Admin)},
+			Subscribe:   Rules{Allow: append(inbox(Admin), alerts)},
 			InboxPrefix: InboxPrefix(l, Admin),
 		},
 		{
 			Name:        Finance,
 			Description: "reads the ledger and its snapshots and runs `spendgate audit`: budget.get/list, stream info, ordered consumers, direct gets; writes nothing",
 			Publish:     Rules{Allow: financePub, Deny: writes},
-			Subscribe:   Rules{Allow: inbox(Finance)},
+			Subscribe:   Rules{Allow: append(inbox(Finance), alerts)},
 			InboxPrefix: InboxPrefix(l, Finance),
 		},
 		{

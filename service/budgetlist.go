@@ -24,6 +24,8 @@ type listCursor struct {
 	Kind   string        `json:"kind,omitempty"`
 	Scope  events.Scope  `json:"scope"`
 	Period events.Period `json:"period"`
+	// Unit is the entry's BudgetRef.Unit (a budget alongside another).
+	Unit string `json:"unit,omitempty"`
 	// Used and Limit are the entry's utilization (sort=utilization).
 	Used  string `json:"used,omitempty"`
 	Limit string `json:"limit,omitempty"`
@@ -123,7 +125,7 @@ func (s *Service) listEntries(tenant, kind string, byUtil bool) []listEntry {
 		}
 		e := listEntry{ref: b.Ref}
 		if byUtil {
-			bal := s.l.Balance(events.BalanceRef{Scope: b.Ref.Scope, Period: b.Ref.Period, Instance: b.Ref.Period.Instance(now)})
+			bal := s.l.Balance(b.Balance(now))
 			setDecimal(&e.used, bal.Spent.Add(bal.Reserved).String())
 			setDecimal(&e.limit, b.Limit.String())
 		}
@@ -151,7 +153,10 @@ func listBefore(a, b *listEntry, sortBy string) bool {
 	if a.ref.Scope != b.ref.Scope {
 		return a.ref.Scope < b.ref.Scope
 	}
-	return a.ref.Period < b.ref.Period
+	if a.ref.Period != b.ref.Period {
+		return a.ref.Period < b.ref.Period
+	}
+	return a.ref.Unit < b.ref.Unit
 }
 
 // cmpUtil compares used/limit of a and b exactly (by cross products). A
@@ -183,7 +188,7 @@ func cmpUtil(a, b *listEntry) int {
 }
 
 func encodeCursor(sortBy, kind string, e *listEntry) string {
-	c := listCursor{V: 1, Sort: sortBy, Kind: kind, Scope: e.ref.Scope, Period: e.ref.Period}
+	c := listCursor{V: 1, Sort: sortBy, Kind: kind, Scope: e.ref.Scope, Period: e.ref.Period, Unit: e.ref.Unit}
 	if sortBy == events.SortUtilization {
 		c.Used, c.Limit = e.used.String(), e.limit.String()
 	}
@@ -202,7 +207,7 @@ func decodeCursor(s string) (listCursor, bool) {
 
 // cursorEntry is the entry a cursor names, to search the listing with.
 func cursorEntry(c listCursor) (listEntry, bool) {
-	e := listEntry{ref: events.BudgetRef{Scope: c.Scope, Period: c.Period}}
+	e := listEntry{ref: events.BudgetRef{Scope: c.Scope, Period: c.Period, Unit: c.Unit}}
 	if c.Sort == events.SortUtilization {
 		if len(c.Used) > 2*events.MaxAmountLen || len(c.Limit) > 2*events.MaxAmountLen {
 			return e, false

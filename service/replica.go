@@ -97,7 +97,8 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 	if err != nil {
 		return nil, err
 	}
-	aopts := []admit.Option{admit.WithClock(cfg.Now)}
+	alerts := alertPublisher(nc, cfg.Layout, cfg.Log)
+	aopts := []admit.Option{admit.WithClock(cfg.Now), admit.WithAlerts(alerts)}
 	if cfg.DefaultTTL != 0 || cfg.MinTTL != 0 || cfg.MaxTTL != 0 {
 		def, lo, hi := cfg.DefaultTTL, cfg.MinTTL, cfg.MaxTTL
 		if def == 0 {
@@ -115,7 +116,7 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 	if err != nil {
 		return nil, err
 	}
-	st, err := settle.New(l, settle.WithClock(cfg.Now))
+	st, err := settle.New(l, settle.WithClock(cfg.Now), settle.WithAlerts(alerts))
 	if err != nil {
 		return nil, err
 	}

@@ -166,6 +166,9 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 		{streams.EndpointBudgetPut, "define or change a budget", s.budgetPut, nil, ""},
 		{streams.EndpointBudgetGet, "read a budget and its current balance, or every budget of a scope", s.budgetGet, nil, ""},
 		{streams.EndpointBudgetList, "list budgets", s.budgetList, nil, ""},
+		{streams.EndpointPricingPut, "set a model's prices per million tokens", s.pricingPut, nil, ""},
+		{streams.EndpointPricingGet, "read a model's current prices", s.pricingGet, nil, ""},
+		{streams.EndpointPricingList, "list every priced model", s.pricingList, nil, ""},
 	} {
 		// Each endpoint twice: for the untenanted deployment on its plain
 		// subject, and for every tenant on "<prefix>t.*.<name>" (see
@@ -434,7 +437,7 @@ func statusOf(c events.Code) string {
 		return "500"
 	case events.CodeLedgerBusy, events.CodeLedgerUnavailable:
 		return "503"
-	case events.CodeUnknownBudget, events.CodeUnknownReservation:
+	case events.CodeUnknownBudget, events.CodeUnknownReservation, events.CodeUnpricedModel:
 		return "404"
 	case events.CodeIdempotencyMismatch, events.CodeAlreadySettled, events.CodeAlreadyReleased:
 		return "409"
@@ -544,6 +547,12 @@ func (s *Service) budgetPut(ctx context.Context, data []byte) (any, error) {
 	if err := events.DecodeRequest(data, &req); err != nil {
 		return nil, err
 	}
+	if kind, ok, err := events.ParseDefaultScope(req.Scope); ok || err != nil {
+		if err != nil {
+			return nil, err
+		}
+		return s.defaultPut(ctx, kind, req)
+	}
 	def, err := parseBudgetPut(req)
 	if err != nil {
 		return nil, err
@@ -558,13 +567,14 @@ func (s *Service) budgetPut(ctx context.Context, data []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	v, err := s.view(def.Ref)
+	v, err := s.view(ch.Budget.Ref)
 	if err != nil {
 		return nil, err
 	}
 	out := events.BudgetPutReply{BudgetView: v, Created: !ch.Existed, Changed: ch.Changed}
 	if ch.Existed && len(ch.Changed) > 0 {
-		out.Previous = &events.BudgetDefinition{Limit: ch.Prev.Limit.String(), Unit: ch.Prev.Unit, TZ: ch.Prev.TZ, Disabled: ch.Prev.Disabled}
+		out.Previous = &events.BudgetDefinition{Limit: ch.Prev.Limit.String(), Unit: ch.Prev.Unit, TZ: ch.Prev.TZ, Disabled: ch.Prev.Disabled,
+			Thresholds: moneyStrings(ch.Prev.Thresholds)}
 		if ch.Prev.FixedSlot != nil {
 			out.Previous.FixedSlot = ch.Prev.FixedSlot.String()
 		}
@@ -606,6 +616,13 @@ func parseBudgetPut(req events.BudgetPutRequest) (ledger.Budget, error) {
 	}
 	def := ledger.Budget{Ref: events.BudgetRef{Scope: scope, Period: period}, Limit: limit, Unit: req.Unit,
 		TZ: req.TZ, Disabled: req.Disabled}
+	if len(req.Thresholds) > 0 {
+		if def.Thresholds, err = events.ParseThresholds(req.Thresholds); err != nil {
+			return ledger.Budget{}, err
+		}
+	} else if req.Alerts {
+		def.Thresholds = events.DefaultThresholds
+	}
 	if req.FixedSlot != "" {
 		slot, err := events.ParseMoney(req.FixedSlot)
 		if err != nil {
@@ -631,6 +648,12 @@ func (s *Service) budgetGet(ctx context.Context, data []byte) (any, error) {
 	if err := events.DecodeRequest(data, &req); err != nil {
 		return nil, err
 	}
+	if kind, ok, err := events.ParseDefaultScope(req.Scope); ok || err != nil {
+		if err != nil {
+			return nil, err
+		}
+		return s.defaultGet(ctx, kind, req.Period)
+	}
 	scope, err := events.ParseScope(req.Scope)
 	if err != nil {
 		return nil, err
@@ -648,7 +671,16 @@ func (s *Service) budgetGet(ctx context.Context, data []byte) (any, error) {
 		return nil, err
 	}
 	if req.Period != "" {
-		return s.view(events.BudgetRef{Scope: scope, Period: period})
+		ref := events.BudgetRef{Scope: scope, Period: period}
+		if req.Unit != "" {
+			if err := events.ValidateUnit(req.Unit); err != nil {
+				return nil, err
+			}
+			if b, ok := s.l.Budget(ref); !ok || b.Unit != req.Unit {
+				ref.Unit = req.Unit
+			}
+		}
+		return s.view(ref)
 	}
 	// Only a scope: every budget of it, in period order.
 	bs := s.l.BudgetsOf(scope)
@@ -678,7 +710,7 @@ func (s *Service) view(ref events.BudgetRef) (events.BudgetView, error) {
 		Scope: ref.Scope.Local(), Period: ref.Period, Limit: b.Limit.String(), Unit: b.Unit,
 		Instance: bal.Ref.Instance, Spent: bal.Spent.String(), Reserved: bal.Reserved.String(),
 		Overrun: bal.Overrun.String(), Available: bal.Available().String(), Open: int64(bal.Open),
-		TZ: b.TZ, Disabled: b.Disabled,
+		TZ: b.TZ, Disabled: b.Disabled, Thresholds: moneyStrings(b.Thresholds),
 	}
 	if b.FixedSlot != nil {
 		n := b.Limit.Slots(*b.FixedSlot)
@@ -686,4 +718,16 @@ func (s *Service) view(ref events.BudgetRef) (events.BudgetView, error) {
 		v.OvershootBound = fmt.Sprintf("%s x (cost of one call - %s)", n, b.FixedSlot)
 	}
 	return v, nil
+}
+
+// moneyStrings is ms as decimal strings (nil for none).
+func moneyStrings(ms []events.Money) []string {
+	if len(ms) == 0 {
+		return nil
+	}
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = m.String()
+	}
+	return out
 }

@@ -11,8 +11,9 @@ import (
 
 // Settler settles, releases and expires reservations.
 type Settler struct {
-	l   *ledger.Ledger
-	now func() time.Time
+	l      *ledger.Ledger
+	now    func() time.Time
+	alerts func([]events.ThresholdCrossed)
 }
 
 // New returns a Settler over l.
@@ -52,6 +53,14 @@ const (
 // released by a caller); CodeAlreadySettled (it was settled with another
 // actual); CodeLedgerBusy, CodeLedgerUnavailable. CodeAlreadyReleased and
 // CodeAlreadySettled carry the reservation's ReservationID and Status.
+//
+// A reservation priced from a model may be settled from usage instead:
+// Actual empty and the token counts given; the actual is their cost at the
+// reservation's price version (events.PriceQuote.Cost), and the events
+// record the usage. Usage errors come after CodeInvalidIdentifier:
+// CodeInvalidRequest (actual and usage both given), CodeInvalidTokens;
+// after CodeUnknownReservation: CodeNotPriced (the reservation was not
+// priced from a model).
 func (s *Settler) Settle(ctx context.Context, req events.SettleRequest) (events.CloseReply, error) {
 	out, errs := s.SettleAll(ctx, []events.SettleRequest{req})
 	return out[0], errs[0]
@@ -64,6 +73,20 @@ func (s *Settler) SettleAll(ctx context.Context, reqs []events.SettleRequest) (o
 	txs, errs := make([]*closeTx, len(reqs)), make([]error, len(reqs))
 	for i, req := range reqs {
 		if errs[i] = events.ValidateToken("reservation_id", req.ReservationID, events.MaxIDLen); errs[i] != nil {
+			continue
+		}
+		usage := events.Usage{InputTokens: req.InputTokens, OutputTokens: req.OutputTokens, CachedInputTokens: req.CachedInputTokens}
+		if req.Actual == "" && usage != (events.Usage{}) {
+			if errs[i] = events.ValidateUsage(usage); errs[i] != nil {
+				continue
+			}
+			if txs[i], errs[i] = s.prepare(ctx, req.ReservationID, kindSettle, events.Money{}); txs[i] != nil {
+				txs[i].usage = &usage
+			}
+			continue
+		}
+		if usage != (events.Usage{}) {
+			errs[i] = events.Errorf(events.CodeInvalidRequest, "give actual or usage (input_tokens, output_tokens, cached_input_tokens), not both")
 			continue
 		}
 		actual, err := events.ParseMoney(req.Actual)
@@ -154,6 +177,9 @@ func (s *Settler) submit(ctx context.Context, txs []*closeTx, errs []error) ([]e
 	tenant := events.TenantFromContext(ctx)
 	for j, err := range s.l.SubmitAll(ctx, sub) {
 		if errs[idx[j]] = err; err == nil {
+			if as := txs[idx[j]].alerts; len(as) > 0 && s.alerts != nil {
+				s.alerts(as)
+			}
 			out[idx[j]] = txs[idx[j]].reply
 			if tenant != "" {
 				out[idx[j]].Balances = events.LocalBalances(out[idx[j]].Balances)
@@ -179,9 +205,17 @@ type closeTx struct {
 	id     string
 	kind   kind
 	actual events.Money
+	// usage, when set, is a settle from usage: Decide prices it at the
+	// reservation's quote into actual and priced.
+	usage  *events.Usage
+	priced *events.Usage
+	// alerts are the thresholds the decision crossed (a settle above its
+	// reservation can cross one).
+	alerts []events.ThresholdCrossed
 	now    time.Time
 	refs   []events.BalanceRef
 	reply  events.CloseReply
+	view   *ledger.View
 }
 
 func (t *closeTx) Balances() []events.BalanceRef { return t.refs }
@@ -192,6 +226,16 @@ func (t *closeTx) Decide(v *ledger.View) (events.Events, error) {
 		return nil, events.Errorf(events.CodeUnknownReservation, "reservation %s is unknown", t.id)
 	}
 	t.reply = events.CloseReply{ReservationID: t.id, Balances: r.Balances, Reserved: r.Amount().String()}
+	t.alerts = nil
+	t.view = v
+	if t.usage != nil {
+		if r.Pricing == nil {
+			return nil, events.Errorf(events.CodeNotPriced, "reservation %s was not priced from a model: settle it with actual", t.id)
+		}
+		u := *t.usage
+		u.PriceVersion = r.Pricing.Version
+		t.actual, t.priced = r.Pricing.Cost(u), &u
+	}
 	open := true
 	for _, ref := range t.refs {
 		if _, ok := v.OpenAmount(streams.BalanceKey(ref), t.id); !ok {
@@ -240,7 +284,8 @@ func (t *closeTx) settle(r *ledger.Reservation, late, afterExpiry bool) events.E
 		actual := t.actual
 		count := false
 		if p := r.Part(key); p != nil && events.IsCount(p.Unit) {
-			actual, count = events.MoneyFromInt(1), true
+			// A requests budget records the count it reserved.
+			actual, count = p.Amount, true
 		}
 		// Spend beyond the reservation is recorded in full. After the
 		// sweeper returned the reservation, all of it is beyond.
@@ -252,8 +297,21 @@ func (t *closeTx) settle(r *ledger.Reservation, late, afterExpiry bool) events.E
 			t.reply.Overrun = overrun.String()
 		}
 		evs = append(evs, events.ReservationSettled{ReservationID: t.id, Balance: ref, Reserved: reserved,
-			Actual: actual, Overrun: overrun, Late: late, AfterExpiry: afterExpiry, At: t.now})
+			Actual: actual, Overrun: overrun, Late: late, AfterExpiry: afterExpiry, At: t.now, Usage: t.priced})
+		if b := t.view.Balance(key); len(b.Thresholds) > 0 {
+			used := b.Spent.Add(actual).Add(b.Reserved)
+			if !afterExpiry {
+				used = used.Sub(reserved)
+			}
+			for _, th := range events.Crossed(b.Thresholds, b.Alerted, b.Limit, used) {
+				a := events.ThresholdCrossed{Balance: ref, Threshold: th, Limit: b.Limit, Used: used, Unit: b.Unit,
+					ReservationID: t.id, At: t.now}
+				evs = append(evs, a)
+				t.alerts = append(t.alerts, a)
+			}
+		}
 	}
+	t.reply.Usage = t.priced
 	t.reply.Status = events.StatusSettled
 	t.reply.Actual = t.actual.String()
 	t.reply.Late = late

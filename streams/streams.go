@@ -311,18 +311,51 @@ const (
 	budgetFamily  = "budget"
 	balanceFamily = "balance"
 	laneFamily    = "lane"
+	pricingFamily = "pricing"
+	defaultFamily = "default"
 )
 
-// BudgetKey is "budget.<kind>.<id>.<period>".
+// DefaultKey is "default.<kind>.<period>": the key of the default budget of
+// a scope kind for a period.
+func DefaultKey(kind string, p events.Period) string {
+	return defaultFamily + "." + kind + "." + string(p)
+}
+
+// IsDefaultKey reports whether key is a default budget key.
+func IsDefaultKey(key string) bool { return strings.HasPrefix(key, defaultFamily+".") }
+
+// PricingKey is "pricing.<model>": the key of a model's prices (a model
+// name may hold '.', so the key may span several subject tokens; see
+// events.ValidateModel).
+func PricingKey(model string) string { return pricingFamily + "." + model }
+
+// IsPricingKey reports whether key is a pricing key.
+func IsPricingKey(key string) bool { return strings.HasPrefix(key, pricingFamily+".") }
+
+// PricingModel returns the model of a pricing key.
+func PricingModel(key string) string { return strings.TrimPrefix(key, pricingFamily+".") }
+
+// BudgetKey is "budget.<kind>.<id>.<period>", with ".<unit>" for a budget
+// defined alongside another of the other kind in the same period
+// (events.BudgetRef.Unit).
 func BudgetKey(b events.BudgetRef) string {
-	return budgetFamily + "." + b.Scope.Kind() + "." + b.Scope.ID() + "." + string(b.Period)
+	k := budgetFamily + "." + b.Scope.Kind() + "." + b.Scope.ID() + "." + string(b.Period)
+	if b.Unit != "" {
+		k += "." + b.Unit
+	}
+	return k
 }
 
 // BalanceKey is "balance.<kind>.<id>.<period>.<instance>": the name of a
 // balance in the book and in events. It is not a KV key: a balance's
 // revisions live in its lane (LaneKey).
 func BalanceKey(b events.BalanceRef) string {
-	return balanceFamily + "." + b.Scope.Kind() + "." + b.Scope.ID() + "." + string(b.Period) + "." + b.Instance
+	k := balanceFamily + "." + b.Scope.Kind() + "." + b.Scope.ID() + "." + string(b.Period) + "." + b.Instance
+	if b.Unit != "" {
+		// A budget alongside another in the same period (BudgetRef.Unit).
+		k += "." + b.Unit
+	}
+	return k
 }
 
 // Lanes returns the number of commit lanes.
@@ -360,6 +393,11 @@ const (
 	EndpointBudgetPut  = "budget.put"
 	EndpointBudgetGet  = "budget.get"
 	EndpointBudgetList = "budget.list"
+	// EndpointPricingPut, EndpointPricingGet and EndpointPricingList
+	// manage the pricing table.
+	EndpointPricingPut  = "pricing.put"
+	EndpointPricingGet  = "pricing.get"
+	EndpointPricingList = "pricing.list"
 	// EndpointAdmitBatch, EndpointSettleBatch and EndpointReleaseBatch
 	// take many requests of their kind in one message
 	// (events.BatchRequest) and answer each on its own.
@@ -509,6 +547,26 @@ func (l Layout) FeedPrefix() string { return l.c.Prefix + "feed." + FeedVersion 
 
 // FeedFilter matches every feed subject ("spendgate.feed.v1.>").
 func (l Layout) FeedFilter() string { return l.FeedPrefix() + ">" }
+
+// AlertVersion is the version token of alert subjects.
+const AlertVersion = "v1"
+
+// HeaderAlertID carries an alert's id (events.AlertID) on its NATS
+// message, so a consumer can drop a duplicate.
+const HeaderAlertID = "Spendgate-Alert-Id"
+
+// AlertSubject is the subject of a threshold alert of scope:
+// "<prefix>alert.v1.<scope kind>.<scope id>", for example
+// "spendgate.alert.v1.org.acme", or for a tenant's scope
+// "<prefix>alert.v1.t.<tenant>.<scope kind>.<scope id>" (as FeedSubject
+// does); subscribe to "spendgate.alert.v1.>" for every alert.
+func (l Layout) AlertSubject(scope events.Scope) string {
+	if tenant := scope.Tenant(); tenant != "" {
+		local := scope.Local()
+		return l.c.Prefix + "alert." + AlertVersion + "." + TenantToken + "." + tenant + "." + local.Kind() + "." + local.ID()
+	}
+	return l.c.Prefix + "alert." + AlertVersion + "." + scope.Kind() + "." + scope.ID()
+}
 
 // FeedSubject is the subject of one feed message:
 // "<prefix>feed.v1.<event type>.<scope kind>.<scope id>", for example

@@ -27,12 +27,14 @@ var (
 	}
 	budgetPutCommand = command{
 		name:     "spendgate budget put",
-		synopsis: "--scope KIND:ID --period month|week|day|lifetime --limit DECIMAL --unit USD|requests|... [--tz ZONE] [--disabled] [--allow-zero] [--fixed-slot DECIMAL] [--tenant NAME]",
+		synopsis: "--scope KIND:ID --period month|week|day|lifetime --limit DECIMAL --unit USD|requests|... [--tz ZONE] [--disabled] [--allow-zero] [--fixed-slot DECIMAL] [--alerts] [--threshold F ...] [--tenant NAME]",
 		about: `Defines the budget of a scope for a period, or changes it; the reply says what
 changed ("changed") and what it was ("previous"). --period is required, so that
 a change never lands on another period's budget by default. The put is the
 whole definition: a --tz, --disabled or --fixed-slot left out is reset. --limit 0 denies
-everything and needs --allow-zero.`,
+everything and needs --allow-zero. --scope KIND:* (quote it for the shell) defines
+the default budget of a kind: a scope of that kind with no budget of its own gets
+it on its first admit.`,
 	}
 	budgetDisableCommand = command{
 		name:     "spendgate budget disable",
@@ -86,17 +88,22 @@ func budget(args []string) int {
 		fs.BoolVar(&req.Disabled, "disabled", false, "define the budget disabled: every admit naming it is denied")
 		fs.BoolVar(&req.AllowZero, "allow-zero", false, "allow --limit 0 (deny everything)")
 		fs.StringVar(&req.FixedSlot, "fixed-slot", "", "reserve this fixed amount per admit instead of the requested one (money budgets)")
+		fs.BoolVar(&req.Alerts, "alerts", false, "publish threshold alerts at 50%, 80% and 100% of the limit (or at --threshold)")
+		var thresholds multiFlag
+		fs.Var(&thresholds, "threshold", "alert `fraction` of the limit in (0, 1], e.g. 0.9; repeat for several (turns alerts on)")
 		if code, ok := budgetPutCommand.parse(fs, args[1:]); !ok {
 			return code
 		}
 		if req.Period == "" {
 			return budgetPutCommand.usageError(fs, "--period is required (month, week, day or lifetime)")
 		}
+		req.Thresholds = thresholds
 		return c.call(streams.EndpointBudgetPut, req, nil)
 	case "get":
 		var req events.BudgetGetRequest
 		fs.StringVar(&req.Scope, "scope", "", "scope, kind:id")
 		fs.StringVar(&req.Period, "period", "", "month, week, day or lifetime; without it, every budget of the scope")
+		fs.StringVar(&req.Unit, "unit", "", "with --period: the budget of this unit, when the scope has a money and a requests budget in the period")
 		if code, ok := budgetGetCommand.parse(fs, args[1:]); !ok {
 			return code
 		}
@@ -122,6 +129,7 @@ func budget(args []string) int {
 		var get events.BudgetGetRequest
 		fs.StringVar(&get.Scope, "scope", "", "scope, kind:id")
 		fs.StringVar(&get.Period, "period", "", "month, week, day or lifetime; required")
+		fs.StringVar(&get.Unit, "unit", "", "the budget of this unit, when the scope has a money and a requests budget in the period")
 		cmd := budgetDisableCommand
 		if args[0] == "enable" {
 			cmd = budgetEnableCommand
@@ -137,7 +145,7 @@ func budget(args []string) int {
 			return code
 		}
 		req := events.BudgetPutRequest{Scope: get.Scope, Period: get.Period, Limit: cur.Limit, Unit: cur.Unit,
-			TZ: cur.TZ, Disabled: args[0] == "disable", AllowZero: cur.Limit == "0", FixedSlot: cur.FixedSlot}
+			TZ: cur.TZ, Disabled: args[0] == "disable", AllowZero: cur.Limit == "0", FixedSlot: cur.FixedSlot, Thresholds: cur.Thresholds}
 		return c.call(streams.EndpointBudgetPut, req, nil)
 	}
 	return budgetCommand.usageError(nil, fmt.Sprintf("unknown budget command %q", args[0]))

@@ -2,6 +2,7 @@
 //
 //	spendgate serve                      run the service on an embedded NATS server
 //	spendgate budget put|get|list        manage budgets
+//	spendgate pricing put|get|list|import manage model prices
 //	spendgate admit|settle|release       reserve and close
 //
 // Each subcommand is one small file here that parses flags and calls a
@@ -23,8 +24,12 @@ Usage:
   spendgate budget get  --scope KIND:ID [--period month|week|day|lifetime]
   spendgate budget disable|enable --scope KIND:ID --period PERIOD
   spendgate budget list [--kind KIND] [--sort scope|utilization] [--max N]
+  spendgate pricing put --model NAME --input DECIMAL --output DECIMAL [--cached-input DECIMAL] [--unit USD]
+  spendgate pricing get --model NAME | list | import --file PATH [--format json|csv]
   spendgate admit    --scope KIND:ID [--scope ...] --amount DECIMAL [--unit USD] [--ttl 5m] [--request-id ID] [--meta K=V] [--mode check|shadow]
+  spendgate admit    --scope KIND:ID [--scope ...] --model NAME --input-tokens N|--input-chars N --max-output-tokens N [...]
   spendgate settle   --reservation ID --actual DECIMAL
+  spendgate settle   --reservation ID --input-tokens N --output-tokens N [--cached-input-tokens N]
   spendgate release  --reservation ID
   spendgate audit check [--trusted-keys KEYS]   replay the book of record, verify signatures, reconcile with the live balances
   spendgate audit keys                   which signing key wrote which revisions
@@ -51,6 +56,7 @@ Exit status: 0 success or admitted; 1 error; 2 denied, or a usage error
 var commands = map[string]func([]string) int{
 	"serve":    serve,
 	"budget":   budget,
+	"pricing":  pricing,
 	"admit":    admitCmd,
 	"settle":   settleCmd,
 	"release":  releaseCmd,

@@ -31,6 +31,10 @@ type book struct {
 	hashes       map[string]string
 	reservations map[string]*Reservation
 	requests     map[string]*Reservation // by request id
+	// voids are the voided request ids (events.RequestVoided), each a
+	// tombstone kept as a *Reservation of status StatusVoided and no
+	// balances, forgotten after the retention of a closed reservation.
+	voids map[string]*Reservation
 	// due indexes the open reservations by expiry.
 	due dueIndex
 	// closed and expired queue closed reservations in the order the
@@ -39,9 +43,9 @@ type book struct {
 	// (a committer applies its own revision before the follower sees it);
 	// serverNow is the JetStream timestamp of the last message the
 	// follower folded.
-	closed, expired []closedRes
-	pending         []pendingClose
-	serverNow       time.Time
+	closed, expired, voided []closedRes
+	pending                 []pendingClose
+	serverNow               time.Time
 
 	retention, expiredKeep time.Duration
 }
@@ -56,6 +60,7 @@ func newBook(layout streams.Layout, retention, expiredKeep time.Duration) *book 
 		hashes:       map[string]string{},
 		reservations: map[string]*Reservation{},
 		requests:     map[string]*Reservation{},
+		voids:        map[string]*Reservation{},
 		retention:    retention,
 		expiredKeep:  expiredKeep,
 	}
@@ -214,6 +219,8 @@ func (b *book) forgetUntil(seq uint64, t time.Time) {
 			kept = append(kept, p)
 		case p.r.Status == events.StatusExpired:
 			b.expired = append(b.expired, closedRes{p.r, b.serverNow})
+		case p.r.Status == events.StatusVoided:
+			b.voided = append(b.voided, closedRes{p.r, b.serverNow})
 		default:
 			b.closed = append(b.closed, closedRes{p.r, b.serverNow})
 		}
@@ -222,13 +229,18 @@ func (b *book) forgetUntil(seq uint64, t time.Time) {
 	b.pending = kept
 	b.closed = b.forget(b.closed, t.Add(-b.retention))
 	b.expired = b.forget(b.expired, t.Add(-b.expiredKeep))
+	b.voided = b.forget(b.voided, t.Add(-b.retention))
 }
 
 func (b *book) forget(q []closedRes, before time.Time) []closedRes {
 	n := 0
 	for n < len(q) && q[n].at.Before(before) {
 		r := q[n].r
-		if r.Status != events.StatusOpen && b.reservations[r.ID] == r {
+		if r.Status == events.StatusVoided {
+			if b.voids[r.RequestID] == r {
+				delete(b.voids, r.RequestID)
+			}
+		} else if r.Status != events.StatusOpen && b.reservations[r.ID] == r {
 			delete(b.reservations, r.ID)
 			if b.requests[r.RequestID] == r {
 				delete(b.requests, r.RequestID)
@@ -278,6 +290,14 @@ func (b *book) applyEvent(bl *balance, key string, seq uint64, e events.Event) {
 			if was != events.StatusSettled {
 				b.closeRes(r, seq)
 			}
+		}
+	case events.RequestVoided:
+		// A void names one balance per scope: the first folded makes the
+		// tombstone, its retention starting with this revision.
+		if b.voids[e.RequestID] == nil {
+			v := &Reservation{RequestID: e.RequestID, OpenedAt: e.At, Status: events.StatusVoided}
+			b.voids[e.RequestID] = v
+			b.closeRes(v, seq)
 		}
 	case events.ReservationReleased:
 		delete(bl.open, e.ReservationID)

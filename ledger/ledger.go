@@ -148,6 +148,26 @@ func (l *Ledger) Reservation(id string) (*Reservation, bool) {
 	return r.clone(), true
 }
 
+// ByRequest returns a copy of the reservation opened for request id rid,
+// if the book remembers one.
+func (l *Ledger) ByRequest(rid string) (*Reservation, bool) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	r := l.bk.requests[rid]
+	if r == nil {
+		return nil, false
+	}
+	return r.clone(), true
+}
+
+// Voided reports whether the book remembers request id rid as voided
+// (events.RequestVoided).
+func (l *Ledger) Voided(rid string) bool {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.bk.voids[rid] != nil
+}
+
 // Expired returns up to max ids of open reservations whose ExpiresAt is at
 // or before now, oldest expiry first.
 func (l *Ledger) Expired(now time.Time, max int) []string {

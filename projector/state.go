@@ -42,9 +42,10 @@ type Balance struct {
 	Open int64
 	// Opened counts ReservationOpened events; Settled every settle
 	// (including those after expiry); Released releases with reason
-	// "released"; Expired releases with reason "expired"; Late settles
-	// marked late.
-	Opened, Settled, Released, Expired, Late int64
+	// "released" or "voided"; Expired releases with reason "expired"; Late
+	// settles marked late; Voided the RequestVoided tombstones written into
+	// the balance.
+	Opened, Settled, Released, Expired, Late, Voided int64
 	// Revision is the stream sequence of the last lane revision that named
 	// the balance, and Revisions how many lane revisions named it.
 	Revision  uint64
@@ -571,6 +572,15 @@ func applyEvent(st *stage, b *Balance, seq uint64, e events.Event) error {
 		return applySettled(st, b, seq, ev)
 	case events.ReservationReleased:
 		return applyReleased(st, b, seq, ev)
+	case events.RequestVoided:
+		if err := checkBalance(b, ev.Balance); err != nil {
+			return err
+		}
+		if ev.RequestID == "" || !slices.Contains(ev.Scopes, ev.Balance.Scope) {
+			return errorf(ErrMalformed, "void of request %q in balance %s, which is not among its scopes %v", ev.RequestID, ev.Balance, ev.Scopes)
+		}
+		b.Voided++
+		return nil
 	default:
 		return errorf(ErrMalformed, "not a reservation event in a balance revision")
 	}
@@ -697,9 +707,9 @@ func applyReleased(st *stage, b *Balance, seq uint64, ev events.ReservationRelea
 	if err := checkBalance(b, ev.Balance); err != nil {
 		return err
 	}
-	if ev.Reason != events.ReasonReleased && ev.Reason != events.ReasonExpired {
-		return errorf(ErrMalformed, "release of reservation %s with reason %q, want %q or %q",
-			ev.ReservationID, ev.Reason, events.ReasonReleased, events.ReasonExpired)
+	if ev.Reason != events.ReasonReleased && ev.Reason != events.ReasonExpired && ev.Reason != events.ReasonVoided {
+		return errorf(ErrMalformed, "release of reservation %s with reason %q, want %q, %q or %q",
+			ev.ReservationID, ev.Reason, events.ReasonReleased, events.ReasonExpired, events.ReasonVoided)
 	}
 	r, p, err := part(st, b, ev.ReservationID, "release")
 	if err != nil {

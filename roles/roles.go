@@ -228,7 +228,7 @@ func All(l streams.Layout) []Role {
 	replicaSub := append([]string{l.Prefix() + ">"}, discovery()...)
 	replicaSub = append(replicaSub, inbox(Replica)...)
 
-	all := []string{streams.EndpointAdmit, streams.EndpointSettle, streams.EndpointRelease,
+	all := []string{streams.EndpointAdmit, streams.EndpointSettle, streams.EndpointRelease, streams.EndpointVoid,
 		streams.EndpointBudgetPut, streams.EndpointBudgetGet, streams.EndpointBudgetList}
 	financePub := append(ep(streams.EndpointBudgetGet, streams.EndpointBudgetList), ledgerReads(l)...)
 	financePub = append(financePub, snapshotReads(l)...)
@@ -243,8 +243,8 @@ func All(l streams.Layout) []Role {
 		},
 		{
 			Name:        Service,
-			Description: "a calling service: admit, settle and release only",
-			Publish:     Rules{Allow: ep(streams.EndpointAdmit, streams.EndpointSettle, streams.EndpointRelease), Deny: writes},
+			Description: "a calling service: admit, settle, release and void only",
+			Publish:     Rules{Allow: ep(streams.EndpointAdmit, streams.EndpointSettle, streams.EndpointRelease, streams.EndpointVoid), Deny: writes},
 			Subscribe:   Rules{Allow: inbox(Service)},
 			InboxPrefix: InboxPrefix(l, Service),
 		},

@@ -159,6 +159,7 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 		{streams.EndpointAdmit, "reserve an amount in every budget of the named scopes, or in none", s.admit},
 		{streams.EndpointSettle, "close a reservation with its actual cost", s.settle},
 		{streams.EndpointRelease, "give a whole reservation back", s.release},
+		{streams.EndpointVoid, "void an admit by its request id: release what it reserved, and make sure it never reserves", s.void},
 		{streams.EndpointBudgetPut, "define or change a budget", s.budgetPut},
 		{streams.EndpointBudgetGet, "read a budget and its current balance, or every budget of a scope", s.budgetGet},
 		{streams.EndpointBudgetList, "list budgets", s.budgetList},
@@ -298,7 +299,7 @@ func statusOf(c events.Code) string {
 		return "503"
 	case events.CodeUnknownBudget, events.CodeUnknownReservation:
 		return "404"
-	case events.CodeIdempotencyMismatch, events.CodeAlreadySettled, events.CodeAlreadyReleased:
+	case events.CodeIdempotencyMismatch, events.CodeAlreadySettled, events.CodeAlreadyReleased, events.CodeRequestVoided:
 		return "409"
 	case events.CodePayloadTooLarge:
 		return "413"
@@ -347,6 +348,14 @@ func (s *Service) release(ctx context.Context, data []byte) (any, error) {
 		return nil, err
 	}
 	return s.s.Release(ctx, req)
+}
+
+func (s *Service) void(ctx context.Context, data []byte) (any, error) {
+	var req events.VoidRequest
+	if err := events.DecodeRequest(data, &req); err != nil {
+		return nil, err
+	}
+	return s.s.Void(ctx, req)
 }
 
 func (s *Service) budgetPut(ctx context.Context, data []byte) (any, error) {

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/spendgate/spendgate/client"
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/ledger"
 	"github.com/spendgate/spendgate/projector"
@@ -27,6 +28,11 @@ import (
 // failoverRecoveryBound is the generous bound, in CI, on the time from the
 // new stream leader's election to the first admit acknowledged after it.
 const failoverRecoveryBound = 5 * time.Second
+
+// hardFailoverClient is the Go client's retry budget for a hard failover,
+// as the README sizes it: 6 attempts of 2 s ride through raft's election
+// timeout (up to about 9 s) and the first commit after it.
+var hardFailoverClient = []client.Option{client.WithTimeout(2 * time.Second), client.WithRetries(6)}
 
 // acked is one acknowledged operation of the failover load.
 type acked struct {
@@ -69,7 +75,10 @@ func failoverKills(t *testing.T) int {
 // foCluster is what the failover load needs of a 3-node cluster, in
 // process or one process per node.
 type foCluster struct {
-	mode   string
+	mode string
+	// hard: the leader is lost without a hand-over (raft's election
+	// timeout runs).
+	hard   bool
 	layout streams.Layout
 	// nc and js are connected to every node.
 	nc *nats.Conn
@@ -206,6 +215,35 @@ func failover(t *testing.T, c foCluster) {
 			}
 		}()
 	}
+	// One more caller uses the Go client, sized as the README says: its
+	// defaults (DefaultTimeout × DefaultAttempts) for a graceful change,
+	// hardFailoverClient for a hard one. It must never fail closed.
+	var goOpts []client.Option
+	if c.hard {
+		goOpts = hardFailoverClient
+	}
+	gc, err := client.New(cnc, goOpts...)
+	require.NoError(t, err)
+	var goCalls, goFails atomic.Int64
+	var goFirst atomic.Value
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_, err := client.Call(context.Background(), gc, events.AdmitRequest{Scopes: []string{"org:fo"}, Amount: "1", TTL: "10m"},
+				func(context.Context) (string, error) { return "1", nil })
+			goCalls.Add(1)
+			if err != nil {
+				goFails.Add(1)
+				goFirst.CompareAndSwap(nil, err.Error())
+			}
+		}
+	}()
 	countAdmits := func() int {
 		mu.Lock()
 		defer mu.Unlock()
@@ -291,6 +329,8 @@ func failover(t *testing.T, c foCluster) {
 	close(stop)
 	wg.Wait()
 	require.Zero(t, failures.Load(), "first: %v", firstFailure.Load())
+	t.Logf("Go client (hard-failover budget: %v): %d calls, %d failed", c.hard, goCalls.Load(), goFails.Load())
+	require.Zero(t, goFails.Load(), "the Go client failed closed: first: %v", goFirst.Load())
 	if len(recoveries) > 1 {
 		sorted := append([]time.Duration(nil), recoveries...)
 		sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })

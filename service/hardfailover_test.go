@@ -70,7 +70,7 @@ func processes(t *testing.T, mode string) foCluster {
 		t.Skip("builds and runs node processes")
 	}
 	c := startProcCluster(t, 3)
-	fc := foCluster{mode: mode, layout: c.layout, nc: c.nc, js: c.js, urls: c.urls(),
+	fc := foCluster{mode: mode, hard: true, layout: c.layout, nc: c.nc, js: c.js, urls: c.urls(),
 		url: c.url, leader: c.leader,
 		connOpts: []nats.Option{nats.PingInterval(nodePing), nats.MaxPingsOutstanding(2)}}
 	switch mode {

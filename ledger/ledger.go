@@ -340,10 +340,14 @@ type Stats struct {
 	// SyncReads counts the stream reads made for Sync (misses that had to
 	// catch up); concurrent Syncs share one read.
 	SyncReads int64
+	// Timeouts counts writes that got no answer within the commit timeout
+	// (DefaultCommitTimeout): their outcome was unknown, and they were sent
+	// again.
+	Timeouts int64
 }
 
 // Stats returns the commit counters.
 func (l *Ledger) Stats() Stats {
 	return Stats{Commits: l.stats.commits.Load(), Batches: l.stats.batches.Load(), Txs: l.stats.txs.Load(), Conflicts: l.stats.conflicts.Load(), Queued: l.stats.queued.Load(),
-		SyncReads: l.syncs.reads.Load()}
+		SyncReads: l.syncs.reads.Load(), Timeouts: l.stats.timeouts.Load()}
 }

@@ -130,6 +130,8 @@ type State struct {
 	hashes       map[string]string
 	reservations map[string]*Reservation
 	budgets      map[events.BudgetRef]*Budget
+	// voided holds every request id a RequestVoided names.
+	voided map[string]bool
 }
 
 // NewState returns an empty State at position 0.
@@ -140,6 +142,7 @@ func NewState() *State {
 		hashes:       map[string]string{},
 		reservations: map[string]*Reservation{},
 		budgets:      map[events.BudgetRef]*Budget{},
+		voided:       map[string]bool{},
 	}
 }
 
@@ -219,6 +222,7 @@ func (s *State) Clone() *State {
 		hashes:       maps.Clone(s.hashes),
 		reservations: make(map[string]*Reservation, len(s.reservations)),
 		budgets:      make(map[events.BudgetRef]*Budget, len(s.budgets)),
+		voided:       maps.Clone(s.voided),
 	}
 	for k, b := range s.balances {
 		v := *b
@@ -344,6 +348,8 @@ func validBalanceRef(b events.BalanceRef) error {
 type stage struct {
 	s   *State
 	mod map[string]*Reservation
+	// voids are the request ids voided by the revision being folded.
+	voids []string
 }
 
 func (st *stage) get(id string) *Reservation {
@@ -408,6 +414,9 @@ func (s *State) applyLane(seq uint64, key string, data []byte) error {
 	s.hashes[key] = events.HashPayload(data)
 	for id, r := range st.mod {
 		s.reservations[id] = r
+	}
+	for _, rid := range st.voids {
+		s.voided[rid] = true
 	}
 	s.events += n
 	return nil
@@ -479,6 +488,9 @@ func (s *State) applyLaneQuarantine(seq uint64, key string, data []byte, bad map
 		s.balances[b.Ref] = &b
 		for id, r := range st.mod {
 			s.reservations[id] = r
+		}
+		for _, rid := range st.voids {
+			s.voided[rid] = true
 		}
 		s.events += len(br.Events)
 	}
@@ -580,6 +592,7 @@ func applyEvent(st *stage, b *Balance, seq uint64, e events.Event) error {
 			return errorf(ErrMalformed, "void of request %q in balance %s, which is not among its scopes %v", ev.RequestID, ev.Balance, ev.Scopes)
 		}
 		b.Voided++
+		st.voids = append(st.voids, ev.RequestID)
 		return nil
 	default:
 		return errorf(ErrMalformed, "not a reservation event in a balance revision")

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/streams"
+	"github.com/spendgate/spendgate/testenv"
 )
 
 // TestCluster_HardFailoverKill is TestCluster_FailoverLeaderKill with each
@@ -222,21 +223,16 @@ func (c *procCluster) leader() int {
 // replica is current and online.
 func (c *procCluster) awaitCurrent() {
 	c.t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
+	testenv.WaitFor(c.t, time.Minute, "the ledger stream current on every node", func() bool {
 		ci := c.info()
-		if ci != nil && ci.Leader != "" && len(ci.Replicas) == len(c.cmds)-1 {
-			ok := true
-			for _, r := range ci.Replicas {
-				ok = ok && r.Current && !r.Offline
-			}
-			if ok {
-				return
+		if ci == nil || ci.Leader == "" || len(ci.Replicas) != len(c.cmds)-1 {
+			return false
+		}
+		for _, r := range ci.Replicas {
+			if !r.Current || r.Offline {
+				return false
 			}
 		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("ledger stream not current on every node within a minute: %+v", ci)
-		}
-		time.Sleep(50 * time.Millisecond) // poll interval, not synchronization
-	}
+		return true
+	})
 }

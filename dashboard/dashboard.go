@@ -190,7 +190,11 @@ func (d *Dashboard) record(at time.Time, rev events.LaneRevision) {
 
 // BudgetRow is one budget in /api/budgets.
 type BudgetRow struct {
+	// Scope is the scope as the ledger stores it: a tenant's carries the
+	// tenant ("acme/team:search"), also in Tenant; Kind is the scope's
+	// kind as its tenant names it ("team").
 	Scope     events.Scope  `json:"scope"`
+	Tenant    string        `json:"tenant,omitempty"`
 	Kind      string        `json:"kind"`
 	Period    events.Period `json:"period"`
 	Instance  string        `json:"instance"`
@@ -216,11 +220,14 @@ type BudgetsReply struct {
 	Budgets []BudgetRow `json:"budgets"`
 }
 
-func (d *Dashboard) rows(now time.Time) []BudgetRow {
+// rows are the budgets of tenant (all of them if all) at now.
+func (d *Dashboard) rows(now time.Time, tenant string, all bool) []BudgetRow {
 	budgets := d.cfg.Book.Budgets()
 	out := make([]BudgetRow, 0, len(budgets))
 	for _, b := range budgets {
-		out = append(out, d.row(b, now))
+		if all || b.Ref.Scope.Tenant() == tenant {
+			out = append(out, d.row(b, now))
+		}
 	}
 	// The nearest to the limit first.
 	sort.SliceStable(out, func(i, j int) bool {
@@ -237,7 +244,7 @@ func (d *Dashboard) row(b ledger.Budget, now time.Time) BudgetRow {
 	inst := b.Ref.Period.Instance(now)
 	bal := d.cfg.Book.Balance(events.BalanceRef{Scope: b.Ref.Scope, Period: b.Ref.Period, Instance: inst})
 	used := bal.Spent.Add(bal.Reserved)
-	row := BudgetRow{Scope: b.Ref.Scope, Kind: b.Ref.Scope.Kind(), Period: b.Ref.Period, Instance: inst, Unit: b.Unit,
+	row := BudgetRow{Scope: b.Ref.Scope, Tenant: b.Ref.Scope.Tenant(), Kind: b.Ref.Scope.Local().Kind(), Period: b.Ref.Period, Instance: inst, Unit: b.Unit,
 		Limit: b.Limit.String(), Spent: bal.Spent.String(), Reserved: bal.Reserved.String(), Overrun: bal.Overrun.String(),
 		Available: b.Limit.Sub(used).String(), Open: bal.Open,
 		UsedBP: basisPoints(used, b.Limit), SpentBP: basisPoints(bal.Spent, b.Limit)}
@@ -256,9 +263,29 @@ func (d *Dashboard) points(ref events.BudgetRef, inst string) []point {
 	return append([]point(nil), s.pts...)
 }
 
-func (d *Dashboard) budgets(w http.ResponseWriter, _ *http.Request) {
+// tenantParam reads the optional ?tenant=NAME of r: every endpoint of the
+// API shows only that tenant's budgets and denials when it is given, and
+// every tenant's and the untenanted deployment's when it is not.
+func tenantParam(r *http.Request) (tenant string, all bool, err error) {
+	q := r.URL.Query()
+	if !q.Has("tenant") {
+		return "", true, nil
+	}
+	tenant = q.Get("tenant")
+	if tenant != "" {
+		err = events.ValidateTenant(tenant)
+	}
+	return tenant, false, err
+}
+
+func (d *Dashboard) budgets(w http.ResponseWriter, r *http.Request) {
+	tenant, all, err := tenantParam(r)
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
 	now := d.cfg.Now().UTC()
-	writeJSON(w, http.StatusOK, BudgetsReply{Now: now, Replica: d.cfg.Replica, Ready: d.ready.Load(), Budgets: d.rows(now)})
+	writeJSON(w, http.StatusOK, BudgetsReply{Now: now, Replica: d.cfg.Replica, Ready: d.ready.Load(), Budgets: d.rows(now, tenant, all)})
 }
 
 // SeriesPoint is one point of /api/series.
@@ -281,7 +308,19 @@ type SeriesReply struct {
 }
 
 func (d *Dashboard) seriesOf(w http.ResponseWriter, r *http.Request) {
-	scope, err := events.ParseScope(r.URL.Query().Get("scope"))
+	tenant, all, err := tenantParam(r)
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
+	// With ?tenant= the scope is as the tenant names it; without, as the
+	// ledger stores it (a row's scope).
+	var scope events.Scope
+	if all {
+		scope, err = events.ParseStoredScope(r.URL.Query().Get("scope"))
+	} else if scope, err = events.ParseScope(r.URL.Query().Get("scope")); err == nil {
+		scope = events.TenantScope(tenant, scope)
+	}
 	if err != nil {
 		writeErr(w, http.StatusBadRequest, err)
 		return
@@ -331,10 +370,24 @@ type DenialsReply struct {
 	Denials []service.DeniedAdmit `json:"denials"`
 }
 
-func (d *Dashboard) denials(w http.ResponseWriter, _ *http.Request) {
+func (d *Dashboard) denials(w http.ResponseWriter, r *http.Request) {
+	tenant, all, err := tenantParam(r)
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
 	ds := d.cfg.Denials()
 	if ds == nil {
 		ds = []service.DeniedAdmit{}
+	}
+	if !all {
+		mine := []service.DeniedAdmit{}
+		for _, x := range ds {
+			if x.Tenant == tenant {
+				mine = append(mine, x)
+			}
+		}
+		ds = mine
 	}
 	writeJSON(w, http.StatusOK, DenialsReply{Replica: d.cfg.Replica, Denials: ds[:min(len(ds), MaxDenials)]})
 }

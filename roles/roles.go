@@ -203,6 +203,15 @@ func All(l streams.Layout) []Role {
 		}
 		return out
 	}
+	// tenantEp is every tenant's subject of each endpoint: the admin
+	// manages tenants' budgets (spendgate budget put --tenant NAME).
+	tenantEp := func(names ...string) []string {
+		out := make([]string, len(names))
+		for i, n := range names {
+			out[i] = l.TenantEndpoints(n)
+		}
+		return out
+	}
 	inbox := func(role string) []string { return []string{InboxPrefix(l, role) + ".>"} }
 	writes := append(LedgerWrites(l), FeedWrites(l)...)
 	f := l.FeedStreamName()
@@ -250,8 +259,8 @@ func All(l streams.Layout) []Role {
 		},
 		{
 			Name:        Admin,
-			Description: "budget administration: every endpoint (budget.put/get/list included) and $SRV discovery",
-			Publish:     Rules{Allow: append(ep(all...), discovery()...), Deny: writes},
+			Description: "budget administration: every endpoint (budget.put/get/list included), for the untenanted deployment and for every tenant, and $SRV discovery",
+			Publish:     Rules{Allow: append(append(ep(all...), tenantEp(all...)...), discovery()...), Deny: writes},
 			Subscribe:   Rules{Allow: inbox(Admin)},
 			InboxPrefix: InboxPrefix(l, Admin),
 		},

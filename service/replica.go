@@ -170,7 +170,9 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 				if err != nil {
 					continue
 				}
-				out = append(out, metrics.BudgetSample{Scope: string(v.Scope), Period: string(v.Period), Unit: v.Unit, Open: int(v.Open), Reserved: v.Reserved})
+				// The label is the stored scope: a tenant's carries
+				// the tenant ("acme/team:search").
+				out = append(out, metrics.BudgetSample{Scope: string(b.Ref.Scope), Period: string(v.Period), Unit: v.Unit, Open: int(v.Open), Reserved: v.Reserved})
 			}
 			return out
 		})

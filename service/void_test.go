@@ -235,3 +235,40 @@ func TestVoid_ForgottenAfterTheWindow(t *testing.T) {
 	require.Nil(t, e)
 	require.True(t, r.Admitted)
 }
+
+// TestVoid_Tenants: a void on a tenant's subject voids that tenant's
+// request id only: the same request id and scope in another tenant and in
+// the untenanted deployment admit as before, the tenant's admit landed
+// before is released, and the reply names the request id and balances as
+// the tenant sent them.
+func TestVoid_Tenants(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	for _, tenant := range []string{"acme", "globex"} {
+		var v events.BudgetView
+		require.Nil(t, h.tcall(tenant, streams.EndpointBudgetPut, events.BudgetPutRequest{Scope: "team:x", Period: "day", Limit: "1", Unit: "USD"}, &v))
+	}
+	h.putBudget("team:x", "day", "1", "USD")
+	req := events.AdmitRequest{RequestID: "same", Scopes: []string{"team:x"}, Amount: "0.4", TTL: "1h"}
+	var a events.AdmitReply
+	require.Nil(t, h.tcall("acme", streams.EndpointAdmit, req, &a))
+	require.True(t, a.Admitted)
+
+	var v events.VoidReply
+	require.Nil(t, h.tcall("acme", streams.EndpointVoid, events.VoidRequest{RequestID: "same", Scopes: []string{"team:x"}}, &v))
+	require.Equal(t, "same", v.RequestID)
+	require.Equal(t, a.ReservationID, v.ReservationID)
+	require.Equal(t, events.StatusReleased, v.ReservationStatus)
+	require.Equal(t, events.Scope("team:x"), v.Balances[0].Scope, "named as the tenant sent it")
+	e := h.tcall("acme", streams.EndpointAdmit, req, &a)
+	require.NotNil(t, e)
+	require.Equal(t, events.CodeRequestVoided, e.Code)
+	require.Equal(t, "request_id same was voided; nothing is reserved for it (use a new request id)", e.Message)
+
+	// Another tenant and the untenanted deployment are untouched.
+	require.Nil(t, h.tcall("globex", streams.EndpointAdmit, req, &a))
+	require.True(t, a.Admitted)
+	r, e := h.admit(req)
+	require.Nil(t, e)
+	require.True(t, r.Admitted)
+	require.False(t, r.Replayed)
+}

@@ -31,12 +31,16 @@ var errNeedRefs = errors.New("settle: the void must also name the reservation's 
 // ledger's retention of closed reservations (its idempotency window).
 //
 // req.Scopes must name at least one scope of the admit (the same list is
-// simplest). When none of them has a budget and no reservation of the
+// simplest). If ctx carries a tenant (events.ContextWithTenant), the void
+// acts for that tenant: its request id and scopes are the tenant's, as an
+// admit of that tenant qualifies them, so it can void only the tenant's own
+// admits; the reply names them as the tenant sent them. When none of them has a budget and no reservation of the
 // request is known, nothing is written: no admit of those scopes can
 // reserve. Voiding a voided request id answers Replayed.
 //
 // Errors (*events.Error), in precedence order: CodeInvalidIdentifier
-// (request id, a scope), CodeInvalidRequest (no scopes, too many);
+// (request id, a scope), CodeInvalidRequest (no scopes, too many),
+// CodeInvalidIdentifier (ctx's tenant);
 // CodeAlreadySettled (the admit landed and its reservation was settled:
 // the money was spent; with the reservation's ReservationID and Status;
 // nothing is written); CodeLedgerBusy, CodeLedgerUnavailable.
@@ -58,7 +62,30 @@ func (s *Settler) Void(ctx context.Context, req events.VoidRequest) (events.Void
 		}
 		scopes = append(scopes, p)
 	}
+	tenant := events.TenantFromContext(ctx)
+	if tenant != "" {
+		if err := events.ValidateTenant(tenant); err != nil {
+			return events.VoidReply{}, err
+		}
+		for i, sc := range scopes {
+			scopes[i] = events.TenantScope(tenant, sc)
+		}
+	}
+	rid := events.TenantRequestID(tenant, req.RequestID)
 	scopes = events.SortScopes(scopes)
+	reply, err := s.void(ctx, rid, scopes)
+	if err != nil {
+		return events.VoidReply{}, err
+	}
+	reply.RequestID = req.RequestID
+	if tenant != "" {
+		reply.Balances = events.LocalBalances(reply.Balances)
+	}
+	return reply, nil
+}
+
+// void is Void of the stored request id rid over the stored scopes.
+func (s *Settler) void(ctx context.Context, rid string, scopes []events.Scope) (events.VoidReply, error) {
 	now := s.now().UTC()
 	// A budget defined a moment ago through another replica must not be
 	// missed: a scope without one here is read again after a sync.
@@ -69,8 +96,8 @@ func (s *Settler) Void(ctx context.Context, req events.VoidRequest) (events.Void
 		}
 		marks = s.marks(scopes, now)
 	}
-	tx := &voidTx{rid: req.RequestID, scopes: scopes, marks: marks, now: now}
-	if r, ok := s.l.ByRequest(req.RequestID); ok {
+	tx := &voidTx{rid: rid, scopes: scopes, marks: marks, now: now}
+	if r, ok := s.l.ByRequest(rid); ok {
 		tx.refs = union(marks, r.Balances)
 	} else {
 		tx.refs = marks
@@ -79,7 +106,7 @@ func (s *Settler) Void(ctx context.Context, req events.VoidRequest) (events.Void
 		if len(tx.refs) == 0 {
 			// No budget in any scope and no reservation known: nothing
 			// can reserve, nothing to write.
-			return events.VoidReply{RequestID: req.RequestID, Status: events.StatusVoided}, nil
+			return events.VoidReply{RequestID: rid, Status: events.StatusVoided}, nil
 		}
 		err := s.l.Submit(ctx, tx)
 		if errors.Is(err, errNeedRefs) && round < maxVoidRounds {
@@ -87,7 +114,7 @@ func (s *Settler) Void(ctx context.Context, req events.VoidRequest) (events.Void
 			continue
 		}
 		if errors.Is(err, errNeedRefs) {
-			return events.VoidReply{}, events.Errorf(events.CodeLedgerBusy, "void of request %s: its reservation kept moving; retry", req.RequestID)
+			return events.VoidReply{}, events.Errorf(events.CodeLedgerBusy, "void of request %s: its reservation kept moving; retry", events.LocalRequestID(rid))
 		}
 		if err != nil {
 			return events.VoidReply{}, err
@@ -170,7 +197,7 @@ func (t *voidTx) Decide(v *ledger.View) (events.Events, error) {
 			t.reply.Reserved = r.Amount().String()
 		case r.Status == events.StatusSettled:
 			return nil, events.ReservationErrorf(events.CodeAlreadySettled, r.ID, r.Status,
-				"request %s was admitted as reservation %s, which was already settled: its spend cannot be voided", t.rid, r.ID)
+				"request %s was admitted as reservation %s, which was already settled: its spend cannot be voided", events.LocalRequestID(t.rid), r.ID)
 		}
 		// The tombstone also goes where the reservation is, for the scopes
 		// the void did not find a budget for.

@@ -14,7 +14,7 @@ import (
 
 var reportCommand = command{
 	name:     "spendgate report",
-	synopsis: "--by scope|KEY [--from RFC3339] [--to RFC3339] [--scope KIND:ID ...] [--format table|csv] [--nats-url URL] [--bucket NAME]",
+	synopsis: "--by scope|KEY [--from RFC3339] [--to RFC3339] [--scope KIND:ID ...] [--tenant NAME] [--format table|csv] [--nats-url URL] [--bucket NAME]",
 	about: `Sums the reservations opened in [--from, --to) by scope or by the value of a
 metadata key (--by model, --by user, ...; --by metadata.KEY names a key
 called "scope"), one line per group and unit: reservations, open, settled,

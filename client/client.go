@@ -95,7 +95,7 @@ func (c *Client) errorLog() *slog.Logger {
 // attempts): a reservation that landed is released at once, and an admit
 // still in flight reserves nothing when it lands. The DeniedError's Void
 // holds the void's reply; if the void failed too (the ledger is down), it
-// is nil, the failure is logged, and a reservation that landed expires
+// is nil, the failure is logged at WARN, and a reservation that landed expires
 // after its TTL.
 func (c *Client) Admit(ctx context.Context, req events.AdmitRequest) (*Reservation, error) {
 	if req.RequestID == "" {
@@ -146,7 +146,7 @@ func (c *Client) Admit(ctx context.Context, req events.AdmitRequest) (*Reservati
 func (c *Client) voidUnknown(ctx context.Context, req events.AdmitRequest, cause error) *events.VoidReply {
 	v, err := c.Void(ctx, events.VoidRequest{RequestID: req.RequestID, Scopes: req.Scopes})
 	if err != nil {
-		c.errorLog().Error("spendgate: the admit's outcome is unknown and voiding its request id failed; a reservation it made expires after its TTL",
+		c.errorLog().Warn("spendgate: the admit's outcome is unknown and voiding its request id failed; a reservation it made expires after its TTL",
 			"request_id", req.RequestID, "scopes", req.Scopes, "admit_err", cause, "err", err)
 		return nil
 	}

@@ -190,6 +190,12 @@ type closedRes struct {
 type pendingClose struct {
 	r   *Reservation
 	seq uint64
+	// status is r's status when it closed: the queue its retention runs
+	// in is decided by it, not by r's status when the close is stamped (a
+	// reservation that expired and was then settled late, both before the
+	// follower stamped either, is queued once as expired and once as
+	// closed, as it is when the follower stamps between the two).
+	status string
 }
 
 // closeRes queues r, which closed in the revision at seq, for forgetting
@@ -201,7 +207,7 @@ type pendingClose struct {
 // close after a quiet spell is remembered for the whole retention from the
 // close, not from the last write before it.
 func (b *book) closeRes(r *Reservation, seq uint64) {
-	b.pending = append(b.pending, pendingClose{r, seq})
+	b.pending = append(b.pending, pendingClose{r, seq, r.Status})
 }
 
 // forgetUntil records that the follower folded the message at seq, whose
@@ -217,9 +223,9 @@ func (b *book) forgetUntil(seq uint64, t time.Time) {
 		switch {
 		case p.seq > seq:
 			kept = append(kept, p)
-		case p.r.Status == events.StatusExpired:
+		case p.status == events.StatusExpired:
 			b.expired = append(b.expired, closedRes{p.r, b.serverNow})
-		case p.r.Status == events.StatusVoided:
+		case p.status == events.StatusVoided:
 			b.voided = append(b.voided, closedRes{p.r, b.serverNow})
 		default:
 			b.closed = append(b.closed, closedRes{p.r, b.serverNow})

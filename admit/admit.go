@@ -202,18 +202,76 @@ func hashRequest(r request) string {
 // CodeLedgerBusy, CodeLedgerUnavailable. On any error nothing was
 // reserved.
 func (a *Admitter) Admit(ctx context.Context, req events.AdmitRequest) (events.AdmitReply, error) {
+	out, errs := a.AdmitAll(ctx, []events.AdmitRequest{req})
+	return out[0], errs[0]
+}
+
+// AdmitAll admits every request of reqs as Admit would, each validated,
+// decided and answered on its own (out[i], errs[i] answer reqs[i]), and
+// submits them to the ledger at once (ledger.Ledger.SubmitAll), so that
+// they fold into the same group commits. They share ctx's deadline.
+func (a *Admitter) AdmitAll(ctx context.Context, reqs []events.AdmitRequest) (out []events.AdmitReply, errs []error) {
+	out, errs = make([]events.AdmitReply, len(reqs)), make([]error, len(reqs))
+	var txs []ledger.Tx
+	var idx []int
+	for i, req := range reqs {
+		tx, denied, err := a.prepare(ctx, req)
+		switch {
+		case err != nil:
+			errs[i] = err
+		case denied != nil:
+			out[i] = answer(ctx, req, *denied)
+		default:
+			txs = append(txs, tx)
+			idx = append(idx, i)
+		}
+	}
+	if len(txs) == 0 {
+		return out, errs
+	}
+	for j, err := range a.l.SubmitAll(ctx, txs) {
+		if err != nil {
+			errs[idx[j]] = err
+			continue
+		}
+		out[idx[j]] = answer(ctx, reqs[idx[j]], txs[j].(*admitTx).reply)
+	}
+	return out, errs
+}
+
+// brief returns the budgets of a reply to req: none if it asked for a
+// brief reply.
+func brief(req events.AdmitRequest, budgets []events.BudgetUse) []events.BudgetUse {
+	if req.Brief {
+		return nil
+	}
+	return budgets
+}
+
+// prepare validates req (as its tenant's, if ctx names one) and finds its
+// budgets: the Tx to submit, or the denial to answer, or the error.
+func (a *Admitter) prepare(ctx context.Context, req events.AdmitRequest) (*admitTx, *events.AdmitReply, error) {
 	r, err := a.validate(req)
 	if err != nil {
-		return events.AdmitReply{}, err
+		return nil, nil, err
 	}
 	if tenant := events.TenantFromContext(ctx); tenant != "" {
 		if err := events.ValidateTenant(tenant); err != nil {
-			return events.AdmitReply{}, err
+			return nil, nil, err
 		}
-		reply, err := a.admit(ctx, r.inTenant(tenant))
-		return localReply(reply, req.RequestID), err
+		r = r.inTenant(tenant)
 	}
-	return a.admit(ctx, r)
+	return a.plan(ctx, r)
+}
+
+// answer is the reply to req: reply as req's tenant names things (if ctx
+// names one), without budgets if req asked for a brief reply.
+func answer(ctx context.Context, req events.AdmitRequest, reply events.AdmitReply) events.AdmitReply {
+	if events.TenantFromContext(ctx) != "" {
+		reply = localReply(reply, req.RequestID)
+	}
+	reply.Budgets = brief(req, reply.Budgets)
+	return reply
 }
 
 // inTenant is r as tenant t's request: its scopes and request id qualified
@@ -251,14 +309,16 @@ func localReply(reply events.AdmitReply, id string) events.AdmitReply {
 	return reply
 }
 
-func (a *Admitter) admit(ctx context.Context, r request) (events.AdmitReply, error) {
+// plan finds the budgets of the validated request r: the Tx to submit, or
+// the denial to answer, or the error.
+func (a *Admitter) plan(ctx context.Context, r request) (*admitTx, *events.AdmitReply, error) {
 	now := a.opts.now().UTC()
 	budgets, denial, err := a.budgets(ctx, r)
 	if err != nil {
-		return events.AdmitReply{}, err
+		return nil, nil, err
 	}
 	if denial != nil {
-		return events.AdmitReply{RequestID: r.id, Denial: denial, Mode: r.replyMode()}, nil
+		return nil, &events.AdmitReply{RequestID: r.id, Denial: denial, Mode: r.replyMode()}, nil
 	}
 	tx := &admitTx{req: r, now: now}
 	if r.mode == events.ModeAdmit {
@@ -269,10 +329,7 @@ func (a *Admitter) admit(ctx context.Context, r request) (events.AdmitReply, err
 	for _, b := range budgets {
 		tx.refs = append(tx.refs, b.Balance(now))
 	}
-	if err := a.l.Submit(ctx, tx); err != nil {
-		return events.AdmitReply{}, err
-	}
-	return tx.reply, nil
+	return tx, nil, nil
 }
 
 // replyMode is the Mode of the reply: empty for a real admit.

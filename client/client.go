@@ -1,12 +1,14 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -27,6 +29,13 @@ type Client struct {
 	log      *slog.Logger
 	logSet   bool
 	failOpen *slog.Logger
+	// linger and maxItems bound the coalescing of concurrent calls;
+	// coalesce holds a coalescer per coalesced endpoint, nil when off.
+	linger   time.Duration
+	maxItems int
+	coalesce map[string]*coalescer
+	mux      *replyMux
+	brief    bool
 }
 
 // New returns a client that sends requests on nc under the service prefix
@@ -49,7 +58,37 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	return &Client{nc: nc, layout: layout, timeout: o.timeout, attempts: o.attempts, log: o.log, logSet: o.logSet, failOpen: o.failOpen}, nil
+	c := &Client{nc: nc, layout: layout, timeout: o.timeout, attempts: o.attempts, log: o.log, logSet: o.logSet, failOpen: o.failOpen,
+		linger: o.linger, maxItems: o.maxItems, brief: o.brief}
+	if o.maxItems > 1 {
+		c.coalesce = map[string]*coalescer{}
+		c.mux = &replyMux{nc: nc}
+		followers := new(atomic.Int64)
+		for endpoint, batch := range coalescedEndpoints {
+			c.coalesce[endpoint] = newCoalescer(c, endpoint, batch, followers)
+		}
+		c.coalesce[streams.EndpointAdmit].onAbandoned = c.releaseAbandoned
+	}
+	return c, nil
+}
+
+// releaseAbandoned releases what an admit reserved after its caller gave
+// up on it (ctx ended, or every attempt timed out): the caller was told it
+// was not admitted, so nothing may stay reserved for it.
+func (c *Client) releaseAbandoned(answer *nats.Msg) {
+	var reply events.AdmitReply
+	if e, _ := replyError(answer); e != nil || json.Unmarshal(answer.Data, &reply) != nil {
+		return
+	}
+	if !reply.Admitted || reply.ReservationID == "" || reply.Mode != "" || reply.Status != events.StatusOpen {
+		return
+	}
+	go func() {
+		if _, err := c.Release(context.Background(), events.ReleaseRequest{ReservationID: reply.ReservationID}); err != nil {
+			c.errorLog().Error("spendgate: release of an admit whose caller gave up failed; the reservation stays open until it expires",
+				"reservation_id", reply.ReservationID, "request_id", reply.RequestID, "err", err)
+		}
+	}()
 }
 
 // errorLog is where failures that no return value can carry are logged:
@@ -90,7 +129,9 @@ func (c *Client) errorLog() *slog.Logger {
 // When the admit's outcome is unknown (every attempt timed out or was
 // answered ledger_busy, ledger_unavailable or internal, or ctx ended
 // mid-request), the service may have reserved without the client knowing.
-// Before it returns, Admit then voids the request id (Void, with the
+// Admit then voids the request id (before it returns the fail-closed
+// denial; in the background once ctx has ended, so that a cancelled caller
+// returns at once) (Void, with the
 // admit's scopes, under context.WithoutCancel and its own timeout ×
 // attempts): a reservation that landed is released at once, and an admit
 // still in flight reserves nothing when it lands. The DeniedError's Void
@@ -101,14 +142,18 @@ func (c *Client) Admit(ctx context.Context, req events.AdmitRequest) (*Reservati
 	if req.RequestID == "" {
 		req.RequestID = uuid.NewString()
 	}
+	if c.brief {
+		req.Brief = true
+	}
 	var reply events.AdmitReply
 	err := c.request(ctx, streams.EndpointAdmit, req, &reply)
 	if err != nil {
 		if !errors.Is(err, ErrUnavailable) {
 			if ctx.Err() != nil && !isRefusal(err) {
 				// The caller gave up mid-request: the admit may have
-				// landed. Void it so that it holds nothing.
-				c.voidUnknown(ctx, req, err)
+				// landed. Void it so that it holds nothing, without
+				// holding the caller (it returns ctx's error at once).
+				go c.voidUnknown(ctx, req, err)
 			}
 			return nil, err
 		}
@@ -323,7 +368,7 @@ func (c *Client) ListBudgetsPage(ctx context.Context, req events.BudgetListReque
 // error, wrapped, when ctx (the caller's) ended.
 func (c *Client) request(ctx context.Context, endpoint string, req, out any) error {
 	subject := c.layout.Endpoint(endpoint)
-	data, err := json.Marshal(req)
+	data, err := marshalRequest(req)
 	if err != nil {
 		return invalid(events.CodeInvalidRequest, "encoding request: %v", err)
 	}
@@ -333,8 +378,9 @@ func (c *Client) request(ctx context.Context, endpoint string, req, out any) err
 	all, cancel := context.WithTimeout(ctx, c.timeout*time.Duration(c.attempts))
 	defer cancel()
 	pause := retryPause
+	k := c.coalesce[endpoint]
 	for attempt := 1; ; attempt++ {
-		retry, wait, err := c.attempt(all, subject, data, out)
+		retry, wait, err := c.attempt(all, k, subject, data, out)
 		if err == nil {
 			return nil
 		}
@@ -361,13 +407,19 @@ func (c *Client) request(ctx context.Context, endpoint string, req, out any) err
 	}
 }
 
-// attempt sends one request. retry says whether the failure invites a
+// attempt sends one request, through k when coalescing (nil otherwise).
+// retry says whether the failure invites a
 // retry with the same request, wait whether to pause first (the failure
 // was immediate).
-func (c *Client) attempt(ctx context.Context, subject string, data []byte, out any) (retry, wait bool, err error) {
-	actx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	msg, err := c.nc.RequestWithContext(actx, subject, data)
+func (c *Client) attempt(ctx context.Context, k *coalescer, subject string, data []byte, out any) (retry, wait bool, err error) {
+	var msg *nats.Msg
+	if k != nil {
+		msg, err = k.do(ctx, data)
+	} else {
+		actx, cancel := context.WithTimeout(ctx, c.timeout)
+		msg, err = c.nc.RequestWithContext(actx, subject, data)
+		cancel()
+	}
 	switch {
 	case err == nil:
 	case errors.Is(err, nats.ErrNoResponders):
@@ -381,11 +433,35 @@ func (c *Client) attempt(ctx context.Context, subject string, data []byte, out a
 		err := classify(subject, e, status)
 		return retryable(err), true, err
 	}
-	if err := json.Unmarshal(msg.Data, out); err != nil {
+	if err := unmarshalReply(msg.Data, out); err != nil {
 		return false, false, &UnavailableError{Subject: subject, Code: events.CodeInternal,
 			Message: fmt.Sprintf("undecodable reply: %v", err), Err: err}
 	}
 	return false, false, nil
+}
+
+// marshalRequest encodes a request: the hot path's without reflection.
+func marshalRequest(req any) ([]byte, error) {
+	switch r := req.(type) {
+	case events.AdmitRequest:
+		return events.AppendAdmitRequest(make([]byte, 0, 256), &r), nil
+	case events.SettleRequest:
+		return events.AppendSettleRequest(make([]byte, 0, 96), &r), nil
+	case events.ReleaseRequest:
+		return events.AppendReleaseRequest(make([]byte, 0, 64), &r), nil
+	}
+	return json.Marshal(req)
+}
+
+// unmarshalReply decodes a reply: the hot path's without reflection.
+func unmarshalReply(data []byte, out any) error {
+	switch o := out.(type) {
+	case *events.AdmitReply:
+		return events.DecodeAdmitReply(data, o)
+	case *events.CloseReply:
+		return events.DecodeCloseReply(data, o)
+	}
+	return json.Unmarshal(data, out)
 }
 
 // replyError returns the error a reply carries and its micro status
@@ -397,7 +473,9 @@ func replyError(msg *nats.Msg) (*events.Error, string) {
 		status = msg.Header.Get(micro.ErrorCodeHeader)
 	}
 	var er events.ErrorReply
-	if json.Unmarshal(msg.Data, &er) == nil && er.Error != nil && er.Error.Code != "" {
+	// Only a body with an "error" key can be an error reply: the others
+	// are not decoded twice.
+	if bytes.Contains(msg.Data, []byte(`"error"`)) && json.Unmarshal(msg.Data, &er) == nil && er.Error != nil && er.Error.Code != "" {
 		return er.Error, status
 	}
 	if msg.Header == nil {

@@ -50,6 +50,11 @@ type AdmitRequest struct {
 	Metadata map[string]string `json:"metadata,omitempty"`
 	// Mode is ModeAdmit (the default, also ""), ModeCheck or ModeShadow.
 	Mode string `json:"mode,omitempty"`
+	// Brief asks for a reply without Budgets (each budget's balance after
+	// the admission): a smaller reply to encode, send and decode, for a
+	// caller that does not show them. It is not part of the request's
+	// identity: a retry may set it or not.
+	Brief bool `json:"brief,omitempty"`
 }
 
 // Admit modes.
@@ -322,13 +327,37 @@ type ErrorReply struct {
 
 // DecodeRequest strictly decodes a request body into v: at most
 // MaxPayloadBytes, one JSON object, no unknown fields, no trailing data.
-func DecodeRequest(data []byte, v any) error {
+func DecodeRequest(data []byte, v any) error { return decodeRequest(data, v, true) }
+
+// decodeRequest is DecodeRequest, with or without its fast path.
+func decodeRequest(data []byte, v any, fast bool) error {
 	if len(data) > MaxPayloadBytes {
 		return Errorf(CodePayloadTooLarge, "request is %d bytes; the limit is %d", len(data), MaxPayloadBytes)
 	}
 	if t := bytes.TrimLeft(data, " \t\r\n"); len(t) == 0 || t[0] != '{' {
 		return Errorf(CodeInvalidRequest, "request body must be a JSON object")
 	}
+	// The hot path's requests in their plain spelling are decoded without
+	// reflection; anything else is left to the strict decoder below.
+	switch t := v.(type) {
+	case *AdmitRequest:
+		if fast && fastAdmitRequest(data, t) {
+			return nil
+		}
+	case *SettleRequest:
+		if fast && fastSettleRequest(data, t) {
+			return nil
+		}
+	case *ReleaseRequest:
+		if fast && fastReleaseRequest(data, t) {
+			return nil
+		}
+	}
+	return decodeRequestSlow(data, v)
+}
+
+// decodeRequestSlow is DecodeRequest's strict decoder, by reflection.
+func decodeRequestSlow(data []byte, v any) error {
 	// checkKeys enforces exact, unique, known top-level field names (the
 	// request types are flat: their only nested value is a string map), and
 	// json.Unmarshal rejects malformed JSON, wrong types and trailing data.
@@ -359,6 +388,7 @@ var fieldWants = map[string]string{
 	"tz":             `an IANA time zone string like "Europe/Berlin"`,
 	"disabled":       `true or false`,
 	"allow_zero":     `true or false`,
+	"brief":          `true or false`,
 	"fixed_slot":     `a decimal string like "1.00"`,
 	"ttl":            `a duration string like "30s"`,
 	"metadata":       `an object of string values like {"model":"gpt-4o"}`,

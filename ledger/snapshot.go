@@ -69,6 +69,10 @@ type snapshotState struct {
 	// their voids were stamped (absent in a snapshot written before voids
 	// existed, which holds none).
 	Voids []snapVoid `json:"voids,omitempty"`
+	// Skipped lists the keys whose last revision up to Seq was skipped
+	// (see book.seen), with that revision: the next write of the key
+	// lands after it, while its chain continues from LaneRevs or Budgets.
+	Skipped []snapSkip `json:"skipped,omitempty"`
 }
 
 // snapVoid is one remembered void: the request id, the time of its
@@ -77,6 +81,11 @@ type snapVoid struct {
 	RequestID string    `json:"request_id"`
 	VoidedAt  time.Time `json:"voided_at"`
 	At        time.Time `json:"at"`
+}
+
+type snapSkip struct {
+	Key string `json:"key"`
+	Rev uint64 `json:"rev"`
 }
 
 type snapKey struct {
@@ -143,6 +152,11 @@ func (b *book) exactAt(seq uint64) bool {
 			return false
 		}
 	}
+	for _, rev := range b.seen {
+		if rev > seq {
+			return false
+		}
+	}
 	return true
 }
 
@@ -189,6 +203,10 @@ func (b *book) snapshot(seq uint64) (*snapshotState, error) {
 			st.Voids = append(st.Voids, snapVoid{c.r.RequestID, c.r.OpenedAt, c.at})
 		}
 	}
+	for key, rev := range b.seen {
+		st.Skipped = append(st.Skipped, snapSkip{key, rev})
+	}
+	sort.Slice(st.Skipped, func(i, j int) bool { return st.Skipped[i].Key < st.Skipped[j].Key })
 	return st, nil
 }
 
@@ -237,6 +255,12 @@ func bookFromSnapshot(layout streams.Layout, retention, expiredKeep time.Duratio
 		}
 		b.lanes[k.Key] = k.Rev
 		b.hashes[k.Key] = k.Hash
+	}
+	for _, k := range st.Skipped {
+		if !(streams.IsLaneKey(k.Key) || streams.IsBudgetKey(k.Key)) || k.Rev <= b.valid(k.Key) || k.Rev > st.Seq {
+			return nil, bad("skipped revision %d of %s", k.Rev, k.Key)
+		}
+		b.seen[k.Key] = k.Rev
 	}
 	for _, sr := range st.Reservations {
 		switch sr.Status {

@@ -30,6 +30,9 @@ func ExampleAuthorization() {
 	//         "spendgate.settle"
 	//         "spendgate.release"
 	//         "spendgate.void"
+	//         "spendgate.admit.batch"
+	//         "spendgate.settle.batch"
+	//         "spendgate.release.batch"
 	//       ]
 	//       deny = [
 	//         "$KV.spendgate.>"

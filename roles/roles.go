@@ -238,6 +238,7 @@ func All(l streams.Layout) []Role {
 	replicaSub = append(replicaSub, inbox(Replica)...)
 
 	all := []string{streams.EndpointAdmit, streams.EndpointSettle, streams.EndpointRelease, streams.EndpointVoid,
+		streams.EndpointAdmitBatch, streams.EndpointSettleBatch, streams.EndpointReleaseBatch,
 		streams.EndpointBudgetPut, streams.EndpointBudgetGet, streams.EndpointBudgetList}
 	financePub := append(ep(streams.EndpointBudgetGet, streams.EndpointBudgetList), ledgerReads(l)...)
 	financePub = append(financePub, snapshotReads(l)...)
@@ -253,7 +254,8 @@ func All(l streams.Layout) []Role {
 		{
 			Name:        Service,
 			Description: "a calling service: admit, settle, release and void only",
-			Publish:     Rules{Allow: ep(streams.EndpointAdmit, streams.EndpointSettle, streams.EndpointRelease, streams.EndpointVoid), Deny: writes},
+			Publish: Rules{Allow: ep(streams.EndpointAdmit, streams.EndpointSettle, streams.EndpointRelease, streams.EndpointVoid,
+				streams.EndpointAdmitBatch, streams.EndpointSettleBatch, streams.EndpointReleaseBatch), Deny: writes},
 			Subscribe:   Rules{Allow: inbox(Service)},
 			InboxPrefix: InboxPrefix(l, Service),
 		},

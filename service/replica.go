@@ -179,7 +179,7 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 	}
 	r.feedd = make(chan struct{})
 	if cfg.Feed {
-		if r.Relay, err = feed.NewRelay(js, cfg.Layout, feed.WithLogger(cfg.Log)); err != nil {
+		if r.Relay, err = feed.NewRelay(js, cfg.Layout, feed.WithLogger(cfg.Log), feed.WithTrust(l.Trust)); err != nil {
 			_ = r.Service.Stop()
 			cancel()
 			<-r.done

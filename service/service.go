@@ -29,8 +29,9 @@ const Version = "0.1.0"
 const QueueGroup = "spendgate"
 
 // MaxInFlight is the default bound on the requests one replica handles at
-// once (Config.MaxInFlight). micro calls a handler from one goroutine per
-// endpoint; spendgate hands each request to its own goroutine so concurrent
+// once (Config.MaxInFlight); each item of a batch counts as a request.
+// micro calls a handler from one goroutine per endpoint; spendgate hands
+// each request (and each batch item) to a worker of its own so concurrent
 // admits on a hot budget reach the group commit together. Past the bound a
 // request is answered ledger_busy at once, without touching the ledger, so
 // an overloaded replica refuses fast instead of queueing every caller
@@ -49,6 +50,7 @@ type Service struct {
 	// in flight finish their commits.
 	ctx      context.Context
 	inflight chan struct{}
+	pool     *workers
 	nc       *nats.Conn
 	m        *metrics.Set
 	// lastDispatch is when micro last handed a request to the service
@@ -96,7 +98,7 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 		limit = MaxInFlight
 	}
 	s := &Service{l: cfg.Ledger, a: cfg.Admitter, s: cfg.Settler, now: cfg.Now, log: cfg.Log,
-		ctx: context.Background(), inflight: make(chan struct{}, limit), nc: nc}
+		ctx: context.Background(), inflight: make(chan struct{}, limit), pool: newWorkers(), nc: nc}
 	s.idle = sync.NewCond(&s.mu)
 	if s.now == nil {
 		s.now = time.Now
@@ -120,60 +122,57 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	s.svc = svc
-	add := func(name, desc string, h func(context.Context, []byte) (any, error), tenants bool) error {
-		endpoint, subject := strings.ReplaceAll(name, ".", "_"), layout.Endpoint(name)
+	add := func(name, desc string, h handler, bh batchHandler, single string, tenants bool) error {
+		endpoint, subject := microName(name), layout.Endpoint(name)
 		if tenants {
 			endpoint, subject = "tenant_"+endpoint, layout.TenantEndpoints(name)
 			desc += " (for the tenant named by the subject)"
 		}
 		return svc.AddEndpoint(endpoint, micro.HandlerFunc(func(r micro.Request) {
 			// micro's Request is not safe to use after the handler returns
-			// (its stats read it), so the goroutine gets copies and replies
+			// (its stats read it), so the worker gets copies and replies
 			// on the connection itself.
 			data, reply, subject := r.Data(), r.Reply(), r.Subject()
 			arrived := time.Now()
 			s.lastDispatch.Store(arrived.UnixNano())
-			select {
-			case s.inflight <- struct{}{}:
-			default:
+			if !s.takeSlot() {
 				s.refuseBusy(r, name)
 				return
 			}
-			s.mu.Lock()
-			s.running++
-			s.mu.Unlock()
-			go func() {
-				defer func() {
-					<-s.inflight
-					s.mu.Lock()
-					if s.running--; s.running == 0 {
-						s.idle.Broadcast()
-					}
-					s.mu.Unlock()
-				}()
+			s.pool.run(func() {
+				defer s.freeSlot()
+				if single != "" {
+					s.serveBatch(nc, name, single, subject, reply, data, bh, arrived)
+					return
+				}
 				s.serve(nc, name, subject, reply, data, h, arrived)
-			}()
+			})
 		}),
 			micro.WithEndpointSubject(subject),
 			micro.WithEndpointMetadata(map[string]string{"description": desc}))
 	}
 	for _, e := range []struct {
 		name, desc string
-		h          func(context.Context, []byte) (any, error)
+		h          handler
+		bh         batchHandler
+		single     string // for a batch endpoint, the endpoint of its items
 	}{
-		{streams.EndpointAdmit, "reserve an amount in every budget of the named scopes, or in none", s.admit},
-		{streams.EndpointSettle, "close a reservation with its actual cost", s.settle},
-		{streams.EndpointRelease, "give a whole reservation back", s.release},
-		{streams.EndpointVoid, "void an admit by its request id: release what it reserved, and make sure it never reserves", s.void},
-		{streams.EndpointBudgetPut, "define or change a budget", s.budgetPut},
-		{streams.EndpointBudgetGet, "read a budget and its current balance, or every budget of a scope", s.budgetGet},
-		{streams.EndpointBudgetList, "list budgets", s.budgetList},
+		{streams.EndpointAdmit, "reserve an amount in every budget of the named scopes, or in none", s.admit, nil, ""},
+		{streams.EndpointSettle, "close a reservation with its actual cost", s.settle, nil, ""},
+		{streams.EndpointRelease, "give a whole reservation back", s.release, nil, ""},
+		{streams.EndpointVoid, "void an admit by its request id: release what it reserved, and make sure it never reserves", s.void, nil, ""},
+		{streams.EndpointAdmitBatch, "many admits in one message ({\"items\":[...]}), each answered on its own", nil, s.admitBatch, streams.EndpointAdmit},
+		{streams.EndpointSettleBatch, "many settles in one message ({\"items\":[...]}), each answered on its own", nil, s.settleBatch, streams.EndpointSettle},
+		{streams.EndpointReleaseBatch, "many releases in one message ({\"items\":[...]}), each answered on its own", nil, s.releaseBatch, streams.EndpointRelease},
+		{streams.EndpointBudgetPut, "define or change a budget", s.budgetPut, nil, ""},
+		{streams.EndpointBudgetGet, "read a budget and its current balance, or every budget of a scope", s.budgetGet, nil, ""},
+		{streams.EndpointBudgetList, "list budgets", s.budgetList, nil, ""},
 	} {
 		// Each endpoint twice: for the untenanted deployment on its plain
 		// subject, and for every tenant on "<prefix>t.*.<name>" (see
-		// serve, which takes the tenant from the subject).
+		// withTenant, which takes the tenant from the subject).
 		for _, tenants := range []bool{false, true} {
-			if err := add(e.name, e.desc, e.h, tenants); err != nil {
+			if err := add(e.name, e.desc, e.h, e.bh, e.single, tenants); err != nil {
 				_ = svc.Stop()
 				return nil, err
 			}
@@ -236,61 +235,177 @@ func (s *Service) Stop() error {
 // Info returns the micro service info.
 func (s *Service) Info() micro.Info { return s.svc.Info() }
 
-func (s *Service) serve(nc *nats.Conn, endpoint, subject, reply string, data []byte, h func(context.Context, []byte) (any, error), arrived time.Time) {
-	start := time.Now()
-	s.m.Inflight.Inc()
-	code := metrics.CodeOK
-	var errCode, errMsg string
-	defer func() {
-		s.m.Inflight.Dec()
-		s.m.ObserveRequest(endpoint, code, time.Since(start))
-		s.stats.observe(endpoint, errCode, errMsg, time.Since(arrived))
-	}()
-	ctx, cancel := context.WithTimeout(s.ctx, RequestTimeout)
-	defer cancel()
-	var out any
-	var err error
-	// The one place the tenant is decided: from the subject the request
-	// arrived on, never from its body. A tenant account reaches only
-	// "<prefix>t.<its tenant>.<endpoint>" (its service import fixes the
-	// subject), so a caller cannot choose another tenant. Every handler
-	// and the engine read it with events.TenantFromContext.
-	if tenant, ok := s.l.Layout().TenantOf(subject); ok {
-		if err = events.ValidateTenant(tenant); err == nil {
-			out, err = h(events.ContextWithTenant(ctx, tenant), data)
-		}
-	} else {
-		out, err = h(ctx, data)
+// handler answers one request body: a reply to encode, or an error.
+type handler func(context.Context, []byte) (any, error)
+
+// takeSlot takes an in-flight slot, or reports that none is free.
+func (s *Service) takeSlot() bool {
+	select {
+	case s.inflight <- struct{}{}:
+	default:
+		return false
 	}
-	msg := &nats.Msg{Subject: reply}
-	if err == nil {
-		msg.Data, err = json.Marshal(out)
+	s.mu.Lock()
+	s.running++
+	s.mu.Unlock()
+	return true
+}
+
+// freeSlot gives back a slot taken by takeSlot.
+func (s *Service) freeSlot() {
+	<-s.inflight
+	s.mu.Lock()
+	if s.running--; s.running == 0 {
+		s.idle.Broadcast()
 	}
-	if err != nil {
-		var e *events.Error
-		if !errors.As(err, &e) {
-			s.log.Error("request failed", "subject", subject, "err", err)
-			e = &events.Error{Code: events.CodeInternal, Message: "internal error"}
-		} else if e.Code == events.CodeInternal || e.Code == events.CodeLedgerUnavailable {
-			s.log.Error("request failed", "subject", subject, "err", err)
-		}
-		code = string(e.Code)
-		errCode, errMsg = code, e.Message
-		if e.Code == events.CodeLedgerBusy {
-			s.m.LedgerBusy.With(metrics.BusyConflicts).Inc()
-		}
-		msg.Data, _ = json.Marshal(events.ErrorReply{Error: &events.Error{
-			Code: e.Code, Message: e.Message, ReservationID: e.ReservationID, Status: e.Status,
-		}})
+	s.mu.Unlock()
+}
+
+func (s *Service) serve(nc *nats.Conn, endpoint, subject, reply string, data []byte, h handler, arrived time.Time) {
+	body, e := s.answer(endpoint, subject, data, h, arrived)
+	if reply == "" {
+		return
+	}
+	msg := &nats.Msg{Subject: reply, Data: body}
+	if e != nil {
 		msg.Header = nats.Header{
 			micro.ErrorHeader:     []string{string(e.Code)},
 			micro.ErrorCodeHeader: []string{statusOf(e.Code)},
 		}
 	}
+	if err := nc.PublishMsg(msg); err != nil {
+		s.log.Warn("reply failed", "subject", subject, "err", err)
+	}
+}
+
+// answer handles one request with its own deadline, counts it, and
+// returns the body of its answer, with the error it carries (nil on
+// success).
+func (s *Service) answer(endpoint, subject string, data []byte, h handler, arrived time.Time) (body []byte, e *events.Error) {
+	start := time.Now()
+	s.m.Inflight.Inc()
+	defer s.m.Inflight.Dec()
+	ctx, cancel := context.WithTimeout(s.ctx, RequestTimeout)
+	defer cancel()
+	var out any
+	ctx, err := s.withTenant(ctx, subject)
+	if err == nil {
+		out, err = h(ctx, data)
+	}
+	return s.encode(endpoint, subject, out, err, start, arrived)
+}
+
+// withTenant returns ctx with the tenant of subject, if it names one.
+//
+// It is the one place the tenant is decided: from the subject the request
+// arrived on, never from its body. A tenant account reaches only
+// "<prefix>t.<its tenant>.<endpoint>" (its service import fixes the
+// subject), so a caller cannot choose another tenant. Every handler and the
+// engine read it with events.TenantFromContext.
+func (s *Service) withTenant(ctx context.Context, subject string) (context.Context, error) {
+	tenant, ok := s.l.Layout().TenantOf(subject)
+	if !ok {
+		return ctx, nil
+	}
+	if err := events.ValidateTenant(tenant); err != nil {
+		return ctx, err
+	}
+	return events.ContextWithTenant(ctx, tenant), nil
+}
+
+// encode counts one answer (a request's, or a batch item's) and returns
+// its body, with the error it carries (nil on success).
+func (s *Service) encode(endpoint, subject string, out any, err error, start, arrived time.Time) (body []byte, e *events.Error) {
+	code := metrics.CodeOK
+	var errCode, errMsg string
+	defer func() {
+		s.m.ObserveRequest(endpoint, code, time.Since(start))
+		s.stats.observe(endpoint, errCode, errMsg, time.Since(arrived))
+	}()
+	if err == nil {
+		if body, err = marshalReply(out); err == nil {
+			return body, nil
+		}
+	}
+	if !errors.As(err, &e) {
+		s.log.Error("request failed", "subject", subject, "err", err)
+		e = &events.Error{Code: events.CodeInternal, Message: "internal error"}
+	} else if e.Code == events.CodeInternal || e.Code == events.CodeLedgerUnavailable {
+		s.log.Error("request failed", "subject", subject, "err", err)
+	}
+	code = string(e.Code)
+	errCode, errMsg = code, e.Message
+	if e.Code == events.CodeLedgerBusy {
+		s.m.LedgerBusy.With(metrics.BusyConflicts).Inc()
+	}
+	body = events.AppendErrorReply(nil, &events.ErrorReply{Error: &events.Error{
+		Code: e.Code, Message: e.Message, ReservationID: e.ReservationID, Status: e.Status,
+	}})
+	return body, e
+}
+
+// marshalReply encodes a reply: the hot path's without reflection.
+func marshalReply(out any) ([]byte, error) {
+	switch r := out.(type) {
+	case events.AdmitReply:
+		return events.AppendAdmitReply(make([]byte, 0, 512), &r), nil
+	case events.CloseReply:
+		return events.AppendCloseReply(make([]byte, 0, 256), &r), nil
+	}
+	return json.Marshal(out)
+}
+
+// batchHandler answers the items of a batch, each on its own: out[i] or
+// errs[i] answers items[i].
+type batchHandler func(ctx context.Context, items []json.RawMessage) (out []any, errs []error)
+
+// serveBatch answers a batch request (events.BatchRequest) on endpoint:
+// every item is handled as a single request of the endpoint single would
+// be, with an in-flight slot and the request deadline of its own, all of
+// them submitted to the ledger at once so that they fold into the same
+// group commits, and the reply lists their answers in order. Only a
+// malformed envelope fails the whole message.
+func (s *Service) serveBatch(nc *nats.Conn, endpoint, single, subject, reply string, data []byte, h batchHandler, arrived time.Time) {
+	items, err := events.DecodeBatch(data)
+	if err == nil {
+		_, err = s.withTenant(s.ctx, subject)
+	}
+	if err != nil {
+		s.serve(nc, endpoint, subject, reply, data, func(context.Context, []byte) (any, error) { return nil, err }, arrived)
+		return
+	}
+	s.stats.observe(endpoint, "", "", 0)
+	start := time.Now()
+	bodies := make([][]byte, len(items))
+	taken := make([]json.RawMessage, 0, len(items))
+	idx := make([]int, 0, len(items))
+	for i, item := range items {
+		if !s.takeSlot() {
+			s.m.LedgerBusy.With(metrics.BusyInflight).Inc()
+			s.m.ObserveRequest(single, string(events.CodeLedgerBusy), 0)
+			s.stats.observe(single, string(events.CodeLedgerBusy), "in-flight limit", 0)
+			bodies[i] = busyReply
+			continue
+		}
+		taken = append(taken, item)
+		idx = append(idx, i)
+	}
+	if len(taken) > 0 {
+		s.m.Inflight.Add(float64(len(taken)))
+		ctx, cancel := context.WithTimeout(s.ctx, RequestTimeout)
+		ctx, _ = s.withTenant(ctx, subject)
+		outs, errs := h(ctx, taken)
+		cancel()
+		s.m.Inflight.Add(-float64(len(taken)))
+		for j, i := range idx {
+			bodies[i], _ = s.encode(single, subject, outs[j], errs[j], start, arrived)
+			s.freeSlot()
+		}
+	}
 	if reply == "" {
 		return
 	}
-	if err := nc.PublishMsg(msg); err != nil {
+	if err := nc.Publish(reply, events.EncodeBatchReply(bodies)); err != nil {
 		s.log.Warn("reply failed", "subject", subject, "err", err)
 	}
 }
@@ -336,25 +451,32 @@ func (s *Service) admit(ctx context.Context, data []byte) (any, error) {
 		return nil, err
 	}
 	reply, err := s.a.Admit(ctx, req)
-	if err == nil && reply.Mode != "" {
+	s.countAdmit(ctx, req, reply, err)
+	return reply, err
+}
+
+// countAdmit counts an admit's answer in the metrics and keeps a denial in
+// the recent denials.
+func (s *Service) countAdmit(ctx context.Context, req events.AdmitRequest, reply events.AdmitReply, err error) {
+	if err != nil {
+		return
+	}
+	if reply.Mode != "" {
 		// Check and shadow answers are counted apart from real admits.
 		if reply.Admitted {
 			s.m.AdmitChecks.With(reply.Mode, metrics.ResultAdmitted, "").Inc()
 		} else if reply.Denial != nil {
 			s.m.AdmitChecks.With(reply.Mode, metrics.ResultDenied, string(reply.Denial.Reason)).Inc()
 		}
-		return reply, nil
+		return
 	}
-	if err == nil {
-		if reply.Admitted {
-			s.m.Admits.With(metrics.ResultAdmitted, "").Inc()
-		} else if reply.Denial != nil {
-			s.m.Admits.With(metrics.ResultDenied, string(reply.Denial.Reason)).Inc()
-			s.denials.add(DeniedAdmit{At: s.now().UTC(), Tenant: events.TenantFromContext(ctx), RequestID: req.RequestID, Scopes: req.Scopes, Amount: req.Amount,
-				Unit: req.Unit, Metadata: req.Metadata, Denial: *reply.Denial})
-		}
+	if reply.Admitted {
+		s.m.Admits.With(metrics.ResultAdmitted, "").Inc()
+	} else if reply.Denial != nil {
+		s.m.Admits.With(metrics.ResultDenied, string(reply.Denial.Reason)).Inc()
+		s.denials.add(DeniedAdmit{At: s.now().UTC(), Tenant: events.TenantFromContext(ctx), RequestID: req.RequestID, Scopes: req.Scopes, Amount: req.Amount,
+			Unit: req.Unit, Metadata: req.Metadata, Denial: *reply.Denial})
 	}
-	return reply, err
 }
 
 func (s *Service) settle(ctx context.Context, data []byte) (any, error) {
@@ -379,6 +501,51 @@ func (s *Service) void(ctx context.Context, data []byte) (any, error) {
 		return nil, err
 	}
 	return s.s.Void(ctx, req)
+}
+
+// decodeItems decodes every item of a batch into a request of type T: the
+// requests that decoded, the index of each in items, and every item's
+// decoding error (nil for those that decoded).
+func decodeItems[T any](items []json.RawMessage) (reqs []T, idx []int, errs []error) {
+	errs = make([]error, len(items))
+	for i, item := range items {
+		var req T
+		if errs[i] = events.DecodeRequest(item, &req); errs[i] == nil {
+			reqs = append(reqs, req)
+			idx = append(idx, i)
+		}
+	}
+	return reqs, idx, errs
+}
+
+// gather places the answers of the decoded requests back among the items.
+func gather[R any](n int, idx []int, replies []R, rerrs []error, errs []error) ([]any, []error) {
+	out := make([]any, n)
+	for j, i := range idx {
+		out[i], errs[i] = replies[j], rerrs[j]
+	}
+	return out, errs
+}
+
+func (s *Service) admitBatch(ctx context.Context, items []json.RawMessage) ([]any, []error) {
+	reqs, idx, errs := decodeItems[events.AdmitRequest](items)
+	replies, rerrs := s.a.AdmitAll(ctx, reqs)
+	for j := range reqs {
+		s.countAdmit(ctx, reqs[j], replies[j], rerrs[j])
+	}
+	return gather(len(items), idx, replies, rerrs, errs)
+}
+
+func (s *Service) settleBatch(ctx context.Context, items []json.RawMessage) ([]any, []error) {
+	reqs, idx, errs := decodeItems[events.SettleRequest](items)
+	replies, rerrs := s.s.SettleAll(ctx, reqs)
+	return gather(len(items), idx, replies, rerrs, errs)
+}
+
+func (s *Service) releaseBatch(ctx context.Context, items []json.RawMessage) ([]any, []error) {
+	reqs, idx, errs := decodeItems[events.ReleaseRequest](items)
+	replies, rerrs := s.s.ReleaseAll(ctx, reqs)
+	return gather(len(items), idx, replies, rerrs, errs)
 }
 
 func (s *Service) budgetPut(ctx context.Context, data []byte) (any, error) {

@@ -53,14 +53,39 @@ const (
 // actual); CodeLedgerBusy, CodeLedgerUnavailable. CodeAlreadyReleased and
 // CodeAlreadySettled carry the reservation's ReservationID and Status.
 func (s *Settler) Settle(ctx context.Context, req events.SettleRequest) (events.CloseReply, error) {
-	if err := events.ValidateToken("reservation_id", req.ReservationID, events.MaxIDLen); err != nil {
-		return events.CloseReply{}, err
+	out, errs := s.SettleAll(ctx, []events.SettleRequest{req})
+	return out[0], errs[0]
+}
+
+// SettleAll settles every request of reqs as Settle would, each answered
+// on its own (out[i], errs[i] answer reqs[i]), submitted to the ledger at
+// once so that they fold into the same group commits.
+func (s *Settler) SettleAll(ctx context.Context, reqs []events.SettleRequest) (out []events.CloseReply, errs []error) {
+	txs, errs := make([]*closeTx, len(reqs)), make([]error, len(reqs))
+	for i, req := range reqs {
+		if errs[i] = events.ValidateToken("reservation_id", req.ReservationID, events.MaxIDLen); errs[i] != nil {
+			continue
+		}
+		actual, err := events.ParseMoney(req.Actual)
+		if errs[i] = err; err != nil {
+			continue
+		}
+		txs[i], errs[i] = s.prepare(ctx, req.ReservationID, kindSettle, actual)
 	}
-	actual, err := events.ParseMoney(req.Actual)
-	if err != nil {
-		return events.CloseReply{}, err
+	return s.submit(ctx, txs, errs)
+}
+
+// ReleaseAll releases every request of reqs as Release would, each
+// answered on its own, submitted to the ledger at once.
+func (s *Settler) ReleaseAll(ctx context.Context, reqs []events.ReleaseRequest) (out []events.CloseReply, errs []error) {
+	txs, errs := make([]*closeTx, len(reqs)), make([]error, len(reqs))
+	for i, req := range reqs {
+		if errs[i] = events.ValidateToken("reservation_id", req.ReservationID, events.MaxIDLen); errs[i] != nil {
+			continue
+		}
+		txs[i], errs[i] = s.prepare(ctx, req.ReservationID, kindRelease, events.Money{})
 	}
-	return s.close(ctx, req.ReservationID, kindSettle, actual)
+	return s.submit(ctx, txs, errs)
 }
 
 // Release gives a whole reservation back. Releasing a released or expired
@@ -71,10 +96,8 @@ func (s *Settler) Settle(ctx context.Context, req events.SettleRequest) (events.
 // CodeAlreadySettled (with the reservation's
 // ReservationID and Status); CodeLedgerBusy, CodeLedgerUnavailable.
 func (s *Settler) Release(ctx context.Context, req events.ReleaseRequest) (events.CloseReply, error) {
-	if err := events.ValidateToken("reservation_id", req.ReservationID, events.MaxIDLen); err != nil {
-		return events.CloseReply{}, err
-	}
-	return s.close(ctx, req.ReservationID, kindRelease, events.Money{})
+	out, errs := s.ReleaseAll(ctx, []events.ReleaseRequest{req})
+	return out[0], errs[0]
 }
 
 // Expire releases reservation id with reason expired if it is still open and
@@ -87,28 +110,57 @@ func (s *Settler) Expire(ctx context.Context, id string) (events.CloseReply, err
 }
 
 func (s *Settler) close(ctx context.Context, id string, k kind, actual events.Money) (events.CloseReply, error) {
+	tx, err := s.prepare(ctx, id, k, actual)
+	out, errs := s.submit(ctx, []*closeTx{tx}, []error{err})
+	return out[0], errs[0]
+}
+
+// prepare finds reservation id (after a sync if this replica has not seen
+// it, or has not seen it as the caller's tenant's) and returns the Tx that
+// closes it.
+func (s *Settler) prepare(ctx context.Context, id string, k kind, actual events.Money) (*closeTx, error) {
 	// A caller closes only its own tenant's reservations; the sweeper
 	// expires everyone's.
 	tenant, sweeper := events.TenantFromContext(ctx), k == kindExpire
 	r, ok := s.l.Reservation(id)
 	if !ok || !(sweeper || ownedBy(r, tenant)) {
 		if err := s.l.Sync(ctx); err != nil {
-			return events.CloseReply{}, err
+			return nil, err
 		}
 		if r, ok = s.l.Reservation(id); !ok || !(sweeper || ownedBy(r, tenant)) {
 			// Another tenant's reservation is answered exactly as one
 			// that does not exist: no tenant learns what another holds.
-			return events.CloseReply{}, events.Errorf(events.CodeUnknownReservation, "reservation %s is unknown", id)
+			return nil, events.Errorf(events.CodeUnknownReservation, "reservation %s is unknown", id)
 		}
 	}
-	tx := &closeTx{id: id, kind: k, actual: actual, now: s.now().UTC(), refs: r.Balances}
-	if err := s.l.Submit(ctx, tx); err != nil {
-		return events.CloseReply{}, err
+	return &closeTx{id: id, kind: k, actual: actual, now: s.now().UTC(), refs: r.Balances}, nil
+}
+
+// submit submits every non-nil Tx of txs whose errs entry is nil, at once,
+// and returns each one's answer.
+func (s *Settler) submit(ctx context.Context, txs []*closeTx, errs []error) ([]events.CloseReply, []error) {
+	out := make([]events.CloseReply, len(txs))
+	var sub []ledger.Tx
+	var idx []int
+	for i, tx := range txs {
+		if tx != nil && errs[i] == nil {
+			sub = append(sub, tx)
+			idx = append(idx, i)
+		}
 	}
-	if tenant != "" {
-		tx.reply.Balances = events.LocalBalances(tx.reply.Balances)
+	if len(sub) == 0 {
+		return out, errs
 	}
-	return tx.reply, nil
+	tenant := events.TenantFromContext(ctx)
+	for j, err := range s.l.SubmitAll(ctx, sub) {
+		if errs[idx[j]] = err; err == nil {
+			out[idx[j]] = txs[idx[j]].reply
+			if tenant != "" {
+				out[idx[j]].Balances = events.LocalBalances(out[idx[j]].Balances)
+			}
+		}
+	}
+	return out, errs
 }
 
 // ownedBy reports whether every balance of r belongs to tenant ("" for the

@@ -361,6 +361,12 @@ const (
 	EndpointBudgetPut  = "budget.put"
 	EndpointBudgetGet  = "budget.get"
 	EndpointBudgetList = "budget.list"
+	// EndpointAdmitBatch, EndpointSettleBatch and EndpointReleaseBatch
+	// take many requests of their kind in one message
+	// (events.BatchRequest) and answer each on its own.
+	EndpointAdmitBatch   = "admit.batch"
+	EndpointSettleBatch  = "settle.batch"
+	EndpointReleaseBatch = "release.batch"
 )
 
 // Endpoint returns the subject of an endpoint ("spendgate.admit").
@@ -585,3 +591,11 @@ func EnsureFeed(ctx context.Context, js jetstream.JetStream, l Layout) (jetstrea
 // BudgetKeysFilter matches every budget definition key
 // ("$KV.<bucket>.budget.>").
 func (l Layout) BudgetKeysFilter() string { return l.KeyPrefix() + budgetFamily + ".>" }
+
+// Revision signature headers (package signing writes and checks them): the
+// public nkey of the signer, and the base64url (no padding) Ed25519
+// signature over signing.Input(key, payload).
+const (
+	HeaderSigKey = "Spendgate-Sig-Key"
+	HeaderSig    = "Spendgate-Sig"
+)

@@ -40,6 +40,7 @@ type replayFlags struct {
 	from, to string
 	scopes   multiFlag
 	tenant   string
+	trusted  string
 }
 
 func (r *replayFlags) register(fs *flag.FlagSet) {
@@ -49,6 +50,7 @@ func (r *replayFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.to, "to", "", "only reservations opened before this RFC 3339 time")
 	fs.Var(&r.scopes, "scope", "only reservations admitted in this scope KIND:ID (repeatable: any of them); a tenant's as TENANT/KIND:ID, or KIND:ID with --tenant")
 	fs.StringVar(&r.tenant, "tenant", "", "only this tenant's reservations")
+	fs.StringVar(&r.trusted, "trusted-keys", os.Getenv("SPENDGATE_TRUSTED_KEYS"), trustedKeysUsage)
 }
 
 // filter validates the selection flags into a projector.Filter; the error
@@ -97,6 +99,10 @@ func (r *replayFlags) projector(name string) (*projector.Projector, context.Cont
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	trust, err := parseTrusted(r.trusted)
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	nc, err := r.client.connect("spendgate-" + name)
 	if err != nil {
 		return nil, nil, nil, err
@@ -107,5 +113,5 @@ func (r *replayFlags) projector(name string) (*projector.Projector, context.Cont
 		return nil, nil, nil, err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	return projector.New(js, layout), ctx, func() { stop(); nc.Close() }, nil
+	return projector.New(js, layout, projector.Verifying(trust)), ctx, func() { stop(); nc.Close() }, nil
 }

@@ -275,7 +275,9 @@ func hashRequest(r request) string {
 //
 // Errors (*events.Error), in precedence order: the validation errors of
 // Validate; CodeInvalidIdentifier (ctx's tenant); CodeInvalidUnit (a unit
-// other than the model's price); CodeIdempotencyMismatch (the request id was used with another
+// other than the model's price); CodeRequestVoided (the request id was
+// voided, see settle.Settler.Void: nothing is reserved, however often it
+// is retried); CodeIdempotencyMismatch (the request id was used with another
 // body; it carries that reservation's ReservationID and Status);
 // CodeLedgerBusy, CodeLedgerUnavailable. On any error nothing was
 // reserved.
@@ -561,6 +563,10 @@ func (t *admitTx) Balances() []events.BalanceRef { return t.refs }
 
 func (t *admitTx) Decide(v *ledger.View) (events.Events, error) {
 	t.reply = events.AdmitReply{RequestID: t.req.id, Mode: t.req.replyMode()}
+	if v.Voided(t.req.id) {
+		return nil, events.Errorf(events.CodeRequestVoided,
+			"request_id %s was voided; nothing is reserved for it (use a new request id)", events.LocalRequestID(t.req.id))
+	}
 	if prior, ok := v.ByRequest(t.req.id); ok {
 		if prior.RequestHash != t.req.hash {
 			return nil, events.ReservationErrorf(events.CodeIdempotencyMismatch, prior.ID, prior.Status,

@@ -396,6 +396,7 @@ func (b *bencher) ledgerStats() ledger.Stats {
 		st.Txs += s.Txs
 		st.Conflicts += s.Conflicts
 		st.SyncReads += s.SyncReads
+		st.Timeouts += s.Timeouts
 	}
 	return st
 }

@@ -126,9 +126,18 @@ func (c *Client) errorLog() *slog.Logger {
 //     Reservation whose FailedOpen is true, and logs it at WARN.
 //   - ctx's error, wrapped, if ctx ended before an answer; never fails open.
 //
-// When every reply was lost, the service may have reserved without the
-// client knowing; that reservation expires after its TTL and the sweeper
-// gives it back.
+// When the admit's outcome is unknown (every attempt timed out or was
+// answered ledger_busy, ledger_unavailable or internal, or ctx ended
+// mid-request), the service may have reserved without the client knowing.
+// Admit then voids the request id (before it returns the fail-closed
+// denial; in the background once ctx has ended, so that a cancelled caller
+// returns at once) (Void, with the
+// admit's scopes, under context.WithoutCancel and its own timeout ×
+// attempts): a reservation that landed is released at once, and an admit
+// still in flight reserves nothing when it lands. The DeniedError's Void
+// holds the void's reply; if the void failed too (the ledger is down), it
+// is nil, the failure is logged at WARN, and a reservation that landed expires
+// after its TTL.
 func (c *Client) Admit(ctx context.Context, req events.AdmitRequest) (*Reservation, error) {
 	if req.RequestID == "" {
 		req.RequestID = uuid.NewString()
@@ -140,8 +149,15 @@ func (c *Client) Admit(ctx context.Context, req events.AdmitRequest) (*Reservati
 	err := c.request(ctx, streams.EndpointAdmit, req, &reply)
 	if err != nil {
 		if !errors.Is(err, ErrUnavailable) {
+			if ctx.Err() != nil && !isRefusal(err) {
+				// The caller gave up mid-request: the admit may have
+				// landed. Void it so that it holds nothing, without
+				// holding the caller (it returns ctx's error at once).
+				go c.voidUnknown(ctx, req, err)
+			}
 			return nil, err
 		}
+		void := c.voidUnknown(ctx, req, err)
 		if c.failOpen != nil {
 			return c.admitFailedOpen(req, err), nil
 		}
@@ -153,7 +169,8 @@ func (c *Client) Admit(ctx context.Context, req events.AdmitRequest) (*Reservati
 				Unit:      req.Unit,
 				Requested: req.Amount,
 			},
-			Err: err,
+			Err:  err,
+			Void: void,
 		}
 	}
 	if reply.RequestID == "" {
@@ -167,6 +184,39 @@ func (c *Client) Admit(ctx context.Context, req events.AdmitRequest) (*Reservati
 		return nil, &DeniedError{RequestID: reply.RequestID, Denial: d}
 	}
 	return &Reservation{c: c, reply: reply}, nil
+}
+
+// voidUnknown voids the request id of an admit whose outcome is unknown
+// (cause), and returns the void's reply, or nil if it failed (logged).
+func (c *Client) voidUnknown(ctx context.Context, req events.AdmitRequest, cause error) *events.VoidReply {
+	v, err := c.Void(ctx, events.VoidRequest{RequestID: req.RequestID, Scopes: req.Scopes})
+	if err != nil {
+		c.errorLog().Warn("spendgate: the admit's outcome is unknown and voiding its request id failed; a reservation it made expires after its TTL",
+			"request_id", req.RequestID, "scopes", req.Scopes, "admit_err", cause, "err", err)
+		return nil
+	}
+	return &v
+}
+
+// Void voids an admit by its request id, whether or not the admit has
+// landed: its reservation, if open, is released (reason voided), and an
+// admit with that request id that lands later reserves nothing (the
+// service answers request_voided, which Admit returns as an error
+// matching ErrConflict). req.Scopes must name the admit's scopes. Like
+// Release, it runs under context.WithoutCancel(ctx) with the client's own
+// timeout × attempts, and retries; voiding again answers Replayed. Admit
+// calls it itself when an admit's outcome is unknown.
+//
+// Errors, in precedence order: the service's refusal, an *events.Error
+// matching ErrInvalid (invalid_identifier, invalid_request) or ErrConflict
+// (already_settled: the admit landed and was settled); then an
+// *UnavailableError matching ErrUnavailable.
+func (c *Client) Void(ctx context.Context, req events.VoidRequest) (events.VoidReply, error) {
+	var reply events.VoidReply
+	if err := c.request(context.WithoutCancel(ctx), streams.EndpointVoid, req, &reply); err != nil {
+		return events.VoidReply{}, err
+	}
+	return reply, nil
 }
 
 // admitFailedOpen builds and logs a fail-open admission.

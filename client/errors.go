@@ -66,6 +66,11 @@ type DeniedError struct {
 	Denial events.Denial
 	// Err is the cause of a fail-closed denial; nil for a budget's denial.
 	Err error
+	// Void is, for a fail-closed denial, the reply of the void the client
+	// sent for the request id (see Client.Void): nothing is or will be
+	// reserved for it. Nil when the void failed too, or for a budget's
+	// denial.
+	Void *events.VoidReply
 }
 
 // Error describes the denial.
@@ -129,6 +134,13 @@ type refusal struct {
 func (r *refusal) Error() string   { return r.err.Error() }
 func (r *refusal) Unwrap() []error { return []error{r.err, r.class} }
 
+// isRefusal reports whether err is the service's (or the client's) refusal
+// of the request: an answer, so nothing was reserved.
+func isRefusal(err error) bool {
+	var r *refusal
+	return errors.As(err, &r)
+}
+
 // unavailable is the error for a request the ledger did not answer.
 func unavailable(subject string, cause error) *UnavailableError {
 	return &UnavailableError{Subject: subject, Code: events.CodeLedgerUnavailable,
@@ -145,7 +157,7 @@ func classify(subject string, e *events.Error, status string) error {
 		return &UnavailableError{Subject: subject, Code: e.Code, Message: e.Message}
 	case events.CodeUnknownReservation, events.CodeUnknownBudget:
 		return &refusal{err: e, class: ErrNotFound}
-	case events.CodeIdempotencyMismatch, events.CodeAlreadySettled, events.CodeAlreadyReleased:
+	case events.CodeIdempotencyMismatch, events.CodeAlreadySettled, events.CodeAlreadyReleased, events.CodeRequestVoided:
 		return &refusal{err: e, class: ErrConflict}
 	case events.CodeInvalidRequest, events.CodePayloadTooLarge, events.CodeInvalidAmount,
 		events.CodeInvalidIdentifier, events.CodeInvalidTTL, events.CodeInvalidPeriod,

@@ -122,6 +122,15 @@ func WithTimeout(d time.Duration) Option {
 // included (default DefaultAttempts); it must be in [1, MaxAttempts].
 // Only failures that leave the request unanswered are retried: timeouts, no
 // responders, ledger_busy and ledger_unavailable.
+//
+// Sizing: a request rides through a leader change of the ledger stream
+// when timeout × attempts exceeds it. The defaults (6 s) cover a graceful
+// change (a step-down, a node shut down: under a second). A hard loss of
+// the stream leader (its process killed or paused, its machine gone) lasts
+// nats-server's raft election timeout, 4-9 s, plus one commit attempt; for
+// it use about 10 s or more, e.g. WithTimeout(2*time.Second) with
+// WithRetries(6). A shorter budget fails closed during the election (and
+// voids the admit, see Client.Admit).
 func WithRetries(attempts int) Option {
 	return func(o *options) error {
 		if attempts < 1 || attempts > MaxAttempts {

@@ -162,6 +162,16 @@ func AppendEvent(b []byte, e Event) ([]byte, error) {
 			return b, &Error{Code: CodeInternal, Message: "encoding budget definition", Err: err}
 		}
 		return append(b, data...), nil
+	case RequestVoided:
+		// A void is off the hot path: encoding/json writes it.
+		data, err := json.Marshal(struct {
+			Type Type `json:"type"`
+			RequestVoided
+		}{TypeRequestVoided, e})
+		if err != nil {
+			return b, &Error{Code: CodeInternal, Message: "encoding request void", Err: err}
+		}
+		return append(b, data...), nil
 	case ReservationOpened:
 		b = appendReservationHead(b, TypeReservationOpened, e.ReservationID)
 		b = appendKey(b, "request_id")

@@ -51,6 +51,9 @@ const (
 	// CodeAlreadyReleased: settle or release of a reservation that was
 	// already released (by a caller, or expired by the sweeper).
 	CodeAlreadyReleased Code = "already_released"
+	// CodeRequestVoided: an admit whose request id was voided (see
+	// RequestVoided); nothing was reserved.
+	CodeRequestVoided Code = "request_voided"
 	// CodeLedgerBusy: the commit lost compare-and-set too many times in a
 	// row; nothing changed and the caller may retry with the same id.
 	CodeLedgerBusy Code = "ledger_busy"

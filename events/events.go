@@ -22,6 +22,7 @@ const (
 	TypeReservationOpened   Type = "reservation.opened.v1"
 	TypeReservationSettled  Type = "reservation.settled.v1"
 	TypeReservationReleased Type = "reservation.released.v1"
+	TypeRequestVoided       Type = "request.voided.v1"
 )
 
 // Event is one past-tense fact in the book of record.
@@ -129,6 +130,7 @@ type ReservationSettled struct {
 const (
 	ReasonReleased = "released" // the caller gave it back
 	ReasonExpired  = "expired"  // the sweeper released it after ExpiresAt
+	ReasonVoided   = "voided"   // its request id was voided (see RequestVoided)
 )
 
 // ReservationReleased: the whole reservation went back to the budget.
@@ -140,11 +142,29 @@ type ReservationReleased struct {
 	At            time.Time  `json:"at"`
 }
 
+// RequestVoided: request id RequestID was voided, a tombstone. No admit
+// with that request id may reserve while the ledger remembers the
+// tombstone (its idempotency window); an admit of it is answered
+// CodeRequestVoided. A void is written into one balance of each scope of
+// the void that has a budget (Balance), so it lands in every commit lane
+// an admit of those scopes writes, under the same compare-and-set; it
+// changes no number of the balance. ReservationID names the reservation
+// the void released (with a ReservationReleased of reason ReasonVoided in
+// the same revision), empty when the admit had not landed.
+type RequestVoided struct {
+	RequestID     string     `json:"request_id"`
+	Balance       BalanceRef `json:"balance"`
+	Scopes        []Scope    `json:"scopes"`
+	ReservationID string     `json:"reservation_id,omitempty"`
+	At            time.Time  `json:"at"`
+}
+
 func (BudgetDefined) EventType() Type       { return TypeBudgetDefined }
 func (BudgetDefinedV2) EventType() Type     { return TypeBudgetDefinedV2 }
 func (ReservationOpened) EventType() Type   { return TypeReservationOpened }
 func (ReservationSettled) EventType() Type  { return TypeReservationSettled }
 func (ReservationReleased) EventType() Type { return TypeReservationReleased }
+func (RequestVoided) EventType() Type       { return TypeRequestVoided }
 
 // EncodeEvent writes e as a JSON object with its "type" first.
 func EncodeEvent(e Event) ([]byte, error) { return AppendEvent(nil, e) }
@@ -227,6 +247,14 @@ func DecodeEvent(b []byte) (Event, error) {
 		}
 		if err = strict(&v); err == nil {
 			return v.ReservationReleased, nil
+		}
+	case TypeRequestVoided:
+		var v struct {
+			Type Type `json:"type"`
+			RequestVoided
+		}
+		if err = strict(&v); err == nil {
+			return v.RequestVoided, nil
 		}
 	default:
 		return nil, Errorf(CodeInvalidRequest, "unknown event type %q", head.Type)

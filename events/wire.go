@@ -171,6 +171,39 @@ type ReleaseRequest struct {
 	ReservationID string `json:"reservation_id"`
 }
 
+// VoidRequest voids an admit by its request id, whether or not the admit
+// has landed: a reservation it opened is released (reason voided), and an
+// admit with that request id that arrives later reserves nothing (it is
+// answered request_voided). Scopes must name the admit's scopes (at least
+// one of them; the same list is simplest): the void is recorded in the
+// commit lanes of those scopes, which is where the admit's compare-and-set
+// meets it.
+type VoidRequest struct {
+	RequestID string   `json:"request_id"`
+	Scopes    []string `json:"scopes"`
+}
+
+// VoidReply answers a void.
+type VoidReply struct {
+	RequestID string `json:"request_id"`
+	// Status is "voided".
+	Status string `json:"status"`
+	// ReservationID is the admit's reservation, when it had landed;
+	// ReservationStatus is that reservation's status after the void
+	// (released, or expired when the sweeper had already given it back).
+	ReservationID     string `json:"reservation_id,omitempty"`
+	ReservationStatus string `json:"reservation_status,omitempty"`
+	// Reserved is what the void gave back ("" when nothing).
+	Reserved string       `json:"reserved,omitempty"`
+	Balances []BalanceRef `json:"balances,omitempty"`
+	// Replayed is true when the request id was already voided and
+	// nothing changed now.
+	Replayed bool `json:"replayed,omitempty"`
+}
+
+// StatusVoided is the status of a void.
+const StatusVoided = "voided"
+
 // Reservation statuses.
 const (
 	StatusOpen     = "open"

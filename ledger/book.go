@@ -42,6 +42,10 @@ type book struct {
 	seen         map[string]uint64
 	reservations map[string]*Reservation
 	requests     map[string]*Reservation // by request id
+	// voids are the voided request ids (events.RequestVoided), each a
+	// tombstone kept as a *Reservation of status StatusVoided and no
+	// balances, forgotten after the retention of a closed reservation.
+	voids map[string]*Reservation
 	// due indexes the open reservations by expiry.
 	due dueIndex
 	// closed and expired queue closed reservations in the order the
@@ -50,9 +54,9 @@ type book struct {
 	// (a committer applies its own revision before the follower sees it);
 	// serverNow is the JetStream timestamp of the last message the
 	// follower folded.
-	closed, expired []closedRes
-	pending         []pendingClose
-	serverNow       time.Time
+	closed, expired, voided []closedRes
+	pending                 []pendingClose
+	serverNow               time.Time
 
 	retention, expiredKeep time.Duration
 }
@@ -71,6 +75,7 @@ func newBook(layout streams.Layout, retention, expiredKeep time.Duration) *book 
 		seen:         map[string]uint64{},
 		reservations: map[string]*Reservation{},
 		requests:     map[string]*Reservation{},
+		voids:        map[string]*Reservation{},
 		retention:    retention,
 		expiredKeep:  expiredKeep,
 	}
@@ -229,6 +234,12 @@ type closedRes struct {
 type pendingClose struct {
 	r   *Reservation
 	seq uint64
+	// status is r's status when it closed: the queue its retention runs
+	// in is decided by it, not by r's status when the close is stamped (a
+	// reservation that expired and was then settled late, both before the
+	// follower stamped either, is queued once as expired and once as
+	// closed, as it is when the follower stamps between the two).
+	status string
 }
 
 // closeRes queues r, which closed in the revision at seq, for forgetting
@@ -240,7 +251,7 @@ type pendingClose struct {
 // close after a quiet spell is remembered for the whole retention from the
 // close, not from the last write before it.
 func (b *book) closeRes(r *Reservation, seq uint64) {
-	b.pending = append(b.pending, pendingClose{r, seq})
+	b.pending = append(b.pending, pendingClose{r, seq, r.Status})
 }
 
 // forgetUntil records that the follower folded the message at seq, whose
@@ -256,8 +267,10 @@ func (b *book) forgetUntil(seq uint64, t time.Time) {
 		switch {
 		case p.seq > seq:
 			kept = append(kept, p)
-		case p.r.Status == events.StatusExpired:
+		case p.status == events.StatusExpired:
 			b.expired = append(b.expired, closedRes{p.r, b.serverNow})
+		case p.status == events.StatusVoided:
+			b.voided = append(b.voided, closedRes{p.r, b.serverNow})
 		default:
 			b.closed = append(b.closed, closedRes{p.r, b.serverNow})
 		}
@@ -266,13 +279,18 @@ func (b *book) forgetUntil(seq uint64, t time.Time) {
 	b.pending = kept
 	b.closed = b.forget(b.closed, t.Add(-b.retention))
 	b.expired = b.forget(b.expired, t.Add(-b.expiredKeep))
+	b.voided = b.forget(b.voided, t.Add(-b.retention))
 }
 
 func (b *book) forget(q []closedRes, before time.Time) []closedRes {
 	n := 0
 	for n < len(q) && q[n].at.Before(before) {
 		r := q[n].r
-		if r.Status != events.StatusOpen && b.reservations[r.ID] == r {
+		if r.Status == events.StatusVoided {
+			if b.voids[r.RequestID] == r {
+				delete(b.voids, r.RequestID)
+			}
+		} else if r.Status != events.StatusOpen && b.reservations[r.ID] == r {
 			delete(b.reservations, r.ID)
 			if b.requests[r.RequestID] == r {
 				delete(b.requests, r.RequestID)
@@ -325,6 +343,14 @@ func (b *book) applyEvent(bl *balance, key string, seq uint64, e events.Event) {
 		}
 	case events.ThresholdCrossed:
 		bl.alerted = append(bl.alerted, e.Threshold)
+	case events.RequestVoided:
+		// A void names one balance per scope: the first folded makes the
+		// tombstone, its retention starting with this revision.
+		if b.voids[e.RequestID] == nil {
+			v := &Reservation{RequestID: e.RequestID, OpenedAt: e.At, Status: events.StatusVoided}
+			b.voids[e.RequestID] = v
+			b.closeRes(v, seq)
+		}
 	case events.ReservationReleased:
 		delete(bl.open, e.ReservationID)
 		if r := b.reservations[e.ReservationID]; r != nil && r.Status == events.StatusOpen {

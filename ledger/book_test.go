@@ -67,3 +67,31 @@ func TestBook_Chain(t *testing.T) {
 	require.NoError(t, b.applyLane(lane, 9, &r3, events.HashPayload(d3)))
 	require.Equal(t, 3, b.balance(streams.BalanceKey(bookBal), bookBal).Open)
 }
+
+// TestBook_QueueByStatusAtClose: a reservation that expired and was then
+// settled late, both folded before the follower stamped either (a
+// committer folds its own writes first), is queued as expired and as
+// closed, exactly as when the follower stamps between the two: the queue
+// is chosen by the status at the close, not at the stamp. Otherwise a
+// writer's snapshot and a fresh fold of the same stream disagree.
+func TestBook_QueueByStatusAtClose(t *testing.T) {
+	b := newBook(streams.Default(), time.Minute, time.Hour)
+	key := streams.BalanceKey(bookBal)
+	amt := events.MustMoney("0.5")
+	fold := func(seq uint64, e events.Event) {
+		b.applyBalance(key, seq, &events.BalanceRevision{Schema: events.SchemaBalance, Balance: bookBal, Unit: "USD",
+			Limit: events.MustMoney("1"), Spent: events.Zero, Reserved: events.Zero, Overrun: events.Zero, Events: events.Events{e}})
+	}
+	fold(1, events.ReservationOpened{ReservationID: "r", RequestID: "q", RequestHash: "h", Balance: bookBal, Amount: amt,
+		Unit: "USD", Balances: []events.BalanceRef{bookBal}, ExpiresAt: bookT0.Add(time.Second), At: bookT0})
+	b.forgetUntil(1, bookT0)
+	fold(2, events.ReservationReleased{ReservationID: "r", Balance: bookBal, Reserved: amt, Reason: events.ReasonExpired, At: bookT0.Add(2 * time.Second)})
+	fold(3, events.ReservationSettled{ReservationID: "r", Balance: bookBal, Reserved: amt, Actual: amt, Overrun: amt, Late: true, AfterExpiry: true, At: bookT0.Add(3 * time.Second)})
+	b.forgetUntil(3, bookT0.Add(3*time.Second))
+	r := b.reservations["r"]
+	require.Equal(t, events.StatusSettled, r.Status)
+	require.Len(t, b.expired, 1, "queued as expired: its status when it expired")
+	require.Same(t, r, b.expired[0].r)
+	require.Len(t, b.closed, 1, "and as closed, by its late settle")
+	require.Same(t, r, b.closed[0].r)
+}

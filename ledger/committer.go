@@ -29,7 +29,7 @@ type committer struct {
 	multi keyLock
 
 	stats struct {
-		commits, txs, conflicts, batches, queued atomic.Int64
+		commits, txs, conflicts, batches, queued, timeouts atomic.Int64
 	}
 }
 
@@ -574,6 +574,7 @@ func (l *Ledger) attempt(ctx context.Context, refs []events.BalanceRef, group []
 		}
 		return actRetry, nil
 	case isTimeout(err):
+		l.stats.timeouts.Add(1)
 		return actRetryUnknown, nil
 	default:
 		l.opts.log.Warn("ledger write failed", "err", err)

@@ -22,7 +22,8 @@
 // its mutex):
 //
 //   - The book (book.go) is the state and its fold: budgets, balances,
-//     open and recently closed reservations, request ids, and the last
+//     open and recently closed reservations, request ids, voided request
+//     ids (tombstones: an admit of one reserves nothing), and the last
 //     revision and payload hash of every key. It does no I/O and reads no
 //     clock; it is tested like projector.State. A snapshot (snapshot.go)
 //     is the book dumped at a stream sequence; its expiry index (due.go)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -122,10 +123,17 @@ func bookView(b *book) string {
 	for rid, r := range b.requests {
 		add("request %s -> %s", rid, r.ID)
 	}
-	for name, q := range map[string][]closedRes{"closed": b.closed, "expired": b.expired} {
+	for rid, v := range b.voids {
+		add("void %s %+v", rid, *v)
+	}
+	for name, q := range map[string][]closedRes{"closed": b.closed, "expired": b.expired, "voided": b.voided} {
 		var line []string // in queue order
 		for _, c := range q {
-			if b.reservations[c.r.ID] == c.r {
+			if c.r.Status == events.StatusVoided {
+				if b.voids[c.r.RequestID] == c.r {
+					line = append(line, c.r.RequestID+"@"+c.at.Format(time.RFC3339Nano))
+				}
+			} else if b.reservations[c.r.ID] == c.r {
 				line = append(line, c.r.ID+"@"+c.at.Format(time.RFC3339Nano))
 			}
 		}

@@ -152,6 +152,26 @@ func (l *Ledger) Reservation(id string) (*Reservation, bool) {
 	return r.clone(), true
 }
 
+// ByRequest returns a copy of the reservation opened for request id rid,
+// if the book remembers one.
+func (l *Ledger) ByRequest(rid string) (*Reservation, bool) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	r := l.bk.requests[rid]
+	if r == nil {
+		return nil, false
+	}
+	return r.clone(), true
+}
+
+// Voided reports whether the book remembers request id rid as voided
+// (events.RequestVoided).
+func (l *Ledger) Voided(rid string) bool {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.bk.voids[rid] != nil
+}
+
 // Expired returns up to max ids of open reservations whose ExpiresAt is at
 // or before now, oldest expiry first.
 func (l *Ledger) Expired(now time.Time, max int) []string {
@@ -331,6 +351,10 @@ type Stats struct {
 	// SyncReads counts the stream reads made for Sync (misses that had to
 	// catch up); concurrent Syncs share one read.
 	SyncReads int64
+	// Timeouts counts writes that got no answer within the commit timeout
+	// (DefaultCommitTimeout): their outcome was unknown, and they were sent
+	// again.
+	Timeouts int64
 	// Rejected counts the revisions this replica skipped instead of
 	// folding (unsigned, badly signed, untrusted key, malformed, replayed,
 	// off the chain; see Rejection).
@@ -340,5 +364,5 @@ type Stats struct {
 // Stats returns the commit counters.
 func (l *Ledger) Stats() Stats {
 	return Stats{Commits: l.stats.commits.Load(), Batches: l.stats.batches.Load(), Txs: l.stats.txs.Load(), Conflicts: l.stats.conflicts.Load(), Queued: l.stats.queued.Load(),
-		SyncReads: l.syncs.reads.Load(), Rejected: l.keys.rejected.Load()}
+		SyncReads: l.syncs.reads.Load(), Timeouts: l.stats.timeouts.Load(), Rejected: l.keys.rejected.Load()}
 }

@@ -69,10 +69,22 @@ type snapshotState struct {
 	// their closes were stamped.
 	Closed  []snapClosed `json:"closed"`
 	Expired []snapClosed `json:"expired"`
+	// Voids are the voided request ids the book remembers, in the order
+	// their voids were stamped (absent in a snapshot written before voids
+	// existed, which holds none).
+	Voids []snapVoid `json:"voids,omitempty"`
 	// Skipped lists the keys whose last revision up to Seq was skipped
 	// (see book.seen), with that revision: the next write of the key
 	// lands after it, while its chain continues from LaneRevs or Budgets.
 	Skipped []snapSkip `json:"skipped,omitempty"`
+}
+
+// snapVoid is one remembered void: the request id, the time of its
+// events.RequestVoided, and the stamp its retention runs from.
+type snapVoid struct {
+	RequestID string    `json:"request_id"`
+	VoidedAt  time.Time `json:"voided_at"`
+	At        time.Time `json:"at"`
 }
 
 type snapSkip struct {
@@ -218,6 +230,11 @@ func (b *book) snapshot(seq uint64) (*snapshotState, error) {
 	sort.Slice(st.Reservations, func(i, j int) bool { return st.Reservations[i].ID < st.Reservations[j].ID })
 	st.Closed = b.snapQueue(b.closed)
 	st.Expired = b.snapQueue(b.expired)
+	for _, c := range b.voided {
+		if b.voids[c.r.RequestID] == c.r {
+			st.Voids = append(st.Voids, snapVoid{c.r.RequestID, c.r.OpenedAt, c.at})
+		}
+	}
 	for key, rev := range b.seen {
 		st.Skipped = append(st.Skipped, snapSkip{key, rev})
 	}
@@ -349,6 +366,14 @@ func bookFromSnapshot(layout streams.Layout, retention, expiredKeep time.Duratio
 	}
 	if b.expired, err = b.loadQueue(st.Expired); err != nil {
 		return nil, bad("expired: %v", err)
+	}
+	for _, sv := range st.Voids {
+		if sv.RequestID == "" || b.voids[sv.RequestID] != nil {
+			return nil, bad("void of request %q twice", sv.RequestID)
+		}
+		v := &Reservation{RequestID: sv.RequestID, OpenedAt: sv.VoidedAt, Status: events.StatusVoided}
+		b.voids[sv.RequestID] = v
+		b.voided = append(b.voided, closedRes{v, sv.At})
 	}
 	return b, nil
 }

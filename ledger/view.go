@@ -38,6 +38,7 @@ type View struct {
 	hash  map[string]string       // the payload hash of each prev revision
 	res   map[string]*Reservation // reservations changed in this group
 	req   map[string]*Reservation // request ids opened in this group
+	voids map[string]bool         // request ids voided in this group
 	// stale is set when a read from the book (open reservations, request
 	// ids) found a lane of the view already folded past the revision the
 	// view was taken at: the group is then decided again.
@@ -65,7 +66,7 @@ type viewBalance struct {
 }
 
 func (l *Ledger) newView(refs []events.BalanceRef) *View {
-	v := &View{l: l, bal: make(map[string]*viewBalance, len(refs)), lanes: map[string]uint64{}, prev: map[string]uint64{}, hash: map[string]string{}, res: map[string]*Reservation{}, req: map[string]*Reservation{}}
+	v := &View{l: l, bal: make(map[string]*viewBalance, len(refs)), lanes: map[string]uint64{}, prev: map[string]uint64{}, hash: map[string]string{}, res: map[string]*Reservation{}, req: map[string]*Reservation{}, voids: map[string]bool{}}
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	for _, ref := range refs {
@@ -146,6 +147,22 @@ func (v *View) ByRequest(rid string) (*Reservation, bool) {
 	return nil, false
 }
 
+// Voided reports whether request id rid is voided as of this decision (an
+// events.RequestVoided the book remembers, or one decided earlier in the
+// group). A void is written into a lane of every scope it names, and an
+// admit of those scopes writes at least one of them: the compare-and-set
+// on that shared lane orders the two, so a void absent here is absent at
+// the revision the write requires, or the write fails and the group
+// decides again.
+func (v *View) Voided(rid string) bool {
+	if v.voids[rid] {
+		return true
+	}
+	v.l.mu.RLock()
+	defer v.l.mu.RUnlock()
+	return v.l.bk.voids[rid] != nil
+}
+
 // apply folds a Tx's events into the view so that later Txs in the group
 // see them, all or none: every change it makes is journaled, and on an
 // error the journal is rolled back, so the view (and so the group's write)
@@ -187,6 +204,8 @@ func (v *View) apply(es events.Events) (err error) {
 		case events.ReservationReleased:
 			ref = e.Balance
 		case events.ThresholdCrossed:
+			ref = e.Balance
+		case events.RequestVoided:
 			ref = e.Balance
 		default:
 			return fmt.Errorf("ledger: %s is not a balance event", e.EventType())
@@ -269,6 +288,13 @@ func (v *View) apply(es events.Events) (err error) {
 			r.Status = events.StatusReleased
 			if e.Reason == events.ReasonExpired {
 				r.Status = events.StatusExpired
+			}
+		case events.RequestVoided:
+			// A tombstone: no number of the balance changes.
+			rid := e.RequestID
+			if !v.voids[rid] {
+				v.voids[rid] = true
+				undo = append(undo, func() { delete(v.voids, rid) })
 			}
 		}
 		vb.events = append(vb.events, e)

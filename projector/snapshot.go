@@ -53,6 +53,9 @@ type snapBody struct {
 		ID     string `json:"id"`
 		Status string `json:"status"`
 	} `json:"reservations"`
+	Voids []struct {
+		RequestID string `json:"request_id"`
+	} `json:"voids"`
 }
 
 // snapshotFormat and snapshotVersion are the encoding this decoder reads;
@@ -220,6 +223,13 @@ func verifySnapshot(rep *Report, st *State, name string, seq uint64, data []byte
 	}
 	if open != replayOpen {
 		pf("%d open reservations, the replay %d", open, replayOpen)
+	}
+	// The snapshot remembers the voids of its idempotency window: each
+	// must be a void of the replay (the replay keeps every one).
+	for _, v := range b.Voids {
+		if !st.voided[v.RequestID] {
+			pf("void of request %s is not in the replay", v.RequestID)
+		}
 	}
 	rep.Snapshot = SnapshotCheck{Name: name, Seq: seq, Verified: len(rep.Problems) == before}
 }

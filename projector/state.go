@@ -42,9 +42,10 @@ type Balance struct {
 	Open int64
 	// Opened counts ReservationOpened events; Settled every settle
 	// (including those after expiry); Released releases with reason
-	// "released"; Expired releases with reason "expired"; Late settles
-	// marked late.
-	Opened, Settled, Released, Expired, Late int64
+	// "released" or "voided"; Expired releases with reason "expired"; Late
+	// settles marked late; Voided the RequestVoided tombstones written into
+	// the balance.
+	Opened, Settled, Released, Expired, Late, Voided int64
 	// Revision is the stream sequence of the last lane revision that named
 	// the balance, and Revisions how many lane revisions named it.
 	Revision  uint64
@@ -143,6 +144,8 @@ type State struct {
 	defaults map[string]map[uint64]*Budget
 	// defaultRev is the last revision of each default key.
 	defaultRev map[string]uint64
+	// voided holds every request id a RequestVoided names.
+	voided map[string]bool
 }
 
 // NewState returns an empty State at position 0.
@@ -156,6 +159,7 @@ func NewState() *State {
 		pricing:      pricingState{current: map[string]uint64{}, versions: map[string]map[uint64]*Price{}},
 		defaults:     map[string]map[uint64]*Budget{},
 		defaultRev:   map[string]uint64{},
+		voided:       map[string]bool{},
 	}
 }
 
@@ -238,6 +242,7 @@ func (s *State) Clone() *State {
 		pricing:      s.pricing.clone(),
 		defaults:     make(map[string]map[uint64]*Budget, len(s.defaults)),
 		defaultRev:   maps.Clone(s.defaultRev),
+		voided:       maps.Clone(s.voided),
 	}
 	for k, vs := range s.defaults {
 		c.defaults[k] = maps.Clone(vs) // *Budget values are never mutated
@@ -375,6 +380,8 @@ func validBalanceRef(b events.BalanceRef) error {
 type stage struct {
 	s   *State
 	mod map[string]*Reservation
+	// voids are the request ids voided by the revision being folded.
+	voids []string
 }
 
 func (st *stage) get(id string) *Reservation {
@@ -439,6 +446,9 @@ func (s *State) applyLane(seq uint64, key string, data []byte) error {
 	s.hashes[key] = events.HashPayload(data)
 	for id, r := range st.mod {
 		s.reservations[id] = r
+	}
+	for _, rid := range st.voids {
+		s.voided[rid] = true
 	}
 	s.events += n
 	return nil
@@ -510,6 +520,9 @@ func (s *State) applyLaneQuarantine(seq uint64, key string, data []byte, bad map
 		s.balances[b.Ref] = &b
 		for id, r := range st.mod {
 			s.reservations[id] = r
+		}
+		for _, rid := range st.voids {
+			s.voided[rid] = true
 		}
 		s.events += len(br.Events)
 	}
@@ -605,6 +618,16 @@ func applyEvent(st *stage, b *Balance, seq uint64, e events.Event) error {
 		return applyReleased(st, b, seq, ev)
 	case events.ThresholdCrossed:
 		return applyCrossed(b, ev)
+	case events.RequestVoided:
+		if err := checkBalance(b, ev.Balance); err != nil {
+			return err
+		}
+		if ev.RequestID == "" || !slices.Contains(ev.Scopes, ev.Balance.Scope) {
+			return errorf(ErrMalformed, "void of request %q in balance %s, which is not among its scopes %v", ev.RequestID, ev.Balance, ev.Scopes)
+		}
+		b.Voided++
+		st.voids = append(st.voids, ev.RequestID)
+		return nil
 	default:
 		return errorf(ErrMalformed, "not a reservation event (nor a threshold crossing) in a balance revision")
 	}
@@ -740,9 +763,9 @@ func applyReleased(st *stage, b *Balance, seq uint64, ev events.ReservationRelea
 	if err := checkBalance(b, ev.Balance); err != nil {
 		return err
 	}
-	if ev.Reason != events.ReasonReleased && ev.Reason != events.ReasonExpired {
-		return errorf(ErrMalformed, "release of reservation %s with reason %q, want %q or %q",
-			ev.ReservationID, ev.Reason, events.ReasonReleased, events.ReasonExpired)
+	if ev.Reason != events.ReasonReleased && ev.Reason != events.ReasonExpired && ev.Reason != events.ReasonVoided {
+		return errorf(ErrMalformed, "release of reservation %s with reason %q, want %q, %q or %q",
+			ev.ReservationID, ev.Reason, events.ReasonReleased, events.ReasonExpired, events.ReasonVoided)
 	}
 	r, p, err := part(st, b, ev.ReservationID, "release")
 	if err != nil {

@@ -241,7 +241,7 @@ func All(l streams.Layout) []Role {
 	replicaSub := append([]string{l.Prefix() + ">"}, discovery()...)
 	replicaSub = append(replicaSub, inbox(Replica)...)
 
-	all := []string{streams.EndpointAdmit, streams.EndpointSettle, streams.EndpointRelease,
+	all := []string{streams.EndpointAdmit, streams.EndpointSettle, streams.EndpointRelease, streams.EndpointVoid,
 		streams.EndpointAdmitBatch, streams.EndpointSettleBatch, streams.EndpointReleaseBatch,
 		streams.EndpointBudgetPut, streams.EndpointBudgetGet, streams.EndpointBudgetList,
 		streams.EndpointPricingPut, streams.EndpointPricingGet, streams.EndpointPricingList}
@@ -258,8 +258,8 @@ func All(l streams.Layout) []Role {
 		},
 		{
 			Name:        Service,
-			Description: "a calling service: admit, settle and release only",
-			Publish: Rules{Allow: ep(streams.EndpointAdmit, streams.EndpointSettle, streams.EndpointRelease,
+			Description: "a calling service: admit, settle, release and void only",
+			Publish: Rules{Allow: ep(streams.EndpointAdmit, streams.EndpointSettle, streams.EndpointRelease, streams.EndpointVoid,
 				streams.EndpointAdmitBatch, streams.EndpointSettleBatch, streams.EndpointReleaseBatch), Deny: writes},
 			Subscribe:   Rules{Allow: inbox(Service)},
 			InboxPrefix: InboxPrefix(l, Service),

@@ -13,12 +13,12 @@ import (
 const DefaultAccount = "SPENDGATE"
 
 // TenantEndpoints are the endpoints a tenant's account imports: admit,
-// settle, release (and their batch forms), budget.get and budget.list. A
-// tenant does not define
+// settle, release (and their batch forms), void, budget.get and
+// budget.list. A tenant does not define
 // its own budgets: the operator's admin does, for it (budget.put on
 // "<prefix>t.<tenant>.budget.put", spendgate budget put --tenant).
 var TenantEndpoints = []string{streams.EndpointAdmit, streams.EndpointSettle, streams.EndpointRelease,
-	streams.EndpointAdmitBatch, streams.EndpointSettleBatch, streams.EndpointReleaseBatch,
+	streams.EndpointVoid, streams.EndpointAdmitBatch, streams.EndpointSettleBatch, streams.EndpointReleaseBatch,
 	streams.EndpointBudgetGet, streams.EndpointBudgetList}
 
 // Tenant is the role of a tenant's users, in the tenant's own account:
@@ -32,7 +32,7 @@ func Tenant(l streams.Layout) Role {
 	}
 	return Role{
 		Name:        "tenant",
-		Description: "a tenant's calling service, in the tenant's own account: admit, settle, release, budget.get and budget.list of its own budgets",
+		Description: "a tenant's calling service, in the tenant's own account: admit, settle, release, void, budget.get and budget.list of its own budgets",
 		Publish:     Rules{Allow: pub},
 		Subscribe:   Rules{Allow: []string{"_INBOX.>"}},
 	}

@@ -160,6 +160,7 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 		{streams.EndpointAdmit, "reserve an amount in every budget of the named scopes, or in none", s.admit, nil, ""},
 		{streams.EndpointSettle, "close a reservation with its actual cost", s.settle, nil, ""},
 		{streams.EndpointRelease, "give a whole reservation back", s.release, nil, ""},
+		{streams.EndpointVoid, "void an admit by its request id: release what it reserved, and make sure it never reserves", s.void, nil, ""},
 		{streams.EndpointAdmitBatch, "many admits in one message ({\"items\":[...]}), each answered on its own", nil, s.admitBatch, streams.EndpointAdmit},
 		{streams.EndpointSettleBatch, "many settles in one message ({\"items\":[...]}), each answered on its own", nil, s.settleBatch, streams.EndpointSettle},
 		{streams.EndpointReleaseBatch, "many releases in one message ({\"items\":[...]}), each answered on its own", nil, s.releaseBatch, streams.EndpointRelease},
@@ -439,7 +440,7 @@ func statusOf(c events.Code) string {
 		return "503"
 	case events.CodeUnknownBudget, events.CodeUnknownReservation, events.CodeUnpricedModel:
 		return "404"
-	case events.CodeIdempotencyMismatch, events.CodeAlreadySettled, events.CodeAlreadyReleased:
+	case events.CodeIdempotencyMismatch, events.CodeAlreadySettled, events.CodeAlreadyReleased, events.CodeRequestVoided:
 		return "409"
 	case events.CodePayloadTooLarge:
 		return "413"
@@ -495,6 +496,14 @@ func (s *Service) release(ctx context.Context, data []byte) (any, error) {
 		return nil, err
 	}
 	return s.s.Release(ctx, req)
+}
+
+func (s *Service) void(ctx context.Context, data []byte) (any, error) {
+	var req events.VoidRequest
+	if err := events.DecodeRequest(data, &req); err != nil {
+		return nil, err
+	}
+	return s.s.Void(ctx, req)
 }
 
 // decodeItems decodes every item of a batch into a request of type T: the

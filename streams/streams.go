@@ -390,6 +390,7 @@ const (
 	EndpointAdmit      = "admit"
 	EndpointSettle     = "settle"
 	EndpointRelease    = "release"
+	EndpointVoid       = "void"
 	EndpointBudgetPut  = "budget.put"
 	EndpointBudgetGet  = "budget.get"
 	EndpointBudgetList = "budget.list"

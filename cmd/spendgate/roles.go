@@ -12,7 +12,7 @@ var rolesCommand = command{
 	name:     "spendgate roles",
 	synopsis: "[--bucket NAME] [--prefix PREFIX] [--account NAME] [--tenant NAME ...] [--nsc]",
 	about: `Prints a nats-server permission layout with five roles: replica (runs serve),
-service (admit, settle, release), admin (every endpoint), finance (reads the
+service (admit, settle, release, void), admin (every endpoint), finance (reads the
 ledger and runs audits; writes nothing) and feed (follows the live event feed). Include it in the server's config; the
 file holds no password: the server reads SPENDGATE_<USER>_PASSWORD from its
 environment. With --account it prints the layout inside an account with
@@ -20,7 +20,7 @@ JetStream; with --nsc, the nsc flags of each role for operator/JWT mode.
 Each --tenant NAME adds an account NAME for that tenant, with one user NAME
 (password SPENDGATE_<NAME>_PASSWORD): the replicas' account (--account,
 default SPENDGATE) exports <prefix>t.NAME.> to it alone, and it imports
-admit, settle, release, budget.get and budget.list from there under their
+admit, settle, release, void, budget.get and budget.list from there under their
 plain subjects, so the replica reads the tenant from a subject the tenant
 cannot choose; and, under the JetStream prefix spendgate.js.API, its one
 feed consumer t-NAME, filtered to its own events.`,

@@ -231,6 +231,26 @@ func SnapshotSeq(name string) (uint64, bool) {
 	return seq, err == nil
 }
 
+// ReportSnapshotPrefix starts the name of every snapshot of a replica's
+// spend report (projector.Aggregator), kept in the same bucket as the
+// ledger's snapshots and ignored by them.
+const ReportSnapshotPrefix = "report-"
+
+// ReportSnapshotName is the object name of the report snapshot covering
+// seq, zero-padded like SnapshotName.
+func ReportSnapshotName(seq uint64) string {
+	return fmt.Sprintf("%s%020d", ReportSnapshotPrefix, seq)
+}
+
+// ReportSnapshotSeq parses a ReportSnapshotName.
+func ReportSnapshotSeq(name string) (uint64, bool) {
+	if !strings.HasPrefix(name, ReportSnapshotPrefix) || len(name) != len(ReportSnapshotPrefix)+20 {
+		return 0, false
+	}
+	seq, err := strconv.ParseUint(name[len(ReportSnapshotPrefix):], 10, 64)
+	return seq, err == nil
+}
+
 // SnapshotConfig is the snapshot bucket's configuration: file storage,
 // the ledger's replicas, S2-compressed (a snapshot is JSON).
 func (l Layout) SnapshotConfig() jetstream.ObjectStoreConfig {
@@ -360,6 +380,9 @@ const (
 	EndpointBudgetPut  = "budget.put"
 	EndpointBudgetGet  = "budget.get"
 	EndpointBudgetList = "budget.list"
+	// EndpointReport answers spend reports from a replica's maintained
+	// aggregate.
+	EndpointReport = "report"
 )
 
 // Endpoint returns the subject of an endpoint ("spendgate.admit").

@@ -405,3 +405,48 @@ func sortGroups(rep *AggregateReport) {
 		}
 	}
 }
+
+// ParseReportRequest validates a spend report request. Errors
+// (*events.Error), in precedence order: CodeInvalidRequest (by missing or
+// not "scope" nor a metadata key), CodeInvalidTime (from or to not RFC
+// 3339, not on a whole UTC hour, or from not before to).
+func ParseReportRequest(req events.ReportRequest) (by GroupBy, from, to time.Time, err error) {
+	key, explicit := strings.CutPrefix(req.By, MetadataColumnPrefix)
+	switch {
+	case req.By == "":
+		return by, from, to, events.Errorf(events.CodeInvalidRequest, `by is required: "scope" or a metadata key such as "model"`)
+	case req.By == dimScope:
+		by = ByScope
+	default:
+		if err := events.ValidateToken("metadata key", key, 64); err != nil {
+			if explicit {
+				return by, from, to, events.Errorf(events.CodeInvalidRequest, "by %q: %v", req.By, err)
+			}
+			return by, from, to, events.Errorf(events.CodeInvalidRequest, `by %q: want "scope" or a metadata key: %v`, req.By, err)
+		}
+		by = ByMetadata(key)
+	}
+	parse := func(name, s string) (time.Time, error) {
+		if s == "" {
+			return time.Time{}, nil
+		}
+		t, err := time.Parse(time.RFC3339, s)
+		if err != nil {
+			return time.Time{}, events.Errorf(events.CodeInvalidTime, "%s %q is not an RFC 3339 time like 2026-12-01T00:00:00Z", name, s)
+		}
+		if !t.Equal(t.Truncate(events.ReportBucket)) {
+			return time.Time{}, events.Errorf(events.CodeInvalidTime, "%s %q is not on a whole hour (the report's bucket); the replay (spendgate report --replay) takes any time", name, s)
+		}
+		return t.UTC(), nil
+	}
+	if from, err = parse("from", req.From); err != nil {
+		return by, from, to, err
+	}
+	if to, err = parse("to", req.To); err != nil {
+		return by, from, to, err
+	}
+	if !from.IsZero() && !to.IsZero() && !from.Before(to) {
+		return by, from, to, events.Errorf(events.CodeInvalidTime, "from %s is not before to %s", req.From, req.To)
+	}
+	return by, from, to, nil
+}

@@ -131,10 +131,15 @@ func (g *Aggregator) Run(ctx context.Context) error {
 	} else {
 		g.err = fmt.Errorf("%w: %w", ErrAggregatorStopped, err)
 	}
-	close(g.moved)
-	g.moved = make(chan struct{})
+	g.notify()
 	g.mu.Unlock()
 	return err
+}
+
+// notify wakes every Sync waiting for the position to move; g.mu is held.
+func (g *Aggregator) notify() {
+	close(g.moved)
+	g.moved = make(chan struct{})
 }
 
 func (g *Aggregator) run(ctx context.Context) error {
@@ -148,6 +153,7 @@ func (g *Aggregator) run(ctx context.Context) error {
 	if a := g.loadSnapshot(ctx, last); a != nil {
 		g.mu.Lock()
 		g.agg, g.loaded = a, a.Position()
+		g.notify()
 		g.mu.Unlock()
 		g.log.Info("report: loaded snapshot", "seq", a.Position())
 	}
@@ -180,8 +186,7 @@ func (g *Aggregator) run(ctx context.Context) error {
 		err := g.p.read(ctx, s, from, 0, func(m message) error {
 			g.mu.Lock()
 			err := g.agg.Apply(m.seq, m.key, m.data, m.at)
-			close(g.moved)
-			g.moved = make(chan struct{})
+			g.notify()
 			g.mu.Unlock()
 			if err != nil {
 				return err

@@ -18,6 +18,7 @@ import (
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/ledger"
 	"github.com/spendgate/spendgate/metrics"
+	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/settle"
 	"github.com/spendgate/spendgate/streams"
 )
@@ -59,6 +60,8 @@ type Service struct {
 
 	// denials keeps this replica's recent denials (RecentDenials).
 	denials denialRing
+	// reports answers the report endpoint; nil: report_unavailable.
+	reports *projector.Aggregator
 
 	mu      sync.Mutex
 	running int // requests handed to goroutines and not yet answered
@@ -76,6 +79,9 @@ type Config struct {
 	// Metrics receives request and admission counts; default a private
 	// set nobody reads.
 	Metrics *metrics.Set
+	// Reports, if set, answers the report endpoint from its maintained
+	// aggregate; without it the endpoint answers report_unavailable.
+	Reports *projector.Aggregator
 	// MaxInFlight bounds the requests handled at once; beyond it a request
 	// is answered ledger_busy (counted in spendgate_ledger_busy_total with
 	// cause inflight_limit). 0 means MaxInFlight; negative is an error.
@@ -96,7 +102,7 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 		limit = MaxInFlight
 	}
 	s := &Service{l: cfg.Ledger, a: cfg.Admitter, s: cfg.Settler, now: cfg.Now, log: cfg.Log,
-		ctx: context.Background(), inflight: make(chan struct{}, limit), nc: nc}
+		ctx: context.Background(), inflight: make(chan struct{}, limit), nc: nc, reports: cfg.Reports}
 	s.idle = sync.NewCond(&s.mu)
 	if s.now == nil {
 		s.now = time.Now
@@ -162,6 +168,7 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 		{streams.EndpointBudgetPut, "define or change a budget", s.budgetPut},
 		{streams.EndpointBudgetGet, "read a budget and its current balance, or every budget of a scope", s.budgetGet},
 		{streams.EndpointBudgetList, "list budgets", s.budgetList},
+		{streams.EndpointReport, "spend by scope or metadata key over whole hours, from the replica's maintained aggregate", s.report},
 	} {
 		if err := add(e.name, e.desc, e.h); err != nil {
 			_ = svc.Stop()
@@ -493,4 +500,43 @@ func (s *Service) view(ref events.BudgetRef) (events.BudgetView, error) {
 		v.OvershootBound = fmt.Sprintf("%s x (cost of one call - %s)", n, b.FixedSlot)
 	}
 	return v, nil
+}
+
+// report answers a spend report from the replica's aggregate, after it
+// has folded the stream up to its end as of the request. Errors, in
+// precedence order: CodeInvalidRequest (body, or by), CodeInvalidTime,
+// CodeReportUnavailable (no aggregate on this replica, or a metadata key
+// it does not track), CodeLedgerUnavailable (its fold stopped or did not
+// catch up in time).
+func (s *Service) report(ctx context.Context, data []byte) (any, error) {
+	var req events.ReportRequest
+	if err := events.DecodeRequest(data, &req); err != nil {
+		return nil, err
+	}
+	by, from, to, err := projector.ParseReportRequest(req)
+	if err != nil {
+		return nil, err
+	}
+	if s.reports == nil {
+		return nil, events.Errorf(events.CodeReportUnavailable, "this replica keeps no spend report (serve --reports=false); spendgate report --replay reads the book instead")
+	}
+	rep, err := s.reports.Report(ctx, by, from, to)
+	switch {
+	case errors.Is(err, projector.ErrKeyNotTracked):
+		return nil, events.Errorf(events.CodeReportUnavailable, "metadata key %q is not tracked: the report keeps the first %d keys it met; spendgate report --replay reads the book instead", req.By, projector.MaxReportKeys)
+	case err != nil:
+		return nil, &events.Error{Code: events.CodeLedgerUnavailable, Message: "the spend report could not catch up with the ledger", Err: err}
+	}
+	return ReportReply(req, rep), nil
+}
+
+// ReportReply is rep on the wire.
+func ReportReply(req events.ReportRequest, rep *projector.AggregateReport) events.ReportReply {
+	out := events.ReportReply{By: req.By, From: req.From, To: req.To, Position: rep.Position, Groups: make([]events.ReportGroup, 0, len(rep.Groups))}
+	for i, g := range rep.Groups {
+		out.Groups = append(out.Groups, events.ReportGroup{Value: g.Value, Other: rep.IsOther(i), Unit: g.Unit,
+			Reservations: g.Reservations, Open: g.Open, Settled: g.Settled, Released: g.Released, Expired: g.Expired, Late: g.Late,
+			Spend: g.Spend.String(), Overrun: g.Overrun.String(), Reserved: g.Reserved.String()})
+	}
+	return out
 }

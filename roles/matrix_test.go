@@ -80,6 +80,7 @@ var pubSubjects = []string{
 	"spendgate.budget.put",
 	"spendgate.budget.get",
 	"spendgate.budget.list",
+	"spendgate.report",
 	"spendgate.other",
 	// Discovery.
 	"$SRV.PING", "$SRV.PING.spendgate", "$SRV.PING.spendgate.id1",
@@ -137,8 +138,8 @@ var wantPub = map[string][]string{
 			"spendgate.feed.v1.reservation.opened.v1.team.search"}),
 	roles.Service: {"spendgate.admit", "spendgate.settle", "spendgate.release"},
 	roles.Admin: concat([]string{"spendgate.admit", "spendgate.settle", "spendgate.release",
-		"spendgate.budget.put", "spendgate.budget.get", "spendgate.budget.list"}, srv),
-	roles.Finance: concat([]string{"spendgate.budget.get", "spendgate.budget.list"}, ledgerRead),
+		"spendgate.budget.put", "spendgate.budget.get", "spendgate.budget.list", "spendgate.report"}, srv),
+	roles.Finance: concat([]string{"spendgate.budget.get", "spendgate.budget.list", "spendgate.report"}, ledgerRead),
 	roles.Feed:    feedRead,
 }
 
@@ -150,6 +151,7 @@ var subChecks = [][2]string{
 	{"spendgate.budget.put", "spendgate.budget.put"},
 	{"spendgate.budget.get", "spendgate.budget.get"},
 	{"spendgate.budget.list", "spendgate.budget.list"},
+	{"spendgate.report", "spendgate.report"},
 	{"spendgate.>", "spendgate.admit"},
 	{"$SRV.PING", "$SRV.PING"}, {"$SRV.PING.spendgate", "$SRV.PING.spendgate"}, {"$SRV.PING.spendgate.id1", "$SRV.PING.spendgate.id1"},
 	{"$SRV.INFO", "$SRV.INFO"}, {"$SRV.INFO.spendgate", "$SRV.INFO.spendgate"}, {"$SRV.INFO.spendgate.id1", "$SRV.INFO.spendgate.id1"},
@@ -171,7 +173,7 @@ var subChecks = [][2]string{
 
 var wantSub = map[string][]string{
 	roles.Replica: concat([]string{"spendgate.admit", "spendgate.settle", "spendgate.release", "spendgate.budget.put",
-		"spendgate.budget.get", "spendgate.budget.list", "spendgate.>"}, srv, []string{"_INBOX_spendgate_replica.x"}),
+		"spendgate.budget.get", "spendgate.budget.list", "spendgate.report", "spendgate.>"}, srv, []string{"_INBOX_spendgate_replica.x"}),
 	roles.Service: {"_INBOX_spendgate_service.x"},
 	roles.Admin:   {"_INBOX_spendgate_admin.x"},
 	roles.Finance: {"_INBOX_spendgate_finance.x", "_INBOX_spendgate_finance.>"},

@@ -229,8 +229,8 @@ func All(l streams.Layout) []Role {
 	replicaSub = append(replicaSub, inbox(Replica)...)
 
 	all := []string{streams.EndpointAdmit, streams.EndpointSettle, streams.EndpointRelease,
-		streams.EndpointBudgetPut, streams.EndpointBudgetGet, streams.EndpointBudgetList}
-	financePub := append(ep(streams.EndpointBudgetGet, streams.EndpointBudgetList), ledgerReads(l)...)
+		streams.EndpointBudgetPut, streams.EndpointBudgetGet, streams.EndpointBudgetList, streams.EndpointReport}
+	financePub := append(ep(streams.EndpointBudgetGet, streams.EndpointBudgetList, streams.EndpointReport), ledgerReads(l)...)
 	financePub = append(financePub, snapshotReads(l)...)
 	return []Role{
 		{
@@ -250,14 +250,14 @@ func All(l streams.Layout) []Role {
 		},
 		{
 			Name:        Admin,
-			Description: "budget administration: every endpoint (budget.put/get/list included) and $SRV discovery",
+			Description: "budget administration: every endpoint (budget.put/get/list and report included) and $SRV discovery",
 			Publish:     Rules{Allow: append(ep(all...), discovery()...), Deny: writes},
 			Subscribe:   Rules{Allow: inbox(Admin)},
 			InboxPrefix: InboxPrefix(l, Admin),
 		},
 		{
 			Name:        Finance,
-			Description: "reads the ledger and its snapshots and runs `spendgate audit`: budget.get/list, stream info, ordered consumers, direct gets; writes nothing",
+			Description: "reads the ledger and its snapshots and runs `spendgate audit` and `spendgate report`: budget.get/list, report, stream info, ordered consumers, direct gets; writes nothing",
 			Publish:     Rules{Allow: financePub, Deny: writes},
 			Subscribe:   Rules{Allow: inbox(Finance)},
 			InboxPrefix: InboxPrefix(l, Finance),

@@ -303,7 +303,7 @@ func statusOf(c events.Code) string {
 		return "500"
 	case events.CodeLedgerBusy, events.CodeLedgerUnavailable:
 		return "503"
-	case events.CodeUnknownBudget, events.CodeUnknownReservation:
+	case events.CodeUnknownBudget, events.CodeUnknownReservation, events.CodeReportUnavailable:
 		return "404"
 	case events.CodeIdempotencyMismatch, events.CodeAlreadySettled, events.CodeAlreadyReleased:
 		return "409"

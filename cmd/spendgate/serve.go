@@ -67,6 +67,7 @@ func serve(args []string) int {
 	httpAddr := fs.String("http", "", "serve /metrics, /healthz, /readyz and the spend dashboard (/dashboard/) on this address (e.g. 127.0.0.1:8080); off when empty")
 	metricsBudgets := fs.Int("metrics-budgets", metrics.DefaultBudgetLimit, "per-budget gauges for at most this many budgets, the most reserved first")
 	feedOn := fs.Bool("feed", false, "relay every ledger event to the live event feed (stream <bucket>_feed, subjects <prefix>feed.v1.>); off by default: it stores each event a second time, and turning it on later back-fills from the ledger's start")
+	reportsOn := fs.Bool("reports", true, "keep the spend report (the report endpoint, spendgate report): sums per hour, scope and metadata value, kept as the ledger folds and saved in its own snapshots in the snapshot bucket; false answers report_unavailable")
 	snapRevisions := fs.Uint64("snapshot-revisions", ledger.DefaultSnapshotRevisions, "write a snapshot of the book once the stream has moved this many revisions past the newest one (0: never; spendgate snapshot writes one on demand)")
 	snapInterval := fs.Duration("snapshot-interval", ledger.DefaultSnapshotInterval, "write a snapshot this long after the newest one if the stream moved")
 	readyTimeout := fs.Duration("ready-timeout", time.Minute, "how long the replica may take to fold the ledger stream at start")
@@ -200,7 +201,7 @@ func serve(args []string) int {
 		Layout: layout, DefaultTTL: *defTTL, MaxTTL: *maxTTL, SweepInterval: *sweepEvery, Log: log,
 		LedgerOptions: []ledger.Option{ledger.WithSnapshotEvery(*snapRevisions, *snapInterval)},
 		ReadyTimeout:  *readyTimeout, Metrics: m, MetricsBudgets: *metricsBudgets, Feed: *feedOn,
-		MaxInFlight: *maxInflight,
+		MaxInFlight: *maxInflight, Reports: *reportsOn,
 	})
 	if err != nil {
 		log.Error("start", "err", err)

@@ -191,7 +191,7 @@ func TestAuditExport_FullDevice(t *testing.T) {
 	}
 	defer full.Close()
 	env := testenv.New(t)
-	env.StartSpendgate(t, service.ReplicaConfig{SweepInterval: -1})
+	env.StartSpendgate(t, service.ReplicaConfig{SweepInterval: -1, Reports: true})
 	code, _ := e2eCLI(t, env.URL(), "budget", "put", "--scope", "org:acme", "--period", "month", "--limit", "10", "--unit", "USD")
 	require.Equal(t, 0, code)
 	code, _ = e2eCLI(t, env.URL(), "admit", "--scope", "org:acme", "--amount", "1")

@@ -32,6 +32,7 @@ type Relay struct {
 	retry   time.Duration
 	relayed atomic.Uint64
 	lost    atomic.Uint64
+	ensure  []streams.FeedOption
 }
 
 // Option configures a Relay.
@@ -56,6 +57,19 @@ func WithRetry(d time.Duration) Option {
 			return fmt.Errorf("feed: retry must be positive, got %s", d)
 		}
 		r.retry = d
+		return nil
+	}
+}
+
+// WithMaxAge makes the relay keep each feed message for d (0: every
+// message; default streams.DefaultFeedMaxAge). Give every relay of a
+// ledger the same value: each sets it on the stream when it starts.
+func WithMaxAge(d time.Duration) Option {
+	return func(r *Relay) error {
+		if err := streams.WithFeedMaxAge(d)(&jetstream.StreamConfig{}); err != nil {
+			return err
+		}
+		r.ensure = append(r.ensure, streams.WithFeedMaxAge(d))
 		return nil
 	}
 }
@@ -86,7 +100,7 @@ func (r *Relay) Lost() uint64 { return r.lost.Load() }
 // moving) are logged and retried after the retry interval.
 func (r *Relay) Run(ctx context.Context) error {
 	for {
-		if _, err := streams.EnsureFeed(ctx, r.js, r.l); err != nil {
+		if _, err := streams.EnsureFeed(ctx, r.js, r.l, r.ensure...); err != nil {
 			r.log.Warn("feed relay: ensure the feed stream", "err", err)
 		} else {
 			err = r.runOnce(ctx)
@@ -129,6 +143,18 @@ func (r *Relay) readTail(ctx context.Context) (tail, error) {
 	if info.State.LastSeq == 0 {
 		return tail{}, nil
 	}
+	if info.State.Msgs == 0 {
+		// Every message aged out: the feed was quiet for longer than its
+		// max age. Its last sequence still counts the events it was
+		// given (the message at feed sequence n is always the ledger's
+		// n-th event, see MaxInFlight), so the tail is that event.
+		last, err := r.nthEvent(ctx, info.State.LastSeq)
+		if err != nil {
+			return tail{}, err
+		}
+		r.log.Info("feed relay: every feed message aged out; found the tail by counting the ledger's events", "feed_seq", info.State.LastSeq, "event", last.ID())
+		return tail{feedSeq: info.State.LastSeq, last: last}, nil
+	}
 	m, err := s.GetMsg(ctx, info.State.LastSeq)
 	if err != nil {
 		return tail{}, fmt.Errorf("feed: read the feed's last message %d: %w", info.State.LastSeq, err)
@@ -139,6 +165,47 @@ func (r *Relay) readTail(ctx context.Context) (tail, error) {
 		return tail{}, fmt.Errorf("feed: message %d of %s has no valid %s/%s headers", m.Sequence, r.l.FeedStreamName(), streams.HeaderFeedSourceSeq, streams.HeaderFeedIndex)
 	}
 	return tail{feedSeq: m.Sequence, last: Position{Seq: seq, Index: idx}}, nil
+}
+
+// nthEvent returns the position of the ledger's n-th event (n >= 1), in
+// feed order. It reads the ledger from its first revision: it runs only
+// when the feed was quiet for longer than its max age.
+func (r *Relay) nthEvent(ctx context.Context, n uint64) (Position, error) {
+	cons, err := r.js.OrderedConsumer(ctx, r.l.StreamName(), jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{r.l.BudgetKeysFilter(), r.l.LaneKeysFilter()},
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return Position{}, err
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return Position{}, err
+	}
+	defer it.Stop()
+	var count uint64
+	for {
+		msg, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			return Position{}, err
+		}
+		md, err := msg.Metadata()
+		if err != nil {
+			return Position{}, err
+		}
+		key, _ := r.l.KeyOf(msg.Subject())
+		out, err := Split(md.Sequence.Stream, key, md.Timestamp, msg.Data())
+		if err != nil {
+			return Position{}, fmt.Errorf("feed: revision %d of %s: %w", md.Sequence.Stream, key, err)
+		}
+		if count+uint64(len(out)) >= n {
+			return out[n-count-1].Position(), nil
+		}
+		count += uint64(len(out))
+		if md.NumPending == 0 {
+			return Position{}, fmt.Errorf("feed: the feed counts %d events but the ledger holds %d", n, count)
+		}
+	}
 }
 
 // runOnce relays from the feed's tail until an error.

@@ -48,6 +48,9 @@ type ReplicaConfig struct {
 	// (stream streams.FeedStreamName) from the ledger stream. Any number
 	// of replicas may relay at once; each event is appended once.
 	Feed bool
+	// FeedMaxAge is how long the feed keeps a message: 0 means
+	// streams.DefaultFeedMaxAge, negative every message.
+	FeedMaxAge time.Duration
 	// Reports runs a projector.Aggregator in the replica: the spend report
 	// the report endpoint answers, kept up to date from the ledger stream
 	// and persisted in its own snapshots. ReportOptions are passed to it.
@@ -180,6 +183,9 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 	} else {
 		close(r.reportd)
 	}
+	if r.Reports != nil && cfg.Metrics != nil {
+		cfg.Metrics.RegisterReport(r.Reports.Size)
+	}
 	svc, err := Start(nc, Config{Ledger: l, Admitter: a, Settler: st, Now: cfg.Now, Log: cfg.Log, Metrics: cfg.Metrics, MaxInFlight: cfg.MaxInFlight, Reports: r.Reports})
 	if err != nil {
 		cancel()
@@ -205,12 +211,19 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 	}
 	r.feedd = make(chan struct{})
 	if cfg.Feed {
-		if r.Relay, err = feed.NewRelay(js, cfg.Layout, feed.WithLogger(cfg.Log)); err != nil {
+		fopts := []feed.Option{feed.WithLogger(cfg.Log)}
+		if cfg.FeedMaxAge != 0 {
+			fopts = append(fopts, feed.WithMaxAge(max(0, cfg.FeedMaxAge)))
+		}
+		if r.Relay, err = feed.NewRelay(js, cfg.Layout, fopts...); err != nil {
 			_ = r.Service.Stop()
 			cancel()
 			<-r.reportd
 			<-r.done
 			return nil, err
+		}
+		if cfg.Metrics != nil {
+			cfg.Metrics.RegisterFeedRelay(r.Relay.Relayed, r.Relay.Lost)
 		}
 		go func() { defer close(r.feedd); _ = r.Relay.Run(runCtx) }()
 	} else {

@@ -502,11 +502,37 @@ func (l Layout) FeedSubject(t events.Type, scope events.Scope) string {
 	return l.FeedPrefix() + string(t) + "." + scope.Kind() + "." + scope.ID()
 }
 
-// FeedStreamConfig is the feed stream's configuration. It keeps every
-// message (like the ledger it is derived from) and dedupes Nats-Msg-Id
-// over DuplicateWindow.
+// DefaultFeedMaxAge is how long the feed keeps a message by default: a
+// consumer may be away this long and still resume without missing an
+// event. The ledger keeps every revision regardless; the feed is a copy.
+const DefaultFeedMaxAge = 7 * 24 * time.Hour
+
+// FeedOption changes the feed stream's configuration in EnsureFeed.
+type FeedOption func(*jetstream.StreamConfig) error
+
+// WithFeedMaxAge makes the feed keep each message for d (0: keep every
+// message). Every replica that relays must be given the same value: the
+// last EnsureFeed sets it.
+func WithFeedMaxAge(d time.Duration) FeedOption {
+	return func(c *jetstream.StreamConfig) error {
+		if d < 0 {
+			return fmt.Errorf("streams: feed max age must not be negative, got %s", d)
+		}
+		c.MaxAge = d
+		if d > 0 && c.Duplicates > d {
+			c.Duplicates = d // JetStream refuses a dedupe window longer than the max age
+		}
+		return nil
+	}
+}
+
+// FeedStreamConfig is the feed stream's configuration. It keeps each
+// message DefaultFeedMaxAge (WithFeedMaxAge changes it; the ledger it is
+// derived from keeps every revision) and dedupes Nats-Msg-Id over
+// DuplicateWindow.
 func (l Layout) FeedStreamConfig() jetstream.StreamConfig {
 	return jetstream.StreamConfig{
+		MaxAge:      DefaultFeedMaxAge,
 		Name:        l.FeedStreamName(),
 		Description: "spendgate live event feed (feed.v1): every ledger event, one message each, in commit order",
 		Subjects:    []string{l.FeedFilter()},
@@ -524,10 +550,15 @@ func (l Layout) FeedStreamConfig() jetstream.StreamConfig {
 	}
 }
 
-// EnsureFeed creates or updates the feed stream. Like Ensure it is
-// idempotent and safe to run from every replica at once.
-func EnsureFeed(ctx context.Context, js jetstream.JetStream, l Layout) (jetstream.Stream, error) {
+// EnsureFeed creates or updates the feed stream with opts applied. Like
+// Ensure it is idempotent and safe to run from every replica at once.
+func EnsureFeed(ctx context.Context, js jetstream.JetStream, l Layout, opts ...FeedOption) (jetstream.Stream, error) {
 	cfg := l.FeedStreamConfig()
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
 	for attempt := 0; ; attempt++ {
 		s, err := js.CreateOrUpdateStream(ctx, cfg)
 		if err == nil {

@@ -149,15 +149,27 @@ func (a *Aggregate) Apply(seq uint64, key string, data []byte, at time.Time) err
 	}
 	m := message{seq: seq, key: key, data: data, at: at}
 	rf := a.rf
+	if err := a.applyEvents(m); err != nil {
+		return err
+	}
+	// As in Rows: the message's events before the holds it ends (ending
+	// a hold writes a row, which changes no sum).
 	if err := rf.expireHolds(m.at); err != nil {
 		return err
 	}
+	a.pos = seq
+	return nil
+}
+
+// applyEvents folds m's reservation events, moving each reservation's
+// contribution as it changes.
+func (a *Aggregate) applyEvents(m message) error {
+	rf := a.rf
 	switch {
 	case streams.IsLaneKey(m.key):
 	case streams.IsBalanceKey(m.key):
 		return &ApplyError{Seq: m.seq, Key: m.key, Err: errorf(ErrMalformed, "balance key outside a lane: a stream of an older layout")}
 	default:
-		a.pos = seq
 		return nil
 	}
 	rev, err := rf.decodeLane(m)
@@ -195,7 +207,6 @@ func (a *Aggregate) Apply(seq uint64, key string, data []byte, at time.Time) err
 			}
 		}
 	}
-	a.pos = seq
 	return nil
 }
 

@@ -130,6 +130,10 @@ func TestCLI_ExportReportBalances(t *testing.T) {
 	window := []string{"--from", hour.Format(time.RFC3339), "--to", hour.Add(time.Hour).Format(time.RFC3339)}
 	out = ok(append([]string{"report", "--by", "model"}, window...)...)
 	require.Equal(t, out, ok(append([]string{"report", "--by", "model", "--replay"}, window...)...))
+	day := time.Now().UTC().Format(time.DateOnly)
+	out = ok("report", "--by", "scope", "--period", day)
+	require.Contains(t, out, "opened from "+day+"T00:00:00Z to ")
+	require.Equal(t, out, ok("report", "--by", "scope", "--period", day, "--replay"))
 	// Bad input to the endpoint: the reply's error, exit 1.
 	code, out, _ = e2eCLIErr(t, url, "report", "--by", "model", "--from", hour.Add(time.Minute).Format(time.RFC3339))
 	require.Equal(t, 1, code)
@@ -158,6 +162,8 @@ func TestCLI_ExportReportBalances(t *testing.T) {
 		{[]string{"report", "--by", "model", "--format", "pdf"}, `--format "pdf": want table or csv`},
 		{[]string{"report", "--by", "model", "--from", "x"}, `--from "x": want an RFC 3339 time`},
 		{[]string{"report", "--by", "model", "--scope", "org:acme"}, `--scope needs --replay`},
+		{[]string{"report", "--by", "model", "--period", "2026-13"}, `--period "2026-13": want a UTC month like 2026-11 or a day like 2026-11-30`},
+		{[]string{"report", "--by", "model", "--period", "2026-11", "--from", "2026-11-01T00:00:00Z"}, `--period replaces --from and --to`},
 		{[]string{"admit", "--scope", "org:acme", "--amount", "1", "--meta", "model"}, `--meta "model": want KEY=VALUE`},
 	} {
 		code, _, errOut := e2eCLIErr(t, url, c.args...)

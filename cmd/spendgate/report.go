@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/spendgate/spendgate/events"
@@ -15,10 +16,11 @@ import (
 
 var reportCommand = command{
 	name:     "spendgate report",
-	synopsis: "--by scope|KEY [--from RFC3339] [--to RFC3339] [--format table|csv] [--replay [--scope KIND:ID ...] [--bucket NAME]] [--nats-url URL]",
-	about: `Sums the reservations opened in [--from, --to) by scope or by the value of a
-metadata key (--by model, --by user, ...; --by metadata.KEY names a key
-called "scope"), one line per group and unit: reservations, open, settled,
+	synopsis: "--by scope|KEY [--period YYYY-MM|YYYY-MM-DD | --from RFC3339 --to RFC3339] [--format table|csv] [--replay [--scope KIND:ID ...] [--bucket NAME]] [--nats-url URL]",
+	about: `Sums the reservations opened in [--from, --to) (or in the UTC month or day
+--period names) by scope or by the value of a metadata key (--by model,
+--by user, ...; --by metadata.KEY names a key called "scope"), one line per
+group and unit: reservations, open, settled,
 released, expired, late, spend (settled actual cost), overrun, and reserved
 (still held by open reservations). A reservation admitted in several scopes
 counts in each of them under --by scope. Groups are sorted by unit, then by
@@ -52,8 +54,19 @@ func report(args []string) int {
 	by := fs.String("by", "", `group by "scope" or by a metadata key (model, user, ...; metadata.KEY for any key)`)
 	format := fs.String("format", "table", "table or csv")
 	replay := fs.Bool("replay", false, "replay the book of record instead of asking a replica")
+	period := fs.String("period", "", "a UTC month (2026-11) or day (2026-11-30): --from and --to for you")
 	if code, ok := cmd.parse(fs, args); !ok {
 		return code
+	}
+	if *period != "" {
+		if r.from != "" || r.to != "" {
+			return cmd.usageError(fs, "--period replaces --from and --to: give one or the other")
+		}
+		from, to, err := periodBounds(*period)
+		if err != nil {
+			return cmd.usageError(fs, err.Error())
+		}
+		r.from, r.to = from.Format(time.RFC3339), to.Format(time.RFC3339)
 	}
 	if len(r.scopes) > 0 && !*replay {
 		return cmd.usageError(fs, "--scope needs --replay: a replica's report covers every reservation")
@@ -114,6 +127,18 @@ func report(args []string) int {
 		return exitError
 	}
 	return exitOK
+}
+
+// periodBounds reads --period: a UTC month "2026-11" or day "2026-11-30",
+// as [start, end).
+func periodBounds(p string) (time.Time, time.Time, error) {
+	if t, err := time.Parse("2006-01", p); err == nil {
+		return t, t.AddDate(0, 1, 0), nil
+	}
+	if t, err := time.Parse(time.DateOnly, p); err == nil {
+		return t, t.AddDate(0, 0, 1), nil
+	}
+	return time.Time{}, time.Time{}, fmt.Errorf("--period %q: want a UTC month like 2026-11 or a day like 2026-11-30", p)
 }
 
 // otherValue names, in a printed report, the group of the values past

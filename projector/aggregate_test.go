@@ -2,6 +2,7 @@ package projector_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -221,4 +222,37 @@ func TestAggregate_Bounded(t *testing.T) {
 	o := rep.Groups[rep.Other[0]]
 	require.Equal(t, int64(20), o.Reservations)
 	require.Equal(t, "20", o.Spend.String())
+}
+
+var benchReportRes = flag.Int("report-reservations", 3000, "reservations in the book of BenchmarkAggregate_Report")
+
+// BenchmarkAggregate_Report compares one hour's report by model from the
+// maintained aggregate with the replay of the book (what every report
+// cost before), on a mixed history of -report-reservations reservations
+// over about -report-reservations x 2 minutes.
+func BenchmarkAggregate_Report(b *testing.B) {
+	env := testenv.New(b, testenv.WithLayout(lanes2))
+	start, _ := mixedHistory(b, env, *benchReportRes, 3)
+	a := projector.NewAggregate()
+	foldStream(b, env, a, 0)
+	p := projector.New(env.JS, env.Layout)
+	from := start.Truncate(time.Hour).Add(2 * time.Hour)
+	to := from.Add(time.Hour)
+	by := projector.ByMetadata("model")
+	ctx := context.Background()
+	b.Run("aggregate", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := a.Report(by, from, to); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(a.Cells()), "cells")
+	})
+	b.Run("replay", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := p.Report(ctx, projector.Filter{From: from, To: to}, by); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -189,8 +189,13 @@ func hashRequest(r request) string {
 // ledger.DefaultExpiredRetention, 48 hours, for an expired one). A denial
 // is not remembered: a retried denied request is decided again.
 //
+// If ctx carries a tenant (events.ContextWithTenant), the request acts
+// for that tenant only: its scopes name the tenant's budgets and its
+// request id is remembered apart from every other tenant's; the reply names
+// scopes and the request id as the tenant sent them.
+//
 // Errors (*events.Error), in precedence order: the validation errors of
-// Validate; CodeIdempotencyMismatch (the request id was used with another
+// Validate; CodeInvalidIdentifier (ctx's tenant); CodeIdempotencyMismatch (the request id was used with another
 // body; it carries that reservation's ReservationID and Status);
 // CodeLedgerBusy, CodeLedgerUnavailable. On any error nothing was
 // reserved.
@@ -199,6 +204,52 @@ func (a *Admitter) Admit(ctx context.Context, req events.AdmitRequest) (events.A
 	if err != nil {
 		return events.AdmitReply{}, err
 	}
+	if tenant := events.TenantFromContext(ctx); tenant != "" {
+		if err := events.ValidateTenant(tenant); err != nil {
+			return events.AdmitReply{}, err
+		}
+		reply, err := a.admit(ctx, r.inTenant(tenant))
+		return localReply(reply, req.RequestID), err
+	}
+	return a.admit(ctx, r)
+}
+
+// inTenant is r as tenant t's request: its scopes and request id qualified
+// by t (events.TenantScope, events.TenantRequestID), so it can only touch
+// t's budgets and only replay t's admissions.
+func (r request) inTenant(t string) request {
+	r.id = events.TenantRequestID(t, r.id)
+	scopes := make([]events.Scope, len(r.scopes))
+	for i, s := range r.scopes {
+		scopes[i] = events.TenantScope(t, s)
+	}
+	r.scopes = scopes
+	r.hash = hashRequest(r)
+	return r
+}
+
+// localReply is reply as the tenant that sent request id names things:
+// scopes without the tenant, its own request id.
+func localReply(reply events.AdmitReply, id string) events.AdmitReply {
+	reply.RequestID = id
+	reply.Balances = events.LocalBalances(reply.Balances)
+	if reply.Budgets != nil {
+		uses := make([]events.BudgetUse, len(reply.Budgets))
+		for i, u := range reply.Budgets {
+			u.Scope = u.Scope.Local()
+			uses[i] = u
+		}
+		reply.Budgets = uses
+	}
+	if reply.Denial != nil {
+		d := *reply.Denial
+		d.Scope = d.Scope.Local()
+		reply.Denial = &d
+	}
+	return reply
+}
+
+func (a *Admitter) admit(ctx context.Context, r request) (events.AdmitReply, error) {
 	now := a.opts.now().UTC()
 	budgets, denial, err := a.budgets(ctx, r)
 	if err != nil {
@@ -250,7 +301,7 @@ func (a *Admitter) budgets(ctx context.Context, r request) ([]ledger.Budget, *ev
 		if len(bs) == 0 {
 			return nil, &events.Denial{
 				Reason: events.ReasonUnknownBudget, Scope: s,
-				Message: fmt.Sprintf("no budget is defined for scope %s", s),
+				Message: fmt.Sprintf("no budget is defined for scope %s", s.Local()),
 			}, nil
 		}
 		out = append(out, bs...)
@@ -274,7 +325,7 @@ func (t *admitTx) Decide(v *ledger.View) (events.Events, error) {
 	if prior, ok := v.ByRequest(t.req.id); ok {
 		if prior.RequestHash != t.req.hash {
 			return nil, events.ReservationErrorf(events.CodeIdempotencyMismatch, prior.ID, prior.Status,
-				"request_id %s was already used with a different body (reservation %s, %s)", t.req.id, prior.ID, prior.Status)
+				"request_id %s was already used with a different body (reservation %s, %s)", events.LocalRequestID(t.req.id), prior.ID, prior.Status)
 		}
 		t.reply = admittedReply(t.req, prior.ID, prior.Balances, prior.ExpiresAt)
 		t.reply.Status = prior.Status
@@ -294,11 +345,11 @@ func (t *admitTx) Decide(v *ledger.View) (events.Events, error) {
 			}
 		}
 		if !b.Defined {
-			deny(events.ReasonUnknownBudget, fmt.Sprintf("no budget is defined for %s per %s", ref.Scope, ref.Period))
+			deny(events.ReasonUnknownBudget, fmt.Sprintf("no budget is defined for %s per %s", ref.Scope.Local(), ref.Period))
 			return nil, nil
 		}
 		if b.Disabled {
-			deny(events.ReasonBudgetDisabled, fmt.Sprintf("budget %s per %s is disabled", ref.Scope, ref.Period))
+			deny(events.ReasonBudgetDisabled, fmt.Sprintf("budget %s per %s is disabled", ref.Scope.Local(), ref.Period))
 			return nil, nil
 		}
 		amt := t.req.amount
@@ -306,14 +357,14 @@ func (t *admitTx) Decide(v *ledger.View) (events.Events, error) {
 		case events.IsCount(b.Unit):
 			amt = events.MoneyFromInt(1)
 		case b.Unit != t.req.unit:
-			deny(events.ReasonUnitMismatch, fmt.Sprintf("budget %s per %s is in %s, the request in %s", ref.Scope, ref.Period, b.Unit, t.req.unit))
+			deny(events.ReasonUnitMismatch, fmt.Sprintf("budget %s per %s is in %s, the request in %s", ref.Scope.Local(), ref.Period, b.Unit, t.req.unit))
 			return nil, nil
 		case b.FixedSlot != nil:
 			amt = *b.FixedSlot
 		}
 		if b.Spent.Add(b.Reserved).Add(amt).Cmp(b.Limit) > 0 {
 			deny(events.ReasonLimitReached, fmt.Sprintf("%s per %s: spent %s + reserved %s + requested %s exceeds the limit %s %s",
-				ref.Scope, ref.Period, b.Spent, b.Reserved, amt, b.Limit, b.Unit))
+				ref.Scope.Local(), ref.Period, b.Spent, b.Reserved, amt, b.Limit, b.Unit))
 			t.reply.Denial.Requested = amt.String()
 			return nil, nil
 		}

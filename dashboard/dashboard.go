@@ -192,7 +192,11 @@ func (d *Dashboard) record(at time.Time, rev events.LaneRevision) {
 
 // BudgetRow is one budget in /api/budgets.
 type BudgetRow struct {
+	// Scope is the scope as the ledger stores it: a tenant's carries the
+	// tenant ("acme/team:search"), also in Tenant; Kind is the scope's
+	// kind as its tenant names it ("team").
 	Scope     events.Scope  `json:"scope"`
+	Tenant    string        `json:"tenant,omitempty"`
 	Kind      string        `json:"kind"`
 	Period    events.Period `json:"period"`
 	Instance  string        `json:"instance"`
@@ -271,11 +275,14 @@ func decodeCursor(s string) (budgetCursor, error) {
 	return c, nil
 }
 
-func (d *Dashboard) rows(now time.Time) []BudgetRow {
+// rows are the budgets of tenant (all of them if all) at now.
+func (d *Dashboard) rows(now time.Time, tenant string, all bool) []BudgetRow {
 	budgets := d.cfg.Book.Budgets()
 	out := make([]BudgetRow, 0, len(budgets))
 	for _, b := range budgets {
-		out = append(out, d.row(b, now))
+		if all || b.Ref.Scope.Tenant() == tenant {
+			out = append(out, d.row(b, now))
+		}
 	}
 	// The nearest to the limit first.
 	sort.SliceStable(out, func(i, j int) bool {
@@ -295,7 +302,7 @@ func (d *Dashboard) row(b ledger.Budget, now time.Time) BudgetRow {
 	inst := b.Ref.Period.Instance(now)
 	bal := d.cfg.Book.Balance(events.BalanceRef{Scope: b.Ref.Scope, Period: b.Ref.Period, Instance: inst})
 	used := bal.Spent.Add(bal.Reserved)
-	row := BudgetRow{Scope: b.Ref.Scope, Kind: b.Ref.Scope.Kind(), Period: b.Ref.Period, Instance: inst, Unit: b.Unit,
+	row := BudgetRow{Scope: b.Ref.Scope, Tenant: b.Ref.Scope.Tenant(), Kind: b.Ref.Scope.Local().Kind(), Period: b.Ref.Period, Instance: inst, Unit: b.Unit,
 		Limit: b.Limit.String(), Spent: bal.Spent.String(), Reserved: bal.Reserved.String(), Overrun: bal.Overrun.String(),
 		Available: b.Limit.Sub(used).String(), Open: bal.Open,
 		UsedBP: basisPoints(used, b.Limit), SpentBP: basisPoints(bal.Spent, b.Limit)}
@@ -314,10 +321,30 @@ func (d *Dashboard) points(ref events.BudgetRef, inst string) []point {
 	return append([]point(nil), s.pts...)
 }
 
-// budgets answers one page of budgets: ?limit= (1..MaxBudgetPage,
-// default DefaultBudgetPage) from ?cursor= (a NextCursor). A bad limit or
-// cursor is a 400 with code invalid_request.
+// tenantParam reads the optional ?tenant=NAME of r: every endpoint of the
+// API shows only that tenant's budgets and denials when it is given, and
+// every tenant's and the untenanted deployment's when it is not.
+func tenantParam(r *http.Request) (tenant string, all bool, err error) {
+	q := r.URL.Query()
+	if !q.Has("tenant") {
+		return "", true, nil
+	}
+	tenant = q.Get("tenant")
+	if tenant != "" {
+		err = events.ValidateTenant(tenant)
+	}
+	return tenant, false, err
+}
+
+// budgets answers one page of budgets (of ?tenant=, when given): ?limit=
+// (1..MaxBudgetPage, default DefaultBudgetPage) from ?cursor= (a
+// NextCursor). A bad limit or cursor is a 400 with code invalid_request.
 func (d *Dashboard) budgets(w http.ResponseWriter, r *http.Request) {
+	tenant, all, err := tenantParam(r)
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
 	q := r.URL.Query()
 	limit := DefaultBudgetPage
 	if v := q.Get("limit"); v != "" {
@@ -338,7 +365,7 @@ func (d *Dashboard) budgets(w http.ResponseWriter, r *http.Request) {
 		cur = &c
 	}
 	now := d.cfg.Now().UTC()
-	rows := d.rows(now)
+	rows := d.rows(now, tenant, all)
 	out := BudgetsReply{Now: now, Replica: d.cfg.Replica, Ready: d.ready.Load(), Total: len(rows), Budgets: []BudgetRow{}}
 	for _, row := range rows {
 		switch {
@@ -381,7 +408,19 @@ type SeriesReply struct {
 }
 
 func (d *Dashboard) seriesOf(w http.ResponseWriter, r *http.Request) {
-	scope, err := events.ParseScope(r.URL.Query().Get("scope"))
+	tenant, all, err := tenantParam(r)
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
+	// With ?tenant= the scope is as the tenant names it; without, as the
+	// ledger stores it (a row's scope).
+	var scope events.Scope
+	if all {
+		scope, err = events.ParseStoredScope(r.URL.Query().Get("scope"))
+	} else if scope, err = events.ParseScope(r.URL.Query().Get("scope")); err == nil {
+		scope = events.TenantScope(tenant, scope)
+	}
 	if err != nil {
 		writeErr(w, http.StatusBadRequest, err)
 		return
@@ -431,10 +470,24 @@ type DenialsReply struct {
 	Denials []service.DeniedAdmit `json:"denials"`
 }
 
-func (d *Dashboard) denials(w http.ResponseWriter, _ *http.Request) {
+func (d *Dashboard) denials(w http.ResponseWriter, r *http.Request) {
+	tenant, all, err := tenantParam(r)
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
 	ds := d.cfg.Denials()
 	if ds == nil {
 		ds = []service.DeniedAdmit{}
+	}
+	if !all {
+		mine := []service.DeniedAdmit{}
+		for _, x := range ds {
+			if x.Tenant == tenant {
+				mine = append(mine, x)
+			}
+		}
+		ds = mine
 	}
 	writeJSON(w, http.StatusOK, DenialsReply{Replica: d.cfg.Replica, Denials: ds[:min(len(ds), MaxDenials)]})
 }

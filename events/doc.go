@@ -10,12 +10,13 @@
 // BudgetRevision under a budget key. Version 2 (lane.v2, budget.v2, what
 // writers emit) names the revision of the same key it follows: Prev, its
 // stream sequence, and PrevHash, the SHA-256 of its exact payload bytes (see
-// Chain). Readers stop on a gap or a fork (CheckChain, ChainError). Version
+// Chain). Readers never fold past a gap or a fork (CheckChain, ChainError):
+// they skip such a revision, as they skip one whose signature fails. Version
 // 1 is read through an upcaster (DecodeLaneRevision, DecodeBudgetRevision)
 // as an unchained revision; the chain is checked from a key's first
 // version-2 revision on. The format is designed once for what comes next:
-// signatures go in message headers over the payload bytes (no payload
-// change); the chain is over valid revisions (a revision that fails its
+// signatures go in message headers over the payload bytes (package
+// signing; no payload change); the chain is over valid revisions (a revision that fails its
 // signature is skipped, and the next valid one names the last valid one);
 // a feed's stable event ids are "<stream seq>-<index in revision>"
 // (EventID); a leaner payload is left to S2 stream compression, to be

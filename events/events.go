@@ -259,8 +259,8 @@ const (
 // the last revision naming each balance states.
 //
 // Since lane.v2 a revision also names the revision it follows (see
-// Chain): a reader that folds revisions of one key in stream order stops on
-// a gap or a fork instead of folding past it.
+// Chain): a reader that folds revisions of one key in stream order never
+// folds past a gap or a fork.
 type LaneRevision struct {
 	Schema string `json:"schema"`
 	Chain
@@ -275,8 +275,8 @@ type LaneRevision struct {
 // payload bytes as stored ("" for the first). A reader that folds a key
 // checks that Prev is the last revision of the key it folded and that
 // PrevHash is the hash of that revision's bytes; anything else is a gap (a
-// revision it never saw) or a fork (a different history), and it stops
-// there, naming the sequence.
+// revision it never saw), a fork (a different history) or a replay, and it
+// skips that revision, naming the sequence.
 //
 // Design notes, fixed now for three future needs:
 //   - Signatures go in message headers over the payload bytes, so the

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/signing"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -33,6 +34,9 @@ type Relay struct {
 	relayed atomic.Uint64
 	lost    atomic.Uint64
 	ensure  []streams.FeedOption
+	// trust returns the keys a revision must be signed by (nil: none
+	// checked); see WithTrust.
+	trust func() *signing.KeySet
 }
 
 // Option configures a Relay.
@@ -45,6 +49,23 @@ func WithLogger(log *slog.Logger) Option {
 			return errors.New("feed: nil logger")
 		}
 		r.log = log
+		return nil
+	}
+}
+
+// WithTrust makes the relay skip every ledger revision whose signature
+// the key set trust returns does not accept (signing.KeySet.Verify), as
+// replicas skip it: a forged or garbage revision written past the
+// permissions never reaches the feed. trust is called per revision, so a
+// replica's reloaded keys apply at once. A skipped revision is logged.
+// Revisions that are signed but off their key's chain (a replay) are not
+// detected here.
+func WithTrust(trust func() *signing.KeySet) Option {
+	return func(r *Relay) error {
+		if trust == nil {
+			return errors.New("feed: nil trust")
+		}
+		r.trust = trust
 		return nil
 	}
 }
@@ -256,6 +277,12 @@ func (r *Relay) runOnce(ctx context.Context) error {
 			return err
 		}
 		key, _ := r.l.KeyOf(msg.Subject())
+		if r.trust != nil {
+			if reason := r.trust().Verify(key, md.Sequence.Stream, msg.Headers(), msg.Data()); reason != "" {
+				r.log.Error("feed: revision skipped; not relayed", "seq", md.Sequence.Stream, "key", key, "reason", string(reason))
+				continue
+			}
+		}
 		out, err := Split(md.Sequence.Stream, key, md.Timestamp, msg.Data())
 		if err != nil {
 			// A revision the relay cannot read is never skipped: the feed

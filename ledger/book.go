@@ -28,7 +28,14 @@ type book struct {
 	// hashes is the payload hash (events.HashPayload) of the last folded
 	// revision of every key, lane or budget: what the next chained
 	// revision must name.
-	hashes       map[string]string
+	hashes map[string]string
+	// seen is, for a key whose last revision in the stream was skipped
+	// (unsigned, badly signed, malformed, off the chain), the sequence of
+	// that revision: the compare-and-set of this replica's next write of
+	// the key must name it, while the chain (lanes, budgets' rev, hashes)
+	// stays at the last valid revision. A valid revision folded after it
+	// removes the entry.
+	seen         map[string]uint64
 	reservations map[string]*Reservation
 	requests     map[string]*Reservation // by request id
 	// due indexes the open reservations by expiry.
@@ -54,6 +61,7 @@ func newBook(layout streams.Layout, retention, expiredKeep time.Duration) *book 
 		balances:     map[string]*balance{},
 		lanes:        map[string]uint64{},
 		hashes:       map[string]string{},
+		seen:         map[string]uint64{},
 		reservations: map[string]*Reservation{},
 		requests:     map[string]*Reservation{},
 		retention:    retention,
@@ -61,8 +69,16 @@ func newBook(layout streams.Layout, retention, expiredKeep time.Duration) *book 
 	}
 }
 
-// rev returns the last folded revision of key (lane or budget), 0 if none.
+// rev returns the last revision of key (lane or budget) this book has
+// seen, folded or skipped, 0 if none: what a compare-and-set on the key
+// names.
 func (b *book) rev(key string) uint64 {
+	return max(b.valid(key), b.seen[key])
+}
+
+// valid returns the last folded (valid) revision of key, 0 if none: what
+// the next chained revision of the key names as Prev.
+func (b *book) valid(key string) uint64 {
 	if rev, ok := b.lanes[key]; ok {
 		return rev
 	}
@@ -70,6 +86,15 @@ func (b *book) rev(key string) uint64 {
 		return d.rev
 	}
 	return 0
+}
+
+// skip records that the revision of key at seq was not folded (see
+// Ledger.reject): the key's next write must land after it, and the chain
+// continues from the last valid revision.
+func (b *book) skip(key string, seq uint64) {
+	if seq > b.rev(key) {
+		b.seen[key] = seq
+	}
 }
 
 // checkLane checks, without changing the book, that rev can be folded as
@@ -93,7 +118,7 @@ func (b *book) checkLane(lane string, seq uint64, rev *events.LaneRevision) erro
 // applyLane folds one lane revision at seq whose payload hashes to hash:
 // every balance it names. A revision already folded is skipped.
 func (b *book) applyLane(lane string, seq uint64, rev *events.LaneRevision, hash string) error {
-	if seq <= b.lanes[lane] {
+	if seq <= b.rev(lane) {
 		return nil
 	}
 	if err := b.checkLane(lane, seq, rev); err != nil {
@@ -104,6 +129,7 @@ func (b *book) applyLane(lane string, seq uint64, rev *events.LaneRevision, hash
 	}
 	b.lanes[lane] = seq
 	b.hashes[lane] = hash
+	delete(b.seen, lane)
 	return nil
 }
 
@@ -111,7 +137,7 @@ func (b *book) applyLane(lane string, seq uint64, rev *events.LaneRevision, hash
 // hash.
 func (b *book) applyBudget(key string, seq uint64, rev *events.BudgetRevision, hash string) error {
 	d := b.budgets[key]
-	if d != nil && seq <= d.rev {
+	if seq <= b.rev(key) {
 		return nil
 	}
 	if rev.Chained() {
@@ -145,6 +171,7 @@ func (b *book) setBudget(key string, seq uint64, rev *events.BudgetRevision, has
 	}
 	d.rev = seq
 	d.src = *rev
+	delete(b.seen, key)
 	d.def = Budget{Ref: rev.Budget, Limit: rev.Limit, Unit: rev.Unit, TZ: rev.TZ, Loc: loc, Disabled: rev.Disabled,
 		FixedSlot: rev.FixedSlot, Thresholds: rev.Thresholds, Revision: seq}
 	b.hashes[key] = hash

@@ -582,9 +582,12 @@ func (l *Ledger) write(ctx context.Context, revs []keyedRevision) ([]uint64, []s
 // ctx ends first, the outcome is unknown and the caller resolves it by
 // reading the lane.
 func (l *Ledger) publishOne(ctx context.Context, key string, rev uint64, data []byte) (uint64, error) {
+	l.ownWrites.Add(1)
+	defer l.ownWrites.Add(-1)
 	msg := nats.NewMsg(l.layout.Subject(key))
 	msg.Data = data
 	msg.Header.Set(streams.HeaderWriter, l.id)
+	l.sign(msg.Header, key, data)
 	opts := []jetstream.PublishOpt{jetstream.WithExpectStream(l.layout.StreamName())}
 	if !l.opts.blindWrites {
 		opts = append(opts, jetstream.WithExpectLastSequencePerSubject(rev))
@@ -640,6 +643,8 @@ type batchAck struct {
 // rejects the whole batch). One round trip: only the commit message asks
 // for an ack.
 func (l *Ledger) publishBatch(ctx context.Context, revs []keyedRevision, datas [][]byte) ([]uint64, error) {
+	l.ownWrites.Add(1)
+	defer l.ownWrites.Add(-1)
 	ctx, cancel := context.WithTimeout(ctx, l.opts.commitTimeout)
 	defer cancel()
 	id := uuid.NewString()
@@ -648,6 +653,7 @@ func (l *Ledger) publishBatch(ctx context.Context, revs []keyedRevision, datas [
 		msg.Data = datas[i]
 		msg.Header.Set(streams.HeaderBatchID, id)
 		msg.Header.Set(streams.HeaderWriter, l.id)
+		l.sign(msg.Header, revs[i].key, datas[i])
 		msg.Header.Set(streams.HeaderBatchSeq, strconv.Itoa(i+1))
 		if !l.opts.blindWrites {
 			msg.Header.Set(streams.HeaderExpectedLastSubjSeq, strconv.FormatUint(revs[i].rev, 10))

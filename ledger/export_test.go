@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -37,8 +38,12 @@ func FoldView(ctx context.Context, js jetstream.JetStream, layout streams.Layout
 		if err != nil {
 			return "", fmt.Errorf("seq %d: %w", s, err)
 		}
-		if err := l.applyMsg(m.Subject, s, m.Data); err != nil {
-			return "", fmt.Errorf("seq %d: %w", s, err)
+		if err := l.applyMsg(m.Subject, s, m.Header, m.Data); err != nil {
+			var rej *Rejection
+			if !errors.As(err, &rej) {
+				return "", fmt.Errorf("seq %d: %w", s, err)
+			}
+			l.reject(rej)
 		}
 		l.bk.forgetUntil(s, m.Time)
 	}
@@ -81,6 +86,9 @@ func bookView(b *book) string {
 	for k, rev := range b.lanes {
 		add("lane %s rev=%d hash=%s", k, rev, b.hashes[k])
 	}
+	for k, rev := range b.seen {
+		add("skipped %s rev=%d", k, rev)
+	}
 	for s, defs := range b.byScope {
 		add("scope %s %+v", s, defs)
 	}
@@ -120,3 +128,12 @@ func bookView(b *book) string {
 }
 
 func sortStrings(s []string) { sort.Strings(s) }
+
+// Revs returns the last revision of key the replica has seen (what its
+// next compare-and-set names) and the last valid one (what the chain
+// continues from).
+func Revs(l *Ledger, key string) (seen, valid uint64) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.bk.rev(key), l.bk.valid(key)
+}

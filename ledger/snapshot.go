@@ -65,6 +65,15 @@ type snapshotState struct {
 	// their closes were stamped.
 	Closed  []snapClosed `json:"closed"`
 	Expired []snapClosed `json:"expired"`
+	// Skipped lists the keys whose last revision up to Seq was skipped
+	// (see book.seen), with that revision: the next write of the key
+	// lands after it, while its chain continues from LaneRevs or Budgets.
+	Skipped []snapSkip `json:"skipped,omitempty"`
+}
+
+type snapSkip struct {
+	Key string `json:"key"`
+	Rev uint64 `json:"rev"`
 }
 
 type snapKey struct {
@@ -131,6 +140,11 @@ func (b *book) exactAt(seq uint64) bool {
 			return false
 		}
 	}
+	for _, rev := range b.seen {
+		if rev > seq {
+			return false
+		}
+	}
 	return true
 }
 
@@ -172,6 +186,10 @@ func (b *book) snapshot(seq uint64) (*snapshotState, error) {
 	sort.Slice(st.Reservations, func(i, j int) bool { return st.Reservations[i].ID < st.Reservations[j].ID })
 	st.Closed = b.snapQueue(b.closed)
 	st.Expired = b.snapQueue(b.expired)
+	for key, rev := range b.seen {
+		st.Skipped = append(st.Skipped, snapSkip{key, rev})
+	}
+	sort.Slice(st.Skipped, func(i, j int) bool { return st.Skipped[i].Key < st.Skipped[j].Key })
 	return st, nil
 }
 
@@ -220,6 +238,12 @@ func bookFromSnapshot(layout streams.Layout, retention, expiredKeep time.Duratio
 		}
 		b.lanes[k.Key] = k.Rev
 		b.hashes[k.Key] = k.Hash
+	}
+	for _, k := range st.Skipped {
+		if !(streams.IsLaneKey(k.Key) || streams.IsBudgetKey(k.Key)) || k.Rev <= b.valid(k.Key) || k.Rev > st.Seq {
+			return nil, bad("skipped revision %d of %s", k.Rev, k.Key)
+		}
+		b.seen[k.Key] = k.Rev
 	}
 	for _, sr := range st.Reservations {
 		switch sr.Status {

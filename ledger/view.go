@@ -33,8 +33,9 @@ type Tx interface {
 type View struct {
 	l     *Ledger
 	bal   map[string]*viewBalance
-	lanes map[string]uint64       // the revision of each lane the view was taken at
-	hash  map[string]string       // the payload hash of each of those revisions
+	lanes map[string]uint64       // the revision of each lane the view was taken at (folded or skipped): the write's compare-and-set
+	prev  map[string]uint64       // the last valid revision of each lane: what the write's chain names
+	hash  map[string]string       // the payload hash of each prev revision
 	res   map[string]*Reservation // reservations changed in this group
 	req   map[string]*Reservation // request ids opened in this group
 	// stale is set when a read from the book (open reservations, request
@@ -49,7 +50,7 @@ type View struct {
 func (v *View) checkLanes(refs []events.BalanceRef) {
 	for _, ref := range refs {
 		lane := v.l.layout.LaneKey(ref)
-		if at, ok := v.lanes[lane]; ok && v.l.bk.lanes[lane] != at {
+		if at, ok := v.lanes[lane]; ok && v.l.bk.rev(lane) != at {
 			v.stale = true
 		}
 	}
@@ -64,13 +65,14 @@ type viewBalance struct {
 }
 
 func (l *Ledger) newView(refs []events.BalanceRef) *View {
-	v := &View{l: l, bal: make(map[string]*viewBalance, len(refs)), lanes: map[string]uint64{}, hash: map[string]string{}, res: map[string]*Reservation{}, req: map[string]*Reservation{}}
+	v := &View{l: l, bal: make(map[string]*viewBalance, len(refs)), lanes: map[string]uint64{}, prev: map[string]uint64{}, hash: map[string]string{}, res: map[string]*Reservation{}, req: map[string]*Reservation{}}
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	for _, ref := range refs {
 		k := streams.BalanceKey(ref)
 		lane := l.layout.LaneKey(ref)
-		v.lanes[lane] = l.bk.lanes[lane]
+		v.lanes[lane] = l.bk.rev(lane)
+		v.prev[lane] = l.bk.lanes[lane]
 		v.hash[lane] = l.bk.hashes[lane]
 		vb := &viewBalance{lane: lane, added: map[string]events.Money{}, removed: map[string]bool{}}
 		vb.Balance = l.bk.balance(k, ref)
@@ -102,7 +104,7 @@ func (v *View) OpenAmount(key, id string) (events.Money, bool) {
 	}
 	v.l.mu.RLock()
 	defer v.l.mu.RUnlock()
-	if v.l.bk.lanes[vb.lane] != v.lanes[vb.lane] {
+	if v.l.bk.rev(vb.lane) != v.lanes[vb.lane] {
 		v.stale = true
 	}
 	if b := v.l.bk.balances[key]; b != nil {
@@ -314,7 +316,7 @@ func (v *View) revisions() []keyedRevision {
 	out := make([]keyedRevision, 0, len(byLane))
 	for lane, keys := range byLane {
 		sort.Strings(keys)
-		rev := events.LaneRevision{Schema: events.SchemaLane, Chain: events.Chain{Prev: v.lanes[lane], PrevHash: v.hash[lane]},
+		rev := events.LaneRevision{Schema: events.SchemaLane, Chain: events.Chain{Prev: v.prev[lane], PrevHash: v.hash[lane]},
 			Balances: make([]events.BalanceRevision, len(keys))}
 		for i, k := range keys {
 			vb := v.bal[k]

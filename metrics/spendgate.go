@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/spendgate/spendgate/signing"
 )
 
 // Label values of spendgate_admits_total's result label.
@@ -74,6 +76,10 @@ type Set struct {
 	CASConflicts *Counter
 	// SweeperReleased counts reservations the sweeper expired.
 	SweeperReleased *Counter
+	// RevisionsRejected counts ledger revisions the replica skipped
+	// instead of folding: With(reason), a signing.Reason (unsigned,
+	// untrusted-key, bad-signature, malformed, replay, chain).
+	RevisionsRejected *CounterVec
 }
 
 // New returns spendgate's metrics with build info recorded.
@@ -90,11 +96,13 @@ func New(info BuildInfo) *Set {
 		CommitTxs:       NewHistogram("spendgate_commit_txs", "Transactions decided per successful ledger write (group commit size).", TxBuckets),
 		CASConflicts:    NewCounter("spendgate_cas_conflicts_total", "Ledger writes lost to compare-and-set (another writer was first)."),
 		SweeperReleased: NewCounter("spendgate_sweeper_released_total", "Reservations the sweeper released because their TTL had passed."),
+		RevisionsRejected: NewCounterVec("spendgate_revisions_rejected_total",
+			"Ledger revisions this replica skipped instead of folding (forged, garbage, replayed, off the chain), by reason.", "reason"),
 	}
 	build := NewGaugeVec("spendgate_build_info", "Always 1; the labels say which build is running.", "version", "commit", "go_version")
 	build.With(info.Version, info.Commit, runtime.Version()).Set(1)
 	s.Registry.MustRegister(s.Admits, s.AdmitChecks, s.Requests, s.RequestDuration, s.Inflight, s.LedgerBusy,
-		s.Commits, s.CommitTxs, s.CASConflicts, s.SweeperReleased, build)
+		s.Commits, s.CommitTxs, s.CASConflicts, s.SweeperReleased, s.RevisionsRejected, build)
 	return s
 }
 
@@ -291,6 +299,10 @@ func (s *Set) Committed(txs int) {
 
 // Conflicted records a ledger write lost to compare-and-set.
 func (s *Set) Conflicted() { s.CASConflicts.Inc() }
+
+// Rejected counts one ledger revision the replica skipped, by reason (the
+// ledger's RejectObserver).
+func (s *Set) Rejected(reason signing.Reason) { s.RevisionsRejected.With(string(reason)).Inc() }
 
 // Expired records n reservations released by the sweeper.
 func (s *Set) Expired(n int) {

@@ -1,6 +1,7 @@
 package projector
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -36,9 +37,12 @@ const (
 	dimTotal = ""
 )
 
-// groupKey names one cell within a bucket.
+// groupKey names one cell within a bucket. Tenant is the reservation's
+// tenant (events.Scope.Tenant of its balances; "" untenanted), so a
+// report can keep to one tenant as Filter.OneTenant does.
 type groupKey struct {
-	Dim   string
+	Tenant string
+	Dim    string
 	Value string
 	Other bool
 	Unit  string
@@ -255,10 +259,14 @@ func (a *Aggregate) contribute(r *Row, sign int64) {
 			delete(cells, k)
 		}
 	}
-	touch(groupKey{Dim: dimTotal, Unit: r.Unit})
+	tenant := ""
+	if len(r.Balances) > 0 {
+		tenant = r.Balances[0].Scope.Tenant()
+	}
+	touch(groupKey{Tenant: tenant, Dim: dimTotal, Unit: r.Unit})
 	for _, s := range r.Scopes {
 		v, other := a.value(dimScope, string(s))
-		touch(groupKey{Dim: dimScope, Value: v, Other: other, Unit: r.Unit})
+		touch(groupKey{Tenant: tenant, Dim: dimScope, Value: v, Other: other, Unit: r.Unit})
 	}
 	for k, v := range r.Metadata {
 		if v == "" {
@@ -273,7 +281,7 @@ func (a *Aggregate) contribute(r *Row, sign int64) {
 		}
 		dim := MetadataColumnPrefix + k
 		val, other := a.value(dim, v)
-		touch(groupKey{Dim: dim, Value: val, Other: other, Unit: r.Unit})
+		touch(groupKey{Tenant: tenant, Dim: dim, Value: val, Other: other, Unit: r.Unit})
 	}
 	if len(cells) == 0 {
 		delete(a.buckets, b)
@@ -300,14 +308,23 @@ func (a *Aggregate) Tracked() int { return len(a.rf.live) }
 // track (more than MaxReportKeys keys were met before it).
 var ErrKeyNotTracked = fmt.Errorf("projector: metadata key not tracked by the aggregate (more than %d keys)", MaxReportKeys)
 
-// Report sums the buckets in [from, to) (zero: open bound; both must be
-// multiples of events.ReportBucket to equal the replay) grouped by. It
-// reads only the buckets it covers. The result has the same groups and
-// sums as Projector.Report with Filter{From: from, To: to} at the same
-// position, except that values past MaxReportValues add up in one group
-// with Other set. It returns ErrKeyNotTracked for a metadata key that is
-// not tracked while others were dropped.
-func (a *Aggregate) Report(by GroupBy, from, to time.Time) (*AggregateReport, error) {
+// ErrScopesFilter: an Aggregate's report covers every reservation; a
+// selection by scope (Filter.Scopes) needs the replay.
+var ErrScopesFilter = errors.New("projector: the aggregate's report cannot select reservations by scope")
+
+// Report sums the buckets in [f.From, f.To) (zero: open bound; both must
+// be multiples of events.ReportBucket to equal the replay), of f's tenant
+// when f.OneTenant, grouped by. It reads only the buckets it covers. The
+// result has the same groups and sums as Projector.Report with the same
+// Filter at the same position, except that values past MaxReportValues
+// add up in one group with Other set. It returns ErrScopesFilter when
+// f.Scopes is set, and ErrKeyNotTracked for a metadata key that is not
+// tracked while others were dropped.
+func (a *Aggregate) Report(by GroupBy, f Filter) (*AggregateReport, error) {
+	from, to := f.From, f.To
+	if len(f.Scopes) > 0 {
+		return nil, ErrScopesFilter
+	}
 	dim := dimScope
 	if !by.scope {
 		dim = MetadataColumnPrefix + by.key
@@ -334,6 +351,10 @@ func (a *Aggregate) Report(by GroupBy, from, to time.Time) (*AggregateReport, er
 	totals := map[string]*cell{}
 	for _, b := range a.sorted[lo:max(lo, hi)] {
 		for k, c := range a.buckets[b] {
+			if f.OneTenant && k.Tenant != f.Tenant {
+				continue
+			}
+			k.Tenant = ""
 			switch k.Dim {
 			case dim:
 				sum(k, c)
@@ -360,7 +381,7 @@ func (a *Aggregate) Report(by GroupBy, from, to time.Time) (*AggregateReport, er
 			sums[groupKey{Dim: dim, Unit: unit}] = t
 		}
 	}
-	rep := &AggregateReport{SpendReport: SpendReport{By: by, Filter: Filter{From: from, To: to}, Position: a.pos}}
+	rep := &AggregateReport{SpendReport: SpendReport{By: by, Filter: f, Position: a.pos}}
 	for k, c := range sums {
 		rep.Groups = append(rep.Groups, SpendGroup{Value: k.Value, Unit: k.Unit,
 			Reservations: c.Reservations, Open: c.Open, Settled: c.Settled, Released: c.Released,

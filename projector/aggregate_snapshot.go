@@ -104,6 +104,9 @@ func (a *Aggregate) MarshalJSON() ([]byte, error) {
 		cs := s.Cells[start:]
 		sort.Slice(cs, func(i, j int) bool {
 			x, y := cs[i].groupKey, cs[j].groupKey
+			if x.Tenant != y.Tenant {
+				return x.Tenant < y.Tenant
+			}
 			if x.Dim != y.Dim {
 				return x.Dim < y.Dim
 			}

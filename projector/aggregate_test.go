@@ -167,7 +167,7 @@ func TestAggregate_EqualsReplay(t *testing.T) {
 				want, err := p.Report(ctx, projector.Filter{From: from, To: to}, by)
 				require.NoError(t, err)
 				for _, agg := range []*projector.Aggregate{a, restored} {
-					got, err := agg.Report(by, from, to)
+					got, err := agg.Report(by, projector.Filter{From: from, To: to})
 					require.NoError(t, err)
 					requireSameReport(t, want, got)
 				}
@@ -190,7 +190,7 @@ func TestAggregate_Golden(t *testing.T) {
 	for _, by := range []projector.GroupBy{projector.ByScope, projector.ByMetadata("model"), projector.ByMetadata("feature")} {
 		want, err := p.Report(ctx, projector.Filter{}, by)
 		require.NoError(t, err)
-		got, err := a.Report(by, time.Time{}, time.Time{})
+		got, err := a.Report(by, projector.Filter{})
 		require.NoError(t, err)
 		requireSameReport(t, want, got)
 	}
@@ -215,7 +215,7 @@ func TestAggregate_Bounded(t *testing.T) {
 	require.Zero(t, a.Tracked(), "closed reservations are not kept")
 	// One bucket: total, one scope, MaxReportValues users and one Other.
 	require.Equal(t, 1+1+projector.MaxReportValues+1, a.Cells())
-	rep, err := a.Report(projector.ByMetadata("user"), time.Time{}, time.Time{})
+	rep, err := a.Report(projector.ByMetadata("user"), projector.Filter{})
 	require.NoError(t, err)
 	require.Len(t, rep.Groups, projector.MaxReportValues+1)
 	require.Len(t, rep.Other, 1)
@@ -242,7 +242,7 @@ func BenchmarkAggregate_Report(b *testing.B) {
 	ctx := context.Background()
 	b.Run("aggregate", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := a.Report(by, from, to); err != nil {
+			if _, err := a.Report(by, projector.Filter{From: from, To: to}); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -249,15 +249,18 @@ func (g *Aggregator) Sync(ctx context.Context) error {
 }
 
 // Report syncs (see Sync) and returns the Aggregate's report by, over the
-// reservations opened in [from, to) (bounds on events.ReportBucket). It
-// returns Sync's errors and ErrKeyNotTracked.
-func (g *Aggregator) Report(ctx context.Context, by GroupBy, from, to time.Time) (*AggregateReport, error) {
+// reservations f selects (see Aggregate.Report). It returns Sync's errors,
+// ErrScopesFilter and ErrKeyNotTracked.
+func (g *Aggregator) Report(ctx context.Context, by GroupBy, f Filter) (*AggregateReport, error) {
+	if len(f.Scopes) > 0 {
+		return nil, ErrScopesFilter
+	}
 	if err := g.Sync(ctx); err != nil {
 		return nil, err
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.agg.Report(by, from, to)
+	return g.agg.Report(by, f)
 }
 
 // loadSnapshot returns the newest report snapshot at or below last that

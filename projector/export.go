@@ -29,6 +29,12 @@ type Filter struct {
 	// Scopes, when not empty, keeps only reservations admitted in at least
 	// one of these scopes.
 	Scopes []events.Scope
+	// OneTenant keeps only the reservations of Tenant ("" for the
+	// untenanted deployment's): those whose scopes carry that tenant
+	// (events.Scope.Tenant). Scopes are then still the stored scopes
+	// ("acme/team:search"). Without OneTenant, every tenant's.
+	OneTenant bool
+	Tenant    string
 	// Hold overrides DefaultLateSettleHold when positive.
 	Hold time.Duration
 }
@@ -39,6 +45,10 @@ func (f Filter) selects(ev events.ReservationOpened) bool {
 		return false
 	}
 	if !f.To.IsZero() && !ev.At.Before(f.To) {
+		return false
+	}
+	// An admit qualifies all its scopes by one tenant.
+	if f.OneTenant && ev.Balance.Scope.Tenant() != f.Tenant {
 		return false
 	}
 	if len(f.Scopes) == 0 {

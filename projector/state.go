@@ -328,7 +328,7 @@ func decodeStrict(data []byte, v any) error {
 
 // validBalanceRef checks that every part of b is a valid token.
 func validBalanceRef(b events.BalanceRef) error {
-	if _, err := events.ParseScope(string(b.Scope)); err != nil {
+	if _, err := events.ParseStoredScope(string(b.Scope)); err != nil {
 		return err
 	}
 	if _, err := events.ParsePeriod(string(b.Period)); err != nil {
@@ -755,7 +755,7 @@ func (s *State) applyBudget(seq uint64, key string, data []byte) error {
 	if err := events.UpcastBudget(&rev); err != nil {
 		return errorf(ErrMalformed, "%v", err)
 	}
-	if _, err := events.ParseScope(string(rev.Budget.Scope)); err != nil {
+	if _, err := events.ParseStoredScope(string(rev.Budget.Scope)); err != nil {
 		return errorf(ErrMalformed, "%v", err)
 	}
 	if _, err := events.ParsePeriod(string(rev.Budget.Period)); err != nil {

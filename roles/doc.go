@@ -34,6 +34,19 @@
 // ledger stream is no role's business: an operator does it with an
 // identity outside this layout.
 //
+// Tenants: Config(l, account, tenants...) renders one account per tenant
+// beside the replicas' account. The replicas' account exports
+// "<prefix>t.<tenant>.>" (TenantExport) to that tenant's account alone;
+// the tenant's account imports TenantEndpoints from there under their plain
+// subjects (TenantImports: "spendgate.t.acme.admit" seen as
+// "spendgate.admit"), so the replica reads the tenant from a subject token
+// the server fixes per account and the tenant cannot choose. It also
+// imports the JetStream API of its one feed consumer (TenantFeedImports,
+// under TenantJSPrefix), created only with its own filter. Its one user,
+// named after the tenant, may publish only those (role Tenant). The admin
+// role may call every tenant's subjects (budgets are the operator's to
+// define); the service role may not.
+//
 // Rendering: Authorization writes a nats-server "authorization" block
 // (users in the global account), Accounts the same users inside one account
 // with JetStream; passwords stay out of the file (the server reads

@@ -73,6 +73,7 @@ var pubSubjects = []string{
 	"$JS.ACK.spendgate_feed.billing.1.1.1.1.0",
 	"$JS.FC.spendgate_feed.c1.x",
 	"spendgate.feed.v1.reservation.opened.v1.team.search",
+	"spendgate.feed.v1.reservation.opened.v1.t.acme.team.search",
 	// Service endpoints.
 	"spendgate.admit",
 	"spendgate.settle",
@@ -82,6 +83,13 @@ var pubSubjects = []string{
 	"spendgate.budget.list",
 	"spendgate.report",
 	"spendgate.other",
+	// A tenant's endpoints (a tenant's account reaches them through its
+	// imports; in this account only the admin acts for a tenant).
+	"spendgate.t.acme.admit",
+	"spendgate.t.acme.budget.put",
+	"spendgate.t.acme.budget.list",
+	"spendgate.t.acme.report",
+	"spendgate.t.acme.other",
 	// Discovery.
 	"$SRV.PING", "$SRV.PING.spendgate", "$SRV.PING.spendgate.id1",
 	"$SRV.INFO", "$SRV.INFO.spendgate", "$SRV.INFO.spendgate.id1",
@@ -135,11 +143,13 @@ var wantPub = map[string][]string{
 			"$KV.spendgate.lane.0", "$KV.spendgate.budget.x", "$KV.spendgate.budget.org.acme.month"},
 		[]string{"$JS.API.STREAM.CREATE.spendgate_feed", "$JS.API.STREAM.UPDATE.spendgate_feed",
 			"$JS.API.STREAM.INFO.spendgate_feed", "$JS.API.STREAM.MSG.GET.spendgate_feed",
-			"spendgate.feed.v1.reservation.opened.v1.team.search"}),
+			"spendgate.feed.v1.reservation.opened.v1.team.search",
+			"spendgate.feed.v1.reservation.opened.v1.t.acme.team.search"}),
 	roles.Service: {"spendgate.admit", "spendgate.settle", "spendgate.release"},
 	roles.Admin: concat([]string{"spendgate.admit", "spendgate.settle", "spendgate.release",
-		"spendgate.budget.put", "spendgate.budget.get", "spendgate.budget.list", "spendgate.report"}, srv),
-	roles.Finance: concat([]string{"spendgate.budget.get", "spendgate.budget.list", "spendgate.report"}, ledgerRead),
+		"spendgate.budget.put", "spendgate.budget.get", "spendgate.budget.list", "spendgate.report",
+		"spendgate.t.acme.admit", "spendgate.t.acme.budget.put", "spendgate.t.acme.budget.list", "spendgate.t.acme.report"}, srv),
+	roles.Finance: concat([]string{"spendgate.budget.get", "spendgate.budget.list", "spendgate.report", "spendgate.t.acme.report"}, ledgerRead),
 	roles.Feed:    feedRead,
 }
 
@@ -153,6 +163,7 @@ var subChecks = [][2]string{
 	{"spendgate.budget.list", "spendgate.budget.list"},
 	{"spendgate.report", "spendgate.report"},
 	{"spendgate.>", "spendgate.admit"},
+	{"spendgate.t.*.admit", "spendgate.t.acme.admit"},
 	{"$SRV.PING", "$SRV.PING"}, {"$SRV.PING.spendgate", "$SRV.PING.spendgate"}, {"$SRV.PING.spendgate.id1", "$SRV.PING.spendgate.id1"},
 	{"$SRV.INFO", "$SRV.INFO"}, {"$SRV.INFO.spendgate", "$SRV.INFO.spendgate"}, {"$SRV.INFO.spendgate.id1", "$SRV.INFO.spendgate.id1"},
 	{"$SRV.STATS", "$SRV.STATS"}, {"$SRV.STATS.spendgate", "$SRV.STATS.spendgate"}, {"$SRV.STATS.spendgate.id1", "$SRV.STATS.spendgate.id1"},
@@ -173,7 +184,7 @@ var subChecks = [][2]string{
 
 var wantSub = map[string][]string{
 	roles.Replica: concat([]string{"spendgate.admit", "spendgate.settle", "spendgate.release", "spendgate.budget.put",
-		"spendgate.budget.get", "spendgate.budget.list", "spendgate.report", "spendgate.>"}, srv, []string{"_INBOX_spendgate_replica.x"}),
+		"spendgate.budget.get", "spendgate.budget.list", "spendgate.report", "spendgate.>", "spendgate.t.*.admit"}, srv, []string{"_INBOX_spendgate_replica.x"}),
 	roles.Service: {"_INBOX_spendgate_service.x"},
 	roles.Admin:   {"_INBOX_spendgate_admin.x"},
 	roles.Finance: {"_INBOX_spendgate_finance.x", "_INBOX_spendgate_finance.>"},
@@ -239,9 +250,10 @@ func checkMatrix(t *testing.T, account string) {
 		}
 		if role == roles.Replica {
 			// The service endpoints are served in queue group "q".
-			for _, ep := range []string{"spendgate.admit", "spendgate.budget.put"} {
-				if !canSubscribe(t, obs, id, ep, ep, true) {
-					unexpected = append(unexpected, fmt.Sprintf("%-8s queue-sub %-60s refused", role, ep))
+			for _, ep := range [][2]string{{"spendgate.admit", "spendgate.admit"}, {"spendgate.budget.put", "spendgate.budget.put"},
+				{"spendgate.t.*.admit", "spendgate.t.acme.admit"}} {
+				if !canSubscribe(t, obs, id, ep[0], ep[1], true) {
+					unexpected = append(unexpected, fmt.Sprintf("%-8s queue-sub %-60s refused", role, ep[0]))
 				}
 			}
 		}

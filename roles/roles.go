@@ -203,6 +203,15 @@ func All(l streams.Layout) []Role {
 		}
 		return out
 	}
+	// tenantEp is every tenant's subject of each endpoint: the admin
+	// manages tenants' budgets (spendgate budget put --tenant NAME).
+	tenantEp := func(names ...string) []string {
+		out := make([]string, len(names))
+		for i, n := range names {
+			out[i] = l.TenantEndpoints(n)
+		}
+		return out
+	}
 	inbox := func(role string) []string { return []string{InboxPrefix(l, role) + ".>"} }
 	writes := append(LedgerWrites(l), FeedWrites(l)...)
 	f := l.FeedStreamName()
@@ -230,7 +239,10 @@ func All(l streams.Layout) []Role {
 
 	all := []string{streams.EndpointAdmit, streams.EndpointSettle, streams.EndpointRelease,
 		streams.EndpointBudgetPut, streams.EndpointBudgetGet, streams.EndpointBudgetList, streams.EndpointReport}
-	financePub := append(ep(streams.EndpointBudgetGet, streams.EndpointBudgetList, streams.EndpointReport), ledgerReads(l)...)
+	// Finance reads every tenant's book anyway; a tenant's report subject
+	// is how it asks a replica for one tenant's report.
+	financePub := append(ep(streams.EndpointBudgetGet, streams.EndpointBudgetList, streams.EndpointReport), tenantEp(streams.EndpointReport)...)
+	financePub = append(financePub, ledgerReads(l)...)
 	financePub = append(financePub, snapshotReads(l)...)
 	return []Role{
 		{
@@ -250,8 +262,8 @@ func All(l streams.Layout) []Role {
 		},
 		{
 			Name:        Admin,
-			Description: "budget administration: every endpoint (budget.put/get/list and report included) and $SRV discovery",
-			Publish:     Rules{Allow: append(ep(all...), discovery()...), Deny: writes},
+			Description: "budget administration: every endpoint (budget.put/get/list and report included), for the untenanted deployment and for every tenant, and $SRV discovery",
+			Publish:     Rules{Allow: append(append(ep(all...), tenantEp(all...)...), discovery()...), Deny: writes},
 			Subscribe:   Rules{Allow: inbox(Admin)},
 			InboxPrefix: InboxPrefix(l, Admin),
 		},

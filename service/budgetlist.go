@@ -78,7 +78,7 @@ func (s *Service) budgetList(ctx context.Context, data []byte) (any, error) {
 	if err := s.l.Sync(ctx); err != nil {
 		return nil, err
 	}
-	entries := s.listEntries(req.Kind, sortBy == events.SortUtilization)
+	entries := s.listEntries(events.TenantFromContext(ctx), req.Kind, sortBy == events.SortUtilization)
 	from := 0
 	if cur != nil {
 		ce, ok := cursorEntry(*cur)
@@ -111,13 +111,14 @@ func (s *Service) budgetList(ctx context.Context, data []byte) (any, error) {
 	}
 }
 
-// listEntries returns the budgets of kind ("" for all) in listing order.
-func (s *Service) listEntries(kind string, byUtil bool) []listEntry {
+// listEntries returns the budgets of tenant ("" for the untenanted ones)
+// and kind ("" for all) in listing order.
+func (s *Service) listEntries(tenant, kind string, byUtil bool) []listEntry {
 	budgets := s.l.Budgets() // by scope, then period
 	entries := make([]listEntry, 0, len(budgets))
 	now := s.now()
 	for _, b := range budgets {
-		if kind != "" && b.Ref.Scope.Kind() != kind {
+		if b.Ref.Scope.Tenant() != tenant || kind != "" && b.Ref.Scope.Local().Kind() != kind {
 			continue
 		}
 		e := listEntry{ref: b.Ref}

@@ -204,14 +204,16 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 				if err != nil {
 					continue
 				}
-				out = append(out, metrics.BudgetSample{Scope: string(v.Scope), Period: string(v.Period), Unit: v.Unit, Open: int(v.Open), Reserved: v.Reserved})
+				// The label is the stored scope: a tenant's carries
+				// the tenant ("acme/team:search").
+				out = append(out, metrics.BudgetSample{Scope: string(b.Ref.Scope), Period: string(v.Period), Unit: v.Unit, Open: int(v.Open), Reserved: v.Reserved})
 			}
 			return out
 		})
 	}
 	r.feedd = make(chan struct{})
 	if cfg.Feed {
-		fopts := []feed.Option{feed.WithLogger(cfg.Log)}
+		fopts := []feed.Option{feed.WithLogger(cfg.Log), feed.WithTrust(l.Trust)}
 		if cfg.FeedMaxAge != 0 {
 			fopts = append(fopts, feed.WithMaxAge(max(0, cfg.FeedMaxAge)))
 		}

@@ -96,7 +96,7 @@ func (h *harness) requireReportsEqual(start time.Time) {
 			req := events.ReportRequest{By: by, From: rfc(w[0]), To: rfc(w[1])}
 			var replies []events.ReportReply
 			for _, r := range h.replicas {
-				rep, err := r.Reports.Report(ctxT(h.t), g, w[0], w[1])
+				rep, err := r.Reports.Report(ctxT(h.t), g, projector.Filter{From: w[0], To: w[1]})
 				require.NoError(h.t, err)
 				replies = append(replies, service.ReportReply(req, rep))
 			}

@@ -126,8 +126,13 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	s.svc = svc
-	add := func(name, desc string, h func(context.Context, []byte) (any, error)) error {
-		return svc.AddEndpoint(strings.ReplaceAll(name, ".", "_"), micro.HandlerFunc(func(r micro.Request) {
+	add := func(name, desc string, h func(context.Context, []byte) (any, error), tenants bool) error {
+		endpoint, subject := strings.ReplaceAll(name, ".", "_"), layout.Endpoint(name)
+		if tenants {
+			endpoint, subject = "tenant_"+endpoint, layout.TenantEndpoints(name)
+			desc += " (for the tenant named by the subject)"
+		}
+		return svc.AddEndpoint(endpoint, micro.HandlerFunc(func(r micro.Request) {
 			// micro's Request is not safe to use after the handler returns
 			// (its stats read it), so the goroutine gets copies and replies
 			// on the connection itself.
@@ -155,7 +160,7 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 				s.serve(nc, name, subject, reply, data, h, arrived)
 			}()
 		}),
-			micro.WithEndpointSubject(layout.Endpoint(name)),
+			micro.WithEndpointSubject(subject),
 			micro.WithEndpointMetadata(map[string]string{"description": desc}))
 	}
 	for _, e := range []struct {
@@ -170,9 +175,14 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 		{streams.EndpointBudgetList, "list budgets", s.budgetList},
 		{streams.EndpointReport, "spend by scope or metadata key over whole hours, from the replica's maintained aggregate", s.report},
 	} {
-		if err := add(e.name, e.desc, e.h); err != nil {
-			_ = svc.Stop()
-			return nil, err
+		// Each endpoint twice: for the untenanted deployment on its plain
+		// subject, and for every tenant on "<prefix>t.*.<name>" (see
+		// serve, which takes the tenant from the subject).
+		for _, tenants := range []bool{false, true} {
+			if err := add(e.name, e.desc, e.h, tenants); err != nil {
+				_ = svc.Stop()
+				return nil, err
+			}
 		}
 	}
 	// Make sure the server has registered every endpoint before callers are
@@ -244,7 +254,20 @@ func (s *Service) serve(nc *nats.Conn, endpoint, subject, reply string, data []b
 	}()
 	ctx, cancel := context.WithTimeout(s.ctx, RequestTimeout)
 	defer cancel()
-	out, err := h(ctx, data)
+	var out any
+	var err error
+	// The one place the tenant is decided: from the subject the request
+	// arrived on, never from its body. A tenant account reaches only
+	// "<prefix>t.<its tenant>.<endpoint>" (its service import fixes the
+	// subject), so a caller cannot choose another tenant. Every handler
+	// and the engine read it with events.TenantFromContext.
+	if tenant, ok := s.l.Layout().TenantOf(subject); ok {
+		if err = events.ValidateTenant(tenant); err == nil {
+			out, err = h(events.ContextWithTenant(ctx, tenant), data)
+		}
+	} else {
+		out, err = h(ctx, data)
+	}
 	msg := &nats.Msg{Subject: reply}
 	if err == nil {
 		msg.Data, err = json.Marshal(out)
@@ -333,7 +356,7 @@ func (s *Service) admit(ctx context.Context, data []byte) (any, error) {
 			s.m.Admits.With(metrics.ResultAdmitted, "").Inc()
 		} else if reply.Denial != nil {
 			s.m.Admits.With(metrics.ResultDenied, string(reply.Denial.Reason)).Inc()
-			s.denials.add(DeniedAdmit{At: s.now().UTC(), RequestID: req.RequestID, Scopes: req.Scopes, Amount: req.Amount,
+			s.denials.add(DeniedAdmit{At: s.now().UTC(), Tenant: events.TenantFromContext(ctx), RequestID: req.RequestID, Scopes: req.Scopes, Amount: req.Amount,
 				Unit: req.Unit, Metadata: req.Metadata, Denial: *reply.Denial})
 		}
 	}
@@ -365,6 +388,7 @@ func (s *Service) budgetPut(ctx context.Context, data []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	def.Ref.Scope = events.TenantScope(events.TenantFromContext(ctx), def.Ref.Scope)
 	// A unit change is refused on a budget with spend or reservations: fold
 	// every lane written so far, from any replica, before looking.
 	if err := s.l.Sync(ctx); err != nil {
@@ -451,6 +475,7 @@ func (s *Service) budgetGet(ctx context.Context, data []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	scope = events.TenantScope(events.TenantFromContext(ctx), scope)
 	var period events.Period
 	if req.Period != "" {
 		if period, err = events.ParsePeriod(req.Period); err != nil {
@@ -468,7 +493,7 @@ func (s *Service) budgetGet(ctx context.Context, data []byte) (any, error) {
 	// Only a scope: every budget of it, in period order.
 	bs := s.l.BudgetsOf(scope)
 	if len(bs) == 0 {
-		return nil, events.Errorf(events.CodeUnknownBudget, "no budget is defined for scope %s", scope)
+		return nil, events.Errorf(events.CodeUnknownBudget, "no budget is defined for scope %s", scope.Local())
 	}
 	out := events.BudgetListReply{Budgets: make([]events.BudgetView, 0, len(bs))}
 	for _, b := range bs {
@@ -481,15 +506,16 @@ func (s *Service) budgetGet(ctx context.Context, data []byte) (any, error) {
 	return out, nil
 }
 
-// view reads a budget and its balance in the current period instance.
+// view reads a budget and its balance in the current period instance, its
+// scope as its tenant names it.
 func (s *Service) view(ref events.BudgetRef) (events.BudgetView, error) {
 	b, ok := s.l.Budget(ref)
 	if !ok {
-		return events.BudgetView{}, events.Errorf(events.CodeUnknownBudget, "no budget is defined for %s per %s", ref.Scope, ref.Period)
+		return events.BudgetView{}, events.Errorf(events.CodeUnknownBudget, "no budget is defined for %s per %s", ref.Scope.Local(), ref.Period)
 	}
 	bal := s.l.Balance(b.Balance(s.now()))
 	v := events.BudgetView{
-		Scope: ref.Scope, Period: ref.Period, Limit: b.Limit.String(), Unit: b.Unit,
+		Scope: ref.Scope.Local(), Period: ref.Period, Limit: b.Limit.String(), Unit: b.Unit,
 		Instance: bal.Ref.Instance, Spent: bal.Spent.String(), Reserved: bal.Reserved.String(),
 		Overrun: bal.Overrun.String(), Available: bal.Available().String(), Open: int64(bal.Open),
 		TZ: b.TZ, Disabled: b.Disabled,
@@ -503,7 +529,8 @@ func (s *Service) view(ref events.BudgetRef) (events.BudgetView, error) {
 }
 
 // report answers a spend report from the replica's aggregate, after it
-// has folded the stream up to its end as of the request. Errors, in
+// has folded the stream up to its end as of the request; on a tenant's
+// subject, of that tenant's reservations only. Errors, in
 // precedence order: CodeInvalidRequest (body, or by), CodeInvalidTime,
 // CodeReportUnavailable (no aggregate on this replica, or a metadata key
 // it does not track), CodeLedgerUnavailable (its fold stopped or did not
@@ -520,14 +547,23 @@ func (s *Service) report(ctx context.Context, data []byte) (any, error) {
 	if s.reports == nil {
 		return nil, events.Errorf(events.CodeReportUnavailable, "this replica keeps no spend report (serve --reports=false); spendgate report --replay reads the book instead")
 	}
-	rep, err := s.reports.Report(ctx, by, from, to)
+	// A tenant's request (its subject names the tenant) sees only its
+	// own reservations, and its scopes as it names them.
+	tenant := events.TenantFromContext(ctx)
+	rep, err := s.reports.Report(ctx, by, projector.Filter{From: from, To: to, OneTenant: tenant != "", Tenant: tenant})
 	switch {
 	case errors.Is(err, projector.ErrKeyNotTracked):
 		return nil, events.Errorf(events.CodeReportUnavailable, "metadata key %q is not tracked: the report keeps the first %d keys it met; spendgate report --replay reads the book instead", req.By, projector.MaxReportKeys)
 	case err != nil:
 		return nil, &events.Error{Code: events.CodeLedgerUnavailable, Message: "the spend report could not catch up with the ledger", Err: err}
 	}
-	return ReportReply(req, rep), nil
+	out := ReportReply(req, rep)
+	if tenant != "" && by == projector.ByScope {
+		for i := range out.Groups {
+			out.Groups[i].Value = string(events.Scope(out.Groups[i].Value).Local())
+		}
+	}
+	return out, nil
 }
 
 // ReportReply is rep on the wire.

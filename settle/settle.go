@@ -42,6 +42,11 @@ const (
 // period, flagged late. Settling again with the same actual is answered with
 // Replayed set.
 //
+// If ctx carries a tenant (events.ContextWithTenant), only that tenant's
+// reservations can be settled: any other is CodeUnknownReservation, as if
+// it did not exist; the same holds for release. The untenanted deployment
+// (no tenant) cannot settle a tenant's reservation either.
+//
 // Errors (*events.Error), in precedence order: CodeInvalidIdentifier,
 // CodeInvalidAmount; CodeUnknownReservation; CodeAlreadyReleased (it was
 // released by a caller); CodeAlreadySettled (it was settled with another
@@ -62,7 +67,8 @@ func (s *Settler) Settle(ctx context.Context, req events.SettleRequest) (events.
 // reservation is answered with Replayed set.
 //
 // Errors (*events.Error), in precedence order: CodeInvalidIdentifier;
-// CodeUnknownReservation; CodeAlreadySettled (with the reservation's
+// CodeUnknownReservation (also another tenant's reservation, see Settle);
+// CodeAlreadySettled (with the reservation's
 // ReservationID and Status); CodeLedgerBusy, CodeLedgerUnavailable.
 func (s *Settler) Release(ctx context.Context, req events.ReleaseRequest) (events.CloseReply, error) {
 	if err := events.ValidateToken("reservation_id", req.ReservationID, events.MaxIDLen); err != nil {
@@ -81,12 +87,17 @@ func (s *Settler) Expire(ctx context.Context, id string) (events.CloseReply, err
 }
 
 func (s *Settler) close(ctx context.Context, id string, k kind, actual events.Money) (events.CloseReply, error) {
+	// A caller closes only its own tenant's reservations; the sweeper
+	// expires everyone's.
+	tenant, sweeper := events.TenantFromContext(ctx), k == kindExpire
 	r, ok := s.l.Reservation(id)
-	if !ok {
+	if !ok || !(sweeper || ownedBy(r, tenant)) {
 		if err := s.l.Sync(ctx); err != nil {
 			return events.CloseReply{}, err
 		}
-		if r, ok = s.l.Reservation(id); !ok {
+		if r, ok = s.l.Reservation(id); !ok || !(sweeper || ownedBy(r, tenant)) {
+			// Another tenant's reservation is answered exactly as one
+			// that does not exist: no tenant learns what another holds.
 			return events.CloseReply{}, events.Errorf(events.CodeUnknownReservation, "reservation %s is unknown", id)
 		}
 	}
@@ -94,7 +105,22 @@ func (s *Settler) close(ctx context.Context, id string, k kind, actual events.Mo
 	if err := s.l.Submit(ctx, tx); err != nil {
 		return events.CloseReply{}, err
 	}
+	if tenant != "" {
+		tx.reply.Balances = events.LocalBalances(tx.reply.Balances)
+	}
 	return tx.reply, nil
+}
+
+// ownedBy reports whether every balance of r belongs to tenant ("" for the
+// untenanted deployment). An admit qualifies all its scopes by one tenant,
+// so a reservation belongs to exactly one.
+func ownedBy(r *ledger.Reservation, tenant string) bool {
+	for _, b := range r.Balances {
+		if b.Scope.Tenant() != tenant {
+			return false
+		}
+	}
+	return true
 }
 
 type closeTx struct {

@@ -388,6 +388,41 @@ const (
 // Endpoint returns the subject of an endpoint ("spendgate.admit").
 func (l Layout) Endpoint(name string) string { return l.c.Prefix + name }
 
+// TenantToken is the subject token that starts the tenant endpoints:
+// "<prefix>t.<tenant>.<endpoint>".
+const TenantToken = "t"
+
+// TenantEndpoint returns the subject of endpoint name for tenant
+// ("spendgate.t.acme.admit"). A tenant account imports it under the plain
+// Endpoint subject; the replica takes the tenant from it (TenantOf).
+func (l Layout) TenantEndpoint(tenant, name string) string {
+	return l.c.Prefix + TenantToken + "." + tenant + "." + name
+}
+
+// TenantEndpoints matches endpoint name of every tenant
+// ("spendgate.t.*.admit"): the replica's subscription.
+func (l Layout) TenantEndpoints(name string) string { return l.TenantEndpoint("*", name) }
+
+// TenantPrefix is every subject of tenant ("spendgate.t.acme.>"): what the
+// replica's account exports to the tenant's account.
+func (l Layout) TenantPrefix(tenant string) string {
+	return l.c.Prefix + TenantToken + "." + tenant + ".>"
+}
+
+// TenantOf returns the tenant of a subject of TenantEndpoints (the token
+// after "<prefix>t."), and false for any other subject.
+func (l Layout) TenantOf(subject string) (string, bool) {
+	rest, ok := strings.CutPrefix(subject, l.c.Prefix+TenantToken+".")
+	if !ok {
+		return "", false
+	}
+	t, _, ok := strings.Cut(rest, ".")
+	if !ok || t == "" {
+		return "", false
+	}
+	return t, true
+}
+
 // Prefix returns the service subject prefix.
 func (l Layout) Prefix() string { return l.c.Prefix }
 
@@ -498,8 +533,30 @@ func (l Layout) FeedFilter() string { return l.FeedPrefix() + ">" }
 // spans three tokens (noun, verb, version), so a consumer filters by type
 // with "spendgate.feed.v1.reservation.>" or by scope with
 // "spendgate.feed.v1.*.*.*.team.search".
+//
+// A tenant's event carries the tenant in two more tokens, "t.<tenant>",
+// before the scope as the tenant names it:
+// "spendgate.feed.v1.reservation.opened.v1.t.acme.team.search". Its feed is
+// "spendgate.feed.v1.*.*.*.t.acme.>" (TenantFeedFilter), which no
+// untenanted event matches (those have two tokens after the type, a
+// tenant's four).
 func (l Layout) FeedSubject(t events.Type, scope events.Scope) string {
+	if tenant := scope.Tenant(); tenant != "" {
+		local := scope.Local()
+		return l.FeedPrefix() + string(t) + "." + TenantToken + "." + tenant + "." + local.Kind() + "." + local.ID()
+	}
 	return l.FeedPrefix() + string(t) + "." + scope.Kind() + "." + scope.ID()
+}
+
+// TenantFeedConsumer is the one durable consumer of the feed stream a
+// tenant may use: "t-<tenant>". Consumer names starting "t-" are reserved
+// for tenants.
+func TenantFeedConsumer(tenant string) string { return "t-" + tenant }
+
+// TenantFeedFilter matches every feed subject of tenant's events
+// ("spendgate.feed.v1.*.*.*.t.acme.>").
+func (l Layout) TenantFeedFilter(tenant string) string {
+	return l.FeedPrefix() + "*.*.*." + TenantToken + "." + tenant + ".>"
 }
 
 // DefaultFeedMaxAge is how long the feed keeps a message by default: a
@@ -581,3 +638,11 @@ func EnsureFeed(ctx context.Context, js jetstream.JetStream, l Layout, opts ...F
 // BudgetKeysFilter matches every budget definition key
 // ("$KV.<bucket>.budget.>").
 func (l Layout) BudgetKeysFilter() string { return l.KeyPrefix() + budgetFamily + ".>" }
+
+// Revision signature headers (package signing writes and checks them): the
+// public nkey of the signer, and the base64url (no padding) Ed25519
+// signature over signing.Input(key, payload).
+const (
+	HeaderSigKey = "Spendgate-Sig-Key"
+	HeaderSig    = "Spendgate-Sig"
+)

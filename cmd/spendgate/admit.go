@@ -12,7 +12,7 @@ import (
 
 var admitCommand = command{
 	name:     "spendgate admit",
-	synopsis: "--scope KIND:ID [--scope ...] --amount DECIMAL [--unit USD] [--ttl 5m] [--request-id ID] [--meta KEY=VALUE ...] [--mode admit|check|shadow]",
+	synopsis: "--scope KIND:ID [--scope ...] --amount DECIMAL [--unit USD] [--ttl 5m] [--request-id ID] [--meta KEY=VALUE ...] [--mode admit|check|shadow] [--tenant NAME]",
 	about: `Reserves an amount in every budget of every scope, or in none, and prints
 the reply. With --mode check (or shadow, for evaluation traffic) it prints what
 an admit would do and reserves nothing. Exit status: 0 admitted (or would be),
@@ -24,6 +24,7 @@ func admitCmd(args []string) int {
 	var c clientFlags
 	fs := newFlagSet("admit")
 	c.register(fs)
+	c.registerTenant(fs)
 	var req events.AdmitRequest
 	var scopes multiFlag
 	fs.Var(&scopes, "scope", "scope `kind:id`; repeat for several (reserved in all or none)")

@@ -27,7 +27,7 @@ var (
 	}
 	budgetPutCommand = command{
 		name:     "spendgate budget put",
-		synopsis: "--scope KIND:ID --period month|week|day|lifetime --limit DECIMAL --unit USD|requests|... [--tz ZONE] [--disabled] [--allow-zero] [--fixed-slot DECIMAL]",
+		synopsis: "--scope KIND:ID --period month|week|day|lifetime --limit DECIMAL --unit USD|requests|... [--tz ZONE] [--disabled] [--allow-zero] [--fixed-slot DECIMAL] [--tenant NAME]",
 		about: `Defines the budget of a scope for a period, or changes it; the reply says what
 changed ("changed") and what it was ("previous"). --period is required, so that
 a change never lands on another period's budget by default. The put is the
@@ -36,7 +36,7 @@ everything and needs --allow-zero.`,
 	}
 	budgetDisableCommand = command{
 		name:     "spendgate budget disable",
-		synopsis: "--scope KIND:ID --period month|week|day|lifetime",
+		synopsis: "--scope KIND:ID --period month|week|day|lifetime [--tenant NAME]",
 		about: `Disables a budget: every admit naming it is denied budget_disabled. It keeps the
 limit, unit, time zone and fixed slot: it reads the budget and puts it back with only
 "disabled" changed. The reply's "changed" shows what the put changed; if
@@ -44,17 +44,17 @@ another change landed between the read and the put, it shows that too.`,
 	}
 	budgetEnableCommand = command{
 		name:     "spendgate budget enable",
-		synopsis: "--scope KIND:ID --period month|week|day|lifetime",
+		synopsis: "--scope KIND:ID --period month|week|day|lifetime [--tenant NAME]",
 		about:    "Enables a disabled budget again, keeping the rest of its definition (see\nspendgate budget disable).",
 	}
 	budgetGetCommand = command{
 		name:     "spendgate budget get",
-		synopsis: "--scope KIND:ID [--period month|day|lifetime]",
+		synopsis: "--scope KIND:ID [--period month|day|lifetime] [--tenant NAME]",
 		about:    "Prints a budget of a scope with its current period's spent, reserved and available;\nwithout --period, every budget of the scope.",
 	}
 	budgetListCommand = command{
 		name:     "spendgate budget list",
-		synopsis: "[--kind KIND] [--sort scope|utilization] [--max N] [--page-size N] [--cursor C]",
+		synopsis: "[--kind KIND] [--sort scope|utilization] [--max N] [--page-size N] [--cursor C] [--tenant NAME]",
 		about: `Prints every budget, or those whose scope is of one kind, fetching them page
 by page. --sort utilization lists the budgets nearest their limit first
 (e.g. --sort utilization --max 10). With --cursor it prints one page and its
@@ -74,6 +74,7 @@ func budget(args []string) int {
 	var c clientFlags
 	fs := newFlagSet("budget " + args[0])
 	c.register(fs)
+	c.registerTenant(fs)
 	switch args[0] {
 	case "put":
 		var req events.BudgetPutRequest
@@ -202,10 +203,14 @@ func (c *clientFlags) listPage(nc *nats.Conn, req events.BudgetListRequest) (eve
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
-	msg, err := nc.RequestWithContext(ctx, c.prefix+streams.EndpointBudgetList, data)
+	subject, err := c.subject(streams.EndpointBudgetList)
+	if err != nil {
+		return page, nil, err
+	}
+	msg, err := nc.RequestWithContext(ctx, subject, data)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
-			err = fmt.Errorf("no spendgate service is listening on %s%s", c.prefix, streams.EndpointBudgetList)
+			err = fmt.Errorf("no spendgate service is listening on %s", subject)
 		}
 		return page, nil, err
 	}

@@ -26,7 +26,8 @@ Usage:
   spendgate admit    --scope KIND:ID [--scope ...] --amount DECIMAL [--unit USD] [--ttl 5m] [--request-id ID] [--meta K=V] [--mode check|shadow]
   spendgate settle   --reservation ID --actual DECIMAL
   spendgate release  --reservation ID
-  spendgate audit check                  replay the book of record and reconcile it with the live balances
+  spendgate audit check [--trusted-keys KEYS]   replay the book of record, verify signatures, reconcile with the live balances
+  spendgate audit keys                   which signing key wrote which revisions
   spendgate audit balances [--at TIME]   totals per budget period as CSV, optionally as of an RFC 3339 time
   spendgate audit export [--from TIME] [--to TIME] [--scope KIND:ID ...] [--format csv|jsonl] [--totals FILE]
                                          one row per reservation, streamed
@@ -35,6 +36,7 @@ Usage:
   spendgate bench    [--duration 3s] [--reps 3] [--conns 4] [--scenarios hot1,...|mem] [--json]   throughput vs floor and naive CAS
   spendgate demo overrun [--concurrency 20] [--ceiling 0.10] [--price 0.02] [--json]   naive ledger vs spendgate, no setup
   spendgate roles [--account NAME]       a nats-server permission layout: replica, service, admin, finance, feed
+  spendgate key --file FILE              the public key of a signing key (created if FILE does not exist)
   spendgate version                      module version and commit of this binary
 
 Every command takes --help for its flags ("spendgate help COMMAND" too).
@@ -57,6 +59,7 @@ var commands = map[string]func([]string) int{
 	"bench":    benchCmd,
 	"demo":     demoCmd,
 	"roles":    rolesCmd,
+	"key":      keyCmd,
 	"snapshot": snapshotCmd,
 	"version":  versionCmd,
 }

@@ -16,7 +16,7 @@ import (
 
 var reportCommand = command{
 	name:     "spendgate report",
-	synopsis: "--by scope|KEY [--period YYYY-MM|YYYY-MM-DD | --from RFC3339 --to RFC3339] [--format table|csv] [--replay [--scope KIND:ID ...] [--bucket NAME]] [--nats-url URL]",
+	synopsis: "--by scope|KEY [--period YYYY-MM|YYYY-MM-DD | --from RFC3339 --to RFC3339] [--tenant NAME] [--format table|csv] [--replay [--scope KIND:ID ...] [--bucket NAME]] [--nats-url URL]",
 	about: `Sums the reservations opened in [--from, --to) (or in the UTC month or day
 --period names) by scope or by the value of a metadata key (--by model,
 --by user, ...; --by metadata.KEY names a key called "scope"), one line per
@@ -107,8 +107,22 @@ func report(args []string) int {
 		}
 	} else {
 		var reply events.ReportReply
-		if code := r.client.fetch(streams.EndpointReport, events.ReportRequest{By: *by, From: r.from, To: r.to}, &reply); code != 0 {
+		// One tenant's report is asked on its subject: the replica takes
+		// the tenant from there, never from the body.
+		endpoint := streams.EndpointReport
+		if r.tenant != "" {
+			endpoint = streams.TenantToken + "." + r.tenant + "." + streams.EndpointReport
+		}
+		if code := r.client.fetch(endpoint, events.ReportRequest{By: *by, From: r.from, To: r.to}, &reply); code != 0 {
 			return code
+		}
+		if r.tenant != "" && group == projector.ByScope {
+			// Scopes as stored, as the replay prints them.
+			for i := range reply.Groups {
+				if !reply.Groups[i].Other {
+					reply.Groups[i].Value = string(events.TenantScope(r.tenant, events.Scope(reply.Groups[i].Value)))
+				}
+			}
 		}
 		if rep, err = reportOf(group, f, reply); err != nil {
 			fmt.Fprintln(os.Stderr, "spendgate: report:", err)

@@ -73,6 +73,8 @@ func serve(args []string) int {
 	snapInterval := fs.Duration("snapshot-interval", ledger.DefaultSnapshotInterval, "write a snapshot this long after the newest one if the stream moved")
 	readyTimeout := fs.Duration("ready-timeout", time.Minute, "how long the replica may take to fold the ledger stream at start")
 	maxInflight := fs.Int("max-inflight", service.MaxInFlight, "requests this replica handles at once; beyond it callers get ledger_busy at once")
+	signingKey := fs.String("signing-key", "", "nkey seed file that signs this replica's revisions (or the seed itself in $"+envSigningSeed+"; default with the embedded server <data-dir>/"+signingKeyFile+", created on first start; with --nats-url a key kept only in memory); re-read on SIGHUP")
+	trustedKeys := fs.String("trusted-keys", "", "public keys whose revisions this replica folds: keys or files of keys, comma-separated (default with the embedded server <data-dir>/"+trustedKeysFile+", created on first start; with --nats-url none: signatures are not checked); re-read on SIGHUP")
 	config.AddFileFlag(fs)
 	var logging config.Logging
 	logging.AddFlags(fs)
@@ -189,6 +191,11 @@ func serve(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	keys, err := loadReplicaKeys(ctx, log, js, layout, *dataDir, *signingKey, *trustedKeys, *natsURL == "")
+	if err != nil {
+		log.Error("signing keys", "err", err)
+		return 1
+	}
 	opsDone := make(chan error, 1)
 	if opsSrv != nil {
 		opsSrv.AddCheck("nats", func() error {
@@ -203,8 +210,9 @@ func serve(args []string) int {
 	}
 	r, err := service.StartReplica(ctx, nc, js, service.ReplicaConfig{
 		Layout: layout, DefaultTTL: *defTTL, MaxTTL: *maxTTL, SweepInterval: *sweepEvery, Log: log,
-		LedgerOptions: []ledger.Option{ledger.WithSnapshotEvery(*snapRevisions, *snapInterval)},
-		ReadyTimeout:  *readyTimeout, Metrics: m, MetricsBudgets: *metricsBudgets, Feed: *feedOn,
+		LedgerOptions: []ledger.Option{ledger.WithSnapshotEvery(*snapRevisions, *snapInterval),
+			ledger.WithSigner(keys.signer), ledger.WithTrust(keys.trust)},
+		ReadyTimeout: *readyTimeout, Metrics: m, MetricsBudgets: *metricsBudgets, Feed: *feedOn,
 		MaxInFlight: *maxInflight, Reports: *reportsOn, FeedMaxAge: feedAge(*feedMaxAge),
 	})
 	if err != nil {
@@ -231,13 +239,34 @@ func serve(args []string) int {
 	shown := displayURL(url)
 	fmt.Fprintf(os.Stderr, "ready: clients connect to %s; try  spendgate budget list --nats-url %s  or  nats --server %s micro info %s\n",
 		shown, shown, shown, streams.ServiceName)
+	// SIGHUP reads the signing key and the trusted keys again (key
+	// rotation without a restart; see the README's Keys section).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	code := 0
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down: answering requests in flight")
-	case <-r.Failed():
-		log.Error("ledger follower failed; stopping", "err", r.Err())
-		code = 1
+wait:
+	for {
+		select {
+		case <-hup:
+			changed, err := keys.reload()
+			if err != nil {
+				log.Error("SIGHUP: keys not reloaded; the old ones stay in use", "err", err)
+				continue
+			}
+			// Trust first: the new set is in force before anything is
+			// signed with a new key.
+			r.Ledger.SetTrust(keys.trust)
+			r.Ledger.SetSigner(keys.signer)
+			log.Info("SIGHUP: keys reloaded", "changed", changed, "public_key", keys.signer.PublicKey(), "trusted_keys", len(keys.trust.Keys()), "unsigned_until", keys.trust.UnsignedUntil())
+		case <-ctx.Done():
+			log.Info("shutting down: answering requests in flight")
+			break wait
+		case <-r.Failed():
+			log.Error("ledger follower failed; stopping", "err", r.Err())
+			code = 1
+			break wait
+		}
 	}
 	if err := r.Stop(); err != nil {
 		log.Error("stop", "err", err)

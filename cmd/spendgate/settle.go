@@ -7,7 +7,7 @@ import (
 
 var settleCommand = command{
 	name:     "spendgate settle",
-	synopsis: "--reservation ID --actual DECIMAL",
+	synopsis: "--reservation ID --actual DECIMAL [--tenant NAME]",
 	about:    "Closes a reservation with the actual cost and prints the reply.",
 }
 
@@ -16,6 +16,7 @@ func settleCmd(args []string) int {
 	var c clientFlags
 	fs := newFlagSet("settle")
 	c.register(fs)
+	c.registerTenant(fs)
 	var req events.SettleRequest
 	fs.StringVar(&req.ReservationID, "reservation", "", "reservation id")
 	fs.StringVar(&req.Actual, "actual", "", "actual cost, a decimal string")

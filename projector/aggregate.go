@@ -43,9 +43,9 @@ const (
 type groupKey struct {
 	Tenant string
 	Dim    string
-	Value string
-	Other bool
-	Unit  string
+	Value  string
+	Other  bool
+	Unit   string
 }
 
 // cell is a group's sums in one bucket.

@@ -213,3 +213,73 @@ func TestReport_Unavailable(t *testing.T) {
 	require.Equal(t, events.CodeReportUnavailable, e.Code)
 	require.Contains(t, e.Message, "--replay")
 }
+
+// TestReport_Tenants: on a tenant's subject the report covers that
+// tenant's reservations only, with its scopes as it names them, and equals
+// the replay with the same tenant selected; on the plain subject, every
+// tenant's and the untenanted deployment's. Without the tenant per cell,
+// acme's report would count globex's and the untenanted spend too.
+func TestReport_Tenants(t *testing.T) {
+	h := newHarness(t, harnessOpts{reports: true})
+	for _, tenant := range []string{"acme", "globex", ""} {
+		var e *events.Error
+		if tenant == "" {
+			h.putBudget("team:search", "day", "100", "USD")
+		} else {
+			e = h.tcall(tenant, streams.EndpointBudgetPut, events.BudgetPutRequest{Scope: "team:search", Period: "day", Limit: "100", Unit: "USD"}, nil)
+		}
+		require.Nil(t, e)
+		for i, model := range []string{"gpt-x", "mini", "gpt-x"} {
+			req := events.AdmitRequest{RequestID: fmt.Sprintf("%s-%d", tenant, i), Scopes: []string{"team:search"}, Amount: "1.5", TTL: "1m",
+				Metadata: map[string]string{"model": model}}
+			var a events.AdmitReply
+			if tenant == "" {
+				a, e = h.admit(req)
+			} else {
+				e = h.tcall(tenant, streams.EndpointAdmit, req, &a)
+			}
+			require.Nil(t, e)
+			require.True(t, a.Admitted)
+			if i > 0 {
+				var c events.CloseReply
+				sreq := events.SettleRequest{ReservationID: a.ReservationID, Actual: fmt.Sprintf("%d.25", i)}
+				if tenant == "" {
+					c, e = h.settle(a.ReservationID, sreq.Actual)
+				} else {
+					e = h.tcall(tenant, streams.EndpointSettle, sreq, &c)
+				}
+				require.Nil(t, e)
+			}
+		}
+	}
+	p := projector.New(h.env.JS, h.env.Layout)
+	for _, by := range []string{"scope", "model"} {
+		g, _, _, err := projector.ParseReportRequest(events.ReportRequest{By: by})
+		require.NoError(t, err)
+		for _, tenant := range []string{"acme", ""} {
+			want, err := p.Report(ctxT(t), projector.Filter{OneTenant: tenant != "", Tenant: tenant}, g)
+			require.NoError(t, err)
+			var got events.ReportReply
+			if tenant == "" {
+				require.Nil(t, h.call(streams.EndpointReport, events.ReportRequest{By: by}, &got))
+			} else {
+				require.Nil(t, h.tcall(tenant, streams.EndpointReport, events.ReportRequest{By: by}, &got))
+			}
+			require.Len(t, got.Groups, len(want.Groups), "%s %q: %v", by, tenant, got.Groups)
+			var n int64
+			for i, w := range want.Groups {
+				v := w.Value
+				if tenant != "" && by == "scope" {
+					v = string(events.Scope(v).Local())
+				}
+				require.Equal(t, events.ReportGroup{Value: v, Unit: w.Unit, Reservations: w.Reservations, Open: w.Open,
+					Settled: w.Settled, Released: w.Released, Expired: w.Expired, Late: w.Late,
+					Spend: w.Spend.String(), Overrun: w.Overrun.String(), Reserved: w.Reserved.String()}, got.Groups[i], "%s %q", by, tenant)
+				n += got.Groups[i].Reservations
+			}
+			if by == "model" {
+				require.Equal(t, map[string]int64{"acme": 3, "": 9}[tenant], n, "%q's reservations", tenant)
+			}
+		}
+	}
+}

@@ -200,8 +200,8 @@ func (s *Set) RegisterSnapshotAge(f func() time.Duration) {
 // RegisterFeedRelay adds the feed relay's counters:
 // spendgate_feed_events_relayed_total (events this replica appended to
 // the feed) and spendgate_feed_appends_lost_total (appends it lost to
-// another replica's relay, which had appended the same event first). f
-// and lost read counts the relay keeps; they must not block.
+// another replica's relay, which had appended the same event first).
+// relayed and lost read counts the relay keeps; they must not block.
 func (s *Set) RegisterFeedRelay(relayed, lost func() uint64) {
 	s.Registry.MustRegister(
 		NewCounterFunc("spendgate_feed_events_relayed_total",

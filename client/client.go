@@ -389,6 +389,25 @@ func (c *Client) ListBudgetsPage(ctx context.Context, req events.BudgetListReque
 	return v, nil
 }
 
+// Report requests a spend report: req.By is "scope" or a metadata key,
+// req.From and req.To optional RFC 3339 times on whole hours. The reply
+// is exact at its Position (the replica folds the ledger up to its end
+// first) and equals `spendgate report --replay` over the same bounds.
+//
+// Errors, in precedence order: an *events.Error matching ErrInvalid
+// (invalid_request: by; invalid_time: from or to); an *events.Error
+// matching ErrNotFound with code report_unavailable (no aggregate on the
+// replica, or a metadata key it does not track; the replay answers it);
+// then an *UnavailableError matching ErrUnavailable;
+// then ctx's error, wrapped.
+func (c *Client) Report(ctx context.Context, req events.ReportRequest) (events.ReportReply, error) {
+	var v events.ReportReply
+	if err := c.request(ctx, streams.EndpointReport, req, &v); err != nil {
+		return events.ReportReply{}, err
+	}
+	return v, nil
+}
+
 // request sends req to endpoint, retrying within the attempt budget, and
 // decodes the reply into out. The whole request is bounded by timeout ×
 // attempts. Its errors: a refusal (the service's *events.Error, matching

@@ -3,12 +3,14 @@ package dashboard
 import (
 	"context"
 	"embed"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"io/fs"
 	"log/slog"
 	"net/http"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -212,12 +214,65 @@ type BudgetRow struct {
 	Forecast Forecast `json:"forecast"`
 }
 
-// BudgetsReply is /api/budgets.
+// BudgetsReply is one page of /api/budgets: budgets nearest their limit
+// first (used_bp descending, then scope, then period).
 type BudgetsReply struct {
 	Now     time.Time   `json:"now"`
 	Replica string      `json:"replica,omitempty"`
 	Ready   bool        `json:"series_ready"`
 	Budgets []BudgetRow `json:"budgets"`
+	// NextCursor, when set, fetches the next page (?cursor=); empty on
+	// the last page. Pages are cut by key, so a budget whose utilization
+	// changes between two requests may move across the cut.
+	NextCursor string `json:"next_cursor,omitempty"`
+	// Total counts every budget, Near those at 80% or more of their limit
+	// and below it, Over those at or over it: over all pages.
+	Total int `json:"total"`
+	Near  int `json:"near"`
+	Over  int `json:"over"`
+}
+
+// Page sizes of /api/budgets (?limit=).
+const (
+	// DefaultBudgetPage is the page size without ?limit=.
+	DefaultBudgetPage = 500
+	// MaxBudgetPage is the largest ?limit= accepted.
+	MaxBudgetPage = 1000
+)
+
+// budgetCursor is the key of the last row of a page.
+type budgetCursor struct {
+	UsedBP int64         `json:"u"`
+	Scope  events.Scope  `json:"s"`
+	Period events.Period `json:"p"`
+}
+
+// after reports whether row r sorts after cursor c.
+func (c budgetCursor) after(r BudgetRow) bool {
+	if r.UsedBP != c.UsedBP {
+		return r.UsedBP < c.UsedBP
+	}
+	if r.Scope != c.Scope {
+		return r.Scope > c.Scope
+	}
+	return r.Period > c.Period
+}
+
+func (c budgetCursor) encode() string {
+	b, _ := json.Marshal(c)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeCursor(s string) (budgetCursor, error) {
+	var c budgetCursor
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err == nil {
+		err = json.Unmarshal(b, &c)
+	}
+	if err != nil {
+		return c, events.Errorf(events.CodeInvalidRequest, "cursor is not one this dashboard returned (next_cursor)")
+	}
+	return c, nil
 }
 
 // rows are the budgets of tenant (all of them if all) at now.
@@ -234,7 +289,10 @@ func (d *Dashboard) rows(now time.Time, tenant string, all bool) []BudgetRow {
 		if out[i].UsedBP != out[j].UsedBP {
 			return out[i].UsedBP > out[j].UsedBP
 		}
-		return out[i].Scope < out[j].Scope
+		if out[i].Scope != out[j].Scope {
+			return out[i].Scope < out[j].Scope
+		}
+		return out[i].Period < out[j].Period
 	})
 	return out
 }
@@ -278,14 +336,56 @@ func tenantParam(r *http.Request) (tenant string, all bool, err error) {
 	return tenant, false, err
 }
 
+// budgets answers one page of budgets (of ?tenant=, when given): ?limit=
+// (1..MaxBudgetPage, default DefaultBudgetPage) from ?cursor= (a
+// NextCursor). A bad limit or cursor is a 400 with code invalid_request.
 func (d *Dashboard) budgets(w http.ResponseWriter, r *http.Request) {
 	tenant, all, err := tenantParam(r)
 	if err != nil {
 		writeErr(w, http.StatusBadRequest, err)
 		return
 	}
+	q := r.URL.Query()
+	limit := DefaultBudgetPage
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxBudgetPage {
+			writeErr(w, http.StatusBadRequest, events.Errorf(events.CodeInvalidRequest, "limit must be a whole number from 1 to %d", MaxBudgetPage))
+			return
+		}
+		limit = n
+	}
+	var cur *budgetCursor
+	if v := q.Get("cursor"); v != "" {
+		c, err := decodeCursor(v)
+		if err != nil {
+			writeErr(w, http.StatusBadRequest, err)
+			return
+		}
+		cur = &c
+	}
 	now := d.cfg.Now().UTC()
-	writeJSON(w, http.StatusOK, BudgetsReply{Now: now, Replica: d.cfg.Replica, Ready: d.ready.Load(), Budgets: d.rows(now, tenant, all)})
+	rows := d.rows(now, tenant, all)
+	out := BudgetsReply{Now: now, Replica: d.cfg.Replica, Ready: d.ready.Load(), Total: len(rows), Budgets: []BudgetRow{}}
+	for _, row := range rows {
+		switch {
+		case row.UsedBP >= 10000:
+			out.Over++
+		case row.UsedBP >= 8000:
+			out.Near++
+		}
+	}
+	start := 0
+	if cur != nil {
+		start = sort.Search(len(rows), func(i int) bool { return cur.after(rows[i]) })
+	}
+	end := min(len(rows), start+limit)
+	out.Budgets = append(out.Budgets, rows[start:end]...)
+	if end < len(rows) && end > start {
+		last := rows[end-1]
+		out.NextCursor = budgetCursor{UsedBP: last.UsedBP, Scope: last.Scope, Period: last.Period}.encode()
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // SeriesPoint is one point of /api/series.

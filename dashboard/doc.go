@@ -10,7 +10,8 @@
 //
 // Data comes from small JSON endpoints under the same listener:
 //
-//	GET /dashboard/api/budgets   every budget in its current period instance
+//	GET /dashboard/api/budgets   budgets in their current period instance, nearest
+//	                             their limit first, a page at a time (?limit=, ?cursor=)
 //	GET /dashboard/api/series?scope=S&period=P   one budget's spend over time
 //	GET /dashboard/api/denials   this replica's recent denials, newest first
 //

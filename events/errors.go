@@ -75,6 +75,13 @@ const (
 	// CodeNotPriced: a settle from usage of a reservation that was not
 	// priced from a model (settle it with actual).
 	CodeNotPriced Code = "not_priced"
+	// CodeInvalidTime: a report's from or to is not an RFC 3339 time on a
+	// whole UTC hour (the report's bucket), or from is not before to.
+	CodeInvalidTime Code = "invalid_time"
+	// CodeReportUnavailable: the replica keeps no spend report, or not for
+	// the metadata key asked (past the number of keys it tracks); the
+	// replay (spendgate report --replay) still answers.
+	CodeReportUnavailable Code = "report_unavailable"
 )
 
 // Denial reasons in an admit reply whose admitted field is false.

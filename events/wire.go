@@ -365,6 +365,57 @@ type BudgetListReply struct {
 	NextCursor string `json:"next_cursor,omitempty"`
 }
 
+// ReportRequest asks for spend grouped by scope or by a metadata key, over
+// the reservations opened in [From, To).
+type ReportRequest struct {
+	// By is "scope", a metadata key ("model"), or "metadata.KEY" for a key
+	// called "scope". Required.
+	By string `json:"by"`
+	// From and To are RFC 3339 times on whole UTC hours (the report's
+	// bucket, ReportBucket); either may be empty for an open bound.
+	From string `json:"from,omitempty"`
+	To   string `json:"to,omitempty"`
+}
+
+// ReportBucket is the width of a report's time buckets: From and To of a
+// ReportRequest fall on its multiples.
+const ReportBucket = time.Hour
+
+// ReportGroup is one line of a report: the reservations of one group value
+// in one unit. Amounts are decimal strings.
+type ReportGroup struct {
+	// Value is the scope or the metadata value ("" when the key is not
+	// set). Other is set on the group that sums the values past the
+	// number a replica tracks per key (Value is then "").
+	Value string `json:"value"`
+	Other bool   `json:"other,omitempty"`
+	Unit  string `json:"unit"`
+	// Reservations counts the group's reservations, the others by status
+	// (Late: settled after they expired).
+	Reservations int64 `json:"reservations"`
+	Open         int64 `json:"open"`
+	Settled      int64 `json:"settled"`
+	Released     int64 `json:"released"`
+	Expired      int64 `json:"expired"`
+	Late         int64 `json:"late"`
+	// Spend sums the settled actual costs, Overrun the overruns, Reserved
+	// what the group's open reservations still hold.
+	Spend    string `json:"spend"`
+	Overrun  string `json:"overrun"`
+	Reserved string `json:"reserved"`
+}
+
+// ReportReply is a spend report, groups sorted by unit, then spend
+// (largest first), then value.
+type ReportReply struct {
+	By   string `json:"by"`
+	From string `json:"from,omitempty"`
+	To   string `json:"to,omitempty"`
+	// Position is the ledger stream sequence the report is exact at.
+	Position uint64        `json:"position"`
+	Groups   []ReportGroup `json:"groups"`
+}
+
 // ErrorReply is the body of every failed request.
 type ErrorReply struct {
 	Error *Error `json:"error"`
@@ -446,6 +497,9 @@ var fieldWants = map[string]string{
 	"input":               `a decimal string price per million tokens like "2.50"`,
 	"output":              `a decimal string price per million tokens like "10"`,
 	"cached_input":        `a decimal string price per million tokens like "1.25"`,
+	"by":                  `a string: "scope" or a metadata key like "model"`,
+	"from":                `an RFC 3339 time string on a whole hour like "2026-12-01T00:00:00Z"`,
+	"to":                  `an RFC 3339 time string on a whole hour like "2026-12-02T00:00:00Z"`,
 }
 
 // decodeMessage describes a decoding error of a request body in the API's

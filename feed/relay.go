@@ -33,6 +33,7 @@ type Relay struct {
 	retry   time.Duration
 	relayed atomic.Uint64
 	lost    atomic.Uint64
+	ensure  []streams.FeedOption
 	// trust returns the keys a revision must be signed by (nil: none
 	// checked); see WithTrust.
 	trust func() *signing.KeySet
@@ -81,6 +82,19 @@ func WithRetry(d time.Duration) Option {
 	}
 }
 
+// WithMaxAge makes the relay keep each feed message for d (0: every
+// message; default streams.DefaultFeedMaxAge). Give every relay of a
+// ledger the same value: each sets it on the stream when it starts.
+func WithMaxAge(d time.Duration) Option {
+	return func(r *Relay) error {
+		if err := streams.WithFeedMaxAge(d)(&jetstream.StreamConfig{}); err != nil {
+			return err
+		}
+		r.ensure = append(r.ensure, streams.WithFeedMaxAge(d))
+		return nil
+	}
+}
+
 // NewRelay returns a relay from l's ledger stream to l's feed stream.
 func NewRelay(js jetstream.JetStream, l streams.Layout, opts ...Option) (*Relay, error) {
 	if js == nil {
@@ -107,7 +121,7 @@ func (r *Relay) Lost() uint64 { return r.lost.Load() }
 // moving) are logged and retried after the retry interval.
 func (r *Relay) Run(ctx context.Context) error {
 	for {
-		if _, err := streams.EnsureFeed(ctx, r.js, r.l); err != nil {
+		if _, err := streams.EnsureFeed(ctx, r.js, r.l, r.ensure...); err != nil {
 			r.log.Warn("feed relay: ensure the feed stream", "err", err)
 		} else {
 			err = r.runOnce(ctx)
@@ -150,6 +164,18 @@ func (r *Relay) readTail(ctx context.Context) (tail, error) {
 	if info.State.LastSeq == 0 {
 		return tail{}, nil
 	}
+	if info.State.Msgs == 0 {
+		// Every message aged out: the feed was quiet for longer than its
+		// max age. Its last sequence still counts the events it was
+		// given (the message at feed sequence n is always the ledger's
+		// n-th event, see MaxInFlight), so the tail is that event.
+		last, err := r.nthEvent(ctx, info.State.LastSeq)
+		if err != nil {
+			return tail{}, err
+		}
+		r.log.Info("feed relay: every feed message aged out; found the tail by counting the ledger's events", "feed_seq", info.State.LastSeq, "event", last.ID())
+		return tail{feedSeq: info.State.LastSeq, last: last}, nil
+	}
 	m, err := s.GetMsg(ctx, info.State.LastSeq)
 	if err != nil {
 		return tail{}, fmt.Errorf("feed: read the feed's last message %d: %w", info.State.LastSeq, err)
@@ -160,6 +186,56 @@ func (r *Relay) readTail(ctx context.Context) (tail, error) {
 		return tail{}, fmt.Errorf("feed: message %d of %s has no valid %s/%s headers", m.Sequence, r.l.FeedStreamName(), streams.HeaderFeedSourceSeq, streams.HeaderFeedIndex)
 	}
 	return tail{feedSeq: m.Sequence, last: Position{Seq: seq, Index: idx}}, nil
+}
+
+// nthEvent returns the position of the ledger's n-th event (n >= 1), in
+// feed order, counting only the revisions the relay's keys accept (as it
+// appends them). It reads the ledger from its first revision: it runs
+// only when the feed was quiet for longer than its max age. If the
+// trusted keys changed which old revisions they accept since those were
+// relayed, the count is off by their events; the relay then finds an
+// event the feed already holds or skips some, which the expected
+// sequence cannot tell (see the README's known limitations).
+func (r *Relay) nthEvent(ctx context.Context, n uint64) (Position, error) {
+	cons, err := r.js.OrderedConsumer(ctx, r.l.StreamName(), jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{r.l.BudgetKeysFilter(), r.l.LaneKeysFilter()},
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return Position{}, err
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return Position{}, err
+	}
+	defer it.Stop()
+	var count uint64
+	for {
+		msg, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			return Position{}, err
+		}
+		md, err := msg.Metadata()
+		if err != nil {
+			return Position{}, err
+		}
+		key, _ := r.l.KeyOf(msg.Subject())
+		var out []Message
+		if r.trust == nil || r.trust().Verify(key, md.Sequence.Stream, msg.Headers(), msg.Data()) == "" {
+			// Count what the relay appends: a revision its keys refuse
+			// has no event in the feed.
+			if out, err = Split(md.Sequence.Stream, key, md.Timestamp, msg.Data()); err != nil {
+				return Position{}, fmt.Errorf("feed: revision %d of %s: %w", md.Sequence.Stream, key, err)
+			}
+		}
+		if count+uint64(len(out)) >= n {
+			return out[n-count-1].Position(), nil
+		}
+		count += uint64(len(out))
+		if md.NumPending == 0 {
+			return Position{}, fmt.Errorf("feed: the feed counts %d events but the ledger holds %d", n, count)
+		}
+	}
 }
 
 // runOnce relays from the feed's tail until an error.

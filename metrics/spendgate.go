@@ -197,6 +197,33 @@ func (s *Set) RegisterSnapshotAge(f func() time.Duration) {
 		}))
 }
 
+// RegisterFeedRelay adds the feed relay's counters:
+// spendgate_feed_events_relayed_total (events this replica appended to
+// the feed) and spendgate_feed_appends_lost_total (appends it lost to
+// another replica's relay, which had appended the same event first).
+// relayed and lost read counts the relay keeps; they must not block.
+func (s *Set) RegisterFeedRelay(relayed, lost func() uint64) {
+	s.Registry.MustRegister(
+		NewCounterFunc("spendgate_feed_events_relayed_total",
+			"Ledger events this replica's relay appended to the live event feed.", relayed),
+		NewCounterFunc("spendgate_feed_appends_lost_total",
+			"Feed appends this replica's relay lost to another relay that appended the same event first.", lost),
+	)
+}
+
+// RegisterReport adds the spend report aggregate's size:
+// spendgate_report_cells (its sums: hour buckets x groups x units that saw
+// a reservation) and spendgate_report_reservations (the open or
+// recently expired reservations it follows). f must not block long.
+func (s *Set) RegisterReport(f func() (cells, tracked int)) {
+	s.Registry.MustRegister(
+		NewGaugeFunc("spendgate_report_cells",
+			"Cells (hour bucket, group, unit) of the spend report this replica keeps.", func() float64 { c, _ := f(); return float64(c) }),
+		NewGaugeFunc("spendgate_report_reservations",
+			"Reservations the spend report follows (open, or expired and waiting for a late settle).", func() float64 { _, t := f(); return float64(t) }),
+	)
+}
+
 // compareDecimal compares two decimal strings exactly, without converting
 // them to floats: plain decimals (as Decimal accepts) in numeric order,
 // anything else before every plain decimal.

@@ -14,9 +14,10 @@
 //   - service is a calling service: admit, settle and release only.
 //   - admin manages budgets: every endpoint, budget.put/get/list included,
 //     and $SRV discovery (`nats micro info spendgate`).
-//   - finance reads: budget.get/list, stream info, ephemeral (ordered)
-//     consumers on the ledger stream, direct and message gets; enough for
-//     `spendgate audit`. It writes nothing.
+//   - finance reads: budget.get/list, report, stream info, ephemeral
+//     (ordered) consumers on the ledger stream, direct and message gets;
+//     enough for `spendgate audit` and `spendgate report` (from the API or
+//     --replay). It writes nothing.
 //   - feed follows the live event feed (package feed): it reads the feed
 //     stream with durable or ordered consumers and acknowledges what it
 //     processed. The replica role appends to the feed (serve --feed); no

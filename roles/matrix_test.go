@@ -82,12 +82,14 @@ var pubSubjects = []string{
 	"spendgate.budget.put",
 	"spendgate.budget.get",
 	"spendgate.budget.list",
+	"spendgate.report",
 	"spendgate.other",
 	// A tenant's endpoints (a tenant's account reaches them through its
 	// imports; in this account only the admin acts for a tenant).
 	"spendgate.t.acme.admit",
 	"spendgate.t.acme.budget.put",
 	"spendgate.t.acme.budget.list",
+	"spendgate.t.acme.report",
 	"spendgate.t.acme.other",
 	// Discovery.
 	"$SRV.PING", "$SRV.PING.spendgate", "$SRV.PING.spendgate.id1",
@@ -146,9 +148,9 @@ var wantPub = map[string][]string{
 			"spendgate.feed.v1.reservation.opened.v1.t.acme.team.search"}),
 	roles.Service: {"spendgate.admit", "spendgate.settle", "spendgate.release", "spendgate.void"},
 	roles.Admin: concat([]string{"spendgate.admit", "spendgate.settle", "spendgate.release", "spendgate.void",
-		"spendgate.budget.put", "spendgate.budget.get", "spendgate.budget.list",
-		"spendgate.t.acme.admit", "spendgate.t.acme.budget.put", "spendgate.t.acme.budget.list"}, srv),
-	roles.Finance: concat([]string{"spendgate.budget.get", "spendgate.budget.list"}, ledgerRead),
+		"spendgate.budget.put", "spendgate.budget.get", "spendgate.budget.list", "spendgate.report",
+		"spendgate.t.acme.admit", "spendgate.t.acme.budget.put", "spendgate.t.acme.budget.list", "spendgate.t.acme.report"}, srv),
+	roles.Finance: concat([]string{"spendgate.budget.get", "spendgate.budget.list", "spendgate.report", "spendgate.t.acme.report"}, ledgerRead),
 	roles.Feed:    feedRead,
 }
 
@@ -160,6 +162,7 @@ var subChecks = [][2]string{
 	{"spendgate.budget.put", "spendgate.budget.put"},
 	{"spendgate.budget.get", "spendgate.budget.get"},
 	{"spendgate.budget.list", "spendgate.budget.list"},
+	{"spendgate.report", "spendgate.report"},
 	{"spendgate.>", "spendgate.admit"},
 	{"spendgate.t.*.admit", "spendgate.t.acme.admit"},
 	{"$SRV.PING", "$SRV.PING"}, {"$SRV.PING.spendgate", "$SRV.PING.spendgate"}, {"$SRV.PING.spendgate.id1", "$SRV.PING.spendgate.id1"},
@@ -182,7 +185,7 @@ var subChecks = [][2]string{
 
 var wantSub = map[string][]string{
 	roles.Replica: concat([]string{"spendgate.admit", "spendgate.settle", "spendgate.release", "spendgate.budget.put",
-		"spendgate.budget.get", "spendgate.budget.list", "spendgate.>", "spendgate.t.*.admit"}, srv, []string{"_INBOX_spendgate_replica.x"}),
+		"spendgate.budget.get", "spendgate.budget.list", "spendgate.report", "spendgate.>", "spendgate.t.*.admit"}, srv, []string{"_INBOX_spendgate_replica.x"}),
 	roles.Service: {"_INBOX_spendgate_service.x"},
 	roles.Admin:   {"_INBOX_spendgate_admin.x"},
 	roles.Finance: {"_INBOX_spendgate_finance.x", "_INBOX_spendgate_finance.>"},

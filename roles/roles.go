@@ -244,8 +244,11 @@ func All(l streams.Layout) []Role {
 	all := []string{streams.EndpointAdmit, streams.EndpointSettle, streams.EndpointRelease, streams.EndpointVoid,
 		streams.EndpointAdmitBatch, streams.EndpointSettleBatch, streams.EndpointReleaseBatch,
 		streams.EndpointBudgetPut, streams.EndpointBudgetGet, streams.EndpointBudgetList,
-		streams.EndpointPricingPut, streams.EndpointPricingGet, streams.EndpointPricingList}
-	financePub := append(ep(streams.EndpointBudgetGet, streams.EndpointBudgetList, streams.EndpointPricingGet, streams.EndpointPricingList), ledgerReads(l)...)
+		streams.EndpointPricingPut, streams.EndpointPricingGet, streams.EndpointPricingList, streams.EndpointReport}
+	// Finance reads every tenant's book anyway; a tenant's report subject
+	// is how it asks a replica for one tenant's report.
+	financePub := append(ep(streams.EndpointBudgetGet, streams.EndpointBudgetList, streams.EndpointPricingGet, streams.EndpointPricingList, streams.EndpointReport), tenantEp(streams.EndpointReport)...)
+	financePub = append(financePub, ledgerReads(l)...)
 	financePub = append(financePub, snapshotReads(l)...)
 	return []Role{
 		{
@@ -266,14 +269,14 @@ func All(l streams.Layout) []Role {
 		},
 		{
 			Name:        Admin,
-			Description: "budget administration: every endpoint (budget.put/get/list included), for the untenanted deployment and for every tenant, and $SRV discovery; threshold alerts",
+			Description: "budget administration: every endpoint (budget.put/get/list and report included), for the untenanted deployment and for every tenant, and $SRV discovery; threshold alerts",
 			Publish:     Rules{Allow: append(append(ep(all...), tenantEp(all...)...), discovery()...), Deny: writes},
 			Subscribe:   Rules{Allow: append(inbox(Admin), alerts)},
 			InboxPrefix: InboxPrefix(l, Admin),
 		},
 		{
 			Name:        Finance,
-			Description: "reads the ledger and its snapshots and runs `spendgate audit`: budget.get/list, stream info, ordered consumers, direct gets; writes nothing",
+			Description: "reads the ledger and its snapshots and runs `spendgate audit` and `spendgate report`: budget.get/list, report, stream info, ordered consumers, direct gets; writes nothing",
 			Publish:     Rules{Allow: financePub, Deny: writes},
 			Subscribe:   Rules{Allow: append(inbox(Finance), alerts)},
 			InboxPrefix: InboxPrefix(l, Finance),

@@ -18,6 +18,7 @@ import (
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/ledger"
 	"github.com/spendgate/spendgate/metrics"
+	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/settle"
 	"github.com/spendgate/spendgate/streams"
 )
@@ -61,6 +62,8 @@ type Service struct {
 
 	// denials keeps this replica's recent denials (RecentDenials).
 	denials denialRing
+	// reports answers the report endpoint; nil: report_unavailable.
+	reports *projector.Aggregator
 
 	mu      sync.Mutex
 	running int // requests handed to goroutines and not yet answered
@@ -78,6 +81,9 @@ type Config struct {
 	// Metrics receives request and admission counts; default a private
 	// set nobody reads.
 	Metrics *metrics.Set
+	// Reports, if set, answers the report endpoint from its maintained
+	// aggregate; without it the endpoint answers report_unavailable.
+	Reports *projector.Aggregator
 	// MaxInFlight bounds the requests handled at once; beyond it a request
 	// is answered ledger_busy (counted in spendgate_ledger_busy_total with
 	// cause inflight_limit). 0 means MaxInFlight; negative is an error.
@@ -98,7 +104,7 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 		limit = MaxInFlight
 	}
 	s := &Service{l: cfg.Ledger, a: cfg.Admitter, s: cfg.Settler, now: cfg.Now, log: cfg.Log,
-		ctx: context.Background(), inflight: make(chan struct{}, limit), pool: newWorkers(), nc: nc}
+		ctx: context.Background(), inflight: make(chan struct{}, limit), pool: newWorkers(), nc: nc, reports: cfg.Reports}
 	s.idle = sync.NewCond(&s.mu)
 	if s.now == nil {
 		s.now = time.Now
@@ -170,6 +176,7 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 		{streams.EndpointPricingPut, "set a model's prices per million tokens", s.pricingPut, nil, ""},
 		{streams.EndpointPricingGet, "read a model's current prices", s.pricingGet, nil, ""},
 		{streams.EndpointPricingList, "list every priced model", s.pricingList, nil, ""},
+		{streams.EndpointReport, "spend by scope or metadata key over whole hours, from the replica's maintained aggregate", s.report, nil, ""},
 	} {
 		// Each endpoint twice: for the untenanted deployment on its plain
 		// subject, and for every tenant on "<prefix>t.*.<name>" (see
@@ -438,7 +445,7 @@ func statusOf(c events.Code) string {
 		return "500"
 	case events.CodeLedgerBusy, events.CodeLedgerUnavailable:
 		return "503"
-	case events.CodeUnknownBudget, events.CodeUnknownReservation, events.CodeUnpricedModel:
+	case events.CodeUnknownBudget, events.CodeUnknownReservation, events.CodeUnpricedModel, events.CodeReportUnavailable:
 		return "404"
 	case events.CodeIdempotencyMismatch, events.CodeAlreadySettled, events.CodeAlreadyReleased, events.CodeRequestVoided:
 		return "409"
@@ -737,6 +744,55 @@ func moneyStrings(ms []events.Money) []string {
 	out := make([]string, len(ms))
 	for i, m := range ms {
 		out[i] = m.String()
+	}
+	return out
+}
+
+// report answers a spend report from the replica's aggregate, after it
+// has folded the stream up to its end as of the request; on a tenant's
+// subject, of that tenant's reservations only. Errors, in
+// precedence order: CodeInvalidRequest (body, or by), CodeInvalidTime,
+// CodeReportUnavailable (no aggregate on this replica, or a metadata key
+// it does not track), CodeLedgerUnavailable (its fold stopped or did not
+// catch up in time).
+func (s *Service) report(ctx context.Context, data []byte) (any, error) {
+	var req events.ReportRequest
+	if err := events.DecodeRequest(data, &req); err != nil {
+		return nil, err
+	}
+	by, from, to, err := projector.ParseReportRequest(req)
+	if err != nil {
+		return nil, err
+	}
+	if s.reports == nil {
+		return nil, events.Errorf(events.CodeReportUnavailable, "this replica keeps no spend report (serve --reports=false); spendgate report --replay reads the book instead")
+	}
+	// A tenant's request (its subject names the tenant) sees only its
+	// own reservations, and its scopes as it names them.
+	tenant := events.TenantFromContext(ctx)
+	rep, err := s.reports.Report(ctx, by, projector.Filter{From: from, To: to, OneTenant: tenant != "", Tenant: tenant})
+	switch {
+	case errors.Is(err, projector.ErrKeyNotTracked):
+		return nil, events.Errorf(events.CodeReportUnavailable, "metadata key %q is not tracked: the report keeps the first %d keys it met; spendgate report --replay reads the book instead", req.By, projector.MaxReportKeys)
+	case err != nil:
+		return nil, &events.Error{Code: events.CodeLedgerUnavailable, Message: "the spend report could not catch up with the ledger", Err: err}
+	}
+	out := ReportReply(req, rep)
+	if tenant != "" && by == projector.ByScope {
+		for i := range out.Groups {
+			out.Groups[i].Value = string(events.Scope(out.Groups[i].Value).Local())
+		}
+	}
+	return out, nil
+}
+
+// ReportReply is rep on the wire.
+func ReportReply(req events.ReportRequest, rep *projector.AggregateReport) events.ReportReply {
+	out := events.ReportReply{By: req.By, From: req.From, To: req.To, Position: rep.Position, Groups: make([]events.ReportGroup, 0, len(rep.Groups))}
+	for i, g := range rep.Groups {
+		out.Groups = append(out.Groups, events.ReportGroup{Value: g.Value, Other: rep.IsOther(i), Unit: g.Unit,
+			Reservations: g.Reservations, Open: g.Open, Settled: g.Settled, Released: g.Released, Expired: g.Expired, Late: g.Late,
+			Spend: g.Spend.String(), Overrun: g.Overrun.String(), Reserved: g.Reserved.String()})
 	}
 	return out
 }

@@ -231,6 +231,26 @@ func SnapshotSeq(name string) (uint64, bool) {
 	return seq, err == nil
 }
 
+// ReportSnapshotPrefix starts the name of every snapshot of a replica's
+// spend report (projector.Aggregator), kept in the same bucket as the
+// ledger's snapshots and ignored by them.
+const ReportSnapshotPrefix = "report-"
+
+// ReportSnapshotName is the object name of the report snapshot covering
+// seq, zero-padded like SnapshotName.
+func ReportSnapshotName(seq uint64) string {
+	return fmt.Sprintf("%s%020d", ReportSnapshotPrefix, seq)
+}
+
+// ReportSnapshotSeq parses a ReportSnapshotName.
+func ReportSnapshotSeq(name string) (uint64, bool) {
+	if !strings.HasPrefix(name, ReportSnapshotPrefix) || len(name) != len(ReportSnapshotPrefix)+20 {
+		return 0, false
+	}
+	seq, err := strconv.ParseUint(name[len(ReportSnapshotPrefix):], 10, 64)
+	return seq, err == nil
+}
+
 // SnapshotConfig is the snapshot bucket's configuration: file storage,
 // the ledger's replicas, S2-compressed (a snapshot is JSON).
 func (l Layout) SnapshotConfig() jetstream.ObjectStoreConfig {
@@ -405,6 +425,9 @@ const (
 	EndpointAdmitBatch   = "admit.batch"
 	EndpointSettleBatch  = "settle.batch"
 	EndpointReleaseBatch = "release.batch"
+	// EndpointReport answers spend reports from a replica's maintained
+	// aggregate.
+	EndpointReport = "report"
 )
 
 // Endpoint returns the subject of an endpoint ("spendgate.admit").
@@ -601,11 +624,37 @@ func (l Layout) TenantFeedFilter(tenant string) string {
 	return l.FeedPrefix() + "*.*.*." + TenantToken + "." + tenant + ".>"
 }
 
-// FeedStreamConfig is the feed stream's configuration. It keeps every
-// message (like the ledger it is derived from) and dedupes Nats-Msg-Id
-// over DuplicateWindow.
+// DefaultFeedMaxAge is how long the feed keeps a message by default: a
+// consumer may be away this long and still resume without missing an
+// event. The ledger keeps every revision regardless; the feed is a copy.
+const DefaultFeedMaxAge = 7 * 24 * time.Hour
+
+// FeedOption changes the feed stream's configuration in EnsureFeed.
+type FeedOption func(*jetstream.StreamConfig) error
+
+// WithFeedMaxAge makes the feed keep each message for d (0: keep every
+// message). Every replica that relays must be given the same value: the
+// last EnsureFeed sets it.
+func WithFeedMaxAge(d time.Duration) FeedOption {
+	return func(c *jetstream.StreamConfig) error {
+		if d < 0 {
+			return fmt.Errorf("streams: feed max age must not be negative, got %s", d)
+		}
+		c.MaxAge = d
+		if d > 0 && c.Duplicates > d {
+			c.Duplicates = d // JetStream refuses a dedupe window longer than the max age
+		}
+		return nil
+	}
+}
+
+// FeedStreamConfig is the feed stream's configuration. It keeps each
+// message DefaultFeedMaxAge (WithFeedMaxAge changes it; the ledger it is
+// derived from keeps every revision) and dedupes Nats-Msg-Id over
+// DuplicateWindow.
 func (l Layout) FeedStreamConfig() jetstream.StreamConfig {
 	return jetstream.StreamConfig{
+		MaxAge:      DefaultFeedMaxAge,
 		Name:        l.FeedStreamName(),
 		Description: "spendgate live event feed (feed.v1): every ledger event, one message each, in commit order",
 		Subjects:    []string{l.FeedFilter()},
@@ -623,10 +672,15 @@ func (l Layout) FeedStreamConfig() jetstream.StreamConfig {
 	}
 }
 
-// EnsureFeed creates or updates the feed stream. Like Ensure it is
-// idempotent and safe to run from every replica at once.
-func EnsureFeed(ctx context.Context, js jetstream.JetStream, l Layout) (jetstream.Stream, error) {
+// EnsureFeed creates or updates the feed stream with opts applied. Like
+// Ensure it is idempotent and safe to run from every replica at once.
+func EnsureFeed(ctx context.Context, js jetstream.JetStream, l Layout, opts ...FeedOption) (jetstream.Stream, error) {
 	cfg := l.FeedStreamConfig()
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
 	for attempt := 0; ; attempt++ {
 		s, err := js.CreateOrUpdateStream(ctx, cfg)
 		if err == nil {

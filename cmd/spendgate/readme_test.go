@@ -181,14 +181,15 @@ func TestREADME_RunsAsPrinted(t *testing.T) {
 }
 
 // readmeNormalize blanks the values that differ from run to run: times,
-// period instances (today's date), the expiry, and price versions (stream
-// sequences, which move with every README step before them).
+// period instances (today's date), the expiry, price versions (stream
+// sequences, which move with every README step before them) and a report's
+// stream position (it moves with every write any earlier step makes).
 func readmeNormalize(v any) {
 	switch v := v.(type) {
 	case map[string]any:
 		for k, x := range v {
 			switch k {
-			case "instance", "expires_at", "at", "version", "price_version":
+			case "instance", "expires_at", "at", "version", "price_version", "position":
 				v[k] = "<" + k + ">"
 			default:
 				readmeNormalize(x)

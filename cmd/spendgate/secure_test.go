@@ -98,6 +98,18 @@ func TestSecure_RolesWalkthrough(t *testing.T) {
 	require.Equal(t, 0, r.code, "finance audit check: %s %s", r.stdout, r.stderr)
 	require.Contains(t, r.stdout, "OK")
 
+	// Finance reads the spend report from the replica (which keeps it
+	// under the replica role) and replays it: the same bytes. The calling
+	// service may not ask for it.
+	r = runCLI(t, as(roles.Finance), "report", "--by", "scope")
+	require.Equal(t, 0, r.code, "finance report: %s %s", r.stdout, r.stderr)
+	require.Regexp(t, `(?m)^org:sec\s+USD\s+1\s+1\s`, r.stdout)
+	replay := runCLI(t, as(roles.Finance), "report", "--by", "scope", "--replay")
+	require.Equal(t, 0, replay.code, "finance report --replay: %s", replay.stderr)
+	require.Equal(t, r.stdout, replay.stdout)
+	r = runCLI(t, as(roles.Service), "report", "--by", "scope", "--timeout", "1s")
+	require.Equal(t, 1, r.code, "service report must fail: %s", r.stdout)
+
 	// The limit is unchanged: the refused put wrote nothing.
 	r = runCLI(t, as(roles.Admin), "budget", "get", "--scope", "org:sec", "--period", "month")
 	require.Equal(t, 0, r.code, r.stderr)

@@ -67,6 +67,8 @@ func serve(args []string) int {
 	httpAddr := fs.String("http", "", "serve /metrics, /healthz, /readyz and the spend dashboard (/dashboard/) on this address (e.g. 127.0.0.1:8080); off when empty")
 	metricsBudgets := fs.Int("metrics-budgets", metrics.DefaultBudgetLimit, "per-budget gauges for at most this many budgets, the most reserved first")
 	feedOn := fs.Bool("feed", false, "relay every ledger event to the live event feed (stream <bucket>_feed, subjects <prefix>feed.v1.>); off by default: it stores each event a second time, and turning it on later back-fills from the ledger's start")
+	feedMaxAge := fs.Duration("feed-max-age", streams.DefaultFeedMaxAge, "with --feed: how long the feed keeps each message, so how long a consumer may be away and resume without missing an event (0: keep every message; give every relaying replica the same value)")
+	reportsOn := fs.Bool("reports", true, "keep the spend report (the report endpoint, spendgate report): sums per hour, scope and metadata value, kept as the ledger folds and saved in its own snapshots in the snapshot bucket; false answers report_unavailable")
 	snapRevisions := fs.Uint64("snapshot-revisions", ledger.DefaultSnapshotRevisions, "write a snapshot of the book once the stream has moved this many revisions past the newest one (0: never; spendgate snapshot writes one on demand)")
 	snapInterval := fs.Duration("snapshot-interval", ledger.DefaultSnapshotInterval, "write a snapshot this long after the newest one if the stream moved")
 	readyTimeout := fs.Duration("ready-timeout", time.Minute, "how long the replica may take to fold the ledger stream at start")
@@ -87,6 +89,9 @@ func serve(args []string) int {
 	}
 	if *snapRevisions > 0 && (*snapInterval < time.Second || *snapInterval > 24*time.Hour) {
 		return serveCommand.usageError(fs, "--snapshot-interval must be 1s..24h")
+	}
+	if *feedMaxAge < 0 || (*feedMaxAge > 0 && *feedMaxAge < time.Minute) {
+		return serveCommand.usageError(fs, "--feed-max-age must be 0 (keep every message) or at least 1m")
 	}
 	if *sweepEvery <= 0 {
 		return serveCommand.usageError(fs, "--sweep-interval must be positive")
@@ -208,7 +213,7 @@ func serve(args []string) int {
 		LedgerOptions: []ledger.Option{ledger.WithSnapshotEvery(*snapRevisions, *snapInterval),
 			ledger.WithSigner(keys.signer), ledger.WithTrust(keys.trust)},
 		ReadyTimeout: *readyTimeout, Metrics: m, MetricsBudgets: *metricsBudgets, Feed: *feedOn,
-		MaxInFlight: *maxInflight,
+		MaxInFlight: *maxInflight, Reports: *reportsOn, FeedMaxAge: feedAge(*feedMaxAge),
 	})
 	if err != nil {
 		log.Error("start", "err", err)
@@ -294,4 +299,13 @@ func displayURL(urls string) string {
 		parts[i] = u.String()
 	}
 	return strings.Join(parts, ",")
+}
+
+// feedAge maps --feed-max-age (0: keep every message) to
+// ReplicaConfig.FeedMaxAge (negative: keep every message).
+func feedAge(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }

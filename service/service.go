@@ -64,6 +64,8 @@ type Service struct {
 	denials denialRing
 	// reports answers the report endpoint; nil: report_unavailable.
 	reports *projector.Aggregator
+	// denialRec records denied admits on the denial stream; nil: none.
+	denialRec *DenialRecorder
 
 	mu      sync.Mutex
 	running int // requests handed to goroutines and not yet answered
@@ -84,6 +86,9 @@ type Config struct {
 	// Reports, if set, answers the report endpoint from its maintained
 	// aggregate; without it the endpoint answers report_unavailable.
 	Reports *projector.Aggregator
+	// Denials, if set, records every admit this replica denies (not check
+	// or shadow answers) on the denial stream, off the request path.
+	Denials *DenialRecorder
 	// MaxInFlight bounds the requests handled at once; beyond it a request
 	// is answered ledger_busy (counted in spendgate_ledger_busy_total with
 	// cause inflight_limit). 0 means MaxInFlight; negative is an error.
@@ -104,7 +109,7 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 		limit = MaxInFlight
 	}
 	s := &Service{l: cfg.Ledger, a: cfg.Admitter, s: cfg.Settler, now: cfg.Now, log: cfg.Log,
-		ctx: context.Background(), inflight: make(chan struct{}, limit), pool: newWorkers(), nc: nc, reports: cfg.Reports}
+		ctx: context.Background(), inflight: make(chan struct{}, limit), pool: newWorkers(), nc: nc, reports: cfg.Reports, denialRec: cfg.Denials}
 	s.idle = sync.NewCond(&s.mu)
 	if s.now == nil {
 		s.now = time.Now
@@ -484,8 +489,13 @@ func (s *Service) countAdmit(ctx context.Context, req events.AdmitRequest, reply
 		s.m.Admits.With(metrics.ResultAdmitted, "").Inc()
 	} else if reply.Denial != nil {
 		s.m.Admits.With(metrics.ResultDenied, string(reply.Denial.Reason)).Inc()
-		s.denials.add(DeniedAdmit{At: s.now().UTC(), Tenant: events.TenantFromContext(ctx), RequestID: req.RequestID, Scopes: req.Scopes, Amount: req.Amount,
+		at, tenant := s.now().UTC(), events.TenantFromContext(ctx)
+		s.denials.add(DeniedAdmit{At: at, Tenant: tenant, RequestID: req.RequestID, Scopes: req.Scopes, Amount: req.Amount,
 			Unit: req.Unit, Metadata: req.Metadata, Denial: *reply.Denial})
+		if s.denialRec != nil {
+			s.denialRec.Record(events.AdmitDenied{At: at, Tenant: tenant, RequestID: req.RequestID, Scopes: req.Scopes,
+				Amount: req.Amount, Unit: req.Unit, Metadata: req.Metadata, Denial: *reply.Denial})
+		}
 	}
 }
 

@@ -66,3 +66,17 @@ func TestConfig(t *testing.T) {
 		require.Contains(t, b, "password: $"+roles.PasswordEnv(n))
 	}
 }
+
+func TestSubjectsIntersect(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		want bool
+	}{
+		{"a.b", "a.b", true}, {"a.b", "a.c", false}, {"a.*", "a.c", true}, {"a.>", "a.b.c", true},
+		{"a.>", "a", false}, {"a.b.>", "a.*", false}, {"a.*.c", "a.b.>", true}, {"a.b", "a.b.c", false},
+		{"$JS.API.CONSUMER.CREATE.KV_s.>", "$JS.API.CONSUMER.DURABLE.CREATE.KV_s.>", false},
+	} {
+		require.Equal(t, c.want, roles.SubjectsIntersect(c.a, c.b), "%s %s", c.a, c.b)
+		require.Equal(t, c.want, roles.SubjectsIntersect(c.b, c.a), "%s %s", c.b, c.a)
+	}
+}

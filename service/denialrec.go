@@ -141,3 +141,7 @@ func (r *DenialRecorder) publish(ctx context.Context, d events.AdmitDenied) {
 		}
 	}
 }
+
+// defaultAdmitUnit is the admitter's default unit (an admit that names
+// none and no model is in it).
+const defaultAdmitUnit = "USD"

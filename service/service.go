@@ -493,8 +493,18 @@ func (s *Service) countAdmit(ctx context.Context, req events.AdmitRequest, reply
 		s.denials.add(DeniedAdmit{At: at, Tenant: tenant, RequestID: req.RequestID, Scopes: req.Scopes, Amount: req.Amount,
 			Unit: req.Unit, Metadata: req.Metadata, Denial: *reply.Denial})
 		if s.denialRec != nil {
+			// The record carries the unit the admit was in (the
+			// request's, its price's, or the default) for the report's
+			// groups by unit.
+			unit := req.Unit
+			if reply.Unit != "" {
+				unit = reply.Unit
+			}
+			if unit == "" {
+				unit = defaultAdmitUnit
+			}
 			s.denialRec.Record(events.AdmitDenied{At: at, Tenant: tenant, RequestID: req.RequestID, Scopes: req.Scopes,
-				Amount: req.Amount, Unit: req.Unit, Metadata: req.Metadata, Denial: *reply.Denial})
+				Amount: req.Amount, Unit: unit, Metadata: req.Metadata, Denial: *reply.Denial})
 		}
 	}
 }
@@ -802,7 +812,7 @@ func ReportReply(req events.ReportRequest, rep *projector.AggregateReport) event
 	for i, g := range rep.Groups {
 		out.Groups = append(out.Groups, events.ReportGroup{Value: g.Value, Other: rep.IsOther(i), Unit: g.Unit,
 			Reservations: g.Reservations, Open: g.Open, Settled: g.Settled, Released: g.Released, Expired: g.Expired, Late: g.Late,
-			Spend: g.Spend.String(), Overrun: g.Overrun.String(), Reserved: g.Reserved.String()})
+			Spend: g.Spend.String(), Overrun: g.Overrun.String(), Reserved: g.Reserved.String(), Denials: g.Denials})
 	}
 	return out
 }

@@ -17,7 +17,9 @@ const TypeAdmitDenied Type = "admit.denied.v1"
 
 // AdmitDenied is one admit a replica denied (not a check or shadow answer).
 // Tenant is the tenant the admit acted for ("" untenanted); Scopes,
-// RequestID and Metadata are as that tenant sent them; Replica names the
+// RequestID, Amount, Model (the model the admit asked to be priced from)
+// and Metadata are as that tenant sent them; Unit is the unit the admit
+// was in (the request's, its price's, or the default); Replica names the
 // replica that denied it; Denial is the reply's denial (its reason, and
 // the blocking budget when one blocked).
 type AdmitDenied struct {
@@ -28,6 +30,7 @@ type AdmitDenied struct {
 	RequestID string            `json:"request_id"`
 	Scopes    []string          `json:"scopes"`
 	Amount    string            `json:"amount,omitempty"`
+	Model     string            `json:"model,omitempty"`
 	Unit      string            `json:"unit,omitempty"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
 	Denial    Denial            `json:"denial"`

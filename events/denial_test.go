@@ -11,7 +11,7 @@ import (
 // TestAdmitDenied_Golden freezes admit.denied.v1 and decodes it back.
 func TestAdmitDenied_Golden(t *testing.T) {
 	d := events.AdmitDenied{At: fixedAt, Replica: "r1", Tenant: "acme", RequestID: "req-1",
-		Scopes: []string{"org:acme", "team:search"}, Amount: "2.5", Unit: "USD", Metadata: map[string]string{"model": "gpt-x"},
+		Scopes: []string{"org:acme", "team:search"}, Amount: "2.5", Model: "gpt-x", Unit: "USD", Metadata: map[string]string{"model": "gpt-x"},
 		Denial: events.Denial{Reason: events.ReasonLimitReached, Message: "over", Scope: "team:search", Period: events.PeriodMonth,
 			Instance: "2026-11", Unit: "USD", Limit: "10", Spent: "9", Reserved: "0", Requested: "2.5"}}
 	got, err := events.EncodeAdmitDenied(d)

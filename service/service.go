@@ -504,7 +504,7 @@ func (s *Service) countAdmit(ctx context.Context, req events.AdmitRequest, reply
 				unit = defaultAdmitUnit
 			}
 			s.denialRec.Record(events.AdmitDenied{At: at, Tenant: tenant, RequestID: req.RequestID, Scopes: req.Scopes,
-				Amount: req.Amount, Unit: unit, Metadata: req.Metadata, Denial: *reply.Denial})
+				Amount: req.Amount, Model: req.Model, Unit: unit, Metadata: req.Metadata, Denial: *reply.Denial})
 		}
 	}
 }

@@ -65,7 +65,8 @@ func subjectsIntersect(a, b string) bool {
 
 // NSCFlags returns the flags of `nsc add user` (or `nsc edit user`) that
 // give a user r's permissions, each subject single-quoted for a POSIX
-// shell.
+// shell: the JWTPermissions (denies no allow can match left out, so the
+// user JWT fits the CONNECT line).
 func (r Role) NSCFlags() string {
 	var parts []string
 	add := func(flag string, subjects []string) {
@@ -74,9 +75,9 @@ func (r Role) NSCFlags() string {
 		}
 	}
 	add("--allow-pub", r.Publish.Allow)
-	add("--deny-pub", r.Publish.Deny)
+	add("--deny-pub", effectiveDeny(r.Publish))
 	add("--allow-sub", r.Subscribe.Allow)
-	add("--deny-sub", r.Subscribe.Deny)
+	add("--deny-sub", effectiveDeny(r.Subscribe))
 	if r.AllowResponses {
 		parts = append(parts, "--allow-pub-response 1")
 	}

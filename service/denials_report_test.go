@@ -6,10 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/projector"
+	"github.com/spendgate/spendgate/service"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -150,6 +152,19 @@ func TestReport_Denials(t *testing.T) {
 		require.Equal(t, g.Denials, tscopes[string(events.Scope(g.Value).Local())], g.Value)
 	}
 	require.Equal(t, 2*tenantDenied, want)
+
+	// A restarted replica reads the denial stream again from its start
+	// (the counts are not in its report snapshot) and still agrees.
+	require.NoError(t, h.replicas[0].Stop())
+	nc := h.env.Connect(t)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	r, err := service.StartReplica(ctxT(t), nc, js, service.ReplicaConfig{Layout: h.env.Layout, Now: h.clock.now.Load,
+		SweepInterval: -1, Reports: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, r.Stop()) })
+	h.replicas[0] = r
+	h.requireReportsEqual(start)
 }
 
 // TestReport_DenialStreamMaxAge: the denial stream a replica ensures keeps
@@ -169,4 +184,38 @@ func TestReport_DenialStreamMaxAge(t *testing.T) {
 	require.LessOrEqual(t, s.CachedInfo().Config.Duplicates, 2*time.Minute)
 	_, err = streams.EnsureDenials(ctxT(t), h.env.JS, h.env.Layout, -time.Second)
 	require.Error(t, err)
+}
+
+// TestReport_DenialRetryOnce: a retry of one denied request on one replica
+// is recorded once (its Nats-Msg-Id is the replica, tenant and request
+// id); another request id, or the same id of another tenant, is another
+// denial. Without the header the stream would hold four records and the
+// report count four.
+func TestReport_DenialRetryOnce(t *testing.T) {
+	h := newHarness(t, harnessOpts{reports: true})
+	h.putBudget("team:tight", "day", "1", "USD")
+	var tb events.BudgetView
+	require.Nil(t, h.tcall("acme", streams.EndpointBudgetPut, events.BudgetPutRequest{Scope: "team:tight", Period: "day", Limit: "1", Unit: "USD"}, &tb))
+	req := events.AdmitRequest{RequestID: "same", Scopes: []string{"team:tight"}, Amount: "5"}
+	for range 2 {
+		r, e := h.admit(req)
+		require.Nil(t, e)
+		require.False(t, r.Admitted)
+	}
+	var r events.AdmitReply
+	require.Nil(t, h.tcall("acme", streams.EndpointAdmit, req, &r))
+	require.False(t, r.Admitted)
+	req.RequestID = "other"
+	_, e := h.admit(req)
+	require.Nil(t, e)
+	// Four publishes acknowledged (a duplicate is acknowledged too), three
+	// records stored.
+	h.waitDenials(4)
+	s, err := h.env.JS.Stream(ctxT(t), h.env.Layout.DenialStreamName())
+	require.NoError(t, err)
+	require.Equal(t, uint64(3), s.CachedInfo().State.Msgs)
+	var rep events.ReportReply
+	require.Nil(t, h.call(streams.EndpointReport, events.ReportRequest{By: "scope"}, &rep))
+	_, per := denialSums(rep)
+	require.Equal(t, map[string]int64{"team:tight": 2, "acme/team:tight": 1}, per)
 }

@@ -131,6 +131,10 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 			// (its stats read it), so the goroutine gets copies and replies
 			// on the connection itself.
 			data, reply, subject := r.Data(), r.Reply(), r.Subject()
+			if fromJetStream(reply, r.Headers()) {
+				s.endDelivery(nc, subject, reply)
+				return
+			}
 			arrived := time.Now()
 			s.lastDispatch.Store(arrived.UnixNano())
 			select {
@@ -298,6 +302,29 @@ func (s *Service) serve(nc *nats.Conn, endpoint, subject, reply string, data []b
 var busyReply, _ = json.Marshal(events.ErrorReply{Error: &events.Error{
 	Code: events.CodeLedgerBusy, Message: "too many requests in flight on this replica; retry with back-off",
 }})
+
+// fromJetStream reports whether a request is a JetStream delivery rather
+// than a caller's request: a push consumer's message (its reply is the ack
+// subject, "$JS.ACK.<stream>.<consumer>...") or its heartbeat or flow
+// control (a Status header). JetStream checks no permission on a push
+// consumer's deliver subject, so anyone who may create a consumer on a
+// stream in the replicas' account (a tenant's feed consumer, imported into
+// its own account) could otherwise deliver that stream into an endpoint,
+// as requests it cannot make itself, again at every ack wait.
+func fromJetStream(reply string, h micro.Headers) bool {
+	return strings.HasPrefix(reply, "$JS.ACK.") || nats.Header(h).Get("Status") != ""
+}
+
+// endDelivery ends a JetStream delivery that reached an endpoint without
+// serving it: +TERM, so the consumer never delivers it again.
+func (s *Service) endDelivery(nc *nats.Conn, subject, reply string) {
+	s.log.Debug("JetStream delivery on an endpoint dropped", "subject", subject, "reply", reply)
+	if strings.HasPrefix(reply, "$JS.ACK.") {
+		if err := nc.Publish(reply, []byte("+TERM")); err != nil {
+			s.log.Warn("terminating a JetStream delivery failed", "subject", subject, "err", err)
+		}
+	}
+}
 
 // refuseBusy answers r ledger_busy on micro's own goroutine: no ledger work,
 // no goroutine, and micro counts it as an error of the endpoint.

@@ -60,9 +60,54 @@ type Service struct {
 	// denials keeps this replica's recent denials (RecentDenials).
 	denials denialRing
 
+	// tenants bounds each tenant's share of the in-flight limit.
+	tenants tenantShare
+
 	mu      sync.Mutex
 	running int // requests handed to goroutines and not yet answered
 	idle    *sync.Cond
+}
+
+// tenantShare bounds how many of a replica's in-flight slots one tenant
+// holds: at most half of them (at least one), so a tenant flooding its
+// subjects leaves the other half to every other tenant and the untenanted
+// deployment, which it shares the replica with.
+type tenantShare struct {
+	mu      sync.Mutex
+	limit   int
+	running map[string]int
+}
+
+// newTenantShare is the share of a replica with inflight slots.
+func newTenantShare(inflight int) tenantShare {
+	return tenantShare{limit: max(1, inflight/2), running: make(map[string]int)}
+}
+
+// enter takes a slot for tenant, or reports false if tenant already holds
+// its share. The untenanted deployment ("") is not bounded.
+func (t *tenantShare) enter(tenant string) bool {
+	if tenant == "" {
+		return true
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.running[tenant] >= t.limit {
+		return false
+	}
+	t.running[tenant]++
+	return true
+}
+
+// leave gives back a slot enter took.
+func (t *tenantShare) leave(tenant string) {
+	if tenant == "" {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.running[tenant]--; t.running[tenant] <= 0 {
+		delete(t.running, tenant)
+	}
 }
 
 // Config is what Start needs.
@@ -96,7 +141,7 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 		limit = MaxInFlight
 	}
 	s := &Service{l: cfg.Ledger, a: cfg.Admitter, s: cfg.Settler, now: cfg.Now, log: cfg.Log,
-		ctx: context.Background(), inflight: make(chan struct{}, limit), nc: nc}
+		ctx: context.Background(), inflight: make(chan struct{}, limit), nc: nc, tenants: newTenantShare(limit)}
 	s.idle = sync.NewCond(&s.mu)
 	if s.now == nil {
 		s.now = time.Now
@@ -137,9 +182,18 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 			}
 			arrived := time.Now()
 			s.lastDispatch.Store(arrived.UnixNano())
+			tenant := ""
+			if tenants {
+				tenant, _ = layout.TenantOf(subject)
+			}
+			if !s.tenants.enter(tenant) {
+				s.refuseBusy(r, name)
+				return
+			}
 			select {
 			case s.inflight <- struct{}{}:
 			default:
+				s.tenants.leave(tenant)
 				s.refuseBusy(r, name)
 				return
 			}
@@ -148,6 +202,7 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 			s.mu.Unlock()
 			go func() {
 				defer func() {
+					s.tenants.leave(tenant)
 					<-s.inflight
 					s.mu.Lock()
 					if s.running--; s.running == 0 {

@@ -90,3 +90,38 @@ func TestTenants_FeedPushIntoReplicas(t *testing.T) {
 	require.Zero(t, info.AckPending, "%+v", info)
 	require.Equal(t, uint64(2), info.Delivered.Consumer, "redelivered: %+v", info)
 }
+
+// TestRoles_ReplicaNeedsNoStreamUpdate: the replica role may not update the
+// ledger stream's configuration (an update can shorten its history: a
+// max_msgs_per_subject of 1 drops every older revision), and a replica
+// starting on a stream that already has the layout's configuration does
+// not ask to. A second replica starts, and the stream keeps every
+// revision. It fails if the role allowed the update (the replica's own
+// attempt below would land), or if streams.Ensure updated a stream that
+// needs no change (the second replica, refused, would not start).
+func TestRoles_ReplicaNeedsNoStreamUpdate(t *testing.T) {
+	l, s := tenantServer(t)
+	ctx := context.Background()
+	admin := newClient(t, dialRole(t, s, l, roles.Admin), l)
+	for _, limit := range []string{"5", "6", "7"} {
+		_, err := admin.PutBudget(ctx, events.BudgetPutRequest{Scope: "team:search", Period: "month", Limit: limit, Unit: "USD"})
+		require.NoError(t, err)
+	}
+	startReplica(t, dialRole(t, s, l, roles.Replica), l)
+
+	js, err := jetstream.New(dialRole(t, s, l, roles.Replica).nc)
+	require.NoError(t, err)
+	st, err := js.Stream(ctx, l.StreamName())
+	require.NoError(t, err)
+	before := st.CachedInfo().State.Msgs
+	require.GreaterOrEqual(t, before, uint64(3))
+	cfg := st.CachedInfo().Config
+	cfg.MaxMsgsPerSubject = 1
+	uctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	_, err = js.UpdateStream(uctx, cfg)
+	require.Error(t, err, "the replica role updated the ledger stream")
+	st, err = js.Stream(ctx, l.StreamName())
+	require.NoError(t, err)
+	require.Equal(t, before, st.CachedInfo().State.Msgs)
+}

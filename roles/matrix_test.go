@@ -169,7 +169,7 @@ var denialRead = []string{
 
 var wantPub = map[string][]string{
 	roles.Replica: concat(
-		[]string{"$JS.API.STREAM.CREATE.KV_spendgate", "$JS.API.STREAM.UPDATE.KV_spendgate"},
+		[]string{"$JS.API.STREAM.CREATE.KV_spendgate"},
 		ledgerRead,
 		[]string{"$JS.API.CONSUMER.INFO.KV_spendgate.c1",
 			"$KV.spendgate.lane.0", "$KV.spendgate.budget.x", "$KV.spendgate.budget.org.acme.month"},

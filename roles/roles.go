@@ -73,21 +73,25 @@ const jsAPI = "$JS.API."
 // write subjects and the JetStream API calls that create, change, delete,
 // purge, restore or reshape its stream, delete a message, or create a
 // durable consumer by the legacy subject. Only the replica role may publish
-// to the first ones (create, update and the KV subjects); no role may
-// publish to the others.
+// to the first ones (create and the KV subjects); no role may publish to
+// the others.
 func LedgerWrites(l streams.Layout) []string {
 	s := l.StreamName()
 	return append([]string{
 		l.KeyPrefix() + ">",
 		jsAPI + "STREAM.CREATE." + s,
-		jsAPI + "STREAM.UPDATE." + s,
 	}, ledgerAdmin(l)...)
 }
 
-// ledgerAdmin are the ledger writes no role may publish: deleting or
-// purging the stream or a message, restoring it, moving it, and creating a
-// durable consumer by the legacy subject.
-func ledgerAdmin(l streams.Layout) []string { return streamAdmin(l.StreamName()) }
+// ledgerAdmin are the ledger writes no role may publish: updating the
+// stream's configuration (its limits could drop old revisions), deleting
+// or purging the stream or a message, restoring it, moving it, and
+// creating a durable consumer by the legacy subject. Replicas update the
+// stream only when its configuration differs (streams.Ensure), which takes
+// an identity outside these roles.
+func ledgerAdmin(l streams.Layout) []string {
+	return append([]string{jsAPI + "STREAM.UPDATE." + l.StreamName()}, streamAdmin(l.StreamName())...)
+}
 
 // streamAdmin are the JetStream API subjects that delete, purge, restore or
 // move stream s, delete one of its messages, or create a durable consumer
@@ -254,7 +258,6 @@ func All(l streams.Layout) []Role {
 
 	replicaPub := []string{
 		jsAPI + "STREAM.CREATE." + s,
-		jsAPI + "STREAM.UPDATE." + s,
 	}
 	replicaPub = append(replicaPub, ledgerReads(l)...)
 	replicaPub = append(replicaPub,

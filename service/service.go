@@ -67,9 +67,54 @@ type Service struct {
 	// denialRec records denied admits on the denial stream; nil: none.
 	denialRec *DenialRecorder
 
+	// tenants bounds each tenant's share of the in-flight limit.
+	tenants tenantShare
+
 	mu      sync.Mutex
 	running int // requests handed to goroutines and not yet answered
 	idle    *sync.Cond
+}
+
+// tenantShare bounds how many of a replica's in-flight slots one tenant
+// holds: at most half of them (at least one), so a tenant flooding its
+// subjects leaves the other half to every other tenant and the untenanted
+// deployment, which it shares the replica with.
+type tenantShare struct {
+	mu      sync.Mutex
+	limit   int
+	running map[string]int
+}
+
+// newTenantShare is the share of a replica with inflight slots.
+func newTenantShare(inflight int) tenantShare {
+	return tenantShare{limit: max(1, inflight/2), running: make(map[string]int)}
+}
+
+// enter takes a slot for tenant, or reports false if tenant already holds
+// its share. The untenanted deployment ("") is not bounded.
+func (t *tenantShare) enter(tenant string) bool {
+	if tenant == "" {
+		return true
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.running[tenant] >= t.limit {
+		return false
+	}
+	t.running[tenant]++
+	return true
+}
+
+// leave gives back a slot enter took.
+func (t *tenantShare) leave(tenant string) {
+	if tenant == "" {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.running[tenant]--; t.running[tenant] <= 0 {
+		delete(t.running, tenant)
+	}
 }
 
 // Config is what Start needs.
@@ -109,7 +154,8 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 		limit = MaxInFlight
 	}
 	s := &Service{l: cfg.Ledger, a: cfg.Admitter, s: cfg.Settler, now: cfg.Now, log: cfg.Log,
-		ctx: context.Background(), inflight: make(chan struct{}, limit), pool: newWorkers(), nc: nc, reports: cfg.Reports, denialRec: cfg.Denials}
+		ctx: context.Background(), inflight: make(chan struct{}, limit), pool: newWorkers(), nc: nc, reports: cfg.Reports,
+		tenants: newTenantShare(limit), denialRec: cfg.Denials}
 	s.idle = sync.NewCond(&s.mu)
 	if s.now == nil {
 		s.now = time.Now
@@ -144,14 +190,22 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 			// (its stats read it), so the worker gets copies and replies
 			// on the connection itself.
 			data, reply, subject := r.Data(), r.Reply(), r.Subject()
+			if fromJetStream(reply, r.Headers()) {
+				s.endDelivery(nc, subject, reply)
+				return
+			}
 			arrived := time.Now()
 			s.lastDispatch.Store(arrived.UnixNano())
-			if !s.takeSlot() {
+			tenant := ""
+			if tenants {
+				tenant, _ = layout.TenantOf(subject)
+			}
+			if !s.takeSlot(tenant) {
 				s.refuseBusy(r, name)
 				return
 			}
 			s.pool.run(func() {
-				defer s.freeSlot()
+				defer s.freeSlot(tenant)
 				if single != "" {
 					s.serveBatch(nc, name, single, subject, reply, data, bh, arrived)
 					return
@@ -253,11 +307,16 @@ func (s *Service) Info() micro.Info { return s.svc.Info() }
 // handler answers one request body: a reply to encode, or an error.
 type handler func(context.Context, []byte) (any, error)
 
-// takeSlot takes an in-flight slot, or reports that none is free.
-func (s *Service) takeSlot() bool {
+// takeSlot takes an in-flight slot for tenant ("" untenanted), or reports
+// that none is free or that tenant holds its share (tenantShare).
+func (s *Service) takeSlot(tenant string) bool {
+	if !s.tenants.enter(tenant) {
+		return false
+	}
 	select {
 	case s.inflight <- struct{}{}:
 	default:
+		s.tenants.leave(tenant)
 		return false
 	}
 	s.mu.Lock()
@@ -267,7 +326,8 @@ func (s *Service) takeSlot() bool {
 }
 
 // freeSlot gives back a slot taken by takeSlot.
-func (s *Service) freeSlot() {
+func (s *Service) freeSlot(tenant string) {
+	s.tenants.leave(tenant)
 	<-s.inflight
 	s.mu.Lock()
 	if s.running--; s.running == 0 {
@@ -391,11 +451,12 @@ func (s *Service) serveBatch(nc *nats.Conn, endpoint, single, subject, reply str
 	}
 	s.stats.observe(endpoint, "", "", 0)
 	start := time.Now()
+	tenant, _ := s.l.Layout().TenantOf(subject)
 	bodies := make([][]byte, len(items))
 	taken := make([]json.RawMessage, 0, len(items))
 	idx := make([]int, 0, len(items))
 	for i, item := range items {
-		if !s.takeSlot() {
+		if !s.takeSlot(tenant) {
 			s.m.LedgerBusy.With(metrics.BusyInflight).Inc()
 			s.m.ObserveRequest(single, string(events.CodeLedgerBusy), 0)
 			s.stats.observe(single, string(events.CodeLedgerBusy), "in-flight limit", 0)
@@ -414,7 +475,7 @@ func (s *Service) serveBatch(nc *nats.Conn, endpoint, single, subject, reply str
 		s.m.Inflight.Add(-float64(len(taken)))
 		for j, i := range idx {
 			bodies[i], _ = s.encode(single, subject, outs[j], errs[j], start, arrived)
-			s.freeSlot()
+			s.freeSlot(tenant)
 		}
 	}
 	if reply == "" {
@@ -429,6 +490,29 @@ func (s *Service) serveBatch(nc *nats.Conn, endpoint, single, subject, reply str
 var busyReply, _ = json.Marshal(events.ErrorReply{Error: &events.Error{
 	Code: events.CodeLedgerBusy, Message: "too many requests in flight on this replica; retry with back-off",
 }})
+
+// fromJetStream reports whether a request is a JetStream delivery rather
+// than a caller's request: a push consumer's message (its reply is the ack
+// subject, "$JS.ACK.<stream>.<consumer>...") or its heartbeat or flow
+// control (a Status header). JetStream checks no permission on a push
+// consumer's deliver subject, so anyone who may create a consumer on a
+// stream in the replicas' account (a tenant's feed consumer, imported into
+// its own account) could otherwise deliver that stream into an endpoint,
+// as requests it cannot make itself, again at every ack wait.
+func fromJetStream(reply string, h micro.Headers) bool {
+	return strings.HasPrefix(reply, "$JS.ACK.") || nats.Header(h).Get("Status") != ""
+}
+
+// endDelivery ends a JetStream delivery that reached an endpoint without
+// serving it: +TERM, so the consumer never delivers it again.
+func (s *Service) endDelivery(nc *nats.Conn, subject, reply string) {
+	s.log.Debug("JetStream delivery on an endpoint dropped", "subject", subject, "reply", reply)
+	if strings.HasPrefix(reply, "$JS.ACK.") {
+		if err := nc.Publish(reply, []byte("+TERM")); err != nil {
+			s.log.Warn("terminating a JetStream delivery failed", "subject", subject, "err", err)
+		}
+	}
+}
 
 // refuseBusy answers r ledger_busy on micro's own goroutine: no ledger work,
 // no goroutine, and micro counts it as an error of the endpoint.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -163,7 +164,9 @@ func (l Layout) StreamConfig() jetstream.StreamConfig {
 }
 
 // Ensure creates or updates the ledger stream. It is idempotent and safe to
-// run from every replica at start, at the same time. It never calls
+// run from every replica at start, at the same time. A stream that already
+// has the layout's configuration is not updated, so replicas need no right
+// to update it (roles). It never calls
 // UpdateKeyValue, which would rebuild the stream without atomic publish.
 // An existing stream must have the layout's number of lanes
 // (ErrLanesMismatch otherwise): lanes are fixed when the stream is created.
@@ -182,11 +185,16 @@ func Ensure(ctx context.Context, js jetstream.JetStream, l Layout) (jetstream.St
 	err := RetryStart(ctx, StartRetryFor, func(err error) bool {
 		return errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) || (IsTransient(err) && !errors.Is(err, ErrLanesMismatch))
 	}, func(ctx context.Context) error {
-		exists, err := checkLanes(ctx, js, l)
+		have, exists, err := checkLanes(ctx, js, l)
 		if err != nil {
 			return err
 		}
-		if exists {
+		if exists && configured(have.CachedInfo().Config, cfg) {
+			// Nothing to change: no update, so a replica needs no
+			// permission to update the stream (roles: the update could
+			// shorten the history).
+			s = have
+		} else if exists {
 			s, err = js.UpdateStream(ctx, cfg)
 		} else {
 			s, err = js.CreateStream(ctx, cfg)
@@ -280,24 +288,42 @@ func EnsureSnapshots(ctx context.Context, js jetstream.JetStream, l Layout) (jet
 // than the layout's, or records none (a stream of an older layout).
 var ErrLanesMismatch = errors.New("streams: ledger stream lanes differ from the configured lanes")
 
-// checkLanes reports whether the ledger stream exists, and fails if it
-// exists with other lanes than l's.
-func checkLanes(ctx context.Context, js jetstream.JetStream, l Layout) (bool, error) {
+// checkLanes returns the ledger stream and whether it exists, and fails if
+// it exists with other lanes than l's.
+func checkLanes(ctx context.Context, js jetstream.JetStream, l Layout) (jetstream.Stream, bool, error) {
 	s, err := js.Stream(ctx, l.StreamName())
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return false, nil
+		return nil, false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("streams: ensure %s: %w", l.StreamName(), err)
+		return nil, false, fmt.Errorf("streams: ensure %s: %w", l.StreamName(), err)
 	}
 	if n, err := RecordedLanes(s.CachedInfo().Config); err != nil || n != l.c.Lanes {
 		have := "none (a stream written by an older layout)"
 		if err == nil {
 			have = strconv.Itoa(n)
 		}
-		return true, fmt.Errorf("%w: stream %s has %s, configured %d", ErrLanesMismatch, l.StreamName(), have, l.c.Lanes)
+		return s, true, fmt.Errorf("%w: stream %s has %s, configured %d", ErrLanesMismatch, l.StreamName(), have, l.c.Lanes)
 	}
-	return true, nil
+	return s, true, nil
+}
+
+// configured reports whether a stream's configuration have already holds
+// every setting of want that Ensure sets (the server adds defaults and
+// metadata of its own).
+func configured(have, want jetstream.StreamConfig) bool {
+	for k, v := range want.Metadata {
+		if have.Metadata[k] != v {
+			return false
+		}
+	}
+	return have.Description == want.Description && slices.Equal(have.Subjects, want.Subjects) &&
+		have.Retention == want.Retention && have.MaxMsgsPerSubject == want.MaxMsgsPerSubject &&
+		have.MaxMsgs == want.MaxMsgs && have.MaxBytes == want.MaxBytes && have.MaxAge == want.MaxAge &&
+		have.MaxMsgSize == want.MaxMsgSize && have.Storage == want.Storage && have.Replicas == want.Replicas &&
+		have.Discard == want.Discard && have.Duplicates == want.Duplicates && have.AllowRollup == want.AllowRollup &&
+		have.DenyDelete == want.DenyDelete && have.DenyPurge == want.DenyPurge && have.AllowDirect == want.AllowDirect &&
+		have.AllowAtomicPublish == want.AllowAtomicPublish && have.Compression == want.Compression
 }
 
 // RecordedLanes returns the lane count a ledger stream's configuration

@@ -64,6 +64,8 @@ type Service struct {
 	denials denialRing
 	// reports answers the report endpoint; nil: report_unavailable.
 	reports *projector.Aggregator
+	// denialRec records denied admits on the denial stream; nil: none.
+	denialRec *DenialRecorder
 
 	// tenants bounds each tenant's share of the in-flight limit.
 	tenants tenantShare
@@ -129,6 +131,9 @@ type Config struct {
 	// Reports, if set, answers the report endpoint from its maintained
 	// aggregate; without it the endpoint answers report_unavailable.
 	Reports *projector.Aggregator
+	// Denials, if set, records every admit this replica denies (not check
+	// or shadow answers) on the denial stream, off the request path.
+	Denials *DenialRecorder
 	// MaxInFlight bounds the requests handled at once; beyond it a request
 	// is answered ledger_busy (counted in spendgate_ledger_busy_total with
 	// cause inflight_limit). 0 means MaxInFlight; negative is an error.
@@ -150,7 +155,7 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 	}
 	s := &Service{l: cfg.Ledger, a: cfg.Admitter, s: cfg.Settler, now: cfg.Now, log: cfg.Log,
 		ctx: context.Background(), inflight: make(chan struct{}, limit), pool: newWorkers(), nc: nc, reports: cfg.Reports,
-		tenants: newTenantShare(limit)}
+		tenants: newTenantShare(limit), denialRec: cfg.Denials}
 	s.idle = sync.NewCond(&s.mu)
 	if s.now == nil {
 		s.now = time.Now
@@ -568,8 +573,23 @@ func (s *Service) countAdmit(ctx context.Context, req events.AdmitRequest, reply
 		s.m.Admits.With(metrics.ResultAdmitted, "").Inc()
 	} else if reply.Denial != nil {
 		s.m.Admits.With(metrics.ResultDenied, string(reply.Denial.Reason)).Inc()
-		s.denials.add(DeniedAdmit{At: s.now().UTC(), Tenant: events.TenantFromContext(ctx), RequestID: req.RequestID, Scopes: req.Scopes, Amount: req.Amount,
+		at, tenant := s.now().UTC(), events.TenantFromContext(ctx)
+		s.denials.add(DeniedAdmit{At: at, Tenant: tenant, RequestID: req.RequestID, Scopes: req.Scopes, Amount: req.Amount,
 			Unit: req.Unit, Metadata: req.Metadata, Denial: *reply.Denial})
+		if s.denialRec != nil {
+			// The record carries the unit the admit was in (the
+			// request's, its price's, or the default) for the report's
+			// groups by unit.
+			unit := req.Unit
+			if reply.Unit != "" {
+				unit = reply.Unit
+			}
+			if unit == "" {
+				unit = defaultAdmitUnit
+			}
+			s.denialRec.Record(events.AdmitDenied{At: at, Tenant: tenant, RequestID: req.RequestID, Scopes: req.Scopes,
+				Amount: req.Amount, Model: req.Model, Unit: unit, Metadata: req.Metadata, Denial: *reply.Denial})
+		}
 	}
 }
 
@@ -876,7 +896,7 @@ func ReportReply(req events.ReportRequest, rep *projector.AggregateReport) event
 	for i, g := range rep.Groups {
 		out.Groups = append(out.Groups, events.ReportGroup{Value: g.Value, Other: rep.IsOther(i), Unit: g.Unit,
 			Reservations: g.Reservations, Open: g.Open, Settled: g.Settled, Released: g.Released, Expired: g.Expired, Late: g.Late,
-			Spend: g.Spend.String(), Overrun: g.Overrun.String(), Reserved: g.Reserved.String()})
+			Spend: g.Spend.String(), Overrun: g.Overrun.String(), Reserved: g.Reserved.String(), Denials: g.Denials})
 	}
 	return out
 }

@@ -737,3 +737,96 @@ const (
 	HeaderSigKey = "Spendgate-Sig-Key"
 	HeaderSig    = "Spendgate-Sig"
 )
+
+// Denial records (events.AdmitDenied): every replica publishes the admits
+// it denies to a stream of their own, off the request path. They are
+// operational data for spend reports, not the book of record.
+const (
+	// DenialVersion is the version token of denial subjects.
+	DenialVersion = "v1"
+	// DefaultDenialMaxAge is how long the denial stream keeps a record by
+	// default: a report counts the denials of this long ago at most.
+	DefaultDenialMaxAge = 31 * 24 * time.Hour
+	// DenialMaxMsgSize caps one denial record (an admit request and its
+	// denial).
+	DenialMaxMsgSize = 64 << 10
+)
+
+// DenialStreamName is the denial stream, "<bucket>_denials".
+func (l Layout) DenialStreamName() string { return l.c.Bucket + "_denials" }
+
+// DenialPrefix is "<prefix>denial.v1.", the start of every denial subject.
+func (l Layout) DenialPrefix() string { return l.c.Prefix + "denial." + DenialVersion + "." }
+
+// DenialFilter matches every denial subject ("spendgate.denial.v1.>").
+func (l Layout) DenialFilter() string { return l.DenialPrefix() + ">" }
+
+// DenialSubject is the subject of a denial record of tenant whose scope
+// (the blocking budget's, or else the first the admit named, as the tenant
+// names it) is scope: "<prefix>denial.v1.<scope kind>.<scope id>", or
+// "<prefix>denial.v1.t.<tenant>.<scope kind>.<scope id>" for a tenant's
+// (as FeedSubject does).
+func (l Layout) DenialSubject(tenant string, scope events.Scope) string {
+	if scope == "" {
+		scope = "none:none"
+	}
+	if tenant != "" {
+		return l.DenialPrefix() + TenantToken + "." + tenant + "." + scope.Kind() + "." + scope.ID()
+	}
+	return l.DenialPrefix() + scope.Kind() + "." + scope.ID()
+}
+
+// DenialMsgID is the Nats-Msg-Id of replica's record of a denial of
+// tenant's requestID: a retry of the same denied request on one replica
+// within DuplicateWindow is recorded once.
+func DenialMsgID(replica, tenant, requestID string) string {
+	return "denial/" + replica + "/" + tenant + "/" + requestID
+}
+
+// DenialStreamConfig is the denial stream's configuration: each record
+// kept maxAge (0: DefaultDenialMaxAge), Nats-Msg-Id deduped over
+// DuplicateWindow (or maxAge if shorter).
+func (l Layout) DenialStreamConfig(maxAge time.Duration) jetstream.StreamConfig {
+	if maxAge <= 0 {
+		maxAge = DefaultDenialMaxAge
+	}
+	return jetstream.StreamConfig{
+		Name:        l.DenialStreamName(),
+		Description: "spendgate denial records (admit.denied.v1): the admits each replica denied, for spend reports; not the book of record",
+		Subjects:    []string{l.DenialFilter()},
+		Retention:   jetstream.LimitsPolicy,
+		MaxAge:      maxAge,
+		MaxMsgs:     -1,
+		MaxBytes:    -1,
+		MaxMsgSize:  DenialMaxMsgSize,
+		Storage:     jetstream.FileStorage,
+		Replicas:    l.c.Replicas,
+		Discard:     jetstream.DiscardOld,
+		Duplicates:  min(DuplicateWindow, maxAge),
+		DenyDelete:  true,
+		DenyPurge:   true,
+		AllowDirect: true,
+	}
+}
+
+// EnsureDenials creates or updates the denial stream with records kept
+// maxAge (0: DefaultDenialMaxAge). Like Ensure it is idempotent and safe
+// to run from every replica at once; every replica should be given the
+// same max age (the last to start sets it).
+func EnsureDenials(ctx context.Context, js jetstream.JetStream, l Layout, maxAge time.Duration) (jetstream.Stream, error) {
+	if maxAge < 0 {
+		return nil, fmt.Errorf("streams: denial max age must not be negative, got %s", maxAge)
+	}
+	cfg := l.DenialStreamConfig(maxAge)
+	var s jetstream.Stream
+	err := RetryStart(ctx, StartRetryFor, func(err error) bool {
+		return errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) || IsTransient(err)
+	}, func(ctx context.Context) error {
+		var err error
+		if s, err = js.CreateOrUpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("streams: ensure %s: %w", cfg.Name, err)
+		}
+		return nil
+	})
+	return s, err
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -41,6 +42,14 @@ type DenialRecorder struct {
 	ch      chan events.AdmitDenied
 
 	recorded, dropped, failed atomic.Uint64
+
+	// mu guards queued (records buffered), settled (records whose
+	// publish ended, either way) and progress (closed and replaced as
+	// each ends): what Flush waits on.
+	mu       sync.Mutex
+	queued   uint64
+	settled  uint64
+	progress chan struct{}
 }
 
 // NewDenialRecorder returns a recorder for replica (a name unique among
@@ -56,7 +65,8 @@ func NewDenialRecorder(js jetstream.JetStream, layout streams.Layout, replica st
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &DenialRecorder{js: js, layout: layout, replica: replica, log: log, ch: make(chan events.AdmitDenied, buffer)}, nil
+	return &DenialRecorder{js: js, layout: layout, replica: replica, log: log, ch: make(chan events.AdmitDenied, buffer),
+		progress: make(chan struct{})}, nil
 }
 
 // Replica is the replica name the records carry.
@@ -67,13 +77,46 @@ func (r *DenialRecorder) Replica() string { return r.replica }
 // counted). It never blocks.
 func (r *DenialRecorder) Record(d events.AdmitDenied) bool {
 	d.Replica = r.replica
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	select {
 	case r.ch <- d:
+		r.queued++
 		return true
 	default:
 		r.dropped.Add(1)
 		return false
 	}
+}
+
+// Flush waits until every record buffered before the call has been
+// published (or has failed), or ctx ends, and returns ctx's error then.
+// The replica's own report calls it, so a report counts the denials this
+// replica answered before it.
+func (r *DenialRecorder) Flush(ctx context.Context) error {
+	r.mu.Lock()
+	target := r.queued
+	for r.settled < target {
+		ch := r.progress
+		r.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		}
+		r.mu.Lock()
+	}
+	r.mu.Unlock()
+	return nil
+}
+
+// settle notes that one buffered record's publish ended.
+func (r *DenialRecorder) settle() {
+	r.mu.Lock()
+	r.settled++
+	close(r.progress)
+	r.progress = make(chan struct{})
+	r.mu.Unlock()
 }
 
 // Recorded, Dropped and Failed count the records published, dropped for
@@ -112,6 +155,7 @@ func (r *DenialRecorder) Run(ctx context.Context) error {
 // a publish that was stored but not acknowledged is not doubled) until
 // denialPublishTimeout.
 func (r *DenialRecorder) publish(ctx context.Context, d events.AdmitDenied) {
+	defer r.settle()
 	data, err := events.EncodeAdmitDenied(d)
 	if err != nil {
 		r.failed.Add(1)

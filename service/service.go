@@ -874,6 +874,13 @@ func (s *Service) report(ctx context.Context, data []byte) (any, error) {
 	// A tenant's request (its subject names the tenant) sees only its
 	// own reservations, and its scopes as it names them.
 	tenant := events.TenantFromContext(ctx)
+	if s.denialRec != nil {
+		// The denials this replica answered before the report are in it:
+		// wait (briefly) for their records to reach the stream.
+		fctx, cancel := context.WithTimeout(ctx, time.Second)
+		_ = s.denialRec.Flush(fctx)
+		cancel()
+	}
 	rep, err := s.reports.Report(ctx, by, projector.Filter{From: from, To: to, OneTenant: tenant != "", Tenant: tenant})
 	switch {
 	case errors.Is(err, projector.ErrKeyNotTracked):

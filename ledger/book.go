@@ -33,15 +33,16 @@ type book struct {
 	requests     map[string]*Reservation // by request id
 	// due indexes the open reservations by expiry.
 	due dueIndex
-	// closed and expired queue closed reservations in the order the
-	// follower stamped them, so the book forgets them after their
-	// retention; pending holds the closes the follower has not folded yet
-	// (a committer applies its own revision before the follower sees it);
-	// serverNow is the JetStream timestamp of the last message the
-	// follower folded.
-	closed, expired []closedRes
-	pending         []pendingClose
-	serverNow       time.Time
+	// reservations and requests hold the open reservations and the
+	// closed ones not yet stamped; win (window.go) holds the stamped
+	// closed ones, compactly, in the order the follower stamped them, so
+	// the book forgets them after their retention. pending holds the
+	// closes the follower has not folded yet (a committer applies its own
+	// revision before the follower sees it); serverNow is the JetStream
+	// timestamp of the last message the follower folded.
+	win       *window
+	pending   []pendingClose
+	serverNow time.Time
 
 	retention, expiredKeep time.Duration
 }
@@ -56,6 +57,7 @@ func newBook(layout streams.Layout, retention, expiredKeep time.Duration) *book 
 		hashes:       map[string]string{},
 		reservations: map[string]*Reservation{},
 		requests:     map[string]*Reservation{},
+		win:          newWindow(),
 		retention:    retention,
 		expiredKeep:  expiredKeep,
 	}
@@ -177,11 +179,6 @@ func (b *book) applyBalance(key string, seq uint64, rev *events.BalanceRevision)
 	bl.spent, bl.reserved, bl.overrun = rev.Spent, rev.Reserved, rev.Overrun
 }
 
-type closedRes struct {
-	r  *Reservation
-	at time.Time
-}
-
 type pendingClose struct {
 	r   *Reservation
 	seq uint64
@@ -209,47 +206,75 @@ func (b *book) forgetUntil(seq uint64, t time.Time) {
 	}
 	kept := b.pending[:0]
 	for _, p := range b.pending {
+		r := p.r
 		switch {
 		case p.seq > seq:
 			kept = append(kept, p)
-		case p.r.Status == events.StatusExpired:
-			b.expired = append(b.expired, closedRes{p.r, b.serverNow})
+		case b.reservations[r.ID] != r || r.Status == events.StatusOpen:
+			// Already in the window (closed twice before its stamp), or
+			// reopened by a malformed history: nothing to stamp.
 		default:
-			b.closed = append(b.closed, closedRes{p.r, b.serverNow})
-		}
-	}
-	clear(b.pending[len(kept):])
-	b.pending = kept
-	b.closed = b.forget(b.closed, t.Add(-b.retention))
-	b.expired = b.forget(b.expired, t.Add(-b.expiredKeep))
-}
-
-func (b *book) forget(q []closedRes, before time.Time) []closedRes {
-	n := 0
-	for n < len(q) && q[n].at.Before(before) {
-		r := q[n].r
-		if r.Status != events.StatusOpen && b.reservations[r.ID] == r {
+			which := winClosed
+			if r.Status == events.StatusExpired {
+				which = winExpired
+			}
 			delete(b.reservations, r.ID)
 			if b.requests[r.RequestID] == r {
 				delete(b.requests, r.RequestID)
 			}
+			b.win.add(which, r, b.windowBalance(r), b.serverNow)
 		}
-		n++
 	}
-	if n == 0 {
-		return q
+	clear(b.pending[len(kept):])
+	b.pending = kept
+	b.win.forget(winClosed, t.Add(-b.retention))
+	b.win.forget(winExpired, t.Add(-b.expiredKeep))
+}
+
+// get returns reservation id: open, closed and not yet stamped, or in the
+// idempotency window. The caller must not change it.
+func (b *book) get(id string) (*Reservation, bool) {
+	if r := b.reservations[id]; r != nil {
+		return r, true
 	}
-	if n > len(q)/2 {
-		// Compact so the backing array does not grow without bound.
-		return append(q[:0:0], q[n:]...)
+	r, _, ok := b.win.get(id, false)
+	return r, ok
+}
+
+// byRequest returns the reservation opened for request id rid (see get).
+func (b *book) byRequest(rid string) (*Reservation, bool) {
+	if r := b.requests[rid]; r != nil {
+		return r, true
 	}
-	return q[n:]
+	r, _, ok := b.win.get(rid, true)
+	return r, ok
+}
+
+// rehydrate takes reservation id out of the window back into the book's
+// maps, to fold a change of its status; nil if the window does not hold
+// it.
+func (b *book) rehydrate(id string) *Reservation {
+	_, h, ok := b.win.get(id, false)
+	if !ok {
+		return nil
+	}
+	r := b.win.take(h)
+	b.reservations[id] = r
+	b.requests[r.RequestID] = r
+	return r
 }
 
 func (b *book) applyEvent(bl *balance, key string, seq uint64, e events.Event) {
 	switch e := e.(type) {
 	case events.ReservationOpened:
 		r := b.reservations[e.ReservationID]
+		if r == nil {
+			// An id the window holds opened again: only a malformed
+			// history does this; fold it as before the window existed.
+			if r = b.rehydrate(e.ReservationID); r != nil {
+				b.closeRes(r, seq)
+			}
+		}
 		if r == nil {
 			balances := e.Balances
 			if len(balances) == 1 && balances[0] == bl.ref {
@@ -269,7 +294,19 @@ func (b *book) applyEvent(bl *balance, key string, seq uint64, e events.Event) {
 		bl.open[e.ReservationID] = r
 	case events.ReservationSettled:
 		delete(bl.open, e.ReservationID)
-		if r := b.reservations[e.ReservationID]; r != nil {
+		r := b.reservations[e.ReservationID]
+		if _, h, ok := b.win.get(e.ReservationID, false); r == nil && ok {
+			if b.win.entry(h).statusText() == events.StatusSettled {
+				// Another balance's part of a settle already stamped
+				// (a settle over two lanes): changed in place.
+				r = b.win.shared(h)
+			} else {
+				// A settle after expiry: the reservation closes again,
+				// and its retention starts again at this close.
+				r = b.rehydrate(e.ReservationID)
+			}
+		}
+		if r != nil {
 			was := r.Status
 			r.Status = events.StatusSettled
 			b.due.remove(r)

@@ -49,18 +49,30 @@ type snapBody struct {
 		Overrun  events.Money      `json:"overrun"`
 		Open     []string          `json:"open"`
 	} `json:"balances"`
-	Reservations []struct {
-		ID     string `json:"id"`
-		Status string `json:"status"`
-	} `json:"reservations"`
+	Reservations []snapRes `json:"reservations"`
+	// Closed and Expired are the idempotency window; from version 2 each
+	// entry carries its reservation (version 1 lists it in Reservations).
+	Closed  []snapClosed `json:"closed"`
+	Expired []snapClosed `json:"expired"`
 }
 
-// snapshotFormat and snapshotVersion are the encoding this decoder reads;
-// snapshotLookup bounds finding and listing the snapshot bucket.
+type snapRes struct {
+	ID     string `json:"id"`
+	Status string `json:"status"`
+}
+
+type snapClosed struct {
+	ID          string   `json:"id"`
+	Reservation *snapRes `json:"reservation"`
+}
+
+// snapshotFormat and snapshotVersion are the encoding this decoder reads
+// (versions 1 to snapshotVersion); snapshotLookup bounds finding and
+// listing the snapshot bucket.
 const (
 	snapshotLookup  = 10 * time.Second
 	snapshotFormat  = "spendgate.snapshot"
-	snapshotVersion = 1
+	snapshotVersion = 2
 )
 
 // SnapshotCheck is what Check found of the newest snapshot.
@@ -113,7 +125,7 @@ func decodeSnap(data []byte) (*snapBody, error) {
 	if err := json.Unmarshal(data[:nl], &h); err != nil {
 		return nil, fmt.Errorf("header: %v", err)
 	}
-	if h.Format != snapshotFormat || h.Version != snapshotVersion {
+	if h.Format != snapshotFormat || h.Version < 1 || h.Version > snapshotVersion {
 		return nil, fmt.Errorf("format %q version %d", h.Format, h.Version)
 	}
 	body := data[nl+1:]
@@ -130,6 +142,16 @@ func decodeSnap(data []byte) (*snapBody, error) {
 	}
 	if b.Seq != h.Seq {
 		return nil, fmt.Errorf("body at seq %d, header says %d", b.Seq, h.Seq)
+	}
+	if h.Version >= 2 {
+		for _, q := range [][]snapClosed{b.Closed, b.Expired} {
+			for _, c := range q {
+				if c.Reservation == nil || c.Reservation.ID != c.ID {
+					return nil, fmt.Errorf("window entry %s carries no reservation", c.ID)
+				}
+				b.Reservations = append(b.Reservations, *c.Reservation)
+			}
+		}
 	}
 	return &b, nil
 }

@@ -114,14 +114,22 @@ func (p *Projector) read(ctx context.Context, s jetstream.Stream, from, until ui
 //
 // It returns the stream lookup or consumer error, ctx's error, or the first
 // *ApplyError (the stream contradicts itself; nothing after it is folded).
-func (p *Projector) CatchUp(ctx context.Context) (*State, error) {
+//
+// Options: WithWindow (forget closed reservations, so that memory follows
+// what is open) and WithProgress; others are ignored.
+func (p *Projector) CatchUp(ctx context.Context, opts ...CheckOption) (*State, error) {
+	o := newCheckOptions(opts, false)
 	s, last, err := p.stream(ctx)
 	if err != nil {
 		return nil, err
 	}
-	st := NewState()
+	st := o.newState()
 	if last > 0 {
 		if err := p.read(ctx, s, 1, last, func(m message) error {
+			if o.progress != nil {
+				o.progress(m.seq, last)
+			}
+			st.advance(m.at)
 			return st.Apply(m.seq, m.key, m.data)
 		}); err != nil {
 			return nil, err
@@ -165,13 +173,14 @@ func (p *Projector) Run(ctx context.Context) error {
 // the last message as of the call and stops at the first message stored
 // after t. It does not change the projector's state.
 //
-// It returns the same errors as CatchUp.
-func (p *Projector) ReplayUntil(ctx context.Context, t time.Time) (*State, error) {
+// It takes CatchUp's options and returns the same errors as CatchUp.
+func (p *Projector) ReplayUntil(ctx context.Context, t time.Time, opts ...CheckOption) (*State, error) {
+	o := newCheckOptions(opts, false)
 	s, last, err := p.stream(ctx)
 	if err != nil {
 		return nil, err
 	}
-	st := NewState()
+	st := o.newState()
 	if last == 0 {
 		return st, nil
 	}
@@ -179,6 +188,10 @@ func (p *Projector) ReplayUntil(ctx context.Context, t time.Time) (*State, error
 		if m.at.After(t) {
 			return errStop
 		}
+		if o.progress != nil {
+			o.progress(m.seq, last)
+		}
+		st.advance(m.at)
 		return st.Apply(m.seq, m.key, m.data)
 	}); err != nil {
 		return nil, err

@@ -258,3 +258,152 @@ func partlyClosed(r *Reservation) bool {
 	}
 	return open && closed
 }
+
+// snapFull is what loadSnapshot reads of a snapshot body: the whole book.
+type snapFull struct {
+	Seq       uint64    `json:"seq"`
+	ServerNow time.Time `json:"server_now"`
+	Budgets   []struct {
+		snapKey
+		Revision json.RawMessage `json:"revision"`
+	} `json:"budgets"`
+	LaneRevs []snapKey `json:"lane_revisions"`
+	Balances []struct {
+		Key      string            `json:"key"`
+		Ref      events.BalanceRef `json:"ref"`
+		Rev      uint64            `json:"rev"`
+		Unit     string            `json:"unit"`
+		Limit    events.Money      `json:"limit"`
+		Spent    events.Money      `json:"spent"`
+		Reserved events.Money      `json:"reserved"`
+		Overrun  events.Money      `json:"overrun"`
+		Open     []string          `json:"open"`
+	} `json:"balances"`
+	Reservations []snapFullRes `json:"reservations"`
+	Closed       []snapFullQ   `json:"closed"`
+	Expired      []snapFullQ   `json:"expired"`
+}
+
+type snapFullRes struct {
+	ID        string              `json:"id"`
+	RequestID string              `json:"request_id"`
+	Balances  []events.BalanceRef `json:"balances"`
+	Parts     []struct {
+		Key    string       `json:"key"`
+		Unit   string       `json:"unit"`
+		Amount events.Money `json:"amount"`
+		Actual events.Money `json:"actual"`
+	} `json:"parts"`
+	OpenedAt  time.Time `json:"opened_at"`
+	ExpiresAt time.Time `json:"expires_at"`
+	Status    string    `json:"status"`
+	Late      bool      `json:"late"`
+}
+
+type snapFullQ struct {
+	ID          string       `json:"id"`
+	At          time.Time    `json:"at"`
+	Reservation *snapFullRes `json:"reservation"`
+}
+
+// loadSnapshot makes s (fresh) the book a snapshot states, for a replay
+// that starts after it (WithFromSnapshot). The snapshot must pass its
+// digest, and every lane and budget revision it names must be the
+// stream's message at that sequence, under that key, with that payload
+// hash: a snapshot of another stream, or of a stream since rewritten, is
+// refused.
+func (s *State) loadSnapshot(ctx context.Context, stream jetstream.Stream, layout streams.Layout, data []byte) error {
+	if data == nil {
+		return errors.New("unreadable")
+	}
+	if _, err := decodeSnap(data); err != nil {
+		return err
+	}
+	var b snapFull
+	if err := json.Unmarshal(data[bytes.IndexByte(data, '\n')+1:], &b); err != nil {
+		return fmt.Errorf("body: %v", err)
+	}
+	anchor := func(key string, rev uint64, hash string) error {
+		m, err := stream.GetMsg(ctx, rev)
+		if err != nil {
+			return fmt.Errorf("%s at %d: %w", key, rev, err)
+		}
+		if k, ok := layout.KeyOf(m.Subject); !ok || k != key || events.HashPayload(m.Data) != hash {
+			return fmt.Errorf("the stream's message at %d is not the revision of %s the snapshot names", rev, key)
+		}
+		return nil
+	}
+	for _, k := range b.LaneRevs {
+		if err := anchor(k.Key, k.Rev, k.Hash); err != nil {
+			return err
+		}
+		s.lanes[k.Key] = k.Rev
+		s.hashes[k.Key] = k.Hash
+	}
+	for _, sb := range b.Budgets {
+		if err := anchor(sb.Key, sb.Rev, sb.Hash); err != nil {
+			return err
+		}
+		rev, err := events.DecodeBudgetRevision(sb.Revision)
+		if err != nil {
+			return fmt.Errorf("budget %s: %v", sb.Key, err)
+		}
+		s.budgets[rev.Budget] = &Budget{Ref: rev.Budget, Limit: rev.Limit, Unit: rev.Unit, TZ: rev.TZ, Disabled: rev.Disabled,
+			FixedSlot: rev.FixedSlot, Thresholds: rev.Thresholds, Revision: sb.Rev}
+		s.hashes[sb.Key] = sb.Hash
+	}
+	openIn := map[string]map[string]bool{} // balance key -> open reservation ids
+	for _, sb := range b.Balances {
+		s.balances[sb.Ref] = &Balance{Ref: sb.Ref, Key: sb.Key, Lane: layout.LaneKey(sb.Ref), Unit: sb.Unit, Limit: sb.Limit,
+			Spent: sb.Spent, Reserved: sb.Reserved, Overrun: sb.Overrun, Open: int64(len(sb.Open)), Revision: sb.Rev}
+		openIn[sb.Key] = map[string]bool{}
+		for _, id := range sb.Open {
+			openIn[sb.Key][id] = true
+		}
+	}
+	add := func(sr *snapFullRes) *Reservation {
+		r := &Reservation{ID: sr.ID, RequestID: sr.RequestID, Balances: sr.Balances,
+			Parts: map[events.BalanceRef]ReservationPart{}, OpenedAt: sr.OpenedAt, ExpiresAt: sr.ExpiresAt, Late: sr.Late,
+			Expired: sr.Status == events.StatusExpired}
+		for _, p := range sr.Parts {
+			for _, ref := range sr.Balances {
+				if streams.BalanceKey(ref) != p.Key {
+					continue
+				}
+				part := ReservationPart{Status: sr.Status, Amount: p.Amount, Actual: p.Actual}
+				if openIn[p.Key][sr.ID] {
+					part.Status = events.StatusOpen
+				}
+				r.Parts[ref] = part
+				if r.Unit == "" || !events.IsCount(p.Unit) {
+					r.Unit = p.Unit
+				}
+			}
+		}
+		r.refreshStatus()
+		s.reservations[r.ID] = r
+		return r
+	}
+	for i := range b.Reservations {
+		add(&b.Reservations[i])
+	}
+	if s.win != nil {
+		s.win.now = b.ServerNow
+	}
+	for i, q := range [][]snapFullQ{b.Closed, b.Expired} {
+		for _, c := range q {
+			r := s.reservations[c.ID] // version 1: among the rest
+			if c.Reservation != nil {
+				r = add(c.Reservation)
+			}
+			if r == nil {
+				continue
+			}
+			if s.win != nil && r.Status != events.StatusOpen {
+				s.win.queues[i] = append(s.win.queues[i], closedRef{id: r.ID, at: c.At.UnixNano()})
+			}
+		}
+	}
+	s.position = b.Seq
+	return nil
+}

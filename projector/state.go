@@ -129,6 +129,8 @@ type State struct {
 	hashes       map[string]string
 	reservations map[string]*Reservation
 	budgets      map[events.BudgetRef]*Budget
+	// win, when set, forgets closed reservations (window.go).
+	win *window
 }
 
 // NewState returns an empty State at position 0.
@@ -218,6 +220,7 @@ func (s *State) Clone() *State {
 		hashes:       maps.Clone(s.hashes),
 		reservations: make(map[string]*Reservation, len(s.reservations)),
 		budgets:      make(map[events.BudgetRef]*Budget, len(s.budgets)),
+		win:          s.win.clone(),
 	}
 	for k, b := range s.balances {
 		v := *b
@@ -407,6 +410,7 @@ func (s *State) applyLane(seq uint64, key string, data []byte) error {
 	s.hashes[key] = events.HashPayload(data)
 	for id, r := range st.mod {
 		s.reservations[id] = r
+		s.closed(r, seq)
 	}
 	s.events += n
 	return nil
@@ -478,6 +482,7 @@ func (s *State) applyLaneQuarantine(seq uint64, key string, data []byte, bad map
 		s.balances[b.Ref] = &b
 		for id, r := range st.mod {
 			s.reservations[id] = r
+			s.closed(r, seq)
 		}
 		s.events += len(br.Events)
 	}

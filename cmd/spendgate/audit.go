@@ -32,8 +32,12 @@ var (
 	}
 	auditCheckCommand = command{
 		name:     "spendgate audit check",
-		synopsis: "[--nats-url URL] [--bucket NAME]",
-		about:    "Replays the book of record and reconciles it with the live balances. Exit status 1 if they differ.",
+		synopsis: "[--from-snapshot] [--window D] [--expired-window D] [--nats-url URL] [--bucket NAME]",
+		about: `Replays the book of record and reconciles it with the live balances. Exit status 1 if they differ.
+With --from-snapshot it starts from the newest ledger snapshot (checked
+against the stream) and replays only the tail after it. Memory follows what
+is open: a closed reservation is forgotten --window after its close
+(--expired-window for an expired one); 0 keeps everything.`,
 	}
 	auditBalancesCommand = command{
 		name:     "spendgate audit balances",
@@ -66,9 +70,14 @@ func audit(args []string) int {
 	c.register(fs)
 	bucket := fs.String("bucket", streams.DefaultBucket, "ledger bucket name")
 	var at *string
+	var fromSnap *bool
 	if args[0] == "balances" {
 		at = fs.String("at", "", "balances as of this time (RFC 3339), default now")
+	} else {
+		fromSnap = fs.Bool("from-snapshot", false, "start from the newest ledger snapshot and replay only the tail")
 	}
+	window := fs.Duration("window", projector.DefaultWindowClosed, "forget a settled or released reservation this long after its close (0: keep all)")
+	expiredWindow := fs.Duration("expired-window", projector.DefaultWindowExpired, "forget an expired reservation this long after its expiry (0: keep all)")
 	if code, ok := cmd.parse(fs, args[1:]); !ok {
 		return code
 	}
@@ -100,13 +109,17 @@ func audit(args []string) int {
 	// SIGTERM end it.
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
+	opts := []projector.CheckOption{projector.WithWindow(*window, *expiredWindow)}
+	progress := isTerminal(os.Stderr)
 	if args[0] == "check" {
-		var opts []projector.CheckOption
-		if isTerminal(os.Stderr) {
+		if progress {
 			opts = append(opts, projector.WithProgress(terminalProgress(os.Stderr, "audit check: replayed")))
 		}
+		if *fromSnap {
+			opts = append(opts, projector.WithFromSnapshot())
+		}
 		rep, err := projector.Check(ctx, js, layout, opts...)
-		if len(opts) > 0 {
+		if progress {
 			fmt.Fprint(os.Stderr, "\r\033[K")
 		}
 		if err != nil {
@@ -124,10 +137,16 @@ func audit(args []string) int {
 	}
 	p := projector.New(js, layout)
 	var st *projector.State
+	if progress {
+		opts = append(opts, projector.WithProgress(terminalProgress(os.Stderr, "audit balances: replayed")))
+	}
 	if !until.IsZero() {
-		st, err = p.ReplayUntil(ctx, until)
+		st, err = p.ReplayUntil(ctx, until, opts...)
 	} else {
-		st, err = p.CatchUp(ctx)
+		st, err = p.CatchUp(ctx, opts...)
+	}
+	if progress {
+		fmt.Fprint(os.Stderr, "\r\033[K")
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "spendgate: audit balances:", err)

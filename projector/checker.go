@@ -77,6 +77,15 @@ type checkOptions struct {
 	window          bool
 	closed, expired time.Duration
 	fromSnapshot    bool
+	archive         string
+}
+
+// WithArchive has Check (and CatchUp, ReplayUntil) read the archive in
+// dir before the stream (see Projector.UseArchive): the audit of a stream
+// trimmed below its archive. An archive that fails verification is
+// reported as a problem, and nothing is replayed.
+func WithArchive(dir string) CheckOption {
+	return func(o *checkOptions) { o.archive = dir }
 }
 
 func newCheckOptions(opts []CheckOption, window bool) checkOptions {
@@ -157,6 +166,12 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout, o
 		return nil, err
 	}
 	rep := &Report{}
+	if o.archive != "" {
+		if _, err := p.UseArchive(o.archive); err != nil {
+			rep.problemf("%v", err)
+			return rep, nil
+		}
+	}
 	// Lanes are a property of the stream: a balance's lane must be the
 	// one the stream's recorded lane count gives it.
 	if n, err := streams.RecordedLanes(s.CachedInfo().Config); err == nil {

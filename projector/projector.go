@@ -20,6 +20,8 @@ type Projector struct {
 
 	mu    sync.Mutex
 	state *State
+	// arch, if set (UseArchive), is read before the stream.
+	arch *ArchiveInfo
 }
 
 // New returns a Projector over the ledger stream of layout. It does no I/O
@@ -56,12 +58,29 @@ func (p *Projector) stream(ctx context.Context) (jetstream.Stream, uint64, error
 	return s, s.CachedInfo().State.LastSeq, nil
 }
 
-// read hands every message of the stream with sequence from..until to fn,
+// read hands every message of the stream with sequence from..until to fn
+// (those the archive holds, if there is one, from the archive),
 // in stream order, through an ordered consumer. until == 0 means follow the
 // stream until ctx ends (then read returns nil). A finite read also ends
 // when the consumer reports nothing pending (a trailing gap). fn returning
 // errStop ends the read with nil; any other error ends it with that error.
 func (p *Projector) read(ctx context.Context, s jetstream.Stream, from, until uint64, fn func(message) error) error {
+	if a := p.arch; a != nil && from <= a.Last {
+		end := a.Last
+		if until != 0 {
+			end = min(end, until)
+		}
+		if err := a.eachArchived(p.layout.StreamName(), p.layout, from, end, fn); err != nil {
+			if errors.Is(err, errStop) {
+				return nil
+			}
+			return err
+		}
+		from = a.Last + 1
+		if until != 0 && from > until {
+			return nil
+		}
+	}
 	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
 	if from > 1 {
 		cfg = jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from}
@@ -123,6 +142,9 @@ func (p *Projector) CatchUp(ctx context.Context, opts ...CheckOption) (*State, e
 	if err != nil {
 		return nil, err
 	}
+	if err := p.withArchive(o); err != nil {
+		return nil, err
+	}
 	st := o.newState()
 	if last > 0 {
 		if err := p.read(ctx, s, 1, last, func(m message) error {
@@ -180,6 +202,9 @@ func (p *Projector) ReplayUntil(ctx context.Context, t time.Time, opts ...CheckO
 	if err != nil {
 		return nil, err
 	}
+	if err := p.withArchive(o); err != nil {
+		return nil, err
+	}
 	st := o.newState()
 	if last == 0 {
 		return st, nil
@@ -197,4 +222,13 @@ func (p *Projector) ReplayUntil(ctx context.Context, t time.Time, opts ...CheckO
 		return nil, err
 	}
 	return st, nil
+}
+
+// withArchive attaches the archive an option names, if any.
+func (p *Projector) withArchive(o checkOptions) error {
+	if o.archive == "" || p.arch != nil {
+		return nil
+	}
+	_, err := p.UseArchive(o.archive)
+	return err
 }

@@ -71,6 +71,12 @@ type Config struct {
 	// It is recorded in the stream when the stream is created and can never
 	// change (a balance must never move between lanes).
 	Lanes int
+	// Trimmable creates the ledger stream allowing purges, so that
+	// history archived with spendgate audit archive can be dropped from it
+	// (projector.Trim). Like Lanes it is fixed when the stream is created:
+	// JetStream cannot lift a stream's deny-purge, and Ensure keeps an
+	// existing stream's setting.
+	Trimmable bool
 }
 
 // DefaultConfig is the embedded single-server configuration.
@@ -154,7 +160,7 @@ func (l Layout) StreamConfig() jetstream.StreamConfig {
 		Duplicates:         DuplicateWindow,
 		AllowRollup:        false,
 		DenyDelete:         true,
-		DenyPurge:          true,
+		DenyPurge:          !l.c.Trimmable,
 		AllowDirect:        true,
 		AllowAtomicPublish: true,
 		Compression:        Compression,
@@ -187,6 +193,11 @@ func Ensure(ctx context.Context, js jetstream.JetStream, l Layout) (jetstream.St
 			return err
 		}
 		if exists {
+			// Deny-purge stays as the stream was created (see
+			// Config.Trimmable).
+			if cur, err := js.Stream(ctx, cfg.Name); err == nil {
+				cfg.DenyPurge = cur.CachedInfo().Config.DenyPurge
+			}
 			s, err = js.UpdateStream(ctx, cfg)
 		} else {
 			s, err = js.CreateStream(ctx, cfg)

@@ -28,11 +28,13 @@ var (
   check      replay the book and reconcile it with the live balances, to the
              last digit (exit 1 if they differ)
   balances   totals per budget period as CSV, optionally as of a time
-  export     one row per reservation, as CSV or JSON Lines`,
+  export     one row per reservation, as CSV or JSON Lines
+  archive    copy the stream's old revisions to hash-chained segment files
+  trim       drop from the stream what the archive and a verified snapshot cover`,
 	}
 	auditCheckCommand = command{
 		name:     "spendgate audit check",
-		synopsis: "[--from-snapshot] [--window D] [--expired-window D] [--nats-url URL] [--bucket NAME]",
+		synopsis: "[--from-snapshot] [--archive DIR] [--window D] [--expired-window D] [--nats-url URL] [--bucket NAME]",
 		about: `Replays the book of record and reconciles it with the live balances. Exit status 1 if they differ.
 With --from-snapshot it starts from the newest ledger snapshot (checked
 against the stream) and replays only the tail after it. Memory follows what
@@ -41,7 +43,7 @@ is open: a closed reservation is forgotten --window after its close
 	}
 	auditBalancesCommand = command{
 		name:     "spendgate audit balances",
-		synopsis: "[--at RFC3339] [--nats-url URL] [--bucket NAME]",
+		synopsis: "[--at RFC3339] [--archive DIR] [--nats-url URL] [--bucket NAME]",
 		about: `Writes the totals of every budget period as CSV on standard output, as of
 now or of --at. A budget defined but not used in its period instance at
 --at (or now) gets a row of zeros. Exit status 1 on any error, a failed
@@ -54,12 +56,15 @@ func audit(args []string) int {
 	if len(args) > 0 && args[0] == "export" {
 		return auditExport(args[1:])
 	}
+	if len(args) > 0 && (args[0] == "archive" || args[0] == "trim") {
+		return auditArchive(args[0], args[1:])
+	}
 	if len(args) == 0 || (args[0] != "check" && args[0] != "balances") {
 		fs := newFlagSet("audit")
 		if code, ok := auditCommand.parse(fs, args); !ok {
 			return code
 		}
-		return auditCommand.usageError(fs, "which audit? (check, balances or export)")
+		return auditCommand.usageError(fs, "which audit? (check, balances, export, archive or trim)")
 	}
 	cmd := auditCheckCommand
 	if args[0] == "balances" {
@@ -76,6 +81,7 @@ func audit(args []string) int {
 	} else {
 		fromSnap = fs.Bool("from-snapshot", false, "start from the newest ledger snapshot and replay only the tail")
 	}
+	archive := fs.String("archive", "", "read the archive in this directory (spendgate audit archive) before the stream")
 	window := fs.Duration("window", projector.DefaultWindowClosed, "forget a settled or released reservation this long after its close (0: keep all)")
 	expiredWindow := fs.Duration("expired-window", projector.DefaultWindowExpired, "forget an expired reservation this long after its expiry (0: keep all)")
 	if code, ok := cmd.parse(fs, args[1:]); !ok {
@@ -110,6 +116,9 @@ func audit(args []string) int {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	opts := []projector.CheckOption{projector.WithWindow(*window, *expiredWindow)}
+	if *archive != "" {
+		opts = append(opts, projector.WithArchive(*archive))
+	}
 	progress := isTerminal(os.Stderr)
 	if args[0] == "check" {
 		if progress {

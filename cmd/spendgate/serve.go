@@ -69,6 +69,7 @@ func serve(args []string) int {
 	feedOn := fs.Bool("feed", false, "relay every ledger event to the live event feed (stream <bucket>_feed, subjects <prefix>feed.v1.>); off by default: it stores each event a second time, and turning it on later back-fills from the ledger's start")
 	snapRevisions := fs.Uint64("snapshot-revisions", ledger.DefaultSnapshotRevisions, "write a snapshot of the book once the stream has moved this many revisions past the newest one (0: never; spendgate snapshot writes one on demand)")
 	snapInterval := fs.Duration("snapshot-interval", ledger.DefaultSnapshotInterval, "write a snapshot this long after the newest one if the stream moved")
+	trimmable := fs.Bool("trimmable", false, "create the ledger stream so that spendgate audit trim may drop archived history (only when the stream is created)")
 	readyTimeout := fs.Duration("ready-timeout", time.Minute, "how long the replica may take to fold the ledger stream at start")
 	maxInflight := fs.Int("max-inflight", service.MaxInFlight, "requests this replica handles at once; beyond it callers get ledger_busy at once")
 	config.AddFileFlag(fs)
@@ -156,7 +157,7 @@ func serve(args []string) int {
 		*replicas = 3
 	}
 
-	layout, err := streams.New(streams.Config{Bucket: *bucket, Prefix: *prefix, Replicas: *replicas, Lanes: *lanes})
+	layout, err := streams.New(streams.Config{Bucket: *bucket, Prefix: *prefix, Replicas: *replicas, Lanes: *lanes, Trimmable: *trimmable})
 	if err != nil {
 		log.Error("config", "err", err)
 		return 1

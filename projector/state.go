@@ -736,16 +736,23 @@ func applyReleased(st *stage, b *Balance, seq uint64, ev events.ReservationRelea
 
 // refreshStatus derives the reservation's status from its parts.
 func (r *Reservation) refreshStatus() {
-	has := map[string]bool{}
+	var open, settled, expired bool
 	for _, p := range r.Parts {
-		has[p.Status] = true
+		switch p.Status {
+		case events.StatusOpen:
+			open = true
+		case events.StatusSettled:
+			settled = true
+		case events.StatusExpired:
+			expired = true
+		}
 	}
 	switch {
-	case has[events.StatusOpen]:
+	case open:
 		r.Status = events.StatusOpen
-	case has[events.StatusSettled]:
+	case settled:
 		r.Status = events.StatusSettled
-	case has[events.StatusExpired]:
+	case expired:
 		r.Status = events.StatusExpired
 	default:
 		r.Status = events.StatusReleased

@@ -1,6 +1,7 @@
 package projector
 
 import (
+	"maps"
 	"slices"
 	"time"
 
@@ -39,8 +40,13 @@ type closedRef struct {
 type window struct {
 	closed, expired time.Duration
 	queues          [2][]closedRef // settled or released; expired
-	now             time.Time
-	forgotten       int
+	// digests holds the status of each settled or released reservation
+	// still in the window, in place of the whole reservation: nothing
+	// valid refers to it again, and a snapshot's window is compared by
+	// status.
+	digests   map[string]string
+	now       time.Time
+	forgotten int
 	// onForget, if set, sees each reservation as it is forgotten.
 	onForget func(*Reservation)
 }
@@ -51,12 +57,13 @@ func (w *window) clone() *window {
 	}
 	c := *w
 	c.queues = [2][]closedRef{slices.Clone(w.queues[0]), slices.Clone(w.queues[1])}
+	c.digests = maps.Clone(w.digests)
 	return &c
 }
 
 // setWindow makes s forget closed reservations after these retentions.
 func (s *State) setWindow(closed, expired time.Duration, onForget func(*Reservation)) {
-	s.win = &window{closed: closed, expired: expired, onForget: onForget}
+	s.win = &window{closed: closed, expired: expired, onForget: onForget, digests: map[string]string{}}
 }
 
 // advance records that the next message was stored at t (server time) and
@@ -89,6 +96,10 @@ func (s *State) advance(t time.Time) {
 }
 
 func (s *State) forget(c closedRef) {
+	if _, ok := s.win.digests[c.id]; ok && c.seq == 0 {
+		delete(s.win.digests, c.id)
+		return
+	}
 	r := s.reservations[c.id]
 	if r == nil || r.Status == events.StatusOpen || lastSeq(r) != c.seq {
 		return // changed since (a settle after expiry queued it again)
@@ -106,11 +117,42 @@ func (s *State) closed(r *Reservation, seq uint64) {
 	if s.win == nil || r.Status == events.StatusOpen {
 		return
 	}
-	i := 0
-	if r.Status == events.StatusExpired {
-		i = 1
+	at := s.win.now.UnixNano()
+	if r.Expired && hasExpiredPart(r) {
+		// A part still expired may be settled late (in its own lane's
+		// revision, later): kept whole.
+		s.win.queues[1] = append(s.win.queues[1], closedRef{id: r.ID, seq: seq, at: at})
+		return
 	}
-	s.win.queues[i] = append(s.win.queues[i], closedRef{id: r.ID, seq: seq, at: s.win.now.UnixNano()})
+	// Settled or released: checked now, kept as a digest.
+	if s.win.onForget != nil {
+		s.win.onForget(r)
+	}
+	delete(s.reservations, r.ID)
+	s.win.forgotten++
+	s.win.digests[r.ID] = r.Status
+	s.win.queues[0] = append(s.win.queues[0], closedRef{id: r.ID, at: at})
+}
+
+func hasExpiredPart(r *Reservation) bool {
+	for _, p := range r.Parts {
+		if p.Status == events.StatusExpired {
+			return true
+		}
+	}
+	return false
+}
+
+// statusOf returns reservation id's status, from the reservation or its
+// digest; r is nil for a digest.
+func (s *State) statusOf(id string) (r *Reservation, status string, ok bool) {
+	if r := s.reservations[id]; r != nil {
+		return r, r.Status, true
+	}
+	if s.win != nil {
+		status, ok = s.win.digests[id]
+	}
+	return nil, status, ok
 }
 
 // lastSeq is the last message that changed r (0: none known, a

@@ -436,6 +436,13 @@ type TrimResult struct {
 // stay purged; a rerun finishes).
 func Trim(ctx context.Context, js jetstream.JetStream, layout streams.Layout, dir string) (TrimResult, error) {
 	var res TrimResult
+	s, err := js.Stream(ctx, layout.StreamName())
+	if err != nil {
+		return res, err
+	}
+	if s.CachedInfo().Config.DenyPurge {
+		return res, fmt.Errorf("projector: trim: stream %s denies purges: it was created without streams.Config.Trimmable (serve --trimmable), which JetStream cannot change afterwards", layout.StreamName())
+	}
 	rep, err := Check(ctx, js, layout, WithArchive(dir))
 	if err != nil {
 		return res, err
@@ -454,8 +461,7 @@ func Trim(ctx context.Context, js jetstream.JetStream, layout streams.Layout, di
 	if info.Last < rep.Snapshot.Seq {
 		return res, fmt.Errorf("projector: trim: the archive ends at %d, before the snapshot's %d: run spendgate audit archive first", info.Last, rep.Snapshot.Seq)
 	}
-	s, err := js.Stream(ctx, layout.StreamName())
-	if err != nil {
+	if s, err = js.Stream(ctx, layout.StreamName()); err != nil {
 		return res, err
 	}
 	store, err := js.ObjectStore(ctx, layout.SnapshotBucket())
@@ -471,9 +477,6 @@ func Trim(ctx context.Context, js jetstream.JetStream, layout streams.Layout, di
 		return res, fmt.Errorf("projector: trim: snapshot %s changed since the audit: %v", rep.Snapshot.Name, err)
 	}
 	res.Before = s.CachedInfo().State.Msgs
-	if s.CachedInfo().Config.DenyPurge {
-		return res, fmt.Errorf("projector: trim: stream %s denies purges: it was created without streams.Config.Trimmable (serve --trimmable), which JetStream cannot change afterwards", layout.StreamName())
-	}
 	for _, k := range append(append([]snapKey(nil), b.LaneRevs...), b.Budgets...) {
 		if !streams.IsLaneKey(k.Key) && !streams.IsBudgetKey(k.Key) || k.Rev == 0 {
 			continue

@@ -181,3 +181,13 @@ func TestAudit_ArchiveKillTrim(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok.OK(), ok.String())
 }
+
+// TestAudit_TrimRefusesAStreamThatDeniesPurges: the default ledger
+// stream denies purges, and trim says so before it audits anything.
+func TestAudit_TrimRefusesAStreamThatDeniesPurges(t *testing.T) {
+	env := testenv.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := projector.Trim(ctx, env.JS, env.Layout, t.TempDir())
+	require.ErrorContains(t, err, "denies purges")
+}

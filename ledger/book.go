@@ -196,6 +196,19 @@ func (b *book) closeRes(r *Reservation, seq uint64) {
 	b.pending = append(b.pending, pendingClose{r, seq})
 }
 
+// closedAgain records that r, already closed, was closed in another
+// balance by the revision at seq (a close over two lanes is two
+// revisions). Its stamp is that of the first of them, whichever this
+// replica folded first (a writer folds its own batch in its own order),
+// so that every replica stamps it alike.
+func (b *book) closedAgain(r *Reservation, seq uint64) {
+	for i := range b.pending {
+		if b.pending[i].r == r && seq < b.pending[i].seq {
+			b.pending[i].seq = seq
+		}
+	}
+}
+
 // forgetUntil records that the follower folded the message at seq, whose
 // server timestamp is t: the closes of revisions up to seq start their
 // retention at t, and the closed reservations whose retention ended before
@@ -204,6 +217,9 @@ func (b *book) forgetUntil(seq uint64, t time.Time) {
 	if t.After(b.serverNow) {
 		b.serverNow = t
 	}
+	// Stamped in the order of the revisions that closed them, whatever
+	// order this replica folded them in (a writer folds its own first).
+	sort.SliceStable(b.pending, func(i, j int) bool { return b.pending[i].seq < b.pending[j].seq })
 	kept := b.pending[:0]
 	for _, p := range b.pending {
 		r := p.r
@@ -314,6 +330,8 @@ func (b *book) applyEvent(bl *balance, key string, seq uint64, e events.Event) {
 			r.Late = r.Late || e.Late
 			if was != events.StatusSettled {
 				b.closeRes(r, seq)
+			} else {
+				b.closedAgain(r, seq)
 			}
 		}
 	case events.ReservationReleased:
@@ -326,6 +344,8 @@ func (b *book) applyEvent(bl *balance, key string, seq uint64, e events.Event) {
 			}
 			b.due.remove(r)
 			b.closeRes(r, seq)
+		} else if r != nil {
+			b.closedAgain(r, seq)
 		}
 	}
 }

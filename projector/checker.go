@@ -214,7 +214,7 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout, o
 		if until < from {
 			return nil
 		}
-		return p.read(ctx, s, from, until, func(m message) error {
+		return p.readParsed(ctx, s, from, until, func(m message) error {
 			if o.progress != nil {
 				o.progress(m.seq, last)
 			}
@@ -229,7 +229,7 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout, o
 			if streams.IsLaneKey(m.key) {
 				// Balance by balance: a bad balance is quarantined, the
 				// other balances of the lane go on folding.
-				failed, err := st.applyLaneQuarantine(m.seq, m.key, m.data, bad)
+				failed, err := st.applyLaneQuarantine(m.seq, m.key, m.data, m.parsed, bad)
 				if err != nil {
 					rep.problemf("%v", &ApplyError{Seq: m.seq, Key: m.key, Err: err})
 					if errors.Is(err, ErrChain) {

@@ -47,6 +47,8 @@ type message struct {
 	key  string
 	data []byte
 	at   time.Time
+	// parsed is the lane revision parsed ahead (readParsed), or nil.
+	parsed *parsedLane
 }
 
 // stream returns the ledger stream handle and its last sequence as of now.

@@ -195,9 +195,11 @@ func Ensure(ctx context.Context, js jetstream.JetStream, l Layout) (jetstream.St
 		if exists {
 			// Deny-purge stays as the stream was created (see
 			// Config.Trimmable).
-			if cur, err := js.Stream(ctx, cfg.Name); err == nil {
-				cfg.DenyPurge = cur.CachedInfo().Config.DenyPurge
+			var cur jetstream.Stream
+			if cur, err = js.Stream(ctx, cfg.Name); err != nil {
+				return fmt.Errorf("streams: ensure %s: %w", cfg.Name, err)
 			}
+			cfg.DenyPurge = cur.CachedInfo().Config.DenyPurge
 			s, err = js.UpdateStream(ctx, cfg)
 		} else {
 			s, err = js.CreateStream(ctx, cfg)

@@ -194,6 +194,16 @@ type pendingClose struct {
 // close, not from the last write before it.
 func (b *book) closeRes(r *Reservation, seq uint64) {
 	b.pending = append(b.pending, pendingClose{r, seq})
+	b.settlePending(len(b.pending) - 1)
+}
+
+// settlePending moves pending entry i left until the queue is in
+// revision order again (stable: after entries of the same revision).
+// Entries almost always arrive in order, so this costs nothing.
+func (b *book) settlePending(i int) {
+	for ; i > 0 && b.pending[i-1].seq > b.pending[i].seq; i-- {
+		b.pending[i-1], b.pending[i] = b.pending[i], b.pending[i-1]
+	}
 }
 
 // closedAgain records that r, already closed, was closed in another
@@ -202,9 +212,13 @@ func (b *book) closeRes(r *Reservation, seq uint64) {
 // replica folded first (a writer folds its own batch in its own order),
 // so that every replica stamps it alike.
 func (b *book) closedAgain(r *Reservation, seq uint64) {
-	for i := range b.pending {
-		if b.pending[i].r == r && seq < b.pending[i].seq {
-			b.pending[i].seq = seq
+	for i := len(b.pending) - 1; i >= 0; i-- {
+		if b.pending[i].r == r {
+			if seq < b.pending[i].seq {
+				b.pending[i].seq = seq
+				b.settlePending(i)
+			}
+			return
 		}
 	}
 }
@@ -217,15 +231,14 @@ func (b *book) forgetUntil(seq uint64, t time.Time) {
 	if t.After(b.serverNow) {
 		b.serverNow = t
 	}
-	// Stamped in the order of the revisions that closed them, whatever
-	// order this replica folded them in (a writer folds its own first).
-	sort.SliceStable(b.pending, func(i, j int) bool { return b.pending[i].seq < b.pending[j].seq })
-	kept := b.pending[:0]
-	for _, p := range b.pending {
+	// pending is in the order of the revisions that closed them, whatever
+	// order this replica folded them in (a writer folds its own first):
+	// the closes up to seq are a prefix, stamped in that order.
+	n := 0
+	for ; n < len(b.pending) && b.pending[n].seq <= seq; n++ {
+		p := b.pending[n]
 		r := p.r
 		switch {
-		case p.seq > seq:
-			kept = append(kept, p)
 		case b.reservations[r.ID] != r || r.Status == events.StatusOpen:
 			// Already in the window (closed twice before its stamp), or
 			// reopened by a malformed history: nothing to stamp.
@@ -241,8 +254,11 @@ func (b *book) forgetUntil(seq uint64, t time.Time) {
 			b.win.add(which, r, b.windowBalance(r), b.serverNow)
 		}
 	}
-	clear(b.pending[len(kept):])
-	b.pending = kept
+	if n > 0 {
+		m := copy(b.pending, b.pending[n:])
+		clear(b.pending[m:])
+		b.pending = b.pending[:m]
+	}
 	b.win.forget(winClosed, t.Add(-b.retention))
 	b.win.forget(winExpired, t.Add(-b.expiredKeep))
 }

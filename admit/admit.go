@@ -43,13 +43,24 @@ type request struct {
 	metadata map[string]string
 	mode     string
 	hash     string
+	// model, inputTokens and maxOutput price the request from the pricing
+	// table (model != ""); quote is the price read, set by Admit.
+	model       string
+	inputTokens int64
+	maxOutput   int64
+	quote       *events.PriceQuote
+	// count is what the request reserves in a requests budget.
+	count int64
 }
 
 // Validate checks an AdmitRequest without touching the ledger.
 //
 // Errors (*events.Error), in precedence order: CodeInvalidIdentifier
 // (request id), CodeInvalidRequest (no scopes, too many),
-// CodeInvalidIdentifier (a scope), CodeInvalidAmount, CodeInvalidUnit,
+// CodeInvalidIdentifier (a scope); for a request priced from a model
+// CodeInvalidRequest (an amount too), CodeInvalidModel, CodeInvalidTokens,
+// otherwise CodeInvalidRequest (token counts without a model),
+// CodeInvalidAmount; then CodeInvalidAmount (count), CodeInvalidUnit,
 // CodeInvalidTTL, CodeInvalidMetadata, CodeInvalidMode.
 func (a *Admitter) Validate(req events.AdmitRequest) error {
 	_, err := a.validate(req)
@@ -76,19 +87,35 @@ func (a *Admitter) validate(req events.AdmitRequest) (request, error) {
 		r.scopes = append(r.scopes, sc)
 	}
 	r.scopes = events.SortScopes(r.scopes)
-	amt, err := events.ParseMoney(req.Amount)
-	if err != nil {
-		return r, err
+	if req.Model != "" {
+		if err := r.priced(req); err != nil {
+			return r, err
+		}
+	} else {
+		if req.InputTokens != 0 || req.InputChars != 0 || req.MaxOutputTokens != 0 {
+			return r, events.Errorf(events.CodeInvalidRequest, "input_tokens, input_chars and max_output_tokens price a model: give model with them, or an amount without them")
+		}
+		amt, err := events.ParseMoney(req.Amount)
+		if err != nil {
+			return r, err
+		}
+		if amt.IsZero() {
+			return r, events.Errorf(events.CodeInvalidAmount, "amount must be greater than zero")
+		}
+		r.amount = amt
 	}
-	if amt.IsZero() {
-		return r, events.Errorf(events.CodeInvalidAmount, "amount must be greater than zero")
+	r.count = 1
+	if req.Count != 0 {
+		if req.Count < 0 || req.Count > events.MaxCount {
+			return r, events.Errorf(events.CodeInvalidAmount, "count %d must be from 1 to %d", req.Count, events.MaxCount)
+		}
+		r.count = req.Count
 	}
-	r.amount = amt
 	r.unit = req.Unit
-	if r.unit == "" {
+	if r.unit == "" && r.model == "" {
 		r.unit = a.opts.defaultUnit
 	}
-	if err := events.ValidateUnit(r.unit); err != nil {
+	if err := events.ValidateUnit(r.unit); r.unit != "" && err != nil {
 		return r, err
 	}
 	if events.IsCount(r.unit) {
@@ -132,6 +159,39 @@ func (a *Admitter) validate(req events.AdmitRequest) (request, error) {
 	return r, nil
 }
 
+// priced validates the model fields of a request priced from the pricing
+// table. Errors, in order: CodeInvalidRequest (an amount too),
+// CodeInvalidModel, CodeInvalidTokens.
+func (r *request) priced(req events.AdmitRequest) error {
+	if req.Amount != "" {
+		return events.Errorf(events.CodeInvalidRequest, "give an amount or a model to price, not both")
+	}
+	if err := events.ValidateModel(req.Model); err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		name string
+		n    int64
+	}{{"input_tokens", req.InputTokens}, {"input_chars", req.InputChars}, {"max_output_tokens", req.MaxOutputTokens}} {
+		if err := events.CheckTokens(f.name, f.n); err != nil {
+			return err
+		}
+	}
+	if req.InputTokens != 0 && req.InputChars != 0 {
+		return events.Errorf(events.CodeInvalidTokens, "give input_tokens or input_chars, not both")
+	}
+	r.model = req.Model
+	r.inputTokens = req.InputTokens
+	if req.InputChars != 0 {
+		r.inputTokens = req.InputChars * events.CharsPerToken
+	}
+	r.maxOutput = req.MaxOutputTokens
+	if r.inputTokens == 0 && r.maxOutput == 0 {
+		return events.Errorf(events.CodeInvalidTokens, "nothing to price: give input_tokens (or input_chars) and max_output_tokens")
+	}
+	return nil
+}
+
 // hashRequest fingerprints everything that determines an admission, in a
 // canonical form, so a retry with an equal body matches whatever its JSON
 // field order or amount spelling ("0.050" and "0.05"). Fields are written
@@ -149,7 +209,20 @@ func hashRequest(r request) string {
 		field(string(s))
 	}
 	field("|")
+	if r.model != "" {
+		// A priced request is fingerprinted by what it prices, not by the
+		// amount the table gave it: a retry replays even if the price
+		// changed in between.
+		field("model")
+		field(r.model)
+		field(strconv.FormatInt(r.inputTokens, 10))
+		field(strconv.FormatInt(r.maxOutput, 10))
+	}
 	field(r.amount.String())
+	if r.count != 1 {
+		field("count")
+		field(strconv.FormatInt(r.count, 10))
+	}
 	field(r.unit)
 	field(strconv.FormatInt(int64(r.ttl), 10))
 	keys := make([]string, 0, len(r.metadata))
@@ -189,25 +262,160 @@ func hashRequest(r request) string {
 // ledger.DefaultExpiredRetention, 48 hours, for an expired one). A denial
 // is not remembered: a retried denied request is decided again.
 //
+// A request priced from a model (Model set) reserves its maximum cost at
+// the model's current price (see price); an unpriced model is denied
+// (unpriced_model). A scope without a budget of its own takes its kind's
+// defaults (see budgets). A threshold an admission crosses is written with
+// it (events.ThresholdCrossed) and handed to WithAlerts after the commit.
+//
+// If ctx carries a tenant (events.ContextWithTenant), the request acts
+// for that tenant only: its scopes name the tenant's budgets and its
+// request id is remembered apart from every other tenant's; the reply names
+// scopes and the request id as the tenant sent them.
+//
 // Errors (*events.Error), in precedence order: the validation errors of
-// Validate; CodeIdempotencyMismatch (the request id was used with another
+// Validate; CodeInvalidIdentifier (ctx's tenant); CodeInvalidUnit (a unit
+// other than the model's price); CodeRequestVoided (the request id was
+// voided, see settle.Settler.Void: nothing is reserved, however often it
+// is retried); CodeIdempotencyMismatch (the request id was used with another
 // body; it carries that reservation's ReservationID and Status);
 // CodeLedgerBusy, CodeLedgerUnavailable. On any error nothing was
 // reserved.
 func (a *Admitter) Admit(ctx context.Context, req events.AdmitRequest) (events.AdmitReply, error) {
+	out, errs := a.AdmitAll(ctx, []events.AdmitRequest{req})
+	return out[0], errs[0]
+}
+
+// AdmitAll admits every request of reqs as Admit would, each validated,
+// decided and answered on its own (out[i], errs[i] answer reqs[i]), and
+// submits them to the ledger at once (ledger.Ledger.SubmitAll), so that
+// they fold into the same group commits. They share ctx's deadline.
+func (a *Admitter) AdmitAll(ctx context.Context, reqs []events.AdmitRequest) (out []events.AdmitReply, errs []error) {
+	out, errs = make([]events.AdmitReply, len(reqs)), make([]error, len(reqs))
+	var txs []ledger.Tx
+	var idx []int
+	for i, req := range reqs {
+		tx, denied, err := a.prepare(ctx, req)
+		switch {
+		case err != nil:
+			errs[i] = err
+		case denied != nil:
+			out[i] = answer(ctx, req, *denied)
+		default:
+			txs = append(txs, tx)
+			idx = append(idx, i)
+		}
+	}
+	if len(txs) == 0 {
+		return out, errs
+	}
+	for j, err := range a.l.SubmitAll(ctx, txs) {
+		if err != nil {
+			errs[idx[j]] = err
+			continue
+		}
+		tx := txs[j].(*admitTx)
+		if len(tx.alerts) > 0 && tx.req.mode == events.ModeAdmit && a.opts.alerts != nil {
+			// Crossings this commit wrote: published once, by this
+			// replica, after the commit.
+			a.opts.alerts(tx.alerts)
+		}
+		out[idx[j]] = answer(ctx, reqs[idx[j]], tx.reply)
+	}
+	return out, errs
+}
+
+// brief returns the budgets of a reply to req: none if it asked for a
+// brief reply.
+func brief(req events.AdmitRequest, budgets []events.BudgetUse) []events.BudgetUse {
+	if req.Brief {
+		return nil
+	}
+	return budgets
+}
+
+// prepare validates req (as its tenant's, if ctx names one) and finds its
+// budgets: the Tx to submit, or the denial to answer, or the error.
+func (a *Admitter) prepare(ctx context.Context, req events.AdmitRequest) (*admitTx, *events.AdmitReply, error) {
 	r, err := a.validate(req)
 	if err != nil {
-		return events.AdmitReply{}, err
+		return nil, nil, err
 	}
+	if tenant := events.TenantFromContext(ctx); tenant != "" {
+		if err := events.ValidateTenant(tenant); err != nil {
+			return nil, nil, err
+		}
+		r = r.inTenant(tenant)
+	}
+	return a.plan(ctx, r)
+}
+
+// answer is the reply to req: reply as req's tenant names things (if ctx
+// names one), without budgets if req asked for a brief reply.
+func answer(ctx context.Context, req events.AdmitRequest, reply events.AdmitReply) events.AdmitReply {
+	if events.TenantFromContext(ctx) != "" {
+		reply = localReply(reply, req.RequestID)
+	}
+	reply.Budgets = brief(req, reply.Budgets)
+	return reply
+}
+
+// inTenant is r as tenant t's request: its scopes and request id qualified
+// by t (events.TenantScope, events.TenantRequestID), so it can only touch
+// t's budgets and only replay t's admissions.
+func (r request) inTenant(t string) request {
+	r.id = events.TenantRequestID(t, r.id)
+	scopes := make([]events.Scope, len(r.scopes))
+	for i, s := range r.scopes {
+		scopes[i] = events.TenantScope(t, s)
+	}
+	r.scopes = scopes
+	r.hash = hashRequest(r)
+	return r
+}
+
+// localReply is reply as the tenant that sent request id names things:
+// scopes without the tenant, its own request id.
+func localReply(reply events.AdmitReply, id string) events.AdmitReply {
+	reply.RequestID = id
+	reply.Balances = events.LocalBalances(reply.Balances)
+	if reply.Budgets != nil {
+		uses := make([]events.BudgetUse, len(reply.Budgets))
+		for i, u := range reply.Budgets {
+			u.Scope = u.Scope.Local()
+			uses[i] = u
+		}
+		reply.Budgets = uses
+	}
+	if reply.Denial != nil {
+		d := *reply.Denial
+		d.Scope = d.Scope.Local()
+		reply.Denial = &d
+	}
+	return reply
+}
+
+// plan finds the budgets of the validated request r: the Tx to submit, or
+// the denial to answer, or the error.
+func (a *Admitter) plan(ctx context.Context, r request) (*admitTx, *events.AdmitReply, error) {
 	now := a.opts.now().UTC()
-	budgets, denial, err := a.budgets(ctx, r)
+	if r.model != "" {
+		denial, err := a.price(ctx, &r)
+		if err != nil {
+			return nil, nil, err
+		}
+		if denial != nil {
+			return nil, &events.AdmitReply{RequestID: r.id, Denial: denial, Mode: r.replyMode()}, nil
+		}
+	}
+	budgets, virtual, denial, err := a.budgets(ctx, r, now)
 	if err != nil {
-		return events.AdmitReply{}, err
+		return nil, nil, err
 	}
 	if denial != nil {
-		return events.AdmitReply{RequestID: r.id, Denial: denial, Mode: r.replyMode()}, nil
+		return nil, &events.AdmitReply{RequestID: r.id, Denial: denial, Mode: r.replyMode()}, nil
 	}
-	tx := &admitTx{req: r, now: now}
+	tx := &admitTx{req: r, now: now, virtual: virtual}
 	if r.mode == events.ModeAdmit {
 		tx.id = "rsv_" + uuid.Must(uuid.NewV7()).String()
 	}
@@ -216,10 +424,35 @@ func (a *Admitter) Admit(ctx context.Context, req events.AdmitRequest) (events.A
 	for _, b := range budgets {
 		tx.refs = append(tx.refs, b.Balance(now))
 	}
-	if err := a.l.Submit(ctx, tx); err != nil {
-		return events.AdmitReply{}, err
+	return tx, nil, nil
+}
+
+// price sets r's amount, unit and quote from the pricing table: the
+// maximum cost of its input and max output tokens at the model's current
+// price. A model without a price is denied unpriced_model (after a sync,
+// in case it was priced through another replica a moment ago), never
+// costed at zero.
+//
+// Errors: CodeInvalidUnit (the request's unit is not the price's),
+// CodeLedgerUnavailable.
+func (a *Admitter) price(ctx context.Context, r *request) (*events.Denial, error) {
+	p, ok := a.l.Price(r.model)
+	if !ok {
+		if err := a.l.Sync(ctx); err != nil {
+			return nil, err
+		}
+		p, ok = a.l.Price(r.model)
 	}
-	return tx.reply, nil
+	if !ok {
+		return &events.Denial{Reason: events.ReasonUnpricedModel, Model: r.model,
+			Message: fmt.Sprintf("model %s has no price in the pricing table; it is never costed at zero", r.model)}, nil
+	}
+	if r.unit != "" && r.unit != p.Unit {
+		return nil, events.Errorf(events.CodeInvalidUnit, "model %s is priced in %s, the request names %s", r.model, p.Unit, r.unit)
+	}
+	q := p.Quote(r.inputTokens, r.maxOutput)
+	r.quote, r.unit, r.amount = &q, p.Unit, q.MaxCost()
+	return nil, nil
 }
 
 // replyMode is the Mode of the reply: empty for a real admit.
@@ -231,31 +464,85 @@ func (r request) replyMode() string {
 }
 
 // budgets returns every budget of every scope of r. A scope without a
-// budget denies the request (fail closed), after a sync with the stream in
-// case the budget was defined through another replica a moment ago.
-func (a *Admitter) budgets(ctx context.Context, r request) ([]ledger.Budget, *events.Denial, error) {
+// budget of its own takes the default budgets of its kind: a real admit
+// creates them for the scope (ledger.CreateFromDefault: once, whatever the
+// replicas racing it); a check or shadow admit writes nothing and returns
+// them as virtual budgets, which the Tx decides against as new, empty
+// ones. A scope with neither denies the request (fail closed), after a
+// sync with the stream in case a budget or default was defined through
+// another replica a moment ago.
+func (a *Admitter) budgets(ctx context.Context, r request, now time.Time) ([]ledger.Budget, map[string]ledger.Budget, *events.Denial, error) {
 	var out []ledger.Budget
+	var virtual map[string]ledger.Budget
 	synced := false
 	for _, s := range r.scopes {
 		bs := a.l.BudgetsOf(s)
-		if len(bs) == 0 && !synced {
+		ds := a.defaultsFor(s, bs)
+		// "No budget" must be definitive, and a budget created from a
+		// default must be created from the latest one (a default changed
+		// through another replica a moment ago): both sync first. A
+		// scope's first use is rare, so the sync costs little.
+		if (len(bs) == 0 || len(ds) > 0) && !synced {
 			synced = true
 			// "No budget" must be a definitive answer: if the replica
 			// cannot catch up, the ledger is unavailable, not the budget.
 			if err := a.l.Sync(ctx); err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
+			bs = a.l.BudgetsOf(s)
+			ds = a.defaultsFor(s, bs)
+		}
+		for _, d := range ds {
+			if r.mode != events.ModeAdmit {
+				if virtual == nil {
+					virtual = map[string]ledger.Budget{}
+				}
+				b := d.For(s)
+				virtual[streams.BalanceKey(b.Balance(now))] = b
+				bs = append(bs, b)
+				continue
+			}
+			if _, err := a.l.CreateFromDefault(ctx, s, d, now); err != nil {
+				return nil, nil, nil, err
+			}
+		}
+		if len(ds) > 0 && r.mode == events.ModeAdmit {
 			bs = a.l.BudgetsOf(s)
 		}
 		if len(bs) == 0 {
-			return nil, &events.Denial{
+			return nil, nil, &events.Denial{
 				Reason: events.ReasonUnknownBudget, Scope: s,
-				Message: fmt.Sprintf("no budget is defined for scope %s", s),
+				Message: fmt.Sprintf("no budget is defined for scope %s, and no default for kind %s", s.Local(), s.Local().Kind()),
 			}, nil
 		}
 		out = append(out, bs...)
 	}
-	return out, nil, nil
+	return out, virtual, nil, nil
+}
+
+// defaultsFor returns the defaults of s's kind whose budget s lacks, when
+// s has no budget of its own (bs, its budgets, all came from defaults).
+func (a *Admitter) defaultsFor(s events.Scope, bs []ledger.Budget) []ledger.Default {
+	for _, b := range bs {
+		if b.FromDefault == 0 {
+			return nil
+		}
+	}
+	ds := a.l.DefaultsOf(s.Kind())
+	if len(ds) == 0 {
+		return nil
+	}
+	var missing []ledger.Default
+	for _, d := range ds {
+		have := false
+		for _, b := range bs {
+			have = have || b.Ref.Period == d.Def.Ref.Period
+		}
+		if !have {
+			missing = append(missing, d)
+		}
+	}
+	return missing
 }
 
 // admitTx reserves one request in every balance it names.
@@ -265,27 +552,45 @@ type admitTx struct {
 	id    string
 	refs  []events.BalanceRef
 	reply events.AdmitReply
+	// virtual are the budgets a check or shadow admit would create from
+	// defaults, by balance key (see budgets).
+	virtual map[string]ledger.Budget
+	// alerts are the thresholds the decision crossed.
+	alerts []events.ThresholdCrossed
 }
 
 func (t *admitTx) Balances() []events.BalanceRef { return t.refs }
 
 func (t *admitTx) Decide(v *ledger.View) (events.Events, error) {
 	t.reply = events.AdmitReply{RequestID: t.req.id, Mode: t.req.replyMode()}
+	if v.Voided(t.req.id) {
+		return nil, events.Errorf(events.CodeRequestVoided,
+			"request_id %s was voided; nothing is reserved for it (use a new request id)", events.LocalRequestID(t.req.id))
+	}
 	if prior, ok := v.ByRequest(t.req.id); ok {
 		if prior.RequestHash != t.req.hash {
 			return nil, events.ReservationErrorf(events.CodeIdempotencyMismatch, prior.ID, prior.Status,
-				"request_id %s was already used with a different body (reservation %s, %s)", t.req.id, prior.ID, prior.Status)
+				"request_id %s was already used with a different body (reservation %s, %s)", events.LocalRequestID(t.req.id), prior.ID, prior.Status)
 		}
 		t.reply = admittedReply(t.req, prior.ID, prior.Balances, prior.ExpiresAt)
 		t.reply.Status = prior.Status
+		if prior.Pricing != nil {
+			// The replay answers with what was reserved, at the price
+			// version the admission used.
+			t.reply.Amount, t.reply.Unit, t.reply.Pricing = prior.Pricing.MaxCost().String(), prior.Pricing.Unit, prior.Pricing
+		}
 		t.reply.Replayed = true
 		return nil, nil
 	}
 	expires := t.now.Add(t.req.ttl)
+	t.alerts = nil
 	evs := make(events.Events, 0, len(t.refs))
 	uses := make([]events.BudgetUse, 0, len(t.refs))
 	for _, ref := range t.refs {
 		b := v.Balance(streams.BalanceKey(ref))
+		if vb, ok := t.virtual[streams.BalanceKey(ref)]; ok && !b.Defined {
+			b.Defined, b.Unit, b.Limit, b.Disabled, b.FixedSlot, b.Thresholds = true, vb.Unit, vb.Limit, vb.Disabled, vb.FixedSlot, vb.Thresholds
+		}
 		deny := func(reason events.Code, msg string) {
 			t.reply.Denial = &events.Denial{
 				Reason: reason, Message: msg, Scope: ref.Scope, Period: ref.Period, Instance: ref.Instance,
@@ -294,26 +599,26 @@ func (t *admitTx) Decide(v *ledger.View) (events.Events, error) {
 			}
 		}
 		if !b.Defined {
-			deny(events.ReasonUnknownBudget, fmt.Sprintf("no budget is defined for %s per %s", ref.Scope, ref.Period))
+			deny(events.ReasonUnknownBudget, fmt.Sprintf("no budget is defined for %s per %s", ref.Scope.Local(), ref.Period))
 			return nil, nil
 		}
 		if b.Disabled {
-			deny(events.ReasonBudgetDisabled, fmt.Sprintf("budget %s per %s is disabled", ref.Scope, ref.Period))
+			deny(events.ReasonBudgetDisabled, fmt.Sprintf("budget %s per %s is disabled", ref.Scope.Local(), ref.Period))
 			return nil, nil
 		}
 		amt := t.req.amount
 		switch {
 		case events.IsCount(b.Unit):
-			amt = events.MoneyFromInt(1)
+			amt = events.MoneyFromInt(t.req.count)
 		case b.Unit != t.req.unit:
-			deny(events.ReasonUnitMismatch, fmt.Sprintf("budget %s per %s is in %s, the request in %s", ref.Scope, ref.Period, b.Unit, t.req.unit))
+			deny(events.ReasonUnitMismatch, fmt.Sprintf("budget %s per %s is in %s, the request in %s", ref.Scope.Local(), ref.Period, b.Unit, t.req.unit))
 			return nil, nil
 		case b.FixedSlot != nil:
 			amt = *b.FixedSlot
 		}
 		if b.Spent.Add(b.Reserved).Add(amt).Cmp(b.Limit) > 0 {
 			deny(events.ReasonLimitReached, fmt.Sprintf("%s per %s: spent %s + reserved %s + requested %s exceeds the limit %s %s",
-				ref.Scope, ref.Period, b.Spent, b.Reserved, amt, b.Limit, b.Unit))
+				ref.Scope.Local(), ref.Period, b.Spent, b.Reserved, amt, b.Limit, b.Unit))
 			t.reply.Denial.Requested = amt.String()
 			return nil, nil
 		}
@@ -326,15 +631,25 @@ func (t *admitTx) Decide(v *ledger.View) (events.Events, error) {
 		evs = append(evs, events.ReservationOpened{
 			ReservationID: t.id, RequestID: t.req.id, RequestHash: t.req.hash,
 			Balance: ref, Amount: amt, Unit: b.Unit, Balances: t.refs,
-			ExpiresAt: expires, At: t.now, Metadata: t.req.metadata,
+			ExpiresAt: expires, At: t.now, Metadata: t.req.metadata, Pricing: t.req.quote,
 		})
+		// A threshold this admission reaches for the first time in the
+		// period is crossed in the same revision: its compare-and-set
+		// makes the crossing exactly once.
+		used := b.Spent.Add(reserved)
+		for _, th := range events.Crossed(b.Thresholds, b.Alerted, b.Limit, used) {
+			a := events.ThresholdCrossed{Balance: ref, Threshold: th, Limit: b.Limit, Used: used, Unit: b.Unit,
+				ReservationID: t.id, At: t.now}
+			evs = append(evs, a)
+			t.alerts = append(t.alerts, a)
+		}
 	}
 	if t.req.mode != events.ModeAdmit {
 		// A check or shadow request: the answer an admit would get, and
 		// nothing written.
 		t.reply = events.AdmitReply{
 			Admitted: true, RequestID: t.req.id, Amount: t.req.amount.String(), Unit: t.req.unit,
-			Balances: t.refs, Mode: t.req.mode, Budgets: uses,
+			Balances: t.refs, Mode: t.req.mode, Budgets: uses, Pricing: t.req.quote,
 		}
 		return nil, nil
 	}
@@ -349,6 +664,6 @@ func admittedReply(r request, id string, refs []events.BalanceRef, expires time.
 	return events.AdmitReply{
 		Admitted: true, RequestID: r.id, ReservationID: id,
 		Amount: r.amount.String(), Unit: r.unit, Balances: refs, ExpiresAt: &exp,
-		Mode: r.replyMode(),
+		Mode: r.replyMode(), Pricing: r.quote,
 	}
 }

@@ -11,6 +11,7 @@ type options struct {
 	now                        func() time.Time
 	defaultTTL, minTTL, maxTTL time.Duration
 	defaultUnit                string
+	alerts                     func([]events.ThresholdCrossed)
 }
 
 func defaultOptions() options {
@@ -45,6 +46,17 @@ func WithTTL(def, min, max time.Duration) Option {
 			return fmt.Errorf("admit: ttl default %v must lie in [%v, %v] within [%v, %v]", def, min, max, events.MinTTL, events.MaxTTL)
 		}
 		o.defaultTTL, o.minTTL, o.maxTTL = def, min, max
+		return nil
+	}
+}
+
+// WithAlerts calls f with the thresholds an admission crossed, after its
+// revision was committed (so once per crossing, on the replica that
+// committed it; never for a check or shadow admit). f must not block: the
+// service publishes each on NATS.
+func WithAlerts(f func([]events.ThresholdCrossed)) Option {
+	return func(o *options) error {
+		o.alerts = f
 		return nil
 	}
 }

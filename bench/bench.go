@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/spendgate/spendgate/client"
 	"github.com/spendgate/spendgate/embedded"
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/ledger"
@@ -95,9 +97,11 @@ const benchDefaultScenarios = "hot1,hot16,hot64,spread64,multi3"
 // Usage describes the command for its help text: what it does, the
 // scenarios and the exit status.
 const Usage = `Drives admit+settle cycles over NATS request-reply, as remote callers do, and
-prints, per scenario, cycles/s and admit latency next to two baselines of the
-same run: the request-reply floor (an endpoint that only decodes and replies)
-and a naive get-then-CAS ledger on a KV key. By default it embeds its own
+prints, per scenario, cycles/s and admit latency: as single requests, through the
+Go client (which gathers concurrent calls into batch messages; --client=false
+leaves it out), and for two baselines of the same run: the request-reply floor
+(an endpoint that only decodes and replies) and a naive get-then-CAS ledger on a
+KV key. By default it embeds its own
 NATS server (temp dir, random port) and its own spendgate replica.
 
 Scenarios: hot1, hot16, hot64, spread64, multi3 (default all of them),
@@ -154,6 +158,10 @@ type Options struct {
 	CPUProfile, MemProfile string
 	// Baselines also runs the floor and naive baselines.
 	Baselines bool
+	// Client also runs every scenario through the Go client (one client
+	// per connection, coalescing concurrent calls into batch messages),
+	// and its cap burst.
+	Client bool
 }
 
 // DefaultScenarios are the scenarios run when none are named.
@@ -166,7 +174,7 @@ var ScenarioNames = []string{"hot1", "hot16", "hot64", "spread64", "multi3", "me
 func DefaultOptions() Options {
 	return Options{
 		Prefix: streams.DefaultPrefix, Replicas: 1, ServiceReplicas: 1, Lanes: streams.DefaultLanes,
-		Duration: 3 * time.Second, Reps: 3, Conns: 4, Scenarios: DefaultScenarios, Baselines: true,
+		Duration: 3 * time.Second, Reps: 3, Conns: 4, Scenarios: DefaultScenarios, Baselines: true, Client: true,
 	}
 }
 
@@ -351,6 +359,12 @@ func verdict(rows []benchRow, mem *memResult) error {
 		if r.OverAdmissions > 0 {
 			errs = append(errs, fmt.Errorf("%w: %s over-admitted %d reservations", ErrOverAdmission, r.Scenario, r.OverAdmissions))
 		}
+		if r.ClientOverAdmissions > 0 {
+			errs = append(errs, fmt.Errorf("%w: %s through the client over-admitted %d reservations", ErrOverAdmission, r.Scenario, r.ClientOverAdmissions))
+		}
+		if r.ClientErrors > 0 {
+			errs = append(errs, fmt.Errorf("%w: %s through the client: %d failed (first: %s)", ErrRequests, r.Scenario, r.ClientErrors, r.ClientFirstError))
+		}
 		if n := r.Errors + r.FloorErrors + r.NaiveErrors + int64(r.capResult.Errors); n > 0 {
 			errs = append(errs, fmt.Errorf("%w: %s: %d failed (spendgate %d, floor %d, naive %d, cap burst %d; first: %s)",
 				ErrRequests, r.Scenario, n, r.Errors, r.FloorErrors, r.NaiveErrors, r.capResult.Errors,
@@ -381,6 +395,7 @@ type bencher struct {
 	serverDesc string
 	layout     streams.Layout
 	conns      []*nats.Conn
+	clients    []*client.Client // one per connection
 	kvs        []jetstream.KeyValue
 	naiveName  string
 	floor      *floorService
@@ -391,6 +406,19 @@ type bencher struct {
 
 // ledgerStats returns the embedded replicas' commit counters, summed (zero
 // with --nats-url).
+// endpointCounts sums the answers of every embedded replica by micro
+// endpoint name; a batch counts once under its own name and once per item
+// under its items' endpoint.
+func (b *bencher) endpointCounts() map[string]int64 {
+	out := map[string]int64{}
+	for _, r := range b.replicas {
+		for name, st := range r.Service.Stats() {
+			out[name] += st.NumRequests
+		}
+	}
+	return out
+}
+
 func (b *bencher) ledgerStats() ledger.Stats {
 	var st ledger.Stats
 	for _, r := range b.replicas {
@@ -400,6 +428,7 @@ func (b *bencher) ledgerStats() ledger.Stats {
 		st.Txs += s.Txs
 		st.Conflicts += s.Conflicts
 		st.SyncReads += s.SyncReads
+		st.Timeouts += s.Timeouts
 	}
 	return st
 }
@@ -505,6 +534,11 @@ func (b *bencher) start() error {
 		}
 		b.onClose(nc.Close)
 		b.conns = append(b.conns, nc)
+		cl, err := client.New(nc, client.WithPrefix(b.layout.Prefix()), client.WithTimeout(benchRequestTimeout), client.WithRetries(1))
+		if err != nil {
+			return err
+		}
+		b.clients = append(b.clients, cl)
 	}
 	if len(b.o.scenarios) == 0 {
 		return nil
@@ -659,13 +693,21 @@ func (b *bencher) scenario(sc benchScenario) (benchRow, error) {
 	if err := b.defineNaive(p.keys); err != nil {
 		return benchRow{}, err
 	}
-	capRes, err := b.capBurst(p)
+	capRes, err := b.capBurst(p, "cap", b.requestAdmit)
 	if err != nil {
 		return benchRow{}, err
 	}
 	fmt.Fprintf(b.log, "%s: cap burst: %d budget(s) of %d, %d admits fired, %d admitted, %d denied, %d errors -> over-admissions %d\n",
 		sc.name, capRes.Budgets, capRes.LimitEach, capRes.Fired, capRes.Admitted, capRes.Denied, capRes.Errors, capRes.Over)
-	var svc, floor, naive []runResult
+	var clientCap capResult
+	if b.o.Client {
+		if clientCap, err = b.capBurst(p, "ccap", b.clientAdmit); err != nil {
+			return benchRow{}, err
+		}
+		fmt.Fprintf(b.log, "%s: client cap burst: %d admits fired, %d admitted, %d denied, %d errors -> over-admissions %d\n",
+			sc.name, clientCap.Fired, clientCap.Admitted, clientCap.Denied, clientCap.Errors, clientCap.Over)
+	}
+	var svc, floor, naive, cli []runResult
 	admit, settle := b.layout.Endpoint(streams.EndpointAdmit), b.layout.Endpoint(streams.EndpointSettle)
 	for rep := 0; rep < b.o.Reps; rep++ {
 		tag := fmt.Sprintf("%s-%s-%d", b.run, sc.name, rep)
@@ -680,6 +722,23 @@ func (b *bencher) scenario(sc benchScenario) (benchRow, error) {
 			fmt.Fprintf(b.log, "%s rep %d/%d: ledger %d commits (%d atomic batches), %.1f txs per commit, %d conflicts\n",
 				sc.name, rep+1, b.o.Reps, commits, st.Batches-st0.Batches, float64(txs)/float64(max(commits, 1)), st.Conflicts-st0.Conflicts)
 		}
+		var cr runResult
+		if b.o.Client {
+			st0, m0 := b.ledgerStats(), b.endpointCounts()
+			cr = b.drive(sc.callers, func(_ context.Context, c, seq int, rng *rand.Rand) (time.Duration, error) {
+				return clientCycle(b.ctx, b.clients[b.connFor(c)], p.scopesOf(p.pick(c, rng)), tag+"-c-"+strconv.Itoa(c)+"-"+strconv.Itoa(seq))
+			})
+			cli = append(cli, cr)
+			if len(b.replicas) > 0 {
+				st := b.ledgerStats()
+				commits, txs := st.Commits-st0.Commits, st.Txs-st0.Txs
+				m := b.endpointCounts()
+				items := m["admit"] + m["settle"] - m0["admit"] - m0["settle"]
+				batches := m["admit_batch"] + m["settle_batch"] - m0["admit_batch"] - m0["settle_batch"]
+				fmt.Fprintf(b.log, "%s rep %d/%d: client: ledger %d commits, %.1f txs per commit; %d admits and settles, %d batch messages\n",
+					sc.name, rep+1, b.o.Reps, commits, float64(txs)/float64(max(commits, 1)), items, batches)
+			}
+		}
 		var f, n runResult
 		if b.o.Baselines {
 			f = b.drive(sc.callers, func(_ context.Context, c, seq int, rng *rand.Rand) (time.Duration, error) {
@@ -692,13 +751,37 @@ func (b *bencher) scenario(sc benchScenario) (benchRow, error) {
 			n.attempts, n.conflicts = st.attempts.Load(), st.conflicts.Load()
 			floor, naive = append(floor, f), append(naive, n)
 		}
-		fmt.Fprintf(b.log, "%s rep %d/%d: spendgate %.0f cycles/s (p99 %s), floor %.0f, naive %.0f (%.0f%% conflicts)\n",
-			sc.name, rep+1, b.o.Reps, s.rate(), fmtLatency(s.percentile(0.99)), f.rate(), n.rate(), n.conflictPct())
+		fmt.Fprintf(b.log, "%s rep %d/%d: spendgate %.0f cycles/s (p99 %s; %s), client %.0f (p99 %s; %s), floor %.0f (%s), naive %.0f (%.0f%% conflicts)\n",
+			sc.name, rep+1, b.o.Reps, s.rate(), fmtLatency(s.percentile(0.99)), s.cost(), cr.rate(), fmtLatency(cr.percentile(0.99)), cr.cost(),
+			f.rate(), f.cost(), n.rate(), n.conflictPct())
 		if err := b.ctx.Err(); err != nil {
 			return benchRow{}, err
 		}
 	}
-	return b.summarize(p, capRes, svc, floor, naive), nil
+	row := b.summarize(p, capRes, svc, floor, naive)
+	if b.o.Client {
+		b.summarizeClient(&row, clientCap, cli)
+	}
+	return row, nil
+}
+
+// clientCycle is benchCycle through the Go client: Admit, then Settle of
+// the reservation with the same actual.
+func clientCycle(ctx context.Context, cl *client.Client, scopes []string, id string) (time.Duration, error) {
+	t0 := time.Now()
+	res, err := cl.Admit(ctx, events.AdmitRequest{RequestID: id, Scopes: scopes, Amount: benchAmount, TTL: benchTTL})
+	lat := time.Since(t0)
+	if err != nil {
+		return 0, fmt.Errorf("admit: %w", err)
+	}
+	cr, err := res.Settle(ctx, benchAmount)
+	if err != nil {
+		return 0, fmt.Errorf("settle: %w", err)
+	}
+	if cr.Status != events.StatusSettled {
+		return 0, fmt.Errorf("settle: status %q", cr.Status)
+	}
+	return lat, nil
 }
 
 func (p *benchPlan) scopesOf(idx []int) []string {
@@ -719,13 +802,50 @@ func (p *benchPlan) keysOf(idx []int) []string {
 
 // runResult is one run of one kind (spendgate, floor or naive).
 type runResult struct {
-	cycles   int64
-	elapsed  time.Duration
-	lat      []int64 // admit (naive: reserve) latencies in ns, sorted
-	errors   int64
-	firstErr string
+	cycles  int64
+	elapsed time.Duration
+	cpu     time.Duration // the process's CPU time (user + system) during the run
+	// allocs and allocBytes are the process's heap allocations during the
+	// run (runtime.MemStats Mallocs and TotalAlloc).
+	allocs, allocBytes uint64
+	lat                []int64 // admit (naive: reserve) latencies in ns, sorted
+	errors             int64
+	firstErr           string
 	// naive only
 	attempts, conflicts int64
+}
+
+// cpuPerCycle is the process's CPU time per cycle in µs (server, replica
+// and callers together): what a cycle costs, whatever else the machine
+// runs.
+func (r runResult) cpuPerCycle() float64 {
+	if r.cycles == 0 {
+		return 0
+	}
+	return float64(r.cpu.Microseconds()) / float64(r.cycles)
+}
+
+// allocsPerCycle returns the heap allocations and bytes per cycle.
+func (r runResult) allocsPerCycle() (n, bytes float64) {
+	if r.cycles == 0 {
+		return 0, 0
+	}
+	return float64(r.allocs) / float64(r.cycles), float64(r.allocBytes) / float64(r.cycles)
+}
+
+// cost formats a run's CPU and allocations per cycle.
+func (r runResult) cost() string {
+	n, b := r.allocsPerCycle()
+	return fmt.Sprintf("%.0fµs CPU, %.0f allocs, %.1f KB per cycle", r.cpuPerCycle(), n, b/1024)
+}
+
+// processCPU returns the CPU time this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func (r runResult) rate() float64 {
@@ -801,12 +921,16 @@ func (b *bencher) drive(callers int, f cycleFunc) runResult {
 			}
 		}()
 	}
-	t0 := time.Now()
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	t0, cpu0 := time.Now(), processCPU()
 	timer := time.AfterFunc(b.o.Duration, cancel)
 	close(start)
 	wg.Wait()
 	timer.Stop()
-	out := runResult{elapsed: time.Since(t0)}
+	out := runResult{elapsed: time.Since(t0), cpu: processCPU() - cpu0}
+	runtime.ReadMemStats(&ms1)
+	out.allocs, out.allocBytes = ms1.Mallocs-ms0.Mallocs, ms1.TotalAlloc-ms0.TotalAlloc
 	for _, r := range res {
 		out.cycles += r.cycles
 		out.errors += r.errors
@@ -960,6 +1084,38 @@ func naiveCAS(ctx context.Context, kv jetstream.KeyValue, key string, st *naiveS
 	}
 }
 
+// admitFunc sends caller c's admit and returns the service's answer: an
+// admission or a denial; err for anything else.
+type admitFunc func(c int, req events.AdmitRequest) (events.AdmitReply, error)
+
+// requestAdmit admits over plain request-reply on caller c's connection.
+func (b *bencher) requestAdmit(c int, req events.AdmitRequest) (events.AdmitReply, error) {
+	data, err := json.Marshal(req)
+	if err != nil {
+		return events.AdmitReply{}, err
+	}
+	msg, err := benchRequest(b.ctx, b.conns[b.connFor(c)], b.layout.Endpoint(streams.EndpointAdmit), data)
+	var ar events.AdmitReply
+	if err == nil {
+		err = json.Unmarshal(msg.Data, &ar)
+	}
+	return ar, err
+}
+
+// clientAdmit admits through caller c's Go client.
+func (b *bencher) clientAdmit(c int, req events.AdmitRequest) (events.AdmitReply, error) {
+	res, err := b.clients[b.connFor(c)].Admit(b.ctx, req)
+	var de *client.DeniedError
+	switch {
+	case err == nil:
+		return res.Reply(), nil
+	case errors.As(err, &de) && de.Err == nil:
+		d := de.Denial
+		return events.AdmitReply{RequestID: de.RequestID, Denial: &d}, nil
+	}
+	return events.AdmitReply{}, err
+}
+
 // capResult is a scenario's cap burst.
 type capResult struct {
 	Budgets   int    `json:"cap_budgets"`
@@ -977,7 +1133,7 @@ type capResult struct {
 // once from the scenario's callers and connections (4 concurrent admits
 // per caller), and counts the admissions beyond each budget's limit. multi3
 // caps the org scope; the user and key scopes are large.
-func (b *bencher) capBurst(p *benchPlan) (capResult, error) {
+func (b *bencher) capBurst(p *benchPlan, tag string, admit admitFunc) (capResult, error) {
 	n := p.sc.callers
 	nb := 1
 	if p.sc.name == "spread64" {
@@ -991,7 +1147,7 @@ func (b *bencher) capBurst(p *benchPlan) (capResult, error) {
 	}
 	caps := make([]string, nb)
 	for i := range caps {
-		caps[i] = "org:" + p.base + "-cap" + strconv.Itoa(i)
+		caps[i] = "org:" + p.base + "-" + tag + strconv.Itoa(i)
 	}
 	if err := b.defineBudgets(caps, limit.String()); err != nil {
 		return capResult{}, err
@@ -1002,7 +1158,6 @@ func (b *bencher) capBurst(p *benchPlan) (capResult, error) {
 	var mu sync.Mutex
 	start := make(chan struct{})
 	var wg sync.WaitGroup
-	subj := b.layout.Endpoint(streams.EndpointAdmit)
 	for c := 0; c < n; c++ {
 		for j := 0; j < benchCapFactor; j++ {
 			wg.Add(1)
@@ -1013,13 +1168,9 @@ func (b *bencher) capBurst(p *benchPlan) (capResult, error) {
 				if p.sc.name == "multi3" {
 					scopes = append(scopes, p.scopes[1+c%benchMultiWidth], p.scopes[1+benchMultiWidth+(c+j)%benchMultiWidth])
 				}
-				data, _ := json.Marshal(events.AdmitRequest{RequestID: fmt.Sprintf("%s-%s-cap-%d-%d", b.run, p.sc.name, c, j), Scopes: scopes, Amount: benchAmount, TTL: benchTTL})
+				req := events.AdmitRequest{RequestID: fmt.Sprintf("%s-%s-%s-%d-%d", b.run, p.sc.name, tag, c, j), Scopes: scopes, Amount: benchAmount, TTL: benchTTL}
 				<-start
-				msg, err := benchRequest(b.ctx, b.conns[b.connFor(c)], subj, data)
-				var ar events.AdmitReply
-				if err == nil {
-					err = json.Unmarshal(msg.Data, &ar)
-				}
+				ar, err := admit(c, req)
 				switch {
 				case err != nil:
 					failed.Add(1)
@@ -1065,22 +1216,32 @@ type benchRow struct {
 	// OverAdmissions is counted by the cap burst.
 	OverAdmissions int `json:"over_admissions"`
 	capResult
-	FloorCyclesPerS  float64   `json:"floor_cycles_per_s"`
-	FloorAdmitP50    float64   `json:"floor_admit_p50_us"`
-	FloorAdmitP99    float64   `json:"floor_admit_p99_us"`
-	XFloor           float64   `json:"x_floor"`
-	NaiveCyclesPerS  float64   `json:"naive_cycles_per_s"`
-	NaiveP50         float64   `json:"naive_reserve_p50_us"`
-	NaiveP99         float64   `json:"naive_reserve_p99_us"`
-	NaiveConflictPct float64   `json:"naive_conflict_pct"`
-	XNaive           float64   `json:"x_naive"`
-	Errors           int64     `json:"errors"`
-	FloorErrors      int64     `json:"floor_errors"`
-	NaiveErrors      int64     `json:"naive_errors"`
-	FirstError       string    `json:"first_error,omitempty"`
-	CyclesPerSReps   []float64 `json:"cycles_per_s_reps"`
-	FloorReps        []float64 `json:"floor_cycles_per_s_reps"`
-	NaiveReps        []float64 `json:"naive_cycles_per_s_reps"`
+	FloorCyclesPerS  float64 `json:"floor_cycles_per_s"`
+	FloorAdmitP50    float64 `json:"floor_admit_p50_us"`
+	FloorAdmitP99    float64 `json:"floor_admit_p99_us"`
+	XFloor           float64 `json:"x_floor"`
+	NaiveCyclesPerS  float64 `json:"naive_cycles_per_s"`
+	NaiveP50         float64 `json:"naive_reserve_p50_us"`
+	NaiveP99         float64 `json:"naive_reserve_p99_us"`
+	NaiveConflictPct float64 `json:"naive_conflict_pct"`
+	XNaive           float64 `json:"x_naive"`
+	Errors           int64   `json:"errors"`
+	FloorErrors      int64   `json:"floor_errors"`
+	NaiveErrors      int64   `json:"naive_errors"`
+	FirstError       string  `json:"first_error,omitempty"`
+	// Client*: the same scenario through the Go client (coalescing).
+	ClientCyclesPerS     float64   `json:"client_cycles_per_s,omitempty"`
+	ClientAdmitP50       float64   `json:"client_admit_p50_us,omitempty"`
+	ClientAdmitP99       float64   `json:"client_admit_p99_us,omitempty"`
+	ClientXFloor         float64   `json:"client_x_floor,omitempty"`
+	ClientOverAdmissions int       `json:"client_over_admissions"`
+	ClientCapAdmitted    int       `json:"client_cap_admitted,omitempty"`
+	ClientErrors         int64     `json:"client_errors"`
+	ClientFirstError     string    `json:"client_first_error,omitempty"`
+	ClientReps           []float64 `json:"client_cycles_per_s_reps,omitempty"`
+	CyclesPerSReps       []float64 `json:"cycles_per_s_reps"`
+	FloorReps            []float64 `json:"floor_cycles_per_s_reps"`
+	NaiveReps            []float64 `json:"naive_cycles_per_s_reps"`
 	// Facts of the run, repeated on every row.
 	GOMAXPROCS int    `json:"gomaxprocs"`
 	Server     string `json:"server"`
@@ -1150,6 +1311,28 @@ func (b *bencher) summarize(p *benchPlan, capRes capResult, svc, floor, naive []
 	return row
 }
 
+// summarizeClient fills the row's client columns.
+func (b *bencher) summarizeClient(row *benchRow, capRes capResult, cli []runResult) {
+	v := make([]float64, len(cli))
+	p50 := make([]float64, len(cli))
+	p99 := make([]float64, len(cli))
+	for i, r := range cli {
+		v[i], p50[i], p99[i] = r.rate(), r.percentile(0.50), r.percentile(0.99)
+		row.ClientReps = append(row.ClientReps, math.Round(r.rate()))
+		row.ClientErrors += r.errors
+		if row.ClientFirstError == "" {
+			row.ClientFirstError = r.firstErr
+		}
+	}
+	row.ClientCyclesPerS, row.ClientAdmitP50, row.ClientAdmitP99 = median(v), median(p50), median(p99)
+	row.ClientXFloor = ratio(row.ClientCyclesPerS, row.FloorCyclesPerS)
+	row.ClientOverAdmissions, row.ClientCapAdmitted = capRes.Over, capRes.Admitted
+	row.ClientErrors += int64(capRes.Errors)
+	if row.ClientFirstError == "" {
+		row.ClientFirstError = capRes.FirstErr
+	}
+}
+
 func median(v []float64) float64 {
 	if len(v) == 0 {
 		return 0
@@ -1173,6 +1356,7 @@ func ratio(a, b float64) float64 {
 var benchTableColumns = []string{
 	"scenario", "callers", "conns", "cycles/s", "admit p50", "p99", "p99.9", "over-admissions",
 	"floor cycles/s", "floor admit p99", "x floor", "naive cycles/s", "naive p99", "x naive",
+	"client cycles/s", "client p50", "client p99", "client x floor", "client over-adm.",
 }
 
 func (b *bencher) facts() string {
@@ -1230,10 +1414,15 @@ func (b *bencher) writeTable(w io.Writer, rows []benchRow, mem *memResult) error
 				floor = []string{fmt.Sprintf("%.0f", r.FloorCyclesPerS), fmtLatency(r.FloorAdmitP99), fmtRatio(r.XFloor)}
 				naive = []string{fmt.Sprintf("%.0f", r.NaiveCyclesPerS), fmtLatency(r.NaiveP99), fmtRatio(r.XNaive)}
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%s\t%s\t%s\t%d\t%s\t%s\n",
+			cl := []string{"-", "-", "-", "-", "-"}
+			if b.o.Client {
+				cl = []string{fmt.Sprintf("%.0f", r.ClientCyclesPerS), fmtLatency(r.ClientAdmitP50), fmtLatency(r.ClientAdmitP99),
+					fmtRatio(r.ClientXFloor), strconv.Itoa(r.ClientOverAdmissions)}
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n",
 				r.Scenario, r.Callers, r.Conns, r.CyclesPerS,
 				fmtLatency(r.AdmitP50), fmtLatency(r.AdmitP99), fmtLatency(r.AdmitP999), r.OverAdmissions,
-				strings.Join(floor, "\t"), strings.Join(naive, "\t"))
+				strings.Join(floor, "\t"), strings.Join(naive, "\t"), strings.Join(cl, "\t"))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -1254,7 +1443,10 @@ floor: the same callers and connections calling micro service "spendgate-floor" 
 naive: the same callers calling KV directly (no service hop, no events): get, parse decimals, check the limit,
   Update(key, revision), again on a revision conflict; a second get-then-CAS settles. spread64 spreads over
   %d keys; multi3 does 3 sequential get-then-CAS per reserve and per settle (NOT atomic). naive p99 = reserve.
-x floor = cycles/s / floor cycles/s; x naive = cycles/s / naive cycles/s.
+client: the same callers and connections through the Go client (package client, one per connection), whose
+  concurrent calls share batch messages (admit.batch, settle.batch; a lone call goes at once, others wait at most
+  its 200µs linger or 64 items); its own cap burst counts client over-adm.
+x floor = cycles/s / floor cycles/s; x naive = cycles/s / naive cycles/s; client x floor = client cycles/s / floor.
 `, benchSpreadCapBudgets, benchBigLimit, benchFloorAdmit, benchFloorSettle, benchSpreadBudgets)
 		var conf []string
 		for _, r := range rows {

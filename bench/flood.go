@@ -53,13 +53,21 @@ type floodResult struct {
 	Unanswered    int64   `json:"flood_unanswered"`
 	// SyncReads is how many stream reads the replicas made for misses
 	// during the flood runs (0 with --nats-url).
-	SyncReads  int64   `json:"sync_reads"`
-	Errors     int64   `json:"errors"`
-	FirstError string  `json:"first_error,omitempty"`
-	TargetP99  float64 `json:"target_p99_us"`
-	Met        bool    `json:"target_met"`
-	Reps       int     `json:"reps"`
-	DurationS  float64 `json:"duration_s"`
+	SyncReads int64 `json:"sync_reads"`
+	// CalmConflicts, FloodConflicts, CalmTimeouts and FloodTimeouts are
+	// the replicas' lost compare-and-sets and timed-out writes (outcome
+	// unknown, sent again after ledger.DefaultCommitTimeout) in the runs
+	// without and with the flood (0 with --nats-url).
+	CalmConflicts  int64   `json:"calm_cas_conflicts"`
+	FloodConflicts int64   `json:"flood_cas_conflicts"`
+	CalmTimeouts   int64   `json:"calm_write_timeouts"`
+	FloodTimeouts  int64   `json:"flood_write_timeouts"`
+	Errors         int64   `json:"errors"`
+	FirstError     string  `json:"first_error,omitempty"`
+	TargetP99      float64 `json:"target_p99_us"`
+	Met            bool    `json:"target_met"`
+	Reps           int     `json:"reps"`
+	DurationS      float64 `json:"duration_s"`
 }
 
 // floodCheck runs, per rep, benchFloodCallers good admit+settle cycles on
@@ -89,16 +97,22 @@ func (b *bencher) floodCheck() (floodResult, error) {
 	var maxLat float64
 	for rep := 0; rep < b.o.Reps; rep++ {
 		tag := fmt.Sprintf("%s-flood-%d", b.run, rep)
+		sc := b.ledgerStats()
 		c := b.drive(benchFloodCallers, cycle(tag+"-calm"))
 		calm = append(calm, c)
 		st0 := b.ledgerStats()
+		res.CalmConflicts += st0.Conflicts - sc.Conflicts
+		res.CalmTimeouts += st0.Timeouts - sc.Timeouts
 		fl, err := startFlood(fnc, settle, tag)
 		if err != nil {
 			return res, err
 		}
 		f := b.drive(benchFloodCallers, cycle(tag+"-flood"))
 		fr := fl.stop()
-		res.SyncReads += b.ledgerStats().SyncReads - st0.SyncReads
+		st1 := b.ledgerStats()
+		res.SyncReads += st1.SyncReads - st0.SyncReads
+		res.FloodConflicts += st1.Conflicts - st0.Conflicts
+		res.FloodTimeouts += st1.Timeouts - st0.Timeouts
 		flood = append(flood, f)
 		res.Sent += fr.sent
 		res.Unknown += fr.unknown
@@ -226,7 +240,9 @@ func writeFlood(w io.Writer, r *floodResult) {
   without the flood: %.0f cycles/s, admit p50 %s, p99 %s
   with %d/s unknown settles: %.0f cycles/s, admit p50 %s, p99 %s (max %s); target p99 < %s: %s
   flood: %d settles sent; answered %d unknown_reservation, %d ledger_busy, %d other, %d unanswered; %d stream reads for misses
+  replicas' writes, without / with the flood: %d / %d lost compare-and-set, %d / %d timed out (outcome unknown, sent again)
 `, r.Callers, fmtSeconds(r.DurationS), r.Reps, r.CalmCyclesPS, fmtLatency(r.CalmP50), fmtLatency(r.CalmP99),
 		r.Rate, r.FloodCyclesPS, fmtLatency(r.FloodP50), fmtLatency(r.FloodP99), fmtLatency(r.FloodMax),
-		fmtLatency(r.TargetP99), verdict, r.Sent, r.Unknown, r.Busy, r.Other, r.Unanswered, r.SyncReads)
+		fmtLatency(r.TargetP99), verdict, r.Sent, r.Unknown, r.Busy, r.Other, r.Unanswered, r.SyncReads,
+		r.CalmConflicts, r.FloodConflicts, r.CalmTimeouts, r.FloodTimeouts)
 }

@@ -1,12 +1,14 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -27,6 +29,13 @@ type Client struct {
 	log      *slog.Logger
 	logSet   bool
 	failOpen *slog.Logger
+	// linger and maxItems bound the coalescing of concurrent calls;
+	// coalesce holds a coalescer per coalesced endpoint, nil when off.
+	linger   time.Duration
+	maxItems int
+	coalesce map[string]*coalescer
+	mux      *replyMux
+	brief    bool
 }
 
 // New returns a client that sends requests on nc under the service prefix
@@ -49,7 +58,37 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	return &Client{nc: nc, layout: layout, timeout: o.timeout, attempts: o.attempts, log: o.log, logSet: o.logSet, failOpen: o.failOpen}, nil
+	c := &Client{nc: nc, layout: layout, timeout: o.timeout, attempts: o.attempts, log: o.log, logSet: o.logSet, failOpen: o.failOpen,
+		linger: o.linger, maxItems: o.maxItems, brief: o.brief}
+	if o.maxItems > 1 {
+		c.coalesce = map[string]*coalescer{}
+		c.mux = &replyMux{nc: nc}
+		followers := new(atomic.Int64)
+		for endpoint, batch := range coalescedEndpoints {
+			c.coalesce[endpoint] = newCoalescer(c, endpoint, batch, followers)
+		}
+		c.coalesce[streams.EndpointAdmit].onAbandoned = c.releaseAbandoned
+	}
+	return c, nil
+}
+
+// releaseAbandoned releases what an admit reserved after its caller gave
+// up on it (ctx ended, or every attempt timed out): the caller was told it
+// was not admitted, so nothing may stay reserved for it.
+func (c *Client) releaseAbandoned(answer *nats.Msg) {
+	var reply events.AdmitReply
+	if e, _ := replyError(answer); e != nil || json.Unmarshal(answer.Data, &reply) != nil {
+		return
+	}
+	if !reply.Admitted || reply.ReservationID == "" || reply.Mode != "" || reply.Status != events.StatusOpen {
+		return
+	}
+	go func() {
+		if _, err := c.Release(context.Background(), events.ReleaseRequest{ReservationID: reply.ReservationID}); err != nil {
+			c.errorLog().Error("spendgate: release of an admit whose caller gave up failed; the reservation stays open until it expires",
+				"reservation_id", reply.ReservationID, "request_id", reply.RequestID, "err", err)
+		}
+	}()
 }
 
 // errorLog is where failures that no return value can carry are logged:
@@ -87,19 +126,38 @@ func (c *Client) errorLog() *slog.Logger {
 //     Reservation whose FailedOpen is true, and logs it at WARN.
 //   - ctx's error, wrapped, if ctx ended before an answer; never fails open.
 //
-// When every reply was lost, the service may have reserved without the
-// client knowing; that reservation expires after its TTL and the sweeper
-// gives it back.
+// When the admit's outcome is unknown (every attempt timed out or was
+// answered ledger_busy, ledger_unavailable or internal, or ctx ended
+// mid-request), the service may have reserved without the client knowing.
+// Admit then voids the request id (before it returns the fail-closed
+// denial; in the background once ctx has ended, so that a cancelled caller
+// returns at once) (Void, with the
+// admit's scopes, under context.WithoutCancel and its own timeout ×
+// attempts): a reservation that landed is released at once, and an admit
+// still in flight reserves nothing when it lands. The DeniedError's Void
+// holds the void's reply; if the void failed too (the ledger is down), it
+// is nil, the failure is logged at WARN, and a reservation that landed expires
+// after its TTL.
 func (c *Client) Admit(ctx context.Context, req events.AdmitRequest) (*Reservation, error) {
 	if req.RequestID == "" {
 		req.RequestID = uuid.NewString()
+	}
+	if c.brief {
+		req.Brief = true
 	}
 	var reply events.AdmitReply
 	err := c.request(ctx, streams.EndpointAdmit, req, &reply)
 	if err != nil {
 		if !errors.Is(err, ErrUnavailable) {
+			if ctx.Err() != nil && !isRefusal(err) {
+				// The caller gave up mid-request: the admit may have
+				// landed. Void it so that it holds nothing, without
+				// holding the caller (it returns ctx's error at once).
+				go c.voidUnknown(ctx, req, err)
+			}
 			return nil, err
 		}
+		void := c.voidUnknown(ctx, req, err)
 		if c.failOpen != nil {
 			return c.admitFailedOpen(req, err), nil
 		}
@@ -111,7 +169,8 @@ func (c *Client) Admit(ctx context.Context, req events.AdmitRequest) (*Reservati
 				Unit:      req.Unit,
 				Requested: req.Amount,
 			},
-			Err: err,
+			Err:  err,
+			Void: void,
 		}
 	}
 	if reply.RequestID == "" {
@@ -125,6 +184,39 @@ func (c *Client) Admit(ctx context.Context, req events.AdmitRequest) (*Reservati
 		return nil, &DeniedError{RequestID: reply.RequestID, Denial: d}
 	}
 	return &Reservation{c: c, reply: reply}, nil
+}
+
+// voidUnknown voids the request id of an admit whose outcome is unknown
+// (cause), and returns the void's reply, or nil if it failed (logged).
+func (c *Client) voidUnknown(ctx context.Context, req events.AdmitRequest, cause error) *events.VoidReply {
+	v, err := c.Void(ctx, events.VoidRequest{RequestID: req.RequestID, Scopes: req.Scopes})
+	if err != nil {
+		c.errorLog().Warn("spendgate: the admit's outcome is unknown and voiding its request id failed; a reservation it made expires after its TTL",
+			"request_id", req.RequestID, "scopes", req.Scopes, "admit_err", cause, "err", err)
+		return nil
+	}
+	return &v
+}
+
+// Void voids an admit by its request id, whether or not the admit has
+// landed: its reservation, if open, is released (reason voided), and an
+// admit with that request id that lands later reserves nothing (the
+// service answers request_voided, which Admit returns as an error
+// matching ErrConflict). req.Scopes must name the admit's scopes. Like
+// Release, it runs under context.WithoutCancel(ctx) with the client's own
+// timeout × attempts, and retries; voiding again answers Replayed. Admit
+// calls it itself when an admit's outcome is unknown.
+//
+// Errors, in precedence order: the service's refusal, an *events.Error
+// matching ErrInvalid (invalid_identifier, invalid_request) or ErrConflict
+// (already_settled: the admit landed and was settled); then an
+// *UnavailableError matching ErrUnavailable.
+func (c *Client) Void(ctx context.Context, req events.VoidRequest) (events.VoidReply, error) {
+	var reply events.VoidReply
+	if err := c.request(context.WithoutCancel(ctx), streams.EndpointVoid, req, &reply); err != nil {
+		return events.VoidReply{}, err
+	}
+	return reply, nil
 }
 
 // admitFailedOpen builds and logs a fail-open admission.
@@ -182,16 +274,44 @@ func (c *Client) Release(ctx context.Context, req events.ReleaseRequest) (events
 }
 
 // PutBudget defines or changes a budget and returns it with its balance in
-// the current period.
+// the current period, and what the put did: Created, the fields it
+// Changed, and the Previous definition when it changed one.
 //
 // Errors, in precedence order: an *events.Error matching ErrInvalid
-// (invalid_identifier, invalid_period, invalid_amount, invalid_unit, ...);
-// then an *UnavailableError matching ErrUnavailable; then ctx's error,
-// wrapped.
-func (c *Client) PutBudget(ctx context.Context, req events.BudgetPutRequest) (events.BudgetView, error) {
-	var v events.BudgetView
+// (invalid_identifier, invalid_period, invalid_amount, invalid_unit,
+// unit_change_refused, ...); then an *UnavailableError matching
+// ErrUnavailable; then ctx's error, wrapped.
+func (c *Client) PutBudget(ctx context.Context, req events.BudgetPutRequest) (events.BudgetPutReply, error) {
+	var v events.BudgetPutReply
 	if err := c.request(ctx, streams.EndpointBudgetPut, req, &v); err != nil {
-		return events.BudgetView{}, err
+		return events.BudgetPutReply{}, err
+	}
+	return v, nil
+}
+
+// PutPrice sets a model's prices per million tokens and returns them with
+// their new version and what the put changed.
+//
+// Errors, in precedence order: an *events.Error matching ErrInvalid
+// (invalid_model, invalid_unit, invalid_amount); then an
+// *UnavailableError matching ErrUnavailable; then ctx's error, wrapped.
+func (c *Client) PutPrice(ctx context.Context, req events.PricingPutRequest) (events.PricingPutReply, error) {
+	var v events.PricingPutReply
+	if err := c.request(ctx, streams.EndpointPricingPut, req, &v); err != nil {
+		return events.PricingPutReply{}, err
+	}
+	return v, nil
+}
+
+// GetPrice reads a model's current prices and version.
+//
+// Errors, in precedence order: an *events.Error matching ErrInvalid
+// (invalid_model) or ErrNotFound (unpriced_model); then an *UnavailableError
+// matching ErrUnavailable; then ctx's error, wrapped.
+func (c *Client) GetPrice(ctx context.Context, model string) (events.PriceView, error) {
+	var v events.PriceView
+	if err := c.request(ctx, streams.EndpointPricingGet, events.PricingGetRequest{Model: model}, &v); err != nil {
+		return events.PriceView{}, err
 	}
 	return v, nil
 }
@@ -269,6 +389,25 @@ func (c *Client) ListBudgetsPage(ctx context.Context, req events.BudgetListReque
 	return v, nil
 }
 
+// Report requests a spend report: req.By is "scope" or a metadata key,
+// req.From and req.To optional RFC 3339 times on whole hours. The reply
+// is exact at its Position (the replica folds the ledger up to its end
+// first) and equals `spendgate report --replay` over the same bounds.
+//
+// Errors, in precedence order: an *events.Error matching ErrInvalid
+// (invalid_request: by; invalid_time: from or to); an *events.Error
+// matching ErrNotFound with code report_unavailable (no aggregate on the
+// replica, or a metadata key it does not track; the replay answers it);
+// then an *UnavailableError matching ErrUnavailable;
+// then ctx's error, wrapped.
+func (c *Client) Report(ctx context.Context, req events.ReportRequest) (events.ReportReply, error) {
+	var v events.ReportReply
+	if err := c.request(ctx, streams.EndpointReport, req, &v); err != nil {
+		return events.ReportReply{}, err
+	}
+	return v, nil
+}
+
 // request sends req to endpoint, retrying within the attempt budget, and
 // decodes the reply into out. The whole request is bounded by timeout ×
 // attempts. Its errors: a refusal (the service's *events.Error, matching
@@ -276,7 +415,7 @@ func (c *Client) ListBudgetsPage(ctx context.Context, req events.BudgetListReque
 // error, wrapped, when ctx (the caller's) ended.
 func (c *Client) request(ctx context.Context, endpoint string, req, out any) error {
 	subject := c.layout.Endpoint(endpoint)
-	data, err := json.Marshal(req)
+	data, err := marshalRequest(req)
 	if err != nil {
 		return invalid(events.CodeInvalidRequest, "encoding request: %v", err)
 	}
@@ -286,8 +425,9 @@ func (c *Client) request(ctx context.Context, endpoint string, req, out any) err
 	all, cancel := context.WithTimeout(ctx, c.timeout*time.Duration(c.attempts))
 	defer cancel()
 	pause := retryPause
+	k := c.coalesce[endpoint]
 	for attempt := 1; ; attempt++ {
-		retry, wait, err := c.attempt(all, subject, data, out)
+		retry, wait, err := c.attempt(all, k, subject, data, out)
 		if err == nil {
 			return nil
 		}
@@ -314,13 +454,19 @@ func (c *Client) request(ctx context.Context, endpoint string, req, out any) err
 	}
 }
 
-// attempt sends one request. retry says whether the failure invites a
+// attempt sends one request, through k when coalescing (nil otherwise).
+// retry says whether the failure invites a
 // retry with the same request, wait whether to pause first (the failure
 // was immediate).
-func (c *Client) attempt(ctx context.Context, subject string, data []byte, out any) (retry, wait bool, err error) {
-	actx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	msg, err := c.nc.RequestWithContext(actx, subject, data)
+func (c *Client) attempt(ctx context.Context, k *coalescer, subject string, data []byte, out any) (retry, wait bool, err error) {
+	var msg *nats.Msg
+	if k != nil {
+		msg, err = k.do(ctx, data)
+	} else {
+		actx, cancel := context.WithTimeout(ctx, c.timeout)
+		msg, err = c.nc.RequestWithContext(actx, subject, data)
+		cancel()
+	}
 	switch {
 	case err == nil:
 	case errors.Is(err, nats.ErrNoResponders):
@@ -334,11 +480,35 @@ func (c *Client) attempt(ctx context.Context, subject string, data []byte, out a
 		err := classify(subject, e, status)
 		return retryable(err), true, err
 	}
-	if err := json.Unmarshal(msg.Data, out); err != nil {
+	if err := unmarshalReply(msg.Data, out); err != nil {
 		return false, false, &UnavailableError{Subject: subject, Code: events.CodeInternal,
 			Message: fmt.Sprintf("undecodable reply: %v", err), Err: err}
 	}
 	return false, false, nil
+}
+
+// marshalRequest encodes a request: the hot path's without reflection.
+func marshalRequest(req any) ([]byte, error) {
+	switch r := req.(type) {
+	case events.AdmitRequest:
+		return events.AppendAdmitRequest(make([]byte, 0, 256), &r), nil
+	case events.SettleRequest:
+		return events.AppendSettleRequest(make([]byte, 0, 96), &r), nil
+	case events.ReleaseRequest:
+		return events.AppendReleaseRequest(make([]byte, 0, 64), &r), nil
+	}
+	return json.Marshal(req)
+}
+
+// unmarshalReply decodes a reply: the hot path's without reflection.
+func unmarshalReply(data []byte, out any) error {
+	switch o := out.(type) {
+	case *events.AdmitReply:
+		return events.DecodeAdmitReply(data, o)
+	case *events.CloseReply:
+		return events.DecodeCloseReply(data, o)
+	}
+	return json.Unmarshal(data, out)
 }
 
 // replyError returns the error a reply carries and its micro status
@@ -350,7 +520,9 @@ func replyError(msg *nats.Msg) (*events.Error, string) {
 		status = msg.Header.Get(micro.ErrorCodeHeader)
 	}
 	var er events.ErrorReply
-	if json.Unmarshal(msg.Data, &er) == nil && er.Error != nil && er.Error.Code != "" {
+	// Only a body with an "error" key can be an error reply: the others
+	// are not decoded twice.
+	if bytes.Contains(msg.Data, []byte(`"error"`)) && json.Unmarshal(msg.Data, &er) == nil && er.Error != nil && er.Error.Code != "" {
 		return er.Error, status
 	}
 	if msg.Header == nil {

@@ -608,3 +608,40 @@ func requireMoney(t *testing.T, want, got string, msgAndArgs ...any) {
 	require.NoError(t, err, "got %q", got)
 	require.Zero(t, w.Cmp(g), append([]any{"want %s, got %s", want, got}, msgAndArgs...)...)
 }
+
+// TestClient_PutBudgetChangeAndPricing: PutBudget reports what the put did
+// (created, changed, previous); a model priced with PutPrice admits from
+// token counts, and SettleUsage settles at the admit's price version.
+func TestClient_PutBudgetChangeAndPricing(t *testing.T) {
+	env := testenv.New(t)
+	startService(t, env)
+	c := newClient(t, env.Connect(t))
+	put, err := c.PutBudget(ctxT(t), events.BudgetPutRequest{Scope: "org:acme", Period: "month", Limit: "1", Unit: "USD"})
+	require.NoError(t, err)
+	require.True(t, put.Created)
+	require.Empty(t, put.Changed)
+	put, err = c.PutBudget(ctxT(t), events.BudgetPutRequest{Scope: "org:acme", Period: "month", Limit: "2", Unit: "USD"})
+	require.NoError(t, err)
+	require.False(t, put.Created)
+	require.Equal(t, []string{"limit"}, put.Changed)
+	require.Equal(t, "1", put.Previous.Limit)
+	require.Equal(t, "2", put.Limit)
+
+	p, err := c.PutPrice(ctxT(t), events.PricingPutRequest{Model: "gpt-x", Input: "2.5", Output: "10"})
+	require.NoError(t, err)
+	got, err := c.GetPrice(ctxT(t), "gpt-x")
+	require.NoError(t, err)
+	require.Equal(t, p.PriceView, got)
+	_, err = c.GetPrice(ctxT(t), "gpt-none")
+	require.ErrorIs(t, err, client.ErrNotFound)
+
+	res, err := c.Admit(ctxT(t), events.AdmitRequest{Scopes: []string{"org:acme"}, Model: "gpt-x", InputTokens: 1000, MaxOutputTokens: 1000})
+	require.NoError(t, err)
+	require.Equal(t, "0.0125", res.Amount())
+	_, err = c.PutPrice(ctxT(t), events.PricingPutRequest{Model: "gpt-x", Input: "100", Output: "100"})
+	require.NoError(t, err)
+	cl, err := res.SettleUsage(ctxT(t), events.Usage{InputTokens: 1000, OutputTokens: 200})
+	require.NoError(t, err)
+	require.Equal(t, "0.0045", cl.Actual, "priced at the admit's version: 1000 x 2.5 + 200 x 10 per million")
+	require.Equal(t, p.Version, cl.Usage.PriceVersion)
+}

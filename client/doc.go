@@ -61,4 +61,16 @@
 // (the reply then says "replayed" and the reservation's current status).
 // Settle and Release run under context.WithoutCancel: a cancelled caller
 // is exactly the one that must still give its reservation back.
+//
+// # Batching
+//
+// Concurrent admits, settles and releases of one Client share batch
+// messages (the service's admit.batch, settle.batch and release.batch):
+// a call made while none of its kind is in flight goes at once, alone;
+// otherwise it waits at most DefaultLinger for others (WithBatching,
+// WithoutBatching). Each call keeps its own request, retries, errors and
+// result. An admit whose caller's ctx ends before its batch is sent is
+// never sent; one whose caller's ctx ends while its batch is in flight is
+// released when the batch's answer comes. Share one Client per connection
+// among a process's goroutines so that their calls can meet.
 package client

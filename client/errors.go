@@ -35,14 +35,15 @@ var (
 	// ErrInvalid matches the service's refusal of a request that is wrong
 	// in itself, a bug of the caller's: the codes invalid_request,
 	// payload_too_large, invalid_amount, invalid_identifier, invalid_ttl,
-	// invalid_period, invalid_unit and invalid_metadata. Retrying it
+	// invalid_period, invalid_unit, invalid_metadata and invalid_time. Retrying it
 	// cannot succeed. The error is also the service's *events.Error.
 	ErrInvalid = errors.New("spendgate: invalid request")
 
 	// ErrNotFound matches the service's refusal of a request about
 	// something it does not know: unknown_reservation (never opened, or
-	// closed longer ago than the ledger remembers) and unknown_budget. The
-	// error is also the service's *events.Error.
+	// closed longer ago than the ledger remembers), unknown_budget, and
+	// report_unavailable (a report the replica does not keep). The error
+	// is also the service's *events.Error.
 	ErrNotFound = errors.New("spendgate: not found")
 
 	// ErrConflict matches the service's refusal of a request that
@@ -66,6 +67,11 @@ type DeniedError struct {
 	Denial events.Denial
 	// Err is the cause of a fail-closed denial; nil for a budget's denial.
 	Err error
+	// Void is, for a fail-closed denial, the reply of the void the client
+	// sent for the request id (see Client.Void): nothing is or will be
+	// reserved for it. Nil when the void failed too, or for a budget's
+	// denial.
+	Void *events.VoidReply
 }
 
 // Error describes the denial.
@@ -129,6 +135,13 @@ type refusal struct {
 func (r *refusal) Error() string   { return r.err.Error() }
 func (r *refusal) Unwrap() []error { return []error{r.err, r.class} }
 
+// isRefusal reports whether err is the service's (or the client's) refusal
+// of the request: an answer, so nothing was reserved.
+func isRefusal(err error) bool {
+	var r *refusal
+	return errors.As(err, &r)
+}
+
 // unavailable is the error for a request the ledger did not answer.
 func unavailable(subject string, cause error) *UnavailableError {
 	return &UnavailableError{Subject: subject, Code: events.CodeLedgerUnavailable,
@@ -143,13 +156,13 @@ func classify(subject string, e *events.Error, status string) error {
 	switch e.Code {
 	case events.CodeLedgerBusy, events.CodeLedgerUnavailable, events.CodeInternal:
 		return &UnavailableError{Subject: subject, Code: e.Code, Message: e.Message}
-	case events.CodeUnknownReservation, events.CodeUnknownBudget:
+	case events.CodeUnknownReservation, events.CodeUnknownBudget, events.CodeReportUnavailable:
 		return &refusal{err: e, class: ErrNotFound}
-	case events.CodeIdempotencyMismatch, events.CodeAlreadySettled, events.CodeAlreadyReleased:
+	case events.CodeIdempotencyMismatch, events.CodeAlreadySettled, events.CodeAlreadyReleased, events.CodeRequestVoided:
 		return &refusal{err: e, class: ErrConflict}
 	case events.CodeInvalidRequest, events.CodePayloadTooLarge, events.CodeInvalidAmount,
 		events.CodeInvalidIdentifier, events.CodeInvalidTTL, events.CodeInvalidPeriod,
-		events.CodeInvalidUnit, events.CodeInvalidMetadata:
+		events.CodeInvalidUnit, events.CodeInvalidMetadata, events.CodeInvalidTime:
 		return &refusal{err: e, class: ErrInvalid}
 	}
 	// A code from a newer service: its status says which class it is in.

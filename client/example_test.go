@@ -57,7 +57,7 @@ func exampleLedger(noService bool) (url string, stop func(), err error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	replica, err := service.StartReplica(ctx, nc, js, service.ReplicaConfig{Layout: streams.Default(), SweepInterval: -1})
+	replica, err := service.StartReplica(ctx, nc, js, service.ReplicaConfig{Layout: streams.Default(), SweepInterval: -1, Reports: true})
 	if err != nil {
 		return "", nil, err
 	}
@@ -213,4 +213,49 @@ func ExampleDo() {
 	// failure: err=upstream: 502 bad gateway spent=0.12 reserved=0 available=0.88
 	// billed failure: err=upstream: stream reset spent=0.19 reserved=0 available=0.81
 	// denied: limit_reached
+}
+
+// ExampleClient_Report: spend by metadata key, from the replica's
+// maintained report (equal to `spendgate report --replay`).
+func ExampleClient_Report() {
+	url, stop, err := exampleLedger(false)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer stop()
+	ctx := context.Background()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		fmt.Println("connect:", err)
+		return
+	}
+	defer nc.Close()
+	c, err := client.New(nc)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, model := range []string{"gpt-x", "gpt-x", "mini"} {
+		_, err := client.Call(ctx, c, events.AdmitRequest{Scopes: []string{"org:acme"}, Amount: "0.05", Metadata: map[string]string{"model": model}},
+			func(ctx context.Context) (string, error) { return "0.03", nil })
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+	}
+	rep, err := c.Report(ctx, events.ReportRequest{By: "model"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, g := range rep.Groups {
+		fmt.Println(g.Value, g.Reservations, g.Spend, g.Unit)
+	}
+	_, err = c.Report(ctx, events.ReportRequest{By: "model", From: "2026-12-01T10:30:00Z"})
+	fmt.Println(errors.Is(err, client.ErrInvalid), err)
+	// Output:
+	// gpt-x 2 0.06 USD
+	// mini 1 0.03 USD
+	// true invalid_time: from "2026-12-01T10:30:00Z" is not on a whole hour (the report's bucket); the replay (spendgate report --replay) takes any time
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -25,6 +26,13 @@ const (
 	// never exceeds the per-attempt timeout. A request that timed out is
 	// retried without a pause: it has already waited.
 	retryPause = 20 * time.Millisecond
+	// DefaultLinger is how long a call may wait for others to share its
+	// message when one of its kind is already in flight (WithBatching).
+	DefaultLinger = 200 * time.Microsecond
+	// MaxLinger is the longest linger WithBatching accepts.
+	MaxLinger = 10 * time.Millisecond
+	// DefaultBatchItems is the most calls one batch message carries.
+	DefaultBatchItems = 64
 )
 
 // Option configures New. Every option validates its argument; New returns
@@ -38,6 +46,9 @@ type options struct {
 	log      *slog.Logger
 	logSet   bool
 	failOpen *slog.Logger
+	linger   time.Duration
+	maxItems int
+	brief    bool
 }
 
 func defaultOptions() options {
@@ -46,6 +57,38 @@ func defaultOptions() options {
 		timeout:  DefaultTimeout,
 		attempts: DefaultAttempts,
 		log:      slog.New(slog.DiscardHandler),
+		linger:   DefaultLinger,
+		maxItems: DefaultBatchItems,
+	}
+}
+
+// WithBatching sets how concurrent admits, settles and releases of one
+// client are gathered into batch messages (on by default, with
+// DefaultLinger and DefaultBatchItems). A call made while no message of
+// its kind is in flight is sent at once, alone; otherwise it waits at most
+// linger for others to join it, or until maxItems have, and they travel in
+// one message to the batch endpoint, each still answered, retried and
+// deduplicated on its own. linger must be in (0, MaxLinger], maxItems in
+// [2, events.MaxBatchItems].
+func WithBatching(linger time.Duration, maxItems int) Option {
+	return func(o *options) error {
+		if linger <= 0 || linger > MaxLinger {
+			return fmt.Errorf("client: linger %s out of range (0, %s]", linger, MaxLinger)
+		}
+		if maxItems < 2 || maxItems > events.MaxBatchItems {
+			return fmt.Errorf("client: batch items %d out of range [2, %d]", maxItems, events.MaxBatchItems)
+		}
+		o.linger, o.maxItems = linger, maxItems
+		return nil
+	}
+}
+
+// WithoutBatching sends every call as its own message on the single
+// endpoint, never waiting for others.
+func WithoutBatching() Option {
+	return func(o *options) error {
+		o.maxItems = 0
+		return nil
 	}
 }
 
@@ -79,6 +122,15 @@ func WithTimeout(d time.Duration) Option {
 // included (default DefaultAttempts); it must be in [1, MaxAttempts].
 // Only failures that leave the request unanswered are retried: timeouts, no
 // responders, ledger_busy and ledger_unavailable.
+//
+// Sizing: a request rides through a leader change of the ledger stream
+// when timeout × attempts exceeds it. The defaults (6 s) cover a graceful
+// change (a step-down, a node shut down: under a second). A hard loss of
+// the stream leader (its process killed or paused, its machine gone) lasts
+// nats-server's raft election timeout, 4-9 s, plus one commit attempt; for
+// it use about 10 s or more, e.g. WithTimeout(2*time.Second) with
+// WithRetries(6). A shorter budget fails closed during the election (and
+// voids the admit, see Client.Admit).
 func WithRetries(attempts int) Option {
 	return func(o *options) error {
 		if attempts < 1 || attempts > MaxAttempts {
@@ -117,6 +169,18 @@ func WithLogger(logger *slog.Logger) Option {
 			return errors.New("client: nil logger")
 		}
 		o.log, o.logSet = logger, true
+		return nil
+	}
+}
+
+// WithBriefReplies sets Brief on every admit: its reply leaves out the
+// per-budget balances after the admission (AdmitReply.Budgets, so
+// Reservation.Reply().Budgets and Outcome.Admit.Budgets are empty), which
+// makes every admit's reply smaller to encode, send and decode. Everything
+// else of the reply is unchanged.
+func WithBriefReplies() Option {
+	return func(o *options) error {
+		o.brief = true
 		return nil
 	}
 }

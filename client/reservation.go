@@ -75,6 +75,22 @@ func (r *Reservation) Settle(ctx context.Context, actual string) (events.CloseRe
 	return r.c.Settle(ctx, events.SettleRequest{ReservationID: r.reply.ReservationID, Actual: actual})
 }
 
+// SettleUsage closes a reservation priced from a model with its usage:
+// the service prices it at the version the admit used. It runs and retries
+// as Settle does; for a fail-open reservation it only logs at WARN.
+//
+// Errors: those of Client.Settle, and not_priced (ErrInvalid) for a
+// reservation admitted with an amount.
+func (r *Reservation) SettleUsage(ctx context.Context, u events.Usage) (events.CloseReply, error) {
+	if r.failedOpen {
+		r.c.failOpen.Warn("spendgate: settle of a fail-open admission is not recorded",
+			"request_id", r.reply.RequestID, "amount", r.reply.Amount, "input_tokens", u.InputTokens, "output_tokens", u.OutputTokens)
+		return events.CloseReply{}, nil
+	}
+	return r.c.Settle(ctx, events.SettleRequest{ReservationID: r.reply.ReservationID,
+		InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CachedInputTokens: u.CachedInputTokens})
+}
+
 // Release gives the whole reservation back. It runs under
 // context.WithoutCancel(ctx) with the client's own timeout, so a cancelled
 // caller still releases, and it retries; releasing twice is answered with

@@ -114,10 +114,12 @@ func TestDashboard_Browser(t *testing.T) {
 	var initial, byScope, utilAsc, filtered []row
 	var spentPath, forecastPath, forecastText string
 	var denials int
+	var counts []string
 	var png []byte
 	require.NoError(t, chromedp.Run(ctx,
 		cdplog.Enable(),
-		chromedp.Navigate(s.srv.URL+"/dashboard/"),
+		// Pages of one budget: the page walks every page of api/budgets.
+		chromedp.Navigate(s.srv.URL+"/dashboard/?page=1"),
 		chromedp.WaitVisible(`body[data-loaded="true"]`),
 		chromedp.WaitVisible(`#chart-svg #spent-line`),
 		chromedp.Evaluate(readRows, &initial),
@@ -125,6 +127,7 @@ func TestDashboard_Browser(t *testing.T) {
 		chromedp.AttributeValue(`#forecast-line`, "d", &forecastPath, nil),
 		chromedp.Text(`#forecast`, &forecastText),
 		chromedp.Evaluate(`document.querySelectorAll('#denials tbody tr').length`, &denials),
+		chromedp.Evaluate(`["c-budgets", "c-near", "c-over"].map(id => document.getElementById(id).textContent)`, &counts),
 		chromedp.FullScreenshot(&png, 100),
 		chromedp.Click(`th[data-key="scope"]`),
 		chromedp.Evaluate(readRows, &byScope),
@@ -152,6 +155,7 @@ func TestDashboard_Browser(t *testing.T) {
 	require.NotEmpty(t, forecastPath, "acme burns fast: a forecast line")
 	require.Contains(t, forecastText, "runs out")
 	require.Equal(t, 1, denials)
+	require.Equal(t, []string{"4", "1", "0"}, counts, "budgets, near the limit, over it")
 	mu.Lock()
 	defer mu.Unlock()
 	require.Empty(t, problems, "console errors")

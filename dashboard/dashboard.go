@@ -3,12 +3,14 @@ package dashboard
 import (
 	"context"
 	"embed"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"io/fs"
 	"log/slog"
 	"net/http"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -175,7 +177,7 @@ func (d *Dashboard) record(at time.Time, rev events.LaneRevision) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, b := range rev.Balances {
-		ref := events.BudgetRef{Scope: b.Balance.Scope, Period: b.Balance.Period}
+		ref := b.Balance.Budget()
 		s := d.series[ref]
 		if s == nil {
 			if len(d.series) >= maxSeriesBudgets {
@@ -190,7 +192,11 @@ func (d *Dashboard) record(at time.Time, rev events.LaneRevision) {
 
 // BudgetRow is one budget in /api/budgets.
 type BudgetRow struct {
+	// Scope is the scope as the ledger stores it: a tenant's carries the
+	// tenant ("acme/team:search"), also in Tenant; Kind is the scope's
+	// kind as its tenant names it ("team").
 	Scope     events.Scope  `json:"scope"`
+	Tenant    string        `json:"tenant,omitempty"`
 	Kind      string        `json:"kind"`
 	Period    events.Period `json:"period"`
 	Instance  string        `json:"instance"`
@@ -208,26 +214,85 @@ type BudgetRow struct {
 	Forecast Forecast `json:"forecast"`
 }
 
-// BudgetsReply is /api/budgets.
+// BudgetsReply is one page of /api/budgets: budgets nearest their limit
+// first (used_bp descending, then scope, then period).
 type BudgetsReply struct {
 	Now     time.Time   `json:"now"`
 	Replica string      `json:"replica,omitempty"`
 	Ready   bool        `json:"series_ready"`
 	Budgets []BudgetRow `json:"budgets"`
+	// NextCursor, when set, fetches the next page (?cursor=); empty on
+	// the last page. Pages are cut by key, so a budget whose utilization
+	// changes between two requests may move across the cut.
+	NextCursor string `json:"next_cursor,omitempty"`
+	// Total counts every budget, Near those at 80% or more of their limit
+	// and below it, Over those at or over it: over all pages.
+	Total int `json:"total"`
+	Near  int `json:"near"`
+	Over  int `json:"over"`
 }
 
-func (d *Dashboard) rows(now time.Time) []BudgetRow {
+// Page sizes of /api/budgets (?limit=).
+const (
+	// DefaultBudgetPage is the page size without ?limit=.
+	DefaultBudgetPage = 500
+	// MaxBudgetPage is the largest ?limit= accepted.
+	MaxBudgetPage = 1000
+)
+
+// budgetCursor is the key of the last row of a page.
+type budgetCursor struct {
+	UsedBP int64         `json:"u"`
+	Scope  events.Scope  `json:"s"`
+	Period events.Period `json:"p"`
+}
+
+// after reports whether row r sorts after cursor c.
+func (c budgetCursor) after(r BudgetRow) bool {
+	if r.UsedBP != c.UsedBP {
+		return r.UsedBP < c.UsedBP
+	}
+	if r.Scope != c.Scope {
+		return r.Scope > c.Scope
+	}
+	return r.Period > c.Period
+}
+
+func (c budgetCursor) encode() string {
+	b, _ := json.Marshal(c)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeCursor(s string) (budgetCursor, error) {
+	var c budgetCursor
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err == nil {
+		err = json.Unmarshal(b, &c)
+	}
+	if err != nil {
+		return c, events.Errorf(events.CodeInvalidRequest, "cursor is not one this dashboard returned (next_cursor)")
+	}
+	return c, nil
+}
+
+// rows are the budgets of tenant (all of them if all) at now.
+func (d *Dashboard) rows(now time.Time, tenant string, all bool) []BudgetRow {
 	budgets := d.cfg.Book.Budgets()
 	out := make([]BudgetRow, 0, len(budgets))
 	for _, b := range budgets {
-		out = append(out, d.row(b, now))
+		if all || b.Ref.Scope.Tenant() == tenant {
+			out = append(out, d.row(b, now))
+		}
 	}
 	// The nearest to the limit first.
 	sort.SliceStable(out, func(i, j int) bool {
 		if out[i].UsedBP != out[j].UsedBP {
 			return out[i].UsedBP > out[j].UsedBP
 		}
-		return out[i].Scope < out[j].Scope
+		if out[i].Scope != out[j].Scope {
+			return out[i].Scope < out[j].Scope
+		}
+		return out[i].Period < out[j].Period
 	})
 	return out
 }
@@ -235,9 +300,9 @@ func (d *Dashboard) rows(now time.Time) []BudgetRow {
 // row is budget b in its period instance at now.
 func (d *Dashboard) row(b ledger.Budget, now time.Time) BudgetRow {
 	inst := b.Ref.Period.Instance(now)
-	bal := d.cfg.Book.Balance(events.BalanceRef{Scope: b.Ref.Scope, Period: b.Ref.Period, Instance: inst})
+	bal := d.cfg.Book.Balance(events.BalanceRef{Scope: b.Ref.Scope, Period: b.Ref.Period, Instance: inst, Unit: b.Ref.Unit})
 	used := bal.Spent.Add(bal.Reserved)
-	row := BudgetRow{Scope: b.Ref.Scope, Kind: b.Ref.Scope.Kind(), Period: b.Ref.Period, Instance: inst, Unit: b.Unit,
+	row := BudgetRow{Scope: b.Ref.Scope, Tenant: b.Ref.Scope.Tenant(), Kind: b.Ref.Scope.Local().Kind(), Period: b.Ref.Period, Instance: inst, Unit: b.Unit,
 		Limit: b.Limit.String(), Spent: bal.Spent.String(), Reserved: bal.Reserved.String(), Overrun: bal.Overrun.String(),
 		Available: b.Limit.Sub(used).String(), Open: bal.Open,
 		UsedBP: basisPoints(used, b.Limit), SpentBP: basisPoints(bal.Spent, b.Limit)}
@@ -256,9 +321,71 @@ func (d *Dashboard) points(ref events.BudgetRef, inst string) []point {
 	return append([]point(nil), s.pts...)
 }
 
-func (d *Dashboard) budgets(w http.ResponseWriter, _ *http.Request) {
+// tenantParam reads the optional ?tenant=NAME of r: every endpoint of the
+// API shows only that tenant's budgets and denials when it is given, and
+// every tenant's and the untenanted deployment's when it is not.
+func tenantParam(r *http.Request) (tenant string, all bool, err error) {
+	q := r.URL.Query()
+	if !q.Has("tenant") {
+		return "", true, nil
+	}
+	tenant = q.Get("tenant")
+	if tenant != "" {
+		err = events.ValidateTenant(tenant)
+	}
+	return tenant, false, err
+}
+
+// budgets answers one page of budgets (of ?tenant=, when given): ?limit=
+// (1..MaxBudgetPage, default DefaultBudgetPage) from ?cursor= (a
+// NextCursor). A bad limit or cursor is a 400 with code invalid_request.
+func (d *Dashboard) budgets(w http.ResponseWriter, r *http.Request) {
+	tenant, all, err := tenantParam(r)
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
+	q := r.URL.Query()
+	limit := DefaultBudgetPage
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxBudgetPage {
+			writeErr(w, http.StatusBadRequest, events.Errorf(events.CodeInvalidRequest, "limit must be a whole number from 1 to %d", MaxBudgetPage))
+			return
+		}
+		limit = n
+	}
+	var cur *budgetCursor
+	if v := q.Get("cursor"); v != "" {
+		c, err := decodeCursor(v)
+		if err != nil {
+			writeErr(w, http.StatusBadRequest, err)
+			return
+		}
+		cur = &c
+	}
 	now := d.cfg.Now().UTC()
-	writeJSON(w, http.StatusOK, BudgetsReply{Now: now, Replica: d.cfg.Replica, Ready: d.ready.Load(), Budgets: d.rows(now)})
+	rows := d.rows(now, tenant, all)
+	out := BudgetsReply{Now: now, Replica: d.cfg.Replica, Ready: d.ready.Load(), Total: len(rows), Budgets: []BudgetRow{}}
+	for _, row := range rows {
+		switch {
+		case row.UsedBP >= 10000:
+			out.Over++
+		case row.UsedBP >= 8000:
+			out.Near++
+		}
+	}
+	start := 0
+	if cur != nil {
+		start = sort.Search(len(rows), func(i int) bool { return cur.after(rows[i]) })
+	}
+	end := min(len(rows), start+limit)
+	out.Budgets = append(out.Budgets, rows[start:end]...)
+	if end < len(rows) && end > start {
+		last := rows[end-1]
+		out.NextCursor = budgetCursor{UsedBP: last.UsedBP, Scope: last.Scope, Period: last.Period}.encode()
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // SeriesPoint is one point of /api/series.
@@ -281,7 +408,19 @@ type SeriesReply struct {
 }
 
 func (d *Dashboard) seriesOf(w http.ResponseWriter, r *http.Request) {
-	scope, err := events.ParseScope(r.URL.Query().Get("scope"))
+	tenant, all, err := tenantParam(r)
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
+	// With ?tenant= the scope is as the tenant names it; without, as the
+	// ledger stores it (a row's scope).
+	var scope events.Scope
+	if all {
+		scope, err = events.ParseStoredScope(r.URL.Query().Get("scope"))
+	} else if scope, err = events.ParseScope(r.URL.Query().Get("scope")); err == nil {
+		scope = events.TenantScope(tenant, scope)
+	}
 	if err != nil {
 		writeErr(w, http.StatusBadRequest, err)
 		return
@@ -331,10 +470,24 @@ type DenialsReply struct {
 	Denials []service.DeniedAdmit `json:"denials"`
 }
 
-func (d *Dashboard) denials(w http.ResponseWriter, _ *http.Request) {
+func (d *Dashboard) denials(w http.ResponseWriter, r *http.Request) {
+	tenant, all, err := tenantParam(r)
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
 	ds := d.cfg.Denials()
 	if ds == nil {
 		ds = []service.DeniedAdmit{}
+	}
+	if !all {
+		mine := []service.DeniedAdmit{}
+		for _, x := range ds {
+			if x.Tenant == tenant {
+				mine = append(mine, x)
+			}
+		}
+		ds = mine
 	}
 	writeJSON(w, http.StatusOK, DenialsReply{Replica: d.cfg.Replica, Denials: ds[:min(len(ds), MaxDenials)]})
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/dashboard"
+	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/testenv"
 )
 
@@ -41,6 +42,31 @@ func TestDashboard_API(t *testing.T) {
 	require.Equal(t, int64(8500), b.Budgets[0].UsedBP)
 	require.Equal(t, int64(3000), b.Budgets[1].UsedBP)
 	require.NotEmpty(t, b.Budgets[0].Forecast.PerHour, "acme spent just now: a pace")
+
+	require.Equal(t, [3]int{4, 1, 0}, [3]int{b.Total, b.Near, b.Over})
+	require.Empty(t, b.NextCursor)
+
+	// Paged: one budget a page walks the same order, each budget once.
+	var paged []string
+	cursor := ""
+	for range 10 {
+		var p dashboard.BudgetsReply
+		require.Equal(t, http.StatusOK, getJSON(t, s.srv.URL+"/dashboard/api/budgets?limit=1&cursor="+cursor, &p))
+		require.LessOrEqual(t, len(p.Budgets), 1)
+		require.Equal(t, 4, p.Total)
+		for _, r := range p.Budgets {
+			paged = append(paged, string(r.Scope))
+		}
+		if cursor = p.NextCursor; cursor == "" {
+			break
+		}
+	}
+	require.Equal(t, order, paged)
+	for _, q := range []string{"limit=0", "limit=1001", "limit=x", "cursor=***", "cursor=bm9wZQ"} {
+		var bad events.ErrorReply
+		require.Equal(t, http.StatusBadRequest, getJSON(t, s.srv.URL+"/dashboard/api/budgets?"+q, &bad), q)
+		require.Equal(t, events.CodeInvalidRequest, bad.Error.Code, q)
+	}
 
 	var sr dashboard.SeriesReply
 	require.Equal(t, http.StatusOK, getJSON(t, s.srv.URL+"/dashboard/api/series?scope=org:acme&period=month", &sr))

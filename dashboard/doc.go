@@ -10,9 +10,15 @@
 //
 // Data comes from small JSON endpoints under the same listener:
 //
-//	GET /dashboard/api/budgets   every budget in its current period instance
+//	GET /dashboard/api/budgets   budgets in their current period instance, nearest
+//	                             their limit first, a page at a time (?limit=, ?cursor=)
 //	GET /dashboard/api/series?scope=S&period=P   one budget's spend over time
 //	GET /dashboard/api/denials   this replica's recent denials, newest first
+//
+// Each takes an optional tenant=NAME: then only that tenant's budgets and
+// denials, and series' scope is as the tenant names it (tenant= with no
+// name: the untenanted deployment's only). Without it the operator sees
+// every tenant's, a tenant's scope carrying its tenant ("acme/team:search").
 //
 // Numbers are the replica's fold of the ledger (what budget.list answers).
 // Time series come from the Dashboard's own ordered consumer on the ledger

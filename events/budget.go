@@ -170,10 +170,16 @@ func ValidateUnit(u string) error {
 // IsCount reports whether u counts requests rather than money.
 func IsCount(u string) bool { return u == UnitRequests }
 
-// BudgetRef names one budget: a scope in a period.
+// BudgetRef names one budget: a scope in a period. A scope may hold a
+// money budget and a count budget in the same period: the first defined
+// has no Unit here (its key and events are as they always were); the
+// other, defined alongside it, is named with its unit in Unit.
 type BudgetRef struct {
 	Scope  Scope  `json:"scope"`
 	Period Period `json:"period"`
+	// Unit is set only on a budget defined alongside another of the
+	// other kind (count or money) in the same scope and period.
+	Unit string `json:"unit,omitempty"`
 }
 
 // BalanceRef names the balance of one budget in one period instance.
@@ -181,14 +187,24 @@ type BalanceRef struct {
 	Scope    Scope  `json:"scope"`
 	Period   Period `json:"period"`
 	Instance string `json:"instance"`
+	// Unit is the BudgetRef's Unit: set only for a budget alongside
+	// another in the same period.
+	Unit string `json:"unit,omitempty"`
 }
 
 // Budget returns the budget the balance belongs to.
-func (b BalanceRef) Budget() BudgetRef { return BudgetRef{Scope: b.Scope, Period: b.Period} }
+func (b BalanceRef) Budget() BudgetRef {
+	return BudgetRef{Scope: b.Scope, Period: b.Period, Unit: b.Unit}
+}
 
-// String is "scope/period/instance".
+// String is "scope/period/instance", with "/unit" for a budget alongside
+// another.
 func (b BalanceRef) String() string {
-	return string(b.Scope) + "/" + string(b.Period) + "/" + b.Instance
+	s := string(b.Scope) + "/" + string(b.Period) + "/" + b.Instance
+	if b.Unit != "" {
+		s += "/" + b.Unit
+	}
+	return s
 }
 
 // SortScopes returns a sorted copy without duplicates.

@@ -93,6 +93,10 @@ func appendRef(b []byte, r BalanceRef) []byte {
 	b = appendString(b, string(r.Period))
 	b = append(b, `,"instance":`...)
 	b = appendString(b, r.Instance)
+	if r.Unit != "" {
+		b = append(b, `,"unit":`...)
+		b = appendString(b, r.Unit)
+	}
 	return append(b, '}')
 }
 
@@ -101,6 +105,10 @@ func appendBudgetRef(b []byte, r BudgetRef) []byte {
 	b = appendString(b, string(r.Scope))
 	b = append(b, `,"period":`...)
 	b = appendString(b, string(r.Period))
+	if r.Unit != "" {
+		b = append(b, `,"unit":`...)
+		b = appendString(b, r.Unit)
+	}
 	return append(b, '}')
 }
 
@@ -154,6 +162,16 @@ func AppendEvent(b []byte, e Event) ([]byte, error) {
 			return b, &Error{Code: CodeInternal, Message: "encoding budget definition", Err: err}
 		}
 		return append(b, data...), nil
+	case RequestVoided:
+		// A void is off the hot path: encoding/json writes it.
+		data, err := json.Marshal(struct {
+			Type Type `json:"type"`
+			RequestVoided
+		}{TypeRequestVoided, e})
+		if err != nil {
+			return b, &Error{Code: CodeInternal, Message: "encoding request void", Err: err}
+		}
+		return append(b, data...), nil
 	case ReservationOpened:
 		b = appendReservationHead(b, TypeReservationOpened, e.ReservationID)
 		b = appendKey(b, "request_id")
@@ -187,6 +205,14 @@ func AppendEvent(b []byte, e Event) ([]byte, error) {
 			b = appendKey(b, "metadata")
 			b = appendStringMap(b, e.Metadata)
 		}
+		if e.Pricing != nil {
+			data, err := json.Marshal(e.Pricing)
+			if err != nil {
+				return b, &Error{Code: CodeInternal, Message: "encoding price quote", Err: err}
+			}
+			b = appendKey(b, "pricing")
+			b = append(b, data...)
+		}
 	case ReservationSettled:
 		b = appendReservationHead(b, TypeReservationSettled, e.ReservationID)
 		b = appendKey(b, "balance")
@@ -205,6 +231,42 @@ func AppendEvent(b []byte, e Event) ([]byte, error) {
 		}
 		b = appendKey(b, "at")
 		b = appendTime(b, e.At)
+		if e.Usage != nil {
+			data, err := json.Marshal(e.Usage)
+			if err != nil {
+				return b, &Error{Code: CodeInternal, Message: "encoding usage", Err: err}
+			}
+			b = appendKey(b, "usage")
+			b = append(b, data...)
+		}
+	case ThresholdCrossed:
+		data, err := json.Marshal(struct {
+			Type Type `json:"type"`
+			ThresholdCrossed
+		}{TypeThresholdCrossed, e})
+		if err != nil {
+			return b, &Error{Code: CodeInternal, Message: "encoding threshold crossing", Err: err}
+		}
+		return append(b, data...), nil
+	case DefaultDefined:
+		data, err := json.Marshal(struct {
+			Type Type `json:"type"`
+			DefaultDefined
+		}{TypeDefaultDefined, e})
+		if err != nil {
+			return b, &Error{Code: CodeInternal, Message: "encoding default definition", Err: err}
+		}
+		return append(b, data...), nil
+	case PricingDefined:
+		// A pricing definition is off the hot path: encoding/json writes it.
+		data, err := json.Marshal(struct {
+			Type Type `json:"type"`
+			PricingDefined
+		}{TypePricingDefined, e})
+		if err != nil {
+			return b, &Error{Code: CodeInternal, Message: "encoding pricing definition", Err: err}
+		}
+		return append(b, data...), nil
 	case ReservationReleased:
 		b = appendReservationHead(b, TypeReservationReleased, e.ReservationID)
 		b = appendKey(b, "balance")

@@ -51,6 +51,9 @@ const (
 	// CodeAlreadyReleased: settle or release of a reservation that was
 	// already released (by a caller, or expired by the sweeper).
 	CodeAlreadyReleased Code = "already_released"
+	// CodeRequestVoided: an admit whose request id was voided (see
+	// RequestVoided); nothing was reserved.
+	CodeRequestVoided Code = "request_voided"
 	// CodeLedgerBusy: the commit lost compare-and-set too many times in a
 	// row; nothing changed and the caller may retry with the same id.
 	CodeLedgerBusy Code = "ledger_busy"
@@ -59,6 +62,26 @@ const (
 	CodeLedgerUnavailable Code = "ledger_unavailable"
 	// CodeInternal: an unexpected failure; nothing was acknowledged.
 	CodeInternal Code = "internal"
+	// CodeInvalidModel: a model name is empty, too long or holds a
+	// character outside [A-Za-z0-9_-./].
+	CodeInvalidModel Code = "invalid_model"
+	// CodeInvalidTokens: a token or character count is negative, above
+	// events.MaxTokens, or inconsistent (cached above input, nothing to
+	// price, input_tokens and input_chars both given).
+	CodeInvalidTokens Code = "invalid_tokens"
+	// CodeUnpricedModel: the model has no price in the pricing table
+	// (pricing.get); an admit of it is denied with ReasonUnpricedModel.
+	CodeUnpricedModel Code = "unpriced_model"
+	// CodeNotPriced: a settle from usage of a reservation that was not
+	// priced from a model (settle it with actual).
+	CodeNotPriced Code = "not_priced"
+	// CodeInvalidTime: a report's from or to is not an RFC 3339 time on a
+	// whole UTC hour (the report's bucket), or from is not before to.
+	CodeInvalidTime Code = "invalid_time"
+	// CodeReportUnavailable: the replica keeps no spend report, or not for
+	// the metadata key asked (past the number of keys it tracks); the
+	// replay (spendgate report --replay) still answers.
+	CodeReportUnavailable Code = "report_unavailable"
 )
 
 // Denial reasons in an admit reply whose admitted field is false.
@@ -71,6 +94,9 @@ const (
 	ReasonUnitMismatch Code = "unit_mismatch"
 	// ReasonBudgetDisabled: a budget of a named scope is disabled.
 	ReasonBudgetDisabled Code = "budget_disabled"
+	// ReasonUnpricedModel: the admit named a model that the pricing
+	// table has no price for; it is never costed at zero.
+	ReasonUnpricedModel Code = "unpriced_model"
 	// ReasonLedgerUnavailable: set by clients that fail closed.
 	ReasonLedgerUnavailable Code = "ledger_unavailable"
 )

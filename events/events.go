@@ -23,6 +23,7 @@ const (
 	TypeReservationOpened   Type = "reservation.opened.v1"
 	TypeReservationSettled  Type = "reservation.settled.v1"
 	TypeReservationReleased Type = "reservation.released.v1"
+	TypeRequestVoided       Type = "request.voided.v1"
 )
 
 // Event is one past-tense fact in the book of record.
@@ -64,8 +65,12 @@ type BudgetDefinedV2 struct {
 	// Changed names the fields this definition changed from the previous
 	// one, in the order limit, unit, tz, disabled, fixed_slot,
 	// thresholds; empty for a new budget.
-	Changed []string  `json:"changed,omitempty"`
-	At      time.Time `json:"at"`
+	Changed []string `json:"changed,omitempty"`
+	// FromDefault, when set, is the revision of the kind's default
+	// (DefaultDefined) this budget was created from on the scope's first
+	// admit; 0 for a budget put for the scope itself.
+	FromDefault uint64    `json:"from_default,omitempty"`
+	At          time.Time `json:"at"`
 }
 
 // AsBudgetDefinedV2 upcasts a budget definition event: a BudgetDefinedV2
@@ -95,6 +100,10 @@ type ReservationOpened struct {
 	ExpiresAt     time.Time         `json:"expires_at"`
 	At            time.Time         `json:"at"`
 	Metadata      map[string]string `json:"metadata,omitempty"`
+	// Pricing is set when the amount was priced from a model: the price
+	// version and prices used and the token counts priced (the amount is
+	// Pricing.MaxCost() in a money balance).
+	Pricing *PriceQuote `json:"pricing,omitempty"`
 }
 
 // ReservationSettled: the reservation closed with its actual cost. Spent
@@ -113,12 +122,16 @@ type ReservationSettled struct {
 	Late          bool       `json:"late,omitempty"`
 	AfterExpiry   bool       `json:"after_expiry,omitempty"`
 	At            time.Time  `json:"at"`
+	// Usage is set when the settle gave usage instead of an amount: Actual
+	// is its cost at the reservation's price version.
+	Usage *Usage `json:"usage,omitempty"`
 }
 
 // Release reasons.
 const (
 	ReasonReleased = "released" // the caller gave it back
 	ReasonExpired  = "expired"  // the sweeper released it after ExpiresAt
+	ReasonVoided   = "voided"   // its request id was voided (see RequestVoided)
 )
 
 // ReservationReleased: the whole reservation went back to the budget.
@@ -130,11 +143,29 @@ type ReservationReleased struct {
 	At            time.Time  `json:"at"`
 }
 
+// RequestVoided: request id RequestID was voided, a tombstone. No admit
+// with that request id may reserve while the ledger remembers the
+// tombstone (its idempotency window); an admit of it is answered
+// CodeRequestVoided. A void is written into one balance of each scope of
+// the void that has a budget (Balance), so it lands in every commit lane
+// an admit of those scopes writes, under the same compare-and-set; it
+// changes no number of the balance. ReservationID names the reservation
+// the void released (with a ReservationReleased of reason ReasonVoided in
+// the same revision), empty when the admit had not landed.
+type RequestVoided struct {
+	RequestID     string     `json:"request_id"`
+	Balance       BalanceRef `json:"balance"`
+	Scopes        []Scope    `json:"scopes"`
+	ReservationID string     `json:"reservation_id,omitempty"`
+	At            time.Time  `json:"at"`
+}
+
 func (BudgetDefined) EventType() Type       { return TypeBudgetDefined }
 func (BudgetDefinedV2) EventType() Type     { return TypeBudgetDefinedV2 }
 func (ReservationOpened) EventType() Type   { return TypeReservationOpened }
 func (ReservationSettled) EventType() Type  { return TypeReservationSettled }
 func (ReservationReleased) EventType() Type { return TypeReservationReleased }
+func (RequestVoided) EventType() Type       { return TypeRequestVoided }
 
 // EncodeEvent writes e as a JSON object with its "type" first.
 func EncodeEvent(e Event) ([]byte, error) { return AppendEvent(nil, e) }
@@ -194,6 +225,30 @@ func DecodeEvent(b []byte) (Event, error) {
 		if err = strict(&v); err == nil {
 			return v.ReservationSettled, nil
 		}
+	case TypeThresholdCrossed:
+		var v struct {
+			Type Type `json:"type"`
+			ThresholdCrossed
+		}
+		if err = strict(&v); err == nil {
+			return v.ThresholdCrossed, nil
+		}
+	case TypeDefaultDefined:
+		var v struct {
+			Type Type `json:"type"`
+			DefaultDefined
+		}
+		if err = strict(&v); err == nil {
+			return v.DefaultDefined, nil
+		}
+	case TypePricingDefined:
+		var v struct {
+			Type Type `json:"type"`
+			PricingDefined
+		}
+		if err = strict(&v); err == nil {
+			return v.PricingDefined, nil
+		}
 	case TypeReservationReleased:
 		var v struct {
 			Type Type `json:"type"`
@@ -201,6 +256,14 @@ func DecodeEvent(b []byte) (Event, error) {
 		}
 		if err = strict(&v); err == nil {
 			return v.ReservationReleased, nil
+		}
+	case TypeRequestVoided:
+		var v struct {
+			Type Type `json:"type"`
+			RequestVoided
+		}
+		if err = strict(&v); err == nil {
+			return v.RequestVoided, nil
 		}
 	default:
 		return nil, Errorf(CodeInvalidRequest, "unknown event type %q", head.Type)
@@ -268,8 +331,8 @@ const (
 // the last revision naming each balance states.
 //
 // Since lane.v2 a revision also names the revision it follows (see
-// Chain): a reader that folds revisions of one key in stream order stops on
-// a gap or a fork instead of folding past it.
+// Chain): a reader that folds revisions of one key in stream order never
+// folds past a gap or a fork.
 type LaneRevision struct {
 	Schema string `json:"schema"`
 	Chain
@@ -284,8 +347,8 @@ type LaneRevision struct {
 // payload bytes as stored ("" for the first). A reader that folds a key
 // checks that Prev is the last revision of the key it folded and that
 // PrevHash is the hash of that revision's bytes; anything else is a gap (a
-// revision it never saw) or a fork (a different history), and it stops
-// there, naming the sequence.
+// revision it never saw), a fork (a different history) or a replay, and it
+// skips that revision, naming the sequence.
 //
 // Design notes, fixed now for three future needs:
 //   - Signatures go in message headers over the payload bytes, so the
@@ -435,5 +498,7 @@ type BudgetRevision struct {
 	Disabled   bool      `json:"disabled,omitempty"`
 	FixedSlot  *Money    `json:"fixed_slot,omitempty"`
 	Thresholds []Money   `json:"thresholds,omitempty"`
-	Events     Events    `json:"events"`
+	// FromDefault is the FromDefault of the revision's BudgetDefinedV2.
+	FromDefault uint64 `json:"from_default,omitempty"`
+	Events      Events `json:"events"`
 }

@@ -66,6 +66,13 @@ func goldenEvents() []events.Event {
 			At:            fixedExpires.Add(2 * time.Second),
 		},
 		goldenDefinedV2(),
+		events.RequestVoided{
+			RequestID:     "req-42",
+			Balance:       balOrg,
+			Scopes:        []events.Scope{"org:acme", "user:u-17"},
+			ReservationID: "rsv_01JDXKQ7ZC3V8M9N2P4R6T8W0Y",
+			At:            fixedExpires.Add(3 * time.Second),
+		},
 	}
 }
 
@@ -152,7 +159,7 @@ func TestEncodeEvent_Golden(t *testing.T) {
 	}
 	for _, typ := range []events.Type{
 		events.TypeBudgetDefined, events.TypeBudgetDefinedV2, events.TypeReservationOpened,
-		events.TypeReservationSettled, events.TypeReservationReleased,
+		events.TypeReservationSettled, events.TypeReservationReleased, events.TypeRequestVoided,
 	} {
 		require.True(t, seen[typ], "no golden value for %s", typ)
 	}

@@ -50,7 +50,29 @@ type AdmitRequest struct {
 	Metadata map[string]string `json:"metadata,omitempty"`
 	// Mode is ModeAdmit (the default, also ""), ModeCheck or ModeShadow.
 	Mode string `json:"mode,omitempty"`
+	// Brief asks for a reply without Budgets (each budget's balance after
+	// the admission): a smaller reply to encode, send and decode, for a
+	// caller that does not show them. It is not part of the request's
+	// identity: a retry may set it or not.
+	Brief bool `json:"brief,omitempty"`
+	// Model, instead of Amount, prices the request from the pricing
+	// table: the amount reserved is the maximum the call can cost,
+	// InputTokens (or InputChars, converted at CharsPerToken) at the input
+	// price plus MaxOutputTokens at the output price. A model without a
+	// price is denied (unpriced_model). Counts are integers in
+	// [0, MaxTokens]; Unit, if given, must be the price's unit.
+	Model           string `json:"model,omitempty"`
+	InputTokens     int64  `json:"input_tokens,omitempty"`
+	InputChars      int64  `json:"input_chars,omitempty"`
+	MaxOutputTokens int64  `json:"max_output_tokens,omitempty"`
+	// Count is what the request counts in budgets of unit "requests":
+	// 1..MaxCount, default 1 (a batch of 5 calls counts 5). Money budgets
+	// take the amount.
+	Count int64 `json:"count,omitempty"`
 }
+
+// MaxCount bounds an admit's count.
+const MaxCount = 1_000_000
 
 // Admit modes.
 const (
@@ -94,6 +116,9 @@ type AdmitReply struct {
 	// on a new admission or an admitting check; omitted on a replay and a
 	// denial.
 	Budgets []BudgetUse `json:"budgets,omitempty"`
+	// Pricing is the price quote of a request priced from a model: the
+	// price version used and the token counts; Amount is its maximum cost.
+	Pricing *PriceQuote `json:"pricing,omitempty"`
 }
 
 // BudgetUse is one budget an admission applied to, after the admission:
@@ -124,19 +149,60 @@ type Denial struct {
 	Spent     string `json:"spent,omitempty"`
 	Reserved  string `json:"reserved,omitempty"`
 	Requested string `json:"requested,omitempty"`
+	// Model is the model of an unpriced_model denial.
+	Model string `json:"model,omitempty"`
 }
 
 // SettleRequest closes a reservation with its actual cost.
 type SettleRequest struct {
 	ReservationID string `json:"reservation_id"`
-	// Actual is a decimal string >= 0, in the reservation's unit.
-	Actual string `json:"actual"`
+	// Actual is a decimal string >= 0, in the reservation's unit. A
+	// reservation priced from a model may instead be settled from usage:
+	// Actual empty (left out) and the token counts below, priced at the
+	// reservation's price version.
+	Actual            string `json:"actual,omitempty"`
+	InputTokens       int64  `json:"input_tokens,omitempty"`
+	OutputTokens      int64  `json:"output_tokens,omitempty"`
+	CachedInputTokens int64  `json:"cached_input_tokens,omitempty"`
 }
 
 // ReleaseRequest gives a whole reservation back.
 type ReleaseRequest struct {
 	ReservationID string `json:"reservation_id"`
 }
+
+// VoidRequest voids an admit by its request id, whether or not the admit
+// has landed: a reservation it opened is released (reason voided), and an
+// admit with that request id that arrives later reserves nothing (it is
+// answered request_voided). Scopes must name the admit's scopes (at least
+// one of them; the same list is simplest): the void is recorded in the
+// commit lanes of those scopes, which is where the admit's compare-and-set
+// meets it.
+type VoidRequest struct {
+	RequestID string   `json:"request_id"`
+	Scopes    []string `json:"scopes"`
+}
+
+// VoidReply answers a void.
+type VoidReply struct {
+	RequestID string `json:"request_id"`
+	// Status is "voided".
+	Status string `json:"status"`
+	// ReservationID is the admit's reservation, when it had landed;
+	// ReservationStatus is that reservation's status after the void
+	// (released, or expired when the sweeper had already given it back).
+	ReservationID     string `json:"reservation_id,omitempty"`
+	ReservationStatus string `json:"reservation_status,omitempty"`
+	// Reserved is what the void gave back ("" when nothing).
+	Reserved string       `json:"reserved,omitempty"`
+	Balances []BalanceRef `json:"balances,omitempty"`
+	// Replayed is true when the request id was already voided and
+	// nothing changed now.
+	Replayed bool `json:"replayed,omitempty"`
+}
+
+// StatusVoided is the status of a void.
+const StatusVoided = "voided"
 
 // Reservation statuses.
 const (
@@ -161,6 +227,9 @@ type CloseReply struct {
 	// Replayed is true when the reservation was already in this state and
 	// nothing changed now.
 	Replayed bool `json:"replayed,omitempty"`
+	// Usage is set on a settle from usage: the counts and the price
+	// version Actual was computed at.
+	Usage *Usage `json:"usage,omitempty"`
 }
 
 // BudgetPutRequest defines or changes a budget: the whole definition.
@@ -181,6 +250,12 @@ type BudgetPutRequest struct {
 	// amount in the budget instead of the requested one (money budgets
 	// only); "" for none.
 	FixedSlot string `json:"fixed_slot,omitempty"`
+	// Alerts turns threshold alerts on, at Thresholds or, without them,
+	// at DefaultThresholds (50 %, 80 %, 100 % of the limit).
+	Alerts bool `json:"alerts,omitempty"`
+	// Thresholds are alert thresholds, fractions of the limit in (0, 1]
+	// as decimal strings ("0.8"); giving them turns alerts on.
+	Thresholds []string `json:"thresholds,omitempty"`
 }
 
 // BudgetPutReply is the budget after a put, and what the put changed.
@@ -203,6 +278,8 @@ type BudgetDefinition struct {
 	TZ        string `json:"tz,omitempty"`
 	Disabled  bool   `json:"disabled,omitempty"`
 	FixedSlot string `json:"fixed_slot,omitempty"`
+	// Thresholds are the alert thresholds, when alerts were on.
+	Thresholds []string `json:"thresholds,omitempty"`
 }
 
 // BudgetGetRequest reads one budget and its current balance. With Period
@@ -211,6 +288,10 @@ type BudgetDefinition struct {
 type BudgetGetRequest struct {
 	Scope  string `json:"scope"`
 	Period string `json:"period,omitempty"`
+	// Unit picks, with Period, the budget of that unit when the scope
+	// holds a money and a count budget in the period; default the one
+	// defined first.
+	Unit string `json:"unit,omitempty"`
 }
 
 // BudgetListRequest lists budgets, optionally of one scope kind, one page
@@ -271,6 +352,8 @@ type BudgetView struct {
 	FixedSlot      string `json:"fixed_slot,omitempty"`
 	MaxInFlight    string `json:"max_in_flight,omitempty"`
 	OvershootBound string `json:"overshoot_bound,omitempty"`
+	// Thresholds are the alert thresholds, when alerts are on.
+	Thresholds []string `json:"thresholds,omitempty"`
 }
 
 // BudgetListReply lists budgets sorted by scope and period (or as the
@@ -282,6 +365,57 @@ type BudgetListReply struct {
 	NextCursor string `json:"next_cursor,omitempty"`
 }
 
+// ReportRequest asks for spend grouped by scope or by a metadata key, over
+// the reservations opened in [From, To).
+type ReportRequest struct {
+	// By is "scope", a metadata key ("model"), or "metadata.KEY" for a key
+	// called "scope". Required.
+	By string `json:"by"`
+	// From and To are RFC 3339 times on whole UTC hours (the report's
+	// bucket, ReportBucket); either may be empty for an open bound.
+	From string `json:"from,omitempty"`
+	To   string `json:"to,omitempty"`
+}
+
+// ReportBucket is the width of a report's time buckets: From and To of a
+// ReportRequest fall on its multiples.
+const ReportBucket = time.Hour
+
+// ReportGroup is one line of a report: the reservations of one group value
+// in one unit. Amounts are decimal strings.
+type ReportGroup struct {
+	// Value is the scope or the metadata value ("" when the key is not
+	// set). Other is set on the group that sums the values past the
+	// number a replica tracks per key (Value is then "").
+	Value string `json:"value"`
+	Other bool   `json:"other,omitempty"`
+	Unit  string `json:"unit"`
+	// Reservations counts the group's reservations, the others by status
+	// (Late: settled after they expired).
+	Reservations int64 `json:"reservations"`
+	Open         int64 `json:"open"`
+	Settled      int64 `json:"settled"`
+	Released     int64 `json:"released"`
+	Expired      int64 `json:"expired"`
+	Late         int64 `json:"late"`
+	// Spend sums the settled actual costs, Overrun the overruns, Reserved
+	// what the group's open reservations still hold.
+	Spend    string `json:"spend"`
+	Overrun  string `json:"overrun"`
+	Reserved string `json:"reserved"`
+}
+
+// ReportReply is a spend report, groups sorted by unit, then spend
+// (largest first), then value.
+type ReportReply struct {
+	By   string `json:"by"`
+	From string `json:"from,omitempty"`
+	To   string `json:"to,omitempty"`
+	// Position is the ledger stream sequence the report is exact at.
+	Position uint64        `json:"position"`
+	Groups   []ReportGroup `json:"groups"`
+}
+
 // ErrorReply is the body of every failed request.
 type ErrorReply struct {
 	Error *Error `json:"error"`
@@ -289,13 +423,37 @@ type ErrorReply struct {
 
 // DecodeRequest strictly decodes a request body into v: at most
 // MaxPayloadBytes, one JSON object, no unknown fields, no trailing data.
-func DecodeRequest(data []byte, v any) error {
+func DecodeRequest(data []byte, v any) error { return decodeRequest(data, v, true) }
+
+// decodeRequest is DecodeRequest, with or without its fast path.
+func decodeRequest(data []byte, v any, fast bool) error {
 	if len(data) > MaxPayloadBytes {
 		return Errorf(CodePayloadTooLarge, "request is %d bytes; the limit is %d", len(data), MaxPayloadBytes)
 	}
 	if t := bytes.TrimLeft(data, " \t\r\n"); len(t) == 0 || t[0] != '{' {
 		return Errorf(CodeInvalidRequest, "request body must be a JSON object")
 	}
+	// The hot path's requests in their plain spelling are decoded without
+	// reflection; anything else is left to the strict decoder below.
+	switch t := v.(type) {
+	case *AdmitRequest:
+		if fast && fastAdmitRequest(data, t) {
+			return nil
+		}
+	case *SettleRequest:
+		if fast && fastSettleRequest(data, t) {
+			return nil
+		}
+	case *ReleaseRequest:
+		if fast && fastReleaseRequest(data, t) {
+			return nil
+		}
+	}
+	return decodeRequestSlow(data, v)
+}
+
+// decodeRequestSlow is DecodeRequest's strict decoder, by reflection.
+func decodeRequestSlow(data []byte, v any) error {
 	// checkKeys enforces exact, unique, known top-level field names (the
 	// request types are flat: their only nested value is a string map), and
 	// json.Unmarshal rejects malformed JSON, wrong types and trailing data.
@@ -312,23 +470,36 @@ func DecodeRequest(data []byte, v any) error {
 // A wrong JSON type for a field is refused with this text, never with
 // encoding/json's, which names Go types and struct fields.
 var fieldWants = map[string]string{
-	"request_id":     `a string`,
-	"reservation_id": `a string (the reservation_id an admit returned)`,
-	"scopes":         `an array of scope strings like ["org:acme"]`,
-	"scope":          `a scope string like "org:acme"`,
-	"kind":           `a scope kind string like "org"`,
-	"amount":         `a decimal string like "0.05"`,
-	"actual":         `a decimal string like "0.05"`,
-	"limit":          `a decimal string like "0.05"`,
-	"unit":           `a string like "USD"`,
-	"period":         `one of the strings "month", "week", "day" or "lifetime"`,
-	"mode":           `one of the strings "admit", "check" or "shadow"`,
-	"tz":             `an IANA time zone string like "Europe/Berlin"`,
-	"disabled":       `true or false`,
-	"allow_zero":     `true or false`,
-	"fixed_slot":     `a decimal string like "1.00"`,
-	"ttl":            `a duration string like "30s"`,
-	"metadata":       `an object of string values like {"model":"gpt-4o"}`,
+	"request_id":          `a string`,
+	"reservation_id":      `a string (the reservation_id an admit returned)`,
+	"scopes":              `an array of scope strings like ["org:acme"]`,
+	"scope":               `a scope string like "org:acme"`,
+	"kind":                `a scope kind string like "org"`,
+	"amount":              `a decimal string like "0.05"`,
+	"actual":              `a decimal string like "0.05"`,
+	"limit":               `a decimal string like "0.05"`,
+	"unit":                `a string like "USD"`,
+	"period":              `one of the strings "month", "week", "day" or "lifetime"`,
+	"mode":                `one of the strings "admit", "check" or "shadow"`,
+	"tz":                  `an IANA time zone string like "Europe/Berlin"`,
+	"disabled":            `true or false`,
+	"brief":               `true or false`,
+	"allow_zero":          `true or false`,
+	"fixed_slot":          `a decimal string like "1.00"`,
+	"ttl":                 `a duration string like "30s"`,
+	"metadata":            `an object of string values like {"model":"gpt-4o"}`,
+	"model":               `a model name string like "gpt-4o"`,
+	"input_tokens":        `a whole number of tokens like 1200`,
+	"input_chars":         `a whole number of characters like 4800`,
+	"max_output_tokens":   `a whole number of tokens like 800`,
+	"output_tokens":       `a whole number of tokens like 640`,
+	"cached_input_tokens": `a whole number of tokens like 1000`,
+	"input":               `a decimal string price per million tokens like "2.50"`,
+	"output":              `a decimal string price per million tokens like "10"`,
+	"cached_input":        `a decimal string price per million tokens like "1.25"`,
+	"by":                  `a string: "scope" or a metadata key like "model"`,
+	"from":                `an RFC 3339 time string on a whole hour like "2026-12-01T00:00:00Z"`,
+	"to":                  `an RFC 3339 time string on a whole hour like "2026-12-02T00:00:00Z"`,
 }
 
 // decodeMessage describes a decoding error of a request body in the API's
@@ -490,4 +661,55 @@ func fieldNames(t reflect.Type) map[string]bool {
 	}
 	fieldCache.Store(t, m)
 	return m
+}
+
+// PricingPutRequest sets a model's prices, per million tokens: the whole
+// definition (a price left out is not kept from before).
+type PricingPutRequest struct {
+	Model string `json:"model"`
+	// Unit is the currency of the prices; default USD.
+	Unit string `json:"unit,omitempty"`
+	// Input and Output are decimal strings >= 0 with at most
+	// MaxPriceFractionDigits fractional digits.
+	Input  string `json:"input"`
+	Output string `json:"output"`
+	// CachedInput is the price of cached input tokens; "" for none (they
+	// then cost Input).
+	CachedInput string `json:"cached_input,omitempty"`
+}
+
+// PricingGetRequest reads one model's current prices.
+type PricingGetRequest struct {
+	Model string `json:"model"`
+}
+
+// PricingListRequest lists every priced model; it has no fields.
+type PricingListRequest struct{}
+
+// PriceView is a model's prices at one version.
+type PriceView struct {
+	Model       string `json:"model"`
+	Unit        string `json:"unit"`
+	Input       string `json:"input"`
+	Output      string `json:"output"`
+	CachedInput string `json:"cached_input,omitempty"`
+	// Version is the stream sequence of the definition: what a priced
+	// reservation records.
+	Version uint64 `json:"version"`
+}
+
+// PricingPutReply is the model's prices after a put and what it changed.
+type PricingPutReply struct {
+	PriceView
+	Created bool `json:"created,omitempty"`
+	// Changed names the changed fields, in the order unit, input, output,
+	// cached_input; empty when nothing changed (or on creation).
+	Changed []string `json:"changed"`
+	// Previous is the definition before the put, when it changed one.
+	Previous *PriceView `json:"previous,omitempty"`
+}
+
+// PricingListReply lists every priced model, sorted by model.
+type PricingListReply struct {
+	Prices []PriceView `json:"prices"`
 }

@@ -293,3 +293,50 @@ func TestParseID(t *testing.T) {
 	require.True(t, feed.Position{Seq: 3, Index: 9}.Before(feed.Position{Seq: 4}))
 	require.False(t, feed.Position{Seq: 4}.Before(feed.Position{Seq: 4}))
 }
+
+// The feed keeps each message for its max age; once every message has
+// aged out (the feed was quiet for longer), a relay started again must
+// still append the next event at the next feed sequence, neither
+// re-appending the ledger from its start nor skipping. Without the
+// fallback that counts the ledger's events, the relay cannot read the
+// feed's tail and appends nothing: the test fails at its wait.
+func TestRelay_ResumesAfterEveryMessageAgedOut(t *testing.T) {
+	env := testenv.New(t)
+	ctx := ctxT(t)
+	r := env.StartSpendgate(t, service.ReplicaConfig{SweepInterval: -1})
+	seed(t, ctx, r, "a", 3)
+	run := func(maxAge time.Duration, want int) {
+		rl, err := feed.NewRelay(env.JS, env.Layout, feed.WithMaxAge(maxAge))
+		require.NoError(t, err)
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- rl.Run(rctx) }()
+		testenv.WaitFor(t, time.Minute, "the relay to catch up", func() bool {
+			s, err := env.JS.Stream(ctx, env.Layout.FeedStreamName())
+			return err == nil && s.CachedInfo().State.LastSeq >= uint64(want)
+		})
+		cancel()
+		require.ErrorIs(t, <-done, context.Canceled)
+	}
+	first := len(ledgerEvents(t, ctx, env.JS, env.Layout))
+	run(time.Second, first)
+	testenv.WaitFor(t, time.Minute, "every feed message to age out", func() bool {
+		return feedLen(ctx, env.JS, env.Layout) == 0
+	})
+	seed(t, ctx, r, "b", 3)
+	want := ledgerEvents(t, ctx, env.JS, env.Layout)
+	run(time.Hour, len(want))
+	s, err := env.JS.Stream(ctx, env.Layout.FeedStreamName())
+	require.NoError(t, err)
+	info, err := s.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(len(want)), info.State.LastSeq, "each event appended once")
+	require.Equal(t, time.Hour, info.Config.MaxAge)
+	// The messages kept are the new events, each at its own sequence.
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		require.NoError(t, err)
+		require.Equal(t, want[seq-1].ID, m.Header.Get(nats.MsgIdHdr), "feed sequence %d", seq)
+	}
+	require.Greater(t, info.State.FirstSeq, uint64(first), "the old messages aged out")
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/signing"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -32,6 +33,10 @@ type Relay struct {
 	retry   time.Duration
 	relayed atomic.Uint64
 	lost    atomic.Uint64
+	ensure  []streams.FeedOption
+	// trust returns the keys a revision must be signed by (nil: none
+	// checked); see WithTrust.
+	trust func() *signing.KeySet
 }
 
 // Option configures a Relay.
@@ -48,6 +53,23 @@ func WithLogger(log *slog.Logger) Option {
 	}
 }
 
+// WithTrust makes the relay skip every ledger revision whose signature
+// the key set trust returns does not accept (signing.KeySet.Verify), as
+// replicas skip it: a forged or garbage revision written past the
+// permissions never reaches the feed. trust is called per revision, so a
+// replica's reloaded keys apply at once. A skipped revision is logged.
+// Revisions that are signed but off their key's chain (a replay) are not
+// detected here.
+func WithTrust(trust func() *signing.KeySet) Option {
+	return func(r *Relay) error {
+		if trust == nil {
+			return errors.New("feed: nil trust")
+		}
+		r.trust = trust
+		return nil
+	}
+}
+
 // WithRetry sets the wait before starting again after an error (default
 // DefaultRetry).
 func WithRetry(d time.Duration) Option {
@@ -56,6 +78,19 @@ func WithRetry(d time.Duration) Option {
 			return fmt.Errorf("feed: retry must be positive, got %s", d)
 		}
 		r.retry = d
+		return nil
+	}
+}
+
+// WithMaxAge makes the relay keep each feed message for d (0: every
+// message; default streams.DefaultFeedMaxAge). Give every relay of a
+// ledger the same value: each sets it on the stream when it starts.
+func WithMaxAge(d time.Duration) Option {
+	return func(r *Relay) error {
+		if err := streams.WithFeedMaxAge(d)(&jetstream.StreamConfig{}); err != nil {
+			return err
+		}
+		r.ensure = append(r.ensure, streams.WithFeedMaxAge(d))
 		return nil
 	}
 }
@@ -86,7 +121,7 @@ func (r *Relay) Lost() uint64 { return r.lost.Load() }
 // moving) are logged and retried after the retry interval.
 func (r *Relay) Run(ctx context.Context) error {
 	for {
-		if _, err := streams.EnsureFeed(ctx, r.js, r.l); err != nil {
+		if _, err := streams.EnsureFeed(ctx, r.js, r.l, r.ensure...); err != nil {
 			r.log.Warn("feed relay: ensure the feed stream", "err", err)
 		} else {
 			err = r.runOnce(ctx)
@@ -129,6 +164,18 @@ func (r *Relay) readTail(ctx context.Context) (tail, error) {
 	if info.State.LastSeq == 0 {
 		return tail{}, nil
 	}
+	if info.State.Msgs == 0 {
+		// Every message aged out: the feed was quiet for longer than its
+		// max age. Its last sequence still counts the events it was
+		// given (the message at feed sequence n is always the ledger's
+		// n-th event, see MaxInFlight), so the tail is that event.
+		last, err := r.nthEvent(ctx, info.State.LastSeq)
+		if err != nil {
+			return tail{}, err
+		}
+		r.log.Info("feed relay: every feed message aged out; found the tail by counting the ledger's events", "feed_seq", info.State.LastSeq, "event", last.ID())
+		return tail{feedSeq: info.State.LastSeq, last: last}, nil
+	}
 	m, err := s.GetMsg(ctx, info.State.LastSeq)
 	if err != nil {
 		return tail{}, fmt.Errorf("feed: read the feed's last message %d: %w", info.State.LastSeq, err)
@@ -139,6 +186,56 @@ func (r *Relay) readTail(ctx context.Context) (tail, error) {
 		return tail{}, fmt.Errorf("feed: message %d of %s has no valid %s/%s headers", m.Sequence, r.l.FeedStreamName(), streams.HeaderFeedSourceSeq, streams.HeaderFeedIndex)
 	}
 	return tail{feedSeq: m.Sequence, last: Position{Seq: seq, Index: idx}}, nil
+}
+
+// nthEvent returns the position of the ledger's n-th event (n >= 1), in
+// feed order, counting only the revisions the relay's keys accept (as it
+// appends them). It reads the ledger from its first revision: it runs
+// only when the feed was quiet for longer than its max age. If the
+// trusted keys changed which old revisions they accept since those were
+// relayed, the count is off by their events; the relay then finds an
+// event the feed already holds or skips some, which the expected
+// sequence cannot tell (see the README's known limitations).
+func (r *Relay) nthEvent(ctx context.Context, n uint64) (Position, error) {
+	cons, err := r.js.OrderedConsumer(ctx, r.l.StreamName(), jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{r.l.BudgetKeysFilter(), r.l.LaneKeysFilter()},
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return Position{}, err
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return Position{}, err
+	}
+	defer it.Stop()
+	var count uint64
+	for {
+		msg, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			return Position{}, err
+		}
+		md, err := msg.Metadata()
+		if err != nil {
+			return Position{}, err
+		}
+		key, _ := r.l.KeyOf(msg.Subject())
+		var out []Message
+		if r.trust == nil || r.trust().Verify(key, md.Sequence.Stream, msg.Headers(), msg.Data()) == "" {
+			// Count what the relay appends: a revision its keys refuse
+			// has no event in the feed.
+			if out, err = Split(md.Sequence.Stream, key, md.Timestamp, msg.Data()); err != nil {
+				return Position{}, fmt.Errorf("feed: revision %d of %s: %w", md.Sequence.Stream, key, err)
+			}
+		}
+		if count+uint64(len(out)) >= n {
+			return out[n-count-1].Position(), nil
+		}
+		count += uint64(len(out))
+		if md.NumPending == 0 {
+			return Position{}, fmt.Errorf("feed: the feed counts %d events but the ledger holds %d", n, count)
+		}
+	}
 }
 
 // runOnce relays from the feed's tail until an error.
@@ -189,6 +286,12 @@ func (r *Relay) runOnce(ctx context.Context) error {
 			return err
 		}
 		key, _ := r.l.KeyOf(msg.Subject())
+		if r.trust != nil {
+			if reason := r.trust().Verify(key, md.Sequence.Stream, msg.Headers(), msg.Data()); reason != "" {
+				r.log.Error("feed: revision skipped; not relayed", "seq", md.Sequence.Stream, "key", key, "reason", string(reason))
+				continue
+			}
+		}
 		out, err := Split(md.Sequence.Stream, key, md.Timestamp, msg.Data())
 		if err != nil {
 			// A revision the relay cannot read is never skipped: the feed
@@ -359,7 +462,7 @@ func (m Message) scope() events.Scope {
 	case e.Balance.Scope != "":
 		return e.Balance.Scope
 	}
-	// An event of no scope (none exists in feed.v1): a subject that still
+	// An event of no scope (pricing.defined.v1, default.defined.v1): a subject that still
 	// has the layout's token count.
 	return events.Scope(NoScope + ":" + NoScope)
 }
@@ -446,8 +549,23 @@ func Split(seq uint64, key string, at time.Time, data []byte) ([]Message, error)
 				return nil, err
 			}
 		}
+	case streams.IsPricingKey(key), streams.IsDefaultKey(key):
+		// A model's price and a kind's default name no scope: their
+		// subject's scope tokens are NoScope.
+		var rev rawBudget
+		if err := json.Unmarshal(data, &rev); err != nil {
+			return nil, err
+		}
+		if rev.Schema != events.SchemaPricing && rev.Schema != events.SchemaDefault {
+			return nil, fmt.Errorf("schema %q under a pricing or default key", rev.Schema)
+		}
+		for _, e := range rev.Events {
+			if err := add(e, nil); err != nil {
+				return nil, err
+			}
+		}
 	default:
-		return nil, fmt.Errorf("key %q is neither a lane nor a budget", key)
+		return nil, fmt.Errorf("key %q is neither a lane, a budget nor a pricing key", key)
 	}
 	return out, nil
 }

@@ -21,26 +21,44 @@ import (
 type book struct {
 	layout streams.Layout
 
-	budgets  map[string]*budget // by budget key
+	budgets  map[string]*budget  // by budget key
+	prices   map[string]*pricing // by pricing key
+	defaults map[string]*dflt    // by default key
+	// byKind indexes defaults by scope kind, in period order.
+	byKind   map[string][]Default
 	byScope  map[events.Scope][]Budget
 	balances map[string]*balance // by balance key
 	lanes    map[string]uint64   // last folded revision, by lane key
 	// hashes is the payload hash (events.HashPayload) of the last folded
 	// revision of every key, lane or budget: what the next chained
 	// revision must name.
-	hashes       map[string]string
+	hashes map[string]string
+	// seen is, for a key whose last revision in the stream was skipped
+	// (unsigned, badly signed, malformed, off the chain), the sequence of
+	// that revision: the compare-and-set of this replica's next write of
+	// the key must name it, while the chain (lanes, budgets' rev, hashes)
+	// stays at the last valid revision. A valid revision folded after it
+	// removes the entry.
+	seen         map[string]uint64
 	reservations map[string]*Reservation
 	requests     map[string]*Reservation // by request id
+	// voids are the voided request ids (events.RequestVoided), each a
+	// tombstone kept as a *Reservation of status StatusVoided and no
+	// balances, forgotten after the retention of a closed reservation.
+	voids map[string]*Reservation
 	// due indexes the open reservations by expiry.
 	due dueIndex
 	// reservations and requests hold the open reservations and the
 	// closed ones not yet stamped; win (window.go) holds the stamped
 	// closed ones, compactly, in the order the follower stamped them, so
-	// the book forgets them after their retention. pending holds the
+	// the book forgets them after their retention. voided queues the
+	// voids (tombstones in voids) in the order they were stamped, forgotten
+	// after the retention of a closed reservation. pending holds the
 	// closes the follower has not folded yet (a committer applies its own
 	// revision before the follower sees it); serverNow is the JetStream
 	// timestamp of the last message the follower folded.
 	win       *window
+	voided    []closedRes
 	pending   []pendingClose
 	serverNow time.Time
 
@@ -51,27 +69,55 @@ func newBook(layout streams.Layout, retention, expiredKeep time.Duration) *book 
 	return &book{
 		layout:       layout,
 		budgets:      map[string]*budget{},
+		prices:       map[string]*pricing{},
+		defaults:     map[string]*dflt{},
+		byKind:       map[string][]Default{},
 		byScope:      map[events.Scope][]Budget{},
 		balances:     map[string]*balance{},
 		lanes:        map[string]uint64{},
 		hashes:       map[string]string{},
+		seen:         map[string]uint64{},
 		reservations: map[string]*Reservation{},
 		requests:     map[string]*Reservation{},
 		win:          newWindow(),
+		voids:        map[string]*Reservation{},
 		retention:    retention,
 		expiredKeep:  expiredKeep,
 	}
 }
 
-// rev returns the last folded revision of key (lane or budget), 0 if none.
+// rev returns the last revision of key (lane or budget) this book has
+// seen, folded or skipped, 0 if none: what a compare-and-set on the key
+// names.
 func (b *book) rev(key string) uint64 {
+	return max(b.valid(key), b.seen[key])
+}
+
+// valid returns the last folded (valid) revision of key, 0 if none: what
+// the next chained revision of the key names as Prev.
+func (b *book) valid(key string) uint64 {
 	if rev, ok := b.lanes[key]; ok {
 		return rev
 	}
 	if d := b.budgets[key]; d != nil {
 		return d.rev
 	}
+	if p := b.prices[key]; p != nil {
+		return p.def.Version
+	}
+	if d := b.defaults[key]; d != nil {
+		return d.def.Def.Revision
+	}
 	return 0
+}
+
+// skip records that the revision of key at seq was not folded (see
+// Ledger.reject): the key's next write must land after it, and the chain
+// continues from the last valid revision.
+func (b *book) skip(key string, seq uint64) {
+	if seq > b.rev(key) {
+		b.seen[key] = seq
+	}
 }
 
 // checkLane checks, without changing the book, that rev can be folded as
@@ -95,7 +141,7 @@ func (b *book) checkLane(lane string, seq uint64, rev *events.LaneRevision) erro
 // applyLane folds one lane revision at seq whose payload hashes to hash:
 // every balance it names. A revision already folded is skipped.
 func (b *book) applyLane(lane string, seq uint64, rev *events.LaneRevision, hash string) error {
-	if seq <= b.lanes[lane] {
+	if seq <= b.rev(lane) {
 		return nil
 	}
 	if err := b.checkLane(lane, seq, rev); err != nil {
@@ -106,6 +152,7 @@ func (b *book) applyLane(lane string, seq uint64, rev *events.LaneRevision, hash
 	}
 	b.lanes[lane] = seq
 	b.hashes[lane] = hash
+	delete(b.seen, lane)
 	return nil
 }
 
@@ -113,7 +160,7 @@ func (b *book) applyLane(lane string, seq uint64, rev *events.LaneRevision, hash
 // hash.
 func (b *book) applyBudget(key string, seq uint64, rev *events.BudgetRevision, hash string) error {
 	d := b.budgets[key]
-	if d != nil && seq <= d.rev {
+	if seq <= b.rev(key) {
 		return nil
 	}
 	if rev.Chained() {
@@ -147,16 +194,21 @@ func (b *book) setBudget(key string, seq uint64, rev *events.BudgetRevision, has
 	}
 	d.rev = seq
 	d.src = *rev
+	delete(b.seen, key)
 	d.def = Budget{Ref: rev.Budget, Limit: rev.Limit, Unit: rev.Unit, TZ: rev.TZ, Loc: loc, Disabled: rev.Disabled,
-		FixedSlot: rev.FixedSlot, Thresholds: rev.Thresholds, Revision: seq}
+		FixedSlot: rev.FixedSlot, Thresholds: rev.Thresholds, Revision: seq, FromDefault: rev.FromDefault}
 	b.hashes[key] = hash
-	// Rebuild the scope's index (a new slice: readers hold the old one).
-	var defs []Budget
-	for _, p := range events.Periods {
-		if d := b.budgets[streams.BudgetKey(events.BudgetRef{Scope: rev.Budget.Scope, Period: p})]; d != nil {
-			defs = append(defs, d.def)
+	// Rebuild the scope's index (a new slice: readers hold the old one),
+	// in period order, a budget alongside another after it.
+	old := b.byScope[rev.Budget.Scope]
+	defs := make([]Budget, 0, len(old)+1)
+	for _, o := range old {
+		if o.Ref != rev.Budget {
+			defs = append(defs, o)
 		}
 	}
+	defs = append(defs, d.def)
+	sort.Slice(defs, func(i, j int) bool { return budgetBefore(defs[i].Ref, defs[j].Ref) })
 	b.byScope[rev.Budget.Scope] = defs
 	return nil
 }
@@ -179,9 +231,22 @@ func (b *book) applyBalance(key string, seq uint64, rev *events.BalanceRevision)
 	bl.spent, bl.reserved, bl.overrun = rev.Spent, rev.Reserved, rev.Overrun
 }
 
+// closedRes is a void (a tombstone in book.voids) and the stamp its
+// retention runs from.
+type closedRes struct {
+	r  *Reservation
+	at time.Time
+}
+
 type pendingClose struct {
 	r   *Reservation
 	seq uint64
+	// status is r's status when it closed: the queue its retention runs
+	// in is decided by it, not by r's status when the close is stamped (a
+	// reservation that expired and was then settled late, both before the
+	// follower stamped either, is queued once as expired and once as
+	// closed, as it is when the follower stamps between the two).
+	status string
 }
 
 // closeRes queues r, which closed in the revision at seq, for forgetting
@@ -193,7 +258,7 @@ type pendingClose struct {
 // close after a quiet spell is remembered for the whole retention from the
 // close, not from the last write before it.
 func (b *book) closeRes(r *Reservation, seq uint64) {
-	b.pending = append(b.pending, pendingClose{r, seq})
+	b.pending = append(b.pending, pendingClose{r, seq, r.Status})
 	b.settlePending(len(b.pending) - 1)
 }
 
@@ -238,20 +303,33 @@ func (b *book) forgetUntil(seq uint64, t time.Time) {
 	for ; n < len(b.pending) && b.pending[n].seq <= seq; n++ {
 		p := b.pending[n]
 		r := p.r
+		// The ring is chosen by the status r closed with, not by its
+		// status now: a writer may already have folded a later close of r
+		// (a late settle after its expiry).
+		which := winClosed
+		if p.status == events.StatusExpired {
+			which = winExpired
+		}
 		switch {
-		case b.reservations[r.ID] != r || r.Status == events.StatusOpen:
-			// Already in the window (closed twice before its stamp), or
-			// reopened by a malformed history: nothing to stamp.
-		default:
-			which := winClosed
-			if r.Status == events.StatusExpired {
-				which = winExpired
-			}
+		case p.status == events.StatusVoided:
+			b.voided = append(b.voided, closedRes{r, b.serverNow})
+		case r.Status == events.StatusOpen:
+			// Reopened by a malformed history: nothing to stamp.
+		case b.reservations[r.ID] == r:
 			delete(b.reservations, r.ID)
 			if b.requests[r.RequestID] == r {
 				delete(b.requests, r.RequestID)
 			}
 			b.win.add(which, r, b.windowBalance(r), b.serverNow)
+		default:
+			// Stamped already by an earlier close (an expiry) and closed
+			// again before this stamp (its late settle): it moves to the
+			// ring of this close, stamped now, as when the follower
+			// rehydrates it between the two.
+			if _, h, ok := b.win.get(r.ID, false); ok {
+				b.win.take(h)
+				b.win.add(which, r, b.windowBalance(r), b.serverNow)
+			}
 		}
 	}
 	if n > 0 {
@@ -261,6 +339,28 @@ func (b *book) forgetUntil(seq uint64, t time.Time) {
 	}
 	b.win.forget(winClosed, t.Add(-b.retention))
 	b.win.forget(winExpired, t.Add(-b.expiredKeep))
+	b.voided = b.forgetVoids(b.voided, t.Add(-b.retention))
+}
+
+// forgetVoids drops the voids of q stamped before before, and their
+// tombstones.
+func (b *book) forgetVoids(q []closedRes, before time.Time) []closedRes {
+	n := 0
+	for n < len(q) && q[n].at.Before(before) {
+		r := q[n].r
+		if b.voids[r.RequestID] == r {
+			delete(b.voids, r.RequestID)
+		}
+		n++
+	}
+	if n == 0 {
+		return q
+	}
+	if n > len(q)/2 {
+		// Compact so the backing array does not grow without bound.
+		return append(q[:0:0], q[n:]...)
+	}
+	return q[n:]
 }
 
 // get returns reservation id: open, closed and not yet stamped, or in the
@@ -315,7 +415,7 @@ func (b *book) applyEvent(bl *balance, key string, seq uint64, e events.Event) {
 			r = &Reservation{
 				ID: e.ReservationID, RequestID: e.RequestID, RequestHash: e.RequestHash,
 				Balances: balances, Parts: make([]Part, 0, len(balances)),
-				OpenedAt: e.At, ExpiresAt: e.ExpiresAt, Status: events.StatusOpen,
+				OpenedAt: e.At, ExpiresAt: e.ExpiresAt, Status: events.StatusOpen, Pricing: e.Pricing,
 			}
 			b.reservations[e.ReservationID] = r
 			b.requests[e.RequestID] = r
@@ -350,6 +450,16 @@ func (b *book) applyEvent(bl *balance, key string, seq uint64, e events.Event) {
 				b.closedAgain(r, seq)
 			}
 		}
+	case events.ThresholdCrossed:
+		bl.alerted = append(bl.alerted, e.Threshold)
+	case events.RequestVoided:
+		// A void names one balance per scope: the first folded makes the
+		// tombstone, its retention starting with this revision.
+		if b.voids[e.RequestID] == nil {
+			v := &Reservation{RequestID: e.RequestID, OpenedAt: e.At, Status: events.StatusVoided}
+			b.voids[e.RequestID] = v
+			b.closeRes(v, seq)
+		}
 	case events.ReservationReleased:
 		delete(bl.open, e.ReservationID)
 		if r := b.reservations[e.ReservationID]; r != nil && r.Status == events.StatusOpen {
@@ -372,10 +482,11 @@ func (b *book) balance(key string, ref events.BalanceRef) Balance {
 	if bl := b.balances[key]; bl != nil {
 		out.Unit, out.Limit = bl.unit, bl.limit
 		out.Spent, out.Reserved, out.Overrun, out.Open = bl.spent, bl.reserved, bl.overrun, len(bl.open)
+		out.Alerted = bl.alerted[:len(bl.alerted):len(bl.alerted)]
 	}
 	if d := b.budgets[streams.BudgetKey(ref.Budget())]; d != nil {
 		out.Defined, out.Unit, out.Limit = true, d.def.Unit, d.def.Limit
-		out.Disabled, out.FixedSlot = d.def.Disabled, d.def.FixedSlot
+		out.Disabled, out.FixedSlot, out.Thresholds = d.def.Disabled, d.def.FixedSlot, d.def.Thresholds
 	}
 	return out
 }
@@ -390,9 +501,55 @@ func (b *book) budgetList() []Budget {
 		if out[i].Ref.Scope != out[j].Ref.Scope {
 			return out[i].Ref.Scope < out[j].Ref.Scope
 		}
-		return out[i].Ref.Period < out[j].Ref.Period
+		if out[i].Ref.Period != out[j].Ref.Period {
+			return out[i].Ref.Period < out[j].Ref.Period
+		}
+		return out[i].Ref.Unit < out[j].Ref.Unit
 	})
 	return out
+}
+
+// target is the budget a put of a budget of unit for ref defines: ref's
+// own, unless a budget of the other kind (count or money) is defined in
+// the same scope and period, and then the one alongside it, named with
+// its unit (events.BudgetRef.Unit). A ref that names a Unit is its own
+// target. A put of another currency for a money budget targets that
+// budget (and is refused as a unit change).
+func (b *book) target(ref events.BudgetRef, unit string) events.BudgetRef {
+	if ref.Unit != "" {
+		return ref
+	}
+	plain := b.budgets[streams.BudgetKey(ref)]
+	if plain == nil || plain.def.Unit == unit || events.IsCount(plain.def.Unit) == events.IsCount(unit) {
+		return ref
+	}
+	// A budget of the other kind alongside: the one of this kind there,
+	// if any, whatever its currency (a change of it is refused).
+	for _, o := range b.byScope[ref.Scope] {
+		if o.Ref.Period == ref.Period && o.Ref.Unit != "" && events.IsCount(o.Unit) == events.IsCount(unit) {
+			return o.Ref
+		}
+	}
+	ref.Unit = unit
+	return ref
+}
+
+// budgetBefore orders the budgets of one scope: by period (month, week,
+// day, lifetime), then the plain budget before one alongside it.
+func budgetBefore(a, b events.BudgetRef) bool {
+	if a.Period != b.Period {
+		return periodIndex(a.Period) < periodIndex(b.Period)
+	}
+	return a.Unit < b.Unit
+}
+
+func periodIndex(p events.Period) int {
+	for i, q := range events.Periods {
+		if q == p {
+			return i
+		}
+	}
+	return len(events.Periods)
 }
 
 // expiredBy returns the open reservations whose ExpiresAt is at or before

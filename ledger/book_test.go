@@ -67,3 +67,45 @@ func TestBook_Chain(t *testing.T) {
 	require.NoError(t, b.applyLane(lane, 9, &r3, events.HashPayload(d3)))
 	require.Equal(t, 3, b.balance(streams.BalanceKey(bookBal), bookBal).Open)
 }
+
+// TestBook_QueueByStatusAtClose: a reservation that expired and was then
+// settled late, both folded before the follower stamped either (a
+// committer folds its own writes first), ends in the window exactly as
+// when the follower stamps between the two: stamped into the expired ring
+// by the status it closed with, then moved to the closed ring by its late
+// settle. Otherwise a writer's snapshot and a fresh fold of the same
+// stream disagree.
+func TestBook_QueueByStatusAtClose(t *testing.T) {
+	key := streams.BalanceKey(bookBal)
+	amt := events.MustMoney("0.5")
+	evs := []events.Event{
+		1: events.ReservationOpened{ReservationID: "r", RequestID: "q", RequestHash: "h", Balance: bookBal, Amount: amt,
+			Unit: "USD", Balances: []events.BalanceRef{bookBal}, ExpiresAt: bookT0.Add(time.Second), At: bookT0},
+		2: events.ReservationReleased{ReservationID: "r", Balance: bookBal, Reserved: amt, Reason: events.ReasonExpired, At: bookT0.Add(2 * time.Second)},
+		3: events.ReservationSettled{ReservationID: "r", Balance: bookBal, Reserved: amt, Actual: amt, Overrun: amt, Late: true, AfterExpiry: true, At: bookT0.Add(3 * time.Second)},
+	}
+	// steps: >0 folds that revision, <0 stamps up to -step.
+	run := func(steps ...int) *book {
+		b := newBook(streams.Default(), time.Minute, time.Hour)
+		for _, s := range steps {
+			if s < 0 {
+				b.forgetUntil(uint64(-s), bookT0.Add(time.Duration(-s-1)*time.Second))
+				continue
+			}
+			b.applyBalance(key, uint64(s), &events.BalanceRevision{Schema: events.SchemaBalance, Balance: bookBal, Unit: "USD",
+				Limit: events.MustMoney("1"), Spent: events.Zero, Reserved: events.Zero, Overrun: events.Zero, Events: events.Events{evs[s]}})
+		}
+		return b
+	}
+	follower := run(1, -1, 2, -2, 3, -3)
+	want := bookView(follower)
+	r, ok := follower.get("r")
+	require.True(t, ok)
+	require.Equal(t, events.StatusSettled, r.Status)
+	n := 0
+	follower.win.each(winClosed, func(*Reservation, time.Time) { n++ })
+	follower.win.each(winExpired, func(*Reservation, time.Time) { n += 10 })
+	require.Equal(t, 1, n, "in the closed ring only")
+	require.Equal(t, want, bookView(run(1, -1, 2, 3, -3)), "both closes stamped at once")
+	require.Equal(t, want, bookView(run(1, -1, 2, 3, -2, -3)), "the late settle folded before the expiry is stamped")
+}

@@ -29,7 +29,7 @@ type committer struct {
 	multi keyLock
 
 	stats struct {
-		commits, txs, conflicts, batches, queued atomic.Int64
+		commits, txs, conflicts, batches, queued, timeouts atomic.Int64
 	}
 }
 
@@ -101,35 +101,89 @@ func (l *Ledger) deadlineOf(ctx context.Context) time.Time {
 // (compare-and-set lost MaxAttempts times; nothing of tx was committed);
 // otherwise Decide's own error, or CodeInternal if its events do not apply.
 func (l *Ledger) Submit(ctx context.Context, tx Tx) error {
-	if err := l.live(); err != nil {
-		return err
-	}
-	refs := uniqueRefs(tx.Balances())
-	if len(refs) == 0 {
-		return events.Errorf(events.CodeInternal, "transaction touches no balance")
-	}
-	if len(refs) > streams.MaxBatch {
-		return events.Errorf(events.CodeInvalidRequest, "transaction touches %d balances; the limit is %d", len(refs), streams.MaxBatch)
-	}
-	p := &pending{tx: tx, refs: refs, deadline: l.deadlineOf(ctx), done: make(chan struct{})}
-	if lanes := l.lanesOf(refs); len(lanes) > 1 {
-		l.enqueue(&l.multi, p, l.commitMultiNext)
-	} else {
-		l.enqueue(l.lockFor(lanes[0]), p, l.commitLaneNext)
-	}
-	<-p.done
-	return p.err
+	return l.SubmitAll(ctx, []Tx{tx})[0]
 }
 
-// enqueue queues p on q. If no committer is draining q, this caller becomes
-// it: it commits the queue as it stands (its own Tx included), then hands
+// SubmitAll submits every Tx of txs as Submit does, each decided and
+// answered on its own, but queues them all at once, so that those of one
+// lane are folded into the same group commits rather than spread over
+// consecutive ones. errs[i] is what Submit would return for txs[i]; every
+// Tx shares ctx's deadline (or the submit timeout).
+func (l *Ledger) SubmitAll(ctx context.Context, txs []Tx) []error {
+	errs := make([]error, len(txs))
+	if err := l.live(); err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	deadline := l.deadlineOf(ctx)
+	ps := make([]*pending, len(txs))
+	var lanes []*keyLock
+	byLane := map[*keyLock][]*pending{}
+	var multi []*pending
+	for i, tx := range txs {
+		refs := uniqueRefs(tx.Balances())
+		if len(refs) == 0 {
+			errs[i] = events.Errorf(events.CodeInternal, "transaction touches no balance")
+			continue
+		}
+		if len(refs) > streams.MaxBatch {
+			errs[i] = events.Errorf(events.CodeInvalidRequest, "transaction touches %d balances; the limit is %d", len(refs), streams.MaxBatch)
+			continue
+		}
+		p := &pending{tx: tx, refs: refs, deadline: deadline, done: make(chan struct{})}
+		ps[i] = p
+		if ls := l.lanesOf(refs); len(ls) > 1 {
+			multi = append(multi, p)
+		} else {
+			kl := l.lockFor(ls[0])
+			if _, ok := byLane[kl]; !ok {
+				lanes = append(lanes, kl)
+			}
+			byLane[kl] = append(byLane[kl], p)
+		}
+	}
+	// Each queue is led (if no committer drains it) by a goroutine of its
+	// own but the last, which this one leads, so that queues commit in
+	// parallel.
+	type group struct {
+		q    *keyLock
+		ps   []*pending
+		next func(*keyLock) bool
+	}
+	var groups []group
+	for _, kl := range lanes {
+		groups = append(groups, group{kl, byLane[kl], l.commitLaneNext})
+	}
+	if len(multi) > 0 {
+		groups = append(groups, group{&l.multi, multi, l.commitMultiNext})
+	}
+	for i, g := range groups {
+		if i == len(groups)-1 {
+			l.enqueue(g.q, g.ps, g.next)
+		} else {
+			go l.enqueue(g.q, g.ps, g.next)
+		}
+	}
+	for i, p := range ps {
+		if p != nil {
+			<-p.done
+			errs[i] = p.err
+		}
+	}
+	return errs
+}
+
+// enqueue queues ps on q. If no committer is draining q, this caller becomes
+// it: it commits the queue as it stands (its own Txs included), then hands
 // the rest to a background committer owned by Run, so its own reply is not
 // held up by later arrivals. Once Run has stopped, what is queued is
 // answered CodeLedgerUnavailable.
-func (l *Ledger) enqueue(q *keyLock, p *pending, next func(*keyLock) bool) {
+func (l *Ledger) enqueue(q *keyLock, ps []*pending, next func(*keyLock) bool) {
 	q.qmu.Lock()
-	q.queue = append(q.queue, p)
-	l.stats.queued.Add(1)
+	q.queue = append(q.queue, ps...)
+	l.stats.queued.Add(int64(len(ps)))
 	lead := !q.active
 	q.active = true
 	q.qmu.Unlock()
@@ -520,6 +574,7 @@ func (l *Ledger) attempt(ctx context.Context, refs []events.BalanceRef, group []
 		}
 		return actRetry, nil
 	case isTimeout(err):
+		l.stats.timeouts.Add(1)
 		return actRetryUnknown, nil
 	default:
 		l.opts.log.Warn("ledger write failed", "err", err)
@@ -582,9 +637,12 @@ func (l *Ledger) write(ctx context.Context, revs []keyedRevision) ([]uint64, []s
 // ctx ends first, the outcome is unknown and the caller resolves it by
 // reading the lane.
 func (l *Ledger) publishOne(ctx context.Context, key string, rev uint64, data []byte) (uint64, error) {
+	l.ownWrites.Add(1)
+	defer l.ownWrites.Add(-1)
 	msg := nats.NewMsg(l.layout.Subject(key))
 	msg.Data = data
 	msg.Header.Set(streams.HeaderWriter, l.id)
+	l.sign(msg.Header, key, data)
 	opts := []jetstream.PublishOpt{jetstream.WithExpectStream(l.layout.StreamName())}
 	if !l.opts.blindWrites {
 		opts = append(opts, jetstream.WithExpectLastSequencePerSubject(rev))
@@ -640,6 +698,8 @@ type batchAck struct {
 // rejects the whole batch). One round trip: only the commit message asks
 // for an ack.
 func (l *Ledger) publishBatch(ctx context.Context, revs []keyedRevision, datas [][]byte) ([]uint64, error) {
+	l.ownWrites.Add(1)
+	defer l.ownWrites.Add(-1)
 	ctx, cancel := context.WithTimeout(ctx, l.opts.commitTimeout)
 	defer cancel()
 	id := uuid.NewString()
@@ -648,6 +708,7 @@ func (l *Ledger) publishBatch(ctx context.Context, revs []keyedRevision, datas [
 		msg.Data = datas[i]
 		msg.Header.Set(streams.HeaderBatchID, id)
 		msg.Header.Set(streams.HeaderWriter, l.id)
+		l.sign(msg.Header, revs[i].key, datas[i])
 		msg.Header.Set(streams.HeaderBatchSeq, strconv.Itoa(i+1))
 		if !l.opts.blindWrites {
 			msg.Header.Set(streams.HeaderExpectedLastSubjSeq, strconv.FormatUint(revs[i].rev, 10))

@@ -5,7 +5,9 @@
 // # Layout
 //
 // Every budget definition is a key of the ledger bucket, and so is every
-// commit lane (see package streams). Every balance (a budget in one period
+// commit lane (see package streams), every model's prices (pricing.<model>)
+// and every scope kind's default budget per period (default.<kind>.<period>);
+// the last two are chained like budget.v2 revisions. Every balance (a budget in one period
 // instance) belongs to one lane, chosen by its scope. A lane key's value is
 // an events.LaneRevision: each balance the revision changed, with its
 // numbers after the revision and the events the revision applied to it. The
@@ -20,7 +22,8 @@
 // its mutex):
 //
 //   - The book (book.go) is the state and its fold: budgets, balances,
-//     open and recently closed reservations, request ids, and the last
+//     open and recently closed reservations, request ids, voided request
+//     ids (tombstones: an admit of one reserves nothing), and the last
 //     revision and payload hash of every key. It does no I/O and reads no
 //     clock; it is tested like projector.State. A snapshot (snapshot.go)
 //     is the book dumped at a stream sequence; its expiry index (due.go)
@@ -34,8 +37,9 @@
 //     spans lanes), folds its own write into the book, and classifies a
 //     failed write into an action: retry after folding what was missed,
 //     retry with the outcome unknown, split an oversized group, or fail.
-//     New kinds of change are new Txs; revision signatures (future) belong
-//     in the write and in the follower's decode.
+//     New kinds of change are new Txs. Every write is signed (WithSigner,
+//     signing.go); the follower checks the signature of every revision it
+//     did not write itself (WithTrust) before it decodes it.
 //
 // # Snapshots
 //
@@ -58,14 +62,22 @@
 //     writes); a revision at or below the key's last folded one is skipped.
 //   - Chain: each revision (lane.v2, budget.v2) names the revision of its
 //     key it follows (stream sequence and SHA-256 of its payload bytes). The
-//     book refuses one that does not follow its last folded revision, and
-//     the follower then stops: a gap or a fork is never folded past. Lane
+//     book refuses one that does not follow its last valid revision. Lane
 //     revisions list only the balances they change, so without the chain a
-//     skipped revision would lose balances silently. The chain is over valid
-//     revisions: once revisions are signed (in message headers, over the
-//     payload bytes, so the payload does not change), a forged revision is
-//     skipped and the next valid revision names the last valid one. A v1
-//     revision carries no chain; checking starts at the first v2 revision.
+//     lost revision would lose balances silently. A v1 revision carries no
+//     chain; checking starts at the first v2 revision.
+//   - Skip and serve: a revision that is unsigned (when WithTrust asks for
+//     signatures), signed by a key not trusted, badly signed, malformed, a
+//     replay or off its chain is never folded: it is skipped (a
+//     *Rejection), logged and counted, and the replica keeps serving. The
+//     book then holds two revisions for the key: the last one seen, which
+//     the next compare-and-set names (so this replica's next write lands
+//     after the skipped one), and the last valid one, which the next
+//     revision's chain names (book.seen; kept in snapshots). Only a stream
+//     this code cannot fold at all (a balance under another lane, a balance
+//     key of an older layout) stops the follower. Right after a snapshot
+//     is loaded, a chain break is taken for a snapshot that does not
+//     describe this stream, and the whole stream is folded instead.
 //   - Decisions are made only against the exact lane revisions that the
 //     write then requires (Nats-Expected-Last-Subject-Sequence on every
 //     lane key), so no replica can admit against a stale balance:

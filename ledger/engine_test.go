@@ -12,6 +12,8 @@ import (
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/ledger"
+	"github.com/spendgate/spendgate/projector"
+	"github.com/spendgate/spendgate/signing"
 	"github.com/spendgate/spendgate/testenv"
 )
 
@@ -228,23 +230,19 @@ func TestSubmit_HonoursCallerDeadline(t *testing.T) {
 	}
 }
 
-// TestLedger_StopsOnForkedLane: a lane revision that does not follow the
+// TestLedger_SkipsForkedLane: a lane revision that does not follow the
 // last revision the replica folded (here a blind write naming an older
-// revision) stops the follower with an error naming its sequence, and every
-// decision after it answers ledger_unavailable. How we know it can fail:
+// revision) is skipped, counted, reported by the audit with its sequence,
+// and the replica keeps deciding: its next write lands after the skipped
+// revision and chains from the last valid one. How we know it can fail:
 // the forked revision's numbers are valid on their own; before chains the
-// follower folded it silently and the replica kept deciding.
-func TestLedger_StopsOnForkedLane(t *testing.T) {
+// follower folded it silently (r3 would see 0.3 reserved, and the audit
+// would pass), and before skip-and-serve the follower stopped (r3 would be
+// answered ledger_unavailable).
+func TestLedger_SkipsForkedLane(t *testing.T) {
 	env := testenv.New(t)
-	nc := env.Connect(t)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	l, err := ledger.New(context.Background(), nc, js, env.Layout)
-	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() { done <- l.Run(context.Background()) }()
-	<-l.Ready()
-	_, err = l.PutBudget(context.Background(), bal.Budget(), events.MustMoney("1"), "USD", t0)
+	l := startLedger(t, env)
+	_, err := l.PutBudget(context.Background(), bal.Budget(), events.MustMoney("1"), "USD", t0)
 	require.NoError(t, err)
 	require.NoError(t, l.Submit(context.Background(), &openTx{id: "r1", amount: events.MustMoney("0.1")}))
 	require.NoError(t, l.Submit(context.Background(), &openTx{id: "r2", amount: events.MustMoney("0.1")}))
@@ -264,17 +262,18 @@ func TestLedger_StopsOnForkedLane(t *testing.T) {
 	require.NoError(t, err)
 	ack, err := env.JS.Publish(context.Background(), env.Layout.Subject(lane), data)
 	require.NoError(t, err)
-	var runErr error
-	select {
-	case runErr = <-done:
-	case <-time.After(watchdog):
-		t.Fatal("the follower folded past a fork")
-	}
-	var ce *events.ChainError
-	require.ErrorAs(t, runErr, &ce)
-	require.Equal(t, ack.Sequence, ce.Seq)
-	err = l.Submit(context.Background(), &openTx{id: "r3", amount: events.MustMoney("0.1")})
-	require.Equal(t, events.CodeLedgerUnavailable, events.CodeOf(err))
+	waitFor(t, "the fork skipped", func() bool { return l.Stats().Rejected == 1 })
+	_, ok := l.Reservation("f1")
+	require.False(t, ok, "the fork was not folded")
+	require.NoError(t, l.Submit(context.Background(), &openTx{id: "r3", amount: events.MustMoney("0.1")}))
+	require.Equal(t, "0.3", l.Balance(bal).Reserved.String())
+	rep, err := projector.Check(context.Background(), env.JS, env.Layout)
+	require.NoError(t, err)
+	require.False(t, rep.OK())
+	require.Len(t, rep.Skipped, 1, rep.String())
+	require.Equal(t, ack.Sequence, rep.Skipped[0].Seq)
+	require.Equal(t, signing.ReasonReplay, rep.Skipped[0].Reason, "it names a revision older than the last valid one")
+	require.Len(t, rep.Problems, 1, rep.String())
 }
 
 // TestSubmit_CallerDeadlineIsItsOwn: A and B queue behind a held write; A's

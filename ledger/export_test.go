@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -37,8 +38,12 @@ func FoldView(ctx context.Context, js jetstream.JetStream, layout streams.Layout
 		if err != nil {
 			return "", fmt.Errorf("seq %d: %w", s, err)
 		}
-		if err := l.applyMsg(m.Subject, s, m.Data); err != nil {
-			return "", fmt.Errorf("seq %d: %w", s, err)
+		if err := l.applyMsg(m.Subject, s, m.Header, m.Data); err != nil {
+			var rej *Rejection
+			if !errors.As(err, &rej) {
+				return "", fmt.Errorf("seq %d: %w", s, err)
+			}
+			l.reject(rej)
 		}
 		l.bk.forgetUntil(s, m.Time)
 	}
@@ -81,6 +86,9 @@ func bookView(b *book) string {
 	for k, rev := range b.lanes {
 		add("lane %s rev=%d hash=%s", k, rev, b.hashes[k])
 	}
+	for k, rev := range b.seen {
+		add("skipped %s rev=%d", k, rev)
+	}
 	for s, defs := range b.byScope {
 		add("scope %s %+v", s, defs)
 	}
@@ -93,23 +101,44 @@ func bookView(b *book) string {
 			open = append(open, id)
 		}
 		sortStrings(open)
-		add("balance %s ref=%+v rev=%d unit=%s limit=%s spent=%s reserved=%s overrun=%s open=%v",
-			k, bl.ref, bl.rev, bl.unit, bl.limit, bl.spent, bl.reserved, bl.overrun, open)
+		add("balance %s ref=%+v rev=%d unit=%s limit=%s spent=%s reserved=%s overrun=%s open=%v alerted=%v",
+			k, bl.ref, bl.rev, bl.unit, bl.limit, bl.spent, bl.reserved, bl.overrun, open, bl.alerted)
+	}
+	for k, p := range b.prices {
+		add("pricing %s def=%s src=%s hash=%s", k, mustJSON(p.def), mustJSON(p.src), b.hashes[k])
+	}
+	for k, d := range b.defaults {
+		add("default %s def=%s src=%s hash=%s", k, mustJSON(d.def), mustJSON(d.src), b.hashes[k])
+	}
+	for kind, ds := range b.byKind {
+		add("kind %s %d defaults", kind, len(ds))
 	}
 	for id, r := range b.reservations {
 		c := *r
 		c.due = 0
-		add("reservation %s %+v indexed=%v", id, c, r.due != 0)
+		c.Pricing = nil
+		add("reservation %s %+v pricing=%s indexed=%v", id, c, mustJSON(r.Pricing), r.due != 0)
 	}
 	for rid, r := range b.requests {
 		add("request %s -> %s", rid, r.ID)
 	}
+	for rid, v := range b.voids {
+		add("void %s %+v", rid, *v)
+	}
+	var voided []string // in queue order
+	for _, c := range b.voided {
+		if b.voids[c.r.RequestID] == c.r {
+			voided = append(voided, c.r.RequestID+"@"+c.at.Format(time.RFC3339Nano))
+		}
+	}
+	add("voided queue %v", voided)
 	for name, which := range map[string]int{"closed": winClosed, "expired": winExpired} {
 		var line []string // in queue order
 		b.win.each(which, func(r *Reservation, at time.Time) {
 			c := *r
 			c.due = 0
-			line = append(line, fmt.Sprintf("%s@%s %+v", r.ID, at.Format(time.RFC3339Nano), c))
+			c.Pricing = nil
+			line = append(line, fmt.Sprintf("%s@%s %+v pricing=%s", r.ID, at.Format(time.RFC3339Nano), c, mustJSON(r.Pricing)))
 			if got, ok := b.get(r.ID); !ok || got.ID != r.ID {
 				add("%s %s is not found by id", name, r.ID)
 			}
@@ -127,3 +156,20 @@ func bookView(b *book) string {
 }
 
 func sortStrings(s []string) { sort.Strings(s) }
+
+func mustJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err.Error()
+	}
+	return string(b)
+}
+
+// Revs returns the last revision of key the replica has seen (what its
+// next compare-and-set names) and the last valid one (what the chain
+// continues from).
+func Revs(l *Ledger, key string) (seen, valid uint64) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.bk.rev(key), l.bk.valid(key)
+}

@@ -8,9 +8,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/signing"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -30,6 +32,10 @@ type follower struct {
 	// write (see awaitOwn).
 	ownApplied chan struct{}
 	ownMu      sync.Mutex
+	// ownWrites counts this replica's writes in flight: with none, a
+	// revision naming this replica as its writer is not waited for (it is
+	// an old revision written again, and would hold the follower up).
+	ownWrites atomic.Int64
 }
 
 // Lifecycle states of a Ledger.
@@ -39,10 +45,10 @@ const (
 	stateStopped
 )
 
-// errFold marks a revision the follower cannot fold: the book is not what
-// this code understands, or the revision does not follow the last one of
-// its key (a gap or a fork), so the replica must stop rather than decide on
-// it.
+// errFold marks a stream the follower cannot fold: the book is not what
+// this code understands (a balance under another lane, a balance key of an
+// older layout), so the replica must stop rather than decide on it. A bad
+// revision (see Rejection) is skipped instead.
 var errFold = errors.New("ledger: cannot fold")
 
 // progressEvery is how often the follower logs its progress while it
@@ -104,9 +110,11 @@ func (l *Ledger) goOwned(f func()) bool {
 
 // Run follows the ledger stream from its first revision and folds every
 // revision into the book until ctx ends. A lost consumer (server restart,
-// leader change, network) is re-created from the next unfolded revision;
-// only a revision it cannot fold stops it (a malformed revision, a balance
-// under another lane, a gap or a fork in a key's chain of revisions).
+// leader change, network) is re-created from the next unfolded revision. A
+// revision that must not be folded (a *Rejection: bad or missing signature,
+// malformed, replayed, off its key's chain) is skipped, logged and counted
+// (Stats.Rejected); only a stream this code cannot fold stops it (a balance
+// under another lane, a balance key of an older layout).
 //
 // Run owns the ledger: Submit and PutBudget decide only while Run runs
 // (after Ready), and answer CodeLedgerUnavailable once it has returned.
@@ -218,8 +226,18 @@ func (l *Ledger) follow(ctx context.Context, from, startLast uint64) error {
 		if msg.Headers().Get(streams.HeaderWriter) == l.id {
 			l.awaitOwn(msg.Subject(), seq)
 		}
-		if err := l.applyMsg(msg.Subject(), seq, msg.Data()); err != nil {
-			return fmt.Errorf("%w: seq %d: %w", errFold, seq, err)
+		if err := l.applyMsg(msg.Subject(), seq, msg.Headers(), msg.Data()); err != nil {
+			var rej *Rejection
+			if !errors.As(err, &rej) {
+				return fmt.Errorf("%w: seq %d: %w", errFold, seq, err)
+			}
+			if rej.Reason == signing.ReasonChain && l.snapLoaded.Load() != 0 && !l.isReady() {
+				// A gap or a fork in the tail of a loaded snapshot: the
+				// snapshot may not describe this stream (Run then folds
+				// the whole stream, and skips it if it recurs).
+				return fmt.Errorf("%w: seq %d: %w", errFold, seq, err)
+			}
+			l.reject(rej)
 		}
 		l.mu.Lock()
 		l.bk.forgetUntil(seq, meta.Timestamp)
@@ -251,7 +269,7 @@ func (l *Ledger) awaitOwn(subject string, seq uint64) {
 		l.ownMu.Lock()
 		ch := l.ownApplied
 		l.ownMu.Unlock()
-		if l.revOf(key) >= seq {
+		if l.revOf(key) >= seq || l.ownWrites.Load() == 0 {
 			return
 		}
 		select {
@@ -318,39 +336,80 @@ func (l *Ledger) Sync(ctx context.Context) error {
 	}
 }
 
-// applyMsg decodes one stream message of any key family and folds it into
-// the book.
-func (l *Ledger) applyMsg(subject string, seq uint64, data []byte) error {
+// applyMsg checks one stream message of any key family and folds it into
+// the book. A revision that may not be folded (its signature, see
+// WithTrust; a payload that does not decode; a chained revision that does
+// not follow the last valid one of its key) is returned as a *Rejection,
+// and the book is left unchanged: the caller decides between skipping it
+// (reject) and stopping. Any other error (a balance under another lane, a
+// balance key of an older layout, a time zone this machine cannot load)
+// means the replica cannot fold this stream.
+func (l *Ledger) applyMsg(subject string, seq uint64, hdr nats.Header, data []byte) error {
 	key, ok := l.layout.KeyOf(subject)
 	if !ok {
 		return nil
 	}
 	// A revision already folded (this replica's own write, folded from
-	// memory when its ack came back) is skipped before paying for a decode.
+	// memory when its ack came back) is skipped before paying for a
+	// signature check or a decode.
 	if seq <= l.revOf(key) {
 		return nil
 	}
+	if streams.IsBalanceKey(key) {
+		return fmt.Errorf("%s: a balance key outside a lane (a stream of an older layout)", key)
+	}
+	// Every revision of every key family is checked before it is decoded
+	// (a family added later folds below, after this check).
+	if reason := l.keys.trust.Load().Verify(key, seq, hdr, data); reason != "" {
+		return &Rejection{Seq: seq, Key: key, Reason: reason}
+	}
+	if !streams.IsLaneKey(key) && !streams.IsBudgetKey(key) && !streams.IsPricingKey(key) && !streams.IsDefaultKey(key) {
+		return nil
+	}
+	hash := events.HashPayload(data)
+	var err error
+	malformed := func(derr error) error {
+		return &Rejection{Seq: seq, Key: key, Reason: signing.ReasonMalformed, Err: derr}
+	}
 	switch {
 	case streams.IsLaneKey(key):
-		rev, err := events.DecodeLaneRevision(data)
-		if err != nil {
-			return fmt.Errorf("%s: %w", key, err)
+		rev, derr := events.DecodeLaneRevision(data)
+		if derr != nil {
+			return malformed(derr)
 		}
-		hash := events.HashPayload(data)
 		l.mu.Lock()
-		defer l.mu.Unlock()
-		return l.bk.applyLane(key, seq, &rev, hash)
-	case streams.IsBalanceKey(key):
-		return fmt.Errorf("%s: a balance key outside a lane (a stream of an older layout)", key)
+		err = l.bk.applyLane(key, seq, &rev, hash)
+		l.mu.Unlock()
 	case streams.IsBudgetKey(key):
-		rev, err := events.DecodeBudgetRevision(data)
-		if err != nil {
-			return fmt.Errorf("%s: %w", key, err)
+		rev, derr := events.DecodeBudgetRevision(data)
+		if derr != nil {
+			return malformed(derr)
 		}
-		hash := events.HashPayload(data)
 		l.mu.Lock()
-		defer l.mu.Unlock()
-		return l.bk.applyBudget(key, seq, &rev, hash)
+		err = l.bk.applyBudget(key, seq, &rev, hash)
+		l.mu.Unlock()
+	case streams.IsPricingKey(key):
+		rev, derr := events.DecodePricingRevision(data)
+		if derr != nil {
+			return malformed(derr)
+		}
+		l.mu.Lock()
+		err = l.bk.applyPricing(key, seq, &rev, hash)
+		l.mu.Unlock()
+	default: // a default key
+		rev, derr := events.DecodeDefaultRevision(data)
+		if derr != nil {
+			return malformed(derr)
+		}
+		l.mu.Lock()
+		err = l.bk.applyDefault(key, seq, &rev, hash)
+		l.mu.Unlock()
+	}
+	if reason, ok := signing.ChainReason(err); ok {
+		return &Rejection{Seq: seq, Key: key, Reason: reason, Err: err}
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", key, err)
 	}
 	return nil
 }
@@ -370,8 +429,14 @@ func (l *Ledger) catchUp(ctx context.Context, key string) error {
 		if !found {
 			return nil
 		}
-		if err := l.applyMsg(m.subject, m.seq, m.data); err != nil {
-			return &events.Error{Code: events.CodeInternal, Message: "folding missed revision", Err: err}
+		if err := l.applyMsg(m.subject, m.seq, m.header, m.data); err != nil {
+			var rej *Rejection
+			if !errors.As(err, &rej) {
+				return &events.Error{Code: events.CodeInternal, Message: "folding missed revision", Err: err}
+			}
+			// Skipped: this replica's next write of the key lands
+			// after it.
+			l.reject(rej)
 		}
 		// A follower waiting for this replica's own write (whose ack was
 		// lost) may be waiting for exactly this revision.

@@ -35,6 +35,7 @@ type Ledger struct {
 
 	follower
 	committer
+	keys
 	// sync coalesces the stream reads of concurrent Syncs.
 	syncs syncer
 
@@ -89,13 +90,16 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, layout stre
 	if err != nil {
 		return nil, fmt.Errorf("ledger: bind %s: %w", layout.StreamName(), err)
 	}
-	return &Ledger{
+	l := &Ledger{
 		nc: nc, js: js, stream: s, layout: layout, opts: o,
 		bk:        newBook(layout, o.retention, o.expiredKeep),
 		committer: committer{locks: map[string]*keyLock{}},
 		follower:  follower{progress: make(chan struct{}), ready: make(chan struct{}), ownApplied: make(chan struct{})},
 		id:        uuid.NewString(),
-	}, nil
+	}
+	l.keys.signer.Store(o.signer)
+	l.keys.trust.Store(o.trust)
+	return l, nil
 }
 
 // Layout returns the stream layout.
@@ -146,6 +150,26 @@ func (l *Ledger) Reservation(id string) (*Reservation, bool) {
 		return nil, false
 	}
 	return r.clone(), true
+}
+
+// ByRequest returns a copy of the reservation opened for request id rid,
+// if the book remembers one.
+func (l *Ledger) ByRequest(rid string) (*Reservation, bool) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	r := l.bk.requests[rid]
+	if r == nil {
+		return nil, false
+	}
+	return r.clone(), true
+}
+
+// Voided reports whether the book remembers request id rid as voided
+// (events.RequestVoided).
+func (l *Ledger) Voided(rid string) bool {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.bk.voids[rid] != nil
 }
 
 // Expired returns up to max ids of open reservations whose ExpiresAt is at
@@ -201,7 +225,8 @@ type BudgetChange struct {
 // CodeLedgerUnavailable (the follower is not running, JetStream could not
 // be reached, or the deadline passed) or CodeLedgerBusy.
 func (l *Ledger) DefineBudget(ctx context.Context, def Budget, now time.Time) (BudgetChange, error) {
-	ref := def.Ref
+	asked := def.Ref
+	ref := asked
 	loc, err := events.LoadZone(def.TZ)
 	if err != nil {
 		return BudgetChange{}, err
@@ -215,7 +240,6 @@ func (l *Ledger) DefineBudget(ctx context.Context, def Budget, now time.Time) (B
 	}
 	ctx, cancel := l.commitContext(ctx)
 	defer cancel()
-	key := streams.BudgetKey(ref)
 	for attempt := 0; attempt < l.opts.maxAttempts; attempt++ {
 		if err := l.live(); err != nil {
 			return BudgetChange{}, err
@@ -224,23 +248,29 @@ func (l *Ledger) DefineBudget(ctx context.Context, def Budget, now time.Time) (B
 			return BudgetChange{}, &events.Error{Code: events.CodeLedgerUnavailable, Message: "deadline passed writing budget", Err: ctx.Err()}
 		}
 		l.mu.RLock()
-		var rev uint64
+		ref = l.bk.target(asked, def.Unit)
+		def.Ref = ref
+		key := streams.BudgetKey(ref)
+		// rev is the key's last revision (the compare-and-set), valid its
+		// last valid one (the chain): they differ after a skipped revision.
+		var valid uint64
 		var cur Budget
 		if b := l.bk.budgets[key]; b != nil {
-			rev, cur = b.rev, b.def
+			valid, cur = b.rev, b.def
 		}
+		rev := l.bk.rev(key)
 		prevHash := l.bk.hashes[key]
 		// A budget's unit never changes once defined. Checking "no spend
 		// and nothing open" here would race: an admit committed on the
 		// lane between this check and the budget write would be counted
 		// in the new unit, and nothing ties the two keys' writes together.
-		unitChange := rev > 0 && cur.Unit != def.Unit
+		unitChange := valid > 0 && cur.Unit != def.Unit
 		l.mu.RUnlock()
 		var changed []string
-		if rev > 0 {
+		if valid > 0 {
 			changed = def.Changes(cur)
 		}
-		if rev > 0 && len(changed) == 0 {
+		if valid > 0 && len(changed) == 0 {
 			// Only a no-op if this replica's copy is the latest: another
 			// replica may have changed the budget a moment ago.
 			latest, err := l.latestRev(ctx, key)
@@ -263,11 +293,12 @@ func (l *Ledger) DefineBudget(ctx context.Context, def Budget, now time.Time) (B
 		ev := events.BudgetDefinedV2{Budget: ref, Limit: def.Limit, Unit: def.Unit, TZ: def.TZ, Disabled: def.Disabled,
 			FixedSlot: def.FixedSlot, Thresholds: def.Thresholds, Changed: changed, At: now.UTC()}
 		value := events.BudgetRevision{
-			Schema: events.SchemaBudget, Chain: events.Chain{Prev: rev, PrevHash: prevHash},
+			Schema: events.SchemaBudget, Chain: events.Chain{Prev: valid, PrevHash: prevHash},
 			Budget: ref, Limit: def.Limit, Unit: def.Unit, TZ: def.TZ, Disabled: def.Disabled,
 			FixedSlot: def.FixedSlot, Thresholds: def.Thresholds,
 			Events: events.Events{ev},
 		}
+		def.FromDefault = 0
 		data, err := json.Marshal(value)
 		if err != nil {
 			return BudgetChange{}, &events.Error{Code: events.CodeInternal, Message: "encoding budget", Err: err}
@@ -285,7 +316,7 @@ func (l *Ledger) DefineBudget(ctx context.Context, def Budget, now time.Time) (B
 			if changed == nil {
 				changed = []string{}
 			}
-			return BudgetChange{Budget: def, Existed: rev > 0, Prev: cur, Changed: changed}, nil
+			return BudgetChange{Budget: def, Existed: valid > 0, Prev: cur, Changed: changed}, nil
 		}
 		if !streams.IsConflict(err) && !isTimeout(err) {
 			return BudgetChange{}, &events.Error{Code: events.CodeLedgerUnavailable, Message: "writing budget", Err: err}
@@ -320,10 +351,18 @@ type Stats struct {
 	// SyncReads counts the stream reads made for Sync (misses that had to
 	// catch up); concurrent Syncs share one read.
 	SyncReads int64
+	// Timeouts counts writes that got no answer within the commit timeout
+	// (DefaultCommitTimeout): their outcome was unknown, and they were sent
+	// again.
+	Timeouts int64
+	// Rejected counts the revisions this replica skipped instead of
+	// folding (unsigned, badly signed, untrusted key, malformed, replayed,
+	// off the chain; see Rejection).
+	Rejected int64
 }
 
 // Stats returns the commit counters.
 func (l *Ledger) Stats() Stats {
 	return Stats{Commits: l.stats.commits.Load(), Batches: l.stats.batches.Load(), Txs: l.stats.txs.Load(), Conflicts: l.stats.conflicts.Load(), Queued: l.stats.queued.Load(),
-		SyncReads: l.syncs.reads.Load()}
+		SyncReads: l.syncs.reads.Load(), Timeouts: l.stats.timeouts.Load(), Rejected: l.keys.rejected.Load()}
 }

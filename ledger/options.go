@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/spendgate/spendgate/signing"
 )
 
 // Defaults and bounds of the commit path.
@@ -55,6 +57,9 @@ type options struct {
 	// snapRevisions, snapInterval: when Run writes a snapshot (0: never).
 	snapRevisions uint64
 	snapInterval  time.Duration
+	// signer and trust: see WithSigner and WithTrust.
+	signer *signing.Signer
+	trust  *signing.KeySet
 }
 
 func defaultOptions() options {
@@ -69,6 +74,28 @@ func defaultOptions() options {
 		snapLoad:      true,
 		snapRevisions: DefaultSnapshotRevisions,
 		snapInterval:  DefaultSnapshotInterval,
+	}
+}
+
+// WithSigner makes the replica sign every revision it writes with s (see
+// package signing). Without it revisions are written unsigned. SetSigner
+// changes the key while the ledger runs.
+func WithSigner(s *signing.Signer) Option {
+	return func(o *options) error {
+		o.signer = s
+		return nil
+	}
+}
+
+// WithTrust makes the replica fold only revisions that ks accepts (see
+// signing.KeySet.Verify); any other is skipped, logged and counted
+// (Stats.Rejected), and the replica keeps serving. Without it (a nil ks)
+// signatures are not checked; the chain always is. SetTrust changes the
+// set while the ledger runs.
+func WithTrust(ks *signing.KeySet) Option {
+	return func(o *options) error {
+		o.trust = ks
+		return nil
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spendgate/spendgate/events"
@@ -23,6 +24,7 @@ type leaderGetResponse struct {
 	Message *struct {
 		Subject  string `json:"subject"`
 		Sequence uint64 `json:"seq"`
+		Header   []byte `json:"hdrs,omitempty"`
 		Data     []byte `json:"data,omitempty"`
 	} `json:"message,omitempty"`
 }
@@ -31,6 +33,7 @@ type leaderGetResponse struct {
 type storedMsg struct {
 	subject string
 	seq     uint64
+	header  nats.Header
 	data    []byte
 }
 
@@ -63,7 +66,14 @@ func (l *Ledger) leaderGet(ctx context.Context, req leaderGetRequest) (m storedM
 	if resp.Message == nil {
 		return m, false, fmt.Errorf("ledger: empty message get reply")
 	}
-	return storedMsg{subject: resp.Message.Subject, seq: resp.Message.Sequence, data: resp.Message.Data}, true, nil
+	m = storedMsg{subject: resp.Message.Subject, seq: resp.Message.Sequence, data: resp.Message.Data}
+	if len(resp.Message.Header) > 0 {
+		if m.header, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
+			// Unreadable headers are no signature: Verify decides.
+			m.header = nil
+		}
+	}
+	return m, true, nil
 }
 
 // latestRev returns the last revision of key as the stream leader has it

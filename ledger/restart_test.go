@@ -11,12 +11,14 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/admit"
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/ledger"
 	"github.com/spendgate/spendgate/settle"
+	"github.com/spendgate/spendgate/signing"
 	"github.com/spendgate/spendgate/testenv"
 )
 
@@ -28,12 +30,28 @@ import (
 // the end of the history (plus a tail of 1,000 reservations). Run it with
 //
 //	go test -run '^$' -bench BenchmarkRestart -benchtime 1x ./ledger/
+//
+// With SPENDGATE_SIGNED=1 the writer signs and the restarting replica
+// checks every signature it folds.
 func BenchmarkRestart(b *testing.B) {
 	n := 100_000
 	if v, err := strconv.Atoi(os.Getenv("SPENDGATE_HISTORY")); err == nil && v > 0 {
 		n = v
 	}
 	opts := []ledger.Option{ledger.WithRetention(time.Second, time.Second), ledger.WithSnapshotEvery(0, 0)}
+	if os.Getenv("SPENDGATE_SIGNED") == "1" {
+		// Signed writes, and every revision's signature checked on the
+		// restart's fold.
+		kp, err := nkeys.CreateUser()
+		require.NoError(b, err)
+		seed, err := kp.Seed()
+		require.NoError(b, err)
+		s, err := signing.NewSigner(seed)
+		require.NoError(b, err)
+		ks, err := signing.ParseKeys(s.PublicKey())
+		require.NoError(b, err)
+		opts = append(opts, ledger.WithSigner(s), ledger.WithTrust(ks))
+	}
 	for i := 0; i < b.N; i++ {
 		env := testenv.New(b)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)

@@ -33,7 +33,10 @@ import (
 // idempotency window inside its queue entry, and lists only the rest
 // (open reservations) under "reservations"; version 1 listed every
 // reservation there and named the closed ones in the queues by id. Both
-// are read.
+// are read. The optional lists (prices, defaults, voids, skipped, a
+// balance's alerted thresholds, a reservation's pricing quote) are the
+// same in both versions: absent in a snapshot written before they
+// existed, which holds none.
 
 // SnapshotFormat and SnapshotVersion identify the snapshot encoding:
 // SnapshotVersion is the version written.
@@ -66,8 +69,12 @@ type snapshotState struct {
 	Seq     uint64 `json:"seq"`
 	Lanes   int    `json:"lanes"`
 	// ServerNow is the JetStream timestamp of the message at Seq.
-	ServerNow    time.Time         `json:"server_now"`
-	Budgets      []snapBudget      `json:"budgets"`
+	ServerNow time.Time    `json:"server_now"`
+	Budgets   []snapBudget `json:"budgets"`
+	// Prices travel as the pricing revision they were folded from.
+	Prices []snapBudget `json:"prices,omitempty"`
+	// Defaults travel as the default revision they were folded from.
+	Defaults     []snapBudget      `json:"defaults,omitempty"`
 	LaneRevs     []snapKey         `json:"lane_revisions"`
 	Balances     []snapBalance     `json:"balances"`
 	Reservations []snapReservation `json:"reservations"`
@@ -75,6 +82,27 @@ type snapshotState struct {
 	// their closes were stamped (version 2: with their reservations).
 	Closed  []snapClosed `json:"closed"`
 	Expired []snapClosed `json:"expired"`
+	// Voids are the voided request ids the book remembers, in the order
+	// their voids were stamped (absent in a snapshot written before voids
+	// existed, which holds none).
+	Voids []snapVoid `json:"voids,omitempty"`
+	// Skipped lists the keys whose last revision up to Seq was skipped
+	// (see book.seen), with that revision: the next write of the key
+	// lands after it, while its chain continues from LaneRevs or Budgets.
+	Skipped []snapSkip `json:"skipped,omitempty"`
+}
+
+// snapVoid is one remembered void: the request id, the time of its
+// events.RequestVoided, and the stamp its retention runs from.
+type snapVoid struct {
+	RequestID string    `json:"request_id"`
+	VoidedAt  time.Time `json:"voided_at"`
+	At        time.Time `json:"at"`
+}
+
+type snapSkip struct {
+	Key string `json:"key"`
+	Rev uint64 `json:"rev"`
 }
 
 type snapKey struct {
@@ -98,6 +126,7 @@ type snapBalance struct {
 	Reserved events.Money      `json:"reserved"`
 	Overrun  events.Money      `json:"overrun"`
 	Open     []string          `json:"open,omitempty"`
+	Alerted  []events.Money    `json:"alerted,omitempty"`
 }
 
 type snapReservation struct {
@@ -110,6 +139,7 @@ type snapReservation struct {
 	ExpiresAt   time.Time           `json:"expires_at"`
 	Status      string              `json:"status"`
 	Late        bool                `json:"late,omitempty"`
+	Pricing     *events.PriceQuote  `json:"pricing,omitempty"`
 }
 
 type snapPart struct {
@@ -144,6 +174,21 @@ func (b *book) exactAt(seq uint64) bool {
 			return false
 		}
 	}
+	for _, p := range b.prices {
+		if p.def.Version > seq {
+			return false
+		}
+	}
+	for _, d := range b.defaults {
+		if d.def.Def.Revision > seq {
+			return false
+		}
+	}
+	for _, rev := range b.seen {
+		if rev > seq {
+			return false
+		}
+	}
 	return true
 }
 
@@ -159,13 +204,29 @@ func (b *book) snapshot(seq uint64) (*snapshotState, error) {
 		st.Budgets = append(st.Budgets, snapBudget{snapKey{key, d.rev, b.hashes[key]}, raw})
 	}
 	sort.Slice(st.Budgets, func(i, j int) bool { return st.Budgets[i].Key < st.Budgets[j].Key })
+	for key, p := range b.prices {
+		raw, err := json.Marshal(&p.src)
+		if err != nil {
+			return nil, fmt.Errorf("ledger: snapshot of pricing %s: %w", key, err)
+		}
+		st.Prices = append(st.Prices, snapBudget{snapKey{key, p.def.Version, b.hashes[key]}, raw})
+	}
+	sort.Slice(st.Prices, func(i, j int) bool { return st.Prices[i].Key < st.Prices[j].Key })
+	for key, d := range b.defaults {
+		raw, err := json.Marshal(&d.src)
+		if err != nil {
+			return nil, fmt.Errorf("ledger: snapshot of default %s: %w", key, err)
+		}
+		st.Defaults = append(st.Defaults, snapBudget{snapKey{key, d.def.Def.Revision, b.hashes[key]}, raw})
+	}
+	sort.Slice(st.Defaults, func(i, j int) bool { return st.Defaults[i].Key < st.Defaults[j].Key })
 	for key, rev := range b.lanes {
 		st.LaneRevs = append(st.LaneRevs, snapKey{key, rev, b.hashes[key]})
 	}
 	sort.Slice(st.LaneRevs, func(i, j int) bool { return st.LaneRevs[i].Key < st.LaneRevs[j].Key })
 	for key, bl := range b.balances {
 		sb := snapBalance{Key: key, Ref: bl.ref, Rev: bl.rev, Unit: bl.unit, Limit: bl.limit,
-			Spent: bl.spent, Reserved: bl.reserved, Overrun: bl.overrun}
+			Spent: bl.spent, Reserved: bl.reserved, Overrun: bl.overrun, Alerted: bl.alerted}
 		for id := range bl.open {
 			sb.Open = append(sb.Open, id)
 		}
@@ -179,13 +240,22 @@ func (b *book) snapshot(seq uint64) (*snapshotState, error) {
 	sort.Slice(st.Reservations, func(i, j int) bool { return st.Reservations[i].ID < st.Reservations[j].ID })
 	st.Closed = b.snapQueue(winClosed)
 	st.Expired = b.snapQueue(winExpired)
+	for _, c := range b.voided {
+		if b.voids[c.r.RequestID] == c.r {
+			st.Voids = append(st.Voids, snapVoid{c.r.RequestID, c.r.OpenedAt, c.at})
+		}
+	}
+	for key, rev := range b.seen {
+		st.Skipped = append(st.Skipped, snapSkip{key, rev})
+	}
+	sort.Slice(st.Skipped, func(i, j int) bool { return st.Skipped[i].Key < st.Skipped[j].Key })
 	return st, nil
 }
 
 func snapRes(r *Reservation) snapReservation {
 	sr := snapReservation{ID: r.ID, RequestID: r.RequestID, RequestHash: r.RequestHash,
 		Balances: append([]events.BalanceRef(nil), r.Balances...), OpenedAt: r.OpenedAt, ExpiresAt: r.ExpiresAt,
-		Status: r.Status, Late: r.Late}
+		Status: r.Status, Late: r.Late, Pricing: r.Pricing}
 	for _, p := range r.Parts {
 		sr.Parts = append(sr.Parts, snapPart{p.Key, p.Unit, p.Amount, p.Actual})
 	}
@@ -194,7 +264,7 @@ func snapRes(r *Reservation) snapReservation {
 
 func (sr *snapReservation) reservation() *Reservation {
 	r := &Reservation{ID: sr.ID, RequestID: sr.RequestID, RequestHash: sr.RequestHash, Balances: sr.Balances,
-		Parts: make([]Part, 0, len(sr.Parts)), OpenedAt: sr.OpenedAt, ExpiresAt: sr.ExpiresAt, Status: sr.Status, Late: sr.Late}
+		Parts: make([]Part, 0, len(sr.Parts)), OpenedAt: sr.OpenedAt, ExpiresAt: sr.ExpiresAt, Status: sr.Status, Late: sr.Late, Pricing: sr.Pricing}
 	for _, p := range sr.Parts {
 		r.Parts = append(r.Parts, Part{Key: p.Key, Unit: p.Unit, Amount: p.Amount, Actual: p.Actual})
 	}
@@ -239,12 +309,40 @@ func bookFromSnapshot(layout streams.Layout, retention, expiredKeep time.Duratio
 			return nil, bad("budget %s: %v", sb.Key, err)
 		}
 	}
+	for _, sp := range st.Prices {
+		rev, err := events.DecodePricingRevision(sp.Revision)
+		if err != nil {
+			return nil, bad("pricing %s: %v", sp.Key, err)
+		}
+		if streams.PricingKey(rev.Model) != sp.Key || sp.Rev == 0 || sp.Rev > st.Seq {
+			return nil, bad("pricing %s: revision of %s at %d", sp.Key, streams.PricingKey(rev.Model), sp.Rev)
+		}
+		b.setPricing(sp.Key, sp.Rev, &rev, sp.Hash)
+	}
+	for _, sd := range st.Defaults {
+		rev, err := events.DecodeDefaultRevision(sd.Revision)
+		if err != nil {
+			return nil, bad("default %s: %v", sd.Key, err)
+		}
+		if streams.DefaultKey(rev.Kind, rev.Period) != sd.Key || sd.Rev == 0 || sd.Rev > st.Seq {
+			return nil, bad("default %s: revision of %s at %d", sd.Key, streams.DefaultKey(rev.Kind, rev.Period), sd.Rev)
+		}
+		if err := b.setDefault(sd.Key, sd.Rev, &rev, sd.Hash); err != nil {
+			return nil, bad("default %s: %v", sd.Key, err)
+		}
+	}
 	for _, k := range st.LaneRevs {
 		if !streams.IsLaneKey(k.Key) || k.Rev == 0 || k.Rev > st.Seq {
 			return nil, bad("lane %s at %d", k.Key, k.Rev)
 		}
 		b.lanes[k.Key] = k.Rev
 		b.hashes[k.Key] = k.Hash
+	}
+	for _, k := range st.Skipped {
+		if !(streams.IsLaneKey(k.Key) || streams.IsBudgetKey(k.Key)) || k.Rev <= b.valid(k.Key) || k.Rev > st.Seq {
+			return nil, bad("skipped revision %d of %s", k.Rev, k.Key)
+		}
+		b.seen[k.Key] = k.Rev
 	}
 	// Balances first (the window's entries point at them), their open
 	// reservations last (they may be in the window: a close over two
@@ -254,7 +352,7 @@ func bookFromSnapshot(layout streams.Layout, retention, expiredKeep time.Duratio
 			return nil, bad("balance %s at %d", sb.Key, sb.Rev)
 		}
 		b.balances[sb.Key] = &balance{key: sb.Key, ref: sb.Ref, self: []events.BalanceRef{sb.Ref}, rev: sb.Rev, unit: sb.Unit,
-			limit: sb.Limit, spent: sb.Spent, reserved: sb.Reserved, overrun: sb.Overrun, open: make(map[string]*Reservation, len(sb.Open))}
+			limit: sb.Limit, spent: sb.Spent, reserved: sb.Reserved, overrun: sb.Overrun, alerted: sb.Alerted, open: make(map[string]*Reservation, len(sb.Open))}
 	}
 	for _, sr := range st.Reservations {
 		switch sr.Status {
@@ -306,6 +404,14 @@ func bookFromSnapshot(layout streams.Layout, retention, expiredKeep time.Duratio
 			}
 			bl.open[id] = r
 		}
+	}
+	for _, sv := range st.Voids {
+		if sv.RequestID == "" || b.voids[sv.RequestID] != nil {
+			return nil, bad("void of request %q twice", sv.RequestID)
+		}
+		v := &Reservation{RequestID: sv.RequestID, OpenedAt: sv.VoidedAt, Status: events.StatusVoided}
+		b.voids[sv.RequestID] = v
+		b.voided = append(b.voided, closedRes{v, sv.At})
 	}
 	return b, nil
 }

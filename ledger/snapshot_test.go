@@ -29,7 +29,7 @@ func (c *snapClock) now() time.Time { return time.Unix(0, c.ns.Load()).UTC() }
 // snapHistory writes a random history through l with workers goroutines,
 // ops operations each: budget definitions and limit changes, admits over
 // one or two scopes (a few lanes, so some admits span lanes), replays of a
-// request id, settles, releases and expiries, with the clock moving so
+// request id, settles, releases, expiries and voids of request ids, with the clock moving so
 // that some reservations come due. Answers such as already_settled are
 // part of a random history; only an unavailable ledger fails it.
 func snapHistory(t *testing.T, l *ledger.Ledger, seed uint64, workers, ops int) {
@@ -89,10 +89,15 @@ func snapHistory(t *testing.T, l *ledger.Ledger, seed uint64, workers, ops int) 
 					if id, ok := pick(); ok {
 						_, err = s.Release(ctx, events.ReleaseRequest{ReservationID: id})
 					}
-				case op < 19:
+				case op < 18:
 					if id, ok := pick(); ok {
 						_, err = s.Expire(ctx, id)
 					}
+				case op < 19:
+					// A void of a request id that may have been admitted
+					// (perhaps through other scopes), or not yet.
+					_, err = s.Void(ctx, events.VoidRequest{RequestID: fmt.Sprintf("rq-%d-%d", w, rng.IntN(ops)),
+						Scopes: []string{fmt.Sprintf("org:s%d", rng.IntN(scopes))}})
 				default:
 					_, err = l.PutBudget(ctx, events.BudgetRef{Scope: events.Scope(fmt.Sprintf("org:s%d", rng.IntN(scopes))), Period: events.PeriodMonth},
 						events.MoneyFromInt(int64(50000+rng.IntN(100000))), "USD", clk.now())
@@ -316,7 +321,7 @@ func TestSnapshot_Periodic(t *testing.T) {
 func withoutQueues(view string) string {
 	var keep []string
 	for _, line := range strings.Split(view, "\n") {
-		if !strings.HasPrefix(line, "closed queue ") && !strings.HasPrefix(line, "expired queue ") {
+		if !strings.HasPrefix(line, "closed queue ") && !strings.HasPrefix(line, "expired queue ") && !strings.HasPrefix(line, "voided queue ") {
 			keep = append(keep, line)
 		}
 	}

@@ -16,12 +16,17 @@ type Balance struct {
 	// Disabled is the budget's Disabled; FixedSlot its FixedSlot.
 	Disabled  bool
 	FixedSlot *events.Money
-	Unit      string
-	Limit     events.Money
-	Spent     events.Money
-	Reserved  events.Money
-	Overrun   events.Money
-	Open      int
+	// Thresholds are the budget's alert thresholds; Alerted those already
+	// crossed in this balance (events.ThresholdCrossed), in the order
+	// crossed. Append to Alerted only through a copy.
+	Thresholds []events.Money
+	Alerted    []events.Money
+	Unit       string
+	Limit      events.Money
+	Spent      events.Money
+	Reserved   events.Money
+	Overrun    events.Money
+	Open       int
 }
 
 // Available is limit - spent - reserved (negative after an overrun).
@@ -47,6 +52,10 @@ type Budget struct {
 	Thresholds []events.Money
 	// Revision is the stream sequence of the definition.
 	Revision uint64
+	// FromDefault is the revision of the kind's default the budget was
+	// created from on its scope's first admit; 0 for a budget put for the
+	// scope itself.
+	FromDefault uint64
 }
 
 // Instance returns the budget's period instance at t, in its time zone.
@@ -54,7 +63,7 @@ func (b Budget) Instance(t time.Time) string { return b.Ref.Period.InstanceIn(t,
 
 // Balance returns the balance of the budget's period instance at t.
 func (b Budget) Balance(t time.Time) events.BalanceRef {
-	return events.BalanceRef{Scope: b.Ref.Scope, Period: b.Ref.Period, Instance: b.Instance(t)}
+	return events.BalanceRef{Scope: b.Ref.Scope, Period: b.Ref.Period, Instance: b.Instance(t), Unit: b.Ref.Unit}
 }
 
 // Changes names the fields of the definition that differ from prev, in the
@@ -105,6 +114,9 @@ type Reservation struct {
 	Status string
 	// Late is set when the settle arrived after ExpiresAt.
 	Late bool
+	// Pricing is the price quote of a reservation priced from a model
+	// (nil otherwise): a settle from usage prices at it.
+	Pricing *events.PriceQuote
 
 	// due is 1 + the reservation's position in the book's expiry index,
 	// 0 when it is not there (always 0 in a copy handed out).
@@ -188,6 +200,8 @@ type balance struct {
 	spent    events.Money
 	reserved events.Money
 	overrun  events.Money
+	// alerted are the thresholds crossed in this balance.
+	alerted []events.Money
 	// open holds the reservations open in this balance, by id.
 	open map[string]*Reservation
 }

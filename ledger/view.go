@@ -33,10 +33,12 @@ type Tx interface {
 type View struct {
 	l     *Ledger
 	bal   map[string]*viewBalance
-	lanes map[string]uint64       // the revision of each lane the view was taken at
-	hash  map[string]string       // the payload hash of each of those revisions
+	lanes map[string]uint64       // the revision of each lane the view was taken at (folded or skipped): the write's compare-and-set
+	prev  map[string]uint64       // the last valid revision of each lane: what the write's chain names
+	hash  map[string]string       // the payload hash of each prev revision
 	res   map[string]*Reservation // reservations changed in this group
 	req   map[string]*Reservation // request ids opened in this group
+	voids map[string]bool         // request ids voided in this group
 	// stale is set when a read from the book (open reservations, request
 	// ids) found a lane of the view already folded past the revision the
 	// view was taken at: the group is then decided again.
@@ -49,7 +51,7 @@ type View struct {
 func (v *View) checkLanes(refs []events.BalanceRef) {
 	for _, ref := range refs {
 		lane := v.l.layout.LaneKey(ref)
-		if at, ok := v.lanes[lane]; ok && v.l.bk.lanes[lane] != at {
+		if at, ok := v.lanes[lane]; ok && v.l.bk.rev(lane) != at {
 			v.stale = true
 		}
 	}
@@ -64,13 +66,14 @@ type viewBalance struct {
 }
 
 func (l *Ledger) newView(refs []events.BalanceRef) *View {
-	v := &View{l: l, bal: make(map[string]*viewBalance, len(refs)), lanes: map[string]uint64{}, hash: map[string]string{}, res: map[string]*Reservation{}, req: map[string]*Reservation{}}
+	v := &View{l: l, bal: make(map[string]*viewBalance, len(refs)), lanes: map[string]uint64{}, prev: map[string]uint64{}, hash: map[string]string{}, res: map[string]*Reservation{}, req: map[string]*Reservation{}, voids: map[string]bool{}}
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	for _, ref := range refs {
 		k := streams.BalanceKey(ref)
 		lane := l.layout.LaneKey(ref)
-		v.lanes[lane] = l.bk.lanes[lane]
+		v.lanes[lane] = l.bk.rev(lane)
+		v.prev[lane] = l.bk.lanes[lane]
 		v.hash[lane] = l.bk.hashes[lane]
 		vb := &viewBalance{lane: lane, added: map[string]events.Money{}, removed: map[string]bool{}}
 		vb.Balance = l.bk.balance(k, ref)
@@ -102,7 +105,7 @@ func (v *View) OpenAmount(key, id string) (events.Money, bool) {
 	}
 	v.l.mu.RLock()
 	defer v.l.mu.RUnlock()
-	if v.l.bk.lanes[vb.lane] != v.lanes[vb.lane] {
+	if v.l.bk.rev(vb.lane) != v.lanes[vb.lane] {
 		v.stale = true
 	}
 	if b := v.l.bk.balances[key]; b != nil {
@@ -142,6 +145,22 @@ func (v *View) ByRequest(rid string) (*Reservation, bool) {
 		return r.clone(), true
 	}
 	return nil, false
+}
+
+// Voided reports whether request id rid is voided as of this decision (an
+// events.RequestVoided the book remembers, or one decided earlier in the
+// group). A void is written into a lane of every scope it names, and an
+// admit of those scopes writes at least one of them: the compare-and-set
+// on that shared lane orders the two, so a void absent here is absent at
+// the revision the write requires, or the write fails and the group
+// decides again.
+func (v *View) Voided(rid string) bool {
+	if v.voids[rid] {
+		return true
+	}
+	v.l.mu.RLock()
+	defer v.l.mu.RUnlock()
+	return v.l.bk.voids[rid] != nil
 }
 
 // apply folds a Tx's events into the view so that later Txs in the group
@@ -184,6 +203,10 @@ func (v *View) apply(es events.Events) (err error) {
 			ref = e.Balance
 		case events.ReservationReleased:
 			ref = e.Balance
+		case events.ThresholdCrossed:
+			ref = e.Balance
+		case events.RequestVoided:
+			ref = e.Balance
 		default:
 			return fmt.Errorf("ledger: %s is not a balance event", e.EventType())
 		}
@@ -213,6 +236,10 @@ func (v *View) apply(es events.Events) (err error) {
 			delete(vb.added, id)
 		}
 		switch e := e.(type) {
+		case events.ThresholdCrossed:
+			// A copy: the book's slice is shared (and undo restores the
+			// old header with the Balance).
+			vb.Alerted = append(vb.Alerted[:len(vb.Alerted):len(vb.Alerted)], e.Threshold)
 		case events.ReservationOpened:
 			vb.Reserved = vb.Reserved.Add(e.Amount)
 			vb.Open++
@@ -223,7 +250,7 @@ func (v *View) apply(es events.Events) (err error) {
 				r = &Reservation{
 					ID: e.ReservationID, RequestID: e.RequestID, RequestHash: e.RequestHash,
 					Balances: e.Balances, Parts: make([]Part, 0, len(e.Balances)),
-					OpenedAt: e.At, ExpiresAt: e.ExpiresAt, Status: events.StatusOpen,
+					OpenedAt: e.At, ExpiresAt: e.ExpiresAt, Status: events.StatusOpen, Pricing: e.Pricing,
 				}
 				v.res[e.ReservationID] = r
 				rid := e.RequestID
@@ -261,6 +288,13 @@ func (v *View) apply(es events.Events) (err error) {
 			r.Status = events.StatusReleased
 			if e.Reason == events.ReasonExpired {
 				r.Status = events.StatusExpired
+			}
+		case events.RequestVoided:
+			// A tombstone: no number of the balance changes.
+			rid := e.RequestID
+			if !v.voids[rid] {
+				v.voids[rid] = true
+				undo = append(undo, func() { delete(v.voids, rid) })
 			}
 		}
 		vb.events = append(vb.events, e)
@@ -314,7 +348,7 @@ func (v *View) revisions() []keyedRevision {
 	out := make([]keyedRevision, 0, len(byLane))
 	for lane, keys := range byLane {
 		sort.Strings(keys)
-		rev := events.LaneRevision{Schema: events.SchemaLane, Chain: events.Chain{Prev: v.lanes[lane], PrevHash: v.hash[lane]},
+		rev := events.LaneRevision{Schema: events.SchemaLane, Chain: events.Chain{Prev: v.prev[lane], PrevHash: v.hash[lane]},
 			Balances: make([]events.BalanceRevision, len(keys))}
 		for i, k := range keys {
 			vb := v.bal[k]

@@ -24,8 +24,8 @@ import (
 //     (events.Money.Compact), times as Unix nanoseconds, the status as a
 //     small code;
 //   - anything that does not fit (an id of another shape, a reservation in
-//     several balances, a time outside 1678..2262, a status other than the
-//     four) goes to a winExt beside the entry: the strings that did not
+//     several balances or priced from a model, a time outside 1678..2262,
+//     a status other than the three) goes to a winExt beside the entry: the strings that did not
 //     fit, or the whole Reservation.
 //
 // Entries live in two FIFO rings, closed and expired (their retentions
@@ -400,7 +400,7 @@ func (w *window) shared(h uint32) *Reservation {
 func (w *window) compact(r *Reservation, bl *balance) winEntry {
 	whole := winEntry{ext: &winExt{res: r}, status: winStatus(r.Status)}
 	e := winEntry{status: winStatus(r.Status)}
-	if e.status == 0 || len(r.Parts) != 1 || len(r.Balances) != 1 || bl == nil || bl.ref != r.Balances[0] || r.Parts[0].Key != bl.key {
+	if e.status == 0 || r.Pricing != nil || len(r.Parts) != 1 || len(r.Balances) != 1 || bl == nil || bl.ref != r.Balances[0] || r.Parts[0].Key != bl.key {
 		return whole
 	}
 	p := &r.Parts[0]

@@ -59,3 +59,23 @@ func (v *CounterVec) collect(dst []series) []series {
 		return series{labelValues: lv, text: strconv.FormatUint(c.v.Load(), 10)}
 	})
 }
+
+// CounterFunc is a counter whose value is read by a function at scrape
+// time: a count another package keeps (a feed relay's appends).
+type CounterFunc struct {
+	d *desc
+	f func() uint64
+}
+
+// NewCounterFunc returns a counter that calls f on every scrape; f must
+// never decrease, be safe to call concurrently and not block. name should
+// end in _total.
+func NewCounterFunc(name, help string, f func() uint64) *CounterFunc {
+	return &CounterFunc{d: &desc{name: name, help: help, typ: "counter"}, f: f}
+}
+
+func (c *CounterFunc) desc() *desc { return c.d }
+
+func (c *CounterFunc) collect(dst []series) []series {
+	return append(dst, series{text: strconv.FormatUint(c.f(), 10)})
+}

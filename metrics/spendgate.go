@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/spendgate/spendgate/signing"
 )
 
 // Label values of spendgate_admits_total's result label.
@@ -74,6 +76,10 @@ type Set struct {
 	CASConflicts *Counter
 	// SweeperReleased counts reservations the sweeper expired.
 	SweeperReleased *Counter
+	// RevisionsRejected counts ledger revisions the replica skipped
+	// instead of folding: With(reason), a signing.Reason (unsigned,
+	// untrusted-key, bad-signature, malformed, replay, chain).
+	RevisionsRejected *CounterVec
 }
 
 // New returns spendgate's metrics with build info recorded.
@@ -90,11 +96,13 @@ func New(info BuildInfo) *Set {
 		CommitTxs:       NewHistogram("spendgate_commit_txs", "Transactions decided per successful ledger write (group commit size).", TxBuckets),
 		CASConflicts:    NewCounter("spendgate_cas_conflicts_total", "Ledger writes lost to compare-and-set (another writer was first)."),
 		SweeperReleased: NewCounter("spendgate_sweeper_released_total", "Reservations the sweeper released because their TTL had passed."),
+		RevisionsRejected: NewCounterVec("spendgate_revisions_rejected_total",
+			"Ledger revisions this replica skipped instead of folding (forged, garbage, replayed, off the chain), by reason.", "reason"),
 	}
 	build := NewGaugeVec("spendgate_build_info", "Always 1; the labels say which build is running.", "version", "commit", "go_version")
 	build.With(info.Version, info.Commit, runtime.Version()).Set(1)
 	s.Registry.MustRegister(s.Admits, s.AdmitChecks, s.Requests, s.RequestDuration, s.Inflight, s.LedgerBusy,
-		s.Commits, s.CommitTxs, s.CASConflicts, s.SweeperReleased, build)
+		s.Commits, s.CommitTxs, s.CASConflicts, s.SweeperReleased, s.RevisionsRejected, build)
 	return s
 }
 
@@ -189,6 +197,33 @@ func (s *Set) RegisterSnapshotAge(f func() time.Duration) {
 		}))
 }
 
+// RegisterFeedRelay adds the feed relay's counters:
+// spendgate_feed_events_relayed_total (events this replica appended to
+// the feed) and spendgate_feed_appends_lost_total (appends it lost to
+// another replica's relay, which had appended the same event first).
+// relayed and lost read counts the relay keeps; they must not block.
+func (s *Set) RegisterFeedRelay(relayed, lost func() uint64) {
+	s.Registry.MustRegister(
+		NewCounterFunc("spendgate_feed_events_relayed_total",
+			"Ledger events this replica's relay appended to the live event feed.", relayed),
+		NewCounterFunc("spendgate_feed_appends_lost_total",
+			"Feed appends this replica's relay lost to another relay that appended the same event first.", lost),
+	)
+}
+
+// RegisterReport adds the spend report aggregate's size:
+// spendgate_report_cells (its sums: hour buckets x groups x units that saw
+// a reservation) and spendgate_report_reservations (the open or
+// recently expired reservations it follows). f must not block long.
+func (s *Set) RegisterReport(f func() (cells, tracked int)) {
+	s.Registry.MustRegister(
+		NewGaugeFunc("spendgate_report_cells",
+			"Cells (hour bucket, group, unit) of the spend report this replica keeps.", func() float64 { c, _ := f(); return float64(c) }),
+		NewGaugeFunc("spendgate_report_reservations",
+			"Reservations the spend report follows (open, or expired and waiting for a late settle).", func() float64 { _, t := f(); return float64(t) }),
+	)
+}
+
 // compareDecimal compares two decimal strings exactly, without converting
 // them to floats: plain decimals (as Decimal accepts) in numeric order,
 // anything else before every plain decimal.
@@ -264,6 +299,10 @@ func (s *Set) Committed(txs int) {
 
 // Conflicted records a ledger write lost to compare-and-set.
 func (s *Set) Conflicted() { s.CASConflicts.Inc() }
+
+// Rejected counts one ledger revision the replica skipped, by reason (the
+// ledger's RejectObserver).
+func (s *Set) Rejected(reason signing.Reason) { s.RevisionsRejected.With(string(reason)).Inc() }
 
 // Expired records n reservations released by the sweeper.
 func (s *Set) Expired(n int) {

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/signing"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -35,6 +36,44 @@ type Report struct {
 	// From is the snapshot the replay started from (WithFromSnapshot);
 	// its Name is "" when the replay started at the first message.
 	From SnapshotCheck
+	// Skipped lists every revision the replay did not fold, as a replica
+	// skips it (unsigned, untrusted key, bad signature, malformed, replay,
+	// off the chain), in stream order. Each is also a problem.
+	Skipped []Skipped
+	// Signed counts the revisions whose signature was verified (0 without
+	// WithTrust).
+	Signed int
+}
+
+// Skipped is one revision that Check, like a replica, did not fold.
+type Skipped struct {
+	Seq    uint64
+	Key    string
+	Reason signing.Reason
+	// Detail is the decode or chain error, if any.
+	Detail string
+	// Reviewed: named by WithReviewed, so not a problem.
+	Reviewed bool
+}
+
+// String is "seq N key K: reason (detail)".
+func (s Skipped) String() string {
+	out := fmt.Sprintf("seq %d %s: skipped, %s", s.Seq, s.Key, s.Reason)
+	if s.Detail != "" {
+		out += " (" + s.Detail + ")"
+	}
+	if s.Reviewed {
+		out += ", reviewed"
+	}
+	return out
+}
+
+func (r *Report) skip(o *checkOptions, s Skipped) {
+	s.Reviewed = o.reviewed[s.Seq]
+	r.Skipped = append(r.Skipped, s)
+	if !s.Reviewed {
+		r.Problems = append(r.Problems, s.String())
+	}
 }
 
 // OK reports whether Check found no problem.
@@ -52,6 +91,13 @@ func (r *Report) String() string {
 	}
 	if r.OK() {
 		b.WriteString("OK, replay equals live")
+		if r.Signed > 0 {
+			fmt.Fprintf(&b, "; %d revisions signed by trusted keys", r.Signed)
+		}
+		for _, s := range r.Skipped {
+			b.WriteString("\n  - ")
+			b.WriteString(s.String())
+		}
 		if r.Snapshot.Verified {
 			fmt.Fprintf(&b, "; snapshot %s equals the replay at seq %d", r.Snapshot.Name, r.Snapshot.Seq)
 		}
@@ -78,6 +124,8 @@ type checkOptions struct {
 	closed, expired time.Duration
 	fromSnapshot    bool
 	archive         string
+	trust           *signing.KeySet
+	reviewed        map[uint64]bool
 }
 
 // WithArchive has Check (and CatchUp, ReplayUntil) read the archive in
@@ -124,6 +172,29 @@ func WithFromSnapshot() CheckOption {
 	return func(o *checkOptions) { o.fromSnapshot = true }
 }
 
+// WithReviewed names skipped revisions an operator has already looked
+// into (see the README's Recovery): they are still listed in
+// Report.Skipped, marked Reviewed, but are no problem. A sequence that is
+// not skipped is no problem either; it is simply unused.
+func WithReviewed(seqs ...uint64) CheckOption {
+	return func(o *checkOptions) {
+		if o.reviewed == nil {
+			o.reviewed = map[uint64]bool{}
+		}
+		for _, s := range seqs {
+			o.reviewed[s] = true
+		}
+	}
+}
+
+// WithTrust makes Check verify every revision's signature against ks (see
+// signing.KeySet.Verify): a revision it refuses is skipped, as a replica
+// skips it, and reported in Report.Skipped. Without it signatures are not
+// checked (the chain always is).
+func WithTrust(ks *signing.KeySet) CheckOption {
+	return func(o *checkOptions) { o.trust = ks }
+}
+
 // WithProgress has f told the sequence of every message Check folds and
 // the stream's last sequence when Check started (f must be quick: it runs
 // on the replay's path).
@@ -134,6 +205,8 @@ func WithProgress(f func(seq, last uint64)) CheckOption {
 // Check replays the ledger stream from its first message and reconciles
 // the result with the live KV bucket, to the last digit:
 //
+//   - with WithTrust, every lane and budget revision must be signed by a
+//     trusted key (signing.KeySet.Verify);
 //   - every message must apply (see State.Apply);
 //   - every lane key's live value must be the revision the replay folded
 //     last for that lane, and each balance it names must have that
@@ -152,9 +225,13 @@ func WithProgress(f func(seq, last uint64)) CheckOption {
 // revisions are skipped (they would only repeat the first problem) and it
 // is left out of the live comparison and of the checks above, while every
 // other balance, in that lane too, goes on folding (with one lane, a lane
-// is the whole book). A lane revision that cannot be read at all is
-// reported and skipped. A budget revision that fails quarantines its key. A live value written after the replay makes Check fold
-// further, up to MaxCheckRounds times.
+// is the whole book). A revision a replica skips (a signature that fails,
+// a payload that does not decode, a revision off its key's chain) is
+// skipped the same way, reported in Report.Skipped with its sequence and
+// reason, and the key's chain goes on from its last valid revision; a
+// lane whose live value is such a revision is not compared. Any other
+// budget revision that fails quarantines its key. A live value written
+// after the replay makes Check fold further, up to MaxCheckRounds times.
 //
 // Problems go into the Report; the error is only for failing to read:
 // the stream or bucket lookup, a consumer or KV read error, or ctx's error.
@@ -188,6 +265,7 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout, o
 	if o.window {
 		st.setWindow(o.closed, o.expired, func(r *Reservation) { checkReservation(rep, st, layout, bad, r) })
 	}
+	rejected := map[uint64]bool{}
 	// The newest snapshot is compared with the replay when the replay
 	// stands exactly at its sequence.
 	snapName, snapSeq, snapData, haveSnap, err := newestSnapshot(ctx, js, layout, last)
@@ -226,16 +304,29 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout, o
 				st.skip(m.seq)
 				return nil
 			}
+			if streams.IsLaneKey(m.key) || streams.IsBudgetKey(m.key) {
+				if reason := o.trust.Verify(m.key, m.seq, m.header, m.data); reason != "" {
+					rep.skip(&o, Skipped{Seq: m.seq, Key: m.key, Reason: reason})
+					rejected[m.seq] = true
+					st.skip(m.seq)
+					return nil
+				}
+				if o.trust != nil {
+					rep.Signed++
+				}
+			}
 			if streams.IsLaneKey(m.key) {
 				// Balance by balance: a bad balance is quarantined, the
 				// other balances of the lane go on folding.
 				failed, err := st.applyLaneQuarantine(m.seq, m.key, m.data, m.parsed, bad)
 				if err != nil {
-					rep.problemf("%v", &ApplyError{Seq: m.seq, Key: m.key, Err: err})
-					if errors.Is(err, ErrChain) {
-						// The lane's history stops here: fold no
-						// more of it.
-						bad[m.key] = true
+					if reason, ok := rejection(m.key, err); ok {
+						// Skipped as a replica skips it: the chain goes on
+						// from the lane's last valid revision.
+						rep.skip(&o, Skipped{Seq: m.seq, Key: m.key, Reason: reason, Detail: detail(err)})
+						rejected[m.seq] = true
+					} else {
+						rep.problemf("%v", &ApplyError{Seq: m.seq, Key: m.key, Err: err})
 					}
 					st.skip(m.seq)
 					return nil
@@ -249,8 +340,13 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout, o
 				return nil
 			}
 			if err := st.Apply(m.seq, m.key, m.data); err != nil {
-				rep.problemf("%v", err)
-				bad[m.key] = true
+				if reason, ok := rejection(m.key, err); ok {
+					rep.skip(&o, Skipped{Seq: m.seq, Key: m.key, Reason: reason, Detail: detail(err)})
+					rejected[m.seq] = true
+				} else {
+					rep.problemf("%v", err)
+					bad[m.key] = true
+				}
 				st.skip(m.seq)
 			}
 			return nil
@@ -298,6 +394,11 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout, o
 				continue
 			}
 			seen[key] = true
+			if rejected[e.Revision()] {
+				// The live value is a skipped revision (reported above):
+				// replicas serve the lane's last valid revision.
+				continue
+			}
 			compareLane(rep, st, key, e, bad)
 		}
 		if err := fold(st.Position()+1, until); err != nil {
@@ -322,6 +423,32 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout, o
 	rep.Reservations = len(st.reservations) + st.Forgotten()
 	rep.Events = st.Events()
 	return rep, nil
+}
+
+// rejection reports whether err, from folding one whole revision of key,
+// is one a replica skips (a lane or budget payload that does not decode, a
+// revision off its key's chain), and why.
+func rejection(key string, err error) (signing.Reason, bool) {
+	if err == nil || !(streams.IsLaneKey(key) || streams.IsBudgetKey(key)) {
+		return "", false
+	}
+	if r, ok := signing.ChainReason(err); ok {
+		return r, true
+	}
+	var ae *ApplyError
+	if errors.Is(err, ErrMalformed) && (!errors.As(err, &ae) || !strings.HasPrefix(ae.Err.Error(), "balance ")) {
+		return signing.ReasonMalformed, true
+	}
+	return "", false
+}
+
+// detail is err's message without the wrapping that Skipped already says.
+func detail(err error) string {
+	var ae *ApplyError
+	if errors.As(err, &ae) {
+		err = ae.Err
+	}
+	return err.Error()
 }
 
 // laneKeys lists every live lane key, reading the lister to its end so

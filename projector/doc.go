@@ -29,7 +29,9 @@
 //     max(0, Actual-Reserved). AfterExpiry is only valid for a reservation
 //     the sweeper released as expired in that balance.
 //   - ReservationReleased: reserved -= Reserved; open -= 1; the reason is
-//     "released" or "expired".
+//     "released", "expired" or "voided" (its request id was voided).
+//   - RequestVoided: a tombstone for a request id; no number changes. The
+//     balance must be one of the void's scopes.
 //   - BudgetDefined (v1, upcast with events.AsBudgetDefinedV2) and
 //     BudgetDefinedV2: the budget's whole definition (limit, unit, time
 //     zone, disabled, fixed slot, thresholds). A zone must load and a fixed

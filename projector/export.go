@@ -29,6 +29,12 @@ type Filter struct {
 	// Scopes, when not empty, keeps only reservations admitted in at least
 	// one of these scopes.
 	Scopes []events.Scope
+	// OneTenant keeps only the reservations of Tenant ("" for the
+	// untenanted deployment's): those whose scopes carry that tenant
+	// (events.Scope.Tenant). Scopes are then still the stored scopes
+	// ("acme/team:search"). Without OneTenant, every tenant's.
+	OneTenant bool
+	Tenant    string
 	// Hold overrides DefaultLateSettleHold when positive.
 	Hold time.Duration
 }
@@ -39,6 +45,10 @@ func (f Filter) selects(ev events.ReservationOpened) bool {
 		return false
 	}
 	if !f.To.IsZero() && !ev.At.Before(f.To) {
+		return false
+	}
+	// An admit qualifies all its scopes by one tenant.
+	if f.OneTenant && ev.Balance.Scope.Tenant() != f.Tenant {
 		return false
 	}
 	if len(f.Scopes) == 0 {
@@ -90,6 +100,11 @@ type Row struct {
 	ReleaseReason string
 	// Metadata is the admit's metadata, as recorded.
 	Metadata map[string]string
+	// Pricing is the price quote of a reservation priced from a model
+	// (model, price version, prices, tokens), nil otherwise; Usage the
+	// usage its settle gave, nil for a settle with an actual.
+	Pricing *events.PriceQuote
+	Usage   *events.Usage
 }
 
 // partState is one balance's lifecycle of a tracked reservation.
@@ -240,11 +255,19 @@ func (rf *rowFold) collectKeys(m message) error {
 	return nil
 }
 
-// apply folds one stream message.
+// apply folds one stream message. Its events come before the holds it
+// ends: a late settle in the first revision written after a hold's
+// deadline still finds its reservation (the ledger accepts it when no
+// revision came between to make it forget the reservation, as after a
+// quiet period longer than the hold).
 func (rf *rowFold) apply(m message) error {
-	if err := rf.expireHolds(m.at); err != nil {
+	if err := rf.applyEvents(m); err != nil {
 		return err
 	}
+	return rf.expireHolds(m.at)
+}
+
+func (rf *rowFold) applyEvents(m message) error {
 	switch {
 	case streams.IsLaneKey(m.key):
 	case streams.IsBalanceKey(m.key):
@@ -281,7 +304,7 @@ func (rf *rowFold) event(m message, ref events.BalanceRef, e events.Event) error
 				row: Row{
 					ReservationID: ev.ReservationID, RequestID: ev.RequestID,
 					Balances: slices.Clone(ev.Balances), Unit: ev.Unit, Reserved: ev.Amount,
-					OpenedAt: ev.At, ExpiresAt: ev.ExpiresAt, Metadata: ev.Metadata,
+					OpenedAt: ev.At, ExpiresAt: ev.ExpiresAt, Metadata: ev.Metadata, Pricing: ev.Pricing,
 				},
 				parts: make(map[events.BalanceRef]partState, len(ev.Balances)),
 				order: rf.order,
@@ -315,6 +338,7 @@ func (rf *rowFold) event(m message, ref events.BalanceRef, e events.Event) error
 		}
 		if !t.row.Settled {
 			t.row.Settled, t.row.Actual, t.row.Overrun = true, ev.Actual, ev.Overrun
+			t.row.Usage = ev.Usage
 		}
 		if ev.At.After(t.row.SettledAt) {
 			t.row.SettledAt = ev.At

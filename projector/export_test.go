@@ -413,3 +413,32 @@ func TestProjector_ExportStopsOnFork(t *testing.T) {
 	_, err = p.ExportJSONL(ctx, io.Discard, projector.Filter{})
 	require.ErrorIs(t, err, projector.ErrChain)
 }
+
+// A late settle in the first revision written after its reservation's
+// late-settle hold ended (a ledger quiet for longer than the hold, so the
+// ledger had not forgotten the reservation and accepted the settle) is in
+// the reservation's row. Before, the hold was ended before the revision's
+// events were folded: the row was written as expired with no actual and
+// the settle dropped.
+func TestProjector_LateSettleEndingItsHold(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t, testenv.WithLayout(lanes2))
+	bk := newBook(t, env)
+	bk.define(acme.Budget(), "100")
+	bk.commit(open("rsv_1", "1", t0, time.Minute, nil, acme)...)
+	bk.commit(release("rsv_1", "1", events.ReasonExpired, t0.Add(2*time.Minute), acme)...)
+	bk.commit(settle("rsv_1", "1", "0.5", t0.Add(time.Hour), true, true, acme)...)
+	p := projector.New(env.JS, env.Layout)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var rows []projector.Row
+	_, err := p.Rows(ctx, projector.Filter{Hold: time.Nanosecond}, func(r *projector.Row) error {
+		rows = append(rows, *r)
+		return nil
+	})
+	require.NoError(t, err)
+	require.Len(t, rows, 1)
+	require.True(t, rows[0].Settled, "the late settle is in the row")
+	require.Equal(t, events.StatusSettled, rows[0].Status)
+	require.Equal(t, "0.5", rows[0].Actual.String())
+}

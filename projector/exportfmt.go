@@ -267,6 +267,10 @@ type jsonRow struct {
 	Late          bool                `json:"late"`
 	ReleaseReason *string             `json:"release_reason"`
 	Metadata      map[string]string   `json:"metadata"`
+	// Pricing and Usage: a reservation priced from a model and its settle
+	// from usage; absent otherwise (the CSV has no columns for them).
+	Pricing *events.PriceQuote `json:"pricing,omitempty"`
+	Usage   *events.Usage      `json:"usage,omitempty"`
 }
 
 func optTime(t time.Time) *string {
@@ -298,7 +302,7 @@ func (p *Projector) ExportJSONL(ctx context.Context, w io.Writer, f Filter) (Tot
 			Unit: r.Unit, Reserved: r.Reserved,
 			OpenedAt: optTime(r.OpenedAt), ExpiresAt: optTime(r.ExpiresAt), SettledAt: optTime(r.SettledAt),
 			ReleasedAt: optTime(r.ReleasedAt), ExpiredAt: optTime(r.ExpiredAt),
-			Status: r.Status, Late: r.Late, Metadata: r.Metadata,
+			Status: r.Status, Late: r.Late, Metadata: r.Metadata, Pricing: r.Pricing, Usage: r.Usage,
 		}
 		if jr.Metadata == nil {
 			jr.Metadata = map[string]string{}

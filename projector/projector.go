@@ -7,8 +7,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spendgate/spendgate/signing"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -17,6 +19,8 @@ import (
 type Projector struct {
 	js     jetstream.JetStream
 	layout streams.Layout
+	// trust: see Verifying.
+	trust *signing.KeySet
 
 	mu    sync.Mutex
 	state *State
@@ -26,8 +30,37 @@ type Projector struct {
 
 // New returns a Projector over the ledger stream of layout. It does no I/O
 // until CatchUp, Run or ReplayUntil.
-func New(js jetstream.JetStream, layout streams.Layout) *Projector {
-	return &Projector{js: js, layout: layout, state: NewState()}
+func New(js jetstream.JetStream, layout streams.Layout, opts ...Option) *Projector {
+	p := &Projector{js: js, layout: layout, state: NewState()}
+	for _, o := range opts {
+		o(p)
+	}
+	return p
+}
+
+// Option configures a Projector.
+type Option func(*Projector)
+
+// Verifying makes the Projector read only the revisions that ks accepts
+// (signing.KeySet.Verify), as a replica does: any other is skipped, in
+// every fold (CatchUp, Run, ReplayUntil, Rows, MetadataKeys). Check
+// reports what it skips (see WithTrust); these folds do not. Without it
+// signatures are not checked. Either way a revision that does not decode
+// or breaks its key's chain is skipped by CatchUp, Run and ReplayUntil, as
+// replicas skip it.
+func Verifying(ks *signing.KeySet) Option {
+	return func(p *Projector) { p.trust = ks }
+}
+
+// applySkipping folds m into st, skipping (as a replica does) a revision
+// that does not decode or breaks its key's chain.
+func applySkipping(st *State, m message) error {
+	err := st.Apply(m.seq, m.key, m.data)
+	if _, ok := rejection(m.key, err); ok {
+		st.skip(m.seq)
+		return nil
+	}
+	return err
 }
 
 // State returns a snapshot (a deep copy) of the projector's current state:
@@ -43,10 +76,11 @@ var errStop = errors.New("projector: stop")
 
 // message is what a read hands to its fold.
 type message struct {
-	seq  uint64
-	key  string
-	data []byte
-	at   time.Time
+	seq    uint64
+	key    string
+	header nats.Header
+	data   []byte
+	at     time.Time
 	// parsed is the lane revision parsed ahead (readParsed), or nil.
 	parsed *parsedLane
 }
@@ -116,7 +150,9 @@ func (p *Projector) read(ctx context.Context, s jetstream.Stream, from, until ui
 		if !ok {
 			return fmt.Errorf("projector: seq %d: subject %q is outside the ledger's keys", seq, msg.Subject())
 		}
-		if err := fn(message{seq: seq, key: key, data: msg.Data(), at: meta.Timestamp}); err != nil {
+		if (streams.IsLaneKey(key) || streams.IsBudgetKey(key)) && p.trust.Verify(key, seq, msg.Headers(), msg.Data()) != "" {
+			// Not a revision a replica folds: skipped unseen.
+		} else if err := fn(message{seq: seq, key: key, header: msg.Headers(), data: msg.Data(), at: meta.Timestamp}); err != nil {
 			if errors.Is(err, errStop) {
 				return nil
 			}
@@ -154,7 +190,7 @@ func (p *Projector) CatchUp(ctx context.Context, opts ...CheckOption) (*State, e
 				o.progress(m.seq, last)
 			}
 			st.advance(m.at)
-			return st.Apply(m.seq, m.key, m.data)
+			return applySkipping(st, m)
 		}); err != nil {
 			return nil, err
 		}
@@ -188,7 +224,7 @@ func (p *Projector) Run(ctx context.Context) error {
 	return p.read(ctx, s, from, 0, func(m message) error {
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		return p.state.Apply(m.seq, m.key, m.data)
+		return applySkipping(p.state, m)
 	})
 }
 
@@ -219,7 +255,7 @@ func (p *Projector) ReplayUntil(ctx context.Context, t time.Time, opts ...CheckO
 			o.progress(m.seq, last)
 		}
 		st.advance(m.at)
-		return st.Apply(m.seq, m.key, m.data)
+		return applySkipping(st, m)
 	}); err != nil {
 		return nil, err
 	}

@@ -136,7 +136,7 @@ func IdleBalances(st *State, t time.Time) []Balance {
 		if err != nil {
 			continue // the fold refused such a definition
 		}
-		ref := events.BalanceRef{Scope: b.Ref.Scope, Period: b.Ref.Period, Instance: b.Ref.Period.InstanceIn(t, loc)}
+		ref := events.BalanceRef{Scope: b.Ref.Scope, Period: b.Ref.Period, Instance: b.Ref.Period.InstanceIn(t, loc), Unit: b.Ref.Unit}
 		if _, ok := st.Balance(ref); ok {
 			continue
 		}

@@ -54,6 +54,9 @@ type snapBody struct {
 	// entry carries its reservation (version 1 lists it in Reservations).
 	Closed  []snapClosed `json:"closed"`
 	Expired []snapClosed `json:"expired"`
+	Voids   []struct {
+		RequestID string `json:"request_id"`
+	} `json:"voids"`
 }
 
 type snapRes struct {
@@ -242,6 +245,13 @@ func verifySnapshot(rep *Report, st *State, name string, seq uint64, data []byte
 	}
 	if open != replayOpen {
 		pf("%d open reservations, the replay %d", open, replayOpen)
+	}
+	// The snapshot remembers the voids of its idempotency window: each
+	// must be a void of the replay (the replay keeps every one).
+	for _, v := range b.Voids {
+		if !st.voided[v.RequestID] {
+			pf("void of request %s is not in the replay", v.RequestID)
+		}
 	}
 	rep.Snapshot = SnapshotCheck{Name: name, Seq: seq, Verified: len(rep.Problems) == before}
 }

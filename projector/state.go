@@ -42,13 +42,17 @@ type Balance struct {
 	Open int64
 	// Opened counts ReservationOpened events; Settled every settle
 	// (including those after expiry); Released releases with reason
-	// "released"; Expired releases with reason "expired"; Late settles
-	// marked late.
-	Opened, Settled, Released, Expired, Late int64
+	// "released" or "voided"; Expired releases with reason "expired"; Late
+	// settles marked late; Voided the RequestVoided tombstones written into
+	// the balance.
+	Opened, Settled, Released, Expired, Late, Voided int64
 	// Revision is the stream sequence of the last lane revision that named
 	// the balance, and Revisions how many lane revisions named it.
 	Revision  uint64
 	Revisions int64
+	// Alerted are the alert thresholds crossed in this balance
+	// (threshold.crossed.v1), in the order crossed; Alerts counts them.
+	Alerted []events.Money
 }
 
 // ReservationPart is one reservation's lifecycle in one balance.
@@ -94,6 +98,8 @@ type Reservation struct {
 	// Seqs are the stream sequences of the messages that carried its
 	// events, ascending.
 	Seqs []uint64
+	// Pricing is the price quote of a reservation priced from a model.
+	Pricing *events.PriceQuote
 }
 
 // Budget is a budget definition folded from BudgetDefined (v1, upcast)
@@ -114,6 +120,9 @@ type Budget struct {
 	// sequence of the last one.
 	Definitions int64
 	Revision    uint64
+	// FromDefault is the revision of the kind's default the budget was
+	// created from (0: put for the scope itself).
+	FromDefault uint64
 }
 
 // State is the fold of the ledger stream up to Position. The zero value is
@@ -130,7 +139,15 @@ type State struct {
 	reservations map[string]*Reservation
 	budgets      map[events.BudgetRef]*Budget
 	// win, when set, forgets closed reservations (window.go).
-	win *window
+	win     *window
+	pricing pricingState
+	// defaults holds every version of every kind's default budget, by
+	// default key then revision (a budget created from one names it).
+	defaults map[string]map[uint64]*Budget
+	// defaultRev is the last revision of each default key.
+	defaultRev map[string]uint64
+	// voided holds every request id a RequestVoided names.
+	voided map[string]bool
 }
 
 // NewState returns an empty State at position 0.
@@ -141,6 +158,10 @@ func NewState() *State {
 		hashes:       map[string]string{},
 		reservations: map[string]*Reservation{},
 		budgets:      map[events.BudgetRef]*Budget{},
+		pricing:      pricingState{current: map[string]uint64{}, versions: map[string]map[uint64]*Price{}},
+		defaults:     map[string]map[uint64]*Budget{},
+		defaultRev:   map[string]uint64{},
+		voided:       map[string]bool{},
 	}
 }
 
@@ -221,6 +242,13 @@ func (s *State) Clone() *State {
 		reservations: make(map[string]*Reservation, len(s.reservations)),
 		budgets:      make(map[events.BudgetRef]*Budget, len(s.budgets)),
 		win:          s.win.clone(),
+		pricing:      s.pricing.clone(),
+		defaults:     make(map[string]map[uint64]*Budget, len(s.defaults)),
+		defaultRev:   maps.Clone(s.defaultRev),
+		voided:       maps.Clone(s.voided),
+	}
+	for k, vs := range s.defaults {
+		c.defaults[k] = maps.Clone(vs) // *Budget values are never mutated
 	}
 	for k, b := range s.balances {
 		v := *b
@@ -296,6 +324,10 @@ func (s *State) Apply(seq uint64, key string, data []byte) error {
 		err = errorf(ErrMalformed, "balance key outside a lane: a stream of an older layout")
 	case streams.IsBudgetKey(key):
 		err = s.applyBudget(seq, key, data)
+	case streams.IsPricingKey(key):
+		err = s.applyPricing(seq, key, data)
+	case streams.IsDefaultKey(key):
+		err = s.applyDefault(seq, key, data)
 	}
 	if err != nil {
 		return &ApplyError{Seq: seq, Key: key, Err: err}
@@ -331,11 +363,16 @@ func decodeStrict(data []byte, v any) error {
 
 // validBalanceRef checks that every part of b is a valid token.
 func validBalanceRef(b events.BalanceRef) error {
-	if _, err := events.ParseScope(string(b.Scope)); err != nil {
+	if _, err := events.ParseStoredScope(string(b.Scope)); err != nil {
 		return err
 	}
 	if _, err := events.ParsePeriod(string(b.Period)); err != nil {
 		return err
+	}
+	if b.Unit != "" {
+		if err := events.ValidateUnit(b.Unit); err != nil {
+			return err
+		}
 	}
 	return events.ValidateToken("instance", b.Instance, events.MaxIDLen)
 }
@@ -346,6 +383,8 @@ func validBalanceRef(b events.BalanceRef) error {
 type stage struct {
 	s   *State
 	mod map[string]*Reservation
+	// voids are the request ids voided by the revision being folded.
+	voids []string
 }
 
 func (st *stage) get(id string) *Reservation {
@@ -411,6 +450,9 @@ func (s *State) applyLane(seq uint64, key string, data []byte) error {
 	for id, r := range st.mod {
 		s.reservations[id] = r
 		s.closed(r, seq)
+	}
+	for _, rid := range st.voids {
+		s.voided[rid] = true
 	}
 	s.events += n
 	return nil
@@ -512,6 +554,9 @@ func (s *State) applyLaneQuarantine(seq uint64, key string, data []byte, pre *pa
 			s.reservations[id] = r
 			s.closed(r, seq)
 		}
+		for _, rid := range st.voids {
+			s.voided[rid] = true
+		}
 		s.events += len(br.Events)
 	}
 	s.lanes[key] = seq
@@ -604,8 +649,20 @@ func applyEvent(st *stage, b *Balance, seq uint64, e events.Event) error {
 		return applySettled(st, b, seq, ev)
 	case events.ReservationReleased:
 		return applyReleased(st, b, seq, ev)
+	case events.ThresholdCrossed:
+		return applyCrossed(b, ev)
+	case events.RequestVoided:
+		if err := checkBalance(b, ev.Balance); err != nil {
+			return err
+		}
+		if ev.RequestID == "" || !slices.Contains(ev.Scopes, ev.Balance.Scope) {
+			return errorf(ErrMalformed, "void of request %q in balance %s, which is not among its scopes %v", ev.RequestID, ev.Balance, ev.Scopes)
+		}
+		b.Voided++
+		st.voids = append(st.voids, ev.RequestID)
+		return nil
 	default:
-		return errorf(ErrMalformed, "not a reservation event in a balance revision")
+		return errorf(ErrMalformed, "not a reservation event (nor a threshold crossing) in a balance revision")
 	}
 }
 
@@ -636,6 +693,9 @@ func applyOpened(st *stage, b *Balance, seq uint64, ev events.ReservationOpened)
 	if ev.Amount.Sign() < 0 {
 		return errorf(ErrTransition, "reservation %s: negative amount %s", ev.ReservationID, ev.Amount)
 	}
+	if err := st.s.checkQuote(ev); err != nil {
+		return err
+	}
 	r := st.get(ev.ReservationID)
 	if r == nil {
 		r = &Reservation{
@@ -646,6 +706,7 @@ func applyOpened(st *stage, b *Balance, seq uint64, ev events.ReservationOpened)
 			Parts:     map[events.BalanceRef]ReservationPart{},
 			OpenedAt:  ev.At,
 			ExpiresAt: ev.ExpiresAt,
+			Pricing:   ev.Pricing,
 		}
 		st.mod[ev.ReservationID] = r
 	}
@@ -700,6 +761,11 @@ func applySettled(st *stage, b *Balance, seq uint64, ev events.ReservationSettle
 		// beyond what was reserved.
 		want = ev.Actual
 	}
+	if ev.Usage != nil {
+		if err := checkUsage(r, b, ev); err != nil {
+			return err
+		}
+	}
 	if ev.Overrun.Cmp(want) != 0 {
 		return errorf(ErrTransition, "settle of reservation %s states overrun %s, but actual %s - reserved %s gives %s",
 			ev.ReservationID, ev.Overrun, ev.Actual, ev.Reserved, want)
@@ -730,9 +796,9 @@ func applyReleased(st *stage, b *Balance, seq uint64, ev events.ReservationRelea
 	if err := checkBalance(b, ev.Balance); err != nil {
 		return err
 	}
-	if ev.Reason != events.ReasonReleased && ev.Reason != events.ReasonExpired {
-		return errorf(ErrMalformed, "release of reservation %s with reason %q, want %q or %q",
-			ev.ReservationID, ev.Reason, events.ReasonReleased, events.ReasonExpired)
+	if ev.Reason != events.ReasonReleased && ev.Reason != events.ReasonExpired && ev.Reason != events.ReasonVoided {
+		return errorf(ErrMalformed, "release of reservation %s with reason %q, want %q, %q or %q",
+			ev.ReservationID, ev.Reason, events.ReasonReleased, events.ReasonExpired, events.ReasonVoided)
 	}
 	r, p, err := part(st, b, ev.ReservationID, "release")
 	if err != nil {
@@ -795,7 +861,7 @@ func (s *State) applyBudget(seq uint64, key string, data []byte) error {
 	if err := events.UpcastBudget(&rev); err != nil {
 		return errorf(ErrMalformed, "%v", err)
 	}
-	if _, err := events.ParseScope(string(rev.Budget.Scope)); err != nil {
+	if _, err := events.ParseStoredScope(string(rev.Budget.Scope)); err != nil {
 		return errorf(ErrMalformed, "%v", err)
 	}
 	if _, err := events.ParsePeriod(string(rev.Budget.Period)); err != nil {
@@ -844,6 +910,12 @@ func (s *State) applyBudget(seq uint64, key string, data []byte) error {
 		}
 		b.Limit, b.Unit, b.DefinedAt = ev.Limit, ev.Unit, ev.At
 		b.TZ, b.Disabled, b.FixedSlot, b.Thresholds = ev.TZ, ev.Disabled, ev.FixedSlot, ev.Thresholds
+		if ev.FromDefault != 0 {
+			if err := s.checkFromDefault(rev.Budget, ev, seq); err != nil {
+				return err
+			}
+		}
+		b.FromDefault = ev.FromDefault
 		b.Definitions++
 	}
 	if rev.Limit.Cmp(b.Limit) != 0 {
@@ -863,6 +935,9 @@ func (s *State) applyBudget(seq uint64, key string, data []byte) error {
 	}
 	if st, fo := moneyList(rev.Thresholds), moneyList(b.Thresholds); st != fo {
 		return &MismatchError{Field: "thresholds", Stated: st, Folded: fo}
+	}
+	if rev.FromDefault != b.FromDefault {
+		return &MismatchError{Field: "from_default", Stated: strconv.FormatUint(rev.FromDefault, 10), Folded: strconv.FormatUint(b.FromDefault, 10)}
 	}
 	b.Revision = seq
 	s.budgets[rev.Budget] = &b

@@ -14,9 +14,10 @@
 //   - service is a calling service: admit, settle and release only.
 //   - admin manages budgets: every endpoint, budget.put/get/list included,
 //     and $SRV discovery (`nats micro info spendgate`).
-//   - finance reads: budget.get/list, stream info, ephemeral (ordered)
-//     consumers on the ledger stream, direct and message gets; enough for
-//     `spendgate audit`. It writes nothing.
+//   - finance reads: budget.get/list, report, stream info, ephemeral
+//     (ordered) consumers on the ledger stream, direct and message gets;
+//     enough for `spendgate audit` and `spendgate report` (from the API or
+//     --replay). It writes nothing.
 //   - feed follows the live event feed (package feed): it reads the feed
 //     stream with durable or ordered consumers and acknowledges what it
 //     processed. The replica role appends to the feed (serve --feed); no
@@ -32,6 +33,19 @@
 // so a later, broader allow cannot open them. Deleting or purging the
 // ledger stream is no role's business: an operator does it with an
 // identity outside this layout.
+//
+// Tenants: Config(l, account, tenants...) renders one account per tenant
+// beside the replicas' account. The replicas' account exports
+// "<prefix>t.<tenant>.>" (TenantExport) to that tenant's account alone;
+// the tenant's account imports TenantEndpoints from there under their plain
+// subjects (TenantImports: "spendgate.t.acme.admit" seen as
+// "spendgate.admit"), so the replica reads the tenant from a subject token
+// the server fixes per account and the tenant cannot choose. It also
+// imports the JetStream API of its one feed consumer (TenantFeedImports,
+// under TenantJSPrefix), created only with its own filter. Its one user,
+// named after the tenant, may publish only those (role Tenant). The admin
+// role may call every tenant's subjects (budgets are the operator's to
+// define); the service role may not.
 //
 // Rendering: Authorization writes a nats-server "authorization" block
 // (users in the global account), Accounts the same users inside one account

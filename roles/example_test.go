@@ -22,13 +22,17 @@ func ExampleAuthorization() {
 	// # inbox prefix (spendgate --inbox-prefix, $SPENDGATE_INBOX_PREFIX, nats --inbox-prefix):
 	// #   service  _INBOX_spendgate_service
 	// authorization {
-	//   # service: a calling service: admit, settle and release only
+	//   # service: a calling service: admit, settle, release and void only
 	//   SPENDGATE_SERVICE = {
 	//     publish = {
 	//       allow = [
 	//         "spendgate.admit"
 	//         "spendgate.settle"
 	//         "spendgate.release"
+	//         "spendgate.void"
+	//         "spendgate.admit.batch"
+	//         "spendgate.settle.batch"
+	//         "spendgate.release.batch"
 	//       ]
 	//       deny = [
 	//         "$KV.spendgate.>"

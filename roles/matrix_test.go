@@ -73,14 +73,24 @@ var pubSubjects = []string{
 	"$JS.ACK.spendgate_feed.billing.1.1.1.1.0",
 	"$JS.FC.spendgate_feed.c1.x",
 	"spendgate.feed.v1.reservation.opened.v1.team.search",
+	"spendgate.feed.v1.reservation.opened.v1.t.acme.team.search",
 	// Service endpoints.
 	"spendgate.admit",
 	"spendgate.settle",
 	"spendgate.release",
+	"spendgate.void",
 	"spendgate.budget.put",
 	"spendgate.budget.get",
 	"spendgate.budget.list",
+	"spendgate.report",
 	"spendgate.other",
+	// A tenant's endpoints (a tenant's account reaches them through its
+	// imports; in this account only the admin acts for a tenant).
+	"spendgate.t.acme.admit",
+	"spendgate.t.acme.budget.put",
+	"spendgate.t.acme.budget.list",
+	"spendgate.t.acme.report",
+	"spendgate.t.acme.other",
 	// Discovery.
 	"$SRV.PING", "$SRV.PING.spendgate", "$SRV.PING.spendgate.id1",
 	"$SRV.INFO", "$SRV.INFO.spendgate", "$SRV.INFO.spendgate.id1",
@@ -134,11 +144,13 @@ var wantPub = map[string][]string{
 			"$KV.spendgate.lane.0", "$KV.spendgate.budget.x", "$KV.spendgate.budget.org.acme.month"},
 		[]string{"$JS.API.STREAM.CREATE.spendgate_feed", "$JS.API.STREAM.UPDATE.spendgate_feed",
 			"$JS.API.STREAM.INFO.spendgate_feed", "$JS.API.STREAM.MSG.GET.spendgate_feed",
-			"spendgate.feed.v1.reservation.opened.v1.team.search"}),
-	roles.Service: {"spendgate.admit", "spendgate.settle", "spendgate.release"},
-	roles.Admin: concat([]string{"spendgate.admit", "spendgate.settle", "spendgate.release",
-		"spendgate.budget.put", "spendgate.budget.get", "spendgate.budget.list"}, srv),
-	roles.Finance: concat([]string{"spendgate.budget.get", "spendgate.budget.list"}, ledgerRead),
+			"spendgate.feed.v1.reservation.opened.v1.team.search",
+			"spendgate.feed.v1.reservation.opened.v1.t.acme.team.search"}),
+	roles.Service: {"spendgate.admit", "spendgate.settle", "spendgate.release", "spendgate.void"},
+	roles.Admin: concat([]string{"spendgate.admit", "spendgate.settle", "spendgate.release", "spendgate.void",
+		"spendgate.budget.put", "spendgate.budget.get", "spendgate.budget.list", "spendgate.report",
+		"spendgate.t.acme.admit", "spendgate.t.acme.budget.put", "spendgate.t.acme.budget.list", "spendgate.t.acme.report"}, srv),
+	roles.Finance: concat([]string{"spendgate.budget.get", "spendgate.budget.list", "spendgate.report", "spendgate.t.acme.report"}, ledgerRead),
 	roles.Feed:    feedRead,
 }
 
@@ -150,7 +162,9 @@ var subChecks = [][2]string{
 	{"spendgate.budget.put", "spendgate.budget.put"},
 	{"spendgate.budget.get", "spendgate.budget.get"},
 	{"spendgate.budget.list", "spendgate.budget.list"},
+	{"spendgate.report", "spendgate.report"},
 	{"spendgate.>", "spendgate.admit"},
+	{"spendgate.t.*.admit", "spendgate.t.acme.admit"},
 	{"$SRV.PING", "$SRV.PING"}, {"$SRV.PING.spendgate", "$SRV.PING.spendgate"}, {"$SRV.PING.spendgate.id1", "$SRV.PING.spendgate.id1"},
 	{"$SRV.INFO", "$SRV.INFO"}, {"$SRV.INFO.spendgate", "$SRV.INFO.spendgate"}, {"$SRV.INFO.spendgate.id1", "$SRV.INFO.spendgate.id1"},
 	{"$SRV.STATS", "$SRV.STATS"}, {"$SRV.STATS.spendgate", "$SRV.STATS.spendgate"}, {"$SRV.STATS.spendgate.id1", "$SRV.STATS.spendgate.id1"},
@@ -171,7 +185,7 @@ var subChecks = [][2]string{
 
 var wantSub = map[string][]string{
 	roles.Replica: concat([]string{"spendgate.admit", "spendgate.settle", "spendgate.release", "spendgate.budget.put",
-		"spendgate.budget.get", "spendgate.budget.list", "spendgate.>"}, srv, []string{"_INBOX_spendgate_replica.x"}),
+		"spendgate.budget.get", "spendgate.budget.list", "spendgate.report", "spendgate.>", "spendgate.t.*.admit"}, srv, []string{"_INBOX_spendgate_replica.x"}),
 	roles.Service: {"_INBOX_spendgate_service.x"},
 	roles.Admin:   {"_INBOX_spendgate_admin.x"},
 	roles.Finance: {"_INBOX_spendgate_finance.x", "_INBOX_spendgate_finance.>"},
@@ -237,9 +251,10 @@ func checkMatrix(t *testing.T, account string) {
 		}
 		if role == roles.Replica {
 			// The service endpoints are served in queue group "q".
-			for _, ep := range []string{"spendgate.admit", "spendgate.budget.put"} {
-				if !canSubscribe(t, obs, id, ep, ep, true) {
-					unexpected = append(unexpected, fmt.Sprintf("%-8s queue-sub %-60s refused", role, ep))
+			for _, ep := range [][2]string{{"spendgate.admit", "spendgate.admit"}, {"spendgate.budget.put", "spendgate.budget.put"},
+				{"spendgate.t.*.admit", "spendgate.t.acme.admit"}} {
+				if !canSubscribe(t, obs, id, ep[0], ep[1], true) {
+					unexpected = append(unexpected, fmt.Sprintf("%-8s queue-sub %-60s refused", role, ep[0]))
 				}
 			}
 		}

@@ -73,8 +73,17 @@ func Authorization(roles []Role, users []User) (string, error) {
 // server has other accounts; merge it into an existing accounts block by
 // hand.
 func Accounts(account string, roles []Role, users []User) (string, error) {
+	return accounts(streams.Layout{}, account, roles, users, nil)
+}
+
+// accounts renders Accounts and, for each tenant, its export from account
+// and the tenant's own account (see Tenants).
+func accounts(l streams.Layout, account string, roles []Role, users []User, tenants []string) (string, error) {
 	if !simpleToken(account) {
 		return "", fmt.Errorf("%w: account name %q", ErrRender, account)
+	}
+	if err := checkTenants(account, tenants); err != nil {
+		return "", err
 	}
 	var b strings.Builder
 	header(&b, roles)
@@ -82,7 +91,12 @@ func Accounts(account string, roles []Role, users []User) (string, error) {
 	if err := body(&b, "    ", roles, users); err != nil {
 		return "", err
 	}
-	b.WriteString("  }\n}\n")
+	exports(&b, "    ", l, tenants)
+	b.WriteString("  }\n")
+	for _, t := range tenants {
+		tenantAccount(&b, "  ", l, account, t)
+	}
+	b.WriteString("}\n")
 	return b.String(), nil
 }
 
@@ -196,9 +210,17 @@ func simpleToken(s string) bool {
 // Config is what `spendgate roles` prints for layout l: every role with
 // its default user (DefaultUsers), in the authorization form, or in the
 // accounts form inside account if account is not empty.
-func Config(l streams.Layout, account string) (string, error) {
+//
+// With tenants (Tenants), the layout is always the accounts form (account
+// "SPENDGATE" if account is empty): account exports each tenant's endpoints
+// to that tenant's account alone, and each tenant gets an account of its
+// own that imports them.
+func Config(l streams.Layout, account string, tenants ...string) (string, error) {
+	if len(tenants) > 0 && account == "" {
+		account = DefaultAccount
+	}
 	if account == "" {
 		return Authorization(All(l), DefaultUsers())
 	}
-	return Accounts(account, All(l), DefaultUsers())
+	return accounts(l, account, All(l), DefaultUsers(), tenants)
 }

@@ -203,6 +203,15 @@ func All(l streams.Layout) []Role {
 		}
 		return out
 	}
+	// tenantEp is every tenant's subject of each endpoint: the admin
+	// manages tenants' budgets (spendgate budget put --tenant NAME).
+	tenantEp := func(names ...string) []string {
+		out := make([]string, len(names))
+		for i, n := range names {
+			out[i] = l.TenantEndpoints(n)
+		}
+		return out
+	}
 	inbox := func(role string) []string { return []string{InboxPrefix(l, role) + ".>"} }
 	writes := append(LedgerWrites(l), FeedWrites(l)...)
 	f := l.FeedStreamName()
@@ -223,14 +232,23 @@ func All(l streams.Layout) []Role {
 		jsAPI+"STREAM.MSG.GET."+f,
 		l.FeedFilter(),
 	)
+	// Threshold alerts: the replica that commits a crossing publishes it.
+	alerts := l.AlertSubject("x:y")
+	alerts = alerts[:len(alerts)-len("x.y")] + ">"
+	replicaPub = append(replicaPub, alerts)
 	replicaPub = append(replicaPub, snapshotReads(l)...)
 	replicaPub = append(replicaPub, snapshotWrites(l)...)
 	replicaSub := append([]string{l.Prefix() + ">"}, discovery()...)
 	replicaSub = append(replicaSub, inbox(Replica)...)
 
-	all := []string{streams.EndpointAdmit, streams.EndpointSettle, streams.EndpointRelease,
-		streams.EndpointBudgetPut, streams.EndpointBudgetGet, streams.EndpointBudgetList}
-	financePub := append(ep(streams.EndpointBudgetGet, streams.EndpointBudgetList), ledgerReads(l)...)
+	all := []string{streams.EndpointAdmit, streams.EndpointSettle, streams.EndpointRelease, streams.EndpointVoid,
+		streams.EndpointAdmitBatch, streams.EndpointSettleBatch, streams.EndpointReleaseBatch,
+		streams.EndpointBudgetPut, streams.EndpointBudgetGet, streams.EndpointBudgetList,
+		streams.EndpointPricingPut, streams.EndpointPricingGet, streams.EndpointPricingList, streams.EndpointReport}
+	// Finance reads every tenant's book anyway; a tenant's report subject
+	// is how it asks a replica for one tenant's report.
+	financePub := append(ep(streams.EndpointBudgetGet, streams.EndpointBudgetList, streams.EndpointPricingGet, streams.EndpointPricingList, streams.EndpointReport), tenantEp(streams.EndpointReport)...)
+	financePub = append(financePub, ledgerReads(l)...)
 	financePub = append(financePub, snapshotReads(l)...)
 	return []Role{
 		{
@@ -243,23 +261,24 @@ func All(l streams.Layout) []Role {
 		},
 		{
 			Name:        Service,
-			Description: "a calling service: admit, settle and release only",
-			Publish:     Rules{Allow: ep(streams.EndpointAdmit, streams.EndpointSettle, streams.EndpointRelease), Deny: writes},
+			Description: "a calling service: admit, settle, release and void only",
+			Publish: Rules{Allow: ep(streams.EndpointAdmit, streams.EndpointSettle, streams.EndpointRelease, streams.EndpointVoid,
+				streams.EndpointAdmitBatch, streams.EndpointSettleBatch, streams.EndpointReleaseBatch), Deny: writes},
 			Subscribe:   Rules{Allow: inbox(Service)},
 			InboxPrefix: InboxPrefix(l, Service),
 		},
 		{
 			Name:        Admin,
-			Description: "budget administration: every endpoint (budget.put/get/list included) and $SRV discovery",
-			Publish:     Rules{Allow: append(ep(all...), discovery()...), Deny: writes},
-			Subscribe:   Rules{Allow: inbox(Admin)},
+			Description: "budget administration: every endpoint (budget.put/get/list and report included), for the untenanted deployment and for every tenant, and $SRV discovery; threshold alerts",
+			Publish:     Rules{Allow: append(append(ep(all...), tenantEp(all...)...), discovery()...), Deny: writes},
+			Subscribe:   Rules{Allow: append(inbox(Admin), alerts)},
 			InboxPrefix: InboxPrefix(l, Admin),
 		},
 		{
 			Name:        Finance,
-			Description: "reads the ledger and its snapshots and runs `spendgate audit`: budget.get/list, stream info, ordered consumers, direct gets; writes nothing",
+			Description: "reads the ledger and its snapshots and runs `spendgate audit` and `spendgate report`: budget.get/list, report, stream info, ordered consumers, direct gets; writes nothing",
 			Publish:     Rules{Allow: financePub, Deny: writes},
-			Subscribe:   Rules{Allow: inbox(Finance)},
+			Subscribe:   Rules{Allow: append(inbox(Finance), alerts)},
 			InboxPrefix: InboxPrefix(l, Finance),
 		},
 		{

@@ -24,6 +24,8 @@ type listCursor struct {
 	Kind   string        `json:"kind,omitempty"`
 	Scope  events.Scope  `json:"scope"`
 	Period events.Period `json:"period"`
+	// Unit is the entry's BudgetRef.Unit (a budget alongside another).
+	Unit string `json:"unit,omitempty"`
 	// Used and Limit are the entry's utilization (sort=utilization).
 	Used  string `json:"used,omitempty"`
 	Limit string `json:"limit,omitempty"`
@@ -78,7 +80,7 @@ func (s *Service) budgetList(ctx context.Context, data []byte) (any, error) {
 	if err := s.l.Sync(ctx); err != nil {
 		return nil, err
 	}
-	entries := s.listEntries(req.Kind, sortBy == events.SortUtilization)
+	entries := s.listEntries(events.TenantFromContext(ctx), req.Kind, sortBy == events.SortUtilization)
 	from := 0
 	if cur != nil {
 		ce, ok := cursorEntry(*cur)
@@ -111,18 +113,19 @@ func (s *Service) budgetList(ctx context.Context, data []byte) (any, error) {
 	}
 }
 
-// listEntries returns the budgets of kind ("" for all) in listing order.
-func (s *Service) listEntries(kind string, byUtil bool) []listEntry {
+// listEntries returns the budgets of tenant ("" for the untenanted ones)
+// and kind ("" for all) in listing order.
+func (s *Service) listEntries(tenant, kind string, byUtil bool) []listEntry {
 	budgets := s.l.Budgets() // by scope, then period
 	entries := make([]listEntry, 0, len(budgets))
 	now := s.now()
 	for _, b := range budgets {
-		if kind != "" && b.Ref.Scope.Kind() != kind {
+		if b.Ref.Scope.Tenant() != tenant || kind != "" && b.Ref.Scope.Local().Kind() != kind {
 			continue
 		}
 		e := listEntry{ref: b.Ref}
 		if byUtil {
-			bal := s.l.Balance(events.BalanceRef{Scope: b.Ref.Scope, Period: b.Ref.Period, Instance: b.Ref.Period.Instance(now)})
+			bal := s.l.Balance(b.Balance(now))
 			setDecimal(&e.used, bal.Spent.Add(bal.Reserved).String())
 			setDecimal(&e.limit, b.Limit.String())
 		}
@@ -150,7 +153,10 @@ func listBefore(a, b *listEntry, sortBy string) bool {
 	if a.ref.Scope != b.ref.Scope {
 		return a.ref.Scope < b.ref.Scope
 	}
-	return a.ref.Period < b.ref.Period
+	if a.ref.Period != b.ref.Period {
+		return a.ref.Period < b.ref.Period
+	}
+	return a.ref.Unit < b.ref.Unit
 }
 
 // cmpUtil compares used/limit of a and b exactly (by cross products). A
@@ -182,7 +188,7 @@ func cmpUtil(a, b *listEntry) int {
 }
 
 func encodeCursor(sortBy, kind string, e *listEntry) string {
-	c := listCursor{V: 1, Sort: sortBy, Kind: kind, Scope: e.ref.Scope, Period: e.ref.Period}
+	c := listCursor{V: 1, Sort: sortBy, Kind: kind, Scope: e.ref.Scope, Period: e.ref.Period, Unit: e.ref.Unit}
 	if sortBy == events.SortUtilization {
 		c.Used, c.Limit = e.used.String(), e.limit.String()
 	}
@@ -201,7 +207,7 @@ func decodeCursor(s string) (listCursor, bool) {
 
 // cursorEntry is the entry a cursor names, to search the listing with.
 func cursorEntry(c listCursor) (listEntry, bool) {
-	e := listEntry{ref: events.BudgetRef{Scope: c.Scope, Period: c.Period}}
+	e := listEntry{ref: events.BudgetRef{Scope: c.Scope, Period: c.Period, Unit: c.Unit}}
 	if c.Sort == events.SortUtilization {
 		if len(c.Used) > 2*events.MaxAmountLen || len(c.Limit) > 2*events.MaxAmountLen {
 			return e, false

@@ -13,7 +13,10 @@ const DenialRingSize = 256
 // DeniedAdmit is one admit this replica denied. Denials are not in the
 // ledger stream (nothing was written), so each replica only knows its own.
 type DeniedAdmit struct {
-	At        time.Time         `json:"at"`
+	At time.Time `json:"at"`
+	// Tenant is the tenant the admit acted for ("" for the untenanted
+	// deployment); Scopes and RequestID are as that tenant sent them.
+	Tenant    string            `json:"tenant,omitempty"`
 	RequestID string            `json:"request_id"`
 	Scopes    []string          `json:"scopes"`
 	Amount    string            `json:"amount"`

@@ -43,6 +43,10 @@ type harnessOpts struct {
 	// maxInFlight and metrics are passed to every replica.
 	maxInFlight int
 	metrics     *metrics.Set
+	// reports runs the spend report aggregator in every replica, with
+	// reportOpts.
+	reports    bool
+	reportOpts []projector.AggregatorOption
 }
 
 type clock struct{ now atomicTime }
@@ -63,7 +67,7 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 		require.NoError(t, err)
 		r, err := service.StartReplica(ctxT(t), nc, js, service.ReplicaConfig{
 			Layout: env.Layout, Now: h.clock.now.Load, SweepInterval: -1, LedgerOptions: o.ledgerOpts,
-			MaxInFlight: o.maxInFlight, Metrics: o.metrics,
+			MaxInFlight: o.maxInFlight, Metrics: o.metrics, Reports: o.reports, ReportOptions: o.reportOpts,
 		})
 		require.NoError(t, err)
 		t.Cleanup(func() {

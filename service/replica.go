@@ -15,6 +15,7 @@ import (
 	"github.com/spendgate/spendgate/feed"
 	"github.com/spendgate/spendgate/ledger"
 	"github.com/spendgate/spendgate/metrics"
+	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/settle"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/sweep"
@@ -47,6 +48,14 @@ type ReplicaConfig struct {
 	// (stream streams.FeedStreamName) from the ledger stream. Any number
 	// of replicas may relay at once; each event is appended once.
 	Feed bool
+	// FeedMaxAge is how long the feed keeps a message: 0 means
+	// streams.DefaultFeedMaxAge, negative every message.
+	FeedMaxAge time.Duration
+	// Reports runs a projector.Aggregator in the replica: the spend report
+	// the report endpoint answers, kept up to date from the ledger stream
+	// and persisted in its own snapshots. ReportOptions are passed to it.
+	Reports       bool
+	ReportOptions []projector.AggregatorOption
 	// MaxInFlight bounds the requests the replica handles at once (see
 	// Config.MaxInFlight); 0 means MaxInFlight.
 	MaxInFlight int
@@ -62,6 +71,10 @@ type Replica struct {
 	Service  *Service
 	// Relay is the feed relay, nil unless ReplicaConfig.Feed.
 	Relay *feed.Relay
+	// Reports is the spend report aggregator, nil unless
+	// ReplicaConfig.Reports.
+	Reports *projector.Aggregator
+	reportd chan struct{}
 
 	feedd  chan struct{}
 	cancel context.CancelFunc
@@ -97,7 +110,8 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 	if err != nil {
 		return nil, err
 	}
-	aopts := []admit.Option{admit.WithClock(cfg.Now)}
+	alerts := alertPublisher(nc, cfg.Layout, cfg.Log)
+	aopts := []admit.Option{admit.WithClock(cfg.Now), admit.WithAlerts(alerts)}
 	if cfg.DefaultTTL != 0 || cfg.MinTTL != 0 || cfg.MaxTTL != 0 {
 		def, lo, hi := cfg.DefaultTTL, cfg.MinTTL, cfg.MaxTTL
 		if def == 0 {
@@ -115,7 +129,7 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 	if err != nil {
 		return nil, err
 	}
-	st, err := settle.New(l, settle.WithClock(cfg.Now))
+	st, err := settle.New(l, settle.WithClock(cfg.Now), settle.WithAlerts(alerts))
 	if err != nil {
 		return nil, err
 	}
@@ -153,9 +167,30 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 		<-r.done
 		return nil, errors.New("service: ledger fold did not finish in time")
 	}
-	svc, err := Start(nc, Config{Ledger: l, Admitter: a, Settler: st, Now: cfg.Now, Log: cfg.Log, Metrics: cfg.Metrics, MaxInFlight: cfg.MaxInFlight})
+	r.reportd = make(chan struct{})
+	if cfg.Reports {
+		ropts := append([]projector.AggregatorOption{projector.WithAggregatorLogger(cfg.Log)}, cfg.ReportOptions...)
+		if r.Reports, err = projector.NewAggregator(js, cfg.Layout, ropts...); err != nil {
+			cancel()
+			<-r.done
+			return nil, err
+		}
+		go func() {
+			defer close(r.reportd)
+			if err := r.Reports.Run(runCtx); err != nil {
+				cfg.Log.Error("spend report stopped; report answers ledger_unavailable", "err", err)
+			}
+		}()
+	} else {
+		close(r.reportd)
+	}
+	if r.Reports != nil && cfg.Metrics != nil {
+		cfg.Metrics.RegisterReport(r.Reports.Size)
+	}
+	svc, err := Start(nc, Config{Ledger: l, Admitter: a, Settler: st, Now: cfg.Now, Log: cfg.Log, Metrics: cfg.Metrics, MaxInFlight: cfg.MaxInFlight, Reports: r.Reports})
 	if err != nil {
 		cancel()
+		<-r.reportd
 		<-r.done
 		return nil, err
 	}
@@ -170,18 +205,28 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 				if err != nil {
 					continue
 				}
-				out = append(out, metrics.BudgetSample{Scope: string(v.Scope), Period: string(v.Period), Unit: v.Unit, Open: int(v.Open), Reserved: v.Reserved})
+				// The label is the stored scope: a tenant's carries
+				// the tenant ("acme/team:search").
+				out = append(out, metrics.BudgetSample{Scope: string(b.Ref.Scope), Period: string(v.Period), Unit: v.Unit, Open: int(v.Open), Reserved: v.Reserved})
 			}
 			return out
 		})
 	}
 	r.feedd = make(chan struct{})
 	if cfg.Feed {
-		if r.Relay, err = feed.NewRelay(js, cfg.Layout, feed.WithLogger(cfg.Log)); err != nil {
+		fopts := []feed.Option{feed.WithLogger(cfg.Log), feed.WithTrust(l.Trust)}
+		if cfg.FeedMaxAge != 0 {
+			fopts = append(fopts, feed.WithMaxAge(max(0, cfg.FeedMaxAge)))
+		}
+		if r.Relay, err = feed.NewRelay(js, cfg.Layout, fopts...); err != nil {
 			_ = r.Service.Stop()
 			cancel()
+			<-r.reportd
 			<-r.done
 			return nil, err
+		}
+		if cfg.Metrics != nil {
+			cfg.Metrics.RegisterFeedRelay(r.Relay.Relayed, r.Relay.Lost)
 		}
 		go func() { defer close(r.feedd); _ = r.Relay.Run(runCtx) }()
 	} else {
@@ -219,6 +264,7 @@ func (r *Replica) Stop() error {
 		r.cancel()
 		<-r.sweepd
 		<-r.feedd
+		<-r.reportd
 		if ferr := <-r.done; ferr != nil && !errors.Is(ferr, context.Canceled) && err == nil {
 			err = ferr
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/ledger"
 	"github.com/spendgate/spendgate/metrics"
+	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/settle"
 	"github.com/spendgate/spendgate/streams"
 )
@@ -29,8 +30,9 @@ const Version = "0.1.0"
 const QueueGroup = "spendgate"
 
 // MaxInFlight is the default bound on the requests one replica handles at
-// once (Config.MaxInFlight). micro calls a handler from one goroutine per
-// endpoint; spendgate hands each request to its own goroutine so concurrent
+// once (Config.MaxInFlight); each item of a batch counts as a request.
+// micro calls a handler from one goroutine per endpoint; spendgate hands
+// each request (and each batch item) to a worker of its own so concurrent
 // admits on a hot budget reach the group commit together. Past the bound a
 // request is answered ledger_busy at once, without touching the ledger, so
 // an overloaded replica refuses fast instead of queueing every caller
@@ -49,6 +51,7 @@ type Service struct {
 	// in flight finish their commits.
 	ctx      context.Context
 	inflight chan struct{}
+	pool     *workers
 	nc       *nats.Conn
 	m        *metrics.Set
 	// lastDispatch is when micro last handed a request to the service
@@ -59,6 +62,8 @@ type Service struct {
 
 	// denials keeps this replica's recent denials (RecentDenials).
 	denials denialRing
+	// reports answers the report endpoint; nil: report_unavailable.
+	reports *projector.Aggregator
 
 	mu      sync.Mutex
 	running int // requests handed to goroutines and not yet answered
@@ -76,6 +81,9 @@ type Config struct {
 	// Metrics receives request and admission counts; default a private
 	// set nobody reads.
 	Metrics *metrics.Set
+	// Reports, if set, answers the report endpoint from its maintained
+	// aggregate; without it the endpoint answers report_unavailable.
+	Reports *projector.Aggregator
 	// MaxInFlight bounds the requests handled at once; beyond it a request
 	// is answered ledger_busy (counted in spendgate_ledger_busy_total with
 	// cause inflight_limit). 0 means MaxInFlight; negative is an error.
@@ -96,7 +104,7 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 		limit = MaxInFlight
 	}
 	s := &Service{l: cfg.Ledger, a: cfg.Admitter, s: cfg.Settler, now: cfg.Now, log: cfg.Log,
-		ctx: context.Background(), inflight: make(chan struct{}, limit), nc: nc}
+		ctx: context.Background(), inflight: make(chan struct{}, limit), pool: newWorkers(), nc: nc, reports: cfg.Reports}
 	s.idle = sync.NewCond(&s.mu)
 	if s.now == nil {
 		s.now = time.Now
@@ -120,52 +128,64 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	s.svc = svc
-	add := func(name, desc string, h func(context.Context, []byte) (any, error)) error {
-		return svc.AddEndpoint(strings.ReplaceAll(name, ".", "_"), micro.HandlerFunc(func(r micro.Request) {
+	add := func(name, desc string, h handler, bh batchHandler, single string, tenants bool) error {
+		endpoint, subject := microName(name), layout.Endpoint(name)
+		if tenants {
+			endpoint, subject = "tenant_"+endpoint, layout.TenantEndpoints(name)
+			desc += " (for the tenant named by the subject)"
+		}
+		return svc.AddEndpoint(endpoint, micro.HandlerFunc(func(r micro.Request) {
 			// micro's Request is not safe to use after the handler returns
-			// (its stats read it), so the goroutine gets copies and replies
+			// (its stats read it), so the worker gets copies and replies
 			// on the connection itself.
 			data, reply, subject := r.Data(), r.Reply(), r.Subject()
 			arrived := time.Now()
 			s.lastDispatch.Store(arrived.UnixNano())
-			select {
-			case s.inflight <- struct{}{}:
-			default:
+			if !s.takeSlot() {
 				s.refuseBusy(r, name)
 				return
 			}
-			s.mu.Lock()
-			s.running++
-			s.mu.Unlock()
-			go func() {
-				defer func() {
-					<-s.inflight
-					s.mu.Lock()
-					if s.running--; s.running == 0 {
-						s.idle.Broadcast()
-					}
-					s.mu.Unlock()
-				}()
+			s.pool.run(func() {
+				defer s.freeSlot()
+				if single != "" {
+					s.serveBatch(nc, name, single, subject, reply, data, bh, arrived)
+					return
+				}
 				s.serve(nc, name, subject, reply, data, h, arrived)
-			}()
+			})
 		}),
-			micro.WithEndpointSubject(layout.Endpoint(name)),
+			micro.WithEndpointSubject(subject),
 			micro.WithEndpointMetadata(map[string]string{"description": desc}))
 	}
 	for _, e := range []struct {
 		name, desc string
-		h          func(context.Context, []byte) (any, error)
+		h          handler
+		bh         batchHandler
+		single     string // for a batch endpoint, the endpoint of its items
 	}{
-		{streams.EndpointAdmit, "reserve an amount in every budget of the named scopes, or in none", s.admit},
-		{streams.EndpointSettle, "close a reservation with its actual cost", s.settle},
-		{streams.EndpointRelease, "give a whole reservation back", s.release},
-		{streams.EndpointBudgetPut, "define or change a budget", s.budgetPut},
-		{streams.EndpointBudgetGet, "read a budget and its current balance, or every budget of a scope", s.budgetGet},
-		{streams.EndpointBudgetList, "list budgets", s.budgetList},
+		{streams.EndpointAdmit, "reserve an amount in every budget of the named scopes, or in none", s.admit, nil, ""},
+		{streams.EndpointSettle, "close a reservation with its actual cost", s.settle, nil, ""},
+		{streams.EndpointRelease, "give a whole reservation back", s.release, nil, ""},
+		{streams.EndpointVoid, "void an admit by its request id: release what it reserved, and make sure it never reserves", s.void, nil, ""},
+		{streams.EndpointAdmitBatch, "many admits in one message ({\"items\":[...]}), each answered on its own", nil, s.admitBatch, streams.EndpointAdmit},
+		{streams.EndpointSettleBatch, "many settles in one message ({\"items\":[...]}), each answered on its own", nil, s.settleBatch, streams.EndpointSettle},
+		{streams.EndpointReleaseBatch, "many releases in one message ({\"items\":[...]}), each answered on its own", nil, s.releaseBatch, streams.EndpointRelease},
+		{streams.EndpointBudgetPut, "define or change a budget", s.budgetPut, nil, ""},
+		{streams.EndpointBudgetGet, "read a budget and its current balance, or every budget of a scope", s.budgetGet, nil, ""},
+		{streams.EndpointBudgetList, "list budgets", s.budgetList, nil, ""},
+		{streams.EndpointPricingPut, "set a model's prices per million tokens", s.pricingPut, nil, ""},
+		{streams.EndpointPricingGet, "read a model's current prices", s.pricingGet, nil, ""},
+		{streams.EndpointPricingList, "list every priced model", s.pricingList, nil, ""},
+		{streams.EndpointReport, "spend by scope or metadata key over whole hours, from the replica's maintained aggregate", s.report, nil, ""},
 	} {
-		if err := add(e.name, e.desc, e.h); err != nil {
-			_ = svc.Stop()
-			return nil, err
+		// Each endpoint twice: for the untenanted deployment on its plain
+		// subject, and for every tenant on "<prefix>t.*.<name>" (see
+		// withTenant, which takes the tenant from the subject).
+		for _, tenants := range []bool{false, true} {
+			if err := add(e.name, e.desc, e.h, e.bh, e.single, tenants); err != nil {
+				_ = svc.Stop()
+				return nil, err
+			}
 		}
 	}
 	// Make sure the server has registered every endpoint before callers are
@@ -225,48 +245,177 @@ func (s *Service) Stop() error {
 // Info returns the micro service info.
 func (s *Service) Info() micro.Info { return s.svc.Info() }
 
-func (s *Service) serve(nc *nats.Conn, endpoint, subject, reply string, data []byte, h func(context.Context, []byte) (any, error), arrived time.Time) {
-	start := time.Now()
-	s.m.Inflight.Inc()
-	code := metrics.CodeOK
-	var errCode, errMsg string
-	defer func() {
-		s.m.Inflight.Dec()
-		s.m.ObserveRequest(endpoint, code, time.Since(start))
-		s.stats.observe(endpoint, errCode, errMsg, time.Since(arrived))
-	}()
-	ctx, cancel := context.WithTimeout(s.ctx, RequestTimeout)
-	defer cancel()
-	out, err := h(ctx, data)
-	msg := &nats.Msg{Subject: reply}
-	if err == nil {
-		msg.Data, err = json.Marshal(out)
+// handler answers one request body: a reply to encode, or an error.
+type handler func(context.Context, []byte) (any, error)
+
+// takeSlot takes an in-flight slot, or reports that none is free.
+func (s *Service) takeSlot() bool {
+	select {
+	case s.inflight <- struct{}{}:
+	default:
+		return false
 	}
-	if err != nil {
-		var e *events.Error
-		if !errors.As(err, &e) {
-			s.log.Error("request failed", "subject", subject, "err", err)
-			e = &events.Error{Code: events.CodeInternal, Message: "internal error"}
-		} else if e.Code == events.CodeInternal || e.Code == events.CodeLedgerUnavailable {
-			s.log.Error("request failed", "subject", subject, "err", err)
-		}
-		code = string(e.Code)
-		errCode, errMsg = code, e.Message
-		if e.Code == events.CodeLedgerBusy {
-			s.m.LedgerBusy.With(metrics.BusyConflicts).Inc()
-		}
-		msg.Data, _ = json.Marshal(events.ErrorReply{Error: &events.Error{
-			Code: e.Code, Message: e.Message, ReservationID: e.ReservationID, Status: e.Status,
-		}})
+	s.mu.Lock()
+	s.running++
+	s.mu.Unlock()
+	return true
+}
+
+// freeSlot gives back a slot taken by takeSlot.
+func (s *Service) freeSlot() {
+	<-s.inflight
+	s.mu.Lock()
+	if s.running--; s.running == 0 {
+		s.idle.Broadcast()
+	}
+	s.mu.Unlock()
+}
+
+func (s *Service) serve(nc *nats.Conn, endpoint, subject, reply string, data []byte, h handler, arrived time.Time) {
+	body, e := s.answer(endpoint, subject, data, h, arrived)
+	if reply == "" {
+		return
+	}
+	msg := &nats.Msg{Subject: reply, Data: body}
+	if e != nil {
 		msg.Header = nats.Header{
 			micro.ErrorHeader:     []string{string(e.Code)},
 			micro.ErrorCodeHeader: []string{statusOf(e.Code)},
 		}
 	}
+	if err := nc.PublishMsg(msg); err != nil {
+		s.log.Warn("reply failed", "subject", subject, "err", err)
+	}
+}
+
+// answer handles one request with its own deadline, counts it, and
+// returns the body of its answer, with the error it carries (nil on
+// success).
+func (s *Service) answer(endpoint, subject string, data []byte, h handler, arrived time.Time) (body []byte, e *events.Error) {
+	start := time.Now()
+	s.m.Inflight.Inc()
+	defer s.m.Inflight.Dec()
+	ctx, cancel := context.WithTimeout(s.ctx, RequestTimeout)
+	defer cancel()
+	var out any
+	ctx, err := s.withTenant(ctx, subject)
+	if err == nil {
+		out, err = h(ctx, data)
+	}
+	return s.encode(endpoint, subject, out, err, start, arrived)
+}
+
+// withTenant returns ctx with the tenant of subject, if it names one.
+//
+// It is the one place the tenant is decided: from the subject the request
+// arrived on, never from its body. A tenant account reaches only
+// "<prefix>t.<its tenant>.<endpoint>" (its service import fixes the
+// subject), so a caller cannot choose another tenant. Every handler and the
+// engine read it with events.TenantFromContext.
+func (s *Service) withTenant(ctx context.Context, subject string) (context.Context, error) {
+	tenant, ok := s.l.Layout().TenantOf(subject)
+	if !ok {
+		return ctx, nil
+	}
+	if err := events.ValidateTenant(tenant); err != nil {
+		return ctx, err
+	}
+	return events.ContextWithTenant(ctx, tenant), nil
+}
+
+// encode counts one answer (a request's, or a batch item's) and returns
+// its body, with the error it carries (nil on success).
+func (s *Service) encode(endpoint, subject string, out any, err error, start, arrived time.Time) (body []byte, e *events.Error) {
+	code := metrics.CodeOK
+	var errCode, errMsg string
+	defer func() {
+		s.m.ObserveRequest(endpoint, code, time.Since(start))
+		s.stats.observe(endpoint, errCode, errMsg, time.Since(arrived))
+	}()
+	if err == nil {
+		if body, err = marshalReply(out); err == nil {
+			return body, nil
+		}
+	}
+	if !errors.As(err, &e) {
+		s.log.Error("request failed", "subject", subject, "err", err)
+		e = &events.Error{Code: events.CodeInternal, Message: "internal error"}
+	} else if e.Code == events.CodeInternal || e.Code == events.CodeLedgerUnavailable {
+		s.log.Error("request failed", "subject", subject, "err", err)
+	}
+	code = string(e.Code)
+	errCode, errMsg = code, e.Message
+	if e.Code == events.CodeLedgerBusy {
+		s.m.LedgerBusy.With(metrics.BusyConflicts).Inc()
+	}
+	body = events.AppendErrorReply(nil, &events.ErrorReply{Error: &events.Error{
+		Code: e.Code, Message: e.Message, ReservationID: e.ReservationID, Status: e.Status,
+	}})
+	return body, e
+}
+
+// marshalReply encodes a reply: the hot path's without reflection.
+func marshalReply(out any) ([]byte, error) {
+	switch r := out.(type) {
+	case events.AdmitReply:
+		return events.AppendAdmitReply(make([]byte, 0, 512), &r), nil
+	case events.CloseReply:
+		return events.AppendCloseReply(make([]byte, 0, 256), &r), nil
+	}
+	return json.Marshal(out)
+}
+
+// batchHandler answers the items of a batch, each on its own: out[i] or
+// errs[i] answers items[i].
+type batchHandler func(ctx context.Context, items []json.RawMessage) (out []any, errs []error)
+
+// serveBatch answers a batch request (events.BatchRequest) on endpoint:
+// every item is handled as a single request of the endpoint single would
+// be, with an in-flight slot and the request deadline of its own, all of
+// them submitted to the ledger at once so that they fold into the same
+// group commits, and the reply lists their answers in order. Only a
+// malformed envelope fails the whole message.
+func (s *Service) serveBatch(nc *nats.Conn, endpoint, single, subject, reply string, data []byte, h batchHandler, arrived time.Time) {
+	items, err := events.DecodeBatch(data)
+	if err == nil {
+		_, err = s.withTenant(s.ctx, subject)
+	}
+	if err != nil {
+		s.serve(nc, endpoint, subject, reply, data, func(context.Context, []byte) (any, error) { return nil, err }, arrived)
+		return
+	}
+	s.stats.observe(endpoint, "", "", 0)
+	start := time.Now()
+	bodies := make([][]byte, len(items))
+	taken := make([]json.RawMessage, 0, len(items))
+	idx := make([]int, 0, len(items))
+	for i, item := range items {
+		if !s.takeSlot() {
+			s.m.LedgerBusy.With(metrics.BusyInflight).Inc()
+			s.m.ObserveRequest(single, string(events.CodeLedgerBusy), 0)
+			s.stats.observe(single, string(events.CodeLedgerBusy), "in-flight limit", 0)
+			bodies[i] = busyReply
+			continue
+		}
+		taken = append(taken, item)
+		idx = append(idx, i)
+	}
+	if len(taken) > 0 {
+		s.m.Inflight.Add(float64(len(taken)))
+		ctx, cancel := context.WithTimeout(s.ctx, RequestTimeout)
+		ctx, _ = s.withTenant(ctx, subject)
+		outs, errs := h(ctx, taken)
+		cancel()
+		s.m.Inflight.Add(-float64(len(taken)))
+		for j, i := range idx {
+			bodies[i], _ = s.encode(single, subject, outs[j], errs[j], start, arrived)
+			s.freeSlot()
+		}
+	}
 	if reply == "" {
 		return
 	}
-	if err := nc.PublishMsg(msg); err != nil {
+	if err := nc.Publish(reply, events.EncodeBatchReply(bodies)); err != nil {
 		s.log.Warn("reply failed", "subject", subject, "err", err)
 	}
 }
@@ -296,9 +445,9 @@ func statusOf(c events.Code) string {
 		return "500"
 	case events.CodeLedgerBusy, events.CodeLedgerUnavailable:
 		return "503"
-	case events.CodeUnknownBudget, events.CodeUnknownReservation:
+	case events.CodeUnknownBudget, events.CodeUnknownReservation, events.CodeUnpricedModel, events.CodeReportUnavailable:
 		return "404"
-	case events.CodeIdempotencyMismatch, events.CodeAlreadySettled, events.CodeAlreadyReleased:
+	case events.CodeIdempotencyMismatch, events.CodeAlreadySettled, events.CodeAlreadyReleased, events.CodeRequestVoided:
 		return "409"
 	case events.CodePayloadTooLarge:
 		return "413"
@@ -312,25 +461,32 @@ func (s *Service) admit(ctx context.Context, data []byte) (any, error) {
 		return nil, err
 	}
 	reply, err := s.a.Admit(ctx, req)
-	if err == nil && reply.Mode != "" {
+	s.countAdmit(ctx, req, reply, err)
+	return reply, err
+}
+
+// countAdmit counts an admit's answer in the metrics and keeps a denial in
+// the recent denials.
+func (s *Service) countAdmit(ctx context.Context, req events.AdmitRequest, reply events.AdmitReply, err error) {
+	if err != nil {
+		return
+	}
+	if reply.Mode != "" {
 		// Check and shadow answers are counted apart from real admits.
 		if reply.Admitted {
 			s.m.AdmitChecks.With(reply.Mode, metrics.ResultAdmitted, "").Inc()
 		} else if reply.Denial != nil {
 			s.m.AdmitChecks.With(reply.Mode, metrics.ResultDenied, string(reply.Denial.Reason)).Inc()
 		}
-		return reply, nil
+		return
 	}
-	if err == nil {
-		if reply.Admitted {
-			s.m.Admits.With(metrics.ResultAdmitted, "").Inc()
-		} else if reply.Denial != nil {
-			s.m.Admits.With(metrics.ResultDenied, string(reply.Denial.Reason)).Inc()
-			s.denials.add(DeniedAdmit{At: s.now().UTC(), RequestID: req.RequestID, Scopes: req.Scopes, Amount: req.Amount,
-				Unit: req.Unit, Metadata: req.Metadata, Denial: *reply.Denial})
-		}
+	if reply.Admitted {
+		s.m.Admits.With(metrics.ResultAdmitted, "").Inc()
+	} else if reply.Denial != nil {
+		s.m.Admits.With(metrics.ResultDenied, string(reply.Denial.Reason)).Inc()
+		s.denials.add(DeniedAdmit{At: s.now().UTC(), Tenant: events.TenantFromContext(ctx), RequestID: req.RequestID, Scopes: req.Scopes, Amount: req.Amount,
+			Unit: req.Unit, Metadata: req.Metadata, Denial: *reply.Denial})
 	}
-	return reply, err
 }
 
 func (s *Service) settle(ctx context.Context, data []byte) (any, error) {
@@ -349,15 +505,75 @@ func (s *Service) release(ctx context.Context, data []byte) (any, error) {
 	return s.s.Release(ctx, req)
 }
 
+func (s *Service) void(ctx context.Context, data []byte) (any, error) {
+	var req events.VoidRequest
+	if err := events.DecodeRequest(data, &req); err != nil {
+		return nil, err
+	}
+	return s.s.Void(ctx, req)
+}
+
+// decodeItems decodes every item of a batch into a request of type T: the
+// requests that decoded, the index of each in items, and every item's
+// decoding error (nil for those that decoded).
+func decodeItems[T any](items []json.RawMessage) (reqs []T, idx []int, errs []error) {
+	errs = make([]error, len(items))
+	for i, item := range items {
+		var req T
+		if errs[i] = events.DecodeRequest(item, &req); errs[i] == nil {
+			reqs = append(reqs, req)
+			idx = append(idx, i)
+		}
+	}
+	return reqs, idx, errs
+}
+
+// gather places the answers of the decoded requests back among the items.
+func gather[R any](n int, idx []int, replies []R, rerrs []error, errs []error) ([]any, []error) {
+	out := make([]any, n)
+	for j, i := range idx {
+		out[i], errs[i] = replies[j], rerrs[j]
+	}
+	return out, errs
+}
+
+func (s *Service) admitBatch(ctx context.Context, items []json.RawMessage) ([]any, []error) {
+	reqs, idx, errs := decodeItems[events.AdmitRequest](items)
+	replies, rerrs := s.a.AdmitAll(ctx, reqs)
+	for j := range reqs {
+		s.countAdmit(ctx, reqs[j], replies[j], rerrs[j])
+	}
+	return gather(len(items), idx, replies, rerrs, errs)
+}
+
+func (s *Service) settleBatch(ctx context.Context, items []json.RawMessage) ([]any, []error) {
+	reqs, idx, errs := decodeItems[events.SettleRequest](items)
+	replies, rerrs := s.s.SettleAll(ctx, reqs)
+	return gather(len(items), idx, replies, rerrs, errs)
+}
+
+func (s *Service) releaseBatch(ctx context.Context, items []json.RawMessage) ([]any, []error) {
+	reqs, idx, errs := decodeItems[events.ReleaseRequest](items)
+	replies, rerrs := s.s.ReleaseAll(ctx, reqs)
+	return gather(len(items), idx, replies, rerrs, errs)
+}
+
 func (s *Service) budgetPut(ctx context.Context, data []byte) (any, error) {
 	var req events.BudgetPutRequest
 	if err := events.DecodeRequest(data, &req); err != nil {
 		return nil, err
 	}
+	if kind, ok, err := events.ParseDefaultScope(req.Scope); ok || err != nil {
+		if err != nil {
+			return nil, err
+		}
+		return s.defaultPut(ctx, kind, req)
+	}
 	def, err := parseBudgetPut(req)
 	if err != nil {
 		return nil, err
 	}
+	def.Ref.Scope = events.TenantScope(events.TenantFromContext(ctx), def.Ref.Scope)
 	// A unit change is refused on a budget with spend or reservations: fold
 	// every lane written so far, from any replica, before looking.
 	if err := s.l.Sync(ctx); err != nil {
@@ -367,13 +583,14 @@ func (s *Service) budgetPut(ctx context.Context, data []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	v, err := s.view(def.Ref)
+	v, err := s.view(ch.Budget.Ref)
 	if err != nil {
 		return nil, err
 	}
 	out := events.BudgetPutReply{BudgetView: v, Created: !ch.Existed, Changed: ch.Changed}
 	if ch.Existed && len(ch.Changed) > 0 {
-		out.Previous = &events.BudgetDefinition{Limit: ch.Prev.Limit.String(), Unit: ch.Prev.Unit, TZ: ch.Prev.TZ, Disabled: ch.Prev.Disabled}
+		out.Previous = &events.BudgetDefinition{Limit: ch.Prev.Limit.String(), Unit: ch.Prev.Unit, TZ: ch.Prev.TZ, Disabled: ch.Prev.Disabled,
+			Thresholds: moneyStrings(ch.Prev.Thresholds)}
 		if ch.Prev.FixedSlot != nil {
 			out.Previous.FixedSlot = ch.Prev.FixedSlot.String()
 		}
@@ -415,6 +632,13 @@ func parseBudgetPut(req events.BudgetPutRequest) (ledger.Budget, error) {
 	}
 	def := ledger.Budget{Ref: events.BudgetRef{Scope: scope, Period: period}, Limit: limit, Unit: req.Unit,
 		TZ: req.TZ, Disabled: req.Disabled}
+	if len(req.Thresholds) > 0 {
+		if def.Thresholds, err = events.ParseThresholds(req.Thresholds); err != nil {
+			return ledger.Budget{}, err
+		}
+	} else if req.Alerts {
+		def.Thresholds = events.DefaultThresholds
+	}
 	if req.FixedSlot != "" {
 		slot, err := events.ParseMoney(req.FixedSlot)
 		if err != nil {
@@ -440,10 +664,17 @@ func (s *Service) budgetGet(ctx context.Context, data []byte) (any, error) {
 	if err := events.DecodeRequest(data, &req); err != nil {
 		return nil, err
 	}
+	if kind, ok, err := events.ParseDefaultScope(req.Scope); ok || err != nil {
+		if err != nil {
+			return nil, err
+		}
+		return s.defaultGet(ctx, kind, req.Period)
+	}
 	scope, err := events.ParseScope(req.Scope)
 	if err != nil {
 		return nil, err
 	}
+	scope = events.TenantScope(events.TenantFromContext(ctx), scope)
 	var period events.Period
 	if req.Period != "" {
 		if period, err = events.ParsePeriod(req.Period); err != nil {
@@ -456,12 +687,21 @@ func (s *Service) budgetGet(ctx context.Context, data []byte) (any, error) {
 		return nil, err
 	}
 	if req.Period != "" {
-		return s.view(events.BudgetRef{Scope: scope, Period: period})
+		ref := events.BudgetRef{Scope: scope, Period: period}
+		if req.Unit != "" {
+			if err := events.ValidateUnit(req.Unit); err != nil {
+				return nil, err
+			}
+			if b, ok := s.l.Budget(ref); !ok || b.Unit != req.Unit {
+				ref.Unit = req.Unit
+			}
+		}
+		return s.view(ref)
 	}
 	// Only a scope: every budget of it, in period order.
 	bs := s.l.BudgetsOf(scope)
 	if len(bs) == 0 {
-		return nil, events.Errorf(events.CodeUnknownBudget, "no budget is defined for scope %s", scope)
+		return nil, events.Errorf(events.CodeUnknownBudget, "no budget is defined for scope %s", scope.Local())
 	}
 	out := events.BudgetListReply{Budgets: make([]events.BudgetView, 0, len(bs))}
 	for _, b := range bs {
@@ -474,18 +714,19 @@ func (s *Service) budgetGet(ctx context.Context, data []byte) (any, error) {
 	return out, nil
 }
 
-// view reads a budget and its balance in the current period instance.
+// view reads a budget and its balance in the current period instance, its
+// scope as its tenant names it.
 func (s *Service) view(ref events.BudgetRef) (events.BudgetView, error) {
 	b, ok := s.l.Budget(ref)
 	if !ok {
-		return events.BudgetView{}, events.Errorf(events.CodeUnknownBudget, "no budget is defined for %s per %s", ref.Scope, ref.Period)
+		return events.BudgetView{}, events.Errorf(events.CodeUnknownBudget, "no budget is defined for %s per %s", ref.Scope.Local(), ref.Period)
 	}
 	bal := s.l.Balance(b.Balance(s.now()))
 	v := events.BudgetView{
-		Scope: ref.Scope, Period: ref.Period, Limit: b.Limit.String(), Unit: b.Unit,
+		Scope: ref.Scope.Local(), Period: ref.Period, Limit: b.Limit.String(), Unit: b.Unit,
 		Instance: bal.Ref.Instance, Spent: bal.Spent.String(), Reserved: bal.Reserved.String(),
 		Overrun: bal.Overrun.String(), Available: bal.Available().String(), Open: int64(bal.Open),
-		TZ: b.TZ, Disabled: b.Disabled,
+		TZ: b.TZ, Disabled: b.Disabled, Thresholds: moneyStrings(b.Thresholds),
 	}
 	if b.FixedSlot != nil {
 		n := b.Limit.Slots(*b.FixedSlot)
@@ -493,4 +734,65 @@ func (s *Service) view(ref events.BudgetRef) (events.BudgetView, error) {
 		v.OvershootBound = fmt.Sprintf("%s x (cost of one call - %s)", n, b.FixedSlot)
 	}
 	return v, nil
+}
+
+// moneyStrings is ms as decimal strings (nil for none).
+func moneyStrings(ms []events.Money) []string {
+	if len(ms) == 0 {
+		return nil
+	}
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = m.String()
+	}
+	return out
+}
+
+// report answers a spend report from the replica's aggregate, after it
+// has folded the stream up to its end as of the request; on a tenant's
+// subject, of that tenant's reservations only. Errors, in
+// precedence order: CodeInvalidRequest (body, or by), CodeInvalidTime,
+// CodeReportUnavailable (no aggregate on this replica, or a metadata key
+// it does not track), CodeLedgerUnavailable (its fold stopped or did not
+// catch up in time).
+func (s *Service) report(ctx context.Context, data []byte) (any, error) {
+	var req events.ReportRequest
+	if err := events.DecodeRequest(data, &req); err != nil {
+		return nil, err
+	}
+	by, from, to, err := projector.ParseReportRequest(req)
+	if err != nil {
+		return nil, err
+	}
+	if s.reports == nil {
+		return nil, events.Errorf(events.CodeReportUnavailable, "this replica keeps no spend report (serve --reports=false); spendgate report --replay reads the book instead")
+	}
+	// A tenant's request (its subject names the tenant) sees only its
+	// own reservations, and its scopes as it names them.
+	tenant := events.TenantFromContext(ctx)
+	rep, err := s.reports.Report(ctx, by, projector.Filter{From: from, To: to, OneTenant: tenant != "", Tenant: tenant})
+	switch {
+	case errors.Is(err, projector.ErrKeyNotTracked):
+		return nil, events.Errorf(events.CodeReportUnavailable, "metadata key %q is not tracked: the report keeps the first %d keys it met; spendgate report --replay reads the book instead", req.By, projector.MaxReportKeys)
+	case err != nil:
+		return nil, &events.Error{Code: events.CodeLedgerUnavailable, Message: "the spend report could not catch up with the ledger", Err: err}
+	}
+	out := ReportReply(req, rep)
+	if tenant != "" && by == projector.ByScope {
+		for i := range out.Groups {
+			out.Groups[i].Value = string(events.Scope(out.Groups[i].Value).Local())
+		}
+	}
+	return out, nil
+}
+
+// ReportReply is rep on the wire.
+func ReportReply(req events.ReportRequest, rep *projector.AggregateReport) events.ReportReply {
+	out := events.ReportReply{By: req.By, From: req.From, To: req.To, Position: rep.Position, Groups: make([]events.ReportGroup, 0, len(rep.Groups))}
+	for i, g := range rep.Groups {
+		out.Groups = append(out.Groups, events.ReportGroup{Value: g.Value, Other: rep.IsOther(i), Unit: g.Unit,
+			Reservations: g.Reservations, Open: g.Open, Settled: g.Settled, Released: g.Released, Expired: g.Expired, Late: g.Late,
+			Spend: g.Spend.String(), Overrun: g.Overrun.String(), Reserved: g.Reserved.String()})
+	}
+	return out
 }

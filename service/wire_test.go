@@ -192,7 +192,7 @@ func TestBudgetGet_ScopeOnly(t *testing.T) {
 	e = h.call(streams.EndpointBudgetGet, events.BudgetGetRequest{Scope: "org:ghost"}, nil)
 	require.NotNil(t, e)
 	require.Equal(t, events.CodeUnknownBudget, e.Code)
-	e = h.call(streams.EndpointBudgetGet, events.BudgetGetRequest{Scope: "org:*"}, nil)
+	e = h.call(streams.EndpointBudgetGet, events.BudgetGetRequest{Scope: "org:a*"}, nil)
 	require.NotNil(t, e)
 	require.Equal(t, events.CodeInvalidIdentifier, e.Code)
 }

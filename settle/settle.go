@@ -11,8 +11,9 @@ import (
 
 // Settler settles, releases and expires reservations.
 type Settler struct {
-	l   *ledger.Ledger
-	now func() time.Time
+	l      *ledger.Ledger
+	now    func() time.Time
+	alerts func([]events.ThresholdCrossed)
 }
 
 // New returns a Settler over l.
@@ -42,33 +43,84 @@ const (
 // period, flagged late. Settling again with the same actual is answered with
 // Replayed set.
 //
+// If ctx carries a tenant (events.ContextWithTenant), only that tenant's
+// reservations can be settled: any other is CodeUnknownReservation, as if
+// it did not exist; the same holds for release. The untenanted deployment
+// (no tenant) cannot settle a tenant's reservation either.
+//
 // Errors (*events.Error), in precedence order: CodeInvalidIdentifier,
 // CodeInvalidAmount; CodeUnknownReservation; CodeAlreadyReleased (it was
 // released by a caller); CodeAlreadySettled (it was settled with another
 // actual); CodeLedgerBusy, CodeLedgerUnavailable. CodeAlreadyReleased and
 // CodeAlreadySettled carry the reservation's ReservationID and Status.
+//
+// A reservation priced from a model may be settled from usage instead:
+// Actual empty and the token counts given; the actual is their cost at the
+// reservation's price version (events.PriceQuote.Cost), and the events
+// record the usage. Usage errors come after CodeInvalidIdentifier:
+// CodeInvalidRequest (actual and usage both given), CodeInvalidTokens;
+// after CodeUnknownReservation: CodeNotPriced (the reservation was not
+// priced from a model).
 func (s *Settler) Settle(ctx context.Context, req events.SettleRequest) (events.CloseReply, error) {
-	if err := events.ValidateToken("reservation_id", req.ReservationID, events.MaxIDLen); err != nil {
-		return events.CloseReply{}, err
+	out, errs := s.SettleAll(ctx, []events.SettleRequest{req})
+	return out[0], errs[0]
+}
+
+// SettleAll settles every request of reqs as Settle would, each answered
+// on its own (out[i], errs[i] answer reqs[i]), submitted to the ledger at
+// once so that they fold into the same group commits.
+func (s *Settler) SettleAll(ctx context.Context, reqs []events.SettleRequest) (out []events.CloseReply, errs []error) {
+	txs, errs := make([]*closeTx, len(reqs)), make([]error, len(reqs))
+	for i, req := range reqs {
+		if errs[i] = events.ValidateToken("reservation_id", req.ReservationID, events.MaxIDLen); errs[i] != nil {
+			continue
+		}
+		usage := events.Usage{InputTokens: req.InputTokens, OutputTokens: req.OutputTokens, CachedInputTokens: req.CachedInputTokens}
+		if req.Actual == "" && usage != (events.Usage{}) {
+			if errs[i] = events.ValidateUsage(usage); errs[i] != nil {
+				continue
+			}
+			if txs[i], errs[i] = s.prepare(ctx, req.ReservationID, kindSettle, events.Money{}); txs[i] != nil {
+				txs[i].usage = &usage
+			}
+			continue
+		}
+		if usage != (events.Usage{}) {
+			errs[i] = events.Errorf(events.CodeInvalidRequest, "give actual or usage (input_tokens, output_tokens, cached_input_tokens), not both")
+			continue
+		}
+		actual, err := events.ParseMoney(req.Actual)
+		if errs[i] = err; err != nil {
+			continue
+		}
+		txs[i], errs[i] = s.prepare(ctx, req.ReservationID, kindSettle, actual)
 	}
-	actual, err := events.ParseMoney(req.Actual)
-	if err != nil {
-		return events.CloseReply{}, err
+	return s.submit(ctx, txs, errs)
+}
+
+// ReleaseAll releases every request of reqs as Release would, each
+// answered on its own, submitted to the ledger at once.
+func (s *Settler) ReleaseAll(ctx context.Context, reqs []events.ReleaseRequest) (out []events.CloseReply, errs []error) {
+	txs, errs := make([]*closeTx, len(reqs)), make([]error, len(reqs))
+	for i, req := range reqs {
+		if errs[i] = events.ValidateToken("reservation_id", req.ReservationID, events.MaxIDLen); errs[i] != nil {
+			continue
+		}
+		txs[i], errs[i] = s.prepare(ctx, req.ReservationID, kindRelease, events.Money{})
 	}
-	return s.close(ctx, req.ReservationID, kindSettle, actual)
+	return s.submit(ctx, txs, errs)
 }
 
 // Release gives a whole reservation back. Releasing a released or expired
 // reservation is answered with Replayed set.
 //
 // Errors (*events.Error), in precedence order: CodeInvalidIdentifier;
-// CodeUnknownReservation; CodeAlreadySettled (with the reservation's
+// CodeUnknownReservation (also another tenant's reservation, see Settle);
+// CodeAlreadySettled (with the reservation's
 // ReservationID and Status); CodeLedgerBusy, CodeLedgerUnavailable.
 func (s *Settler) Release(ctx context.Context, req events.ReleaseRequest) (events.CloseReply, error) {
-	if err := events.ValidateToken("reservation_id", req.ReservationID, events.MaxIDLen); err != nil {
-		return events.CloseReply{}, err
-	}
-	return s.close(ctx, req.ReservationID, kindRelease, events.Money{})
+	out, errs := s.ReleaseAll(ctx, []events.ReleaseRequest{req})
+	return out[0], errs[0]
 }
 
 // Expire releases reservation id with reason expired if it is still open and
@@ -81,29 +133,89 @@ func (s *Settler) Expire(ctx context.Context, id string) (events.CloseReply, err
 }
 
 func (s *Settler) close(ctx context.Context, id string, k kind, actual events.Money) (events.CloseReply, error) {
+	tx, err := s.prepare(ctx, id, k, actual)
+	out, errs := s.submit(ctx, []*closeTx{tx}, []error{err})
+	return out[0], errs[0]
+}
+
+// prepare finds reservation id (after a sync if this replica has not seen
+// it, or has not seen it as the caller's tenant's) and returns the Tx that
+// closes it.
+func (s *Settler) prepare(ctx context.Context, id string, k kind, actual events.Money) (*closeTx, error) {
+	// A caller closes only its own tenant's reservations; the sweeper
+	// expires everyone's.
+	tenant, sweeper := events.TenantFromContext(ctx), k == kindExpire
 	r, ok := s.l.Reservation(id)
-	if !ok {
+	if !ok || !(sweeper || ownedBy(r, tenant)) {
 		if err := s.l.Sync(ctx); err != nil {
-			return events.CloseReply{}, err
+			return nil, err
 		}
-		if r, ok = s.l.Reservation(id); !ok {
-			return events.CloseReply{}, events.Errorf(events.CodeUnknownReservation, "reservation %s is unknown", id)
+		if r, ok = s.l.Reservation(id); !ok || !(sweeper || ownedBy(r, tenant)) {
+			// Another tenant's reservation is answered exactly as one
+			// that does not exist: no tenant learns what another holds.
+			return nil, events.Errorf(events.CodeUnknownReservation, "reservation %s is unknown", id)
 		}
 	}
-	tx := &closeTx{id: id, kind: k, actual: actual, now: s.now().UTC(), refs: r.Balances}
-	if err := s.l.Submit(ctx, tx); err != nil {
-		return events.CloseReply{}, err
+	return &closeTx{id: id, kind: k, actual: actual, now: s.now().UTC(), refs: r.Balances}, nil
+}
+
+// submit submits every non-nil Tx of txs whose errs entry is nil, at once,
+// and returns each one's answer.
+func (s *Settler) submit(ctx context.Context, txs []*closeTx, errs []error) ([]events.CloseReply, []error) {
+	out := make([]events.CloseReply, len(txs))
+	var sub []ledger.Tx
+	var idx []int
+	for i, tx := range txs {
+		if tx != nil && errs[i] == nil {
+			sub = append(sub, tx)
+			idx = append(idx, i)
+		}
 	}
-	return tx.reply, nil
+	if len(sub) == 0 {
+		return out, errs
+	}
+	tenant := events.TenantFromContext(ctx)
+	for j, err := range s.l.SubmitAll(ctx, sub) {
+		if errs[idx[j]] = err; err == nil {
+			if as := txs[idx[j]].alerts; len(as) > 0 && s.alerts != nil {
+				s.alerts(as)
+			}
+			out[idx[j]] = txs[idx[j]].reply
+			if tenant != "" {
+				out[idx[j]].Balances = events.LocalBalances(out[idx[j]].Balances)
+			}
+		}
+	}
+	return out, errs
+}
+
+// ownedBy reports whether every balance of r belongs to tenant ("" for the
+// untenanted deployment). An admit qualifies all its scopes by one tenant,
+// so a reservation belongs to exactly one.
+func ownedBy(r *ledger.Reservation, tenant string) bool {
+	for _, b := range r.Balances {
+		if b.Scope.Tenant() != tenant {
+			return false
+		}
+	}
+	return true
 }
 
 type closeTx struct {
 	id     string
 	kind   kind
 	actual events.Money
+	// usage, when set, is a settle from usage: Decide prices it at the
+	// reservation's quote into actual and priced.
+	usage  *events.Usage
+	priced *events.Usage
+	// alerts are the thresholds the decision crossed (a settle above its
+	// reservation can cross one).
+	alerts []events.ThresholdCrossed
 	now    time.Time
 	refs   []events.BalanceRef
 	reply  events.CloseReply
+	view   *ledger.View
 }
 
 func (t *closeTx) Balances() []events.BalanceRef { return t.refs }
@@ -114,6 +226,16 @@ func (t *closeTx) Decide(v *ledger.View) (events.Events, error) {
 		return nil, events.Errorf(events.CodeUnknownReservation, "reservation %s is unknown", t.id)
 	}
 	t.reply = events.CloseReply{ReservationID: t.id, Balances: r.Balances, Reserved: r.Amount().String()}
+	t.alerts = nil
+	t.view = v
+	if t.usage != nil {
+		if r.Pricing == nil {
+			return nil, events.Errorf(events.CodeNotPriced, "reservation %s was not priced from a model: settle it with actual", t.id)
+		}
+		u := *t.usage
+		u.PriceVersion = r.Pricing.Version
+		t.actual, t.priced = r.Pricing.Cost(u), &u
+	}
 	open := true
 	for _, ref := range t.refs {
 		if _, ok := v.OpenAmount(streams.BalanceKey(ref), t.id); !ok {
@@ -162,7 +284,8 @@ func (t *closeTx) settle(r *ledger.Reservation, late, afterExpiry bool) events.E
 		actual := t.actual
 		count := false
 		if p := r.Part(key); p != nil && events.IsCount(p.Unit) {
-			actual, count = events.MoneyFromInt(1), true
+			// A requests budget records the count it reserved.
+			actual, count = p.Amount, true
 		}
 		// Spend beyond the reservation is recorded in full. After the
 		// sweeper returned the reservation, all of it is beyond.
@@ -174,8 +297,21 @@ func (t *closeTx) settle(r *ledger.Reservation, late, afterExpiry bool) events.E
 			t.reply.Overrun = overrun.String()
 		}
 		evs = append(evs, events.ReservationSettled{ReservationID: t.id, Balance: ref, Reserved: reserved,
-			Actual: actual, Overrun: overrun, Late: late, AfterExpiry: afterExpiry, At: t.now})
+			Actual: actual, Overrun: overrun, Late: late, AfterExpiry: afterExpiry, At: t.now, Usage: t.priced})
+		if b := t.view.Balance(key); len(b.Thresholds) > 0 {
+			used := b.Spent.Add(actual).Add(b.Reserved)
+			if !afterExpiry {
+				used = used.Sub(reserved)
+			}
+			for _, th := range events.Crossed(b.Thresholds, b.Alerted, b.Limit, used) {
+				a := events.ThresholdCrossed{Balance: ref, Threshold: th, Limit: b.Limit, Used: used, Unit: b.Unit,
+					ReservationID: t.id, At: t.now}
+				evs = append(evs, a)
+				t.alerts = append(t.alerts, a)
+			}
+		}
 	}
+	t.reply.Usage = t.priced
 	t.reply.Status = events.StatusSettled
 	t.reply.Actual = t.actual.String()
 	t.reply.Late = late

@@ -244,6 +244,26 @@ func SnapshotSeq(name string) (uint64, bool) {
 	return seq, err == nil
 }
 
+// ReportSnapshotPrefix starts the name of every snapshot of a replica's
+// spend report (projector.Aggregator), kept in the same bucket as the
+// ledger's snapshots and ignored by them.
+const ReportSnapshotPrefix = "report-"
+
+// ReportSnapshotName is the object name of the report snapshot covering
+// seq, zero-padded like SnapshotName.
+func ReportSnapshotName(seq uint64) string {
+	return fmt.Sprintf("%s%020d", ReportSnapshotPrefix, seq)
+}
+
+// ReportSnapshotSeq parses a ReportSnapshotName.
+func ReportSnapshotSeq(name string) (uint64, bool) {
+	if !strings.HasPrefix(name, ReportSnapshotPrefix) || len(name) != len(ReportSnapshotPrefix)+20 {
+		return 0, false
+	}
+	seq, err := strconv.ParseUint(name[len(ReportSnapshotPrefix):], 10, 64)
+	return seq, err == nil
+}
+
 // SnapshotConfig is the snapshot bucket's configuration: file storage,
 // the ledger's replicas, S2-compressed (a snapshot is JSON).
 func (l Layout) SnapshotConfig() jetstream.ObjectStoreConfig {
@@ -324,18 +344,51 @@ const (
 	budgetFamily  = "budget"
 	balanceFamily = "balance"
 	laneFamily    = "lane"
+	pricingFamily = "pricing"
+	defaultFamily = "default"
 )
 
-// BudgetKey is "budget.<kind>.<id>.<period>".
+// DefaultKey is "default.<kind>.<period>": the key of the default budget of
+// a scope kind for a period.
+func DefaultKey(kind string, p events.Period) string {
+	return defaultFamily + "." + kind + "." + string(p)
+}
+
+// IsDefaultKey reports whether key is a default budget key.
+func IsDefaultKey(key string) bool { return strings.HasPrefix(key, defaultFamily+".") }
+
+// PricingKey is "pricing.<model>": the key of a model's prices (a model
+// name may hold '.', so the key may span several subject tokens; see
+// events.ValidateModel).
+func PricingKey(model string) string { return pricingFamily + "." + model }
+
+// IsPricingKey reports whether key is a pricing key.
+func IsPricingKey(key string) bool { return strings.HasPrefix(key, pricingFamily+".") }
+
+// PricingModel returns the model of a pricing key.
+func PricingModel(key string) string { return strings.TrimPrefix(key, pricingFamily+".") }
+
+// BudgetKey is "budget.<kind>.<id>.<period>", with ".<unit>" for a budget
+// defined alongside another of the other kind in the same period
+// (events.BudgetRef.Unit).
 func BudgetKey(b events.BudgetRef) string {
-	return budgetFamily + "." + b.Scope.Kind() + "." + b.Scope.ID() + "." + string(b.Period)
+	k := budgetFamily + "." + b.Scope.Kind() + "." + b.Scope.ID() + "." + string(b.Period)
+	if b.Unit != "" {
+		k += "." + b.Unit
+	}
+	return k
 }
 
 // BalanceKey is "balance.<kind>.<id>.<period>.<instance>": the name of a
 // balance in the book and in events. It is not a KV key: a balance's
 // revisions live in its lane (LaneKey).
 func BalanceKey(b events.BalanceRef) string {
-	return balanceFamily + "." + b.Scope.Kind() + "." + b.Scope.ID() + "." + string(b.Period) + "." + b.Instance
+	k := balanceFamily + "." + b.Scope.Kind() + "." + b.Scope.ID() + "." + string(b.Period) + "." + b.Instance
+	if b.Unit != "" {
+		// A budget alongside another in the same period (BudgetRef.Unit).
+		k += "." + b.Unit
+	}
+	return k
 }
 
 // Lanes returns the number of commit lanes.
@@ -370,13 +423,63 @@ const (
 	EndpointAdmit      = "admit"
 	EndpointSettle     = "settle"
 	EndpointRelease    = "release"
+	EndpointVoid       = "void"
 	EndpointBudgetPut  = "budget.put"
 	EndpointBudgetGet  = "budget.get"
 	EndpointBudgetList = "budget.list"
+	// EndpointPricingPut, EndpointPricingGet and EndpointPricingList
+	// manage the pricing table.
+	EndpointPricingPut  = "pricing.put"
+	EndpointPricingGet  = "pricing.get"
+	EndpointPricingList = "pricing.list"
+	// EndpointAdmitBatch, EndpointSettleBatch and EndpointReleaseBatch
+	// take many requests of their kind in one message
+	// (events.BatchRequest) and answer each on its own.
+	EndpointAdmitBatch   = "admit.batch"
+	EndpointSettleBatch  = "settle.batch"
+	EndpointReleaseBatch = "release.batch"
+	// EndpointReport answers spend reports from a replica's maintained
+	// aggregate.
+	EndpointReport = "report"
 )
 
 // Endpoint returns the subject of an endpoint ("spendgate.admit").
 func (l Layout) Endpoint(name string) string { return l.c.Prefix + name }
+
+// TenantToken is the subject token that starts the tenant endpoints:
+// "<prefix>t.<tenant>.<endpoint>".
+const TenantToken = "t"
+
+// TenantEndpoint returns the subject of endpoint name for tenant
+// ("spendgate.t.acme.admit"). A tenant account imports it under the plain
+// Endpoint subject; the replica takes the tenant from it (TenantOf).
+func (l Layout) TenantEndpoint(tenant, name string) string {
+	return l.c.Prefix + TenantToken + "." + tenant + "." + name
+}
+
+// TenantEndpoints matches endpoint name of every tenant
+// ("spendgate.t.*.admit"): the replica's subscription.
+func (l Layout) TenantEndpoints(name string) string { return l.TenantEndpoint("*", name) }
+
+// TenantPrefix is every subject of tenant ("spendgate.t.acme.>"): what the
+// replica's account exports to the tenant's account.
+func (l Layout) TenantPrefix(tenant string) string {
+	return l.c.Prefix + TenantToken + "." + tenant + ".>"
+}
+
+// TenantOf returns the tenant of a subject of TenantEndpoints (the token
+// after "<prefix>t."), and false for any other subject.
+func (l Layout) TenantOf(subject string) (string, bool) {
+	rest, ok := strings.CutPrefix(subject, l.c.Prefix+TenantToken+".")
+	if !ok {
+		return "", false
+	}
+	t, _, ok := strings.Cut(rest, ".")
+	if !ok || t == "" {
+		return "", false
+	}
+	return t, true
+}
 
 // Prefix returns the service subject prefix.
 func (l Layout) Prefix() string { return l.c.Prefix }
@@ -482,21 +585,89 @@ func (l Layout) FeedPrefix() string { return l.c.Prefix + "feed." + FeedVersion 
 // FeedFilter matches every feed subject ("spendgate.feed.v1.>").
 func (l Layout) FeedFilter() string { return l.FeedPrefix() + ">" }
 
+// AlertVersion is the version token of alert subjects.
+const AlertVersion = "v1"
+
+// HeaderAlertID carries an alert's id (events.AlertID) on its NATS
+// message, so a consumer can drop a duplicate.
+const HeaderAlertID = "Spendgate-Alert-Id"
+
+// AlertSubject is the subject of a threshold alert of scope:
+// "<prefix>alert.v1.<scope kind>.<scope id>", for example
+// "spendgate.alert.v1.org.acme", or for a tenant's scope
+// "<prefix>alert.v1.t.<tenant>.<scope kind>.<scope id>" (as FeedSubject
+// does); subscribe to "spendgate.alert.v1.>" for every alert.
+func (l Layout) AlertSubject(scope events.Scope) string {
+	if tenant := scope.Tenant(); tenant != "" {
+		local := scope.Local()
+		return l.c.Prefix + "alert." + AlertVersion + "." + TenantToken + "." + tenant + "." + local.Kind() + "." + local.ID()
+	}
+	return l.c.Prefix + "alert." + AlertVersion + "." + scope.Kind() + "." + scope.ID()
+}
+
 // FeedSubject is the subject of one feed message:
 // "<prefix>feed.v1.<event type>.<scope kind>.<scope id>", for example
 // "spendgate.feed.v1.reservation.opened.v1.team.search". The event type
 // spans three tokens (noun, verb, version), so a consumer filters by type
 // with "spendgate.feed.v1.reservation.>" or by scope with
 // "spendgate.feed.v1.*.*.*.team.search".
+//
+// A tenant's event carries the tenant in two more tokens, "t.<tenant>",
+// before the scope as the tenant names it:
+// "spendgate.feed.v1.reservation.opened.v1.t.acme.team.search". Its feed is
+// "spendgate.feed.v1.*.*.*.t.acme.>" (TenantFeedFilter), which no
+// untenanted event matches (those have two tokens after the type, a
+// tenant's four).
 func (l Layout) FeedSubject(t events.Type, scope events.Scope) string {
+	if tenant := scope.Tenant(); tenant != "" {
+		local := scope.Local()
+		return l.FeedPrefix() + string(t) + "." + TenantToken + "." + tenant + "." + local.Kind() + "." + local.ID()
+	}
 	return l.FeedPrefix() + string(t) + "." + scope.Kind() + "." + scope.ID()
 }
 
-// FeedStreamConfig is the feed stream's configuration. It keeps every
-// message (like the ledger it is derived from) and dedupes Nats-Msg-Id
-// over DuplicateWindow.
+// TenantFeedConsumer is the one durable consumer of the feed stream a
+// tenant may use: "t-<tenant>". Consumer names starting "t-" are reserved
+// for tenants.
+func TenantFeedConsumer(tenant string) string { return "t-" + tenant }
+
+// TenantFeedFilter matches every feed subject of tenant's events
+// ("spendgate.feed.v1.*.*.*.t.acme.>").
+func (l Layout) TenantFeedFilter(tenant string) string {
+	return l.FeedPrefix() + "*.*.*." + TenantToken + "." + tenant + ".>"
+}
+
+// DefaultFeedMaxAge is how long the feed keeps a message by default: a
+// consumer may be away this long and still resume without missing an
+// event. The ledger keeps every revision regardless; the feed is a copy.
+const DefaultFeedMaxAge = 7 * 24 * time.Hour
+
+// FeedOption changes the feed stream's configuration in EnsureFeed.
+type FeedOption func(*jetstream.StreamConfig) error
+
+// WithFeedMaxAge makes the feed keep each message for d (0: keep every
+// message). Every replica that relays must be given the same value: the
+// last EnsureFeed sets it.
+func WithFeedMaxAge(d time.Duration) FeedOption {
+	return func(c *jetstream.StreamConfig) error {
+		if d < 0 {
+			return fmt.Errorf("streams: feed max age must not be negative, got %s", d)
+		}
+		c.MaxAge = d
+		if d > 0 && c.Duplicates > d {
+			c.Duplicates = d // JetStream refuses a dedupe window longer than the max age
+		}
+		return nil
+	}
+}
+
+// FeedStreamConfig is the feed stream's configuration. It keeps each
+// message DefaultFeedMaxAge (WithFeedMaxAge changes it; the ledger it is
+// derived from keeps every revision) and dedupes Nats-Msg-Id over
+// DuplicateWindow.
 func (l Layout) FeedStreamConfig() jetstream.StreamConfig {
 	return jetstream.StreamConfig{
+		MaxAge:      DefaultFeedMaxAge,
 		Name:        l.FeedStreamName(),
 		Description: "spendgate live event feed (feed.v1): every ledger event, one message each, in commit order",
 		Subjects:    []string{l.FeedFilter()},
@@ -514,10 +685,15 @@ func (l Layout) FeedStreamConfig() jetstream.StreamConfig {
 	}
 }
 
-// EnsureFeed creates or updates the feed stream. Like Ensure it is
-// idempotent and safe to run from every replica at once.
-func EnsureFeed(ctx context.Context, js jetstream.JetStream, l Layout) (jetstream.Stream, error) {
+// EnsureFeed creates or updates the feed stream with opts applied. Like
+// Ensure it is idempotent and safe to run from every replica at once.
+func EnsureFeed(ctx context.Context, js jetstream.JetStream, l Layout, opts ...FeedOption) (jetstream.Stream, error) {
 	cfg := l.FeedStreamConfig()
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
 	for attempt := 0; ; attempt++ {
 		s, err := js.CreateOrUpdateStream(ctx, cfg)
 		if err == nil {
@@ -540,3 +716,11 @@ func EnsureFeed(ctx context.Context, js jetstream.JetStream, l Layout) (jetstrea
 // BudgetKeysFilter matches every budget definition key
 // ("$KV.<bucket>.budget.>").
 func (l Layout) BudgetKeysFilter() string { return l.KeyPrefix() + budgetFamily + ".>" }
+
+// Revision signature headers (package signing writes and checks them): the
+// public nkey of the signer, and the base64url (no padding) Ed25519
+// signature over signing.Input(key, payload).
+const (
+	HeaderSigKey = "Spendgate-Sig-Key"
+	HeaderSig    = "Spendgate-Sig"
+)

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spendgate/spendgate/projector"
+	"github.com/spendgate/spendgate/signing"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -26,7 +27,9 @@ var (
 		about: `Replays the book of record for finance:
 
   check      replay the book and reconcile it with the live balances, to the
-             last digit (exit 1 if they differ)
+             last digit (exit 1 if they differ); with --trusted-keys also
+             verify every revision's signature
+  keys       which signing key wrote which revisions
   balances   totals per budget period as CSV, optionally as of a time
   export     one row per reservation, as CSV or JSON Lines
   archive    copy the stream's old revisions to hash-chained segment files
@@ -34,16 +37,30 @@ var (
 	}
 	auditCheckCommand = command{
 		name:     "spendgate audit check",
-		synopsis: "[--from-snapshot] [--archive DIR] [--window D] [--expired-window D] [--nats-url URL] [--bucket NAME]",
-		about: `Replays the book of record and reconciles it with the live balances. Exit status 1 if they differ.
+		synopsis: "[--from-snapshot] [--archive DIR] [--window D] [--expired-window D] [--trusted-keys KEYS] [--reviewed SEQ,...] [--nats-url URL] [--bucket NAME]",
+		about: `Replays the book of record and reconciles it with the live balances. With
+--trusted-keys (public keys, or files of them, comma-separated) it also
+verifies every revision's signature and skips, as a replica does, any
+revision that is unsigned, signed by another key, badly signed, replayed,
+malformed or off its key's chain, listing each with its sequence. Exit
+status 1 if anything was skipped (but the --reviewed sequences) or replay
+and live differ.
 With --from-snapshot it starts from the newest ledger snapshot (checked
 against the stream) and replays only the tail after it. Memory follows what
 is open: a closed reservation is forgotten --window after its close
 (--expired-window for an expired one); 0 keeps everything.`,
 	}
+	auditKeysCommand = command{
+		name:     "spendgate audit keys",
+		synopsis: "[--nats-url URL] [--bucket NAME]",
+		about: `Lists every key that signed revisions of the ledger stream, with the first
+and last stream sequence it signed and how many ("unsigned" for revisions
+without a signature). It verifies nothing (audit check does): it says, for
+example, the last sequence of a key being retired.`,
+	}
 	auditBalancesCommand = command{
 		name:     "spendgate audit balances",
-		synopsis: "[--at RFC3339] [--archive DIR] [--nats-url URL] [--bucket NAME]",
+		synopsis: "[--at RFC3339] [--archive DIR] [--trusted-keys KEYS] [--nats-url URL] [--bucket NAME]",
 		about: `Writes the totals of every budget period as CSV on standard output, as of
 now or of --at. A budget defined but not used in its period instance at
 --at (or now) gets a row of zeros. Exit status 1 on any error, a failed
@@ -59,33 +76,61 @@ func audit(args []string) int {
 	if len(args) > 0 && (args[0] == "archive" || args[0] == "trim") {
 		return auditArchive(args[0], args[1:])
 	}
-	if len(args) == 0 || (args[0] != "check" && args[0] != "balances") {
+	if len(args) == 0 || (args[0] != "check" && args[0] != "balances" && args[0] != "keys") {
 		fs := newFlagSet("audit")
 		if code, ok := auditCommand.parse(fs, args); !ok {
 			return code
 		}
-		return auditCommand.usageError(fs, "which audit? (check, balances, export, archive or trim)")
+		return auditCommand.usageError(fs, "which audit? (check, balances, export, keys, archive or trim)")
 	}
 	cmd := auditCheckCommand
-	if args[0] == "balances" {
+	switch args[0] {
+	case "balances":
 		cmd = auditBalancesCommand
+	case "keys":
+		cmd = auditKeysCommand
 	}
 	fs := newFlagSet("audit " + args[0])
 	var c clientFlags
 	c.register(fs)
 	bucket := fs.String("bucket", streams.DefaultBucket, "ledger bucket name")
-	var at *string
+	var at, trusted, reviewed *string
 	var fromSnap *bool
 	if args[0] == "balances" {
 		at = fs.String("at", "", "balances as of this time (RFC 3339), default now")
 	} else {
 		fromSnap = fs.Bool("from-snapshot", false, "start from the newest ledger snapshot and replay only the tail")
 	}
-	archive := fs.String("archive", "", "read the archive in this directory (spendgate audit archive) before the stream")
-	window := fs.Duration("window", projector.DefaultWindowClosed, "forget a settled or released reservation this long after its close (0: keep all)")
-	expiredWindow := fs.Duration("expired-window", projector.DefaultWindowExpired, "forget an expired reservation this long after its expiry (0: keep all)")
+	var archive *string
+	var window, expiredWindow *time.Duration
+	if args[0] != "keys" {
+		trusted = fs.String("trusted-keys", os.Getenv("SPENDGATE_TRUSTED_KEYS"), trustedKeysUsage)
+		archive = fs.String("archive", "", "read the archive in this directory (spendgate audit archive) before the stream")
+		window = fs.Duration("window", projector.DefaultWindowClosed, "forget a settled or released reservation this long after its close (0: keep all)")
+		expiredWindow = fs.Duration("expired-window", projector.DefaultWindowExpired, "forget an expired reservation this long after its expiry (0: keep all)")
+	}
+	if args[0] == "check" {
+		reviewed = fs.String("reviewed", "", "stream sequences of skipped revisions already looked into, comma-separated: still listed, no longer a failure")
+	}
 	if code, ok := cmd.parse(fs, args[1:]); !ok {
 		return code
+	}
+	var trust *signing.KeySet
+	if trusted != nil {
+		var err error
+		if trust, err = parseTrusted(*trusted); err != nil {
+			return cmd.usageError(fs, err.Error())
+		}
+	}
+	var reviewedSeqs []uint64
+	if reviewed != nil && *reviewed != "" {
+		for _, f := range strings.Split(*reviewed, ",") {
+			n, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
+			if err != nil || n == 0 {
+				return cmd.usageError(fs, fmt.Sprintf("--reviewed: %q is not a stream sequence", f))
+			}
+			reviewedSeqs = append(reviewedSeqs, n)
+		}
 	}
 	var until time.Time
 	if at != nil {
@@ -115,12 +160,28 @@ func audit(args []string) int {
 	// SIGTERM end it.
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
+	if args[0] == "keys" {
+		uses, err := projector.Signers(ctx, js, layout)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "spendgate: audit keys:", err)
+			return 1
+		}
+		for _, u := range uses {
+			key := u.Key
+			if key == "" {
+				key = "unsigned"
+			}
+			fmt.Printf("%s first=%d last=%d revisions=%d\n", key, u.First, u.Last, u.Revisions)
+		}
+		return 0
+	}
 	opts := []projector.CheckOption{projector.WithWindow(*window, *expiredWindow)}
 	if *archive != "" {
 		opts = append(opts, projector.WithArchive(*archive))
 	}
 	progress := isTerminal(os.Stderr)
 	if args[0] == "check" {
+		opts = append(opts, projector.WithTrust(trust), projector.WithReviewed(reviewedSeqs...))
 		if progress {
 			opts = append(opts, projector.WithProgress(terminalProgress(os.Stderr, "audit check: replayed")))
 		}
@@ -144,7 +205,7 @@ func audit(args []string) int {
 		}
 		return 0
 	}
-	p := projector.New(js, layout)
+	p := projector.New(js, layout, projector.Verifying(trust))
 	var st *projector.State
 	if progress {
 		opts = append(opts, projector.WithProgress(terminalProgress(os.Stderr, "audit balances: replayed")))
@@ -172,6 +233,22 @@ func audit(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// trustedKeysUsage is the help of --trusted-keys on the replaying
+// commands.
+const trustedKeysUsage = "fold only revisions signed by these public keys, or files of them, comma-separated, as replicas do; check lists what it skips ($SPENDGATE_TRUSTED_KEYS; empty: signatures are not checked)"
+
+// parseTrusted reads --trusted-keys ("" gives nil: nothing verified).
+func parseTrusted(spec string) (*signing.KeySet, error) {
+	if spec == "" {
+		return nil, nil
+	}
+	ks, err := signing.ParseKeys(spec)
+	if err != nil {
+		return nil, fmt.Errorf("--trusted-keys: %w", err)
+	}
+	return ks, nil
 }
 
 // isTerminal reports whether f is a character device (a terminal).

@@ -27,16 +27,18 @@ var (
 	}
 	budgetPutCommand = command{
 		name:     "spendgate budget put",
-		synopsis: "--scope KIND:ID --period month|week|day|lifetime --limit DECIMAL --unit USD|requests|... [--tz ZONE] [--disabled] [--allow-zero] [--fixed-slot DECIMAL]",
+		synopsis: "--scope KIND:ID --period month|week|day|lifetime --limit DECIMAL --unit USD|requests|... [--tz ZONE] [--disabled] [--allow-zero] [--fixed-slot DECIMAL] [--alerts] [--threshold F ...] [--tenant NAME]",
 		about: `Defines the budget of a scope for a period, or changes it; the reply says what
 changed ("changed") and what it was ("previous"). --period is required, so that
 a change never lands on another period's budget by default. The put is the
 whole definition: a --tz, --disabled or --fixed-slot left out is reset. --limit 0 denies
-everything and needs --allow-zero.`,
+everything and needs --allow-zero. --scope KIND:* (quote it for the shell) defines
+the default budget of a kind: a scope of that kind with no budget of its own gets
+it on its first admit.`,
 	}
 	budgetDisableCommand = command{
 		name:     "spendgate budget disable",
-		synopsis: "--scope KIND:ID --period month|week|day|lifetime",
+		synopsis: "--scope KIND:ID --period month|week|day|lifetime [--tenant NAME]",
 		about: `Disables a budget: every admit naming it is denied budget_disabled. It keeps the
 limit, unit, time zone and fixed slot: it reads the budget and puts it back with only
 "disabled" changed. The reply's "changed" shows what the put changed; if
@@ -44,17 +46,17 @@ another change landed between the read and the put, it shows that too.`,
 	}
 	budgetEnableCommand = command{
 		name:     "spendgate budget enable",
-		synopsis: "--scope KIND:ID --period month|week|day|lifetime",
+		synopsis: "--scope KIND:ID --period month|week|day|lifetime [--tenant NAME]",
 		about:    "Enables a disabled budget again, keeping the rest of its definition (see\nspendgate budget disable).",
 	}
 	budgetGetCommand = command{
 		name:     "spendgate budget get",
-		synopsis: "--scope KIND:ID [--period month|day|lifetime]",
+		synopsis: "--scope KIND:ID [--period month|day|lifetime] [--tenant NAME]",
 		about:    "Prints a budget of a scope with its current period's spent, reserved and available;\nwithout --period, every budget of the scope.",
 	}
 	budgetListCommand = command{
 		name:     "spendgate budget list",
-		synopsis: "[--kind KIND] [--sort scope|utilization] [--max N] [--page-size N] [--cursor C]",
+		synopsis: "[--kind KIND] [--sort scope|utilization] [--max N] [--page-size N] [--cursor C] [--tenant NAME]",
 		about: `Prints every budget, or those whose scope is of one kind, fetching them page
 by page. --sort utilization lists the budgets nearest their limit first
 (e.g. --sort utilization --max 10). With --cursor it prints one page and its
@@ -74,6 +76,7 @@ func budget(args []string) int {
 	var c clientFlags
 	fs := newFlagSet("budget " + args[0])
 	c.register(fs)
+	c.registerTenant(fs)
 	switch args[0] {
 	case "put":
 		var req events.BudgetPutRequest
@@ -85,17 +88,22 @@ func budget(args []string) int {
 		fs.BoolVar(&req.Disabled, "disabled", false, "define the budget disabled: every admit naming it is denied")
 		fs.BoolVar(&req.AllowZero, "allow-zero", false, "allow --limit 0 (deny everything)")
 		fs.StringVar(&req.FixedSlot, "fixed-slot", "", "reserve this fixed amount per admit instead of the requested one (money budgets)")
+		fs.BoolVar(&req.Alerts, "alerts", false, "publish threshold alerts at 50%, 80% and 100% of the limit (or at --threshold)")
+		var thresholds multiFlag
+		fs.Var(&thresholds, "threshold", "alert `fraction` of the limit in (0, 1], e.g. 0.9; repeat for several (turns alerts on)")
 		if code, ok := budgetPutCommand.parse(fs, args[1:]); !ok {
 			return code
 		}
 		if req.Period == "" {
 			return budgetPutCommand.usageError(fs, "--period is required (month, week, day or lifetime)")
 		}
+		req.Thresholds = thresholds
 		return c.call(streams.EndpointBudgetPut, req, nil)
 	case "get":
 		var req events.BudgetGetRequest
 		fs.StringVar(&req.Scope, "scope", "", "scope, kind:id")
 		fs.StringVar(&req.Period, "period", "", "month, week, day or lifetime; without it, every budget of the scope")
+		fs.StringVar(&req.Unit, "unit", "", "with --period: the budget of this unit, when the scope has a money and a requests budget in the period")
 		if code, ok := budgetGetCommand.parse(fs, args[1:]); !ok {
 			return code
 		}
@@ -121,6 +129,7 @@ func budget(args []string) int {
 		var get events.BudgetGetRequest
 		fs.StringVar(&get.Scope, "scope", "", "scope, kind:id")
 		fs.StringVar(&get.Period, "period", "", "month, week, day or lifetime; required")
+		fs.StringVar(&get.Unit, "unit", "", "the budget of this unit, when the scope has a money and a requests budget in the period")
 		cmd := budgetDisableCommand
 		if args[0] == "enable" {
 			cmd = budgetEnableCommand
@@ -136,7 +145,7 @@ func budget(args []string) int {
 			return code
 		}
 		req := events.BudgetPutRequest{Scope: get.Scope, Period: get.Period, Limit: cur.Limit, Unit: cur.Unit,
-			TZ: cur.TZ, Disabled: args[0] == "disable", AllowZero: cur.Limit == "0", FixedSlot: cur.FixedSlot}
+			TZ: cur.TZ, Disabled: args[0] == "disable", AllowZero: cur.Limit == "0", FixedSlot: cur.FixedSlot, Thresholds: cur.Thresholds}
 		return c.call(streams.EndpointBudgetPut, req, nil)
 	}
 	return budgetCommand.usageError(nil, fmt.Sprintf("unknown budget command %q", args[0]))
@@ -202,10 +211,14 @@ func (c *clientFlags) listPage(nc *nats.Conn, req events.BudgetListRequest) (eve
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
-	msg, err := nc.RequestWithContext(ctx, c.prefix+streams.EndpointBudgetList, data)
+	subject, err := c.subject(streams.EndpointBudgetList)
+	if err != nil {
+		return page, nil, err
+	}
+	msg, err := nc.RequestWithContext(ctx, subject, data)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
-			err = fmt.Errorf("no spendgate service is listening on %s%s", c.prefix, streams.EndpointBudgetList)
+			err = fmt.Errorf("no spendgate service is listening on %s", subject)
 		}
 		return page, nil, err
 	}

@@ -58,7 +58,7 @@ func runCLIAs(t *testing.T, cred *syscall.Credential, env []string, args ...stri
 // every command and subcommand, as typed.
 var allCommands = [][]string{
 	{"serve"}, {"budget"}, {"budget", "put"}, {"budget", "get"}, {"budget", "list"}, {"budget", "disable"}, {"budget", "enable"},
-	{"admit"}, {"settle"}, {"release"}, {"audit"}, {"audit", "check"}, {"audit", "balances"},
+	{"admit"}, {"settle"}, {"release"}, {"audit"}, {"audit", "check"}, {"audit", "balances"}, {"audit", "keys"}, {"key"},
 	{"bench"}, {"demo"}, {"demo", "overrun"}, {"roles"}, {"version"},
 }
 

@@ -22,6 +22,7 @@ import (
 type clientFlags struct {
 	conn    natsconn.Options
 	prefix  string
+	tenant  string
 	timeout time.Duration
 }
 
@@ -32,6 +33,23 @@ func (c *clientFlags) register(fs *flag.FlagSet) {
 	c.conn.RegisterFlags(fs)
 	fs.StringVar(&c.prefix, "prefix", streams.DefaultPrefix, "service subject prefix")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "request timeout")
+}
+
+// registerTenant declares --tenant, for the commands that call endpoints.
+func (c *clientFlags) registerTenant(fs *flag.FlagSet) {
+	fs.StringVar(&c.tenant, "tenant", "", "act for this tenant, on <prefix>t.<tenant>.<endpoint> (an operator's admin identity; a tenant's own identity needs no flag)")
+}
+
+// subject is the subject of endpoint: "<prefix><endpoint>", or with
+// --tenant "<prefix>t.<tenant>.<endpoint>".
+func (c *clientFlags) subject(endpoint string) (string, error) {
+	if c.tenant == "" {
+		return c.prefix + endpoint, nil
+	}
+	if err := events.ValidateTenant(c.tenant); err != nil {
+		return "", fmt.Errorf("--tenant: %w", err)
+	}
+	return c.prefix + streams.TenantToken + "." + c.tenant + "." + endpoint, nil
 }
 
 // connect dials NATS as the flags say, under the connection name name.
@@ -56,10 +74,15 @@ func (c *clientFlags) request(endpoint string, req any) (body []byte, ok bool) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
-	msg, err := nc.RequestWithContext(ctx, c.prefix+endpoint, data)
+	subject, err := c.subject(endpoint)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "spendgate: %v\n", err)
+		return nil, false
+	}
+	msg, err := nc.RequestWithContext(ctx, subject, data)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
-			err = fmt.Errorf("no spendgate service is listening on %s%s", c.prefix, endpoint)
+			err = fmt.Errorf("no spendgate service is listening on %s", subject)
 		}
 		fmt.Fprintf(os.Stderr, "spendgate: %s: %v\n", endpoint, err)
 		return nil, false

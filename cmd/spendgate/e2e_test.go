@@ -411,7 +411,7 @@ func TestCLI_Walkthrough(t *testing.T) {
 		subjects = append(subjects, ep.Subject)
 	}
 	require.Subset(t, subjects, []string{
-		"spendgate.admit", "spendgate.settle", "spendgate.release",
+		"spendgate.admit", "spendgate.settle", "spendgate.release", "spendgate.void",
 		"spendgate.budget.put", "spendgate.budget.get", "spendgate.budget.list",
 	})
 }

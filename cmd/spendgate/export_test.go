@@ -48,7 +48,7 @@ func e2eCLIErr(t *testing.T, url string, args ...string) (int, string, string) {
 func TestCLI_ExportReportBalances(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	env.StartSpendgate(t, service.ReplicaConfig{SweepInterval: -1})
+	env.StartSpendgate(t, service.ReplicaConfig{SweepInterval: -1, Reports: true})
 	url := env.URL()
 	ok := func(args ...string) string {
 		t.Helper()
@@ -112,17 +112,32 @@ func TestCLI_ExportReportBalances(t *testing.T) {
 	out = ok("audit", "export", "--from", time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
 	require.Equal(t, 1, strings.Count(out, "\n"))
 
-	// Reports.
+	// Reports: from the replica's aggregate by default, byte-identical
+	// to the replay of the book (--replay).
 	out = ok("report", "--by", "model")
 	require.Contains(t, out, "Denials are not recorded")
 	require.Regexp(t, `(?m)^gpt-4o\s+USD\s+2\s+1\s+1\s+0\s+0\s+0\s+2\.5\s+0\.5\s+3\s*$`, out)
 	require.Regexp(t, `(?m)^\(none\)\s+USD\s+1\s+0\s+0\s+1\s`, out)
+	require.Equal(t, out, ok("report", "--by", "model", "--replay"))
 	code, out, errOut := e2eCLIErr(t, url, "report", "--by", "scope", "--format", "csv")
 	require.Equal(t, 0, code)
 	require.Contains(t, errOut, "Denials are not recorded")
 	require.Equal(t, "scope,unit,reservations,open,settled,released,expired,late,spend,overrun,reserved\n"+
 		"org:acme,USD,3,1,2,0,0,0,3.5,0.5,3\n"+
 		"user:u-17,USD,2,0,1,1,0,0,2.5,0.5,0\n", out)
+	require.Equal(t, out, ok("report", "--by", "scope", "--format", "csv", "--replay"))
+	hour := time.Now().UTC().Truncate(time.Hour)
+	window := []string{"--from", hour.Format(time.RFC3339), "--to", hour.Add(time.Hour).Format(time.RFC3339)}
+	out = ok(append([]string{"report", "--by", "model"}, window...)...)
+	require.Equal(t, out, ok(append([]string{"report", "--by", "model", "--replay"}, window...)...))
+	day := time.Now().UTC().Format(time.DateOnly)
+	out = ok("report", "--by", "scope", "--period", day)
+	require.Contains(t, out, "opened from "+day+"T00:00:00Z to ")
+	require.Equal(t, out, ok("report", "--by", "scope", "--period", day, "--replay"))
+	// Bad input to the endpoint: the reply's error, exit 1.
+	code, out, _ = e2eCLIErr(t, url, "report", "--by", "model", "--from", hour.Add(time.Minute).Format(time.RFC3339))
+	require.Equal(t, 1, code)
+	require.Contains(t, out, `"code":"invalid_time"`)
 
 	// audit balances lists the idle budget with zeros.
 	out = ok("audit", "balances")
@@ -146,6 +161,9 @@ func TestCLI_ExportReportBalances(t *testing.T) {
 		{[]string{"report", "--by", "a b"}, `--by "a b"`},
 		{[]string{"report", "--by", "model", "--format", "pdf"}, `--format "pdf": want table or csv`},
 		{[]string{"report", "--by", "model", "--from", "x"}, `--from "x": want an RFC 3339 time`},
+		{[]string{"report", "--by", "model", "--scope", "org:acme"}, `--scope needs --replay`},
+		{[]string{"report", "--by", "model", "--period", "2026-13"}, `--period "2026-13": want a UTC month like 2026-11 or a day like 2026-11-30`},
+		{[]string{"report", "--by", "model", "--period", "2026-11", "--from", "2026-11-01T00:00:00Z"}, `--period replaces --from and --to`},
 		{[]string{"admit", "--scope", "org:acme", "--amount", "1", "--meta", "model"}, `--meta "model": want KEY=VALUE`},
 	} {
 		code, _, errOut := e2eCLIErr(t, url, c.args...)
@@ -179,7 +197,7 @@ func TestAuditExport_FullDevice(t *testing.T) {
 	}
 	defer full.Close()
 	env := testenv.New(t)
-	env.StartSpendgate(t, service.ReplicaConfig{SweepInterval: -1})
+	env.StartSpendgate(t, service.ReplicaConfig{SweepInterval: -1, Reports: true})
 	code, _ := e2eCLI(t, env.URL(), "budget", "put", "--scope", "org:acme", "--period", "month", "--limit", "10", "--unit", "USD")
 	require.Equal(t, 0, code)
 	code, _ = e2eCLI(t, env.URL(), "admit", "--scope", "org:acme", "--amount", "1")

@@ -2,6 +2,7 @@
 //
 //	spendgate serve                      run the service on an embedded NATS server
 //	spendgate budget put|get|list        manage budgets
+//	spendgate pricing put|get|list|import manage model prices
 //	spendgate admit|settle|release       reserve and close
 //
 // Each subcommand is one small file here that parses flags and calls a
@@ -23,10 +24,15 @@ Usage:
   spendgate budget get  --scope KIND:ID [--period month|week|day|lifetime]
   spendgate budget disable|enable --scope KIND:ID --period PERIOD
   spendgate budget list [--kind KIND] [--sort scope|utilization] [--max N]
+  spendgate pricing put --model NAME --input DECIMAL --output DECIMAL [--cached-input DECIMAL] [--unit USD]
+  spendgate pricing get --model NAME | list | import --file PATH [--format json|csv]
   spendgate admit    --scope KIND:ID [--scope ...] --amount DECIMAL [--unit USD] [--ttl 5m] [--request-id ID] [--meta K=V] [--mode check|shadow]
+  spendgate admit    --scope KIND:ID [--scope ...] --model NAME --input-tokens N|--input-chars N --max-output-tokens N [...]
   spendgate settle   --reservation ID --actual DECIMAL
+  spendgate settle   --reservation ID --input-tokens N --output-tokens N [--cached-input-tokens N]
   spendgate release  --reservation ID
-  spendgate audit check                  replay the book of record and reconcile it with the live balances
+  spendgate audit check [--trusted-keys KEYS]   replay the book of record, verify signatures, reconcile with the live balances
+  spendgate audit keys                   which signing key wrote which revisions
   spendgate audit balances [--at TIME]   totals per budget period as CSV, optionally as of an RFC 3339 time
   spendgate audit export [--from TIME] [--to TIME] [--scope KIND:ID ...] [--format csv|jsonl] [--totals FILE]
                                          one row per reservation, streamed
@@ -35,6 +41,7 @@ Usage:
   spendgate bench    [--duration 3s] [--reps 3] [--conns 4] [--scenarios hot1,...|mem] [--json]   throughput vs floor and naive CAS
   spendgate demo overrun [--concurrency 20] [--ceiling 0.10] [--price 0.02] [--json]   naive ledger vs spendgate, no setup
   spendgate roles [--account NAME]       a nats-server permission layout: replica, service, admin, finance, feed
+  spendgate key --file FILE              the public key of a signing key (created if FILE does not exist)
   spendgate version                      module version and commit of this binary
 
 Every command takes --help for its flags ("spendgate help COMMAND" too).
@@ -49,6 +56,7 @@ Exit status: 0 success or admitted; 1 error; 2 denied, or a usage error
 var commands = map[string]func([]string) int{
 	"serve":    serve,
 	"budget":   budget,
+	"pricing":  pricing,
 	"admit":    admitCmd,
 	"settle":   settleCmd,
 	"release":  releaseCmd,
@@ -57,6 +65,7 @@ var commands = map[string]func([]string) int{
 	"bench":    benchCmd,
 	"demo":     demoCmd,
 	"roles":    rolesCmd,
+	"key":      keyCmd,
 	"snapshot": snapshotCmd,
 	"version":  versionCmd,
 }

@@ -59,7 +59,7 @@ func TestServe_Metrics(t *testing.T) {
 	t.Setenv("SPENDGATE_NATS_URL", "")
 	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	startProc(t, true, "serve", "--data-dir", filepath.Join(t.TempDir(), "data"), "--listen", listen, "--http", httpAddr)
+	startProc(t, true, "serve", "--data-dir", filepath.Join(t.TempDir(), "data"), "--listen", listen, "--http", httpAddr, "--feed", "--feed-max-age", "2h")
 	base := "http://" + httpAddr
 	code, body := httpStatus(t, base+"/readyz")
 	require.Equal(t, http.StatusOK, code, body)
@@ -114,6 +114,14 @@ func TestServe_Metrics(t *testing.T) {
 	require.Equal(t, 0.375, m[`spendgate_reserved_amount{scope="org:m",period="month",unit="USD"}`])
 	require.Equal(t, float64(0), m[`spendgate_inflight_requests`])
 	require.Contains(t, m, `spendgate_follower_lag_revisions`)
+	// The feed relay's counters and the spend report's size.
+	testenv.WaitFor(t, 30*time.Second, "the relay to append the events", func() bool {
+		m = scrape(t, base)
+		return m[`spendgate_feed_events_relayed_total`] >= float64(nAdmitted+5) &&
+			m[`spendgate_report_reservations`] == float64(nAdmitted-5)
+	})
+	require.Contains(t, m, `spendgate_feed_appends_lost_total`)
+	require.Positive(t, m[`spendgate_report_cells`])
 	found := false
 	for k := range m {
 		if regexp.MustCompile(`^spendgate_build_info\{`).MatchString(k) {

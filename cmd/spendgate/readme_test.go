@@ -107,7 +107,10 @@ func TestREADME_RunsAsPrinted(t *testing.T) {
 		}
 	}
 	var shell []string // CLI lines, run in one shell so variables carry
-	lastRsv, readmeRsvID := "", ""
+	// rsvIDs maps each reservation id the README prints to the one this
+	// run got: the README's first admit's id is the one its settle and
+	// release lines use; another admit's reply maps its own.
+	lastRsv, rsvIDs := "", map[string]string{}
 	ran := map[string]int{}
 	for ii, it := range items {
 		l := it.text
@@ -135,9 +138,11 @@ func TestREADME_RunsAsPrinted(t *testing.T) {
 		shell = nil
 		subject, payload := m[1], m[2]
 		if rid := readmeRsv.FindString(payload); rid != "" {
-			require.NotEmpty(t, lastRsv, "README line %d settles a reservation no earlier step opened", it.line)
-			readmeRsvID = rid
-			payload = strings.ReplaceAll(payload, rid, lastRsv)
+			if rsvIDs[rid] == "" {
+				require.NotEmpty(t, lastRsv, "README line %d settles a reservation no earlier step opened", it.line)
+				rsvIDs[rid] = lastRsv
+			}
+			payload = strings.ReplaceAll(payload, rid, rsvIDs[rid])
 		}
 		msg, err := nc.Request(subject, []byte(payload), 10*time.Second)
 		require.NoError(t, err, "README line %d: %s", it.line, l)
@@ -151,11 +156,15 @@ func TestREADME_RunsAsPrinted(t *testing.T) {
 			continue // the README prints no reply for this one
 		}
 		want := items[ii+1].text
-		if readmeRsvID == "" {
-			readmeRsvID = readmeRsv.FindString(want)
-		}
-		if readmeRsvID != "" && lastRsv != "" {
-			want = strings.ReplaceAll(want, readmeRsvID, lastRsv)
+		for _, rid := range readmeRsv.FindAllString(want, -1) {
+			if rsvIDs[rid] == "" {
+				if id, ok := got["reservation_id"].(string); ok {
+					rsvIDs[rid] = id
+				}
+			}
+			if rsvIDs[rid] != "" {
+				want = strings.ReplaceAll(want, rid, rsvIDs[rid])
+			}
 		}
 		var wantV map[string]any
 		require.NoError(t, json.Unmarshal([]byte(want), &wantV), "README line %d", items[ii+1].line)
@@ -172,13 +181,15 @@ func TestREADME_RunsAsPrinted(t *testing.T) {
 }
 
 // readmeNormalize blanks the values that differ from run to run: times,
-// period instances (today's date) and the expiry.
+// period instances (today's date), the expiry, price versions (stream
+// sequences, which move with every README step before them) and a report's
+// stream position (it moves with every write any earlier step makes).
 func readmeNormalize(v any) {
 	switch v := v.(type) {
 	case map[string]any:
 		for k, x := range v {
 			switch k {
-			case "instance", "expires_at", "at":
+			case "instance", "expires_at", "at", "version", "price_version", "position":
 				v[k] = "<" + k + ">"
 			default:
 				readmeNormalize(x)

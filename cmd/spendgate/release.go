@@ -7,7 +7,7 @@ import (
 
 var releaseCommand = command{
 	name:     "spendgate release",
-	synopsis: "--reservation ID",
+	synopsis: "--reservation ID [--tenant NAME]",
 	about:    "Closes a reservation without cost (the call failed or was not made) and prints the reply.",
 }
 
@@ -16,6 +16,7 @@ func releaseCmd(args []string) int {
 	var c clientFlags
 	fs := newFlagSet("release")
 	c.register(fs)
+	c.registerTenant(fs)
 	var req events.ReleaseRequest
 	fs.StringVar(&req.ReservationID, "reservation", "", "reservation id")
 	if code, ok := releaseCommand.parse(fs, args); !ok {

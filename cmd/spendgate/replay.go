@@ -40,6 +40,8 @@ type replayFlags struct {
 	from, to string
 	scopes   multiFlag
 	archive  string
+	tenant   string
+	trusted  string
 }
 
 func (r *replayFlags) register(fs *flag.FlagSet) {
@@ -48,7 +50,9 @@ func (r *replayFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.bucket, "bucket", streams.DefaultBucket, "ledger bucket name")
 	fs.StringVar(&r.from, "from", "", "only reservations opened at or after this RFC 3339 time")
 	fs.StringVar(&r.to, "to", "", "only reservations opened before this RFC 3339 time")
-	fs.Var(&r.scopes, "scope", "only reservations admitted in this scope KIND:ID (repeatable: any of them)")
+	fs.Var(&r.scopes, "scope", "only reservations admitted in this scope KIND:ID (repeatable: any of them); a tenant's as TENANT/KIND:ID, or KIND:ID with --tenant")
+	fs.StringVar(&r.tenant, "tenant", "", "only this tenant's reservations")
+	fs.StringVar(&r.trusted, "trusted-keys", os.Getenv("SPENDGATE_TRUSTED_KEYS"), trustedKeysUsage)
 }
 
 // filter validates the selection flags into a projector.Filter; the error
@@ -65,8 +69,22 @@ func (r *replayFlags) filter() (projector.Filter, error) {
 	if !f.From.IsZero() && !f.To.IsZero() && !f.From.Before(f.To) {
 		return f, fmt.Errorf("--from %s is not before --to %s", r.from, r.to)
 	}
+	if r.tenant != "" {
+		if err := events.ValidateTenant(r.tenant); err != nil {
+			return f, fmt.Errorf("--tenant: %v", err)
+		}
+		f.OneTenant, f.Tenant = true, r.tenant
+	}
 	for _, s := range r.scopes {
-		sc, err := events.ParseScope(s)
+		var sc events.Scope
+		var err error
+		if r.tenant != "" {
+			// With --tenant, scopes as the tenant names them.
+			sc, err = events.ParseScope(s)
+			sc = events.TenantScope(r.tenant, sc)
+		} else {
+			sc, err = events.ParseStoredScope(s)
+		}
 		if err != nil {
 			return f, fmt.Errorf("--scope %q: %v", s, err)
 		}
@@ -83,6 +101,10 @@ func (r *replayFlags) projector(name string) (*projector.Projector, context.Cont
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	trust, err := parseTrusted(r.trusted)
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	nc, err := r.client.connect("spendgate-" + name)
 	if err != nil {
 		return nil, nil, nil, err
@@ -93,7 +115,7 @@ func (r *replayFlags) projector(name string) (*projector.Projector, context.Cont
 		return nil, nil, nil, err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	p := projector.New(js, layout)
+	p := projector.New(js, layout, projector.Verifying(trust))
 	if r.archive != "" {
 		if _, err := p.UseArchive(r.archive); err != nil {
 			stop()

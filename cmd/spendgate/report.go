@@ -6,23 +6,34 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/projector"
+	"github.com/spendgate/spendgate/streams"
 )
 
 var reportCommand = command{
 	name:     "spendgate report",
-	synopsis: "--by scope|KEY [--from RFC3339] [--to RFC3339] [--scope KIND:ID ...] [--format table|csv] [--nats-url URL] [--bucket NAME]",
-	about: `Sums the reservations opened in [--from, --to) by scope or by the value of a
-metadata key (--by model, --by user, ...; --by metadata.KEY names a key
-called "scope"), one line per group and unit: reservations, open, settled,
+	synopsis: "--by scope|KEY [--period YYYY-MM|YYYY-MM-DD | --from RFC3339 --to RFC3339] [--tenant NAME] [--format table|csv] [--replay [--scope KIND:ID ...] [--bucket NAME]] [--nats-url URL]",
+	about: `Sums the reservations opened in [--from, --to) (or in the UTC month or day
+--period names) by scope or by the value of a metadata key (--by model,
+--by user, ...; --by metadata.KEY names a key called "scope"), one line per
+group and unit: reservations, open, settled,
 released, expired, late, spend (settled actual cost), overrun, and reserved
 (still held by open reservations). A reservation admitted in several scopes
 counts in each of them under --by scope. Groups are sorted by unit, then by
-spend, largest first. Replays the book of record; memory follows the open
-reservations and the number of groups.
+spend, largest first.
+
+By default it asks a running replica (the report endpoint), which keeps
+these sums per hour as it folds the ledger: --from and --to must then fall
+on whole UTC hours, and the answer costs the hours it covers. A replica
+keeps the first 32 metadata keys and 500 values per key or for scopes; the
+values past that add up in a group shown as (other). With --replay it
+replays the book of record instead (any --from/--to, --scope, no limits;
+memory follows the open reservations and the number of groups): the same
+numbers, for auditors to cross-check.
 
 ` + reportDenialsNote,
 }
@@ -42,8 +53,23 @@ func report(args []string) int {
 	r.register(fs)
 	by := fs.String("by", "", `group by "scope" or by a metadata key (model, user, ...; metadata.KEY for any key)`)
 	format := fs.String("format", "table", "table or csv")
+	replay := fs.Bool("replay", false, "replay the book of record instead of asking a replica")
+	period := fs.String("period", "", "a UTC month (2026-11) or day (2026-11-30): --from and --to for you")
 	if code, ok := cmd.parse(fs, args); !ok {
 		return code
+	}
+	if *period != "" {
+		if r.from != "" || r.to != "" {
+			return cmd.usageError(fs, "--period replaces --from and --to: give one or the other")
+		}
+		from, to, err := periodBounds(*period)
+		if err != nil {
+			return cmd.usageError(fs, err.Error())
+		}
+		r.from, r.to = from.Format(time.RFC3339), to.Format(time.RFC3339)
+	}
+	if len(r.scopes) > 0 && !*replay {
+		return cmd.usageError(fs, "--scope needs --replay: a replica's report covers every reservation")
 	}
 	f, err := r.filter()
 	if err != nil {
@@ -67,16 +93,41 @@ func report(args []string) int {
 	if *format != "table" && *format != "csv" {
 		return cmd.usageError(fs, fmt.Sprintf("--format %q: want table or csv", *format))
 	}
-	p, ctx, done, err := r.projector("report")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "spendgate: report:", err)
-		return exitError
-	}
-	defer done()
-	rep, err := p.Report(ctx, f, group)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "spendgate: report:", err)
-		return exitError
+	var rep *projector.SpendReport
+	if *replay {
+		p, ctx, done, err := r.projector("report")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "spendgate: report:", err)
+			return exitError
+		}
+		defer done()
+		if rep, err = p.Report(ctx, f, group); err != nil {
+			fmt.Fprintln(os.Stderr, "spendgate: report:", err)
+			return exitError
+		}
+	} else {
+		var reply events.ReportReply
+		// One tenant's report is asked on its subject: the replica takes
+		// the tenant from there, never from the body.
+		endpoint := streams.EndpointReport
+		if r.tenant != "" {
+			endpoint = streams.TenantToken + "." + r.tenant + "." + streams.EndpointReport
+		}
+		if code := r.client.fetch(endpoint, events.ReportRequest{By: *by, From: r.from, To: r.to}, &reply); code != 0 {
+			return code
+		}
+		if r.tenant != "" && group == projector.ByScope {
+			// Scopes as stored, as the replay prints them.
+			for i := range reply.Groups {
+				if !reply.Groups[i].Other {
+					reply.Groups[i].Value = string(events.TenantScope(r.tenant, events.Scope(reply.Groups[i].Value)))
+				}
+			}
+		}
+		if rep, err = reportOf(group, f, reply); err != nil {
+			fmt.Fprintln(os.Stderr, "spendgate: report:", err)
+			return exitError
+		}
 	}
 	name := strings.TrimPrefix(*by, projector.MetadataColumnPrefix)
 	if *format == "csv" {
@@ -90,6 +141,46 @@ func report(args []string) int {
 		return exitError
 	}
 	return exitOK
+}
+
+// periodBounds reads --period: a UTC month "2026-11" or day "2026-11-30",
+// as [start, end).
+func periodBounds(p string) (time.Time, time.Time, error) {
+	if t, err := time.Parse("2006-01", p); err == nil {
+		return t, t.AddDate(0, 1, 0), nil
+	}
+	if t, err := time.Parse(time.DateOnly, p); err == nil {
+		return t, t.AddDate(0, 0, 1), nil
+	}
+	return time.Time{}, time.Time{}, fmt.Errorf("--period %q: want a UTC month like 2026-11 or a day like 2026-11-30", p)
+}
+
+// otherValue names, in a printed report, the group of the values past
+// what a replica tracks.
+const otherValue = "(other)"
+
+// reportOf reads a report endpoint's reply as a SpendReport.
+func reportOf(by projector.GroupBy, f projector.Filter, reply events.ReportReply) (*projector.SpendReport, error) {
+	rep := &projector.SpendReport{By: by, Filter: f, Position: reply.Position}
+	for _, g := range reply.Groups {
+		sg := projector.SpendGroup{Value: g.Value, Unit: g.Unit, Reservations: g.Reservations, Open: g.Open,
+			Settled: g.Settled, Released: g.Released, Expired: g.Expired, Late: g.Late}
+		if g.Other {
+			sg.Value = otherValue
+		}
+		for _, m := range []struct {
+			to *events.Money
+			s  string
+		}{{&sg.Spend, g.Spend}, {&sg.Overrun, g.Overrun}, {&sg.Reserved, g.Reserved}} {
+			v, err := events.ParseMoney(m.s)
+			if err != nil {
+				return nil, fmt.Errorf("the reply holds %q: %w", m.s, err)
+			}
+			*m.to = v
+		}
+		rep.Groups = append(rep.Groups, sg)
+	}
+	return rep, nil
 }
 
 // reportCells are one group's cells after its value.

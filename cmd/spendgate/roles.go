@@ -10,13 +10,20 @@ import (
 
 var rolesCommand = command{
 	name:     "spendgate roles",
-	synopsis: "[--bucket NAME] [--prefix PREFIX] [--account NAME] [--nsc]",
+	synopsis: "[--bucket NAME] [--prefix PREFIX] [--account NAME] [--tenant NAME ...] [--nsc]",
 	about: `Prints a nats-server permission layout with five roles: replica (runs serve),
-service (admit, settle, release), admin (every endpoint), finance (reads the
+service (admit, settle, release, void), admin (every endpoint), finance (reads the
 ledger and runs audits; writes nothing) and feed (follows the live event feed). Include it in the server's config; the
 file holds no password: the server reads SPENDGATE_<USER>_PASSWORD from its
 environment. With --account it prints the layout inside an account with
-JetStream; with --nsc, the nsc flags of each role for operator/JWT mode.`,
+JetStream; with --nsc, the nsc flags of each role for operator/JWT mode.
+Each --tenant NAME adds an account NAME for that tenant, with one user NAME
+(password SPENDGATE_<NAME>_PASSWORD): the replicas' account (--account,
+default SPENDGATE) exports <prefix>t.NAME.> to it alone, and it imports
+admit, settle, release, void, budget.get and budget.list from there under their
+plain subjects, so the replica reads the tenant from a subject the tenant
+cannot choose; and, under the JetStream prefix spendgate.js.API, its one
+feed consumer t-NAME, filtered to its own events.`,
 }
 
 // rolesCmd is spendgate roles.
@@ -26,6 +33,8 @@ func rolesCmd(args []string) int {
 	prefix := fs.String("prefix", streams.DefaultPrefix, "service subject prefix")
 	account := fs.String("account", "", "print the layout inside this account (accounts form)")
 	nsc := fs.Bool("nsc", false, "print each role's nsc add user flags instead (operator/JWT mode)")
+	var tenants multiFlag
+	fs.Var(&tenants, "tenant", "add a tenant account `NAME` that imports its own endpoints; repeat for several")
 	if code, ok := rolesCommand.parse(fs, args); !ok {
 		return code
 	}
@@ -34,11 +43,14 @@ func rolesCmd(args []string) int {
 		return rolesCommand.usageError(fs, err.Error())
 	}
 	var out string
+	if *nsc && len(tenants) > 0 {
+		return rolesCommand.usageError(fs, "--tenant renders accounts in the configuration form; it does not combine with --nsc")
+	}
 	if *nsc {
 		for _, r := range roles.All(layout) {
 			out += fmt.Sprintf("# %s\nnsc add user --name %s %s\n", r.Name, r.Name, r.NSCFlags())
 		}
-	} else if out, err = roles.Config(layout, *account); err != nil {
+	} else if out, err = roles.Config(layout, *account, tenants...); err != nil {
 		fmt.Fprintln(os.Stderr, "spendgate roles:", err)
 		return exitError
 	}

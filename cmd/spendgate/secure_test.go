@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,6 +13,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/require"
 
+	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/roles"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
@@ -96,6 +98,18 @@ func TestSecure_RolesWalkthrough(t *testing.T) {
 	require.Equal(t, 0, r.code, "finance audit check: %s %s", r.stdout, r.stderr)
 	require.Contains(t, r.stdout, "OK")
 
+	// Finance reads the spend report from the replica (which keeps it
+	// under the replica role) and replays it: the same bytes. The calling
+	// service may not ask for it.
+	r = runCLI(t, as(roles.Finance), "report", "--by", "scope")
+	require.Equal(t, 0, r.code, "finance report: %s %s", r.stdout, r.stderr)
+	require.Regexp(t, `(?m)^org:sec\s+USD\s+1\s+1\s`, r.stdout)
+	replay := runCLI(t, as(roles.Finance), "report", "--by", "scope", "--replay")
+	require.Equal(t, 0, replay.code, "finance report --replay: %s", replay.stderr)
+	require.Equal(t, r.stdout, replay.stdout)
+	r = runCLI(t, as(roles.Service), "report", "--by", "scope", "--timeout", "1s")
+	require.Equal(t, 1, r.code, "service report must fail: %s", r.stdout)
+
 	// The limit is unchanged: the refused put wrote nothing.
 	r = runCLI(t, as(roles.Admin), "budget", "get", "--scope", "org:sec", "--period", "month")
 	require.Equal(t, 0, r.code, r.stderr)
@@ -106,4 +120,125 @@ func TestSecure_RolesWalkthrough(t *testing.T) {
 	r = runCLI(t, bad, "budget", "list")
 	require.Equal(t, 1, r.code)
 	require.Contains(t, strings.ToLower(r.stderr), "authorization")
+}
+
+// TestSecure_TenantsWalkthrough runs the README's "Tenants" steps with the
+// binary: `spendgate roles --tenant acme --tenant globex` renders the
+// accounts, a real nats-server loads them, serve runs as the replica, the
+// operator's admin defines each tenant's budget with --tenant, and each
+// tenant calls the plain subjects from its own account with no flag naming
+// it. globex lists only its budget, its lock attack on acme reserves in
+// its own budget, acme still admits, and neither can release the other's
+// reservation. It fails if the tenant came from anything but the account's
+// import (the tenants would share one budget) or if a path leaked a budget.
+func TestSecure_TenantsWalkthrough(t *testing.T) {
+	t.Setenv("SPENDGATE_NATS_URL", "")
+	dir := t.TempDir()
+	r := runCLI(t, nil, "roles", "--tenant", "acme", "--tenant", "globex")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "spendgate-roles.conf"), []byte(r.stdout), 0o600))
+	pw := func(user string) string { return "pw-" + user + "-x" }
+	for _, u := range append(append([]string{}, roles.Names...), "acme", "globex") {
+		t.Setenv(roles.PasswordEnv(u), pw(u))
+	}
+	conf := fmt.Sprintf("listen: \"127.0.0.1:-1\"\njetstream { store_dir: %q }\ninclude ./spendgate-roles.conf\n", filepath.Join(dir, "js"))
+	confPath := filepath.Join(dir, "server.conf")
+	require.NoError(t, os.WriteFile(confPath, []byte(conf), 0o600))
+	opts, err := server.ProcessConfigFile(confPath)
+	require.NoError(t, err)
+	opts.NoLog, opts.NoSigs = true, true
+	s, err := server.NewServer(opts)
+	require.NoError(t, err)
+	s.Start()
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	require.True(t, s.ReadyForConnections(10*time.Second))
+	url := s.ClientURL()
+
+	as := func(role string) []string {
+		return []string{"NATS_URL=" + url, "NATS_USER=" + role, "NATS_PASSWORD=" + pw(role),
+			"SPENDGATE_INBOX_PREFIX=" + roles.InboxPrefix(streams.Default(), role)}
+	}
+	// A tenant's user: its own account, the default inbox.
+	tenant := func(name string) []string {
+		return []string{"NATS_URL=" + url, "NATS_USER=" + name, "NATS_PASSWORD=" + pw(name), "SPENDGATE_INBOX_PREFIX="}
+	}
+
+	serveCmd := exec.Command(binPath, "serve", "--replicas", "1")
+	serveCmd.Env = append(os.Environ(), append(as(roles.Replica), "SPENDGATE_NATS_URL="+url)...)
+	out := &syncBuffer{}
+	serveCmd.Stdout, serveCmd.Stderr = out, out
+	require.NoError(t, serveCmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- serveCmd.Wait() }()
+	t.Cleanup(func() {
+		_ = serveCmd.Process.Kill()
+		<-done
+		if t.Failed() {
+			t.Logf("serve:\n%s", out.String())
+		}
+	})
+	testenv.WaitFor(t, 30*time.Second, "serve ready under the replica role", func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("serve exited: %v\n%s", err, out.String())
+		default:
+		}
+		return strings.Contains(out.String(), "ready:")
+	})
+
+	r = runCLI(t, as(roles.Admin), "budget", "put", "--tenant", "acme", "--scope", "team:search", "--period", "month", "--limit", "1.00", "--unit", "USD")
+	require.Equal(t, 0, r.code, "admin budget put for acme: %s %s", r.stdout, r.stderr)
+	r = runCLI(t, as(roles.Admin), "budget", "put", "--tenant", "globex", "--scope", "team:search", "--period", "month", "--limit", "50", "--unit", "USD")
+	require.Equal(t, 0, r.code, "admin budget put for globex: %s %s", r.stdout, r.stderr)
+
+	r = runCLI(t, tenant("acme"), "admit", "--scope", "team:search", "--amount", "0.25")
+	require.Equal(t, 0, r.code, "acme admit: %s %s", r.stdout, r.stderr)
+	require.Contains(t, r.stdout, `"admitted": true`)
+	require.Contains(t, r.stdout, `"scope": "team:search"`)
+	var acmeRes events.AdmitReply
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &acmeRes))
+
+	r = runCLI(t, tenant("globex"), "budget", "list")
+	require.Equal(t, 0, r.code, "globex budget list: %s %s", r.stdout, r.stderr)
+	var list events.BudgetListReply
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &list))
+	require.Len(t, list.Budgets, 1, r.stdout)
+	require.Equal(t, "50", list.Budgets[0].Limit)
+
+	r = runCLI(t, tenant("globex"), "admit", "--scope", "team:search", "--amount", "1.00", "--ttl", "24h")
+	require.Equal(t, 0, r.code, "globex admit: %s %s", r.stdout, r.stderr)
+	var globexRes events.AdmitReply
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &globexRes))
+	r = runCLI(t, tenant("acme"), "admit", "--scope", "team:search", "--amount", "0.75")
+	require.Equal(t, 0, r.code, "acme admit after globex's lock attack: %s %s", r.stdout, r.stderr)
+	require.Contains(t, r.stdout, `"admitted": true`)
+
+	// Neither can release the other's reservation.
+	r = runCLI(t, tenant("acme"), "release", "--reservation", globexRes.ReservationID)
+	require.Equal(t, 1, r.code, r.stdout)
+	require.Contains(t, r.stdout, `"unknown_reservation"`)
+	r = runCLI(t, tenant("globex"), "release", "--reservation", acmeRes.ReservationID)
+	require.Equal(t, 1, r.code, r.stdout)
+	require.Contains(t, r.stdout, `"unknown_reservation"`)
+
+	// A tenant does not define budgets: budget.put is not imported.
+	r = runCLI(t, tenant("acme"), "budget", "put", "--scope", "team:search", "--period", "month", "--limit", "500", "--unit", "USD", "--timeout", "1s")
+	require.Equal(t, 1, r.code, "acme budget put must fail: %s", r.stdout)
+	r = runCLI(t, as(roles.Admin), "budget", "get", "--tenant", "acme", "--scope", "team:search", "--period", "month")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, `"limit": "1"`)
+	require.Contains(t, r.stdout, `"reserved": "1"`)
+
+	r = runCLI(t, as(roles.Finance), "audit", "check")
+	require.Equal(t, 0, r.code, "finance audit check: %s %s", r.stdout, r.stderr)
+
+	// Finance exports one tenant's reservations: acme's two admits.
+	r = runCLI(t, as(roles.Finance), "audit", "export", "--tenant", "acme", "--format", "jsonl")
+	require.Equal(t, 0, r.code, "finance audit export --tenant acme: %s", r.stderr)
+	rows := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	require.Len(t, rows, 2, r.stdout)
+	for _, row := range rows {
+		require.Contains(t, row, `"acme/team:search"`)
+		require.NotContains(t, row, "globex")
+	}
 }

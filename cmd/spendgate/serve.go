@@ -67,11 +67,15 @@ func serve(args []string) int {
 	httpAddr := fs.String("http", "", "serve /metrics, /healthz, /readyz and the spend dashboard (/dashboard/) on this address (e.g. 127.0.0.1:8080); off when empty")
 	metricsBudgets := fs.Int("metrics-budgets", metrics.DefaultBudgetLimit, "per-budget gauges for at most this many budgets, the most reserved first")
 	feedOn := fs.Bool("feed", false, "relay every ledger event to the live event feed (stream <bucket>_feed, subjects <prefix>feed.v1.>); off by default: it stores each event a second time, and turning it on later back-fills from the ledger's start")
+	feedMaxAge := fs.Duration("feed-max-age", streams.DefaultFeedMaxAge, "with --feed: how long the feed keeps each message, so how long a consumer may be away and resume without missing an event (0: keep every message; give every relaying replica the same value)")
+	reportsOn := fs.Bool("reports", true, "keep the spend report (the report endpoint, spendgate report): sums per hour, scope and metadata value, kept as the ledger folds and saved in its own snapshots in the snapshot bucket; false answers report_unavailable")
 	snapRevisions := fs.Uint64("snapshot-revisions", ledger.DefaultSnapshotRevisions, "write a snapshot of the book once the stream has moved this many revisions past the newest one (0: never; spendgate snapshot writes one on demand)")
 	snapInterval := fs.Duration("snapshot-interval", ledger.DefaultSnapshotInterval, "write a snapshot this long after the newest one if the stream moved")
 	trimmable := fs.Bool("trimmable", false, "create the ledger stream so that spendgate audit trim may drop archived history (only when the stream is created)")
 	readyTimeout := fs.Duration("ready-timeout", time.Minute, "how long the replica may take to fold the ledger stream at start")
 	maxInflight := fs.Int("max-inflight", service.MaxInFlight, "requests this replica handles at once; beyond it callers get ledger_busy at once")
+	signingKey := fs.String("signing-key", "", "nkey seed file that signs this replica's revisions (or the seed itself in $"+envSigningSeed+"; default with the embedded server <data-dir>/"+signingKeyFile+", created on first start; with --nats-url a key kept only in memory); re-read on SIGHUP")
+	trustedKeys := fs.String("trusted-keys", "", "public keys whose revisions this replica folds: keys or files of keys, comma-separated (default with the embedded server <data-dir>/"+trustedKeysFile+", created on first start; with --nats-url none: signatures are not checked); re-read on SIGHUP")
 	config.AddFileFlag(fs)
 	var logging config.Logging
 	logging.AddFlags(fs)
@@ -86,6 +90,9 @@ func serve(args []string) int {
 	}
 	if *snapRevisions > 0 && (*snapInterval < time.Second || *snapInterval > 24*time.Hour) {
 		return serveCommand.usageError(fs, "--snapshot-interval must be 1s..24h")
+	}
+	if *feedMaxAge < 0 || (*feedMaxAge > 0 && *feedMaxAge < time.Minute) {
+		return serveCommand.usageError(fs, "--feed-max-age must be 0 (keep every message) or at least 1m")
 	}
 	if *sweepEvery <= 0 {
 		return serveCommand.usageError(fs, "--sweep-interval must be positive")
@@ -185,6 +192,11 @@ func serve(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	keys, err := loadReplicaKeys(ctx, log, js, layout, *dataDir, *signingKey, *trustedKeys, *natsURL == "")
+	if err != nil {
+		log.Error("signing keys", "err", err)
+		return 1
+	}
 	opsDone := make(chan error, 1)
 	if opsSrv != nil {
 		opsSrv.AddCheck("nats", func() error {
@@ -199,9 +211,10 @@ func serve(args []string) int {
 	}
 	r, err := service.StartReplica(ctx, nc, js, service.ReplicaConfig{
 		Layout: layout, DefaultTTL: *defTTL, MaxTTL: *maxTTL, SweepInterval: *sweepEvery, Log: log,
-		LedgerOptions: []ledger.Option{ledger.WithSnapshotEvery(*snapRevisions, *snapInterval)},
-		ReadyTimeout:  *readyTimeout, Metrics: m, MetricsBudgets: *metricsBudgets, Feed: *feedOn,
-		MaxInFlight: *maxInflight,
+		LedgerOptions: []ledger.Option{ledger.WithSnapshotEvery(*snapRevisions, *snapInterval),
+			ledger.WithSigner(keys.signer), ledger.WithTrust(keys.trust)},
+		ReadyTimeout: *readyTimeout, Metrics: m, MetricsBudgets: *metricsBudgets, Feed: *feedOn,
+		MaxInFlight: *maxInflight, Reports: *reportsOn, FeedMaxAge: feedAge(*feedMaxAge),
 	})
 	if err != nil {
 		log.Error("start", "err", err)
@@ -227,13 +240,34 @@ func serve(args []string) int {
 	shown := displayURL(url)
 	fmt.Fprintf(os.Stderr, "ready: clients connect to %s; try  spendgate budget list --nats-url %s  or  nats --server %s micro info %s\n",
 		shown, shown, shown, streams.ServiceName)
+	// SIGHUP reads the signing key and the trusted keys again (key
+	// rotation without a restart; see the README's Keys section).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	code := 0
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down: answering requests in flight")
-	case <-r.Failed():
-		log.Error("ledger follower failed; stopping", "err", r.Err())
-		code = 1
+wait:
+	for {
+		select {
+		case <-hup:
+			changed, err := keys.reload()
+			if err != nil {
+				log.Error("SIGHUP: keys not reloaded; the old ones stay in use", "err", err)
+				continue
+			}
+			// Trust first: the new set is in force before anything is
+			// signed with a new key.
+			r.Ledger.SetTrust(keys.trust)
+			r.Ledger.SetSigner(keys.signer)
+			log.Info("SIGHUP: keys reloaded", "changed", changed, "public_key", keys.signer.PublicKey(), "trusted_keys", len(keys.trust.Keys()), "unsigned_until", keys.trust.UnsignedUntil())
+		case <-ctx.Done():
+			log.Info("shutting down: answering requests in flight")
+			break wait
+		case <-r.Failed():
+			log.Error("ledger follower failed; stopping", "err", r.Err())
+			code = 1
+			break wait
+		}
 	}
 	if err := r.Stop(); err != nil {
 		log.Error("stop", "err", err)
@@ -266,4 +300,13 @@ func displayURL(urls string) string {
 		parts[i] = u.String()
 	}
 	return strings.Join(parts, ",")
+}
+
+// feedAge maps --feed-max-age (0: keep every message) to
+// ReplicaConfig.FeedMaxAge (negative: keep every message).
+func feedAge(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }

@@ -3,7 +3,7 @@
 // only basis points (integers from the server) place pixels.
 "use strict";
 
-const state = { budgets: [], sort: { key: "used_bp", dir: -1 }, filter: "", period: "", which: "", selected: null, now: null };
+const state = { budgets: [], total: 0, near: 0, over: 0, sort: { key: "used_bp", dir: -1 }, filter: "", period: "", which: "", selected: null, now: null };
 const $ = (id) => document.getElementById(id);
 const SVGNS = "http://www.w3.org/2000/svg";
 
@@ -122,14 +122,14 @@ function renderBudgets() {
     return tr;
   }));
   $("empty").hidden = rows.length > 0;
-  $("shown").textContent = rows.length + " of " + state.budgets.length;
+  $("shown").textContent = rows.length + " of " + state.budgets.length + (state.total > state.budgets.length ? " loaded (" + state.total + " budgets; the nearest to their limit first)" : "");
   for (const th of document.querySelectorAll("#budgets th.sortable")) {
     th.classList.toggle("sorted-asc", th.dataset.key === state.sort.key && state.sort.dir > 0);
     th.classList.toggle("sorted-desc", th.dataset.key === state.sort.key && state.sort.dir < 0);
   }
-  $("c-budgets").textContent = state.budgets.length;
-  $("c-near").textContent = state.budgets.filter((b) => b.used_bp >= 8000 && b.used_bp < 10000).length;
-  $("c-over").textContent = state.budgets.filter((b) => b.used_bp >= 10000).length;
+  $("c-budgets").textContent = state.total;
+  $("c-near").textContent = state.near;
+  $("c-over").textContent = state.over;
 }
 
 function renderChart(data) {
@@ -223,10 +223,29 @@ async function loadChart() {
   try { renderChart(await getJSON("api/series?" + q)); } catch (e) { console.warn(e.message); }
 }
 
+// MAX_BUDGETS bounds the budgets the page loads (pages of PAGE, nearest
+// their limit first; ?page=N in the address sets PAGE); the counters above
+// the table cover every budget.
+const PAGE = Math.min(1000, Math.max(1, parseInt(new URLSearchParams(location.search).get("page"), 10) || 500));
+const MAX_BUDGETS = 5000;
+
+async function loadBudgets() {
+  let first = null, all = [], cursor = "";
+  do {
+    const page = await getJSON("api/budgets?limit=" + PAGE + (cursor ? "&cursor=" + encodeURIComponent(cursor) : ""));
+    if (!first) first = page;
+    all = all.concat(page.budgets);
+    cursor = page.next_cursor || "";
+  } while (cursor && all.length < MAX_BUDGETS);
+  first.budgets = all;
+  return first;
+}
+
 async function refresh() {
   try {
-    const [b, d] = await Promise.all([getJSON("api/budgets"), getJSON("api/denials")]);
+    const [b, d] = await Promise.all([loadBudgets(), getJSON("api/denials")]);
     state.budgets = b.budgets; state.now = b.now;
+    state.total = b.total; state.near = b.near; state.over = b.over;
     if (!state.selected || !b.budgets.some((x) => x.scope === state.selected.scope && x.period === state.selected.period)) {
       state.selected = b.budgets.length ? { scope: b.budgets[0].scope, period: b.budgets[0].period } : null;
     }

@@ -55,7 +55,30 @@ export async function walkthrough(nc, log = console.log) {
   out.release = await sg.release(out.retry.reservation_id);
   log(`released ${out.retry.reservation_id}`);
 
-  // 6. Fail closed: with a timeout the caller treats the call as denied.
+  // 6. A caller that gave up on an admit voids its request id: here the admit
+  //    reserved but its reply was lost; the void releases it at once, and the
+  //    admit arriving again reserves nothing.
+  const gaveUp = { request_id: randomUUID(), scopes: [scope], amount: "0.10" };
+  nc.publish("spendgate.admit", JSON.stringify(gaveUp), { reply: `_INBOX.lost.${gaveUp.request_id}` });
+  await nc.flush();
+  for (let i = 0; ; i++) {
+    const b = await sg.request("budget.get", { scope, period: "month" });
+    if (b.reserved === "0.1") break;
+    if (i === 100) throw new Error("the lost admit never reserved");
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  out.void = await sg.void(gaveUp.request_id, gaveUp.scopes);
+  log(`voided ${gaveUp.request_id}: reservation ${out.void.reservation_id} ${out.void.reservation_status}`);
+  try {
+    await sg.admit(gaveUp);
+  } catch (err) {
+    if (!(err instanceof SpendgateError)) throw err;
+    out.afterVoid = err.code;
+    log(`the admit again: ${err.code}`);
+  }
+
+  // 7. Fail closed: with a timeout the caller treats the call as denied (and
+  //    voids the request id; nothing listens here, so the void fails too).
   const unreachable = new Spendgate(nc, { prefix: "nobody.listens.here.", timeoutMs: 200, attempts: 2 });
   try {
     await unreachable.admit({ scopes: [scope], amount: "0.01" });

@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { connect } from "@nats-io/transport-node";
 import { walkthrough } from "./example.mjs";
 
-test("walkthrough: budget, admit, settle, denial, error, lost reply, fail closed", async () => {
+test("walkthrough: budget, admit, settle, denial, error, lost reply, void, fail closed", async () => {
   const nc = await connect({ servers: process.env.NATS_URL ?? "nats://127.0.0.1:4222" });
   try {
     const out = await walkthrough(nc, () => {});
@@ -19,6 +19,9 @@ test("walkthrough: budget, admit, settle, denial, error, lost reply, fail closed
     assert.equal(out.settle.actual, "0.35");
     assert.equal(out.retry.admitted, true);
     assert.equal(out.retry.replayed, true, "the retry must return the lost first answer, not reserve again");
+    assert.equal(out.void.status, "voided");
+    assert.equal(out.void.reservation_status, "released", "the void released the lost admit's reservation at once");
+    assert.equal(out.afterVoid, "request_voided", "the admit after the void reserves nothing");
     assert.equal(out.unavailable, "ledger_unavailable");
   } finally {
     await nc.close();

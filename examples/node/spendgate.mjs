@@ -1,11 +1,14 @@
 // A small spendgate client for Node.js: JSON over NATS request-reply, with the
-// two rules every caller in any language must keep.
+// three rules every caller in any language must keep.
 //
 //  1. Make the request id before the first attempt and reuse it on every retry:
 //     a retried admit whose first reply was lost gets the original answer
 //     ("replayed": true) and reserves once.
 //  2. Fail closed: if the ledger cannot be reached or does not answer in time,
 //     treat the call as denied. Never call the paid upstream without an admit.
+//  3. Void what you gave up on: before reporting such a denial, send
+//     spendgate.void with the admit's request id and scopes, so an admit that
+//     landed is released at once and one still in flight reserves nothing.
 import { randomUUID } from "node:crypto";
 import { errors } from "@nats-io/transport-node";
 
@@ -61,9 +64,27 @@ export class Spendgate {
     throw new UnavailableError(last);
   }
 
-  /** admit reserves; the request id is made here once unless the caller gives one. */
-  admit(req) {
-    return this.request("admit", { request_id: req.request_id ?? randomUUID(), ...req });
+  /**
+   * admit reserves; the request id is made here once unless the caller gives
+   * one. If its outcome stays unknown (UnavailableError), the request id is
+   * voided before the error is thrown; err.voided holds the void's reply, or
+   * is undefined if the void got no answer either.
+   */
+  async admit(req) {
+    const body = { request_id: req.request_id ?? randomUUID(), ...req };
+    try {
+      return await this.request("admit", body);
+    } catch (err) {
+      if (err instanceof UnavailableError) {
+        err.voided = await this.void(body.request_id, body.scopes).catch(() => undefined);
+      }
+      throw err;
+    }
+  }
+
+  /** void voids an admit by its request id, with the admit's scopes. */
+  void(requestId, scopes) {
+    return this.request("void", { request_id: requestId, scopes });
   }
 
   settle(reservationId, actual) {

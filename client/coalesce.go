@@ -1,0 +1,337 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/streams"
+)
+
+// coalescer gathers concurrent requests of one kind (admit, settle or
+// release) into batch messages: the transport under Client.request, which
+// keeps every caller's request, retries, idempotency and errors as they
+// are. A request arriving when no message of its kind is in flight is sent
+// at once, alone, on the single subject: a lone caller waits for nothing.
+// (Except right after a batch was answered, when its callers' next calls
+// are expected within the linger.) Otherwise it waits at most the linger for others to join it (or until
+// maxItems have), and the gathered items travel as one batch request
+// (events.BatchRequest) whose answers are handed back item by item.
+type coalescer struct {
+	c             *Client
+	single, batch string
+	linger        time.Duration
+	maxItems      int
+	// onAbandoned, if set, is called with the answer of an item whose
+	// caller gave up while it was in flight (admit: release what it
+	// reserved).
+	onAbandoned func(answer *nats.Msg)
+	// noBatch is set when the batch subject had no responders (a service
+	// without batch endpoints): items then go one by one.
+	noBatch atomic.Bool
+
+	// followers is when the callers of the last batch answered (on any of
+	// the client's coalescers) may still be making their next call (unix
+	// nanoseconds, shared by the client's coalescers): until then a call
+	// waits for them even if nothing is in flight.
+	followers *atomic.Int64
+
+	mu           sync.Mutex
+	pending      []*citem
+	pendingBytes int // the bodies of pending, with a separator each
+	timer        *time.Timer
+	inflight     int // messages sent and not yet answered
+}
+
+// citem is one request waiting in or travelling with a batch.
+type citem struct {
+	data []byte
+	done chan struct{}
+	// answer and err are set before done is closed.
+	answer *nats.Msg
+	err    error
+	// sent, abandoned and finished are guarded by the coalescer's mu.
+	sent, abandoned, finished bool
+}
+
+func newCoalescer(c *Client, endpoint, batchEndpoint string, followers *atomic.Int64) *coalescer {
+	return &coalescer{c: c, single: c.layout.Endpoint(endpoint), batch: c.layout.Endpoint(batchEndpoint),
+		linger: c.linger, maxItems: c.maxItems, followers: followers}
+}
+
+// errAttemptTimeout is the cause of an attempt that got no answer within
+// the client's timeout.
+var errAttemptTimeout = context.DeadlineExceeded
+
+// do sends data as one attempt and returns the answer of its request (the
+// body the single endpoint would reply, with its headers on a single
+// send). The attempt waits at most the client's timeout; ctx is the whole
+// request's: when it ends first, the item is taken out of a batch not yet
+// sent (never made), or marked abandoned so that its late answer is given
+// to onAbandoned.
+func (k *coalescer) do(ctx context.Context, data []byte) (*nats.Msg, error) {
+	it := &citem{data: data, done: make(chan struct{})}
+	k.mu.Lock()
+	if len(k.pending) > 0 && k.pendingBytes+len(data)+batchOverhead > k.maxBytes() {
+		// It would make the batch too large for the service or the
+		// connection: what is waiting goes now, and it starts the next.
+		k.flushLocked()
+	}
+	k.pending = append(k.pending, it)
+	k.pendingBytes += len(data) + 1
+	switch {
+	case len(k.pending) >= k.maxItems || (k.inflight == 0 && time.Now().UnixNano() >= k.followers.Load()):
+		k.flushLocked()
+	case len(k.pending) == 1:
+		if k.timer == nil {
+			k.timer = time.AfterFunc(k.linger, k.lingerDone)
+		} else {
+			k.timer.Reset(k.linger)
+		}
+	}
+	k.mu.Unlock()
+	// The message's own timeout (the client's, from when it is sent)
+	// bounds the wait: it completes every item of a message that got no
+	// answer.
+	select {
+	case <-it.done:
+		return it.answer, it.err
+	case <-ctx.Done():
+	}
+	k.mu.Lock()
+	if it.finished {
+		// The answer came as the caller gave up: it is the caller's.
+		k.mu.Unlock()
+		return it.answer, it.err
+	}
+	if !it.sent {
+		for i, p := range k.pending {
+			if p == it {
+				k.pending = append(k.pending[:i], k.pending[i+1:]...)
+				k.pendingBytes -= len(it.data) + 1
+				break
+			}
+		}
+		k.mu.Unlock()
+		return nil, ctx.Err()
+	}
+	it.abandoned = true
+	k.mu.Unlock()
+	return nil, ctx.Err()
+}
+
+// batchOverhead is the envelope's share of a batch message.
+const batchOverhead = len(`{"items":[]}`)
+
+// maxBytes is the largest batch message: the service's limit, or the
+// connection's max payload if smaller.
+func (k *coalescer) maxBytes() int {
+	n := events.MaxBatchPayloadBytes
+	if mp := k.c.nc.MaxPayload(); mp > 0 && int(mp) < n {
+		n = int(mp)
+	}
+	return n
+}
+
+// lingerDone sends what gathered during the linger.
+func (k *coalescer) lingerDone() {
+	k.mu.Lock()
+	if len(k.pending) > 0 {
+		k.flushLocked()
+	}
+	k.mu.Unlock()
+}
+
+// flushLocked sends the pending items as one message; k.mu is held.
+func (k *coalescer) flushLocked() {
+	items := k.pending
+	k.pending, k.pendingBytes = nil, 0
+	if k.timer != nil {
+		k.timer.Stop()
+	}
+	for _, it := range items {
+		it.sent = true
+	}
+	k.inflight++
+	if k.noBatch.Load() && len(items) > 1 {
+		// One message per item, each counted in flight.
+		k.inflight += len(items) - 1
+		for _, it := range items {
+			k.send([]*citem{it})
+		}
+		return
+	}
+	k.send(items)
+}
+
+// flight is a message sent and not yet answered.
+type flight struct {
+	k     *coalescer
+	items []*citem
+	batch bool
+	timer *time.Timer
+}
+
+// send publishes items as one message (alone on the single subject, or as
+// a batch) with a reply subject of the client's reply mux; its answer (or
+// the client's timeout) completes it. It does not block.
+func (k *coalescer) send(items []*citem) {
+	f := &flight{k: k, items: items, batch: len(items) > 1}
+	subject, data := k.single, items[0].data
+	if f.batch {
+		bodies := make([][]byte, len(items))
+		for i, it := range items {
+			bodies[i] = it.data
+		}
+		subject, data = k.batch, events.EncodeBatchReply(bodies)
+	}
+	m := k.c.mux
+	reply, token, err := m.add(f, k.c.timeout)
+	if err == nil {
+		err = k.c.nc.PublishRequest(subject, reply, data)
+	}
+	if err != nil && (token == "" || m.take(token) != nil) {
+		go f.complete(nil, err)
+	}
+}
+
+// complete hands the answer of a flight (msg, or err) to its items.
+func (f *flight) complete(msg *nats.Msg, err error) {
+	k := f.k
+	if f.timer != nil {
+		f.timer.Stop()
+	}
+	if err == nil && len(msg.Data) == 0 && msg.Header.Get("Status") == "503" {
+		err = nats.ErrNoResponders
+	}
+	k.mu.Lock()
+	k.inflight--
+	if f.batch && errors.Is(err, nats.ErrNoResponders) {
+		// No service answers batches here (or none at all): send the items
+		// one by one, and keep doing so for a while.
+		if !k.noBatch.Swap(true) {
+			time.AfterFunc(noBatchRecheck, func() { k.noBatch.Store(false) })
+		}
+		k.inflight += len(f.items)
+		for _, it := range f.items {
+			k.send([]*citem{it})
+		}
+		k.mu.Unlock()
+		return
+	}
+	k.mu.Unlock()
+	if !f.batch || err != nil || (msg.Header != nil && msg.Header.Get(microErrorHeader) != "") {
+		// A single answer; or no answer, or the batch refused as a whole
+		// (the service's in-flight limit): every item gets that.
+		for _, it := range f.items {
+			k.finish(it, msg, err)
+		}
+		return
+	}
+	answers, err := events.DecodeBatchReply(msg.Data)
+	if err != nil || len(answers) != len(f.items) {
+		if err == nil {
+			err = fmt.Errorf("%d answers to %d items", len(answers), len(f.items))
+		}
+		err = &UnavailableError{Subject: k.batch, Code: events.CodeInternal, Message: fmt.Sprintf("undecodable batch reply: %v", err), Err: err}
+		for _, it := range f.items {
+			k.finish(it, nil, err)
+		}
+		return
+	}
+	// Their callers are likely to call again at once (an admit's settle):
+	// let those calls gather rather than go out one by one.
+	k.followers.Store(time.Now().Add(k.linger).UnixNano())
+	for i, it := range f.items {
+		k.finish(it, &nats.Msg{Subject: msg.Subject, Data: answers[i]}, nil)
+	}
+}
+
+// replyMux routes the replies of a client's coalesced messages: one
+// subscription on a wildcard inbox, one token per message in flight.
+type replyMux struct {
+	nc      *nats.Conn
+	once    sync.Once
+	err     error
+	prefix  string
+	mu      sync.Mutex
+	next    uint64
+	waiting map[string]*flight
+}
+
+// add registers f and returns its reply subject and token (subscribing on
+// first use). If no reply comes within timeout, f completes with a timeout
+// error.
+func (m *replyMux) add(f *flight, timeout time.Duration) (reply, token string, err error) {
+	m.once.Do(func() {
+		m.prefix = m.nc.NewInbox() + "."
+		m.waiting = map[string]*flight{}
+		_, m.err = m.nc.Subscribe(m.prefix+"*", m.deliver)
+	})
+	if m.err != nil {
+		return "", "", m.err
+	}
+	m.mu.Lock()
+	m.next++
+	token = strconv.FormatUint(m.next, 36)
+	m.waiting[token] = f
+	// Set under m.mu: complete reads it after take, which locks m.mu.
+	f.timer = time.AfterFunc(timeout, func() {
+		if m.take(token) != nil {
+			f.complete(nil, fmt.Errorf("no reply within %s: %w", timeout, errAttemptTimeout))
+		}
+	})
+	m.mu.Unlock()
+	return m.prefix + token, token, nil
+}
+
+// take removes and returns the flight of token, nil if it is gone.
+func (m *replyMux) take(token string) *flight {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f := m.waiting[token]
+	delete(m.waiting, token)
+	return f
+}
+
+func (m *replyMux) deliver(msg *nats.Msg) {
+	if f := m.take(strings.TrimPrefix(msg.Subject, m.prefix)); f != nil {
+		f.complete(msg, nil)
+	}
+}
+
+// finish hands it its answer, or gives the answer to onAbandoned if its
+// caller is gone.
+func (k *coalescer) finish(it *citem, msg *nats.Msg, err error) {
+	k.mu.Lock()
+	it.answer, it.err, it.finished = msg, err, true
+	abandoned := it.abandoned
+	k.mu.Unlock()
+	close(it.done)
+	if abandoned && err == nil && k.onAbandoned != nil {
+		k.onAbandoned(msg)
+	}
+}
+
+// noBatchRecheck is how long a client whose batch request found no
+// responders sends items one by one before it tries a batch again.
+const noBatchRecheck = 10 * time.Second
+
+// microErrorHeader is micro's error header (micro.ErrorHeader).
+const microErrorHeader = "Nats-Service-Error"
+
+// coalescedEndpoints maps the endpoints whose calls are coalesced to their
+// batch endpoints.
+var coalescedEndpoints = map[string]string{
+	streams.EndpointAdmit:   streams.EndpointAdmitBatch,
+	streams.EndpointSettle:  streams.EndpointSettleBatch,
+	streams.EndpointRelease: streams.EndpointReleaseBatch,
+}

@@ -1,0 +1,351 @@
+package client_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/spendgate/spendgate/client"
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/streams"
+	"github.com/spendgate/spendgate/testenv"
+)
+
+// countBatches counts the batch messages sent to endpoint (a plain
+// subscription sees a copy of every message).
+func countBatches(t *testing.T, env *testenv.Env, endpoint string) *atomic.Int64 {
+	t.Helper()
+	var n atomic.Int64
+	nc := env.Connect(t)
+	sub, err := nc.Subscribe(env.Layout.Endpoint(endpoint), func(*nats.Msg) { n.Add(1) })
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	require.NoError(t, nc.Flush())
+	return &n
+}
+
+// 200 concurrent admits of 0.05 against a 1.00 budget, from two clients on
+// two connections (as two processes would be) to two replicas, through
+// the coalescing transport: exactly 20 are admitted. The cap is enforced
+// by the ledger's group commit deciding every item against the balance it
+// commits on (compare-and-set on the lane); with the check removed from
+// the admit's Decide, or items decided against a view the commit does not
+// check, more than 20 would be admitted (service's blind-writes test shows
+// the shape of that failure).
+func TestBatching_capExactFromTwoClients(t *testing.T) {
+	env := testenv.New(t)
+	startService(t, env)
+	startService(t, env)
+	batches := countBatches(t, env, streams.EndpointAdmitBatch)
+	clients := []*client.Client{newClient(t, env.Connect(t)), newClient(t, env.Connect(t))}
+	putBudget(t, clients[0], "org:acme", "1.00")
+
+	const n = 200
+	var admitted, denied atomic.Int64
+	errs := make(chan error, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			res, err := clients[i%2].Admit(ctxT(t), admitReq("0.05", "org:acme"))
+			var de *client.DeniedError
+			switch {
+			case err == nil && res != nil:
+				admitted.Add(1)
+			case errors.As(err, &de) && de.Denial.Reason == events.ReasonLimitReached:
+				denied.Add(1)
+			default:
+				errs <- fmt.Errorf("admit %d: %v", i, err)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	require.EqualValues(t, 20, admitted.Load())
+	require.EqualValues(t, n-20, denied.Load())
+	v := budget(t, clients[0], "org:acme")
+	requireMoney(t, "1.00", v.Reserved)
+	require.EqualValues(t, 20, v.Open)
+	require.Positive(t, batches.Load(), "concurrent admits were coalesced into batch messages")
+}
+
+// The reply of a whole batch is lost: every caller's attempt times out and
+// is retried with its own request id, and each item reserves once.
+func TestBatching_retryAfterLostBatchReply(t *testing.T) {
+	env := testenv.New(t)
+	startService(t, env)
+	p := newDropProxy(t, env, streams.EndpointAdmitBatch)
+	c := newClient(t, env.Connect(t), client.WithPrefix("test."), client.WithTimeout(time.Second),
+		client.WithRetries(3), client.WithBatching(client.MaxLinger, 64))
+	putBudget(t, c, "org:acme", "1.00")
+
+	const n = 16
+	ids := make([]string, n)
+	replayed := make([]bool, n)
+	errs := make([]error, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			res, err := c.Admit(ctxT(t), admitReq("0.01", "org:acme"))
+			if errs[i] = err; err == nil {
+				ids[i], replayed[i] = res.ID(), res.Reply().Replayed
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		require.NoError(t, err, "admit %d", i)
+	}
+	sent := p.requests(streams.EndpointAdmitBatch)
+	require.NotEmpty(t, sent, "the admits were coalesced")
+	var first events.BatchRequest
+	require.NoError(t, json.Unmarshal([]byte(sent[0]), &first))
+	lost := 0
+	for _, r := range replayed {
+		if r {
+			lost++
+		}
+	}
+	require.Equal(t, len(first.Items), lost, "every item of the lost batch was retried and answered as a replay")
+	unique := map[string]bool{}
+	for _, id := range ids {
+		unique[id] = true
+	}
+	require.Len(t, unique, n, "one reservation per caller")
+	v := budget(t, c, "org:acme")
+	requireMoney(t, "0.16", v.Reserved, "reserved once per item")
+	require.EqualValues(t, n, v.Open)
+}
+
+// gateProxy stands between a client with prefix "test." and the service
+// and holds every admit batch until proceed is closed; it reports the
+// request ids of each batch on batches.
+type gateProxy struct {
+	batches chan []string
+	proceed chan struct{}
+}
+
+func newGateProxy(t *testing.T, env *testenv.Env) *gateProxy {
+	t.Helper()
+	p := &gateProxy{batches: make(chan []string, 16), proceed: make(chan struct{})}
+	nc := env.Connect(t)
+	sub, err := nc.Subscribe("test.>", func(m *nats.Msg) {
+		endpoint := m.Subject[len("test."):]
+		go func() {
+			if endpoint == streams.EndpointAdmitBatch {
+				var b events.BatchRequest
+				_ = json.Unmarshal(m.Data, &b)
+				var ids []string
+				for _, it := range b.Items {
+					var r events.AdmitRequest
+					_ = json.Unmarshal(it, &r)
+					ids = append(ids, r.RequestID)
+				}
+				p.batches <- ids
+				<-p.proceed
+			}
+			reply, err := nc.RequestMsg(&nats.Msg{Subject: env.Layout.Endpoint(endpoint), Data: m.Data, Header: m.Header}, waitTimeout)
+			if err != nil {
+				t.Errorf("proxy: forward %s: %v", endpoint, err)
+				return
+			}
+			_ = m.RespondMsg(&nats.Msg{Data: reply.Data, Header: reply.Header})
+		}()
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	require.NoError(t, nc.Flush())
+	return p
+}
+
+// One caller of a coalesced batch gives up while the batch is in flight:
+// it is told ctx's error, the reservation the batch made for it is
+// released, and the other callers of the batch are admitted as usual.
+func TestBatching_cancelInsideBatch(t *testing.T) {
+	env := testenv.New(t)
+	startService(t, env)
+	p := newGateProxy(t, env)
+	c := newClient(t, env.Connect(t), client.WithPrefix("test."), client.WithBatching(client.MaxLinger, 64))
+	putBudget(t, c, "org:acme", "1.00")
+
+	const n = 8
+	ctxs := map[string]context.CancelFunc{}
+	results := map[string]chan error{}
+	for i := range n {
+		id := fmt.Sprintf("req-%d", i)
+		ctx, cancel := context.WithCancel(ctxT(t))
+		t.Cleanup(cancel)
+		ctxs[id], results[id] = cancel, make(chan error, 1)
+		go func() {
+			req := admitReq("0.01", "org:acme")
+			req.RequestID = id
+			_, err := c.Admit(ctx, req)
+			results[id] <- err
+		}()
+	}
+	var batch []string
+	select {
+	case batch = <-p.batches:
+	case <-time.After(waitTimeout):
+		t.Fatal("no batch was sent")
+	}
+	victim := batch[0]
+	ctxs[victim]()
+	select {
+	case err := <-results[victim]:
+		require.ErrorIs(t, err, context.Canceled)
+		require.NotErrorIs(t, err, client.ErrUnavailable)
+	case <-time.After(waitTimeout):
+		t.Fatal("the cancelled caller did not return")
+	}
+	close(p.proceed)
+	for id, ch := range results {
+		if id == victim {
+			continue
+		}
+		select {
+		case err := <-ch:
+			require.NoError(t, err, id)
+		case <-time.After(waitTimeout):
+			t.Fatalf("%s did not return", id)
+		}
+	}
+	// The batch admitted the victim's item after it left; the client
+	// releases it. Wait for that, bounded.
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		v := budget(t, c, "org:acme")
+		if v.Open == n-1 {
+			requireMoney(t, fmt.Sprintf("0.0%d", n-1), v.Reserved)
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the abandoned reservation was not released: %+v", v)
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The victim's request id was voided (the client voids the request
+	// id of an admit whose caller gave up): a retry does not reserve
+	// again. The void runs in the background, so wait for it, bounded.
+	req := admitReq("0.01", "org:acme")
+	req.RequestID = victim
+	testenv.WaitFor(t, waitTimeout, "the victim's request id voided", func() bool {
+		_, err := c.Admit(ctxT(t), req)
+		var ee *events.Error
+		return errors.As(err, &ee) && ee.Code == events.CodeRequestVoided
+	})
+	v := budget(t, c, "org:acme")
+	require.Equal(t, int64(n-1), v.Open, "the retries reserved nothing")
+}
+
+func TestWithBriefReplies(t *testing.T) {
+	env := testenv.New(t)
+	startService(t, env)
+	full := newClient(t, env.Connect(t))
+	brief := newClient(t, env.Connect(t), client.WithBriefReplies())
+	putBudget(t, full, "org:acme", "1.00")
+	res, err := full.Admit(ctxT(t), admitReq("0.10", "org:acme"))
+	require.NoError(t, err)
+	require.Len(t, res.Reply().Budgets, 1)
+	res, err = brief.Admit(ctxT(t), admitReq("0.10", "org:acme"))
+	require.NoError(t, err)
+	require.Empty(t, res.Reply().Budgets)
+	require.Len(t, res.Balances(), 1)
+	_, err = res.Settle(ctxT(t), "0.05")
+	require.NoError(t, err)
+}
+
+// Large requests are split over several batch messages, each within the
+// service's and the connection's payload limits.
+func TestBatching_largeItemsSplit(t *testing.T) {
+	env := testenv.New(t)
+	startService(t, env)
+	c := newClient(t, env.Connect(t), client.WithBatching(client.MaxLinger, 256))
+	putBudget(t, c, "org:acme", "1000")
+	md := map[string]string{}
+	for i := range 16 {
+		md[fmt.Sprintf("k%02d", i)] = strings.Repeat("x", 250)
+	}
+	const n = 200 // about 4.5 KB each: 900 KB in all
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req := admitReq("0.01", "org:acme")
+			req.Metadata = md
+			_, err := c.Admit(ctxT(t), req)
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.EqualValues(t, n, budget(t, c, "org:acme").Open)
+}
+
+// A service without the batch endpoints (an older one): a batch finds no
+// responders, and its items are sent one by one instead.
+func TestBatching_fallbackWithoutBatchEndpoints(t *testing.T) {
+	env := testenv.New(t)
+	var singles atomic.Int64
+	sub, err := env.Conn.Subscribe(env.Layout.Endpoint(streams.EndpointAdmit), func(m *nats.Msg) {
+		singles.Add(1)
+		var req events.AdmitRequest
+		_ = json.Unmarshal(m.Data, &req)
+		data, _ := json.Marshal(events.AdmitReply{Admitted: true, RequestID: req.RequestID, ReservationID: "rsv_" + req.RequestID, Status: events.StatusOpen})
+		_ = m.Respond(data)
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	require.NoError(t, env.Conn.Flush())
+	c := newClient(t, env.Connect(t), client.WithBatching(client.MaxLinger, 64))
+
+	const n = 32
+	errs := make(chan error, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			req := admitReq("0.01", "org:acme")
+			req.RequestID = fmt.Sprintf("r%d", i)
+			res, err := c.Admit(ctxT(t), req)
+			if err == nil && res.ID() != "rsv_"+req.RequestID {
+				err = fmt.Errorf("%s got %s", req.RequestID, res.ID())
+			}
+			errs <- err
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.EqualValues(t, n, singles.Load(), "every admit reached the single endpoint once")
+}

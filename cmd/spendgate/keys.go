@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spendgate/spendgate/signing"
+	"github.com/spendgate/spendgate/streams"
+)
+
+// Files serve keeps in its data dir when no key or trusted-keys list is
+// given.
+const (
+	signingKeyFile  = "signing.nk"
+	trustedKeysFile = "trusted-keys"
+	// envSigningSeed holds a signing seed itself (never a flag: a seed
+	// must not show in argv).
+	envSigningSeed = "SPENDGATE_SIGNING_SEED"
+)
+
+// replicaKeys is serve's signing key and trusted keys, and how to read
+// them again (SIGHUP).
+type replicaKeys struct {
+	keyPath, trustSpec string
+	signer             *signing.Signer
+	trust              *signing.KeySet
+}
+
+// loadReplicaKeys resolves serve's keys. The signing key is, in order: the
+// seed in $SPENDGATE_SIGNING_SEED, the file --signing-key, or with the
+// embedded server <data-dir>/signing.nk (created on first start), and
+// with --nats-url a key made for this process alone. The trusted keys are
+// --trusted-keys; without it, the embedded server's replica trusts the
+// list in <data-dir>/trusted-keys, created on first start with its own
+// public key (and "unsigned until=<last sequence>" if the stream already
+// held revisions), and a replica joining --nats-url checks no signature
+// (logged as a warning).
+func loadReplicaKeys(ctx context.Context, log *slog.Logger, js jetstream.JetStream, layout streams.Layout, dataDir, keyFlag, trustFlag string, embeddedServer bool) (*replicaKeys, error) {
+	k := &replicaKeys{keyPath: keyFlag, trustSpec: trustFlag}
+	if seed := os.Getenv(envSigningSeed); seed != "" && keyFlag == "" {
+		s, err := signing.NewSigner([]byte(seed))
+		if err != nil {
+			return nil, fmt.Errorf("$%s: %w", envSigningSeed, err)
+		}
+		k.signer = s
+	} else {
+		if k.keyPath == "" && !embeddedServer {
+			// No data dir of its own: a key that lives as long as the
+			// process (the replica trusts whatever --trusted-keys says).
+			s, err := signing.NewEphemeral()
+			if err != nil {
+				return nil, err
+			}
+			k.signer = s
+			log.Warn("signing with a key that lives only in this process: pass --signing-key (see the README, Securing spendgate: Keys)", "public_key", s.PublicKey())
+		} else if k.keyPath == "" {
+			k.keyPath = filepath.Join(dataDir, signingKeyFile)
+			s, created, err := signing.LoadOrCreate(k.keyPath)
+			if err != nil {
+				return nil, err
+			}
+			if created {
+				log.Info("created a signing key", "file", k.keyPath, "public_key", s.PublicKey())
+			}
+			k.signer = s
+		} else {
+			s, err := signing.LoadSigner(k.keyPath)
+			if err != nil {
+				return nil, err
+			}
+			k.signer = s
+		}
+	}
+	if k.trustSpec == "" && embeddedServer {
+		k.trustSpec = filepath.Join(dataDir, trustedKeysFile)
+		if _, err := os.Stat(k.trustSpec); errors.Is(err, os.ErrNotExist) {
+			if err := writeTrustedKeys(ctx, js, layout, k.trustSpec, k.signer.PublicKey()); err != nil {
+				return nil, err
+			}
+			log.Info("created the trusted keys list", "file", k.trustSpec)
+		}
+	}
+	if k.trustSpec != "" {
+		ks, err := signing.ParseKeys(k.trustSpec)
+		if err != nil {
+			return nil, err
+		}
+		if !ks.Trusts(k.signer.PublicKey(), 0) {
+			log.Warn("the signing key is not in the trusted keys: other replicas will skip this replica's revisions", "public_key", k.signer.PublicKey())
+		}
+		k.trust = ks
+	} else {
+		log.Warn("revision signatures are not verified: pass --trusted-keys (see the README, Securing spendgate: Keys)")
+	}
+	log.Info("revision signing", "public_key", k.signer.PublicKey(), "trusted_keys", len(k.trust.Keys()), "unsigned_until", k.trust.UnsignedUntil())
+	return k, nil
+}
+
+// writeTrustedKeys creates a trusted-keys file that trusts pub, and the
+// unsigned history of the stream as it stands.
+func writeTrustedKeys(ctx context.Context, js jetstream.JetStream, layout streams.Layout, path, pub string) error {
+	body := "# Public keys whose revisions this replica folds (see the README, Securing spendgate: Keys).\n" + pub + "\n"
+	if s, err := js.Stream(ctx, layout.StreamName()); err == nil {
+		if last := s.CachedInfo().State.LastSeq; last > 0 {
+			body += fmt.Sprintf("# Revisions written before signing was turned on.\nunsigned until=%d\n", last)
+		}
+	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("trusted keys: reading the ledger stream: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(body), 0o600)
+}
+
+// reload reads the signing key file and the trusted keys again. On error
+// nothing changes.
+func (k *replicaKeys) reload() (changed bool, err error) {
+	signer, trust := k.signer, k.trust
+	if k.keyPath != "" {
+		if signer, err = signing.LoadSigner(k.keyPath); err != nil {
+			return false, err
+		}
+	}
+	if k.trustSpec != "" {
+		if trust, err = signing.ParseKeys(k.trustSpec); err != nil {
+			return false, err
+		}
+	}
+	changed = signer.PublicKey() != k.signer.PublicKey() || trust.String() != k.trust.String()
+	k.signer, k.trust = signer, trust
+	return changed, nil
+}

@@ -1,0 +1,771 @@
+package events
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// Hand-written codecs of the hot path's wire bodies: admit, settle and
+// release requests and their replies, and batch replies. Each encoder
+// writes exactly the bytes encoding/json writes for the same value, and
+// each decoder either fills exactly what encoding/json would or declines
+// (returns false), leaving the input to encoding/json, which then decides,
+// with its own error messages. The fuzz tests in wirecodec_test.go hold
+// them to that.
+
+// AppendAdmitRequest appends r as encoding/json would encode it.
+func AppendAdmitRequest(b []byte, r *AdmitRequest) []byte {
+	b = append(b, `{"request_id":`...)
+	b = appendString(b, r.RequestID)
+	b = append(b, `,"scopes":`...)
+	b = appendStrings(b, r.Scopes)
+	b = appendKey(b, "amount")
+	b = appendString(b, r.Amount)
+	if r.Unit != "" {
+		b = appendKey(b, "unit")
+		b = appendString(b, r.Unit)
+	}
+	if r.TTL != "" {
+		b = appendKey(b, "ttl")
+		b = appendString(b, r.TTL)
+	}
+	if len(r.Metadata) > 0 {
+		b = appendKey(b, "metadata")
+		b = appendStringMap(b, r.Metadata)
+	}
+	if r.Mode != "" {
+		b = appendKey(b, "mode")
+		b = appendString(b, r.Mode)
+	}
+	if r.Brief {
+		b = append(b, `,"brief":true`...)
+	}
+	if r.Model != "" {
+		b = appendKey(b, "model")
+		b = appendString(b, r.Model)
+	}
+	b = appendInt(b, "input_tokens", r.InputTokens)
+	b = appendInt(b, "input_chars", r.InputChars)
+	b = appendInt(b, "max_output_tokens", r.MaxOutputTokens)
+	b = appendInt(b, "count", r.Count)
+	return append(b, '}')
+}
+
+// appendInt appends ,"key":n unless n is 0 (an omitempty integer field).
+func appendInt(b []byte, key string, n int64) []byte {
+	if n == 0 {
+		return b
+	}
+	b = appendKey(b, key)
+	return strconv.AppendInt(b, n, 10)
+}
+
+// AppendSettleRequest appends r as encoding/json would encode it.
+func AppendSettleRequest(b []byte, r *SettleRequest) []byte {
+	b = append(b, `{"reservation_id":`...)
+	b = appendString(b, r.ReservationID)
+	if r.Actual != "" {
+		b = appendKey(b, "actual")
+		b = appendString(b, r.Actual)
+	}
+	b = appendInt(b, "input_tokens", r.InputTokens)
+	b = appendInt(b, "output_tokens", r.OutputTokens)
+	b = appendInt(b, "cached_input_tokens", r.CachedInputTokens)
+	return append(b, '}')
+}
+
+// AppendReleaseRequest appends r as encoding/json would encode it.
+func AppendReleaseRequest(b []byte, r *ReleaseRequest) []byte {
+	b = append(b, `{"reservation_id":`...)
+	b = appendString(b, r.ReservationID)
+	return append(b, '}')
+}
+
+func appendStrings(b []byte, ss []string) []byte {
+	if ss == nil {
+		return append(b, "null"...)
+	}
+	b = append(b, '[')
+	for i, s := range ss {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, s)
+	}
+	return append(b, ']')
+}
+
+func appendBool(b []byte, v bool) []byte {
+	if v {
+		return append(b, "true"...)
+	}
+	return append(b, "false"...)
+}
+
+// AppendAdmitReply appends r as encoding/json would encode it.
+func AppendAdmitReply(b []byte, r *AdmitReply) []byte {
+	b = append(b, `{"admitted":`...)
+	b = appendBool(b, r.Admitted)
+	b = appendKey(b, "request_id")
+	b = appendString(b, r.RequestID)
+	if r.ReservationID != "" {
+		b = appendKey(b, "reservation_id")
+		b = appendString(b, r.ReservationID)
+	}
+	if r.Amount != "" {
+		b = appendKey(b, "amount")
+		b = appendString(b, r.Amount)
+	}
+	if r.Unit != "" {
+		b = appendKey(b, "unit")
+		b = appendString(b, r.Unit)
+	}
+	if len(r.Balances) > 0 {
+		b = appendKey(b, "balances")
+		b = appendRefs(b, r.Balances)
+	}
+	if r.ExpiresAt != nil {
+		b = appendKey(b, "expires_at")
+		b = appendTime(b, *r.ExpiresAt)
+	}
+	if r.Status != "" {
+		b = appendKey(b, "status")
+		b = appendString(b, r.Status)
+	}
+	if r.Replayed {
+		b = append(b, `,"replayed":true`...)
+	}
+	if d := r.Denial; d != nil {
+		b = appendKey(b, "denial")
+		b = appendDenial(b, d)
+	}
+	if r.Mode != "" {
+		b = appendKey(b, "mode")
+		b = appendString(b, r.Mode)
+	}
+	if len(r.Budgets) > 0 {
+		b = appendKey(b, "budgets")
+		b = append(b, '[')
+		for i := range r.Budgets {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendBudgetUse(b, &r.Budgets[i])
+		}
+		b = append(b, ']')
+	}
+	if r.Pricing != nil {
+		// A priced admit: off the fast path's common case, encoding/json
+		// writes the quote.
+		data, _ := json.Marshal(r.Pricing)
+		b = appendKey(b, "pricing")
+		b = append(b, data...)
+	}
+	return append(b, '}')
+}
+
+func appendRefs(b []byte, refs []BalanceRef) []byte {
+	if refs == nil {
+		return append(b, "null"...)
+	}
+	b = append(b, '[')
+	for i, r := range refs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendRef(b, r)
+	}
+	return append(b, ']')
+}
+
+func appendDenial(b []byte, d *Denial) []byte {
+	b = append(b, `{"reason":`...)
+	b = appendString(b, string(d.Reason))
+	b = appendKey(b, "message")
+	b = appendString(b, d.Message)
+	b = appendKey(b, "scope")
+	b = appendString(b, string(d.Scope))
+	for _, f := range [...]struct{ k, v string }{
+		{"period", string(d.Period)}, {"instance", d.Instance}, {"unit", d.Unit}, {"limit", d.Limit},
+		{"spent", d.Spent}, {"reserved", d.Reserved}, {"requested", d.Requested}, {"model", d.Model},
+	} {
+		if f.v != "" {
+			b = appendKey(b, f.k)
+			b = appendString(b, f.v)
+		}
+	}
+	return append(b, '}')
+}
+
+func appendBudgetUse(b []byte, u *BudgetUse) []byte {
+	b = append(b, `{"scope":`...)
+	b = appendString(b, string(u.Scope))
+	for _, f := range [...]struct{ k, v string }{
+		{"period", string(u.Period)}, {"instance", u.Instance}, {"unit", u.Unit}, {"limit", u.Limit},
+		{"amount", u.Amount}, {"spent", u.Spent}, {"reserved", u.Reserved}, {"available", u.Available},
+	} {
+		b = appendKey(b, f.k)
+		b = appendString(b, f.v)
+	}
+	return append(b, '}')
+}
+
+// AppendCloseReply appends r as encoding/json would encode it.
+func AppendCloseReply(b []byte, r *CloseReply) []byte {
+	b = append(b, `{"reservation_id":`...)
+	b = appendString(b, r.ReservationID)
+	b = appendKey(b, "status")
+	b = appendString(b, r.Status)
+	b = appendKey(b, "reserved")
+	b = appendString(b, r.Reserved)
+	if r.Actual != "" {
+		b = appendKey(b, "actual")
+		b = appendString(b, r.Actual)
+	}
+	if r.Overrun != "" {
+		b = appendKey(b, "overrun")
+		b = appendString(b, r.Overrun)
+	}
+	if r.Late {
+		b = append(b, `,"late":true`...)
+	}
+	b = appendKey(b, "balances")
+	b = appendRefs(b, r.Balances)
+	if r.Replayed {
+		b = append(b, `,"replayed":true`...)
+	}
+	if r.Usage != nil {
+		data, _ := json.Marshal(r.Usage)
+		b = appendKey(b, "usage")
+		b = append(b, data...)
+	}
+	return append(b, '}')
+}
+
+// AppendErrorReply appends r as encoding/json would encode it.
+func AppendErrorReply(b []byte, r *ErrorReply) []byte {
+	e := r.Error
+	if e == nil {
+		return append(b, `{"error":null}`...)
+	}
+	b = append(b, `{"error":{"code":`...)
+	b = appendString(b, string(e.Code))
+	b = appendKey(b, "message")
+	b = appendString(b, e.Message)
+	if e.ReservationID != "" {
+		b = appendKey(b, "reservation_id")
+		b = appendString(b, e.ReservationID)
+	}
+	if e.Status != "" {
+		b = appendKey(b, "status")
+		b = appendString(b, e.Status)
+	}
+	return append(b, "}}"...)
+}
+
+// reader is a minimal JSON reader for the fast decoders: it accepts only
+// plain values (strings without escapes, valid UTF-8, no control
+// characters; true, false; arrays; objects) and reports anything else as
+// not ok, so the caller declines.
+type reader struct {
+	b  []byte
+	i  int
+	ok bool
+}
+
+func (r *reader) ws() {
+	for r.i < len(r.b) {
+		switch r.b[r.i] {
+		case ' ', '\t', '\r', '\n':
+			r.i++
+		default:
+			return
+		}
+	}
+}
+
+// peek returns the next non-space byte, or 0 at the end.
+func (r *reader) peek() byte {
+	r.ws()
+	if r.i < len(r.b) {
+		return r.b[r.i]
+	}
+	return 0
+}
+
+func (r *reader) expect(c byte) bool {
+	if r.peek() != c {
+		r.ok = false
+		return false
+	}
+	r.i++
+	return true
+}
+
+// raw returns the bytes of the next string, quotes excluded.
+func (r *reader) raw() []byte {
+	if !r.expect('"') {
+		return nil
+	}
+	start := r.i
+	ascii := true
+	for r.i < len(r.b) {
+		c := r.b[r.i]
+		switch {
+		case c == '"':
+			s := r.b[start:r.i]
+			r.i++
+			if !ascii && !utf8.Valid(s) {
+				r.ok = false
+			}
+			return s
+		case c == '\\' || c < 0x20:
+			r.ok = false
+			return nil
+		case c >= utf8.RuneSelf:
+			ascii = false
+		}
+		r.i++
+	}
+	r.ok = false
+	return nil
+}
+
+func (r *reader) str() string {
+	s := r.raw()
+	if !r.ok {
+		return ""
+	}
+	return string(s)
+}
+
+func (r *reader) boolean() bool {
+	r.ws()
+	switch {
+	case bytes.HasPrefix(r.b[r.i:], []byte("true")):
+		r.i += 4
+		return true
+	case bytes.HasPrefix(r.b[r.i:], []byte("false")):
+		r.i += 5
+		return false
+	}
+	r.ok = false
+	return false
+}
+
+// object reads an object, calling field for each key with the reader at
+// its value; field reads the value (or sets ok false). Keys must be
+// unique; seen is scratch space.
+func (r *reader) object(field func(key []byte)) {
+	if !r.expect('{') {
+		return
+	}
+	if r.peek() == '}' {
+		r.i++
+		return
+	}
+	var seen [12][]byte
+	n := 0
+	for r.ok {
+		key := r.raw()
+		if !r.ok || !r.expect(':') {
+			r.ok = false
+			return
+		}
+		for _, k := range seen[:min(n, len(seen))] {
+			if bytes.Equal(k, key) {
+				r.ok = false
+				return
+			}
+		}
+		if n >= len(seen) {
+			r.ok = false
+			return
+		}
+		seen[n] = key
+		n++
+		field(key)
+		if !r.ok {
+			return
+		}
+		switch r.peek() {
+		case ',':
+			r.i++
+		case '}':
+			r.i++
+			return
+		default:
+			r.ok = false
+			return
+		}
+	}
+}
+
+// array reads an array, calling elem with the reader at each element.
+func (r *reader) array(elem func()) {
+	if !r.expect('[') {
+		return
+	}
+	if r.peek() == ']' {
+		r.i++
+		return
+	}
+	for r.ok {
+		elem()
+		if !r.ok {
+			return
+		}
+		switch r.peek() {
+		case ',':
+			r.i++
+		case ']':
+			r.i++
+			return
+		default:
+			r.ok = false
+			return
+		}
+	}
+}
+
+// end reports whether only spaces are left and everything was ok.
+func (r *reader) end() bool {
+	r.ws()
+	return r.ok && r.i == len(r.b)
+}
+
+func (r *reader) strings() []string {
+	out := []string{}
+	r.array(func() { out = append(out, r.str()) })
+	return out
+}
+
+// fastAdmitRequest decodes data into v as DecodeRequest would, or
+// declines.
+func fastAdmitRequest(data []byte, v *AdmitRequest) bool {
+	if v.Metadata != nil {
+		return false // encoding/json would merge into it
+	}
+	out := *v
+	r := reader{b: data, ok: true}
+	r.object(func(key []byte) {
+		switch string(key) {
+		case "request_id":
+			out.RequestID = r.str()
+		case "scopes":
+			out.Scopes = r.strings()
+		case "amount":
+			out.Amount = r.str()
+		case "unit":
+			out.Unit = r.str()
+		case "ttl":
+			out.TTL = r.str()
+		case "mode":
+			out.Mode = r.str()
+		case "brief":
+			out.Brief = r.boolean()
+		case "metadata":
+			m := map[string]string{}
+			r.object(func(k []byte) { m[string(k)] = r.str() })
+			out.Metadata = m
+		default:
+			r.ok = false
+		}
+	})
+	if !r.end() {
+		return false
+	}
+	*v = out
+	return true
+}
+
+// fastSettleRequest decodes data into v as DecodeRequest would, or
+// declines.
+func fastSettleRequest(data []byte, v *SettleRequest) bool {
+	out := *v
+	r := reader{b: data, ok: true}
+	r.object(func(key []byte) {
+		switch string(key) {
+		case "reservation_id":
+			out.ReservationID = r.str()
+		case "actual":
+			out.Actual = r.str()
+		default:
+			r.ok = false
+		}
+	})
+	if !r.end() {
+		return false
+	}
+	*v = out
+	return true
+}
+
+// fastReleaseRequest decodes data into v as DecodeRequest would, or
+// declines.
+func fastReleaseRequest(data []byte, v *ReleaseRequest) bool {
+	out := *v
+	r := reader{b: data, ok: true}
+	r.object(func(key []byte) {
+		switch string(key) {
+		case "reservation_id":
+			out.ReservationID = r.str()
+		default:
+			r.ok = false
+		}
+	})
+	if !r.end() {
+		return false
+	}
+	*v = out
+	return true
+}
+
+func (r *reader) ref() BalanceRef {
+	var b BalanceRef
+	r.object(func(key []byte) {
+		switch string(key) {
+		case "scope":
+			b.Scope = Scope(r.str())
+		case "period":
+			b.Period = Period(r.str())
+		case "instance":
+			b.Instance = r.str()
+		default:
+			r.ok = false
+		}
+	})
+	return b
+}
+
+func (r *reader) refs() []BalanceRef {
+	out := []BalanceRef{}
+	r.array(func() { out = append(out, r.ref()) })
+	return out
+}
+
+// DecodeAdmitReply decodes an admit reply into a zero v, as
+// json.Unmarshal would.
+func DecodeAdmitReply(data []byte, v *AdmitReply) error {
+	var out AdmitReply
+	r := reader{b: data, ok: true}
+	r.object(func(key []byte) {
+		switch string(key) {
+		case "admitted":
+			out.Admitted = r.boolean()
+		case "request_id":
+			out.RequestID = r.str()
+		case "reservation_id":
+			out.ReservationID = r.str()
+		case "amount":
+			out.Amount = r.str()
+		case "unit":
+			out.Unit = r.str()
+		case "balances":
+			out.Balances = r.refs()
+		case "expires_at":
+			start := r.i
+			r.raw()
+			if r.ok {
+				t := new(time.Time)
+				if err := t.UnmarshalJSON(bytes.TrimLeft(data[start:r.i], " \t\r\n")); err != nil {
+					r.ok = false
+				}
+				out.ExpiresAt = t
+			}
+		case "status":
+			out.Status = r.str()
+		case "replayed":
+			out.Replayed = r.boolean()
+		case "mode":
+			out.Mode = r.str()
+		case "denial":
+			d := &Denial{}
+			r.object(func(k []byte) {
+				s := r.str()
+				switch string(k) {
+				case "reason":
+					d.Reason = Code(s)
+				case "message":
+					d.Message = s
+				case "scope":
+					d.Scope = Scope(s)
+				case "period":
+					d.Period = Period(s)
+				case "instance":
+					d.Instance = s
+				case "unit":
+					d.Unit = s
+				case "limit":
+					d.Limit = s
+				case "spent":
+					d.Spent = s
+				case "reserved":
+					d.Reserved = s
+				case "requested":
+					d.Requested = s
+				default:
+					r.ok = false
+				}
+			})
+			out.Denial = d
+		case "budgets":
+			us := []BudgetUse{}
+			r.array(func() {
+				var u BudgetUse
+				r.object(func(k []byte) {
+					s := r.str()
+					switch string(k) {
+					case "scope":
+						u.Scope = Scope(s)
+					case "period":
+						u.Period = Period(s)
+					case "instance":
+						u.Instance = s
+					case "unit":
+						u.Unit = s
+					case "limit":
+						u.Limit = s
+					case "amount":
+						u.Amount = s
+					case "spent":
+						u.Spent = s
+					case "reserved":
+						u.Reserved = s
+					case "available":
+						u.Available = s
+					default:
+						r.ok = false
+					}
+				})
+				us = append(us, u)
+			})
+			out.Budgets = us
+		default:
+			r.ok = false
+		}
+	})
+	if r.end() {
+		*v = out
+		return nil
+	}
+	*v = AdmitReply{}
+	return json.Unmarshal(data, v)
+}
+
+// DecodeCloseReply decodes a settle or release reply into a zero v, as
+// json.Unmarshal would.
+func DecodeCloseReply(data []byte, v *CloseReply) error {
+	var out CloseReply
+	r := reader{b: data, ok: true}
+	r.object(func(key []byte) {
+		switch string(key) {
+		case "reservation_id":
+			out.ReservationID = r.str()
+		case "status":
+			out.Status = r.str()
+		case "reserved":
+			out.Reserved = r.str()
+		case "actual":
+			out.Actual = r.str()
+		case "overrun":
+			out.Overrun = r.str()
+		case "late":
+			out.Late = r.boolean()
+		case "balances":
+			out.Balances = r.refs()
+		case "replayed":
+			out.Replayed = r.boolean()
+		default:
+			r.ok = false
+		}
+	})
+	if r.end() {
+		*v = out
+		return nil
+	}
+	*v = CloseReply{}
+	return json.Unmarshal(data, v)
+}
+
+// batchReplyHead is how EncodeBatchReply starts.
+const batchReplyHead = `{"items":[`
+
+// DecodeBatchReply returns the items of a batch reply, as json.Unmarshal
+// into a BatchReply would (each item's bytes as they are in data).
+func DecodeBatchReply(data []byte) ([]json.RawMessage, error) {
+	if items, ok := splitBatchReply(data); ok {
+		return items, nil
+	}
+	var rep BatchReply
+	if err := json.Unmarshal(data, &rep); err != nil {
+		return nil, err
+	}
+	return rep.Items, nil
+}
+
+// splitBatchReply splits {"items":[{...},{...}]} into its objects, or
+// declines.
+func splitBatchReply(data []byte) ([]json.RawMessage, bool) {
+	if !bytes.HasPrefix(data, []byte(batchReplyHead)) || !bytes.HasSuffix(data, []byte("]}")) {
+		return nil, false
+	}
+	body := data[len(batchReplyHead) : len(data)-2]
+	items := []json.RawMessage{}
+	depth, inStr, esc, start := 0, false, false, 0
+	for i, c := range body {
+		if inStr {
+			switch {
+			case esc:
+				esc = false
+			case c == '\\':
+				esc = true
+			case c == '"':
+				inStr = false
+			case c < 0x20:
+				return nil, false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inStr = true
+		case '{', '[':
+			if depth == 0 && (c != '{' || i != start) {
+				return nil, false
+			}
+			depth++
+		case '}', ']':
+			depth--
+			if depth < 0 {
+				return nil, false
+			}
+			if depth == 0 {
+				items = append(items, json.RawMessage(body[start:i+1]))
+			}
+		case ',':
+			if depth == 0 {
+				if len(items) == 0 || i != start+len(items[len(items)-1]) {
+					return nil, false
+				}
+				start = i + 1
+			}
+		default:
+			if depth == 0 {
+				return nil, false
+			}
+		}
+	}
+	if depth != 0 || inStr || (len(body) > 0 && (len(items) == 0 || start+len(items[len(items)-1]) != len(body))) {
+		return nil, false
+	}
+	for _, it := range items {
+		if !json.Valid(it) {
+			return nil, false
+		}
+	}
+	return items, true
+}

@@ -1,0 +1,217 @@
+package events
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The fast request decoders decode exactly what the strict decoder does,
+// or decline: for any body, DecodeRequest (fast path first) and
+// decodeRequestSlow give the same value and the same error.
+func FuzzDecodeRequestFast(f *testing.F) {
+	for _, s := range []string{
+		`{"request_id":"r1","scopes":["org:acme","user:u1"],"amount":"0.05","unit":"USD","ttl":"30s","metadata":{"model":"gpt-4o"},"mode":"check"}`,
+		`{"reservation_id":"rsv_1","actual":"0.01"}`,
+		`{"reservation_id":"rsv_1"}`,
+		`{"request_id":"r1","scopes":[],"amount":"1","metadata":{},"brief":true}`,
+		`{"brief":false}`,
+		`{"brief":"yes"}`,
+		`{"request_id":"r1","request_id":"r2"}`,
+		`{"REQUEST_ID":"r1"}`,
+		`{"request_id":"\u00e9","scopes":null}`,
+		` { "amount" : "1" } `,
+		`{"amount":1}`,
+		`{"scopes":["a",1]}`,
+		`{"metadata":{"a":"1","a":"2"}}`,
+		`{"actual":"1"} x`,
+		"{\"unit\":\"\xff\"}",
+		`{"reservation_id":"a","actual":true}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		check := func(fast, slow any) {
+			ef, es := DecodeRequest(data, fast), decodeRequest(data, slow, false)
+			if (ef == nil) != (es == nil) || (ef != nil && ef.Error() != es.Error()) {
+				t.Fatalf("%q: errors differ: fast %v, slow %v", data, ef, es)
+			}
+			if !reflect.DeepEqual(fast, slow) {
+				t.Fatalf("%q: values differ: fast %#v, slow %#v", data, fast, slow)
+			}
+		}
+		check(&AdmitRequest{}, &AdmitRequest{})
+		check(&SettleRequest{}, &SettleRequest{})
+		check(&ReleaseRequest{}, &ReleaseRequest{})
+		check(&AdmitRequest{RequestID: "x", Scopes: []string{"y"}}, &AdmitRequest{RequestID: "x", Scopes: []string{"y"}})
+	})
+}
+
+// The append encoders write the bytes encoding/json writes.
+func FuzzAppendWire(f *testing.F) {
+	f.Add("r1", "org:acme", "0.05", "USD", "30s", "model", "<gpt&4o>\u2028", true, int64(1764590400123456789))
+	f.Add("", "", "", "", "", "", "", false, int64(0))
+	f.Add("\x00\xff\"\\", "é", "1e3", "\t", "\n", "k", "v", true, int64(-1))
+	f.Fuzz(func(t *testing.T, a, b, c, d, e, k, v string, flag bool, nanos int64) {
+		at := time.Unix(0, nanos).UTC()
+		if at.Year() < 0 || at.Year() > 9999 {
+			at = time.Unix(0, 0)
+		}
+		same := func(name string, got []byte, val any) {
+			want, err := json.Marshal(val)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != string(want) {
+				t.Fatalf("%s:\n got %s\nwant %s", name, got, want)
+			}
+		}
+		var md map[string]string
+		if flag {
+			md = map[string]string{k: v, v: a}
+		}
+		var scopes []string
+		if a != "" {
+			scopes = []string{b, c}
+		}
+		ar := AdmitRequest{RequestID: a, Scopes: scopes, Amount: b, Unit: c, TTL: d, Metadata: md, Mode: e, Brief: flag}
+		same("admit request", AppendAdmitRequest(nil, &ar), ar)
+		ar.Model, ar.InputTokens, ar.InputChars, ar.MaxOutputTokens, ar.Count = k, nanos, -nanos, nanos%1000, nanos%7
+		same("priced admit request", AppendAdmitRequest(nil, &ar), ar)
+		sr := SettleRequest{ReservationID: a, Actual: b}
+		same("settle request", AppendSettleRequest(nil, &sr), sr)
+		sr = SettleRequest{ReservationID: a, Actual: b, InputTokens: nanos, OutputTokens: nanos % 5, CachedInputTokens: -nanos}
+		same("settle request with usage", AppendSettleRequest(nil, &sr), sr)
+		rr := ReleaseRequest{ReservationID: c}
+		same("release request", AppendReleaseRequest(nil, &rr), rr)
+
+		refs := []BalanceRef{{Scope: Scope(a), Period: Period(b), Instance: c}}
+		if !flag {
+			refs = nil
+		}
+		reply := AdmitReply{Admitted: flag, RequestID: a, ReservationID: b, Amount: c, Unit: d, Balances: refs, Status: e, Replayed: flag, Mode: k}
+		if flag {
+			reply.ExpiresAt = &at
+			reply.Budgets = []BudgetUse{{Scope: Scope(a), Period: Period(b), Instance: c, Unit: d, Limit: e, Amount: k, Spent: v, Reserved: a, Available: b}}
+		} else {
+			reply.Denial = &Denial{Reason: Code(a), Message: b, Scope: Scope(c), Period: Period(d), Instance: e, Unit: k, Limit: v, Spent: a, Reserved: "", Requested: c}
+		}
+		same("admit reply", AppendAdmitReply(nil, &reply), reply)
+		if flag {
+			reply.Pricing = &PriceQuote{Model: k, Version: uint64(nanos & 0xffff), Unit: d, Input: MustMoney("2.5"), Output: MustMoney("10"), InputTokens: nanos, MaxOutputTokens: 3}
+		} else {
+			reply.Denial.Model = v
+		}
+		same("admit reply with pricing or model", AppendAdmitReply(nil, &reply), reply)
+		cr := CloseReply{ReservationID: a, Status: b, Reserved: c, Actual: d, Overrun: e, Late: flag, Balances: refs, Replayed: !flag}
+		same("close reply", AppendCloseReply(nil, &cr), cr)
+		cr.Usage = &Usage{InputTokens: nanos, OutputTokens: 2, PriceVersion: 9}
+		same("close reply with usage", AppendCloseReply(nil, &cr), cr)
+		alongside := []BalanceRef{{Scope: Scope(a), Period: Period(b), Instance: c, Unit: d}}
+		cr.Balances = alongside
+		same("close reply with a unit ref", AppendCloseReply(nil, &cr), cr)
+		er := ErrorReply{Error: &Error{Code: Code(a), Message: b, ReservationID: c, Status: d}}
+		same("error reply", AppendErrorReply(nil, &er), er)
+		same("nil error reply", AppendErrorReply(nil, &ErrorReply{}), ErrorReply{})
+
+		// And the reply decoders read them back as encoding/json does.
+		var got, want AdmitReply
+		data := AppendAdmitReply(nil, &reply)
+		if err := DecodeAdmitReply(data, &got); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(data, &want); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("admit reply %s decoded as %#v, want %#v", data, got, want)
+		}
+	})
+}
+
+// The reply decoders decode what json.Unmarshal does, and fail when it
+// fails.
+func FuzzDecodeReplies(f *testing.F) {
+	for _, s := range []string{
+		`{"admitted":true,"request_id":"r","reservation_id":"rsv_1","amount":"0.05","unit":"USD","balances":[{"scope":"org:a","period":"month","instance":"2026-11"}],"expires_at":"2026-12-01T05:00:00.123Z","status":"open","budgets":[{"scope":"org:a","period":"month","instance":"2026-11","unit":"USD","limit":"1","amount":"0.05","spent":"0","reserved":"0.05","available":"0.95"}]}`,
+		`{"admitted":false,"request_id":"r","denial":{"reason":"limit_reached","message":"m","scope":"org:a","period":"month"}}`,
+		`{"reservation_id":"rsv_1","status":"settled","reserved":"0.05","actual":"0.04","balances":[{"scope":"org:a","period":"month","instance":"2026-11"}],"replayed":true}`,
+		`{"admitted":true,"admitted":false}`,
+		`{"expires_at":"not a time"}`,
+		`{"balances":null}`,
+		`{"items":[{"a":1},{"b":"]"}]}`,
+		`{"items":[{},"x"]}`,
+		`{"items":[]}`,
+		`{"items":[{}{}]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var ga, wa AdmitReply
+		eg, ew := DecodeAdmitReply(data, &ga), json.Unmarshal(data, &wa)
+		if (eg == nil) != (ew == nil) || (eg == nil && !reflect.DeepEqual(ga, wa)) {
+			t.Fatalf("admit reply %q: got %#v (%v), want %#v (%v)", data, ga, eg, wa, ew)
+		}
+		var gc, wc CloseReply
+		eg, ew = DecodeCloseReply(data, &gc), json.Unmarshal(data, &wc)
+		if (eg == nil) != (ew == nil) || (eg == nil && !reflect.DeepEqual(gc, wc)) {
+			t.Fatalf("close reply %q: got %#v (%v), want %#v (%v)", data, gc, eg, wc, ew)
+		}
+		items, eg := DecodeBatchReply(data)
+		var wb BatchReply
+		ew = json.Unmarshal(data, &wb)
+		if (eg == nil) != (ew == nil) || (eg == nil && !reflect.DeepEqual(items, wb.Items)) {
+			t.Fatalf("batch reply %q: got %q (%v), want %q (%v)", data, items, eg, wb.Items, ew)
+		}
+		if eg == nil && strings.HasPrefix(string(data), batchReplyHead) {
+			raw := make([][]byte, len(items))
+			for i, it := range items {
+				raw[i] = it
+			}
+			_ = EncodeBatchReply(raw)
+		}
+	})
+}
+
+// The hand-written codecs know every field of their types: a field added to
+// one of them must be added to its encoder and decoder too (this test
+// fails until the counts here are updated with them).
+func TestWireCodec_KnowsEveryField(t *testing.T) {
+	for typ, n := range map[reflect.Type]int{
+		reflect.TypeOf(AdmitRequest{}):   13,
+		reflect.TypeOf(SettleRequest{}):  5,
+		reflect.TypeOf(ReleaseRequest{}): 1,
+		reflect.TypeOf(AdmitReply{}):     13,
+		reflect.TypeOf(CloseReply{}):     9,
+		reflect.TypeOf(Denial{}):         11,
+		reflect.TypeOf(BudgetUse{}):      9,
+		reflect.TypeOf(BalanceRef{}):     4,
+		reflect.TypeOf(Error{}):          5,
+	} {
+		if typ.NumField() != n {
+			t.Errorf("%s has %d fields; wirecodec.go encodes and decodes %d: update AppendX, fastX/DecodeX and this count", typ, typ.NumField(), n)
+		}
+	}
+}
+
+// DecodeBatch's fast split returns the items encoding/json finds.
+func FuzzDecodeBatch(f *testing.F) {
+	for _, s := range []string{`{"items":[{"a":"]"},{}]}`, `{"items":[{}],"items":[{}]}`, `{"items":["x",{}]}`, `{"items":[]}`, `{"items":[{}{}]}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		items, err := DecodeBatch(data)
+		if err != nil {
+			return
+		}
+		var req BatchRequest
+		if err := json.Unmarshal(data, &req); err != nil {
+			t.Fatalf("%q: DecodeBatch accepted what encoding/json refuses: %v", data, err)
+		}
+		if !reflect.DeepEqual(items, req.Items) {
+			t.Fatalf("%q: items %q, encoding/json %q", data, items, req.Items)
+		}
+	})
+}

@@ -1,0 +1,484 @@
+package projector
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/streams"
+)
+
+// Limits of an Aggregate. Its memory is one cell per (hour bucket,
+// dimension, value, unit) that saw a reservation, plus the reservations an
+// export would still hold (open ones, and expired ones within their
+// late-settle hold): never the reservations of the past.
+const (
+	// MaxReportKeys is how many distinct metadata keys an Aggregate
+	// groups by, the first ones it meets in stream order. A report by a
+	// key met later is refused (events.CodeReportUnavailable); the replay
+	// answers it.
+	MaxReportKeys = 32
+	// MaxReportValues is how many distinct values an Aggregate keeps per
+	// dimension (scopes, or the values of one metadata key), the first
+	// ones it meets in stream order. Reservations with a value met later
+	// add up in that dimension's Other group.
+	MaxReportValues = 500
+)
+
+// dimScope is the dimension of scopes; dimTotal the one cell per bucket
+// and unit that counts every reservation (a metadata key's "" group is
+// the total less the key's values).
+const (
+	dimScope = "scope"
+	dimTotal = ""
+)
+
+// groupKey names one cell within a bucket. Tenant is the reservation's
+// tenant (events.Scope.Tenant of its balances; "" untenanted), so a
+// report can keep to one tenant as Filter.OneTenant does.
+type groupKey struct {
+	Tenant string
+	Dim    string
+	Value  string
+	Other  bool
+	Unit   string
+}
+
+// cell is a group's sums in one bucket.
+type cell struct {
+	Reservations, Open, Settled, Released, Expired, Late int64
+	Spend, Overrun, Reserved                             events.Money
+}
+
+// add adds (sign +1) or removes (-1) one row's contribution.
+func (c *cell) add(r *Row, sign int64) {
+	c.Reservations += sign
+	switch r.Status {
+	case events.StatusOpen:
+		c.Open += sign
+		c.Reserved = signedAdd(c.Reserved, r.Reserved, sign)
+	case events.StatusSettled:
+		c.Settled += sign
+	case events.StatusReleased:
+		c.Released += sign
+	case events.StatusExpired:
+		c.Expired += sign
+	}
+	if r.Late {
+		c.Late += sign
+	}
+	if r.Settled {
+		c.Spend = signedAdd(c.Spend, r.Actual, sign)
+		c.Overrun = signedAdd(c.Overrun, r.Overrun, sign)
+	}
+}
+
+func (c *cell) merge(o *cell) {
+	c.Reservations += o.Reservations
+	c.Open += o.Open
+	c.Settled += o.Settled
+	c.Released += o.Released
+	c.Expired += o.Expired
+	c.Late += o.Late
+	c.Spend = c.Spend.Add(o.Spend)
+	c.Overrun = c.Overrun.Add(o.Overrun)
+	c.Reserved = c.Reserved.Add(o.Reserved)
+}
+
+func (c *cell) sub(o *cell) {
+	c.Reservations -= o.Reservations
+	c.Open -= o.Open
+	c.Settled -= o.Settled
+	c.Released -= o.Released
+	c.Expired -= o.Expired
+	c.Late -= o.Late
+	c.Spend = c.Spend.Sub(o.Spend)
+	c.Overrun = c.Overrun.Sub(o.Overrun)
+	c.Reserved = c.Reserved.Sub(o.Reserved)
+}
+
+// signedAdd is m + x for sign +1, m - x for -1.
+func signedAdd(m, x events.Money, sign int64) events.Money {
+	if sign < 0 {
+		return m.Sub(x)
+	}
+	return m.Add(x)
+}
+
+// Aggregate is the spend report kept up to date as the ledger stream
+// folds: the sums of Report for every scope and every metadata key (up to
+// MaxReportKeys keys and MaxReportValues values each), per hour bucket of
+// the reservations' opening time. It folds reservations exactly as Rows
+// does (the same fold, late-settle hold included), so a report from it
+// equals the replay's Report of the same stream position, by construction
+// and to the cent. It is a pure fold: no clock, no I/O; its position is
+// the stream sequence. Not safe for concurrent use (Aggregator guards it).
+type Aggregate struct {
+	rf      *rowFold
+	pos     uint64
+	buckets map[int64]map[groupKey]*cell
+	sorted  []int64 // bucket starts, ascending
+	// keys are the metadata keys tracked, overKeys whether some key was
+	// not; values the values tracked per dimension, full whether a
+	// dimension reached MaxReportValues.
+	keys     map[string]bool
+	overKeys bool
+	values   map[string]map[string]bool
+}
+
+// NewAggregate returns an empty Aggregate at position 0.
+func NewAggregate() *Aggregate {
+	return &Aggregate{
+		rf:      newRowFold(Filter{}, nil),
+		buckets: map[int64]map[groupKey]*cell{},
+		keys:    map[string]bool{},
+		values:  map[string]map[string]bool{},
+	}
+}
+
+// Position is the stream sequence of the last message folded.
+func (a *Aggregate) Position() uint64 { return a.pos }
+
+// Apply folds one message of the ledger stream (seq, key, payload, and the
+// message's stream timestamp, which times the late-settle hold). A message
+// at or below the position is skipped. It returns an *ApplyError as Rows
+// does; the Aggregate must then be discarded.
+func (a *Aggregate) Apply(seq uint64, key string, data []byte, at time.Time) error {
+	if seq <= a.pos {
+		return nil
+	}
+	m := message{seq: seq, key: key, data: data, at: at}
+	rf := a.rf
+	if err := a.applyEvents(m); err != nil {
+		return err
+	}
+	// As in Rows: the message's events before the holds it ends (ending
+	// a hold writes a row, which changes no sum).
+	if err := rf.expireHolds(m.at); err != nil {
+		return err
+	}
+	a.pos = seq
+	return nil
+}
+
+// applyEvents folds m's reservation events, moving each reservation's
+// contribution as it changes.
+func (a *Aggregate) applyEvents(m message) error {
+	rf := a.rf
+	switch {
+	case streams.IsLaneKey(m.key):
+	case streams.IsBalanceKey(m.key):
+		return &ApplyError{Seq: m.seq, Key: m.key, Err: errorf(ErrMalformed, "balance key outside a lane: a stream of an older layout")}
+	default:
+		return nil
+	}
+	rev, err := rf.decodeLane(m)
+	if err != nil {
+		return &ApplyError{Seq: m.seq, Key: m.key, Err: err}
+	}
+	for i := range rev.Balances {
+		br := &rev.Balances[i]
+		for j, e := range br.Events {
+			var id string
+			switch ev := e.(type) {
+			case events.ReservationOpened:
+				id = ev.ReservationID
+			case events.ReservationSettled:
+				id = ev.ReservationID
+			case events.ReservationReleased:
+				id = ev.ReservationID
+			default:
+				continue
+			}
+			// Take the reservation's contribution out, fold the event,
+			// and put it back as it now stands.
+			t := rf.live[id]
+			if t != nil {
+				a.contribute(&t.row, -1)
+			}
+			if err := rf.event(m, br.Balance, e); err != nil {
+				return &ApplyError{Seq: m.seq, Key: m.key, Err: fmt.Errorf("balance %s: event %d (%s): %w", br.Balance, j, eventType(e), err)}
+			}
+			if t == nil {
+				t = rf.live[id]
+			}
+			if t != nil {
+				a.contribute(&t.row, +1)
+			}
+		}
+	}
+	return nil
+}
+
+// bucketOf is the start (unix seconds) of the hour bucket of t.
+func bucketOf(t time.Time) int64 {
+	return t.UTC().Truncate(events.ReportBucket).Unix()
+}
+
+// value maps a dimension's value to its tracked value or to Other.
+func (a *Aggregate) value(dim, v string) (string, bool) {
+	vs := a.values[dim]
+	if vs == nil {
+		vs = map[string]bool{}
+		a.values[dim] = vs
+	}
+	if vs[v] {
+		return v, false
+	}
+	if len(vs) < MaxReportValues {
+		vs[v] = true
+		return v, false
+	}
+	return "", true
+}
+
+// contribute adds (+1) or removes (-1) row r in every cell it counts in:
+// the total, each of its scopes, and each of its tracked metadata keys'
+// values.
+func (a *Aggregate) contribute(r *Row, sign int64) {
+	b := bucketOf(r.OpenedAt)
+	cells := a.buckets[b]
+	if cells == nil {
+		cells = map[groupKey]*cell{}
+		a.buckets[b] = cells
+		i, _ := slices.BinarySearch(a.sorted, b)
+		a.sorted = slices.Insert(a.sorted, i, b)
+	}
+	touch := func(k groupKey) {
+		c := cells[k]
+		if c == nil {
+			c = &cell{}
+			cells[k] = c
+		}
+		c.add(r, sign)
+		if c.Reservations == 0 {
+			delete(cells, k)
+		}
+	}
+	tenant := ""
+	if len(r.Balances) > 0 {
+		tenant = r.Balances[0].Scope.Tenant()
+	}
+	touch(groupKey{Tenant: tenant, Dim: dimTotal, Unit: r.Unit})
+	for _, s := range r.Scopes {
+		v, other := a.value(dimScope, string(s))
+		touch(groupKey{Tenant: tenant, Dim: dimScope, Value: v, Other: other, Unit: r.Unit})
+	}
+	for k, v := range r.Metadata {
+		if v == "" {
+			continue // counted in the key's "" group: the total less the values
+		}
+		if !a.keys[k] {
+			if len(a.keys) >= MaxReportKeys {
+				a.overKeys = true
+				continue
+			}
+			a.keys[k] = true
+		}
+		dim := MetadataColumnPrefix + k
+		val, other := a.value(dim, v)
+		touch(groupKey{Tenant: tenant, Dim: dim, Value: val, Other: other, Unit: r.Unit})
+	}
+	if len(cells) == 0 {
+		delete(a.buckets, b)
+		i, _ := slices.BinarySearch(a.sorted, b)
+		a.sorted = slices.Delete(a.sorted, i, i+1)
+	}
+}
+
+// Cells is the number of non-empty cells the Aggregate holds (its memory,
+// with Tracked).
+func (a *Aggregate) Cells() int {
+	n := 0
+	for _, cs := range a.buckets {
+		n += len(cs)
+	}
+	return n
+}
+
+// Tracked is the number of reservations the Aggregate follows: open, or
+// expired and within their late-settle hold.
+func (a *Aggregate) Tracked() int { return len(a.rf.live) }
+
+// ErrKeyNotTracked: a report by a metadata key the Aggregate does not
+// track (more than MaxReportKeys keys were met before it).
+var ErrKeyNotTracked = fmt.Errorf("projector: metadata key not tracked by the aggregate (more than %d keys)", MaxReportKeys)
+
+// ErrScopesFilter: an Aggregate's report covers every reservation; a
+// selection by scope (Filter.Scopes) needs the replay.
+var ErrScopesFilter = errors.New("projector: the aggregate's report cannot select reservations by scope")
+
+// Report sums the buckets in [f.From, f.To) (zero: open bound; both must
+// be multiples of events.ReportBucket to equal the replay), of f's tenant
+// when f.OneTenant, grouped by. It reads only the buckets it covers. The
+// result has the same groups and sums as Projector.Report with the same
+// Filter at the same position, except that values past MaxReportValues
+// add up in one group with Other set. It returns ErrScopesFilter when
+// f.Scopes is set, and ErrKeyNotTracked for a metadata key that is not
+// tracked while others were dropped.
+func (a *Aggregate) Report(by GroupBy, f Filter) (*AggregateReport, error) {
+	from, to := f.From, f.To
+	if len(f.Scopes) > 0 {
+		return nil, ErrScopesFilter
+	}
+	dim := dimScope
+	if !by.scope {
+		dim = MetadataColumnPrefix + by.key
+		if !a.keys[by.key] && a.overKeys {
+			return nil, ErrKeyNotTracked
+		}
+	}
+	lo, hi := 0, len(a.sorted)
+	if !from.IsZero() {
+		lo, _ = slices.BinarySearch(a.sorted, from.Unix())
+	}
+	if !to.IsZero() {
+		hi, _ = slices.BinarySearch(a.sorted, to.Unix())
+	}
+	sums := map[groupKey]*cell{}
+	sum := func(k groupKey, c *cell) {
+		s := sums[k]
+		if s == nil {
+			s = &cell{}
+			sums[k] = s
+		}
+		s.merge(c)
+	}
+	totals := map[string]*cell{}
+	for _, b := range a.sorted[lo:max(lo, hi)] {
+		for k, c := range a.buckets[b] {
+			if f.OneTenant && k.Tenant != f.Tenant {
+				continue
+			}
+			k.Tenant = ""
+			switch k.Dim {
+			case dim:
+				sum(k, c)
+			case dimTotal:
+				if !by.scope {
+					t := totals[k.Unit]
+					if t == nil {
+						t = &cell{}
+						totals[k.Unit] = t
+					}
+					t.merge(c)
+				}
+			}
+		}
+	}
+	// A metadata key's "" group: the reservations without the key.
+	for unit, t := range totals {
+		for k, s := range sums {
+			if k.Unit == unit {
+				t.sub(s)
+			}
+		}
+		if t.Reservations > 0 {
+			sums[groupKey{Dim: dim, Unit: unit}] = t
+		}
+	}
+	rep := &AggregateReport{SpendReport: SpendReport{By: by, Filter: f, Position: a.pos}}
+	for k, c := range sums {
+		rep.Groups = append(rep.Groups, SpendGroup{Value: k.Value, Unit: k.Unit,
+			Reservations: c.Reservations, Open: c.Open, Settled: c.Settled, Released: c.Released,
+			Expired: c.Expired, Late: c.Late, Spend: c.Spend, Overrun: c.Overrun, Reserved: c.Reserved})
+		if k.Other {
+			rep.Other = append(rep.Other, len(rep.Groups)-1)
+		}
+	}
+	sortGroups(rep)
+	return rep, nil
+}
+
+// AggregateReport is a SpendReport from an Aggregate. Other holds the
+// indexes in Groups of the groups that sum the values past
+// MaxReportValues (their Value is "").
+type AggregateReport struct {
+	SpendReport
+	Other []int
+}
+
+// IsOther reports whether Groups[i] is an Other group.
+func (r *AggregateReport) IsOther(i int) bool { return slices.Contains(r.Other, i) }
+
+// sortGroups sorts rep's groups as Report does (Other groups after the
+// "" group of their unit and spend), keeping Other's indexes right.
+func sortGroups(rep *AggregateReport) {
+	type g struct {
+		SpendGroup
+		other bool
+	}
+	gs := make([]g, len(rep.Groups))
+	for i := range rep.Groups {
+		gs[i] = g{rep.Groups[i], rep.IsOther(i)}
+	}
+	sort.SliceStable(gs, func(i, j int) bool {
+		a, b := gs[i], gs[j]
+		if c := strings.Compare(a.Unit, b.Unit); c != 0 {
+			return c < 0
+		}
+		if c := b.Spend.Cmp(a.Spend); c != 0 {
+			return c < 0
+		}
+		if c := strings.Compare(a.Value, b.Value); c != 0 {
+			return c < 0
+		}
+		return !a.other && b.other
+	})
+	rep.Other = nil
+	for i := range gs {
+		rep.Groups[i] = gs[i].SpendGroup
+		if gs[i].other {
+			rep.Other = append(rep.Other, i)
+		}
+	}
+}
+
+// ParseReportRequest validates a spend report request. Errors
+// (*events.Error), in precedence order: CodeInvalidRequest (by missing or
+// not "scope" nor a metadata key), CodeInvalidTime (from or to not RFC
+// 3339, not on a whole UTC hour, or from not before to).
+func ParseReportRequest(req events.ReportRequest) (by GroupBy, from, to time.Time, err error) {
+	key, explicit := strings.CutPrefix(req.By, MetadataColumnPrefix)
+	switch {
+	case req.By == "":
+		return by, from, to, events.Errorf(events.CodeInvalidRequest, `by is required: "scope" or a metadata key such as "model"`)
+	case req.By == dimScope:
+		by = ByScope
+	default:
+		if err := events.ValidateToken("metadata key", key, 64); err != nil {
+			if explicit {
+				return by, from, to, events.Errorf(events.CodeInvalidRequest, "by %q: %v", req.By, err)
+			}
+			return by, from, to, events.Errorf(events.CodeInvalidRequest, `by %q: want "scope" or a metadata key: %v`, req.By, err)
+		}
+		by = ByMetadata(key)
+	}
+	parse := func(name, s string) (time.Time, error) {
+		if s == "" {
+			return time.Time{}, nil
+		}
+		t, err := time.Parse(time.RFC3339, s)
+		if err != nil {
+			return time.Time{}, events.Errorf(events.CodeInvalidTime, "%s %q is not an RFC 3339 time like 2026-12-01T00:00:00Z", name, s)
+		}
+		if !t.Equal(t.Truncate(events.ReportBucket)) {
+			return time.Time{}, events.Errorf(events.CodeInvalidTime, "%s %q is not on a whole hour (the report's bucket); the replay (spendgate report --replay) takes any time", name, s)
+		}
+		return t.UTC(), nil
+	}
+	if from, err = parse("from", req.From); err != nil {
+		return by, from, to, err
+	}
+	if to, err = parse("to", req.To); err != nil {
+		return by, from, to, err
+	}
+	if !from.IsZero() && !to.IsZero() && !from.Before(to) {
+		return by, from, to, events.Errorf(events.CodeInvalidTime, "from %s is not before to %s", req.From, req.To)
+	}
+	return by, from, to, nil
+}

@@ -1,0 +1,181 @@
+package projector
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/spendgate/spendgate/events"
+)
+
+// AggregateFormat and AggregateVersion name the encoding of an Aggregate's
+// snapshot (MarshalJSON).
+const (
+	AggregateFormat  = "spendgate.report"
+	AggregateVersion = 1
+)
+
+type aggPart struct {
+	Balance events.BalanceRef `json:"balance"`
+	State   partState         `json:"state"`
+}
+
+type aggTracked struct {
+	Row   Row       `json:"row"`
+	Parts []aggPart `json:"parts"`
+	Order uint64    `json:"order"`
+	Held  bool      `json:"held,omitempty"`
+}
+
+type aggHeld struct {
+	ID       string    `json:"id"`
+	Deadline time.Time `json:"deadline"`
+}
+
+type aggCell struct {
+	Bucket int64 `json:"bucket"`
+	groupKey
+	cell
+}
+
+type aggChain struct {
+	Key string `json:"key"`
+	events.Chain
+}
+
+type aggSnapshot struct {
+	Format   string              `json:"format"`
+	Version  int                 `json:"version"`
+	Seq      uint64              `json:"seq"`
+	Order    uint64              `json:"order"`
+	Chain    []aggChain          `json:"chain"`
+	Live     []aggTracked        `json:"live"`
+	Held     []aggHeld           `json:"held"`
+	Keys     []string            `json:"keys"`
+	OverKeys bool                `json:"over_keys,omitempty"`
+	Values   map[string][]string `json:"values"`
+	Cells    []aggCell           `json:"cells"`
+}
+
+// MarshalJSON writes the whole Aggregate (its sums, the reservations it
+// follows, and the chain of every lane it folded) at its position, in a
+// deterministic order.
+func (a *Aggregate) MarshalJSON() ([]byte, error) {
+	rf := a.rf
+	s := aggSnapshot{Format: AggregateFormat, Version: AggregateVersion, Seq: a.pos, Order: rf.order,
+		OverKeys: a.overKeys, Values: map[string][]string{}}
+	for k, c := range rf.chain {
+		s.Chain = append(s.Chain, aggChain{Key: k, Chain: c})
+	}
+	sort.Slice(s.Chain, func(i, j int) bool { return s.Chain[i].Key < s.Chain[j].Key })
+	for _, t := range rf.live {
+		at := aggTracked{Row: t.row, Order: t.order, Held: t.held}
+		for b, p := range t.parts {
+			at.Parts = append(at.Parts, aggPart{Balance: b, State: p})
+		}
+		sort.Slice(at.Parts, func(i, j int) bool { return at.Parts[i].Balance.String() < at.Parts[j].Balance.String() })
+		s.Live = append(s.Live, at)
+	}
+	sort.Slice(s.Live, func(i, j int) bool { return s.Live[i].Order < s.Live[j].Order })
+	for _, h := range rf.held {
+		if h.t.held && rf.live[h.t.row.ReservationID] == h.t {
+			s.Held = append(s.Held, aggHeld{ID: h.t.row.ReservationID, Deadline: h.deadline})
+		}
+	}
+	for k := range a.keys {
+		s.Keys = append(s.Keys, k)
+	}
+	slices.Sort(s.Keys)
+	for d, vs := range a.values {
+		l := make([]string, 0, len(vs))
+		for v := range vs {
+			l = append(l, v)
+		}
+		slices.Sort(l)
+		s.Values[d] = l
+	}
+	for _, b := range a.sorted {
+		start := len(s.Cells)
+		for k, c := range a.buckets[b] {
+			s.Cells = append(s.Cells, aggCell{Bucket: b, groupKey: k, cell: *c})
+		}
+		cs := s.Cells[start:]
+		sort.Slice(cs, func(i, j int) bool {
+			x, y := cs[i].groupKey, cs[j].groupKey
+			if x.Tenant != y.Tenant {
+				return x.Tenant < y.Tenant
+			}
+			if x.Dim != y.Dim {
+				return x.Dim < y.Dim
+			}
+			if x.Value != y.Value {
+				return x.Value < y.Value
+			}
+			if x.Other != y.Other {
+				return !x.Other
+			}
+			return x.Unit < y.Unit
+		})
+	}
+	return json.Marshal(s)
+}
+
+// UnmarshalAggregate reads what MarshalJSON wrote. An unknown format or
+// version, or an inconsistent body, is an error.
+func UnmarshalAggregate(data []byte) (*Aggregate, error) {
+	var s aggSnapshot
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, fmt.Errorf("projector: report snapshot: %w", err)
+	}
+	if s.Format != AggregateFormat || s.Version != AggregateVersion {
+		return nil, fmt.Errorf("projector: report snapshot: format %q version %d, want %q version %d", s.Format, s.Version, AggregateFormat, AggregateVersion)
+	}
+	a := NewAggregate()
+	a.pos, a.rf.order, a.overKeys = s.Seq, s.Order, s.OverKeys
+	for _, c := range s.Chain {
+		a.rf.chain[c.Key] = c.Chain
+	}
+	for _, at := range s.Live {
+		t := &tracked{row: at.Row, order: at.Order, held: at.Held, parts: make(map[events.BalanceRef]partState, len(at.Parts))}
+		for _, p := range at.Parts {
+			t.parts[p.Balance] = p.State
+		}
+		if _, dup := a.rf.live[t.row.ReservationID]; dup {
+			return nil, fmt.Errorf("projector: report snapshot: reservation %s twice", t.row.ReservationID)
+		}
+		a.rf.live[t.row.ReservationID] = t
+	}
+	for _, h := range s.Held {
+		t := a.rf.live[h.ID]
+		if t == nil || !t.held {
+			return nil, fmt.Errorf("projector: report snapshot: held reservation %s is not followed", h.ID)
+		}
+		a.rf.held = append(a.rf.held, heldEntry{t: t, deadline: h.Deadline})
+	}
+	for _, k := range s.Keys {
+		a.keys[k] = true
+	}
+	for d, vs := range s.Values {
+		m := make(map[string]bool, len(vs))
+		for _, v := range vs {
+			m[v] = true
+		}
+		a.values[d] = m
+	}
+	for _, c := range s.Cells {
+		cs := a.buckets[c.Bucket]
+		if cs == nil {
+			cs = map[groupKey]*cell{}
+			a.buckets[c.Bucket] = cs
+			a.sorted = append(a.sorted, c.Bucket)
+		}
+		cc := c.cell
+		cs[c.groupKey] = &cc
+	}
+	if !slices.IsSorted(a.sorted) {
+		return nil, fmt.Errorf("projector: report snapshot: buckets out of order")
+	}
+	return a, nil
+}

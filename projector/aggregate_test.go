@@ -1,0 +1,258 @@
+package projector_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/projector"
+	"github.com/spendgate/spendgate/testenv"
+)
+
+// mixedHistory writes n reservations over several hours on two lanes and
+// three scopes: multi-scope ones, settles with and without overrun,
+// releases, expiries, settles after expiry, late settles before the
+// sweeper, ones left open; metadata with a model always, a user
+// sometimes. It returns the time span the reservations opened in.
+func mixedHistory(t testing.TB, env *testenv.Env, n int, seed uint64) (time.Time, time.Time) {
+	bk := newBook(t, env)
+	bk.define(acme.Budget(), "1000000")
+	bk.define(acmeDay.Budget(), "1000000")
+	bk.define(u17.Budget(), "1000000")
+	rng := rand.New(rand.NewPCG(seed, 1))
+	scopes := [][]events.BalanceRef{{acme}, {u17}, {u17, acme}, {acmeDay, acme}, {acmeDay}}
+	models := []string{"gpt-4o", "claude", "mini"}
+	type open struct {
+		id       string
+		reserved string
+		refs     []events.BalanceRef
+	}
+	var live []open
+	start := t0.Add(-5 * time.Hour)
+	at := start
+	for i := range n {
+		at = at.Add(time.Duration(rng.IntN(240)) * time.Second)
+		id := fmt.Sprintf("rsv_%04d", i)
+		meta := map[string]string{"model": models[rng.IntN(len(models))]}
+		if rng.IntN(2) == 0 {
+			meta["user"] = fmt.Sprintf("u-%d", rng.IntN(4))
+		}
+		amount := fmt.Sprintf("%d.%02d", rng.IntN(5), 1+rng.IntN(99))
+		refs := scopes[rng.IntN(len(scopes))]
+		bk.commit(cat(nil, openEvents(id, amount, at, meta, refs))...)
+		live = append(live, open{id, amount, refs})
+		// Close some of the open ones.
+		for len(live) > 3 && rng.IntN(3) > 0 {
+			k := rng.IntN(len(live))
+			o := live[k]
+			live = append(live[:k], live[k+1:]...)
+			actual := fmt.Sprintf("%d.%03d", rng.IntN(6), rng.IntN(1000))
+			switch rng.IntN(5) {
+			case 0:
+				bk.commit(settle(o.id, o.reserved, actual, at, false, false, o.refs...)...)
+			case 1:
+				bk.commit(settle(o.id, o.reserved, actual, at, true, false, o.refs...)...)
+			case 2:
+				bk.commit(release(o.id, o.reserved, events.ReasonReleased, at, o.refs...)...)
+			case 3:
+				bk.commit(release(o.id, o.reserved, events.ReasonExpired, at, o.refs...)...)
+			case 4:
+				bk.commit(release(o.id, o.reserved, events.ReasonExpired, at, o.refs...)...)
+				bk.commit(settle(o.id, o.reserved, actual, at.Add(time.Second), true, true, o.refs...)...)
+			}
+		}
+	}
+	return start, at
+}
+
+func openEvents(id, amount string, at time.Time, meta map[string]string, refs []events.BalanceRef) []events.Event {
+	return open(id, amount, at, time.Minute, meta, refs...)
+}
+
+// foldStream folds the ledger stream of env into a, from a's position to
+// the stream's last message, through an ordered consumer.
+func foldStream(t testing.TB, env *testenv.Env, a *projector.Aggregate, until uint64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := env.JS.Stream(ctx, env.Layout.StreamName())
+	require.NoError(t, err)
+	last := s.CachedInfo().State.LastSeq
+	if until == 0 || until > last {
+		until = last
+	}
+	if a.Position() >= until {
+		return
+	}
+	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: a.Position() + 1})
+	require.NoError(t, err)
+	it, err := c.Messages()
+	require.NoError(t, err)
+	defer it.Stop()
+	for a.Position() < until {
+		msg, err := it.Next(jetstream.NextContext(ctx))
+		require.NoError(t, err)
+		md, err := msg.Metadata()
+		require.NoError(t, err)
+		key, ok := env.Layout.KeyOf(msg.Subject())
+		require.True(t, ok)
+		require.NoError(t, a.Apply(md.Sequence.Stream, key, msg.Data(), md.Timestamp))
+	}
+}
+
+// requireSameReport checks that the aggregate's report equals the
+// replay's, group by group, to the cent (and to the printed digit).
+func requireSameReport(t testing.TB, want *projector.SpendReport, got *projector.AggregateReport) {
+	t.Helper()
+	require.Empty(t, got.Other)
+	require.Equal(t, want.Position, got.Position)
+	require.Equal(t, len(want.Groups), len(got.Groups), "groups: want %v got %v", want.Groups, got.Groups)
+	for i := range want.Groups {
+		w, g := want.Groups[i], got.Groups[i]
+		require.Equal(t, [8]any{w.Value, w.Unit, w.Reservations, w.Open, w.Settled, w.Released, w.Expired, w.Late},
+			[8]any{g.Value, g.Unit, g.Reservations, g.Open, g.Settled, g.Released, g.Expired, g.Late}, "group %d", i)
+		require.Equal(t, [3]string{w.Spend.String(), w.Overrun.String(), w.Reserved.String()},
+			[3]string{g.Spend.String(), g.Overrun.String(), g.Reserved.String()}, "group %d (%s)", i, w.Value)
+	}
+}
+
+// TestAggregate_EqualsReplay folds a mixed history into an Aggregate and
+// compares every report (by scope, model, user, a key nobody set; over
+// every hour window and open bounds) with the replay's. Half-way, the
+// Aggregate is written as a snapshot, read back, and folds on: the
+// reports of the restored one must equal them too.
+func TestAggregate_EqualsReplay(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t, testenv.WithLayout(lanes2))
+	start, end := mixedHistory(t, env, 300, 7)
+	p := projector.New(env.JS, env.Layout)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	a := projector.NewAggregate()
+	s, err := env.JS.Stream(ctx, env.Layout.StreamName())
+	require.NoError(t, err)
+	last := s.CachedInfo().State.LastSeq
+	foldStream(t, env, a, last/2)
+	data, err := a.MarshalJSON()
+	require.NoError(t, err)
+	restored, err := projector.UnmarshalAggregate(data)
+	require.NoError(t, err)
+	again, err := restored.MarshalJSON()
+	require.NoError(t, err)
+	require.Equal(t, string(data), string(again), "a snapshot reads back to itself")
+	foldStream(t, env, a, 0)
+	foldStream(t, env, restored, 0)
+	require.Positive(t, a.Tracked(), "some reservations are left open")
+
+	// Windows: open bounds, the whole span, each single hour, and
+	// half-open ones (each replay costs a consumer, so not every pair).
+	h0, h1 := start.Truncate(time.Hour), end.Truncate(time.Hour).Add(time.Hour)
+	windows := [][2]time.Time{{}, {h0, h1}, {h0.Add(time.Hour), {}}, {{}, h1.Add(-time.Hour)}, {h0.Add(time.Hour), h1.Add(-2 * time.Hour)}}
+	for h := h0; h.Before(h1); h = h.Add(time.Hour) {
+		windows = append(windows, [2]time.Time{h, h.Add(time.Hour)})
+	}
+	require.Greater(t, len(windows), 8, "the history spans several hours")
+	for _, by := range []projector.GroupBy{projector.ByScope, projector.ByMetadata("model"), projector.ByMetadata("user"), projector.ByMetadata("nobody")} {
+		for _, w := range windows {
+			from, to := w[0], w[1]
+			{
+				want, err := p.Report(ctx, projector.Filter{From: from, To: to}, by)
+				require.NoError(t, err)
+				for _, agg := range []*projector.Aggregate{a, restored} {
+					got, err := agg.Report(by, projector.Filter{From: from, To: to})
+					require.NoError(t, err)
+					requireSameReport(t, want, got)
+				}
+			}
+		}
+	}
+}
+
+// TestAggregate_Golden: on the golden export's scenario (late settles
+// after expiry, multi-scope, a reservation still open) the aggregate's
+// report equals the replay's.
+func TestAggregate_Golden(t *testing.T) {
+	t.Parallel()
+	env := goldenScenario(t)
+	p := projector.New(env.JS, env.Layout)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a := projector.NewAggregate()
+	foldStream(t, env, a, 0)
+	for _, by := range []projector.GroupBy{projector.ByScope, projector.ByMetadata("model"), projector.ByMetadata("feature")} {
+		want, err := p.Report(ctx, projector.Filter{}, by)
+		require.NoError(t, err)
+		got, err := a.Report(by, projector.Filter{})
+		require.NoError(t, err)
+		requireSameReport(t, want, got)
+	}
+}
+
+// TestAggregate_Bounded: past MaxReportValues values of a key, the rest
+// add up in one Other group; the totals still equal the replay's, and the
+// cells do not grow with the number of reservations closed.
+func TestAggregate_Bounded(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t, testenv.WithLayout(lanes2))
+	bk := newBook(t, env)
+	bk.define(acme.Budget(), "1000000")
+	n := projector.MaxReportValues + 20
+	for i := range n {
+		id := fmt.Sprintf("rsv_%05d", i)
+		bk.commit(cat(open(id, "1", t0, time.Minute, map[string]string{"user": fmt.Sprintf("u-%05d", i)}, acme),
+			settle(id, "1", "1", t0, false, false, acme))...)
+	}
+	a := projector.NewAggregate()
+	foldStream(t, env, a, 0)
+	require.Zero(t, a.Tracked(), "closed reservations are not kept")
+	// One bucket: total, one scope, MaxReportValues users and one Other.
+	require.Equal(t, 1+1+projector.MaxReportValues+1, a.Cells())
+	rep, err := a.Report(projector.ByMetadata("user"), projector.Filter{})
+	require.NoError(t, err)
+	require.Len(t, rep.Groups, projector.MaxReportValues+1)
+	require.Len(t, rep.Other, 1)
+	o := rep.Groups[rep.Other[0]]
+	require.Equal(t, int64(20), o.Reservations)
+	require.Equal(t, "20", o.Spend.String())
+}
+
+var benchReportRes = flag.Int("report-reservations", 3000, "reservations in the book of BenchmarkAggregate_Report")
+
+// BenchmarkAggregate_Report compares one hour's report by model from the
+// maintained aggregate with the replay of the book (what every report
+// cost before), on a mixed history of -report-reservations reservations
+// over about -report-reservations x 2 minutes.
+func BenchmarkAggregate_Report(b *testing.B) {
+	env := testenv.New(b, testenv.WithLayout(lanes2))
+	start, _ := mixedHistory(b, env, *benchReportRes, 3)
+	a := projector.NewAggregate()
+	foldStream(b, env, a, 0)
+	p := projector.New(env.JS, env.Layout)
+	from := start.Truncate(time.Hour).Add(2 * time.Hour)
+	to := from.Add(time.Hour)
+	by := projector.ByMetadata("model")
+	ctx := context.Background()
+	b.Run("aggregate", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := a.Report(by, projector.Filter{From: from, To: to}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(a.Cells()), "cells")
+	})
+	b.Run("replay", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := p.Report(ctx, projector.Filter{From: from, To: to}, by); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -1,0 +1,55 @@
+package projector
+
+import (
+	"context"
+	"sort"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spendgate/spendgate/streams"
+)
+
+// KeyUse is what one signing key signed in the ledger stream: the first and
+// last stream sequence and how many revisions. Key "" stands for unsigned
+// revisions.
+type KeyUse struct {
+	Key         string
+	First, Last uint64
+	Revisions   int
+}
+
+// Signers reads every revision of the ledger stream and returns, per
+// signing key named in its headers, what it signed, sorted by first
+// sequence. It verifies nothing (Check does): it answers which key wrote
+// where, e.g. the last sequence of a key being retired.
+func Signers(ctx context.Context, js jetstream.JetStream, layout streams.Layout) ([]KeyUse, error) {
+	p := New(js, layout)
+	s, last, err := p.stream(ctx)
+	if err != nil || last == 0 {
+		return nil, err
+	}
+	uses := map[string]*KeyUse{}
+	err = p.read(ctx, s, 1, last, func(m message) error {
+		if !streams.IsLaneKey(m.key) && !streams.IsBudgetKey(m.key) {
+			return nil
+		}
+		k := m.header.Get(streams.HeaderSigKey)
+		u := uses[k]
+		if u == nil {
+			u = &KeyUse{Key: k, First: m.seq}
+			uses[k] = u
+		}
+		u.Last = m.seq
+		u.Revisions++
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]KeyUse, 0, len(uses))
+	for _, u := range uses {
+		out = append(out, *u)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].First < out[j].First })
+	return out, nil
+}

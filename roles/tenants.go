@@ -1,0 +1,172 @@
+package roles
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/streams"
+)
+
+// DefaultAccount is the account of the replicas and the operator's roles
+// when Config renders tenants without an account name.
+const DefaultAccount = "SPENDGATE"
+
+// TenantEndpoints are the endpoints a tenant's account imports: admit,
+// settle, release (and their batch forms), void, budget.get and
+// budget.list. A tenant does not define
+// its own budgets: the operator's admin does, for it (budget.put on
+// "<prefix>t.<tenant>.budget.put", spendgate budget put --tenant).
+var TenantEndpoints = []string{streams.EndpointAdmit, streams.EndpointSettle, streams.EndpointRelease,
+	streams.EndpointVoid, streams.EndpointAdmitBatch, streams.EndpointSettleBatch, streams.EndpointReleaseBatch,
+	streams.EndpointBudgetGet, streams.EndpointBudgetList}
+
+// Tenant is the role of a tenant's users, in the tenant's own account:
+// publish to the imported endpoints under their plain subjects
+// ("spendgate.admit"), receive replies on _INBOX. The account is the
+// tenant's alone, so its inbox needs no private prefix.
+func Tenant(l streams.Layout) Role {
+	pub := make([]string, len(TenantEndpoints))
+	for i, n := range TenantEndpoints {
+		pub[i] = l.Endpoint(n)
+	}
+	return Role{
+		Name:        "tenant",
+		Description: "a tenant's calling service, in the tenant's own account: admit, settle, release, void, budget.get and budget.list of its own budgets",
+		Publish:     Rules{Allow: pub},
+		Subscribe:   Rules{Allow: []string{"_INBOX.>"}},
+	}
+}
+
+// TenantImport is one service import of a tenant's account: the replica
+// account's Subject, seen in the tenant's account as To.
+type TenantImport struct {
+	Subject, To string
+}
+
+// TenantImports are the imports of tenant's account: each of
+// TenantEndpoints, from "<prefix>t.<tenant>.<endpoint>" in the replicas'
+// account to "<prefix><endpoint>" in the tenant's.
+//
+// This is where the tenant comes from: the server delivers a tenant's
+// request on the import's Subject, which the configuration fixes per
+// tenant account; the tenant publishes only To, and cannot reach another
+// tenant's subject (the replicas' account exports each tenant's subjects to
+// that tenant's account alone, TenantExport). The replica reads the tenant
+// from the subject.
+func TenantImports(l streams.Layout, tenant string) []TenantImport {
+	out := make([]TenantImport, len(TenantEndpoints))
+	for i, n := range TenantEndpoints {
+		out[i] = TenantImport{Subject: l.TenantEndpoint(tenant, n), To: l.Endpoint(n)}
+	}
+	return out
+}
+
+// TenantExport is the service export of the replicas' account for tenant:
+// "<prefix>t.<tenant>.>", to the tenant's account only.
+func TenantExport(l streams.Layout, tenant string) string { return l.TenantPrefix(tenant) }
+
+// TenantJSPrefix is the JetStream API prefix a tenant's client uses for its
+// feed ("spendgate.js.API"; jetstream.NewWithAPIPrefix): its account sees
+// the replicas' account's "$JS.API.<...>" under it, apart from its own
+// "$JS.API" (which the server answers "JetStream not enabled").
+func TenantJSPrefix(l streams.Layout) string { return l.Prefix() + "js.API" }
+
+// TenantFeedImports is the JetStream API a tenant's account imports to
+// follow its own live events: create (or update) its one durable pull
+// consumer on the feed stream, streams.TenantFeedConsumer(tenant), with
+// exactly its filter (streams.Layout.TenantFeedFilter; the server refuses
+// a create whose filter differs from the one in its subject), read its
+// info, pull (MSG.NEXT, whose replies are a stream of messages) and
+// acknowledge. Subject is the replicas' account's, To the tenant's (under
+// TenantJSPrefix; an acknowledgement keeps its subject, the reply subject
+// of the message). Nothing else of the feed stream is reachable: no other
+// consumer, no message or direct get, no stream info.
+func TenantFeedImports(l streams.Layout, tenant string) []TenantImport {
+	f, c := l.FeedStreamName(), streams.TenantFeedConsumer(tenant)
+	local := TenantJSPrefix(l) + "."
+	api := func(rest string) TenantImport {
+		return TenantImport{Subject: jsAPI + rest, To: local + rest}
+	}
+	return []TenantImport{
+		api("CONSUMER.CREATE." + f + "." + c + "." + l.TenantFeedFilter(tenant)),
+		api("CONSUMER.INFO." + f + "." + c),
+		api("CONSUMER.MSG.NEXT." + f + "." + c),
+		{Subject: "$JS.ACK." + f + "." + c + ".>", To: "$JS.ACK." + f + "." + c + ".>"},
+	}
+}
+
+func checkTenants(account string, tenants []string) error {
+	seen := map[string]bool{}
+	for _, t := range tenants {
+		if err := events.ValidateTenant(t); err != nil {
+			return fmt.Errorf("%w: %v", ErrRender, err)
+		}
+		if seen[t] {
+			return fmt.Errorf("%w: tenant %q appears twice", ErrRender, t)
+		}
+		if t == account {
+			return fmt.Errorf("%w: tenant %q has the name of the replicas' account", ErrRender, t)
+		}
+		for _, n := range Names {
+			// A tenant's user is named after it, and user names are
+			// unique across the server.
+			if t == n {
+				return fmt.Errorf("%w: tenant %q has the name of a role's user", ErrRender, t)
+			}
+		}
+		seen[t] = true
+	}
+	return nil
+}
+
+// exports writes the replicas' account's export of each tenant's subjects.
+func exports(b *strings.Builder, ind string, l streams.Layout, tenants []string) {
+	if len(tenants) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "%s# Each tenant's endpoints and its feed consumer, to that tenant's account alone.\n", ind)
+	fmt.Fprintf(b, "%sexports = [\n", ind)
+	for _, t := range tenants {
+		fmt.Fprintf(b, "%s  {service: %q, accounts: [%s]}\n", ind, TenantExport(l, t), t)
+		for _, im := range TenantFeedImports(l, t) {
+			if strings.Contains(im.Subject, ".MSG.NEXT.") {
+				// A pull is answered by a stream of messages.
+				fmt.Fprintf(b, "%s  {service: %q, accounts: [%s], response_type: stream}\n", ind, im.Subject, t)
+			} else {
+				fmt.Fprintf(b, "%s  {service: %q, accounts: [%s]}\n", ind, im.Subject, t)
+			}
+		}
+	}
+	fmt.Fprintf(b, "%s]\n", ind)
+}
+
+// tenantAccount writes tenant's account: its imports from account (the
+// endpoints and TenantFeed) and one user, named after the tenant, of role
+// Tenant, who may also use its feed consumer.
+func tenantAccount(b *strings.Builder, ind string, l streams.Layout, account, tenant string) {
+	r := Tenant(l)
+	fmt.Fprintf(b, "%s# tenant %s: %s\n", ind, tenant, r.Description)
+	fmt.Fprintf(b, "%s%s {\n", ind, tenant)
+	fmt.Fprintf(b, "%s  imports = [\n", ind)
+	for _, im := range TenantImports(l, tenant) {
+		fmt.Fprintf(b, "%s    {service: {account: %s, subject: %q}, to: %q}\n", ind, account, im.Subject, im.To)
+	}
+	feed := TenantFeedImports(l, tenant)
+	for _, im := range feed {
+		fmt.Fprintf(b, "%s    {service: {account: %s, subject: %q}, to: %q}\n", ind, account, im.Subject, im.To)
+	}
+	fmt.Fprintf(b, "%s  ]\n", ind)
+	fmt.Fprintf(b, "%s  users = [\n", ind)
+	fmt.Fprintf(b, "%s    {user: %q, password: $%s, permissions: {\n", ind, tenant, PasswordEnv(tenant))
+	pub := r.Publish
+	pub.Allow = append([]string{}, pub.Allow...)
+	for _, im := range feed {
+		pub.Allow = append(pub.Allow, im.To)
+	}
+	rules(b, ind+"      ", "publish", pub)
+	rules(b, ind+"      ", "subscribe", r.Subscribe)
+	fmt.Fprintf(b, "%s    }}\n", ind)
+	fmt.Fprintf(b, "%s  ]\n", ind)
+	fmt.Fprintf(b, "%s}\n", ind)
+}

@@ -1,0 +1,379 @@
+package signing
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/streams"
+)
+
+// Reason says why a revision is not folded. The empty Reason means it may
+// be. The values are stable: logs, metrics labels and audit reports use
+// them.
+type Reason string
+
+// Reasons a revision is skipped, in the order they are checked.
+const (
+	// ReasonUnsigned: no signature headers, past the KeySet's
+	// unsigned-until sequence.
+	ReasonUnsigned Reason = "unsigned"
+	// ReasonUntrustedKey: signed by a key not in the set, or by a key
+	// retired before this revision's sequence.
+	ReasonUntrustedKey Reason = "untrusted-key"
+	// ReasonBadSignature: the signature does not verify (a changed payload,
+	// another key name, a malformed header).
+	ReasonBadSignature Reason = "bad-signature"
+	// ReasonMalformed: the payload is not a revision this code reads.
+	ReasonMalformed Reason = "malformed"
+	// ReasonReplay: a revision that names a revision older than the last
+	// valid one of its key (an old revision written again).
+	ReasonReplay Reason = "replay"
+	// ReasonChain: a revision that does not follow the last valid revision
+	// of its key (a gap or a fork).
+	ReasonChain Reason = "chain"
+)
+
+// domain separates revision signatures from any other use of the key.
+const domain = "spendgate.revision.v1\n"
+
+// Input returns the bytes signed for a revision of key whose payload is
+// data: the domain string, the key, a newline, then the payload.
+func Input(key string, data []byte) []byte {
+	b := make([]byte, 0, len(domain)+len(key)+1+len(data))
+	b = append(b, domain...)
+	b = append(b, key...)
+	b = append(b, '\n')
+	return append(b, data...)
+}
+
+// Signer signs revisions with one Ed25519 key (an nkey seed).
+type Signer struct {
+	pub  string
+	priv ed25519.PrivateKey
+}
+
+// NewSigner returns a Signer for an nkey seed (user, account or operator:
+// "SU...", "SA...", "SO..."). Surrounding whitespace and decorated creds
+// style (the seed between "-----BEGIN ... NKEY SEED-----" lines) are
+// accepted.
+func NewSigner(seed []byte) (*Signer, error) {
+	kp, err := nkeys.ParseDecoratedNKey(seed)
+	if err != nil {
+		return nil, fmt.Errorf("signing: not an nkey seed: %w", err)
+	}
+	raw, err := kp.Seed()
+	if err != nil {
+		return nil, fmt.Errorf("signing: not an nkey seed: %w", err)
+	}
+	_, rawSeed, err := nkeys.DecodeSeed(raw)
+	if err != nil {
+		return nil, fmt.Errorf("signing: not an nkey seed: %w", err)
+	}
+	pub, err := kp.PublicKey()
+	if err != nil {
+		return nil, err
+	}
+	return &Signer{pub: pub, priv: ed25519.NewKeyFromSeed(rawSeed)}, nil
+}
+
+// LoadSigner reads an nkey seed from path.
+func LoadSigner(path string) (*Signer, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("signing: key: %w", err)
+	}
+	s, err := NewSigner(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return s, nil
+}
+
+// LoadOrCreate returns the Signer of the seed at path, creating a new user
+// nkey seed there (mode 0600, its directory 0700) if the file does not
+// exist. created reports whether it did.
+func LoadOrCreate(path string) (s *Signer, created bool, err error) {
+	if _, err := os.Stat(path); err == nil {
+		s, err := LoadSigner(path)
+		return s, false, err
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, false, fmt.Errorf("signing: key: %w", err)
+	}
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		return nil, false, err
+	}
+	seed, err := kp.Seed()
+	if err != nil {
+		return nil, false, err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, false, fmt.Errorf("signing: key: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, false, fmt.Errorf("signing: key: %w", err)
+	}
+	if _, err := f.Write(append(seed, '\n')); err != nil {
+		f.Close()
+		return nil, false, fmt.Errorf("signing: key: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return nil, false, fmt.Errorf("signing: key: %w", err)
+	}
+	s, err = NewSigner(seed)
+	return s, true, err
+}
+
+// NewEphemeral returns a Signer for a new user key that is kept nowhere.
+func NewEphemeral() (*Signer, error) {
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		return nil, err
+	}
+	seed, err := kp.Seed()
+	if err != nil {
+		return nil, err
+	}
+	return NewSigner(seed)
+}
+
+// PublicKey returns the signer's public nkey: what a KeySet lists.
+func (s *Signer) PublicKey() string { return s.pub }
+
+// Sign sets the signature headers of a revision of key with payload data
+// on h.
+func (s *Signer) Sign(h nats.Header, key string, data []byte) {
+	sig := ed25519.Sign(s.priv, Input(key, data))
+	h.Set(streams.HeaderSigKey, s.pub)
+	h.Set(streams.HeaderSig, base64.RawURLEncoding.EncodeToString(sig))
+}
+
+// trusted is one public key of a KeySet.
+type trusted struct {
+	pub   ed25519.PublicKey
+	until uint64 // last stream sequence it may sign; 0: no limit
+}
+
+// KeySet is the set of public keys trusted to sign revisions. The nil
+// *KeySet verifies nothing: every revision is accepted as far as
+// signatures go (the chain is still checked). A KeySet is immutable and
+// safe for concurrent use.
+type KeySet struct {
+	keys          map[string]trusted
+	unsignedUntil uint64
+}
+
+// Key is one entry of a KeySet: a public nkey and, for a retired key, the
+// last stream sequence it may sign (0: not retired).
+type Key struct {
+	Public string
+	Until  uint64
+}
+
+// NewKeySet returns the set of keys. unsignedUntil is the last stream
+// sequence at which an unsigned revision is accepted (0: none is).
+func NewKeySet(keys []Key, unsignedUntil uint64) (*KeySet, error) {
+	ks := &KeySet{keys: map[string]trusted{}, unsignedUntil: unsignedUntil}
+	for _, k := range keys {
+		if !nkeys.IsValidPublicKey(k.Public) {
+			return nil, fmt.Errorf("signing: %q is not a public nkey", k.Public)
+		}
+		raw, err := nkeys.Decode(nkeys.Prefix(k.Public), []byte(k.Public))
+		if err != nil || len(raw) != ed25519.PublicKeySize {
+			return nil, fmt.Errorf("signing: %q is not a public nkey", k.Public)
+		}
+		if old, ok := ks.keys[k.Public]; ok && (old.until == 0 || (k.Until != 0 && k.Until < old.until)) {
+			continue // listed twice: the wider trust wins
+		}
+		ks.keys[k.Public] = trusted{pub: ed25519.PublicKey(raw), until: k.Until}
+	}
+	if len(ks.keys) == 0 {
+		return nil, errors.New("signing: no trusted key")
+	}
+	return ks, nil
+}
+
+// ParseKeys reads a trusted-keys list: entries separated by commas or
+// newlines, each one of
+//
+//	UABC...              a public nkey trusted to sign
+//	UABC... until=SEQ    a retired key: trusted up to stream sequence SEQ
+//	unsigned until=SEQ   unsigned revisions accepted up to SEQ (history
+//	                     written before signing was turned on)
+//	PATH                 a file holding such entries, one per line
+//
+// Blank lines and lines starting with # are ignored. The set must name at
+// least one key.
+func ParseKeys(spec string) (*KeySet, error) {
+	var unsigned uint64
+	keys, err := parseEntries(spec, true, &unsigned)
+	if err != nil {
+		return nil, err
+	}
+	return NewKeySet(keys, unsigned)
+}
+
+func parseEntries(spec string, files bool, unsigned *uint64) ([]Key, error) {
+	var out []Key
+	// A list splits at commas and newlines, a file at newlines only (a
+	// comment may hold a comma).
+	sep := func(r rune) bool { return r == '\n' || (files && r == ',') }
+	for _, line := range strings.FieldsFunc(spec, sep) {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		fields := strings.Fields(line)
+		if fields[0] != "unsigned" && !nkeys.IsValidPublicKey(fields[0]) {
+			if !files || len(fields) != 1 {
+				return nil, fmt.Errorf("signing: %q is not a public nkey", fields[0])
+			}
+			b, err := os.ReadFile(fields[0])
+			if err != nil {
+				return nil, fmt.Errorf("signing: trusted keys: %q is neither a public nkey nor a readable file: %w", fields[0], err)
+			}
+			keys, err := parseEntries(string(b), false, unsigned)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", fields[0], err)
+			}
+			out = append(out, keys...)
+			continue
+		}
+		var until uint64
+		for _, f := range fields[1:] {
+			v, ok := strings.CutPrefix(f, "until=")
+			if !ok {
+				return nil, fmt.Errorf("signing: %q: unknown option %q (want until=SEQ)", fields[0], f)
+			}
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil || n == 0 {
+				return nil, fmt.Errorf("signing: %q: until=%s is not a stream sequence", fields[0], v)
+			}
+			until = n
+		}
+		if fields[0] == "unsigned" {
+			if until == 0 {
+				return nil, errors.New("signing: \"unsigned\" needs until=SEQ")
+			}
+			*unsigned = max(*unsigned, until)
+			continue
+		}
+		out = append(out, Key{Public: fields[0], Until: until})
+	}
+	return out, nil
+}
+
+// Keys returns the set's keys sorted by public key.
+func (ks *KeySet) Keys() []Key {
+	if ks == nil {
+		return nil
+	}
+	out := make([]Key, 0, len(ks.keys))
+	for pub, t := range ks.keys {
+		out = append(out, Key{Public: pub, Until: t.until})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Public < out[j].Public })
+	return out
+}
+
+// UnsignedUntil returns the last stream sequence at which an unsigned
+// revision is accepted.
+func (ks *KeySet) UnsignedUntil() uint64 {
+	if ks == nil {
+		return 0
+	}
+	return ks.unsignedUntil
+}
+
+// Trusts reports whether pub may sign a revision at stream sequence seq.
+func (ks *KeySet) Trusts(pub string, seq uint64) bool {
+	if ks == nil {
+		return true
+	}
+	t, ok := ks.keys[pub]
+	return ok && (t.until == 0 || seq <= t.until)
+}
+
+var inputPool = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return &b }}
+
+// Verify checks the signature of the revision of key at stream sequence
+// seq with headers h and payload data. It returns "" if it may be folded
+// (or ks is nil), else ReasonUnsigned, ReasonUntrustedKey or
+// ReasonBadSignature.
+func (ks *KeySet) Verify(key string, seq uint64, h nats.Header, data []byte) Reason {
+	if ks == nil {
+		return ""
+	}
+	pub, sig := h.Get(streams.HeaderSigKey), h.Get(streams.HeaderSig)
+	if pub == "" && sig == "" {
+		if seq <= ks.unsignedUntil {
+			return ""
+		}
+		return ReasonUnsigned
+	}
+	t, ok := ks.keys[pub]
+	if !ok || (t.until != 0 && seq > t.until) {
+		return ReasonUntrustedKey
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(sig)
+	if err != nil || len(raw) != ed25519.SignatureSize {
+		return ReasonBadSignature
+	}
+	bp := inputPool.Get().(*[]byte)
+	in := append((*bp)[:0], domain...)
+	in = append(in, key...)
+	in = append(in, '\n')
+	in = append(in, data...)
+	ok = ed25519.Verify(t.pub, in, raw)
+	*bp = in
+	inputPool.Put(bp)
+	if !ok {
+		return ReasonBadSignature
+	}
+	return ""
+}
+
+// String lists the set as ParseKeys reads it, one entry per line.
+func (ks *KeySet) String() string {
+	var b bytes.Buffer
+	if u := ks.UnsignedUntil(); u != 0 {
+		fmt.Fprintf(&b, "unsigned until=%d\n", u)
+	}
+	for _, k := range ks.Keys() {
+		b.WriteString(k.Public)
+		if k.Until != 0 {
+			fmt.Fprintf(&b, " until=%d", k.Until)
+		}
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// ChainReason classifies a chain error (an *events.ChainError in err's
+// tree): a revision naming a revision older than the last valid one of its
+// key is a replay (ReasonReplay); any other break, a gap or a fork, is
+// ReasonChain. ok is false if err holds no chain error.
+func ChainReason(err error) (r Reason, ok bool) {
+	var ce *events.ChainError
+	if !errors.As(err, &ce) {
+		return "", false
+	}
+	if ce.Prev < ce.WantPrev {
+		return ReasonReplay, true
+	}
+	return ReasonChain, true
+}

@@ -277,6 +277,10 @@ type snapFull struct {
 		snapKey
 		Revision json.RawMessage `json:"revision"`
 	} `json:"budgets"`
+	// Prices and Defaults are the current revision of each pricing and
+	// default key (their earlier versions are read from the stream).
+	Prices   []snapKey `json:"prices"`
+	Defaults []snapKey `json:"defaults"`
 	LaneRevs []snapKey `json:"lane_revisions"`
 	Balances []struct {
 		Key      string            `json:"key"`
@@ -288,10 +292,14 @@ type snapFull struct {
 		Reserved events.Money      `json:"reserved"`
 		Overrun  events.Money      `json:"overrun"`
 		Open     []string          `json:"open"`
+		Alerted  []events.Money    `json:"alerted"`
 	} `json:"balances"`
 	Reservations []snapFullRes `json:"reservations"`
 	Closed       []snapFullQ   `json:"closed"`
 	Expired      []snapFullQ   `json:"expired"`
+	Voids        []struct {
+		RequestID string `json:"request_id"`
+	} `json:"voids"`
 }
 
 type snapFullRes struct {
@@ -304,10 +312,11 @@ type snapFullRes struct {
 		Amount events.Money `json:"amount"`
 		Actual events.Money `json:"actual"`
 	} `json:"parts"`
-	OpenedAt  time.Time `json:"opened_at"`
-	ExpiresAt time.Time `json:"expires_at"`
-	Status    string    `json:"status"`
-	Late      bool      `json:"late"`
+	OpenedAt  time.Time          `json:"opened_at"`
+	ExpiresAt time.Time          `json:"expires_at"`
+	Status    string             `json:"status"`
+	Late      bool               `json:"late"`
+	Pricing   *events.PriceQuote `json:"pricing"`
 }
 
 type snapFullQ struct {
@@ -362,10 +371,87 @@ func (s *State) loadSnapshot(ctx context.Context, stream jetstream.Stream, layou
 			FixedSlot: rev.FixedSlot, Thresholds: rev.Thresholds, Revision: sb.Rev}
 		s.hashes[sb.Key] = sb.Hash
 	}
+	// A pricing or default key keeps every version (a quote or a budget
+	// names the one it was made from): its chain is folded from the
+	// stream, back from the revision the snapshot names to the first, or
+	// to the first the stream still holds.
+	events0 := s.events
+	chain := func(key string, rev uint64, hash string, prevOf func([]byte) (events.Chain, string, error), fold func(seq uint64, data []byte) error, start func(name string, c events.Chain)) error {
+		if err := anchor(key, rev, hash); err != nil {
+			return err
+		}
+		type msg struct {
+			seq  uint64
+			data []byte
+		}
+		var back []msg
+		for seq := rev; seq != 0; {
+			m, err := stream.GetMsg(ctx, seq)
+			if err != nil {
+				if errors.Is(err, jetstream.ErrMsgNotFound) && len(back) > 0 {
+					break // trimmed: the versions before it are gone
+				}
+				return fmt.Errorf("%s at %d: %w", key, seq, err)
+			}
+			if k, ok := layout.KeyOf(m.Subject); !ok || k != key {
+				return fmt.Errorf("the stream's message at %d is not a revision of %s", seq, key)
+			}
+			c, _, err := prevOf(m.Data)
+			if err != nil {
+				return fmt.Errorf("%s at %d: %v", key, seq, err)
+			}
+			back = append(back, msg{seq, m.Data})
+			if c.Prev >= seq {
+				return fmt.Errorf("%s at %d: chain goes forward to %d", key, seq, c.Prev)
+			}
+			seq = c.Prev
+		}
+		first := back[len(back)-1]
+		c, name, _ := prevOf(first.data)
+		start(name, c)
+		for i := len(back) - 1; i >= 0; i-- {
+			if err := fold(back[i].seq, back[i].data); err != nil {
+				return fmt.Errorf("%s at %d: %w", key, back[i].seq, err)
+			}
+		}
+		return nil
+	}
+	for _, sp := range b.Prices {
+		err := chain(sp.Key, sp.Rev, sp.Hash, func(data []byte) (events.Chain, string, error) {
+			rev, err := events.DecodePricingRevision(data)
+			return rev.Chain, rev.Model, err
+		}, func(seq uint64, data []byte) error { return s.applyPricing(seq, sp.Key, data) },
+			func(model string, c events.Chain) {
+				if c.Prev != 0 {
+					s.pricing.current[model], s.hashes[sp.Key] = c.Prev, c.PrevHash
+				}
+			})
+		if err != nil {
+			return err
+		}
+	}
+	for _, sd := range b.Defaults {
+		err := chain(sd.Key, sd.Rev, sd.Hash, func(data []byte) (events.Chain, string, error) {
+			rev, err := events.DecodeDefaultRevision(data)
+			return rev.Chain, "", err
+		}, func(seq uint64, data []byte) error { return s.applyDefault(seq, sd.Key, data) },
+			func(_ string, c events.Chain) {
+				if c.Prev != 0 {
+					s.defaultRev[sd.Key], s.hashes[sd.Key] = c.Prev, c.PrevHash
+				}
+			})
+		if err != nil {
+			return err
+		}
+	}
+	s.events = events0 // counters count the tail only
+	for _, v := range b.Voids {
+		s.voided[v.RequestID] = true
+	}
 	openIn := map[string]map[string]bool{} // balance key -> open reservation ids
 	for _, sb := range b.Balances {
 		s.balances[sb.Ref] = &Balance{Ref: sb.Ref, Key: sb.Key, Lane: layout.LaneKey(sb.Ref), Unit: sb.Unit, Limit: sb.Limit,
-			Spent: sb.Spent, Reserved: sb.Reserved, Overrun: sb.Overrun, Open: int64(len(sb.Open)), Revision: sb.Rev}
+			Spent: sb.Spent, Reserved: sb.Reserved, Overrun: sb.Overrun, Open: int64(len(sb.Open)), Revision: sb.Rev, Alerted: sb.Alerted}
 		openIn[sb.Key] = map[string]bool{}
 		for _, id := range sb.Open {
 			openIn[sb.Key][id] = true
@@ -374,7 +460,7 @@ func (s *State) loadSnapshot(ctx context.Context, stream jetstream.Stream, layou
 	add := func(sr *snapFullRes) *Reservation {
 		r := &Reservation{ID: sr.ID, RequestID: sr.RequestID, Balances: sr.Balances,
 			Parts: map[events.BalanceRef]ReservationPart{}, OpenedAt: sr.OpenedAt, ExpiresAt: sr.ExpiresAt, Late: sr.Late,
-			Expired: sr.Status == events.StatusExpired}
+			Expired: sr.Status == events.StatusExpired, Pricing: sr.Pricing}
 		for _, p := range sr.Parts {
 			for _, ref := range sr.Balances {
 				if streams.BalanceKey(ref) != p.Key {

@@ -16,6 +16,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spendgate/spendgate/streams"
@@ -31,7 +32,7 @@ import (
 //
 //	{"format":"spendgate.archive","version":1,"stream":S,"first":F,"last":L,
 //	 "count":N,"prev":P,"sha256":H}
-//	{"seq":F,"subject":"$KV.spendgate.lane.0","time":"...","data":"<base64>"}
+//	{"seq":F,"subject":"$KV.spendgate.lane.0","time":"...","data":"<base64>","header":{...}}
 //
 // P is the SHA-256 of the previous segment's file ("" for the first
 // segment) and H the SHA-256 of the message lines: an edited, truncated,
@@ -76,6 +77,9 @@ type archivedMsg struct {
 	Subject string    `json:"subject"`
 	Time    time.Time `json:"time"`
 	Data    []byte    `json:"data"`
+	// Header is the message's NATS header (a revision's signature), if
+	// it had one.
+	Header nats.Header `json:"header,omitempty"`
 }
 
 // ArchiveInfo describes a verified archive.
@@ -230,7 +234,7 @@ func (a *ArchiveInfo) eachArchived(stream string, layout streams.Layout, from, u
 			if !ok {
 				return fmt.Errorf("%w: seq %d: subject %q is outside the ledger's keys", ErrArchive, m.Seq, m.Subject)
 			}
-			return fn(message{seq: m.Seq, key: key, data: m.Data, at: m.Time})
+			return fn(message{seq: m.Seq, key: key, header: m.Header, data: m.Data, at: m.Time})
 		}, &prev)
 		if err != nil {
 			return err
@@ -355,7 +359,7 @@ func Archive(ctx context.Context, js jetstream.JetStream, layout streams.Layout,
 		return nil
 	}
 	err = p.read(ctx, s, info.Last+1, until, func(m message) error {
-		line, err := json.Marshal(archivedMsg{Seq: m.seq, Subject: layout.Subject(m.key), Time: m.at, Data: m.data})
+		line, err := json.Marshal(archivedMsg{Seq: m.seq, Subject: layout.Subject(m.key), Time: m.at, Data: m.data, Header: m.header})
 		if err != nil {
 			return err
 		}

@@ -71,6 +71,27 @@ func (p *Projector) State() *State {
 	return p.state.Clone()
 }
 
+// ErrTrimmed marks a replay of a stream trimmed below its first message
+// (spendgate audit trim) without the archive of what was trimmed: its
+// revisions would chain to messages it no longer holds, and a fold that
+// skips them, as replicas skip revisions off their chain, would be wrong,
+// not short.
+var ErrTrimmed = errors.New("projector: stream trimmed")
+
+// whole returns ErrTrimmed when the stream s, whose last sequence is last,
+// lacks messages (trimmed: it starts after seq 1, or has gaps where a
+// trim purged a key's old revisions) and the projector reads no archive.
+// With an archive it relies on the archive (a trim requires one that
+// covers what it drops; a fold checks the chains across the two).
+func (p *Projector) whole(s jetstream.Stream, last uint64) error {
+	st := s.CachedInfo().State
+	if last == 0 || (st.FirstSeq <= 1 && st.NumDeleted == 0) || p.arch != nil {
+		return nil
+	}
+	return fmt.Errorf("%w: %s starts at seq %d with %d messages deleted; read its archive first (UseArchive, WithArchive, --archive)",
+		ErrTrimmed, p.layout.StreamName(), st.FirstSeq, st.NumDeleted)
+}
+
 // errStop ends a read early without an error.
 var errStop = errors.New("projector: stop")
 
@@ -106,7 +127,13 @@ func (p *Projector) read(ctx context.Context, s jetstream.Stream, from, until ui
 		if until != 0 {
 			end = min(end, until)
 		}
-		if err := a.eachArchived(p.layout.StreamName(), p.layout, from, end, fn); err != nil {
+		verified := func(m message) error {
+			if (streams.IsLaneKey(m.key) || streams.IsBudgetKey(m.key)) && p.trust.Verify(m.key, m.seq, m.header, m.data) != "" {
+				return nil // as from the stream: skipped unseen
+			}
+			return fn(m)
+		}
+		if err := a.eachArchived(p.layout.StreamName(), p.layout, from, end, verified); err != nil {
 			if errors.Is(err, errStop) {
 				return nil
 			}
@@ -169,8 +196,9 @@ func (p *Projector) read(ctx context.Context, s jetstream.Stream, from, until ui
 // projector's state (unless Run has already folded further), so that Run
 // continues from it.
 //
-// It returns the stream lookup or consumer error, ctx's error, or the first
-// *ApplyError (the stream contradicts itself; nothing after it is folded).
+// It returns the stream lookup or consumer error, ctx's error, ErrTrimmed,
+// or the first *ApplyError (the stream contradicts itself; nothing after
+// it is folded).
 //
 // Options: WithWindow (forget closed reservations, so that memory follows
 // what is open) and WithProgress; others are ignored.
@@ -181,6 +209,9 @@ func (p *Projector) CatchUp(ctx context.Context, opts ...CheckOption) (*State, e
 		return nil, err
 	}
 	if err := p.withArchive(o); err != nil {
+		return nil, err
+	}
+	if err := p.whole(s, last); err != nil {
 		return nil, err
 	}
 	st := o.newState()
@@ -241,6 +272,9 @@ func (p *Projector) ReplayUntil(ctx context.Context, t time.Time, opts ...CheckO
 		return nil, err
 	}
 	if err := p.withArchive(o); err != nil {
+		return nil, err
+	}
+	if err := p.whole(s, last); err != nil {
 		return nil, err
 	}
 	st := o.newState()

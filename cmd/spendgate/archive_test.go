@@ -136,8 +136,10 @@ func TestAudit_ArchiveKillTrim(t *testing.T) {
 	require.Equal(t, before.Position, after.Position)
 	require.True(t, after.Snapshot.Verified)
 	st2, err := p.CatchUp(ctx) // p has no archive: reads the trimmed stream
-	require.Error(t, err, "the trimmed stream alone does not replay")
+	require.ErrorIs(t, err, projector.ErrTrimmed, "the trimmed stream alone does not replay")
 	_ = st2
+	_, err = p.ExportJSONL(ctx, io.Discard, projector.Filter{})
+	require.ErrorIs(t, err, projector.ErrTrimmed, "nor exports")
 	pa := projector.New(env.JS, env.Layout)
 	_, err = pa.UseArchive(dir)
 	require.NoError(t, err)

@@ -72,6 +72,12 @@ type Config struct {
 	// It is recorded in the stream when the stream is created and can never
 	// change (a balance must never move between lanes).
 	Lanes int
+	// Trimmable creates the ledger stream allowing purges, so that
+	// history archived with spendgate audit archive can be dropped from it
+	// (projector.Trim). Like Lanes it is fixed when the stream is created:
+	// JetStream cannot lift a stream's deny-purge, and Ensure keeps an
+	// existing stream's setting.
+	Trimmable bool
 }
 
 // DefaultConfig is the embedded single-server configuration.
@@ -155,7 +161,7 @@ func (l Layout) StreamConfig() jetstream.StreamConfig {
 		Duplicates:         DuplicateWindow,
 		AllowRollup:        false,
 		DenyDelete:         true,
-		DenyPurge:          true,
+		DenyPurge:          !l.c.Trimmable,
 		AllowDirect:        true,
 		AllowAtomicPublish: true,
 		Compression:        Compression,
@@ -188,6 +194,11 @@ func Ensure(ctx context.Context, js jetstream.JetStream, l Layout) (jetstream.St
 		have, exists, err := checkLanes(ctx, js, l)
 		if err != nil {
 			return err
+		}
+		if exists {
+			// Deny-purge stays as the stream was created (see
+			// Config.Trimmable).
+			cfg.DenyPurge = have.CachedInfo().Config.DenyPurge
 		}
 		if exists && configured(have.CachedInfo().Config, cfg) {
 			// Nothing to change: no update, so a replica needs no

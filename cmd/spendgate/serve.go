@@ -73,6 +73,7 @@ func serve(args []string) int {
 	denialMaxAge := fs.Duration("denial-max-age", streams.DefaultDenialMaxAge, "how long the denial stream keeps a denial record, so how far back reports count denials (give every replica the same value)")
 	snapRevisions := fs.Uint64("snapshot-revisions", ledger.DefaultSnapshotRevisions, "write a snapshot of the book once the stream has moved this many revisions past the newest one (0: never; spendgate snapshot writes one on demand)")
 	snapInterval := fs.Duration("snapshot-interval", ledger.DefaultSnapshotInterval, "write a snapshot this long after the newest one if the stream moved")
+	trimmable := fs.Bool("trimmable", false, "create the ledger stream so that spendgate audit trim may drop archived history (only when the stream is created)")
 	readyTimeout := fs.Duration("ready-timeout", time.Minute, "how long the replica may take to fold the ledger stream at start")
 	maxInflight := fs.Int("max-inflight", service.MaxInFlight, "requests this replica handles at once; beyond it callers get ledger_busy at once")
 	signingKey := fs.String("signing-key", "", "nkey seed file that signs this replica's revisions (or the seed itself in $"+envSigningSeed+"; default with the embedded server <data-dir>/"+signingKeyFile+", created on first start; with --nats-url a key kept only in memory); re-read on SIGHUP")
@@ -168,7 +169,7 @@ func serve(args []string) int {
 		*replicas = 3
 	}
 
-	layout, err := streams.New(streams.Config{Bucket: *bucket, Prefix: *prefix, Replicas: *replicas, Lanes: *lanes})
+	layout, err := streams.New(streams.Config{Bucket: *bucket, Prefix: *prefix, Replicas: *replicas, Lanes: *lanes, Trimmable: *trimmable})
 	if err != nil {
 		log.Error("config", "err", err)
 		return 1

@@ -151,7 +151,7 @@ func (d *Dashboard) follow(ctx context.Context, start time.Time, next *uint64) e
 		it.Stop()
 	}()
 	for {
-		msg, err := it.Next()
+		msg, err := it.Next(jetstream.NextContext(ctx))
 		if err != nil {
 			return err
 		}

@@ -277,7 +277,7 @@ func (r *Relay) runOnce(ctx context.Context) error {
 	next := t.last
 	var win []inflight
 	for {
-		msg, err := it.Next()
+		msg, err := it.Next(jetstream.NextContext(ctx))
 		if err != nil {
 			return err
 		}

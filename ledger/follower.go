@@ -211,7 +211,7 @@ func (l *Ledger) follow(ctx context.Context, from, startLast uint64) error {
 	defer it.Stop()
 	logged := time.Now()
 	for {
-		msg, err := it.Next()
+		msg, err := it.Next(jetstream.NextContext(ctx))
 		if err != nil {
 			return fmt.Errorf("ledger: follower: %w", err)
 		}

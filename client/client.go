@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -63,9 +62,12 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	if o.maxItems > 1 {
 		c.coalesce = map[string]*coalescer{}
 		c.mux = &replyMux{nc: nc}
-		followers := new(atomic.Int64)
+		followers := &returning{}
 		for endpoint, batch := range coalescedEndpoints {
 			c.coalesce[endpoint] = newCoalescer(c, endpoint, batch, followers)
+		}
+		for _, k := range c.coalesce {
+			followers.all = append(followers.all, k)
 		}
 		c.coalesce[streams.EndpointAdmit].onAbandoned = c.releaseAbandoned
 	}

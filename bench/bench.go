@@ -105,10 +105,13 @@ KV key. By default it embeds its own
 NATS server (temp dir, random port) and its own spendgate replica.
 
 Scenarios: hot1, hot16, hot64, spread64, multi3 (default all of them),
-mem (100,000 open reservations over 1,000 budgets; only when named), and
+mem (100,000 open reservations over 1,000 budgets; only when named),
 flood (16 callers' cycles with and without 5,000/s settles of unknown
 reservation ids from another connection; target admit p99 < 50 ms; only
-when named).
+when named), and history (a history of --history reservations, default
+1,000,000, written straight to a ledger stream of its own server: restart
+to first admit, replica heap, disk bytes per reservation, audit check,
+expiry of 100,000; only when named).
 
 Exit status: 0 ok; 1 on any error (a failed request included), on any
 over-admission, or on mem over 300 MB; 2 on a usage error.`
@@ -143,6 +146,13 @@ type Options struct {
 	JSON bool
 	// Scenarios names the scenarios to run (ScenarioNames lists them).
 	Scenarios []string
+	// History is the history scenario's number of reservations
+	// (HistoryDefault when 0).
+	History int
+	// Self is the spendgate binary the history scenario runs its audits
+	// with, as child processes whose peak RSS is their own ("": in this
+	// process).
+	Self string
 	// CPUProfile and MemProfile, when set, are files to write a CPU
 	// profile of the whole run and a heap profile at its end to.
 	CPUProfile, MemProfile string
@@ -162,7 +172,7 @@ type Options struct {
 var DefaultScenarios = []string{"hot1", "hot16", "hot64", "spread64", "multi3"}
 
 // ScenarioNames are every scenario's name, mem and flood included.
-var ScenarioNames = []string{"hot1", "hot16", "hot64", "spread64", "multi3", "mem", "flood"}
+var ScenarioNames = []string{"hot1", "hot16", "hot64", "spread64", "multi3", "mem", "flood", "history"}
 
 // DefaultOptions returns the defaults of spendgate bench.
 func DefaultOptions() Options {
@@ -178,6 +188,7 @@ type config struct {
 	scenarios []benchScenario
 	mem       bool
 	flood     bool
+	history   bool
 }
 
 // Validate checks the options as Run does and returns the first problem,
@@ -235,6 +246,10 @@ func (o Options) resolve() (config, error) {
 			c.flood = true
 			continue
 		}
+		if name == "history" {
+			c.history = true
+			continue
+		}
 		found := false
 		for _, sc := range benchScenarios {
 			if sc.name == name {
@@ -250,7 +265,16 @@ func (o Options) resolve() (config, error) {
 			c.scenarios = append(c.scenarios, sc)
 		}
 	}
-	if len(c.scenarios) == 0 && !c.mem && !c.flood {
+	if c.History == 0 {
+		c.History = HistoryDefault
+	}
+	if c.History < historyBudgets*historyGroup {
+		return c, fmt.Errorf("--history must be at least %d", historyBudgets*historyGroup)
+	}
+	if c.history && (o.NATSURL != "" || o.Cluster != 0) {
+		return c, errors.New("the history scenario embeds its own server: leave out --nats-url and --cluster")
+	}
+	if len(c.scenarios) == 0 && !c.mem && !c.flood && !c.history {
 		return c, errors.New("--scenarios names no scenario")
 	}
 	return c, nil
@@ -265,6 +289,14 @@ func Run(ctx context.Context, opts Options, stdout, stderr io.Writer) error {
 	o, err := opts.resolve()
 	if err != nil {
 		return err
+	}
+	if o.history {
+		if err := runHistory(ctx, o, stdout, stderr); err != nil {
+			return fmt.Errorf("history: %w", err)
+		}
+		if len(o.scenarios) == 0 && !o.mem && !o.flood {
+			return nil
+		}
 	}
 	b := &bencher{o: o, ctx: ctx, log: stderr, run: fmt.Sprintf("%08x", rand.Uint32())}
 	defer b.close()

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -174,13 +175,21 @@ func DecodeEvent(b []byte) (Event, error) {
 	var head struct {
 		Type Type `json:"type"`
 	}
-	if err := json.Unmarshal(b, &head); err != nil {
+	if t, ok := sniffType(b); ok {
+		head.Type = t
+	} else if err := json.Unmarshal(b, &head); err != nil {
 		return nil, &Error{Code: CodeInvalidRequest, Message: fmt.Sprintf("event: %v", err), Err: err}
 	}
 	strict := func(v any) error {
 		d := json.NewDecoder(bytes.NewReader(b))
 		d.DisallowUnknownFields()
-		return d.Decode(v)
+		if err := d.Decode(v); err != nil {
+			return err
+		}
+		if len(bytes.TrimSpace(b[d.InputOffset():])) > 0 {
+			return errors.New("unexpected data after the event")
+		}
+		return nil
 	}
 	var err error
 	switch head.Type {

@@ -403,6 +403,10 @@ type ReportGroup struct {
 	Spend    string `json:"spend"`
 	Overrun  string `json:"overrun"`
 	Reserved string `json:"reserved"`
+	// Denials counts the admits denied in the group (from the replicas'
+	// denial records, not the ledger): by scope, once in every scope the
+	// admit named; by metadata key, under the admit's value of the key.
+	Denials int64 `json:"denials"`
 }
 
 // ReportReply is a spend report, groups sorted by unit, then spend

@@ -48,15 +48,19 @@ type book struct {
 	voids map[string]*Reservation
 	// due indexes the open reservations by expiry.
 	due dueIndex
-	// closed and expired queue closed reservations in the order the
-	// follower stamped them, so the book forgets them after their
-	// retention; pending holds the closes the follower has not folded yet
-	// (a committer applies its own revision before the follower sees it);
-	// serverNow is the JetStream timestamp of the last message the
-	// follower folded.
-	closed, expired, voided []closedRes
-	pending                 []pendingClose
-	serverNow               time.Time
+	// reservations and requests hold the open reservations and the
+	// closed ones not yet stamped; win (window.go) holds the stamped
+	// closed ones, compactly, in the order the follower stamped them, so
+	// the book forgets them after their retention. voided queues the
+	// voids (tombstones in voids) in the order they were stamped, forgotten
+	// after the retention of a closed reservation. pending holds the
+	// closes the follower has not folded yet (a committer applies its own
+	// revision before the follower sees it); serverNow is the JetStream
+	// timestamp of the last message the follower folded.
+	win       *window
+	voided    []closedRes
+	pending   []pendingClose
+	serverNow time.Time
 
 	retention, expiredKeep time.Duration
 }
@@ -75,6 +79,7 @@ func newBook(layout streams.Layout, retention, expiredKeep time.Duration) *book 
 		seen:         map[string]uint64{},
 		reservations: map[string]*Reservation{},
 		requests:     map[string]*Reservation{},
+		win:          newWindow(),
 		voids:        map[string]*Reservation{},
 		retention:    retention,
 		expiredKeep:  expiredKeep,
@@ -226,6 +231,8 @@ func (b *book) applyBalance(key string, seq uint64, rev *events.BalanceRevision)
 	bl.spent, bl.reserved, bl.overrun = rev.Spent, rev.Reserved, rev.Overrun
 }
 
+// closedRes is a void (a tombstone in book.voids) and the stamp its
+// retention runs from.
 type closedRes struct {
 	r  *Reservation
 	at time.Time
@@ -252,6 +259,33 @@ type pendingClose struct {
 // close, not from the last write before it.
 func (b *book) closeRes(r *Reservation, seq uint64) {
 	b.pending = append(b.pending, pendingClose{r, seq, r.Status})
+	b.settlePending(len(b.pending) - 1)
+}
+
+// settlePending moves pending entry i left until the queue is in
+// revision order again (stable: after entries of the same revision).
+// Entries almost always arrive in order, so this costs nothing.
+func (b *book) settlePending(i int) {
+	for ; i > 0 && b.pending[i-1].seq > b.pending[i].seq; i-- {
+		b.pending[i-1], b.pending[i] = b.pending[i], b.pending[i-1]
+	}
+}
+
+// closedAgain records that r, already closed, was closed in another
+// balance by the revision at seq (a close over two lanes is two
+// revisions). Its stamp is that of the first of them, whichever this
+// replica folded first (a writer folds its own batch in its own order),
+// so that every replica stamps it alike.
+func (b *book) closedAgain(r *Reservation, seq uint64) {
+	for i := len(b.pending) - 1; i >= 0; i-- {
+		if b.pending[i].r == r {
+			if seq < b.pending[i].seq {
+				b.pending[i].seq = seq
+				b.settlePending(i)
+			}
+			return
+		}
+	}
 }
 
 // forgetUntil records that the follower folded the message at seq, whose
@@ -262,39 +296,60 @@ func (b *book) forgetUntil(seq uint64, t time.Time) {
 	if t.After(b.serverNow) {
 		b.serverNow = t
 	}
-	kept := b.pending[:0]
-	for _, p := range b.pending {
-		switch {
-		case p.seq > seq:
-			kept = append(kept, p)
-		case p.status == events.StatusExpired:
-			b.expired = append(b.expired, closedRes{p.r, b.serverNow})
-		case p.status == events.StatusVoided:
-			b.voided = append(b.voided, closedRes{p.r, b.serverNow})
-		default:
-			b.closed = append(b.closed, closedRes{p.r, b.serverNow})
-		}
-	}
-	clear(b.pending[len(kept):])
-	b.pending = kept
-	b.closed = b.forget(b.closed, t.Add(-b.retention))
-	b.expired = b.forget(b.expired, t.Add(-b.expiredKeep))
-	b.voided = b.forget(b.voided, t.Add(-b.retention))
-}
-
-func (b *book) forget(q []closedRes, before time.Time) []closedRes {
+	// pending is in the order of the revisions that closed them, whatever
+	// order this replica folded them in (a writer folds its own first):
+	// the closes up to seq are a prefix, stamped in that order.
 	n := 0
-	for n < len(q) && q[n].at.Before(before) {
-		r := q[n].r
-		if r.Status == events.StatusVoided {
-			if b.voids[r.RequestID] == r {
-				delete(b.voids, r.RequestID)
-			}
-		} else if r.Status != events.StatusOpen && b.reservations[r.ID] == r {
+	for ; n < len(b.pending) && b.pending[n].seq <= seq; n++ {
+		p := b.pending[n]
+		r := p.r
+		// The ring is chosen by the status r closed with, not by its
+		// status now: a writer may already have folded a later close of r
+		// (a late settle after its expiry).
+		which := winClosed
+		if p.status == events.StatusExpired {
+			which = winExpired
+		}
+		switch {
+		case p.status == events.StatusVoided:
+			b.voided = append(b.voided, closedRes{r, b.serverNow})
+		case r.Status == events.StatusOpen:
+			// Reopened by a malformed history: nothing to stamp.
+		case b.reservations[r.ID] == r:
 			delete(b.reservations, r.ID)
 			if b.requests[r.RequestID] == r {
 				delete(b.requests, r.RequestID)
 			}
+			b.win.add(which, r, b.windowBalance(r), b.serverNow)
+		default:
+			// Stamped already by an earlier close (an expiry) and closed
+			// again before this stamp (its late settle): it moves to the
+			// ring of this close, stamped now, as when the follower
+			// rehydrates it between the two.
+			if _, h, ok := b.win.get(r.ID, false); ok {
+				b.win.take(h)
+				b.win.add(which, r, b.windowBalance(r), b.serverNow)
+			}
+		}
+	}
+	if n > 0 {
+		m := copy(b.pending, b.pending[n:])
+		clear(b.pending[m:])
+		b.pending = b.pending[:m]
+	}
+	b.win.forget(winClosed, t.Add(-b.retention))
+	b.win.forget(winExpired, t.Add(-b.expiredKeep))
+	b.voided = b.forgetVoids(b.voided, t.Add(-b.retention))
+}
+
+// forgetVoids drops the voids of q stamped before before, and their
+// tombstones.
+func (b *book) forgetVoids(q []closedRes, before time.Time) []closedRes {
+	n := 0
+	for n < len(q) && q[n].at.Before(before) {
+		r := q[n].r
+		if b.voids[r.RequestID] == r {
+			delete(b.voids, r.RequestID)
 		}
 		n++
 	}
@@ -308,10 +363,50 @@ func (b *book) forget(q []closedRes, before time.Time) []closedRes {
 	return q[n:]
 }
 
+// get returns reservation id: open, closed and not yet stamped, or in the
+// idempotency window. The caller must not change it.
+func (b *book) get(id string) (*Reservation, bool) {
+	if r := b.reservations[id]; r != nil {
+		return r, true
+	}
+	r, _, ok := b.win.get(id, false)
+	return r, ok
+}
+
+// byRequest returns the reservation opened for request id rid (see get).
+func (b *book) byRequest(rid string) (*Reservation, bool) {
+	if r := b.requests[rid]; r != nil {
+		return r, true
+	}
+	r, _, ok := b.win.get(rid, true)
+	return r, ok
+}
+
+// rehydrate takes reservation id out of the window back into the book's
+// maps, to fold a change of its status; nil if the window does not hold
+// it.
+func (b *book) rehydrate(id string) *Reservation {
+	_, h, ok := b.win.get(id, false)
+	if !ok {
+		return nil
+	}
+	r := b.win.take(h)
+	b.reservations[id] = r
+	b.requests[r.RequestID] = r
+	return r
+}
+
 func (b *book) applyEvent(bl *balance, key string, seq uint64, e events.Event) {
 	switch e := e.(type) {
 	case events.ReservationOpened:
 		r := b.reservations[e.ReservationID]
+		if r == nil {
+			// An id the window holds opened again: only a malformed
+			// history does this; fold it as before the window existed.
+			if r = b.rehydrate(e.ReservationID); r != nil {
+				b.closeRes(r, seq)
+			}
+		}
 		if r == nil {
 			balances := e.Balances
 			if len(balances) == 1 && balances[0] == bl.ref {
@@ -331,7 +426,19 @@ func (b *book) applyEvent(bl *balance, key string, seq uint64, e events.Event) {
 		bl.open[e.ReservationID] = r
 	case events.ReservationSettled:
 		delete(bl.open, e.ReservationID)
-		if r := b.reservations[e.ReservationID]; r != nil {
+		r := b.reservations[e.ReservationID]
+		if _, h, ok := b.win.get(e.ReservationID, false); r == nil && ok {
+			if b.win.entry(h).statusText() == events.StatusSettled {
+				// Another balance's part of a settle already stamped
+				// (a settle over two lanes): changed in place.
+				r = b.win.shared(h)
+			} else {
+				// A settle after expiry: the reservation closes again,
+				// and its retention starts again at this close.
+				r = b.rehydrate(e.ReservationID)
+			}
+		}
+		if r != nil {
 			was := r.Status
 			r.Status = events.StatusSettled
 			b.due.remove(r)
@@ -339,6 +446,8 @@ func (b *book) applyEvent(bl *balance, key string, seq uint64, e events.Event) {
 			r.Late = r.Late || e.Late
 			if was != events.StatusSettled {
 				b.closeRes(r, seq)
+			} else {
+				b.closedAgain(r, seq)
 			}
 		}
 	case events.ThresholdCrossed:
@@ -361,6 +470,8 @@ func (b *book) applyEvent(bl *balance, key string, seq uint64, e events.Event) {
 			}
 			b.due.remove(r)
 			b.closeRes(r, seq)
+		} else if r != nil {
+			b.closedAgain(r, seq)
 		}
 	}
 }

@@ -70,28 +70,42 @@ func TestBook_Chain(t *testing.T) {
 
 // TestBook_QueueByStatusAtClose: a reservation that expired and was then
 // settled late, both folded before the follower stamped either (a
-// committer folds its own writes first), is queued as expired and as
-// closed, exactly as when the follower stamps between the two: the queue
-// is chosen by the status at the close, not at the stamp. Otherwise a
-// writer's snapshot and a fresh fold of the same stream disagree.
+// committer folds its own writes first), ends in the window exactly as
+// when the follower stamps between the two: stamped into the expired ring
+// by the status it closed with, then moved to the closed ring by its late
+// settle. Otherwise a writer's snapshot and a fresh fold of the same
+// stream disagree.
 func TestBook_QueueByStatusAtClose(t *testing.T) {
-	b := newBook(streams.Default(), time.Minute, time.Hour)
 	key := streams.BalanceKey(bookBal)
 	amt := events.MustMoney("0.5")
-	fold := func(seq uint64, e events.Event) {
-		b.applyBalance(key, seq, &events.BalanceRevision{Schema: events.SchemaBalance, Balance: bookBal, Unit: "USD",
-			Limit: events.MustMoney("1"), Spent: events.Zero, Reserved: events.Zero, Overrun: events.Zero, Events: events.Events{e}})
+	evs := []events.Event{
+		1: events.ReservationOpened{ReservationID: "r", RequestID: "q", RequestHash: "h", Balance: bookBal, Amount: amt,
+			Unit: "USD", Balances: []events.BalanceRef{bookBal}, ExpiresAt: bookT0.Add(time.Second), At: bookT0},
+		2: events.ReservationReleased{ReservationID: "r", Balance: bookBal, Reserved: amt, Reason: events.ReasonExpired, At: bookT0.Add(2 * time.Second)},
+		3: events.ReservationSettled{ReservationID: "r", Balance: bookBal, Reserved: amt, Actual: amt, Overrun: amt, Late: true, AfterExpiry: true, At: bookT0.Add(3 * time.Second)},
 	}
-	fold(1, events.ReservationOpened{ReservationID: "r", RequestID: "q", RequestHash: "h", Balance: bookBal, Amount: amt,
-		Unit: "USD", Balances: []events.BalanceRef{bookBal}, ExpiresAt: bookT0.Add(time.Second), At: bookT0})
-	b.forgetUntil(1, bookT0)
-	fold(2, events.ReservationReleased{ReservationID: "r", Balance: bookBal, Reserved: amt, Reason: events.ReasonExpired, At: bookT0.Add(2 * time.Second)})
-	fold(3, events.ReservationSettled{ReservationID: "r", Balance: bookBal, Reserved: amt, Actual: amt, Overrun: amt, Late: true, AfterExpiry: true, At: bookT0.Add(3 * time.Second)})
-	b.forgetUntil(3, bookT0.Add(3*time.Second))
-	r := b.reservations["r"]
+	// steps: >0 folds that revision, <0 stamps up to -step.
+	run := func(steps ...int) *book {
+		b := newBook(streams.Default(), time.Minute, time.Hour)
+		for _, s := range steps {
+			if s < 0 {
+				b.forgetUntil(uint64(-s), bookT0.Add(time.Duration(-s-1)*time.Second))
+				continue
+			}
+			b.applyBalance(key, uint64(s), &events.BalanceRevision{Schema: events.SchemaBalance, Balance: bookBal, Unit: "USD",
+				Limit: events.MustMoney("1"), Spent: events.Zero, Reserved: events.Zero, Overrun: events.Zero, Events: events.Events{evs[s]}})
+		}
+		return b
+	}
+	follower := run(1, -1, 2, -2, 3, -3)
+	want := bookView(follower)
+	r, ok := follower.get("r")
+	require.True(t, ok)
 	require.Equal(t, events.StatusSettled, r.Status)
-	require.Len(t, b.expired, 1, "queued as expired: its status when it expired")
-	require.Same(t, r, b.expired[0].r)
-	require.Len(t, b.closed, 1, "and as closed, by its late settle")
-	require.Same(t, r, b.closed[0].r)
+	n := 0
+	follower.win.each(winClosed, func(*Reservation, time.Time) { n++ })
+	follower.win.each(winExpired, func(*Reservation, time.Time) { n += 10 })
+	require.Equal(t, 1, n, "in the closed ring only")
+	require.Equal(t, want, bookView(run(1, -1, 2, 3, -3)), "both closes stamped at once")
+	require.Equal(t, want, bookView(run(1, -1, 2, 3, -2, -3)), "the late settle folded before the expiry is stamped")
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/ledger"
+	"github.com/spendgate/spendgate/projector"
 )
 
 // TestSnapshot_CarriesPricesDefaultsAndAlerts: a snapshot holds the
@@ -50,6 +51,11 @@ func TestSnapshot_CarriesPricesDefaultsAndAlerts(t *testing.T) {
 		events.ThresholdCrossed{Balance: ref, Threshold: events.MustMoney("0.5"), Limit: b.Limit, Used: q.MaxCost(), Unit: "USD", ReservationID: "rsv_1", At: now},
 	}}))
 	require.Equal(t, []events.Money{events.MustMoney("0.5")}, w.Balance(ref).Alerted)
+	// A void: its tombstone travels in the snapshot too.
+	require.NoError(t, w.Submit(ctx, &rawTx{refs: []events.BalanceRef{ref}, evs: events.Events{
+		events.RequestVoided{RequestID: "r9", Balance: ref, Scopes: []events.Scope{"user:u1"}, At: now},
+	}}))
+	require.True(t, w.Voided("r9"))
 
 	info, err := w.Snapshot(ctx)
 	require.NoError(t, err)
@@ -66,6 +72,29 @@ func TestSnapshot_CarriesPricesDefaultsAndAlerts(t *testing.T) {
 	pr, ok := fromSnap.Price("gpt-x.1")
 	require.True(t, ok)
 	require.Equal(t, p.Price.Version, pr.Version)
+	require.True(t, fromSnap.Voided("r9"))
+
+	// A tail that needs what the snapshot names beyond balances: a
+	// reservation priced at the same version and a budget created from
+	// the default. An audit from the snapshot folds it (its replay takes
+	// each pricing and default key's versions from the stream) and
+	// reconciles. How it can fail: without them the tail's quote names a
+	// version the replay never saw.
+	q2 := p.Price.Quote(10, 1000)
+	require.NoError(t, w.Submit(ctx, &rawTx{refs: []events.BalanceRef{ref}, evs: events.Events{
+		events.ReservationOpened{ReservationID: "rsv_2", RequestID: "r2", RequestHash: "h", Balance: ref, Amount: q2.MaxCost(), Unit: "USD",
+			Balances: []events.BalanceRef{ref}, ExpiresAt: now.Add(time.Hour), At: now, Pricing: &q2},
+	}}))
+	created, err = w.CreateFromDefault(ctx, "user:u2", ds[0], now)
+	require.NoError(t, err)
+	require.True(t, created)
+	rep, err := projector.Check(ctx, env.JS, env.Layout, projector.WithFromSnapshot())
+	require.NoError(t, err)
+	require.True(t, rep.OK(), rep.String())
+	require.Equal(t, info.Seq, rep.From.Seq)
+	rep, err = projector.Check(ctx, env.JS, env.Layout)
+	require.NoError(t, err)
+	require.True(t, rep.OK(), rep.String())
 }
 
 // rawTx commits fixed events (a test's stand-in for an admitter).

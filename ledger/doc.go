@@ -27,7 +27,8 @@
 //     revision and payload hash of every key. It does no I/O and reads no
 //     clock; it is tested like projector.State. A snapshot (snapshot.go)
 //     is the book dumped at a stream sequence; its expiry index (due.go)
-//     makes listing what is due cost what is due.
+//     makes listing what is due cost what is due; its idempotency window
+//     (window.go) keeps each closed reservation in ~150 bytes.
 //   - The follower (follower.go, Run) folds every revision of the stream
 //     into the book in stream order, and owns the Ledger's lifetime.
 //   - The committer (committer.go, Submit) queues Txs per lane, decides a

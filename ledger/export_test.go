@@ -11,7 +11,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -96,7 +95,7 @@ func bookView(b *book) string {
 	for k, bl := range b.balances {
 		var open []string
 		for id, r := range bl.open {
-			if b.reservations[id] != r {
+			if got, _ := b.get(id); got != r {
 				add("balance %s open %s is not the book's reservation", k, id)
 			}
 			open = append(open, id)
@@ -126,19 +125,30 @@ func bookView(b *book) string {
 	for rid, v := range b.voids {
 		add("void %s %+v", rid, *v)
 	}
-	for name, q := range map[string][]closedRes{"closed": b.closed, "expired": b.expired, "voided": b.voided} {
-		var line []string // in queue order
-		for _, c := range q {
-			if c.r.Status == events.StatusVoided {
-				if b.voids[c.r.RequestID] == c.r {
-					line = append(line, c.r.RequestID+"@"+c.at.Format(time.RFC3339Nano))
-				}
-			} else if b.reservations[c.r.ID] == c.r {
-				line = append(line, c.r.ID+"@"+c.at.Format(time.RFC3339Nano))
-			}
+	var voided []string // in queue order
+	for _, c := range b.voided {
+		if b.voids[c.r.RequestID] == c.r {
+			voided = append(voided, c.r.RequestID+"@"+c.at.Format(time.RFC3339Nano))
 		}
+	}
+	add("voided queue %v", voided)
+	for name, which := range map[string]int{"closed": winClosed, "expired": winExpired} {
+		var line []string // in queue order
+		b.win.each(which, func(r *Reservation, at time.Time) {
+			c := *r
+			c.due = 0
+			c.Pricing = nil
+			line = append(line, fmt.Sprintf("%s@%s %+v pricing=%s", r.ID, at.Format(time.RFC3339Nano), c, mustJSON(r.Pricing)))
+			if got, ok := b.get(r.ID); !ok || got.ID != r.ID {
+				add("%s %s is not found by id", name, r.ID)
+			}
+			if got, ok := b.byRequest(r.RequestID); !ok || got.RequestID != r.RequestID {
+				add("%s %s is not found by request id %s", name, r.ID, r.RequestID)
+			}
+		})
 		add("%s queue %v", name, line)
 	}
+	add("window %d", b.win.len())
 	add("pending %d serverNow %s due %d", len(b.pending), b.serverNow.Format(time.RFC3339Nano), len(b.due))
 	// closed and expired keep their order; the rest is sorted.
 	sortStrings(out)

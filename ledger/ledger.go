@@ -145,8 +145,8 @@ func (l *Ledger) Balance(ref events.BalanceRef) Balance {
 func (l *Ledger) Reservation(id string) (*Reservation, bool) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	r := l.bk.reservations[id]
-	if r == nil {
+	r, ok := l.bk.get(id)
+	if !ok {
 		return nil, false
 	}
 	return r.clone(), true

@@ -3,7 +3,9 @@ package ledger
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -42,14 +44,39 @@ type storedMsg struct {
 // used where a stale answer would be wrong: catching up after a lost
 // compare-and-set, and checking that a decision that writes nothing was
 // made on the latest revision. found is false when no message matches.
+//
+// A read is safe to repeat, so an attempt that times out (each waits
+// commitTimeout, like a commit's) is retried until ctx ends: a busy or
+// newly elected leader answers late, not wrongly.
 func (l *Ledger) leaderGet(ctx context.Context, req leaderGetRequest) (m storedMsg, found bool, err error) {
-	ctx, cancel := context.WithTimeout(ctx, l.opts.commitTimeout)
-	defer cancel()
 	body, err := json.Marshal(req)
 	if err != nil {
 		return m, false, err
 	}
-	reply, err := l.nc.RequestWithContext(ctx, l.layout.MsgGetSubject(l.js), body)
+	if _, ok := ctx.Deadline(); !ok {
+		// No caller's deadline (start-up checks): a few attempts.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 4*l.opts.commitTimeout)
+		defer cancel()
+	}
+	var reply *nats.Msg
+	for {
+		actx, cancel := context.WithTimeout(ctx, l.opts.commitTimeout)
+		reply, err = l.nc.RequestWithContext(actx, l.layout.MsgGetSubject(l.js), body)
+		cancel()
+		if err == nil || ctx.Err() != nil || !retryableRead(err) {
+			break
+		}
+		if errors.Is(err, nats.ErrNoResponders) {
+			// Answered at once: no leader yet. Give the election a moment.
+			t := time.NewTimer(25 * time.Millisecond)
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
+			t.Stop()
+		}
+	}
 	if err != nil {
 		return m, false, &events.Error{Code: events.CodeLedgerUnavailable, Message: "reading the ledger stream", Err: err}
 	}
@@ -84,4 +111,10 @@ func (l *Ledger) latestRev(ctx context.Context, key string) (uint64, error) {
 		return 0, err
 	}
 	return m.seq, nil
+}
+
+// retryableRead reports whether a failed read request may succeed if sent
+// again: it timed out, or no server answered yet (a leader election).
+func retryableRead(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders)
 }

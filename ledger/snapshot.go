@@ -28,12 +28,25 @@ import (
 // folded from (events.BudgetRevision, decoded again with
 // events.DecodeBudgetRevision), so a field a budget revision gains travels
 // with it without a change here.
+//
+// Version 2 (written now) carries each closed reservation of the
+// idempotency window inside its queue entry, and lists only the rest
+// (open reservations) under "reservations"; version 1 listed every
+// reservation there and named the closed ones in the queues by id. Both
+// are read. The optional lists (prices, defaults, voids, skipped, a
+// balance's alerted thresholds, a reservation's pricing quote) are the
+// same in both versions: absent in a snapshot written before they
+// existed, which holds none.
 
-// SnapshotFormat and SnapshotVersion identify the snapshot encoding.
+// SnapshotFormat and SnapshotVersion identify the snapshot encoding:
+// SnapshotVersion is the version written.
 const (
 	SnapshotFormat  = "spendgate.snapshot"
-	SnapshotVersion = 1
+	SnapshotVersion = 2
 )
+
+// snapshotReadable reports whether version v can be loaded.
+func snapshotReadable(v int) bool { return v == 1 || v == 2 }
 
 // ErrSnapshotInvalid marks a snapshot that fails its integrity check (a
 // wrong digest or size, a truncated body), has an unknown format or
@@ -66,7 +79,7 @@ type snapshotState struct {
 	Balances     []snapBalance     `json:"balances"`
 	Reservations []snapReservation `json:"reservations"`
 	// Closed and Expired are the idempotency window's queues, in the order
-	// their closes were stamped.
+	// their closes were stamped (version 2: with their reservations).
 	Closed  []snapClosed `json:"closed"`
 	Expired []snapClosed `json:"expired"`
 	// Voids are the voided request ids the book remembers, in the order
@@ -139,6 +152,9 @@ type snapPart struct {
 type snapClosed struct {
 	ID string    `json:"id"`
 	At time.Time `json:"at"`
+	// Reservation is the closed reservation (version 2; version 1 lists
+	// it under the snapshot's reservations).
+	Reservation *snapReservation `json:"reservation,omitempty"`
 }
 
 // exactAt reports whether the book holds exactly the revisions up to seq:
@@ -219,17 +235,11 @@ func (b *book) snapshot(seq uint64) (*snapshotState, error) {
 	}
 	sort.Slice(st.Balances, func(i, j int) bool { return st.Balances[i].Key < st.Balances[j].Key })
 	for _, r := range b.reservations {
-		sr := snapReservation{ID: r.ID, RequestID: r.RequestID, RequestHash: r.RequestHash,
-			Balances: append([]events.BalanceRef(nil), r.Balances...), OpenedAt: r.OpenedAt, ExpiresAt: r.ExpiresAt,
-			Status: r.Status, Late: r.Late, Pricing: r.Pricing}
-		for _, p := range r.Parts {
-			sr.Parts = append(sr.Parts, snapPart{p.Key, p.Unit, p.Amount, p.Actual})
-		}
-		st.Reservations = append(st.Reservations, sr)
+		st.Reservations = append(st.Reservations, snapRes(r))
 	}
 	sort.Slice(st.Reservations, func(i, j int) bool { return st.Reservations[i].ID < st.Reservations[j].ID })
-	st.Closed = b.snapQueue(b.closed)
-	st.Expired = b.snapQueue(b.expired)
+	st.Closed = b.snapQueue(winClosed)
+	st.Expired = b.snapQueue(winExpired)
 	for _, c := range b.voided {
 		if b.voids[c.r.RequestID] == c.r {
 			st.Voids = append(st.Voids, snapVoid{c.r.RequestID, c.r.OpenedAt, c.at})
@@ -242,27 +252,45 @@ func (b *book) snapshot(seq uint64) (*snapshotState, error) {
 	return st, nil
 }
 
-// snapQueue keeps the entries that still matter: forgetting an entry whose
-// reservation the book no longer holds does nothing.
-func (b *book) snapQueue(q []closedRes) []snapClosed {
-	var out []snapClosed
-	for _, c := range q {
-		if b.reservations[c.r.ID] == c.r {
-			out = append(out, snapClosed{c.r.ID, c.at})
-		}
+func snapRes(r *Reservation) snapReservation {
+	sr := snapReservation{ID: r.ID, RequestID: r.RequestID, RequestHash: r.RequestHash,
+		Balances: append([]events.BalanceRef(nil), r.Balances...), OpenedAt: r.OpenedAt, ExpiresAt: r.ExpiresAt,
+		Status: r.Status, Late: r.Late, Pricing: r.Pricing}
+	for _, p := range r.Parts {
+		sr.Parts = append(sr.Parts, snapPart{p.Key, p.Unit, p.Amount, p.Actual})
 	}
+	return sr
+}
+
+func (sr *snapReservation) reservation() *Reservation {
+	r := &Reservation{ID: sr.ID, RequestID: sr.RequestID, RequestHash: sr.RequestHash, Balances: sr.Balances,
+		Parts: make([]Part, 0, len(sr.Parts)), OpenedAt: sr.OpenedAt, ExpiresAt: sr.ExpiresAt, Status: sr.Status, Late: sr.Late, Pricing: sr.Pricing}
+	for _, p := range sr.Parts {
+		r.Parts = append(r.Parts, Part{Key: p.Key, Unit: p.Unit, Amount: p.Amount, Actual: p.Actual})
+	}
+	return r
+}
+
+// snapQueue lists the window's ring which, in stamp order, each entry with
+// its reservation.
+func (b *book) snapQueue(which int) []snapClosed {
+	var out []snapClosed
+	b.win.each(which, func(r *Reservation, at time.Time) {
+		sr := snapRes(r)
+		out = append(out, snapClosed{ID: r.ID, At: at, Reservation: &sr})
+	})
 	return out
 }
 
 // bookFromSnapshot builds the book st describes, as a replica with layout
 // and these retentions would hold it after folding every revision up to
-// st.Seq.
+// st.Seq. It reads versions 1 and 2.
 func bookFromSnapshot(layout streams.Layout, retention, expiredKeep time.Duration, st *snapshotState) (*book, error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrSnapshotInvalid, fmt.Sprintf(format, args...))
 	}
-	if st.Version != SnapshotVersion {
-		return nil, bad("version %d, want %d", st.Version, SnapshotVersion)
+	if !snapshotReadable(st.Version) {
+		return nil, bad("version %d, want 1 or 2", st.Version)
 	}
 	if st.Lanes != layout.Lanes() {
 		return nil, bad("written with %d lane(s), this layout has %d", st.Lanes, layout.Lanes())
@@ -316,6 +344,16 @@ func bookFromSnapshot(layout streams.Layout, retention, expiredKeep time.Duratio
 		}
 		b.seen[k.Key] = k.Rev
 	}
+	// Balances first (the window's entries point at them), their open
+	// reservations last (they may be in the window: a close over two
+	// lanes that a snapshot splits).
+	for _, sb := range st.Balances {
+		if streams.BalanceKey(sb.Ref) != sb.Key || sb.Rev > st.Seq {
+			return nil, bad("balance %s at %d", sb.Key, sb.Rev)
+		}
+		b.balances[sb.Key] = &balance{key: sb.Key, ref: sb.Ref, self: []events.BalanceRef{sb.Ref}, rev: sb.Rev, unit: sb.Unit,
+			limit: sb.Limit, spent: sb.Spent, reserved: sb.Reserved, overrun: sb.Overrun, alerted: sb.Alerted, open: make(map[string]*Reservation, len(sb.Open))}
+	}
 	for _, sr := range st.Reservations {
 		switch sr.Status {
 		case events.StatusOpen, events.StatusSettled, events.StatusReleased, events.StatusExpired:
@@ -325,31 +363,12 @@ func bookFromSnapshot(layout streams.Layout, retention, expiredKeep time.Duratio
 		if _, dup := b.reservations[sr.ID]; dup || sr.ID == "" {
 			return nil, bad("reservation %q twice", sr.ID)
 		}
-		r := &Reservation{ID: sr.ID, RequestID: sr.RequestID, RequestHash: sr.RequestHash, Balances: sr.Balances,
-			Parts: make([]Part, 0, len(sr.Parts)), OpenedAt: sr.OpenedAt, ExpiresAt: sr.ExpiresAt, Status: sr.Status, Late: sr.Late, Pricing: sr.Pricing}
-		for _, p := range sr.Parts {
-			r.Parts = append(r.Parts, Part{Key: p.Key, Unit: p.Unit, Amount: p.Amount, Actual: p.Actual})
-		}
+		r := sr.reservation()
 		b.reservations[r.ID] = r
 		b.requests[r.RequestID] = r
 		if r.Status == events.StatusOpen {
 			b.due.add(r)
 		}
-	}
-	for _, sb := range st.Balances {
-		if streams.BalanceKey(sb.Ref) != sb.Key || sb.Rev > st.Seq {
-			return nil, bad("balance %s at %d", sb.Key, sb.Rev)
-		}
-		bl := &balance{key: sb.Key, ref: sb.Ref, self: []events.BalanceRef{sb.Ref}, rev: sb.Rev, unit: sb.Unit,
-			limit: sb.Limit, spent: sb.Spent, reserved: sb.Reserved, overrun: sb.Overrun, alerted: sb.Alerted, open: make(map[string]*Reservation, len(sb.Open))}
-		for _, id := range sb.Open {
-			r := b.reservations[id]
-			if r == nil {
-				return nil, bad("balance %s holds unknown reservation %s", sb.Key, id)
-			}
-			bl.open[id] = r
-		}
-		b.balances[sb.Key] = bl
 	}
 	// Single-balance reservations share their balance's one-element slice,
 	// as the fold makes them.
@@ -360,12 +379,31 @@ func bookFromSnapshot(layout streams.Layout, retention, expiredKeep time.Duratio
 			}
 		}
 	}
-	var err error
-	if b.closed, err = b.loadQueue(st.Closed); err != nil {
-		return nil, bad("closed: %v", err)
+	for _, q := range []struct {
+		name  string
+		which int
+		list  []snapClosed
+	}{{"closed", winClosed, st.Closed}, {"expired", winExpired, st.Expired}} {
+		for _, c := range q.list {
+			if err := b.loadClosed(st.Version, q.which, c); err != nil {
+				return nil, bad("%s: %v", q.name, err)
+			}
+		}
 	}
-	if b.expired, err = b.loadQueue(st.Expired); err != nil {
-		return nil, bad("expired: %v", err)
+	for _, sb := range st.Balances {
+		bl := b.balances[sb.Key]
+		for _, id := range sb.Open {
+			r := b.reservations[id]
+			if r == nil {
+				if _, h, ok := b.win.get(id, false); ok {
+					r = b.win.shared(h)
+				}
+			}
+			if r == nil {
+				return nil, bad("balance %s holds unknown reservation %s", sb.Key, id)
+			}
+			bl.open[id] = r
+		}
 	}
 	for _, sv := range st.Voids {
 		if sv.RequestID == "" || b.voids[sv.RequestID] != nil {
@@ -378,16 +416,43 @@ func bookFromSnapshot(layout streams.Layout, retention, expiredKeep time.Duratio
 	return b, nil
 }
 
-func (b *book) loadQueue(q []snapClosed) ([]closedRes, error) {
-	out := make([]closedRes, 0, len(q))
-	for _, c := range q {
-		r := b.reservations[c.ID]
-		if r == nil || r.Status == events.StatusOpen {
-			return nil, fmt.Errorf("reservation %s is not a closed reservation of the snapshot", c.ID)
+// loadClosed puts one queue entry of a snapshot of version v into ring
+// which of the window.
+func (b *book) loadClosed(v, which int, c snapClosed) error {
+	var r *Reservation
+	switch {
+	case v >= 2:
+		if c.Reservation == nil || c.Reservation.ID != c.ID {
+			return fmt.Errorf("entry %s carries no reservation", c.ID)
 		}
-		out = append(out, closedRes{r, c.At})
+		if _, ok := b.get(c.ID); ok {
+			return fmt.Errorf("reservation %s twice", c.ID)
+		}
+		r = c.Reservation.reservation()
+		if bl := b.windowBalance(r); bl != nil && bl.ref == r.Balances[0] {
+			r.Balances = bl.self
+		}
+	default:
+		// Version 1: the reservation is among the snapshot's; one both
+		// queues name (expired, then settled late) goes to the first.
+		r = b.reservations[c.ID]
+		if r == nil {
+			if _, _, ok := b.win.get(c.ID, false); ok {
+				return nil
+			}
+		}
+		if r != nil {
+			delete(b.reservations, r.ID)
+			if b.requests[r.RequestID] == r {
+				delete(b.requests, r.RequestID)
+			}
+		}
 	}
-	return out, nil
+	if r == nil || r.Status == events.StatusOpen || winStatus(r.Status) == 0 {
+		return fmt.Errorf("reservation %s is not a closed reservation of the snapshot", c.ID)
+	}
+	b.win.add(which, r, b.windowBalance(r), c.At)
+	return nil
 }
 
 // encodeSnapshot returns st's encoding: header line, then body.
@@ -420,8 +485,8 @@ func decodeSnapshot(data []byte) (*snapshotState, error) {
 	if err := json.Unmarshal(data[:nl], &h); err != nil {
 		return nil, bad("header: %v", err)
 	}
-	if h.Format != SnapshotFormat || h.Version != SnapshotVersion {
-		return nil, bad("format %q version %d, want %q version %d", h.Format, h.Version, SnapshotFormat, SnapshotVersion)
+	if h.Format != SnapshotFormat || !snapshotReadable(h.Version) {
+		return nil, bad("format %q version %d, want %q version 1 or 2", h.Format, h.Version, SnapshotFormat)
 	}
 	body := data[nl+1:]
 	if len(body) != h.Size {

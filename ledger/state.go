@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"slices"
 	"time"
 
 	"github.com/spendgate/spendgate/events"
@@ -154,8 +155,14 @@ func (r *Reservation) part(key string) *Part {
 	if p := r.Part(key); p != nil {
 		return p
 	}
-	r.Parts = append(r.Parts, Part{Key: key})
-	return &r.Parts[len(r.Parts)-1]
+	// Parts stay in key order (parallel to Balances), whichever lane's
+	// revision a replica folds first.
+	i := 0
+	for i < len(r.Parts) && r.Parts[i].Key < key {
+		i++
+	}
+	r.Parts = slices.Insert(r.Parts, i, Part{Key: key})
+	return &r.Parts[i]
 }
 
 // Amount is the amount the reservation holds in its money balances (all hold

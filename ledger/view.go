@@ -125,8 +125,8 @@ func (v *View) Reservation(id string) (*Reservation, bool) {
 	}
 	v.l.mu.RLock()
 	defer v.l.mu.RUnlock()
-	r := v.l.bk.reservations[id]
-	if r == nil {
+	r, ok := v.l.bk.get(id)
+	if !ok {
 		return nil, false
 	}
 	v.checkLanes(r.Balances)
@@ -140,7 +140,7 @@ func (v *View) ByRequest(rid string) (*Reservation, bool) {
 	}
 	v.l.mu.RLock()
 	defer v.l.mu.RUnlock()
-	if r := v.l.bk.requests[rid]; r != nil {
+	if r, ok := v.l.bk.byRequest(rid); ok {
 		v.checkLanes(r.Balances)
 		return r.clone(), true
 	}

@@ -211,6 +211,21 @@ func (s *Set) RegisterFeedRelay(relayed, lost func() uint64) {
 	)
 }
 
+// RegisterDenials adds the denial records this replica published to the
+// denial stream (spendgate_denials_recorded_total), those it dropped
+// because its buffer was full (spendgate_denials_dropped_total) and those
+// whose publish failed (spendgate_denials_failed_total).
+func (s *Set) RegisterDenials(recorded, dropped, failed func() uint64) {
+	s.Registry.MustRegister(
+		NewCounterFunc("spendgate_denials_recorded_total",
+			"Denied admits this replica recorded on the denial stream.", recorded),
+		NewCounterFunc("spendgate_denials_dropped_total",
+			"Denied admits this replica did not record because its denial buffer was full.", dropped),
+		NewCounterFunc("spendgate_denials_failed_total",
+			"Denied admits this replica did not record because the publish failed.", failed),
+	)
+}
+
 // RegisterReport adds the spend report aggregate's size:
 // spendgate_report_cells (its sums: hour buckets x groups x units that saw
 // a reservation) and spendgate_report_reservations (the open or

@@ -47,6 +47,9 @@ type Aggregator struct {
 	every    uint64
 	interval time.Duration
 
+	// den counts the denial records (see aggregate_denials.go).
+	den *denialTracker
+
 	mu     sync.Mutex
 	agg    *Aggregate
 	moved  chan struct{} // closed and replaced whenever the position moves
@@ -86,7 +89,7 @@ func WithReportSnapshots(every uint64, interval time.Duration) AggregatorOption 
 func NewAggregator(js jetstream.JetStream, layout streams.Layout, opts ...AggregatorOption) (*Aggregator, error) {
 	g := &Aggregator{js: js, layout: layout, p: New(js, layout), log: slog.New(slog.DiscardHandler),
 		every: DefaultReportSnapshotRevisions, interval: DefaultReportSnapshotInterval,
-		agg: NewAggregate(), moved: make(chan struct{}), err: nil}
+		agg: NewAggregate(), moved: make(chan struct{}), err: nil, den: newDenialTracker(js, layout)}
 	for _, o := range opts {
 		if err := o(g); err != nil {
 			return nil, err
@@ -124,7 +127,12 @@ func (g *Aggregator) Size() (cells, tracked int) {
 // a fold from the first message. It returns nil when ctx ends, or the
 // error that stopped the fold (an *ApplyError, the stream lookup's).
 func (g *Aggregator) Run(ctx context.Context) error {
+	dctx, dstop := context.WithCancel(ctx)
+	dended := make(chan struct{})
+	go func() { defer close(dended); g.den.run(dctx) }()
 	err := g.run(ctx)
+	dstop()
+	<-dended
 	g.mu.Lock()
 	if err == nil {
 		g.err = ErrAggregatorStopped
@@ -249,7 +257,10 @@ func (g *Aggregator) Sync(ctx context.Context) error {
 }
 
 // Report syncs (see Sync) and returns the Aggregate's report by, over the
-// reservations f selects (see Aggregate.Report). It returns Sync's errors,
+// reservations f selects (see Aggregate.Report), with the denials recorded
+// on the denial stream up to the call counted in (see
+// streams.DenialStreamName; the denial stream is folded from its start
+// when Run starts, not kept in the report snapshots). It returns Sync's errors,
 // ErrScopesFilter and ErrKeyNotTracked.
 func (g *Aggregator) Report(ctx context.Context, by GroupBy, f Filter) (*AggregateReport, error) {
 	if len(f.Scopes) > 0 {
@@ -259,8 +270,18 @@ func (g *Aggregator) Report(ctx context.Context, by GroupBy, f Filter) (*Aggrega
 		return nil, err
 	}
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.agg.Report(by, f)
+	rep, err := g.agg.Report(by, f)
+	g.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	// The denials recorded up to the call (see aggregate_denials.go).
+	counts, err := g.den.counts(ctx, by, f)
+	if err != nil {
+		return nil, err
+	}
+	addDenials(rep, counts)
+	return rep, nil
 }
 
 // loadSnapshot returns the newest report snapshot at or below last that

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -32,6 +33,9 @@ type Report struct {
 	// Snapshot is what Check found of the newest ledger snapshot: it is
 	// compared with the replay at its sequence.
 	Snapshot SnapshotCheck
+	// From is the snapshot the replay started from (WithFromSnapshot);
+	// its Name is "" when the replay started at the first message.
+	From SnapshotCheck
 	// Skipped lists every revision the replay did not fold, as a replica
 	// skips it (unsigned, untrusted key, bad signature, malformed, replay,
 	// off the chain), in stream order. Each is also a problem.
@@ -78,8 +82,13 @@ func (r *Report) OK() bool { return len(r.Problems) == 0 }
 // String is a one-line summary followed by one line per problem.
 func (r *Report) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "replayed %d events to seq %d: %d balances, %d reservations: ",
-		r.Events, r.Position, r.Balances, r.Reservations)
+	if r.From.Name != "" {
+		fmt.Fprintf(&b, "replayed %d events from snapshot %s (seq %d) to seq %d: %d balances, %d reservations: ",
+			r.Events, r.From.Name, r.From.Seq, r.Position, r.Balances, r.Reservations)
+	} else {
+		fmt.Fprintf(&b, "replayed %d events to seq %d: %d balances, %d reservations: ",
+			r.Events, r.Position, r.Balances, r.Reservations)
+	}
 	if r.OK() {
 		b.WriteString("OK, replay equals live")
 		if r.Signed > 0 {
@@ -110,9 +119,57 @@ func (r *Report) problemf(format string, args ...any) {
 type CheckOption func(*checkOptions)
 
 type checkOptions struct {
-	progress func(seq, last uint64)
-	trust    *signing.KeySet
-	reviewed map[uint64]bool
+	progress        func(seq, last uint64)
+	window          bool
+	closed, expired time.Duration
+	fromSnapshot    bool
+	archive         string
+	trust           *signing.KeySet
+	reviewed        map[uint64]bool
+}
+
+// WithArchive has Check (and CatchUp, ReplayUntil) read the archive in
+// dir before the stream (see Projector.UseArchive): the audit of a stream
+// trimmed below its archive. An archive that fails verification is
+// reported as a problem, and nothing is replayed.
+func WithArchive(dir string) CheckOption {
+	return func(o *checkOptions) { o.archive = dir }
+}
+
+func newCheckOptions(opts []CheckOption, window bool) checkOptions {
+	o := checkOptions{window: window, closed: DefaultWindowClosed, expired: DefaultWindowExpired}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+// WithWindow sets how long after its close (by the server's clock) a
+// replay keeps a settled or released reservation (closed) and an expired
+// one (expired) before forgetting it (see window.go): the replay's memory
+// then follows what is open plus that window. Check uses
+// DefaultWindowClosed and DefaultWindowExpired unless told otherwise;
+// CatchUp and ReplayUntil keep everything unless given this option. A
+// duration <= 0 keeps everything. A ledger run with longer retentions
+// needs at least those here, or the newest snapshot's idempotency window
+// is reported as not in the replay.
+func WithWindow(closed, expired time.Duration) CheckOption {
+	return func(o *checkOptions) {
+		o.window = closed > 0 && expired > 0
+		o.closed, o.expired = closed, expired
+	}
+}
+
+// WithFromSnapshot has Check start from the newest ledger snapshot
+// instead of the stream's first message: the snapshot must pass its
+// digest, and every lane and budget revision it names must be in the
+// stream at the sequence it names with the payload hash it names; then
+// only the tail after it is replayed and reconciled with the live
+// balances. The history before the snapshot is not replayed (a full
+// Check verifies snapshots against it). Balance counters (opened,
+// settled, ...) count the tail only.
+func WithFromSnapshot() CheckOption {
+	return func(o *checkOptions) { o.fromSnapshot = true }
 }
 
 // WithReviewed names skipped revisions an operator has already looked
@@ -179,16 +236,19 @@ func WithProgress(f func(seq, last uint64)) CheckOption {
 // Problems go into the Report; the error is only for failing to read:
 // the stream or bucket lookup, a consumer or KV read error, or ctx's error.
 func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout, opts ...CheckOption) (*Report, error) {
-	var o checkOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
+	o := newCheckOptions(opts, true)
 	p := New(js, layout)
 	s, last, err := p.stream(ctx)
 	if err != nil {
 		return nil, err
 	}
 	rep := &Report{}
+	if o.archive != "" {
+		if _, err := p.UseArchive(o.archive); err != nil {
+			rep.problemf("%v", err)
+			return rep, nil
+		}
+	}
 	// Lanes are a property of the stream: a balance's lane must be the
 	// one the stream's recorded lane count gives it.
 	if n, err := streams.RecordedLanes(s.CachedInfo().Config); err == nil {
@@ -202,12 +262,25 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout, o
 	}
 	st := NewState()
 	bad := map[string]bool{} // quarantined budget keys and balances (by balance key)
+	if o.window {
+		st.setWindow(o.closed, o.expired, func(r *Reservation) { checkReservation(rep, st, layout, bad, r) })
+	}
 	rejected := map[uint64]bool{}
 	// The newest snapshot is compared with the replay when the replay
 	// stands exactly at its sequence.
 	snapName, snapSeq, snapData, haveSnap, err := newestSnapshot(ctx, js, layout, last)
 	if err != nil {
 		return nil, err
+	}
+	if o.fromSnapshot {
+		if !haveSnap {
+			return nil, fmt.Errorf("projector: no snapshot to start from in %s", layout.SnapshotBucket())
+		}
+		if err := st.loadSnapshot(ctx, s, layout, snapData); err != nil {
+			return nil, fmt.Errorf("projector: snapshot %s: %w", snapName, err)
+		}
+		haveSnap = false
+		rep.From = SnapshotCheck{Name: snapName, Seq: snapSeq, Verified: true}
 	}
 	verifySnap := func() {
 		if haveSnap {
@@ -219,10 +292,11 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout, o
 		if until < from {
 			return nil
 		}
-		return p.read(ctx, s, from, until, func(m message) error {
+		return p.readParsed(ctx, s, from, until, func(m message) error {
 			if o.progress != nil {
 				o.progress(m.seq, last)
 			}
+			st.advance(m.at)
 			if haveSnap && m.seq > snapSeq {
 				verifySnap()
 			}
@@ -244,7 +318,7 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout, o
 			if streams.IsLaneKey(m.key) {
 				// Balance by balance: a bad balance is quarantined, the
 				// other balances of the lane go on folding.
-				failed, err := st.applyLaneQuarantine(m.seq, m.key, m.data, bad)
+				failed, err := st.applyLaneQuarantine(m.seq, m.key, m.data, m.parsed, bad)
 				if err != nil {
 					if reason, ok := rejection(m.key, err); ok {
 						// Skipped as a replica skips it: the chain goes on
@@ -278,7 +352,7 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout, o
 			return nil
 		})
 	}
-	if err := fold(1, last); err != nil {
+	if err := fold(st.Position()+1, last); err != nil {
 		return nil, err
 	}
 	verifySnap() // the snapshot is at the stream's last sequence
@@ -346,7 +420,7 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout, o
 	checkInvariants(rep, st, layout, bad)
 	rep.Position = st.Position()
 	rep.Balances = len(st.balances)
-	rep.Reservations = len(st.reservations)
+	rep.Reservations = len(st.reservations) + st.Forgotten()
 	rep.Events = st.Events()
 	return rep, nil
 }
@@ -468,11 +542,11 @@ func compareBalance(rep *Report, st *State, lane string, rev uint64, live *event
 	}
 }
 
-// checkInvariants checks the replayed state on its own: each balance
-// against its open reservations and its limit, each reservation across its
-// balances. Balances in a quarantined lane are left out: the lane of a
-// balance the replay never folded is the one layout gives it.
-func checkInvariants(rep *Report, st *State, layout streams.Layout, bad map[string]bool) {
+// checkReservation checks one reservation across its balances: it was
+// opened in every balance it lists, and its parts agree on its status.
+// Balances in a quarantined lane are left out: the lane of a balance the
+// replay never folded is the one layout gives it.
+func checkReservation(rep *Report, st *State, layout streams.Layout, bad map[string]bool, r *Reservation) {
 	quarantined := func(ref events.BalanceRef) bool {
 		if bad[streams.BalanceKey(ref)] {
 			return true
@@ -482,37 +556,45 @@ func checkInvariants(rep *Report, st *State, layout streams.Layout, bad map[stri
 		}
 		return bad[layout.LaneKey(ref)]
 	}
+	statuses := map[string]bool{}
+	for _, ref := range r.Balances {
+		if quarantined(ref) {
+			continue
+		}
+		p, ok := r.Parts[ref]
+		if !ok {
+			rep.problemf("reservation %s: lists balance %s but was never opened there", r.ID, ref)
+			continue
+		}
+		statuses[p.Status] = true
+	}
+	if len(statuses) > 1 {
+		list := make([]string, 0, len(statuses))
+		for s := range statuses {
+			list = append(list, s)
+		}
+		slices.Sort(list)
+		rep.problemf("reservation %s: parts disagree on its status: %s", r.ID, strings.Join(list, ", "))
+	}
+}
+
+// checkInvariants checks the replayed state on its own: each balance
+// against its open reservations and its limit, each reservation across its
+// balances. Balances in a quarantined lane are left out: the lane of a
+// balance the replay never folded is the one layout gives it.
+func checkInvariants(rep *Report, st *State, layout streams.Layout, bad map[string]bool) {
 	type sum struct {
 		reserved events.Money
 		open     int64
 	}
 	open := map[events.BalanceRef]sum{}
 	for _, r := range st.Reservations() {
-		statuses := map[string]bool{}
-		for _, ref := range r.Balances {
-			if quarantined(ref) {
-				continue
-			}
-			p, ok := r.Parts[ref]
-			if !ok {
-				rep.problemf("reservation %s: lists balance %s but was never opened there", r.ID, ref)
-				continue
-			}
-			statuses[p.Status] = true
-		}
+		checkReservation(rep, st, layout, bad, &r)
 		for ref, p := range r.Parts {
 			if p.Status == events.StatusOpen {
 				o := open[ref]
 				open[ref] = sum{reserved: o.reserved.Add(p.Amount), open: o.open + 1}
 			}
-		}
-		if len(statuses) > 1 {
-			list := make([]string, 0, len(statuses))
-			for s := range statuses {
-				list = append(list, s)
-			}
-			slices.Sort(list)
-			rep.problemf("reservation %s: parts disagree on its status: %s", r.ID, strings.Join(list, ", "))
 		}
 	}
 	for _, b := range st.Balances() {

@@ -470,6 +470,9 @@ func (p *Projector) rows(ctx context.Context, f Filter, until uint64, fn func(*R
 	if until == 0 {
 		until = last
 	}
+	if err := p.whole(s, last); err != nil {
+		return 0, err
+	}
 	rf := newRowFold(f, fn)
 	if until > 0 {
 		if err := p.read(ctx, s, 1, until, rf.apply); err != nil {
@@ -487,6 +490,9 @@ func (p *Projector) rows(ctx context.Context, f Filter, until uint64, fn func(*R
 func (p *Projector) MetadataKeys(ctx context.Context, f Filter) ([]string, uint64, error) {
 	s, last, err := p.stream(ctx)
 	if err != nil {
+		return nil, 0, err
+	}
+	if err := p.whole(s, last); err != nil {
 		return nil, 0, err
 	}
 	rf := newRowFold(f, nil)

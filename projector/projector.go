@@ -24,6 +24,8 @@ type Projector struct {
 
 	mu    sync.Mutex
 	state *State
+	// arch, if set (UseArchive), is read before the stream.
+	arch *ArchiveInfo
 }
 
 // New returns a Projector over the ledger stream of layout. It does no I/O
@@ -69,6 +71,27 @@ func (p *Projector) State() *State {
 	return p.state.Clone()
 }
 
+// ErrTrimmed marks a replay of a stream trimmed below its first message
+// (spendgate audit trim) without the archive of what was trimmed: its
+// revisions would chain to messages it no longer holds, and a fold that
+// skips them, as replicas skip revisions off their chain, would be wrong,
+// not short.
+var ErrTrimmed = errors.New("projector: stream trimmed")
+
+// whole returns ErrTrimmed when the stream s, whose last sequence is last,
+// lacks messages (trimmed: it starts after seq 1, or has gaps where a
+// trim purged a key's old revisions) and the projector reads no archive.
+// With an archive it relies on the archive (a trim requires one that
+// covers what it drops; a fold checks the chains across the two).
+func (p *Projector) whole(s jetstream.Stream, last uint64) error {
+	st := s.CachedInfo().State
+	if last == 0 || (st.FirstSeq <= 1 && st.NumDeleted == 0) || p.arch != nil {
+		return nil
+	}
+	return fmt.Errorf("%w: %s starts at seq %d with %d messages deleted; read its archive first (UseArchive, WithArchive, --archive)",
+		ErrTrimmed, p.layout.StreamName(), st.FirstSeq, st.NumDeleted)
+}
+
 // errStop ends a read early without an error.
 var errStop = errors.New("projector: stop")
 
@@ -79,6 +102,8 @@ type message struct {
 	header nats.Header
 	data   []byte
 	at     time.Time
+	// parsed is the lane revision parsed ahead (readParsed), or nil.
+	parsed *parsedLane
 }
 
 // stream returns the ledger stream handle and its last sequence as of now.
@@ -90,12 +115,35 @@ func (p *Projector) stream(ctx context.Context) (jetstream.Stream, uint64, error
 	return s, s.CachedInfo().State.LastSeq, nil
 }
 
-// read hands every message of the stream with sequence from..until to fn,
+// read hands every message of the stream with sequence from..until to fn
+// (those the archive holds, if there is one, from the archive),
 // in stream order, through an ordered consumer. until == 0 means follow the
 // stream until ctx ends (then read returns nil). A finite read also ends
 // when the consumer reports nothing pending (a trailing gap). fn returning
 // errStop ends the read with nil; any other error ends it with that error.
 func (p *Projector) read(ctx context.Context, s jetstream.Stream, from, until uint64, fn func(message) error) error {
+	if a := p.arch; a != nil && from <= a.Last {
+		end := a.Last
+		if until != 0 {
+			end = min(end, until)
+		}
+		verified := func(m message) error {
+			if (streams.IsLaneKey(m.key) || streams.IsBudgetKey(m.key)) && p.trust.Verify(m.key, m.seq, m.header, m.data) != "" {
+				return nil // as from the stream: skipped unseen
+			}
+			return fn(m)
+		}
+		if err := a.eachArchived(p.layout.StreamName(), p.layout, from, end, verified); err != nil {
+			if errors.Is(err, errStop) {
+				return nil
+			}
+			return err
+		}
+		from = a.Last + 1
+		if until != 0 && from > until {
+			return nil
+		}
+	}
 	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
 	if from > 1 {
 		cfg = jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from}
@@ -148,16 +196,31 @@ func (p *Projector) read(ctx context.Context, s jetstream.Stream, from, until ui
 // projector's state (unless Run has already folded further), so that Run
 // continues from it.
 //
-// It returns the stream lookup or consumer error, ctx's error, or the first
-// *ApplyError (the stream contradicts itself; nothing after it is folded).
-func (p *Projector) CatchUp(ctx context.Context) (*State, error) {
+// It returns the stream lookup or consumer error, ctx's error, ErrTrimmed,
+// or the first *ApplyError (the stream contradicts itself; nothing after
+// it is folded).
+//
+// Options: WithWindow (forget closed reservations, so that memory follows
+// what is open) and WithProgress; others are ignored.
+func (p *Projector) CatchUp(ctx context.Context, opts ...CheckOption) (*State, error) {
+	o := newCheckOptions(opts, false)
 	s, last, err := p.stream(ctx)
 	if err != nil {
 		return nil, err
 	}
-	st := NewState()
+	if err := p.withArchive(o); err != nil {
+		return nil, err
+	}
+	if err := p.whole(s, last); err != nil {
+		return nil, err
+	}
+	st := o.newState()
 	if last > 0 {
 		if err := p.read(ctx, s, 1, last, func(m message) error {
+			if o.progress != nil {
+				o.progress(m.seq, last)
+			}
+			st.advance(m.at)
 			return applySkipping(st, m)
 		}); err != nil {
 			return nil, err
@@ -201,13 +264,20 @@ func (p *Projector) Run(ctx context.Context) error {
 // the last message as of the call and stops at the first message stored
 // after t. It does not change the projector's state.
 //
-// It returns the same errors as CatchUp.
-func (p *Projector) ReplayUntil(ctx context.Context, t time.Time) (*State, error) {
+// It takes CatchUp's options and returns the same errors as CatchUp.
+func (p *Projector) ReplayUntil(ctx context.Context, t time.Time, opts ...CheckOption) (*State, error) {
+	o := newCheckOptions(opts, false)
 	s, last, err := p.stream(ctx)
 	if err != nil {
 		return nil, err
 	}
-	st := NewState()
+	if err := p.withArchive(o); err != nil {
+		return nil, err
+	}
+	if err := p.whole(s, last); err != nil {
+		return nil, err
+	}
+	st := o.newState()
 	if last == 0 {
 		return st, nil
 	}
@@ -215,9 +285,22 @@ func (p *Projector) ReplayUntil(ctx context.Context, t time.Time) (*State, error
 		if m.at.After(t) {
 			return errStop
 		}
+		if o.progress != nil {
+			o.progress(m.seq, last)
+		}
+		st.advance(m.at)
 		return applySkipping(st, m)
 	}); err != nil {
 		return nil, err
 	}
 	return st, nil
+}
+
+// withArchive attaches the archive an option names, if any.
+func (p *Projector) withArchive(o checkOptions) error {
+	if o.archive == "" || p.arch != nil {
+		return nil
+	}
+	_, err := p.UseArchive(o.archive)
+	return err
 }

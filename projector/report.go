@@ -45,6 +45,9 @@ type SpendGroup struct {
 	// Spend sums the settled actual costs, Overrun the overruns, Reserved
 	// the amounts the group's open reservations still hold.
 	Spend, Overrun, Reserved events.Money
+	// Denials counts the group's denied admits, from the denial records
+	// (not the ledger; see aggregate_denials.go).
+	Denials int64
 }
 
 // SpendReport is spend grouped by a scope or a metadata key.
@@ -62,20 +65,29 @@ type SpendReport struct {
 // selects by group: by scope (a reservation admitted in several scopes
 // counts once in each of them, so the groups of one unit may add up to more
 // than was spent), or by the value of a metadata key ("" when not set).
-// Its memory is that of Rows plus one entry per group. Denials are not in
-// the book of record, so a report has no denial counts.
+// Its memory is that of Rows plus one entry per group.
 //
-// It returns Rows' errors.
+// Denials are not in the book of record: each group's Denials counts the
+// denial records (streams.DenialStreamName, up to its last record as of
+// the call) f selects, by the denial's time, tenant and scopes; by scope a
+// denial counts in every scope the admit named, by a metadata key under
+// its value ("" when not set). A missing denial stream counts none.
+//
+// It returns Rows' errors and the denial stream's read errors.
 func (p *Projector) Report(ctx context.Context, f Filter, by GroupBy) (*SpendReport, error) {
 	type gk struct{ value, unit string }
 	groups := map[gk]*SpendGroup{}
-	add := func(value string, r *Row) {
-		k := gk{value, r.Unit}
+	group := func(value, unit string) *SpendGroup {
+		k := gk{value, unit}
 		g := groups[k]
 		if g == nil {
-			g = &SpendGroup{Value: value, Unit: r.Unit}
+			g = &SpendGroup{Value: value, Unit: unit}
 			groups[k] = g
 		}
+		return g
+	}
+	add := func(value string, r *Row) {
+		g := group(value, r.Unit)
 		g.Reservations++
 		switch r.Status {
 		case events.StatusOpen:
@@ -105,6 +117,18 @@ func (p *Projector) Report(ctx context.Context, f Filter, by GroupBy) (*SpendRep
 		}
 		add(r.Metadata[by.key], r)
 		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	err = p.replayDenials(ctx, f, func(k denialKind) {
+		if by.scope {
+			for _, s := range k.scopes {
+				group(string(s), k.unit).Denials++
+			}
+			return
+		}
+		group(k.metadata[by.key], k.unit).Denials++
 	})
 	if err != nil {
 		return nil, err

@@ -49,21 +49,33 @@ type snapBody struct {
 		Overrun  events.Money      `json:"overrun"`
 		Open     []string          `json:"open"`
 	} `json:"balances"`
-	Reservations []struct {
-		ID     string `json:"id"`
-		Status string `json:"status"`
-	} `json:"reservations"`
-	Voids []struct {
+	Reservations []snapRes `json:"reservations"`
+	// Closed and Expired are the idempotency window; from version 2 each
+	// entry carries its reservation (version 1 lists it in Reservations).
+	Closed  []snapClosed `json:"closed"`
+	Expired []snapClosed `json:"expired"`
+	Voids   []struct {
 		RequestID string `json:"request_id"`
 	} `json:"voids"`
 }
 
-// snapshotFormat and snapshotVersion are the encoding this decoder reads;
-// snapshotLookup bounds finding and listing the snapshot bucket.
+type snapRes struct {
+	ID     string `json:"id"`
+	Status string `json:"status"`
+}
+
+type snapClosed struct {
+	ID          string   `json:"id"`
+	Reservation *snapRes `json:"reservation"`
+}
+
+// snapshotFormat and snapshotVersion are the encoding this decoder reads
+// (versions 1 to snapshotVersion); snapshotLookup bounds finding and
+// listing the snapshot bucket.
 const (
 	snapshotLookup  = 10 * time.Second
 	snapshotFormat  = "spendgate.snapshot"
-	snapshotVersion = 1
+	snapshotVersion = 2
 )
 
 // SnapshotCheck is what Check found of the newest snapshot.
@@ -116,7 +128,7 @@ func decodeSnap(data []byte) (*snapBody, error) {
 	if err := json.Unmarshal(data[:nl], &h); err != nil {
 		return nil, fmt.Errorf("header: %v", err)
 	}
-	if h.Format != snapshotFormat || h.Version != snapshotVersion {
+	if h.Format != snapshotFormat || h.Version < 1 || h.Version > snapshotVersion {
 		return nil, fmt.Errorf("format %q version %d", h.Format, h.Version)
 	}
 	body := data[nl+1:]
@@ -133,6 +145,16 @@ func decodeSnap(data []byte) (*snapBody, error) {
 	}
 	if b.Seq != h.Seq {
 		return nil, fmt.Errorf("body at seq %d, header says %d", b.Seq, h.Seq)
+	}
+	if h.Version >= 2 {
+		for _, q := range [][]snapClosed{b.Closed, b.Expired} {
+			for _, c := range q {
+				if c.Reservation == nil || c.Reservation.ID != c.ID {
+					return nil, fmt.Errorf("window entry %s carries no reservation", c.ID)
+				}
+				b.Reservations = append(b.Reservations, *c.Reservation)
+			}
+		}
 	}
 	return &b, nil
 }
@@ -204,12 +226,12 @@ func verifySnapshot(rep *Report, st *State, name string, seq uint64, data []byte
 	// reservation (some parts closed, some open) is compared as closed.
 	open := 0
 	for _, sr := range b.Reservations {
-		r, ok := st.reservations[sr.ID]
+		r, status, ok := st.statusOf(sr.ID)
 		switch {
 		case !ok:
-			pf("reservation %s is not in the replay", sr.ID)
-		case r.Status != sr.Status && !(partlyClosed(r) && sr.Status != events.StatusOpen):
-			pf("reservation %s is %s, the replay %s", sr.ID, sr.Status, r.Status)
+			pf("reservation %s is not in the replay (if it closed longer ago than the audit's window, widen --window)", sr.ID)
+		case status != sr.Status && !(r != nil && partlyClosed(r) && sr.Status != events.StatusOpen):
+			pf("reservation %s is %s, the replay %s", sr.ID, sr.Status, status)
 		}
 		if sr.Status == events.StatusOpen {
 			open++
@@ -245,4 +267,239 @@ func partlyClosed(r *Reservation) bool {
 		}
 	}
 	return open && closed
+}
+
+// snapFull is what loadSnapshot reads of a snapshot body: the whole book.
+type snapFull struct {
+	Seq       uint64    `json:"seq"`
+	ServerNow time.Time `json:"server_now"`
+	Budgets   []struct {
+		snapKey
+		Revision json.RawMessage `json:"revision"`
+	} `json:"budgets"`
+	// Prices and Defaults are the current revision of each pricing and
+	// default key (their earlier versions are read from the stream).
+	Prices   []snapKey `json:"prices"`
+	Defaults []snapKey `json:"defaults"`
+	LaneRevs []snapKey `json:"lane_revisions"`
+	Balances []struct {
+		Key      string            `json:"key"`
+		Ref      events.BalanceRef `json:"ref"`
+		Rev      uint64            `json:"rev"`
+		Unit     string            `json:"unit"`
+		Limit    events.Money      `json:"limit"`
+		Spent    events.Money      `json:"spent"`
+		Reserved events.Money      `json:"reserved"`
+		Overrun  events.Money      `json:"overrun"`
+		Open     []string          `json:"open"`
+		Alerted  []events.Money    `json:"alerted"`
+	} `json:"balances"`
+	Reservations []snapFullRes `json:"reservations"`
+	Closed       []snapFullQ   `json:"closed"`
+	Expired      []snapFullQ   `json:"expired"`
+	Voids        []struct {
+		RequestID string `json:"request_id"`
+	} `json:"voids"`
+}
+
+type snapFullRes struct {
+	ID        string              `json:"id"`
+	RequestID string              `json:"request_id"`
+	Balances  []events.BalanceRef `json:"balances"`
+	Parts     []struct {
+		Key    string       `json:"key"`
+		Unit   string       `json:"unit"`
+		Amount events.Money `json:"amount"`
+		Actual events.Money `json:"actual"`
+	} `json:"parts"`
+	OpenedAt  time.Time          `json:"opened_at"`
+	ExpiresAt time.Time          `json:"expires_at"`
+	Status    string             `json:"status"`
+	Late      bool               `json:"late"`
+	Pricing   *events.PriceQuote `json:"pricing"`
+}
+
+type snapFullQ struct {
+	ID          string       `json:"id"`
+	At          time.Time    `json:"at"`
+	Reservation *snapFullRes `json:"reservation"`
+}
+
+// loadSnapshot makes s (fresh) the book a snapshot states, for a replay
+// that starts after it (WithFromSnapshot). The snapshot must pass its
+// digest, and every lane and budget revision it names must be the
+// stream's message at that sequence, under that key, with that payload
+// hash: a snapshot of another stream, or of a stream since rewritten, is
+// refused.
+func (s *State) loadSnapshot(ctx context.Context, stream jetstream.Stream, layout streams.Layout, data []byte) error {
+	if data == nil {
+		return errors.New("unreadable")
+	}
+	if _, err := decodeSnap(data); err != nil {
+		return err
+	}
+	var b snapFull
+	if err := json.Unmarshal(data[bytes.IndexByte(data, '\n')+1:], &b); err != nil {
+		return fmt.Errorf("body: %v", err)
+	}
+	anchor := func(key string, rev uint64, hash string) error {
+		m, err := stream.GetMsg(ctx, rev)
+		if err != nil {
+			return fmt.Errorf("%s at %d: %w", key, rev, err)
+		}
+		if k, ok := layout.KeyOf(m.Subject); !ok || k != key || events.HashPayload(m.Data) != hash {
+			return fmt.Errorf("the stream's message at %d is not the revision of %s the snapshot names", rev, key)
+		}
+		return nil
+	}
+	for _, k := range b.LaneRevs {
+		if err := anchor(k.Key, k.Rev, k.Hash); err != nil {
+			return err
+		}
+		s.lanes[k.Key] = k.Rev
+		s.hashes[k.Key] = k.Hash
+	}
+	for _, sb := range b.Budgets {
+		if err := anchor(sb.Key, sb.Rev, sb.Hash); err != nil {
+			return err
+		}
+		rev, err := events.DecodeBudgetRevision(sb.Revision)
+		if err != nil {
+			return fmt.Errorf("budget %s: %v", sb.Key, err)
+		}
+		s.budgets[rev.Budget] = &Budget{Ref: rev.Budget, Limit: rev.Limit, Unit: rev.Unit, TZ: rev.TZ, Disabled: rev.Disabled,
+			FixedSlot: rev.FixedSlot, Thresholds: rev.Thresholds, Revision: sb.Rev}
+		s.hashes[sb.Key] = sb.Hash
+	}
+	// A pricing or default key keeps every version (a quote or a budget
+	// names the one it was made from): its chain is folded from the
+	// stream, back from the revision the snapshot names to the first, or
+	// to the first the stream still holds.
+	events0 := s.events
+	chain := func(key string, rev uint64, hash string, prevOf func([]byte) (events.Chain, string, error), fold func(seq uint64, data []byte) error, start func(name string, c events.Chain)) error {
+		if err := anchor(key, rev, hash); err != nil {
+			return err
+		}
+		type msg struct {
+			seq  uint64
+			data []byte
+		}
+		var back []msg
+		for seq := rev; seq != 0; {
+			m, err := stream.GetMsg(ctx, seq)
+			if err != nil {
+				if errors.Is(err, jetstream.ErrMsgNotFound) && len(back) > 0 {
+					break // trimmed: the versions before it are gone
+				}
+				return fmt.Errorf("%s at %d: %w", key, seq, err)
+			}
+			if k, ok := layout.KeyOf(m.Subject); !ok || k != key {
+				return fmt.Errorf("the stream's message at %d is not a revision of %s", seq, key)
+			}
+			c, _, err := prevOf(m.Data)
+			if err != nil {
+				return fmt.Errorf("%s at %d: %v", key, seq, err)
+			}
+			back = append(back, msg{seq, m.Data})
+			if c.Prev >= seq {
+				return fmt.Errorf("%s at %d: chain goes forward to %d", key, seq, c.Prev)
+			}
+			seq = c.Prev
+		}
+		first := back[len(back)-1]
+		c, name, _ := prevOf(first.data)
+		start(name, c)
+		for i := len(back) - 1; i >= 0; i-- {
+			if err := fold(back[i].seq, back[i].data); err != nil {
+				return fmt.Errorf("%s at %d: %w", key, back[i].seq, err)
+			}
+		}
+		return nil
+	}
+	for _, sp := range b.Prices {
+		err := chain(sp.Key, sp.Rev, sp.Hash, func(data []byte) (events.Chain, string, error) {
+			rev, err := events.DecodePricingRevision(data)
+			return rev.Chain, rev.Model, err
+		}, func(seq uint64, data []byte) error { return s.applyPricing(seq, sp.Key, data) },
+			func(model string, c events.Chain) {
+				if c.Prev != 0 {
+					s.pricing.current[model], s.hashes[sp.Key] = c.Prev, c.PrevHash
+				}
+			})
+		if err != nil {
+			return err
+		}
+	}
+	for _, sd := range b.Defaults {
+		err := chain(sd.Key, sd.Rev, sd.Hash, func(data []byte) (events.Chain, string, error) {
+			rev, err := events.DecodeDefaultRevision(data)
+			return rev.Chain, "", err
+		}, func(seq uint64, data []byte) error { return s.applyDefault(seq, sd.Key, data) },
+			func(_ string, c events.Chain) {
+				if c.Prev != 0 {
+					s.defaultRev[sd.Key], s.hashes[sd.Key] = c.Prev, c.PrevHash
+				}
+			})
+		if err != nil {
+			return err
+		}
+	}
+	s.events = events0 // counters count the tail only
+	for _, v := range b.Voids {
+		s.voided[v.RequestID] = true
+	}
+	openIn := map[string]map[string]bool{} // balance key -> open reservation ids
+	for _, sb := range b.Balances {
+		s.balances[sb.Ref] = &Balance{Ref: sb.Ref, Key: sb.Key, Lane: layout.LaneKey(sb.Ref), Unit: sb.Unit, Limit: sb.Limit,
+			Spent: sb.Spent, Reserved: sb.Reserved, Overrun: sb.Overrun, Open: int64(len(sb.Open)), Revision: sb.Rev, Alerted: sb.Alerted}
+		openIn[sb.Key] = map[string]bool{}
+		for _, id := range sb.Open {
+			openIn[sb.Key][id] = true
+		}
+	}
+	add := func(sr *snapFullRes) *Reservation {
+		r := &Reservation{ID: sr.ID, RequestID: sr.RequestID, Balances: sr.Balances,
+			Parts: map[events.BalanceRef]ReservationPart{}, OpenedAt: sr.OpenedAt, ExpiresAt: sr.ExpiresAt, Late: sr.Late,
+			Expired: sr.Status == events.StatusExpired, Pricing: sr.Pricing}
+		for _, p := range sr.Parts {
+			for _, ref := range sr.Balances {
+				if streams.BalanceKey(ref) != p.Key {
+					continue
+				}
+				part := ReservationPart{Status: sr.Status, Amount: p.Amount, Actual: p.Actual}
+				if openIn[p.Key][sr.ID] {
+					part.Status = events.StatusOpen
+				}
+				r.Parts[ref] = part
+				if r.Unit == "" || !events.IsCount(p.Unit) {
+					r.Unit = p.Unit
+				}
+			}
+		}
+		r.refreshStatus()
+		s.reservations[r.ID] = r
+		return r
+	}
+	for i := range b.Reservations {
+		add(&b.Reservations[i])
+	}
+	if s.win != nil {
+		s.win.now = b.ServerNow
+	}
+	for i, q := range [][]snapFullQ{b.Closed, b.Expired} {
+		for _, c := range q {
+			r := s.reservations[c.ID] // version 1: among the rest
+			if c.Reservation != nil {
+				r = add(c.Reservation)
+			}
+			if r == nil {
+				continue
+			}
+			if s.win != nil && r.Status != events.StatusOpen {
+				s.win.queues[i] = append(s.win.queues[i], closedRef{id: r.ID, at: c.At.UnixNano()})
+			}
+		}
+	}
+	s.position = b.Seq
+	return nil
 }

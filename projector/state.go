@@ -138,7 +138,9 @@ type State struct {
 	hashes       map[string]string
 	reservations map[string]*Reservation
 	budgets      map[events.BudgetRef]*Budget
-	pricing      pricingState
+	// win, when set, forgets closed reservations (window.go).
+	win     *window
+	pricing pricingState
 	// defaults holds every version of every kind's default budget, by
 	// default key then revision (a budget created from one names it).
 	defaults map[string]map[uint64]*Budget
@@ -239,6 +241,7 @@ func (s *State) Clone() *State {
 		hashes:       maps.Clone(s.hashes),
 		reservations: make(map[string]*Reservation, len(s.reservations)),
 		budgets:      make(map[events.BudgetRef]*Budget, len(s.budgets)),
+		win:          s.win.clone(),
 		pricing:      s.pricing.clone(),
 		defaults:     make(map[string]map[uint64]*Budget, len(s.defaults)),
 		defaultRev:   maps.Clone(s.defaultRev),
@@ -446,6 +449,7 @@ func (s *State) applyLane(seq uint64, key string, data []byte) error {
 	s.hashes[key] = events.HashPayload(data)
 	for id, r := range st.mod {
 		s.reservations[id] = r
+		s.closed(r, seq)
 	}
 	for _, rid := range st.voids {
 		s.voided[rid] = true
@@ -458,6 +462,14 @@ func (s *State) applyLane(seq uint64, key string, data []byte) error {
 // checks that it follows the last revision of key applied: a gap or a fork
 // is an ErrChain error naming seq.
 func (s *State) decodeLane(seq uint64, key string, data []byte) (events.LaneRevision, error) {
+	rev, err := parseLane(data)
+	return s.chainLane(seq, key, rev, err)
+}
+
+// parseLane decodes a lane revision of version 1 or 2 (upcast to 2). It
+// reads nothing of the State, so Check runs it ahead of the fold, in
+// parallel.
+func parseLane(data []byte) (events.LaneRevision, error) {
 	var rev events.LaneRevision
 	if err := decodeStrict(data, &rev); err != nil {
 		return rev, err
@@ -468,6 +480,15 @@ func (s *State) decodeLane(seq uint64, key string, data []byte) (events.LaneRevi
 	if len(rev.Balances) == 0 {
 		return rev, errorf(ErrMalformed, "lane revision names no balance")
 	}
+	return rev, nil
+}
+
+// chainLane checks that rev (parsed with error perr) follows the last
+// revision of key applied.
+func (s *State) chainLane(seq uint64, key string, rev events.LaneRevision, perr error) (events.LaneRevision, error) {
+	if perr != nil {
+		return rev, perr
+	}
 	if rev.Chained() {
 		if err := events.CheckChain(key, seq, rev.Chain, s.lanes[key], s.hashes[key]); err != nil {
 			return rev, fmt.Errorf("%w: %w", ErrChain, err)
@@ -476,18 +497,29 @@ func (s *State) decodeLane(seq uint64, key string, data []byte) (events.LaneRevi
 	return rev, nil
 }
 
-// applyLaneQuarantine is Check's fold of one lane revision: balance by
+// parsedLane is a lane revision parsed ahead of its fold (parseLane).
+type parsedLane struct {
+	rev events.LaneRevision
+	err error
+}
+
+// applyLaneQuarantine is Check's fold of one lane revision (parsed ahead
+// when pre is set): balance by
 // balance rather than all or nothing, so that one bad balance does not hide
 // the others (with one lane, a lane is the whole book). Balances whose
 // balance key is in bad are skipped; each balance that fails to apply is
 // left unchanged and returned with its error, for Check to report and
 // quarantine. A revision that cannot be read as a lane revision at all
 // returns err and changes nothing. The position advances to seq unless err.
-func (s *State) applyLaneQuarantine(seq uint64, key string, data []byte, bad map[string]bool) (failed map[events.BalanceRef]error, err error) {
+func (s *State) applyLaneQuarantine(seq uint64, key string, data []byte, pre *parsedLane, bad map[string]bool) (failed map[events.BalanceRef]error, err error) {
 	if seq <= s.position {
 		return nil, nil
 	}
-	rev, err := s.decodeLane(seq, key, data)
+	if pre == nil {
+		rev, err := parseLane(data)
+		pre = &parsedLane{rev, err}
+	}
+	rev, err := s.chainLane(seq, key, pre.rev, pre.err)
 	if err != nil {
 		return nil, err
 	}
@@ -520,6 +552,7 @@ func (s *State) applyLaneQuarantine(seq uint64, key string, data []byte, bad map
 		s.balances[b.Ref] = &b
 		for id, r := range st.mod {
 			s.reservations[id] = r
+			s.closed(r, seq)
 		}
 		for _, rid := range st.voids {
 			s.voided[rid] = true
@@ -797,16 +830,23 @@ func applyReleased(st *stage, b *Balance, seq uint64, ev events.ReservationRelea
 
 // refreshStatus derives the reservation's status from its parts.
 func (r *Reservation) refreshStatus() {
-	has := map[string]bool{}
+	var open, settled, expired bool
 	for _, p := range r.Parts {
-		has[p.Status] = true
+		switch p.Status {
+		case events.StatusOpen:
+			open = true
+		case events.StatusSettled:
+			settled = true
+		case events.StatusExpired:
+			expired = true
+		}
 	}
 	switch {
-	case has[events.StatusOpen]:
+	case open:
 		r.Status = events.StatusOpen
-	case has[events.StatusSettled]:
+	case settled:
 		r.Status = events.StatusSettled
-	case has[events.StatusExpired]:
+	case expired:
 		r.Status = events.StatusExpired
 	default:
 		r.Status = events.StatusReleased

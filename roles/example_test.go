@@ -55,6 +55,16 @@ func ExampleAuthorization() {
 	//         "$JS.API.STREAM.PEER.REMOVE.spendgate_feed"
 	//         "$JS.API.STREAM.LEADER.STEPDOWN.spendgate_feed"
 	//         "$JS.API.CONSUMER.DURABLE.CREATE.spendgate_feed.>"
+	//         "spendgate.denial.v1.>"
+	//         "$JS.API.STREAM.CREATE.spendgate_denials"
+	//         "$JS.API.STREAM.UPDATE.spendgate_denials"
+	//         "$JS.API.STREAM.DELETE.spendgate_denials"
+	//         "$JS.API.STREAM.PURGE.spendgate_denials"
+	//         "$JS.API.STREAM.MSG.DELETE.spendgate_denials"
+	//         "$JS.API.STREAM.RESTORE.spendgate_denials"
+	//         "$JS.API.STREAM.PEER.REMOVE.spendgate_denials"
+	//         "$JS.API.STREAM.LEADER.STEPDOWN.spendgate_denials"
+	//         "$JS.API.CONSUMER.DURABLE.CREATE.spendgate_denials.>"
 	//       ]
 	//     }
 	//     subscribe = {

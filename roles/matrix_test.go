@@ -74,6 +74,25 @@ var pubSubjects = []string{
 	"$JS.FC.spendgate_feed.c1.x",
 	"spendgate.feed.v1.reservation.opened.v1.team.search",
 	"spendgate.feed.v1.reservation.opened.v1.t.acme.team.search",
+	// The denial records: their stream's administration, reads and
+	// subjects.
+	"$JS.API.STREAM.CREATE.spendgate_denials",
+	"$JS.API.STREAM.UPDATE.spendgate_denials",
+	"$JS.API.STREAM.DELETE.spendgate_denials",
+	"$JS.API.STREAM.PURGE.spendgate_denials",
+	"$JS.API.STREAM.MSG.DELETE.spendgate_denials",
+	"$JS.API.CONSUMER.DURABLE.CREATE.spendgate_denials.d1",
+	"$JS.API.STREAM.INFO.spendgate_denials",
+	"$JS.API.STREAM.MSG.GET.spendgate_denials",
+	"$JS.API.DIRECT.GET.spendgate_denials",
+	"$JS.API.CONSUMER.CREATE.spendgate_denials",
+	"$JS.API.CONSUMER.CREATE.spendgate_denials.c1",
+	"$JS.API.CONSUMER.CREATE.spendgate_denials.c1.spendgate.denial.v1.>",
+	"$JS.API.CONSUMER.MSG.NEXT.spendgate_denials.c1",
+	"$JS.API.CONSUMER.DELETE.spendgate_denials.c1",
+	"$JS.FC.spendgate_denials.c1.x",
+	"spendgate.denial.v1.team.search",
+	"spendgate.denial.v1.t.acme.team.search",
 	// Service endpoints.
 	"spendgate.admit",
 	"spendgate.settle",
@@ -136,21 +155,36 @@ var feedRead = []string{
 	"$JS.FC.spendgate_feed.c1.x",
 }
 
+var denialRead = []string{
+	"$JS.API.STREAM.INFO.spendgate_denials",
+	"$JS.API.STREAM.MSG.GET.spendgate_denials",
+	"$JS.API.DIRECT.GET.spendgate_denials",
+	"$JS.API.CONSUMER.CREATE.spendgate_denials",
+	"$JS.API.CONSUMER.CREATE.spendgate_denials.c1",
+	"$JS.API.CONSUMER.CREATE.spendgate_denials.c1.spendgate.denial.v1.>",
+	"$JS.API.CONSUMER.MSG.NEXT.spendgate_denials.c1",
+	"$JS.API.CONSUMER.DELETE.spendgate_denials.c1",
+	"$JS.FC.spendgate_denials.c1.x",
+}
+
 var wantPub = map[string][]string{
 	roles.Replica: concat(
-		[]string{"$JS.API.STREAM.CREATE.KV_spendgate", "$JS.API.STREAM.UPDATE.KV_spendgate"},
+		[]string{"$JS.API.STREAM.CREATE.KV_spendgate"},
 		ledgerRead,
 		[]string{"$JS.API.CONSUMER.INFO.KV_spendgate.c1",
 			"$KV.spendgate.lane.0", "$KV.spendgate.budget.x", "$KV.spendgate.budget.org.acme.month"},
 		[]string{"$JS.API.STREAM.CREATE.spendgate_feed", "$JS.API.STREAM.UPDATE.spendgate_feed",
 			"$JS.API.STREAM.INFO.spendgate_feed", "$JS.API.STREAM.MSG.GET.spendgate_feed",
 			"spendgate.feed.v1.reservation.opened.v1.team.search",
-			"spendgate.feed.v1.reservation.opened.v1.t.acme.team.search"}),
+			"spendgate.feed.v1.reservation.opened.v1.t.acme.team.search"},
+		[]string{"$JS.API.STREAM.CREATE.spendgate_denials", "$JS.API.STREAM.UPDATE.spendgate_denials",
+			"spendgate.denial.v1.team.search", "spendgate.denial.v1.t.acme.team.search"},
+		denialRead),
 	roles.Service: {"spendgate.admit", "spendgate.settle", "spendgate.release", "spendgate.void"},
 	roles.Admin: concat([]string{"spendgate.admit", "spendgate.settle", "spendgate.release", "spendgate.void",
 		"spendgate.budget.put", "spendgate.budget.get", "spendgate.budget.list", "spendgate.report",
 		"spendgate.t.acme.admit", "spendgate.t.acme.budget.put", "spendgate.t.acme.budget.list", "spendgate.t.acme.report"}, srv),
-	roles.Finance: concat([]string{"spendgate.budget.get", "spendgate.budget.list", "spendgate.report", "spendgate.t.acme.report"}, ledgerRead),
+	roles.Finance: concat([]string{"spendgate.budget.get", "spendgate.budget.list", "spendgate.report", "spendgate.t.acme.report"}, ledgerRead, denialRead),
 	roles.Feed:    feedRead,
 }
 

@@ -90,7 +90,11 @@ func TestRole_NSCFlags(t *testing.T) {
 	require.NoError(t, err)
 	f := r.NSCFlags()
 	require.Contains(t, f, "--allow-pub '$KV.spendgate.>'")
-	require.Contains(t, f, "--deny-pub '$JS.API.STREAM.DELETE.KV_spendgate'")
+	// A deny that no allow can match changes nothing and is left out, as
+	// in JWTPermissions: the JWT travels in the 4 KB CONNECT line.
+	require.NotContains(t, f, "--deny-pub '$JS.API.STREAM.DELETE.KV_spendgate'")
+	require.Empty(t, r.JWTPermissions().Pub.Deny)
+	require.NotContains(t, f, "--deny-pub")
 	require.Contains(t, f, "--allow-sub 'spendgate.>'")
 	require.Contains(t, f, "--allow-pub-response 1")
 }

@@ -66,3 +66,31 @@ func TestConfig(t *testing.T) {
 		require.Contains(t, b, "password: $"+roles.PasswordEnv(n))
 	}
 }
+
+func TestSubjectsIntersect(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		want bool
+	}{
+		{"a.b", "a.b", true}, {"a.b", "a.c", false}, {"a.*", "a.c", true}, {"a.>", "a.b.c", true},
+		{"a.>", "a", false}, {"a.b.>", "a.*", false}, {"a.*.c", "a.b.>", true}, {"a.b", "a.b.c", false},
+		{"$JS.API.CONSUMER.CREATE.KV_s.>", "$JS.API.CONSUMER.DURABLE.CREATE.KV_s.>", false},
+	} {
+		require.Equal(t, c.want, roles.SubjectsIntersect(c.a, c.b), "%s %s", c.a, c.b)
+		require.Equal(t, c.want, roles.SubjectsIntersect(c.b, c.a), "%s %s", c.b, c.a)
+	}
+}
+
+// TestConfig_TenantPasswordVariables: two tenants whose names differ only
+// in '-' and '_' would read one password variable
+// (SPENDGATE_MY_CO_PASSWORD), so a holder of either tenant's password could
+// log in as the other tenant. Rendering refuses them. It fails if the
+// variable names are not checked (the layout then renders).
+func TestConfig_TenantPasswordVariables(t *testing.T) {
+	l := streams.Default()
+	_, err := roles.Config(l, "", "my_co", "my-co")
+	require.ErrorIs(t, err, roles.ErrRender)
+	require.ErrorContains(t, err, "SPENDGATE_MY_CO_PASSWORD")
+	_, err = roles.Config(l, "", "my_co", "my-co2")
+	require.NoError(t, err)
+}

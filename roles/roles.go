@@ -3,6 +3,7 @@ package roles
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/spendgate/spendgate/streams"
@@ -72,21 +73,25 @@ const jsAPI = "$JS.API."
 // write subjects and the JetStream API calls that create, change, delete,
 // purge, restore or reshape its stream, delete a message, or create a
 // durable consumer by the legacy subject. Only the replica role may publish
-// to the first ones (create, update and the KV subjects); no role may
-// publish to the others.
+// to the first ones (create and the KV subjects); no role may publish to
+// the others.
 func LedgerWrites(l streams.Layout) []string {
 	s := l.StreamName()
 	return append([]string{
 		l.KeyPrefix() + ">",
 		jsAPI + "STREAM.CREATE." + s,
-		jsAPI + "STREAM.UPDATE." + s,
 	}, ledgerAdmin(l)...)
 }
 
-// ledgerAdmin are the ledger writes no role may publish: deleting or
-// purging the stream or a message, restoring it, moving it, and creating a
-// durable consumer by the legacy subject.
-func ledgerAdmin(l streams.Layout) []string { return streamAdmin(l.StreamName()) }
+// ledgerAdmin are the ledger writes no role may publish: updating the
+// stream's configuration (its limits could drop old revisions), deleting
+// or purging the stream or a message, restoring it, moving it, and
+// creating a durable consumer by the legacy subject. Replicas update the
+// stream only when its configuration differs (streams.Ensure), which takes
+// an identity outside these roles.
+func ledgerAdmin(l streams.Layout) []string {
+	return append([]string{jsAPI + "STREAM.UPDATE." + l.StreamName()}, streamAdmin(l.StreamName())...)
+}
 
 // streamAdmin are the JetStream API subjects that delete, purge, restore or
 // move stream s, delete one of its messages, or create a durable consumer
@@ -136,6 +141,41 @@ func feedReads(l streams.Layout) []string {
 		jsAPI + "CONSUMER.DELETE." + f + ".*",
 		"$JS.ACK." + f + ".>",
 		"$JS.FC." + f + ".>",
+	}
+}
+
+// DenialWrites returns the subjects that write the denial records of l
+// (the denial stream's subjects and its create and update) and the denial
+// stream's administration. Only the replica role may publish to the first
+// ones; no role may publish to the others.
+func DenialWrites(l streams.Layout) []string {
+	d := l.DenialStreamName()
+	return append([]string{
+		l.DenialFilter(),
+		jsAPI + "STREAM.CREATE." + d,
+		jsAPI + "STREAM.UPDATE." + d,
+	}, denialAdmin(l)...)
+}
+
+// denialAdmin are the denial stream writes no role may publish.
+func denialAdmin(l streams.Layout) []string { return streamAdmin(l.DenialStreamName()) }
+
+// denialReads are what a reader of the denial records publishes (the
+// replica's spend report, spendgate report --replay): stream info and
+// message gets, ordered consumers (created, pulled, deleted) and their
+// flow control.
+func denialReads(l streams.Layout) []string {
+	d := l.DenialStreamName()
+	return []string{
+		jsAPI + "STREAM.INFO." + d,
+		jsAPI + "STREAM.MSG.GET." + d,
+		jsAPI + "DIRECT.GET." + d,
+		jsAPI + "DIRECT.GET." + d + ".>",
+		jsAPI + "CONSUMER.CREATE." + d,
+		jsAPI + "CONSUMER.CREATE." + d + ".>",
+		jsAPI + "CONSUMER.MSG.NEXT." + d + ".*",
+		jsAPI + "CONSUMER.DELETE." + d + ".*",
+		"$JS.FC." + d + ".>",
 	}
 }
 
@@ -213,12 +253,11 @@ func All(l streams.Layout) []Role {
 		return out
 	}
 	inbox := func(role string) []string { return []string{InboxPrefix(l, role) + ".>"} }
-	writes := append(LedgerWrites(l), FeedWrites(l)...)
+	writes := slices.Concat(LedgerWrites(l), FeedWrites(l), DenialWrites(l))
 	f := l.FeedStreamName()
 
 	replicaPub := []string{
 		jsAPI + "STREAM.CREATE." + s,
-		jsAPI + "STREAM.UPDATE." + s,
 	}
 	replicaPub = append(replicaPub, ledgerReads(l)...)
 	replicaPub = append(replicaPub,
@@ -232,6 +271,14 @@ func All(l streams.Layout) []Role {
 		jsAPI+"STREAM.MSG.GET."+f,
 		l.FeedFilter(),
 	)
+	// Denial records: ensure the denial stream, publish the admits it
+	// denies, and read them back for the spend report.
+	replicaPub = append(replicaPub,
+		jsAPI+"STREAM.CREATE."+l.DenialStreamName(),
+		jsAPI+"STREAM.UPDATE."+l.DenialStreamName(),
+		l.DenialFilter(),
+	)
+	replicaPub = append(replicaPub, denialReads(l)...)
 	// Threshold alerts: the replica that commits a crossing publishes it.
 	alerts := l.AlertSubject("x:y")
 	alerts = alerts[:len(alerts)-len("x.y")] + ">"
@@ -250,11 +297,12 @@ func All(l streams.Layout) []Role {
 	financePub := append(ep(streams.EndpointBudgetGet, streams.EndpointBudgetList, streams.EndpointPricingGet, streams.EndpointPricingList, streams.EndpointReport), tenantEp(streams.EndpointReport)...)
 	financePub = append(financePub, ledgerReads(l)...)
 	financePub = append(financePub, snapshotReads(l)...)
+	financePub = append(financePub, denialReads(l)...)
 	return []Role{
 		{
 			Name:           Replica,
 			Description:    "runs `spendgate serve`: ensures and follows the ledger stream, writes its revisions and snapshots, serves every endpoint and $SRV discovery",
-			Publish:        Rules{Allow: replicaPub, Deny: append(ledgerAdmin(l), feedAdmin(l)...)},
+			Publish:        Rules{Allow: replicaPub, Deny: slices.Concat(ledgerAdmin(l), feedAdmin(l), denialAdmin(l))},
 			Subscribe:      Rules{Allow: replicaSub},
 			AllowResponses: true,
 			InboxPrefix:    InboxPrefix(l, Replica),
@@ -276,7 +324,7 @@ func All(l streams.Layout) []Role {
 		},
 		{
 			Name:        Finance,
-			Description: "reads the ledger and its snapshots and runs `spendgate audit` and `spendgate report`: budget.get/list, report, stream info, ordered consumers, direct gets; writes nothing",
+			Description: "reads the ledger, its snapshots and the denial records and runs `spendgate audit` and `spendgate report`: budget.get/list, report, stream info, ordered consumers, direct gets; writes nothing",
 			Publish:     Rules{Allow: financePub, Deny: writes},
 			Subscribe:   Rules{Allow: append(inbox(Finance), alerts)},
 			InboxPrefix: InboxPrefix(l, Finance),

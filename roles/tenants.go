@@ -98,6 +98,13 @@ func TenantFeedImports(l streams.Layout, tenant string) []TenantImport {
 
 func checkTenants(account string, tenants []string) error {
 	seen := map[string]bool{}
+	// The password variable of each user: "my-co" and "my_co" would share
+	// SPENDGATE_MY_CO_PASSWORD, so either tenant's password would log in
+	// as the other.
+	envs := map[string]string{}
+	for _, n := range Names {
+		envs[PasswordEnv(n)] = n
+	}
 	for _, t := range tenants {
 		if err := events.ValidateTenant(t); err != nil {
 			return fmt.Errorf("%w: %v", ErrRender, err)
@@ -115,6 +122,10 @@ func checkTenants(account string, tenants []string) error {
 				return fmt.Errorf("%w: tenant %q has the name of a role's user", ErrRender, t)
 			}
 		}
+		if other, ok := envs[PasswordEnv(t)]; ok {
+			return fmt.Errorf("%w: tenants %q and %q would share the password variable %s; rename one", ErrRender, other, t, PasswordEnv(t))
+		}
+		envs[PasswordEnv(t)] = t
 		seen[t] = true
 	}
 	return nil

@@ -5,12 +5,14 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/streams"
+	"github.com/spendgate/spendgate/testenv"
 )
 
 func (h *harness) putPrice(req events.PricingPutRequest) events.PricingPutReply {
@@ -63,6 +65,14 @@ func TestPricing_AdmitSettleFromUsage(t *testing.T) {
 	require.Nil(t, h.call(streams.EndpointSettle, events.SettleRequest{ReservationID: a.ReservationID, InputTokens: 1200, CachedInputTokens: 1000, OutputTokens: 640}, &s))
 	require.True(t, s.Replayed)
 
+	// A price change takes effect on each replica as it folds it (like a
+	// budget change): wait for both before the admit that must use it.
+	for _, r := range h.replicas {
+		testenv.WaitFor(t, 10*time.Second, "every replica folded the new price", func() bool {
+			p, ok := r.Ledger.Price("gpt-x.1")
+			return ok && p.Version == v2.Version
+		})
+	}
 	b, e := h.admit(events.AdmitRequest{RequestID: "p2", Scopes: []string{"org:acme"}, Model: "gpt-x.1", InputTokens: 1200, MaxOutputTokens: 800})
 	require.Nil(t, e)
 	require.Equal(t, "0.022", b.Amount)

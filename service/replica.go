@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"github.com/spendgate/spendgate/admit"
 	"github.com/spendgate/spendgate/feed"
@@ -56,6 +57,17 @@ type ReplicaConfig struct {
 	// and persisted in its own snapshots. ReportOptions are passed to it.
 	Reports       bool
 	ReportOptions []projector.AggregatorOption
+	// NoDenialRecords turns off the denial records: by default the replica
+	// records every admit it denies on the denial stream
+	// (streams.DenialStreamName), which the spend report counts.
+	// DenialMaxAge is how long that stream keeps a record (0:
+	// streams.DefaultDenialMaxAge); Name names the replica in its records
+	// (default a random id per start); DenialBuffer bounds the records
+	// waiting to be published (0: DefaultDenialBuffer).
+	NoDenialRecords bool
+	DenialMaxAge    time.Duration
+	Name            string
+	DenialBuffer    int
 	// MaxInFlight bounds the requests the replica handles at once (see
 	// Config.MaxInFlight); 0 means MaxInFlight.
 	MaxInFlight int
@@ -75,6 +87,10 @@ type Replica struct {
 	// ReplicaConfig.Reports.
 	Reports *projector.Aggregator
 	reportd chan struct{}
+	// Denials records the admits the replica denies, nil when
+	// ReplicaConfig.NoDenialRecords.
+	Denials *DenialRecorder
+	denyd   chan struct{}
 
 	feedd  chan struct{}
 	cancel context.CancelFunc
@@ -187,9 +203,32 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 	if r.Reports != nil && cfg.Metrics != nil {
 		cfg.Metrics.RegisterReport(r.Reports.Size)
 	}
-	svc, err := Start(nc, Config{Ledger: l, Admitter: a, Settler: st, Now: cfg.Now, Log: cfg.Log, Metrics: cfg.Metrics, MaxInFlight: cfg.MaxInFlight, Reports: r.Reports})
+	r.denyd = make(chan struct{})
+	if !cfg.NoDenialRecords {
+		name := cfg.Name
+		if name == "" {
+			name = nuid.Next()
+		}
+		if _, err = streams.EnsureDenials(ctx, js, cfg.Layout, cfg.DenialMaxAge); err == nil {
+			r.Denials, err = NewDenialRecorder(js, cfg.Layout, name, cfg.DenialBuffer, cfg.Log)
+		}
+		if err != nil {
+			cancel()
+			<-r.reportd
+			<-r.done
+			return nil, err
+		}
+		if cfg.Metrics != nil {
+			cfg.Metrics.RegisterDenials(r.Denials.Recorded, r.Denials.Dropped, r.Denials.Failed)
+		}
+		go func() { defer close(r.denyd); _ = r.Denials.Run(runCtx) }()
+	} else {
+		close(r.denyd)
+	}
+	svc, err := Start(nc, Config{Ledger: l, Admitter: a, Settler: st, Now: cfg.Now, Log: cfg.Log, Metrics: cfg.Metrics, MaxInFlight: cfg.MaxInFlight, Reports: r.Reports, Denials: r.Denials})
 	if err != nil {
 		cancel()
+		<-r.denyd
 		<-r.reportd
 		<-r.done
 		return nil, err
@@ -221,6 +260,7 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 		if r.Relay, err = feed.NewRelay(js, cfg.Layout, fopts...); err != nil {
 			_ = r.Service.Stop()
 			cancel()
+			<-r.denyd
 			<-r.reportd
 			<-r.done
 			return nil, err
@@ -264,6 +304,7 @@ func (r *Replica) Stop() error {
 		r.cancel()
 		<-r.sweepd
 		<-r.feedd
+		<-r.denyd
 		<-r.reportd
 		if ferr := <-r.done; ferr != nil && !errors.Is(ferr, context.Canceled) && err == nil {
 			err = ferr

@@ -109,7 +109,7 @@ func (h *harness) requireReportsEqual(start time.Time) {
 				for i, wg := range want.Groups {
 					require.Equal(h.t, events.ReportGroup{Value: wg.Value, Unit: wg.Unit, Reservations: wg.Reservations, Open: wg.Open,
 						Settled: wg.Settled, Released: wg.Released, Expired: wg.Expired, Late: wg.Late,
-						Spend: wg.Spend.String(), Overrun: wg.Overrun.String(), Reserved: wg.Reserved.String()}, got.Groups[i], "%s %v", by, w)
+						Spend: wg.Spend.String(), Overrun: wg.Overrun.String(), Reserved: wg.Reserved.String(), Denials: wg.Denials}, got.Groups[i], "%s %v", by, w)
 				}
 			}
 		}

@@ -64,10 +64,57 @@ type Service struct {
 	denials denialRing
 	// reports answers the report endpoint; nil: report_unavailable.
 	reports *projector.Aggregator
+	// denialRec records denied admits on the denial stream; nil: none.
+	denialRec *DenialRecorder
+
+	// tenants bounds each tenant's share of the in-flight limit.
+	tenants tenantShare
 
 	mu      sync.Mutex
 	running int // requests handed to goroutines and not yet answered
 	idle    *sync.Cond
+}
+
+// tenantShare bounds how many of a replica's in-flight slots one tenant
+// holds: at most half of them (at least one), so a tenant flooding its
+// subjects leaves the other half to every other tenant and the untenanted
+// deployment, which it shares the replica with.
+type tenantShare struct {
+	mu      sync.Mutex
+	limit   int
+	running map[string]int
+}
+
+// newTenantShare is the share of a replica with inflight slots.
+func newTenantShare(inflight int) tenantShare {
+	return tenantShare{limit: max(1, inflight/2), running: make(map[string]int)}
+}
+
+// enter takes a slot for tenant, or reports false if tenant already holds
+// its share. The untenanted deployment ("") is not bounded.
+func (t *tenantShare) enter(tenant string) bool {
+	if tenant == "" {
+		return true
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.running[tenant] >= t.limit {
+		return false
+	}
+	t.running[tenant]++
+	return true
+}
+
+// leave gives back a slot enter took.
+func (t *tenantShare) leave(tenant string) {
+	if tenant == "" {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.running[tenant]--; t.running[tenant] <= 0 {
+		delete(t.running, tenant)
+	}
 }
 
 // Config is what Start needs.
@@ -84,6 +131,9 @@ type Config struct {
 	// Reports, if set, answers the report endpoint from its maintained
 	// aggregate; without it the endpoint answers report_unavailable.
 	Reports *projector.Aggregator
+	// Denials, if set, records every admit this replica denies (not check
+	// or shadow answers) on the denial stream, off the request path.
+	Denials *DenialRecorder
 	// MaxInFlight bounds the requests handled at once; beyond it a request
 	// is answered ledger_busy (counted in spendgate_ledger_busy_total with
 	// cause inflight_limit). 0 means MaxInFlight; negative is an error.
@@ -104,7 +154,8 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 		limit = MaxInFlight
 	}
 	s := &Service{l: cfg.Ledger, a: cfg.Admitter, s: cfg.Settler, now: cfg.Now, log: cfg.Log,
-		ctx: context.Background(), inflight: make(chan struct{}, limit), pool: newWorkers(), nc: nc, reports: cfg.Reports}
+		ctx: context.Background(), inflight: make(chan struct{}, limit), pool: newWorkers(), nc: nc, reports: cfg.Reports,
+		tenants: newTenantShare(limit), denialRec: cfg.Denials}
 	s.idle = sync.NewCond(&s.mu)
 	if s.now == nil {
 		s.now = time.Now
@@ -139,14 +190,22 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 			// (its stats read it), so the worker gets copies and replies
 			// on the connection itself.
 			data, reply, subject := r.Data(), r.Reply(), r.Subject()
+			if fromJetStream(reply, r.Headers()) {
+				s.endDelivery(nc, subject, reply)
+				return
+			}
 			arrived := time.Now()
 			s.lastDispatch.Store(arrived.UnixNano())
-			if !s.takeSlot() {
+			tenant := ""
+			if tenants {
+				tenant, _ = layout.TenantOf(subject)
+			}
+			if !s.takeSlot(tenant) {
 				s.refuseBusy(r, name)
 				return
 			}
 			s.pool.run(func() {
-				defer s.freeSlot()
+				defer s.freeSlot(tenant)
 				if single != "" {
 					s.serveBatch(nc, name, single, subject, reply, data, bh, arrived)
 					return
@@ -248,11 +307,16 @@ func (s *Service) Info() micro.Info { return s.svc.Info() }
 // handler answers one request body: a reply to encode, or an error.
 type handler func(context.Context, []byte) (any, error)
 
-// takeSlot takes an in-flight slot, or reports that none is free.
-func (s *Service) takeSlot() bool {
+// takeSlot takes an in-flight slot for tenant ("" untenanted), or reports
+// that none is free or that tenant holds its share (tenantShare).
+func (s *Service) takeSlot(tenant string) bool {
+	if !s.tenants.enter(tenant) {
+		return false
+	}
 	select {
 	case s.inflight <- struct{}{}:
 	default:
+		s.tenants.leave(tenant)
 		return false
 	}
 	s.mu.Lock()
@@ -262,7 +326,8 @@ func (s *Service) takeSlot() bool {
 }
 
 // freeSlot gives back a slot taken by takeSlot.
-func (s *Service) freeSlot() {
+func (s *Service) freeSlot(tenant string) {
+	s.tenants.leave(tenant)
 	<-s.inflight
 	s.mu.Lock()
 	if s.running--; s.running == 0 {
@@ -386,11 +451,12 @@ func (s *Service) serveBatch(nc *nats.Conn, endpoint, single, subject, reply str
 	}
 	s.stats.observe(endpoint, "", "", 0)
 	start := time.Now()
+	tenant, _ := s.l.Layout().TenantOf(subject)
 	bodies := make([][]byte, len(items))
 	taken := make([]json.RawMessage, 0, len(items))
 	idx := make([]int, 0, len(items))
 	for i, item := range items {
-		if !s.takeSlot() {
+		if !s.takeSlot(tenant) {
 			s.m.LedgerBusy.With(metrics.BusyInflight).Inc()
 			s.m.ObserveRequest(single, string(events.CodeLedgerBusy), 0)
 			s.stats.observe(single, string(events.CodeLedgerBusy), "in-flight limit", 0)
@@ -409,7 +475,7 @@ func (s *Service) serveBatch(nc *nats.Conn, endpoint, single, subject, reply str
 		s.m.Inflight.Add(-float64(len(taken)))
 		for j, i := range idx {
 			bodies[i], _ = s.encode(single, subject, outs[j], errs[j], start, arrived)
-			s.freeSlot()
+			s.freeSlot(tenant)
 		}
 	}
 	if reply == "" {
@@ -424,6 +490,29 @@ func (s *Service) serveBatch(nc *nats.Conn, endpoint, single, subject, reply str
 var busyReply, _ = json.Marshal(events.ErrorReply{Error: &events.Error{
 	Code: events.CodeLedgerBusy, Message: "too many requests in flight on this replica; retry with back-off",
 }})
+
+// fromJetStream reports whether a request is a JetStream delivery rather
+// than a caller's request: a push consumer's message (its reply is the ack
+// subject, "$JS.ACK.<stream>.<consumer>...") or its heartbeat or flow
+// control (a Status header). JetStream checks no permission on a push
+// consumer's deliver subject, so anyone who may create a consumer on a
+// stream in the replicas' account (a tenant's feed consumer, imported into
+// its own account) could otherwise deliver that stream into an endpoint,
+// as requests it cannot make itself, again at every ack wait.
+func fromJetStream(reply string, h micro.Headers) bool {
+	return strings.HasPrefix(reply, "$JS.ACK.") || nats.Header(h).Get("Status") != ""
+}
+
+// endDelivery ends a JetStream delivery that reached an endpoint without
+// serving it: +TERM, so the consumer never delivers it again.
+func (s *Service) endDelivery(nc *nats.Conn, subject, reply string) {
+	s.log.Debug("JetStream delivery on an endpoint dropped", "subject", subject, "reply", reply)
+	if strings.HasPrefix(reply, "$JS.ACK.") {
+		if err := nc.Publish(reply, []byte("+TERM")); err != nil {
+			s.log.Warn("terminating a JetStream delivery failed", "subject", subject, "err", err)
+		}
+	}
+}
 
 // refuseBusy answers r ledger_busy on micro's own goroutine: no ledger work,
 // no goroutine, and micro counts it as an error of the endpoint.
@@ -484,8 +573,23 @@ func (s *Service) countAdmit(ctx context.Context, req events.AdmitRequest, reply
 		s.m.Admits.With(metrics.ResultAdmitted, "").Inc()
 	} else if reply.Denial != nil {
 		s.m.Admits.With(metrics.ResultDenied, string(reply.Denial.Reason)).Inc()
-		s.denials.add(DeniedAdmit{At: s.now().UTC(), Tenant: events.TenantFromContext(ctx), RequestID: req.RequestID, Scopes: req.Scopes, Amount: req.Amount,
+		at, tenant := s.now().UTC(), events.TenantFromContext(ctx)
+		s.denials.add(DeniedAdmit{At: at, Tenant: tenant, RequestID: req.RequestID, Scopes: req.Scopes, Amount: req.Amount,
 			Unit: req.Unit, Metadata: req.Metadata, Denial: *reply.Denial})
+		if s.denialRec != nil {
+			// The record carries the unit the admit was in (the
+			// request's, its price's, or the default) for the report's
+			// groups by unit.
+			unit := req.Unit
+			if reply.Unit != "" {
+				unit = reply.Unit
+			}
+			if unit == "" {
+				unit = defaultAdmitUnit
+			}
+			s.denialRec.Record(events.AdmitDenied{At: at, Tenant: tenant, RequestID: req.RequestID, Scopes: req.Scopes,
+				Amount: req.Amount, Model: req.Model, Unit: unit, Metadata: req.Metadata, Denial: *reply.Denial})
+		}
 	}
 }
 
@@ -770,6 +874,13 @@ func (s *Service) report(ctx context.Context, data []byte) (any, error) {
 	// A tenant's request (its subject names the tenant) sees only its
 	// own reservations, and its scopes as it names them.
 	tenant := events.TenantFromContext(ctx)
+	if s.denialRec != nil {
+		// The denials this replica answered before the report are in it:
+		// wait (briefly) for their records to reach the stream.
+		fctx, cancel := context.WithTimeout(ctx, time.Second)
+		_ = s.denialRec.Flush(fctx)
+		cancel()
+	}
 	rep, err := s.reports.Report(ctx, by, projector.Filter{From: from, To: to, OneTenant: tenant != "", Tenant: tenant})
 	switch {
 	case errors.Is(err, projector.ErrKeyNotTracked):
@@ -792,7 +903,7 @@ func ReportReply(req events.ReportRequest, rep *projector.AggregateReport) event
 	for i, g := range rep.Groups {
 		out.Groups = append(out.Groups, events.ReportGroup{Value: g.Value, Other: rep.IsOther(i), Unit: g.Unit,
 			Reservations: g.Reservations, Open: g.Open, Settled: g.Settled, Released: g.Released, Expired: g.Expired, Late: g.Late,
-			Spend: g.Spend.String(), Overrun: g.Overrun.String(), Reserved: g.Reserved.String()})
+			Spend: g.Spend.String(), Overrun: g.Overrun.String(), Reserved: g.Reserved.String(), Denials: g.Denials})
 	}
 	return out
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -71,6 +72,12 @@ type Config struct {
 	// It is recorded in the stream when the stream is created and can never
 	// change (a balance must never move between lanes).
 	Lanes int
+	// Trimmable creates the ledger stream allowing purges, so that
+	// history archived with spendgate audit archive can be dropped from it
+	// (projector.Trim). Like Lanes it is fixed when the stream is created:
+	// JetStream cannot lift a stream's deny-purge, and Ensure keeps an
+	// existing stream's setting.
+	Trimmable bool
 }
 
 // DefaultConfig is the embedded single-server configuration.
@@ -154,7 +161,7 @@ func (l Layout) StreamConfig() jetstream.StreamConfig {
 		Duplicates:         DuplicateWindow,
 		AllowRollup:        false,
 		DenyDelete:         true,
-		DenyPurge:          true,
+		DenyPurge:          !l.c.Trimmable,
 		AllowDirect:        true,
 		AllowAtomicPublish: true,
 		Compression:        Compression,
@@ -163,7 +170,9 @@ func (l Layout) StreamConfig() jetstream.StreamConfig {
 }
 
 // Ensure creates or updates the ledger stream. It is idempotent and safe to
-// run from every replica at start, at the same time. It never calls
+// run from every replica at start, at the same time. A stream that already
+// has the layout's configuration is not updated, so replicas need no right
+// to update it (roles). It never calls
 // UpdateKeyValue, which would rebuild the stream without atomic publish.
 // An existing stream must have the layout's number of lanes
 // (ErrLanesMismatch otherwise): lanes are fixed when the stream is created.
@@ -182,11 +191,21 @@ func Ensure(ctx context.Context, js jetstream.JetStream, l Layout) (jetstream.St
 	err := RetryStart(ctx, StartRetryFor, func(err error) bool {
 		return errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) || (IsTransient(err) && !errors.Is(err, ErrLanesMismatch))
 	}, func(ctx context.Context) error {
-		exists, err := checkLanes(ctx, js, l)
+		have, exists, err := checkLanes(ctx, js, l)
 		if err != nil {
 			return err
 		}
 		if exists {
+			// Deny-purge stays as the stream was created (see
+			// Config.Trimmable).
+			cfg.DenyPurge = have.CachedInfo().Config.DenyPurge
+		}
+		if exists && configured(have.CachedInfo().Config, cfg) {
+			// Nothing to change: no update, so a replica needs no
+			// permission to update the stream (roles: the update could
+			// shorten the history).
+			s = have
+		} else if exists {
 			s, err = js.UpdateStream(ctx, cfg)
 		} else {
 			s, err = js.CreateStream(ctx, cfg)
@@ -280,24 +299,42 @@ func EnsureSnapshots(ctx context.Context, js jetstream.JetStream, l Layout) (jet
 // than the layout's, or records none (a stream of an older layout).
 var ErrLanesMismatch = errors.New("streams: ledger stream lanes differ from the configured lanes")
 
-// checkLanes reports whether the ledger stream exists, and fails if it
-// exists with other lanes than l's.
-func checkLanes(ctx context.Context, js jetstream.JetStream, l Layout) (bool, error) {
+// checkLanes returns the ledger stream and whether it exists, and fails if
+// it exists with other lanes than l's.
+func checkLanes(ctx context.Context, js jetstream.JetStream, l Layout) (jetstream.Stream, bool, error) {
 	s, err := js.Stream(ctx, l.StreamName())
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return false, nil
+		return nil, false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("streams: ensure %s: %w", l.StreamName(), err)
+		return nil, false, fmt.Errorf("streams: ensure %s: %w", l.StreamName(), err)
 	}
 	if n, err := RecordedLanes(s.CachedInfo().Config); err != nil || n != l.c.Lanes {
 		have := "none (a stream written by an older layout)"
 		if err == nil {
 			have = strconv.Itoa(n)
 		}
-		return true, fmt.Errorf("%w: stream %s has %s, configured %d", ErrLanesMismatch, l.StreamName(), have, l.c.Lanes)
+		return s, true, fmt.Errorf("%w: stream %s has %s, configured %d", ErrLanesMismatch, l.StreamName(), have, l.c.Lanes)
 	}
-	return true, nil
+	return s, true, nil
+}
+
+// configured reports whether a stream's configuration have already holds
+// every setting of want that Ensure sets (the server adds defaults and
+// metadata of its own).
+func configured(have, want jetstream.StreamConfig) bool {
+	for k, v := range want.Metadata {
+		if have.Metadata[k] != v {
+			return false
+		}
+	}
+	return have.Description == want.Description && slices.Equal(have.Subjects, want.Subjects) &&
+		have.Retention == want.Retention && have.MaxMsgsPerSubject == want.MaxMsgsPerSubject &&
+		have.MaxMsgs == want.MaxMsgs && have.MaxBytes == want.MaxBytes && have.MaxAge == want.MaxAge &&
+		have.MaxMsgSize == want.MaxMsgSize && have.Storage == want.Storage && have.Replicas == want.Replicas &&
+		have.Discard == want.Discard && have.Duplicates == want.Duplicates && have.AllowRollup == want.AllowRollup &&
+		have.DenyDelete == want.DenyDelete && have.DenyPurge == want.DenyPurge && have.AllowDirect == want.AllowDirect &&
+		have.AllowAtomicPublish == want.AllowAtomicPublish && have.Compression == want.Compression
 }
 
 // RecordedLanes returns the lane count a ledger stream's configuration
@@ -711,3 +748,96 @@ const (
 	HeaderSigKey = "Spendgate-Sig-Key"
 	HeaderSig    = "Spendgate-Sig"
 )
+
+// Denial records (events.AdmitDenied): every replica publishes the admits
+// it denies to a stream of their own, off the request path. They are
+// operational data for spend reports, not the book of record.
+const (
+	// DenialVersion is the version token of denial subjects.
+	DenialVersion = "v1"
+	// DefaultDenialMaxAge is how long the denial stream keeps a record by
+	// default: a report counts the denials of this long ago at most.
+	DefaultDenialMaxAge = 31 * 24 * time.Hour
+	// DenialMaxMsgSize caps one denial record (an admit request and its
+	// denial).
+	DenialMaxMsgSize = 64 << 10
+)
+
+// DenialStreamName is the denial stream, "<bucket>_denials".
+func (l Layout) DenialStreamName() string { return l.c.Bucket + "_denials" }
+
+// DenialPrefix is "<prefix>denial.v1.", the start of every denial subject.
+func (l Layout) DenialPrefix() string { return l.c.Prefix + "denial." + DenialVersion + "." }
+
+// DenialFilter matches every denial subject ("spendgate.denial.v1.>").
+func (l Layout) DenialFilter() string { return l.DenialPrefix() + ">" }
+
+// DenialSubject is the subject of a denial record of tenant whose scope
+// (the blocking budget's, or else the first the admit named, as the tenant
+// names it) is scope: "<prefix>denial.v1.<scope kind>.<scope id>", or
+// "<prefix>denial.v1.t.<tenant>.<scope kind>.<scope id>" for a tenant's
+// (as FeedSubject does).
+func (l Layout) DenialSubject(tenant string, scope events.Scope) string {
+	if scope == "" {
+		scope = "none:none"
+	}
+	if tenant != "" {
+		return l.DenialPrefix() + TenantToken + "." + tenant + "." + scope.Kind() + "." + scope.ID()
+	}
+	return l.DenialPrefix() + scope.Kind() + "." + scope.ID()
+}
+
+// DenialMsgID is the Nats-Msg-Id of replica's record of a denial of
+// tenant's requestID: a retry of the same denied request on one replica
+// within DuplicateWindow is recorded once.
+func DenialMsgID(replica, tenant, requestID string) string {
+	return "denial/" + replica + "/" + tenant + "/" + requestID
+}
+
+// DenialStreamConfig is the denial stream's configuration: each record
+// kept maxAge (0: DefaultDenialMaxAge), Nats-Msg-Id deduped over
+// DuplicateWindow (or maxAge if shorter).
+func (l Layout) DenialStreamConfig(maxAge time.Duration) jetstream.StreamConfig {
+	if maxAge <= 0 {
+		maxAge = DefaultDenialMaxAge
+	}
+	return jetstream.StreamConfig{
+		Name:        l.DenialStreamName(),
+		Description: "spendgate denial records (admit.denied.v1): the admits each replica denied, for spend reports; not the book of record",
+		Subjects:    []string{l.DenialFilter()},
+		Retention:   jetstream.LimitsPolicy,
+		MaxAge:      maxAge,
+		MaxMsgs:     -1,
+		MaxBytes:    -1,
+		MaxMsgSize:  DenialMaxMsgSize,
+		Storage:     jetstream.FileStorage,
+		Replicas:    l.c.Replicas,
+		Discard:     jetstream.DiscardOld,
+		Duplicates:  min(DuplicateWindow, maxAge),
+		DenyDelete:  true,
+		DenyPurge:   true,
+		AllowDirect: true,
+	}
+}
+
+// EnsureDenials creates or updates the denial stream with records kept
+// maxAge (0: DefaultDenialMaxAge). Like Ensure it is idempotent and safe
+// to run from every replica at once; every replica should be given the
+// same max age (the last to start sets it).
+func EnsureDenials(ctx context.Context, js jetstream.JetStream, l Layout, maxAge time.Duration) (jetstream.Stream, error) {
+	if maxAge < 0 {
+		return nil, fmt.Errorf("streams: denial max age must not be negative, got %s", maxAge)
+	}
+	cfg := l.DenialStreamConfig(maxAge)
+	var s jetstream.Stream
+	err := RetryStart(ctx, StartRetryFor, func(err error) bool {
+		return errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) || IsTransient(err)
+	}, func(ctx context.Context) error {
+		var err error
+		if s, err = js.CreateOrUpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("streams: ensure %s: %w", cfg.Name, err)
+		}
+		return nil
+	})
+	return s, err
+}

@@ -179,3 +179,27 @@ func TestMsgGetSubject(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "$JS.acct.API.STREAM.MSG.GET.KV_spendgate", l.MsgGetSubject(pre))
 }
+
+// TestEnsure_TrimmableIsFixedAtCreation: whether the ledger stream allows
+// purges is decided when it is created; an Ensure with the other setting
+// neither fails (JetStream refuses to lift a deny-purge) nor changes it.
+// How we know it can fail: an Ensure that sent its own setting would
+// re-deny purges on a trimmable stream, and fail on a denying one.
+func TestEnsure_TrimmableIsFixedAtCreation(t *testing.T) {
+	js := serverJS(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, created := range []bool{true, false} {
+		bucket := fmt.Sprintf("trim%v", created)
+		l, err := streams.New(streams.Config{Bucket: bucket, Trimmable: created})
+		require.NoError(t, err)
+		s, err := streams.Ensure(ctx, js, l)
+		require.NoError(t, err)
+		require.Equal(t, !created, s.CachedInfo().Config.DenyPurge)
+		other, err := streams.New(streams.Config{Bucket: bucket, Trimmable: !created})
+		require.NoError(t, err)
+		s, err = streams.Ensure(ctx, js, other)
+		require.NoError(t, err)
+		require.Equal(t, !created, s.CachedInfo().Config.DenyPurge, "created trimmable=%v", created)
+	}
+}

@@ -31,18 +31,24 @@ var (
              verify every revision's signature
   keys       which signing key wrote which revisions
   balances   totals per budget period as CSV, optionally as of a time
-  export     one row per reservation, as CSV or JSON Lines`,
+  export     one row per reservation, as CSV or JSON Lines
+  archive    copy the stream's old revisions to hash-chained segment files
+  trim       drop from the stream what the archive and a verified snapshot cover`,
 	}
 	auditCheckCommand = command{
 		name:     "spendgate audit check",
-		synopsis: "[--trusted-keys KEYS] [--reviewed SEQ,...] [--nats-url URL] [--bucket NAME]",
+		synopsis: "[--from-snapshot] [--archive DIR] [--window D] [--expired-window D] [--trusted-keys KEYS] [--reviewed SEQ,...] [--nats-url URL] [--bucket NAME]",
 		about: `Replays the book of record and reconciles it with the live balances. With
 --trusted-keys (public keys, or files of them, comma-separated) it also
 verifies every revision's signature and skips, as a replica does, any
 revision that is unsigned, signed by another key, badly signed, replayed,
 malformed or off its key's chain, listing each with its sequence. Exit
 status 1 if anything was skipped (but the --reviewed sequences) or replay
-and live differ.`,
+and live differ.
+With --from-snapshot it starts from the newest ledger snapshot (checked
+against the stream) and replays only the tail after it. Memory follows what
+is open: a closed reservation is forgotten --window after its close
+(--expired-window for an expired one); 0 keeps everything.`,
 	}
 	auditKeysCommand = command{
 		name:     "spendgate audit keys",
@@ -54,7 +60,7 @@ example, the last sequence of a key being retired.`,
 	}
 	auditBalancesCommand = command{
 		name:     "spendgate audit balances",
-		synopsis: "[--at RFC3339] [--trusted-keys KEYS] [--nats-url URL] [--bucket NAME]",
+		synopsis: "[--at RFC3339] [--archive DIR] [--trusted-keys KEYS] [--nats-url URL] [--bucket NAME]",
 		about: `Writes the totals of every budget period as CSV on standard output, as of
 now or of --at. A budget defined but not used in its period instance at
 --at (or now) gets a row of zeros. Exit status 1 on any error, a failed
@@ -67,12 +73,15 @@ func audit(args []string) int {
 	if len(args) > 0 && args[0] == "export" {
 		return auditExport(args[1:])
 	}
+	if len(args) > 0 && (args[0] == "archive" || args[0] == "trim") {
+		return auditArchive(args[0], args[1:])
+	}
 	if len(args) == 0 || (args[0] != "check" && args[0] != "balances" && args[0] != "keys") {
 		fs := newFlagSet("audit")
 		if code, ok := auditCommand.parse(fs, args); !ok {
 			return code
 		}
-		return auditCommand.usageError(fs, "which audit? (check, balances, export or keys)")
+		return auditCommand.usageError(fs, "which audit? (check, balances, export, keys, archive or trim)")
 	}
 	cmd := auditCheckCommand
 	switch args[0] {
@@ -86,11 +95,19 @@ func audit(args []string) int {
 	c.register(fs)
 	bucket := fs.String("bucket", streams.DefaultBucket, "ledger bucket name")
 	var at, trusted, reviewed *string
+	var fromSnap *bool
 	if args[0] == "balances" {
 		at = fs.String("at", "", "balances as of this time (RFC 3339), default now")
+	} else {
+		fromSnap = fs.Bool("from-snapshot", false, "start from the newest ledger snapshot and replay only the tail")
 	}
+	var archive *string
+	var window, expiredWindow *time.Duration
 	if args[0] != "keys" {
 		trusted = fs.String("trusted-keys", os.Getenv("SPENDGATE_TRUSTED_KEYS"), trustedKeysUsage)
+		archive = fs.String("archive", "", "read the archive in this directory (spendgate audit archive) before the stream")
+		window = fs.Duration("window", projector.DefaultWindowClosed, "forget a settled or released reservation this long after its close (0: keep all)")
+		expiredWindow = fs.Duration("expired-window", projector.DefaultWindowExpired, "forget an expired reservation this long after its expiry (0: keep all)")
 	}
 	if args[0] == "check" {
 		reviewed = fs.String("reviewed", "", "stream sequences of skipped revisions already looked into, comma-separated: still listed, no longer a failure")
@@ -158,13 +175,21 @@ func audit(args []string) int {
 		}
 		return 0
 	}
+	opts := []projector.CheckOption{projector.WithWindow(*window, *expiredWindow)}
+	if *archive != "" {
+		opts = append(opts, projector.WithArchive(*archive))
+	}
+	progress := isTerminal(os.Stderr)
 	if args[0] == "check" {
-		opts := []projector.CheckOption{projector.WithTrust(trust), projector.WithReviewed(reviewedSeqs...)}
-		if isTerminal(os.Stderr) {
+		opts = append(opts, projector.WithTrust(trust), projector.WithReviewed(reviewedSeqs...))
+		if progress {
 			opts = append(opts, projector.WithProgress(terminalProgress(os.Stderr, "audit check: replayed")))
 		}
+		if *fromSnap {
+			opts = append(opts, projector.WithFromSnapshot())
+		}
 		rep, err := projector.Check(ctx, js, layout, opts...)
-		if len(opts) > 2 {
+		if progress {
 			fmt.Fprint(os.Stderr, "\r\033[K")
 		}
 		if err != nil {
@@ -182,10 +207,16 @@ func audit(args []string) int {
 	}
 	p := projector.New(js, layout, projector.Verifying(trust))
 	var st *projector.State
+	if progress {
+		opts = append(opts, projector.WithProgress(terminalProgress(os.Stderr, "audit balances: replayed")))
+	}
 	if !until.IsZero() {
-		st, err = p.ReplayUntil(ctx, until)
+		st, err = p.ReplayUntil(ctx, until, opts...)
 	} else {
-		st, err = p.CatchUp(ctx)
+		st, err = p.CatchUp(ctx, opts...)
+	}
+	if progress {
+		fmt.Fprint(os.Stderr, "\r\033[K")
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "spendgate: audit balances:", err)

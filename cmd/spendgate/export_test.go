@@ -73,6 +73,14 @@ func TestCLI_ExportReportBalances(t *testing.T) {
 	ok("settle", "--reservation", r2, "--actual", "1")
 	ok("release", "--reservation", r3)
 	r4 := admit("--scope", "org:acme", "--amount", "3", "--meta", "model=gpt-4o")
+	// A denied admit (exit 2): no reservation, one denial in each of its
+	// scopes and under its model, once its record is published.
+	code, _, _ := e2eCLIErr(t, url, "admit", "--scope", "org:acme", "--scope", "user:u-17", "--amount", "50", "--meta", "model=gpt-4o")
+	require.Equal(t, 2, code)
+	require.Eventually(t, func() bool {
+		s, err := env.JS.Stream(context.Background(), env.Layout.DenialStreamName())
+		return err == nil && s.CachedInfo().State.Msgs == 1
+	}, 10*time.Second, 10*time.Millisecond, "the denial record is published")
 
 	// CSV: header, one row per reservation (r1 once, not once per
 	// balance), closed rows in closing order, the open one last.
@@ -115,16 +123,15 @@ func TestCLI_ExportReportBalances(t *testing.T) {
 	// Reports: from the replica's aggregate by default, byte-identical
 	// to the replay of the book (--replay).
 	out = ok("report", "--by", "model")
-	require.Contains(t, out, "Denials are not recorded")
-	require.Regexp(t, `(?m)^gpt-4o\s+USD\s+2\s+1\s+1\s+0\s+0\s+0\s+2\.5\s+0\.5\s+3\s*$`, out)
+	require.Contains(t, out, "Denials come from the denial records")
+	require.Regexp(t, `(?m)^gpt-4o\s+USD\s+2\s+1\s+1\s+0\s+0\s+0\s+2\.5\s+0\.5\s+3\s+1\s*$`, out)
 	require.Regexp(t, `(?m)^\(none\)\s+USD\s+1\s+0\s+0\s+1\s`, out)
 	require.Equal(t, out, ok("report", "--by", "model", "--replay"))
-	code, out, errOut := e2eCLIErr(t, url, "report", "--by", "scope", "--format", "csv")
+	code, out, _ = e2eCLIErr(t, url, "report", "--by", "scope", "--format", "csv")
 	require.Equal(t, 0, code)
-	require.Contains(t, errOut, "Denials are not recorded")
-	require.Equal(t, "scope,unit,reservations,open,settled,released,expired,late,spend,overrun,reserved\n"+
-		"org:acme,USD,3,1,2,0,0,0,3.5,0.5,3\n"+
-		"user:u-17,USD,2,0,1,1,0,0,2.5,0.5,0\n", out)
+	require.Equal(t, "scope,unit,reservations,open,settled,released,expired,late,spend,overrun,reserved,denials\n"+
+		"org:acme,USD,3,1,2,0,0,0,3.5,0.5,3,1\n"+
+		"user:u-17,USD,2,0,1,1,0,0,2.5,0.5,0,1\n", out)
 	require.Equal(t, out, ok("report", "--by", "scope", "--format", "csv", "--replay"))
 	hour := time.Now().UTC().Truncate(time.Hour)
 	window := []string{"--from", hour.Format(time.RFC3339), "--to", hour.Add(time.Hour).Format(time.RFC3339)}

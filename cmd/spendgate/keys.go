@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 
@@ -91,8 +92,8 @@ func loadReplicaKeys(ctx context.Context, log *slog.Logger, js jetstream.JetStre
 		if err != nil {
 			return nil, err
 		}
-		if !ks.Trusts(k.signer.PublicKey(), 0) {
-			log.Warn("the signing key is not in the trusted keys: other replicas will skip this replica's revisions", "public_key", k.signer.PublicKey())
+		if err := signerTrusted(k.signer, ks, k.trustSpec); err != nil {
+			return nil, err
 		}
 		k.trust = ks
 	} else {
@@ -133,7 +134,25 @@ func (k *replicaKeys) reload() (changed bool, err error) {
 			return false, err
 		}
 	}
+	if k.trustSpec != "" {
+		if err := signerTrusted(signer, trust, k.trustSpec); err != nil {
+			return false, err
+		}
+	}
 	changed = signer.PublicKey() != k.signer.PublicKey() || trust.String() != k.trust.String()
 	k.signer, k.trust = signer, trust
 	return changed, nil
+}
+
+// signerTrusted refuses a signing key the replica's own trusted keys do not
+// trust for new revisions (absent, or retired with until=). Such a replica
+// would acknowledge requests whose revisions every replica skips, itself
+// after a restart: acknowledged admissions and budgets would vanish. It
+// happens when a seed is lost and a new one made (the embedded server
+// makes one when its file is gone), or when the key in use is retired.
+func signerTrusted(s *signing.Signer, ks *signing.KeySet, spec string) error {
+	if ks.Trusts(s.PublicKey(), math.MaxUint64) {
+		return nil
+	}
+	return fmt.Errorf("the signing key %s is not trusted for new revisions by %s: every replica would skip this replica's writes; add it to the list first (see the README, Securing spendgate: Keys, rotating the key), or restore the seed of a trusted key", s.PublicKey(), spec)
 }

@@ -244,3 +244,58 @@ func appendFile(t *testing.T, path, s string) {
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
 }
+
+// TestSecure_LostKeyEmbedded: the embedded server's seed file is lost. serve
+// makes a new key, which its trusted-keys list does not name; it must not
+// serve with it, or it would acknowledge admissions whose revisions every
+// replica skips, itself at the next restart (an admitted reservation gone).
+// It refuses to start and names the key; once the operator adds that key
+// to the list (the README's recovery) it serves, and its admissions
+// survive a restart. Retiring the key in use on SIGHUP is refused the same
+// way, and the replica keeps its keys. How we know it can fail: before
+// the check serve warned and served, and after a restart the admitted
+// reservation was gone (reserved 0).
+func TestSecure_LostKeyEmbedded(t *testing.T) {
+	p, dataDir, url, _ := keysServe(t)
+	cli := func(args ...string) (int, []byte) { t.Helper(); return e2eCLI(t, url, args...) }
+	code, _ := cli("budget", "put", "--scope", "org:k", "--period", "month", "--limit", "100", "--unit", "USD")
+	require.Equal(t, 0, code)
+	p.stop(t)
+	require.NoError(t, os.Remove(filepath.Join(dataDir, "signing.nk")))
+
+	listen := strings.TrimPrefix(url, "nats://")
+	args := []string{"serve", "--data-dir", dataDir, "--listen", listen}
+	p = startProc(t, false, args...)
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("serve started with an untrusted signing key:\n%s", p.out.String())
+	}
+	require.Error(t, p.err)
+	m := regexp.MustCompile(`the signing key (U[A-Z0-9]+) is not trusted for new revisions`).FindStringSubmatch(p.out.String())
+	require.NotNil(t, m, p.out.String())
+	require.Equal(t, m[1], strings.TrimSpace(runKey(t, filepath.Join(dataDir, "signing.nk"))))
+
+	trusted := filepath.Join(dataDir, "trusted-keys")
+	appendFile(t, trusted, m[1]+"\n")
+	p = startProc(t, true, args...)
+	code, out := cli("admit", "--scope", "org:k", "--amount", "7", "--ttl", "1h")
+	require.Equal(t, 0, code, string(out))
+	p.stop(t)
+	p = startProc(t, true, args...)
+	code, out = cli("budget", "get", "--scope", "org:k")
+	require.Equal(t, 0, code, string(out))
+	require.Contains(t, string(out), `"reserved": "7"`)
+
+	// Retiring the key in use: refused on SIGHUP, the old keys stay.
+	list, err := os.ReadFile(trusted)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(trusted, []byte(strings.Replace(string(list), m[1], m[1]+" until=1", 1)), 0o600))
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGHUP))
+	testenv.WaitFor(t, 10*time.Second, "reload refused", func() bool {
+		return strings.Contains(p.out.String(), "SIGHUP: keys not reloaded")
+	})
+	code, out = cli("admit", "--scope", "org:k", "--amount", "1")
+	require.Equal(t, 0, code, string(out))
+	require.NotContains(t, p.out.String(), "revision skipped")
+}

@@ -39,11 +39,13 @@ type replayFlags struct {
 	bucket   string
 	from, to string
 	scopes   multiFlag
+	archive  string
 	tenant   string
 	trusted  string
 }
 
 func (r *replayFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&r.archive, "archive", "", "read the archive in this directory (spendgate audit archive) before the stream")
 	r.client.register(fs)
 	fs.StringVar(&r.bucket, "bucket", streams.DefaultBucket, "ledger bucket name")
 	fs.StringVar(&r.from, "from", "", "only reservations opened at or after this RFC 3339 time")
@@ -113,5 +115,13 @@ func (r *replayFlags) projector(name string) (*projector.Projector, context.Cont
 		return nil, nil, nil, err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	return projector.New(js, layout, projector.Verifying(trust)), ctx, func() { stop(); nc.Close() }, nil
+	p := projector.New(js, layout, projector.Verifying(trust))
+	if r.archive != "" {
+		if _, err := p.UseArchive(r.archive); err != nil {
+			stop()
+			nc.Close()
+			return nil, nil, nil, err
+		}
+	}
+	return p, ctx, func() { stop(); nc.Close() }, nil
 }

@@ -21,9 +21,10 @@ var reportCommand = command{
 --period names) by scope or by the value of a metadata key (--by model,
 --by user, ...; --by metadata.KEY names a key called "scope"), one line per
 group and unit: reservations, open, settled,
-released, expired, late, spend (settled actual cost), overrun, and reserved
-(still held by open reservations). A reservation admitted in several scopes
-counts in each of them under --by scope. Groups are sorted by unit, then by
+released, expired, late, spend (settled actual cost), overrun, reserved
+(still held by open reservations), and denials (admits denied in the group,
+by the time they were denied). A reservation, or a denied admit, in several
+scopes counts in each of them under --by scope. Groups are sorted by unit, then by
 spend, largest first.
 
 By default it asks a running replica (the report endpoint), which keeps
@@ -38,12 +39,13 @@ numbers, for auditors to cross-check.
 ` + reportDenialsNote,
 }
 
-// reportDenialsNote says why a report has no denial counts.
-const reportDenialsNote = `Denials are not recorded in the book of record (a denied admit writes
-nothing), so a report does not count them.`
+// reportDenialsNote says where a report's denial counts come from.
+const reportDenialsNote = `Denials come from the denial records each replica keeps (stream
+<bucket>_denials, 31 days by default), not from the book of record: a
+denied admit writes nothing to the ledger.`
 
 // reportColumns follow the group column of a report.
-var reportColumns = []string{"unit", "reservations", "open", "settled", "released", "expired", "late", "spend", "overrun", "reserved"}
+var reportColumns = []string{"unit", "reservations", "open", "settled", "released", "expired", "late", "spend", "overrun", "reserved", "denials"}
 
 // report is spendgate report.
 func report(args []string) int {
@@ -131,7 +133,6 @@ func report(args []string) int {
 	}
 	name := strings.TrimPrefix(*by, projector.MetadataColumnPrefix)
 	if *format == "csv" {
-		fmt.Fprintln(os.Stderr, "spendgate: report:", strings.ReplaceAll(reportDenialsNote, "\n", " "))
 		err = writeReportCSV(os.Stdout, name, rep)
 	} else {
 		err = writeReportTable(os.Stdout, name, r, rep)
@@ -164,7 +165,7 @@ func reportOf(by projector.GroupBy, f projector.Filter, reply events.ReportReply
 	rep := &projector.SpendReport{By: by, Filter: f, Position: reply.Position}
 	for _, g := range reply.Groups {
 		sg := projector.SpendGroup{Value: g.Value, Unit: g.Unit, Reservations: g.Reservations, Open: g.Open,
-			Settled: g.Settled, Released: g.Released, Expired: g.Expired, Late: g.Late}
+			Settled: g.Settled, Released: g.Released, Expired: g.Expired, Late: g.Late, Denials: g.Denials}
 		if g.Other {
 			sg.Value = otherValue
 		}
@@ -186,7 +187,7 @@ func reportOf(by projector.GroupBy, f projector.Filter, reply events.ReportReply
 // reportCells are one group's cells after its value.
 func reportCells(g projector.SpendGroup) []string {
 	return []string{g.Unit, itoa(g.Reservations), itoa(g.Open), itoa(g.Settled), itoa(g.Released), itoa(g.Expired),
-		itoa(g.Late), g.Spend.String(), g.Overrun.String(), g.Reserved.String()}
+		itoa(g.Late), g.Spend.String(), g.Overrun.String(), g.Reserved.String(), itoa(g.Denials)}
 }
 
 func itoa(n int64) string { return fmt.Sprint(n) }
@@ -212,7 +213,7 @@ func writeReportCSV(out io.Writer, name string, rep *projector.SpendReport) erro
 }
 
 // writeReportTable writes rep as an aligned table under a header that
-// says what was read and that denials are not counted.
+// says what was read and where the denial counts come from.
 func writeReportTable(out io.Writer, name string, r replayFlags, rep *projector.SpendReport) error {
 	from, to := r.from, r.to
 	if from == "" {

@@ -69,8 +69,11 @@ func serve(args []string) int {
 	feedOn := fs.Bool("feed", false, "relay every ledger event to the live event feed (stream <bucket>_feed, subjects <prefix>feed.v1.>); off by default: it stores each event a second time, and turning it on later back-fills from the ledger's start")
 	feedMaxAge := fs.Duration("feed-max-age", streams.DefaultFeedMaxAge, "with --feed: how long the feed keeps each message, so how long a consumer may be away and resume without missing an event (0: keep every message; give every relaying replica the same value)")
 	reportsOn := fs.Bool("reports", true, "keep the spend report (the report endpoint, spendgate report): sums per hour, scope and metadata value, kept as the ledger folds and saved in its own snapshots in the snapshot bucket; false answers report_unavailable")
+	denialsOn := fs.Bool("denial-records", true, "record every admit this replica denies on the denial stream (<bucket>_denials, subjects <prefix>denial.v1.>), off the request path, so spend reports count denials; false records none")
+	denialMaxAge := fs.Duration("denial-max-age", streams.DefaultDenialMaxAge, "how long the denial stream keeps a denial record, so how far back reports count denials (give every replica the same value)")
 	snapRevisions := fs.Uint64("snapshot-revisions", ledger.DefaultSnapshotRevisions, "write a snapshot of the book once the stream has moved this many revisions past the newest one (0: never; spendgate snapshot writes one on demand)")
 	snapInterval := fs.Duration("snapshot-interval", ledger.DefaultSnapshotInterval, "write a snapshot this long after the newest one if the stream moved")
+	trimmable := fs.Bool("trimmable", false, "create the ledger stream so that spendgate audit trim may drop archived history (only when the stream is created)")
 	readyTimeout := fs.Duration("ready-timeout", time.Minute, "how long the replica may take to fold the ledger stream at start")
 	maxInflight := fs.Int("max-inflight", service.MaxInFlight, "requests this replica handles at once; beyond it callers get ledger_busy at once")
 	signingKey := fs.String("signing-key", "", "nkey seed file that signs this replica's revisions (or the seed itself in $"+envSigningSeed+"; default with the embedded server <data-dir>/"+signingKeyFile+", created on first start; with --nats-url a key kept only in memory); re-read on SIGHUP")
@@ -92,6 +95,9 @@ func serve(args []string) int {
 	}
 	if *feedMaxAge < 0 || (*feedMaxAge > 0 && *feedMaxAge < time.Minute) {
 		return serveCommand.usageError(fs, "--feed-max-age must be 0 (keep every message) or at least 1m")
+	}
+	if *denialMaxAge < time.Minute {
+		return serveCommand.usageError(fs, "--denial-max-age must be at least 1m")
 	}
 	if *sweepEvery <= 0 {
 		return serveCommand.usageError(fs, "--sweep-interval must be positive")
@@ -163,7 +169,7 @@ func serve(args []string) int {
 		*replicas = 3
 	}
 
-	layout, err := streams.New(streams.Config{Bucket: *bucket, Prefix: *prefix, Replicas: *replicas, Lanes: *lanes})
+	layout, err := streams.New(streams.Config{Bucket: *bucket, Prefix: *prefix, Replicas: *replicas, Lanes: *lanes, Trimmable: *trimmable})
 	if err != nil {
 		log.Error("config", "err", err)
 		return 1
@@ -214,6 +220,7 @@ func serve(args []string) int {
 			ledger.WithSigner(keys.signer), ledger.WithTrust(keys.trust)},
 		ReadyTimeout: *readyTimeout, Metrics: m, MetricsBudgets: *metricsBudgets, Feed: *feedOn,
 		MaxInFlight: *maxInflight, Reports: *reportsOn, FeedMaxAge: feedAge(*feedMaxAge),
+		NoDenialRecords: !*denialsOn, DenialMaxAge: *denialMaxAge, Name: replicaName(),
 	})
 	if err != nil {
 		log.Error("start", "err", err)
@@ -308,4 +315,15 @@ func feedAge(d time.Duration) time.Duration {
 		return -1
 	}
 	return d
+}
+
+// replicaName names this replica in its denial records: host and process,
+// so a restarted replica is another name (its records were published or
+// lost with the process).
+func replicaName() string {
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "replica"
+	}
+	return fmt.Sprintf("%s-%d", host, os.Getpid())
 }

@@ -1,0 +1,195 @@
+package main
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/spendgate/spendgate/admit"
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/ledger"
+	"github.com/spendgate/spendgate/projector"
+	"github.com/spendgate/spendgate/settle"
+	"github.com/spendgate/spendgate/streams"
+	"github.com/spendgate/spendgate/testenv"
+)
+
+// runLedger runs a ledger replica on env until the test ends.
+func runLedger(t *testing.T, env *testenv.Env, opts ...ledger.Option) *ledger.Ledger {
+	t.Helper()
+	nc := env.Connect(t)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	l, err := ledger.New(context.Background(), nc, js, env.Layout, opts...)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case <-l.Ready():
+	case err := <-done:
+		t.Fatalf("ledger stopped: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("ledger not ready")
+	}
+	return l
+}
+
+// TestAudit_ArchiveKillTrim: a history of admits, settles and releases is
+// archived by a spendgate audit archive process that is SIGKILLed once it
+// has written a few segments (a stray temporary file is left as a torn
+// write would leave it); a rerun completes the archive up to the newest
+// snapshot, with every message once. Then the stream is trimmed below the
+// snapshot: the audit over archive + stream passes with the balances and
+// reservation count it had before the trim, a replica still starts (from
+// the snapshot) and admits, the stream alone no longer audits, and an
+// edited archive segment is detected, whether or not its digest is
+// recomputed. How it can fail: a killed run that left a half segment, or
+// a rerun that re-archived or skipped messages, breaks the chain or the
+// count; a trim that dropped a revision the snapshot names stops the
+// replica (its anchors) and the audit (the chain).
+func TestAudit_ArchiveKillTrim(t *testing.T) {
+	layout, err := streams.New(streams.Config{Trimmable: true})
+	require.NoError(t, err)
+	env := testenv.New(t, testenv.WithLayout(layout))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	l := runLedger(t, env, ledger.WithSnapshotEvery(0, 0))
+	_, err = l.PutBudget(ctx, events.BudgetRef{Scope: "org:arch", Period: events.PeriodMonth}, events.MustMoney("100000"), "USD", time.Now())
+	require.NoError(t, err)
+	a, err := admit.New(l)
+	require.NoError(t, err)
+	s, err := settle.New(l)
+	require.NoError(t, err)
+	work := func(from, to int) {
+		for i := from; i < to; i++ {
+			rep, err := a.Admit(ctx, events.AdmitRequest{RequestID: fmt.Sprintf("arch-%d", i), Scopes: []string{"org:arch"}, Amount: "0.5"})
+			require.NoError(t, err)
+			require.True(t, rep.Admitted)
+			switch i % 3 {
+			case 0:
+				_, err = s.Settle(ctx, events.SettleRequest{ReservationID: rep.ReservationID, Actual: "0.25"})
+			case 1:
+				_, err = s.Release(ctx, events.ReleaseRequest{ReservationID: rep.ReservationID})
+			}
+			require.NoError(t, err)
+		}
+	}
+	work(0, 600)
+	snap, err := l.Snapshot(ctx)
+	require.NoError(t, err)
+	work(600, 700) // a tail after the snapshot
+
+	before, err := projector.Check(ctx, env.JS, env.Layout)
+	require.NoError(t, err)
+	require.True(t, before.OK(), before.String())
+	p := projector.New(env.JS, env.Layout)
+	st, err := p.CatchUp(ctx)
+	require.NoError(t, err)
+	balances := st.Balances()
+
+	dir := t.TempDir()
+	arch := startProc(t, false, "audit", "archive", "--nats-url", env.URL(), "--dir", dir, "--segment-messages", "5")
+	testenv.WaitFor(t, time.Minute, "a few segments written", func() bool {
+		m, _ := filepath.Glob(filepath.Join(dir, "segment-*.jsonl.gz"))
+		return len(m) >= 3
+	})
+	select {
+	case <-arch.done:
+		t.Log("the archive finished before the kill: the rerun has nothing left to do")
+	default:
+		arch.kill(t)
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "segment-00000000000000099999-00000000000000099999.jsonl.gz.tmp"), []byte("torn"), 0o644))
+	info, err := projector.VerifyArchive(dir, env.Layout.StreamName())
+	require.NoError(t, err, "a kill leaves whole segments")
+	require.Less(t, info.Last, snap.Seq, "killed before the end")
+	rerun := startProc(t, false, "audit", "archive", "--nats-url", env.URL(), "--dir", dir, "--segment-messages", "50")
+	<-rerun.done
+	require.NoError(t, rerun.err, rerun.out.String())
+	info, err = projector.VerifyArchive(dir, env.Layout.StreamName())
+	require.NoError(t, err)
+	require.Equal(t, snap.Seq, info.Last)
+	require.Equal(t, int(snap.Seq), info.Messages, "every message up to the snapshot, once")
+	tmps, _ := filepath.Glob(filepath.Join(dir, "*.tmp"))
+	require.Empty(t, tmps)
+
+	res, err := projector.Trim(ctx, env.JS, env.Layout, dir)
+	require.NoError(t, err)
+	require.Equal(t, snap.Seq, res.Snapshot.Seq)
+	require.Less(t, res.After, res.Before/2, "most of the stream is gone")
+
+	after, err := projector.Check(ctx, env.JS, env.Layout, projector.WithArchive(dir))
+	require.NoError(t, err)
+	require.True(t, after.OK(), after.String())
+	require.Equal(t, before.Reservations, after.Reservations)
+	require.Equal(t, before.Position, after.Position)
+	require.True(t, after.Snapshot.Verified)
+	st2, err := p.CatchUp(ctx) // p has no archive: reads the trimmed stream
+	require.ErrorIs(t, err, projector.ErrTrimmed, "the trimmed stream alone does not replay")
+	_ = st2
+	_, err = p.ExportJSONL(ctx, io.Discard, projector.Filter{})
+	require.ErrorIs(t, err, projector.ErrTrimmed, "nor exports")
+	pa := projector.New(env.JS, env.Layout)
+	_, err = pa.UseArchive(dir)
+	require.NoError(t, err)
+	st3, err := pa.CatchUp(ctx)
+	require.NoError(t, err)
+	require.Equal(t, balances, st3.Balances())
+
+	// A replica starting now loads the snapshot and admits.
+	l2 := runLedger(t, env, ledger.WithSnapshotEvery(0, 0))
+	require.Equal(t, snap.Seq, l2.SnapshotStats().Loaded)
+	a2, err := admit.New(l2)
+	require.NoError(t, err)
+	rep, err := a2.Admit(ctx, events.AdmitRequest{RequestID: "after-trim", Scopes: []string{"org:arch"}, Amount: "0.5"})
+	require.NoError(t, err)
+	require.True(t, rep.Admitted)
+
+	// An edited segment: one amount changed.
+	segs, _ := filepath.Glob(filepath.Join(dir, "segment-*.jsonl.gz"))
+	require.Greater(t, len(segs), 2)
+	victim := segs[len(segs)/2]
+	orig, err := os.ReadFile(victim)
+	require.NoError(t, err)
+	zr, err := gzip.NewReader(bytes.NewReader(orig))
+	require.NoError(t, err)
+	body, err := io.ReadAll(zr)
+	require.NoError(t, err)
+	i := bytes.IndexByte(body, '\n') + 1
+	j := bytes.Index(body[i:], []byte(`"data":"`)) + i + len(`"data":"`) + 20
+	body[j] ^= 1
+	var z bytes.Buffer
+	zw := gzip.NewWriter(&z)
+	_, _ = zw.Write(body)
+	require.NoError(t, zw.Close())
+	require.NoError(t, os.WriteFile(victim, z.Bytes(), 0o644))
+	edited, err := projector.Check(ctx, env.JS, env.Layout, projector.WithArchive(dir))
+	require.NoError(t, err)
+	require.False(t, edited.OK())
+	require.Contains(t, edited.String(), filepath.Base(victim))
+	require.NoError(t, os.WriteFile(victim, orig, 0o644))
+	ok, err := projector.Check(ctx, env.JS, env.Layout, projector.WithArchive(dir))
+	require.NoError(t, err)
+	require.True(t, ok.OK(), ok.String())
+}
+
+// TestAudit_TrimRefusesAStreamThatDeniesPurges: the default ledger
+// stream denies purges, and trim says so before it audits anything.
+func TestAudit_TrimRefusesAStreamThatDeniesPurges(t *testing.T) {
+	env := testenv.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := projector.Trim(ctx, env.JS, env.Layout, t.TempDir())
+	require.ErrorContains(t, err, "denies purges")
+}

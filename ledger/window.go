@@ -1,0 +1,555 @@
+package ledger
+
+import (
+	"encoding/hex"
+	"hash/maphash"
+	"time"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/streams"
+)
+
+// The idempotency window holds the closed reservations a replica still
+// answers replays for: a settle, release or admit retried within the
+// retention gets the answer it got the first time. There may be hundreds
+// of thousands of them (15 minutes at 1,000 closes a second), so each is
+// kept compact, in one winEntry of 112 bytes plus two 4-byte index slots:
+//
+//   - ids as 16 bytes when they are UUIDs in their canonical text (a
+//     reservation id is "rsv_" + a UUID; the client's request ids are
+//     UUIDs), the request hash as its 16 bytes;
+//   - one balance (a pointer to the book's balance, which holds the ref
+//     and key), the unit as an index into the window's table of units,
+//     the amount and actual as int64 coefficient and int8 exponent
+//     (events.Money.Compact), times as Unix nanoseconds, the status as a
+//     small code;
+//   - anything that does not fit (an id of another shape, a reservation in
+//     several balances or priced from a model, a time outside 1678..2262,
+//     a status other than the three) goes to a winExt beside the entry: the strings that did not
+//     fit, or the whole Reservation.
+//
+// Entries live in two FIFO rings, closed and expired (their retentions
+// differ), in the order their closes were stamped, and are forgotten from
+// the front. Two open-addressing tables of uint32 handles index them by
+// reservation id and by request id. A materialized Reservation is built
+// on each lookup; its text (ids, amounts, times, status) is the original,
+// byte for byte.
+
+// window statuses, as codes (0 means the status lives in ext.res).
+var winStatuses = [...]string{1: events.StatusSettled, 2: events.StatusReleased, 3: events.StatusExpired}
+
+func winStatus(s string) uint8 {
+	for i, v := range winStatuses {
+		if i > 0 && v == s {
+			return uint8(i)
+		}
+	}
+	return 0
+}
+
+// id kinds of a compact id.
+const (
+	idExt  = 0 // not compact: the text is in ext
+	idUUID = 1 // a canonical UUID
+	idRsv  = 2 // "rsv_" + a canonical UUID
+)
+
+// entry flags
+const (
+	flagHash = 1 << 0 // hash holds the request hash (32 hex characters)
+	flagLate = 1 << 1
+	flagDead = 1 << 2 // taken back into the book (see book.rehydrate)
+)
+
+type winEntry struct {
+	id, req, hash           [16]byte
+	at, opened, expires     int64
+	amount, actual          int64
+	bal                     *balance
+	ext                     *winExt
+	amountExp, actualExp    int8
+	idKind, reqKind, status uint8
+	flags                   uint8
+	unit                    uint16
+}
+
+// winExt holds what a winEntry cannot: texts that are not UUIDs or hex
+// hashes, or (res) a whole reservation.
+type winExt struct {
+	id, req, hash string
+	res           *Reservation
+}
+
+// window is the idempotency window: see above.
+type window struct {
+	rings       [2]ring // winClosed, winExpired
+	byID, byReq table
+	seed        maphash.Seed
+	units       []string
+	unitIdx     map[string]uint16
+}
+
+const (
+	winClosed  = 0
+	winExpired = 1
+	// handleBits is how many bits of a handle hold the ring position; the
+	// bit above names the ring.
+	handleBits = 30
+	handleMask = 1<<handleBits - 1
+	emptySlot  = ^uint32(0)
+)
+
+func newWindow() *window {
+	return &window{seed: maphash.MakeSeed(), unitIdx: map[string]uint16{}}
+}
+
+// len is the number of closed reservations the window holds.
+func (w *window) len() int { return w.byID.n }
+
+// ring is a FIFO of entries addressed by absolute position. It grows by a
+// quarter (not by doubling), so that its spare room stays a small share
+// of what it holds.
+type ring struct {
+	buf  []winEntry
+	head uint64 // absolute position of the first live entry
+	n    int
+}
+
+func (r *ring) at(abs uint64) *winEntry { return &r.buf[abs%uint64(len(r.buf))] }
+
+func (r *ring) push(e winEntry) uint64 {
+	if r.n == len(r.buf) {
+		r.resize(max(16, len(r.buf)+len(r.buf)/4))
+	}
+	abs := r.head + uint64(r.n)
+	*r.at(abs) = e
+	r.n++
+	return abs
+}
+
+func (r *ring) pop() {
+	*r.at(r.head) = winEntry{}
+	r.head++
+	r.n--
+	if len(r.buf) > 64 && r.n < len(r.buf)/2 {
+		r.resize(r.n + r.n/4)
+	}
+}
+
+func (r *ring) resize(size int) {
+	old := r.buf
+	r.buf = make([]winEntry, size)
+	for i := 0; i < r.n; i++ {
+		abs := r.head + uint64(i)
+		r.buf[abs%uint64(size)] = old[abs%uint64(len(old))]
+	}
+}
+
+// handle names an entry: its ring and position.
+func handleOf(which int, abs uint64) uint32 {
+	return uint32(which)<<handleBits | uint32(abs&handleMask)
+}
+
+func (w *window) entry(h uint32) *winEntry {
+	r := &w.rings[h>>handleBits]
+	abs := r.head + uint64((h-uint32(r.head))&handleMask)
+	return r.at(abs)
+}
+
+// table is an open-addressing hash table (linear probing, backward-shift
+// deletion) of handles.
+type table struct {
+	slots []uint32
+	n     int
+}
+
+// key kinds for hashing: an id's hash depends only on its text.
+func (w *window) hashID(s string) uint64 {
+	if b, kind, ok := compactID(s); ok {
+		return w.hashCompact(b, kind)
+	}
+	return maphash.String(w.seed, s)
+}
+
+func (w *window) hashCompact(b [16]byte, kind uint8) uint64 {
+	var buf [17]byte
+	copy(buf[:], b[:])
+	buf[16] = kind
+	return maphash.Bytes(w.seed, buf[:])
+}
+
+// keyHash is the hash of entry e's reservation id (req false) or request
+// id (req true).
+func (w *window) keyHash(e *winEntry, req bool) uint64 {
+	if req {
+		if e.reqKind != idExt {
+			return w.hashCompact(e.req, e.reqKind)
+		}
+		return w.hashID(e.reqText())
+	}
+	if e.idKind != idExt {
+		return w.hashCompact(e.id, e.idKind)
+	}
+	return w.hashID(e.idText())
+}
+
+func (e *winEntry) statusText() string {
+	if e.ext != nil && e.ext.res != nil {
+		return e.ext.res.Status
+	}
+	return winStatuses[e.status]
+}
+
+func (e *winEntry) idText() string {
+	switch {
+	case e.idKind != idExt:
+		return idText(e.id, e.idKind)
+	case e.ext.res != nil:
+		return e.ext.res.ID
+	}
+	return e.ext.id
+}
+
+func (e *winEntry) reqText() string {
+	switch {
+	case e.reqKind != idExt:
+		return idText(e.req, e.reqKind)
+	case e.ext.res != nil:
+		return e.ext.res.RequestID
+	}
+	return e.ext.req
+}
+
+// matches reports whether e's id (or request id) is s.
+func (e *winEntry) matches(s string, req bool) bool {
+	kind, b := e.idKind, &e.id
+	if req {
+		kind, b = e.reqKind, &e.req
+	}
+	if kind == idExt {
+		if req {
+			return e.reqText() == s
+		}
+		return e.idText() == s
+	}
+	c, k, ok := compactID(s)
+	return ok && k == kind && c == *b
+}
+
+func (w *window) find(t *table, s string, req bool) (uint32, bool) {
+	if t.n == 0 {
+		return 0, false
+	}
+	mask := uint64(len(t.slots) - 1)
+	for i := w.hashID(s) & mask; ; i = (i + 1) & mask {
+		h := t.slots[i]
+		if h == emptySlot {
+			return 0, false
+		}
+		if w.entry(h).matches(s, req) {
+			return h, true
+		}
+	}
+}
+
+func (w *window) insert(t *table, h uint32, req bool) {
+	if 4*(t.n+1) > 3*len(t.slots) {
+		w.rehash(t, max(16, 2*len(t.slots)), req)
+	}
+	w.place(t, h, req)
+	t.n++
+}
+
+func (w *window) place(t *table, h uint32, req bool) {
+	mask := uint64(len(t.slots) - 1)
+	i := w.keyHash(w.entry(h), req) & mask
+	for t.slots[i] != emptySlot {
+		i = (i + 1) & mask
+	}
+	t.slots[i] = h
+}
+
+func (w *window) rehash(t *table, size int, req bool) {
+	old := t.slots
+	t.slots = make([]uint32, size)
+	for i := range t.slots {
+		t.slots[i] = emptySlot
+	}
+	for _, h := range old {
+		if h != emptySlot {
+			w.place(t, h, req)
+		}
+	}
+}
+
+// remove takes handle h out of t, if it is there.
+func (w *window) remove(t *table, h uint32, req bool) {
+	if t.n == 0 {
+		return
+	}
+	mask := uint64(len(t.slots) - 1)
+	i := w.keyHash(w.entry(h), req) & mask
+	for t.slots[i] != h {
+		if t.slots[i] == emptySlot {
+			return
+		}
+		i = (i + 1) & mask
+	}
+	// Backward shift: move up every later entry of the run whose home is
+	// not in (i, j].
+	for j := (i + 1) & mask; t.slots[j] != emptySlot; j = (j + 1) & mask {
+		home := w.keyHash(w.entry(t.slots[j]), req) & mask
+		if (j > i && (home <= i || home > j)) || (j < i && home <= i && home > j) {
+			t.slots[i] = t.slots[j]
+			i = j
+		}
+	}
+	t.slots[i] = emptySlot
+	t.n--
+	if len(t.slots) > 64 && 8*t.n < len(t.slots) {
+		w.rehash(t, len(t.slots)/2, req)
+	}
+}
+
+// add puts closed reservation r, stamped at, into ring which. A request id
+// already in the window now names r (the newer reservation wins, as in
+// the book's request map).
+func (w *window) add(which int, r *Reservation, bl *balance, at time.Time) {
+	e := w.compact(r, bl)
+	e.at = at.UnixNano()
+	r0 := &w.rings[which]
+	abs := r0.push(e)
+	h := handleOf(which, abs)
+	if old, ok := w.find(&w.byReq, r.RequestID, true); ok {
+		w.remove(&w.byReq, old, true)
+	}
+	w.insert(&w.byID, h, false)
+	w.insert(&w.byReq, h, true)
+}
+
+// take removes the entry h from both indexes, leaving a dead entry in its
+// ring, and returns its reservation.
+func (w *window) take(h uint32) *Reservation {
+	e := w.entry(h)
+	r := w.reservation(e)
+	w.remove(&w.byID, h, false)
+	w.remove(&w.byReq, h, true)
+	e.flags |= flagDead
+	e.ext, e.bal = nil, nil
+	return r
+}
+
+// forget drops the entries of ring which stamped before t.
+func (w *window) forget(which int, before time.Time) {
+	r := &w.rings[which]
+	b := before.UnixNano()
+	for r.n > 0 {
+		e := r.at(r.head)
+		if e.at >= b {
+			return
+		}
+		if e.flags&flagDead == 0 {
+			h := handleOf(which, r.head)
+			w.remove(&w.byID, h, false)
+			w.remove(&w.byReq, h, true)
+		}
+		r.pop()
+	}
+}
+
+// each calls f with every live entry of ring which, in stamp order.
+func (w *window) each(which int, f func(r *Reservation, at time.Time)) {
+	rg := &w.rings[which]
+	for i := 0; i < rg.n; i++ {
+		e := rg.at(rg.head + uint64(i))
+		if e.flags&flagDead == 0 {
+			f(w.reservation(e), time.Unix(0, e.at).UTC())
+		}
+	}
+}
+
+// get returns the reservation with id (req false) or request id (req
+// true) and its handle.
+func (w *window) get(s string, req bool) (*Reservation, uint32, bool) {
+	t := &w.byID
+	if req {
+		t = &w.byReq
+	}
+	h, ok := w.find(t, s, req)
+	if !ok {
+		return nil, 0, false
+	}
+	return w.reservation(w.entry(h)), h, true
+}
+
+// shared returns the entry h's reservation as one the book may keep a
+// pointer to and change in place: the entry is widened to hold it whole.
+func (w *window) shared(h uint32) *Reservation {
+	e := w.entry(h)
+	if e.ext != nil && e.ext.res != nil {
+		return e.ext.res
+	}
+	r := w.reservation(e)
+	e.ext = &winExt{res: r}
+	e.idKind, e.reqKind = idExt, idExt
+	return r
+}
+
+// compact makes the entry for r (whose single balance, if it has one, is
+// bl).
+func (w *window) compact(r *Reservation, bl *balance) winEntry {
+	whole := winEntry{ext: &winExt{res: r}, status: winStatus(r.Status)}
+	e := winEntry{status: winStatus(r.Status)}
+	if e.status == 0 || r.Pricing != nil || len(r.Parts) != 1 || len(r.Balances) != 1 || bl == nil || bl.ref != r.Balances[0] || r.Parts[0].Key != bl.key {
+		return whole
+	}
+	p := &r.Parts[0]
+	var ok1, ok2 bool
+	e.amount, e.amountExp, ok1 = p.Amount.Compact()
+	e.actual, e.actualExp, ok2 = p.Actual.Compact()
+	var ok3, ok4 bool
+	e.opened, ok3 = unixNanos(r.OpenedAt)
+	e.expires, ok4 = unixNanos(r.ExpiresAt)
+	if !ok1 || !ok2 || !ok3 || !ok4 {
+		return whole
+	}
+	u, ok := w.unitIdx[p.Unit]
+	if !ok {
+		if len(w.units) >= 1<<16-1 {
+			return whole
+		}
+		u = uint16(len(w.units))
+		w.units = append(w.units, p.Unit)
+		w.unitIdx[p.Unit] = u
+	}
+	e.unit, e.bal = u, bl
+	if r.Late {
+		e.flags |= flagLate
+	}
+	var ext winExt
+	if b, kind, ok := compactID(r.ID); ok {
+		e.id, e.idKind = b, kind
+	} else {
+		ext.id = r.ID
+	}
+	if b, kind, ok := compactID(r.RequestID); ok {
+		e.req, e.reqKind = b, kind
+	} else {
+		ext.req = r.RequestID
+	}
+	if len(r.RequestHash) == 32 && isLowerHex(r.RequestHash) {
+		hex.Decode(e.hash[:], []byte(r.RequestHash))
+		e.flags |= flagHash
+	} else {
+		ext.hash = r.RequestHash
+	}
+	if ext != (winExt{}) {
+		e.ext = &ext
+	}
+	return e
+}
+
+// reservation builds the Reservation entry e holds (e's own when it holds
+// one whole: the caller must not change it).
+func (w *window) reservation(e *winEntry) *Reservation {
+	if e.ext != nil && e.ext.res != nil {
+		return e.ext.res
+	}
+	r := &Reservation{
+		ID: e.idText(), RequestID: e.reqText(),
+		Balances: e.bal.self,
+		Parts: []Part{{Key: e.bal.key, Unit: w.units[e.unit],
+			Amount: events.MoneyFromCompact(e.amount, e.amountExp), Actual: events.MoneyFromCompact(e.actual, e.actualExp)}},
+		OpenedAt: time.Unix(0, e.opened).UTC(), ExpiresAt: time.Unix(0, e.expires).UTC(),
+		Status: winStatuses[e.status], Late: e.flags&flagLate != 0,
+	}
+	if e.flags&flagHash != 0 {
+		r.RequestHash = hex.EncodeToString(e.hash[:])
+	} else {
+		r.RequestHash = e.ext.hash
+	}
+	return r
+}
+
+// unixNanos returns t as Unix nanoseconds if that gives t back exactly
+// (in UTC, in 1678..2262).
+func unixNanos(t time.Time) (int64, bool) {
+	if t.Location() != time.UTC {
+		return 0, false
+	}
+	n := t.UnixNano()
+	return n, time.Unix(0, n).Equal(t)
+}
+
+// compactID returns s as 16 bytes when it is a canonical lowercase UUID
+// (kind idUUID) or "rsv_" followed by one (idRsv).
+func compactID(s string) ([16]byte, uint8, bool) {
+	kind := uint8(idUUID)
+	if len(s) == 40 && s[:4] == "rsv_" {
+		s, kind = s[4:], idRsv
+	}
+	var b [16]byte
+	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
+		return b, 0, false
+	}
+	j := 0
+	for i := 0; i < 36; {
+		if s[i] == '-' {
+			i++
+			continue
+		}
+		hi, ok1 := lowerHex(s[i])
+		lo, ok2 := lowerHex(s[i+1])
+		if !ok1 || !ok2 {
+			return b, 0, false
+		}
+		b[j] = hi<<4 | lo
+		j++
+		i += 2
+	}
+	return b, kind, true
+}
+
+func idText(b [16]byte, kind uint8) string {
+	var buf [40]byte
+	out := buf[:0]
+	if kind == idRsv {
+		out = append(out, "rsv_"...)
+	}
+	const digits = "0123456789abcdef"
+	for i, c := range b {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			out = append(out, '-')
+		}
+		out = append(out, digits[c>>4], digits[c&15])
+	}
+	return string(out)
+}
+
+func lowerHex(c byte) (byte, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0', true
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10, true
+	}
+	return 0, false
+}
+
+func isLowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if _, ok := lowerHex(s[i]); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// windowBalance returns the book's balance a single-balance reservation r
+// holds, or nil.
+func (b *book) windowBalance(r *Reservation) *balance {
+	if len(r.Balances) != 1 {
+		return nil
+	}
+	return b.balances[streams.BalanceKey(r.Balances[0])]
+}

@@ -1,0 +1,79 @@
+package projector
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/spendgate/spendgate/events"
+)
+
+// TestState_Window: a State with a window holds what is open plus the
+// recently closed, whatever the history's length: 10,000 reservations
+// opened and settled a second apart leave at most the last 60 s of them
+// (a 1-minute window); an expired one is kept for the expired window so
+// that its settle after expiry still folds; the balance totals equal a
+// State that keeps everything, and each forgotten reservation went
+// through onForget. How we know it can fail: without advance's
+// forgetting, the State holds all 10,000 (the bound is asserted); a
+// window that forgot the expired reservation early makes the late settle
+// fail with "never opened".
+func TestState_Window(t *testing.T) {
+	ref := events.BalanceRef{Scope: "org:acme", Period: events.PeriodMonth, Instance: "2026-11"}
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	rev := func(spent, reserved, overrun events.Money, open int64, evs ...events.Event) []byte {
+		return laneJSON(t, events.BalanceRevision{Schema: events.SchemaBalance, Balance: ref, Unit: "USD", Limit: events.MustMoney("1000000"),
+			Spent: spent, Reserved: reserved, Overrun: overrun, Open: open, Events: evs})
+	}
+	open := func(id string, at time.Time) events.ReservationOpened {
+		return events.ReservationOpened{ReservationID: id, RequestID: "q" + id, Balance: ref, Amount: events.MustMoney("1"), Unit: "USD",
+			Balances: []events.BalanceRef{ref}, ExpiresAt: at.Add(time.Minute), At: at}
+	}
+	lean, full := NewState(), NewState()
+	forgotten := 0
+	lean.setWindow(time.Minute, 3*time.Hour, func(r *Reservation) {
+		require.NotEqual(t, events.StatusOpen, r.Status)
+		forgotten++
+	})
+	seq := uint64(0)
+	spent, overrun := events.Zero, events.Zero
+	both := func(at time.Time, data []byte) {
+		seq++
+		lean.advance(at)
+		require.NoError(t, lean.Apply(seq, "lane.0", data))
+		require.NoError(t, full.Apply(seq, "lane.0", data))
+	}
+	// One reservation expires first, and is settled late at the end.
+	both(t0, rev(spent, events.MustMoney("1"), overrun, 1, open("x", t0)))
+	both(t0, rev(spent, events.Zero, overrun, 0, events.ReservationReleased{ReservationID: "x", Balance: ref, Reserved: events.MustMoney("1"), Reason: events.ReasonExpired, At: t0}))
+	const n = 10_000
+	most := 0
+	for i := 0; i < n; i++ {
+		at := t0.Add(time.Duration(i) * time.Second)
+		id := fmt.Sprintf("r%d", i)
+		both(at, rev(spent, events.MustMoney("1"), overrun, 1, open(id, at)))
+		spent = spent.Add(events.MustMoney("1"))
+		both(at, rev(spent, events.Zero, overrun, 0, events.ReservationSettled{ReservationID: id, Balance: ref, Reserved: events.MustMoney("1"),
+			Actual: events.MustMoney("1"), Overrun: events.Zero, At: at}))
+		most = max(most, len(lean.reservations)+len(lean.win.digests))
+		require.LessOrEqual(t, len(lean.reservations), 2, "settled reservations are kept as digests")
+	}
+	require.LessOrEqual(t, most, 63, "held at most a minute of closes (plus the expired one)")
+	end := t0.Add(n * time.Second)
+	spent, overrun = spent.Add(events.MustMoney("2")), overrun.Add(events.MustMoney("2"))
+	both(end, rev(spent, events.Zero, overrun, 0, events.ReservationSettled{ReservationID: "x", Balance: ref, Reserved: events.MustMoney("1"),
+		Actual: events.MustMoney("2"), Overrun: events.MustMoney("2"), Late: true, AfterExpiry: true, At: end}))
+	require.Equal(t, full.Balances(), lean.Balances())
+	require.Equal(t, n+1, len(lean.reservations)+lean.Forgotten())
+	require.Equal(t, forgotten, lean.Forgotten())
+	_, status, ok := lean.statusOf("x")
+	require.True(t, ok, "settled after expiry: kept for the closed window again")
+	require.Equal(t, events.StatusSettled, status)
+	// Clones keep their own window.
+	c := lean.Clone()
+	c.advance(end.Add(2 * time.Hour))
+	require.Empty(t, c.win.digests)
+	require.NotEmpty(t, lean.win.digests)
+}

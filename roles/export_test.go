@@ -1,0 +1,4 @@
+package roles
+
+// SubjectsIntersect exposes subjectsIntersect to the tests.
+var SubjectsIntersect = subjectsIntersect

@@ -1,0 +1,191 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/streams"
+)
+
+// DefaultDenialBuffer is how many denial records a DenialRecorder holds
+// before it drops new ones.
+const DefaultDenialBuffer = 4096
+
+// denialPublishTimeout bounds one publish of a denial record, and
+// denialDrainTimeout the publishing of what is buffered when Run ends.
+const (
+	denialPublishTimeout = 5 * time.Second
+	denialDrainTimeout   = 5 * time.Second
+)
+
+// DenialRecorder publishes the admits a replica denies to the denial
+// stream (streams.DenialStreamName), off the request path: Record only
+// puts the record in a bounded buffer (and counts a drop when it is full),
+// Run publishes from it. Each record's Nats-Msg-Id is
+// streams.DenialMsgID of the replica, tenant and request id, so a retry of
+// one denied request on one replica within the dedupe window is recorded
+// once. A record buffered when the replica crashes is lost: a denial is
+// recorded at most once per replica. Safe for concurrent use.
+type DenialRecorder struct {
+	js      jetstream.JetStream
+	layout  streams.Layout
+	replica string
+	log     *slog.Logger
+	ch      chan events.AdmitDenied
+
+	recorded, dropped, failed atomic.Uint64
+
+	// mu guards queued (records buffered), settled (records whose
+	// publish ended, either way) and progress (closed and replaced as
+	// each ends): what Flush waits on.
+	mu       sync.Mutex
+	queued   uint64
+	settled  uint64
+	progress chan struct{}
+}
+
+// NewDenialRecorder returns a recorder for replica (a name unique among
+// the running replicas) that buffers up to buffer records (0:
+// DefaultDenialBuffer). It does no I/O until Run.
+func NewDenialRecorder(js jetstream.JetStream, layout streams.Layout, replica string, buffer int, log *slog.Logger) (*DenialRecorder, error) {
+	if replica == "" {
+		return nil, errors.New("service: a denial recorder needs a replica name")
+	}
+	if buffer <= 0 {
+		buffer = DefaultDenialBuffer
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &DenialRecorder{js: js, layout: layout, replica: replica, log: log, ch: make(chan events.AdmitDenied, buffer),
+		progress: make(chan struct{})}, nil
+}
+
+// Replica is the replica name the records carry.
+func (r *DenialRecorder) Replica() string { return r.replica }
+
+// Record buffers d for publishing, with its replica set, and reports
+// whether it was buffered (false: the buffer was full and d is dropped and
+// counted). It never blocks.
+func (r *DenialRecorder) Record(d events.AdmitDenied) bool {
+	d.Replica = r.replica
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	select {
+	case r.ch <- d:
+		r.queued++
+		return true
+	default:
+		r.dropped.Add(1)
+		return false
+	}
+}
+
+// Flush waits until every record buffered before the call has been
+// published (or has failed), or ctx ends, and returns ctx's error then.
+// The replica's own report calls it, so a report counts the denials this
+// replica answered before it.
+func (r *DenialRecorder) Flush(ctx context.Context) error {
+	r.mu.Lock()
+	target := r.queued
+	for r.settled < target {
+		ch := r.progress
+		r.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		}
+		r.mu.Lock()
+	}
+	r.mu.Unlock()
+	return nil
+}
+
+// settle notes that one buffered record's publish ended.
+func (r *DenialRecorder) settle() {
+	r.mu.Lock()
+	r.settled++
+	close(r.progress)
+	r.progress = make(chan struct{})
+	r.mu.Unlock()
+}
+
+// Recorded, Dropped and Failed count the records published, dropped for
+// a full buffer, and whose publish failed.
+func (r *DenialRecorder) Recorded() uint64 { return r.recorded.Load() }
+
+// Dropped counts the records dropped because the buffer was full.
+func (r *DenialRecorder) Dropped() uint64 { return r.dropped.Load() }
+
+// Failed counts the records whose publish failed.
+func (r *DenialRecorder) Failed() uint64 { return r.failed.Load() }
+
+// Run publishes buffered records until ctx ends, then publishes what is
+// still buffered within a few seconds. It returns nil.
+func (r *DenialRecorder) Run(ctx context.Context) error {
+	for {
+		select {
+		case d := <-r.ch:
+			r.publish(ctx, d)
+		case <-ctx.Done():
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), denialDrainTimeout)
+			defer cancel()
+			for {
+				select {
+				case d := <-r.ch:
+					r.publish(dctx, d)
+				default:
+					return nil
+				}
+			}
+		}
+	}
+}
+
+// publish publishes d, retrying a failed publish (the same Nats-Msg-Id, so
+// a publish that was stored but not acknowledged is not doubled) until
+// denialPublishTimeout.
+func (r *DenialRecorder) publish(ctx context.Context, d events.AdmitDenied) {
+	defer r.settle()
+	data, err := events.EncodeAdmitDenied(d)
+	if err != nil {
+		r.failed.Add(1)
+		return
+	}
+	scope := d.Denial.Scope.Local()
+	if scope == "" && len(d.Scopes) > 0 {
+		scope = events.Scope(d.Scopes[0])
+	}
+	msg := nats.NewMsg(r.layout.DenialSubject(d.Tenant, scope))
+	msg.Data = data
+	msg.Header.Set(jetstream.MsgIDHeader, streams.DenialMsgID(r.replica, d.Tenant, d.RequestID))
+	pctx, cancel := context.WithTimeout(ctx, denialPublishTimeout)
+	defer cancel()
+	for {
+		_, err = r.js.PublishMsg(pctx, msg)
+		if err == nil {
+			r.recorded.Add(1)
+			return
+		}
+		select {
+		case <-pctx.Done():
+			r.failed.Add(1)
+			r.log.Warn("denial record not published", "request_id", d.RequestID, "err", err)
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// defaultAdmitUnit is the admitter's default unit (an admit that names
+// none and no model is in it).
+const defaultAdmitUnit = "USD"

@@ -156,6 +156,10 @@ type Options struct {
 	// CPUProfile and MemProfile, when set, are files to write a CPU
 	// profile of the whole run and a heap profile at its end to.
 	CPUProfile, MemProfile string
+	// BlockProfile and MutexProfile, when set, are files to write the
+	// run's blocking and mutex contention profiles to (every event
+	// sampled, so they cost throughput: compare only with each other).
+	BlockProfile, MutexProfile string
 	// Baselines also runs the floor and naive baselines.
 	Baselines bool
 	// Client also runs every scenario through the Go client (one client
@@ -309,6 +313,16 @@ func Run(ctx context.Context, opts Options, stdout, stderr io.Writer) error {
 	if err := b.start(); err != nil {
 		return err
 	}
+	// After start: the embedded server sets the block profile rate (to
+	// its option's, none) when it starts.
+	if o.BlockProfile != "" {
+		runtime.SetBlockProfileRate(1)
+		b.onClose(func() { runtime.SetBlockProfileRate(0) })
+	}
+	if o.MutexProfile != "" {
+		runtime.SetMutexProfileFraction(1)
+		b.onClose(func() { runtime.SetMutexProfileFraction(0) })
+	}
 	var rows []benchRow
 	for _, sc := range o.scenarios {
 		row, err := b.scenario(sc)
@@ -335,6 +349,14 @@ func Run(ctx context.Context, opts Options, stdout, stderr io.Writer) error {
 	if o.MemProfile != "" {
 		if err := writeHeapProfile(o.MemProfile); err != nil {
 			return fmt.Errorf("heap profile: %w", err)
+		}
+	}
+	for name, file := range map[string]string{"block": o.BlockProfile, "mutex": o.MutexProfile} {
+		if file == "" {
+			continue
+		}
+		if err := writeProfile(name, file); err != nil {
+			return fmt.Errorf("%s profile: %w", name, err)
 		}
 	}
 	if o.JSON {
@@ -429,6 +451,8 @@ func (b *bencher) ledgerStats() ledger.Stats {
 		st.Conflicts += s.Conflicts
 		st.SyncReads += s.SyncReads
 		st.Timeouts += s.Timeouts
+		st.AttemptTime += s.AttemptTime
+		st.WriteTime += s.WriteTime
 	}
 	return st
 }
@@ -719,8 +743,8 @@ func (b *bencher) scenario(sc benchScenario) (benchRow, error) {
 		if len(b.replicas) > 0 {
 			st := b.ledgerStats()
 			commits, txs := st.Commits-st0.Commits, st.Txs-st0.Txs
-			fmt.Fprintf(b.log, "%s rep %d/%d: ledger %d commits (%d atomic batches), %.1f txs per commit, %d conflicts\n",
-				sc.name, rep+1, b.o.Reps, commits, st.Batches-st0.Batches, float64(txs)/float64(max(commits, 1)), st.Conflicts-st0.Conflicts)
+			fmt.Fprintf(b.log, "%s rep %d/%d: ledger %d commits (%d atomic batches), %.1f txs per commit (%s), %d conflicts\n",
+				sc.name, rep+1, b.o.Reps, commits, st.Batches-st0.Batches, float64(txs)/float64(max(commits, 1)), commitTimes(st0, st, b.o.Duration), st.Conflicts-st0.Conflicts)
 		}
 		var cr runResult
 		if b.o.Client {
@@ -735,8 +759,8 @@ func (b *bencher) scenario(sc benchScenario) (benchRow, error) {
 				m := b.endpointCounts()
 				items := m["admit"] + m["settle"] - m0["admit"] - m0["settle"]
 				batches := m["admit_batch"] + m["settle_batch"] - m0["admit_batch"] - m0["settle_batch"]
-				fmt.Fprintf(b.log, "%s rep %d/%d: client: ledger %d commits, %.1f txs per commit; %d admits and settles, %d batch messages\n",
-					sc.name, rep+1, b.o.Reps, commits, float64(txs)/float64(max(commits, 1)), items, batches)
+				fmt.Fprintf(b.log, "%s rep %d/%d: client: ledger %d commits, %.1f txs per commit (%s), %d admits and settles, %d batch messages\n",
+					sc.name, rep+1, b.o.Reps, commits, float64(txs)/float64(max(commits, 1)), commitTimes(st0, st, b.o.Duration), items, batches)
 			}
 		}
 		var f, n runResult
@@ -1740,4 +1764,27 @@ func rssMB() float64 {
 		}
 	}
 	return 0
+}
+
+// writeProfile writes the runtime profile name (block, mutex) to path.
+func writeProfile(name, path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup(name).WriteTo(f, 0); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// commitTimes describes the commit path between two Stats of a run of d:
+// time per commit, the part of it spent waiting for the write's ack, and
+// how busy the commit path was (attempt time over d, per lane summed).
+func commitTimes(st0, st ledger.Stats, d time.Duration) string {
+	commits := max(st.Commits-st0.Commits, 1)
+	at, wt := st.AttemptTime-st0.AttemptTime, st.WriteTime-st0.WriteTime
+	return fmt.Sprintf("%s per commit, %s of it the write; commit path busy %.0f%%",
+		(at / time.Duration(commits)).Round(time.Microsecond), (wt / time.Duration(commits)).Round(time.Microsecond), 100*at.Seconds()/d.Seconds())
 }

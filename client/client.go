@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -63,9 +62,12 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	if o.maxItems > 1 {
 		c.coalesce = map[string]*coalescer{}
 		c.mux = &replyMux{nc: nc}
-		followers := new(atomic.Int64)
+		followers := &returning{}
 		for endpoint, batch := range coalescedEndpoints {
 			c.coalesce[endpoint] = newCoalescer(c, endpoint, batch, followers)
+		}
+		for _, k := range c.coalesce {
+			followers.all = append(followers.all, k)
 		}
 		c.coalesce[streams.EndpointAdmit].onAbandoned = c.releaseAbandoned
 	}
@@ -422,8 +424,11 @@ func (c *Client) request(ctx context.Context, endpoint string, req, out any) err
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("spendgate: %s: %w", subject, err)
 	}
-	all, cancel := context.WithTimeout(ctx, c.timeout*time.Duration(c.attempts))
-	defer cancel()
+	// The first attempt is bounded by its own timeout (c.timeout), within
+	// the whole request's: only a retry needs the whole request's bound as
+	// a context of its own, made then (not a timer per call).
+	start := time.Now()
+	all := ctx
 	pause := retryPause
 	k := c.coalesce[endpoint]
 	for attempt := 1; ; attempt++ {
@@ -433,6 +438,11 @@ func (c *Client) request(ctx context.Context, endpoint string, req, out any) err
 		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("spendgate: %s: %w", subject, ctx.Err())
+		}
+		if attempt == 1 && retry && attempt < c.attempts {
+			var cancel context.CancelFunc
+			all, cancel = context.WithDeadline(ctx, start.Add(c.timeout*time.Duration(c.attempts)))
+			defer cancel()
 		}
 		if !retry || attempt >= c.attempts || all.Err() != nil {
 			return err

@@ -22,9 +22,11 @@ import (
 // are. A request arriving when no message of its kind is in flight is sent
 // at once, alone, on the single subject: a lone caller waits for nothing.
 // (Except right after a batch was answered, when its callers' next calls
-// are expected within the linger.) Otherwise it waits at most the linger for others to join it (or until
-// maxItems have), and the gathered items travel as one batch request
-// (events.BatchRequest) whose answers are handed back item by item.
+// are expected within the linger: they are gathered until all of them
+// have come, or the linger has passed.) Otherwise it waits at most the
+// linger for others to join it (or until maxItems have), and the gathered
+// items travel as one batch request (events.BatchRequest) whose answers
+// are handed back item by item.
 type coalescer struct {
 	c             *Client
 	single, batch string
@@ -38,11 +40,11 @@ type coalescer struct {
 	// without batch endpoints): items then go one by one.
 	noBatch atomic.Bool
 
-	// followers is when the callers of the last batch answered (on any of
-	// the client's coalescers) may still be making their next call (unix
-	// nanoseconds, shared by the client's coalescers): until then a call
-	// waits for them even if nothing is in flight.
-	followers *atomic.Int64
+	// followers are the callers of the batches just answered (on any of
+	// the client's coalescers), who may still be making their next call:
+	// until they have, or the linger has passed, a call waits for them
+	// even if nothing is in flight.
+	followers *returning
 
 	mu           sync.Mutex
 	pending      []*citem
@@ -62,7 +64,41 @@ type citem struct {
 	sent, abandoned, finished bool
 }
 
-func newCoalescer(c *Client, endpoint, batchEndpoint string, followers *atomic.Int64) *coalescer {
+// returning tracks, for all of a client's coalescers, the callers of the
+// batches answered within the last linger: their next calls (an admit's
+// settle) are expected at once, so a call waits for them rather than go
+// out alone; once as many calls have arrived as callers were answered,
+// waiting longer gathers nobody, and what is pending goes at once.
+type returning struct {
+	// until is when the wait ends (unix nanoseconds), whoever came.
+	until atomic.Int64
+	// left is how many answered callers have not called again (an
+	// estimate: any call counts as one of them).
+	left atomic.Int64
+	// all are the client's coalescers, flushed when left reaches zero.
+	all []*coalescer
+}
+
+// answered records n callers answered now, expected back within linger.
+func (r *returning) answered(n int, linger time.Duration) {
+	now := time.Now()
+	if now.UnixNano() >= r.until.Load() {
+		r.left.Store(int64(n))
+	} else {
+		r.left.Add(int64(n))
+	}
+	r.until.Store(now.Add(linger).UnixNano())
+}
+
+// waiting reports whether calls should wait for answered callers: the
+// linger since the last answer has not passed.
+func (r *returning) waiting(now int64) bool { return now < r.until.Load() }
+
+// arrived counts a call made while waiting; it reports whether it was the
+// last one expected.
+func (r *returning) arrived() bool { return r.left.Add(-1) == 0 }
+
+func newCoalescer(c *Client, endpoint, batchEndpoint string, followers *returning) *coalescer {
 	return &coalescer{c: c, single: c.layout.Endpoint(endpoint), batch: c.layout.Endpoint(batchEndpoint),
 		linger: c.linger, maxItems: c.maxItems, followers: followers}
 }
@@ -87,8 +123,14 @@ func (k *coalescer) do(ctx context.Context, data []byte) (*nats.Msg, error) {
 	}
 	k.pending = append(k.pending, it)
 	k.pendingBytes += len(data) + 1
+	waiting := k.followers.waiting(time.Now().UnixNano())
+	last := waiting && k.followers.arrived()
 	switch {
-	case len(k.pending) >= k.maxItems || (k.inflight == 0 && time.Now().UnixNano() >= k.followers.Load()):
+	case len(k.pending) >= k.maxItems || (k.inflight == 0 && !waiting):
+		k.flushLocked()
+	case last:
+		// Every caller expected back is: send what they gathered, here
+		// and on the client's other coalescers (below, without k.mu).
 		k.flushLocked()
 	case len(k.pending) == 1:
 		if k.timer == nil {
@@ -98,6 +140,13 @@ func (k *coalescer) do(ctx context.Context, data []byte) (*nats.Msg, error) {
 		}
 	}
 	k.mu.Unlock()
+	if last {
+		for _, o := range k.followers.all {
+			if o != k {
+				o.lingerDone()
+			}
+		}
+	}
 	// The message's own timeout (the client's, from when it is sent)
 	// bounds the wait: it completes every item of a message that got no
 	// answer.
@@ -236,7 +285,9 @@ func (f *flight) complete(msg *nats.Msg, err error) {
 		}
 		return
 	}
-	answers, err := events.DecodeBatchReply(msg.Data)
+	// Every answer is decoded strictly by its caller (attempt): the
+	// split need not check each one's bytes first.
+	answers, err := events.SplitBatchReply(msg.Data)
 	if err != nil || len(answers) != len(f.items) {
 		if err == nil {
 			err = fmt.Errorf("%d answers to %d items", len(answers), len(f.items))
@@ -249,7 +300,7 @@ func (f *flight) complete(msg *nats.Msg, err error) {
 	}
 	// Their callers are likely to call again at once (an admit's settle):
 	// let those calls gather rather than go out one by one.
-	k.followers.Store(time.Now().Add(k.linger).UnixNano())
+	k.followers.answered(len(f.items), k.linger)
 	for i, it := range f.items {
 		k.finish(it, &nats.Msg{Subject: msg.Subject, Data: answers[i]}, nil)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -348,4 +349,56 @@ func TestBatching_fallbackWithoutBatchEndpoints(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.EqualValues(t, n, singles.Load(), "every admit reached the single endpoint once")
+}
+
+// The callers of a batch just answered call again at once (an admit's
+// settle): once all of them have, their calls go without waiting out the
+// linger. With a 10 ms linger, the median settle of 8 callers cycling
+// together is far below it; if the pending calls waited for the linger
+// whenever answered callers were expected (the flush on the last
+// expected arrival removed), every settle after a batched admit would
+// take at least 10 ms and the median would be above it.
+func TestBatching_returningCallersDoNotWaitOutLinger(t *testing.T) {
+	env := testenv.New(t)
+	startService(t, env)
+	const linger = client.MaxLinger
+	c := newClient(t, env.Connect(t), client.WithBatching(linger, 64))
+	putBudget(t, c, "org:acme", "1000")
+
+	const callers, cycles = 8, 6
+	lat := make(chan time.Duration, callers*cycles)
+	errs := make(chan error, callers*cycles)
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range cycles {
+				res, err := c.Admit(ctxT(t), admitReq("0.01", "org:acme"))
+				if err != nil {
+					errs <- err
+					return
+				}
+				t0 := time.Now()
+				if _, err := res.Settle(ctxT(t), "0.01"); err != nil {
+					errs <- err
+					return
+				}
+				lat <- time.Since(t0)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	close(lat)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	var all []time.Duration
+	for d := range lat {
+		all = append(all, d)
+	}
+	slices.Sort(all)
+	require.Len(t, all, callers*cycles)
+	require.Less(t, all[len(all)/2], linger, "median settle %s, all %v", all[len(all)/2], all)
 }

@@ -46,7 +46,7 @@ func DecodeBatch(data []byte) ([]json.RawMessage, error) {
 	}
 	// The plain spelling (as EncodeBatchReply writes it, with "items"
 	// for the key: an array of objects) is split without reflection.
-	if items, ok := splitBatchReply(data); ok && len(items) > 0 && len(items) <= MaxBatchItems {
+	if items, ok := splitBatchReply(data, true); ok && len(items) > 0 && len(items) <= MaxBatchItems {
 		return items, nil
 	}
 	var req BatchRequest

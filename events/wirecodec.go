@@ -697,7 +697,7 @@ const batchReplyHead = `{"items":[`
 // DecodeBatchReply returns the items of a batch reply, as json.Unmarshal
 // into a BatchReply would (each item's bytes as they are in data).
 func DecodeBatchReply(data []byte) ([]json.RawMessage, error) {
-	if items, ok := splitBatchReply(data); ok {
+	if items, ok := splitBatchReply(data, true); ok {
 		return items, nil
 	}
 	var rep BatchReply
@@ -707,9 +707,24 @@ func DecodeBatchReply(data []byte) ([]json.RawMessage, error) {
 	return rep.Items, nil
 }
 
+// SplitBatchReply returns the items of a batch reply as DecodeBatchReply
+// does, but checks only the envelope and the items' nesting, not that
+// each item is valid JSON: for a caller that decodes every item with a
+// strict decoder anyway (DecodeAdmitReply, DecodeCloseReply,
+// encoding/json), which then refuses an invalid one, where
+// DecodeBatchReply would refuse the whole reply. It saves checking every
+// item's bytes twice.
+func SplitBatchReply(data []byte) ([]json.RawMessage, error) {
+	if items, ok := splitBatchReply(data, false); ok {
+		return items, nil
+	}
+	return DecodeBatchReply(data)
+}
+
 // splitBatchReply splits {"items":[{...},{...}]} into its objects, or
-// declines.
-func splitBatchReply(data []byte) ([]json.RawMessage, bool) {
+// declines; with validate, it also declines unless every object is valid
+// JSON.
+func splitBatchReply(data []byte, validate bool) ([]json.RawMessage, bool) {
 	if !bytes.HasPrefix(data, []byte(batchReplyHead)) || !bytes.HasSuffix(data, []byte("]}")) {
 		return nil, false
 	}
@@ -762,9 +777,11 @@ func splitBatchReply(data []byte) ([]json.RawMessage, bool) {
 	if depth != 0 || inStr || (len(body) > 0 && (len(items) == 0 || start+len(items[len(items)-1]) != len(body))) {
 		return nil, false
 	}
-	for _, it := range items {
-		if !json.Valid(it) {
-			return nil, false
+	if validate {
+		for _, it := range items {
+			if !json.Valid(it) {
+				return nil, false
+			}
 		}
 	}
 	return items, true

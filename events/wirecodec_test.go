@@ -3,6 +3,7 @@ package events
 import (
 	"encoding/json"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -165,6 +166,17 @@ func FuzzDecodeReplies(f *testing.F) {
 		if (eg == nil) != (ew == nil) || (eg == nil && !reflect.DeepEqual(items, wb.Items)) {
 			t.Fatalf("batch reply %q: got %q (%v), want %q (%v)", data, items, eg, wb.Items, ew)
 		}
+		// SplitBatchReply agrees with encoding/json on every reply
+		// encoding/json accepts; what it accepts beyond that has an
+		// item that is not valid JSON (which its caller's strict decoder
+		// then refuses).
+		if split, es := SplitBatchReply(data); ew == nil {
+			if es != nil || !reflect.DeepEqual(split, wb.Items) {
+				t.Fatalf("split batch reply %q: got %q (%v), want %q", data, split, es, wb.Items)
+			}
+		} else if es == nil && !slices.ContainsFunc(split, func(it json.RawMessage) bool { return !json.Valid(it) }) {
+			t.Fatalf("split batch reply %q: accepted %q, every item valid, where encoding/json says %v", data, split, ew)
+		}
 		if eg == nil && strings.HasPrefix(string(data), batchReplyHead) {
 			raw := make([][]byte, len(items))
 			for i, it := range items {
@@ -214,4 +226,28 @@ func FuzzDecodeBatch(f *testing.F) {
 			t.Fatalf("%q: items %q, encoding/json %q", data, items, req.Items)
 		}
 	})
+}
+
+// A batch reply of 12 admit replies, split with every item checked
+// (DecodeBatchReply) and without (SplitBatchReply, the client's).
+func BenchmarkBatchReplySplit(b *testing.B) {
+	item := []byte(`{"admitted":true,"request_id":"req-0123456789","reservation_id":"rsv_01a22faa-e425-7707-8645-84d4c635d5b1","amount":"0.000001","unit":"USD","balances":[{"scope":"org:bench","period":"month","instance":"2026-12"}],"expires_at":"2026-12-01T03:34:48.405451142Z","budgets":[{"scope":"org:bench","period":"month","instance":"2026-12","unit":"USD","limit":"1000000000000","spent":"0.5","reserved":"0.000064","available":"999999999999.499936"}]}`)
+	items := make([][]byte, 12)
+	for i := range items {
+		items[i] = item
+	}
+	data := EncodeBatchReply(items)
+	for _, c := range []struct {
+		name  string
+		split func([]byte) ([]json.RawMessage, error)
+	}{{"checked", DecodeBatchReply}, {"unchecked", SplitBatchReply}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(data)))
+			for b.Loop() {
+				if got, err := c.split(data); err != nil || len(got) != 12 {
+					b.Fatal(len(got), err)
+				}
+			}
+		})
+	}
 }

@@ -30,6 +30,7 @@ type committer struct {
 
 	stats struct {
 		commits, txs, conflicts, batches, queued, timeouts atomic.Int64
+		attemptNanos, writeNanos                           atomic.Int64
 	}
 }
 
@@ -403,7 +404,9 @@ func (l *Ledger) commitGroup(refs []events.BalanceRef, group []*pending, locks [
 		for _, kl := range locks {
 			kl.commit.Lock()
 		}
+		t0 := time.Now()
 		act, err := l.attempt(ctx, refs, group)
+		l.stats.attemptNanos.Add(int64(time.Since(t0)))
 		for _, kl := range locks {
 			kl.commit.Unlock()
 		}
@@ -535,7 +538,9 @@ func (l *Ledger) attempt(ctx context.Context, refs []events.BalanceRef, group []
 		return actDone, nil
 	}
 	// Write.
+	t0 := time.Now()
 	seqs, hashes, err := l.write(ctx, revs)
+	l.stats.writeNanos.Add(int64(time.Since(t0)))
 	if err == nil {
 		l.mu.Lock()
 		for i := range revs {

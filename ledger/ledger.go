@@ -355,6 +355,13 @@ type Stats struct {
 	// (DefaultCommitTimeout): their outcome was unknown, and they were sent
 	// again.
 	Timeouts int64
+	// AttemptTime is the time spent in commit attempts (deciding,
+	// encoding, writing and folding a group, under its lanes' commit
+	// locks), and WriteTime the part of it spent waiting for the writes'
+	// acks; both summed over every attempt. Over wall time AttemptTime
+	// says how busy the commit path is (a single lane commits one group
+	// at a time).
+	AttemptTime, WriteTime time.Duration
 	// Rejected counts the revisions this replica skipped instead of
 	// folding (unsigned, badly signed, untrusted key, malformed, replayed,
 	// off the chain; see Rejection).
@@ -364,5 +371,6 @@ type Stats struct {
 // Stats returns the commit counters.
 func (l *Ledger) Stats() Stats {
 	return Stats{Commits: l.stats.commits.Load(), Batches: l.stats.batches.Load(), Txs: l.stats.txs.Load(), Conflicts: l.stats.conflicts.Load(), Queued: l.stats.queued.Load(),
-		SyncReads: l.syncs.reads.Load(), Timeouts: l.stats.timeouts.Load(), Rejected: l.keys.rejected.Load()}
+		SyncReads: l.syncs.reads.Load(), Timeouts: l.stats.timeouts.Load(), Rejected: l.keys.rejected.Load(),
+		AttemptTime: time.Duration(l.stats.attemptNanos.Load()), WriteTime: time.Duration(l.stats.writeNanos.Load())}
 }

@@ -34,6 +34,8 @@ func benchCmd(args []string) int {
 	fs.BoolVar(&o.ConnPerCaller, "conn-per-caller", false, "one client connection per caller (overrides --conns)")
 	fs.BoolVar(&o.JSON, "json", false, "print a JSON array of objects instead of the table")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run (server, replica and callers) to this file")
+	fs.StringVar(&o.BlockProfile, "blockprofile", "", "write a blocking profile of the run to this file (samples every event: slows the run)")
+	fs.StringVar(&o.MutexProfile, "mutexprofile", "", "write a mutex contention profile of the run to this file (samples every event: slows the run)")
 	fs.StringVar(&o.MemProfile, "memprofile", "", "write a heap profile at the end of the run to this file")
 	fs.BoolVar(&o.Baselines, "baselines", o.Baselines, "also run the floor and naive baselines (false: spendgate only, e.g. to profile it; their columns print as -)")
 	fs.IntVar(&o.History, "history", bench.HistoryDefault, "history scenario: reservations of history (10000000 for the 10M figure)")

@@ -112,72 +112,54 @@ func streamAdmin(s string) []string {
 // feed stream's subjects and its create and update) and the feed stream's
 // administration. Only the replica role may publish to the first ones; no
 // role may publish to the others.
-func FeedWrites(l streams.Layout) []string {
-	f := l.FeedStreamName()
-	return append([]string{
-		l.FeedFilter(),
-		jsAPI + "STREAM.CREATE." + f,
-		jsAPI + "STREAM.UPDATE." + f,
-	}, feedAdmin(l)...)
+func FeedWrites(l streams.Layout) []string { return streamWrites(l.FeedFilter(), l.FeedStreamName()) }
+
+// DenialWrites returns the subjects that write the denial records of l
+// (the denial stream's subjects and its create and update) and the denial
+// stream's administration, as FeedWrites does for the feed.
+func DenialWrites(l streams.Layout) []string {
+	return streamWrites(l.DenialFilter(), l.DenialStreamName())
+}
+
+// streamWrites are the writes of the stream name with subjects filter
+// (publishing, create, update), then its administration (streamAdmin).
+func streamWrites(filter, name string) []string {
+	return append([]string{filter, jsAPI + "STREAM.CREATE." + name, jsAPI + "STREAM.UPDATE." + name}, streamAdmin(name)...)
 }
 
 // feedAdmin are the feed writes no role may publish.
 func feedAdmin(l streams.Layout) []string { return streamAdmin(l.FeedStreamName()) }
 
-// feedReads are what a consumer of the feed publishes: stream info and
-// message gets, consumers (durable or ordered, created by name, their info,
-// pulls and deletion), acknowledgements and flow control.
-func feedReads(l streams.Layout) []string {
-	f := l.FeedStreamName()
-	return []string{
-		jsAPI + "STREAM.INFO." + f,
-		jsAPI + "STREAM.MSG.GET." + f,
-		jsAPI + "DIRECT.GET." + f,
-		jsAPI + "DIRECT.GET." + f + ".>",
-		jsAPI + "CONSUMER.CREATE." + f,
-		jsAPI + "CONSUMER.CREATE." + f + ".>",
-		jsAPI + "CONSUMER.INFO." + f + ".*",
-		jsAPI + "CONSUMER.MSG.NEXT." + f + ".*",
-		jsAPI + "CONSUMER.DELETE." + f + ".*",
-		"$JS.ACK." + f + ".>",
-		"$JS.FC." + f + ".>",
-	}
-}
-
-// DenialWrites returns the subjects that write the denial records of l
-// (the denial stream's subjects and its create and update) and the denial
-// stream's administration. Only the replica role may publish to the first
-// ones; no role may publish to the others.
-func DenialWrites(l streams.Layout) []string {
-	d := l.DenialStreamName()
-	return append([]string{
-		l.DenialFilter(),
-		jsAPI + "STREAM.CREATE." + d,
-		jsAPI + "STREAM.UPDATE." + d,
-	}, denialAdmin(l)...)
-}
-
 // denialAdmin are the denial stream writes no role may publish.
 func denialAdmin(l streams.Layout) []string { return streamAdmin(l.DenialStreamName()) }
 
-// denialReads are what a reader of the denial records publishes (the
-// replica's spend report, spendgate report --replay): stream info and
-// message gets, ordered consumers (created, pulled, deleted) and their
-// flow control.
-func denialReads(l streams.Layout) []string {
-	d := l.DenialStreamName()
+// streamReads are what an ordered reader of the stream name publishes:
+// stream info and message gets, consumers (created, pulled, deleted) and
+// their flow control.
+func streamReads(name string) []string {
 	return []string{
-		jsAPI + "STREAM.INFO." + d,
-		jsAPI + "STREAM.MSG.GET." + d,
-		jsAPI + "DIRECT.GET." + d,
-		jsAPI + "DIRECT.GET." + d + ".>",
-		jsAPI + "CONSUMER.CREATE." + d,
-		jsAPI + "CONSUMER.CREATE." + d + ".>",
-		jsAPI + "CONSUMER.MSG.NEXT." + d + ".*",
-		jsAPI + "CONSUMER.DELETE." + d + ".*",
-		"$JS.FC." + d + ".>",
+		jsAPI + "STREAM.INFO." + name,
+		jsAPI + "STREAM.MSG.GET." + name,
+		jsAPI + "DIRECT.GET." + name,
+		jsAPI + "DIRECT.GET." + name + ".>",
+		jsAPI + "CONSUMER.CREATE." + name,
+		jsAPI + "CONSUMER.CREATE." + name + ".>",
+		jsAPI + "CONSUMER.MSG.NEXT." + name + ".*",
+		jsAPI + "CONSUMER.DELETE." + name + ".*",
+		"$JS.FC." + name + ".>",
 	}
 }
+
+// feedReads are what a consumer of the feed publishes: streamReads, plus
+// durable consumers' info and acknowledgements.
+func feedReads(l streams.Layout) []string {
+	f := l.FeedStreamName()
+	return append(streamReads(f), jsAPI+"CONSUMER.INFO."+f+".*", "$JS.ACK."+f+".>")
+}
+
+// denialReads are what a reader of the denial records publishes (the
+// replica's spend report, spendgate report --replay): streamReads.
+func denialReads(l streams.Layout) []string { return streamReads(l.DenialStreamName()) }
 
 // ledgerReads are the JetStream API subjects that read the ledger stream
 // of l: its info, ephemeral and ordered consumers (created by either

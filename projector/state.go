@@ -470,11 +470,16 @@ func (s *State) decodeLane(seq uint64, key string, data []byte) (events.LaneRevi
 // reads nothing of the State, so Check runs it ahead of the fold, in
 // parallel.
 func parseLane(data []byte) (events.LaneRevision, error) {
-	var rev events.LaneRevision
-	if err := decodeStrict(data, &rev); err != nil {
-		return rev, err
+	// The canonical form the ledger writes is read without reflection;
+	// anything else the strict way, which keeps its own verdict.
+	rev, canonical, err := events.DecodeCanonicalLane(data)
+	if !canonical {
+		if err := decodeStrict(data, &rev); err != nil {
+			return rev, err
+		}
+		err = events.UpcastLane(&rev)
 	}
-	if err := events.UpcastLane(&rev); err != nil {
+	if err != nil {
 		return rev, errorf(ErrMalformed, "%v", err)
 	}
 	if len(rev.Balances) == 0 {

@@ -494,8 +494,8 @@ func compactID(s string) ([16]byte, uint8, bool) {
 	}
 	j := 0
 	for i := 0; i < 36; {
-		if s[i] == '-' {
-			i++
+		if i == 8 || i == 13 || i == 18 || i == 23 {
+			i++ // the dashes checked above; one anywhere else is not hex
 			continue
 		}
 		hi, ok1 := lowerHex(s[i])

@@ -255,14 +255,10 @@ func (b *book) exactAt(seq uint64) bool {
 	return true
 }
 
-// snapshot dumps the book as of seq (the caller has checked exactAt) in
-// the version written. It copies what it reads, so the result may be
-// encoded without the lock.
-func (b *book) snapshot(seq uint64) (*snapshotState, error) {
-	return b.snapshotAs(seq, SnapshotVersion)
-}
-
-// snapshotAs dumps the book as snapshot in version 2 or 3.
+// snapshotAs dumps the book as of seq (the caller has checked exactAt) as
+// a snapshot of version 2 or 3 (SnapshotVersion is the one written; 2 is
+// for tests). It copies what it reads, so the result may be encoded
+// without the lock.
 func (b *book) snapshotAs(seq uint64, version int) (*snapshotState, error) {
 	st := &snapshotState{Version: version, Seq: seq, Lanes: b.layout.Lanes(), ServerNow: b.serverNow}
 	for key, d := range b.budgets {

@@ -17,12 +17,39 @@ import (
 // BookBody returns the encoded state of l's book at an instant it is exact
 // (what a snapshot's body would hold), and its sequence.
 func BookBody(ctx context.Context, l *Ledger) ([]byte, uint64, error) {
-	st, err := l.dumpExact(ctx)
+	st, err := l.dumpExact(ctx, SnapshotVersion)
 	if err != nil {
 		return nil, 0, err
 	}
 	b, err := json.Marshal(st)
 	return b, st.Seq, err
+}
+
+// SnapshotVersions returns l's snapshot encoded in version 2 and in
+// version 3, both of the book at seq (l must be idle: no writes between
+// the two dumps), and its object name.
+func SnapshotVersions(ctx context.Context, l *Ledger) (name string, v2, v3 []byte, err error) {
+	var seq uint64
+	for _, v := range []int{2, 3} {
+		st, err := l.dumpExact(ctx, v)
+		if err != nil {
+			return "", nil, nil, err
+		}
+		if seq != 0 && st.Seq != seq {
+			return "", nil, nil, fmt.Errorf("the book moved from %d to %d", seq, st.Seq)
+		}
+		seq = st.Seq
+		data, err := encodeSnapshot(st)
+		if err != nil {
+			return "", nil, nil, err
+		}
+		if v == 2 {
+			v2 = data
+		} else {
+			v3 = data
+		}
+	}
+	return streams.SnapshotName(seq), v2, v3, nil
 }
 
 // FoldView folds the stream's revisions 1..seq into a fresh book (the way

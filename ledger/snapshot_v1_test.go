@@ -58,7 +58,7 @@ func TestSnapshot_ReadsVersion1(t *testing.T) {
 	b.lanes[layout.LaneKey(bookBal)] = 3
 	require.Equal(t, 4, b.win.len())
 
-	st, err := b.snapshot(3)
+	st, err := b.snapshotAs(3, 2)
 	require.NoError(t, err)
 	v2, err := bookFromSnapshot(layout, time.Hour, 48*time.Hour, st)
 	require.NoError(t, err)

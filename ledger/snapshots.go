@@ -76,7 +76,7 @@ func (l *Ledger) snapshotBucket(ctx context.Context) (jetstream.ObjectStore, err
 }
 
 func (l *Ledger) writeSnapshot(ctx context.Context, store jetstream.ObjectStore) (SnapshotInfo, error) {
-	st, err := l.dumpExact(ctx)
+	st, err := l.dumpExact(ctx, SnapshotVersion)
 	if err != nil {
 		return SnapshotInfo{}, err
 	}
@@ -94,8 +94,8 @@ func (l *Ledger) writeSnapshot(ctx context.Context, store jetstream.ObjectStore)
 }
 
 // dumpExact waits for an instant at which the book is exact at the
-// follower's position and dumps it.
-func (l *Ledger) dumpExact(ctx context.Context) (*snapshotState, error) {
+// follower's position and dumps it in version.
+func (l *Ledger) dumpExact(ctx context.Context, version int) (*snapshotState, error) {
 	for {
 		l.progMu.Lock()
 		ch := l.progress
@@ -105,7 +105,7 @@ func (l *Ledger) dumpExact(ctx context.Context) (*snapshotState, error) {
 		var st *snapshotState
 		var err error
 		if seq > 0 && l.bk.exactAt(seq) {
-			st, err = l.bk.snapshot(seq)
+			st, err = l.bk.snapshotAs(seq, version)
 		}
 		l.mu.RUnlock()
 		if err != nil || st != nil {

@@ -327,6 +327,91 @@ func (w *window) add(which int, r *Reservation, bl *balance, at time.Time) {
 	w.insert(&w.byReq, h, true)
 }
 
+// reserve makes room for n more entries in ring which and both indexes,
+// so that adding them (a snapshot's queue) neither grows nor rehashes.
+func (w *window) reserve(which int, n int) {
+	if r := &w.rings[which]; len(r.buf) < r.n+n {
+		r.resize(r.n + n)
+	}
+	for i, t := range []*table{&w.byID, &w.byReq} {
+		size := max(16, len(t.slots))
+		for 4*(t.n+n) > 3*size {
+			size *= 2
+		}
+		if size != len(t.slots) {
+			w.rehash(t, size, i == 1)
+		}
+	}
+}
+
+// addEntry puts e (a compact entry read from a snapshot, stamped) into
+// ring which, as add would put the reservation e describes; false, and
+// nothing added, if the window holds its id already.
+func (w *window) addEntry(which int, e *winEntry) bool {
+	t := &w.byID
+	if 4*(t.n+1) > 3*len(t.slots) {
+		w.rehash(t, max(16, 2*len(t.slots)), false)
+	}
+	mask := uint64(len(t.slots) - 1)
+	i := w.keyHash(e, false) & mask
+	for ; t.slots[i] != emptySlot; i = (i + 1) & mask {
+		if w.entry(t.slots[i]).sameKey(e, false) {
+			return false
+		}
+	}
+	h := handleOf(which, w.rings[which].push(*e))
+	t.slots[i] = h
+	t.n++
+	// A request id already in the window now names e: its slot is
+	// reused (the key, hence the probe sequence, is the same).
+	t = &w.byReq
+	if 4*(t.n+1) > 3*len(t.slots) {
+		w.rehash(t, max(16, 2*len(t.slots)), true)
+	}
+	mask = uint64(len(t.slots) - 1)
+	i = w.keyHash(e, true) & mask
+	for ; t.slots[i] != emptySlot; i = (i + 1) & mask {
+		if w.entry(t.slots[i]).sameKey(e, true) {
+			t.slots[i] = h
+			return true
+		}
+	}
+	t.slots[i] = h
+	t.n++
+	return true
+}
+
+// sameKey reports whether e and o have the same id (req false) or request
+// id (req true).
+func (e *winEntry) sameKey(o *winEntry, req bool) bool {
+	k1, b1, k2, b2 := e.idKind, &e.id, o.idKind, &o.id
+	if req {
+		k1, b1, k2, b2 = e.reqKind, &e.req, o.reqKind, &o.req
+	}
+	if k1 != idExt && k2 != idExt {
+		return k1 == k2 && *b1 == *b2
+	}
+	if req {
+		return e.reqText() == o.reqText()
+	}
+	return e.idText() == o.idText()
+}
+
+// intern returns the index of unit in the window's table of units, adding
+// it; false when the table is full.
+func (w *window) intern(unit string) (uint16, bool) {
+	u, ok := w.unitIdx[unit]
+	if !ok {
+		if len(w.units) >= 1<<16-1 {
+			return 0, false
+		}
+		u = uint16(len(w.units))
+		w.units = append(w.units, unit)
+		w.unitIdx[unit] = u
+	}
+	return u, true
+}
+
 // take removes the entry h from both indexes, leaving a dead entry in its
 // ring, and returns its reservation.
 func (w *window) take(h uint32) *Reservation {
@@ -413,14 +498,9 @@ func (w *window) compact(r *Reservation, bl *balance) winEntry {
 	if !ok1 || !ok2 || !ok3 || !ok4 {
 		return whole
 	}
-	u, ok := w.unitIdx[p.Unit]
+	u, ok := w.intern(p.Unit)
 	if !ok {
-		if len(w.units) >= 1<<16-1 {
-			return whole
-		}
-		u = uint16(len(w.units))
-		w.units = append(w.units, p.Unit)
-		w.unitIdx[p.Unit] = u
+		return whole
 	}
 	e.unit, e.bal = u, bl
 	if r.Late {
@@ -463,9 +543,10 @@ func (w *window) reservation(e *winEntry) *Reservation {
 		OpenedAt: time.Unix(0, e.opened).UTC(), ExpiresAt: time.Unix(0, e.expires).UTC(),
 		Status: winStatuses[e.status], Late: e.flags&flagLate != 0,
 	}
-	if e.flags&flagHash != 0 {
+	switch {
+	case e.flags&flagHash != 0:
 		r.RequestHash = hex.EncodeToString(e.hash[:])
-	} else {
+	case e.ext != nil:
 		r.RequestHash = e.ext.hash
 	}
 	return r
@@ -494,8 +575,8 @@ func compactID(s string) ([16]byte, uint8, bool) {
 	}
 	j := 0
 	for i := 0; i < 36; {
-		if s[i] == '-' {
-			i++
+		if i == 8 || i == 13 || i == 18 || i == 23 {
+			i++ // the dashes checked above; one anywhere else is not hex
 			continue
 		}
 		hi, ok1 := lowerHex(s[i])
@@ -512,7 +593,11 @@ func compactID(s string) ([16]byte, uint8, bool) {
 
 func idText(b [16]byte, kind uint8) string {
 	var buf [40]byte
-	out := buf[:0]
+	return string(appendIDText(buf[:0], b, kind))
+}
+
+// appendIDText appends the text of compact id b of kind.
+func appendIDText(out []byte, b [16]byte, kind uint8) []byte {
 	if kind == idRsv {
 		out = append(out, "rsv_"...)
 	}
@@ -523,7 +608,7 @@ func idText(b [16]byte, kind uint8) string {
 		}
 		out = append(out, digits[c>>4], digits[c&15])
 	}
-	return string(out)
+	return out
 }
 
 func lowerHex(c byte) (byte, bool) {

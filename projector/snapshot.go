@@ -17,10 +17,11 @@ import (
 )
 
 // The projector reads a ledger snapshot (see package ledger: a header line
-// with its size and SHA-256, then a JSON body) with its own decoder, from
-// the snapshot format alone, and compares what it states with its own
-// replay at the snapshot's sequence. Only the fields it compares are
-// decoded.
+// with its size and SHA-256, then a JSON body; from version 3 a JSON line
+// and the idempotency window as a binary section, snapshot_window.go) with
+// its own decoder, from the snapshot format alone, and compares what it
+// states with its own replay at the snapshot's sequence. Only the fields
+// it compares are decoded.
 
 type snapHeader struct {
 	Format  string `json:"format"`
@@ -54,7 +55,9 @@ type snapBody struct {
 	// entry carries its reservation (version 1 lists it in Reservations).
 	Closed  []snapClosed `json:"closed"`
 	Expired []snapClosed `json:"expired"`
-	Voids   []struct {
+	// WindowSize is the length of the window section (version 3).
+	WindowSize int `json:"window_size"`
+	Voids      []struct {
 		RequestID string `json:"request_id"`
 	} `json:"voids"`
 }
@@ -75,7 +78,7 @@ type snapClosed struct {
 const (
 	snapshotLookup  = 10 * time.Second
 	snapshotFormat  = "spendgate.snapshot"
-	snapshotVersion = 2
+	snapshotVersion = 3
 )
 
 // SnapshotCheck is what Check found of the newest snapshot.
@@ -120,43 +123,88 @@ func newestSnapshot(ctx context.Context, js jetstream.JetStream, layout streams.
 }
 
 func decodeSnap(data []byte) (*snapBody, error) {
+	b, _, err := decodeSnapParts(data)
+	return b, err
+}
+
+// snapParts are the parts of a checked snapshot: the JSON of its body and
+// (version 3) the window's queues, read from the window section.
+type snapParts struct {
+	json   []byte
+	window *[2][]snapFullQ
+}
+
+// decodeSnapParts checks data's header and digest and decodes its body.
+func decodeSnapParts(data []byte) (*snapBody, *snapParts, error) {
 	nl := bytes.IndexByte(data, '\n')
 	if nl < 0 {
-		return nil, errors.New("no header line")
+		return nil, nil, errors.New("no header line")
 	}
 	var h snapHeader
 	if err := json.Unmarshal(data[:nl], &h); err != nil {
-		return nil, fmt.Errorf("header: %v", err)
+		return nil, nil, fmt.Errorf("header: %v", err)
 	}
 	if h.Format != snapshotFormat || h.Version < 1 || h.Version > snapshotVersion {
-		return nil, fmt.Errorf("format %q version %d", h.Format, h.Version)
+		return nil, nil, fmt.Errorf("format %q version %d", h.Format, h.Version)
 	}
 	body := data[nl+1:]
 	if len(body) != h.Size {
-		return nil, fmt.Errorf("body of %d bytes, header says %d", len(body), h.Size)
+		return nil, nil, fmt.Errorf("body of %d bytes, header says %d", len(body), h.Size)
 	}
 	sum := sha256.Sum256(body)
 	if hex.EncodeToString(sum[:]) != h.SHA256 {
-		return nil, errors.New("digest mismatch")
+		return nil, nil, errors.New("digest mismatch")
+	}
+	parts := &snapParts{json: body}
+	var section []byte
+	if h.Version >= 3 {
+		nl := bytes.IndexByte(body, '\n')
+		if nl < 0 {
+			return nil, nil, errors.New("body: no JSON line")
+		}
+		parts.json, section = body[:nl], body[nl+1:]
 	}
 	var b snapBody
-	if err := json.Unmarshal(body, &b); err != nil {
-		return nil, fmt.Errorf("body: %v", err)
+	if err := json.Unmarshal(parts.json, &b); err != nil {
+		return nil, nil, fmt.Errorf("body: %v", err)
 	}
 	if b.Seq != h.Seq {
-		return nil, fmt.Errorf("body at seq %d, header says %d", b.Seq, h.Seq)
+		return nil, nil, fmt.Errorf("body at seq %d, header says %d", b.Seq, h.Seq)
+	}
+	if h.Version >= 3 {
+		if len(b.Closed)+len(b.Expired) > 0 || b.WindowSize != len(section) {
+			return nil, nil, fmt.Errorf("version 3 with queues in its JSON, or a window section of %d bytes (window_size %d)", len(section), b.WindowSize)
+		}
+		bals := make([]snapBalRef, len(b.Balances))
+		for i, sb := range b.Balances {
+			bals[i] = snapBalRef{sb.Key, sb.Ref}
+		}
+		qs, err := decodeWindow(section, bals)
+		if err != nil {
+			return nil, nil, err
+		}
+		parts.window = &qs
+		for i, q := range qs {
+			list := &b.Closed
+			if i == 1 {
+				list = &b.Expired
+			}
+			for _, c := range q {
+				*list = append(*list, snapClosed{ID: c.ID, Reservation: &snapRes{ID: c.Reservation.ID, Status: c.Reservation.Status}})
+			}
+		}
 	}
 	if h.Version >= 2 {
 		for _, q := range [][]snapClosed{b.Closed, b.Expired} {
 			for _, c := range q {
 				if c.Reservation == nil || c.Reservation.ID != c.ID {
-					return nil, fmt.Errorf("window entry %s carries no reservation", c.ID)
+					return nil, nil, fmt.Errorf("window entry %s carries no reservation", c.ID)
 				}
 				b.Reservations = append(b.Reservations, *c.Reservation)
 			}
 		}
 	}
-	return &b, nil
+	return &b, parts, nil
 }
 
 // verifySnapshot compares snapshot data (named name, at seq) with st, the
@@ -306,17 +354,19 @@ type snapFullRes struct {
 	ID        string              `json:"id"`
 	RequestID string              `json:"request_id"`
 	Balances  []events.BalanceRef `json:"balances"`
-	Parts     []struct {
-		Key    string       `json:"key"`
-		Unit   string       `json:"unit"`
-		Amount events.Money `json:"amount"`
-		Actual events.Money `json:"actual"`
-	} `json:"parts"`
-	OpenedAt  time.Time          `json:"opened_at"`
-	ExpiresAt time.Time          `json:"expires_at"`
-	Status    string             `json:"status"`
-	Late      bool               `json:"late"`
-	Pricing   *events.PriceQuote `json:"pricing"`
+	Parts     []snapFullPart      `json:"parts"`
+	OpenedAt  time.Time           `json:"opened_at"`
+	ExpiresAt time.Time           `json:"expires_at"`
+	Status    string              `json:"status"`
+	Late      bool                `json:"late"`
+	Pricing   *events.PriceQuote  `json:"pricing"`
+}
+
+type snapFullPart struct {
+	Key    string       `json:"key"`
+	Unit   string       `json:"unit"`
+	Amount events.Money `json:"amount"`
+	Actual events.Money `json:"actual"`
 }
 
 type snapFullQ struct {
@@ -335,12 +385,16 @@ func (s *State) loadSnapshot(ctx context.Context, stream jetstream.Stream, layou
 	if data == nil {
 		return errors.New("unreadable")
 	}
-	if _, err := decodeSnap(data); err != nil {
+	_, parts, err := decodeSnapParts(data)
+	if err != nil {
 		return err
 	}
 	var b snapFull
-	if err := json.Unmarshal(data[bytes.IndexByte(data, '\n')+1:], &b); err != nil {
+	if err := json.Unmarshal(parts.json, &b); err != nil {
 		return fmt.Errorf("body: %v", err)
+	}
+	if parts.window != nil {
+		b.Closed, b.Expired = parts.window[0], parts.window[1]
 	}
 	anchor := func(key string, rev uint64, hash string) error {
 		m, err := stream.GetMsg(ctx, rev)

@@ -1,0 +1,194 @@
+package projector
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/spendgate/spendgate/events"
+)
+
+// A version 3 ledger snapshot carries the idempotency window in a binary
+// section after its JSON line (package ledger documents the layout in
+// snapshot.go). decodeWindow reads it from that layout alone, into the
+// same queue entries a version 2 snapshot's JSON holds.
+
+// snapBalRef is what a window entry takes from the balance it names.
+type snapBalRef struct {
+	Key string
+	Ref events.BalanceRef
+}
+
+// window section entry tag bits and statuses.
+const (
+	winTagStatus = 0x03
+	winTagLate   = 0x04
+	winTagHash   = 0x08
+)
+
+var winStatusNames = [...]string{1: events.StatusSettled, 2: events.StatusReleased, 3: events.StatusExpired}
+
+// winReader reads the section; its first error sticks.
+type winReader struct {
+	b   []byte
+	err error
+}
+
+func (r *winReader) fail(err error) {
+	if r.err == nil {
+		r.err = err
+	}
+	r.b = nil
+}
+
+func (r *winReader) uvarint() uint64 {
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.fail(errors.New("truncated"))
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *winReader) varint() int64 {
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.fail(errors.New("truncated"))
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *winReader) take(n uint64) []byte {
+	if n > uint64(len(r.b)) {
+		r.fail(errors.New("truncated"))
+		return nil
+	}
+	s := r.b[:n]
+	r.b = r.b[n:]
+	return s
+}
+
+func (r *winReader) str() string {
+	s := r.take(r.uvarint())
+	if !utf8.Valid(s) {
+		r.fail(errors.New("a string is not UTF-8"))
+	}
+	return string(s)
+}
+
+// uuidText is the canonical text of a 16-byte UUID.
+func uuidText(b []byte) string {
+	const digits = "0123456789abcdef"
+	out := make([]byte, 0, 36)
+	for i, c := range b {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			out = append(out, '-')
+		}
+		out = append(out, digits[c>>4], digits[c&15])
+	}
+	return string(out)
+}
+
+func (r *winReader) id(kind byte) string {
+	switch kind {
+	case 0:
+		s := r.str()
+		if s == "" && r.err == nil {
+			r.fail(errors.New("an empty id"))
+		}
+		return s
+	case 1:
+		return uuidText(r.take(16))
+	case 2:
+		return "rsv_" + uuidText(r.take(16))
+	}
+	r.fail(fmt.Errorf("id kind %d", kind))
+	return ""
+}
+
+func (r *winReader) money() events.Money {
+	coef := r.varint()
+	exp := r.take(1)
+	if r.err != nil {
+		return events.Zero
+	}
+	return events.MoneyFromCompact(coef, int8(exp[0]))
+}
+
+// decodeWindow reads a version 3 window section into its closed and
+// expired queues; bals are the snapshot's balances, in its order.
+func decodeWindow(data []byte, bals []snapBalRef) ([2][]snapFullQ, error) {
+	var qs [2][]snapFullQ
+	r := &winReader{b: data}
+	units := make([]string, 0, min(r.uvarint(), uint64(len(data))))
+	for i := 0; i < cap(units) && r.err == nil; i++ {
+		units = append(units, r.str())
+	}
+	for q, name := range []string{"closed", "expired"} {
+		n := r.uvarint()
+		if n > uint64(len(r.b)) {
+			r.fail(fmt.Errorf("%s: %d entries in %d bytes", name, n, len(r.b)))
+		}
+		var at int64
+		for i := uint64(0); i < n && r.err == nil; i++ {
+			tag := r.take(1)
+			at += r.varint()
+			if r.err != nil {
+				break
+			}
+			c := snapFullQ{At: time.Unix(0, at).UTC()}
+			if tag[0]&winTagStatus == 0 {
+				raw := r.take(r.uvarint())
+				if r.err != nil {
+					break
+				}
+				if tag[0] != 0 {
+					return qs, fmt.Errorf("window: %s entry %d: tag %#x", name, i, tag[0])
+				}
+				c.Reservation = &snapFullRes{}
+				if err := json.Unmarshal(raw, c.Reservation); err != nil {
+					return qs, fmt.Errorf("window: %s entry %d: %v", name, i, err)
+				}
+				c.ID = c.Reservation.ID
+				qs[q] = append(qs[q], c)
+				continue
+			}
+			res := &snapFullRes{Status: winStatusNames[tag[0]&winTagStatus], Late: tag[0]&winTagLate != 0}
+			res.ID = r.id(tag[0] >> 4 & 3)
+			res.RequestID = r.id(tag[0] >> 6 & 3)
+			if tag[0]&winTagHash != 0 {
+				r.take(16)
+			} else {
+				r.str()
+			}
+			opened := at + r.varint()
+			expires := opened + r.varint()
+			bi, ui := r.uvarint(), r.uvarint()
+			amount, actual := r.money(), r.money()
+			if r.err != nil {
+				break
+			}
+			if bi >= uint64(len(bals)) || ui >= uint64(len(units)) {
+				return qs, fmt.Errorf("window: %s entry %d: balance %d of %d, unit %d of %d", name, i, bi, len(bals), ui, len(units))
+			}
+			res.OpenedAt, res.ExpiresAt = time.Unix(0, opened).UTC(), time.Unix(0, expires).UTC()
+			res.Balances = []events.BalanceRef{bals[bi].Ref}
+			res.Parts = append(res.Parts, snapFullPart{Key: bals[bi].Key, Unit: units[ui], Amount: amount, Actual: actual})
+			c.ID, c.Reservation = res.ID, res
+			qs[q] = append(qs[q], c)
+		}
+	}
+	if r.err == nil && len(r.b) > 0 {
+		r.fail(fmt.Errorf("%d bytes after the window", len(r.b)))
+	}
+	if r.err != nil {
+		return qs, fmt.Errorf("window: %v", r.err)
+	}
+	return qs, nil
+}

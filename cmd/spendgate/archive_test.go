@@ -51,11 +51,12 @@ func runLedger(t *testing.T, env *testenv.Env, opts ...ledger.Option) *ledger.Le
 // has written a few segments (a stray temporary file is left as a torn
 // write would leave it); a rerun completes the archive up to the newest
 // snapshot, with every message once. Then the stream is trimmed below the
-// snapshot: the audit over archive + stream passes with the balances and
-// reservation count it had before the trim, a replica still starts (from
-// the snapshot) and admits, the stream alone no longer audits, and an
-// edited archive segment is detected, whether or not its digest is
-// recomputed. How it can fail: a killed run that left a half segment, or
+// snapshot: the trim writes the report snapshot there was none of, from
+// which a spend report starts and sums as before; the audit over archive
+// + stream passes with the balances and reservation count it had before
+// the trim, a replica still starts (from the snapshot) and admits, the
+// stream alone no longer audits, and an edited archive segment is
+// detected, whether or not its digest is recomputed. How it can fail: a killed run that left a half segment, or
 // a rerun that re-archived or skipped messages, breaks the chain or the
 // count; a trim that dropped a revision the snapshot names stops the
 // replica (its anchors) and the audit (the chain).
@@ -98,6 +99,8 @@ func TestAudit_ArchiveKillTrim(t *testing.T) {
 	st, err := p.CatchUp(ctx)
 	require.NoError(t, err)
 	balances := st.Balances()
+	byScope, err := p.Report(ctx, projector.Filter{}, projector.ByScope)
+	require.NoError(t, err)
 
 	dir := t.TempDir()
 	arch := startProc(t, false, "audit", "archive", "--nats-url", env.URL(), "--dir", dir, "--segment-messages", "5")
@@ -129,6 +132,16 @@ func TestAudit_ArchiveKillTrim(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, snap.Seq, res.Snapshot.Seq)
 	require.Less(t, res.After, res.Before/2, "most of the stream is gone")
+	require.True(t, res.ReportWritten, "no report snapshot existed: the trim wrote one")
+	require.Equal(t, streams.ReportSnapshotName(snap.Seq), res.Report)
+	// A replica's report starts from it and sums as before the trim.
+	g, stopG := runAggregator(t, env)
+	require.NoError(t, g.Sync(ctx))
+	require.Equal(t, snap.Seq, g.Loaded())
+	gotScope, err := g.Report(ctx, projector.ByScope, projector.Filter{})
+	require.NoError(t, err)
+	sameReport(t, byScope, gotScope)
+	require.NoError(t, stopG())
 
 	after, err := projector.Check(ctx, env.JS, env.Layout, projector.WithArchive(dir))
 	require.NoError(t, err)

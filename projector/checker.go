@@ -234,7 +234,9 @@ func WithProgress(f func(seq, last uint64)) CheckOption {
 // after the replay makes Check fold further, up to MaxCheckRounds times.
 //
 // Problems go into the Report; the error is only for failing to read:
-// the stream or bucket lookup, a consumer or KV read error, or ctx's error.
+// the stream or bucket lookup, a consumer or KV read error, ErrTrimmed (a
+// trimmed stream read from its start without WithArchive; WithFromSnapshot
+// needs no archive), or ctx's error.
 func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout, opts ...CheckOption) (*Report, error) {
 	o := newCheckOptions(opts, true)
 	p := New(js, layout)
@@ -247,6 +249,13 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout, o
 		if _, err := p.UseArchive(o.archive); err != nil {
 			rep.problemf("%v", err)
 			return rep, nil
+		}
+	}
+	if !o.fromSnapshot {
+		// A trimmed stream alone does not replay: said once, not as
+		// every revision whose predecessor the trim took away.
+		if err := p.whole(s, last); err != nil {
+			return nil, err
 		}
 	}
 	// Lanes are a property of the stream: a balance's lane must be the

@@ -22,10 +22,23 @@ type KeyUse struct {
 // signing key named in its headers, what it signed, sorted by first
 // sequence. It verifies nothing (Check does): it answers which key wrote
 // where, e.g. the last sequence of a key being retired.
-func Signers(ctx context.Context, js jetstream.JetStream, layout streams.Layout) ([]KeyUse, error) {
+//
+// With WithArchive it reads the archive first, then the stream after it
+// (the revisions of a trimmed stream); other options are ignored. It
+// returns the stream lookup or consumer error, ctx's error, an archive
+// that fails verification (ErrArchive), or ErrTrimmed for a trimmed
+// stream read without its archive (its counts would be short).
+func Signers(ctx context.Context, js jetstream.JetStream, layout streams.Layout, opts ...CheckOption) ([]KeyUse, error) {
+	o := newCheckOptions(opts, false)
 	p := New(js, layout)
 	s, last, err := p.stream(ctx)
-	if err != nil || last == 0 {
+	if err != nil {
+		return nil, err
+	}
+	if err := p.withArchive(o); err != nil {
+		return nil, err
+	}
+	if err := p.whole(s, last); err != nil || last == 0 {
 		return nil, err
 	}
 	uses := map[string]*KeyUse{}

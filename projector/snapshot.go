@@ -295,10 +295,11 @@ func verifySnapshot(rep *Report, st *State, name string, seq uint64, data []byte
 		pf("%d open reservations, the replay %d", open, replayOpen)
 	}
 	// The snapshot remembers the voids of its idempotency window: each
-	// must be a void of the replay (the replay keeps every one).
+	// must be a void of the replay (whose window keeps a void at least as
+	// long as a replica with the same retention).
 	for _, v := range b.Voids {
-		if !st.voided[v.RequestID] {
-			pf("void of request %s is not in the replay", v.RequestID)
+		if !st.Voided(v.RequestID) {
+			pf("void of request %s is not in the replay (if it was voided longer ago than the audit's window, widen --window)", v.RequestID)
 		}
 	}
 	rep.Snapshot = SnapshotCheck{Name: name, Seq: seq, Verified: len(rep.Problems) == before}
@@ -346,7 +347,8 @@ type snapFull struct {
 	Closed       []snapFullQ   `json:"closed"`
 	Expired      []snapFullQ   `json:"expired"`
 	Voids        []struct {
-		RequestID string `json:"request_id"`
+		RequestID string    `json:"request_id"`
+		At        time.Time `json:"at"`
 	} `json:"voids"`
 }
 
@@ -499,8 +501,18 @@ func (s *State) loadSnapshot(ctx context.Context, stream jetstream.Stream, layou
 		}
 	}
 	s.events = events0 // counters count the tail only
+	// A void the snapshot remembers is stamped as the ledger stamped it
+	// (or, without a stamp, at the snapshot's time) and forgotten after
+	// the window's closed retention from there.
 	for _, v := range b.Voids {
-		s.voided[v.RequestID] = true
+		s.voided[v.RequestID] = 0
+		if s.win != nil {
+			at := v.At
+			if at.IsZero() {
+				at = b.ServerNow
+			}
+			s.win.voids = append(s.win.voids, voidRef{rid: v.RequestID, at: at.UnixNano()})
+		}
 	}
 	openIn := map[string]map[string]bool{} // balance key -> open reservation ids
 	for _, sb := range b.Balances {

@@ -146,8 +146,11 @@ type State struct {
 	defaults map[string]map[uint64]*Budget
 	// defaultRev is the last revision of each default key.
 	defaultRev map[string]uint64
-	// voided holds every request id a RequestVoided names.
-	voided map[string]bool
+	// voided holds the request ids RequestVoideds name, each with the
+	// sequence of the last revision that voided it. Without a window it
+	// holds every one; with one (window.go) a void is forgotten the
+	// window's closed retention after it, as a replica forgets it.
+	voided map[string]uint64
 }
 
 // NewState returns an empty State at position 0.
@@ -161,7 +164,7 @@ func NewState() *State {
 		pricing:      pricingState{current: map[string]uint64{}, versions: map[string]map[uint64]*Price{}},
 		defaults:     map[string]map[uint64]*Budget{},
 		defaultRev:   map[string]uint64{},
-		voided:       map[string]bool{},
+		voided:       map[string]uint64{},
 	}
 }
 
@@ -451,9 +454,7 @@ func (s *State) applyLane(seq uint64, key string, data []byte) error {
 		s.reservations[id] = r
 		s.closed(r, seq)
 	}
-	for _, rid := range st.voids {
-		s.voided[rid] = true
-	}
+	s.void(st.voids, seq)
 	s.events += n
 	return nil
 }
@@ -559,9 +560,7 @@ func (s *State) applyLaneQuarantine(seq uint64, key string, data []byte, pre *pa
 			s.reservations[id] = r
 			s.closed(r, seq)
 		}
-		for _, rid := range st.voids {
-			s.voided[rid] = true
-		}
+		s.void(st.voids, seq)
 		s.events += len(br.Events)
 	}
 	s.lanes[key] = seq

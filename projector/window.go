@@ -19,6 +19,15 @@ import (
 // it is kept that long plus a margin. Times are the JetStream server's
 // timestamps of the messages, the clock the ledger stamps closes with.
 //
+// A voided request id (events.RequestVoided) is remembered the same way:
+// a replica refuses an admit of it for its retention of a closed
+// reservation from the void, then forgets it, so the window keeps it for
+// its closed retention from the revision that voided it (the newest, if
+// voided again) and then forgets it. The replay needs a void for nothing
+// else than comparing a snapshot's remembered voids: a fold never looks
+// a request id up among the voids (an admit of a voided id is the
+// writer's to refuse; once written it folds like any admit).
+//
 // A reservation is checked on its own (every balance it lists opened, its
 // parts agreeing on a status) as it is forgotten; Check reports what that
 // finds as it would have at the end of the replay.
@@ -29,6 +38,15 @@ const (
 	DefaultWindowClosed  = 15*time.Minute + 5*time.Minute
 	DefaultWindowExpired = 48*time.Hour + time.Hour
 )
+
+// voidRef is one void in the window's queue: the request id, the
+// sequence of the revision that voided it, and that revision's server
+// time (Unix nanoseconds).
+type voidRef struct {
+	rid string
+	seq uint64
+	at  int64
+}
 
 type closedRef struct {
 	id  string
@@ -44,7 +62,10 @@ type window struct {
 	// still in the window, in place of the whole reservation: nothing
 	// valid refers to it again, and a snapshot's window is compared by
 	// status.
-	digests   map[string]string
+	digests map[string]string
+	// voids queues the voids of State.voided in the order they were
+	// stamped, each with the sequence that voided it.
+	voids     []voidRef
 	now       time.Time
 	forgotten int
 	// onForget, if set, sees each reservation as it is forgotten.
@@ -58,6 +79,7 @@ func (w *window) clone() *window {
 	c := *w
 	c.queues = [2][]closedRef{slices.Clone(w.queues[0]), slices.Clone(w.queues[1])}
 	c.digests = maps.Clone(w.digests)
+	c.voids = slices.Clone(w.voids)
 	return &c
 }
 
@@ -93,6 +115,41 @@ func (s *State) advance(t time.Time) {
 			w.queues[i] = q
 		}
 	}
+	before := w.now.Add(-w.closed).UnixNano()
+	n := 0
+	for n < len(w.voids) && w.voids[n].at < before {
+		if v := w.voids[n]; s.voided[v.rid] == v.seq {
+			delete(s.voided, v.rid)
+		}
+		n++
+	}
+	if n > 0 {
+		if n > len(w.voids)/2 {
+			w.voids = append(w.voids[:0:0], w.voids[n:]...)
+		} else {
+			w.voids = w.voids[n:]
+		}
+	}
+}
+
+// void records that the revision at seq voided the request ids rids. A
+// request id voided again (in another scope's lane, or after a replica
+// forgot it and a client voided it anew) is stamped again: the window
+// keeps it at least as long as any replica does.
+func (s *State) void(rids []string, seq uint64) {
+	for _, rid := range rids {
+		s.voided[rid] = seq
+		if s.win != nil {
+			s.win.voids = append(s.win.voids, voidRef{rid: rid, seq: seq, at: s.win.now.UnixNano()})
+		}
+	}
+}
+
+// Voided reports whether the State remembers request id rid as voided
+// (without a window: whether any revision folded voided it).
+func (s *State) Voided(rid string) bool {
+	_, ok := s.voided[rid]
+	return ok
 }
 
 func (s *State) forget(c closedRef) {

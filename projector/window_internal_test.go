@@ -77,3 +77,92 @@ func TestState_Window(t *testing.T) {
 	require.Empty(t, c.win.digests)
 	require.NotEmpty(t, lean.win.digests)
 }
+
+// TestState_VoidWindow: a State with a window remembers a voided request
+// id for the window's closed retention after the revision that voided it,
+// as a replica remembers it for its retention, and then forgets it; a
+// State without a window keeps every void. 5,000 voids a second apart
+// leave at most a minute of them (a 1-minute window), the balances equal
+// those of the State that keeps everything, a request id voided again is
+// kept a minute from its newest void, and an admit carrying a voided
+// request id folds alike in both States, within the window or after it
+// (the fold never looks a request id up among the voids: the ledger's
+// writer refuses such an admit while it remembers the void, and once one
+// is written it is an admit like any other). How we know it can fail:
+// without advance's forgetting, the lean State holds all 5,000 voids (the
+// bound is asserted); a forget that ignored a newer void would drop
+// "again" at t0+60s; a fold that refused a voided request id would make
+// the two admits below fail in one State and not the other.
+func TestState_VoidWindow(t *testing.T) {
+	ref := events.BalanceRef{Scope: "org:acme", Period: events.PeriodMonth, Instance: "2026-11"}
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	var reserved events.Money = events.Zero
+	var open int64
+	rev := func(evs ...events.Event) []byte {
+		return laneJSON(t, events.BalanceRevision{Schema: events.SchemaBalance, Balance: ref, Unit: "USD", Limit: events.MustMoney("1000000"),
+			Reserved: reserved, Open: open, Events: evs})
+	}
+	void := func(rid string, at time.Time) events.RequestVoided {
+		return events.RequestVoided{RequestID: rid, Balance: ref, Scopes: []events.Scope{ref.Scope}, At: at}
+	}
+	admit := func(id, rid string, at time.Time) events.ReservationOpened {
+		reserved, open = reserved.Add(events.MustMoney("1")), open+1
+		return events.ReservationOpened{ReservationID: id, RequestID: rid, Balance: ref, Amount: events.MustMoney("1"), Unit: "USD",
+			Balances: []events.BalanceRef{ref}, ExpiresAt: at.Add(time.Hour), At: at}
+	}
+	lean, full := NewState(), NewState()
+	lean.setWindow(time.Minute, 3*time.Hour, nil)
+	seq := uint64(0)
+	both := func(at time.Time, data []byte) {
+		t.Helper()
+		seq++
+		lean.advance(at)
+		full.advance(at)
+		require.NoError(t, lean.Apply(seq, "lane.0", data))
+		require.NoError(t, full.Apply(seq, "lane.0", data))
+	}
+	both(t0, rev(void("again", t0)))
+	const n = 5_000
+	most := 0
+	for i := 0; i < n; i++ {
+		at := t0.Add(time.Duration(i) * time.Second)
+		rid := fmt.Sprintf("v%d", i)
+		switch i {
+		case 30:
+			// An admit of v0, voided 30 s ago: within the window.
+			require.True(t, lean.Voided("v0"), "remembered within the window")
+			both(at, rev(void(rid, at), admit("late-v0", "v0", at)))
+		case 50:
+			both(at, rev(void(rid, at), void("again", at)))
+		case 100:
+			require.False(t, lean.Voided("v0"), "forgotten after the window")
+			require.True(t, full.Voided("v0"))
+			require.True(t, lean.Voided("again"), "kept a minute from its newest void")
+			// An admit of v0 after the window, as a replica that forgot
+			// the void admits it.
+			both(at, rev(void(rid, at), admit("after-v0", "v0", at)))
+		case 111:
+			both(at, rev(void(rid, at)))
+			require.False(t, lean.Voided("again"), "forgotten a minute after its newest void")
+		default:
+			both(at, rev(void(rid, at)))
+		}
+		most = max(most, len(lean.voided))
+	}
+	require.LessOrEqual(t, most, 62, "held at most a minute of voids")
+	require.Len(t, full.voided, n+1, "without a window every void is kept")
+	require.Equal(t, full.Balances(), lean.Balances(), "the replay reports the same")
+	require.Equal(t, int64(n+2), lean.Balances()[0].Voided)
+	for _, id := range []string{"late-v0", "after-v0"} {
+		r, ok := lean.Reservation(id)
+		require.True(t, ok, id)
+		require.Equal(t, "v0", r.RequestID)
+		require.Equal(t, events.StatusOpen, r.Status)
+	}
+	// Clones keep their own voids.
+	c := lean.Clone()
+	c.advance(t0.Add(2 * n * time.Second))
+	require.Empty(t, c.voided)
+	require.Empty(t, c.win.voids)
+	require.NotEmpty(t, lean.voided)
+}

@@ -27,8 +27,10 @@ leaves whole segments; the next run continues after them.`,
 		synopsis: "--dir DIR [--nats-url URL] [--bucket NAME]",
 		about: `Audits archive + stream; if the audit passes, the newest snapshot equals the
 replay and the archive reaches it, drops from the stream every revision
-older than the one each key had at the snapshot. Afterwards audit with
---archive DIR; replicas start from the snapshot.`,
+older than the one each key had at the snapshot. Unless a spend report
+snapshot at or after the snapshot's sequence exists, it first writes one
+(folded over the archive), so that a replica's report restarts after the
+trim. Afterwards audit with --archive DIR; replicas start from the snapshots.`,
 	}
 )
 
@@ -80,6 +82,11 @@ func auditArchive(which string, args []string) int {
 			return 1
 		}
 		fmt.Printf("trimmed below snapshot %s (seq %d): %d messages in the stream, %d before\n", res.Snapshot.Name, res.Snapshot.Seq, res.After, res.Before)
+		how := "already there"
+		if res.ReportWritten {
+			how = "written by this trim"
+		}
+		fmt.Printf("spend reports restart from %s (%s)\n", res.Report, how)
 		return 0
 	}
 	opts := projector.ArchiveOptions{Until: *until, SegmentMessages: *segment}

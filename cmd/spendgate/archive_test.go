@@ -19,6 +19,7 @@ import (
 	"github.com/spendgate/spendgate/ledger"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/settle"
+	"github.com/spendgate/spendgate/signing"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
 )
@@ -50,11 +51,12 @@ func runLedger(t *testing.T, env *testenv.Env, opts ...ledger.Option) *ledger.Le
 // has written a few segments (a stray temporary file is left as a torn
 // write would leave it); a rerun completes the archive up to the newest
 // snapshot, with every message once. Then the stream is trimmed below the
-// snapshot: the audit over archive + stream passes with the balances and
-// reservation count it had before the trim, a replica still starts (from
-// the snapshot) and admits, the stream alone no longer audits, and an
-// edited archive segment is detected, whether or not its digest is
-// recomputed. How it can fail: a killed run that left a half segment, or
+// snapshot: the trim writes the report snapshot there was none of, from
+// which a spend report starts and sums as before; the audit over archive
+// + stream passes with the balances and reservation count it had before
+// the trim, a replica still starts (from the snapshot) and admits, the
+// stream alone no longer audits, and an edited archive segment is
+// detected, whether or not its digest is recomputed. How it can fail: a killed run that left a half segment, or
 // a rerun that re-archived or skipped messages, breaks the chain or the
 // count; a trim that dropped a revision the snapshot names stops the
 // replica (its anchors) and the audit (the chain).
@@ -97,6 +99,8 @@ func TestAudit_ArchiveKillTrim(t *testing.T) {
 	st, err := p.CatchUp(ctx)
 	require.NoError(t, err)
 	balances := st.Balances()
+	byScope, err := p.Report(ctx, projector.Filter{}, projector.ByScope)
+	require.NoError(t, err)
 
 	dir := t.TempDir()
 	arch := startProc(t, false, "audit", "archive", "--nats-url", env.URL(), "--dir", dir, "--segment-messages", "5")
@@ -128,6 +132,16 @@ func TestAudit_ArchiveKillTrim(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, snap.Seq, res.Snapshot.Seq)
 	require.Less(t, res.After, res.Before/2, "most of the stream is gone")
+	require.True(t, res.ReportWritten, "no report snapshot existed: the trim wrote one")
+	require.Equal(t, streams.ReportSnapshotName(snap.Seq), res.Report)
+	// A replica's report starts from it and sums as before the trim.
+	g, stopG := runAggregator(t, env)
+	require.NoError(t, g.Sync(ctx))
+	require.Equal(t, snap.Seq, g.Loaded())
+	gotScope, err := g.Report(ctx, projector.ByScope, projector.Filter{})
+	require.NoError(t, err)
+	sameReport(t, byScope, gotScope)
+	require.NoError(t, stopG())
 
 	after, err := projector.Check(ctx, env.JS, env.Layout, projector.WithArchive(dir))
 	require.NoError(t, err)
@@ -192,4 +206,249 @@ func TestAudit_TrimRefusesAStreamThatDeniesPurges(t *testing.T) {
 	defer cancel()
 	_, err := projector.Trim(ctx, env.JS, env.Layout, t.TempDir())
 	require.ErrorContains(t, err, "denies purges")
+}
+
+// TestAudit_VoidWindowFollowsTheLedger: a ledger that remembers voids for
+// 2 s (its closed retention) and an audit whose window is 3 s agree on a
+// voided request id. A second of writes after the void, the ledger still
+// refuses an admit of it (request_voided) and its snapshot remembers the
+// void; the audit, whose clock has moved on that second too, verifies that
+// snapshot, and starts from it. Once the ledger has forgotten the void it
+// admits the request id again, and the audit passes, with the same
+// numbers as an audit that keeps everything. How it can fail: an audit
+// that forgot a void within the second (a window shorter than the
+// ledger's, or a void never stamped) reports the snapshot's void as "not
+// in the replay" (checked by hand with a 500 ms window); one that refused
+// or counted differently a re-admitted request id reports a mismatch with
+// the live balances.
+func TestAudit_VoidWindowFollowsTheLedger(t *testing.T) {
+	env := testenv.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	l := runLedger(t, env, ledger.WithSnapshotEvery(0, 0), ledger.WithRetention(2*time.Second, time.Hour))
+	_, err := l.PutBudget(ctx, events.BudgetRef{Scope: "org:void", Period: events.PeriodMonth}, events.MustMoney("1000"), "USD", time.Now())
+	require.NoError(t, err)
+	a, err := admit.New(l)
+	require.NoError(t, err)
+	s, err := settle.New(l)
+	require.NoError(t, err)
+	req := events.AdmitRequest{RequestID: "gone", Scopes: []string{"org:void"}, Amount: "2"}
+	rep, err := a.Admit(ctx, req)
+	require.NoError(t, err)
+	require.True(t, rep.Admitted)
+	_, err = s.Void(ctx, events.VoidRequest{RequestID: "gone", Scopes: []string{"org:void"}})
+	require.NoError(t, err)
+	voided := time.Now()
+	// Writes move the server's clock on (by about a second here, until the
+	// ledger forgets the void below).
+	i := 0
+	filler := func() {
+		i++
+		_, err := a.Admit(ctx, events.AdmitRequest{RequestID: fmt.Sprintf("filler-%d", i), Scopes: []string{"org:void"}, Amount: "0.01"})
+		require.NoError(t, err)
+	}
+	testenv.WaitFor(t, time.Minute, "a second of writes after the void", func() bool {
+		filler()
+		return time.Since(voided) > time.Second
+	})
+	_, err = a.Admit(ctx, req)
+	require.Equal(t, events.CodeRequestVoided, events.CodeOf(err), "within the ledger's retention: refused")
+	require.True(t, l.Voided("gone"))
+	snap, err := l.Snapshot(ctx)
+	require.NoError(t, err)
+	window := projector.WithWindow(3*time.Second, 2*time.Hour)
+	for _, from := range []bool{false, true} {
+		opts := []projector.CheckOption{window}
+		if from {
+			opts = append(opts, projector.WithFromSnapshot())
+		}
+		rep, err := projector.Check(ctx, env.JS, env.Layout, opts...)
+		require.NoError(t, err)
+		require.True(t, rep.OK(), rep.String())
+		if !from {
+			require.True(t, rep.Snapshot.Verified, "the snapshot's void is in the replay")
+			require.Equal(t, snap.Seq, rep.Snapshot.Seq)
+		}
+	}
+	testenv.WaitFor(t, time.Minute, "the ledger forgets the void", func() bool {
+		filler()
+		return !l.Voided("gone")
+	})
+	rep, err = a.Admit(ctx, req)
+	require.NoError(t, err)
+	require.True(t, rep.Admitted, "after the retention the request id reserves again")
+	require.False(t, rep.Replayed)
+	_, err = l.Snapshot(ctx)
+	require.NoError(t, err)
+	after, err := projector.Check(ctx, env.JS, env.Layout, window)
+	require.NoError(t, err)
+	require.True(t, after.OK(), after.String())
+	require.True(t, after.Snapshot.Verified)
+	full, err := projector.Check(ctx, env.JS, env.Layout, projector.WithWindow(0, 0))
+	require.NoError(t, err)
+	require.True(t, full.OK(), full.String())
+	require.Equal(t, full.Balances, after.Balances)
+	require.Equal(t, full.Reservations, after.Reservations)
+}
+
+// runAggregator runs a spend report aggregator on env until stop is
+// called (it then writes its snapshot, as a replica does when it stops)
+// and returns it with its stop function; Run's error is returned by stop.
+func runAggregator(t *testing.T, env *testenv.Env) (*projector.Aggregator, func() error) {
+	t.Helper()
+	g, err := projector.NewAggregator(env.JS, env.Layout, projector.WithReportSnapshots(1<<40, time.Hour))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx) }()
+	var once bool
+	var runErr error
+	stop := func() error {
+		if !once {
+			once = true
+			cancel()
+			runErr = <-done
+		}
+		return runErr
+	}
+	t.Cleanup(func() { _ = stop() })
+	return g, stop
+}
+
+// sameReport checks that a replica's spend report equals the replay's,
+// group by group, to the cent.
+func sameReport(t *testing.T, want *projector.SpendReport, got *projector.AggregateReport) {
+	t.Helper()
+	require.Equal(t, len(want.Groups), len(got.Groups), "groups: want %v got %v", want.Groups, got.Groups)
+	for i := range want.Groups {
+		w, g := want.Groups[i], got.Groups[i]
+		require.Equal(t, [8]any{w.Value, w.Unit, w.Reservations, w.Open, w.Settled, w.Released, w.Expired, w.Late},
+			[8]any{g.Value, g.Unit, g.Reservations, g.Open, g.Settled, g.Released, g.Expired, g.Late}, "group %d", i)
+		require.Equal(t, [3]string{w.Spend.String(), w.Overrun.String(), w.Reserved.String()},
+			[3]string{g.Spend.String(), g.Overrun.String(), g.Reserved.String()}, "group %d (%s)", i, w.Value)
+	}
+}
+
+// TestAudit_TrimKeepsReportsAndKeys: a replica's spend report wrote its
+// snapshot (when it stopped) long before the ledger snapshot the stream is
+// trimmed below. The trim writes a report snapshot at the ledger
+// snapshot's sequence, so a report started after the trim loads it, folds
+// the tail, and answers the same totals as the replay of the book before
+// the trim, by scope and by metadata key; so does one started with the
+// newer report snapshot a running replica wrote after the trim. audit
+// keys reads the archive with --archive: the same keys, sequences and
+// counts as before the trim; without it, it refuses the trimmed stream.
+// How it can fail: a trim that keeps no report snapshot at or after its
+// sequence leaves the report to fold from the older one across the
+// trimmed gap, which breaks the lanes' chains: the report stops
+// (Run returns an *ApplyError, checked by hand by skipping the write);
+// audit keys without the archive counted only what the stream kept.
+func TestAudit_TrimKeepsReportsAndKeys(t *testing.T) {
+	layout, err := streams.New(streams.Config{Trimmable: true})
+	require.NoError(t, err)
+	env := testenv.New(t, testenv.WithLayout(layout))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	signer, err := signing.NewEphemeral()
+	require.NoError(t, err)
+	l := runLedger(t, env, ledger.WithSnapshotEvery(0, 0), ledger.WithSigner(signer))
+	for _, scope := range []events.Scope{"org:rep", "team:rep-a", "team:rep-b"} {
+		_, err = l.PutBudget(ctx, events.BudgetRef{Scope: scope, Period: events.PeriodMonth}, events.MustMoney("100000"), "USD", time.Now())
+		require.NoError(t, err)
+	}
+	a, err := admit.New(l)
+	require.NoError(t, err)
+	s, err := settle.New(l)
+	require.NoError(t, err)
+	work := func(from, to int) {
+		for i := from; i < to; i++ {
+			team := []string{"team:rep-a", "team:rep-b"}[i%2]
+			rep, err := a.Admit(ctx, events.AdmitRequest{RequestID: fmt.Sprintf("rep-%d", i), Scopes: []string{"org:rep", team},
+				Amount: "0.5", Metadata: map[string]string{"model": []string{"m1", "m2", "m3"}[i%3]}})
+			require.NoError(t, err)
+			require.True(t, rep.Admitted)
+			switch i % 3 {
+			case 0:
+				_, err = s.Settle(ctx, events.SettleRequest{ReservationID: rep.ReservationID, Actual: "0.75"})
+			case 1:
+				_, err = s.Release(ctx, events.ReleaseRequest{ReservationID: rep.ReservationID})
+			}
+			require.NoError(t, err)
+		}
+	}
+	work(0, 100)
+	g1, stop1 := runAggregator(t, env)
+	require.NoError(t, g1.Sync(ctx))
+	require.NoError(t, stop1())
+	old := g1.Position()
+	work(100, 300)
+	snap, err := l.Snapshot(ctx)
+	require.NoError(t, err)
+	require.Greater(t, snap.Seq, old, "the report snapshot is older than the ledger's")
+	work(300, 340)
+
+	p := projector.New(env.JS, env.Layout)
+	byScope, err := p.Report(ctx, projector.Filter{}, projector.ByScope)
+	require.NoError(t, err)
+	byModel, err := p.Report(ctx, projector.Filter{}, projector.ByMetadata("model"))
+	require.NoError(t, err)
+	keysBefore, err := projector.Signers(ctx, env.JS, env.Layout)
+	require.NoError(t, err)
+	require.Len(t, keysBefore, 1)
+	require.Equal(t, signer.PublicKey(), keysBefore[0].Key)
+
+	dir := t.TempDir()
+	_, err = projector.Archive(ctx, env.JS, env.Layout, dir, projector.ArchiveOptions{})
+	require.NoError(t, err)
+	res, err := projector.Trim(ctx, env.JS, env.Layout, dir)
+	require.NoError(t, err)
+	require.Less(t, res.After, res.Before/2, "most of the stream is gone")
+	require.True(t, res.ReportWritten)
+	require.Equal(t, streams.ReportSnapshotName(snap.Seq), res.Report)
+
+	check := func(g *projector.Aggregator, loaded uint64) {
+		t.Helper()
+		require.NoError(t, g.Sync(ctx))
+		require.Equal(t, loaded, g.Loaded())
+		got, err := g.Report(ctx, projector.ByScope, projector.Filter{})
+		require.NoError(t, err)
+		sameReport(t, byScope, got)
+		got, err = g.Report(ctx, projector.ByMetadata("model"), projector.Filter{})
+		require.NoError(t, err)
+		sameReport(t, byModel, got)
+	}
+	g2, stop2 := runAggregator(t, env)
+	check(g2, snap.Seq)
+	require.NoError(t, stop2()) // writes its own, newer snapshot
+	g3, stop3 := runAggregator(t, env)
+	check(g3, g2.Position())
+	require.NoError(t, stop3())
+
+	// A second trim finds a report snapshot at or after its sequence.
+	res, err = projector.Trim(ctx, env.JS, env.Layout, dir)
+	require.NoError(t, err)
+	require.False(t, res.ReportWritten)
+
+	// audit keys: the archive and the stream, or a refusal.
+	_, err = projector.Signers(ctx, env.JS, env.Layout)
+	require.ErrorIs(t, err, projector.ErrTrimmed)
+	keysAfter, err := projector.Signers(ctx, env.JS, env.Layout, projector.WithArchive(dir))
+	require.NoError(t, err)
+	require.Equal(t, keysBefore, keysAfter)
+	code, out := e2eCLI(t, env.URL(), "audit", "keys", "--archive", dir)
+	require.Equal(t, 0, code, string(out))
+	require.Equal(t, fmt.Sprintf("%s first=%d last=%d revisions=%d\n", signer.PublicKey(), keysBefore[0].First, keysBefore[0].Last, keysBefore[0].Revisions), string(out))
+	code, _, stderr := e2eCLIErr(t, env.URL(), "audit", "keys")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "--archive")
+	code, out = e2eCLI(t, env.URL(), "audit", "check", "--archive", dir)
+	require.Equal(t, 0, code, string(out))
+	// Without the archive, audit check says so once rather than report
+	// every revision the trim cut off from its predecessor; from the
+	// snapshot it needs no archive.
+	code, _, stderr = e2eCLIErr(t, env.URL(), "audit", "check")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "stream trimmed")
+	code, out = e2eCLI(t, env.URL(), "audit", "check", "--from-snapshot")
+	require.Equal(t, 0, code, string(out))
 }

@@ -52,11 +52,12 @@ is open: a closed reservation is forgotten --window after its close
 	}
 	auditKeysCommand = command{
 		name:     "spendgate audit keys",
-		synopsis: "[--nats-url URL] [--bucket NAME]",
+		synopsis: "[--archive DIR] [--nats-url URL] [--bucket NAME]",
 		about: `Lists every key that signed revisions of the ledger stream, with the first
 and last stream sequence it signed and how many ("unsigned" for revisions
 without a signature). It verifies nothing (audit check does): it says, for
-example, the last sequence of a key being retired.`,
+example, the last sequence of a key being retired. A trimmed stream needs
+--archive DIR: the archive is read first, then the stream after it.`,
 	}
 	auditBalancesCommand = command{
 		name:     "spendgate audit balances",
@@ -101,11 +102,10 @@ func audit(args []string) int {
 	} else {
 		fromSnap = fs.Bool("from-snapshot", false, "start from the newest ledger snapshot and replay only the tail")
 	}
-	var archive *string
+	archive := fs.String("archive", "", "read the archive in this directory (spendgate audit archive) before the stream")
 	var window, expiredWindow *time.Duration
 	if args[0] != "keys" {
 		trusted = fs.String("trusted-keys", os.Getenv("SPENDGATE_TRUSTED_KEYS"), trustedKeysUsage)
-		archive = fs.String("archive", "", "read the archive in this directory (spendgate audit archive) before the stream")
 		window = fs.Duration("window", projector.DefaultWindowClosed, "forget a settled or released reservation this long after its close (0: keep all)")
 		expiredWindow = fs.Duration("expired-window", projector.DefaultWindowExpired, "forget an expired reservation this long after its expiry (0: keep all)")
 	}
@@ -161,7 +161,11 @@ func audit(args []string) int {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	if args[0] == "keys" {
-		uses, err := projector.Signers(ctx, js, layout)
+		var kopts []projector.CheckOption
+		if *archive != "" {
+			kopts = append(kopts, projector.WithArchive(*archive))
+		}
+		uses, err := projector.Signers(ctx, js, layout, kopts...)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "spendgate: audit keys:", err)
 			return 1

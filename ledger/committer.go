@@ -26,6 +26,9 @@ type committer struct {
 	locks map[string]*keyLock
 	// multi queues the Txs over several balances for the batch committer.
 	multi keyLock
+	// laneNext and multiNext are l.commitLaneNext and l.commitMultiNext,
+	// bound once (a method value made per submit is an allocation).
+	laneNext, multiNext func(*keyLock) bool
 
 	stats struct {
 		commits, txs, conflicts, batches, queued, timeouts atomic.Int64
@@ -152,12 +155,12 @@ func (l *Ledger) SubmitAll(ctx context.Context, txs []Tx) []error {
 		ps   []*pending
 		next func(*keyLock) bool
 	}
-	var groups []group
+	groups := make([]group, 0, 4)
 	for _, kl := range lanes {
-		groups = append(groups, group{kl, byLane[kl], l.commitLaneNext})
+		groups = append(groups, group{kl, byLane[kl], l.laneNext})
 	}
 	if len(multi) > 0 {
-		groups = append(groups, group{&l.multi, multi, l.commitMultiNext})
+		groups = append(groups, group{&l.multi, multi, l.multiNext})
 	}
 	for i, g := range groups {
 		if i == len(groups)-1 {

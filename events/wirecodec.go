@@ -274,6 +274,12 @@ type reader struct {
 	b  []byte
 	i  int
 	ok bool
+	// share makes str return substrings of one copy of b (shared, made
+	// on first use): a reply's strings then cost one allocation, not one
+	// each, and keep one another alive. The ids a caller may keep long
+	// after the reply (own) are copies of their own.
+	share  bool
+	shared string
 }
 
 func (r *reader) ws() {
@@ -335,11 +341,32 @@ func (r *reader) raw() []byte {
 }
 
 func (r *reader) str() string {
+	if r.share {
+		return r.sub()
+	}
+	return r.own()
+}
+
+// own returns the next string, a copy of its own.
+func (r *reader) own() string {
 	s := r.raw()
 	if !r.ok {
 		return ""
 	}
 	return string(s)
+}
+
+// sub returns the next string as a substring of r.shared.
+func (r *reader) sub() string {
+	s := r.raw()
+	if !r.ok || len(s) == 0 {
+		return ""
+	}
+	if r.shared == "" {
+		r.shared = string(r.b)
+	}
+	end := r.i - 1 // raw leaves r.i past the closing quote
+	return r.shared[end-len(s) : end]
 }
 
 func (r *reader) boolean() bool {
@@ -551,15 +578,15 @@ func (r *reader) refs() []BalanceRef {
 // json.Unmarshal would.
 func DecodeAdmitReply(data []byte, v *AdmitReply) error {
 	var out AdmitReply
-	r := reader{b: data, ok: true}
+	r := reader{b: data, ok: true, share: true}
 	r.object(func(key []byte) {
 		switch string(key) {
 		case "admitted":
 			out.Admitted = r.boolean()
 		case "request_id":
-			out.RequestID = r.str()
+			out.RequestID = r.own()
 		case "reservation_id":
-			out.ReservationID = r.str()
+			out.ReservationID = r.own()
 		case "amount":
 			out.Amount = r.str()
 		case "unit":
@@ -660,11 +687,11 @@ func DecodeAdmitReply(data []byte, v *AdmitReply) error {
 // json.Unmarshal would.
 func DecodeCloseReply(data []byte, v *CloseReply) error {
 	var out CloseReply
-	r := reader{b: data, ok: true}
+	r := reader{b: data, ok: true, share: true}
 	r.object(func(key []byte) {
 		switch string(key) {
 		case "reservation_id":
-			out.ReservationID = r.str()
+			out.ReservationID = r.own()
 		case "status":
 			out.Status = r.str()
 		case "reserved":

@@ -2,7 +2,6 @@ package ledger
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -27,6 +26,9 @@ type committer struct {
 	locks map[string]*keyLock
 	// multi queues the Txs over several balances for the batch committer.
 	multi keyLock
+	// laneNext and multiNext are l.commitLaneNext and l.commitMultiNext,
+	// bound once (a method value made per submit is an allocation).
+	laneNext, multiNext func(*keyLock) bool
 
 	stats struct {
 		commits, txs, conflicts, batches, queued, timeouts atomic.Int64
@@ -153,12 +155,12 @@ func (l *Ledger) SubmitAll(ctx context.Context, txs []Tx) []error {
 		ps   []*pending
 		next func(*keyLock) bool
 	}
-	var groups []group
+	groups := make([]group, 0, 4)
 	for _, kl := range lanes {
-		groups = append(groups, group{kl, byLane[kl], l.commitLaneNext})
+		groups = append(groups, group{kl, byLane[kl], l.laneNext})
 	}
 	if len(multi) > 0 {
-		groups = append(groups, group{&l.multi, multi, l.commitMultiNext})
+		groups = append(groups, group{&l.multi, multi, l.multiNext})
 	}
 	for i, g := range groups {
 		if i == len(groups)-1 {
@@ -648,19 +650,21 @@ func (l *Ledger) publishOne(ctx context.Context, key string, rev uint64, data []
 	msg.Data = data
 	msg.Header.Set(streams.HeaderWriter, l.id)
 	l.sign(msg.Header, key, data)
-	opts := []jetstream.PublishOpt{jetstream.WithExpectStream(l.layout.StreamName())}
+	// The headers jetstream.WithExpectStream and
+	// WithExpectLastSequencePerSubject set (see publishRequest).
+	msg.Header.Set(jetstream.ExpectedStreamHeader, l.layout.StreamName())
 	if !l.opts.blindWrites {
-		opts = append(opts, jetstream.WithExpectLastSequencePerSubject(rev))
+		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
 	}
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, l.opts.commitTimeout)
-		ack, err := l.js.PublishMsg(actx, msg, opts...)
+		seq, err := l.publishAcked(actx, msg)
 		cancel()
 		if err == nil {
 			if attempt > 1 {
 				l.opts.log.Info("ledger write landed after retries", "key", key, "attempts", attempt)
 			}
-			return ack.Sequence, nil
+			return seq, nil
 		}
 		if attempt > 1 && streams.IsConflict(err) {
 			// An earlier attempt timed out and may have landed: then this
@@ -732,19 +736,16 @@ func (l *Ledger) publishBatch(ctx context.Context, revs []keyedRevision, datas [
 			}
 			return nil, err
 		}
-		var ack batchAck
-		if err := json.Unmarshal(reply.Data, &ack); err != nil {
+		seq, count, err := batchPubAck(reply.Data)
+		if err != nil {
 			return nil, err
 		}
-		if ack.Error != nil {
-			return nil, ack.Error
-		}
-		if ack.Count != len(revs) || ack.Seq < uint64(len(revs)) {
+		if count != len(revs) || seq < uint64(len(revs)) {
 			return nil, errors.New("ledger: batch ack does not match the batch")
 		}
 		seqs := make([]uint64, len(revs))
 		for j := range revs {
-			seqs[j] = ack.Seq - uint64(len(revs)-1-j)
+			seqs[j] = seq - uint64(len(revs)-1-j)
 		}
 		return seqs, nil
 	}

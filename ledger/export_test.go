@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spendgate/spendgate/streams"
@@ -199,4 +200,13 @@ func Revs(l *Ledger, key string) (seen, valid uint64) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	return l.bk.rev(key), l.bk.valid(key)
+}
+
+// PublishHookForTesting puts f between every single lane write and the
+// server: send is the real request, and f's answer is the write's.
+func PublishHookForTesting(f func(ctx context.Context, m *nats.Msg, send func(context.Context, *nats.Msg) (*nats.Msg, error)) (*nats.Msg, error)) Option {
+	return func(o *options) error {
+		o.publishHook = f
+		return nil
+	}
 }

@@ -97,6 +97,7 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, layout stre
 		follower:  follower{progress: make(chan struct{}), ready: make(chan struct{}), ownApplied: make(chan struct{})},
 		id:        uuid.NewString(),
 	}
+	l.laneNext, l.multiNext = l.commitLaneNext, l.commitMultiNext
 	l.keys.signer.Store(o.signer)
 	l.keys.trust.Store(o.trust)
 	return l, nil

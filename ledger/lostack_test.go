@@ -16,21 +16,20 @@ import (
 	"github.com/spendgate/spendgate/testenv"
 )
 
-// lostAckJS lands the first lane write, then reports a timeout after delay.
-type lostAckJS struct {
-	jetstream.JetStream
+// lostAck lands the first lane write, then reports a timeout after delay.
+type lostAck struct {
 	armed            atomic.Bool
 	delay            time.Duration
 	calls            atomic.Int32
 	entered, release chan struct{}
 }
 
-func (s *lostAckJS) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+func (s *lostAck) publish(ctx context.Context, m *nats.Msg, send func(context.Context, *nats.Msg) (*nats.Msg, error)) (*nats.Msg, error) {
 	if strings.Contains(m.Subject, ".lane.") && s.entered != nil && s.calls.Add(1) == 1 {
 		close(s.entered)
 		<-s.release
 	}
-	ack, err := s.JetStream.PublishMsg(ctx, m, opts...)
+	ack, err := send(ctx, m)
 	if strings.Contains(m.Subject, ".lane.") && s.calls.Load() >= 2 && s.armed.CompareAndSwap(true, false) {
 		time.Sleep(s.delay)
 		return nil, nats.ErrTimeout
@@ -48,8 +47,8 @@ func TestLedger_LostAckIsUnknownNotNothing(t *testing.T) {
 	nc := env.Connect(t)
 	base, err := jetstream.New(nc)
 	require.NoError(t, err)
-	js := &lostAckJS{JetStream: base, delay: 400 * time.Millisecond}
-	l, err := ledger.New(context.Background(), nc, js, env.Layout)
+	js := &lostAck{delay: 400 * time.Millisecond}
+	l, err := ledger.New(context.Background(), nc, base, env.Layout, ledger.PublishHookForTesting(js.publish))
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/spendgate/spendgate/signing"
 )
 
@@ -51,7 +53,10 @@ type options struct {
 	expiredKeep   time.Duration
 	submitTimeout time.Duration
 	writeFault    func(ctx context.Context, lanes []string) error
-	observer      Observer
+	// publishHook, set only by tests (export_test.go), stands between a
+	// single lane write and the server: send is the real request.
+	publishHook func(ctx context.Context, m *nats.Msg, send func(context.Context, *nats.Msg) (*nats.Msg, error)) (*nats.Msg, error)
+	observer    Observer
 	// snapLoad: Run starts from the newest valid snapshot.
 	snapLoad bool
 	// snapRevisions, snapInterval: when Run writes a snapshot (0: never).

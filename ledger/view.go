@@ -43,6 +43,11 @@ type View struct {
 	// ids) found a lane of the view already folded past the revision the
 	// view was taken at: the group is then decided again.
 	stale bool
+	// journal, touched and touchedRes are apply's, reused by every Tx
+	// of the group.
+	journal    []undoEntry
+	touched    []*viewBalance
+	touchedRes []string
 }
 
 // checkLanes marks the view stale if the book has folded any lane of the
@@ -163,6 +168,55 @@ func (v *View) Voided(rid string) bool {
 	return v.l.bk.voids[rid] != nil
 }
 
+// undoOp names what an undoEntry puts back.
+type undoOp uint8
+
+const (
+	undoBalance undoOp = iota // vb's numbers and events
+	undoOpen                  // vb's record of reservation id (added, removed)
+	undoRes                   // the group's reservation id, as saved
+	undoResNew                // the group had no reservation id
+	undoReq                   // the group's reservation of request id
+	undoVoid                  // the group had not voided request id
+)
+
+// undoEntry is one change apply journals: typed, so a Tx's journal is a
+// slice the view reuses rather than a closure per change.
+type undoEntry struct {
+	op    undoOp
+	vb    *viewBalance
+	bal   Balance      // undoBalance
+	n     int          // undoBalance: len(vb.events)
+	id    string       // the reservation or request id
+	amt   events.Money // undoOpen: the added amount
+	hadA  bool         // undoOpen: id was added; undoReq: rid had a reservation
+	hadR  bool         // undoOpen: id was removed
+	saved *Reservation // undoRes: the copy to restore; undoReq: the previous reservation
+	r     *Reservation // undoRes: the group's reservation
+}
+
+// undo puts back what e journaled.
+func (v *View) undo(e *undoEntry) {
+	switch e.op {
+	case undoBalance:
+		e.vb.Balance, e.vb.events = e.bal, e.vb.events[:e.n]
+	case undoOpen:
+		restoreOpen(e.vb, e.id, e.amt, e.hadA, e.hadR)
+	case undoRes:
+		*e.r = *e.saved
+	case undoResNew:
+		delete(v.res, e.id)
+	case undoReq:
+		if e.hadA {
+			v.req[e.id] = e.saved
+		} else {
+			delete(v.req, e.id)
+		}
+	case undoVoid:
+		delete(v.voids, e.id)
+	}
+}
+
 // apply folds a Tx's events into the view so that later Txs in the group
 // see them, all or none: every change it makes is journaled, and on an
 // error the journal is rolled back, so the view (and so the group's write)
@@ -170,29 +224,46 @@ func (v *View) Voided(rid string) bool {
 // package projector folds the same events independently, and the two must
 // agree.
 func (v *View) apply(es events.Events) (err error) {
-	var undo []func()
+	// The journal, and the balances and reservations this Tx has touched,
+	// live on the view and are reused by every Tx of the group.
+	v.journal, v.touched, v.touchedRes = v.journal[:0], v.touched[:0], v.touchedRes[:0]
 	defer func() {
 		if err != nil {
-			for i := len(undo) - 1; i >= 0; i-- {
-				undo[i]()
+			for i := len(v.journal) - 1; i >= 0; i-- {
+				v.undo(&v.journal[i])
 			}
 		}
+		clear(v.journal) // drop the references the entries hold
 	}()
-	touched := map[*viewBalance]bool{}
-	touchedRes := map[string]bool{}
 	// saveRes journals reservation id as the group had it before this Tx.
 	saveRes := func(id string) {
-		if touchedRes[id] {
+		if slices.Contains(v.touchedRes, id) {
 			return
 		}
-		touchedRes[id] = true
+		v.touchedRes = append(v.touchedRes, id)
 		if r, ok := v.res[id]; ok {
-			saved := *r
+			saved := new(Reservation)
+			*saved = *r
 			saved.Parts = slices.Clone(r.Parts)
-			undo = append(undo, func() { *r = saved })
+			v.journal = append(v.journal, undoEntry{op: undoRes, r: r, saved: saved})
 			return
 		}
-		undo = append(undo, func() { delete(v.res, id) })
+		v.journal = append(v.journal, undoEntry{op: undoResNew, id: id})
+	}
+	// open and close journal the per-reservation maps of vb.
+	open := func(vb *viewBalance, id string, amt events.Money) {
+		a, hadA := vb.added[id]
+		_, hadR := vb.removed[id]
+		v.journal = append(v.journal, undoEntry{op: undoOpen, vb: vb, id: id, amt: a, hadA: hadA, hadR: hadR})
+		vb.added[id] = amt
+		delete(vb.removed, id)
+	}
+	closeRes := func(vb *viewBalance, id string) {
+		a, hadA := vb.added[id]
+		_, hadR := vb.removed[id]
+		v.journal = append(v.journal, undoEntry{op: undoOpen, vb: vb, id: id, amt: a, hadA: hadA, hadR: hadR})
+		vb.removed[id] = true
+		delete(vb.added, id)
 	}
 	for _, e := range es {
 		var ref events.BalanceRef
@@ -215,25 +286,9 @@ func (v *View) apply(es events.Events) (err error) {
 		if vb == nil {
 			return fmt.Errorf("ledger: event for %s outside the Tx's keys", key)
 		}
-		if !touched[vb] {
-			touched[vb] = true
-			saved, n := vb.Balance, len(vb.events)
-			undo = append(undo, func() { vb.Balance, vb.events = saved, vb.events[:n] })
-		}
-		// open and close journal the per-reservation maps of vb.
-		open := func(id string, amt events.Money) {
-			a, hadA := vb.added[id]
-			_, hadR := vb.removed[id]
-			undo = append(undo, func() { restoreOpen(vb, id, a, hadA, hadR) })
-			vb.added[id] = amt
-			delete(vb.removed, id)
-		}
-		closeRes := func(id string) {
-			a, hadA := vb.added[id]
-			_, hadR := vb.removed[id]
-			undo = append(undo, func() { restoreOpen(vb, id, a, hadA, hadR) })
-			vb.removed[id] = true
-			delete(vb.added, id)
+		if !slices.Contains(v.touched, vb) {
+			v.touched = append(v.touched, vb)
+			v.journal = append(v.journal, undoEntry{op: undoBalance, vb: vb, bal: vb.Balance, n: len(vb.events)})
 		}
 		switch e := e.(type) {
 		case events.ThresholdCrossed:
@@ -243,7 +298,7 @@ func (v *View) apply(es events.Events) (err error) {
 		case events.ReservationOpened:
 			vb.Reserved = vb.Reserved.Add(e.Amount)
 			vb.Open++
-			open(e.ReservationID, e.Amount)
+			open(vb, e.ReservationID, e.Amount)
 			saveRes(e.ReservationID)
 			r := v.res[e.ReservationID]
 			if r == nil {
@@ -256,13 +311,7 @@ func (v *View) apply(es events.Events) (err error) {
 				rid := e.RequestID
 				prev, had := v.req[rid]
 				v.req[rid] = r
-				undo = append(undo, func() {
-					if had {
-						v.req[rid] = prev
-					} else {
-						delete(v.req, rid)
-					}
-				})
+				v.journal = append(v.journal, undoEntry{op: undoReq, id: rid, hadA: had, saved: prev})
 			}
 			p := r.part(key)
 			p.Unit, p.Amount = e.Unit, e.Amount
@@ -272,7 +321,7 @@ func (v *View) apply(es events.Events) (err error) {
 			if !e.AfterExpiry {
 				vb.Reserved = vb.Reserved.Sub(e.Reserved)
 				vb.Open--
-				closeRes(e.ReservationID)
+				closeRes(vb, e.ReservationID)
 			}
 			saveRes(e.ReservationID)
 			r := v.overlay(e.ReservationID)
@@ -282,7 +331,7 @@ func (v *View) apply(es events.Events) (err error) {
 		case events.ReservationReleased:
 			vb.Reserved = vb.Reserved.Sub(e.Reserved)
 			vb.Open--
-			closeRes(e.ReservationID)
+			closeRes(vb, e.ReservationID)
 			saveRes(e.ReservationID)
 			r := v.overlay(e.ReservationID)
 			r.Status = events.StatusReleased
@@ -294,7 +343,7 @@ func (v *View) apply(es events.Events) (err error) {
 			rid := e.RequestID
 			if !v.voids[rid] {
 				v.voids[rid] = true
-				undo = append(undo, func() { delete(v.voids, rid) })
+				v.journal = append(v.journal, undoEntry{op: undoVoid, id: rid})
 			}
 		}
 		vb.events = append(vb.events, e)

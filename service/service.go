@@ -337,7 +337,9 @@ func (s *Service) freeSlot(tenant string) {
 }
 
 func (s *Service) serve(nc *nats.Conn, endpoint, subject, reply string, data []byte, h handler, arrived time.Time) {
-	body, e := s.answer(endpoint, subject, data, h, arrived)
+	buf := replyBufs.Get().(*[]byte)
+	body, e := s.answer((*buf)[:0], endpoint, subject, data, h, arrived)
+	defer putReplyBuf(buf, body)
 	if reply == "" {
 		return
 	}
@@ -354,9 +356,9 @@ func (s *Service) serve(nc *nats.Conn, endpoint, subject, reply string, data []b
 }
 
 // answer handles one request with its own deadline, counts it, and
-// returns the body of its answer, with the error it carries (nil on
-// success).
-func (s *Service) answer(endpoint, subject string, data []byte, h handler, arrived time.Time) (body []byte, e *events.Error) {
+// returns the body of its answer appended to dst, with the error it
+// carries (nil on success).
+func (s *Service) answer(dst []byte, endpoint, subject string, data []byte, h handler, arrived time.Time) (body []byte, e *events.Error) {
 	start := time.Now()
 	s.m.Inflight.Inc()
 	defer s.m.Inflight.Dec()
@@ -367,7 +369,7 @@ func (s *Service) answer(endpoint, subject string, data []byte, h handler, arriv
 	if err == nil {
 		out, err = h(ctx, data)
 	}
-	return s.encode(endpoint, subject, out, err, start, arrived)
+	return s.encode(dst, endpoint, subject, out, err, start, arrived)
 }
 
 // withTenant returns ctx with the tenant of subject, if it names one.
@@ -389,8 +391,8 @@ func (s *Service) withTenant(ctx context.Context, subject string) (context.Conte
 }
 
 // encode counts one answer (a request's, or a batch item's) and returns
-// its body, with the error it carries (nil on success).
-func (s *Service) encode(endpoint, subject string, out any, err error, start, arrived time.Time) (body []byte, e *events.Error) {
+// its body appended to dst, with the error it carries (nil on success).
+func (s *Service) encode(dst []byte, endpoint, subject string, out any, err error, start, arrived time.Time) (body []byte, e *events.Error) {
 	code := metrics.CodeOK
 	var errCode, errMsg string
 	defer func() {
@@ -398,7 +400,7 @@ func (s *Service) encode(endpoint, subject string, out any, err error, start, ar
 		s.stats.observe(endpoint, errCode, errMsg, time.Since(arrived))
 	}()
 	if err == nil {
-		if body, err = marshalReply(out); err == nil {
+		if body, err = marshalReply(dst, out); err == nil {
 			return body, nil
 		}
 	}
@@ -413,21 +415,42 @@ func (s *Service) encode(endpoint, subject string, out any, err error, start, ar
 	if e.Code == events.CodeLedgerBusy {
 		s.m.LedgerBusy.With(metrics.BusyConflicts).Inc()
 	}
-	body = events.AppendErrorReply(nil, &events.ErrorReply{Error: &events.Error{
+	body = events.AppendErrorReply(dst, &events.ErrorReply{Error: &events.Error{
 		Code: e.Code, Message: e.Message, ReservationID: e.ReservationID, Status: e.Status,
 	}})
 	return body, e
 }
 
-// marshalReply encodes a reply: the hot path's without reflection.
-func marshalReply(out any) ([]byte, error) {
+// marshalReply appends the encoding of a reply to dst: the hot path's
+// without reflection.
+func marshalReply(dst []byte, out any) ([]byte, error) {
 	switch r := out.(type) {
 	case events.AdmitReply:
-		return events.AppendAdmitReply(make([]byte, 0, 512), &r), nil
+		return events.AppendAdmitReply(dst, &r), nil
 	case events.CloseReply:
-		return events.AppendCloseReply(make([]byte, 0, 256), &r), nil
+		return events.AppendCloseReply(dst, &r), nil
 	}
-	return json.Marshal(out)
+	b, err := json.Marshal(out)
+	return append(dst, b...), err
+}
+
+// replyBufs recycles the buffers replies are encoded into: a reply is
+// copied into the connection's buffer when it is published, so its buffer
+// is free again as soon as the publish returns.
+var replyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
+
+// putReplyBuf gives back a buffer of replyBufs, grown to body if body was
+// appended to it; one grown past 64 KB (a large batch) is left to the
+// collector.
+func putReplyBuf(buf *[]byte, body []byte) {
+	if cap(body) > 64<<10 {
+		return
+	}
+	if cap(body) > cap(*buf) {
+		*buf = body
+	}
+	*buf = (*buf)[:0]
+	replyBufs.Put(buf)
 }
 
 // batchHandler answers the items of a batch, each on its own: out[i] or
@@ -452,7 +475,6 @@ func (s *Service) serveBatch(nc *nats.Conn, endpoint, single, subject, reply str
 	s.stats.observe(endpoint, "", "", 0)
 	start := time.Now()
 	tenant, _ := s.l.Layout().TenantOf(subject)
-	bodies := make([][]byte, len(items))
 	taken := make([]json.RawMessage, 0, len(items))
 	idx := make([]int, 0, len(items))
 	for i, item := range items {
@@ -460,28 +482,45 @@ func (s *Service) serveBatch(nc *nats.Conn, endpoint, single, subject, reply str
 			s.m.LedgerBusy.With(metrics.BusyInflight).Inc()
 			s.m.ObserveRequest(single, string(events.CodeLedgerBusy), 0)
 			s.stats.observe(single, string(events.CodeLedgerBusy), "in-flight limit", 0)
-			bodies[i] = busyReply
 			continue
 		}
 		taken = append(taken, item)
 		idx = append(idx, i)
 	}
+	var outs []any
+	var errs []error
 	if len(taken) > 0 {
 		s.m.Inflight.Add(float64(len(taken)))
 		ctx, cancel := context.WithTimeout(s.ctx, RequestTimeout)
 		ctx, _ = s.withTenant(ctx, subject)
-		outs, errs := h(ctx, taken)
+		outs, errs = h(ctx, taken)
 		cancel()
 		s.m.Inflight.Add(-float64(len(taken)))
-		for j, i := range idx {
-			bodies[i], _ = s.encode(single, subject, outs[j], errs[j], start, arrived)
-			s.freeSlot(tenant)
-		}
 	}
+	// The reply (events.EncodeBatchReply's envelope) is encoded item by
+	// item straight into one recycled buffer: busyReply for the items
+	// past the in-flight limit, each taken item's answer in its place.
+	buf := replyBufs.Get().(*[]byte)
+	body := append((*buf)[:0], `{"items":[`...)
+	j := 0
+	for i := range items {
+		if i > 0 {
+			body = append(body, ',')
+		}
+		if j < len(idx) && idx[j] == i {
+			body, _ = s.encode(body, single, subject, outs[j], errs[j], start, arrived)
+			s.freeSlot(tenant)
+			j++
+			continue
+		}
+		body = append(body, busyReply...)
+	}
+	body = append(body, "]}"...)
+	defer putReplyBuf(buf, body)
 	if reply == "" {
 		return
 	}
-	if err := nc.Publish(reply, events.EncodeBatchReply(bodies)); err != nil {
+	if err := nc.Publish(reply, body); err != nil {
 		s.log.Warn("reply failed", "subject", subject, "err", err)
 	}
 }

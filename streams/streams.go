@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
+	"hash/maphash"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -406,7 +407,33 @@ func BudgetKey(b events.BudgetRef) string {
 // BalanceKey is "balance.<kind>.<id>.<period>.<instance>": the name of a
 // balance in the book and in events. It is not a KV key: a balance's
 // revisions live in its lane (LaneKey).
+//
+// Every transaction asks for the keys of its balances several times (to
+// group, to decide, to fold), so the keys are cached: a fixed table of
+// immutable entries, looked up without a lock, where a newer key may
+// evict an older one that hashes to the same slot (it is then built
+// again). Equal refs give equal keys whether cached or not.
 func BalanceKey(b events.BalanceRef) string {
+	var h maphash.Hash
+	h.SetSeed(balanceKeySeed)
+	h.WriteString(string(b.Scope))
+	_ = h.WriteByte(0)
+	h.WriteString(string(b.Period))
+	_ = h.WriteByte(0)
+	h.WriteString(b.Instance)
+	_ = h.WriteByte(0)
+	h.WriteString(b.Unit)
+	slot := &balanceKeys[h.Sum64()%uint64(len(balanceKeys))]
+	if e := slot.Load(); e != nil && e.ref == b {
+		return e.key
+	}
+	k := balanceKey(b)
+	slot.Store(&balanceKeyEntry{ref: b, key: k})
+	return k
+}
+
+// balanceKey builds BalanceKey's key.
+func balanceKey(b events.BalanceRef) string {
 	k := balanceFamily + "." + b.Scope.Kind() + "." + b.Scope.ID() + "." + string(b.Period) + "." + b.Instance
 	if b.Unit != "" {
 		// A budget alongside another in the same period (BudgetRef.Unit).
@@ -414,6 +441,18 @@ func BalanceKey(b events.BalanceRef) string {
 	}
 	return k
 }
+
+type balanceKeyEntry struct {
+	ref events.BalanceRef
+	key string
+}
+
+var (
+	balanceKeySeed = maphash.MakeSeed()
+	// balanceKeys is BalanceKey's cache: 8,192 slots (64 KB of pointers,
+	// at most as many entries).
+	balanceKeys [8192]atomic.Pointer[balanceKeyEntry]
+)
 
 // Lanes returns the number of commit lanes.
 func (l Layout) Lanes() int { return l.c.Lanes }
@@ -423,12 +462,24 @@ func (l Layout) Lanes() int { return l.c.Lanes }
 // one scope shares a lane.
 func (l Layout) LaneKey(b events.BalanceRef) string {
 	if l.c.Lanes <= 1 {
-		return laneFamily + ".0"
+		return laneNames[0]
 	}
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(b.Scope))
-	return laneFamily + "." + strconv.FormatUint(uint64(h.Sum32()%uint32(l.c.Lanes)), 10)
+	// FNV-1a, 32 bits (hash/fnv's New32a, without its allocations).
+	h := uint32(2166136261)
+	for i := 0; i < len(b.Scope); i++ {
+		h ^= uint32(b.Scope[i])
+		h *= 16777619
+	}
+	return laneNames[h%uint32(l.c.Lanes)]
 }
+
+// laneNames[n] is "lane.<n>", for every lane a layout can have.
+var laneNames = func() (names [MaxLanes]string) {
+	for n := range names {
+		names[n] = laneFamily + "." + strconv.Itoa(n)
+	}
+	return names
+}()
 
 // LaneKeysFilter matches every lane key ("$KV.<bucket>.lane.>").
 func (l Layout) LaneKeysFilter() string { return l.KeyPrefix() + laneFamily + ".>" }

@@ -3,6 +3,7 @@ package streams_test
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"sync"
 	"testing"
 	"time"
@@ -77,6 +78,65 @@ func TestLaneKey(t *testing.T) {
 	}
 	require.False(t, streams.IsLaneKey(streams.BalanceKey(ref("org:acme", events.PeriodMonth, "2026-11"))))
 	require.False(t, streams.IsLaneKey("budget.org.acme.month"))
+}
+
+// LaneKey's hash is FNV-1a 32 of the scope (hash/fnv's), for every lane
+// count: a balance that moved lanes would have two compare-and-set guards.
+// (Fails if the inlined hash differs from hash/fnv's for any scope.)
+func TestLaneKey_IsFNV(t *testing.T) {
+	for _, lanes := range []int{2, 3, 8, 64, streams.MaxLanes} {
+		l := layout(t, lanes)
+		for i := 0; i < 500; i++ {
+			scope := fmt.Sprintf("user:u-%d-\u00e9", i)
+			h := fnv.New32a()
+			_, _ = h.Write([]byte(scope))
+			want := fmt.Sprintf("lane.%d", h.Sum32()%uint32(lanes))
+			require.Equal(t, want, l.LaneKey(events.BalanceRef{Scope: events.Scope(scope), Period: events.PeriodMonth, Instance: "2026-11"}))
+		}
+	}
+}
+
+// BalanceKey caches its keys: whatever the cache holds (here more refs than
+// it has slots, from several goroutines, so entries are evicted and
+// rebuilt concurrently), every key is the one its ref spells. (Fails if a
+// lookup returned another ref's key from a shared slot.)
+func TestBalanceKey_Cache(t *testing.T) {
+	want := func(r events.BalanceRef) string {
+		k := "balance." + r.Scope.Kind() + "." + r.Scope.ID() + "." + string(r.Period) + "." + r.Instance
+		if r.Unit != "" {
+			k += "." + r.Unit
+		}
+		return k
+	}
+	var wg sync.WaitGroup
+	errs := make(chan string, 4)
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 20000; i++ {
+				r := events.BalanceRef{Scope: events.Scope(fmt.Sprintf("org:o%d", i%12000)), Period: events.PeriodDay, Instance: "2026-11-30"}
+				if i%3 == 0 {
+					r.Unit = "tokens"
+				}
+				if got := streams.BalanceKey(r); got != want(r) {
+					errs <- fmt.Sprintf("%+v: got %s", r, got)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	r := events.BalanceRef{Scope: "org:acme", Period: events.PeriodMonth, Instance: "2026-11"}
+	require.Equal(t, "balance.org.acme.month.2026-11", streams.BalanceKey(r))
+	require.Equal(t, "balance.org.acme.month.2026-11", streams.BalanceKey(r), "cached")
+	if n := testing.AllocsPerRun(100, func() { _ = streams.BalanceKey(r) }); n != 0 {
+		t.Errorf("a cached BalanceKey allocates %.0f times", n)
+	}
 }
 
 // Ensure records the lane count in the stream and refuses to run a layout

@@ -156,6 +156,11 @@ type Options struct {
 	// CPUProfile and MemProfile, when set, are files to write a CPU
 	// profile of the whole run and a heap profile at its end to.
 	CPUProfile, MemProfile string
+	// ProfileWay, when set (single, client, floor or naive), narrows the
+	// CPU profile to that way's timed run of the first rep of the first
+	// scenario: the process's whole CPU (server, replica and callers)
+	// while only that way runs.
+	ProfileWay string
 	// BlockProfile and MutexProfile, when set, are files to write the
 	// run's blocking and mutex contention profiles to (every event
 	// sampled, so they cost throughput: compare only with each other).
@@ -227,6 +232,20 @@ func (o Options) resolve() (config, error) {
 		return c, errors.New("--service-replicas is for the embedded server; with --nats-url run the replicas yourself")
 	case o.Lanes < 1 || o.Lanes > streams.MaxLanes:
 		return c, fmt.Errorf("--lanes must be 1..%d", streams.MaxLanes)
+	case o.ProfileWay != "" && o.CPUProfile == "":
+		return c, errors.New("--profile-way narrows --cpuprofile: give both")
+	}
+	switch o.ProfileWay {
+	case "", "single", "client":
+	case "floor", "naive":
+		if !o.Baselines {
+			return c, fmt.Errorf("--profile-way %s needs the baselines", o.ProfileWay)
+		}
+	default:
+		return c, fmt.Errorf("--profile-way must be single, client, floor or naive, not %q", o.ProfileWay)
+	}
+	if o.ProfileWay == "client" && !o.Client {
+		return c, errors.New("--profile-way client needs --client")
 	}
 	if o.Cluster != 0 {
 		c.Replicas = o.Cluster
@@ -300,7 +319,9 @@ func Run(ctx context.Context, opts Options, stdout, stderr io.Writer) error {
 	}
 	b := &bencher{o: o, ctx: ctx, log: stderr, run: fmt.Sprintf("%08x", rand.Uint32())}
 	defer b.close()
-	if o.CPUProfile != "" {
+	if o.CPUProfile != "" && o.ProfileWay != "" {
+		b.profileWay = o.ProfileWay
+	} else if o.CPUProfile != "" {
 		f, err := os.Create(o.CPUProfile)
 		if err == nil {
 			err = pprof.StartCPUProfile(f)
@@ -424,6 +445,35 @@ type bencher struct {
 	replicas   []*service.Replica // none with --nats-url
 	cleanups   []func()
 	flood      *floodResult // the flood scenario's result, when run
+	// profileWay is the way whose first timed run is CPU-profiled
+	// (--profile-way); profiled is set once it has been.
+	profileWay string
+	profiled   bool
+}
+
+// driveWay is drive, CPU-profiled when way is the one --profile-way names
+// and it has not been profiled yet.
+func (b *bencher) driveWay(way string, callers int, f cycleFunc) runResult {
+	if way != b.profileWay || b.profiled {
+		return b.drive(callers, f)
+	}
+	b.profiled = true
+	file, err := os.Create(b.o.CPUProfile)
+	if err == nil {
+		if err = pprof.StartCPUProfile(file); err != nil {
+			_ = file.Close()
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(b.log, "cpu profile: %v\n", err)
+		return b.drive(callers, f)
+	}
+	defer func() {
+		pprof.StopCPUProfile()
+		_ = file.Close()
+		fmt.Fprintf(b.log, "cpu profile of the %s run written to %s\n", way, b.o.CPUProfile)
+	}()
+	return b.drive(callers, f)
 }
 
 // ledgerStats returns the embedded replicas' commit counters, summed (zero
@@ -736,7 +786,7 @@ func (b *bencher) scenario(sc benchScenario) (benchRow, error) {
 	for rep := 0; rep < b.o.Reps; rep++ {
 		tag := fmt.Sprintf("%s-%s-%d", b.run, sc.name, rep)
 		st0 := b.ledgerStats()
-		s := b.drive(sc.callers, func(_ context.Context, c, seq int, rng *rand.Rand) (time.Duration, error) {
+		s := b.driveWay("single", sc.callers, func(_ context.Context, c, seq int, rng *rand.Rand) (time.Duration, error) {
 			return benchCycle(b.ctx, b.conns[b.connFor(c)], admit, settle, p.scopesOf(p.pick(c, rng)), tag+"-s-"+strconv.Itoa(c)+"-"+strconv.Itoa(seq))
 		})
 		svc = append(svc, s)
@@ -749,7 +799,7 @@ func (b *bencher) scenario(sc benchScenario) (benchRow, error) {
 		var cr runResult
 		if b.o.Client {
 			st0, m0 := b.ledgerStats(), b.endpointCounts()
-			cr = b.drive(sc.callers, func(_ context.Context, c, seq int, rng *rand.Rand) (time.Duration, error) {
+			cr = b.driveWay("client", sc.callers, func(_ context.Context, c, seq int, rng *rand.Rand) (time.Duration, error) {
 				return clientCycle(b.ctx, b.clients[b.connFor(c)], p.scopesOf(p.pick(c, rng)), tag+"-c-"+strconv.Itoa(c)+"-"+strconv.Itoa(seq))
 			})
 			cli = append(cli, cr)
@@ -765,11 +815,11 @@ func (b *bencher) scenario(sc benchScenario) (benchRow, error) {
 		}
 		var f, n runResult
 		if b.o.Baselines {
-			f = b.drive(sc.callers, func(_ context.Context, c, seq int, rng *rand.Rand) (time.Duration, error) {
+			f = b.driveWay("floor", sc.callers, func(_ context.Context, c, seq int, rng *rand.Rand) (time.Duration, error) {
 				return benchCycle(b.ctx, b.conns[b.connFor(c)], benchFloorAdmit, benchFloorSettle, p.scopesOf(p.pick(c, rng)), tag+"-f-"+strconv.Itoa(c)+"-"+strconv.Itoa(seq))
 			})
 			var st naiveStats
-			n = b.drive(sc.callers, func(ctx context.Context, c, _ int, rng *rand.Rand) (time.Duration, error) {
+			n = b.driveWay("naive", sc.callers, func(ctx context.Context, c, _ int, rng *rand.Rand) (time.Duration, error) {
 				return naiveCycle(ctx, b.kvs[b.connFor(c)], p.keysOf(p.pick(c, rng)), &st)
 			})
 			n.attempts, n.conflicts = st.attempts.Load(), st.conflicts.Load()

@@ -2,9 +2,12 @@ package bench
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"io"
+	"os"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"strconv"
@@ -137,6 +140,34 @@ func TestRun_NoBaselines(t *testing.T) {
 	require.Equal(t, "-", fmtLatency(rows[0].FloorAdmitP99))
 }
 
+// --profile-way client writes a CPU profile of the client's timed run
+// alone: a gzipped pprof profile whose samples include the Go client's
+// calls (and none of the single requests' own code path, which only the
+// single-request run takes).
+func TestRun_ProfileWay(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), benchTestBudget)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	o := DefaultOptions()
+	o.Duration = 300 * time.Millisecond
+	o.Reps = 2
+	o.Scenarios = []string{"hot16"}
+	o.Baselines = false
+	o.CPUProfile = filepath.Join(t.TempDir(), "client.pprof")
+	o.ProfileWay = "client"
+	require.NoError(t, Run(ctx, o, &out, &errOut), "stderr:\n%s", errOut.String())
+	require.Equal(t, 1, strings.Count(errOut.String(), "cpu profile of the client run written to"), errOut.String())
+	raw, err := os.ReadFile(o.CPUProfile)
+	require.NoError(t, err)
+	zr, err := gzip.NewReader(bytes.NewReader(raw))
+	require.NoError(t, err, "a pprof profile is gzipped")
+	prof, err := io.ReadAll(zr)
+	require.NoError(t, err)
+	// Function names are in the profile's string table.
+	require.Contains(t, string(prof), "bench.clientCycle")
+	require.NotContains(t, string(prof), "bench.benchCycle", "the single-request run was not profiled")
+}
+
 // Two embedded replicas on 4 lanes, multi-scope admits: both replicas
 // commit (they arbitrate by compare-and-set), the cap burst admits exactly
 // the limit, and the row records the setup.
@@ -211,6 +242,10 @@ func TestOptions_Validate(t *testing.T) {
 		"cluster and remote":     func(o *Options) { o.Cluster, o.NATSURL = 3, "nats://127.0.0.1:1" },
 		"cluster and sync":       func(o *Options) { o.Cluster, o.SyncAlways = 3, true },
 		"cluster other replicas": func(o *Options) { o.Cluster, o.Replicas = 3, 5 },
+		"profile way alone":      func(o *Options) { o.ProfileWay = "client" },
+		"profile way unknown":    func(o *Options) { o.CPUProfile, o.ProfileWay = "cpu.pprof", "nope" },
+		"profile way no client":  func(o *Options) { o.CPUProfile, o.ProfileWay, o.Client = "cpu.pprof", "client", false },
+		"profile way no floor":   func(o *Options) { o.CPUProfile, o.ProfileWay, o.Baselines = "cpu.pprof", "floor", false },
 	} {
 		t.Run(name, func(t *testing.T) {
 			o := DefaultOptions()

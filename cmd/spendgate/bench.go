@@ -34,6 +34,7 @@ func benchCmd(args []string) int {
 	fs.BoolVar(&o.ConnPerCaller, "conn-per-caller", false, "one client connection per caller (overrides --conns)")
 	fs.BoolVar(&o.JSON, "json", false, "print a JSON array of objects instead of the table")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run (server, replica and callers) to this file")
+	fs.StringVar(&o.ProfileWay, "profile-way", "", "narrow --cpuprofile to one way's timed run (single, client, floor or naive), first rep of the first scenario")
 	fs.StringVar(&o.BlockProfile, "blockprofile", "", "write a blocking profile of the run to this file (samples every event: slows the run)")
 	fs.StringVar(&o.MutexProfile, "mutexprofile", "", "write a mutex contention profile of the run to this file (samples every event: slows the run)")
 	fs.StringVar(&o.MemProfile, "memprofile", "", "write a heap profile at the end of the run to this file")

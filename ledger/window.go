@@ -34,6 +34,11 @@ import (
 // reservation id and by request id. A materialized Reservation is built
 // on each lookup; its text (ids, amounts, times, status) is the original,
 // byte for byte.
+//
+// Each table slot holds the handle and the low 32 bits of its key's hash:
+// a probe compares that fingerprint and reads the entry (a cache miss, in
+// a window of a million entries) only when it matches, and growing or
+// shifting a table never reads an entry or hashes a key again.
 
 // window statuses, as codes (0 means the status lives in ext.res).
 var winStatuses = [...]string{1: events.StatusSettled, 2: events.StatusReleased, 3: events.StatusExpired}
@@ -85,8 +90,11 @@ type window struct {
 	rings       [2]ring // winClosed, winExpired
 	byID, byReq table
 	seed        maphash.Seed
-	units       []string
-	unitIdx     map[string]uint16
+	// hashMask is ANDed into every key's hash: all ones, but tests narrow
+	// it to force long probe runs and equal fingerprints of other keys.
+	hashMask uint64
+	units    []string
+	unitIdx  map[string]uint16
 }
 
 const (
@@ -96,11 +104,13 @@ const (
 	// bit above names the ring.
 	handleBits = 30
 	handleMask = 1<<handleBits - 1
-	emptySlot  = ^uint32(0)
+	// emptySlot is a free table slot. A used slot's low 32 bits are a
+	// handle, whose top bit is never set, so no used slot equals it.
+	emptySlot = ^uint64(0)
 )
 
 func newWindow() *window {
-	return &window{seed: maphash.MakeSeed(), unitIdx: map[string]uint16{}}
+	return &window{seed: maphash.MakeSeed(), hashMask: ^uint64(0), unitIdx: map[string]uint16{}}
 }
 
 // len is the number of closed reservations the window holds.
@@ -157,10 +167,36 @@ func (w *window) entry(h uint32) *winEntry {
 }
 
 // table is an open-addressing hash table (linear probing, backward-shift
-// deletion) of handles.
+// deletion) of handles, each with its key's fingerprint (see slotOf).
 type table struct {
-	slots []uint32
+	slots []uint64
 	n     int
+}
+
+// slotOf is the slot of handle h whose key hashes to hash: the low 32 bits
+// of the hash above the handle. A table never has more than 1<<32 slots,
+// so the fingerprint holds every bit of the hash that picks a key's home
+// slot (hash & mask).
+func slotOf(h uint32, hash uint64) uint64 { return uint64(uint32(hash))<<32 | uint64(h) }
+
+// winKey is a key looked up in a table: its text, its hash and, when it is
+// a compact id, its 16 bytes and kind (idExt when it is not one).
+type winKey struct {
+	s    string
+	hash uint64
+	b    [16]byte
+	kind uint8
+}
+
+func (w *window) key(s string) winKey {
+	k := winKey{s: s}
+	var ok bool
+	if k.b, k.kind, ok = compactID(s); ok {
+		k.hash = w.hashCompact(k.b, k.kind)
+	} else {
+		k.kind, k.hash = idExt, maphash.String(w.seed, s)&w.hashMask
+	}
+	return k
 }
 
 // key kinds for hashing: an id's hash depends only on its text.
@@ -168,14 +204,14 @@ func (w *window) hashID(s string) uint64 {
 	if b, kind, ok := compactID(s); ok {
 		return w.hashCompact(b, kind)
 	}
-	return maphash.String(w.seed, s)
+	return maphash.String(w.seed, s) & w.hashMask
 }
 
 func (w *window) hashCompact(b [16]byte, kind uint8) uint64 {
 	var buf [17]byte
 	copy(buf[:], b[:])
 	buf[16] = kind
-	return maphash.Bytes(w.seed, buf[:])
+	return maphash.Bytes(w.seed, buf[:]) & w.hashMask
 }
 
 // keyHash is the hash of entry e's reservation id (req false) or request
@@ -220,76 +256,79 @@ func (e *winEntry) reqText() string {
 	return e.ext.req
 }
 
-// matches reports whether e's id (or request id) is s.
-func (e *winEntry) matches(s string, req bool) bool {
+// matches reports whether e's id (or request id) is k.
+func (e *winEntry) matches(k *winKey, req bool) bool {
 	kind, b := e.idKind, &e.id
 	if req {
 		kind, b = e.reqKind, &e.req
 	}
 	if kind == idExt {
+		// Not compact, or widened (see shared): compare the text.
 		if req {
-			return e.reqText() == s
+			return e.reqText() == k.s
 		}
-		return e.idText() == s
+		return e.idText() == k.s
 	}
-	c, k, ok := compactID(s)
-	return ok && k == kind && c == *b
+	return k.kind == kind && k.b == *b
 }
 
-func (w *window) find(t *table, s string, req bool) (uint32, bool) {
+func (w *window) find(t *table, k *winKey, req bool) (uint32, bool) {
 	if t.n == 0 {
 		return 0, false
 	}
 	mask := uint64(len(t.slots) - 1)
-	for i := w.hashID(s) & mask; ; i = (i + 1) & mask {
-		h := t.slots[i]
-		if h == emptySlot {
+	fp := uint32(k.hash)
+	for i := k.hash & mask; ; i = (i + 1) & mask {
+		sl := t.slots[i]
+		if sl == emptySlot {
 			return 0, false
 		}
-		if w.entry(h).matches(s, req) {
-			return h, true
+		if uint32(sl>>32) == fp && w.entry(uint32(sl)).matches(k, req) {
+			return uint32(sl), true
 		}
 	}
 }
 
-func (w *window) insert(t *table, h uint32, req bool) {
+// insert puts handle h, whose key hashes to hash, into t.
+func (w *window) insert(t *table, h uint32, hash uint64) {
 	if 4*(t.n+1) > 3*len(t.slots) {
-		w.rehash(t, max(16, 2*len(t.slots)), req)
+		w.rehash(t, max(16, 2*len(t.slots)))
 	}
-	w.place(t, h, req)
+	t.place(slotOf(h, hash))
 	t.n++
 }
 
-func (w *window) place(t *table, h uint32, req bool) {
+func (t *table) place(sl uint64) {
 	mask := uint64(len(t.slots) - 1)
-	i := w.keyHash(w.entry(h), req) & mask
+	i := sl >> 32 & mask
 	for t.slots[i] != emptySlot {
 		i = (i + 1) & mask
 	}
-	t.slots[i] = h
+	t.slots[i] = sl
 }
 
-func (w *window) rehash(t *table, size int, req bool) {
+func (w *window) rehash(t *table, size int) {
 	old := t.slots
-	t.slots = make([]uint32, size)
+	t.slots = make([]uint64, size)
 	for i := range t.slots {
 		t.slots[i] = emptySlot
 	}
-	for _, h := range old {
-		if h != emptySlot {
-			w.place(t, h, req)
+	for _, sl := range old {
+		if sl != emptySlot {
+			t.place(sl)
 		}
 	}
 }
 
-// remove takes handle h out of t, if it is there.
-func (w *window) remove(t *table, h uint32, req bool) {
+// remove takes handle h, whose key hashes to hash, out of t, if it is
+// there.
+func (w *window) remove(t *table, h uint32, hash uint64) {
 	if t.n == 0 {
 		return
 	}
 	mask := uint64(len(t.slots) - 1)
-	i := w.keyHash(w.entry(h), req) & mask
-	for t.slots[i] != h {
+	i := hash & mask
+	for uint32(t.slots[i]) != h {
 		if t.slots[i] == emptySlot {
 			return
 		}
@@ -298,7 +337,7 @@ func (w *window) remove(t *table, h uint32, req bool) {
 	// Backward shift: move up every later entry of the run whose home is
 	// not in (i, j].
 	for j := (i + 1) & mask; t.slots[j] != emptySlot; j = (j + 1) & mask {
-		home := w.keyHash(w.entry(t.slots[j]), req) & mask
+		home := t.slots[j] >> 32 & mask
 		if (j > i && (home <= i || home > j)) || (j < i && home <= i && home > j) {
 			t.slots[i] = t.slots[j]
 			i = j
@@ -307,8 +346,15 @@ func (w *window) remove(t *table, h uint32, req bool) {
 	t.slots[i] = emptySlot
 	t.n--
 	if len(t.slots) > 64 && 8*t.n < len(t.slots) {
-		w.rehash(t, len(t.slots)/2, req)
+		w.rehash(t, len(t.slots)/2)
 	}
+}
+
+// removeEntry takes handle h out of both tables.
+func (w *window) removeEntry(h uint32) {
+	e := w.entry(h)
+	w.remove(&w.byID, h, w.keyHash(e, false))
+	w.remove(&w.byReq, h, w.keyHash(e, true))
 }
 
 // add puts closed reservation r, stamped at, into ring which. A request id
@@ -320,11 +366,12 @@ func (w *window) add(which int, r *Reservation, bl *balance, at time.Time) {
 	r0 := &w.rings[which]
 	abs := r0.push(e)
 	h := handleOf(which, abs)
-	if old, ok := w.find(&w.byReq, r.RequestID, true); ok {
-		w.remove(&w.byReq, old, true)
+	req := w.key(r.RequestID)
+	if old, ok := w.find(&w.byReq, &req, true); ok {
+		w.remove(&w.byReq, old, req.hash)
 	}
-	w.insert(&w.byID, h, false)
-	w.insert(&w.byReq, h, true)
+	w.insert(&w.byID, h, w.keyHash(&e, false))
+	w.insert(&w.byReq, h, req.hash)
 }
 
 // reserve makes room for n more entries in ring which and both indexes,
@@ -333,13 +380,13 @@ func (w *window) reserve(which int, n int) {
 	if r := &w.rings[which]; len(r.buf) < r.n+n {
 		r.resize(r.n + n)
 	}
-	for i, t := range []*table{&w.byID, &w.byReq} {
+	for _, t := range []*table{&w.byID, &w.byReq} {
 		size := max(16, len(t.slots))
 		for 4*(t.n+n) > 3*size {
 			size *= 2
 		}
 		if size != len(t.slots) {
-			w.rehash(t, size, i == 1)
+			w.rehash(t, size)
 		}
 	}
 }
@@ -350,33 +397,35 @@ func (w *window) reserve(which int, n int) {
 func (w *window) addEntry(which int, e *winEntry) bool {
 	t := &w.byID
 	if 4*(t.n+1) > 3*len(t.slots) {
-		w.rehash(t, max(16, 2*len(t.slots)), false)
+		w.rehash(t, max(16, 2*len(t.slots)))
 	}
 	mask := uint64(len(t.slots) - 1)
-	i := w.keyHash(e, false) & mask
+	hash := w.keyHash(e, false)
+	i := hash & mask
 	for ; t.slots[i] != emptySlot; i = (i + 1) & mask {
-		if w.entry(t.slots[i]).sameKey(e, false) {
+		if uint32(t.slots[i]>>32) == uint32(hash) && w.entry(uint32(t.slots[i])).sameKey(e, false) {
 			return false
 		}
 	}
 	h := handleOf(which, w.rings[which].push(*e))
-	t.slots[i] = h
+	t.slots[i] = slotOf(h, hash)
 	t.n++
 	// A request id already in the window now names e: its slot is
 	// reused (the key, hence the probe sequence, is the same).
 	t = &w.byReq
 	if 4*(t.n+1) > 3*len(t.slots) {
-		w.rehash(t, max(16, 2*len(t.slots)), true)
+		w.rehash(t, max(16, 2*len(t.slots)))
 	}
 	mask = uint64(len(t.slots) - 1)
-	i = w.keyHash(e, true) & mask
+	hash = w.keyHash(e, true)
+	i = hash & mask
 	for ; t.slots[i] != emptySlot; i = (i + 1) & mask {
-		if w.entry(t.slots[i]).sameKey(e, true) {
-			t.slots[i] = h
+		if uint32(t.slots[i]>>32) == uint32(hash) && w.entry(uint32(t.slots[i])).sameKey(e, true) {
+			t.slots[i] = slotOf(h, hash)
 			return true
 		}
 	}
-	t.slots[i] = h
+	t.slots[i] = slotOf(h, hash)
 	t.n++
 	return true
 }
@@ -417,8 +466,7 @@ func (w *window) intern(unit string) (uint16, bool) {
 func (w *window) take(h uint32) *Reservation {
 	e := w.entry(h)
 	r := w.reservation(e)
-	w.remove(&w.byID, h, false)
-	w.remove(&w.byReq, h, true)
+	w.removeEntry(h)
 	e.flags |= flagDead
 	e.ext, e.bal = nil, nil
 	return r
@@ -434,9 +482,7 @@ func (w *window) forget(which int, before time.Time) {
 			return
 		}
 		if e.flags&flagDead == 0 {
-			h := handleOf(which, r.head)
-			w.remove(&w.byID, h, false)
-			w.remove(&w.byReq, h, true)
+			w.removeEntry(handleOf(which, r.head))
 		}
 		r.pop()
 	}
@@ -460,7 +506,8 @@ func (w *window) get(s string, req bool) (*Reservation, uint32, bool) {
 	if req {
 		t = &w.byReq
 	}
-	h, ok := w.find(t, s, req)
+	k := w.key(s)
+	h, ok := w.find(t, &k, req)
 	if !ok {
 		return nil, 0, false
 	}

@@ -748,6 +748,16 @@ func SplitBatchReply(data []byte) ([]json.RawMessage, error) {
 	return DecodeBatchReply(data)
 }
 
+// strSpecial marks the bytes inside a JSON string that end a run of plain
+// ones: the closing quote, a backslash and the control characters.
+var strSpecial = func() (t [256]bool) {
+	for c := 0; c < 0x20; c++ {
+		t[c] = true
+	}
+	t['"'], t['\\'] = true, true
+	return t
+}()
+
 // splitBatchReply splits {"items":[{...},{...}]} into its objects, or
 // declines; with validate, it also declines unless every object is valid
 // JSON.
@@ -756,23 +766,32 @@ func splitBatchReply(data []byte, validate bool) ([]json.RawMessage, bool) {
 		return nil, false
 	}
 	body := data[len(batchReplyHead) : len(data)-2]
-	items := []json.RawMessage{}
-	depth, inStr, esc, start := 0, false, false, 0
-	for i, c := range body {
+	items := make([]json.RawMessage, 0, 16)
+	depth, inStr, start := 0, false, 0
+	for i := 0; i < len(body); i++ {
 		if inStr {
-			switch {
-			case esc:
-				esc = false
+			// Skip the string's plain bytes at once: only a quote, a
+			// backslash or a control character needs a look.
+			for i < len(body) && !strSpecial[body[i]] {
+				i++
+			}
+			if i == len(body) {
+				break
+			}
+			switch c := body[i]; {
 			case c == '\\':
-				esc = true
+				// The escaped byte, whatever it is; a backslash at the very
+				// end leaves inStr set, which the check after the loop
+				// refuses.
+				i++
 			case c == '"':
 				inStr = false
-			case c < 0x20:
+			default: // a control character
 				return nil, false
 			}
 			continue
 		}
-		switch c {
+		switch c := body[i]; c {
 		case '"':
 			inStr = true
 		case '{', '[':

@@ -73,8 +73,9 @@ const (
 	// endpoint does not turn the run into a busy loop.
 	benchErrorBackoff = time.Millisecond
 	// Floor service subjects.
-	benchFloorAdmit  = "bench.floor.admit"
-	benchFloorSettle = "bench.floor.settle"
+	benchFloorPrefix = "bench.floor."
+	benchFloorAdmit  = benchFloorPrefix + streams.EndpointAdmit
+	benchFloorSettle = benchFloorPrefix + streams.EndpointSettle
 )
 
 // benchScenario is one load shape.
@@ -237,12 +238,16 @@ func (o Options) resolve() (config, error) {
 	}
 	switch o.ProfileWay {
 	case "", "single", "client":
+	case "batched-floor":
+		if !o.Baselines || !o.Client {
+			return c, errors.New("--profile-way batched-floor needs the baselines and --client")
+		}
 	case "floor", "naive":
 		if !o.Baselines {
 			return c, fmt.Errorf("--profile-way %s needs the baselines", o.ProfileWay)
 		}
 	default:
-		return c, fmt.Errorf("--profile-way must be single, client, floor or naive, not %q", o.ProfileWay)
+		return c, fmt.Errorf("--profile-way must be single, client, floor, batched-floor or naive, not %q", o.ProfileWay)
 	}
 	if o.ProfileWay == "client" && !o.Client {
 		return c, errors.New("--profile-way client needs --client")
@@ -439,12 +444,15 @@ type bencher struct {
 	layout     streams.Layout
 	conns      []*nats.Conn
 	clients    []*client.Client // one per connection
-	kvs        []jetstream.KeyValue
-	naiveName  string
-	floor      *floorService
-	replicas   []*service.Replica // none with --nats-url
-	cleanups   []func()
-	flood      *floodResult // the flood scenario's result, when run
+	// floorClients are the clients of the floor's batch endpoints, one
+	// per connection: the batched floor.
+	floorClients []*client.Client
+	kvs          []jetstream.KeyValue
+	naiveName    string
+	floor        *floorService
+	replicas     []*service.Replica // none with --nats-url
+	cleanups     []func()
+	flood        *floodResult // the flood scenario's result, when run
 	// profileWay is the way whose first timed run is CPU-profiled
 	// (--profile-way); profiled is set once it has been.
 	profileWay string
@@ -613,6 +621,11 @@ func (b *bencher) start() error {
 			return err
 		}
 		b.clients = append(b.clients, cl)
+		fcl, err := client.New(nc, client.WithPrefix(benchFloorPrefix), client.WithTimeout(benchRequestTimeout), client.WithRetries(1))
+		if err != nil {
+			return err
+		}
+		b.floorClients = append(b.floorClients, fcl)
 	}
 	if len(b.o.scenarios) == 0 {
 		return nil
@@ -781,7 +794,7 @@ func (b *bencher) scenario(sc benchScenario) (benchRow, error) {
 		fmt.Fprintf(b.log, "%s: client cap burst: %d admits fired, %d admitted, %d denied, %d errors -> over-admissions %d\n",
 			sc.name, clientCap.Fired, clientCap.Admitted, clientCap.Denied, clientCap.Errors, clientCap.Over)
 	}
-	var svc, floor, naive, cli []runResult
+	var svc, floor, naive, cli, cfloor []runResult
 	admit, settle := b.layout.Endpoint(streams.EndpointAdmit), b.layout.Endpoint(streams.EndpointSettle)
 	for rep := 0; rep < b.o.Reps; rep++ {
 		tag := fmt.Sprintf("%s-%s-%d", b.run, sc.name, rep)
@@ -825,16 +838,23 @@ func (b *bencher) scenario(sc benchScenario) (benchRow, error) {
 			n.attempts, n.conflicts = st.attempts.Load(), st.conflicts.Load()
 			floor, naive = append(floor, f), append(naive, n)
 		}
-		fmt.Fprintf(b.log, "%s rep %d/%d: spendgate %.0f cycles/s (p99 %s; %s), client %.0f (p99 %s; %s), floor %.0f (%s), naive %.0f (%.0f%% conflicts)\n",
+		var cf runResult
+		if b.o.Baselines && b.o.Client {
+			cf = b.driveWay("batched-floor", sc.callers, func(_ context.Context, c, seq int, rng *rand.Rand) (time.Duration, error) {
+				return clientCycle(b.ctx, b.floorClients[b.connFor(c)], p.scopesOf(p.pick(c, rng)), tag+"-cf-"+strconv.Itoa(c)+"-"+strconv.Itoa(seq))
+			})
+			cfloor = append(cfloor, cf)
+		}
+		fmt.Fprintf(b.log, "%s rep %d/%d: spendgate %.0f cycles/s (p99 %s; %s), client %.0f (p99 %s; %s), floor %.0f (%s), batched floor %.0f (%s), naive %.0f (%.0f%% conflicts)\n",
 			sc.name, rep+1, b.o.Reps, s.rate(), fmtLatency(s.percentile(0.99)), s.cost(), cr.rate(), fmtLatency(cr.percentile(0.99)), cr.cost(),
-			f.rate(), f.cost(), n.rate(), n.conflictPct())
+			f.rate(), f.cost(), cf.rate(), cf.cost(), n.rate(), n.conflictPct())
 		if err := b.ctx.Err(); err != nil {
 			return benchRow{}, err
 		}
 	}
 	row := b.summarize(p, capRes, svc, floor, naive)
 	if b.o.Client {
-		b.summarizeClient(&row, clientCap, cli)
+		b.summarizeClient(&row, clientCap, cli, cfloor)
 	}
 	return row, nil
 }
@@ -1313,9 +1333,13 @@ type benchRow struct {
 	ClientErrors         int64     `json:"client_errors"`
 	ClientFirstError     string    `json:"client_first_error,omitempty"`
 	ClientReps           []float64 `json:"client_cycles_per_s_reps,omitempty"`
-	CyclesPerSReps       []float64 `json:"cycles_per_s_reps"`
-	FloorReps            []float64 `json:"floor_cycles_per_s_reps"`
-	NaiveReps            []float64 `json:"naive_cycles_per_s_reps"`
+	// BatchedFloor*: the Go client calling the floor's batch endpoints
+	// (what NATS and the client cost with coalescing, without the ledger).
+	BatchedFloorCyclesPerS float64   `json:"batched_floor_cycles_per_s,omitempty"`
+	BatchedFloorReps       []float64 `json:"batched_floor_cycles_per_s_reps,omitempty"`
+	CyclesPerSReps         []float64 `json:"cycles_per_s_reps"`
+	FloorReps              []float64 `json:"floor_cycles_per_s_reps"`
+	NaiveReps              []float64 `json:"naive_cycles_per_s_reps"`
 	// Facts of the run, repeated on every row.
 	GOMAXPROCS int    `json:"gomaxprocs"`
 	Server     string `json:"server"`
@@ -1386,7 +1410,16 @@ func (b *bencher) summarize(p *benchPlan, capRes capResult, svc, floor, naive []
 }
 
 // summarizeClient fills the row's client columns.
-func (b *bencher) summarizeClient(row *benchRow, capRes capResult, cli []runResult) {
+func (b *bencher) summarizeClient(row *benchRow, capRes capResult, cli, cfloor []runResult) {
+	if len(cfloor) > 0 {
+		v := make([]float64, len(cfloor))
+		for i, r := range cfloor {
+			v[i] = r.rate()
+			row.BatchedFloorReps = append(row.BatchedFloorReps, math.Round(r.rate()))
+			row.FloorErrors += r.errors
+		}
+		row.BatchedFloorCyclesPerS = median(v)
+	}
 	v := make([]float64, len(cli))
 	p50 := make([]float64, len(cli))
 	p99 := make([]float64, len(cli))
@@ -1431,6 +1464,7 @@ var benchTableColumns = []string{
 	"scenario", "callers", "conns", "cycles/s", "admit p50", "p99", "p99.9", "over-admissions",
 	"floor cycles/s", "floor admit p99", "x floor", "naive cycles/s", "naive p99", "x naive",
 	"client cycles/s", "client p50", "client p99", "client x floor", "client over-adm.",
+	"batched floor cycles/s", "client x batched floor",
 }
 
 func (b *bencher) facts() string {
@@ -1488,10 +1522,13 @@ func (b *bencher) writeTable(w io.Writer, rows []benchRow, mem *memResult) error
 				floor = []string{fmt.Sprintf("%.0f", r.FloorCyclesPerS), fmtLatency(r.FloorAdmitP99), fmtRatio(r.XFloor)}
 				naive = []string{fmt.Sprintf("%.0f", r.NaiveCyclesPerS), fmtLatency(r.NaiveP99), fmtRatio(r.XNaive)}
 			}
-			cl := []string{"-", "-", "-", "-", "-"}
+			cl := []string{"-", "-", "-", "-", "-", "-", "-"}
 			if b.o.Client {
 				cl = []string{fmt.Sprintf("%.0f", r.ClientCyclesPerS), fmtLatency(r.ClientAdmitP50), fmtLatency(r.ClientAdmitP99),
-					fmtRatio(r.ClientXFloor), strconv.Itoa(r.ClientOverAdmissions)}
+					fmtRatio(r.ClientXFloor), strconv.Itoa(r.ClientOverAdmissions), "-", "-"}
+				if b.o.Baselines {
+					cl[5], cl[6] = fmt.Sprintf("%.0f", r.BatchedFloorCyclesPerS), fmtRatio(ratio(r.ClientCyclesPerS, r.BatchedFloorCyclesPerS))
+				}
 			}
 			fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n",
 				r.Scenario, r.Callers, r.Conns, r.CyclesPerS,
@@ -1520,8 +1557,12 @@ naive: the same callers calling KV directly (no service hop, no events): get, pa
 client: the same callers and connections through the Go client (package client, one per connection), whose
   concurrent calls share batch messages (admit.batch, settle.batch; a lone call goes at once, others wait at most
   its 200µs linger or 64 items); its own cap burst counts client over-adm.
-x floor = cycles/s / floor cycles/s; x naive = cycles/s / naive cycles/s; client x floor = client cycles/s / floor.
-`, benchSpreadCapBudgets, benchBigLimit, benchFloorAdmit, benchFloorSettle, benchSpreadBudgets)
+batched floor: the same callers through the same Go client pointed at the floor's batch endpoints (%sadmit.batch,
+  %ssettle.batch: each item decoded and answered as the floor answers it): what NATS and the client cost with
+  coalescing, without the ledger.
+x floor = cycles/s / floor cycles/s; x naive = cycles/s / naive cycles/s; client x floor = client cycles/s / floor;
+  client x batched floor = client cycles/s / batched floor cycles/s.
+`, benchSpreadCapBudgets, benchBigLimit, benchFloorAdmit, benchFloorSettle, benchSpreadBudgets, benchFloorPrefix, benchFloorPrefix)
 		var conf []string
 		for _, r := range rows {
 			conf = append(conf, fmt.Sprintf("%s %.0f%%", r.Scenario, r.NaiveConflictPct))
@@ -1674,6 +1715,39 @@ func startFloor(nc *nats.Conn) (*floorService, error) {
 	if err := svc.AddEndpoint("settle", dispatch(settle), micro.WithEndpointSubject(benchFloorSettle)); err != nil {
 		_ = svc.Stop()
 		return nil, err
+	}
+	// The batch endpoints, for the Go client pointed at the floor: each
+	// item decoded and answered as the single endpoint answers it.
+	batch := func(h func([]byte) (any, error)) func([]byte) (any, error) {
+		return func(data []byte) (any, error) {
+			items, err := events.DecodeBatch(data)
+			if err != nil {
+				return nil, err
+			}
+			out := make([]json.RawMessage, len(items))
+			for i, item := range items {
+				v, err := h(item)
+				if err != nil {
+					v = events.ErrorReply{Error: &events.Error{Code: events.CodeInvalidRequest, Message: err.Error()}}
+				}
+				if out[i], err = json.Marshal(v); err != nil {
+					return nil, err
+				}
+			}
+			return events.BatchReply{Items: out}, nil
+		}
+	}
+	for name, ep := range map[string]struct {
+		subject string
+		h       func([]byte) (any, error)
+	}{
+		"admit_batch":  {benchFloorPrefix + streams.EndpointAdmitBatch, batch(admit)},
+		"settle_batch": {benchFloorPrefix + streams.EndpointSettleBatch, batch(settle)},
+	} {
+		if err := svc.AddEndpoint(name, dispatch(ep.h), micro.WithEndpointSubject(ep.subject)); err != nil {
+			_ = svc.Stop()
+			return nil, err
+		}
 	}
 	if err := nc.FlushTimeout(benchRequestTimeout); err != nil {
 		_ = svc.Stop()

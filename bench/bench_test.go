@@ -85,7 +85,7 @@ func TestRun_Table(t *testing.T) {
 		require.True(t, ok, "no row for %s:\n%s", sc.name, out.String())
 		require.Equal(t, sc.callers, col(row, "callers"))
 		require.Equal(t, "0", col(row, "over-admissions"), sc.name)
-		for _, c := range []string{"cycles/s", "floor cycles/s", "naive cycles/s"} {
+		for _, c := range []string{"cycles/s", "floor cycles/s", "naive cycles/s", "client cycles/s", "batched floor cycles/s"} {
 			v, err := strconv.ParseFloat(col(row, c), 64)
 			require.NoError(t, err, c)
 			// Naive CAS on one key with 16 callers may finish no cycle at
@@ -98,6 +98,7 @@ func TestRun_Table(t *testing.T) {
 			require.Regexp(t, `^[0-9.]+(µs|ms|s)$`, col(row, c), "%s %s", sc.name, c)
 		}
 		require.Regexp(t, `^[0-9.]+x$`, col(row, "x floor"))
+		require.Regexp(t, `^[0-9.]+x$`, col(row, "client x batched floor"))
 		if col(row, "naive cycles/s") == "0" {
 			// No naive cycle finished: nothing to time or compare with.
 			require.Equal(t, "-", col(row, "naive p99"))

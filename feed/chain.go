@@ -41,12 +41,9 @@ type chain struct {
 	last map[string]link
 	// at is the stream sequence up to which every revision is decided.
 	at uint64
-	// trimmed: the ledger stream had lost revisions when the fold began
-	// (a trim: see projector.Trim). A trim keeps, of every lane and budget
-	// key, its last valid revision at the trim's snapshot and what
-	// follows, so the first revision of a key the fold meets there names a
-	// revision that is gone: the key's chain starts at it.
-	trimmed bool
+	// gone reports whether the ledger stream no longer holds the
+	// revision at seq (see check).
+	gone func(seq uint64) (bool, error)
 	// kept lists, in stream order, the folded revisions with events from
 	// the revision of the feed's last event on (see keep and prune): the
 	// ones a relay that starts again from the feed's tail, behind at,
@@ -62,17 +59,29 @@ type link struct {
 	hash string
 }
 
-func newChain(trimmed bool) *chain {
-	return &chain{last: map[string]link{}, trimmed: trimmed}
+func newChain(gone func(seq uint64) (bool, error)) *chain {
+	return &chain{last: map[string]link{}, gone: gone}
 }
 
 // check decides the revision at seq (after at) of key with headers hdr and
 // payload data, against the keys trust (nil: signatures not checked),
 // without changing the state. It returns the reason it is skipped ("" if
-// it is folded) and the decode or chain error behind that reason.
-func (c *chain) check(trust *signing.KeySet, key string, seq uint64, hdr nats.Header, data []byte) (signing.Reason, error) {
+// it is folded) and the decode or chain error behind that reason (why),
+// or the error of reading the stream (err: nothing is decided).
+//
+// One case differs from a replica's book, which on a trimmed stream starts
+// from a snapshot: a revision that names a revision after the last one the
+// chain folded of its key (a gap), where the named revision is gone from
+// the stream. The ledger stream denies deletes and keeps every revision,
+// so only a trim (projector.Trim) removes revisions, and a trim keeps each
+// lane and budget key's last valid revision at its snapshot and every
+// revision after it. So a relay that starts on a trimmed stream, or that
+// stopped behind a trim and reads on, meets each key's kept revision
+// first, and the key's chain starts there. A replay written after the trim
+// comes after that revision and names one before it: it is still skipped.
+func (c *chain) check(trust *signing.KeySet, key string, seq uint64, hdr nats.Header, data []byte) (reason signing.Reason, why, err error) {
 	if reason := trust.Verify(key, seq, hdr, data); reason != "" {
-		return reason, nil
+		return reason, nil, nil
 	}
 	var ch events.Chain
 	var chained bool
@@ -80,30 +89,37 @@ func (c *chain) check(trust *signing.KeySet, key string, seq uint64, hdr nats.He
 	case streams.IsLaneKey(key):
 		rev, err := events.DecodeLaneRevision(data)
 		if err != nil {
-			return signing.ReasonMalformed, err
+			return signing.ReasonMalformed, err, nil
 		}
 		ch, chained = rev.Chain, rev.Chained()
 	case streams.IsBudgetKey(key):
 		rev, err := events.DecodeBudgetRevision(data)
 		if err != nil {
-			return signing.ReasonMalformed, err
+			return signing.ReasonMalformed, err, nil
 		}
 		ch, chained = rev.Chain, rev.Chained()
 	default:
-		return "", nil // not a family the relay reads (Split refuses it)
+		return "", nil, nil // not a family the relay reads (Split refuses it)
 	}
 	if !chained {
-		return "", nil
+		return "", nil, nil
 	}
-	last, ok := c.last[key]
-	if !ok && c.trimmed {
-		return "", nil
+	last := c.last[key]
+	why = events.CheckChain(key, seq, ch, last.seq, last.hash)
+	if why == nil {
+		return "", nil, nil
 	}
-	err := events.CheckChain(key, seq, ch, last.seq, last.hash)
-	if reason, ok := signing.ChainReason(err); ok {
-		return reason, err
+	if ch.Prev > last.seq && ch.Prev < seq {
+		gone, err := c.gone(ch.Prev)
+		if err != nil {
+			return "", nil, err
+		}
+		if gone {
+			return "", nil, nil // trimmed: the chain starts here
+		}
 	}
-	return "", nil
+	reason, _ = signing.ChainReason(why)
+	return reason, why, nil
 }
 
 // fold makes the revision at seq of key with payload data the key's last

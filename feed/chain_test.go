@@ -154,10 +154,15 @@ func (c *chainEnv) startOn(js jetstream.JetStream, opts ...feed.Option) (*feed.R
 		feed.WithLogger(slog.New(slog.NewTextHandler(&c.logs, nil)))}, opts...)
 	rl, err := feed.NewRelay(js, c.env.Layout, opts...)
 	require.NoError(c.t, err)
+	return rl, c.run(rl)
+}
+
+// run runs rl until the returned stop.
+func (c *chainEnv) run(rl *feed.Relay) func() {
 	rctx, cancel := context.WithCancel(c.ctx)
 	done := make(chan error, 1)
 	go func() { done <- rl.Run(rctx) }()
-	return rl, func() {
+	return func() {
 		cancel()
 		require.ErrorIs(c.t, <-done, context.Canceled)
 	}
@@ -181,47 +186,6 @@ func (c *chainEnv) logged(seq uint64) int {
 		}
 	}
 	return n
-}
-
-// failJS fails the n-th feed append (counting from 1) once.
-type failJS struct {
-	jetstream.JetStream
-	calls  atomic.Int64
-	n      int64
-	failed atomic.Bool
-}
-
-func (f *failJS) PublishMsgAsync(m *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
-	if f.calls.Add(1) == f.n {
-		f.failed.Store(true)
-		return nil, errors.New("test: append failed")
-	}
-	return f.JetStream.PublishMsgAsync(m, opts...)
-}
-
-// TestRelay_StartsAgainBehindItsChain: a relay that starts again after an
-// error reads the ledger from the feed's tail, behind the revisions its
-// chain has already decided (here: a replay and the legitimate revision
-// after it, whose first append fails). It must relay that revision after
-// all and not decide anything twice: the replay is logged and counted
-// once. How we know it can fail: with every revision decided again
-// (runOnce's decided forced false), the legitimate revision, already the
-// last valid one of its key, is taken for a replay of itself and skipped,
-// and the feed never holds its events (checked by hand).
-func TestRelay_StartsAgainBehindItsChain(t *testing.T) {
-	c := newChainEnv(t)
-	seed(t, c.ctx, c.r, "a", 2)
-	_, oldLane := c.firstRevisions()
-	c.replay(oldLane)
-	before := len(c.legit(1))
-	seed(t, c.ctx, c.r, "b", 1)
-	fj := &failJS{JetStream: c.env.JS, n: int64(before) + 1}
-	rl, stop := c.startOn(fj, feed.WithRetry(10*time.Millisecond))
-	c.caughtUp(c.legit(1))
-	stop()
-	require.True(t, fj.failed.Load(), "the append after the replay failed")
-	require.Equal(t, uint64(1), rl.Skipped())
-	require.Equal(t, 1, c.logged(c.replays[0]))
 }
 
 // TestRelay_SkipsReplayedRevisions: an identity with write access to the
@@ -292,46 +256,104 @@ func TestRelay_SkipsReplayedRevisions(t *testing.T) {
 	t.Logf("racing relays: lost %d + %d", rl1.Lost(), rl2.Lost())
 }
 
+// failJS fails the n-th feed append (counting from 1) once.
+type failJS struct {
+	jetstream.JetStream
+	calls  atomic.Int64
+	n      int64
+	failed atomic.Bool
+}
+
+func (f *failJS) PublishMsgAsync(m *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
+	if f.calls.Add(1) == f.n {
+		f.failed.Store(true)
+		return nil, errors.New("test: append failed")
+	}
+	return f.JetStream.PublishMsgAsync(m, opts...)
+}
+
+// TestRelay_StartsAgainBehindItsChain: a relay that starts again after an
+// error reads the ledger from the feed's tail, behind the revisions its
+// chain has already decided (here: a replay and the legitimate revision
+// after it, whose first append fails). It must relay that revision after
+// all and not decide anything twice: the replay is logged and counted
+// once. How we know it can fail: with every revision decided again
+// (runOnce's decided forced false), the legitimate revision, already the
+// last valid one of its key, is taken for a replay of itself and skipped,
+// and the feed never holds its events (checked by hand).
+func TestRelay_StartsAgainBehindItsChain(t *testing.T) {
+	c := newChainEnv(t)
+	seed(t, c.ctx, c.r, "a", 2)
+	_, oldLane := c.firstRevisions()
+	c.replay(oldLane)
+	before := len(c.legit(1))
+	seed(t, c.ctx, c.r, "b", 1)
+	fj := &failJS{JetStream: c.env.JS, n: int64(before) + 1}
+	rl, stop := c.startOn(fj, feed.WithRetry(10*time.Millisecond))
+	c.caughtUp(c.legit(1))
+	stop()
+	require.True(t, fj.failed.Load(), "the append after the replay failed")
+	require.Equal(t, uint64(1), rl.Skipped())
+	require.Equal(t, 1, c.logged(c.replays[0]))
+}
+
 // TestRelay_ChainAfterTrim: on a trimmed ledger stream, the first revision
-// of each key that a starting relay meets names a revision the trim
-// dropped. The relay must take it as the start of the key's chain (the
-// trim keeps each key's last valid revision), so that it relays every
-// legitimate revision after the trim, and still skip a replay written
-// after the trim. How we know it can fail: without the trimmed case in
-// chain.check, the relay skips every key's kept revision as a gap, and
-// then every later revision of it, and the feed never holds the new events
-// (checked by hand).
+// of each key a relay meets after the trim names a revision the trim
+// dropped. Two relays run at once after the trim: a new one, and one that
+// ran before the trim and stopped behind it (its chain is older than the
+// revisions the trim dropped; started again, it reads on from where it
+// stopped). Both must take each key's kept revision as the start of its
+// chain (the trim keeps each key's last valid revision), relay the same
+// events exactly once (all the stream still holds, but a replay written
+// after the trim, which both skip and log). How we know it can fail:
+// without the case of a revision gone from the stream in chain.check,
+// both relays skip every key's kept revision as a gap, then every later
+// revision of the key, and the feed never holds the new events (checked
+// by hand).
 func TestRelay_ChainAfterTrim(t *testing.T) {
 	layout, err := streams.New(streams.Config{Trimmable: true})
 	require.NoError(t, err)
 	c := newChainEnv(t, testenv.WithLayout(layout))
 	seed(t, c.ctx, c.r, "a", 6)
 	_, oldLane := c.firstRevisions()
-	_, err = c.r.Ledger.Snapshot(c.ctx)
-	require.NoError(t, err)
-	seed(t, c.ctx, c.r, "b", 2)
-	_, stop := c.start()
+	old, stop := c.start()
 	before := c.legit(1)
 	c.caughtUp(before)
 	stop()
+	s, err := c.env.JS.Stream(c.ctx, c.env.Layout.StreamName())
+	require.NoError(t, err)
+	info, err := s.Info(c.ctx)
+	require.NoError(t, err)
+	stopped := info.State.LastSeq
 
+	// Revisions the stopped relay never read, some of them trimmed.
+	seed(t, c.ctx, c.r, "b", 4)
+	_, err = c.r.Ledger.Snapshot(c.ctx)
+	require.NoError(t, err)
+	seed(t, c.ctx, c.r, "b2", 2)
 	dir := t.TempDir()
 	_, err = projector.Archive(c.ctx, c.env.JS, c.env.Layout, dir, projector.ArchiveOptions{})
 	require.NoError(t, err)
 	res, err := projector.Trim(c.ctx, c.env.JS, c.env.Layout, dir)
 	require.NoError(t, err)
 	require.Less(t, res.After, res.Before, "the trim dropped revisions")
-	s, err := c.env.JS.Stream(c.ctx, c.env.Layout.StreamName())
-	require.NoError(t, err)
-	info, err := s.Info(c.ctx)
-	require.NoError(t, err)
-	trimmedAt := info.State.LastSeq
+	gone := 0
+	for seq := stopped + 1; seq <= res.Snapshot.Seq; seq++ {
+		if _, err := s.GetMsg(c.ctx, seq); errors.Is(err, jetstream.ErrMsgNotFound) {
+			gone++
+		}
+	}
+	require.Positive(t, gone, "the trim dropped revisions the stopped relay never read")
 
 	c.replay(oldLane) // its key's revisions before the trim are gone
-	rl, stop := c.start()
+	stopOld := c.run(old)
+	fresh, stopFresh := c.start()
 	seed(t, c.ctx, c.r, "c", 3)
-	c.caughtUp(append(before, c.legit(trimmedAt+1)...))
-	require.Equal(t, uint64(1), rl.Skipped())
+	c.caughtUp(append(before, c.legit(stopped+1)...))
+	testenv.WaitFor(t, 30*time.Second, "both relays to decide the replay", func() bool {
+		return old.Skipped() == 1 && fresh.Skipped() == 1
+	})
 	c.requireLogged(c.replays[0])
-	stop()
+	stopOld()
+	stopFresh()
 }

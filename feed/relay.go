@@ -213,11 +213,7 @@ func (r *Relay) readTail(ctx context.Context) (tail, error) {
 // then finds an event the feed already holds or skips some, which the
 // expected sequence cannot tell (see the README's known limitations).
 func (r *Relay) nthEvent(ctx context.Context, n uint64) (Position, error) {
-	trimmed, err := r.ledgerTrimmed(ctx)
-	if err != nil {
-		return Position{}, err
-	}
-	c := newChain(trimmed)
+	c := newChain(r.goneFunc(ctx))
 	cons, err := r.js.OrderedConsumer(ctx, r.l.StreamName(), jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{r.l.BudgetKeysFilter(), r.l.LaneKeysFilter()},
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
@@ -242,7 +238,11 @@ func (r *Relay) nthEvent(ctx context.Context, n uint64) (Position, error) {
 		}
 		key, _ := r.l.KeyOf(msg.Subject())
 		var out []Message
-		if reason, _ := c.check(r.trustSet(), key, md.Sequence.Stream, msg.Headers(), msg.Data()); reason == "" {
+		reason, _, err := c.check(r.trustSet(), key, md.Sequence.Stream, msg.Headers(), msg.Data())
+		if err != nil {
+			return Position{}, err
+		}
+		if reason == "" {
 			// Count what the relay appends: a revision it skips has no
 			// event in the feed.
 			if out, err = Split(md.Sequence.Stream, key, md.Timestamp, msg.Data()); err != nil {
@@ -270,18 +270,20 @@ func (r *Relay) trustSet() *signing.KeySet {
 	return r.trust()
 }
 
-// ledgerTrimmed reports whether the ledger stream lost revisions (see
-// chain.trimmed).
-func (r *Relay) ledgerTrimmed(ctx context.Context) (bool, error) {
-	s, err := r.js.Stream(ctx, r.l.StreamName())
-	if err != nil {
+// goneFunc returns chain.gone for the ledger stream: whether it no longer
+// holds the message at seq (a trim dropped it).
+func (r *Relay) goneFunc(ctx context.Context) func(seq uint64) (bool, error) {
+	return func(seq uint64) (bool, error) {
+		s, err := r.js.Stream(ctx, r.l.StreamName())
+		if err != nil {
+			return false, err
+		}
+		_, err = s.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return true, nil
+		}
 		return false, err
 	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		return false, err
-	}
-	return info.State.FirstSeq > 1 || info.State.NumDeleted > 0, nil
 }
 
 // runOnce relays from the feed's tail until an error.
@@ -300,13 +302,10 @@ func (r *Relay) runOnce(ctx context.Context) error {
 		return err
 	}
 	if r.chain == nil {
-		trimmed, err := r.ledgerTrimmed(ctx)
-		if err != nil {
-			return err
-		}
-		r.chain = newChain(trimmed)
+		r.chain = newChain(nil)
 	}
 	c := r.chain
+	c.gone = r.goneFunc(ctx)
 	c.prune(t.last.Seq)
 	cfg := jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{r.l.BudgetKeysFilter(), r.l.LaneKeysFilter()},
@@ -355,7 +354,10 @@ func (r *Relay) runOnce(ctx context.Context) error {
 				continue
 			}
 		} else {
-			reason, why := c.check(r.trustSet(), key, seq, msg.Headers(), msg.Data())
+			reason, why, err := c.check(r.trustSet(), key, seq, msg.Headers(), msg.Data())
+			if err != nil {
+				return err
+			}
 			if reason == signing.ReasonMalformed && seq >= t.last.Seq {
 				// A revision the relay cannot read is never skipped
 				// once its events are due: the feed would lose them for

@@ -45,4 +45,11 @@
 // (another relay appended first) reads the feed's last message again and
 // resumes after it. The ledger keeps every revision, so a feed turned on
 // late, or a relay down for a while, back-fills from where the feed ends.
+//
+// A relay relays exactly the revisions the replicas fold: it skips, and
+// logs, a revision whose signature its keys refuse (WithTrust) and one
+// that does not follow the last valid revision of its key (a replay, a
+// gap, a fork; see events.Chain). Deciding that needs every earlier
+// revision of the key, so a starting relay folds the chain from the
+// ledger's first revision once, and keeps it while it runs (see chain).
 package feed

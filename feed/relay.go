@@ -37,6 +37,12 @@ type Relay struct {
 	// trust returns the keys a revision must be signed by (nil: none
 	// checked); see WithTrust.
 	trust func() *signing.KeySet
+	// chain is which revisions the replicas fold, decided up to
+	// chain.at; nil until the first fold (see chain). Only Run's
+	// goroutine uses it.
+	chain *chain
+	// skipped counts the revisions this relay decided not to relay.
+	skipped atomic.Uint64
 }
 
 // Option configures a Relay.
@@ -57,9 +63,13 @@ func WithLogger(log *slog.Logger) Option {
 // the key set trust returns does not accept (signing.KeySet.Verify), as
 // replicas skip it: a forged or garbage revision written past the
 // permissions never reaches the feed. trust is called per revision, so a
-// replica's reloaded keys apply at once. A skipped revision is logged.
-// Revisions that are signed but off their key's chain (a replay) are not
-// detected here.
+// replica's reloaded keys apply at once. With or without WithTrust, the
+// relay also skips, as replicas do, every revision that does not follow
+// the last valid revision of its key (a replay of an old signed revision,
+// a gap, a fork; see events.Chain): the chain is checked over the
+// revisions the keys accept, so a signature the keys refuse leaves the
+// key's chain where it was. A skipped revision is logged and counted
+// (Skipped).
 func WithTrust(trust func() *signing.KeySet) Option {
 	return func(r *Relay) error {
 		if trust == nil {
@@ -111,6 +121,11 @@ func NewRelay(js jetstream.JetStream, l streams.Layout, opts ...Option) (*Relay,
 
 // Relayed is how many events this relay appended to the feed.
 func (r *Relay) Relayed() uint64 { return r.relayed.Load() }
+
+// Skipped is how many ledger revisions this relay decided not to relay
+// (a signature its keys refuse, a replay, off its key's chain, a payload
+// that does not decode), each logged once.
+func (r *Relay) Skipped() uint64 { return r.skipped.Load() }
 
 // Lost is how many appends this relay lost to another relay (it then
 // skipped what the other had appended).
@@ -189,14 +204,16 @@ func (r *Relay) readTail(ctx context.Context) (tail, error) {
 }
 
 // nthEvent returns the position of the ledger's n-th event (n >= 1), in
-// feed order, counting only the revisions the relay's keys accept (as it
-// appends them). It reads the ledger from its first revision: it runs
-// only when the feed was quiet for longer than its max age. If the
-// trusted keys changed which old revisions they accept since those were
-// relayed, the count is off by their events; the relay then finds an
-// event the feed already holds or skips some, which the expected
-// sequence cannot tell (see the README's known limitations).
+// feed order, counting only the revisions the relay relays (its keys
+// accept them and they follow their key's chain; see chain). It reads the
+// ledger from its first revision: it runs only when the feed was quiet for
+// longer than its max age. If the trusted keys changed which old revisions
+// they accept since those were relayed (or a relay that did not check the
+// chain relayed a replay), the count is off by their events; the relay
+// then finds an event the feed already holds or skips some, which the
+// expected sequence cannot tell (see the README's known limitations).
 func (r *Relay) nthEvent(ctx context.Context, n uint64) (Position, error) {
+	c := newChain(r.goneFunc(ctx))
 	cons, err := r.js.OrderedConsumer(ctx, r.l.StreamName(), jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{r.l.BudgetKeysFilter(), r.l.LaneKeysFilter()},
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
@@ -221,12 +238,19 @@ func (r *Relay) nthEvent(ctx context.Context, n uint64) (Position, error) {
 		}
 		key, _ := r.l.KeyOf(msg.Subject())
 		var out []Message
-		if r.trust == nil || r.trust().Verify(key, md.Sequence.Stream, msg.Headers(), msg.Data()) == "" {
-			// Count what the relay appends: a revision its keys refuse
-			// has no event in the feed.
+		reason, _, err := c.check(r.trustSet(), key, md.Sequence.Stream, msg.Headers(), msg.Data())
+		if err != nil {
+			return Position{}, err
+		}
+		if reason == "" {
+			// Count what the relay appends: a revision it skips has no
+			// event in the feed.
 			if out, err = Split(md.Sequence.Stream, key, md.Timestamp, msg.Data()); err != nil {
 				return Position{}, fmt.Errorf("feed: revision %d of %s: %w", md.Sequence.Stream, key, err)
 			}
+			c.fold(key, md.Sequence.Stream, msg.Data())
+		} else {
+			c.skip(md.Sequence.Stream)
 		}
 		if count+uint64(len(out)) >= n {
 			return out[n-count-1].Position(), nil
@@ -238,21 +262,58 @@ func (r *Relay) nthEvent(ctx context.Context, n uint64) (Position, error) {
 	}
 }
 
+// trustSet is the key set revisions are checked against now (nil: none).
+func (r *Relay) trustSet() *signing.KeySet {
+	if r.trust == nil {
+		return nil
+	}
+	return r.trust()
+}
+
+// goneFunc returns chain.gone for the ledger stream: whether it no longer
+// holds the message at seq (a trim dropped it).
+func (r *Relay) goneFunc(ctx context.Context) func(seq uint64) (bool, error) {
+	return func(seq uint64) (bool, error) {
+		s, err := r.js.Stream(ctx, r.l.StreamName())
+		if err != nil {
+			return false, err
+		}
+		_, err = s.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return true, nil
+		}
+		return false, err
+	}
+}
+
 // runOnce relays from the feed's tail until an error.
+//
+// It reads the ledger from the revision of the feed's last event (the
+// events after it in that revision may not be relayed yet), or from
+// earlier: from the first revision the relay's chain has not decided yet
+// (all of the ledger the first time). The revisions before the tail's are
+// only folded into the chain (their events are in the feed); a revision
+// decided before this call (the relay starts again behind its own fold,
+// after losing a race or its consumer) is relayed again only if the chain
+// kept it, never decided twice.
 func (r *Relay) runOnce(ctx context.Context) error {
 	t, err := r.readTail(ctx)
 	if err != nil {
 		return err
 	}
+	if r.chain == nil {
+		r.chain = newChain(nil)
+	}
+	c := r.chain
+	c.gone = r.goneFunc(ctx)
+	c.prune(t.last.Seq)
 	cfg := jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{r.l.BudgetKeysFilter(), r.l.LaneKeysFilter()},
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 	}
-	if t.last.Seq > 0 {
-		// Re-read the revision of the last event: the events after it in
-		// that revision may not be relayed yet.
+	if from := min(t.last.Seq, c.at+1); from > 1 {
 		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
-		cfg.OptStartSeq = t.last.Seq
+		cfg.OptStartSeq = from
 	}
 	cons, err := r.js.OrderedConsumer(ctx, r.l.StreamName(), cfg)
 	if err != nil {
@@ -286,18 +347,44 @@ func (r *Relay) runOnce(ctx context.Context) error {
 			return err
 		}
 		key, _ := r.l.KeyOf(msg.Subject())
-		if r.trust != nil {
-			if reason := r.trust().Verify(key, md.Sequence.Stream, msg.Headers(), msg.Data()); reason != "" {
-				r.log.Error("feed: revision skipped; not relayed", "seq", md.Sequence.Stream, "key", key, "reason", string(reason))
+		seq := md.Sequence.Stream
+		decided := seq <= c.at
+		if decided {
+			if seq < t.last.Seq || !c.isKept(seq) {
+				continue
+			}
+		} else {
+			reason, why, err := c.check(r.trustSet(), key, seq, msg.Headers(), msg.Data())
+			if err != nil {
+				return err
+			}
+			if reason == signing.ReasonMalformed && seq >= t.last.Seq {
+				// A revision the relay cannot read is never skipped
+				// once its events are due: the feed would lose them for
+				// good. Stop and retry (a newer binary may read it).
+				return fmt.Errorf("feed: revision %d of %s: %w", seq, key, why)
+			}
+			if reason != "" {
+				c.skip(seq)
+				r.skipped.Add(1)
+				r.log.Error("feed: revision skipped; not relayed", "seq", seq, "key", key, "reason", string(reason), "err", why)
+				continue
+			}
+			if seq < t.last.Seq {
+				c.fold(key, seq, msg.Data())
 				continue
 			}
 		}
-		out, err := Split(md.Sequence.Stream, key, md.Timestamp, msg.Data())
+		out, err := Split(seq, key, md.Timestamp, msg.Data())
 		if err != nil {
-			// A revision the relay cannot read is never skipped: the feed
-			// would lose its events for good. Stop and retry (a newer
-			// binary may read it).
-			return fmt.Errorf("feed: revision %d of %s: %w", md.Sequence.Stream, key, err)
+			// As above: stop and retry, undecided.
+			return fmt.Errorf("feed: revision %d of %s: %w", seq, key, err)
+		}
+		if !decided {
+			c.fold(key, seq, msg.Data())
+			if len(out) > 0 {
+				c.keep(seq)
+			}
 		}
 		for _, m := range out {
 			if !next.Before(m.Position()) {
@@ -319,6 +406,7 @@ func (r *Relay) runOnce(ctx context.Context) error {
 				}
 				win = win[:0]
 				next = later(next, t.last)
+				c.prune(t.last.Seq)
 			}
 		}
 		if md.NumPending == 0 && len(win) > 0 {
@@ -329,6 +417,7 @@ func (r *Relay) runOnce(ctx context.Context) error {
 			}
 			win = win[:0]
 			next = later(next, t.last)
+			c.prune(t.last.Seq)
 		}
 	}
 }

@@ -37,7 +37,19 @@ type BatchReply struct {
 // Errors (*Error): CodePayloadTooLarge; CodeInvalidRequest (not an object,
 // unknown or repeated field, malformed JSON, items not an array, empty or
 // longer than MaxBatchItems).
-func DecodeBatch(data []byte) ([]json.RawMessage, error) {
+func DecodeBatch(data []byte) ([]json.RawMessage, error) { return decodeBatch(data, true) }
+
+// SplitBatch is DecodeBatch without checking, on its fast path, that each
+// item is valid JSON: the envelope is checked as strictly, and the items
+// are those DecodeBatch would return whenever it returns any. Only items
+// that are not valid JSON make the two differ: DecodeBatch refuses such a
+// batch whole, SplitBatch may return it. A caller that decodes every item
+// strictly (DecodeRequest refuses exactly what encoding/json refuses) gets
+// the validity check for free: it needs DecodeBatch's verdict only when an
+// item fails to decode, and must ask for it before acting on any item.
+func SplitBatch(data []byte) ([]json.RawMessage, error) { return decodeBatch(data, false) }
+
+func decodeBatch(data []byte, validate bool) ([]json.RawMessage, error) {
 	if len(data) > MaxBatchPayloadBytes {
 		return nil, Errorf(CodePayloadTooLarge, "batch request is %d bytes; the limit is %d", len(data), MaxBatchPayloadBytes)
 	}
@@ -46,7 +58,7 @@ func DecodeBatch(data []byte) ([]json.RawMessage, error) {
 	}
 	// The plain spelling (as EncodeBatchReply writes it, with "items"
 	// for the key: an array of objects) is split without reflection.
-	if items, ok := splitBatchReply(data, true); ok && len(items) > 0 && len(items) <= MaxBatchItems {
+	if items, ok := splitBatchReply(data, validate); ok && len(items) > 0 && len(items) <= MaxBatchItems {
 		return items, nil
 	}
 	var req BatchRequest

@@ -210,11 +210,29 @@ func TestWireCodec_KnowsEveryField(t *testing.T) {
 
 // DecodeBatch's fast split returns the items encoding/json finds.
 func FuzzDecodeBatch(f *testing.F) {
-	for _, s := range []string{`{"items":[{"a":"]"},{}]}`, `{"items":[{}],"items":[{}]}`, `{"items":["x",{}]}`, `{"items":[]}`, `{"items":[{}{}]}`} {
+	for _, s := range []string{`{"items":[{"a":"]"},{}]}`, `{"items":[{}],"items":[{}]}`, `{"items":["x",{}]}`, `{"items":[]}`, `{"items":[{}{}]}`, `{"items":[{"a":tru},{}]}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		items, err := DecodeBatch(data)
+		// SplitBatch returns what DecodeBatch returns, except that it may
+		// accept a batch DecodeBatch refuses only for an item that is not
+		// valid JSON.
+		split, serr := SplitBatch(data)
+		switch {
+		case err == nil && (serr != nil || !reflect.DeepEqual(split, items)):
+			t.Fatalf("%q: SplitBatch %q, %v; DecodeBatch %q", data, split, serr, items)
+		case err != nil && serr == nil:
+			invalid := false
+			for _, it := range split {
+				invalid = invalid || !json.Valid(it)
+			}
+			if !invalid {
+				t.Fatalf("%q: SplitBatch accepted what DecodeBatch refuses (%v), with every item valid", data, err)
+			}
+		case err != nil && serr != nil && err.Error() != serr.Error():
+			t.Fatalf("%q: errors differ: DecodeBatch %v, SplitBatch %v", data, err, serr)
+		}
 		if err != nil {
 			return
 		}

@@ -168,17 +168,26 @@ func renamed(v events.BudgetView) events.BudgetView {
 
 // TestBatch_Envelope: a malformed batch is refused as a whole, with the
 // usual error reply, and changes nothing.
+//
+// An item that is not valid JSON fails the whole batch too, before any
+// other item is acted on: here the valid admit beside it would reserve
+// (and write) if it were answered, which the unchanged stream rules out.
 func TestBatch_Envelope(t *testing.T) {
 	h := newHarness(t, harnessOpts{})
+	h.putBudget("org:acme", "month", "1.00", "USD")
 	seq0, _ := h.streamState()
 	tooMany := `{"items":[` + strings.Repeat(`{},`, events.MaxBatchItems) + `{}]}`
+	valid := `{"request_id":"env-1","scopes":["org:acme"],"amount":"0.10"}`
 	for body, code := range map[string]events.Code{
-		`[]`:                        events.CodeInvalidRequest,
-		`{"items":[]}`:              events.CodeInvalidRequest,
-		`{"items":{}}`:              events.CodeInvalidRequest,
-		`{"items":[],"x":1}`:        events.CodeInvalidRequest,
-		`{"items":[{}],"items":[]}`: events.CodeInvalidRequest,
-		tooMany:                     events.CodeInvalidRequest,
+		`{"items":[` + valid + `,{"a":tru}]}`:         events.CodeInvalidRequest,
+		`{"items":[{"amount":"0.1",},` + valid + `]}`: events.CodeInvalidRequest,
+		`{"items":[` + valid + `,{"a":"\q"}]}`:        events.CodeInvalidRequest,
+		`[]`:                                          events.CodeInvalidRequest,
+		`{"items":[]}`:                                events.CodeInvalidRequest,
+		`{"items":{}}`:                                events.CodeInvalidRequest,
+		`{"items":[],"x":1}`:                          events.CodeInvalidRequest,
+		`{"items":[{}],"items":[]}`:                   events.CodeInvalidRequest,
+		tooMany:                                       events.CodeInvalidRequest,
 		`{"items":[` + strings.Repeat(" ", events.MaxBatchPayloadBytes) + `{}]}`: events.CodePayloadTooLarge,
 	} {
 		e := h.call(streams.EndpointAdmitBatch, []byte(body), nil)

@@ -453,9 +453,40 @@ func putReplyBuf(buf *[]byte, body []byte) {
 	replyBufs.Put(buf)
 }
 
-// batchHandler answers the items of a batch, each on its own: out[i] or
-// errs[i] answers items[i].
-type batchHandler func(ctx context.Context, items []json.RawMessage) (out []any, errs []error)
+// batchHandler decodes every item of a batch, strictly, as its single
+// endpoint would (errs[i] is items[i]'s decoding error, nil if it decoded),
+// and returns run, which answers the items at the indexes keep, each on its
+// own: out[j] or rerrs[j] answers items[keep[j]].
+type batchHandler func(items []json.RawMessage) (errs []error, run batchRun)
+
+type batchRun func(ctx context.Context, keep []int) (out []any, rerrs []error)
+
+// batchOf is the batchHandler of requests of type T answered by do (whose
+// replies line up with its requests).
+func batchOf[T, R any](items []json.RawMessage, do func(ctx context.Context, reqs []T) ([]R, []error)) ([]error, batchRun) {
+	reqs := make([]T, len(items))
+	errs := make([]error, len(items))
+	for i, item := range items {
+		errs[i] = events.DecodeRequest(item, &reqs[i])
+	}
+	return errs, func(ctx context.Context, keep []int) ([]any, []error) {
+		out, rerrs := make([]any, len(keep)), make([]error, len(keep))
+		sel, at := make([]T, 0, len(keep)), make([]int, 0, len(keep))
+		for j, i := range keep {
+			if rerrs[j] = errs[i]; rerrs[j] == nil {
+				sel, at = append(sel, reqs[i]), append(at, j)
+			}
+		}
+		if len(sel) == 0 {
+			return out, rerrs
+		}
+		replies, errsOf := do(ctx, sel)
+		for k, j := range at {
+			out[j], rerrs[j] = replies[k], errsOf[k]
+		}
+		return out, rerrs
+	}
+}
 
 // serveBatch answers a batch request (events.BatchRequest) on endpoint:
 // every item is handled as a single request of the endpoint single would
@@ -464,7 +495,22 @@ type batchHandler func(ctx context.Context, items []json.RawMessage) (out []any,
 // group commits, and the reply lists their answers in order. Only a
 // malformed envelope fails the whole message.
 func (s *Service) serveBatch(nc *nats.Conn, endpoint, single, subject, reply string, data []byte, h batchHandler, arrived time.Time) {
-	items, err := events.DecodeBatch(data)
+	// Every item is decoded strictly before any is answered. An item that
+	// decodes is valid JSON; only when one does not is the batch checked
+	// as events.DecodeBatch checks it, which refuses it whole if an item
+	// is not valid JSON (so that check costs nothing on the hot path).
+	items, err := events.SplitBatch(data)
+	var run batchRun
+	if err == nil {
+		var derrs []error
+		derrs, run = h(items)
+		for _, e := range derrs {
+			if e != nil {
+				_, err = events.DecodeBatch(data)
+				break
+			}
+		}
+	}
 	if err == nil {
 		_, err = s.withTenant(s.ctx, subject)
 	}
@@ -475,27 +521,25 @@ func (s *Service) serveBatch(nc *nats.Conn, endpoint, single, subject, reply str
 	s.stats.observe(endpoint, "", "", 0)
 	start := time.Now()
 	tenant, _ := s.l.Layout().TenantOf(subject)
-	taken := make([]json.RawMessage, 0, len(items))
 	idx := make([]int, 0, len(items))
-	for i, item := range items {
+	for i := range items {
 		if !s.takeSlot(tenant) {
 			s.m.LedgerBusy.With(metrics.BusyInflight).Inc()
 			s.m.ObserveRequest(single, string(events.CodeLedgerBusy), 0)
 			s.stats.observe(single, string(events.CodeLedgerBusy), "in-flight limit", 0)
 			continue
 		}
-		taken = append(taken, item)
 		idx = append(idx, i)
 	}
 	var outs []any
 	var errs []error
-	if len(taken) > 0 {
-		s.m.Inflight.Add(float64(len(taken)))
+	if len(idx) > 0 {
+		s.m.Inflight.Add(float64(len(idx)))
 		ctx, cancel := context.WithTimeout(s.ctx, RequestTimeout)
 		ctx, _ = s.withTenant(ctx, subject)
-		outs, errs = h(ctx, taken)
+		outs, errs = run(ctx, idx)
 		cancel()
-		s.m.Inflight.Add(-float64(len(taken)))
+		s.m.Inflight.Add(-float64(len(idx)))
 	}
 	// The reply (events.EncodeBatchReply's envelope) is encoded item by
 	// item straight into one recycled buffer: busyReply for the items
@@ -656,49 +700,22 @@ func (s *Service) void(ctx context.Context, data []byte) (any, error) {
 	return s.s.Void(ctx, req)
 }
 
-// decodeItems decodes every item of a batch into a request of type T: the
-// requests that decoded, the index of each in items, and every item's
-// decoding error (nil for those that decoded).
-func decodeItems[T any](items []json.RawMessage) (reqs []T, idx []int, errs []error) {
-	errs = make([]error, len(items))
-	for i, item := range items {
-		var req T
-		if errs[i] = events.DecodeRequest(item, &req); errs[i] == nil {
-			reqs = append(reqs, req)
-			idx = append(idx, i)
+func (s *Service) admitBatch(items []json.RawMessage) ([]error, batchRun) {
+	return batchOf(items, func(ctx context.Context, reqs []events.AdmitRequest) ([]events.AdmitReply, []error) {
+		replies, rerrs := s.a.AdmitAll(ctx, reqs)
+		for j := range reqs {
+			s.countAdmit(ctx, reqs[j], replies[j], rerrs[j])
 		}
-	}
-	return reqs, idx, errs
+		return replies, rerrs
+	})
 }
 
-// gather places the answers of the decoded requests back among the items.
-func gather[R any](n int, idx []int, replies []R, rerrs []error, errs []error) ([]any, []error) {
-	out := make([]any, n)
-	for j, i := range idx {
-		out[i], errs[i] = replies[j], rerrs[j]
-	}
-	return out, errs
+func (s *Service) settleBatch(items []json.RawMessage) ([]error, batchRun) {
+	return batchOf(items, s.s.SettleAll)
 }
 
-func (s *Service) admitBatch(ctx context.Context, items []json.RawMessage) ([]any, []error) {
-	reqs, idx, errs := decodeItems[events.AdmitRequest](items)
-	replies, rerrs := s.a.AdmitAll(ctx, reqs)
-	for j := range reqs {
-		s.countAdmit(ctx, reqs[j], replies[j], rerrs[j])
-	}
-	return gather(len(items), idx, replies, rerrs, errs)
-}
-
-func (s *Service) settleBatch(ctx context.Context, items []json.RawMessage) ([]any, []error) {
-	reqs, idx, errs := decodeItems[events.SettleRequest](items)
-	replies, rerrs := s.s.SettleAll(ctx, reqs)
-	return gather(len(items), idx, replies, rerrs, errs)
-}
-
-func (s *Service) releaseBatch(ctx context.Context, items []json.RawMessage) ([]any, []error) {
-	reqs, idx, errs := decodeItems[events.ReleaseRequest](items)
-	replies, rerrs := s.s.ReleaseAll(ctx, reqs)
-	return gather(len(items), idx, replies, rerrs, errs)
+func (s *Service) releaseBatch(items []json.RawMessage) ([]error, batchRun) {
+	return batchOf(items, s.s.ReleaseAll)
 }
 
 func (s *Service) budgetPut(ctx context.Context, data []byte) (any, error) {

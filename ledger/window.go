@@ -199,13 +199,8 @@ func (w *window) key(s string) winKey {
 	return k
 }
 
-// key kinds for hashing: an id's hash depends only on its text.
-func (w *window) hashID(s string) uint64 {
-	if b, kind, ok := compactID(s); ok {
-		return w.hashCompact(b, kind)
-	}
-	return maphash.String(w.seed, s) & w.hashMask
-}
+// hashID is the hash of id s: it depends only on its text.
+func (w *window) hashID(s string) uint64 { return w.key(s).hash }
 
 func (w *window) hashCompact(b [16]byte, kind uint8) uint64 {
 	var buf [17]byte

@@ -493,7 +493,8 @@ func batchOf[T, R any](items []json.RawMessage, do func(ctx context.Context, req
 // be, with an in-flight slot and the request deadline of its own, all of
 // them submitted to the ledger at once so that they fold into the same
 // group commits, and the reply lists their answers in order. Only a
-// malformed envelope fails the whole message.
+// malformed envelope, or an item that is not JSON at all, fails the whole
+// message.
 func (s *Service) serveBatch(nc *nats.Conn, endpoint, single, subject, reply string, data []byte, h batchHandler, arrived time.Time) {
 	// Every item is decoded strictly before any is answered. An item that
 	// decodes is valid JSON; only when one does not is the batch checked

@@ -2,9 +2,9 @@ package ledger
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strconv"
-	"math/rand/v2"
 	"testing"
 	"time"
 

@@ -172,6 +172,9 @@ type Options struct {
 	// per connection, coalescing concurrent calls into batch messages),
 	// and its cap burst.
 	Client bool
+	// Brief makes the Go client ask for brief admit replies
+	// (client.WithBriefReplies: no per-budget balances).
+	Brief bool
 }
 
 // DefaultScenarios are the scenarios run when none are named.
@@ -616,7 +619,11 @@ func (b *bencher) start() error {
 		}
 		b.onClose(nc.Close)
 		b.conns = append(b.conns, nc)
-		cl, err := client.New(nc, client.WithPrefix(b.layout.Prefix()), client.WithTimeout(benchRequestTimeout), client.WithRetries(1))
+		copts := []client.Option{client.WithPrefix(b.layout.Prefix()), client.WithTimeout(benchRequestTimeout), client.WithRetries(1)}
+		if b.o.Brief {
+			copts = append(copts, client.WithBriefReplies())
+		}
+		cl, err := client.New(nc, copts...)
 		if err != nil {
 			return err
 		}
@@ -1471,6 +1478,9 @@ func (b *bencher) facts() string {
 	conns := fmt.Sprintf("callers spread over %d shared client connection(s)", b.o.Conns)
 	if b.o.ConnPerCaller {
 		conns = "one client connection per caller"
+	}
+	if b.o.Brief {
+		conns += " | Go client: brief admit replies"
 	}
 	lanes := fmt.Sprintf("lanes=%d | spendgate replicas=%d", b.o.Lanes, b.o.ServiceReplicas)
 	if b.o.NATSURL != "" {

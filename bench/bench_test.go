@@ -156,7 +156,9 @@ func TestRun_ProfileWay(t *testing.T) {
 	o.Baselines = false
 	o.CPUProfile = filepath.Join(t.TempDir(), "client.pprof")
 	o.ProfileWay = "client"
+	o.Brief = true
 	require.NoError(t, Run(ctx, o, &out, &errOut), "stderr:\n%s", errOut.String())
+	require.Contains(t, out.String(), "Go client: brief admit replies")
 	require.Equal(t, 1, strings.Count(errOut.String(), "cpu profile of the client run written to"), errOut.String())
 	raw, err := os.ReadFile(o.CPUProfile)
 	require.NoError(t, err)

@@ -40,6 +40,7 @@ func benchCmd(args []string) int {
 	fs.StringVar(&o.MemProfile, "memprofile", "", "write a heap profile at the end of the run to this file")
 	fs.BoolVar(&o.Baselines, "baselines", o.Baselines, "also run the floor and naive baselines (false: spendgate only, e.g. to profile it; their columns print as -)")
 	fs.IntVar(&o.History, "history", bench.HistoryDefault, "history scenario: reservations of history (10000000 for the 10M figure)")
+	fs.BoolVar(&o.Brief, "brief", false, "the Go client asks for brief admit replies (no per-budget balances), as client.WithBriefReplies does")
 	fs.BoolVar(&o.Client, "client", o.Client, "also run every scenario through the Go client, which coalesces concurrent calls into batch messages (its columns print as - when false)")
 	list := fs.String("scenarios", strings.Join(bench.DefaultScenarios, ","), "comma-separated scenarios: "+strings.Join(bench.ScenarioNames, ",")+" (mem and flood only when named)")
 	if code, ok := benchCommand.parse(fs, args); !ok {

@@ -41,8 +41,11 @@
 // subjects (TenantImports: "spendgate.t.acme.admit" seen as
 // "spendgate.admit"), so the replica reads the tenant from a subject token
 // the server fixes per account and the tenant cannot choose. It also
-// imports the JetStream API of its one feed consumer (TenantFeedImports,
-// under TenantJSPrefix), created only with its own filter. Its one user,
+// imports the reading half of the JetStream API of its one feed consumer
+// (TenantFeedImports, under TenantJSPrefix: info, pull, ack); the operator
+// creates that consumer as a pull consumer with the tenant's filter
+// (feed.EnsureTenantConsumer), and the tenant cannot create, change or
+// delete it. Its one user,
 // named after the tenant, may publish only those (role Tenant). The admin
 // role may call every tenant's subjects (budgets are the operator's to
 // define); the service role may not.

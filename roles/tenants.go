@@ -73,15 +73,20 @@ func TenantExport(l streams.Layout, tenant string) string { return l.TenantPrefi
 func TenantJSPrefix(l streams.Layout) string { return l.Prefix() + "js.API" }
 
 // TenantFeedImports is the JetStream API a tenant's account imports to
-// follow its own live events: create (or update) its one durable pull
-// consumer on the feed stream, streams.TenantFeedConsumer(tenant), with
-// exactly its filter (streams.Layout.TenantFeedFilter; the server refuses
-// a create whose filter differs from the one in its subject), read its
-// info, pull (MSG.NEXT, whose replies are a stream of messages) and
-// acknowledge. Subject is the replicas' account's, To the tenant's (under
-// TenantJSPrefix; an acknowledgement keeps its subject, the reply subject
-// of the message). Nothing else of the feed stream is reachable: no other
-// consumer, no message or direct get, no stream info.
+// follow its own live events through its one durable pull consumer on the
+// feed stream, streams.TenantFeedConsumer(tenant), filtered to its events
+// (feed.TenantConsumerConfig): read its info, pull (MSG.NEXT, whose replies
+// are a stream of messages) and acknowledge. Subject is the replicas'
+// account's, To the tenant's (under TenantJSPrefix; an acknowledgement
+// keeps its subject, the reply subject of the message).
+//
+// The operator creates the consumer (spendgate feed consumer --tenant),
+// not the tenant: the create subject fixes a consumer's name and filter
+// but not the rest of its body, and JetStream checks no permission on a
+// push consumer's deliver subject, so a tenant that could create it could
+// make it a push consumer delivering into the replicas' account. Nothing
+// else of the feed stream is reachable: no create, update or delete, no
+// other consumer, no message or direct get, no stream info.
 func TenantFeedImports(l streams.Layout, tenant string) []TenantImport {
 	f, c := l.FeedStreamName(), streams.TenantFeedConsumer(tenant)
 	local := TenantJSPrefix(l) + "."
@@ -89,7 +94,6 @@ func TenantFeedImports(l streams.Layout, tenant string) []TenantImport {
 		return TenantImport{Subject: jsAPI + rest, To: local + rest}
 	}
 	return []TenantImport{
-		api("CONSUMER.CREATE." + f + "." + c + "." + l.TenantFeedFilter(tenant)),
 		api("CONSUMER.INFO." + f + "." + c),
 		api("CONSUMER.MSG.NEXT." + f + "." + c),
 		{Subject: "$JS.ACK." + f + "." + c + ".>", To: "$JS.ACK." + f + "." + c + ".>"},
@@ -153,8 +157,8 @@ func exports(b *strings.Builder, ind string, l streams.Layout, tenants []string)
 }
 
 // tenantAccount writes tenant's account: its imports from account (the
-// endpoints and TenantFeed) and one user, named after the tenant, of role
-// Tenant, who may also use its feed consumer.
+// endpoints and TenantFeedImports) and one user, named after the tenant, of
+// role Tenant, who may also read its feed consumer.
 func tenantAccount(b *strings.Builder, ind string, l streams.Layout, account, tenant string) {
 	r := Tenant(l)
 	fmt.Fprintf(b, "%s# tenant %s: %s\n", ind, tenant, r.Description)

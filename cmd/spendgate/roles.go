@@ -22,8 +22,9 @@ Each --tenant NAME adds an account NAME for that tenant, with one user NAME
 default SPENDGATE) exports <prefix>t.NAME.> to it alone, and it imports
 admit, settle, release, void, budget.get and budget.list from there under their
 plain subjects, so the replica reads the tenant from a subject the tenant
-cannot choose; and, under the JetStream prefix spendgate.js.API, its one
-feed consumer t-NAME, filtered to its own events.`,
+cannot choose; and, under the JetStream prefix spendgate.js.API, the info,
+pulls and acks of its one feed consumer t-NAME, which the operator creates
+(spendgate feed consumer --tenant NAME) and the tenant cannot create or change.`,
 }
 
 // rolesCmd is spendgate roles.

@@ -55,7 +55,9 @@
 // with JetStream; passwords stay out of the file (the server reads
 // SPENDGATE_<USER>_PASSWORD from its environment) unless given. In
 // operator/JWT mode, Role.JWTPermissions is what to sign into a user JWT and
-// Role.NSCFlags the same as `nsc add user` flags.
+// Role.NSCFlags the same as `nsc add user` flags; NSC renders the whole
+// layout, tenants included, as nsc commands (private exports, an activation
+// token per tenant import).
 //
 // The layout was derived from a real run (TestRoles_CoverARealRun records
 // every subject each identity uses from the server's protocol trace and

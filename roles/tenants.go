@@ -38,6 +38,18 @@ func Tenant(l streams.Layout) Role {
 	}
 }
 
+// TenantUser is the role of tenant's one user, named after the tenant, in
+// its own account: Tenant, and the info, pulls and acks of its feed
+// consumer under their local subjects (TenantFeedImports).
+func TenantUser(l streams.Layout, tenant string) Role {
+	r := Tenant(l)
+	r.Publish.Allow = append([]string{}, r.Publish.Allow...)
+	for _, im := range TenantFeedImports(l, tenant) {
+		r.Publish.Allow = append(r.Publish.Allow, im.To)
+	}
+	return r
+}
+
 // TenantImport is one service import of a tenant's account: the replica
 // account's Subject, seen in the tenant's account as To.
 type TenantImport struct {
@@ -135,6 +147,24 @@ func checkTenants(account string, tenants []string) error {
 	return nil
 }
 
+// tenantExport is one service export of the replicas' account for a
+// tenant; stream is set when a request is answered by a stream of
+// messages (a pull, MSG.NEXT).
+type tenantExport struct {
+	subject string
+	stream  bool
+}
+
+// tenantExports are the replicas' account's exports for tenant: its
+// subjects (TenantExport) and its feed consumer's API (TenantFeedImports).
+func tenantExports(l streams.Layout, tenant string) []tenantExport {
+	out := []tenantExport{{subject: TenantExport(l, tenant)}}
+	for _, im := range TenantFeedImports(l, tenant) {
+		out = append(out, tenantExport{subject: im.Subject, stream: strings.Contains(im.Subject, ".MSG.NEXT.")})
+	}
+	return out
+}
+
 // exports writes the replicas' account's export of each tenant's subjects.
 func exports(b *strings.Builder, ind string, l streams.Layout, tenants []string) {
 	if len(tenants) == 0 {
@@ -143,13 +173,11 @@ func exports(b *strings.Builder, ind string, l streams.Layout, tenants []string)
 	fmt.Fprintf(b, "%s# Each tenant's endpoints and its feed consumer, to that tenant's account alone.\n", ind)
 	fmt.Fprintf(b, "%sexports = [\n", ind)
 	for _, t := range tenants {
-		fmt.Fprintf(b, "%s  {service: %q, accounts: [%s]}\n", ind, TenantExport(l, t), t)
-		for _, im := range TenantFeedImports(l, t) {
-			if strings.Contains(im.Subject, ".MSG.NEXT.") {
-				// A pull is answered by a stream of messages.
-				fmt.Fprintf(b, "%s  {service: %q, accounts: [%s], response_type: stream}\n", ind, im.Subject, t)
+		for _, e := range tenantExports(l, t) {
+			if e.stream {
+				fmt.Fprintf(b, "%s  {service: %q, accounts: [%s], response_type: stream}\n", ind, e.subject, t)
 			} else {
-				fmt.Fprintf(b, "%s  {service: %q, accounts: [%s]}\n", ind, im.Subject, t)
+				fmt.Fprintf(b, "%s  {service: %q, accounts: [%s]}\n", ind, e.subject, t)
 			}
 		}
 	}
@@ -174,13 +202,9 @@ func tenantAccount(b *strings.Builder, ind string, l streams.Layout, account, te
 	fmt.Fprintf(b, "%s  ]\n", ind)
 	fmt.Fprintf(b, "%s  users = [\n", ind)
 	fmt.Fprintf(b, "%s    {user: %q, password: $%s, permissions: {\n", ind, tenant, PasswordEnv(tenant))
-	pub := r.Publish
-	pub.Allow = append([]string{}, pub.Allow...)
-	for _, im := range feed {
-		pub.Allow = append(pub.Allow, im.To)
-	}
-	rules(b, ind+"      ", "publish", pub)
-	rules(b, ind+"      ", "subscribe", r.Subscribe)
+	u := TenantUser(l, tenant)
+	rules(b, ind+"      ", "publish", u.Publish)
+	rules(b, ind+"      ", "subscribe", u.Subscribe)
 	fmt.Fprintf(b, "%s    }}\n", ind)
 	fmt.Fprintf(b, "%s  ]\n", ind)
 	fmt.Fprintf(b, "%s}\n", ind)

@@ -295,3 +295,17 @@ func TestSecure_TenantsWalkthrough(t *testing.T) {
 	_, err = js.CreateOrUpdateConsumer(cctx, streams.Default().FeedStreamName(), feed.TenantConsumerConfig(streams.Default(), "acme"))
 	require.Error(t, err, "acme created its own consumer")
 }
+
+// TestSecure_RolesNSC: `spendgate roles --nsc` prints roles.NSC for the
+// flags, tenants included (package roles runs what it prints, in operator
+// mode). It fails if the command refused --tenant with --nsc, as it once
+// did, or dropped a flag.
+func TestSecure_RolesNSC(t *testing.T) {
+	r := runCLI(t, nil, "roles", "--nsc", "--account", "OPS", "--tenant", "acme")
+	require.Equal(t, 0, r.code, r.stderr)
+	want, err := roles.NSC(streams.Default(), "OPS", "acme")
+	require.NoError(t, err)
+	require.Equal(t, want, r.stdout)
+	r = runCLI(t, nil, "roles", "--nsc", "--tenant", "OPS!")
+	require.Equal(t, 1, r.code, r.stdout)
+}

@@ -65,9 +65,11 @@
 // real server (TestRoles_Matrix), in both forms and in operator mode.
 //
 // Known limits of subject permissions: finance and replica may create any
-// consumer on the ledger stream (ordered consumers need it) and delete
-// consumers by name, and JetStream does not check a push consumer's
-// deliver subject against its creator's permissions. Consumers change no
-// ledger data; to confine them as well, put finance in its own account that
-// imports the stream.
+// consumer on the ledger stream (ordered consumers need it), feed any on
+// the feed stream (tenants' consumers included), and delete consumers by
+// name, and JetStream does not check a push consumer's deliver subject
+// against its creator's permissions (a replica ends a delivery that
+// reaches an endpoint without serving it). Consumers change no ledger data;
+// to confine them as well, put these roles in accounts of their own that
+// import the streams. Tenants create no consumer.
 package roles

@@ -41,8 +41,11 @@
 // subjects (TenantImports: "spendgate.t.acme.admit" seen as
 // "spendgate.admit"), so the replica reads the tenant from a subject token
 // the server fixes per account and the tenant cannot choose. It also
-// imports the JetStream API of its one feed consumer (TenantFeedImports,
-// under TenantJSPrefix), created only with its own filter. Its one user,
+// imports the reading half of the JetStream API of its one feed consumer
+// (TenantFeedImports, under TenantJSPrefix: info, pull, ack); the operator
+// creates that consumer as a pull consumer with the tenant's filter
+// (feed.EnsureTenantConsumer), and the tenant cannot create, change or
+// delete it. Its one user,
 // named after the tenant, may publish only those (role Tenant). The admin
 // role may call every tenant's subjects (budgets are the operator's to
 // define); the service role may not.
@@ -52,7 +55,9 @@
 // with JetStream; passwords stay out of the file (the server reads
 // SPENDGATE_<USER>_PASSWORD from its environment) unless given. In
 // operator/JWT mode, Role.JWTPermissions is what to sign into a user JWT and
-// Role.NSCFlags the same as `nsc add user` flags.
+// Role.NSCFlags the same as `nsc add user` flags; NSC renders the whole
+// layout, tenants included, as nsc commands (private exports, an activation
+// token per tenant import).
 //
 // The layout was derived from a real run (TestRoles_CoverARealRun records
 // every subject each identity uses from the server's protocol trace and
@@ -60,9 +65,11 @@
 // real server (TestRoles_Matrix), in both forms and in operator mode.
 //
 // Known limits of subject permissions: finance and replica may create any
-// consumer on the ledger stream (ordered consumers need it) and delete
-// consumers by name, and JetStream does not check a push consumer's
-// deliver subject against its creator's permissions. Consumers change no
-// ledger data; to confine them as well, put finance in its own account that
-// imports the stream.
+// consumer on the ledger stream (ordered consumers need it), feed any on
+// the feed stream (tenants' consumers included), and delete consumers by
+// name, and JetStream does not check a push consumer's deliver subject
+// against its creator's permissions (a replica ends a delivery that
+// reaches an endpoint without serving it). Consumers change no ledger data;
+// to confine them as well, put these roles in accounts of their own that
+// import the streams. Tenants create no consumer.
 package roles

@@ -10,25 +10,27 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/feed"
 	"github.com/spendgate/spendgate/roles"
 	"github.com/spendgate/spendgate/service"
 	"github.com/spendgate/spendgate/streams"
 )
 
 // TestTenants_FeedPushIntoReplicas is a tenant's attack through its feed
-// consumer. The create subject fixes the consumer's name and filter but
-// not the rest of its body, and JetStream checks no permission on a push
-// consumer's deliver subject: acme creates t-acme as a push consumer
-// delivering into the replicas' own account, on the untenanted
-// spendgate.admit in the replicas' queue group, with explicit acks and a
-// short ack wait. Every event of acme's would arrive there as a request the
-// tenant cannot make itself (its account reaches the replicas only through
-// its imports), and, left unacknowledged, again at every ack wait: a flood
-// the tenant controls into every replica's in-flight limit. The replica
-// must end each such delivery (+TERM) without serving it. It fails without
-// the replica's check (service.fromJetStream): the replica then answers the
-// delivery with an error, which JetStream does not take for an ack, so
-// the deliveries come back at every ack wait.
+// consumer: make t-acme a push consumer delivering into the replicas' own
+// account, on the untenanted spendgate.admit in the replicas' queue group,
+// with explicit acks and a short ack wait. JetStream checks no permission
+// on a push consumer's deliver subject, and the create subject fixes only
+// a consumer's name and filter, so every event of acme's would arrive there
+// as a request the tenant cannot make itself, and again at every ack wait;
+// the replicas' $SRV discovery subjects (answered by the NATS micro
+// library, not by spendgate's endpoints) would answer each. The tenant's
+// account imports no consumer create any more: the create is refused
+// before the operator made the consumer (nothing is created) and after (the
+// operator's pull consumer is unchanged). It fails if the tenant's account
+// imported CONSUMER.CREATE again: the earlier layout imported the create of
+// t-acme with acme's filter, and the server then accepted exactly this
+// request (this test asserted so).
 func TestTenants_FeedPushIntoReplicas(t *testing.T) {
 	l, s := tenantServer(t, "acme")
 	ctx := context.Background()
@@ -39,12 +41,12 @@ func TestTenants_FeedPushIntoReplicas(t *testing.T) {
 	_, err = newClient(t, acme, l).Admit(ctx, events.AdmitRequest{Scopes: []string{"team:search"}, Amount: "1"})
 	require.NoError(t, err)
 
-	rjs, err := jetstream.New(dialRole(t, s, l, roles.Replica).nc)
+	fjs, err := jetstream.New(dialRole(t, s, l, roles.Feed).nc)
 	require.NoError(t, err)
 	cctx, cancel := context.WithTimeout(ctx, waitBound)
 	defer cancel()
 	for {
-		if st, err := rjs.Stream(cctx, l.FeedStreamName()); err == nil && st.CachedInfo().State.Msgs >= 2 {
+		if st, err := fjs.Stream(cctx, l.FeedStreamName()); err == nil && st.CachedInfo().State.Msgs >= 2 {
 			break
 		}
 		require.NoError(t, cctx.Err(), "acme's events not in the feed")
@@ -53,9 +55,67 @@ func TestTenants_FeedPushIntoReplicas(t *testing.T) {
 
 	js, err := jetstream.NewWithAPIPrefix(acme.nc, roles.TenantJSPrefix(l))
 	require.NoError(t, err)
+	push := func() error {
+		ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		defer cancel()
+		_, err := js.CreateOrUpdatePushConsumer(ctx, l.FeedStreamName(), jetstream.ConsumerConfig{
+			Durable: streams.TenantFeedConsumer("acme"), FilterSubject: l.TenantFeedFilter("acme"),
+			DeliverSubject: l.Endpoint(streams.EndpointAdmit), DeliverGroup: service.QueueGroup,
+			AckPolicy: jetstream.AckExplicitPolicy, AckWait: 50 * time.Millisecond, MaxDeliver: -1,
+		})
+		return err
+	}
+	// Before the operator created t-acme: refused, and nothing created.
+	require.Error(t, push())
+	_, err = fjs.Consumer(cctx, l.FeedStreamName(), streams.TenantFeedConsumer("acme"))
+	require.ErrorIs(t, err, jetstream.ErrConsumerNotFound)
+
+	// After: refused, and the operator's pull consumer is unchanged.
+	created, err := feed.EnsureTenantConsumer(cctx, fjs, l, "acme")
+	require.NoError(t, err)
+	require.True(t, created)
+	require.Error(t, push())
+	c, err := fjs.Consumer(cctx, l.FeedStreamName(), streams.TenantFeedConsumer("acme"))
+	require.NoError(t, err, "still a pull consumer")
+	require.Empty(t, c.CachedInfo().Config.DeliverSubject)
+	require.Equal(t, l.TenantFeedFilter("acme"), c.CachedInfo().Config.FilterSubject)
+	require.Zero(t, c.CachedInfo().Delivered.Consumer, "delivered to no one")
+}
+
+// TestRoles_FeedPushIntoReplicas: the same push, from the identity that may
+// still make it. The feed role creates consumers on the feed stream (a
+// tenant no longer may, TestTenants_FeedPushIntoReplicas), in the
+// replicas' own account, and JetStream checks no permission on the deliver
+// subject: a push consumer delivering the feed on spendgate.admit in the
+// replicas' queue group, explicit acks, a short ack wait. The replica must
+// end each such delivery (+TERM) without serving it. It fails without the
+// replica's check (service.fromJetStream): the replica then answers the
+// delivery with an error, which JetStream does not take for an ack, so the
+// deliveries come back at every ack wait.
+func TestRoles_FeedPushIntoReplicas(t *testing.T) {
+	l, s := tenantServer(t)
+	ctx := context.Background()
+	_, err := newClient(t, dialRole(t, s, l, roles.Admin), l).PutBudget(ctx, events.BudgetPutRequest{Scope: "team:search", Period: "month", Limit: "5", Unit: "USD"})
+	require.NoError(t, err)
+	_, err = newClient(t, dialRole(t, s, l, roles.Service), l).Admit(ctx, events.AdmitRequest{Scopes: []string{"team:search"}, Amount: "1"})
+	require.NoError(t, err)
+
+	fid := dialRole(t, s, l, roles.Feed)
+	js, err := jetstream.New(fid.nc)
+	require.NoError(t, err)
+	cctx, cancel := context.WithTimeout(ctx, waitBound)
+	defer cancel()
+	for {
+		if st, err := js.Stream(cctx, l.FeedStreamName()); err == nil && st.CachedInfo().State.Msgs >= 2 {
+			break
+		}
+		require.NoError(t, cctx.Err(), "the events not in the feed")
+		time.Sleep(10 * time.Millisecond)
+	}
 	// The server accepts it: nothing in the layout can refuse a body.
+	const name = "push"
 	_, err = js.CreateOrUpdatePushConsumer(cctx, l.FeedStreamName(), jetstream.ConsumerConfig{
-		Durable: streams.TenantFeedConsumer("acme"), FilterSubject: l.TenantFeedFilter("acme"),
+		Durable: name, FilterSubject: l.FeedFilter(),
 		DeliverSubject: l.Endpoint(streams.EndpointAdmit), DeliverGroup: service.QueueGroup,
 		AckPolicy: jetstream.AckExplicitPolicy, AckWait: 50 * time.Millisecond, MaxDeliver: -1,
 	})
@@ -70,11 +130,11 @@ func TestTenants_FeedPushIntoReplicas(t *testing.T) {
 		Pending     int `json:"num_pending"`
 	}
 	read := func() {
-		m, err := acme.nc.Request(roles.TenantJSPrefix(l)+".CONSUMER.INFO."+l.FeedStreamName()+"."+streams.TenantFeedConsumer("acme"), nil, time.Second)
+		m, err := fid.nc.Request("$JS.API.CONSUMER.INFO."+l.FeedStreamName()+"."+name, nil, time.Second)
 		require.NoError(t, err)
 		require.NoError(t, json.Unmarshal(m.Data, &info))
 	}
-	// Both of acme's events are delivered into the replicas' account...
+	// Both events are delivered into the endpoint...
 	for read(); info.Delivered.Consumer < 2 || info.Pending > 0; read() {
 		require.NoError(t, cctx.Err(), "no delivery: %+v", info)
 		time.Sleep(10 * time.Millisecond)

@@ -38,6 +38,18 @@ func Tenant(l streams.Layout) Role {
 	}
 }
 
+// TenantUser is the role of tenant's one user, named after the tenant, in
+// its own account: Tenant, and the info, pulls and acks of its feed
+// consumer under their local subjects (TenantFeedImports).
+func TenantUser(l streams.Layout, tenant string) Role {
+	r := Tenant(l)
+	r.Publish.Allow = append([]string{}, r.Publish.Allow...)
+	for _, im := range TenantFeedImports(l, tenant) {
+		r.Publish.Allow = append(r.Publish.Allow, im.To)
+	}
+	return r
+}
+
 // TenantImport is one service import of a tenant's account: the replica
 // account's Subject, seen in the tenant's account as To.
 type TenantImport struct {
@@ -73,15 +85,20 @@ func TenantExport(l streams.Layout, tenant string) string { return l.TenantPrefi
 func TenantJSPrefix(l streams.Layout) string { return l.Prefix() + "js.API" }
 
 // TenantFeedImports is the JetStream API a tenant's account imports to
-// follow its own live events: create (or update) its one durable pull
-// consumer on the feed stream, streams.TenantFeedConsumer(tenant), with
-// exactly its filter (streams.Layout.TenantFeedFilter; the server refuses
-// a create whose filter differs from the one in its subject), read its
-// info, pull (MSG.NEXT, whose replies are a stream of messages) and
-// acknowledge. Subject is the replicas' account's, To the tenant's (under
-// TenantJSPrefix; an acknowledgement keeps its subject, the reply subject
-// of the message). Nothing else of the feed stream is reachable: no other
-// consumer, no message or direct get, no stream info.
+// follow its own live events through its one durable pull consumer on the
+// feed stream, streams.TenantFeedConsumer(tenant), filtered to its events
+// (feed.TenantConsumerConfig): read its info, pull (MSG.NEXT, whose replies
+// are a stream of messages) and acknowledge. Subject is the replicas'
+// account's, To the tenant's (under TenantJSPrefix; an acknowledgement
+// keeps its subject, the reply subject of the message).
+//
+// The operator creates the consumer (spendgate feed consumer --tenant),
+// not the tenant: the create subject fixes a consumer's name and filter
+// but not the rest of its body, and JetStream checks no permission on a
+// push consumer's deliver subject, so a tenant that could create it could
+// make it a push consumer delivering into the replicas' account. Nothing
+// else of the feed stream is reachable: no create, update or delete, no
+// other consumer, no message or direct get, no stream info.
 func TenantFeedImports(l streams.Layout, tenant string) []TenantImport {
 	f, c := l.FeedStreamName(), streams.TenantFeedConsumer(tenant)
 	local := TenantJSPrefix(l) + "."
@@ -89,7 +106,6 @@ func TenantFeedImports(l streams.Layout, tenant string) []TenantImport {
 		return TenantImport{Subject: jsAPI + rest, To: local + rest}
 	}
 	return []TenantImport{
-		api("CONSUMER.CREATE." + f + "." + c + "." + l.TenantFeedFilter(tenant)),
 		api("CONSUMER.INFO." + f + "." + c),
 		api("CONSUMER.MSG.NEXT." + f + "." + c),
 		{Subject: "$JS.ACK." + f + "." + c + ".>", To: "$JS.ACK." + f + "." + c + ".>"},
@@ -131,6 +147,24 @@ func checkTenants(account string, tenants []string) error {
 	return nil
 }
 
+// tenantExport is one service export of the replicas' account for a
+// tenant; stream is set when a request is answered by a stream of
+// messages (a pull, MSG.NEXT).
+type tenantExport struct {
+	subject string
+	stream  bool
+}
+
+// tenantExports are the replicas' account's exports for tenant: its
+// subjects (TenantExport) and its feed consumer's API (TenantFeedImports).
+func tenantExports(l streams.Layout, tenant string) []tenantExport {
+	out := []tenantExport{{subject: TenantExport(l, tenant)}}
+	for _, im := range TenantFeedImports(l, tenant) {
+		out = append(out, tenantExport{subject: im.Subject, stream: strings.Contains(im.Subject, ".MSG.NEXT.")})
+	}
+	return out
+}
+
 // exports writes the replicas' account's export of each tenant's subjects.
 func exports(b *strings.Builder, ind string, l streams.Layout, tenants []string) {
 	if len(tenants) == 0 {
@@ -139,13 +173,11 @@ func exports(b *strings.Builder, ind string, l streams.Layout, tenants []string)
 	fmt.Fprintf(b, "%s# Each tenant's endpoints and its feed consumer, to that tenant's account alone.\n", ind)
 	fmt.Fprintf(b, "%sexports = [\n", ind)
 	for _, t := range tenants {
-		fmt.Fprintf(b, "%s  {service: %q, accounts: [%s]}\n", ind, TenantExport(l, t), t)
-		for _, im := range TenantFeedImports(l, t) {
-			if strings.Contains(im.Subject, ".MSG.NEXT.") {
-				// A pull is answered by a stream of messages.
-				fmt.Fprintf(b, "%s  {service: %q, accounts: [%s], response_type: stream}\n", ind, im.Subject, t)
+		for _, e := range tenantExports(l, t) {
+			if e.stream {
+				fmt.Fprintf(b, "%s  {service: %q, accounts: [%s], response_type: stream}\n", ind, e.subject, t)
 			} else {
-				fmt.Fprintf(b, "%s  {service: %q, accounts: [%s]}\n", ind, im.Subject, t)
+				fmt.Fprintf(b, "%s  {service: %q, accounts: [%s]}\n", ind, e.subject, t)
 			}
 		}
 	}
@@ -153,8 +185,8 @@ func exports(b *strings.Builder, ind string, l streams.Layout, tenants []string)
 }
 
 // tenantAccount writes tenant's account: its imports from account (the
-// endpoints and TenantFeed) and one user, named after the tenant, of role
-// Tenant, who may also use its feed consumer.
+// endpoints and TenantFeedImports) and one user, named after the tenant, of
+// role Tenant, who may also read its feed consumer.
 func tenantAccount(b *strings.Builder, ind string, l streams.Layout, account, tenant string) {
 	r := Tenant(l)
 	fmt.Fprintf(b, "%s# tenant %s: %s\n", ind, tenant, r.Description)
@@ -170,13 +202,9 @@ func tenantAccount(b *strings.Builder, ind string, l streams.Layout, account, te
 	fmt.Fprintf(b, "%s  ]\n", ind)
 	fmt.Fprintf(b, "%s  users = [\n", ind)
 	fmt.Fprintf(b, "%s    {user: %q, password: $%s, permissions: {\n", ind, tenant, PasswordEnv(tenant))
-	pub := r.Publish
-	pub.Allow = append([]string{}, pub.Allow...)
-	for _, im := range feed {
-		pub.Allow = append(pub.Allow, im.To)
-	}
-	rules(b, ind+"      ", "publish", pub)
-	rules(b, ind+"      ", "subscribe", r.Subscribe)
+	u := TenantUser(l, tenant)
+	rules(b, ind+"      ", "publish", u.Publish)
+	rules(b, ind+"      ", "subscribe", u.Subscribe)
 	fmt.Fprintf(b, "%s    }}\n", ind)
 	fmt.Fprintf(b, "%s  ]\n", ind)
 	fmt.Fprintf(b, "%s}\n", ind)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spendgate/spendgate/client"
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/feed"
 	"github.com/spendgate/spendgate/natsconn"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/roles"
@@ -238,11 +239,16 @@ func TestTenants_Isolation(t *testing.T) {
 
 // TestTenants_Feed: a tenant follows its own live events from its own
 // account, through the JetStream API the replicas' account exports to it
-// alone (roles.TenantFeed): its one durable consumer, with its filter,
-// pulled and acknowledged. Every message is its own; a broader filter,
-// another tenant's consumer, a message get and stream info are refused.
-// It fails if the layout let a tenant's account create a consumer with
-// another filter or reach another consumer.
+// alone (roles.TenantFeedImports): its one durable pull consumer, which
+// the operator created (feed.EnsureTenantConsumer, as the feed role), read,
+// pulled and acknowledged. Every message is its own. Creating or changing
+// a consumer (its own included, with exactly its own filter), deleting
+// it, another tenant's consumer, a message get and stream info are refused;
+// the create subject is refused to the tenant's user by its permissions,
+// not only for want of an import. It fails if the layout let a tenant's
+// account create or update any consumer (the earlier layout imported the
+// create of its own, with its filter: the "its own consumer" refusal below
+// then succeeds), or reach another tenant's consumer.
 func TestTenants_Feed(t *testing.T) {
 	l, s := tenantServer(t, "acme", "globex")
 	ctx := context.Background()
@@ -259,24 +265,30 @@ func TestTenants_Feed(t *testing.T) {
 	_, err = newClient(t, globexID, l).Admit(ctx, events.AdmitRequest{Scopes: []string{"team:search"}, Amount: "2"})
 	require.NoError(t, err)
 
-	// The replica's relay creates the feed stream as it starts.
-	rjs, err := jetstream.New(dialRole(t, s, l, roles.Replica).nc)
+	// The operator creates each tenant's consumer once the replicas' relay
+	// has created the feed stream (spendgate feed consumer --tenant), as
+	// the feed role.
+	fjs, err := jetstream.New(dialRole(t, s, l, roles.Feed).nc)
 	require.NoError(t, err)
 	cctx, cancel := context.WithTimeout(ctx, waitBound)
 	defer cancel()
-	for {
-		if _, err := rjs.Stream(cctx, l.FeedStreamName()); err == nil {
-			break
+	for _, tenant := range []string{"acme", "globex"} {
+		for {
+			created, err := feed.EnsureTenantConsumer(cctx, fjs, l, tenant)
+			if err == nil {
+				require.True(t, created)
+				break
+			}
+			require.ErrorIs(t, err, jetstream.ErrStreamNotFound)
+			require.NoError(t, cctx.Err(), "no feed stream")
+			time.Sleep(10 * time.Millisecond)
 		}
-		require.NoError(t, cctx.Err(), "no feed stream")
-		time.Sleep(10 * time.Millisecond)
 	}
 
 	js, err := jetstream.NewWithAPIPrefix(acmeID.nc, roles.TenantJSPrefix(l))
 	require.NoError(t, err)
-	cons, err := js.CreateOrUpdateConsumer(cctx, l.FeedStreamName(), jetstream.ConsumerConfig{
-		Durable: streams.TenantFeedConsumer("acme"), FilterSubject: l.TenantFeedFilter("acme"), AckPolicy: jetstream.AckExplicitPolicy,
-	})
+	// Binding reads the consumer's info.
+	cons, err := js.Consumer(cctx, l.FeedStreamName(), streams.TenantFeedConsumer("acme"))
 	require.NoError(t, err)
 	// acme's three events: its budget, its open, its settle.
 	var got []string
@@ -304,23 +316,27 @@ func TestTenants_Feed(t *testing.T) {
 		defer cancel()
 		require.Error(t, f(ctx), what)
 	}
-	refused("the whole feed", func(ctx context.Context) error {
-		_, err := js.CreateOrUpdateConsumer(ctx, l.FeedStreamName(), jetstream.ConsumerConfig{
-			Durable: streams.TenantFeedConsumer("acme"), FilterSubject: l.FeedFilter()})
+	create := func(cfg jetstream.ConsumerConfig) func(ctx context.Context) error {
+		return func(ctx context.Context) error {
+			_, err := js.CreateOrUpdateConsumer(ctx, l.FeedStreamName(), cfg)
+			return err
+		}
+	}
+	refused("its own consumer, as created", create(feed.TenantConsumerConfig(l, "acme")))
+	refused("its own consumer, as a push consumer", func(ctx context.Context) error {
+		_, err := js.CreateOrUpdatePushConsumer(ctx, l.FeedStreamName(), jetstream.ConsumerConfig{
+			Durable: streams.TenantFeedConsumer("acme"), FilterSubject: l.TenantFeedFilter("acme"), DeliverSubject: "_INBOX.acme"})
 		return err
 	})
-	refused("globex's filter", func(ctx context.Context) error {
-		_, err := js.CreateOrUpdateConsumer(ctx, l.FeedStreamName(), jetstream.ConsumerConfig{
-			Durable: streams.TenantFeedConsumer("acme"), FilterSubject: l.TenantFeedFilter("globex")})
-		return err
+	refused("the whole feed", create(jetstream.ConsumerConfig{Durable: streams.TenantFeedConsumer("acme"), FilterSubject: l.FeedFilter()}))
+	refused("globex's filter", create(jetstream.ConsumerConfig{Durable: streams.TenantFeedConsumer("acme"), FilterSubject: l.TenantFeedFilter("globex")}))
+	refused("an unfiltered consumer", create(jetstream.ConsumerConfig{Durable: streams.TenantFeedConsumer("acme")}))
+	refused("an ephemeral consumer", create(jetstream.ConsumerConfig{FilterSubject: l.TenantFeedFilter("acme")}))
+	refused("deleting its consumer", func(ctx context.Context) error {
+		return js.DeleteConsumer(ctx, l.FeedStreamName(), streams.TenantFeedConsumer("acme"))
 	})
 	refused("globex's consumer", func(ctx context.Context) error {
-		_, err := js.CreateOrUpdateConsumer(ctx, l.FeedStreamName(), jetstream.ConsumerConfig{
-			Durable: streams.TenantFeedConsumer("globex"), FilterSubject: l.TenantFeedFilter("globex")})
-		return err
-	})
-	refused("an unfiltered consumer", func(ctx context.Context) error {
-		_, err := js.CreateOrUpdateConsumer(ctx, l.FeedStreamName(), jetstream.ConsumerConfig{Durable: streams.TenantFeedConsumer("acme")})
+		_, err := js.Consumer(ctx, l.FeedStreamName(), streams.TenantFeedConsumer("globex"))
 		return err
 	})
 	refused("stream info", func(ctx context.Context) error {
@@ -335,4 +351,30 @@ func TestTenants_Feed(t *testing.T) {
 		_, err := acmeID.nc.RequestWithContext(ctx, roles.TenantJSPrefix(l)+".STREAM.INFO."+l.StreamName(), nil)
 		return err
 	})
+
+	// The tenant's user may not even publish a create or delete in its
+	// own account: the server answers each with a permission violation.
+	api := roles.TenantJSPrefix(l) + "."
+	c := streams.TenantFeedConsumer("acme")
+	for _, subj := range []string{
+		api + "CONSUMER.CREATE." + l.FeedStreamName() + "." + c + "." + l.TenantFeedFilter("acme"),
+		api + "CONSUMER.CREATE." + l.FeedStreamName() + "." + c,
+		api + "CONSUMER.CREATE." + l.FeedStreamName(),
+		api + "CONSUMER.DURABLE.CREATE." + l.FeedStreamName() + "." + c,
+		api + "CONSUMER.DELETE." + l.FeedStreamName() + "." + c,
+	} {
+		acmeID.drainErrs()
+		require.NoError(t, acmeID.nc.Publish(subj, []byte("{}")))
+		require.NoError(t, acmeID.nc.Flush())
+		require.False(t, acmeID.outcome(t, nil, "Publish", subj), "acme published to %s", subj)
+	}
+
+	// After all of it, acme's consumer is still the operator's: a pull
+	// consumer of acme's events.
+	ictx, icancel := context.WithTimeout(ctx, waitBound)
+	defer icancel()
+	info, err := fjs.Consumer(ictx, l.FeedStreamName(), c)
+	require.NoError(t, err, "a pull consumer")
+	require.Empty(t, info.CachedInfo().Config.DeliverSubject)
+	require.Equal(t, l.TenantFeedFilter("acme"), info.CachedInfo().Config.FilterSubject)
 }

@@ -59,7 +59,7 @@ func runCLIAs(t *testing.T, cred *syscall.Credential, env []string, args ...stri
 var allCommands = [][]string{
 	{"serve"}, {"budget"}, {"budget", "put"}, {"budget", "get"}, {"budget", "list"}, {"budget", "disable"}, {"budget", "enable"},
 	{"admit"}, {"settle"}, {"release"}, {"audit"}, {"audit", "check"}, {"audit", "balances"}, {"audit", "keys"}, {"key"},
-	{"bench"}, {"demo"}, {"demo", "overrun"}, {"roles"}, {"version"},
+	{"bench"}, {"demo"}, {"demo", "overrun"}, {"roles"}, {"feed"}, {"feed", "consumer"}, {"version"},
 }
 
 // singleDashFlag matches a long flag printed the flag package's way,
@@ -118,6 +118,9 @@ func TestCLI_UsageErrors(t *testing.T) {
 		{[]string{"bench", "--scenarios", "nope"}, `unknown scenario "nope"`},
 		{[]string{"bench", "--cluster", "2"}, "--cluster must be 3..5 nodes"},
 		{[]string{"demo"}, "which demo?"},
+		{[]string{"feed"}, "which feed command?"},
+		{[]string{"feed", "consumer"}, "--tenant is required"},
+		{[]string{"feed", "consumer", "--tenant", "Acme"}, "must be lower case"},
 		{[]string{"demo", "underrun"}, `unexpected arguments ["underrun"]`},
 		{[]string{"demo", "overrun", "extra"}, `unexpected arguments ["extra"]`},
 		{[]string{"demo", "overrun", "--concurrency", "0"}, "--concurrency 0 out of range"},

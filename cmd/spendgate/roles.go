@@ -16,14 +16,19 @@ service (admit, settle, release, void), admin (every endpoint), finance (reads t
 ledger and runs audits; writes nothing) and feed (follows the live event feed). Include it in the server's config; the
 file holds no password: the server reads SPENDGATE_<USER>_PASSWORD from its
 environment. With --account it prints the layout inside an account with
-JetStream; with --nsc, the nsc flags of each role for operator/JWT mode.
+JetStream; with --nsc, the same as nsc commands for operator/JWT mode (each
+role's nsc add user, in --account if given).
 Each --tenant NAME adds an account NAME for that tenant, with one user NAME
 (password SPENDGATE_<NAME>_PASSWORD): the replicas' account (--account,
 default SPENDGATE) exports <prefix>t.NAME.> to it alone, and it imports
 admit, settle, release, void, budget.get and budget.list from there under their
 plain subjects, so the replica reads the tenant from a subject the tenant
-cannot choose; and, under the JetStream prefix spendgate.js.API, its one
-feed consumer t-NAME, filtered to its own events.`,
+cannot choose; and, under the JetStream prefix spendgate.js.API, the info,
+pulls and acks of its one feed consumer t-NAME, which the operator creates
+(spendgate feed consumer --tenant NAME) and the tenant cannot create or change.
+With --nsc, each tenant's exports are private, and each import of the tenant's
+account carries an activation token for its one subject, written to
+NAME.<subject>.jwt in the current directory.`,
 }
 
 // rolesCmd is spendgate roles.
@@ -32,7 +37,7 @@ func rolesCmd(args []string) int {
 	bucket := fs.String("bucket", streams.DefaultBucket, "ledger bucket name")
 	prefix := fs.String("prefix", streams.DefaultPrefix, "service subject prefix")
 	account := fs.String("account", "", "print the layout inside this account (accounts form)")
-	nsc := fs.Bool("nsc", false, "print each role's nsc add user flags instead (operator/JWT mode)")
+	nsc := fs.Bool("nsc", false, "print nsc commands instead (operator/JWT mode): each role's user, each tenant's account, exports, activations and imports")
 	var tenants multiFlag
 	fs.Var(&tenants, "tenant", "add a tenant account `NAME` that imports its own endpoints; repeat for several")
 	if code, ok := rolesCommand.parse(fs, args); !ok {
@@ -42,15 +47,12 @@ func rolesCmd(args []string) int {
 	if err != nil {
 		return rolesCommand.usageError(fs, err.Error())
 	}
-	var out string
-	if *nsc && len(tenants) > 0 {
-		return rolesCommand.usageError(fs, "--tenant renders accounts in the configuration form; it does not combine with --nsc")
-	}
+	render := roles.Config
 	if *nsc {
-		for _, r := range roles.All(layout) {
-			out += fmt.Sprintf("# %s\nnsc add user --name %s %s\n", r.Name, r.Name, r.NSCFlags())
-		}
-	} else if out, err = roles.Config(layout, *account, tenants...); err != nil {
+		render = roles.NSC
+	}
+	out, err := render(layout, *account, tenants...)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "spendgate roles:", err)
 		return exitError
 	}

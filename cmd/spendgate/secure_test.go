@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -11,9 +12,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/feed"
 	"github.com/spendgate/spendgate/roles"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
@@ -124,13 +128,18 @@ func TestSecure_RolesWalkthrough(t *testing.T) {
 
 // TestSecure_TenantsWalkthrough runs the README's "Tenants" steps with the
 // binary: `spendgate roles --tenant acme --tenant globex` renders the
-// accounts, a real nats-server loads them, serve runs as the replica, the
-// operator's admin defines each tenant's budget with --tenant, and each
-// tenant calls the plain subjects from its own account with no flag naming
-// it. globex lists only its budget, its lock attack on acme reserves in
-// its own budget, acme still admits, and neither can release the other's
-// reservation. It fails if the tenant came from anything but the account's
-// import (the tenants would share one budget) or if a path leaked a budget.
+// accounts, a real nats-server loads them, serve runs as the replica with
+// --feed, the operator creates each tenant's feed consumer as the feed role
+// (spendgate feed consumer --tenant), its admin defines each tenant's
+// budget with --tenant, and each tenant calls the plain subjects from its
+// own account with no flag naming it. globex lists only its budget, its
+// lock attack on acme reserves in its own budget, acme still admits, and
+// neither can release the other's reservation; acme pulls its own events
+// from the consumer the operator made, and cannot make one itself. It fails
+// if the tenant came from anything but the account's import (the tenants
+// would share one budget), if a path leaked a budget, or if the command
+// made a consumer the tenant cannot read or the layout let the tenant
+// create one (the earlier layout did).
 func TestSecure_TenantsWalkthrough(t *testing.T) {
 	t.Setenv("SPENDGATE_NATS_URL", "")
 	dir := t.TempDir()
@@ -163,7 +172,7 @@ func TestSecure_TenantsWalkthrough(t *testing.T) {
 		return []string{"NATS_URL=" + url, "NATS_USER=" + name, "NATS_PASSWORD=" + pw(name), "SPENDGATE_INBOX_PREFIX="}
 	}
 
-	serveCmd := exec.Command(binPath, "serve", "--replicas", "1")
+	serveCmd := exec.Command(binPath, "serve", "--replicas", "1", "--feed")
 	serveCmd.Env = append(os.Environ(), append(as(roles.Replica), "SPENDGATE_NATS_URL="+url)...)
 	out := &syncBuffer{}
 	serveCmd.Stdout, serveCmd.Stderr = out, out
@@ -185,6 +194,21 @@ func TestSecure_TenantsWalkthrough(t *testing.T) {
 		}
 		return strings.Contains(out.String(), "ready:")
 	})
+
+	// The operator creates each tenant's feed consumer once the relay
+	// has made the feed stream (the command says when it has not).
+	testenv.WaitFor(t, 30*time.Second, "acme's feed consumer created", func() bool {
+		r = runCLI(t, as(roles.Feed), "feed", "consumer", "--tenant", "acme")
+		require.True(t, r.code == 0 || strings.Contains(r.stderr, "--feed"), "feed consumer --tenant acme: %s %s", r.stdout, r.stderr)
+		return r.code == 0
+	})
+	require.Contains(t, r.stdout, `"consumer": "t-acme"`)
+	r = runCLI(t, as(roles.Feed), "feed", "consumer", "--tenant", "globex")
+	require.Equal(t, 0, r.code, "feed consumer --tenant globex: %s %s", r.stdout, r.stderr)
+	require.Contains(t, r.stdout, `"created": true`)
+	r = runCLI(t, as(roles.Feed), "feed", "consumer", "--tenant", "globex")
+	require.Equal(t, 0, r.code, "feed consumer --tenant globex again: %s %s", r.stdout, r.stderr)
+	require.Contains(t, r.stdout, `"created": false`)
 
 	r = runCLI(t, as(roles.Admin), "budget", "put", "--tenant", "acme", "--scope", "team:search", "--period", "month", "--limit", "1.00", "--unit", "USD")
 	require.Equal(t, 0, r.code, "admin budget put for acme: %s %s", r.stdout, r.stderr)
@@ -241,4 +265,47 @@ func TestSecure_TenantsWalkthrough(t *testing.T) {
 		require.Contains(t, row, `"acme/team:search"`)
 		require.NotContains(t, row, "globex")
 	}
+
+	// acme pulls its own events from the consumer the operator made (its
+	// budget and its two admits), and may not create one: the create is
+	// refused to its user.
+	nc, err := nats.Connect(url, nats.UserInfo("acme", pw("acme")))
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.NewWithAPIPrefix(nc, roles.TenantJSPrefix(streams.Default()))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cons, err := js.Consumer(ctx, streams.Default().FeedStreamName(), streams.TenantFeedConsumer("acme"))
+	require.NoError(t, err)
+	var got []string
+	for len(got) < 3 {
+		require.NoError(t, ctx.Err(), "acme's feed: %v", got)
+		batch, err := cons.Fetch(3-len(got), jetstream.FetchMaxWait(time.Second))
+		require.NoError(t, err)
+		for m := range batch.Messages() {
+			require.Contains(t, m.Subject(), ".t.acme.")
+			got = append(got, m.Headers().Get(streams.HeaderFeedType))
+			require.NoError(t, m.Ack())
+		}
+	}
+	require.Equal(t, []string{"budget.defined.v2", "reservation.opened.v1", "reservation.opened.v1"}, got)
+	cctx, ccancel := context.WithTimeout(ctx, time.Second)
+	defer ccancel()
+	_, err = js.CreateOrUpdateConsumer(cctx, streams.Default().FeedStreamName(), feed.TenantConsumerConfig(streams.Default(), "acme"))
+	require.Error(t, err, "acme created its own consumer")
+}
+
+// TestSecure_RolesNSC: `spendgate roles --nsc` prints roles.NSC for the
+// flags, tenants included (package roles runs what it prints, in operator
+// mode). It fails if the command refused --tenant with --nsc, as it once
+// did, or dropped a flag.
+func TestSecure_RolesNSC(t *testing.T) {
+	r := runCLI(t, nil, "roles", "--nsc", "--account", "OPS", "--tenant", "acme")
+	require.Equal(t, 0, r.code, r.stderr)
+	want, err := roles.NSC(streams.Default(), "OPS", "acme")
+	require.NoError(t, err)
+	require.Equal(t, want, r.stdout)
+	r = runCLI(t, nil, "roles", "--nsc", "--tenant", "OPS!")
+	require.Equal(t, 1, r.code, r.stdout)
 }

@@ -580,9 +580,10 @@ var busyReply, _ = json.Marshal(events.ErrorReply{Error: &events.Error{
 // subject, "$JS.ACK.<stream>.<consumer>...") or its heartbeat or flow
 // control (a Status header). JetStream checks no permission on a push
 // consumer's deliver subject, so anyone who may create a consumer on a
-// stream in the replicas' account (a tenant's feed consumer, imported into
-// its own account) could otherwise deliver that stream into an endpoint,
-// as requests it cannot make itself, again at every ack wait.
+// stream in the replicas' account (the feed and finance roles; tenants may
+// not, their feed consumers are made for them) could otherwise deliver
+// that stream into an endpoint, as requests it cannot make itself, again
+// at every ack wait.
 func fromJetStream(reply string, h micro.Headers) bool {
 	return strings.HasPrefix(reply, "$JS.ACK.") || nats.Header(h).Get("Status") != ""
 }

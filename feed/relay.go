@@ -43,6 +43,18 @@ type Relay struct {
 	chain *chain
 	// skipped counts the revisions this relay decided not to relay.
 	skipped atomic.Uint64
+	// decided counts the revisions this relay's chain decided.
+	decided atomic.Uint64
+	// ckEvery is WithCheckpointEvery (0: no checkpoints); ckAt the
+	// sequence of the newest checkpoint this relay loaded, wrote or
+	// found, ckStore the bucket once opened (only Run's goroutine uses
+	// them); ckLoaded, ckSkipped and ckWritten are CheckpointStats.
+	ckEvery   uint64
+	ckAt      uint64
+	ckStore   jetstream.ObjectStore
+	ckLoaded  atomic.Uint64
+	ckSkipped atomic.Int64
+	ckWritten atomic.Uint64
 }
 
 // Option configures a Relay.
@@ -110,7 +122,7 @@ func NewRelay(js jetstream.JetStream, l streams.Layout, opts ...Option) (*Relay,
 	if js == nil {
 		return nil, errors.New("feed: nil JetStream")
 	}
-	r := &Relay{js: js, l: l, log: slog.New(slog.DiscardHandler), retry: DefaultRetry}
+	r := &Relay{js: js, l: l, log: slog.New(slog.DiscardHandler), retry: DefaultRetry, ckEvery: DefaultCheckpointEvery}
 	for _, o := range opts {
 		if err := o(r); err != nil {
 			return nil, err
@@ -126,6 +138,12 @@ func (r *Relay) Relayed() uint64 { return r.relayed.Load() }
 // (a signature its keys refuse, a replay, off its key's chain, a payload
 // that does not decode), each logged once.
 func (r *Relay) Skipped() uint64 { return r.skipped.Load() }
+
+// Decided is how many ledger revisions this relay decided (checked against
+// its keys and its keys' chains, then relayed, folded or skipped), each
+// once: all of the ledger when it starts without a checkpoint, only what
+// follows the checkpoint otherwise (CheckpointStats).
+func (r *Relay) Decided() uint64 { return r.decided.Load() }
 
 // Lost is how many appends this relay lost to another relay (it then
 // skipped what the other had appended).
@@ -302,7 +320,9 @@ func (r *Relay) runOnce(ctx context.Context) error {
 		return err
 	}
 	if r.chain == nil {
-		r.chain = newChain(nil)
+		if r.chain = r.loadCheckpoint(ctx, t); r.chain == nil {
+			r.chain = newChain(nil)
+		}
 	}
 	c := r.chain
 	c.gone = r.goneFunc(ctx)
@@ -338,6 +358,9 @@ func (r *Relay) runOnce(ctx context.Context) error {
 	next := t.last
 	var win []inflight
 	for {
+		if r.checkpointDue(c) {
+			r.writeCheckpoint(ctx, c)
+		}
 		msg, err := it.Next(jetstream.NextContext(ctx))
 		if err != nil {
 			return err
@@ -366,12 +389,14 @@ func (r *Relay) runOnce(ctx context.Context) error {
 			}
 			if reason != "" {
 				c.skip(seq)
+				r.decided.Add(1)
 				r.skipped.Add(1)
 				r.log.Error("feed: revision skipped; not relayed", "seq", seq, "key", key, "reason", string(reason), "err", why)
 				continue
 			}
 			if seq < t.last.Seq {
 				c.fold(key, seq, msg.Data())
+				r.decided.Add(1)
 				continue
 			}
 		}
@@ -382,6 +407,7 @@ func (r *Relay) runOnce(ctx context.Context) error {
 		}
 		if !decided {
 			c.fold(key, seq, msg.Data())
+			r.decided.Add(1)
 			if len(out) > 0 {
 				c.keep(seq)
 			}

@@ -1,0 +1,210 @@
+package feed_test
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/spendgate/spendgate/feed"
+	"github.com/spendgate/spendgate/streams"
+	"github.com/spendgate/spendgate/testenv"
+)
+
+// ckEvery is the checkpoint interval of these tests: a few checkpoints
+// over a seeded ledger of some 50 revisions.
+const ckEvery = 10
+
+// revisions counts the lane and budget revisions the ledger stream holds
+// from sequence from on: what a relay that starts there decides.
+func (c *chainEnv) revisions(from uint64) uint64 {
+	t := c.t
+	s, err := c.env.JS.Stream(c.ctx, c.env.Layout.StreamName())
+	require.NoError(t, err)
+	info, err := s.Info(c.ctx)
+	require.NoError(t, err)
+	var n uint64
+	for seq := max(from, 1); seq <= info.State.LastSeq; seq++ {
+		m, err := s.GetMsg(c.ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		require.NoError(t, err)
+		if key, _ := c.env.Layout.KeyOf(m.Subject); streams.IsLaneKey(key) || streams.IsBudgetKey(key) {
+			n++
+		}
+	}
+	return n
+}
+
+// checkpoints returns the snapshot bucket and the sequences of the relay
+// checkpoints it holds, newest first.
+func (c *chainEnv) checkpoints() (jetstream.ObjectStore, []uint64) {
+	t := c.t
+	store, err := c.env.JS.ObjectStore(c.ctx, c.env.Layout.SnapshotBucket())
+	require.NoError(t, err)
+	objs, err := store.List(c.ctx)
+	require.NoError(t, err)
+	var out []uint64
+	for _, o := range objs {
+		if seq, ok := streams.FeedChainSeq(o.Name); ok && !o.Deleted {
+			out = append(out, seq)
+		}
+	}
+	for i := range out { // newest first
+		for j := i + 1; j < len(out); j++ {
+			if out[j] > out[i] {
+				out[i], out[j] = out[j], out[i]
+			}
+		}
+	}
+	return store, out
+}
+
+// tailSeq is the ledger sequence of the feed's last event.
+func (c *chainEnv) tailSeq() uint64 {
+	rl, err := feed.NewRelay(c.env.JS, c.env.Layout)
+	require.NoError(c.t, err)
+	_, last, err := rl.Tail(c.ctx)
+	require.NoError(c.t, err)
+	return last.Seq
+}
+
+// checkpointed runs a relay that writes a checkpoint every ckEvery
+// revisions until the feed holds every legitimate event and it wrote
+// one, and stops it.
+func (c *chainEnv) checkpointed() {
+	rl, stop := c.startOn(c.env.JS, feed.WithCheckpointEvery(ckEvery))
+	c.caughtUp(c.legit(1))
+	testenv.WaitFor(c.t, 30*time.Second, "a checkpoint", func() bool { return rl.CheckpointStats().Written > 0 })
+	stop()
+}
+
+// TestRelay_StartsFromCheckpoint: a relay that ran writes checkpoints of
+// its chain; after it stops, replays of an old budget and an old lane
+// revision are written (after every checkpoint) and more legitimate
+// revisions follow. The relay that starts next must start from the
+// newest checkpoint at or before the feed's tail, decide exactly the
+// revisions after it (not the whole ledger), skip and log both replays,
+// and relay every legitimate event exactly once. How we know it can fail:
+// without loadCheckpoint (a relay that always folds from the first
+// revision) Loaded is 0 and Decided counts the whole ledger; with the
+// checkpoint's sequence loaded but its heads dropped (an empty chain at
+// the checkpoint's sequence) the replay of the first lane revision
+// follows "nothing" and each key's next legitimate revision is skipped as
+// off its chain, and the feed never holds every legitimate event (both
+// checked by hand).
+func TestRelay_StartsFromCheckpoint(t *testing.T) {
+	c := newChainEnv(t)
+	seed(t, c.ctx, c.r, "a", 20)
+	oldBudget, oldLane := c.firstRevisions()
+	c.checkpointed()
+	whole := c.revisions(1)
+
+	c.replay(oldLane)
+	c.replay(oldBudget)
+	seed(t, c.ctx, c.r, "b", 3)
+	tail := c.tailSeq()
+	_, list := c.checkpoints()
+	var from uint64
+	for _, seq := range list {
+		if seq <= tail {
+			from = seq
+			break
+		}
+	}
+	require.Positive(t, from, "a checkpoint at or before the feed's tail %d (checkpoints %v)", tail, list)
+
+	rl, stop := c.startOn(c.env.JS, feed.WithCheckpointEvery(ckEvery))
+	c.caughtUp(c.legit(1))
+	testenv.WaitFor(t, 30*time.Second, "the relay to skip both replays", func() bool { return rl.Skipped() == 2 })
+	stop()
+	require.Equal(t, from, rl.CheckpointStats().Loaded, "started from the newest checkpoint at or before the tail")
+	require.Zero(t, rl.CheckpointStats().Skipped)
+	require.Equal(t, c.revisions(from+1), rl.Decided(), "decided only the revisions after the checkpoint")
+	require.Less(t, rl.Decided(), whole, "not the whole ledger")
+	c.requireLogged(c.replays[0])
+	c.requireLogged(c.replays[1])
+	t.Logf("decided %d of the ledger's %d revisions after checkpoint %d", rl.Decided(), c.revisions(1), from)
+}
+
+// TestRelay_CorruptCheckpointFallsBack: every checkpoint the first relay
+// left is replaced by a corrupt one: bytes that are not JSON, a
+// well-formed body whose lane names the right revision with a wrong hash,
+// and one whose body claims to cover one more revision than its name. The relay
+// that starts next must refuse each (logged, counted), fold the whole
+// ledger, skip the replay written after them, and relay every legitimate
+// event exactly once. How we know it can fail: without the anchor check
+// (checkAnchors) the lying checkpoint is loaded, its lane's next
+// legitimate revision does not follow the wrong hash and is skipped, and
+// the feed never holds every event; with the checkpoint's name not
+// compared to its body, the third one loads and Loaded is not 0 (both
+// checked by hand).
+func TestRelay_CorruptCheckpointFallsBack(t *testing.T) {
+	c := newChainEnv(t)
+	seed(t, c.ctx, c.r, "a", 20)
+	_, oldLane := c.firstRevisions()
+	c.checkpointed()
+	store, list := c.checkpoints()
+	require.Len(t, list, feed.CheckpointsKept)
+
+	corrupt := []func(body map[string]any) []byte{
+		func(map[string]any) []byte { return []byte("not a checkpoint") },
+		func(body map[string]any) []byte {
+			keys := body["keys"].([]any)
+			found := false
+			for _, k := range keys {
+				k := k.(map[string]any)
+				if strings.HasPrefix(k["key"].(string), "lane.") {
+					k["hash"] = strings.Repeat("0", 64)
+					found = true
+				}
+			}
+			require.True(t, found, "the checkpoint names a lane")
+			b, err := json.Marshal(body)
+			require.NoError(t, err)
+			return b
+		},
+		func(body map[string]any) []byte {
+			body["seq"] = body["seq"].(float64) + 1
+			b, err := json.Marshal(body)
+			require.NoError(t, err)
+			return b
+		},
+	}
+	for i, seq := range list {
+		name := streams.FeedChainName(seq)
+		data, err := store.GetBytes(c.ctx, name)
+		require.NoError(t, err)
+		var body map[string]any
+		require.NoError(t, json.Unmarshal(data, &body))
+		_, err = store.PutBytes(c.ctx, name, corrupt[i%len(corrupt)](body))
+		require.NoError(t, err)
+	}
+
+	c.replay(oldLane)
+	seed(t, c.ctx, c.r, "b", 3)
+	tail := c.tailSeq()
+	usable := 0
+	for _, seq := range list {
+		if seq <= tail {
+			usable++
+		}
+	}
+	require.Positive(t, usable)
+
+	rl, stop := c.start()
+	c.caughtUp(c.legit(1))
+	testenv.WaitFor(t, 30*time.Second, "the relay to skip the replay", func() bool { return rl.Skipped() == 1 })
+	stop()
+	st := rl.CheckpointStats()
+	require.Zero(t, st.Loaded, "no checkpoint loaded")
+	require.Equal(t, int64(usable), st.Skipped, "every checkpoint at or before the tail refused")
+	require.Equal(t, c.revisions(1), rl.Decided(), "the whole ledger folded")
+	c.requireLogged(c.replays[0])
+	require.Equal(t, usable, strings.Count(c.logs.String(), "feed relay: checkpoint skipped"), c.logs.String())
+}

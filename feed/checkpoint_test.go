@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/feed"
+	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
 )
@@ -207,4 +208,66 @@ func TestRelay_CorruptCheckpointFallsBack(t *testing.T) {
 	require.Equal(t, c.revisions(1), rl.Decided(), "the whole ledger folded")
 	c.requireLogged(c.replays[0])
 	require.Equal(t, usable, strings.Count(c.logs.String(), "feed relay: checkpoint skipped"), c.logs.String())
+}
+
+// TestRelay_CheckpointThenTrim: a relay writes checkpoints and stops; the
+// ledger then grows and is trimmed past the newest checkpoint, so the
+// revisions the checkpoint names and some after it are gone. The relay
+// that starts next must still start from the checkpoint (a lane revision
+// a trim dropped is not an anchor that fails), take each key's kept
+// revision as the start of its chain as a relay without a checkpoint
+// does, skip and log a replay written after the trim, and relay every
+// event the stream still holds after the old tail exactly once. How we
+// know it can fail: with a dropped lane revision taken for a failed anchor
+// (checkAnchors without its not-found case) the checkpoint is skipped and
+// Loaded is 0; without chain.check's case of a revision gone from the
+// stream, each key's kept revision is skipped as a gap and the feed never
+// holds the new events (both checked by hand).
+func TestRelay_CheckpointThenTrim(t *testing.T) {
+	layout, err := streams.New(streams.Config{Trimmable: true})
+	require.NoError(t, err)
+	c := newChainEnv(t, testenv.WithLayout(layout))
+	seed(t, c.ctx, c.r, "a", 20)
+	_, oldLane := c.firstRevisions()
+	before := c.legit(1)
+	c.checkpointed()
+	s, err := c.env.JS.Stream(c.ctx, c.env.Layout.StreamName())
+	require.NoError(t, err)
+	info, err := s.Info(c.ctx)
+	require.NoError(t, err)
+	stopped := info.State.LastSeq
+	_, list := c.checkpoints()
+	require.NotEmpty(t, list)
+
+	seed(t, c.ctx, c.r, "b", 4)
+	_, err = c.r.Ledger.Snapshot(c.ctx)
+	require.NoError(t, err)
+	seed(t, c.ctx, c.r, "b2", 2)
+	dir := t.TempDir()
+	_, err = projector.Archive(c.ctx, c.env.JS, c.env.Layout, dir, projector.ArchiveOptions{})
+	require.NoError(t, err)
+	res, err := projector.Trim(c.ctx, c.env.JS, c.env.Layout, dir)
+	require.NoError(t, err)
+	require.Greater(t, res.Snapshot.Seq, list[0], "the trim reaches past the newest checkpoint")
+	_, err = s.GetMsg(c.ctx, list[0])
+	require.ErrorIs(t, err, jetstream.ErrMsgNotFound, "the checkpoint's last revision is trimmed")
+
+	c.replay(oldLane)
+	tail := c.tailSeq()
+	var from uint64
+	for _, seq := range list {
+		if seq <= tail {
+			from = seq
+			break
+		}
+	}
+	require.Positive(t, from)
+	rl, stop := c.startOn(c.env.JS, feed.WithCheckpointEvery(ckEvery))
+	seed(t, c.ctx, c.r, "c", 3)
+	c.caughtUp(append(before, c.legit(stopped+1)...))
+	testenv.WaitFor(t, 30*time.Second, "the relay to skip the replay", func() bool { return rl.Skipped() == 1 })
+	stop()
+	require.Equal(t, from, rl.CheckpointStats().Loaded)
+	require.Equal(t, c.revisions(from+1), rl.Decided())
+	c.requireLogged(c.replays[0])
 }

@@ -23,13 +23,14 @@ import (
 //
 // Which revision of a key is its last valid one depends on every revision
 // of the key before it, so the state is built by folding the stream in
-// order, once per relay, and kept in memory while the relay runs: from the
-// newest checkpoint of the state at or before the feed's tail (see
-// checkpoint.go), or from the stream's first revision if there is none. When the relay starts again after an error (a lost race,
-// a lost consumer) it reads the ledger again from the feed's tail, which
-// may be behind what the chain has decided: it then only looks up the
-// decision (kept) instead of deciding twice, and folds only what follows
-// (see Relay.runOnce). This is the simplest design that decides exactly as
+// order, once per relay, and kept in memory while the relay runs: from
+// the newest checkpoint of the state at or before the feed's tail (see
+// checkpoint.go), or from the stream's first revision if there is none.
+// When the relay starts again after an error (a lost race, a lost
+// consumer) it reads the ledger again from the feed's tail, which may be
+// behind what the chain has decided: it then only looks up the decision
+// (kept) instead of deciding twice, and folds only what follows (see
+// Relay.runOnce). This is the simplest design that decides exactly as
 // the replicas do. Reading the previous revision of a key on demand does
 // not: whether that one was valid depends in turn on the one before it,
 // back to the key's first revision. The state is a sequence and a hash

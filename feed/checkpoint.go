@@ -41,7 +41,13 @@ import (
 // bucket because the replica that runs the relay (serve --feed) already
 // writes it: no new bucket, stream or permission (roles). Names carry S,
 // so relays writing at once never replace a checkpoint with another
-// state; each relay keeps the newest CheckpointsKept.
+// state; each relay keeps the newest CheckpointsKept. Not beside the feed
+// (a message in the feed stream): consumers read every feed subject, and
+// the feed's messages age out, a checkpoint with them. Not the ledger's
+// own snapshots, though they hold each key's last valid revision too:
+// they carry the whole book (open reservations, the idempotency window)
+// for what is here one entry per key, their format is package ledger's,
+// and they are written every 100,000 revisions, a start ten times longer.
 //
 // Cadence: while it decides revisions, a relay writes a checkpoint once
 // its chain is CheckpointEvery revisions (by sequence) past the newest

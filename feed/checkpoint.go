@@ -76,6 +76,15 @@ import (
 // that hash, unless a trim dropped it. A checkpoint that fails is logged
 // and counted (CheckpointStats.Skipped) and an older one is tried; with
 // none left the relay folds the whole ledger, as before checkpoints.
+// After it is loaded, the stream checks it again wherever it matters:
+// before the relay refuses a revision against a key's head from the
+// checkpoint, it reads that head (and the revision refused names) back
+// from the stream (chain.checkHead), and if the stream contradicts the
+// checkpoint (a wrong hash, an older head, a key left out) the relay
+// drops it and folds the whole ledger. So a wrong checkpoint cannot make
+// the relay lose a legitimate revision; what it can still do is let a
+// replay of the revision after an older head through, which takes the
+// credentials that can write the feed anyway.
 //
 // Trimmed streams keep working: a checkpoint's revision that a trim
 // dropped is only compared by sequence and hash, and a key's next kept
@@ -318,7 +327,7 @@ func listCheckpoints(ctx context.Context, store jetstream.ObjectStore) ([]checkp
 // still to relay, so the chain keeps it (chain.keep). A checkpoint after
 // it is not used: the revisions between are decided but not relayed.
 func (r *Relay) loadCheckpoint(ctx context.Context, t tail) *chain {
-	if r.ckEvery == 0 || t.last.Seq == 0 {
+	if r.ckEvery == 0 || t.last.Seq == 0 || r.ckDistrust {
 		return nil // an empty feed: every revision is to relay anyway
 	}
 	lctx, cancel := context.WithTimeout(ctx, checkpointTimeout)
@@ -347,7 +356,7 @@ func (r *Relay) loadCheckpoint(ctx context.Context, t tail) *chain {
 			continue
 		}
 		c := newChain(nil)
-		c.last, c.at = last, o.seq
+		c.last, c.at, c.from = last, o.seq, o.seq
 		if o.seq == t.last.Seq {
 			c.keep(o.seq)
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/feed"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/streams"
@@ -270,4 +271,85 @@ func TestRelay_CheckpointThenTrim(t *testing.T) {
 	require.Equal(t, from, rl.CheckpointStats().Loaded)
 	require.Equal(t, c.revisions(from+1), rl.Decided())
 	c.requireLogged(c.replays[0])
+}
+
+// TestRelay_CheckpointContradictedByStream: checkpoints that pass every
+// check at load but lie: one gives a budget key a wrong hash (budget heads
+// are not read back at load), one names an older revision of the lane
+// than its last valid one (an older revision is in the stream with its
+// hash, so the lane's anchor holds). Each would make the relay refuse
+// every later legitimate revision of that key. The relay that starts from
+// it must find the lie when the stream contradicts it (the key's next
+// revision), drop the checkpoint, fold the whole ledger, and relay every
+// legitimate event exactly once. How we know it can fail: without
+// chain.checkHead, the key's next revision is skipped as off its chain
+// and the feed never holds every legitimate event; without its second
+// case, the older lane head is not found out the same way (both checked
+// by hand).
+func TestRelay_CheckpointContradictedByStream(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		lie  func(t *testing.T, c *chainEnv, key map[string]any)
+	}{
+		{"budget hash", func(t *testing.T, c *chainEnv, k map[string]any) {
+			if strings.HasPrefix(k["key"].(string), "budget.") {
+				k["hash"] = strings.Repeat("ab", 32)
+			}
+		}},
+		{"older lane head", func(t *testing.T, c *chainEnv, k map[string]any) {
+			if k["key"] != "lane.0" {
+				return
+			}
+			// The lane's revision before its head: the newest revision
+			// of lane.0 before it.
+			s, err := c.env.JS.Stream(c.ctx, c.env.Layout.StreamName())
+			require.NoError(t, err)
+			for seq := uint64(k["seq"].(float64)) - 1; seq > 0; seq-- {
+				m, err := s.GetMsg(c.ctx, seq)
+				require.NoError(t, err)
+				if m.Subject == c.env.Layout.Subject("lane.0") {
+					k["seq"], k["hash"] = seq, events.HashPayload(m.Data)
+					return
+				}
+			}
+			t.Fatal("no older revision of lane.0")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newChainEnv(t)
+			seed(t, c.ctx, c.r, "a", 20)
+			c.checkpointed()
+			store, list := c.checkpoints()
+			for _, seq := range list {
+				name := streams.FeedChainName(seq)
+				data, err := store.GetBytes(c.ctx, name)
+				require.NoError(t, err)
+				var body map[string]any
+				require.NoError(t, json.Unmarshal(data, &body))
+				for _, k := range body["keys"].([]any) {
+					tc.lie(t, c, k.(map[string]any))
+				}
+				data, err = json.Marshal(body)
+				require.NoError(t, err)
+				_, err = store.PutBytes(c.ctx, name, data)
+				require.NoError(t, err)
+			}
+
+			// A new revision of every key (seed puts the same budgets
+			// again, which writes nothing).
+			for _, scope := range []events.Scope{"org:acme", "team:search", "team:ads"} {
+				_, err := c.r.Ledger.PutBudget(c.ctx, events.BudgetRef{Scope: scope, Period: events.Period("month")}, events.MustMoney("2000000"), "USD", time.Now())
+				require.NoError(t, err)
+			}
+			seed(t, c.ctx, c.r, "b", 3)
+			rl, stop := c.start()
+			c.caughtUp(c.legit(1))
+			stop()
+			st := rl.CheckpointStats()
+			require.Zero(t, st.Loaded, "the checkpoint dropped")
+			require.Equal(t, int64(1), st.Skipped)
+			require.Zero(t, rl.Skipped(), "no legitimate revision refused")
+			require.Contains(t, c.logs.String(), "contradicts the checkpoint")
+		})
+	}
 }

@@ -49,12 +49,15 @@ type Relay struct {
 	// sequence of the newest checkpoint this relay loaded, wrote or
 	// found, ckStore the bucket once opened (only Run's goroutine uses
 	// them); ckLoaded, ckSkipped and ckWritten are CheckpointStats.
-	ckEvery   uint64
-	ckAt      uint64
-	ckStore   jetstream.ObjectStore
-	ckLoaded  atomic.Uint64
-	ckSkipped atomic.Int64
-	ckWritten atomic.Uint64
+	ckEvery uint64
+	ckAt    uint64
+	// ckDistrust: the stream contradicted a loaded checkpoint (see
+	// chain.checkHead); load none again.
+	ckDistrust bool
+	ckStore    jetstream.ObjectStore
+	ckLoaded   atomic.Uint64
+	ckSkipped  atomic.Int64
+	ckWritten  atomic.Uint64
 }
 
 // Option configures a Relay.
@@ -142,7 +145,8 @@ func (r *Relay) Skipped() uint64 { return r.skipped.Load() }
 // Decided is how many ledger revisions this relay decided (checked against
 // its keys and its keys' chains, then relayed, folded or skipped), each
 // once: all of the ledger when it starts without a checkpoint, only what
-// follows the checkpoint otherwise (CheckpointStats).
+// follows the checkpoint otherwise (CheckpointStats), and what it decided
+// before finding a checkpoint wrong as well as the whole ledger after.
 func (r *Relay) Decided() uint64 { return r.decided.Load() }
 
 // Lost is how many appends this relay lost to another relay (it then
@@ -161,9 +165,10 @@ func (r *Relay) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if errors.Is(err, errFeedMoved) {
-				// Another relay moved the feed: start again from its
-				// end at once.
+			if errors.Is(err, errFeedMoved) || errors.Is(err, errCheckpointWrong) {
+				// Another relay moved the feed, or the checkpoint this
+				// relay started from was wrong: start again from the
+				// feed's end at once.
 				r.log.Debug("feed relay: restarting from the feed's end", "err", err)
 				continue
 			}
@@ -231,7 +236,7 @@ func (r *Relay) readTail(ctx context.Context) (tail, error) {
 // then finds an event the feed already holds or skips some, which the
 // expected sequence cannot tell (see the README's known limitations).
 func (r *Relay) nthEvent(ctx context.Context, n uint64) (Position, error) {
-	c := newChain(r.goneFunc(ctx))
+	c := newChain(r.readFunc(ctx))
 	cons, err := r.js.OrderedConsumer(ctx, r.l.StreamName(), jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{r.l.BudgetKeysFilter(), r.l.LaneKeysFilter()},
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
@@ -288,19 +293,24 @@ func (r *Relay) trustSet() *signing.KeySet {
 	return r.trust()
 }
 
-// goneFunc returns chain.gone for the ledger stream: whether it no longer
-// holds the message at seq (a trim dropped it).
-func (r *Relay) goneFunc(ctx context.Context) func(seq uint64) (bool, error) {
-	return func(seq uint64) (bool, error) {
+// readFunc returns chain.read for the ledger stream: the key and payload
+// hash of its message at seq, or found false if it no longer holds it (a
+// trim dropped it).
+func (r *Relay) readFunc(ctx context.Context) func(seq uint64) (key, hash string, found bool, err error) {
+	return func(seq uint64) (string, string, bool, error) {
 		s, err := r.js.Stream(ctx, r.l.StreamName())
 		if err != nil {
-			return false, err
+			return "", "", false, err
 		}
-		_, err = s.GetMsg(ctx, seq)
+		m, err := s.GetMsg(ctx, seq)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return true, nil
+			return "", "", false, nil
 		}
-		return false, err
+		if err != nil {
+			return "", "", false, err
+		}
+		key, _ := r.l.KeyOf(m.Subject)
+		return key, events.HashPayload(m.Data), true, nil
 	}
 }
 
@@ -325,7 +335,7 @@ func (r *Relay) runOnce(ctx context.Context) error {
 		}
 	}
 	c := r.chain
-	c.gone = r.goneFunc(ctx)
+	c.read = r.readFunc(ctx)
 	c.prune(t.last.Seq)
 	cfg := jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{r.l.BudgetKeysFilter(), r.l.LaneKeysFilter()},
@@ -378,6 +388,17 @@ func (r *Relay) runOnce(ctx context.Context) error {
 			}
 		} else {
 			reason, why, err := c.check(r.trustSet(), key, seq, msg.Headers(), msg.Data())
+			if errors.Is(err, errCheckpointWrong) {
+				// No revision was refused on the checkpoint's word yet
+				// (each refusal checks it first): start again from the
+				// feed's tail, folding the whole ledger, and load no
+				// checkpoint again.
+				r.log.Error("feed relay: checkpoint skipped; folding the whole ledger", "checkpoint", streams.FeedChainName(c.from), "err", err)
+				r.chain, r.ckAt, r.ckDistrust = nil, 0, true
+				r.ckLoaded.Store(0)
+				r.ckSkipped.Add(1)
+				return err
+			}
 			if err != nil {
 				return err
 			}

@@ -31,8 +31,8 @@ import (
 // decides only the revisions after S, exactly as if it had folded the
 // ledger up to S. The keys are the lanes and the budgets, what is live,
 // not the history: a checkpoint is bounded by them, and so is a start
-// (loading it, then at most CheckpointEvery revisions, or as many as
-// there are keys if more, decided after it).
+// (loading it, then at most the checkpoint interval of revisions, or as
+// many as there are keys if more, decided after it).
 //
 // Where: an object "feedchain-<S, 20 digits>" (streams.FeedChainName) in
 // the ledger's snapshot bucket (streams.Layout.SnapshotBucket), beside the
@@ -50,7 +50,8 @@ import (
 // and they are written every 100,000 revisions, a start ten times longer.
 //
 // Cadence: while it decides revisions, a relay writes a checkpoint once
-// its chain is CheckpointEvery revisions (by sequence) past the newest
+// its chain is the interval (WithCheckpointEvery, by default
+// DefaultCheckpointEvery) of revisions, by sequence, past the newest
 // checkpoint it wrote or found, or as many as the chain has keys if more:
 // writing costs the keys, so this bounds it to about one key per revision
 // decided, and bounds what a start decides after the checkpoint the same
@@ -327,8 +328,10 @@ func listCheckpoints(ctx context.Context, store jetstream.ObjectStore) ([]checkp
 // still to relay, so the chain keeps it (chain.keep). A checkpoint after
 // it is not used: the revisions between are decided but not relayed.
 func (r *Relay) loadCheckpoint(ctx context.Context, t tail) *chain {
-	if r.ckEvery == 0 || t.last.Seq == 0 || r.ckDistrust {
-		return nil // an empty feed: every revision is to relay anyway
+	if r.ckEvery == 0 || r.ckDistrust || t.last.Seq == 0 {
+		// Off, or the stream contradicted one this relay loaded, or
+		// an empty feed: every revision is to relay anyway.
+		return nil
 	}
 	lctx, cancel := context.WithTimeout(ctx, checkpointTimeout)
 	defer cancel()
@@ -394,7 +397,7 @@ func (r *Relay) readCheckpoint(ctx context.Context, store jetstream.ObjectStore,
 }
 
 // checkpointDue reports whether the chain is far enough past the newest
-// checkpoint to write one: CheckpointEvery revisions, or as many as it has
+// checkpoint to write one: the interval's revisions, or as many as it has
 // keys if more.
 func (r *Relay) checkpointDue(c *chain) bool {
 	return r.ckEvery > 0 && c.at >= r.ckAt+max(r.ckEvery, uint64(len(c.last)))
@@ -402,7 +405,7 @@ func (r *Relay) checkpointDue(c *chain) bool {
 
 // writeCheckpoint writes c as a checkpoint, unless another relay wrote one
 // recent enough, and keeps the newest CheckpointsKept. A failure is
-// logged; the relay tries again a CheckpointEvery later. It runs on Run's
+// logged; the relay tries again an interval later. It runs on Run's
 // goroutine, between two revisions: the chain is exact at c.at.
 func (r *Relay) writeCheckpoint(ctx context.Context, c *chain) {
 	wctx, cancel := context.WithTimeout(ctx, checkpointTimeout)

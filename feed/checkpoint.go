@@ -59,8 +59,8 @@ import (
 // decide after an old checkpoint.
 //
 // Who can write it, and what a forged one could do: the writers of the
-// snapshot bucket, that is the replica role (and the admin identity
-// outside the roles). A checkpoint that names an older revision as a
+// snapshot bucket, that is the replica role (and any identity outside
+// the roles with JetStream rights over the bucket). A checkpoint that names an older revision as a
 // key's last valid one would make the relay accept a replay of the
 // revision after it, and one that names a wrong hash would make it skip
 // the key's next legitimate revision. An identity that can write the

@@ -1,6 +1,8 @@
 package feed
 
 import (
+	"errors"
+	"fmt"
 	"sort"
 
 	"github.com/nats-io/nats.go"
@@ -23,27 +25,32 @@ import (
 //
 // Which revision of a key is its last valid one depends on every revision
 // of the key before it, so the state is built by folding the stream in
-// order from its first revision, once per relay, and kept in memory while
-// the relay runs. When the relay starts again after an error (a lost race,
-// a lost consumer) it reads the ledger again from the feed's tail, which
-// may be behind what the chain has decided: it then only looks up the
-// decision (kept) instead of deciding twice, and folds only what follows
-// (see Relay.runOnce). This is the simplest design that decides exactly as
+// order, once per relay, and kept in memory while the relay runs: from
+// the newest checkpoint of the state at or before the feed's tail (see
+// checkpoint.go), or from the stream's first revision if there is none.
+// When the relay starts again after an error (a lost race, a lost
+// consumer) it reads the ledger again from the feed's tail, which may be
+// behind what the chain has decided: it then only looks up the decision
+// (kept) instead of deciding twice, and folds only what follows (see
+// Relay.runOnce). This is the simplest design that decides exactly as
 // the replicas do. Reading the previous revision of a key on demand does
 // not: whether that one was valid depends in turn on the one before it,
-// back to the key's first revision. Persisting the state with the feed's
-// position would mean a hash per lane and budget key, without bound,
-// written beside the feed. The cost is that a starting relay reads the
-// whole ledger stream once, with a signature check per revision, as a
-// replica that loads no snapshot does.
+// back to the key's first revision. The state is a sequence and a hash
+// per lane and budget key, bounded by the live keys, which is what a
+// checkpoint holds: a starting relay decides only the revisions after it,
+// with a signature check each, as a replica that loads a snapshot does.
 type chain struct {
 	// last is the last valid revision of each lane and budget key.
 	last map[string]link
 	// at is the stream sequence up to which every revision is decided.
 	at uint64
-	// gone reports whether the ledger stream no longer holds the
-	// revision at seq (see check).
-	gone func(seq uint64) (bool, error)
+	// read reads the ledger stream's message at seq: its key and the
+	// hash of its payload; found is false if the stream no longer holds
+	// it (a trim dropped it; see check).
+	read func(seq uint64) (key, hash string, found bool, err error)
+	// from is the sequence of the checkpoint the chain was loaded from
+	// (0: folded from the stream's first revision); see checkHead.
+	from uint64
 	// kept lists, in stream order, the folded revisions with events from
 	// the revision of the feed's last event on (see keep and prune): the
 	// ones a relay that starts again from the feed's tail, behind at,
@@ -59,8 +66,8 @@ type link struct {
 	hash string
 }
 
-func newChain(gone func(seq uint64) (bool, error)) *chain {
-	return &chain{last: map[string]link{}, gone: gone}
+func newChain(read func(seq uint64) (key, hash string, found bool, err error)) *chain {
+	return &chain{last: map[string]link{}, read: read}
 }
 
 // check decides the revision at seq (after at) of key with headers hdr and
@@ -109,17 +116,64 @@ func (c *chain) check(trust *signing.KeySet, key string, seq uint64, hdr nats.He
 	if why == nil {
 		return "", nil, nil
 	}
+	if err := c.checkHead(key, last, ch); err != nil {
+		return "", nil, err
+	}
 	if ch.Prev > last.seq && ch.Prev < seq {
-		gone, err := c.gone(ch.Prev)
+		_, _, found, err := c.read(ch.Prev)
 		if err != nil {
 			return "", nil, err
 		}
-		if gone {
+		if !found {
 			return "", nil, nil // trimmed: the chain starts here
 		}
 	}
 	reason, _ = signing.ChainReason(why)
 	return reason, why, nil
+}
+
+// errCheckpointWrong: the ledger stream contradicts the checkpoint the
+// chain was loaded from.
+var errCheckpointWrong = errors.New("feed: the ledger stream contradicts the checkpoint")
+
+// checkHead checks, before a revision of key that does not follow last
+// (ch is what it names) is refused, that the checkpoint the chain was
+// loaded from told the truth about key: a checkpoint is checked when it
+// is loaded, but budget keys are not read back then (there may be many),
+// and a checkpoint may name an older revision of a key than the last
+// valid one, or leave a key out. Either would make the relay refuse every
+// later revision of the key, and lose its events. So when a revision is
+// to be refused against a head the checkpoint gave (at or before from),
+// the stream's message there must be under key with that hash (unless a
+// trim dropped it); and the revision it names, if the checkpoint covers
+// it and it is not that head, must not be a revision of key (the
+// replicas' chain names only valid revisions, which the checkpoint would
+// hold). Otherwise it returns errCheckpointWrong, and the relay folds the
+// whole ledger instead. It reads the stream only for a revision about to
+// be refused (a replay, a break), never for one that follows.
+func (c *chain) checkHead(key string, last link, ch events.Chain) error {
+	if c.from == 0 {
+		return nil
+	}
+	if last.seq > 0 && last.seq <= c.from {
+		k, h, found, err := c.read(last.seq)
+		if err != nil {
+			return err
+		}
+		if found && (k != key || h != last.hash) {
+			return fmt.Errorf("%w %d: it names revision %d of %s, which the stream does not hold with that hash", errCheckpointWrong, c.from, last.seq, key)
+		}
+	}
+	if ch.Prev > last.seq && ch.Prev <= c.from {
+		k, _, found, err := c.read(ch.Prev)
+		if err != nil {
+			return err
+		}
+		if found && k == key {
+			return fmt.Errorf("%w %d: it names revision %d as the last valid one of %s, but a later revision of %s names %d", errCheckpointWrong, c.from, last.seq, key, key, ch.Prev)
+		}
+	}
+	return nil
 }
 
 // fold makes the revision at seq of key with payload data the key's last

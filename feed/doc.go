@@ -50,6 +50,11 @@
 // logs, a revision whose signature its keys refuse (WithTrust) and one
 // that does not follow the last valid revision of its key (a replay, a
 // gap, a fork; see events.Chain). Deciding that needs every earlier
-// revision of the key, so a starting relay folds the chain from the
-// ledger's first revision once, and keeps it while it runs (see chain).
+// revision of the key, so a relay keeps each key's last valid revision
+// while it runs, and writes it every DefaultCheckpointEvery revisions as
+// a checkpoint in the ledger's snapshot bucket: a starting relay loads the
+// newest one at or before the feed's tail and decides only the revisions
+// after it, a start bounded by the lanes and budgets rather than the
+// history (with none, it folds the ledger from its first revision; see
+// checkpoint.go for who can write one and what is checked).
 package feed

@@ -43,6 +43,21 @@ type Relay struct {
 	chain *chain
 	// skipped counts the revisions this relay decided not to relay.
 	skipped atomic.Uint64
+	// decided counts the revisions this relay's chain decided.
+	decided atomic.Uint64
+	// ckEvery is WithCheckpointEvery (0: no checkpoints); ckAt the
+	// sequence of the newest checkpoint this relay loaded, wrote or
+	// found, ckStore the bucket once opened (only Run's goroutine uses
+	// them); ckLoaded, ckSkipped and ckWritten are CheckpointStats.
+	ckEvery uint64
+	ckAt    uint64
+	// ckDistrust: the stream contradicted a loaded checkpoint (see
+	// chain.checkHead); load none again.
+	ckDistrust bool
+	ckStore    jetstream.ObjectStore
+	ckLoaded   atomic.Uint64
+	ckSkipped  atomic.Int64
+	ckWritten  atomic.Uint64
 }
 
 // Option configures a Relay.
@@ -110,7 +125,7 @@ func NewRelay(js jetstream.JetStream, l streams.Layout, opts ...Option) (*Relay,
 	if js == nil {
 		return nil, errors.New("feed: nil JetStream")
 	}
-	r := &Relay{js: js, l: l, log: slog.New(slog.DiscardHandler), retry: DefaultRetry}
+	r := &Relay{js: js, l: l, log: slog.New(slog.DiscardHandler), retry: DefaultRetry, ckEvery: DefaultCheckpointEvery}
 	for _, o := range opts {
 		if err := o(r); err != nil {
 			return nil, err
@@ -126,6 +141,13 @@ func (r *Relay) Relayed() uint64 { return r.relayed.Load() }
 // (a signature its keys refuse, a replay, off its key's chain, a payload
 // that does not decode), each logged once.
 func (r *Relay) Skipped() uint64 { return r.skipped.Load() }
+
+// Decided is how many ledger revisions this relay decided (checked against
+// its keys and its keys' chains, then relayed, folded or skipped), each
+// once: all of the ledger when it starts without a checkpoint, only what
+// follows the checkpoint otherwise (CheckpointStats), and what it decided
+// before finding a checkpoint wrong as well as the whole ledger after.
+func (r *Relay) Decided() uint64 { return r.decided.Load() }
 
 // Lost is how many appends this relay lost to another relay (it then
 // skipped what the other had appended).
@@ -143,9 +165,10 @@ func (r *Relay) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if errors.Is(err, errFeedMoved) {
-				// Another relay moved the feed: start again from its
-				// end at once.
+			if errors.Is(err, errFeedMoved) || errors.Is(err, errCheckpointWrong) {
+				// Another relay moved the feed, or the checkpoint this
+				// relay started from was wrong: start again from the
+				// feed's end at once.
 				r.log.Debug("feed relay: restarting from the feed's end", "err", err)
 				continue
 			}
@@ -213,7 +236,7 @@ func (r *Relay) readTail(ctx context.Context) (tail, error) {
 // then finds an event the feed already holds or skips some, which the
 // expected sequence cannot tell (see the README's known limitations).
 func (r *Relay) nthEvent(ctx context.Context, n uint64) (Position, error) {
-	c := newChain(r.goneFunc(ctx))
+	c := newChain(r.readFunc(ctx))
 	cons, err := r.js.OrderedConsumer(ctx, r.l.StreamName(), jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{r.l.BudgetKeysFilter(), r.l.LaneKeysFilter()},
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
@@ -270,19 +293,24 @@ func (r *Relay) trustSet() *signing.KeySet {
 	return r.trust()
 }
 
-// goneFunc returns chain.gone for the ledger stream: whether it no longer
-// holds the message at seq (a trim dropped it).
-func (r *Relay) goneFunc(ctx context.Context) func(seq uint64) (bool, error) {
-	return func(seq uint64) (bool, error) {
+// readFunc returns chain.read for the ledger stream: the key and payload
+// hash of its message at seq, or found false if it no longer holds it (a
+// trim dropped it).
+func (r *Relay) readFunc(ctx context.Context) func(seq uint64) (key, hash string, found bool, err error) {
+	return func(seq uint64) (string, string, bool, error) {
 		s, err := r.js.Stream(ctx, r.l.StreamName())
 		if err != nil {
-			return false, err
+			return "", "", false, err
 		}
-		_, err = s.GetMsg(ctx, seq)
+		m, err := s.GetMsg(ctx, seq)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return true, nil
+			return "", "", false, nil
 		}
-		return false, err
+		if err != nil {
+			return "", "", false, err
+		}
+		key, _ := r.l.KeyOf(m.Subject)
+		return key, events.HashPayload(m.Data), true, nil
 	}
 }
 
@@ -302,10 +330,12 @@ func (r *Relay) runOnce(ctx context.Context) error {
 		return err
 	}
 	if r.chain == nil {
-		r.chain = newChain(nil)
+		if r.chain = r.loadCheckpoint(ctx, t); r.chain == nil {
+			r.chain = newChain(nil)
+		}
 	}
 	c := r.chain
-	c.gone = r.goneFunc(ctx)
+	c.read = r.readFunc(ctx)
 	c.prune(t.last.Seq)
 	cfg := jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{r.l.BudgetKeysFilter(), r.l.LaneKeysFilter()},
@@ -338,6 +368,9 @@ func (r *Relay) runOnce(ctx context.Context) error {
 	next := t.last
 	var win []inflight
 	for {
+		if r.checkpointDue(c) {
+			r.writeCheckpoint(ctx, c)
+		}
 		msg, err := it.Next(jetstream.NextContext(ctx))
 		if err != nil {
 			return err
@@ -355,6 +388,17 @@ func (r *Relay) runOnce(ctx context.Context) error {
 			}
 		} else {
 			reason, why, err := c.check(r.trustSet(), key, seq, msg.Headers(), msg.Data())
+			if errors.Is(err, errCheckpointWrong) {
+				// No revision was refused on the checkpoint's word yet
+				// (each refusal checks it first): start again from the
+				// feed's tail, folding the whole ledger, and load no
+				// checkpoint again.
+				r.log.Error("feed relay: checkpoint skipped; folding the whole ledger", "checkpoint", streams.FeedChainName(c.from), "err", err)
+				r.chain, r.ckAt, r.ckDistrust = nil, 0, true
+				r.ckLoaded.Store(0)
+				r.ckSkipped.Add(1)
+				return err
+			}
 			if err != nil {
 				return err
 			}
@@ -366,12 +410,14 @@ func (r *Relay) runOnce(ctx context.Context) error {
 			}
 			if reason != "" {
 				c.skip(seq)
+				r.decided.Add(1)
 				r.skipped.Add(1)
 				r.log.Error("feed: revision skipped; not relayed", "seq", seq, "key", key, "reason", string(reason), "err", why)
 				continue
 			}
 			if seq < t.last.Seq {
 				c.fold(key, seq, msg.Data())
+				r.decided.Add(1)
 				continue
 			}
 		}
@@ -382,6 +428,7 @@ func (r *Relay) runOnce(ctx context.Context) error {
 		}
 		if !decided {
 			c.fold(key, seq, msg.Data())
+			r.decided.Add(1)
 			if len(out) > 0 {
 				c.keep(seq)
 			}

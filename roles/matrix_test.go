@@ -174,7 +174,7 @@ var wantPub = map[string][]string{
 		[]string{"$JS.API.CONSUMER.INFO.KV_spendgate.c1",
 			"$KV.spendgate.lane.0", "$KV.spendgate.budget.x", "$KV.spendgate.budget.org.acme.month"},
 		[]string{"$JS.API.STREAM.CREATE.spendgate_feed", "$JS.API.STREAM.UPDATE.spendgate_feed",
-			"$JS.API.STREAM.INFO.spendgate_feed", "$JS.API.STREAM.MSG.GET.spendgate_feed",
+			"$JS.API.STREAM.INFO.spendgate_feed", "$JS.API.STREAM.MSG.GET.spendgate_feed", "$JS.API.DIRECT.GET.spendgate_feed",
 			"spendgate.feed.v1.reservation.opened.v1.team.search",
 			"spendgate.feed.v1.reservation.opened.v1.t.acme.team.search"},
 		[]string{"$JS.API.STREAM.CREATE.spendgate_denials", "$JS.API.STREAM.UPDATE.spendgate_denials",

@@ -246,11 +246,14 @@ func All(l streams.Layout) []Role {
 		jsAPI+"CONSUMER.INFO."+s+".*",
 		l.KeyPrefix()+">",
 		// The feed relay (serve --feed): ensure the feed stream, read
-		// its last message, append events.
+		// its last message (the feed allows direct gets, which the
+		// client then uses), append events. Its checkpoints live in
+		// the snapshot bucket (snapshotReads, snapshotWrites).
 		jsAPI+"STREAM.CREATE."+f,
 		jsAPI+"STREAM.UPDATE."+f,
 		jsAPI+"STREAM.INFO."+f,
 		jsAPI+"STREAM.MSG.GET."+f,
+		jsAPI+"DIRECT.GET."+f,
 		l.FeedFilter(),
 	)
 	// Denial records: ensure the denial stream, publish the admits it

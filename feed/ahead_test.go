@@ -87,7 +87,9 @@ func TestRelay_FeedMovedAheadAppendsNothingTwice(t *testing.T) {
 	require.NoError(t, err)
 	inject(t, ctx, js, env.Layout, seqs["org:a1"], "org:a1") // the feed already holds e1
 	hj := &hookJS{JetStream: js}
+	hooked := make(chan struct{})
 	hj.hook = func() {
+		defer close(hooked)
 		// While the relay appends e2, another relay (long ago, past the
 		// dedupe window) has appended e2..e5, and the ledger has e3..e5.
 		for _, s := range []string{"org:a3", "org:a4", "org:a5"} {
@@ -102,11 +104,24 @@ func TestRelay_FeedMovedAheadAppendsNothingTwice(t *testing.T) {
 	rctx, rcancel := context.WithCancel(ctx)
 	rdone := make(chan struct{})
 	go func() { defer close(rdone); _ = r.Run(rctx) }()
-	time.Sleep(2 * time.Second)
-	rcancel()
-	<-rdone
+	// Once the other relay's appends are in, one more ledger event: the
+	// relay appends in ledger order, so when e6 is in the feed, any event
+	// it would append twice is in already.
+	select {
+	case <-hooked:
+	case <-ctx.Done():
+		t.Fatal("the relay never appended")
+	}
+	seqs["org:a6"] = put("org:a6")
 	fs, err := js.Stream(ctx, env.Layout.FeedStreamName())
 	require.NoError(t, err)
+	want := strconv.FormatUint(seqs["org:a6"], 10)
+	require.Eventually(t, func() bool {
+		m, err := fs.GetLastMsgForSubject(ctx, ">")
+		return err == nil && m.Header.Get(streams.HeaderFeedSourceSeq) == want
+	}, 10*time.Second, 20*time.Millisecond, "e6 never reached the feed")
+	rcancel()
+	<-rdone
 	info, err := fs.Info(ctx)
 	require.NoError(t, err)
 	var order []string
@@ -116,5 +131,5 @@ func TestRelay_FeedMovedAheadAppendsNothingTwice(t *testing.T) {
 		order = append(order, m.Header.Get(streams.HeaderFeedSourceSeq))
 	}
 	t.Logf("feed source seqs in order: %v", order)
-	require.Len(t, order, 5, "every ledger event exactly once")
+	require.Len(t, order, 6, "every ledger event exactly once")
 }

@@ -197,17 +197,45 @@ func (s *Set) RegisterSnapshotAge(f func() time.Duration) {
 		}))
 }
 
-// RegisterFeedRelay adds the feed relay's counters:
-// spendgate_feed_events_relayed_total (events this replica appended to
-// the feed) and spendgate_feed_appends_lost_total (appends it lost to
-// another replica's relay, which had appended the same event first).
-// relayed and lost read counts the relay keeps; they must not block.
-func (s *Set) RegisterFeedRelay(relayed, lost func() uint64) {
+// FeedRelayStats are the feed relay's counts, read at each scrape; none
+// may block.
+type FeedRelayStats struct {
+	// Relayed: events appended to the feed. Lost: appends lost to another
+	// replica's relay, which had appended the same event first.
+	Relayed, Lost func() uint64
+	// Skipped: ledger revisions the relay refused to relay (a signature its
+	// keys refuse, a replay, off its key's chain, a payload that does not
+	// decode): what the replicas skip too, and worth an alert.
+	Skipped func() uint64
+	// CheckpointsSkipped: chain checkpoints refused at a start.
+	CheckpointsSkipped func() uint64
+	// CheckpointLoaded and CheckpointWritten: the ledger sequence of the
+	// chain checkpoint the relay started from (0: none, it read the whole
+	// ledger) and of the newest one it wrote.
+	CheckpointLoaded, CheckpointWritten func() uint64
+}
+
+// RegisterFeedRelay adds the feed relay's counters and gauges:
+// spendgate_feed_events_relayed_total, spendgate_feed_appends_lost_total,
+// spendgate_feed_revisions_skipped_total,
+// spendgate_feed_checkpoints_skipped_total,
+// spendgate_feed_checkpoint_loaded_seq and
+// spendgate_feed_checkpoint_written_seq.
+func (s *Set) RegisterFeedRelay(st FeedRelayStats) {
+	gauge := func(f func() uint64) func() float64 { return func() float64 { return float64(f()) } }
 	s.Registry.MustRegister(
 		NewCounterFunc("spendgate_feed_events_relayed_total",
-			"Ledger events this replica's relay appended to the live event feed.", relayed),
+			"Ledger events this replica's relay appended to the live event feed.", st.Relayed),
 		NewCounterFunc("spendgate_feed_appends_lost_total",
-			"Feed appends this replica's relay lost to another relay that appended the same event first.", lost),
+			"Feed appends this replica's relay lost to another relay that appended the same event first.", st.Lost),
+		NewCounterFunc("spendgate_feed_revisions_skipped_total",
+			"Ledger revisions this replica's relay did not relay: a refused signature, a replay, off its key's chain, or not decodable.", st.Skipped),
+		NewCounterFunc("spendgate_feed_checkpoints_skipped_total",
+			"Chain checkpoints this replica's relay refused at a start (malformed, of another stream, or contradicted by the ledger).", st.CheckpointsSkipped),
+		NewGaugeFunc("spendgate_feed_checkpoint_loaded_seq",
+			"Ledger sequence of the chain checkpoint this replica's relay started from (0: it read the whole ledger).", gauge(st.CheckpointLoaded)),
+		NewGaugeFunc("spendgate_feed_checkpoint_written_seq",
+			"Ledger sequence of the newest chain checkpoint this replica's relay wrote (0: none yet).", gauge(st.CheckpointWritten)),
 	)
 }
 

@@ -266,7 +266,13 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 			return nil, err
 		}
 		if cfg.Metrics != nil {
-			cfg.Metrics.RegisterFeedRelay(r.Relay.Relayed, r.Relay.Lost)
+			rl := r.Relay
+			cfg.Metrics.RegisterFeedRelay(metrics.FeedRelayStats{
+				Relayed: rl.Relayed, Lost: rl.Lost, Skipped: rl.Skipped,
+				CheckpointsSkipped: func() uint64 { return uint64(max(rl.CheckpointStats().Skipped, 0)) },
+				CheckpointLoaded:   func() uint64 { return rl.CheckpointStats().Loaded },
+				CheckpointWritten:  func() uint64 { return rl.CheckpointStats().Written },
+			})
 		}
 		go func() { defer close(r.feedd); _ = r.Relay.Run(runCtx) }()
 	} else {

@@ -121,6 +121,14 @@ func TestServe_Metrics(t *testing.T) {
 			m[`spendgate_report_reservations`] == float64(nAdmitted-5)
 	})
 	require.Contains(t, m, `spendgate_feed_appends_lost_total`)
+	// Nothing was forged or replayed here, and the relay started on an
+	// empty ledger, so it loaded no checkpoint.
+	require.Equal(t, float64(0), m[`spendgate_feed_revisions_skipped_total`])
+	for _, k := range []string{`spendgate_feed_revisions_skipped_total`, `spendgate_feed_checkpoints_skipped_total`,
+		`spendgate_feed_checkpoint_loaded_seq`, `spendgate_feed_checkpoint_written_seq`} {
+		require.Contains(t, m, k)
+	}
+	require.Equal(t, float64(0), m[`spendgate_feed_checkpoint_loaded_seq`])
 	require.Positive(t, m[`spendgate_report_cells`])
 	found := false
 	for k := range m {

@@ -169,6 +169,22 @@ func (c *chainEnv) run(rl *feed.Relay) func() {
 }
 
 // requireLogged checks that a relay logged the replay at seq as skipped.
+// writeAndTrim writes reservations, a snapshot and more reservations,
+// archives the ledger and trims it up to that snapshot.
+func (c *chainEnv) writeAndTrim(t *testing.T) projector.TrimResult {
+	t.Helper()
+	seed(t, c.ctx, c.r, "b", 4)
+	_, err := c.r.Ledger.Snapshot(c.ctx)
+	require.NoError(t, err)
+	seed(t, c.ctx, c.r, "b2", 2)
+	dir := t.TempDir()
+	_, err = projector.Archive(c.ctx, c.env.JS, c.env.Layout, dir, projector.ArchiveOptions{})
+	require.NoError(t, err)
+	res, err := projector.Trim(c.ctx, c.env.JS, c.env.Layout, dir)
+	require.NoError(t, err)
+	return res
+}
+
 func (c *chainEnv) requireLogged(seq uint64) {
 	c.t.Helper()
 	if c.logged(seq) == 0 {
@@ -327,15 +343,7 @@ func TestRelay_ChainAfterTrim(t *testing.T) {
 	stopped := info.State.LastSeq
 
 	// Revisions the stopped relay never read, some of them trimmed.
-	seed(t, c.ctx, c.r, "b", 4)
-	_, err = c.r.Ledger.Snapshot(c.ctx)
-	require.NoError(t, err)
-	seed(t, c.ctx, c.r, "b2", 2)
-	dir := t.TempDir()
-	_, err = projector.Archive(c.ctx, c.env.JS, c.env.Layout, dir, projector.ArchiveOptions{})
-	require.NoError(t, err)
-	res, err := projector.Trim(c.ctx, c.env.JS, c.env.Layout, dir)
-	require.NoError(t, err)
+	res := c.writeAndTrim(t)
 	require.Less(t, res.After, res.Before, "the trim dropped revisions")
 	gone := 0
 	for seq := stopped + 1; seq <= res.Snapshot.Seq; seq++ {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/feed"
-	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
 )
@@ -240,15 +239,7 @@ func TestRelay_CheckpointThenTrim(t *testing.T) {
 	_, list := c.checkpoints()
 	require.NotEmpty(t, list)
 
-	seed(t, c.ctx, c.r, "b", 4)
-	_, err = c.r.Ledger.Snapshot(c.ctx)
-	require.NoError(t, err)
-	seed(t, c.ctx, c.r, "b2", 2)
-	dir := t.TempDir()
-	_, err = projector.Archive(c.ctx, c.env.JS, c.env.Layout, dir, projector.ArchiveOptions{})
-	require.NoError(t, err)
-	res, err := projector.Trim(c.ctx, c.env.JS, c.env.Layout, dir)
-	require.NoError(t, err)
+	res := c.writeAndTrim(t)
 	require.Greater(t, res.Snapshot.Seq, list[0], "the trim reaches past the newest checkpoint")
 	_, err = s.GetMsg(c.ctx, list[0])
 	require.ErrorIs(t, err, jetstream.ErrMsgNotFound, "the checkpoint's last revision is trimmed")

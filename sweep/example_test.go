@@ -3,6 +3,7 @@ package sweep_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/spendgate/spendgate/events"
@@ -11,13 +12,17 @@ import (
 
 // book is a stand-in for the ledger: reservations with their expiry and
 // status. It is both the Lister and the Expirer (in spendgate they are
-// ledger.Ledger and settle.Settler).
+// ledger.Ledger and settle.Settler); a pass expires several reservations
+// at once, so, like them, it is safe for concurrent use.
 type book struct {
+	mu      sync.Mutex
 	expires map[string]time.Time
 	status  map[string]string
 }
 
 func (b *book) Expired(now time.Time, max int) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	var ids []string
 	for _, id := range []string{"rsv_a", "rsv_b", "rsv_c"} { // oldest expiry first
 		if len(ids) < max && b.status[id] == events.StatusOpen && !b.expires[id].After(now) {
@@ -28,6 +33,8 @@ func (b *book) Expired(now time.Time, max int) []string {
 }
 
 func (b *book) Expire(_ context.Context, id string) (events.CloseReply, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if b.status[id] != events.StatusOpen {
 		return events.CloseReply{ReservationID: id, Status: b.status[id], Replayed: true}, nil
 	}

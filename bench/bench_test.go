@@ -166,8 +166,11 @@ func TestRun_ProfileWay(t *testing.T) {
 	require.NoError(t, err, "a pprof profile is gzipped")
 	prof, err := io.ReadAll(zr)
 	require.NoError(t, err)
-	// Function names are in the profile's string table.
-	require.Contains(t, string(prof), "bench.clientCycle")
+	// Function names are in the profile's string table. The callers mostly
+	// wait for replies (off CPU), so a short profile may hold no sample of
+	// bench.clientCycle itself; the client package's own code (the
+	// coalescer, the reply demultiplexer) runs on every reply.
+	require.Contains(t, string(prof), "spendgate/spendgate/client.")
 	require.NotContains(t, string(prof), "bench.benchCycle", "the single-request run was not profiled")
 }
 

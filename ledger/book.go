@@ -1,23 +1,21 @@
 package ledger
 
 import (
-	"fmt"
 	"sort"
 	"time"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/gate"
 	"github.com/spendgate/spendgate/streams"
 )
 
 // book is the replica's folded state: budget definitions, balances, open
-// and recently closed reservations, request ids, and the last revision (and
-// its payload hash) of every key. It is a pure fold: no I/O, no clock, no
-// lock (the Ledger guards it with its mu). Revisions of one key reach it in
-// stream order from three places (the follower, a catch-up after a lost
-// compare-and-set, and this replica's own successful writes); a revision at
-// or below the key's last folded revision is skipped, and a chained
-// revision (version 2) that does not follow the last one is refused with an
-// *events.ChainError, leaving the book unchanged.
+// and recently closed reservations, request ids, and the gate's heads (the
+// last revision of every key, passed and seen). It is a pure fold: no I/O,
+// no clock, no lock (the Ledger guards it with its mu). Revisions of one
+// key reach it in stream order from three places (the follower, a catch-up
+// after a lost compare-and-set, and this replica's own successful writes),
+// each after the gate passed it and recorded it in heads (see apply).
 type book struct {
 	layout streams.Layout
 
@@ -28,18 +26,14 @@ type book struct {
 	byKind   map[string][]Default
 	byScope  map[events.Scope][]Budget
 	balances map[string]*balance // by balance key
-	lanes    map[string]uint64   // last folded revision, by lane key
-	// hashes is the payload hash (events.HashPayload) of the last folded
-	// revision of every key, lane or budget: what the next chained
-	// revision must name.
-	hashes map[string]string
-	// seen is, for a key whose last revision in the stream was skipped
-	// (unsigned, badly signed, malformed, off the chain), the sequence of
-	// that revision: the compare-and-set of this replica's next write of
-	// the key must name it, while the chain (lanes, budgets' rev, hashes)
-	// stays at the last valid revision. A valid revision folded after it
-	// removes the entry.
-	seen         map[string]uint64
+	// heads is the gate's state of every key: the last revision that
+	// passed (what the next chained revision names) and the last one
+	// skipped after it (what this replica's next compare-and-set on the
+	// key names, so its write lands after it).
+	heads *gate.Heads
+	// trust is the ledger's last trust revision (nil: none), kept for
+	// snapshots; the gate holds what it means.
+	trust        *gate.Revision
 	reservations map[string]*Reservation
 	requests     map[string]*Reservation // by request id
 	// voids are the voided request ids (events.RequestVoided), each a
@@ -74,9 +68,7 @@ func newBook(layout streams.Layout, retention, expiredKeep time.Duration) *book 
 		byKind:       map[string][]Default{},
 		byScope:      map[events.Scope][]Budget{},
 		balances:     map[string]*balance{},
-		lanes:        map[string]uint64{},
-		hashes:       map[string]string{},
-		seen:         map[string]uint64{},
+		heads:        gate.NewHeads(),
 		reservations: map[string]*Reservation{},
 		requests:     map[string]*Reservation{},
 		win:          newWindow(),
@@ -86,107 +78,38 @@ func newBook(layout streams.Layout, retention, expiredKeep time.Duration) *book 
 	}
 }
 
-// rev returns the last revision of key (lane or budget) this book has
-// seen, folded or skipped, 0 if none: what a compare-and-set on the key
-// names.
-func (b *book) rev(key string) uint64 {
-	return max(b.valid(key), b.seen[key])
-}
+// rev returns the last revision of key this book has seen, passed or
+// skipped, 0 if none: what a compare-and-set on the key names.
+func (b *book) rev(key string) uint64 { return b.heads.Rev(key) }
 
-// valid returns the last folded (valid) revision of key, 0 if none: what
-// the next chained revision of the key names as Prev.
-func (b *book) valid(key string) uint64 {
-	if rev, ok := b.lanes[key]; ok {
-		return rev
-	}
-	if d := b.budgets[key]; d != nil {
-		return d.rev
-	}
-	if p := b.prices[key]; p != nil {
-		return p.def.Version
-	}
-	if d := b.defaults[key]; d != nil {
-		return d.def.Def.Revision
-	}
-	return 0
-}
+// valid returns the last revision of key that passed the gate and its
+// payload hash: what the key's next chained revision names.
+func (b *book) valid(key string) (uint64, string) { return b.heads.Valid(key) }
 
-// skip records that the revision of key at seq was not folded (see
-// Ledger.reject): the key's next write must land after it, and the chain
-// continues from the last valid revision.
-func (b *book) skip(key string, seq uint64) {
-	if seq > b.rev(key) {
-		b.seen[key] = seq
-	}
-}
-
-// checkLane checks, without changing the book, that rev can be folded as
-// revision seq of lane: every balance belongs to lane under this layout, and
-// a chained revision follows the last folded one.
-func (b *book) checkLane(lane string, seq uint64, rev *events.LaneRevision) error {
-	// A balance under another lane than this layout gives it would have a
-	// second compare-and-set guard (a replica with another lane count wrote
-	// it): stop rather than decide on it.
-	for i := range rev.Balances {
-		if want := b.layout.LaneKey(rev.Balances[i].Balance); want != lane {
-			return fmt.Errorf("%s: balance %s belongs to %s with %d lane(s)", lane, rev.Balances[i].Balance, want, b.layout.Lanes())
+// apply folds rev, which the gate has just passed and recorded in heads.
+// It is the one fold of a revision's content into the book, whoever read
+// it: the follower, a catch-up, or this replica's own write.
+func (b *book) apply(rev *gate.Revision) {
+	switch rev.Kind {
+	case gate.KindLane:
+		for i := range rev.Lane.Balances {
+			b.applyBalance(streams.BalanceKey(rev.Lane.Balances[i].Balance), rev.Seq, &rev.Lane.Balances[i])
 		}
+	case gate.KindBudget:
+		b.setBudget(rev.Key, rev.Seq, rev.Budget, rev.Zone)
+	case gate.KindPricing:
+		b.setPricing(rev.Key, rev.Seq, rev.Pricing)
+	case gate.KindDefault:
+		b.setDefault(rev.Key, rev.Seq, rev.Default)
+	case gate.KindTrust:
+		b.trust = rev
 	}
-	if rev.Chained() {
-		return events.CheckChain(lane, seq, rev.Chain, b.lanes[lane], b.hashes[lane])
-	}
-	return nil
 }
 
-// applyLane folds one lane revision at seq whose payload hashes to hash:
-// every balance it names. A revision already folded is skipped.
-func (b *book) applyLane(lane string, seq uint64, rev *events.LaneRevision, hash string) error {
-	if seq <= b.rev(lane) {
-		return nil
-	}
-	if err := b.checkLane(lane, seq, rev); err != nil {
-		return err
-	}
-	for i := range rev.Balances {
-		b.applyBalance(streams.BalanceKey(rev.Balances[i].Balance), seq, &rev.Balances[i])
-	}
-	b.lanes[lane] = seq
-	b.hashes[lane] = hash
-	delete(b.seen, lane)
-	return nil
-}
-
-// applyBudget folds one budget revision at seq whose payload hashes to
-// hash.
-func (b *book) applyBudget(key string, seq uint64, rev *events.BudgetRevision, hash string) error {
-	d := b.budgets[key]
-	if seq <= b.rev(key) {
-		return nil
-	}
-	if rev.Chained() {
-		var last uint64
-		if d != nil {
-			last = d.rev
-		}
-		if err := events.CheckChain(key, seq, rev.Chain, last, b.hashes[key]); err != nil {
-			return err
-		}
-	}
-	return b.setBudget(key, seq, rev, hash)
-}
-
-// setBudget makes rev, at seq with payload hash hash, the budget key's
-// definition: what applyBudget does once the chain is checked, and what a
-// snapshot's load does with the revision it carries. It fails only on a
-// time zone this machine cannot load.
-func (b *book) setBudget(key string, seq uint64, rev *events.BudgetRevision, hash string) error {
-	loc, err := events.LoadZone(rev.TZ)
-	if err != nil {
-		return fmt.Errorf("budget revision %d of %s: %w", seq, key, err)
-	}
-	if loc == time.UTC {
-		loc = nil
-	}
+// setBudget makes rev, at seq, the budget key's definition, in time zone
+// loc (nil: UTC): what apply does with a budget revision the gate passed,
+// and what a snapshot's load does with the revision it carries.
+func (b *book) setBudget(key string, seq uint64, rev *events.BudgetRevision, loc *time.Location) {
 	d := b.budgets[key]
 	if d == nil {
 		d = &budget{}
@@ -194,10 +117,8 @@ func (b *book) setBudget(key string, seq uint64, rev *events.BudgetRevision, has
 	}
 	d.rev = seq
 	d.src = *rev
-	delete(b.seen, key)
 	d.def = Budget{Ref: rev.Budget, Limit: rev.Limit, Unit: rev.Unit, TZ: rev.TZ, Loc: loc, Disabled: rev.Disabled,
 		FixedSlot: rev.FixedSlot, Thresholds: rev.Thresholds, Revision: seq, FromDefault: rev.FromDefault}
-	b.hashes[key] = hash
 	// Rebuild the scope's index (a new slice: readers hold the old one),
 	// in period order, a budget alongside another after it.
 	old := b.byScope[rev.Budget.Scope]
@@ -210,7 +131,6 @@ func (b *book) setBudget(key string, seq uint64, rev *events.BudgetRevision, has
 	defs = append(defs, d.def)
 	sort.Slice(defs, func(i, j int) bool { return budgetBefore(defs[i].Ref, defs[j].Ref) })
 	b.byScope[rev.Budget.Scope] = defs
-	return nil
 }
 
 // applyBalance folds one balance of a lane revision at seq.

@@ -1,13 +1,14 @@
 package ledger
 
 import (
-	"errors"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/gate"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -35,36 +36,47 @@ func bookRev(t *testing.T, prev uint64, prevData []byte, id string, reserved str
 	return rev, data
 }
 
-// TestBook_Chain: the book folds a chain of lane revisions, skips one
-// already folded, and refuses a gap or a fork with a ChainError, unchanged.
-// How we know it can fail: the refused revisions are valid on their own
-// numbers; only the chain tells them apart.
+// TestBook_Chain: the book folds a chain of lane revisions that pass the
+// gate, skips one already folded, and leaves a gap or a fork unfolded,
+// unchanged. How we know it can fail: the refused revisions are valid on
+// their own numbers; only the chain tells them apart.
 func TestBook_Chain(t *testing.T) {
 	layout := streams.Default()
 	lane := layout.LaneKey(bookBal)
 	b := newBook(layout, time.Minute, time.Hour)
-	r1, d1 := bookRev(t, 0, nil, "a", "0.1", 1)
-	require.NoError(t, b.applyLane(lane, 1, &r1, events.HashPayload(d1)))
-	r2, d2 := bookRev(t, 1, d1, "b", "0.2", 2)
-	require.NoError(t, b.applyLane(lane, 4, &r2, events.HashPayload(d2)))
-	require.NoError(t, b.applyLane(lane, 4, &r2, events.HashPayload(d2)), "already folded: skipped")
+	g := gate.New(layout, nil)
+	fold := func(seq uint64, data []byte) *gate.Rejection {
+		passed, rej := g.Check(b.heads, &gate.Message{Seq: seq, Subject: layout.Subject(lane), Header: nats.Header{}, Data: data})
+		for _, r := range passed {
+			b.apply(r)
+		}
+		return rej
+	}
+	_, d1 := bookRev(t, 0, nil, "a", "0.1", 1)
+	require.Nil(t, fold(1, d1))
+	_, d2 := bookRev(t, 1, d1, "b", "0.2", 2)
+	require.Nil(t, fold(4, d2))
+	require.Nil(t, fold(4, d2), "already folded: skipped")
 	before := b.balance(streams.BalanceKey(bookBal), bookBal)
 	for name, prev := range map[string]struct {
 		seq  uint64
 		data []byte
 	}{"gap": {3, d2}, "fork": {4, []byte("another payload")}, "stale": {1, d1}} {
-		r, d := bookRev(t, prev.seq, prev.data, "c", "0.3", 3)
-		err := b.applyLane(lane, 9, &r, events.HashPayload(d))
-		var ce *events.ChainError
-		require.True(t, errors.As(err, &ce), "%s: %v", name, err)
-		require.EqualValues(t, 9, ce.Seq)
+		_, d := bookRev(t, prev.seq, prev.data, "c", "0.3", 3)
+		seq := uint64(9)
+		rej := fold(seq, d)
+		require.NotNil(t, rej, name)
+		require.EqualValues(t, 9, rej.Seq)
 		require.Equal(t, before, b.balance(streams.BalanceKey(bookBal), bookBal), name)
-		require.EqualValues(t, 4, b.rev(lane))
+		require.EqualValues(t, 9, b.rev(lane), "the skipped revision is what the next write names")
+		valid, _ := b.valid(lane)
+		require.EqualValues(t, 4, valid, "the chain goes on from the last valid revision")
 		_, ok := b.reservations["c"]
 		require.False(t, ok)
+		b.heads.Set(lane, gate.Head{Valid: 4, Hash: events.HashPayload(d2), Chained: true}) // forget the skip for the next case
 	}
-	r3, d3 := bookRev(t, 4, d2, "c", "0.3", 3)
-	require.NoError(t, b.applyLane(lane, 9, &r3, events.HashPayload(d3)))
+	_, d3 := bookRev(t, 4, d2, "c", "0.3", 3)
+	require.Nil(t, fold(9, d3))
 	require.Equal(t, 3, b.balance(streams.BalanceKey(bookBal), bookBal).Open)
 }
 

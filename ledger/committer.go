@@ -504,6 +504,17 @@ func expire(group []*pending, unknown bool) []*pending {
 // action. On actDone the Txs are answered; on actFail err is the answer
 // for all of them. The caller holds the commit lock of every lane of refs.
 func (l *Ledger) attempt(ctx context.Context, refs []events.BalanceRef, group []*pending) (action, error) {
+	// A lane whose last revision the ledger cannot verify yet (signed by
+	// a key it does not know) is not written over: what it holds may be a
+	// replica's acknowledged reservations.
+	l.mu.RLock()
+	for _, lane := range l.lanesOf(refs) {
+		if err := l.blockedErr(lane); err != nil {
+			l.mu.RUnlock()
+			return actFail, err
+		}
+	}
+	l.mu.RUnlock()
 	// Decide.
 	v := l.newView(refs)
 	for _, p := range group {
@@ -544,13 +555,7 @@ func (l *Ledger) attempt(ctx context.Context, refs []events.BalanceRef, group []
 	seqs, hashes, err := l.write(ctx, revs)
 	l.stats.writeNanos.Add(int64(time.Since(t0)))
 	if err == nil {
-		l.mu.Lock()
-		for i := range revs {
-			if ferr := l.bk.applyLane(revs[i].key, seqs[i], &revs[i].value, hashes[i]); ferr != nil && err == nil {
-				err = ferr
-			}
-		}
-		l.mu.Unlock()
+		err = l.foldOwn(revs, seqs, hashes)
 		l.ownFolded()
 		if err != nil {
 			// The write landed but does not follow what this replica
@@ -620,7 +625,7 @@ func (l *Ledger) write(ctx context.Context, revs []keyedRevision) ([]uint64, []s
 		}
 	}
 	if len(revs) == 1 {
-		seq, err := l.publishOne(ctx, revs[0].key, revs[0].rev, datas[0])
+		seq, _, err := l.publishOne(ctx, revs[0].key, revs[0].rev, datas[0])
 		if err != nil {
 			return nil, nil, err
 		}
@@ -643,7 +648,7 @@ func (l *Ledger) write(ctx context.Context, revs []keyedRevision) ([]uint64, []s
 // commits per second, to save a round trip only after a lost ack.) When
 // ctx ends first, the outcome is unknown and the caller resolves it by
 // reading the lane.
-func (l *Ledger) publishOne(ctx context.Context, key string, rev uint64, data []byte) (uint64, error) {
+func (l *Ledger) publishOne(ctx context.Context, key string, rev uint64, data []byte) (uint64, nats.Header, error) {
 	l.ownWrites.Add(1)
 	defer l.ownWrites.Add(-1)
 	msg := nats.NewMsg(l.layout.Subject(key))
@@ -664,16 +669,16 @@ func (l *Ledger) publishOne(ctx context.Context, key string, rev uint64, data []
 			if attempt > 1 {
 				l.opts.log.Info("ledger write landed after retries", "key", key, "attempts", attempt)
 			}
-			return seq, nil
+			return seq, msg.Header, nil
 		}
 		if attempt > 1 && streams.IsConflict(err) {
 			// An earlier attempt timed out and may have landed: then this
 			// resend loses to it. The outcome is unknown, not a conflict;
 			// the caller resolves it by reading the lane.
-			return 0, fmt.Errorf("%w (%v)", errResentConflict, err)
+			return 0, nil, fmt.Errorf("%w (%v)", errResentConflict, err)
 		}
 		if !isTimeout(err) || !pause(ctx, retryPause) {
-			return 0, err
+			return 0, nil, err
 		}
 	}
 }

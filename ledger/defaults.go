@@ -2,8 +2,6 @@ package ledger
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"time"
 
 	"github.com/spendgate/spendgate/events"
@@ -35,31 +33,16 @@ type dflt struct {
 	src events.DefaultRevision
 }
 
-// applyDefault folds one default revision at seq, checking its chain.
-func (b *book) applyDefault(key string, seq uint64, rev *events.DefaultRevision, hash string) error {
-	if seq <= b.rev(key) {
-		return nil
-	}
-	if err := events.CheckChain(key, seq, rev.Chain, b.valid(key), b.hashes[key]); err != nil {
-		return err
-	}
-	return b.setDefault(key, seq, rev, hash)
-}
-
-// setDefault makes rev, at seq, the default key's definition.
-func (b *book) setDefault(key string, seq uint64, rev *events.DefaultRevision, hash string) error {
-	loc, err := events.LoadZone(rev.TZ)
-	if err != nil {
-		return fmt.Errorf("default revision %d of %s: %w", seq, key, err)
-	}
+// setDefault makes rev, at seq, the default key's definition. The gate
+// has checked that its time zone loads.
+func (b *book) setDefault(key string, seq uint64, rev *events.DefaultRevision) {
+	loc, _ := events.LoadZone(rev.TZ)
 	if loc == time.UTC {
 		loc = nil
 	}
 	b.defaults[key] = &dflt{def: Default{Kind: rev.Kind, Def: Budget{Ref: events.BudgetRef{Period: rev.Period},
 		Limit: rev.Limit, Unit: rev.Unit, TZ: rev.TZ, Loc: loc, Disabled: rev.Disabled, FixedSlot: rev.FixedSlot,
 		Thresholds: rev.Thresholds, Revision: seq}}, src: *rev}
-	b.hashes[key] = hash
-	delete(b.seen, key)
 	var ds []Default
 	for _, p := range events.Periods {
 		if d := b.defaults[streams.DefaultKey(rev.Kind, p)]; d != nil {
@@ -67,7 +50,6 @@ func (b *book) setDefault(key string, seq uint64, rev *events.DefaultRevision, h
 		}
 	}
 	b.byKind[rev.Kind] = ds
-	return nil
 }
 
 // DefaultsOf returns the default budgets of a scope kind, in period order.
@@ -90,81 +72,37 @@ func (l *Ledger) DefineDefault(ctx context.Context, kind string, def Budget, now
 	if _, err := events.LoadZone(def.TZ); err != nil {
 		return BudgetChange{}, err
 	}
-	if err := l.live(); err != nil {
-		return BudgetChange{}, err
-	}
-	ctx, cancel := l.commitContext(ctx)
-	defer cancel()
 	period := def.Ref.Period
 	key := streams.DefaultKey(kind, period)
-	for attempt := 0; attempt < l.opts.maxAttempts; attempt++ {
-		if err := l.live(); err != nil {
-			return BudgetChange{}, err
-		}
-		if ctx.Err() != nil {
-			return BudgetChange{}, &events.Error{Code: events.CodeLedgerUnavailable, Message: "deadline passed writing default", Err: ctx.Err()}
-		}
-		l.mu.RLock()
-		// rev names the compare-and-set, valid the chain (see
-		// DefineBudget).
-		var cur Budget
-		var valid uint64
-		if d := l.bk.defaults[key]; d != nil {
-			cur, valid = d.def.Def, d.def.Def.Revision
-		}
-		rev := l.bk.rev(key)
-		prevHash := l.bk.hashes[key]
-		l.mu.RUnlock()
-		var changed []string
-		if valid > 0 {
+	var cur Budget
+	var existed bool
+	var changed []string
+	_, wrote, err := l.define(ctx, "default "+kind+"/"+string(period), func(b *book) (string, func(events.Chain) any, bool, error) {
+		cur, existed, changed = Budget{}, false, []string{}
+		if d := b.defaults[key]; d != nil {
+			cur, existed = d.def.Def, true
 			if changed = def.Changes(cur); len(changed) == 0 {
-				latest, err := l.latestRev(ctx, key)
-				if err != nil {
-					return BudgetChange{}, err
-				}
-				if latest == rev {
-					return BudgetChange{Budget: cur, Existed: true, Prev: cur, Changed: []string{}}, nil
-				}
-				if err := l.catchUp(ctx, key); err != nil {
-					return BudgetChange{}, err
-				}
-				continue
+				return key, nil, true, nil
 			}
 		}
-		ev := events.DefaultDefined{Kind: kind, Period: period, Limit: def.Limit, Unit: def.Unit, TZ: def.TZ, Disabled: def.Disabled,
-			FixedSlot: def.FixedSlot, Thresholds: def.Thresholds, Changed: changed, At: now.UTC()}
-		value := events.DefaultRevision{Schema: events.SchemaDefault, Chain: events.Chain{Prev: valid, PrevHash: prevHash},
-			Kind: kind, Period: period, Limit: def.Limit, Unit: def.Unit, TZ: def.TZ, Disabled: def.Disabled,
-			FixedSlot: def.FixedSlot, Thresholds: def.Thresholds, Events: events.Events{ev}}
-		data, err := json.Marshal(value)
-		if err != nil {
-			return BudgetChange{}, &events.Error{Code: events.CodeInternal, Message: "encoding default", Err: err}
-		}
-		seq, err := l.publishOne(ctx, key, rev, data)
-		if err == nil {
-			l.mu.Lock()
-			err = l.bk.applyDefault(key, seq, &value, events.HashPayload(data))
-			l.mu.Unlock()
-			if err != nil {
-				return BudgetChange{}, &events.Error{Code: events.CodeInternal, Message: "folding own default write", Err: err}
-			}
-			l.ownFolded()
-			l.mu.RLock()
-			now := l.bk.defaults[key].def.Def
-			l.mu.RUnlock()
-			if changed == nil {
-				changed = []string{}
-			}
-			return BudgetChange{Budget: now, Existed: valid > 0, Prev: cur, Changed: changed}, nil
-		}
-		if !streams.IsConflict(err) && !isTimeout(err) {
-			return BudgetChange{}, &events.Error{Code: events.CodeLedgerUnavailable, Message: "writing default", Err: err}
-		}
-		if err := l.catchUp(ctx, key); err != nil {
-			return BudgetChange{}, err
-		}
+		return key, func(ch events.Chain) any {
+			ev := events.DefaultDefined{Kind: kind, Period: period, Limit: def.Limit, Unit: def.Unit, TZ: def.TZ, Disabled: def.Disabled,
+				FixedSlot: def.FixedSlot, Thresholds: def.Thresholds, Changed: nilIfEmpty(changed), At: now.UTC()}
+			return events.DefaultRevision{Schema: events.SchemaDefault, Chain: ch,
+				Kind: kind, Period: period, Limit: def.Limit, Unit: def.Unit, TZ: def.TZ, Disabled: def.Disabled,
+				FixedSlot: def.FixedSlot, Thresholds: def.Thresholds, Events: events.Events{ev}}
+		}, false, nil
+	})
+	if err != nil {
+		return BudgetChange{}, err
 	}
-	return BudgetChange{}, events.Errorf(events.CodeLedgerBusy, "default %s/%s: too many concurrent writers", kind, period)
+	if !wrote {
+		return BudgetChange{Budget: cur, Existed: true, Prev: cur, Changed: []string{}}, nil
+	}
+	l.mu.RLock()
+	after := l.bk.defaults[key].def.Def
+	l.mu.RUnlock()
+	return BudgetChange{Budget: after, Existed: existed, Prev: cur, Changed: changed}, nil
 }
 
 // CreateFromDefault creates scope's budget for d's period from the default
@@ -176,61 +114,26 @@ func (l *Ledger) DefineDefault(ctx context.Context, kind string, def Budget, now
 //
 // Errors: *events.Error with CodeLedgerUnavailable or CodeLedgerBusy.
 func (l *Ledger) CreateFromDefault(ctx context.Context, scope events.Scope, d Default, now time.Time) (bool, error) {
-	if err := l.live(); err != nil {
-		return false, err
-	}
-	ctx, cancel := l.commitContext(ctx)
-	defer cancel()
 	def := d.For(scope)
 	ref := def.Ref
 	key := streams.BudgetKey(ref)
-	for attempt := 0; attempt < l.opts.maxAttempts; attempt++ {
+	_, wrote, err := l.define(ctx, "budget "+string(ref.Scope)+"/"+string(ref.Period)+" from its default", func(b *book) (string, func(events.Chain) any, bool, error) {
 		// The existence check and the revision the write expects are read
-		// together: a budget folded between them (another goroutine's
-		// create) would otherwise be overwritten by a second create.
-		l.mu.RLock()
-		_, exists := l.bk.budgets[key]
-		rev, valid, prevHash := l.bk.rev(key), l.bk.valid(key), l.bk.hashes[key]
-		l.mu.RUnlock()
-		if exists {
-			return false, nil
+		// together (define reads both under one lock): a budget folded
+		// between them (another goroutine's create) would otherwise be
+		// overwritten by a second create. Expecting the key's last
+		// revision as read with the check (0: none) makes the write
+		// create-only.
+		if _, exists := b.budgets[key]; exists {
+			return key, nil, false, nil
 		}
-		if ctx.Err() != nil {
-			return false, &events.Error{Code: events.CodeLedgerUnavailable, Message: "deadline passed creating budget from default", Err: ctx.Err()}
-		}
-		ev := events.BudgetDefinedV2{Budget: ref, Limit: def.Limit, Unit: def.Unit, TZ: def.TZ, Disabled: def.Disabled,
-			FixedSlot: def.FixedSlot, Thresholds: def.Thresholds, FromDefault: def.FromDefault, At: now.UTC()}
-		value := events.BudgetRevision{Schema: events.SchemaBudget, Budget: ref, Limit: def.Limit, Unit: def.Unit,
-			TZ: def.TZ, Disabled: def.Disabled, FixedSlot: def.FixedSlot, Thresholds: def.Thresholds,
-			FromDefault: def.FromDefault, Events: events.Events{ev}}
-		data, err := json.Marshal(value)
-		if err != nil {
-			return false, &events.Error{Code: events.CodeInternal, Message: "encoding budget", Err: err}
-		}
-		// Expecting the key's last revision as read with the check (0:
-		// none) makes the write create-only: no valid budget existed, and
-		// a skipped revision of the key, if any, is what it must follow.
-		value.Chain = events.Chain{Prev: valid, PrevHash: prevHash}
-		if data, err = json.Marshal(value); err != nil {
-			return false, &events.Error{Code: events.CodeInternal, Message: "encoding budget", Err: err}
-		}
-		seq, err := l.publishOne(ctx, key, rev, data)
-		if err == nil {
-			l.mu.Lock()
-			err = l.bk.applyBudget(key, seq, &value, events.HashPayload(data))
-			l.mu.Unlock()
-			if err != nil {
-				return false, &events.Error{Code: events.CodeInternal, Message: "folding own budget write", Err: err}
-			}
-			l.ownFolded()
-			return true, nil
-		}
-		if !streams.IsConflict(err) && !isTimeout(err) {
-			return false, &events.Error{Code: events.CodeLedgerUnavailable, Message: "creating budget from default", Err: err}
-		}
-		if err := l.catchUp(ctx, key); err != nil {
-			return false, err
-		}
-	}
-	return false, events.Errorf(events.CodeLedgerBusy, "budget %s/%s: too many concurrent writers", ref.Scope, ref.Period)
+		return key, func(ch events.Chain) any {
+			ev := events.BudgetDefinedV2{Budget: ref, Limit: def.Limit, Unit: def.Unit, TZ: def.TZ, Disabled: def.Disabled,
+				FixedSlot: def.FixedSlot, Thresholds: def.Thresholds, FromDefault: def.FromDefault, At: now.UTC()}
+			return events.BudgetRevision{Schema: events.SchemaBudget, Chain: ch, Budget: ref, Limit: def.Limit, Unit: def.Unit,
+				TZ: def.TZ, Disabled: def.Disabled, FixedSlot: def.FixedSlot, Thresholds: def.Thresholds,
+				FromDefault: def.FromDefault, Events: events.Events{ev}}
+		}, false, nil
+	})
+	return wrote, err
 }

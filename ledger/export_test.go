@@ -3,7 +3,6 @@ package ledger
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spendgate/spendgate/internal/gate"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -66,13 +66,7 @@ func FoldView(ctx context.Context, js jetstream.JetStream, layout streams.Layout
 		if err != nil {
 			return "", fmt.Errorf("seq %d: %w", s, err)
 		}
-		if err := l.applyMsg(m.Subject, s, m.Header, m.Data); err != nil {
-			var rej *Rejection
-			if !errors.As(err, &rej) {
-				return "", fmt.Errorf("seq %d: %w", s, err)
-			}
-			l.reject(rej)
-		}
+		l.fold(&gate.Message{Seq: s, Subject: m.Subject, Header: m.Header, Data: m.Data, At: m.Time})
 		l.bk.forgetUntil(s, m.Time)
 	}
 	return bookView(l.bk), nil
@@ -108,14 +102,20 @@ func BookView(l *Ledger) string {
 func bookView(b *book) string {
 	var out []string
 	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
+	hash := func(k string) string { _, h := b.valid(k); return h }
 	for k, d := range b.budgets {
-		add("budget %s rev=%d def=%+v src=%+v hash=%s", k, d.rev, d.def, d.src, b.hashes[k])
+		add("budget %s rev=%d def=%+v src=%+v hash=%s", k, d.rev, d.def, d.src, hash(k))
 	}
-	for k, rev := range b.lanes {
-		add("lane %s rev=%d hash=%s", k, rev, b.hashes[k])
-	}
-	for k, rev := range b.seen {
-		add("skipped %s rev=%d", k, rev)
+	b.heads.Each(func(k string, hd gate.Head) {
+		if streams.IsLaneKey(k) && hd.Valid > 0 {
+			add("lane %s rev=%d hash=%s", k, hd.Valid, hd.Hash)
+		}
+		if hd.Seen > hd.Valid {
+			add("skipped %s rev=%d", k, hd.Seen)
+		}
+	})
+	if b.trust != nil {
+		add("trust rev=%d hash=%s %s", b.trust.Seq, b.trust.Hash, mustJSON(b.trust.Trust))
 	}
 	for s, defs := range b.byScope {
 		add("scope %s %+v", s, defs)
@@ -133,10 +133,10 @@ func bookView(b *book) string {
 			k, bl.ref, bl.rev, bl.unit, bl.limit, bl.spent, bl.reserved, bl.overrun, open, bl.alerted)
 	}
 	for k, p := range b.prices {
-		add("pricing %s def=%s src=%s hash=%s", k, mustJSON(p.def), mustJSON(p.src), b.hashes[k])
+		add("pricing %s def=%s src=%s hash=%s", k, mustJSON(p.def), mustJSON(p.src), hash(k))
 	}
 	for k, d := range b.defaults {
-		add("default %s def=%s src=%s hash=%s", k, mustJSON(d.def), mustJSON(d.src), b.hashes[k])
+		add("default %s def=%s src=%s hash=%s", k, mustJSON(d.def), mustJSON(d.src), hash(k))
 	}
 	for kind, ds := range b.byKind {
 		add("kind %s %d defaults", kind, len(ds))
@@ -199,7 +199,8 @@ func mustJSON(v any) string {
 func Revs(l *Ledger, key string) (seen, valid uint64) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	return l.bk.rev(key), l.bk.valid(key)
+	valid, _ = l.bk.valid(key)
+	return l.bk.rev(key), valid
 }
 
 // PublishHookForTesting puts f between every single lane write and the

@@ -8,10 +8,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/gate"
 	"github.com/spendgate/spendgate/signing"
 	"github.com/spendgate/spendgate/streams"
 )
@@ -45,11 +45,11 @@ const (
 	stateStopped
 )
 
-// errFold marks a stream the follower cannot fold: the book is not what
-// this code understands (a balance under another lane, a balance key of an
-// older layout), so the replica must stop rather than decide on it. A bad
-// revision (see Rejection) is skipped instead.
-var errFold = errors.New("ledger: cannot fold")
+// errFold marks the tail of a loaded snapshot that does not follow it: the
+// snapshot does not describe this stream, and Run folds the whole stream
+// instead. Nothing else stops the follower: a revision the gate refuses is
+// skipped (see Rejection).
+var errFold = errors.New("ledger: the stream does not follow the loaded snapshot")
 
 // progressEvery is how often the follower logs its progress while it
 // folds the stream at start.
@@ -109,12 +109,12 @@ func (l *Ledger) goOwned(f func()) bool {
 }
 
 // Run follows the ledger stream from its first revision and folds every
-// revision into the book until ctx ends. A lost consumer (server restart,
-// leader change, network) is re-created from the next unfolded revision. A
-// revision that must not be folded (a *Rejection: bad or missing signature,
-// malformed, replayed, off its key's chain) is skipped, logged and counted
-// (Stats.Rejected); only a stream this code cannot fold stops it (a balance
-// under another lane, a balance key of an older layout).
+// revision that passes the gate into the book until ctx ends. A lost
+// consumer (server restart, leader change, network) is re-created from the
+// next unfolded revision. A message the gate refuses (a *Rejection: under
+// a key this code does not fold, a bad or missing signature, malformed,
+// replayed, off its key's chain) is skipped, logged and counted
+// (Stats.Rejected): no message stops the follower.
 //
 // Run owns the ledger: Submit and PutBudget decide only while Run runs
 // (after Ready), and answer CodeLedgerUnavailable once it has returned.
@@ -176,10 +176,6 @@ func (l *Ledger) Run(ctx context.Context) (err error) {
 			l.resetBook()
 			continue
 		}
-		if errors.Is(err, errFold) {
-			l.opts.log.Error("ledger follower stopped", "err", err)
-			return err
-		}
 		l.opts.log.Warn("ledger follower lost its consumer; resuming", "from", l.applied.Load()+1, "err", err)
 		select {
 		case <-ctx.Done():
@@ -226,18 +222,12 @@ func (l *Ledger) follow(ctx context.Context, from, startLast uint64) error {
 		if msg.Headers().Get(streams.HeaderWriter) == l.id {
 			l.awaitOwn(msg.Subject(), seq)
 		}
-		if err := l.applyMsg(msg.Subject(), seq, msg.Headers(), msg.Data()); err != nil {
-			var rej *Rejection
-			if !errors.As(err, &rej) {
-				return fmt.Errorf("%w: seq %d: %w", errFold, seq, err)
-			}
-			if rej.Reason == signing.ReasonChain && l.snapLoaded.Load() != 0 && !l.isReady() {
-				// A gap or a fork in the tail of a loaded snapshot: the
-				// snapshot may not describe this stream (Run then folds
-				// the whole stream, and skips it if it recurs).
-				return fmt.Errorf("%w: seq %d: %w", errFold, seq, err)
-			}
-			l.reject(rej)
+		_, rej := l.fold(&gate.Message{Seq: seq, Subject: msg.Subject(), Header: msg.Headers(), Data: msg.Data(), At: meta.Timestamp})
+		if rej != nil && rej.Reason == signing.ReasonChain && l.snapLoaded.Load() != 0 && !l.isReady() {
+			// A gap or a fork in the tail of a loaded snapshot: the
+			// snapshot may not describe this stream (Run then folds the
+			// whole stream, and skips it if it recurs).
+			return fmt.Errorf("%w: seq %d: %w", errFold, seq, rej)
 		}
 		l.mu.Lock()
 		l.bk.forgetUntil(seq, meta.Timestamp)
@@ -336,84 +326,6 @@ func (l *Ledger) Sync(ctx context.Context) error {
 	}
 }
 
-// applyMsg checks one stream message of any key family and folds it into
-// the book. A revision that may not be folded (its signature, see
-// WithTrust; a payload that does not decode; a chained revision that does
-// not follow the last valid one of its key) is returned as a *Rejection,
-// and the book is left unchanged: the caller decides between skipping it
-// (reject) and stopping. Any other error (a balance under another lane, a
-// balance key of an older layout, a time zone this machine cannot load)
-// means the replica cannot fold this stream.
-func (l *Ledger) applyMsg(subject string, seq uint64, hdr nats.Header, data []byte) error {
-	key, ok := l.layout.KeyOf(subject)
-	if !ok {
-		return nil
-	}
-	// A revision already folded (this replica's own write, folded from
-	// memory when its ack came back) is skipped before paying for a
-	// signature check or a decode.
-	if seq <= l.revOf(key) {
-		return nil
-	}
-	if streams.IsBalanceKey(key) {
-		return fmt.Errorf("%s: a balance key outside a lane (a stream of an older layout)", key)
-	}
-	// Every revision of every key family is checked before it is decoded
-	// (a family added later folds below, after this check).
-	if reason := l.keys.trust.Load().Verify(key, seq, hdr, data); reason != "" {
-		return &Rejection{Seq: seq, Key: key, Reason: reason}
-	}
-	if !streams.IsLaneKey(key) && !streams.IsBudgetKey(key) && !streams.IsPricingKey(key) && !streams.IsDefaultKey(key) {
-		return nil
-	}
-	hash := events.HashPayload(data)
-	var err error
-	malformed := func(derr error) error {
-		return &Rejection{Seq: seq, Key: key, Reason: signing.ReasonMalformed, Err: derr}
-	}
-	switch {
-	case streams.IsLaneKey(key):
-		rev, derr := events.DecodeLaneRevision(data)
-		if derr != nil {
-			return malformed(derr)
-		}
-		l.mu.Lock()
-		err = l.bk.applyLane(key, seq, &rev, hash)
-		l.mu.Unlock()
-	case streams.IsBudgetKey(key):
-		rev, derr := events.DecodeBudgetRevision(data)
-		if derr != nil {
-			return malformed(derr)
-		}
-		l.mu.Lock()
-		err = l.bk.applyBudget(key, seq, &rev, hash)
-		l.mu.Unlock()
-	case streams.IsPricingKey(key):
-		rev, derr := events.DecodePricingRevision(data)
-		if derr != nil {
-			return malformed(derr)
-		}
-		l.mu.Lock()
-		err = l.bk.applyPricing(key, seq, &rev, hash)
-		l.mu.Unlock()
-	default: // a default key
-		rev, derr := events.DecodeDefaultRevision(data)
-		if derr != nil {
-			return malformed(derr)
-		}
-		l.mu.Lock()
-		err = l.bk.applyDefault(key, seq, &rev, hash)
-		l.mu.Unlock()
-	}
-	if reason, ok := signing.ChainReason(err); ok {
-		return &Rejection{Seq: seq, Key: key, Reason: reason, Err: err}
-	}
-	if err != nil {
-		return fmt.Errorf("%s: %w", key, err)
-	}
-	return nil
-}
-
 // catchUp folds the revisions of key written after the one this replica
 // holds, reading them from the stream leader (next message by subject), so a
 // replica that lost a compare-and-set learns what it missed without waiting
@@ -429,15 +341,9 @@ func (l *Ledger) catchUp(ctx context.Context, key string) error {
 		if !found {
 			return nil
 		}
-		if err := l.applyMsg(m.subject, m.seq, m.header, m.data); err != nil {
-			var rej *Rejection
-			if !errors.As(err, &rej) {
-				return &events.Error{Code: events.CodeInternal, Message: "folding missed revision", Err: err}
-			}
-			// Skipped: this replica's next write of the key lands
-			// after it.
-			l.reject(rej)
-		}
+		// A revision the gate skips is recorded in the heads: this
+		// replica's next write of the key lands after it.
+		l.fold(&gate.Message{Seq: m.seq, Subject: m.subject, Header: m.header, Data: m.data})
 		// A follower waiting for this replica's own write (whose ack was
 		// lost) may be waiting for exactly this revision.
 		l.ownFolded()

@@ -2,7 +2,6 @@ package ledger
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -15,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/gate"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -36,6 +36,9 @@ type Ledger struct {
 	follower
 	committer
 	keys
+	// gate is the one verification step of every revision read (see
+	// package gate); its trust state is folded with the book.
+	gate *gate.Gate
 	// sync coalesces the stream reads of concurrent Syncs.
 	syncs syncer
 
@@ -99,7 +102,7 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, layout stre
 	}
 	l.laneNext, l.multiNext = l.commitLaneNext, l.commitMultiNext
 	l.keys.signer.Store(o.signer)
-	l.keys.trust.Store(o.trust)
+	l.gate = gate.New(layout, o.trust)
 	return l, nil
 }
 
@@ -227,7 +230,6 @@ type BudgetChange struct {
 // be reached, or the deadline passed) or CodeLedgerBusy.
 func (l *Ledger) DefineBudget(ctx context.Context, def Budget, now time.Time) (BudgetChange, error) {
 	asked := def.Ref
-	ref := asked
 	loc, err := events.LoadZone(def.TZ)
 	if err != nil {
 		return BudgetChange{}, err
@@ -235,98 +237,51 @@ func (l *Ledger) DefineBudget(ctx context.Context, def Budget, now time.Time) (B
 	if loc == time.UTC {
 		loc = nil
 	}
-	def.Loc, def.Revision = loc, 0
-	if err := l.live(); err != nil {
-		return BudgetChange{}, err
-	}
-	ctx, cancel := l.commitContext(ctx)
-	defer cancel()
-	for attempt := 0; attempt < l.opts.maxAttempts; attempt++ {
-		if err := l.live(); err != nil {
-			return BudgetChange{}, err
-		}
-		if ctx.Err() != nil {
-			return BudgetChange{}, &events.Error{Code: events.CodeLedgerUnavailable, Message: "deadline passed writing budget", Err: ctx.Err()}
-		}
-		l.mu.RLock()
-		ref = l.bk.target(asked, def.Unit)
-		def.Ref = ref
-		key := streams.BudgetKey(ref)
-		// rev is the key's last revision (the compare-and-set), valid its
-		// last valid one (the chain): they differ after a skipped revision.
-		var valid uint64
-		var cur Budget
-		if b := l.bk.budgets[key]; b != nil {
-			valid, cur = b.rev, b.def
-		}
-		rev := l.bk.rev(key)
-		prevHash := l.bk.hashes[key]
-		// A budget's unit never changes once defined. Checking "no spend
-		// and nothing open" here would race: an admit committed on the
-		// lane between this check and the budget write would be counted
-		// in the new unit, and nothing ties the two keys' writes together.
-		unitChange := valid > 0 && cur.Unit != def.Unit
-		l.mu.RUnlock()
-		var changed []string
-		if valid > 0 {
+	def.Loc, def.Revision, def.FromDefault = loc, 0, 0
+	var cur Budget
+	var existed bool
+	var changed []string
+	seq, wrote, err := l.define(ctx, "budget", func(b *book) (string, func(events.Chain) any, bool, error) {
+		def.Ref = b.target(asked, def.Unit)
+		key := streams.BudgetKey(def.Ref)
+		cur, existed, changed = Budget{}, false, nil
+		if d := b.budgets[key]; d != nil {
+			cur, existed = d.def, true
 			changed = def.Changes(cur)
 		}
-		if valid > 0 && len(changed) == 0 {
-			// Only a no-op if this replica's copy is the latest: another
-			// replica may have changed the budget a moment ago.
-			latest, err := l.latestRev(ctx, key)
-			if err != nil {
-				return BudgetChange{}, err
-			}
-			if latest == rev {
-				return BudgetChange{Budget: cur, Existed: true, Prev: cur, Changed: []string{}}, nil
-			}
-			if err := l.catchUp(ctx, key); err != nil {
-				return BudgetChange{}, err
-			}
-			continue
+		if !existed {
+			changed = []string{}
 		}
-		if unitChange {
-			return BudgetChange{}, events.Errorf(events.CodeUnitChangeRefused,
+		switch {
+		case existed && len(changed) == 0:
+			return key, nil, true, nil
+		case existed && cur.Unit != def.Unit:
+			// A budget's unit never changes once defined. Checking "no
+			// spend and nothing open" here would race: an admit committed
+			// on the lane between this check and the budget write would
+			// be counted in the new unit, and nothing ties the two keys'
+			// writes together.
+			return "", nil, false, events.Errorf(events.CodeUnitChangeRefused,
 				"budget %s per %s is in %s; a budget's unit cannot change to %s (define a budget of another scope or period instead)",
-				ref.Scope, ref.Period, cur.Unit, def.Unit)
+				def.Ref.Scope, def.Ref.Period, cur.Unit, def.Unit)
 		}
-		ev := events.BudgetDefinedV2{Budget: ref, Limit: def.Limit, Unit: def.Unit, TZ: def.TZ, Disabled: def.Disabled,
-			FixedSlot: def.FixedSlot, Thresholds: def.Thresholds, Changed: changed, At: now.UTC()}
-		value := events.BudgetRevision{
-			Schema: events.SchemaBudget, Chain: events.Chain{Prev: valid, PrevHash: prevHash},
-			Budget: ref, Limit: def.Limit, Unit: def.Unit, TZ: def.TZ, Disabled: def.Disabled,
-			FixedSlot: def.FixedSlot, Thresholds: def.Thresholds,
-			Events: events.Events{ev},
-		}
-		def.FromDefault = 0
-		data, err := json.Marshal(value)
-		if err != nil {
-			return BudgetChange{}, &events.Error{Code: events.CodeInternal, Message: "encoding budget", Err: err}
-		}
-		seq, err := l.publishOne(ctx, key, rev, data)
-		if err == nil {
-			l.mu.Lock()
-			err = l.bk.applyBudget(key, seq, &value, events.HashPayload(data))
-			l.mu.Unlock()
-			if err != nil {
-				return BudgetChange{}, &events.Error{Code: events.CodeInternal, Message: "folding own budget write", Err: err}
-			}
-			l.ownFolded()
-			def.Revision = seq
-			if changed == nil {
-				changed = []string{}
-			}
-			return BudgetChange{Budget: def, Existed: valid > 0, Prev: cur, Changed: changed}, nil
-		}
-		if !streams.IsConflict(err) && !isTimeout(err) {
-			return BudgetChange{}, &events.Error{Code: events.CodeLedgerUnavailable, Message: "writing budget", Err: err}
-		}
-		if err := l.catchUp(ctx, key); err != nil {
-			return BudgetChange{}, err
-		}
+		ref := def.Ref
+		return key, func(ch events.Chain) any {
+			ev := events.BudgetDefinedV2{Budget: ref, Limit: def.Limit, Unit: def.Unit, TZ: def.TZ, Disabled: def.Disabled,
+				FixedSlot: def.FixedSlot, Thresholds: def.Thresholds, Changed: changed, At: now.UTC()}
+			return events.BudgetRevision{Schema: events.SchemaBudget, Chain: ch,
+				Budget: ref, Limit: def.Limit, Unit: def.Unit, TZ: def.TZ, Disabled: def.Disabled,
+				FixedSlot: def.FixedSlot, Thresholds: def.Thresholds, Events: events.Events{ev}}
+		}, false, nil
+	})
+	if err != nil {
+		return BudgetChange{}, err
 	}
-	return BudgetChange{}, events.Errorf(events.CodeLedgerBusy, "budget %s/%s: too many concurrent writers", ref.Scope, ref.Period)
+	if !wrote {
+		return BudgetChange{Budget: cur, Existed: true, Prev: cur, Changed: []string{}}, nil
+	}
+	def.Revision = seq
+	return BudgetChange{Budget: def, Existed: existed, Prev: cur, Changed: changed}, nil
 }
 
 func isTimeout(err error) bool {

@@ -2,7 +2,6 @@ package ledger
 
 import (
 	"context"
-	"encoding/json"
 	"sort"
 	"time"
 
@@ -52,25 +51,10 @@ type pricing struct {
 	src events.PricingRevision
 }
 
-// applyPricing folds one pricing revision at seq whose payload hashes to
-// hash, checking its chain.
-func (b *book) applyPricing(key string, seq uint64, rev *events.PricingRevision, hash string) error {
-	if seq <= b.rev(key) {
-		return nil
-	}
-	if err := events.CheckChain(key, seq, rev.Chain, b.valid(key), b.hashes[key]); err != nil {
-		return err
-	}
-	b.setPricing(key, seq, rev, hash)
-	return nil
-}
-
 // setPricing makes rev, at seq, the pricing key's definition.
-func (b *book) setPricing(key string, seq uint64, rev *events.PricingRevision, hash string) {
+func (b *book) setPricing(key string, seq uint64, rev *events.PricingRevision) {
 	b.prices[key] = &pricing{def: Price{Model: rev.Model, Unit: rev.Unit, Input: rev.Input, Output: rev.Output,
 		CachedInput: rev.CachedInput, Version: seq}, src: *rev}
-	b.hashes[key] = hash
-	delete(b.seen, key)
 }
 
 // Price returns the current price of model as this replica has folded it.
@@ -117,77 +101,40 @@ type PriceChange struct {
 //
 // Errors: *events.Error with CodeLedgerUnavailable or CodeLedgerBusy.
 func (l *Ledger) DefinePrice(ctx context.Context, def Price, now time.Time) (PriceChange, error) {
-	if err := l.live(); err != nil {
+	key := streams.PricingKey(def.Model)
+	var cur Price
+	var existed bool
+	var changed []string
+	seq, wrote, err := l.define(ctx, "pricing "+def.Model, func(b *book) (string, func(events.Chain) any, bool, error) {
+		cur, existed, changed = Price{}, false, []string{}
+		if p := b.prices[key]; p != nil {
+			cur, existed = p.def, true
+			if changed = def.Changes(cur); len(changed) == 0 {
+				return key, nil, true, nil
+			}
+		}
+		return key, func(ch events.Chain) any {
+			ev := events.PricingDefined{Model: def.Model, Unit: def.Unit, Input: def.Input, Output: def.Output,
+				CachedInput: def.CachedInput, Changed: nilIfEmpty(changed), At: now.UTC()}
+			return events.PricingRevision{Schema: events.SchemaPricing, Chain: ch,
+				Model: def.Model, Unit: def.Unit, Input: def.Input, Output: def.Output, CachedInput: def.CachedInput,
+				Events: events.Events{ev}}
+		}, false, nil
+	})
+	if err != nil {
 		return PriceChange{}, err
 	}
-	ctx, cancel := l.commitContext(ctx)
-	defer cancel()
-	key := streams.PricingKey(def.Model)
-	for attempt := 0; attempt < l.opts.maxAttempts; attempt++ {
-		if err := l.live(); err != nil {
-			return PriceChange{}, err
-		}
-		if ctx.Err() != nil {
-			return PriceChange{}, &events.Error{Code: events.CodeLedgerUnavailable, Message: "deadline passed writing pricing", Err: ctx.Err()}
-		}
-		l.mu.RLock()
-		// rev names the compare-and-set, valid the chain (they differ
-		// after a skipped revision; see DefineBudget).
-		var cur Price
-		var valid uint64
-		if p := l.bk.prices[key]; p != nil {
-			cur, valid = p.def, p.def.Version
-		}
-		rev := l.bk.rev(key)
-		prevHash := l.bk.hashes[key]
-		l.mu.RUnlock()
-		var changed []string
-		if valid > 0 {
-			changed = def.Changes(cur)
-			if len(changed) == 0 {
-				latest, err := l.latestRev(ctx, key)
-				if err != nil {
-					return PriceChange{}, err
-				}
-				if latest == rev {
-					return PriceChange{Price: cur, Existed: true, Prev: cur, Changed: []string{}}, nil
-				}
-				if err := l.catchUp(ctx, key); err != nil {
-					return PriceChange{}, err
-				}
-				continue
-			}
-		}
-		ev := events.PricingDefined{Model: def.Model, Unit: def.Unit, Input: def.Input, Output: def.Output,
-			CachedInput: def.CachedInput, Changed: changed, At: now.UTC()}
-		value := events.PricingRevision{Schema: events.SchemaPricing, Chain: events.Chain{Prev: valid, PrevHash: prevHash},
-			Model: def.Model, Unit: def.Unit, Input: def.Input, Output: def.Output, CachedInput: def.CachedInput,
-			Events: events.Events{ev}}
-		data, err := json.Marshal(value)
-		if err != nil {
-			return PriceChange{}, &events.Error{Code: events.CodeInternal, Message: "encoding pricing", Err: err}
-		}
-		seq, err := l.publishOne(ctx, key, rev, data)
-		if err == nil {
-			l.mu.Lock()
-			err = l.bk.applyPricing(key, seq, &value, events.HashPayload(data))
-			l.mu.Unlock()
-			if err != nil {
-				return PriceChange{}, &events.Error{Code: events.CodeInternal, Message: "folding own pricing write", Err: err}
-			}
-			l.ownFolded()
-			def.Version = seq
-			if changed == nil {
-				changed = []string{}
-			}
-			return PriceChange{Price: def, Existed: valid > 0, Prev: cur, Changed: changed}, nil
-		}
-		if !streams.IsConflict(err) && !isTimeout(err) {
-			return PriceChange{}, &events.Error{Code: events.CodeLedgerUnavailable, Message: "writing pricing", Err: err}
-		}
-		if err := l.catchUp(ctx, key); err != nil {
-			return PriceChange{}, err
-		}
+	if !wrote {
+		return PriceChange{Price: cur, Existed: true, Prev: cur, Changed: []string{}}, nil
 	}
-	return PriceChange{}, events.Errorf(events.CodeLedgerBusy, "pricing %s: too many concurrent writers", def.Model)
+	def.Version = seq
+	return PriceChange{Price: def, Existed: existed, Prev: cur, Changed: changed}, nil
+}
+
+// nilIfEmpty keeps an event's "changed" absent for a new definition.
+func nilIfEmpty(s []string) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
 }

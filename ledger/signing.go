@@ -1,20 +1,20 @@
 package ledger
 
 import (
-	"fmt"
 	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/spendgate/spendgate/internal/gate"
 	"github.com/spendgate/spendgate/signing"
 )
 
-// keys holds the replica's signing key and the set of keys it trusts,
-// both replaceable while the ledger runs (SetSigner, SetTrust: rotation
-// without a restart).
+// keys holds the replica's signing key, replaceable while the ledger runs
+// (SetSigner: rotation without a restart), and the count of skipped
+// revisions. Who may sign is the gate's (Ledger.gate): the ledger's trust
+// revisions, anchored in the keys this replica trusts (SetTrust).
 type keys struct {
 	signer   atomic.Pointer[signing.Signer]
-	trust    atomic.Pointer[signing.KeySet]
 	rejected atomic.Int64
 }
 
@@ -24,51 +24,47 @@ type RejectObserver interface {
 	Rejected(reason signing.Reason)
 }
 
+// Signer returns the key the replica signs with now (nil: unsigned).
+func (l *Ledger) Signer() *signing.Signer { return l.keys.signer.Load() }
+
 // SetSigner makes the replica sign the revisions it writes from now on with
 // s (nil: unsigned). A write already in flight keeps the key it was signed
 // with.
 func (l *Ledger) SetSigner(s *signing.Signer) { l.keys.signer.Store(s) }
 
-// SetTrust makes the replica check every revision it folds from now on
-// against ks (nil: signatures are not checked). Revisions already folded
-// are not checked again.
-func (l *Ledger) SetTrust(ks *signing.KeySet) { l.keys.trust.Store(ks) }
+// SetTrust makes ks this replica's own trusted keys: the anchor of the
+// ledger's trust (see package gate). While the ledger holds no trust
+// revision they decide alone who may sign (nil: signatures are not
+// checked); once it holds one, the ledger decides, and ks only vouches
+// for the ledger's first trust revision (see PublishTrust to write ks into
+// the ledger). Revisions already folded are not checked again.
+func (l *Ledger) SetTrust(ks *signing.KeySet) { l.gate.SetAnchor(ks) }
 
-// Trust returns the key set the replica checks revisions against now (nil:
-// signatures are not checked).
-func (l *Ledger) Trust() *signing.KeySet { return l.keys.trust.Load() }
+// Trust returns the key set the replica checks revisions against now: the
+// ledger's trust revision's, or this replica's own keys while the ledger
+// has none (nil: signatures are not checked).
+func (l *Ledger) Trust() *signing.KeySet { return l.gate.Keys() }
+
+// Gate returns the replica's gate: the one verification step of every
+// revision it reads.
+func (l *Ledger) Gate() *gate.Gate { return l.gate }
+
+// signerKey returns the public key this replica signs with ("" unsigned).
+func (l *Ledger) signerKey() string {
+	if s := l.keys.signer.Load(); s != nil {
+		return s.PublicKey()
+	}
+	return ""
+}
 
 // Rejection is a revision of the ledger stream that a replica (or an
 // auditor) does not fold: it is skipped, and the key's chain continues from
-// its last valid revision.
-type Rejection struct {
-	// Seq is the revision's stream sequence, Key its KV key.
-	Seq uint64
-	Key string
-	// Reason says why (see package signing).
-	Reason signing.Reason
-	// Err is the decode or chain error, if that is the reason.
-	Err error
-}
+// its last valid revision (see package gate).
+type Rejection = gate.Rejection
 
-// Error names the sequence, the key and the reason.
-func (r *Rejection) Error() string {
-	if r.Err != nil {
-		return fmt.Sprintf("revision %d of %s skipped (%s): %v", r.Seq, r.Key, r.Reason, r.Err)
-	}
-	return fmt.Sprintf("revision %d of %s skipped (%s)", r.Seq, r.Key, r.Reason)
-}
-
-// Unwrap returns Err.
-func (r *Rejection) Unwrap() error { return r.Err }
-
-// reject records that the revision r names was skipped: the book's next
-// write of the key must land after it (book.skip), and it is logged and
-// counted.
+// reject logs and counts a revision the gate skipped (fold has recorded it
+// in the heads).
 func (l *Ledger) reject(r *Rejection) {
-	l.mu.Lock()
-	l.bk.skip(r.Key, r.Seq)
-	l.mu.Unlock()
 	l.keys.rejected.Add(1)
 	l.opts.log.Error("ledger: revision skipped; not folded", "seq", r.Seq, "key", r.Key, "reason", string(r.Reason), "err", r.Err)
 	if o, ok := l.opts.observer.(RejectObserver); ok {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/gate"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -151,8 +152,11 @@ type snapshotState struct {
 	// their voids were stamped (absent in a snapshot written before voids
 	// existed, which holds none).
 	Voids []snapVoid `json:"voids,omitempty"`
+	// Trust is the ledger's last trust revision (absent: none, or a
+	// snapshot written before trust revisions existed).
+	Trust *snapBudget `json:"trust,omitempty"`
 	// Skipped lists the keys whose last revision up to Seq was skipped
-	// (see book.seen), with that revision: the next write of the key
+	// (see gate.Head.Seen), with that revision: the next write of the key
 	// lands after it, while its chain continues from LaneRevs or Budgets.
 	Skipped []snapSkip `json:"skipped,omitempty"`
 
@@ -232,32 +236,13 @@ func (b *book) exactAt(seq uint64) bool {
 	if len(b.pending) > 0 {
 		return false
 	}
-	for _, rev := range b.lanes {
-		if rev > seq {
-			return false
+	exact := true
+	b.heads.Each(func(_ string, hd gate.Head) {
+		if hd.Rev() > seq {
+			exact = false
 		}
-	}
-	for _, d := range b.budgets {
-		if d.rev > seq {
-			return false
-		}
-	}
-	for _, p := range b.prices {
-		if p.def.Version > seq {
-			return false
-		}
-	}
-	for _, d := range b.defaults {
-		if d.def.Def.Revision > seq {
-			return false
-		}
-	}
-	for _, rev := range b.seen {
-		if rev > seq {
-			return false
-		}
-	}
-	return true
+	})
+	return exact
 }
 
 // snapshotAs dumps the book as of seq (the caller has checked exactAt) as
@@ -271,7 +256,8 @@ func (b *book) snapshotAs(seq uint64, version int) (*snapshotState, error) {
 		if err != nil {
 			return nil, fmt.Errorf("ledger: snapshot of budget %s: %w", key, err)
 		}
-		st.Budgets = append(st.Budgets, snapBudget{snapKey{key, d.rev, b.hashes[key]}, raw})
+		_, hash := b.valid(key)
+		st.Budgets = append(st.Budgets, snapBudget{snapKey{key, d.rev, hash}, raw})
 	}
 	sort.Slice(st.Budgets, func(i, j int) bool { return st.Budgets[i].Key < st.Budgets[j].Key })
 	for key, p := range b.prices {
@@ -279,7 +265,8 @@ func (b *book) snapshotAs(seq uint64, version int) (*snapshotState, error) {
 		if err != nil {
 			return nil, fmt.Errorf("ledger: snapshot of pricing %s: %w", key, err)
 		}
-		st.Prices = append(st.Prices, snapBudget{snapKey{key, p.def.Version, b.hashes[key]}, raw})
+		_, hash := b.valid(key)
+		st.Prices = append(st.Prices, snapBudget{snapKey{key, p.def.Version, hash}, raw})
 	}
 	sort.Slice(st.Prices, func(i, j int) bool { return st.Prices[i].Key < st.Prices[j].Key })
 	for key, d := range b.defaults {
@@ -287,12 +274,25 @@ func (b *book) snapshotAs(seq uint64, version int) (*snapshotState, error) {
 		if err != nil {
 			return nil, fmt.Errorf("ledger: snapshot of default %s: %w", key, err)
 		}
-		st.Defaults = append(st.Defaults, snapBudget{snapKey{key, d.def.Def.Revision, b.hashes[key]}, raw})
+		_, hash := b.valid(key)
+		st.Defaults = append(st.Defaults, snapBudget{snapKey{key, d.def.Def.Revision, hash}, raw})
 	}
 	sort.Slice(st.Defaults, func(i, j int) bool { return st.Defaults[i].Key < st.Defaults[j].Key })
-	for key, rev := range b.lanes {
-		st.LaneRevs = append(st.LaneRevs, snapKey{key, rev, b.hashes[key]})
+	if t := b.trust; t != nil {
+		raw, err := json.Marshal(t.Trust)
+		if err != nil {
+			return nil, fmt.Errorf("ledger: snapshot of trust: %w", err)
+		}
+		st.Trust = &snapBudget{snapKey{t.Key, t.Seq, t.Hash}, raw}
 	}
+	b.heads.Each(func(key string, hd gate.Head) {
+		if streams.IsLaneKey(key) && hd.Valid > 0 {
+			st.LaneRevs = append(st.LaneRevs, snapKey{key, hd.Valid, hd.Hash})
+		}
+		if hd.Seen > hd.Valid {
+			st.Skipped = append(st.Skipped, snapSkip{key, hd.Seen})
+		}
+	})
 	sort.Slice(st.LaneRevs, func(i, j int) bool { return st.LaneRevs[i].Key < st.LaneRevs[j].Key })
 	keys := make([]string, 0, len(b.balances))
 	for key := range b.balances {
@@ -332,9 +332,6 @@ func (b *book) snapshotAs(seq uint64, version int) (*snapshotState, error) {
 		if b.voids[c.r.RequestID] == c.r {
 			st.Voids = append(st.Voids, snapVoid{c.r.RequestID, c.r.OpenedAt, c.at})
 		}
-	}
-	for key, rev := range b.seen {
-		st.Skipped = append(st.Skipped, snapSkip{key, rev})
 	}
 	sort.Slice(st.Skipped, func(i, j int) bool { return st.Skipped[i].Key < st.Skipped[j].Key })
 	return st, nil
@@ -393,9 +390,15 @@ func bookFromSnapshot(layout streams.Layout, retention, expiredKeep time.Duratio
 		if streams.BudgetKey(rev.Budget) != sb.Key || sb.Rev == 0 || sb.Rev > st.Seq {
 			return nil, bad("budget %s: revision of %s at %d", sb.Key, streams.BudgetKey(rev.Budget), sb.Rev)
 		}
-		if err := b.setBudget(sb.Key, sb.Rev, &rev, sb.Hash); err != nil {
+		loc, err := events.LoadZone(rev.TZ)
+		if err != nil {
 			return nil, bad("budget %s: %v", sb.Key, err)
 		}
+		if loc == time.UTC {
+			loc = nil
+		}
+		b.setBudget(sb.Key, sb.Rev, &rev, loc)
+		b.heads.Set(sb.Key, gate.Head{Valid: sb.Rev, Hash: sb.Hash, Chained: rev.Chained()})
 	}
 	for _, sp := range st.Prices {
 		rev, err := events.DecodePricingRevision(sp.Revision)
@@ -405,7 +408,8 @@ func bookFromSnapshot(layout streams.Layout, retention, expiredKeep time.Duratio
 		if streams.PricingKey(rev.Model) != sp.Key || sp.Rev == 0 || sp.Rev > st.Seq {
 			return nil, bad("pricing %s: revision of %s at %d", sp.Key, streams.PricingKey(rev.Model), sp.Rev)
 		}
-		b.setPricing(sp.Key, sp.Rev, &rev, sp.Hash)
+		b.setPricing(sp.Key, sp.Rev, &rev)
+		b.heads.Set(sp.Key, gate.Head{Valid: sp.Rev, Hash: sp.Hash, Chained: true})
 	}
 	for _, sd := range st.Defaults {
 		rev, err := events.DecodeDefaultRevision(sd.Revision)
@@ -415,22 +419,38 @@ func bookFromSnapshot(layout streams.Layout, retention, expiredKeep time.Duratio
 		if streams.DefaultKey(rev.Kind, rev.Period) != sd.Key || sd.Rev == 0 || sd.Rev > st.Seq {
 			return nil, bad("default %s: revision of %s at %d", sd.Key, streams.DefaultKey(rev.Kind, rev.Period), sd.Rev)
 		}
-		if err := b.setDefault(sd.Key, sd.Rev, &rev, sd.Hash); err != nil {
+		if _, err := events.LoadZone(rev.TZ); err != nil {
 			return nil, bad("default %s: %v", sd.Key, err)
 		}
+		b.setDefault(sd.Key, sd.Rev, &rev)
+		b.heads.Set(sd.Key, gate.Head{Valid: sd.Rev, Hash: sd.Hash, Chained: true})
+	}
+	if t := st.Trust; t != nil {
+		rev, err := events.DecodeTrustRevision(t.Revision)
+		if err != nil {
+			return nil, bad("trust: %v", err)
+		}
+		if t.Key != streams.TrustKey || t.Rev == 0 || t.Rev > st.Seq {
+			return nil, bad("trust revision of %s at %d", t.Key, t.Rev)
+		}
+		b.trust = &gate.Revision{Seq: t.Rev, Key: t.Key, Kind: gate.KindTrust, Hash: t.Hash, Signer: rev.By, Trust: &rev}
+		b.heads.Set(t.Key, gate.Head{Valid: t.Rev, Hash: t.Hash, Chained: true})
 	}
 	for _, k := range st.LaneRevs {
-		if !streams.IsLaneKey(k.Key) || k.Rev == 0 || k.Rev > st.Seq {
+		if !layout.HasLane(k.Key) || k.Rev == 0 || k.Rev > st.Seq {
 			return nil, bad("lane %s at %d", k.Key, k.Rev)
 		}
-		b.lanes[k.Key] = k.Rev
-		b.hashes[k.Key] = k.Hash
+		b.heads.Set(k.Key, gate.Head{Valid: k.Rev, Hash: k.Hash, Chained: true})
 	}
 	for _, k := range st.Skipped {
-		if !(streams.IsLaneKey(k.Key) || streams.IsBudgetKey(k.Key)) || k.Rev <= b.valid(k.Key) || k.Rev > st.Seq {
+		valid, _ := b.valid(k.Key)
+		if !(streams.IsLaneKey(k.Key) || streams.IsBudgetKey(k.Key) || streams.IsPricingKey(k.Key) || streams.IsDefaultKey(k.Key) || streams.IsTrustKey(k.Key)) ||
+			k.Rev <= valid || k.Rev > st.Seq {
 			return nil, bad("skipped revision %d of %s", k.Rev, k.Key)
 		}
-		b.seen[k.Key] = k.Rev
+		hd := b.heads.Get(k.Key)
+		hd.Seen = k.Rev
+		b.heads.Set(k.Key, hd)
 	}
 	// Balances first (the window's entries point at them), their open
 	// reservations last (they may be in the window: a close over two

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/gate"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -55,7 +56,7 @@ func TestSnapshot_ReadsVersion1(t *testing.T) {
 	settle(3, "late", bookBal, true)
 	settle(3, "two", bookBal, false) // closed in bookBal, still open in other
 	b.forgetUntil(3, bookT0.Add(2*time.Second))
-	b.lanes[layout.LaneKey(bookBal)] = 3
+	b.heads.Set(layout.LaneKey(bookBal), gate.Head{Valid: 3, Chained: true})
 	require.Equal(t, 4, b.win.len())
 
 	st, err := b.snapshotAs(3, 2)

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/gate"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -91,7 +92,7 @@ func v3Book(t testing.TB) (*book, uint64) {
 	settle(3, "late", "0.5", bookBal, true)
 	settle(3, "two", "0.3", bookBal, false) // closed in bookBal, still open in other
 	b.forgetUntil(3, bookT0.Add(2*time.Second))
-	b.lanes[layout.LaneKey(bookBal)] = 3
+	b.heads.Set(layout.LaneKey(bookBal), gate.Head{Valid: 3, Chained: true})
 	require.Equal(t, 10, b.win.len())
 	return b, 3
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/gate"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -191,6 +192,13 @@ func (l *Ledger) loadSnapshot(ctx context.Context, last uint64) uint64 {
 			l.opts.log.Error("ledger: snapshot skipped", "snapshot", s.Name, "err", err)
 			continue
 		}
+		if b.trust != nil {
+			if err := l.gate.LoadTrust(*b.trust.Trust, b.trust.Seq); err != nil {
+				l.snapSkipped.Add(1)
+				l.opts.log.Error("ledger: snapshot skipped", "snapshot", s.Name, "err", err)
+				continue
+			}
+		}
 		l.mu.Lock()
 		l.bk = b
 		l.mu.Unlock()
@@ -212,16 +220,21 @@ func (l *Ledger) loadSnapshot(ctx context.Context, last uint64) uint64 {
 // tail does not touch. Budget keys are not read back (there may be many);
 // a lane check is one leader read per lane.
 func (l *Ledger) checkAnchors(ctx context.Context, b *book) error {
-	for key, rev := range b.lanes {
-		m, found, err := l.leaderGet(ctx, leaderGetRequest{Seq: rev})
-		if err != nil {
-			return fmt.Errorf("%w: reading %s at %d: %w", ErrSnapshotInvalid, key, rev, err)
+	var err error
+	b.heads.Each(func(key string, hd gate.Head) {
+		if err != nil || hd.Valid == 0 || !(streams.IsLaneKey(key) || streams.IsTrustKey(key)) {
+			return
 		}
-		if !found || m.subject != l.layout.Subject(key) || events.HashPayload(m.data) != b.hashes[key] {
-			return fmt.Errorf("%w: the stream's message at %d is not the revision of %s the snapshot names (a snapshot of another stream?)", ErrSnapshotInvalid, rev, key)
+		m, found, rerr := l.leaderGet(ctx, leaderGetRequest{Seq: hd.Valid})
+		if rerr != nil {
+			err = fmt.Errorf("%w: reading %s at %d: %w", ErrSnapshotInvalid, key, hd.Valid, rerr)
+			return
 		}
-	}
-	return nil
+		if !found || m.subject != l.layout.Subject(key) || events.HashPayload(m.data) != hd.Hash {
+			err = fmt.Errorf("%w: the stream's message at %d is not the revision of %s the snapshot names (a snapshot of another stream?)", ErrSnapshotInvalid, hd.Valid, key)
+		}
+	})
+	return err
 }
 
 func (l *Ledger) readSnapshot(ctx context.Context, store jetstream.ObjectStore, name string) (*book, error) {
@@ -242,6 +255,7 @@ func (l *Ledger) readSnapshot(ctx context.Context, store jetstream.ObjectStore, 
 func (l *Ledger) resetBook() {
 	l.mu.Lock()
 	l.bk = newBook(l.layout, l.opts.retention, l.opts.expiredKeep)
+	l.gate.ResetTrust()
 	l.mu.Unlock()
 	l.progMu.Lock()
 	l.applied.Store(0)

@@ -78,8 +78,7 @@ func (l *Ledger) newView(refs []events.BalanceRef) *View {
 		k := streams.BalanceKey(ref)
 		lane := l.layout.LaneKey(ref)
 		v.lanes[lane] = l.bk.rev(lane)
-		v.prev[lane] = l.bk.lanes[lane]
-		v.hash[lane] = l.bk.hashes[lane]
+		v.prev[lane], v.hash[lane] = l.bk.valid(lane)
 		vb := &viewBalance{lane: lane, added: map[string]events.Money{}, removed: map[string]bool{}}
 		vb.Balance = l.bk.balance(k, ref)
 		v.bal[k] = vb

@@ -148,10 +148,16 @@ func (a *Aggregate) Position() uint64 { return a.pos }
 // at or below the position is skipped. It returns an *ApplyError as Rows
 // does; the Aggregate must then be discarded.
 func (a *Aggregate) Apply(seq uint64, key string, data []byte, at time.Time) error {
-	if seq <= a.pos {
+	return a.apply(message{seq: seq, key: key, data: data, at: at})
+}
+
+// apply is Apply of a message a read hands over (decoded by the gate when
+// it passed one).
+func (a *Aggregate) apply(m message) error {
+	seq := m.seq
+	if seq <= a.pos && !m.late {
 		return nil
 	}
-	m := message{seq: seq, key: key, data: data, at: at}
 	rf := a.rf
 	if err := a.applyEvents(m); err != nil {
 		return err
@@ -161,7 +167,7 @@ func (a *Aggregate) Apply(seq uint64, key string, data []byte, at time.Time) err
 	if err := rf.expireHolds(m.at); err != nil {
 		return err
 	}
-	a.pos = seq
+	a.pos = max(a.pos, seq)
 	return nil
 }
 

@@ -191,9 +191,9 @@ func (g *Aggregator) run(ctx context.Context) error {
 		g.mu.Lock()
 		from := g.agg.Position() + 1
 		g.mu.Unlock()
-		err := g.p.read(ctx, s, from, 0, func(m message) error {
+		err := g.p.readVerified(ctx, s, from, 0, g.p.verifierFrom(from), func(m message) error {
 			g.mu.Lock()
-			err := g.agg.Apply(m.seq, m.key, m.data, m.at)
+			err := g.agg.apply(m)
 			g.notify()
 			g.mu.Unlock()
 			if err != nil {

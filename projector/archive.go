@@ -234,7 +234,7 @@ func (a *ArchiveInfo) eachArchived(stream string, layout streams.Layout, from, u
 			if !ok {
 				return fmt.Errorf("%w: seq %d: subject %q is outside the ledger's keys", ErrArchive, m.Seq, m.Subject)
 			}
-			return fn(message{seq: m.Seq, key: key, header: m.Header, data: m.Data, at: m.Time})
+			return fn(message{seq: m.Seq, subject: m.Subject, key: key, header: m.Header, data: m.Data, at: m.Time})
 		}, &prev)
 		if err != nil {
 			return err
@@ -359,7 +359,7 @@ func Archive(ctx context.Context, js jetstream.JetStream, layout streams.Layout,
 		return nil
 	}
 	err = p.read(ctx, s, info.Last+1, until, func(m message) error {
-		line, err := json.Marshal(archivedMsg{Seq: m.seq, Subject: layout.Subject(m.key), Time: m.at, Data: m.data, Header: m.header})
+		line, err := json.Marshal(archivedMsg{Seq: m.seq, Subject: m.subject, Time: m.at, Data: m.data, Header: m.header})
 		if err != nil {
 			return err
 		}
@@ -529,8 +529,8 @@ func reportAt(ctx context.Context, js jetstream.JetStream, layout streams.Layout
 		return "", false, err
 	}
 	fold := func(a *Aggregate) error {
-		return g.p.read(ctx, s, a.Position()+1, seq, func(m message) error {
-			return a.Apply(m.seq, m.key, m.data, m.at)
+		return g.p.readVerified(ctx, s, a.Position()+1, seq, g.p.verifierFrom(a.Position()+1), func(m message) error {
+			return a.apply(m)
 		})
 	}
 	loaded := a != nil

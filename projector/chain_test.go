@@ -4,13 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/projector"
+	"github.com/spendgate/spendgate/signing"
 	"github.com/spendgate/spendgate/testenv"
 )
 
@@ -86,11 +86,11 @@ func TestState_Apply_chain(t *testing.T) {
 }
 
 // TestCheck_StopsOnFork: Check over a real stream in which a writer without
-// compare-and-set forked a lane reports the fork with its sequence and
-// folds no more of that lane. How we know it can fail: the forked revision
-// changes only a balance the other branch never named, so its numbers are
-// consistent on either branch; only the chain shows that it follows
-// revision 1 while revision 2 was the last.
+// compare-and-set forked a lane skips the forked revision, as a replica's
+// gate does, and lists it with its sequence. How we know it can fail: the
+// forked revision changes only a balance the other branch never named, so
+// its numbers are consistent on either branch; only the chain shows that
+// it follows revision 1 while revision 2 was the last.
 func TestCheck_StopsOnFork(t *testing.T) {
 	env := testenv.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
@@ -113,11 +113,17 @@ func TestCheck_StopsOnFork(t *testing.T) {
 	rep, err := projector.Check(ctx, env.JS, env.Layout)
 	require.NoError(t, err)
 	require.False(t, rep.OK())
-	found := false
-	for _, p := range rep.Problems {
-		if strings.Contains(p, "revision breaks its key's chain") && strings.Contains(p, fmt.Sprintf("seq %d", ack3.Sequence)) {
-			found = true
-		}
-	}
-	require.True(t, found, rep.String())
+	require.Len(t, rep.Skipped, 1, rep.String())
+	require.Equal(t, ack3.Sequence, rep.Skipped[0].Seq)
+	require.Contains(t, []signing.Reason{signing.ReasonChain, signing.ReasonReplay}, rep.Skipped[0].Reason)
+	require.Contains(t, rep.String(), fmt.Sprintf("seq %d %s: skipped", ack3.Sequence, l))
+	_, ok := mustState(t, ctx, env).Reservation("c")
+	require.False(t, ok, "nothing of the fork is folded")
+}
+
+func mustState(t *testing.T, ctx context.Context, env *testenv.Env) *projector.State {
+	t.Helper()
+	st, err := projector.New(env.JS, env.Layout).CatchUp(ctx)
+	require.NoError(t, err)
+	return st
 }

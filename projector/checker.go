@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/gate"
 	"github.com/spendgate/spendgate/signing"
 	"github.com/spendgate/spendgate/streams"
 )
@@ -125,7 +126,14 @@ type checkOptions struct {
 	fromSnapshot    bool
 	archive         string
 	trust           *signing.KeySet
+	unverified      bool
 	reviewed        map[uint64]bool
+}
+
+// WithUnverified makes Check's gate check no signature (see Unverified):
+// decoding and chains are still checked.
+func WithUnverified() CheckOption {
+	return func(o *checkOptions) { o.unverified = true }
 }
 
 // WithArchive has Check (and CatchUp, ReplayUntil) read the archive in
@@ -187,10 +195,12 @@ func WithReviewed(seqs ...uint64) CheckOption {
 	}
 }
 
-// WithTrust makes Check verify every revision's signature against ks (see
-// signing.KeySet.Verify): a revision it refuses is skipped, as a replica
-// skips it, and reported in Report.Skipped. Without it signatures are not
-// checked (the chain always is).
+// WithTrust makes ks the anchor of Check's gate: the keys that vouch for
+// the ledger's first trust revision, and decide alone while the ledger has
+// none (see package gate). Every revision of every key passes the gate as
+// a replica's does: what it refuses is skipped, as a replica skips it, and
+// reported in Report.Skipped. Without it the ledger's first trust
+// revision is trusted on first use.
 func WithTrust(ks *signing.KeySet) CheckOption {
 	return func(o *checkOptions) { o.trust = ks }
 }
@@ -239,7 +249,8 @@ func WithProgress(f func(seq, last uint64)) CheckOption {
 // needs no archive), or ctx's error.
 func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout, opts ...CheckOption) (*Report, error) {
 	o := newCheckOptions(opts, true)
-	p := New(js, layout)
+	p := New(js, layout, Verifying(o.trust))
+	p.unverified = o.unverified
 	s, last, err := p.stream(ctx)
 	if err != nil {
 		return nil, err
@@ -297,11 +308,20 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout, o
 			verifySnapshot(rep, st, snapName, snapSeq, snapData)
 		}
 	}
+	v := p.verifierFrom(st.Position() + 1)
+	if o.fromSnapshot {
+		st.seedHeads(v)
+	}
+	v.rejected = func(rej *gate.Rejection) {
+		rep.skip(&o, Skipped{Seq: rej.Seq, Key: rej.Key, Reason: rej.Reason, Detail: rejDetail(rej)})
+		rejected[rej.Seq] = true
+		st.skip(rej.Seq)
+	}
 	fold := func(from, until uint64) error {
 		if until < from {
 			return nil
 		}
-		return p.readParsed(ctx, s, from, until, func(m message) error {
+		return p.readVerified(ctx, s, from, until, v, func(m message) error {
 			if o.progress != nil {
 				o.progress(m.seq, last)
 			}
@@ -313,25 +333,19 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout, o
 				st.skip(m.seq)
 				return nil
 			}
-			if streams.IsLaneKey(m.key) || streams.IsBudgetKey(m.key) {
-				if reason := o.trust.Verify(m.key, m.seq, m.header, m.data); reason != "" {
-					rep.skip(&o, Skipped{Seq: m.seq, Key: m.key, Reason: reason})
-					rejected[m.seq] = true
-					st.skip(m.seq)
-					return nil
-				}
-				if o.trust != nil {
-					rep.Signed++
-				}
+			if m.rev.Signer != "" && !o.unverified {
+				rep.Signed++
 			}
+			defer st.late(m)()
 			if streams.IsLaneKey(m.key) {
 				// Balance by balance: a bad balance is quarantined, the
 				// other balances of the lane go on folding.
-				failed, err := st.applyLaneQuarantine(m.seq, m.key, m.data, m.parsed, bad)
+				failed, err := st.applyLaneQuarantine(m.seq, m.key, m.data, &parsedLane{rev: *m.rev.Lane}, bad)
 				if err != nil {
 					if reason, ok := rejection(m.key, err); ok {
-						// Skipped as a replica skips it: the chain goes on
-						// from the lane's last valid revision.
+						// The gate passed it and the projector's own
+						// reading refuses it: skipped as a replica skips
+						// it, and said.
 						rep.skip(&o, Skipped{Seq: m.seq, Key: m.key, Reason: reason, Detail: detail(err)})
 						rejected[m.seq] = true
 					} else {
@@ -449,6 +463,14 @@ func rejection(key string, err error) (signing.Reason, bool) {
 		return signing.ReasonMalformed, true
 	}
 	return "", false
+}
+
+// rejDetail is what a rejection adds to its reason, if anything.
+func rejDetail(rej *gate.Rejection) string {
+	if rej.Err != nil {
+		return rej.Err.Error()
+	}
+	return ""
 }
 
 // detail is err's message without the wrapping that Skipped already says.

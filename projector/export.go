@@ -196,11 +196,15 @@ func newRowFold(f Filter, emit func(*Row) error) *rowFold {
 // built from a book that a replay would refuse.
 func (rf *rowFold) decodeLane(m message) (*events.LaneRevision, error) {
 	var rev events.LaneRevision
-	if err := decodeStrict(m.data, &rev); err != nil {
-		return nil, err
-	}
-	if err := events.UpcastLane(&rev); err != nil {
-		return nil, errorf(ErrMalformed, "%v", err)
+	if m.rev != nil && m.rev.Lane != nil {
+		rev = *m.rev.Lane // decoded by the gate
+	} else {
+		if err := decodeStrict(m.data, &rev); err != nil {
+			return nil, err
+		}
+		if err := events.UpcastLane(&rev); err != nil {
+			return nil, errorf(ErrMalformed, "%v", err)
+		}
 	}
 	last := rf.chain[m.key]
 	if rev.Chained() {
@@ -475,7 +479,7 @@ func (p *Projector) rows(ctx context.Context, f Filter, until uint64, fn func(*R
 	}
 	rf := newRowFold(f, fn)
 	if until > 0 {
-		if err := p.read(ctx, s, 1, until, rf.apply); err != nil {
+		if err := p.readVerified(ctx, s, 1, until, p.verifierFrom(1), rf.apply); err != nil {
 			return 0, err
 		}
 	}
@@ -498,7 +502,7 @@ func (p *Projector) MetadataKeys(ctx context.Context, f Filter) ([]string, uint6
 	rf := newRowFold(f, nil)
 	rf.keys = map[string]struct{}{}
 	if last > 0 {
-		if err := p.read(ctx, s, 1, last, rf.collectKeys); err != nil {
+		if err := p.readVerified(ctx, s, 1, last, p.verifierFrom(1), rf.collectKeys); err != nil {
 			return nil, 0, err
 		}
 	}

@@ -8,62 +8,134 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spendgate/spendgate/internal/gate"
 	"github.com/spendgate/spendgate/streams"
 )
 
-// parseAhead is how many messages readParsed parses ahead of the fold.
+// parseAhead is how many messages readVerified inspects ahead of the fold.
 const parseAhead = 256
 
-// readParsed is read with every lane revision parsed ahead of fn, by one
-// worker per CPU: decoding is most of a replay's work and needs nothing
-// of the State, while fn still sees the messages one at a time, in
-// stream order, on one goroutine.
-func (p *Projector) readParsed(ctx context.Context, s jetstream.Stream, from, until uint64, fn func(message) error) error {
-	type job struct {
-		m    message
-		done chan struct{}
+// verifier is what every fold of the projector reads through: the gate a
+// replica uses (package gate), with the heads of the fold it feeds. No fold
+// here interprets a message the gate has not passed.
+type verifier struct {
+	g *gate.Gate
+	h *gate.Heads
+	// rejected, if set, is told of every message the gate refuses, in
+	// stream order.
+	rejected func(*gate.Rejection)
+}
+
+// newGate returns a gate as the projector's options say: checking
+// signatures against the ledger's trust, anchored in the keys Verifying
+// named (none: the ledger's first trust revision is trusted on first
+// use), or none with Unverified.
+func (p *Projector) newGate() *gate.Gate {
+	if p.unverified {
+		return gate.NewUnverified(p.layout)
 	}
-	work := make(chan *job, parseAhead)
+	return gate.New(p.layout, p.trust)
+}
+
+// verifierFrom returns a verifier for a fold that starts at seq from,
+// knowing no head before it (see gate.NewHeadsAfter).
+func (p *Projector) verifierFrom(from uint64) *verifier {
+	h := gate.NewHeads()
+	if from > 1 {
+		h = gate.NewHeadsAfter(from - 1)
+	}
+	return &verifier{g: p.newGate(), h: h}
+}
+
+// inspected is a message with the gate's verdict on what needs no heads,
+// taken ahead of the fold.
+type inspected struct {
+	m    message
+	rev  *gate.Revision
+	rej  *gate.Rejection
+	done chan struct{}
+}
+
+// readVerified hands fn, in stream order on one goroutine, every revision
+// of the stream from seq from to until (0: follow until ctx ends) that
+// passes v's gate, decoded (message.rev). Lane revisions are inspected
+// ahead of the fold by one worker per CPU: the signature and the decode
+// are most of a replay's work and need no heads; the chain is checked in
+// order. A message under any other key is inspected in order, after
+// everything before it is folded, so that a trust revision's verdict
+// applies to what follows it. A revision that passes late (it had blocked
+// its key until a trust revision trusted its signer) is handed to fn with
+// late set, right after that trust revision. A read that follows the stream
+// (until 0) inspects every message in order.
+func (p *Projector) readVerified(ctx context.Context, s jetstream.Stream, from, until uint64, v *verifier, fn func(message) error) error {
+	work := make(chan *inspected, parseAhead)
 	var wg sync.WaitGroup
 	for i := 0; i < runtime.GOMAXPROCS(0); i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for j := range work {
-				rev, err := parseLane(j.m.data)
-				j.m.parsed = &parsedLane{rev, err}
+				j.rev, j.rej = v.g.Inspect(j.m.gateMsg())
 				close(j.done)
 			}
 		}()
 	}
 	defer func() { close(work); wg.Wait() }()
-	var queue []*job // in stream order
+	var queue []*inspected // in stream order
 	stopped := false
-	call := func(m message) error {
-		err := fn(m)
-		if errors.Is(err, errStop) {
-			stopped = true
+	fold := func(j *inspected) error {
+		var passed []*gate.Revision
+		rej := j.rej
+		if rej == nil {
+			passed, rej = v.g.Admit(v.h, j.rev)
 		}
-		return err
+		if rej != nil {
+			if v.g.Skip(v.h, rej) && v.rejected != nil {
+				v.rejected(rej)
+			}
+			return nil
+		}
+		for _, r := range passed {
+			m := j.m
+			m.rev = r
+			if r.Seq != j.m.seq {
+				m = message{seq: r.Seq, key: r.Key, data: r.Data, at: j.m.at, rev: r, late: true}
+			}
+			err := fn(m)
+			if errors.Is(err, errStop) {
+				stopped = true
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	next := func() error {
 		j := queue[0]
 		queue[0] = nil
 		queue = queue[1:]
 		<-j.done
-		return call(j.m)
+		return fold(j)
 	}
 	err := p.read(ctx, s, from, until, func(m message) error {
-		if !streams.IsLaneKey(m.key) {
-			// Flush what is queued first: order matters.
+		if stopped {
+			return errStop
+		}
+		if !streams.IsLaneKey(m.key) || until == 0 {
+			// Flush what is queued first: order matters. A read that
+			// follows the stream (until 0) inspects in order: a message
+			// queued ahead would wait for the next one to be folded.
 			for len(queue) > 0 {
 				if err := next(); err != nil {
 					return err
 				}
 			}
-			return call(m)
+			j := &inspected{m: m}
+			j.rev, j.rej = v.g.Inspect(m.gateMsg())
+			return fold(j)
 		}
-		j := &job{m: m, done: make(chan struct{})}
+		j := &inspected{m: m, done: make(chan struct{})}
 		work <- j
 		queue = append(queue, j)
 		if len(queue) >= parseAhead {
@@ -84,4 +156,9 @@ func (p *Projector) readParsed(ctx context.Context, s jetstream.Stream, from, un
 		}
 	}
 	return err
+}
+
+// gateMsg is m as the gate takes it.
+func (m message) gateMsg() *gate.Message {
+	return &gate.Message{Seq: m.seq, Subject: m.subject, Header: m.header, Data: m.data, At: m.at}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spendgate/spendgate/internal/gate"
 	"github.com/spendgate/spendgate/signing"
 	"github.com/spendgate/spendgate/streams"
 )
@@ -19,8 +20,12 @@ import (
 type Projector struct {
 	js     jetstream.JetStream
 	layout streams.Layout
-	// trust: see Verifying.
-	trust *signing.KeySet
+	// trust: see Verifying; unverified: see Unverified.
+	trust      *signing.KeySet
+	unverified bool
+	// v is the verifier of state's fold: CatchUp starts it, Run goes on
+	// with it.
+	v *verifier
 
 	mu    sync.Mutex
 	state *State
@@ -41,15 +46,21 @@ func New(js jetstream.JetStream, layout streams.Layout, opts ...Option) *Project
 // Option configures a Projector.
 type Option func(*Projector)
 
-// Verifying makes the Projector read only the revisions that ks accepts
-// (signing.KeySet.Verify), as a replica does: any other is skipped, in
-// every fold (CatchUp, Run, ReplayUntil, Rows, MetadataKeys). Check
-// reports what it skips (see WithTrust); these folds do not. Without it
-// signatures are not checked. Either way a revision that does not decode
-// or breaks its key's chain is skipped by CatchUp, Run and ReplayUntil, as
-// replicas skip it.
+// Verifying makes ks the anchor of every fold's gate (CatchUp, Run,
+// ReplayUntil, Rows, MetadataKeys): the keys that vouch for the ledger's
+// first trust revision (see package gate). Every fold reads only what the
+// gate passes, as a replica does; Check reports what it skips (see
+// WithTrust), these folds do not. Without it (and without Unverified) the
+// ledger's first trust revision is trusted on first use.
 func Verifying(ks *signing.KeySet) Option {
 	return func(p *Projector) { p.trust = ks }
+}
+
+// Unverified makes every fold's gate check no signature: what a tool told
+// --unverified in so many words reads. Decoding and chains are still
+// checked.
+func Unverified() Option {
+	return func(p *Projector) { p.unverified = true }
 }
 
 // applySkipping folds m into st, skipping (as a replica does) a revision
@@ -97,13 +108,18 @@ var errStop = errors.New("projector: stop")
 
 // message is what a read hands to its fold.
 type message struct {
-	seq    uint64
-	key    string
-	header nats.Header
-	data   []byte
-	at     time.Time
-	// parsed is the lane revision parsed ahead (readParsed), or nil.
-	parsed *parsedLane
+	seq     uint64
+	subject string
+	key     string
+	header  nats.Header
+	data    []byte
+	at      time.Time
+	// rev is the revision as the gate passed it (readVerified), or nil
+	// for a raw read.
+	rev *gate.Revision
+	// late: rev passed after the revisions that followed it in the stream
+	// (it blocked its key until a trust revision trusted its signer).
+	late bool
 }
 
 // stream returns the ledger stream handle and its last sequence as of now.
@@ -116,8 +132,9 @@ func (p *Projector) stream(ctx context.Context) (jetstream.Stream, uint64, error
 }
 
 // read hands every message of the stream with sequence from..until to fn
-// (those the archive holds, if there is one, from the archive),
-// in stream order, through an ordered consumer. until == 0 means follow the
+// (those the archive holds, if there is one, from the archive), raw, in
+// stream order, through an ordered consumer: a fold reads through
+// readVerified, which passes each through the gate first. until == 0 means follow the
 // stream until ctx ends (then read returns nil). A finite read also ends
 // when the consumer reports nothing pending (a trailing gap). fn returning
 // errStop ends the read with nil; any other error ends it with that error.
@@ -127,13 +144,7 @@ func (p *Projector) read(ctx context.Context, s jetstream.Stream, from, until ui
 		if until != 0 {
 			end = min(end, until)
 		}
-		verified := func(m message) error {
-			if (streams.IsLaneKey(m.key) || streams.IsBudgetKey(m.key)) && p.trust.Verify(m.key, m.seq, m.header, m.data) != "" {
-				return nil // as from the stream: skipped unseen
-			}
-			return fn(m)
-		}
-		if err := a.eachArchived(p.layout.StreamName(), p.layout, from, end, verified); err != nil {
+		if err := a.eachArchived(p.layout.StreamName(), p.layout, from, end, fn); err != nil {
 			if errors.Is(err, errStop) {
 				return nil
 			}
@@ -173,13 +184,8 @@ func (p *Projector) read(ctx context.Context, s jetstream.Stream, from, until ui
 		if until != 0 && seq > until {
 			return nil
 		}
-		key, ok := p.layout.KeyOf(msg.Subject())
-		if !ok {
-			return fmt.Errorf("projector: seq %d: subject %q is outside the ledger's keys", seq, msg.Subject())
-		}
-		if (streams.IsLaneKey(key) || streams.IsBudgetKey(key)) && p.trust.Verify(key, seq, msg.Headers(), msg.Data()) != "" {
-			// Not a revision a replica folds: skipped unseen.
-		} else if err := fn(message{seq: seq, key: key, header: msg.Headers(), data: msg.Data(), at: meta.Timestamp}); err != nil {
+		key, _ := p.layout.KeyOf(msg.Subject())
+		if err := fn(message{seq: seq, subject: msg.Subject(), key: key, header: msg.Headers(), data: msg.Data(), at: meta.Timestamp}); err != nil {
 			if errors.Is(err, errStop) {
 				return nil
 			}
@@ -215,13 +221,14 @@ func (p *Projector) CatchUp(ctx context.Context, opts ...CheckOption) (*State, e
 		return nil, err
 	}
 	st := o.newState()
+	v := p.verifierFrom(1)
 	if last > 0 {
-		if err := p.read(ctx, s, 1, last, func(m message) error {
+		if err := p.readVerified(ctx, s, 1, last, v, func(m message) error {
 			if o.progress != nil {
 				o.progress(m.seq, last)
 			}
 			st.advance(m.at)
-			return applySkipping(st, m)
+			return applyPassed(st, m)
 		}); err != nil {
 			return nil, err
 		}
@@ -229,6 +236,7 @@ func (p *Projector) CatchUp(ctx context.Context, opts ...CheckOption) (*State, e
 	p.mu.Lock()
 	if st.Position() >= p.state.Position() {
 		p.state = st.Clone()
+		p.v = v
 	}
 	p.mu.Unlock()
 	return st, nil
@@ -251,11 +259,15 @@ func (p *Projector) Run(ctx context.Context) error {
 	}
 	p.mu.Lock()
 	from := p.state.Position() + 1
+	v := p.v
 	p.mu.Unlock()
-	return p.read(ctx, s, from, 0, func(m message) error {
+	if v == nil {
+		v = p.verifierFrom(from)
+	}
+	return p.readVerified(ctx, s, from, 0, v, func(m message) error {
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		return applySkipping(p.state, m)
+		return applyPassed(p.state, m)
 	})
 }
 
@@ -281,7 +293,7 @@ func (p *Projector) ReplayUntil(ctx context.Context, t time.Time, opts ...CheckO
 	if last == 0 {
 		return st, nil
 	}
-	if err := p.read(ctx, s, 1, last, func(m message) error {
+	if err := p.readVerified(ctx, s, 1, last, p.verifierFrom(1), func(m message) error {
 		if m.at.After(t) {
 			return errStop
 		}
@@ -289,7 +301,7 @@ func (p *Projector) ReplayUntil(ctx context.Context, t time.Time, opts ...CheckO
 			o.progress(m.seq, last)
 		}
 		st.advance(m.at)
-		return applySkipping(st, m)
+		return applyPassed(st, m)
 	}); err != nil {
 		return nil, err
 	}

@@ -183,6 +183,20 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 		<-r.done
 		return nil, errors.New("service: ledger fold did not finish in time")
 	}
+	// Who may write is the ledger's: this replica's own trusted keys are
+	// merged into the ledger's trust revision (the first one, if the
+	// ledger has none), and a replica whose key the ledger does not trust
+	// refuses to start rather than write revisions every replica skips.
+	if _, err := l.PublishTrust(ctx, l.Gate().Anchor(), cfg.Now()); err != nil {
+		cancel()
+		<-r.done
+		return nil, fmt.Errorf("service: writing this replica's trusted keys into the ledger: %w", err)
+	}
+	if err := l.CheckWriter(); err != nil {
+		cancel()
+		<-r.done
+		return nil, fmt.Errorf("service: %w", err)
+	}
 	r.reportd = make(chan struct{})
 	if cfg.Reports {
 		ropts := append([]projector.AggregatorOption{projector.WithAggregatorLogger(cfg.Log)}, cfg.ReportOptions...)

@@ -44,7 +44,32 @@ const (
 	// ReasonChain: a revision that does not follow the last valid revision
 	// of its key (a gap or a fork).
 	ReasonChain Reason = "chain"
+	// ReasonRetiredKey: signed by a key retired before this revision's
+	// sequence (what rotation leaves behind: anything it signs later is
+	// skipped like garbage).
+	ReasonRetiredKey Reason = "retired-key"
+	// ReasonDistrustedKey: signed by a key the ledger's trust revision
+	// names as no writer.
+	ReasonDistrustedKey Reason = "distrusted-key"
+	// ReasonUnknownKey: a message under a key (or a subject) that is no
+	// key this code folds.
+	ReasonUnknownKey Reason = "unknown-key"
+	// ReasonOldLayout: a balance key written as a KV key, the layout
+	// before lanes.
+	ReasonOldLayout Reason = "old-layout"
+	// ReasonWrongLane: a lane revision naming a balance that belongs to
+	// another lane (a writer with another lane count), or a lane key this
+	// layout does not have.
+	ReasonWrongLane Reason = "wrong-lane"
+	// ReasonInvalid: a revision that decodes but that no writer of this
+	// ledger could have written (a time zone that does not load, a trust
+	// revision that lists a key that is not a public nkey).
+	ReasonInvalid Reason = "invalid"
 )
+
+// Reasons lists every Reason, in the order they are checked.
+var Reasons = []Reason{ReasonUnknownKey, ReasonUnsigned, ReasonDistrustedKey, ReasonRetiredKey, ReasonUntrustedKey,
+	ReasonBadSignature, ReasonOldLayout, ReasonMalformed, ReasonWrongLane, ReasonInvalid, ReasonReplay, ReasonChain}
 
 // domain separates revision signatures from any other use of the key.
 const domain = "spendgate.revision.v1\n"
@@ -104,7 +129,10 @@ func LoadSigner(path string) (*Signer, error) {
 
 // LoadOrCreate returns the Signer of the seed at path, creating a new user
 // nkey seed there (mode 0600, its directory 0700) if the file does not
-// exist. created reports whether it did.
+// exist. created reports whether it did. Processes that start at once on
+// one path share one key: the seed is written to a temporary file and
+// linked into place, so a reader never sees half a seed and exactly one
+// creator wins; the others load the winner's.
 func LoadOrCreate(path string) (s *Signer, created bool, err error) {
 	if _, err := os.Stat(path); err == nil {
 		s, err := LoadSigner(path)
@@ -123,8 +151,14 @@ func LoadOrCreate(path string) (s *Signer, created bool, err error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, false, fmt.Errorf("signing: key: %w", err)
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err := os.CreateTemp(filepath.Dir(path), ".signing-*.tmp")
 	if err != nil {
+		return nil, false, fmt.Errorf("signing: key: %w", err)
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
 		return nil, false, fmt.Errorf("signing: key: %w", err)
 	}
 	if _, err := f.Write(append(seed, '\n')); err != nil {
@@ -132,6 +166,12 @@ func LoadOrCreate(path string) (s *Signer, created bool, err error) {
 		return nil, false, fmt.Errorf("signing: key: %w", err)
 	}
 	if err := f.Close(); err != nil {
+		return nil, false, fmt.Errorf("signing: key: %w", err)
+	}
+	if err := os.Link(tmp, path); errors.Is(err, os.ErrExist) {
+		s, err := LoadSigner(path) // another process created it first
+		return s, false, err
+	} else if err != nil {
 		return nil, false, fmt.Errorf("signing: key: %w", err)
 	}
 	s, err = NewSigner(seed)
@@ -175,6 +215,8 @@ type trusted struct {
 type KeySet struct {
 	keys          map[string]trusted
 	unsignedUntil uint64
+	// distrusted names keys known not to be writers (see Distrusted).
+	distrusted map[string]bool
 }
 
 // Key is one entry of a KeySet: a public nkey and, for a retired key, the
@@ -212,22 +254,70 @@ func NewKeySet(keys []Key, unsignedUntil uint64) (*KeySet, error) {
 //
 //	UABC...              a public nkey trusted to sign
 //	UABC... until=SEQ    a retired key: trusted up to stream sequence SEQ
+//	UABC... distrusted   a key known not to be a writer: what it signs is
+//	                     skipped as garbage (it never blocks a key; see
+//	                     package gate)
 //	unsigned until=SEQ   unsigned revisions accepted up to SEQ (history
 //	                     written before signing was turned on)
 //	PATH                 a file holding such entries, one per line
 //
 // Blank lines and lines starting with # are ignored. The set must name at
-// least one key.
+// least one trusted key.
 func ParseKeys(spec string) (*KeySet, error) {
 	var unsigned uint64
-	keys, err := parseEntries(spec, true, &unsigned)
+	distrusted := map[string]bool{}
+	keys, err := parseEntries(spec, true, &unsigned, distrusted)
 	if err != nil {
 		return nil, err
 	}
-	return NewKeySet(keys, unsigned)
+	ks, err := NewKeySet(keys, unsigned)
+	if err != nil {
+		return nil, err
+	}
+	return ks.WithDistrusted(sortedKeys(distrusted)...)
 }
 
-func parseEntries(spec string, files bool, unsigned *uint64) ([]Key, error) {
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// WithDistrusted returns a copy of ks that also names pubs as distrusted:
+// keys known not to be writers. A key cannot be both trusted and
+// distrusted.
+func (ks *KeySet) WithDistrusted(pubs ...string) (*KeySet, error) {
+	if len(pubs) == 0 {
+		return ks, nil
+	}
+	out := &KeySet{keys: ks.keys, unsignedUntil: ks.unsignedUntil, distrusted: map[string]bool{}}
+	for d := range ks.distrusted {
+		out.distrusted[d] = true
+	}
+	for _, p := range pubs {
+		if !nkeys.IsValidPublicKey(p) {
+			return nil, fmt.Errorf("signing: distrusted %q is not a public nkey", p)
+		}
+		if _, ok := ks.keys[p]; ok {
+			return nil, fmt.Errorf("signing: %s is both trusted and distrusted", p)
+		}
+		out.distrusted[p] = true
+	}
+	return out, nil
+}
+
+// Distrusted returns the keys the set names as distrusted, sorted.
+func (ks *KeySet) Distrusted() []string {
+	if ks == nil {
+		return nil
+	}
+	return sortedKeys(ks.distrusted)
+}
+
+func parseEntries(spec string, files bool, unsigned *uint64, distrusted map[string]bool) ([]Key, error) {
 	var out []Key
 	// A list splits at commas and newlines, a file at newlines only (a
 	// comment may hold a comma).
@@ -246,7 +336,7 @@ func parseEntries(spec string, files bool, unsigned *uint64) ([]Key, error) {
 			if err != nil {
 				return nil, fmt.Errorf("signing: trusted keys: %q is neither a public nkey nor a readable file: %w", fields[0], err)
 			}
-			keys, err := parseEntries(string(b), false, unsigned)
+			keys, err := parseEntries(string(b), false, unsigned, distrusted)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", fields[0], err)
 			}
@@ -254,10 +344,14 @@ func parseEntries(spec string, files bool, unsigned *uint64) ([]Key, error) {
 			continue
 		}
 		var until uint64
+		if len(fields) == 2 && fields[1] == "distrusted" && fields[0] != "unsigned" {
+			distrusted[fields[0]] = true
+			continue
+		}
 		for _, f := range fields[1:] {
 			v, ok := strings.CutPrefix(f, "until=")
 			if !ok {
-				return nil, fmt.Errorf("signing: %q: unknown option %q (want until=SEQ)", fields[0], f)
+				return nil, fmt.Errorf("signing: %q: unknown option %q (want until=SEQ or distrusted)", fields[0], f)
 			}
 			n, err := strconv.ParseUint(v, 10, 64)
 			if err != nil || n == 0 {
@@ -347,11 +441,56 @@ func (ks *KeySet) Verify(key string, seq uint64, h nats.Header, data []byte) Rea
 	return ""
 }
 
+// Lookup returns the retirement sequence of pub (0: not retired) and
+// whether the set lists it at all.
+func (ks *KeySet) Lookup(pub string) (until uint64, ok bool) {
+	if ks == nil {
+		return 0, false
+	}
+	t, ok := ks.keys[pub]
+	return t.until, ok
+}
+
+// VerifyBy checks the signature headers h of a revision of key with
+// payload data against the public key they name, whoever it is: it
+// reports whether that key signed exactly these bytes, and names the key
+// ("" when h carries no signature). A KeySet decides whether the key may
+// sign; VerifyBy only whether it did.
+func VerifyBy(key string, h nats.Header, data []byte) (signer string, ok bool) {
+	pub, sig := h.Get(streams.HeaderSigKey), h.Get(streams.HeaderSig)
+	if pub == "" && sig == "" {
+		return "", false
+	}
+	if !nkeys.IsValidPublicKey(pub) {
+		return pub, false
+	}
+	raw, err := nkeys.Decode(nkeys.Prefix(pub), []byte(pub))
+	if err != nil || len(raw) != ed25519.PublicKeySize {
+		return pub, false
+	}
+	s, err := base64.RawURLEncoding.DecodeString(sig)
+	if err != nil || len(s) != ed25519.SignatureSize {
+		return pub, false
+	}
+	bp := inputPool.Get().(*[]byte)
+	in := append((*bp)[:0], domain...)
+	in = append(in, key...)
+	in = append(in, '\n')
+	in = append(in, data...)
+	ok = ed25519.Verify(ed25519.PublicKey(raw), in, s)
+	*bp = in
+	inputPool.Put(bp)
+	return pub, ok
+}
+
 // String lists the set as ParseKeys reads it, one entry per line.
 func (ks *KeySet) String() string {
 	var b bytes.Buffer
 	if u := ks.UnsignedUntil(); u != 0 {
 		fmt.Fprintf(&b, "unsigned until=%d\n", u)
+	}
+	for _, d := range ks.Distrusted() {
+		fmt.Fprintf(&b, "%s distrusted\n", d)
 	}
 	for _, k := range ks.Keys() {
 		b.WriteString(k.Public)

@@ -392,6 +392,16 @@ const (
 	defaultFamily = "default"
 )
 
+// TrustKey is the key of the ledger's trust revisions: the public keys
+// that may sign its revisions (events.TrustRevision).
+const TrustKey = "trust"
+
+// IsTrustKey reports whether key is the trust key.
+func IsTrustKey(key string) bool { return key == TrustKey }
+
+// TrustKeyFilter matches the trust key's subject.
+func (l Layout) TrustKeyFilter() string { return l.KeyPrefix() + TrustKey }
+
 // DefaultKey is "default.<kind>.<period>": the key of the default budget of
 // a scope kind for a period.
 func DefaultKey(kind string, p events.Period) string {
@@ -511,6 +521,13 @@ func IsBalanceKey(key string) bool { return strings.HasPrefix(key, balanceFamily
 
 // IsLaneKey reports whether key is a lane key.
 func IsLaneKey(key string) bool { return strings.HasPrefix(key, laneFamily+".") }
+
+// HasLane reports whether key is one of this layout's lane keys exactly
+// ("lane.<n>", n below Lanes, in its canonical spelling).
+func (l Layout) HasLane(key string) bool {
+	n, err := strconv.Atoi(strings.TrimPrefix(key, laneFamily+"."))
+	return IsLaneKey(key) && err == nil && n >= 0 && n < max(l.c.Lanes, 1) && laneNames[n] == key
+}
 
 // Service subjects, under the prefix.
 const (

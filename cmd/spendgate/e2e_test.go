@@ -126,8 +126,10 @@ func e2eAdmitsServed(t *testing.T, nc *nats.Conn, instances int) map[string]int 
 // (lane.v2 chains) within a few rounds.
 func TestServe_TwoProcessesHotBudget(t *testing.T) {
 	env := testenv.New(t)
+	// One data dir: both sign with its key, which the ledger trusts.
+	dir := t.TempDir()
 	for i := 0; i < 2; i++ {
-		startProc(t, true, "serve", "--nats-url", env.URL(), "--replicas", "1", "--sweep-interval", "1m")
+		startProc(t, true, "serve", "--nats-url", env.URL(), "--replicas", "1", "--sweep-interval", "1m", "--data-dir", dir)
 	}
 	nc := connect(t, env.URL())
 	testenv.WaitFor(t, 15*time.Second, "two spendgate instances", func() bool { return serviceCount(t, nc) == 2 })

@@ -51,16 +51,11 @@ func loadReplicaKeys(ctx context.Context, log *slog.Logger, js jetstream.JetStre
 		}
 		k.signer = s
 	} else {
-		if k.keyPath == "" && !embeddedServer {
-			// No data dir of its own: a key that lives as long as the
-			// process (the replica trusts whatever --trusted-keys says).
-			s, err := signing.NewEphemeral()
-			if err != nil {
-				return nil, err
-			}
-			k.signer = s
-			log.Warn("signing with a key that lives only in this process: pass --signing-key (see the README, Securing spendgate: Keys)", "public_key", s.PublicKey())
-		} else if k.keyPath == "" {
+		if k.keyPath == "" {
+			// The data dir's key, with the embedded server or not:
+			// replicas started from one directory share it (and so trust
+			// each other); a replica elsewhere makes its own, which the
+			// ledger's trusted keys must name before it may write.
 			k.keyPath = filepath.Join(dataDir, signingKeyFile)
 			s, created, err := signing.LoadOrCreate(k.keyPath)
 			if err != nil {
@@ -97,7 +92,7 @@ func loadReplicaKeys(ctx context.Context, log *slog.Logger, js jetstream.JetStre
 		}
 		k.trust = ks
 	} else {
-		log.Warn("revision signatures are not verified: pass --trusted-keys (see the README, Securing spendgate: Keys)")
+		log.Warn("no trusted keys of this replica's own: it follows the ledger's trusted keys (the first replica to write them is trusted on first use); pass --trusted-keys (see the README, Securing spendgate: Keys)")
 	}
 	log.Info("revision signing", "public_key", k.signer.PublicKey(), "trusted_keys", len(k.trust.Keys()), "unsigned_until", k.trust.UnsignedUntil())
 	return k, nil

@@ -223,7 +223,7 @@ func TestSecure_KeyRotationSIGHUP(t *testing.T) {
 	admit()
 	code, out = cli("audit", "check", "--trusted-keys", trusted)
 	require.Equal(t, 1, code)
-	require.Contains(t, string(out), fmt.Sprintf("seq %d lane.0: skipped, untrusted-key", seq))
+	require.Contains(t, string(out), fmt.Sprintf("seq %d lane.0: skipped, retired-key", seq))
 	testenv.WaitFor(t, 10*time.Second, "the replica logs the skip", func() bool {
 		return strings.Contains(p.out.String(), "revision skipped")
 	})

@@ -78,7 +78,32 @@ func (s *syncBuffer) String() string {
 // test end if still running.
 func startProc(t *testing.T, waitReady bool, args ...string) *proc {
 	t.Helper()
+	return startProcIn(t, testDir(t), waitReady, args...)
+}
+
+// testDirs holds each test's working directory for its processes.
+var testDirs sync.Map
+
+// testDir returns the working directory of t's processes: a temporary
+// directory of its own, shared by every process the test starts, so that
+// a default --data-dir (and the signing key in it) is never the
+// repository's and is the same for all of them.
+func testDir(t *testing.T) string {
+	if d, ok := testDirs.Load(t); ok {
+		return d.(string)
+	}
+	d := t.TempDir()
+	testDirs.Store(t, d)
+	t.Cleanup(func() { testDirs.Delete(t) })
+	return d
+}
+
+// startProcIn is startProc with the process's working directory dir,
+// where its default --data-dir lives.
+func startProcIn(t *testing.T, dir string, waitReady bool, args ...string) *proc {
+	t.Helper()
 	p := &proc{cmd: exec.Command(binPath, args...), out: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd.Dir = dir
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	require.NoError(t, p.cmd.Start())
 	go func() { p.err = p.cmd.Wait(); close(p.done) }()

@@ -76,8 +76,8 @@ func serve(args []string) int {
 	trimmable := fs.Bool("trimmable", false, "create the ledger stream so that spendgate audit trim may drop archived history (only when the stream is created)")
 	readyTimeout := fs.Duration("ready-timeout", time.Minute, "how long the replica may take to fold the ledger stream at start")
 	maxInflight := fs.Int("max-inflight", service.MaxInFlight, "requests this replica handles at once; beyond it callers get ledger_busy at once")
-	signingKey := fs.String("signing-key", "", "nkey seed file that signs this replica's revisions (or the seed itself in $"+envSigningSeed+"; default with the embedded server <data-dir>/"+signingKeyFile+", created on first start; with --nats-url a key kept only in memory); re-read on SIGHUP")
-	trustedKeys := fs.String("trusted-keys", "", "public keys whose revisions this replica folds: keys or files of keys, comma-separated (default with the embedded server <data-dir>/"+trustedKeysFile+", created on first start; with --nats-url none: signatures are not checked); re-read on SIGHUP")
+	signingKey := fs.String("signing-key", "", "nkey seed file that signs this replica's revisions (or the seed itself in $"+envSigningSeed+"; default <data-dir>/"+signingKeyFile+", created on first start: replicas started from one data dir share it); re-read on SIGHUP")
+	trustedKeys := fs.String("trusted-keys", "", "this replica's own trusted keys, merged into the ledger's at start and on SIGHUP: keys or files of keys, comma-separated (default with the embedded server <data-dir>/"+trustedKeysFile+", created on first start; with --nats-url none: the ledger's trusted keys are followed, the first written trusted on first use)")
 	config.AddFileFlag(fs)
 	var logging config.Logging
 	logging.AddFlags(fs)
@@ -261,10 +261,23 @@ wait:
 				log.Error("SIGHUP: keys not reloaded; the old ones stay in use", "err", err)
 				continue
 			}
-			// Trust first: the new set is in force before anything is
-			// signed with a new key.
+			// Trust first: the new set is merged into the ledger's before
+			// anything is signed with a new key.
 			r.Ledger.SetTrust(keys.trust)
+			pctx, pcancel := context.WithTimeout(ctx, 30*time.Second)
+			_, err = r.Ledger.PublishTrust(pctx, keys.trust, time.Now())
+			pcancel()
+			if err != nil {
+				log.Error("SIGHUP: the trusted keys could not be written into the ledger; the old signing key stays in use", "err", err)
+				continue
+			}
+			old := r.Ledger.Signer()
 			r.Ledger.SetSigner(keys.signer)
+			if err := r.Ledger.CheckWriter(); err != nil {
+				r.Ledger.SetSigner(old)
+				log.Error("SIGHUP: the ledger does not trust the new signing key; the old one stays in use", "err", err)
+				continue
+			}
 			log.Info("SIGHUP: keys reloaded", "changed", changed, "public_key", keys.signer.PublicKey(), "trusted_keys", len(keys.trust.Keys()), "unsigned_until", keys.trust.UnsignedUntil())
 		case <-ctx.Done():
 			log.Info("shutting down: answering requests in flight")

@@ -1,0 +1,258 @@
+package gate_test
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/gate"
+	"github.com/spendgate/spendgate/signing"
+	"github.com/spendgate/spendgate/streams"
+)
+
+var (
+	t0  = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	bal = events.BalanceRef{Scope: "org:g", Period: events.PeriodMonth, Instance: "2026-12"}
+)
+
+// fixture is a stream being folded through one gate: write appends a
+// message and checks it.
+type fixture struct {
+	t      *testing.T
+	layout streams.Layout
+	g      *gate.Gate
+	h      *gate.Heads
+	seq    uint64
+	// last payload per key, to chain the next revision.
+	last map[string][]byte
+	prev map[string]uint64
+}
+
+func newFixture(t *testing.T, anchor *signing.KeySet) *fixture {
+	layout := streams.Default()
+	return &fixture{t: t, layout: layout, g: gate.New(layout, anchor), h: gate.NewHeads(), last: map[string][]byte{}, prev: map[string]uint64{}}
+}
+
+func signer(t *testing.T) *signing.Signer {
+	s, err := signing.NewEphemeral()
+	require.NoError(t, err)
+	return s
+}
+
+func keys(t *testing.T, pubs ...string) *signing.KeySet {
+	var ks []signing.Key
+	for _, p := range pubs {
+		ks = append(ks, signing.Key{Public: p})
+	}
+	set, err := signing.NewKeySet(ks, 0)
+	require.NoError(t, err)
+	return set
+}
+
+// lane returns a lane revision chained to the key's last written payload.
+func (f *fixture) lane(id string) (string, []byte) {
+	key := f.layout.LaneKey(bal)
+	c := events.Chain{Prev: f.prev[key]}
+	if d := f.last[key]; d != nil {
+		c.PrevHash = events.HashPayload(d)
+	}
+	rev := events.LaneRevision{Schema: events.SchemaLane, Chain: c, Balances: []events.BalanceRevision{{
+		Schema: events.SchemaBalance, Balance: bal, Unit: "USD", Limit: events.MustMoney("1"),
+		Spent: events.Zero, Reserved: events.MustMoney("0.1"), Overrun: events.Zero, Open: 1,
+		Events: events.Events{events.ReservationOpened{ReservationID: id, RequestID: id, RequestHash: "h", Balance: bal,
+			Amount: events.MustMoney("0.1"), Unit: "USD", Balances: []events.BalanceRef{bal}, ExpiresAt: t0.Add(time.Hour), At: t0}},
+	}}}
+	data, err := rev.AppendJSON(nil)
+	require.NoError(f.t, err)
+	return key, data
+}
+
+func (f *fixture) trust(by *signing.Signer, pubs ...string) (string, []byte) {
+	key := streams.TrustKey
+	c := events.Chain{Prev: f.prev[key]}
+	if d := f.last[key]; d != nil {
+		c.PrevHash = events.HashPayload(d)
+	}
+	rev := events.TrustRevision{Schema: events.SchemaTrust, Chain: c, By: by.PublicKey(), At: t0}
+	for _, p := range pubs {
+		rev.Keys = append(rev.Keys, events.TrustedKey{Public: p})
+	}
+	data, err := json.Marshal(rev)
+	require.NoError(f.t, err)
+	return key, data
+}
+
+// write appends data under key, signed by s (nil: unsigned), and checks it.
+// A revision that passes becomes what the key's next revision chains to.
+func (f *fixture) write(s *signing.Signer, key string, data []byte) ([]*gate.Revision, *gate.Rejection) {
+	f.seq++
+	h := nats.Header{}
+	if s != nil {
+		s.Sign(h, key, data)
+	}
+	passed, rej := f.g.Check(f.h, &gate.Message{Seq: f.seq, Subject: f.layout.Subject(key), Header: h, Data: data, At: t0})
+	for _, r := range passed {
+		f.last[r.Key], f.prev[r.Key] = data, r.Seq
+		if r.Key != key {
+			f.last[r.Key] = nil // not this payload: chain tests below re-read it
+		}
+	}
+	return passed, rej
+}
+
+func TestGate_Garbage(t *testing.T) {
+	f := newFixture(t, nil)
+	for key, want := range map[string]signing.Reason{
+		"balance.x": signing.ReasonOldLayout, "lane.7": signing.ReasonWrongLane, "lane.x": signing.ReasonWrongLane,
+		"nothing": signing.ReasonUnknownKey, "lane.0": signing.ReasonMalformed, "budget.org.a.month": signing.ReasonMalformed,
+		"pricing.m": signing.ReasonMalformed, "default.user.month": signing.ReasonMalformed, streams.TrustKey: signing.ReasonUnsigned,
+	} {
+		_, rej := f.write(nil, key, []byte("junk"))
+		require.NotNil(t, rej, key)
+		require.Equal(t, want, rej.Reason, key)
+	}
+	// Keys no writer writes leave nothing in the heads.
+	require.Zero(t, f.h.Rev("balance.x"))
+	require.Zero(t, f.h.Rev("nothing"))
+	require.NotZero(t, f.h.Rev("lane.0"), "a skipped lane revision is what the next write names")
+}
+
+func TestGate_ChainAndReplay(t *testing.T) {
+	f := newFixture(t, nil)
+	key, d1 := f.lane("a")
+	passed, rej := f.write(nil, key, d1)
+	require.Nil(t, rej)
+	require.Len(t, passed, 1)
+	_, d2 := f.lane("b")
+	_, rej = f.write(nil, key, d2)
+	require.Nil(t, rej)
+	// The first revision written again: a replay.
+	_, rej = f.write(nil, key, d1)
+	require.NotNil(t, rej)
+	require.Equal(t, signing.ReasonReplay, rej.Reason)
+	// An unchained (version 1) revision after chained ones: a replay too.
+	v1 := events.LaneRevision{Schema: events.SchemaLaneV1, Balances: []events.BalanceRevision{{Schema: events.SchemaBalance, Balance: bal,
+		Unit: "USD", Limit: events.MustMoney("1"), Spent: events.Zero, Reserved: events.Zero, Overrun: events.Zero, Events: events.Events{}}}}
+	data, err := json.Marshal(v1)
+	require.NoError(t, err)
+	_, rej = f.write(nil, key, data)
+	require.NotNil(t, rej)
+	require.Equal(t, signing.ReasonReplay, rej.Reason)
+	valid, _ := f.h.Valid(key)
+	require.EqualValues(t, 2, valid)
+	require.EqualValues(t, 4, f.h.Rev(key))
+}
+
+// TestGate_TrustFromTheLedger: the first trust revision passes when the
+// anchor trusts its signer; from then on the ledger decides who may sign,
+// and the anchor no longer does.
+func TestGate_TrustFromTheLedger(t *testing.T) {
+	a, b, c := signer(t), signer(t), signer(t)
+	f := newFixture(t, keys(t, a.PublicKey()))
+	// A trust revision by a key the anchor does not trust is garbage.
+	key, data := f.trust(c, c.PublicKey())
+	_, rej := f.write(c, key, data)
+	require.NotNil(t, rej)
+	require.Equal(t, signing.ReasonUntrustedKey, rej.Reason)
+	key, data = f.trust(a, a.PublicKey(), b.PublicKey())
+	passed, rej := f.write(a, key, data)
+	require.Nil(t, rej)
+	require.Len(t, passed, 1)
+	require.NoError(t, f.g.MayWrite(b.PublicKey(), f.seq))
+	require.Error(t, f.g.MayWrite(c.PublicKey(), f.seq))
+	lk, ld := f.lane("by-b")
+	_, rej = f.write(b, lk, ld)
+	require.Nil(t, rej, "b is trusted by the ledger, not by the anchor")
+	// Unsigned is refused once keys are checked.
+	_, ld = f.lane("unsigned")
+	_, rej = f.write(nil, lk, ld)
+	require.NotNil(t, rej)
+	require.Equal(t, signing.ReasonUnsigned, rej.Reason)
+}
+
+// TestGate_TrustOnFirstUse: with no anchor, the first trust revision passes
+// only from a key it lists itself.
+func TestGate_TrustOnFirstUse(t *testing.T) {
+	a, b := signer(t), signer(t)
+	f := newFixture(t, nil)
+	key, data := f.trust(a, b.PublicKey())
+	_, rej := f.write(a, key, data)
+	require.NotNil(t, rej)
+	key, data = f.trust(a, a.PublicKey())
+	_, rej = f.write(a, key, data)
+	require.Nil(t, rej)
+	require.Error(t, f.g.MayWrite(b.PublicKey(), f.seq))
+}
+
+// TestGate_UnknownSignerBlocksUntilTrusted: a chained revision validly
+// signed by a key the ledger does not know blocks its key (a writer must
+// not write over what may be a replica's acknowledged work); when a trust
+// revision adds the key, the blocked revisions pass, in order, and their
+// key follows them. How we know it can fail: without the block, the
+// revision is skipped and the next write lands over it (the old behaviour,
+// which lost the second replica's reservations).
+func TestGate_UnknownSignerBlocksUntilTrusted(t *testing.T) {
+	a, b := signer(t), signer(t)
+	f := newFixture(t, keys(t, a.PublicKey()))
+	key, data := f.trust(a, a.PublicKey())
+	_, rej := f.write(a, key, data)
+	require.Nil(t, rej)
+	lk, d1 := f.lane("by-b-1")
+	_, rej = f.write(b, lk, d1)
+	require.NotNil(t, rej)
+	require.Equal(t, signing.ReasonUntrustedKey, rej.Reason)
+	seq, who, blocked := f.h.Blocked(lk)
+	require.True(t, blocked)
+	require.Equal(t, f.seq, seq)
+	require.Equal(t, b.PublicKey(), who)
+	// b goes on: its next revision chains to its first one.
+	f.last[lk], f.prev[lk] = d1, f.seq
+	_, d2 := f.lane("by-b-2")
+	_, rej = f.write(b, lk, d2)
+	require.NotNil(t, rej)
+	key, data = f.trust(a, a.PublicKey(), b.PublicKey())
+	passed, rej := f.write(a, key, data)
+	require.Nil(t, rej)
+	require.Len(t, passed, 3, "the trust revision, then b's two revisions")
+	require.Equal(t, gate.KindTrust, passed[0].Kind)
+	require.Equal(t, []uint64{2, 3}, []uint64{passed[1].Seq, passed[2].Seq})
+	_, _, blocked = f.h.Blocked(lk)
+	require.False(t, blocked)
+	valid, _ := f.h.Valid(lk)
+	require.EqualValues(t, 3, valid)
+	require.EqualValues(t, 3, f.h.Rev(lk))
+}
+
+// TestGate_DistrustUnblocks: distrusting the unknown signer makes its
+// revisions garbage: the key is writable again and nothing of it passes.
+func TestGate_DistrustUnblocks(t *testing.T) {
+	a, b := signer(t), signer(t)
+	f := newFixture(t, keys(t, a.PublicKey()))
+	key, data := f.trust(a, a.PublicKey())
+	_, rej := f.write(a, key, data)
+	require.Nil(t, rej)
+	lk, d1 := f.lane("by-b")
+	_, rej = f.write(b, lk, d1)
+	require.NotNil(t, rej)
+	_, _, blocked := f.h.Blocked(lk)
+	require.True(t, blocked)
+	rev := events.TrustRevision{Schema: events.SchemaTrust, Chain: events.Chain{Prev: 1, PrevHash: events.HashPayload(data)},
+		Keys: []events.TrustedKey{{Public: a.PublicKey()}}, Distrusted: []string{b.PublicKey()}, By: a.PublicKey(), At: t0}
+	data, err := json.Marshal(rev)
+	require.NoError(t, err)
+	passed, rej := f.write(a, streams.TrustKey, data)
+	require.Nil(t, rej)
+	require.Len(t, passed, 1)
+	_, _, blocked = f.h.Blocked(lk)
+	require.False(t, blocked)
+	_, d2 := f.lane("by-b-again")
+	_, rej = f.write(b, lk, d2)
+	require.NotNil(t, rej)
+	require.Equal(t, signing.ReasonDistrustedKey, rej.Reason)
+	_, _, blocked = f.h.Blocked(lk)
+	require.False(t, blocked, "a distrusted key blocks nothing")
+}

@@ -1,0 +1,181 @@
+package gate
+
+// Head is the gate's state of one key.
+type Head struct {
+	// Valid is the sequence of the key's last revision that passed (0:
+	// none), Hash the SHA-256 of its payload: what the key's next
+	// revision names.
+	Valid uint64
+	Hash  string
+	// Seen is the sequence of the last revision of the key skipped after
+	// Valid (0: none): a writer's compare-and-set names it, so that its
+	// write lands after it, while its chain names Valid.
+	Seen uint64
+	// Chained: the last revision that passed was chained, so an
+	// unchained (version 1) revision of the key is a replay.
+	Chained bool
+}
+
+// Rev is the last revision of the key seen, passed or skipped: what a
+// compare-and-set on the key names.
+func (h Head) Rev() uint64 { return max(h.Valid, h.Seen) }
+
+// Heads is the gate's state of every key of one fold. Not safe for
+// concurrent use: its owner guards it (a replica, with its book's lock).
+type Heads struct {
+	m map[string]*Head
+	// blocked holds, per key, the revisions validly signed by a key the
+	// ledger does not know that followed its chain, in stream order.
+	blocked  map[string][]*Revision
+	nblocked int
+	// after: see NewHeadsAfter.
+	after uint64
+}
+
+// NewHeads returns empty Heads: a fold from the stream's first message.
+func NewHeads() *Heads {
+	return &Heads{m: map[string]*Head{}, blocked: map[string][]*Revision{}}
+}
+
+// NewHeadsAfter returns Heads for a fold that starts after seq without
+// knowing the heads there (a reader resuming from a state of its own that
+// does not record them): the first revision of each key is taken as it
+// is if it names a revision at or before seq; every later one is checked.
+// A fold that can, starts from a snapshot's heads instead.
+func NewHeadsAfter(seq uint64) *Heads {
+	h := NewHeads()
+	h.after = seq
+	return h
+}
+
+// Get returns the head of key (the zero Head if none).
+func (h *Heads) Get(key string) Head { return h.get(key) }
+
+func (h *Heads) get(key string) Head {
+	if hd := h.m[key]; hd != nil {
+		return *hd
+	}
+	return Head{}
+}
+
+// Rev is Get(key).Rev().
+func (h *Heads) Rev(key string) uint64 {
+	if hd := h.m[key]; hd != nil {
+		return max(hd.Valid, hd.Seen)
+	}
+	return 0
+}
+
+// Valid returns the last revision of key that passed and its payload
+// hash.
+func (h *Heads) Valid(key string) (uint64, string) {
+	if hd := h.m[key]; hd != nil {
+		return hd.Valid, hd.Hash
+	}
+	return 0, ""
+}
+
+// Set sets the head of key as a snapshot recorded it.
+func (h *Heads) Set(key string, hd Head) {
+	c := hd
+	h.m[key] = &c
+}
+
+// Len returns the number of keys with a head.
+func (h *Heads) Len() int { return len(h.m) }
+
+// Each calls f with every key and its head, in no order.
+func (h *Heads) Each(f func(key string, hd Head)) {
+	for k, hd := range h.m {
+		f(k, *hd)
+	}
+}
+
+// Blocked reports whether key is blocked by a revision signed by a key the
+// ledger does not know, and names the first such revision and its signer.
+// A writer must not write over it: the key answers "unavailable" until a
+// trust revision decides about its signer.
+func (h *Heads) Blocked(key string) (seq uint64, signer string, ok bool) {
+	if b := h.blocked[key]; len(b) > 0 {
+		return b[0].Seq, b[0].Signer, true
+	}
+	return 0, "", false
+}
+
+// AnyBlocked reports whether any key is blocked.
+func (h *Heads) AnyBlocked() bool { return len(h.blocked) > 0 }
+
+// pass records that rev passed: it is its key's head now, and nothing
+// blocks the key.
+func (h *Heads) pass(rev *Revision) {
+	h.setValid(rev)
+	h.unblockKey(rev.Key)
+}
+
+// setValid makes rev its key's last valid revision. The key's last seen
+// revision stays what it was if it is later (a blocked revision that
+// passes before the revisions that followed it).
+func (h *Heads) setValid(rev *Revision) {
+	_, chained := rev.Chain()
+	hd := h.m[rev.Key]
+	if hd == nil {
+		hd = &Head{}
+		h.m[rev.Key] = hd
+	}
+	hd.Valid, hd.Hash, hd.Chained = rev.Seq, rev.Hash, chained
+	if hd.Seen <= rev.Seq {
+		hd.Seen = 0
+	}
+}
+
+// unblockKey forgets what blocked key.
+func (h *Heads) unblockKey(key string) {
+	h.nblocked -= len(h.blocked[key])
+	delete(h.blocked, key)
+}
+
+// see records that the revision of key at seq was skipped.
+func (h *Heads) see(key string, seq uint64) {
+	hd := h.m[key]
+	if hd == nil {
+		hd = &Head{}
+		h.m[key] = hd
+	}
+	if seq > max(hd.Valid, hd.Seen) {
+		hd.Seen = seq
+	}
+}
+
+// Bounds of the blocked revisions a Heads keeps: a replica that waits for
+// its key to be trusted writes nothing (it refuses to write at start), so
+// a long run of them is not a replica's; past the bounds a key stays
+// blocked but its revisions are not kept (they will not pass).
+const (
+	maxBlockedPerKey = 64
+	maxBlocked       = 4096
+)
+
+// block records rev as blocking its key.
+func (h *Heads) block(rev *Revision) {
+	if len(h.blocked[rev.Key]) >= maxBlockedPerKey || h.nblocked >= maxBlocked {
+		return
+	}
+	h.blocked[rev.Key] = append(h.blocked[rev.Key], rev)
+	h.nblocked++
+}
+
+// Own records a revision this replica wrote itself and folds from memory:
+// it is its key's head now, as if it had passed the gate. hash is its
+// payload's; chained whether it names a chain.
+func (h *Heads) Own(key string, seq uint64, hash string) {
+	hd := h.m[key]
+	if hd == nil {
+		hd = &Head{}
+		h.m[key] = hd
+	}
+	if seq <= max(hd.Valid, hd.Seen) {
+		return
+	}
+	hd.Valid, hd.Hash, hd.Seen, hd.Chained = seq, hash, 0, true
+	h.unblockKey(key)
+}

@@ -46,9 +46,9 @@ func TestBook_Chain(t *testing.T) {
 	b := newBook(layout, time.Minute, time.Hour)
 	g := gate.New(layout, nil)
 	fold := func(seq uint64, data []byte) *gate.Rejection {
-		passed, rej := g.Check(b.heads, &gate.Message{Seq: seq, Subject: layout.Subject(lane), Header: nats.Header{}, Data: data})
-		for _, r := range passed {
-			b.apply(r)
+		rev, rej := g.Check(b.heads, &gate.Message{Seq: seq, Subject: layout.Subject(lane), Header: nats.Header{}, Data: data})
+		if rev != nil {
+			b.apply(rev)
 		}
 		return rej
 	}

@@ -504,17 +504,6 @@ func expire(group []*pending, unknown bool) []*pending {
 // action. On actDone the Txs are answered; on actFail err is the answer
 // for all of them. The caller holds the commit lock of every lane of refs.
 func (l *Ledger) attempt(ctx context.Context, refs []events.BalanceRef, group []*pending) (action, error) {
-	// A lane whose last revision the ledger cannot verify yet (signed by
-	// a key it does not know) is not written over: what it holds may be a
-	// replica's acknowledged reservations.
-	l.mu.RLock()
-	for _, lane := range l.lanesOf(refs) {
-		if err := l.blockedErr(lane); err != nil {
-			l.mu.RUnlock()
-			return actFail, err
-		}
-	}
-	l.mu.RUnlock()
 	// Decide.
 	v := l.newView(refs)
 	for _, p := range group {

@@ -28,9 +28,8 @@ type plan func(b *book) (key string, build func(events.Chain) any, noop bool, er
 //
 // It returns the sequence written (0 with wrote false: nothing to write).
 // Errors: p's own; *events.Error with CodeLedgerUnavailable (the follower
-// is not running, JetStream could not be reached, the deadline passed, or
-// the key is blocked by a revision the ledger cannot verify yet) or
-// CodeLedgerBusy; CodeInternal if the gate refuses this replica's own
+// is not running, JetStream could not be reached, or the deadline passed)
+// or CodeLedgerBusy; CodeInternal if the gate refuses this replica's own
 // write.
 func (l *Ledger) define(ctx context.Context, what string, p plan) (seq uint64, wrote bool, err error) {
 	if err := l.live(); err != nil {
@@ -51,7 +50,6 @@ func (l *Ledger) define(ctx context.Context, what string, p plan) (seq uint64, w
 		// after a skipped revision.
 		rev := l.bk.rev(key)
 		valid, hash := l.bk.valid(key)
-		blockErr := l.blockedErr(key)
 		l.mu.RUnlock()
 		switch {
 		case err != nil:
@@ -70,8 +68,6 @@ func (l *Ledger) define(ctx context.Context, what string, p plan) (seq uint64, w
 			continue
 		case build == nil:
 			return 0, false, nil
-		case blockErr != nil:
-			return 0, false, blockErr
 		}
 		data, err := json.Marshal(build(events.Chain{Prev: valid, PrevHash: hash}))
 		if err != nil {
@@ -79,7 +75,7 @@ func (l *Ledger) define(ctx context.Context, what string, p plan) (seq uint64, w
 		}
 		seq, hdr, err := l.publishOne(ctx, key, rev, data)
 		if err == nil {
-			if _, rej := l.fold(&gate.Message{Seq: seq, Subject: l.layout.Subject(key), Header: hdr, Data: data}); rej != nil {
+			if _, rej, _ := l.fold(&gate.Message{Seq: seq, Subject: l.layout.Subject(key), Header: hdr, Data: data}, false); rej != nil {
 				return 0, false, &events.Error{Code: events.CodeInternal, Message: "the gate refused this replica's own " + what + " write", Err: rej}
 			}
 			l.ownFolded()
@@ -93,18 +89,4 @@ func (l *Ledger) define(ctx context.Context, what string, p plan) (seq uint64, w
 		}
 	}
 	return 0, false, events.Errorf(events.CodeLedgerBusy, "%s: too many concurrent writers", what)
-}
-
-// blockedErr is nil unless key's last revision was validly signed by a key
-// the ledger does not know: then this replica must not write over it, and
-// the key answers CodeLedgerUnavailable until a trust revision decides
-// about its signer. The caller holds l.mu.
-func (l *Ledger) blockedErr(key string) error {
-	seq, signer, ok := l.bk.heads.Blocked(key)
-	if !ok {
-		return nil
-	}
-	return events.Errorf(events.CodeLedgerUnavailable,
-		"%s: revision %d is signed by %s, a key the ledger does not trust; it is not written over until the ledger's trusted keys decide about it (spendgate trust add or distrust)",
-		key, seq, signer)
 }

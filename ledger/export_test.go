@@ -40,7 +40,7 @@ func SnapshotVersions(ctx context.Context, l *Ledger) (name string, v2, v3 []byt
 			return "", nil, nil, fmt.Errorf("the book moved from %d to %d", seq, st.Seq)
 		}
 		seq = st.Seq
-		data, err := encodeSnapshot(st)
+		data, err := encodeSnapshot(st, "", nil)
 		if err != nil {
 			return "", nil, nil, err
 		}
@@ -66,7 +66,7 @@ func FoldView(ctx context.Context, js jetstream.JetStream, layout streams.Layout
 		if err != nil {
 			return "", fmt.Errorf("seq %d: %w", s, err)
 		}
-		l.fold(&gate.Message{Seq: s, Subject: m.Subject, Header: m.Header, Data: m.Data, At: m.Time})
+		l.fold(&gate.Message{Seq: s, Subject: m.Subject, Header: m.Header, Data: m.Data, At: m.Time}, true)
 		l.bk.forgetUntil(s, m.Time)
 	}
 	return bookView(l.bk), nil
@@ -83,7 +83,7 @@ func SnapshotView(ctx context.Context, js jetstream.JetStream, layout streams.La
 	if err != nil {
 		return "", err
 	}
-	b, err := l.readSnapshot(ctx, store, name)
+	b, _, err := l.readSnapshot(ctx, store, name)
 	if err != nil {
 		return "", err
 	}

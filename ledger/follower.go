@@ -222,13 +222,15 @@ func (l *Ledger) follow(ctx context.Context, from, startLast uint64) error {
 		if msg.Headers().Get(streams.HeaderWriter) == l.id {
 			l.awaitOwn(msg.Subject(), seq)
 		}
-		_, rej := l.fold(&gate.Message{Seq: seq, Subject: msg.Subject(), Header: msg.Headers(), Data: msg.Data(), At: meta.Timestamp})
+		gm := &gate.Message{Seq: seq, Subject: msg.Subject(), Header: msg.Headers(), Data: msg.Data(), At: meta.Timestamp}
+		passed, rej, folded := l.fold(gm, true)
 		if rej != nil && rej.Reason == signing.ReasonChain && l.snapLoaded.Load() != 0 && !l.isReady() {
 			// A gap or a fork in the tail of a loaded snapshot: the
 			// snapshot may not describe this stream (Run then folds the
 			// whole stream, and skips it if it recurs).
 			return fmt.Errorf("%w: seq %d: %w", errFold, seq, rej)
 		}
+		l.feed(gm, passed, folded)
 		l.mu.Lock()
 		l.bk.forgetUntil(seq, meta.Timestamp)
 		l.lag.Store(meta.NumPending)
@@ -341,9 +343,20 @@ func (l *Ledger) catchUp(ctx context.Context, key string) error {
 		if !found {
 			return nil
 		}
+		gm := &gate.Message{Seq: m.seq, Subject: m.subject, Header: m.header, Data: m.data}
+		if key != streams.TrustKey && !l.gate.KnowsSigner(gm) {
+			// Read ahead of the follower, signed by a key this replica's
+			// trust does not name: the ledger may have trusted it a
+			// moment ago. Decide on it only with the trust key folded up
+			// to date (and answer unavailable if that cannot be read),
+			// never skip and write over a revision it could not verify.
+			if err := l.catchUp(ctx, streams.TrustKey); err != nil {
+				return err
+			}
+		}
 		// A revision the gate skips is recorded in the heads: this
 		// replica's next write of the key lands after it.
-		l.fold(&gate.Message{Seq: m.seq, Subject: m.subject, Header: m.header, Data: m.data})
+		l.fold(gm, false)
 		// A follower waiting for this replica's own write (whose ack was
 		// lost) may be waiting for exactly this revision.
 		l.ownFolded()

@@ -39,6 +39,10 @@ type Ledger struct {
 	// gate is the one verification step of every revision read (see
 	// package gate); its trust state is folded with the book.
 	gate *gate.Gate
+	// readers are fed by the fold (see Reader); ahead keeps what was
+	// folded before the follower reached it, for them.
+	readers []Reader
+	ahead   ahead
 	// sync coalesces the stream reads of concurrent Syncs.
 	syncs syncer
 
@@ -103,6 +107,9 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, layout stre
 	l.laneNext, l.multiNext = l.commitLaneNext, l.commitMultiNext
 	l.keys.signer.Store(o.signer)
 	l.gate = gate.New(layout, o.trust)
+	if o.unverified {
+		l.gate = gate.NewUnverified(layout)
+	}
 	return l, nil
 }
 

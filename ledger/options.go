@@ -57,6 +57,7 @@ type options struct {
 	// single lane write and the server: send is the real request.
 	publishHook func(ctx context.Context, m *nats.Msg, send func(context.Context, *nats.Msg) (*nats.Msg, error)) (*nats.Msg, error)
 	observer    Observer
+	unverified  bool
 	// snapLoad: Run starts from the newest valid snapshot.
 	snapLoad bool
 	// snapRevisions, snapInterval: when Run writes a snapshot (0: never).
@@ -88,6 +89,16 @@ func defaultOptions() options {
 func WithSigner(s *signing.Signer) Option {
 	return func(o *options) error {
 		o.signer = s
+		return nil
+	}
+}
+
+// WithUnverified makes the ledger's gate check no signature (decoding and
+// chains still): what a tool told --unverified in so many words folds.
+// Never for a replica that serves.
+func WithUnverified() Option {
+	return func(o *options) error {
+		o.unverified = true
 		return nil
 	}
 }

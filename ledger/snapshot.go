@@ -12,6 +12,7 @@ import (
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/gate"
+	"github.com/spendgate/spendgate/signing"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -105,11 +106,11 @@ import (
 // SnapshotVersion is the version written.
 const (
 	SnapshotFormat  = "spendgate.snapshot"
-	SnapshotVersion = 3
+	SnapshotVersion = 4
 )
 
 // snapshotReadable reports whether version v can be loaded.
-func snapshotReadable(v int) bool { return v >= 1 && v <= 3 }
+func snapshotReadable(v int) bool { return v >= 1 && v <= 4 }
 
 // ErrSnapshotInvalid marks a snapshot that fails its integrity check (a
 // wrong digest or size, a truncated body), has an unknown format or
@@ -123,6 +124,16 @@ type snapshotHeader struct {
 	Seq     uint64 `json:"seq"`
 	Size    int    `json:"size"`
 	SHA256  string `json:"sha256"`
+	// Signer and Sig (version 4) sign the snapshot: see
+	// gate.SignSnapshot. A reader that checks signatures loads only a
+	// snapshot signed by a key it trusts.
+	Signer string `json:"signer,omitempty"`
+	Sig    string `json:"sig,omitempty"`
+}
+
+// id is what the header's signature covers.
+func (h snapshotHeader) id(bucket string) gate.SnapshotID {
+	return gate.SnapshotID{Bucket: bucket, Version: h.Version, Seq: h.Seq, Size: h.Size, SHA256: h.SHA256}
 }
 
 // snapshotState is the body of a snapshot, every list sorted by key or id
@@ -155,6 +166,9 @@ type snapshotState struct {
 	// Trust is the ledger's last trust revision (absent: none, or a
 	// snapshot written before trust revisions existed).
 	Trust *snapBudget `json:"trust,omitempty"`
+	// Sections (version 4) are the states of the readers the fold feeds
+	// (see Section), as of Seq, by section name.
+	Sections map[string]json.RawMessage `json:"sections,omitempty"`
 	// Skipped lists the keys whose last revision up to Seq was skipped
 	// (see gate.Head.Seen), with that revision: the next write of the key
 	// lands after it, while its chain continues from LaneRevs or Budgets.
@@ -319,7 +333,7 @@ func (b *book) snapshotAs(seq uint64, version int) (*snapshotState, error) {
 	case 2:
 		st.Closed = b.snapQueue(winClosed)
 		st.Expired = b.snapQueue(winExpired)
-	case 3:
+	case 3, 4:
 		var err error
 		if st.window, err = b.win.appendWindow(nil, balIdx); err != nil {
 			return nil, err
@@ -574,8 +588,9 @@ func (b *book) loadClosed(v, which int, c snapClosed) error {
 }
 
 // encodeSnapshot returns st's encoding: header line, then body (version 3:
-// the JSON line, then the window section).
-func encodeSnapshot(st *snapshotState) ([]byte, error) {
+// the JSON line, then the window section), signed by signer for bucket
+// (version 4; nil: unsigned).
+func encodeSnapshot(st *snapshotState, bucket string, signer *signing.Signer) ([]byte, error) {
 	body, err := json.Marshal(st)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: encoding snapshot: %w", err)
@@ -587,7 +602,11 @@ func encodeSnapshot(st *snapshotState) ([]byte, error) {
 		body = append(append(body, '\n'), st.window...)
 	}
 	sum := sha256.Sum256(body)
-	h, err := json.Marshal(snapshotHeader{Format: SnapshotFormat, Version: st.Version, Seq: st.Seq, Size: len(body), SHA256: hex.EncodeToString(sum[:])})
+	hd := snapshotHeader{Format: SnapshotFormat, Version: st.Version, Seq: st.Seq, Size: len(body), SHA256: hex.EncodeToString(sum[:])}
+	if signer != nil && st.Version >= 4 {
+		hd.Signer, hd.Sig = gate.SignSnapshot(signer, hd.id(bucket))
+	}
+	h, err := json.Marshal(hd)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: encoding snapshot: %w", err)
 	}
@@ -599,41 +618,48 @@ func encodeSnapshot(st *snapshotState) ([]byte, error) {
 // decodeSnapshot checks data's header and digest and decodes its body.
 // Errors wrap ErrSnapshotInvalid.
 func decodeSnapshot(data []byte) (*snapshotState, error) {
+	st, _, err := decodeSnapshotHeader(data)
+	return st, err
+}
+
+// decodeSnapshotHeader is decodeSnapshot that also returns the header
+// (whose signature the caller checks).
+func decodeSnapshotHeader(data []byte) (*snapshotState, snapshotHeader, error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrSnapshotInvalid, fmt.Sprintf(format, args...))
 	}
+	var h snapshotHeader
 	nl := bytes.IndexByte(data, '\n')
 	if nl < 0 {
-		return nil, bad("no header line (%d bytes)", len(data))
+		return nil, h, bad("no header line (%d bytes)", len(data))
 	}
-	var h snapshotHeader
 	if err := json.Unmarshal(data[:nl], &h); err != nil {
-		return nil, bad("header: %v", err)
+		return nil, h, bad("header: %v", err)
 	}
 	if h.Format != SnapshotFormat || !snapshotReadable(h.Version) {
-		return nil, bad("format %q version %d, want %q version 1 to %d", h.Format, h.Version, SnapshotFormat, SnapshotVersion)
+		return nil, h, bad("format %q version %d, want %q version 1 to %d", h.Format, h.Version, SnapshotFormat, SnapshotVersion)
 	}
 	body := data[nl+1:]
 	if len(body) != h.Size {
-		return nil, bad("body of %d bytes, header says %d (truncated?)", len(body), h.Size)
+		return nil, h, bad("body of %d bytes, header says %d (truncated?)", len(body), h.Size)
 	}
 	sum := sha256.Sum256(body)
 	if hex.EncodeToString(sum[:]) != h.SHA256 {
-		return nil, bad("digest mismatch")
+		return nil, h, bad("digest mismatch")
 	}
 	st := &snapshotState{}
 	if h.Version >= 3 {
 		nl := bytes.IndexByte(body, '\n')
 		if nl < 0 {
-			return nil, bad("body: no JSON line")
+			return nil, h, bad("body: no JSON line")
 		}
 		body, st.window = body[:nl], body[nl+1:]
 	}
 	if err := json.Unmarshal(body, st); err != nil {
-		return nil, bad("body: %v", err)
+		return nil, h, bad("body: %v", err)
 	}
 	if st.Seq != h.Seq || st.Version != h.Version {
-		return nil, bad("body at seq %d version %d, header says seq %d version %d", st.Seq, st.Version, h.Seq, h.Version)
+		return nil, h, bad("body at seq %d version %d, header says seq %d version %d", st.Seq, st.Version, h.Seq, h.Version)
 	}
-	return st, nil
+	return st, h, nil
 }

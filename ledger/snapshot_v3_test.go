@@ -102,7 +102,7 @@ func roundTrip(t testing.TB, b *book, seq uint64, version int) (*book, []byte) {
 	t.Helper()
 	st, err := b.snapshotAs(seq, version)
 	require.NoError(t, err)
-	data, err := encodeSnapshot(st)
+	data, err := encodeSnapshot(st, "", nil)
 	require.NoError(t, err)
 	dec, err := decodeSnapshot(data)
 	require.NoError(t, err)
@@ -167,7 +167,7 @@ func withSection(t testing.TB, b *book, seq uint64, sec []byte) []byte {
 	st, err := b.snapshotAs(seq, 3)
 	require.NoError(t, err)
 	st.window, st.WindowSize = sec, len(sec)
-	data, err := encodeSnapshot(st)
+	data, err := encodeSnapshot(st, "", nil)
 	require.NoError(t, err)
 	return data
 }
@@ -319,7 +319,7 @@ func BenchmarkSnapshotWindow(b *testing.B) {
 	}
 	empty, err := base.snapshotAs(uint64(n), 3)
 	require.NoError(b, err)
-	emptyData, err := encodeSnapshot(empty)
+	emptyData, err := encodeSnapshot(empty, "", nil)
 	require.NoError(b, err)
 	for _, version := range []int{2, 3} {
 		b.Run(fmt.Sprintf("v%d", version), func(b *testing.B) {
@@ -327,7 +327,7 @@ func BenchmarkSnapshotWindow(b *testing.B) {
 				start := time.Now()
 				st, err := bk.snapshotAs(uint64(n), version)
 				require.NoError(b, err)
-				data, err := encodeSnapshot(st)
+				data, err := encodeSnapshot(st, "", nil)
 				require.NoError(b, err)
 				enc := time.Since(start)
 				start = time.Now()

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -81,7 +82,7 @@ func (l *Ledger) writeSnapshot(ctx context.Context, store jetstream.ObjectStore)
 	if err != nil {
 		return SnapshotInfo{}, err
 	}
-	data, err := encodeSnapshot(st)
+	data, err := encodeSnapshot(st, l.layout.Bucket(), l.keys.signer.Load())
 	if err != nil {
 		return SnapshotInfo{}, err
 	}
@@ -107,6 +108,12 @@ func (l *Ledger) dumpExact(ctx context.Context, version int) (*snapshotState, er
 		var err error
 		if seq > 0 && l.bk.exactAt(seq) {
 			st, err = l.bk.snapshotAs(seq, version)
+			if err == nil && version >= 4 {
+				// The readers are at seq too: the follower feeds them
+				// before it advances, and cannot fold seq+1 into the book
+				// while the lock is held.
+				err = l.dumpSections(st)
+			}
 		}
 		l.mu.RUnlock()
 		if err != nil || st != nil {
@@ -183,13 +190,17 @@ func (l *Ledger) loadSnapshot(ctx context.Context, last uint64) uint64 {
 			continue // written against a stream that has since been reset
 		}
 		start := time.Now()
-		b, err := l.readSnapshot(ctx, store, s.Name)
+		b, sections, err := l.readSnapshot(ctx, store, s.Name)
 		if err == nil {
 			err = l.checkAnchors(ctx, b)
+		}
+		if err == nil {
+			err = l.loadSections(s.Seq, sections)
 		}
 		if err != nil {
 			l.snapSkipped.Add(1)
 			l.opts.log.Error("ledger: snapshot skipped", "snapshot", s.Name, "err", err)
+			l.resetSections()
 			continue
 		}
 		if b.trust != nil {
@@ -237,16 +248,96 @@ func (l *Ledger) checkAnchors(ctx context.Context, b *book) error {
 	return err
 }
 
-func (l *Ledger) readSnapshot(ctx context.Context, store jetstream.ObjectStore, name string) (*book, error) {
+func (l *Ledger) readSnapshot(ctx context.Context, store jetstream.ObjectStore, name string) (*book, map[string]json.RawMessage, error) {
 	data, err := store.GetBytes(ctx, name)
 	if err != nil {
-		return nil, fmt.Errorf("%w: reading %s: %w", ErrSnapshotInvalid, name, err)
+		return nil, nil, fmt.Errorf("%w: reading %s: %w", ErrSnapshotInvalid, name, err)
 	}
-	st, err := decodeSnapshot(data)
+	st, h, err := decodeSnapshotHeader(data)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return bookFromSnapshot(l.layout, l.opts.retention, l.opts.expiredKeep, st)
+	checked := l.gate.Anchor() != nil || l.keys.signer.Load() != nil
+	if checked {
+		if err := gate.VerifySnapshot(h.id(l.layout.Bucket()), h.Signer, h.Sig, l.snapshotSigner(h.Seq)); err != nil {
+			return nil, nil, fmt.Errorf("%w: %w", ErrSnapshotInvalid, err)
+		}
+	}
+	b, err := bookFromSnapshot(l.layout, l.opts.retention, l.opts.expiredKeep, st)
+	if err != nil {
+		return nil, nil, err
+	}
+	if checked && b.trust != nil {
+		// The ledger, as the snapshot states it, must have trusted its
+		// signer at its sequence.
+		ts, err := gate.TrustSet(*b.trust.Trust)
+		if err != nil || !ts.Trusts(h.Signer, h.Seq) {
+			return nil, nil, fmt.Errorf("%w: %w: it is signed by %s, which the ledger's trusted keys it states do not trust", ErrSnapshotInvalid, gate.ErrSnapshotUntrusted, h.Signer)
+		}
+	}
+	return b, st.Sections, nil
+}
+
+// snapshotSigner returns whom this replica trusts to sign a snapshot at
+// seq: a key its own trusted keys trust there, or its own signing key.
+func (l *Ledger) snapshotSigner(seq uint64) func(string) bool {
+	return func(pub string) bool {
+		if s := l.keys.signer.Load(); s != nil && s.PublicKey() == pub {
+			return true
+		}
+		return l.gate.Anchor().Trusts(pub, seq)
+	}
+}
+
+// dumpSections adds every Section reader's state to st. The caller holds
+// l.mu (see dumpExact).
+func (l *Ledger) dumpSections(st *snapshotState) error {
+	for _, r := range l.readers {
+		sec, ok := r.(Section)
+		if !ok {
+			continue
+		}
+		data, err := sec.MarshalSection()
+		if err != nil {
+			return fmt.Errorf("ledger: snapshot section %s: %w", sec.SectionName(), err)
+		}
+		if st.Sections == nil {
+			st.Sections = map[string]json.RawMessage{}
+		}
+		st.Sections[sec.SectionName()] = data
+	}
+	return nil
+}
+
+// loadSections loads every Section reader from a snapshot's sections, as
+// of seq. A snapshot without a reader's section (written before the
+// reader existed, or by a replica without it) is refused: the reader's
+// state could only be rebuilt from the stream's start.
+func (l *Ledger) loadSections(seq uint64, sections map[string]json.RawMessage) error {
+	for _, r := range l.readers {
+		sec, ok := r.(Section)
+		if !ok {
+			continue
+		}
+		data, ok := sections[sec.SectionName()]
+		if !ok {
+			return fmt.Errorf("%w: no %q section (written without that reader, or by an older version)", ErrSnapshotInvalid, sec.SectionName())
+		}
+		if err := sec.LoadSection(seq, data); err != nil {
+			return fmt.Errorf("%w: section %s: %w", ErrSnapshotInvalid, sec.SectionName(), err)
+		}
+	}
+	return nil
+}
+
+// resetSections makes every Section reader start from the stream's first
+// revision.
+func (l *Ledger) resetSections() {
+	for _, r := range l.readers {
+		if sec, ok := r.(Section); ok {
+			sec.ResetSection()
+		}
+	}
 }
 
 // resetBook drops a book loaded from a snapshot whose tail did not fold
@@ -257,6 +348,8 @@ func (l *Ledger) resetBook() {
 	l.bk = newBook(l.layout, l.opts.retention, l.opts.expiredKeep)
 	l.gate.ResetTrust()
 	l.mu.Unlock()
+	l.ahead.dropUntil(^uint64(0))
+	l.resetSections()
 	l.progMu.Lock()
 	l.applied.Store(0)
 	l.progMu.Unlock()

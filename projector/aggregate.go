@@ -155,7 +155,7 @@ func (a *Aggregate) Apply(seq uint64, key string, data []byte, at time.Time) err
 // it passed one).
 func (a *Aggregate) apply(m message) error {
 	seq := m.seq
-	if seq <= a.pos && !m.late {
+	if seq <= a.pos {
 		return nil
 	}
 	rf := a.rf
@@ -167,7 +167,7 @@ func (a *Aggregate) apply(m message) error {
 	if err := rf.expireHolds(m.at); err != nil {
 		return err
 	}
-	a.pos = max(a.pos, seq)
+	a.pos = seq
 	return nil
 }
 

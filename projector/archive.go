@@ -445,7 +445,7 @@ type TrimResult struct {
 // of S, a report that cannot be folded to S or written (nothing is
 // trimmed then), a purge error (the keys purged before it
 // stay purged; a rerun finishes).
-func Trim(ctx context.Context, js jetstream.JetStream, layout streams.Layout, dir string) (TrimResult, error) {
+func Trim(ctx context.Context, js jetstream.JetStream, layout streams.Layout, dir string, opts ...CheckOption) (TrimResult, error) {
 	var res TrimResult
 	s, err := js.Stream(ctx, layout.StreamName())
 	if err != nil {
@@ -454,7 +454,7 @@ func Trim(ctx context.Context, js jetstream.JetStream, layout streams.Layout, di
 	if s.CachedInfo().Config.DenyPurge {
 		return res, fmt.Errorf("projector: trim: stream %s denies purges: it was created without streams.Config.Trimmable (serve --trimmable), which JetStream cannot change afterwards", layout.StreamName())
 	}
-	rep, err := Check(ctx, js, layout, WithArchive(dir))
+	rep, err := Check(ctx, js, layout, append([]CheckOption{WithArchive(dir)}, opts...)...)
 	if err != nil {
 		return res, err
 	}
@@ -491,7 +491,11 @@ func Trim(ctx context.Context, js jetstream.JetStream, layout streams.Layout, di
 		return res, fmt.Errorf("projector: trim: snapshot %s changed since the audit: %v", rep.Snapshot.Name, err)
 	}
 	res.Before = s.CachedInfo().State.Msgs
-	for _, k := range append(append([]snapKey(nil), b.LaneRevs...), b.Budgets...) {
+	keys := append([]snapKey(nil), b.LaneRevs...)
+	for _, d := range b.Budgets {
+		keys = append(keys, d.snapKey)
+	}
+	for _, k := range keys {
 		if !streams.IsLaneKey(k.Key) && !streams.IsBudgetKey(k.Key) || k.Rev == 0 {
 			continue
 		}

@@ -302,13 +302,21 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout, o
 		haveSnap = false
 		rep.From = SnapshotCheck{Name: snapName, Seq: snapSeq, Verified: true}
 	}
+	v := p.verifierFrom(st.Position() + 1)
 	verifySnap := func() {
 		if haveSnap {
 			haveSnap = false
-			verifySnapshot(rep, st, snapName, snapSeq, snapData)
+			var trusted func(string) bool
+			if !o.unverified {
+				if ks := v.g.Keys(); ks != nil {
+					// Whom the ledger trusted at the snapshot's sequence
+					// (the replay stands there), or the auditor's own keys.
+					trusted = func(pub string) bool { return ks.Trusts(pub, snapSeq) || o.trust.Trusts(pub, snapSeq) }
+				}
+			}
+			verifySnapshot(rep, st, layout.Bucket(), snapName, snapSeq, snapData, trusted)
 		}
 	}
-	v := p.verifierFrom(st.Position() + 1)
 	if o.fromSnapshot {
 		st.seedHeads(v)
 	}
@@ -336,7 +344,6 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout, o
 			if m.rev.Signer != "" && !o.unverified {
 				rep.Signed++
 			}
-			defer st.late(m)()
 			if streams.IsLaneKey(m.key) {
 				// Balance by balance: a bad balance is quarantined, the
 				// other balances of the lane go on folding.

@@ -63,10 +63,8 @@ type inspected struct {
 // are most of a replay's work and need no heads; the chain is checked in
 // order. A message under any other key is inspected in order, after
 // everything before it is folded, so that a trust revision's verdict
-// applies to what follows it. A revision that passes late (it had blocked
-// its key until a trust revision trusted its signer) is handed to fn with
-// late set, right after that trust revision. A read that follows the stream
-// (until 0) inspects every message in order.
+// applies to what follows it. A read that follows the stream (until 0)
+// inspects every message in order.
 func (p *Projector) readVerified(ctx context.Context, s jetstream.Stream, from, until uint64, v *verifier, fn func(message) error) error {
 	work := make(chan *inspected, parseAhead)
 	var wg sync.WaitGroup
@@ -84,10 +82,9 @@ func (p *Projector) readVerified(ctx context.Context, s jetstream.Stream, from, 
 	var queue []*inspected // in stream order
 	stopped := false
 	fold := func(j *inspected) error {
-		var passed []*gate.Revision
-		rej := j.rej
+		ok, rej := false, j.rej
 		if rej == nil {
-			passed, rej = v.g.Admit(v.h, j.rev)
+			ok, rej = v.g.Admit(v.h, j.rev)
 		}
 		if rej != nil {
 			if v.g.Skip(v.h, rej) && v.rejected != nil {
@@ -95,21 +92,16 @@ func (p *Projector) readVerified(ctx context.Context, s jetstream.Stream, from, 
 			}
 			return nil
 		}
-		for _, r := range passed {
-			m := j.m
-			m.rev = r
-			if r.Seq != j.m.seq {
-				m = message{seq: r.Seq, key: r.Key, data: r.Data, at: j.m.at, rev: r, late: true}
-			}
-			err := fn(m)
-			if errors.Is(err, errStop) {
-				stopped = true
-			}
-			if err != nil {
-				return err
-			}
+		if !ok {
+			return nil
 		}
-		return nil
+		m := j.m
+		m.rev = j.rev
+		err := fn(m)
+		if errors.Is(err, errStop) {
+			stopped = true
+		}
+		return err
 	}
 	next := func() error {
 		j := queue[0]

@@ -117,9 +117,6 @@ type message struct {
 	// rev is the revision as the gate passed it (readVerified), or nil
 	// for a raw read.
 	rev *gate.Revision
-	// late: rev passed after the revisions that followed it in the stream
-	// (it blocked its key until a trust revision trusted its signer).
-	late bool
 }
 
 // stream returns the ledger stream handle and its last sequence as of now.
@@ -228,7 +225,7 @@ func (p *Projector) CatchUp(ctx context.Context, opts ...CheckOption) (*State, e
 				o.progress(m.seq, last)
 			}
 			st.advance(m.at)
-			return applyPassed(st, m)
+			return applySkipping(st, m)
 		}); err != nil {
 			return nil, err
 		}
@@ -267,7 +264,7 @@ func (p *Projector) Run(ctx context.Context) error {
 	return p.readVerified(ctx, s, from, 0, v, func(m message) error {
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		return applyPassed(p.state, m)
+		return applySkipping(p.state, m)
 	})
 }
 
@@ -301,7 +298,7 @@ func (p *Projector) ReplayUntil(ctx context.Context, t time.Time, opts ...CheckO
 			o.progress(m.seq, last)
 		}
 		st.advance(m.at)
-		return applyPassed(st, m)
+		return applySkipping(st, m)
 	}); err != nil {
 		return nil, err
 	}

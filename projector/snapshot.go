@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/gate"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -29,6 +30,9 @@ type snapHeader struct {
 	Seq     uint64 `json:"seq"`
 	Size    int    `json:"size"`
 	SHA256  string `json:"sha256"`
+	// Signer and Sig sign it from version 4 (see gate.SignSnapshot).
+	Signer string `json:"signer"`
+	Sig    string `json:"sig"`
 }
 
 type snapKey struct {
@@ -37,9 +41,17 @@ type snapKey struct {
 	Hash string `json:"hash"`
 }
 
+// snapDef is a definition key of a snapshot with the revision it was
+// folded from.
+type snapDef struct {
+	snapKey
+	Revision json.RawMessage `json:"revision"`
+}
+
 type snapBody struct {
 	Seq      uint64    `json:"seq"`
-	Budgets  []snapKey `json:"budgets"`
+	Budgets  []snapDef `json:"budgets"`
+	Prices   []snapDef `json:"prices"`
 	LaneRevs []snapKey `json:"lane_revisions"`
 	Balances []struct {
 		Key      string            `json:"key"`
@@ -78,7 +90,7 @@ type snapClosed struct {
 const (
 	snapshotLookup  = 10 * time.Second
 	snapshotFormat  = "spendgate.snapshot"
-	snapshotVersion = 3
+	snapshotVersion = 4
 )
 
 // SnapshotCheck is what Check found of the newest snapshot.
@@ -125,6 +137,19 @@ func newestSnapshot(ctx context.Context, js jetstream.JetStream, layout streams.
 func decodeSnap(data []byte) (*snapBody, error) {
 	b, _, err := decodeSnapParts(data)
 	return b, err
+}
+
+// snapshotHeader reads a snapshot's header line.
+func snapshotHeader(data []byte) (snapHeader, error) {
+	var h snapHeader
+	nl := bytes.IndexByte(data, '\n')
+	if nl < 0 {
+		return h, errors.New("no header line")
+	}
+	if err := json.Unmarshal(data[:nl], &h); err != nil {
+		return h, fmt.Errorf("header: %v", err)
+	}
+	return h, nil
 }
 
 // snapParts are the parts of a checked snapshot: the JSON of its body and
@@ -207,9 +232,11 @@ func decodeSnapParts(data []byte) (*snapBody, *snapParts, error) {
 	return &b, parts, nil
 }
 
-// verifySnapshot compares snapshot data (named name, at seq) with st, the
-// replay up to exactly seq, and reports every difference.
-func verifySnapshot(rep *Report, st *State, name string, seq uint64, data []byte) {
+// verifySnapshot compares snapshot data (named name, at seq, in bucket)
+// with st, the replay up to exactly seq, and reports every difference. With
+// trusted (nil: signatures are not checked), a snapshot no key it accepts
+// signed is a problem: a replica would not load it.
+func verifySnapshot(rep *Report, st *State, bucket, name string, seq uint64, data []byte, trusted func(pub string) bool) {
 	before := len(rep.Problems)
 	pf := func(format string, args ...any) {
 		rep.problemf("snapshot %s: "+format, append([]any{name}, args...)...)
@@ -223,6 +250,14 @@ func verifySnapshot(rep *Report, st *State, name string, seq uint64, data []byte
 		pf("%v", err)
 		return
 	}
+	if trusted != nil {
+		h, _ := snapshotHeader(data)
+		id := gate.SnapshotID{Bucket: bucket, Version: h.Version, Seq: h.Seq, Size: h.Size, SHA256: h.SHA256}
+		if err := gate.VerifySnapshot(id, h.Signer, h.Sig, trusted); err != nil {
+			pf("%v", err)
+		}
+	}
+	verifyDefinitions(pf, st, b)
 	lanes := map[string]bool{}
 	for _, k := range b.LaneRevs {
 		lanes[k.Key] = true
@@ -303,6 +338,45 @@ func verifySnapshot(rep *Report, st *State, name string, seq uint64, data []byte
 		}
 	}
 	rep.Snapshot = SnapshotCheck{Name: name, Seq: seq, Verified: len(rep.Problems) == before}
+}
+
+// verifyDefinitions compares the budget and price definitions a snapshot
+// states with the replay's: the revisions it carries could have been
+// changed under a recomputed digest.
+func verifyDefinitions(pf func(string, ...any), st *State, b *snapBody) {
+	for _, d := range b.Budgets {
+		rev, err := events.DecodeBudgetRevision(d.Revision)
+		if err != nil {
+			pf("budget %s: %v", d.Key, err)
+			continue
+		}
+		cur, ok := st.budgets[rev.Budget]
+		if !ok || streams.BudgetKey(rev.Budget) != d.Key {
+			continue // reported as missing or not in the replay by the hash check
+		}
+		if cur.Limit.Cmp(rev.Limit) != 0 || cur.Unit != rev.Unit || cur.TZ != rev.TZ || cur.Disabled != rev.Disabled ||
+			slotString(cur.FixedSlot) != slotString(rev.FixedSlot) || moneyList(cur.Thresholds) != moneyList(rev.Thresholds) {
+			pf("budget %s: limit %s %s tz %q disabled %v slot %s thresholds %s; the replay: limit %s %s tz %q disabled %v slot %s thresholds %s",
+				d.Key, rev.Limit, rev.Unit, rev.TZ, rev.Disabled, slotString(rev.FixedSlot), moneyList(rev.Thresholds),
+				cur.Limit, cur.Unit, cur.TZ, cur.Disabled, slotString(cur.FixedSlot), moneyList(cur.Thresholds))
+		}
+	}
+	for _, d := range b.Prices {
+		rev, err := events.DecodePricingRevision(d.Revision)
+		if err != nil {
+			pf("pricing %s: %v", d.Key, err)
+			continue
+		}
+		v, ok := st.pricing.versions[rev.Model][d.Rev]
+		if !ok {
+			pf("pricing %s at %d is not in the replay", d.Key, d.Rev)
+			continue
+		}
+		if v.Unit != rev.Unit || v.Input.Cmp(rev.Input) != 0 || v.Output.Cmp(rev.Output) != 0 || slotString(v.CachedInput) != slotString(rev.CachedInput) {
+			pf("pricing %s: %s input %s output %s cached %s; the replay: %s input %s output %s cached %s", d.Key,
+				rev.Unit, rev.Input, rev.Output, slotString(rev.CachedInput), v.Unit, v.Input, v.Output, slotString(v.CachedInput))
+		}
+	}
 }
 
 // partlyClosed reports whether some of r's parts are closed and some open.

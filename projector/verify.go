@@ -24,24 +24,3 @@ func (s *State) seedHeads(v *verifier) {
 		v.h.Set(key, gate.Head{Valid: seq, Hash: s.hashes[key], Chained: true})
 	}
 }
-
-// late prepares s to fold m when m passed late (see readVerified): the
-// State folds in stream order, so its position is moved back to just
-// before m for the fold, and the returned func puts it back where it was.
-// For any other message it does nothing.
-func (s *State) late(m message) func() {
-	if !m.late || m.seq > s.position {
-		return func() {}
-	}
-	pos := s.position
-	s.position = m.seq - 1
-	return func() { s.position = max(pos, s.position) }
-}
-
-// applyPassed folds a message the gate passed into st: as a replica folds
-// it, a revision the projector's own reading refuses (it does not decode,
-// or breaks its key's chain by the projector's count) is skipped.
-func applyPassed(st *State, m message) error {
-	defer st.late(m)()
-	return applySkipping(st, m)
-}

@@ -194,6 +194,11 @@ func NewEphemeral() (*Signer, error) {
 // PublicKey returns the signer's public nkey: what a KeySet lists.
 func (s *Signer) PublicKey() string { return s.pub }
 
+// SignBytes returns the signer's Ed25519 signature of b: for callers that
+// sign something other than a revision (a snapshot, under its own domain
+// string; see package gate).
+func (s *Signer) SignBytes(b []byte) []byte { return ed25519.Sign(s.priv, b) }
+
 // Sign sets the signature headers of a revision of key with payload data
 // on h.
 func (s *Signer) Sign(h nats.Header, key string, data []byte) {

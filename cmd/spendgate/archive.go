@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spendgate/spendgate/projector"
+	"github.com/spendgate/spendgate/signing"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -47,6 +48,10 @@ func auditArchive(which string, args []string) int {
 	dir := fs.String("dir", "", "the archive's directory")
 	var until *uint64
 	var segment *int
+	var vf verifyFlags
+	if which == "trim" {
+		vf.register(fs)
+	}
 	if which == "archive" {
 		until = fs.Uint64("until", 0, "last stream sequence to archive (0: the newest snapshot's)")
 		segment = fs.Int("segment-messages", projector.DefaultSegmentMessages, "messages per segment file")
@@ -56,6 +61,13 @@ func auditArchive(which string, args []string) int {
 	}
 	if *dir == "" {
 		return cmd.usageError(fs, "--dir is required")
+	}
+	var trust *signing.KeySet
+	if which == "trim" {
+		var err error
+		if trust, err = vf.keys(); err != nil {
+			return cmd.usageError(fs, err.Error())
+		}
 	}
 	layout, err := streams.New(streams.Config{Bucket: *bucket, Prefix: c.prefix})
 	if err != nil {
@@ -76,7 +88,7 @@ func auditArchive(which string, args []string) int {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	if which == "trim" {
-		res, err := projector.Trim(ctx, js, layout, *dir)
+		res, err := projector.Trim(ctx, js, layout, *dir, vf.checkOptions(trust)...)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "spendgate: audit trim:", err)
 			return 1

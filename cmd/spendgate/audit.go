@@ -95,8 +95,9 @@ func audit(args []string) int {
 	var c clientFlags
 	c.register(fs)
 	bucket := fs.String("bucket", streams.DefaultBucket, "ledger bucket name")
-	var at, trusted, reviewed *string
+	var at, reviewed *string
 	var fromSnap *bool
+	var vf verifyFlags
 	if args[0] == "balances" {
 		at = fs.String("at", "", "balances as of this time (RFC 3339), default now")
 	} else {
@@ -105,7 +106,7 @@ func audit(args []string) int {
 	archive := fs.String("archive", "", "read the archive in this directory (spendgate audit archive) before the stream")
 	var window, expiredWindow *time.Duration
 	if args[0] != "keys" {
-		trusted = fs.String("trusted-keys", os.Getenv("SPENDGATE_TRUSTED_KEYS"), trustedKeysUsage)
+		vf.register(fs)
 		window = fs.Duration("window", projector.DefaultWindowClosed, "forget a settled or released reservation this long after its close (0: keep all)")
 		expiredWindow = fs.Duration("expired-window", projector.DefaultWindowExpired, "forget an expired reservation this long after its expiry (0: keep all)")
 	}
@@ -114,13 +115,6 @@ func audit(args []string) int {
 	}
 	if code, ok := cmd.parse(fs, args[1:]); !ok {
 		return code
-	}
-	var trust *signing.KeySet
-	if trusted != nil {
-		var err error
-		if trust, err = parseTrusted(*trusted); err != nil {
-			return cmd.usageError(fs, err.Error())
-		}
 	}
 	var reviewedSeqs []uint64
 	if reviewed != nil && *reviewed != "" {
@@ -139,6 +133,13 @@ func audit(args []string) int {
 			return cmd.usageError(fs, err.Error())
 		}
 		until = t
+	}
+	var trust *signing.KeySet
+	if args[0] != "keys" {
+		var err error
+		if trust, err = vf.keys(); err != nil {
+			return cmd.usageError(fs, err.Error())
+		}
 	}
 	layout, err := streams.New(streams.Config{Bucket: *bucket, Prefix: c.prefix})
 	if err != nil {
@@ -185,7 +186,8 @@ func audit(args []string) int {
 	}
 	progress := isTerminal(os.Stderr)
 	if args[0] == "check" {
-		opts = append(opts, projector.WithTrust(trust), projector.WithReviewed(reviewedSeqs...))
+		opts = append(opts, projector.WithReviewed(reviewedSeqs...))
+		opts = append(opts, vf.checkOptions(trust)...)
 		if progress {
 			opts = append(opts, projector.WithProgress(terminalProgress(os.Stderr, "audit check: replayed")))
 		}
@@ -209,7 +211,7 @@ func audit(args []string) int {
 		}
 		return 0
 	}
-	p := projector.New(js, layout, projector.Verifying(trust))
+	p := projector.New(js, layout, vf.projectorOptions(trust)...)
 	var st *projector.State
 	if progress {
 		opts = append(opts, projector.WithProgress(terminalProgress(os.Stderr, "audit balances: replayed")))
@@ -238,10 +240,6 @@ func audit(args []string) int {
 	}
 	return 0
 }
-
-// trustedKeysUsage is the help of --trusted-keys on the replaying
-// commands.
-const trustedKeysUsage = "fold only revisions signed by these public keys, or files of them, comma-separated, as replicas do; check lists what it skips ($SPENDGATE_TRUSTED_KEYS; empty: signatures are not checked)"
 
 // parseTrusted reads --trusted-keys ("" gives nil: nothing verified).
 func parseTrusted(spec string) (*signing.KeySet, error) {

@@ -64,13 +64,13 @@ func TestAuditBalances_FullDevice(t *testing.T) {
 	code, _ = e2eCLI(t, env.URL(), "admit", "--scope", "org:acme", "--amount", "1")
 	require.Equal(t, 0, code)
 
-	code, out := e2eCLI(t, env.URL(), "audit", "balances")
+	code, out := e2eCLI(t, env.URL(), "audit", "balances", "--unverified")
 	require.Equal(t, 0, code)
 	require.Contains(t, string(out), "org:acme,month,")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binPath, "audit", "balances", "--nats-url", env.URL())
+	cmd := exec.CommandContext(ctx, binPath, "audit", "balances", "--unverified", "--nats-url", env.URL())
 	cmd.Env = append(os.Environ(), "GORACE="+os.Getenv("GORACE")+" atexit_sleep_ms=0")
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = full, &stderr

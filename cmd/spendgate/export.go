@@ -50,6 +50,9 @@ func auditExport(args []string) int {
 	if *format != "csv" && *format != "jsonl" {
 		return cmd.usageError(fs, fmt.Sprintf("--format %q: want csv or jsonl", *format))
 	}
+	if _, err := r.verify.keys(); err != nil {
+		return cmd.usageError(fs, err.Error())
+	}
 	p, ctx, done, err := r.projector("export")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "spendgate: audit export:", err)

@@ -91,7 +91,10 @@ func TestREADME_RunsAsPrinted(t *testing.T) {
 	t.Setenv("SPENDGATE_NATS_URL", "")
 	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	url := "nats://" + listen
-	startProc(t, true, "serve", "--data-dir", filepath.Join(t.TempDir(), "data"), "--listen", listen)
+	// The README's commands run in the directory the quick start runs
+	// serve from, so ./spendgate-data (its keys) is where they say.
+	readmeDir = t.TempDir()
+	startProc(t, true, "serve", "--data-dir", filepath.Join(readmeDir, "spendgate-data"), "--listen", listen)
 	nc := connect(t, url)
 
 	// Every line of every code block, in order: a reply the README prints
@@ -202,9 +205,13 @@ func readmeNormalize(v any) {
 	}
 }
 
-// runReadmeShell runs lines in one bash with SPENDGATE_NATS_URL set, in a
-// temporary directory (the files they write stay out of the checkout);
-// every line must succeed.
+// readmeDir is the directory TestREADME_RunsAsPrinted runs serve's data
+// dir (./spendgate-data) and the README's commands in.
+var readmeDir string
+
+// runReadmeShell runs lines in one bash with SPENDGATE_NATS_URL set, in
+// readmeDir (the files they write stay out of the checkout); every line
+// must succeed.
 func runReadmeShell(t *testing.T, url string, lines []string) {
 	t.Helper()
 	if len(lines) == 0 {
@@ -214,7 +221,10 @@ func runReadmeShell(t *testing.T, url string, lines []string) {
 	defer cancel()
 	script := "set -euo pipefail\n" + strings.Join(lines, "\n") + "\n"
 	cmd := exec.CommandContext(ctx, "bash", "-c", script)
-	cmd.Dir = t.TempDir()
+	cmd.Dir = readmeDir
+	if cmd.Dir == "" {
+		cmd.Dir = t.TempDir()
+	}
 	cmd.Env = append(os.Environ(), "SPENDGATE_NATS_URL="+url, "GORACE="+os.Getenv("GORACE")+" atexit_sleep_ms=0")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out

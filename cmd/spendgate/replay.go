@@ -41,7 +41,7 @@ type replayFlags struct {
 	scopes   multiFlag
 	archive  string
 	tenant   string
-	trusted  string
+	verify   verifyFlags
 }
 
 func (r *replayFlags) register(fs *flag.FlagSet) {
@@ -52,7 +52,7 @@ func (r *replayFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.to, "to", "", "only reservations opened before this RFC 3339 time")
 	fs.Var(&r.scopes, "scope", "only reservations admitted in this scope KIND:ID (repeatable: any of them); a tenant's as TENANT/KIND:ID, or KIND:ID with --tenant")
 	fs.StringVar(&r.tenant, "tenant", "", "only this tenant's reservations")
-	fs.StringVar(&r.trusted, "trusted-keys", os.Getenv("SPENDGATE_TRUSTED_KEYS"), trustedKeysUsage)
+	r.verify.register(fs)
 }
 
 // filter validates the selection flags into a projector.Filter; the error
@@ -101,7 +101,7 @@ func (r *replayFlags) projector(name string) (*projector.Projector, context.Cont
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	trust, err := parseTrusted(r.trusted)
+	trust, err := r.verify.keys()
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -115,7 +115,7 @@ func (r *replayFlags) projector(name string) (*projector.Projector, context.Cont
 		return nil, nil, nil, err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	p := projector.New(js, layout, projector.Verifying(trust))
+	p := projector.New(js, layout, r.verify.projectorOptions(trust)...)
 	if r.archive != "" {
 		if _, err := p.UseArchive(r.archive); err != nil {
 			stop()

@@ -77,6 +77,11 @@ func report(args []string) int {
 	if err != nil {
 		return cmd.usageError(fs, err.Error())
 	}
+	if *replay {
+		if _, err := r.verify.keys(); err != nil {
+			return cmd.usageError(fs, "--replay "+err.Error())
+		}
+	}
 	var group projector.GroupBy
 	switch key, explicit := strings.CutPrefix(*by, projector.MetadataColumnPrefix); {
 	case *by == "":

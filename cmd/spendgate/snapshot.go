@@ -14,18 +14,23 @@ import (
 
 	"github.com/spendgate/spendgate/config"
 	"github.com/spendgate/spendgate/ledger"
+	"github.com/spendgate/spendgate/signing"
 	"github.com/spendgate/spendgate/streams"
 )
 
 var snapshotCommand = command{
 	name:     "spendgate snapshot",
-	synopsis: "[--list] [--nats-url URL] [--bucket NAME] [--within 10m]",
+	synopsis: "--trusted-keys KEYS --signing-key FILE | --unverified [--list] [--nats-url URL] [--bucket NAME] [--within 10m]",
 	about: `Writes a snapshot of the ledger's book now, into the object store bucket
 <bucket>_snapshots, and prints it as JSON ({"name","seq","size"}). It folds
-the stream the way a starting replica does (from the newest valid snapshot,
-then the tail), so it needs no running replica. Replicas also write one every
---snapshot-revisions revisions or --snapshot-interval (see serve). With
---list it prints the stored snapshots, newest first, one JSON object a line.`,
+the stream the way a starting replica does (from the newest snapshot a
+trusted key signed, then the tail), verifying every revision against
+--trusted-keys as a replica does, and signs what it writes with
+--signing-key (a key the ledger trusts: replicas load only snapshots a
+trusted key signed). It needs no running replica. Replicas also write one
+every --snapshot-revisions revisions or --snapshot-interval and when they
+stop (see serve). With --list it prints the stored snapshots, newest first,
+one JSON object a line.`,
 }
 
 // snapshotCmd is spendgate snapshot.
@@ -36,6 +41,9 @@ func snapshotCmd(args []string) int {
 	bucket := fs.String("bucket", streams.DefaultBucket, "ledger bucket name")
 	list := fs.Bool("list", false, "list the stored snapshots instead of writing one")
 	timeout := fs.Duration("within", 10*time.Minute, "how long the fold and the write may take")
+	var vf verifyFlags
+	vf.register(fs)
+	keyFile := fs.String("signing-key", "", "nkey seed file of a key the ledger trusts: signs the snapshot (with the embedded server ./spendgate-data/signing.nk)")
 	var logging config.Logging
 	logging.AddFlags(fs)
 	if code, ok := snapshotCommand.parse(fs, args); !ok {
@@ -43,6 +51,22 @@ func snapshotCmd(args []string) int {
 	}
 	if *timeout <= 0 {
 		return snapshotCommand.usageError(fs, "--within must be positive")
+	}
+	var trust *signing.KeySet
+	var signer *signing.Signer
+	if !*list {
+		var err error
+		if trust, err = vf.keys(); err != nil {
+			return snapshotCommand.usageError(fs, err.Error())
+		}
+		switch {
+		case *keyFile == "" && !vf.unverified:
+			return snapshotCommand.usageError(fs, "--signing-key is required: replicas load only a snapshot signed by a key the ledger trusts")
+		case *keyFile != "":
+			if signer, err = signing.LoadSigner(*keyFile); err != nil {
+				return snapshotCommand.usageError(fs, "--signing-key: "+err.Error())
+			}
+		}
 	}
 	fail := func(err error) int {
 		fmt.Fprintln(os.Stderr, "spendgate: snapshot:", err)
@@ -93,7 +117,13 @@ func snapshotCmd(args []string) int {
 	if _, err := streams.EnsureSnapshots(ctx, js, layout); err != nil {
 		return fail(err)
 	}
-	l, err := ledger.New(ctx, nc, js, layout, ledger.WithSnapshotEvery(0, 0), ledger.WithLogger(logging.New(os.Stderr)))
+	lopts := []ledger.Option{ledger.WithSnapshotEvery(0, 0), ledger.WithLogger(logging.New(os.Stderr)), ledger.WithSigner(signer)}
+	if vf.unverified {
+		lopts = append(lopts, ledger.WithUnverified())
+	} else {
+		lopts = append(lopts, ledger.WithTrust(trust))
+	}
+	l, err := ledger.New(ctx, nc, js, layout, lopts...)
 	if err != nil {
 		return fail(err)
 	}

@@ -30,7 +30,7 @@ func TestCLI_Snapshot(t *testing.T) {
 	defer cancel()
 	require.NoError(t, r.Ledger.Sync(ctx))
 
-	code, out := e2eCLI(t, env.URL(), "snapshot")
+	code, out := e2eCLI(t, env.URL(), "snapshot", "--unverified")
 	require.Equal(t, 0, code)
 	var got snapshotOut
 	require.NoError(t, json.Unmarshal(out, &got))
@@ -46,7 +46,7 @@ func TestCLI_Snapshot(t *testing.T) {
 	require.Equal(t, got, listed)
 
 	// audit check compares the snapshot with its replay at seq 2.
-	code, out = e2eCLI(t, env.URL(), "audit", "check")
+	code, out = e2eCLI(t, env.URL(), "audit", "check", "--unverified")
 	require.Equal(t, 0, code)
 	require.Contains(t, string(out), "snapshot "+got.Name+" equals the replay at seq 2")
 
@@ -73,7 +73,7 @@ func TestCLI_Snapshot(t *testing.T) {
 	require.NoError(t, err)
 	_, err = store.PutBytes(ctx, got.Name, append(append(head, '\n'), forged...))
 	require.NoError(t, err)
-	code, out = e2eCLI(t, env.URL(), "audit", "check")
+	code, out = e2eCLI(t, env.URL(), "audit", "check", "--unverified")
 	require.Equal(t, 1, code)
 	require.Contains(t, string(out), "snapshot "+got.Name+": balance")
 }

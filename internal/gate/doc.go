@@ -36,12 +36,13 @@
 // ledger holds a trust revision the anchor decides alone (nil: signatures
 // are not checked).
 //
-// A revision validly signed by a key the trust revision neither lists nor
-// distrusts may be a replica whose key was not added yet: if it follows
-// its key's chain it blocks the key (Heads.Blocked) instead of being
-// written over, and it passes, in order, as soon as a trust revision adds
-// its signer (Admit returns it then). A distrusted or retired key's
-// revisions are garbage and block nothing.
+// Replicas agree on who may write because the ledger says it, and a
+// replica whose key the ledger does not trust refuses to write at all (see
+// ledger.CheckWriter): so a revision signed by a key the ledger does not
+// trust is garbage, skipped like any other, and the key's next write lands
+// after it. A reader that reads a revision ahead of its fold, and so may
+// hold trust that is behind, asks KnowsSigner first and folds the trust
+// key up to date before it decides on an unknown key.
 //
 // # Heads
 //

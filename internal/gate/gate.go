@@ -2,7 +2,6 @@ package gate
 
 import (
 	"fmt"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -136,10 +135,6 @@ type Rejection struct {
 	Signer string
 	// Err says more, when there is more to say (a decode or chain error).
 	Err error
-	// pending is set for a revision validly signed by a key the ledger
-	// neither trusts nor distrusts, which decodes: it may block its key
-	// (see Skip).
-	pending *Revision
 }
 
 // Error names the sequence, the key and the reason.
@@ -274,6 +269,16 @@ func (g *Gate) ResetTrust() {
 	g.mu.Unlock()
 }
 
+// TrustSet returns the key set a trust revision makes (its trusted and
+// retired keys; distrusted keys are not in it).
+func TrustSet(rev events.TrustRevision) (*signing.KeySet, error) {
+	st, err := newTrustState(rev, 0)
+	if err != nil {
+		return nil, err
+	}
+	return st.set, nil
+}
+
 func newTrustState(rev events.TrustRevision, seq uint64) (*trustState, error) {
 	keys := make([]signing.Key, len(rev.Keys))
 	for i, k := range rev.Keys {
@@ -313,8 +318,8 @@ func (g *Gate) Inspect(m *Message) (*Revision, *Rejection) {
 	if reason != "" {
 		return reject(reason, "", nil)
 	}
-	signer, pending, reason := g.verify(kind, key, m)
-	if reason != "" && !pending {
+	signer, reason := g.verify(kind, key, m)
+	if reason != "" {
 		return reject(reason, signer, nil)
 	}
 	rev := &Revision{Seq: m.Seq, Key: key, Kind: kind, At: m.At, Signer: signer, Data: m.Data}
@@ -322,18 +327,32 @@ func (g *Gate) Inspect(m *Message) (*Revision, *Rejection) {
 		return reject(reason, signer, err)
 	}
 	rev.Hash = events.HashPayload(m.Data)
-	if pending {
-		return nil, &Rejection{Seq: m.Seq, Key: key, Reason: signing.ReasonUntrustedKey, Signer: signer, pending: rev}
-	}
 	return rev, nil
 }
 
-// verify checks m's signature. pending reports a valid signature by a key
-// the ledger neither trusts nor distrusts (the reason is then
-// ReasonUntrustedKey).
-func (g *Gate) verify(kind Kind, key string, m *Message) (signer string, pending bool, reason signing.Reason) {
+// KnowsSigner reports whether the gate's trust state decides m's signer
+// for good: m is unsigned (or signatures are not checked), or the key it
+// names is trusted, retired or distrusted. A reader that reads a revision
+// ahead of its fold (a replica's catch-up after a lost compare-and-set)
+// and finds a key it does not know first folds the ledger's trust key up
+// to date: the key may have been added a moment ago.
+func (g *Gate) KnowsSigner(m *Message) bool {
+	pub := m.Header.Get(streams.HeaderSigKey)
+	ks := g.Keys()
+	if g.unverified || ks == nil || pub == "" {
+		return true
+	}
+	if t := g.trust.Load(); t != nil && t.distrusted[pub] {
+		return true
+	}
+	until, listed := ks.Lookup(pub)
+	return listed && (until == 0 || m.Seq <= until)
+}
+
+// verify checks m's signature against the trust state.
+func (g *Gate) verify(kind Kind, key string, m *Message) (signer string, reason signing.Reason) {
 	if g.unverified {
-		return m.Header.Get(streams.HeaderSigKey), false, ""
+		return m.Header.Get(streams.HeaderSigKey), ""
 	}
 	t := g.trust.Load()
 	if kind == KindTrust {
@@ -341,30 +360,29 @@ func (g *Gate) verify(kind Kind, key string, m *Message) (signer string, pending
 	}
 	ks := g.Keys()
 	if ks == nil {
-		return m.Header.Get(streams.HeaderSigKey), false, ""
+		return m.Header.Get(streams.HeaderSigKey), ""
 	}
 	pub := m.Header.Get(streams.HeaderSigKey)
 	if pub == "" && m.Header.Get(streams.HeaderSig) == "" {
 		if m.Seq <= ks.UnsignedUntil() {
-			return "", false, ""
+			return "", ""
 		}
-		return "", false, signing.ReasonUnsigned
+		return "", signing.ReasonUnsigned
 	}
 	if t != nil && t.distrusted[pub] {
-		return pub, false, signing.ReasonDistrustedKey
+		return pub, signing.ReasonDistrustedKey
 	}
 	until, listed := ks.Lookup(pub)
-	if listed && until != 0 && m.Seq > until {
-		return pub, false, signing.ReasonRetiredKey
-	}
-	signer, ok := signing.VerifyBy(key, m.Header, m.Data)
 	switch {
-	case !ok:
-		return signer, false, signing.ReasonBadSignature
 	case !listed:
-		return signer, true, signing.ReasonUntrustedKey
+		return pub, signing.ReasonUntrustedKey
+	case until != 0 && m.Seq > until:
+		return pub, signing.ReasonRetiredKey
 	}
-	return signer, false, ""
+	if signer, ok := signing.VerifyBy(key, m.Header, m.Data); !ok {
+		return signer, signing.ReasonBadSignature
+	}
+	return pub, ""
 }
 
 // verifyTrust checks the signature of a trust revision: always signed, by
@@ -373,31 +391,31 @@ func (g *Gate) verify(kind Kind, key string, m *Message) (signer string, pending
 // lost every trusted seed adds a new key to them), the first with no
 // anchor on first use (checked in decode, against the keys it lists). A
 // key the ledger distrusts never signs one.
-func (g *Gate) verifyTrust(t *trustState, key string, m *Message) (string, bool, signing.Reason) {
+func (g *Gate) verifyTrust(t *trustState, key string, m *Message) (string, signing.Reason) {
 	signer, ok := signing.VerifyBy(key, m.Header, m.Data)
 	switch {
 	case signer == "":
-		return "", false, signing.ReasonUnsigned
+		return "", signing.ReasonUnsigned
 	case !ok:
-		return signer, false, signing.ReasonBadSignature
+		return signer, signing.ReasonBadSignature
 	}
 	if t != nil && t.distrusted[signer] {
-		return signer, false, signing.ReasonDistrustedKey
+		return signer, signing.ReasonDistrustedKey
 	}
 	anchor := g.anchor.Load()
 	if t == nil && anchor == nil {
-		return signer, false, ""
+		return signer, ""
 	}
 	reason := signing.ReasonUntrustedKey
 	for _, ks := range []*signing.KeySet{t.keys(), anchor} {
 		if until, listed := ks.Lookup(signer); listed {
 			if until == 0 || m.Seq <= until {
-				return signer, false, ""
+				return signer, ""
 			}
 			reason = signing.ReasonRetiredKey
 		}
 	}
-	return signer, false, reason
+	return signer, reason
 }
 
 // keys is the trust state's key set (nil for no state).
@@ -510,35 +528,26 @@ func lists(r events.TrustRevision, pub string) bool {
 }
 
 // Admit checks that rev, which Inspect passed, follows its key's last
-// revision in h, and records it there. It returns the revisions that pass
-// with it, in the order to fold them: rev itself, then, when rev is a
-// trust revision that trusts their signers, revisions that had blocked
-// their keys. A revision at or below the key's last seen one returns
-// nothing and no rejection (it was decided before).
-func (g *Gate) Admit(h *Heads, rev *Revision) ([]*Revision, *Rejection) {
+// revision in h, and records it there: it passes (a trust revision
+// becomes the gate's trust state). It reports false and no rejection for a
+// revision at or below the key's last seen one (it was decided before).
+func (g *Gate) Admit(h *Heads, rev *Revision) (bool, *Rejection) {
 	hd := h.get(rev.Key)
 	if rev.Seq <= max(hd.Valid, hd.Seen) {
-		return nil, nil
+		return false, nil
 	}
 	if rej := checkChain(h, hd, rev); rej != nil {
-		return nil, rej
+		return false, rej
 	}
 	h.pass(rev)
-	out := []*Revision{rev}
-	if rev.Kind == KindTrust {
-		st, err := newTrustState(*rev.Trust, rev.Seq)
-		if err != nil { // Inspect checked it
-			return out, nil
+	if rev.Kind == KindTrust && !g.unverified {
+		if st, err := newTrustState(*rev.Trust, rev.Seq); err == nil { // Inspect checked it
+			g.mu.Lock()
+			g.trust.Store(st)
+			g.mu.Unlock()
 		}
-		if g.unverified {
-			return out, nil
-		}
-		g.mu.Lock()
-		g.trust.Store(st)
-		g.mu.Unlock()
-		out = append(out, g.unblock(h, st)...)
 	}
-	return out, nil
+	return true, nil
 }
 
 // checkChain checks rev against its key's head. Heads that start after a
@@ -563,9 +572,7 @@ func checkChain(h *Heads, hd Head, rev *Revision) *Rejection {
 	return nil
 }
 
-// Skip records rej in h: the key's next write must land after it. A
-// revision validly signed by a key the ledger does not know that follows
-// its key's chain (or the revision that blocked it) blocks the key. It
+// Skip records rej in h: the key's next write must land after it. It
 // reports false if rej was recorded before (a revision at or below the
 // key's last seen one), so that a caller logs each rejection once.
 func (g *Gate) Skip(h *Heads, rej *Rejection) bool {
@@ -580,70 +587,24 @@ func (g *Gate) Skip(h *Heads, rej *Rejection) bool {
 	if rej.Seq <= max(hd.Valid, hd.Seen) {
 		return false
 	}
-	if p := rej.pending; p != nil {
-		if ch, chained := p.Chain(); chained && follows(h, hd, p.Key, ch) {
-			h.block(p)
-		}
-	}
 	h.see(rej.Key, rej.Seq)
 	return true
 }
 
-// follows reports whether ch names the key's last passed revision, or the
-// last revision blocking it.
-func follows(h *Heads, hd Head, key string, ch events.Chain) bool {
-	if b := h.blocked[key]; len(b) > 0 {
-		last := b[len(b)-1]
-		return ch.Prev == last.Seq && ch.PrevHash == last.Hash
-	}
-	return ch.Prev == hd.Valid && ch.PrevHash == hd.Hash
-}
-
-// unblock passes the blocked revisions whose signers st trusts, key by
-// key in key order, each key's in stream order; a key whose first blocked
-// revision's signer st distrusts or retired is unblocked with nothing
-// passed (its revisions were garbage).
-func (g *Gate) unblock(h *Heads, st *trustState) []*Revision {
-	var out []*Revision
-	keys := make([]string, 0, len(h.blocked))
-	for k := range h.blocked {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		for len(h.blocked[k]) > 0 {
-			p := h.blocked[k][0]
-			until, listed := st.set.Lookup(p.Signer)
-			if !listed && !st.distrusted[p.Signer] {
-				break // still unknown: still blocking
-			}
-			if !listed || (until != 0 && p.Seq > until) || checkChain(h, h.get(k), p) != nil {
-				h.unblockKey(k)
-				break
-			}
-			h.blocked[k] = h.blocked[k][1:]
-			h.nblocked--
-			if len(h.blocked[k]) == 0 {
-				delete(h.blocked, k)
-			}
-			h.setValid(p)
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
 // Check is Inspect, then Admit or Skip: what a reader folding the stream
-// in order does with each message.
-func (g *Gate) Check(h *Heads, m *Message) ([]*Revision, *Rejection) {
+// in order does with each message. It returns the revision if it passed.
+func (g *Gate) Check(h *Heads, m *Message) (*Revision, *Rejection) {
 	rev, rej := g.Inspect(m)
 	if rej != nil {
 		g.Skip(h, rej)
 		return nil, rej
 	}
-	out, rej := g.Admit(h, rev)
+	ok, rej := g.Admit(h, rev)
 	if rej != nil {
 		g.Skip(h, rej)
 	}
-	return out, rej
+	if !ok {
+		return nil, rej
+	}
+	return rev, nil
 }

@@ -88,20 +88,17 @@ func (f *fixture) trust(by *signing.Signer, pubs ...string) (string, []byte) {
 
 // write appends data under key, signed by s (nil: unsigned), and checks it.
 // A revision that passes becomes what the key's next revision chains to.
-func (f *fixture) write(s *signing.Signer, key string, data []byte) ([]*gate.Revision, *gate.Rejection) {
+func (f *fixture) write(s *signing.Signer, key string, data []byte) (*gate.Revision, *gate.Rejection) {
 	f.seq++
 	h := nats.Header{}
 	if s != nil {
 		s.Sign(h, key, data)
 	}
-	passed, rej := f.g.Check(f.h, &gate.Message{Seq: f.seq, Subject: f.layout.Subject(key), Header: h, Data: data, At: t0})
-	for _, r := range passed {
-		f.last[r.Key], f.prev[r.Key] = data, r.Seq
-		if r.Key != key {
-			f.last[r.Key] = nil // not this payload: chain tests below re-read it
-		}
+	rev, rej := f.g.Check(f.h, &gate.Message{Seq: f.seq, Subject: f.layout.Subject(key), Header: h, Data: data, At: t0})
+	if rev != nil {
+		f.last[rev.Key], f.prev[rev.Key] = data, rev.Seq
 	}
-	return passed, rej
+	return rev, rej
 }
 
 func TestGate_Garbage(t *testing.T) {
@@ -124,9 +121,9 @@ func TestGate_Garbage(t *testing.T) {
 func TestGate_ChainAndReplay(t *testing.T) {
 	f := newFixture(t, nil)
 	key, d1 := f.lane("a")
-	passed, rej := f.write(nil, key, d1)
+	rev, rej := f.write(nil, key, d1)
 	require.Nil(t, rej)
-	require.Len(t, passed, 1)
+	require.NotNil(t, rev)
 	_, d2 := f.lane("b")
 	_, rej = f.write(nil, key, d2)
 	require.Nil(t, rej)
@@ -159,9 +156,9 @@ func TestGate_TrustFromTheLedger(t *testing.T) {
 	require.NotNil(t, rej)
 	require.Equal(t, signing.ReasonUntrustedKey, rej.Reason)
 	key, data = f.trust(a, a.PublicKey(), b.PublicKey())
-	passed, rej := f.write(a, key, data)
+	rev, rej := f.write(a, key, data)
 	require.Nil(t, rej)
-	require.Len(t, passed, 1)
+	require.Equal(t, gate.KindTrust, rev.Kind)
 	require.NoError(t, f.g.MayWrite(b.PublicKey(), f.seq))
 	require.Error(t, f.g.MayWrite(c.PublicKey(), f.seq))
 	lk, ld := f.lane("by-b")
@@ -188,71 +185,41 @@ func TestGate_TrustOnFirstUse(t *testing.T) {
 	require.Error(t, f.g.MayWrite(b.PublicKey(), f.seq))
 }
 
-// TestGate_UnknownSignerBlocksUntilTrusted: a chained revision validly
-// signed by a key the ledger does not know blocks its key (a writer must
-// not write over what may be a replica's acknowledged work); when a trust
-// revision adds the key, the blocked revisions pass, in order, and their
-// key follows them. How we know it can fail: without the block, the
-// revision is skipped and the next write lands over it (the old behaviour,
-// which lost the second replica's reservations).
-func TestGate_UnknownSignerBlocksUntilTrusted(t *testing.T) {
-	a, b := signer(t), signer(t)
-	f := newFixture(t, keys(t, a.PublicKey()))
-	key, data := f.trust(a, a.PublicKey())
-	_, rej := f.write(a, key, data)
-	require.Nil(t, rej)
-	lk, d1 := f.lane("by-b-1")
-	_, rej = f.write(b, lk, d1)
-	require.NotNil(t, rej)
-	require.Equal(t, signing.ReasonUntrustedKey, rej.Reason)
-	seq, who, blocked := f.h.Blocked(lk)
-	require.True(t, blocked)
-	require.Equal(t, f.seq, seq)
-	require.Equal(t, b.PublicKey(), who)
-	// b goes on: its next revision chains to its first one.
-	f.last[lk], f.prev[lk] = d1, f.seq
-	_, d2 := f.lane("by-b-2")
-	_, rej = f.write(b, lk, d2)
-	require.NotNil(t, rej)
-	key, data = f.trust(a, a.PublicKey(), b.PublicKey())
-	passed, rej := f.write(a, key, data)
-	require.Nil(t, rej)
-	require.Len(t, passed, 3, "the trust revision, then b's two revisions")
-	require.Equal(t, gate.KindTrust, passed[0].Kind)
-	require.Equal(t, []uint64{2, 3}, []uint64{passed[1].Seq, passed[2].Seq})
-	_, _, blocked = f.h.Blocked(lk)
-	require.False(t, blocked)
-	valid, _ := f.h.Valid(lk)
-	require.EqualValues(t, 3, valid)
-	require.EqualValues(t, 3, f.h.Rev(lk))
-}
-
-// TestGate_DistrustUnblocks: distrusting the unknown signer makes its
-// revisions garbage: the key is writable again and nothing of it passes.
-func TestGate_DistrustUnblocks(t *testing.T) {
-	a, b := signer(t), signer(t)
+// TestGate_UnknownSignerIsGarbage: a revision validly signed by a key the
+// ledger does not trust is skipped like garbage (replicas refuse to write
+// with such a key, so it is nobody's acknowledged work), its key's next
+// write lands after it; a distrusted key likewise; and KnowsSigner tells a
+// reader reading ahead of its fold that it must bring its trust up to date
+// before it decides. How we know it can fail: the signature is valid and
+// the revision follows its key's chain; only the trust state refuses it.
+func TestGate_UnknownSignerIsGarbage(t *testing.T) {
+	a, b, c := signer(t), signer(t), signer(t)
 	f := newFixture(t, keys(t, a.PublicKey()))
 	key, data := f.trust(a, a.PublicKey())
 	_, rej := f.write(a, key, data)
 	require.Nil(t, rej)
 	lk, d1 := f.lane("by-b")
+	m := &gate.Message{Seq: f.seq + 1, Subject: f.layout.Subject(lk), Header: nats.Header{}, Data: d1}
+	b.Sign(m.Header, lk, d1)
+	require.False(t, f.g.KnowsSigner(m), "a reader ahead of its fold must refresh its trust first")
 	_, rej = f.write(b, lk, d1)
 	require.NotNil(t, rej)
-	_, _, blocked := f.h.Blocked(lk)
-	require.True(t, blocked)
+	require.Equal(t, signing.ReasonUntrustedKey, rej.Reason)
+	require.EqualValues(t, f.seq, f.h.Rev(lk), "the key's next write lands after it")
+	valid, _ := f.h.Valid(lk)
+	require.Zero(t, valid)
+
 	rev := events.TrustRevision{Schema: events.SchemaTrust, Chain: events.Chain{Prev: 1, PrevHash: events.HashPayload(data)},
-		Keys: []events.TrustedKey{{Public: a.PublicKey()}}, Distrusted: []string{b.PublicKey()}, By: a.PublicKey(), At: t0}
-	data, err := json.Marshal(rev)
+		Keys: []events.TrustedKey{{Public: a.PublicKey()}}, Distrusted: []string{c.PublicKey()}, By: a.PublicKey(), At: t0}
+	tdata, err := json.Marshal(rev)
 	require.NoError(t, err)
-	passed, rej := f.write(a, streams.TrustKey, data)
+	_, rej = f.write(a, streams.TrustKey, tdata)
 	require.Nil(t, rej)
-	require.Len(t, passed, 1)
-	_, _, blocked = f.h.Blocked(lk)
-	require.False(t, blocked)
-	_, d2 := f.lane("by-b-again")
-	_, rej = f.write(b, lk, d2)
+	_, d2 := f.lane("by-c")
+	m = &gate.Message{Seq: f.seq + 1, Subject: f.layout.Subject(lk), Header: nats.Header{}, Data: d2}
+	c.Sign(m.Header, lk, d2)
+	require.True(t, f.g.KnowsSigner(m), "a distrusted key is decided")
+	_, rej = f.write(c, lk, d2)
 	require.NotNil(t, rej)
 	require.Equal(t, signing.ReasonDistrustedKey, rej.Reason)
-	_, _, blocked = f.h.Blocked(lk)
-	require.False(t, blocked, "a distrusted key blocks nothing")
 }

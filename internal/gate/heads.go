@@ -24,17 +24,13 @@ func (h Head) Rev() uint64 { return max(h.Valid, h.Seen) }
 // concurrent use: its owner guards it (a replica, with its book's lock).
 type Heads struct {
 	m map[string]*Head
-	// blocked holds, per key, the revisions validly signed by a key the
-	// ledger does not know that followed its chain, in stream order.
-	blocked  map[string][]*Revision
-	nblocked int
 	// after: see NewHeadsAfter.
 	after uint64
 }
 
 // NewHeads returns empty Heads: a fold from the stream's first message.
 func NewHeads() *Heads {
-	return &Heads{m: map[string]*Head{}, blocked: map[string][]*Revision{}}
+	return &Heads{m: map[string]*Head{}}
 }
 
 // NewHeadsAfter returns Heads for a fold that starts after seq without
@@ -91,47 +87,15 @@ func (h *Heads) Each(f func(key string, hd Head)) {
 	}
 }
 
-// Blocked reports whether key is blocked by a revision signed by a key the
-// ledger does not know, and names the first such revision and its signer.
-// A writer must not write over it: the key answers "unavailable" until a
-// trust revision decides about its signer.
-func (h *Heads) Blocked(key string) (seq uint64, signer string, ok bool) {
-	if b := h.blocked[key]; len(b) > 0 {
-		return b[0].Seq, b[0].Signer, true
-	}
-	return 0, "", false
-}
-
-// AnyBlocked reports whether any key is blocked.
-func (h *Heads) AnyBlocked() bool { return len(h.blocked) > 0 }
-
-// pass records that rev passed: it is its key's head now, and nothing
-// blocks the key.
+// pass records that rev passed: it is its key's head now.
 func (h *Heads) pass(rev *Revision) {
-	h.setValid(rev)
-	h.unblockKey(rev.Key)
-}
-
-// setValid makes rev its key's last valid revision. The key's last seen
-// revision stays what it was if it is later (a blocked revision that
-// passes before the revisions that followed it).
-func (h *Heads) setValid(rev *Revision) {
 	_, chained := rev.Chain()
 	hd := h.m[rev.Key]
 	if hd == nil {
 		hd = &Head{}
 		h.m[rev.Key] = hd
 	}
-	hd.Valid, hd.Hash, hd.Chained = rev.Seq, rev.Hash, chained
-	if hd.Seen <= rev.Seq {
-		hd.Seen = 0
-	}
-}
-
-// unblockKey forgets what blocked key.
-func (h *Heads) unblockKey(key string) {
-	h.nblocked -= len(h.blocked[key])
-	delete(h.blocked, key)
+	hd.Valid, hd.Hash, hd.Seen, hd.Chained = rev.Seq, rev.Hash, 0, chained
 }
 
 // see records that the revision of key at seq was skipped.
@@ -144,24 +108,6 @@ func (h *Heads) see(key string, seq uint64) {
 	if seq > max(hd.Valid, hd.Seen) {
 		hd.Seen = seq
 	}
-}
-
-// Bounds of the blocked revisions a Heads keeps: a replica that waits for
-// its key to be trusted writes nothing (it refuses to write at start), so
-// a long run of them is not a replica's; past the bounds a key stays
-// blocked but its revisions are not kept (they will not pass).
-const (
-	maxBlockedPerKey = 64
-	maxBlocked       = 4096
-)
-
-// block records rev as blocking its key.
-func (h *Heads) block(rev *Revision) {
-	if len(h.blocked[rev.Key]) >= maxBlockedPerKey || h.nblocked >= maxBlocked {
-		return
-	}
-	h.blocked[rev.Key] = append(h.blocked[rev.Key], rev)
-	h.nblocked++
 }
 
 // Own records a revision this replica wrote itself and folds from memory:
@@ -177,5 +123,4 @@ func (h *Heads) Own(key string, seq uint64, hash string) {
 		return
 	}
 	hd.Valid, hd.Hash, hd.Seen, hd.Chained = seq, hash, 0, true
-	h.unblockKey(key)
 }

@@ -1,0 +1,140 @@
+package ledger
+
+import (
+	"errors"
+	"sync"
+
+	"github.com/spendgate/spendgate/internal/gate"
+)
+
+// Folded is one revision the replica's fold passed, as its readers get it.
+type Folded struct {
+	// Rev is the revision, decoded by the gate. Readers share it: they
+	// must not change it.
+	Rev *gate.Revision
+	// Own: this replica wrote it.
+	Own bool
+}
+
+// Reader is a reader of the ledger fed by the replica's one fold: every
+// revision the gate passes is handed to every reader once, in stream
+// order, after the book folded it, on the follower's goroutine. Nothing a
+// replica skipped reaches a reader, and no reader opens a consumer of its
+// own on the ledger stream. Fold must not block on I/O: a reader that
+// writes elsewhere queues what it needs (a full queue holds the follower
+// back, which the replica's lag shows).
+type Reader interface {
+	Fold(f Folded)
+}
+
+// Section is a Reader whose state travels in the replica's snapshots, as
+// of the snapshot's sequence, so that a restart costs what follows the
+// snapshot for it as for the book. A snapshot without a reader's section
+// (written before the reader existed) is not loaded: the replica folds the
+// stream from its start instead, once.
+type Section interface {
+	Reader
+	// SectionName names the section in a snapshot (a JSON object key).
+	SectionName() string
+	// MarshalSection returns the state after the last revision folded.
+	MarshalSection() ([]byte, error)
+	// LoadSection replaces the state by a snapshot's, as of seq.
+	LoadSection(seq uint64, data []byte) error
+	// ResetSection forgets everything: the fold starts again from the
+	// stream's first revision.
+	ResetSection()
+}
+
+// AddReader has r fed by the fold. Call it before Run.
+func (l *Ledger) AddReader(r Reader) error {
+	l.life.Lock()
+	defer l.life.Unlock()
+	if l.state != stateNew {
+		return errors.New("ledger: AddReader after Run")
+	}
+	l.readers = append(l.readers, r)
+	return nil
+}
+
+// maxAhead bounds the revisions kept for the readers while they wait for
+// the follower (a revision this replica wrote or caught up on before its
+// follower reached it): past it, the follower decodes such a revision
+// again.
+const maxAhead = 1 << 16
+
+// ahead holds the revisions folded before the follower reached them (this
+// replica's own writes, catch-ups), by sequence, so the follower hands
+// them to the readers without decoding them again.
+type ahead struct {
+	mu sync.Mutex
+	m  map[uint64]aheadEntry
+}
+
+type aheadEntry struct {
+	passed *gate.Revision // nil: skipped
+	own    bool
+}
+
+func (a *ahead) put(seq uint64, passed *gate.Revision, own bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.m == nil {
+		a.m = map[uint64]aheadEntry{}
+	}
+	if len(a.m) < maxAhead {
+		a.m[seq] = aheadEntry{passed, own}
+	}
+}
+
+func (a *ahead) take(seq uint64) (aheadEntry, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	e, ok := a.m[seq]
+	if ok {
+		delete(a.m, seq)
+	}
+	return e, ok
+}
+
+// dropUntil forgets entries at or below seq (the follower passed them).
+func (a *ahead) dropUntil(seq uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for s := range a.m {
+		if s <= seq {
+			delete(a.m, s)
+		}
+	}
+}
+
+// feed hands the revisions of the message at seq to the readers: passed
+// when the follower folded it itself, else what was folded ahead of it
+// (decoded again if that was not kept).
+func (l *Ledger) feed(m *gate.Message, passed *gate.Revision, foldedHere bool) {
+	if len(l.readers) == 0 {
+		return
+	}
+	own := l.isOwn(m)
+	if !foldedHere {
+		if e, ok := l.ahead.take(m.Seq); ok {
+			passed, own = e.passed, own || e.own
+		} else if key, ok := l.layout.KeyOf(m.Subject); ok && l.revOf(key) >= m.Seq {
+			// Folded ahead but not kept: decode it again. It passed then;
+			// what the gate says now about what needs no heads is the
+			// same unless the trusted keys changed in between.
+			if rev, rej := l.gate.Inspect(m); rej == nil {
+				passed = rev
+			}
+		}
+	}
+	if passed == nil {
+		return
+	}
+	if passed.At.IsZero() {
+		passed.At = m.At
+	}
+	f := Folded{Rev: passed, Own: own}
+	for _, rd := range l.readers {
+		rd.Fold(f)
+	}
+}

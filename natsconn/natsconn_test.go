@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/require"
 
+	"github.com/spendgate/spendgate/internal/secret"
 	"github.com/spendgate/spendgate/natsconn"
 )
 
@@ -294,9 +295,9 @@ func TestOptions_Validate(t *testing.T) {
 		{"user and token", natsconn.Options{User: "u", Password: "p", Token: "t"}, "--user/--password and --token"},
 		{"password without user", natsconn.Options{Password: "p"}, "--password (or $NATS_PASSWORD) needs --user"},
 		{"user without password", natsconn.Options{User: "u"}, "needs a password"},
-		{"creds unreadable", natsconn.Options{Creds: missing}, "--creds: open"},
+		{"creds unreadable", natsconn.Options{Creds: missing}, "--creds: stat " + missing + ": no such file"},
 		{"creds junk", natsconn.Options{Creds: junk}, "not a NATS credentials file"},
-		{"nkey unreadable", natsconn.Options{NKey: missing}, "--nkey: open"},
+		{"nkey unreadable", natsconn.Options{NKey: missing}, "--nkey: stat " + missing + ": no such file"},
 		{"nkey junk", natsconn.Options{NKey: junk}, "holds no nkey seed"},
 		{"nkey account seed", natsconn.Options{NKey: accFile}, "not a user seed"},
 		{"nkey ok", natsconn.Options{NKey: seedFile}, ""},
@@ -320,6 +321,67 @@ func TestOptions_Validate(t *testing.T) {
 			require.NotContains(t, err.Error(), "topsecret")
 		})
 	}
+}
+
+// TestOptions_KeyFiles: a --creds or --nkey file that its group or others
+// may read is refused, as ssh refuses such a private key, unless
+// InsecureKeyPermissions (--insecure-key-permissions); a seed given where
+// the file name belongs (NATS_NKEY=SU...) shows in no error and in no
+// Describe. On main both files were read whatever their mode, and the
+// seed-as-path error printed the whole seed ("open SU...: no such file").
+func TestOptions_KeyFiles(t *testing.T) {
+	dir := t.TempDir()
+	kp, _ := nkeys.CreateUser()
+	seed, _ := kp.Seed()
+	seedFile := filepath.Join(dir, "user.nk")
+	require.NoError(t, os.WriteFile(seedFile, seed, 0o644))
+	akp, _ := nkeys.CreateAccount()
+	ujwt, err := jwt.NewUserClaims(mustPub(kp)).Encode(akp)
+	require.NoError(t, err)
+	creds, err := jwt.FormatUserConfig(ujwt, seed)
+	require.NoError(t, err)
+	credsFile := filepath.Join(dir, "user.creds")
+	require.NoError(t, os.WriteFile(credsFile, creds, 0o640))
+
+	for _, o := range []natsconn.Options{{NKey: seedFile}, {Creds: credsFile}} {
+		err := o.Validate()
+		require.ErrorIs(t, err, natsconn.ErrInvalid)
+		require.ErrorIs(t, err, secret.ErrTooOpen)
+		require.Contains(t, err.Error(), "chmod 600 ")
+		require.Contains(t, err.Error(), "--insecure-key-permissions")
+		o.InsecureKeyPermissions = true
+		require.NoError(t, o.Validate())
+	}
+	require.NoError(t, os.Chmod(seedFile, 0o600))
+	require.NoError(t, (&natsconn.Options{NKey: seedFile}).Validate())
+
+	// The flag sets it; it is off by default.
+	var o natsconn.Options
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	o.RegisterFlags(fs)
+	require.False(t, o.InsecureKeyPermissions)
+	require.NoError(t, fs.Parse([]string{"--insecure-key-permissions"}))
+	require.True(t, o.InsecureKeyPermissions)
+
+	// The seed itself where its file belongs.
+	for _, o := range []natsconn.Options{{NKey: string(seed)}, {Creds: string(seed)}, {NKey: string(seed), InsecureKeyPermissions: true}} {
+		err := o.Validate()
+		require.ErrorIs(t, err, natsconn.ErrInvalid)
+		require.Contains(t, err.Error(), "is an nkey seed, not a file name")
+		require.NotContains(t, err.Error(), string(seed[2:]))
+		require.NotContains(t, o.Describe(), string(seed[2:]))
+		_, err = o.Connect("x")
+		require.Error(t, err)
+		require.NotContains(t, err.Error(), string(seed[2:]))
+	}
+}
+
+func mustPub(kp nkeys.KeyPair) string {
+	pub, err := kp.PublicKey()
+	if err != nil {
+		panic(err)
+	}
+	return pub
 }
 
 func TestOptions_Describe(t *testing.T) {

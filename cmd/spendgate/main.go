@@ -14,6 +14,9 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime/debug"
+
+	"github.com/spendgate/spendgate/internal/secret"
 )
 
 const usage = `spendgate: spend caps enforced before the money is spent.
@@ -74,6 +77,13 @@ var commands = map[string]func([]string) int{
 }
 
 func main() {
+	// A panic's value is printed without any seed it may quote.
+	defer func() {
+		if r := recover(); r != nil {
+			fmt.Fprintf(os.Stderr, "panic: %s\n\n%s", secret.Redact(fmt.Sprint(r)), debug.Stack())
+			os.Exit(2)
+		}
+	}()
 	os.Exit(run(os.Args[1:]))
 }
 

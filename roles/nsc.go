@@ -80,6 +80,16 @@ func tenantNSC(b *strings.Builder, l streams.Layout, account, tenant string) {
 		fmt.Fprintf(b, "nsc add import --account %s --token %s --local-subject %s\n", tenant, file, shellQuote(im.To))
 	}
 	fmt.Fprintf(b, "nsc add user --account %s --name %s %s\n", tenant, tenant, u.NSCFlags())
+	fmt.Fprintf(b, "# Only the operator's admin manages %s's feed consumer; the feed role may not touch it.\n", tenant)
+	edit := func(user, flag string, subjects []string) {
+		var parts []string
+		for _, s := range subjects {
+			parts = append(parts, flag+" "+shellQuote(s))
+		}
+		fmt.Fprintf(b, "nsc edit user --account %s --name %s %s\n", account, user, strings.Join(parts, " "))
+	}
+	edit(Admin, "--allow-pub", TenantConsumerAdmin(l, tenant))
+	edit(Feed, "--deny-pub", tenantConsumerGuard(l, tenant))
 }
 
 // shellQuote single-quotes s for a POSIX shell (subjects hold no quote).

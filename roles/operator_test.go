@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -167,9 +168,9 @@ func TestTenants_OperatorMode(t *testing.T) {
 	_, err = ids["mallory"].nc.Request(l.Endpoint(streams.EndpointAdmit), []byte(`{"scopes":["team:search"],"amount":"1"}`), time.Second)
 	require.ErrorIs(t, err, nats.ErrNoResponders)
 
-	// acme's feed: the operator creates its consumer as the feed role
+	// acme's feed: the operator creates its consumer as the admin role
 	// once the relay made the stream; acme pulls its three events.
-	fjs, err := jetstream.New(ids[roles.Feed].nc)
+	fjs, err := jetstream.New(ids[roles.Admin].nc)
 	require.NoError(t, err)
 	cctx, cancel := context.WithTimeout(ctx, waitBound)
 	defer cancel()
@@ -231,7 +232,13 @@ func TestNSC_Render(t *testing.T) {
 	} {
 		require.Contains(t, out, want)
 	}
-	require.NotContains(t, out, "CONSUMER.CREATE.spendgate_feed.t-acme")
+	require.Contains(t, out, "nsc edit user --account SPENDGATE --name admin --allow-pub '$JS.API.CONSUMER.INFO.spendgate_feed.t-acme' --allow-pub '$JS.API.CONSUMER.CREATE.spendgate_feed.t-acme.spendgate.feed.v1.*.*.*.t.acme.>' --allow-pub '$JS.API.CONSUMER.DELETE.spendgate_feed.t-acme'\n")
+	require.Contains(t, out, "nsc edit user --account SPENDGATE --name feed --deny-pub '$JS.API.CONSUMER.*.spendgate_feed.t-acme' ")
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "nsc add user --account acme ") {
+			require.NotContains(t, line, "CONSUMER.CREATE", "the tenant's user creates no consumer")
+		}
+	}
 	require.NotContains(t, out, "spendgate.t.acme.budget.put")
 	_, err = roles.NSC(l, "bad account")
 	require.ErrorIs(t, err, roles.ErrRender)

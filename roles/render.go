@@ -222,5 +222,5 @@ func Config(l streams.Layout, account string, tenants ...string) (string, error)
 	if account == "" {
 		return Authorization(All(l), DefaultUsers())
 	}
-	return accounts(l, account, All(l), DefaultUsers(), tenants)
+	return accounts(l, account, All(l, tenants...), DefaultUsers(), tenants)
 }

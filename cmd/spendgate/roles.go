@@ -24,8 +24,9 @@ default SPENDGATE) exports <prefix>t.NAME.> to it alone, and it imports
 admit, settle, release, void, budget.get and budget.list from there under their
 plain subjects, so the replica reads the tenant from a subject the tenant
 cannot choose; and, under the JetStream prefix spendgate.js.API, the info,
-pulls and acks of its one feed consumer t-NAME, which the operator creates
-(spendgate feed consumer --tenant NAME) and the tenant cannot create or change.
+pulls and acks of its one feed consumer t-NAME, which the operator's admin
+creates (spendgate feed consumer --tenant NAME) and neither the tenant nor the
+feed role can create, change or delete.
 With --nsc, each tenant's exports are private, and each import of the tenant's
 account carries an activation token for its one subject, written to
 NAME.<subject>.jwt in the current directory.`,

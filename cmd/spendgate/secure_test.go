@@ -198,15 +198,15 @@ func TestSecure_TenantsWalkthrough(t *testing.T) {
 	// The operator creates each tenant's feed consumer once the relay
 	// has made the feed stream (the command says when it has not).
 	testenv.WaitFor(t, 30*time.Second, "acme's feed consumer created", func() bool {
-		r = runCLI(t, as(roles.Feed), "feed", "consumer", "--tenant", "acme")
+		r = runCLI(t, as(roles.Admin), "feed", "consumer", "--tenant", "acme")
 		require.True(t, r.code == 0 || strings.Contains(r.stderr, "--feed"), "feed consumer --tenant acme: %s %s", r.stdout, r.stderr)
 		return r.code == 0
 	})
 	require.Contains(t, r.stdout, `"consumer": "t-acme"`)
-	r = runCLI(t, as(roles.Feed), "feed", "consumer", "--tenant", "globex")
+	r = runCLI(t, as(roles.Admin), "feed", "consumer", "--tenant", "globex")
 	require.Equal(t, 0, r.code, "feed consumer --tenant globex: %s %s", r.stdout, r.stderr)
 	require.Contains(t, r.stdout, `"created": true`)
-	r = runCLI(t, as(roles.Feed), "feed", "consumer", "--tenant", "globex")
+	r = runCLI(t, as(roles.Admin), "feed", "consumer", "--tenant", "globex")
 	require.Equal(t, 0, r.code, "feed consumer --tenant globex again: %s %s", r.stdout, r.stderr)
 	require.Contains(t, r.stdout, `"created": false`)
 

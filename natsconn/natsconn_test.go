@@ -52,11 +52,11 @@ func TestConnect_TLSPrivateCA(t *testing.T) {
 	dir := t.TempDir()
 	ca := newCA(t, dir, "private")
 	other := newCA(t, dir, "other")
-	cert, key := ca.issue(t, dir, "server", false)
-	s := startConf(t, tlsConf(cert, key, ca.certPEM, false))
+	cert, key := ca.Issue(t, dir, "server", false)
+	s := startConf(t, tlsConf(cert, key, ca.File, false))
 	url := s.ClientURL()
 
-	connect(t, natsconn.Options{URL: url, TLSCA: ca.certPEM})
+	connect(t, natsconn.Options{URL: url, TLSCA: ca.File})
 
 	// No CA: the system roots do not know the private CA.
 	_, err := (&natsconn.Options{URL: url}).Connect("no-ca")
@@ -64,7 +64,7 @@ func TestConnect_TLSPrivateCA(t *testing.T) {
 	require.Contains(t, err.Error(), "certificate signed by unknown authority: pass --tls-ca")
 
 	// The wrong CA.
-	_, err = (&natsconn.Options{URL: url, TLSCA: other.certPEM}).Connect("wrong-ca")
+	_, err = (&natsconn.Options{URL: url, TLSCA: other.File}).Connect("wrong-ca")
 	require.ErrorIs(t, err, natsconn.ErrTLSUnknownAuthority)
 
 }
@@ -73,16 +73,16 @@ func TestConnect_TLSNotOffered(t *testing.T) {
 	dir := t.TempDir()
 	ca := newCA(t, dir, "private")
 	s := startConf(t, "")
-	_, err := (&natsconn.Options{URL: s.ClientURL(), TLSCA: ca.certPEM}).Connect("tls-wanted")
+	_, err := (&natsconn.Options{URL: s.ClientURL(), TLSCA: ca.File}).Connect("tls-wanted")
 	require.ErrorIs(t, err, natsconn.ErrTLSRequired)
 }
 
 func TestConnect_TLSWrongHostname(t *testing.T) {
 	dir := t.TempDir()
 	ca := newCA(t, dir, "private")
-	cert, key := ca.issueFor(t, dir, "server", false, "nats.example")
-	s := startConf(t, tlsConf(cert, key, ca.certPEM, false))
-	_, err := (&natsconn.Options{URL: s.ClientURL(), TLSCA: ca.certPEM}).Connect("wrong-host")
+	cert, key := ca.Issue(t, dir, "server", false, "nats.example")
+	s := startConf(t, tlsConf(cert, key, ca.File, false))
+	_, err := (&natsconn.Options{URL: s.ClientURL(), TLSCA: ca.File}).Connect("wrong-host")
 	require.ErrorIs(t, err, natsconn.ErrTLSHostname)
 	require.Contains(t, err.Error(), "connect by a name or IP the certificate lists")
 }
@@ -91,19 +91,19 @@ func TestConnect_MutualTLS(t *testing.T) {
 	dir := t.TempDir()
 	ca := newCA(t, dir, "private")
 	other := newCA(t, dir, "other")
-	cert, key := ca.issue(t, dir, "server", false)
-	s := startConf(t, tlsConf(cert, key, ca.certPEM, true))
+	cert, key := ca.Issue(t, dir, "server", false)
+	s := startConf(t, tlsConf(cert, key, ca.File, true))
 	url := s.ClientURL()
 
-	ccert, ckey := ca.issue(t, dir, "client", true)
-	connect(t, natsconn.Options{URL: url, TLSCA: ca.certPEM, TLSCert: ccert, TLSKey: ckey})
+	ccert, ckey := ca.Issue(t, dir, "client", true)
+	connect(t, natsconn.Options{URL: url, TLSCA: ca.File, TLSCert: ccert, TLSKey: ckey})
 
-	_, err := (&natsconn.Options{URL: url, TLSCA: ca.certPEM}).Connect("no-client-cert")
+	_, err := (&natsconn.Options{URL: url, TLSCA: ca.File}).Connect("no-client-cert")
 	require.ErrorIs(t, err, natsconn.ErrTLSClientCertRequired)
 	require.Contains(t, err.Error(), "pass --tls-cert and --tls-key")
 
-	bcert, bkey := other.issue(t, dir, "stranger", true)
-	_, err = (&natsconn.Options{URL: url, TLSCA: ca.certPEM, TLSCert: bcert, TLSKey: bkey}).Connect("foreign-client-cert")
+	bcert, bkey := other.Issue(t, dir, "stranger", true)
+	_, err = (&natsconn.Options{URL: url, TLSCA: ca.File, TLSCert: bcert, TLSKey: bkey}).Connect("foreign-client-cert")
 	require.ErrorIs(t, err, natsconn.ErrTLSClientCertRefused)
 }
 
@@ -268,8 +268,8 @@ func TestOptions_RegisterFlags(t *testing.T) {
 func TestOptions_Validate(t *testing.T) {
 	dir := t.TempDir()
 	ca := newCA(t, dir, "ca")
-	cert, key := ca.issue(t, dir, "client", true)
-	_, key2 := ca.issue(t, dir, "client2", true)
+	cert, key := ca.Issue(t, dir, "client", true)
+	_, key2 := ca.Issue(t, dir, "client2", true)
 	junk := filepath.Join(dir, "junk")
 	require.NoError(t, os.WriteFile(junk, []byte("not a pem"), 0o600))
 	kp, _ := nkeys.CreateUser()
@@ -307,7 +307,7 @@ func TestOptions_Validate(t *testing.T) {
 		{"key without cert", natsconn.Options{TLSKey: key}, "--tls-key needs --tls-cert"},
 		{"cert key mismatch", natsconn.Options{TLSCert: cert, TLSKey: key2}, "private key does not match"},
 		{"cert unreadable", natsconn.Options{TLSCert: missing, TLSKey: key}, "--tls-cert: open"},
-		{"mtls ok", natsconn.Options{TLSCA: ca.certPEM, TLSCert: cert, TLSKey: key}, ""},
+		{"mtls ok", natsconn.Options{TLSCA: ca.File, TLSCert: cert, TLSKey: key}, ""},
 		{"inbox wildcard", natsconn.Options{InboxPrefix: "_INBOX.>"}, "--inbox-prefix"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -121,7 +121,7 @@ func TestRole_NSCFlags(t *testing.T) {
 // be acme), or if the tenant's user lacked a subject it needs.
 func TestTenants_OperatorMode(t *testing.T) {
 	l := streams.Default()
-	out, err := roles.NSC(l, "", "acme", "globex")
+	out, err := roles.NSC(l, roles.DefaultAccount, "acme", "globex")
 	require.NoError(t, err)
 	st := newNSCStore(t, roles.DefaultAccount)
 	st.apply(out)
@@ -219,7 +219,9 @@ func TestNSC_Render(t *testing.T) {
 	out, err = roles.NSC(l, "OPS")
 	require.NoError(t, err)
 	require.Contains(t, out, "nsc add user --account OPS --name admin ")
-	out, err = roles.NSC(l, "", "acme")
+	_, err = roles.NSC(l, "", "acme")
+	require.ErrorIs(t, err, roles.ErrNeedsAccount, "the roles' users and their ledger stay in their account")
+	out, err = roles.NSC(l, roles.DefaultAccount, "acme")
 	require.NoError(t, err)
 	for _, want := range []string{
 		"nsc add user --account SPENDGATE --name finance ",
@@ -242,6 +244,6 @@ func TestNSC_Render(t *testing.T) {
 	require.NotContains(t, out, "spendgate.t.acme.budget.put")
 	_, err = roles.NSC(l, "bad account")
 	require.ErrorIs(t, err, roles.ErrRender)
-	_, err = roles.NSC(l, "", "acme", "acme")
+	_, err = roles.NSC(l, "OPS", "acme", "acme")
 	require.ErrorIs(t, err, roles.ErrRender)
 }

@@ -25,7 +25,11 @@ import (
 func tenantServer(t *testing.T, tenants ...string) (streams.Layout, *server.Server) {
 	t.Helper()
 	l := streams.Default()
-	conf, err := roles.Config(l, "", tenants...)
+	account := ""
+	if len(tenants) > 0 {
+		account = roles.DefaultAccount
+	}
+	conf, err := roles.Config(l, account, tenants...)
 	require.NoError(t, err)
 	for _, u := range append(append([]string{}, roles.Names...), tenants...) {
 		t.Setenv(roles.PasswordEnv(u), password(u))

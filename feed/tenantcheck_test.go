@@ -1,11 +1,9 @@
 package feed_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,24 +14,6 @@ import (
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
 )
-
-// syncLog is a log destination safe for a running check and the test.
-type syncLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (s *syncLog) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-func (s *syncLog) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
-}
 
 // TestTenantCheck: a replica's check of the tenants' feed consumers. One
 // made with the whole feed as its filter before the check starts (what the
@@ -65,7 +45,7 @@ func TestTenantCheck(t *testing.T) {
 	_, err = js.CreateOrUpdateConsumer(ctx, l.FeedStreamName(), wide)
 	require.NoError(t, err)
 
-	var out syncLog
+	var out logBuf
 	check, err := feed.NewTenantCheck(js, l, feed.CheckLogger(slog.New(slog.NewTextHandler(&out, nil))), feed.CheckEvery(50*time.Millisecond))
 	require.NoError(t, err)
 	_, err = feed.NewTenantCheck(js, l, feed.CheckEvery(0))

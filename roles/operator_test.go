@@ -187,18 +187,7 @@ func TestTenants_OperatorMode(t *testing.T) {
 	require.NoError(t, err)
 	cons, err := js.Consumer(cctx, l.FeedStreamName(), streams.TenantFeedConsumer("acme"))
 	require.NoError(t, err)
-	var got []string
-	for len(got) < 3 {
-		require.NoError(t, cctx.Err(), "acme's feed: %v", got)
-		batch, err := cons.Fetch(3-len(got), jetstream.FetchMaxWait(time.Second))
-		require.NoError(t, err)
-		for m := range batch.Messages() {
-			require.Contains(t, m.Subject(), ".t.acme.")
-			got = append(got, m.Headers().Get(streams.HeaderFeedType))
-			require.NoError(t, m.Ack())
-		}
-	}
-	require.Equal(t, []string{"budget.defined.v2", "reservation.opened.v1", "reservation.settled.v1"}, got)
+	require.Equal(t, []string{"budget.defined.v2", "reservation.opened.v1", "reservation.settled.v1"}, pullTenantFeed(t, cctx, cons, "acme", 3))
 	subj := roles.TenantJSPrefix(l) + ".CONSUMER.CREATE." + l.FeedStreamName() + "." + streams.TenantFeedConsumer("acme") + "." + l.TenantFeedFilter("acme")
 	ids["acme"].drainErrs()
 	require.NoError(t, ids["acme"].nc.Publish(subj, []byte("{}")))

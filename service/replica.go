@@ -282,7 +282,7 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 		close(r.feedd)
 	}
 	if cfg.Feed { // the tenants' feed consumers, checked at start and every minute
-		tc, _ := feed.NewTenantCheck(js, cfg.Layout, feed.CheckLogger(cfg.Log))
+		tc, _ := feed.NewTenantCheck(js, cfg.Layout, feed.CheckLogger(cfg.Log)) // errs on a nil logger only; cfg.Log is set
 		if cfg.Metrics != nil {
 			cfg.Metrics.RegisterTenantConsumerCheck(tc.Problems, tc.Bad)
 		}

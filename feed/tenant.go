@@ -17,11 +17,13 @@ import (
 // the tenant's events (streams.Layout.TenantFeedFilter), a pull consumer
 // (no deliver subject).
 //
-// The operator creates it (EnsureTenantConsumer; spendgate feed consumer
-// --tenant), never the tenant: JetStream checks no permission on a push
-// consumer's deliver subject, so a tenant that could create its consumer
-// could make it deliver into the replicas' account. The tenant's account
-// may only read its info, pull from it and acknowledge (package roles).
+// The operator's admin creates it (EnsureTenantConsumer; spendgate feed
+// consumer --tenant), never the tenant nor the feed role: JetStream checks
+// no permission on a push consumer's deliver subject, so a tenant that
+// could create its consumer could make it deliver into the replicas'
+// account, and a feed client that could would widen its filter to every
+// tenant's events. The tenant's account may only read its info, pull from
+// it and acknowledge (package roles); replicas check it (TenantCheck).
 func TenantConsumerConfig(l streams.Layout, tenant string) jetstream.ConsumerConfig {
 	c := ConsumerConfig(l, streams.TenantFeedConsumer(tenant), l.TenantFeedFilter(tenant))
 	c.Description = "spendgate feed.v1 consumer of tenant " + tenant
@@ -77,6 +79,27 @@ func EnsureTenantConsumer(ctx context.Context, js jetstream.JetStream, l streams
 		// read it again.
 	}
 	return false, fmt.Errorf("feed: consumer %s on %s keeps changing", cfg.Durable, stream)
+}
+
+// ReplaceTenantConsumer is EnsureTenantConsumer, but a consumer of the
+// tenant's name that is not a pull consumer of exactly the tenant's filter
+// (ErrTenantConsumerMismatch: one a tenant or the feed role made under an
+// earlier layout, or one TenantCheck reports) is deleted first and made
+// again; replaced reports whether it was. The tenant then reads its feed
+// from the start of what the feed keeps.
+//
+// Errors: EnsureTenantConsumer's, and the server's for the delete.
+func ReplaceTenantConsumer(ctx context.Context, js jetstream.JetStream, l streams.Layout, tenant string) (created, replaced bool, err error) {
+	created, err = EnsureTenantConsumer(ctx, js, l, tenant)
+	if !errors.Is(err, ErrTenantConsumerMismatch) {
+		return created, false, err
+	}
+	name := streams.TenantFeedConsumer(tenant)
+	if err := js.DeleteConsumer(ctx, l.FeedStreamName(), name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return false, false, fmt.Errorf("feed: delete consumer %s on %s: %w", name, l.FeedStreamName(), err)
+	}
+	created, err = EnsureTenantConsumer(ctx, js, l, tenant)
+	return created, err == nil, err
 }
 
 // checkTenantConsumer says whether got, an existing consumer of want's

@@ -239,6 +239,19 @@ func (s *Set) RegisterFeedRelay(st FeedRelayStats) {
 	)
 }
 
+// RegisterTenantConsumerCheck adds the check of the tenants' feed
+// consumers (feed.TenantCheck): the wrong ones it found
+// (spendgate_feed_tenant_consumer_problems_total) and how many the last
+// check found (spendgate_feed_tenant_consumers_wrong).
+func (s *Set) RegisterTenantConsumerCheck(problems func() uint64, wrong func() int64) {
+	s.Registry.MustRegister(
+		NewCounterFunc("spendgate_feed_tenant_consumer_problems_total",
+			"Tenants' feed consumers found push or with a filter other than the tenant's (each once, and again when it changes): a tenant may read others' events; fix with spendgate feed consumer --tenant NAME --replace.", problems),
+		NewGaugeFunc("spendgate_feed_tenant_consumers_wrong",
+			"Tenants' feed consumers the last check found push or with a filter other than the tenant's.", func() float64 { return float64(wrong()) }),
+	)
+}
+
 // RegisterDenials adds the denial records this replica published to the
 // denial stream (spendgate_denials_recorded_total), those it dropped
 // because its buffer was full (spendgate_denials_dropped_total) and those

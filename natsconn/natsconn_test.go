@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/require"
 
+	"github.com/spendgate/spendgate/internal/secret"
 	"github.com/spendgate/spendgate/natsconn"
 )
 
@@ -51,11 +52,11 @@ func TestConnect_TLSPrivateCA(t *testing.T) {
 	dir := t.TempDir()
 	ca := newCA(t, dir, "private")
 	other := newCA(t, dir, "other")
-	cert, key := ca.issue(t, dir, "server", false)
-	s := startConf(t, tlsConf(cert, key, ca.certPEM, false))
+	cert, key := ca.Issue(t, dir, "server", false)
+	s := startConf(t, tlsConf(cert, key, ca.File, false))
 	url := s.ClientURL()
 
-	connect(t, natsconn.Options{URL: url, TLSCA: ca.certPEM})
+	connect(t, natsconn.Options{URL: url, TLSCA: ca.File})
 
 	// No CA: the system roots do not know the private CA.
 	_, err := (&natsconn.Options{URL: url}).Connect("no-ca")
@@ -63,7 +64,7 @@ func TestConnect_TLSPrivateCA(t *testing.T) {
 	require.Contains(t, err.Error(), "certificate signed by unknown authority: pass --tls-ca")
 
 	// The wrong CA.
-	_, err = (&natsconn.Options{URL: url, TLSCA: other.certPEM}).Connect("wrong-ca")
+	_, err = (&natsconn.Options{URL: url, TLSCA: other.File}).Connect("wrong-ca")
 	require.ErrorIs(t, err, natsconn.ErrTLSUnknownAuthority)
 
 }
@@ -72,16 +73,16 @@ func TestConnect_TLSNotOffered(t *testing.T) {
 	dir := t.TempDir()
 	ca := newCA(t, dir, "private")
 	s := startConf(t, "")
-	_, err := (&natsconn.Options{URL: s.ClientURL(), TLSCA: ca.certPEM}).Connect("tls-wanted")
+	_, err := (&natsconn.Options{URL: s.ClientURL(), TLSCA: ca.File}).Connect("tls-wanted")
 	require.ErrorIs(t, err, natsconn.ErrTLSRequired)
 }
 
 func TestConnect_TLSWrongHostname(t *testing.T) {
 	dir := t.TempDir()
 	ca := newCA(t, dir, "private")
-	cert, key := ca.issueFor(t, dir, "server", false, "nats.example")
-	s := startConf(t, tlsConf(cert, key, ca.certPEM, false))
-	_, err := (&natsconn.Options{URL: s.ClientURL(), TLSCA: ca.certPEM}).Connect("wrong-host")
+	cert, key := ca.Issue(t, dir, "server", false, "nats.example")
+	s := startConf(t, tlsConf(cert, key, ca.File, false))
+	_, err := (&natsconn.Options{URL: s.ClientURL(), TLSCA: ca.File}).Connect("wrong-host")
 	require.ErrorIs(t, err, natsconn.ErrTLSHostname)
 	require.Contains(t, err.Error(), "connect by a name or IP the certificate lists")
 }
@@ -90,19 +91,19 @@ func TestConnect_MutualTLS(t *testing.T) {
 	dir := t.TempDir()
 	ca := newCA(t, dir, "private")
 	other := newCA(t, dir, "other")
-	cert, key := ca.issue(t, dir, "server", false)
-	s := startConf(t, tlsConf(cert, key, ca.certPEM, true))
+	cert, key := ca.Issue(t, dir, "server", false)
+	s := startConf(t, tlsConf(cert, key, ca.File, true))
 	url := s.ClientURL()
 
-	ccert, ckey := ca.issue(t, dir, "client", true)
-	connect(t, natsconn.Options{URL: url, TLSCA: ca.certPEM, TLSCert: ccert, TLSKey: ckey})
+	ccert, ckey := ca.Issue(t, dir, "client", true)
+	connect(t, natsconn.Options{URL: url, TLSCA: ca.File, TLSCert: ccert, TLSKey: ckey})
 
-	_, err := (&natsconn.Options{URL: url, TLSCA: ca.certPEM}).Connect("no-client-cert")
+	_, err := (&natsconn.Options{URL: url, TLSCA: ca.File}).Connect("no-client-cert")
 	require.ErrorIs(t, err, natsconn.ErrTLSClientCertRequired)
 	require.Contains(t, err.Error(), "pass --tls-cert and --tls-key")
 
-	bcert, bkey := other.issue(t, dir, "stranger", true)
-	_, err = (&natsconn.Options{URL: url, TLSCA: ca.certPEM, TLSCert: bcert, TLSKey: bkey}).Connect("foreign-client-cert")
+	bcert, bkey := other.Issue(t, dir, "stranger", true)
+	_, err = (&natsconn.Options{URL: url, TLSCA: ca.File, TLSCert: bcert, TLSKey: bkey}).Connect("foreign-client-cert")
 	require.ErrorIs(t, err, natsconn.ErrTLSClientCertRefused)
 }
 
@@ -267,8 +268,8 @@ func TestOptions_RegisterFlags(t *testing.T) {
 func TestOptions_Validate(t *testing.T) {
 	dir := t.TempDir()
 	ca := newCA(t, dir, "ca")
-	cert, key := ca.issue(t, dir, "client", true)
-	_, key2 := ca.issue(t, dir, "client2", true)
+	cert, key := ca.Issue(t, dir, "client", true)
+	_, key2 := ca.Issue(t, dir, "client2", true)
 	junk := filepath.Join(dir, "junk")
 	require.NoError(t, os.WriteFile(junk, []byte("not a pem"), 0o600))
 	kp, _ := nkeys.CreateUser()
@@ -294,9 +295,9 @@ func TestOptions_Validate(t *testing.T) {
 		{"user and token", natsconn.Options{User: "u", Password: "p", Token: "t"}, "--user/--password and --token"},
 		{"password without user", natsconn.Options{Password: "p"}, "--password (or $NATS_PASSWORD) needs --user"},
 		{"user without password", natsconn.Options{User: "u"}, "needs a password"},
-		{"creds unreadable", natsconn.Options{Creds: missing}, "--creds: open"},
+		{"creds unreadable", natsconn.Options{Creds: missing}, "--creds: stat " + missing + ": no such file"},
 		{"creds junk", natsconn.Options{Creds: junk}, "not a NATS credentials file"},
-		{"nkey unreadable", natsconn.Options{NKey: missing}, "--nkey: open"},
+		{"nkey unreadable", natsconn.Options{NKey: missing}, "--nkey: stat " + missing + ": no such file"},
 		{"nkey junk", natsconn.Options{NKey: junk}, "holds no nkey seed"},
 		{"nkey account seed", natsconn.Options{NKey: accFile}, "not a user seed"},
 		{"nkey ok", natsconn.Options{NKey: seedFile}, ""},
@@ -306,7 +307,7 @@ func TestOptions_Validate(t *testing.T) {
 		{"key without cert", natsconn.Options{TLSKey: key}, "--tls-key needs --tls-cert"},
 		{"cert key mismatch", natsconn.Options{TLSCert: cert, TLSKey: key2}, "private key does not match"},
 		{"cert unreadable", natsconn.Options{TLSCert: missing, TLSKey: key}, "--tls-cert: open"},
-		{"mtls ok", natsconn.Options{TLSCA: ca.certPEM, TLSCert: cert, TLSKey: key}, ""},
+		{"mtls ok", natsconn.Options{TLSCA: ca.File, TLSCert: cert, TLSKey: key}, ""},
 		{"inbox wildcard", natsconn.Options{InboxPrefix: "_INBOX.>"}, "--inbox-prefix"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -320,6 +321,67 @@ func TestOptions_Validate(t *testing.T) {
 			require.NotContains(t, err.Error(), "topsecret")
 		})
 	}
+}
+
+// TestOptions_KeyFiles: a --creds or --nkey file that its group or others
+// may read is refused, as ssh refuses such a private key, unless
+// InsecureKeyPermissions (--insecure-key-permissions); a seed given where
+// the file name belongs (NATS_NKEY=SU...) shows in no error and in no
+// Describe. On main both files were read whatever their mode, and the
+// seed-as-path error printed the whole seed ("open SU...: no such file").
+func TestOptions_KeyFiles(t *testing.T) {
+	dir := t.TempDir()
+	kp, _ := nkeys.CreateUser()
+	seed, _ := kp.Seed()
+	seedFile := filepath.Join(dir, "user.nk")
+	require.NoError(t, os.WriteFile(seedFile, seed, 0o644))
+	akp, _ := nkeys.CreateAccount()
+	ujwt, err := jwt.NewUserClaims(mustPub(kp)).Encode(akp)
+	require.NoError(t, err)
+	creds, err := jwt.FormatUserConfig(ujwt, seed)
+	require.NoError(t, err)
+	credsFile := filepath.Join(dir, "user.creds")
+	require.NoError(t, os.WriteFile(credsFile, creds, 0o640))
+
+	for _, o := range []natsconn.Options{{NKey: seedFile}, {Creds: credsFile}} {
+		err := o.Validate()
+		require.ErrorIs(t, err, natsconn.ErrInvalid)
+		require.ErrorIs(t, err, secret.ErrTooOpen)
+		require.Contains(t, err.Error(), "chmod 600 ")
+		require.Contains(t, err.Error(), "--insecure-key-permissions")
+		o.InsecureKeyPermissions = true
+		require.NoError(t, o.Validate())
+	}
+	require.NoError(t, os.Chmod(seedFile, 0o600))
+	require.NoError(t, (&natsconn.Options{NKey: seedFile}).Validate())
+
+	// The flag sets it; it is off by default.
+	var o natsconn.Options
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	o.RegisterFlags(fs)
+	require.False(t, o.InsecureKeyPermissions)
+	require.NoError(t, fs.Parse([]string{"--insecure-key-permissions"}))
+	require.True(t, o.InsecureKeyPermissions)
+
+	// The seed itself where its file belongs.
+	for _, o := range []natsconn.Options{{NKey: string(seed)}, {Creds: string(seed)}, {NKey: string(seed), InsecureKeyPermissions: true}} {
+		err := o.Validate()
+		require.ErrorIs(t, err, natsconn.ErrInvalid)
+		require.Contains(t, err.Error(), "is an nkey seed, not a file name")
+		require.NotContains(t, err.Error(), string(seed[2:]))
+		require.NotContains(t, o.Describe(), string(seed[2:]))
+		_, err = o.Connect("x")
+		require.Error(t, err)
+		require.NotContains(t, err.Error(), string(seed[2:]))
+	}
+}
+
+func mustPub(kp nkeys.KeyPair) string {
+	pub, err := kp.PublicKey()
+	if err != nil {
+		panic(err)
+	}
+	return pub
 }
 
 func TestOptions_Describe(t *testing.T) {

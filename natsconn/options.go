@@ -14,6 +14,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
+
+	"github.com/spendgate/spendgate/internal/secret"
 )
 
 // Environment variables read by FromEnv and RegisterFlags (the nats CLI's
@@ -82,6 +84,10 @@ type Options struct {
 	// InboxPrefix replaces "_INBOX" in this connection's reply subjects;
 	// a role with a private inbox (package roles) needs it.
 	InboxPrefix string
+	// InsecureKeyPermissions accepts a Creds or NKey file that its group
+	// or others may access (--insecure-key-permissions). Without it
+	// Validate refuses such a file, as ssh refuses a private key.
+	InsecureKeyPermissions bool
 	// ConnectTimeout bounds connecting to one server; default
 	// DefaultConnectTimeout.
 	ConnectTimeout time.Duration
@@ -147,7 +153,12 @@ func (o *Options) registerFlags(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&o.TLSCert, "tls-cert", o.TLSCert, "PEM client certificate for mutual TLS, with --tls-key ($"+EnvCert+")")
 	fs.StringVar(&o.TLSKey, "tls-key", o.TLSKey, "PEM private key of --tls-cert ($"+EnvKey+")")
 	fs.StringVar(&o.InboxPrefix, "inbox-prefix", o.InboxPrefix, "prefix of this client's reply subjects, for a role with a private inbox ($"+EnvInboxPrefix+"; default _INBOX)")
+	fs.BoolVar(&o.InsecureKeyPermissions, InsecureKeyPermissionsFlag, false, "accept seed and creds files (--creds, --nkey, a signing key) that their group or others may read; without it they are refused, as ssh refuses such a private key")
 }
+
+// InsecureKeyPermissionsFlag is the name of the flag that sets
+// Options.InsecureKeyPermissions.
+const InsecureKeyPermissionsFlag = "insecure-key-permissions" // secret.InsecureFlag without its dashes
 
 // secretFlag is a string flag whose printed default is the name of the
 // environment variable it came from, never its value.
@@ -231,28 +242,29 @@ func (o *Options) Validate() error {
 		return invalid("--user %q needs a password: set $%s (or --password)", o.User, EnvPassword)
 	}
 	if o.Creds != "" {
-		data, err := readFile("--creds", o.Creds)
+		data, err := o.readKeyFile("--creds", o.Creds)
 		if err != nil {
 			return err
 		}
 		if !strings.Contains(string(data), "BEGIN NATS USER JWT") || !strings.Contains(string(data), "BEGIN USER NKEY SEED") {
-			return invalid("--creds %s is not a NATS credentials file (no user JWT and seed)", o.Creds)
+			return invalid("--creds %s is not a NATS credentials file (no user JWT and seed)", secret.Redact(o.Creds))
 		}
 	}
 	if o.NKey != "" {
-		data, err := readFile("--nkey", o.NKey)
+		data, err := o.readKeyFile("--nkey", o.NKey)
 		if err != nil {
 			return err
 		}
+		p := secret.Redact(o.NKey)
 		kp, err := nkeys.ParseDecoratedNKey(data)
 		if err != nil {
-			return invalid("--nkey %s holds no nkey seed: %v", o.NKey, err)
+			return invalid("--nkey %s holds no nkey seed: %v", p, secret.Error(err))
 		}
 		if _, err := kp.Seed(); err != nil {
-			return invalid("--nkey %s holds a public key, not a seed", o.NKey)
+			return invalid("--nkey %s holds a public key, not a seed", p)
 		}
 		if pub, _ := kp.PublicKey(); !strings.HasPrefix(pub, "U") {
-			return invalid("--nkey %s is not a user seed (its public key starts with %q, a user's with \"U\")", o.NKey, pub[:1])
+			return invalid("--nkey %s is not a user seed (its public key starts with %q, a user's with \"U\")", p, pub[:1])
 		}
 	}
 	if o.TLSCA != "" {
@@ -284,6 +296,20 @@ func (o *Options) Validate() error {
 		return invalid("--inbox-prefix %q must be dot-separated tokens without wildcards", o.InboxPrefix)
 	}
 	return nil
+}
+
+// readKeyFile reads the seed or creds file of flagName: refused if its group
+// or others may access it, unless InsecureKeyPermissions. Its errors name
+// no seed, even when path is one (a seed given where its file belongs).
+func (o *Options) readKeyFile(flagName, path string) ([]byte, error) {
+	if secret.LooksLikeSeed(path) {
+		return nil, invalid("%s: %s is an nkey seed, not a file name: pass the name of the file that holds the seed, never the seed itself", flagName, secret.Redact(path))
+	}
+	data, err := secret.ReadFile(path, o.InsecureKeyPermissions)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrInvalid, flagName, err)
+	}
+	return data, nil
 }
 
 func readFile(flagName, path string) ([]byte, error) {
@@ -343,7 +369,7 @@ func (o *Options) NATSOptions(name string, extra ...nats.Option) ([]nats.Option,
 	case o.NKey != "":
 		opt, err := nats.NkeyOptionFromSeed(o.NKey)
 		if err != nil {
-			return nil, invalid("--nkey %s: %v", o.NKey, err)
+			return nil, invalid("--nkey %s: %v", secret.Redact(o.NKey), secret.Error(err))
 		}
 		opts = append(opts, opt)
 	case o.User != "":
@@ -407,9 +433,9 @@ type connectError struct {
 
 func (e *connectError) Error() string {
 	if e.cause == nil {
-		return "natsconn: connect " + e.desc + ": " + e.err.Error()
+		return secret.Redact("natsconn: connect " + e.desc + ": " + e.err.Error())
 	}
-	return "natsconn: connect " + e.desc + ": " + e.cause.Error() + " (" + e.err.Error() + ")"
+	return secret.Redact("natsconn: connect " + e.desc + ": " + e.cause.Error() + " (" + e.err.Error() + ")")
 }
 
 func (e *connectError) Unwrap() []error {
@@ -472,9 +498,9 @@ func (o *Options) Describe() string {
 	auth := "none"
 	switch {
 	case o.Creds != "":
-		auth = "creds:" + o.Creds
+		auth = "creds:" + secret.Redact(o.Creds)
 	case o.NKey != "":
-		auth = "nkey:" + o.NKey
+		auth = "nkey:" + secret.Redact(o.NKey)
 	case o.User != "":
 		auth = "user:" + o.User
 	case o.Token != "":

@@ -42,10 +42,13 @@
 // "spendgate.admit"), so the replica reads the tenant from a subject token
 // the server fixes per account and the tenant cannot choose. It also
 // imports the reading half of the JetStream API of its one feed consumer
-// (TenantFeedImports, under TenantJSPrefix: info, pull, ack); the operator
-// creates that consumer as a pull consumer with the tenant's filter
-// (feed.EnsureTenantConsumer), and the tenant cannot create, change or
-// delete it. Its one user,
+// (TenantFeedImports, under TenantJSPrefix: info, pull, ack); the operator's
+// admin creates that consumer as a pull consumer with the tenant's filter,
+// which the create subject it may publish fixes (TenantConsumerAdmin,
+// feed.EnsureTenantConsumer). No other role, the tenant's included, can
+// create, change, delete, pull from or acknowledge for it: All(l, tenants...)
+// denies each tenant's consumer to the feed role by name, and replicas
+// check it at start and every minute (feed.TenantCheck). Its one user,
 // named after the tenant, may publish only those (role Tenant). The admin
 // role may call every tenant's subjects (budgets are the operator's to
 // define); the service role may not.
@@ -66,8 +69,8 @@
 //
 // Known limits of subject permissions: finance and replica may create any
 // consumer on the ledger stream (ordered consumers need it), feed any on
-// the feed stream (tenants' consumers included), and delete consumers by
-// name, and JetStream does not check a push consumer's deliver subject
+// the feed stream but the tenants' (each named in its denies), and delete
+// consumers by name, and JetStream does not check a push consumer's deliver subject
 // against its creator's permissions (a replica ends a delivery that
 // reaches an endpoint without serving it). Consumers change no ledger data;
 // to confine them as well, put these roles in accounts of their own that

@@ -2,6 +2,7 @@ package roles_test
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"sort"
@@ -70,6 +71,8 @@ var pubSubjects = []string{
 	"$JS.API.CONSUMER.INFO.spendgate_feed.billing",
 	"$JS.API.CONSUMER.MSG.NEXT.spendgate_feed.billing",
 	"$JS.API.CONSUMER.DELETE.spendgate_feed.billing",
+	"$JS.API.CONSUMER.LIST.spendgate_feed",
+	"$JS.API.CONSUMER.NAMES.spendgate_feed",
 	"$JS.ACK.spendgate_feed.billing.1.1.1.1.0",
 	"$JS.FC.spendgate_feed.c1.x",
 	"spendgate.feed.v1.reservation.opened.v1.team.search",
@@ -141,11 +144,12 @@ var ledgerRead = []string{
 	"$JS.FC.KV_spendgate.c1.x",
 }
 
+// feedRead has no CONSUMER.CREATE.spendgate_feed: that form takes the
+// consumer's name from the body, so it could update a tenant's consumer.
 var feedRead = []string{
 	"$JS.API.STREAM.INFO.spendgate_feed",
 	"$JS.API.STREAM.MSG.GET.spendgate_feed",
 	"$JS.API.DIRECT.GET.spendgate_feed",
-	"$JS.API.CONSUMER.CREATE.spendgate_feed",
 	"$JS.API.CONSUMER.CREATE.spendgate_feed.billing",
 	"$JS.API.CONSUMER.CREATE.spendgate_feed.billing.spendgate.feed.v1.>",
 	"$JS.API.CONSUMER.INFO.spendgate_feed.billing",
@@ -173,7 +177,7 @@ var wantPub = map[string][]string{
 		ledgerRead,
 		[]string{"$JS.API.CONSUMER.INFO.KV_spendgate.c1",
 			"$KV.spendgate.lane.0", "$KV.spendgate.budget.x", "$KV.spendgate.budget.org.acme.month"},
-		[]string{"$JS.API.STREAM.CREATE.spendgate_feed", "$JS.API.STREAM.UPDATE.spendgate_feed",
+		[]string{"$JS.API.STREAM.CREATE.spendgate_feed", "$JS.API.STREAM.UPDATE.spendgate_feed", "$JS.API.CONSUMER.LIST.spendgate_feed",
 			"$JS.API.STREAM.INFO.spendgate_feed", "$JS.API.STREAM.MSG.GET.spendgate_feed", "$JS.API.DIRECT.GET.spendgate_feed",
 			"spendgate.feed.v1.reservation.opened.v1.team.search",
 			"spendgate.feed.v1.reservation.opened.v1.t.acme.team.search"},
@@ -228,6 +232,157 @@ var wantSub = map[string][]string{
 
 func concat(parts ...[]string) []string { return slices.Concat(parts...) }
 
+// matrixTenants are the tenants the matrix's layout serves.
+var matrixTenants = []string{"acme", "globex"}
+
+// The administration matrix: every stream spendgate keeps and every kind of
+// consumer on it, with every JetStream API call that creates, changes,
+// deletes or drives them. Each role's expectation below is written out by
+// hand; every call not listed is refused.
+var adminStreams = map[string]string{ // stream -> a filter of its subjects
+	"KV_spendgate":            "$KV.spendgate.lane.0",
+	"spendgate_feed":          "spendgate.feed.v1.>",
+	"spendgate_denials":       "spendgate.denial.v1.>",
+	"OBJ_spendgate_snapshots": "$O.spendgate_snapshots.>",
+}
+
+var streamOps = []string{"CREATE", "UPDATE", "DELETE", "PURGE", "MSG.DELETE", "RESTORE", "SNAPSHOT", "LEADER.STEPDOWN", "PEER.REMOVE"}
+
+// adminConsumers are the consumers of each stream the matrix names: c1 (any
+// client's), on the feed also billing (a feed client's durable) and each
+// tenant's.
+var adminConsumers = map[string][]string{
+	"KV_spendgate":            {"c1"},
+	"spendgate_feed":          {"c1", "billing", "t-acme", "t-globex"},
+	"spendgate_denials":       {"c1"},
+	"OBJ_spendgate_snapshots": {"c1"},
+}
+
+// consumerOps names each consumer call; consumerSubject spells it.
+var consumerOps = []string{"create", "create-filtered", "create-wide", "create-legacy", "create-durable", "delete",
+	"pause", "unpin", "stepdown", "next", "info", "ack"}
+
+func consumerSubject(stream, consumer, op string) string {
+	filter := adminStreams[stream]
+	if t, ok := strings.CutPrefix(consumer, "t-"); ok {
+		filter = "spendgate.feed.v1.*.*.*.t." + t + ".>"
+	}
+	api := "$JS.API.CONSUMER."
+	switch op {
+	case "create":
+		return api + "CREATE." + stream + "." + consumer
+	case "create-filtered":
+		return api + "CREATE." + stream + "." + consumer + "." + filter
+	case "create-wide": // the attack: a tenant's consumer over the whole stream
+		return api + "CREATE." + stream + "." + consumer + "." + strings.TrimSuffix(adminStreams[stream], ".lane.0") + ">"
+	case "create-legacy": // the name (and the filter) in the body only
+		return api + "CREATE." + stream
+	case "create-durable":
+		return api + "DURABLE.CREATE." + stream + "." + consumer
+	case "delete":
+		return api + "DELETE." + stream + "." + consumer
+	case "pause":
+		return api + "PAUSE." + stream + "." + consumer
+	case "unpin":
+		return api + "UNPIN." + stream + "." + consumer
+	case "stepdown":
+		return api + "LEADER.STEPDOWN." + stream + "." + consumer
+	case "next":
+		return api + "MSG.NEXT." + stream + "." + consumer
+	case "info":
+		return api + "INFO." + stream + "." + consumer
+	case "ack":
+		return "$JS.ACK." + stream + "." + consumer + ".1.1.1.1.0"
+	}
+	panic(op)
+}
+
+// adminSubjects is every subject of the administration matrix.
+func adminSubjects() []string {
+	var out []string
+	for _, st := range slices.Sorted(maps.Keys(adminStreams)) {
+		for _, op := range streamOps {
+			out = append(out, "$JS.API.STREAM."+op+"."+st)
+		}
+		for _, c := range adminConsumers[st] {
+			for _, op := range consumerOps {
+				out = append(out, consumerSubject(st, c, op))
+			}
+		}
+	}
+	return out
+}
+
+// allows is what a role may do in the administration matrix: stream ->
+// the stream ops, and "stream/consumer" -> the consumer ops.
+type allows map[string][]string
+
+var readOps = []string{"create", "create-filtered", "create-wide", "create-legacy", "delete", "next"}
+
+var wantAdmin = map[string]allows{
+	roles.Replica: {
+		"KV_spendgate":               {"CREATE"},
+		"KV_spendgate/c1":            append([]string{"info"}, readOps...),
+		"spendgate_feed":             {"CREATE", "UPDATE"},
+		"spendgate_denials":          {"CREATE", "UPDATE"},
+		"spendgate_denials/c1":       readOps,
+		"OBJ_spendgate_snapshots":    {"CREATE", "UPDATE", "PURGE"},
+		"OBJ_spendgate_snapshots/c1": append([]string{"info"}, readOps...),
+	},
+	roles.Service: {},
+	roles.Admin: {
+		"spendgate_feed/t-acme":   {"info", "create-filtered", "delete"},
+		"spendgate_feed/t-globex": {"info", "create-filtered", "delete"},
+	},
+	roles.Finance: {
+		"KV_spendgate/c1":            readOps,
+		"spendgate_denials/c1":       readOps,
+		"OBJ_spendgate_snapshots/c1": readOps,
+	},
+	roles.Feed: {
+		"spendgate_feed/c1":      {"create", "create-filtered", "create-wide", "delete", "next", "info", "ack"},
+		"spendgate_feed/billing": {"create", "create-filtered", "create-wide", "delete", "next", "info", "ack"},
+	},
+}
+
+// wantAdminPub is whether role may publish subject of the administration
+// matrix, per wantAdmin.
+func wantAdminPub(role, subject string) (want, ok bool) {
+	for st, filter := range adminStreams {
+		_ = filter
+		for _, op := range streamOps {
+			if subject == "$JS.API.STREAM."+op+"."+st {
+				return slices.Contains(wantAdmin[role][st], op), true
+			}
+		}
+		for _, c := range adminConsumers[st] {
+			for _, op := range consumerOps {
+				if subject == consumerSubject(st, c, op) {
+					if slices.Contains(wantAdmin[role][st+"/"+c], op) {
+						return true, true
+					}
+					// The legacy create names no consumer: a role
+					// that may use it on one consumer of the stream
+					// may on all.
+					want = false
+					if op == "create-legacy" {
+						for _, c2 := range adminConsumers[st] {
+							want = want || slices.Contains(wantAdmin[role][st+"/"+c2], op)
+						}
+					}
+					if op == "create-wide" && st == "KV_spendgate" {
+						// "$KV.spendgate.>" is also the stream's
+						// filter: the same rule as create-filtered.
+						want = want || slices.Contains(wantAdmin[role][st+"/"+c], "create-filtered")
+					}
+					return want, true
+				}
+			}
+		}
+	}
+	return false, false
+}
+
 // matrixConfig renders the default roles and users (passwords from the
 // environment, as in production) plus the observer, in the authorization
 // form or, if account is set, the accounts form.
@@ -236,7 +391,7 @@ func matrixConfig(t *testing.T, l streams.Layout, account string) string {
 	for _, n := range roles.Names {
 		t.Setenv(roles.PasswordEnv(n), password(n))
 	}
-	rs := append(roles.All(l), observerRole)
+	rs := append(roles.All(l, matrixTenants...), observerRole)
 	us := append(roles.DefaultUsers(), roles.User{Name: "observer", Role: "observer", Password: password("observer")})
 	var conf string
 	var err error
@@ -277,6 +432,19 @@ func checkMatrix(t *testing.T, account string) {
 				unexpected = append(unexpected, fmt.Sprintf("%-8s publish   %-60s allowed=%v want %v", role, subj, got, want))
 			}
 		}
+		for _, subj := range adminSubjects() {
+			if slices.Contains(pubSubjects, subj) {
+				// Checked above: both tables must agree.
+				if w, _ := wantAdminPub(role, subj); w != slices.Contains(wantPub[role], subj) {
+					unexpected = append(unexpected, fmt.Sprintf("%-8s the two tables disagree on %s", role, subj))
+				}
+				continue
+			}
+			want, _ := wantAdminPub(role, subj)
+			if got := canPublish(t, obs, id, subj); got != want {
+				unexpected = append(unexpected, fmt.Sprintf("%-8s publish   %-60s allowed=%v want %v", role, subj, got, want))
+			}
+		}
 		for _, c := range subChecks {
 			want := slices.Contains(wantSub[role], c[0])
 			if got := canSubscribe(t, obs, id, c[0], c[1], false); got != want {
@@ -304,5 +472,54 @@ func checkMatrix(t *testing.T, account string) {
 	if os.Getenv("ROLES_PRINT") != "" {
 		conf, _ := roles.Authorization(roles.All(l), roles.DefaultUsers())
 		t.Log("\n" + conf)
+	}
+}
+
+// wantTenantPub is what a tenant's user (acme) may publish in its own
+// account, by hand: the imported endpoints under their plain subjects, and
+// the info, pulls and acks of its own feed consumer under the tenant's
+// JetStream prefix.
+var wantTenantPub = []string{
+	"spendgate.admit", "spendgate.settle", "spendgate.release", "spendgate.void",
+	"spendgate.budget.get", "spendgate.budget.list",
+	"spendgate.js.API.CONSUMER.INFO.spendgate_feed.t-acme",
+	"spendgate.js.API.CONSUMER.MSG.NEXT.spendgate_feed.t-acme",
+	"$JS.ACK.spendgate_feed.t-acme.1.1.1.1.0",
+}
+
+// TestRoles_MatrixTenant checks a tenant's user the way TestRoles_Matrix
+// checks the operator's roles: in an account of its own with the observer,
+// against every subject of both matrices and each of them under the
+// tenant's JetStream prefix (where its account sees the replicas' API). It
+// may publish wantTenantPub and nothing else: no stream or consumer of
+// anyone's is created, changed or deleted by it, its own included.
+func TestRoles_MatrixTenant(t *testing.T) {
+	l := streams.Default()
+	u := roles.TenantUser(l, "acme")
+	conf, err := roles.Accounts("acme", []roles.Role{u, observerRole}, []roles.User{
+		{Name: "acme", Role: u.Name, Password: password("acme")},
+		{Name: "observer", Role: "observer", Password: password("observer")}})
+	require.NoError(t, err)
+	s := startConf(t, conf, false, nil)
+	obs := dial(t, s, l, "observer", "")
+	id := dial(t, s, l, "acme", "")
+	var subjects []string
+	for _, subj := range slices.Concat(pubSubjects, adminSubjects()) {
+		subjects = append(subjects, subj)
+		if rest, ok := strings.CutPrefix(subj, "$JS.API."); ok {
+			subjects = append(subjects, roles.TenantJSPrefix(l)+"."+rest)
+		}
+	}
+	slices.Sort(subjects)
+	var unexpected []string
+	for _, subj := range slices.Compact(subjects) {
+		want := slices.Contains(wantTenantPub, subj)
+		if got := canPublish(t, obs, id, subj); got != want {
+			unexpected = append(unexpected, fmt.Sprintf("acme publish %-70s allowed=%v want %v", subj, got, want))
+		}
+	}
+	require.Empty(t, unexpected, "unexpected allows/denies:\n%s", strings.Join(unexpected, "\n"))
+	for _, subj := range wantTenantPub {
+		require.Contains(t, subjects, subj)
 	}
 }

@@ -12,8 +12,9 @@ import (
 // (`nsc add user`, Role.NSCFlags), in account if it is not empty (nsc's
 // current account otherwise); the account must exist and have JetStream.
 //
-// With tenants, account is DefaultAccount if empty, and each tenant gets
-// what Config renders in the accounts form, in nsc's terms. nsc cannot
+// With tenants, account must be named (ErrNeedsAccount otherwise: the
+// roles' users, and their ledger, stay in the account they are in), and each
+// tenant gets what Config renders in the accounts form, in nsc's terms. nsc cannot
 // restrict an export to named accounts; a private export (`nsc add export
 // --private`) is imported only with an activation token that the exporting
 // account signs for one importing account and one subject (`nsc generate
@@ -27,11 +28,11 @@ import (
 // in the current directory; a token is no secret (it names its account),
 // but keep them to import again.
 //
-// Errors: ErrRender for an account name that is not a simple token or a
-// tenant that Config refuses.
+// Errors: ErrNeedsAccount for tenants without account; ErrRender for an
+// account name that is not a simple token or a tenant that Config refuses.
 func NSC(l streams.Layout, account string, tenants ...string) (string, error) {
 	if len(tenants) > 0 && account == "" {
-		account = DefaultAccount
+		return "", fmt.Errorf("%w: tenants need the roles' users in a named account; pass --account with the account they are in (the one nsc was on when they were added without --account, or %s for a new deployment): JetStream data does not move between accounts", ErrNeedsAccount, DefaultAccount)
 	}
 	if account != "" && !simpleToken(account) {
 		return "", fmt.Errorf("%w: account name %q", ErrRender, account)
@@ -80,6 +81,16 @@ func tenantNSC(b *strings.Builder, l streams.Layout, account, tenant string) {
 		fmt.Fprintf(b, "nsc add import --account %s --token %s --local-subject %s\n", tenant, file, shellQuote(im.To))
 	}
 	fmt.Fprintf(b, "nsc add user --account %s --name %s %s\n", tenant, tenant, u.NSCFlags())
+	fmt.Fprintf(b, "# Only the operator's admin manages %s's feed consumer; the feed role may not touch it.\n", tenant)
+	edit := func(user, flag string, subjects []string) {
+		var parts []string
+		for _, s := range subjects {
+			parts = append(parts, flag+" "+shellQuote(s))
+		}
+		fmt.Fprintf(b, "nsc edit user --account %s --name %s %s\n", account, user, strings.Join(parts, " "))
+	}
+	edit(Admin, "--allow-pub", TenantConsumerAdmin(l, tenant))
+	edit(Feed, "--deny-pub", tenantConsumerGuard(l, tenant))
 }
 
 // shellQuote single-quotes s for a POSIX shell (subjects hold no quote).

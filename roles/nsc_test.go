@@ -28,6 +28,29 @@ type nscStore struct {
 	accounts map[string]*nscAccount
 	files    map[string]string // activation token files, by name
 	creds    map[string]string // creds file of each user, by name
+	users    map[string]*nscUser
+}
+
+// nscUser is a user as nsc keeps it: its key and claims, signed again by
+// its account on each edit.
+type nscUser struct {
+	account *nscAccount
+	kp      nkeys.KeyPair
+	claims  *jwt.UserClaims
+}
+
+// writeCreds signs u's claims with its account and writes its creds file.
+func (st *nscStore) writeCreds(u *nscUser) {
+	t := st.t
+	t.Helper()
+	ujwt, err := u.claims.Encode(u.account.kp)
+	require.NoError(t, err)
+	useed, _ := u.kp.Seed()
+	creds, err := jwt.FormatUserConfig(ujwt, useed)
+	require.NoError(t, err)
+	path := filepath.Join(st.dir, u.claims.Name+".creds")
+	require.NoError(t, os.WriteFile(path, creds, 0o600))
+	st.creds[u.claims.Name] = path
 }
 
 type nscAccount struct {
@@ -42,7 +65,7 @@ func newNSCStore(t *testing.T, account string) *nscStore {
 	okp, err := nkeys.CreateOperator()
 	require.NoError(t, err)
 	st := &nscStore{t: t, dir: t.TempDir(), operator: okp, current: account,
-		accounts: map[string]*nscAccount{}, files: map[string]string{}, creds: map[string]string{}}
+		accounts: map[string]*nscAccount{}, files: map[string]string{}, creds: map[string]string{}, users: map[string]*nscUser{}}
 	st.addAccount("SYS")
 	st.addAccount(account).claims.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1}
 	return st
@@ -161,7 +184,6 @@ func (st *nscStore) apply(out string) {
 			ukp, err := nkeys.CreateUser()
 			require.NoError(t, err)
 			upub, _ := ukp.PublicKey()
-			useed, _ := ukp.Seed()
 			uc := jwt.NewUserClaims(upub)
 			uc.Name = one(t, f, "--name")
 			uc.Pub.Allow, uc.Pub.Deny = f["--allow-pub"], f["--deny-pub"]
@@ -171,13 +193,22 @@ func (st *nscStore) apply(out string) {
 				require.NoError(t, err)
 				uc.Resp = &jwt.ResponsePermission{MaxMsgs: n}
 			}
-			ujwt, err := uc.Encode(a.kp)
-			require.NoError(t, err)
-			creds, err := jwt.FormatUserConfig(ujwt, useed)
-			require.NoError(t, err)
-			path := filepath.Join(st.dir, uc.Name+".creds")
-			require.NoError(t, os.WriteFile(path, creds, 0o600))
-			st.creds[uc.Name] = path
+			require.NotContains(t, st.users, uc.Name, "nsc add user: %s exists", uc.Name)
+			u := &nscUser{account: a, kp: ukp, claims: uc}
+			st.users[uc.Name] = u
+			st.writeCreds(u)
+		case "edit user":
+			// nsc edit user adds the subjects given to the user's
+			// lists (nsc's cmd/edituser.go).
+			f := nscFlags(t, args, nil, "--account", "--name", "--allow-pub", "--deny-pub", "--allow-sub", "--deny-sub")
+			u, ok := st.users[one(t, f, "--name")]
+			require.True(t, ok, "nsc edit user: no user %v", f["--name"])
+			require.Same(t, st.account(strings.Join(f["--account"], "")), u.account, "nsc edit user: %s is in another account", line)
+			u.claims.Pub.Allow.Add(f["--allow-pub"]...)
+			u.claims.Pub.Deny.Add(f["--deny-pub"]...)
+			u.claims.Sub.Allow.Add(f["--allow-sub"]...)
+			u.claims.Sub.Deny.Add(f["--deny-sub"]...)
+			st.writeCreds(u)
 		case "add export":
 			f := nscFlags(t, args, []string{"--service", "--private"}, "--account", "--subject", "--response-type")
 			require.NotEmpty(t, f["--service"], "only service exports are rendered: %s", line)

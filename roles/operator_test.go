@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -120,7 +121,7 @@ func TestRole_NSCFlags(t *testing.T) {
 // be acme), or if the tenant's user lacked a subject it needs.
 func TestTenants_OperatorMode(t *testing.T) {
 	l := streams.Default()
-	out, err := roles.NSC(l, "", "acme", "globex")
+	out, err := roles.NSC(l, roles.DefaultAccount, "acme", "globex")
 	require.NoError(t, err)
 	st := newNSCStore(t, roles.DefaultAccount)
 	st.apply(out)
@@ -167,9 +168,9 @@ func TestTenants_OperatorMode(t *testing.T) {
 	_, err = ids["mallory"].nc.Request(l.Endpoint(streams.EndpointAdmit), []byte(`{"scopes":["team:search"],"amount":"1"}`), time.Second)
 	require.ErrorIs(t, err, nats.ErrNoResponders)
 
-	// acme's feed: the operator creates its consumer as the feed role
+	// acme's feed: the operator creates its consumer as the admin role
 	// once the relay made the stream; acme pulls its three events.
-	fjs, err := jetstream.New(ids[roles.Feed].nc)
+	fjs, err := jetstream.New(ids[roles.Admin].nc)
 	require.NoError(t, err)
 	cctx, cancel := context.WithTimeout(ctx, waitBound)
 	defer cancel()
@@ -186,18 +187,7 @@ func TestTenants_OperatorMode(t *testing.T) {
 	require.NoError(t, err)
 	cons, err := js.Consumer(cctx, l.FeedStreamName(), streams.TenantFeedConsumer("acme"))
 	require.NoError(t, err)
-	var got []string
-	for len(got) < 3 {
-		require.NoError(t, cctx.Err(), "acme's feed: %v", got)
-		batch, err := cons.Fetch(3-len(got), jetstream.FetchMaxWait(time.Second))
-		require.NoError(t, err)
-		for m := range batch.Messages() {
-			require.Contains(t, m.Subject(), ".t.acme.")
-			got = append(got, m.Headers().Get(streams.HeaderFeedType))
-			require.NoError(t, m.Ack())
-		}
-	}
-	require.Equal(t, []string{"budget.defined.v2", "reservation.opened.v1", "reservation.settled.v1"}, got)
+	require.Equal(t, []string{"budget.defined.v2", "reservation.opened.v1", "reservation.settled.v1"}, pullTenantFeed(t, cctx, cons, "acme", 3))
 	subj := roles.TenantJSPrefix(l) + ".CONSUMER.CREATE." + l.FeedStreamName() + "." + streams.TenantFeedConsumer("acme") + "." + l.TenantFeedFilter("acme")
 	ids["acme"].drainErrs()
 	require.NoError(t, ids["acme"].nc.Publish(subj, []byte("{}")))
@@ -218,7 +208,9 @@ func TestNSC_Render(t *testing.T) {
 	out, err = roles.NSC(l, "OPS")
 	require.NoError(t, err)
 	require.Contains(t, out, "nsc add user --account OPS --name admin ")
-	out, err = roles.NSC(l, "", "acme")
+	_, err = roles.NSC(l, "", "acme")
+	require.ErrorIs(t, err, roles.ErrNeedsAccount, "the roles' users and their ledger stay in their account")
+	out, err = roles.NSC(l, roles.DefaultAccount, "acme")
 	require.NoError(t, err)
 	for _, want := range []string{
 		"nsc add user --account SPENDGATE --name finance ",
@@ -231,10 +223,16 @@ func TestNSC_Render(t *testing.T) {
 	} {
 		require.Contains(t, out, want)
 	}
-	require.NotContains(t, out, "CONSUMER.CREATE.spendgate_feed.t-acme")
+	require.Contains(t, out, "nsc edit user --account SPENDGATE --name admin --allow-pub '$JS.API.CONSUMER.INFO.spendgate_feed.t-acme' --allow-pub '$JS.API.CONSUMER.CREATE.spendgate_feed.t-acme.spendgate.feed.v1.*.*.*.t.acme.>' --allow-pub '$JS.API.CONSUMER.DELETE.spendgate_feed.t-acme'\n")
+	require.Contains(t, out, "nsc edit user --account SPENDGATE --name feed --deny-pub '$JS.API.CONSUMER.*.spendgate_feed.t-acme' ")
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "nsc add user --account acme ") {
+			require.NotContains(t, line, "CONSUMER.CREATE", "the tenant's user creates no consumer")
+		}
+	}
 	require.NotContains(t, out, "spendgate.t.acme.budget.put")
 	_, err = roles.NSC(l, "bad account")
 	require.ErrorIs(t, err, roles.ErrRender)
-	_, err = roles.NSC(l, "", "acme", "acme")
+	_, err = roles.NSC(l, "OPS", "acme", "acme")
 	require.ErrorIs(t, err, roles.ErrRender)
 }

@@ -66,16 +66,19 @@ func TestTenants_FeedPushIntoReplicas(t *testing.T) {
 		return err
 	}
 	// Before the operator created t-acme: refused, and nothing created.
+	ajs, err := jetstream.New(admin.nc)
+	require.NoError(t, err)
 	require.Error(t, push())
-	_, err = fjs.Consumer(cctx, l.FeedStreamName(), streams.TenantFeedConsumer("acme"))
+	_, err = ajs.Consumer(cctx, l.FeedStreamName(), streams.TenantFeedConsumer("acme"))
 	require.ErrorIs(t, err, jetstream.ErrConsumerNotFound)
 
-	// After: refused, and the operator's pull consumer is unchanged.
-	created, err := feed.EnsureTenantConsumer(cctx, fjs, l, "acme")
+	// After (the operator's admin creates it): refused, and the
+	// operator's pull consumer is unchanged.
+	created, err := feed.EnsureTenantConsumer(cctx, ajs, l, "acme")
 	require.NoError(t, err)
 	require.True(t, created)
 	require.Error(t, push())
-	c, err := fjs.Consumer(cctx, l.FeedStreamName(), streams.TenantFeedConsumer("acme"))
+	c, err := ajs.Consumer(cctx, l.FeedStreamName(), streams.TenantFeedConsumer("acme"))
 	require.NoError(t, err, "still a pull consumer")
 	require.Empty(t, c.CachedInfo().Config.DeliverSubject)
 	require.Equal(t, l.TenantFeedFilter("acme"), c.CachedInfo().Config.FilterSubject)

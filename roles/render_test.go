@@ -67,6 +67,51 @@ func TestConfig(t *testing.T) {
 	}
 }
 
+// TestConfig_TenantsNeedAnAccount: tenants without the replicas' account
+// are refused, saying what to do, because the earlier default put the
+// replicas' users in the global account ($G) and a tenant layout moved them
+// into account SPENDGATE, leaving their ledger behind: after the README's
+// restart the budgets were gone, with no warning. It fails on main, where
+// Config(l, "", "acme") rendered the accounts form.
+func TestConfig_TenantsNeedAnAccount(t *testing.T) {
+	l := streams.Default()
+	_, err := roles.Config(l, "", "acme")
+	require.ErrorIs(t, err, roles.ErrNeedsAccount)
+	for _, want := range []string{"--account SPENDGATE", "global account ($G)", "Moving a ledger into an account", "every replica stopped"} {
+		require.ErrorContains(t, err, want)
+	}
+	_, err = roles.NSC(l, "", "acme")
+	require.ErrorIs(t, err, roles.ErrNeedsAccount)
+	_, err = roles.Config(l, roles.DefaultAccount, "acme")
+	require.NoError(t, err)
+}
+
+// TestRender_TLS: the tls block, for TLS (certificate and key) and mutual
+// TLS (with the clients' CA: verify_and_map, every user by its
+// certificate's subject and with no password, tenants' included); half a
+// TLS is refused. TestRoles_MutualTLS runs it on a real server.
+func TestRender_TLS(t *testing.T) {
+	l := streams.Default()
+	out, err := roles.Render(l, roles.Options{TLS: roles.TLS{Cert: "server-cert.pem", Key: "server-key.pem"}})
+	require.NoError(t, err)
+	require.Contains(t, out, "tls {\n  cert_file: \"server-cert.pem\"\n  key_file: \"server-key.pem\"\n}\n")
+	require.NotContains(t, out, "verify")
+	require.Contains(t, out, "password: $SPENDGATE_REPLICA_PASSWORD")
+
+	out, err = roles.Render(l, roles.Options{Account: "SPENDGATE", Tenants: []string{"acme"},
+		TLS: roles.TLS{Cert: "server-cert.pem", Key: "server-key.pem", CA: "ca.pem"}})
+	require.NoError(t, err)
+	require.Contains(t, out, "  ca_file: \"ca.pem\"\n  verify_and_map: true\n}\n")
+	require.NotContains(t, out, "password")
+	for _, u := range append(append([]string{}, roles.Names...), "acme") {
+		require.Contains(t, out, "{user: \""+roles.UserSubject(u)+"\", permissions: ")
+	}
+	for _, bad := range []roles.TLS{{Cert: "c.pem"}, {Key: "k.pem"}, {CA: "ca.pem"}} {
+		_, err := roles.Render(l, roles.Options{TLS: bad})
+		require.ErrorIs(t, err, roles.ErrRender, "%+v", bad)
+	}
+}
+
 func TestSubjectsIntersect(t *testing.T) {
 	for _, c := range []struct {
 		a, b string
@@ -88,9 +133,9 @@ func TestSubjectsIntersect(t *testing.T) {
 // variable names are not checked (the layout then renders).
 func TestConfig_TenantPasswordVariables(t *testing.T) {
 	l := streams.Default()
-	_, err := roles.Config(l, "", "my_co", "my-co")
+	_, err := roles.Config(l, roles.DefaultAccount, "my_co", "my-co")
 	require.ErrorIs(t, err, roles.ErrRender)
 	require.ErrorContains(t, err, "SPENDGATE_MY_CO_PASSWORD")
-	_, err = roles.Config(l, "", "my_co", "my-co2")
+	_, err = roles.Config(l, roles.DefaultAccount, "my_co", "my-co2")
 	require.NoError(t, err)
 }

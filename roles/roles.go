@@ -151,10 +151,49 @@ func streamReads(name string) []string {
 }
 
 // feedReads are what a consumer of the feed publishes: streamReads, plus
-// durable consumers' info and acknowledgements.
+// durable consumers' info and acknowledgements, but not the create subject
+// without a consumer name (it takes the name, and any filter, from the
+// body: a feed client could update a tenant's consumer through it).
 func feedReads(l streams.Layout) []string {
 	f := l.FeedStreamName()
-	return append(streamReads(f), jsAPI+"CONSUMER.INFO."+f+".*", "$JS.ACK."+f+".>")
+	legacy := jsAPI + "CONSUMER.CREATE." + f
+	out := []string{}
+	for _, s := range streamReads(f) {
+		if s != legacy {
+			out = append(out, s)
+		}
+	}
+	return append(out, jsAPI+"CONSUMER.INFO."+f+".*", "$JS.ACK."+f+".>")
+}
+
+// TenantConsumerAdmin is what the operator's admin publishes to manage
+// tenant's feed consumer (spendgate feed consumer --tenant): read its info,
+// create it with the tenant's filter, which the create subject fixes
+// (feed.TenantConsumerConfig), and delete it (--replace). No other role
+// may publish any of them.
+func TenantConsumerAdmin(l streams.Layout, tenant string) []string {
+	f, c := l.FeedStreamName(), streams.TenantFeedConsumer(tenant)
+	return []string{
+		jsAPI + "CONSUMER.INFO." + f + "." + c,
+		jsAPI + "CONSUMER.CREATE." + f + "." + c + "." + l.TenantFeedFilter(tenant),
+		jsAPI + "CONSUMER.DELETE." + f + "." + c,
+	}
+}
+
+// tenantConsumerGuard is what the feed role is denied for tenant's feed
+// consumer: every consumer API call on it (create or update, delete,
+// pause, info; pulls, whose verb is two tokens) and acknowledgements for
+// it. Its
+// allow lists name consumers by wildcard, and a consumer name cannot be
+// matched by prefix ("t-*"), so each tenant is named.
+func tenantConsumerGuard(l streams.Layout, tenant string) []string {
+	f, c := l.FeedStreamName(), streams.TenantFeedConsumer(tenant)
+	return []string{
+		jsAPI + "CONSUMER.*." + f + "." + c,
+		jsAPI + "CONSUMER.*." + f + "." + c + ".>",
+		jsAPI + "CONSUMER.MSG.NEXT." + f + "." + c,
+		"$JS.ACK." + f + "." + c + ".>",
+	}
 }
 
 // denialReads are what a reader of the denial records publishes (the
@@ -216,7 +255,13 @@ func snapshotWrites(l streams.Layout) []string {
 }
 
 // All returns the roles of layout l: replica, service, admin, finance, feed.
-func All(l streams.Layout) []Role {
+//
+// tenants are the tenants the deployment serves (Config's): the admin may
+// create, read and delete each one's feed consumer (TenantConsumerAdmin),
+// and the feed role may not touch it (create, update, delete, pull, ack).
+// Without tenants no account reads a tenant's consumer, so neither role
+// names one; a layout must be rendered again when a tenant is added.
+func All(l streams.Layout, tenants ...string) []Role {
 	s := l.StreamName()
 	ep := func(names ...string) []string {
 		out := make([]string, len(names))
@@ -244,6 +289,10 @@ func All(l streams.Layout) []Role {
 	replicaPub = append(replicaPub, ledgerReads(l)...)
 	replicaPub = append(replicaPub,
 		jsAPI+"CONSUMER.INFO."+s+".*",
+		// The check of the tenants' feed consumers
+		// (feed.CheckTenantConsumers): it lists them, and changes
+		// nothing.
+		jsAPI+"CONSUMER.LIST."+l.FeedStreamName(),
 		l.KeyPrefix()+">",
 		// The feed relay (serve --feed): ensure the feed stream, read
 		// its last message (the feed allows direct gets, which the
@@ -283,6 +332,12 @@ func All(l streams.Layout) []Role {
 	financePub = append(financePub, ledgerReads(l)...)
 	financePub = append(financePub, snapshotReads(l)...)
 	financePub = append(financePub, denialReads(l)...)
+	adminPub := append(append(ep(all...), tenantEp(all...)...), discovery()...)
+	feedDeny := slices.Clone(writes)
+	for _, t := range tenants {
+		adminPub = append(adminPub, TenantConsumerAdmin(l, t)...)
+		feedDeny = append(feedDeny, tenantConsumerGuard(l, t)...)
+	}
 	return []Role{
 		{
 			Name:           Replica,
@@ -302,8 +357,8 @@ func All(l streams.Layout) []Role {
 		},
 		{
 			Name:        Admin,
-			Description: "budget administration: every endpoint (budget.put/get/list and report included), for the untenanted deployment and for every tenant, and $SRV discovery; threshold alerts",
-			Publish:     Rules{Allow: append(append(ep(all...), tenantEp(all...)...), discovery()...), Deny: writes},
+			Description: "budget administration: every endpoint (budget.put/get/list and report included), for the untenanted deployment and for every tenant, and $SRV discovery; threshold alerts; creates, reads and deletes each tenant's feed consumer (spendgate feed consumer --tenant)",
+			Publish:     Rules{Allow: adminPub, Deny: writes},
 			Subscribe:   Rules{Allow: append(inbox(Admin), alerts)},
 			InboxPrefix: InboxPrefix(l, Admin),
 		},
@@ -316,8 +371,8 @@ func All(l streams.Layout) []Role {
 		},
 		{
 			Name:        Feed,
-			Description: "follows the live event feed: reads the feed stream with durable or ordered consumers and acknowledges; writes nothing else",
-			Publish:     Rules{Allow: feedReads(l), Deny: writes},
+			Description: "follows the live event feed: reads the feed stream with durable or ordered consumers and acknowledges; writes nothing else, and may not touch a tenant's feed consumer",
+			Publish:     Rules{Allow: feedReads(l), Deny: feedDeny},
 			Subscribe:   Rules{Allow: inbox(Feed)},
 			InboxPrefix: InboxPrefix(l, Feed),
 		},

@@ -186,8 +186,9 @@ func exports(b *strings.Builder, ind string, l streams.Layout, tenants []string)
 
 // tenantAccount writes tenant's account: its imports from account (the
 // endpoints and TenantFeedImports) and one user, named after the tenant, of
-// role Tenant, who may also read its feed consumer.
-func tenantAccount(b *strings.Builder, ind string, l streams.Layout, account, tenant string) {
+// role Tenant, who may also read its feed consumer, and who logs in with its
+// client certificate (UserSubject) if certs, with its password otherwise.
+func tenantAccount(b *strings.Builder, ind string, l streams.Layout, account, tenant string, certs bool) {
 	r := Tenant(l)
 	fmt.Fprintf(b, "%s# tenant %s: %s\n", ind, tenant, r.Description)
 	fmt.Fprintf(b, "%s%s {\n", ind, tenant)
@@ -201,7 +202,11 @@ func tenantAccount(b *strings.Builder, ind string, l streams.Layout, account, te
 	}
 	fmt.Fprintf(b, "%s  ]\n", ind)
 	fmt.Fprintf(b, "%s  users = [\n", ind)
-	fmt.Fprintf(b, "%s    {user: %q, password: $%s, permissions: {\n", ind, tenant, PasswordEnv(tenant))
+	if certs {
+		fmt.Fprintf(b, "%s    {user: %q, permissions: {\n", ind, UserSubject(tenant))
+	} else {
+		fmt.Fprintf(b, "%s    {user: %q, password: $%s, permissions: {\n", ind, tenant, PasswordEnv(tenant))
+	}
 	u := TenantUser(l, tenant)
 	rules(b, ind+"      ", "publish", u.Publish)
 	rules(b, ind+"      ", "subscribe", u.Subscribe)

@@ -25,7 +25,11 @@ import (
 func tenantServer(t *testing.T, tenants ...string) (streams.Layout, *server.Server) {
 	t.Helper()
 	l := streams.Default()
-	conf, err := roles.Config(l, "", tenants...)
+	account := ""
+	if len(tenants) > 0 {
+		account = roles.DefaultAccount
+	}
+	conf, err := roles.Config(l, account, tenants...)
 	require.NoError(t, err)
 	for _, u := range append(append([]string{}, roles.Names...), tenants...) {
 		t.Setenv(roles.PasswordEnv(u), password(u))
@@ -267,23 +271,10 @@ func TestTenants_Feed(t *testing.T) {
 
 	// The operator creates each tenant's consumer once the replicas' relay
 	// has created the feed stream (spendgate feed consumer --tenant), as
-	// the feed role.
-	fjs, err := jetstream.New(dialRole(t, s, l, roles.Feed).nc)
-	require.NoError(t, err)
+	// the admin role.
+	fjs := ensureTenantConsumers(t, admin, l, "acme", "globex")
 	cctx, cancel := context.WithTimeout(ctx, waitBound)
 	defer cancel()
-	for _, tenant := range []string{"acme", "globex"} {
-		for {
-			created, err := feed.EnsureTenantConsumer(cctx, fjs, l, tenant)
-			if err == nil {
-				require.True(t, created)
-				break
-			}
-			require.ErrorIs(t, err, jetstream.ErrStreamNotFound)
-			require.NoError(t, cctx.Err(), "no feed stream")
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
 
 	js, err := jetstream.NewWithAPIPrefix(acmeID.nc, roles.TenantJSPrefix(l))
 	require.NoError(t, err)

@@ -92,6 +92,9 @@ type Replica struct {
 	Denials *DenialRecorder
 	denyd   chan struct{}
 
+	// tenantd: the tenants' feed consumer check is done; nil if none.
+	tenantd <-chan struct{}
+
 	feedd  chan struct{}
 	cancel context.CancelFunc
 	done   chan error
@@ -292,6 +295,13 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 	} else {
 		close(r.feedd)
 	}
+	if cfg.Feed { // the tenants' feed consumers, checked at start and every minute
+		tc, _ := feed.NewTenantCheck(js, cfg.Layout, feed.CheckLogger(cfg.Log)) // errs on a nil logger only; cfg.Log is set
+		if cfg.Metrics != nil {
+			cfg.Metrics.RegisterTenantConsumerCheck(tc.Problems, tc.Bad)
+		}
+		r.tenantd = tc.Start(runCtx)
+	}
 	if cfg.SweepInterval >= 0 {
 		go func() { defer close(r.sweepd); _ = sw.Run(runCtx) }()
 	} else {
@@ -324,6 +334,9 @@ func (r *Replica) Stop() error {
 		r.cancel()
 		<-r.sweepd
 		<-r.feedd
+		if r.tenantd != nil {
+			<-r.tenantd
+		}
 		<-r.denyd
 		<-r.reportd
 		if ferr := <-r.done; ferr != nil && !errors.Is(ferr, context.Canceled) && err == nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -17,6 +18,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/secret"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -114,28 +116,59 @@ func NewSigner(seed []byte) (*Signer, error) {
 	return &Signer{pub: pub, priv: ed25519.NewKeyFromSeed(rawSeed)}, nil
 }
 
+// KeyFileOption changes how LoadSigner and LoadOrCreate treat a seed file.
+type KeyFileOption func(*keyFileOptions)
+
+type keyFileOptions struct{ insecure bool }
+
+// AllowInsecurePermissions accepts a seed file that its group or others may
+// access (serve --insecure-key-permissions). Without it such a file is
+// refused (secret.ErrTooOpen), as ssh refuses a private key.
+func AllowInsecurePermissions() KeyFileOption {
+	return func(o *keyFileOptions) { o.insecure = true }
+}
+
 // LoadSigner reads an nkey seed from path.
-func LoadSigner(path string) (*Signer, error) {
-	b, err := os.ReadFile(path)
+//
+// Errors: secret.ErrTooOpen (wrapped) if the file's group or others may
+// access it and AllowInsecurePermissions is not given; the file system's if
+// it cannot be read; NewSigner's. No error holds the seed, nor the path if
+// the path is itself a seed.
+func LoadSigner(path string, opts ...KeyFileOption) (*Signer, error) {
+	var o keyFileOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	b, err := secret.ReadFile(path, o.insecure)
 	if err != nil {
 		return nil, fmt.Errorf("signing: key: %w", err)
 	}
 	s, err := NewSigner(b)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", secret.Redact(path), err)
 	}
 	return s, nil
 }
 
+// ErrSeedAsPath: a seed given where the name of its file belongs.
+var ErrSeedAsPath = errors.New("signing: the key file name is an nkey seed (redacted): pass the name of the file that holds the seed, never the seed itself")
+
 // LoadOrCreate returns the Signer of the seed at path, creating a new user
 // nkey seed there (mode 0600, its directory 0700) if the file does not
-// exist. created reports whether it did. Processes that start at once on
-// one path share one key: the seed is written to a temporary file and
-// linked into place, so a reader never sees half a seed and exactly one
-// creator wins; the others load the winner's.
-func LoadOrCreate(path string) (s *Signer, created bool, err error) {
+// exist. created reports whether it did. An existing file is read as
+// LoadSigner reads it, with opts. Processes that start at once on one path
+// share one key: the seed is written to a temporary file and linked into
+// place, so a reader never sees half a seed and exactly one creator wins;
+// the others load the winner's.
+//
+// Errors: ErrSeedAsPath if path is itself a seed (nothing is created);
+// LoadSigner's for an existing file; the file system's.
+func LoadOrCreate(path string, opts ...KeyFileOption) (s *Signer, created bool, err error) {
+	if secret.LooksLikeSeed(path) {
+		return nil, false, ErrSeedAsPath
+	}
 	if _, err := os.Stat(path); err == nil {
-		s, err := LoadSigner(path)
+		s, err := LoadSigner(path, opts...)
 		return s, false, err
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return nil, false, fmt.Errorf("signing: key: %w", err)
@@ -169,7 +202,7 @@ func LoadOrCreate(path string) (s *Signer, created bool, err error) {
 		return nil, false, fmt.Errorf("signing: key: %w", err)
 	}
 	if err := os.Link(tmp, path); errors.Is(err, os.ErrExist) {
-		s, err := LoadSigner(path) // another process created it first
+		s, err := LoadSigner(path, opts...) // another process created it first
 		return s, false, err
 	} else if err != nil {
 		return nil, false, fmt.Errorf("signing: key: %w", err)
@@ -190,6 +223,16 @@ func NewEphemeral() (*Signer, error) {
 	}
 	return NewSigner(seed)
 }
+
+// String names the signer by its public key; the private key never shows
+// (fmt's %v, %s and %+v print this).
+func (s *Signer) String() string { return "signing.Signer(" + s.pub + ")" }
+
+// GoString is String, for %#v.
+func (s *Signer) GoString() string { return s.String() }
+
+// LogValue is String, for log/slog.
+func (s *Signer) LogValue() slog.Value { return slog.StringValue(s.String()) }
 
 // PublicKey returns the signer's public nkey: what a KeySet lists.
 func (s *Signer) PublicKey() string { return s.pub }
@@ -237,11 +280,11 @@ func NewKeySet(keys []Key, unsignedUntil uint64) (*KeySet, error) {
 	ks := &KeySet{keys: map[string]trusted{}, unsignedUntil: unsignedUntil}
 	for _, k := range keys {
 		if !nkeys.IsValidPublicKey(k.Public) {
-			return nil, fmt.Errorf("signing: %q is not a public nkey", k.Public)
+			return nil, notPublic(k.Public)
 		}
 		raw, err := nkeys.Decode(nkeys.Prefix(k.Public), []byte(k.Public))
 		if err != nil || len(raw) != ed25519.PublicKeySize {
-			return nil, fmt.Errorf("signing: %q is not a public nkey", k.Public)
+			return nil, notPublic(k.Public)
 		}
 		if old, ok := ks.keys[k.Public]; ok && (old.until == 0 || (k.Until != 0 && k.Until < old.until)) {
 			continue // listed twice: the wider trust wins
@@ -334,16 +377,16 @@ func parseEntries(spec string, files bool, unsigned *uint64, distrusted map[stri
 		}
 		fields := strings.Fields(line)
 		if fields[0] != "unsigned" && !nkeys.IsValidPublicKey(fields[0]) {
-			if !files || len(fields) != 1 {
-				return nil, fmt.Errorf("signing: %q is not a public nkey", fields[0])
+			if !files || len(fields) != 1 || secret.LooksLikeSeed(fields[0]) {
+				return nil, notPublic(fields[0])
 			}
 			b, err := os.ReadFile(fields[0])
 			if err != nil {
-				return nil, fmt.Errorf("signing: trusted keys: %q is neither a public nkey nor a readable file: %w", fields[0], err)
+				return nil, fmt.Errorf("signing: trusted keys: %q is neither a public nkey nor a readable file: %w", fields[0], secret.Error(err))
 			}
 			keys, err := parseEntries(string(b), false, unsigned, distrusted)
 			if err != nil {
-				return nil, fmt.Errorf("%s: %w", fields[0], err)
+				return nil, fmt.Errorf("%s: %w", secret.Redact(fields[0]), err)
 			}
 			out = append(out, keys...)
 			continue
@@ -356,11 +399,14 @@ func parseEntries(spec string, files bool, unsigned *uint64, distrusted map[stri
 		for _, f := range fields[1:] {
 			v, ok := strings.CutPrefix(f, "until=")
 			if !ok {
+				if secret.LooksLikeSeed(f) {
+					return nil, notPublic(f)
+				}
 				return nil, fmt.Errorf("signing: %q: unknown option %q (want until=SEQ or distrusted)", fields[0], f)
 			}
 			n, err := strconv.ParseUint(v, 10, 64)
 			if err != nil || n == 0 {
-				return nil, fmt.Errorf("signing: %q: until=%s is not a stream sequence", fields[0], v)
+				return nil, fmt.Errorf("signing: %q: until=%s is not a stream sequence", fields[0], secret.Redact(v))
 			}
 			until = n
 		}
@@ -374,6 +420,21 @@ func parseEntries(spec string, files bool, unsigned *uint64, distrusted map[stri
 		out = append(out, Key{Public: fields[0], Until: until})
 	}
 	return out, nil
+}
+
+// ErrSeedInTrustedKeys: a private nkey seed where the trusted keys, which
+// are public, belong (a seed file given to --trusted-keys). The seed is
+// never shown.
+var ErrSeedInTrustedKeys = errors.New("signing: a private nkey seed (redacted) where public keys belong: a trusted-keys list holds public keys (\"U...\"); print a seed file's public key with spendgate key --file FILE, and keep the seed file readable by its owner alone")
+
+// notPublic is the error for an entry s of a trusted-keys list that is not
+// a public nkey: ErrSeedInTrustedKeys if it looks like a seed, else one that
+// quotes it.
+func notPublic(s string) error {
+	if secret.LooksLikeSeed(s) {
+		return ErrSeedInTrustedKeys
+	}
+	return fmt.Errorf("signing: %q is not a public nkey", secret.Redact(s))
 }
 
 // Keys returns the set's keys sorted by public key.

@@ -1,7 +1,10 @@
 package signing_test
 
 import (
+	"bytes"
 	"flag"
+	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +14,7 @@ import (
 	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/require"
 
+	"github.com/spendgate/spendgate/internal/secret"
 	"github.com/spendgate/spendgate/signing"
 	"github.com/spendgate/spendgate/streams"
 )
@@ -127,6 +131,89 @@ func TestLoadOrCreate(t *testing.T) {
 	require.Equal(t, s.PublicKey(), again.PublicKey())
 	_, err = signing.NewSigner([]byte(s.PublicKey()))
 	require.Error(t, err, "a public key is not a seed")
+}
+
+// TestLoadSigner_Permissions: a seed file that its group or others may
+// access is refused by LoadSigner and LoadOrCreate (as ssh refuses such a
+// private key), naming the fix, unless AllowInsecurePermissions; a file
+// LoadOrCreate makes is 0600 and loads again. On main a 0644 seed file was
+// accepted silently.
+func TestLoadSigner_Permissions(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "r2.nk")
+	require.NoError(t, os.WriteFile(path, []byte(goldenSeed+"\n"), 0o644))
+	for _, load := range []func(...signing.KeyFileOption) (*signing.Signer, error){
+		func(o ...signing.KeyFileOption) (*signing.Signer, error) { return signing.LoadSigner(path, o...) },
+		func(o ...signing.KeyFileOption) (*signing.Signer, error) {
+			s, _, err := signing.LoadOrCreate(path, o...)
+			return s, err
+		},
+	} {
+		_, err := load()
+		require.ErrorIs(t, err, secret.ErrTooOpen)
+		require.Contains(t, err.Error(), "chmod 600 "+path)
+		require.Contains(t, err.Error(), "--insecure-key-permissions")
+		require.NotContains(t, err.Error(), goldenSeed[2:])
+		s, err := load(signing.AllowInsecurePermissions())
+		require.NoError(t, err)
+		require.Equal(t, goldenSigner(t).PublicKey(), s.PublicKey())
+	}
+	require.NoError(t, os.Chmod(path, 0o600))
+	_, err := signing.LoadSigner(path)
+	require.NoError(t, err)
+}
+
+// TestSecrets_NeverPrinted: no error of a path that reads a key, and no
+// formatting of a Signer, shows the seed. The flags swapped (serve
+// --trusted-keys keys/r2.nk, the seed file) printed the whole seed on main
+// ("SUAE...": is not a public nkey), and so did a seed given inline, a seed
+// given as a file name, and a seed after a public key.
+func TestSecrets_NeverPrinted(t *testing.T) {
+	dir := t.TempDir()
+	seedFile := filepath.Join(dir, "r2.nk")
+	require.NoError(t, os.WriteFile(seedFile, []byte(goldenSeed+"\n"), 0o600))
+	pub := goldenSigner(t).PublicKey()
+	listWithSeed := filepath.Join(dir, "trusted-keys")
+	require.NoError(t, os.WriteFile(listWithSeed, []byte(pub+"\n"+goldenSeed+"\n"), 0o600))
+	for _, spec := range []string{seedFile, goldenSeed, pub + "," + goldenSeed, pub + " " + goldenSeed, listWithSeed, pub + " until=" + goldenSeed} {
+		_, err := signing.ParseKeys(spec)
+		require.Error(t, err, spec)
+		require.NotContains(t, err.Error(), goldenSeed[2:], spec)
+		if spec != pub+" until="+goldenSeed {
+			require.ErrorIs(t, err, signing.ErrSeedInTrustedKeys, spec)
+		}
+	}
+	_, err := signing.NewKeySet([]signing.Key{{Public: goldenSeed}}, 0)
+	require.ErrorIs(t, err, signing.ErrSeedInTrustedKeys)
+
+	// A seed given where its file's name belongs.
+	_, err = signing.LoadSigner(goldenSeed)
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), goldenSeed[2:])
+	_, _, err = signing.LoadOrCreate(goldenSeed)
+	require.ErrorIs(t, err, signing.ErrSeedAsPath)
+	_, err = os.Stat(goldenSeed)
+	require.ErrorIs(t, err, os.ErrNotExist, "no file named after the seed")
+
+	// A file that holds most of a seed, but not a valid one.
+	torn := filepath.Join(dir, "torn.nk")
+	require.NoError(t, os.WriteFile(torn, []byte(goldenSeed[:50]+"\n"), 0o600))
+	_, err = signing.LoadSigner(torn)
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), goldenSeed[2:50])
+
+	s := goldenSigner(t)
+	for _, f := range []string{"%v", "%+v", "%#v", "%s"} {
+		out := fmt.Sprintf(f, s)
+		require.Contains(t, out, pub, f)
+		require.NotContains(t, out, goldenSeed[2:], f)
+	}
+	var buf bytes.Buffer
+	slog.New(slog.NewTextHandler(&buf, nil)).Info("x", "signer", s)
+	require.Contains(t, buf.String(), pub)
+	raw, _ := nkeys.FromSeed([]byte(goldenSeed))
+	priv, _ := raw.PrivateKey()
+	require.NotContains(t, fmt.Sprintf("%#v %+v", s, *s), string(priv[2:]))
 }
 
 // BenchmarkSign and BenchmarkVerify: one signature or one check over a

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 
@@ -23,17 +24,20 @@ var (
 	}
 	feedConsumerCommand = command{
 		name:     "spendgate feed consumer",
-		synopsis: "--tenant NAME [--bucket NAME] [--nats-url URL] ...",
+		synopsis: "--tenant NAME [--replace] [--bucket NAME] [--nats-url URL] ...",
 		about: `Creates tenant NAME's one consumer of the live event feed, t-NAME on stream
 <bucket>_feed: a durable pull consumer of the tenant's events alone
 (<prefix>feed.v1.*.*.*.t.NAME.>), explicit acks, one event in flight. The
 tenant's account (spendgate roles --tenant NAME) may read it, pull from it and
-acknowledge, but not create or change it, so the operator runs this once per
-tenant, as an identity that may create consumers on the feed (the feed role),
-after the replicas have started with --feed. It prints {"stream", "consumer",
-"filter", "created"}; a pull consumer of that name with the tenant's filter is
-left as it is ("created": false). A push consumer of that name, or one with
-another filter, is refused: delete it (nats consumer rm) and run this again.`,
+acknowledge, but not create or change it, and the feed role may not touch it,
+so the operator runs this once per tenant as the admin role (the only role
+that may create, read and delete it, with the tenant's filter alone), after
+the replicas have started with --feed. It prints {"stream", "consumer",
+"filter", "created", "replaced"}; a pull consumer of that name with the
+tenant's filter is left as it is ("created": false). A push consumer of that
+name, or one with another filter (replicas log and count one they find), is
+refused; with --replace it is deleted and made again ("replaced": true), and
+the tenant reads its feed again from the start of what the feed keeps.`,
 	}
 )
 
@@ -51,6 +55,7 @@ func feedCmd(args []string) int {
 	c.register(fs)
 	bucket := fs.String("bucket", streams.DefaultBucket, "ledger bucket name")
 	tenant := fs.String("tenant", "", "the tenant whose consumer to create (required)")
+	replace := fs.Bool("replace", false, "delete a consumer of the tenant's name that is not the tenant's pull consumer of its filter, and make it again")
 	if code, ok := feedConsumerCommand.parse(fs, args[1:]); !ok {
 		return code
 	}
@@ -79,13 +84,21 @@ func feedCmd(args []string) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
-	created, err := feed.EnsureTenantConsumer(ctx, js, layout, *tenant)
+	var created, replaced bool
+	if *replace {
+		created, replaced, err = feed.ReplaceTenantConsumer(ctx, js, layout, *tenant)
+	} else {
+		created, err = feed.EnsureTenantConsumer(ctx, js, layout, *tenant)
+	}
+	if errors.Is(err, feed.ErrTenantConsumerMismatch) {
+		err = fmt.Errorf("%w; run this again with --replace to delete it and make it again", err)
+	}
 	if err != nil {
 		return fail(err)
 	}
 	out, err := json.MarshalIndent(feedConsumerOut{
 		Stream: layout.FeedStreamName(), Consumer: streams.TenantFeedConsumer(*tenant),
-		Filter: layout.TenantFeedFilter(*tenant), Created: created,
+		Filter: layout.TenantFeedFilter(*tenant), Created: created, Replaced: replaced,
 	}, "", "  ")
 	if err == nil {
 		_, err = fmt.Println(string(out))
@@ -102,4 +115,5 @@ type feedConsumerOut struct {
 	Consumer string `json:"consumer"`
 	Filter   string `json:"filter"`
 	Created  bool   `json:"created"`
+	Replaced bool   `json:"replaced"`
 }

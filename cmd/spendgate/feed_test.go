@@ -81,3 +81,41 @@ func TestServe_FeedAndDashboard(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, body, `"request_id":"f-2"`)
 }
+
+// TestServe_TenantConsumerCheck: a replica with --feed checks the tenants'
+// feed consumers at start. One that reads the whole feed under a tenant's
+// name (made, as the feed login could on main, before the replica starts)
+// is logged with the repair command and shown in /metrics; spendgate feed
+// consumer --tenant refuses it and, with --replace, repairs it. It fails if
+// the replica did not run the check or did not report what it found.
+func TestServe_TenantConsumerCheck(t *testing.T) {
+	t.Setenv("SPENDGATE_NATS_URL", "")
+	env := testenv.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	l := streams.Default()
+	_, err := streams.EnsureFeed(ctx, env.JS, l)
+	require.NoError(t, err)
+	wide := feed.TenantConsumerConfig(l, "acme")
+	wide.FilterSubject = l.FeedFilter()
+	_, err = env.JS.CreateOrUpdateConsumer(ctx, l.FeedStreamName(), wide)
+	require.NoError(t, err)
+
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	p := startProc(t, true, "serve", "--nats-url", env.URL(), "--replicas", "1", "--feed", "--http", httpAddr)
+	testenv.WaitFor(t, 30*time.Second, "the check reports t-acme", func() bool {
+		_, body := httpStatus(t, "http://"+httpAddr+"/metrics")
+		return strings.Contains(body, "spendgate_feed_tenant_consumers_wrong 1") && strings.Contains(p.out.String(), "consumer=t-acme")
+	})
+	require.Contains(t, p.out.String(), "spendgate feed consumer --tenant acme --replace")
+
+	r := runCLI(t, []string{"NATS_URL=" + env.URL()}, "feed", "consumer", "--tenant", "acme")
+	require.Equal(t, 1, r.code, r.stdout)
+	require.Contains(t, r.stderr, "--replace")
+	r = runCLI(t, []string{"NATS_URL=" + env.URL()}, "feed", "consumer", "--tenant", "acme", "--replace")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, `"replaced": true`)
+	c, err := env.JS.Consumer(ctx, l.FeedStreamName(), streams.TenantFeedConsumer("acme"))
+	require.NoError(t, err)
+	require.Equal(t, l.TenantFeedFilter("acme"), c.CachedInfo().Config.FilterSubject)
+}

@@ -20,13 +20,18 @@ auditors trust (--trusted-keys).`,
 func keyCmd(args []string) int {
 	fs := newFlagSet("key")
 	file := fs.String("file", "", "nkey seed file (created if it does not exist)")
+	insecure := fs.Bool("insecure-key-permissions", false, "accept an existing seed file that its group or others may read (refused otherwise, as ssh refuses such a private key)")
 	if code, ok := keyCommand.parse(fs, args); !ok {
 		return code
 	}
 	if *file == "" {
 		return keyCommand.usageError(fs, "--file is required")
 	}
-	s, created, err := signing.LoadOrCreate(*file)
+	var opts []signing.KeyFileOption
+	if *insecure {
+		opts = append(opts, signing.AllowInsecurePermissions())
+	}
+	s, created, err := signing.LoadOrCreate(*file, opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "spendgate key:", err)
 		return 1

@@ -29,6 +29,7 @@ const (
 // them again (SIGHUP).
 type replicaKeys struct {
 	keyPath, trustSpec string
+	fileOpts           []signing.KeyFileOption
 	signer             *signing.Signer
 	trust              *signing.KeySet
 }
@@ -41,9 +42,14 @@ type replicaKeys struct {
 // list in <data-dir>/trusted-keys, created on first start with its own
 // public key (and "unsigned until=<last sequence>" if the stream already
 // held revisions), and a replica joining --nats-url checks no signature
-// (logged as a warning).
-func loadReplicaKeys(ctx context.Context, log *slog.Logger, js jetstream.JetStream, layout streams.Layout, dataDir, keyFlag, trustFlag string, embeddedServer bool) (*replicaKeys, error) {
+// (logged as a warning). A seed file its group or others may access is
+// refused unless insecurePerms (--insecure-key-permissions); no error holds
+// a seed.
+func loadReplicaKeys(ctx context.Context, log *slog.Logger, js jetstream.JetStream, layout streams.Layout, dataDir, keyFlag, trustFlag string, embeddedServer, insecurePerms bool) (*replicaKeys, error) {
 	k := &replicaKeys{keyPath: keyFlag, trustSpec: trustFlag}
+	if insecurePerms {
+		k.fileOpts = append(k.fileOpts, signing.AllowInsecurePermissions())
+	}
 	if seed := os.Getenv(envSigningSeed); seed != "" && keyFlag == "" {
 		s, err := signing.NewSigner([]byte(seed))
 		if err != nil {
@@ -57,7 +63,7 @@ func loadReplicaKeys(ctx context.Context, log *slog.Logger, js jetstream.JetStre
 			// each other); a replica elsewhere makes its own, which the
 			// ledger's trusted keys must name before it may write.
 			k.keyPath = filepath.Join(dataDir, signingKeyFile)
-			s, created, err := signing.LoadOrCreate(k.keyPath)
+			s, created, err := signing.LoadOrCreate(k.keyPath, k.fileOpts...)
 			if err != nil {
 				return nil, err
 			}
@@ -66,7 +72,7 @@ func loadReplicaKeys(ctx context.Context, log *slog.Logger, js jetstream.JetStre
 			}
 			k.signer = s
 		} else {
-			s, err := signing.LoadSigner(k.keyPath)
+			s, err := signing.LoadSigner(k.keyPath, k.fileOpts...)
 			if err != nil {
 				return nil, err
 			}
@@ -120,7 +126,7 @@ func writeTrustedKeys(ctx context.Context, js jetstream.JetStream, layout stream
 func (k *replicaKeys) reload() (changed bool, err error) {
 	signer, trust := k.signer, k.trust
 	if k.keyPath != "" {
-		if signer, err = signing.LoadSigner(k.keyPath); err != nil {
+		if signer, err = signing.LoadSigner(k.keyPath, k.fileOpts...); err != nil {
 			return false, err
 		}
 	}

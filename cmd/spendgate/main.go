@@ -14,6 +14,9 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime/debug"
+
+	"github.com/spendgate/spendgate/internal/secret"
 )
 
 const usage = `spendgate: spend caps enforced before the money is spent.
@@ -40,9 +43,9 @@ Usage:
   spendgate report   --by scope|KEY [--from TIME] [--to TIME] [--format table|csv]   spend by scope or metadata key
   spendgate bench    [--duration 3s] [--reps 3] [--conns 4] [--scenarios hot1,...|mem] [--json]   throughput vs floor and naive CAS
   spendgate demo overrun [--concurrency 20] [--ceiling 0.10] [--price 0.02] [--json]   naive ledger vs spendgate, no setup
-  spendgate roles [--account NAME] [--tenant NAME ...] [--nsc]
-                                         a nats-server permission layout: replica, service, admin, finance, feed, tenants
-  spendgate feed consumer --tenant NAME  create a tenant's feed consumer (t-NAME), which the tenant may only read
+  spendgate roles [--account NAME] [--tenant NAME ...] [--tls-cert FILE --tls-key FILE [--tls-ca FILE]] [--nsc]
+                                         a nats-server permission layout: replica, service, admin, finance, feed, tenants, TLS
+  spendgate feed consumer --tenant NAME [--replace]  create (as the admin) a tenant's feed consumer t-NAME, which the tenant may only read
   spendgate key --file FILE              the public key of a signing key (created if FILE does not exist)
   spendgate version                      module version and commit of this binary
 
@@ -74,6 +77,13 @@ var commands = map[string]func([]string) int{
 }
 
 func main() {
+	// A panic's value is printed without any seed it may quote.
+	defer func() {
+		if r := recover(); r != nil {
+			fmt.Fprintf(os.Stderr, "panic: %s\n\n%s", secret.Redact(fmt.Sprint(r)), debug.Stack())
+			os.Exit(2)
+		}
+	}()
 	os.Exit(run(os.Args[1:]))
 }
 

@@ -18,258 +18,343 @@ import (
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/feed"
+	"github.com/spendgate/spendgate/internal/testcert"
 	"github.com/spendgate/spendgate/roles"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
 )
 
-// TestSecure_RolesWalkthrough runs the README's "Securing spendgate" steps
-// with the binary: `spendgate roles` renders the permission layout, a real
-// nats-server loads it (passwords from its environment), `serve` joins it
-// as the replica, and each command runs under its role with credentials
-// and inbox prefix from the NATS_* and SPENDGATE_* variables only (nothing
-// secret in argv). The admin defines a budget, the calling service admits,
-// finance audits; the service's budget.put and a wrong password are
-// refused. It fails if a command ignores the connection variables (it
-// could not authenticate) or if the layout lets a role do what it must not.
-func TestSecure_RolesWalkthrough(t *testing.T) {
-	t.Setenv("SPENDGATE_NATS_URL", "")
-	dir := t.TempDir()
-	r := runCLI(t, nil, "roles")
-	require.Equal(t, 0, r.code, r.stderr)
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "spendgate-roles.conf"), []byte(r.stdout), 0o600))
-	pw := func(user string) string { return "pw-" + user + "-x" }
-	for _, u := range roles.Names {
-		t.Setenv(roles.PasswordEnv(u), pw(u))
-	}
-	conf := fmt.Sprintf("listen: \"127.0.0.1:-1\"\njetstream { store_dir: %q }\ninclude ./spendgate-roles.conf\n", filepath.Join(dir, "js"))
-	confPath := filepath.Join(dir, "server.conf")
-	require.NoError(t, os.WriteFile(confPath, []byte(conf), 0o600))
-	opts, err := server.ProcessConfigFile(confPath)
+// The README's "Securing spendgate" walkthroughs, run with the binary
+// against a real nats-server loaded from the server.conf the README writes
+// (in process, so that it can be restarted; its port is a free one instead
+// of 4222, and paths are absolute). Each command line the tests run is
+// checked to be in the README (readmeHas), so the two cannot drift apart.
+
+// readmeText is README.md.
+func readmeText(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	require.NoError(t, err)
+	return string(b)
+}
+
+// readmeHas fails unless the README prints line.
+func readmeHas(t *testing.T, line string) {
+	t.Helper()
+	require.Contains(t, readmeText(t), line, "the README no longer prints this step")
+}
+
+// readmeShBlock returns the first fenced sh block after heading in the
+// README.
+func readmeShBlock(t *testing.T, heading string) string {
+	t.Helper()
+	text := readmeText(t)
+	i := strings.Index(text, "\n"+heading+"\n")
+	require.GreaterOrEqual(t, i, 0, "no heading %q", heading)
+	rest := text[i:]
+	start := strings.Index(rest, "\n```sh\n")
+	require.GreaterOrEqual(t, start, 0)
+	rest = rest[start+len("\n```sh\n"):]
+	end := strings.Index(rest, "\n```\n")
+	require.GreaterOrEqual(t, end, 0)
+	return rest[:end+1]
+}
+
+// confServer is the README's `nats-server -c server.conf`: listen on
+// 127.0.0.1, store_dir nats-data beside server.conf, include
+// spendgate-roles.conf.
+type confServer struct {
+	t    *testing.T
+	dir  string
+	port int
+	s    *server.Server
+}
+
+// startConfServer writes server.conf in dir (the README's, on a free port)
+// and starts it. Passwords come from the environment, as the README's
+// `export SPENDGATE_..._PASSWORD` gives them.
+func startConfServer(t *testing.T, dir string) *confServer {
+	t.Helper()
+	c := &confServer{t: t, dir: dir, port: freePort(t)}
+	conf := fmt.Sprintf("listen: 127.0.0.1:%d\njetstream { store_dir: %q }\ninclude ./spendgate-roles.conf\n", c.port, filepath.Join(dir, "nats-data"))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "server.conf"), []byte(conf), 0o600))
+	c.start()
+	t.Cleanup(c.stop)
+	return c
+}
+
+func (c *confServer) start() {
+	t := c.t
+	t.Helper()
+	opts, err := server.ProcessConfigFile(filepath.Join(c.dir, "server.conf"))
 	require.NoError(t, err)
 	opts.NoLog, opts.NoSigs = true, true
-	s, err := server.NewServer(opts)
+	c.s, err = server.NewServer(opts)
 	require.NoError(t, err)
-	s.Start()
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	require.True(t, s.ReadyForConnections(10*time.Second))
-	url := s.ClientURL()
+	c.s.Start()
+	require.True(t, c.s.ReadyForConnections(10*time.Second))
+}
 
-	as := func(role string) []string {
-		return []string{"NATS_URL=" + url, "NATS_USER=" + role, "NATS_PASSWORD=" + pw(role),
-			"SPENDGATE_INBOX_PREFIX=" + roles.InboxPrefix(streams.Default(), role)}
+// stop shuts the server down (a no-op if it is not running).
+func (c *confServer) stop() {
+	if c.s != nil {
+		c.s.Shutdown()
+		c.s.WaitForShutdown()
+		c.s = nil
 	}
+}
 
-	// The replica: serve joins the server with the replica's identity.
-	// NATS_URL alone does not make serve leave its embedded server, so
-	// the URL is given as SPENDGATE_NATS_URL.
-	serveCmd := exec.Command(binPath, "serve", "--replicas", "1")
-	serveCmd.Env = append(os.Environ(), append(as(roles.Replica), "SPENDGATE_NATS_URL="+url)...)
-	out := &syncBuffer{}
-	serveCmd.Stdout, serveCmd.Stderr = out, out
-	require.NoError(t, serveCmd.Start())
-	done := make(chan error, 1)
-	go func() { done <- serveCmd.Wait() }()
+// restart is the README's "restart it": the same port and store.
+func (c *confServer) restart() { c.stop(); c.start() }
+
+func (c *confServer) url(scheme string) string {
+	return fmt.Sprintf("%s://127.0.0.1:%d", scheme, c.port)
+}
+
+// startServe runs spendgate serve with env added to the environment, and
+// waits until it is ready.
+func startServe(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(binPath, append([]string{"serve"}, args...)...), out: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	require.NoError(t, p.cmd.Start())
+	go func() { p.err = p.cmd.Wait(); close(p.done) }()
 	t.Cleanup(func() {
-		_ = serveCmd.Process.Kill()
-		<-done
+		_ = p.cmd.Process.Kill()
+		<-p.done
 		if t.Failed() {
-			t.Logf("serve:\n%s", out.String())
+			t.Logf("serve %v:\n%s", args, p.out.String())
 		}
 	})
-	testenv.WaitFor(t, 30*time.Second, "serve ready under the replica role", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "serve ready", func() bool {
 		select {
-		case err := <-done:
-			t.Fatalf("serve exited: %v\n%s", err, out.String())
+		case <-p.done:
+			t.Fatalf("serve exited: %v\n%s", p.err, p.out.String())
 		default:
 		}
-		return strings.Contains(out.String(), "ready:")
+		return strings.Contains(p.out.String(), "ready:")
 	})
+	return p
+}
 
-	r = runCLI(t, as(roles.Admin), "budget", "put", "--scope", "org:sec", "--period", "month", "--limit", "1.00", "--unit", "USD")
-	require.Equal(t, 0, r.code, "admin budget put: %s", r.stderr)
+// walkthrough is the README's roles example, up to the replica serving:
+// roles rendered with rolesArgs, the server, the replica's key and list,
+// serve under the replica role with --feed and signing.
+type walkthrough struct {
+	t       *testing.T
+	dir     string
+	srv     *confServer
+	serve   *proc
+	pw      func(string) string
+	tenants []string
+}
 
-	r = runCLI(t, as(roles.Service), "admit", "--scope", "org:sec", "--amount", "0.25")
-	require.Equal(t, 0, r.code, "service admit: %s", r.stderr)
-	require.Contains(t, r.stdout, `"admitted": true`)
+func newWalkthrough(t *testing.T, tenants []string, rolesArgs ...string) *walkthrough {
+	t.Helper()
+	t.Setenv("SPENDGATE_NATS_URL", "")
+	w := &walkthrough{t: t, dir: t.TempDir(), pw: func(user string) string { return "pw-" + user + "-x" }, tenants: tenants}
+	for _, u := range append(append([]string{}, roles.Names...), tenants...) {
+		t.Setenv(roles.PasswordEnv(u), w.pw(u))
+	}
+	w.roles(rolesArgs...)
+	w.srv = startConfServer(t, w.dir)
+	readmeHas(t, "spendgate key --file r1.nk > trusted-keys")
+	r := runCLI(t, nil, "key", "--file", w.path("r1.nk"))
+	require.Equal(t, 0, r.code, r.stderr)
+	require.NoError(t, os.WriteFile(w.path("trusted-keys"), []byte(r.stdout), 0o600))
+	w.startServe(w.as(roles.Replica))
+	return w
+}
+
+func (w *walkthrough) path(name string) string { return filepath.Join(w.dir, name) }
+
+// roles runs `spendgate roles args... > spendgate-roles.conf`.
+func (w *walkthrough) roles(args ...string) {
+	t := w.t
+	t.Helper()
+	r := runCLI(t, nil, append([]string{"roles"}, args...)...)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.NoError(t, os.WriteFile(w.path("spendgate-roles.conf"), []byte(r.stdout), 0o600))
+}
+
+// as is the environment of a role's commands (user, password, inbox).
+func (w *walkthrough) as(role string) []string {
+	return []string{"NATS_URL=" + w.srv.url("nats"), "NATS_USER=" + role, "NATS_PASSWORD=" + w.pw(role),
+		"SPENDGATE_INBOX_PREFIX=" + roles.InboxPrefix(streams.Default(), role)}
+}
+
+// tenant is the environment of a tenant's commands: its own account, the
+// default inbox.
+func (w *walkthrough) tenant(name string) []string {
+	return []string{"NATS_URL=" + w.srv.url("nats"), "NATS_USER=" + name, "NATS_PASSWORD=" + w.pw(name), "SPENDGATE_INBOX_PREFIX="}
+}
+
+// startServe is the README's serve line: the URL by flag, the replica's
+// identity from env.
+func (w *walkthrough) startServe(env []string, scheme ...string) {
+	url := w.srv.url("nats")
+	if len(scheme) > 0 {
+		url = w.srv.url(scheme[0])
+	}
+	w.t.Helper()
+	w.serve = startServe(w.t, env, "--nats-url", url, "--replicas", "1", "--feed", "--signing-key", w.path("r1.nk"), "--trusted-keys", w.path("trusted-keys"))
+}
+
+// cli runs a command that must succeed and returns its stdout.
+func (w *walkthrough) cli(env []string, args ...string) string {
+	w.t.Helper()
+	r := runCLI(w.t, env, args...)
+	require.Equal(w.t, 0, r.code, "spendgate %v: %s %s", args, r.stdout, r.stderr)
+	return r.stdout
+}
+
+// TestSecure_RolesWalkthrough runs the README's "Roles" steps with the
+// binary: `spendgate roles --account SPENDGATE` renders the layout, a real
+// nats-server loads it (passwords from its environment), the replica signs
+// with its own key and folds what its list trusts, and each command runs
+// under its role with credentials and inbox prefix from the NATS_* and
+// SPENDGATE_* variables only (nothing secret in argv). The admin defines a
+// budget, the calling service admits, finance audits with the replica's
+// public key; the service's budget.put and a wrong password are refused. It
+// fails if a command ignores the connection variables (it could not
+// authenticate) or if the layout lets a role do what it must not.
+func TestSecure_RolesWalkthrough(t *testing.T) {
+	readmeHas(t, "spendgate roles --account SPENDGATE > spendgate-roles.conf\n")
+	w := newWalkthrough(t, nil, "--account", "SPENDGATE")
+	readmeHas(t, "spendgate serve --nats-url nats://127.0.0.1:4222 --replicas 1 --feed --signing-key r1.nk --trusted-keys trusted-keys &")
+	require.NotContains(t, w.serve.out.String(), "signatures are not verified")
+
+	readmeHas(t, "spendgate budget put --scope org:sec --period month --limit 1.00 --unit USD")
+	w.cli(w.as(roles.Admin), "budget", "put", "--scope", "org:sec", "--period", "month", "--limit", "1.00", "--unit", "USD")
+	readmeHas(t, "spendgate admit --scope org:sec --amount 0.25")
+	require.Contains(t, w.cli(w.as(roles.Service), "admit", "--scope", "org:sec", "--amount", "0.25"), `"admitted": true`)
 
 	// The calling service may not define budgets: its publish is refused
 	// by the server, so no reply comes.
-	r = runCLI(t, as(roles.Service), "budget", "put", "--scope", "org:sec", "--period", "month", "--limit", "500", "--unit", "USD", "--timeout", "1s")
+	r := runCLI(t, w.as(roles.Service), "budget", "put", "--scope", "org:sec", "--period", "month", "--limit", "500", "--unit", "USD", "--timeout", "1s")
 	require.Equal(t, 1, r.code, "service budget put must fail: %s", r.stdout)
 
-	r = runCLI(t, as(roles.Finance), "audit", "check")
-	require.Equal(t, 0, r.code, "finance audit check: %s %s", r.stdout, r.stderr)
-	require.Contains(t, r.stdout, "OK")
+	readmeHas(t, "spendgate audit check --trusted-keys trusted-keys\n")
+	out := w.cli(w.as(roles.Finance), "audit", "check", "--trusted-keys", w.path("trusted-keys"))
+	require.Contains(t, out, "OK")
+	require.Contains(t, out, "revisions signed by trusted keys")
 
-	// Finance reads the spend report from the replica (which keeps it
-	// under the replica role) and replays it: the same bytes. The calling
-	// service may not ask for it.
-	r = runCLI(t, as(roles.Finance), "report", "--by", "scope")
-	require.Equal(t, 0, r.code, "finance report: %s %s", r.stdout, r.stderr)
-	require.Regexp(t, `(?m)^org:sec\s+USD\s+1\s+1\s`, r.stdout)
-	replay := runCLI(t, as(roles.Finance), "report", "--by", "scope", "--replay")
-	require.Equal(t, 0, replay.code, "finance report --replay: %s", replay.stderr)
-	require.Equal(t, r.stdout, replay.stdout)
-	r = runCLI(t, as(roles.Service), "report", "--by", "scope", "--timeout", "1s")
+	// Finance reads the spend report from the replica and replays it: the
+	// same bytes. The calling service may not ask for it.
+	report := w.cli(w.as(roles.Finance), "report", "--by", "scope")
+	require.Regexp(t, `(?m)^org:sec\s+USD\s+1\s+1\s`, report)
+	require.Equal(t, report, w.cli(w.as(roles.Finance), "report", "--by", "scope", "--replay"))
+	r = runCLI(t, w.as(roles.Service), "report", "--by", "scope", "--timeout", "1s")
 	require.Equal(t, 1, r.code, "service report must fail: %s", r.stdout)
 
 	// The limit is unchanged: the refused put wrote nothing.
-	r = runCLI(t, as(roles.Admin), "budget", "get", "--scope", "org:sec", "--period", "month")
-	require.Equal(t, 0, r.code, r.stderr)
-	require.Contains(t, r.stdout, `"limit": "1"`)
+	require.Contains(t, w.cli(w.as(roles.Admin), "budget", "get", "--scope", "org:sec", "--period", "month"), `"limit": "1"`)
 
 	// A wrong password is refused with the server's reason.
-	bad := append(as(roles.Admin), "NATS_PASSWORD=wrong")
-	r = runCLI(t, bad, "budget", "list")
+	r = runCLI(t, append(w.as(roles.Admin), "NATS_PASSWORD=wrong"), "budget", "list")
 	require.Equal(t, 1, r.code)
 	require.Contains(t, strings.ToLower(r.stderr), "authorization")
 }
 
-// TestSecure_TenantsWalkthrough runs the README's "Tenants" steps with the
-// binary: `spendgate roles --tenant acme --tenant globex` renders the
-// accounts, a real nats-server loads them, serve runs as the replica with
-// --feed, the operator creates each tenant's feed consumer as the feed role
-// (spendgate feed consumer --tenant), its admin defines each tenant's
-// budget with --tenant, and each tenant calls the plain subjects from its
-// own account with no flag naming it. globex lists only its budget, its
-// lock attack on acme reserves in its own budget, acme still admits, and
-// neither can release the other's reservation; acme pulls its own events
-// from the consumer the operator made, and cannot make one itself. It fails
-// if the tenant came from anything but the account's import (the tenants
-// would share one budget), if a path leaked a budget, or if the command
-// made a consumer the tenant cannot read or the layout let the tenant
-// create one (the earlier layout did).
+// TestSecure_TenantsWalkthrough runs the README's "Roles", "Tenants" and
+// "TLS and mutual TLS" steps in order with the binary, from a clean
+// directory, with signing keys throughout. The roles example defines
+// org:sec; the tenant switch re-renders the roles with --tenant in the same
+// account and restarts the server, and org:sec is still there (on main the
+// switch moved the replicas' users out of the global account and the
+// budgets were gone). The admin creates each tenant's feed consumer and
+// defines its budget; each tenant calls the plain subjects from its own
+// account with no flag naming it: globex lists only its budget, its lock
+// attack on acme reserves in its own budget, acme still admits, neither can
+// release the other's reservation, acme pulls its own events and cannot
+// create a consumer. Then mutual TLS: the roles with --tls-*, the replica
+// and each client with its certificate alone, acme's certificate with the
+// replica's password refused, and finance's audit of the whole ledger with
+// the replica's public key passes.
 func TestSecure_TenantsWalkthrough(t *testing.T) {
-	t.Setenv("SPENDGATE_NATS_URL", "")
-	dir := t.TempDir()
-	r := runCLI(t, nil, "roles", "--tenant", "acme", "--tenant", "globex")
-	require.Equal(t, 0, r.code, r.stderr)
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "spendgate-roles.conf"), []byte(r.stdout), 0o600))
-	pw := func(user string) string { return "pw-" + user + "-x" }
-	for _, u := range append(append([]string{}, roles.Names...), "acme", "globex") {
-		t.Setenv(roles.PasswordEnv(u), pw(u))
-	}
-	conf := fmt.Sprintf("listen: \"127.0.0.1:-1\"\njetstream { store_dir: %q }\ninclude ./spendgate-roles.conf\n", filepath.Join(dir, "js"))
-	confPath := filepath.Join(dir, "server.conf")
-	require.NoError(t, os.WriteFile(confPath, []byte(conf), 0o600))
-	opts, err := server.ProcessConfigFile(confPath)
-	require.NoError(t, err)
-	opts.NoLog, opts.NoSigs = true, true
-	s, err := server.NewServer(opts)
-	require.NoError(t, err)
-	s.Start()
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	require.True(t, s.ReadyForConnections(10*time.Second))
-	url := s.ClientURL()
+	tenants := []string{"acme", "globex"}
+	w := newWalkthrough(t, tenants, "--account", "SPENDGATE")
+	w.cli(w.as(roles.Admin), "budget", "put", "--scope", "org:sec", "--period", "month", "--limit", "1.00", "--unit", "USD")
+	w.cli(w.as(roles.Service), "admit", "--scope", "org:sec", "--amount", "0.25")
 
-	as := func(role string) []string {
-		return []string{"NATS_URL=" + url, "NATS_USER=" + role, "NATS_PASSWORD=" + pw(role),
-			"SPENDGATE_INBOX_PREFIX=" + roles.InboxPrefix(streams.Default(), role)}
-	}
-	// A tenant's user: its own account, the default inbox.
-	tenant := func(name string) []string {
-		return []string{"NATS_URL=" + url, "NATS_USER=" + name, "NATS_PASSWORD=" + pw(name), "SPENDGATE_INBOX_PREFIX="}
-	}
-
-	serveCmd := exec.Command(binPath, "serve", "--replicas", "1", "--feed")
-	serveCmd.Env = append(os.Environ(), append(as(roles.Replica), "SPENDGATE_NATS_URL="+url)...)
-	out := &syncBuffer{}
-	serveCmd.Stdout, serveCmd.Stderr = out, out
-	require.NoError(t, serveCmd.Start())
-	done := make(chan error, 1)
-	go func() { done <- serveCmd.Wait() }()
-	t.Cleanup(func() {
-		_ = serveCmd.Process.Kill()
-		<-done
-		if t.Failed() {
-			t.Logf("serve:\n%s", out.String())
-		}
+	// The tenant switch: the same account, the server restarted; the
+	// replica reconnects by itself and the ledger stayed.
+	readmeHas(t, "spendgate roles --account SPENDGATE --tenant acme --tenant globex > spendgate-roles.conf\n")
+	w.roles("--account", "SPENDGATE", "--tenant", "acme", "--tenant", "globex")
+	w.srv.restart()
+	readmeHas(t, "spendgate budget get --scope org:sec --period month\n")
+	var got string
+	testenv.WaitFor(t, 30*time.Second, "org:sec after the switch", func() bool {
+		r := runCLI(t, w.as(roles.Admin), "budget", "get", "--scope", "org:sec", "--period", "month", "--timeout", "2s")
+		got = r.stdout + r.stderr
+		return r.code == 0
 	})
-	testenv.WaitFor(t, 30*time.Second, "serve ready under the replica role", func() bool {
-		select {
-		case err := <-done:
-			t.Fatalf("serve exited: %v\n%s", err, out.String())
-		default:
-		}
-		return strings.Contains(out.String(), "ready:")
-	})
+	require.Contains(t, got, `"limit": "1"`)
+	require.Contains(t, got, `"reserved": "0.25"`)
 
-	// The operator creates each tenant's feed consumer once the relay
-	// has made the feed stream (the command says when it has not).
+	// The admin creates each tenant's feed consumer once the relay has
+	// made the feed stream (the command says when it has not).
+	readmeHas(t, "spendgate feed consumer --tenant acme\n")
+	var r cliResult
 	testenv.WaitFor(t, 30*time.Second, "acme's feed consumer created", func() bool {
-		r = runCLI(t, as(roles.Feed), "feed", "consumer", "--tenant", "acme")
+		r = runCLI(t, w.as(roles.Admin), "feed", "consumer", "--tenant", "acme")
 		require.True(t, r.code == 0 || strings.Contains(r.stderr, "--feed"), "feed consumer --tenant acme: %s %s", r.stdout, r.stderr)
 		return r.code == 0
 	})
 	require.Contains(t, r.stdout, `"consumer": "t-acme"`)
-	r = runCLI(t, as(roles.Feed), "feed", "consumer", "--tenant", "globex")
-	require.Equal(t, 0, r.code, "feed consumer --tenant globex: %s %s", r.stdout, r.stderr)
-	require.Contains(t, r.stdout, `"created": true`)
-	r = runCLI(t, as(roles.Feed), "feed", "consumer", "--tenant", "globex")
-	require.Equal(t, 0, r.code, "feed consumer --tenant globex again: %s %s", r.stdout, r.stderr)
-	require.Contains(t, r.stdout, `"created": false`)
+	require.Contains(t, w.cli(w.as(roles.Admin), "feed", "consumer", "--tenant", "globex"), `"created": true`)
+	require.Contains(t, w.cli(w.as(roles.Admin), "feed", "consumer", "--tenant", "globex"), `"created": false`)
+	// The feed role may not: the server refuses its request.
+	r = runCLI(t, w.as(roles.Feed), "feed", "consumer", "--tenant", "acme", "--replace", "--timeout", "1s")
+	require.Equal(t, 1, r.code, r.stdout)
 
-	r = runCLI(t, as(roles.Admin), "budget", "put", "--tenant", "acme", "--scope", "team:search", "--period", "month", "--limit", "1.00", "--unit", "USD")
-	require.Equal(t, 0, r.code, "admin budget put for acme: %s %s", r.stdout, r.stderr)
-	r = runCLI(t, as(roles.Admin), "budget", "put", "--tenant", "globex", "--scope", "team:search", "--period", "month", "--limit", "50", "--unit", "USD")
-	require.Equal(t, 0, r.code, "admin budget put for globex: %s %s", r.stdout, r.stderr)
+	readmeHas(t, "spendgate budget put --tenant acme --scope team:search --period month --limit 1.00 --unit USD")
+	w.cli(w.as(roles.Admin), "budget", "put", "--tenant", "acme", "--scope", "team:search", "--period", "month", "--limit", "1.00", "--unit", "USD")
+	w.cli(w.as(roles.Admin), "budget", "put", "--tenant", "globex", "--scope", "team:search", "--period", "month", "--limit", "50", "--unit", "USD")
 
-	r = runCLI(t, tenant("acme"), "admit", "--scope", "team:search", "--amount", "0.25")
-	require.Equal(t, 0, r.code, "acme admit: %s %s", r.stdout, r.stderr)
-	require.Contains(t, r.stdout, `"admitted": true`)
-	require.Contains(t, r.stdout, `"scope": "team:search"`)
+	readmeHas(t, "NATS_USER=acme NATS_PASSWORD=$SPENDGATE_ACME_PASSWORD spendgate admit --scope team:search --amount 0.25")
+	out := w.cli(w.tenant("acme"), "admit", "--scope", "team:search", "--amount", "0.25")
+	require.Contains(t, out, `"admitted": true`)
+	require.Contains(t, out, `"scope": "team:search"`)
 	var acmeRes events.AdmitReply
-	require.NoError(t, json.Unmarshal([]byte(r.stdout), &acmeRes))
+	require.NoError(t, json.Unmarshal([]byte(out), &acmeRes))
 
-	r = runCLI(t, tenant("globex"), "budget", "list")
-	require.Equal(t, 0, r.code, "globex budget list: %s %s", r.stdout, r.stderr)
 	var list events.BudgetListReply
-	require.NoError(t, json.Unmarshal([]byte(r.stdout), &list))
-	require.Len(t, list.Budgets, 1, r.stdout)
+	require.NoError(t, json.Unmarshal([]byte(w.cli(w.tenant("globex"), "budget", "list")), &list))
+	require.Len(t, list.Budgets, 1)
 	require.Equal(t, "50", list.Budgets[0].Limit)
 
-	r = runCLI(t, tenant("globex"), "admit", "--scope", "team:search", "--amount", "1.00", "--ttl", "24h")
-	require.Equal(t, 0, r.code, "globex admit: %s %s", r.stdout, r.stderr)
 	var globexRes events.AdmitReply
-	require.NoError(t, json.Unmarshal([]byte(r.stdout), &globexRes))
-	r = runCLI(t, tenant("acme"), "admit", "--scope", "team:search", "--amount", "0.75")
-	require.Equal(t, 0, r.code, "acme admit after globex's lock attack: %s %s", r.stdout, r.stderr)
-	require.Contains(t, r.stdout, `"admitted": true`)
+	require.NoError(t, json.Unmarshal([]byte(w.cli(w.tenant("globex"), "admit", "--scope", "team:search", "--amount", "1.00", "--ttl", "24h")), &globexRes))
+	require.Contains(t, w.cli(w.tenant("acme"), "admit", "--scope", "team:search", "--amount", "0.75"), `"admitted": true`)
 
 	// Neither can release the other's reservation.
-	r = runCLI(t, tenant("acme"), "release", "--reservation", globexRes.ReservationID)
+	r = runCLI(t, w.tenant("acme"), "release", "--reservation", globexRes.ReservationID)
 	require.Equal(t, 1, r.code, r.stdout)
 	require.Contains(t, r.stdout, `"unknown_reservation"`)
-	r = runCLI(t, tenant("globex"), "release", "--reservation", acmeRes.ReservationID)
+	r = runCLI(t, w.tenant("globex"), "release", "--reservation", acmeRes.ReservationID)
 	require.Equal(t, 1, r.code, r.stdout)
 	require.Contains(t, r.stdout, `"unknown_reservation"`)
 
 	// A tenant does not define budgets: budget.put is not imported.
-	r = runCLI(t, tenant("acme"), "budget", "put", "--scope", "team:search", "--period", "month", "--limit", "500", "--unit", "USD", "--timeout", "1s")
+	r = runCLI(t, w.tenant("acme"), "budget", "put", "--scope", "team:search", "--period", "month", "--limit", "500", "--unit", "USD", "--timeout", "1s")
 	require.Equal(t, 1, r.code, "acme budget put must fail: %s", r.stdout)
-	r = runCLI(t, as(roles.Admin), "budget", "get", "--tenant", "acme", "--scope", "team:search", "--period", "month")
-	require.Equal(t, 0, r.code, r.stderr)
-	require.Contains(t, r.stdout, `"limit": "1"`)
-	require.Contains(t, r.stdout, `"reserved": "1"`)
-
-	r = runCLI(t, as(roles.Finance), "audit", "check")
-	require.Equal(t, 0, r.code, "finance audit check: %s %s", r.stdout, r.stderr)
+	out = w.cli(w.as(roles.Admin), "budget", "get", "--tenant", "acme", "--scope", "team:search", "--period", "month")
+	require.Contains(t, out, `"limit": "1"`)
+	require.Contains(t, out, `"reserved": "1"`)
 
 	// Finance exports one tenant's reservations: acme's two admits.
-	r = runCLI(t, as(roles.Finance), "audit", "export", "--tenant", "acme", "--format", "jsonl")
-	require.Equal(t, 0, r.code, "finance audit export --tenant acme: %s", r.stderr)
-	rows := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	require.Len(t, rows, 2, r.stdout)
+	rows := strings.Split(strings.TrimSpace(w.cli(w.as(roles.Finance), "audit", "export", "--tenant", "acme", "--format", "jsonl")), "\n")
+	require.Len(t, rows, 2)
 	for _, row := range rows {
 		require.Contains(t, row, `"acme/team:search"`)
 		require.NotContains(t, row, "globex")
 	}
 
-	// acme pulls its own events from the consumer the operator made (its
-	// budget and its two admits), and may not create one: the create is
-	// refused to its user.
-	nc, err := nats.Connect(url, nats.UserInfo("acme", pw("acme")))
+	// acme pulls its own events from the consumer the admin made (its
+	// budget and its two admits), and may not create one.
+	nc, err := nats.Connect(w.srv.url("nats"), nats.UserInfo("acme", w.pw("acme")))
 	require.NoError(t, err)
 	defer nc.Close()
 	js, err := jetstream.NewWithAPIPrefix(nc, roles.TenantJSPrefix(streams.Default()))
@@ -278,34 +363,123 @@ func TestSecure_TenantsWalkthrough(t *testing.T) {
 	defer cancel()
 	cons, err := js.Consumer(ctx, streams.Default().FeedStreamName(), streams.TenantFeedConsumer("acme"))
 	require.NoError(t, err)
-	var got []string
-	for len(got) < 3 {
-		require.NoError(t, ctx.Err(), "acme's feed: %v", got)
-		batch, err := cons.Fetch(3-len(got), jetstream.FetchMaxWait(time.Second))
+	var types []string
+	for len(types) < 3 {
+		require.NoError(t, ctx.Err(), "acme's feed: %v", types)
+		batch, err := cons.Fetch(3-len(types), jetstream.FetchMaxWait(time.Second))
 		require.NoError(t, err)
 		for m := range batch.Messages() {
 			require.Contains(t, m.Subject(), ".t.acme.")
-			got = append(got, m.Headers().Get(streams.HeaderFeedType))
+			types = append(types, m.Headers().Get(streams.HeaderFeedType))
 			require.NoError(t, m.Ack())
 		}
 	}
-	require.Equal(t, []string{"budget.defined.v2", "reservation.opened.v1", "reservation.opened.v1"}, got)
+	require.Equal(t, []string{"budget.defined.v2", "reservation.opened.v1", "reservation.opened.v1"}, types)
 	cctx, ccancel := context.WithTimeout(ctx, time.Second)
 	defer ccancel()
 	_, err = js.CreateOrUpdateConsumer(cctx, streams.Default().FeedStreamName(), feed.TenantConsumerConfig(streams.Default(), "acme"))
 	require.Error(t, err, "acme created its own consumer")
+	nc.Close()
+
+	// Mutual TLS. The CA's files stand where the README expects them
+	// (made here with crypto/x509).
+	ca := testcert.NewCA(t, w.dir, "spendgate")
+	require.NoError(t, os.Rename(ca.File, w.path("ca.pem")))
+	ca.File = w.path("ca.pem")
+	ca.Issue(t, w.dir, "server", false)
+	for _, u := range []string{roles.Replica, roles.Admin, roles.Finance, "acme", "globex"} {
+		ca.Issue(t, w.dir, u, true)
+	}
+	readmeHas(t, "spendgate roles --account SPENDGATE --tenant acme --tenant globex \\\n  --tls-cert server-cert.pem --tls-key server-key.pem --tls-ca ca.pem > spendgate-roles.conf\n")
+	w.roles("--account", "SPENDGATE", "--tenant", "acme", "--tenant", "globex",
+		"--tls-cert", w.path("server-cert.pem"), "--tls-key", w.path("server-key.pem"), "--tls-ca", w.path("ca.pem"))
+	w.serve.stop(t)
+	w.srv.restart()
+	certOf := func(user, inbox string) []string {
+		return []string{"NATS_URL=" + w.srv.url("tls"), "NATS_CA=" + w.path("ca.pem"), "NATS_USER=", "NATS_PASSWORD=",
+			"NATS_CERT=" + w.path(user+"-cert.pem"), "NATS_KEY=" + w.path(user+"-key.pem"), "SPENDGATE_INBOX_PREFIX=" + inbox}
+	}
+	role := func(r string) []string { return certOf(r, roles.InboxPrefix(streams.Default(), r)) }
+	readmeHas(t, "spendgate serve --nats-url tls://127.0.0.1:4222 --replicas 1 --feed --signing-key r1.nk --trusted-keys trusted-keys &")
+	w.startServe(role(roles.Replica), "tls")
+	readmeHas(t, "NATS_CERT=acme-cert.pem NATS_KEY=acme-key.pem spendgate admit --nats-url tls://127.0.0.1:4222 --scope team:search --amount 0.10")
+	testenv.WaitFor(t, 30*time.Second, "acme admits with its certificate", func() bool {
+		r = runCLI(t, certOf("acme", ""), "admit", "--scope", "team:search", "--amount", "0.10", "--timeout", "2s")
+		return r.code != 1 || !strings.Contains(r.stdout+r.stderr, "ledger_unavailable")
+	})
+	require.Equal(t, 2, r.code, "acme's 1.00 is reserved: denied, but served: %s %s", r.stdout, r.stderr)
+	require.Contains(t, r.stdout, `"admitted": false`)
+	// acme's certificate with the replica's user and password: refused.
+	r = runCLI(t, append(certOf("acme", ""), "NATS_USER=replica", "NATS_PASSWORD="+w.pw(roles.Replica)), "budget", "list")
+	require.Equal(t, 1, r.code, r.stdout)
+	require.Contains(t, strings.ToLower(r.stderr), "authorization")
+	// No certificate: refused.
+	r = runCLI(t, append(w.as(roles.Admin), "NATS_URL="+w.srv.url("tls"), "NATS_CA="+w.path("ca.pem")), "budget", "list")
+	require.Equal(t, 1, r.code, r.stdout)
+	require.Contains(t, w.cli(certOf("globex", ""), "budget", "list"), `"limit": "50"`)
+	readmeHas(t, "spendgate audit check --nats-url tls://127.0.0.1:4222 --trusted-keys trusted-keys\n")
+	out = w.cli(role(roles.Finance), "audit", "check", "--trusted-keys", w.path("trusted-keys"))
+	require.Contains(t, out, "OK")
+	require.Contains(t, out, "revisions signed by trusted keys")
+}
+
+// TestSecure_MoveLedgerIntoAccount runs the README's "Moving a ledger into
+// an account" with the binary: a deployment under the layout without
+// --account (the global account) defines and admits with signing keys;
+// `spendgate roles --tenant` then refuses, naming the move; with the server
+// and replica stopped, the README's block runs as printed (sh, in the
+// directory of server.conf), and the server and replica started again in
+// account SPENDGATE find the budget, the reservation and the signatures
+// (audit check with the list passes), and the tenant layout renders. It
+// fails on main, where roles --tenant rendered the move without a word and
+// the replica started on an empty ledger (budget get: unknown_budget).
+func TestSecure_MoveLedgerIntoAccount(t *testing.T) {
+	w := newWalkthrough(t, []string{"acme"})
+	w.cli(w.as(roles.Admin), "budget", "put", "--scope", "org:mv", "--period", "month", "--limit", "1.00", "--unit", "USD")
+	w.cli(w.as(roles.Service), "admit", "--scope", "org:mv", "--amount", "0.25")
+	_, err := os.Stat(w.path("nats-data/jetstream/$G/streams/KV_spendgate"))
+	require.NoError(t, err, "the ledger is in the global account")
+
+	r := runCLI(t, nil, "roles", "--tenant", "acme")
+	require.Equal(t, 1, r.code, r.stdout)
+	require.Contains(t, r.stderr, "Moving a ledger into an account")
+	require.Empty(t, r.stdout)
+
+	w.serve.stop(t)
+	w.srv.stop()
+	block := readmeShBlock(t, "### Moving a ledger into an account")
+	cmd := exec.Command("sh", "-c", block)
+	cmd.Dir = w.dir
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(binPath)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s\n%s", block, out)
+	_, err = os.Stat(w.path("nats-data/jetstream/SPENDGATE/streams/KV_spendgate"))
+	require.NoError(t, err, "moved")
+
+	w.srv.start()
+	w.startServe(w.as(roles.Replica))
+	got := w.cli(w.as(roles.Admin), "budget", "get", "--scope", "org:mv", "--period", "month")
+	require.Contains(t, got, `"limit": "1"`)
+	require.Contains(t, got, `"reserved": "0.25"`)
+	require.Contains(t, w.cli(w.as(roles.Service), "admit", "--scope", "org:mv", "--amount", "0.25"), `"admitted": true`)
+	audit := w.cli(w.as(roles.Finance), "audit", "check", "--trusted-keys", w.path("trusted-keys"))
+	require.Contains(t, audit, "OK")
+	require.NotContains(t, w.serve.out.String(), "revision skipped")
+	w.roles("--account", "SPENDGATE", "--tenant", "acme")
 }
 
 // TestSecure_RolesNSC: `spendgate roles --nsc` prints roles.NSC for the
 // flags, tenants included (package roles runs what it prints, in operator
 // mode). It fails if the command refused --tenant with --nsc, as it once
-// did, or dropped a flag.
+// did, or dropped a flag. --tls-* with --nsc is refused.
 func TestSecure_RolesNSC(t *testing.T) {
 	r := runCLI(t, nil, "roles", "--nsc", "--account", "OPS", "--tenant", "acme")
 	require.Equal(t, 0, r.code, r.stderr)
 	want, err := roles.NSC(streams.Default(), "OPS", "acme")
 	require.NoError(t, err)
 	require.Equal(t, want, r.stdout)
-	r = runCLI(t, nil, "roles", "--nsc", "--tenant", "OPS!")
+	r = runCLI(t, nil, "roles", "--nsc", "--account", "OPS", "--tenant", "OPS!")
 	require.Equal(t, 1, r.code, r.stdout)
+	r = runCLI(t, nil, "roles", "--nsc", "--account", "OPS", "--tls-cert", "c.pem", "--tls-key", "k.pem")
+	require.Equal(t, 2, r.code, r.stdout)
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/spendgate/spendgate/config"
 	"github.com/spendgate/spendgate/dashboard"
 	"github.com/spendgate/spendgate/embedded"
+	"github.com/spendgate/spendgate/internal/secret"
 	"github.com/spendgate/spendgate/ledger"
 	"github.com/spendgate/spendgate/metrics"
 	"github.com/spendgate/spendgate/natsconn"
@@ -112,7 +113,9 @@ func serve(args []string) int {
 	if *verbose {
 		logging.Level = slog.LevelDebug
 	}
-	log := logging.New(os.Stderr)
+	// No log line shows a seed, whatever an error quotes.
+	stderr := secret.Writer(os.Stderr)
+	log := logging.New(stderr)
 
 	// The operator's HTTP view binds first, so a busy port fails at once.
 	m := metrics.New(metrics.BuildInfo{Version: buildVersion(), Commit: buildCommit()})
@@ -143,7 +146,7 @@ func serve(args []string) int {
 		if logging.Level > slog.LevelDebug {
 			warn := logging
 			warn.Level = max(logging.Level, slog.LevelWarn)
-			srvLog = warn.New(os.Stderr)
+			srvLog = warn.New(stderr)
 		}
 		srv, err := embedded.Start(*dataDir,
 			embedded.WithListen(*listen),
@@ -197,7 +200,7 @@ func serve(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	keys, err := loadReplicaKeys(ctx, log, js, layout, *dataDir, *signingKey, *trustedKeys, *natsURL == "")
+	keys, err := loadReplicaKeys(ctx, log, js, layout, *dataDir, *signingKey, *trustedKeys, *natsURL == "", conn.InsecureKeyPermissions)
 	if err != nil {
 		log.Error("signing keys", "err", err)
 		return 1

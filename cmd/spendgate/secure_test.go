@@ -244,7 +244,7 @@ func TestSecure_RolesWalkthrough(t *testing.T) {
 	// same bytes. The calling service may not ask for it.
 	report := w.cli(w.as(roles.Finance), "report", "--by", "scope")
 	require.Regexp(t, `(?m)^org:sec\s+USD\s+1\s+1\s`, report)
-	require.Equal(t, report, w.cli(w.as(roles.Finance), "report", "--by", "scope", "--replay"))
+	require.Equal(t, report, w.cli(w.as(roles.Finance), "report", "--by", "scope", "--replay", "--trusted-keys", w.path("trusted-keys")))
 	r = runCLI(t, w.as(roles.Service), "report", "--by", "scope", "--timeout", "1s")
 	require.Equal(t, 1, r.code, "service report must fail: %s", r.stdout)
 
@@ -345,7 +345,7 @@ func TestSecure_TenantsWalkthrough(t *testing.T) {
 	require.Contains(t, out, `"reserved": "1"`)
 
 	// Finance exports one tenant's reservations: acme's two admits.
-	rows := strings.Split(strings.TrimSpace(w.cli(w.as(roles.Finance), "audit", "export", "--tenant", "acme", "--format", "jsonl")), "\n")
+	rows := strings.Split(strings.TrimSpace(w.cli(w.as(roles.Finance), "audit", "export", "--tenant", "acme", "--format", "jsonl", "--trusted-keys", w.path("trusted-keys"))), "\n")
 	require.Len(t, rows, 2)
 	for _, row := range rows {
 		require.Contains(t, row, `"acme/team:search"`)

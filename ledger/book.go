@@ -24,6 +24,7 @@ type book struct {
 	budgets  map[string]*budget  // by budget key
 	prices   map[string]*pricing // by pricing key
 	defaults map[string]*dflt    // by default key
+	apikeys  map[string]*apiKey  // by API key key (apikeys.go; nil until the first)
 	// byKind indexes defaults by scope kind, in period order.
 	byKind   map[string][]Default
 	byScope  map[events.Scope][]Budget
@@ -108,7 +109,7 @@ func (b *book) valid(key string) uint64 {
 	if d := b.defaults[key]; d != nil {
 		return d.def.Def.Revision
 	}
-	return 0
+	return b.apiKeyValid(key)
 }
 
 // skip records that the revision of key at seq was not folded (see

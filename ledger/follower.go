@@ -363,7 +363,7 @@ func (l *Ledger) applyMsg(subject string, seq uint64, hdr nats.Header, data []by
 	if reason := l.keys.trust.Load().Verify(key, seq, hdr, data); reason != "" {
 		return &Rejection{Seq: seq, Key: key, Reason: reason}
 	}
-	if !streams.IsLaneKey(key) && !streams.IsBudgetKey(key) && !streams.IsPricingKey(key) && !streams.IsDefaultKey(key) {
+	if !streams.IsLaneKey(key) && !streams.IsBudgetKey(key) && !streams.IsPricingKey(key) && !streams.IsDefaultKey(key) && !streams.IsAPIKeyKey(key) {
 		return nil
 	}
 	hash := events.HashPayload(data)
@@ -395,6 +395,14 @@ func (l *Ledger) applyMsg(subject string, seq uint64, hdr nats.Header, data []by
 		}
 		l.mu.Lock()
 		err = l.bk.applyPricing(key, seq, &rev, hash)
+		l.mu.Unlock()
+	case streams.IsAPIKeyKey(key):
+		rev, derr := events.DecodeAPIKeyRevision(data)
+		if derr != nil {
+			return malformed(derr)
+		}
+		l.mu.Lock()
+		err = l.bk.applyAPIKey(key, seq, &rev, hash)
 		l.mu.Unlock()
 	default: // a default key
 		rev, derr := events.DecodeDefaultRevision(data)

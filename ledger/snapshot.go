@@ -155,6 +155,9 @@ type snapshotState struct {
 	// (see book.seen), with that revision: the next write of the key
 	// lands after it, while its chain continues from LaneRevs or Budgets.
 	Skipped []snapSkip `json:"skipped,omitempty"`
+	// APIKeys travel as the API key revision they were folded from
+	// (absent in a snapshot written before API keys existed).
+	APIKeys []snapBudget `json:"api_keys,omitempty"`
 
 	// window is the window section (version 3), which follows the JSON.
 	window []byte
@@ -257,7 +260,7 @@ func (b *book) exactAt(seq uint64) bool {
 			return false
 		}
 	}
-	return true
+	return b.apiKeysExactAt(seq)
 }
 
 // snapshotAs dumps the book as of seq (the caller has checked exactAt) as
@@ -290,6 +293,11 @@ func (b *book) snapshotAs(seq uint64, version int) (*snapshotState, error) {
 		st.Defaults = append(st.Defaults, snapBudget{snapKey{key, d.def.Def.Revision, b.hashes[key]}, raw})
 	}
 	sort.Slice(st.Defaults, func(i, j int) bool { return st.Defaults[i].Key < st.Defaults[j].Key })
+	apikeys, err := b.snapshotAPIKeys()
+	if err != nil {
+		return nil, err
+	}
+	st.APIKeys = apikeys
 	for key, rev := range b.lanes {
 		st.LaneRevs = append(st.LaneRevs, snapKey{key, rev, b.hashes[key]})
 	}
@@ -418,6 +426,9 @@ func bookFromSnapshot(layout streams.Layout, retention, expiredKeep time.Duratio
 		if err := b.setDefault(sd.Key, sd.Rev, &rev, sd.Hash); err != nil {
 			return nil, bad("default %s: %v", sd.Key, err)
 		}
+	}
+	if err := b.loadAPIKeys(st.APIKeys, st.Seq); err != nil {
+		return nil, bad("%v", err)
 	}
 	for _, k := range st.LaneRevs {
 		if !streams.IsLaneKey(k.Key) || k.Rev == 0 || k.Rev > st.Seq {

@@ -247,6 +247,10 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 			}
 		}
 	}
+	if err := s.addAPIKeyEndpoints(add); err != nil { // apikeys.go
+		_ = svc.Stop()
+		return nil, err
+	}
 	// Make sure the server has registered every endpoint before callers are
 	// told the service is up.
 	if err := nc.FlushTimeout(10 * time.Second); err != nil {

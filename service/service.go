@@ -623,10 +623,12 @@ func statusOf(c events.Code) string {
 		return "500"
 	case events.CodeLedgerBusy, events.CodeLedgerUnavailable:
 		return "503"
-	case events.CodeUnknownBudget, events.CodeUnknownReservation, events.CodeUnpricedModel, events.CodeReportUnavailable:
+	case events.CodeUnknownBudget, events.CodeUnknownReservation, events.CodeUnpricedModel, events.CodeReportUnavailable, events.CodeUnknownKey:
 		return "404"
-	case events.CodeIdempotencyMismatch, events.CodeAlreadySettled, events.CodeAlreadyReleased, events.CodeRequestVoided:
+	case events.CodeIdempotencyMismatch, events.CodeAlreadySettled, events.CodeAlreadyReleased, events.CodeRequestVoided, events.CodeKeyExists:
 		return "409"
+	case events.CodeKeyDisabled:
+		return "403"
 	case events.CodePayloadTooLarge:
 		return "413"
 	}

@@ -140,8 +140,8 @@ func InputTokens(body []byte) int64 { return int64(len(body))/8 + 1 }
 
 // request is the part of every API's body the fake reads.
 type request struct {
-	Model         string          `json:"model"`
-	Stream        bool            `json:"stream"`
+	Model         string `json:"model"`
+	Stream        bool   `json:"stream"`
 	StreamOptions *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
@@ -280,10 +280,10 @@ type answer struct {
 	// gone closes when the caller left: a stream stops.
 	gone <-chan struct{}
 	req  request
-	u   Usage
-	st  steer
-	w   http.ResponseWriter
-	api string
+	u    Usage
+	st   steer
+	w    http.ResponseWriter
+	api  string
 }
 
 // text is the answer's content: one word per output token.

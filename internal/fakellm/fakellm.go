@@ -84,7 +84,7 @@ func New(key string) *Server { return &Server{key: key} }
 func (s *Server) Calls() []Call {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]Call(nil), s.calls...)
+	return append([]Call{}, s.calls...)
 }
 
 // Reset forgets the calls.

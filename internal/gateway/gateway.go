@@ -492,7 +492,12 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *api, c *cal
 		if err != nil && l.err == nil {
 			l.err = redact(err, up.Key)
 		}
-		_ = gone
+		if err != nil && !gone && !st.done {
+			// The upstream broke off: so does the answer, so that the
+			// caller's SDK raises instead of taking half an answer for
+			// a whole one.
+			panic(http.ErrAbortHandler)
+		}
 		return
 	}
 	g.plain(w, a, resp, res, l)

@@ -238,3 +238,36 @@ func route(ups []*upstream, kind, model string) *upstream {
 	}
 	return best
 }
+
+// ParseUpstream reads an upstream from its flag form,
+// "KIND=URL[,key-env=VAR][,models=PREFIX|PREFIX...]": KIND is openai or
+// anthropic, and its key is read with getenv from VAR, by default
+// OPENAI_API_KEY or ANTHROPIC_API_KEY.
+func ParseUpstream(spec string, getenv func(string) string) (Upstream, error) {
+	kind, rest, ok := strings.Cut(spec, "=")
+	if !ok || (kind != KindOpenAI && kind != KindAnthropic) {
+		return Upstream{}, fmt.Errorf("upstream %q: want openai=URL or anthropic=URL", spec)
+	}
+	parts := strings.Split(rest, ",")
+	u := Upstream{Kind: kind, BaseURL: parts[0]}
+	env := map[string]string{KindOpenAI: "OPENAI_API_KEY", KindAnthropic: "ANTHROPIC_API_KEY"}[kind]
+	for _, p := range parts[1:] {
+		k, v, _ := strings.Cut(p, "=")
+		switch k {
+		case "key-env":
+			env = v
+		case "models":
+			for _, m := range strings.Split(v, "|") {
+				if m != "" {
+					u.Models = append(u.Models, m)
+				}
+			}
+		default:
+			return Upstream{}, fmt.Errorf("upstream %q: unknown option %q (key-env=VAR, models=PREFIX|...)", spec, k)
+		}
+	}
+	if u.Key = getenv(env); u.Key == "" {
+		return Upstream{}, fmt.Errorf("upstream %q: $%s, its key, is empty", spec, env)
+	}
+	return u, nil
+}

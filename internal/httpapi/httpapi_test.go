@@ -130,8 +130,8 @@ func TestAPI_MirrorsTheWire(t *testing.T) {
 		status         int
 		code           events.Code
 	}{
-		{"admit", `{"request_id":"h-1","scopes":["org:acme"],"amount":"0.60"}`, 200, ""},   // a replay
-		{"admit", `{"request_id":"h-2","scopes":["org:acme"],"amount":"0.60"}`, 200, ""},   // denied
+		{"admit", `{"request_id":"h-1","scopes":["org:acme"],"amount":"0.60"}`, 200, ""}, // a replay
+		{"admit", `{"request_id":"h-2","scopes":["org:acme"],"amount":"0.60"}`, 200, ""}, // denied
 		{"admit", `{"request_id":"h-3","scopes":["org:acme"],"amount":"-1"}`, 400, events.CodeInvalidAmount},
 		{"settle", `{"reservation_id":"rsv_00000000-0000-0000-0000-000000000000","actual":"0.1"}`, 404, events.CodeUnknownReservation},
 		{"budget.get", `{"scope":"org:acme","period":"month"}`, 200, ""},

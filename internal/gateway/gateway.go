@@ -109,6 +109,9 @@ type callLog struct {
 	err                              error
 	start                            time.Time
 	upstream                         time.Duration
+	// async: the call is closed and logged after its reply
+	// (Config.SettleAfterReply), by a copy of this line.
+	async bool
 }
 
 func (g *Gateway) logCall(l *callLog) {
@@ -153,7 +156,7 @@ func (g *Gateway) serve(a *api, w http.ResponseWriter, r *http.Request) {
 	defer g.m.Inflight.Dec()
 	l := &callLog{api: a.name, start: time.Now()}
 	defer func() {
-		if l.outcome != "" {
+		if l.outcome != "" && !l.async {
 			g.logCall(l)
 		}
 	}()
@@ -484,6 +487,10 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *api, c *cal
 			case !st.done || st.failed:
 				o.label = OutcomeCut
 			}
+			if g.cfg.SettleAfterReply {
+				g.closeAfter(res, o, l)
+				return
+			}
 			g.close(res, o, l)
 		})
 		if !closed {
@@ -512,12 +519,18 @@ func (g *Gateway) plain(w http.ResponseWriter, a *api, resp *http.Response, res 
 	n, err := io.Copy(buf, io.LimitReader(resp.Body, maxUsageScan+1))
 	if err == nil && n <= maxUsageScan {
 		u, ok := a.bodyUsage(buf.Bytes(), true)
-		g.close(res, outcome{status: resp.StatusCode, u: u, final: ok, complete: true, label: OutcomeOK}, l)
+		o := outcome{status: resp.StatusCode, u: u, final: ok, complete: true, label: OutcomeOK}
+		if !g.cfg.SettleAfterReply {
+			g.close(res, o, l)
+		}
 		if resp.ContentLength >= 0 {
 			w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
 		}
 		w.WriteHeader(resp.StatusCode)
 		_, _ = w.Write(buf.Bytes())
+		if g.cfg.SettleAfterReply {
+			g.closeAfter(res, o, l)
+		}
 		return
 	}
 	if err != nil {
@@ -624,6 +637,19 @@ func (g *Gateway) close(res *client.Reservation, o outcome, l *callLog) {
 			l.err = err
 		}
 	}
+}
+
+// closeAfter closes the call's reservation and logs it off the caller's
+// path (Config.SettleAfterReply), from a copy of its log line.
+func (g *Gateway) closeAfter(res *client.Reservation, o outcome, l *callLog) {
+	l.async = true
+	lc := *l
+	g.bg.Add(1)
+	go func() {
+		defer g.bg.Done()
+		g.close(res, o, &lc)
+		g.logCall(&lc)
+	}()
 }
 
 // url is where the upstream answers a.

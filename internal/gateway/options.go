@@ -99,6 +99,14 @@ type Config struct {
 	// UpstreamTimeout bounds one upstream call (DefaultUpstreamTimeout
 	// when 0); a reservation's TTL is this plus a minute.
 	UpstreamTimeout time.Duration
+	// SettleAfterReply settles a successful call after its answer has
+	// gone to the caller, off the caller's path (one ledger round trip
+	// less on every call), instead of before the answer's end. The
+	// reservation then holds the call's maximum until the settle lands,
+	// a few milliseconds later: a call right after it may be denied
+	// against that maximum (never admitted past a limit). Off by default:
+	// a caller that has its answer finds its spend in the ledger.
+	SettleAfterReply bool
 }
 
 // Option configures New.

@@ -20,6 +20,13 @@ func newStreamReader(r io.Reader) *streamReader {
 	return &streamReader{br: bufio.NewReaderSize(r, 32<<10)}
 }
 
+// eventWaiting reports whether a whole event has already arrived after
+// the one last read.
+func (s *streamReader) eventWaiting() bool {
+	b, _ := s.br.Peek(s.br.Buffered())
+	return bytes.Contains(b, []byte("\n\n")) || bytes.Contains(b, []byte("\r\n\r\n"))
+}
+
 // next returns the raw bytes of the next event, its blank line included,
 // valid until the next call. At the stream's end it returns what is left
 // (an event the stream broke off in, or nothing) with the reader's error
@@ -84,6 +91,7 @@ type streamState struct {
 
 var (
 	usageKey   = []byte(`"usage"`)
+	usageNull  = []byte(`"usage":null`)
 	doneData   = []byte("[DONE]")
 	typeFields = [][]byte{[]byte(`"response.completed"`), []byte(`"response.incomplete"`), []byte(`"response.failed"`)}
 )
@@ -104,7 +112,9 @@ func (s *streamState) observe(ev []byte) (drop bool) {
 			s.done = true
 			return false
 		}
-		if !bytes.Contains(data, usageKey) {
+		// Every chunk of a stream that asked for usage carries
+		// "usage":null but the last: only that one is decoded.
+		if !bytes.Contains(data, usageKey) || bytes.Contains(data, usageNull) {
 			return false
 		}
 		var c struct {
@@ -215,7 +225,9 @@ func pumpStream(w http.ResponseWriter, body io.Reader, st *streamState, hold fun
 			if !drop && !callerGone {
 				if _, werr := w.Write(ev); werr != nil {
 					callerGone = true
-				} else if fl != nil {
+				} else if fl != nil && (!r.eventWaiting() || st.done) {
+					// Flushed unless a whole event is already here: events
+					// that came together leave together, none waits.
 					fl.Flush()
 				}
 			}

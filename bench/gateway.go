@@ -29,8 +29,6 @@ const (
 	// benchGatewayCallers are the latency runs' callers: one alone (what
 	// the gateway adds to a call), and a busy service's worth.
 	benchGatewayBusy = 16
-	// benchGatewayStreams is how many streaming calls run at once.
-	benchGatewayStreams = 200
 	// benchGatewayChunks and benchGatewayChunkEvery shape each stream:
 	// its fake upstream sends that many content chunks, one per interval
 	// (a stream of about a second, as a short LLM answer is).
@@ -42,6 +40,10 @@ const (
 	// benchGatewayUpstreamKey is the fake upstream's credential.
 	benchGatewayUpstreamKey = "sk-bench-upstream"
 )
+
+// benchGatewayStreams is how many streaming calls run at once (a variable
+// only so that the package's test runs fewer).
+var benchGatewayStreams = 200
 
 // gatewayResult is the gateway scenario's report (one object of --json).
 type gatewayResult struct {

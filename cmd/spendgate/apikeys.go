@@ -36,10 +36,10 @@ makes the key's calls the tenant's (its scopes are the tenant's names).
 void, batches, budget.get/list, pricing.get/list, report; admin: also
 budget.put and pricing.put). --secret-only prints the secret alone.`,
 	}
-	keysIDCommand = command{
-		name:     "spendgate keys get|disable|enable",
-		synopsis: "--id ID",
-		about:    "Reads, disables or enables a key.",
+	keysIDCommands = map[string]command{
+		"get":     {name: "spendgate keys get", synopsis: "--id ID", about: "Prints a key (never its hash)."},
+		"disable": {name: "spendgate keys disable", synopsis: "--id ID", about: "Disables a key: a gateway refuses it (401 key_disabled) within its --key-cache bound."},
+		"enable":  {name: "spendgate keys enable", synopsis: "--id ID", about: "Enables a disabled key again."},
 	}
 	keysRotateCommand = command{
 		name:     "spendgate keys rotate",
@@ -127,11 +127,12 @@ func keysCmd(args []string) int {
 	case "get", "disable", "enable":
 		var req events.APIKeyIDRequest
 		fs.StringVar(&req.ID, "id", "", "the key's id")
-		if code, ok := keysIDCommand.parse(fs, args[1:]); !ok {
+		cmd := keysIDCommands[args[0]]
+		if code, ok := cmd.parse(fs, args[1:]); !ok {
 			return code
 		}
 		if req.ID == "" {
-			return keysIDCommand.usageError(fs, "--id is required")
+			return cmd.usageError(fs, "--id is required")
 		}
 		endpoint := map[string]string{"get": streams.EndpointAPIKeyGet, "disable": streams.EndpointAPIKeyDisable,
 			"enable": streams.EndpointAPIKeyEnable}[args[0]]

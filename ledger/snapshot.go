@@ -438,7 +438,7 @@ func bookFromSnapshot(layout streams.Layout, retention, expiredKeep time.Duratio
 		b.hashes[k.Key] = k.Hash
 	}
 	for _, k := range st.Skipped {
-		if !(streams.IsLaneKey(k.Key) || streams.IsBudgetKey(k.Key)) || k.Rev <= b.valid(k.Key) || k.Rev > st.Seq {
+		if !(streams.IsLaneKey(k.Key) || streams.IsBudgetKey(k.Key) || streams.IsAPIKeyKey(k.Key)) || k.Rev <= b.valid(k.Key) || k.Rev > st.Seq {
 			return nil, bad("skipped revision %d of %s", k.Rev, k.Key)
 		}
 		b.seen[k.Key] = k.Rev

@@ -70,6 +70,13 @@ type gatewayResult struct {
 	BusyGatewayRate float64 `json:"busy_gateway_calls_per_s"`
 	BusyGatewayP50  float64 `json:"busy_gateway_p50_us"`
 	BusyGatewayP99  float64 `json:"busy_gateway_p99_us"`
+	// BusyDirectCPU and BusyGatewayCPU are the process's CPU per call
+	// (µs: the callers, the fake, and for the gateway the gateway, the
+	// replica and the server too), and BusyCores its mean cores in use
+	// through the gateway.
+	BusyDirectCPU  float64 `json:"busy_direct_cpu_per_call_us"`
+	BusyGatewayCPU float64 `json:"busy_gateway_cpu_per_call_us"`
+	BusyCores      float64 `json:"busy_gateway_cores_in_use"`
 	// Streams: benchGatewayStreams streaming calls at once, each of
 	// benchGatewayChunks chunks; time to the first event and to the end,
 	// µs, for both ways; the streams done, and the process's CPU per
@@ -175,6 +182,19 @@ func (b *bencher) gatewayCheck() (gatewayResult, error) {
 	res.AfterAddedP50 = res.AfterP50 - res.DirectP50
 	res.BusyDirectRate, res.BusyDirectP50 = rate(busy), p(busy, 0.5)
 	res.BusyGatewayRate, res.BusyGatewayP50, res.BusyGatewayP99 = rate(busyGW), p(busyGW, 0.5), p(busyGW, 0.99)
+	cpu := func(rs []runResult) float64 {
+		v := make([]float64, len(rs))
+		for i, r := range rs {
+			v[i] = r.cpuPerCycle()
+		}
+		return median(v)
+	}
+	res.BusyDirectCPU, res.BusyGatewayCPU = cpu(busy), cpu(busyGW)
+	cores := make([]float64, len(busyGW))
+	for i, r := range busyGW {
+		cores[i] = r.cpu.Seconds() / r.elapsed.Seconds()
+	}
+	res.BusyCores = median(cores)
 	res.DirectFirstP50, res.GatewayFirstP50, res.GatewayFirstP99 = p(st, 0.5), p(stGW, 0.5), p(stGW, 0.99)
 	res.DirectStreamP50, res.GatewayStreamP50, res.GatewayStreamP99 = pt(streamTotal, 0.5), pt(streamTotalGW, 0.5), pt(streamTotalGW, 0.99)
 	res.StreamsDone = streamsGW
@@ -418,13 +438,14 @@ func writeGateway(w io.Writer, r *gatewayResult) {
 	fmt.Fprintf(w, `gateway: plain chat calls against a fake provider on loopback, straight and through spendgate gateway, %s per run, %d reps (medians):
   a lone caller: direct p50 %s p99 %s; through the gateway p50 %s p99 %s: adds %s at p50; target at most %s: %s
     through a gateway that settles after the reply: p50 %s p99 %s: adds %s at p50
-  %d callers: direct %.0f calls/s p50 %s; through the gateway %.0f calls/s p50 %s p99 %s
+  %d callers: direct %.0f calls/s p50 %s, %.0fµs CPU a call; through the gateway %.0f calls/s p50 %s p99 %s, %.0fµs CPU a call, %.2f cores in use
   %d streaming calls at once (%d chunks, one per %s): first event p50 direct %s, through the gateway %s (p99 %s);
     whole stream p50 direct %s, through the gateway %s (p99 %s); %d streams through the gateway, %.2f ms CPU each, %.2f cores in use (the whole process)
   left reserved: %s; failed calls: %d
 `, fmtSeconds(r.DurationS), r.Reps, fmtLatency(r.DirectP50), fmtLatency(r.DirectP99), fmtLatency(r.GatewayP50), fmtLatency(r.GatewayP99),
 		fmtLatency(r.AddedP50), fmtLatency(r.TargetUS), verdict, fmtLatency(r.AfterP50), fmtLatency(r.AfterP99), fmtLatency(r.AfterAddedP50),
-		r.BusyCallers, r.BusyDirectRate, fmtLatency(r.BusyDirectP50), r.BusyGatewayRate, fmtLatency(r.BusyGatewayP50), fmtLatency(r.BusyGatewayP99),
+		r.BusyCallers, r.BusyDirectRate, fmtLatency(r.BusyDirectP50), r.BusyDirectCPU, r.BusyGatewayRate, fmtLatency(r.BusyGatewayP50),
+		fmtLatency(r.BusyGatewayP99), r.BusyGatewayCPU, r.BusyCores,
 		r.Streams, benchGatewayChunks, benchGatewayChunkEvery, fmtLatency(r.DirectFirstP50), fmtLatency(r.GatewayFirstP50), fmtLatency(r.GatewayFirstP99),
 		fmtLatency(r.DirectStreamP50), fmtLatency(r.GatewayStreamP50), fmtLatency(r.GatewayStreamP99), r.StreamsDone, r.CPUPerStreamMS, r.Cores,
 		r.LeftReserved, r.Errors)

@@ -13,6 +13,8 @@ export const NATS_URL = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
 export const UPSTREAM_KEY = 'sk-fake-upstream-7777';
 
 const children = [];
+// Whatever ends this process ends what it started.
+process.on('exit', () => stop());
 
 // cli runs spendgate with args and returns its stdout.
 export function cli(...args) {
@@ -70,7 +72,7 @@ export async function start() {
 
 // stop ends every process start started.
 export function stop() {
-  for (const c of children) c.kill();
+  for (const c of children) if (c.exitCode === null) c.kill();
 }
 
 // upstreamCalls returns the calls the fake provider answered.

@@ -54,7 +54,7 @@ func readmeBlocks(t *testing.T) []readmeBlock {
 }
 
 var (
-	readmeRsv     = regexp.MustCompile(`rsv_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
+	readmeRsv = regexp.MustCompile(`rsv_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
 	// readmeCapture is a line that keeps a command's output in a shell
 	// variable: "export KEY=$(spendgate keys create ...)".
 	readmeCapture = regexp.MustCompile(`^(export )?[A-Z_]+=\$\(spendgate `)

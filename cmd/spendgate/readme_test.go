@@ -54,12 +54,13 @@ func readmeBlocks(t *testing.T) []readmeBlock {
 }
 
 var (
-	readmeRsv = regexp.MustCompile(`rsv_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
-	// readmeCapture is a line that keeps a command's output in a shell
-	// variable: "export KEY=$(spendgate keys create ...)".
-	readmeCapture = regexp.MustCompile(`^(export )?[A-Z_]+=\$\(spendgate `)
+	readmeRsv     = regexp.MustCompile(`rsv_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
 	readmeNatsReq = regexp.MustCompile(`^nats req (\S+) '(.*)'$`)
 )
+
+// readmeCapture is a line that keeps a command's output in a shell
+// variable: "export KEY=$(spendgate keys create ...)".
+var readmeCapture = regexp.MustCompile(`^(export )?[A-Z_]+=\$\(spendgate `)
 
 // readmeSkipped says why a command line of the README is not run here, or
 // "" if it is. Each skipped command runs elsewhere: serve is started by the

@@ -391,15 +391,14 @@ var (
 
 // outcome is how a forwarded call ended.
 type outcome struct {
-	status int
-	// u is the reported usage when final; else the reservation is settled.
-	u          usage
-	final      bool
-	complete   bool
-	released   bool
-	err        error
-	label      string
-	callerGone bool
+	// u is the reported usage, used when final; otherwise the call is
+	// settled at its reservation, or released.
+	u        usage
+	final    bool
+	released bool
+	// label is the call's outcome (OutcomeOK, ...); err why it failed.
+	label string
+	err   error
 }
 
 // forward sends the call upstream, passes its answer to the caller, and
@@ -480,10 +479,10 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *api, c *cal
 		closed := false
 		gone, err := pumpStream(w, resp.Body, st, func() {
 			closed = true
-			o := outcome{status: resp.StatusCode, u: st.u, final: st.final, complete: st.done && !st.failed, label: OutcomeOK}
+			o := outcome{u: st.u, final: st.final, label: OutcomeOK}
 			switch {
 			case r.Context().Err() != nil && !st.done:
-				o.label, o.callerGone = OutcomeCallerGone, true
+				o.label = OutcomeCallerGone
 			case !st.done || st.failed:
 				o.label = OutcomeCut
 			}
@@ -519,7 +518,7 @@ func (g *Gateway) plain(w http.ResponseWriter, a *api, resp *http.Response, res 
 	n, err := io.Copy(buf, io.LimitReader(resp.Body, maxUsageScan+1))
 	if err == nil && n <= maxUsageScan {
 		u, ok := a.bodyUsage(buf.Bytes(), true)
-		o := outcome{status: resp.StatusCode, u: u, final: ok, complete: true, label: OutcomeOK}
+		o := outcome{u: u, final: ok, label: OutcomeOK}
 		if !g.cfg.SettleAfterReply {
 			g.close(res, o, l)
 		}
@@ -536,7 +535,7 @@ func (g *Gateway) plain(w http.ResponseWriter, a *api, resp *http.Response, res 
 	if err != nil {
 		// Cut mid-answer: nothing was passed on yet, and half an answer
 		// is no answer. The call may have been billed in full.
-		g.close(res, outcome{status: resp.StatusCode, label: OutcomeCut, err: err}, l)
+		g.close(res, outcome{label: OutcomeCut, err: err}, l)
 		(&callError{status: http.StatusBadGateway, typ: "server_error", code: "upstream_cut",
 			msg: "spendgate: the upstream's answer broke off"}).write(w, a.kind)
 		l.status = http.StatusBadGateway
@@ -556,7 +555,7 @@ func (g *Gateway) plain(w http.ResponseWriter, a *api, resp *http.Response, res 
 	}
 	_, err = io.Copy(dst, resp.Body)
 	u, ok := a.bodyUsage(tail.b, false)
-	o := outcome{status: resp.StatusCode, u: u, final: ok && err == nil, complete: err == nil, label: OutcomeOK, err: err}
+	o := outcome{u: u, final: ok && err == nil, label: OutcomeOK, err: err}
 	if err != nil {
 		o.label = OutcomeCut
 	}
@@ -583,7 +582,7 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 // gateway's fault, answered 502, and its body may name the key.
 func (g *Gateway) refused(w http.ResponseWriter, a *api, resp *http.Response, up *upstream, res *client.Reservation, l *callLog) {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-	g.close(res, outcome{status: resp.StatusCode, released: true, label: OutcomeUpstreamError,
+	g.close(res, outcome{released: true, label: OutcomeUpstreamError,
 		err: fmt.Errorf("upstream answered %d", resp.StatusCode)}, l)
 	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
 		g.log.Error("gateway: the upstream refused the gateway's credentials", "upstream", up.base.Host, "status", resp.StatusCode)

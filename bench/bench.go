@@ -109,7 +109,9 @@ Scenarios: hot1, hot16, hot64, spread64, multi3 (default all of them),
 mem (100,000 open reservations over 1,000 budgets; only when named),
 flood (16 callers' cycles with and without 5,000/s settles of unknown
 reservation ids from another connection; target admit p99 < 50 ms; only
-when named), and history (a history of --history reservations, default
+when named), gateway (what spendgate gateway adds to a call against a fake
+provider, and 200 streaming calls at once through it; target at most 1 ms
+added at p50; only when named), and history (a history of --history reservations, default
 1,000,000, written straight to a ledger stream of its own server: restart
 to first admit, replica heap, disk bytes per reservation, audit check,
 expiry of 100,000; only when named).
@@ -181,7 +183,7 @@ type Options struct {
 var DefaultScenarios = []string{"hot1", "hot16", "hot64", "spread64", "multi3"}
 
 // ScenarioNames are every scenario's name, mem and flood included.
-var ScenarioNames = []string{"hot1", "hot16", "hot64", "spread64", "multi3", "mem", "flood", "history"}
+var ScenarioNames = []string{"hot1", "hot16", "hot64", "spread64", "multi3", "mem", "flood", "history", "gateway"}
 
 // DefaultOptions returns the defaults of spendgate bench.
 func DefaultOptions() Options {
@@ -198,6 +200,7 @@ type config struct {
 	mem       bool
 	flood     bool
 	history   bool
+	gateway   bool // gateway.go
 }
 
 // Validate checks the options as Run does and returns the first problem,
@@ -277,6 +280,10 @@ func (o Options) resolve() (config, error) {
 			c.history = true
 			continue
 		}
+		if name == "gateway" {
+			c.gateway = true
+			continue
+		}
 		found := false
 		for _, sc := range benchScenarios {
 			if sc.name == name {
@@ -301,7 +308,7 @@ func (o Options) resolve() (config, error) {
 	if c.history && (o.NATSURL != "" || o.Cluster != 0) {
 		return c, errors.New("the history scenario embeds its own server: leave out --nats-url and --cluster")
 	}
-	if len(c.scenarios) == 0 && !c.mem && !c.flood && !c.history {
+	if len(c.scenarios) == 0 && !c.mem && !c.flood && !c.history && !c.gateway {
 		return c, errors.New("--scenarios names no scenario")
 	}
 	return c, nil
@@ -321,7 +328,7 @@ func Run(ctx context.Context, opts Options, stdout, stderr io.Writer) error {
 		if err := runHistory(ctx, o, stdout, stderr); err != nil {
 			return fmt.Errorf("history: %w", err)
 		}
-		if len(o.scenarios) == 0 && !o.mem && !o.flood {
+		if len(o.scenarios) == 0 && !o.mem && !o.flood && !o.gateway {
 			return nil
 		}
 	}
@@ -375,6 +382,13 @@ func Run(ctx context.Context, opts Options, stdout, stderr io.Writer) error {
 		}
 		b.flood = &f
 	}
+	if o.gateway {
+		g, err := b.gatewayCheck()
+		if err != nil {
+			return fmt.Errorf("gateway: %w", err)
+		}
+		b.gw = &g
+	}
 	if o.MemProfile != "" {
 		if err := writeHeapProfile(o.MemProfile); err != nil {
 			return fmt.Errorf("heap profile: %w", err)
@@ -399,6 +413,9 @@ func Run(ctx context.Context, opts Options, stdout, stderr io.Writer) error {
 	err = verdict(rows, mem)
 	if f := b.flood; f != nil && f.Errors > 0 {
 		err = errors.Join(err, fmt.Errorf("%w: flood: %d good cycles failed (first: %s)", ErrRequests, f.Errors, f.FirstError))
+	}
+	if b.gw != nil {
+		err = errors.Join(err, b.gw.err())
 	}
 	return err
 }
@@ -460,6 +477,9 @@ type bencher struct {
 	// (--profile-way); profiled is set once it has been.
 	profileWay string
 	profiled   bool
+
+	// gw is the gateway scenario's result, when run (gateway.go).
+	gw *gatewayResult
 }
 
 // driveWay is drive, CPU-profiled when way is the one --profile-way names
@@ -1601,6 +1621,9 @@ x floor = cycles/s / floor cycles/s; x naive = cycles/s / naive cycles/s; client
 	if b.flood != nil {
 		writeFlood(w, b.flood)
 	}
+	if b.gw != nil {
+		writeGateway(w, b.gw)
+	}
 	return nil
 }
 
@@ -1623,6 +1646,9 @@ func (b *bencher) printJSON(w io.Writer, rows []benchRow, mem *memResult) error 
 	}
 	if b.flood != nil {
 		out = append(out, b.flood)
+	}
+	if b.gw != nil {
+		out = append(out, b.gw)
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

@@ -267,6 +267,15 @@ func AppendEvent(b []byte, e Event) ([]byte, error) {
 			return b, &Error{Code: CodeInternal, Message: "encoding pricing definition", Err: err}
 		}
 		return append(b, data...), nil
+	case APIKeyDefined:
+		data, err := json.Marshal(struct {
+			Type Type `json:"type"`
+			APIKeyDefined
+		}{TypeAPIKeyDefined, e})
+		if err != nil {
+			return b, &Error{Code: CodeInternal, Message: "encoding API key definition", Err: err}
+		}
+		return append(b, data...), nil
 	case ReservationReleased:
 		b = appendReservationHead(b, TypeReservationReleased, e.ReservationID)
 		b = appendKey(b, "balance")

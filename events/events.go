@@ -249,6 +249,14 @@ func DecodeEvent(b []byte) (Event, error) {
 		if err = strict(&v); err == nil {
 			return v.PricingDefined, nil
 		}
+	case TypeAPIKeyDefined:
+		var v struct {
+			Type Type `json:"type"`
+			APIKeyDefined
+		}
+		if err = strict(&v); err == nil {
+			return v.APIKeyDefined, nil
+		}
 	case TypeReservationReleased:
 		var v struct {
 			Type Type `json:"type"`

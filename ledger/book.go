@@ -22,6 +22,7 @@ type book struct {
 	budgets  map[string]*budget  // by budget key
 	prices   map[string]*pricing // by pricing key
 	defaults map[string]*dflt    // by default key
+	apikeys  map[string]*apiKey  // by API key's key
 	// byKind indexes defaults by scope kind, in period order.
 	byKind   map[string][]Default
 	byScope  map[events.Scope][]Budget
@@ -103,6 +104,8 @@ func (b *book) apply(rev *gate.Revision) {
 		b.setDefault(rev.Key, rev.Seq, rev.Default)
 	case gate.KindTrust:
 		b.trust = rev
+	case gate.KindAPIKey:
+		b.setAPIKey(rev.Key, rev.Seq, rev.APIKey)
 	}
 }
 

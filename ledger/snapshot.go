@@ -173,6 +173,9 @@ type snapshotState struct {
 	// (see gate.Head.Seen), with that revision: the next write of the key
 	// lands after it, while its chain continues from LaneRevs or Budgets.
 	Skipped []snapSkip `json:"skipped,omitempty"`
+	// APIKeys travel as the API key revision they were folded from
+	// (absent in a snapshot written before API keys existed).
+	APIKeys []snapBudget `json:"api_keys,omitempty"`
 
 	// window is the window section (version 3), which follows the JSON.
 	window []byte
@@ -299,6 +302,11 @@ func (b *book) snapshotAs(seq uint64, version int) (*snapshotState, error) {
 		}
 		st.Trust = &snapBudget{snapKey{t.Key, t.Seq, t.Hash}, raw}
 	}
+	apikeys, err := b.snapshotAPIKeys()
+	if err != nil {
+		return nil, err
+	}
+	st.APIKeys = apikeys
 	b.heads.Each(func(key string, hd gate.Head) {
 		if streams.IsLaneKey(key) && hd.Valid > 0 {
 			st.LaneRevs = append(st.LaneRevs, snapKey{key, hd.Valid, hd.Hash})
@@ -450,6 +458,9 @@ func bookFromSnapshot(layout streams.Layout, retention, expiredKeep time.Duratio
 		b.trust = &gate.Revision{Seq: t.Rev, Key: t.Key, Kind: gate.KindTrust, Hash: t.Hash, Signer: rev.By, Trust: &rev}
 		b.heads.Set(t.Key, gate.Head{Valid: t.Rev, Hash: t.Hash, Chained: true})
 	}
+	if err := b.loadAPIKeys(st.APIKeys, st.Seq); err != nil {
+		return nil, bad("%v", err)
+	}
 	for _, k := range st.LaneRevs {
 		if !layout.HasLane(k.Key) || k.Rev == 0 || k.Rev > st.Seq {
 			return nil, bad("lane %s at %d", k.Key, k.Rev)
@@ -458,7 +469,7 @@ func bookFromSnapshot(layout streams.Layout, retention, expiredKeep time.Duratio
 	}
 	for _, k := range st.Skipped {
 		valid, _ := b.valid(k.Key)
-		if !(streams.IsLaneKey(k.Key) || streams.IsBudgetKey(k.Key) || streams.IsPricingKey(k.Key) || streams.IsDefaultKey(k.Key) || streams.IsTrustKey(k.Key)) ||
+		if !(streams.IsLaneKey(k.Key) || streams.IsBudgetKey(k.Key) || streams.IsPricingKey(k.Key) || streams.IsDefaultKey(k.Key) || streams.IsTrustKey(k.Key) || streams.IsAPIKeyKey(k.Key)) ||
 			k.Rev <= valid || k.Rev > st.Seq {
 			return nil, bad("skipped revision %d of %s", k.Rev, k.Key)
 		}

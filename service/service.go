@@ -247,6 +247,10 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 			}
 		}
 	}
+	if err := s.addAPIKeyEndpoints(add); err != nil { // apikeys.go
+		_ = svc.Stop()
+		return nil, err
+	}
 	// Make sure the server has registered every endpoint before callers are
 	// told the service is up.
 	if err := nc.FlushTimeout(10 * time.Second); err != nil {
@@ -619,10 +623,12 @@ func statusOf(c events.Code) string {
 		return "500"
 	case events.CodeLedgerBusy, events.CodeLedgerUnavailable:
 		return "503"
-	case events.CodeUnknownBudget, events.CodeUnknownReservation, events.CodeUnpricedModel, events.CodeReportUnavailable:
+	case events.CodeUnknownBudget, events.CodeUnknownReservation, events.CodeUnpricedModel, events.CodeReportUnavailable, events.CodeUnknownKey:
 		return "404"
-	case events.CodeIdempotencyMismatch, events.CodeAlreadySettled, events.CodeAlreadyReleased, events.CodeRequestVoided:
+	case events.CodeIdempotencyMismatch, events.CodeAlreadySettled, events.CodeAlreadyReleased, events.CodeRequestVoided, events.CodeKeyExists:
 		return "409"
+	case events.CodeKeyDisabled:
+		return "403"
 	case events.CodePayloadTooLarge:
 		return "413"
 	}

@@ -60,6 +60,8 @@ var allCommands = [][]string{
 	{"serve"}, {"budget"}, {"budget", "put"}, {"budget", "get"}, {"budget", "list"}, {"budget", "disable"}, {"budget", "enable"},
 	{"admit"}, {"settle"}, {"release"}, {"audit"}, {"audit", "check"}, {"audit", "balances"}, {"audit", "keys"}, {"key"},
 	{"bench"}, {"demo"}, {"demo", "overrun"}, {"roles"}, {"feed"}, {"feed", "consumer"}, {"version"},
+	{"keys"}, {"keys", "create"}, {"keys", "list"}, {"keys", "get"}, {"keys", "disable"}, {"keys", "enable"}, {"keys", "rotate"},
+	{"gateway"},
 }
 
 // singleDashFlag matches a long flag printed the flag package's way,
@@ -126,6 +128,14 @@ func TestCLI_UsageErrors(t *testing.T) {
 		{[]string{"demo", "overrun", "--concurrency", "0"}, "--concurrency 0 out of range"},
 		{[]string{"demo", "overrun", "--price", "NaN"}, "--price"},
 		{[]string{"version", "extra"}, `unexpected arguments ["extra"]`},
+		{[]string{"keys"}, "which keys command?"},
+		{[]string{"keys", "nope"}, `unknown keys command "nope"`},
+		{[]string{"keys", "disable"}, "--id is required"},
+		{[]string{"keys", "rotate", "--id", "A.B"}, "--id: invalid_identifier"},
+		{[]string{"gateway", "--http-api=false"}, "--upstream is required"},
+		{[]string{"gateway", "--upstream", "mistral=https://x"}, "want openai=URL or anthropic=URL"},
+		{[]string{"gateway", "--upstream", "openai=https://x,key-env=SPENDGATE_TEST_NO_SUCH_VAR"}, "$SPENDGATE_TEST_NO_SUCH_VAR, its key, is empty"},
+		{[]string{"gateway", "--max-output", "gpt-4o"}, "want MODEL=N"},
 	} {
 		r := runCLI(t, []string{"SPENDGATE_NATS_URL=nats://127.0.0.1:1"}, tc.args...)
 		require.Equal(t, 2, r.code, "%v: %s", tc.args, r.stderr)

@@ -47,6 +47,10 @@ Usage:
                                          a nats-server permission layout: replica, service, admin, finance, feed, tenants, TLS
   spendgate feed consumer --tenant NAME [--replace]  create (as the admin) a tenant's feed consumer t-NAME, which the tenant may only read
   spendgate key --file FILE              the public key of a signing key (created if FILE does not exist)
+  spendgate keys create --scope KIND:ID [--scope ...] [--budget DECIMAL] | list | disable|enable|rotate --id ID
+                                         API keys of the gateway (only their hashes are stored)
+  spendgate gateway --upstream openai=URL|anthropic=URL [--listen 127.0.0.1:8080]
+                                         an OpenAI- and Anthropic-compatible proxy that caps every call, and the HTTP API
   spendgate version                      module version and commit of this binary
 
 Every command takes --help for its flags ("spendgate help COMMAND" too).
@@ -72,6 +76,8 @@ var commands = map[string]func([]string) int{
 	"roles":    rolesCmd,
 	"feed":     feedCmd,
 	"key":      keyCmd,
+	"keys":     keysCmd,
+	"gateway":  gatewayCmd,
 	"snapshot": snapshotCmd,
 	"version":  versionCmd,
 }

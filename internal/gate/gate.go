@@ -24,6 +24,7 @@ const (
 	KindPricing
 	KindDefault
 	KindTrust
+	KindAPIKey
 )
 
 // String names the kind as its key family does.
@@ -39,6 +40,8 @@ func (k Kind) String() string {
 		return "default"
 	case KindTrust:
 		return "trust"
+	case KindAPIKey:
+		return "apikey"
 	}
 	return "unknown"
 }
@@ -60,6 +63,8 @@ func kindOf(layout streams.Layout, key string) (Kind, signing.Reason) {
 		return KindDefault, ""
 	case streams.IsTrustKey(key):
 		return KindTrust, ""
+	case streams.IsAPIKeyKey(key):
+		return KindAPIKey, ""
 	case streams.IsBalanceKey(key):
 		return 0, signing.ReasonOldLayout
 	}
@@ -100,6 +105,7 @@ type Revision struct {
 	Pricing *events.PricingRevision
 	Default *events.DefaultRevision
 	Trust   *events.TrustRevision
+	APIKey  *events.APIKeyRevision
 	// Zone is the budget's loaded time zone (nil for UTC), KindBudget
 	// only.
 	Zone *time.Location
@@ -119,6 +125,8 @@ func (r *Revision) Chain() (events.Chain, bool) {
 		return r.Default.Chain, true
 	case KindTrust:
 		return r.Trust.Chain, true
+	case KindAPIKey:
+		return r.APIKey.Chain, true
 	}
 	return events.Chain{}, false
 }
@@ -497,6 +505,15 @@ func (g *Gate) decode(rev *Revision, data []byte) (signing.Reason, error) {
 			return signing.ReasonInvalid, err
 		}
 		rev.Default = &r
+	case KindAPIKey:
+		r, err := events.DecodeAPIKeyRevision(data)
+		if err != nil {
+			return signing.ReasonMalformed, err
+		}
+		if got := streams.APIKeyKey(r.ID); got != rev.Key {
+			return signing.ReasonInvalid, fmt.Errorf("API key %q under key %s", r.ID, rev.Key)
+		}
+		rev.APIKey = &r
 	case KindTrust:
 		r, err := events.DecodeTrustRevision(data)
 		if err != nil {

@@ -1,0 +1,42 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestRun_Gateway runs the gateway scenario briefly, with 20 streams at
+// once instead of 200: every call through the gateway succeeds, every
+// stream comes whole, and nothing stays reserved. The 1 ms target is
+// reported, not asserted: it is a property of the machine.
+func TestRun_Gateway(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*benchTestBudget)
+	defer cancel()
+	defer func(n int) { benchGatewayStreams = n }(benchGatewayStreams)
+	benchGatewayStreams = 20
+	var out, errOut bytes.Buffer
+	o := DefaultOptions()
+	o.Duration = 300 * time.Millisecond
+	o.Reps = 1
+	o.JSON = true
+	o.Scenarios = []string{"gateway"}
+	err := Run(ctx, o, &out, &errOut)
+	require.NoError(t, err, "stderr:\n%s\nstdout:\n%s", errOut.String(), out.String())
+	var res []gatewayResult
+	require.NoError(t, json.Unmarshal(out.Bytes(), &res), out.String())
+	require.Len(t, res, 1)
+	g := res[0]
+	require.Equal(t, "gateway", g.Scenario)
+	require.Zero(t, g.Errors, g.FirstError)
+	require.Equal(t, "0", g.LeftReserved)
+	require.GreaterOrEqual(t, g.StreamsDone, int64(20))
+	require.Positive(t, g.DirectP50)
+	require.Positive(t, g.GatewayP50)
+	require.Positive(t, g.GatewayFirstP50)
+	t.Logf("gateway: adds %.0f µs at p50 (%.0f µs settling after the reply); streams first event p50 %.0f µs", g.AddedP50, g.AfterAddedP50, g.GatewayFirstP50)
+}

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/spendgate/spendgate/client"
+	"github.com/spendgate/spendgate/config"
+	"github.com/spendgate/spendgate/internal/gateway"
+	"github.com/spendgate/spendgate/internal/httpapi"
+	"github.com/spendgate/spendgate/metrics"
+	"github.com/spendgate/spendgate/ops"
+)
+
+var gatewayCommand = command{
+	name:     "spendgate gateway",
+	synopsis: "[--upstream openai=URL|anthropic=URL ...] [--listen 127.0.0.1:8080] [flags]",
+	about: `Runs an OpenAI- and Anthropic-compatible proxy that caps every call with
+spendgate budgets: point an SDK's base URL at it (http://HOST:PORT/v1 for
+OpenAI's, http://HOST:PORT for Anthropic's) and give it a key made with
+spendgate keys create. Each call is priced from the pricing table, admitted
+against the key's scopes (429 when a budget denies it, 503 when the ledger
+does not answer), forwarded with the upstream's own key, and settled with the
+usage the provider reports. The same listener serves the HTTP API
+(POST /spendgate/<endpoint>, keys with --access), /metrics, /healthz and
+/readyz; without --upstream it serves the HTTP API alone. --upstream KIND=URL[,key-env=VAR][,models=PREFIX|...] reads the
+upstream's key from $OPENAI_API_KEY or $ANTHROPIC_API_KEY (or VAR).`,
+}
+
+// gatewayCmd is spendgate gateway.
+func gatewayCmd(args []string) int {
+	var c clientFlags
+	fs := newFlagSet("gateway")
+	c.register(fs)
+	listen := fs.String("listen", "127.0.0.1:8080", "address of the proxy, the HTTP API and /metrics")
+	var ups, maxOuts multiFlag
+	fs.Var(&ups, "upstream", "an upstream: openai=URL or anthropic=URL, with ,key-env=VAR and ,models=PREFIX|... (repeatable)")
+	fs.Var(&maxOuts, "max-output", "MODEL=N or PREFIX*=N: the output a call of that model naming no max_tokens reserves (repeatable)")
+	defOut := fs.Int64("max-output-tokens", gateway.DefaultMaxOutputTokens, "the output a call naming no max_tokens reserves, for models no --max-output names")
+	keyCache := fs.Duration("key-cache", gateway.DefaultKeyCache, "how long a key is trusted without asking the ledger: a disabled or rotated key is refused at most this long after")
+	upTimeout := fs.Duration("upstream-timeout", gateway.DefaultUpstreamTimeout, "bound of one upstream call, streaming included (a reservation's TTL is this plus 1m)")
+	ledgerTimeout := fs.Duration("ledger-timeout", time.Second, "bound of one attempt of an admit or settle (2 attempts; then the call fails closed with 503)")
+	maxBody := fs.Int64("max-body", gateway.DefaultMaxBody, "largest request body, in bytes")
+	settleAfter := fs.Bool("settle-after-reply", false, "settle a call after its answer went to the caller (one ledger round trip less per call; the reservation holds the call's maximum until the settle lands)")
+	httpAPI := fs.Bool("http-api", true, "serve the HTTP API (POST /spendgate/<endpoint>) to keys made with --access")
+	config.AddFileFlag(fs)
+	var logging config.Logging
+	logging.AddFlags(fs)
+	if code, ok := gatewayCommand.parse(fs, args); !ok {
+		return code
+	}
+	if err := config.Apply(fs); err != nil {
+		return gatewayCommand.usageError(fs, err.Error())
+	}
+	cfg := gateway.Config{DefaultMaxOutput: *defOut, KeyCache: *keyCache, UpstreamTimeout: *upTimeout, MaxBody: *maxBody,
+		MaxOutputTokens: map[string]int64{}, SettleAfterReply: *settleAfter}
+	for _, spec := range ups {
+		u, err := gateway.ParseUpstream(spec, os.Getenv)
+		if err != nil {
+			return gatewayCommand.usageError(fs, "--upstream: "+err.Error())
+		}
+		cfg.Upstreams = append(cfg.Upstreams, u)
+	}
+	if len(cfg.Upstreams) == 0 && !*httpAPI {
+		return gatewayCommand.usageError(fs, "--upstream is required (e.g. --upstream openai=https://api.openai.com/v1), unless the gateway serves the HTTP API alone")
+	}
+	for _, m := range maxOuts {
+		model, n, ok := strings.Cut(m, "=")
+		v, err := strconv.ParseInt(n, 10, 64)
+		if !ok || err != nil {
+			return gatewayCommand.usageError(fs, fmt.Sprintf("--max-output %q: want MODEL=N", m))
+		}
+		cfg.MaxOutputTokens[model] = v
+	}
+	if *ledgerTimeout <= 0 || *ledgerTimeout > client.MaxTimeout {
+		return gatewayCommand.usageError(fs, fmt.Sprintf("--ledger-timeout must be in (0, %s]", client.MaxTimeout))
+	}
+	log := logging.New(os.Stderr)
+
+	reg := metrics.NewRegistry()
+	srv, err := ops.New(*listen, reg, ops.WithLogger(log))
+	if err == nil {
+		err = srv.Listen()
+	}
+	if err != nil {
+		log.Error("cannot serve --listen", "err", err)
+		return exitError
+	}
+	nc, err := c.conn.Connect("spendgate-gateway", nats.MaxReconnects(-1))
+	if err != nil {
+		log.Error("cannot connect to NATS", "err", err)
+		return exitError
+	}
+	defer nc.Close()
+	clients, err := gateway.NewClientSet(nc, c.prefix, client.WithTimeout(*ledgerTimeout), client.WithRetries(2),
+		client.WithBriefReplies(), client.WithLogger(log))
+	if err != nil {
+		log.Error("gateway", "err", err)
+		return exitError
+	}
+	root, _ := clients.For("")
+	keys := gateway.NewKeys(root, *keyCache)
+	// Without an upstream the listener serves the HTTP API alone.
+	wait := func() {}
+	if len(cfg.Upstreams) > 0 {
+		g, err := gateway.New(clients, keys, cfg, gateway.WithLogger(log), gateway.WithMetrics(gateway.NewMetrics(reg)))
+		if err != nil {
+			return gatewayCommand.usageError(fs, err.Error())
+		}
+		g.Register(srv)
+		wait = g.Wait
+	}
+	if *httpAPI {
+		api, err := httpapi.New(nc, c.prefix, keys, httpapi.WithLogger(log), httpapi.WithMetrics(reg))
+		if err != nil {
+			log.Error("http api", "err", err)
+			return exitError
+		}
+		api.Register(srv)
+	}
+	srv.AddCheck("nats", func() error {
+		if !nc.IsConnected() {
+			return errors.New("not connected to NATS")
+		}
+		return nil
+	})
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	names := []string{}
+	for _, u := range cfg.Upstreams {
+		names = append(names, u.Kind+"="+u.BaseURL)
+	}
+	log.Info("gateway listening", "addr", srv.Addr(), "upstreams", strings.Join(names, " "), "nats", nc.ConnectedUrlRedacted())
+	err = srv.Run(ctx)
+	wait()
+	if err != nil {
+		log.Error("gateway", "err", err)
+		return exitError
+	}
+	return exitOK
+}

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/fakellm"
+	"github.com/spendgate/spendgate/testenv"
+)
+
+// TestGateway_Commands runs the binaries as the README's quick start does:
+// serve, a price and a team budget, a key with a budget of one request,
+// and spendgate gateway in front of a fake provider. The first call
+// succeeds and the second is denied 429; keys list shows the key and no
+// hash; a rotated key's old secret is refused and its new one accepted; a
+// disabled key is refused; the HTTP API answers an admin key; /metrics
+// counts the calls; SIGTERM stops the gateway cleanly.
+func TestGateway_Commands(t *testing.T) {
+	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	url := "nats://" + listen
+	startProc(t, true, "serve", "--data-dir", filepath.Join(t.TempDir(), "data"), "--listen", listen)
+	env := []string{"SPENDGATE_NATS_URL=" + url}
+	cli := func(args ...string) string {
+		t.Helper()
+		r := runCLI(t, env, args...)
+		require.Equal(t, 0, r.code, "%v: %s %s", args, r.stdout, r.stderr)
+		return strings.TrimSpace(r.stdout)
+	}
+	fake := httptest.NewServer(fakellm.New("sk-upstream"))
+	t.Cleanup(fake.Close)
+	cli("pricing", "put", "--model", "gpt-4o-mini", "--input", "0.15", "--output", "0.60")
+	cli("budget", "put", "--scope", "team:search", "--period", "month", "--limit", "5.00", "--unit", "USD")
+	secret := cli("keys", "create", "--scope", "team:search", "--budget", "1", "--unit", "requests", "--secret-only")
+	id, ok := events.ParseAPIKey(secret)
+	require.True(t, ok, secret)
+	admin := cli("keys", "create", "--access", "admin", "--secret-only")
+
+	t.Setenv("OPENAI_API_KEY", "sk-upstream")
+	t.Setenv("SPENDGATE_NATS_URL", url)
+	gwAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	gw := startProc(t, false, "gateway", "--listen", gwAddr, "--upstream", "openai="+fake.URL+"/v1", "--key-cache", "100ms")
+	base := "http://" + gwAddr
+	testenv.WaitFor(t, 30*time.Second, "the gateway is ready", func() bool {
+		resp, err := http.Get(base + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	call := func(secret string) (int, string, http.Header) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, base+"/v1/chat/completions",
+			strings.NewReader(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Say hi"}],"max_tokens":300}`))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+secret)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(b), resp.Header
+	}
+	status, body, _ := call(secret)
+	require.Equal(t, http.StatusOK, status, body)
+	status, body, hdr := call(secret)
+	require.Equal(t, http.StatusTooManyRequests, status, body)
+	require.Contains(t, body, "limit_reached")
+	require.Contains(t, body, "key:"+id)
+	require.NotEmpty(t, hdr.Get("Retry-After"))
+	require.Len(t, fake.Config.Handler.(*fakellm.Server).Calls(), 1)
+
+	var team events.BudgetView
+	require.NoError(t, json.Unmarshal([]byte(cli("budget", "get", "--scope", "team:search", "--period", "month")), &team))
+	require.NotEqual(t, "0", team.Spent, "the call's cost landed in the team's budget")
+	require.Equal(t, "0", team.Reserved)
+
+	list := cli("keys", "list")
+	require.Contains(t, list, id)
+	require.Contains(t, list, `"prefix": "sgk_`+id+`_"`)
+	require.NotContains(t, list, events.HashAPIKey(secret))
+
+	var rotated struct {
+		Secret string `json:"secret"`
+		events.APIKeyView
+	}
+	require.NoError(t, json.Unmarshal([]byte(cli("keys", "rotate", "--id", id)), &rotated))
+	require.NotNil(t, rotated.RotatedAt)
+	testenv.WaitFor(t, 10*time.Second, "the old secret is refused", func() bool {
+		status, _, _ := call(secret)
+		return status == http.StatusUnauthorized
+	})
+	status, body, _ = call(rotated.Secret)
+	require.Equal(t, http.StatusTooManyRequests, status, "the new secret opens the key (whose budget is spent): %s", body)
+	cli("keys", "disable", "--id", id)
+	testenv.WaitFor(t, 10*time.Second, "the disabled key is refused", func() bool {
+		status, body, _ := call(rotated.Secret)
+		return status == http.StatusUnauthorized && strings.Contains(body, "key_disabled")
+	})
+
+	req, err := http.NewRequest(http.MethodPost, base+"/spendgate/budget.get", strings.NewReader(`{"scope":"team:search","period":"month"}`))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+admin)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+	require.Contains(t, string(b), `"scope":"team:search"`)
+
+	resp, err = http.Get(base + "/metrics")
+	require.NoError(t, err)
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Contains(t, string(b), `spendgate_gateway_calls_total{api="chat.completions",outcome="ok"} 1`)
+	require.Contains(t, string(b), `spendgate_gateway_denials_total{reason="limit_reached"}`)
+	require.Contains(t, string(b), `spendgate_httpapi_requests_total{endpoint="budget.get",code="ok"} 1`)
+	require.Contains(t, gw.out.String(), `msg="gateway call"`, "one log line per call")
+	gw.stop(t)
+}

@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""spendgate's HTTP API from Python with the standard library only.
+
+The HTTP API is the wire API over HTTP: POST /spendgate/<endpoint> with the
+same JSON bodies and the same error codes as the NATS endpoints, served by
+`spendgate gateway`. A key made with `spendgate keys create --access admin`
+(or `--access service` for a service that only admits and settles) is the
+bearer token.
+
+    SPENDGATE_HTTP=http://127.0.0.1:8080 SPENDGATE_KEY=sgk_... python3 http_api.py
+
+The three rules of every caller hold here too: make the request id once and
+reuse it on every retry; fail closed (no answer means do not call the paid
+upstream); void what you gave up on.
+"""
+import json
+import os
+import sys
+import uuid
+import urllib.error
+import urllib.request
+
+BASE = os.environ.get("SPENDGATE_HTTP", "http://127.0.0.1:8080")
+KEY = os.environ["SPENDGATE_KEY"]
+TIMEOUT = 5  # seconds; no answer in time: fail closed
+
+
+def call(endpoint, body):
+    """POSTs body to an endpoint; returns (HTTP status, reply object)."""
+    req = urllib.request.Request(
+        f"{BASE}/spendgate/{endpoint}",
+        data=json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=TIMEOUT) as resp:
+            return resp.status, json.load(resp)
+    except urllib.error.HTTPError as err:  # 4xx and 5xx carry {"error": {...}}
+        return err.code, json.load(err)
+
+
+def admit(scopes, amount, request_id, attempts=3):
+    """Reserves amount in every scope, or in none. Retries an unanswered
+    admit with the same request id; if it never gets an answer, voids the
+    request id and denies (fail closed)."""
+    body = {"request_id": request_id, "scopes": scopes, "amount": amount, "ttl": "1m"}
+    for _ in range(attempts):
+        try:
+            status, reply = call("admit", body)
+        except (urllib.error.URLError, TimeoutError):
+            continue  # no answer: retry, same request id
+        if status == 503:
+            continue  # ledger_unavailable: retry, same request id
+        return status, reply
+    try:
+        call("void", {"request_id": request_id, "scopes": scopes})
+    except (urllib.error.URLError, TimeoutError):
+        pass  # the reservation, if any, expires after its TTL
+    return 503, {"admitted": False, "denial": {"reason": "ledger_unavailable"}}
+
+
+def expect(what, got, want):
+    print(f"{what}: {got}")
+    if got != want:
+        sys.exit(f"FAIL: {what}: want {want}, got {got}")
+
+
+def main():
+    scope = f"org:py-{uuid.uuid4().hex[:8]}"
+    status, b = call("budget.put", {"scope": scope, "period": "month", "limit": "1.00", "unit": "USD"})
+    expect("budget.put", (status, b["limit"], b["available"]), (200, "1", "1"))
+
+    rid = str(uuid.uuid4())  # made once, reused on every retry
+    status, a = admit([scope], "0.60", rid)
+    expect("admit 0.60", (status, a["admitted"], a["amount"]), (200, True, "0.6"))
+    status, again = call("admit", {"request_id": rid, "scopes": [scope], "amount": "0.60", "ttl": "1m"})
+    expect("the same admit again (a lost reply's retry)", (again["replayed"], again["reservation_id"] == a["reservation_id"]), (True, True))
+
+    status, d = admit([scope], "0.60", str(uuid.uuid4()))
+    expect("a second admit of 0.60 (denied: 200 and admitted false)", (status, d["admitted"], d["denial"]["reason"]), (200, False, "limit_reached"))
+
+    status, s = call("settle", {"reservation_id": a["reservation_id"], "actual": "0.50"})
+    expect("settle 0.50", (status, s["status"], s["actual"]), (200, "settled", "0.5"))
+    status, e = call("settle", {"reservation_id": a["reservation_id"], "actual": "0.40"})
+    expect("settle again with another actual", (status, e["error"]["code"]), (409, "already_settled"))
+
+    status, e = call("admit", {"request_id": str(uuid.uuid4()), "scopes": [scope], "amount": "-1"})
+    expect("a negative amount", (status, e["error"]["code"]), (400, "invalid_amount"))
+    status, e = call("release", {"reservation_id": "rsv_00000000-0000-0000-0000-000000000000"})
+    expect("release of an unknown reservation", (status, e["error"]["code"]), (404, "unknown_reservation"))
+
+    status, v = call("void", {"request_id": str(uuid.uuid4()), "scopes": [scope]})
+    expect("void of an admit that never landed", (status, v["status"]), (200, "voided"))
+
+    status, b = call("budget.get", {"scope": scope, "period": "month"})
+    expect("budget.get", (status, b["spent"], b["reserved"], b["available"]), (200, "0.5", "0", "0.5"))
+    print("OK")
+
+
+if __name__ == "__main__":
+    main()

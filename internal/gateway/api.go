@@ -1,0 +1,283 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+
+	"github.com/spendgate/spendgate/events"
+)
+
+// api is one proxied endpoint: where it is, which provider serves it, and
+// how its request names the output it may produce.
+type api struct {
+	// name labels metrics and log lines and is the reservation's
+	// "endpoint" metadata.
+	name string
+	path string
+	kind string
+	// maxOut are the body fields naming the most output tokens, in
+	// precedence order; none for embeddings (noOutput).
+	maxOut   []string
+	noOutput bool
+	// mult are the body fields that multiply the output (n, best_of).
+	mult []string
+	// usageChunk: a streaming answer reports its usage in a last chunk
+	// that only stream_options.include_usage asks for.
+	usageChunk bool
+}
+
+// The proxied endpoints.
+var apis = []*api{
+	{name: "chat.completions", path: "/v1/chat/completions", kind: KindOpenAI, maxOut: []string{"max_completion_tokens", "max_tokens"}, mult: []string{"n"}, usageChunk: true},
+	{name: "completions", path: "/v1/completions", kind: KindOpenAI, maxOut: []string{"max_tokens"}, mult: []string{"n", "best_of"}, usageChunk: true},
+	{name: "embeddings", path: "/v1/embeddings", kind: KindOpenAI, noOutput: true},
+	{name: "responses", path: "/v1/responses", kind: KindOpenAI, maxOut: []string{"max_output_tokens"}},
+	{name: "messages", path: "/v1/messages", kind: KindAnthropic, maxOut: []string{"max_tokens"}},
+}
+
+// call is a parsed request.
+type call struct {
+	api    *api
+	model  string
+	stream bool
+	// input is the estimated input (estimateInput); maxOutput the most
+	// output the call may produce.
+	input, maxOutput int64
+	// body is what goes upstream: the caller's, or with
+	// stream_options.include_usage added (stripUsage).
+	body       []byte
+	stripUsage bool
+}
+
+// parse reads a request body. Errors: a *callError (400).
+func (a *api) parse(body []byte, cfg *Config) (*call, error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(body, &fields); err != nil || fields == nil {
+		return nil, badRequest("the request body is not a JSON object")
+	}
+	c := &call{api: a, body: body}
+	if err := json.Unmarshal(fields["model"], &c.model); err != nil || c.model == "" {
+		return nil, badRequest("model is required: a model name string")
+	}
+	if err := events.ValidateModel(c.model); err != nil {
+		return nil, badRequest(fmt.Sprintf("model %q cannot be priced: %s", c.model, err.(*events.Error).Message))
+	}
+	if raw, ok := fields["stream"]; ok && !isNull(raw) {
+		if err := json.Unmarshal(raw, &c.stream); err != nil {
+			return nil, badRequest("stream must be true or false")
+		}
+	}
+	mult := int64(1)
+	for _, f := range a.mult {
+		n, ok, err := intField(fields, f)
+		if err != nil || ok && n < 1 {
+			return nil, badRequest(f + " must be a whole number of at least 1")
+		}
+		if ok && n > mult {
+			mult = n
+		}
+	}
+	if !a.noOutput {
+		c.maxOutput = -1
+		for _, f := range a.maxOut {
+			n, ok, err := intField(fields, f)
+			if err != nil || ok && n < 0 {
+				return nil, badRequest(f + " must be a whole number of tokens")
+			}
+			if ok {
+				c.maxOutput = n
+				break
+			}
+		}
+		if c.maxOutput < 0 {
+			c.maxOutput = cfg.maxOutput(c.model)
+		}
+		if c.maxOutput > events.MaxTokens/mult {
+			return nil, badRequest(fmt.Sprintf("the call may produce more than %d output tokens", events.MaxTokens))
+		}
+		c.maxOutput *= mult
+	}
+	c.input = estimateInput(body)
+	if a.usageChunk && c.stream {
+		opts := map[string]json.RawMessage{}
+		if raw, ok := fields["stream_options"]; ok && !isNull(raw) {
+			if err := json.Unmarshal(raw, &opts); err != nil {
+				return nil, badRequest("stream_options must be an object")
+			}
+		}
+		var include bool
+		if raw, ok := opts["include_usage"]; ok && !isNull(raw) {
+			if err := json.Unmarshal(raw, &include); err != nil {
+				return nil, badRequest("stream_options.include_usage must be true or false")
+			}
+		}
+		if !include {
+			// The usage chunk is asked for here and taken out of what
+			// the caller sees (see observe).
+			opts["include_usage"] = json.RawMessage("true")
+			fields["stream_options"], _ = json.Marshal(opts)
+			b, err := json.Marshal(fields)
+			if err != nil {
+				return nil, badRequest("the request body cannot be re-encoded")
+			}
+			c.body, c.stripUsage = b, true
+		}
+	}
+	return c, nil
+}
+
+func isNull(raw json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(raw), []byte("null")) }
+
+// intField reads an integer field: ok false when absent or null.
+func intField(fields map[string]json.RawMessage, name string) (n int64, ok bool, err error) {
+	raw, present := fields[name]
+	if !present || isNull(raw) {
+		return 0, false, nil
+	}
+	if err := json.Unmarshal(raw, &n); err != nil {
+		return 0, false, err
+	}
+	return n, true, nil
+}
+
+// estimateInput bounds a request's input tokens from above without a
+// tokenizer: one token per byte of the body (a byte-level tokenizer makes
+// at most one token per UTF-8 byte, and the JSON around the text is more
+// bytes than the chat template's tokens), but ImageTokens for each inline
+// image (a "data:image/..." string) instead of its base64 bytes. At least
+// 1, at most events.MaxTokens.
+func estimateInput(body []byte) int64 {
+	n := int64(len(body))
+	rest := body
+	for {
+		i := bytes.Index(rest, []byte(`"data:image/`))
+		if i < 0 {
+			break
+		}
+		rest = rest[i+1:]
+		end := closingQuote(rest)
+		if end < 0 {
+			break
+		}
+		n += ImageTokens - int64(end+2)
+		rest = rest[end+1:]
+	}
+	return max(1, min(n, events.MaxTokens))
+}
+
+// closingQuote returns the index of the quote that ends the JSON string
+// whose content starts at s[0], or -1.
+func closingQuote(s []byte) int {
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '\\':
+			i++
+		case '"':
+			return i
+		}
+	}
+	return -1
+}
+
+// usage is what a provider reported.
+type usage struct {
+	input, output, cached int64
+}
+
+// rawUsage reads every provider's usage object.
+type rawUsage struct {
+	// OpenAI chat, completions, embeddings.
+	PromptTokens     *int64 `json:"prompt_tokens"`
+	CompletionTokens int64  `json:"completion_tokens"`
+	PromptDetails    *struct {
+		Cached int64 `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+	// OpenAI responses, Anthropic messages.
+	InputTokens  *int64 `json:"input_tokens"`
+	OutputTokens *int64 `json:"output_tokens"`
+	InputDetails *struct {
+		Cached int64 `json:"cached_tokens"`
+	} `json:"input_tokens_details"`
+	// Anthropic's cache: written (priced here at the input price; the
+	// pricing table has no cache-write price) and read.
+	CacheCreation int64 `json:"cache_creation_input_tokens"`
+	CacheRead     int64 `json:"cache_read_input_tokens"`
+}
+
+// usageOf reads a usage object of a's provider: ok false when raw is
+// null, not an object, or names no input.
+func (a *api) usageOf(raw json.RawMessage) (usage, bool) {
+	if len(raw) == 0 || isNull(raw) {
+		return usage{}, false
+	}
+	var r rawUsage
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return usage{}, false
+	}
+	var u usage
+	switch {
+	case a.kind == KindAnthropic:
+		if r.InputTokens == nil {
+			return usage{}, false
+		}
+		u.input = *r.InputTokens + r.CacheCreation + r.CacheRead
+		u.cached = r.CacheRead
+		if r.OutputTokens != nil {
+			u.output = *r.OutputTokens
+		}
+	case r.PromptTokens != nil:
+		u.input, u.output = *r.PromptTokens, r.CompletionTokens
+		if r.PromptDetails != nil {
+			u.cached = r.PromptDetails.Cached
+		}
+	case r.InputTokens != nil:
+		u.input = *r.InputTokens
+		if r.OutputTokens != nil {
+			u.output = *r.OutputTokens
+		}
+		if r.InputDetails != nil {
+			u.cached = r.InputDetails.Cached
+		}
+	default:
+		return usage{}, false
+	}
+	if events.ValidateUsage(events.Usage{InputTokens: u.input, OutputTokens: u.output, CachedInputTokens: u.cached}) != nil {
+		return usage{}, false
+	}
+	return u, true
+}
+
+// bodyUsage reads the usage of a plain (not streamed) answer: the top
+// level "usage" of the whole body, or, when only its tail was kept
+// (complete false), of the last top-level-looking "usage" key in the tail.
+func (a *api) bodyUsage(body []byte, whole bool) (usage, bool) {
+	if whole {
+		var top struct {
+			Usage json.RawMessage `json:"usage"`
+		}
+		if json.Unmarshal(body, &top) != nil {
+			return usage{}, false
+		}
+		return a.usageOf(top.Usage)
+	}
+	key := []byte(`"usage"`)
+	for end := len(body); ; {
+		i := bytes.LastIndex(body[:end], key)
+		if i < 0 {
+			return usage{}, false
+		}
+		end = i
+		rest := bytes.TrimLeft(body[i+len(key):], " \t\r\n")
+		if len(rest) == 0 || rest[0] != ':' {
+			continue
+		}
+		var raw json.RawMessage
+		if json.NewDecoder(bytes.NewReader(rest[1:])).Decode(&raw) != nil {
+			continue
+		}
+		if u, ok := a.usageOf(raw); ok {
+			return u, true
+		}
+	}
+}

@@ -1,0 +1,102 @@
+package gateway
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+
+	"github.com/spendgate/spendgate/events"
+)
+
+// callError is a call the gateway answers itself, shaped as the caller's
+// provider shapes its errors so that its SDK raises its usual exception.
+type callError struct {
+	status int
+	// typ is the OpenAI error type; code the OpenAI error code (and the
+	// outcome label of the call's metrics).
+	typ, code string
+	msg       string
+	// retryAfter, when positive, is sent as Retry-After (seconds).
+	retryAfter int64
+	// noRetry sends "x-should-retry: false": the OpenAI and Anthropic
+	// SDKs then do not retry (a budget that frees up only at its
+	// period's reset).
+	noRetry bool
+	// denial is the ledger's denial, sent as "spendgate" in the body.
+	denial *events.Denial
+}
+
+func (e *callError) Error() string { return e.code + ": " + e.msg }
+
+func badRequest(msg string) *callError {
+	return &callError{status: http.StatusBadRequest, typ: "invalid_request_error", code: "invalid_request", msg: msg, noRetry: true}
+}
+
+// anthropicType is the Anthropic error type of an HTTP status.
+func anthropicType(status int) string {
+	switch status {
+	case http.StatusBadRequest, http.StatusConflict:
+		return "invalid_request_error"
+	case http.StatusUnauthorized:
+		return "authentication_error"
+	case http.StatusForbidden:
+		return "permission_error"
+	case http.StatusNotFound:
+		return "not_found_error"
+	case http.StatusRequestEntityTooLarge:
+		return "request_too_large"
+	case http.StatusTooManyRequests:
+		return "rate_limit_error"
+	case http.StatusServiceUnavailable:
+		return "overloaded_error"
+	}
+	return "api_error"
+}
+
+// write answers e in kind's shape:
+//
+//	OpenAI:    {"error":{"message","type","param":null,"code","spendgate":{denial}}}
+//	Anthropic: {"type":"error","error":{"type","message"},"spendgate":{denial}}
+func (e *callError) write(w http.ResponseWriter, kind string) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	if e.retryAfter > 0 {
+		h.Set("Retry-After", strconv.FormatInt(e.retryAfter, 10))
+	}
+	if e.noRetry {
+		h.Set("X-Should-Retry", "false")
+	}
+	var body any
+	if kind == KindAnthropic {
+		body = struct {
+			Type  string `json:"type"`
+			Error struct {
+				Type    string `json:"type"`
+				Message string `json:"message"`
+			} `json:"error"`
+			Spendgate *events.Denial `json:"spendgate,omitempty"`
+		}{Type: "error", Error: struct {
+			Type    string `json:"type"`
+			Message string `json:"message"`
+		}{anthropicType(e.status), e.msg}, Spendgate: e.denial}
+	} else {
+		body = struct {
+			Error struct {
+				Message   string         `json:"message"`
+				Type      string         `json:"type"`
+				Param     *string        `json:"param"`
+				Code      string         `json:"code"`
+				Spendgate *events.Denial `json:"spendgate,omitempty"`
+			} `json:"error"`
+		}{Error: struct {
+			Message   string         `json:"message"`
+			Type      string         `json:"type"`
+			Param     *string        `json:"param"`
+			Code      string         `json:"code"`
+			Spendgate *events.Denial `json:"spendgate,omitempty"`
+		}{Message: e.msg, Type: e.typ, Code: e.code, Spendgate: e.denial}}
+	}
+	b, _ := json.Marshal(body)
+	w.WriteHeader(e.status)
+	_, _ = w.Write(append(b, '\n'))
+}

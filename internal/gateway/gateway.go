@@ -1,0 +1,676 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/spendgate/spendgate/client"
+	"github.com/spendgate/spendgate/events"
+)
+
+// Gateway is the proxy. Make one with New, register its routes on a mux
+// (Register), and call Wait before the process exits.
+type Gateway struct {
+	cfg     Config
+	ups     []*upstream
+	clients *ClientSet
+	keys    *Keys
+	hc      *http.Client
+	m       *Metrics
+	log     *slog.Logger
+	now     func() time.Time
+
+	// inflight holds the request ids derived from an Idempotency-Key
+	// while their call runs here: a second call with the same key and
+	// header meanwhile is refused (409), never given the first one's
+	// reservation.
+	inflight sync.Map
+	// bg counts settles that outlive their call (the caller left).
+	bg sync.WaitGroup
+}
+
+// New returns a gateway that admits through clients and resolves keys
+// with keys. It returns an error if cfg or an option is invalid.
+func New(clients *ClientSet, keys *Keys, cfg Config, opts ...Option) (*Gateway, error) {
+	if clients == nil || keys == nil {
+		return nil, errors.New("gateway: clients and keys are required")
+	}
+	ups, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
+	o := options{log: slog.New(slog.DiscardHandler), now: time.Now}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	if o.metrics == nil {
+		o.metrics = NewMetrics(nil)
+	}
+	keys.hits = o.metrics.KeyLookups.With("hit").Inc
+	keys.misses = o.metrics.KeyLookups.With("miss").Inc
+	tr := &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          4096,
+		MaxIdleConnsPerHost:   1024,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
+	return &Gateway{cfg: cfg, ups: ups, clients: clients, keys: keys, hc: &http.Client{Transport: tr},
+		m: o.metrics, log: o.log, now: o.now}, nil
+}
+
+// Register adds the proxied endpoints to mux: POST /v1/chat/completions,
+// /v1/completions, /v1/embeddings, /v1/responses and /v1/messages.
+func (g *Gateway) Register(mux interface{ Handle(string, http.Handler) }) {
+	for _, a := range apis {
+		mux.Handle("POST "+a.path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.serve(a, w, r) }))
+	}
+}
+
+// Wait waits (at most 30 s) for the settles of calls whose callers left.
+func (g *Gateway) Wait() {
+	done := make(chan struct{})
+	go func() { g.bg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(shutdownSettle):
+		g.log.Error("gateway: settles still running at shutdown; their reservations expire after their TTL")
+	}
+}
+
+// callLog is what the one log line of a call says.
+type callLog struct {
+	api, key, model, tenant, outcome string
+	stream                           bool
+	status                           int
+	requestID, reservation, reserved string
+	settled, actual                  string
+	usage                            *usage
+	denial                           string
+	err                              error
+	start                            time.Time
+	upstream                         time.Duration
+	// async: the call is closed and logged after its reply
+	// (Config.SettleAfterReply), by a copy of this line.
+	async bool
+}
+
+func (g *Gateway) logCall(l *callLog) {
+	g.m.Calls.With(l.api, l.outcome).Inc()
+	attrs := []any{"api", l.api, "outcome", l.outcome, "status", l.status, "key", l.key, "model", l.model, "stream", l.stream,
+		"ms", time.Since(l.start).Milliseconds()}
+	if l.tenant != "" {
+		attrs = append(attrs, "tenant", l.tenant)
+	}
+	if l.reservation != "" {
+		attrs = append(attrs, "request_id", l.requestID, "reservation", l.reservation, "reserved", l.reserved, "closed", l.settled)
+	}
+	if l.actual != "" {
+		attrs = append(attrs, "actual", l.actual)
+	}
+	if l.usage != nil {
+		attrs = append(attrs, "input_tokens", l.usage.input, "output_tokens", l.usage.output, "cached_input_tokens", l.usage.cached)
+	}
+	if l.upstream > 0 {
+		attrs = append(attrs, "upstream_ms", l.upstream.Milliseconds())
+	}
+	if l.denial != "" {
+		attrs = append(attrs, "denial", l.denial)
+	}
+	if l.err != nil {
+		attrs = append(attrs, "err", l.err.Error())
+	}
+	g.log.Info("gateway call", attrs...)
+}
+
+// fail answers e and logs the call with outcome.
+func (g *Gateway) fail(w http.ResponseWriter, a *api, l *callLog, outcome string, e *callError) {
+	e.write(w, a.kind)
+	l.outcome, l.status = outcome, e.status
+	if l.err == nil {
+		l.err = e
+	}
+}
+
+func (g *Gateway) serve(a *api, w http.ResponseWriter, r *http.Request) {
+	g.m.Inflight.Inc()
+	defer g.m.Inflight.Dec()
+	l := &callLog{api: a.name, start: time.Now()}
+	defer func() {
+		if l.outcome != "" && !l.async {
+			g.logCall(l)
+		}
+	}()
+	ctx := r.Context()
+
+	key, err := g.keys.Authenticate(ctx, secretOf(r))
+	if err != nil {
+		g.fail(w, a, l, outcomeOfKeyError(err), keyError(err))
+		return
+	}
+	l.key, l.tenant = key.ID, key.Tenant
+	if len(key.Scopes) == 0 {
+		g.fail(w, a, l, OutcomeUnauthorized, &callError{status: http.StatusForbidden, typ: "invalid_request_error", code: "no_scopes",
+			msg: "spendgate: key " + key.ID + " has no scopes: it may call the HTTP API only", noRetry: true})
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBody))
+	if err != nil {
+		var mb *http.MaxBytesError
+		if errors.As(err, &mb) {
+			g.fail(w, a, l, OutcomeBadRequest, &callError{status: http.StatusRequestEntityTooLarge, typ: "invalid_request_error",
+				code: "request_too_large", msg: fmt.Sprintf("the request body is larger than %d bytes", g.cfg.MaxBody), noRetry: true})
+			return
+		}
+		l.outcome, l.err = OutcomeCallerGone, err
+		return
+	}
+	c, err := a.parse(body, &g.cfg)
+	if err != nil {
+		g.fail(w, a, l, OutcomeBadRequest, err.(*callError))
+		return
+	}
+	l.model, l.stream = c.model, c.stream
+	up := route(g.ups, a.kind, c.model)
+	if up == nil {
+		g.fail(w, a, l, OutcomeBadRequest, &callError{status: http.StatusNotFound, typ: "invalid_request_error", code: "model_not_found",
+			msg: "spendgate: no upstream of this gateway serves model " + c.model, noRetry: true})
+		return
+	}
+	cl, err := g.clients.For(key.Tenant)
+	if err != nil {
+		g.fail(w, a, l, OutcomeUnauthorized, &callError{status: http.StatusForbidden, typ: "invalid_request_error", code: "invalid_tenant",
+			msg: "spendgate: key " + key.ID + " names a tenant this gateway cannot serve", noRetry: true})
+		return
+	}
+
+	base := requestBase(key.ID, r.Header.Get("Idempotency-Key"))
+	if base != "" {
+		if _, busy := g.inflight.LoadOrStore(base, struct{}{}); busy {
+			g.fail(w, a, l, OutcomeBadRequest, &callError{status: http.StatusConflict, typ: "invalid_request_error", code: "idempotency_key_in_use",
+				msg: "spendgate: a call with this Idempotency-Key is running; retry when it ends", retryAfter: 1})
+			return
+		}
+		defer g.inflight.Delete(base)
+	}
+	res, err := g.admit(ctx, cl, key, c, base)
+	g.m.AdmitSeconds.With(a.name).Since(l.start)
+	if err != nil {
+		g.admitFailed(ctx, w, a, l, cl, err)
+		return
+	}
+	rep := res.Reply()
+	l.requestID, l.reservation, l.reserved = rep.RequestID, rep.ReservationID, rep.Amount+" "+rep.Unit
+	g.forward(w, r, a, c, up, res, l)
+}
+
+// requestBase is the request id of a call whose caller sent an
+// Idempotency-Key: "gw-" and 32 hex digits of the SHA-256 of the key's id
+// and the header, so the same header from two keys never meets. "" without
+// the header (the client makes a UUID).
+func requestBase(keyID, idem string) string {
+	if idem == "" {
+		return ""
+	}
+	h := sha256.Sum256([]byte(keyID + "\x00" + idem))
+	return "gw-" + hex.EncodeToString(h[:16])
+}
+
+// admit reserves the call's maximum cost in every scope of the key. With
+// an Idempotency-Key, the request id of the first attempt is base: an
+// attempt whose earlier one still holds its reservation (a gateway that
+// died mid-call; a retry of a reply lost on the way) takes that
+// reservation over, and one whose earlier attempt is closed or voided
+// takes the next id of its line (base-2, base-3, ...), so that every call
+// that reaches the upstream has a reservation of its own.
+func (g *Gateway) admit(ctx context.Context, cl *client.Client, key events.APIKeyResolveReply, c *call, base string) (*client.Reservation, error) {
+	req := events.AdmitRequest{Scopes: key.Scopes, Model: c.model, InputTokens: c.input, MaxOutputTokens: c.maxOutput,
+		TTL:      (g.cfg.UpstreamTimeout + ttlMargin).String(),
+		Metadata: map[string]string{"key_id": key.ID, "model": c.model, "endpoint": c.api.name}}
+	for gen := 1; ; gen++ {
+		if base != "" {
+			req.RequestID = base
+			if gen > 1 {
+				req.RequestID = base + "-" + strconv.Itoa(gen)
+			}
+		}
+		res, err := cl.Admit(ctx, req)
+		var ee *events.Error
+		switch {
+		case err == nil && (!res.Reply().Replayed || res.Reply().Status == events.StatusOpen):
+			return res, nil
+		case err == nil, errors.As(err, &ee) && ee.Code == events.CodeRequestVoided:
+			if base == "" || gen >= maxGenerations {
+				return nil, &callError{status: http.StatusConflict, typ: "invalid_request_error", code: "idempotency_key_used",
+					msg: fmt.Sprintf("spendgate: this Idempotency-Key has been used by %d calls; send a new one", gen), noRetry: true}
+			}
+		default:
+			return nil, err
+		}
+	}
+}
+
+// admitFailed answers an admit that did not admit: a budget's denial
+// (429, or 400 for an unpriced model), the ledger unavailable (503), a
+// request the ledger refused (400, 409).
+func (g *Gateway) admitFailed(ctx context.Context, w http.ResponseWriter, a *api, l *callLog, cl *client.Client, err error) {
+	var ce *callError
+	var de *client.DeniedError
+	var ee *events.Error
+	switch {
+	case errors.As(err, &ce):
+		g.fail(w, a, l, OutcomeBadRequest, ce)
+	case errors.Is(err, client.ErrUnavailable):
+		g.fail(w, a, l, OutcomeUnavailable, &callError{status: http.StatusServiceUnavailable, typ: "server_error", code: "ledger_unavailable",
+			msg: "spendgate: the ledger did not answer; the call was not made (fail closed)"})
+	case errors.As(err, &de):
+		d := de.Denial
+		g.m.Denials.With(string(d.Reason)).Inc()
+		l.denial = string(d.Reason)
+		g.fail(w, a, l, OutcomeDenied, g.denial(ctx, cl, d))
+	case errors.As(err, &ee):
+		status := http.StatusBadRequest
+		if ee.Code == events.CodeIdempotencyMismatch {
+			status = http.StatusConflict
+		}
+		g.fail(w, a, l, OutcomeBadRequest, &callError{status: status, typ: "invalid_request_error", code: string(ee.Code),
+			msg: "spendgate: " + ee.Message, noRetry: true})
+	default: // ctx ended: the caller left
+		l.outcome, l.err = OutcomeCallerGone, err
+	}
+}
+
+// denial shapes a budget's denial. A limit that the budget's spend alone
+// already blocks frees up at its period's reset: Retry-After says when,
+// and the SDKs are told not to retry (x-should-retry: false) unless that
+// is within a minute. One that open reservations block may free up any
+// moment: Retry-After 1. Other reasons never free up by waiting.
+func (g *Gateway) denial(ctx context.Context, cl *client.Client, d events.Denial) *callError {
+	e := &callError{status: http.StatusTooManyRequests, typ: "budget_exceeded", code: string(d.Reason), denial: &d, noRetry: true}
+	switch d.Reason {
+	case events.ReasonLimitReached:
+		e.msg = fmt.Sprintf("spendgate: budget %s per %s (%s) is spent: limit %s %s, spent %s, reserved %s, this call needs up to %s",
+			d.Scope, d.Period, d.Instance, d.Limit, d.Unit, d.Spent, d.Reserved, d.Requested)
+		limit, err1 := events.ParseMoney(d.Limit)
+		spent, err2 := events.ParseMoney(d.Spent)
+		need, err3 := events.ParseMoney(d.Requested)
+		if err1 != nil || err2 != nil || err3 != nil {
+			break
+		}
+		if spent.Add(need).Cmp(limit) <= 0 {
+			// Open reservations block it: they close soon.
+			e.retryAfter, e.noRetry = 1, false
+			break
+		}
+		if end, ok := g.resetOf(ctx, cl, d); ok {
+			secs := int64(end.Sub(g.now()).Seconds()) + 1
+			e.retryAfter = max(secs, 1)
+			e.noRetry = secs > 60
+			e.msg += "; it resets at " + end.UTC().Format(time.RFC3339)
+		}
+	case events.ReasonUnpricedModel:
+		e.status, e.typ = http.StatusBadRequest, "invalid_request_error"
+		e.msg = "spendgate: model " + d.Model + " has no price in the pricing table; the call is denied, never costed at zero"
+	default:
+		e.msg = "spendgate: denied by budget " + string(d.Scope) + ": " + string(d.Reason) + ": " + d.Message
+	}
+	return e
+}
+
+// resetOf is when a denying budget's period ends, in the budget's time
+// zone (read from the ledger; UTC if it cannot be).
+func (g *Gateway) resetOf(ctx context.Context, cl *client.Client, d events.Denial) (time.Time, bool) {
+	loc := time.UTC
+	rctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if b, err := cl.GetBudget(rctx, events.BudgetGetRequest{Scope: string(d.Scope), Period: string(d.Period), Unit: d.Unit}); err == nil && b.TZ != "" {
+		if z, err := events.LoadZone(b.TZ); err == nil {
+			loc = z
+		}
+	}
+	return periodEnd(d.Period, d.Instance, loc)
+}
+
+func outcomeOfKeyError(err error) string {
+	if errors.Is(err, client.ErrUnavailable) {
+		return OutcomeUnavailable
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return OutcomeCallerGone
+	}
+	return OutcomeUnauthorized
+}
+
+// keyError shapes a key lookup's failure: 401 for no key or an unknown
+// one, 401 key_disabled, 503 when the ledger did not answer.
+func keyError(err error) *callError {
+	var ee *events.Error
+	switch {
+	case errors.Is(err, ErrNoKey):
+		return &callError{status: http.StatusUnauthorized, typ: "invalid_request_error", code: "missing_api_key",
+			msg: "spendgate: no API key: send Authorization: Bearer <key> (or x-api-key)", noRetry: true}
+	case errors.Is(err, client.ErrUnavailable):
+		return &callError{status: http.StatusServiceUnavailable, typ: "server_error", code: "ledger_unavailable",
+			msg: "spendgate: the ledger did not answer the key lookup; the call was not made (fail closed)"}
+	case errors.As(err, &ee) && ee.Code == events.CodeKeyDisabled:
+		return &callError{status: http.StatusUnauthorized, typ: "invalid_request_error", code: "key_disabled",
+			msg: "spendgate: this API key is disabled", noRetry: true}
+	case errors.As(err, &ee):
+		return &callError{status: http.StatusUnauthorized, typ: "invalid_request_error", code: "invalid_api_key",
+			msg: "spendgate: incorrect API key", noRetry: true}
+	}
+	return &callError{status: http.StatusServiceUnavailable, typ: "server_error", code: "ledger_unavailable",
+		msg: "spendgate: the key lookup did not finish", noRetry: false}
+}
+
+// Headers passed from the caller to the upstream, and back.
+var (
+	forwardRequestHeaders  = []string{"Accept", "OpenAI-Beta", "Anthropic-Version", "Anthropic-Beta", "User-Agent"}
+	forwardResponseHeaders = []string{"Content-Type", "Cache-Control", "X-Request-Id", "Request-Id", "Openai-Processing-Ms",
+		"Openai-Version", "Retry-After", "Retry-After-Ms"}
+)
+
+// outcome is how a forwarded call ended.
+type outcome struct {
+	// u is the reported usage, used when final; otherwise the call is
+	// settled at its reservation, or released.
+	u        usage
+	final    bool
+	released bool
+	// label is the call's outcome (OutcomeOK, ...); err why it failed.
+	label string
+	err   error
+}
+
+// forward sends the call upstream, passes its answer to the caller, and
+// closes the reservation: from the reported usage, at the reservation when
+// none was reported, released when the upstream refused the call or never
+// got it.
+func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *api, c *call, up *upstream, res *client.Reservation, l *callLog) {
+	ctx, cancel := context.WithTimeout(r.Context(), g.cfg.UpstreamTimeout)
+	defer cancel()
+	var wrote atomic.Bool
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) {
+		if i.Err == nil {
+			wrote.Store(true)
+		}
+	}})
+	ureq, err := http.NewRequestWithContext(ctx, http.MethodPost, up.url(a), bytes.NewReader(c.body))
+	if err != nil {
+		g.close(res, outcome{released: true, label: OutcomeUnreachable, err: err}, l)
+		(&callError{status: http.StatusBadGateway, typ: "server_error", code: "upstream_error", msg: "spendgate: " + err.Error()}).write(w, a.kind)
+		return
+	}
+	for _, h := range forwardRequestHeaders {
+		if v := r.Header.Values(h); len(v) > 0 {
+			ureq.Header[h] = v
+		}
+	}
+	ureq.Header.Set("Content-Type", "application/json")
+	if a.kind == KindAnthropic {
+		ureq.Header.Set("X-Api-Key", up.Key)
+		if ureq.Header.Get("Anthropic-Version") == "" {
+			ureq.Header.Set("Anthropic-Version", "2023-06-01")
+		}
+	} else {
+		ureq.Header.Set("Authorization", "Bearer "+up.Key)
+	}
+	t0 := time.Now()
+	resp, err := g.hc.Do(ureq)
+	l.upstream = time.Since(t0)
+	g.m.UpstreamSeconds.With(a.name).Observe(l.upstream.Seconds())
+	if err != nil {
+		o := outcome{label: OutcomeUnreachable, err: redact(err, up.Key)}
+		if !wrote.Load() {
+			o.released = true // the upstream never got the call
+		}
+		if r.Context().Err() != nil {
+			o.label = OutcomeCallerGone
+		}
+		g.close(res, o, l)
+		(&callError{status: http.StatusBadGateway, typ: "server_error", code: "upstream_unreachable",
+			msg: "spendgate: the upstream did not answer: " + o.err.Error()}).write(w, a.kind)
+		l.status = http.StatusBadGateway
+		return
+	}
+	defer resp.Body.Close()
+	l.status = resp.StatusCode
+	if resp.StatusCode/100 != 2 {
+		g.refused(w, a, resp, up, res, l)
+		return
+	}
+	h := w.Header()
+	for _, k := range forwardResponseHeaders {
+		if v := resp.Header.Values(k); len(v) > 0 {
+			h[k] = v
+		}
+	}
+	rep := res.Reply()
+	h.Set("X-Spendgate-Request-Id", rep.RequestID)
+	h.Set("X-Spendgate-Reservation-Id", rep.ReservationID)
+	h.Set("X-Spendgate-Reserved", rep.Amount+" "+rep.Unit)
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "text/event-stream" {
+		h.Set("X-Accel-Buffering", "no")
+		h.Del("Content-Length")
+		w.WriteHeader(resp.StatusCode)
+		if fl, ok := w.(http.Flusher); ok {
+			fl.Flush()
+		}
+		st := &streamState{a: a, strip: c.stripUsage}
+		closed := false
+		gone, err := pumpStream(w, resp.Body, st, func() {
+			closed = true
+			o := outcome{u: st.u, final: st.final, label: OutcomeOK}
+			switch {
+			case r.Context().Err() != nil && !st.done:
+				o.label = OutcomeCallerGone
+			case !st.done || st.failed:
+				o.label = OutcomeCut
+			}
+			if g.cfg.SettleAfterReply {
+				g.closeAfter(res, o, l)
+				return
+			}
+			g.close(res, o, l)
+		})
+		if !closed {
+			g.close(res, outcome{label: OutcomeCut, err: err}, l)
+		}
+		if err != nil && l.err == nil {
+			l.err = redact(err, up.Key)
+		}
+		if err != nil && !gone && !st.done {
+			// The upstream broke off: so does the answer, so that the
+			// caller's SDK raises instead of taking half an answer for
+			// a whole one.
+			panic(http.ErrAbortHandler)
+		}
+		return
+	}
+	g.plain(w, a, resp, res, l)
+}
+
+// plain passes a whole (not streamed) answer: it reads it (keeping what
+// its usage needs), settles, then writes it, so a caller that has the
+// answer finds its spend in the ledger. An answer larger than maxUsageScan
+// is written as it comes and settled after.
+func (g *Gateway) plain(w http.ResponseWriter, a *api, resp *http.Response, res *client.Reservation, l *callLog) {
+	buf := bytes.NewBuffer(make([]byte, 0, max(0, min(resp.ContentLength, maxUsageScan))+512))
+	n, err := io.Copy(buf, io.LimitReader(resp.Body, maxUsageScan+1))
+	if err == nil && n <= maxUsageScan {
+		u, ok := a.bodyUsage(buf.Bytes(), true)
+		o := outcome{u: u, final: ok, label: OutcomeOK}
+		if !g.cfg.SettleAfterReply {
+			g.close(res, o, l)
+		}
+		if resp.ContentLength >= 0 {
+			w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+		}
+		w.WriteHeader(resp.StatusCode)
+		_, _ = w.Write(buf.Bytes())
+		if g.cfg.SettleAfterReply {
+			g.closeAfter(res, o, l)
+		}
+		return
+	}
+	if err != nil {
+		// Cut mid-answer: nothing was passed on yet, and half an answer
+		// is no answer. The call may have been billed in full.
+		g.close(res, outcome{label: OutcomeCut, err: err}, l)
+		(&callError{status: http.StatusBadGateway, typ: "server_error", code: "upstream_cut",
+			msg: "spendgate: the upstream's answer broke off"}).write(w, a.kind)
+		l.status = http.StatusBadGateway
+		return
+	}
+	// Large: stream the rest through, keeping only its tail for the usage.
+	w.WriteHeader(resp.StatusCode)
+	tail := &tailBuffer{max: usageTail}
+	_, _ = tail.Write(buf.Bytes())
+	callerGone := false
+	if _, werr := w.Write(buf.Bytes()); werr != nil {
+		callerGone = true
+	}
+	var dst io.Writer = tail
+	if !callerGone {
+		dst = io.MultiWriter(tail, w)
+	}
+	_, err = io.Copy(dst, resp.Body)
+	u, ok := a.bodyUsage(tail.b, false)
+	o := outcome{u: u, final: ok && err == nil, label: OutcomeOK, err: err}
+	if err != nil {
+		o.label = OutcomeCut
+	}
+	g.close(res, o, l)
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	b   []byte
+	max int
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.b = append(t.b, p...)
+	if len(t.b) > 2*t.max {
+		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+// refused passes an upstream's refusal (a status that is not 2xx) and
+// releases the reservation: a refused call is not billed. A refusal of the
+// gateway's own credentials (401, 403) is not passed on: it is the
+// gateway's fault, answered 502, and its body may name the key.
+func (g *Gateway) refused(w http.ResponseWriter, a *api, resp *http.Response, up *upstream, res *client.Reservation, l *callLog) {
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	g.close(res, outcome{released: true, label: OutcomeUpstreamError,
+		err: fmt.Errorf("upstream answered %d", resp.StatusCode)}, l)
+	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+		g.log.Error("gateway: the upstream refused the gateway's credentials", "upstream", up.base.Host, "status", resp.StatusCode)
+		(&callError{status: http.StatusBadGateway, typ: "server_error", code: "upstream_auth",
+			msg: "spendgate: the upstream refused the gateway's credentials"}).write(w, a.kind)
+		l.status = http.StatusBadGateway
+		return
+	}
+	h := w.Header()
+	for _, k := range forwardResponseHeaders {
+		if v := resp.Header.Values(k); len(v) > 0 {
+			h[k] = v
+		}
+	}
+	h.Set("Content-Length", strconv.Itoa(len(redactBytes(body, up.Key))))
+	w.WriteHeader(resp.StatusCode)
+	_, _ = w.Write(redactBytes(body, up.Key))
+}
+
+// close settles or releases the call's reservation, under its own
+// deadline and whatever became of the caller, and logs the call. A settle
+// the ledger does not acknowledge is counted and logged; the reservation
+// then expires after its TTL.
+func (g *Gateway) close(res *client.Reservation, o outcome, l *callLog) {
+	ctx := context.Background()
+	start := time.Now()
+	var reply events.CloseReply
+	var err error
+	switch {
+	case o.released:
+		l.settled = "released"
+		reply, err = res.Release(ctx)
+	case o.final:
+		l.settled, l.usage = "usage", &o.u
+		reply, err = res.SettleUsage(ctx, events.Usage{InputTokens: o.u.input, OutputTokens: o.u.output, CachedInputTokens: o.u.cached})
+	default:
+		// No usage: the call may have cost up to its reservation.
+		l.settled = "reservation"
+		reply, err = res.Settle(ctx, res.Amount())
+	}
+	g.m.SettleLag.Since(start)
+	l.actual = reply.Actual
+	l.outcome = o.label
+	if o.err != nil {
+		l.err = o.err
+	}
+	if err != nil {
+		g.m.SettleFailures.With(string(events.CodeOf(err))).Inc()
+		g.log.Error("gateway: closing a reservation failed; it expires after its TTL", "reservation", res.ID(), "how", l.settled, "err", err)
+		if l.err == nil {
+			l.err = err
+		}
+	}
+}
+
+// closeAfter closes the call's reservation and logs it off the caller's
+// path (Config.SettleAfterReply), from a copy of its log line.
+func (g *Gateway) closeAfter(res *client.Reservation, o outcome, l *callLog) {
+	l.async = true
+	lc := *l
+	g.bg.Add(1)
+	go func() {
+		defer g.bg.Done()
+		g.close(res, o, &lc)
+		g.logCall(&lc)
+	}()
+}
+
+// url is where the upstream answers a.
+func (u *upstream) url(a *api) string {
+	p := a.path
+	if u.Kind == KindOpenAI {
+		p = p[len("/v1"):]
+	}
+	return u.base.String() + p
+}
+
+// redact removes the upstream's key from an error's text.
+func redact(err error, key string) error {
+	if err == nil || key == "" || !bytes.Contains([]byte(err.Error()), []byte(key)) {
+		return err
+	}
+	return errors.New(string(redactBytes([]byte(err.Error()), key)))
+}
+
+func redactBytes(b []byte, key string) []byte {
+	if key == "" {
+		return b
+	}
+	return bytes.ReplaceAll(b, []byte(key), []byte("[redacted]"))
+}

@@ -1,0 +1,600 @@
+package gateway_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/spendgate/spendgate/client"
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/fakellm"
+	"github.com/spendgate/spendgate/internal/gateway"
+	"github.com/spendgate/spendgate/projector"
+	"github.com/spendgate/spendgate/service"
+	"github.com/spendgate/spendgate/streams"
+	"github.com/spendgate/spendgate/testenv"
+)
+
+// upstreamKey is the fake provider's credential: the gateway's, never a
+// caller's.
+const upstreamKey = "sk-upstream-secret-4242"
+
+// Prices per million tokens of the test models.
+var (
+	priceIn, priceOut, priceCached = "2.5", "10", "1.25"
+)
+
+// env is a real JetStream with a spendgate replica, the fake provider and
+// a gateway in front of it, each on 127.0.0.1.
+type env struct {
+	t       *testing.T
+	te      *testenv.Env
+	replica *service.Replica
+	admin   *client.Client
+	fake    *fakellm.Server
+	gw      *gateway.Gateway
+	url     string
+	http    *http.Client
+	// stop stops the replica.
+	stop func()
+}
+
+type envOpts struct {
+	keyCache time.Duration
+}
+
+func newEnv(t *testing.T, o envOpts) *env {
+	t.Helper()
+	te := testenv.New(t)
+	nc := te.Connect(t)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	r, err := service.StartReplica(ctxT(t), nc, js, service.ReplicaConfig{Layout: te.Layout, SweepInterval: -1})
+	require.NoError(t, err)
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			require.NoError(t, r.Stop())
+		}
+		// The invariant checker: replay == live, reserved == sum of open
+		// reservations, spent + reserved <= limit at every admission.
+		rep, err := projector.Check(context.Background(), te.JS, te.Layout)
+		require.NoError(t, err)
+		require.True(t, rep.OK(), "invariant check: %s", rep)
+	})
+	admin, err := client.New(te.Connect(t))
+	require.NoError(t, err)
+	fake := fakellm.New(upstreamKey)
+	up := httptest.NewServer(fake)
+	t.Cleanup(up.Close)
+
+	gnc := te.Connect(t)
+	cs, err := gateway.NewClientSet(gnc, streams.DefaultPrefix, client.WithTimeout(time.Second), client.WithRetries(2))
+	require.NoError(t, err)
+	root, err := cs.For("")
+	require.NoError(t, err)
+	g, err := gateway.New(cs, gateway.NewKeys(root, o.keyCache), gateway.Config{
+		Upstreams: []gateway.Upstream{
+			{Kind: gateway.KindOpenAI, BaseURL: up.URL + "/v1", Key: upstreamKey},
+			{Kind: gateway.KindAnthropic, BaseURL: up.URL, Key: upstreamKey},
+		},
+		MaxOutputTokens: map[string]int64{"claude-*": 4096},
+		KeyCache:        o.keyCache,
+	})
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	g.Register(mux)
+	gs := httptest.NewServer(mux)
+	t.Cleanup(gs.Close)
+	e := &env{t: t, te: te, replica: r, admin: admin, fake: fake, gw: g, url: gs.URL, http: gs.Client()}
+	e.stop = func() { stopped = true; require.NoError(t, r.Stop()) }
+	for _, m := range []string{"gpt-x", "claude-x", "embed-x"} {
+		_, err := admin.PutPrice(ctxT(t), events.PricingPutRequest{Model: m, Input: priceIn, Output: priceOut, CachedInput: priceCached})
+		require.NoError(t, err)
+	}
+	return e
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// key makes a key whose calls are admitted against scopes, each given a
+// monthly budget of limit USD; it returns the secret.
+func (e *env) key(limit string, scopes ...string) string {
+	e.t.Helper()
+	for _, s := range scopes {
+		_, err := e.admin.PutBudget(ctxT(e.t), events.BudgetPutRequest{Scope: s, Period: "month", Limit: limit, Unit: "USD"})
+		require.NoError(e.t, err)
+	}
+	id, secret, err := events.NewAPIKey()
+	require.NoError(e.t, err)
+	var reply events.APIKeyPutReply
+	e.request(streams.EndpointAPIKeyCreate, events.APIKeyCreateRequest{ID: id, Hash: events.HashAPIKey(secret), Scopes: scopes}, &reply)
+	require.True(e.t, reply.Created)
+	return secret
+}
+
+// request sends an admin request on the plain subject.
+func (e *env) request(endpoint string, req, out any) {
+	e.t.Helper()
+	data, err := json.Marshal(req)
+	require.NoError(e.t, err)
+	msg, err := e.te.Connect(e.t).Request(e.te.Layout.Endpoint(endpoint), data, 10*time.Second)
+	require.NoError(e.t, err)
+	require.NotContains(e.t, string(msg.Data), `"error"`, string(msg.Data))
+	if out != nil {
+		require.NoError(e.t, json.Unmarshal(msg.Data, out))
+	}
+}
+
+// post sends a call through the gateway.
+func (e *env) post(path, secret, body string, hdr ...string) *http.Response {
+	e.t.Helper()
+	req, err := http.NewRequestWithContext(ctxT(e.t), http.MethodPost, e.url+path, strings.NewReader(body))
+	require.NoError(e.t, err)
+	req.Header.Set("Content-Type", "application/json")
+	if strings.HasPrefix(path, "/v1/messages") {
+		req.Header.Set("X-Api-Key", secret)
+	} else if secret != "" {
+		req.Header.Set("Authorization", "Bearer "+secret)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := e.http.Do(req)
+	require.NoError(e.t, err)
+	return resp
+}
+
+func readAll(t *testing.T, resp *http.Response) string {
+	t.Helper()
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return string(b)
+}
+
+func (e *env) budget(scope string) events.BudgetView {
+	e.t.Helper()
+	v, err := e.admin.GetBudget(ctxT(e.t), events.BudgetGetRequest{Scope: scope, Period: "month"})
+	require.NoError(e.t, err)
+	return v
+}
+
+// cost is what usage costs at the test models' prices: the oracle the
+// budgets must end at.
+func cost(u fakellm.Usage) events.Money {
+	c := events.MustMoney(priceCached)
+	q := events.PriceQuote{Input: events.MustMoney(priceIn), Output: events.MustMoney(priceOut), CachedInput: &c}
+	return q.Cost(events.Usage{InputTokens: u.Input, OutputTokens: u.Output, CachedInputTokens: u.Cached})
+}
+
+func requireMoney(t *testing.T, want events.Money, got string, msgAndArgs ...any) {
+	t.Helper()
+	g, err := events.ParseMoney(got)
+	require.NoError(t, err)
+	require.Zero(t, want.Cmp(g), "want %s, got %s %v", want, got, msgAndArgs)
+}
+
+// reserved is the amount of a response's X-Spendgate-Reserved.
+func reserved(t *testing.T, resp *http.Response) events.Money {
+	t.Helper()
+	v := resp.Header.Get("X-Spendgate-Reserved")
+	amt, unit, ok := strings.Cut(v, " ")
+	require.True(t, ok, "X-Spendgate-Reserved %q", v)
+	require.Equal(t, "USD", unit)
+	return events.MustMoney(amt)
+}
+
+// sseData returns the data of every event of an SSE body.
+func sseData(body string) []string {
+	var out []string
+	sc := bufio.NewScanner(strings.NewReader(body))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// TestGateway_EveryAPISettlesTheReportedUsage: every proxied API, plain
+// and streaming, passes the upstream's answer through and settles its
+// reported usage, so the budget ends exactly at the fake's usage priced
+// with the table, nothing reserved. The upstream sees the gateway's key,
+// never the caller's, and the caller never sees the upstream's.
+func TestGateway_EveryAPISettlesTheReportedUsage(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	secret := e.key("10", "team:search", "user:u-17")
+	calls := []struct{ path, body, want string }{
+		{"/v1/chat/completions", `{"model":"gpt-x","messages":[{"role":"user","content":"hello fake:cached=3"}],"max_tokens":50}`, `"chat.completion"`},
+		{"/v1/chat/completions", `{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"hello"}],"max_completion_tokens":50}`, `chat.completion.chunk`},
+		{"/v1/completions", `{"model":"gpt-x","prompt":"say fake:out=3","max_tokens":20}`, `"text_completion"`},
+		{"/v1/completions", `{"model":"gpt-x","prompt":"say","stream":true,"max_tokens":20,"n":2}`, `"text_completion"`},
+		{"/v1/embeddings", `{"model":"embed-x","input":["a","b"]}`, `"embedding"`},
+		{"/v1/responses", `{"model":"gpt-x","input":"hi","max_output_tokens":64}`, `"response"`},
+		{"/v1/responses", `{"model":"gpt-x","input":"hi","stream":true}`, `response.completed`},
+		{"/v1/messages", `{"model":"claude-x","max_tokens":64,"messages":[{"role":"user","content":"hi fake:cached=2"}]}`, `"message"`},
+		{"/v1/messages", `{"model":"claude-x","stream":true,"max_tokens":64,"messages":[{"role":"user","content":"hi"}]}`, `message_stop`},
+	}
+	for _, c := range calls {
+		resp := e.post(c.path, secret, c.body)
+		body := readAll(t, resp)
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%s: %s", c.path, body)
+		require.Contains(t, body, c.want, c.path)
+		require.NotContains(t, body, upstreamKey)
+		require.NotEmpty(t, resp.Header.Get("X-Spendgate-Reservation-Id"))
+	}
+	got := e.fake.Calls()
+	require.Len(t, got, len(calls))
+	want := events.MustMoney("0")
+	for i, c := range got {
+		require.Equal(t, upstreamKey, c.Authorization, "the upstream gets the gateway's key")
+		require.NotNil(t, c.Usage, "call %d reported usage", i)
+		want = want.Add(cost(*c.Usage))
+	}
+	for _, s := range []string{"team:search", "user:u-17"} {
+		b := e.budget(s)
+		requireMoney(t, want, b.Spent, s)
+		require.Equal(t, "0", b.Reserved, s)
+		require.Zero(t, b.Open)
+	}
+}
+
+// TestGateway_StreamUsageChunk: a streaming chat call that did not ask for
+// the usage chunk gets none (the gateway asked upstream for it and took it
+// out), and the other chunks pass unchanged; one that asked gets it.
+func TestGateway_StreamUsageChunk(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	secret := e.key("10", "team:a")
+	for _, asked := range []bool{false, true} {
+		body := `{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"hi"}],"max_tokens":9}`
+		if asked {
+			body = `{"model":"gpt-x","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}],"max_tokens":9}`
+		}
+		resp := e.post("/v1/chat/completions", secret, body)
+		require.Equal(t, "text/event-stream; charset=utf-8", resp.Header.Get("Content-Type"))
+		data := sseData(readAll(t, resp))
+		require.Equal(t, "[DONE]", data[len(data)-1])
+		usageChunks, words := 0, 0
+		for _, d := range data[:len(data)-1] {
+			var c struct {
+				Choices []struct {
+					Delta struct{ Content string } `json:"delta"`
+				} `json:"choices"`
+				Usage *json.RawMessage `json:"usage"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(d), &c), d)
+			if c.Usage != nil && string(*c.Usage) != "null" {
+				usageChunks++
+				require.Empty(t, c.Choices)
+			}
+			for _, ch := range c.Choices {
+				if strings.HasPrefix(strings.TrimSpace(ch.Delta.Content), "tok") {
+					words++
+				}
+			}
+		}
+		require.Equal(t, fakellm.DefaultOutputTokens, words, "every content chunk passed")
+		if asked {
+			require.Equal(t, 1, usageChunks)
+		} else {
+			require.Zero(t, usageChunks, "the usage chunk the gateway asked for is not shown")
+		}
+	}
+	for _, c := range e.fake.Calls() {
+		require.True(t, c.IncludeUsage, "the gateway always asks upstream for the usage chunk")
+	}
+	b := e.budget("team:a")
+	want := cost(*e.fake.Calls()[0].Usage).Add(cost(*e.fake.Calls()[1].Usage))
+	requireMoney(t, want, b.Spent)
+	require.Equal(t, "0", b.Reserved)
+}
+
+// TestGateway_FailuresLeaveNothingReserved: an upstream 500 or 429 is
+// passed to the caller and released (nothing spent); an answer without
+// usage, plain or streamed, and an answer cut mid-way are settled at
+// their reservation (they may have been billed in full). Nothing stays
+// reserved after any of them.
+func TestGateway_FailuresLeaveNothingReserved(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	for i, c := range []struct {
+		name, path, body string
+		status           int
+		spent            string // "0", or "reservation"
+	}{
+		{"500", "/v1/chat/completions", `{"model":"gpt-x","messages":[{"role":"user","content":"fake:status=500"}],"max_tokens":5}`, 500, "0"},
+		{"429", "/v1/chat/completions", `{"model":"gpt-x","messages":[{"role":"user","content":"fake:status=429"}],"max_tokens":5}`, 429, "0"},
+		{"anthropic 500", "/v1/messages", `{"model":"claude-x","max_tokens":5,"messages":[{"role":"user","content":"fake:status=500"}]}`, 500, "0"},
+		{"no usage", "/v1/chat/completions", `{"model":"gpt-x","messages":[{"role":"user","content":"fake:nousage"}],"max_tokens":5}`, 200, "reservation"},
+		{"no usage streamed", "/v1/chat/completions", `{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"fake:nousage"}],"max_tokens":5}`, 200, "reservation"},
+		{"anthropic no usage streamed", "/v1/messages", `{"model":"claude-x","stream":true,"max_tokens":5,"messages":[{"role":"user","content":"fake:nousage"}]}`, 200, "reservation"},
+		{"responses no usage", "/v1/responses", `{"model":"gpt-x","input":"fake:nousage","max_output_tokens":5}`, 200, "reservation"},
+		{"cut stream", "/v1/chat/completions", `{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"fake:cut"}],"max_tokens":5}`, 200, "reservation"},
+		{"anthropic cut stream", "/v1/messages", `{"model":"claude-x","stream":true,"max_tokens":5,"messages":[{"role":"user","content":"fake:cut"}]}`, 200, "reservation"},
+		{"cut plain", "/v1/chat/completions", `{"model":"gpt-x","messages":[{"role":"user","content":"fake:cut"}],"max_tokens":5}`, 502, "reservation"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			scope := fmt.Sprintf("team:f%d", i)
+			secret := e.key("10", scope)
+			resp := e.post(c.path, secret, c.body)
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if strings.HasPrefix(c.name, "cut stream") || strings.HasPrefix(c.name, "anthropic cut stream") {
+				require.Error(t, err, "a stream the upstream broke off breaks off for the caller too")
+			} else {
+				require.NoError(t, err)
+			}
+			require.Equal(t, c.status, resp.StatusCode, string(body))
+			require.NotContains(t, string(body), upstreamKey)
+			b := e.budget(scope)
+			require.Equal(t, "0", b.Reserved, "nothing stays reserved")
+			require.Zero(t, b.Open)
+			if c.spent == "0" {
+				require.Equal(t, "0", b.Spent, "a refused call is released")
+				return
+			}
+			// A 502 carries no reservation header: the reservation is the
+			// call's priced maximum, which the ledger recorded.
+			want := b.Spent
+			if h := resp.Header.Get("X-Spendgate-Reserved"); h != "" {
+				requireMoney(t, reserved(t, resp), want)
+			}
+			require.NotEqual(t, "0", want, "a call that may have been billed is settled at its reservation")
+		})
+	}
+}
+
+// TestGateway_DenialNeverReachesUpstream: a call its budget cannot hold is
+// answered 429 with the provider's error shape naming the budget and the
+// reason, Retry-After at the period's reset and x-should-retry false; the
+// upstream never sees it.
+func TestGateway_DenialNeverReachesUpstream(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	body := `{"model":"gpt-x","messages":[{"role":"user","content":"hi"}],"max_tokens":100}`
+	// The limit is one call's reservation: the first fits, and once it is
+	// settled its spend leaves less than a second needs.
+	probe := e.post("/v1/chat/completions", e.key("10", "team:probe"), body)
+	one := reserved(t, probe)
+	readAll(t, probe)
+	secret := e.key(one.String(), "team:small")
+	e.fake.Reset()
+	resp := e.post("/v1/chat/completions", secret, body)
+	require.Equal(t, http.StatusOK, resp.StatusCode, readAll(t, resp))
+	resp.Body.Close()
+	for _, path := range []string{"/v1/chat/completions", "/v1/messages"} {
+		b := body
+		if path == "/v1/messages" {
+			b = `{"model":"claude-x","max_tokens":100,"messages":[{"role":"user","content":"hi"}]}`
+		}
+		resp = e.post(path, secret, b)
+		got := readAll(t, resp)
+		require.Equal(t, http.StatusTooManyRequests, resp.StatusCode, got)
+		require.Equal(t, "false", resp.Header.Get("X-Should-Retry"))
+		ra, err := time.ParseDuration(resp.Header.Get("Retry-After") + "s")
+		require.NoError(t, err)
+		now := time.Now().UTC()
+		reset := time.Date(now.Year(), now.Month()+1, 1, 0, 0, 0, 0, time.UTC)
+		require.InDelta(t, time.Until(reset).Seconds(), ra.Seconds(), 5, "Retry-After is the month's reset")
+		var shape map[string]any
+		require.NoError(t, json.Unmarshal([]byte(got), &shape))
+		if path == "/v1/messages" {
+			require.Equal(t, "error", shape["type"])
+			require.Equal(t, "rate_limit_error", shape["error"].(map[string]any)["type"])
+			require.Contains(t, shape["error"].(map[string]any)["message"], "team:small")
+		} else {
+			er := shape["error"].(map[string]any)
+			require.Equal(t, "limit_reached", er["code"])
+			require.Equal(t, "budget_exceeded", er["type"])
+			require.Contains(t, er["message"], "budget team:small per month")
+			require.Equal(t, "team:small", er["spendgate"].(map[string]any)["scope"])
+		}
+	}
+	require.Len(t, e.fake.Calls(), 1, "denied calls never reach the upstream")
+	require.Equal(t, "0", e.budget("team:small").Reserved)
+}
+
+// TestGateway_ConcurrentCallsAdmittedAtomically: 20 slow calls at once on
+// a budget that holds exactly 5 of their reservations: 5 reach the
+// upstream, 15 are denied, and the budget never holds more than its
+// limit. How it can fail: a gateway that forwarded before the admit
+// answered, or checked the budget without reserving, would let more
+// through.
+func TestGateway_ConcurrentCallsAdmittedAtomically(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	body := `{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"fake:slow=50ms"}],"max_tokens":1000}`
+	// Each reserves (len(body with include_usage) + 1000 x 4) ... at the
+	// prices: find it with one check admit, then give the budget 5 x it.
+	secret := e.key("1000", "team:probe")
+	resp := e.post("/v1/chat/completions", secret, body)
+	one := reserved(t, resp)
+	readAll(t, resp)
+	limit := one.Mul(events.MoneyFromInt(5))
+	secret = e.key(limit.String(), "team:five")
+	e.fake.Reset()
+	type result struct {
+		status int
+		err    error
+	}
+	results := make(chan result, 20)
+	for range 20 {
+		go func() {
+			req, _ := http.NewRequest(http.MethodPost, e.url+"/v1/chat/completions", strings.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+secret)
+			resp, err := e.http.Do(req)
+			if err != nil {
+				results <- result{err: err}
+				return
+			}
+			_, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			results <- result{status: resp.StatusCode, err: err}
+		}()
+	}
+	ok, denied := 0, 0
+	for range 20 {
+		r := <-results
+		require.NoError(t, r.err)
+		switch r.status {
+		case http.StatusOK:
+			ok++
+		case http.StatusTooManyRequests:
+			denied++
+		default:
+			t.Fatalf("status %d", r.status)
+		}
+	}
+	// A settled call frees its unused reservation: a late call may fit in
+	// what the early ones gave back, so at least 5 pass, and every one
+	// that passed reached the upstream once.
+	require.GreaterOrEqual(t, ok, 5)
+	require.Equal(t, ok, len(e.fake.Calls()), "exactly the admitted calls reached the upstream")
+	require.Equal(t, 20, ok+denied)
+	b := e.budget("team:five")
+	require.Equal(t, "0", b.Reserved)
+	spent := events.MustMoney(b.Spent)
+	require.LessOrEqual(t, spent.Cmp(limit), 0)
+}
+
+// TestGateway_Keys: no key, a key not of spendgate's format and an unknown
+// one are 401; a disabled key is refused within the cache bound; an
+// unpriced model is denied (400) and reaches nothing.
+func TestGateway_Keys(t *testing.T) {
+	e := newEnv(t, envOpts{keyCache: 200 * time.Millisecond})
+	secret := e.key("10", "team:k")
+	body := `{"model":"gpt-x","messages":[{"role":"user","content":"hi"}],"max_tokens":5}`
+	for _, s := range []string{"", "sk-not-ours", secret + "0", upstreamKey} {
+		resp := e.post("/v1/chat/completions", s, body)
+		got := readAll(t, resp)
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode, got)
+	}
+	resp := e.post("/v1/chat/completions", secret, body)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	readAll(t, resp)
+
+	id, _ := events.ParseAPIKey(secret)
+	e.request(streams.EndpointAPIKeyDisable, events.APIKeyIDRequest{ID: id}, nil)
+	testenv.WaitFor(t, 5*time.Second, "the disabled key is refused", func() bool {
+		resp := e.post("/v1/chat/completions", secret, body)
+		got := readAll(t, resp)
+		return resp.StatusCode == http.StatusUnauthorized && strings.Contains(got, "key_disabled")
+	})
+
+	n := len(e.fake.Calls())
+	resp = e.post("/v1/chat/completions", secret, body)
+	readAll(t, resp)
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	other := e.key("10", "team:k2")
+	resp = e.post("/v1/chat/completions", other, `{"model":"gpt-unpriced","messages":[],"max_tokens":5}`)
+	got := readAll(t, resp)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode, got)
+	require.Contains(t, got, "unpriced_model")
+	require.Len(t, e.fake.Calls(), n, "refused calls reach nothing")
+}
+
+// TestGateway_LedgerDownFailsClosed: with no replica answering, a call is
+// refused 503 and never reaches the upstream.
+func TestGateway_LedgerDownFailsClosed(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	secret := e.key("10", "team:d")
+	body := `{"model":"gpt-x","messages":[{"role":"user","content":"hi"}],"max_tokens":5}`
+	resp := e.post("/v1/chat/completions", secret, body) // the key is now cached
+	readAll(t, resp)
+	e.stop()
+	resp = e.post("/v1/chat/completions", secret, body)
+	got := readAll(t, resp)
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, got)
+	require.Contains(t, got, "ledger_unavailable")
+	// A key the gateway has not cached cannot be checked either.
+	_, unknown, err := events.NewAPIKey()
+	require.NoError(t, err)
+	resp = e.post("/v1/chat/completions", unknown, body)
+	readAll(t, resp)
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	require.Len(t, e.fake.Calls(), 1)
+}
+
+// TestGateway_IdempotencyKey: the request id derives from the caller's
+// Idempotency-Key: a retry after the first call ended takes the next id of
+// the line and its own reservation (both are settled); another key's
+// calls with the same header never meet them.
+func TestGateway_IdempotencyKey(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	a, b := e.key("10", "team:i"), e.key("10", "team:j")
+	body := `{"model":"gpt-x","messages":[{"role":"user","content":"hi"}],"max_tokens":5}`
+	var ids []string
+	for _, s := range []string{a, a, b} {
+		resp := e.post("/v1/chat/completions", s, body, "Idempotency-Key", "retry-me")
+		readAll(t, resp)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		ids = append(ids, resp.Header.Get("X-Spendgate-Request-Id"))
+	}
+	require.True(t, strings.HasPrefix(ids[0], "gw-"), ids[0])
+	require.Equal(t, ids[0]+"-2", ids[1])
+	require.NotEqual(t, ids[0], ids[2])
+	require.NotEqual(t, "0", e.budget("team:i").Spent)
+	require.Equal(t, int64(0), e.budget("team:i").Open)
+}
+
+// TestGateway_CallerLeavesMidStream: a caller that leaves mid-stream has
+// its call settled at the reservation (what was generated is unknown), and
+// nothing stays reserved.
+func TestGateway_CallerLeavesMidStream(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	secret := e.key("10", "team:c")
+	ctx, cancel := context.WithCancel(ctxT(t))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.url+"/v1/chat/completions",
+		strings.NewReader(`{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"fake:slow=100ms fake:out=50"}],"max_tokens":100}`))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+secret)
+	resp, err := e.http.Do(req)
+	require.NoError(t, err)
+	want := reserved(t, resp)
+	br := bufio.NewReader(resp.Body)
+	_, err = br.ReadString('\n') // the first event has come
+	require.NoError(t, err)
+	cancel()
+	resp.Body.Close()
+	testenv.WaitFor(t, 10*time.Second, "the call is settled", func() bool {
+		return e.budget("team:c").Open == 0
+	})
+	b := e.budget("team:c")
+	require.Equal(t, "0", b.Reserved)
+	requireMoney(t, want, b.Spent)
+}
+
+// TestGateway_BadRequests: what the gateway cannot price is refused 400
+// before any admit, in the provider's shape.
+func TestGateway_BadRequests(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	secret := e.key("10", "team:b")
+	for _, body := range []string{`nope`, `{"messages":[]}`, `{"model":"gpt x"}`, `{"model":"gpt-x","max_tokens":-1}`,
+		`{"model":"gpt-x","stream":"yes"}`, `{"model":"gpt-x","n":0}`, `{"model":"gpt-x","max_tokens":20000000}`} {
+		resp := e.post("/v1/chat/completions", secret, body)
+		got := readAll(t, resp)
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s: %s", body, got)
+		var shape struct {
+			Error struct{ Type, Code string }
+		}
+		require.NoError(t, json.Unmarshal([]byte(got), &shape))
+		require.Equal(t, "invalid_request_error", shape.Error.Type)
+	}
+	require.Empty(t, e.fake.Calls())
+	b := e.budget("team:b")
+	require.Equal(t, "0", b.Spent)
+	require.Zero(t, b.Open)
+}

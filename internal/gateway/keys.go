@@ -1,0 +1,212 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/spendgate/spendgate/client"
+	"github.com/spendgate/spendgate/events"
+)
+
+// Keys resolves presented secrets to the API keys of the ledger's key
+// table (apikey.resolve), and caches each answer for a bounded time: a
+// key that resolved is trusted for its TTL (Config.KeyCache), so a key
+// disabled or rotated in the ledger is refused at most that long after the
+// change (plus the replicas' fold lag); an unknown or disabled key is
+// answered from the cache for a second. An answer the ledger could not
+// give is never cached. Concurrent lookups of one secret share one
+// request. It is safe for concurrent use, and the httpapi package uses it
+// too.
+type Keys struct {
+	cl  *client.Client
+	ttl time.Duration
+	now func() time.Time
+
+	mu sync.Mutex
+	m  map[string]*keyEntry // by the secret's hash
+	// hits and misses count lookups answered from the cache or not.
+	hits, misses func()
+}
+
+type keyEntry struct {
+	ready   chan struct{}
+	key     events.APIKeyResolveReply
+	err     error
+	expires time.Time
+}
+
+// NewKeys returns a cache over cl's apikey.resolve with positive entries
+// kept ttl (DefaultKeyCache when 0).
+func NewKeys(cl *client.Client, ttl time.Duration) *Keys {
+	if ttl <= 0 {
+		ttl = DefaultKeyCache
+	}
+	return &Keys{cl: cl, ttl: ttl, now: time.Now, m: map[string]*keyEntry{}, hits: func() {}, misses: func() {}}
+}
+
+// resolveTimeout bounds one resolve (the client's own attempts are
+// shorter).
+const resolveTimeout = 10 * time.Second
+
+// ErrNoKey: no secret was presented.
+var ErrNoKey = errors.New("gateway: no API key")
+
+// Authenticate returns the key secret opens. Errors: ErrNoKey (empty
+// secret); an *events.Error with code unknown_key (also for a secret not of
+// spendgate's format) or key_disabled; an error matching
+// client.ErrUnavailable when the ledger did not answer; ctx's error.
+func (k *Keys) Authenticate(ctx context.Context, secret string) (events.APIKeyResolveReply, error) {
+	if secret == "" {
+		return events.APIKeyResolveReply{}, ErrNoKey
+	}
+	id, ok := events.ParseAPIKey(secret)
+	if !ok {
+		return events.APIKeyResolveReply{}, events.Errorf(events.CodeUnknownKey, "the key is not a spendgate key (sgk_...)")
+	}
+	hash := events.HashAPIKey(secret)
+	now := k.now()
+	k.mu.Lock()
+	e := k.m[hash]
+	if e != nil && now.Before(e.expires) {
+		k.mu.Unlock()
+		k.hits()
+		return e.wait(ctx)
+	}
+	if len(k.m) >= MaxCachedKeys {
+		k.evict(now)
+	}
+	// Until resolved, the entry holds the callers that come meanwhile.
+	e = &keyEntry{ready: make(chan struct{}), expires: now.Add(time.Hour)}
+	k.m[hash] = e
+	k.mu.Unlock()
+	k.misses()
+	k.resolve(e, hash, id)
+	return e.wait(ctx)
+}
+
+// resolve asks the ledger, under its own deadline (a caller that gives up
+// does not fail the others waiting on the entry), and settles e.
+func (k *Keys) resolve(e *keyEntry, hash, id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
+	defer cancel()
+	r, err := k.cl.ResolveAPIKey(ctx, events.APIKeyResolveRequest{ID: id, Hash: hash})
+	now := k.now()
+	k.mu.Lock()
+	e.key, e.err = r, err
+	var ee *events.Error
+	switch {
+	case err == nil:
+		e.expires = now.Add(k.ttl)
+	case errors.As(err, &ee) && !errors.Is(err, client.ErrUnavailable):
+		e.expires = now.Add(min(k.ttl, negativeKeyCache))
+	default:
+		delete(k.m, hash) // not an answer: ask again next time
+		e.expires = now
+	}
+	close(e.ready)
+	k.mu.Unlock()
+}
+
+func (e *keyEntry) pending() bool {
+	select {
+	case <-e.ready:
+		return false
+	default:
+		return true
+	}
+}
+
+func (e *keyEntry) wait(ctx context.Context) (events.APIKeyResolveReply, error) {
+	select {
+	case <-e.ready:
+		return e.key, e.err
+	case <-ctx.Done():
+		return events.APIKeyResolveReply{}, ctx.Err()
+	}
+}
+
+// evict drops expired entries, and if none were, every settled one: the
+// cache stays under MaxCachedKeys whatever secrets are sprayed at it.
+// Called with mu held.
+func (k *Keys) evict(now time.Time) {
+	for h, e := range k.m {
+		if !e.pending() && !now.Before(e.expires) {
+			delete(k.m, h)
+		}
+	}
+	if len(k.m) < MaxCachedKeys {
+		return
+	}
+	for h, e := range k.m {
+		if !e.pending() {
+			delete(k.m, h)
+		}
+	}
+}
+
+// secretOf returns the secret a request presents: "Authorization: Bearer
+// <secret>", or for the Anthropic API its "x-api-key" header (which its
+// SDK sends) when there is no bearer.
+func secretOf(r *http.Request) string {
+	if a := r.Header.Get("Authorization"); a != "" {
+		if s, ok := strings.CutPrefix(a, "Bearer "); ok {
+			return strings.TrimSpace(s)
+		}
+		return ""
+	}
+	return strings.TrimSpace(r.Header.Get("X-Api-Key"))
+}
+
+// SecretOf is secretOf for the httpapi package.
+func SecretOf(r *http.Request) string { return secretOf(r) }
+
+// ClientSet holds one client.Client per tenant over one NATS connection:
+// the deployment's ("") on "<prefix><endpoint>", a tenant's on
+// "<prefix>t.<tenant>.<endpoint>", where the replica takes the tenant from
+// the subject. Each is made on first use.
+type ClientSet struct {
+	nc     *nats.Conn
+	prefix string
+	opts   []client.Option
+
+	mu sync.Mutex
+	m  map[string]*client.Client
+}
+
+// NewClientSet returns the clients of nc under prefix, each made with
+// opts (which must not set the prefix).
+func NewClientSet(nc *nats.Conn, prefix string, opts ...client.Option) (*ClientSet, error) {
+	s := &ClientSet{nc: nc, prefix: prefix, opts: opts, m: map[string]*client.Client{}}
+	if _, err := s.For(""); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// For returns tenant's client ("" for the deployment's).
+func (s *ClientSet) For(tenant string) (*client.Client, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := s.m[tenant]; c != nil {
+		return c, nil
+	}
+	prefix := s.prefix
+	if tenant != "" {
+		if err := events.ValidateTenant(tenant); err != nil {
+			return nil, err
+		}
+		prefix += "t." + tenant + "."
+	}
+	c, err := client.New(s.nc, append(append([]client.Option(nil), s.opts...), client.WithPrefix(prefix))...)
+	if err != nil {
+		return nil, err
+	}
+	s.m[tenant] = c
+	return c, nil
+}

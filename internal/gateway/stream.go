@@ -1,0 +1,251 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+)
+
+// streamReader reads a server-sent event stream one event at a time, with
+// no bound on a line's length but the events' own.
+type streamReader struct {
+	br  *bufio.Reader
+	buf []byte
+}
+
+func newStreamReader(r io.Reader) *streamReader {
+	return &streamReader{br: bufio.NewReaderSize(r, 32<<10)}
+}
+
+// eventWaiting reports whether a whole event has already arrived after
+// the one last read.
+func (s *streamReader) eventWaiting() bool {
+	b, _ := s.br.Peek(s.br.Buffered())
+	return bytes.Contains(b, []byte("\n\n")) || bytes.Contains(b, []byte("\r\n\r\n"))
+}
+
+// next returns the raw bytes of the next event, its blank line included,
+// valid until the next call. At the stream's end it returns what is left
+// (an event the stream broke off in, or nothing) with the reader's error
+// (io.EOF for a stream that ended cleanly).
+func (s *streamReader) next() ([]byte, error) {
+	s.buf = s.buf[:0]
+	midLine := false
+	for {
+		line, err := s.br.ReadSlice('\n')
+		s.buf = append(s.buf, line...)
+		if errors.Is(err, bufio.ErrBufferFull) {
+			midLine = true
+			continue
+		}
+		if err != nil {
+			return s.buf, err
+		}
+		blank := !midLine && (len(line) == 1 || len(line) == 2 && line[0] == '\r')
+		midLine = false
+		if blank {
+			return s.buf, nil
+		}
+	}
+}
+
+// eventFields returns an event's name and its data (its data lines joined
+// by newlines).
+func eventFields(ev []byte) (name, data []byte) {
+	for len(ev) > 0 {
+		var line []byte
+		if i := bytes.IndexByte(ev, '\n'); i >= 0 {
+			line, ev = ev[:i], ev[i+1:]
+		} else {
+			line, ev = ev, nil
+		}
+		line = bytes.TrimSuffix(line, []byte("\r"))
+		switch {
+		case bytes.HasPrefix(line, []byte("data:")):
+			v := bytes.TrimPrefix(line[5:], []byte(" "))
+			if data != nil {
+				data = append(append(data, '\n'), v...)
+			} else {
+				data = v
+			}
+		case bytes.HasPrefix(line, []byte("event:")):
+			name = bytes.TrimSpace(line[6:])
+		}
+	}
+	return name, data
+}
+
+// streamState is what a streamed answer has reported so far.
+type streamState struct {
+	a     *api
+	strip bool
+	u     usage
+	// input: Anthropic's message_start gave the input; final: the usage
+	// is the answer's last word on it; done: the stream's terminal event
+	// came; failed: an error event came.
+	input, final, done, failed bool
+}
+
+var (
+	usageKey   = []byte(`"usage"`)
+	usageNull  = []byte(`"usage":null`)
+	doneData   = []byte("[DONE]")
+	typeFields = [][]byte{[]byte(`"response.completed"`), []byte(`"response.incomplete"`), []byte(`"response.failed"`)}
+)
+
+// observe reads one event and reports whether the caller must not see it
+// (the usage chunk the gateway asked for). It decodes only the events that
+// can carry usage or end the stream.
+func (s *streamState) observe(ev []byte) (drop bool) {
+	name, data := eventFields(ev)
+	if data == nil {
+		return false
+	}
+	switch {
+	case s.a.kind == KindAnthropic:
+		s.observeAnthropic(name, data)
+	case s.a.usageChunk:
+		if bytes.Equal(bytes.TrimSpace(data), doneData) {
+			s.done = true
+			return false
+		}
+		// Every chunk of a stream that asked for usage carries
+		// "usage":null but the last: only that one is decoded.
+		if !bytes.Contains(data, usageKey) || bytes.Contains(data, usageNull) {
+			return false
+		}
+		var c struct {
+			Usage   json.RawMessage   `json:"usage"`
+			Choices []json.RawMessage `json:"choices"`
+		}
+		if json.Unmarshal(data, &c) != nil {
+			return false
+		}
+		if u, ok := s.a.usageOf(c.Usage); ok {
+			s.u, s.final = u, true
+			return s.strip && len(c.Choices) == 0
+		}
+	default: // responses
+		terminal := false
+		for _, t := range typeFields {
+			terminal = terminal || bytes.Contains(data, t)
+		}
+		if bytes.Contains(data, []byte(`"error"`)) && bytes.Contains(data, []byte(`"type":"error"`)) {
+			s.failed = true
+		}
+		if !terminal {
+			return false
+		}
+		var e struct {
+			Type     string `json:"type"`
+			Response struct {
+				Usage json.RawMessage `json:"usage"`
+			} `json:"response"`
+		}
+		if json.Unmarshal(data, &e) != nil {
+			return false
+		}
+		switch e.Type {
+		case "response.completed", "response.incomplete", "response.failed":
+			s.done = true
+			if u, ok := s.a.usageOf(e.Response.Usage); ok {
+				s.u, s.final = u, true
+			}
+		}
+	}
+	return false
+}
+
+// observeAnthropic follows message_start (the input), message_delta (the
+// output so far, final in the last one), message_stop and error.
+func (s *streamState) observeAnthropic(name, data []byte) {
+	kind := string(name)
+	if kind == "" {
+		var h struct {
+			Type string `json:"type"`
+		}
+		if json.Unmarshal(data, &h) != nil {
+			return
+		}
+		kind = h.Type
+	}
+	switch kind {
+	case "message_start":
+		var e struct {
+			Message struct {
+				Usage json.RawMessage `json:"usage"`
+			} `json:"message"`
+		}
+		if json.Unmarshal(data, &e) == nil {
+			if u, ok := s.a.usageOf(e.Message.Usage); ok {
+				s.u, s.input = u, true
+			}
+		}
+	case "message_delta":
+		var e struct {
+			Usage *rawUsage `json:"usage"`
+		}
+		if json.Unmarshal(data, &e) != nil || e.Usage == nil || e.Usage.OutputTokens == nil {
+			return
+		}
+		if e.Usage.InputTokens != nil {
+			// Newer API versions repeat the (cumulative) input here.
+			s.u.input = *e.Usage.InputTokens + e.Usage.CacheCreation + e.Usage.CacheRead
+			s.u.cached, s.input = e.Usage.CacheRead, true
+		}
+		s.u.output = *e.Usage.OutputTokens
+		s.final = s.input
+	case "message_stop":
+		s.done = true
+	case "error":
+		s.failed = true
+	}
+}
+
+// pumpStream forwards the upstream's events to the caller as they come,
+// each flushed at once; the terminal event is held back until hold
+// returns, so that a caller that sees the answer's end sees its spend in
+// the ledger. It stops at the stream's end or when either side fails, and
+// reports whether the caller left (a write failed).
+func pumpStream(w http.ResponseWriter, body io.Reader, st *streamState, hold func()) (callerGone bool, err error) {
+	fl, _ := w.(http.Flusher)
+	r := newStreamReader(body)
+	held := false
+	for {
+		ev, rerr := r.next()
+		if len(ev) > 0 {
+			drop := st.observe(ev)
+			if st.done && !held {
+				held = true
+				hold()
+			}
+			if !drop && !callerGone {
+				if _, werr := w.Write(ev); werr != nil {
+					callerGone = true
+				} else if fl != nil && (!r.eventWaiting() || st.done) {
+					// Flushed unless a whole event is already here: events
+					// that came together leave together, none waits.
+					fl.Flush()
+				}
+			}
+		}
+		if rerr != nil {
+			if !held {
+				hold()
+			}
+			if errors.Is(rerr, io.EOF) {
+				return callerGone, nil
+			}
+			return callerGone, rerr
+		}
+		if callerGone {
+			if !held {
+				hold()
+			}
+			return true, nil
+		}
+	}
+}

@@ -1,0 +1,246 @@
+// Package httpapi is spendgate's wire API over HTTP, for any language
+// with an HTTP client and no NATS library: POST /spendgate/<endpoint>
+// sends the request body, unchanged, to the NATS endpoint
+// "<prefix><endpoint>" (admit, settle, release, void, admit.batch,
+// settle.batch, release.batch, budget.put, budget.get, budget.list,
+// pricing.put, pricing.get, pricing.list, report) and answers its reply
+// body, unchanged: the same request and reply bodies and the same error
+// codes, with the HTTP status the service's micro error header gives
+// (400, 404, 409, 413, 500, 503; 200 for a reply that is not an error,
+// a denial included: {"admitted": false, ...}).
+//
+// A caller authenticates with "Authorization: Bearer <key>", a key of the
+// ledger's key table (spendgate keys create --access service|admin): the
+// key's access decides the endpoints it may call (AccessService: all but
+// budget.put and pricing.put; AccessAdmin: all), and a key of a tenant
+// calls the tenant's subjects ("<prefix>t.<tenant>.<endpoint>"), where the
+// replica takes the tenant from the subject exactly as it does for a
+// tenant's NATS account. Errors of the HTTP layer itself have the wire's
+// shape too ({"error":{"code","message"}}): unauthorized (401, no key or
+// an unknown one), key_disabled (401), forbidden (403, an endpoint the
+// key's access does not reach), not_found (404, no such endpoint),
+// ledger_unavailable (503, no replica answered in time; retry with the
+// same request id).
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/spendgate/spendgate/client"
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/metrics"
+	"github.com/spendgate/spendgate/streams"
+)
+
+// Codes of the HTTP layer's own errors (the endpoints' are the wire's).
+const (
+	CodeUnauthorized events.Code = "unauthorized"
+	CodeForbidden    events.Code = "forbidden"
+	CodeNotFound     events.Code = "not_found"
+)
+
+// Named bounds and defaults.
+const (
+	// DefaultTimeout bounds the wait for a replica's reply.
+	DefaultTimeout = 10 * time.Second
+	// MaxBody bounds a request body: NATS's default max payload.
+	MaxBody = 1 << 20
+	// PathPrefix starts every endpoint's path.
+	PathPrefix = "/spendgate/"
+)
+
+// Authenticator resolves a presented secret to its key; gateway.Keys is
+// one.
+type Authenticator interface {
+	Authenticate(ctx context.Context, secret string) (events.APIKeyResolveReply, error)
+}
+
+// endpoints maps each endpoint to the access that may call it.
+var endpoints = map[string]string{
+	streams.EndpointAdmit: events.AccessService, streams.EndpointSettle: events.AccessService,
+	streams.EndpointRelease: events.AccessService, streams.EndpointVoid: events.AccessService,
+	streams.EndpointAdmitBatch: events.AccessService, streams.EndpointSettleBatch: events.AccessService,
+	streams.EndpointReleaseBatch: events.AccessService, streams.EndpointBudgetGet: events.AccessService,
+	streams.EndpointBudgetList: events.AccessService, streams.EndpointPricingGet: events.AccessService,
+	streams.EndpointPricingList: events.AccessService, streams.EndpointReport: events.AccessService,
+	streams.EndpointBudgetPut: events.AccessAdmin, streams.EndpointPricingPut: events.AccessAdmin,
+}
+
+// API serves the HTTP API. Make one with New and Register it on a mux.
+type API struct {
+	nc      *nats.Conn
+	layout  streams.Layout
+	auth    Authenticator
+	timeout time.Duration
+	log     *slog.Logger
+	// requests counts answers: With(endpoint, code), code "ok" or the
+	// error code.
+	requests *metrics.CounterVec
+}
+
+// Option configures New.
+type Option func(*API) error
+
+// WithTimeout bounds the wait for a replica's reply (DefaultTimeout).
+func WithTimeout(d time.Duration) Option {
+	return func(a *API) error {
+		if d <= 0 {
+			return errors.New("httpapi: timeout must be positive")
+		}
+		a.timeout = d
+		return nil
+	}
+}
+
+// WithLogger logs failures to log.
+func WithLogger(log *slog.Logger) Option {
+	return func(a *API) error {
+		if log == nil {
+			return errors.New("httpapi: nil logger")
+		}
+		a.log = log
+		return nil
+	}
+}
+
+// WithMetrics registers the API's request counter
+// (spendgate_httpapi_requests_total{endpoint, code}) in r.
+func WithMetrics(r *metrics.Registry) Option {
+	return func(a *API) error {
+		return r.Register(a.requests)
+	}
+}
+
+// New returns the API over nc for the service under prefix.
+func New(nc *nats.Conn, prefix string, auth Authenticator, opts ...Option) (*API, error) {
+	if nc == nil || auth == nil {
+		return nil, errors.New("httpapi: a NATS connection and an authenticator are required")
+	}
+	layout, err := streams.New(streams.Config{Prefix: prefix})
+	if err != nil {
+		return nil, err
+	}
+	a := &API{nc: nc, layout: layout, auth: auth, timeout: DefaultTimeout, log: slog.New(slog.DiscardHandler),
+		requests: metrics.NewCounterVec("spendgate_httpapi_requests_total", "HTTP API requests, by endpoint and reply code (ok or the error code).", "endpoint", "code")}
+	for _, opt := range opts {
+		if err := opt(a); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+// Register adds POST /spendgate/{endpoint} to mux.
+func (a *API) Register(mux interface{ Handle(string, http.Handler) }) {
+	mux.Handle("POST "+PathPrefix+"{endpoint}", a)
+}
+
+// fail answers a wire-shaped error of the HTTP layer.
+func (a *API) fail(w http.ResponseWriter, endpoint string, status int, code events.Code, msg string) {
+	a.requests.With(endpoint, string(code)).Inc()
+	b, _ := json.Marshal(events.ErrorReply{Error: &events.Error{Code: code, Message: msg}})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	endpoint := r.PathValue("endpoint")
+	need, ok := endpoints[endpoint]
+	if !ok {
+		a.fail(w, "other", http.StatusNotFound, CodeNotFound, "no endpoint "+strconv.Quote(endpoint)+" (admit, settle, release, void, admit.batch, settle.batch, release.batch, budget.put, budget.get, budget.list, pricing.put, pricing.get, pricing.list, report)")
+		return
+	}
+	ctx := r.Context()
+	secret := bearer(r)
+	if secret == "" {
+		a.fail(w, endpoint, http.StatusUnauthorized, CodeUnauthorized, "send Authorization: Bearer <key> (spendgate keys create --access service)")
+		return
+	}
+	key, err := a.auth.Authenticate(ctx, secret)
+	var ee *events.Error
+	switch {
+	case err == nil:
+	case errors.Is(err, client.ErrUnavailable):
+		a.fail(w, endpoint, http.StatusServiceUnavailable, events.CodeLedgerUnavailable, "the ledger did not answer the key lookup; retry")
+		return
+	case errors.As(err, &ee) && ee.Code == events.CodeKeyDisabled:
+		a.fail(w, endpoint, http.StatusUnauthorized, events.CodeKeyDisabled, "this key is disabled")
+		return
+	case errors.As(err, &ee):
+		a.fail(w, endpoint, http.StatusUnauthorized, CodeUnauthorized, "incorrect key")
+		return
+	default:
+		a.fail(w, endpoint, http.StatusServiceUnavailable, events.CodeLedgerUnavailable, "the key lookup did not finish")
+		return
+	}
+	if key.Access != events.AccessAdmin && (key.Access != events.AccessService || need == events.AccessAdmin) {
+		a.fail(w, endpoint, http.StatusForbidden, CodeForbidden, "key "+key.ID+" may not call "+endpoint+" (its access: "+accessName(key.Access)+")")
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
+	if err != nil {
+		a.fail(w, endpoint, http.StatusRequestEntityTooLarge, events.CodePayloadTooLarge, "the request body is larger than 1 MiB")
+		return
+	}
+	subject := a.layout.Endpoint(endpoint)
+	if key.Tenant != "" {
+		subject = a.layout.TenantEndpoint(key.Tenant, endpoint)
+	}
+	rctx, cancel := context.WithTimeout(ctx, a.timeout)
+	defer cancel()
+	msg, err := a.nc.RequestWithContext(rctx, subject, body)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		a.fail(w, endpoint, http.StatusServiceUnavailable, events.CodeLedgerUnavailable, "no spendgate replica is answering; retry with the same request id")
+		return
+	case err != nil:
+		if ctx.Err() != nil {
+			return // the caller left
+		}
+		a.fail(w, endpoint, http.StatusServiceUnavailable, events.CodeLedgerUnavailable, "no reply from the ledger in time; retry with the same request id")
+		return
+	}
+	status := http.StatusOK
+	code := "ok"
+	if msg.Header != nil {
+		if n, err := strconv.Atoi(msg.Header.Get(micro.ErrorCodeHeader)); err == nil && n >= 400 && n < 600 {
+			status = n
+		}
+		if c := msg.Header.Get(micro.ErrorHeader); c != "" {
+			code = c
+		}
+	}
+	a.requests.With(endpoint, code).Inc()
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(msg.Data)))
+	w.WriteHeader(status)
+	_, _ = w.Write(msg.Data)
+}
+
+func accessName(a string) string {
+	if a == "" {
+		return "none: the gateway's proxy only"
+	}
+	return a
+}
+
+// bearer is the secret of "Authorization: Bearer <secret>".
+func bearer(r *http.Request) string {
+	const p = "Bearer "
+	h := r.Header.Get("Authorization")
+	if len(h) <= len(p) || h[:len(p)] != p {
+		return ""
+	}
+	return h[len(p):]
+}

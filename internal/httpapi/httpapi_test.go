@@ -1,0 +1,221 @@
+package httpapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/spendgate/spendgate/client"
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/gateway"
+	"github.com/spendgate/spendgate/internal/httpapi"
+	"github.com/spendgate/spendgate/metrics"
+	"github.com/spendgate/spendgate/projector"
+	"github.com/spendgate/spendgate/service"
+	"github.com/spendgate/spendgate/streams"
+	"github.com/spendgate/spendgate/testenv"
+)
+
+type env struct {
+	t    *testing.T
+	te   *testenv.Env
+	nc   *nats.Conn
+	url  string
+	stop func()
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	te := testenv.New(t)
+	nc := te.Connect(t)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	r, err := service.StartReplica(ctx, nc, js, service.ReplicaConfig{Layout: te.Layout, SweepInterval: -1})
+	require.NoError(t, err)
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			require.NoError(t, r.Stop())
+		}
+		rep, err := projector.Check(context.Background(), te.JS, te.Layout)
+		require.NoError(t, err)
+		require.True(t, rep.OK(), "invariant check: %s", rep)
+	})
+	cnc := te.Connect(t)
+	cl, err := client.New(cnc)
+	require.NoError(t, err)
+	api, err := httpapi.New(cnc, streams.DefaultPrefix, gateway.NewKeys(cl, 0), httpapi.WithMetrics(metrics.NewRegistry()))
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	api.Register(mux)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return &env{t: t, te: te, nc: te.Connect(t), url: srv.URL, stop: func() { stopped = true; require.NoError(t, r.Stop()) }}
+}
+
+// nats sends body to endpoint's subject (subject when set) and returns the
+// reply body and its micro status ("" for none).
+func (e *env) nats(subject, body string) (string, string) {
+	e.t.Helper()
+	msg, err := e.nc.Request(subject, []byte(body), 10*time.Second)
+	require.NoError(e.t, err)
+	return string(msg.Data), msg.Header.Get("Nats-Service-Error-Code")
+}
+
+// key makes a key with access (and tenant) and returns its secret.
+func (e *env) key(access, tenant string) string {
+	e.t.Helper()
+	id, secret, err := events.NewAPIKey()
+	require.NoError(e.t, err)
+	req, _ := json.Marshal(events.APIKeyCreateRequest{ID: id, Hash: events.HashAPIKey(secret), Access: access, Tenant: tenant})
+	body, status := e.nats(e.te.Layout.Endpoint(streams.EndpointAPIKeyCreate), string(req))
+	require.Empty(e.t, status, body)
+	return secret
+}
+
+func (e *env) post(secret, endpoint, body string) (int, string) {
+	e.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, e.url+"/spendgate/"+endpoint, strings.NewReader(body))
+	require.NoError(e.t, err)
+	if secret != "" {
+		req.Header.Set("Authorization", "Bearer "+secret)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(e.t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(e.t, err)
+	require.Equal(e.t, "application/json", resp.Header.Get("Content-Type"))
+	return resp.StatusCode, string(b)
+}
+
+func code(t *testing.T, body string) events.Code {
+	t.Helper()
+	var er events.ErrorReply
+	require.NoError(t, json.Unmarshal([]byte(body), &er), body)
+	require.NotNil(t, er.Error, body)
+	return er.Error.Code
+}
+
+// TestAPI_MirrorsTheWire: each endpoint answers over HTTP the bodies NATS
+// answers, byte for byte, with the micro error header's status: a budget,
+// an admit and its replay, a denial (200, admitted false), a settle, the
+// refusals (400 invalid_amount, 404 unknown_reservation, 409
+// already_settled), a batch, and a read.
+func TestAPI_MirrorsTheWire(t *testing.T) {
+	e := newEnv(t)
+	admin, svc := e.key(events.AccessAdmin, ""), e.key(events.AccessService, "")
+
+	status, body := e.post(admin, "budget.put", `{"scope":"org:acme","period":"month","limit":"1.00","unit":"USD"}`)
+	require.Equal(t, http.StatusOK, status, body)
+	status, body = e.post(svc, "admit", `{"request_id":"h-1","scopes":["org:acme"],"amount":"0.60"}`)
+	require.Equal(t, http.StatusOK, status, body)
+	var a events.AdmitReply
+	require.NoError(t, json.Unmarshal([]byte(body), &a))
+	require.True(t, a.Admitted)
+
+	for _, c := range []struct {
+		endpoint, body string
+		status         int
+		code           events.Code
+	}{
+		{"admit", `{"request_id":"h-1","scopes":["org:acme"],"amount":"0.60"}`, 200, ""}, // a replay
+		{"admit", `{"request_id":"h-2","scopes":["org:acme"],"amount":"0.60"}`, 200, ""}, // denied
+		{"admit", `{"request_id":"h-3","scopes":["org:acme"],"amount":"-1"}`, 400, events.CodeInvalidAmount},
+		{"settle", `{"reservation_id":"rsv_00000000-0000-0000-0000-000000000000","actual":"0.1"}`, 404, events.CodeUnknownReservation},
+		{"budget.get", `{"scope":"org:acme","period":"month"}`, 200, ""},
+		{"budget.list", ``, 200, ""},
+		{"pricing.list", `{}`, 200, ""},
+		{"settle.batch", `{"items":[{"reservation_id":"rsv_00000000-0000-0000-0000-000000000000","actual":"0.1"}]}`, 200, ""},
+		{"admit", `{"request_id":"h-4","scopes":["org:acme"],"amount":"0.1","extra":1}`, 400, events.CodeInvalidRequest},
+	} {
+		status, body := e.post(svc, c.endpoint, c.body)
+		want, _ := e.nats(e.te.Layout.Endpoint(c.endpoint), c.body)
+		require.Equal(t, c.status, status, "%s %s: %s", c.endpoint, c.body, body)
+		require.Equal(t, want, body, "%s %s: HTTP answers what NATS answers", c.endpoint, c.body)
+		if c.code != "" {
+			require.Equal(t, c.code, code(t, body))
+		}
+	}
+	status, body = e.post(svc, "admit", `{"request_id":"h-2","scopes":["org:acme"],"amount":"0.60"}`)
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, body, `"admitted":false`)
+	require.Contains(t, body, `"limit_reached"`)
+
+	status, body = e.post(svc, "settle", `{"reservation_id":"`+a.ReservationID+`","actual":"0.5"}`)
+	require.Equal(t, http.StatusOK, status, body)
+	status, body = e.post(svc, "settle", `{"reservation_id":"`+a.ReservationID+`","actual":"0.4"}`)
+	require.Equal(t, http.StatusConflict, status, body)
+	require.Equal(t, events.CodeAlreadySettled, code(t, body))
+}
+
+// TestAPI_Access: no key and an unknown key are 401; a key without HTTP
+// access, or a service key on budget.put, is 403; an unknown endpoint is
+// 404; none of them reaches the ledger. With no replica answering: 503.
+func TestAPI_Access(t *testing.T) {
+	e := newEnv(t)
+	svc, none := e.key(events.AccessService, ""), ""
+	id, proxyOnly, err := events.NewAPIKey()
+	require.NoError(t, err)
+	req, _ := json.Marshal(events.APIKeyCreateRequest{ID: id, Hash: events.HashAPIKey(proxyOnly), Scopes: []string{"team:a"}})
+	_, st := e.nats(e.te.Layout.Endpoint(streams.EndpointAPIKeyCreate), string(req))
+	require.Empty(t, st)
+
+	put := `{"scope":"org:acme","period":"month","limit":"1.00","unit":"USD"}`
+	for _, c := range []struct {
+		secret, endpoint string
+		status           int
+		code             events.Code
+	}{
+		{none, "budget.get", 401, httpapi.CodeUnauthorized},
+		{"sgk_abc_def", "budget.get", 401, httpapi.CodeUnauthorized},
+		{proxyOnly, "budget.get", 403, httpapi.CodeForbidden},
+		{svc, "budget.put", 403, httpapi.CodeForbidden},
+		{svc, "pricing.put", 403, httpapi.CodeForbidden},
+		{svc, "apikey.list", 404, httpapi.CodeNotFound},
+		{svc, "apikey.create", 404, httpapi.CodeNotFound},
+	} {
+		status, body := e.post(c.secret, c.endpoint, put)
+		require.Equal(t, c.status, status, "%s: %s", c.endpoint, body)
+		require.Equal(t, c.code, code(t, body))
+	}
+	_, st = e.nats(e.te.Layout.Endpoint(streams.EndpointBudgetGet), `{"scope":"org:acme","period":"month"}`)
+	require.Equal(t, "404", st, "no budget was put")
+
+	status, _ := e.post(svc, "budget.list", ``) // caches the key
+	require.Equal(t, http.StatusOK, status)
+	e.stop()
+	status, body := e.post(svc, "budget.list", ``)
+	require.Equal(t, http.StatusServiceUnavailable, status, body)
+	require.Equal(t, events.CodeLedgerUnavailable, code(t, body))
+}
+
+// TestAPI_TenantKey: a tenant's key calls the tenant's subjects: its
+// budget is the tenant's, invisible to the deployment and to another
+// tenant.
+func TestAPI_TenantKey(t *testing.T) {
+	e := newEnv(t)
+	acme, globex := e.key(events.AccessAdmin, "acme"), e.key(events.AccessAdmin, "globex")
+	status, body := e.post(acme, "budget.put", `{"scope":"team:search","period":"month","limit":"5","unit":"USD"}`)
+	require.Equal(t, http.StatusOK, status, body)
+	require.Contains(t, body, `"scope":"team:search"`, "the tenant sees its own names")
+	status, body = e.post(globex, "budget.get", `{"scope":"team:search","period":"month"}`)
+	require.Equal(t, http.StatusNotFound, status, body)
+	_, st := e.nats(e.te.Layout.Endpoint(streams.EndpointBudgetGet), `{"scope":"team:search","period":"month"}`)
+	require.Equal(t, "404", st)
+	body, st = e.nats(e.te.Layout.TenantEndpoint("acme", streams.EndpointBudgetGet), `{"scope":"team:search","period":"month"}`)
+	require.Empty(t, st, body)
+	status, body = e.post(acme, "pricing.put", `{"model":"m","input":"1","output":"1"}`)
+	require.Equal(t, http.StatusBadRequest, status, "the replica refuses a tenant's pricing.put: %s", body)
+}

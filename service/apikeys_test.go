@@ -1,0 +1,131 @@
+package service_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/streams"
+	"github.com/spendgate/spendgate/testenv"
+)
+
+// foldedKey waits until every replica has folded key id's revision
+// version: a change of a key takes effect on each replica as it folds it
+// (a resolve does not wait for the stream on a key it holds).
+func (h *harness) foldedKey(id string, version uint64) {
+	h.t.Helper()
+	for _, r := range h.replicas {
+		testenv.WaitFor(h.t, 10*time.Second, "every replica folded the key's change", func() bool {
+			k, ok := r.Ledger.APIKey(id)
+			return ok && k.Version >= version
+		})
+	}
+}
+
+// TestAPIKeys_Lifecycle: a key is created with the hash of its secret,
+// resolved to its scopes by that hash only, disabled, enabled and rotated
+// (the old secret stops working); listings never show a hash; a key made
+// through one replica resolves at once through another.
+func TestAPIKeys_Lifecycle(t *testing.T) {
+	h := newHarness(t, harnessOpts{replicas: 2})
+	id, secret, err := events.NewAPIKey()
+	require.NoError(t, err)
+	hash := events.HashAPIKey(secret)
+
+	var created events.APIKeyPutReply
+	require.Nil(t, h.call(streams.EndpointAPIKeyCreate, events.APIKeyCreateRequest{ID: id, Hash: hash,
+		Scopes: []string{"team:search", "user:u-17"}, Name: "search"}, &created))
+	require.True(t, created.Created)
+	require.Equal(t, events.APIKeyPrefix+id+"_", created.Prefix)
+	require.Equal(t, []string{"team:search", "user:u-17"}, created.Scopes)
+	e := h.call(streams.EndpointAPIKeyCreate, events.APIKeyCreateRequest{ID: id, Hash: hash, Scopes: []string{"team:x"}}, nil)
+	require.Equal(t, events.CodeKeyExists, e.Code)
+
+	// Both replicas answer (queue group): every resolve right after the
+	// create succeeds, whichever takes it.
+	for range 6 {
+		var r events.APIKeyResolveReply
+		require.Nil(t, h.call(streams.EndpointAPIKeyResolve, events.APIKeyResolveRequest{ID: id, Hash: hash}, &r))
+		require.Equal(t, []string{"team:search", "user:u-17"}, r.Scopes)
+		require.Equal(t, created.Version, r.Version)
+	}
+	e = h.call(streams.EndpointAPIKeyResolve, events.APIKeyResolveRequest{ID: id, Hash: events.HashAPIKey(secret + "x")}, nil)
+	require.Equal(t, events.CodeUnknownKey, e.Code, "a wrong secret is not told apart from a missing key")
+	e = h.call(streams.EndpointAPIKeyResolve, events.APIKeyResolveRequest{ID: "000000000000", Hash: hash}, nil)
+	require.Equal(t, events.CodeUnknownKey, e.Code)
+
+	var d events.APIKeyPutReply
+	require.Nil(t, h.call(streams.EndpointAPIKeyDisable, events.APIKeyIDRequest{ID: id}, &d))
+	require.True(t, d.Disabled)
+	require.Equal(t, []string{"disabled"}, d.Changed)
+	h.foldedKey(id, d.Version)
+	e = h.call(streams.EndpointAPIKeyResolve, events.APIKeyResolveRequest{ID: id, Hash: hash}, nil)
+	require.Equal(t, events.CodeKeyDisabled, e.Code)
+	var en events.APIKeyPutReply
+	require.Nil(t, h.call(streams.EndpointAPIKeyEnable, events.APIKeyIDRequest{ID: id}, &en))
+	require.False(t, en.Disabled)
+	require.Equal(t, []string{"disabled"}, en.Changed)
+	h.foldedKey(id, en.Version)
+
+	_, secret2, err := events.NewAPIKey()
+	require.NoError(t, err)
+	secret2 = events.APIKeyPrefix + id + secret2[len(events.APIKeyPrefix)+events.APIKeyIDLen:]
+	var rot events.APIKeyPutReply
+	require.Nil(t, h.call(streams.EndpointAPIKeyRotate, events.APIKeyRotateRequest{ID: id, Hash: events.HashAPIKey(secret2)}, &rot))
+	require.Equal(t, []string{"hash"}, rot.Changed)
+	require.NotNil(t, rot.RotatedAt)
+	h.foldedKey(id, rot.Version)
+	e = h.call(streams.EndpointAPIKeyResolve, events.APIKeyResolveRequest{ID: id, Hash: hash}, nil)
+	require.Equal(t, events.CodeUnknownKey, e.Code, "the old secret stops working")
+	require.Nil(t, h.call(streams.EndpointAPIKeyResolve, events.APIKeyResolveRequest{ID: id, Hash: events.HashAPIKey(secret2)}, nil))
+
+	var list events.APIKeyListReply
+	require.Nil(t, h.call(streams.EndpointAPIKeyList, events.APIKeyListRequest{}, &list))
+	require.Len(t, list.Keys, 1)
+	var raw json.RawMessage
+	require.Nil(t, h.call(streams.EndpointAPIKeyList, []byte(`{}`), &raw))
+	require.NotContains(t, string(raw), events.HashAPIKey(secret2), "a listing never shows a hash")
+	require.NotContains(t, string(raw), `"hash"`)
+	var got events.APIKeyView
+	require.Nil(t, h.call(streams.EndpointAPIKeyGet, events.APIKeyIDRequest{ID: id}, &got))
+	require.Equal(t, list.Keys[0], got)
+}
+
+// TestAPIKeys_BadInput: every malformed key request is refused with its
+// code and changes nothing.
+func TestAPIKeys_BadInput(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	hash := events.HashAPIKey("s")
+	for _, c := range []struct {
+		endpoint string
+		body     string
+		code     events.Code
+	}{
+		{streams.EndpointAPIKeyCreate, `{"id":"AB","hash":"` + hash + `","scopes":["team:a"]}`, events.CodeInvalidIdentifier},
+		{streams.EndpointAPIKeyCreate, `{"id":"ab","hash":"xyz","scopes":["team:a"]}`, events.CodeInvalidRequest},
+		{streams.EndpointAPIKeyCreate, `{"id":"ab","hash":"` + hash + `","scopes":["team*"]}`, events.CodeInvalidIdentifier},
+		{streams.EndpointAPIKeyCreate, `{"id":"ab","hash":"` + hash + `","scopes":["team:a","team:a"]}`, events.CodeInvalidRequest},
+		{streams.EndpointAPIKeyCreate, `{"id":"ab","hash":"` + hash + `"}`, events.CodeInvalidRequest},
+		{streams.EndpointAPIKeyCreate, `{"id":"ab","hash":"` + hash + `","access":"root"}`, events.CodeInvalidRequest},
+		{streams.EndpointAPIKeyCreate, `{"id":"ab","hash":"` + hash + `","access":"admin","tenant":"Acme"}`, events.CodeInvalidIdentifier},
+		{streams.EndpointAPIKeyCreate, `{"id":"ab","hash":"` + hash + `","scopes":["team:a"],"secret":"x"}`, events.CodeInvalidRequest},
+		{streams.EndpointAPIKeyCreate, `{"id":"ab","hash":"` + hash + `","scopes":["team:a"],"name":"` + strings.Repeat("n", events.MaxKeyNameLen+1) + `"}`, events.CodeInvalidRequest},
+		{streams.EndpointAPIKeyRotate, `{"id":"ab","hash":"` + hash + `"}`, events.CodeUnknownKey},
+		{streams.EndpointAPIKeyDisable, `{"id":"ab"}`, events.CodeUnknownKey},
+		{streams.EndpointAPIKeyResolve, `{"id":"ab","hash":"short"}`, events.CodeInvalidRequest},
+		{streams.EndpointAPIKeyGet, `{"id":"a.b"}`, events.CodeInvalidIdentifier},
+	} {
+		e := h.call(c.endpoint, []byte(c.body), nil)
+		require.NotNil(t, e, "%s %s", c.endpoint, c.body)
+		require.Equal(t, c.code, e.Code, "%s %s: %s", c.endpoint, c.body, e.Message)
+	}
+	var list events.APIKeyListReply
+	require.Nil(t, h.call(streams.EndpointAPIKeyList, []byte{}, &list))
+	require.Empty(t, list.Keys, "nothing was stored")
+	seq, _ := h.streamState()
+	require.Zero(t, seq, "nothing was written")
+}

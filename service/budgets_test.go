@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
@@ -111,10 +112,10 @@ func TestAdmit_CheckAndShadow(t *testing.T) {
 	require.Equal(t, "7", r.Budgets[0].Available)
 
 	// Counted apart.
-	require.EqualValues(t, 1, m.AdmitChecks.With(events.ModeShadow, metrics.ResultAdmitted, "").Value())
-	require.EqualValues(t, 1, m.AdmitChecks.With(events.ModeShadow, metrics.ResultDenied, string(events.ReasonLimitReached)).Value())
-	require.EqualValues(t, 2, m.AdmitChecks.With(events.ModeCheck, metrics.ResultAdmitted, "").Value()) // incl. the replay
-	require.EqualValues(t, 2, m.Admits.With(metrics.ResultAdmitted, "").Value())
+	require.EqualValues(t, 1, testutil.ToFloat64(m.AdmitChecks.WithLabelValues(events.ModeShadow, metrics.ResultAdmitted, "")))
+	require.EqualValues(t, 1, testutil.ToFloat64(m.AdmitChecks.WithLabelValues(events.ModeShadow, metrics.ResultDenied, string(events.ReasonLimitReached))))
+	require.EqualValues(t, 2, testutil.ToFloat64(m.AdmitChecks.WithLabelValues(events.ModeCheck, metrics.ResultAdmitted, ""))) // incl. the replay
+	require.EqualValues(t, 2, testutil.ToFloat64(m.Admits.WithLabelValues(metrics.ResultAdmitted, "")))
 
 	// A bad mode is refused.
 	_, e = h.admit(events.AdmitRequest{RequestID: "x", Scopes: []string{"org:acme"}, Amount: "1", Mode: "dry"})

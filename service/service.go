@@ -417,7 +417,7 @@ func (s *Service) encode(dst []byte, endpoint, subject string, out any, err erro
 	code = string(e.Code)
 	errCode, errMsg = code, e.Message
 	if e.Code == events.CodeLedgerBusy {
-		s.m.LedgerBusy.With(metrics.BusyConflicts).Inc()
+		s.m.LedgerBusy.WithLabelValues(metrics.BusyConflicts).Inc()
 	}
 	body = events.AppendErrorReply(dst, &events.ErrorReply{Error: &events.Error{
 		Code: e.Code, Message: e.Message, ReservationID: e.ReservationID, Status: e.Status,
@@ -529,7 +529,7 @@ func (s *Service) serveBatch(nc *nats.Conn, endpoint, single, subject, reply str
 	idx := make([]int, 0, len(items))
 	for i := range items {
 		if !s.takeSlot(tenant) {
-			s.m.LedgerBusy.With(metrics.BusyInflight).Inc()
+			s.m.LedgerBusy.WithLabelValues(metrics.BusyInflight).Inc()
 			s.m.ObserveRequest(single, string(events.CodeLedgerBusy), 0)
 			s.stats.observe(single, string(events.CodeLedgerBusy), "in-flight limit", 0)
 			continue
@@ -606,7 +606,7 @@ func (s *Service) endDelivery(nc *nats.Conn, subject, reply string) {
 // refuseBusy answers r ledger_busy on micro's own goroutine: no ledger work,
 // no goroutine, and micro counts it as an error of the endpoint.
 func (s *Service) refuseBusy(r micro.Request, endpoint string) {
-	s.m.LedgerBusy.With(metrics.BusyInflight).Inc()
+	s.m.LedgerBusy.WithLabelValues(metrics.BusyInflight).Inc()
 	s.m.ObserveRequest(endpoint, string(events.CodeLedgerBusy), 0)
 	s.stats.observe(endpoint, string(events.CodeLedgerBusy), "in-flight limit", 0)
 	if r.Reply() == "" {
@@ -654,16 +654,16 @@ func (s *Service) countAdmit(ctx context.Context, req events.AdmitRequest, reply
 	if reply.Mode != "" {
 		// Check and shadow answers are counted apart from real admits.
 		if reply.Admitted {
-			s.m.AdmitChecks.With(reply.Mode, metrics.ResultAdmitted, "").Inc()
+			s.m.AdmitChecks.WithLabelValues(reply.Mode, metrics.ResultAdmitted, "").Inc()
 		} else if reply.Denial != nil {
-			s.m.AdmitChecks.With(reply.Mode, metrics.ResultDenied, string(reply.Denial.Reason)).Inc()
+			s.m.AdmitChecks.WithLabelValues(reply.Mode, metrics.ResultDenied, string(reply.Denial.Reason)).Inc()
 		}
 		return
 	}
 	if reply.Admitted {
-		s.m.Admits.With(metrics.ResultAdmitted, "").Inc()
+		s.m.Admits.WithLabelValues(metrics.ResultAdmitted, "").Inc()
 	} else if reply.Denial != nil {
-		s.m.Admits.With(metrics.ResultDenied, string(reply.Denial.Reason)).Inc()
+		s.m.Admits.WithLabelValues(metrics.ResultDenied, string(reply.Denial.Reason)).Inc()
 		at, tenant := s.now().UTC(), events.TenantFromContext(ctx)
 		s.denials.add(DeniedAdmit{At: at, Tenant: tenant, RequestID: req.RequestID, Scopes: req.Scopes, Amount: req.Amount,
 			Unit: req.Unit, Metadata: req.Metadata, Denial: *reply.Denial})

@@ -347,7 +347,8 @@ func (g *Gateway) resetOf(ctx context.Context, cl *client.Client, d events.Denia
 			loc = z
 		}
 	}
-	return periodEnd(d.Period, d.Instance, loc)
+	_, end, ok := events.CalendarOf(d.Period, loc).InstanceBounds(d.Instance)
+	return end, ok
 }
 
 func outcomeOfKeyError(err error) string {

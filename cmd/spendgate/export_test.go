@@ -170,7 +170,7 @@ func TestCLI_ExportReportBalances(t *testing.T) {
 		{[]string{"report", "--by", "model", "--format", "pdf"}, `--format "pdf": want table or csv`},
 		{[]string{"report", "--by", "model", "--from", "x"}, `--from "x": want an RFC 3339 time`},
 		{[]string{"report", "--by", "model", "--scope", "org:acme"}, `--scope needs --replay`},
-		{[]string{"report", "--by", "model", "--period", "2026-13"}, `--period "2026-13": want a UTC month like 2026-11 or a day like 2026-11-30`},
+		{[]string{"report", "--by", "model", "--period", "2026-13"}, `--period "2026-13": want a UTC month like 2026-11, a week like 2026-W49 or a day like 2026-11-30`},
 		{[]string{"report", "--by", "model", "--period", "2026-11", "--from", "2026-11-01T00:00:00Z"}, `--period replaces --from and --to`},
 		{[]string{"admit", "--scope", "org:acme", "--amount", "1", "--meta", "model"}, `--meta "model": want KEY=VALUE`},
 	} {

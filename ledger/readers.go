@@ -7,24 +7,16 @@ import (
 	"github.com/spendgate/spendgate/internal/gate"
 )
 
-// Folded is one revision the replica's fold passed, as its readers get it.
-type Folded struct {
-	// Rev is the revision, decoded by the gate. Readers share it: they
-	// must not change it.
-	Rev *gate.Revision
-	// Own: this replica wrote it.
-	Own bool
-}
-
 // Reader is a reader of the ledger fed by the replica's one fold: every
 // revision the gate passes is handed to every reader once, in stream
 // order, after the book folded it, on the follower's goroutine. Nothing a
 // replica skipped reaches a reader, and no reader opens a consumer of its
 // own on the ledger stream. Fold must not block on I/O: a reader that
 // writes elsewhere queues what it needs (a full queue holds the follower
-// back, which the replica's lag shows).
+// back, which the replica's lag shows). rev is shared by every reader:
+// it must not be changed. own reports that this replica wrote it.
 type Reader interface {
-	Fold(f Folded)
+	Fold(rev *gate.Revision, own bool)
 }
 
 // Section is a Reader whose state travels in the replica's snapshots, as
@@ -133,8 +125,7 @@ func (l *Ledger) feed(m *gate.Message, passed *gate.Revision, foldedHere bool) {
 	if passed.At.IsZero() {
 		passed.At = m.At
 	}
-	f := Folded{Rev: passed, Own: own}
 	for _, rd := range l.readers {
-		rd.Fold(f)
+		rd.Fold(passed, own)
 	}
 }

@@ -72,6 +72,8 @@ type snapBody struct {
 	Voids      []struct {
 		RequestID string `json:"request_id"`
 	} `json:"voids"`
+	// Sections are the readers' states (version 4), not read here.
+	Sections map[string]json.RawMessage `json:"sections"`
 }
 
 type snapRes struct {

@@ -86,6 +86,8 @@ type Replica struct {
 	// Reports is the spend report aggregator, nil unless
 	// ReplicaConfig.Reports.
 	Reports *projector.Aggregator
+	// Series is every budget's spend over time (the dashboard's charts).
+	Series  *projector.Series
 	reportd chan struct{}
 	// Denials records the admits the replica denies, nil when
 	// ReplicaConfig.NoDenialRecords.
@@ -129,8 +131,12 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 	if err != nil {
 		return nil, err
 	}
-	alerts := alertPublisher(nc, cfg.Layout, cfg.Log)
-	aopts := []admit.Option{admit.WithClock(cfg.Now), admit.WithAlerts(alerts)}
+	// Alerts are published from the fold, for the revisions this replica
+	// wrote.
+	if err := l.AddReader(alertReader{publish: alertPublisher(nc, cfg.Layout, cfg.Log)}); err != nil {
+		return nil, err
+	}
+	aopts := []admit.Option{admit.WithClock(cfg.Now)}
 	if cfg.DefaultTTL != 0 || cfg.MinTTL != 0 || cfg.MaxTTL != 0 {
 		def, lo, hi := cfg.DefaultTTL, cfg.MinTTL, cfg.MaxTTL
 		if def == 0 {
@@ -148,7 +154,7 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 	if err != nil {
 		return nil, err
 	}
-	st, err := settle.New(l, settle.WithClock(cfg.Now), settle.WithAlerts(alerts))
+	st, err := settle.New(l, settle.WithClock(cfg.Now))
 	if err != nil {
 		return nil, err
 	}
@@ -165,6 +171,15 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	r := &Replica{Ledger: l, Admitter: a, Settler: st, Sweeper: sw, cancel: cancel, done: make(chan error, 1), sweepd: make(chan struct{}), failed: make(chan struct{})}
+	// The readers of the ledger are fed by the replica's one fold (the
+	// spend report is kept whether or not the report endpoint answers: it
+	// travels in the snapshots, which every replica must be able to load).
+	agg, series, err := AddReadModels(l, js, cfg.Layout, cfg.Log, cfg.ReportOptions...)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	r.Series = series
 	go func() {
 		err := l.Run(runCtx)
 		if runCtx.Err() == nil {
@@ -202,12 +217,7 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 	}
 	r.reportd = make(chan struct{})
 	if cfg.Reports {
-		ropts := append([]projector.AggregatorOption{projector.WithAggregatorLogger(cfg.Log)}, cfg.ReportOptions...)
-		if r.Reports, err = projector.NewAggregator(js, cfg.Layout, ropts...); err != nil {
-			cancel()
-			<-r.done
-			return nil, err
-		}
+		r.Reports = agg
 		go func() {
 			defer close(r.reportd)
 			if err := r.Reports.Run(runCtx); err != nil {
@@ -345,4 +355,27 @@ func (r *Replica) Stop() error {
 		r.stopErr = err
 	})
 	return r.stopErr
+}
+
+// AddReadModels adds to l, before it runs, the read models every replica
+// keeps and every snapshot carries as sections: the spend report
+// (projector.Aggregator; its denials are read from js) and the spend
+// series (projector.Series). A snapshot written without them cannot be
+// loaded by a replica that keeps them, so every writer of snapshots (a
+// replica, spendgate snapshot) adds both.
+func AddReadModels(l *ledger.Ledger, js jetstream.JetStream, layout streams.Layout, log *slog.Logger, opts ...projector.AggregatorOption) (*projector.Aggregator, *projector.Series, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	agg, err := projector.NewAggregator(js, layout, append([]projector.AggregatorOption{projector.WithAggregatorLogger(log), projector.WithSync(l.Sync)}, opts...)...)
+	if err != nil {
+		return nil, nil, err
+	}
+	series := projector.NewSeries()
+	for _, r := range []ledger.Reader{agg, series} {
+		if err := l.AddReader(r); err != nil {
+			return nil, nil, err
+		}
+	}
+	return agg, series, nil
 }

@@ -94,11 +94,7 @@ func auditArchive(which string, args []string) int {
 			return 1
 		}
 		fmt.Printf("trimmed below snapshot %s (seq %d): %d messages in the stream, %d before\n", res.Snapshot.Name, res.Snapshot.Seq, res.After, res.Before)
-		how := "already there"
-		if res.ReportWritten {
-			how = "written by this trim"
-		}
-		fmt.Printf("spend reports restart from %s (%s)\n", res.Report, how)
+
 		return 0
 	}
 	opts := projector.ArchiveOptions{Until: *until, SegmentMessages: *segment}

@@ -233,17 +233,14 @@ func serve(args []string) int {
 	if opsSrv != nil {
 		// The spend dashboard, read-only, on the operator listener.
 		host, _ := os.Hostname()
-		dash, err := dashboard.New(dashboard.Config{JS: js, Layout: layout, Book: r.Ledger, Denials: r.Service.RecentDenials, Replica: host, Log: log})
+		dash, err := dashboard.New(dashboard.Config{Book: r.Ledger, Series: r.Series, Denials: r.Service.RecentDenials, Replica: host, Log: log})
 		if err != nil {
 			log.Error("dashboard", "err", err)
 			_ = r.Stop()
 			return 1
 		}
 		opsSrv.Handle(dashboard.Path, dash)
-		dashCtx, dashStop := context.WithCancel(context.Background())
-		dashDone := make(chan struct{})
-		go func() { defer close(dashDone); _ = dash.Run(dashCtx) }()
-		defer func() { dashStop(); <-dashDone }()
+
 	}
 	log.Info("spendgate serving", "service", streams.ServiceName, "prefix", layout.Prefix(), "stream", layout.StreamName(), "replicas", *replicas, "lanes", layout.Lanes())
 	shown := displayURL(url)

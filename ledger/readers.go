@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"context"
 	"errors"
 	"sync"
 
@@ -35,6 +36,15 @@ type Section interface {
 	// ResetSection forgets everything: the fold starts again from the
 	// stream's first revision.
 	ResetSection()
+}
+
+// Ceiling is a Reader that needs the fold to start at or before a
+// position (a feed relay: events between where the feed stands and a
+// snapshot would never reach it): the replica loads no snapshot past the
+// lowest Ceiling of its readers (an error: none at all).
+type Ceiling interface {
+	Reader
+	Ceiling(ctx context.Context) (uint64, error)
 }
 
 // AddReader has r fed by the fold. Call it before Run.
@@ -128,4 +138,23 @@ func (l *Ledger) feed(m *gate.Message, passed *gate.Revision, foldedHere bool) {
 	for _, rd := range l.readers {
 		rd.Fold(passed, own)
 	}
+}
+
+// snapshotCeiling is the newest snapshot sequence the readers let the
+// replica start from (no limit: the stream's last sequence).
+func (l *Ledger) snapshotCeiling(ctx context.Context, last uint64) uint64 {
+	ceiling := last
+	for _, r := range l.readers {
+		c, ok := r.(Ceiling)
+		if !ok {
+			continue
+		}
+		v, err := c.Ceiling(ctx)
+		if err != nil {
+			l.opts.log.Warn("ledger: a reader cannot say where it stands; folding the whole stream for it", "err", err)
+			return 0
+		}
+		ceiling = min(ceiling, v)
+	}
+	return ceiling
 }

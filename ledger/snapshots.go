@@ -185,9 +185,13 @@ func (l *Ledger) loadSnapshot(ctx context.Context, last uint64) uint64 {
 		l.opts.log.Warn("ledger: listing snapshots failed; folding the whole stream", "err", err)
 		return 0
 	}
+	ceiling := l.snapshotCeiling(lctx, last)
 	for _, s := range list {
 		if s.Seq > last {
 			continue // written against a stream that has since been reset
+		}
+		if s.Seq > ceiling {
+			continue // a reader (the feed) stands before it
 		}
 		start := time.Now()
 		b, sections, err := l.readSnapshot(ctx, store, s.Name)

@@ -203,23 +203,24 @@ type FeedRelayStats struct {
 	// Relayed: events appended to the feed. Lost: appends lost to another
 	// replica's relay, which had appended the same event first.
 	Relayed, Lost func() uint64
-	// Skipped: ledger revisions the relay refused to relay (a signature its
-	// keys refuse, a replay, off its key's chain, a payload that does not
-	// decode): what the replicas skip too, and worth an alert.
-	Skipped func() uint64
-	// CheckpointsSkipped: chain checkpoints refused at a start.
-	CheckpointsSkipped func() uint64
-	// CheckpointLoaded and CheckpointWritten: the ledger sequence of the
-	// chain checkpoint the relay started from (0: none, it read the whole
-	// ledger) and of the newest one it wrote.
+	// Forged: feed messages (or checkpoints) no trusted key signed, which
+	// the relay skipped: someone with the feed's write permission wrote
+	// them, worth an alert. Drift: the times the relay found the feed
+	// stream's limits changed under it (and set them back).
+	Forged, Drift func() uint64
+	// Queued: events the fold handed the relay that the feed has not
+	// taken yet (a full queue holds the fold back).
+	Queued func() uint64
+	// CheckpointLoaded and CheckpointWritten: the feed sequence of the
+	// checkpoint the relay started from (0: none needed) and of the
+	// newest one it wrote.
 	CheckpointLoaded, CheckpointWritten func() uint64
 }
 
 // RegisterFeedRelay adds the feed relay's counters and gauges:
 // spendgate_feed_events_relayed_total, spendgate_feed_appends_lost_total,
-// spendgate_feed_revisions_skipped_total,
-// spendgate_feed_checkpoints_skipped_total,
-// spendgate_feed_checkpoint_loaded_seq and
+// spendgate_feed_forged_total, spendgate_feed_limits_changed_total,
+// spendgate_feed_queued_events, spendgate_feed_checkpoint_loaded_seq and
 // spendgate_feed_checkpoint_written_seq.
 func (s *Set) RegisterFeedRelay(st FeedRelayStats) {
 	gauge := func(f func() uint64) func() float64 { return func() float64 { return float64(f()) } }
@@ -228,14 +229,16 @@ func (s *Set) RegisterFeedRelay(st FeedRelayStats) {
 			"Ledger events this replica's relay appended to the live event feed.", st.Relayed),
 		NewCounterFunc("spendgate_feed_appends_lost_total",
 			"Feed appends this replica's relay lost to another relay that appended the same event first.", st.Lost),
-		NewCounterFunc("spendgate_feed_revisions_skipped_total",
-			"Ledger revisions this replica's relay did not relay: a refused signature, a replay, off its key's chain, or not decodable.", st.Skipped),
-		NewCounterFunc("spendgate_feed_checkpoints_skipped_total",
-			"Chain checkpoints this replica's relay refused at a start (malformed, of another stream, or contradicted by the ledger).", st.CheckpointsSkipped),
+		NewCounterFunc("spendgate_feed_forged_total",
+			"Feed messages and checkpoints no trusted key signed, which this replica's relay skipped.", st.Forged),
+		NewCounterFunc("spendgate_feed_limits_changed_total",
+			"Times this replica's relay found the feed stream's limits changed under it, and set them back.", st.Drift),
+		NewGaugeFunc("spendgate_feed_queued_events",
+			"Events this replica's fold handed its relay that the feed has not taken yet.", gauge(st.Queued)),
 		NewGaugeFunc("spendgate_feed_checkpoint_loaded_seq",
-			"Ledger sequence of the chain checkpoint this replica's relay started from (0: it read the whole ledger).", gauge(st.CheckpointLoaded)),
+			"Feed sequence of the checkpoint this replica's relay started from (0: none needed).", gauge(st.CheckpointLoaded)),
 		NewGaugeFunc("spendgate_feed_checkpoint_written_seq",
-			"Ledger sequence of the newest chain checkpoint this replica's relay wrote (0: none yet).", gauge(st.CheckpointWritten)),
+			"Feed sequence of the newest checkpoint this replica's relay wrote (0: none yet).", gauge(st.CheckpointWritten)),
 	)
 }
 

@@ -180,6 +180,35 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 		return nil, err
 	}
 	r.Series = series
+	// The feed relay is a reader of the fold too; it runs before the fold
+	// starts, so that what the fold hands it while it folds the stream
+	// drains as it goes.
+	r.feedd = make(chan struct{})
+	if cfg.Feed {
+		fopts := []feed.Option{feed.WithLogger(cfg.Log), feed.WithTrust(l.Trust), feed.WithSigner(l.Signer)}
+		if cfg.FeedMaxAge != 0 {
+			fopts = append(fopts, feed.WithMaxAge(max(0, cfg.FeedMaxAge)))
+		}
+		if r.Relay, err = feed.NewRelay(js, cfg.Layout, fopts...); err == nil {
+			err = l.AddReader(r.Relay)
+		}
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		if cfg.Metrics != nil {
+			rl := r.Relay
+			cfg.Metrics.RegisterFeedRelay(metrics.FeedRelayStats{
+				Relayed: rl.Relayed, Lost: rl.Lost, Forged: rl.Forged, Drift: rl.Drift,
+				Queued:            func() uint64 { return uint64(rl.Queued()) },
+				CheckpointLoaded:  func() uint64 { return rl.CheckpointStats().Loaded },
+				CheckpointWritten: func() uint64 { return rl.CheckpointStats().Written },
+			})
+		}
+		go func() { defer close(r.feedd); _ = r.Relay.Run(runCtx) }()
+	} else {
+		close(r.feedd)
+	}
 	go func() {
 		err := l.Run(runCtx)
 		if runCtx.Err() == nil {
@@ -277,33 +306,6 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 			}
 			return out
 		})
-	}
-	r.feedd = make(chan struct{})
-	if cfg.Feed {
-		fopts := []feed.Option{feed.WithLogger(cfg.Log), feed.WithTrust(l.Trust)}
-		if cfg.FeedMaxAge != 0 {
-			fopts = append(fopts, feed.WithMaxAge(max(0, cfg.FeedMaxAge)))
-		}
-		if r.Relay, err = feed.NewRelay(js, cfg.Layout, fopts...); err != nil {
-			_ = r.Service.Stop()
-			cancel()
-			<-r.denyd
-			<-r.reportd
-			<-r.done
-			return nil, err
-		}
-		if cfg.Metrics != nil {
-			rl := r.Relay
-			cfg.Metrics.RegisterFeedRelay(metrics.FeedRelayStats{
-				Relayed: rl.Relayed, Lost: rl.Lost, Skipped: rl.Skipped,
-				CheckpointsSkipped: func() uint64 { return uint64(max(rl.CheckpointStats().Skipped, 0)) },
-				CheckpointLoaded:   func() uint64 { return rl.CheckpointStats().Loaded },
-				CheckpointWritten:  func() uint64 { return rl.CheckpointStats().Written },
-			})
-		}
-		go func() { defer close(r.feedd); _ = r.Relay.Run(runCtx) }()
-	} else {
-		close(r.feedd)
 	}
 	if cfg.Feed { // the tenants' feed consumers, checked at start and every minute
 		tc, _ := feed.NewTenantCheck(js, cfg.Layout, feed.CheckLogger(cfg.Log)) // errs on a nil logger only; cfg.Log is set

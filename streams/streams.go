@@ -251,44 +251,10 @@ func SnapshotSeq(name string) (uint64, bool) {
 	return seq, err == nil
 }
 
-// ReportSnapshotPrefix starts the name of every snapshot of a replica's
-// spend report (projector.Aggregator), kept in the same bucket as the
-// ledger's snapshots and ignored by them.
-const ReportSnapshotPrefix = "report-"
-
-// ReportSnapshotName is the object name of the report snapshot covering
-// seq, zero-padded like SnapshotName.
-func ReportSnapshotName(seq uint64) string {
-	return fmt.Sprintf("%s%020d", ReportSnapshotPrefix, seq)
-}
-
-// ReportSnapshotSeq parses a ReportSnapshotName.
-func ReportSnapshotSeq(name string) (uint64, bool) {
-	if !strings.HasPrefix(name, ReportSnapshotPrefix) || len(name) != len(ReportSnapshotPrefix)+20 {
-		return 0, false
-	}
-	seq, err := strconv.ParseUint(name[len(ReportSnapshotPrefix):], 10, 64)
-	return seq, err == nil
-}
-
-// FeedChainPrefix starts the name of every checkpoint of a feed relay's
-// chain (package feed: each lane and budget key's last valid revision at
-// one ledger sequence), kept in the same bucket as the ledger's snapshots
-// and ignored by them and by the report's.
-const FeedChainPrefix = "feedchain-"
-
-// FeedChainName is the object name of the feed relay checkpoint covering
-// seq, zero-padded like SnapshotName.
-func FeedChainName(seq uint64) string { return fmt.Sprintf("%s%020d", FeedChainPrefix, seq) }
-
-// FeedChainSeq parses a FeedChainName.
-func FeedChainSeq(name string) (uint64, bool) {
-	if !strings.HasPrefix(name, FeedChainPrefix) || len(name) != len(FeedChainPrefix)+20 {
-		return 0, false
-	}
-	seq, err := strconv.ParseUint(name[len(FeedChainPrefix):], 10, 64)
-	return seq, err == nil
-}
+// FeedCheckpointName is the object, in the same bucket as the ledger's
+// snapshots (and ignored by them), where feed relays write where the feed
+// stands (package feed).
+const FeedCheckpointName = "feed-checkpoint"
 
 // SnapshotConfig is the snapshot bucket's configuration: file storage,
 // the ledger's replicas, S2-compressed (a snapshot is JSON).

@@ -123,8 +123,8 @@ func TestServe_Metrics(t *testing.T) {
 	require.Contains(t, m, `spendgate_feed_appends_lost_total`)
 	// Nothing was forged or replayed here, and the relay started on an
 	// empty ledger, so it loaded no checkpoint.
-	require.Equal(t, float64(0), m[`spendgate_feed_revisions_skipped_total`])
-	for _, k := range []string{`spendgate_feed_revisions_skipped_total`, `spendgate_feed_checkpoints_skipped_total`,
+	require.Equal(t, float64(0), m[`spendgate_feed_forged_total`])
+	for _, k := range []string{`spendgate_feed_forged_total`, `spendgate_feed_limits_changed_total`, `spendgate_feed_queued_events`,
 		`spendgate_feed_checkpoint_loaded_seq`, `spendgate_feed_checkpoint_written_seq`} {
 		require.Contains(t, m, k)
 	}

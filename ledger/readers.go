@@ -109,18 +109,16 @@ func (a *ahead) dropUntil(seq uint64) {
 	}
 }
 
-// feed hands the revisions of the message at seq to the readers: passed
+// feed hands the revision of the message at seq to the readers: passed
 // when the follower folded it itself, else what was folded ahead of it
-// (decoded again if that was not kept).
-func (l *Ledger) feed(m *gate.Message, passed *gate.Revision, foldedHere bool) {
-	if len(l.readers) == 0 {
-		return
-	}
+// (decoded again if that was not kept). It returns the revision (nil: the
+// message was skipped), for the follower's counts.
+func (l *Ledger) feed(m *gate.Message, passed *gate.Revision, foldedHere bool) *gate.Revision {
 	own := l.isOwn(m)
 	if !foldedHere {
 		if e, ok := l.ahead.take(m.Seq); ok {
 			passed, own = e.passed, own || e.own
-		} else if key, ok := l.layout.KeyOf(m.Subject); ok && l.revOf(key) >= m.Seq {
+		} else if key, ok := l.layout.KeyOf(m.Subject); ok && len(l.readers) > 0 && l.revOf(key) >= m.Seq {
 			// Folded ahead but not kept: decode it again. It passed then;
 			// what the gate says now about what needs no heads is the
 			// same unless the trusted keys changed in between.
@@ -130,7 +128,7 @@ func (l *Ledger) feed(m *gate.Message, passed *gate.Revision, foldedHere bool) {
 		}
 	}
 	if passed == nil {
-		return
+		return nil
 	}
 	if passed.At.IsZero() {
 		passed.At = m.At
@@ -138,6 +136,7 @@ func (l *Ledger) feed(m *gate.Message, passed *gate.Revision, foldedHere bool) {
 	for _, rd := range l.readers {
 		rd.Fold(passed, own)
 	}
+	return passed
 }
 
 // snapshotCeiling is the newest snapshot sequence the readers let the

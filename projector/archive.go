@@ -476,7 +476,7 @@ func Trim(ctx context.Context, js jetstream.JetStream, layout streams.Layout, di
 	if err != nil {
 		return res, err
 	}
-	data, err := store.GetBytes(ctx, rep.Snapshot.Name)
+	data, err := streams.ReadObject(ctx, store, rep.Snapshot.Name)
 	if err != nil {
 		return res, err
 	}

@@ -106,6 +106,7 @@ type Replica struct {
 
 	stopOnce sync.Once
 	stopErr  error
+	log      *slog.Logger
 }
 
 // StartReplica ensures the streams, folds the ledger, and starts serving on
@@ -170,7 +171,7 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 		return nil, err
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	r := &Replica{Ledger: l, Admitter: a, Settler: st, Sweeper: sw, cancel: cancel, done: make(chan error, 1), sweepd: make(chan struct{}), failed: make(chan struct{})}
+	r := &Replica{Ledger: l, Admitter: a, Settler: st, Sweeper: sw, cancel: cancel, done: make(chan error, 1), sweepd: make(chan struct{}), failed: make(chan struct{}), log: cfg.Log}
 	// The readers of the ledger are fed by the replica's one fold (the
 	// spend report is kept whether or not the report endpoint answers: it
 	// travels in the snapshots, which every replica must be able to load).
@@ -343,6 +344,13 @@ func (r *Replica) Err() error {
 func (r *Replica) Stop() error {
 	r.stopOnce.Do(func() {
 		err := r.Service.Stop()
+		// A graceful stop leaves a snapshot at the stream's end, so the
+		// restart costs what is live (bounded: a stop never hangs on it).
+		sctx, scancel := context.WithTimeout(context.Background(), FinalSnapshotTimeout)
+		if serr := r.Ledger.FinalSnapshot(sctx); serr != nil {
+			r.log.Warn("no snapshot written on stop; the restart folds from the last one", "err", serr)
+		}
+		scancel()
 		r.cancel()
 		<-r.sweepd
 		<-r.feedd
@@ -358,6 +366,10 @@ func (r *Replica) Stop() error {
 	})
 	return r.stopErr
 }
+
+// FinalSnapshotTimeout bounds the snapshot a replica writes when it stops
+// gracefully.
+const FinalSnapshotTimeout = 30 * time.Second
 
 // AddReadModels adds to l, before it runs, the read models every replica
 // keeps and every snapshot carries as sections: the spend report

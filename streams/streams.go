@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -893,4 +894,51 @@ func EnsureDenials(ctx context.Context, js jetstream.JetStream, l Layout, maxAge
 		return nil
 	})
 	return s, err
+}
+
+// ObjectIdle bounds how long ReadObject waits for the next bytes of an
+// object: a read that makes progress is never cut short, whatever the
+// object's size.
+const ObjectIdle = 30 * time.Second
+
+// ReadObject reads the whole object name of store. It has no deadline of
+// its own for the whole object (a snapshot of hundreds of MB takes what it
+// takes): it fails when no byte arrived for ObjectIdle, or when ctx ends.
+func ReadObject(ctx context.Context, store jetstream.ObjectStore, name string) ([]byte, error) {
+	// The object store's reads take their deadline from ctx: give them
+	// none, and end them on ctx's end or when they stall.
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stop := context.AfterFunc(ctx, cancel)
+	defer stop()
+	res, err := store.Get(rctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer res.Close()
+	info, err := res.Info()
+	if err != nil {
+		return nil, err
+	}
+	buf := make([]byte, 0, info.Size)
+	chunk := make([]byte, 256<<10)
+	last := time.Now()
+	for {
+		n, err := res.Read(chunk)
+		buf = append(buf, chunk[:n]...)
+		if n > 0 {
+			last = time.Now()
+		}
+		switch {
+		case errors.Is(err, io.EOF):
+			return buf, nil
+		case err != nil:
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, err
+		case n == 0 && time.Since(last) > ObjectIdle:
+			return nil, fmt.Errorf("streams: object %s: no byte for %s after %d of %d bytes", name, ObjectIdle, len(buf), info.Size)
+		}
+	}
 }

@@ -46,8 +46,9 @@ type storedMsg struct {
 // made on the latest revision. found is false when no message matches.
 //
 // A read is safe to repeat, so an attempt that times out (each waits
-// commitTimeout, like a commit's) is retried until ctx ends: a busy or
-// newly elected leader answers late, not wrongly.
+// commitTimeout, like a commit's) or that the replicas answer "no leader"
+// is retried until ctx ends: a busy or newly elected leader answers late,
+// not wrongly.
 func (l *Ledger) leaderGet(ctx context.Context, req leaderGetRequest) (m storedMsg, found bool, err error) {
 	body, err := json.Marshal(req)
 	if err != nil {
@@ -59,15 +60,22 @@ func (l *Ledger) leaderGet(ctx context.Context, req leaderGetRequest) (m storedM
 		ctx, cancel = context.WithTimeout(ctx, 4*l.opts.commitTimeout)
 		defer cancel()
 	}
-	var reply *nats.Msg
+	var resp leaderGetResponse
 	for {
 		actx, cancel := context.WithTimeout(ctx, l.opts.commitTimeout)
+		var reply *nats.Msg
 		reply, err = l.nc.RequestWithContext(actx, l.layout.MsgGetSubject(l.js), body)
 		cancel()
+		if err == nil {
+			resp = leaderGetResponse{}
+			if err = json.Unmarshal(reply.Data, &resp); err == nil && resp.Error != nil && !streams.IsNoMessage(resp.Error.ErrorCode) {
+				err = resp.Error
+			}
+		}
 		if err == nil || ctx.Err() != nil || !retryableRead(err) {
 			break
 		}
-		if errors.Is(err, nats.ErrNoResponders) {
+		if errors.Is(err, nats.ErrNoResponders) || leaderless(err) {
 			// Answered at once: no leader yet. Give the election a moment.
 			t := time.NewTimer(25 * time.Millisecond)
 			select {
@@ -80,15 +88,8 @@ func (l *Ledger) leaderGet(ctx context.Context, req leaderGetRequest) (m storedM
 	if err != nil {
 		return m, false, &events.Error{Code: events.CodeLedgerUnavailable, Message: "reading the ledger stream", Err: err}
 	}
-	var resp leaderGetResponse
-	if err := json.Unmarshal(reply.Data, &resp); err != nil {
-		return m, false, &events.Error{Code: events.CodeLedgerUnavailable, Message: "reading the ledger stream", Err: err}
-	}
-	if resp.Error != nil {
-		if streams.IsNoMessage(resp.Error.ErrorCode) {
-			return m, false, nil
-		}
-		return m, false, &events.Error{Code: events.CodeLedgerUnavailable, Message: "reading the ledger stream", Err: resp.Error}
+	if resp.Error != nil { // no message
+		return m, false, nil
 	}
 	if resp.Message == nil {
 		return m, false, fmt.Errorf("ledger: empty message get reply")
@@ -113,8 +114,30 @@ func (l *Ledger) latestRev(ctx context.Context, key string) (uint64, error) {
 	return m.seq, nil
 }
 
+// streamEnd returns the stream's last sequence as its leader has it: the
+// sequence of the last message of any key, read with leaderGet (0 for an
+// empty stream). Unlike the stream info, which every replica answers from
+// its own copy while the stream has no leader, only the leader answers it.
+func (l *Ledger) streamEnd(ctx context.Context) (uint64, error) {
+	m, found, err := l.leaderGet(ctx, leaderGetRequest{LastFor: l.layout.KeyPrefix() + ">"})
+	if err != nil || !found {
+		return 0, err
+	}
+	return m.seq, nil
+}
+
 // retryableRead reports whether a failed read request may succeed if sent
-// again: it timed out, or no server answered yet (a leader election).
+// again: it timed out, no server answered yet, or the replicas answered
+// that the stream has no leader (a leader election).
 func retryableRead(err error) bool {
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders)
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
+		leaderless(err)
+}
+
+// leaderless reports whether err is JetStream's answer that the stream
+// (or the cluster) has no leader right now: the replicas of a stream
+// whose leader is lost answer a message get so, until one is elected.
+func leaderless(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && streams.IsTransient(apiErr) && apiErr.ErrorCode != jetstream.JSErrCodeStreamNotFound
 }

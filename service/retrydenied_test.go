@@ -67,7 +67,9 @@ func TestAdmit_RetryNeverDenied(t *testing.T) {
 			// is held; x queues behind it on the lane.
 			release := make(chan struct{})
 			hold.Store(&release)
-			go func() { _, _ = a.Admitter.Admit(context.Background(), events.AdmitRequest{RequestID: "z", Scopes: []string{"org:o"}, Amount: "1"}) }()
+			go func() {
+				_, _ = a.Admitter.Admit(context.Background(), events.AdmitRequest{RequestID: "z", Scopes: []string{"org:o"}, Amount: "1"})
+			}()
 			<-held
 			x := events.AdmitRequest{RequestID: "x", Scopes: []string{"team:t"}, Amount: "1"}
 			first := make(chan events.AdmitReply, 1)

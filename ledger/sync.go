@@ -98,3 +98,14 @@ func (l *Ledger) startSyncRound(r *syncRound) {
 		l.syncs.running = false
 	}
 }
+
+// StreamEnd returns the ledger stream's last sequence as its leader has it
+// (0 for an empty stream), read through the leader and retried through an
+// election within ctx: what a health check compares Applied with.
+//
+// Errors: *events.Error with CodeLedgerUnavailable when no leader answered
+// within ctx (the stream has no leader, or JetStream cannot be reached).
+func (l *Ledger) StreamEnd(ctx context.Context) (uint64, error) { return l.streamEnd(ctx) }
+
+// Applied returns the last stream sequence this replica has folded.
+func (l *Ledger) Applied() uint64 { return l.applied.Load() }

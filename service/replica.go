@@ -14,6 +14,7 @@ import (
 
 	"github.com/spendgate/spendgate/admit"
 	"github.com/spendgate/spendgate/feed"
+	"github.com/spendgate/spendgate/internal/health"
 	"github.com/spendgate/spendgate/ledger"
 	"github.com/spendgate/spendgate/metrics"
 	"github.com/spendgate/spendgate/projector"
@@ -71,6 +72,8 @@ type ReplicaConfig struct {
 	// MaxInFlight bounds the requests the replica handles at once (see
 	// Config.MaxInFlight); 0 means MaxInFlight.
 	MaxInFlight int
+	// Health configures the replica's health probe (Replica.Health).
+	Health []health.Option
 }
 
 // Replica is one running spendgate: the ledger follower, the service
@@ -91,6 +94,10 @@ type Replica struct {
 	// ReplicaConfig.NoDenialRecords.
 	Denials *DenialRecorder
 	denyd   chan struct{}
+	// Health tells whether the ledger stream has a leader and the
+	// follower keeps up with its end (the replica's readiness).
+	Health  *health.Probe
+	healthd chan struct{}
 
 	feedd  chan struct{}
 	cancel context.CancelFunc
@@ -160,8 +167,12 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 	if err != nil {
 		return nil, err
 	}
+	probe, err := health.New(l, cfg.Health...)
+	if err != nil {
+		return nil, err
+	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	r := &Replica{Ledger: l, Admitter: a, Settler: st, Sweeper: sw, cancel: cancel, done: make(chan error, 1), sweepd: make(chan struct{}), failed: make(chan struct{})}
+	r := &Replica{Ledger: l, Admitter: a, Settler: st, Sweeper: sw, Health: probe, cancel: cancel, done: make(chan error, 1), sweepd: make(chan struct{}), failed: make(chan struct{}), healthd: make(chan struct{})}
 	go func() {
 		err := l.Run(runCtx)
 		if runCtx.Err() == nil {
@@ -235,7 +246,13 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 	}
 	r.Service = svc
 	if cfg.Metrics != nil {
-		cfg.Metrics.RegisterFollowerLag(l.Lag)
+		// Lag and health against the stream's end as its leader has it,
+		// not as the follower's own consumer (on any copy) reports it.
+		cfg.Metrics.RegisterFollowerLag(probe.Lag)
+		cfg.Metrics.RegisterLedgerHealth(func() metrics.LedgerHealth {
+			st := probe.Status()
+			return metrics.LedgerHealth{Ready: probe.Check() == nil, Leader: st.Leader, Delay: st.Delay}
+		})
 		cfg.Metrics.RegisterBudgets(cfg.MetricsBudgets, func() []metrics.BudgetSample {
 			budgets := l.Budgets()
 			out := make([]metrics.BudgetSample, 0, len(budgets))
@@ -283,6 +300,7 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 	} else {
 		close(r.sweepd)
 	}
+	go func() { defer close(r.healthd); _ = probe.Run(runCtx) }()
 	return r, nil
 }
 
@@ -312,6 +330,7 @@ func (r *Replica) Stop() error {
 		<-r.feedd
 		<-r.denyd
 		<-r.reportd
+		<-r.healthd
 		if ferr := <-r.done; ferr != nil && !errors.Is(ferr, context.Canceled) && err == nil {
 			err = ferr
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/spendgate/spendgate/config"
 	"github.com/spendgate/spendgate/dashboard"
 	"github.com/spendgate/spendgate/embedded"
+	"github.com/spendgate/spendgate/internal/health"
 	"github.com/spendgate/spendgate/ledger"
 	"github.com/spendgate/spendgate/metrics"
 	"github.com/spendgate/spendgate/natsconn"
@@ -75,6 +76,7 @@ func serve(args []string) int {
 	snapInterval := fs.Duration("snapshot-interval", ledger.DefaultSnapshotInterval, "write a snapshot this long after the newest one if the stream moved")
 	trimmable := fs.Bool("trimmable", false, "create the ledger stream so that spendgate audit trim may drop archived history (only when the stream is created)")
 	readyTimeout := fs.Duration("ready-timeout", time.Minute, "how long the replica may take to fold the ledger stream at start")
+	readyMaxDelay := fs.Duration("ready-max-delay", health.DefaultMaxDelay, "/readyz fails while a ledger revision the stream's leader reported has waited longer than this unfolded (the follower is behind or cannot read its copy), and while the stream has no leader")
 	maxInflight := fs.Int("max-inflight", service.MaxInFlight, "requests this replica handles at once; beyond it callers get ledger_busy at once")
 	signingKey := fs.String("signing-key", "", "nkey seed file that signs this replica's revisions (or the seed itself in $"+envSigningSeed+"; default with the embedded server <data-dir>/"+signingKeyFile+", created on first start; with --nats-url a key kept only in memory); re-read on SIGHUP")
 	trustedKeys := fs.String("trusted-keys", "", "public keys whose revisions this replica folds: keys or files of keys, comma-separated (default with the embedded server <data-dir>/"+trustedKeysFile+", created on first start; with --nats-url none: signatures are not checked); re-read on SIGHUP")
@@ -101,6 +103,9 @@ func serve(args []string) int {
 	}
 	if *sweepEvery <= 0 {
 		return serveCommand.usageError(fs, "--sweep-interval must be positive")
+	}
+	if *readyMaxDelay <= 0 {
+		return serveCommand.usageError(fs, "--ready-max-delay must be positive")
 	}
 	// --sync-always is honoured or refused, never ignored: given with
 	// --nats-url (by flag, environment or file, either value) it is refused.
@@ -221,6 +226,7 @@ func serve(args []string) int {
 		ReadyTimeout: *readyTimeout, Metrics: m, MetricsBudgets: *metricsBudgets, Feed: *feedOn,
 		MaxInFlight: *maxInflight, Reports: *reportsOn, FeedMaxAge: feedAge(*feedMaxAge),
 		NoDenialRecords: !*denialsOn, DenialMaxAge: *denialMaxAge, Name: replicaName(),
+		Health: []health.Option{health.WithMaxDelay(*readyMaxDelay)},
 	})
 	if err != nil {
 		log.Error("start", "err", err)
@@ -228,6 +234,9 @@ func serve(args []string) int {
 	}
 	started.Store(true)
 	if opsSrv != nil {
+		// Ready only while the ledger stream has a leader and this
+		// replica's follower keeps up with it (internal/health).
+		opsSrv.AddCheck("ledger_stream", r.Health.Check)
 		// The spend dashboard, read-only, on the operator listener.
 		host, _ := os.Hostname()
 		dash, err := dashboard.New(dashboard.Config{JS: js, Layout: layout, Book: r.Ledger, Denials: r.Service.RecentDenials, Replica: host, Log: log})

@@ -3,6 +3,7 @@ package chaos
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -68,6 +69,10 @@ type outage struct {
 	longestSilence     time.Duration // longest time without a definitive answer, injection to recovery
 	electedAfter       time.Duration // stream or meta leader faults: until another node led
 	acksDuringRecovery int
+	// unready is, per replica, how long its /readyz answered 503 from the
+	// fault until it was ready again after the recovery, and why first.
+	unready []time.Duration
+	reasons []string
 }
 
 // soak returns how long the soak runs (0: the short run).
@@ -165,12 +170,20 @@ func TestCluster_Faults(t *testing.T) {
 		}
 		base := ld.count()
 		c.await(fmt.Sprintf("load before fault %d", i+1), time.Minute, func() bool { return ld.count() >= base+loadBefore })
-		o := inject(t, c, admin, stream, f)
+		o := inject(t, c, admin, stream, f, reps)
 		o.longestSilence = ld.longestGap(o.injected, o.recovered)
 		outages = append(outages, o)
-		t.Logf("fault %d: %s (%s): leader elected after %v, healed after %v, current after %v; longest silence %v",
+		if f.target == "stream-leader" {
+			// The stream had no leader for seconds: every replica must
+			// have said so on /readyz.
+			for i, d := range o.unready {
+				require.Positive(t, d, "replica %s answered ready throughout %s, while the stream had no leader", reps[i].name, f)
+				require.Contains(t, o.reasons[i], "no answer from the ledger stream's leader", "replica %s", reps[i].name)
+			}
+		}
+		t.Logf("fault %d: %s (%s): leader elected after %v, healed after %v, current after %v; longest silence %v; replicas not ready for %v",
 			i+1, f, o.node, o.electedAfter.Round(time.Millisecond), o.healed.Sub(o.injected).Round(time.Millisecond),
-			o.recovered.Sub(o.injected).Round(time.Millisecond), o.longestSilence.Round(time.Millisecond))
+			o.recovered.Sub(o.injected).Round(time.Millisecond), o.longestSilence.Round(time.Millisecond), o.unready)
 	}
 	base := ld.count()
 	c.await("load after the faults", time.Minute, func() bool { return ld.count() >= base+loadBefore })
@@ -212,8 +225,8 @@ func TestCluster_Faults(t *testing.T) {
 		"%d admits denied limit_reached, %d retries answered ledger_unavailable rather than denied; %d unresolved at the end; every copy at seq %d",
 		len(outages), sum.acked, sum.admits, sum.settles, sum.releases, maxLost, overAdmitted, maxWrong, sum.limit, ld.retryHeld.Load(), sum.unresolved, last)
 	for _, o := range outages {
-		t.Logf("outage: %-20s %s: longest silence %v, elected after %v, current again %v after the fault",
-			o.fault, o.node, o.longestSilence.Round(time.Millisecond), o.electedAfter.Round(time.Millisecond), o.recovered.Sub(o.injected).Round(time.Millisecond))
+		t.Logf("outage: %-20s %s: longest silence %v, elected after %v, current again %v after the fault; replicas not ready %v",
+			o.fault, o.node, o.longestSilence.Round(time.Millisecond), o.electedAfter.Round(time.Millisecond), o.recovered.Sub(o.injected).Round(time.Millisecond), o.unready)
 	}
 	if keep := os.Getenv("SPENDGATE_CLUSTER_KEEP"); keep != "" && len(problems) > 0 {
 		// The run's directory (configs, stores, logs) and the callers'
@@ -236,8 +249,17 @@ func TestCluster_Faults(t *testing.T) {
 
 // inject takes the node f names out and back and waits until every copy is
 // current again.
-func inject(t *testing.T, c *cluster, nc *nats.Conn, stream string, f fault) outage {
+func inject(t *testing.T, c *cluster, nc *nats.Conn, stream string, f fault, reps []*replica) outage {
 	t.Helper()
+	// Every replica ready before the fault.
+	c.await("every replica ready", recoverBound, func() bool {
+		for _, r := range reps {
+			if !r.ready() {
+				return false
+			}
+		}
+		return true
+	})
 	var target *node
 	c.await("a stream leader and a meta leader", electionBound, func() bool {
 		return c.streamLeader(stream) != nil && c.metaLeader() != nil
@@ -265,6 +287,7 @@ func inject(t *testing.T, c *cluster, nc *nats.Conn, stream string, f fault) out
 	}
 	o := outage{fault: f, node: target.name}
 	o.injected = time.Now()
+	watch := watchReady(reps)
 	if f.signal == "kill" {
 		c.kill(target)
 	} else {
@@ -297,7 +320,52 @@ func inject(t *testing.T, c *cluster, nc *nats.Conn, stream string, f fault) out
 		return ok && c.metaLeader() != nil
 	})
 	o.recovered = time.Now()
+	c.await("every replica ready after "+f.String(), recoverBound, func() bool {
+		for _, r := range reps {
+			if !r.ready() {
+				return false
+			}
+		}
+		return true
+	})
+	o.unready, o.reasons = watch()
 	return o
+}
+
+// watchReady polls every replica's /readyz until the returned function is
+// called, which returns how long each answered anything but 200 and the
+// first reason it gave.
+func watchReady(reps []*replica) func() ([]time.Duration, []string) {
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	unready := make([]time.Duration, len(reps))
+	reasons := make([]string, len(reps))
+	go func() {
+		defer close(done)
+		const every = 100 * time.Millisecond
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			for i, r := range reps {
+				if code, body := r.get("/readyz"); code != http.StatusOK {
+					unready[i] += every
+					if reasons[i] == "" {
+						reasons[i] = body
+					}
+				}
+			}
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() ([]time.Duration, []string) {
+		close(stop)
+		<-done
+		return unready, reasons
+	}
 }
 
 // runSummary counts the load's operations.

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -56,7 +57,7 @@ type request struct {
 // Validate checks an AdmitRequest without touching the ledger.
 //
 // Errors (*events.Error), in precedence order: CodeInvalidIdentifier
-// (request id), CodeInvalidRequest (no scopes, too many),
+// (request id), CodeInvalidRequest (no scopes, too many, one named twice),
 // CodeInvalidIdentifier (a scope); for a request priced from a model
 // CodeInvalidRequest (an amount too), CodeInvalidModel, CodeInvalidTokens,
 // otherwise CodeInvalidRequest (token counts without a model),
@@ -83,6 +84,11 @@ func (a *Admitter) validate(req events.AdmitRequest) (request, error) {
 		sc, err := events.ParseScope(s)
 		if err != nil {
 			return r, err
+		}
+		if slices.Contains(r.scopes, sc) {
+			// One scope twice would reserve once and read as two
+			// budgets applied: refused, not merged.
+			return r, events.Errorf(events.CodeInvalidRequest, "scopes: %s is named twice; name each scope once", sc)
 		}
 		r.scopes = append(r.scopes, sc)
 	}

@@ -119,3 +119,21 @@ func TestAdmit_RetryNeverDenied(t *testing.T) {
 		})
 	}
 }
+
+// An admit naming one scope twice is refused invalid_request, the message
+// naming the scope, and reserves nothing. Before issue 27 it was admitted
+// (reserved once, its reply listing the budget twice).
+func TestAdmit_DuplicateScope(t *testing.T) {
+	env := testenv.New(t)
+	r := env.StartSpendgate(t, service.ReplicaConfig{SweepInterval: -1})
+	ctx := ctxT(t)
+	bud, err := r.Ledger.PutBudget(ctx, events.BudgetRef{Scope: "user:x", Period: events.PeriodMonth}, events.MustMoney("10"), "USD", time.Now())
+	require.NoError(t, err)
+	for _, scopes := range [][]string{{"user:x", "user:x"}, {"user:x", "org:y", "user:x"}} {
+		_, err := r.Admitter.Admit(ctx, events.AdmitRequest{RequestID: "dup", Scopes: scopes, Amount: "1"})
+		require.Equal(t, events.CodeInvalidRequest, events.CodeOf(err), "%v", scopes)
+		require.ErrorContains(t, err, "user:x is named twice")
+	}
+	b := r.Ledger.Balance(bud.Balance(time.Now()))
+	require.True(t, b.Reserved.IsZero(), "nothing reserved")
+}

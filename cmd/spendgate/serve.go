@@ -83,10 +83,14 @@ func serve(args []string) int {
 	config.AddFileFlag(fs)
 	var logging config.Logging
 	logging.AddFlags(fs)
+	// The settings serve takes from the environment, each named in its
+	// flag's --help; every other one comes from a flag or --config (a
+	// SPENDGATE_* variable meant for something else never acts on serve).
+	env := config.EnvFlags(fs, serveEnv...)
 	if code, ok := serveCommand.parse(fs, args); !ok {
 		return code
 	}
-	if err := config.Apply(fs); err != nil {
+	if err := config.Apply(fs, env); err != nil {
 		return serveCommand.usageError(fs, err.Error())
 	}
 	if *maxInflight < 1 {
@@ -118,6 +122,9 @@ func serve(args []string) int {
 		logging.Level = slog.LevelDebug
 	}
 	log := logging.New(os.Stderr)
+	for _, v := range env.Ignored(fs) {
+		log.Warn("environment variable not read: serve takes this setting from its flag or --config only", "var", v)
+	}
 
 	// The operator's HTTP view binds first, so a busy port fails at once.
 	m := metrics.New(metrics.BuildInfo{Version: buildVersion(), Commit: buildCommit()})
@@ -298,6 +305,13 @@ wait:
 	}
 	return code
 }
+
+// serveEnv are the flags serve reads from the environment (config.EnvFlags):
+// where it runs and how it connects, logs and signs; never what the ledger
+// is or does. SPENDGATE_SIGNING_SEED and, through natsconn, the NATS_*
+// variables and SPENDGATE_INBOX_PREFIX are read too (each flag's help says
+// so).
+var serveEnv = []string{"config", "data-dir", "listen", "nats-url", "inbox-prefix", "http", "log-level", "log-format", "signing-key", "trusted-keys"}
 
 // displayURL is url as a client on this machine can use it in a hint: the
 // wildcard hosts become 127.0.0.1, and user info is left out, never printed.

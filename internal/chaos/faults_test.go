@@ -222,7 +222,7 @@ func TestCluster_Faults(t *testing.T) {
 	}
 	sum := summarize(ops)
 	t.Logf("cluster faults: %d injected; %d operations acknowledged (%d admits, %d settles, %d releases), lost %d; over-admitted %d; wrong answers %d; "+
-		"%d admits denied limit_reached, %d retries answered ledger_unavailable rather than denied; %d unresolved at the end; every copy at seq %d",
+		"%d admits denied limit_reached, %d attempts of retried admits answered ledger_unavailable instead of a denial; %d unresolved at the end; every copy at seq %d",
 		len(outages), sum.acked, sum.admits, sum.settles, sum.releases, maxLost, overAdmitted, maxWrong, sum.limit, ld.retryHeld.Load(), sum.unresolved, last)
 	for _, o := range outages {
 		t.Logf("outage: %-20s %s: longest silence %v, elected after %v, current again %v after the fault; replicas not ready %v",

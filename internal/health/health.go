@@ -56,35 +56,29 @@ type options struct {
 // WithInterval sets how often Run reads the stream's end (default
 // DefaultInterval).
 func WithInterval(d time.Duration) Option {
-	return func(o *options) error {
-		if d <= 0 {
-			return fmt.Errorf("health: interval must be positive, got %s", d)
-		}
-		o.interval = d
-		return nil
-	}
+	return positive("interval", d, func(o *options) *time.Duration { return &o.interval })
 }
 
 // WithMaxDelay sets how long a revision the leader reported may stay
 // unfolded (default DefaultMaxDelay).
 func WithMaxDelay(d time.Duration) Option {
-	return func(o *options) error {
-		if d <= 0 {
-			return fmt.Errorf("health: max delay must be positive, got %s", d)
-		}
-		o.maxDelay = d
-		return nil
-	}
+	return positive("max delay", d, func(o *options) *time.Duration { return &o.maxDelay })
 }
 
 // WithReadTimeout bounds one read of the stream's end (default
 // DefaultReadTimeout).
 func WithReadTimeout(d time.Duration) Option {
+	return positive("read timeout", d, func(o *options) *time.Duration { return &o.readTimeout })
+}
+
+// positive is an Option setting the duration field of options to d, which
+// must be positive.
+func positive(name string, d time.Duration, field func(*options) *time.Duration) Option {
 	return func(o *options) error {
 		if d <= 0 {
-			return fmt.Errorf("health: read timeout must be positive, got %s", d)
+			return fmt.Errorf("health: %s must be positive, got %s", name, d)
 		}
-		o.readTimeout = d
+		*field(o) = d
 		return nil
 	}
 }

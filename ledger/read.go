@@ -114,16 +114,106 @@ func (l *Ledger) latestRev(ctx context.Context, key string) (uint64, error) {
 	return m.seq, nil
 }
 
-// streamEnd returns the stream's last sequence as its leader has it: the
-// sequence of the last message of any key, read with leaderGet (0 for an
-// empty stream). Unlike the stream info, which every replica answers from
-// its own copy while the stream has no leader, only the leader answers it.
+// streamEnd returns the stream's last sequence as its leader has it, from
+// a stream info request whose answer is accepted only from the leader (0
+// for an empty stream).
+//
+// Any replica may answer a stream info request from its own copy: every
+// replica while the stream has no leader (its info then names no leader),
+// and a replica that restarted within the last 10 s if it is the stream's
+// preferred peer (its info names the leader, and lists the leader among
+// the other replicas). A follower's copy may lack the writes the leader
+// acknowledged last. So the request collects every answer until one comes
+// from the leader: its info names a leader and does not list it among the
+// other replicas (a replica leaves itself out; standalone, the server names
+// itself and lists none). Attempts that see no such answer are repeated
+// until ctx ends, as leaderGet's are.
+//
+// (A message get of the stream's last message would be answered by the
+// leader only, but it carries that message, up to the max payload, and a
+// miss or a health probe would fetch it every time.)
 func (l *Ledger) streamEnd(ctx context.Context) (uint64, error) {
-	m, found, err := l.leaderGet(ctx, leaderGetRequest{LastFor: l.layout.KeyPrefix() + ">"})
-	if err != nil || !found {
-		return 0, err
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 4*l.opts.commitTimeout)
+		defer cancel()
 	}
-	return m.seq, nil
+	inbox := l.nc.NewRespInbox()
+	sub, err := l.nc.SubscribeSync(inbox)
+	if err != nil {
+		return 0, &events.Error{Code: events.CodeLedgerUnavailable, Message: "reading the ledger stream's end", Err: err}
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	subject := l.layout.InfoSubject(l.js)
+	last := errors.New("no answer from the stream's leader")
+	for ctx.Err() == nil {
+		if err := l.nc.PublishRequest(subject, inbox, nil); err != nil {
+			last = err
+		} else {
+			actx, cancel := context.WithTimeout(ctx, l.opts.commitTimeout)
+			for {
+				msg, err := sub.NextMsgWithContext(actx)
+				if err != nil {
+					break // this attempt is over: ask again
+				}
+				seq, leader, err := leaderInfo(msg)
+				if err != nil {
+					last = err
+					continue
+				}
+				if leader {
+					cancel()
+					return seq, nil
+				}
+			}
+			cancel()
+		}
+		if !pause(ctx, 25*time.Millisecond) {
+			break
+		}
+	}
+	return 0, &events.Error{Code: events.CodeLedgerUnavailable, Message: "reading the ledger stream's end", Err: last}
+}
+
+// streamInfoReply is the part of a stream info answer streamEnd reads.
+type streamInfoReply struct {
+	Error *jetstream.APIError `json:"error,omitempty"`
+	State struct {
+		LastSeq uint64 `json:"last_seq"`
+	} `json:"state"`
+	Cluster *struct {
+		Leader   string `json:"leader"`
+		Replicas []struct {
+			Name string `json:"name"`
+		} `json:"replicas"`
+	} `json:"cluster"`
+}
+
+// leaderInfo decodes a stream info answer: the last sequence, and whether
+// the stream's leader gave it.
+func leaderInfo(msg *nats.Msg) (uint64, bool, error) {
+	if len(msg.Data) == 0 {
+		return 0, false, errors.New("empty stream info answer (no responders?)")
+	}
+	var r streamInfoReply
+	if err := json.Unmarshal(msg.Data, &r); err != nil {
+		return 0, false, err
+	}
+	if r.Error != nil {
+		return 0, false, r.Error
+	}
+	if r.Cluster == nil {
+		return r.State.LastSeq, true, nil
+	}
+	if r.Cluster.Leader == "" {
+		return 0, false, errors.New("the ledger stream has no leader")
+	}
+	for _, p := range r.Cluster.Replicas {
+		if p.Name == r.Cluster.Leader {
+			return 0, false, nil // a follower's own copy
+		}
+	}
+	return r.State.LastSeq, true, nil
 }
 
 // retryableRead reports whether a failed read request may succeed if sent

@@ -37,14 +37,14 @@ type syncRound struct {
 // syncTarget returns the stream's last sequence as the leader reports it,
 // read after the call began, sharing the read with concurrent callers.
 //
-// It is read through the stream leader (streamEnd), never from the stream
-// info: while an R3 stream has no leader (its leader paused or killed,
-// until an election), every replica answers a stream info request from its
-// own copy, and a follower's copy lacks the last writes the leader
-// acknowledged (a follower applies an entry when it learns of its commit,
-// which the lost leader never sent). A Sync on such a target returned
-// before the book held a reservation acknowledged a moment earlier, and a
-// settle of it was answered unknown_reservation (issue 27).
+// It is the leader's answer (streamEnd), never the first answer to a
+// stream info request: while an R3 stream has no leader (its leader paused
+// or killed, until an election), every replica answers from its own copy,
+// and a follower's copy lacks the last writes the leader acknowledged (a
+// follower applies an entry when it learns of its commit, which the lost
+// leader never sent). A Sync on such a target returned before the book
+// held a reservation acknowledged a moment earlier, and a settle of it was
+// answered unknown_reservation (issue 27).
 func (l *Ledger) syncTarget(ctx context.Context) (uint64, error) {
 	l.syncs.mu.Lock()
 	r := l.syncs.next

@@ -665,6 +665,18 @@ func IsTooLarge(err error) bool {
 // under js's API prefix, so a JetStream domain or a custom prefix is
 // honoured.
 func (l Layout) MsgGetSubject(js jetstream.JetStream) string {
+	return apiPrefix(js) + "STREAM.MSG.GET." + l.StreamName()
+}
+
+// InfoSubject is the JetStream API subject of the layout's stream info
+// ("$JS.API.STREAM.INFO.<stream>"), under js's API prefix. On a cluster
+// more than one replica may answer it (see ledger's streamEnd).
+func (l Layout) InfoSubject(js jetstream.JetStream) string {
+	return apiPrefix(js) + "STREAM.INFO." + l.StreamName()
+}
+
+// apiPrefix is js's JetStream API prefix, ending in '.'.
+func apiPrefix(js jetstream.JetStream) string {
 	prefix := jetstream.DefaultAPIPrefix
 	if js != nil {
 		switch o := js.Options(); {
@@ -677,7 +689,7 @@ func (l Layout) MsgGetSubject(js jetstream.JetStream) string {
 	if !strings.HasSuffix(prefix, ".") {
 		prefix += "."
 	}
-	return prefix + "STREAM.MSG.GET." + l.StreamName()
+	return prefix
 }
 
 // The live event feed (package feed): a stream of its own, one message per

@@ -72,8 +72,10 @@ type ReplicaConfig struct {
 	// MaxInFlight bounds the requests the replica handles at once (see
 	// Config.MaxInFlight); 0 means MaxInFlight.
 	MaxInFlight int
-	// Health configures the replica's health probe (Replica.Health).
-	Health []health.Option
+	// ReadyMaxDelay is how long a revision the ledger stream's leader
+	// reported may wait unfolded before Replica.Health reports the replica
+	// unfit (0: health.DefaultMaxDelay, 10 s).
+	ReadyMaxDelay time.Duration
 }
 
 // Replica is one running spendgate: the ledger follower, the service
@@ -167,7 +169,11 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 	if err != nil {
 		return nil, err
 	}
-	probe, err := health.New(l, cfg.Health...)
+	var hopts []health.Option
+	if cfg.ReadyMaxDelay != 0 {
+		hopts = append(hopts, health.WithMaxDelay(cfg.ReadyMaxDelay))
+	}
+	probe, err := health.New(l, hopts...)
 	if err != nil {
 		return nil, err
 	}

@@ -233,7 +233,7 @@ func serve(args []string) int {
 		ReadyTimeout: *readyTimeout, Metrics: m, MetricsBudgets: *metricsBudgets, Feed: *feedOn,
 		MaxInFlight: *maxInflight, Reports: *reportsOn, FeedMaxAge: feedAge(*feedMaxAge),
 		NoDenialRecords: !*denialsOn, DenialMaxAge: *denialMaxAge, Name: replicaName(),
-		Health: []health.Option{health.WithMaxDelay(*readyMaxDelay)},
+		ReadyMaxDelay: *readyMaxDelay,
 	})
 	if err != nil {
 		log.Error("start", "err", err)

@@ -175,12 +175,48 @@ func (s *Set) RegisterBudgets(limit int, f func() []BudgetSample) {
 }
 
 // RegisterFollowerLag adds spendgate_follower_lag_revisions, the number of
-// ledger stream messages this replica has not folded yet (last stream
-// sequence minus the folded one). f must not block: it should return a
-// value the follower maintains, not ask NATS.
+// ledger stream messages this replica has not folded yet: the stream's
+// last sequence as its leader last reported it, minus the folded one. f
+// must not block: it should return a value the replica maintains, not ask
+// NATS.
 func (s *Set) RegisterFollowerLag(f func() uint64) {
 	s.Registry.MustRegister(NewGaugeFunc("spendgate_follower_lag_revisions",
-		"Ledger stream messages this replica has not folded yet.", func() float64 { return float64(f()) }))
+		"Ledger stream messages this replica has not folded yet (against the last sequence the stream's leader reported).", func() float64 { return float64(f()) }))
+}
+
+// LedgerHealth is what RegisterLedgerHealth's gauges show.
+type LedgerHealth struct {
+	// Ready: the ledger stream has a leader and the follower keeps up
+	// (what /readyz's ledger_stream check says).
+	Ready bool
+	// Leader: the last read of the stream's end was answered by its
+	// leader.
+	Leader bool
+	// Delay is how long the oldest revision the leader reported has waited
+	// unfolded.
+	Delay time.Duration
+}
+
+// RegisterLedgerHealth adds spendgate_ledger_ready (1 or 0),
+// spendgate_ledger_stream_leader (1 when the stream's leader answered the
+// last read of its end, 0 when none did) and
+// spendgate_follower_delay_seconds (how long the oldest revision the
+// leader reported has waited unfolded). f must not block.
+func (s *Set) RegisterLedgerHealth(f func() LedgerHealth) {
+	one := func(b bool) float64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	s.Registry.MustRegister(
+		NewGaugeFunc("spendgate_ledger_ready", "1 when the ledger stream has a leader and this replica's follower keeps up with it, else 0 (/readyz fails).",
+			func() float64 { return one(f().Ready) }),
+		NewGaugeFunc("spendgate_ledger_stream_leader", "1 when the ledger stream's leader answered the last read of the stream's end, else 0.",
+			func() float64 { return one(f().Leader) }),
+		NewGaugeFunc("spendgate_follower_delay_seconds", "How long the oldest ledger revision the stream's leader reported has waited unfolded by this replica.",
+			func() float64 { return f().Delay.Seconds() }),
+	)
 }
 
 // RegisterSnapshotAge adds spendgate_snapshot_age_seconds, the age of the

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spendgate/spendgate/admit"
 	"github.com/spendgate/spendgate/feed"
+	"github.com/spendgate/spendgate/internal/health"
 	"github.com/spendgate/spendgate/ledger"
 	"github.com/spendgate/spendgate/metrics"
 	"github.com/spendgate/spendgate/projector"
@@ -71,6 +72,10 @@ type ReplicaConfig struct {
 	// MaxInFlight bounds the requests the replica handles at once (see
 	// Config.MaxInFlight); 0 means MaxInFlight.
 	MaxInFlight int
+	// ReadyMaxDelay is how long a revision the ledger stream's leader
+	// reported may wait unfolded before Replica.Health reports the replica
+	// unfit (0: health.DefaultMaxDelay, 10 s).
+	ReadyMaxDelay time.Duration
 }
 
 // Replica is one running spendgate: the ledger follower, the service
@@ -93,6 +98,10 @@ type Replica struct {
 	// ReplicaConfig.NoDenialRecords.
 	Denials *DenialRecorder
 	denyd   chan struct{}
+	// Health tells whether the ledger stream has a leader and the
+	// follower keeps up with its end (the replica's readiness).
+	Health  *health.Probe
+	healthd chan struct{}
 
 	// tenantd: the tenants' feed consumer check is done; nil if none.
 	tenantd <-chan struct{}
@@ -170,8 +179,16 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 	if err != nil {
 		return nil, err
 	}
+	var hopts []health.Option
+	if cfg.ReadyMaxDelay != 0 {
+		hopts = append(hopts, health.WithMaxDelay(cfg.ReadyMaxDelay))
+	}
+	probe, err := health.New(l, hopts...)
+	if err != nil {
+		return nil, err
+	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	r := &Replica{Ledger: l, Admitter: a, Settler: st, Sweeper: sw, cancel: cancel, done: make(chan error, 1), sweepd: make(chan struct{}), failed: make(chan struct{}), log: cfg.Log}
+	r := &Replica{Ledger: l, Admitter: a, Settler: st, Sweeper: sw, cancel: cancel, done: make(chan error, 1), sweepd: make(chan struct{}), failed: make(chan struct{}), log: cfg.Log, Health: probe, healthd: make(chan struct{})}
 	// The readers of the ledger are fed by the replica's one fold (the
 	// spend report is kept whether or not the report endpoint answers: it
 	// travels in the snapshots, which every replica must be able to load).
@@ -292,7 +309,13 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 	}
 	r.Service = svc
 	if cfg.Metrics != nil {
-		cfg.Metrics.RegisterFollowerLag(l.Lag)
+		// Lag and health against the stream's end as its leader has it,
+		// not as the follower's own consumer (on any copy) reports it.
+		cfg.Metrics.RegisterFollowerLag(probe.Lag)
+		cfg.Metrics.RegisterLedgerHealth(func() metrics.LedgerHealth {
+			st := probe.Status()
+			return metrics.LedgerHealth{Ready: probe.Check() == nil, Leader: st.Leader, Delay: st.Delay}
+		})
 		cfg.Metrics.RegisterBudgets(cfg.MetricsBudgets, func() []metrics.BudgetSample {
 			budgets := l.Budgets()
 			out := make([]metrics.BudgetSample, 0, len(budgets))
@@ -320,6 +343,7 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 	} else {
 		close(r.sweepd)
 	}
+	go func() { defer close(r.healthd); _ = probe.Run(runCtx) }()
 	return r, nil
 }
 
@@ -359,6 +383,7 @@ func (r *Replica) Stop() error {
 		}
 		<-r.denyd
 		<-r.reportd
+		<-r.healthd
 		if ferr := <-r.done; ferr != nil && !errors.Is(ferr, context.Canceled) && err == nil {
 			err = ferr
 		}

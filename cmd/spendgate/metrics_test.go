@@ -61,8 +61,12 @@ func TestServe_Metrics(t *testing.T) {
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	startProc(t, true, "serve", "--data-dir", filepath.Join(t.TempDir(), "data"), "--listen", listen, "--http", httpAddr, "--feed", "--feed-max-age", "2h")
 	base := "http://" + httpAddr
-	code, body := httpStatus(t, base+"/readyz")
-	require.Equal(t, http.StatusOK, code, body)
+	var code int
+	var body string
+	testenv.WaitFor(t, 10*time.Second, "ready, the stream's end read", func() bool {
+		code, body = httpStatus(t, base+"/readyz")
+		return code == http.StatusOK
+	})
 	var ready struct {
 		Ready  bool              `json:"ready"`
 		Checks map[string]string `json:"checks"`
@@ -70,6 +74,7 @@ func TestServe_Metrics(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(body), &ready))
 	require.True(t, ready.Ready)
 	require.Equal(t, "ok", ready.Checks["ledger"])
+	require.Equal(t, "ok", ready.Checks["ledger_stream"])
 	code, _ = httpStatus(t, base+"/healthz")
 	require.Equal(t, http.StatusOK, code)
 
@@ -114,6 +119,9 @@ func TestServe_Metrics(t *testing.T) {
 	require.Equal(t, 0.375, m[`spendgate_reserved_amount{scope="org:m",period="month",unit="USD"}`])
 	require.Equal(t, float64(0), m[`spendgate_inflight_requests`])
 	require.Contains(t, m, `spendgate_follower_lag_revisions`)
+	require.Equal(t, float64(1), m[`spendgate_ledger_ready`])
+	require.Equal(t, float64(1), m[`spendgate_ledger_stream_leader`])
+	require.Contains(t, m, `spendgate_follower_delay_seconds`)
 	// The feed relay's counters and the spend report's size.
 	testenv.WaitFor(t, 30*time.Second, "the relay to append the events", func() bool {
 		m = scrape(t, base)

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -56,7 +57,7 @@ type request struct {
 // Validate checks an AdmitRequest without touching the ledger.
 //
 // Errors (*events.Error), in precedence order: CodeInvalidIdentifier
-// (request id), CodeInvalidRequest (no scopes, too many),
+// (request id), CodeInvalidRequest (no scopes, too many, one named twice),
 // CodeInvalidIdentifier (a scope); for a request priced from a model
 // CodeInvalidRequest (an amount too), CodeInvalidModel, CodeInvalidTokens,
 // otherwise CodeInvalidRequest (token counts without a model),
@@ -83,6 +84,11 @@ func (a *Admitter) validate(req events.AdmitRequest) (request, error) {
 		sc, err := events.ParseScope(s)
 		if err != nil {
 			return r, err
+		}
+		if slices.Contains(r.scopes, sc) {
+			// One scope twice would reserve once and read as two
+			// budgets applied: refused, not merged.
+			return r, events.Errorf(events.CodeInvalidRequest, "scopes: %s is named twice; name each scope once", sc)
 		}
 		r.scopes = append(r.scopes, sc)
 	}
@@ -279,8 +285,9 @@ func hashRequest(r request) string {
 // voided, see settle.Settler.Void: nothing is reserved, however often it
 // is retried); CodeIdempotencyMismatch (the request id was used with another
 // body; it carries that reservation's ReservationID and Status);
-// CodeLedgerBusy, CodeLedgerUnavailable. On any error nothing was
-// reserved.
+// CodeLedgerBusy, CodeLedgerUnavailable (also for a retry, req.Retry,
+// that would be denied: see events.AdmitRequest.Retry). On any error
+// nothing was reserved by this attempt.
 func (a *Admitter) Admit(ctx context.Context, req events.AdmitRequest) (events.AdmitReply, error) {
 	out, errs := a.AdmitAll(ctx, []events.AdmitRequest{req})
 	return out[0], errs[0]
@@ -300,7 +307,7 @@ func (a *Admitter) AdmitAll(ctx context.Context, reqs []events.AdmitRequest) (ou
 		case err != nil:
 			errs[i] = err
 		case denied != nil:
-			out[i] = answer(ctx, req, *denied)
+			out[i], errs[i] = answerDenial(ctx, req, *denied)
 		default:
 			txs = append(txs, tx)
 			idx = append(idx, i)
@@ -320,9 +327,27 @@ func (a *Admitter) AdmitAll(ctx context.Context, reqs []events.AdmitRequest) (ou
 			// replica, after the commit.
 			a.opts.alerts(tx.alerts)
 		}
-		out[idx[j]] = answer(ctx, reqs[idx[j]], tx.reply)
+		out[idx[j]], errs[idx[j]] = answerDenial(ctx, reqs[idx[j]], tx.reply)
 	}
 	return out, errs
+}
+
+// answerDenial is answer, except for a denied retry (req.Retry) of a real
+// admit: its request id is not in the book (a replay would have been
+// answered), but an earlier attempt of it may still be deciding or writing
+// on some replica and commit after this answer; a denial now could then
+// contradict what the ledger ends up holding (issue 27: a committed admit
+// answered limit_reached, whose reservation held budget until its TTL). So
+// the retry's outcome is unknown: CodeLedgerUnavailable, which callers
+// retry (or end with a void of the request id, as the Go client does).
+// Any other reply is answer's.
+func answerDenial(ctx context.Context, req events.AdmitRequest, reply events.AdmitReply) (events.AdmitReply, error) {
+	if reply.Denial == nil || !req.Retry || (req.Mode != "" && req.Mode != events.ModeAdmit) {
+		return answer(ctx, req, reply), nil
+	}
+	return events.AdmitReply{}, events.Errorf(events.CodeLedgerUnavailable,
+		"request_id %s: this retry would be denied (%s), but an earlier attempt of it may still commit, so its outcome is unknown: retry with the same request, or void the request id",
+		req.RequestID, reply.Denial.Reason)
 }
 
 // brief returns the budgets of a reply to req: none if it asked for a

@@ -114,7 +114,7 @@ func runHistory(ctx context.Context, o config, stdout, stderr io.Writer) error {
 	}
 	disk := blockBytes(dir, main.StreamName())
 	add("disk bytes per reservation (admit + settle)", fmt.Sprintf("%.0f", float64(disk)/float64(n)),
-		fmt.Sprintf("%.0f before S2 compression (stream bytes); %d reservations per lane revision", float64(info.CachedInfo().State.Bytes)/float64(n), historyGroup))
+		fmt.Sprintf("%.0f in the stream (uncompressed: streams.Compression); %d reservations per lane revision", float64(info.CachedInfo().State.Bytes)/float64(n), historyGroup))
 
 	lopts := []ledger.Option{ledger.WithRetention(historyRetention, historyRetention), ledger.WithSnapshotEvery(0, 0)}
 	whole, _, err := restartToAdmit(ctx, srv, main, append(lopts, ledger.WithSnapshotLoad(false)), true)

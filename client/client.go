@@ -106,8 +106,11 @@ func (c *Client) errorLog() *slog.Logger {
 // or in none. If req.RequestID is empty, Admit sets a new UUID before the
 // first attempt; every retry sends the same id, so the service reserves
 // once however many attempts reach it. It retries timeouts, no responders,
-// ledger_busy and ledger_unavailable within the attempt budget, and returns
-// within timeout × attempts (sooner if ctx ends).
+// ledger_busy and ledger_unavailable within the attempt budget, marking
+// every attempt after the first as a retry (events.AdmitRequest.Retry: the
+// service never denies a retry, whose first attempt may still commit, but
+// answers ledger_unavailable), and returns within timeout × attempts
+// (sooner if ctx ends).
 //
 // A nil error means admitted: the *Reservation must then be settled or
 // released. Its Reply().Status is "open", or for a replayed request id the
@@ -447,6 +450,12 @@ func (c *Client) request(ctx context.Context, endpoint string, req, out any) err
 		}
 		if !retry || attempt >= c.attempts || all.Err() != nil {
 			return err
+		}
+		if r, ok := req.(events.AdmitRequest); ok && !r.Retry {
+			// The first attempt may still commit: the service must not
+			// deny the retry (events.AdmitRequest.Retry).
+			r.Retry = true
+			data = events.AppendAdmitRequest(make([]byte, 0, len(data)+16), &r)
 		}
 		c.log.Debug("spendgate: retrying", "subject", subject, "attempt", attempt+1, "of", c.attempts, "err", err)
 		if wait {

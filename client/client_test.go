@@ -320,10 +320,11 @@ func TestClient_Admit_retryAfterLostReply(t *testing.T) {
 	require.True(t, res.Reply().Replayed, "the retry got the stored answer")
 	sent := p.requests(streams.EndpointAdmit)
 	require.GreaterOrEqual(t, len(sent), 2, "the first reply was dropped, so the client retried")
-	for _, body := range sent {
+	for i, body := range sent {
 		var req events.AdmitRequest
 		require.NoError(t, json.Unmarshal([]byte(body), &req))
 		require.Equal(t, res.RequestID(), req.RequestID, "every attempt carries the same request id")
+		require.Equal(t, i > 0, req.Retry, "every attempt after the first is marked a retry (attempt %d)", i+1)
 	}
 	v := budget(t, c, "org:acme")
 	requireMoney(t, "0.40", v.Reserved, "reserved once")

@@ -6,11 +6,13 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 )
 
-// EnvPrefix starts the name of every environment variable Apply reads.
+// EnvPrefix starts the name of every environment variable Apply reads (of
+// the flags EnvFlags lists).
 const EnvPrefix = "SPENDGATE_"
 
 // FileFlag is the name of the flag that names the config file.
@@ -21,7 +23,7 @@ const MaxFileBytes = 1 << 20
 
 // AddFileFlag declares --config on fs.
 func AddFileFlag(fs *flag.FlagSet) *string {
-	return fs.String(FileFlag, "", "read settings from this file: 'flag-name = value' lines (also $"+EnvName(FileFlag)+")")
+	return fs.String(FileFlag, "", "read settings from this file: 'flag-name = value' lines")
 }
 
 // EnvName returns the environment variable Apply reads for the flag named
@@ -30,12 +32,68 @@ func EnvName(name string) string {
 	return EnvPrefix + strings.NewReplacer("-", "_", ".", "_").Replace(strings.ToUpper(name))
 }
 
+// Env is the set of flags of one command that may come from the
+// environment, made by EnvFlags.
+type Env struct {
+	names map[string]bool
+}
+
+// EnvFlags lists the flags of fs, by name, that Apply may set from their
+// environment variable (EnvName): a per-command whitelist, so that no other
+// SPENDGATE_* variable acts on the command (issue 27: a harness's own
+// SPENDGATE_REPLICAS=2 silently became serve --replicas 2). Each listed
+// flag's usage gains its variable ("($SPENDGATE_DATA_DIR)") unless it names
+// it already, so the command's --help lists every variable it reads. Call
+// it after declaring the flags and before parsing; a name fs does not
+// declare panics (a programming error).
+func EnvFlags(fs *flag.FlagSet, names ...string) Env {
+	e := Env{names: map[string]bool{}}
+	for _, n := range names {
+		f := fs.Lookup(n)
+		if f == nil {
+			panic(fmt.Sprintf("config: EnvFlags: %s has no flag %q", fs.Name(), n))
+		}
+		e.names[n] = true
+		if v := "$" + EnvName(n); !strings.Contains(f.Usage, v) {
+			f.Usage += " (" + v + ")"
+		}
+	}
+	return e
+}
+
+// Names returns the environment variables e reads, sorted.
+func (e Env) Names() []string {
+	out := make([]string, 0, len(e.names))
+	for n := range e.names {
+		out = append(out, EnvName(n))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Ignored returns the variables set in the environment that name a flag of
+// fs (by EnvName) that e does not list, sorted: settings the command does
+// not take from the environment (worth a warning).
+func (e Env) Ignored(fs *flag.FlagSet) []string {
+	var out []string
+	fs.VisitAll(func(f *flag.Flag) {
+		if e.names[f.Name] {
+			return
+		}
+		if v, ok := os.LookupEnv(EnvName(f.Name)); ok && v != "" {
+			out = append(out, EnvName(f.Name))
+		}
+	})
+	sort.Strings(out)
+	return out
+}
+
 // Apply fills every flag of fs that was not set on the command line: from
-// its environment variable (EnvName) when that is set and not empty, else
-// from the config file's line for it, else the flag keeps its default.
-// The config file is the value of the flag FileFlag ("config") after the
-// command line and the environment, if fs has such a flag and it is not
-// empty. Call it after fs.Parse.
+// its environment variable (EnvName) when env lists the flag and the
+// variable is set and not empty, else from the config file's line for it,
+// else the flag keeps its default. The config file is the value of the
+// flag FileFlag ("config") after the command line and the environment, if
+// fs has such a flag and it is not empty. Call it after fs.Parse.
 //
 // Errors, in the order they are checked: a variable whose value the flag
 // rejects (naming the variable); the file cannot be read; a line that is
@@ -44,22 +102,22 @@ func EnvName(name string) string {
 // line and the key). Every key of the file is checked, including those the
 // command line or the environment override. On error some flags may
 // already have been set.
-func Apply(fs *flag.FlagSet) error {
+func Apply(fs *flag.FlagSet, env Env) error {
 	explicit := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
 
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
-		if err != nil || explicit[f.Name] {
+		if err != nil || explicit[f.Name] || !env.names[f.Name] {
 			return
 		}
-		env := EnvName(f.Name)
-		v, ok := os.LookupEnv(env)
+		name := EnvName(f.Name)
+		v, ok := os.LookupEnv(name)
 		if !ok || v == "" {
 			return
 		}
 		if e := fs.Set(f.Name, v); e != nil {
-			err = fmt.Errorf("config: $%s: %w", env, e)
+			err = fmt.Errorf("config: $%s: %w", name, e)
 			return
 		}
 		explicit[f.Name] = true

@@ -88,7 +88,7 @@ func TestApply_Precedence(t *testing.T) {
 				t.Setenv(k, v)
 			}
 			require.NoError(t, fs.Parse(args))
-			require.NoError(t, config.Apply(fs))
+			require.NoError(t, config.Apply(fs, config.EnvFlags(fs, envNames(fs)...)))
 			require.Equal(t, tc.wantDir, *s.dataDir)
 			require.Equal(t, tc.wantRepl, *s.replicas)
 			require.False(t, *s.sync)
@@ -108,7 +108,7 @@ sync-always=true
 default-ttl = 90s
 `)
 	require.NoError(t, fs.Parse([]string{"--config=" + path}))
-	require.NoError(t, config.Apply(fs))
+	require.NoError(t, config.Apply(fs, config.EnvFlags(fs, envNames(fs)...)))
 	require.Equal(t, "  spaced\tdir  ", *s.dataDir)
 	require.True(t, *s.sync)
 	require.Equal(t, 90*time.Second, *s.ttl)
@@ -116,7 +116,7 @@ default-ttl = 90s
 	fs, s = newFlags()
 	path = writeFile(t, "data-dir = /var/lib/a#b \n")
 	require.NoError(t, fs.Parse([]string{"--config=" + path}))
-	require.NoError(t, config.Apply(fs))
+	require.NoError(t, config.Apply(fs, config.EnvFlags(fs, envNames(fs)...)))
 	require.Equal(t, "/var/lib/a#b", *s.dataDir, "# inside a value is part of it")
 }
 
@@ -140,7 +140,7 @@ func TestApply_Errors(t *testing.T) {
 			fs, _ := newFlags()
 			path := writeFile(t, tc.file)
 			require.NoError(t, fs.Parse(append([]string{"--config", path}, tc.args...)))
-			err := config.Apply(fs)
+			err := config.Apply(fs, config.EnvFlags(fs, envNames(fs)...))
 			if tc.want == "" {
 				// A value the command line overrides is not parsed by the
 				// flag: only keys are checked for it.
@@ -155,13 +155,46 @@ func TestApply_Errors(t *testing.T) {
 
 	fs, _ := newFlags()
 	require.NoError(t, fs.Parse([]string{"--config", filepath.Join(t.TempDir(), "missing.conf")}))
-	require.ErrorContains(t, config.Apply(fs), "no such file or directory")
+	require.ErrorContains(t, config.Apply(fs, config.EnvFlags(fs, envNames(fs)...)), "no such file or directory")
 
 	fs, _ = newFlags()
 	t.Setenv("SPENDGATE_REPLICAS", "many")
 	require.NoError(t, fs.Parse(nil))
-	err := config.Apply(fs)
+	err := config.Apply(fs, config.EnvFlags(fs, envNames(fs)...))
 	require.ErrorContains(t, err, `config: $SPENDGATE_REPLICAS: parse error`)
+}
+
+// envNames lists every flag of fs: the tests of the sources' order read
+// every flag from the environment.
+func envNames(fs *flag.FlagSet) []string {
+	var out []string
+	fs.VisitAll(func(f *flag.Flag) { out = append(out, f.Name) })
+	return out
+}
+
+// Only the flags a command lists are read from the environment; each
+// listed flag's help names its variable, and Ignored names the variables of
+// the others that are set. It fails if every flag is read (before issue
+// 27, SPENDGATE_REPLICAS set for something else became --replicas).
+func TestApply_EnvWhitelist(t *testing.T) {
+	fs, s := newFlags()
+	env := config.EnvFlags(fs, "data-dir", "config")
+	require.Contains(t, fs.Lookup("data-dir").Usage, "($SPENDGATE_DATA_DIR)")
+	require.NotContains(t, fs.Lookup("replicas").Usage, "SPENDGATE_")
+	require.Equal(t, []string{"SPENDGATE_CONFIG", "SPENDGATE_DATA_DIR"}, env.Names())
+	t.Setenv("SPENDGATE_DATA_DIR", "from-env")
+	t.Setenv("SPENDGATE_REPLICAS", "2")
+	t.Setenv("SPENDGATE_DEFAULT_TTL", "")
+	require.NoError(t, fs.Parse(nil))
+	require.NoError(t, config.Apply(fs, env))
+	require.Equal(t, "from-env", *s.dataDir)
+	require.Equal(t, 1, *s.replicas, "SPENDGATE_REPLICAS is not serve's")
+	require.Equal(t, []string{"SPENDGATE_REPLICAS"}, env.Ignored(fs))
+	require.Panics(t, func() { config.EnvFlags(fs, "no-such-flag") })
+	// Listing a flag twice, or one whose help names its variable
+	// already, adds the variable to its help once.
+	config.EnvFlags(fs, "data-dir")
+	require.Equal(t, 1, strings.Count(fs.Lookup("data-dir").Usage, "$SPENDGATE_DATA_DIR"))
 }
 
 func TestApply_NoFileFlag(t *testing.T) {
@@ -169,7 +202,7 @@ func TestApply_NoFileFlag(t *testing.T) {
 	a := fs.String("a", "def", "")
 	t.Setenv("SPENDGATE_A", "env")
 	require.NoError(t, fs.Parse(nil))
-	require.NoError(t, config.Apply(fs))
+	require.NoError(t, config.Apply(fs, config.EnvFlags(fs, envNames(fs)...)))
 	require.Equal(t, "env", *a)
 }
 
@@ -195,7 +228,7 @@ func TestLogging(t *testing.T) {
 	lg2.AddFlags(fs)
 	config.AddFileFlag(fs)
 	require.NoError(t, fs.Parse([]string{"--config", writeFile(t, "log-level = WARN\n")}))
-	require.NoError(t, config.Apply(fs))
+	require.NoError(t, config.Apply(fs, config.EnvFlags(fs, envNames(fs)...)))
 	require.Equal(t, slog.LevelWarn, lg2.Level)
 	require.False(t, lg2.JSON)
 	b.Reset()

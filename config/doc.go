@@ -2,12 +2,16 @@
 // configuration, for the flags it already declares:
 //
 //  1. a flag on the command line,
-//  2. an environment variable SPENDGATE_<FLAG_NAME> (upper case, '-' and
-//     '.' as '_': --data-dir is SPENDGATE_DATA_DIR),
-//  3. a line of the config file named by --config (or SPENDGATE_CONFIG),
+//  2. for the flags the command lists with EnvFlags only, an environment
+//     variable SPENDGATE_<FLAG_NAME> (upper case, '-' and '.' as '_':
+//     --data-dir is SPENDGATE_DATA_DIR), named in the flag's --help,
+//  3. a line of the config file named by --config,
 //  4. the flag's default,
 //
-// first match wins. Call Apply after fs.Parse.
+// first match wins. Declare the flags, list the environment's with
+// EnvFlags, then call Apply after fs.Parse. A SPENDGATE_* variable of a flag
+// not listed is not read (Env.Ignored names those set, for a warning): a
+// variable meant for something else never acts as a flag.
 //
 // # The file
 //

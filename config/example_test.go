@@ -22,8 +22,9 @@ func ExampleApply() {
 	logging.AddFlags(fs)
 	config.AddFileFlag(fs)
 
+	env := config.EnvFlags(fs, "data-dir", "listen") // $SPENDGATE_DATA_DIR, $SPENDGATE_LISTEN
 	_ = fs.Parse([]string{"--config", file, "--listen", "127.0.0.1:5222"})
-	if err := config.Apply(fs); err != nil {
+	if err := config.Apply(fs, env); err != nil {
 		fmt.Println(err)
 		return
 	}

@@ -51,12 +51,8 @@ func TestDashboard_Calendar(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, rep.Admitted)
 	}
-	d, err := dashboard.New(dashboard.Config{JS: env.JS, Layout: env.Layout, Book: r.Ledger, Denials: r.Service.RecentDenials, Now: now})
+	d, err := dashboard.New(dashboard.Config{Book: r.Ledger, Series: r.Series, Denials: r.Service.RecentDenials, Now: now})
 	require.NoError(t, err)
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = d.Run(runCtx) }()
-	t.Cleanup(func() { stop(); <-done })
 
 	srv := httptest.NewServer(d)
 	t.Cleanup(srv.Close)

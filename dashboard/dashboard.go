@@ -1,7 +1,6 @@
 package dashboard
 
 import (
-	"context"
 	"embed"
 	"encoding/base64"
 	"encoding/json"
@@ -11,16 +10,12 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/ledger"
+	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/service"
-	"github.com/spendgate/spendgate/streams"
 )
 
 //go:embed assets
@@ -38,11 +33,15 @@ type Book interface {
 	Balance(events.BalanceRef) ledger.Balance
 }
 
-// Config is what New needs. JS, Layout and Book are required.
+// Config is what New needs. Book and Series are required.
 type Config struct {
-	JS     jetstream.JetStream
-	Layout streams.Layout
-	Book   Book
+	Book Book
+	// Series is the spend over time the replica's fold keeps
+	// (projector.Series): the charts and the burn rate.
+	Series *projector.Series
+	// Ready reports whether the replica has folded the ledger (the page
+	// says so until it has); nil: always.
+	Ready func() bool
 	// Denials returns the replica's recent denials, newest first
 	// (service.Service.RecentDenials); nil shows none.
 	Denials func() []service.DeniedAdmit
@@ -53,20 +52,20 @@ type Config struct {
 	Log *slog.Logger
 }
 
-// Dashboard serves the page and its JSON, and follows the ledger stream
-// for the time series (Run).
+// Dashboard serves the page and its JSON. It reads the replica's book and
+// the spend series its fold keeps; it opens no consumer of its own.
 type Dashboard struct {
-	cfg    Config
-	mux    *http.ServeMux
-	mu     sync.Mutex
-	series map[events.BudgetRef]*series
-	ready  atomic.Bool
+	cfg Config
+	mux *http.ServeMux
 }
 
 // New returns a Dashboard; mount it at Path and start Run.
 func New(cfg Config) (*Dashboard, error) {
-	if cfg.JS == nil || cfg.Book == nil || cfg.Layout.Bucket() == "" {
-		return nil, errors.New("dashboard: JS, Layout and Book are required")
+	if cfg.Book == nil || cfg.Series == nil {
+		return nil, errors.New("dashboard: Book and Series are required")
+	}
+	if cfg.Ready == nil {
+		cfg.Ready = func() bool { return true }
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -77,7 +76,7 @@ func New(cfg Config) (*Dashboard, error) {
 	if cfg.Denials == nil {
 		cfg.Denials = func() []service.DeniedAdmit { return nil }
 	}
-	d := &Dashboard{cfg: cfg, mux: http.NewServeMux(), series: map[events.BudgetRef]*series{}}
+	d := &Dashboard{cfg: cfg, mux: http.NewServeMux()}
 	sub, err := fs.Sub(assets, "assets")
 	if err != nil {
 		return nil, err
@@ -99,95 +98,6 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "no-referrer")
 	d.mux.ServeHTTP(w, r)
-}
-
-// Run follows the ledger stream from HistoryWindow ago and records every
-// balance revision into the series until ctx is done; a broken consumer is
-// started again (after a second) from where it stopped.
-func (d *Dashboard) Run(ctx context.Context) error {
-	start := d.cfg.Now().Add(-HistoryWindow)
-	var next uint64
-	for {
-		err := d.follow(ctx, start, &next)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		d.cfg.Log.Warn("dashboard: series consumer stopped; restarting", "err", err)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Second):
-		}
-	}
-}
-
-func (d *Dashboard) follow(ctx context.Context, start time.Time, next *uint64) error {
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{d.cfg.Layout.LaneKeysFilter()}, DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &start}
-	if *next > 0 {
-		cfg = jetstream.OrderedConsumerConfig{FilterSubjects: cfg.FilterSubjects, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: *next}
-	}
-	s, err := d.cfg.JS.Stream(ctx, d.cfg.Layout.StreamName())
-	if err != nil {
-		return err
-	}
-	if info, err := s.Info(ctx); err == nil && info.State.Msgs == 0 {
-		d.ready.Store(true)
-	}
-	cons, err := s.OrderedConsumer(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	it, err := cons.Messages()
-	if err != nil {
-		return err
-	}
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
-		select {
-		case <-ctx.Done():
-		case <-done:
-		}
-		it.Stop()
-	}()
-	for {
-		msg, err := it.Next(jetstream.NextContext(ctx))
-		if err != nil {
-			return err
-		}
-		md, err := msg.Metadata()
-		if err != nil {
-			return err
-		}
-		*next = md.Sequence.Stream + 1
-		if rev, err := events.DecodeLaneRevision(msg.Data()); err == nil {
-			d.record(md.Timestamp, rev)
-		}
-		if md.NumPending == 0 {
-			d.ready.Store(true)
-		}
-	}
-}
-
-// maxSeriesBudgets bounds the budgets with a series (memory bound with
-// MaxPoints).
-const maxSeriesBudgets = 100_000
-
-func (d *Dashboard) record(at time.Time, rev events.LaneRevision) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for _, b := range rev.Balances {
-		ref := b.Balance.Budget()
-		s := d.series[ref]
-		if s == nil {
-			if len(d.series) >= maxSeriesBudgets {
-				continue
-			}
-			s = &series{}
-			d.series[ref] = s
-		}
-		s.add(b.Balance.Instance, point{T: at.UTC(), Spent: b.Spent, Reserved: b.Reserved})
-	}
 }
 
 // BudgetRow is one budget in /api/budgets.
@@ -317,13 +227,7 @@ func (d *Dashboard) row(b ledger.Budget, now time.Time) BudgetRow {
 
 // points copies ref's series if it is of instance inst.
 func (d *Dashboard) points(ref events.BudgetRef, inst string) []point {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	s := d.series[ref]
-	if s == nil || s.instance != inst {
-		return nil
-	}
-	return append([]point(nil), s.pts...)
+	return d.cfg.Series.Points(ref, inst)
 }
 
 // tenantParam reads the optional ?tenant=NAME of r: every endpoint of the
@@ -371,7 +275,7 @@ func (d *Dashboard) budgets(w http.ResponseWriter, r *http.Request) {
 	}
 	now := d.cfg.Now().UTC()
 	rows := d.rows(now, tenant, all)
-	out := BudgetsReply{Now: now, Replica: d.cfg.Replica, Ready: d.ready.Load(), Total: len(rows), Budgets: []BudgetRow{}}
+	out := BudgetsReply{Now: now, Replica: d.cfg.Replica, Ready: d.cfg.Ready(), Total: len(rows), Budgets: []BudgetRow{}}
 	for _, row := range rows {
 		switch {
 		case row.UsedBP >= 10000:
@@ -451,7 +355,7 @@ func (d *Dashboard) seriesOf(w http.ResponseWriter, r *http.Request) {
 	}
 	limit, _ := events.ParseMoney(row.Limit)
 	pts := d.points(events.BudgetRef{Scope: scope, Period: period}, row.Instance)
-	out := SeriesReply{Budget: *row, Now: now, Ready: d.ready.Load(), Capacity: MaxPoints, Points: make([]SeriesPoint, 0, len(pts))}
+	out := SeriesReply{Budget: *row, Now: now, Ready: d.cfg.Ready(), Capacity: MaxPoints, Points: make([]SeriesPoint, 0, len(pts))}
 	if start, _, ok := cal.Bounds(now); ok {
 		out.Start = start.UTC()
 	} else if len(pts) > 0 {

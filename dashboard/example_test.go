@@ -1,10 +1,6 @@
 package dashboard_test
 
 import (
-	"context"
-
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/spendgate/spendgate/dashboard"
 	"github.com/spendgate/spendgate/ops"
 	"github.com/spendgate/spendgate/service"
@@ -14,8 +10,6 @@ import (
 // does: the page is then at http://ADDR/dashboard/.
 func Example() {
 	var (
-		ctx     context.Context
-		js      jetstream.JetStream
 		replica *service.Replica
 		opsSrv  *ops.Server
 	)
@@ -23,12 +17,11 @@ func Example() {
 		return // in serve: the running replica and its ops server
 	}
 	d, err := dashboard.New(dashboard.Config{
-		JS: js, Layout: replica.Ledger.Layout(), Book: replica.Ledger,
+		Book: replica.Ledger, Series: replica.Series, // the replica's fold keeps the charts' series
 		Denials: replica.Service.RecentDenials, Replica: "replica-1",
 	})
 	if err != nil {
 		return
 	}
 	opsSrv.Handle(dashboard.Path, d)
-	go func() { _ = d.Run(ctx) }() // follows the ledger for the charts
 }

@@ -67,12 +67,8 @@ func seed(t *testing.T) *seeded {
 	require.NoError(t, err)
 	require.Contains(t, string(msg.Data), `"admitted":false`)
 
-	d, err := dashboard.New(dashboard.Config{JS: env.JS, Layout: env.Layout, Book: r.Ledger, Denials: r.Service.RecentDenials, Replica: "test"})
+	d, err := dashboard.New(dashboard.Config{Book: r.Ledger, Series: r.Series, Denials: r.Service.RecentDenials, Replica: "test"})
 	require.NoError(t, err)
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = d.Run(runCtx) }()
-	t.Cleanup(func() { stop(); <-done })
 	srv := httptest.NewServer(d)
 	t.Cleanup(srv.Close)
 	return &seeded{env: env, r: r, d: d, srv: srv}

@@ -6,63 +6,18 @@ import (
 	"github.com/cockroachdb/apd/v3"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/projector"
 )
 
-// Bounds of the time series.
-const (
-	// MaxPoints bounds the points kept per budget; when full, every
-	// other point is dropped and the minimum gap between points doubles.
-	MaxPoints = 360
-	// HistoryWindow is how far back the series consumer starts reading
-	// the ledger stream (a month instance and a margin).
-	HistoryWindow = 32 * 24 * time.Hour
-	// PaceWindow is the trailing window of the burn rate: the pace is the
-	// spend since the first point in it, over the time since that point.
-	PaceWindow = 24 * time.Hour
-)
+// PaceWindow is the trailing window of the burn rate: the pace is the
+// spend since the first point in it, over the time since that point.
+const PaceWindow = 24 * time.Hour
+
+// MaxPoints bounds the points kept per budget (projector.MaxPoints).
+const MaxPoints = projector.MaxPoints
 
 // point is a balance after a revision.
-type point struct {
-	T        time.Time
-	Spent    events.Money
-	Reserved events.Money
-}
-
-// series is one budget's points in its latest period instance.
-type series struct {
-	instance string
-	pts      []point
-	gap      time.Duration
-}
-
-// add records p for instance; an older instance is ignored, a newer one
-// starts the series again.
-func (s *series) add(instance string, p point) {
-	switch {
-	case instance < s.instance:
-		return
-	case instance > s.instance:
-		s.instance, s.pts, s.gap = instance, s.pts[:0], 0
-	}
-	if n := len(s.pts); n >= 2 && p.T.Sub(s.pts[n-2].T) < s.gap {
-		s.pts[n-1] = p // within the resolution: the newest wins
-		return
-	}
-	s.pts = append(s.pts, p)
-	if len(s.pts) < MaxPoints {
-		return
-	}
-	kept := s.pts[:0]
-	last := s.pts[len(s.pts)-1]
-	for i := 0; i < len(s.pts)-1; i += 2 {
-		kept = append(kept, s.pts[i])
-	}
-	kept = append(kept, last)
-	s.pts = kept
-	if span := last.T.Sub(s.pts[0].T); span > 0 {
-		s.gap = span / time.Duration(MaxPoints/2)
-	}
-}
+type point = projector.Point
 
 // dec converts Money to an apd.Decimal (Money keeps its decimal private).
 func dec(m events.Money) *apd.Decimal {

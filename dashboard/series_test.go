@@ -9,26 +9,6 @@ import (
 	"github.com/spendgate/spendgate/events"
 )
 
-// However many revisions a budget sees, its series stays within MaxPoints,
-// keeps its first and latest point, and stays in time order.
-func TestSeries_Bounded(t *testing.T) {
-	var s series
-	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	for i := range 100_000 {
-		s.add("2026-12", point{T: t0.Add(time.Duration(i) * time.Second), Spent: events.MoneyFromInt(int64(i))})
-		require.Less(t, len(s.pts), MaxPoints)
-	}
-	require.Equal(t, t0, s.pts[0].T)
-	require.Equal(t, "99999", s.pts[len(s.pts)-1].Spent.String())
-	for i := 1; i < len(s.pts); i++ {
-		require.True(t, s.pts[i-1].T.Before(s.pts[i].T))
-	}
-	s.add("2026-11", point{T: t0, Spent: events.MoneyFromInt(1)}) // an older instance: ignored
-	require.Equal(t, "2026-12", s.instance)
-	s.add("2027-01", point{T: t0.AddDate(0, 1, 0), Spent: events.MoneyFromInt(1)})
-	require.Len(t, s.pts, 1)
-}
-
 func TestForecast_Exact(t *testing.T) {
 	now := time.Date(2026, 12, 10, 12, 0, 0, 0, time.UTC)
 	pts := []point{

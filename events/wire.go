@@ -69,6 +69,17 @@ type AdmitRequest struct {
 	// 1..MaxCount, default 1 (a batch of 5 calls counts 5). Money budgets
 	// take the amount.
 	Count int64 `json:"count,omitempty"`
+	// Retry marks a retry: a request sent again, with the same request id
+	// and body, after an earlier attempt got no definitive answer (no
+	// reply in time, ledger_busy, ledger_unavailable). That attempt may
+	// still be deciding or writing on a replica, and commit after this
+	// one is answered, so a retry is never denied: if its request id is
+	// not in the caught-up book, a denial is answered CodeLedgerUnavailable
+	// instead (the outcome is unknown: retry again, or void the request
+	// id). It is admitted, replayed, or refused for a bad request as any
+	// admit is. It is not part of the request's identity. The Go client
+	// sets it on every attempt after the first.
+	Retry bool `json:"retry,omitempty"`
 }
 
 // MaxCount bounds an admit's count.
@@ -525,6 +536,7 @@ var fieldWants = map[string]string{
 	"tz":                  `an IANA time zone string like "Europe/Berlin"`,
 	"disabled":            `true or false`,
 	"brief":               `true or false`,
+	"retry":               `true or false`,
 	"allow_zero":          `true or false`,
 	"fixed_slot":          `a decimal string like "1.00"`,
 	"ttl":                 `a duration string like "30s"`,

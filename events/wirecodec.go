@@ -51,6 +51,9 @@ func AppendAdmitRequest(b []byte, r *AdmitRequest) []byte {
 	b = appendInt(b, "input_chars", r.InputChars)
 	b = appendInt(b, "max_output_tokens", r.MaxOutputTokens)
 	b = appendInt(b, "count", r.Count)
+	if r.Retry {
+		b = append(b, `,"retry":true`...)
+	}
 	return append(b, '}')
 }
 
@@ -500,6 +503,8 @@ func fastAdmitRequest(data []byte, v *AdmitRequest) bool {
 			out.Mode = r.str()
 		case "brief":
 			out.Brief = r.boolean()
+		case "retry":
+			out.Retry = r.boolean()
 		case "metadata":
 			m := map[string]string{}
 			r.object(func(k []byte) { m[string(k)] = r.str() })

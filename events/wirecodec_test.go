@@ -18,6 +18,7 @@ func FuzzDecodeRequestFast(f *testing.F) {
 		`{"reservation_id":"rsv_1","actual":"0.01"}`,
 		`{"reservation_id":"rsv_1"}`,
 		`{"request_id":"r1","scopes":[],"amount":"1","metadata":{},"brief":true}`,
+		`{"request_id":"r1","scopes":["org:a"],"amount":"1","retry":true}`,
 		`{"brief":false}`,
 		`{"brief":"yes"}`,
 		`{"request_id":"r1","request_id":"r2"}`,
@@ -194,7 +195,7 @@ func FuzzDecodeReplies(f *testing.F) {
 // fails until the counts here are updated with them).
 func TestWireCodec_KnowsEveryField(t *testing.T) {
 	for typ, n := range map[reflect.Type]int{
-		reflect.TypeOf(AdmitRequest{}):   13,
+		reflect.TypeOf(AdmitRequest{}):   14,
 		reflect.TypeOf(SettleRequest{}):  5,
 		reflect.TypeOf(ReleaseRequest{}): 1,
 		reflect.TypeOf(AdmitReply{}):     13,

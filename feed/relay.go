@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/gate"
 	"github.com/spendgate/spendgate/signing"
 	"github.com/spendgate/spendgate/streams"
 )
@@ -23,47 +25,67 @@ import (
 // error other than losing a race to another relay.
 const DefaultRetry = time.Second
 
-// Relay copies every event of the ledger stream into the feed stream, one
-// message per event, in commit order (see the package doc). Any number of
-// relays may run at once against one ledger: each event is appended once.
+// DefaultQueue bounds the events a relay holds that its replica's fold
+// handed it and the feed has not taken yet. A full queue holds the fold
+// back (the replica's lag shows it) rather than lose an event.
+const DefaultQueue = 1 << 16
+
+// MaxInFlight bounds the feed appends a relay has in flight at once.
+// Pipelining is safe: each append expects the feed's sequence just before
+// it, and every relay hands the same verified events in the same order,
+// so the message at a feed sequence is always the same event, whoever
+// appended it.
+const MaxInFlight = 256
+
+// maxWalkBack bounds how many messages back from the feed's end a starting
+// relay looks for the last message a trusted key signed.
+const maxWalkBack = 1024
+
+// Relay appends to the feed stream every event of every revision its
+// replica's fold passes (a ledger.Reader: Fold), one message per event, in
+// commit order. It opens no consumer on the ledger: what the replica
+// skipped never reaches the feed, and every kind of event the ledger
+// records (reservations, budgets, prices, defaults, thresholds, voids) does.
+// Any number of relays may run at once against one ledger: each event is
+// appended once.
+//
+// A relay signs each message it appends (with its replica's key) and
+// believes only what trusted keys signed: where the feed stands is the
+// last message a trusted key signed, never a header anyone with the
+// feed's write permission can set; a forged message is skipped and
+// counted (Forged), and the relay appends after it.
 type Relay struct {
-	js      jetstream.JetStream
-	l       streams.Layout
-	log     *slog.Logger
-	retry   time.Duration
-	relayed atomic.Uint64
-	lost    atomic.Uint64
-	ensure  []streams.FeedOption
-	// trust returns the keys a revision must be signed by (nil: none
-	// checked); see WithTrust.
-	trust func() *signing.KeySet
-	// chain is which revisions the replicas fold, decided up to
-	// chain.at; nil until the first fold (see chain). Only Run's
-	// goroutine uses it.
-	chain *chain
-	// skipped counts the revisions this relay decided not to relay.
-	skipped atomic.Uint64
-	// decided counts the revisions this relay's chain decided.
-	decided atomic.Uint64
-	// ckEvery is WithCheckpointEvery (0: no checkpoints); ckAt the
-	// sequence of the newest checkpoint this relay loaded, wrote or
-	// found, ckStore the bucket once opened (only Run's goroutine uses
-	// them); ckLoaded, ckSkipped and ckWritten are CheckpointStats.
+	js     jetstream.JetStream
+	l      streams.Layout
+	log    *slog.Logger
+	retry  time.Duration
+	ensure []streams.FeedOption
+	maxAge time.Duration
+	// signer signs what this relay appends (nil: unsigned); keys are the
+	// keys whose messages it believes (nil: any).
+	signer  func() *signing.Signer
+	keys    func() *signing.KeySet
 	ckEvery uint64
-	ckAt    uint64
-	// ckDistrust: the stream contradicted a loaded checkpoint (see
-	// chain.checkHead); load none again.
-	ckDistrust bool
-	ckStore    jetstream.ObjectStore
-	ckLoaded   atomic.Uint64
-	ckSkipped  atomic.Int64
-	ckWritten  atomic.Uint64
+
+	mu     sync.Mutex
+	more   *sync.Cond // signalled on push, pop and close
+	q      []Message
+	max    int
+	closed bool
+
+	relayed, lost, forged, drift atomic.Uint64
+	ckWritten, ckLoaded          atomic.Uint64
+	// tailSeen is the last position the feed was known to hold (see
+	// Ceiling); tailReady reports it was read.
+	tailSeen  atomic.Pointer[Position]
+	anchorMu  sync.Mutex
+	anchorErr error
 }
 
 // Option configures a Relay.
 type Option func(*Relay) error
 
-// WithLogger logs the relay's restarts.
+// WithLogger logs the relay's restarts and what it skips.
 func WithLogger(log *slog.Logger) Option {
 	return func(r *Relay) error {
 		if log == nil {
@@ -74,23 +96,29 @@ func WithLogger(log *slog.Logger) Option {
 	}
 }
 
-// WithTrust makes the relay skip every ledger revision whose signature
-// the key set trust returns does not accept (signing.KeySet.Verify), as
-// replicas skip it: a forged or garbage revision written past the
-// permissions never reaches the feed. trust is called per revision, so a
-// replica's reloaded keys apply at once. With or without WithTrust, the
-// relay also skips, as replicas do, every revision that does not follow
-// the last valid revision of its key (a replay of an old signed revision,
-// a gap, a fork; see events.Chain): the chain is checked over the
-// revisions the keys accept, so a signature the keys refuse leaves the
-// key's chain where it was. A skipped revision is logged and counted
-// (Skipped).
-func WithTrust(trust func() *signing.KeySet) Option {
+// WithSigner has the relay sign every message it appends with the key s
+// returns (the replica's signing key: a reader of the feed verifies it
+// with the replicas' public keys).
+func WithSigner(s func() *signing.Signer) Option {
 	return func(r *Relay) error {
-		if trust == nil {
+		if s == nil {
+			return errors.New("feed: nil signer")
+		}
+		r.signer = s
+		return nil
+	}
+}
+
+// WithTrust makes the relay believe only feed messages and checkpoints
+// signed by a key that keys returns trusts (the ledger's trusted keys):
+// anything else in the feed is forged, skipped and counted. keys is called
+// when needed, so the ledger's current keys apply.
+func WithTrust(keys func() *signing.KeySet) Option {
+	return func(r *Relay) error {
+		if keys == nil {
 			return errors.New("feed: nil trust")
 		}
-		r.trust = trust
+		r.keys = keys
 		return nil
 	}
 }
@@ -109,23 +137,38 @@ func WithRetry(d time.Duration) Option {
 
 // WithMaxAge makes the relay keep each feed message for d (0: every
 // message; default streams.DefaultFeedMaxAge). Give every relay of a
-// ledger the same value: each sets it on the stream when it starts.
+// ledger the same value: each sets it on the stream when it starts, and
+// reports a feed whose limits were changed under it (Drift).
 func WithMaxAge(d time.Duration) Option {
 	return func(r *Relay) error {
 		if err := streams.WithFeedMaxAge(d)(&jetstream.StreamConfig{}); err != nil {
 			return err
 		}
 		r.ensure = append(r.ensure, streams.WithFeedMaxAge(d))
+		r.maxAge = d
 		return nil
 	}
 }
 
-// NewRelay returns a relay from l's ledger stream to l's feed stream.
-func NewRelay(js jetstream.JetStream, l streams.Layout, opts ...Option) (*Relay, error) {
-	if js == nil {
-		return nil, errors.New("feed: nil JetStream")
+// WithQueue bounds the events the relay holds (default DefaultQueue).
+func WithQueue(n int) Option {
+	return func(r *Relay) error {
+		if n < 1 {
+			return fmt.Errorf("feed: queue must hold at least one event, got %d", n)
+		}
+		r.max = n
+		return nil
 	}
-	r := &Relay{js: js, l: l, log: slog.New(slog.DiscardHandler), retry: DefaultRetry, ckEvery: DefaultCheckpointEvery}
+}
+
+// NewRelay returns a relay for the ledger of l. It does no I/O until
+// Ceiling or Run. Hand it to the replica's fold (ledger.AddReader) before
+// the fold starts.
+func NewRelay(js jetstream.JetStream, l streams.Layout, opts ...Option) (*Relay, error) {
+	r := &Relay{js: js, l: l, log: slog.New(slog.DiscardHandler), retry: DefaultRetry, max: DefaultQueue,
+		maxAge: streams.DefaultFeedMaxAge, ckEvery: DefaultCheckpointEvery,
+		signer: func() *signing.Signer { return nil }, keys: func() *signing.KeySet { return nil }}
+	r.more = sync.NewCond(&r.mu)
 	for _, o := range opts {
 		if err := o(r); err != nil {
 			return nil, err
@@ -134,339 +177,248 @@ func NewRelay(js jetstream.JetStream, l streams.Layout, opts ...Option) (*Relay,
 	return r, nil
 }
 
-// Relayed is how many events this relay appended to the feed.
+// Relayed is how many events this relay appended.
 func (r *Relay) Relayed() uint64 { return r.relayed.Load() }
-
-// Skipped is how many ledger revisions this relay decided not to relay
-// (a signature its keys refuse, a replay, off its key's chain, a payload
-// that does not decode), each logged once.
-func (r *Relay) Skipped() uint64 { return r.skipped.Load() }
-
-// Decided is how many ledger revisions this relay decided (checked against
-// its keys and its keys' chains, then relayed, folded or skipped), each
-// once: all of the ledger when it starts without a checkpoint, only what
-// follows the checkpoint otherwise (CheckpointStats), and what it decided
-// before finding a checkpoint wrong as well as the whole ledger after.
-func (r *Relay) Decided() uint64 { return r.decided.Load() }
 
 // Lost is how many appends this relay lost to another relay (it then
 // skipped what the other had appended).
 func (r *Relay) Lost() uint64 { return r.lost.Load() }
 
-// Run ensures the feed stream and relays until ctx is done; it returns
-// ctx's error. Errors on the way (a connection lost, a stream leader
-// moving) are logged and retried after the retry interval.
+// Forged counts the feed messages this relay found that no trusted key
+// signed, and skipped.
+func (r *Relay) Forged() uint64 { return r.forged.Load() }
+
+// Drift counts the times this relay found the feed stream's limits
+// changed under it (and set them back).
+func (r *Relay) Drift() uint64 { return r.drift.Load() }
+
+// Queued is how many events wait to be appended.
+func (r *Relay) Queued() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.q)
+}
+
+// Fold queues the events of one revision the replica's fold passed
+// (ledger.Reader). It waits while the queue is full: the feed must not
+// lose an event, so a feed that does not take them holds the fold back.
+// Once Run has ended nothing is queued.
+func (r *Relay) Fold(rev *gate.Revision, _ bool) {
+	ms := SplitRevision(rev)
+	if len(ms) == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for len(r.q) >= r.max && !r.closed {
+		r.more.Wait()
+	}
+	if r.closed {
+		return
+	}
+	r.q = append(r.q, ms...)
+	r.more.Broadcast()
+}
+
+// Ceiling returns the position up to which the feed holds the ledger's
+// events, as the last message a trusted key signed says (or this relay's
+// checkpoint, when every message aged out): the newest ledger snapshot a
+// relaying replica may start its fold from (ledger.WithSnapshotCeiling),
+// so that no event between the feed's end and the snapshot is missed. 0:
+// the feed holds nothing, or does not exist (the fold starts from the
+// ledger's first revision and the feed back-fills).
+func (r *Relay) Ceiling(ctx context.Context) (uint64, error) {
+	s, err := r.js.Stream(ctx, r.l.FeedStreamName())
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	t, err := r.readTail(ctx, s)
+	if err != nil {
+		return 0, err
+	}
+	return t.last.Seq, nil
+}
+
+// Run appends the queued events to the feed until ctx ends; it returns
+// ctx's error. It ensures the feed stream (reporting and setting back
+// limits changed under it), finds where the feed stands, drops the queued
+// events the feed holds already and appends the others. Errors on the way
+// (a connection lost, a stream leader moving, another relay appending
+// first) are logged and retried.
 func (r *Relay) Run(ctx context.Context) error {
+	defer func() {
+		r.mu.Lock()
+		r.closed = true
+		r.more.Broadcast()
+		r.mu.Unlock()
+	}()
+	stop := context.AfterFunc(ctx, func() {
+		r.mu.Lock()
+		r.more.Broadcast()
+		r.mu.Unlock()
+	})
+	defer stop()
+	var last tail
 	for {
-		if _, err := streams.EnsureFeed(ctx, r.js, r.l, r.ensure...); err != nil {
-			r.log.Warn("feed relay: ensure the feed stream", "err", err)
-		} else {
-			err = r.runOnce(ctx)
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if errors.Is(err, errFeedMoved) || errors.Is(err, errCheckpointWrong) {
-				// Another relay moved the feed, or the checkpoint this
-				// relay started from was wrong: start again from the
-				// feed's end at once.
-				r.log.Debug("feed relay: restarting from the feed's end", "err", err)
-				continue
-			}
-			r.log.Warn("feed relay: restarting", "err", err)
+		s, err := r.ensureFeed(ctx)
+		if err == nil {
+			last, err = r.runOnce(ctx, s)
 		}
+		if ctx.Err() != nil {
+			if last.feedSeq > 0 {
+				wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				r.writeCheckpoint(wctx, last)
+				cancel()
+			}
+			return ctx.Err()
+		}
+		if errors.Is(err, errFeedMoved) {
+			r.log.Debug("feed relay: another relay moved the feed; starting again from its end", "err", err)
+			continue
+		}
+		r.log.Warn("feed relay: restarting", "err", err)
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
 		case <-time.After(r.retry):
 		}
 	}
 }
 
-// tail is the feed's end: the feed sequence of its last message and that
-// event's position (zero when the feed is empty).
+// ensureFeed creates the feed stream or checks and sets back its limits.
+func (r *Relay) ensureFeed(ctx context.Context) (jetstream.Stream, error) {
+	if s, err := r.js.Stream(ctx, r.l.FeedStreamName()); err == nil {
+		have := s.CachedInfo().Config
+		if have.MaxAge != r.maxAge || !have.DenyDelete || !have.DenyPurge || have.Discard != jetstream.DiscardNew || have.MaxMsgs != -1 || have.MaxBytes != -1 {
+			r.drift.Add(1)
+			r.log.Error("feed: the feed stream's limits were changed under the relay; setting them back (whoever can update the stream should not be able to)",
+				"stream", r.l.FeedStreamName(), "max_age", have.MaxAge, "want_max_age", r.maxAge, "deny_delete", have.DenyDelete, "deny_purge", have.DenyPurge, "max_msgs", have.MaxMsgs, "max_bytes", have.MaxBytes)
+		}
+	}
+	return streams.EnsureFeed(ctx, r.js, r.l, r.ensure...)
+}
+
+// tail is where the feed stands: the feed sequence of its last message
+// (what the next append expects) and the position of the last event a
+// trusted key signed at or before it.
 type tail struct {
 	feedSeq uint64
 	last    Position
+	// skip is how many events after last are in the feed already, uncounted
+	// by position (every message after the checkpoint aged out).
+	skip uint64
 }
 
-// readTail reads the feed's last message.
-func (r *Relay) readTail(ctx context.Context) (tail, error) {
-	s, err := r.js.Stream(ctx, r.l.FeedStreamName())
+// runOnce appends queued events after the feed's tail until an error.
+func (r *Relay) runOnce(ctx context.Context, s jetstream.Stream) (tail, error) {
+	t, err := r.readTail(ctx, s)
 	if err != nil {
-		return tail{}, err
+		return t, err
 	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		return tail{}, err
-	}
-	if info.State.LastSeq == 0 {
-		return tail{}, nil
-	}
-	if info.State.Msgs == 0 {
-		// Every message aged out: the feed was quiet for longer than its
-		// max age. Its last sequence still counts the events it was
-		// given (the message at feed sequence n is always the ledger's
-		// n-th event, see MaxInFlight), so the tail is that event.
-		last, err := r.nthEvent(ctx, info.State.LastSeq)
-		if err != nil {
-			return tail{}, err
-		}
-		r.log.Info("feed relay: every feed message aged out; found the tail by counting the ledger's events", "feed_seq", info.State.LastSeq, "event", last.ID())
-		return tail{feedSeq: info.State.LastSeq, last: last}, nil
-	}
-	m, err := s.GetMsg(ctx, info.State.LastSeq)
-	if err != nil {
-		return tail{}, fmt.Errorf("feed: read the feed's last message %d: %w", info.State.LastSeq, err)
-	}
-	seq, err1 := strconv.ParseUint(m.Header.Get(streams.HeaderFeedSourceSeq), 10, 64)
-	idx, err2 := strconv.Atoi(m.Header.Get(streams.HeaderFeedIndex))
-	if err1 != nil || err2 != nil || seq == 0 || idx < 0 {
-		return tail{}, fmt.Errorf("feed: message %d of %s has no valid %s/%s headers", m.Sequence, r.l.FeedStreamName(), streams.HeaderFeedSourceSeq, streams.HeaderFeedIndex)
-	}
-	return tail{feedSeq: m.Sequence, last: Position{Seq: seq, Index: idx}}, nil
-}
-
-// nthEvent returns the position of the ledger's n-th event (n >= 1), in
-// feed order, counting only the revisions the relay relays (its keys
-// accept them and they follow their key's chain; see chain). It reads the
-// ledger from its first revision: it runs only when the feed was quiet for
-// longer than its max age. If the trusted keys changed which old revisions
-// they accept since those were relayed (or a relay that did not check the
-// chain relayed a replay), the count is off by their events; the relay
-// then finds an event the feed already holds or skips some, which the
-// expected sequence cannot tell (see the README's known limitations).
-func (r *Relay) nthEvent(ctx context.Context, n uint64) (Position, error) {
-	c := newChain(r.readFunc(ctx))
-	cons, err := r.js.OrderedConsumer(ctx, r.l.StreamName(), jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{r.l.BudgetKeysFilter(), r.l.LaneKeysFilter()},
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-	})
-	if err != nil {
-		return Position{}, err
-	}
-	it, err := cons.Messages()
-	if err != nil {
-		return Position{}, err
-	}
-	defer it.Stop()
-	var count uint64
-	for {
-		msg, err := it.Next(jetstream.NextContext(ctx))
-		if err != nil {
-			return Position{}, err
-		}
-		md, err := msg.Metadata()
-		if err != nil {
-			return Position{}, err
-		}
-		key, _ := r.l.KeyOf(msg.Subject())
-		var out []Message
-		reason, _, err := c.check(r.trustSet(), key, md.Sequence.Stream, msg.Headers(), msg.Data())
-		if err != nil {
-			return Position{}, err
-		}
-		if reason == "" {
-			// Count what the relay appends: a revision it skips has no
-			// event in the feed.
-			if out, err = Split(md.Sequence.Stream, key, md.Timestamp, msg.Data()); err != nil {
-				return Position{}, fmt.Errorf("feed: revision %d of %s: %w", md.Sequence.Stream, key, err)
-			}
-			c.fold(key, md.Sequence.Stream, msg.Data())
-		} else {
-			c.skip(md.Sequence.Stream)
-		}
-		if count+uint64(len(out)) >= n {
-			return out[n-count-1].Position(), nil
-		}
-		count += uint64(len(out))
-		if md.NumPending == 0 {
-			return Position{}, fmt.Errorf("feed: the feed counts %d events but the ledger holds %d", n, count)
-		}
-	}
-}
-
-// trustSet is the key set revisions are checked against now (nil: none).
-func (r *Relay) trustSet() *signing.KeySet {
-	if r.trust == nil {
-		return nil
-	}
-	return r.trust()
-}
-
-// readFunc returns chain.read for the ledger stream: the key and payload
-// hash of its message at seq, or found false if it no longer holds it (a
-// trim dropped it).
-func (r *Relay) readFunc(ctx context.Context) func(seq uint64) (key, hash string, found bool, err error) {
-	return func(seq uint64) (string, string, bool, error) {
-		s, err := r.js.Stream(ctx, r.l.StreamName())
-		if err != nil {
-			return "", "", false, err
-		}
-		m, err := s.GetMsg(ctx, seq)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return "", "", false, nil
-		}
-		if err != nil {
-			return "", "", false, err
-		}
-		key, _ := r.l.KeyOf(m.Subject)
-		return key, events.HashPayload(m.Data), true, nil
-	}
-}
-
-// runOnce relays from the feed's tail until an error.
-//
-// It reads the ledger from the revision of the feed's last event (the
-// events after it in that revision may not be relayed yet), or from
-// earlier: from the first revision the relay's chain has not decided yet
-// (all of the ledger the first time). The revisions before the tail's are
-// only folded into the chain (their events are in the feed); a revision
-// decided before this call (the relay starts again behind its own fold,
-// after losing a race or its consumer) is relayed again only if the chain
-// kept it, never decided twice.
-func (r *Relay) runOnce(ctx context.Context) error {
-	t, err := r.readTail(ctx)
-	if err != nil {
-		return err
-	}
-	if r.chain == nil {
-		if r.chain = r.loadCheckpoint(ctx, t); r.chain == nil {
-			r.chain = newChain(nil)
-		}
-	}
-	c := r.chain
-	c.read = r.readFunc(ctx)
-	c.prune(t.last.Seq)
-	cfg := jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{r.l.BudgetKeysFilter(), r.l.LaneKeysFilter()},
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-	}
-	if from := min(t.last.Seq, c.at+1); from > 1 {
-		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
-		cfg.OptStartSeq = from
-	}
-	cons, err := r.js.OrderedConsumer(ctx, r.l.StreamName(), cfg)
-	if err != nil {
-		return err
-	}
-	it, err := cons.Messages()
-	if err != nil {
-		return err
-	}
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
-		select {
-		case <-ctx.Done():
-			it.Stop()
-		case <-done:
-			it.Stop()
-		}
-	}()
-	// next is the position of the last event published (acknowledged or
-	// in flight in win).
 	next := t.last
 	var win []inflight
+	sinceCk := uint64(0)
 	for {
-		if r.checkpointDue(c) {
-			r.writeCheckpoint(ctx, c)
-		}
-		msg, err := it.Next(jetstream.NextContext(ctx))
-		if err != nil {
-			return err
-		}
-		md, err := msg.Metadata()
-		if err != nil {
-			return err
-		}
-		key, _ := r.l.KeyOf(msg.Subject())
-		seq := md.Sequence.Stream
-		decided := seq <= c.at
-		if decided {
-			if seq < t.last.Seq || !c.isKept(seq) {
-				continue
+		m, ok := r.next(ctx, len(win) > 0)
+		if !ok {
+			if ctx.Err() != nil {
+				return t, ctx.Err()
 			}
-		} else {
-			reason, why, err := c.check(r.trustSet(), key, seq, msg.Headers(), msg.Data())
-			if errors.Is(err, errCheckpointWrong) {
-				// No revision was refused on the checkpoint's word yet
-				// (each refusal checks it first): start again from the
-				// feed's tail, folding the whole ledger, and load no
-				// checkpoint again.
-				r.log.Error("feed relay: checkpoint skipped; folding the whole ledger", "checkpoint", streams.FeedChainName(c.from), "err", err)
-				r.chain, r.ckAt, r.ckDistrust = nil, 0, true
-				r.ckLoaded.Store(0)
-				r.ckSkipped.Add(1)
-				return err
-			}
-			if err != nil {
-				return err
-			}
-			if reason == signing.ReasonMalformed && seq >= t.last.Seq {
-				// A revision the relay cannot read is never skipped
-				// once its events are due: the feed would lose them for
-				// good. Stop and retry (a newer binary may read it).
-				return fmt.Errorf("feed: revision %d of %s: %w", seq, key, why)
-			}
-			if reason != "" {
-				c.skip(seq)
-				r.decided.Add(1)
-				r.skipped.Add(1)
-				r.log.Error("feed: revision skipped; not relayed", "seq", seq, "key", key, "reason", string(reason), "err", why)
-				continue
-			}
-			if seq < t.last.Seq {
-				c.fold(key, seq, msg.Data())
-				r.decided.Add(1)
-				continue
-			}
-		}
-		out, err := Split(seq, key, md.Timestamp, msg.Data())
-		if err != nil {
-			// As above: stop and retry, undecided.
-			return fmt.Errorf("feed: revision %d of %s: %w", seq, key, err)
-		}
-		if !decided {
-			c.fold(key, seq, msg.Data())
-			r.decided.Add(1)
-			if len(out) > 0 {
-				c.keep(seq)
-			}
-		}
-		for _, m := range out {
-			if !next.Before(m.Position()) {
-				continue // already in the feed (or in the window)
-			}
-			msg, err := r.feedMsg(m)
-			if err != nil {
-				return err
-			}
-			f, err := r.js.PublishMsgAsync(msg, jetstream.WithMsgID(m.ID), jetstream.WithExpectLastSequence(t.feedSeq+uint64(len(win))))
-			if err != nil {
-				return err
-			}
-			win = append(win, inflight{m: m, f: f})
-			next = m.Position()
-			if len(win) >= MaxInFlight {
-				if t, err = r.flush(ctx, t, win); err != nil {
-					return err
+			// Nothing queued: append what is in flight now, so a live
+			// event is not held back for the window to fill.
+			if len(win) > 0 {
+				if t, err = r.flush(ctx, s, t, win); err != nil {
+					// The events of win are not lost: they come again
+					// from the queue's front after the relay starts
+					// again, and those the feed holds are dropped then.
+					r.requeue(win)
+					return t, err
 				}
+				sinceCk += uint64(len(win))
 				win = win[:0]
 				next = later(next, t.last)
-				c.prune(t.last.Seq)
+				if r.ckEvery > 0 && sinceCk >= r.ckEvery {
+					r.writeCheckpoint(ctx, t)
+					sinceCk = 0
+				}
 			}
+			continue
 		}
-		if md.NumPending == 0 && len(win) > 0 {
-			// Caught up with the ledger: append what is in flight now,
-			// so a live event is not held back for the window to fill.
-			if t, err = r.flush(ctx, t, win); err != nil {
-				return err
+		if !next.Before(m.Position()) {
+			r.pop()
+			continue // in the feed already
+		}
+		if t.skip > 0 {
+			// Every message after the checkpoint aged out: the first
+			// t.skip events after it are in the feed already.
+			t.skip--
+			next = m.Position()
+			t.last = next
+			r.pop()
+			continue
+		}
+		msg, err := r.feedMsg(m)
+		if err != nil {
+			return t, err
+		}
+		f, err := r.js.PublishMsgAsync(msg, jetstream.WithMsgID(m.ID), jetstream.WithExpectLastSequence(t.feedSeq+uint64(len(win))))
+		if err != nil {
+			return t, err
+		}
+		r.pop()
+		win = append(win, inflight{m: m, f: f})
+		next = m.Position()
+		if len(win) >= MaxInFlight {
+			if t, err = r.flush(ctx, s, t, win); err != nil {
+				r.requeue(win) // as above
+				return t, err
 			}
+			sinceCk += uint64(len(win))
 			win = win[:0]
 			next = later(next, t.last)
-			c.prune(t.last.Seq)
 		}
 	}
+}
+
+// next returns the queue's first event without taking it (pop takes it),
+// waiting for one unless nowait; false when there is none (nowait) or ctx
+// ended.
+func (r *Relay) next(ctx context.Context, nowait bool) (Message, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for len(r.q) == 0 {
+		if nowait || ctx.Err() != nil {
+			return Message{}, false
+		}
+		r.more.Wait()
+	}
+	return r.q[0], true
+}
+
+// pop drops the queue's first event.
+func (r *Relay) pop() {
+	r.mu.Lock()
+	r.q[0] = Message{}
+	r.q = r.q[1:]
+	if len(r.q) == 0 {
+		r.q = nil // let the array go
+	}
+	r.more.Broadcast()
+	r.mu.Unlock()
+}
+
+// requeue puts back at the queue's front the events of an unflushed
+// window.
+func (r *Relay) requeue(win []inflight) {
+	back := make([]Message, 0, len(win))
+	for _, w := range win {
+		back = append(back, w.m)
+	}
+	r.mu.Lock()
+	r.q = append(back, r.q...)
+	r.mu.Unlock()
 }
 
 // later returns the later of two positions. After a flush that found the
@@ -481,13 +433,6 @@ func later(a, b Position) Position {
 	return a
 }
 
-// MaxInFlight bounds the feed appends a relay has in flight at once.
-// Pipelining is safe: each append expects the feed's sequence just before
-// it, and every relay splits the same ledger into the same events in the
-// same order, so the message at a feed sequence is always the same event,
-// whoever appended it.
-const MaxInFlight = 256
-
 // inflight is an append waiting for its acknowledgement.
 type inflight struct {
 	m Message
@@ -499,7 +444,7 @@ type inflight struct {
 // wrong last sequence), it re-reads the tail, which must then be at or past
 // the window's last event (errFeedMoved otherwise: the caller starts again
 // from the tail).
-func (r *Relay) flush(ctx context.Context, t tail, win []inflight) (tail, error) {
+func (r *Relay) flush(ctx context.Context, s jetstream.Stream, t tail, win []inflight) (tail, error) {
 	lost := false
 	for _, p := range win {
 		select {
@@ -523,7 +468,7 @@ func (r *Relay) flush(ctx context.Context, t tail, win []inflight) (tail, error)
 		return t, nil
 	}
 	r.lost.Add(1)
-	nt, err := r.readTail(ctx)
+	nt, err := r.readTail(ctx, s)
 	if err != nil {
 		return t, err
 	}
@@ -533,40 +478,88 @@ func (r *Relay) flush(ctx context.Context, t tail, win []inflight) (tail, error)
 	return nt, nil
 }
 
-// errFeedMoved: the feed's tail is not where this relay's chain expects it
-// and not past the event either.
-var errFeedMoved = errors.New("feed: the feed stream's last event is not the one this relay relayed")
+// errFeedMoved: the feed's tail is not where this relay's appends put it
+// and not past them either (another relay appended something else).
+var errFeedMoved = errors.New("feed: the feed stream's last event is not the one this relay appended")
 
-// append publishes m after t and returns the new tail. If another relay
-// appended first, it re-reads the tail and, when the tail is at or past m,
-// returns it (m is in the feed already).
-func (r *Relay) append(ctx context.Context, t tail, m Message) (tail, error) {
-	msg, err := r.feedMsg(m)
+// readTail finds where the feed stands: its last sequence, and the last
+// message before it that a trusted key signed (at most maxWalkBack back),
+// whose position the feed holds up to. A message no trusted key signed is
+// forged: counted and skipped. When every message aged out (or none of
+// the last maxWalkBack is trusted), this relay's newest checkpoint says
+// where the feed stood.
+func (r *Relay) readTail(ctx context.Context, s jetstream.Stream) (tail, error) {
+	info, err := s.Info(ctx)
 	if err != nil {
-		return t, err
+		return tail{}, err
 	}
-	ack, err := r.js.PublishMsg(ctx, msg, jetstream.WithMsgID(m.ID), jetstream.WithExpectLastSequence(t.feedSeq))
-	if err == nil && !ack.Duplicate {
-		r.relayed.Add(1)
-		return tail{feedSeq: ack.Sequence, last: m.Position()}, nil
+	st := info.State
+	if st.LastSeq == 0 {
+		r.seen(Position{})
+		return tail{}, nil
 	}
-	if err != nil && !streams.IsConflict(err) {
-		return t, err
+	var unsigned *Message
+	for seq := st.LastSeq; seq >= max(st.FirstSeq, 1) && seq+maxWalkBack > st.LastSeq && st.Msgs > 0; seq-- {
+		sm, err := s.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return tail{}, fmt.Errorf("feed: read the feed's message %d: %w", seq, err)
+		}
+		m, ok, isUnsigned := r.trusted(sm.Subject, sm.Header, sm.Data)
+		if ok {
+			if seq != st.LastSeq {
+				r.log.Error("feed: messages at the feed's end that no trusted key signed; skipped", "from", seq+1, "to", st.LastSeq)
+			}
+			r.seen(m.Position())
+			return tail{feedSeq: st.LastSeq, last: m.Position()}, nil
+		}
+		if isUnsigned && unsigned == nil {
+			unsigned = &m
+		}
+		r.forged.Add(1)
 	}
-	// Lost: another relay appended this event (a duplicate id) or moved
-	// the feed past t (a wrong last sequence).
-	r.lost.Add(1)
-	nt, err := r.readTail(ctx)
-	if err != nil {
-		return t, err
+	if ck, ok := r.loadCheckpoint(ctx); ok && ck.FeedSeq <= st.LastSeq {
+		t := tail{feedSeq: st.LastSeq, last: ck.Position(), skip: st.LastSeq - ck.FeedSeq}
+		r.log.Info("feed relay: the feed's end is past what a trusted message says; starting from this relay's checkpoint", "checkpoint", ck.Position().ID(), "checkpoint_feed_seq", ck.FeedSeq, "feed_seq", st.LastSeq)
+		r.seen(t.last)
+		return t, nil
 	}
-	if nt.last.Before(m.Position()) {
-		return t, errFeedMoved
+	if unsigned != nil {
+		// A feed written before relays signed: its newest readable
+		// message is taken as it is, once (this relay signs from now on).
+		r.log.Warn("feed relay: the feed's messages are not signed (written by an older version); trusting the newest readable one", "event", unsigned.ID)
+		r.seen(unsigned.Position())
+		return tail{feedSeq: st.LastSeq, last: unsigned.Position()}, nil
 	}
-	return nt, nil
+	return tail{}, fmt.Errorf("feed: none of the feed's last %d messages is signed by a trusted key, and no checkpoint says where it stands: the relay appends nothing (see the README: a forged feed)", maxWalkBack)
 }
 
-// feedMsg is the feed message of m: its subject, body and headers.
+// seen records where the feed was last seen to stand.
+func (r *Relay) seen(p Position) { r.tailSeen.Store(&p) }
+
+// trusted decodes a feed message and reports whether a trusted key signed
+// it (isUnsigned: it carries no signature at all).
+func (r *Relay) trusted(subject string, h nats.Header, data []byte) (m Message, ok, isUnsigned bool) {
+	m, err := Decode(data)
+	if err != nil {
+		return m, false, false
+	}
+	signer, valid := signing.VerifyMsg(h, signing.DomainFeed, subject, data)
+	if signer == "" {
+		// Unsigned: trusted only where signatures are not checked.
+		return m, r.keys() == nil, true
+	}
+	if !valid {
+		return m, false, false
+	}
+	ks := r.keys()
+	return m, ks == nil || ks.Trusts(signer, m.SourceSeq), false
+}
+
+// feedMsg is the feed message of m: its subject, body, headers and this
+// relay's signature.
 func (r *Relay) feedMsg(m Message) (*nats.Msg, error) {
 	body, err := m.encode()
 	if err != nil {
@@ -578,6 +571,9 @@ func (r *Relay) feedMsg(m Message) (*nats.Msg, error) {
 	msg.Header.Set(streams.HeaderFeedSourceSeq, strconv.FormatUint(m.SourceSeq, 10))
 	msg.Header.Set(streams.HeaderFeedIndex, strconv.Itoa(m.Index))
 	msg.Header.Set(streams.HeaderFeedType, string(m.Type))
+	if s := r.signer(); s != nil {
+		s.SignMsg(msg.Header, signing.DomainFeed, msg.Subject, body)
+	}
 	return msg, nil
 }
 
@@ -598,8 +594,8 @@ func (m Message) scope() events.Scope {
 	case e.Balance.Scope != "":
 		return e.Balance.Scope
 	}
-	// An event of no scope (pricing.defined.v1, default.defined.v1): a subject that still
-	// has the layout's token count.
+	// An event of no scope (pricing.defined.v1, default.defined.v1): a
+	// subject that still has the layout's token count.
 	return events.Scope(NoScope + ":" + NoScope)
 }
 
@@ -607,8 +603,8 @@ func (m Message) scope() events.Scope {
 // names no scope.
 const NoScope = "_"
 
-// encode writes the body without HTML escaping, so Event keeps the exact
-// bytes of the ledger.
+// encode writes the body without HTML escaping, so Event keeps the bytes
+// the ledger's encoder writes.
 func (m Message) encode() ([]byte, error) {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
@@ -619,89 +615,73 @@ func (m Message) encode() ([]byte, error) {
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
-// rawLane and rawBudget read a revision keeping each event's bytes.
-type rawLane struct {
-	Schema   string `json:"schema"`
-	Balances []struct {
-		Balance
-		Ref    events.BalanceRef `json:"balance"`
-		Events []json.RawMessage `json:"events"`
-	} `json:"balances"`
-}
-
-type rawBudget struct {
-	Schema string            `json:"schema"`
-	Events []json.RawMessage `json:"events"`
+// SplitRevision returns the feed messages of a revision the gate passed,
+// in feed order: one per event, each event encoded as the ledger's encoder
+// encodes it. A revision of a key with no events the feed carries (trust,
+// API keys) has none.
+func SplitRevision(rev *gate.Revision) []Message {
+	var out []Message
+	add := func(e events.Event, bal *Balance) {
+		raw, err := events.EncodeEvent(e)
+		if err != nil {
+			return // every event the gate passed encodes
+		}
+		i := len(out)
+		out = append(out, Message{Schema: streams.FeedSchema, ID: events.EventID(rev.Seq, i), SourceSeq: rev.Seq, Index: i,
+			Key: rev.Key, CommittedAt: rev.At.UTC(), Type: e.EventType(), Balance: bal, Event: raw})
+	}
+	var evs events.Events
+	switch rev.Kind {
+	case gate.KindLane:
+		for _, b := range rev.Lane.Balances {
+			bal := &Balance{Ref: b.Balance, Unit: b.Unit, Limit: b.Limit, Spent: b.Spent, Reserved: b.Reserved, Overrun: b.Overrun, Open: b.Open}
+			for _, e := range b.Events {
+				add(e, bal)
+			}
+		}
+		return out
+	case gate.KindBudget:
+		evs = rev.Budget.Events
+	case gate.KindPricing:
+		evs = rev.Pricing.Events
+	case gate.KindDefault:
+		evs = rev.Default.Events
+	}
+	for _, e := range evs {
+		add(e, nil)
+	}
+	return out
 }
 
 // Split returns the feed messages of the ledger revision data, stored at
-// stream sequence seq under key at time at, in feed order. It is what a
-// relay publishes; a consumer never needs it.
+// stream sequence seq under key at time at, as a relay appends them. It
+// decodes the revision and verifies nothing: a relay splits only what its
+// replica's gate passed.
 func Split(seq uint64, key string, at time.Time, data []byte) ([]Message, error) {
-	var out []Message
-	add := func(raw json.RawMessage, bal *Balance) error {
-		var head struct {
-			Type events.Type `json:"type"`
-		}
-		if err := json.Unmarshal(raw, &head); err != nil {
-			return err
-		}
-		if _, err := events.DecodeEvent(raw); err != nil {
-			return err
-		}
-		i := len(out)
-		out = append(out, Message{Schema: streams.FeedSchema, ID: events.EventID(seq, i), SourceSeq: seq, Index: i,
-			Key: key, CommittedAt: at.UTC(), Type: head.Type, Balance: bal, Event: raw})
-		return nil
-	}
+	rev := &gate.Revision{Seq: seq, Key: key, At: at}
+	var err error
 	switch {
 	case streams.IsLaneKey(key):
-		var rev rawLane
-		if err := json.Unmarshal(data, &rev); err != nil {
-			return nil, err
-		}
-		if rev.Schema != events.SchemaLane && rev.Schema != events.SchemaLaneV1 {
-			return nil, fmt.Errorf("schema %q under a lane key", rev.Schema)
-		}
-		for _, b := range rev.Balances {
-			bal := b.Balance
-			bal.Ref = b.Ref
-			for _, e := range b.Events {
-				if err := add(e, &bal); err != nil {
-					return nil, err
-				}
-			}
-		}
+		var r events.LaneRevision
+		r, err = events.DecodeLaneRevision(data)
+		rev.Kind, rev.Lane = gate.KindLane, &r
 	case streams.IsBudgetKey(key):
-		var rev rawBudget
-		if err := json.Unmarshal(data, &rev); err != nil {
-			return nil, err
-		}
-		if rev.Schema != events.SchemaBudget && rev.Schema != events.SchemaBudgetV1 {
-			return nil, fmt.Errorf("schema %q under a budget key", rev.Schema)
-		}
-		for _, e := range rev.Events {
-			if err := add(e, nil); err != nil {
-				return nil, err
-			}
-		}
-	case streams.IsPricingKey(key), streams.IsDefaultKey(key):
-		// A model's price and a kind's default name no scope: their
-		// subject's scope tokens are NoScope.
-		var rev rawBudget
-		if err := json.Unmarshal(data, &rev); err != nil {
-			return nil, err
-		}
-		if rev.Schema != events.SchemaPricing && rev.Schema != events.SchemaDefault {
-			return nil, fmt.Errorf("schema %q under a pricing or default key", rev.Schema)
-		}
-		for _, e := range rev.Events {
-			if err := add(e, nil); err != nil {
-				return nil, err
-			}
-		}
+		var r events.BudgetRevision
+		r, err = events.DecodeBudgetRevision(data)
+		rev.Kind, rev.Budget = gate.KindBudget, &r
+	case streams.IsPricingKey(key):
+		var r events.PricingRevision
+		r, err = events.DecodePricingRevision(data)
+		rev.Kind, rev.Pricing = gate.KindPricing, &r
+	case streams.IsDefaultKey(key):
+		var r events.DefaultRevision
+		r, err = events.DecodeDefaultRevision(data)
+		rev.Kind, rev.Default = gate.KindDefault, &r
 	default:
-		return nil, fmt.Errorf("key %q is neither a lane, a budget nor a pricing key", key)
+		return nil, nil
 	}
-	return out, nil
+	if err != nil {
+		return nil, fmt.Errorf("feed: revision %d of %s: %w", seq, key, err)
+	}
+	return SplitRevision(rev), nil
 }

@@ -230,7 +230,13 @@ func (l *Ledger) follow(ctx context.Context, from, startLast uint64) error {
 			// whole stream, and skips it if it recurs).
 			return fmt.Errorf("%w: seq %d: %w", errFold, seq, rej)
 		}
-		l.feed(gm, passed, folded)
+		if rev := l.feed(gm, passed, folded); rev != nil && rev.Kind == gate.KindLane {
+			n := 0
+			for i := range rev.Lane.Balances {
+				n += len(rev.Lane.Balances[i].Events)
+			}
+			l.foldedEvents.Add(uint64(n))
+		}
 		l.mu.Lock()
 		l.bk.forgetUntil(seq, meta.Timestamp)
 		l.lag.Store(meta.NumPending)

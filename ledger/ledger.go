@@ -58,7 +58,10 @@ type Ledger struct {
 	// snapSkipped and snapWritten feed SnapshotStats.
 	snapStore               jetstream.ObjectStore
 	snapLoaded, snapWritten atomic.Uint64
-	snapSkipped             atomic.Int64
+	// foldedEvents counts the events the follower folded since the last
+	// snapshot this replica wrote (a trigger of the periodic writer).
+	foldedEvents atomic.Uint64
+	snapSkipped  atomic.Int64
 
 	// id marks this replica's writes (header streams.HeaderWriter), so the
 	// follower can leave them to the committer, which folds them from

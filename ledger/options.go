@@ -62,6 +62,7 @@ type options struct {
 	snapLoad bool
 	// snapRevisions, snapInterval: when Run writes a snapshot (0: never).
 	snapRevisions uint64
+	snapEvents    uint64
 	snapInterval  time.Duration
 	// signer and trust: see WithSigner and WithTrust.
 	signer *signing.Signer
@@ -79,6 +80,7 @@ func defaultOptions() options {
 		log:           slog.New(slog.DiscardHandler),
 		snapLoad:      true,
 		snapRevisions: DefaultSnapshotRevisions,
+		snapEvents:    DefaultSnapshotEvents,
 		snapInterval:  DefaultSnapshotInterval,
 	}
 }
@@ -89,6 +91,19 @@ func defaultOptions() options {
 func WithSigner(s *signing.Signer) Option {
 	return func(o *options) error {
 		o.signer = s
+		return nil
+	}
+}
+
+// WithSnapshotEvents sets how many folded events (1..10^10) make the
+// periodic writer write a snapshot, whatever the revisions (default
+// DefaultSnapshotEvents).
+func WithSnapshotEvents(n uint64) Option {
+	return func(o *options) error {
+		if n == 0 || n > 10_000_000_000 {
+			return fmt.Errorf("ledger: snapshot events %d out of range 1..1e10", n)
+		}
+		o.snapEvents = n
 		return nil
 	}
 }
@@ -125,9 +140,11 @@ func WithSnapshotLoad(load bool) Option {
 }
 
 // WithSnapshotEvery sets when Run writes a snapshot: once the stream has
-// moved revisions (1..10^9) past the newest snapshot, or every (1s..24h)
-// after it if the stream moved at all. revisions 0 turns periodic
-// snapshots off (Snapshot still writes one on demand).
+// moved revisions (1..10^9) past the newest snapshot (or the fold has
+// folded DefaultSnapshotEvents events since, WithSnapshotEvents), or every
+// (1s..24h) after it if the stream moved at all. revisions 0 turns
+// periodic snapshots off, and the snapshot on a graceful stop
+// (Snapshot still writes one on demand).
 func WithSnapshotEvery(revisions uint64, every time.Duration) Option {
 	return func(o *options) error {
 		if revisions == 0 {

@@ -46,8 +46,9 @@ type storedMsg struct {
 // made on the latest revision. found is false when no message matches.
 //
 // A read is safe to repeat, so an attempt that times out (each waits
-// commitTimeout, like a commit's) is retried until ctx ends: a busy or
-// newly elected leader answers late, not wrongly.
+// commitTimeout, like a commit's) or that the replicas answer "no leader"
+// is retried until ctx ends: a busy or newly elected leader answers late,
+// not wrongly.
 func (l *Ledger) leaderGet(ctx context.Context, req leaderGetRequest) (m storedMsg, found bool, err error) {
 	body, err := json.Marshal(req)
 	if err != nil {
@@ -59,15 +60,22 @@ func (l *Ledger) leaderGet(ctx context.Context, req leaderGetRequest) (m storedM
 		ctx, cancel = context.WithTimeout(ctx, 4*l.opts.commitTimeout)
 		defer cancel()
 	}
-	var reply *nats.Msg
+	var resp leaderGetResponse
 	for {
 		actx, cancel := context.WithTimeout(ctx, l.opts.commitTimeout)
+		var reply *nats.Msg
 		reply, err = l.nc.RequestWithContext(actx, l.layout.MsgGetSubject(l.js), body)
 		cancel()
+		if err == nil {
+			resp = leaderGetResponse{}
+			if err = json.Unmarshal(reply.Data, &resp); err == nil && resp.Error != nil && !streams.IsNoMessage(resp.Error.ErrorCode) {
+				err = resp.Error
+			}
+		}
 		if err == nil || ctx.Err() != nil || !retryableRead(err) {
 			break
 		}
-		if errors.Is(err, nats.ErrNoResponders) {
+		if errors.Is(err, nats.ErrNoResponders) || leaderless(err) {
 			// Answered at once: no leader yet. Give the election a moment.
 			t := time.NewTimer(25 * time.Millisecond)
 			select {
@@ -80,15 +88,8 @@ func (l *Ledger) leaderGet(ctx context.Context, req leaderGetRequest) (m storedM
 	if err != nil {
 		return m, false, &events.Error{Code: events.CodeLedgerUnavailable, Message: "reading the ledger stream", Err: err}
 	}
-	var resp leaderGetResponse
-	if err := json.Unmarshal(reply.Data, &resp); err != nil {
-		return m, false, &events.Error{Code: events.CodeLedgerUnavailable, Message: "reading the ledger stream", Err: err}
-	}
-	if resp.Error != nil {
-		if streams.IsNoMessage(resp.Error.ErrorCode) {
-			return m, false, nil
-		}
-		return m, false, &events.Error{Code: events.CodeLedgerUnavailable, Message: "reading the ledger stream", Err: resp.Error}
+	if resp.Error != nil { // no message
+		return m, false, nil
 	}
 	if resp.Message == nil {
 		return m, false, fmt.Errorf("ledger: empty message get reply")
@@ -113,8 +114,120 @@ func (l *Ledger) latestRev(ctx context.Context, key string) (uint64, error) {
 	return m.seq, nil
 }
 
+// streamEnd returns the stream's last sequence as its leader has it, from
+// a stream info request whose answer is accepted only from the leader (0
+// for an empty stream).
+//
+// Any replica may answer a stream info request from its own copy: every
+// replica while the stream has no leader (its info then names no leader),
+// and a replica that restarted within the last 10 s if it is the stream's
+// preferred peer (its info names the leader, and lists the leader among
+// the other replicas). A follower's copy may lack the writes the leader
+// acknowledged last. So the request collects every answer until one comes
+// from the leader: its info names a leader and does not list it among the
+// other replicas (a replica leaves itself out; standalone, the server names
+// itself and lists none). Attempts that see no such answer are repeated
+// until ctx ends, as leaderGet's are.
+//
+// (A message get of the stream's last message would be answered by the
+// leader only, but it carries that message, up to the max payload, and a
+// miss or a health probe would fetch it every time.)
+func (l *Ledger) streamEnd(ctx context.Context) (uint64, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 4*l.opts.commitTimeout)
+		defer cancel()
+	}
+	inbox := l.nc.NewRespInbox()
+	sub, err := l.nc.SubscribeSync(inbox)
+	if err != nil {
+		return 0, &events.Error{Code: events.CodeLedgerUnavailable, Message: "reading the ledger stream's end", Err: err}
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	subject := l.layout.InfoSubject(l.js)
+	last := errors.New("no answer from the stream's leader")
+	for ctx.Err() == nil {
+		if err := l.nc.PublishRequest(subject, inbox, nil); err != nil {
+			last = err
+		} else {
+			actx, cancel := context.WithTimeout(ctx, l.opts.commitTimeout)
+			for {
+				msg, err := sub.NextMsgWithContext(actx)
+				if err != nil {
+					break // this attempt is over: ask again
+				}
+				seq, leader, err := leaderInfo(msg)
+				if err != nil {
+					last = err
+					continue
+				}
+				if leader {
+					cancel()
+					return seq, nil
+				}
+			}
+			cancel()
+		}
+		if !pause(ctx, 25*time.Millisecond) {
+			break
+		}
+	}
+	return 0, &events.Error{Code: events.CodeLedgerUnavailable, Message: "reading the ledger stream's end", Err: last}
+}
+
+// streamInfoReply is the part of a stream info answer streamEnd reads.
+type streamInfoReply struct {
+	Error *jetstream.APIError `json:"error,omitempty"`
+	State struct {
+		LastSeq uint64 `json:"last_seq"`
+	} `json:"state"`
+	Cluster *struct {
+		Leader   string `json:"leader"`
+		Replicas []struct {
+			Name string `json:"name"`
+		} `json:"replicas"`
+	} `json:"cluster"`
+}
+
+// leaderInfo decodes a stream info answer: the last sequence, and whether
+// the stream's leader gave it.
+func leaderInfo(msg *nats.Msg) (uint64, bool, error) {
+	if len(msg.Data) == 0 {
+		return 0, false, errors.New("empty stream info answer (no responders?)")
+	}
+	var r streamInfoReply
+	if err := json.Unmarshal(msg.Data, &r); err != nil {
+		return 0, false, err
+	}
+	if r.Error != nil {
+		return 0, false, r.Error
+	}
+	if r.Cluster == nil {
+		return r.State.LastSeq, true, nil
+	}
+	if r.Cluster.Leader == "" {
+		return 0, false, errors.New("the ledger stream has no leader")
+	}
+	for _, p := range r.Cluster.Replicas {
+		if p.Name == r.Cluster.Leader {
+			return 0, false, nil // a follower's own copy
+		}
+	}
+	return r.State.LastSeq, true, nil
+}
+
 // retryableRead reports whether a failed read request may succeed if sent
-// again: it timed out, or no server answered yet (a leader election).
+// again: it timed out, no server answered yet, or the replicas answered
+// that the stream has no leader (a leader election).
 func retryableRead(err error) bool {
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders)
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
+		leaderless(err)
+}
+
+// leaderless reports whether err is JetStream's answer that the stream
+// (or the cluster) has no leader right now: the replicas of a stream
+// whose leader is lost answer a message get so, until one is elected.
+func leaderless(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && streams.IsTransient(apiErr) && apiErr.ErrorCode != jetstream.JSErrCodeStreamNotFound
 }

@@ -1,20 +1,12 @@
 package ledger
 
 import (
+	"context"
 	"errors"
 	"sync"
 
 	"github.com/spendgate/spendgate/internal/gate"
 )
-
-// Folded is one revision the replica's fold passed, as its readers get it.
-type Folded struct {
-	// Rev is the revision, decoded by the gate. Readers share it: they
-	// must not change it.
-	Rev *gate.Revision
-	// Own: this replica wrote it.
-	Own bool
-}
 
 // Reader is a reader of the ledger fed by the replica's one fold: every
 // revision the gate passes is handed to every reader once, in stream
@@ -22,9 +14,10 @@ type Folded struct {
 // replica skipped reaches a reader, and no reader opens a consumer of its
 // own on the ledger stream. Fold must not block on I/O: a reader that
 // writes elsewhere queues what it needs (a full queue holds the follower
-// back, which the replica's lag shows).
+// back, which the replica's lag shows). rev is shared by every reader:
+// it must not be changed. own reports that this replica wrote it.
 type Reader interface {
-	Fold(f Folded)
+	Fold(rev *gate.Revision, own bool)
 }
 
 // Section is a Reader whose state travels in the replica's snapshots, as
@@ -43,6 +36,15 @@ type Section interface {
 	// ResetSection forgets everything: the fold starts again from the
 	// stream's first revision.
 	ResetSection()
+}
+
+// Ceiling is a Reader that needs the fold to start at or before a
+// position (a feed relay: events between where the feed stands and a
+// snapshot would never reach it): the replica loads no snapshot past the
+// lowest Ceiling of its readers (an error: none at all).
+type Ceiling interface {
+	Reader
+	Ceiling(ctx context.Context) (uint64, error)
 }
 
 // AddReader has r fed by the fold. Call it before Run.
@@ -107,18 +109,16 @@ func (a *ahead) dropUntil(seq uint64) {
 	}
 }
 
-// feed hands the revisions of the message at seq to the readers: passed
+// feed hands the revision of the message at seq to the readers: passed
 // when the follower folded it itself, else what was folded ahead of it
-// (decoded again if that was not kept).
-func (l *Ledger) feed(m *gate.Message, passed *gate.Revision, foldedHere bool) {
-	if len(l.readers) == 0 {
-		return
-	}
+// (decoded again if that was not kept). It returns the revision (nil: the
+// message was skipped), for the follower's counts.
+func (l *Ledger) feed(m *gate.Message, passed *gate.Revision, foldedHere bool) *gate.Revision {
 	own := l.isOwn(m)
 	if !foldedHere {
 		if e, ok := l.ahead.take(m.Seq); ok {
 			passed, own = e.passed, own || e.own
-		} else if key, ok := l.layout.KeyOf(m.Subject); ok && l.revOf(key) >= m.Seq {
+		} else if key, ok := l.layout.KeyOf(m.Subject); ok && len(l.readers) > 0 && l.revOf(key) >= m.Seq {
 			// Folded ahead but not kept: decode it again. It passed then;
 			// what the gate says now about what needs no heads is the
 			// same unless the trusted keys changed in between.
@@ -128,13 +128,32 @@ func (l *Ledger) feed(m *gate.Message, passed *gate.Revision, foldedHere bool) {
 		}
 	}
 	if passed == nil {
-		return
+		return nil
 	}
 	if passed.At.IsZero() {
 		passed.At = m.At
 	}
-	f := Folded{Rev: passed, Own: own}
 	for _, rd := range l.readers {
-		rd.Fold(f)
+		rd.Fold(passed, own)
 	}
+	return passed
+}
+
+// snapshotCeiling is the newest snapshot sequence the readers let the
+// replica start from (no limit: the stream's last sequence).
+func (l *Ledger) snapshotCeiling(ctx context.Context, last uint64) uint64 {
+	ceiling := last
+	for _, r := range l.readers {
+		c, ok := r.(Ceiling)
+		if !ok {
+			continue
+		}
+		v, err := c.Ceiling(ctx)
+		if err != nil {
+			l.opts.log.Warn("ledger: a reader cannot say where it stands; folding the whole stream for it", "err", err)
+			return 0
+		}
+		ceiling = min(ceiling, v)
+	}
+	return ceiling
 }

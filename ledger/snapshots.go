@@ -18,8 +18,14 @@ import (
 // Snapshot defaults.
 const (
 	// DefaultSnapshotRevisions: a replica writes a snapshot once the stream
-	// has this many revisions past the newest snapshot.
+	// has this many revisions past the newest snapshot...
 	DefaultSnapshotRevisions = 100_000
+	// DefaultSnapshotEvents: ...or once its fold has folded this many
+	// events since (a revision of a busy lane carries many: 1,000,000
+	// reservations written by 64 callers come in fewer than 100,000
+	// revisions, and a restart's fold costs the events as much as the
+	// revisions).
+	DefaultSnapshotEvents = 200_000
 	// DefaultSnapshotInterval: a replica writes a snapshot this long after
 	// the newest one if the stream moved meanwhile.
 	DefaultSnapshotInterval = 15 * time.Minute
@@ -92,7 +98,35 @@ func (l *Ledger) writeSnapshot(ctx context.Context, store jetstream.ObjectStore)
 		return SnapshotInfo{}, fmt.Errorf("ledger: writing snapshot %s: %w", name, err)
 	}
 	l.snapWritten.Store(st.Seq)
+	l.foldedEvents.Store(0)
 	return SnapshotInfo{Name: name, Seq: st.Seq, Size: info.Size}, nil
+}
+
+// FinalSnapshot writes a snapshot as a replica stops gracefully, so that
+// its restart costs what is live, not the history since the last periodic
+// one: it waits for the follower to fold the stream's end (its callers
+// stopped first) and writes one, unless the newest snapshot is at that
+// position already or snapshots are off (WithSnapshotEvery(0, ...)). It
+// is bounded by ctx; its error says why none was written.
+func (l *Ledger) FinalSnapshot(ctx context.Context) error {
+	if l.opts.snapRevisions == 0 {
+		return nil
+	}
+	if err := l.Sync(ctx); err != nil {
+		return err
+	}
+	if l.applied.Load() <= l.snapWritten.Load() {
+		return nil
+	}
+	info, err := l.Snapshot(ctx)
+	if err != nil {
+		return err
+	}
+	l.opts.log.Info("ledger: wrote a snapshot on stop", "snapshot", info.Name, "seq", info.Seq, "bytes", info.Size)
+	if store := l.snapStore; store != nil {
+		l.pruneSnapshots(ctx, store)
+	}
+	return nil
 }
 
 // dumpExact waits for an instant at which the book is exact at the
@@ -185,9 +219,13 @@ func (l *Ledger) loadSnapshot(ctx context.Context, last uint64) uint64 {
 		l.opts.log.Warn("ledger: listing snapshots failed; folding the whole stream", "err", err)
 		return 0
 	}
+	ceiling := l.snapshotCeiling(lctx, last)
 	for _, s := range list {
 		if s.Seq > last {
 			continue // written against a stream that has since been reset
+		}
+		if s.Seq > ceiling {
+			continue // a reader (the feed) stands before it
 		}
 		start := time.Now()
 		b, sections, err := l.readSnapshot(ctx, store, s.Name)
@@ -249,7 +287,7 @@ func (l *Ledger) checkAnchors(ctx context.Context, b *book) error {
 }
 
 func (l *Ledger) readSnapshot(ctx context.Context, store jetstream.ObjectStore, name string) (*book, map[string]json.RawMessage, error) {
-	data, err := store.GetBytes(ctx, name)
+	data, err := streams.ReadObject(ctx, store, name)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: reading %s: %w", ErrSnapshotInvalid, name, err)
 	}
@@ -375,7 +413,8 @@ func (l *Ledger) snapshotLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		applied, last := l.applied.Load(), l.snapWritten.Load()
-		if time.Now().Before(notBefore) || applied <= last || (applied-last < l.opts.snapRevisions && time.Since(lastAt) < l.opts.snapInterval) {
+		due := applied-last >= l.opts.snapRevisions || l.foldedEvents.Load() >= l.opts.snapEvents || time.Since(lastAt) >= l.opts.snapInterval
+		if time.Now().Before(notBefore) || applied <= last || !due {
 			continue
 		}
 		if l.live() != nil {
@@ -398,7 +437,7 @@ func (l *Ledger) snapshotLoop(ctx context.Context) {
 		list, err := listSnapshots(ctx, store)
 		if err == nil && len(list) > 0 && list[0].Seq > last {
 			l.snapWritten.Store(list[0].Seq)
-			if applied-list[0].Seq < l.opts.snapRevisions && time.Since(lastAt) < l.opts.snapInterval {
+			if applied-list[0].Seq < l.opts.snapRevisions && l.foldedEvents.Load() < l.opts.snapEvents && time.Since(lastAt) < l.opts.snapInterval {
 				continue
 			}
 		}

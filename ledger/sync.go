@@ -36,6 +36,15 @@ type syncRound struct {
 
 // syncTarget returns the stream's last sequence as the leader reports it,
 // read after the call began, sharing the read with concurrent callers.
+//
+// It is the leader's answer (streamEnd), never the first answer to a
+// stream info request: while an R3 stream has no leader (its leader paused
+// or killed, until an election), every replica answers from its own copy,
+// and a follower's copy lacks the last writes the leader acknowledged (a
+// follower applies an entry when it learns of its commit, which the lost
+// leader never sent). A Sync on such a target returned before the book
+// held a reservation acknowledged a moment earlier, and a settle of it was
+// answered unknown_reservation (issue 27).
 func (l *Ledger) syncTarget(ctx context.Context) (uint64, error) {
 	l.syncs.mu.Lock()
 	r := l.syncs.next
@@ -64,13 +73,8 @@ func (l *Ledger) startSyncRound(r *syncRound) {
 		l.syncs.reads.Add(1)
 		// The read is shared, so no caller's ctx bounds it.
 		ctx, cancel := context.WithTimeout(context.Background(), SyncTimeout)
-		info, err := l.stream.Info(ctx)
+		r.target, r.err = l.streamEnd(ctx)
 		cancel()
-		if err != nil {
-			r.err = &events.Error{Code: events.CodeLedgerUnavailable, Message: "ledger stream info", Err: err}
-		} else {
-			r.target = info.State.LastSeq
-		}
 		close(r.done)
 		l.syncs.mu.Lock()
 		defer l.syncs.mu.Unlock()
@@ -94,3 +98,14 @@ func (l *Ledger) startSyncRound(r *syncRound) {
 		l.syncs.running = false
 	}
 }
+
+// StreamEnd returns the ledger stream's last sequence as its leader has it
+// (0 for an empty stream), read through the leader and retried through an
+// election within ctx: what a health check compares Applied with.
+//
+// Errors: *events.Error with CodeLedgerUnavailable when no leader answered
+// within ctx (the stream has no leader, or JetStream cannot be reached).
+func (l *Ledger) StreamEnd(ctx context.Context) (uint64, error) { return l.streamEnd(ctx) }
+
+// Applied returns the last stream sequence this replica has folded.
+func (l *Ledger) Applied() uint64 { return l.applied.Load() }

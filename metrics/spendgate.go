@@ -141,12 +141,51 @@ func (s *Set) RegisterBudgets(limit int, f func() []BudgetSample) {
 }
 
 // RegisterFollowerLag adds spendgate_follower_lag_revisions, the number of
-// ledger stream messages this replica has not folded yet (last stream
-// sequence minus the folded one). f must not block: it should return a
-// value the follower maintains, not ask NATS.
+// ledger stream messages this replica has not folded yet: the stream's
+// last sequence as its leader last reported it, minus the folded one. f
+// must not block: it should return a value the replica maintains, not ask
+// NATS.
 func (s *Set) RegisterFollowerLag(f func() uint64) {
 	s.Registry.MustRegister(gaugeFunc("spendgate_follower_lag_revisions",
-		"Ledger stream messages this replica has not folded yet.", f))
+		"Ledger stream messages this replica has not folded yet (against the last sequence the stream's leader reported).", f))
+}
+
+// LedgerHealth is what RegisterLedgerHealth's gauges show.
+type LedgerHealth struct {
+	// Ready: the ledger stream has a leader and the follower keeps up
+	// (what /readyz's ledger_stream check says).
+	Ready bool
+	// Leader: the last read of the stream's end was answered by its
+	// leader.
+	Leader bool
+	// Delay is how long the oldest revision the leader reported has waited
+	// unfolded.
+	Delay time.Duration
+}
+
+// RegisterLedgerHealth adds spendgate_ledger_ready (1 or 0),
+// spendgate_ledger_stream_leader (1 when the stream's leader answered the
+// last read of its end, 0 when none did) and
+// spendgate_follower_delay_seconds (how long the oldest revision the
+// leader reported has waited unfolded). f must not block.
+func (s *Set) RegisterLedgerHealth(f func() LedgerHealth) {
+	one := func(b bool) float64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	gauge := func(name, help string, v func() float64) prometheus.GaugeFunc {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, v)
+	}
+	s.Registry.MustRegister(
+		gauge("spendgate_ledger_ready", "1 when the ledger stream has a leader and this replica's follower keeps up with it, else 0 (/readyz fails).",
+			func() float64 { return one(f().Ready) }),
+		gauge("spendgate_ledger_stream_leader", "1 when the ledger stream's leader answered the last read of the stream's end, else 0.",
+			func() float64 { return one(f().Leader) }),
+		gauge("spendgate_follower_delay_seconds", "How long the oldest ledger revision the stream's leader reported has waited unfolded by this replica.",
+			func() float64 { return f().Delay.Seconds() }),
+	)
 }
 
 // RegisterSnapshotAge adds spendgate_snapshot_age_seconds, the age of the
@@ -169,23 +208,24 @@ type FeedRelayStats struct {
 	// Relayed: events appended to the feed. Lost: appends lost to another
 	// replica's relay, which had appended the same event first.
 	Relayed, Lost func() uint64
-	// Skipped: ledger revisions the relay refused to relay (a signature its
-	// keys refuse, a replay, off its key's chain, a payload that does not
-	// decode): what the replicas skip too, and worth an alert.
-	Skipped func() uint64
-	// CheckpointsSkipped: chain checkpoints refused at a start.
-	CheckpointsSkipped func() uint64
-	// CheckpointLoaded and CheckpointWritten: the ledger sequence of the
-	// chain checkpoint the relay started from (0: none, it read the whole
-	// ledger) and of the newest one it wrote.
+	// Forged: feed messages (or checkpoints) no trusted key signed, which
+	// the relay skipped: someone with the feed's write permission wrote
+	// them, worth an alert. Drift: the times the relay found the feed
+	// stream's limits changed under it (and set them back).
+	Forged, Drift func() uint64
+	// Queued: events the fold handed the relay that the feed has not
+	// taken yet (a full queue holds the fold back).
+	Queued func() uint64
+	// CheckpointLoaded and CheckpointWritten: the feed sequence of the
+	// checkpoint the relay started from (0: none needed) and of the
+	// newest one it wrote.
 	CheckpointLoaded, CheckpointWritten func() uint64
 }
 
 // RegisterFeedRelay adds the feed relay's counters and gauges:
 // spendgate_feed_events_relayed_total, spendgate_feed_appends_lost_total,
-// spendgate_feed_revisions_skipped_total,
-// spendgate_feed_checkpoints_skipped_total,
-// spendgate_feed_checkpoint_loaded_seq and
+// spendgate_feed_forged_total, spendgate_feed_limits_changed_total,
+// spendgate_feed_queued_events, spendgate_feed_checkpoint_loaded_seq and
 // spendgate_feed_checkpoint_written_seq.
 func (s *Set) RegisterFeedRelay(st FeedRelayStats) {
 	s.Registry.MustRegister(
@@ -193,14 +233,16 @@ func (s *Set) RegisterFeedRelay(st FeedRelayStats) {
 			"Ledger events this replica's relay appended to the live event feed.", st.Relayed),
 		counterFunc("spendgate_feed_appends_lost_total",
 			"Feed appends this replica's relay lost to another relay that appended the same event first.", st.Lost),
-		counterFunc("spendgate_feed_revisions_skipped_total",
-			"Ledger revisions this replica's relay did not relay: a refused signature, a replay, off its key's chain, or not decodable.", st.Skipped),
-		counterFunc("spendgate_feed_checkpoints_skipped_total",
-			"Chain checkpoints this replica's relay refused at a start (malformed, of another stream, or contradicted by the ledger).", st.CheckpointsSkipped),
+		counterFunc("spendgate_feed_forged_total",
+			"Feed messages and checkpoints no trusted key signed, which this replica's relay skipped.", st.Forged),
+		counterFunc("spendgate_feed_limits_changed_total",
+			"Times this replica's relay found the feed stream's limits changed under it, and set them back.", st.Drift),
+		gaugeFunc("spendgate_feed_queued_events",
+			"Events this replica's fold handed its relay that the feed has not taken yet.", st.Queued),
 		gaugeFunc("spendgate_feed_checkpoint_loaded_seq",
-			"Ledger sequence of the chain checkpoint this replica's relay started from (0: it read the whole ledger).", st.CheckpointLoaded),
+			"Feed sequence of the checkpoint this replica's relay started from (0: none needed).", st.CheckpointLoaded),
 		gaugeFunc("spendgate_feed_checkpoint_written_seq",
-			"Ledger sequence of the newest chain checkpoint this replica's relay wrote (0: none yet).", st.CheckpointWritten),
+			"Feed sequence of the newest checkpoint this replica's relay wrote (0: none yet).", st.CheckpointWritten),
 	)
 }
 

@@ -419,12 +419,6 @@ type TrimResult struct {
 	Snapshot SnapshotCheck
 	// Before and After are the stream's message counts around the trim.
 	Before, After uint64
-	// Report names the spend report snapshot (streams.ReportSnapshotName)
-	// at or after Snapshot that a restarting report loads;
-	// ReportWritten: the trim wrote it (there was none at or after
-	// Snapshot's sequence).
-	Report        string
-	ReportWritten bool
 }
 
 // Trim drops from the ledger stream what the archive in dir and the
@@ -441,10 +435,13 @@ type TrimResult struct {
 // by default the book of record denies purges, and JetStream cannot lift
 // that afterwards.
 //
-// Errors: the audit's problems, a snapshot not verified, an archive short
-// of S, a report that cannot be folded to S or written (nothing is
-// trimmed then), a purge error (the keys purged before it
-// stay purged; a rerun finishes).
+// The snapshot must carry the spend report's section (ReportSection), as
+// replicas write them: a replica that starts after the trim can no longer
+// fold the report from the stream's start.
+//
+// Errors: the audit's problems, a snapshot not verified or without the
+// report's section, an archive short of S (nothing is trimmed then), a
+// purge error (the keys purged before it stay purged; a rerun finishes).
 func Trim(ctx context.Context, js jetstream.JetStream, layout streams.Layout, dir string, opts ...CheckOption) (TrimResult, error) {
 	var res TrimResult
 	s, err := js.Stream(ctx, layout.StreamName())
@@ -472,9 +469,6 @@ func Trim(ctx context.Context, js jetstream.JetStream, layout streams.Layout, di
 	if info.Last < rep.Snapshot.Seq {
 		return res, fmt.Errorf("projector: trim: the archive ends at %d, before the snapshot's %d: run spendgate audit archive first", info.Last, rep.Snapshot.Seq)
 	}
-	if res.Report, res.ReportWritten, err = reportAt(ctx, js, layout, dir, rep.Snapshot.Seq); err != nil {
-		return res, fmt.Errorf("projector: trim: the spend report at the snapshot's %d: %w", rep.Snapshot.Seq, err)
-	}
 	if s, err = js.Stream(ctx, layout.StreamName()); err != nil {
 		return res, err
 	}
@@ -482,13 +476,16 @@ func Trim(ctx context.Context, js jetstream.JetStream, layout streams.Layout, di
 	if err != nil {
 		return res, err
 	}
-	data, err := store.GetBytes(ctx, rep.Snapshot.Name)
+	data, err := streams.ReadObject(ctx, store, rep.Snapshot.Name)
 	if err != nil {
 		return res, err
 	}
 	b, err := decodeSnap(data)
 	if err != nil || b.Seq != rep.Snapshot.Seq {
 		return res, fmt.Errorf("projector: trim: snapshot %s changed since the audit: %v", rep.Snapshot.Name, err)
+	}
+	if _, ok := b.Sections[ReportSection]; !ok {
+		return res, fmt.Errorf("projector: trim: snapshot %s has no %q section: a replica started after the trim could not rebuild its spend report; let a replica of this version write a snapshot (or spendgate snapshot) and archive up to it", rep.Snapshot.Name, ReportSection)
 	}
 	res.Before = s.CachedInfo().State.Msgs
 	keys := append([]snapKey(nil), b.LaneRevs...)
@@ -509,56 +506,4 @@ func Trim(ctx context.Context, js jetstream.JetStream, layout streams.Layout, di
 	}
 	res.After = si.State.Msgs
 	return res, nil
-}
-
-// reportAt makes sure a report snapshot at or after seq exists, as
-// Aggregator.Run reads them: it returns the newest readable one if it is
-// at or after seq, or else folds an Aggregate from that one (or, if none
-// reads or the stream does not continue it, from the first message) up to
-// seq, reading the archive in dir before the stream, and writes it.
-func reportAt(ctx context.Context, js jetstream.JetStream, layout streams.Layout, dir string, seq uint64) (name string, written bool, err error) {
-	g, err := NewAggregator(js, layout)
-	if err != nil {
-		return "", false, err
-	}
-	s, last, err := g.p.stream(ctx)
-	if err != nil {
-		return "", false, err
-	}
-	a := g.loadSnapshot(ctx, last)
-	if a != nil && a.Position() >= seq {
-		return streams.ReportSnapshotName(a.Position()), false, nil
-	}
-	if _, err := g.p.UseArchive(dir); err != nil {
-		return "", false, err
-	}
-	fold := func(a *Aggregate) error {
-		return g.p.readVerified(ctx, s, a.Position()+1, seq, g.p.verifierFrom(a.Position()+1), func(m message) error {
-			return a.apply(m)
-		})
-	}
-	loaded := a != nil
-	if !loaded {
-		a = NewAggregate()
-	}
-	err = fold(a)
-	var ae *ApplyError
-	if errors.As(err, &ae) && loaded {
-		a = NewAggregate() // a snapshot the stream does not continue, as in Run
-		err = fold(a)
-	}
-	if err != nil {
-		return "", false, err
-	}
-	if a.Position() != seq {
-		return "", false, fmt.Errorf("the fold ended at %d", a.Position())
-	}
-	data, err := a.MarshalJSON()
-	if err != nil {
-		return "", false, err
-	}
-	if err := g.writeSnapshot(ctx, seq, data); err != nil {
-		return "", false, err
-	}
-	return streams.ReportSnapshotName(seq), true, nil
 }

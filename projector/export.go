@@ -238,7 +238,13 @@ func (rf *rowFold) decodeLane(m message) (*events.LaneRevision, error) {
 			return nil, fmt.Errorf("%w: %w", ErrChain, err)
 		}
 	}
-	rf.chain[m.key] = events.Chain{Prev: m.seq, PrevHash: events.HashPayload(m.data)}
+	hash := ""
+	if m.rev != nil {
+		hash = m.rev.Hash // the gate hashed it (a replica's own write has no payload here)
+	} else {
+		hash = events.HashPayload(m.data)
+	}
+	rf.chain[m.key] = events.Chain{Prev: m.seq, PrevHash: hash}
 	return &rev, nil
 }
 

@@ -165,19 +165,27 @@ func (p *Projector) read(ctx context.Context, s jetstream.Stream, from, until ui
 		return fmt.Errorf("projector: ordered consumer: %w", err)
 	}
 	defer it.Stop()
+	rctx, w := ctx, (*stallWatch)(nil)
+	if until != 0 {
+		rctx, w = watchStall(ctx, readStall)
+		defer w.stop()
+	}
+	last := from - 1
 	for {
-		msg, err := it.Next(jetstream.NextContext(ctx))
+		msg, err := it.Next(jetstream.NextContext(rctx))
 		if err != nil {
 			if until == 0 && ctx.Err() != nil {
 				return nil
 			}
-			return fmt.Errorf("projector: read %s: %w", p.layout.StreamName(), err)
+			return readError(p.layout.StreamName(), cons, w, last, until, err)
 		}
+		w.progress()
 		meta, err := msg.Metadata()
 		if err != nil {
 			return fmt.Errorf("projector: message metadata: %w", err)
 		}
 		seq := meta.Sequence.Stream
+		last = seq
 		if until != 0 && seq > until {
 			return nil
 		}

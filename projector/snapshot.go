@@ -72,6 +72,8 @@ type snapBody struct {
 	Voids      []struct {
 		RequestID string `json:"request_id"`
 	} `json:"voids"`
+	// Sections are the readers' states (version 4), not read here.
+	Sections map[string]json.RawMessage `json:"sections"`
 }
 
 type snapRes struct {
@@ -127,7 +129,7 @@ func newestSnapshot(ctx context.Context, js jetstream.JetStream, layout streams.
 	if name == "" {
 		return "", 0, nil, false, nil
 	}
-	data, err = store.GetBytes(ctx, name)
+	data, err = streams.ReadObject(ctx, store, name)
 	if err != nil {
 		return name, seq, nil, true, nil // reported as a problem by verify
 	}

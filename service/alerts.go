@@ -6,16 +6,42 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/gate"
 	"github.com/spendgate/spendgate/streams"
 )
 
-// alertPublisher returns the sink of the thresholds this replica's
-// commits crossed: each is published on layout.AlertSubject of its scope,
-// its body the threshold.crossed.v1 event and its HeaderAlertID the
-// alert's id. Only the replica whose revision crossed the threshold
-// publishes it, once, after the commit; the publish is core NATS (at most
-// once: a replica that dies between its commit and the publish loses the
-// message, never the event, which the feed relays durably).
+// alertReader publishes the thresholds crossed by the revisions this
+// replica wrote, as its fold hands them over (a ledger.Reader): each on
+// layout.AlertSubject of its scope, its body the threshold.crossed.v1
+// event and its HeaderAlertID the alert's id. Only the replica that wrote
+// the revision publishes it, once, when its fold reaches it; the publish
+// is core NATS (at most once: a replica that dies between its commit and
+// its fold loses the message, never the event, which the feed relays
+// durably).
+type alertReader struct {
+	publish func([]events.ThresholdCrossed)
+}
+
+// Fold publishes the ThresholdCrossed events of rev if this replica wrote
+// it.
+func (a alertReader) Fold(rev *gate.Revision, own bool) {
+	if !own || rev.Kind != gate.KindLane {
+		return
+	}
+	var crossed []events.ThresholdCrossed
+	for _, b := range rev.Lane.Balances {
+		for _, e := range b.Events {
+			if tc, ok := e.(events.ThresholdCrossed); ok {
+				crossed = append(crossed, tc)
+			}
+		}
+	}
+	if len(crossed) > 0 {
+		a.publish(crossed)
+	}
+}
+
+// alertPublisher returns what publishes alerts on nc.
 func alertPublisher(nc *nats.Conn, layout streams.Layout, log *slog.Logger) func([]events.ThresholdCrossed) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

@@ -15,6 +15,7 @@ import (
 	"github.com/spendgate/spendgate/service"
 	"github.com/spendgate/spendgate/signing"
 	"github.com/spendgate/spendgate/streams"
+	"github.com/spendgate/spendgate/testenv"
 )
 
 // garbageKeys are the keys TestReplica_GarbageUnderEveryKey writes four
@@ -140,4 +141,36 @@ func (r *reasonLog) get() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]string(nil), r.reasons...)
+}
+
+// TestReplica_OneLedgerConsumer: a replica with every reader on (the spend
+// report, the spend series, the feed relay, alerts, denial records)
+// reads the ledger stream through one consumer, its fold's: every reader
+// is fed by it. How we know it can fail: before, the report, the
+// dashboard and the feed relay each opened their own consumer (up to four
+// per replica).
+func TestReplica_OneLedgerConsumer(t *testing.T) {
+	env := testenv.New(t)
+	ctx := ctxT(t)
+	nc := env.Connect(t)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	r, err := service.StartReplica(ctx, nc, js, service.ReplicaConfig{Layout: env.Layout, SweepInterval: -1,
+		Reports: true, Feed: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, r.Stop()) })
+	require.NotNil(t, r.Relay)
+	require.NotNil(t, r.Reports)
+	require.NotNil(t, r.Series)
+	_, err = r.Ledger.PutBudget(ctx, events.BudgetRef{Scope: "org:acme", Period: events.PeriodMonth}, events.MustMoney("1"), "USD", time.Now())
+	require.NoError(t, err)
+	rep, err := r.Admitter.Admit(ctx, events.AdmitRequest{Scopes: []string{"org:acme"}, Amount: "0.1", RequestID: "one"})
+	require.NoError(t, err)
+	require.True(t, rep.Admitted)
+	testenv.WaitFor(t, 10*time.Second, "the feed holds the events", func() bool { return r.Relay.Relayed() >= 2 })
+	s, err := js.Stream(ctx, env.Layout.StreamName())
+	require.NoError(t, err)
+	info, err := s.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, info.State.Consumers, "the ledger stream's consumers")
 }

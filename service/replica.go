@@ -14,6 +14,7 @@ import (
 
 	"github.com/spendgate/spendgate/admit"
 	"github.com/spendgate/spendgate/feed"
+	"github.com/spendgate/spendgate/internal/health"
 	"github.com/spendgate/spendgate/ledger"
 	"github.com/spendgate/spendgate/metrics"
 	"github.com/spendgate/spendgate/projector"
@@ -71,6 +72,10 @@ type ReplicaConfig struct {
 	// MaxInFlight bounds the requests the replica handles at once (see
 	// Config.MaxInFlight); 0 means MaxInFlight.
 	MaxInFlight int
+	// ReadyMaxDelay is how long a revision the ledger stream's leader
+	// reported may wait unfolded before Replica.Health reports the replica
+	// unfit (0: health.DefaultMaxDelay, 10 s).
+	ReadyMaxDelay time.Duration
 }
 
 // Replica is one running spendgate: the ledger follower, the service
@@ -86,11 +91,17 @@ type Replica struct {
 	// Reports is the spend report aggregator, nil unless
 	// ReplicaConfig.Reports.
 	Reports *projector.Aggregator
+	// Series is every budget's spend over time (the dashboard's charts).
+	Series  *projector.Series
 	reportd chan struct{}
 	// Denials records the admits the replica denies, nil when
 	// ReplicaConfig.NoDenialRecords.
 	Denials *DenialRecorder
 	denyd   chan struct{}
+	// Health tells whether the ledger stream has a leader and the
+	// follower keeps up with its end (the replica's readiness).
+	Health  *health.Probe
+	healthd chan struct{}
 
 	// tenantd: the tenants' feed consumer check is done; nil if none.
 	tenantd <-chan struct{}
@@ -104,6 +115,7 @@ type Replica struct {
 
 	stopOnce sync.Once
 	stopErr  error
+	log      *slog.Logger
 }
 
 // StartReplica ensures the streams, folds the ledger, and starts serving on
@@ -129,8 +141,12 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 	if err != nil {
 		return nil, err
 	}
-	alerts := alertPublisher(nc, cfg.Layout, cfg.Log)
-	aopts := []admit.Option{admit.WithClock(cfg.Now), admit.WithAlerts(alerts)}
+	// Alerts are published from the fold, for the revisions this replica
+	// wrote.
+	if err := l.AddReader(alertReader{publish: alertPublisher(nc, cfg.Layout, cfg.Log)}); err != nil {
+		return nil, err
+	}
+	aopts := []admit.Option{admit.WithClock(cfg.Now)}
 	if cfg.DefaultTTL != 0 || cfg.MinTTL != 0 || cfg.MaxTTL != 0 {
 		def, lo, hi := cfg.DefaultTTL, cfg.MinTTL, cfg.MaxTTL
 		if def == 0 {
@@ -148,7 +164,7 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 	if err != nil {
 		return nil, err
 	}
-	st, err := settle.New(l, settle.WithClock(cfg.Now), settle.WithAlerts(alerts))
+	st, err := settle.New(l, settle.WithClock(cfg.Now))
 	if err != nil {
 		return nil, err
 	}
@@ -163,8 +179,54 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 	if err != nil {
 		return nil, err
 	}
+	var hopts []health.Option
+	if cfg.ReadyMaxDelay != 0 {
+		hopts = append(hopts, health.WithMaxDelay(cfg.ReadyMaxDelay))
+	}
+	probe, err := health.New(l, hopts...)
+	if err != nil {
+		return nil, err
+	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	r := &Replica{Ledger: l, Admitter: a, Settler: st, Sweeper: sw, cancel: cancel, done: make(chan error, 1), sweepd: make(chan struct{}), failed: make(chan struct{})}
+	r := &Replica{Ledger: l, Admitter: a, Settler: st, Sweeper: sw, cancel: cancel, done: make(chan error, 1), sweepd: make(chan struct{}), failed: make(chan struct{}), log: cfg.Log, Health: probe, healthd: make(chan struct{})}
+	// The readers of the ledger are fed by the replica's one fold (the
+	// spend report is kept whether or not the report endpoint answers: it
+	// travels in the snapshots, which every replica must be able to load).
+	agg, series, err := AddReadModels(l, js, cfg.Layout, cfg.Log, cfg.ReportOptions...)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	r.Series = series
+	// The feed relay is a reader of the fold too; it runs before the fold
+	// starts, so that what the fold hands it while it folds the stream
+	// drains as it goes.
+	r.feedd = make(chan struct{})
+	if cfg.Feed {
+		fopts := []feed.Option{feed.WithLogger(cfg.Log), feed.WithTrust(l.Trust), feed.WithSigner(l.Signer)}
+		if cfg.FeedMaxAge != 0 {
+			fopts = append(fopts, feed.WithMaxAge(max(0, cfg.FeedMaxAge)))
+		}
+		if r.Relay, err = feed.NewRelay(js, cfg.Layout, fopts...); err == nil {
+			err = l.AddReader(r.Relay)
+		}
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		if cfg.Metrics != nil {
+			rl := r.Relay
+			cfg.Metrics.RegisterFeedRelay(metrics.FeedRelayStats{
+				Relayed: rl.Relayed, Lost: rl.Lost, Forged: rl.Forged, Drift: rl.Drift,
+				Queued:            func() uint64 { return uint64(rl.Queued()) },
+				CheckpointLoaded:  func() uint64 { return rl.CheckpointStats().Loaded },
+				CheckpointWritten: func() uint64 { return rl.CheckpointStats().Written },
+			})
+		}
+		go func() { defer close(r.feedd); _ = r.Relay.Run(runCtx) }()
+	} else {
+		close(r.feedd)
+	}
 	go func() {
 		err := l.Run(runCtx)
 		if runCtx.Err() == nil {
@@ -202,12 +264,7 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 	}
 	r.reportd = make(chan struct{})
 	if cfg.Reports {
-		ropts := append([]projector.AggregatorOption{projector.WithAggregatorLogger(cfg.Log)}, cfg.ReportOptions...)
-		if r.Reports, err = projector.NewAggregator(js, cfg.Layout, ropts...); err != nil {
-			cancel()
-			<-r.done
-			return nil, err
-		}
+		r.Reports = agg
 		go func() {
 			defer close(r.reportd)
 			if err := r.Reports.Run(runCtx); err != nil {
@@ -252,7 +309,13 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 	}
 	r.Service = svc
 	if cfg.Metrics != nil {
-		cfg.Metrics.RegisterFollowerLag(l.Lag)
+		// Lag and health against the stream's end as its leader has it,
+		// not as the follower's own consumer (on any copy) reports it.
+		cfg.Metrics.RegisterFollowerLag(probe.Lag)
+		cfg.Metrics.RegisterLedgerHealth(func() metrics.LedgerHealth {
+			st := probe.Status()
+			return metrics.LedgerHealth{Ready: probe.Check() == nil, Leader: st.Leader, Delay: st.Delay}
+		})
 		cfg.Metrics.RegisterBudgets(cfg.MetricsBudgets, func() []metrics.BudgetSample {
 			budgets := l.Budgets()
 			out := make([]metrics.BudgetSample, 0, len(budgets))
@@ -269,33 +332,6 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 			return out
 		})
 	}
-	r.feedd = make(chan struct{})
-	if cfg.Feed {
-		fopts := []feed.Option{feed.WithLogger(cfg.Log), feed.WithTrust(l.Trust)}
-		if cfg.FeedMaxAge != 0 {
-			fopts = append(fopts, feed.WithMaxAge(max(0, cfg.FeedMaxAge)))
-		}
-		if r.Relay, err = feed.NewRelay(js, cfg.Layout, fopts...); err != nil {
-			_ = r.Service.Stop()
-			cancel()
-			<-r.denyd
-			<-r.reportd
-			<-r.done
-			return nil, err
-		}
-		if cfg.Metrics != nil {
-			rl := r.Relay
-			cfg.Metrics.RegisterFeedRelay(metrics.FeedRelayStats{
-				Relayed: rl.Relayed, Lost: rl.Lost, Skipped: rl.Skipped,
-				CheckpointsSkipped: func() uint64 { return uint64(max(rl.CheckpointStats().Skipped, 0)) },
-				CheckpointLoaded:   func() uint64 { return rl.CheckpointStats().Loaded },
-				CheckpointWritten:  func() uint64 { return rl.CheckpointStats().Written },
-			})
-		}
-		go func() { defer close(r.feedd); _ = r.Relay.Run(runCtx) }()
-	} else {
-		close(r.feedd)
-	}
 	if cfg.Feed { // the tenants' feed consumers, checked at start and every minute
 		tc, _ := feed.NewTenantCheck(js, cfg.Layout, feed.CheckLogger(cfg.Log)) // errs on a nil logger only; cfg.Log is set
 		if cfg.Metrics != nil {
@@ -308,6 +344,7 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 	} else {
 		close(r.sweepd)
 	}
+	go func() { defer close(r.healthd); _ = probe.Run(runCtx) }()
 	return r, nil
 }
 
@@ -332,6 +369,13 @@ func (r *Replica) Err() error {
 func (r *Replica) Stop() error {
 	r.stopOnce.Do(func() {
 		err := r.Service.Stop()
+		// A graceful stop leaves a snapshot at the stream's end, so the
+		// restart costs what is live (bounded: a stop never hangs on it).
+		sctx, scancel := context.WithTimeout(context.Background(), FinalSnapshotTimeout)
+		if serr := r.Ledger.FinalSnapshot(sctx); serr != nil {
+			r.log.Warn("no snapshot written on stop; the restart folds from the last one", "err", serr)
+		}
+		scancel()
 		r.cancel()
 		<-r.sweepd
 		<-r.feedd
@@ -340,10 +384,38 @@ func (r *Replica) Stop() error {
 		}
 		<-r.denyd
 		<-r.reportd
+		<-r.healthd
 		if ferr := <-r.done; ferr != nil && !errors.Is(ferr, context.Canceled) && err == nil {
 			err = ferr
 		}
 		r.stopErr = err
 	})
 	return r.stopErr
+}
+
+// FinalSnapshotTimeout bounds the snapshot a replica writes when it stops
+// gracefully.
+const FinalSnapshotTimeout = 30 * time.Second
+
+// AddReadModels adds to l, before it runs, the read models every replica
+// keeps and every snapshot carries as sections: the spend report
+// (projector.Aggregator; its denials are read from js) and the spend
+// series (projector.Series). A snapshot written without them cannot be
+// loaded by a replica that keeps them, so every writer of snapshots (a
+// replica, spendgate snapshot) adds both.
+func AddReadModels(l *ledger.Ledger, js jetstream.JetStream, layout streams.Layout, log *slog.Logger, opts ...projector.AggregatorOption) (*projector.Aggregator, *projector.Series, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	agg, err := projector.NewAggregator(js, layout, append([]projector.AggregatorOption{projector.WithAggregatorLogger(log), projector.WithSync(l.Sync)}, opts...)...)
+	if err != nil {
+		return nil, nil, err
+	}
+	series := projector.NewSeries()
+	for _, r := range []ledger.Reader{agg, series} {
+		if err := l.AddReader(r); err != nil {
+			return nil, nil, err
+		}
+	}
+	return agg, series, nil
 }

@@ -119,14 +119,14 @@ func (h *harness) requireReportsEqual(start time.Time) {
 // TestReport_EqualsReplayAcrossRestart: on two replicas, the report
 // endpoint and each replica's aggregate answer exactly what a replay of
 // the book answers, on a mixed history spread over hours; then a replica
-// restarts from a ledger snapshot and its own report snapshot (it folds
-// only the tail), more traffic comes, and they still agree: settles and
-// expiries of reservations opened before the restart land in the right
-// groups only if the snapshot carried the reservations it follows as
-// well as the sums (a snapshot of the sums alone fails the last check).
+// restarts from a ledger snapshot, which carries the report as a section
+// (it folds only the tail), more traffic comes, and they still agree:
+// settles and expiries of reservations opened before the restart land in
+// the right groups only if the snapshot carried the reservations it
+// follows as well as the sums (a snapshot of the sums alone fails the last
+// check).
 func TestReport_EqualsReplayAcrossRestart(t *testing.T) {
-	h := newHarness(t, harnessOpts{replicas: 2, lanes: 2, reports: true,
-		reportOpts: []projector.AggregatorOption{projector.WithReportSnapshots(7, time.Hour)}})
+	h := newHarness(t, harnessOpts{replicas: 2, lanes: 2, reports: true})
 	h.putBudget("org:acme", "month", "100000", "USD")
 	h.putBudget("user:u-1", "day", "100000", "USD")
 	h.putBudget("user:u-2", "day", "100000", "USD")
@@ -141,20 +141,20 @@ func TestReport_EqualsReplayAcrossRestart(t *testing.T) {
 	}
 	h.requireReportsEqual(start)
 
-	// Restart replica 0 from a ledger snapshot and its report snapshot.
+	// Restart replica 0 from a ledger snapshot, the report in it.
 	_, err := h.replicas[0].Ledger.Snapshot(ctxT(t))
 	require.NoError(t, err)
-	require.NoError(t, h.replicas[0].Stop()) // writes a last report snapshot
+	require.NoError(t, h.replicas[0].Stop())
 	nc := h.env.Connect(t)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	r, err := service.StartReplica(ctxT(t), nc, js, service.ReplicaConfig{Layout: h.env.Layout, Now: h.clock.now.Load,
-		SweepInterval: -1, Reports: true, ReportOptions: []projector.AggregatorOption{projector.WithReportSnapshots(7, time.Hour)}})
+		SweepInterval: -1, Reports: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, r.Stop()) })
 	require.NotZero(t, r.Ledger.SnapshotStats().Loaded, "the ledger restarted from a snapshot")
 	require.NoError(t, r.Reports.Sync(ctxT(t)))
-	require.NotZero(t, r.Reports.Loaded(), "the report restarted from its snapshot")
+	require.NotZero(t, r.Reports.Loaded(), "the report restarted from the ledger snapshot's section")
 	h.replicas[0] = r
 	h.requireReportsEqual(start)
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,14 +43,17 @@ const (
 	DefaultLanes = 1
 	// MaxLanes bounds Config.Lanes.
 	MaxLanes = 1024
-	// Compression is the ledger stream's storage compression. Measured
-	// (BenchmarkDiskBytesPerReservation: 40k admits + settles, 64 callers,
-	// 200 budgets, a fifth over two scopes): 1,304 bytes on disk per
-	// reservation without, 171 with S2 (sealed 4 MiB blocks shrink about
-	// 10x; the block being written stays uncompressed). Ensure sets it on
-	// an existing stream too; the server applies it to the blocks it
-	// writes after its next restart, and never rewrites older blocks.
-	Compression = jetstream.S2Compression
+	// Compression is the ledger stream's storage compression: none. S2
+	// (on from 47c3478 to issue 27) shrank the stream about 7x on disk
+	// (BenchmarkDiskBytesPerReservation), but nats-server 2.15.2 could not
+	// keep it across a crash: every SIGKILL of a node under writes left
+	// that node's copy unreadable ("s2: corrupt input" on truncate or on
+	// recreating the stream), and an R3 stream with two such copies lost
+	// its quorum. An uncompressed stream stayed clean under the same
+	// kills (the cluster fault test, internal/faulttest). Ensure sets it
+	// on an existing S2 stream too (see Ensure for what the server does
+	// with the blocks it already wrote).
+	Compression = jetstream.NoCompression
 	// MetadataLanes is the ledger stream's metadata key that records its
 	// number of lanes; it is fixed when the stream is created.
 	MetadataLanes = "spendgate_lanes"
@@ -180,6 +184,15 @@ func (l Layout) StreamConfig() jetstream.StreamConfig {
 // The stream is only created with a create-only request and only updated
 // after its lane count was read back and matched, so two replicas starting
 // at once with different lane counts cannot both succeed.
+//
+// A stream an older build created S2-compressed is updated to Compression
+// (none). nats-server (2.15.2, measured by TestEnsure_UncompressesS2Stream)
+// allows the update; each node keeps compressing the blocks it seals until
+// it restarts, then writes uncompressed blocks, and never rewrites the
+// compressed blocks it already has, which stay readable. So after the
+// upgrade restart the nats-server nodes one at a time. If the update is
+// refused (an identity that may not update the stream) Ensure fails with
+// ErrCompressed, which says how to fix it.
 func Ensure(ctx context.Context, js jetstream.JetStream, l Layout) (jetstream.Stream, error) {
 	cfg := l.StreamConfig()
 	// Right after a cluster forms, stream creation may fail with "no
@@ -208,6 +221,13 @@ func Ensure(ctx context.Context, js jetstream.JetStream, l Layout) (jetstream.St
 			s = have
 		} else if exists {
 			s, err = js.UpdateStream(ctx, cfg)
+			// An identity that may not update the stream gets no answer
+			// at all (a permissions violation), so a compressed stream's
+			// failed update says what is wrong whatever the cause (a
+			// transient one is still retried: the cause stays wrapped).
+			if err != nil && have.CachedInfo().Config.Compression != cfg.Compression {
+				return fmt.Errorf("streams: ensure %s: %w: %w", cfg.Name, ErrCompressed, err)
+			}
 		} else {
 			s, err = js.CreateStream(ctx, cfg)
 		}
@@ -251,54 +271,22 @@ func SnapshotSeq(name string) (uint64, bool) {
 	return seq, err == nil
 }
 
-// ReportSnapshotPrefix starts the name of every snapshot of a replica's
-// spend report (projector.Aggregator), kept in the same bucket as the
-// ledger's snapshots and ignored by them.
-const ReportSnapshotPrefix = "report-"
-
-// ReportSnapshotName is the object name of the report snapshot covering
-// seq, zero-padded like SnapshotName.
-func ReportSnapshotName(seq uint64) string {
-	return fmt.Sprintf("%s%020d", ReportSnapshotPrefix, seq)
-}
-
-// ReportSnapshotSeq parses a ReportSnapshotName.
-func ReportSnapshotSeq(name string) (uint64, bool) {
-	if !strings.HasPrefix(name, ReportSnapshotPrefix) || len(name) != len(ReportSnapshotPrefix)+20 {
-		return 0, false
-	}
-	seq, err := strconv.ParseUint(name[len(ReportSnapshotPrefix):], 10, 64)
-	return seq, err == nil
-}
-
-// FeedChainPrefix starts the name of every checkpoint of a feed relay's
-// chain (package feed: each lane and budget key's last valid revision at
-// one ledger sequence), kept in the same bucket as the ledger's snapshots
-// and ignored by them and by the report's.
-const FeedChainPrefix = "feedchain-"
-
-// FeedChainName is the object name of the feed relay checkpoint covering
-// seq, zero-padded like SnapshotName.
-func FeedChainName(seq uint64) string { return fmt.Sprintf("%s%020d", FeedChainPrefix, seq) }
-
-// FeedChainSeq parses a FeedChainName.
-func FeedChainSeq(name string) (uint64, bool) {
-	if !strings.HasPrefix(name, FeedChainPrefix) || len(name) != len(FeedChainPrefix)+20 {
-		return 0, false
-	}
-	seq, err := strconv.ParseUint(name[len(FeedChainPrefix):], 10, 64)
-	return seq, err == nil
-}
+// FeedCheckpointName is the object, in the same bucket as the ledger's
+// snapshots (and ignored by them), where feed relays write where the feed
+// stands (package feed).
+const FeedCheckpointName = "feed-checkpoint"
 
 // SnapshotConfig is the snapshot bucket's configuration: file storage,
-// the ledger's replicas, S2-compressed (a snapshot is JSON).
+// the ledger's replicas, uncompressed (S2 is not kept across a crash by
+// nats-server 2.15.2; see Compression). EnsureSnapshots turns S2 off on a
+// bucket an older build created.
 func (l Layout) SnapshotConfig() jetstream.ObjectStoreConfig {
 	return jetstream.ObjectStoreConfig{
 		Bucket:      l.SnapshotBucket(),
 		Description: "spendgate ledger snapshots: the book at one stream sequence, so a replica folds only the tail",
 		Storage:     jetstream.FileStorage,
 		Replicas:    l.c.Replicas,
-		Compression: true,
+		Compression: Compression != jetstream.NoCompression,
 	}
 }
 
@@ -314,6 +302,15 @@ func EnsureSnapshots(ctx context.Context, js jetstream.JetStream, l Layout) (jet
 	}
 	return os, nil
 }
+
+// ErrCompressed: the ledger stream is stored S2-compressed (created by a
+// build from before issue 27) and this identity could not update it to no
+// compression (under roles, replicas may not update the ledger stream).
+// Fix: update it once with an identity that may (one spendgate serve as
+// the admin or the stream's creator, or nats stream edit KV_<bucket>
+// setting compression to none), then restart the nats-server nodes one at
+// a time; see docs/cluster-faults.md.
+var ErrCompressed = errors.New("streams: the ledger stream is S2-compressed, which nats-server 2.15.2 does not keep across a crash; update it to no compression with an identity that may update the stream (see docs/cluster-faults.md)")
 
 // ErrLanesMismatch: the ledger stream exists with another number of lanes
 // than the layout's, or records none (a stream of an older layout).
@@ -652,6 +649,18 @@ func IsTooLarge(err error) bool {
 // under js's API prefix, so a JetStream domain or a custom prefix is
 // honoured.
 func (l Layout) MsgGetSubject(js jetstream.JetStream) string {
+	return apiPrefix(js) + "STREAM.MSG.GET." + l.StreamName()
+}
+
+// InfoSubject is the JetStream API subject of the layout's stream info
+// ("$JS.API.STREAM.INFO.<stream>"), under js's API prefix. On a cluster
+// more than one replica may answer it (see ledger's streamEnd).
+func (l Layout) InfoSubject(js jetstream.JetStream) string {
+	return apiPrefix(js) + "STREAM.INFO." + l.StreamName()
+}
+
+// apiPrefix is js's JetStream API prefix, ending in '.'.
+func apiPrefix(js jetstream.JetStream) string {
 	prefix := jetstream.DefaultAPIPrefix
 	if js != nil {
 		switch o := js.Options(); {
@@ -664,7 +673,7 @@ func (l Layout) MsgGetSubject(js jetstream.JetStream) string {
 	if !strings.HasSuffix(prefix, ".") {
 		prefix += "."
 	}
-	return prefix + "STREAM.MSG.GET." + l.StreamName()
+	return prefix
 }
 
 // The live event feed (package feed): a stream of its own, one message per
@@ -927,4 +936,51 @@ func EnsureDenials(ctx context.Context, js jetstream.JetStream, l Layout, maxAge
 		return nil
 	})
 	return s, err
+}
+
+// ObjectIdle bounds how long ReadObject waits for the next bytes of an
+// object: a read that makes progress is never cut short, whatever the
+// object's size.
+const ObjectIdle = 30 * time.Second
+
+// ReadObject reads the whole object name of store. It has no deadline of
+// its own for the whole object (a snapshot of hundreds of MB takes what it
+// takes): it fails when no byte arrived for ObjectIdle, or when ctx ends.
+func ReadObject(ctx context.Context, store jetstream.ObjectStore, name string) ([]byte, error) {
+	// The object store's reads take their deadline from ctx: give them
+	// none, and end them on ctx's end or when they stall.
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stop := context.AfterFunc(ctx, cancel)
+	defer stop()
+	res, err := store.Get(rctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer res.Close()
+	info, err := res.Info()
+	if err != nil {
+		return nil, err
+	}
+	buf := make([]byte, 0, info.Size)
+	chunk := make([]byte, 256<<10)
+	last := time.Now()
+	for {
+		n, err := res.Read(chunk)
+		buf = append(buf, chunk[:n]...)
+		if n > 0 {
+			last = time.Now()
+		}
+		switch {
+		case errors.Is(err, io.EOF):
+			return buf, nil
+		case err != nil:
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, err
+		case n == 0 && time.Since(last) > ObjectIdle:
+			return nil, fmt.Errorf("streams: object %s: no byte for %s after %d of %d bytes", name, ObjectIdle, len(buf), info.Size)
+		}
+	}
 }

@@ -1,11 +1,8 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -46,6 +43,7 @@ func auditArchive(which string, args []string) int {
 	c.register(fs)
 	bucket := fs.String("bucket", streams.DefaultBucket, "ledger bucket name")
 	dir := fs.String("dir", "", "the archive's directory")
+	within := withinFlag(fs, offlineWithin)
 	var until *uint64
 	var segment *int
 	var vf verifyFlags
@@ -61,6 +59,9 @@ func auditArchive(which string, args []string) int {
 	}
 	if *dir == "" {
 		return cmd.usageError(fs, "--dir is required")
+	}
+	if *within <= 0 {
+		return cmd.usageError(fs, "--within must be positive")
 	}
 	var trust *signing.KeySet
 	if which == "trim" {
@@ -85,7 +86,7 @@ func auditArchive(which string, args []string) int {
 		fmt.Fprintln(os.Stderr, "spendgate:", err)
 		return 1
 	}
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := offlineContext(*within)
 	defer cancel()
 	if which == "trim" {
 		res, err := projector.Trim(ctx, js, layout, *dir, vf.checkOptions(trust)...)
@@ -94,11 +95,7 @@ func auditArchive(which string, args []string) int {
 			return 1
 		}
 		fmt.Printf("trimmed below snapshot %s (seq %d): %d messages in the stream, %d before\n", res.Snapshot.Name, res.Snapshot.Seq, res.After, res.Before)
-		how := "already there"
-		if res.ReportWritten {
-			how = "written by this trim"
-		}
-		fmt.Printf("spend reports restart from %s (%s)\n", res.Report, how)
+
 		return 0
 	}
 	opts := projector.ArchiveOptions{Until: *until, SegmentMessages: *segment}

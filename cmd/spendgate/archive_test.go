@@ -26,12 +26,22 @@ import (
 
 // runLedger runs a ledger replica on env until the test ends.
 func runLedger(t *testing.T, env *testenv.Env, opts ...ledger.Option) *ledger.Ledger {
+	l, _ := runLedgerReports(t, env, opts...)
+	return l
+}
+
+// runLedgerReports is runLedger with the spend report fed by its fold, as
+// a replica keeps it (so its snapshots carry the report's section).
+func runLedgerReports(t *testing.T, env *testenv.Env, opts ...ledger.Option) (*ledger.Ledger, *projector.Aggregator) {
 	t.Helper()
 	nc := env.Connect(t)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	l, err := ledger.New(context.Background(), nc, js, env.Layout, opts...)
 	require.NoError(t, err)
+	g, err := projector.NewAggregator(js, env.Layout, projector.WithSync(l.Sync))
+	require.NoError(t, err)
+	require.NoError(t, l.AddReader(g))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- l.Run(ctx) }()
@@ -43,7 +53,7 @@ func runLedger(t *testing.T, env *testenv.Env, opts ...ledger.Option) *ledger.Le
 	case <-time.After(time.Minute):
 		t.Fatal("ledger not ready")
 	}
-	return l
+	return l, g
 }
 
 // TestAudit_ArchiveKillTrim: a history of admits, settles and releases is
@@ -132,16 +142,14 @@ func TestAudit_ArchiveKillTrim(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, snap.Seq, res.Snapshot.Seq)
 	require.Less(t, res.After, res.Before/2, "most of the stream is gone")
-	require.True(t, res.ReportWritten, "no report snapshot existed: the trim wrote one")
-	require.Equal(t, streams.ReportSnapshotName(snap.Seq), res.Report)
-	// A replica's report starts from it and sums as before the trim.
-	g, stopG := runAggregator(t, env)
+	// A replica's report starts from the snapshot's section and sums as
+	// before the trim.
+	_, g := runLedgerReports(t, env, ledger.WithSnapshotEvery(0, 0))
 	require.NoError(t, g.Sync(ctx))
 	require.Equal(t, snap.Seq, g.Loaded())
 	gotScope, err := g.Report(ctx, projector.ByScope, projector.Filter{})
 	require.NoError(t, err)
 	sameReport(t, byScope, gotScope)
-	require.NoError(t, stopG())
 
 	after, err := projector.Check(ctx, env.JS, env.Layout, projector.WithArchive(dir))
 	require.NoError(t, err)
@@ -291,30 +299,6 @@ func TestAudit_VoidWindowFollowsTheLedger(t *testing.T) {
 	require.Equal(t, full.Reservations, after.Reservations)
 }
 
-// runAggregator runs a spend report aggregator on env until stop is
-// called (it then writes its snapshot, as a replica does when it stops)
-// and returns it with its stop function; Run's error is returned by stop.
-func runAggregator(t *testing.T, env *testenv.Env) (*projector.Aggregator, func() error) {
-	t.Helper()
-	g, err := projector.NewAggregator(env.JS, env.Layout, projector.WithReportSnapshots(1<<40, time.Hour))
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- g.Run(ctx) }()
-	var once bool
-	var runErr error
-	stop := func() error {
-		if !once {
-			once = true
-			cancel()
-			runErr = <-done
-		}
-		return runErr
-	}
-	t.Cleanup(func() { _ = stop() })
-	return g, stop
-}
-
 // sameReport checks that a replica's spend report equals the replay's,
 // group by group, to the cent.
 func sameReport(t *testing.T, want *projector.SpendReport, got *projector.AggregateReport) {
@@ -329,20 +313,13 @@ func sameReport(t *testing.T, want *projector.SpendReport, got *projector.Aggreg
 	}
 }
 
-// TestAudit_TrimKeepsReportsAndKeys: a replica's spend report wrote its
-// snapshot (when it stopped) long before the ledger snapshot the stream is
-// trimmed below. The trim writes a report snapshot at the ledger
-// snapshot's sequence, so a report started after the trim loads it, folds
-// the tail, and answers the same totals as the replay of the book before
-// the trim, by scope and by metadata key; so does one started with the
-// newer report snapshot a running replica wrote after the trim. audit
-// keys reads the archive with --archive: the same keys, sequences and
-// counts as before the trim; without it, it refuses the trimmed stream.
-// How it can fail: a trim that keeps no report snapshot at or after its
-// sequence leaves the report to fold from the older one across the
-// trimmed gap, which breaks the lanes' chains: the report stops
-// (Run returns an *ApplyError, checked by hand by skipping the write);
-// audit keys without the archive counted only what the stream kept.
+// TestAudit_TrimKeepsReportsAndKeys: the ledger snapshot the stream is
+// trimmed below carries the spend report as a section, so a replica
+// started after the trim loads it, folds the tail, and answers the same
+// totals as the replay of the book before the trim, by scope and by
+// metadata key. audit keys reads the archive
+// with --archive: the same keys, sequences and counts as before the trim;
+// without it, it refuses the trimmed stream.
 func TestAudit_TrimKeepsReportsAndKeys(t *testing.T) {
 	layout, err := streams.New(streams.Config{Trimmable: true})
 	require.NoError(t, err)
@@ -376,15 +353,9 @@ func TestAudit_TrimKeepsReportsAndKeys(t *testing.T) {
 			require.NoError(t, err)
 		}
 	}
-	work(0, 100)
-	g1, stop1 := runAggregator(t, env)
-	require.NoError(t, g1.Sync(ctx))
-	require.NoError(t, stop1())
-	old := g1.Position()
-	work(100, 300)
+	work(0, 300)
 	snap, err := l.Snapshot(ctx)
 	require.NoError(t, err)
-	require.Greater(t, snap.Seq, old, "the report snapshot is older than the ledger's")
 	work(300, 340)
 
 	p := projector.New(env.JS, env.Layout)
@@ -403,8 +374,6 @@ func TestAudit_TrimKeepsReportsAndKeys(t *testing.T) {
 	res, err := projector.Trim(ctx, env.JS, env.Layout, dir)
 	require.NoError(t, err)
 	require.Less(t, res.After, res.Before/2, "most of the stream is gone")
-	require.True(t, res.ReportWritten)
-	require.Equal(t, streams.ReportSnapshotName(snap.Seq), res.Report)
 
 	check := func(g *projector.Aggregator, loaded uint64) {
 		t.Helper()
@@ -417,17 +386,8 @@ func TestAudit_TrimKeepsReportsAndKeys(t *testing.T) {
 		require.NoError(t, err)
 		sameReport(t, byModel, got)
 	}
-	g2, stop2 := runAggregator(t, env)
+	_, g2 := runLedgerReports(t, env, ledger.WithSnapshotEvery(0, 0), ledger.WithSigner(signer))
 	check(g2, snap.Seq)
-	require.NoError(t, stop2()) // writes its own, newer snapshot
-	g3, stop3 := runAggregator(t, env)
-	check(g3, g2.Position())
-	require.NoError(t, stop3())
-
-	// A second trim finds a report snapshot at or after its sequence.
-	res, err = projector.Trim(ctx, env.JS, env.Layout, dir)
-	require.NoError(t, err)
-	require.False(t, res.ReportWritten)
 
 	// audit keys: the archive and the stream, or a refusal.
 	_, err = projector.Signers(ctx, env.JS, env.Layout)

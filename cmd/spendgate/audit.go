@@ -1,16 +1,13 @@
 package main
 
 import (
-	"context"
 	"encoding/csv"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -104,6 +101,7 @@ func audit(args []string) int {
 		fromSnap = fs.Bool("from-snapshot", false, "start from the newest ledger snapshot and replay only the tail")
 	}
 	archive := fs.String("archive", "", "read the archive in this directory (spendgate audit archive) before the stream")
+	within := withinFlag(fs, offlineWithin)
 	var window, expiredWindow *time.Duration
 	if args[0] != "keys" {
 		vf.register(fs)
@@ -115,6 +113,9 @@ func audit(args []string) int {
 	}
 	if code, ok := cmd.parse(fs, args[1:]); !ok {
 		return code
+	}
+	if *within <= 0 {
+		return cmd.usageError(fs, "--within must be positive")
 	}
 	var reviewedSeqs []uint64
 	if reviewed != nil && *reviewed != "" {
@@ -157,9 +158,9 @@ func audit(args []string) int {
 		fmt.Fprintln(os.Stderr, "spendgate:", err)
 		return 1
 	}
-	// A replay is as long as the book: no fixed deadline, SIGINT or
-	// SIGTERM end it.
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// A replay is as long as the book: --within (30 minutes by default),
+	// SIGINT or SIGTERM end it, and a read that stalls on a copy fails.
+	ctx, cancel := offlineContext(*within)
 	defer cancel()
 	if args[0] == "keys" {
 		var kopts []projector.CheckOption

@@ -91,3 +91,25 @@ func TestAuditBalances_FullDevice(t *testing.T) {
 	require.Equal(t, 1, exitErr.ExitCode())
 	require.Contains(t, stderr.String(), "write the reply")
 }
+
+// Every offline tool ends by --within: a deadline too short to read the
+// book fails, saying where the read stopped, and a deadline that is not
+// positive is a usage error.
+func TestOfflineTools_Within(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	env.StartSpendgate(t, service.ReplicaConfig{SweepInterval: -1})
+	code, _ := e2eCLI(t, env.URL(), "budget", "put", "--scope", "org:acme", "--period", "month", "--limit", "10", "--unit", "USD")
+	require.Equal(t, 0, code)
+	for _, args := range [][]string{
+		{"audit", "check"}, {"audit", "export"}, {"audit", "balances"}, {"audit", "keys"},
+		{"report", "--replay", "--by", "scope"}, {"audit", "archive", "--dir", t.TempDir()}, {"audit", "trim", "--dir", t.TempDir()},
+	} {
+		code, _, stderr := e2eCLIErr(t, env.URL(), append(args, "--within", "0s")...)
+		require.Equal(t, 2, code, "%v: %s", args, stderr)
+		require.Contains(t, stderr, "--within must be positive", "%v", args)
+		code, _, stderr = e2eCLIErr(t, env.URL(), append(args, "--within", "1ns")...)
+		require.Equal(t, 1, code, "%v: %s", args, stderr)
+		require.Contains(t, stderr, "deadline exceeded", "%v", args)
+	}
+}

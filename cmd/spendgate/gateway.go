@@ -55,10 +55,13 @@ func gatewayCmd(args []string) int {
 	config.AddFileFlag(fs)
 	var logging config.Logging
 	logging.AddFlags(fs)
+	// The settings the gateway takes from the environment (each named in
+	// its flag's --help); every other one comes from a flag or --config.
+	env := config.EnvFlags(fs, "listen", "nats-url")
 	if code, ok := gatewayCommand.parse(fs, args); !ok {
 		return code
 	}
-	if err := config.Apply(fs); err != nil {
+	if err := config.Apply(fs, env); err != nil {
 		return gatewayCommand.usageError(fs, err.Error())
 	}
 	cfg := gateway.Config{DefaultMaxOutput: *defOut, KeyCache: *keyCache, UpstreamTimeout: *upTimeout, MaxBody: *maxBody,

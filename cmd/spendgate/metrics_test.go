@@ -68,8 +68,12 @@ func TestServe_Metrics(t *testing.T) {
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	startProc(t, true, "serve", "--data-dir", filepath.Join(t.TempDir(), "data"), "--listen", listen, "--http", httpAddr, "--feed", "--feed-max-age", "2h")
 	base := "http://" + httpAddr
-	code, body := httpStatus(t, base+"/readyz")
-	require.Equal(t, http.StatusOK, code, body)
+	var code int
+	var body string
+	testenv.WaitFor(t, 10*time.Second, "ready, the stream's end read", func() bool {
+		code, body = httpStatus(t, base+"/readyz")
+		return code == http.StatusOK
+	})
 	var ready struct {
 		Ready  bool              `json:"ready"`
 		Checks map[string]string `json:"checks"`
@@ -77,6 +81,7 @@ func TestServe_Metrics(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(body), &ready))
 	require.True(t, ready.Ready)
 	require.Equal(t, "ok", ready.Checks["ledger"])
+	require.Equal(t, "ok", ready.Checks["ledger_stream"])
 	code, _ = httpStatus(t, base+"/healthz")
 	require.Equal(t, http.StatusOK, code)
 
@@ -130,6 +135,9 @@ func TestServe_Metrics(t *testing.T) {
 	require.Contains(t, m, `process_resident_memory_bytes`)
 	require.Equal(t, float64(0), m[`spendgate_inflight_requests`])
 	require.Contains(t, m, `spendgate_follower_lag_revisions`)
+	require.Equal(t, float64(1), m[`spendgate_ledger_ready`])
+	require.Equal(t, float64(1), m[`spendgate_ledger_stream_leader`])
+	require.Contains(t, m, `spendgate_follower_delay_seconds`)
 	// The feed relay's counters and the spend report's size.
 	testenv.WaitFor(t, 30*time.Second, "the relay to append the events", func() bool {
 		m = scrape(t, base)
@@ -139,8 +147,8 @@ func TestServe_Metrics(t *testing.T) {
 	require.Contains(t, m, `spendgate_feed_appends_lost_total`)
 	// Nothing was forged or replayed here, and the relay started on an
 	// empty ledger, so it loaded no checkpoint.
-	require.Equal(t, float64(0), m[`spendgate_feed_revisions_skipped_total`])
-	for _, k := range []string{`spendgate_feed_revisions_skipped_total`, `spendgate_feed_checkpoints_skipped_total`,
+	require.Equal(t, float64(0), m[`spendgate_feed_forged_total`])
+	for _, k := range []string{`spendgate_feed_forged_total`, `spendgate_feed_limits_changed_total`, `spendgate_feed_queued_events`,
 		`spendgate_feed_checkpoint_loaded_seq`, `spendgate_feed_checkpoint_written_seq`} {
 		require.Contains(t, m, k)
 	}

@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -42,6 +40,8 @@ type replayFlags struct {
 	archive  string
 	tenant   string
 	verify   verifyFlags
+	// withinFlag is --within, the deadline of the replay.
+	withinFlag *time.Duration
 }
 
 func (r *replayFlags) register(fs *flag.FlagSet) {
@@ -53,6 +53,7 @@ func (r *replayFlags) register(fs *flag.FlagSet) {
 	fs.Var(&r.scopes, "scope", "only reservations admitted in this scope KIND:ID (repeatable: any of them); a tenant's as TENANT/KIND:ID, or KIND:ID with --tenant")
 	fs.StringVar(&r.tenant, "tenant", "", "only this tenant's reservations")
 	r.verify.register(fs)
+	r.withinFlag = withinFlag(fs, offlineWithin)
 }
 
 // filter validates the selection flags into a projector.Filter; the error
@@ -60,6 +61,9 @@ func (r *replayFlags) register(fs *flag.FlagSet) {
 func (r *replayFlags) filter() (projector.Filter, error) {
 	var f projector.Filter
 	var err error
+	if *r.withinFlag <= 0 {
+		return f, errors.New("--within must be positive")
+	}
 	if f.From, err = parseTimeFlag("from", r.from); err != nil {
 		return f, err
 	}
@@ -114,7 +118,7 @@ func (r *replayFlags) projector(name string) (*projector.Projector, context.Cont
 		nc.Close()
 		return nil, nil, nil, err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := offlineContext(*r.withinFlag)
 	p := projector.New(js, layout, r.verify.projectorOptions(trust)...)
 	if r.archive != "" {
 		if _, err := p.UseArchive(r.archive); err != nil {

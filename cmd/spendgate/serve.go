@@ -21,6 +21,7 @@ import (
 	"github.com/spendgate/spendgate/config"
 	"github.com/spendgate/spendgate/dashboard"
 	"github.com/spendgate/spendgate/embedded"
+	"github.com/spendgate/spendgate/internal/health"
 	"github.com/spendgate/spendgate/internal/secret"
 	"github.com/spendgate/spendgate/ledger"
 	"github.com/spendgate/spendgate/metrics"
@@ -76,16 +77,21 @@ func serve(args []string) int {
 	snapInterval := fs.Duration("snapshot-interval", ledger.DefaultSnapshotInterval, "write a snapshot this long after the newest one if the stream moved")
 	trimmable := fs.Bool("trimmable", false, "create the ledger stream so that spendgate audit trim may drop archived history (only when the stream is created)")
 	readyTimeout := fs.Duration("ready-timeout", time.Minute, "how long the replica may take to fold the ledger stream at start")
+	readyMaxDelay := fs.Duration("ready-max-delay", health.DefaultMaxDelay, "/readyz fails while a ledger revision the stream's leader reported has waited longer than this unfolded (the follower is behind or cannot read its copy), and while the stream has no leader")
 	maxInflight := fs.Int("max-inflight", service.MaxInFlight, "requests this replica handles at once; beyond it callers get ledger_busy at once")
 	signingKey := fs.String("signing-key", "", "nkey seed file that signs this replica's revisions (or the seed itself in $"+envSigningSeed+"; default <data-dir>/"+signingKeyFile+", created on first start: replicas started from one data dir share it); re-read on SIGHUP")
 	trustedKeys := fs.String("trusted-keys", "", "this replica's own trusted keys, merged into the ledger's at start and on SIGHUP: keys or files of keys, comma-separated (default with the embedded server <data-dir>/"+trustedKeysFile+", created on first start; with --nats-url none: the ledger's trusted keys are followed, the first written trusted on first use)")
 	config.AddFileFlag(fs)
 	var logging config.Logging
 	logging.AddFlags(fs)
+	// The settings serve takes from the environment, each named in its
+	// flag's --help; every other one comes from a flag or --config (a
+	// SPENDGATE_* variable meant for something else never acts on serve).
+	env := config.EnvFlags(fs, serveEnv...)
 	if code, ok := serveCommand.parse(fs, args); !ok {
 		return code
 	}
-	if err := config.Apply(fs); err != nil {
+	if err := config.Apply(fs, env); err != nil {
 		return serveCommand.usageError(fs, err.Error())
 	}
 	if *maxInflight < 1 {
@@ -103,6 +109,9 @@ func serve(args []string) int {
 	if *sweepEvery <= 0 {
 		return serveCommand.usageError(fs, "--sweep-interval must be positive")
 	}
+	if *readyMaxDelay <= 0 {
+		return serveCommand.usageError(fs, "--ready-max-delay must be positive")
+	}
 	// --sync-always is honoured or refused, never ignored: given with
 	// --nats-url (by flag, environment or file, either value) it is refused.
 	syncSet := false
@@ -116,6 +125,9 @@ func serve(args []string) int {
 	// No log line shows a seed, whatever an error quotes.
 	stderr := secret.Writer(os.Stderr)
 	log := logging.New(stderr)
+	for _, v := range env.Ignored(fs) {
+		log.Warn("environment variable not read: serve takes this setting from its flag or --config only", "var", v)
+	}
 
 	// The operator's HTTP view binds first, so a busy port fails at once.
 	m := metrics.New(metrics.BuildInfo{Version: buildVersion(), Commit: buildCommit()})
@@ -224,6 +236,7 @@ func serve(args []string) int {
 		ReadyTimeout: *readyTimeout, Metrics: m, MetricsBudgets: *metricsBudgets, Feed: *feedOn,
 		MaxInFlight: *maxInflight, Reports: *reportsOn, FeedMaxAge: feedAge(*feedMaxAge),
 		NoDenialRecords: !*denialsOn, DenialMaxAge: *denialMaxAge, Name: replicaName(),
+		ReadyMaxDelay: *readyMaxDelay,
 	})
 	if err != nil {
 		log.Error("start", "err", err)
@@ -231,19 +244,19 @@ func serve(args []string) int {
 	}
 	started.Store(true)
 	if opsSrv != nil {
+		// Ready only while the ledger stream has a leader and this
+		// replica's follower keeps up with it (internal/health).
+		opsSrv.AddCheck("ledger_stream", r.Health.Check)
 		// The spend dashboard, read-only, on the operator listener.
 		host, _ := os.Hostname()
-		dash, err := dashboard.New(dashboard.Config{JS: js, Layout: layout, Book: r.Ledger, Denials: r.Service.RecentDenials, Replica: host, Log: log})
+		dash, err := dashboard.New(dashboard.Config{Book: r.Ledger, Series: r.Series, Denials: r.Service.RecentDenials, Replica: host, Log: log})
 		if err != nil {
 			log.Error("dashboard", "err", err)
 			_ = r.Stop()
 			return 1
 		}
 		opsSrv.Handle(dashboard.Path, dash)
-		dashCtx, dashStop := context.WithCancel(context.Background())
-		dashDone := make(chan struct{})
-		go func() { defer close(dashDone); _ = dash.Run(dashCtx) }()
-		defer func() { dashStop(); <-dashDone }()
+
 	}
 	log.Info("spendgate serving", "service", streams.ServiceName, "prefix", layout.Prefix(), "stream", layout.StreamName(), "replicas", *replicas, "lanes", layout.Lanes())
 	shown := displayURL(url)
@@ -305,6 +318,13 @@ wait:
 	}
 	return code
 }
+
+// serveEnv are the flags serve reads from the environment (config.EnvFlags):
+// where it runs and how it connects, logs and signs; never what the ledger
+// is or does. SPENDGATE_SIGNING_SEED and, through natsconn, the NATS_*
+// variables and SPENDGATE_INBOX_PREFIX are read too (each flag's help says
+// so).
+var serveEnv = []string{"config", "data-dir", "listen", "nats-url", "inbox-prefix", "http", "log-level", "log-format", "signing-key", "trusted-keys"}
 
 // displayURL is url as a client on this machine can use it in a hint: the
 // wildcard hosts become 127.0.0.1, and user info is left out, never printed.

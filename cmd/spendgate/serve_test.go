@@ -1,8 +1,10 @@
 package main
 
 import (
+	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -11,6 +13,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/spendgate/spendgate/config"
 )
 
 // refusedWithin bounds a refused start: at once, far below the readiness
@@ -85,4 +89,29 @@ func TestServe_UnwritableDataDir(t *testing.T) {
 	require.Contains(t, r.stderr, "data dir "+dir+" is not writable")
 	require.Contains(t, r.stderr, "permission denied")
 	require.NotContains(t, r.stderr, "testenv")
+}
+
+// serve reads only the SPENDGATE_* variables it lists, each named in its
+// --help: SPENDGATE_REPLICAS, set in the environment for something else,
+// is not --replicas (it is logged as not read), while SPENDGATE_LOG_FORMAT
+// is --log-format. On the build before issue 27 every SPENDGATE_<FLAG> was
+// read: SPENDGATE_REPLICAS=2 asked the embedded single server for an R2
+// ledger stream, and serve failed to start.
+func TestServe_EnvWhitelist(t *testing.T) {
+	t.Setenv("SPENDGATE_NATS_URL", "")
+	t.Setenv("SPENDGATE_REPLICAS", "2")
+	t.Setenv("SPENDGATE_LOG_FORMAT", "json")
+	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	p := startProc(t, true, "serve", "--data-dir", filepath.Join(t.TempDir(), "data"), "--listen", listen)
+	out := p.out.String()
+	require.Contains(t, out, `"msg":"environment variable not read: serve takes this setting from its flag or --config only","var":"SPENDGATE_REPLICAS"`)
+	require.Contains(t, out, `"replicas":1`)
+	p.stop(t)
+
+	help := exec.Command(binPath, "serve", "--help")
+	b, _ := help.CombinedOutput()
+	for _, name := range serveEnv {
+		require.Contains(t, string(b), "$"+config.EnvName(name), "serve --help names the variable of --%s", name)
+	}
+	require.NotContains(t, string(b), "$SPENDGATE_REPLICAS")
 }

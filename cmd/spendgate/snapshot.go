@@ -14,6 +14,7 @@ import (
 
 	"github.com/spendgate/spendgate/config"
 	"github.com/spendgate/spendgate/ledger"
+	"github.com/spendgate/spendgate/service"
 	"github.com/spendgate/spendgate/signing"
 	"github.com/spendgate/spendgate/streams"
 )
@@ -125,6 +126,10 @@ func snapshotCmd(args []string) int {
 	}
 	l, err := ledger.New(ctx, nc, js, layout, lopts...)
 	if err != nil {
+		return fail(err)
+	}
+	// The read models travel in snapshots: fold them as a replica does.
+	if _, _, err := service.AddReadModels(l, js, layout, logging.New(os.Stderr)); err != nil {
 		return fail(err)
 	}
 	runCtx, stopRun := context.WithCancel(ctx)

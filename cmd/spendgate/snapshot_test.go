@@ -6,13 +6,18 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/service"
+	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
 )
 
@@ -76,4 +81,58 @@ func TestCLI_Snapshot(t *testing.T) {
 	code, out = e2eCLI(t, env.URL(), "audit", "check", "--unverified")
 	require.Equal(t, 1, code)
 	require.Contains(t, string(out), "snapshot "+got.Name+": balance")
+}
+
+// TestCLI_SnapshotAfterASkippedForgery: an unsigned budget revision with a
+// forged limit, which the replica rightly skipped, does not become live
+// through spendgate snapshot: the snapshot folds as the replica does
+// (verifying against --trusted-keys) and signs with --signing-key, and a
+// replica started from it serves the signed limit. Without the keys the
+// command refuses to run. How we know it can fail: the command used to
+// fold without checking signatures, so the documented snapshot plus a
+// restart made the forged limit live.
+func TestCLI_SnapshotAfterASkippedForgery(t *testing.T) {
+	dir := t.TempDir()
+	port := freePort(t)
+	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	args := []string{"serve", "--data-dir", filepath.Join(dir, "data"), "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--sweep-interval", "1m"}
+	srv := startProc(t, true, args...)
+	code, _ := e2eCLI(t, url, "budget", "put", "--scope", "org:acme", "--period", "month", "--limit", "1", "--unit", "USD")
+	require.Equal(t, 0, code)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	nc := connect(t, url)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	layout := streams.Default()
+	s, err := js.Stream(ctx, layout.StreamName())
+	require.NoError(t, err)
+	key := streams.BudgetKey(events.BudgetRef{Scope: "org:acme", Period: events.PeriodMonth})
+	cur, err := s.GetLastMsgForSubject(ctx, layout.Subject(key))
+	require.NoError(t, err)
+	var rev events.BudgetRevision
+	require.NoError(t, json.Unmarshal(cur.Data, &rev))
+	rev.Limit = events.MustMoney("1000000")
+	rev.Chain = events.Chain{Prev: cur.Sequence, PrevHash: events.HashPayload(cur.Data)}
+	forged, err := json.Marshal(rev)
+	require.NoError(t, err)
+	_, err = js.Publish(ctx, layout.Subject(key), forged)
+	require.NoError(t, err)
+
+	code, _, stderr := e2eCLIErr(t, url, "snapshot")
+	require.Equal(t, 2, code, "without the keys it refuses")
+	require.Contains(t, stderr, "--trusted-keys")
+	code, out := e2eCLI(t, url, "snapshot", "--trusted-keys", filepath.Join(dir, "data", "trusted-keys"), "--signing-key", filepath.Join(dir, "data", "signing.nk"))
+	require.Equal(t, 0, code, string(out))
+
+	srv.stop(t)
+	startProc(t, true, args...)
+	code, out = e2eCLI(t, url, "budget", "get", "--scope", "org:acme", "--period", "month")
+	require.Equal(t, 0, code)
+	var v events.BudgetView
+	require.NoError(t, json.Unmarshal(out, &v))
+	require.Equal(t, "1", v.Limit, "the signed limit, not the forged one")
+	code, _ = e2eCLI(t, url, "admit", "--scope", "org:acme", "--amount", "500")
+	require.Equal(t, 2, code, "denied")
 }

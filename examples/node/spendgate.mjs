@@ -3,7 +3,9 @@
 //
 //  1. Make the request id before the first attempt and reuse it on every retry:
 //     a retried admit whose first reply was lost gets the original answer
-//     ("replayed": true) and reserves once.
+//     ("replayed": true) and reserves once. Mark an admit's retries
+//     ("retry": true): the first attempt may still commit, so the service
+//     never denies a retry (it answers ledger_unavailable instead).
 //  2. Fail closed: if the ledger cannot be reached or does not answer in time,
 //     treat the call as denied. Never call the paid upstream without an admit.
 //  3. Void what you gave up on: before reporting such a denial, send
@@ -44,11 +46,12 @@ export class Spendgate {
     this.attempts = attempts;
   }
 
-  /** request sends body to endpoint, retrying the same bytes on a timeout. */
+  /** request sends body to endpoint, retrying the same request on a timeout (an admit marked "retry"). */
   async request(endpoint, body) {
-    const payload = JSON.stringify(body);
+    let payload = JSON.stringify(body);
     let last;
     for (let i = 0; i < this.attempts; i++) {
+      if (i === 1 && endpoint === "admit") payload = JSON.stringify({ ...body, retry: true });
       try {
         const msg = await this.nc.request(this.prefix + endpoint, payload, { timeout: this.timeoutMs });
         const reply = msg.json();

@@ -1,0 +1,164 @@
+package projector
+
+import (
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/gate"
+)
+
+// SeriesSection is the name of the spend series' section in a replica's
+// ledger snapshots.
+const SeriesSection = "series"
+
+// Bounds of a Series.
+const (
+	// MaxPoints bounds the points kept per budget; when full, every
+	// other point is dropped and the minimum gap between points doubles.
+	MaxPoints = 360
+	// MaxSeriesBudgets bounds the budgets with a series (memory bound
+	// with MaxPoints).
+	MaxSeriesBudgets = 100_000
+)
+
+// Point is a balance after a revision.
+type Point struct {
+	T        time.Time    `json:"t"`
+	Spent    events.Money `json:"spent"`
+	Reserved events.Money `json:"reserved"`
+}
+
+// series is one budget's points in its latest period instance.
+type series struct {
+	Instance string        `json:"instance"`
+	Points   []Point       `json:"points"`
+	Gap      time.Duration `json:"gap"`
+}
+
+// add records p for instance; an older instance is ignored, a newer one
+// starts the series again.
+func (s *series) add(instance string, p Point) {
+	switch {
+	case instance < s.Instance:
+		return
+	case instance > s.Instance:
+		s.Instance, s.Points, s.Gap = instance, s.Points[:0], 0
+	}
+	if n := len(s.Points); n >= 2 && p.T.Sub(s.Points[n-2].T) < s.Gap {
+		s.Points[n-1] = p // within the resolution: the newest wins
+		return
+	}
+	s.Points = append(s.Points, p)
+	if len(s.Points) < MaxPoints {
+		return
+	}
+	kept := s.Points[:0]
+	last := s.Points[len(s.Points)-1]
+	for i := 0; i < len(s.Points)-1; i += 2 {
+		kept = append(kept, s.Points[i])
+	}
+	kept = append(kept, last)
+	s.Points = kept
+	if span := last.T.Sub(s.Points[0].T); span > 0 {
+		s.Gap = span / time.Duration(MaxPoints/2)
+	}
+}
+
+// Series is every budget's spend over its latest period instance, point
+// by point (at most MaxPoints each), as the replica's one fold hands it
+// the lane revisions the gate passed (a ledger.Reader), and travels in
+// the replica's ledger snapshots (a ledger.Section). It is the spend
+// dashboard's chart and burn rate. Safe for concurrent use.
+type Series struct {
+	mu sync.Mutex
+	m  map[events.BudgetRef]*series
+}
+
+// NewSeries returns an empty Series.
+func NewSeries() *Series { return &Series{m: map[events.BudgetRef]*series{}} }
+
+// Fold records every balance of a lane revision (ledger.Reader).
+func (s *Series) Fold(rev *gate.Revision, _ bool) {
+	if rev.Kind != gate.KindLane {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, b := range rev.Lane.Balances {
+		ref := b.Balance.Budget()
+		ss := s.m[ref]
+		if ss == nil {
+			if len(s.m) >= MaxSeriesBudgets {
+				continue
+			}
+			ss = &series{}
+			s.m[ref] = ss
+		}
+		ss.add(b.Balance.Instance, Point{T: rev.At.UTC(), Spent: b.Spent, Reserved: b.Reserved})
+	}
+}
+
+// Points returns a copy of ref's points if its series is of instance
+// inst (nil otherwise).
+func (s *Series) Points(ref events.BudgetRef, inst string) []Point {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ss := s.m[ref]
+	if ss == nil || ss.Instance != inst {
+		return nil
+	}
+	return append([]Point(nil), ss.Points...)
+}
+
+// seriesEntry is one budget's series in a snapshot section.
+type seriesEntry struct {
+	Budget events.BudgetRef `json:"budget"`
+	series
+}
+
+// SectionName is SeriesSection (ledger.Section).
+func (s *Series) SectionName() string { return SeriesSection }
+
+// MarshalSection returns every series as a snapshot section.
+func (s *Series) MarshalSection() ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]seriesEntry, 0, len(s.m))
+	for ref, ss := range s.m {
+		out = append(out, seriesEntry{ref, *ss})
+	}
+	return json.Marshal(out)
+}
+
+// LoadSection replaces every series by a snapshot section's.
+func (s *Series) LoadSection(_ uint64, data []byte) error {
+	var in []seriesEntry
+	if err := json.Unmarshal(data, &in); err != nil {
+		return err
+	}
+	if len(in) > MaxSeriesBudgets {
+		return fmt.Errorf("%d series, more than %d", len(in), MaxSeriesBudgets)
+	}
+	m := make(map[events.BudgetRef]*series, len(in))
+	for _, e := range in {
+		if len(e.Points) > MaxPoints {
+			return fmt.Errorf("series of %v: %d points, more than %d", e.Budget, len(e.Points), MaxPoints)
+		}
+		ss := e.series
+		m[e.Budget] = &ss
+	}
+	s.mu.Lock()
+	s.m = m
+	s.mu.Unlock()
+	return nil
+}
+
+// ResetSection forgets every series.
+func (s *Series) ResetSection() {
+	s.mu.Lock()
+	s.m = map[events.BudgetRef]*series{}
+	s.mu.Unlock()
+}

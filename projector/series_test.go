@@ -1,0 +1,46 @@
+package projector
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/spendgate/spendgate/events"
+)
+
+// However many revisions a budget sees, its series stays within MaxPoints,
+// keeps its first and latest point, and stays in time order.
+func TestSeries_Bounded(t *testing.T) {
+	var s series
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	for i := range 100_000 {
+		s.add("2026-12", Point{T: t0.Add(time.Duration(i) * time.Second), Spent: events.MoneyFromInt(int64(i))})
+		require.Less(t, len(s.Points), MaxPoints)
+	}
+	require.Equal(t, t0, s.Points[0].T)
+	require.Equal(t, "99999", s.Points[len(s.Points)-1].Spent.String())
+	for i := 1; i < len(s.Points); i++ {
+		require.True(t, s.Points[i-1].T.Before(s.Points[i].T))
+	}
+	s.add("2026-11", Point{T: t0, Spent: events.MoneyFromInt(1)}) // an older instance: ignored
+	require.Equal(t, "2026-12", s.Instance)
+	s.add("2027-01", Point{T: t0.AddDate(0, 1, 0), Spent: events.MoneyFromInt(1)})
+	require.Len(t, s.Points, 1)
+}
+
+// A Series round-trips through its snapshot section.
+func TestSeries_Section(t *testing.T) {
+	s := NewSeries()
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	ref := events.BudgetRef{Scope: "org:a", Period: events.PeriodMonth}
+	s.m[ref] = &series{}
+	s.m[ref].add("2026-12", Point{T: t0, Spent: events.MustMoney("1.5"), Reserved: events.MustMoney("0.25")})
+	data, err := s.MarshalSection()
+	require.NoError(t, err)
+	back := NewSeries()
+	require.NoError(t, back.LoadSection(7, data))
+	require.Equal(t, s.Points(ref, "2026-12"), back.Points(ref, "2026-12"))
+	back.ResetSection()
+	require.Nil(t, back.Points(ref, "2026-12"))
+}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/cockroachdb/apd/v3"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/spendgate/spendgate/events"
 )
 
 // DefaultBudgetLimit is how many budgets the per-budget gauges expose when
@@ -31,11 +33,11 @@ type BudgetSample struct {
 // (the ledger's amounts are at most 40 characters).
 const maxDecimalLen = 64
 
-// decCtx is exact for the cross products of two amounts of at most
-// maxDecimalLen digits each; the utilization ratio is rounded to 34 digits
-// (far below a float64's precision loss) before it becomes a sample.
+// decCtx adds two amounts of at most maxDecimalLen digits exactly; the
+// utilization ratio is rounded to 34 digits (far below a float64's
+// precision loss) before it becomes a sample.
 var (
-	decCtx   = apd.BaseContext.WithPrecision(4 * maxDecimalLen)
+	decCtx   = apd.BaseContext.WithPrecision(2 * maxDecimalLen)
 	ratioCtx = apd.BaseContext.WithPrecision(34)
 )
 
@@ -109,28 +111,13 @@ func (r *budgetRow) utilization() float64 {
 	return f
 }
 
-// compareUtil compares the utilizations of a and b exactly, by cross
-// products: unparsable rows first, then in numeric order.
+// compareUtil compares the utilizations of a and b exactly
+// (events.CompareUtilization): unparsable rows first.
 func compareUtil(a, b *budgetRow) int {
-	switch {
-	case !a.ok || !b.ok:
+	if !a.ok || !b.ok {
 		return cmp.Compare(boolInt(a.ok), boolInt(b.ok))
-	case a.full() || b.full():
-		return cmp.Compare(boolInt(a.full()), boolInt(b.full()))
 	}
-	one := apd.New(1, 0)
-	au, al := &a.used, &a.limit
-	if al.IsZero() {
-		au, al = one, one
-	}
-	bu, bl := &b.used, &b.limit
-	if bl.IsZero() {
-		bu, bl = one, one
-	}
-	var x, y apd.Decimal
-	_, _ = decCtx.Mul(&x, au, bl)
-	_, _ = decCtx.Mul(&y, bu, al)
-	return x.Cmp(&y)
+	return events.CompareUtilization(&a.used, &a.limit, &b.used, &b.limit)
 }
 
 func boolInt(b bool) int {

@@ -28,7 +28,7 @@ var (
 	}
 	budgetPutCommand = command{
 		name:     "spendgate budget put",
-		synopsis: "--scope KIND:ID --period month|week|day|lifetime --limit DECIMAL --unit USD|requests|... [--tz ZONE] [--disabled] [--allow-zero] [--fixed-slot DECIMAL] [--alerts] [--threshold F ...] [--tenant NAME]",
+		synopsis: "--scope KIND:ID --period month|week|day|lifetime [--limit DECIMAL] [--unit USD|requests|...] [--tz ZONE] [--disabled[=false]] [--allow-zero] [--fixed-slot DECIMAL|\"\"] [--alerts[=false]] [--threshold F ...] [--replace] [--tenant NAME]",
 		about: `Defines the budget of a scope for a period, or changes it; the reply says what
 changed ("changed") and what it was ("previous"). --period is required, so that
 a change never lands on another period's budget by default. A put changes only

@@ -150,7 +150,7 @@ func TestRun_ProfileWay(t *testing.T) {
 	defer cancel()
 	var out, errOut bytes.Buffer
 	o := DefaultOptions()
-	o.Duration = 300 * time.Millisecond
+	o.Duration = time.Second // enough samples of the callers' own code on a busy machine
 	o.Reps = 2
 	o.Scenarios = []string{"hot16"}
 	o.Baselines = false

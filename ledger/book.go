@@ -58,6 +58,11 @@ type book struct {
 	serverNow time.Time
 
 	retention, expiredKeep time.Duration
+
+	// cur and curSeq are the balance applyBalance is folding events into
+	// and the revision they came in (see apply.go).
+	cur    *balance
+	curSeq uint64
 }
 
 func newBook(layout streams.Layout, retention, expiredKeep time.Duration) *book {
@@ -319,83 +324,84 @@ func (b *book) rehydrate(id string) *Reservation {
 	return r
 }
 
+// applyEvent folds event e of balance bl (whose key is key), from the
+// revision at seq, with the ledger's one rule set.
 func (b *book) applyEvent(bl *balance, key string, seq uint64, e events.Event) {
-	switch e := e.(type) {
-	case events.ReservationOpened:
-		r := b.reservations[e.ReservationID]
-		if r == nil {
-			// An id the window holds opened again: only a malformed
-			// history does this; fold it as before the window existed.
-			if r = b.rehydrate(e.ReservationID); r != nil {
-				b.closeRes(r, seq)
-			}
-		}
-		if r == nil {
-			balances := e.Balances
-			if len(balances) == 1 && balances[0] == bl.ref {
-				balances = bl.self
-			}
-			r = &Reservation{
-				ID: e.ReservationID, RequestID: e.RequestID, RequestHash: e.RequestHash,
-				Balances: balances, Parts: make([]Part, 0, len(balances)),
-				OpenedAt: e.At, ExpiresAt: e.ExpiresAt, Status: events.StatusOpen, Pricing: e.Pricing,
-			}
-			b.reservations[e.ReservationID] = r
-			b.requests[e.RequestID] = r
-			b.due.add(r)
-		}
-		p := r.part(bl.key)
-		p.Unit, p.Amount = e.Unit, e.Amount
-		bl.open[e.ReservationID] = r
-	case events.ReservationSettled:
-		delete(bl.open, e.ReservationID)
-		r := b.reservations[e.ReservationID]
-		if _, h, ok := b.win.get(e.ReservationID, false); r == nil && ok {
-			if b.win.entry(h).statusText() == events.StatusSettled {
-				// Another balance's part of a settle already stamped
-				// (a settle over two lanes): changed in place.
-				r = b.win.shared(h)
-			} else {
-				// A settle after expiry: the reservation closes again,
-				// and its retention starts again at this close.
-				r = b.rehydrate(e.ReservationID)
-			}
-		}
-		if r != nil {
-			was := r.Status
-			r.Status = events.StatusSettled
-			b.due.remove(r)
-			r.part(key).Actual = e.Actual
-			r.Late = r.Late || e.Late
-			if was != events.StatusSettled {
-				b.closeRes(r, seq)
-			} else {
-				b.closedAgain(r, seq)
-			}
-		}
-	case events.ThresholdCrossed:
-		bl.alerted = append(bl.alerted, e.Threshold)
-	case events.RequestVoided:
-		// A void names one balance per scope: the first folded makes the
-		// tombstone, its retention starting with this revision.
-		if b.voids[e.RequestID] == nil {
-			v := &Reservation{RequestID: e.RequestID, OpenedAt: e.At, Status: events.StatusVoided}
-			b.voids[e.RequestID] = v
-			b.closeRes(v, seq)
-		}
-	case events.ReservationReleased:
-		delete(bl.open, e.ReservationID)
-		if r := b.reservations[e.ReservationID]; r != nil && r.Status == events.StatusOpen {
-			if e.Reason == events.ReasonExpired {
-				r.Status = events.StatusExpired
-			} else {
-				r.Status = events.StatusReleased
-			}
-			b.due.remove(r)
-			b.closeRes(r, seq)
-		} else if r != nil {
-			b.closedAgain(r, seq)
-		}
+	b.cur, b.curSeq = bl, seq
+	applyEvent((*bookApply)(b), key, e)
+	b.cur = nil
+}
+
+// bookApply is the book as applyEvent's target. Its balance methods change cur, the
+// balance whose events applyBalance folds, at seq. A balance's numbers are
+// taken from the revision that states them (its writer computed them with
+// applyEvent), so reserve, unreserve and spend change nothing here; the
+// thresholds crossed are the events'.
+type bookApply book
+
+func (b *bookApply) reserve(string, events.Money)             {}
+func (b *bookApply) unreserve(string, events.Money)           {}
+func (b *bookApply) spend(string, events.Money, events.Money) {}
+func (b *bookApply) alert(_ string, threshold events.Money) {
+	b.cur.alerted = append(b.cur.alerted, threshold)
+}
+func (b *bookApply) held(id string) *Reservation    { return b.reservations[id] }
+func (b *bookApply) opens(_ string, r *Reservation) { b.cur.open[r.ID] = r }
+func (b *bookApply) closes(_ string, id string)     { delete(b.cur.open, id) }
+
+// stamped takes reservation id from the window to change it: a settle of
+// another balance of a reservation settled and stamped already (a settle
+// over two lanes) changes the window's entry in place; a settle after its
+// expiry takes it back into the book's maps, to close again.
+func (b *bookApply) stamped(id string) *Reservation {
+	_, h, ok := b.win.get(id, false)
+	if !ok {
+		return nil
+	}
+	if b.win.entry(h).statusText() == events.StatusSettled {
+		return b.win.shared(h)
+	}
+	return (*book)(b).rehydrate(id)
+}
+
+func (b *bookApply) opened(e events.ReservationOpened) *Reservation {
+	// An id the window holds opened again: only a malformed history does
+	// this; fold it as before the window existed.
+	if r := (*book)(b).rehydrate(e.ReservationID); r != nil {
+		(*book)(b).closeRes(r, b.curSeq)
+		return r
+	}
+	balances := e.Balances
+	if len(balances) == 1 && balances[0] == b.cur.ref {
+		balances = b.cur.self
+	}
+	r := &Reservation{
+		ID: e.ReservationID, RequestID: e.RequestID, RequestHash: e.RequestHash,
+		Balances: balances, Parts: make([]Part, 0, len(balances)),
+		OpenedAt: e.At, ExpiresAt: e.ExpiresAt, Status: events.StatusOpen, Pricing: e.Pricing,
+	}
+	b.reservations[e.ReservationID] = r
+	b.requests[e.RequestID] = r
+	b.due.add(r)
+	return r
+}
+
+func (b *bookApply) closed(r *Reservation, again bool) {
+	b.due.remove(r)
+	if again {
+		(*book)(b).closedAgain(r, b.curSeq)
+	} else {
+		(*book)(b).closeRes(r, b.curSeq)
+	}
+}
+
+func (b *bookApply) void(e events.RequestVoided) {
+	// A void names one balance per scope: the first folded makes the
+	// tombstone, its retention starting with this revision.
+	if b.voids[e.RequestID] == nil {
+		v := &Reservation{RequestID: e.RequestID, OpenedAt: e.At, Status: events.StatusVoided}
+		b.voids[e.RequestID] = v
+		(*book)(b).closeRes(v, b.curSeq)
 	}
 }
 

@@ -48,6 +48,8 @@ type View struct {
 	journal    []undoEntry
 	touched    []*viewBalance
 	touchedRes []string
+	// cur is the balance of the event apply is applying.
+	cur *viewBalance
 }
 
 // checkLanes marks the view stale if the book has folded any lane of the
@@ -216,12 +218,11 @@ func (v *View) undo(e *undoEntry) {
 	}
 }
 
-// apply folds a Tx's events into the view so that later Txs in the group
-// see them, all or none: every change it makes is journaled, and on an
-// error the journal is rolled back, so the view (and so the group's write)
-// is exactly as if the Tx had decided nothing. It is the writer's fold;
-// package projector folds the same events independently, and the two must
-// agree.
+// apply folds a Tx's events into the view with applyEvent, the rule set
+// the book folds revisions with, so that later Txs in the group see them,
+// all or none: every change it makes is journaled, and on an error the
+// journal is rolled back, so the view (and so the group's write) is
+// exactly as if the Tx had decided nothing.
 func (v *View) apply(es events.Events) (err error) {
 	// The journal, and the balances and reservations this Tx has touched,
 	// live on the view and are reused by every Tx of the group.
@@ -233,54 +234,14 @@ func (v *View) apply(es events.Events) (err error) {
 			}
 		}
 		clear(v.journal) // drop the references the entries hold
+		v.cur = nil
 	}()
-	// saveRes journals reservation id as the group had it before this Tx.
-	saveRes := func(id string) {
-		if slices.Contains(v.touchedRes, id) {
-			return
-		}
-		v.touchedRes = append(v.touchedRes, id)
-		if r, ok := v.res[id]; ok {
-			saved := new(Reservation)
-			*saved = *r
-			saved.Parts = slices.Clone(r.Parts)
-			v.journal = append(v.journal, undoEntry{op: undoRes, r: r, saved: saved})
-			return
-		}
-		v.journal = append(v.journal, undoEntry{op: undoResNew, id: id})
-	}
-	// open and close journal the per-reservation maps of vb.
-	open := func(vb *viewBalance, id string, amt events.Money) {
-		a, hadA := vb.added[id]
-		_, hadR := vb.removed[id]
-		v.journal = append(v.journal, undoEntry{op: undoOpen, vb: vb, id: id, amt: a, hadA: hadA, hadR: hadR})
-		vb.added[id] = amt
-		delete(vb.removed, id)
-	}
-	closeRes := func(vb *viewBalance, id string) {
-		a, hadA := vb.added[id]
-		_, hadR := vb.removed[id]
-		v.journal = append(v.journal, undoEntry{op: undoOpen, vb: vb, id: id, amt: a, hadA: hadA, hadR: hadR})
-		vb.removed[id] = true
-		delete(vb.added, id)
-	}
 	for _, e := range es {
-		var ref events.BalanceRef
-		switch e := e.(type) {
-		case events.ReservationOpened:
-			ref = e.Balance
-		case events.ReservationSettled:
-			ref = e.Balance
-		case events.ReservationReleased:
-			ref = e.Balance
-		case events.ThresholdCrossed:
-			ref = e.Balance
-		case events.RequestVoided:
-			ref = e.Balance
-		default:
+		be, ok := e.(events.BalanceEvent)
+		if !ok {
 			return fmt.Errorf("ledger: %s is not a balance event", e.EventType())
 		}
-		key := streams.BalanceKey(ref)
+		key := streams.BalanceKey(be.BalanceOf())
 		vb := v.bal[key]
 		if vb == nil {
 			return fmt.Errorf("ledger: event for %s outside the Tx's keys", key)
@@ -289,65 +250,115 @@ func (v *View) apply(es events.Events) (err error) {
 			v.touched = append(v.touched, vb)
 			v.journal = append(v.journal, undoEntry{op: undoBalance, vb: vb, bal: vb.Balance, n: len(vb.events)})
 		}
-		switch e := e.(type) {
-		case events.ThresholdCrossed:
-			// A copy: the book's slice is shared (and undo restores the
-			// old header with the Balance).
-			vb.Alerted = append(vb.Alerted[:len(vb.Alerted):len(vb.Alerted)], e.Threshold)
-		case events.ReservationOpened:
-			vb.Reserved = vb.Reserved.Add(e.Amount)
-			vb.Open++
-			open(vb, e.ReservationID, e.Amount)
-			saveRes(e.ReservationID)
-			r := v.res[e.ReservationID]
-			if r == nil {
-				r = &Reservation{
-					ID: e.ReservationID, RequestID: e.RequestID, RequestHash: e.RequestHash,
-					Balances: e.Balances, Parts: make([]Part, 0, len(e.Balances)),
-					OpenedAt: e.At, ExpiresAt: e.ExpiresAt, Status: events.StatusOpen, Pricing: e.Pricing,
-				}
-				v.res[e.ReservationID] = r
-				rid := e.RequestID
-				prev, had := v.req[rid]
-				v.req[rid] = r
-				v.journal = append(v.journal, undoEntry{op: undoReq, id: rid, hadA: had, saved: prev})
-			}
-			p := r.part(key)
-			p.Unit, p.Amount = e.Unit, e.Amount
-		case events.ReservationSettled:
-			vb.Spent = vb.Spent.Add(e.Actual)
-			vb.Overrun = vb.Overrun.Add(e.Overrun)
-			if !e.AfterExpiry {
-				vb.Reserved = vb.Reserved.Sub(e.Reserved)
-				vb.Open--
-				closeRes(vb, e.ReservationID)
-			}
-			saveRes(e.ReservationID)
-			r := v.overlay(e.ReservationID)
-			r.Status = events.StatusSettled
-			r.part(key).Actual = e.Actual
-			r.Late = r.Late || e.Late
-		case events.ReservationReleased:
-			vb.Reserved = vb.Reserved.Sub(e.Reserved)
-			vb.Open--
-			closeRes(vb, e.ReservationID)
-			saveRes(e.ReservationID)
-			r := v.overlay(e.ReservationID)
-			r.Status = events.StatusReleased
-			if e.Reason == events.ReasonExpired {
-				r.Status = events.StatusExpired
-			}
-		case events.RequestVoided:
-			// A tombstone: no number of the balance changes.
-			rid := e.RequestID
-			if !v.voids[rid] {
-				v.voids[rid] = true
-				v.journal = append(v.journal, undoEntry{op: undoVoid, id: rid})
-			}
-		}
+		v.cur = vb
+		applyEvent((*overlay)(v), key, e)
 		vb.events = append(vb.events, e)
 	}
 	return nil
+}
+
+// overlay is the View as applyEvent's target: the group's changes on top
+// of the book, each journaled so that a Tx's can be undone. Its balance
+// methods change v.cur, the balance of the event applied (the key they are
+// given is cur's).
+type overlay View
+
+func (o *overlay) reserve(_ string, amt events.Money) {
+	o.cur.Reserved = o.cur.Reserved.Add(amt)
+	o.cur.Open++
+}
+
+func (o *overlay) unreserve(_ string, amt events.Money) {
+	o.cur.Reserved = o.cur.Reserved.Sub(amt)
+	o.cur.Open--
+}
+
+func (o *overlay) spend(_ string, actual, overrun events.Money) {
+	o.cur.Spent = o.cur.Spent.Add(actual)
+	o.cur.Overrun = o.cur.Overrun.Add(overrun)
+}
+
+func (o *overlay) alert(_ string, threshold events.Money) {
+	// A copy: the book's slice is shared (and undo restores the old
+	// header with the Balance).
+	a := o.cur.Alerted
+	o.cur.Alerted = append(a[:len(a):len(a)], threshold)
+}
+
+// held returns the group's copy of reservation id, copying it in from the
+// book (open, closed or in the window) on first change.
+func (o *overlay) held(id string) *Reservation {
+	o.saveRes(id)
+	if r := o.res[id]; r != nil {
+		return r
+	}
+	r, ok := o.l.Reservation(id)
+	if !ok {
+		return nil
+	}
+	o.res[id] = r
+	return r
+}
+
+// stamped: held has looked in the window already.
+func (o *overlay) stamped(string) *Reservation { return nil }
+
+func (o *overlay) opened(e events.ReservationOpened) *Reservation {
+	r := &Reservation{
+		ID: e.ReservationID, RequestID: e.RequestID, RequestHash: e.RequestHash,
+		Balances: e.Balances, Parts: make([]Part, 0, len(e.Balances)),
+		OpenedAt: e.At, ExpiresAt: e.ExpiresAt, Status: events.StatusOpen, Pricing: e.Pricing,
+	}
+	o.res[e.ReservationID] = r // journaled by held
+	rid := e.RequestID
+	prev, had := o.req[rid]
+	o.req[rid] = r
+	o.journal = append(o.journal, undoEntry{op: undoReq, id: rid, hadA: had, saved: prev})
+	return r
+}
+
+func (o *overlay) opens(key string, r *Reservation) {
+	vb := o.cur
+	a, hadA := vb.added[r.ID]
+	_, hadR := vb.removed[r.ID]
+	o.journal = append(o.journal, undoEntry{op: undoOpen, vb: vb, id: r.ID, amt: a, hadA: hadA, hadR: hadR})
+	vb.added[r.ID] = r.Part(key).Amount
+	delete(vb.removed, r.ID)
+}
+
+func (o *overlay) closes(_ string, id string) {
+	vb := o.cur
+	a, hadA := vb.added[id]
+	_, hadR := vb.removed[id]
+	o.journal = append(o.journal, undoEntry{op: undoOpen, vb: vb, id: id, amt: a, hadA: hadA, hadR: hadR})
+	vb.removed[id] = true
+	delete(vb.added, id)
+}
+
+// closed: the book queues the close when it folds the group's write.
+func (o *overlay) closed(*Reservation, bool) {}
+
+func (o *overlay) void(e events.RequestVoided) {
+	if !o.voids[e.RequestID] {
+		o.voids[e.RequestID] = true
+		o.journal = append(o.journal, undoEntry{op: undoVoid, id: e.RequestID})
+	}
+}
+
+// saveRes journals reservation id as the group had it before this Tx.
+func (o *overlay) saveRes(id string) {
+	if slices.Contains(o.touchedRes, id) {
+		return
+	}
+	o.touchedRes = append(o.touchedRes, id)
+	if r, ok := o.res[id]; ok {
+		saved := new(Reservation)
+		*saved = *r
+		saved.Parts = slices.Clone(r.Parts)
+		o.journal = append(o.journal, undoEntry{op: undoRes, r: r, saved: saved})
+		return
+	}
+	o.journal = append(o.journal, undoEntry{op: undoResNew, id: id})
 }
 
 // restoreOpen puts back vb's record of reservation id as it was.
@@ -362,20 +373,6 @@ func restoreOpen(vb *viewBalance, id string, added events.Money, hadAdded, hadRe
 	} else {
 		delete(vb.removed, id)
 	}
-}
-
-// overlay returns the group's copy of reservation id, copying it in from the
-// book on first change.
-func (v *View) overlay(id string) *Reservation {
-	if r := v.res[id]; r != nil {
-		return r
-	}
-	r, ok := v.l.Reservation(id)
-	if !ok {
-		r = &Reservation{ID: id}
-	}
-	v.res[id] = r
-	return r
 }
 
 type keyedRevision struct {

@@ -152,7 +152,28 @@ func (c *procCluster) urls() string {
 }
 
 // start starts node i's process and waits until it accepts connections.
+// A port freePort handed out can be taken by another process before the
+// node binds it: the node is then started again on fresh ports (its peers
+// still reach it, since it dials their routes).
 func (c *procCluster) start(i int) {
+	c.t.Helper()
+	for attempt := 1; ; attempt++ {
+		err := c.try(i)
+		if err == nil {
+			return
+		}
+		log, _ := os.ReadFile(filepath.Join(c.dir, fmt.Sprintf("n%d.log", i+1)))
+		if attempt == 3 || !strings.Contains(string(log), "address already in use") {
+			require.NoError(c.t, err)
+		}
+		c.t.Logf("node n%d: a port was taken, starting it on fresh ports", i+1)
+		c.client[i], c.route[i] = freePort(c.t), freePort(c.t)
+	}
+}
+
+// try starts node i's process once and waits until it accepts
+// connections, or exits.
+func (c *procCluster) try(i int) error {
 	c.t.Helper()
 	var routes []string
 	for _, p := range c.route {
@@ -182,10 +203,15 @@ func (c *procCluster) start(i int) {
 	}()
 	select {
 	case err := <-ready:
-		require.NoError(c.t, err)
+		if err != nil {
+			_ = cmd.Wait()
+			c.cmds[i] = nil
+		}
+		return err
 	case <-time.After(nodeStartTimeout):
 		c.t.Fatalf("node n%d not ready within %v", i+1, nodeStartTimeout)
 	}
+	return nil
 }
 
 func (c *procCluster) signal(i int, sig syscall.Signal) {

@@ -1,7 +1,7 @@
 package gateway
 
 import (
-	"github.com/spendgate/spendgate/metrics"
+	"github.com/spendgate/spendgate/internal/metrics"
 )
 
 // Outcomes of a call (the outcome label of spendgate_gateway_calls_total).

@@ -38,7 +38,7 @@ import (
 
 	"github.com/spendgate/spendgate/client"
 	"github.com/spendgate/spendgate/events"
-	"github.com/spendgate/spendgate/metrics"
+	"github.com/spendgate/spendgate/internal/metrics"
 	"github.com/spendgate/spendgate/streams"
 )
 

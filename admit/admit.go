@@ -13,7 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/spendgate/spendgate/events"
-	"github.com/spendgate/spendgate/ledger"
+	"github.com/spendgate/spendgate/internal/ledger"
 	"github.com/spendgate/spendgate/streams"
 )
 

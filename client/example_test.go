@@ -12,7 +12,7 @@ import (
 
 	"github.com/spendgate/spendgate/client"
 	"github.com/spendgate/spendgate/events"
-	"github.com/spendgate/spendgate/service"
+	"github.com/spendgate/spendgate/internal/service"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
 )

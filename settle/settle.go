@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/spendgate/spendgate/events"
-	"github.com/spendgate/spendgate/ledger"
+	"github.com/spendgate/spendgate/internal/ledger"
 	"github.com/spendgate/spendgate/streams"
 )
 

@@ -7,7 +7,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/spendgate/spendgate/service"
+	"github.com/spendgate/spendgate/internal/service"
 )
 
 // StartSpendgate starts a spendgate replica on its own connection to the

@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/service"
 	"github.com/spendgate/spendgate/projector"
-	"github.com/spendgate/spendgate/service"
 	"github.com/spendgate/spendgate/testenv"
 )
 
@@ -102,8 +102,8 @@ func TestOfflineTools_Within(t *testing.T) {
 	code, _ := e2eCLI(t, env.URL(), "budget", "put", "--scope", "org:acme", "--period", "month", "--limit", "10", "--unit", "USD")
 	require.Equal(t, 0, code)
 	for _, args := range [][]string{
-		{"audit", "check"}, {"audit", "export"}, {"audit", "balances"}, {"audit", "keys"},
-		{"report", "--replay", "--by", "scope"}, {"audit", "archive", "--dir", t.TempDir()}, {"audit", "trim", "--dir", t.TempDir()},
+		{"audit", "check", "--unverified"}, {"audit", "export", "--unverified"}, {"audit", "balances", "--unverified"}, {"audit", "keys"},
+		{"report", "--replay", "--by", "scope", "--unverified"}, {"audit", "archive", "--dir", t.TempDir()}, {"audit", "trim", "--dir", t.TempDir(), "--unverified"},
 	} {
 		code, _, stderr := e2eCLIErr(t, env.URL(), append(args, "--within", "0s")...)
 		require.Equal(t, 2, code, "%v: %s", args, stderr)

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/spendgate/spendgate/bench"
+	"github.com/spendgate/spendgate/internal/bench"
 )
 
 var benchCommand = command{

@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/spendgate/spendgate/events"
-	"github.com/spendgate/spendgate/natsconn"
+	"github.com/spendgate/spendgate/internal/natsconn"
 	"github.com/spendgate/spendgate/streams"
 )
 

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/spendgate/spendgate/demo"
+	"github.com/spendgate/spendgate/internal/demo"
 )
 
 var demoCommand = command{

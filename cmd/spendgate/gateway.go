@@ -14,11 +14,11 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/spendgate/spendgate/client"
-	"github.com/spendgate/spendgate/config"
+	"github.com/spendgate/spendgate/internal/config"
 	"github.com/spendgate/spendgate/internal/gateway"
 	"github.com/spendgate/spendgate/internal/httpapi"
-	"github.com/spendgate/spendgate/metrics"
-	"github.com/spendgate/spendgate/ops"
+	"github.com/spendgate/spendgate/internal/metrics"
+	"github.com/spendgate/spendgate/internal/ops"
 )
 
 var gatewayCommand = command{

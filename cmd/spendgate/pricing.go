@@ -11,7 +11,7 @@ import (
 	"strings"
 
 	"github.com/spendgate/spendgate/events"
-	"github.com/spendgate/spendgate/service"
+	"github.com/spendgate/spendgate/internal/service"
 	"github.com/spendgate/spendgate/streams"
 )
 

@@ -17,9 +17,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
-	"github.com/spendgate/spendgate/feed"
+	"github.com/spendgate/spendgate/internal/feed"
+	"github.com/spendgate/spendgate/internal/roles"
 	"github.com/spendgate/spendgate/internal/testcert"
-	"github.com/spendgate/spendgate/roles"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
 )

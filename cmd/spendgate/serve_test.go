@@ -14,7 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/spendgate/spendgate/config"
+	"github.com/spendgate/spendgate/internal/config"
 )
 
 // refusedWithin bounds a refused start: at once, far below the readiness

@@ -12,10 +12,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/spendgate/spendgate/config"
-	"github.com/spendgate/spendgate/ledger"
-	"github.com/spendgate/spendgate/service"
-	"github.com/spendgate/spendgate/signing"
+	"github.com/spendgate/spendgate/internal/config"
+	"github.com/spendgate/spendgate/internal/ledger"
+	"github.com/spendgate/spendgate/internal/service"
+	"github.com/spendgate/spendgate/internal/signing"
 	"github.com/spendgate/spendgate/streams"
 )
 

@@ -3,7 +3,7 @@ package gateway
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/spendgate/spendgate/metrics"
+	"github.com/spendgate/spendgate/internal/metrics"
 )
 
 // Outcomes of a call (the outcome label of spendgate_gateway_calls_total).

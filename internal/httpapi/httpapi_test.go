@@ -18,9 +18,9 @@ import (
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/gateway"
 	"github.com/spendgate/spendgate/internal/httpapi"
-	"github.com/spendgate/spendgate/metrics"
+	"github.com/spendgate/spendgate/internal/metrics"
+	"github.com/spendgate/spendgate/internal/service"
 	"github.com/spendgate/spendgate/projector"
-	"github.com/spendgate/spendgate/service"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
 )

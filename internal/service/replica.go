@@ -1,0 +1,421 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/spendgate/spendgate/admit"
+	"github.com/spendgate/spendgate/internal/feed"
+	"github.com/spendgate/spendgate/internal/health"
+	"github.com/spendgate/spendgate/internal/ledger"
+	"github.com/spendgate/spendgate/internal/metrics"
+	"github.com/spendgate/spendgate/projector"
+	"github.com/spendgate/spendgate/settle"
+	"github.com/spendgate/spendgate/streams"
+	"github.com/spendgate/spendgate/sweep"
+)
+
+// ReplicaConfig configures one spendgate replica.
+type ReplicaConfig struct {
+	Layout streams.Layout
+	// Now is the clock of admissions, settles and the sweeper; default
+	// time.Now.
+	Now func() time.Time
+	// DefaultTTL, MinTTL, MaxTTL bound reservation TTLs; zero values take
+	// the events package defaults.
+	DefaultTTL, MinTTL, MaxTTL time.Duration
+	// SweepInterval is the sweeper's period; default sweep.DefaultInterval.
+	// Negative disables the sweeper (tests drive it by hand).
+	SweepInterval time.Duration
+	// ReadyTimeout bounds the initial fold of the ledger stream; default 1m.
+	ReadyTimeout time.Duration
+	// LedgerOptions are passed to ledger.New.
+	LedgerOptions []ledger.Option
+	Log           *slog.Logger
+	// Metrics, if set, receives the replica's requests, admissions,
+	// commits, compare-and-set conflicts and sweeps, and gains gauges of
+	// the follower's lag and the open reservations per budget (the top
+	// MetricsBudgets by reserved amount; 0 means metrics.DefaultBudgetLimit).
+	Metrics        *metrics.Set
+	MetricsBudgets int
+	// Feed runs a feed.Relay in the replica: it fills the live event feed
+	// (stream streams.FeedStreamName) from the ledger stream. Any number
+	// of replicas may relay at once; each event is appended once.
+	Feed bool
+	// FeedMaxAge is how long the feed keeps a message: 0 means
+	// streams.DefaultFeedMaxAge, negative every message.
+	FeedMaxAge time.Duration
+	// Reports runs a projector.Aggregator in the replica: the spend report
+	// the report endpoint answers, kept up to date from the ledger stream
+	// and persisted in its own snapshots. ReportOptions are passed to it.
+	Reports       bool
+	ReportOptions []projector.AggregatorOption
+	// NoDenialRecords turns off the denial records: by default the replica
+	// records every admit it denies on the denial stream
+	// (streams.DenialStreamName), which the spend report counts.
+	// DenialMaxAge is how long that stream keeps a record (0:
+	// streams.DefaultDenialMaxAge); Name names the replica in its records
+	// (default a random id per start); DenialBuffer bounds the records
+	// waiting to be published (0: DefaultDenialBuffer).
+	NoDenialRecords bool
+	DenialMaxAge    time.Duration
+	Name            string
+	DenialBuffer    int
+	// MaxInFlight bounds the requests the replica handles at once (see
+	// Config.MaxInFlight); 0 means MaxInFlight.
+	MaxInFlight int
+	// ReadyMaxDelay is how long a revision the ledger stream's leader
+	// reported may wait unfolded before Replica.Health reports the replica
+	// unfit (0: health.DefaultMaxDelay, 10 s).
+	ReadyMaxDelay time.Duration
+}
+
+// Replica is one running spendgate: the ledger follower, the service
+// endpoints and the sweeper, all stopped by Stop.
+type Replica struct {
+	Ledger   *ledger.Ledger
+	Admitter *admit.Admitter
+	Settler  *settle.Settler
+	Sweeper  *sweep.Sweeper
+	Service  *Service
+	// Relay is the feed relay, nil unless ReplicaConfig.Feed.
+	Relay *feed.Relay
+	// Reports is the spend report aggregator, nil unless
+	// ReplicaConfig.Reports.
+	Reports *projector.Aggregator
+	// Series is every budget's spend over time (the dashboard's charts).
+	Series  *projector.Series
+	reportd chan struct{}
+	// Denials records the admits the replica denies, nil when
+	// ReplicaConfig.NoDenialRecords.
+	Denials *DenialRecorder
+	denyd   chan struct{}
+	// Health tells whether the ledger stream has a leader and the
+	// follower keeps up with its end (the replica's readiness).
+	Health  *health.Probe
+	healthd chan struct{}
+
+	// tenantd: the tenants' feed consumer check is done; nil if none.
+	tenantd <-chan struct{}
+
+	feedd  chan struct{}
+	cancel context.CancelFunc
+	done   chan error
+	sweepd chan struct{}
+	failed chan struct{}
+	err    error
+
+	stopOnce sync.Once
+	stopErr  error
+	log      *slog.Logger
+}
+
+// StartReplica ensures the streams, folds the ledger, and starts serving on
+// nc. It returns once the replica answers requests.
+func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg ReplicaConfig) (*Replica, error) {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.ReadyTimeout == 0 {
+		cfg.ReadyTimeout = time.Minute
+	}
+	if _, err := streams.Ensure(ctx, js, cfg.Layout); err != nil {
+		return nil, err
+	}
+	lopts := []ledger.Option{ledger.WithLogger(cfg.Log)}
+	if cfg.Metrics != nil {
+		lopts = append(lopts, ledger.WithObserver(cfg.Metrics))
+	}
+	l, err := ledger.New(ctx, nc, js, cfg.Layout, append(lopts, cfg.LedgerOptions...)...)
+	if err != nil {
+		return nil, err
+	}
+	// Alerts are published from the fold, for the revisions this replica
+	// wrote.
+	if err := l.AddReader(alertReader{publish: alertPublisher(nc, cfg.Layout, cfg.Log)}); err != nil {
+		return nil, err
+	}
+	aopts := []admit.Option{admit.WithClock(cfg.Now)}
+	if cfg.DefaultTTL != 0 || cfg.MinTTL != 0 || cfg.MaxTTL != 0 {
+		def, lo, hi := cfg.DefaultTTL, cfg.MinTTL, cfg.MaxTTL
+		if def == 0 {
+			def = 5 * time.Minute
+		}
+		if lo == 0 {
+			lo = time.Second
+		}
+		if hi == 0 {
+			hi = 24 * time.Hour
+		}
+		aopts = append(aopts, admit.WithTTL(def, lo, hi))
+	}
+	a, err := admit.New(l, aopts...)
+	if err != nil {
+		return nil, err
+	}
+	st, err := settle.New(l, settle.WithClock(cfg.Now))
+	if err != nil {
+		return nil, err
+	}
+	sopts := []sweep.Option{sweep.WithClock(cfg.Now), sweep.WithLogger(cfg.Log)}
+	if cfg.SweepInterval > 0 {
+		sopts = append(sopts, sweep.WithInterval(cfg.SweepInterval))
+	}
+	if cfg.Metrics != nil {
+		sopts = append(sopts, sweep.WithOnExpired(cfg.Metrics.Expired))
+	}
+	sw, err := sweep.New(l, st, sopts...)
+	if err != nil {
+		return nil, err
+	}
+	var hopts []health.Option
+	if cfg.ReadyMaxDelay != 0 {
+		hopts = append(hopts, health.WithMaxDelay(cfg.ReadyMaxDelay))
+	}
+	probe, err := health.New(l, hopts...)
+	if err != nil {
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	r := &Replica{Ledger: l, Admitter: a, Settler: st, Sweeper: sw, cancel: cancel, done: make(chan error, 1), sweepd: make(chan struct{}), failed: make(chan struct{}), log: cfg.Log, Health: probe, healthd: make(chan struct{})}
+	// The readers of the ledger are fed by the replica's one fold (the
+	// spend report is kept whether or not the report endpoint answers: it
+	// travels in the snapshots, which every replica must be able to load).
+	agg, series, err := AddReadModels(l, js, cfg.Layout, cfg.Log, cfg.ReportOptions...)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	r.Series = series
+	// The feed relay is a reader of the fold too; it runs before the fold
+	// starts, so that what the fold hands it while it folds the stream
+	// drains as it goes.
+	r.feedd = make(chan struct{})
+	if cfg.Feed {
+		fopts := []feed.Option{feed.WithLogger(cfg.Log), feed.WithTrust(l.Trust), feed.WithSigner(l.Signer)}
+		if cfg.FeedMaxAge != 0 {
+			fopts = append(fopts, feed.WithMaxAge(max(0, cfg.FeedMaxAge)))
+		}
+		if r.Relay, err = feed.NewRelay(js, cfg.Layout, fopts...); err == nil {
+			err = l.AddReader(r.Relay)
+		}
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		if cfg.Metrics != nil {
+			rl := r.Relay
+			cfg.Metrics.RegisterFeedRelay(metrics.FeedRelayStats{
+				Relayed: rl.Relayed, Lost: rl.Lost, Forged: rl.Forged, Drift: rl.Drift,
+				Queued:            func() uint64 { return uint64(rl.Queued()) },
+				CheckpointLoaded:  func() uint64 { return rl.CheckpointStats().Loaded },
+				CheckpointWritten: func() uint64 { return rl.CheckpointStats().Written },
+			})
+		}
+		go func() { defer close(r.feedd); _ = r.Relay.Run(runCtx) }()
+	} else {
+		close(r.feedd)
+	}
+	go func() {
+		err := l.Run(runCtx)
+		if runCtx.Err() == nil {
+			// The follower stopped on its own: this replica's book no
+			// longer advances, so it must stop answering.
+			cfg.Log.Error("ledger follower stopped", "err", err)
+			r.err = err
+			close(r.failed)
+		}
+		r.done <- err
+	}()
+	select {
+	case <-l.Ready():
+	case err := <-r.done:
+		cancel()
+		return nil, fmt.Errorf("service: ledger follower stopped: %w", err)
+	case <-time.After(cfg.ReadyTimeout):
+		cancel()
+		<-r.done
+		return nil, errors.New("service: ledger fold did not finish in time")
+	}
+	// Who may write is the ledger's: this replica's own trusted keys are
+	// merged into the ledger's trust revision (the first one, if the
+	// ledger has none), and a replica whose key the ledger does not trust
+	// refuses to start rather than write revisions every replica skips.
+	if _, err := l.PublishTrust(ctx, l.Gate().Anchor(), cfg.Now()); err != nil {
+		cancel()
+		<-r.done
+		return nil, fmt.Errorf("service: writing this replica's trusted keys into the ledger: %w", err)
+	}
+	if err := l.CheckWriter(); err != nil {
+		cancel()
+		<-r.done
+		return nil, fmt.Errorf("service: %w", err)
+	}
+	r.reportd = make(chan struct{})
+	if cfg.Reports {
+		r.Reports = agg
+		go func() {
+			defer close(r.reportd)
+			if err := r.Reports.Run(runCtx); err != nil {
+				cfg.Log.Error("spend report stopped; report answers ledger_unavailable", "err", err)
+			}
+		}()
+	} else {
+		close(r.reportd)
+	}
+	if r.Reports != nil && cfg.Metrics != nil {
+		cfg.Metrics.RegisterReport(r.Reports.Size)
+	}
+	r.denyd = make(chan struct{})
+	if !cfg.NoDenialRecords {
+		name := cfg.Name
+		if name == "" {
+			name = nuid.Next()
+		}
+		if _, err = streams.EnsureDenials(ctx, js, cfg.Layout, cfg.DenialMaxAge); err == nil {
+			r.Denials, err = NewDenialRecorder(js, cfg.Layout, name, cfg.DenialBuffer, cfg.Log)
+		}
+		if err != nil {
+			cancel()
+			<-r.reportd
+			<-r.done
+			return nil, err
+		}
+		if cfg.Metrics != nil {
+			cfg.Metrics.RegisterDenials(r.Denials.Recorded, r.Denials.Dropped, r.Denials.Failed)
+		}
+		go func() { defer close(r.denyd); _ = r.Denials.Run(runCtx) }()
+	} else {
+		close(r.denyd)
+	}
+	svc, err := Start(nc, Config{Ledger: l, Admitter: a, Settler: st, Now: cfg.Now, Log: cfg.Log, Metrics: cfg.Metrics, MaxInFlight: cfg.MaxInFlight, Reports: r.Reports, Denials: r.Denials})
+	if err != nil {
+		cancel()
+		<-r.denyd
+		<-r.reportd
+		<-r.done
+		return nil, err
+	}
+	r.Service = svc
+	if cfg.Metrics != nil {
+		// Lag and health against the stream's end as its leader has it,
+		// not as the follower's own consumer (on any copy) reports it.
+		cfg.Metrics.RegisterFollowerLag(probe.Lag)
+		cfg.Metrics.RegisterLedgerHealth(func() metrics.LedgerHealth {
+			st := probe.Status()
+			return metrics.LedgerHealth{Ready: probe.Check() == nil, Leader: st.Leader, Delay: st.Delay}
+		})
+		cfg.Metrics.RegisterBudgets(cfg.MetricsBudgets, func() []metrics.BudgetSample {
+			budgets := l.Budgets()
+			out := make([]metrics.BudgetSample, 0, len(budgets))
+			for _, b := range budgets {
+				v, err := svc.view(b.Ref)
+				if err != nil {
+					continue
+				}
+				// The label is the stored scope: a tenant's carries
+				// the tenant ("acme/team:search").
+				out = append(out, metrics.BudgetSample{Scope: string(b.Ref.Scope), Period: string(v.Period), Unit: v.Unit, Open: int(v.Open),
+					Spent: v.Spent, Reserved: v.Reserved, Limit: v.Limit})
+			}
+			return out
+		})
+	}
+	if cfg.Feed { // the tenants' feed consumers, checked at start and every minute
+		tc, _ := feed.NewTenantCheck(js, cfg.Layout, feed.CheckLogger(cfg.Log)) // errs on a nil logger only; cfg.Log is set
+		if cfg.Metrics != nil {
+			cfg.Metrics.RegisterTenantConsumerCheck(tc.Problems, tc.Bad)
+		}
+		r.tenantd = tc.Start(runCtx)
+	}
+	if cfg.SweepInterval >= 0 {
+		go func() { defer close(r.sweepd); _ = sw.Run(runCtx) }()
+	} else {
+		close(r.sweepd)
+	}
+	go func() { defer close(r.healthd); _ = probe.Run(runCtx) }()
+	return r, nil
+}
+
+// Failed is closed if the ledger follower stops on its own (a revision it
+// cannot fold, or the stream is gone); Err then says why. The replica's
+// owner should Stop it: a replica whose book no longer advances must not keep
+// answering.
+func (r *Replica) Failed() <-chan struct{} { return r.failed }
+
+// Err returns why the follower failed, after Failed is closed.
+func (r *Replica) Err() error {
+	select {
+	case <-r.failed:
+		return r.err
+	default:
+		return nil
+	}
+}
+
+// Stop stops taking requests, answers those in flight, then stops the
+// sweeper and the follower. It is safe to call more than once.
+func (r *Replica) Stop() error {
+	r.stopOnce.Do(func() {
+		err := r.Service.Stop()
+		// A graceful stop leaves a snapshot at the stream's end, so the
+		// restart costs what is live (bounded: a stop never hangs on it).
+		sctx, scancel := context.WithTimeout(context.Background(), FinalSnapshotTimeout)
+		if serr := r.Ledger.FinalSnapshot(sctx); serr != nil {
+			r.log.Warn("no snapshot written on stop; the restart folds from the last one", "err", serr)
+		}
+		scancel()
+		r.cancel()
+		<-r.sweepd
+		<-r.feedd
+		if r.tenantd != nil {
+			<-r.tenantd
+		}
+		<-r.denyd
+		<-r.reportd
+		<-r.healthd
+		if ferr := <-r.done; ferr != nil && !errors.Is(ferr, context.Canceled) && err == nil {
+			err = ferr
+		}
+		r.stopErr = err
+	})
+	return r.stopErr
+}
+
+// FinalSnapshotTimeout bounds the snapshot a replica writes when it stops
+// gracefully.
+const FinalSnapshotTimeout = 30 * time.Second
+
+// AddReadModels adds to l, before it runs, the read models every replica
+// keeps and every snapshot carries as sections: the spend report
+// (projector.Aggregator; its denials are read from js) and the spend
+// series (projector.Series). A snapshot written without them cannot be
+// loaded by a replica that keeps them, so every writer of snapshots (a
+// replica, spendgate snapshot) adds both.
+func AddReadModels(l *ledger.Ledger, js jetstream.JetStream, layout streams.Layout, log *slog.Logger, opts ...projector.AggregatorOption) (*projector.Aggregator, *projector.Series, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	agg, err := projector.NewAggregator(js, layout, append([]projector.AggregatorOption{projector.WithAggregatorLogger(log), projector.WithSync(l.Sync)}, opts...)...)
+	if err != nil {
+		return nil, nil, err
+	}
+	series := projector.NewSeries()
+	for _, r := range []ledger.Reader{agg, series} {
+		if err := l.AddReader(r); err != nil {
+			return nil, nil, err
+		}
+	}
+	return agg, series, nil
+}

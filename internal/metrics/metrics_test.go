@@ -424,7 +424,7 @@ func TestNew_OwnRegistry(t *testing.T) {
 // spendgate_ metric they name exists (the gateway's are in
 // internal/gateway), and promtool accepts the file when it is installed.
 func TestReadme_AlertingRules(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../../README.md")
 	require.NoError(t, err)
 	_, rest, ok := strings.Cut(string(readme), "```yaml\ngroups:\n- name: spendgate\n")
 	require.True(t, ok, "the README's alerting rules")

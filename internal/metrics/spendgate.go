@@ -6,8 +6,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/spendgate/spendgate/internal/signing"
 )
 
 // Label values of spendgate_admits_total's result label.
@@ -397,7 +395,7 @@ func (s *Set) Conflicted() { s.CASConflicts.Inc() }
 
 // Rejected counts one ledger revision the replica skipped, by reason (the
 // ledger's RejectObserver).
-func (s *Set) Rejected(reason signing.Reason) { s.RevisionsRejected.With(string(reason)).Inc() }
+func (s *Set) Rejected(reason string) { s.RevisionsRejected.With(reason).Inc() }
 
 // Expired records n reservations released by the sweeper.
 func (s *Set) Expired(n int) {

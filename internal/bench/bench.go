@@ -94,8 +94,6 @@ var benchScenarios = []benchScenario{
 	{"multi3", 64, "64 callers, 3-scope admits: org + user (1 of 64, by caller) + key (1 of 64, random) (one lane revision per group with one lane; an atomic batch over lanes otherwise)"},
 }
 
-const benchDefaultScenarios = "hot1,hot16,hot64,spread64,multi3"
-
 // Usage describes the command for its help text: what it does, the
 // scenarios and the exit status.
 const Usage = `Drives admit+settle cycles over NATS request-reply, as remote callers do, and

@@ -14,7 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
-	"github.com/spendgate/spendgate/internal/service"
+	"github.com/spendgate/spendgate/internal/replica"
+	"github.com/spendgate/spendgate/internal/replicatest"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/testenv"
 )
@@ -58,7 +59,7 @@ func TestAuditBalances_FullDevice(t *testing.T) {
 	}
 	defer full.Close()
 	env := testenv.New(t)
-	env.StartSpendgate(t, service.ReplicaConfig{SweepInterval: -1})
+	replicatest.Start(t, env, replica.Config{SweepInterval: -1})
 	code, _ := e2eCLI(t, env.URL(), "budget", "put", "--scope", "org:acme", "--period", "month", "--limit", "10", "--unit", "USD")
 	require.Equal(t, 0, code)
 	code, _ = e2eCLI(t, env.URL(), "admit", "--scope", "org:acme", "--amount", "1")
@@ -98,7 +99,7 @@ func TestAuditBalances_FullDevice(t *testing.T) {
 func TestOfflineTools_Within(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	env.StartSpendgate(t, service.ReplicaConfig{SweepInterval: -1})
+	replicatest.Start(t, env, replica.Config{SweepInterval: -1})
 	code, _ := e2eCLI(t, env.URL(), "budget", "put", "--scope", "org:acme", "--period", "month", "--limit", "10", "--unit", "USD")
 	require.Equal(t, 0, code)
 	for _, args := range [][]string{

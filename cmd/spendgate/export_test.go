@@ -16,7 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
-	"github.com/spendgate/spendgate/internal/service"
+	"github.com/spendgate/spendgate/internal/replica"
+	"github.com/spendgate/spendgate/internal/replicatest"
 	"github.com/spendgate/spendgate/testenv"
 )
 
@@ -48,7 +49,7 @@ func e2eCLIErr(t *testing.T, url string, args ...string) (int, string, string) {
 func TestCLI_ExportReportBalances(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	env.StartSpendgate(t, service.ReplicaConfig{SweepInterval: -1, Reports: true})
+	replicatest.Start(t, env, replica.Config{SweepInterval: -1, Reports: true})
 	url := env.URL()
 	ok := func(args ...string) string {
 		t.Helper()
@@ -205,7 +206,7 @@ func TestAuditExport_FullDevice(t *testing.T) {
 	}
 	defer full.Close()
 	env := testenv.New(t)
-	env.StartSpendgate(t, service.ReplicaConfig{SweepInterval: -1, Reports: true})
+	replicatest.Start(t, env, replica.Config{SweepInterval: -1, Reports: true})
 	code, _ := e2eCLI(t, env.URL(), "budget", "put", "--scope", "org:acme", "--period", "month", "--limit", "10", "--unit", "USD")
 	require.Equal(t, 0, code)
 	code, _ = e2eCLI(t, env.URL(), "admit", "--scope", "org:acme", "--amount", "1")

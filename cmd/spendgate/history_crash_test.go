@@ -74,7 +74,7 @@ func TestServe_KilledWhileSweepingAndSnapshotting(t *testing.T) {
 	p = startProc(t, true, args...)
 	t.Logf("%v: restarted", time.Now().Format(time.StampMilli))
 	p.kill(t) // again, right after it is ready (a snapshot write may be under way)
-	p = startProc(t, true, args...)
+	startProc(t, true, args...)
 	testenv.WaitFor(t, time.Minute, "every reservation released", func() bool { return open() == 0 })
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -26,6 +26,7 @@ import (
 	"github.com/spendgate/spendgate/internal/metrics"
 	"github.com/spendgate/spendgate/internal/natsconn"
 	"github.com/spendgate/spendgate/internal/ops"
+	"github.com/spendgate/spendgate/internal/replica"
 	"github.com/spendgate/spendgate/internal/secret"
 	"github.com/spendgate/spendgate/internal/service"
 	"github.com/spendgate/spendgate/streams"
@@ -229,7 +230,7 @@ func serve(args []string) int {
 		defer func() { opsStop(); <-opsDone }()
 		go func() { opsDone <- opsSrv.Run(opsCtx) }()
 	}
-	r, err := service.StartReplica(ctx, nc, js, service.ReplicaConfig{
+	r, err := replica.Start(ctx, nc, js, replica.Config{
 		Layout: layout, DefaultTTL: *defTTL, MaxTTL: *maxTTL, SweepInterval: *sweepEvery, Log: log,
 		LedgerOptions: []ledger.Option{ledger.WithSnapshotEvery(*snapRevisions, *snapInterval),
 			ledger.WithSigner(keys.signer), ledger.WithTrust(keys.trust)},

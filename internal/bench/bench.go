@@ -29,6 +29,7 @@ import (
 	"github.com/spendgate/spendgate/embedded"
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/ledger"
+	"github.com/spendgate/spendgate/internal/replica"
 	"github.com/spendgate/spendgate/internal/service"
 	"github.com/spendgate/spendgate/streams"
 )
@@ -92,8 +93,6 @@ var benchScenarios = []benchScenario{
 	{"spread64", 64, "64 callers over 1,000 budgets, a random budget per cycle"},
 	{"multi3", 64, "64 callers, 3-scope admits: org + user (1 of 64, by caller) + key (1 of 64, random) (one lane revision per group with one lane; an atomic batch over lanes otherwise)"},
 }
-
-const benchDefaultScenarios = "hot1,hot16,hot64,spread64,multi3"
 
 // Usage describes the command for its help text: what it does, the
 // scenarios and the exit status.
@@ -470,7 +469,7 @@ type bencher struct {
 	kvs          []jetstream.KeyValue
 	naiveName    string
 	floor        *floorService
-	replicas     []*service.Replica // none with --nats-url
+	replicas     []*replica.Replica // none with --nats-url
 	cleanups     []func()
 	flood        *floodResult // the flood scenario's result, when run
 	// profileWay is the way whose first timed run is CPU-profiled
@@ -600,7 +599,7 @@ func (b *bencher) start() error {
 			if err != nil {
 				return err
 			}
-			r, err := service.StartReplica(b.ctx, snc, sjs, service.ReplicaConfig{Layout: layout, SweepInterval: -1})
+			r, err := replica.Start(b.ctx, snc, sjs, replica.Config{Layout: layout, SweepInterval: -1})
 			if err != nil {
 				return fmt.Errorf("spendgate replica: %w", err)
 			}

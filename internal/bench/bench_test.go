@@ -21,7 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
-	"github.com/spendgate/spendgate/internal/service"
+	"github.com/spendgate/spendgate/internal/replica"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
 )
@@ -301,7 +301,7 @@ func benchHarness(b *testing.B) (client *nats.Conn, layout streams.Layout) {
 	b.Cleanup(snc.Close)
 	sjs, err := jetstream.New(snc)
 	require.NoError(b, err)
-	r, err := service.StartReplica(context.Background(), snc, sjs, service.ReplicaConfig{Layout: env.Layout, SweepInterval: -1})
+	r, err := replica.Start(context.Background(), snc, sjs, replica.Config{Layout: env.Layout, SweepInterval: -1})
 	require.NoError(b, err)
 	b.Cleanup(func() { _ = r.Stop() })
 	client, err = nats.Connect(env.Server.ClientURL(), nats.Name("bench-client"))

@@ -27,7 +27,7 @@ import (
 	"github.com/spendgate/spendgate/embedded"
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/ledger"
-	"github.com/spendgate/spendgate/internal/service"
+	"github.com/spendgate/spendgate/internal/replica"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/streams"
 )
@@ -423,7 +423,7 @@ func expiry(ctx context.Context, srv *embedded.Server, js jetstream.JetStream, l
 		return 0, err
 	}
 	start := time.Now()
-	r, err := service.StartReplica(ctx, nc, rjs, service.ReplicaConfig{Layout: layout, ReadyTimeout: historyTimeout,
+	r, err := replica.Start(ctx, nc, rjs, replica.Config{Layout: layout, ReadyTimeout: historyTimeout,
 		LedgerOptions: []ledger.Option{ledger.WithSnapshotEvery(0, 0)}})
 	if err != nil {
 		return 0, err

@@ -68,7 +68,6 @@ type outage struct {
 	recovered          time.Time
 	longestSilence     time.Duration // longest time without a definitive answer, injection to recovery
 	electedAfter       time.Duration // stream or meta leader faults: until another node led
-	acksDuringRecovery int
 	// unready is, per replica, how long its /readyz answered 503 from the
 	// fault until it was ready again after the recovery, and why first.
 	unready []time.Duration

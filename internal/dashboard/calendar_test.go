@@ -13,7 +13,8 @@ import (
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/dashboard"
 	"github.com/spendgate/spendgate/internal/ledger"
-	"github.com/spendgate/spendgate/internal/service"
+	"github.com/spendgate/spendgate/internal/replica"
+	"github.com/spendgate/spendgate/internal/replicatest"
 	"github.com/spendgate/spendgate/testenv"
 )
 
@@ -34,7 +35,7 @@ func TestDashboard_Calendar(t *testing.T) {
 	}
 	set("2026-12-01T10:30:00Z") // Kiritimati 12-02 00:30, New York 12-01 05:30, Kabul 12-01 15:00
 	env := testenv.New(t)
-	r := env.StartSpendgate(t, service.ReplicaConfig{SweepInterval: -1, Now: now})
+	r := replicatest.Start(t, env, replica.Config{SweepInterval: -1, Now: now})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	define := func(scope, period, tz string) {

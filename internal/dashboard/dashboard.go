@@ -14,7 +14,6 @@ import (
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/ledger"
-	"github.com/spendgate/spendgate/internal/service"
 	"github.com/spendgate/spendgate/projector"
 )
 
@@ -25,7 +24,7 @@ var assets embed.FS
 const Path = "/dashboard/"
 
 // MaxDenials is the most denials /api/denials returns.
-const MaxDenials = service.DenialRingSize
+const MaxDenials = 256
 
 // Book is what the dashboard reads of a replica's fold (a *ledger.Ledger).
 type Book interface {
@@ -43,8 +42,8 @@ type Config struct {
 	// says so until it has); nil: always.
 	Ready func() bool
 	// Denials returns the replica's recent denials, newest first
-	// (service.Service.RecentDenials); nil shows none.
-	Denials func() []service.DeniedAdmit
+	// (the replica's recent denials, newest first); nil shows none.
+	Denials func() []events.AdmitDenied
 	// Replica names this replica on the page (denials are per replica).
 	Replica string
 	// Now is the clock; default time.Now.
@@ -74,7 +73,7 @@ func New(cfg Config) (*Dashboard, error) {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Denials == nil {
-		cfg.Denials = func() []service.DeniedAdmit { return nil }
+		cfg.Denials = func() []events.AdmitDenied { return nil }
 	}
 	d := &Dashboard{cfg: cfg, mux: http.NewServeMux()}
 	sub, err := fs.Sub(assets, "assets")
@@ -372,8 +371,8 @@ func (d *Dashboard) seriesOf(w http.ResponseWriter, r *http.Request) {
 
 // DenialsReply is /api/denials.
 type DenialsReply struct {
-	Replica string                `json:"replica,omitempty"`
-	Denials []service.DeniedAdmit `json:"denials"`
+	Replica string               `json:"replica,omitempty"`
+	Denials []events.AdmitDenied `json:"denials"`
 }
 
 func (d *Dashboard) denials(w http.ResponseWriter, r *http.Request) {
@@ -384,10 +383,10 @@ func (d *Dashboard) denials(w http.ResponseWriter, r *http.Request) {
 	}
 	ds := d.cfg.Denials()
 	if ds == nil {
-		ds = []service.DeniedAdmit{}
+		ds = []events.AdmitDenied{}
 	}
 	if !all {
-		mine := []service.DeniedAdmit{}
+		mine := []events.AdmitDenied{}
 		for _, x := range ds {
 			if x.Tenant == tenant {
 				mine = append(mine, x)

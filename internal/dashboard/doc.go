@@ -21,15 +21,14 @@
 // every tenant's, a tenant's scope carrying its tenant ("acme/team:search").
 //
 // Numbers are the replica's fold of the ledger (what budget.list answers).
-// Time series come from the Dashboard's own ordered consumer on the ledger
-// stream, started HistoryWindow back: for each budget the points of its
-// current period instance, at most MaxPoints, downsampled (halved) as they
-// grow, so memory is bounded by budgets x MaxPoints whatever the traffic. A
-// projector replay on demand would cost a read of the whole stream per page
-// view; the consumer costs one read at start and then follows the tail.
-// Denials are not in the ledger (a denial writes nothing): each replica
-// keeps its last service.DenialRingSize in memory, so the list is per
-// replica and empty after a restart.
+// Time series are projector.Series, a reader the replica's one fold feeds
+// (it travels in the replica's snapshots): for each budget the points of
+// its current period instance, at most MaxPoints, downsampled (halved) as
+// they grow, so memory is bounded by budgets x MaxPoints whatever the
+// traffic. The dashboard opens no consumer of its own. Denials are not in
+// the ledger (a denial writes nothing): each replica keeps its last
+// MaxDenials denial records in memory, so the list is per replica and
+// empty after a restart.
 //
 // Money never touches float on the server: amounts are decimal strings,
 // utilization is integer basis points of the limit, and the forecast is

@@ -3,14 +3,14 @@ package dashboard_test
 import (
 	"github.com/spendgate/spendgate/internal/dashboard"
 	"github.com/spendgate/spendgate/internal/ops"
-	"github.com/spendgate/spendgate/internal/service"
+	"github.com/spendgate/spendgate/internal/replica"
 )
 
 // Example mounts the dashboard on the operator listener, as serve --http
 // does: the page is then at http://ADDR/dashboard/.
 func Example() {
 	var (
-		replica *service.Replica
+		replica *replica.Replica
 		opsSrv  *ops.Server
 	)
 	if replica == nil {

@@ -10,14 +10,15 @@ import (
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/dashboard"
-	"github.com/spendgate/spendgate/internal/service"
+	"github.com/spendgate/spendgate/internal/replica"
+	"github.com/spendgate/spendgate/internal/replicatest"
 	"github.com/spendgate/spendgate/testenv"
 )
 
 // seeded is a replica with a known ledger and a dashboard over it.
 type seeded struct {
 	env *testenv.Env
-	r   *service.Replica
+	r   *replica.Replica
 	d   *dashboard.Dashboard
 	srv *httptest.Server
 }
@@ -31,7 +32,7 @@ type seeded struct {
 func seed(t *testing.T) *seeded {
 	t.Helper()
 	env := testenv.New(t)
-	r := env.StartSpendgate(t, service.ReplicaConfig{SweepInterval: -1})
+	r := replicatest.Start(t, env, replica.Config{SweepInterval: -1})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	put := func(scope, period, limit string) {

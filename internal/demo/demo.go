@@ -20,7 +20,7 @@ import (
 	"github.com/spendgate/spendgate/client"
 	"github.com/spendgate/spendgate/embedded"
 	"github.com/spendgate/spendgate/events"
-	"github.com/spendgate/spendgate/internal/service"
+	"github.com/spendgate/spendgate/internal/replica"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/streams"
 )
@@ -423,7 +423,7 @@ type demoEnv struct {
 	nc        *nats.Conn // the callers' connection
 	js        jetstream.JetStream
 	c         *client.Client
-	replica   *service.Replica
+	replica   *replica.Replica
 	replicaNC *nats.Conn
 }
 
@@ -467,7 +467,7 @@ func (e *demoEnv) startReplica(ctx context.Context) error {
 		nc.Close()
 		return err
 	}
-	r, err := service.StartReplica(ctx, nc, js, service.ReplicaConfig{Layout: e.layout, SweepInterval: -1})
+	r, err := replica.Start(ctx, nc, js, replica.Config{Layout: e.layout, SweepInterval: -1})
 	if err != nil {
 		nc.Close()
 		return fmt.Errorf("start the spendgate replica: %w", err)

@@ -7,7 +7,8 @@ import (
 	"time"
 
 	"github.com/spendgate/spendgate/events"
-	"github.com/spendgate/spendgate/internal/service"
+	"github.com/spendgate/spendgate/internal/replica"
+	"github.com/spendgate/spendgate/internal/replicatest"
 	"github.com/spendgate/spendgate/testenv"
 )
 
@@ -17,7 +18,7 @@ import (
 func BenchmarkRelay_Backfill(b *testing.B) {
 	env := testenv.New(b)
 	ctx := context.Background()
-	r := env.StartSpendgate(b, service.ReplicaConfig{SweepInterval: -1})
+	r := replicatest.Start(b, env, replica.Config{SweepInterval: -1})
 	_, err := r.Ledger.PutBudget(ctx, events.BudgetRef{Scope: "org:bench", Period: events.PeriodMonth}, events.MustMoney("1000000000"), "USD", time.Now())
 	if err != nil {
 		b.Fatal(err)
@@ -35,7 +36,7 @@ func BenchmarkRelay_Backfill(b *testing.B) {
 	b.ResetTimer()
 	// A replica started with the feed on folds the ledger from its start
 	// and its relay fills the feed.
-	rr, err := service.StartReplica(ctx, env.Connect(b), env.JS, service.ReplicaConfig{Layout: env.Layout, SweepInterval: -1, Feed: true})
+	rr, err := replica.Start(ctx, env.Connect(b), env.JS, replica.Config{Layout: env.Layout, SweepInterval: -1, Feed: true})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/feed"
-	"github.com/spendgate/spendgate/internal/service"
+	"github.com/spendgate/spendgate/internal/replica"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
 )
@@ -36,7 +36,7 @@ func Example() {
 	snc, _ := nats.Connect(srv.ClientURL())
 	defer snc.Close()
 	sjs, _ := jetstream.New(snc)
-	r, err := service.StartReplica(ctx, snc, sjs, service.ReplicaConfig{Layout: streams.Default(), SweepInterval: -1, Feed: true})
+	r, err := replica.Start(ctx, snc, sjs, replica.Config{Layout: streams.Default(), SweepInterval: -1, Feed: true})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -14,7 +14,8 @@ import (
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/feed"
-	"github.com/spendgate/spendgate/internal/service"
+	"github.com/spendgate/spendgate/internal/replica"
+	"github.com/spendgate/spendgate/internal/replicatest"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
 )
@@ -27,7 +28,7 @@ func ctxT(t *testing.T) context.Context {
 
 // seed writes budgets and n reservations through r (admits, settles,
 // releases, some over two scopes): revisions of several events each.
-func seed(t *testing.T, ctx context.Context, r *service.Replica, tag string, n int) {
+func seed(t *testing.T, ctx context.Context, r *replica.Replica, tag string, n int) {
 	t.Helper()
 	now := time.Now()
 	for _, s := range []string{"org:acme", "team:search", "team:ads"} {
@@ -149,11 +150,11 @@ func feedLen(ctx context.Context, js jetstream.JetStream, l streams.Layout) uint
 func TestRelay_TwoReplicasExactlyOnceInOrder(t *testing.T) {
 	env := testenv.New(t)
 	ctx := ctxT(t)
-	r1 := env.StartSpendgate(t, service.ReplicaConfig{SweepInterval: -1, Feed: true})
-	r2 := env.StartSpendgate(t, service.ReplicaConfig{SweepInterval: -1, Feed: true})
+	r1 := replicatest.Start(t, env, replica.Config{SweepInterval: -1, Feed: true})
+	r2 := replicatest.Start(t, env, replica.Config{SweepInterval: -1, Feed: true})
 	var wg sync.WaitGroup
 	errs := make(chan error, 2)
-	for i, r := range []*service.Replica{r1, r2} {
+	for i, r := range []*replica.Replica{r1, r2} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -195,12 +196,12 @@ func TestRelay_TwoReplicasExactlyOnceInOrder(t *testing.T) {
 func TestRelay_ResumesAfterRestart(t *testing.T) {
 	env := testenv.New(t)
 	ctx := ctxT(t)
-	r := env.StartSpendgate(t, service.ReplicaConfig{SweepInterval: -1})
+	r := replicatest.Start(t, env, replica.Config{SweepInterval: -1})
 	seed(t, ctx, r, "a", 5)
 	_, err := r.Ledger.Snapshot(ctx) // a snapshot past where the feed will stand
 	require.NoError(t, err)
 	run := func() {
-		rr, err := service.StartReplica(ctx, env.Connect(t), env.JS, service.ReplicaConfig{Layout: env.Layout, SweepInterval: -1, Feed: true})
+		rr, err := replica.Start(ctx, env.Connect(t), env.JS, replica.Config{Layout: env.Layout, SweepInterval: -1, Feed: true})
 		require.NoError(t, err)
 		want := ledgerEvents(t, ctx, env.JS, env.Layout)
 		testenv.WaitFor(t, time.Minute, "the relay to catch up", func() bool {
@@ -225,7 +226,7 @@ func TestRelay_ResumesAfterRestart(t *testing.T) {
 func TestConsumer_KilledAndRestarted(t *testing.T) {
 	env := testenv.New(t)
 	ctx := ctxT(t)
-	r := env.StartSpendgate(t, service.ReplicaConfig{SweepInterval: -1, Feed: true})
+	r := replicatest.Start(t, env, replica.Config{SweepInterval: -1, Feed: true})
 	seed(t, ctx, r, "a", 6)
 
 	cfg := feed.ConsumerConfig(env.Layout, "billing")
@@ -314,10 +315,10 @@ func TestParseID(t *testing.T) {
 func TestRelay_ResumesAfterEveryMessageAgedOut(t *testing.T) {
 	env := testenv.New(t)
 	ctx := ctxT(t)
-	r := env.StartSpendgate(t, service.ReplicaConfig{SweepInterval: -1})
+	r := replicatest.Start(t, env, replica.Config{SweepInterval: -1})
 	seed(t, ctx, r, "a", 3)
 	run := func(maxAge time.Duration, want int) {
-		rr, err := service.StartReplica(ctx, env.Connect(t), env.JS, service.ReplicaConfig{Layout: env.Layout, SweepInterval: -1, Feed: true, FeedMaxAge: maxAge})
+		rr, err := replica.Start(ctx, env.Connect(t), env.JS, replica.Config{Layout: env.Layout, SweepInterval: -1, Feed: true, FeedMaxAge: maxAge})
 		require.NoError(t, err)
 		testenv.WaitFor(t, time.Minute, "the relay to catch up", func() bool {
 			s, err := env.JS.Stream(ctx, env.Layout.FeedStreamName())

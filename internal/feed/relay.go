@@ -77,9 +77,7 @@ type Relay struct {
 	ckWritten, ckLoaded          atomic.Uint64
 	// tailSeen is the last position the feed was known to hold (see
 	// Ceiling); tailReady reports it was read.
-	tailSeen  atomic.Pointer[Position]
-	anchorMu  sync.Mutex
-	anchorErr error
+	tailSeen atomic.Pointer[Position]
 }
 
 // Option configures a Relay.

@@ -17,7 +17,7 @@ import (
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/feed"
 	"github.com/spendgate/spendgate/internal/ledger"
-	"github.com/spendgate/spendgate/internal/service"
+	"github.com/spendgate/spendgate/internal/replica"
 	"github.com/spendgate/spendgate/internal/signing"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
@@ -43,14 +43,14 @@ func (l *logBuf) String() string {
 
 // signedReplica starts a replica that signs with its own key, trusts it,
 // and relays the feed.
-func signedReplica(t *testing.T, env *testenv.Env, s *signing.Signer, log *slog.Logger) *service.Replica {
+func signedReplica(t *testing.T, env *testenv.Env, s *signing.Signer, log *slog.Logger) *replica.Replica {
 	t.Helper()
 	ks, err := signing.NewKeySet([]signing.Key{{Public: s.PublicKey()}}, 0)
 	require.NoError(t, err)
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	r, err := service.StartReplica(ctxT(t), env.Connect(t), env.JS, service.ReplicaConfig{Layout: env.Layout, SweepInterval: -1, Feed: true, Log: log,
+	r, err := replica.Start(ctxT(t), env.Connect(t), env.JS, replica.Config{Layout: env.Layout, SweepInterval: -1, Feed: true, Log: log,
 		LedgerOptions: []ledger.Option{ledger.WithSigner(s), ledger.WithTrust(ks)}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = r.Stop() })

@@ -21,7 +21,7 @@ type keys struct {
 // RejectObserver is an Observer that is also told of every revision the
 // replica skipped (see Ledger.Rejected), with its reason.
 type RejectObserver interface {
-	Rejected(reason signing.Reason)
+	Rejected(reason string)
 }
 
 // Signer returns the key the replica signs with now (nil: unsigned).
@@ -68,7 +68,7 @@ func (l *Ledger) reject(r *Rejection) {
 	l.keys.rejected.Add(1)
 	l.opts.log.Error("ledger: revision skipped; not folded", "seq", r.Seq, "key", r.Key, "reason", string(r.Reason), "err", r.Err)
 	if o, ok := l.opts.observer.(RejectObserver); ok {
-		o.Rejected(r.Reason)
+		o.Rejected(string(r.Reason))
 	}
 }
 

@@ -364,7 +364,7 @@ func snapRes(r *Reservation) snapReservation {
 		Balances: append([]events.BalanceRef(nil), r.Balances...), OpenedAt: r.OpenedAt, ExpiresAt: r.ExpiresAt,
 		Status: r.Status, Late: r.Late, Pricing: r.Pricing}
 	for _, p := range r.Parts {
-		sr.Parts = append(sr.Parts, snapPart{p.Key, p.Unit, p.Amount, p.Actual})
+		sr.Parts = append(sr.Parts, snapPart(p))
 	}
 	return sr
 }
@@ -373,7 +373,7 @@ func (sr *snapReservation) reservation() *Reservation {
 	r := &Reservation{ID: sr.ID, RequestID: sr.RequestID, RequestHash: sr.RequestHash, Balances: sr.Balances,
 		Parts: make([]Part, 0, len(sr.Parts)), OpenedAt: sr.OpenedAt, ExpiresAt: sr.ExpiresAt, Status: sr.Status, Late: sr.Late, Pricing: sr.Pricing}
 	for _, p := range sr.Parts {
-		r.Parts = append(r.Parts, Part{Key: p.Key, Unit: p.Unit, Amount: p.Amount, Actual: p.Actual})
+		r.Parts = append(r.Parts, Part(p))
 	}
 	return r
 }

@@ -37,10 +37,10 @@ func v3Book(t testing.TB) (*book, uint64) {
 		bl[ref] = x
 	}
 	type res struct {
-		id, req, hash, amount, actual string
-		refs                          []events.BalanceRef
-		expires                       time.Time
-		pricing                       *events.PriceQuote
+		id, req, hash, amount string
+		refs                  []events.BalanceRef
+		expires               time.Time
+		pricing               *events.PriceQuote
 	}
 	open := func(seq uint64, r res) {
 		if r.refs == nil {

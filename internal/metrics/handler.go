@@ -12,7 +12,7 @@ import (
 // ContentType is the media type Handler answers a scrape without an Accept
 // header with: the text exposition format, version 0.0.4 (Prometheus
 // itself asks for and gets the protobuf or OpenMetrics format).
-var ContentType = string(expfmt.Negotiate(http.Header{}))
+var ContentType = string(expfmt.NegotiateAccept(http.Header{}, expfmt.DefaultAcceptedFormats()...))
 
 // LatencyBuckets are the upper bounds, in seconds, of the latency
 // histograms: 100µs to 10s, about three per decade. An in-process admit

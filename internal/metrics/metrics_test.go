@@ -25,8 +25,6 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
-
-	"github.com/spendgate/spendgate/internal/signing"
 )
 
 // gather collects r once (failing on any collection error, such as two
@@ -94,7 +92,7 @@ func fullSet(budgets func() []BudgetSample) *Set {
 	s.AdmitChecks.WithLabelValues("check", ResultAdmitted, "").Inc()
 	s.ObserveRequest("admit", CodeOK, time.Millisecond)
 	s.LedgerBusy.WithLabelValues(BusyInflight).Inc()
-	s.Rejected(signing.Reason("unsigned"))
+	s.Rejected("unsigned")
 	s.Committed(2)
 	s.Conflicted()
 	s.Expired(3)

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/spendgate/spendgate/internal/signing"
 )
 
 // Label values of spendgate_admits_total's result label.
@@ -323,9 +321,7 @@ func (s *Set) Conflicted() { s.CASConflicts.Inc() }
 
 // Rejected counts one ledger revision the replica skipped, by reason (the
 // ledger's RejectObserver).
-func (s *Set) Rejected(reason signing.Reason) {
-	s.RevisionsRejected.WithLabelValues(string(reason)).Inc()
-}
+func (s *Set) Rejected(reason string) { s.RevisionsRejected.WithLabelValues(reason).Inc() }
 
 // Expired records n reservations released by the sweeper.
 func (s *Set) Expired(n int) {

@@ -18,20 +18,20 @@ import (
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/feed"
 	"github.com/spendgate/spendgate/internal/natsconn"
+	"github.com/spendgate/spendgate/internal/replica"
 	"github.com/spendgate/spendgate/internal/roles"
-	"github.com/spendgate/spendgate/internal/service"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/streams"
 )
 
 // startReplica runs a spendgate replica on id's connection until t ends.
-func startReplica(t *testing.T, id *ident, l streams.Layout) *service.Replica {
+func startReplica(t *testing.T, id *ident, l streams.Layout) *replica.Replica {
 	t.Helper()
 	js, err := jetstream.New(id.nc)
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	r, err := service.StartReplica(ctx, id.nc, js, service.ReplicaConfig{Layout: l, SweepInterval: 100 * time.Millisecond, Feed: true})
+	r, err := replica.Start(ctx, id.nc, js, replica.Config{Layout: l, SweepInterval: 100 * time.Millisecond, Feed: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = r.Stop() })
 	return r

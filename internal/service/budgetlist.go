@@ -90,7 +90,7 @@ func (s *Service) budgetList(ctx context.Context, data []byte) (any, error) {
 	for {
 		out := events.BudgetListReply{Budgets: make([]events.BudgetView, 0, len(page))}
 		for _, e := range page {
-			v, err := s.view(e.ref)
+			v, err := s.BudgetView(e.ref)
 			if err != nil {
 				return nil, err
 			}

@@ -34,7 +34,7 @@ func (s *Service) budgetPut(ctx context.Context, data []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	v, err := s.view(ch.Budget.Ref)
+	v, err := s.BudgetView(ch.Budget.Ref)
 	if err != nil {
 		return nil, err
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
-	"github.com/spendgate/spendgate/internal/service"
+	"github.com/spendgate/spendgate/internal/replica"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
@@ -28,14 +28,14 @@ import (
 func TestCluster_HotBudgetR3(t *testing.T) {
 	c := testenv.NewCluster(t, 3)
 	urls := []string{c.Servers[0].ClientURL(), c.Servers[1].ClientURL()}
-	var replicas []*service.Replica
+	var replicas []*replica.Replica
 	for i, u := range urls {
 		nc, err := nats.Connect(u+","+c.URLs(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond), nats.Name(fmt.Sprintf("replica-%d", i)))
 		require.NoError(t, err)
 		t.Cleanup(nc.Close)
 		js, err := jetstream.New(nc)
 		require.NoError(t, err)
-		r, err := service.StartReplica(ctxT(t), nc, js, service.ReplicaConfig{Layout: c.Layout, SweepInterval: -1})
+		r, err := replica.Start(ctxT(t), nc, js, replica.Config{Layout: c.Layout, SweepInterval: -1})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = r.Stop() })
 		replicas = append(replicas, r)

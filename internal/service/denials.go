@@ -2,7 +2,6 @@ package service
 
 import (
 	"sync"
-	"time"
 
 	"github.com/spendgate/spendgate/events"
 )
@@ -10,31 +9,16 @@ import (
 // DenialRingSize bounds the recent denials a replica keeps in memory.
 const DenialRingSize = 256
 
-// DeniedAdmit is one admit this replica denied. Denials are not in the
-// ledger stream (nothing was written), so each replica only knows its own.
-type DeniedAdmit struct {
-	At time.Time `json:"at"`
-	// Tenant is the tenant the admit acted for ("" for the untenanted
-	// deployment); Scopes and RequestID are as that tenant sent them.
-	Tenant    string            `json:"tenant,omitempty"`
-	RequestID string            `json:"request_id"`
-	Scopes    []string          `json:"scopes"`
-	Amount    string            `json:"amount"`
-	Unit      string            `json:"unit,omitempty"`
-	Metadata  map[string]string `json:"metadata,omitempty"`
-	Denial    events.Denial     `json:"denial"`
-}
-
 // denialRing keeps the last DenialRingSize denials; the zero value is
 // ready.
 type denialRing struct {
 	mu   sync.Mutex
-	buf  [DenialRingSize]DeniedAdmit
+	buf  [DenialRingSize]events.AdmitDenied
 	next int
 	n    int
 }
 
-func (r *denialRing) add(d DeniedAdmit) {
+func (r *denialRing) add(d events.AdmitDenied) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.buf[r.next] = d
@@ -43,12 +27,14 @@ func (r *denialRing) add(d DeniedAdmit) {
 }
 
 // RecentDenials returns up to DenialRingSize admits this replica denied,
-// newest first. Other replicas' denials are not included.
-func (s *Service) RecentDenials() []DeniedAdmit {
+// newest first: the records it appends to the denial stream. Denials are
+// not in the ledger (nothing was written), so other replicas' are not
+// included.
+func (s *Service) RecentDenials() []events.AdmitDenied {
 	r := &s.denials
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]DeniedAdmit, 0, r.n)
+	out := make([]events.AdmitDenied, 0, r.n)
 	for i := 1; i <= r.n; i++ {
 		out = append(out, r.buf[(r.next-i+DenialRingSize)%DenialRingSize])
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
-	"github.com/spendgate/spendgate/internal/service"
+	"github.com/spendgate/spendgate/internal/replica"
 	"github.com/spendgate/spendgate/testenv"
 )
 
@@ -27,7 +27,7 @@ func BenchmarkDeniedAdmit(b *testing.B) {
 			nc := env.Connect(b)
 			js, err := jetstream.New(nc)
 			require.NoError(b, err)
-			r, err := service.StartReplica(ctxT(b), nc, js, service.ReplicaConfig{Layout: env.Layout, SweepInterval: -1, NoDenialRecords: !on})
+			r, err := replica.Start(ctxT(b), nc, js, replica.Config{Layout: env.Layout, SweepInterval: -1, NoDenialRecords: !on})
 			require.NoError(b, err)
 			b.Cleanup(func() { _ = r.Stop() })
 			h := &harness{t: b, env: env, nc: env.Connect(b), clock: &clock{}}

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
-	"github.com/spendgate/spendgate/internal/service"
+	"github.com/spendgate/spendgate/internal/replica"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/streams"
 )
@@ -159,7 +159,7 @@ func TestReport_Denials(t *testing.T) {
 	nc := h.env.Connect(t)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	r, err := service.StartReplica(ctxT(t), nc, js, service.ReplicaConfig{Layout: h.env.Layout, Now: h.clock.now.Load,
+	r, err := replica.Start(ctxT(t), nc, js, replica.Config{Layout: h.env.Layout, Now: h.clock.now.Load,
 		SweepInterval: -1, Reports: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, r.Stop()) })

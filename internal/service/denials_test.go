@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/spendgate/spendgate/events"
 	"github.com/stretchr/testify/require"
 )
 
@@ -12,7 +13,7 @@ func TestService_RecentDenials(t *testing.T) {
 	var s Service
 	require.Empty(t, s.RecentDenials())
 	for i := range DenialRingSize + 10 {
-		s.denials.add(DeniedAdmit{RequestID: strconv.Itoa(i)})
+		s.denials.add(events.AdmitDenied{RequestID: strconv.Itoa(i)})
 	}
 	got := s.RecentDenials()
 	require.Len(t, got, DenialRingSize)

@@ -6,4 +6,8 @@
 // reservation's state. budget.get with a scope and a period answers one
 // budget; with only a scope it answers {"budgets":[...]}, every budget of
 // the scope. `nats micro info spendgate` lists its endpoints.
+//
+// It is the transport only: it decodes a request, hands it to the
+// admitter, settler or ledger it is given, and encodes the answer. Package
+// replica assembles those and starts the service.
 package service

@@ -19,7 +19,7 @@ import (
 	"github.com/spendgate/spendgate/client"
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/ledger"
-	"github.com/spendgate/spendgate/internal/service"
+	"github.com/spendgate/spendgate/internal/replica"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
@@ -137,7 +137,7 @@ func failover(t *testing.T, c foCluster) {
 	rnc := connect("replica")
 	rjs, err := jetstream.New(rnc)
 	require.NoError(t, err)
-	r, err := service.StartReplica(ctxT(t), rnc, rjs, service.ReplicaConfig{Layout: c.layout, SweepInterval: -1})
+	r, err := replica.Start(ctxT(t), rnc, rjs, replica.Config{Layout: c.layout, SweepInterval: -1})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = r.Stop() })
 	cnc := connect("callers")

@@ -17,7 +17,8 @@ import (
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/ledger"
-	"github.com/spendgate/spendgate/internal/service"
+	"github.com/spendgate/spendgate/internal/replica"
+	"github.com/spendgate/spendgate/internal/replicatest"
 	"github.com/spendgate/spendgate/internal/signing"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/streams"
@@ -40,9 +41,9 @@ func newSignedEnv(t *testing.T) *signedEnv {
 	return &signedEnv{env: testenv.New(t), k: k, trust: ks}
 }
 
-func (s *signedEnv) replica(t *testing.T, feed bool) *service.Replica {
+func (s *signedEnv) replica(t *testing.T, feed bool) *replica.Replica {
 	t.Helper()
-	return s.env.StartSpendgate(t, service.ReplicaConfig{SweepInterval: -1, Reports: true, Feed: feed,
+	return replicatest.Start(t, s.env, replica.Config{SweepInterval: -1, Reports: true, Feed: feed,
 		LedgerOptions: []ledger.Option{ledger.WithSigner(s.k), ledger.WithTrust(s.trust), ledger.WithSnapshotEvery(0, 0)}})
 }
 

@@ -12,8 +12,7 @@ import (
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/ledger"
-	"github.com/spendgate/spendgate/internal/service"
-	"github.com/spendgate/spendgate/internal/signing"
+	"github.com/spendgate/spendgate/internal/replica"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
 )
@@ -93,7 +92,7 @@ func TestReplica_GarbageUnderEveryKey(t *testing.T) {
 	nc := h.env.Connect(t)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	third, err := service.StartReplica(ctx, nc, js, service.ReplicaConfig{Layout: h.env.Layout, SweepInterval: -1, ReadyTimeout: 20 * time.Second})
+	third, err := replica.Start(ctx, nc, js, replica.Config{Layout: h.env.Layout, SweepInterval: -1, ReadyTimeout: 20 * time.Second})
 	require.NoError(t, err)
 	defer third.Stop()
 	require.GreaterOrEqual(t, third.Ledger.Stats().Rejected, int64(len(garbageKeys))+1)
@@ -129,12 +128,14 @@ type reasonLog struct {
 	reasons []string
 }
 
+var _ ledger.RejectObserver = (*reasonLog)(nil)
+
 func (r *reasonLog) Committed(int) {}
 func (r *reasonLog) Conflicted()   {}
-func (r *reasonLog) Rejected(reason signing.Reason) {
+func (r *reasonLog) Rejected(reason string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.reasons = append(r.reasons, string(reason))
+	r.reasons = append(r.reasons, reason)
 }
 
 func (r *reasonLog) get() []string {
@@ -155,7 +156,7 @@ func TestReplica_OneLedgerConsumer(t *testing.T) {
 	nc := env.Connect(t)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	r, err := service.StartReplica(ctx, nc, js, service.ReplicaConfig{Layout: env.Layout, SweepInterval: -1,
+	r, err := replica.Start(ctx, nc, js, replica.Config{Layout: env.Layout, SweepInterval: -1,
 		Reports: true, Feed: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, r.Stop()) })

@@ -13,7 +13,7 @@ import (
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/ledger"
 	"github.com/spendgate/spendgate/internal/metrics"
-	"github.com/spendgate/spendgate/internal/service"
+	"github.com/spendgate/spendgate/internal/replica"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
@@ -25,7 +25,7 @@ import (
 type harness struct {
 	t        testing.TB
 	env      *testenv.Env
-	replicas []*service.Replica
+	replicas []*replica.Replica
 	nc       *nats.Conn
 	clock    *clock
 }
@@ -65,7 +65,7 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 		nc := env.Connect(t)
 		js, err := jetstream.New(nc)
 		require.NoError(t, err)
-		r, err := service.StartReplica(ctxT(t), nc, js, service.ReplicaConfig{
+		r, err := replica.Start(ctxT(t), nc, js, replica.Config{
 			Layout: env.Layout, Now: h.clock.now.Load, SweepInterval: -1, LedgerOptions: o.ledgerOpts,
 			MaxInFlight: o.maxInFlight, Metrics: o.metrics, Reports: o.reports, ReportOptions: o.reportOpts,
 		})

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
-	"github.com/spendgate/spendgate/internal/service"
+	"github.com/spendgate/spendgate/internal/replica"
 	"github.com/spendgate/spendgate/testenv"
 )
 
@@ -46,9 +46,9 @@ func TestCluster_MissWithoutLeader(t *testing.T) {
 		require.NoError(t, err)
 		return nc, js
 	}
-	start := func(name string) *service.Replica {
+	start := func(name string) *replica.Replica {
 		nc, js := connect(name)
-		r, err := service.StartReplica(ctxT(t), nc, js, service.ReplicaConfig{Layout: c.layout, SweepInterval: -1})
+		r, err := replica.Start(ctxT(t), nc, js, replica.Config{Layout: c.layout, SweepInterval: -1})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = r.Stop() })
 		return r

@@ -11,6 +11,8 @@ import (
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/ledger"
+	"github.com/spendgate/spendgate/internal/replica"
+	"github.com/spendgate/spendgate/internal/replicatest"
 	"github.com/spendgate/spendgate/internal/service"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/testenv"
@@ -38,7 +40,7 @@ func TestAdmit_RetryNeverDenied(t *testing.T) {
 			env := testenv.New(t)
 			var hold atomic.Pointer[chan struct{}]
 			held := make(chan struct{}, 1)
-			a := env.StartSpendgate(t, service.ReplicaConfig{SweepInterval: -1, LedgerOptions: []ledger.Option{
+			a := replicatest.Start(t, env, replica.Config{SweepInterval: -1, LedgerOptions: []ledger.Option{
 				ledger.UnsafeWriteFaultForTesting(func(ctx context.Context, _ []string) error {
 					if ch := hold.Swap(nil); ch != nil {
 						held <- struct{}{}
@@ -50,7 +52,7 @@ func TestAdmit_RetryNeverDenied(t *testing.T) {
 					}
 					return nil
 				})}})
-			b := env.StartSpendgate(t, service.ReplicaConfig{SweepInterval: -1})
+			b := replicatest.Start(t, env, replica.Config{SweepInterval: -1})
 			ctx := ctxT(t)
 			now := time.Now()
 			_, err := b.Ledger.PutBudget(ctx, events.BudgetRef{Scope: "team:t", Period: events.PeriodMonth}, events.MustMoney("1"), "USD", now)
@@ -125,7 +127,7 @@ func TestAdmit_RetryNeverDenied(t *testing.T) {
 // (reserved once, its reply listing the budget twice).
 func TestAdmit_DuplicateScope(t *testing.T) {
 	env := testenv.New(t)
-	r := env.StartSpendgate(t, service.ReplicaConfig{SweepInterval: -1})
+	r := replicatest.Start(t, env, replica.Config{SweepInterval: -1})
 	ctx := ctxT(t)
 	bud, err := r.Ledger.PutBudget(ctx, events.BudgetRef{Scope: "user:x", Period: events.PeriodMonth}, events.MustMoney("10"), "USD", time.Now())
 	require.NoError(t, err)

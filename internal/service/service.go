@@ -664,23 +664,24 @@ func (s *Service) countAdmit(ctx context.Context, req events.AdmitRequest, reply
 		s.m.Admits.WithLabelValues(metrics.ResultAdmitted, "").Inc()
 	} else if reply.Denial != nil {
 		s.m.Admits.WithLabelValues(metrics.ResultDenied, string(reply.Denial.Reason)).Inc()
-		at, tenant := s.now().UTC(), events.TenantFromContext(ctx)
-		s.denials.add(DeniedAdmit{At: at, Tenant: tenant, RequestID: req.RequestID, Scopes: req.Scopes, Amount: req.Amount,
-			Unit: req.Unit, Metadata: req.Metadata, Denial: *reply.Denial})
-		if s.denialRec != nil {
-			// The record carries the unit the admit was in (the
-			// request's, its price's, or the default) for the report's
-			// groups by unit.
-			unit := req.Unit
-			if reply.Unit != "" {
-				unit = reply.Unit
-			}
-			if unit == "" {
-				unit = defaultAdmitUnit
-			}
-			s.denialRec.Record(events.AdmitDenied{At: at, Tenant: tenant, RequestID: req.RequestID, Scopes: req.Scopes,
-				Amount: req.Amount, Model: req.Model, Unit: unit, Metadata: req.Metadata, Denial: *reply.Denial})
+		// One record of the denial: kept in the replica's ring (the
+		// dashboard's recent denials) and appended to the denial stream
+		// (the report's counts), with the unit the admit was in (the
+		// request's, its price's, or the default).
+		unit := req.Unit
+		if reply.Unit != "" {
+			unit = reply.Unit
 		}
+		if unit == "" {
+			unit = defaultAdmitUnit
+		}
+		d := events.AdmitDenied{Type: events.TypeAdmitDenied, At: s.now().UTC(), Tenant: events.TenantFromContext(ctx),
+			RequestID: req.RequestID, Scopes: req.Scopes, Amount: req.Amount, Model: req.Model, Unit: unit, Metadata: req.Metadata, Denial: *reply.Denial}
+		if s.denialRec != nil {
+			d.Replica = s.denialRec.Replica()
+			s.denialRec.Record(d)
+		}
+		s.denials.add(d)
 	}
 }
 
@@ -763,7 +764,7 @@ func (s *Service) budgetGet(ctx context.Context, data []byte) (any, error) {
 				ref.Unit = req.Unit
 			}
 		}
-		return s.view(ref)
+		return s.BudgetView(ref)
 	}
 	// Only a scope: every budget of it, in period order.
 	bs := s.l.BudgetsOf(scope)
@@ -772,7 +773,7 @@ func (s *Service) budgetGet(ctx context.Context, data []byte) (any, error) {
 	}
 	out := events.BudgetListReply{Budgets: make([]events.BudgetView, 0, len(bs))}
 	for _, b := range bs {
-		v, err := s.view(b.Ref)
+		v, err := s.BudgetView(b.Ref)
 		if err != nil {
 			return nil, err
 		}
@@ -781,9 +782,9 @@ func (s *Service) budgetGet(ctx context.Context, data []byte) (any, error) {
 	return out, nil
 }
 
-// view reads a budget and its balance in the current period instance, its
+// BudgetView reads a budget and its balance in the current period instance, its
 // scope as its tenant names it.
-func (s *Service) view(ref events.BudgetRef) (events.BudgetView, error) {
+func (s *Service) BudgetView(ref events.BudgetRef) (events.BudgetView, error) {
 	b, ok := s.l.Budget(ref)
 	if !ok {
 		return events.BudgetView{}, events.Errorf(events.CodeUnknownBudget, "no budget is defined for %s per %s", ref.Scope.Local(), ref.Period)

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
-	"github.com/spendgate/spendgate/internal/service"
+	"github.com/spendgate/spendgate/internal/replica"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
 )
@@ -29,7 +29,7 @@ func TestCluster_TwoReplicasStartTogether(t *testing.T) {
 		layout, err := streams.New(streams.Config{Bucket: fmt.Sprintf("race%d", round), Prefix: fmt.Sprintf("race%d.", round), Replicas: 3})
 		require.NoError(t, err)
 		var wg sync.WaitGroup
-		replicas := make([]*service.Replica, 2)
+		replicas := make([]*replica.Replica, 2)
 		errs := make([]error, 2)
 		start := make(chan struct{})
 		for i := range replicas {
@@ -42,7 +42,7 @@ func TestCluster_TwoReplicasStartTogether(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				replicas[i], errs[i] = service.StartReplica(ctxT(t), nc, js, service.ReplicaConfig{Layout: layout, SweepInterval: -1})
+				replicas[i], errs[i] = replica.Start(ctxT(t), nc, js, replica.Config{Layout: layout, SweepInterval: -1})
 			}()
 		}
 		close(start)

@@ -14,7 +14,7 @@ import (
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/ledger"
-	"github.com/spendgate/spendgate/internal/service"
+	"github.com/spendgate/spendgate/internal/replica"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/sweep"
 )
@@ -56,7 +56,7 @@ func sweepReplay(t *testing.T, h *harness) *projector.State {
 	return st
 }
 
-func sweepPass(t *testing.T, r *service.Replica) int {
+func sweepPass(t *testing.T, r *replica.Replica) int {
 	t.Helper()
 	n, err := r.Sweeper.Pass(ctxT(t))
 	require.NoError(t, err)

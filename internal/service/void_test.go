@@ -11,7 +11,7 @@ import (
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/ledger"
-	"github.com/spendgate/spendgate/internal/service"
+	"github.com/spendgate/spendgate/internal/replica"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
 )
@@ -204,7 +204,7 @@ func TestVoid_SurvivesSnapshotRestart(t *testing.T) {
 	nc := h.env.Connect(t)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	fresh, err := service.StartReplica(ctxT(t), nc, js, service.ReplicaConfig{Layout: h.env.Layout, Now: h.clock.now.Load, SweepInterval: -1})
+	fresh, err := replica.Start(ctxT(t), nc, js, replica.Config{Layout: h.env.Layout, Now: h.clock.now.Load, SweepInterval: -1})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, fresh.Stop()) })
 	require.Equal(t, info.Seq, fresh.Ledger.SnapshotStats().Loaded, "started from the snapshot")

@@ -1,4 +1,4 @@
-package service
+package replica
 
 import (
 	"log/slog"

@@ -1,4 +1,4 @@
-package service_test
+package replica_test
 
 import (
 	"context"
@@ -11,14 +11,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spendgate/spendgate/events"
-	"github.com/spendgate/spendgate/internal/service"
+	"github.com/spendgate/spendgate/internal/replica"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
 )
 
 // A replica on an embedded server, driven with plain JSON requests as any
 // language would.
-func ExampleStartReplica() {
+func ExampleStart() {
 	dir, _ := os.MkdirTemp("", "spendgate-example-")
 	defer os.RemoveAll(dir)
 	srv, err := testenv.StartServer(testenv.ServerConfig{StoreDir: dir, NoLog: true})
@@ -30,7 +30,7 @@ func ExampleStartReplica() {
 	nc, _ := nats.Connect(srv.ClientURL())
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	r, err := service.StartReplica(context.Background(), nc, js, service.ReplicaConfig{Layout: streams.Default()})
+	r, err := replica.Start(context.Background(), nc, js, replica.Config{Layout: streams.Default()})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -1,4 +1,4 @@
-package service
+package replica
 
 import (
 	"context"
@@ -17,14 +17,15 @@ import (
 	"github.com/spendgate/spendgate/internal/health"
 	"github.com/spendgate/spendgate/internal/ledger"
 	"github.com/spendgate/spendgate/internal/metrics"
+	"github.com/spendgate/spendgate/internal/service"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/settle"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/sweep"
 )
 
-// ReplicaConfig configures one spendgate replica.
-type ReplicaConfig struct {
+// Config configures one spendgate replica.
+type Config struct {
 	Layout streams.Layout
 	// Now is the clock of admissions, settles and the sweeper; default
 	// time.Now.
@@ -70,13 +71,16 @@ type ReplicaConfig struct {
 	Name            string
 	DenialBuffer    int
 	// MaxInFlight bounds the requests the replica handles at once (see
-	// Config.MaxInFlight); 0 means MaxInFlight.
+	// service.Config.MaxInFlight); 0 means service.MaxInFlight.
 	MaxInFlight int
 	// ReadyMaxDelay is how long a revision the ledger stream's leader
 	// reported may wait unfolded before Replica.Health reports the replica
 	// unfit (0: health.DefaultMaxDelay, 10 s).
 	ReadyMaxDelay time.Duration
 }
+
+// The metrics are told of every revision the fold skips, with its reason.
+var _ ledger.RejectObserver = (*metrics.Set)(nil)
 
 // Replica is one running spendgate: the ledger follower, the service
 // endpoints and the sweeper, all stopped by Stop.
@@ -85,42 +89,64 @@ type Replica struct {
 	Admitter *admit.Admitter
 	Settler  *settle.Settler
 	Sweeper  *sweep.Sweeper
-	Service  *Service
-	// Relay is the feed relay, nil unless ReplicaConfig.Feed.
+	Service  *service.Service
+	// Relay is the feed relay, nil unless Config.Feed.
 	Relay *feed.Relay
-	// Reports is the spend report aggregator, nil unless
-	// ReplicaConfig.Reports.
+	// Reports is the spend report aggregator, nil unless Config.Reports.
 	Reports *projector.Aggregator
 	// Series is every budget's spend over time (the dashboard's charts).
-	Series  *projector.Series
-	reportd chan struct{}
+	Series *projector.Series
 	// Denials records the admits the replica denies, nil when
-	// ReplicaConfig.NoDenialRecords.
-	Denials *DenialRecorder
-	denyd   chan struct{}
+	// Config.NoDenialRecords.
+	Denials *service.DenialRecorder
 	// Health tells whether the ledger stream has a leader and the
 	// follower keeps up with its end (the replica's readiness).
-	Health  *health.Probe
-	healthd chan struct{}
+	Health *health.Probe
 
-	// tenantd: the tenants' feed consumer check is done; nil if none.
-	tenantd <-chan struct{}
-
-	feedd  chan struct{}
+	// cancel stops every task; tasks waits for them, in the reverse
+	// order of their start.
 	cancel context.CancelFunc
-	done   chan error
-	sweepd chan struct{}
-	failed chan struct{}
-	err    error
+	tasks  closers
+	// foldErr is why the follower stopped, once tasks has waited for it.
+	foldErr error
+	failed  chan struct{}
+	err     error
 
 	stopOnce sync.Once
 	stopErr  error
 	log      *slog.Logger
 }
 
-// StartReplica ensures the streams, folds the ledger, and starts serving on
-// nc. It returns once the replica answers requests.
-func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg ReplicaConfig) (*Replica, error) {
+// closers is a stack of teardown steps, run in the reverse order they
+// were pushed.
+type closers []func()
+
+func (c *closers) push(f func()) { *c = append(*c, f) }
+
+func (c *closers) close() {
+	for i := len(*c) - 1; i >= 0; i-- {
+		(*c)[i]()
+	}
+	*c = nil
+}
+
+// goTask runs f in a goroutine and pushes the wait for it.
+func (r *Replica) goTask(f func()) {
+	done := make(chan struct{})
+	go func() { defer close(done); f() }()
+	r.tasks.push(func() { <-done })
+}
+
+// teardown stops every task started so far and waits for them.
+func (r *Replica) teardown() {
+	r.cancel()
+	r.tasks.close()
+}
+
+// Start ensures the streams, folds the ledger, and starts serving on nc.
+// It returns once the replica answers requests; on an error, what it had
+// started is stopped.
+func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config) (_ *Replica, err error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -146,6 +172,111 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 	if err := l.AddReader(alertReader{publish: alertPublisher(nc, cfg.Layout, cfg.Log)}); err != nil {
 		return nil, err
 	}
+	a, st, sw, err := engine(l, cfg)
+	if err != nil {
+		return nil, err
+	}
+	var hopts []health.Option
+	if cfg.ReadyMaxDelay != 0 {
+		hopts = append(hopts, health.WithMaxDelay(cfg.ReadyMaxDelay))
+	}
+	probe, err := health.New(l, hopts...)
+	if err != nil {
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	r := &Replica{Ledger: l, Admitter: a, Settler: st, Sweeper: sw, Health: probe, cancel: cancel, failed: make(chan struct{}), log: cfg.Log}
+	defer func() {
+		if err != nil {
+			r.teardown()
+		}
+	}()
+	// The readers of the ledger are fed by the replica's one fold (the
+	// spend report is kept whether or not the report endpoint answers: it
+	// travels in the snapshots, which every replica must be able to load).
+	agg, series, err := AddReadModels(l, js, cfg.Layout, cfg.Log, cfg.ReportOptions...)
+	if err != nil {
+		return nil, err
+	}
+	r.Series = series
+	// The feed relay is a reader of the fold too; it runs before the fold
+	// starts, so that what the fold hands it while it folds the stream
+	// drains as it goes.
+	if cfg.Feed {
+		if err := r.startRelay(runCtx, js, cfg); err != nil {
+			return nil, err
+		}
+	}
+	// The fold. A follower that stops on its own leaves this replica's
+	// book behind the ledger: it must stop answering (Failed).
+	r.goTask(func() {
+		err := l.Run(runCtx)
+		if runCtx.Err() == nil {
+			cfg.Log.Error("ledger follower stopped", "err", err)
+			r.err = err
+			close(r.failed)
+		}
+		r.foldErr = err
+	})
+	select {
+	case <-l.Ready():
+	case <-r.failed:
+		return nil, fmt.Errorf("replica: ledger follower stopped: %w", r.err)
+	case <-time.After(cfg.ReadyTimeout):
+		return nil, errors.New("replica: ledger fold did not finish in time")
+	}
+	// Who may write is the ledger's: this replica's own trusted keys are
+	// merged into the ledger's trust revision (the first one, if the
+	// ledger has none), and a replica whose key the ledger does not trust
+	// refuses to start rather than write revisions every replica skips.
+	if _, err := l.PublishTrust(ctx, l.Gate().Anchor(), cfg.Now()); err != nil {
+		return nil, fmt.Errorf("replica: writing this replica's trusted keys into the ledger: %w", err)
+	}
+	if err := l.CheckWriter(); err != nil {
+		return nil, fmt.Errorf("replica: %w", err)
+	}
+	if cfg.Reports {
+		r.Reports = agg
+		r.goTask(func() {
+			if err := agg.Run(runCtx); err != nil {
+				cfg.Log.Error("spend report stopped; report answers ledger_unavailable", "err", err)
+			}
+		})
+		if cfg.Metrics != nil {
+			cfg.Metrics.RegisterReport(agg.Size)
+		}
+	}
+	if !cfg.NoDenialRecords {
+		if err := r.startDenials(ctx, runCtx, js, cfg); err != nil {
+			return nil, err
+		}
+	}
+	svc, err := service.Start(nc, service.Config{Ledger: l, Admitter: a, Settler: st, Now: cfg.Now, Log: cfg.Log, Metrics: cfg.Metrics,
+		MaxInFlight: cfg.MaxInFlight, Reports: r.Reports, Denials: r.Denials})
+	if err != nil {
+		return nil, err
+	}
+	r.Service = svc
+	if cfg.Metrics != nil {
+		registerMetrics(cfg, l, svc, probe)
+	}
+	if cfg.Feed { // the tenants' feed consumers, checked at start and every minute
+		tc, _ := feed.NewTenantCheck(js, cfg.Layout, feed.CheckLogger(cfg.Log)) // errs on a nil logger only; cfg.Log is set
+		if cfg.Metrics != nil {
+			cfg.Metrics.RegisterTenantConsumerCheck(tc.Problems, tc.Bad)
+		}
+		checked := tc.Start(runCtx)
+		r.tasks.push(func() { <-checked })
+	}
+	if cfg.SweepInterval >= 0 {
+		r.goTask(func() { _ = sw.Run(runCtx) })
+	}
+	r.goTask(func() { _ = probe.Run(runCtx) })
+	return r, nil
+}
+
+// engine makes the admitter, settler and sweeper over l.
+func engine(l *ledger.Ledger, cfg Config) (*admit.Admitter, *settle.Settler, *sweep.Sweeper, error) {
 	aopts := []admit.Option{admit.WithClock(cfg.Now)}
 	if cfg.DefaultTTL != 0 || cfg.MinTTL != 0 || cfg.MaxTTL != 0 {
 		def, lo, hi := cfg.DefaultTTL, cfg.MinTTL, cfg.MaxTTL
@@ -162,11 +293,11 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 	}
 	a, err := admit.New(l, aopts...)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	st, err := settle.New(l, settle.WithClock(cfg.Now))
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	sopts := []sweep.Option{sweep.WithClock(cfg.Now), sweep.WithLogger(cfg.Log)}
 	if cfg.SweepInterval > 0 {
@@ -177,175 +308,83 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 	}
 	sw, err := sweep.New(l, st, sopts...)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
-	var hopts []health.Option
-	if cfg.ReadyMaxDelay != 0 {
-		hopts = append(hopts, health.WithMaxDelay(cfg.ReadyMaxDelay))
+	return a, st, sw, nil
+}
+
+// startRelay adds the feed relay to the fold's readers and runs it.
+func (r *Replica) startRelay(ctx context.Context, js jetstream.JetStream, cfg Config) error {
+	l := r.Ledger
+	fopts := []feed.Option{feed.WithLogger(cfg.Log), feed.WithTrust(l.Trust), feed.WithSigner(l.Signer)}
+	if cfg.FeedMaxAge != 0 {
+		fopts = append(fopts, feed.WithMaxAge(max(0, cfg.FeedMaxAge)))
 	}
-	probe, err := health.New(l, hopts...)
+	rl, err := feed.NewRelay(js, cfg.Layout, fopts...)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	r := &Replica{Ledger: l, Admitter: a, Settler: st, Sweeper: sw, cancel: cancel, done: make(chan error, 1), sweepd: make(chan struct{}), failed: make(chan struct{}), log: cfg.Log, Health: probe, healthd: make(chan struct{})}
-	// The readers of the ledger are fed by the replica's one fold (the
-	// spend report is kept whether or not the report endpoint answers: it
-	// travels in the snapshots, which every replica must be able to load).
-	agg, series, err := AddReadModels(l, js, cfg.Layout, cfg.Log, cfg.ReportOptions...)
-	if err != nil {
-		cancel()
-		return nil, err
+	if err := l.AddReader(rl); err != nil {
+		return err
 	}
-	r.Series = series
-	// The feed relay is a reader of the fold too; it runs before the fold
-	// starts, so that what the fold hands it while it folds the stream
-	// drains as it goes.
-	r.feedd = make(chan struct{})
-	if cfg.Feed {
-		fopts := []feed.Option{feed.WithLogger(cfg.Log), feed.WithTrust(l.Trust), feed.WithSigner(l.Signer)}
-		if cfg.FeedMaxAge != 0 {
-			fopts = append(fopts, feed.WithMaxAge(max(0, cfg.FeedMaxAge)))
-		}
-		if r.Relay, err = feed.NewRelay(js, cfg.Layout, fopts...); err == nil {
-			err = l.AddReader(r.Relay)
-		}
-		if err != nil {
-			cancel()
-			return nil, err
-		}
-		if cfg.Metrics != nil {
-			rl := r.Relay
-			cfg.Metrics.RegisterFeedRelay(metrics.FeedRelayStats{
-				Relayed: rl.Relayed, Lost: rl.Lost, Forged: rl.Forged, Drift: rl.Drift,
-				Queued:            func() uint64 { return uint64(rl.Queued()) },
-				CheckpointLoaded:  func() uint64 { return rl.CheckpointStats().Loaded },
-				CheckpointWritten: func() uint64 { return rl.CheckpointStats().Written },
-			})
-		}
-		go func() { defer close(r.feedd); _ = r.Relay.Run(runCtx) }()
-	} else {
-		close(r.feedd)
-	}
-	go func() {
-		err := l.Run(runCtx)
-		if runCtx.Err() == nil {
-			// The follower stopped on its own: this replica's book no
-			// longer advances, so it must stop answering.
-			cfg.Log.Error("ledger follower stopped", "err", err)
-			r.err = err
-			close(r.failed)
-		}
-		r.done <- err
-	}()
-	select {
-	case <-l.Ready():
-	case err := <-r.done:
-		cancel()
-		return nil, fmt.Errorf("service: ledger follower stopped: %w", err)
-	case <-time.After(cfg.ReadyTimeout):
-		cancel()
-		<-r.done
-		return nil, errors.New("service: ledger fold did not finish in time")
-	}
-	// Who may write is the ledger's: this replica's own trusted keys are
-	// merged into the ledger's trust revision (the first one, if the
-	// ledger has none), and a replica whose key the ledger does not trust
-	// refuses to start rather than write revisions every replica skips.
-	if _, err := l.PublishTrust(ctx, l.Gate().Anchor(), cfg.Now()); err != nil {
-		cancel()
-		<-r.done
-		return nil, fmt.Errorf("service: writing this replica's trusted keys into the ledger: %w", err)
-	}
-	if err := l.CheckWriter(); err != nil {
-		cancel()
-		<-r.done
-		return nil, fmt.Errorf("service: %w", err)
-	}
-	r.reportd = make(chan struct{})
-	if cfg.Reports {
-		r.Reports = agg
-		go func() {
-			defer close(r.reportd)
-			if err := r.Reports.Run(runCtx); err != nil {
-				cfg.Log.Error("spend report stopped; report answers ledger_unavailable", "err", err)
-			}
-		}()
-	} else {
-		close(r.reportd)
-	}
-	if r.Reports != nil && cfg.Metrics != nil {
-		cfg.Metrics.RegisterReport(r.Reports.Size)
-	}
-	r.denyd = make(chan struct{})
-	if !cfg.NoDenialRecords {
-		name := cfg.Name
-		if name == "" {
-			name = nuid.Next()
-		}
-		if _, err = streams.EnsureDenials(ctx, js, cfg.Layout, cfg.DenialMaxAge); err == nil {
-			r.Denials, err = NewDenialRecorder(js, cfg.Layout, name, cfg.DenialBuffer, cfg.Log)
-		}
-		if err != nil {
-			cancel()
-			<-r.reportd
-			<-r.done
-			return nil, err
-		}
-		if cfg.Metrics != nil {
-			cfg.Metrics.RegisterDenials(r.Denials.Recorded, r.Denials.Dropped, r.Denials.Failed)
-		}
-		go func() { defer close(r.denyd); _ = r.Denials.Run(runCtx) }()
-	} else {
-		close(r.denyd)
-	}
-	svc, err := Start(nc, Config{Ledger: l, Admitter: a, Settler: st, Now: cfg.Now, Log: cfg.Log, Metrics: cfg.Metrics, MaxInFlight: cfg.MaxInFlight, Reports: r.Reports, Denials: r.Denials})
-	if err != nil {
-		cancel()
-		<-r.denyd
-		<-r.reportd
-		<-r.done
-		return nil, err
-	}
-	r.Service = svc
+	r.Relay = rl
 	if cfg.Metrics != nil {
-		// Lag and health against the stream's end as its leader has it,
-		// not as the follower's own consumer (on any copy) reports it.
-		cfg.Metrics.RegisterFollowerLag(probe.Lag)
-		cfg.Metrics.RegisterLedgerHealth(func() metrics.LedgerHealth {
-			st := probe.Status()
-			return metrics.LedgerHealth{Ready: probe.Check() == nil, Leader: st.Leader, Delay: st.Delay}
+		cfg.Metrics.RegisterFeedRelay(metrics.FeedRelayStats{
+			Relayed: rl.Relayed, Lost: rl.Lost, Forged: rl.Forged, Drift: rl.Drift,
+			Queued:            func() uint64 { return uint64(rl.Queued()) },
+			CheckpointLoaded:  func() uint64 { return rl.CheckpointStats().Loaded },
+			CheckpointWritten: func() uint64 { return rl.CheckpointStats().Written },
 		})
-		cfg.Metrics.RegisterBudgets(cfg.MetricsBudgets, func() []metrics.BudgetSample {
-			budgets := l.Budgets()
-			out := make([]metrics.BudgetSample, 0, len(budgets))
-			for _, b := range budgets {
-				v, err := svc.view(b.Ref)
-				if err != nil {
-					continue
-				}
-				// The label is the stored scope: a tenant's carries
-				// the tenant ("acme/team:search").
-				out = append(out, metrics.BudgetSample{Scope: string(b.Ref.Scope), Period: string(v.Period), Unit: v.Unit, Open: int(v.Open),
-					Spent: v.Spent, Reserved: v.Reserved, Limit: v.Limit})
+	}
+	r.goTask(func() { _ = rl.Run(ctx) })
+	return nil
+}
+
+// startDenials starts the recorder of the admits this replica denies.
+func (r *Replica) startDenials(ctx, runCtx context.Context, js jetstream.JetStream, cfg Config) error {
+	name := cfg.Name
+	if name == "" {
+		name = nuid.Next()
+	}
+	if _, err := streams.EnsureDenials(ctx, js, cfg.Layout, cfg.DenialMaxAge); err != nil {
+		return err
+	}
+	d, err := service.NewDenialRecorder(js, cfg.Layout, name, cfg.DenialBuffer, cfg.Log)
+	if err != nil {
+		return err
+	}
+	r.Denials = d
+	if cfg.Metrics != nil {
+		cfg.Metrics.RegisterDenials(d.Recorded, d.Dropped, d.Failed)
+	}
+	r.goTask(func() { _ = d.Run(runCtx) })
+	return nil
+}
+
+// registerMetrics gives cfg.Metrics the replica's gauges.
+func registerMetrics(cfg Config, l *ledger.Ledger, svc *service.Service, probe *health.Probe) {
+	// Lag and health against the stream's end as its leader has it, not
+	// as the follower's own consumer (on any copy) reports it.
+	cfg.Metrics.RegisterFollowerLag(probe.Lag)
+	cfg.Metrics.RegisterLedgerHealth(func() metrics.LedgerHealth {
+		st := probe.Status()
+		return metrics.LedgerHealth{Ready: probe.Check() == nil, Leader: st.Leader, Delay: st.Delay}
+	})
+	cfg.Metrics.RegisterBudgets(cfg.MetricsBudgets, func() []metrics.BudgetSample {
+		budgets := l.Budgets()
+		out := make([]metrics.BudgetSample, 0, len(budgets))
+		for _, b := range budgets {
+			v, err := svc.BudgetView(b.Ref)
+			if err != nil {
+				continue
 			}
-			return out
-		})
-	}
-	if cfg.Feed { // the tenants' feed consumers, checked at start and every minute
-		tc, _ := feed.NewTenantCheck(js, cfg.Layout, feed.CheckLogger(cfg.Log)) // errs on a nil logger only; cfg.Log is set
-		if cfg.Metrics != nil {
-			cfg.Metrics.RegisterTenantConsumerCheck(tc.Problems, tc.Bad)
+			// The label is the stored scope: a tenant's carries the
+			// tenant ("acme/team:search").
+			out = append(out, metrics.BudgetSample{Scope: string(b.Ref.Scope), Period: string(v.Period), Unit: v.Unit, Open: int(v.Open),
+				Spent: v.Spent, Reserved: v.Reserved, Limit: v.Limit})
 		}
-		r.tenantd = tc.Start(runCtx)
-	}
-	if cfg.SweepInterval >= 0 {
-		go func() { defer close(r.sweepd); _ = sw.Run(runCtx) }()
-	} else {
-		close(r.sweepd)
-	}
-	go func() { defer close(r.healthd); _ = probe.Run(runCtx) }()
-	return r, nil
+		return out
+	})
 }
 
 // Failed is closed if the ledger follower stops on its own (a revision it
@@ -364,8 +403,9 @@ func (r *Replica) Err() error {
 	}
 }
 
-// Stop stops taking requests, answers those in flight, then stops the
-// sweeper and the follower. It is safe to call more than once.
+// Stop stops taking requests, answers those in flight, writes a snapshot,
+// then stops every task in the reverse order of their start. It is safe
+// to call more than once.
 func (r *Replica) Stop() error {
 	r.stopOnce.Do(func() {
 		err := r.Service.Stop()
@@ -376,16 +416,8 @@ func (r *Replica) Stop() error {
 			r.log.Warn("no snapshot written on stop; the restart folds from the last one", "err", serr)
 		}
 		scancel()
-		r.cancel()
-		<-r.sweepd
-		<-r.feedd
-		if r.tenantd != nil {
-			<-r.tenantd
-		}
-		<-r.denyd
-		<-r.reportd
-		<-r.healthd
-		if ferr := <-r.done; ferr != nil && !errors.Is(ferr, context.Canceled) && err == nil {
+		r.teardown()
+		if ferr := r.foldErr; ferr != nil && !errors.Is(ferr, context.Canceled) && err == nil {
 			err = ferr
 		}
 		r.stopErr = err

@@ -402,19 +402,7 @@ func TestPrintTable_NoBaselines(t *testing.T) {
 	rows := []benchRow{{Scenario: "hot1", Callers: 1, Conns: 1, CyclesPerS: 1000, AdmitP50: 500, AdmitP99: 900, AdmitP999: 990}}
 	var out bytes.Buffer
 	require.NoError(t, b.printTable(&out, rows, nil))
-	sep := regexp.MustCompile(`\s{2,}`)
-	var header, row []string
-	for _, line := range strings.Split(out.String(), "\n") {
-		f := sep.Split(strings.TrimSpace(line), -1)
-		switch f[0] {
-		case "scenario":
-			header = f
-		case "hot1":
-			if row == nil {
-				row = f
-			}
-		}
-	}
+	header, row := tableRow(out.String(), "hot1")
 	require.Equal(t, benchTableColumns, header)
 	require.Len(t, row, len(header), out.String())
 	for i, h := range header {
@@ -432,19 +420,7 @@ func TestPrintTable_NoRedis(t *testing.T) {
 	rows := []benchRow{{Scenario: "hot1", Callers: 1, Conns: 1, CyclesPerS: 1000, ClientCyclesPerS: 900, ClientCPUPerCycle: 120}}
 	var out bytes.Buffer
 	require.NoError(t, b.printTable(&out, rows, nil))
-	sep := regexp.MustCompile(`\s{2,}`)
-	var header, row []string
-	for _, line := range strings.Split(out.String(), "\n") {
-		f := sep.Split(strings.TrimSpace(line), -1)
-		switch f[0] {
-		case "scenario":
-			header = f
-		case "hot1":
-			if row == nil {
-				row = f
-			}
-		}
-	}
+	header, row := tableRow(out.String(), "hot1")
 	require.Len(t, row, len(header), out.String())
 	for i, h := range header {
 		switch {
@@ -456,6 +432,24 @@ func TestPrintTable_NoRedis(t *testing.T) {
 	}
 	require.Contains(t, out.String(), "redis: redis-server not installed (not on PATH): its columns print as -")
 	require.NotContains(t, out.String(), "target (issue 21)")
+}
+
+// tableRow returns the table's header and scenario's row, columns split
+// at two or more spaces.
+func tableRow(out, scenario string) (header, row []string) {
+	sep := regexp.MustCompile(`\s{2,}`)
+	for _, line := range strings.Split(out, "\n") {
+		f := sep.Split(strings.TrimSpace(line), -1)
+		switch f[0] {
+		case "scenario":
+			header = f
+		case scenario:
+			if row == nil {
+				row = f
+			}
+		}
+	}
+	return header, row
 }
 
 // failingWriter accepts limit bytes, then fails every write.

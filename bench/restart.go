@@ -180,7 +180,11 @@ func (r *restartRun) run(ctx context.Context) ([]restartRow, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _, _ = rep.stop(syscall.SIGKILL, restartStopBound) }()
+	defer func() { // the replica of the moment, if any: none outlives the run
+		if rep != nil {
+			_, _ = rep.stop(syscall.SIGKILL, restartStopBound)
+		}
+	}()
 	var clients []*client.Client
 	for i := 0; i < r.o.Conns; i++ {
 		cnc, err := nats.Connect(r.url, nats.Name(fmt.Sprintf("spendgate-restart-client-%d", i)))
@@ -232,15 +236,10 @@ func (r *restartRun) run(ctx context.Context) ([]restartRow, error) {
 	if _, err := rep.stop(syscall.SIGKILL, restartStopBound); err == nil || !strings.Contains(err.Error(), "killed") {
 		return nil, fmt.Errorf("SIGKILL of the replica: %v", err)
 	}
-	t0 = time.Now()
-	if rep, err = r.startReplica(); err != nil {
+	rep, kill, err := r.restart(ctx, "after SIGKILL")
+	if err != nil {
 		return nil, err
 	}
-	kill, err := r.toFirstAdmit(ctx, rep, t0)
-	if err != nil {
-		return nil, fmt.Errorf("restart after SIGKILL: %w", err)
-	}
-	r.logf("restart after SIGKILL: first admit after %s", fmtDur(kill.took))
 	add("SIGKILL, restart: time to first admit", fmtDur(kill.took), "< "+fmtDur(restartKillTarget), metStr(kill.took < restartKillTarget), kill.describe())
 	add("  replica RSS after it (peak)", fmtMB(kill.rss), "-", "-", "peak "+fmtMB(kill.hwm)+"; "+r.perReservation(kill, first))
 
@@ -256,15 +255,10 @@ func (r *restartRun) run(ctx context.Context) ([]restartRow, error) {
 		return nil, err
 	}
 	add("SIGTERM: graceful stop took", fmtDur(stopTook), "-", "-", fmt.Sprintf("%d snapshot(s) after it: %s", len(snaps), describeSnapshots(snaps, st.LastSeq)))
-	t0 = time.Now()
-	if rep, err = r.startReplica(); err != nil {
+	rep, term, err := r.restart(ctx, "after SIGTERM")
+	if err != nil {
 		return nil, err
 	}
-	term, err := r.toFirstAdmit(ctx, rep, t0)
-	if err != nil {
-		return nil, fmt.Errorf("restart after SIGTERM: %w", err)
-	}
-	r.logf("restart after SIGTERM: first admit after %s", fmtDur(term.took))
 	add("SIGTERM, restart: time to first admit", fmtDur(term.took), "< "+fmtDur(restartStopTarget), metStr(term.took < restartStopTarget), term.describe())
 	add("  replica RSS after it (peak)", fmtMB(term.rss), "-", "-", "peak "+fmtMB(term.hwm)+"; "+r.perReservation(term, first))
 
@@ -278,15 +272,10 @@ func (r *restartRun) run(ctx context.Context) ([]restartRow, error) {
 	if err != nil {
 		return nil, err
 	}
-	t0 = time.Now()
-	if rep, err = r.startReplica(); err != nil {
+	rep, whole, err := r.restart(ctx, "without snapshots")
+	if err != nil {
 		return nil, err
 	}
-	whole, err := r.toFirstAdmit(ctx, rep, t0)
-	if err != nil {
-		return nil, fmt.Errorf("restart without snapshots: %w", err)
-	}
-	r.logf("restart without snapshots: first admit after %s", fmtDur(whole.took))
 	add("for comparison: SIGTERM, snapshots deleted, restart", fmtDur(whole.took), "-", "-",
 		fmt.Sprintf("%d snapshot(s) deleted: %s; RSS %s, peak %s", deleted, whole.describe(), fmtMB(whole.rss), fmtMB(whole.hwm)))
 	add("first start on the empty ledger (reference)", fmtDur(first.took), "-", "-", fmt.Sprintf("put the budget, then the first admit; RSS %s, peak %s", fmtMB(first.rss), fmtMB(first.hwm)))
@@ -297,6 +286,23 @@ func (r *restartRun) run(ctx context.Context) ([]restartRow, error) {
 		return rows, fmt.Errorf("%w: restart: %d cycles failed (first: %s)", ErrRequests, w.errors, w.firstErr)
 	}
 	return rows, nil
+}
+
+// restart starts a replica and measures it to its first admit; what
+// names the restart in its log line and errors.
+func (r *restartRun) restart(ctx context.Context, what string) (*child, restartMeasure, error) {
+	t0 := time.Now()
+	rep, err := r.startReplica()
+	if err != nil {
+		return nil, restartMeasure{}, err
+	}
+	m, err := r.toFirstAdmit(ctx, rep, t0)
+	if err != nil {
+		_, _ = rep.stop(syscall.SIGKILL, restartStopBound)
+		return nil, restartMeasure{}, fmt.Errorf("restart %s: %w", what, err)
+	}
+	r.logf("restart %s: first admit after %s", what, fmtDur(m.took))
+	return rep, m, nil
 }
 
 // putBudget defines the hot budget, trying until the first replica

@@ -19,12 +19,32 @@ import (
 
 // Admitter admits reservations against a ledger.
 type Admitter struct {
-	l    *ledger.Ledger
+	l    Ledger
 	opts options
 }
 
+// Ledger is what an Admitter uses of the ledger: a *ledger.Ledger, or in
+// a test of its decisions anything that hands its Txs a ledger.View.
+type Ledger interface {
+	// BudgetsOf returns the budgets of scope; DefaultsOf the defaults of
+	// a scope kind; CreateFromDefault creates a scope's budget from a
+	// default on its first admit.
+	BudgetsOf(scope events.Scope) []ledger.Budget
+	DefaultsOf(kind string) []ledger.Default
+	CreateFromDefault(ctx context.Context, scope events.Scope, d ledger.Default, now time.Time) (bool, error)
+	// Price returns a model's price.
+	Price(model string) (ledger.Price, bool)
+	// Sync returns once what the ledger stream held at the call is
+	// folded.
+	Sync(ctx context.Context) error
+	// SubmitAll decides and commits txs, and returns each one's error.
+	SubmitAll(ctx context.Context, txs []ledger.Tx) []error
+}
+
+var _ Ledger = (*ledger.Ledger)(nil)
+
 // New returns an Admitter over l.
-func New(l *ledger.Ledger, opts ...Option) (*Admitter, error) {
+func New(l Ledger, opts ...Option) (*Admitter, error) {
 	o := defaultOptions()
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
@@ -583,7 +603,7 @@ type admitTx struct {
 
 func (t *admitTx) Balances() []events.BalanceRef { return t.refs }
 
-func (t *admitTx) Decide(v *ledger.View) (events.Events, error) {
+func (t *admitTx) Decide(v ledger.View) (events.Events, error) {
 	t.reply = events.AdmitReply{RequestID: t.req.id, Mode: t.req.replyMode()}
 	if v.Voided(t.req.id) {
 		return nil, events.Errorf(events.CodeRequestVoided,

@@ -11,13 +11,32 @@ import (
 
 // Settler settles, releases and expires reservations.
 type Settler struct {
-	l      *ledger.Ledger
+	l      Ledger
 	now    func() time.Time
 	alerts func([]events.ThresholdCrossed)
 }
 
+// Ledger is what a Settler uses of the ledger: a *ledger.Ledger, or in a
+// test of its decisions anything that hands its Txs a ledger.View.
+type Ledger interface {
+	// Reservation and ByRequest read the book (a copy).
+	Reservation(id string) (*ledger.Reservation, bool)
+	ByRequest(rid string) (*ledger.Reservation, bool)
+	// BudgetsOf returns the budgets of scope.
+	BudgetsOf(scope events.Scope) []ledger.Budget
+	// Sync returns once what the ledger stream held at the call is
+	// folded.
+	Sync(ctx context.Context) error
+	// Submit decides and commits tx; SubmitAll does so for txs and
+	// returns each one's error.
+	Submit(ctx context.Context, tx ledger.Tx) error
+	SubmitAll(ctx context.Context, txs []ledger.Tx) []error
+}
+
+var _ Ledger = (*ledger.Ledger)(nil)
+
 // New returns a Settler over l.
-func New(l *ledger.Ledger, opts ...Option) (*Settler, error) {
+func New(l Ledger, opts ...Option) (*Settler, error) {
 	s := &Settler{l: l, now: time.Now}
 	for _, opt := range opts {
 		if err := opt(s); err != nil {
@@ -215,12 +234,12 @@ type closeTx struct {
 	now    time.Time
 	refs   []events.BalanceRef
 	reply  events.CloseReply
-	view   *ledger.View
+	view   ledger.View
 }
 
 func (t *closeTx) Balances() []events.BalanceRef { return t.refs }
 
-func (t *closeTx) Decide(v *ledger.View) (events.Events, error) {
+func (t *closeTx) Decide(v ledger.View) (events.Events, error) {
 	r, ok := v.Reservation(t.id)
 	if !ok {
 		return nil, events.Errorf(events.CodeUnknownReservation, "reservation %s is unknown", t.id)

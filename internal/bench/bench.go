@@ -113,7 +113,16 @@ provider, and 200 streaming calls at once through it; target at most 1 ms
 added at p50; only when named), and history (a history of --history reservations, default
 1,000,000, written straight to a ledger stream of its own server: restart
 to first admit, replica heap, disk bytes per reservation, audit check,
-expiry of 100,000; only when named).
+expiry of 100,000; only when named), and restart (--restart-reservations
+reservations, default 1,000,000, written by 64 callers through the Go client
+to a replica that is a child process (spendgate serve --nats-url); then the
+time to the first admit and the replica's RSS after a SIGKILL (target < 5 s),
+after a graceful stop (target < 2 s) and with no snapshot; only when named).
+
+When redis-server is on PATH, every hot, spread and multi scenario also runs
+a Redis Lua baseline (one script reserving on one hash per budget, one
+settling) against a redis-server child with appendonly yes, appendfsync
+everysec (always with --sync-always); --redis=false leaves it out.
 
 Exit status: 0 ok; 1 on any error (a failed request included), on any
 over-admission, or on mem over 300 MB; 2 on a usage error.`
@@ -151,9 +160,15 @@ type Options struct {
 	// History is the history scenario's number of reservations
 	// (HistoryDefault when 0).
 	History int
+	// RestartReservations is the restart scenario's number of
+	// reservations (RestartDefault when 0).
+	RestartReservations int
+	// Redis also runs the Redis Lua baseline when redis-server is on
+	// PATH.
+	Redis bool
 	// Self is the spendgate binary the history scenario runs its audits
 	// with, as child processes whose peak RSS is their own ("": in this
-	// process).
+	// process), and the restart scenario its replicas (required).
 	Self string
 	// CPUProfile and MemProfile, when set, are files to write a CPU
 	// profile of the whole run and a heap profile at its end to.
@@ -182,13 +197,14 @@ type Options struct {
 var DefaultScenarios = []string{"hot1", "hot16", "hot64", "spread64", "multi3"}
 
 // ScenarioNames are every scenario's name, mem and flood included.
-var ScenarioNames = []string{"hot1", "hot16", "hot64", "spread64", "multi3", "mem", "flood", "history", "gateway"}
+var ScenarioNames = []string{"hot1", "hot16", "hot64", "spread64", "multi3", "mem", "flood", "history", "gateway", "restart"}
 
 // DefaultOptions returns the defaults of spendgate bench.
 func DefaultOptions() Options {
 	return Options{
 		Prefix: streams.DefaultPrefix, Replicas: 1, ServiceReplicas: 1, Lanes: streams.DefaultLanes,
-		Duration: 3 * time.Second, Reps: 3, Conns: 4, Scenarios: DefaultScenarios, Baselines: true, Client: true,
+		Duration: 3 * time.Second, Reps: 3, Conns: 4, Scenarios: DefaultScenarios, Baselines: true, Client: true, Redis: true,
+		History: HistoryDefault, RestartReservations: RestartDefault,
 	}
 }
 
@@ -200,6 +216,7 @@ type config struct {
 	flood     bool
 	history   bool
 	gateway   bool // gateway.go
+	restart   bool // restart.go
 }
 
 // Validate checks the options as Run does and returns the first problem,
@@ -283,6 +300,10 @@ func (o Options) resolve() (config, error) {
 			c.gateway = true
 			continue
 		}
+		if name == "restart" {
+			c.restart = true
+			continue
+		}
 		found := false
 		for _, sc := range benchScenarios {
 			if sc.name == name {
@@ -307,7 +328,19 @@ func (o Options) resolve() (config, error) {
 	if c.history && (o.NATSURL != "" || o.Cluster != 0) {
 		return c, errors.New("the history scenario embeds its own server: leave out --nats-url and --cluster")
 	}
-	if len(c.scenarios) == 0 && !c.mem && !c.flood && !c.history && !c.gateway {
+	if c.RestartReservations == 0 {
+		c.RestartReservations = RestartDefault
+	}
+	if c.RestartReservations < 1 {
+		return c, errors.New("--restart-reservations must be at least 1")
+	}
+	if c.restart && (o.NATSURL != "" || o.Cluster != 0) {
+		return c, errors.New("the restart scenario embeds its own server: leave out --nats-url and --cluster")
+	}
+	if c.restart && o.Self == "" {
+		return c, errors.New("the restart scenario runs its replica as a child process of the spendgate binary (Options.Self): run it as spendgate bench --scenarios restart")
+	}
+	if len(c.scenarios) == 0 && !c.mem && !c.flood && !c.history && !c.gateway && !c.restart {
 		return c, errors.New("--scenarios names no scenario")
 	}
 	return c, nil
@@ -326,6 +359,14 @@ func Run(ctx context.Context, opts Options, stdout, stderr io.Writer) error {
 	if o.history {
 		if err := runHistory(ctx, o, stdout, stderr); err != nil {
 			return fmt.Errorf("history: %w", err)
+		}
+		if len(o.scenarios) == 0 && !o.mem && !o.flood && !o.gateway && !o.restart {
+			return nil
+		}
+	}
+	if o.restart {
+		if err := runRestart(ctx, o, stdout, stderr); err != nil {
+			return fmt.Errorf("restart: %w", err)
 		}
 		if len(o.scenarios) == 0 && !o.mem && !o.flood && !o.gateway {
 			return nil
@@ -432,6 +473,9 @@ func verdict(rows []benchRow, mem *memResult) error {
 		if r.ClientErrors > 0 {
 			errs = append(errs, fmt.Errorf("%w: %s through the client: %d failed (first: %s)", ErrRequests, r.Scenario, r.ClientErrors, r.ClientFirstError))
 		}
+		if r.RedisErrors > 0 {
+			errs = append(errs, fmt.Errorf("%w: %s on the Redis baseline: %d failed (first: %s)", ErrRequests, r.Scenario, r.RedisErrors, r.RedisFirstError))
+		}
 		if n := r.Errors + r.FloorErrors + r.NaiveErrors + int64(r.capResult.Errors); n > 0 {
 			errs = append(errs, fmt.Errorf("%w: %s: %d failed (spendgate %d, floor %d, naive %d, cap burst %d; first: %s)",
 				ErrRequests, r.Scenario, n, r.Errors, r.FloorErrors, r.NaiveErrors, r.capResult.Errors,
@@ -479,6 +523,12 @@ type bencher struct {
 
 	// gw is the gateway scenario's result, when run (gateway.go).
 	gw *gatewayResult
+
+	// redis is the Redis Lua baseline (redis.go), nil when it does not
+	// run; redisNote then says why ("" when --redis=false).
+	redis       *redisBaseline
+	redisNote   string
+	redisAmount int64 // benchAmount in micro-units
 }
 
 // driveWay is drive, CPU-profiled when way is the one --profile-way names
@@ -656,6 +706,9 @@ func (b *bencher) start() error {
 	if len(b.o.scenarios) == 0 {
 		return nil
 	}
+	if err := b.startRedis(); err != nil {
+		return err
+	}
 	// The naive baseline's own bucket, one KV handle per client connection.
 	b.naiveName = "spendgate_bench_naive_" + b.run
 	ctx, cancel := context.WithTimeout(b.ctx, embedded.DefaultReadyTimeout)
@@ -690,6 +743,36 @@ func (b *bencher) start() error {
 	return nil
 }
 
+// startRedis starts the Redis Lua baseline's redis-server, when asked for
+// and installed.
+func (b *bencher) startRedis() error {
+	if !b.o.Redis {
+		return nil
+	}
+	amount, err := micros(benchAmount)
+	if err != nil {
+		return err
+	}
+	b.redisAmount = amount
+	dir, err := redisDir()
+	if err != nil {
+		return err
+	}
+	b.onClose(func() { _ = os.RemoveAll(dir) })
+	rb, err := startRedis(b.ctx, dir, b.o.SyncAlways)
+	if errors.Is(err, errRedisMissing) {
+		b.redisNote = err.Error()
+		fmt.Fprintf(b.log, "redis baseline: %s; its columns print as -\n", b.redisNote)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("redis baseline: %w", err)
+	}
+	b.onClose(rb.close)
+	b.redis = rb
+	return nil
+}
+
 // connFor returns caller c's connection in a scenario of n callers.
 func (b *bencher) connFor(c int) int { return c % len(b.conns) }
 
@@ -703,6 +786,8 @@ type benchPlan struct {
 	base   string
 	scopes []string
 	keys   []string
+	// redisKeys are the Redis baseline's budget hashes, one per scope.
+	redisKeys []string
 }
 
 func (b *bencher) newPlan(sc benchScenario) *benchPlan {
@@ -710,6 +795,7 @@ func (b *bencher) newPlan(sc benchScenario) *benchPlan {
 	add := func(scope string) {
 		p.scopes = append(p.scopes, scope)
 		p.keys = append(p.keys, "b."+strings.Replace(scope, ":", ".", 1))
+		p.redisKeys = append(p.redisKeys, redisKey(scope))
 	}
 	switch sc.name {
 	case "spread64":
@@ -806,6 +892,11 @@ func (b *bencher) scenario(sc benchScenario) (benchRow, error) {
 	if err := b.defineNaive(p.keys); err != nil {
 		return benchRow{}, err
 	}
+	if b.redis != nil {
+		if err := b.redis.define(b.ctx, p.redisKeys, redisBigLimit); err != nil {
+			return benchRow{}, fmt.Errorf("redis baseline: %w", err)
+		}
+	}
 	capRes, err := b.capBurst(p, "cap", b.requestAdmit)
 	if err != nil {
 		return benchRow{}, err
@@ -820,7 +911,7 @@ func (b *bencher) scenario(sc benchScenario) (benchRow, error) {
 		fmt.Fprintf(b.log, "%s: client cap burst: %d admits fired, %d admitted, %d denied, %d errors -> over-admissions %d\n",
 			sc.name, clientCap.Fired, clientCap.Admitted, clientCap.Denied, clientCap.Errors, clientCap.Over)
 	}
-	var svc, floor, naive, cli, cfloor []runResult
+	var svc, floor, naive, cli, cfloor, rds []runResult
 	admit, settle := b.layout.Endpoint(streams.EndpointAdmit), b.layout.Endpoint(streams.EndpointSettle)
 	for rep := 0; rep < b.o.Reps; rep++ {
 		tag := fmt.Sprintf("%s-%s-%d", b.run, sc.name, rep)
@@ -871,9 +962,18 @@ func (b *bencher) scenario(sc benchScenario) (benchRow, error) {
 			})
 			cfloor = append(cfloor, cf)
 		}
-		fmt.Fprintf(b.log, "%s rep %d/%d: spendgate %.0f cycles/s (p99 %s; %s), client %.0f (p99 %s; %s), floor %.0f (%s), batched floor %.0f (%s), naive %.0f (%.0f%% conflicts)\n",
+		var rr runResult
+		if b.redis != nil {
+			srv0 := b.redis.cpu()
+			rr = b.driveWay("redis", sc.callers, func(ctx context.Context, c, _ int, rng *rand.Rand) (time.Duration, error) {
+				return redisCycle(ctx, b.redis, p.redisKeysOf(p.pick(c, rng)), b.redisAmount)
+			})
+			rr.serverCPU = b.redis.cpu() - srv0
+			rds = append(rds, rr)
+		}
+		fmt.Fprintf(b.log, "%s rep %d/%d: spendgate %.0f cycles/s (p99 %s; %s), client %.0f (p99 %s; %s), floor %.0f (%s), batched floor %.0f (%s), naive %.0f (%.0f%% conflicts), redis %.0f (p50 %s; redis-server %.0fµs CPU per cycle)\n",
 			sc.name, rep+1, b.o.Reps, s.rate(), fmtLatency(s.percentile(0.99)), s.cost(), cr.rate(), fmtLatency(cr.percentile(0.99)), cr.cost(),
-			f.rate(), f.cost(), cf.rate(), cf.cost(), n.rate(), n.conflictPct())
+			f.rate(), f.cost(), cf.rate(), cf.cost(), n.rate(), n.conflictPct(), rr.rate(), fmtLatency(rr.percentile(0.5)), rr.serverCPUPerCycle())
 		if err := b.ctx.Err(); err != nil {
 			return benchRow{}, err
 		}
@@ -882,6 +982,7 @@ func (b *bencher) scenario(sc benchScenario) (benchRow, error) {
 	if b.o.Client {
 		b.summarizeClient(&row, clientCap, cli, cfloor)
 	}
+	summarizeRedis(&row, rds)
 	return row, nil
 }
 
@@ -912,6 +1013,14 @@ func (p *benchPlan) scopesOf(idx []int) []string {
 	return out
 }
 
+func (p *benchPlan) redisKeysOf(idx []int) []string {
+	out := make([]string, len(idx))
+	for i, j := range idx {
+		out[i] = p.redisKeys[j]
+	}
+	return out
+}
+
 func (p *benchPlan) keysOf(idx []int) []string {
 	out := make([]string, len(idx))
 	for i, j := range idx {
@@ -933,6 +1042,17 @@ type runResult struct {
 	firstErr           string
 	// naive only
 	attempts, conflicts int64
+	// redis only: redis-server's CPU time during the run
+	serverCPU time.Duration
+}
+
+// serverCPUPerCycle is the Redis baseline's redis-server CPU time per
+// cycle in µs.
+func (r runResult) serverCPUPerCycle() float64 {
+	if r.cycles == 0 {
+		return 0
+	}
+	return float64(r.serverCPU.Microseconds()) / float64(r.cycles)
 }
 
 // cpuPerCycle is the process's CPU time per cycle in µs (server, replica
@@ -1363,6 +1483,25 @@ type benchRow struct {
 	// (what NATS and the client cost with coalescing, without the ledger).
 	BatchedFloorCyclesPerS float64   `json:"batched_floor_cycles_per_s,omitempty"`
 	BatchedFloorReps       []float64 `json:"batched_floor_cycles_per_s_reps,omitempty"`
+	// ClientCPUPerCycle is this process's CPU time per cycle of the client
+	// runs, in µs: the embedded NATS server, the spendgate replica and the
+	// callers with their Go clients (one process: they cannot be told
+	// apart).
+	ClientCPUPerCycle float64 `json:"client_cpu_us_per_cycle,omitempty"`
+	// Redis*: the Redis Lua baseline (redis.go), zero when it did not run.
+	// RedisCPUPerCycle is redis-server's CPU time plus this process's (the
+	// callers and go-redis) per cycle, RedisServerCPUPerCycle redis-server's
+	// alone, in µs.
+	RedisCyclesPerS        float64   `json:"redis_cycles_per_s,omitempty"`
+	RedisAdmitP50          float64   `json:"redis_admit_p50_us,omitempty"`
+	RedisAdmitP99          float64   `json:"redis_admit_p99_us,omitempty"`
+	ClientXRedis           float64   `json:"client_x_redis,omitempty"`
+	ClientP50XRedis        float64   `json:"client_p50_x_redis_p50,omitempty"`
+	RedisCPUPerCycle       float64   `json:"redis_cpu_us_per_cycle,omitempty"`
+	RedisServerCPUPerCycle float64   `json:"redis_server_cpu_us_per_cycle,omitempty"`
+	RedisReps              []float64 `json:"redis_cycles_per_s_reps,omitempty"`
+	RedisErrors            int64     `json:"redis_errors"`
+	RedisFirstError        string    `json:"redis_first_error,omitempty"`
 	CyclesPerSReps         []float64 `json:"cycles_per_s_reps"`
 	FloorReps              []float64 `json:"floor_cycles_per_s_reps"`
 	NaiveReps              []float64 `json:"naive_cycles_per_s_reps"`
@@ -1457,13 +1596,41 @@ func (b *bencher) summarizeClient(row *benchRow, capRes capResult, cli, cfloor [
 			row.ClientFirstError = r.firstErr
 		}
 	}
+	cpu := make([]float64, len(cli))
+	for i, r := range cli {
+		cpu[i] = r.cpuPerCycle()
+	}
 	row.ClientCyclesPerS, row.ClientAdmitP50, row.ClientAdmitP99 = median(v), median(p50), median(p99)
+	row.ClientCPUPerCycle = median(cpu)
 	row.ClientXFloor = ratio(row.ClientCyclesPerS, row.FloorCyclesPerS)
 	row.ClientOverAdmissions, row.ClientCapAdmitted = capRes.Over, capRes.Admitted
 	row.ClientErrors += int64(capRes.Errors)
 	if row.ClientFirstError == "" {
 		row.ClientFirstError = capRes.FirstErr
 	}
+}
+
+// summarizeRedis fills the row's Redis columns (after the client's): the
+// medians of the reps, and the client's figures over Redis's.
+func summarizeRedis(row *benchRow, rds []runResult) {
+	if len(rds) == 0 {
+		return
+	}
+	n := len(rds)
+	rate, p50, p99, all, srv := make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n)
+	for i, r := range rds {
+		rate[i], p50[i], p99[i] = r.rate(), r.percentile(0.50), r.percentile(0.99)
+		all[i], srv[i] = r.cpuPerCycle()+r.serverCPUPerCycle(), r.serverCPUPerCycle()
+		row.RedisReps = append(row.RedisReps, math.Round(r.rate()))
+		row.RedisErrors += r.errors
+		if row.RedisFirstError == "" {
+			row.RedisFirstError = r.firstErr
+		}
+	}
+	row.RedisCyclesPerS, row.RedisAdmitP50, row.RedisAdmitP99 = median(rate), median(p50), median(p99)
+	row.RedisCPUPerCycle, row.RedisServerCPUPerCycle = median(all), median(srv)
+	row.ClientXRedis = ratio(row.ClientCyclesPerS, row.RedisCyclesPerS)
+	row.ClientP50XRedis = ratio(row.ClientAdmitP50, row.RedisAdmitP50)
 }
 
 func median(v []float64) float64 {
@@ -1491,6 +1658,8 @@ var benchTableColumns = []string{
 	"floor cycles/s", "floor admit p99", "x floor", "naive cycles/s", "naive p99", "x naive",
 	"client cycles/s", "client p50", "client p99", "client x floor", "client over-adm.",
 	"batched floor cycles/s", "client x batched floor",
+	"redis cycles/s", "redis admit p50", "client x redis", "client p50 / redis p50",
+	"client CPU/cycle", "redis CPU/cycle", "redis-server CPU/cycle",
 }
 
 func (b *bencher) facts() string {
@@ -1559,10 +1728,17 @@ func (b *bencher) writeTable(w io.Writer, rows []benchRow, mem *memResult) error
 					cl[5], cl[6] = fmt.Sprintf("%.0f", r.BatchedFloorCyclesPerS), fmtRatio(ratio(r.ClientCyclesPerS, r.BatchedFloorCyclesPerS))
 				}
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n",
+			// Redis's columns say "-" when it did not run; the ratios
+			// when the client did not.
+			rd := []string{"-", "-", "-", "-", fmtCPU(r.ClientCPUPerCycle), "-", "-"}
+			if r.RedisCyclesPerS > 0 || len(r.RedisReps) > 0 {
+				rd = []string{fmt.Sprintf("%.0f", r.RedisCyclesPerS), fmtLatency(r.RedisAdmitP50), fmtRatio(r.ClientXRedis),
+					fmtRatio(r.ClientP50XRedis), fmtCPU(r.ClientCPUPerCycle), fmtCPU(r.RedisCPUPerCycle), fmtCPU(r.RedisServerCPUPerCycle)}
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n",
 				r.Scenario, r.Callers, r.Conns, r.CyclesPerS,
 				fmtLatency(r.AdmitP50), fmtLatency(r.AdmitP99), fmtLatency(r.AdmitP999), r.OverAdmissions,
-				strings.Join(floor, "\t"), strings.Join(naive, "\t"), strings.Join(cl, "\t"))
+				strings.Join(floor, "\t"), strings.Join(naive, "\t"), strings.Join(cl, "\t"), strings.Join(rd, "\t"))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -1592,6 +1768,7 @@ batched floor: the same callers through the same Go client pointed at the floor'
 x floor = cycles/s / floor cycles/s; x naive = cycles/s / naive cycles/s; client x floor = client cycles/s / floor;
   client x batched floor = client cycles/s / batched floor cycles/s.
 `, benchSpreadCapBudgets, benchBigLimit, benchFloorAdmit, benchFloorSettle, benchSpreadBudgets, benchFloorPrefix, benchFloorPrefix)
+		b.writeRedisNotes(w, rows)
 		var conf []string
 		for _, r := range rows {
 			conf = append(conf, fmt.Sprintf("%s %.0f%%", r.Scenario, r.NaiveConflictPct))
@@ -1600,6 +1777,9 @@ x floor = cycles/s / floor cycles/s; x naive = cycles/s / naive cycles/s; client
 			fmt.Fprintf(w, "naive CAS conflicts: %s\n", strings.Join(conf, ", "))
 		}
 		for _, r := range rows {
+			if r.RedisErrors > 0 {
+				fmt.Fprintf(w, "ERRORS %s: redis %d (first: %s)\n", r.Scenario, r.RedisErrors, r.RedisFirstError)
+			}
 			if r.Errors > 0 || r.FloorErrors > 0 || r.NaiveErrors > 0 || r.capResult.Errors > 0 {
 				fmt.Fprintf(w, "ERRORS %s: spendgate %d, floor %d, naive %d, cap burst %d (first: %s)\n",
 					r.Scenario, r.Errors, r.FloorErrors, r.NaiveErrors, r.capResult.Errors, firstNonEmpty(r.FirstError, r.capResult.FirstErr))
@@ -1665,6 +1845,14 @@ func fmtLatency(us float64) string {
 		return fmt.Sprintf("%.2fms", us/1e3)
 	}
 	return fmt.Sprintf("%.2fs", us/1e6)
+}
+
+// fmtCPU formats a CPU time per cycle in µs ("-": not measured).
+func fmtCPU(us float64) string {
+	if us == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0fµs", us)
 }
 
 func fmtRatio(x float64) string {
@@ -1905,25 +2093,8 @@ func writeHeapProfile(path string) error {
 	return f.Close()
 }
 
-// rssMB reads VmRSS from /proc/self/status (0 where there is none).
-func rssMB() float64 {
-	data, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			f := strings.Fields(rest) // "123456 kB"
-			if len(f) >= 1 {
-				kb, err := strconv.ParseFloat(f[0], 64)
-				if err == nil {
-					return kb / 1024
-				}
-			}
-		}
-	}
-	return 0
-}
+// rssMB reads this process's VmRSS in MB (0 where there is none).
+func rssMB() float64 { return float64(procStatusBytes(0, "VmRSS")) / (1 << 20) }
 
 // writeProfile writes the runtime profile name (block, mutex) to path.
 func writeProfile(name, path string) error {

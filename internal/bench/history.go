@@ -619,23 +619,6 @@ func (g *historyGen) revision(ctx context.Context, lane *genLane, b *genBalance,
 	return nil
 }
 
-// procHWM reads a process's peak resident set (VmHWM) in bytes, 0 if it
-// cannot.
-func procHWM(pid int) uint64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			var kb uint64
-			fmt.Sscanf(strings.TrimSpace(rest), "%d", &kb)
-			return kb * 1024
-		}
-	}
-	return 0
-}
-
 // blockBytes sums the message block files of stream name under dir.
 func blockBytes(dir, name string) int64 {
 	var n int64

@@ -105,4 +105,4 @@ type rawTx struct {
 
 func (t *rawTx) Balances() []events.BalanceRef { return t.refs }
 
-func (t *rawTx) Decide(*ledger.View) (events.Events, error) { return t.evs, nil }
+func (t *rawTx) Decide(ledger.View) (events.Events, error) { return t.evs, nil }

@@ -751,7 +751,7 @@ func tooLarge(err error) bool { return streams.IsTooLarge(err) }
 
 // stale reports whether any of lanes has a newer revision than the one v
 // was decided on, folding the newer revisions in if so.
-func (l *Ledger) stale(ctx context.Context, v *View, lanes []string) (bool, error) {
+func (l *Ledger) stale(ctx context.Context, v *group, lanes []string) (bool, error) {
 	stale := false
 	for _, key := range lanes {
 		latest, err := l.latestRev(ctx, key)

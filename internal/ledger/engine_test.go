@@ -35,7 +35,7 @@ func opened(id, rid, hash string, in events.BalanceRef, amount string) events.Re
 type evsTx struct{ evs events.Events }
 
 func (t evsTx) Balances() []events.BalanceRef              { return []events.BalanceRef{bal} }
-func (t evsTx) Decide(*ledger.View) (events.Events, error) { return t.evs, nil }
+func (t evsTx) Decide(ledger.View) (events.Events, error) { return t.evs, nil }
 
 // requestTx opens reservation id for request rid with body hash, or
 // answers idempotency_mismatch if rid is already taken with another hash
@@ -43,7 +43,7 @@ func (t evsTx) Decide(*ledger.View) (events.Events, error) { return t.evs, nil }
 type requestTx struct{ id, rid, hash string }
 
 func (t requestTx) Balances() []events.BalanceRef { return []events.BalanceRef{bal} }
-func (t requestTx) Decide(v *ledger.View) (events.Events, error) {
+func (t requestTx) Decide(v ledger.View) (events.Events, error) {
 	if r, ok := v.ByRequest(t.rid); ok {
 		if r.RequestHash != t.hash {
 			return nil, events.Errorf(events.CodeIdempotencyMismatch, "request id reused")

@@ -34,7 +34,7 @@ type openTx struct {
 
 func (t *openTx) Balances() []events.BalanceRef { return []events.BalanceRef{bal} }
 
-func (t *openTx) Decide(v *ledger.View) (events.Events, error) {
+func (t *openTx) Decide(v ledger.View) (events.Events, error) {
 	b := v.Balance(streams.BalanceKey(bal))
 	t.denied = b.Spent.Add(b.Reserved).Add(t.amount).Cmp(b.Limit) > 0
 	if t.denied {
@@ -50,7 +50,7 @@ func (t *openTx) Decide(v *ledger.View) (events.Events, error) {
 type failTx struct{}
 
 func (failTx) Balances() []events.BalanceRef { return []events.BalanceRef{bal} }
-func (failTx) Decide(*ledger.View) (events.Events, error) {
+func (failTx) Decide(ledger.View) (events.Events, error) {
 	return nil, events.Errorf(events.CodeInvalidAmount, "no")
 }
 

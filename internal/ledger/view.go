@@ -20,17 +20,37 @@ type Tx interface {
 	// Decide returns the events to commit (one or more per touched key,
 	// each naming its balance), or none to commit nothing. An error is the
 	// Tx's final answer; nothing of it is committed.
-	Decide(v *View) (events.Events, error)
+	Decide(v View) (events.Events, error)
 }
 
-// View is what a Tx decides against: the touched balances at the lane
-// revisions the write will require, plus the effect of the Txs decided
-// before it in the same group. Open reservations and request ids are read
+// View is what a Tx decides against: the balances it touches and the
+// reservations and request ids it reads, as of its decision. The ledger's
+// is the group's overlay of the book (see group); a test of a Tx's
+// decisions may give it any other.
+type View interface {
+	// Balance returns the balance of key as of this decision.
+	Balance(key string) Balance
+	// OpenAmount returns the amount reservation id holds in balance key,
+	// if it is open there.
+	OpenAmount(key, id string) (events.Money, bool)
+	// Reservation returns a copy of reservation id as of this decision.
+	Reservation(id string) (*Reservation, bool)
+	// ByRequest returns a copy of the reservation opened for request id
+	// rid, if any.
+	ByRequest(rid string) (*Reservation, bool)
+	// Voided reports whether request id rid is voided as of this
+	// decision.
+	Voided(rid string) bool
+}
+
+// group is the View the committer gives the Txs of one group: the
+// touched balances at the lane revisions the write will require, plus the
+// effect of the Txs decided before it in the same group. Open reservations and request ids are read
 // from the book, which the follower may advance meanwhile; a read that
 // finds one of the view's lanes folded past the view's revision makes the
 // group decide again, so every answer rests on the revisions written or
 // verified.
-type View struct {
+type group struct {
 	l     *Ledger
 	bal   map[string]*viewBalance
 	lanes map[string]uint64       // the revision of each lane the view was taken at (folded or skipped): the write's compare-and-set
@@ -55,7 +75,7 @@ type View struct {
 // checkLanes marks the view stale if the book has folded any lane of the
 // view, among those of refs, past the view's revision. The caller holds
 // l.mu.
-func (v *View) checkLanes(refs []events.BalanceRef) {
+func (v *group) checkLanes(refs []events.BalanceRef) {
 	for _, ref := range refs {
 		lane := v.l.layout.LaneKey(ref)
 		if at, ok := v.lanes[lane]; ok && v.l.bk.rev(lane) != at {
@@ -72,8 +92,8 @@ type viewBalance struct {
 	events  events.Events
 }
 
-func (l *Ledger) newView(refs []events.BalanceRef) *View {
-	v := &View{l: l, bal: make(map[string]*viewBalance, len(refs)), lanes: map[string]uint64{}, prev: map[string]uint64{}, hash: map[string]string{}, res: map[string]*Reservation{}, req: map[string]*Reservation{}, voids: map[string]bool{}}
+func (l *Ledger) newView(refs []events.BalanceRef) *group {
+	v := &group{l: l, bal: make(map[string]*viewBalance, len(refs)), lanes: map[string]uint64{}, prev: map[string]uint64{}, hash: map[string]string{}, res: map[string]*Reservation{}, req: map[string]*Reservation{}, voids: map[string]bool{}}
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	for _, ref := range refs {
@@ -89,7 +109,7 @@ func (l *Ledger) newView(refs []events.BalanceRef) *View {
 }
 
 // Balance returns the balance of key as of this decision.
-func (v *View) Balance(key string) Balance {
+func (v *group) Balance(key string) Balance {
 	if vb := v.bal[key]; vb != nil {
 		return vb.Balance
 	}
@@ -98,7 +118,7 @@ func (v *View) Balance(key string) Balance {
 
 // OpenAmount returns the amount reservation id holds in balance key, if it
 // is open there.
-func (v *View) OpenAmount(key, id string) (events.Money, bool) {
+func (v *group) OpenAmount(key, id string) (events.Money, bool) {
 	vb := v.bal[key]
 	if vb == nil {
 		return events.Money{}, false
@@ -125,7 +145,7 @@ func (v *View) OpenAmount(key, id string) (events.Money, bool) {
 }
 
 // Reservation returns a copy of reservation id as of this decision.
-func (v *View) Reservation(id string) (*Reservation, bool) {
+func (v *group) Reservation(id string) (*Reservation, bool) {
 	if r := v.res[id]; r != nil {
 		return r.clone(), true
 	}
@@ -140,7 +160,7 @@ func (v *View) Reservation(id string) (*Reservation, bool) {
 }
 
 // ByRequest returns the reservation opened for request id rid, if any.
-func (v *View) ByRequest(rid string) (*Reservation, bool) {
+func (v *group) ByRequest(rid string) (*Reservation, bool) {
 	if r := v.req[rid]; r != nil {
 		return r.clone(), true
 	}
@@ -160,7 +180,7 @@ func (v *View) ByRequest(rid string) (*Reservation, bool) {
 // on that shared lane orders the two, so a void absent here is absent at
 // the revision the write requires, or the write fails and the group
 // decides again.
-func (v *View) Voided(rid string) bool {
+func (v *group) Voided(rid string) bool {
 	if v.voids[rid] {
 		return true
 	}
@@ -197,7 +217,7 @@ type undoEntry struct {
 }
 
 // undo puts back what e journaled.
-func (v *View) undo(e *undoEntry) {
+func (v *group) undo(e *undoEntry) {
 	switch e.op {
 	case undoBalance:
 		e.vb.Balance, e.vb.events = e.bal, e.vb.events[:e.n]
@@ -223,7 +243,7 @@ func (v *View) undo(e *undoEntry) {
 // all or none: every change it makes is journaled, and on an error the
 // journal is rolled back, so the view (and so the group's write) is
 // exactly as if the Tx had decided nothing.
-func (v *View) apply(es events.Events) (err error) {
+func (v *group) apply(es events.Events) (err error) {
 	// The journal, and the balances and reservations this Tx has touched,
 	// live on the view and are reused by every Tx of the group.
 	v.journal, v.touched, v.touchedRes = v.journal[:0], v.touched[:0], v.touchedRes[:0]
@@ -257,11 +277,11 @@ func (v *View) apply(es events.Events) (err error) {
 	return nil
 }
 
-// overlay is the View as applyEvent's target: the group's changes on top
+// overlay is the group as applyEvent's target: the group's changes on top
 // of the book, each journaled so that a Tx's can be undone. Its balance
 // methods change v.cur, the balance of the event applied (the key they are
 // given is cur's).
-type overlay View
+type overlay group
 
 func (o *overlay) reserve(_ string, amt events.Money) {
 	o.cur.Reserved = o.cur.Reserved.Add(amt)
@@ -383,7 +403,7 @@ type keyedRevision struct {
 
 // revisions returns the lane revisions to write, sorted by lane key, each
 // naming its changed balances in balance key order.
-func (v *View) revisions() []keyedRevision {
+func (v *group) revisions() []keyedRevision {
 	byLane := map[string][]string{}
 	for k, vb := range v.bal {
 		if len(vb.events) > 0 {
@@ -412,7 +432,7 @@ func (v *View) revisions() []keyedRevision {
 // unwritten returns the lanes of the view that no decision wrote to. A lane
 // the group writes is vouched for by its compare-and-set, for every balance
 // of the lane, written or not.
-func (v *View) unwritten() []string {
+func (v *group) unwritten() []string {
 	written := map[string]bool{}
 	for _, vb := range v.bal {
 		if len(vb.events) > 0 {

@@ -63,7 +63,7 @@ func (h *harness) listAll(req events.BudgetListRequest) []events.BudgetView {
 // refused with invalid_request.
 func TestService_BudgetListPaged(t *testing.T) {
 	h := newHarness(t, harnessOpts{})
-	const perKind = 10_000
+	const perKind = 2_500
 	l := h.replicas[0].Ledger
 	now := h.clock.now.Load()
 	var next atomic.Int64

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/spendgate/spendgate/internal/soak"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
 )
@@ -67,6 +68,7 @@ type procCluster struct {
 // the next round) or "sigstop" (resumed with SIGCONT once another node
 // leads).
 func processes(t *testing.T, mode string) foCluster {
+	soak.Only(t) // the cluster fault test (internal/chaos) kills and pauses nodes in the short suite
 	if testing.Short() {
 		t.Skip("builds and runs node processes")
 	}

@@ -64,7 +64,7 @@ func mixedWorkload(t *testing.T, lanes int, big bool) {
 		go func() {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(g), 7))
-			n := 25
+			n := 12
 			if big {
 				n = 8
 			}

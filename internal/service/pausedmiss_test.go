@@ -12,6 +12,7 @@ import (
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/replica"
+	"github.com/spendgate/spendgate/internal/soak"
 	"github.com/spendgate/spendgate/testenv"
 )
 
@@ -33,6 +34,7 @@ import (
 // stale node. Now the end is read through the leader (ledger: streamEnd):
 // ledger_unavailable until a leader is back, then settled.
 func TestCluster_MissWithoutLeader(t *testing.T) {
+	soak.Only(t) // it waits out elections of a paused cluster
 	if testing.Short() {
 		t.Skip("builds and runs node processes")
 	}

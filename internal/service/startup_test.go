@@ -24,7 +24,7 @@ import (
 // transient start-up error is returned instead of retried.
 func TestCluster_TwoReplicasStartTogether(t *testing.T) {
 	c := testenv.NewCluster(t, 3)
-	const rounds = 4
+	const rounds = 2
 	for round := 0; round < rounds; round++ {
 		layout, err := streams.New(streams.Config{Bucket: fmt.Sprintf("race%d", round), Prefix: fmt.Sprintf("race%d.", round), Replicas: 3})
 		require.NoError(t, err)

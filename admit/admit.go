@@ -290,8 +290,8 @@ func hashRequest(r request) string {
 //
 // A request priced from a model (Model set) reserves its maximum cost at
 // the model's current price (see price); an unpriced model is denied
-// (unpriced_model). A scope without a budget of its own takes its kind's
-// defaults (see budgets). A threshold an admission crosses is written with
+// (unpriced_model). A scope without a budget in a period takes its kind's
+// default for that period (see budgets). A threshold an admission crosses is written with
 // it (events.ThresholdCrossed) and handed to WithAlerts after the commit.
 //
 // If ctx carries a tenant (events.ContextWithTenant), the request acts
@@ -509,7 +509,7 @@ func (r request) replyMode() string {
 }
 
 // budgets returns every budget of every scope of r. A scope without a
-// budget of its own takes the default budgets of its kind: a real admit
+// budget in a period takes its kind's default for that period: a real admit
 // creates them for the scope (ledger.CreateFromDefault: once, whatever the
 // replicas racing it); a check or shadow admit writes nothing and returns
 // them as virtual budgets, which the Tx decides against as new, empty
@@ -565,14 +565,11 @@ func (a *Admitter) budgets(ctx context.Context, r request, now time.Time) ([]led
 	return out, virtual, nil, nil
 }
 
-// defaultsFor returns the defaults of s's kind whose budget s lacks, when
-// s has no budget of its own (bs, its budgets, all came from defaults).
+// defaultsFor returns the defaults of s's kind for the periods in which s
+// has no budget (bs, its budgets, own or from defaults): defaults apply
+// per period, so a scope with a day budget of its own still takes its
+// kind's month default.
 func (a *Admitter) defaultsFor(s events.Scope, bs []ledger.Budget) []ledger.Default {
-	for _, b := range bs {
-		if b.FromDefault == 0 {
-			return nil
-		}
-	}
 	ds := a.l.DefaultsOf(s.Kind())
 	if len(ds) == 0 {
 		return nil

@@ -296,7 +296,10 @@ func (t *closeTx) decideOpen(r *ledger.Reservation) (events.Events, error) {
 
 func (t *closeTx) settle(r *ledger.Reservation, late, afterExpiry bool) events.Events {
 	var evs events.Events
-	t.reply.Overrun = ""
+	t.reply.Overrun, t.reply.Budgets = "", nil
+	// The reply's Reserved is the head part's (Reservation.Amount): its
+	// Overrun must be that part's too, not another budget's.
+	head := headPart(r)
 	for _, ref := range t.refs {
 		key := streams.BalanceKey(ref)
 		reserved := amountIn(r, ref)
@@ -312,8 +315,11 @@ func (t *closeTx) settle(r *ledger.Reservation, late, afterExpiry bool) events.E
 		if afterExpiry {
 			overrun = actual
 		}
-		if !count && overrun.Sign() > 0 {
+		if !count && overrun.Sign() > 0 && key == head {
 			t.reply.Overrun = overrun.String()
+		}
+		if len(t.refs) > 1 {
+			t.reply.Budgets = append(t.reply.Budgets, budgetClose(r, ref, reserved, actual, overrun, count))
 		}
 		evs = append(evs, events.ReservationSettled{ReservationID: t.id, Balance: ref, Reserved: reserved,
 			Actual: actual, Overrun: overrun, Late: late, AfterExpiry: afterExpiry, At: t.now, Usage: t.priced})
@@ -375,6 +381,16 @@ func (t *closeTx) decideClosed(r *ledger.Reservation) (events.Events, error) {
 			} else if over := recorded.Sub(r.Amount()); over.Sign() > 0 {
 				t.reply.Overrun = over.String()
 			}
+			if len(r.Balances) > 1 {
+				for _, ref := range r.Balances {
+					p := r.Part(streams.BalanceKey(ref))
+					if p == nil {
+						continue
+					}
+					count := events.IsCount(p.Unit)
+					t.reply.Budgets = append(t.reply.Budgets, budgetClose(r, ref, p.Amount, p.Actual, p.Actual.Sub(p.Amount).Max(events.Zero), count))
+				}
+			}
 			return nil, nil
 		}
 		return nil, events.ReservationErrorf(events.CodeAlreadySettled, t.id, r.Status,
@@ -386,6 +402,32 @@ func (t *closeTx) decideClosed(r *ledger.Reservation) (events.Events, error) {
 	}
 	return nil, events.ReservationErrorf(events.CodeAlreadyReleased, t.id, r.Status,
 		"reservation %s was already released; its actual cost cannot be recorded", t.id)
+}
+
+// headPart is the balance key of the part whose amount Reservation.Amount
+// reports: the first money part, or the last count part when there is
+// none (Reservation.pick).
+func headPart(r *ledger.Reservation) string {
+	head := ""
+	for i := range r.Parts {
+		head = r.Parts[i].Key
+		if !events.IsCount(r.Parts[i].Unit) {
+			break
+		}
+	}
+	return head
+}
+
+// budgetClose is one budget's line of a settle reply.
+func budgetClose(r *ledger.Reservation, ref events.BalanceRef, reserved, actual, overrun events.Money, count bool) events.BudgetClose {
+	c := events.BudgetClose{Scope: ref.Scope, Period: ref.Period, Instance: ref.Instance, Reserved: reserved.String(), Actual: actual.String()}
+	if p := r.Part(streams.BalanceKey(ref)); p != nil {
+		c.Unit = p.Unit
+	}
+	if !count && overrun.Sign() > 0 {
+		c.Overrun = overrun.String()
+	}
+	return c
 }
 
 // amountIn is what reservation r holds in balance ref.

@@ -91,7 +91,8 @@ func TestCLI_ExportReportBalances(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"reservation_id", "request_id", "scopes", "balances", "unit", "reserved",
 		"opened_at", "expires_at", "settled_at", "released_at", "expired_at", "status", "actual", "overrun", "late",
-		"release_reason", "metadata.feature", "metadata.model"}, recs[0])
+		"release_reason", "model", "price_version", "quoted_input_tokens", "quoted_max_output_tokens", "input_tokens",
+		"output_tokens", "cached_input_tokens", "metadata.feature", "metadata.model"}, recs[0])
 	require.Len(t, recs, 5)
 	col := func(rec []string, name string) string { return rec[indexOf(recs[0], name)] }
 	require.Equal(t, []string{r1, r2, r3, r4}, []string{recs[1][0], recs[2][0], recs[3][0], recs[4][0]})
@@ -170,7 +171,7 @@ func TestCLI_ExportReportBalances(t *testing.T) {
 		{[]string{"report", "--by", "model", "--format", "pdf"}, `--format "pdf": want table or csv`},
 		{[]string{"report", "--by", "model", "--from", "x"}, `--from "x": want an RFC 3339 time`},
 		{[]string{"report", "--by", "model", "--scope", "org:acme"}, `--scope needs --replay`},
-		{[]string{"report", "--by", "model", "--period", "2026-13"}, `--period "2026-13": want a UTC month like 2026-11 or a day like 2026-11-30`},
+		{[]string{"report", "--by", "model", "--period", "2026-13"}, `--period "2026-13": want a UTC month like 2026-11, a week like 2026-W49 or a day like 2026-11-30`},
 		{[]string{"report", "--by", "model", "--period", "2026-11", "--from", "2026-11-01T00:00:00Z"}, `--period replaces --from and --to`},
 		{[]string{"admit", "--scope", "org:acme", "--amount", "1", "--meta", "model"}, `--meta "model": want KEY=VALUE`},
 	} {

@@ -90,7 +90,7 @@ func gatewayCmd(args []string) int {
 	log := logging.New(os.Stderr)
 
 	reg := metrics.NewRegistry()
-	srv, err := ops.New(*listen, reg, ops.WithLogger(log))
+	srv, err := ops.New(*listen, metrics.Handler(reg), ops.WithLogger(log))
 	if err == nil {
 		err = srv.Listen()
 	}

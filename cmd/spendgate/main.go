@@ -23,7 +23,7 @@ const usage = `spendgate: spend caps enforced before the money is spent.
 
 Usage:
   spendgate serve    [--data-dir DIR] [--listen 127.0.0.1:4222] [--nats-url URL] ...
-  spendgate budget put  --scope KIND:ID --period month|week|day|lifetime --limit DECIMAL --unit USD|requests|... [--tz ZONE] [--fixed-slot DECIMAL]
+  spendgate budget put  --scope KIND:ID --period month|week|day|lifetime [--limit DECIMAL] [--unit USD|requests|...] [--tz ZONE] [--fixed-slot DECIMAL] [--replace]
   spendgate budget get  --scope KIND:ID [--period month|week|day|lifetime]
   spendgate budget disable|enable --scope KIND:ID --period PERIOD
   spendgate budget list [--kind KIND] [--sort scope|utilization] [--max N]

@@ -68,7 +68,7 @@ func serve(args []string) int {
 	sweepEvery := fs.Duration("sweep-interval", sweep.DefaultInterval, "how often this replica releases expired reservations (each pass releases everything due, in group commits)")
 	verbose := fs.Bool("v", false, "log debug output, the embedded server's included (--log-level debug)")
 	httpAddr := fs.String("http", "", "serve /metrics, /healthz, /readyz and the spend dashboard (/dashboard/) on this address (e.g. 127.0.0.1:8080); off when empty")
-	metricsBudgets := fs.Int("metrics-budgets", metrics.DefaultBudgetLimit, "per-budget gauges for at most this many budgets, the most reserved first")
+	metricsBudgets := fs.Int("metrics-budgets", metrics.DefaultBudgetLimit, "per-budget gauges for at most this many budgets, the nearest their limit first")
 	feedOn := fs.Bool("feed", false, "relay every ledger event to the live event feed (stream <bucket>_feed, subjects <prefix>feed.v1.>); off by default: it stores each event a second time, and turning it on later back-fills from the ledger's start")
 	feedMaxAge := fs.Duration("feed-max-age", streams.DefaultFeedMaxAge, "with --feed: how long the feed keeps each message, so how long a consumer may be away and resume without missing an event (0: keep every message; give every relaying replica the same value)")
 	reportsOn := fs.Bool("reports", true, "keep the spend report (the report endpoint, spendgate report): sums per hour, scope and metadata value, kept as the ledger folds and saved in its own snapshots in the snapshot bucket; false answers report_unavailable")
@@ -136,7 +136,7 @@ func serve(args []string) int {
 	var opsSrv *ops.Server
 	if *httpAddr != "" {
 		var err error
-		if opsSrv, err = ops.New(*httpAddr, m.Registry, ops.WithLogger(log)); err == nil {
+		if opsSrv, err = ops.New(*httpAddr, m.Handler(), ops.WithLogger(log)); err == nil {
 			err = opsSrv.Listen()
 		}
 		if err != nil {

@@ -104,18 +104,21 @@ type BudgetRow struct {
 	// Scope is the scope as the ledger stores it: a tenant's carries the
 	// tenant ("acme/team:search"), also in Tenant; Kind is the scope's
 	// kind as its tenant names it ("team").
-	Scope     events.Scope  `json:"scope"`
-	Tenant    string        `json:"tenant,omitempty"`
-	Kind      string        `json:"kind"`
-	Period    events.Period `json:"period"`
-	Instance  string        `json:"instance"`
-	Unit      string        `json:"unit"`
-	Limit     string        `json:"limit"`
-	Spent     string        `json:"spent"`
-	Reserved  string        `json:"reserved"`
-	Overrun   string        `json:"overrun"`
-	Available string        `json:"available"`
-	Open      int           `json:"open"`
+	Scope  events.Scope  `json:"scope"`
+	Tenant string        `json:"tenant,omitempty"`
+	Kind   string        `json:"kind"`
+	Period events.Period `json:"period"`
+	// Instance is the ledger's current instance of the budget, in its
+	// time zone TZ ("" for UTC); Forecast.ResetsAt is when it ends.
+	Instance  string `json:"instance"`
+	TZ        string `json:"tz,omitempty"`
+	Unit      string `json:"unit"`
+	Limit     string `json:"limit"`
+	Spent     string `json:"spent"`
+	Reserved  string `json:"reserved"`
+	Overrun   string `json:"overrun"`
+	Available string `json:"available"`
+	Open      int    `json:"open"`
 	// UsedBP is (spent + reserved) / limit and SpentBP spent / limit, in
 	// basis points (10000 = the whole limit), rounded down.
 	UsedBP   int64    `json:"used_bp"`
@@ -206,16 +209,18 @@ func (d *Dashboard) rows(now time.Time, tenant string, all bool) []BudgetRow {
 	return out
 }
 
-// row is budget b in its period instance at now.
+// row is budget b in its period instance at now, in the budget's zone
+// (the ledger's instance: the one its admits reserve in).
 func (d *Dashboard) row(b ledger.Budget, now time.Time) BudgetRow {
-	inst := b.Ref.Period.Instance(now)
+	cal := events.CalendarOf(b.Ref.Period, b.Loc)
+	inst := cal.Instance(now)
 	bal := d.cfg.Book.Balance(events.BalanceRef{Scope: b.Ref.Scope, Period: b.Ref.Period, Instance: inst, Unit: b.Ref.Unit})
 	used := bal.Spent.Add(bal.Reserved)
-	row := BudgetRow{Scope: b.Ref.Scope, Tenant: b.Ref.Scope.Tenant(), Kind: b.Ref.Scope.Local().Kind(), Period: b.Ref.Period, Instance: inst, Unit: b.Unit,
+	row := BudgetRow{Scope: b.Ref.Scope, Tenant: b.Ref.Scope.Tenant(), Kind: b.Ref.Scope.Local().Kind(), Period: b.Ref.Period, Instance: inst, TZ: b.TZ, Unit: b.Unit,
 		Limit: b.Limit.String(), Spent: bal.Spent.String(), Reserved: bal.Reserved.String(), Overrun: bal.Overrun.String(),
 		Available: b.Limit.Sub(used).String(), Open: bal.Open,
 		UsedBP: basisPoints(used, b.Limit), SpentBP: basisPoints(bal.Spent, b.Limit)}
-	row.Forecast = forecast(d.points(b.Ref, inst), b.Limit, b.Ref.Period, now)
+	row.Forecast = forecast(d.points(b.Ref, inst), b.Limit, cal, now)
 	return row
 }
 
@@ -335,10 +340,11 @@ func (d *Dashboard) seriesOf(w http.ResponseWriter, r *http.Request) {
 	}
 	now := d.cfg.Now().UTC()
 	var row *BudgetRow
+	var cal events.Calendar
 	for _, b := range d.cfg.Book.Budgets() {
 		if b.Ref.Scope == scope && b.Ref.Period == period {
 			r := d.row(b, now)
-			row = &r
+			row, cal = &r, events.CalendarOf(b.Ref.Period, b.Loc)
 			break
 		}
 	}
@@ -349,12 +355,8 @@ func (d *Dashboard) seriesOf(w http.ResponseWriter, r *http.Request) {
 	limit, _ := events.ParseMoney(row.Limit)
 	pts := d.points(events.BudgetRef{Scope: scope, Period: period}, row.Instance)
 	out := SeriesReply{Budget: *row, Now: now, Ready: d.cfg.Ready(), Capacity: MaxPoints, Points: make([]SeriesPoint, 0, len(pts))}
-	if end := instanceEnd(period, now); end != nil {
-		if period == events.PeriodMonth {
-			out.Start = end.AddDate(0, -1, 0)
-		} else {
-			out.Start = end.AddDate(0, 0, -1)
-		}
+	if start, _, ok := cal.Bounds(now); ok {
+		out.Start = start.UTC()
 	} else if len(pts) > 0 {
 		out.Start = pts[0].T
 	} else {

@@ -71,25 +71,22 @@ type Forecast struct {
 	BeforeReset bool       `json:"before_reset,omitempty"`
 }
 
-// instanceEnd is the end of the period instance containing now.
-func instanceEnd(p events.Period, now time.Time) *time.Time {
-	now = now.UTC()
-	var t time.Time
-	switch p {
-	case events.PeriodMonth:
-		t = time.Date(now.Year(), now.Month()+1, 1, 0, 0, 0, 0, time.UTC)
-	case events.PeriodDay:
-		t = time.Date(now.Year(), now.Month(), now.Day()+1, 0, 0, 0, 0, time.UTC)
-	default:
+// resetAt is when the instance of cal containing now ends (the
+// calendar's reset), in UTC; nil for lifetime.
+func resetAt(cal events.Calendar, now time.Time) *time.Time {
+	end, ok := cal.ResetAt(now)
+	if !ok {
 		return nil
 	}
-	return &t
+	end = end.UTC()
+	return &end
 }
 
 // forecast computes the pace from pts (the current instance's points) at
-// now, with exact decimals; the result is rounded to the nanosecond.
-func forecast(pts []point, limit events.Money, period events.Period, now time.Time) Forecast {
-	f := Forecast{ResetsAt: instanceEnd(period, now)}
+// now, with exact decimals; the result is rounded to the nanosecond. cal
+// is the budget's calendar (its period in its zone).
+func forecast(pts []point, limit events.Money, cal events.Calendar, now time.Time) Forecast {
+	f := Forecast{ResetsAt: resetAt(cal, now)}
 	if len(pts) == 0 {
 		return f
 	}

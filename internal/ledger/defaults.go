@@ -10,7 +10,7 @@ import (
 
 // Default is the default budget of a scope kind for a period: its
 // definition (Budget's fields but Ref) applies to every scope of Kind that
-// has no budget of its own.
+// has no budget of its own in that period.
 type Default struct {
 	Kind string
 	// Def is the definition; Def.Ref.Scope is empty and Def.Ref.Period
@@ -60,37 +60,53 @@ func (l *Ledger) DefaultsOf(kind string) []Default {
 }
 
 // DefineDefault sets the default budget of kind for def.Ref.Period to def
-// (its Limit, Unit, TZ, Disabled, FixedSlot, Thresholds): one
-// DefaultDefined event in one compare-and-set write of the default key.
-// It changes no budget that exists: a scope's budget is created from the
-// default on the scope's first admit, and keeps that definition. Putting
-// the definition it already has changes nothing.
+// (its Limit, Unit, TZ, Disabled, FixedSlot, Thresholds): EditDefault
+// with an edit that replaces the whole definition.
 //
-// Errors: *events.Error with CodeInvalidTZ, CodeLedgerUnavailable or
-// CodeLedgerBusy.
+// Errors: *events.Error with CodeInvalidTZ, then EditDefault's.
 func (l *Ledger) DefineDefault(ctx context.Context, kind string, def Budget, now time.Time) (BudgetChange, error) {
 	if _, err := events.LoadZone(def.TZ); err != nil {
 		return BudgetChange{}, err
 	}
-	period := def.Ref.Period
+	return l.EditDefault(ctx, kind, def.Ref.Period, func(Budget, bool) (Budget, error) { return def, nil }, now)
+}
+
+// EditDefault defines or changes the default budget of kind for period:
+// edit decides the new definition from the current one (see BudgetEdit),
+// and one DefaultDefined event is written in one compare-and-set write of
+// the default key. It changes no budget that exists: a scope's budget is
+// created from the default on the scope's first admit in the period, and
+// keeps that definition. A definition equal to the current one changes
+// nothing.
+//
+// Errors: edit's own; *events.Error with CodeLedgerUnavailable or
+// CodeLedgerBusy.
+func (l *Ledger) EditDefault(ctx context.Context, kind string, period events.Period, edit BudgetEdit, now time.Time) (BudgetChange, error) {
 	key := streams.DefaultKey(kind, period)
-	var cur Budget
+	var def, cur Budget
 	var existed bool
 	var changed []string
 	_, wrote, err := l.define(ctx, "default "+kind+"/"+string(period), func(b *book) (string, func(events.Chain) any, bool, error) {
 		cur, existed, changed = Budget{}, false, []string{}
 		if d := b.defaults[key]; d != nil {
 			cur, existed = d.def.Def, true
+		}
+		var err error
+		if def, err = edit(cur, existed); err != nil {
+			return "", nil, false, err
+		}
+		if existed {
 			if changed = def.Changes(cur); len(changed) == 0 {
 				return key, nil, true, nil
 			}
 		}
+		d := def
 		return key, func(ch events.Chain) any {
-			ev := events.DefaultDefined{Kind: kind, Period: period, Limit: def.Limit, Unit: def.Unit, TZ: def.TZ, Disabled: def.Disabled,
-				FixedSlot: def.FixedSlot, Thresholds: def.Thresholds, Changed: nilIfEmpty(changed), At: now.UTC()}
+			ev := events.DefaultDefined{Kind: kind, Period: period, Limit: d.Limit, Unit: d.Unit, TZ: d.TZ, Disabled: d.Disabled,
+				FixedSlot: d.FixedSlot, Thresholds: d.Thresholds, Changed: nilIfEmpty(changed), At: now.UTC()}
 			return events.DefaultRevision{Schema: events.SchemaDefault, Chain: ch,
-				Kind: kind, Period: period, Limit: def.Limit, Unit: def.Unit, TZ: def.TZ, Disabled: def.Disabled,
-				FixedSlot: def.FixedSlot, Thresholds: def.Thresholds, Events: events.Events{ev}}
+				Kind: kind, Period: period, Limit: d.Limit, Unit: d.Unit, TZ: d.TZ, Disabled: d.Disabled,
+				FixedSlot: d.FixedSlot, Thresholds: d.Thresholds, Events: events.Events{ev}}
 		}, false, nil
 	})
 	if err != nil {

@@ -225,42 +225,61 @@ type BudgetChange struct {
 
 // DefineBudget defines or changes a budget to def (its Ref, Limit, Unit,
 // TZ, Disabled, FixedSlot and Thresholds; Loc and Revision are ignored):
-// one BudgetDefinedV2 event in one compare-and-set write of the budget key.
-// Putting the definition it already has changes nothing and returns it. A
-// change of unit is refused if any period instance of the budget has spend,
-// reservations or an overrun, as this replica has folded the lanes (the
-// caller syncs first; an admit racing the change is denied unit_mismatch
-// once the change lands, or lands in the old unit just before it). All
-// attempts share one deadline: ctx's, or DefaultSubmitTimeout (see
-// WithSubmitTimeout) if ctx has none; ctx's cancellation does not abandon
-// a write in flight.
+// EditBudget with an edit that replaces the whole definition.
 //
-// Errors: *events.Error with CodeInvalidTZ (def.TZ), CodeUnitChangeRefused,
-// CodeLedgerUnavailable (the follower is not running, JetStream could not
-// be reached, or the deadline passed) or CodeLedgerBusy.
+// Errors: as EditBudget's, and CodeInvalidTZ (def.TZ) first.
 func (l *Ledger) DefineBudget(ctx context.Context, def Budget, now time.Time) (BudgetChange, error) {
-	asked := def.Ref
-	loc, err := events.LoadZone(def.TZ)
-	if err != nil {
+	if _, err := events.LoadZone(def.TZ); err != nil {
 		return BudgetChange{}, err
 	}
-	if loc == time.UTC {
-		loc = nil
-	}
-	def.Loc, def.Revision, def.FromDefault = loc, 0, 0
-	var cur Budget
+	return l.EditBudget(ctx, def.Ref, def.Unit, func(Budget, bool) (Budget, error) { return def, nil }, now)
+}
+
+// BudgetEdit turns a budget's current definition (existed false: there is
+// none, cur is zero) into the one to write. It is called under the book's
+// read lock, once per compare-and-set attempt, so it must be quick and
+// must not call the Ledger. Its Ref, Loc, Revision and FromDefault are
+// ignored.
+type BudgetEdit func(cur Budget, existed bool) (Budget, error)
+
+// EditBudget defines or changes the budget ref names: edit decides the
+// new definition from the current one as this replica has folded it, and
+// a compare-and-set on the budget key makes the read and the write one
+// step, so that two puts changing different fields at once both land.
+// unit picks, as for a put, the budget of that kind of unit when the scope
+// has a money and a count budget in the period; "" picks the one defined
+// first. It writes one BudgetDefinedV2 event; a definition equal to the
+// current one changes nothing and returns it. A change of unit is refused
+// (the unit of a budget never changes). All attempts share one deadline:
+// ctx's, or DefaultSubmitTimeout (see WithSubmitTimeout) if ctx has none;
+// ctx's cancellation does not abandon a write in flight.
+//
+// Errors: edit's own; *events.Error with CodeUnitChangeRefused,
+// CodeLedgerUnavailable (the follower is not running, JetStream could not
+// be reached, or the deadline passed) or CodeLedgerBusy.
+func (l *Ledger) EditBudget(ctx context.Context, ref events.BudgetRef, unit string, edit BudgetEdit, now time.Time) (BudgetChange, error) {
+	asked := ref
+	var def, cur Budget
 	var existed bool
 	var changed []string
 	seq, wrote, err := l.define(ctx, "budget", func(b *book) (string, func(events.Chain) any, bool, error) {
-		def.Ref = b.target(asked, def.Unit)
-		key := streams.BudgetKey(def.Ref)
+		target := asked
+		if unit != "" {
+			target = b.target(asked, unit)
+		}
+		key := streams.BudgetKey(target)
 		cur, existed, changed = Budget{}, false, nil
 		if d := b.budgets[key]; d != nil {
 			cur, existed = d.def, true
-			changed = def.Changes(cur)
 		}
-		if !existed {
-			changed = []string{}
+		var err error
+		if def, err = edit(cur, existed); err != nil {
+			return "", nil, false, err
+		}
+		def.Ref, def.Loc, def.Revision, def.FromDefault = target, nil, 0, 0
+		changed = []string{}
+		if existed {
+			changed = def.Changes(cur)
 		}
 		switch {
 		case existed && len(changed) == 0:
@@ -275,13 +294,13 @@ func (l *Ledger) DefineBudget(ctx context.Context, def Budget, now time.Time) (B
 				"budget %s per %s is in %s; a budget's unit cannot change to %s (define a budget of another scope or period instead)",
 				def.Ref.Scope, def.Ref.Period, cur.Unit, def.Unit)
 		}
-		ref := def.Ref
+		d := def
 		return key, func(ch events.Chain) any {
-			ev := events.BudgetDefinedV2{Budget: ref, Limit: def.Limit, Unit: def.Unit, TZ: def.TZ, Disabled: def.Disabled,
-				FixedSlot: def.FixedSlot, Thresholds: def.Thresholds, Changed: changed, At: now.UTC()}
+			ev := events.BudgetDefinedV2{Budget: d.Ref, Limit: d.Limit, Unit: d.Unit, TZ: d.TZ, Disabled: d.Disabled,
+				FixedSlot: d.FixedSlot, Thresholds: d.Thresholds, Changed: changed, At: now.UTC()}
 			return events.BudgetRevision{Schema: events.SchemaBudget, Chain: ch,
-				Budget: ref, Limit: def.Limit, Unit: def.Unit, TZ: def.TZ, Disabled: def.Disabled,
-				FixedSlot: def.FixedSlot, Thresholds: def.Thresholds, Events: events.Events{ev}}
+				Budget: d.Ref, Limit: d.Limit, Unit: d.Unit, TZ: d.TZ, Disabled: d.Disabled,
+				FixedSlot: d.FixedSlot, Thresholds: d.Thresholds, Events: events.Events{ev}}
 		}, false, nil
 	})
 	if err != nil {
@@ -289,6 +308,10 @@ func (l *Ledger) DefineBudget(ctx context.Context, def Budget, now time.Time) (B
 	}
 	if !wrote {
 		return BudgetChange{Budget: cur, Existed: true, Prev: cur, Changed: []string{}}, nil
+	}
+	// The gate has checked that the zone loads.
+	if loc, _ := events.LoadZone(def.TZ); loc != nil && loc != time.UTC {
+		def.Loc = loc
 	}
 	def.Revision = seq
 	return BudgetChange{Budget: def, Existed: existed, Prev: cur, Changed: changed}, nil

@@ -1,25 +1,21 @@
-// Package metrics exposes spendgate's metrics in the Prometheus text
-// exposition format (version 0.0.4), with no dependency beyond the standard
-// library.
+// Package metrics is spendgate's metric set over the Prometheus Go client
+// (github.com/prometheus/client_golang): New returns a Set whose fields are
+// the client's counters, gauges and histograms, registered in a registry
+// of the Set's own (never the client's global one) together with the Go
+// runtime's go_* and the process' process_* metrics; Handler serves it.
 //
-// The primitives (Counter, Gauge, GaugeFunc, Histogram, their labelled
-// Vec forms and GaugeVecFunc) are cheap on the hot path: a counter is one
-// atomic add, a histogram observation a binary search, one atomic add and a
-// compare-and-swap on the sum, a labelled lookup of an existing member a
-// read-locked map read with no allocation. A Registry writes them with HELP
-// and TYPE lines, families in name order and series in label-value order,
-// escaping label values, so a scrape is byte-for-byte stable for the same
-// state.
-//
-// Money is never a float in this process: the reserved amount per budget is
-// handed over as the ledger's exact decimal string and written verbatim as
-// the sample value (see Decimal); Prometheus parses it into its own float64
-// storage.
+// Amounts stay exact decimals up to the exposition: the per-budget gauges
+// receive the ledger's decimal strings and turn each into the float64 a
+// Prometheus server would parse its exact text to (strconv.ParseFloat
+// rounds correctly, as the server does), so nothing is lost that the server
+// would keep; utilization is computed and ranked exactly (apd), then
+// rounded once. Nothing on the money path reads these floats.
 //
 // # Spendgate's metrics
 //
-// New returns the Set below (RegisterBudgets, RegisterFollowerLag and
-// RegisterSnapshotAge add the families computed from the book).
+// New returns the Set below (RegisterBudgets, RegisterFollowerLag,
+// RegisterSnapshotAge, RegisterFeedRelay, RegisterTenantConsumerCheck,
+// RegisterDenials and RegisterReport add the families computed elsewhere).
 //
 //	name                                  type       labels                 meaning
 //	spendgate_admits_total                counter    result, reason         admit decisions; result admitted|denied, reason the denial code ("" when admitted)
@@ -32,10 +28,14 @@
 //	spendgate_commit_txs                  histogram                         transactions per successful write, buckets 1..4096 (TxBuckets)
 //	spendgate_cas_conflicts_total         counter                           writes lost to compare-and-set
 //	spendgate_sweeper_released_total      counter                           reservations expired by the sweeper
+//	spendgate_revisions_rejected_total    counter    reason                 ledger revisions skipped instead of folded
 //	spendgate_follower_lag_revisions      gauge                             stream messages not folded yet (RegisterFollowerLag)
-//	spendgate_open_reservations           gauge      scope, period          open reservations per budget (RegisterBudgets)
-//	spendgate_reserved_amount             gauge      scope, period, unit    amount held per budget, exact decimal (RegisterBudgets)
-//	spendgate_budgets_not_exposed         gauge                             budgets left out of the two above by the series limit
+//	spendgate_open_reservations           gauge      scope, period, unit    open reservations per budget (RegisterBudgets)
+//	spendgate_reserved_amount             gauge      scope, period, unit    amount held per budget (RegisterBudgets)
+//	spendgate_spent_amount                gauge      scope, period, unit    amount settled per budget (RegisterBudgets)
+//	spendgate_limit_amount                gauge      scope, period, unit    limit per budget (RegisterBudgets)
+//	spendgate_budget_utilization_ratio    gauge      scope, period, unit    (spent + reserved) / limit (RegisterBudgets)
+//	spendgate_budgets_not_exposed         gauge                             budgets left out of the five above by the series limit
 //	spendgate_snapshot_age_seconds        gauge                             age of the newest snapshot (RegisterSnapshotAge)
 //	spendgate_build_info                  gauge      version, commit, go_version   always 1
 //
@@ -55,10 +55,10 @@
 //   - sweeper released: the count returned by each sweep pass;
 //   - follower lag: the NumPending of the last message the follower
 //     folded (jetstream.MsgMetadata), kept in an atomic;
-//   - per-budget gauges: a read of the book's open reservations per
-//     balance of the current period.
+//   - per-budget gauges: one read of the book's balances of the current
+//     period per scrape.
 //
 // Label values come from bounded sets (endpoint names, reply codes, denial
 // reasons); the per-budget gauges are bounded by RegisterBudgets' limit,
-// keeping the budgets with the most money reserved.
+// keeping the budgets nearest their limit.
 package metrics

@@ -1,40 +1,41 @@
 package metrics_test
 
 import (
-	"os"
-	"time"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 
 	"github.com/spendgate/spendgate/internal/metrics"
 )
 
-func ExampleRegistry() {
-	admits := metrics.NewCounterVec("spendgate_admits_total", "Admit decisions.", "result", "reason")
-	latency := metrics.NewHistogram("admit_seconds", "Admit latency.", []float64{0.001, 0.01})
-	reserved := metrics.NewGaugeVecFunc("reserved", "Reserved amount, exact.", []string{"scope"}, func() []metrics.Sample {
-		// The ledger's decimal string goes out verbatim, never as a float.
-		return []metrics.Sample{{LabelValues: []string{"org:acme"}, Value: metrics.Decimal("1234.000000000001")}}
+func ExampleSet_RegisterBudgets() {
+	m := metrics.New(metrics.BuildInfo{Version: "dev"})
+	m.Admits.WithLabelValues(metrics.ResultDenied, "limit_reached").Inc()
+	// The book's budgets, exact decimal strings: a scope may have a budget
+	// in each of several units.
+	m.RegisterBudgets(100, func() []metrics.BudgetSample {
+		return []metrics.BudgetSample{
+			{Scope: "org:acme", Period: "month", Unit: "USD", Open: 2, Spent: "80", Reserved: "10", Limit: "100"},
+			{Scope: "org:acme", Period: "month", Unit: "requests", Open: 2, Spent: "40", Reserved: "2", Limit: "1000"},
+		}
 	})
-	r := metrics.NewRegistry()
-	r.MustRegister(admits, latency, reserved)
-
-	admits.With(metrics.ResultDenied, "limit_reached").Inc()
-	admits.With(metrics.ResultAdmitted, "").Add(2)
-	latency.ObserveDuration(3 * time.Millisecond)
-
-	_, _ = r.WriteTo(os.Stdout)
+	srv := httptest.NewServer(m.Handler()) // serve mounts it at /metrics
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		panic(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, "spendgate_admits_total") || strings.HasPrefix(line, "spendgate_budget_utilization_ratio") {
+			fmt.Println(line)
+		}
+	}
 	// Output:
-	// # HELP admit_seconds Admit latency.
-	// # TYPE admit_seconds histogram
-	// admit_seconds_bucket{le="0.001"} 0
-	// admit_seconds_bucket{le="0.01"} 1
-	// admit_seconds_bucket{le="+Inf"} 1
-	// admit_seconds_sum 0.003
-	// admit_seconds_count 1
-	// # HELP reserved Reserved amount, exact.
-	// # TYPE reserved gauge
-	// reserved{scope="org:acme"} 1234.000000000001
-	// # HELP spendgate_admits_total Admit decisions.
-	// # TYPE spendgate_admits_total counter
-	// spendgate_admits_total{result="admitted",reason=""} 2
-	// spendgate_admits_total{result="denied",reason="limit_reached"} 1
+	// spendgate_admits_total{reason="limit_reached",result="denied"} 1
+	// spendgate_budget_utilization_ratio{period="month",scope="org:acme",unit="USD"} 0.9
+	// spendgate_budget_utilization_ratio{period="month",scope="org:acme",unit="requests"} 0.042
 }

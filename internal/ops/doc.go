@@ -3,7 +3,7 @@
 // and whatever else the operator should reach over HTTP (the dashboard
 // mounts itself with Server.Handle).
 //
-//	srv, err := ops.New(":9090", m.Registry, ops.WithLogger(log))
+//	srv, err := ops.New(":9090", m.Handler(), ops.WithLogger(log))
 //	srv.AddCheck("fold", func() error { ... nil once the book is folded ... })
 //	srv.AddCheck("nats", func() error { ... nil while connected ... })
 //	if err := srv.Listen(); err != nil { ... "address already in use" ... }

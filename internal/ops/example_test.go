@@ -14,7 +14,7 @@ import (
 
 func Example() {
 	m := metrics.New(metrics.BuildInfo{Version: "dev"})
-	srv, err := ops.New("127.0.0.1:0", m.Registry)
+	srv, err := ops.New("127.0.0.1:0", m.Handler())
 	if err != nil {
 		panic(err)
 	}

@@ -47,8 +47,8 @@ func get(t *testing.T, url string) (int, string, http.Header) {
 
 func TestServer_Endpoints(t *testing.T) {
 	m := metrics.New(metrics.BuildInfo{Version: "v0", Commit: "c0"})
-	m.Admits.With(metrics.ResultDenied, "limit_reached").Inc()
-	srv, err := ops.New("127.0.0.1:0", m.Registry)
+	m.Admits.WithLabelValues(metrics.ResultDenied, "limit_reached").Inc()
+	srv, err := ops.New("127.0.0.1:0", m.Handler())
 	require.NoError(t, err)
 	require.Empty(t, srv.Addr())
 	srv.Handle("GET /dashboard/", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "dash") }))
@@ -61,7 +61,7 @@ func TestServer_Endpoints(t *testing.T) {
 	code, body, hdr := get(t, base+"/metrics")
 	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, metrics.ContentType, hdr.Get("Content-Type"))
-	require.Contains(t, body, `spendgate_admits_total{result="denied",reason="limit_reached"} 1`+"\n")
+	require.Contains(t, body, `spendgate_admits_total{reason="limit_reached",result="denied"} 1`+"\n")
 
 	code, body, _ = get(t, base+"/dashboard/x")
 	require.Equal(t, http.StatusOK, code)

@@ -55,7 +55,7 @@ func (h *harness) crossings() map[string]int {
 // crossed" and count 2.
 func TestAlerts_ExactlyOnceAcrossReplicas(t *testing.T) {
 	h := newHarness(t, harnessOpts{replicas: 2})
-	put, e := h.putDef(events.BudgetPutRequest{Scope: "org:acme", Period: "month", Limit: "10", Unit: "USD", Alerts: true})
+	put, e := h.putDef(events.BudgetPutRequest{Scope: "org:acme", Period: "month", Limit: "10", Unit: "USD", Alerts: new(true)})
 	require.Nil(t, e)
 	require.Equal(t, []string{"0.5", "0.8", "1"}, put.Thresholds)
 

@@ -38,10 +38,6 @@ type listEntry struct {
 	used, limit apd.Decimal
 }
 
-// utilCtx multiplies two amounts exactly: each has at most
-// events.MaxAmountLen digits, so a product has at most twice that.
-var utilCtx = apd.BaseContext.WithPrecision(4 * events.MaxAmountLen)
-
 func (s *Service) budgetList(ctx context.Context, data []byte) (any, error) {
 	var req events.BudgetListRequest
 	if len(data) > 0 {
@@ -159,32 +155,10 @@ func listBefore(a, b *listEntry, sortBy string) bool {
 	return a.ref.Unit < b.ref.Unit
 }
 
-// cmpUtil compares used/limit of a and b exactly (by cross products). A
-// zero limit counts as fully used (1) when nothing is used, and above every
-// finite utilization otherwise.
+// cmpUtil compares used/limit of a and b exactly (see
+// events.CompareUtilization).
 func cmpUtil(a, b *listEntry) int {
-	inf := func(e *listEntry) bool { return e.limit.IsZero() && e.used.Sign() > 0 }
-	switch ia, ib := inf(a), inf(b); {
-	case ia && ib:
-		return 0
-	case ia:
-		return 1
-	case ib:
-		return -1
-	}
-	one := apd.New(1, 0)
-	au, al := &a.used, &a.limit
-	if al.IsZero() {
-		au, al = one, one
-	}
-	bu, bl := &b.used, &b.limit
-	if bl.IsZero() {
-		bu, bl = one, one
-	}
-	var x, y apd.Decimal
-	_, _ = utilCtx.Mul(&x, au, bl)
-	_, _ = utilCtx.Mul(&y, bu, al)
-	return x.Cmp(&y)
+	return events.CompareUtilization(&a.used, &a.limit, &b.used, &b.limit)
 }
 
 func encodeCursor(sortBy, kind string, e *listEntry) string {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
@@ -111,10 +112,10 @@ func TestAdmit_CheckAndShadow(t *testing.T) {
 	require.Equal(t, "7", r.Budgets[0].Available)
 
 	// Counted apart.
-	require.EqualValues(t, 1, m.AdmitChecks.With(events.ModeShadow, metrics.ResultAdmitted, "").Value())
-	require.EqualValues(t, 1, m.AdmitChecks.With(events.ModeShadow, metrics.ResultDenied, string(events.ReasonLimitReached)).Value())
-	require.EqualValues(t, 2, m.AdmitChecks.With(events.ModeCheck, metrics.ResultAdmitted, "").Value()) // incl. the replay
-	require.EqualValues(t, 2, m.Admits.With(metrics.ResultAdmitted, "").Value())
+	require.EqualValues(t, 1, testutil.ToFloat64(m.AdmitChecks.WithLabelValues(events.ModeShadow, metrics.ResultAdmitted, "")))
+	require.EqualValues(t, 1, testutil.ToFloat64(m.AdmitChecks.WithLabelValues(events.ModeShadow, metrics.ResultDenied, string(events.ReasonLimitReached))))
+	require.EqualValues(t, 2, testutil.ToFloat64(m.AdmitChecks.WithLabelValues(events.ModeCheck, metrics.ResultAdmitted, ""))) // incl. the replay
+	require.EqualValues(t, 2, testutil.ToFloat64(m.Admits.WithLabelValues(metrics.ResultAdmitted, "")))
 
 	// A bad mode is refused.
 	_, e = h.admit(events.AdmitRequest{RequestID: "x", Scopes: []string{"org:acme"}, Amount: "1", Mode: "dry"})
@@ -261,6 +262,7 @@ func TestBudgetPut_Lifecycle(t *testing.T) {
 	for _, bad := range []string{"-1", "", "1e3", "abc"} {
 		req := base
 		req.Limit = bad
+		req.Replace = bad == "" // without replace, no limit keeps the limit
 		_, e := h.putDef(req)
 		require.NotNil(t, e, bad)
 		require.Equal(t, events.CodeInvalidAmount, e.Code)
@@ -288,7 +290,7 @@ func TestBudgetPut_Lifecycle(t *testing.T) {
 	require.Nil(t, e)
 	require.True(t, pending.Admitted)
 	off := base
-	off.Disabled = true
+	off.Disabled = new(true)
 	v = put(off)
 	require.Equal(t, []string{"disabled"}, v.Changed)
 	require.True(t, v.Disabled)
@@ -303,7 +305,9 @@ func TestBudgetPut_Lifecycle(t *testing.T) {
 	c, e := h.settle(pending.ReservationID, "0.25")
 	require.Nil(t, e)
 	require.Equal(t, events.StatusSettled, c.Status)
-	v = put(base)
+	on := base
+	on.Disabled = new(false)
+	v = put(on)
 	require.Equal(t, []string{"disabled"}, v.Changed)
 	require.Equal(t, &events.BudgetDefinition{Limit: "100", Unit: "USD", Disabled: true}, v.Previous)
 	r, e = h.admit(events.AdmitRequest{RequestID: "on", Scopes: []string{"org:acme"}, Amount: "0.01"})
@@ -312,7 +316,7 @@ func TestBudgetPut_Lifecycle(t *testing.T) {
 
 	// A bad time zone.
 	bad := base
-	bad.TZ = "Mars/Olympus"
+	bad.TZ = new("Mars/Olympus")
 	_, e = h.putDef(bad)
 	require.NotNil(t, e)
 	require.Equal(t, events.CodeInvalidTZ, e.Code)
@@ -363,7 +367,7 @@ func TestCalendar_RolloverUTC(t *testing.T) {
 // local dates.
 func TestCalendar_NamedZoneAcrossDST(t *testing.T) {
 	h := newHarness(t, harnessOpts{})
-	v, e := h.putDef(events.BudgetPutRequest{Scope: "org:berlin", Period: "day", Limit: "1", Unit: "requests", TZ: "Europe/Berlin"})
+	v, e := h.putDef(events.BudgetPutRequest{Scope: "org:berlin", Period: "day", Limit: "1", Unit: "requests", TZ: new("Europe/Berlin")})
 	require.Nil(t, e)
 	require.Equal(t, "Europe/Berlin", v.TZ)
 	n := 0
@@ -417,7 +421,7 @@ func TestCalendar_NamedZoneAcrossDST(t *testing.T) {
 // overrun is clamped.
 func TestFixedSlot_SeedBound(t *testing.T) {
 	h := newHarness(t, harnessOpts{})
-	v, e := h.putDef(events.BudgetPutRequest{Scope: "org:seed", Period: "month", Limit: "10", Unit: "USD", FixedSlot: "1"})
+	v, e := h.putDef(events.BudgetPutRequest{Scope: "org:seed", Period: "month", Limit: "10", Unit: "USD", FixedSlot: new("1")})
 	require.Nil(t, e)
 	require.Equal(t, "1", v.FixedSlot)
 	require.Equal(t, "10", v.MaxInFlight)
@@ -468,16 +472,200 @@ func TestFixedSlot_SeedBound(t *testing.T) {
 	require.Equal(t, "-57.5", got.Available)
 
 	// A fixed slot on a requests budget, or of zero, is refused.
-	_, e = h.putDef(events.BudgetPutRequest{Scope: "org:seed", Period: "day", Limit: "10", Unit: "requests", FixedSlot: "1"})
+	_, e = h.putDef(events.BudgetPutRequest{Scope: "org:seed", Period: "day", Limit: "10", Unit: "requests", FixedSlot: new("1")})
 	require.NotNil(t, e)
 	require.Equal(t, events.CodeInvalidAmount, e.Code)
-	_, e = h.putDef(events.BudgetPutRequest{Scope: "org:seed", Period: "day", Limit: "10", Unit: "USD", FixedSlot: "0"})
+	_, e = h.putDef(events.BudgetPutRequest{Scope: "org:seed", Period: "day", Limit: "10", Unit: "USD", FixedSlot: new("0")})
 	require.NotNil(t, e)
 	require.Equal(t, events.CodeInvalidAmount, e.Code)
 	// Removing the slot is a change the put names.
-	v, e = h.putDef(events.BudgetPutRequest{Scope: "org:seed", Period: "month", Limit: "10", Unit: "USD"})
+	v, e = h.putDef(events.BudgetPutRequest{Scope: "org:seed", Period: "month", FixedSlot: new("")})
 	require.Nil(t, e)
 	require.Equal(t, []string{"fixed_slot"}, v.Changed)
 	require.Equal(t, "1", v.Previous.FixedSlot)
 	require.Empty(t, v.MaxInFlight)
+}
+
+// TestBudgetPut_ChangesNamedFields: a put changes only the fields it names
+// (before, a put with only a limit reset the zone to UTC and dropped the
+// thresholds and the fixed slot, and listed them as changed); replace puts
+// the whole definition; the same holds for a kind's default.
+func TestBudgetPut_ChangesNamedFields(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	full := events.BudgetPutRequest{Scope: "team:ml", Period: "week", Limit: "50", Unit: "USD", TZ: new("Europe/Berlin"),
+		FixedSlot: new("2"), Thresholds: []string{"0.5", "0.9"}}
+	v, e := h.putDef(full)
+	require.Nil(t, e)
+	require.True(t, v.Created)
+
+	v, e = h.putDef(events.BudgetPutRequest{Scope: "team:ml", Period: "week", Limit: "20"})
+	require.Nil(t, e)
+	require.Equal(t, []string{"limit"}, v.Changed)
+	require.Equal(t, "20", v.Limit)
+	require.Equal(t, "Europe/Berlin", v.TZ)
+	require.Equal(t, "2", v.FixedSlot)
+	require.Equal(t, []string{"0.5", "0.9"}, v.Thresholds)
+	require.Equal(t, &events.BudgetDefinition{Limit: "50", Unit: "USD", TZ: "Europe/Berlin", FixedSlot: "2", Thresholds: []string{"0.5", "0.9"}}, v.Previous)
+
+	// One field at a time, each named and only it changed.
+	for _, tc := range []struct {
+		req     events.BudgetPutRequest
+		changed string
+		check   func(events.BudgetPutReply)
+	}{
+		{events.BudgetPutRequest{TZ: new("")}, "tz", func(v events.BudgetPutReply) { require.Empty(t, v.TZ) }},
+		{events.BudgetPutRequest{Disabled: new(true)}, "disabled", func(v events.BudgetPutReply) { require.True(t, v.Disabled) }},
+		{events.BudgetPutRequest{Disabled: new(false)}, "disabled", func(v events.BudgetPutReply) { require.False(t, v.Disabled) }},
+		{events.BudgetPutRequest{FixedSlot: new("")}, "fixed_slot", func(v events.BudgetPutReply) { require.Empty(t, v.FixedSlot) }},
+		{events.BudgetPutRequest{Alerts: new(false)}, "thresholds", func(v events.BudgetPutReply) { require.Empty(t, v.Thresholds) }},
+		{events.BudgetPutRequest{Alerts: new(true)}, "thresholds", func(v events.BudgetPutReply) { require.Equal(t, []string{"0.5", "0.8", "1"}, v.Thresholds) }},
+		{events.BudgetPutRequest{Thresholds: []string{"1"}}, "thresholds", func(v events.BudgetPutReply) { require.Equal(t, []string{"1"}, v.Thresholds) }},
+	} {
+		req := tc.req
+		req.Scope, req.Period = "team:ml", "week"
+		v, e := h.putDef(req)
+		require.Nil(t, e)
+		require.Equal(t, []string{tc.changed}, v.Changed)
+		require.Equal(t, "20", v.Limit)
+		tc.check(v)
+	}
+	// Alerts on again keeps the thresholds it has.
+	v, e = h.putDef(events.BudgetPutRequest{Scope: "team:ml", Period: "week", Alerts: new(true)})
+	require.Nil(t, e)
+	require.Equal(t, []string{}, v.Changed)
+	require.Equal(t, []string{"1"}, v.Thresholds)
+	_, e = h.putDef(events.BudgetPutRequest{Scope: "team:ml", Period: "week", Alerts: new(false), Thresholds: []string{"0.5"}})
+	require.NotNil(t, e)
+	require.Equal(t, events.CodeInvalidRequest, e.Code)
+
+	// Replace: the whole definition, what it leaves out reset.
+	_, e = h.putDef(events.BudgetPutRequest{Scope: "team:ml", Period: "week", TZ: new("Asia/Kabul"), FixedSlot: new("1")})
+	require.Nil(t, e)
+	v, e = h.putDef(events.BudgetPutRequest{Scope: "team:ml", Period: "week", Limit: "30", Unit: "USD", Replace: true})
+	require.Nil(t, e)
+	require.Equal(t, []string{"limit", "tz", "fixed_slot", "thresholds"}, v.Changed)
+	require.Empty(t, v.TZ)
+	require.Empty(t, v.FixedSlot)
+	require.Empty(t, v.Thresholds)
+
+	// A put naming a budget that does not exist must define it.
+	_, e = h.putDef(events.BudgetPutRequest{Scope: "team:none", Period: "week", Disabled: new(true)})
+	require.NotNil(t, e)
+	require.Equal(t, events.CodeUnknownBudget, e.Code)
+	// A fixed slot cannot land on a requests budget by a later put either.
+	h.putBudget("team:count", "day", "10", "requests")
+	_, e = h.putDef(events.BudgetPutRequest{Scope: "team:count", Period: "day", FixedSlot: new("1")})
+	require.NotNil(t, e)
+	require.Equal(t, events.CodeInvalidAmount, e.Code)
+	// Without a unit, a put picks the budget defined first; with one,
+	// the budget of that kind alongside it.
+	h.putBudget("team:count", "day", "5", "USD")
+	v, e = h.putDef(events.BudgetPutRequest{Scope: "team:count", Period: "day", Limit: "11"})
+	require.Nil(t, e)
+	require.Equal(t, "requests", v.Unit)
+	v, e = h.putDef(events.BudgetPutRequest{Scope: "team:count", Period: "day", Unit: "USD", Limit: "6"})
+	require.Nil(t, e)
+	require.Equal(t, "USD", v.Unit)
+	require.Equal(t, "6", v.Limit)
+
+	// A default changes field by field too.
+	_, e = h.putDef(events.BudgetPutRequest{Scope: "user:*", Period: "month", Limit: "10", Unit: "USD", TZ: new("America/New_York"), Alerts: new(true)})
+	require.Nil(t, e)
+	v, e = h.putDef(events.BudgetPutRequest{Scope: "user:*", Period: "month", Limit: "12"})
+	require.Nil(t, e)
+	require.Equal(t, []string{"limit"}, v.Changed)
+	require.Equal(t, "America/New_York", v.TZ)
+	require.Equal(t, []string{"0.5", "0.8", "1"}, v.Thresholds)
+}
+
+// TestBudgetPut_ConcurrentFields: puts changing different fields of one
+// budget at once all land: each put's read of the definition and its write
+// are one compare-and-set (ledger.EditBudget). A put that read the
+// definition, merged, then wrote it whole would, when two interleave,
+// write back the other's field as it was before, and a check below fails
+// (it can pass by luck on a quiet machine; eight rounds make that rare).
+func TestBudgetPut_ConcurrentFields(t *testing.T) {
+	h := newHarness(t, harnessOpts{replicas: 2})
+	for round := range 8 {
+		scope := fmt.Sprintf("team:c%d", round)
+		h.putBudget(scope, "month", "10", "USD")
+		reqs := []events.BudgetPutRequest{
+			{Limit: "11"}, {TZ: new("Asia/Kabul")}, {Disabled: new(true)}, {FixedSlot: new("2")}, {Thresholds: []string{"0.7"}},
+		}
+		var wg sync.WaitGroup
+		errs := make([]*events.Error, len(reqs))
+		fails := make([]error, len(reqs))
+		for i := range reqs {
+			reqs[i].Scope, reqs[i].Period = scope, "month"
+			wg.Go(func() { errs[i], fails[i] = h.callE(streams.EndpointBudgetPut, reqs[i], nil) })
+		}
+		wg.Wait()
+		for i := range errs {
+			require.NoError(t, fails[i])
+			require.Nil(t, errs[i])
+		}
+		b := h.budget(scope, "month")
+		require.Equal(t, "11", b.Limit, "round %d", round)
+		require.Equal(t, "Asia/Kabul", b.TZ, "round %d", round)
+		require.True(t, b.Disabled, "round %d", round)
+		require.Equal(t, "2", b.FixedSlot, "round %d", round)
+		require.Equal(t, []string{"0.7"}, b.Thresholds, "round %d", round)
+	}
+}
+
+// TestFixedSlot_SettleReplyPerBudget: a request admitted in a fixed-slot
+// budget (reserving its slot of 1) and in a plain budget (reserving the
+// asked 0.5) settles with a reply whose overrun is that of the budget
+// whose reserved it shows (before, reserved came from one budget and
+// overrun from the other), and with each budget's own numbers.
+func TestFixedSlot_SettleReplyPerBudget(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	_, e := h.putDef(events.BudgetPutRequest{Scope: "org:slot", Period: "month", Limit: "10", Unit: "USD", FixedSlot: new("1")})
+	require.Nil(t, e)
+	h.putBudget("user:u-1", "month", "10", "USD")
+	h.putBudget("user:u-1", "day", "100", "requests")
+	consistent := func(c events.CloseReply) {
+		t.Helper()
+		actual, reserved := events.MustMoney(c.Actual), events.MustMoney(c.Reserved)
+		if c.Overrun == "" {
+			require.LessOrEqual(t, actual.Cmp(reserved), 0, "no overrun, but actual %s > reserved %s", c.Actual, c.Reserved)
+		} else {
+			require.Equal(t, actual.Sub(reserved).String(), c.Overrun, "overrun of another budget than reserved %s", c.Reserved)
+		}
+	}
+	for _, tc := range []struct {
+		actual                 string
+		slotOverrun, usrOverrn string
+	}{
+		{"0.8", "", "0.3"},
+		{"1.5", "0.5", "1"},
+	} {
+		r, e := h.admit(events.AdmitRequest{RequestID: "slot-" + strings.ReplaceAll(tc.actual, ".", "_"), Scopes: []string{"org:slot", "user:u-1"}, Amount: "0.5"})
+		require.Nil(t, e)
+		require.True(t, r.Admitted)
+		for _, replay := range []bool{false, true} {
+			c, e := h.settle(r.ReservationID, tc.actual)
+			require.Nil(t, e)
+			require.Equal(t, replay, c.Replayed)
+			consistent(c)
+			require.Len(t, c.Budgets, 3, "replay %v", replay)
+			byScope := map[string]events.BudgetClose{}
+			for _, b := range c.Budgets {
+				byScope[string(b.Scope)+"/"+string(b.Period)] = b
+			}
+			require.Equal(t, events.BudgetClose{Scope: "org:slot", Period: "month", Instance: "2026-11", Unit: "USD",
+				Reserved: "1", Actual: tc.actual, Overrun: tc.slotOverrun}, byScope["org:slot/month"])
+			require.Equal(t, events.BudgetClose{Scope: "user:u-1", Period: "month", Instance: "2026-11", Unit: "USD",
+				Reserved: "0.5", Actual: tc.actual, Overrun: tc.usrOverrn}, byScope["user:u-1/month"])
+			require.Equal(t, events.BudgetClose{Scope: "user:u-1", Period: "day", Instance: "2026-11-30", Unit: "requests",
+				Reserved: "1", Actual: "1"}, byScope["user:u-1/day"])
+		}
+	}
+	// One budget: the reply is that budget's, with no list.
+	r, e := h.admit(events.AdmitRequest{RequestID: "one", Scopes: []string{"org:slot"}, Amount: "0.5"})
+	require.Nil(t, e)
+	c, e := h.settle(r.ReservationID, "3")
+	require.Nil(t, e)
+	require.Equal(t, "2", c.Overrun)
+	require.Empty(t, c.Budgets)
 }

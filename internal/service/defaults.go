@@ -9,30 +9,23 @@ import (
 )
 
 // defaultPut defines the default budget of a scope kind (budget.put with
-// scope "kind:*"): one default.defined.v1 event. Budgets already created
-// from the default keep their definition.
+// scope "kind:*"), or changes the fields the put names, as a budget put
+// does: one default.defined.v1 event. Budgets already created from the
+// default keep their definition.
 func (s *Service) defaultPut(ctx context.Context, kind string, req events.BudgetPutRequest) (any, error) {
 	// Validated as a budget of one scope of the kind would be.
 	req.Scope = kind + ":x"
 	local := kind
 	kind = storedKind(ctx, kind)
-	def, err := parseBudgetPut(req)
+	ref, edit, err := parseBudgetPut(req)
 	if err != nil {
 		return nil, err
 	}
-	def.Ref.Scope = ""
-	ch, err := s.l.DefineDefault(ctx, kind, def, s.now())
+	ch, err := s.l.EditDefault(ctx, kind, ref.Period, edit, s.now())
 	if err != nil {
 		return nil, err
 	}
-	out := events.BudgetPutReply{BudgetView: defaultView(local, ch.Budget), Created: !ch.Existed, Changed: ch.Changed}
-	if ch.Existed && len(ch.Changed) > 0 {
-		out.Previous = &events.BudgetDefinition{Limit: ch.Prev.Limit.String(), Unit: ch.Prev.Unit, TZ: ch.Prev.TZ, Disabled: ch.Prev.Disabled}
-		if ch.Prev.FixedSlot != nil {
-			out.Previous.FixedSlot = ch.Prev.FixedSlot.String()
-		}
-	}
-	return out, nil
+	return putReply(defaultView(local, ch.Budget), ch), nil
 }
 
 // defaultGet answers budget.get of "kind:*": the kind's defaults (of one

@@ -87,12 +87,32 @@ func TestDefaults_FirstUseAcrossReplicas(t *testing.T) {
 	seq2, _ := h.streamState()
 	require.Equal(t, seq, seq2)
 
-	// A scope with a budget of its own does not take the defaults.
+	// Defaults apply per period: a scope with a month budget of its own
+	// keeps it (no month default) and still takes the day default (before,
+	// any budget of its own meant no default at all: one budget here).
 	h.putBudget("user:own", "month", "2", "USD")
 	a, e := h.admit(events.AdmitRequest{RequestID: "own", Scopes: []string{"user:own"}, Amount: "1"})
 	require.Nil(t, e)
-	require.Len(t, a.Budgets, 1)
-	require.EqualValues(t, 0, h.revisionsOf(streams.BudgetKey(events.BudgetRef{Scope: "user:own", Period: events.PeriodDay})))
+	require.True(t, a.Admitted)
+	require.Len(t, a.Budgets, 2)
+	require.Equal(t, "2", h.budget("user:own", "month").Limit)
+	require.EqualValues(t, 1, h.revisionsOf(streams.BudgetKey(events.BudgetRef{Scope: "user:own", Period: events.PeriodMonth})), "its own, untouched")
+	day := h.budget("user:own", "day")
+	require.Equal(t, "100", day.Limit)
+	require.Equal(t, "requests", day.Unit)
+	require.Equal(t, "1", day.Reserved)
+	// And the other way round: a day budget of its own, the month default.
+	h.putBudget("user:daily", "day", "3", "requests")
+	a, e = h.admit(events.AdmitRequest{RequestID: "daily", Scopes: []string{"user:daily"}, Amount: "4"})
+	require.Nil(t, e)
+	require.True(t, a.Admitted)
+	require.Equal(t, "10", h.budget("user:daily", "month").Limit)
+	require.Equal(t, "4", h.budget("user:daily", "month").Reserved)
+	require.Equal(t, "3", h.budget("user:daily", "day").Limit)
+	a, e = h.admit(events.AdmitRequest{RequestID: "daily-2", Scopes: []string{"user:daily"}, Amount: "7"})
+	require.Nil(t, e)
+	require.False(t, a.Admitted, "the month default's 10 holds")
+	require.Equal(t, events.PeriodMonth, a.Denial.Period)
 
 	// A scope with neither a budget nor a default is denied unknown_budget.
 	a, e = h.admit(events.AdmitRequest{RequestID: "none", Scopes: []string{"team:x"}, Amount: "1"})
@@ -123,7 +143,7 @@ func TestDefaults_FirstUseAcrossReplicas(t *testing.T) {
 func TestDefaults_PerTenant(t *testing.T) {
 	h := newHarness(t, harnessOpts{})
 	var v events.BudgetPutReply
-	require.Nil(t, h.tcall("acme", streams.EndpointBudgetPut, events.BudgetPutRequest{Scope: "user:*", Period: "month", Limit: "10", Unit: "USD", Alerts: true}, &v))
+	require.Nil(t, h.tcall("acme", streams.EndpointBudgetPut, events.BudgetPutRequest{Scope: "user:*", Period: "month", Limit: "10", Unit: "USD", Alerts: new(true)}, &v))
 	require.Equal(t, events.Scope("user:*"), v.Scope)
 
 	var a events.AdmitReply

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
@@ -91,7 +92,7 @@ func TestService_InflightLimit(t *testing.T) {
 	t.Logf("limit 1, %d admits at once: %d admitted, %d ledger_busy", n, admitted, busy)
 	require.Positive(t, busy, "the in-flight limit refused nothing")
 	require.Positive(t, admitted)
-	require.Equal(t, uint64(busy), m.LedgerBusy.With(metrics.BusyInflight).Value())
+	require.Equal(t, float64(busy), testutil.ToFloat64(m.LedgerBusy.WithLabelValues(metrics.BusyInflight)))
 	// The refusals are answered on micro's goroutine, so micro's own
 	// counters see them too.
 	msg, err := h.nc.Request("$SRV.STATS."+streams.ServiceName, nil, 5*time.Second)

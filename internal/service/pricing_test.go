@@ -3,6 +3,8 @@ package service_test
 import (
 	"bytes"
 	"context"
+	"encoding/csv"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -188,4 +190,67 @@ func TestPricing_Refused(t *testing.T) {
 	seq2, msgs2 := h.streamState()
 	require.Equal(t, seq, seq2, "nothing refused wrote to the ledger")
 	require.Equal(t, msgs, msgs2)
+}
+
+// TestPricing_ReportsByModel: a priced admit counts under its model in a
+// report by model (the model is in the reservation's price quote; before,
+// an admit whose metadata named no model landed in ""), a caller's own
+// metadata model is kept, and the CSV export carries the model, the price
+// version and the token counts of priced reservations.
+func TestPricing_ReportsByModel(t *testing.T) {
+	h := newHarness(t, harnessOpts{reports: true})
+	h.putBudget("org:acme", "month", "100", "USD")
+	v1 := h.putPrice(events.PricingPutRequest{Model: "gpt-x.1", Input: "2.5", Output: "10", CachedInput: "1.25"})
+	p1, e := h.admit(events.AdmitRequest{RequestID: "p1", Scopes: []string{"org:acme"}, Model: "gpt-x.1", InputTokens: 1200, MaxOutputTokens: 800})
+	require.Nil(t, e)
+	require.True(t, p1.Admitted)
+	_, e = h.admit(events.AdmitRequest{RequestID: "p2", Scopes: []string{"org:acme"}, Model: "gpt-x.1", InputTokens: 10, MaxOutputTokens: 10,
+		Metadata: map[string]string{"model": "label-x", "user": "u-1"}})
+	require.Nil(t, e)
+	_, e = h.admit(events.AdmitRequest{RequestID: "plain", Scopes: []string{"org:acme"}, Amount: "1", Metadata: map[string]string{"model": "manual"}})
+	require.Nil(t, e)
+	require.Nil(t, h.call(streams.EndpointSettle, events.SettleRequest{ReservationID: p1.ReservationID, InputTokens: 1200, CachedInputTokens: 1000, OutputTokens: 640}, nil))
+
+	var rep events.ReportReply
+	require.Nil(t, h.call(streams.EndpointReport, events.ReportRequest{By: "model"}, &rep))
+	got := map[string]int64{}
+	for _, g := range rep.Groups {
+		got[g.Value] = g.Reservations
+	}
+	require.Equal(t, map[string]int64{"gpt-x.1": 1, "label-x": 1, "manual": 1}, got)
+	want, err := projector.New(h.env.JS, h.env.Layout).Report(ctxT(t), projector.Filter{}, projector.ByMetadata("model"))
+	require.NoError(t, err)
+	require.Len(t, want.Groups, 3, "the replay agrees")
+	for _, g := range want.Groups {
+		require.Equal(t, got[g.Value], g.Reservations, g.Value)
+	}
+
+	var out bytes.Buffer
+	_, err = projector.New(h.env.JS, h.env.Layout).ExportCSV(context.Background(), &out, projector.Filter{Hold: 1})
+	require.NoError(t, err)
+	rows, err := csv.NewReader(&out).ReadAll()
+	require.NoError(t, err)
+	col := map[string]int{}
+	for i, name := range rows[0] {
+		col[name] = i
+	}
+	for _, name := range []string{"model", "price_version", "quoted_input_tokens", "quoted_max_output_tokens", "input_tokens", "output_tokens", "cached_input_tokens", "metadata.model"} {
+		require.Contains(t, col, name)
+	}
+	byID := map[string][]string{}
+	for _, r := range rows[1:] {
+		byID[r[col["request_id"]]] = r
+	}
+	version := strconv.FormatUint(v1.Version, 10)
+	cells := func(id string, names ...string) []string {
+		var out []string
+		for _, n := range names {
+			out = append(out, byID[id][col[n]])
+		}
+		return out
+	}
+	names := []string{"model", "price_version", "quoted_input_tokens", "quoted_max_output_tokens", "input_tokens", "output_tokens", "cached_input_tokens", "metadata.model"}
+	require.Equal(t, []string{"gpt-x.1", version, "1200", "800", "1200", "640", "1000", "gpt-x.1"}, cells("p1", names...))
+	require.Equal(t, []string{"gpt-x.1", version, "10", "10", "", "", "", "label-x"}, cells("p2", names...))
+	require.Equal(t, []string{"", "", "", "", "", "", "", "manual"}, cells("plain", names...))
 }

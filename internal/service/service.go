@@ -417,7 +417,7 @@ func (s *Service) encode(dst []byte, endpoint, subject string, out any, err erro
 	code = string(e.Code)
 	errCode, errMsg = code, e.Message
 	if e.Code == events.CodeLedgerBusy {
-		s.m.LedgerBusy.With(metrics.BusyConflicts).Inc()
+		s.m.LedgerBusy.WithLabelValues(metrics.BusyConflicts).Inc()
 	}
 	body = events.AppendErrorReply(dst, &events.ErrorReply{Error: &events.Error{
 		Code: e.Code, Message: e.Message, ReservationID: e.ReservationID, Status: e.Status,
@@ -529,7 +529,7 @@ func (s *Service) serveBatch(nc *nats.Conn, endpoint, single, subject, reply str
 	idx := make([]int, 0, len(items))
 	for i := range items {
 		if !s.takeSlot(tenant) {
-			s.m.LedgerBusy.With(metrics.BusyInflight).Inc()
+			s.m.LedgerBusy.WithLabelValues(metrics.BusyInflight).Inc()
 			s.m.ObserveRequest(single, string(events.CodeLedgerBusy), 0)
 			s.stats.observe(single, string(events.CodeLedgerBusy), "in-flight limit", 0)
 			continue
@@ -606,7 +606,7 @@ func (s *Service) endDelivery(nc *nats.Conn, subject, reply string) {
 // refuseBusy answers r ledger_busy on micro's own goroutine: no ledger work,
 // no goroutine, and micro counts it as an error of the endpoint.
 func (s *Service) refuseBusy(r micro.Request, endpoint string) {
-	s.m.LedgerBusy.With(metrics.BusyInflight).Inc()
+	s.m.LedgerBusy.WithLabelValues(metrics.BusyInflight).Inc()
 	s.m.ObserveRequest(endpoint, string(events.CodeLedgerBusy), 0)
 	s.stats.observe(endpoint, string(events.CodeLedgerBusy), "in-flight limit", 0)
 	if r.Reply() == "" {
@@ -654,16 +654,16 @@ func (s *Service) countAdmit(ctx context.Context, req events.AdmitRequest, reply
 	if reply.Mode != "" {
 		// Check and shadow answers are counted apart from real admits.
 		if reply.Admitted {
-			s.m.AdmitChecks.With(reply.Mode, metrics.ResultAdmitted, "").Inc()
+			s.m.AdmitChecks.WithLabelValues(reply.Mode, metrics.ResultAdmitted, "").Inc()
 		} else if reply.Denial != nil {
-			s.m.AdmitChecks.With(reply.Mode, metrics.ResultDenied, string(reply.Denial.Reason)).Inc()
+			s.m.AdmitChecks.WithLabelValues(reply.Mode, metrics.ResultDenied, string(reply.Denial.Reason)).Inc()
 		}
 		return
 	}
 	if reply.Admitted {
-		s.m.Admits.With(metrics.ResultAdmitted, "").Inc()
+		s.m.Admits.WithLabelValues(metrics.ResultAdmitted, "").Inc()
 	} else if reply.Denial != nil {
-		s.m.Admits.With(metrics.ResultDenied, string(reply.Denial.Reason)).Inc()
+		s.m.Admits.WithLabelValues(metrics.ResultDenied, string(reply.Denial.Reason)).Inc()
 		// One record of the denial: kept in the replica's ring (the
 		// dashboard's recent denials) and appended to the denial stream
 		// (the report's counts), with the unit the admit was in (the
@@ -725,107 +725,6 @@ func (s *Service) settleBatch(items []json.RawMessage) ([]error, batchRun) {
 
 func (s *Service) releaseBatch(items []json.RawMessage) ([]error, batchRun) {
 	return batchOf(items, s.s.ReleaseAll)
-}
-
-func (s *Service) budgetPut(ctx context.Context, data []byte) (any, error) {
-	var req events.BudgetPutRequest
-	if err := events.DecodeRequest(data, &req); err != nil {
-		return nil, err
-	}
-	if kind, ok, err := events.ParseDefaultScope(req.Scope); ok || err != nil {
-		if err != nil {
-			return nil, err
-		}
-		return s.defaultPut(ctx, kind, req)
-	}
-	def, err := parseBudgetPut(req)
-	if err != nil {
-		return nil, err
-	}
-	def.Ref.Scope = events.TenantScope(events.TenantFromContext(ctx), def.Ref.Scope)
-	// A unit change is refused on a budget with spend or reservations: fold
-	// every lane written so far, from any replica, before looking.
-	if err := s.l.Sync(ctx); err != nil {
-		return nil, err
-	}
-	ch, err := s.l.DefineBudget(ctx, def, s.now())
-	if err != nil {
-		return nil, err
-	}
-	v, err := s.BudgetView(ch.Budget.Ref)
-	if err != nil {
-		return nil, err
-	}
-	out := events.BudgetPutReply{BudgetView: v, Created: !ch.Existed, Changed: ch.Changed}
-	if ch.Existed && len(ch.Changed) > 0 {
-		out.Previous = &events.BudgetDefinition{Limit: ch.Prev.Limit.String(), Unit: ch.Prev.Unit, TZ: ch.Prev.TZ, Disabled: ch.Prev.Disabled,
-			Thresholds: moneyStrings(ch.Prev.Thresholds)}
-		if ch.Prev.FixedSlot != nil {
-			out.Previous.FixedSlot = ch.Prev.FixedSlot.String()
-		}
-	}
-	return out, nil
-}
-
-// parseBudgetPut validates a budget put. Errors (*events.Error), in
-// precedence order: CodeInvalidIdentifier (scope), CodeInvalidPeriod,
-// CodeInvalidAmount (limit: its message names "limit"; 0 without
-// allow_zero), CodeInvalidUnit, CodeInvalidTZ, CodeInvalidAmount
-// (fixed_slot: not a decimal > 0, or on a requests budget).
-func parseBudgetPut(req events.BudgetPutRequest) (ledger.Budget, error) {
-	scope, err := events.ParseScope(req.Scope)
-	if err != nil {
-		return ledger.Budget{}, err
-	}
-	period, err := events.ParsePeriod(req.Period)
-	if err != nil {
-		return ledger.Budget{}, err
-	}
-	limit, err := events.ParseMoney(req.Limit)
-	if err != nil {
-		var e *events.Error
-		if errors.As(err, &e) && strings.HasPrefix(e.Message, "amount") {
-			return ledger.Budget{}, &events.Error{Code: e.Code, Message: "limit" + strings.TrimPrefix(e.Message, "amount"), Err: err}
-		}
-		return ledger.Budget{}, err
-	}
-	if limit.IsZero() && !req.AllowZero {
-		return ledger.Budget{}, events.Errorf(events.CodeInvalidAmount,
-			"limit 0 denies every admit; to mean that, put \"allow_zero\": true (or \"disabled\": true to switch the budget off)")
-	}
-	if err := events.ValidateUnit(req.Unit); err != nil {
-		return ledger.Budget{}, err
-	}
-	if _, err := events.LoadZone(req.TZ); err != nil {
-		return ledger.Budget{}, err
-	}
-	def := ledger.Budget{Ref: events.BudgetRef{Scope: scope, Period: period}, Limit: limit, Unit: req.Unit,
-		TZ: req.TZ, Disabled: req.Disabled}
-	if len(req.Thresholds) > 0 {
-		if def.Thresholds, err = events.ParseThresholds(req.Thresholds); err != nil {
-			return ledger.Budget{}, err
-		}
-	} else if req.Alerts {
-		def.Thresholds = events.DefaultThresholds
-	}
-	if req.FixedSlot != "" {
-		slot, err := events.ParseMoney(req.FixedSlot)
-		if err != nil {
-			var e *events.Error
-			if errors.As(err, &e) && strings.HasPrefix(e.Message, "amount") {
-				return ledger.Budget{}, &events.Error{Code: e.Code, Message: "fixed_slot" + strings.TrimPrefix(e.Message, "amount"), Err: err}
-			}
-			return ledger.Budget{}, err
-		}
-		if slot.IsZero() {
-			return ledger.Budget{}, events.Errorf(events.CodeInvalidAmount, "fixed_slot must be greater than zero (leave it out for none)")
-		}
-		if events.IsCount(req.Unit) {
-			return ledger.Budget{}, events.Errorf(events.CodeInvalidAmount, "fixed_slot applies to money budgets; a %s budget reserves 1 per admit", req.Unit)
-		}
-		def.FixedSlot = &slot
-	}
-	return def, nil
 }
 
 func (s *Service) budgetGet(ctx context.Context, data []byte) (any, error) {

@@ -51,7 +51,7 @@ another change landed between the read and the put, it shows that too.`,
 	}
 	budgetGetCommand = command{
 		name:     "spendgate budget get",
-		synopsis: "--scope KIND:ID [--period month|day|lifetime] [--tenant NAME]",
+		synopsis: "--scope KIND:ID [--period month|week|day|lifetime [--unit UNIT]] [--tenant NAME]",
 		about:    "Prints a budget of a scope with its current period's spent, reserved and available;\nwithout --period, every budget of the scope.",
 	}
 	budgetListCommand = command{
@@ -81,7 +81,7 @@ func budget(args []string) int {
 	case "put":
 		var req events.BudgetPutRequest
 		fs.StringVar(&req.Scope, "scope", "", "scope, kind:id (e.g. org:acme)")
-		fs.StringVar(&req.Period, "period", "", "month, day or lifetime (UTC); required")
+		fs.StringVar(&req.Period, "period", "", "month, week, day or lifetime; required")
 		fs.StringVar(&req.Limit, "limit", "", "limit, a decimal string")
 		fs.StringVar(&req.Unit, "unit", "USD", "currency (USD, EUR, ...) or requests")
 		fs.StringVar(&req.TZ, "tz", "", "IANA time zone of the period's calendar, e.g. Europe/Berlin (default UTC)")
@@ -97,6 +97,9 @@ func budget(args []string) int {
 		if req.Period == "" {
 			return budgetPutCommand.usageError(fs, "--period is required (month, week, day or lifetime)")
 		}
+		if code, ok := budgetPutCommand.require(fs, "scope", "limit"); !ok {
+			return code
+		}
 		req.Thresholds = thresholds
 		return c.call(streams.EndpointBudgetPut, req, nil)
 	case "get":
@@ -105,6 +108,9 @@ func budget(args []string) int {
 		fs.StringVar(&req.Period, "period", "", "month, week, day or lifetime; without it, every budget of the scope")
 		fs.StringVar(&req.Unit, "unit", "", "with --period: the budget of this unit, when the scope has a money and a requests budget in the period")
 		if code, ok := budgetGetCommand.parse(fs, args[1:]); !ok {
+			return code
+		}
+		if code, ok := budgetGetCommand.require(fs, "scope"); !ok {
 			return code
 		}
 		return c.call(streams.EndpointBudgetGet, req, nil)
@@ -139,6 +145,9 @@ func budget(args []string) int {
 		}
 		if get.Period == "" {
 			return cmd.usageError(fs, "--period is required (month, week, day or lifetime)")
+		}
+		if code, ok := cmd.require(fs, "scope"); !ok {
+			return code
 		}
 		var cur events.BudgetView
 		if code := c.fetch(streams.EndpointBudgetGet, get, &cur); code != 0 {

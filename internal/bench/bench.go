@@ -118,7 +118,7 @@ to first admit, replica heap, disk bytes per reservation, audit check,
 expiry of 100,000; only when named).
 
 Exit status: 0 ok; 1 on any error (a failed request included), on any
-over-admission, or on mem over 300 MB; 2 on a usage error.`
+over-admission, or on mem over 300 MB; 64 on a usage error.`
 
 // Options configure Run. DefaultOptions returns the defaults.
 type Options struct {

@@ -107,7 +107,7 @@ func TestOfflineTools_Within(t *testing.T) {
 		{"report", "--replay", "--by", "scope", "--unverified"}, {"audit", "archive", "--dir", t.TempDir()}, {"audit", "trim", "--dir", t.TempDir(), "--unverified"},
 	} {
 		code, _, stderr := e2eCLIErr(t, env.URL(), append(args, "--within", "0s")...)
-		require.Equal(t, 2, code, "%v: %s", args, stderr)
+		require.Equal(t, exitUsage, code, "%v: %s", args, stderr)
 		require.Contains(t, stderr, "--within must be positive", "%v", args)
 		code, _, stderr = e2eCLIErr(t, env.URL(), append(args, "--within", "1ns")...)
 		require.Equal(t, 1, code, "%v: %s", args, stderr)

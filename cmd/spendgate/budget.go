@@ -54,7 +54,7 @@ another change landed between the read and the put, it shows that too.`,
 	}
 	budgetGetCommand = command{
 		name:     "spendgate budget get",
-		synopsis: "--scope KIND:ID [--period month|day|lifetime] [--tenant NAME]",
+		synopsis: "--scope KIND:ID [--period month|week|day|lifetime [--unit UNIT]] [--tenant NAME]",
 		about:    "Prints a budget of a scope with its current period's spent, reserved and available;\nwithout --period, every budget of the scope.",
 	}
 	budgetListCommand = command{
@@ -117,6 +117,9 @@ func budget(args []string) int {
 				req.Alerts = &alerts
 			}
 		})
+		if code, ok := budgetPutCommand.require(fs, "scope"); !ok {
+			return code
+		}
 		req.Thresholds = thresholds
 		return c.call(streams.EndpointBudgetPut, req, nil)
 	case "get":
@@ -125,6 +128,9 @@ func budget(args []string) int {
 		fs.StringVar(&req.Period, "period", "", "month, week, day or lifetime; without it, every budget of the scope")
 		fs.StringVar(&req.Unit, "unit", "", "with --period: the budget of this unit, when the scope has a money and a requests budget in the period")
 		if code, ok := budgetGetCommand.parse(fs, args[1:]); !ok {
+			return code
+		}
+		if code, ok := budgetGetCommand.require(fs, "scope"); !ok {
 			return code
 		}
 		return c.call(streams.EndpointBudgetGet, req, nil)
@@ -159,6 +165,9 @@ func budget(args []string) int {
 		}
 		if get.Period == "" {
 			return cmd.usageError(fs, "--period is required (month, week, day or lifetime)")
+		}
+		if code, ok := cmd.require(fs, "scope"); !ok {
+			return code
 		}
 		// A put of the one field: the rest of the definition is kept, in
 		// the same compare-and-set as the change.

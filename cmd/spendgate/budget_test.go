@@ -77,5 +77,5 @@ func TestCLI_BudgetLifecycle(t *testing.T) {
 	require.Equal(t, "0", e2eJSON[events.BudgetView](t, out).Reserved)
 
 	code, _ = cli("budget", "disable", "--scope", "org:acme")
-	require.Equal(t, 2, code)
+	require.Equal(t, exitUsage, code)
 }

@@ -146,14 +146,14 @@ func TestCLI_ExportReportBalances(t *testing.T) {
 	// Bad input to the endpoint: the reply's error, exit 1.
 	code, out, _ = e2eCLIErr(t, url, "report", "--by", "model", "--from", hour.Add(time.Minute).Format(time.RFC3339))
 	require.Equal(t, 1, code)
-	require.Contains(t, out, `"code":"invalid_time"`)
+	require.Contains(t, out, `"code": "invalid_time"`)
 
 	// audit balances lists the idle budget with zeros.
 	out = ok("audit", "balances")
 	require.Regexp(t, `(?m)^team:idle,month,\d{4}-\d{2},USD,50,0,0,0,0,0,0,0,0,0$`, out)
 	require.Contains(t, out, "org:acme,month,")
 
-	// Usage errors: a bad time names the flag and the format; exit 2.
+	// Usage errors: a bad time names the flag and the format; exit 64.
 	for _, c := range []struct {
 		args []string
 		want string
@@ -176,7 +176,7 @@ func TestCLI_ExportReportBalances(t *testing.T) {
 		{[]string{"admit", "--scope", "org:acme", "--amount", "1", "--meta", "model"}, `--meta "model": want KEY=VALUE`},
 	} {
 		code, _, errOut := e2eCLIErr(t, url, c.args...)
-		require.Equal(t, 2, code, "%v", c.args)
+		require.Equal(t, exitUsage, code, "%v", c.args)
 		require.Contains(t, errOut, c.want, "%v", c.args)
 	}
 	for _, args := range [][]string{{"audit", "export", "--help"}, {"report", "--help"}} {

@@ -47,7 +47,7 @@ func serve(args []string) int {
 	dataDir := fs.String("data-dir", "./spendgate-data", "JetStream file storage of the embedded server")
 	listen := fs.String("listen", "127.0.0.1:4222", "client address of the embedded server")
 	var conn natsconn.Options
-	conn.RegisterFlags(fs)
+	registerConnection(fs, &conn)
 	// serve embeds a server unless told otherwise: NATS_URL, which the nats
 	// CLI and other clients read, does not count, only --nats-url and
 	// $SPENDGATE_NATS_URL do.

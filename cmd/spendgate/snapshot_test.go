@@ -122,7 +122,7 @@ func TestCLI_SnapshotAfterASkippedForgery(t *testing.T) {
 	require.NoError(t, err)
 
 	code, _, stderr := e2eCLIErr(t, url, "snapshot")
-	require.Equal(t, 2, code, "without the keys it refuses")
+	require.Equal(t, exitUsage, code, "without the keys it refuses")
 	require.Contains(t, stderr, "--trusted-keys")
 	code, out := e2eCLI(t, url, "snapshot", "--trusted-keys", filepath.Join(dir, "data", "trusted-keys"), "--signing-key", filepath.Join(dir, "data", "signing.nk"))
 	require.Equal(t, 0, code, string(out))

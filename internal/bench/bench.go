@@ -125,7 +125,7 @@ settling) against a redis-server child with appendonly yes, appendfsync
 everysec (always with --sync-always); --redis=false leaves it out.
 
 Exit status: 0 ok; 1 on any error (a failed request included), on any
-over-admission, or on mem over 300 MB; 2 on a usage error.`
+over-admission, or on mem over 300 MB; 64 on a usage error.`
 
 // Options configure Run. DefaultOptions returns the defaults.
 type Options struct {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"sort"
 	"strings"
@@ -86,6 +87,10 @@ type Options struct {
 	Price string
 	// Latency is how long the fake upstream takes per call, 0..10s.
 	Latency time.Duration
+	// Log receives the diagnostics of the demo's spendgate clients; nil is
+	// slog.Default(). The warnings the outage pattern causes on purpose
+	// are counted in its Side (ClientWarnings) instead.
+	Log *slog.Logger
 }
 
 // DefaultOptions returns the headline defaults: 20 concurrent calls at
@@ -131,7 +136,11 @@ func Overrun(ctx context.Context, o Options) (*Report, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, demoTimeout)
 	defer cancel()
-	env, err := startDemoEnv(ctx)
+	log := o.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	env, err := startDemoEnv(ctx, log)
 	if err != nil {
 		return nil, err
 	}
@@ -189,6 +198,11 @@ type Side struct {
 	Refused     int            `json:"refused"`
 	RefusedBy   map[string]int `json:"refused_by,omitempty"`
 	Breached    bool           `json:"breached"`
+	// ClientWarnings counts the warnings spendgate's client logged while
+	// the demo held the ledger down on purpose (the outage pattern: each
+	// fail-closed admit's void finds no replica either). Expected, they
+	// are counted here rather than printed.
+	ClientWarnings int `json:"client_warnings,omitempty"`
 }
 
 // demoCall is one model call: its model, and the output units (max
@@ -417,6 +431,7 @@ type demoSpec struct {
 
 // demoEnv is the demo's embedded server, spendgate replica and client.
 type demoEnv struct {
+	log       *slog.Logger
 	dir       string
 	srv       *embedded.Server
 	layout    streams.Layout
@@ -427,8 +442,8 @@ type demoEnv struct {
 	replicaNC *nats.Conn
 }
 
-func startDemoEnv(ctx context.Context) (_ *demoEnv, err error) {
-	e := &demoEnv{layout: streams.Default()}
+func startDemoEnv(ctx context.Context, log *slog.Logger) (_ *demoEnv, err error) {
+	e := &demoEnv{layout: streams.Default(), log: log}
 	defer func() {
 		if err != nil {
 			e.close()
@@ -449,7 +464,7 @@ func startDemoEnv(ctx context.Context) (_ *demoEnv, err error) {
 	if e.js, err = jetstream.New(e.nc); err != nil {
 		return nil, err
 	}
-	if e.c, err = client.New(e.nc); err != nil {
+	if e.c, err = client.New(e.nc, client.WithLogger(log)); err != nil {
 		return nil, err
 	}
 	return e, nil
@@ -586,9 +601,9 @@ func demoSpecs(concurrency int, ceiling, price events.Money) ([]demoSpec, error)
 		note: func(n, s Side) string {
 			return fmt.Sprintf("the naive ledger's writes timed out for requests %d-%d and were ignored: it recorded %s "+
 				"while the upstream billed %s. spendgate's replica was stopped for the same requests and its "+
-				"client failed closed: refused %s, never admitted unrecorded.",
+				"client failed closed: refused %s, never admitted unrecorded.%s",
 				demoOutageFrom+1, demoOutageTo, demoUSD(events.MustMoney(n.Recorded)), demoUSD(events.MustMoney(n.Spent)),
-				demoReasons(s.RefusedBy))
+				demoReasons(s.RefusedBy), demoWarnings(s.ClientWarnings))
 		},
 	}, {
 		name: "unpriced model at zero", slug: "unpriced",
@@ -603,6 +618,14 @@ func demoSpecs(concurrency int, ceiling, price events.Money) ([]demoSpec, error)
 				demoUSD(events.MustMoney(n.Spent)), demoReasons(s.RefusedBy))
 		},
 	}}, nil
+}
+
+// demoWarnings says what the client's expected warnings were, if any.
+func demoWarnings(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" The client's %d warnings (each admit's void found no replica either) were expected here and are not printed.", n)
 }
 
 // demoReasons formats refusal counts: "limit_reached 20".
@@ -756,9 +779,14 @@ func (e *demoEnv) spendgate(ctx context.Context, spec demoSpec, pricing demoPric
 		return Side{}, fmt.Errorf("budget put %s: %w", scope, err)
 	}
 	c := e.c
+	// During the outage the client's warnings (its voids fail too) are
+	// the expected consequence of the replica the demo stopped.
+	var down atomic.Bool
+	var warned atomic.Int64
 	if spec.outage {
 		var err error
-		if c, err = client.New(e.nc, client.WithTimeout(demoOutageTimeout), client.WithRetries(demoOutageAttempts)); err != nil {
+		log := slog.New(expectedWarnings{next: e.log.Handler(), during: &down, n: &warned})
+		if c, err = client.New(e.nc, client.WithTimeout(demoOutageTimeout), client.WithRetries(demoOutageAttempts), client.WithLogger(log)); err != nil {
 			return Side{}, err
 		}
 	}
@@ -770,8 +798,10 @@ func (e *demoEnv) spendgate(ctx context.Context, spec demoSpec, pricing demoPric
 		}
 		switch i {
 		case demoOutageFrom:
+			down.Store(true)
 			return e.stopReplica()
 		case demoOutageTo:
+			down.Store(false)
 			return e.startReplica(ctx)
 		}
 		return nil
@@ -810,6 +840,7 @@ func (e *demoEnv) spendgate(ctx context.Context, spec demoSpec, pricing demoPric
 		return nil
 	}
 	err := demoDrive(len(spec.calls), spec.concurrent, before, step)
+	down.Store(false)
 	if spec.outage && e.replica == nil {
 		if serr := e.startReplica(ctx); err == nil {
 			err = serr
@@ -831,7 +862,43 @@ func (e *demoEnv) spendgate(ctx context.Context, spec demoSpec, pricing demoPric
 		return Side{}, fmt.Errorf("the ledger disagrees with the upstream: it recorded %s spent (%s reserved, %d open), the upstream billed %s",
 			v.Spent, v.Reserved, v.Open, billed)
 	}
-	return t.side(billed, recorded, spec.ceiling)
+	side, err := t.side(billed, recorded, spec.ceiling)
+	side.ClientWarnings = int(warned.Load())
+	return side, err
+}
+
+// expectedWarnings is the slog.Handler of the outage pattern's client:
+// while during is set (the demo holds the ledger down) it counts the
+// client's warnings in n instead of passing them on; every other record
+// goes to next, so a warning outside the outage still shows.
+type expectedWarnings struct {
+	next   slog.Handler
+	during *atomic.Bool
+	n      *atomic.Int64
+}
+
+func (h expectedWarnings) expected(l slog.Level) bool { return l == slog.LevelWarn && h.during.Load() }
+
+func (h expectedWarnings) Enabled(ctx context.Context, l slog.Level) bool {
+	return h.expected(l) || h.next.Enabled(ctx, l)
+}
+
+func (h expectedWarnings) Handle(ctx context.Context, r slog.Record) error {
+	if h.expected(r.Level) {
+		h.n.Add(1)
+		return nil
+	}
+	return h.next.Handle(ctx, r)
+}
+
+func (h expectedWarnings) WithAttrs(as []slog.Attr) slog.Handler {
+	h.next = h.next.WithAttrs(as)
+	return h
+}
+
+func (h expectedWarnings) WithGroup(name string) slog.Handler {
+	h.next = h.next.WithGroup(name)
+	return h
 }
 
 // Print writes the report as text and returns the first write error.

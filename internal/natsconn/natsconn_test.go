@@ -421,7 +421,8 @@ func TestConnect_ReconnectsToAnotherServer(t *testing.T) {
 	roundTrip(t, nc)
 }
 
-// recorder is a slog.Handler that keeps the messages it receives.
+// recorder is a slog.Handler that keeps the messages it receives, each
+// after its level ("WARN nats disconnected err=EOF").
 type recorder struct {
 	mu   sync.Mutex
 	msgs []string
@@ -429,7 +430,7 @@ type recorder struct {
 
 func (r *recorder) Enabled(context.Context, slog.Level) bool { return true }
 func (r *recorder) Handle(_ context.Context, rec slog.Record) error {
-	line := rec.Message
+	line := rec.Level.String() + " " + rec.Message
 	rec.Attrs(func(a slog.Attr) bool { line += " " + a.String(); return true })
 	r.mu.Lock()
 	r.msgs = append(r.msgs, line)
@@ -465,5 +466,40 @@ func TestOptions_Log(t *testing.T) {
 	require.NoError(t, nc.Flush())
 	rec.waitFor(t, `Permissions Violation for Publish to "forbidden"`)
 	s.Shutdown()
-	rec.waitFor(t, "nats disconnected")
+	rec.waitFor(t, "WARN nats disconnected")
+}
+
+// A connection the program closes (Close or Drain, as serve does when it
+// stops) logs nothing at WARN or above: before issue 25 every clean stop of
+// serve --nats-url ended on "WARN nats disconnected err=<nil>".
+func TestOptions_LogCleanClose(t *testing.T) {
+	s := startConf(t, "")
+	for _, how := range []string{"close", "drain"} {
+		t.Run(how, func(t *testing.T) {
+			rec := &recorder{}
+			closed := make(chan struct{})
+			nc, err := (&natsconn.Options{URL: s.ClientURL(), Log: slog.New(rec)}).Connect("clean-"+how,
+				nats.ClosedHandler(func(*nats.Conn) { close(closed) }))
+			require.NoError(t, err)
+			roundTrip(t, nc)
+			if how == "close" {
+				nc.Close()
+			} else {
+				require.NoError(t, nc.Drain())
+			}
+			select {
+			case <-closed:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the connection did not close within 10s")
+			}
+			// The client runs its callbacks in order, one at a time: the
+			// disconnect callback has run before the closed one.
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			for _, m := range rec.msgs {
+				require.False(t, strings.HasPrefix(m, "WARN") || strings.HasPrefix(m, "ERROR"), "a clean close logged %q", m)
+			}
+			require.Contains(t, rec.msgs, "DEBUG nats connection closed")
+		})
+	}
 }

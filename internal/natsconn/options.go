@@ -389,6 +389,12 @@ func (o *Options) NATSOptions(name string, extra ...nats.Option) ([]nats.Option,
 	if log := o.Log; log != nil {
 		opts = append(opts,
 			nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+				if err == nil && nc.IsClosed() {
+					// The program closed it (Close or Drain): a clean
+					// stop is no warning.
+					log.Debug("nats connection closed")
+					return
+				}
 				log.Warn("nats disconnected", "err", err)
 			}),
 			nats.ReconnectHandler(func(nc *nats.Conn) {

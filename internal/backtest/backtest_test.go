@@ -35,7 +35,7 @@ func ctxFor(t testing.TB) context.Context {
 // jump makes reservations due without waiting for their TTL.
 type skewClock struct{ off atomic.Int64 }
 
-func (c *skewClock) now() time.Time        { return time.Now().Add(time.Duration(c.off.Load())).UTC() }
+func (c *skewClock) now() time.Time       { return time.Now().Add(time.Duration(c.off.Load())).UTC() }
 func (c *skewClock) jump(d time.Duration) { c.off.Add(int64(d)) }
 
 // recorded is what a recorded history holds, as the test made it.

@@ -283,7 +283,7 @@ func denialStep(scope events.Scope, d events.AdmitDenied) Step {
 		}
 	}
 	if den.Scope == scope && (den.Reason == events.ReasonLimitReached || den.Reason == events.ReasonBudgetDisabled) {
-		s.Refs = []events.BalanceRef{{Scope: den.Scope, Period: den.Period, Instance: den.Instance, }}
+		s.Refs = []events.BalanceRef{{Scope: den.Scope, Period: den.Period, Instance: den.Instance}}
 		s.Redecide = s.Amount.Sign() > 0
 	}
 	return s

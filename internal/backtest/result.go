@@ -249,7 +249,7 @@ func (res *Result) summary() [][4]string {
 		if p == nil {
 			return "-"
 		}
-		return p.UTC().Format(time.RFC3339)
+		return p.UTC().Format("2006-01-02T15:04:05.000Z07:00")
 	}
 	rows := [][4]string{
 		{"calls", "admitted", n(res.Recorded.Admitted), n(res.Replayed.Admitted)},

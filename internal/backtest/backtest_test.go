@@ -180,7 +180,7 @@ func TestReplay_ExactOnARecordedHistory(t *testing.T) {
 	require.Zero(t, res.NewlyDenied.Calls)
 	require.Zero(t, res.NewlyAdmitted.Calls)
 	require.Len(t, res.Balances, 1)
-	require.Equal(t, res.Balances[0].Recorded, res.Balances[0].Replayed)
+	require.Equal(t, *res.Balances[0].Recorded, res.Balances[0].Replayed)
 	require.Positive(t, res.Balances[0].Recorded.Overrun.Sign())
 
 	t.Run("a wrong order differs", func(t *testing.T) {

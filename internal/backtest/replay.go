@@ -149,8 +149,10 @@ type replay struct {
 	grp   *grouper
 	// ranOut is the first limit denial per balance of the target budget.
 	ranOut map[string]*RunOut
-	// final are the last stated numbers of each balance of the target.
-	final map[string]events.BalanceRevision
+	// final are the last stated numbers of each balance of the target;
+	// touched every balance of the target the replay reserved in.
+	final   map[string]events.BalanceRevision
+	touched map[string]events.BalanceRef
 	seq   int
 }
 
@@ -176,6 +178,7 @@ func Replay(ctx context.Context, h *History, pol Policy, opts Options) (*Result,
 	}
 	r := &replay{h: h, pol: pol, target: target, opts: opts, exact: !pol.changes(), mem: ledger.NewMemory(),
 		calls: map[string]*call{}, ranOut: map[string]*RunOut{}, final: map[string]events.BalanceRevision{},
+		touched: map[string]events.BalanceRef{},
 		grp: newGrouper(opts.By)}
 	clock := func() time.Time { return r.now }
 	if r.adm, err = admit.New(r.mem, admit.WithClock(clock), admit.WithTTL(events.DefaultTTL, events.MinTTL, events.MaxTTL)); err != nil {
@@ -281,6 +284,7 @@ func (r *replay) admit(ctx context.Context, s *Step) {
 		r.res.Errors++
 	case reply.Admitted:
 		c.id = reply.ReservationID
+		r.touch(reply.Balances)
 		if in {
 			r.res.Replayed.Admitted++
 		}
@@ -403,6 +407,7 @@ func (r *replay) denial(ctx context.Context, s *Step) {
 		r.mismatch(s, "the replay's admit of a recorded denial failed: %v", err)
 		r.res.Errors++
 	case reply.Admitted:
+		r.touch(reply.Balances)
 		r.mismatch(s, "recorded denied (%s), the replay admits it", s.Denial.Reason)
 		// Its cost was never measured: settled at what it asked.
 		if _, err := r.stl.Settle(ctx, events.SettleRequest{ReservationID: reply.ReservationID, Actual: s.Amount.String()}); err != nil {
@@ -432,6 +437,15 @@ func (r *replay) denial(ctx context.Context, s *Step) {
 	}
 }
 
+// touch notes the balances of the target among refs.
+func (r *replay) touch(refs []events.BalanceRef) {
+	for _, b := range refs {
+		if (events.BudgetRef{Scope: b.Scope, Period: b.Period, Unit: b.Unit}) == r.target {
+			r.touched[streams.BalanceKey(b)] = b
+		}
+	}
+}
+
 // check compares the numbers a revision stated with the replay's.
 func (r *replay) check(s *Step) {
 	for _, b := range s.Stated {
@@ -454,19 +468,26 @@ func (r *replay) check(s *Step) {
 
 // finish fills the result's balances, run-outs and groups.
 func (r *replay) finish() {
-	keys := make([]string, 0, len(r.final))
-	for k := range r.final {
+	refs := map[string]events.BalanceRef{}
+	for k, b := range r.final {
+		refs[k] = b.Balance
+	}
+	for k, b := range r.touched {
+		refs[k] = b
+	}
+	keys := make([]string, 0, len(refs))
+	for k := range refs {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		b := r.final[k]
-		got := r.mem.Balance(b.Balance)
-		r.res.Balances = append(r.res.Balances, BalanceOutcome{
-			Instance: b.Balance.Instance,
-			Recorded: Numbers{Limit: b.Limit, Spent: b.Spent, Reserved: b.Reserved, Overrun: b.Overrun, Open: b.Open},
-			Replayed: Numbers{Limit: got.Limit, Spent: got.Spent, Reserved: got.Reserved, Overrun: got.Overrun, Open: int64(got.Open)},
-		})
+		got := r.mem.Balance(refs[k])
+		out := BalanceOutcome{Instance: refs[k].Instance,
+			Replayed: Numbers{Limit: got.Limit, Spent: got.Spent, Reserved: got.Reserved, Overrun: got.Overrun, Open: int64(got.Open)}}
+		if b, ok := r.final[k]; ok {
+			out.Recorded = &Numbers{Limit: b.Limit, Spent: b.Spent, Reserved: b.Reserved, Overrun: b.Overrun, Open: b.Open}
+		}
+		r.res.Balances = append(r.res.Balances, out)
 	}
 	inst := make([]string, 0, len(r.ranOut))
 	for k := range r.ranOut {

@@ -92,11 +92,13 @@ type Numbers struct {
 	Open     int64        `json:"open"`
 }
 
-// BalanceOutcome is one balance of the budget at the end.
+// BalanceOutcome is one balance of the budget at the end: Recorded is
+// nil for a balance the record states no numbers of (one only the replay
+// reserved in).
 type BalanceOutcome struct {
-	Instance string  `json:"instance"`
-	Recorded Numbers `json:"recorded"`
-	Replayed Numbers `json:"replayed"`
+	Instance string   `json:"instance"`
+	Recorded *Numbers `json:"recorded,omitempty"`
+	Replayed Numbers  `json:"replayed"`
 }
 
 // Group is the blocked calls of one metadata value.
@@ -267,14 +269,21 @@ func (res *Result) summary() [][4]string {
 		rows = append(rows, [4]string{"ran_out", ro.Instance, t(ro.Recorded), t(ro.Replayed)})
 	}
 	for _, b := range res.Balances {
+		rec := Numbers{}
+		if b.Recorded != nil {
+			rec = *b.Recorded
+		}
 		for _, f := range []struct {
 			what string
 			a, b string
-		}{{"limit", b.Recorded.Limit.String(), b.Replayed.Limit.String()},
-			{"spent", b.Recorded.Spent.String(), b.Replayed.Spent.String()},
-			{"reserved", b.Recorded.Reserved.String(), b.Replayed.Reserved.String()},
-			{"overrun", b.Recorded.Overrun.String(), b.Replayed.Overrun.String()},
-			{"open", n(b.Recorded.Open), n(b.Replayed.Open)}} {
+		}{{"limit", rec.Limit.String(), b.Replayed.Limit.String()},
+			{"spent", rec.Spent.String(), b.Replayed.Spent.String()},
+			{"reserved", rec.Reserved.String(), b.Replayed.Reserved.String()},
+			{"overrun", rec.Overrun.String(), b.Replayed.Overrun.String()},
+			{"open", n(rec.Open), n(b.Replayed.Open)}} {
+			if b.Recorded == nil {
+				f.a = "-"
+			}
 			rows = append(rows, [4]string{"balance " + b.Instance, f.what, f.a, f.b})
 		}
 	}

@@ -153,7 +153,7 @@ type replay struct {
 	// touched every balance of the target the replay reserved in.
 	final   map[string]events.BalanceRevision
 	touched map[string]events.BalanceRef
-	seq   int
+	seq     int
 }
 
 // Replay decides every admit of h again under pol, in h's order, with a
@@ -179,7 +179,7 @@ func Replay(ctx context.Context, h *History, pol Policy, opts Options) (*Result,
 	r := &replay{h: h, pol: pol, target: target, opts: opts, exact: !pol.changes(), mem: ledger.NewMemory(),
 		calls: map[string]*call{}, ranOut: map[string]*RunOut{}, final: map[string]events.BalanceRevision{},
 		touched: map[string]events.BalanceRef{},
-		grp: newGrouper(opts.By)}
+		grp:     newGrouper(opts.By)}
 	clock := func() time.Time { return r.now }
 	if r.adm, err = admit.New(r.mem, admit.WithClock(clock), admit.WithTTL(events.DefaultTTL, events.MinTTL, events.MaxTTL)); err != nil {
 		return nil, events.Errorf(events.CodeInternal, "backtest: %v", err)

@@ -103,9 +103,9 @@ type MonthResult struct {
 
 // monthCall is one synthetic call.
 type monthCall struct {
-	at, done     time.Time
-	max, actual  events.Money
-	user, feat   string
+	at, done    time.Time
+	max, actual events.Money
+	user, feat  string
 }
 
 // monthScope is the budget's scope.

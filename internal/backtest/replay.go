@@ -498,5 +498,5 @@ func (r *replay) finish() {
 		r.res.RanOut = append(r.res.RanOut, *r.ranOut[k])
 	}
 	r.res.Groups = r.grp.groups()
-	r.res.Exact.Same = r.res.Exact.Mismatches == 0
+	r.res.Exact.Same = r.res.Exact.Checked && r.res.Exact.Mismatches == 0
 }

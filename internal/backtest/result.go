@@ -57,7 +57,7 @@ type Result struct {
 	// Groups are the blocked calls by metadata key and value.
 	Groups []Group `json:"groups"`
 	// Exact is the replay compared with the record, step by step: only
-	// under a policy that changes nothing (Checked).
+	// under a policy that changes nothing (Checked); Same only then.
 	Exact Exactness `json:"exact"`
 }
 

@@ -47,6 +47,13 @@ func backtestCmd(args []string) int {
 	fs := newFlagSet("backtest")
 	var r replayFlags
 	r.register(fs)
+	for name, usage := range map[string]string{
+		"scope": "the scope to replay, KIND:ID (one; a tenant's as TENANT/KIND:ID, or KIND:ID with --tenant)",
+		"from":  "report the calls from this RFC 3339 time (the replay still starts at the first recorded event)",
+		"to":    "report the calls before this RFC 3339 time",
+	} {
+		fs.Lookup(name).Usage = usage
+	}
 	limit := fs.String("limit", "", "the budget's limit in the replay (a decimal; default: the recorded limits)")
 	period := fs.String("period", "", "the period of the budget the replay changes (month, week, day, lifetime, ...; default: the scope's only budget)")
 	unit := fs.String("unit", "", "the unit of that budget, when the scope has a money and a count budget in the period")

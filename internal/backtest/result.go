@@ -7,8 +7,8 @@ import (
 	"io"
 	"sort"
 	"strings"
+	"text/tabwriter"
 	"time"
-	"unicode/utf8"
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/projector"
@@ -372,7 +372,7 @@ func (res *Result) writeTable(out io.Writer) error {
 	for _, r := range res.summary() {
 		rows = append(rows, []string{r[0], r[1], r[2], r[3]})
 	}
-	if err := writeAligned(out, rows, 2); err != nil {
+	if err := writeAligned(out, rows); err != nil {
 		return err
 	}
 	if len(res.Groups) == 0 {
@@ -388,35 +388,16 @@ func (res *Result) writeTable(out io.Writer) error {
 	for _, g := range res.Groups {
 		rows = append(rows, groupCells(g))
 	}
-	return writeAligned(out, rows, 2)
+	return writeAligned(out, rows)
 }
 
-// writeAligned writes rows as columns two spaces apart: the first left
-// columns left-aligned, the others right-aligned.
-func writeAligned(out io.Writer, rows [][]string, left int) error {
-	width := make([]int, len(rows[0]))
+// writeAligned writes rows as columns two spaces apart (text/tabwriter).
+func writeAligned(out io.Writer, rows [][]string) error {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	for _, row := range rows {
-		for i, c := range row {
-			width[i] = max(width[i], utf8.RuneCountInString(c))
-		}
-	}
-	var b strings.Builder
-	for _, row := range rows {
-		b.Reset()
-		for i, c := range row {
-			pad := strings.Repeat(" ", width[i]-utf8.RuneCountInString(c))
-			if i > 0 {
-				b.WriteString("  ")
-			}
-			if i < left {
-				b.WriteString(c + pad)
-			} else {
-				b.WriteString(pad + c)
-			}
-		}
-		if _, err := io.WriteString(out, strings.TrimRight(b.String(), " ")+"\n"); err != nil {
+		if _, err := io.WriteString(tw, strings.Join(row, "\t")+"\n"); err != nil {
 			return err
 		}
 	}
-	return nil
+	return tw.Flush()
 }

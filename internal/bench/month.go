@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"sort"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spendgate/spendgate/events"
@@ -290,28 +291,11 @@ func WriteMonth(w io.Writer, res *MonthResult, asJSON bool) error {
 		rows = append(rows, []string{r.DayLimit, r.Rule, fmt.Sprint(r.Admitted), fmt.Sprint(r.Denied), fmt.Sprintf("%+d", r.MoreCalls), r.Spent,
 			r.Utilization, fmt.Sprint(r.DaysRunOut), r.MaxOverrun, r.MaxOverLimit, cap})
 	}
-	width := make([]int, len(rows[0]))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, row := range rows {
-		for i, c := range row {
-			width[i] = max(width[i], len(c))
-		}
-	}
-	for _, row := range rows {
-		var b strings.Builder
-		for i, c := range row {
-			switch i {
-			case 0:
-				b.WriteString(c + strings.Repeat(" ", width[i]-len(c)))
-				continue
-			case 1:
-				b.WriteString("  " + c + strings.Repeat(" ", width[i]-len(c)))
-				continue
-			}
-			b.WriteString("  " + strings.Repeat(" ", width[i]-len(c)) + c)
-		}
-		if _, err := fmt.Fprintln(w, b.String()); err != nil {
+		if _, err := fmt.Fprintln(tw, strings.Join(row, "\t")); err != nil {
 			return err
 		}
 	}
-	return nil
+	return tw.Flush()
 }

@@ -241,6 +241,21 @@ func TestReplay_ExactOnARecordedHistory(t *testing.T) {
 		}
 		require.Equal(t, res.NewlyDenied.Calls, blocked)
 	})
+	t.Run("a reservation rule reserves what it says", func(t *testing.T) {
+		// Reserve a third of what each admit asked: calls denied for
+		// want of room in the reservations fit, and the calls that cost
+		// more than a third overrun their reservation.
+		third := func(s backtest.Step) events.Money {
+			return s.Amount.Mul(events.MustMoney("0.34"))
+		}
+		res, err := backtest.Replay(ctxFor(t), h, backtest.Policy{Period: events.PeriodMonth, Reserve: third}, backtest.Options{})
+		require.NoError(t, err)
+		require.True(t, res.Reserve)
+		require.False(t, res.Exact.Checked)
+		require.Positive(t, res.NewlyAdmitted.Calls)
+		b := res.Balances[0].Replayed
+		require.Positive(t, b.Overrun.Cmp(res.Balances[0].Recorded.Overrun), "smaller reservations overrun more")
+	})
 	t.Run("a higher limit admits recorded denials", func(t *testing.T) {
 		high := events.MustMoney("100")
 		res, err := backtest.Replay(ctxFor(t), h, backtest.Policy{Period: events.PeriodMonth, Limit: &high}, backtest.Options{})

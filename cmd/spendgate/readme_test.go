@@ -23,6 +23,7 @@ import (
 type readmeBlock struct {
 	line  int // 1-based line of its first line
 	lines []string
+	nums  []int // 1-based line of each of lines (a blank line in a block is not one)
 }
 
 // docFiles are the files whose examples the README tests run, relative to
@@ -65,6 +66,7 @@ func readmeBlocks(t *testing.T, name string) []readmeBlock {
 				cur = &blocks[len(blocks)-1]
 			}
 			cur.lines = append(cur.lines, l[4:])
+			cur.nums = append(cur.nums, i+1)
 			continue
 		}
 		if strings.TrimSpace(l) != "" || cur == nil {
@@ -164,7 +166,7 @@ func runDocExamples(t *testing.T, name string) readmeRan {
 	var items []item
 	for _, b := range readmeBlocks(t, name) {
 		for i, l := range b.lines {
-			items = append(items, item{b.line + i, strings.TrimSpace(l)})
+			items = append(items, item{b.nums[i], strings.TrimSpace(l)})
 		}
 	}
 	isCLI := func(l string) bool {

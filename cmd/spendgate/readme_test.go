@@ -88,9 +88,9 @@ var (
 var readmeCapture = regexp.MustCompile(`^(export )?[A-Z_]+=\$\(spendgate `)
 
 // readmeSkipped says why a command line of a documentation file is not
-// run here, or "" if it is. Each skipped command runs elsewhere: serve is started by the
-// test itself, the test command is CI's, the Node example is run by
-// .ci/run, bench and demo by their own tests.
+// run here, or "" if it is. Each skipped command runs elsewhere: serve is
+// started by the test itself, the test command is CI's, the Node example
+// is run by .ci/run, bench and demo by their own tests.
 func readmeSkipped(l string) string {
 	switch {
 	case strings.HasPrefix(l, "go run ./cmd/spendgate serve"), strings.HasPrefix(l, "spendgate serve"):
@@ -396,4 +396,35 @@ func containsRun(lines, want []string) bool {
 		}
 	}
 	return false
+}
+
+// readmeNodeSource is the file whose code the README's Node.js snippet
+// quotes; .ci/run runs it (examples/node's tests).
+const readmeNodeSource = "../../examples/node/example.mjs"
+
+// TestREADME_NodeSnippetIsTested: the README's ```js block appears, line
+// for line (indentation aside), in examples/node/example.mjs, which
+// .ci/run runs against a real serve, so the snippet cannot drift from
+// code that works.
+func TestREADME_NodeSnippetIsTested(t *testing.T) {
+	data, err := os.ReadFile(readmeNodeSource)
+	require.NoError(t, err)
+	src := trimmedLines(string(data))
+	n := 0
+	var block []string
+	in := false
+	for _, l := range strings.Split(docText(t, "README.md"), "\n") {
+		switch {
+		case !in && strings.TrimSpace(l) == "```js":
+			in, block = true, nil
+		case in && strings.TrimSpace(l) == "```":
+			in = false
+			n++
+			want := trimmedLines(strings.Join(block, "\n"))
+			require.True(t, containsRun(src, want), "the README's Node.js snippet is not in %s:\n%s", readmeNodeSource, strings.Join(block, "\n"))
+		case in:
+			block = append(block, l)
+		}
+	}
+	require.GreaterOrEqual(t, n, 1, "the README's Node.js snippet was not found")
 }

@@ -398,18 +398,22 @@ func containsRun(lines, want []string) bool {
 	return false
 }
 
-// readmeNodeSource is the file whose code the README's Node.js snippet
-// quotes; .ci/run runs it (examples/node's tests).
-const readmeNodeSource = "../../examples/node/example.mjs"
+// readmeNodeSources are the files whose code the README's Node.js
+// snippets quote; .ci/run runs them (examples/node's tests, and the
+// gateway quick start through examples/gateway-node's).
+var readmeNodeSources = []string{"../../examples/node/example.mjs", "../../examples/gateway-node/quickstart.mjs"}
 
-// TestREADME_NodeSnippetIsTested: the README's ```js block appears, line
-// for line (indentation aside), in examples/node/example.mjs, which
-// .ci/run runs against a real serve, so the snippet cannot drift from
+// TestREADME_NodeSnippetIsTested: each of the README's ```js blocks
+// appears, line for line (indentation aside), in one of
+// readmeNodeSources, which .ci/run runs, so a snippet cannot drift from
 // code that works.
 func TestREADME_NodeSnippetIsTested(t *testing.T) {
-	data, err := os.ReadFile(readmeNodeSource)
-	require.NoError(t, err)
-	src := trimmedLines(string(data))
+	var srcs [][]string
+	for _, f := range readmeNodeSources {
+		data, err := os.ReadFile(f)
+		require.NoError(t, err)
+		srcs = append(srcs, trimmedLines(string(data)))
+	}
 	n := 0
 	var block []string
 	in := false
@@ -421,7 +425,11 @@ func TestREADME_NodeSnippetIsTested(t *testing.T) {
 			in = false
 			n++
 			want := trimmedLines(strings.Join(block, "\n"))
-			require.True(t, containsRun(src, want), "the README's Node.js snippet is not in %s:\n%s", readmeNodeSource, strings.Join(block, "\n"))
+			found := false
+			for _, src := range srcs {
+				found = found || containsRun(src, want)
+			}
+			require.True(t, found, "the README's Node.js snippet is in none of %v:\n%s", readmeNodeSources, strings.Join(block, "\n"))
 		case in:
 			block = append(block, l)
 		}

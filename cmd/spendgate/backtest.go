@@ -114,13 +114,13 @@ func backtestCmd(args []string) int {
 			return cmd.usageError(fs, fmt.Sprintf("--by %q: %v", k, err))
 		}
 	}
-	p, ctx, done, err := r.projector("backtest")
+	rd, ctx, done, err := r.reader("backtest")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "spendgate: backtest:", err)
 		return exitError
 	}
 	defer done()
-	h, err := backtest.Load(ctx, p, f.Scopes[0])
+	h, err := backtest.Load(ctx, rd, f.Scopes[0])
 	if err != nil {
 		return backtestError(cmd, err)
 	}

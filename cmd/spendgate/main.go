@@ -83,7 +83,7 @@ var commands = map[string]func([]string) int{
 	"release":  releaseCmd,
 	"void":     voidCmd,
 	"audit":    audit,
-	"report":   report,
+	"report":   reportCmd,
 	"backtest": backtestCmd,
 	"bench":    benchCmd,
 	"demo":     demoCmd,

@@ -19,6 +19,7 @@ import (
 	"github.com/spendgate/spendgate/internal/ledger"
 	"github.com/spendgate/spendgate/internal/replica"
 	"github.com/spendgate/spendgate/internal/replicatest"
+	"github.com/spendgate/spendgate/internal/report"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/testenv"
 )
@@ -163,8 +164,8 @@ func TestReplay_ExactOnARecordedHistory(t *testing.T) {
 	require.Positive(t, rec.overruns.Load(), "and overruns")
 	require.Positive(t, rec.late.Load(), "and late settles")
 
-	p := projector.New(env.JS, env.Layout)
-	h, err := backtest.Load(ctxFor(t), p, "team:search")
+	rd := report.NewReader(env.JS, env.Layout, projector.New(env.JS, env.Layout))
+	h, err := backtest.Load(ctxFor(t), rd, "team:search")
 	require.NoError(t, err)
 
 	res, err := backtest.Replay(ctxFor(t), h, backtest.Policy{Period: events.PeriodMonth}, backtest.Options{})
@@ -323,7 +324,7 @@ func TestReplay_BadInput(t *testing.T) {
 		})
 	}
 	env := testenv.New(t)
-	_, err := backtest.Load(ctxFor(t), projector.New(env.JS, env.Layout), "team:nobody")
+	_, err := backtest.Load(ctxFor(t), report.NewReader(env.JS, env.Layout, projector.New(env.JS, env.Layout)), "team:nobody")
 	var e *events.Error
 	require.ErrorAs(t, err, &e)
 	require.Equal(t, events.CodeUnknownBudget, e.Code)

@@ -1,7 +1,8 @@
 // Package backtest replays the recorded admits of a scope under other
 // budgets: "what would a limit of 50 have done last month?".
 //
-// A History is read through a projector (Load): the scope's budget
+// A History is read through a report.Reader (Load), the projector's
+// verified read (projector.Read) and the denial stream: the scope's budget
 // definitions and every admission, settle, release and expiry in its
 // balances, from lane and budget revisions the gate passed (signatures
 // and chains verified as a replica verifies them), in stream order; and

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/ledger"
+	"github.com/spendgate/spendgate/internal/report"
 	"github.com/spendgate/spendgate/projector"
 )
 
@@ -94,14 +95,16 @@ type History struct {
 	Steps    []Step
 }
 
-// Source is what a History is read from: a *projector.Projector, whose
-// every read passes the gate (signatures, chains) as a replica's does.
+// Source is what a History is read from: a *report.Reader, whose
+// revisions are the projector's verified read (projector.Read: every
+// revision through the gate, signatures and chains checked as a replica
+// checks them) and whose denials are the denial stream's records.
 type Source interface {
-	Revisions(ctx context.Context, fn func(projector.Revision) error) (uint64, error)
-	Denials(ctx context.Context, f projector.Filter, fn func(events.AdmitDenied) error) error
+	Revisions(ctx context.Context, fn func(projector.Message) error) (uint64, error)
+	Denials(ctx context.Context, f report.Filter, fn func(events.AdmitDenied) error) error
 }
 
-var _ Source = (*projector.Projector)(nil)
+var _ Source = (*report.Reader)(nil)
 
 // Load reads the whole recorded history of scope (a stored scope: a
 // tenant's is "TENANT/KIND:ID") from src: its budget definitions and every
@@ -114,17 +117,19 @@ var _ Source = (*projector.Projector)(nil)
 func Load(ctx context.Context, src Source, scope events.Scope) (*History, error) {
 	l := &loader{scope: scope, run: map[string]point{}, points: map[string][]point{}}
 	defined := false
-	pos, err := src.Revisions(ctx, func(r projector.Revision) error {
+	pos, err := src.Revisions(ctx, func(m projector.Message) error {
+		r := m.Rev
 		switch {
+		case r == nil:
 		case r.Budget != nil && r.Budget.Budget.Scope == scope:
 			b := r.Budget
 			def := &ledger.Budget{Ref: b.Budget, Limit: b.Limit, Unit: b.Unit, TZ: b.TZ, Disabled: b.Disabled,
-				FixedSlot: b.FixedSlot, Thresholds: b.Thresholds, Revision: r.Seq, FromDefault: b.FromDefault}
-			l.steps = append(l.steps, Step{Kind: KindBudget, Seq: r.Seq, At: r.At, Budget: def})
-			l.stored = append(l.stored, r.At)
+				FixedSlot: b.FixedSlot, Thresholds: b.Thresholds, Revision: m.Seq, FromDefault: b.FromDefault}
+			l.steps = append(l.steps, Step{Kind: KindBudget, Seq: m.Seq, At: m.At, Budget: def})
+			l.stored = append(l.stored, m.At)
 			defined = true
 		case r.Lane != nil:
-			l.lane(r.Seq, r.At, r.Lane)
+			l.lane(m.Seq, m.At, r.Lane)
 		}
 		return nil
 	})
@@ -134,7 +139,7 @@ func Load(ctx context.Context, src Source, scope events.Scope) (*History, error)
 	if !defined {
 		return nil, events.Errorf(events.CodeUnknownBudget, "the ledger defines no budget for scope %s", scope)
 	}
-	f := projector.Filter{Scopes: []events.Scope{scope}, OneTenant: true, Tenant: scope.Tenant()}
+	f := report.Filter{Scopes: []events.Scope{scope}, OneTenant: true, Tenant: scope.Tenant()}
 	var denials []Step
 	if err := src.Denials(ctx, f, func(d events.AdmitDenied) error {
 		denials = append(denials, denialStep(scope, d))
@@ -289,19 +294,19 @@ func denialStep(scope events.Scope, d events.AdmitDenied) Step {
 	return s
 }
 
-// withModel is metadata with model under projector.MetadataModel when it
+// withModel is metadata with model under report.MetadataModel when it
 // names none (as reports and exports group a priced admit); metadata is
 // never modified.
 func withModel(metadata map[string]string, model string) map[string]string {
 	if model == "" {
 		return metadata
 	}
-	if _, set := metadata[projector.MetadataModel]; set {
+	if _, set := metadata[report.MetadataModel]; set {
 		return metadata
 	}
 	m := make(map[string]string, len(metadata)+1)
 	maps.Copy(m, metadata)
-	m[projector.MetadataModel] = model
+	m[report.MetadataModel] = model
 	return m
 }
 

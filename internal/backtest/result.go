@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/spendgate/spendgate/events"
-	"github.com/spendgate/spendgate/projector"
+	"github.com/spendgate/spendgate/internal/report"
 )
 
 // Result is what a replay found, next to what was recorded.
@@ -299,12 +299,12 @@ func groupCells(g Group) []string {
 
 // writeCSV writes the summary as section,what,recorded,replayed rows, a
 // blank line, then the groups with a header. Cells go through
-// projector.SafeCell.
+// report.SafeCell.
 func (res *Result) writeCSV(out io.Writer) error {
 	w := csv.NewWriter(out)
 	write := func(rec []string) error {
 		for i := range rec {
-			rec[i] = projector.SafeCell(rec[i])
+			rec[i] = report.SafeCell(rec[i])
 		}
 		return w.Write(rec)
 	}

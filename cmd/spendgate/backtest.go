@@ -13,7 +13,7 @@ import (
 
 var backtestCommand = command{
 	name:     "spendgate backtest",
-	synopsis: "--scope KIND:ID [--limit DECIMAL] [--period month|week|day|lifetime|...] [--fixed-slot DECIMAL] [--from RFC3339 --to RFC3339] [--by KEY ...] [-o table|csv|json] (--trusted-keys KEYS | --unverified) [--nats-url URL]",
+	synopsis: "--scope KIND:ID [--limit DECIMAL] [--period month|week|day|lifetime|...] [--fixed-slot DECIMAL] [--learn PERCENTILE] [--from RFC3339 --to RFC3339] [--by KEY ...] [-o table|csv|json] (--trusted-keys KEYS | --unverified) [--nats-url URL]",
 	about: `Replays the recorded admits of one scope under other limits: what a limit
 of 50 would have done. It reads the book of record through the same gate as
 audit check (every revision verified against --trusted-keys) and the
@@ -30,7 +30,10 @@ the newly denied calls asked and cost, when each period of the budget ran
 out, the budget's balances at the end, and the blocked calls grouped by
 metadata value (--by KEY, repeatable; every key by default). --limit and
 --fixed-slot change the budget --period names (its only one by default);
-the scope's other budgets replay as recorded. With neither, the replay
+the scope's other budgets replay as recorded. --learn N reserves by
+observed cost instead of what each admit asked: the N-th percentile of the
+costs of the last calls of its model (at most what it asked), as learned
+reservations do. With none of them, the replay
 checks itself: it must reproduce every recorded decision and balance
 ("exact" in the output; exit 1 if it does not).
 
@@ -58,6 +61,9 @@ func backtestCmd(args []string) int {
 	period := fs.String("period", "", "the period of the budget the replay changes (month, week, day, lifetime, ...; default: the scope's only budget)")
 	unit := fs.String("unit", "", "the unit of that budget, when the scope has a money and a count budget in the period")
 	slot := fs.String("fixed-slot", "", "a fixed slot the budget reserves per admit in the replay (a decimal)")
+	learnPct := fs.Int("learn", 0, "reserve by observed cost in the replay: this percentile (1..100) of the actual costs of the last --learn-window calls of the same model the replay settled (0: off; the maximum until --learn-min calls are known)")
+	learnWindow := fs.Int("learn-window", events.DefaultLearnWindow, "with --learn: how many recent calls count")
+	learnMin := fs.Int("learn-min", events.DefaultLearnMinSamples, "with --learn: the cold start, calls known before the rule applies")
 	var by multiFlag
 	fs.Var(&by, "by", "group the blocked calls by this metadata key (repeatable; default: every key)")
 	out := &choiceFlag{value: backtest.FormatTable, choices: []string{backtest.FormatTable, backtest.FormatCSV, backtest.FormatJSON}}
@@ -108,6 +114,13 @@ func backtestCmd(args []string) int {
 	}
 	if pol.FixedSlot != nil && pol.FixedSlot.Sign() <= 0 {
 		return cmd.usageError(fs, fmt.Sprintf("--fixed-slot %s: must be greater than zero", pol.FixedSlot))
+	}
+	if *learnPct != 0 {
+		rule := events.LearnRule{Percentile: *learnPct, Window: *learnWindow, MinSamples: *learnMin}
+		if err := rule.Validate(); err != nil {
+			return cmd.usageError(fs, "--learn: "+err.(*events.Error).Message)
+		}
+		pol.Learn = &rule
 	}
 	for _, k := range by {
 		if err := events.ValidateToken("metadata key", k, 64); err != nil {

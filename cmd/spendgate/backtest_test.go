@@ -68,6 +68,10 @@ func TestCLI_Backtest(t *testing.T) {
 	require.EqualValues(t, 1, groups["cy"].NewlyDenied)
 	require.EqualValues(t, 1, groups["bo"].RecordedDenied)
 
+	var learned backtest.Result
+	require.NoError(t, json.Unmarshal([]byte(run(0, "backtest", "--scope", "team:search", "--learn", "50", "--learn-min", "2", "--unverified", "-o", "json")), &learned))
+	require.Equal(t, "p50 of 100, cold 2, floor 0", learned.Learn)
+
 	table := run(0, "backtest", "--scope", "team:search", "--limit", "0.5", "--unverified")
 	require.Contains(t, table, "# backtest of team:search per month under limit 0.5")
 	require.Regexp(t, `(?m)^calls\s+admitted\s+4\s+2$`, table)
@@ -90,6 +94,7 @@ func TestCLI_Backtest(t *testing.T) {
 		{[]string{"backtest", "--scope", "team:search", "--period", "fortnight", "--unverified"}, "--period"},
 		{[]string{"backtest", "--scope", "team:search", "-o", "xml", "--unverified"}, "table or csv or json"},
 		{[]string{"backtest", "--scope", "team search", "--unverified"}, "--scope"},
+		{[]string{"backtest", "--scope", "team:search", "--learn", "101", "--unverified"}, "--learn"},
 	} {
 		code, out, errOut := e2eCLIErr(t, url, tc.args...)
 		require.Equal(t, exitUsage, code, "%v", tc.args)

@@ -257,6 +257,22 @@ func TestReplay_ExactOnARecordedHistory(t *testing.T) {
 		b := res.Balances[0].Replayed
 		require.Positive(t, b.Overrun.Cmp(res.Balances[0].Recorded.Overrun), "smaller reservations overrun more")
 	})
+	t.Run("learned reservations reserve the observed cost", func(t *testing.T) {
+		// The median of the last 50 settled calls (the maximum until 5
+		// are known): smaller reservations than asked, so calls denied for
+		// want of room fit, and the calls above the median overrun.
+		rule := events.LearnRule{Percentile: 50, Window: 50, MinSamples: 5}
+		res, err := backtest.Replay(ctxFor(t), h, backtest.Policy{Period: events.PeriodMonth, Learn: &rule}, backtest.Options{})
+		require.NoError(t, err)
+		require.Equal(t, rule.String(), res.Learn)
+		require.False(t, res.Exact.Checked)
+		require.Positive(t, res.NewlyAdmitted.Calls)
+		require.Positive(t, res.Balances[0].Replayed.Overrun.Cmp(res.Balances[0].Recorded.Overrun))
+		bad := events.LearnRule{Percentile: 0, Window: 50, MinSamples: 5}
+		_, err = backtest.Replay(ctxFor(t), h, backtest.Policy{Period: events.PeriodMonth, Learn: &bad}, backtest.Options{})
+		var e *events.Error
+		require.ErrorAs(t, err, &e)
+	})
 	t.Run("a higher limit admits recorded denials", func(t *testing.T) {
 		high := events.MustMoney("100")
 		res, err := backtest.Replay(ctxFor(t), h, backtest.Policy{Period: events.PeriodMonth, Limit: &high}, backtest.Options{})

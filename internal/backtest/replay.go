@@ -9,7 +9,9 @@ import (
 
 	"github.com/spendgate/spendgate/admit"
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/learn"
 	"github.com/spendgate/spendgate/internal/ledger"
+	"github.com/spendgate/spendgate/internal/report"
 	"github.com/spendgate/spendgate/settle"
 	"github.com/spendgate/spendgate/streams"
 )
@@ -32,10 +34,19 @@ type Policy struct {
 	// budget with a fixed slot, whose slot wins, nor to denials). Money
 	// only: never a float.
 	Reserve func(s Step) events.Money
+	// Learn, when set, reserves by observed cost (package internal/learn,
+	// the rule the ledger applies): each admit asks the rule's percentile
+	// of the actual costs of the last calls of its model (metadata
+	// "model") in the scope that the replay settled, at most what it
+	// asked; what it asked until the rule's cold start is over. It takes
+	// precedence over Reserve.
+	Learn *events.LearnRule
 }
 
 // changes reports whether p changes anything.
-func (p Policy) changes() bool { return p.Limit != nil || p.FixedSlot != nil || p.Reserve != nil }
+func (p Policy) changes() bool {
+	return p.Limit != nil || p.FixedSlot != nil || p.Reserve != nil || p.Learn != nil
+}
 
 // Options select what a replay reports.
 type Options struct {
@@ -73,6 +84,11 @@ func (p Policy) Validate(h *History) (events.BudgetRef, error) {
 	}
 	if p.FixedSlot != nil && p.FixedSlot.Sign() <= 0 {
 		return events.BudgetRef{}, events.Errorf(events.CodeInvalidAmount, "fixed slot %s must be greater than zero", p.FixedSlot)
+	}
+	if p.Learn != nil {
+		if err := p.Learn.Validate(); err != nil {
+			return events.BudgetRef{}, err
+		}
 	}
 	var refs []events.BudgetRef
 	var all []string
@@ -128,8 +144,10 @@ type call struct {
 	// id is the reservation the replay opened for it ("" when the replay
 	// denied it).
 	id string
-	// asked is what it asked to reserve.
+	// asked is what it asked to reserve; model its model (metadata
+	// "model"), what a learned reservation learns by.
 	asked events.Money
+	model string
 }
 
 // replay is one run of Replay.
@@ -145,8 +163,11 @@ type replay struct {
 	adm   *admit.Admitter
 	stl   *settle.Settler
 	calls map[string]*call
-	res   *Result
-	grp   *grouper
+	// learned is what a learned reservation rule has observed: the
+	// actual costs the replay settled, by model.
+	learned learn.State
+	res     *Result
+	grp     *grouper
 	// ranOut is the first limit denial per balance of the target budget.
 	ranOut map[string]*RunOut
 	// final are the last stated numbers of each balance of the target;
@@ -266,10 +287,13 @@ func (r *replay) request(s *Step, id string, amount events.Money) events.AdmitRe
 
 func (r *replay) admit(ctx context.Context, s *Step) {
 	in := r.inWindow(s.At)
-	c := &call{at: s.At, metadata: s.Metadata, inWindow: in, asked: s.Amount}
+	c := &call{at: s.At, metadata: s.Metadata, inWindow: in, asked: s.Amount, model: s.Metadata[report.MetadataModel]}
 	r.calls[s.ReservationID] = c
 	amount := s.Amount
-	if r.pol.Reserve != nil {
+	switch {
+	case r.pol.Learn != nil && amount.Sign() > 0:
+		amount = learn.Reserve(*r.pol.Learn, r.learned.Window(r.learnKey(c.model)), amount).Amount
+	case r.pol.Reserve != nil:
 		amount = r.pol.Reserve(*s)
 	}
 	// The request id is the recorded reservation's id: unique, where a
@@ -300,6 +324,16 @@ func (r *replay) admit(ctx context.Context, s *Step) {
 				g.ReplayDeniedAmount = g.ReplayDeniedAmount.Add(s.Amount)
 			})
 		}
+	}
+}
+
+// learnKey is the learned window a call of model learns from.
+func (r *replay) learnKey(model string) learn.Key { return learn.Key{Scope: r.h.Scope, Model: model} }
+
+// observe folds a settled call's actual cost into the learned state.
+func (r *replay) observe(model string, actual events.Money) {
+	if r.pol.Learn != nil {
+		r.learned.Observe(r.learnKey(model), actual)
 	}
 }
 
@@ -355,6 +389,9 @@ func (r *replay) close(ctx context.Context, s *Step) {
 	switch s.Kind {
 	case KindSettle:
 		reply, err = r.stl.Settle(ctx, events.SettleRequest{ReservationID: c.id, Actual: s.Amount.String()})
+		if err == nil {
+			r.observe(c.model, s.Amount)
+		}
 		if err == nil && c.inWindow {
 			r.res.Replayed.Spent = r.res.Replayed.Spent.Add(s.Amount)
 		}
@@ -412,6 +449,8 @@ func (r *replay) denial(ctx context.Context, s *Step) {
 		// Its cost was never measured: settled at what it asked.
 		if _, err := r.stl.Settle(ctx, events.SettleRequest{ReservationID: reply.ReservationID, Actual: s.Amount.String()}); err != nil {
 			r.res.Errors++
+		} else {
+			r.observe(s.Metadata[report.MetadataModel], s.Amount)
 		}
 		if in {
 			r.res.Replayed.Admitted++

@@ -24,6 +24,7 @@ type Result struct {
 	Limit     string `json:"limit,omitempty"`
 	FixedSlot string `json:"fixed_slot,omitempty"`
 	Reserve   bool   `json:"reservation_rule,omitempty"`
+	Learn     string `json:"learn,omitempty"`
 	// From and To bound the admits reported (nil: open).
 	From *time.Time `json:"from,omitempty"`
 	To   *time.Time `json:"to,omitempty"`
@@ -136,6 +137,9 @@ func newResult(h *History, pol Policy, target events.BudgetRef, opts Options) *R
 	}
 	if pol.FixedSlot != nil {
 		res.FixedSlot = pol.FixedSlot.String()
+	}
+	if pol.Learn != nil {
+		res.Learn = pol.Learn.String()
 	}
 	if !opts.From.IsZero() {
 		t := opts.From
@@ -342,7 +346,9 @@ func (res *Result) writeTable(out io.Writer) error {
 	if res.FixedSlot != "" {
 		policy = append(policy, "fixed slot "+res.FixedSlot)
 	}
-	if res.Reserve {
+	if res.Learn != "" {
+		policy = append(policy, "learned reservations ("+res.Learn+")")
+	} else if res.Reserve {
 		policy = append(policy, "a reservation rule")
 	}
 	if len(policy) == 0 {

@@ -109,8 +109,12 @@ type monthCall struct {
 	user, feat  string
 }
 
-// monthScope is the budget's scope.
-const monthScope events.Scope = "team:synthetic"
+// monthScope is the budget's scope; monthModel the calls' model (what a
+// learned reservation learns by).
+const (
+	monthScope events.Scope = "team:synthetic"
+	monthModel              = "synthetic-model"
+)
 
 // generateMonth returns o.Calls calls of November 2026, in start order.
 func generateMonth(o MonthOptions) []monthCall {
@@ -160,7 +164,7 @@ func monthHistory(calls []monthCall, limit events.Money) *backtest.History {
 		id := fmt.Sprintf("call-%d", i)
 		steps = append(steps,
 			backtest.Step{Kind: backtest.KindAdmit, At: c.at, ReservationID: id, RequestID: id, Amount: c.max, Unit: "USD",
-				Count: 1, TTL: monthTTL, Metadata: map[string]string{"user": c.user, "feature": c.feat}},
+				Count: 1, TTL: monthTTL, Metadata: map[string]string{"user": c.user, "feature": c.feat, "model": monthModel}},
 			backtest.Step{Kind: backtest.KindSettle, At: c.done, ReservationID: id, Amount: c.actual})
 	}
 	// Time order; at one instant the budget, then admits, then settles
@@ -193,8 +197,10 @@ func sortedMoney(ms []events.Money) []events.Money {
 }
 
 // Month runs the month scenario: the same synthetic month under maximum
-// reservations and under a fixed slot at the calibration calls' p95
-// cost. Errors: a bad option, ctx's, the replay's.
+// reservations, under a fixed slot at the calibration calls' p95 cost, and
+// under learned reservations (events.DefaultLearnRule: p95 of the last 100
+// calls, the maximum until 20 are known). Errors: a bad option, ctx's,
+// the replay's, a rule's overrun past its exposure cap.
 func Month(ctx context.Context, o MonthOptions) (*MonthResult, error) {
 	if o.Calls < MonthDays*MonthBursts {
 		return nil, fmt.Errorf("--month-calls must be at least %d", MonthDays*MonthBursts)
@@ -209,9 +215,11 @@ func Month(ctx context.Context, o MonthOptions) (*MonthResult, error) {
 	res := &MonthResult{Calls: len(calls), Seed: o.Seed,
 		MedianMax: percentile(sortedMoney(maxes), 50).String(), MedianUse: percentile(sa, 50).String(), P95Use: percentile(sa, 95).String()}
 	slot := percentile(sortedMoney(actuals[:min(monthCalibration, len(actuals))]), 95)
+	learned := events.DefaultLearnRule()
 	rules := []monthRule{
 		{name: "max"},
 		{name: "fixed-slot " + slot.String(), pol: backtest.Policy{FixedSlot: &slot}},
+		{name: fmt.Sprintf("learned p%d", learned.Percentile), pol: backtest.Policy{Learn: &learned}},
 	}
 	for _, allowance := range MonthAllowances {
 		limit := allowance.Mul(events.MoneyFromInt(int64(o.Calls / MonthDays)))

@@ -113,7 +113,7 @@ type monthCall struct {
 // learned reservation learns by).
 const (
 	monthScope events.Scope = "team:synthetic"
-	monthModel              = "synthetic-model"
+	monthModel string       = "synthetic-model"
 )
 
 // generateMonth returns o.Calls calls of November 2026, in start order.

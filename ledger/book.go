@@ -58,6 +58,10 @@ type book struct {
 	serverNow time.Time
 
 	retention, expiredKeep time.Duration
+
+	// tenants counts open reservations and budgets from defaults per
+	// tenant (tenants.go), kept by this fold.
+	tenants tenantCounts
 }
 
 func newBook(layout streams.Layout, retention, expiredKeep time.Duration) *book {
@@ -76,6 +80,7 @@ func newBook(layout streams.Layout, retention, expiredKeep time.Duration) *book 
 		voids:        map[string]*Reservation{},
 		retention:    retention,
 		expiredKeep:  expiredKeep,
+		tenants:      newTenantCounts(),
 	}
 }
 
@@ -114,6 +119,7 @@ func (b *book) apply(rev *gate.Revision) {
 // and what a snapshot's load does with the revision it carries.
 func (b *book) setBudget(key string, seq uint64, rev *events.BudgetRevision, loc *time.Location) {
 	d := b.budgets[key]
+	b.budgetChanged(rev.Budget.Scope, d != nil, d != nil && d.def.FromDefault != 0, rev.FromDefault != 0)
 	if d == nil {
 		d = &budget{}
 		b.budgets[key] = d
@@ -343,6 +349,7 @@ func (b *book) applyEvent(bl *balance, key string, seq uint64, e events.Event) {
 			b.reservations[e.ReservationID] = r
 			b.requests[e.RequestID] = r
 			b.due.add(r)
+			b.openChanged(r, 1)
 		}
 		p := r.part(bl.key)
 		p.Unit, p.Amount = e.Unit, e.Amount
@@ -364,6 +371,9 @@ func (b *book) applyEvent(bl *balance, key string, seq uint64, e events.Event) {
 		if r != nil {
 			was := r.Status
 			r.Status = events.StatusSettled
+			if was == events.StatusOpen {
+				b.openChanged(r, -1)
+			}
 			b.due.remove(r)
 			r.part(key).Actual = e.Actual
 			r.Late = r.Late || e.Late
@@ -391,6 +401,7 @@ func (b *book) applyEvent(bl *balance, key string, seq uint64, e events.Event) {
 			} else {
 				r.Status = events.StatusReleased
 			}
+			b.openChanged(r, -1)
 			b.due.remove(r)
 			b.closeRes(r, seq)
 		} else if r != nil {

@@ -39,6 +39,9 @@ type View struct {
 	res   map[string]*Reservation // reservations changed in this group
 	req   map[string]*Reservation // request ids opened in this group
 	voids map[string]bool         // request ids voided in this group
+	// tenantOpen is the change of each tenant's open reservations made
+	// by the group's decisions so far (see TenantOpen, tenants.go).
+	tenantOpen map[string]int
 	// stale is set when a read from the book (open reservations, request
 	// ids) found a lane of the view already folded past the revision the
 	// view was taken at: the group is then decided again.
@@ -177,6 +180,7 @@ const (
 	undoResNew                // the group had no reservation id
 	undoReq                   // the group's reservation of request id
 	undoVoid                  // the group had not voided request id
+	undoTenant                // tenantOpen[id] moved by n
 )
 
 // undoEntry is one change apply journals: typed, so a Tx's journal is a
@@ -185,8 +189,8 @@ type undoEntry struct {
 	op    undoOp
 	vb    *viewBalance
 	bal   Balance      // undoBalance
-	n     int          // undoBalance: len(vb.events)
-	id    string       // the reservation or request id
+	n     int          // undoBalance: len(vb.events); undoTenant: the change
+	id    string       // the reservation or request id; undoTenant: the tenant
 	amt   events.Money // undoOpen: the added amount
 	hadA  bool         // undoOpen: id was added; undoReq: rid had a reservation
 	hadR  bool         // undoOpen: id was removed
@@ -213,6 +217,8 @@ func (v *View) undo(e *undoEntry) {
 		}
 	case undoVoid:
 		delete(v.voids, e.id)
+	case undoTenant:
+		v.tenantOpen[e.id] -= e.n
 	}
 }
 
@@ -307,6 +313,7 @@ func (v *View) apply(es events.Events) (err error) {
 					OpenedAt: e.At, ExpiresAt: e.ExpiresAt, Status: events.StatusOpen, Pricing: e.Pricing,
 				}
 				v.res[e.ReservationID] = r
+				v.openDelta(r, 1)
 				rid := e.RequestID
 				prev, had := v.req[rid]
 				v.req[rid] = r
@@ -324,6 +331,9 @@ func (v *View) apply(es events.Events) (err error) {
 			}
 			saveRes(e.ReservationID)
 			r := v.overlay(e.ReservationID)
+			if r.Status == events.StatusOpen {
+				v.openDelta(r, -1)
+			}
 			r.Status = events.StatusSettled
 			r.part(key).Actual = e.Actual
 			r.Late = r.Late || e.Late
@@ -333,6 +343,9 @@ func (v *View) apply(es events.Events) (err error) {
 			closeRes(vb, e.ReservationID)
 			saveRes(e.ReservationID)
 			r := v.overlay(e.ReservationID)
+			if r.Status == events.StatusOpen {
+				v.openDelta(r, -1)
+			}
 			r.Status = events.StatusReleased
 			if e.Reason == events.ReasonExpired {
 				r.Status = events.StatusExpired

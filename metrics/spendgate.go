@@ -80,6 +80,10 @@ type Set struct {
 	// instead of folding: With(reason), a signing.Reason (unsigned,
 	// untrusted-key, bad-signature, malformed, replay, chain).
 	RevisionsRejected *CounterVec
+
+	// tenants are the per-tenant counters (tenants.go): TenantLimited,
+	// TenantUnknownScopeDenial.
+	tenants tenantFamilies
 }
 
 // New returns spendgate's metrics with build info recorded.
@@ -99,6 +103,8 @@ func New(info BuildInfo) *Set {
 		RevisionsRejected: NewCounterVec("spendgate_revisions_rejected_total",
 			"Ledger revisions this replica skipped instead of folding (forged, garbage, replayed, off the chain), by reason.", "reason"),
 	}
+	s.tenants = newTenantFamilies()
+	s.Registry.MustRegister(s.tenants.limited, s.tenants.unknownScope)
 	build := NewGaugeVec("spendgate_build_info", "Always 1; the labels say which build is running.", "version", "commit", "go_version")
 	build.With(info.Version, info.Commit, runtime.Version()).Set(1)
 	s.Registry.MustRegister(s.Admits, s.AdmitChecks, s.Requests, s.RequestDuration, s.Inflight, s.LedgerBusy,

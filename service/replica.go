@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/spendgate/spendgate/admit"
+	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/feed"
 	"github.com/spendgate/spendgate/internal/health"
 	"github.com/spendgate/spendgate/ledger"
@@ -69,6 +70,12 @@ type ReplicaConfig struct {
 	DenialMaxAge    time.Duration
 	Name            string
 	DenialBuffer    int
+	// DenialMaxBytes caps the denial stream, the oldest records going
+	// first (0: streams.DefaultDenialMaxBytes; negative: no cap).
+	DenialMaxBytes int64
+	// TenantLimits are the per-tenant limits (tenantlimits.go): zero
+	// fields take their defaults, negative ones are off.
+	TenantLimits TenantLimits
 	// MaxInFlight bounds the requests the replica handles at once (see
 	// Config.MaxInFlight); 0 means MaxInFlight.
 	MaxInFlight int
@@ -146,7 +153,10 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 	if err := l.AddReader(alertReader{publish: alertPublisher(nc, cfg.Layout, cfg.Log)}); err != nil {
 		return nil, err
 	}
-	aopts := []admit.Option{admit.WithClock(cfg.Now)}
+	if err := cfg.TenantLimits.withDefaults().validate(); err != nil {
+		return nil, err
+	}
+	aopts := []admit.Option{admit.WithClock(cfg.Now), cfg.TenantLimits.admitOption()}
 	if cfg.DefaultTTL != 0 || cfg.MinTTL != 0 || cfg.MaxTTL != 0 {
 		def, lo, hi := cfg.DefaultTTL, cfg.MinTTL, cfg.MaxTTL
 		if def == 0 {
@@ -283,8 +293,11 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 		if name == "" {
 			name = nuid.Next()
 		}
-		if _, err = streams.EnsureDenials(ctx, js, cfg.Layout, cfg.DenialMaxAge); err == nil {
+		if _, err = streams.EnsureDenials(ctx, js, cfg.Layout, cfg.DenialMaxAge, cfg.DenialMaxBytes); err == nil {
 			r.Denials, err = NewDenialRecorder(js, cfg.Layout, name, cfg.DenialBuffer, cfg.Log)
+		}
+		if err == nil {
+			r.Denials.LimitTenantBytes(cfg.TenantLimits.withDefaults().DenialBytes, tenantLimited(cfg.Metrics, events.LimitDenialBytes))
 		}
 		if err != nil {
 			cancel()
@@ -299,7 +312,8 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 	} else {
 		close(r.denyd)
 	}
-	svc, err := Start(nc, Config{Ledger: l, Admitter: a, Settler: st, Now: cfg.Now, Log: cfg.Log, Metrics: cfg.Metrics, MaxInFlight: cfg.MaxInFlight, Reports: r.Reports, Denials: r.Denials})
+	svc, err := Start(nc, Config{Ledger: l, Admitter: a, Settler: st, Now: cfg.Now, Log: cfg.Log, Metrics: cfg.Metrics, MaxInFlight: cfg.MaxInFlight, Reports: r.Reports, Denials: r.Denials,
+		TenantLimits: cfg.TenantLimits})
 	if err != nil {
 		cancel()
 		<-r.denyd
@@ -316,6 +330,7 @@ func StartReplica(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 			st := probe.Status()
 			return metrics.LedgerHealth{Ready: probe.Check() == nil, Leader: st.Leader, Delay: st.Delay}
 		})
+		registerTenantMetrics(cfg.Metrics, l)
 		cfg.Metrics.RegisterBudgets(cfg.MetricsBudgets, func() []metrics.BudgetSample {
 			budgets := l.Budgets()
 			out := make([]metrics.BudgetSample, 0, len(budgets))

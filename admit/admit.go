@@ -520,6 +520,14 @@ func (a *Admitter) budgets(ctx context.Context, r request, now time.Time) ([]led
 		// through another replica a moment ago): both sync first. A
 		// scope's first use is rare, so the sync costs little.
 		if (len(bs) == 0 || len(ds) > 0) && !synced {
+			// A tenant already at its limit of budgets from defaults is
+			// refused before the sync: a flood of new scopes costs no
+			// read of the stream (reserveDefault decides after it).
+			if len(ds) > 0 {
+				if err := a.checkDefaults(s.Tenant(), len(ds)); err != nil {
+					return nil, nil, nil, err
+				}
+			}
 			synced = true
 			// "No budget" must be a definitive answer: if the replica
 			// cannot catch up, the ledger is unavailable, not the budget.

@@ -117,11 +117,8 @@ func (a *Admitter) reserveDefault(tenant string, n int) (done func(), err error)
 	d := &a.defaults
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	have := a.l.TenantDefaultBudgets(tenant) + d.creating[tenant]
-	if have+n > max {
-		return nil, events.TenantLimitError(tenant, events.LimitDefaultBudgets, int64(max), fmt.Sprintf(
-			"tenant %s has %d budgets created from defaults, its limit (serve --tenant-max-default-budgets %d): this scope's first admit would create %d more; nothing was created or reserved",
-			tenant, have, max, n))
+	if err := a.defaultsLimit(tenant, n, max); err != nil {
+		return nil, err
 	}
 	if d.creating == nil {
 		d.creating = map[string]int{}
@@ -134,6 +131,30 @@ func (a *Admitter) reserveDefault(tenant string, n int) (done func(), err error)
 			delete(d.creating, tenant)
 		}
 	}, nil
+}
+
+// checkDefaults refuses, as reserveDefault would, a creation of n of
+// tenant's budgets from defaults past its limit, without taking them.
+func (a *Admitter) checkDefaults(tenant string, n int) error {
+	max := a.opts.tenants.MaxDefaultBudgets
+	if tenant == "" || max < 0 {
+		return nil
+	}
+	a.defaults.mu.Lock()
+	defer a.defaults.mu.Unlock()
+	return a.defaultsLimit(tenant, n, max)
+}
+
+// defaultsLimit is the refusal of n more of tenant's budgets from
+// defaults past max, nil if they fit. The caller holds a.defaults.mu.
+func (a *Admitter) defaultsLimit(tenant string, n, max int) error {
+	have := a.l.TenantDefaultBudgets(tenant) + a.defaults.creating[tenant]
+	if have+n <= max {
+		return nil
+	}
+	return events.TenantLimitError(tenant, events.LimitDefaultBudgets, int64(max), fmt.Sprintf(
+		"tenant %s has %d budgets created from defaults, its limit (serve --tenant-max-default-budgets %d): this scope's first admit would create %d more; nothing was created or reserved",
+		tenant, have, max, n))
 }
 
 // retryRefusal is err as the answer to req: a tenant_limit refusal of a

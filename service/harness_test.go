@@ -40,13 +40,15 @@ type harnessOpts struct {
 	// lanes of the ledger stream (default 1: every Tx commits as one lane
 	// revision; more lanes put multi-scope Txs on the atomic batch path).
 	lanes int
-	// maxInFlight and metrics are passed to every replica.
+	// maxInFlight is passed to every replica, metrics to the first.
 	maxInFlight int
 	metrics     *metrics.Set
 	// reports runs the spend report aggregator in every replica, with
 	// reportOpts.
 	reports    bool
 	reportOpts []projector.AggregatorOption
+	// tenantLimits are passed to every replica.
+	tenantLimits service.TenantLimits
 }
 
 type clock struct{ now atomicTime }
@@ -62,12 +64,18 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 	h := &harness{t: t, env: env, nc: env.Connect(t), clock: &clock{}}
 	h.clock.now.Store(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	for i := 0; i < o.replicas; i++ {
+		// A metrics set serves one replica: the first.
+		m := o.metrics
+		if i > 0 {
+			m = nil
+		}
 		nc := env.Connect(t)
 		js, err := jetstream.New(nc)
 		require.NoError(t, err)
 		r, err := service.StartReplica(ctxT(t), nc, js, service.ReplicaConfig{
 			Layout: env.Layout, Now: h.clock.now.Load, SweepInterval: -1, LedgerOptions: o.ledgerOpts,
-			MaxInFlight: o.maxInFlight, Metrics: o.metrics, Reports: o.reports, ReportOptions: o.reportOpts,
+			MaxInFlight: o.maxInFlight, Metrics: m, Reports: o.reports, ReportOptions: o.reportOpts,
+			TenantLimits: o.tenantLimits,
 		})
 		require.NoError(t, err)
 		t.Cleanup(func() {

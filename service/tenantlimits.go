@@ -1,6 +1,7 @@
 package service
 
 import (
+	"bytes"
 	"fmt"
 	"sync"
 	"time"
@@ -22,7 +23,7 @@ const (
 	// DefaultTenantRate is how many requests per second one tenant may
 	// send one replica (each item of a batch counts), with a burst of one
 	// second's worth.
-	DefaultTenantRate = 1000
+	DefaultTenantRate = 500
 	// DefaultTenantDenialBytes is how many bytes per second of denial
 	// records one replica stores for one tenant, with a burst of
 	// TenantDenialBurst seconds' worth.
@@ -142,7 +143,10 @@ func (s *Service) rateRefusal(tenant, endpoint string, data []byte) *events.Erro
 	e := events.TenantLimitError(tenant, events.LimitRequestRate, int64(s.limits.Rate), fmt.Sprintf(
 		"tenant %s is past its request rate on this replica, %d per second (serve --tenant-rate %d); nothing changed; retry with back-off",
 		tenant, s.limits.Rate, s.limits.Rate))
-	if endpoint != "admit" {
+	// Only a body that names "retry" (or escapes a character of a key)
+	// can be a retry: the others are refused without being decoded (this
+	// runs on micro's goroutine, which every tenant's requests share).
+	if endpoint != "admit" || !bytes.Contains(data, retryField) && !bytes.Contains(data, escapeField) {
 		return e
 	}
 	var req events.AdmitRequest
@@ -153,6 +157,10 @@ func (s *Service) rateRefusal(tenant, endpoint string, data []byte) *events.Erro
 		"request_id %s: this retry is refused (%s), but an earlier attempt of it may still commit, so its outcome is unknown: retry with the same request, or void the request id",
 		req.RequestID, e.Message)}
 }
+
+// retryField is an admit's retry flag in its body, escapeField how an
+// escaped spelling of it would start.
+var retryField, escapeField = []byte(`"retry"`), []byte(`\u`)
 
 // refuseRate answers r, a request of tenant past its rate, on micro's own
 // goroutine: no ledger work, no slot, no goroutine.

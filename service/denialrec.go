@@ -91,7 +91,6 @@ func (r *DenialRecorder) LimitTenantBytes(perSecond int, onLimited func(tenant s
 	r.onLimited = onLimited
 }
 
-
 // Replica is the replica name the records carry.
 func (r *DenialRecorder) Replica() string { return r.replica }
 

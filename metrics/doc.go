@@ -37,6 +37,10 @@
 //	spendgate_reserved_amount             gauge      scope, period, unit    amount held per budget, exact decimal (RegisterBudgets)
 //	spendgate_budgets_not_exposed         gauge                             budgets left out of the two above by the series limit
 //	spendgate_snapshot_age_seconds        gauge                             age of the newest snapshot (RegisterSnapshotAge)
+//	spendgate_tenant_limited_total        counter    tenant, limit          tenant_limit refusals (limit open_reservations|request_rate|default_budgets) and denial records not stored (denial_bytes)
+//	spendgate_tenant_unknown_scope_denials_total  counter  tenant           a tenant's denials for scopes it has no budget for: counted, never recorded
+//	spendgate_tenant_open_reservations    gauge      tenant                 open reservations per tenant, from the book (RegisterTenants)
+//	spendgate_tenant_default_budgets      gauge      tenant                 budgets created per tenant from defaults (RegisterTenants)
 //	spendgate_build_info                  gauge      version, commit, go_version   always 1
 //
 // Where each is recorded:
@@ -60,5 +64,8 @@
 //
 // Label values come from bounded sets (endpoint names, reply codes, denial
 // reasons); the per-budget gauges are bounded by RegisterBudgets' limit,
-// keeping the budgets with the most money reserved.
+// keeping the budgets with the most money reserved; the tenant label names
+// at most MaxTenantSeries tenants per family (the counters the first ones
+// counted, the rest under TenantOther; the gauges those with the most open
+// reservations).
 package metrics

@@ -13,21 +13,48 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/spendgate/spendgate/events"
-	"github.com/spendgate/spendgate/ledger"
+	"github.com/spendgate/spendgate/internal/ledger"
 	"github.com/spendgate/spendgate/streams"
 )
 
 // Admitter admits reservations against a ledger.
 type Admitter struct {
-	l    *ledger.Ledger
+	l    Ledger
 	opts options
 	// defaults counts the budgets being created from defaults, per
 	// tenant (tenants.go).
 	defaults defaultBudgets
 }
 
+// Ledger is what an Admitter uses of the ledger: a *ledger.Ledger, or in
+// a test of its decisions anything that hands its Txs a ledger.View.
+type Ledger interface {
+	// BudgetsOf returns the budgets of scope; DefaultsOf the defaults of
+	// a scope kind; CreateFromDefault creates a scope's budget from a
+	// default on its first admit.
+	BudgetsOf(scope events.Scope) []ledger.Budget
+	DefaultsOf(kind string) []ledger.Default
+	CreateFromDefault(ctx context.Context, scope events.Scope, d ledger.Default, now time.Time) (bool, error)
+	// Price returns a model's price.
+	Price(model string) (ledger.Price, bool)
+	// Sync returns once what the ledger stream held at the call is
+	// folded.
+	Sync(ctx context.Context) error
+	// ByRequest returns the reservation the book holds for a request id;
+	// TenantOpen and TenantDefaultBudgets a tenant's open reservations and
+	// budgets from defaults as folded (for the tenant limits' cheap
+	// pre-checks, tenants.go).
+	ByRequest(rid string) (*ledger.Reservation, bool)
+	TenantOpen(tenant string) int
+	TenantDefaultBudgets(tenant string) int
+	// SubmitAll decides and commits txs, and returns each one's error.
+	SubmitAll(ctx context.Context, txs []ledger.Tx) []error
+}
+
+var _ Ledger = (*ledger.Ledger)(nil)
+
 // New returns an Admitter over l.
-func New(l *ledger.Ledger, opts ...Option) (*Admitter, error) {
+func New(l Ledger, opts ...Option) (*Admitter, error) {
 	o := defaultOptions()
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
@@ -273,8 +300,8 @@ func hashRequest(r request) string {
 //
 // A request priced from a model (Model set) reserves its maximum cost at
 // the model's current price (see price); an unpriced model is denied
-// (unpriced_model). A scope without a budget of its own takes its kind's
-// defaults (see budgets). A threshold an admission crosses is written with
+// (unpriced_model). A scope without a budget in a period takes its kind's
+// default for that period (see budgets). A threshold an admission crosses is written with
 // it (events.ThresholdCrossed) and handed to WithAlerts after the commit.
 //
 // If ctx carries a tenant (events.ContextWithTenant), the request acts
@@ -501,7 +528,7 @@ func (r request) replyMode() string {
 }
 
 // budgets returns every budget of every scope of r. A scope without a
-// budget of its own takes the default budgets of its kind: a real admit
+// budget in a period takes its kind's default for that period: a real admit
 // creates them for the scope (ledger.CreateFromDefault: once, whatever the
 // replicas racing it); a check or shadow admit writes nothing and returns
 // them as virtual budgets, which the Tx decides against as new, empty
@@ -576,14 +603,11 @@ func (a *Admitter) budgets(ctx context.Context, r request, now time.Time) ([]led
 	return out, virtual, nil, nil
 }
 
-// defaultsFor returns the defaults of s's kind whose budget s lacks, when
-// s has no budget of its own (bs, its budgets, all came from defaults).
+// defaultsFor returns the defaults of s's kind for the periods in which s
+// has no budget (bs, its budgets, own or from defaults): defaults apply
+// per period, so a scope with a day budget of its own still takes its
+// kind's month default.
 func (a *Admitter) defaultsFor(s events.Scope, bs []ledger.Budget) []ledger.Default {
-	for _, b := range bs {
-		if b.FromDefault == 0 {
-			return nil
-		}
-	}
 	ds := a.l.DefaultsOf(s.Kind())
 	if len(ds) == 0 {
 		return nil
@@ -621,7 +645,7 @@ type admitTx struct {
 
 func (t *admitTx) Balances() []events.BalanceRef { return t.refs }
 
-func (t *admitTx) Decide(v *ledger.View) (events.Events, error) {
+func (t *admitTx) Decide(v ledger.View) (events.Events, error) {
 	t.reply = events.AdmitReply{RequestID: t.req.id, Mode: t.req.replyMode()}
 	if v.Voided(t.req.id) {
 		return nil, events.Errorf(events.CodeRequestVoided,

@@ -6,7 +6,7 @@ import (
 	"sync"
 
 	"github.com/spendgate/spendgate/events"
-	"github.com/spendgate/spendgate/ledger"
+	"github.com/spendgate/spendgate/internal/ledger"
 )
 
 // Default per-tenant limits of an Admitter (WithTenantLimits). They apply
@@ -174,7 +174,7 @@ func retryRefusal(req events.AdmitRequest, err error) error {
 // checkOpen is the decision's check of the open-reservation limit, against
 // v (ledger.View.TenantOpen: the ledger's count at the revisions the write
 // requires, plus what the group decided before this Tx).
-func (t *admitTx) checkOpen(v *ledger.View) error {
+func (t *admitTx) checkOpen(v ledger.View) error {
 	if t.tenant == "" || t.maxOpen < 0 {
 		return nil
 	}

@@ -279,9 +279,10 @@ func (c *Client) Release(ctx context.Context, req events.ReleaseRequest) (events
 	return reply, nil
 }
 
-// PutBudget defines or changes a budget and returns it with its balance in
-// the current period, and what the put did: Created, the fields it
-// Changed, and the Previous definition when it changed one.
+// PutBudget defines a budget, or changes the fields req names (all of
+// them with req.Replace; see events.BudgetPutRequest), and returns it with
+// its balance in the current period, and what the put did: Created, the
+// fields it Changed, and the Previous definition when it changed one.
 //
 // Errors, in precedence order: an *events.Error matching ErrInvalid
 // (invalid_identifier, invalid_period, invalid_amount, invalid_unit,

@@ -17,8 +17,8 @@ import (
 
 	"github.com/spendgate/spendgate/client"
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/replica"
 	"github.com/spendgate/spendgate/projector"
-	"github.com/spendgate/spendgate/service"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
 )
@@ -45,12 +45,12 @@ func ctxT(t *testing.T) context.Context {
 // separate process would be), stops it when t ends, and then runs the
 // invariant checker: replay == live, reserved == sum of open reservations,
 // spent + reserved <= limit.
-func startService(t *testing.T, env *testenv.Env) *service.Replica {
+func startService(t *testing.T, env *testenv.Env) *replica.Replica {
 	t.Helper()
 	nc := env.Connect(t)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	r, err := service.StartReplica(ctxT(t), nc, js, service.ReplicaConfig{Layout: env.Layout, SweepInterval: -1})
+	r, err := replica.Start(ctxT(t), nc, js, replica.Config{Layout: env.Layout, SweepInterval: -1})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		require.NoError(t, r.Stop())

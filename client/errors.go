@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/spendgate/spendgate/events"
 )
@@ -82,10 +83,12 @@ type DeniedError struct {
 	Void *events.VoidReply
 }
 
-// Error describes the denial.
+// Error describes the denial: its reason and message, and the scope and
+// period that denied it unless the message names them already (the
+// service's messages do: "user:u-17 per day: spent 0 + ...").
 func (e *DeniedError) Error() string {
 	msg := fmt.Sprintf("spendgate: admit %s denied: %s", e.RequestID, e.Denial.Reason)
-	if e.Denial.Scope != "" {
+	if s := e.Denial.Scope.Local(); s != "" && !strings.Contains(e.Denial.Message, string(s)) {
 		msg += " in " + string(e.Denial.Scope)
 		if e.Denial.Period != "" {
 			msg += " per " + string(e.Denial.Period)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/spendgate/spendgate/client"
 	"github.com/spendgate/spendgate/events"
-	"github.com/spendgate/spendgate/service"
+	"github.com/spendgate/spendgate/internal/replica"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
 )
@@ -57,7 +57,7 @@ func exampleLedger(noService bool) (url string, stop func(), err error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	replica, err := service.StartReplica(ctx, nc, js, service.ReplicaConfig{Layout: streams.Default(), SweepInterval: -1, Reports: true})
+	replica, err := replica.Start(ctx, nc, js, replica.Config{Layout: streams.Default(), SweepInterval: -1, Reports: true})
 	if err != nil {
 		return "", nil, err
 	}

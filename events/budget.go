@@ -1,9 +1,7 @@
 package events
 
 import (
-	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -106,24 +104,10 @@ func ParsePeriod(s string) (Period, error) {
 func (p Period) Instance(t time.Time) string { return p.InstanceIn(t, nil) }
 
 // InstanceIn is Instance with the calendar of loc (nil means UTC): the
-// instance is the local date's month, ISO week or day in that zone.
+// instance is the local date's month, ISO week or day in that zone (see
+// Calendar).
 func (p Period) InstanceIn(t time.Time, loc *time.Location) string {
-	if loc == nil {
-		loc = time.UTC
-	}
-	t = t.In(loc)
-	switch p {
-	case PeriodMonth:
-		return t.Format("2006-01")
-	case PeriodWeek:
-		y, w := t.ISOWeek()
-		return fmt.Sprintf("%04d-W%02d", y, w)
-	case PeriodDay:
-		return t.Format("2006-01-02")
-	case PeriodLifetime:
-		return "all"
-	}
-	panic("events: instance of unvalidated period " + strconv.Quote(string(p)))
+	return CalendarOf(p, loc).Instance(t)
 }
 
 // MaxTZLen caps the length of a time zone name.

@@ -8,7 +8,7 @@ import (
 )
 
 // Defaults per scope kind: a default budget of a kind and period applies to
-// every scope of that kind that has no budget of its own. It is kept under
+// every scope of that kind that has no budget of its own in that period. It is kept under
 // its own key (see streams.DefaultKey), one revision per change, chained
 // like a budget revision. On a scope's first admit the ledger creates the
 // scope's budget from the default: a BudgetDefinedV2 with FromDefault set,

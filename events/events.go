@@ -167,6 +167,20 @@ func (ReservationSettled) EventType() Type  { return TypeReservationSettled }
 func (ReservationReleased) EventType() Type { return TypeReservationReleased }
 func (RequestVoided) EventType() Type       { return TypeRequestVoided }
 
+// BalanceEvent is an event of one balance: what a lane revision's balance
+// carries.
+type BalanceEvent interface {
+	Event
+	// BalanceOf returns the balance the event belongs to.
+	BalanceOf() BalanceRef
+}
+
+func (e ReservationOpened) BalanceOf() BalanceRef   { return e.Balance }
+func (e ReservationSettled) BalanceOf() BalanceRef  { return e.Balance }
+func (e ReservationReleased) BalanceOf() BalanceRef { return e.Balance }
+func (e RequestVoided) BalanceOf() BalanceRef       { return e.Balance }
+func (e ThresholdCrossed) BalanceOf() BalanceRef    { return e.Balance }
+
 // EncodeEvent writes e as a JSON object with its "type" first.
 func EncodeEvent(e Event) ([]byte, error) { return AppendEvent(nil, e) }
 

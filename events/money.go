@@ -190,3 +190,35 @@ func (m *Money) UnmarshalJSON(b []byte) error {
 	*m = v
 	return nil
 }
+
+// utilCtx multiplies two decimals of at most 2*MaxAmountLen digits each
+// exactly.
+var utilCtx = apd.BaseContext.WithPrecision(4 * MaxAmountLen)
+
+// CompareUtilization compares usedA/limitA with usedB/limitB (a budget's
+// utilization, (spent + reserved) / limit) exactly, by cross products:
+// -1, 0 or 1. A zero limit counts as fully used (1) when nothing is used,
+// and above every finite utilization otherwise. The decimals must be
+// finite, >= 0 and of at most 2*MaxAmountLen digits.
+func CompareUtilization(usedA, limitA, usedB, limitB *apd.Decimal) int {
+	inf := func(used, limit *apd.Decimal) bool { return limit.IsZero() && used.Sign() > 0 }
+	switch ia, ib := inf(usedA, limitA), inf(usedB, limitB); {
+	case ia && ib:
+		return 0
+	case ia:
+		return 1
+	case ib:
+		return -1
+	}
+	one := apd.New(1, 0)
+	if limitA.IsZero() {
+		usedA, limitA = one, one
+	}
+	if limitB.IsZero() {
+		usedB, limitB = one, one
+	}
+	var x, y apd.Decimal
+	_, _ = utilCtx.Mul(&x, usedA, limitB)
+	_, _ = utilCtx.Mul(&y, usedB, limitA)
+	return x.Cmp(&y)
+}

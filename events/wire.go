@@ -227,7 +227,11 @@ const (
 type CloseReply struct {
 	ReservationID string `json:"reservation_id"`
 	// Status is settled, released or expired.
-	Status   string `json:"status"`
+	Status string `json:"status"`
+	// Reserved and Overrun are the reservation's in its first money
+	// budget (in balance order; its first budget when it holds only
+	// counts); Budgets has each budget's own when it holds several (a
+	// fixed slot reserves its slot, another budget the request's amount).
 	Reserved string `json:"reserved"`
 	Actual   string `json:"actual,omitempty"`
 	// Overrun is actual - reserved when positive (money spent beyond the
@@ -241,32 +245,65 @@ type CloseReply struct {
 	// Usage is set on a settle from usage: the counts and the price
 	// version Actual was computed at.
 	Usage *Usage `json:"usage,omitempty"`
+	// Budgets, on a settle of a reservation held in more than one budget,
+	// is what each budget reserved and recorded, in balance order.
+	Budgets []BudgetClose `json:"budgets,omitempty"`
 }
 
-// BudgetPutRequest defines or changes a budget: the whole definition.
+// BudgetClose is a settled reservation in one of its budgets: what the
+// budget reserved, the actual recorded in it (a count budget records what
+// it reserved) and the overrun, when positive.
+type BudgetClose struct {
+	Scope    Scope  `json:"scope"`
+	Period   Period `json:"period"`
+	Instance string `json:"instance"`
+	Unit     string `json:"unit"`
+	Reserved string `json:"reserved"`
+	Actual   string `json:"actual"`
+	Overrun  string `json:"overrun,omitempty"`
+}
+
+// BudgetPutRequest defines a budget, or changes the fields it names of an
+// existing one: a field left out (nil, or "" for Limit and Unit) keeps its
+// value, so a put with only a limit changes the limit and nothing else.
+// Creating a budget needs Limit and Unit; the fields left out then take
+// their defaults (UTC, enabled, no fixed slot, no alerts). Replace puts
+// the whole definition instead: every field left out is reset to its
+// default, as a create would set it.
 type BudgetPutRequest struct {
 	Scope  string `json:"scope"`
 	Period string `json:"period"`
 	// Limit is a decimal string >= 0; 0 ("deny everything") only with
 	// AllowZero.
-	Limit string `json:"limit"`
-	Unit  string `json:"unit"`
-	// TZ is the IANA time zone of the period's calendar; "" is UTC.
-	TZ string `json:"tz,omitempty"`
-	// Disabled denies every admit naming the budget (budget_disabled).
-	Disabled bool `json:"disabled,omitempty"`
+	Limit string `json:"limit,omitempty"`
+	// Unit is the budget's unit: a currency or a count ("requests").
+	// Required to create a budget; it never changes afterwards. On a put
+	// to an existing budget it also picks, when the scope has a money and
+	// a count budget in the period, which one; "" picks the one defined
+	// first.
+	Unit string `json:"unit,omitempty"`
+	// TZ is the IANA time zone of the period's calendar; "" or "UTC" is
+	// UTC.
+	TZ *string `json:"tz,omitempty"`
+	// Disabled true denies every admit naming the budget
+	// (budget_disabled); false enables it again.
+	Disabled *bool `json:"disabled,omitempty"`
 	// AllowZero must be set to put a limit of 0.
 	AllowZero bool `json:"allow_zero,omitempty"`
 	// FixedSlot, a decimal string > 0, makes every admit reserve this
 	// amount in the budget instead of the requested one (money budgets
-	// only); "" for none.
-	FixedSlot string `json:"fixed_slot,omitempty"`
-	// Alerts turns threshold alerts on, at Thresholds or, without them,
-	// at DefaultThresholds (50 %, 80 %, 100 % of the limit).
-	Alerts bool `json:"alerts,omitempty"`
+	// only); "" removes the slot.
+	FixedSlot *string `json:"fixed_slot,omitempty"`
+	// Alerts true turns threshold alerts on, at Thresholds, or at the
+	// budget's thresholds, or else at DefaultThresholds (50 %, 80 %,
+	// 100 % of the limit); false turns them off.
+	Alerts *bool `json:"alerts,omitempty"`
 	// Thresholds are alert thresholds, fractions of the limit in (0, 1]
 	// as decimal strings ("0.8"); giving them turns alerts on.
 	Thresholds []string `json:"thresholds,omitempty"`
+	// Replace puts the whole definition: fields left out are reset to
+	// their defaults instead of kept. Limit and Unit are then required.
+	Replace bool `json:"replace,omitempty"`
 }
 
 // BudgetPutReply is the budget after a put, and what the put changed.

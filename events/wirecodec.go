@@ -245,6 +245,12 @@ func AppendCloseReply(b []byte, r *CloseReply) []byte {
 		b = appendKey(b, "usage")
 		b = append(b, data...)
 	}
+	if len(r.Budgets) > 0 {
+		// Several budgets: off the common case, encoding/json writes them.
+		data, _ := json.Marshal(r.Budgets)
+		b = appendKey(b, "budgets")
+		b = append(b, data...)
+	}
 	return append(b, '}')
 }
 

@@ -114,6 +114,8 @@ func FuzzAppendWire(f *testing.F) {
 		alongside := []BalanceRef{{Scope: Scope(a), Period: Period(b), Instance: c, Unit: d}}
 		cr.Balances = alongside
 		same("close reply with a unit ref", AppendCloseReply(nil, &cr), cr)
+		cr.Budgets = []BudgetClose{{Scope: Scope(a), Period: Period(b), Instance: c, Unit: d, Reserved: e, Actual: k, Overrun: v}, {Scope: Scope(b)}}
+		same("close reply with budgets", AppendCloseReply(nil, &cr), cr)
 		er := ErrorReply{Error: &Error{Code: Code(a), Message: b, ReservationID: c, Status: d}}
 		same("error reply", AppendErrorReply(nil, &er), er)
 		same("nil error reply", AppendErrorReply(nil, &ErrorReply{}), ErrorReply{})
@@ -197,7 +199,7 @@ func TestWireCodec_KnowsEveryField(t *testing.T) {
 		reflect.TypeOf(SettleRequest{}):  5,
 		reflect.TypeOf(ReleaseRequest{}): 1,
 		reflect.TypeOf(AdmitReply{}):     13,
-		reflect.TypeOf(CloseReply{}):     9,
+		reflect.TypeOf(CloseReply{}):     10,
 		reflect.TypeOf(Denial{}):         11,
 		reflect.TypeOf(BudgetUse{}):      9,
 		reflect.TypeOf(BalanceRef{}):     4,

@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/signing"
 	"github.com/spendgate/spendgate/projector"
-	"github.com/spendgate/spendgate/signing"
 	"github.com/spendgate/spendgate/testenv"
 )
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"time"
@@ -98,13 +99,38 @@ type Row struct {
 	Late bool
 	// ReleaseReason is events.ReasonReleased or ReasonExpired, or "".
 	ReleaseReason string
-	// Metadata is the admit's metadata, as recorded.
+	// Metadata is the admit's metadata, as recorded, with the priced
+	// model under "model" when the admit was priced from a model and its
+	// metadata names none (see MetadataModel): what reports group by and
+	// exports write.
 	Metadata map[string]string
 	// Pricing is the price quote of a reservation priced from a model
 	// (model, price version, prices, tokens), nil otherwise; Usage the
 	// usage its settle gave, nil for a settle with an actual.
 	Pricing *events.PriceQuote
 	Usage   *events.Usage
+}
+
+// MetadataModel is the metadata key under which a reservation priced from
+// a model is reported and exported when its admit's metadata does not set
+// it: the model is in the reservation's price quote, and report --by model
+// must count it under its model, not under "".
+const MetadataModel = "model"
+
+// rowMetadata is the metadata of ev's row: the admit's, plus the priced
+// model under MetadataModel when the metadata has no such key. The
+// event's map is never modified (it may be shared).
+func rowMetadata(ev events.ReservationOpened) map[string]string {
+	if ev.Pricing == nil || ev.Pricing.Model == "" {
+		return ev.Metadata
+	}
+	if _, set := ev.Metadata[MetadataModel]; set {
+		return ev.Metadata
+	}
+	m := make(map[string]string, len(ev.Metadata)+1)
+	maps.Copy(m, ev.Metadata)
+	m[MetadataModel] = ev.Pricing.Model
+	return m
 }
 
 // partState is one balance's lifecycle of a tracked reservation.
@@ -256,7 +282,7 @@ func (rf *rowFold) collectKeys(m message) error {
 				return &ApplyError{Seq: m.seq, Key: m.key, Err: errorf(ErrMalformed, "decode: %v", err)}
 			}
 			if ev, ok := e.(events.ReservationOpened); ok && rf.f.selects(ev) {
-				for k := range ev.Metadata {
+				for k := range rowMetadata(ev) {
 					rf.keys[k] = struct{}{}
 				}
 			}
@@ -314,7 +340,7 @@ func (rf *rowFold) event(m message, ref events.BalanceRef, e events.Event) error
 				row: Row{
 					ReservationID: ev.ReservationID, RequestID: ev.RequestID,
 					Balances: slices.Clone(ev.Balances), Unit: ev.Unit, Reserved: ev.Amount,
-					OpenedAt: ev.At, ExpiresAt: ev.ExpiresAt, Metadata: ev.Metadata, Pricing: ev.Pricing,
+					OpenedAt: ev.At, ExpiresAt: ev.ExpiresAt, Metadata: rowMetadata(ev), Pricing: ev.Pricing,
 				},
 				parts: make(map[events.BalanceRef]partState, len(ev.Balances)),
 				order: rf.order,

@@ -276,7 +276,7 @@ func TestProjector_ExportFilter(t *testing.T) {
 	_, err := p.ExportCSV(ctx, &out, projector.Filter{Scopes: []events.Scope{"user:u-17"}, To: s(2)})
 	require.NoError(t, err)
 	header, _, _ := strings.Cut(out.String(), "\n")
-	require.True(t, strings.HasSuffix(header, ",release_reason,metadata.feature,metadata.model,metadata.user"), header)
+	require.True(t, strings.HasSuffix(header, ",cached_input_tokens,metadata.feature,metadata.model,metadata.user"), header)
 
 	// A hold shorter than the time between the expiry and the late settle
 	// writes rsv_02 without its settle; the settle is then not exported.

@@ -15,11 +15,17 @@ import (
 )
 
 // ExportColumns are the fixed columns of a CSV export, in order; one
-// column per metadata key follows, named MetadataColumnPrefix + key.
+// column per metadata key follows, named MetadataColumnPrefix + key. The
+// last seven are set for a reservation priced from a model (empty
+// otherwise): the model and price version it was priced at, the input and
+// the most output tokens it was reserved for, and the tokens its settle
+// reported (empty for a settle with an actual).
 var ExportColumns = []string{
 	"reservation_id", "request_id", "scopes", "balances", "unit", "reserved",
 	"opened_at", "expires_at", "settled_at", "released_at", "expired_at",
 	"status", "actual", "overrun", "late", "release_reason",
+	"model", "price_version", "quoted_input_tokens", "quoted_max_output_tokens",
+	"input_tokens", "output_tokens", "cached_input_tokens",
 }
 
 // MetadataColumnPrefix starts the name of a metadata column of a CSV
@@ -232,11 +238,20 @@ func fillRecord(rec []string, r *Row, keys []string) {
 	if r.Late {
 		late = "true"
 	}
+	var priced [7]string
+	if q := r.Pricing; q != nil {
+		priced[0], priced[1] = q.Model, strconv.FormatUint(q.Version, 10)
+		priced[2], priced[3] = itoa(q.InputTokens), itoa(q.MaxOutputTokens)
+		if u := r.Usage; u != nil {
+			priced[4], priced[5], priced[6] = itoa(u.InputTokens), itoa(u.OutputTokens), itoa(u.CachedInputTokens)
+		}
+	}
 	fixed := []string{
 		r.ReservationID, r.RequestID, strings.Join(scopes, ListSeparator), strings.Join(balances, ListSeparator),
 		r.Unit, r.Reserved.String(),
 		formatTime(r.OpenedAt), formatTime(r.ExpiresAt), formatTime(r.SettledAt), formatTime(r.ReleasedAt), formatTime(r.ExpiredAt),
 		r.Status, actual, overrun, late, r.ReleaseReason,
+		priced[0], priced[1], priced[2], priced[3], priced[4], priced[5], priced[6],
 	}
 	n := copy(rec, fixed)
 	for i, k := range keys {
@@ -268,7 +283,8 @@ type jsonRow struct {
 	ReleaseReason *string             `json:"release_reason"`
 	Metadata      map[string]string   `json:"metadata"`
 	// Pricing and Usage: a reservation priced from a model and its settle
-	// from usage; absent otherwise (the CSV has no columns for them).
+	// from usage; absent otherwise (the CSV's model, price_version and
+	// token columns).
 	Pricing *events.PriceQuote `json:"pricing,omitempty"`
 	Usage   *events.Usage      `json:"usage,omitempty"`
 }

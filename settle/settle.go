@@ -5,19 +5,38 @@ import (
 	"time"
 
 	"github.com/spendgate/spendgate/events"
-	"github.com/spendgate/spendgate/ledger"
+	"github.com/spendgate/spendgate/internal/ledger"
 	"github.com/spendgate/spendgate/streams"
 )
 
 // Settler settles, releases and expires reservations.
 type Settler struct {
-	l      *ledger.Ledger
+	l      Ledger
 	now    func() time.Time
 	alerts func([]events.ThresholdCrossed)
 }
 
+// Ledger is what a Settler uses of the ledger: a *ledger.Ledger, or in a
+// test of its decisions anything that hands its Txs a ledger.View.
+type Ledger interface {
+	// Reservation and ByRequest read the book (a copy).
+	Reservation(id string) (*ledger.Reservation, bool)
+	ByRequest(rid string) (*ledger.Reservation, bool)
+	// BudgetsOf returns the budgets of scope.
+	BudgetsOf(scope events.Scope) []ledger.Budget
+	// Sync returns once what the ledger stream held at the call is
+	// folded.
+	Sync(ctx context.Context) error
+	// Submit decides and commits tx; SubmitAll does so for txs and
+	// returns each one's error.
+	Submit(ctx context.Context, tx ledger.Tx) error
+	SubmitAll(ctx context.Context, txs []ledger.Tx) []error
+}
+
+var _ Ledger = (*ledger.Ledger)(nil)
+
 // New returns a Settler over l.
-func New(l *ledger.Ledger, opts ...Option) (*Settler, error) {
+func New(l Ledger, opts ...Option) (*Settler, error) {
 	s := &Settler{l: l, now: time.Now}
 	for _, opt := range opts {
 		if err := opt(s); err != nil {
@@ -215,12 +234,12 @@ type closeTx struct {
 	now    time.Time
 	refs   []events.BalanceRef
 	reply  events.CloseReply
-	view   *ledger.View
+	view   ledger.View
 }
 
 func (t *closeTx) Balances() []events.BalanceRef { return t.refs }
 
-func (t *closeTx) Decide(v *ledger.View) (events.Events, error) {
+func (t *closeTx) Decide(v ledger.View) (events.Events, error) {
 	r, ok := v.Reservation(t.id)
 	if !ok {
 		return nil, events.Errorf(events.CodeUnknownReservation, "reservation %s is unknown", t.id)
@@ -277,7 +296,10 @@ func (t *closeTx) decideOpen(r *ledger.Reservation) (events.Events, error) {
 
 func (t *closeTx) settle(r *ledger.Reservation, late, afterExpiry bool) events.Events {
 	var evs events.Events
-	t.reply.Overrun = ""
+	t.reply.Overrun, t.reply.Budgets = "", nil
+	// The reply's Reserved is the head part's (Reservation.Amount): its
+	// Overrun must be that part's too, not another budget's.
+	head := headPart(r)
 	for _, ref := range t.refs {
 		key := streams.BalanceKey(ref)
 		reserved := amountIn(r, ref)
@@ -293,8 +315,11 @@ func (t *closeTx) settle(r *ledger.Reservation, late, afterExpiry bool) events.E
 		if afterExpiry {
 			overrun = actual
 		}
-		if !count && overrun.Sign() > 0 {
+		if !count && overrun.Sign() > 0 && key == head {
 			t.reply.Overrun = overrun.String()
+		}
+		if len(t.refs) > 1 {
+			t.reply.Budgets = append(t.reply.Budgets, budgetClose(r, ref, reserved, actual, overrun, count))
 		}
 		evs = append(evs, events.ReservationSettled{ReservationID: t.id, Balance: ref, Reserved: reserved,
 			Actual: actual, Overrun: overrun, Late: late, AfterExpiry: afterExpiry, At: t.now, Usage: t.priced})
@@ -356,6 +381,16 @@ func (t *closeTx) decideClosed(r *ledger.Reservation) (events.Events, error) {
 			} else if over := recorded.Sub(r.Amount()); over.Sign() > 0 {
 				t.reply.Overrun = over.String()
 			}
+			if len(r.Balances) > 1 {
+				for _, ref := range r.Balances {
+					p := r.Part(streams.BalanceKey(ref))
+					if p == nil {
+						continue
+					}
+					count := events.IsCount(p.Unit)
+					t.reply.Budgets = append(t.reply.Budgets, budgetClose(r, ref, p.Amount, p.Actual, p.Actual.Sub(p.Amount).Max(events.Zero), count))
+				}
+			}
 			return nil, nil
 		}
 		return nil, events.ReservationErrorf(events.CodeAlreadySettled, t.id, r.Status,
@@ -367,6 +402,32 @@ func (t *closeTx) decideClosed(r *ledger.Reservation) (events.Events, error) {
 	}
 	return nil, events.ReservationErrorf(events.CodeAlreadyReleased, t.id, r.Status,
 		"reservation %s was already released; its actual cost cannot be recorded", t.id)
+}
+
+// headPart is the balance key of the part whose amount Reservation.Amount
+// reports: the first money part, or the last count part when there is
+// none (Reservation.pick).
+func headPart(r *ledger.Reservation) string {
+	head := ""
+	for i := range r.Parts {
+		head = r.Parts[i].Key
+		if !events.IsCount(r.Parts[i].Unit) {
+			break
+		}
+	}
+	return head
+}
+
+// budgetClose is one budget's line of a settle reply.
+func budgetClose(r *ledger.Reservation, ref events.BalanceRef, reserved, actual, overrun events.Money, count bool) events.BudgetClose {
+	c := events.BudgetClose{Scope: ref.Scope, Period: ref.Period, Instance: ref.Instance, Reserved: reserved.String(), Actual: actual.String()}
+	if p := r.Part(streams.BalanceKey(ref)); p != nil {
+		c.Unit = p.Unit
+	}
+	if !count && overrun.Sign() > 0 {
+		c.Overrun = overrun.String()
+	}
+	return c
 }
 
 // amountIn is what reservation r holds in balance ref.

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/spendgate/spendgate/events"
-	"github.com/spendgate/spendgate/ledger"
+	"github.com/spendgate/spendgate/internal/ledger"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -160,7 +160,7 @@ type voidTx struct {
 
 func (t *voidTx) Balances() []events.BalanceRef { return t.refs }
 
-func (t *voidTx) Decide(v *ledger.View) (events.Events, error) {
+func (t *voidTx) Decide(v ledger.View) (events.Events, error) {
 	t.reply = events.VoidReply{RequestID: t.rid, Status: events.StatusVoided}
 	t.need = nil
 	r, found := v.ByRequest(t.rid)

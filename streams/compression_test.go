@@ -15,7 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
-	"github.com/spendgate/spendgate/service"
+	"github.com/spendgate/spendgate/internal/replica"
+	"github.com/spendgate/spendgate/internal/replicatest"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
 )
@@ -50,7 +51,7 @@ func BenchmarkDiskBytesPerReservation(b *testing.B) {
 					s, err = env.JS.CreateStream(ctx, cfg)
 					require.NoError(b, err)
 				}
-				r := env.StartSpendgate(b, service.ReplicaConfig{SweepInterval: -1})
+				r := replicatest.Start(b, env, replica.Config{SweepInterval: -1})
 				for j := 0; j < 200; j++ {
 					for _, kind := range []string{"org", "team"} {
 						_, err := r.Ledger.PutBudget(ctx, events.BudgetRef{Scope: events.Scope(fmt.Sprintf("%s:d%d", kind, j)), Period: events.PeriodMonth},

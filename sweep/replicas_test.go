@@ -11,8 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/replica"
+	"github.com/spendgate/spendgate/internal/replicatest"
 	"github.com/spendgate/spendgate/projector"
-	"github.com/spendgate/spendgate/service"
 	"github.com/spendgate/spendgate/testenv"
 )
 
@@ -32,7 +33,7 @@ func ctxFor(t testing.TB) context.Context {
 // admitMany admits n reservations with ttl through r, 64 at a time: the
 // i-th in one of budgets scopes, every fifth in two scopes (a reservation
 // over two balances). It returns the number of balance parts admitted.
-func admitMany(t testing.TB, r *service.Replica, prefix string, n, budgets int, ttl string) int {
+func admitMany(t testing.TB, r *replica.Replica, prefix string, n, budgets int, ttl string) int {
 	t.Helper()
 	const callers = 64
 	var next atomic.Int64
@@ -73,7 +74,7 @@ func admitMany(t testing.TB, r *service.Replica, prefix string, n, budgets int, 
 	return int(parts.Load())
 }
 
-func defineBudgets(t testing.TB, r *service.Replica, prefix string, budgets int, now time.Time) {
+func defineBudgets(t testing.TB, r *replica.Replica, prefix string, budgets int, now time.Time) {
 	t.Helper()
 	for b := 0; b < budgets; b++ {
 		for _, kind := range []string{"org", "team"} {
@@ -102,8 +103,8 @@ func TestSweep_TwoReplicasExactlyOnce(t *testing.T) {
 	const budgets = 8
 	env := testenv.New(t)
 	clk := newClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
-	a := env.StartSpendgate(t, service.ReplicaConfig{Now: clk.now, SweepInterval: -1})
-	b := env.StartSpendgate(t, service.ReplicaConfig{Now: clk.now, SweepInterval: -1})
+	a := replicatest.Start(t, env, replica.Config{Now: clk.now, SweepInterval: -1})
+	b := replicatest.Start(t, env, replica.Config{Now: clk.now, SweepInterval: -1})
 	defineBudgets(t, a, "x", budgets, clk.now())
 	parts := admitMany(t, a, "x", n, budgets, "1m")
 	clk.add(time.Minute) // all due, at the nanosecond
@@ -117,7 +118,7 @@ func TestSweep_TwoReplicasExactlyOnce(t *testing.T) {
 		err error
 	}
 	res := make(chan result, 2)
-	for _, r := range []*service.Replica{a, b} {
+	for _, r := range []*replica.Replica{a, b} {
 		go func() {
 			got, err := r.Sweeper.Pass(ctxFor(t))
 			res <- result{got, err}
@@ -157,8 +158,8 @@ func BenchmarkSweep100k(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		env := testenv.New(b)
 		clk := newClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
-		r1 := env.StartSpendgate(b, service.ReplicaConfig{Now: clk.now})
-		r2 := env.StartSpendgate(b, service.ReplicaConfig{Now: clk.now})
+		r1 := replicatest.Start(b, env, replica.Config{Now: clk.now})
+		r2 := replicatest.Start(b, env, replica.Config{Now: clk.now})
 		defineBudgets(b, r1, "x", budgets, clk.now())
 		admitMany(b, r1, "x", n, budgets, "1h")
 		require.NoError(b, r2.Ledger.Sync(ctxFor(b)))

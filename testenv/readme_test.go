@@ -9,7 +9,6 @@ import (
 
 	"github.com/spendgate/spendgate/client"
 	"github.com/spendgate/spendgate/events"
-	"github.com/spendgate/spendgate/service"
 	"github.com/spendgate/spendgate/testenv"
 )
 
@@ -20,9 +19,9 @@ func TestREADME_TestAgainstARealSpendgate(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	env := testenv.New(t)                          // JetStream on 127.0.0.1, random port, t.TempDir()
-	env.StartSpendgate(t, service.ReplicaConfig{}) // a replica; stopped when t ends
-	c, err := client.New(env.Conn)                 // or plain requests to env.Layout.Endpoint("admit")
+	env := testenv.New(t)                      // JetStream on 127.0.0.1, random port, t.TempDir()
+	env.StartSpendgate(t, testenv.Spendgate{}) // a replica; stopped when t ends
+	c, err := client.New(env.Conn)             // or plain requests to env.Layout.Endpoint("admit")
 	require.NoError(t, err)
 	_, err = c.PutBudget(ctx, events.BudgetPutRequest{Scope: "org:acme", Period: "month", Limit: "1.00", Unit: "USD"})
 	require.NoError(t, err)

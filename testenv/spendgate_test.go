@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
-	"github.com/spendgate/spendgate/service"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
 )
@@ -17,7 +16,7 @@ import (
 // in two lines, and it survives a server restart.
 func TestEnv_StartSpendgate(t *testing.T) {
 	env := testenv.New(t)
-	env.StartSpendgate(t, service.ReplicaConfig{SweepInterval: -1})
+	env.StartSpendgate(t, testenv.Spendgate{SweepInterval: -1})
 	req := func(endpoint string, in, out any) {
 		t.Helper()
 		data, err := json.Marshal(in)

@@ -80,6 +80,9 @@ func keysCmd(args []string) int {
 		if code, ok := keysCreateCommand.parse(fs, args[1:]); !ok {
 			return code
 		}
+		if len(scopes) == 0 && *limit == "" && req.Access == "" {
+			return keysCreateCommand.usageError(fs, "--scope is required (or --budget, the key's own budget, or --access for the HTTP API)")
+		}
 		id, secret, err := events.NewAPIKey()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "spendgate keys create:", err)
@@ -108,6 +111,9 @@ func keysCmd(args []string) int {
 		if code, ok := keysRotateCommand.parse(fs, args[1:]); !ok {
 			return code
 		}
+		if code, ok := keysRotateCommand.require(fs, "id"); !ok {
+			return code
+		}
 		if err := events.ValidateKeyID(req.ID); err != nil {
 			return keysRotateCommand.usageError(fs, "--id: "+err.Error())
 		}
@@ -131,8 +137,8 @@ func keysCmd(args []string) int {
 		if code, ok := cmd.parse(fs, args[1:]); !ok {
 			return code
 		}
-		if req.ID == "" {
-			return cmd.usageError(fs, "--id is required")
+		if code, ok := cmd.require(fs, "id"); !ok {
+			return code
 		}
 		endpoint := map[string]string{"get": streams.EndpointAPIKeyGet, "disable": streams.EndpointAPIKeyDisable,
 			"enable": streams.EndpointAPIKeyEnable}[args[0]]

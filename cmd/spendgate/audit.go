@@ -12,15 +12,15 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spendgate/spendgate/internal/signing"
 	"github.com/spendgate/spendgate/projector"
-	"github.com/spendgate/spendgate/signing"
 	"github.com/spendgate/spendgate/streams"
 )
 
 var (
 	auditCommand = command{
 		name:     "spendgate audit",
-		synopsis: "check|balances|export [flags]",
+		synopsis: "check|keys|balances|export|archive|trim [flags]",
 		about: `Replays the book of record for finance:
 
   check      replay the book and reconcile it with the live balances, to the
@@ -66,7 +66,7 @@ write included: a file that ends early is never reported as complete.`,
 	}
 )
 
-// audit is spendgate audit check|balances.
+// audit is spendgate audit check|keys|balances|export|archive|trim.
 func audit(args []string) int {
 	if len(args) > 0 && args[0] == "export" {
 		return auditExport(args[1:])

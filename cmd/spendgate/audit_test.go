@@ -14,8 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/replica"
+	"github.com/spendgate/spendgate/internal/replicatest"
 	"github.com/spendgate/spendgate/projector"
-	"github.com/spendgate/spendgate/service"
 	"github.com/spendgate/spendgate/testenv"
 )
 
@@ -58,7 +59,7 @@ func TestAuditBalances_FullDevice(t *testing.T) {
 	}
 	defer full.Close()
 	env := testenv.New(t)
-	env.StartSpendgate(t, service.ReplicaConfig{SweepInterval: -1})
+	replicatest.Start(t, env, replica.Config{SweepInterval: -1})
 	code, _ := e2eCLI(t, env.URL(), "budget", "put", "--scope", "org:acme", "--period", "month", "--limit", "10", "--unit", "USD")
 	require.Equal(t, 0, code)
 	code, _ = e2eCLI(t, env.URL(), "admit", "--scope", "org:acme", "--amount", "1")
@@ -98,7 +99,7 @@ func TestAuditBalances_FullDevice(t *testing.T) {
 func TestOfflineTools_Within(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	env.StartSpendgate(t, service.ReplicaConfig{SweepInterval: -1})
+	replicatest.Start(t, env, replica.Config{SweepInterval: -1})
 	code, _ := e2eCLI(t, env.URL(), "budget", "put", "--scope", "org:acme", "--period", "month", "--limit", "10", "--unit", "USD")
 	require.Equal(t, 0, code)
 	for _, args := range [][]string{
@@ -106,7 +107,7 @@ func TestOfflineTools_Within(t *testing.T) {
 		{"report", "--replay", "--by", "scope", "--unverified"}, {"audit", "archive", "--dir", t.TempDir()}, {"audit", "trim", "--dir", t.TempDir(), "--unverified"},
 	} {
 		code, _, stderr := e2eCLIErr(t, env.URL(), append(args, "--within", "0s")...)
-		require.Equal(t, 2, code, "%v: %s", args, stderr)
+		require.Equal(t, exitUsage, code, "%v: %s", args, stderr)
 		require.Contains(t, stderr, "--within must be positive", "%v", args)
 		code, _, stderr = e2eCLIErr(t, env.URL(), append(args, "--within", "1ns")...)
 		require.Equal(t, 1, code, "%v: %s", args, stderr)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 
@@ -27,14 +28,16 @@ var (
 	}
 	budgetPutCommand = command{
 		name:     "spendgate budget put",
-		synopsis: "--scope KIND:ID --period month|week|day|lifetime --limit DECIMAL --unit USD|requests|... [--tz ZONE] [--disabled] [--allow-zero] [--fixed-slot DECIMAL] [--alerts] [--threshold F ...] [--tenant NAME]",
+		synopsis: "--scope KIND:ID --period month|week|day|lifetime [--limit DECIMAL] [--unit USD|requests|...] [--tz ZONE] [--disabled[=false]] [--allow-zero] [--fixed-slot DECIMAL|\"\"] [--alerts[=false]] [--threshold F ...] [--replace] [--tenant NAME]",
 		about: `Defines the budget of a scope for a period, or changes it; the reply says what
 changed ("changed") and what it was ("previous"). --period is required, so that
-a change never lands on another period's budget by default. The put is the
-whole definition: a --tz, --disabled or --fixed-slot left out is reset. --limit 0 denies
+a change never lands on another period's budget by default. A put changes only
+the options it gives (--limit alone changes the limit and keeps the zone, the
+slot and the alerts); --replace puts the whole definition, resetting every
+option left out. Creating a budget needs --limit and --unit. --limit 0 denies
 everything and needs --allow-zero. --scope KIND:* (quote it for the shell) defines
-the default budget of a kind: a scope of that kind with no budget of its own gets
-it on its first admit.`,
+the default budget of a kind for the period: a scope of that kind with no budget
+of its own in the period gets it on its first admit.`,
 	}
 	budgetDisableCommand = command{
 		name:     "spendgate budget disable",
@@ -51,7 +54,7 @@ another change landed between the read and the put, it shows that too.`,
 	}
 	budgetGetCommand = command{
 		name:     "spendgate budget get",
-		synopsis: "--scope KIND:ID [--period month|day|lifetime] [--tenant NAME]",
+		synopsis: "--scope KIND:ID [--period month|week|day|lifetime [--unit UNIT]] [--tenant NAME]",
 		about:    "Prints a budget of a scope with its current period's spent, reserved and available;\nwithout --period, every budget of the scope.",
 	}
 	budgetListCommand = command{
@@ -80,15 +83,18 @@ func budget(args []string) int {
 	switch args[0] {
 	case "put":
 		var req events.BudgetPutRequest
+		var tz, fixedSlot string
+		var disabled, alerts bool
 		fs.StringVar(&req.Scope, "scope", "", "scope, kind:id (e.g. org:acme)")
-		fs.StringVar(&req.Period, "period", "", "month, day or lifetime (UTC); required")
-		fs.StringVar(&req.Limit, "limit", "", "limit, a decimal string")
-		fs.StringVar(&req.Unit, "unit", "USD", "currency (USD, EUR, ...) or requests")
-		fs.StringVar(&req.TZ, "tz", "", "IANA time zone of the period's calendar, e.g. Europe/Berlin (default UTC)")
-		fs.BoolVar(&req.Disabled, "disabled", false, "define the budget disabled: every admit naming it is denied")
+		fs.StringVar(&req.Period, "period", "", "month, week, day or lifetime; required")
+		fs.StringVar(&req.Limit, "limit", "", "limit, a decimal string (required to create the budget)")
+		fs.StringVar(&req.Unit, "unit", "", "currency (USD, EUR, ...) or requests (required to create the budget)")
+		fs.StringVar(&tz, "tz", "", "IANA time zone of the period's calendar, e.g. Europe/Berlin (\"\" or UTC: UTC)")
+		fs.BoolVar(&disabled, "disabled", false, "disable the budget (--disabled=false enables it): every admit naming it is denied")
 		fs.BoolVar(&req.AllowZero, "allow-zero", false, "allow --limit 0 (deny everything)")
-		fs.StringVar(&req.FixedSlot, "fixed-slot", "", "reserve this fixed amount per admit instead of the requested one (money budgets)")
-		fs.BoolVar(&req.Alerts, "alerts", false, "publish threshold alerts at 50%, 80% and 100% of the limit (or at --threshold)")
+		fs.StringVar(&fixedSlot, "fixed-slot", "", "reserve this fixed amount per admit instead of the requested one (money budgets; \"\" removes it)")
+		fs.BoolVar(&alerts, "alerts", false, "publish threshold alerts at 50%, 80% and 100% of the limit, or at --threshold (--alerts=false turns them off)")
+		fs.BoolVar(&req.Replace, "replace", false, "put the whole definition: every option left out is reset to its default")
 		var thresholds multiFlag
 		fs.Var(&thresholds, "threshold", "alert `fraction` of the limit in (0, 1], e.g. 0.9; repeat for several (turns alerts on)")
 		if code, ok := budgetPutCommand.parse(fs, args[1:]); !ok {
@@ -96,6 +102,23 @@ func budget(args []string) int {
 		}
 		if req.Period == "" {
 			return budgetPutCommand.usageError(fs, "--period is required (month, week, day or lifetime)")
+		}
+		// Only the options given are sent: the put changes those fields
+		// and keeps the others (unless --replace).
+		fs.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "tz":
+				req.TZ = &tz
+			case "disabled":
+				req.Disabled = &disabled
+			case "fixed-slot":
+				req.FixedSlot = &fixedSlot
+			case "alerts":
+				req.Alerts = &alerts
+			}
+		})
+		if code, ok := budgetPutCommand.require(fs, "scope"); !ok {
+			return code
 		}
 		req.Thresholds = thresholds
 		return c.call(streams.EndpointBudgetPut, req, nil)
@@ -105,6 +128,9 @@ func budget(args []string) int {
 		fs.StringVar(&req.Period, "period", "", "month, week, day or lifetime; without it, every budget of the scope")
 		fs.StringVar(&req.Unit, "unit", "", "with --period: the budget of this unit, when the scope has a money and a requests budget in the period")
 		if code, ok := budgetGetCommand.parse(fs, args[1:]); !ok {
+			return code
+		}
+		if code, ok := budgetGetCommand.require(fs, "scope"); !ok {
 			return code
 		}
 		return c.call(streams.EndpointBudgetGet, req, nil)
@@ -140,12 +166,12 @@ func budget(args []string) int {
 		if get.Period == "" {
 			return cmd.usageError(fs, "--period is required (month, week, day or lifetime)")
 		}
-		var cur events.BudgetView
-		if code := c.fetch(streams.EndpointBudgetGet, get, &cur); code != 0 {
+		if code, ok := cmd.require(fs, "scope"); !ok {
 			return code
 		}
-		req := events.BudgetPutRequest{Scope: get.Scope, Period: get.Period, Limit: cur.Limit, Unit: cur.Unit,
-			TZ: cur.TZ, Disabled: args[0] == "disable", AllowZero: cur.Limit == "0", FixedSlot: cur.FixedSlot, Thresholds: cur.Thresholds}
+		// A put of the one field: the rest of the definition is kept, in
+		// the same compare-and-set as the change.
+		req := events.BudgetPutRequest{Scope: get.Scope, Period: get.Period, Unit: get.Unit, Disabled: new(args[0] == "disable")}
 		return c.call(streams.EndpointBudgetPut, req, nil)
 	}
 	return budgetCommand.usageError(nil, fmt.Sprintf("unknown budget command %q", args[0]))

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -55,10 +56,15 @@ func runCLIAs(t *testing.T, cred *syscall.Credential, env []string, args ...stri
 	return res
 }
 
-// every command and subcommand, as typed.
+// every command and subcommand, as typed (TestCLI_HelpListsEverything
+// checks that it names every command and every subcommand the commands
+// themselves list).
 var allCommands = [][]string{
 	{"serve"}, {"budget"}, {"budget", "put"}, {"budget", "get"}, {"budget", "list"}, {"budget", "disable"}, {"budget", "enable"},
-	{"admit"}, {"settle"}, {"release"}, {"audit"}, {"audit", "check"}, {"audit", "balances"}, {"audit", "keys"}, {"key"},
+	{"pricing"}, {"pricing", "put"}, {"pricing", "get"}, {"pricing", "list"}, {"pricing", "import"},
+	{"admit"}, {"settle"}, {"release"}, {"void"},
+	{"audit"}, {"audit", "check"}, {"audit", "keys"}, {"audit", "balances"}, {"audit", "export"}, {"audit", "archive"}, {"audit", "trim"},
+	{"snapshot"}, {"report"}, {"key"},
 	{"bench"}, {"demo"}, {"demo", "overrun"}, {"roles"}, {"feed"}, {"feed", "consumer"}, {"version"},
 	{"keys"}, {"keys", "create"}, {"keys", "list"}, {"keys", "get"}, {"keys", "disable"}, {"keys", "enable"}, {"keys", "rotate"},
 	{"gateway"},
@@ -77,7 +83,7 @@ func TestCLI_HelpExitsZero(t *testing.T) {
 		require.Equal(t, 0, r.code, r.stderr)
 		require.Contains(t, r.stdout, "Usage:")
 		for _, cmd := range allCommands {
-			r := runCLI(t, nil, append(cmd, help)...)
+			r := runHelp(t, append(cmd, help)...)
 			require.Equal(t, 0, r.code, "%v %s: %s", cmd, help, r.stderr)
 			require.True(t, strings.HasPrefix(r.stdout, "Usage: spendgate "+strings.Join(cmd, " ")), "%v %s:\n%s", cmd, help, r.stdout)
 			require.Empty(t, r.stderr, "%v %s", cmd, help)
@@ -87,12 +93,186 @@ func TestCLI_HelpExitsZero(t *testing.T) {
 	r := runCLI(t, nil, "help", "admit")
 	require.Equal(t, 0, r.code)
 	require.Contains(t, r.stdout, "  --amount string\n")
+	require.Contains(t, r.stdout, "  -o, --output json|id\n")
 	require.Contains(t, r.stdout, "empty means nats://127.0.0.1:4222")
 	require.Contains(t, r.stdout, "prefer $NATS_PASSWORD")
 }
 
-// Unexpected arguments, unknown commands and flags are refused with the
-// usage on stderr and exit 2, before anything connects or starts.
+// helps caches runs of the binary with --help, which several tests read:
+// each costs a process start.
+var helps sync.Map
+
+// runHelp is runCLI(t, nil, args...) for a --help run, run once per test
+// binary.
+func runHelp(t *testing.T, args ...string) cliResult {
+	t.Helper()
+	key := strings.Join(args, " ")
+	if r, ok := helps.Load(key); ok {
+		return r.(cliResult)
+	}
+	r := runCLI(t, nil, args...)
+	helps.Store(key, r)
+	return r
+}
+
+// helpFlag matches a flag line of a --help: "  --name TYPE" or
+// "  -o, --name TYPE" (a short flag, "  -v").
+var helpFlag = regexp.MustCompile(`(?m)^  (?:-([a-z]), )?-(-?[a-z][a-z-]*)(?: |$)`)
+
+// helpSections splits a --help into its usage line, its own flags and its
+// connection flags (by name; a short flag under its letter too).
+func helpSections(t *testing.T, help string) (usage string, own, conn map[string]bool) {
+	t.Helper()
+	usage, _, _ = strings.Cut(help, "\n")
+	own, conn = map[string]bool{}, map[string]bool{}
+	_, flags, _ := strings.Cut(help, "\nFlags:\n")
+	flags, connFlags, _ := strings.Cut(flags, "\nConnection flags:\n")
+	if !strings.Contains(help, "\nFlags:\n") {
+		_, connFlags, _ = strings.Cut(help, "\nConnection flags:\n")
+	}
+	for _, part := range []struct {
+		text string
+		into map[string]bool
+	}{{flags, own}, {connFlags, conn}} {
+		for _, m := range helpFlag.FindAllStringSubmatch(part.text, -1) {
+			part.into[strings.TrimPrefix(m[2], "-")] = true
+			if m[1] != "" {
+				part.into[m[1]] = true
+			}
+		}
+	}
+	return usage, own, conn
+}
+
+// synopsisFlag matches a flag in a usage line: --name, or -o.
+var synopsisFlag = regexp.MustCompile(`(?:^|[\s\[|])--?([a-z][a-z-]*)`)
+
+// Every command's --help: its usage line names only flags it has; the
+// connection flags (--nats-url, --creds, ..., --prefix, --timeout) are
+// listed apart, after the command's own, under "Connection flags:" (before
+// issue 25 they were mixed into every command's own); budget get names
+// the week period and --unit.
+func TestCLI_HelpSections(t *testing.T) {
+	t.Parallel()
+	helps := map[string]string{}
+	family := map[string]map[string]bool{} // the flags of a command and its subcommands
+	for _, cmd := range allCommands {
+		r := runHelp(t, append(cmd, "--help")...)
+		require.Equal(t, 0, r.code, "%v: %s", cmd, r.stderr)
+		helps[strings.Join(cmd, " ")] = r.stdout
+		_, own, conn := helpSections(t, r.stdout)
+		if family[cmd[0]] == nil {
+			family[cmd[0]] = map[string]bool{}
+		}
+		for _, m := range []map[string]bool{own, conn} {
+			for n := range m {
+				family[cmd[0]][n] = true
+			}
+		}
+	}
+	for _, cmd := range allCommands {
+		help := helps[strings.Join(cmd, " ")]
+		usage, own, conn := helpSections(t, help)
+		for _, m := range synopsisFlag.FindAllStringSubmatch(strings.TrimPrefix(usage, "Usage: spendgate"), -1) {
+			has := own[m[1]] || conn[m[1]]
+			if len(cmd) == 1 && len(own)+len(conn) == 0 {
+				has = family[cmd[0]][m[1]] // "spendgate feed consumer --tenant NAME"
+			}
+			require.True(t, has, "%v: the usage line names --%s, which it does not have:\n%s", cmd, m[1], help)
+		}
+		// bench embeds its own server; its --nats-url and --prefix are
+		// options of the run. roles' --prefix and --tls-* render a layout.
+		if cmd[0] == "bench" || cmd[0] == "roles" {
+			continue
+		}
+		if own["nats-url"] || conn["nats-url"] {
+			require.True(t, strings.Index(help, "\nFlags:\n") < strings.Index(help, "\nConnection flags:\n"), "%v: the connection flags come after the command's own:\n%s", cmd, help)
+			for name := range connectionFlags {
+				if name == "timeout" && cmd[0] == "serve" {
+					continue // serve answers requests; it sends none
+				}
+				require.True(t, conn[name], "%v: --%s is not under Connection flags:\n%s", cmd, name, help)
+				require.False(t, own[name], "%v: --%s is among the command's own flags:\n%s", cmd, name, help)
+			}
+		} else {
+			require.Empty(t, conn, "%v", cmd)
+		}
+	}
+	usage, own, _ := helpSections(t, helps["budget get"])
+	require.Contains(t, usage, "month|week|day|lifetime")
+	require.Contains(t, usage, "--unit")
+	require.True(t, own["unit"])
+}
+
+// The top-level usage names every command (the commands map), and each of
+// its lines names only flags that the command (or one of its subcommands)
+// has. Each command with subcommands lists, in its --help, every subcommand
+// it accepts (as its "which ...?" error names them): before issue 25 audit
+// --help named three of six.
+func TestCLI_HelpListsEverything(t *testing.T) {
+	t.Parallel()
+	top := runCLI(t, nil, "help")
+	require.Equal(t, 0, top.code)
+	typed := map[string]bool{}
+	for _, c := range allCommands {
+		typed[strings.Join(c, " ")] = true
+	}
+	for name := range commands {
+		require.True(t, typed[name], "allCommands lacks %s", name)
+		require.Contains(t, top.stdout, "\n  spendgate "+name+" ", "the usage lacks %s", name)
+	}
+	// Every flag a command or any of its subcommands has.
+	flagsOf := map[string]map[string]bool{}
+	for _, c := range allCommands {
+		r := runHelp(t, append(c, "--help")...)
+		_, own, conn := helpSections(t, r.stdout)
+		if flagsOf[c[0]] == nil {
+			flagsOf[c[0]] = map[string]bool{}
+		}
+		for n := range own {
+			flagsOf[c[0]][n] = true
+		}
+		for n := range conn {
+			flagsOf[c[0]][n] = true
+		}
+	}
+	for _, line := range strings.Split(top.stdout, "\n") {
+		rest, ok := strings.CutPrefix(line, "  spendgate ")
+		if !ok {
+			continue
+		}
+		name, _, _ := strings.Cut(rest, " ")
+		require.NotNil(t, flagsOf[name], "the usage names a command %q that does not exist", name)
+		for _, m := range synopsisFlag.FindAllStringSubmatch(rest, -1) {
+			require.True(t, flagsOf[name][m[1]], "the usage's line names --%s, which spendgate %s does not have:\n%s", m[1], name, line)
+		}
+	}
+	// "which audit? (check, balances, export, keys, archive or trim)"
+	which := regexp.MustCompile(`\(([a-z, ]+)\)`)
+	for _, parent := range []string{"budget", "pricing", "audit", "keys", "feed", "demo"} {
+		r := runCLI(t, nil, parent)
+		require.Equal(t, exitUsage, r.code)
+		first, _, _ := strings.Cut(r.stderr, "\n")
+		m := which.FindStringSubmatch(first)
+		require.NotNil(t, m, "%s: %s", parent, first)
+		subs := strings.FieldsFunc(strings.ReplaceAll(m[1], " or ", ","), func(r rune) bool { return r == ',' || r == ' ' })
+		require.NotEmpty(t, subs)
+		help := runHelp(t, parent, "--help")
+		usage, _, _ := strings.Cut(help.stdout, "\n")
+		for _, sub := range subs {
+			require.True(t, typed[parent+" "+sub], "allCommands lacks %s %s", parent, sub)
+			require.Regexp(t, `[ |]`+sub+`[ |]`, usage, "%s --help's usage line lacks %s", parent, sub)
+			require.Regexp(t, `(?m)^  `+sub+` `, help.stdout, "%s --help does not describe %s", parent, sub)
+		}
+	}
+}
+
+// Unexpected arguments, unknown commands and flags, bad flag values and
+// missing required flags are refused with the usage on stderr and exit 64
+// (EX_USAGE; 2 is a denied admit), before anything connects or starts: the
+// service address is unreachable, so a command that sent anything would
+// fail with exit 1 instead. Before issue 25 admit without --amount went
+// to the service and came back "amount is empty", naming no flag.
 func TestCLI_UsageErrors(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -140,9 +320,39 @@ func TestCLI_UsageErrors(t *testing.T) {
 		{[]string{"gateway", "--upstream", "mistral=https://x"}, "want openai=URL or anthropic=URL"},
 		{[]string{"gateway", "--upstream", "openai=https://x,key-env=SPENDGATE_TEST_NO_SUCH_VAR"}, "$SPENDGATE_TEST_NO_SUCH_VAR, its key, is empty"},
 		{[]string{"gateway", "--max-output", "gpt-4o"}, "want MODEL=N"},
+		// Bad flag values, named with two dashes.
+		{[]string{"serve", "--feed=maybe"}, `invalid boolean value "maybe" for --feed`},
+		{[]string{"admit", "--scope", "org:a", "--amount", "1", "--count", "x"}, `invalid value "x" for flag --count`},
+		{[]string{"admit", "--scope", "org:a", "--amount"}, "flag needs an argument: --amount"},
+		{[]string{"admit", "--scope", "org:a", "--amount", "1", "-o", "yaml"}, `invalid value "yaml" for flag -o: want json or id`},
+		{[]string{"admit", "--scope", "org:a", "--amount", "1", "--output", "yaml"}, `invalid value "yaml" for flag --output: want json or id`},
+		// Required flags, named.
+		{[]string{"admit", "--amount", "1"}, "--scope is required"},
+		{[]string{"admit", "--scope", "org:a"}, "--amount is required (or --model with --input-tokens and --max-output-tokens"},
+		{[]string{"admit", "--scope", "org:a", "--amount", "1", "--model", "m"}, "--amount and --model together"},
+		{[]string{"admit", "--scope", "org:a", "--model", "m"}, "--model needs the token counts to price"},
+		{[]string{"admit", "--scope", "org:a", "--amount", "1", "--max-output-tokens", "5"}, "they need --model"},
+		{[]string{"admit", "--scope", "org:a", "--amount", "1", "-o", "id", "--mode", "check"}, "-o id prints the reservation id, and --mode check reserves nothing"},
+		{[]string{"settle", "--actual", "1"}, "--reservation is required"},
+		{[]string{"settle", "--reservation", "rsv_1"}, "--actual is required (or, for a reservation priced from a model, its usage"},
+		{[]string{"settle", "--reservation", "rsv_1", "--actual", "1", "--output-tokens", "3"}, "--actual and the usage"},
+		{[]string{"release"}, "--reservation is required"},
+		{[]string{"void", "--scope", "org:a"}, "--request-id is required"},
+		{[]string{"void", "--request-id", "r-1"}, "--scope is required"},
+		{[]string{"budget", "put", "--period", "month", "--limit", "1"}, "--scope is required"},
+		{[]string{"budget", "get"}, "--scope is required"},
+		{[]string{"budget", "enable", "--period", "month"}, "--scope is required"},
+		{[]string{"pricing", "put", "--model", "m", "--input", "1"}, "--output is required"},
+		{[]string{"pricing", "get"}, "--model is required"},
+		{[]string{"pricing", "import"}, "--file is required"},
+		{[]string{"keys", "create"}, "--scope is required"},
+		{[]string{"keys", "rotate"}, "--id is required"},
+		{[]string{"audit", "archive"}, "--dir is required"},
+		{[]string{"key"}, "--file is required"},
+		{[]string{"report"}, "--by is required"},
 	} {
 		r := runCLI(t, []string{"SPENDGATE_NATS_URL=nats://127.0.0.1:1"}, tc.args...)
-		require.Equal(t, 2, r.code, "%v: %s", tc.args, r.stderr)
+		require.Equal(t, exitUsage, r.code, "%v: %s", tc.args, r.stderr)
 		require.Contains(t, r.stderr, tc.want, "%v", tc.args)
 		require.Contains(t, r.stderr, "Usage:", "%v", tc.args)
 		require.Empty(t, r.stdout, "%v", tc.args)
@@ -150,7 +360,9 @@ func TestCLI_UsageErrors(t *testing.T) {
 }
 
 // spendgate version prints the module version and the commit recorded in
-// the binary's build information, the one `go version -m` reads.
+// the binary's build information, the one `go version -m` reads; a build
+// that recorded none (go run, -buildvcs=false, a git worktree) says so and
+// how to get one, instead of claiming a commit.
 func TestCLI_Version(t *testing.T) {
 	t.Parallel()
 	r := runCLI(t, nil, "version")
@@ -174,20 +386,34 @@ func TestCLI_Version(t *testing.T) {
 	if revision != "" {
 		require.True(t, strings.HasPrefix(lines[2], "commit "+revision), r.stdout)
 	} else {
-		require.Equal(t, "commit unknown (built without version control information)", lines[2])
+		require.Equal(t, "commit "+noCommit, lines[2])
+		require.Contains(t, lines[2], "-ldflags \"-X main.commit=")
 	}
 }
 
-// The commit line, from build settings as `go build` records them in a
-// git checkout.
+// The commit line: as go build records it in a git checkout; stamped with
+// -ldflags when the build recorded none; else what to do about it.
 func TestWriteVersion(t *testing.T) {
 	t.Parallel()
-	info := &debug.BuildInfo{Main: debug.Module{Path: "github.com/spendgate/spendgate", Version: "v0.3.0"}, Settings: []debug.BuildSetting{
+	main := debug.Module{Path: "github.com/spendgate/spendgate", Version: "v0.3.0"}
+	info := &debug.BuildInfo{Main: main, Settings: []debug.BuildSetting{
 		{Key: "vcs", Value: "git"}, {Key: "vcs.revision", Value: "9a8dece0"}, {Key: "vcs.time", Value: "2026-12-01T03:00:00Z"}, {Key: "vcs.modified", Value: "true"},
 	}}
 	var buf bytes.Buffer
-	require.NoError(t, writeVersion(&buf, info))
-	require.Contains(t, buf.String(), "spendgate v0.3.0\nmodule github.com/spendgate/spendgate\ncommit 9a8dece0 (modified)\ncommit time 2026-12-01T03:00:00Z\ngo ")
+	require.NoError(t, writeVersion(&buf, info, "ignored"))
+	require.True(t, strings.HasPrefix(buf.String(), "spendgate v0.3.0\nmodule github.com/spendgate/spendgate\ncommit 9a8dece0 (modified)\ncommit time 2026-12-01T03:00:00Z\ngo "), buf.String())
+
+	// -ldflags "-X main.commit=..." sets this package-level string
+	// variable (a build that names another sets nothing, silently).
+	var _ *string = &commit
+	buf.Reset()
+	require.NoError(t, writeVersion(&buf, &debug.BuildInfo{Main: main}, "1234abcd"))
+	require.True(t, strings.HasPrefix(buf.String(), "spendgate v0.3.0\nmodule github.com/spendgate/spendgate\ncommit 1234abcd (stamped with -ldflags)\ngo "), buf.String())
+
+	buf.Reset()
+	require.NoError(t, writeVersion(&buf, &debug.BuildInfo{Main: main}, ""))
+	require.Contains(t, buf.String(), "\ncommit unknown: built without VCS information (go run records none; use go build in a git checkout")
+	require.NotContains(t, buf.String(), "commit time")
 }
 
 // The production binary links no test package: not testing, not testify,

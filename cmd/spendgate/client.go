@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -13,7 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/spendgate/spendgate/events"
-	"github.com/spendgate/spendgate/natsconn"
+	"github.com/spendgate/spendgate/internal/natsconn"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -30,7 +32,7 @@ type clientFlags struct {
 // --user, --password, --token, --tls-ca, --tls-cert, --tls-key,
 // --inbox-prefix; defaults from NATS_* variables), --prefix and --timeout.
 func (c *clientFlags) register(fs *flag.FlagSet) {
-	c.conn.RegisterFlags(fs)
+	registerConnection(fs, &c.conn)
 	fs.StringVar(&c.prefix, "prefix", streams.DefaultPrefix, "service subject prefix")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "request timeout")
 }
@@ -104,7 +106,7 @@ func (c *clientFlags) fetch(endpoint string, req any, out any) int {
 		return 1
 	}
 	if isErrorReply(body) {
-		fmt.Fprintln(os.Stdout, string(body))
+		printReply(os.Stdout, endpoint, body)
 		return 1
 	}
 	if err := json.Unmarshal(body, out); err != nil {
@@ -121,15 +123,7 @@ func (c *clientFlags) call(endpoint string, req any, out any) int {
 	if !ok {
 		return 1
 	}
-	printed := body
-	var pretty any
-	if json.Unmarshal(body, &pretty) == nil {
-		if b, err := json.MarshalIndent(pretty, "", "  "); err == nil {
-			printed = b
-		}
-	}
-	if _, err := fmt.Fprintln(os.Stdout, string(printed)); err != nil {
-		fmt.Fprintf(os.Stderr, "spendgate: %s: write the reply: %v\n", endpoint, err)
+	if !printReply(os.Stdout, endpoint, body) {
 		return 1
 	}
 	if isErrorReply(body) {
@@ -139,6 +133,23 @@ func (c *clientFlags) call(endpoint string, req any, out any) int {
 		_ = json.Unmarshal(body, out)
 	}
 	return 0
+}
+
+// printReply writes a reply to w, indented, its keys in the order the
+// service wrote them (the wire structs' order, which every command's JSON
+// output follows), and says whether the write succeeded.
+func printReply(w io.Writer, endpoint string, body []byte) bool {
+	var b bytes.Buffer
+	if json.Indent(&b, bytes.TrimSpace(body), "", "  ") != nil {
+		b.Reset()
+		b.Write(body)
+	}
+	b.WriteByte('\n')
+	if _, err := w.Write(b.Bytes()); err != nil {
+		fmt.Fprintf(os.Stderr, "spendgate: %s: write the reply: %v\n", endpoint, err)
+		return false
+	}
+	return true
 }
 
 // multiFlag collects a repeated flag.

@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/soak"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
@@ -463,6 +464,7 @@ func crashLoop(t *testing.T, c *crashClient, p *proc, start func() *proc) *crash
 // loss or kernel crash could lose the writes of the last sync interval;
 // --sync-always (fsync before every acknowledgement) is for that.
 func TestServe_KillLoop(t *testing.T) {
+	soak.Only(t) // TestServe_KilledWhileSweepingAndSnapshotting kills serve in the short suite
 	t.Run("external NATS", func(t *testing.T) {
 		env := testenv.New(t)
 		args := []string{"serve", "--nats-url", env.URL(), "--replicas", "1"}

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/spendgate/spendgate/demo"
+	"github.com/spendgate/spendgate/internal/demo"
 )
 
 var demoCommand = command{
@@ -28,7 +28,7 @@ and four ways a ledger fails open: check-then-act under concurrency, post-hoc
 accounting, best-effort recording, an unpriced model costed at zero.
 
 Exit status: 0 when spendgate held every ceiling (the naive ledger's breaches
-are expected); 1 if a spendgate ceiling is breached or on an error; 2 on a
+are expected); 1 if a spendgate ceiling is breached or on an error; 64 on a
 usage error.`,
 }
 

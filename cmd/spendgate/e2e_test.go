@@ -268,14 +268,14 @@ func TestCLI_Walkthrough(t *testing.T) {
 	require.Equal(t, "0", v.Reserved)
 
 	// Without --period, get lists every budget of the scope; put refuses
-	// to guess a period (exit 2, nothing written).
+	// to guess a period (a usage error, nothing written).
 	code, out = cli("budget", "get", "--scope", "user:u-17")
 	require.Equal(t, 0, code)
 	scoped := e2eJSON[events.BudgetListReply](t, out)
 	require.Len(t, scoped.Budgets, 1)
 	require.Equal(t, events.PeriodDay, scoped.Budgets[0].Period)
 	code, _ = cli("budget", "put", "--scope", "org:acme", "--limit", "5")
-	require.Equal(t, 2, code)
+	require.Equal(t, exitUsage, code)
 
 	code, out = cli("budget", "list")
 	require.Equal(t, 0, code)

@@ -16,7 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
-	"github.com/spendgate/spendgate/service"
+	"github.com/spendgate/spendgate/internal/replica"
+	"github.com/spendgate/spendgate/internal/replicatest"
 	"github.com/spendgate/spendgate/testenv"
 )
 
@@ -48,7 +49,7 @@ func e2eCLIErr(t *testing.T, url string, args ...string) (int, string, string) {
 func TestCLI_ExportReportBalances(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	env.StartSpendgate(t, service.ReplicaConfig{SweepInterval: -1, Reports: true})
+	replicatest.Start(t, env, replica.Config{SweepInterval: -1, Reports: true})
 	url := env.URL()
 	ok := func(args ...string) string {
 		t.Helper()
@@ -90,7 +91,8 @@ func TestCLI_ExportReportBalances(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"reservation_id", "request_id", "scopes", "balances", "unit", "reserved",
 		"opened_at", "expires_at", "settled_at", "released_at", "expired_at", "status", "actual", "overrun", "late",
-		"release_reason", "metadata.feature", "metadata.model"}, recs[0])
+		"release_reason", "model", "price_version", "quoted_input_tokens", "quoted_max_output_tokens", "input_tokens",
+		"output_tokens", "cached_input_tokens", "metadata.feature", "metadata.model"}, recs[0])
 	require.Len(t, recs, 5)
 	col := func(rec []string, name string) string { return rec[indexOf(recs[0], name)] }
 	require.Equal(t, []string{r1, r2, r3, r4}, []string{recs[1][0], recs[2][0], recs[3][0], recs[4][0]})
@@ -144,14 +146,14 @@ func TestCLI_ExportReportBalances(t *testing.T) {
 	// Bad input to the endpoint: the reply's error, exit 1.
 	code, out, _ = e2eCLIErr(t, url, "report", "--by", "model", "--from", hour.Add(time.Minute).Format(time.RFC3339))
 	require.Equal(t, 1, code)
-	require.Contains(t, out, `"code":"invalid_time"`)
+	require.Contains(t, out, `"code": "invalid_time"`)
 
 	// audit balances lists the idle budget with zeros.
 	out = ok("audit", "balances")
 	require.Regexp(t, `(?m)^team:idle,month,\d{4}-\d{2},USD,50,0,0,0,0,0,0,0,0,0$`, out)
 	require.Contains(t, out, "org:acme,month,")
 
-	// Usage errors: a bad time names the flag and the format; exit 2.
+	// Usage errors: a bad time names the flag and the format; exit 64.
 	for _, c := range []struct {
 		args []string
 		want string
@@ -169,12 +171,12 @@ func TestCLI_ExportReportBalances(t *testing.T) {
 		{[]string{"report", "--by", "model", "--format", "pdf"}, `--format "pdf": want table or csv`},
 		{[]string{"report", "--by", "model", "--from", "x"}, `--from "x": want an RFC 3339 time`},
 		{[]string{"report", "--by", "model", "--scope", "org:acme"}, `--scope needs --replay`},
-		{[]string{"report", "--by", "model", "--period", "2026-13"}, `--period "2026-13": want a UTC month like 2026-11 or a day like 2026-11-30`},
+		{[]string{"report", "--by", "model", "--period", "2026-13"}, `--period "2026-13": want a UTC month like 2026-11, a week like 2026-W49 or a day like 2026-11-30`},
 		{[]string{"report", "--by", "model", "--period", "2026-11", "--from", "2026-11-01T00:00:00Z"}, `--period replaces --from and --to`},
 		{[]string{"admit", "--scope", "org:acme", "--amount", "1", "--meta", "model"}, `--meta "model": want KEY=VALUE`},
 	} {
 		code, _, errOut := e2eCLIErr(t, url, c.args...)
-		require.Equal(t, 2, code, "%v", c.args)
+		require.Equal(t, exitUsage, code, "%v", c.args)
 		require.Contains(t, errOut, c.want, "%v", c.args)
 	}
 	for _, args := range [][]string{{"audit", "export", "--help"}, {"report", "--help"}} {
@@ -204,7 +206,7 @@ func TestAuditExport_FullDevice(t *testing.T) {
 	}
 	defer full.Close()
 	env := testenv.New(t)
-	env.StartSpendgate(t, service.ReplicaConfig{SweepInterval: -1, Reports: true})
+	replicatest.Start(t, env, replica.Config{SweepInterval: -1, Reports: true})
 	code, _ := e2eCLI(t, env.URL(), "budget", "put", "--scope", "org:acme", "--period", "month", "--limit", "10", "--unit", "USD")
 	require.Equal(t, 0, code)
 	code, _ = e2eCLI(t, env.URL(), "admit", "--scope", "org:acme", "--amount", "1")

@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spendgate/spendgate/events"
-	"github.com/spendgate/spendgate/feed"
+	"github.com/spendgate/spendgate/internal/feed"
 	"github.com/spendgate/spendgate/streams"
 )
 

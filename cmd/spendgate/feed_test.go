@@ -13,9 +13,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/spendgate/spendgate/dashboard"
 	"github.com/spendgate/spendgate/events"
-	"github.com/spendgate/spendgate/feed"
+	"github.com/spendgate/spendgate/internal/dashboard"
+	"github.com/spendgate/spendgate/internal/feed"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
 )

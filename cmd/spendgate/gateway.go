@@ -14,11 +14,11 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/spendgate/spendgate/client"
-	"github.com/spendgate/spendgate/config"
+	"github.com/spendgate/spendgate/internal/config"
 	"github.com/spendgate/spendgate/internal/gateway"
 	"github.com/spendgate/spendgate/internal/httpapi"
-	"github.com/spendgate/spendgate/metrics"
-	"github.com/spendgate/spendgate/ops"
+	"github.com/spendgate/spendgate/internal/metrics"
+	"github.com/spendgate/spendgate/internal/ops"
 )
 
 var gatewayCommand = command{
@@ -90,7 +90,7 @@ func gatewayCmd(args []string) int {
 	log := logging.New(os.Stderr)
 
 	reg := metrics.NewRegistry()
-	srv, err := ops.New(*listen, reg, ops.WithLogger(log))
+	srv, err := ops.New(*listen, metrics.Handler(reg), ops.WithLogger(log))
 	if err == nil {
 		err = srv.Listen()
 	}

@@ -124,7 +124,7 @@ func TestGateway_Commands(t *testing.T) {
 	resp.Body.Close()
 	require.Contains(t, string(b), `spendgate_gateway_calls_total{api="chat.completions",outcome="ok"} 1`)
 	require.Contains(t, string(b), `spendgate_gateway_denials_total{reason="limit_reached"}`)
-	require.Contains(t, string(b), `spendgate_httpapi_requests_total{endpoint="budget.get",code="ok"} 1`)
+	require.Contains(t, string(b), `spendgate_httpapi_requests_total{code="ok",endpoint="budget.get"} 1`)
 	require.Contains(t, gw.out.String(), `msg="gateway call"`, "one log line per call")
 	gw.stop(t)
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
-	"github.com/spendgate/spendgate/ledger"
+	"github.com/spendgate/spendgate/internal/ledger"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
@@ -74,7 +74,7 @@ func TestServe_KilledWhileSweepingAndSnapshotting(t *testing.T) {
 	p = startProc(t, true, args...)
 	t.Logf("%v: restarted", time.Now().Format(time.StampMilli))
 	p.kill(t) // again, right after it is ready (a snapshot write may be under way)
-	p = startProc(t, true, args...)
+	startProc(t, true, args...)
 	testenv.WaitFor(t, time.Minute, "every reservation released", func() bool { return open() == 0 })
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/spendgate/spendgate/signing"
+	"github.com/spendgate/spendgate/internal/signing"
 )
 
 var keyCommand = command{

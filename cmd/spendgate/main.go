@@ -3,7 +3,7 @@
 //	spendgate serve                      run the service on an embedded NATS server
 //	spendgate budget put|get|list        manage budgets
 //	spendgate pricing put|get|list|import manage model prices
-//	spendgate admit|settle|release       reserve and close
+//	spendgate admit|settle|release|void  reserve and close
 //
 // Each subcommand is one small file here that parses flags and calls a
 // package (serve: service and embedded; bench: bench; demo: demo). Run
@@ -22,23 +22,25 @@ import (
 const usage = `spendgate: spend caps enforced before the money is spent.
 
 Usage:
-  spendgate serve    [--data-dir DIR] [--listen 127.0.0.1:4222] [--nats-url URL] ...
-  spendgate budget put  --scope KIND:ID --period month|week|day|lifetime --limit DECIMAL --unit USD|requests|... [--tz ZONE] [--fixed-slot DECIMAL]
-  spendgate budget get  --scope KIND:ID [--period month|week|day|lifetime]
+  spendgate serve    [--data-dir DIR] [--listen 127.0.0.1:4222] [--nats-url URL] [--config FILE] ...
+  spendgate budget put  --scope KIND:ID --period month|week|day|lifetime [--limit DECIMAL] [--unit USD|requests|...] [--tz ZONE] [--fixed-slot DECIMAL] [--replace]
+  spendgate budget get  --scope KIND:ID [--period month|week|day|lifetime [--unit UNIT]]
   spendgate budget disable|enable --scope KIND:ID --period PERIOD
   spendgate budget list [--kind KIND] [--sort scope|utilization] [--max N]
   spendgate pricing put --model NAME --input DECIMAL --output DECIMAL [--cached-input DECIMAL] [--unit USD]
   spendgate pricing get --model NAME | list | import --file PATH [--format json|csv]
-  spendgate admit    --scope KIND:ID [--scope ...] --amount DECIMAL [--unit USD] [--ttl 5m] [--request-id ID] [--meta K=V] [--mode check|shadow]
+  spendgate admit    --scope KIND:ID [--scope ...] --amount DECIMAL [--unit USD] [--ttl 5m] [--request-id ID] [--meta K=V] [--mode check|shadow] [-o json|id]
   spendgate admit    --scope KIND:ID [--scope ...] --model NAME --input-tokens N|--input-chars N --max-output-tokens N [...]
   spendgate settle   --reservation ID --actual DECIMAL
   spendgate settle   --reservation ID --input-tokens N --output-tokens N [--cached-input-tokens N]
   spendgate release  --reservation ID
+  spendgate void     --request-id ID --scope KIND:ID [--scope ...]   release an admit by its request id, landed or not
   spendgate audit check [--trusted-keys KEYS]   replay the book of record, verify signatures, reconcile with the live balances
   spendgate audit keys                   which signing key wrote which revisions
   spendgate audit balances [--at TIME]   totals per budget period as CSV, optionally as of an RFC 3339 time
   spendgate audit export [--from TIME] [--to TIME] [--scope KIND:ID ...] [--format csv|jsonl] [--totals FILE]
                                          one row per reservation, streamed
+  spendgate audit archive|trim --dir DIR archive the stream's old revisions; drop what the archive covers
   spendgate snapshot [--list]            write a snapshot of the book now (replicas also write them periodically)
   spendgate report   --by scope|KEY [--from TIME] [--to TIME] [--format table|csv]   spend by scope or metadata key
   spendgate bench    [--duration 3s] [--reps 3] [--conns 4] [--scenarios hot1,...|mem] [--json]   throughput vs floor and naive CAS
@@ -51,14 +53,22 @@ Usage:
                                          API keys of the gateway (only their hashes are stored)
   spendgate gateway --upstream openai=URL|anthropic=URL [--listen 127.0.0.1:8080]
                                          an OpenAI- and Anthropic-compatible proxy that caps every call, and the HTTP API
-  spendgate version                      module version and commit of this binary
+  spendgate version                      module version and commit of this binary, as far as it knows them
 
 Every command takes --help for its flags ("spendgate help COMMAND" too).
 Client commands connect to --nats-url (default nats://127.0.0.1:4222, or
 $SPENDGATE_NATS_URL, or $NATS_URL) with --creds, --nkey, --user/--password,
---token or --tls-* (or the NATS_* variables) and print the JSON reply.
-Exit status: 0 success or admitted; 1 error; 2 denied, or a usage error
-(an unknown command or flag, a bad flag value, an unexpected argument).
+--token or --tls-* (or the NATS_* variables) and print the JSON reply, its
+keys in the order the service sends them (admit -o id prints the
+reservation id alone). Each --help lists these "Connection flags" apart.
+
+Exit status:
+  0   success; admit: admitted
+  1   an error: the service refused the request or could not be reached, or
+      a check failed (audit check, demo)
+  2   admit: denied by a budget (nothing reserved)
+  64  a usage error, found before anything is sent: an unknown command or
+      flag, a missing required flag, a bad flag value, an unexpected argument
 `
 
 // commands maps each command to its function.
@@ -69,6 +79,7 @@ var commands = map[string]func([]string) int{
 	"admit":    admitCmd,
 	"settle":   settleCmd,
 	"release":  releaseCmd,
+	"void":     voidCmd,
 	"audit":    audit,
 	"report":   report,
 	"bench":    benchCmd,
@@ -83,11 +94,12 @@ var commands = map[string]func([]string) int{
 }
 
 func main() {
-	// A panic's value is printed without any seed it may quote.
+	// A panic's value is printed without any seed it may quote. It exits
+	// 1, an error: 2 would read as a denied admit.
 	defer func() {
 		if r := recover(); r != nil {
 			fmt.Fprintf(os.Stderr, "panic: %s\n\n%s", secret.Redact(fmt.Sprint(r)), debug.Stack())
-			os.Exit(2)
+			os.Exit(exitError)
 		}
 	}()
 	os.Exit(run(os.Args[1:]))

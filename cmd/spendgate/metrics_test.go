@@ -19,7 +19,9 @@ import (
 )
 
 // scrape returns the value of every sample of /metrics, by its series
-// ("name{labels}"), and the HTTP status of path.
+// ("name{labels}", labels in name order as the Prometheus client writes
+// them). A series written twice fails the test: Prometheus rejects such a
+// scrape.
 func scrape(t *testing.T, base string) map[string]float64 {
 	t.Helper()
 	resp, err := http.Get(base + "/metrics")
@@ -37,6 +39,7 @@ func scrape(t *testing.T, base string) map[string]float64 {
 		require.Positive(t, i, line)
 		v, err := strconv.ParseFloat(line[i+1:], 64)
 		require.NoError(t, err, line)
+		require.NotContains(t, out, line[:i], "a series written twice")
 		out[line[:i]] = v
 	}
 	return out
@@ -54,7 +57,11 @@ func httpStatus(t *testing.T, url string) (int, string) {
 // TestServe_Metrics runs serve with --http, drives a known load (admits,
 // denials, settles, a refused request) and scrapes /metrics: every counter
 // equals what the load did, the per-budget gauges show the open
-// reservation, and /healthz and /readyz answer 200 once it serves.
+// reservations, spent, limit and utilization of each of the scope's two
+// budgets (USD and requests: before the unit label, two series of
+// spendgate_open_reservations with the same labels), the go_* and
+// process_* metrics are there, and /healthz and /readyz answer 200 once it
+// serves.
 func TestServe_Metrics(t *testing.T) {
 	t.Setenv("SPENDGATE_NATS_URL", "")
 	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
@@ -81,6 +88,7 @@ func TestServe_Metrics(t *testing.T) {
 	nc := connect(t, "nats://"+listen)
 	var bv events.BudgetView
 	require.Nil(t, e2eRequest(t, nc, "spendgate.budget.put", events.BudgetPutRequest{Scope: "org:m", Period: "month", Limit: "1", Unit: "USD"}, &bv))
+	require.Nil(t, e2eRequest(t, nc, "spendgate.budget.put", events.BudgetPutRequest{Scope: "org:m", Period: "month", Limit: "100", Unit: "requests"}, &bv))
 	// Ten admits of 0.125 against 1: eight fit, two are denied.
 	const requests = 10
 	var ids []string
@@ -104,19 +112,27 @@ func TestServe_Metrics(t *testing.T) {
 	var m map[string]float64
 	testenv.WaitFor(t, 10*time.Second, "the last request counted", func() bool {
 		m = scrape(t, base)
-		return m[`spendgate_requests_total{endpoint="settle",code="unknown_reservation"}`] == 1
+		return m[`spendgate_requests_total{code="unknown_reservation",endpoint="settle"}`] == 1
 	})
-	require.Equal(t, float64(nAdmitted), m[`spendgate_admits_total{result="admitted",reason=""}`])
-	require.Equal(t, float64(nDenied), m[`spendgate_admits_total{result="denied",reason="limit_reached"}`])
-	require.Equal(t, float64(requests), m[`spendgate_requests_total{endpoint="admit",code="ok"}`])
-	require.Equal(t, float64(5), m[`spendgate_requests_total{endpoint="settle",code="ok"}`])
+	require.Equal(t, float64(nAdmitted), m[`spendgate_admits_total{reason="",result="admitted"}`])
+	require.Equal(t, float64(nDenied), m[`spendgate_admits_total{reason="limit_reached",result="denied"}`])
+	require.Equal(t, float64(requests), m[`spendgate_requests_total{code="ok",endpoint="admit"}`])
+	require.Equal(t, float64(5), m[`spendgate_requests_total{code="ok",endpoint="settle"}`])
 	require.Equal(t, float64(requests), m[`spendgate_request_duration_seconds_count{endpoint="admit"}`])
 	// Every admitted admit and every settle was one transaction of some
 	// commit; denials commit nothing (a budget put is written apart).
 	require.Equal(t, float64(nAdmitted+5), m[`spendgate_commit_txs_sum`])
 	require.Positive(t, m[`spendgate_commits_total`])
-	require.Equal(t, float64(nAdmitted-5), m[`spendgate_open_reservations{scope="org:m",period="month"}`])
-	require.Equal(t, 0.375, m[`spendgate_reserved_amount{scope="org:m",period="month",unit="USD"}`])
+	usd, req := `{period="month",scope="org:m",unit="USD"}`, `{period="month",scope="org:m",unit="requests"}`
+	require.Equal(t, float64(nAdmitted-5), m[`spendgate_open_reservations`+usd])
+	require.Equal(t, 0.375, m[`spendgate_reserved_amount`+usd])
+	require.Equal(t, 0.5, m[`spendgate_spent_amount`+usd])
+	require.Equal(t, float64(1), m[`spendgate_limit_amount`+usd])
+	require.Equal(t, 0.875, m[`spendgate_budget_utilization_ratio`+usd])
+	require.Contains(t, m, `spendgate_open_reservations`+req)
+	require.Equal(t, float64(100), m[`spendgate_limit_amount`+req])
+	require.Contains(t, m, `go_goroutines`)
+	require.Contains(t, m, `process_resident_memory_bytes`)
 	require.Equal(t, float64(0), m[`spendgate_inflight_requests`])
 	require.Contains(t, m, `spendgate_follower_lag_revisions`)
 	require.Equal(t, float64(1), m[`spendgate_ledger_ready`])

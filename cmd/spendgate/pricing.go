@@ -11,7 +11,7 @@ import (
 	"strings"
 
 	"github.com/spendgate/spendgate/events"
-	"github.com/spendgate/spendgate/service"
+	"github.com/spendgate/spendgate/internal/service"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -81,11 +81,17 @@ func pricing(args []string) int {
 		if code, ok := pricingPutCommand.parse(fs, args[1:]); !ok {
 			return code
 		}
+		if code, ok := pricingPutCommand.require(fs, "model", "input", "output"); !ok {
+			return code
+		}
 		return c.call(streams.EndpointPricingPut, req, nil)
 	case "get":
 		var req events.PricingGetRequest
 		fs.StringVar(&req.Model, "model", "", "model name")
 		if code, ok := pricingGetCommand.parse(fs, args[1:]); !ok {
+			return code
+		}
+		if code, ok := pricingGetCommand.require(fs, "model"); !ok {
 			return code
 		}
 		return c.call(streams.EndpointPricingGet, req, nil)

@@ -18,8 +18,11 @@ func releaseCmd(args []string) int {
 	c.register(fs)
 	c.registerTenant(fs)
 	var req events.ReleaseRequest
-	fs.StringVar(&req.ReservationID, "reservation", "", "reservation id")
+	fs.StringVar(&req.ReservationID, "reservation", "", "reservation id; required")
 	if code, ok := releaseCommand.parse(fs, args); !ok {
+		return code
+	}
+	if code, ok := releaseCommand.require(fs, "reservation"); !ok {
 		return code
 	}
 	return c.call(streams.EndpointRelease, req, nil)

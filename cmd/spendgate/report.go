@@ -16,8 +16,8 @@ import (
 
 var reportCommand = command{
 	name:     "spendgate report",
-	synopsis: "--by scope|KEY [--period YYYY-MM|YYYY-MM-DD | --from RFC3339 --to RFC3339] [--tenant NAME] [--format table|csv] [--replay [--scope KIND:ID ...] [--bucket NAME]] [--nats-url URL]",
-	about: `Sums the reservations opened in [--from, --to) (or in the UTC month or day
+	synopsis: "--by scope|KEY [--period YYYY-MM|YYYY-Www|YYYY-MM-DD | --from RFC3339 --to RFC3339] [--tenant NAME] [--format table|csv] [--replay [--scope KIND:ID ...] [--bucket NAME]] [--nats-url URL]",
+	about: `Sums the reservations opened in [--from, --to) (or in the UTC month, week or day
 --period names) by scope or by the value of a metadata key (--by model,
 --by user, ...; --by metadata.KEY names a key called "scope"), one line per
 group and unit: reservations, open, settled,
@@ -56,7 +56,7 @@ func report(args []string) int {
 	by := fs.String("by", "", `group by "scope" or by a metadata key (model, user, ...; metadata.KEY for any key)`)
 	format := fs.String("format", "table", "table or csv")
 	replay := fs.Bool("replay", false, "replay the book of record instead of asking a replica")
-	period := fs.String("period", "", "a UTC month (2026-11) or day (2026-11-30): --from and --to for you")
+	period := fs.String("period", "", "a UTC month (2026-11), ISO week (2026-W49) or day (2026-11-30): --from and --to for you")
 	if code, ok := cmd.parse(fs, args); !ok {
 		return code
 	}
@@ -149,16 +149,16 @@ func report(args []string) int {
 	return exitOK
 }
 
-// periodBounds reads --period: a UTC month "2026-11" or day "2026-11-30",
-// as [start, end).
+// periodBounds reads --period: a UTC month "2026-11", ISO week "2026-W49"
+// or day "2026-11-30", as [start, end) (the calendar's instance: report
+// buckets are UTC hours, so the calendar is UTC's).
 func periodBounds(p string) (time.Time, time.Time, error) {
-	if t, err := time.Parse("2006-01", p); err == nil {
-		return t, t.AddDate(0, 1, 0), nil
+	for _, period := range []events.Period{events.PeriodMonth, events.PeriodWeek, events.PeriodDay} {
+		if start, end, ok := events.CalendarOf(period, nil).InstanceBounds(p); ok {
+			return start, end, nil
+		}
 	}
-	if t, err := time.Parse(time.DateOnly, p); err == nil {
-		return t, t.AddDate(0, 0, 1), nil
-	}
-	return time.Time{}, time.Time{}, fmt.Errorf("--period %q: want a UTC month like 2026-11 or a day like 2026-11-30", p)
+	return time.Time{}, time.Time{}, fmt.Errorf("--period %q: want a UTC month like 2026-11, a week like 2026-W49 or a day like 2026-11-30", p)
 }
 
 // otherValue names, in a printed report, the group of the values past

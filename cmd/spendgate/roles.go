@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/spendgate/spendgate/roles"
+	"github.com/spendgate/spendgate/internal/roles"
 	"github.com/spendgate/spendgate/streams"
 )
 

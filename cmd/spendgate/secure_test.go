@@ -17,9 +17,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
-	"github.com/spendgate/spendgate/feed"
+	"github.com/spendgate/spendgate/internal/feed"
+	"github.com/spendgate/spendgate/internal/roles"
 	"github.com/spendgate/spendgate/internal/testcert"
-	"github.com/spendgate/spendgate/roles"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
 )
@@ -481,5 +481,5 @@ func TestSecure_RolesNSC(t *testing.T) {
 	r = runCLI(t, nil, "roles", "--nsc", "--account", "OPS", "--tenant", "OPS!")
 	require.Equal(t, 1, r.code, r.stdout)
 	r = runCLI(t, nil, "roles", "--nsc", "--account", "OPS", "--tls-cert", "c.pem", "--tls-key", "k.pem")
-	require.Equal(t, 2, r.code, r.stdout)
+	require.Equal(t, exitUsage, r.code, r.stdout)
 }

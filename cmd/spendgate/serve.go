@@ -18,16 +18,17 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/spendgate/spendgate/config"
-	"github.com/spendgate/spendgate/dashboard"
 	"github.com/spendgate/spendgate/embedded"
+	"github.com/spendgate/spendgate/internal/config"
+	"github.com/spendgate/spendgate/internal/dashboard"
 	"github.com/spendgate/spendgate/internal/health"
+	"github.com/spendgate/spendgate/internal/ledger"
+	"github.com/spendgate/spendgate/internal/metrics"
+	"github.com/spendgate/spendgate/internal/natsconn"
+	"github.com/spendgate/spendgate/internal/ops"
+	"github.com/spendgate/spendgate/internal/replica"
 	"github.com/spendgate/spendgate/internal/secret"
-	"github.com/spendgate/spendgate/ledger"
-	"github.com/spendgate/spendgate/metrics"
-	"github.com/spendgate/spendgate/natsconn"
-	"github.com/spendgate/spendgate/ops"
-	"github.com/spendgate/spendgate/service"
+	"github.com/spendgate/spendgate/internal/service"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/sweep"
 )
@@ -46,7 +47,7 @@ func serve(args []string) int {
 	dataDir := fs.String("data-dir", "./spendgate-data", "JetStream file storage of the embedded server")
 	listen := fs.String("listen", "127.0.0.1:4222", "client address of the embedded server")
 	var conn natsconn.Options
-	conn.RegisterFlags(fs)
+	registerConnection(fs, &conn)
 	// serve embeds a server unless told otherwise: NATS_URL, which the nats
 	// CLI and other clients read, does not count, only --nats-url and
 	// $SPENDGATE_NATS_URL do.
@@ -67,7 +68,7 @@ func serve(args []string) int {
 	sweepEvery := fs.Duration("sweep-interval", sweep.DefaultInterval, "how often this replica releases expired reservations (each pass releases everything due, in group commits)")
 	verbose := fs.Bool("v", false, "log debug output, the embedded server's included (--log-level debug)")
 	httpAddr := fs.String("http", "", "serve /metrics, /healthz, /readyz and the spend dashboard (/dashboard/) on this address (e.g. 127.0.0.1:8080); off when empty")
-	metricsBudgets := fs.Int("metrics-budgets", metrics.DefaultBudgetLimit, "per-budget gauges for at most this many budgets, the most reserved first")
+	metricsBudgets := fs.Int("metrics-budgets", metrics.DefaultBudgetLimit, "per-budget gauges for at most this many budgets, the nearest their limit first")
 	feedOn := fs.Bool("feed", false, "relay every ledger event to the live event feed (stream <bucket>_feed, subjects <prefix>feed.v1.>); off by default: it stores each event a second time, and turning it on later back-fills from the ledger's start")
 	feedMaxAge := fs.Duration("feed-max-age", streams.DefaultFeedMaxAge, "with --feed: how long the feed keeps each message, so how long a consumer may be away and resume without missing an event (0: keep every message; give every relaying replica the same value)")
 	reportsOn := fs.Bool("reports", true, "keep the spend report (the report endpoint, spendgate report): sums per hour, scope and metadata value, kept as the ledger folds and saved in its own snapshots in the snapshot bucket; false answers report_unavailable")
@@ -140,7 +141,7 @@ func serve(args []string) int {
 	var opsSrv *ops.Server
 	if *httpAddr != "" {
 		var err error
-		if opsSrv, err = ops.New(*httpAddr, m.Registry, ops.WithLogger(log)); err == nil {
+		if opsSrv, err = ops.New(*httpAddr, m.Handler(), ops.WithLogger(log)); err == nil {
 			err = opsSrv.Listen()
 		}
 		if err != nil {
@@ -234,7 +235,7 @@ func serve(args []string) int {
 		defer func() { opsStop(); <-opsDone }()
 		go func() { opsDone <- opsSrv.Run(opsCtx) }()
 	}
-	r, err := service.StartReplica(ctx, nc, js, service.ReplicaConfig{
+	r, err := replica.Start(ctx, nc, js, replica.Config{
 		Layout: layout, DefaultTTL: *defTTL, MaxTTL: *maxTTL, SweepInterval: *sweepEvery, Log: log,
 		LedgerOptions: []ledger.Option{ledger.WithSnapshotEvery(*snapRevisions, *snapInterval),
 			ledger.WithSigner(keys.signer), ledger.WithTrust(keys.trust)},

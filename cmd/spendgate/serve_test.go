@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,7 +15,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/spendgate/spendgate/config"
+	"github.com/spendgate/spendgate/internal/config"
+	"github.com/spendgate/spendgate/testenv"
 )
 
 // refusedWithin bounds a refused start: at once, far below the readiness
@@ -114,4 +116,94 @@ func TestServe_EnvWhitelist(t *testing.T) {
 		require.Contains(t, string(b), "$"+config.EnvName(name), "serve --help names the variable of --%s", name)
 	}
 	require.NotContains(t, string(b), "$SPENDGATE_REPLICAS")
+}
+
+// A clean stop (SIGTERM) of serve with --http, on its embedded server or
+// joining one with --nats-url, logs nothing at WARN or ERROR: before issue
+// 25 the --nats-url replica's stop ended on "WARN nats disconnected
+// err=<nil>", which reads like a failure.
+func TestServe_CleanStopLogsNoWarning(t *testing.T) {
+	t.Setenv("SPENDGATE_NATS_URL", "")
+	env := testenv.New(t)
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"embedded", []string{"--listen", fmt.Sprintf("127.0.0.1:%d", freePort(t))}},
+		{"nats-url", []string{"--nats-url", env.URL(), "--replicas", "1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"serve", "--data-dir", filepath.Join(t.TempDir(), "data"), "--sweep-interval", "1m",
+				"--http", fmt.Sprintf("127.0.0.1:%d", freePort(t))}, tc.args...)
+			p := startProc(t, true, args...)
+			p.stop(t)
+			out := p.out.String()
+			_, stopping, ok := strings.Cut(out, "shutting down")
+			require.True(t, ok, "no stop logged:\n%s", out)
+			for _, line := range strings.Split(stopping, "\n") {
+				require.NotContains(t, line, "level=WARN", "a clean stop logged:\n%s", stopping)
+				require.NotContains(t, line, "level=ERROR", "a clean stop logged:\n%s", stopping)
+			}
+		})
+	}
+}
+
+// confKey matches a setting of the sample config file, set or shown
+// commented out: "key = value" or "# key = value".
+var confKey = regexp.MustCompile(`(?m)^(# )?([a-z][a-z0-9-]*) = (.*)$`)
+
+// docs/spendgate.conf.example is true: every key it sets or shows is a
+// serve flag, every serve flag is in it (but --config and the secrets, which
+// it names in prose), serve accepts it as it is and with every line
+// uncommented, and the environment variables it names are the ones serve
+// reads.
+func TestServe_ConfigExample(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join("..", "..", "docs", "spendgate.conf.example")
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	help := runHelp(t, "serve", "--help")
+	require.Equal(t, 0, help.code)
+	_, own, conn := helpSections(t, help.stdout)
+	shown := map[string]bool{}
+	for _, m := range confKey.FindAllStringSubmatch(string(data), -1) {
+		key := m[2]
+		require.True(t, own[key] || conn[key], "%s names %q, which is not a flag of serve", path, key)
+		require.False(t, shown[key], "%s shows %q twice", path, key)
+		shown[key] = true
+	}
+	for _, flags := range []map[string]bool{own, conn} {
+		for name := range flags {
+			switch name {
+			case "config", "password", "token":
+				require.Contains(t, string(data), name)
+			default:
+				require.True(t, shown[name], "%s does not show --%s", path, name)
+			}
+		}
+	}
+	// As it is, and with every setting uncommented: config.Apply takes
+	// every line (an unknown key or a bad value is a usage error naming the
+	// file), and serve goes on to refuse --max-inflight 0, a check it makes
+	// after reading the file and before it starts anything.
+	all := filepath.Join(t.TempDir(), "all.conf")
+	require.NoError(t, os.WriteFile(all, []byte(confKey.ReplaceAllString(string(data), "$2 = $3")), 0o600))
+	for _, file := range []string{path, all} {
+		r := runCLI(t, []string{"SPENDGATE_NATS_URL="}, "serve", "--config", file, "--max-inflight", "0")
+		require.Equal(t, exitUsage, r.code, r.stderr)
+		require.Contains(t, r.stderr, "--max-inflight must be at least 1", "%s: %s", file, r.stderr)
+	}
+	// The variables it names are those serve reads.
+	want := map[string]bool{envSigningSeed: true}
+	for _, name := range serveEnv {
+		want[config.EnvName(name)] = true
+	}
+	got := map[string]bool{}
+	for _, v := range regexp.MustCompile(`\bSPENDGATE_[A-Z_]+`).FindAllString(string(data), -1) {
+		got[v] = true
+	}
+	require.Equal(t, want, got)
+	for _, v := range regexp.MustCompile(`\bNATS_[A-Z_]+`).FindAllString(string(data), -1) {
+		require.Contains(t, help.stdout, "$"+v, "serve does not read $%s", v)
+	}
 }

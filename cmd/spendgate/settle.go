@@ -20,13 +20,23 @@ func settleCmd(args []string) int {
 	c.register(fs)
 	c.registerTenant(fs)
 	var req events.SettleRequest
-	fs.StringVar(&req.ReservationID, "reservation", "", "reservation id")
-	fs.StringVar(&req.Actual, "actual", "", "actual cost, a decimal string")
+	fs.StringVar(&req.ReservationID, "reservation", "", "reservation id; required")
+	fs.StringVar(&req.Actual, "actual", "", "actual cost, a decimal string; required unless the usage is given")
 	fs.Int64Var(&req.InputTokens, "input-tokens", 0, "usage instead of --actual: input tokens")
 	fs.Int64Var(&req.OutputTokens, "output-tokens", 0, "usage instead of --actual: output tokens")
 	fs.Int64Var(&req.CachedInputTokens, "cached-input-tokens", 0, "usage instead of --actual: cached input tokens (part of --input-tokens)")
 	if code, ok := settleCommand.parse(fs, args); !ok {
 		return code
+	}
+	if code, ok := settleCommand.require(fs, "reservation"); !ok {
+		return code
+	}
+	usage := req.InputTokens != 0 || req.OutputTokens != 0 || req.CachedInputTokens != 0
+	switch {
+	case req.Actual == "" && !usage:
+		return settleCommand.usageError(fs, "--actual is required (or, for a reservation priced from a model, its usage: --input-tokens and --output-tokens)")
+	case req.Actual != "" && usage:
+		return settleCommand.usageError(fs, "--actual and the usage (--input-tokens, --output-tokens, --cached-input-tokens) together: give one")
 	}
 	return c.call(streams.EndpointSettle, req, nil)
 }

@@ -12,10 +12,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/spendgate/spendgate/config"
-	"github.com/spendgate/spendgate/ledger"
-	"github.com/spendgate/spendgate/service"
-	"github.com/spendgate/spendgate/signing"
+	"github.com/spendgate/spendgate/internal/config"
+	"github.com/spendgate/spendgate/internal/ledger"
+	"github.com/spendgate/spendgate/internal/replica"
+	"github.com/spendgate/spendgate/internal/signing"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -129,7 +129,7 @@ func snapshotCmd(args []string) int {
 		return fail(err)
 	}
 	// The read models travel in snapshots: fold them as a replica does.
-	if _, _, err := service.AddReadModels(l, js, layout, logging.New(os.Stderr)); err != nil {
+	if _, _, err := replica.AddReadModels(l, js, layout, logging.New(os.Stderr)); err != nil {
 		return fail(err)
 	}
 	runCtx, stopRun := context.WithCancel(ctx)

@@ -16,7 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
-	"github.com/spendgate/spendgate/service"
+	"github.com/spendgate/spendgate/internal/replica"
+	"github.com/spendgate/spendgate/internal/replicatest"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
 )
@@ -26,7 +27,7 @@ import (
 // --list shows it; a replica started afterwards loads it.
 func TestCLI_Snapshot(t *testing.T) {
 	env := testenv.New(t)
-	r := env.StartSpendgate(t, service.ReplicaConfig{SweepInterval: -1})
+	r := replicatest.Start(t, env, replica.Config{SweepInterval: -1})
 	code, _ := e2eCLI(t, env.URL(), "budget", "put", "--scope", "org:acme", "--period", "month", "--limit", "10", "--unit", "USD")
 	require.Equal(t, 0, code)
 	code, _ = e2eCLI(t, env.URL(), "admit", "--scope", "org:acme", "--amount", "1")
@@ -55,7 +56,7 @@ func TestCLI_Snapshot(t *testing.T) {
 	require.Equal(t, 0, code)
 	require.Contains(t, string(out), "snapshot "+got.Name+" equals the replay at seq 2")
 
-	r2 := env.StartSpendgate(t, service.ReplicaConfig{SweepInterval: -1})
+	r2 := replicatest.Start(t, env, replica.Config{SweepInterval: -1})
 	require.Equal(t, got.Seq, r2.Ledger.SnapshotStats().Loaded)
 	require.Len(t, r2.Ledger.Budgets(), 1)
 
@@ -121,7 +122,7 @@ func TestCLI_SnapshotAfterASkippedForgery(t *testing.T) {
 	require.NoError(t, err)
 
 	code, _, stderr := e2eCLIErr(t, url, "snapshot")
-	require.Equal(t, 2, code, "without the keys it refuses")
+	require.Equal(t, exitUsage, code, "without the keys it refuses")
 	require.Contains(t, stderr, "--trusted-keys")
 	code, out := e2eCLI(t, url, "snapshot", "--trusted-keys", filepath.Join(dir, "data", "trusted-keys"), "--signing-key", filepath.Join(dir, "data", "signing.nk"))
 	require.Equal(t, 0, code, string(out))

@@ -5,12 +5,12 @@ import (
 	"fmt"
 
 	"github.com/spendgate/spendgate/admit"
-	"github.com/spendgate/spendgate/service"
+	"github.com/spendgate/spendgate/internal/service"
 	"github.com/spendgate/spendgate/streams"
 )
 
 // tenantLimitFlags are serve's per-tenant limits and the denial stream's
-// byte cap (see the README's "Tenant limits").
+// byte cap (docs/tenant-limits.md).
 type tenantLimitFlags struct {
 	maxOpen, maxDefaults, rate, denialBytes *int
 	denialMaxBytes                          *int64

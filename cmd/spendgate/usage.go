@@ -6,18 +6,26 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
+	"slices"
 	"strings"
+
+	"github.com/spendgate/spendgate/internal/natsconn"
 )
 
-// Exit statuses of every command.
+// Exit statuses of every command (the table in usage, main.go).
 const (
 	exitOK = 0
-	// exitError: the command failed.
+	// exitError: the command failed (the service refused the request, or
+	// could not be reached, or a check found a problem).
 	exitError = 1
-	// exitUsage: the command line was wrong (an unknown flag or command, a
-	// bad flag value, an unexpected argument). admit also exits 2 when the
-	// admit is denied; the message on stderr tells them apart.
-	exitUsage = 2
+	// exitDenied: admit was denied by a budget (nothing was reserved).
+	exitDenied = 2
+	// exitUsage: the command line was wrong (an unknown command or flag, a
+	// missing required flag, a bad flag value, an unexpected argument):
+	// nothing was sent. 64 is EX_USAGE of sysexits.h, so that it is never
+	// mistaken for a denial.
+	exitUsage = 64
 )
 
 // command is one (sub)command's help: its name as typed, its synopsis
@@ -39,8 +47,8 @@ func newFlagSet(name string) *flag.FlagSet {
 
 // parse parses args into fs and refuses positional arguments. When the
 // command should stop it returns false and the exit status: 0 after
-// --help or -h (usage on stdout), 2 after a usage error (the error and the
-// usage on stderr).
+// --help or -h (usage on stdout), exitUsage after a usage error (the error
+// and the usage on stderr).
 func (c command) parse(fs *flag.FlagSet, args []string) (int, bool) {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -48,7 +56,7 @@ func (c command) parse(fs *flag.FlagSet, args []string) (int, bool) {
 			return exitOK, false
 		}
 		// The flag package names a flag with one dash; the docs use two.
-		msg := strings.Replace(err.Error(), "defined: -", "defined: --", 1)
+		msg := flagPackageDash.ReplaceAllString(err.Error(), "$1--$2")
 		return c.usageError(fs, msg), false
 	}
 	if fs.NArg() > 0 {
@@ -57,6 +65,10 @@ func (c command) parse(fs *flag.FlagSet, args []string) (int, bool) {
 	return exitOK, true
 }
 
+// flagPackageDash matches a long flag as the flag package's errors name
+// it, "-name" after ": ", " for " or " flag ".
+var flagPackageDash = regexp.MustCompile(`(: | for | flag )-([a-z][a-z-]+)`)
+
 // usageError prints msg and the usage on stderr and returns exitUsage.
 func (c command) usageError(fs *flag.FlagSet, msg string) int {
 	fmt.Fprintf(os.Stderr, "%s: %s\n\n", c.name, msg)
@@ -64,8 +76,22 @@ func (c command) usageError(fs *flag.FlagSet, msg string) int {
 	return exitUsage
 }
 
-// printUsage writes the synopsis, the paragraph and the flags, each as
-// --name (Go's flag package accepts one dash or two; the docs use two).
+// require returns a usage error naming the first of names whose flag is
+// empty (not given, or given as ""), and false; else true. It is for the
+// string flags (and repeated ones) a command cannot run without: the
+// command line is refused before anything is sent.
+func (c command) require(fs *flag.FlagSet, names ...string) (int, bool) {
+	for _, n := range names {
+		if f := fs.Lookup(n); f != nil && f.Value.String() == "" {
+			return c.usageError(fs, "--"+n+" is required"), false
+		}
+	}
+	return exitOK, true
+}
+
+// printUsage writes the synopsis, the paragraph, the command's own flags
+// and then, apart, its connection flags (connectionFlags), each as --name
+// (Go's flag package accepts one dash or two; the docs use two).
 func (c command) printUsage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprintf(w, "Usage: %s\n", strings.TrimSpace(c.name+" "+c.synopsis))
 	if c.about != "" {
@@ -74,24 +100,106 @@ func (c command) printUsage(w io.Writer, fs *flag.FlagSet) {
 	if fs == nil {
 		return
 	}
-	n := 0
-	fs.VisitAll(func(*flag.Flag) { n++ })
-	if n == 0 {
-		return
+	isConn := func(f *flag.Flag) bool { return withConnection[fs] && connectionFlags[f.Name] }
+	for _, part := range []struct {
+		title string
+		keep  func(*flag.Flag) bool
+	}{{"Flags", func(f *flag.Flag) bool { return !isConn(f) }}, {"Connection flags", isConn}} {
+		n := 0
+		fs.VisitAll(func(f *flag.Flag) {
+			if part.keep(f) && shorthandOf[f.Name] == "" {
+				n++
+			}
+		})
+		if n > 0 {
+			fmt.Fprintf(w, "\n%s:\n", part.title)
+			printFlags(w, fs, part.keep)
+		}
 	}
-	fmt.Fprintf(w, "\nFlags:\n")
-	printFlags(w, fs)
 }
 
-// printFlags writes every flag of fs as "  --name TYPE" (a one-letter
-// flag as "  -n"), then its usage and default, like flag.PrintDefaults but
-// with two dashes.
-func printFlags(w io.Writer, fs *flag.FlagSet) {
+// registerConnection declares natsconn's connection flags on fs for o
+// and marks fs as a command that connects, whose help lists them apart.
+func registerConnection(fs *flag.FlagSet, o *natsconn.Options) {
+	o.RegisterFlags(fs)
+	withConnection[fs] = true
+}
+
+// withConnection are the flag sets registerConnection declared connection
+// flags on (a command such as roles has a --prefix and --tls-* of its own,
+// which are not connection flags).
+var withConnection = map[*flag.FlagSet]bool{}
+
+// connectionFlags are the flags that say how to reach the service rather
+// than what to ask it: natsconn's (--nats-url, --creds, --nkey, --user,
+// --password, --token, --tls-*, --inbox-prefix,
+// --insecure-key-permissions), --prefix and --timeout. The help of every
+// command that connects lists them apart, after the command's own flags.
+var connectionFlags = func() map[string]bool {
+	fs := flag.NewFlagSet("connection", flag.ContinueOnError)
+	var o natsconn.Options
+	o.RegisterFlags(fs)
+	names := map[string]bool{"prefix": true, "timeout": true}
+	fs.VisitAll(func(f *flag.Flag) { names[f.Name] = true })
+	return names
+}()
+
+// outputFlag declares -o/--output on fs: json (the default: the reply) or
+// id (only what, the id the command made, for a shell variable).
+func outputFlag(fs *flag.FlagSet, what string) *string {
+	v := &choiceFlag{value: outputJSON, choices: []string{outputJSON, outputID}}
+	fs.Var(v, "output", "`json|id`: print the reply as JSON, or only "+what)
+	fs.Var(v, "o", "shorthand for --output")
+	return &v.value
+}
+
+// choiceFlag is a string flag that takes one of choices (a bad value is a
+// usage error).
+type choiceFlag struct {
+	value   string
+	choices []string
+}
+
+func (c *choiceFlag) String() string {
+	if c == nil {
+		return ""
+	}
+	return c.value
+}
+
+func (c *choiceFlag) Set(s string) error {
+	if !slices.Contains(c.choices, s) {
+		return fmt.Errorf("want %s", strings.Join(c.choices, " or "))
+	}
+	c.value = s
+	return nil
+}
+
+// shorthandOf maps a one-letter flag to the long flag it abbreviates (they
+// share one value): help prints them on one line, "-o, --output".
+var shorthandOf = map[string]string{"o": "output"}
+
+// printFlags writes every flag of fs that keep selects as "  --name TYPE"
+// (a one-letter flag as "  -n"), then its usage and default, like
+// flag.PrintDefaults but with two dashes.
+func printFlags(w io.Writer, fs *flag.FlagSet, keep func(*flag.Flag) bool) {
+	short := map[string]string{}
+	for s, long := range shorthandOf {
+		if fs.Lookup(s) != nil {
+			short[long] = s
+		}
+	}
 	fs.VisitAll(func(f *flag.Flag) {
+		if !keep(f) || shorthandOf[f.Name] != "" {
+			return
+		}
 		typ, usage := flag.UnquoteUsage(f)
 		line := "  --" + f.Name
 		if len(f.Name) == 1 {
 			line = "  -" + f.Name // a short flag, like -v
+		}
+		if s := short[f.Name]; s != "" {
+			line = "  -" + s + ", --" + f.Name
 		}
 		if typ != "" {
 			line += " " + typ

@@ -5,8 +5,8 @@ import (
 	"flag"
 	"os"
 
+	"github.com/spendgate/spendgate/internal/signing"
 	"github.com/spendgate/spendgate/projector"
-	"github.com/spendgate/spendgate/signing"
 )
 
 // verifyFlags are the trust flags of every command that folds the ledger

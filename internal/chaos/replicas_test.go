@@ -16,7 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/spendgate/spendgate/signing"
+	"github.com/spendgate/spendgate/internal/signing"
 )
 
 // replicaStart bounds a replica's start until /readyz answers 200.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/nats-io/nkeys"
 
-	"github.com/spendgate/spendgate/signing"
+	"github.com/spendgate/spendgate/internal/signing"
 )
 
 // Snapshots pass a gate too: a snapshot of the book is signed by the

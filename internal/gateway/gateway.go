@@ -62,8 +62,8 @@ func New(clients *ClientSet, keys *Keys, cfg Config, opts ...Option) (*Gateway, 
 	if o.metrics == nil {
 		o.metrics = NewMetrics(nil)
 	}
-	keys.hits = o.metrics.KeyLookups.With("hit").Inc
-	keys.misses = o.metrics.KeyLookups.With("miss").Inc
+	keys.hits = o.metrics.KeyLookups.WithLabelValues("hit").Inc
+	keys.misses = o.metrics.KeyLookups.WithLabelValues("miss").Inc
 	tr := &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
 		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -115,7 +115,7 @@ type callLog struct {
 }
 
 func (g *Gateway) logCall(l *callLog) {
-	g.m.Calls.With(l.api, l.outcome).Inc()
+	g.m.Calls.WithLabelValues(l.api, l.outcome).Inc()
 	attrs := []any{"api", l.api, "outcome", l.outcome, "status", l.status, "key", l.key, "model", l.model, "stream", l.stream,
 		"ms", time.Since(l.start).Milliseconds()}
 	if l.tenant != "" {
@@ -213,7 +213,7 @@ func (g *Gateway) serve(a *api, w http.ResponseWriter, r *http.Request) {
 		defer g.inflight.Delete(base)
 	}
 	res, err := g.admit(ctx, cl, key, c, base)
-	g.m.AdmitSeconds.With(a.name).Since(l.start)
+	g.m.AdmitSeconds.WithLabelValues(a.name).Observe(time.Since(l.start).Seconds())
 	if err != nil {
 		g.admitFailed(ctx, w, a, l, cl, err)
 		return
@@ -284,7 +284,7 @@ func (g *Gateway) admitFailed(ctx context.Context, w http.ResponseWriter, a *api
 			msg: "spendgate: the ledger did not answer; the call was not made (fail closed)"})
 	case errors.As(err, &de):
 		d := de.Denial
-		g.m.Denials.With(string(d.Reason)).Inc()
+		g.m.Denials.WithLabelValues(string(d.Reason)).Inc()
 		l.denial = string(d.Reason)
 		g.fail(w, a, l, OutcomeDenied, g.denial(ctx, cl, d))
 	case errors.As(err, &ee):
@@ -347,7 +347,8 @@ func (g *Gateway) resetOf(ctx context.Context, cl *client.Client, d events.Denia
 			loc = z
 		}
 	}
-	return periodEnd(d.Period, d.Instance, loc)
+	_, end, ok := events.CalendarOf(d.Period, loc).InstanceBounds(d.Instance)
+	return end, ok
 }
 
 func outcomeOfKeyError(err error) string {
@@ -437,7 +438,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *api, c *cal
 	t0 := time.Now()
 	resp, err := g.hc.Do(ureq)
 	l.upstream = time.Since(t0)
-	g.m.UpstreamSeconds.With(a.name).Observe(l.upstream.Seconds())
+	g.m.UpstreamSeconds.WithLabelValues(a.name).Observe(l.upstream.Seconds())
 	if err != nil {
 		o := outcome{label: OutcomeUnreachable, err: redact(err, up.Key)}
 		if !wrote.Load() {
@@ -623,14 +624,14 @@ func (g *Gateway) close(res *client.Reservation, o outcome, l *callLog) {
 		l.settled = "reservation"
 		reply, err = res.Settle(ctx, res.Amount())
 	}
-	g.m.SettleLag.Since(start)
+	g.m.SettleLag.Observe(time.Since(start).Seconds())
 	l.actual = reply.Actual
 	l.outcome = o.label
 	if o.err != nil {
 		l.err = o.err
 	}
 	if err != nil {
-		g.m.SettleFailures.With(string(events.CodeOf(err))).Inc()
+		g.m.SettleFailures.WithLabelValues(string(events.CodeOf(err))).Inc()
 		g.log.Error("gateway: closing a reservation failed; it expires after its TTL", "reservation", res.ID(), "how", l.settled, "err", err)
 		if l.err == nil {
 			l.err = err

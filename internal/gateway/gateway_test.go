@@ -19,8 +19,8 @@ import (
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/fakellm"
 	"github.com/spendgate/spendgate/internal/gateway"
+	"github.com/spendgate/spendgate/internal/replica"
 	"github.com/spendgate/spendgate/projector"
-	"github.com/spendgate/spendgate/service"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
 )
@@ -39,7 +39,7 @@ var (
 type env struct {
 	t       *testing.T
 	te      *testenv.Env
-	replica *service.Replica
+	replica *replica.Replica
 	admin   *client.Client
 	fake    *fakellm.Server
 	gw      *gateway.Gateway
@@ -59,7 +59,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 	nc := te.Connect(t)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	r, err := service.StartReplica(ctxT(t), nc, js, service.ReplicaConfig{Layout: te.Layout, SweepInterval: -1})
+	r, err := replica.Start(ctxT(t), nc, js, replica.Config{Layout: te.Layout, SweepInterval: -1})
 	require.NoError(t, err)
 	stopped := false
 	t.Cleanup(func() {

@@ -1,7 +1,9 @@
 package gateway
 
 import (
-	"github.com/spendgate/spendgate/metrics"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/spendgate/spendgate/internal/metrics"
 )
 
 // Outcomes of a call (the outcome label of spendgate_gateway_calls_total).
@@ -18,46 +20,54 @@ const (
 )
 
 // Metrics are the gateway's: register them in the registry its listener
-// serves at /metrics. Every family is one of package metrics' primitives,
-// each a plain field, so that moving to another metrics library is a
-// change of this file.
+// serves at /metrics. Every family is a Prometheus client collector, each a
+// plain field.
 type Metrics struct {
-	// Calls counts calls: With(api, outcome).
-	Calls *metrics.CounterVec
-	// Denials counts budget denials: With(reason), the ledger's reason
-	// (limit_reached, budget_disabled, unknown_budget, unpriced_model,
-	// ...).
-	Denials *metrics.CounterVec
+	// Calls counts calls: WithLabelValues(api, outcome).
+	Calls *prometheus.CounterVec
+	// Denials counts budget denials: WithLabelValues(reason), the ledger's
+	// reason (limit_reached, budget_disabled, unknown_budget,
+	// unpriced_model, ...).
+	Denials *prometheus.CounterVec
 	// UpstreamSeconds is the upstream's latency to its response headers:
-	// With(api).
-	UpstreamSeconds *metrics.HistogramVec
+	// WithLabelValues(api).
+	UpstreamSeconds *prometheus.HistogramVec
 	// AdmitSeconds is what the gateway adds before the call goes
-	// upstream (key, admit): With(api).
-	AdmitSeconds *metrics.HistogramVec
+	// upstream (key, admit): WithLabelValues(api).
+	AdmitSeconds *prometheus.HistogramVec
 	// SettleLag is the time from the upstream's last byte to the settle
 	// or release acknowledged by the ledger.
-	SettleLag *metrics.Histogram
+	SettleLag prometheus.Histogram
 	// SettleFailures counts settles and releases the ledger did not
-	// acknowledge: With(code); the reservation then expires after its TTL.
-	SettleFailures *metrics.CounterVec
+	// acknowledge: WithLabelValues(code); the reservation then expires
+	// after its TTL.
+	SettleFailures *prometheus.CounterVec
 	// Inflight is the calls being handled now.
-	Inflight *metrics.Gauge
-	// KeyLookups counts key lookups: With(result), "hit" (from the
-	// cache) or "miss".
-	KeyLookups *metrics.CounterVec
+	Inflight prometheus.Gauge
+	// KeyLookups counts key lookups: WithLabelValues(result), "hit" (from
+	// the cache) or "miss".
+	KeyLookups *prometheus.CounterVec
 }
 
-// NewMetrics returns the gateway's metrics, registered in r.
-func NewMetrics(r *metrics.Registry) *Metrics {
+// NewMetrics returns the gateway's metrics, registered in r when r is not
+// nil (metrics.NewRegistry makes one with the go_* and process_* metrics).
+func NewMetrics(r *prometheus.Registry) *Metrics {
+	counters := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+	}
+	latency := func(name, help string, labels ...string) *prometheus.HistogramVec {
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: metrics.LatencyBuckets}, labels)
+	}
 	m := &Metrics{
-		Calls:           metrics.NewCounterVec("spendgate_gateway_calls_total", "Gateway calls, by API and outcome.", "api", "outcome"),
-		Denials:         metrics.NewCounterVec("spendgate_gateway_denials_total", "Gateway calls a budget denied, by the ledger's reason.", "reason"),
-		UpstreamSeconds: metrics.NewHistogramVec("spendgate_gateway_upstream_seconds", "Upstream latency to the response headers, by API.", metrics.LatencyBuckets, "api"),
-		AdmitSeconds:    metrics.NewHistogramVec("spendgate_gateway_admit_seconds", "Time from a call's arrival to its forwarding upstream (key lookup, admit), by API.", metrics.LatencyBuckets, "api"),
-		SettleLag:       metrics.NewHistogram("spendgate_gateway_settle_lag_seconds", "Time from the upstream's last byte to the settle or release acknowledged.", metrics.LatencyBuckets),
-		SettleFailures:  metrics.NewCounterVec("spendgate_gateway_settle_failures_total", "Settles and releases the ledger did not acknowledge, by error code.", "code"),
-		Inflight:        metrics.NewGauge("spendgate_gateway_inflight_calls", "Gateway calls being handled now."),
-		KeyLookups:      metrics.NewCounterVec("spendgate_gateway_key_lookups_total", "API key lookups, by result (hit: from the cache; miss).", "result"),
+		Calls:           counters("spendgate_gateway_calls_total", "Gateway calls, by API and outcome.", "api", "outcome"),
+		Denials:         counters("spendgate_gateway_denials_total", "Gateway calls a budget denied, by the ledger's reason.", "reason"),
+		UpstreamSeconds: latency("spendgate_gateway_upstream_seconds", "Upstream latency to the response headers, by API.", "api"),
+		AdmitSeconds:    latency("spendgate_gateway_admit_seconds", "Time from a call's arrival to its forwarding upstream (key lookup, admit), by API.", "api"),
+		SettleLag: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "spendgate_gateway_settle_lag_seconds",
+			Help: "Time from the upstream's last byte to the settle or release acknowledged.", Buckets: metrics.LatencyBuckets}),
+		SettleFailures: counters("spendgate_gateway_settle_failures_total", "Settles and releases the ledger did not acknowledge, by error code.", "code"),
+		Inflight:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "spendgate_gateway_inflight_calls", Help: "Gateway calls being handled now."}),
+		KeyLookups:     counters("spendgate_gateway_key_lookups_total", "API key lookups, by result (hit: from the cache; miss).", "result"),
 	}
 	if r != nil {
 		r.MustRegister(m.Calls, m.Denials, m.UpstreamSeconds, m.AdmitSeconds, m.SettleLag, m.SettleFailures, m.Inflight, m.KeyLookups)

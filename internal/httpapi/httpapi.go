@@ -35,10 +35,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spendgate/spendgate/client"
 	"github.com/spendgate/spendgate/events"
-	"github.com/spendgate/spendgate/metrics"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -85,7 +85,7 @@ type API struct {
 	log     *slog.Logger
 	// requests counts answers: With(endpoint, code), code "ok" or the
 	// error code.
-	requests *metrics.CounterVec
+	requests *prometheus.CounterVec
 }
 
 // Option configures New.
@@ -115,7 +115,7 @@ func WithLogger(log *slog.Logger) Option {
 
 // WithMetrics registers the API's request counter
 // (spendgate_httpapi_requests_total{endpoint, code}) in r.
-func WithMetrics(r *metrics.Registry) Option {
+func WithMetrics(r *prometheus.Registry) Option {
 	return func(a *API) error {
 		return r.Register(a.requests)
 	}
@@ -131,7 +131,8 @@ func New(nc *nats.Conn, prefix string, auth Authenticator, opts ...Option) (*API
 		return nil, err
 	}
 	a := &API{nc: nc, layout: layout, auth: auth, timeout: DefaultTimeout, log: slog.New(slog.DiscardHandler),
-		requests: metrics.NewCounterVec("spendgate_httpapi_requests_total", "HTTP API requests, by endpoint and reply code (ok or the error code).", "endpoint", "code")}
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "spendgate_httpapi_requests_total",
+			Help: "HTTP API requests, by endpoint and reply code (ok or the error code)."}, []string{"endpoint", "code"})}
 	for _, opt := range opts {
 		if err := opt(a); err != nil {
 			return nil, err
@@ -147,7 +148,7 @@ func (a *API) Register(mux interface{ Handle(string, http.Handler) }) {
 
 // fail answers a wire-shaped error of the HTTP layer.
 func (a *API) fail(w http.ResponseWriter, endpoint string, status int, code events.Code, msg string) {
-	a.requests.With(endpoint, string(code)).Inc()
+	a.requests.WithLabelValues(endpoint, string(code)).Inc()
 	b, _ := json.Marshal(events.ErrorReply{Error: &events.Error{Code: code, Message: msg}})
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
@@ -221,7 +222,7 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			code = c
 		}
 	}
-	a.requests.With(endpoint, code).Inc()
+	a.requests.WithLabelValues(endpoint, code).Inc()
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(msg.Data)))
 	w.WriteHeader(status)

@@ -18,9 +18,9 @@ import (
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/gateway"
 	"github.com/spendgate/spendgate/internal/httpapi"
-	"github.com/spendgate/spendgate/metrics"
+	"github.com/spendgate/spendgate/internal/metrics"
+	"github.com/spendgate/spendgate/internal/replica"
 	"github.com/spendgate/spendgate/projector"
-	"github.com/spendgate/spendgate/service"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
 )
@@ -41,7 +41,7 @@ func newEnv(t *testing.T) *env {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
-	r, err := service.StartReplica(ctx, nc, js, service.ReplicaConfig{Layout: te.Layout, SweepInterval: -1})
+	r, err := replica.Start(ctx, nc, js, replica.Config{Layout: te.Layout, SweepInterval: -1})
 	require.NoError(t, err)
 	stopped := false
 	t.Cleanup(func() {

@@ -1,0 +1,120 @@
+package admit_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/spendgate/spendgate/admit"
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/ledger"
+)
+
+// These tests decide admits against ledger.Memory: the ledger's own book,
+// View and rules, with no JetStream. What they pin is the Admitter's
+// decisions; the commit path is the ledger's and is tested there.
+
+var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+
+func memLedger(t *testing.T, budgets ...ledger.Budget) (*ledger.Memory, *admit.Admitter) {
+	t.Helper()
+	m := ledger.NewMemory()
+	for _, b := range budgets {
+		require.NoError(t, m.Define(b))
+	}
+	a, err := admit.New(m, admit.WithClock(func() time.Time { return t0 }))
+	require.NoError(t, err)
+	return m, a
+}
+
+func usd(scope string, period events.Period, limit string) ledger.Budget {
+	return ledger.Budget{Ref: events.BudgetRef{Scope: events.Scope(scope), Period: period}, Limit: events.MustMoney(limit), Unit: "USD"}
+}
+
+func req(id, amount string, scopes ...string) events.AdmitRequest {
+	return events.AdmitRequest{RequestID: id, Scopes: scopes, Amount: amount}
+}
+
+func TestDecide_LimitCountsWhatIsReserved(t *testing.T) {
+	m, a := memLedger(t, usd("org:acme", events.PeriodMonth, "1"))
+	ctx := context.Background()
+	r, err := a.Admit(ctx, req("r1", "0.4", "org:acme"))
+	require.NoError(t, err)
+	require.True(t, r.Admitted)
+	require.Equal(t, events.StatusOpen, r.Status)
+
+	r, err = a.Admit(ctx, req("r2", "0.7", "org:acme"))
+	require.NoError(t, err)
+	require.False(t, r.Admitted, "0.4 reserved + 0.7 > 1")
+	require.Equal(t, events.ReasonLimitReached, r.Denial.Reason)
+	require.Equal(t, "0.4", r.Denial.Reserved)
+	require.Equal(t, "1", r.Denial.Limit)
+
+	r, err = a.Admit(ctx, req("r3", "0.6", "org:acme"))
+	require.NoError(t, err)
+	require.True(t, r.Admitted, "0.4 + 0.6 is exactly the limit")
+
+	b := m.Balance(events.BalanceRef{Scope: "org:acme", Period: events.PeriodMonth, Instance: "2026-12"})
+	require.Equal(t, "1", b.Reserved.String())
+	require.Equal(t, 2, b.Open)
+}
+
+func TestDecide_ReplayAndMismatch(t *testing.T) {
+	_, a := memLedger(t, usd("org:acme", events.PeriodMonth, "1"))
+	ctx := context.Background()
+	first, err := a.Admit(ctx, req("r1", "0.4", "org:acme"))
+	require.NoError(t, err)
+	again, err := a.Admit(ctx, req("r1", "0.4", "org:acme"))
+	require.NoError(t, err)
+	require.True(t, again.Replayed)
+	require.Equal(t, first.ReservationID, again.ReservationID)
+
+	_, err = a.Admit(ctx, req("r1", "0.5", "org:acme"))
+	require.ErrorIs(t, err, &events.Error{Code: events.CodeIdempotencyMismatch})
+}
+
+func TestDecide_TheBlockingBudgetIsNamed(t *testing.T) {
+	_, a := memLedger(t, usd("org:acme", events.PeriodMonth, "10"), usd("team:search", events.PeriodDay, "0.5"))
+	r, err := a.Admit(context.Background(), req("r1", "0.6", "org:acme", "team:search"))
+	require.NoError(t, err)
+	require.False(t, r.Admitted)
+	require.Equal(t, events.ReasonLimitReached, r.Denial.Reason)
+	require.Equal(t, events.Scope("team:search"), r.Denial.Scope)
+	require.Equal(t, events.PeriodDay, r.Denial.Period)
+}
+
+func TestDecide_DisabledAndUnknownBudgets(t *testing.T) {
+	off := usd("org:off", events.PeriodMonth, "10")
+	off.Disabled = true
+	_, a := memLedger(t, off)
+	ctx := context.Background()
+	r, err := a.Admit(ctx, req("r1", "0.1", "org:off"))
+	require.NoError(t, err)
+	require.False(t, r.Admitted)
+	require.Equal(t, events.ReasonBudgetDisabled, r.Denial.Reason)
+
+	r, err = a.Admit(ctx, req("r2", "0.1", "org:nobody"))
+	require.NoError(t, err)
+	require.False(t, r.Admitted)
+	require.Equal(t, events.ReasonUnknownBudget, r.Denial.Reason)
+}
+
+func TestDecide_FixedSlotAndThresholds(t *testing.T) {
+	b := usd("org:acme", events.PeriodMonth, "1")
+	slot := events.MustMoney("0.25")
+	b.FixedSlot = &slot
+	b.Thresholds = []events.Money{events.MustMoney("0.5")}
+	m, a := memLedger(t, b)
+	ctx := context.Background()
+	for i, want := range []bool{true, true, true, true, false} {
+		r, err := a.Admit(ctx, req("r"+string(rune('a'+i)), "0.01", "org:acme"))
+		require.NoError(t, err)
+		require.Equal(t, want, r.Admitted, "admit %d reserves the slot, not its amount", i)
+	}
+	bal := m.Balance(events.BalanceRef{Scope: "org:acme", Period: events.PeriodMonth, Instance: "2026-12"})
+	require.Equal(t, "1", bal.Reserved.String())
+	require.Len(t, bal.Alerted, 1, "the 0.5 threshold is crossed once")
+	require.Equal(t, "0.5", bal.Alerted[0].String())
+}

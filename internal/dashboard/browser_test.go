@@ -1,0 +1,162 @@
+package dashboard_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	cdplog "github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/spendgate/spendgate/internal/dashboard"
+	"github.com/spendgate/spendgate/testenv"
+)
+
+// chromium is the browser .ci/run installs from Debian's packages.
+const chromium = "/usr/bin/chromium"
+
+// artifactDir is where the screenshot goes: $SPENDGATE_ARTIFACTS, or a new
+// temporary directory kept after the test (its path is logged).
+func artifactDir(t *testing.T) string {
+	if d := os.Getenv("SPENDGATE_ARTIFACTS"); d != "" {
+		require.NoError(t, os.MkdirAll(d, 0o755))
+		return d
+	}
+	d, err := os.MkdirTemp("", "spendgate-dashboard-")
+	require.NoError(t, err)
+	return d
+}
+
+// The dashboard in a real headless Chromium: the page loads with no console
+// error (a CSP violation, a 404 or a script exception is one), lists the
+// seeded budgets with the right numbers, nearest to the limit first, sorts
+// by a clicked column, filters, renders the chart with its forecast, and
+// lists the denial. A screenshot is kept.
+func TestDashboard_Browser(t *testing.T) {
+	if _, err := os.Stat(chromium); err != nil {
+		t.Skipf("skipped: no Chromium at %s (install the Debian package: apt-get install -y chromium; .ci/run does)", chromium)
+	}
+	s := seed(t)
+	testenv.WaitFor(t, 30*time.Second, "the series to catch up", func() bool {
+		var b dashboard.BudgetsReply
+		getJSON(t, s.srv.URL+"/dashboard/api/budgets", &b)
+		return b.Ready
+	})
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium),
+		chromedp.Flag("headless", true),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true),
+		chromedp.NoFirstRun,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1360, 1250),
+	)
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelA()
+	ctx, cancelB := chromedp.NewContext(actx)
+	defer cancelB()
+	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
+	defer cancelT()
+
+	var mu sync.Mutex
+	var problems []string
+	chromedp.ListenTarget(ctx, func(ev any) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch e := ev.(type) {
+		case *runtime.EventConsoleAPICalled:
+			if e.Type == runtime.APITypeError || e.Type == runtime.APITypeWarning || e.Type == runtime.APITypeAssert {
+				var args []string
+				for _, a := range e.Args {
+					args = append(args, string(a.Value)+a.Description)
+				}
+				problems = append(problems, fmt.Sprintf("console.%s: %s", e.Type, strings.Join(args, " ")))
+			}
+		case *runtime.EventExceptionThrown:
+			problems = append(problems, "exception: "+e.ExceptionDetails.Error())
+		case *cdplog.EventEntryAdded:
+			if e.Entry.Level == cdplog.LevelError || e.Entry.Level == cdplog.LevelWarning {
+				problems = append(problems, fmt.Sprintf("log %s: %s %s", e.Entry.Level, e.Entry.Text, e.Entry.URL))
+			}
+		}
+	})
+
+	type row struct {
+		Scope    string `json:"scope"`
+		Used     int    `json:"used"`
+		Spent    string `json:"spent"`
+		Reserved string `json:"reserved"`
+		Limit    string `json:"limit"`
+	}
+	const readRows = `Array.from(document.querySelectorAll('#budgets tbody tr')).map(tr => ({
+		scope: tr.dataset.scope, used: +tr.dataset.usedBp,
+		spent: tr.querySelector('.spent').textContent, reserved: tr.querySelector('.reserved').textContent,
+		limit: tr.querySelector('.limit').firstChild.textContent}))`
+	scopes := func(rs []row) []string {
+		out := make([]string, len(rs))
+		for i, r := range rs {
+			out[i] = r.Scope
+		}
+		return out
+	}
+	var initial, byScope, utilAsc, filtered []row
+	var spentPath, forecastPath, forecastText string
+	var denials int
+	var counts []string
+	var png []byte
+	require.NoError(t, chromedp.Run(ctx,
+		cdplog.Enable(),
+		// Pages of one budget: the page walks every page of api/budgets.
+		chromedp.Navigate(s.srv.URL+"/dashboard/?page=1"),
+		chromedp.WaitVisible(`body[data-loaded="true"]`),
+		chromedp.WaitVisible(`#chart-svg #spent-line`),
+		chromedp.Evaluate(readRows, &initial),
+		chromedp.AttributeValue(`#spent-line`, "d", &spentPath, nil),
+		chromedp.AttributeValue(`#forecast-line`, "d", &forecastPath, nil),
+		chromedp.Text(`#forecast`, &forecastText),
+		chromedp.Evaluate(`document.querySelectorAll('#denials tbody tr').length`, &denials),
+		chromedp.Evaluate(`["c-budgets", "c-near", "c-over"].map(id => document.getElementById(id).textContent)`, &counts),
+		chromedp.FullScreenshot(&png, 100),
+		chromedp.Click(`th[data-key="scope"]`),
+		chromedp.Evaluate(readRows, &byScope),
+		chromedp.Click(`th[data-key="used_bp"]`), // utilization, descending
+		chromedp.Click(`th[data-key="used_bp"]`), // and ascending
+		chromedp.Evaluate(readRows, &utilAsc),
+		chromedp.SendKeys(`#filter`, "team"),
+		chromedp.Evaluate(readRows, &filtered),
+	))
+	path := filepath.Join(artifactDir(t), "dashboard.png")
+	require.NoError(t, os.WriteFile(path, png, 0o644))
+	t.Logf("screenshot: %s", path)
+
+	require.Equal(t, []row{
+		{Scope: "org:acme", Used: 8500, Spent: "85.00", Reserved: "0.00", Limit: "100.00"},
+		{Scope: "team:search", Used: 3000, Spent: "10.00", Reserved: "5.00", Limit: "50.00"},
+		{Scope: "user:bob", Used: 2000, Spent: "2.00", Reserved: "0.00", Limit: "10.00"},
+		{Scope: "team:ads", Used: 1000, Spent: "100.00", Reserved: "0.00", Limit: "1,000.00"},
+	}, initial, "nearest to the limit first, numbers as in the ledger")
+	require.Equal(t, []string{"org:acme", "team:ads", "team:search", "user:bob"}, scopes(byScope))
+	require.Equal(t, []string{"team:ads", "user:bob", "team:search", "org:acme"}, scopes(utilAsc))
+	require.Equal(t, []string{"team:ads", "team:search"}, scopes(filtered))
+	require.NotEmpty(t, spentPath, "the chart's spend line")
+	require.True(t, strings.HasPrefix(spentPath, "M "), spentPath)
+	require.NotEmpty(t, forecastPath, "acme burns fast: a forecast line")
+	require.Contains(t, forecastText, "runs out")
+	require.Equal(t, 1, denials)
+	require.Equal(t, []string{"4", "1", "0"}, counts, "budgets, near the limit, over it")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Empty(t, problems, "console errors")
+}

@@ -1,0 +1,413 @@
+package dashboard
+
+import (
+	"embed"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/ledger"
+	"github.com/spendgate/spendgate/projector"
+)
+
+//go:embed assets
+var assets embed.FS
+
+// Path is where the dashboard is mounted: Handle(Path, d).
+const Path = "/dashboard/"
+
+// MaxDenials is the most denials /api/denials returns.
+const MaxDenials = 256
+
+// Book is what the dashboard reads of a replica's fold (a *ledger.Ledger).
+type Book interface {
+	Budgets() []ledger.Budget
+	Balance(events.BalanceRef) ledger.Balance
+}
+
+// Config is what New needs. Book and Series are required.
+type Config struct {
+	Book Book
+	// Series is the spend over time the replica's fold keeps
+	// (projector.Series): the charts and the burn rate.
+	Series *projector.Series
+	// Ready reports whether the replica has folded the ledger (the page
+	// says so until it has); nil: always.
+	Ready func() bool
+	// Denials returns the replica's recent denials, newest first
+	// (the replica's recent denials, newest first); nil shows none.
+	Denials func() []events.AdmitDenied
+	// Replica names this replica on the page (denials are per replica).
+	Replica string
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+	Log *slog.Logger
+}
+
+// Dashboard serves the page and its JSON. It reads the replica's book and
+// the spend series its fold keeps; it opens no consumer of its own.
+type Dashboard struct {
+	cfg Config
+	mux *http.ServeMux
+}
+
+// New returns a Dashboard; mount it at Path and start Run.
+func New(cfg Config) (*Dashboard, error) {
+	if cfg.Book == nil || cfg.Series == nil {
+		return nil, errors.New("dashboard: Book and Series are required")
+	}
+	if cfg.Ready == nil {
+		cfg.Ready = func() bool { return true }
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Denials == nil {
+		cfg.Denials = func() []events.AdmitDenied { return nil }
+	}
+	d := &Dashboard{cfg: cfg, mux: http.NewServeMux()}
+	sub, err := fs.Sub(assets, "assets")
+	if err != nil {
+		return nil, err
+	}
+	files := http.StripPrefix(Path, http.FileServerFS(sub))
+	d.mux.Handle("GET "+Path+"{$}", files)
+	d.mux.Handle("GET "+Path+"app.js", files)
+	d.mux.Handle("GET "+Path+"style.css", files)
+	d.mux.HandleFunc("GET "+Path+"api/budgets", d.budgets)
+	d.mux.HandleFunc("GET "+Path+"api/series", d.seriesOf)
+	d.mux.HandleFunc("GET "+Path+"api/denials", d.denials)
+	return d, nil
+}
+
+// ServeHTTP serves Path and below, read-only (GET and HEAD).
+func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'; base-uri 'none'; frame-ancestors 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "no-referrer")
+	d.mux.ServeHTTP(w, r)
+}
+
+// BudgetRow is one budget in /api/budgets.
+type BudgetRow struct {
+	// Scope is the scope as the ledger stores it: a tenant's carries the
+	// tenant ("acme/team:search"), also in Tenant; Kind is the scope's
+	// kind as its tenant names it ("team").
+	Scope  events.Scope  `json:"scope"`
+	Tenant string        `json:"tenant,omitempty"`
+	Kind   string        `json:"kind"`
+	Period events.Period `json:"period"`
+	// Instance is the ledger's current instance of the budget, in its
+	// time zone TZ ("" for UTC); Forecast.ResetsAt is when it ends.
+	Instance  string `json:"instance"`
+	TZ        string `json:"tz,omitempty"`
+	Unit      string `json:"unit"`
+	Limit     string `json:"limit"`
+	Spent     string `json:"spent"`
+	Reserved  string `json:"reserved"`
+	Overrun   string `json:"overrun"`
+	Available string `json:"available"`
+	Open      int    `json:"open"`
+	// UsedBP is (spent + reserved) / limit and SpentBP spent / limit, in
+	// basis points (10000 = the whole limit), rounded down.
+	UsedBP   int64    `json:"used_bp"`
+	SpentBP  int64    `json:"spent_bp"`
+	Forecast Forecast `json:"forecast"`
+}
+
+// BudgetsReply is one page of /api/budgets: budgets nearest their limit
+// first (used_bp descending, then scope, then period).
+type BudgetsReply struct {
+	Now     time.Time   `json:"now"`
+	Replica string      `json:"replica,omitempty"`
+	Ready   bool        `json:"series_ready"`
+	Budgets []BudgetRow `json:"budgets"`
+	// NextCursor, when set, fetches the next page (?cursor=); empty on
+	// the last page. Pages are cut by key, so a budget whose utilization
+	// changes between two requests may move across the cut.
+	NextCursor string `json:"next_cursor,omitempty"`
+	// Total counts every budget, Near those at 80% or more of their limit
+	// and below it, Over those at or over it: over all pages.
+	Total int `json:"total"`
+	Near  int `json:"near"`
+	Over  int `json:"over"`
+}
+
+// Page sizes of /api/budgets (?limit=).
+const (
+	// DefaultBudgetPage is the page size without ?limit=.
+	DefaultBudgetPage = 500
+	// MaxBudgetPage is the largest ?limit= accepted.
+	MaxBudgetPage = 1000
+)
+
+// budgetCursor is the key of the last row of a page.
+type budgetCursor struct {
+	UsedBP int64         `json:"u"`
+	Scope  events.Scope  `json:"s"`
+	Period events.Period `json:"p"`
+}
+
+// after reports whether row r sorts after cursor c.
+func (c budgetCursor) after(r BudgetRow) bool {
+	if r.UsedBP != c.UsedBP {
+		return r.UsedBP < c.UsedBP
+	}
+	if r.Scope != c.Scope {
+		return r.Scope > c.Scope
+	}
+	return r.Period > c.Period
+}
+
+func (c budgetCursor) encode() string {
+	b, _ := json.Marshal(c)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeCursor(s string) (budgetCursor, error) {
+	var c budgetCursor
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err == nil {
+		err = json.Unmarshal(b, &c)
+	}
+	if err != nil {
+		return c, events.Errorf(events.CodeInvalidRequest, "cursor is not one this dashboard returned (next_cursor)")
+	}
+	return c, nil
+}
+
+// rows are the budgets of tenant (all of them if all) at now.
+func (d *Dashboard) rows(now time.Time, tenant string, all bool) []BudgetRow {
+	budgets := d.cfg.Book.Budgets()
+	out := make([]BudgetRow, 0, len(budgets))
+	for _, b := range budgets {
+		if all || b.Ref.Scope.Tenant() == tenant {
+			out = append(out, d.row(b, now))
+		}
+	}
+	// The nearest to the limit first.
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].UsedBP != out[j].UsedBP {
+			return out[i].UsedBP > out[j].UsedBP
+		}
+		if out[i].Scope != out[j].Scope {
+			return out[i].Scope < out[j].Scope
+		}
+		return out[i].Period < out[j].Period
+	})
+	return out
+}
+
+// row is budget b in its period instance at now, in the budget's zone
+// (the ledger's instance: the one its admits reserve in).
+func (d *Dashboard) row(b ledger.Budget, now time.Time) BudgetRow {
+	cal := events.CalendarOf(b.Ref.Period, b.Loc)
+	inst := cal.Instance(now)
+	bal := d.cfg.Book.Balance(events.BalanceRef{Scope: b.Ref.Scope, Period: b.Ref.Period, Instance: inst, Unit: b.Ref.Unit})
+	used := bal.Spent.Add(bal.Reserved)
+	row := BudgetRow{Scope: b.Ref.Scope, Tenant: b.Ref.Scope.Tenant(), Kind: b.Ref.Scope.Local().Kind(), Period: b.Ref.Period, Instance: inst, TZ: b.TZ, Unit: b.Unit,
+		Limit: b.Limit.String(), Spent: bal.Spent.String(), Reserved: bal.Reserved.String(), Overrun: bal.Overrun.String(),
+		Available: b.Limit.Sub(used).String(), Open: bal.Open,
+		UsedBP: basisPoints(used, b.Limit), SpentBP: basisPoints(bal.Spent, b.Limit)}
+	row.Forecast = forecast(d.points(b.Ref, inst), b.Limit, cal, now)
+	return row
+}
+
+// points copies ref's series if it is of instance inst.
+func (d *Dashboard) points(ref events.BudgetRef, inst string) []point {
+	return d.cfg.Series.Points(ref, inst)
+}
+
+// tenantParam reads the optional ?tenant=NAME of r: every endpoint of the
+// API shows only that tenant's budgets and denials when it is given, and
+// every tenant's and the untenanted deployment's when it is not.
+func tenantParam(r *http.Request) (tenant string, all bool, err error) {
+	q := r.URL.Query()
+	if !q.Has("tenant") {
+		return "", true, nil
+	}
+	tenant = q.Get("tenant")
+	if tenant != "" {
+		err = events.ValidateTenant(tenant)
+	}
+	return tenant, false, err
+}
+
+// budgets answers one page of budgets (of ?tenant=, when given): ?limit=
+// (1..MaxBudgetPage, default DefaultBudgetPage) from ?cursor= (a
+// NextCursor). A bad limit or cursor is a 400 with code invalid_request.
+func (d *Dashboard) budgets(w http.ResponseWriter, r *http.Request) {
+	tenant, all, err := tenantParam(r)
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
+	q := r.URL.Query()
+	limit := DefaultBudgetPage
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxBudgetPage {
+			writeErr(w, http.StatusBadRequest, events.Errorf(events.CodeInvalidRequest, "limit must be a whole number from 1 to %d", MaxBudgetPage))
+			return
+		}
+		limit = n
+	}
+	var cur *budgetCursor
+	if v := q.Get("cursor"); v != "" {
+		c, err := decodeCursor(v)
+		if err != nil {
+			writeErr(w, http.StatusBadRequest, err)
+			return
+		}
+		cur = &c
+	}
+	now := d.cfg.Now().UTC()
+	rows := d.rows(now, tenant, all)
+	out := BudgetsReply{Now: now, Replica: d.cfg.Replica, Ready: d.cfg.Ready(), Total: len(rows), Budgets: []BudgetRow{}}
+	for _, row := range rows {
+		switch {
+		case row.UsedBP >= 10000:
+			out.Over++
+		case row.UsedBP >= 8000:
+			out.Near++
+		}
+	}
+	start := 0
+	if cur != nil {
+		start = sort.Search(len(rows), func(i int) bool { return cur.after(rows[i]) })
+	}
+	end := min(len(rows), start+limit)
+	out.Budgets = append(out.Budgets, rows[start:end]...)
+	if end < len(rows) && end > start {
+		last := rows[end-1]
+		out.NextCursor = budgetCursor{UsedBP: last.UsedBP, Scope: last.Scope, Period: last.Period}.encode()
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// SeriesPoint is one point of /api/series.
+type SeriesPoint struct {
+	T        time.Time `json:"t"`
+	Spent    string    `json:"spent"`
+	Reserved string    `json:"reserved"`
+	SpentBP  int64     `json:"spent_bp"`
+	UsedBP   int64     `json:"used_bp"`
+}
+
+// SeriesReply is /api/series.
+type SeriesReply struct {
+	Budget   BudgetRow     `json:"budget"`
+	Points   []SeriesPoint `json:"points"`
+	Start    time.Time     `json:"start"`
+	Now      time.Time     `json:"now"`
+	Ready    bool          `json:"series_ready"`
+	Capacity int           `json:"capacity"`
+}
+
+func (d *Dashboard) seriesOf(w http.ResponseWriter, r *http.Request) {
+	tenant, all, err := tenantParam(r)
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
+	// With ?tenant= the scope is as the tenant names it; without, as the
+	// ledger stores it (a row's scope).
+	var scope events.Scope
+	if all {
+		scope, err = events.ParseStoredScope(r.URL.Query().Get("scope"))
+	} else if scope, err = events.ParseScope(r.URL.Query().Get("scope")); err == nil {
+		scope = events.TenantScope(tenant, scope)
+	}
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
+	period, err := events.ParsePeriod(r.URL.Query().Get("period"))
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
+	now := d.cfg.Now().UTC()
+	var row *BudgetRow
+	var cal events.Calendar
+	for _, b := range d.cfg.Book.Budgets() {
+		if b.Ref.Scope == scope && b.Ref.Period == period {
+			r := d.row(b, now)
+			row, cal = &r, events.CalendarOf(b.Ref.Period, b.Loc)
+			break
+		}
+	}
+	if row == nil {
+		writeErr(w, http.StatusNotFound, events.Errorf(events.CodeUnknownBudget, "no budget is defined for %s per %s", scope, period))
+		return
+	}
+	limit, _ := events.ParseMoney(row.Limit)
+	pts := d.points(events.BudgetRef{Scope: scope, Period: period}, row.Instance)
+	out := SeriesReply{Budget: *row, Now: now, Ready: d.cfg.Ready(), Capacity: MaxPoints, Points: make([]SeriesPoint, 0, len(pts))}
+	if start, _, ok := cal.Bounds(now); ok {
+		out.Start = start.UTC()
+	} else if len(pts) > 0 {
+		out.Start = pts[0].T
+	} else {
+		out.Start = now.Add(-time.Hour)
+	}
+	for _, p := range pts {
+		out.Points = append(out.Points, SeriesPoint{T: p.T, Spent: p.Spent.String(), Reserved: p.Reserved.String(),
+			SpentBP: basisPoints(p.Spent, limit), UsedBP: basisPoints(p.Spent.Add(p.Reserved), limit)})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// DenialsReply is /api/denials.
+type DenialsReply struct {
+	Replica string               `json:"replica,omitempty"`
+	Denials []events.AdmitDenied `json:"denials"`
+}
+
+func (d *Dashboard) denials(w http.ResponseWriter, r *http.Request) {
+	tenant, all, err := tenantParam(r)
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
+	ds := d.cfg.Denials()
+	if ds == nil {
+		ds = []events.AdmitDenied{}
+	}
+	if !all {
+		mine := []events.AdmitDenied{}
+		for _, x := range ds {
+			if x.Tenant == tenant {
+				mine = append(mine, x)
+			}
+		}
+		ds = mine
+	}
+	writeJSON(w, http.StatusOK, DenialsReply{Replica: d.cfg.Replica, Denials: ds[:min(len(ds), MaxDenials)]})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeErr(w http.ResponseWriter, code int, err error) {
+	var e *events.Error
+	if !errors.As(err, &e) {
+		e = &events.Error{Code: events.CodeInvalidRequest, Message: err.Error()}
+	}
+	writeJSON(w, code, events.ErrorReply{Error: e})
+}

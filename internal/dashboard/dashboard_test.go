@@ -1,0 +1,89 @@
+package dashboard_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/dashboard"
+	"github.com/spendgate/spendgate/testenv"
+)
+
+func getJSON(t *testing.T, url string, v any) int {
+	t.Helper()
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(v))
+	return resp.StatusCode
+}
+
+func TestDashboard_API(t *testing.T) {
+	s := seed(t)
+	var b dashboard.BudgetsReply
+	testenv.WaitFor(t, 30*time.Second, "the series to catch up", func() bool {
+		getJSON(t, s.srv.URL+"/dashboard/api/budgets", &b)
+		return b.Ready
+	})
+	require.Len(t, b.Budgets, 4)
+	got := map[string][3]string{}
+	var order []string
+	for _, r := range b.Budgets {
+		got[string(r.Scope)] = [3]string{r.Spent, r.Reserved, r.Limit}
+		order = append(order, string(r.Scope))
+	}
+	require.Equal(t, []string{"org:acme", "team:search", "user:bob", "team:ads"}, order, "nearest to the limit first")
+	require.Equal(t, [3]string{"85", "0", "100"}, got["org:acme"])
+	require.Equal(t, [3]string{"10", "5", "50"}, got["team:search"])
+	require.Equal(t, int64(8500), b.Budgets[0].UsedBP)
+	require.Equal(t, int64(3000), b.Budgets[1].UsedBP)
+	require.NotEmpty(t, b.Budgets[0].Forecast.PerHour, "acme spent just now: a pace")
+
+	require.Equal(t, [3]int{4, 1, 0}, [3]int{b.Total, b.Near, b.Over})
+	require.Empty(t, b.NextCursor)
+
+	// Paged: one budget a page walks the same order, each budget once.
+	var paged []string
+	cursor := ""
+	for range 10 {
+		var p dashboard.BudgetsReply
+		require.Equal(t, http.StatusOK, getJSON(t, s.srv.URL+"/dashboard/api/budgets?limit=1&cursor="+cursor, &p))
+		require.LessOrEqual(t, len(p.Budgets), 1)
+		require.Equal(t, 4, p.Total)
+		for _, r := range p.Budgets {
+			paged = append(paged, string(r.Scope))
+		}
+		if cursor = p.NextCursor; cursor == "" {
+			break
+		}
+	}
+	require.Equal(t, order, paged)
+	for _, q := range []string{"limit=0", "limit=1001", "limit=x", "cursor=***", "cursor=bm9wZQ"} {
+		var bad events.ErrorReply
+		require.Equal(t, http.StatusBadRequest, getJSON(t, s.srv.URL+"/dashboard/api/budgets?"+q, &bad), q)
+		require.Equal(t, events.CodeInvalidRequest, bad.Error.Code, q)
+	}
+
+	var sr dashboard.SeriesReply
+	require.Equal(t, http.StatusOK, getJSON(t, s.srv.URL+"/dashboard/api/series?scope=org:acme&period=month", &sr))
+	require.NotEmpty(t, sr.Points)
+	require.Equal(t, "85", sr.Points[len(sr.Points)-1].Spent)
+	var bad map[string]any
+	require.Equal(t, http.StatusBadRequest, getJSON(t, s.srv.URL+"/dashboard/api/series?scope=nope&period=month", &bad))
+	require.Equal(t, http.StatusNotFound, getJSON(t, s.srv.URL+"/dashboard/api/series?scope=org:none&period=month", &bad))
+
+	var dr dashboard.DenialsReply
+	getJSON(t, s.srv.URL+"/dashboard/api/denials", &dr)
+	require.Len(t, dr.Denials, 1)
+	require.Equal(t, "too-big", dr.Denials[0].RequestID)
+	require.Equal(t, "user:bob", string(dr.Denials[0].Denial.Scope))
+
+	resp, err := http.Post(s.srv.URL+"/dashboard/api/budgets", "application/json", nil)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode, "read-only")
+}

@@ -1,0 +1,685 @@
+package feed
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/gate"
+	"github.com/spendgate/spendgate/internal/signing"
+	"github.com/spendgate/spendgate/streams"
+)
+
+// DefaultRetry is how long a relay waits before it starts again after an
+// error other than losing a race to another relay.
+const DefaultRetry = time.Second
+
+// DefaultQueue bounds the events a relay holds that its replica's fold
+// handed it and the feed has not taken yet. A full queue holds the fold
+// back (the replica's lag shows it) rather than lose an event.
+const DefaultQueue = 1 << 16
+
+// MaxInFlight bounds the feed appends a relay has in flight at once.
+// Pipelining is safe: each append expects the feed's sequence just before
+// it, and every relay hands the same verified events in the same order,
+// so the message at a feed sequence is always the same event, whoever
+// appended it.
+const MaxInFlight = 256
+
+// maxWalkBack bounds how many messages back from the feed's end a starting
+// relay looks for the last message a trusted key signed.
+const maxWalkBack = 1024
+
+// Relay appends to the feed stream every event of every revision its
+// replica's fold passes (a ledger.Reader: Fold), one message per event, in
+// commit order. It opens no consumer on the ledger: what the replica
+// skipped never reaches the feed, and every kind of event the ledger
+// records (reservations, budgets, prices, defaults, thresholds, voids) does.
+// Any number of relays may run at once against one ledger: each event is
+// appended once.
+//
+// A relay signs each message it appends (with its replica's key) and
+// believes only what trusted keys signed: where the feed stands is the
+// last message a trusted key signed, never a header anyone with the
+// feed's write permission can set; a forged message is skipped and
+// counted (Forged), and the relay appends after it.
+type Relay struct {
+	js     jetstream.JetStream
+	l      streams.Layout
+	log    *slog.Logger
+	retry  time.Duration
+	ensure []streams.FeedOption
+	maxAge time.Duration
+	// signer signs what this relay appends (nil: unsigned); keys are the
+	// keys whose messages it believes (nil: any).
+	signer  func() *signing.Signer
+	keys    func() *signing.KeySet
+	ckEvery uint64
+
+	mu     sync.Mutex
+	more   *sync.Cond // signalled on push, pop and close
+	q      []Message
+	max    int
+	closed bool
+
+	relayed, lost, forged, drift atomic.Uint64
+	ckWritten, ckLoaded          atomic.Uint64
+	// tailSeen is the last position the feed was known to hold (see
+	// Ceiling); tailReady reports it was read.
+	tailSeen atomic.Pointer[Position]
+}
+
+// Option configures a Relay.
+type Option func(*Relay) error
+
+// WithLogger logs the relay's restarts and what it skips.
+func WithLogger(log *slog.Logger) Option {
+	return func(r *Relay) error {
+		if log == nil {
+			return errors.New("feed: nil logger")
+		}
+		r.log = log
+		return nil
+	}
+}
+
+// WithSigner has the relay sign every message it appends with the key s
+// returns (the replica's signing key: a reader of the feed verifies it
+// with the replicas' public keys).
+func WithSigner(s func() *signing.Signer) Option {
+	return func(r *Relay) error {
+		if s == nil {
+			return errors.New("feed: nil signer")
+		}
+		r.signer = s
+		return nil
+	}
+}
+
+// WithTrust makes the relay believe only feed messages and checkpoints
+// signed by a key that keys returns trusts (the ledger's trusted keys):
+// anything else in the feed is forged, skipped and counted. keys is called
+// when needed, so the ledger's current keys apply.
+func WithTrust(keys func() *signing.KeySet) Option {
+	return func(r *Relay) error {
+		if keys == nil {
+			return errors.New("feed: nil trust")
+		}
+		r.keys = keys
+		return nil
+	}
+}
+
+// WithRetry sets the wait before starting again after an error (default
+// DefaultRetry).
+func WithRetry(d time.Duration) Option {
+	return func(r *Relay) error {
+		if d <= 0 {
+			return fmt.Errorf("feed: retry must be positive, got %s", d)
+		}
+		r.retry = d
+		return nil
+	}
+}
+
+// WithMaxAge makes the relay keep each feed message for d (0: every
+// message; default streams.DefaultFeedMaxAge). Give every relay of a
+// ledger the same value: each sets it on the stream when it starts, and
+// reports a feed whose limits were changed under it (Drift).
+func WithMaxAge(d time.Duration) Option {
+	return func(r *Relay) error {
+		if err := streams.WithFeedMaxAge(d)(&jetstream.StreamConfig{}); err != nil {
+			return err
+		}
+		r.ensure = append(r.ensure, streams.WithFeedMaxAge(d))
+		r.maxAge = d
+		return nil
+	}
+}
+
+// WithQueue bounds the events the relay holds (default DefaultQueue).
+func WithQueue(n int) Option {
+	return func(r *Relay) error {
+		if n < 1 {
+			return fmt.Errorf("feed: queue must hold at least one event, got %d", n)
+		}
+		r.max = n
+		return nil
+	}
+}
+
+// NewRelay returns a relay for the ledger of l. It does no I/O until
+// Ceiling or Run. Hand it to the replica's fold (ledger.AddReader) before
+// the fold starts.
+func NewRelay(js jetstream.JetStream, l streams.Layout, opts ...Option) (*Relay, error) {
+	r := &Relay{js: js, l: l, log: slog.New(slog.DiscardHandler), retry: DefaultRetry, max: DefaultQueue,
+		maxAge: streams.DefaultFeedMaxAge, ckEvery: DefaultCheckpointEvery,
+		signer: func() *signing.Signer { return nil }, keys: func() *signing.KeySet { return nil }}
+	r.more = sync.NewCond(&r.mu)
+	for _, o := range opts {
+		if err := o(r); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// Relayed is how many events this relay appended.
+func (r *Relay) Relayed() uint64 { return r.relayed.Load() }
+
+// Lost is how many appends this relay lost to another relay (it then
+// skipped what the other had appended).
+func (r *Relay) Lost() uint64 { return r.lost.Load() }
+
+// Forged counts the feed messages this relay found that no trusted key
+// signed, and skipped.
+func (r *Relay) Forged() uint64 { return r.forged.Load() }
+
+// Drift counts the times this relay found the feed stream's limits
+// changed under it (and set them back).
+func (r *Relay) Drift() uint64 { return r.drift.Load() }
+
+// Queued is how many events wait to be appended.
+func (r *Relay) Queued() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.q)
+}
+
+// Fold queues the events of one revision the replica's fold passed
+// (ledger.Reader). It waits while the queue is full: the feed must not
+// lose an event, so a feed that does not take them holds the fold back.
+// Once Run has ended nothing is queued.
+func (r *Relay) Fold(rev *gate.Revision, _ bool) {
+	ms := SplitRevision(rev)
+	if len(ms) == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for len(r.q) >= r.max && !r.closed {
+		r.more.Wait()
+	}
+	if r.closed {
+		return
+	}
+	r.q = append(r.q, ms...)
+	r.more.Broadcast()
+}
+
+// Ceiling returns the position up to which the feed holds the ledger's
+// events, as the last message a trusted key signed says (or this relay's
+// checkpoint, when every message aged out): the newest ledger snapshot a
+// relaying replica may start its fold from (ledger.WithSnapshotCeiling),
+// so that no event between the feed's end and the snapshot is missed. 0:
+// the feed holds nothing, or does not exist (the fold starts from the
+// ledger's first revision and the feed back-fills).
+func (r *Relay) Ceiling(ctx context.Context) (uint64, error) {
+	s, err := r.js.Stream(ctx, r.l.FeedStreamName())
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	t, err := r.readTail(ctx, s)
+	if err != nil {
+		return 0, err
+	}
+	return t.last.Seq, nil
+}
+
+// Run appends the queued events to the feed until ctx ends; it returns
+// ctx's error. It ensures the feed stream (reporting and setting back
+// limits changed under it), finds where the feed stands, drops the queued
+// events the feed holds already and appends the others. Errors on the way
+// (a connection lost, a stream leader moving, another relay appending
+// first) are logged and retried.
+func (r *Relay) Run(ctx context.Context) error {
+	defer func() {
+		r.mu.Lock()
+		r.closed = true
+		r.more.Broadcast()
+		r.mu.Unlock()
+	}()
+	stop := context.AfterFunc(ctx, func() {
+		r.mu.Lock()
+		r.more.Broadcast()
+		r.mu.Unlock()
+	})
+	defer stop()
+	var last tail
+	for {
+		s, err := r.ensureFeed(ctx)
+		if err == nil {
+			last, err = r.runOnce(ctx, s)
+		}
+		if ctx.Err() != nil {
+			if last.feedSeq > 0 {
+				wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				r.writeCheckpoint(wctx, last)
+				cancel()
+			}
+			return ctx.Err()
+		}
+		if errors.Is(err, errFeedMoved) {
+			r.log.Debug("feed relay: another relay moved the feed; starting again from its end", "err", err)
+			continue
+		}
+		r.log.Warn("feed relay: restarting", "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(r.retry):
+		}
+	}
+}
+
+// ensureFeed creates the feed stream or checks and sets back its limits.
+func (r *Relay) ensureFeed(ctx context.Context) (jetstream.Stream, error) {
+	if s, err := r.js.Stream(ctx, r.l.FeedStreamName()); err == nil {
+		have := s.CachedInfo().Config
+		if have.MaxAge != r.maxAge || !have.DenyDelete || !have.DenyPurge || have.Discard != jetstream.DiscardNew || have.MaxMsgs != -1 || have.MaxBytes != -1 {
+			r.drift.Add(1)
+			r.log.Error("feed: the feed stream's limits were changed under the relay; setting them back (whoever can update the stream should not be able to)",
+				"stream", r.l.FeedStreamName(), "max_age", have.MaxAge, "want_max_age", r.maxAge, "deny_delete", have.DenyDelete, "deny_purge", have.DenyPurge, "max_msgs", have.MaxMsgs, "max_bytes", have.MaxBytes)
+		}
+	}
+	return streams.EnsureFeed(ctx, r.js, r.l, r.ensure...)
+}
+
+// tail is where the feed stands: the feed sequence of its last message
+// (what the next append expects) and the position of the last event a
+// trusted key signed at or before it.
+type tail struct {
+	feedSeq uint64
+	last    Position
+	// skip is how many events after last are in the feed already, uncounted
+	// by position (every message after the checkpoint aged out).
+	skip uint64
+}
+
+// runOnce appends queued events after the feed's tail until an error.
+func (r *Relay) runOnce(ctx context.Context, s jetstream.Stream) (tail, error) {
+	t, err := r.readTail(ctx, s)
+	if err != nil {
+		return t, err
+	}
+	next := t.last
+	var win []inflight
+	sinceCk := uint64(0)
+	for {
+		m, ok := r.next(ctx, len(win) > 0)
+		if !ok {
+			if ctx.Err() != nil {
+				return t, ctx.Err()
+			}
+			// Nothing queued: append what is in flight now, so a live
+			// event is not held back for the window to fill.
+			if len(win) > 0 {
+				if t, err = r.flush(ctx, s, t, win); err != nil {
+					// The events of win are not lost: they come again
+					// from the queue's front after the relay starts
+					// again, and those the feed holds are dropped then.
+					r.requeue(win)
+					return t, err
+				}
+				sinceCk += uint64(len(win))
+				win = win[:0]
+				next = later(next, t.last)
+				if r.ckEvery > 0 && sinceCk >= r.ckEvery {
+					r.writeCheckpoint(ctx, t)
+					sinceCk = 0
+				}
+			}
+			continue
+		}
+		if !next.Before(m.Position()) {
+			r.pop()
+			continue // in the feed already
+		}
+		if t.skip > 0 {
+			// Every message after the checkpoint aged out: the first
+			// t.skip events after it are in the feed already.
+			t.skip--
+			next = m.Position()
+			t.last = next
+			r.pop()
+			continue
+		}
+		msg, err := r.feedMsg(m)
+		if err != nil {
+			return t, err
+		}
+		f, err := r.js.PublishMsgAsync(msg, jetstream.WithMsgID(m.ID), jetstream.WithExpectLastSequence(t.feedSeq+uint64(len(win))))
+		if err != nil {
+			return t, err
+		}
+		r.pop()
+		win = append(win, inflight{m: m, f: f})
+		next = m.Position()
+		if len(win) >= MaxInFlight {
+			if t, err = r.flush(ctx, s, t, win); err != nil {
+				r.requeue(win) // as above
+				return t, err
+			}
+			sinceCk += uint64(len(win))
+			win = win[:0]
+			next = later(next, t.last)
+		}
+	}
+}
+
+// next returns the queue's first event without taking it (pop takes it),
+// waiting for one unless nowait; false when there is none (nowait) or ctx
+// ended.
+func (r *Relay) next(ctx context.Context, nowait bool) (Message, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for len(r.q) == 0 {
+		if nowait || ctx.Err() != nil {
+			return Message{}, false
+		}
+		r.more.Wait()
+	}
+	return r.q[0], true
+}
+
+// pop drops the queue's first event.
+func (r *Relay) pop() {
+	r.mu.Lock()
+	r.q[0] = Message{}
+	r.q = r.q[1:]
+	if len(r.q) == 0 {
+		r.q = nil // let the array go
+	}
+	r.more.Broadcast()
+	r.mu.Unlock()
+}
+
+// requeue puts back at the queue's front the events of an unflushed
+// window.
+func (r *Relay) requeue(win []inflight) {
+	back := make([]Message, 0, len(win))
+	for _, w := range win {
+		back = append(back, w.m)
+	}
+	r.mu.Lock()
+	r.q = append(back, r.q...)
+	r.mu.Unlock()
+}
+
+// later returns the later of two positions. After a flush that found the
+// feed moved past this relay's window (another relay appended ahead), the
+// relay must skip to the feed's tail: publishing the events between its
+// window and that tail would append them a second time, since each would
+// expect the new tail's sequence and pass.
+func later(a, b Position) Position {
+	if a.Before(b) {
+		return b
+	}
+	return a
+}
+
+// inflight is an append waiting for its acknowledgement.
+type inflight struct {
+	m Message
+	f jetstream.PubAckFuture
+}
+
+// flush waits for the appends in win, in order, and returns the feed's new
+// tail. If another relay appended some of them first (a duplicate id or a
+// wrong last sequence), it re-reads the tail, which must then be at or past
+// the window's last event (errFeedMoved otherwise: the caller starts again
+// from the tail).
+func (r *Relay) flush(ctx context.Context, s jetstream.Stream, t tail, win []inflight) (tail, error) {
+	lost := false
+	for _, p := range win {
+		select {
+		case ack := <-p.f.Ok():
+			if ack.Duplicate {
+				lost = true
+				continue
+			}
+			r.relayed.Add(1)
+			t = tail{feedSeq: ack.Sequence, last: p.m.Position()}
+		case err := <-p.f.Err():
+			if !streams.IsConflict(err) {
+				return t, err
+			}
+			lost = true
+		case <-ctx.Done():
+			return t, ctx.Err()
+		}
+	}
+	if !lost {
+		return t, nil
+	}
+	r.lost.Add(1)
+	nt, err := r.readTail(ctx, s)
+	if err != nil {
+		return t, err
+	}
+	if nt.last.Before(win[len(win)-1].m.Position()) {
+		return t, errFeedMoved
+	}
+	return nt, nil
+}
+
+// errFeedMoved: the feed's tail is not where this relay's appends put it
+// and not past them either (another relay appended something else).
+var errFeedMoved = errors.New("feed: the feed stream's last event is not the one this relay appended")
+
+// readTail finds where the feed stands: its last sequence, and the last
+// message before it that a trusted key signed (at most maxWalkBack back),
+// whose position the feed holds up to. A message no trusted key signed is
+// forged: counted and skipped. When every message aged out (or none of
+// the last maxWalkBack is trusted), this relay's newest checkpoint says
+// where the feed stood.
+func (r *Relay) readTail(ctx context.Context, s jetstream.Stream) (tail, error) {
+	info, err := s.Info(ctx)
+	if err != nil {
+		return tail{}, err
+	}
+	st := info.State
+	if st.LastSeq == 0 {
+		r.seen(Position{})
+		return tail{}, nil
+	}
+	var unsigned *Message
+	for seq := st.LastSeq; seq >= max(st.FirstSeq, 1) && seq+maxWalkBack > st.LastSeq && st.Msgs > 0; seq-- {
+		sm, err := s.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return tail{}, fmt.Errorf("feed: read the feed's message %d: %w", seq, err)
+		}
+		m, ok, isUnsigned := r.trusted(sm.Subject, sm.Header, sm.Data)
+		if ok {
+			if seq != st.LastSeq {
+				r.log.Error("feed: messages at the feed's end that no trusted key signed; skipped", "from", seq+1, "to", st.LastSeq)
+			}
+			r.seen(m.Position())
+			return tail{feedSeq: st.LastSeq, last: m.Position()}, nil
+		}
+		if isUnsigned && unsigned == nil {
+			unsigned = &m
+		}
+		r.forged.Add(1)
+	}
+	if ck, ok := r.loadCheckpoint(ctx); ok && ck.FeedSeq <= st.LastSeq {
+		t := tail{feedSeq: st.LastSeq, last: ck.Position(), skip: st.LastSeq - ck.FeedSeq}
+		r.log.Info("feed relay: the feed's end is past what a trusted message says; starting from this relay's checkpoint", "checkpoint", ck.Position().ID(), "checkpoint_feed_seq", ck.FeedSeq, "feed_seq", st.LastSeq)
+		r.seen(t.last)
+		return t, nil
+	}
+	if unsigned != nil {
+		// A feed written before relays signed: its newest readable
+		// message is taken as it is, once (this relay signs from now on).
+		r.log.Warn("feed relay: the feed's messages are not signed (written by an older version); trusting the newest readable one", "event", unsigned.ID)
+		r.seen(unsigned.Position())
+		return tail{feedSeq: st.LastSeq, last: unsigned.Position()}, nil
+	}
+	return tail{}, fmt.Errorf("feed: none of the feed's last %d messages is signed by a trusted key, and no checkpoint says where it stands: the relay appends nothing (see the README: a forged feed)", maxWalkBack)
+}
+
+// seen records where the feed was last seen to stand.
+func (r *Relay) seen(p Position) { r.tailSeen.Store(&p) }
+
+// trusted decodes a feed message and reports whether a trusted key signed
+// it (isUnsigned: it carries no signature at all).
+func (r *Relay) trusted(subject string, h nats.Header, data []byte) (m Message, ok, isUnsigned bool) {
+	m, err := Decode(data)
+	if err != nil {
+		return m, false, false
+	}
+	signer, valid := signing.VerifyMsg(h, signing.DomainFeed, subject, data)
+	if signer == "" {
+		// Unsigned: trusted only where signatures are not checked.
+		return m, r.keys() == nil, true
+	}
+	if !valid {
+		return m, false, false
+	}
+	ks := r.keys()
+	return m, ks == nil || ks.Trusts(signer, m.SourceSeq), false
+}
+
+// feedMsg is the feed message of m: its subject, body, headers and this
+// relay's signature.
+func (r *Relay) feedMsg(m Message) (*nats.Msg, error) {
+	body, err := m.encode()
+	if err != nil {
+		return nil, fmt.Errorf("feed: encode event %s: %w", m.ID, err)
+	}
+	msg := nats.NewMsg(r.l.FeedSubject(m.Type, m.scope()))
+	msg.Data = body
+	msg.Header.Set(streams.HeaderFeedSchema, streams.FeedSchema)
+	msg.Header.Set(streams.HeaderFeedSourceSeq, strconv.FormatUint(m.SourceSeq, 10))
+	msg.Header.Set(streams.HeaderFeedIndex, strconv.Itoa(m.Index))
+	msg.Header.Set(streams.HeaderFeedType, string(m.Type))
+	if s := r.signer(); s != nil {
+		s.SignMsg(msg.Header, signing.DomainFeed, msg.Subject, body)
+	}
+	return msg, nil
+}
+
+// scope is the scope of the message's subject: its balance's, or the
+// defined budget's.
+func (m Message) scope() events.Scope {
+	if m.Balance != nil {
+		return m.Balance.Ref.Scope
+	}
+	var e struct {
+		Budget  events.BudgetRef  `json:"budget"`
+		Balance events.BalanceRef `json:"balance"`
+	}
+	_ = json.Unmarshal(m.Event, &e)
+	switch {
+	case e.Budget.Scope != "":
+		return e.Budget.Scope
+	case e.Balance.Scope != "":
+		return e.Balance.Scope
+	}
+	// An event of no scope (pricing.defined.v1, default.defined.v1): a
+	// subject that still has the layout's token count.
+	return events.Scope(NoScope + ":" + NoScope)
+}
+
+// NoScope is the scope kind and id tokens of the subject of an event that
+// names no scope.
+const NoScope = "_"
+
+// encode writes the body without HTML escaping, so Event keeps the bytes
+// the ledger's encoder writes.
+func (m Message) encode() ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(m); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
+
+// SplitRevision returns the feed messages of a revision the gate passed,
+// in feed order: one per event, each event encoded as the ledger's encoder
+// encodes it. A revision of a key with no events the feed carries (trust,
+// API keys) has none.
+func SplitRevision(rev *gate.Revision) []Message {
+	var out []Message
+	add := func(e events.Event, bal *Balance) {
+		raw, err := events.EncodeEvent(e)
+		if err != nil {
+			return // every event the gate passed encodes
+		}
+		i := len(out)
+		out = append(out, Message{Schema: streams.FeedSchema, ID: events.EventID(rev.Seq, i), SourceSeq: rev.Seq, Index: i,
+			Key: rev.Key, CommittedAt: rev.At.UTC(), Type: e.EventType(), Balance: bal, Event: raw})
+	}
+	var evs events.Events
+	switch rev.Kind {
+	case gate.KindLane:
+		for _, b := range rev.Lane.Balances {
+			bal := &Balance{Ref: b.Balance, Unit: b.Unit, Limit: b.Limit, Spent: b.Spent, Reserved: b.Reserved, Overrun: b.Overrun, Open: b.Open}
+			for _, e := range b.Events {
+				add(e, bal)
+			}
+		}
+		return out
+	case gate.KindBudget:
+		evs = rev.Budget.Events
+	case gate.KindPricing:
+		evs = rev.Pricing.Events
+	case gate.KindDefault:
+		evs = rev.Default.Events
+	}
+	for _, e := range evs {
+		add(e, nil)
+	}
+	return out
+}
+
+// Split returns the feed messages of the ledger revision data, stored at
+// stream sequence seq under key at time at, as a relay appends them. It
+// decodes the revision and verifies nothing: a relay splits only what its
+// replica's gate passed.
+func Split(seq uint64, key string, at time.Time, data []byte) ([]Message, error) {
+	rev := &gate.Revision{Seq: seq, Key: key, At: at}
+	var err error
+	switch {
+	case streams.IsLaneKey(key):
+		var r events.LaneRevision
+		r, err = events.DecodeLaneRevision(data)
+		rev.Kind, rev.Lane = gate.KindLane, &r
+	case streams.IsBudgetKey(key):
+		var r events.BudgetRevision
+		r, err = events.DecodeBudgetRevision(data)
+		rev.Kind, rev.Budget = gate.KindBudget, &r
+	case streams.IsPricingKey(key):
+		var r events.PricingRevision
+		r, err = events.DecodePricingRevision(data)
+		rev.Kind, rev.Pricing = gate.KindPricing, &r
+	case streams.IsDefaultKey(key):
+		var r events.DefaultRevision
+		r, err = events.DecodeDefaultRevision(data)
+		rev.Kind, rev.Default = gate.KindDefault, &r
+	default:
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("feed: revision %d of %s: %w", seq, key, err)
+	}
+	return SplitRevision(rev), nil
+}

@@ -1,0 +1,365 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/gate"
+	"github.com/spendgate/spendgate/streams"
+)
+
+// Ledger is one replica's engine: its book, the follower that folds the
+// stream into it, and the committer that writes decisions (see the package
+// doc). Create it with New, then call Run; it decides once Ready is closed
+// and until Run returns.
+type Ledger struct {
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	stream jetstream.Stream
+	layout streams.Layout
+	opts   options
+
+	// mu guards bk.
+	mu sync.RWMutex
+	bk *book
+
+	follower
+	committer
+	keys
+	// gate is the one verification step of every revision read (see
+	// package gate); its trust state is folded with the book.
+	gate *gate.Gate
+	// readers are fed by the fold (see Reader); ahead keeps what was
+	// folded before the follower reached it, for them.
+	readers []Reader
+	ahead   ahead
+	// sync coalesces the stream reads of concurrent Syncs.
+	syncs syncer
+
+	// life guards the lifecycle: state (stateNew, stateRunning,
+	// stateStopped), why Run stopped, and owned, the background
+	// committers Run waits for.
+	life    sync.Mutex
+	state   int
+	stopErr error
+	owned   sync.WaitGroup
+
+	// snapStore is the snapshot bucket (nil until found); snapLoaded,
+	// snapSkipped and snapWritten feed SnapshotStats.
+	snapStore               jetstream.ObjectStore
+	snapLoaded, snapWritten atomic.Uint64
+	// foldedEvents counts the events the follower folded since the last
+	// snapshot this replica wrote (a trigger of the periodic writer).
+	foldedEvents atomic.Uint64
+	snapSkipped  atomic.Int64
+
+	// id marks this replica's writes (header streams.HeaderWriter), so the
+	// follower can leave them to the committer, which folds them from
+	// memory.
+	id string
+}
+
+// SyncTimeout bounds Sync: a request that needs the replica to catch up
+// fails with CodeLedgerUnavailable rather than wait on a stalled follower.
+const SyncTimeout = 10 * time.Second
+
+// HeaderWriter names the replica that wrote a revision (an alias of
+// streams.HeaderWriter, kept for callers of this package).
+const HeaderWriter = streams.HeaderWriter
+
+// ownWait bounds how long the follower waits for a committer to fold its own
+// write before decoding it itself (the committer may have timed out).
+const ownWait = 2 * time.Second
+
+// New binds the ledger stream (which streams.Ensure must have created).
+func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, layout streams.Layout, opts ...Option) (*Ledger, error) {
+	o := defaultOptions()
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	// A stream another replica created a moment ago may not be visible
+	// (or have a leader) on every node yet: retry for a bounded while.
+	var s jetstream.Stream
+	err := streams.RetryStart(ctx, streams.BindRetryFor, nil, func(ctx context.Context) error {
+		var err error
+		s, err = js.Stream(ctx, layout.StreamName())
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ledger: bind %s: %w", layout.StreamName(), err)
+	}
+	l := &Ledger{
+		nc: nc, js: js, stream: s, layout: layout, opts: o,
+		bk:        newBook(layout, o.retention, o.expiredKeep),
+		committer: committer{locks: map[string]*keyLock{}},
+		follower:  follower{progress: make(chan struct{}), ready: make(chan struct{}), ownApplied: make(chan struct{})},
+		id:        uuid.NewString(),
+	}
+	l.laneNext, l.multiNext = l.commitLaneNext, l.commitMultiNext
+	l.keys.signer.Store(o.signer)
+	l.gate = gate.New(layout, o.trust)
+	if o.unverified {
+		l.gate = gate.NewUnverified(layout)
+	}
+	return l, nil
+}
+
+// Layout returns the stream layout.
+func (l *Ledger) Layout() streams.Layout { return l.layout }
+
+// Ready is closed once the follower has folded the stream as it was when Run
+// started.
+func (l *Ledger) Ready() <-chan struct{} { return l.ready }
+
+// BudgetsOf returns the budgets defined for scope, in period order.
+func (l *Ledger) BudgetsOf(scope events.Scope) []Budget {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.bk.byScope[scope] // never mutated in place
+}
+
+// Budget returns one budget definition.
+func (l *Ledger) Budget(ref events.BudgetRef) (Budget, bool) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	b := l.bk.budgets[streams.BudgetKey(ref)]
+	if b == nil {
+		return Budget{}, false
+	}
+	return b.def, true
+}
+
+// Budgets returns every budget, sorted by scope then period.
+func (l *Ledger) Budgets() []Budget {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.bk.budgetList()
+}
+
+// Balance returns the balance of ref as this replica has folded it.
+func (l *Ledger) Balance(ref events.BalanceRef) Balance {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.bk.balance(streams.BalanceKey(ref), ref)
+}
+
+// Reservation returns a copy of what this replica knows of reservation id.
+func (l *Ledger) Reservation(id string) (*Reservation, bool) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	r, ok := l.bk.get(id)
+	if !ok {
+		return nil, false
+	}
+	return r.clone(), true
+}
+
+// ByRequest returns a copy of the reservation opened for request id rid,
+// if the book remembers one.
+func (l *Ledger) ByRequest(rid string) (*Reservation, bool) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	r := l.bk.requests[rid]
+	if r == nil {
+		return nil, false
+	}
+	return r.clone(), true
+}
+
+// Voided reports whether the book remembers request id rid as voided
+// (events.RequestVoided).
+func (l *Ledger) Voided(rid string) bool {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.bk.voids[rid] != nil
+}
+
+// Expired returns up to max ids of open reservations whose ExpiresAt is at
+// or before now, oldest expiry first.
+func (l *Ledger) Expired(now time.Time, max int) []string {
+	l.mu.RLock()
+	due := l.bk.expiredBy(now)
+	l.mu.RUnlock()
+	sort.Slice(due, func(i, j int) bool { return due[i].ExpiresAt.Before(due[j].ExpiresAt) })
+	if len(due) > max {
+		due = due[:max]
+	}
+	ids := make([]string, len(due))
+	for i, r := range due {
+		ids[i] = r.ID
+	}
+	return ids
+}
+
+// PutBudget defines or changes a budget's limit and unit, in UTC, enabled,
+// with no fixed slot: DefineBudget with that definition.
+func (l *Ledger) PutBudget(ctx context.Context, ref events.BudgetRef, limit events.Money, unit string, now time.Time) (Budget, error) {
+	ch, err := l.DefineBudget(ctx, Budget{Ref: ref, Limit: limit, Unit: unit}, now)
+	return ch.Budget, err
+}
+
+// BudgetChange is what DefineBudget did.
+type BudgetChange struct {
+	// Budget is the definition now.
+	Budget Budget
+	// Existed is true when the budget was defined before; Prev is then
+	// that definition.
+	Existed bool
+	Prev    Budget
+	// Changed names the fields that changed (see Budget.Changes); empty
+	// for a new budget and when nothing changed.
+	Changed []string
+}
+
+// DefineBudget defines or changes a budget to def (its Ref, Limit, Unit,
+// TZ, Disabled, FixedSlot and Thresholds; Loc and Revision are ignored):
+// EditBudget with an edit that replaces the whole definition.
+//
+// Errors: as EditBudget's, and CodeInvalidTZ (def.TZ) first.
+func (l *Ledger) DefineBudget(ctx context.Context, def Budget, now time.Time) (BudgetChange, error) {
+	if _, err := events.LoadZone(def.TZ); err != nil {
+		return BudgetChange{}, err
+	}
+	return l.EditBudget(ctx, def.Ref, def.Unit, func(Budget, bool) (Budget, error) { return def, nil }, now)
+}
+
+// BudgetEdit turns a budget's current definition (existed false: there is
+// none, cur is zero) into the one to write. It is called under the book's
+// read lock, once per compare-and-set attempt, so it must be quick and
+// must not call the Ledger. Its Ref, Loc, Revision and FromDefault are
+// ignored.
+type BudgetEdit func(cur Budget, existed bool) (Budget, error)
+
+// EditBudget defines or changes the budget ref names: edit decides the
+// new definition from the current one as this replica has folded it, and
+// a compare-and-set on the budget key makes the read and the write one
+// step, so that two puts changing different fields at once both land.
+// unit picks, as for a put, the budget of that kind of unit when the scope
+// has a money and a count budget in the period; "" picks the one defined
+// first. It writes one BudgetDefinedV2 event; a definition equal to the
+// current one changes nothing and returns it. A change of unit is refused
+// (the unit of a budget never changes). All attempts share one deadline:
+// ctx's, or DefaultSubmitTimeout (see WithSubmitTimeout) if ctx has none;
+// ctx's cancellation does not abandon a write in flight.
+//
+// Errors: edit's own; *events.Error with CodeUnitChangeRefused,
+// CodeLedgerUnavailable (the follower is not running, JetStream could not
+// be reached, or the deadline passed) or CodeLedgerBusy.
+func (l *Ledger) EditBudget(ctx context.Context, ref events.BudgetRef, unit string, edit BudgetEdit, now time.Time) (BudgetChange, error) {
+	asked := ref
+	var def, cur Budget
+	var existed bool
+	var changed []string
+	seq, wrote, err := l.define(ctx, "budget", func(b *book) (string, func(events.Chain) any, bool, error) {
+		target := asked
+		if unit != "" {
+			target = b.target(asked, unit)
+		}
+		key := streams.BudgetKey(target)
+		cur, existed, changed = Budget{}, false, nil
+		if d := b.budgets[key]; d != nil {
+			cur, existed = d.def, true
+		}
+		var err error
+		if def, err = edit(cur, existed); err != nil {
+			return "", nil, false, err
+		}
+		def.Ref, def.Loc, def.Revision, def.FromDefault = target, nil, 0, 0
+		changed = []string{}
+		if existed {
+			changed = def.Changes(cur)
+		}
+		switch {
+		case existed && len(changed) == 0:
+			return key, nil, true, nil
+		case existed && cur.Unit != def.Unit:
+			// A budget's unit never changes once defined. Checking "no
+			// spend and nothing open" here would race: an admit committed
+			// on the lane between this check and the budget write would
+			// be counted in the new unit, and nothing ties the two keys'
+			// writes together.
+			return "", nil, false, events.Errorf(events.CodeUnitChangeRefused,
+				"budget %s per %s is in %s; a budget's unit cannot change to %s (define a budget of another scope or period instead)",
+				def.Ref.Scope, def.Ref.Period, cur.Unit, def.Unit)
+		}
+		d := def
+		return key, func(ch events.Chain) any {
+			ev := events.BudgetDefinedV2{Budget: d.Ref, Limit: d.Limit, Unit: d.Unit, TZ: d.TZ, Disabled: d.Disabled,
+				FixedSlot: d.FixedSlot, Thresholds: d.Thresholds, Changed: changed, At: now.UTC()}
+			return events.BudgetRevision{Schema: events.SchemaBudget, Chain: ch,
+				Budget: d.Ref, Limit: d.Limit, Unit: d.Unit, TZ: d.TZ, Disabled: d.Disabled,
+				FixedSlot: d.FixedSlot, Thresholds: d.Thresholds, Events: events.Events{ev}}
+		}, false, nil
+	})
+	if err != nil {
+		return BudgetChange{}, err
+	}
+	if !wrote {
+		return BudgetChange{Budget: cur, Existed: true, Prev: cur, Changed: []string{}}, nil
+	}
+	// The gate has checked that the zone loads.
+	if loc, _ := events.LoadZone(def.TZ); loc != nil && loc != time.UTC {
+		def.Loc = loc
+	}
+	def.Revision = seq
+	return BudgetChange{Budget: def, Existed: existed, Prev: cur, Changed: changed}, nil
+}
+
+func isTimeout(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, errResentConflict)
+}
+
+// Stats counts this replica's commit path since it started.
+type Stats struct {
+	// Commits is the number of successful writes (a lane revision, or an
+	// atomic batch of revisions of several lanes).
+	Commits int64
+	// Batches is how many of Commits were atomic batches over lanes.
+	Batches int64
+	// Txs is the number of Txs decided in successful commits (including
+	// those that committed nothing, such as denials and replays).
+	Txs int64
+	// Conflicts counts writes lost to compare-and-set.
+	Conflicts int64
+	// Queued is how many submitted Txs wait for a committer now (a gauge:
+	// not those being decided or written).
+	Queued int64
+	// SyncReads counts the stream reads made for Sync (misses that had to
+	// catch up); concurrent Syncs share one read.
+	SyncReads int64
+	// Timeouts counts writes that got no answer within the commit timeout
+	// (DefaultCommitTimeout): their outcome was unknown, and they were sent
+	// again.
+	Timeouts int64
+	// AttemptTime is the time spent in commit attempts (deciding,
+	// encoding, writing and folding a group, under its lanes' commit
+	// locks), and WriteTime the part of it spent waiting for the writes'
+	// acks; both summed over every attempt. Over wall time AttemptTime
+	// says how busy the commit path is (a single lane commits one group
+	// at a time).
+	AttemptTime, WriteTime time.Duration
+	// Rejected counts the revisions this replica skipped instead of
+	// folding (unsigned, badly signed, untrusted key, malformed, replayed,
+	// off the chain; see Rejection).
+	Rejected int64
+}
+
+// Stats returns the commit counters.
+func (l *Ledger) Stats() Stats {
+	return Stats{Commits: l.stats.commits.Load(), Batches: l.stats.batches.Load(), Txs: l.stats.txs.Load(), Conflicts: l.stats.conflicts.Load(), Queued: l.stats.queued.Load(),
+		SyncReads: l.syncs.reads.Load(), Timeouts: l.stats.timeouts.Load(), Rejected: l.keys.rejected.Load(),
+		AttemptTime: time.Duration(l.stats.attemptNanos.Load()), WriteTime: time.Duration(l.stats.writeNanos.Load())}
+}

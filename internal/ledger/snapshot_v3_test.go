@@ -1,0 +1,347 @@
+package ledger
+
+import (
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/gate"
+	"github.com/spendgate/spendgate/streams"
+)
+
+// v3Book is a book whose idempotency window holds every shape an entry
+// can have: compact ids and hashes; ids, request ids and hashes of other
+// shapes (an upper-case UUID, an empty hash); a request id closed twice
+// (the newer names it); a reservation expired then settled late (a dead
+// entry in the expired ring); one over two balances closed in one of
+// them (open in the other: a whole entry the balance points at); one
+// priced from a model; one whose expiry is past 2262 (no Unix
+// nanoseconds); amounts at both ends of what a stored amount holds.
+func v3Book(t testing.TB) (*book, uint64) {
+	layout := streams.Default()
+	b := newBook(layout, time.Hour, 48*time.Hour)
+	other := events.BalanceRef{Scope: "org:c", Period: events.PeriodMonth, Instance: "2026-11"}
+	bl := map[events.BalanceRef]*balance{}
+	for _, ref := range []events.BalanceRef{bookBal, other} {
+		x := &balance{key: streams.BalanceKey(ref), ref: ref, self: []events.BalanceRef{ref}, unit: "USD", open: map[string]*Reservation{}}
+		b.balances[x.key] = x
+		bl[ref] = x
+	}
+	type res struct {
+		id, req, hash, amount string
+		refs                  []events.BalanceRef
+		expires               time.Time
+		pricing               *events.PriceQuote
+	}
+	open := func(seq uint64, r res) {
+		if r.refs == nil {
+			r.refs = []events.BalanceRef{bookBal}
+		}
+		if r.expires.IsZero() {
+			r.expires = bookT0.Add(time.Minute)
+		}
+		if r.amount == "" {
+			r.amount = "0.30"
+		}
+		for _, ref := range r.refs {
+			b.applyEvent(bl[ref], bl[ref].key, seq, events.ReservationOpened{ReservationID: r.id, RequestID: r.req, RequestHash: r.hash,
+				Balance: ref, Amount: events.MustMoney(r.amount), Unit: "USD", Balances: r.refs, ExpiresAt: r.expires, At: bookT0, Pricing: r.pricing})
+		}
+	}
+	settle := func(seq uint64, id, actual string, ref events.BalanceRef, late bool) {
+		b.applyEvent(bl[ref], bl[ref].key, seq, events.ReservationSettled{ReservationID: id, Balance: ref, Reserved: events.MustMoney("0.30"),
+			Actual: events.MustMoney(actual), Overrun: events.Zero, AfterExpiry: late, Late: late, At: bookT0})
+	}
+	release := func(seq uint64, id string, reason string) {
+		b.applyEvent(bl[bookBal], bl[bookBal].key, seq, events.ReservationReleased{ReservationID: id, Balance: bookBal, Reserved: events.MustMoney("0.30"),
+			Reason: reason, At: bookT0})
+	}
+	hash := "0123456789abcdef0123456789abcdef"
+	u := func(i int) string { return fmt.Sprintf("00000000-0000-0000-0000-%012d", i) }
+	open(1, res{id: "rsv_" + u(1), req: u(101), hash: hash})
+	open(1, res{id: "rsv_" + u(2), req: u(102), hash: hash, amount: "123456789012345678"})
+	open(1, res{id: "plain-id", req: "req-plain", hash: "not hex"})
+	open(1, res{id: "rsv_" + u(4), req: "6BA7B810-9DAD-11D1-80B4-00C04FD430C8", hash: ""})
+	open(1, res{id: "rsv_" + u(5), req: "again", hash: hash})
+	open(1, res{id: "late", req: u(106), hash: hash})
+	open(1, res{id: "two", req: u(107), hash: hash, refs: []events.BalanceRef{bookBal, other}})
+	open(1, res{id: "priced", req: u(108), hash: hash, pricing: &events.PriceQuote{Model: "m", Version: 1, Unit: "USD",
+		Input: events.MustMoney("0.001"), Output: events.MustMoney("0.002"), InputTokens: 10, MaxOutputTokens: 100}})
+	open(1, res{id: "far", req: u(109), hash: hash, expires: time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC)})
+	open(1, res{id: "still-open", req: u(110), hash: hash})
+	settle(2, "rsv_"+u(1), "0.000000000001", bookBal, false)
+	settle(2, "rsv_"+u(2), "0", bookBal, false)
+	release(2, "plain-id", events.ReasonReleased)
+	settle(2, "rsv_"+u(4), "0.5", bookBal, false)
+	settle(2, "rsv_"+u(5), "0.1", bookBal, false)
+	release(2, "late", events.ReasonExpired)
+	settle(2, "priced", "0.25", bookBal, false)
+	release(2, "far", events.ReasonExpired)
+	b.forgetUntil(2, bookT0.Add(time.Second))
+	open(3, res{id: "rsv_" + u(11), req: "again", hash: hash}) // the request id again
+	settle(3, "rsv_"+u(11), "0.2", bookBal, false)
+	settle(3, "late", "0.5", bookBal, true)
+	settle(3, "two", "0.3", bookBal, false) // closed in bookBal, still open in other
+	b.forgetUntil(3, bookT0.Add(2*time.Second))
+	b.heads.Set(layout.LaneKey(bookBal), gate.Head{Valid: 3, Chained: true})
+	require.Equal(t, 10, b.win.len())
+	return b, 3
+}
+
+// roundTrip encodes b's snapshot in version and loads it back.
+func roundTrip(t testing.TB, b *book, seq uint64, version int) (*book, []byte) {
+	t.Helper()
+	st, err := b.snapshotAs(seq, version)
+	require.NoError(t, err)
+	data, err := encodeSnapshot(st, "", nil)
+	require.NoError(t, err)
+	dec, err := decodeSnapshot(data)
+	require.NoError(t, err)
+	got, err := bookFromSnapshot(b.layout, b.retention, b.expiredKeep, dec)
+	require.NoError(t, err)
+	return got, data
+}
+
+// TestSnapshot_Version3LoadsAsVersion2: the version 3 snapshot of a book
+// whose window holds every shape of entry loads into the same book as its
+// version 2 snapshot, and as the book itself; so does a replica's book
+// loaded from it and snapshotted again. How it can fail: a field the
+// window section drops or mangles (a stamp, an id kind, the late flag, a
+// request id named by the older of two reservations, a dead entry written
+// out) makes the books' views differ.
+func TestSnapshot_Version3LoadsAsVersion2(t *testing.T) {
+	b, seq := v3Book(t)
+	want := bookView(b)
+	v2, data2 := roundTrip(t, b, seq, 2)
+	v3, data3 := roundTrip(t, b, seq, 3)
+	require.Equal(t, want, bookView(v2))
+	require.Equal(t, want, bookView(v3))
+	again, _ := roundTrip(t, v3, seq, 3)
+	require.Equal(t, want, bookView(again))
+	require.Less(t, len(data3), len(data2))
+	r, ok := v3.byRequest("again")
+	require.True(t, ok)
+	require.Equal(t, "rsv_00000000-0000-0000-0000-000000000011", r.ID)
+	// The compact entries are compact again, the others whole.
+	whole := 0
+	for _, rg := range v3.win.rings {
+		for i := 0; i < rg.n; i++ {
+			if e := rg.at(rg.head + uint64(i)); e.ext != nil && e.ext.res != nil {
+				whole++
+			}
+		}
+	}
+	require.Equal(t, 3, whole, "two, priced, far")
+}
+
+// section is a hand-made window section (see snapshot.go's layout).
+type section struct{ b []byte }
+
+func (s *section) u(v uint64) *section            { s.b = binary.AppendUvarint(s.b, v); return s }
+func (s *section) v(v int64) *section             { s.b = binary.AppendVarint(s.b, v); return s }
+func (s *section) raw(b ...byte) *section         { s.b = append(s.b, b...); return s }
+func (s *section) str(x string) *section          { return s.u(uint64(len(x))).raw([]byte(x)...) }
+func (s *section) id16(x string) *section         { c, _, _ := compactID(x); return s.raw(c[:]...) }
+func (s *section) money(c int64, e int8) *section { return s.v(c).raw(byte(e)) }
+
+// entry appends a compact settled entry of reservation "rsv_"+uuid i.
+func (s *section) entry(i int, bal, unit uint64) *section {
+	id := fmt.Sprintf("rsv_00000000-0000-0000-0000-%012d", i)
+	return s.raw(1|idRsv<<tagIDShift).v(1).id16(id).str(fmt.Sprintf("req-%d", i)).str("h").
+		v(-5).v(60e9).u(bal).u(unit).money(25, -2).money(2, -1)
+}
+
+// withSection returns the encoding of a version 3 snapshot of b with its
+// window section replaced by sec, re-hashed: it passes the digest, so the
+// window decoder's own checks are what refuses it.
+func withSection(t testing.TB, b *book, seq uint64, sec []byte) []byte {
+	st, err := b.snapshotAs(seq, 3)
+	require.NoError(t, err)
+	st.window, st.WindowSize = sec, len(sec)
+	data, err := encodeSnapshot(st, "", nil)
+	require.NoError(t, err)
+	return data
+}
+
+// loadV3 decodes and loads data; it must not panic, and an error must be
+// ErrSnapshotInvalid.
+func loadV3(t testing.TB, data []byte) (*book, error) {
+	st, err := decodeSnapshot(data)
+	if err == nil {
+		var b *book
+		b, err = bookFromSnapshot(streams.Default(), time.Hour, 48*time.Hour, st)
+		if err == nil {
+			return b, nil
+		}
+	}
+	if !errors.Is(err, ErrSnapshotInvalid) {
+		t.Fatalf("error %v is not ErrSnapshotInvalid", err)
+	}
+	return nil, err
+}
+
+// TestSnapshot_Version3CorruptWindow: a window section that is wrong
+// inside a valid digest (re-hashed after corrupting it) is refused as
+// ErrSnapshotInvalid, never a panic: every truncation, a trailing byte,
+// and hand-made sections with an index out of range, a bad id kind or
+// tag, a string that is not UTF-8, an empty id, an amount out of range, a
+// count larger than the bytes, a reservation twice. Every single-byte
+// flip of a real section loads or is refused, without a panic. How it can
+// fail: a decoder that trusts a count or an index panics (index out of
+// range, makeslice) or loads a book the snapshot did not describe.
+func TestSnapshot_Version3CorruptWindow(t *testing.T) {
+	b, seq := v3Book(t)
+	st, err := b.snapshotAs(seq, 3)
+	require.NoError(t, err)
+	good := st.window
+	_, err = loadV3(t, withSection(t, b, seq, good))
+	require.NoError(t, err)
+	for n := 0; n < len(good); n++ {
+		_, err := loadV3(t, withSection(t, b, seq, good[:n]))
+		require.Error(t, err, "truncated to %d of %d bytes", n, len(good))
+	}
+	_, err = loadV3(t, withSection(t, b, seq, append(append([]byte(nil), good...), 0)))
+	require.ErrorContains(t, err, "after the window")
+	for i := range good {
+		for _, bit := range []byte{0x01, 0x80} {
+			c := append([]byte(nil), good...)
+			c[i] ^= bit
+			loadV3(t, withSection(t, b, seq, c))
+		}
+	}
+
+	// Hand-made sections replace the window: org:c's open set no longer
+	// names the window's "two".
+	delete(b.balances[streams.BalanceKey(events.BalanceRef{Scope: "org:c", Period: events.PeriodMonth, Instance: "2026-11"})].open, "two")
+	ok := func() *section { return (&section{}).u(1).str("USD") }
+	pad := make([]byte, 20) // past the count's bound: the entry's own check refuses it
+	// Balance 0 is org:b's (balances are sorted by key).
+	_, err = loadV3(t, withSection(t, b, seq, ok().u(1).entry(1, 0, 0).u(0).b))
+	require.NoError(t, err, "the hand-made section is valid")
+	for name, c := range map[string]struct {
+		sec  []byte
+		want string
+	}{
+		"balance index":   {ok().u(1).entry(1, 2, 0).u(0).b, "balance 2 of 2"},
+		"unit index":      {ok().u(1).entry(1, 0, 1).u(0).b, "unit 1 of 1"},
+		"id twice":        {ok().u(2).entry(1, 0, 0).entry(1, 0, 0).u(0).b, "twice"},
+		"id of the book":  {ok().u(1).raw(1).v(1).str("still-open").str("r").str("h").v(0).v(0).u(0).u(0).money(1, 0).money(1, 0).u(0).b, "twice"},
+		"id kind 3":       {ok().u(1).raw(1 | 3<<tagIDShift).v(1).raw(pad...).b, "id kind 3"},
+		"empty id":        {ok().u(1).raw(1).v(1).str("").raw(pad...).b, "empty id"},
+		"not UTF-8":       {ok().u(1).raw(1).v(1).str("a\xffb").raw(pad...).b, "not UTF-8"},
+		"unit not UTF-8":  {(&section{}).u(1).str("\xc3").b, "not UTF-8"},
+		"full form tag":   {ok().u(1).raw(0x10).v(1).str("{}").raw(pad...).b, "tag 0x10"},
+		"full form JSON":  {ok().u(1).raw(0).v(1).str("{").raw(pad...).b, "window"},
+		"full form open":  {ok().u(1).raw(0).v(1).str(`{"id":"x","status":"open","balances":[],"parts":[]}`).u(0).b, "not a closed reservation"},
+		"amount exponent": {ok().u(1).raw(1).v(1).str("a").str("b").str("h").v(0).v(0).u(0).u(0).money(1, 19).money(1, 0).u(0).b, "out of range"},
+		"amount digits":   {ok().u(1).raw(1).v(1).str("a").str("b").str("h").v(0).v(0).u(0).u(0).money(1, 0).money(1234567890123, 6).u(0).b, "out of range"},
+		"amount fraction": {ok().u(1).raw(1).v(1).str("a").str("b").str("h").v(0).v(0).u(0).u(0).money(1, -13).money(1, 0).u(0).b, "out of range"},
+		"count":           {ok().u(1 << 40).b, "entries in"},
+		"units count":     {(&section{}).u(1 << 40).b, "units in"},
+		"no queues":       {ok().b, "truncated"},
+	} {
+		_, err := loadV3(t, withSection(t, b, seq, c.sec))
+		require.ErrorContains(t, err, c.want, name)
+	}
+}
+
+// FuzzSnapshotV3 loads arbitrary window sections (inside a valid digest,
+// so that the decoder, not the digest, meets them): loading never panics,
+// an error is ErrSnapshotInvalid, and a section that loads gives a book
+// whose own version 3 snapshot loads into the same book. Run it with
+//
+//	go test -run '^$' -fuzz FuzzSnapshotV3 -fuzztime 30s ./internal/ledger/
+func FuzzSnapshotV3(f *testing.F) {
+	b, seq := v3Book(f)
+	st, err := b.snapshotAs(seq, 3)
+	require.NoError(f, err)
+	f.Add(st.window)
+	f.Add((&section{}).u(1).str("USD").u(1).entry(1, 0, 0).u(1).entry(2, 1, 0).b)
+	f.Add((&section{}).u(0).u(0).u(0).b)
+	f.Fuzz(func(t *testing.T, sec []byte) {
+		got, err := loadV3(t, withSection(t, b, seq, sec))
+		if err != nil {
+			return
+		}
+		again, _ := roundTrip(t, got, seq, 3)
+		require.Equal(t, bookView(got), bookView(again))
+	})
+}
+
+// BenchmarkSnapshotWindow measures a snapshot of a book whose idempotency
+// window holds N settled reservations (default 250,000;
+// SPENDGATE_WINDOW=N for another size) with ids as admit and the client
+// make them, in version 2 (the window as JSON) and version 3 (the window
+// section): bytes per window entry, the time to encode it, and the time
+// to decode and load it into a book, per million entries. Run it with
+//
+//	go test -run '^$' -bench BenchmarkSnapshotWindow -benchtime 1x ./internal/ledger/
+func BenchmarkSnapshotWindow(b *testing.B) {
+	n := 250_000
+	if v, err := strconv.Atoi(os.Getenv("SPENDGATE_WINDOW")); err == nil && v > 0 {
+		n = v
+	}
+	bk := newBook(streams.Default(), time.Hour, time.Hour)
+	const budgets = 256
+	var bals []*balance
+	for j := 0; j < budgets; j++ {
+		ref := events.BalanceRef{Scope: events.Scope(fmt.Sprintf("org:w%d", j)), Period: events.PeriodMonth, Instance: "2026-11"}
+		bl := &balance{key: streams.BalanceKey(ref), ref: ref, self: []events.BalanceRef{ref}, unit: "USD", open: map[string]*Reservation{}}
+		bk.balances[bl.key] = bl
+		bals = append(bals, bl)
+	}
+	for j := 0; j < n; j++ {
+		bl := bals[j%budgets]
+		h := uuid.New()
+		id := "rsv_" + uuid.Must(uuid.NewV7()).String()
+		at := bookT0.Add(time.Duration(j) * time.Millisecond)
+		bk.applyEvent(bl, bl.key, uint64(j+1), events.ReservationOpened{ReservationID: id, RequestID: uuid.NewString(), RequestHash: hex.EncodeToString(h[:]),
+			Balance: bl.ref, Amount: events.MustMoney("0.25"), Unit: "USD", Balances: bl.self, ExpiresAt: at.Add(time.Hour), At: at})
+		bk.applyEvent(bl, bl.key, uint64(j+1), events.ReservationSettled{ReservationID: id, Balance: bl.ref,
+			Reserved: events.MustMoney("0.25"), Actual: events.MustMoney("0.2"), Overrun: events.Zero, At: at})
+		bk.forgetUntil(uint64(j+1), at)
+	}
+	if bk.win.len() != n {
+		b.Fatalf("the window holds %d, want %d", bk.win.len(), n)
+	}
+	base := newBook(streams.Default(), time.Hour, time.Hour)
+	for _, bl := range bals {
+		base.balances[bl.key] = bl
+	}
+	empty, err := base.snapshotAs(uint64(n), 3)
+	require.NoError(b, err)
+	emptyData, err := encodeSnapshot(empty, "", nil)
+	require.NoError(b, err)
+	for _, version := range []int{2, 3} {
+		b.Run(fmt.Sprintf("v%d", version), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				start := time.Now()
+				st, err := bk.snapshotAs(uint64(n), version)
+				require.NoError(b, err)
+				data, err := encodeSnapshot(st, "", nil)
+				require.NoError(b, err)
+				enc := time.Since(start)
+				start = time.Now()
+				dec, err := decodeSnapshot(data)
+				require.NoError(b, err)
+				got, err := bookFromSnapshot(bk.layout, bk.retention, bk.expiredKeep, dec)
+				require.NoError(b, err)
+				load := time.Since(start)
+				require.Equal(b, n, got.win.len())
+				perM := 1e6 / float64(n)
+				b.ReportMetric(float64(len(data)-len(emptyData))/float64(n), "B/window-entry")
+				b.ReportMetric(enc.Seconds()*perM, "s-encode/M-entries")
+				b.ReportMetric(load.Seconds()*perM, "s-load/M-entries")
+			}
+		})
+	}
+}

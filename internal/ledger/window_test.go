@@ -1,0 +1,239 @@
+package ledger
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/streams"
+)
+
+// TestWindow_Model drives the window with random closes, forgets and
+// take-backs against a plain map model: every lookup, by id and by
+// request id, must give back the reservation that went in, field for
+// field, and nothing that was forgotten or taken. Ids mix the compact
+// shapes (UUIDs, "rsv_" + UUID, with upper-case and malformed look-alikes
+// that must not be compacted) with arbitrary text; amounts mix compact
+// and huge ones; some reservations hold two balances. How we know it can
+// fail: an entry written with one hash and looked up with another (a
+// compacted id hashed as text) is not found; a backward shift that skips
+// a slot loses entries; a materialized amount "0.20" read back as "0.2"
+// differs as text. With the hashes narrowed to 6 bits (narrow), most
+// probes meet slots whose fingerprint equals the key's but whose key does
+// not, and runs are long: a probe that trusted the fingerprint alone would
+// return the wrong reservation, and one that stopped at it would miss.
+func TestWindow_Model(t *testing.T) {
+	t.Run("full hash", func(t *testing.T) { testWindowModel(t, ^uint64(0)) })
+	t.Run("narrow", func(t *testing.T) { testWindowModel(t, 0x3f) })
+}
+
+func testWindowModel(t *testing.T, hashMask uint64) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	bk := newBook(streams.Default(), time.Hour, time.Hour)
+	bk.win.hashMask = hashMask
+	var usedReqs []string
+	bal := func(i int) *balance {
+		ref := events.BalanceRef{Scope: events.Scope(fmt.Sprintf("org:w%d", i)), Period: events.PeriodMonth, Instance: "2026-11"}
+		key := streams.BalanceKey(ref)
+		if bl := bk.balances[key]; bl != nil {
+			return bl
+		}
+		bl := &balance{key: key, ref: ref, self: []events.BalanceRef{ref}, open: map[string]*Reservation{}}
+		bk.balances[key] = bl
+		return bl
+	}
+	ids := func(j int) string {
+		switch j % 5 {
+		case 0:
+			return "rsv_" + uuid.NewString()
+		case 1:
+			return uuid.NewString()
+		case 2:
+			return "RSV_" + uuid.NewString()
+		case 3:
+			u := []byte(uuid.NewString())
+			u[0] = 'G'
+			return string(u)
+		}
+		return fmt.Sprintf("id-%d", j)
+	}
+	amounts := []string{"0.20", "0.2", "1", "0", "123456789012345678.000000000001", "7e3"}
+	type entry struct {
+		r     *Reservation
+		which int
+		at    time.Time
+	}
+	model := map[string]entry{}
+	reqs := map[string]string{}
+	now := bookT0
+	for step := 0; step < 20_000; step++ {
+		now = now.Add(time.Duration(rng.IntN(1000)) * time.Millisecond)
+		switch op := rng.IntN(10); {
+		case op < 7:
+			b1 := bal(rng.IntN(4))
+			amt, _ := new(events.Money), 0
+			*amt = events.MustMoney(map[bool]string{true: "0.25", false: "1"}[rng.IntN(2) == 0])
+			a := amounts[rng.IntN(len(amounts))]
+			if a == "7e3" {
+				a = "7000"
+			}
+			rid := ids(rng.IntN(1 << 30))
+			if len(usedReqs) > 0 && rng.IntN(8) == 0 {
+				rid = usedReqs[rng.IntN(len(usedReqs))] // a request id reused: the newer reservation wins
+			} else if len(usedReqs) < 512 {
+				usedReqs = append(usedReqs, rid)
+			} else {
+				usedReqs[rng.IntN(len(usedReqs))] = rid
+			}
+			r := &Reservation{ID: ids(rng.IntN(1 << 30)), RequestID: rid, RequestHash: fmt.Sprintf("%032x", rng.Uint64()),
+				Balances: b1.self, Parts: []Part{{Key: b1.key, Unit: "USD", Amount: events.MustMoney(a), Actual: *amt}},
+				OpenedAt: now.Add(-time.Minute), ExpiresAt: now.Add(time.Minute), Status: events.StatusSettled, Late: rng.IntN(3) == 0}
+			if rng.IntN(5) == 0 {
+				b2 := bal(4 + rng.IntN(2))
+				r.Balances = []events.BalanceRef{b1.ref, b2.ref}
+				r.Parts = append(r.Parts, Part{Key: b2.key, Unit: "requests", Amount: events.MoneyFromInt(1)})
+			}
+			if rng.IntN(7) == 0 {
+				r.RequestHash = "short"
+			}
+			which := winClosed
+			if rng.IntN(4) == 0 {
+				which, r.Status = winExpired, events.StatusExpired
+			}
+			// A reused request id now names r; the reservation it named
+			// before is still found by its own id.
+			bk.win.add(which, r, bk.windowBalance(r), now)
+			model[r.ID] = entry{r, which, now}
+			reqs[r.RequestID] = r.ID
+		case op < 8 && len(model) > 0:
+			for id := range model {
+				_, h, ok := bk.win.get(id, false)
+				require.True(t, ok)
+				got := bk.win.take(h)
+				require.Equal(t, model[id].r.ID, got.ID)
+				if reqs[got.RequestID] == id {
+					delete(reqs, got.RequestID)
+				}
+				delete(model, id)
+				break
+			}
+		default:
+			before := now.Add(-time.Duration(rng.IntN(600)) * time.Second)
+			which := rng.IntN(2)
+			bk.win.forget(which, before)
+			for id, e := range model {
+				if e.which == which && e.at.Before(before) {
+					delete(model, id)
+					if reqs[e.r.RequestID] == id {
+						delete(reqs, e.r.RequestID)
+					}
+				}
+			}
+		}
+		if step%500 == 0 || step == 19_999 {
+			require.Equal(t, len(model), bk.win.len(), "step %d", step)
+			for id, e := range model {
+				got, ok := bk.get(id)
+				require.True(t, ok, "step %d: %s", step, id)
+				require.Equal(t, fmt.Sprintf("%+v", *e.r), fmt.Sprintf("%+v", *got), "step %d", step)
+			}
+			for rid, id := range reqs {
+				got, ok := bk.byRequest(rid)
+				require.True(t, ok, "step %d: request %s", step, rid)
+				require.Equal(t, id, got.ID)
+			}
+		}
+	}
+}
+
+// TestCompactID: canonical UUIDs (bare or after "rsv_") compact and come
+// back as the same text; anything else does not compact.
+func TestCompactID(t *testing.T) {
+	for _, s := range []string{uuid.NewString(), "rsv_" + uuid.NewString(), "00000000-0000-0000-0000-000000000000"} {
+		b, kind, ok := compactID(s)
+		require.True(t, ok, s)
+		require.Equal(t, s, idText(b, kind))
+	}
+	for _, s := range []string{"", "rsv_", "x", "A0000000-0000-0000-0000-000000000000", "000000000000-0000-0000-0000-00000000",
+		"rsv-00000000-0000-0000-0000-000000000000", "{00000000-0000-0000-0000-000000000000}", "urn:uuid:00000000-0000-0000-0000-00",
+		// A dash where a digit belongs (it once read past the end).
+		"00000000-0000-0000-0000-0000000000-0", "00000000-0000-0000-0000--00000000000", "00000000-0000-0000-0000-00000-000000"} {
+		_, _, ok := compactID(s)
+		require.False(t, ok, s)
+	}
+}
+
+// BenchmarkWindow_Lookup looks up request ids in a window of N closed
+// reservations (default 500,000; SPENDGATE_WINDOW=N for another size), as
+// every admit does before it reserves: "miss" with fresh ids (the common
+// case, a new request), "hit" with ids the window holds (a retry), and
+// "close" adds one closed reservation and forgets the oldest (the
+// follower's work per close). Request ids are UUIDs (as the Go client
+// makes them) or free text (as the bench's callers send them). Run it with
+//
+//	go test -run '^$' -bench BenchmarkWindow_Lookup ./internal/ledger/
+func BenchmarkWindow_Lookup(b *testing.B) {
+	n := 500_000
+	if v, err := strconv.Atoi(os.Getenv("SPENDGATE_WINDOW")); err == nil && v > 0 {
+		n = v
+	}
+	for _, shape := range []string{"uuid", "text"} {
+		reqID := func(j int) string {
+			if shape == "uuid" {
+				return uuid.NewString()
+			}
+			return fmt.Sprintf("0a1b2c3d-hot64-3-c-%d-%d", j%64, j)
+		}
+		bk := newBook(streams.Default(), time.Hour, time.Hour)
+		ref := events.BalanceRef{Scope: "org:w", Period: events.PeriodMonth, Instance: "2026-11"}
+		bl := &balance{key: streams.BalanceKey(ref), ref: ref, self: []events.BalanceRef{ref}, unit: "USD", open: map[string]*Reservation{}}
+		bk.balances[bl.key] = bl
+		held := make([]string, 0, n)
+		closeOne := func(j int) {
+			at := bookT0.Add(time.Duration(j) * time.Microsecond)
+			r := &Reservation{ID: "rsv_" + uuid.NewString(), RequestID: reqID(j), RequestHash: fmt.Sprintf("%032x", j),
+				Balances: bl.self, Parts: []Part{{Key: bl.key, Unit: "USD", Amount: events.MustMoney("0.25"), Actual: events.MustMoney("0.2")}},
+				OpenedAt: at, ExpiresAt: at.Add(time.Hour), Status: events.StatusSettled}
+			bk.win.add(winClosed, r, bl, at)
+			if len(held) < cap(held) {
+				held = append(held, r.RequestID)
+			}
+		}
+		for j := 0; j < n; j++ {
+			closeOne(j)
+		}
+		fresh := make([]string, 4096)
+		for i := range fresh {
+			fresh[i] = reqID(n + 1_000_000 + i)
+		}
+		b.Run(shape+"/miss", func(b *testing.B) {
+			for i := 0; b.Loop(); i++ {
+				if _, _, ok := bk.win.get(fresh[i%len(fresh)], true); ok {
+					b.Fatal("a fresh id was found")
+				}
+			}
+		})
+		b.Run(shape+"/hit", func(b *testing.B) {
+			for i := 0; b.Loop(); i++ {
+				if _, _, ok := bk.win.get(held[(i*7919)%len(held)], true); !ok {
+					b.Fatal("a held id was not found")
+				}
+			}
+		})
+		j := n // the next close's index, across the sub-benchmark's runs
+		b.Run(shape+"/close", func(b *testing.B) {
+			for b.Loop() {
+				closeOne(j)
+				bk.win.forget(winClosed, bookT0.Add(time.Duration(j-n+1)*time.Microsecond))
+				j++
+			}
+		})
+	}
+}

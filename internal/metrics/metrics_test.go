@@ -1,0 +1,446 @@
+package metrics
+
+import (
+	"bytes"
+	"io"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/stretchr/testify/require"
+)
+
+// gather collects r once (failing on any collection error, such as two
+// series of one family with the same labels) and returns the families by
+// name.
+func gather(t *testing.T, r prometheus.Gatherer) map[string]*dto.MetricFamily {
+	t.Helper()
+	mfs, err := r.Gather()
+	require.NoError(t, err)
+	out := map[string]*dto.MetricFamily{}
+	for _, mf := range mfs {
+		out[mf.GetName()] = mf
+	}
+	return out
+}
+
+// sample returns the metric of f whose labels are exactly labels
+// (name=value pairs), or nil.
+func sample(f *dto.MetricFamily, labels ...string) *dto.Metric {
+	if f == nil {
+		return nil
+	}
+	want := map[string]string{}
+	for i := 0; i+1 < len(labels); i += 2 {
+		want[labels[i]] = labels[i+1]
+	}
+	for _, m := range f.GetMetric() {
+		if len(m.GetLabel()) != len(want) {
+			continue
+		}
+		match := true
+		for _, l := range m.GetLabel() {
+			if v, ok := want[l.GetName()]; !ok || v != l.GetValue() {
+				match = false
+			}
+		}
+		if match {
+			return m
+		}
+	}
+	return nil
+}
+
+func gaugeOf(t *testing.T, f *dto.MetricFamily, labels ...string) float64 {
+	t.Helper()
+	m := sample(f, labels...)
+	require.NotNil(t, m, "%s%v", f.GetName(), labels)
+	return m.GetGauge().GetValue()
+}
+
+// fullSet is a Set with every Register* called, as serve does.
+func fullSet(budgets func() []BudgetSample) *Set {
+	s := New(BuildInfo{Version: "v1.2.3", Commit: "deadbeef"})
+	one := func() uint64 { return 1 }
+	s.RegisterBudgets(3, budgets)
+	s.RegisterFollowerLag(func() uint64 { return 12 })
+	s.RegisterSnapshotAge(func() time.Duration { return -1 })
+	s.RegisterFeedRelay(FeedRelayStats{Relayed: one, Lost: one, Forged: one, Drift: one, Queued: one, CheckpointLoaded: one, CheckpointWritten: one})
+	s.RegisterLedgerHealth(func() LedgerHealth { return LedgerHealth{Ready: true, Leader: true, Delay: time.Second} })
+	s.RegisterTenantConsumerCheck(one, func() int64 { return 0 })
+	s.RegisterDenials(one, one, one)
+	s.RegisterReport(func() (int, int) { return 4, 5 })
+	// Every vector has a member, so that its family is gathered.
+	s.Admits.WithLabelValues(ResultAdmitted, "").Inc()
+	s.AdmitChecks.WithLabelValues("check", ResultAdmitted, "").Inc()
+	s.ObserveRequest("admit", CodeOK, time.Millisecond)
+	s.LedgerBusy.WithLabelValues(BusyInflight).Inc()
+	s.Rejected("unsigned")
+	s.Committed(2)
+	s.Conflicted()
+	s.Expired(3)
+	return s
+}
+
+func someBudgets() []BudgetSample {
+	return []BudgetSample{{Scope: "org:a", Period: "month", Unit: "USD", Open: 1, Spent: "1", Reserved: "0.05", Limit: "10"}}
+}
+
+// TestSet_Families pins every family spendgate had before it moved onto the
+// Prometheus client, with its type and labels (the README's metrics table),
+// plus the per-budget gauges added with it and the Go runtime's and the
+// process' own.
+func TestSet_Families(t *testing.T) {
+	fams := gather(t, fullSet(someBudgets).Registry)
+	for _, tc := range []struct {
+		name   string
+		typ    dto.MetricType
+		labels []string
+	}{
+		{"spendgate_admits_total", dto.MetricType_COUNTER, []string{"reason", "result"}},
+		{"spendgate_admit_checks_total", dto.MetricType_COUNTER, []string{"mode", "reason", "result"}},
+		{"spendgate_requests_total", dto.MetricType_COUNTER, []string{"code", "endpoint"}},
+		{"spendgate_request_duration_seconds", dto.MetricType_HISTOGRAM, []string{"endpoint"}},
+		{"spendgate_inflight_requests", dto.MetricType_GAUGE, nil},
+		{"spendgate_ledger_busy_total", dto.MetricType_COUNTER, []string{"cause"}},
+		{"spendgate_commits_total", dto.MetricType_COUNTER, nil},
+		{"spendgate_commit_txs", dto.MetricType_HISTOGRAM, nil},
+		{"spendgate_cas_conflicts_total", dto.MetricType_COUNTER, nil},
+		{"spendgate_sweeper_released_total", dto.MetricType_COUNTER, nil},
+		{"spendgate_revisions_rejected_total", dto.MetricType_COUNTER, []string{"reason"}},
+		{"spendgate_follower_lag_revisions", dto.MetricType_GAUGE, nil},
+		{"spendgate_open_reservations", dto.MetricType_GAUGE, []string{"period", "scope", "unit"}},
+		{"spendgate_reserved_amount", dto.MetricType_GAUGE, []string{"period", "scope", "unit"}},
+		{"spendgate_spent_amount", dto.MetricType_GAUGE, []string{"period", "scope", "unit"}},
+		{"spendgate_limit_amount", dto.MetricType_GAUGE, []string{"period", "scope", "unit"}},
+		{"spendgate_budget_utilization_ratio", dto.MetricType_GAUGE, []string{"period", "scope", "unit"}},
+		{"spendgate_budgets_not_exposed", dto.MetricType_GAUGE, nil},
+		{"spendgate_snapshot_age_seconds", dto.MetricType_GAUGE, nil},
+		{"spendgate_build_info", dto.MetricType_GAUGE, []string{"commit", "go_version", "version"}},
+		{"spendgate_feed_events_relayed_total", dto.MetricType_COUNTER, nil},
+		{"spendgate_feed_appends_lost_total", dto.MetricType_COUNTER, nil},
+		{"spendgate_feed_forged_total", dto.MetricType_COUNTER, nil},
+		{"spendgate_feed_limits_changed_total", dto.MetricType_COUNTER, nil},
+		{"spendgate_feed_queued_events", dto.MetricType_GAUGE, nil},
+		{"spendgate_ledger_ready", dto.MetricType_GAUGE, nil},
+		{"spendgate_ledger_stream_leader", dto.MetricType_GAUGE, nil},
+		{"spendgate_follower_delay_seconds", dto.MetricType_GAUGE, nil},
+		{"spendgate_feed_checkpoint_loaded_seq", dto.MetricType_GAUGE, nil},
+		{"spendgate_feed_checkpoint_written_seq", dto.MetricType_GAUGE, nil},
+		{"spendgate_feed_tenant_consumer_problems_total", dto.MetricType_COUNTER, nil},
+		{"spendgate_feed_tenant_consumers_wrong", dto.MetricType_GAUGE, nil},
+		{"spendgate_denials_recorded_total", dto.MetricType_COUNTER, nil},
+		{"spendgate_denials_dropped_total", dto.MetricType_COUNTER, nil},
+		{"spendgate_denials_failed_total", dto.MetricType_COUNTER, nil},
+		{"spendgate_report_cells", dto.MetricType_GAUGE, nil},
+		{"spendgate_report_reservations", dto.MetricType_GAUGE, nil},
+		{"go_goroutines", dto.MetricType_GAUGE, nil},
+		{"go_memstats_heap_alloc_bytes", dto.MetricType_GAUGE, nil},
+		{"process_cpu_seconds_total", dto.MetricType_COUNTER, nil},
+		{"process_resident_memory_bytes", dto.MetricType_GAUGE, nil},
+	} {
+		f := fams[tc.name]
+		require.NotNil(t, f, tc.name)
+		require.Equal(t, tc.typ, f.GetType(), tc.name)
+		require.NotEmpty(t, f.GetHelp(), tc.name)
+		for _, m := range f.GetMetric() {
+			var names []string
+			for _, l := range m.GetLabel() {
+				names = append(names, l.GetName())
+			}
+			require.Equal(t, tc.labels, names, tc.name)
+		}
+	}
+	bi := sample(fams["spendgate_build_info"], "version", "v1.2.3", "commit", "deadbeef", "go_version", runtime.Version())
+	require.NotNil(t, bi)
+	require.Equal(t, 1.0, bi.GetGauge().GetValue())
+	require.True(t, math.IsNaN(gaugeOf(t, fams["spendgate_snapshot_age_seconds"])))
+	require.Equal(t, 12.0, gaugeOf(t, fams["spendgate_follower_lag_revisions"]))
+	require.Equal(t, 3.0, fams["spendgate_sweeper_released_total"].GetMetric()[0].GetCounter().GetValue())
+}
+
+// TestSet_Lint runs the Prometheus linter (what promtool check metrics
+// runs) over a full Set: names, suffixes, units, help texts.
+func TestSet_Lint(t *testing.T) {
+	s := fullSet(someBudgets)
+	problems, err := testutil.GatherAndLint(s.Registry)
+	require.NoError(t, err)
+	var ours []string
+	for _, p := range problems {
+		if strings.HasPrefix(p.Metric, "spendgate_") {
+			ours = append(ours, p.Metric+": "+p.Text)
+		}
+	}
+	require.Empty(t, ours)
+}
+
+// TestSet_Promtool pipes a scrape of a full Set through `promtool check
+// metrics`, when promtool is installed (Debian's prometheus package has it;
+// CI does not install it: the package is about 100 MB, and TestSet_Lint
+// runs the same linter in process).
+func TestSet_Promtool(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Skip("promtool is not installed (apt-get install prometheus); TestSet_Lint runs its linter in process")
+	}
+	srv := httptest.NewServer(fullSet(someBudgets).Handler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	resp.Body.Close()
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = bytes.NewReader(body)
+	out, err := cmd.CombinedOutput()
+	// promtool exits 3 for lint warnings of families not ours (go_*,
+	// process_*); everything it says about ours is a failure.
+	for _, line := range strings.Split(string(out), "\n") {
+		require.NotContains(t, line, "spendgate_", string(out))
+	}
+	if err != nil {
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee, string(out))
+		require.NotEqual(t, 1, ee.ExitCode(), "promtool could not parse the scrape:\n%s", out)
+	}
+}
+
+// TestSet_RegisterBudgets: a scope with a USD and a requests budget in the
+// same period gets one series per unit in every per-budget family (on the
+// hand-written exposition, spendgate_open_reservations had no unit label
+// and wrote two series with the same labels, which Prometheus rejects); the
+// series limit keeps the budgets nearest their limit; amounts are exact
+// decimals turned into the float a Prometheus server would parse them to.
+func TestSet_RegisterBudgets(t *testing.T) {
+	var calls int
+	var mu sync.Mutex
+	book := []BudgetSample{
+		{Scope: "org:a", Period: "month", Unit: "USD", Open: 1, Spent: "1", Reserved: "0.05", Limit: "100"},                                  // 1.05 %
+		{Scope: "org:a", Period: "month", Unit: "requests", Open: 7, Spent: "80", Reserved: "7", Limit: "100"},                               // 87 %
+		{Scope: "org:b", Period: "day", Unit: "USD", Open: 2, Spent: "0.1", Reserved: "100000000000000000.000000000001", Limit: "1e30"},      // bad limit: NaN
+		{Scope: "org:c", Period: "day", Unit: "USD", Open: 0, Spent: "9", Reserved: "0", Limit: "10"},                                        // 90 %
+		{Scope: "org:d", Period: "lifetime", Unit: "USD", Open: 9, Spent: "0.25", Reserved: "0", Limit: "0"},                                 // zero limit, used: +Inf
+		{Scope: "org:e", Period: "week", Unit: "tokens", Open: 0, Spent: "0", Reserved: "0", Limit: "1000"},                                  // 0 %
+		{Scope: "org:f", Period: "week", Unit: "USD", Open: 3, Spent: "123456789012345678.123456789012", Reserved: "0", Limit: "1000000000"}, // huge
+	}
+	s := New(BuildInfo{})
+	s.RegisterBudgets(4, func() []BudgetSample {
+		mu.Lock()
+		calls++
+		mu.Unlock()
+		return book
+	})
+	fams := gather(t, s.Registry)
+	require.Equal(t, 1, calls, "one read of the book per scrape")
+	require.Equal(t, "org:a", book[0].Scope, "the callback's slice is not reordered")
+	open := fams["spendgate_open_reservations"]
+	require.Len(t, open.GetMetric(), 4)
+	// The four nearest their limit: f (huge), d (+Inf), c (90 %), a/requests (87 %).
+	require.Equal(t, 7.0, gaugeOf(t, open, "scope", "org:a", "period", "month", "unit", "requests"))
+	require.Nil(t, sample(open, "scope", "org:a", "period", "month", "unit", "USD"), "1 % is not among the four nearest")
+	require.Equal(t, 9.0, gaugeOf(t, open, "scope", "org:d", "period", "lifetime", "unit", "USD"))
+	require.Equal(t, 3.0, gaugeOf(t, fams["spendgate_budgets_not_exposed"]))
+
+	util := fams["spendgate_budget_utilization_ratio"]
+	require.Equal(t, 0.87, gaugeOf(t, util, "scope", "org:a", "period", "month", "unit", "requests"))
+	require.Equal(t, 0.9, gaugeOf(t, util, "scope", "org:c", "period", "day", "unit", "USD"))
+	require.True(t, math.IsInf(gaugeOf(t, util, "scope", "org:d", "period", "lifetime", "unit", "USD"), 1))
+	require.Equal(t, 123456789.012345678123456789012, gaugeOf(t, util, "scope", "org:f", "period", "week", "unit", "USD"))
+
+	exact := "123456789012345678.123456789012"
+	f, err := strconv.ParseFloat(exact, 64)
+	require.NoError(t, err)
+	require.Equal(t, f, gaugeOf(t, fams["spendgate_spent_amount"], "scope", "org:f", "period", "week", "unit", "USD"),
+		"the float Prometheus would parse the exact decimal to")
+	require.Equal(t, 7.0, gaugeOf(t, fams["spendgate_reserved_amount"], "scope", "org:a", "period", "month", "unit", "requests"))
+	require.Equal(t, 80.0, gaugeOf(t, fams["spendgate_spent_amount"], "scope", "org:a", "period", "month", "unit", "requests"))
+	require.Equal(t, 100.0, gaugeOf(t, fams["spendgate_limit_amount"], "scope", "org:a", "period", "month", "unit", "requests"))
+	require.Equal(t, 0.0, gaugeOf(t, fams["spendgate_limit_amount"], "scope", "org:d", "period", "lifetime", "unit", "USD"))
+
+	// With room for all, both units of org:a are there, and an amount
+	// that is not a plain decimal shows as NaN, never as a number.
+	s = New(BuildInfo{})
+	s.RegisterBudgets(0, func() []BudgetSample { return book })
+	fams = gather(t, s.Registry)
+	for _, name := range []string{"spendgate_open_reservations", "spendgate_reserved_amount", "spendgate_spent_amount", "spendgate_limit_amount", "spendgate_budget_utilization_ratio"} {
+		require.Len(t, fams[name].GetMetric(), len(book), name)
+		require.NotNil(t, sample(fams[name], "scope", "org:a", "period", "month", "unit", "USD"), name)
+		require.NotNil(t, sample(fams[name], "scope", "org:a", "period", "month", "unit", "requests"), name)
+	}
+	require.True(t, math.IsNaN(gaugeOf(t, fams["spendgate_limit_amount"], "scope", "org:b", "period", "day", "unit", "USD")))
+	require.True(t, math.IsNaN(gaugeOf(t, fams["spendgate_budget_utilization_ratio"], "scope", "org:b", "period", "day", "unit", "USD")))
+	require.Equal(t, 0.0105, gaugeOf(t, fams["spendgate_budget_utilization_ratio"], "scope", "org:a", "period", "month", "unit", "USD"))
+	require.Equal(t, 0.0, gaugeOf(t, fams["spendgate_budgets_not_exposed"]))
+}
+
+// TestRankBudgets compares utilizations exactly: two ratios a float64
+// cannot tell apart still rank in order.
+func TestRankBudgets(t *testing.T) {
+	all := []BudgetSample{
+		{Scope: "a", Spent: "0.99999999999999999999", Reserved: "0", Limit: "1"},
+		{Scope: "b", Spent: "0.99999999999999999998", Reserved: "0", Limit: "1"},
+		{Scope: "c", Spent: "0", Reserved: "0", Limit: "0"},     // nothing fits: 1
+		{Scope: "d", Spent: "1", Reserved: "0.5", Limit: "2"},   // 0.75
+		{Scope: "e", Spent: "x", Reserved: "0", Limit: "1"},     // unparsable: last
+		{Scope: "f", Spent: "0", Reserved: "0.001", Limit: "0"}, // +Inf
+		{Scope: "g", Spent: "1", Reserved: "0", Limit: "1", Open: 2},
+	}
+	var got []string
+	for _, r := range rankBudgets(all, len(all)-1) {
+		got = append(got, r.Scope)
+	}
+	require.Equal(t, []string{"f", "g", "c", "a", "b", "d"}, got)
+}
+
+// TestSet_Concurrent increments from many goroutines while others scrape
+// over HTTP: every scrape parses, and the totals are exact.
+func TestSet_Concurrent(t *testing.T) {
+	s := New(BuildInfo{Version: "test", Commit: "abc"})
+	s.RegisterBudgets(0, someBudgets)
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	const workers, per = 4, 1000
+	stop := make(chan struct{})
+	scrapeErr := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				scrapeErr <- nil
+				return
+			default:
+			}
+			resp, err := http.Get(srv.URL)
+			if err == nil {
+				p := expfmt.NewTextParser(model.LegacyValidation)
+				_, err = p.TextToMetricFamilies(resp.Body)
+				resp.Body.Close()
+			}
+			if err != nil {
+				scrapeErr <- err
+				return
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range per {
+				s.Admits.WithLabelValues(ResultDenied, "r"+strconv.Itoa(i%5)).Inc()
+				s.ObserveRequest("admit", CodeOK, time.Duration(i%10)*time.Millisecond)
+				s.Inflight.Inc()
+				s.Committed(w + 1)
+				s.Inflight.Dec()
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	require.NoError(t, <-scrapeErr)
+	fams := gather(t, s.Registry)
+	for i := range 5 {
+		m := sample(fams["spendgate_admits_total"], "result", "denied", "reason", "r"+strconv.Itoa(i))
+		require.Equal(t, float64(workers*per/5), m.GetCounter().GetValue())
+	}
+	require.Equal(t, float64(workers*per), testutil.ToFloat64(s.Commits))
+	require.Equal(t, 0.0, testutil.ToFloat64(s.Inflight))
+	h := sample(fams["spendgate_request_duration_seconds"], "endpoint", "admit").GetHistogram()
+	require.Equal(t, uint64(workers*per), h.GetSampleCount())
+	txs := fams["spendgate_commit_txs"].GetMetric()[0].GetHistogram()
+	for _, b := range txs.GetBucket() {
+		if b.GetUpperBound() == 2 {
+			require.Equal(t, uint64(2*per), b.GetCumulativeCount(), "workers 0 and 1 observed 1 and 2")
+		}
+	}
+}
+
+// TestHandler serves the text format with the documented content type,
+// bucket bounds as written before the move (le="0.00025").
+func TestHandler(t *testing.T) {
+	s := New(BuildInfo{})
+	s.ObserveRequest("settle", "unknown_reservation", 3*time.Millisecond)
+	s.ObserveRequest("settle", CodeOK, 20*time.Second)
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, ContentType, resp.Header.Get("Content-Type"))
+	require.True(t, strings.HasPrefix(ContentType, "text/plain; version=0.0.4"), ContentType)
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	body := string(b)
+	for _, line := range []string{
+		`spendgate_requests_total{code="unknown_reservation",endpoint="settle"} 1`,
+		`spendgate_requests_total{code="ok",endpoint="settle"} 1`,
+		`spendgate_request_duration_seconds_bucket{endpoint="settle",le="0.00025"} 0`,
+		`spendgate_request_duration_seconds_bucket{endpoint="settle",le="0.005"} 1`,
+		`spendgate_request_duration_seconds_bucket{endpoint="settle",le="10"} 1`,
+		`spendgate_request_duration_seconds_bucket{endpoint="settle",le="+Inf"} 2`,
+	} {
+		require.Contains(t, body, line+"\n")
+	}
+	require.Contains(t, body, "\ngo_goroutines ")
+	require.Contains(t, body, "\nprocess_start_time_seconds ")
+}
+
+// TestNew_OwnRegistry: two Sets in one process do not collide (nothing is
+// registered in the client library's global registry).
+func TestNew_OwnRegistry(t *testing.T) {
+	a, b := New(BuildInfo{}), New(BuildInfo{})
+	a.Commits.Inc()
+	require.Equal(t, 0.0, testutil.ToFloat64(b.Commits))
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	require.NoError(t, err)
+	names := make([]string, 0, len(mfs))
+	for _, mf := range mfs {
+		names = append(names, mf.GetName())
+	}
+	sort.Strings(names)
+	require.False(t, slices.ContainsFunc(names, func(n string) bool { return strings.HasPrefix(n, "spendgate_") }), names)
+}
+
+// TestReadme_AlertingRules checks the README's alerting rules: every
+// spendgate_ metric they name exists (the gateway's are in
+// internal/gateway), and promtool accepts the file when it is installed.
+func TestReadme_AlertingRules(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	_, rest, ok := strings.Cut(string(readme), "```yaml\ngroups:\n- name: spendgate\n")
+	require.True(t, ok, "the README's alerting rules")
+	rules, _, ok := strings.Cut(rest, "```")
+	require.True(t, ok)
+	rules = "groups:\n- name: spendgate\n" + rules
+	fams := gather(t, fullSet(someBudgets).Registry)
+	for _, name := range regexp.MustCompile(`spendgate_[a-z_]+`).FindAllString(rules, -1) {
+		if !strings.HasPrefix(name, "spendgate_gateway_") {
+			require.Contains(t, fams, name)
+		}
+	}
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Skip("promtool is not installed: the rules' syntax is not checked")
+	}
+	f := filepath.Join(t.TempDir(), "rules.yml")
+	require.NoError(t, os.WriteFile(f, []byte(rules), 0o644))
+	out, err := exec.Command(promtool, "check", "rules", f).CombinedOutput()
+	require.NoError(t, err, string(out))
+}

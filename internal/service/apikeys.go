@@ -1,0 +1,267 @@
+package service
+
+import (
+	"context"
+	"crypto/subtle"
+	"unicode/utf8"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/ledger"
+	"github.com/spendgate/spendgate/streams"
+)
+
+// addAPIKeyEndpoints registers the API key endpoints with add (Start's),
+// on the deployment's subjects only: a tenant does not manage keys (a key
+// names its tenant).
+func (s *Service) addAPIKeyEndpoints(add func(name, desc string, h handler, bh batchHandler, single string, tenants bool) error) error {
+	for _, e := range []struct {
+		name, desc string
+		h          handler
+	}{
+		{streams.EndpointAPIKeyCreate, "store a new gateway API key: the hash of its secret, its scopes", s.apikeyCreate},
+		{streams.EndpointAPIKeyRotate, "replace an API key's hash: the old secret stops working", s.apikeyRotate},
+		{streams.EndpointAPIKeyDisable, "disable an API key", s.apikeyDisable},
+		{streams.EndpointAPIKeyEnable, "enable a disabled API key", s.apikeyEnable},
+		{streams.EndpointAPIKeyGet, "read an API key (never its hash)", s.apikeyGet},
+		{streams.EndpointAPIKeyList, "list every API key (never their hashes)", s.apikeyList},
+		{streams.EndpointAPIKeyResolve, "the scopes of the key a presented secret opens", s.apikeyResolve},
+	} {
+		if err := add(e.name, e.desc, e.h, nil, "", false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// APIKeyView is k on the wire: never its hash.
+func APIKeyView(k ledger.APIKey) events.APIKeyView {
+	v := events.APIKeyView{ID: k.ID, Prefix: events.APIKeyPrefix + k.ID + "_", Scopes: k.Scopes, Tenant: k.Tenant,
+		Access: k.Access, Name: k.Name, Disabled: k.Disabled, CreatedAt: k.CreatedAt, Version: k.Version}
+	if v.Scopes == nil {
+		v.Scopes = []string{}
+	}
+	if !k.RotatedAt.IsZero() {
+		at := k.RotatedAt
+		v.RotatedAt = &at
+	}
+	return v
+}
+
+// ParseAPIKeyCreate validates apikey.create. Errors (*events.Error), in
+// precedence order: CodeInvalidIdentifier (id, a scope, tenant),
+// CodeInvalidRequest (hash; more than events.MaxScopes scopes or one
+// twice; access; name; a key with neither scopes nor access).
+func ParseAPIKeyCreate(req events.APIKeyCreateRequest) (ledger.APIKey, error) {
+	if err := events.ValidateKeyID(req.ID); err != nil {
+		return ledger.APIKey{}, err
+	}
+	if err := events.ValidateKeyHash(req.Hash); err != nil {
+		return ledger.APIKey{}, err
+	}
+	if len(req.Scopes) > events.MaxScopes {
+		return ledger.APIKey{}, events.Errorf(events.CodeInvalidRequest, "a key names at most %d scopes", events.MaxScopes)
+	}
+	seen := map[string]bool{}
+	for _, sc := range req.Scopes {
+		if _, err := events.ParseScope(sc); err != nil {
+			return ledger.APIKey{}, err
+		}
+		if seen[sc] {
+			return ledger.APIKey{}, events.Errorf(events.CodeInvalidRequest, "scope %s is named twice", sc)
+		}
+		seen[sc] = true
+	}
+	if req.Tenant != "" {
+		if err := events.ValidateTenant(req.Tenant); err != nil {
+			return ledger.APIKey{}, err
+		}
+	}
+	if err := events.ValidateAccess(req.Access); err != nil {
+		return ledger.APIKey{}, err
+	}
+	if len(req.Name) > events.MaxKeyNameLen || !utf8.ValidString(req.Name) {
+		return ledger.APIKey{}, events.Errorf(events.CodeInvalidRequest, "name must be UTF-8 of at most %d bytes", events.MaxKeyNameLen)
+	}
+	if len(req.Scopes) == 0 && req.Access == events.AccessNone {
+		return ledger.APIKey{}, events.Errorf(events.CodeInvalidRequest, "a key with no scopes and no access could call nothing: give --scope (the gateway) or --access (the HTTP API)")
+	}
+	return ledger.APIKey{ID: req.ID, Hash: req.Hash, Scopes: req.Scopes, Tenant: req.Tenant, Access: req.Access, Name: req.Name}, nil
+}
+
+// refuseTenant refuses an API key request that came on a tenant's subject
+// (the endpoints have none; this holds if one is ever added).
+func refuseTenant(ctx context.Context) error {
+	if events.TenantFromContext(ctx) != "" {
+		return events.Errorf(events.CodeInvalidRequest, "API keys are managed by the deployment, not by a tenant")
+	}
+	return nil
+}
+
+func (s *Service) apikeyCreate(ctx context.Context, data []byte) (any, error) {
+	var req events.APIKeyCreateRequest
+	if err := events.DecodeRequest(data, &req); err != nil {
+		return nil, err
+	}
+	if err := refuseTenant(ctx); err != nil {
+		return nil, err
+	}
+	def, err := ParseAPIKeyCreate(req)
+	if err != nil {
+		return nil, err
+	}
+	ch, err := s.l.DefineAPIKey(ctx, def.ID, func(_ ledger.APIKey, exists bool) (ledger.APIKey, error) {
+		if exists {
+			return ledger.APIKey{}, events.Errorf(events.CodeKeyExists, "key %s exists; make a new id", def.ID)
+		}
+		return def, nil
+	}, s.now())
+	if err != nil {
+		return nil, err
+	}
+	return events.APIKeyPutReply{APIKeyView: APIKeyView(ch.Key), Created: !ch.Existed, Changed: ch.Changed}, nil
+}
+
+// changeAPIKey applies f to an existing key id (unknown_key if none).
+func (s *Service) changeAPIKey(ctx context.Context, id string, f func(*ledger.APIKey)) (any, error) {
+	if err := refuseTenant(ctx); err != nil {
+		return nil, err
+	}
+	if err := events.ValidateKeyID(id); err != nil {
+		return nil, err
+	}
+	// A key just created through another replica: fold it first.
+	if err := s.l.Sync(ctx); err != nil {
+		return nil, err
+	}
+	ch, err := s.l.DefineAPIKey(ctx, id, func(cur ledger.APIKey, exists bool) (ledger.APIKey, error) {
+		if !exists {
+			return ledger.APIKey{}, events.Errorf(events.CodeUnknownKey, "no key has id %s", id)
+		}
+		cur.Scopes = append([]string(nil), cur.Scopes...)
+		f(&cur)
+		return cur, nil
+	}, s.now())
+	if err != nil {
+		return nil, err
+	}
+	return events.APIKeyPutReply{APIKeyView: APIKeyView(ch.Key), Changed: ch.Changed}, nil
+}
+
+func (s *Service) apikeyRotate(ctx context.Context, data []byte) (any, error) {
+	var req events.APIKeyRotateRequest
+	if err := events.DecodeRequest(data, &req); err != nil {
+		return nil, err
+	}
+	if err := events.ValidateKeyHash(req.Hash); err != nil {
+		return nil, err
+	}
+	return s.changeAPIKey(ctx, req.ID, func(k *ledger.APIKey) { k.Hash = req.Hash })
+}
+
+func (s *Service) apikeyDisable(ctx context.Context, data []byte) (any, error) {
+	var req events.APIKeyIDRequest
+	if err := events.DecodeRequest(data, &req); err != nil {
+		return nil, err
+	}
+	return s.changeAPIKey(ctx, req.ID, func(k *ledger.APIKey) { k.Disabled = true })
+}
+
+func (s *Service) apikeyEnable(ctx context.Context, data []byte) (any, error) {
+	var req events.APIKeyIDRequest
+	if err := events.DecodeRequest(data, &req); err != nil {
+		return nil, err
+	}
+	return s.changeAPIKey(ctx, req.ID, func(k *ledger.APIKey) { k.Disabled = false })
+}
+
+// lookupAPIKey returns key id, folding the stream first if this replica
+// does not hold it (created through another replica a moment ago).
+func (s *Service) lookupAPIKey(ctx context.Context, id string) (ledger.APIKey, error) {
+	if err := events.ValidateKeyID(id); err != nil {
+		return ledger.APIKey{}, err
+	}
+	k, ok := s.l.APIKey(id)
+	if !ok {
+		if err := s.l.Sync(ctx); err != nil {
+			return ledger.APIKey{}, err
+		}
+		if k, ok = s.l.APIKey(id); !ok {
+			return ledger.APIKey{}, events.Errorf(events.CodeUnknownKey, "no key has id %s", id)
+		}
+	}
+	return k, nil
+}
+
+func (s *Service) apikeyGet(ctx context.Context, data []byte) (any, error) {
+	var req events.APIKeyIDRequest
+	if err := events.DecodeRequest(data, &req); err != nil {
+		return nil, err
+	}
+	if err := refuseTenant(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.l.Sync(ctx); err != nil {
+		return nil, err
+	}
+	k, err := s.lookupAPIKey(ctx, req.ID)
+	if err != nil {
+		return nil, err
+	}
+	return APIKeyView(k), nil
+}
+
+func (s *Service) apikeyList(ctx context.Context, data []byte) (any, error) {
+	var req events.APIKeyListRequest
+	if len(data) > 0 {
+		if err := events.DecodeRequest(data, &req); err != nil {
+			return nil, err
+		}
+	}
+	if err := refuseTenant(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.l.Sync(ctx); err != nil {
+		return nil, err
+	}
+	ks := s.l.APIKeys()
+	out := events.APIKeyListReply{Keys: make([]events.APIKeyView, 0, len(ks))}
+	for _, k := range ks {
+		out.Keys = append(out.Keys, APIKeyView(k))
+	}
+	return out, nil
+}
+
+// apikeyResolve answers what the key a presented secret opens may do.
+// Errors, in precedence order: CodeInvalidRequest (body), CodeInvalidIdentifier
+// (id), CodeInvalidRequest (hash), CodeUnknownKey (no such key, or another
+// hash: not told apart), CodeKeyDisabled, CodeLedgerUnavailable.
+func (s *Service) apikeyResolve(ctx context.Context, data []byte) (any, error) {
+	var req events.APIKeyResolveRequest
+	if err := events.DecodeRequest(data, &req); err != nil {
+		return nil, err
+	}
+	if err := refuseTenant(ctx); err != nil {
+		return nil, err
+	}
+	if err := events.ValidateKeyID(req.ID); err != nil {
+		return nil, err
+	}
+	if err := events.ValidateKeyHash(req.Hash); err != nil {
+		return nil, err
+	}
+	k, err := s.lookupAPIKey(ctx, req.ID)
+	if err != nil {
+		return nil, err
+	}
+	if subtle.ConstantTimeCompare([]byte(k.Hash), []byte(req.Hash)) != 1 {
+		return nil, events.Errorf(events.CodeUnknownKey, "no key has id %s", req.ID)
+	}
+	if k.Disabled {
+		return nil, events.Errorf(events.CodeKeyDisabled, "key %s is disabled", req.ID)
+	}
+	scopes := k.Scopes
+	if scopes == nil {
+		scopes = []string{}
+	}
+	return events.APIKeyResolveReply{ID: k.ID, Scopes: scopes, Tenant: k.Tenant, Access: k.Access, Version: k.Version}, nil
+}

@@ -1,0 +1,172 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/ledger"
+)
+
+func (s *Service) budgetPut(ctx context.Context, data []byte) (any, error) {
+	var req events.BudgetPutRequest
+	if err := events.DecodeRequest(data, &req); err != nil {
+		return nil, err
+	}
+	if kind, ok, err := events.ParseDefaultScope(req.Scope); ok || err != nil {
+		if err != nil {
+			return nil, err
+		}
+		return s.defaultPut(ctx, kind, req)
+	}
+	ref, edit, err := parseBudgetPut(req)
+	if err != nil {
+		return nil, err
+	}
+	ref.Scope = events.TenantScope(events.TenantFromContext(ctx), ref.Scope)
+	// Fold every lane and definition written so far, from any replica,
+	// before the edit reads the definition it changes.
+	if err := s.l.Sync(ctx); err != nil {
+		return nil, err
+	}
+	ch, err := s.l.EditBudget(ctx, ref, req.Unit, edit, s.now())
+	if err != nil {
+		return nil, err
+	}
+	v, err := s.BudgetView(ch.Budget.Ref)
+	if err != nil {
+		return nil, err
+	}
+	return putReply(v, ch), nil
+}
+
+// putReply is the reply to a put of a budget (v, its view) or a default.
+func putReply(v events.BudgetView, ch ledger.BudgetChange) events.BudgetPutReply {
+	out := events.BudgetPutReply{BudgetView: v, Created: !ch.Existed, Changed: ch.Changed}
+	if ch.Existed && len(ch.Changed) > 0 {
+		out.Previous = &events.BudgetDefinition{Limit: ch.Prev.Limit.String(), Unit: ch.Prev.Unit, TZ: ch.Prev.TZ, Disabled: ch.Prev.Disabled,
+			Thresholds: moneyStrings(ch.Prev.Thresholds)}
+		if ch.Prev.FixedSlot != nil {
+			out.Previous.FixedSlot = ch.Prev.FixedSlot.String()
+		}
+	}
+	return out
+}
+
+// parseBudgetPut validates a budget put and returns the budget it names
+// and the edit that applies it to the current definition: the fields the
+// put names replace the current ones, the others are kept (all of them
+// reset with Replace). Errors (*events.Error), in precedence order:
+// CodeInvalidIdentifier (scope), CodeInvalidPeriod, CodeInvalidAmount
+// (limit: its message names "limit"; 0 without allow_zero),
+// CodeInvalidUnit, CodeInvalidTZ, CodeInvalidAmount (fixed_slot: not a
+// decimal > 0), the thresholds' code, CodeInvalidRequest (alerts false
+// with thresholds). With replace, a missing limit or unit is
+// CodeInvalidAmount or CodeInvalidUnit. The edit returns, when the budget
+// does not exist, CodeUnknownBudget (no limit) or CodeInvalidUnit (no
+// unit), and CodeInvalidAmount for a fixed slot on a count budget.
+func parseBudgetPut(req events.BudgetPutRequest) (events.BudgetRef, ledger.BudgetEdit, error) {
+	scope, err := events.ParseScope(req.Scope)
+	if err != nil {
+		return events.BudgetRef{}, nil, err
+	}
+	period, err := events.ParsePeriod(req.Period)
+	if err != nil {
+		return events.BudgetRef{}, nil, err
+	}
+	var limit *events.Money
+	if req.Limit != "" || req.Replace {
+		l, err := parseField("limit", req.Limit)
+		if err != nil {
+			return events.BudgetRef{}, nil, err
+		}
+		if l.IsZero() && !req.AllowZero {
+			return events.BudgetRef{}, nil, events.Errorf(events.CodeInvalidAmount,
+				"limit 0 denies every admit; to mean that, put \"allow_zero\": true (or \"disabled\": true to switch the budget off)")
+		}
+		limit = &l
+	}
+	if req.Unit != "" || req.Replace {
+		if err := events.ValidateUnit(req.Unit); err != nil {
+			return events.BudgetRef{}, nil, err
+		}
+	}
+	if req.TZ != nil {
+		if _, err := events.LoadZone(*req.TZ); err != nil {
+			return events.BudgetRef{}, nil, err
+		}
+	}
+	var slot *events.Money
+	if req.FixedSlot != nil && *req.FixedSlot != "" {
+		s, err := parseField("fixed_slot", *req.FixedSlot)
+		if err != nil {
+			return events.BudgetRef{}, nil, err
+		}
+		if s.IsZero() {
+			return events.BudgetRef{}, nil, events.Errorf(events.CodeInvalidAmount, "fixed_slot must be greater than zero (\"\" removes it)")
+		}
+		slot = &s
+	}
+	var thresholds []events.Money
+	if len(req.Thresholds) > 0 {
+		if req.Alerts != nil && !*req.Alerts {
+			return events.BudgetRef{}, nil, events.Errorf(events.CodeInvalidRequest, "alerts false turns alerts off; thresholds turn them on: give one or the other")
+		}
+		if thresholds, err = events.ParseThresholds(req.Thresholds); err != nil {
+			return events.BudgetRef{}, nil, err
+		}
+	}
+	edit := func(cur ledger.Budget, existed bool) (ledger.Budget, error) {
+		def := cur
+		if !existed || req.Replace {
+			def = ledger.Budget{}
+		}
+		if limit != nil {
+			def.Limit = *limit
+		} else if !existed {
+			return ledger.Budget{}, events.Errorf(events.CodeUnknownBudget, "no budget is defined for scope %s per %s; a put that defines one needs limit and unit", scope.Local(), period)
+		}
+		if req.Unit != "" {
+			def.Unit = req.Unit
+		} else if !existed {
+			return ledger.Budget{}, events.Errorf(events.CodeInvalidUnit, "unit is required to define the budget %s per %s (a currency such as USD, or requests)", scope.Local(), period)
+		}
+		if req.TZ != nil {
+			def.TZ = *req.TZ
+		}
+		if req.Disabled != nil {
+			def.Disabled = *req.Disabled
+		}
+		if req.FixedSlot != nil {
+			def.FixedSlot = slot
+		}
+		switch {
+		case thresholds != nil:
+			def.Thresholds = thresholds
+		case req.Alerts != nil && !*req.Alerts:
+			def.Thresholds = nil
+		case req.Alerts != nil && len(def.Thresholds) == 0:
+			def.Thresholds = events.DefaultThresholds
+		}
+		if def.FixedSlot != nil && events.IsCount(def.Unit) {
+			return ledger.Budget{}, events.Errorf(events.CodeInvalidAmount, "fixed_slot applies to money budgets; a %s budget reserves 1 per admit", def.Unit)
+		}
+		return def, nil
+	}
+	return events.BudgetRef{Scope: scope, Period: period}, edit, nil
+}
+
+// parseField parses a decimal field of a put, its errors naming the field
+// instead of "amount".
+func parseField(name, s string) (events.Money, error) {
+	m, err := events.ParseMoney(s)
+	if err != nil {
+		var e *events.Error
+		if errors.As(err, &e) && strings.HasPrefix(e.Message, "amount") {
+			return events.Money{}, &events.Error{Code: e.Code, Message: name + strings.TrimPrefix(e.Message, "amount"), Err: err}
+		}
+		return events.Money{}, err
+	}
+	return m, nil
+}

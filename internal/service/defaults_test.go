@@ -1,0 +1,171 @@
+package service_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/streams"
+)
+
+// revisionsOf counts the revisions of one ledger key in the stream.
+func (h *harness) revisionsOf(key string) uint64 {
+	h.t.Helper()
+	s, err := h.env.JS.Stream(ctxT(h.t), h.env.Layout.StreamName())
+	require.NoError(h.t, err)
+	subj := h.env.Layout.Subject(key)
+	info, err := s.Info(ctxT(h.t), jetstream.WithSubjectFilter(subj))
+	require.NoError(h.t, err)
+	return info.State.Subjects[subj]
+}
+
+// TestDefaults_FirstUseAcrossReplicas: a kind's default budget applies to
+// a scope of that kind with no budget of its own. Its first use, by 20
+// concurrent admits split over two replicas, creates the scope's budget
+// exactly once (one revision of its key: the create-only compare-and-set
+// decides; with blind writes each racing replica would write its own
+// revision, and the count below would be 2 or more), and the budget holds
+// exactly: 10 of 20 admits of 1 under a limit of 10.
+func TestDefaults_FirstUseAcrossReplicas(t *testing.T) {
+	h := newHarness(t, harnessOpts{replicas: 2})
+	put, e := h.putDef(events.BudgetPutRequest{Scope: "user:*", Period: "month", Limit: "10", Unit: "USD"})
+	require.Nil(t, e)
+	require.True(t, put.Created)
+	require.Equal(t, events.Scope("user:*"), put.Scope)
+	_, e = h.putDef(events.BudgetPutRequest{Scope: "user:*", Period: "day", Limit: "100", Unit: "requests"})
+	require.Nil(t, e)
+
+	for round := 0; round < 3; round++ {
+		scope := fmt.Sprintf("user:new%d", round)
+		var wg sync.WaitGroup
+		replies := make([]events.AdmitReply, 20)
+		errs := make([]error, 20)
+		for i := range replies {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				replies[i], errs[i] = h.replicas[i%2].Admitter.Admit(context.Background(), events.AdmitRequest{
+					RequestID: fmt.Sprintf("r%d-%d", round, i), Scopes: []string{scope}, Amount: "1"})
+			}(i)
+		}
+		wg.Wait()
+		admitted := 0
+		for i := range replies {
+			require.NoError(t, errs[i])
+			if replies[i].Admitted {
+				admitted++
+			} else {
+				require.Equal(t, events.ReasonLimitReached, replies[i].Denial.Reason)
+			}
+		}
+		require.Equal(t, 10, admitted, "round %d", round)
+		require.EqualValues(t, 1, h.revisionsOf(streams.BudgetKey(events.BudgetRef{Scope: events.Scope(scope), Period: events.PeriodMonth})),
+			"round %d: the budget from the default is written once", round)
+		require.EqualValues(t, 1, h.revisionsOf(streams.BudgetKey(events.BudgetRef{Scope: events.Scope(scope), Period: events.PeriodDay})))
+		b := h.budget(scope, "month")
+		require.Equal(t, "10", b.Reserved)
+		require.Equal(t, "10", b.Limit)
+		d := h.budget(scope, "day")
+		require.Equal(t, "requests", d.Unit)
+		require.Equal(t, "10", d.Reserved)
+	}
+
+	// A check of a new id answers from the default and writes nothing.
+	seq, _ := h.streamState()
+	c, e := h.admit(events.AdmitRequest{RequestID: "chk", Scopes: []string{"user:fresh"}, Amount: "4", Mode: events.ModeCheck})
+	require.Nil(t, e)
+	require.True(t, c.Admitted)
+	for _, u := range c.Budgets {
+		want := map[events.Period]string{events.PeriodMonth: "6", events.PeriodDay: "99"}[u.Period]
+		require.Equal(t, want, u.Available, "%s", u.Period)
+	}
+	seq2, _ := h.streamState()
+	require.Equal(t, seq, seq2)
+
+	// Defaults apply per period: a scope with a month budget of its own
+	// keeps it (no month default) and still takes the day default (before,
+	// any budget of its own meant no default at all: one budget here).
+	h.putBudget("user:own", "month", "2", "USD")
+	a, e := h.admit(events.AdmitRequest{RequestID: "own", Scopes: []string{"user:own"}, Amount: "1"})
+	require.Nil(t, e)
+	require.True(t, a.Admitted)
+	require.Len(t, a.Budgets, 2)
+	require.Equal(t, "2", h.budget("user:own", "month").Limit)
+	require.EqualValues(t, 1, h.revisionsOf(streams.BudgetKey(events.BudgetRef{Scope: "user:own", Period: events.PeriodMonth})), "its own, untouched")
+	day := h.budget("user:own", "day")
+	require.Equal(t, "100", day.Limit)
+	require.Equal(t, "requests", day.Unit)
+	require.Equal(t, "1", day.Reserved)
+	// And the other way round: a day budget of its own, the month default.
+	h.putBudget("user:daily", "day", "3", "requests")
+	a, e = h.admit(events.AdmitRequest{RequestID: "daily", Scopes: []string{"user:daily"}, Amount: "4"})
+	require.Nil(t, e)
+	require.True(t, a.Admitted)
+	require.Equal(t, "10", h.budget("user:daily", "month").Limit)
+	require.Equal(t, "4", h.budget("user:daily", "month").Reserved)
+	require.Equal(t, "3", h.budget("user:daily", "day").Limit)
+	a, e = h.admit(events.AdmitRequest{RequestID: "daily-2", Scopes: []string{"user:daily"}, Amount: "7"})
+	require.Nil(t, e)
+	require.False(t, a.Admitted, "the month default's 10 holds")
+	require.Equal(t, events.PeriodMonth, a.Denial.Period)
+
+	// A scope with neither a budget nor a default is denied unknown_budget.
+	a, e = h.admit(events.AdmitRequest{RequestID: "none", Scopes: []string{"team:x"}, Amount: "1"})
+	require.Nil(t, e)
+	require.Equal(t, events.ReasonUnknownBudget, a.Denial.Reason)
+
+	// The defaults read back; a changed default leaves created budgets.
+	var l events.BudgetListReply
+	require.Nil(t, h.call(streams.EndpointBudgetGet, events.BudgetGetRequest{Scope: "user:*"}, &l))
+	require.Len(t, l.Budgets, 2)
+	ch, e := h.putDef(events.BudgetPutRequest{Scope: "user:*", Period: "month", Limit: "20", Unit: "USD"})
+	require.Nil(t, e)
+	require.Equal(t, []string{"limit"}, ch.Changed)
+	require.Equal(t, "10", h.budget("user:new0", "month").Limit)
+	_, e = h.admit(events.AdmitRequest{RequestID: "later", Scopes: []string{"user:later"}, Amount: "1"})
+	require.Nil(t, e)
+	require.Equal(t, "20", h.budget("user:later", "month").Limit)
+
+	e = h.call(streams.EndpointBudgetPut, events.BudgetPutRequest{Scope: "User:*", Period: "month", Limit: "1", Unit: "USD"}, nil)
+	require.NotNil(t, e)
+	require.Equal(t, events.CodeInvalidIdentifier, e.Code)
+}
+
+// TestDefaults_PerTenant: a tenant's default applies to its own scopes
+// only; the untenanted deployment's scope of the same name has neither a
+// budget nor a default. A tenant cannot change the shared pricing table,
+// and its alerts carry its tenant in the subject.
+func TestDefaults_PerTenant(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	var v events.BudgetPutReply
+	require.Nil(t, h.tcall("acme", streams.EndpointBudgetPut, events.BudgetPutRequest{Scope: "user:*", Period: "month", Limit: "10", Unit: "USD", Alerts: new(true)}, &v))
+	require.Equal(t, events.Scope("user:*"), v.Scope)
+
+	var a events.AdmitReply
+	require.Nil(t, h.tcall("acme", streams.EndpointAdmit, events.AdmitRequest{RequestID: "r1", Scopes: []string{"user:u1"}, Amount: "6"}, &a))
+	require.True(t, a.Admitted, "%+v", a.Denial)
+	require.Equal(t, events.Scope("user:u1"), a.Budgets[0].Scope)
+	require.EqualValues(t, 1, h.revisionsOf(streams.BudgetKey(events.BudgetRef{Scope: "acme/user:u1", Period: events.PeriodMonth})))
+	require.EqualValues(t, 1, h.revisionsOf(streams.DefaultKey("acme/user", events.PeriodMonth)))
+
+	u, e := h.admit(events.AdmitRequest{RequestID: "r2", Scopes: []string{"user:u1"}, Amount: "1"})
+	require.Nil(t, e)
+	require.Equal(t, events.ReasonUnknownBudget, u.Denial.Reason, "the tenant's default does not reach other tenants")
+	require.Nil(t, h.tcall("globex", streams.EndpointAdmit, events.AdmitRequest{RequestID: "r3", Scopes: []string{"user:u1"}, Amount: "1"}, &a))
+	require.Equal(t, events.ReasonUnknownBudget, a.Denial.Reason)
+
+	var l events.BudgetListReply
+	require.Nil(t, h.tcall("acme", streams.EndpointBudgetGet, events.BudgetGetRequest{Scope: "user:*"}, &l))
+	require.Len(t, l.Budgets, 1)
+	require.NotNil(t, h.call(streams.EndpointBudgetGet, events.BudgetGetRequest{Scope: "user:*"}, nil))
+
+	e = h.tcall("acme", streams.EndpointPricingPut, events.PricingPutRequest{Model: "m", Input: "1", Output: "1"}, nil)
+	require.NotNil(t, e)
+	require.Equal(t, events.CodeInvalidRequest, e.Code)
+	require.Equal(t, "spendgate.alert.v1.t.acme.user.u1", h.env.Layout.AlertSubject("acme/user:u1"))
+}

@@ -1,0 +1,239 @@
+package service_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/ledger"
+	"github.com/spendgate/spendgate/internal/replica"
+	"github.com/spendgate/spendgate/internal/replicatest"
+	"github.com/spendgate/spendgate/internal/signing"
+	"github.com/spendgate/spendgate/projector"
+	"github.com/spendgate/spendgate/streams"
+	"github.com/spendgate/spendgate/testenv"
+)
+
+// signedEnv is a ledger whose replicas sign with k and trust it.
+type signedEnv struct {
+	env   *testenv.Env
+	k     *signing.Signer
+	trust *signing.KeySet
+}
+
+func newSignedEnv(t *testing.T) *signedEnv {
+	t.Helper()
+	k, err := signing.NewEphemeral()
+	require.NoError(t, err)
+	ks, err := signing.NewKeySet([]signing.Key{{Public: k.PublicKey()}}, 0)
+	require.NoError(t, err)
+	return &signedEnv{env: testenv.New(t), k: k, trust: ks}
+}
+
+func (s *signedEnv) replica(t *testing.T, feed bool) *replica.Replica {
+	t.Helper()
+	return replicatest.Start(t, s.env, replica.Config{SweepInterval: -1, Reports: true, Feed: feed,
+		LedgerOptions: []ledger.Option{ledger.WithSigner(s.k), ledger.WithTrust(s.trust), ledger.WithSnapshotEvery(0, 0)}})
+}
+
+// TestSnapshot_ForgedIsRefusedAndNamed: a snapshot whose budget limit was
+// changed (1 to 1000) and whose digest was recomputed, as someone with
+// the replica login can do, is refused by a starting replica (it folds
+// the stream instead: the limit stays 1, a 500 admit is denied) and named
+// by the audit. How we know it can fail: before snapshots were signed,
+// the same forgery let a tenant reserve 500 on a budget of 1, and the
+// audit printed OK.
+func TestSnapshot_ForgedIsRefusedAndNamed(t *testing.T) {
+	s := newSignedEnv(t)
+	ctx := ctxT(t)
+	r := s.replica(t, false)
+	ref := events.BudgetRef{Scope: "org:acme", Period: events.PeriodMonth}
+	_, err := r.Ledger.PutBudget(ctx, ref, events.MustMoney("1"), "USD", time.Now())
+	require.NoError(t, err)
+	info, err := r.Ledger.Snapshot(ctx)
+	require.NoError(t, err)
+	require.NoError(t, r.Stop())
+
+	// Forge it: the limit changed in the body, size and digest recomputed,
+	// the signature kept (it no longer matches) or dropped.
+	store, err := s.env.JS.ObjectStore(ctx, s.env.Layout.SnapshotBucket())
+	require.NoError(t, err)
+	data, err := store.GetBytes(ctx, info.Name)
+	require.NoError(t, err)
+	for _, dropSig := range []bool{false, true} {
+		nl := bytes.IndexByte(data, '\n')
+		var h map[string]any
+		require.NoError(t, json.Unmarshal(data[:nl], &h))
+		body := bytes.Replace(data[nl+1:], []byte(`"limit":"1"`), []byte(`"limit":"1000"`), -1)
+		require.NotEqual(t, data[nl+1:], body, "the forgery changed the limit")
+		sum := sha256.Sum256(body)
+		h["size"], h["sha256"] = len(body), hex.EncodeToString(sum[:])
+		if dropSig {
+			delete(h, "signer")
+			delete(h, "sig")
+		}
+		head, err := json.Marshal(h)
+		require.NoError(t, err)
+		_, err = store.PutBytes(ctx, info.Name, append(append(head, '\n'), body...))
+		require.NoError(t, err)
+
+		r2 := s.replica(t, false)
+		require.Zero(t, r2.Ledger.SnapshotStats().Loaded, "the forged snapshot is not loaded (signature dropped: %v)", dropSig)
+		require.Positive(t, r2.Ledger.SnapshotStats().Skipped)
+		b, ok := r2.Ledger.Budget(ref)
+		require.True(t, ok)
+		require.Equal(t, "1", b.Limit.String())
+		rep, err := r2.Admitter.Admit(ctx, events.AdmitRequest{Scopes: []string{"org:acme"}, Amount: "500", RequestID: fmt.Sprint("big-", dropSig)})
+		require.NoError(t, err)
+		require.False(t, rep.Admitted)
+
+		audit, err := projector.Check(ctx, s.env.JS, s.env.Layout, projector.WithTrust(s.trust))
+		require.NoError(t, err)
+		require.False(t, audit.OK())
+		named := false
+		for _, p := range audit.Problems {
+			named = named || (strings.Contains(p, "snapshot "+info.Name) && (strings.Contains(p, "signed") || strings.Contains(p, "limit 1000")))
+		}
+		require.True(t, named, "the audit names the forged snapshot: %s", audit)
+		require.NoError(t, r2.Stop())
+	}
+}
+
+// TestAudit_UnsignedPricingAndDefaultsAreListed: unsigned price and
+// default revisions (written past the permissions) are skipped by the
+// replicas and listed by the audit with their reasons, and nothing of them
+// is folded. How we know it can fail: the audit used to verify lane and
+// budget keys only, and folded the others silently.
+func TestAudit_UnsignedPricingAndDefaultsAreListed(t *testing.T) {
+	s := newSignedEnv(t)
+	ctx := ctxT(t)
+	r := s.replica(t, false)
+	_, err := r.Ledger.DefinePrice(ctx, ledger.Price{Model: "gpt-x", Unit: "USD", Input: events.MustMoney("1"), Output: events.MustMoney("2")}, time.Now())
+	require.NoError(t, err)
+	lm, err := lastOf(ctx, s.env, streams.PricingKey("gpt-x"))
+	require.NoError(t, err)
+	var prev events.PricingRevision
+	require.NoError(t, json.Unmarshal(lm.Data, &prev))
+	prev.Chain = events.Chain{Prev: lm.Sequence, PrevHash: events.HashPayload(lm.Data)}
+	prev.Input = events.MustMoney("0")
+	forged, err := json.Marshal(prev)
+	require.NoError(t, err)
+	pack, err := s.env.JS.Publish(ctx, s.env.Layout.Subject(streams.PricingKey("gpt-x")), forged)
+	require.NoError(t, err)
+	dflt := events.DefaultRevision{Schema: events.SchemaDefault, Kind: "user", Period: events.PeriodMonth, Limit: events.MustMoney("1000000"), Unit: "USD",
+		Events: events.Events{events.DefaultDefined{Kind: "user", Period: events.PeriodMonth, Limit: events.MustMoney("1000000"), Unit: "USD", At: time.Now().UTC()}}}
+	ddata, err := json.Marshal(dflt)
+	require.NoError(t, err)
+	dack, err := s.env.JS.Publish(ctx, s.env.Layout.Subject(streams.DefaultKey("user", events.PeriodMonth)), ddata)
+	require.NoError(t, err)
+	require.NoError(t, r.Ledger.Sync(ctx))
+	p, ok := r.Ledger.Price("gpt-x")
+	require.True(t, ok)
+	require.Equal(t, "1", p.Input.String(), "the forged price is not folded")
+	require.Empty(t, r.Ledger.DefaultsOf("user"), "the forged default is not folded")
+
+	audit, err := projector.Check(ctx, s.env.JS, s.env.Layout, projector.WithTrust(s.trust))
+	require.NoError(t, err)
+	got := map[uint64]signing.Reason{}
+	for _, sk := range audit.Skipped {
+		got[sk.Seq] = sk.Reason
+	}
+	require.Equal(t, map[uint64]signing.Reason{pack.Sequence: signing.ReasonUnsigned, dack.Sequence: signing.ReasonUnsigned}, got, audit.String())
+}
+
+// lastOf reads key's last message.
+func lastOf(ctx context.Context, env *testenv.Env, key string) (*jetstream.RawStreamMsg, error) {
+	s, err := env.JS.Stream(ctx, env.Layout.StreamName())
+	if err != nil {
+		return nil, err
+	}
+	return s.GetLastMsgForSubject(ctx, env.Layout.Subject(key))
+}
+
+// TestReaders_GarbageNeverReachesThem: garbage under every key, an
+// unsigned lane revision and a replayed signed one leave every reader
+// answering (the report, the export, the feed, the audit), and none of
+// them shows any of it. How we know it can fail: the report used to be
+// built without the trusted keys (an unsigned lane revision showed as
+// spend) and to stop for good on a replayed revision; exports and the
+// report replay stopped with "incomplete".
+func TestReaders_GarbageNeverReachesThem(t *testing.T) {
+	s := newSignedEnv(t)
+	ctx := ctxT(t)
+	r := s.replica(t, true)
+	ref := events.BudgetRef{Scope: "org:acme", Period: events.PeriodMonth}
+	_, err := r.Ledger.PutBudget(ctx, ref, events.MustMoney("10"), "USD", time.Now())
+	require.NoError(t, err)
+	rep, err := r.Admitter.Admit(ctx, events.AdmitRequest{Scopes: []string{"org:acme"}, Amount: "1", RequestID: "real"})
+	require.NoError(t, err)
+	require.True(t, rep.Admitted)
+	lane := s.env.Layout.LaneKey(events.BalanceRef{Scope: "org:acme", Period: events.PeriodMonth})
+	lm, err := lastOf(ctx, s.env, lane)
+	require.NoError(t, err)
+
+	// A replay of the signed revision, the same bytes and signature.
+	replay := nats.NewMsg(s.env.Layout.Subject(lane))
+	replay.Data = lm.Data
+	replay.Header.Set(streams.HeaderSigKey, lm.Header.Get(streams.HeaderSigKey))
+	replay.Header.Set(streams.HeaderSig, lm.Header.Get(streams.HeaderSig))
+	_, err = s.env.JS.PublishMsg(ctx, replay)
+	require.NoError(t, err)
+	// An unsigned revision that adds spend: chained properly, no signature.
+	var lrev events.LaneRevision
+	require.NoError(t, json.Unmarshal(lm.Data, &lrev))
+	cur, err := lastOf(ctx, s.env, lane)
+	require.NoError(t, err)
+	lrev.Chain = events.Chain{Prev: lm.Sequence, PrevHash: events.HashPayload(lm.Data)}
+	lrev.Balances[0].Spent = events.MustMoney("9")
+	unsigned, err := lrev.AppendJSON(nil)
+	require.NoError(t, err)
+	_, err = s.env.JS.Publish(ctx, s.env.Layout.Subject(lane), unsigned, jetstream.WithExpectLastSequencePerSubject(cur.Sequence))
+	require.NoError(t, err)
+	for _, key := range garbageKeys {
+		_, err := s.env.JS.Publish(ctx, s.env.Layout.Subject(key), []byte("junk"))
+		require.NoError(t, err, key)
+	}
+	// Real traffic after it all.
+	rep2, err := r.Admitter.Admit(ctx, events.AdmitRequest{Scopes: []string{"org:acme"}, Amount: "2", RequestID: "after"})
+	require.NoError(t, err)
+	require.True(t, rep2.Admitted)
+	require.NoError(t, r.Ledger.Sync(ctx))
+
+	// The report answers, with the real spend only.
+	got, err := r.Reports.Report(ctx, projector.ByScope, projector.Filter{})
+	require.NoError(t, err)
+	require.Len(t, got.Groups, 1)
+	require.Equal(t, "3", got.Groups[0].Reserved.String(), "what was reserved for real")
+	require.Equal(t, "0", got.Groups[0].Spend.String(), "nothing of the unsigned spend")
+	// The export and the report replay answer, the same.
+	p := projector.New(s.env.JS, s.env.Layout, projector.Verifying(s.trust))
+	var csv strings.Builder
+	tot, err := p.ExportCSV(ctx, &csv, projector.Filter{})
+	require.NoError(t, err)
+	require.EqualValues(t, 2, tot.Units[0].Rows)
+	replayed, err := p.Report(ctx, projector.Filter{}, projector.ByScope)
+	require.NoError(t, err)
+	require.Equal(t, "3", replayed.Groups[0].Reserved.String())
+	// The feed holds the real events only (budget, two admits).
+	testenv.WaitFor(t, 30*time.Second, "the feed to take the real events", func() bool { return r.Relay.Relayed() >= 3 })
+	fs, err := s.env.JS.Stream(ctx, s.env.Layout.FeedStreamName())
+	require.NoError(t, err)
+	finfo, err := fs.Info(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, finfo.State.Msgs)
+	// The audit lists every skipped message.
+	audit, err := projector.Check(ctx, s.env.JS, s.env.Layout, projector.WithTrust(s.trust))
+	require.NoError(t, err)
+	require.Len(t, audit.Skipped, len(garbageKeys)+2, audit.String())
+}

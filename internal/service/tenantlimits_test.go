@@ -433,7 +433,7 @@ func p99(ds []time.Duration) time.Duration {
 // logged, and the limits are checked.
 //
 // How we know it can fail: with the limits off (SPENDGATE_FLOOD_NO_LIMITS=1)
-// the same flood makes globex's p99 several times its quiet value; see the
+// the same flood makes globex's p99 several times its quiet value; see
 // docs/tenant-limits.md for the numbers.
 func TestTenantLimits_FloodKeepsOtherTenantsP99(t *testing.T) {
 	limits, offer, pace := floodSetup()

@@ -111,25 +111,32 @@ func (h *harness) check() {
 // callE is call for goroutines other than the test's: it never calls
 // require, and returns a transport or decoding failure as err.
 func (h *harness) callE(endpoint string, req any, out any) (*events.Error, error) {
+	e, _, err := h.requestE(h.env.Layout.Endpoint(endpoint), req, out)
+	return e, err
+}
+
+// requestE sends req to subject and decodes the reply into out, or
+// returns the service's error; msg is the reply.
+func (h *harness) requestE(subject string, req any, out any) (e *events.Error, msg *nats.Msg, err error) {
 	data, err := json.Marshal(req)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	msg, err := h.nc.Request(h.env.Layout.Endpoint(endpoint), data, 10*time.Second)
+	msg, err = h.nc.Request(subject, data, 10*time.Second)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var er events.ErrorReply
 	if err := json.Unmarshal(msg.Data, &er); err != nil {
-		return nil, err
+		return nil, msg, err
 	}
 	if er.Error != nil {
-		return er.Error, nil
+		return er.Error, msg, nil
 	}
 	if out != nil {
-		return nil, json.Unmarshal(msg.Data, out)
+		return nil, msg, json.Unmarshal(msg.Data, out)
 	}
-	return nil, nil
+	return nil, msg, nil
 }
 
 // failed reports whether any replica's follower stopped on its own.

@@ -29,28 +29,13 @@ import (
 // tcallE is tcall for goroutines other than the test's: it never calls
 // require.
 func (h *harness) tcallE(tenant, endpoint string, req any, out any) (*events.Error, error) {
-	data, err := json.Marshal(req)
-	if err != nil {
-		return nil, err
-	}
-	msg, err := h.nc.Request(h.env.Layout.TenantEndpoint(tenant, endpoint), data, 10*time.Second)
-	if err != nil {
-		return nil, err
-	}
-	var er events.ErrorReply
-	if err := json.Unmarshal(msg.Data, &er); err != nil {
-		return nil, err
-	}
-	if er.Error != nil {
-		if got := msg.Header.Get("Nats-Service-Error"); got != string(er.Error.Code) {
-			return nil, fmt.Errorf("error header %q, body code %q", got, er.Error.Code)
+	e, msg, err := h.requestE(h.env.Layout.TenantEndpoint(tenant, endpoint), req, out)
+	if e != nil {
+		if got := msg.Header.Get("Nats-Service-Error"); got != string(e.Code) {
+			return nil, fmt.Errorf("error header %q, body code %q", got, e.Code)
 		}
-		return er.Error, nil
 	}
-	if out != nil {
-		return nil, json.Unmarshal(msg.Data, out)
-	}
-	return nil, nil
+	return e, err
 }
 
 // tputBudget defines tenant's budget of scope (or default, "kind:*").
@@ -154,8 +139,13 @@ func TestTenantLimits_OpenReservationsExact(t *testing.T) {
 	require.Equal(t, events.CodeLedgerUnavailable, e.Code)
 	require.Contains(t, e.Message, "--tenant-max-open 20")
 
-	// A settle makes room for exactly one.
+	// A settle makes room for exactly one, on every replica once it has
+	// folded the settle (a replica's pre-check reads its own book: until
+	// then it may still refuse, for the follower's lag).
 	require.Nil(t, h.tcall("acme", streams.EndpointSettle, events.SettleRequest{ReservationID: ids[0], Actual: "0.01"}, nil))
+	for _, r := range h.replicas {
+		require.NoError(t, r.Ledger.Sync(ctxT(t)))
+	}
 	var one events.AdmitReply
 	require.Nil(t, h.tcall("acme", streams.EndpointAdmit, events.AdmitRequest{RequestID: "a-after-1", Scopes: []string{"team:search"}, Amount: "0.01"}, &one))
 	require.True(t, one.Admitted)
@@ -405,8 +395,11 @@ func floodSetup() (l service.TenantLimits, offer int, pace time.Duration) {
 	return l, offer, pace
 }
 
-// p99 is the 99th percentile of ds (sorted in place).
+// p99 is the 99th percentile of ds (sorted in place), 0 for none.
 func p99(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
 	slices.Sort(ds)
 	return ds[min(len(ds)-1, len(ds)*99/100)]
 }
@@ -463,6 +456,7 @@ func TestTenantLimits_FloodKeepsOtherTenantsP99(t *testing.T) {
 	// and filed under the window it started and ended in.
 	var mu sync.Mutex
 	var quiet, flooded []time.Duration
+	var probing, skipped atomic.Int64
 	probeCtx, stopProbe := context.WithCancel(context.Background())
 	var pwg sync.WaitGroup
 	pwg.Add(1)
@@ -478,9 +472,19 @@ func TestTenantLimits_FloodKeepsOtherTenantsP99(t *testing.T) {
 				return
 			case <-tick.C:
 			}
+			// globex has acme's limits: on a machine so slow that its
+			// cycles pile up towards its open-reservation limit, a tick
+			// is skipped and counted (an asserted run requires none,
+			// since skipping would hide the slowest cycles).
+			if probing.Load() >= int64(limits.MaxOpen)/2 && limits.MaxOpen > 0 {
+				skipped.Add(1)
+				continue
+			}
+			probing.Add(1)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				defer probing.Add(-1)
 				during := flooding.Load()
 				data, _ := json.Marshal(events.AdmitRequest{RequestID: fmt.Sprint("g-", i), Scopes: []string{"team:search"}, Amount: "0.01", TTL: "1m"})
 				t0 := time.Now()
@@ -575,8 +579,8 @@ func TestTenantLimits_FloodKeepsOtherTenantsP99(t *testing.T) {
 	pwg.Wait()
 
 	pq, pf := p99(quiet), p99(flooded)
-	t.Logf("globex admit p99 %v quiet (%d admits), %v while acme floods (%d admits); acme sent %d, %d answered tenant_limit",
-		pq, len(quiet), pf, len(flooded), sent.Load(), limited.Load())
+	t.Logf("globex admit p99 %v quiet (%d admits), %v while acme floods (%d admits, %d ticks skipped); acme sent %d, %d answered tenant_limit",
+		pq, len(quiet), pf, len(flooded), skipped.Load(), sent.Load(), limited.Load())
 	per := func(d time.Duration) float64 { return float64(d) / float64(time.Duration(rounds)*window) * 100 }
 	t.Logf("CPU of the process: %.0f%% of a core quiet, %.0f%% while acme floods", per(cpuQuiet), per(cpuFlood))
 	r := h.replicas[0]
@@ -589,6 +593,9 @@ func TestTenantLimits_FloodKeepsOtherTenantsP99(t *testing.T) {
 		require.Positive(t, limited.Load(), "the flood reached acme's limits")
 	}
 	if assertP99 {
+		require.Zero(t, skipped.Load(), "globex's probe kept its pace")
+		require.GreaterOrEqual(t, len(quiet), 100*rounds/2, "globex's admits while acme is quiet")
+		require.GreaterOrEqual(t, len(flooded), 100*rounds/2, "globex's admits while acme floods")
 		require.LessOrEqual(t, pf, 2*pq, "globex's admit p99 while acme floods is within 2x of its p99 while acme is quiet")
 	}
 }

@@ -6,18 +6,18 @@ import (
 	"github.com/cockroachdb/apd/v3"
 
 	"github.com/spendgate/spendgate/events"
-	"github.com/spendgate/spendgate/projector"
+	"github.com/spendgate/spendgate/internal/report"
 )
 
 // PaceWindow is the trailing window of the burn rate: the pace is the
 // spend since the first point in it, over the time since that point.
 const PaceWindow = 24 * time.Hour
 
-// MaxPoints bounds the points kept per budget (projector.MaxPoints).
-const MaxPoints = projector.MaxPoints
+// MaxPoints bounds the points kept per budget (report.MaxPoints).
+const MaxPoints = report.MaxPoints
 
 // point is a balance after a revision.
-type point = projector.Point
+type point = report.Point
 
 // dec converts Money to an apd.Decimal (Money keeps its decimal private).
 func dec(m events.Money) *apd.Decimal {

@@ -14,6 +14,7 @@ import (
 	"github.com/spendgate/spendgate/internal/ledger"
 	"github.com/spendgate/spendgate/internal/metrics"
 	"github.com/spendgate/spendgate/internal/replica"
+	"github.com/spendgate/spendgate/internal/report"
 	"github.com/spendgate/spendgate/internal/service"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/streams"
@@ -47,7 +48,7 @@ type harnessOpts struct {
 	// reports runs the spend report aggregator in every replica, with
 	// reportOpts.
 	reports    bool
-	reportOpts []projector.AggregatorOption
+	reportOpts []report.AggregatorOption
 	// tenantLimits are passed to every replica.
 	tenantLimits service.TenantLimits
 }

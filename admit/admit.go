@@ -21,6 +21,9 @@ import (
 type Admitter struct {
 	l    Ledger
 	opts options
+	// defaults counts the budgets being created from defaults, per
+	// tenant (tenants.go).
+	defaults defaultBudgets
 }
 
 // Ledger is what an Admitter uses of the ledger: a *ledger.Ledger, or in
@@ -37,6 +40,13 @@ type Ledger interface {
 	// Sync returns once what the ledger stream held at the call is
 	// folded.
 	Sync(ctx context.Context) error
+	// ByRequest returns the reservation the book holds for a request id;
+	// TenantOpen and TenantDefaultBudgets a tenant's open reservations and
+	// budgets from defaults as folded (for the tenant limits' cheap
+	// pre-checks, tenants.go).
+	ByRequest(rid string) (*ledger.Reservation, bool)
+	TenantOpen(tenant string) int
+	TenantDefaultBudgets(tenant string) int
 	// SubmitAll decides and commits txs, and returns each one's error.
 	SubmitAll(ctx context.Context, txs []ledger.Tx) []error
 }
@@ -300,7 +310,10 @@ func hashRequest(r request) string {
 // scopes and the request id as the tenant sent them.
 //
 // Errors (*events.Error), in precedence order: the validation errors of
-// Validate; CodeInvalidIdentifier (ctx's tenant); CodeInvalidUnit (a unit
+// Validate; CodeInvalidIdentifier (ctx's tenant); CodeTenantLimit (the
+// tenant holds its limit of open reservations, or the admit would create a
+// budget from a default past its limit: see WithTenantLimits; for a retry,
+// req.Retry, CodeLedgerUnavailable instead); CodeInvalidUnit (a unit
 // other than the model's price); CodeRequestVoided (the request id was
 // voided, see settle.Settler.Void: nothing is reserved, however often it
 // is retried); CodeIdempotencyMismatch (the request id was used with another
@@ -325,7 +338,7 @@ func (a *Admitter) AdmitAll(ctx context.Context, reqs []events.AdmitRequest) (ou
 		tx, denied, err := a.prepare(ctx, req)
 		switch {
 		case err != nil:
-			errs[i] = err
+			errs[i] = retryRefusal(req, err)
 		case denied != nil:
 			out[i], errs[i] = answerDenial(ctx, req, *denied)
 		default:
@@ -338,7 +351,7 @@ func (a *Admitter) AdmitAll(ctx context.Context, reqs []events.AdmitRequest) (ou
 	}
 	for j, err := range a.l.SubmitAll(ctx, txs) {
 		if err != nil {
-			errs[idx[j]] = err
+			errs[idx[j]] = retryRefusal(reqs[idx[j]], err)
 			continue
 		}
 		tx := txs[j].(*admitTx)
@@ -391,6 +404,9 @@ func (a *Admitter) prepare(ctx context.Context, req events.AdmitRequest) (*admit
 			return nil, nil, err
 		}
 		r = r.inTenant(tenant)
+		if err := a.preCheckOpen(tenant, r); err != nil {
+			return nil, nil, err
+		}
 	}
 	return a.plan(ctx, r)
 }
@@ -460,7 +476,10 @@ func (a *Admitter) plan(ctx context.Context, r request) (*admitTx, *events.Admit
 	if denial != nil {
 		return nil, &events.AdmitReply{RequestID: r.id, Denial: denial, Mode: r.replyMode()}, nil
 	}
-	tx := &admitTx{req: r, now: now, virtual: virtual}
+	tx := &admitTx{req: r, now: now, virtual: virtual, maxOpen: a.opts.tenants.MaxOpen}
+	if len(r.scopes) > 0 {
+		tx.tenant = r.scopes[0].Tenant()
+	}
 	if r.mode == events.ModeAdmit {
 		tx.id = "rsv_" + uuid.Must(uuid.NewV7()).String()
 	}
@@ -528,6 +547,14 @@ func (a *Admitter) budgets(ctx context.Context, r request, now time.Time) ([]led
 		// through another replica a moment ago): both sync first. A
 		// scope's first use is rare, so the sync costs little.
 		if (len(bs) == 0 || len(ds) > 0) && !synced {
+			// A tenant already at its limit of budgets from defaults is
+			// refused before the sync: a flood of new scopes costs no
+			// read of the stream (reserveDefault decides after it).
+			if len(ds) > 0 {
+				if err := a.checkDefaults(s.Tenant(), len(ds)); err != nil {
+					return nil, nil, nil, err
+				}
+			}
 			synced = true
 			// "No budget" must be a definitive answer: if the replica
 			// cannot catch up, the ledger is unavailable, not the budget.
@@ -536,6 +563,15 @@ func (a *Admitter) budgets(ctx context.Context, r request, now time.Time) ([]led
 			}
 			bs = a.l.BudgetsOf(s)
 			ds = a.defaultsFor(s, bs)
+		}
+		// A tenant's budgets from defaults are bounded: taken before any
+		// is created, given back once they are folded (or not written).
+		done := func() {}
+		if len(ds) > 0 {
+			var err error
+			if done, err = a.reserveDefault(s.Tenant(), len(ds)); err != nil {
+				return nil, nil, nil, err
+			}
 		}
 		for _, d := range ds {
 			if r.mode != events.ModeAdmit {
@@ -548,9 +584,11 @@ func (a *Admitter) budgets(ctx context.Context, r request, now time.Time) ([]led
 				continue
 			}
 			if _, err := a.l.CreateFromDefault(ctx, s, d, now); err != nil {
+				done()
 				return nil, nil, nil, err
 			}
 		}
+		done()
 		if len(ds) > 0 && r.mode == events.ModeAdmit {
 			bs = a.l.BudgetsOf(s)
 		}
@@ -599,6 +637,10 @@ type admitTx struct {
 	virtual map[string]ledger.Budget
 	// alerts are the thresholds the decision crossed.
 	alerts []events.ThresholdCrossed
+	// tenant is the tenant the request acts for; maxOpen its limit of
+	// open reservations (negative: none).
+	tenant  string
+	maxOpen int
 }
 
 func (t *admitTx) Balances() []events.BalanceRef { return t.refs }
@@ -623,6 +665,9 @@ func (t *admitTx) Decide(v ledger.View) (events.Events, error) {
 		}
 		t.reply.Replayed = true
 		return nil, nil
+	}
+	if err := t.checkOpen(v); err != nil {
+		return nil, err
 	}
 	expires := t.now.Add(t.req.ttl)
 	t.alerts = nil

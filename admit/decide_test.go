@@ -2,6 +2,7 @@ package admit_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -117,4 +118,49 @@ func TestDecide_FixedSlotAndThresholds(t *testing.T) {
 	require.Equal(t, "1", bal.Reserved.String())
 	require.Len(t, bal.Alerted, 1, "the 0.5 threshold is crossed once")
 	require.Equal(t, "0.5", bal.Alerted[0].String())
+}
+
+// TestDecide_TenantOpenLimitInTheTx: the limit of a tenant's open
+// reservations is decided in each admit's Tx, against the ledger's count
+// plus what the Txs decided before it opened. AdmitAll prepares every
+// request first (each one's pre-check sees 0 open), so only the Tx's check
+// can refuse the third. How we know it can fail: without admitTx.checkOpen
+// all three are admitted. Another tenant and the untenanted deployment are
+// not counted with acme.
+func TestDecide_TenantOpenLimitInTheTx(t *testing.T) {
+	m := ledger.NewMemory()
+	require.NoError(t, m.Define(usd(string(events.TenantScope("acme", "team:a")), events.PeriodMonth, "10")))
+	require.NoError(t, m.Define(usd(string(events.TenantScope("globex", "team:a")), events.PeriodMonth, "10")))
+	require.NoError(t, m.Define(usd("team:a", events.PeriodMonth, "10")))
+	a, err := admit.New(m, admit.WithClock(func() time.Time { return t0 }), admit.WithTenantLimits(admit.TenantLimits{MaxOpen: 2}))
+	require.NoError(t, err)
+	acme := events.ContextWithTenant(context.Background(), "acme")
+	out, errs := a.AdmitAll(acme, []events.AdmitRequest{req("a1", "1", "team:a"), req("a2", "1", "team:a"), req("a3", "1", "team:a")})
+	require.NoError(t, errs[0])
+	require.NoError(t, errs[1])
+	require.True(t, out[0].Admitted)
+	require.True(t, out[1].Admitted)
+	var e *events.Error
+	require.ErrorAs(t, errs[2], &e)
+	require.Equal(t, events.CodeTenantLimit, e.Code)
+	require.Equal(t, 2, m.TenantOpen("acme"))
+
+	// A retry past the limit has an unknown outcome, not a refusal.
+	retry := req("a4", "1", "team:a")
+	retry.Retry = true
+	_, err = a.Admit(acme, retry)
+	require.ErrorAs(t, err, &e)
+	require.Equal(t, events.CodeLedgerUnavailable, e.Code)
+
+	// globex has a limit of its own; the untenanted deployment has none.
+	for ctx, n := range map[context.Context]int{events.ContextWithTenant(context.Background(), "globex"): 2, context.Background(): 3} {
+		for i := range n {
+			r, err := a.Admit(ctx, req(fmt.Sprint("g", i), "1", "team:a"))
+			require.NoError(t, err)
+			require.True(t, r.Admitted)
+		}
+	}
+	require.Equal(t, 2, m.TenantOpen("globex"))
+	require.Equal(t, 2, m.TenantOpen("acme"))
+	require.Equal(t, 3, m.TenantOpen(""))
 }

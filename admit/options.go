@@ -12,6 +12,7 @@ type options struct {
 	defaultTTL, minTTL, maxTTL time.Duration
 	defaultUnit                string
 	alerts                     func([]events.ThresholdCrossed)
+	tenants                    TenantLimits
 }
 
 func defaultOptions() options {
@@ -21,6 +22,7 @@ func defaultOptions() options {
 		minTTL:      events.MinTTL,
 		maxTTL:      events.MaxTTL,
 		defaultUnit: "USD",
+		tenants:     TenantLimits{}.withDefaults(),
 	}
 }
 

@@ -120,8 +120,9 @@ func (c *Client) errorLog() *slog.Logger {
 //
 //   - the service's refusal of the request, an *events.Error (errors.As)
 //     matching ErrInvalid (invalid_amount, invalid_identifier, ...: the
-//     caller's bug) or ErrConflict (idempotency_mismatch: the request id
-//     was used with another body).
+//     caller's bug), ErrConflict (idempotency_mismatch: the request id
+//     was used with another body) or ErrLimited (tenant_limit: the
+//     tenant is at one of its limits; nothing was reserved).
 //   - *DeniedError (matches ErrDenied): a budget denied the request
 //     (Denial.Reason limit_reached, unknown_budget, unit_mismatch).
 //   - *DeniedError with Denial.Reason ledger_unavailable, matching both
@@ -417,7 +418,7 @@ func (c *Client) Report(ctx context.Context, req events.ReportRequest) (events.R
 // request sends req to endpoint, retrying within the attempt budget, and
 // decodes the reply into out. The whole request is bounded by timeout ×
 // attempts. Its errors: a refusal (the service's *events.Error, matching
-// ErrInvalid, ErrNotFound or ErrConflict); an *UnavailableError; ctx's
+// ErrInvalid, ErrNotFound, ErrConflict or ErrLimited); an *UnavailableError; ctx's
 // error, wrapped, when ctx (the caller's) ended.
 func (c *Client) request(ctx context.Context, endpoint string, req, out any) error {
 	subject := c.layout.Endpoint(endpoint)

@@ -205,6 +205,8 @@ func TestClient_Admit_serviceErrors(t *testing.T) {
 		{"validation is the caller's bug", events.CodeInvalidAmount, "400", false, 1, false, client.ErrInvalid},
 		{"headers only", events.CodeInvalidIdentifier, "400", true, 1, false, client.ErrInvalid},
 		{"mismatch is a conflict", events.CodeIdempotencyMismatch, "409", false, 1, false, client.ErrConflict},
+		{"a tenant's limit is not retried", events.CodeTenantLimit, "429", false, 1, false, client.ErrLimited},
+		{"unknown 429 code is a limit", "tenant_quota", "429", false, 1, false, client.ErrLimited},
 		// Codes of a newer service: the status header classifies them.
 		{"unknown 503 code fails closed", "ledger_overloaded", "503", false, 1, true, nil},
 		{"unknown 409 code is a conflict", "already_frozen", "409", false, 1, false, client.ErrConflict},

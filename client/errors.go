@@ -10,7 +10,7 @@ import (
 )
 
 // The sentinel errors. Every error of this package matches at most one of
-// ErrInvalid, ErrNotFound, ErrConflict and ErrUnavailable; ErrDenied
+// ErrInvalid, ErrNotFound, ErrConflict, ErrLimited and ErrUnavailable; ErrDenied
 // matches every denied admit, and a fail-closed denial matches both
 // ErrDenied and ErrUnavailable. Test them with errors.Is.
 var (
@@ -53,6 +53,14 @@ var (
 	// *events.Error, whose ReservationID and Status name the reservation
 	// and its state.
 	ErrConflict = errors.New("spendgate: conflict")
+
+	// ErrLimited matches the service's refusal of a request past one of
+	// its tenant's limits (tenant_limit: open reservations, request rate,
+	// budgets created from defaults; the message names the limit).
+	// Nothing changed; the same request may succeed later (after a
+	// back-off, or once reservations close). The error is also the
+	// service's *events.Error.
+	ErrLimited = errors.New("spendgate: tenant limit")
 )
 
 // DeniedError is Admit's error when the request was not admitted: Denial
@@ -163,6 +171,8 @@ func classify(subject string, e *events.Error, status string) error {
 		return &refusal{err: e, class: ErrNotFound}
 	case events.CodeIdempotencyMismatch, events.CodeAlreadySettled, events.CodeAlreadyReleased, events.CodeRequestVoided:
 		return &refusal{err: e, class: ErrConflict}
+	case events.CodeTenantLimit:
+		return &refusal{err: e, class: ErrLimited}
 	case events.CodeInvalidRequest, events.CodePayloadTooLarge, events.CodeInvalidAmount,
 		events.CodeInvalidIdentifier, events.CodeInvalidTTL, events.CodeInvalidPeriod,
 		events.CodeInvalidUnit, events.CodeInvalidMetadata, events.CodeInvalidTime:
@@ -177,6 +187,8 @@ func classify(subject string, e *events.Error, status string) error {
 		return &refusal{err: e, class: ErrNotFound}
 	case n == 409:
 		return &refusal{err: e, class: ErrConflict}
+	case n == 429:
+		return &refusal{err: e, class: ErrLimited}
 	}
 	return &refusal{err: e, class: ErrInvalid}
 }

@@ -82,6 +82,11 @@ const (
 	// the metadata key asked (past the number of keys it tracks); the
 	// replay (spendgate report --replay) still answers.
 	CodeReportUnavailable Code = "report_unavailable"
+	// CodeTenantLimit: the request's tenant is at one of its limits (open
+	// reservations, request rate, budgets created from defaults; see
+	// TenantLimited, which the error's Err holds); the message names the
+	// limit and its value. Nothing changed.
+	CodeTenantLimit Code = "tenant_limit"
 )
 
 // Denial reasons in an admit reply whose admitted field is false.

@@ -133,3 +133,38 @@ func TenantFromContext(ctx context.Context) string {
 	t, _ := ctx.Value(tenantKey{}).(string)
 	return t
 }
+
+// The per-tenant limits (TenantLimited.Limit, and the limit label of the
+// spendgate_tenant_limited_total metric).
+const (
+	// LimitOpenReservations: reservations a tenant holds open at once.
+	LimitOpenReservations = "open_reservations"
+	// LimitRequestRate: requests per second a tenant sends one replica.
+	LimitRequestRate = "request_rate"
+	// LimitDefaultBudgets: budgets created for a tenant from its kinds'
+	// defaults.
+	LimitDefaultBudgets = "default_budgets"
+	// LimitDenialBytes: bytes per second of a tenant's denial records one
+	// replica stores (past it a denial is answered as ever, and counted
+	// instead of recorded: no refusal).
+	LimitDenialBytes = "denial_bytes"
+)
+
+// TenantLimited is the cause (Error.Err, never on the wire) of a
+// CodeTenantLimit refusal: which tenant, which limit (LimitOpenReservations,
+// LimitRequestRate or LimitDefaultBudgets) and its value.
+type TenantLimited struct {
+	Tenant string
+	Limit  string
+	Max    int64
+}
+
+func (t *TenantLimited) Error() string {
+	return "tenant " + t.Tenant + " is at its " + t.Limit + " limit"
+}
+
+// TenantLimitError returns the CodeTenantLimit refusal of a request of
+// tenant past limit (whose value is max), with message msg.
+func TenantLimitError(tenant, limit string, max int64, msg string) *Error {
+	return &Error{Code: CodeTenantLimit, Message: msg, Err: &TenantLimited{Tenant: tenant, Limit: limit, Max: max}}
+}

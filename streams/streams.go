@@ -857,6 +857,11 @@ const (
 	// DenialMaxMsgSize caps one denial record (an admit request and its
 	// denial).
 	DenialMaxMsgSize = 64 << 10
+	// DefaultDenialMaxBytes caps the denial stream by default: past it
+	// the oldest records go first, whatever their age, so no tenant's
+	// denials can fill the disk (each replica also bounds each tenant's
+	// bytes per second).
+	DefaultDenialMaxBytes = 1 << 30
 )
 
 // DenialStreamName is the denial stream, "<bucket>_denials".
@@ -891,11 +896,18 @@ func DenialMsgID(replica, tenant, requestID string) string {
 }
 
 // DenialStreamConfig is the denial stream's configuration: each record
-// kept maxAge (0: DefaultDenialMaxAge), Nats-Msg-Id deduped over
-// DuplicateWindow (or maxAge if shorter).
-func (l Layout) DenialStreamConfig(maxAge time.Duration) jetstream.StreamConfig {
+// kept maxAge (0: DefaultDenialMaxAge), at most maxBytes in all, the
+// oldest discarded first (0: DefaultDenialMaxBytes; negative: no bound),
+// Nats-Msg-Id deduped over DuplicateWindow (or maxAge if shorter).
+func (l Layout) DenialStreamConfig(maxAge time.Duration, maxBytes int64) jetstream.StreamConfig {
 	if maxAge <= 0 {
 		maxAge = DefaultDenialMaxAge
+	}
+	switch {
+	case maxBytes == 0:
+		maxBytes = DefaultDenialMaxBytes
+	case maxBytes < 0:
+		maxBytes = -1
 	}
 	return jetstream.StreamConfig{
 		Name:        l.DenialStreamName(),
@@ -904,7 +916,7 @@ func (l Layout) DenialStreamConfig(maxAge time.Duration) jetstream.StreamConfig 
 		Retention:   jetstream.LimitsPolicy,
 		MaxAge:      maxAge,
 		MaxMsgs:     -1,
-		MaxBytes:    -1,
+		MaxBytes:    maxBytes,
 		MaxMsgSize:  DenialMaxMsgSize,
 		Storage:     jetstream.FileStorage,
 		Replicas:    l.c.Replicas,
@@ -917,14 +929,15 @@ func (l Layout) DenialStreamConfig(maxAge time.Duration) jetstream.StreamConfig 
 }
 
 // EnsureDenials creates or updates the denial stream with records kept
-// maxAge (0: DefaultDenialMaxAge). Like Ensure it is idempotent and safe
-// to run from every replica at once; every replica should be given the
-// same max age (the last to start sets it).
-func EnsureDenials(ctx context.Context, js jetstream.JetStream, l Layout, maxAge time.Duration) (jetstream.Stream, error) {
+// maxAge (0: DefaultDenialMaxAge) and at most maxBytes in all (0:
+// DefaultDenialMaxBytes; negative: no bound). Like Ensure it is idempotent
+// and safe to run from every replica at once; every replica should be
+// given the same limits (the last to start sets them).
+func EnsureDenials(ctx context.Context, js jetstream.JetStream, l Layout, maxAge time.Duration, maxBytes int64) (jetstream.Stream, error) {
 	if maxAge < 0 {
 		return nil, fmt.Errorf("streams: denial max age must not be negative, got %s", maxAge)
 	}
-	cfg := l.DenialStreamConfig(maxAge)
+	cfg := l.DenialStreamConfig(maxAge, maxBytes)
 	var s jetstream.Stream
 	err := RetryStart(ctx, StartRetryFor, func(err error) bool {
 		return errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) || IsTransient(err)

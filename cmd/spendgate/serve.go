@@ -80,6 +80,7 @@ func serve(args []string) int {
 	readyTimeout := fs.Duration("ready-timeout", time.Minute, "how long the replica may take to fold the ledger stream at start")
 	readyMaxDelay := fs.Duration("ready-max-delay", health.DefaultMaxDelay, "/readyz fails while a ledger revision the stream's leader reported has waited longer than this unfolded (the follower is behind or cannot read its copy), and while the stream has no leader")
 	maxInflight := fs.Int("max-inflight", service.MaxInFlight, "requests this replica handles at once; beyond it callers get ledger_busy at once")
+	tenantFlags := addTenantLimitFlags(fs)
 	signingKey := fs.String("signing-key", "", "nkey seed file that signs this replica's revisions (or the seed itself in $"+envSigningSeed+"; default <data-dir>/"+signingKeyFile+", created on first start: replicas started from one data dir share it); re-read on SIGHUP")
 	trustedKeys := fs.String("trusted-keys", "", "this replica's own trusted keys, merged into the ledger's at start and on SIGHUP: keys or files of keys, comma-separated (default with the embedded server <data-dir>/"+trustedKeysFile+", created on first start; with --nats-url none: the ledger's trusted keys are followed, the first written trusted on first use)")
 	config.AddFileFlag(fs)
@@ -97,6 +98,10 @@ func serve(args []string) int {
 	}
 	if *maxInflight < 1 {
 		return serveCommand.usageError(fs, "--max-inflight must be at least 1")
+	}
+	tenantLimits, denialMaxBytes, err := tenantFlags.limits()
+	if err != nil {
+		return serveCommand.usageError(fs, err.Error())
 	}
 	if *snapRevisions > 0 && (*snapInterval < time.Second || *snapInterval > 24*time.Hour) {
 		return serveCommand.usageError(fs, "--snapshot-interval must be 1s..24h")
@@ -237,7 +242,7 @@ func serve(args []string) int {
 		ReadyTimeout: *readyTimeout, Metrics: m, MetricsBudgets: *metricsBudgets, Feed: *feedOn,
 		MaxInFlight: *maxInflight, Reports: *reportsOn, FeedMaxAge: feedAge(*feedMaxAge),
 		NoDenialRecords: !*denialsOn, DenialMaxAge: *denialMaxAge, Name: replicaName(),
-		ReadyMaxDelay: *readyMaxDelay,
+		ReadyMaxDelay: *readyMaxDelay, TenantLimits: tenantLimits, DenialMaxBytes: denialMaxBytes,
 	})
 	if err != nil {
 		log.Error("start", "err", err)

@@ -32,6 +32,9 @@ type target interface {
 	// closed records that r has closed; again when it had closed already
 	// (in another balance, or at its expiry before a late settle).
 	closed(r *Reservation, again bool)
+	// openChanged records that r became open (d = 1) or stopped being
+	// open (d = -1): its tenant's count of open reservations (tenants.go).
+	openChanged(r *Reservation, d int)
 	// void records request id e.RequestID as voided.
 	void(e events.RequestVoided)
 }
@@ -51,6 +54,11 @@ func applyEvent(t target, key string, e events.Event) {
 		r := t.held(e.ReservationID)
 		if r == nil {
 			r = t.opened(e)
+			if r.Status == events.StatusOpen {
+				// (The book's opened may find the id closed in its
+				// window: a malformed history, not a new open.)
+				t.openChanged(r, 1)
+			}
 		}
 		p := r.part(key)
 		p.Unit, p.Amount = e.Unit, e.Amount
@@ -71,6 +79,9 @@ func applyEvent(t target, key string, e events.Event) {
 			return
 		}
 		was := r.Status
+		if was == events.StatusOpen {
+			t.openChanged(r, -1)
+		}
 		r.Status = events.StatusSettled
 		r.part(key).Actual = e.Actual
 		r.Late = r.Late || e.Late
@@ -82,6 +93,7 @@ func applyEvent(t target, key string, e events.Event) {
 		switch {
 		case r == nil:
 		case r.Status == events.StatusOpen:
+			t.openChanged(r, -1)
 			r.Status = events.StatusReleased
 			if e.Reason == events.ReasonExpired {
 				r.Status = events.StatusExpired

@@ -21,15 +21,16 @@ type recorder struct {
 
 func (r *recorder) log(f string, a ...any) { r.calls = append(r.calls, fmt.Sprintf(f, a...)) }
 
-func (r *recorder) reserve(k string, m events.Money)   { r.log("reserve %s", m) }
-func (r *recorder) unreserve(k string, m events.Money) { r.log("unreserve %s", m) }
-func (r *recorder) spend(k string, a, o events.Money)  { r.log("spend %s overrun %s", a, o) }
-func (r *recorder) alert(k string, th events.Money)    { r.log("alert %s", th) }
-func (r *recorder) held(id string) *Reservation        { return r.res[id] }
-func (r *recorder) stamped(id string) *Reservation     { return r.win[id] }
-func (r *recorder) opens(k string, res *Reservation)   { r.log("opens %s", res.ID) }
-func (r *recorder) closes(k, id string)                { r.log("closes %s", id) }
-func (r *recorder) void(e events.RequestVoided)        { r.log("void %s", e.RequestID) }
+func (r *recorder) reserve(k string, m events.Money)    { r.log("reserve %s", m) }
+func (r *recorder) unreserve(k string, m events.Money)  { r.log("unreserve %s", m) }
+func (r *recorder) spend(k string, a, o events.Money)   { r.log("spend %s overrun %s", a, o) }
+func (r *recorder) alert(k string, th events.Money)     { r.log("alert %s", th) }
+func (r *recorder) held(id string) *Reservation         { return r.res[id] }
+func (r *recorder) stamped(id string) *Reservation      { return r.win[id] }
+func (r *recorder) opens(k string, res *Reservation)    { r.log("opens %s", res.ID) }
+func (r *recorder) closes(k, id string)                 { r.log("closes %s", id) }
+func (r *recorder) void(e events.RequestVoided)         { r.log("void %s", e.RequestID) }
+func (r *recorder) openChanged(res *Reservation, d int) { r.log("tenant open %s %+d", res.ID, d) }
 func (r *recorder) closed(res *Reservation, again bool) {
 	r.log("closed %s %s again=%v", res.ID, res.Status, again)
 }
@@ -53,10 +54,10 @@ func TestApplyEvent(t *testing.T) {
 		want          []string
 		status        string // of r after
 	}{
-		"open": {e: opened, want: []string{"reserve 0.5", "opened r", "opens r"}, status: events.StatusOpen},
+		"open": {e: opened, want: []string{"reserve 0.5", "opened r", "tenant open r +1", "opens r"}, status: events.StatusOpen},
 		"settle": {held: map[string]string{"r": events.StatusOpen},
 			e:    events.ReservationSettled{ReservationID: "r", Balance: bal, Reserved: m("0.5"), Actual: m("0.7"), Overrun: m("0.2")},
-			want: []string{"spend 0.7 overrun 0.2", "unreserve 0.5", "closes r", "closed r settled again=false"}, status: events.StatusSettled},
+			want: []string{"spend 0.7 overrun 0.2", "unreserve 0.5", "closes r", "tenant open r -1", "closed r settled again=false"}, status: events.StatusSettled},
 		"settle after expiry takes it from the window and releases nothing": {stamped: map[string]string{"r": events.StatusExpired},
 			e:    events.ReservationSettled{ReservationID: "r", Balance: bal, Reserved: m("0.5"), Actual: m("0.1"), Overrun: m("0"), AfterExpiry: true, Late: true},
 			want: []string{"spend 0.1 overrun 0", "closed r settled again=false"}, status: events.StatusSettled},
@@ -65,7 +66,7 @@ func TestApplyEvent(t *testing.T) {
 			want: []string{"spend 0.5 overrun 0", "unreserve 0.5", "closes r", "closed r settled again=true"}, status: events.StatusSettled},
 		"expire": {held: map[string]string{"r": events.StatusOpen},
 			e:    events.ReservationReleased{ReservationID: "r", Balance: bal, Reserved: m("0.5"), Reason: events.ReasonExpired},
-			want: []string{"unreserve 0.5", "closes r", "closed r expired again=false"}, status: events.StatusExpired},
+			want: []string{"unreserve 0.5", "closes r", "tenant open r -1", "closed r expired again=false"}, status: events.StatusExpired},
 		"release of another balance of a released reservation": {held: map[string]string{"r": events.StatusReleased},
 			e:    events.ReservationReleased{ReservationID: "r", Balance: bal, Reserved: m("0.5"), Reason: events.ReasonVoided},
 			want: []string{"unreserve 0.5", "closes r", "closed r released again=true"}, status: events.StatusReleased},

@@ -63,6 +63,10 @@ type book struct {
 	// and the revision they came in (see apply.go).
 	cur    *balance
 	curSeq uint64
+
+	// tenants counts open reservations and budgets from defaults per
+	// tenant (tenants.go), kept by this fold.
+	tenants tenantCounts
 }
 
 func newBook(layout streams.Layout, retention, expiredKeep time.Duration) *book {
@@ -81,6 +85,7 @@ func newBook(layout streams.Layout, retention, expiredKeep time.Duration) *book 
 		voids:        map[string]*Reservation{},
 		retention:    retention,
 		expiredKeep:  expiredKeep,
+		tenants:      newTenantCounts(),
 	}
 }
 
@@ -119,6 +124,7 @@ func (b *book) apply(rev *gate.Revision) {
 // and what a snapshot's load does with the revision it carries.
 func (b *book) setBudget(key string, seq uint64, rev *events.BudgetRevision, loc *time.Location) {
 	d := b.budgets[key]
+	b.budgetChanged(rev.Budget.Scope, d != nil, d != nil && d.def.FromDefault != 0, rev.FromDefault != 0)
 	if d == nil {
 		d = &budget{}
 		b.budgets[key] = d
@@ -394,6 +400,8 @@ func (b *bookApply) closed(r *Reservation, again bool) {
 		(*book)(b).closeRes(r, b.curSeq)
 	}
 }
+
+func (b *bookApply) openChanged(r *Reservation, d int) { (*book)(b).openChanged(r, d) }
 
 func (b *bookApply) void(e events.RequestVoided) {
 	// A void names one balance per scope: the first folded makes the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/gate"
 	"github.com/spendgate/spendgate/streams"
 )
@@ -178,6 +180,28 @@ func bookView(b *book) string {
 	}
 	add("window %d", b.win.len())
 	add("pending %d serverNow %s due %d", len(b.pending), b.serverNow.Format(time.RFC3339Nano), len(b.due))
+	// The per-tenant counts (tenants.go), and whether a recount of the
+	// book agrees with them: every fold and snapshot test checks them.
+	for t, n := range b.tenants.open {
+		add("tenant %q open %d", t, n)
+	}
+	for t, n := range b.tenants.defaults {
+		add("tenant %q default budgets %d", t, n)
+	}
+	recount := newTenantCounts()
+	for _, r := range b.reservations {
+		if r.Status == events.StatusOpen {
+			addCount(recount.open, reservationTenant(r), 1)
+		}
+	}
+	for _, d := range b.budgets {
+		if d.def.FromDefault != 0 {
+			addCount(recount.defaults, d.def.Ref.Scope.Tenant(), 1)
+		}
+	}
+	if !maps.Equal(recount.open, b.tenants.open) || !maps.Equal(recount.defaults, b.tenants.defaults) {
+		add("tenant counts %v %v differ from a recount of the book %v %v", b.tenants.open, b.tenants.defaults, recount.open, recount.defaults)
+	}
 	// closed and expired keep their order; the rest is sorted.
 	sortStrings(out)
 	return strings.Join(out, "\n")

@@ -61,6 +61,8 @@ func (m *Memory) DefaultsOf(kind string) []Default           { return m.l.Defaul
 func (m *Memory) Price(model string) (Price, bool)           { return m.l.Price(model) }
 func (m *Memory) Reservation(id string) (*Reservation, bool) { return m.l.Reservation(id) }
 func (m *Memory) ByRequest(rid string) (*Reservation, bool)  { return m.l.ByRequest(rid) }
+func (m *Memory) TenantOpen(tenant string) int               { return m.l.TenantOpen(tenant) }
+func (m *Memory) TenantDefaultBudgets(tenant string) int     { return m.l.TenantDefaultBudgets(tenant) }
 
 // Sync returns at once: a Memory ledger has nothing to catch up on.
 func (m *Memory) Sync(context.Context) error { return nil }

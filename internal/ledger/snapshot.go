@@ -503,6 +503,7 @@ func bookFromSnapshot(layout streams.Layout, retention, expiredKeep time.Duratio
 		b.requests[r.RequestID] = r
 		if r.Status == events.StatusOpen {
 			b.due.add(r)
+			b.openChanged(r, 1)
 		}
 	}
 	// Single-balance reservations share their balance's one-element slice,

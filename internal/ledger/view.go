@@ -41,6 +41,9 @@ type View interface {
 	// Voided reports whether request id rid is voided as of this
 	// decision.
 	Voided(rid string) bool
+	// TenantOpen returns how many reservations tenant holds open as of
+	// this decision (tenants.go).
+	TenantOpen(tenant string) int
 }
 
 // group is the View the committer gives the Txs of one group: the
@@ -59,6 +62,9 @@ type group struct {
 	res   map[string]*Reservation // reservations changed in this group
 	req   map[string]*Reservation // request ids opened in this group
 	voids map[string]bool         // request ids voided in this group
+	// tenantOpen is the change of each tenant's open reservations made
+	// by the group's decisions so far (see TenantOpen, tenants.go).
+	tenantOpen map[string]int
 	// stale is set when a read from the book (open reservations, request
 	// ids) found a lane of the view already folded past the revision the
 	// view was taken at: the group is then decided again.
@@ -199,6 +205,7 @@ const (
 	undoResNew                // the group had no reservation id
 	undoReq                   // the group's reservation of request id
 	undoVoid                  // the group had not voided request id
+	undoTenant                // tenantOpen[id] moved by n
 )
 
 // undoEntry is one change apply journals: typed, so a Tx's journal is a
@@ -207,8 +214,8 @@ type undoEntry struct {
 	op    undoOp
 	vb    *viewBalance
 	bal   Balance      // undoBalance
-	n     int          // undoBalance: len(vb.events)
-	id    string       // the reservation or request id
+	n     int          // undoBalance: len(vb.events); undoTenant: the change
+	id    string       // the reservation or request id; undoTenant: the tenant
 	amt   events.Money // undoOpen: the added amount
 	hadA  bool         // undoOpen: id was added; undoReq: rid had a reservation
 	hadR  bool         // undoOpen: id was removed
@@ -235,6 +242,8 @@ func (v *group) undo(e *undoEntry) {
 		}
 	case undoVoid:
 		delete(v.voids, e.id)
+	case undoTenant:
+		v.tenantOpen[e.id] -= e.n
 	}
 }
 
@@ -354,6 +363,8 @@ func (o *overlay) closes(_ string, id string) {
 	vb.removed[id] = true
 	delete(vb.added, id)
 }
+
+func (o *overlay) openChanged(r *Reservation, d int) { (*group)(o).openDelta(r, d) }
 
 // closed: the book queues the close when it folds the group's write.
 func (o *overlay) closed(*Reservation, bool) {}

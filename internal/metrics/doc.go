@@ -37,6 +37,10 @@
 //	spendgate_budget_utilization_ratio    gauge      scope, period, unit    (spent + reserved) / limit (RegisterBudgets)
 //	spendgate_budgets_not_exposed         gauge                             budgets left out of the five above by the series limit
 //	spendgate_snapshot_age_seconds        gauge                             age of the newest snapshot (RegisterSnapshotAge)
+//	spendgate_tenant_limited_total        counter    tenant, limit          tenant_limit refusals (limit open_reservations|request_rate|default_budgets) and denial records not stored (denial_bytes)
+//	spendgate_tenant_unknown_scope_denials_total  counter  tenant           a tenant's denials for scopes it has no budget for: counted, never recorded
+//	spendgate_tenant_open_reservations    gauge      tenant                 open reservations per tenant, from the book (RegisterTenants)
+//	spendgate_tenant_default_budgets      gauge      tenant                 budgets created per tenant from defaults (RegisterTenants)
 //	spendgate_build_info                  gauge      version, commit, go_version   always 1
 //
 // Where each is recorded:
@@ -56,9 +60,16 @@
 //   - follower lag: the NumPending of the last message the follower
 //     folded (jetstream.MsgMetadata), kept in an atomic;
 //   - per-budget gauges: one read of the book's balances of the current
-//     period per scrape.
+//     period per scrape;
+//   - per-tenant: TenantLimited where a request is refused tenant_limit
+//     (internal/service) or a denial record is left out (its recorder),
+//     TenantUnknownScopeDenial where an admit is denied unknown_budget, and
+//     the gauges one read of the book's per-tenant counts per scrape.
 //
 // Label values come from bounded sets (endpoint names, reply codes, denial
 // reasons); the per-budget gauges are bounded by RegisterBudgets' limit,
-// keeping the budgets nearest their limit.
+// keeping the budgets nearest their limit; the tenant label names at most
+// MaxTenantSeries tenants per family (the counters the first ones counted,
+// the rest under TenantOther; the gauges those with the most open
+// reservations).
 package metrics

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -87,6 +88,9 @@ func fullSet(budgets func() []BudgetSample) *Set {
 	s.RegisterTenantConsumerCheck(one, func() int64 { return 0 })
 	s.RegisterDenials(one, one, one)
 	s.RegisterReport(func() (int, int) { return 4, 5 })
+	s.RegisterTenants(func() []TenantSample { return []TenantSample{{Tenant: "acme", Open: 3, DefaultBudgets: 1}} })
+	s.TenantLimited("acme", "request_rate")
+	s.TenantUnknownScopeDenial("acme")
 	// Every vector has a member, so that its family is gathered.
 	s.Admits.WithLabelValues(ResultAdmitted, "").Inc()
 	s.AdmitChecks.WithLabelValues("check", ResultAdmitted, "").Inc()
@@ -151,6 +155,10 @@ func TestSet_Families(t *testing.T) {
 		{"spendgate_denials_failed_total", dto.MetricType_COUNTER, nil},
 		{"spendgate_report_cells", dto.MetricType_GAUGE, nil},
 		{"spendgate_report_reservations", dto.MetricType_GAUGE, nil},
+		{"spendgate_tenant_limited_total", dto.MetricType_COUNTER, []string{"limit", "tenant"}},
+		{"spendgate_tenant_unknown_scope_denials_total", dto.MetricType_COUNTER, []string{"tenant"}},
+		{"spendgate_tenant_open_reservations", dto.MetricType_GAUGE, []string{"tenant"}},
+		{"spendgate_tenant_default_budgets", dto.MetricType_GAUGE, []string{"tenant"}},
 		{"go_goroutines", dto.MetricType_GAUGE, nil},
 		{"go_memstats_heap_alloc_bytes", dto.MetricType_GAUGE, nil},
 		{"process_cpu_seconds_total", dto.MetricType_COUNTER, nil},
@@ -443,4 +451,37 @@ func TestReadme_AlertingRules(t *testing.T) {
 	require.NoError(t, os.WriteFile(f, []byte(rules), 0o644))
 	out, err := exec.Command(promtool, "check", "rules", f).CombinedOutput()
 	require.NoError(t, err, string(out))
+}
+
+// TestSet_TenantSeriesBounded: the tenant label names at most
+// MaxTenantSeries tenants per family, so a deployment with many tenants
+// (or a bug that counts made-up names) cannot grow a scrape without bound:
+// the counters name the first ones counted and sum the rest under
+// TenantOther; the gauges show the tenants with the most open
+// reservations. How we know it can fail: without tenantLabels or
+// topTenants the families hold 150 series and the counts below differ.
+func TestSet_TenantSeriesBounded(t *testing.T) {
+	s := New(BuildInfo{})
+	var all []TenantSample
+	for i := range 150 {
+		tenant := fmt.Sprintf("t%03d", i)
+		s.TenantLimited(tenant, "request_rate")
+		s.TenantUnknownScopeDenial(tenant)
+		all = append(all, TenantSample{Tenant: tenant, Open: i, DefaultBudgets: 1})
+	}
+	s.RegisterTenants(func() []TenantSample { return all })
+	fams := gather(t, s.Registry)
+	limited := fams["spendgate_tenant_limited_total"]
+	require.Len(t, limited.GetMetric(), MaxTenantSeries+1)
+	require.Equal(t, 1.0, sample(limited, "tenant", "t000", "limit", "request_rate").GetCounter().GetValue())
+	require.Equal(t, 50.0, sample(limited, "tenant", TenantOther, "limit", "request_rate").GetCounter().GetValue())
+	require.Nil(t, sample(limited, "tenant", "t100", "limit", "request_rate"))
+	require.Len(t, fams["spendgate_tenant_unknown_scope_denials_total"].GetMetric(), MaxTenantSeries+1)
+	open := fams["spendgate_tenant_open_reservations"]
+	require.Len(t, open.GetMetric(), MaxTenantSeries)
+	require.Equal(t, 149.0, gaugeOf(t, open, "tenant", "t149"))
+	require.Equal(t, 50.0, gaugeOf(t, open, "tenant", "t050"))
+	require.Nil(t, sample(open, "tenant", "t049"), "the tenants with the fewest open reservations are left out")
+	require.Len(t, fams["spendgate_tenant_default_budgets"].GetMetric(), MaxTenantSeries)
+	require.Equal(t, "t000", all[0].Tenant, "the caller's slice is not reordered")
 }

@@ -79,6 +79,10 @@ type Set struct {
 	// instead of folding: WithLabelValues(reason), a signing.Reason
 	// (unsigned, untrusted-key, bad-signature, malformed, replay, chain).
 	RevisionsRejected *prometheus.CounterVec
+
+	// tenants are the per-tenant counters (tenants.go): TenantLimited,
+	// TenantUnknownScopeDenial.
+	tenants *tenantFamilies
 }
 
 // New returns spendgate's metrics with build info recorded, in a new
@@ -107,13 +111,15 @@ func New(info BuildInfo) *Set {
 			Help: "Reservations the sweeper released because their TTL had passed."}),
 		RevisionsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "spendgate_revisions_rejected_total",
 			Help: "Ledger revisions this replica skipped instead of folding (forged, garbage, replayed, off the chain), by reason."}, []string{"reason"}),
+		tenants: newTenantFamilies(),
 	}
 	build := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "spendgate_build_info",
 		Help:        "Always 1; the labels say which build is running.",
 		ConstLabels: prometheus.Labels{"version": info.Version, "commit": info.Commit, "go_version": runtime.Version()}},
 		func() float64 { return 1 })
 	s.Registry.MustRegister(s.Admits, s.AdmitChecks, s.Requests, s.RequestDuration, s.Inflight, s.LedgerBusy,
-		s.Commits, s.CommitTxs, s.CASConflicts, s.SweeperReleased, s.RevisionsRejected, build)
+		s.Commits, s.CommitTxs, s.CASConflicts, s.SweeperReleased, s.RevisionsRejected, build,
+		s.tenants.limited, s.tenants.unknownScope)
 	return s
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/spendgate/spendgate/admit"
+	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/feed"
 	"github.com/spendgate/spendgate/internal/health"
 	"github.com/spendgate/spendgate/internal/ledger"
@@ -70,6 +71,14 @@ type Config struct {
 	DenialMaxAge    time.Duration
 	Name            string
 	DenialBuffer    int
+	// DenialMaxBytes caps the denial stream, the oldest records going
+	// first (0: streams.DefaultDenialMaxBytes; negative: no cap).
+	DenialMaxBytes int64
+	// TenantLimits are the per-tenant limits (docs/tenant-limits.md): zero
+	// fields take their defaults, negative ones are off. The admitter gets
+	// the open reservations and budgets from defaults, the denial recorder
+	// the denial bytes, the service the request rate.
+	TenantLimits service.TenantLimits
 	// MaxInFlight bounds the requests the replica handles at once (see
 	// service.Config.MaxInFlight); 0 means service.MaxInFlight.
 	MaxInFlight int
@@ -172,6 +181,9 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	if err := l.AddReader(alertReader{publish: alertPublisher(nc, cfg.Layout, cfg.Log)}); err != nil {
 		return nil, err
 	}
+	if err := cfg.TenantLimits.WithDefaults().Validate(); err != nil {
+		return nil, err
+	}
 	a, st, sw, err := engine(l, cfg)
 	if err != nil {
 		return nil, err
@@ -252,7 +264,7 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 		}
 	}
 	svc, err := service.Start(nc, service.Config{Ledger: l, Admitter: a, Settler: st, Now: cfg.Now, Log: cfg.Log, Metrics: cfg.Metrics,
-		MaxInFlight: cfg.MaxInFlight, Reports: r.Reports, Denials: r.Denials})
+		MaxInFlight: cfg.MaxInFlight, Reports: r.Reports, Denials: r.Denials, TenantLimits: cfg.TenantLimits})
 	if err != nil {
 		return nil, err
 	}
@@ -277,7 +289,8 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 
 // engine makes the admitter, settler and sweeper over l.
 func engine(l *ledger.Ledger, cfg Config) (*admit.Admitter, *settle.Settler, *sweep.Sweeper, error) {
-	aopts := []admit.Option{admit.WithClock(cfg.Now)}
+	aopts := []admit.Option{admit.WithClock(cfg.Now), admit.WithTenantLimits(admit.TenantLimits{
+		MaxOpen: cfg.TenantLimits.MaxOpen, MaxDefaultBudgets: cfg.TenantLimits.MaxDefaultBudgets})}
 	if cfg.DefaultTTL != 0 || cfg.MinTTL != 0 || cfg.MaxTTL != 0 {
 		def, lo, hi := cfg.DefaultTTL, cfg.MinTTL, cfg.MaxTTL
 		if def == 0 {
@@ -346,13 +359,18 @@ func (r *Replica) startDenials(ctx, runCtx context.Context, js jetstream.JetStre
 	if name == "" {
 		name = nuid.Next()
 	}
-	if _, err := streams.EnsureDenials(ctx, js, cfg.Layout, cfg.DenialMaxAge); err != nil {
+	if _, err := streams.EnsureDenials(ctx, js, cfg.Layout, cfg.DenialMaxAge, cfg.DenialMaxBytes); err != nil {
 		return err
 	}
 	d, err := service.NewDenialRecorder(js, cfg.Layout, name, cfg.DenialBuffer, cfg.Log)
 	if err != nil {
 		return err
 	}
+	var limited func(tenant string)
+	if m := cfg.Metrics; m != nil {
+		limited = func(tenant string) { m.TenantLimited(tenant, events.LimitDenialBytes) }
+	}
+	d.LimitTenantBytes(cfg.TenantLimits.WithDefaults().DenialBytes, limited)
 	r.Denials = d
 	if cfg.Metrics != nil {
 		cfg.Metrics.RegisterDenials(d.Recorded, d.Dropped, d.Failed)
@@ -369,6 +387,16 @@ func registerMetrics(cfg Config, l *ledger.Ledger, svc *service.Service, probe *
 	cfg.Metrics.RegisterLedgerHealth(func() metrics.LedgerHealth {
 		st := probe.Status()
 		return metrics.LedgerHealth{Ready: probe.Check() == nil, Leader: st.Leader, Delay: st.Delay}
+	})
+	// The per-tenant gauges, from the book's counts (the counters are the
+	// service's and the denial recorder's).
+	cfg.Metrics.RegisterTenants(func() []metrics.TenantSample {
+		counts := l.TenantCounts()
+		out := make([]metrics.TenantSample, len(counts))
+		for i, c := range counts {
+			out[i] = metrics.TenantSample{Tenant: c.Tenant, Open: c.Open, DefaultBudgets: c.DefaultBudgets}
+		}
+		return out
 	})
 	cfg.Metrics.RegisterBudgets(cfg.MetricsBudgets, func() []metrics.BudgetSample {
 		budgets := l.Budgets()

@@ -39,9 +39,14 @@ type DenialRecorder struct {
 	layout  streams.Layout
 	replica string
 	log     *slog.Logger
-	ch      chan events.AdmitDenied
+	ch      chan denialRecord
 
-	recorded, dropped, failed atomic.Uint64
+	recorded, dropped, failed, limited atomic.Uint64
+	// tenantBytes bounds the bytes of each tenant's records (nil: no
+	// bound; LimitTenantBytes); onLimited is told of each record it
+	// leaves out.
+	tenantBytes *tenantBuckets
+	onLimited   func(tenant string)
 
 	// mu guards queued (records buffered), settled (records whose
 	// publish ended, either way) and progress (closed and replaced as
@@ -65,22 +70,58 @@ func NewDenialRecorder(js jetstream.JetStream, layout streams.Layout, replica st
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &DenialRecorder{js: js, layout: layout, replica: replica, log: log, ch: make(chan events.AdmitDenied, buffer),
+	return &DenialRecorder{js: js, layout: layout, replica: replica, log: log, ch: make(chan denialRecord, buffer),
 		progress: make(chan struct{})}, nil
+}
+
+// denialRecord is a record to publish: the denial and, for a tenant's, its
+// encoding (made when its bytes were counted).
+type denialRecord struct {
+	d    events.AdmitDenied
+	data []byte
+}
+
+// LimitTenantBytes bounds the records of each tenant (not the untenanted
+// deployment's) to perSecond bytes per second, encoded, with a burst of
+// TenantDenialBurst seconds' worth: a record past it is not recorded, is
+// counted in Limited, and onLimited (if not nil) is called with its
+// tenant. perSecond <= 0 leaves records unbounded. Call it before Run.
+func (r *DenialRecorder) LimitTenantBytes(perSecond int, onLimited func(tenant string)) {
+	r.tenantBytes = newTenantBuckets(perSecond, perSecond*TenantDenialBurst, time.Now)
+	r.onLimited = onLimited
 }
 
 // Replica is the replica name the records carry.
 func (r *DenialRecorder) Replica() string { return r.replica }
 
 // Record buffers d for publishing, with its replica set, and reports
-// whether it was buffered (false: the buffer was full and d is dropped and
+// whether it was buffered (false: the buffer was full, or d's tenant is
+// past its bytes per second (LimitTenantBytes), and d is dropped and
 // counted). It never blocks.
 func (r *DenialRecorder) Record(d events.AdmitDenied) bool {
 	d.Replica = r.replica
+	rec := denialRecord{d: d}
+	if d.Tenant != "" && r.tenantBytes != nil {
+		// Counted at its encoded size, before it takes a place in the
+		// buffer, which every tenant shares.
+		data, err := events.EncodeAdmitDenied(d)
+		if err != nil {
+			r.failed.Add(1)
+			return false
+		}
+		if !r.tenantBytes.take(d.Tenant, len(data)) {
+			r.limited.Add(1)
+			if r.onLimited != nil {
+				r.onLimited(d.Tenant)
+			}
+			return false
+		}
+		rec.data = data
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	select {
-	case r.ch <- d:
+	case r.ch <- rec:
 		r.queued++
 		return true
 	default:
@@ -129,20 +170,24 @@ func (r *DenialRecorder) Dropped() uint64 { return r.dropped.Load() }
 // Failed counts the records whose publish failed.
 func (r *DenialRecorder) Failed() uint64 { return r.failed.Load() }
 
+// Limited counts the records left out because their tenant was past its
+// bytes per second (LimitTenantBytes).
+func (r *DenialRecorder) Limited() uint64 { return r.limited.Load() }
+
 // Run publishes buffered records until ctx ends, then publishes what is
 // still buffered within a few seconds. It returns nil.
 func (r *DenialRecorder) Run(ctx context.Context) error {
 	for {
 		select {
-		case d := <-r.ch:
-			r.publish(ctx, d)
+		case rec := <-r.ch:
+			r.publish(ctx, rec)
 		case <-ctx.Done():
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), denialDrainTimeout)
 			defer cancel()
 			for {
 				select {
-				case d := <-r.ch:
-					r.publish(dctx, d)
+				case rec := <-r.ch:
+					r.publish(dctx, rec)
 				default:
 					return nil
 				}
@@ -154,12 +199,14 @@ func (r *DenialRecorder) Run(ctx context.Context) error {
 // publish publishes d, retrying a failed publish (the same Nats-Msg-Id, so
 // a publish that was stored but not acknowledged is not doubled) until
 // denialPublishTimeout.
-func (r *DenialRecorder) publish(ctx context.Context, d events.AdmitDenied) {
+func (r *DenialRecorder) publish(ctx context.Context, rec denialRecord) {
 	defer r.settle()
-	data, err := events.EncodeAdmitDenied(d)
-	if err != nil {
-		r.failed.Add(1)
-		return
+	d, data, err := rec.d, rec.data, error(nil)
+	if data == nil {
+		if data, err = events.EncodeAdmitDenied(d); err != nil {
+			r.failed.Add(1)
+			return
+		}
 	}
 	scope := d.Denial.Scope.Local()
 	if scope == "" && len(d.Scopes) > 0 {

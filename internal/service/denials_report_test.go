@@ -55,7 +55,10 @@ func denialSums(rep events.ReportReply) (int64, map[string]int64) {
 // by scope once in each scope it named. The report endpoint, each
 // replica's aggregate and the replay agree on every group (the harness'
 // requireReportsEqual compares denials too). A tenant's report counts only
-// its own denials; a check-mode denial is counted nowhere. If denials were
+// its own denials; a check-mode denial is counted nowhere, nor is a
+// tenant's denial for a scope it has no budget for (only its metric counts
+// it: a tenant may not fill the denial stream with scopes it makes up,
+// issue 22). If denials were
 // left out of either side, or counted per replica that saw the record,
 // the exact totals fail.
 func TestReport_Denials(t *testing.T) {
@@ -66,11 +69,12 @@ func TestReport_Denials(t *testing.T) {
 	h.putBudget("team:tight", "day", "1", "USD")
 	var tb events.BudgetView
 	require.Nil(t, h.tcall("acme", streams.EndpointBudgetPut, events.BudgetPutRequest{Scope: "team:tight", Period: "day", Limit: "1", Unit: "USD"}, &tb))
+	require.Nil(t, h.tcall("acme", streams.EndpointBudgetPut, events.BudgetPutRequest{Scope: "org:acme", Period: "month", Limit: "100000", Unit: "USD"}, &tb))
 	start := h.clock.now.Load()
 	rng := rand.New(rand.NewPCG(7, 12))
 	models := []string{"gpt-4o", "claude", ""}
 
-	var denied, tight, tenantDenied int64
+	var denied, tight, tenantDenied, tenantUnknown int64
 	perModel := map[string]int64{} // every tenant's: a report without a tenant counts all
 	deny := func(tag string, n int) {
 		for i := range n {
@@ -88,6 +92,12 @@ func TestReport_Denials(t *testing.T) {
 			var r events.AdmitReply
 			if rng.IntN(3) == 0 {
 				require.Nil(t, h.tcall("acme", streams.EndpointAdmit, req, &r))
+				if req.Scopes[1] == "team:nobudget" {
+					// Counted, not recorded: in no report.
+					tenantUnknown++
+					require.Equal(t, events.ReasonUnknownBudget, r.Denial.Reason)
+					continue
+				}
 				tenantDenied++
 			} else {
 				var e *events.Error
@@ -121,6 +131,7 @@ func TestReport_Denials(t *testing.T) {
 	for i, n := range per {
 		require.NotZero(t, n, "replica %d recorded no denial: the test needs both", i)
 	}
+	require.NotZero(t, tenantUnknown, "the test needs a tenant's unknown-scope denial")
 	h.requireReportsEqual(start)
 
 	// Exact counts over the API.
@@ -133,7 +144,8 @@ func TestReport_Denials(t *testing.T) {
 	require.Equal(t, denied, scopes["org:acme"], "every untenanted denial named org:acme")
 	require.Equal(t, tight, scopes["team:tight"])
 	require.Equal(t, denied-tight, scopes["team:nobudget"])
-	require.Equal(t, tenantDenied, scopes["acme/team:tight"]+scopes["acme/team:nobudget"])
+	require.Equal(t, tenantDenied, scopes["acme/team:tight"])
+	require.Zero(t, scopes["acme/team:nobudget"], "a tenant's unknown-scope denial is not recorded")
 	for m, n := range perModel {
 		require.Equal(t, n, models2[m], "model %q", m)
 	}
@@ -143,7 +155,8 @@ func TestReport_Denials(t *testing.T) {
 	require.Nil(t, h.tcall("acme", streams.EndpointReport, events.ReportRequest{By: "scope"}, &tByScope))
 	_, tscopes := denialSums(tByScope)
 	require.Equal(t, tenantDenied, tscopes["org:acme"])
-	require.Equal(t, tenantDenied, tscopes["team:tight"]+tscopes["team:nobudget"])
+	require.Equal(t, tenantDenied, tscopes["team:tight"])
+	require.Zero(t, tscopes["team:nobudget"])
 	require.NotContains(t, tscopes, "user:u-1")
 	replay, err := report.NewReader(h.env.JS, h.env.Layout, projector.New(h.env.JS, h.env.Layout)).Report(ctxT(t), report.Filter{OneTenant: true, Tenant: "acme"}, report.ByScope)
 	require.NoError(t, err)
@@ -170,7 +183,8 @@ func TestReport_Denials(t *testing.T) {
 
 // TestReport_DenialStreamMaxAge: the denial stream a replica ensures keeps
 // a record 31 days by default, or the replica's DenialMaxAge; its dedupe
-// window never exceeds it.
+// window never exceeds it; it holds at most DefaultDenialMaxBytes (or the
+// replica's DenialMaxBytes), the oldest records going first.
 func TestReport_DenialStreamMaxAge(t *testing.T) {
 	h := newHarness(t, harnessOpts{})
 	s, err := h.env.JS.Stream(ctxT(t), h.env.Layout.DenialStreamName())
@@ -179,11 +193,15 @@ func TestReport_DenialStreamMaxAge(t *testing.T) {
 	require.Equal(t, streams.DefaultDenialMaxAge, s.CachedInfo().Config.MaxAge)
 	require.Equal(t, []string{"spendgate.denial.v1.>"}, s.CachedInfo().Config.Subjects)
 
-	s, err = streams.EnsureDenials(ctxT(t), h.env.JS, h.env.Layout, 2*time.Minute)
+	require.Equal(t, int64(streams.DefaultDenialMaxBytes), s.CachedInfo().Config.MaxBytes, "the denial stream has a byte cap (issue 22)")
+	require.Equal(t, jetstream.DiscardOld, s.CachedInfo().Config.Discard)
+
+	s, err = streams.EnsureDenials(ctxT(t), h.env.JS, h.env.Layout, 2*time.Minute, 1<<20)
 	require.NoError(t, err)
 	require.Equal(t, 2*time.Minute, s.CachedInfo().Config.MaxAge)
+	require.Equal(t, int64(1<<20), s.CachedInfo().Config.MaxBytes)
 	require.LessOrEqual(t, s.CachedInfo().Config.Duplicates, 2*time.Minute)
-	_, err = streams.EnsureDenials(ctxT(t), h.env.JS, h.env.Layout, -time.Second)
+	_, err = streams.EnsureDenials(ctxT(t), h.env.JS, h.env.Layout, -time.Second, 0)
 	require.Error(t, err)
 }
 
@@ -197,6 +215,7 @@ func TestReport_DenialRetryOnce(t *testing.T) {
 	h.putBudget("team:tight", "day", "1", "USD")
 	var tb events.BudgetView
 	require.Nil(t, h.tcall("acme", streams.EndpointBudgetPut, events.BudgetPutRequest{Scope: "team:tight", Period: "day", Limit: "1", Unit: "USD"}, &tb))
+	require.Nil(t, h.tcall("acme", streams.EndpointBudgetPut, events.BudgetPutRequest{Scope: "org:acme", Period: "month", Limit: "100000", Unit: "USD"}, &tb))
 	req := events.AdmitRequest{RequestID: "same", Scopes: []string{"team:tight"}, Amount: "5"}
 	for range 2 {
 		r, e := h.admit(req)

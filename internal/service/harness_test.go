@@ -15,6 +15,7 @@ import (
 	"github.com/spendgate/spendgate/internal/metrics"
 	"github.com/spendgate/spendgate/internal/replica"
 	"github.com/spendgate/spendgate/internal/report"
+	"github.com/spendgate/spendgate/internal/service"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
@@ -41,13 +42,15 @@ type harnessOpts struct {
 	// lanes of the ledger stream (default 1: every Tx commits as one lane
 	// revision; more lanes put multi-scope Txs on the atomic batch path).
 	lanes int
-	// maxInFlight and metrics are passed to every replica.
+	// maxInFlight is passed to every replica, metrics to the first.
 	maxInFlight int
 	metrics     *metrics.Set
 	// reports runs the spend report aggregator in every replica, with
 	// reportOpts.
 	reports    bool
 	reportOpts []report.AggregatorOption
+	// tenantLimits are passed to every replica.
+	tenantLimits service.TenantLimits
 }
 
 type clock struct{ now atomicTime }
@@ -63,12 +66,18 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 	h := &harness{t: t, env: env, nc: env.Connect(t), clock: &clock{}}
 	h.clock.now.Store(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	for i := 0; i < o.replicas; i++ {
+		// A metrics set serves one replica: the first.
+		m := o.metrics
+		if i > 0 {
+			m = nil
+		}
 		nc := env.Connect(t)
 		js, err := jetstream.New(nc)
 		require.NoError(t, err)
 		r, err := replica.Start(ctxT(t), nc, js, replica.Config{
 			Layout: env.Layout, Now: h.clock.now.Load, SweepInterval: -1, LedgerOptions: o.ledgerOpts,
-			MaxInFlight: o.maxInFlight, Metrics: o.metrics, Reports: o.reports, ReportOptions: o.reportOpts,
+			MaxInFlight: o.maxInFlight, Metrics: m, Reports: o.reports, ReportOptions: o.reportOpts,
+			TenantLimits: o.tenantLimits,
 		})
 		require.NoError(t, err)
 		t.Cleanup(func() {
@@ -103,25 +112,32 @@ func (h *harness) check() {
 // callE is call for goroutines other than the test's: it never calls
 // require, and returns a transport or decoding failure as err.
 func (h *harness) callE(endpoint string, req any, out any) (*events.Error, error) {
+	e, _, err := h.requestE(h.env.Layout.Endpoint(endpoint), req, out)
+	return e, err
+}
+
+// requestE sends req to subject and decodes the reply into out, or
+// returns the service's error; msg is the reply.
+func (h *harness) requestE(subject string, req any, out any) (e *events.Error, msg *nats.Msg, err error) {
 	data, err := json.Marshal(req)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	msg, err := h.nc.Request(h.env.Layout.Endpoint(endpoint), data, 10*time.Second)
+	msg, err = h.nc.Request(subject, data, 10*time.Second)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var er events.ErrorReply
 	if err := json.Unmarshal(msg.Data, &er); err != nil {
-		return nil, err
+		return nil, msg, err
 	}
 	if er.Error != nil {
-		return er.Error, nil
+		return er.Error, msg, nil
 	}
 	if out != nil {
-		return nil, json.Unmarshal(msg.Data, out)
+		return nil, msg, json.Unmarshal(msg.Data, out)
 	}
-	return nil, nil
+	return nil, msg, nil
 }
 
 // failed reports whether any replica's follower stopped on its own.

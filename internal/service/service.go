@@ -69,6 +69,10 @@ type Service struct {
 
 	// tenants bounds each tenant's share of the in-flight limit.
 	tenants tenantShare
+	// limits are the per-tenant limits; rate is each tenant's request
+	// rate on this replica (nil: none), tenantlimits.go.
+	limits TenantLimits
+	rate   *tenantBuckets
 
 	mu      sync.Mutex
 	running int // requests handed to goroutines and not yet answered
@@ -138,6 +142,10 @@ type Config struct {
 	// is answered ledger_busy (counted in spendgate_ledger_busy_total with
 	// cause inflight_limit). 0 means MaxInFlight; negative is an error.
 	MaxInFlight int
+	// TenantLimits are the per-tenant limits; the service enforces the
+	// request rate (TenantLimits.Rate) and names the others in its
+	// refusals. Zero fields take their defaults, negative ones are off.
+	TenantLimits TenantLimits
 }
 
 // Start registers the spendgate endpoints on nc under the ledger layout's
@@ -153,9 +161,14 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 	if limit == 0 {
 		limit = MaxInFlight
 	}
+	limits := cfg.TenantLimits.WithDefaults()
+	if err := limits.Validate(); err != nil {
+		return nil, err
+	}
 	s := &Service{l: cfg.Ledger, a: cfg.Admitter, s: cfg.Settler, now: cfg.Now, log: cfg.Log,
 		ctx: context.Background(), inflight: make(chan struct{}, limit), pool: newWorkers(), nc: nc, reports: cfg.Reports,
-		tenants: newTenantShare(limit), denialRec: cfg.Denials}
+		tenants: newTenantShare(limit), denialRec: cfg.Denials,
+		limits: limits, rate: newTenantBuckets(limits.Rate, limits.Rate, time.Now)}
 	s.idle = sync.NewCond(&s.mu)
 	if s.now == nil {
 		s.now = time.Now
@@ -199,6 +212,11 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 			tenant := ""
 			if tenants {
 				tenant, _ = layout.TenantOf(subject)
+			}
+			// A batch's items are counted one by one (serveBatch).
+			if single == "" && !s.allowRate(tenant) {
+				s.refuseRate(r, name, tenant)
+				return
 			}
 			if !s.takeSlot(tenant) {
 				s.refuseBusy(r, name)
@@ -408,16 +426,24 @@ func (s *Service) encode(dst []byte, endpoint, subject string, out any, err erro
 			return body, nil
 		}
 	}
+	// A refusal past a tenant's limit is counted, not logged (a retry's
+	// is ledger_unavailable with the limit in its chain): a tenant at its
+	// limits must not flood the log.
+	var tl *events.TenantLimited
+	limited := errors.As(err, &tl)
 	if !errors.As(err, &e) {
 		s.log.Error("request failed", "subject", subject, "err", err)
 		e = &events.Error{Code: events.CodeInternal, Message: "internal error"}
-	} else if e.Code == events.CodeInternal || e.Code == events.CodeLedgerUnavailable {
+	} else if (e.Code == events.CodeInternal || e.Code == events.CodeLedgerUnavailable) && !limited {
 		s.log.Error("request failed", "subject", subject, "err", err)
 	}
 	code = string(e.Code)
 	errCode, errMsg = code, e.Message
 	if e.Code == events.CodeLedgerBusy {
 		s.m.LedgerBusy.WithLabelValues(metrics.BusyConflicts).Inc()
+	}
+	if limited {
+		s.m.TenantLimited(tl.Tenant, tl.Limit)
 	}
 	body = events.AppendErrorReply(dst, &events.ErrorReply{Error: &events.Error{
 		Code: e.Code, Message: e.Message, ReservationID: e.ReservationID, Status: e.Status,
@@ -527,7 +553,16 @@ func (s *Service) serveBatch(nc *nats.Conn, endpoint, single, subject, reply str
 	start := time.Now()
 	tenant, _ := s.l.Layout().TenantOf(subject)
 	idx := make([]int, 0, len(items))
+	// limited[i] is the refusal of item i past its tenant's request rate.
+	var limited []*events.Error
 	for i := range items {
+		if !s.allowRate(tenant) {
+			if limited == nil {
+				limited = make([]*events.Error, len(items))
+			}
+			limited[i] = s.rateRefusal(tenant, single, items[i])
+			continue
+		}
 		if !s.takeSlot(tenant) {
 			s.m.LedgerBusy.WithLabelValues(metrics.BusyInflight).Inc()
 			s.m.ObserveRequest(single, string(events.CodeLedgerBusy), 0)
@@ -560,6 +595,10 @@ func (s *Service) serveBatch(nc *nats.Conn, endpoint, single, subject, reply str
 			body, _ = s.encode(body, single, subject, outs[j], errs[j], start, arrived)
 			s.freeSlot(tenant)
 			j++
+			continue
+		}
+		if limited != nil && limited[i] != nil {
+			body, _ = s.encode(body, single, subject, nil, limited[i], start, arrived)
 			continue
 		}
 		body = append(body, busyReply...)
@@ -631,6 +670,8 @@ func statusOf(c events.Code) string {
 		return "403"
 	case events.CodePayloadTooLarge:
 		return "413"
+	case events.CodeTenantLimit:
+		return "429"
 	}
 	return "400"
 }
@@ -677,9 +718,21 @@ func (s *Service) countAdmit(ctx context.Context, req events.AdmitRequest, reply
 		}
 		d := events.AdmitDenied{Type: events.TypeAdmitDenied, At: s.now().UTC(), Tenant: events.TenantFromContext(ctx),
 			RequestID: req.RequestID, Scopes: req.Scopes, Amount: req.Amount, Model: req.Model, Unit: unit, Metadata: req.Metadata, Denial: *reply.Denial}
+		// A tenant's denial for a scope it has no budget for is counted,
+		// never recorded, and kept in the ring without its metadata: the
+		// scope is any name the tenant makes up, and recording it (with up
+		// to 4 KB of metadata) would let a tenant fill the denial stream
+		// and the report's groups at no cost.
+		unknown := d.Tenant != "" && reply.Denial.Reason == events.ReasonUnknownBudget
+		if unknown {
+			s.m.TenantUnknownScopeDenial(d.Tenant)
+			d.Metadata = nil
+		}
 		if s.denialRec != nil {
 			d.Replica = s.denialRec.Replica()
-			s.denialRec.Record(d)
+			if !unknown {
+				s.denialRec.Record(d)
+			}
 		}
 		s.denials.add(d)
 	}

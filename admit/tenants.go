@@ -1,0 +1,182 @@
+package admit
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/ledger"
+)
+
+// Default per-tenant limits of an Admitter (WithTenantLimits). They apply
+// to every tenant but the untenanted deployment ("").
+const (
+	// DefaultTenantMaxOpen is how many reservations one tenant may hold
+	// open at once. A replica holds every open reservation in memory (a
+	// few KB each with its read models), so this bounds what one tenant
+	// can make every replica hold: about 40 MB.
+	DefaultTenantMaxOpen = 10000
+	// DefaultTenantMaxDefaultBudgets is how many budgets may be created
+	// for one tenant from its scope kinds' defaults (a "user:*" default
+	// creates one per user on the user's first admit).
+	DefaultTenantMaxDefaultBudgets = 10000
+)
+
+// TenantLimits are an Admitter's per-tenant limits. A zero field takes
+// its default; a negative one turns that limit off.
+type TenantLimits struct {
+	// MaxOpen bounds the reservations one tenant holds open
+	// (DefaultTenantMaxOpen). An admit past it is refused
+	// events.CodeTenantLimit. It is decided in the admit's Tx, against
+	// the ledger's own count (ledger.View.TenantOpen): exact across
+	// replicas with one commit lane.
+	MaxOpen int
+	// MaxDefaultBudgets bounds the budgets created for one tenant from
+	// defaults (DefaultTenantMaxDefaultBudgets). An admit that would
+	// create one past it is refused events.CodeTenantLimit, and creates
+	// nothing.
+	MaxDefaultBudgets int
+}
+
+func (t TenantLimits) withDefaults() TenantLimits {
+	if t.MaxOpen == 0 {
+		t.MaxOpen = DefaultTenantMaxOpen
+	}
+	if t.MaxDefaultBudgets == 0 {
+		t.MaxDefaultBudgets = DefaultTenantMaxDefaultBudgets
+	}
+	return t
+}
+
+// WithTenantLimits sets the per-tenant limits (default: TenantLimits{},
+// every limit at its default).
+func WithTenantLimits(l TenantLimits) Option {
+	return func(o *options) error {
+		o.tenants = l.withDefaults()
+		return nil
+	}
+}
+
+// Limits returns the Admitter's per-tenant limits (negative: off).
+func (a *Admitter) Limits() TenantLimits { return a.opts.tenants }
+
+// openLimit returns the refusal of tenant's admit if the tenant holds
+// open, at or past max, reservations; nil otherwise (and for the
+// untenanted deployment or a limit that is off).
+func openLimit(tenant string, max, open int) error {
+	if tenant == "" || max < 0 || open < max {
+		return nil
+	}
+	return events.TenantLimitError(tenant, events.LimitOpenReservations, int64(max), fmt.Sprintf(
+		"tenant %s holds %d open reservations, its limit (serve --tenant-max-open %d): settle or release some first; nothing was reserved",
+		tenant, open, max))
+}
+
+// preCheckOpen refuses r before any ledger work if its tenant already
+// holds its limit of open reservations as this replica has folded them,
+// unless the request id is one the book knows (its replay is answered
+// whatever the limit). The Tx decides again, exactly (admitTx.Decide).
+func (a *Admitter) preCheckOpen(tenant string, r request) error {
+	max := a.opts.tenants.MaxOpen
+	if tenant == "" || max < 0 {
+		return nil
+	}
+	err := openLimit(tenant, max, a.l.TenantOpen(tenant))
+	if err == nil {
+		return nil
+	}
+	if _, known := a.l.ByRequest(r.id); known {
+		return nil
+	}
+	return err
+}
+
+// defaultBudgets counts, per tenant, the budgets this replica is creating
+// from defaults right now: with the ledger's count of those it has folded,
+// what a new one is checked against.
+type defaultBudgets struct {
+	mu       sync.Mutex
+	creating map[string]int
+}
+
+// reserveDefault takes n of tenant's budgets from defaults for a creation,
+// or refuses with CodeTenantLimit if the ledger's count plus those being
+// created by this replica would pass max. done gives them back.
+//
+// The count is exact on one replica; across replicas, creations another
+// replica wrote and this one has not folded yet are missed (admit syncs
+// with the stream before it creates, so that is only what they wrote
+// since): the limit can be passed by about one creation per other replica
+// creating at the same instant.
+func (a *Admitter) reserveDefault(tenant string, n int) (done func(), err error) {
+	max := a.opts.tenants.MaxDefaultBudgets
+	if tenant == "" || max < 0 {
+		return func() {}, nil
+	}
+	d := &a.defaults
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := a.defaultsLimit(tenant, n, max); err != nil {
+		return nil, err
+	}
+	if d.creating == nil {
+		d.creating = map[string]int{}
+	}
+	d.creating[tenant] += n
+	return func() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if d.creating[tenant] -= n; d.creating[tenant] <= 0 {
+			delete(d.creating, tenant)
+		}
+	}, nil
+}
+
+// checkDefaults refuses, as reserveDefault would, a creation of n of
+// tenant's budgets from defaults past its limit, without taking them.
+func (a *Admitter) checkDefaults(tenant string, n int) error {
+	max := a.opts.tenants.MaxDefaultBudgets
+	if tenant == "" || max < 0 {
+		return nil
+	}
+	a.defaults.mu.Lock()
+	defer a.defaults.mu.Unlock()
+	return a.defaultsLimit(tenant, n, max)
+}
+
+// defaultsLimit is the refusal of n more of tenant's budgets from
+// defaults past max, nil if they fit. The caller holds a.defaults.mu.
+func (a *Admitter) defaultsLimit(tenant string, n, max int) error {
+	have := a.l.TenantDefaultBudgets(tenant) + a.defaults.creating[tenant]
+	if have+n <= max {
+		return nil
+	}
+	return events.TenantLimitError(tenant, events.LimitDefaultBudgets, int64(max), fmt.Sprintf(
+		"tenant %s has %d budgets created from defaults, its limit (serve --tenant-max-default-budgets %d): this scope's first admit would create %d more; nothing was created or reserved",
+		tenant, have, max, n))
+}
+
+// retryRefusal is err as the answer to req: a tenant_limit refusal of a
+// retry (req.Retry) of a real admit becomes CodeLedgerUnavailable, as a
+// denied retry does (see answerDenial): an earlier attempt of it may still
+// commit, so its outcome is unknown. The limit stays in the error's chain.
+func retryRefusal(req events.AdmitRequest, err error) error {
+	var e *events.Error
+	if err == nil || !req.Retry || (req.Mode != "" && req.Mode != events.ModeAdmit) || !errors.As(err, &e) || e.Code != events.CodeTenantLimit {
+		return err
+	}
+	return &events.Error{Code: events.CodeLedgerUnavailable, Err: e, Message: fmt.Sprintf(
+		"request_id %s: this retry is refused (%s), but an earlier attempt of it may still commit, so its outcome is unknown: retry with the same request, or void the request id",
+		req.RequestID, e.Message)}
+}
+
+// checkOpen is the decision's check of the open-reservation limit, against
+// v (ledger.View.TenantOpen: the ledger's count at the revisions the write
+// requires, plus what the group decided before this Tx).
+func (t *admitTx) checkOpen(v ledger.View) error {
+	if t.tenant == "" || t.maxOpen < 0 {
+		return nil
+	}
+	return openLimit(t.tenant, t.maxOpen, v.TenantOpen(t.tenant))
+}

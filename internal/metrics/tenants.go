@@ -1,0 +1,137 @@
+package metrics
+
+import (
+	"cmp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Per-tenant families. The tenant label's values are bounded: the first
+// MaxTenantSeries tenants a replica counts are named, every later one is
+// counted under TenantOther, and the gauges name the MaxTenantSeries
+// tenants with the most open reservations.
+const (
+	// MaxTenantSeries bounds the distinct tenant label values of each
+	// per-tenant family.
+	MaxTenantSeries = 100
+	// TenantOther is the tenant label of the tenants past MaxTenantSeries
+	// (not a valid tenant name: tenants start with a letter).
+	TenantOther = "_other"
+)
+
+// tenantLabels hands out the tenant label values of the per-tenant
+// counters: a tenant's own name for the first MaxTenantSeries tenants,
+// TenantOther for the rest.
+type tenantLabels struct {
+	mu    sync.Mutex
+	named map[string]bool
+}
+
+func (l *tenantLabels) label(tenant string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.named[tenant] {
+		return tenant
+	}
+	if len(l.named) >= MaxTenantSeries {
+		return TenantOther
+	}
+	if l.named == nil {
+		l.named = map[string]bool{}
+	}
+	l.named[tenant] = true
+	return tenant
+}
+
+// tenantFamilies are the per-tenant counters every Set has.
+type tenantFamilies struct {
+	labels tenantLabels
+	// limited counts spendgate_tenant_limited_total{tenant,limit}.
+	limited *prometheus.CounterVec
+	// unknownScope counts
+	// spendgate_tenant_unknown_scope_denials_total{tenant}.
+	unknownScope *prometheus.CounterVec
+}
+
+func newTenantFamilies() *tenantFamilies {
+	return &tenantFamilies{
+		limited: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "spendgate_tenant_limited_total",
+			Help: "Requests refused tenant_limit (limit open_reservations, request_rate, default_budgets), and denial records not stored past a tenant's bytes per second (limit denial_bytes), by tenant (past " + strconv.Itoa(MaxTenantSeries) + " tenants: " + TenantOther + ")."},
+			[]string{"tenant", "limit"}),
+		unknownScope: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "spendgate_tenant_unknown_scope_denials_total",
+			Help: "Admits a tenant sent naming a scope it has no budget for (denied unknown_budget): counted here, never recorded on the denial stream."},
+			[]string{"tenant"}),
+	}
+}
+
+// TenantLimited counts one refusal of tenant's request past limit (an
+// events.Limit* name), or one denial record of tenant not stored past its
+// bytes per second (events.LimitDenialBytes).
+func (s *Set) TenantLimited(tenant, limit string) {
+	s.tenants.limited.WithLabelValues(s.tenants.labels.label(tenant), limit).Inc()
+}
+
+// TenantUnknownScopeDenial counts one denial of tenant's admit for a scope
+// the tenant has no budget for.
+func (s *Set) TenantUnknownScopeDenial(tenant string) {
+	s.tenants.unknownScope.WithLabelValues(s.tenants.labels.label(tenant)).Inc()
+}
+
+// TenantSample is one tenant's counts, as the replica's book has them.
+type TenantSample struct {
+	Tenant string
+	// Open is the reservations it holds open; DefaultBudgets the budgets
+	// created for it from defaults.
+	Open, DefaultBudgets int
+}
+
+// RegisterTenants adds spendgate_tenant_open_reservations{tenant} and
+// spendgate_tenant_default_budgets{tenant}, read from f once a scrape (f
+// must not block: it reads the book). Each names at most MaxTenantSeries
+// tenants, those with the most open reservations (then the most budgets
+// from defaults, then by name). Call it once.
+func (s *Set) RegisterTenants(f func() []TenantSample) {
+	s.Registry.MustRegister(&tenantCollector{f: f,
+		open: prometheus.NewDesc("spendgate_tenant_open_reservations",
+			"Reservations each tenant holds open, as this replica's book has them (limit: serve --tenant-max-open).", []string{"tenant"}, nil),
+		defaults: prometheus.NewDesc("spendgate_tenant_default_budgets",
+			"Budgets created for each tenant from its scope kinds' defaults (limit: serve --tenant-max-default-budgets).", []string{"tenant"}, nil),
+	})
+}
+
+// tenantCollector writes the per-tenant gauges from one read of the book
+// per scrape.
+type tenantCollector struct {
+	f              func() []TenantSample
+	open, defaults *prometheus.Desc
+}
+
+func (c *tenantCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.open
+	ch <- c.defaults
+}
+
+func (c *tenantCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, t := range topTenants(c.f()) {
+		ch <- prometheus.MustNewConstMetric(c.open, prometheus.GaugeValue, float64(t.Open), t.Tenant)
+		ch <- prometheus.MustNewConstMetric(c.defaults, prometheus.GaugeValue, float64(t.DefaultBudgets), t.Tenant)
+	}
+}
+
+// topTenants returns the MaxTenantSeries tenants of all with the most open
+// reservations (then budgets from defaults, then by name); all is not
+// modified.
+func topTenants(all []TenantSample) []TenantSample {
+	if len(all) <= MaxTenantSeries {
+		return all
+	}
+	all = slices.Clone(all)
+	slices.SortFunc(all, func(a, b TenantSample) int {
+		return cmp.Or(cmp.Compare(b.Open, a.Open), cmp.Compare(b.DefaultBudgets, a.DefaultBudgets), strings.Compare(a.Tenant, b.Tenant))
+	})
+	return all[:MaxTenantSeries]
+}

@@ -1,0 +1,177 @@
+package service
+
+import (
+	"bytes"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/spendgate/spendgate/events"
+)
+
+// Per-tenant limits of a replica (replica.Config.TenantLimits). Two live
+// here, per replica: the request rate (checked before a request takes an
+// in-flight slot) and the bytes of denial records (DenialRecorder). The
+// open reservations and the budgets from defaults are the admitter's
+// (admit.TenantLimits), decided against the ledger.
+const (
+	// DefaultTenantRate is how many requests per second one tenant may
+	// send one replica (each item of a batch counts), with a burst of one
+	// second's worth.
+	DefaultTenantRate = 500
+	// DefaultTenantDenialBytes is how many bytes per second of denial
+	// records one replica stores for one tenant, with a burst of
+	// TenantDenialBurst seconds' worth.
+	DefaultTenantDenialBytes = 16 << 10
+	// TenantDenialBurst is the burst of the denial bytes, in seconds of
+	// the tenant's rate.
+	TenantDenialBurst = 16
+	// MaxTenantRate bounds a rate (requests or bytes per second).
+	MaxTenantRate = 1 << 30
+)
+
+// TenantLimits are a replica's per-tenant limits. A zero field takes its
+// default; a negative one turns that limit off. The untenanted deployment
+// (plain subjects) has none of them.
+type TenantLimits struct {
+	// MaxOpen and MaxDefaultBudgets are admit.TenantLimits': the
+	// reservations one tenant holds open, and the budgets created for it
+	// from defaults (admit.DefaultTenantMaxOpen,
+	// admit.DefaultTenantMaxDefaultBudgets).
+	MaxOpen, MaxDefaultBudgets int
+	// Rate is the requests per second one tenant may send this replica
+	// (DefaultTenantRate); past it a request is answered tenant_limit at
+	// once, before any ledger work.
+	Rate int
+	// DenialBytes is the bytes per second of denial records this replica
+	// stores for one tenant (DefaultTenantDenialBytes); past it a denial
+	// is answered as ever but not recorded, and counted.
+	DenialBytes int
+}
+
+// WithDefaults fills the zero fields of the replica's own limits (Rate,
+// DenialBytes; the admitter fills its own).
+func (t TenantLimits) WithDefaults() TenantLimits {
+	if t.Rate == 0 {
+		t.Rate = DefaultTenantRate
+	}
+	if t.DenialBytes == 0 {
+		t.DenialBytes = DefaultTenantDenialBytes
+	}
+	return t
+}
+
+// Validate refuses a rate past MaxTenantRate.
+func (t TenantLimits) Validate() error {
+	if t.Rate > MaxTenantRate || t.DenialBytes > MaxTenantRate {
+		return fmt.Errorf("service: tenant rates must be at most %d per second", MaxTenantRate)
+	}
+	return nil
+}
+
+// tenantBuckets is a token bucket per tenant, kept as the generic cell
+// rate algorithm: per tenant only the time at which its bucket is full
+// again (tat). A take of n tokens at now is allowed if, after it, the
+// bucket would be full again no later than burst tokens' worth from now.
+// Nothing is stored for a tenant whose bucket is full, beyond a bounded
+// map swept when it grows. Safe for concurrent use.
+type tenantBuckets struct {
+	per   time.Duration // the time one token takes to come back
+	burst time.Duration // per * burst tokens
+	now   func() time.Time
+
+	mu  sync.Mutex
+	tat map[string]time.Time
+}
+
+// tenantBucketsSweep is the map size past which full buckets are dropped.
+const tenantBucketsSweep = 1024
+
+// newTenantBuckets returns buckets of rate tokens per second and burst
+// tokens, or nil (no limit) for a rate that is not positive.
+func newTenantBuckets(rate, burst int, now func() time.Time) *tenantBuckets {
+	if rate <= 0 {
+		return nil
+	}
+	per := max(time.Second/time.Duration(rate), 1)
+	return &tenantBuckets{per: per, burst: per * time.Duration(max(burst, 1)), now: now, tat: map[string]time.Time{}}
+}
+
+// take takes n tokens from tenant's bucket and reports whether it had
+// them (if not, it takes none). A nil *tenantBuckets always has them.
+func (b *tenantBuckets) take(tenant string, n int) bool {
+	if b == nil {
+		return true
+	}
+	now := b.now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	tat, ok := b.tat[tenant]
+	if !ok || tat.Before(now) {
+		tat = now
+	}
+	next := tat.Add(b.per * time.Duration(n))
+	if next.Sub(now) > b.burst {
+		return false
+	}
+	if !ok && len(b.tat) >= tenantBucketsSweep {
+		for t, at := range b.tat {
+			if !at.After(now) {
+				delete(b.tat, t)
+			}
+		}
+	}
+	b.tat[tenant] = next
+	return true
+}
+
+// allowRate takes one request of tenant's rate; the untenanted deployment
+// is not limited.
+func (s *Service) allowRate(tenant string) bool {
+	return tenant == "" || s.rate.take(tenant, 1)
+}
+
+// rateRefusal is the answer to a request of tenant past its rate on
+// endpoint, whose body is data: tenant_limit, or for a retry of an admit
+// (events.AdmitRequest.Retry) ledger_unavailable, since an earlier attempt
+// of it may still commit (as admit answers a denied retry).
+func (s *Service) rateRefusal(tenant, endpoint string, data []byte) *events.Error {
+	e := events.TenantLimitError(tenant, events.LimitRequestRate, int64(s.limits.Rate), fmt.Sprintf(
+		"tenant %s is past its request rate on this replica, %d per second (serve --tenant-rate %d); nothing changed; retry with back-off",
+		tenant, s.limits.Rate, s.limits.Rate))
+	// Only a body that names "retry" (or escapes a character of a key)
+	// can be a retry: the others are refused without being decoded (this
+	// runs on micro's goroutine, which every tenant's requests share).
+	if endpoint != "admit" || !bytes.Contains(data, retryField) && !bytes.Contains(data, escapeField) {
+		return e
+	}
+	var req events.AdmitRequest
+	if events.DecodeRequest(data, &req) != nil || !req.Retry || (req.Mode != "" && req.Mode != events.ModeAdmit) {
+		return e
+	}
+	return &events.Error{Code: events.CodeLedgerUnavailable, Err: e, Message: fmt.Sprintf(
+		"request_id %s: this retry is refused (%s), but an earlier attempt of it may still commit, so its outcome is unknown: retry with the same request, or void the request id",
+		req.RequestID, e.Message)}
+}
+
+// retryField is an admit's retry flag in its body, escapeField how an
+// escaped spelling of it would start.
+var retryField, escapeField = []byte(`"retry"`), []byte(`\u`)
+
+// refuseRate answers r, a request of tenant past its rate, on micro's own
+// goroutine: no ledger work, no slot, no goroutine.
+func (s *Service) refuseRate(r micro.Request, endpoint, tenant string) {
+	e := s.rateRefusal(tenant, endpoint, r.Data())
+	s.m.TenantLimited(tenant, events.LimitRequestRate)
+	s.m.ObserveRequest(endpoint, string(e.Code), 0)
+	s.stats.observe(endpoint, string(e.Code), e.Message, 0)
+	if r.Reply() == "" {
+		return
+	}
+	body := events.AppendErrorReply(nil, &events.ErrorReply{Error: &events.Error{Code: e.Code, Message: e.Message}})
+	if err := r.Error(statusOf(e.Code), string(e.Code), body); err != nil {
+		s.log.Warn("reply failed", "subject", r.Subject(), "err", err)
+	}
+}

@@ -1,0 +1,42 @@
+package service
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A tenant's bucket holds burst tokens and gets rate per second back; a
+// take it cannot pay takes nothing; tenants do not share a bucket; full
+// buckets are forgotten once the map grows past its sweep size. How we
+// know it can fail: each assertion is the exact count of one step.
+func TestTenantBuckets_Take(t *testing.T) {
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	b := newTenantBuckets(10, 5, func() time.Time { return now })
+	for i := range 5 {
+		require.True(t, b.take("acme", 1), "token %d of the burst", i)
+	}
+	require.False(t, b.take("acme", 1), "the burst is spent")
+	require.True(t, b.take("globex", 5), "another tenant has its own bucket")
+	now = now.Add(100 * time.Millisecond) // one token back at 10/s
+	require.True(t, b.take("acme", 1))
+	require.False(t, b.take("acme", 1))
+	now = now.Add(250 * time.Millisecond) // two and a half back
+	require.False(t, b.take("acme", 3), "three cost more than two and a half")
+	require.True(t, b.take("acme", 2), "a refused take took nothing")
+	now = now.Add(time.Hour)
+	require.False(t, b.take("acme", 6), "never more than the burst at once")
+	require.True(t, b.take("acme", 5))
+
+	var none *tenantBuckets
+	require.True(t, none.take("acme", 1<<20), "no limit")
+	require.Nil(t, newTenantBuckets(0, 10, time.Now), "rate 0 is no limit")
+
+	for i := range tenantBucketsSweep + 10 {
+		require.True(t, b.take(fmt.Sprint("t", i), 1))
+		now = now.Add(time.Second) // every earlier bucket is full again
+	}
+	require.LessOrEqual(t, len(b.tat), tenantBucketsSweep+1, "full buckets are forgotten")
+}

@@ -347,6 +347,9 @@ func (a *Admitter) AdmitAll(ctx context.Context, reqs []events.AdmitRequest) (ou
 			// replica, after the commit.
 			a.opts.alerts(tx.alerts)
 		}
+		if tx.blocked != nil && tx.reply.Denial != nil && a.opts.blocking != nil {
+			a.opts.blocking(*tx.blocked)
+		}
 		out[idx[j]], errs[idx[j]] = answerDenial(ctx, reqs[idx[j]], tx.reply)
 	}
 	return out, errs
@@ -597,8 +600,10 @@ type admitTx struct {
 	// virtual are the budgets a check or shadow admit would create from
 	// defaults, by balance key (see budgets).
 	virtual map[string]ledger.Budget
-	// alerts are the thresholds the decision crossed.
-	alerts []events.ThresholdCrossed
+	// alerts are the thresholds the decision crossed; blocked the
+	// blocking alert of a limit_reached denial by a budget with alerts on.
+	alerts  []events.ThresholdCrossed
+	blocked *events.Alert
 }
 
 func (t *admitTx) Balances() []events.BalanceRef { return t.refs }
@@ -625,7 +630,7 @@ func (t *admitTx) Decide(v ledger.View) (events.Events, error) {
 		return nil, nil
 	}
 	expires := t.now.Add(t.req.ttl)
-	t.alerts = nil
+	t.alerts, t.blocked = nil, nil
 	evs := make(events.Events, 0, len(t.refs))
 	uses := make([]events.BudgetUse, 0, len(t.refs))
 	for _, ref := range t.refs {
@@ -662,6 +667,11 @@ func (t *admitTx) Decide(v ledger.View) (events.Events, error) {
 			deny(events.ReasonLimitReached, fmt.Sprintf("%s per %s: spent %s + reserved %s + requested %s exceeds the limit %s %s",
 				ref.Scope.Local(), ref.Period, b.Spent, b.Reserved, amt, b.Limit, b.Unit))
 			t.reply.Denial.Requested = amt.String()
+			if len(b.Thresholds) > 0 && t.req.mode == events.ModeAdmit {
+				a := events.BlockingAlert(ref, b.Unit, b.Limit, b.Spent.Add(b.Reserved), amt.String(),
+					events.LocalRequestID(t.req.id), b.Arm, t.now)
+				t.blocked = &a
+			}
 			return nil, nil
 		}
 		reserved := b.Reserved.Add(amt)
@@ -681,7 +691,7 @@ func (t *admitTx) Decide(v ledger.View) (events.Events, error) {
 		used := b.Spent.Add(reserved)
 		for _, th := range events.Crossed(b.Thresholds, b.Alerted, b.Limit, used) {
 			a := events.ThresholdCrossed{Balance: ref, Threshold: th, Limit: b.Limit, Used: used, Unit: b.Unit,
-				ReservationID: t.id, At: t.now}
+				ReservationID: t.id, At: t.now, Arm: b.Arm}
 			evs = append(evs, a)
 			t.alerts = append(t.alerts, a)
 		}

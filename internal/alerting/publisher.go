@@ -39,10 +39,6 @@ const (
 	maxSeen = 4096
 )
 
-// errWrongLastSeq is JetStream's "wrong last sequence" (10071): the alert's
-// subject already holds it.
-const errWrongLastSeq = 10071
-
 // Publisher appends alerts to the alert stream, off the fold and the
 // request path: Fold and Blocked only queue (counting a drop when the
 // buffer is full); Run publishes. Every replica runs one over the same
@@ -188,7 +184,7 @@ func (p *Publisher) publish(ctx context.Context, a events.Alert) {
 		case err == nil:
 			p.published.Add(1)
 			return
-		case errors.As(err, &apiErr) && apiErr.ErrorCode == errWrongLastSeq:
+		case errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence:
 			// Stored before, past the dedupe window.
 			p.duplicates.Add(1)
 			return

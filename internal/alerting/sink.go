@@ -75,11 +75,21 @@ type Sink struct {
 	m      *metrics.AlertSink
 }
 
-// NewSink checks cfg and returns a Sink. It does no I/O until Run.
-func NewSink(js jetstream.JetStream, layout streams.Layout, cfg SinkConfig) (*Sink, error) {
-	u, err := url.Parse(cfg.URL)
+// CheckURL checks that raw is an http(s) URL with a host. Its error does
+// not quote raw (a webhook URL's path often holds its secret).
+func CheckURL(raw string) error {
+	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("alerting: webhook url %q is not an http(s) URL", cfg.URL)
+		return errors.New("alerting: the webhook URL is not an http(s) URL with a host")
+	}
+	return nil
+}
+
+// NewSink checks cfg (CheckURL) and returns a Sink. It does no I/O until
+// Run.
+func NewSink(js jetstream.JetStream, layout streams.Layout, cfg SinkConfig) (*Sink, error) {
+	if err := CheckURL(cfg.URL); err != nil {
+		return nil, err
 	}
 	if cfg.Durable == "" {
 		cfg.Durable = DefaultDurable
@@ -129,11 +139,22 @@ func (s *Sink) ConsumerConfig() jetstream.ConsumerConfig {
 	}
 }
 
-// Run delivers alerts until ctx ends. It creates the consumer if it does
-// not exist (an existing one keeps its position; its deliver policy is
-// not changed).
+// Run delivers alerts until ctx ends. It waits for the alert stream (the
+// replicas create it) and creates the consumer if it does not exist (an
+// existing one keeps its position; its deliver policy is not changed).
 func (s *Sink) Run(ctx context.Context) error {
 	stream, err := s.js.Stream(ctx, s.layout.AlertStreamName())
+	for logged := false; errors.Is(err, jetstream.ErrStreamNotFound); logged = true {
+		if !logged {
+			s.cfg.Log.Warn("alert webhook: waiting for the alert stream (spendgate serve creates it)", "stream", s.layout.AlertStreamName())
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+		stream, err = s.js.Stream(ctx, s.layout.AlertStreamName())
+	}
 	if err != nil {
 		return fmt.Errorf("alerting: the alert stream %s: %w", s.layout.AlertStreamName(), err)
 	}

@@ -816,18 +816,7 @@ func (l Layout) AlertStreamConfig() jetstream.StreamConfig {
 // EnsureAlerts creates or updates the alert stream. Like Ensure it is
 // idempotent and safe to run from every replica at once.
 func EnsureAlerts(ctx context.Context, js jetstream.JetStream, l Layout) (jetstream.Stream, error) {
-	cfg := l.AlertStreamConfig()
-	var s jetstream.Stream
-	err := RetryStart(ctx, StartRetryFor, func(err error) bool {
-		return errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) || IsTransient(err)
-	}, func(ctx context.Context) error {
-		var err error
-		if s, err = js.CreateOrUpdateStream(ctx, cfg); err != nil {
-			return fmt.Errorf("streams: ensure %s: %w", cfg.Name, err)
-		}
-		return nil
-	})
-	return s, err
+	return ensureStream(ctx, js, l.AlertStreamConfig())
 }
 
 // FeedSubject is the subject of one feed message:
@@ -1029,7 +1018,13 @@ func EnsureDenials(ctx context.Context, js jetstream.JetStream, l Layout, maxAge
 	if maxAge < 0 {
 		return nil, fmt.Errorf("streams: denial max age must not be negative, got %s", maxAge)
 	}
-	cfg := l.DenialStreamConfig(maxAge)
+	return ensureStream(ctx, js, l.DenialStreamConfig(maxAge))
+}
+
+// ensureStream creates or updates the stream of cfg, retrying within
+// StartRetryFor (and ctx) what a cluster forming or another replica's
+// create at the same moment answers.
+func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
 	var s jetstream.Stream
 	err := RetryStart(ctx, StartRetryFor, func(err error) bool {
 		return errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) || IsTransient(err)

@@ -132,8 +132,12 @@ func (p *Publisher) queue(a events.Alert) bool {
 	case p.ch <- a:
 		return true
 	default:
-		p.dropped.Add(1)
-		p.log.Warn("alert: buffer full, alert dropped", "id", a.ID)
+		// Logged at the first drop and every 1000th: a replica folding a
+		// long history at start may drop many (old ones, which the stream
+		// holds already).
+		if n := p.dropped.Add(1); n%1000 == 1 {
+			p.log.Warn("alert: buffer full, alert dropped", "id", a.ID, "dropped", n)
+		}
 		return false
 	}
 }

@@ -247,7 +247,13 @@ func (s *Sink) post(ctx context.Context, a events.Alert) (string, error) {
 	req.Header.Set(streams.HeaderAlertID, a.ID)
 	resp, err := s.cfg.Client.Do(req)
 	if err != nil {
-		return metrics.SinkFailTransport, err
+		// Not the *url.Error: it quotes the URL, whose path often holds
+		// the webhook's secret.
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		return metrics.SinkFailTransport, fmt.Errorf("POST to the webhook: %w", err)
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	_ = resp.Body.Close()

@@ -1,9 +1,11 @@
 package alerting_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -172,8 +174,8 @@ func TestSink_GivesUpAfterMaxDeliver(t *testing.T) {
 		name, reason string
 		url          func(*receiver) string
 	}{
-		{"503", metrics.SinkFailStatus, func(r *receiver) string { return r.srv.URL }},
-		{"closed listener", metrics.SinkFailTransport, func(*receiver) string { return closed.URL }},
+		{"503", metrics.SinkFailStatus, func(r *receiver) string { return r.srv.URL + "/services/secret-token" }},
+		{"closed listener", metrics.SinkFailTransport, func(*receiver) string { return closed.URL + "/services/secret-token" }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := testenv.New(t)
@@ -181,8 +183,10 @@ func TestSink_GivesUpAfterMaxDeliver(t *testing.T) {
 			require.NoError(t, err)
 			rcv := newReceiver(t) // never up
 			m := metrics.NewAlertSink(nil)
+			var logs syncBuffer
 			runSink(t, env, alerting.SinkConfig{URL: tc.url(rcv), Durable: "hook", RetryBase: 10 * time.Millisecond,
-				RetryMax: 20 * time.Millisecond, MaxDeliver: 3, Timeout: 5 * time.Second, Metrics: m})
+				RetryMax: 20 * time.Millisecond, MaxDeliver: 3, Timeout: 5 * time.Second, Metrics: m,
+				Log: slog.New(slog.NewTextHandler(&logs, nil))})
 			consumerReady(t, env, "hook")
 
 			p := alerting.New(env.JS, env.Layout)
@@ -197,8 +201,30 @@ func TestSink_GivesUpAfterMaxDeliver(t *testing.T) {
 			consumerDone(t, env, "hook")
 			require.Equal(t, 3.0, testutil.ToFloat64(m.Failures.WithLabelValues(tc.reason)))
 			require.Zero(t, testutil.ToFloat64(m.Deliveries))
+			// Each attempt was logged, never with the URL's secret path.
+			require.Contains(t, logs.String(), "giving up")
+			require.NotContains(t, logs.String(), "secret-token")
 		})
 	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the sink's and the test's
+// goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // consumerReady waits until the sink's durable consumer exists.

@@ -360,6 +360,9 @@ func (a *Admitter) AdmitAll(ctx context.Context, reqs []events.AdmitRequest) (ou
 			// replica, after the commit.
 			a.opts.alerts(tx.alerts)
 		}
+		if tx.blocked != nil && tx.reply.Denial != nil && a.opts.blocking != nil {
+			a.opts.blocking(*tx.blocked)
+		}
 		out[idx[j]], errs[idx[j]] = answerDenial(ctx, reqs[idx[j]], tx.reply)
 	}
 	return out, errs
@@ -635,8 +638,10 @@ type admitTx struct {
 	// virtual are the budgets a check or shadow admit would create from
 	// defaults, by balance key (see budgets).
 	virtual map[string]ledger.Budget
-	// alerts are the thresholds the decision crossed.
-	alerts []events.ThresholdCrossed
+	// alerts are the thresholds the decision crossed; blocked the
+	// blocking alert of a limit_reached denial by a budget with alerts on.
+	alerts  []events.ThresholdCrossed
+	blocked *events.Alert
 	// tenant is the tenant the request acts for; maxOpen its limit of
 	// open reservations (negative: none).
 	tenant  string
@@ -670,7 +675,7 @@ func (t *admitTx) Decide(v ledger.View) (events.Events, error) {
 		return nil, err
 	}
 	expires := t.now.Add(t.req.ttl)
-	t.alerts = nil
+	t.alerts, t.blocked = nil, nil
 	evs := make(events.Events, 0, len(t.refs))
 	uses := make([]events.BudgetUse, 0, len(t.refs))
 	for _, ref := range t.refs {
@@ -707,6 +712,11 @@ func (t *admitTx) Decide(v ledger.View) (events.Events, error) {
 			deny(events.ReasonLimitReached, fmt.Sprintf("%s per %s: spent %s + reserved %s + requested %s exceeds the limit %s %s",
 				ref.Scope.Local(), ref.Period, b.Spent, b.Reserved, amt, b.Limit, b.Unit))
 			t.reply.Denial.Requested = amt.String()
+			if len(b.Thresholds) > 0 && t.req.mode == events.ModeAdmit {
+				a := events.BlockingAlert(ref, b.Unit, b.Limit, b.Spent.Add(b.Reserved), amt.String(),
+					events.LocalRequestID(t.req.id), b.Arm, t.now)
+				t.blocked = &a
+			}
 			return nil, nil
 		}
 		reserved := b.Reserved.Add(amt)
@@ -726,7 +736,7 @@ func (t *admitTx) Decide(v ledger.View) (events.Events, error) {
 		used := b.Spent.Add(reserved)
 		for _, th := range events.Crossed(b.Thresholds, b.Alerted, b.Limit, used) {
 			a := events.ThresholdCrossed{Balance: ref, Threshold: th, Limit: b.Limit, Used: used, Unit: b.Unit,
-				ReservationID: t.id, At: t.now}
+				ReservationID: t.id, At: t.now, Arm: b.Arm}
 			evs = append(evs, a)
 			t.alerts = append(t.alerts, a)
 		}

@@ -13,6 +13,7 @@ type options struct {
 	defaultUnit                string
 	alerts                     func([]events.ThresholdCrossed)
 	tenants                    TenantLimits
+	blocking                   func(events.Alert)
 }
 
 func defaultOptions() options {
@@ -48,6 +49,19 @@ func WithTTL(def, min, max time.Duration) Option {
 			return fmt.Errorf("admit: ttl default %v must lie in [%v, %v] within [%v, %v]", def, min, max, events.MinTTL, events.MaxTTL)
 		}
 		o.defaultTTL, o.minTTL, o.maxTTL = def, min, max
+		return nil
+	}
+}
+
+// WithBlocking calls f with the blocking alert (events.BlockingAlert) of
+// an admit a budget with alerts on denied for its limit (limit_reached),
+// after the decision (never for a check or shadow admit). It is called for
+// every such denial: deduplicating to the first of the period (and arm
+// generation) is the receiver's (the alert's id names them). f must not
+// block.
+func WithBlocking(f func(events.Alert)) Option {
+	return func(o *options) error {
+		o.blocking = f
 		return nil
 	}
 }

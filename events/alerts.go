@@ -35,6 +35,28 @@ type ThresholdCrossed struct {
 	Unit          string     `json:"unit"`
 	ReservationID string     `json:"reservation_id,omitempty"`
 	At            time.Time  `json:"at"`
+	// Arm is the arm generation the threshold was crossed in: 0 while the
+	// budget keeps the limit, unit, zone and thresholds it was created
+	// with, else the revision (stream sequence) of the definition that
+	// last changed one of them (see ArmingChange). A change re-arms the
+	// thresholds: each may be crossed again, once, in the new generation.
+	Arm uint64 `json:"arm,omitempty"`
+}
+
+// ArmingChange reports whether a definition change that changed the named
+// fields (ledger Budget.Changes: "limit", "unit", "tz", "disabled",
+// "fixed_slot", "thresholds") re-arms the budget's thresholds: a new limit,
+// unit, calendar zone or set of thresholds makes the old crossings
+// meaningless, so each threshold (and the blocking alert) may fire again
+// in the current period. Disabling or a fixed slot does not re-arm.
+func ArmingChange(changed []string) bool {
+	for _, c := range changed {
+		switch c {
+		case "limit", "unit", "tz", "thresholds":
+			return true
+		}
+	}
+	return false
 }
 
 // EventType returns TypeThresholdCrossed.

@@ -418,6 +418,7 @@ type snapFull struct {
 		Overrun  events.Money      `json:"overrun"`
 		Open     []string          `json:"open"`
 		Alerted  []events.Money    `json:"alerted"`
+		Arm      uint64            `json:"arm"`
 	} `json:"balances"`
 	Reservations []snapFullRes `json:"reservations"`
 	Closed       []snapFullQ   `json:"closed"`
@@ -593,7 +594,7 @@ func (s *State) loadSnapshot(ctx context.Context, stream jetstream.Stream, layou
 	openIn := map[string]map[string]bool{} // balance key -> open reservation ids
 	for _, sb := range b.Balances {
 		s.balances[sb.Ref] = &Balance{Ref: sb.Ref, Key: sb.Key, Lane: layout.LaneKey(sb.Ref), Unit: sb.Unit, Limit: sb.Limit,
-			Spent: sb.Spent, Reserved: sb.Reserved, Overrun: sb.Overrun, Open: int64(len(sb.Open)), Revision: sb.Rev, Alerted: sb.Alerted}
+			Spent: sb.Spent, Reserved: sb.Reserved, Overrun: sb.Overrun, Open: int64(len(sb.Open)), Revision: sb.Rev, Alerted: sb.Alerted, Arm: sb.Arm}
 		openIn[sb.Key] = map[string]bool{}
 		for _, id := range sb.Open {
 			openIn[sb.Key][id] = true

@@ -51,8 +51,11 @@ type Balance struct {
 	Revision  uint64
 	Revisions int64
 	// Alerted are the alert thresholds crossed in this balance
-	// (threshold.crossed.v1), in the order crossed; Alerts counts them.
+	// (threshold.crossed.v1), in the order crossed, in arm generation
+	// Arm (events.ThresholdCrossed.Arm: a crossing of a later generation
+	// starts them anew).
 	Alerted []events.Money
+	Arm     uint64
 }
 
 // ReservationPart is one reservation's lifecycle in one balance.

@@ -330,7 +330,7 @@ func (t *closeTx) settle(r *ledger.Reservation, late, afterExpiry bool) events.E
 			}
 			for _, th := range events.Crossed(b.Thresholds, b.Alerted, b.Limit, used) {
 				a := events.ThresholdCrossed{Balance: ref, Threshold: th, Limit: b.Limit, Used: used, Unit: b.Unit,
-					ReservationID: t.id, At: t.now}
+					ReservationID: t.id, At: t.now, Arm: b.Arm}
 				evs = append(evs, a)
 				t.alerts = append(t.alerts, a)
 			}

@@ -708,7 +708,7 @@ func (l Layout) FeedFilter() string { return l.FeedPrefix() + ">" }
 // AlertVersion is the version token of alert subjects.
 const AlertVersion = "v1"
 
-// HeaderAlertID carries an alert's id (events.AlertID) on its NATS
+// HeaderAlertID carries an alert's id (events.Alert.ID) on its NATS
 // message, so a consumer can drop a duplicate.
 const HeaderAlertID = "Spendgate-Alert-Id"
 
@@ -723,6 +723,100 @@ func (l Layout) AlertSubject(scope events.Scope) string {
 		return l.c.Prefix + "alert." + AlertVersion + "." + TenantToken + "." + tenant + "." + local.Kind() + "." + local.ID()
 	}
 	return l.c.Prefix + "alert." + AlertVersion + "." + scope.Kind() + "." + scope.ID()
+}
+
+// The alert stream (events.Alert): what budget owners receive, each alert
+// stored once on a subject of its own, kept and replayable, for the webhook
+// sink (a durable consumer) and anyone else. Every replica publishes the
+// alerts its fold derives (and the blocking alerts of the admits it
+// denies); two guards make that once:
+//
+//   - Nats-Msg-Id is the alert's id (AlertMsgID): two replicas publishing
+//     within the dedupe window (AlertDuplicateWindow) get a Duplicate ack;
+//   - each alert has its own subject (AlertMsgSubject, which encodes the
+//     same id) and is published expecting that subject to be empty
+//     (Nats-Expected-Last-Subject-Sequence: 0). A later duplicate - a
+//     replica folding old revisions again after a restart, hours or weeks
+//     later, past any dedupe window - is refused (10071) and changes
+//     nothing, for as long as the stream keeps the alert (AlertMaxAge,
+//     longer than any period instance but a lifetime).
+//
+// So the dedupe window need not cover a period: it only makes the
+// concurrent publishes of the replicas cheap duplicates instead of refused
+// ones.
+const (
+	// AlertMaxAge is how long the alert stream keeps an alert.
+	AlertMaxAge = 400 * 24 * time.Hour
+	// AlertDuplicateWindow is the alert stream's Nats-Msg-Id window.
+	AlertDuplicateWindow = time.Hour
+	// AlertMaxMsgSize caps one alert message.
+	AlertMaxMsgSize = 16 << 10
+)
+
+// AlertStreamName is the alert stream, "<bucket>_alerts".
+func (l Layout) AlertStreamName() string { return l.c.Bucket + "_alerts" }
+
+// AlertFilter matches every alert subject ("spendgate.alert.v1.>").
+func (l Layout) AlertFilter() string { return l.c.Prefix + "alert." + AlertVersion + ".>" }
+
+// AlertMsgSubject is the subject of alert a: its scope's AlertSubject,
+// then its period, period instance, unit ("_" for none), what it reports
+// (the threshold with "_" for its point, "0_8", or "blocking") and its arm
+// generation: "spendgate.alert.v1.org.acme.month.2026-12._.0_8.0". One
+// alert, one subject (see the alert stream above); subscribe to
+// "spendgate.alert.v1.org.acme.>" for a scope's alerts.
+func (l Layout) AlertMsgSubject(a events.Alert) string {
+	what := "blocking"
+	if a.Kind != events.AlertBlocking && a.Threshold != nil {
+		what = a.Threshold.String()
+	}
+	b := a.Balance
+	return l.AlertSubject(b.Scope) + "." + alertToken(string(b.Period)) + "." + alertToken(b.Instance) + "." +
+		alertToken(b.Unit) + "." + alertToken(what) + "." + strconv.FormatUint(a.Arm, 10)
+}
+
+// alertToken makes s one subject token: "." and the characters a token
+// may not hold become "_", "" is "_".
+func alertToken(s string) string {
+	if s == "" {
+		return "_"
+	}
+	return strings.Map(func(r rune) rune {
+		switch r {
+		case '.', '*', '>', ' ', '\t', '\r', '\n':
+			return '_'
+		}
+		return r
+	}, s)
+}
+
+// AlertStreamConfig is the alert stream's configuration: every alert
+// subject, kept AlertMaxAge, deduplicated over AlertDuplicateWindow,
+// stored and replicated like the ledger stream.
+func (l Layout) AlertStreamConfig() jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        l.AlertStreamName(),
+		Description: "spendgate alerts (alert.v1): threshold and blocking alerts of budgets, once each; read by the webhook sink",
+		Subjects:    []string{l.AlertFilter()},
+		Retention:   jetstream.LimitsPolicy,
+		MaxAge:      AlertMaxAge,
+		MaxMsgs:     -1,
+		MaxBytes:    -1,
+		MaxMsgSize:  AlertMaxMsgSize,
+		Storage:     jetstream.FileStorage,
+		Replicas:    l.c.Replicas,
+		Discard:     jetstream.DiscardOld,
+		Duplicates:  AlertDuplicateWindow,
+		DenyDelete:  true,
+		DenyPurge:   true,
+		AllowDirect: true,
+	}
+}
+
+// EnsureAlerts creates or updates the alert stream. Like Ensure it is
+// idempotent and safe to run from every replica at once.
+func EnsureAlerts(ctx context.Context, js jetstream.JetStream, l Layout) (jetstream.Stream, error) {
+	return ensureStream(ctx, js, l.AlertStreamConfig())
 }
 
 // FeedSubject is the subject of one feed message:
@@ -937,7 +1031,13 @@ func EnsureDenials(ctx context.Context, js jetstream.JetStream, l Layout, maxAge
 	if maxAge < 0 {
 		return nil, fmt.Errorf("streams: denial max age must not be negative, got %s", maxAge)
 	}
-	cfg := l.DenialStreamConfig(maxAge, maxBytes)
+	return ensureStream(ctx, js, l.DenialStreamConfig(maxAge, maxBytes))
+}
+
+// ensureStream creates or updates the stream of cfg, retrying within
+// StartRetryFor (and ctx) what a cluster forming or another replica's
+// create at the same moment answers.
+func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
 	var s jetstream.Stream
 	err := RetryStart(ctx, StartRetryFor, func(err error) bool {
 		return errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) || IsTransient(err)

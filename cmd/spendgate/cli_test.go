@@ -65,7 +65,7 @@ var allCommands = [][]string{
 	{"admit"}, {"settle"}, {"release"}, {"void"},
 	{"audit"}, {"audit", "check"}, {"audit", "keys"}, {"audit", "balances"}, {"audit", "export"}, {"audit", "archive"}, {"audit", "trim"},
 	{"snapshot"}, {"report"}, {"backtest"}, {"key"},
-	{"bench"}, {"demo"}, {"demo", "overrun"}, {"roles"}, {"feed"}, {"feed", "consumer"}, {"version"},
+	{"bench"}, {"demo"}, {"demo", "overrun"}, {"roles"}, {"feed"}, {"feed", "consumer"}, {"alerts"}, {"alerts", "webhook"}, {"version"},
 	{"keys"}, {"keys", "create"}, {"keys", "list"}, {"keys", "get"}, {"keys", "disable"}, {"keys", "enable"}, {"keys", "rotate"},
 	{"gateway"},
 }

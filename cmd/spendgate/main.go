@@ -49,6 +49,7 @@ Usage:
   spendgate demo overrun [--concurrency 20] [--ceiling 0.10] [--price 0.02] [--json]   naive ledger vs spendgate, no setup
   spendgate roles [--account NAME] [--tenant NAME ...] [--tls-cert FILE --tls-key FILE [--tls-ca FILE]] [--nsc]
                                          a nats-server permission layout: replica, service, admin, finance, feed, tenants, TLS
+  spendgate alerts webhook --url URL [--durable NAME] [--listen ADDR]   deliver budget alerts to a webhook (Slack-compatible), with retries
   spendgate feed consumer --tenant NAME [--replace]  create (as the admin) a tenant's feed consumer t-NAME, which the tenant may only read
   spendgate key --file FILE              the public key of a signing key (created if FILE does not exist)
   spendgate keys create --scope KIND:ID [--scope ...] [--budget DECIMAL] | list | disable|enable|rotate --id ID
@@ -89,6 +90,7 @@ var commands = map[string]func([]string) int{
 	"demo":     demoCmd,
 	"roles":    rolesCmd,
 	"feed":     feedCmd,
+	"alerts":   alertsCmd,
 	"key":      keyCmd,
 	"keys":     keysCmd,
 	"gateway":  gatewayCmd,

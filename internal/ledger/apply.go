@@ -11,11 +11,12 @@ import (
 type target interface {
 	// reserve and unreserve move amt into and out of balance key's
 	// reserved, one open reservation with it; spend adds to its spent and
-	// overrun; alert records a threshold crossed in it.
+	// overrun; alert records a threshold crossed in it (in the crossing's
+	// arm generation, which forgets those of an earlier one).
 	reserve(key string, amt events.Money)
 	unreserve(key string, amt events.Money)
 	spend(key string, actual, overrun events.Money)
-	alert(key string, threshold events.Money)
+	alert(key string, e events.ThresholdCrossed)
 	// held returns reservation id, to change, if the target holds it open
 	// or closed and not yet stamped (a group's overlay holds every
 	// reservation the book knows); nil otherwise.
@@ -104,7 +105,7 @@ func applyEvent(t target, key string, e events.Event) {
 			t.closed(r, true)
 		}
 	case events.ThresholdCrossed:
-		t.alert(key, e.Threshold)
+		t.alert(key, e)
 	case events.RequestVoided:
 		// A tombstone: no number of the balance changes.
 		t.void(e)

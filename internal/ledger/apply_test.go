@@ -21,16 +21,16 @@ type recorder struct {
 
 func (r *recorder) log(f string, a ...any) { r.calls = append(r.calls, fmt.Sprintf(f, a...)) }
 
-func (r *recorder) reserve(k string, m events.Money)    { r.log("reserve %s", m) }
-func (r *recorder) unreserve(k string, m events.Money)  { r.log("unreserve %s", m) }
-func (r *recorder) spend(k string, a, o events.Money)   { r.log("spend %s overrun %s", a, o) }
-func (r *recorder) alert(k string, th events.Money)     { r.log("alert %s", th) }
-func (r *recorder) held(id string) *Reservation         { return r.res[id] }
-func (r *recorder) stamped(id string) *Reservation      { return r.win[id] }
-func (r *recorder) opens(k string, res *Reservation)    { r.log("opens %s", res.ID) }
-func (r *recorder) closes(k, id string)                 { r.log("closes %s", id) }
-func (r *recorder) void(e events.RequestVoided)         { r.log("void %s", e.RequestID) }
-func (r *recorder) openChanged(res *Reservation, d int) { r.log("tenant open %s %+d", res.ID, d) }
+func (r *recorder) reserve(k string, m events.Money)          { r.log("reserve %s", m) }
+func (r *recorder) unreserve(k string, m events.Money)        { r.log("unreserve %s", m) }
+func (r *recorder) spend(k string, a, o events.Money)         { r.log("spend %s overrun %s", a, o) }
+func (r *recorder) alert(k string, e events.ThresholdCrossed) { r.log("alert %s", e.Threshold) }
+func (r *recorder) held(id string) *Reservation               { return r.res[id] }
+func (r *recorder) stamped(id string) *Reservation            { return r.win[id] }
+func (r *recorder) opens(k string, res *Reservation)          { r.log("opens %s", res.ID) }
+func (r *recorder) closes(k, id string)                       { r.log("closes %s", id) }
+func (r *recorder) void(e events.RequestVoided)               { r.log("void %s", e.RequestID) }
+func (r *recorder) openChanged(res *Reservation, d int)       { r.log("tenant open %s %+d", res.ID, d) }
 func (r *recorder) closed(res *Reservation, again bool) {
 	r.log("closed %s %s again=%v", res.ID, res.Status, again)
 }

@@ -123,16 +123,36 @@ func (b *book) apply(rev *gate.Revision) {
 // loc (nil: UTC): what apply does with a budget revision the gate passed,
 // and what a snapshot's load does with the revision it carries.
 func (b *book) setBudget(key string, seq uint64, rev *events.BudgetRevision, loc *time.Location) {
+	b.setBudgetArm(key, seq, rev, loc, nil)
+}
+
+// setBudgetArm is setBudget with the arm generation given (a snapshot's
+// load), or computed when arm is nil: kept from the definition before,
+// unless this one changes an arming field (events.ArmingChange), which
+// makes seq the generation; 0 for a budget's first definition.
+func (b *book) setBudgetArm(key string, seq uint64, rev *events.BudgetRevision, loc *time.Location, arm *uint64) {
 	d := b.budgets[key]
 	b.budgetChanged(rev.Budget.Scope, d != nil, d != nil && d.def.FromDefault != 0, rev.FromDefault != 0)
 	if d == nil {
 		d = &budget{}
 		b.budgets[key] = d
 	}
+	def := Budget{Ref: rev.Budget, Limit: rev.Limit, Unit: rev.Unit, TZ: rev.TZ, Loc: loc, Disabled: rev.Disabled,
+		FixedSlot: rev.FixedSlot, Thresholds: rev.Thresholds, Revision: seq, FromDefault: rev.FromDefault}
+	switch {
+	case arm != nil:
+		def.Arm = *arm
+	case d.rev == 0 || d.rev >= seq:
+		// New, or this revision folded again: its generation stays.
+		def.Arm = d.def.Arm
+	case events.ArmingChange(def.Changes(d.def)):
+		def.Arm = seq
+	default:
+		def.Arm = d.def.Arm
+	}
 	d.rev = seq
 	d.src = *rev
-	d.def = Budget{Ref: rev.Budget, Limit: rev.Limit, Unit: rev.Unit, TZ: rev.TZ, Loc: loc, Disabled: rev.Disabled,
-		FixedSlot: rev.FixedSlot, Thresholds: rev.Thresholds, Revision: seq, FromDefault: rev.FromDefault}
+	d.def = def
 	// Rebuild the scope's index (a new slice: readers hold the old one),
 	// in period order, a budget alongside another after it.
 	old := b.byScope[rev.Budget.Scope]
@@ -348,8 +368,13 @@ type bookApply book
 func (b *bookApply) reserve(string, events.Money)             {}
 func (b *bookApply) unreserve(string, events.Money)           {}
 func (b *bookApply) spend(string, events.Money, events.Money) {}
-func (b *bookApply) alert(_ string, threshold events.Money) {
-	b.cur.alerted = append(b.cur.alerted, threshold)
+func (b *bookApply) alert(_ string, e events.ThresholdCrossed) {
+	if e.Arm != b.cur.arm {
+		// Re-armed: the crossings of the earlier generation are forgotten
+		// (a new slice: a Balance handed out holds the old one).
+		b.cur.alerted, b.cur.arm = nil, e.Arm
+	}
+	b.cur.alerted = append(b.cur.alerted, e.Threshold)
 }
 func (b *bookApply) held(id string) *Reservation    { return b.reservations[id] }
 func (b *bookApply) opens(_ string, r *Reservation) { b.cur.open[r.ID] = r }
@@ -419,11 +444,15 @@ func (b *book) balance(key string, ref events.BalanceRef) Balance {
 	if bl := b.balances[key]; bl != nil {
 		out.Unit, out.Limit = bl.unit, bl.limit
 		out.Spent, out.Reserved, out.Overrun, out.Open = bl.spent, bl.reserved, bl.overrun, len(bl.open)
-		out.Alerted = bl.alerted[:len(bl.alerted):len(bl.alerted)]
+		out.Alerted, out.Arm = bl.alerted[:len(bl.alerted):len(bl.alerted)], bl.arm
 	}
 	if d := b.budgets[streams.BudgetKey(ref.Budget())]; d != nil {
 		out.Defined, out.Unit, out.Limit = true, d.def.Unit, d.def.Limit
 		out.Disabled, out.FixedSlot, out.Thresholds = d.def.Disabled, d.def.FixedSlot, d.def.Thresholds
+		if out.Arm != d.def.Arm {
+			// Crossed in an earlier arm generation: re-armed.
+			out.Alerted, out.Arm = nil, d.def.Arm
+		}
 	}
 	return out
 }

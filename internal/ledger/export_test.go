@@ -131,8 +131,8 @@ func bookView(b *book) string {
 			open = append(open, id)
 		}
 		sortStrings(open)
-		add("balance %s ref=%+v rev=%d unit=%s limit=%s spent=%s reserved=%s overrun=%s open=%v alerted=%v",
-			k, bl.ref, bl.rev, bl.unit, bl.limit, bl.spent, bl.reserved, bl.overrun, open, bl.alerted)
+		add("balance %s ref=%+v rev=%d unit=%s limit=%s spent=%s reserved=%s overrun=%s open=%v alerted=%v arm=%d",
+			k, bl.ref, bl.rev, bl.unit, bl.limit, bl.spent, bl.reserved, bl.overrun, open, bl.alerted, bl.arm)
 	}
 	for k, p := range b.prices {
 		add("pricing %s def=%s src=%s hash=%s", k, mustJSON(p.def), mustJSON(p.src), hash(k))

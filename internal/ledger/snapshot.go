@@ -145,6 +145,10 @@ type snapshotState struct {
 	// ServerNow is the JetStream timestamp of the message at Seq.
 	ServerNow time.Time    `json:"server_now"`
 	Budgets   []snapBudget `json:"budgets"`
+	// BudgetArms are the budgets' arm generations (Budget.Arm) that are
+	// not 0, by budget key: the fold computes them from the definitions
+	// before the one Budgets carries.
+	BudgetArms map[string]uint64 `json:"budget_arms,omitempty"`
 	// Prices travel as the pricing revision they were folded from.
 	Prices []snapBudget `json:"prices,omitempty"`
 	// Defaults travel as the default revision they were folded from.
@@ -216,6 +220,8 @@ type snapBalance struct {
 	Overrun  events.Money      `json:"overrun"`
 	Open     []string          `json:"open,omitempty"`
 	Alerted  []events.Money    `json:"alerted,omitempty"`
+	// Arm is the arm generation of Alerted.
+	Arm uint64 `json:"arm,omitempty"`
 }
 
 type snapReservation struct {
@@ -275,6 +281,12 @@ func (b *book) snapshotAs(seq uint64, version int) (*snapshotState, error) {
 		}
 		_, hash := b.valid(key)
 		st.Budgets = append(st.Budgets, snapBudget{snapKey{key, d.rev, hash}, raw})
+		if d.def.Arm != 0 {
+			if st.BudgetArms == nil {
+				st.BudgetArms = map[string]uint64{}
+			}
+			st.BudgetArms[key] = d.def.Arm
+		}
 	}
 	sort.Slice(st.Budgets, func(i, j int) bool { return st.Budgets[i].Key < st.Budgets[j].Key })
 	for key, p := range b.prices {
@@ -325,7 +337,7 @@ func (b *book) snapshotAs(seq uint64, version int) (*snapshotState, error) {
 	for i, key := range keys {
 		bl := b.balances[key]
 		sb := snapBalance{Key: key, Ref: bl.ref, Rev: bl.rev, Unit: bl.unit, Limit: bl.limit,
-			Spent: bl.spent, Reserved: bl.reserved, Overrun: bl.overrun, Alerted: bl.alerted}
+			Spent: bl.spent, Reserved: bl.reserved, Overrun: bl.overrun, Alerted: bl.alerted, Arm: bl.arm}
 		for id := range bl.open {
 			sb.Open = append(sb.Open, id)
 		}
@@ -419,7 +431,8 @@ func bookFromSnapshot(layout streams.Layout, retention, expiredKeep time.Duratio
 		if loc == time.UTC {
 			loc = nil
 		}
-		b.setBudget(sb.Key, sb.Rev, &rev, loc)
+		arm := st.BudgetArms[sb.Key]
+		b.setBudgetArm(sb.Key, sb.Rev, &rev, loc, &arm)
 		b.heads.Set(sb.Key, gate.Head{Valid: sb.Rev, Hash: sb.Hash, Chained: rev.Chained()})
 	}
 	for _, sp := range st.Prices {
@@ -486,7 +499,7 @@ func bookFromSnapshot(layout streams.Layout, retention, expiredKeep time.Duratio
 			return nil, bad("balance %s at %d", sb.Key, sb.Rev)
 		}
 		bals[i] = &balance{key: sb.Key, ref: sb.Ref, self: []events.BalanceRef{sb.Ref}, rev: sb.Rev, unit: sb.Unit,
-			limit: sb.Limit, spent: sb.Spent, reserved: sb.Reserved, overrun: sb.Overrun, alerted: sb.Alerted, open: make(map[string]*Reservation, len(sb.Open))}
+			limit: sb.Limit, spent: sb.Spent, reserved: sb.Reserved, overrun: sb.Overrun, alerted: sb.Alerted, arm: sb.Arm, open: make(map[string]*Reservation, len(sb.Open))}
 		b.balances[sb.Key] = bals[i]
 	}
 	for _, sr := range st.Reservations {

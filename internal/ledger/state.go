@@ -21,12 +21,15 @@ type Balance struct {
 	// crossed. Append to Alerted only through a copy.
 	Thresholds []events.Money
 	Alerted    []events.Money
-	Unit       string
-	Limit      events.Money
-	Spent      events.Money
-	Reserved   events.Money
-	Overrun    events.Money
-	Open       int
+	// Arm is the budget's arm generation (Budget.Arm): Alerted holds only
+	// the crossings of this generation.
+	Arm      uint64
+	Unit     string
+	Limit    events.Money
+	Spent    events.Money
+	Reserved events.Money
+	Overrun  events.Money
+	Open     int
 }
 
 // Available is limit - spent - reserved (negative after an overrun).
@@ -56,6 +59,11 @@ type Budget struct {
 	// created from on its scope's first admit; 0 for a budget put for the
 	// scope itself.
 	FromDefault uint64
+	// Arm is the budget's arm generation (events.ThresholdCrossed.Arm): 0
+	// as created, else the Revision of the definition that last changed
+	// its limit, unit, zone or thresholds (events.ArmingChange). The fold
+	// computes it; snapshots carry it.
+	Arm uint64
 }
 
 // Instance returns the budget's period instance at t, in its time zone.
@@ -200,8 +208,10 @@ type balance struct {
 	spent    events.Money
 	reserved events.Money
 	overrun  events.Money
-	// alerted are the thresholds crossed in this balance.
+	// alerted are the thresholds crossed in this balance in arm
+	// generation arm (a crossing of a later generation starts them anew).
 	alerted []events.Money
+	arm     uint64
 	// open holds the reservations open in this balance, by id.
 	open map[string]*Reservation
 }

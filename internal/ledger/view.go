@@ -307,11 +307,14 @@ func (o *overlay) spend(_ string, actual, overrun events.Money) {
 	o.cur.Overrun = o.cur.Overrun.Add(overrun)
 }
 
-func (o *overlay) alert(_ string, threshold events.Money) {
+func (o *overlay) alert(_ string, e events.ThresholdCrossed) {
 	// A copy: the book's slice is shared (and undo restores the old
 	// header with the Balance).
 	a := o.cur.Alerted
-	o.cur.Alerted = append(a[:len(a):len(a)], threshold)
+	if e.Arm != o.cur.Arm {
+		a, o.cur.Arm = nil, e.Arm
+	}
+	o.cur.Alerted = append(a[:len(a):len(a)], e.Threshold)
 }
 
 // held returns the group's copy of reservation id, copying it in from the

@@ -66,6 +66,12 @@
 //     TenantUnknownScopeDenial where an admit is denied unknown_budget, and
 //     the gauges one read of the book's per-tenant counts per scrape.
 //
+// RegisterAlerts adds the replica's alert publisher counters
+// (spendgate_alerts_published_total, _duplicate_total, _dropped_total,
+// _failed_total); the webhook sink (spendgate alerts webhook) serves its
+// own AlertSink (spendgate_alert_webhook_deliveries_total,
+// _failures_total{reason}, _undelivered_total). See docs/alerts.md.
+//
 // Label values come from bounded sets (endpoint names, reply codes, denial
 // reasons); the per-budget gauges are bounded by RegisterBudgets' limit,
 // keeping the budgets nearest their limit; the tenant label names at most

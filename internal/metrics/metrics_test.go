@@ -87,6 +87,8 @@ func fullSet(budgets func() []BudgetSample) *Set {
 	s.RegisterLedgerHealth(func() LedgerHealth { return LedgerHealth{Ready: true, Leader: true, Delay: time.Second} })
 	s.RegisterTenantConsumerCheck(one, func() int64 { return 0 })
 	s.RegisterDenials(one, one, one)
+	s.RegisterAlerts(one, one, one, one)
+	NewAlertSink(s.Registry)
 	s.RegisterReport(func() (int, int) { return 4, 5 })
 	s.RegisterTenants(func() []TenantSample { return []TenantSample{{Tenant: "acme", Open: 3, DefaultBudgets: 1}} })
 	s.TenantLimited("acme", "request_rate")
@@ -426,14 +428,15 @@ func TestNew_OwnRegistry(t *testing.T) {
 	require.False(t, slices.ContainsFunc(names, func(n string) bool { return strings.HasPrefix(n, "spendgate_") }), names)
 }
 
-// TestReadme_AlertingRules checks the alerting rules of docs/operator.md: every
+// TestDocs_AlertingRules checks the alerting rules of docs/alerts.md: every
 // spendgate_ metric they name exists (the gateway's are in
-// internal/gateway), and promtool accepts the file when it is installed.
-func TestReadme_AlertingRules(t *testing.T) {
-	readme, err := os.ReadFile("../../docs/operator.md")
+// internal/gateway; the webhook sink's are AlertSink's), and promtool
+// accepts the file when it is installed.
+func TestDocs_AlertingRules(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/alerts.md")
 	require.NoError(t, err)
-	_, rest, ok := strings.Cut(string(readme), "```yaml\ngroups:\n- name: spendgate\n")
-	require.True(t, ok, "the alerting rules of docs/operator.md")
+	_, rest, ok := strings.Cut(string(doc), "```yaml\ngroups:\n- name: spendgate\n")
+	require.True(t, ok, "the alerting rules of docs/alerts.md")
 	rules, _, ok := strings.Cut(rest, "```")
 	require.True(t, ok)
 	rules = "groups:\n- name: spendgate\n" + rules

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spendgate/spendgate/admit"
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/alerting"
 	"github.com/spendgate/spendgate/internal/feed"
 	"github.com/spendgate/spendgate/internal/health"
 	"github.com/spendgate/spendgate/internal/ledger"
@@ -99,6 +100,8 @@ type Replica struct {
 	Settler  *settle.Settler
 	Sweeper  *sweep.Sweeper
 	Service  *service.Service
+	// Alerts publishes the replica's alerts to the alert stream.
+	Alerts *alerting.Publisher
 	// Relay is the feed relay, nil unless Config.Feed.
 	Relay *feed.Relay
 	// Reports is the spend report aggregator, nil unless Config.Reports.
@@ -176,15 +179,21 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	if err != nil {
 		return nil, err
 	}
-	// Alerts are published from the fold, for the revisions this replica
-	// wrote.
-	if err := l.AddReader(alertReader{publish: alertPublisher(nc, cfg.Layout, cfg.Log)}); err != nil {
+	// Alerts: the threshold alerts are derived from the fold (every
+	// crossing any replica committed: every replica publishes, the alert
+	// stream keeps each once), the blocking alerts from this replica's
+	// admitter.
+	if _, err := streams.EnsureAlerts(ctx, js, cfg.Layout); err != nil {
 		return nil, err
 	}
 	if err := cfg.TenantLimits.WithDefaults().Validate(); err != nil {
 		return nil, err
 	}
-	a, st, sw, err := engine(l, cfg)
+	alerts := alerting.New(js, cfg.Layout, alerting.WithLogger(cfg.Log), alerting.WithClock(cfg.Now))
+	if err := l.AddReader(alerts); err != nil {
+		return nil, err
+	}
+	a, st, sw, err := engine(l, cfg, admit.WithBlocking(alerts.Blocked))
 	if err != nil {
 		return nil, err
 	}
@@ -197,7 +206,7 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 		return nil, err
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	r := &Replica{Ledger: l, Admitter: a, Settler: st, Sweeper: sw, Health: probe, cancel: cancel, failed: make(chan struct{}), log: cfg.Log}
+	r := &Replica{Ledger: l, Admitter: a, Settler: st, Sweeper: sw, Health: probe, Alerts: alerts, cancel: cancel, failed: make(chan struct{}), log: cfg.Log}
 	defer func() {
 		if err != nil {
 			r.teardown()
@@ -218,6 +227,10 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 		if err := r.startRelay(runCtx, js, cfg); err != nil {
 			return nil, err
 		}
+	}
+	r.goTask(func() { _ = alerts.Run(runCtx) })
+	if cfg.Metrics != nil {
+		cfg.Metrics.RegisterAlerts(alerts.Published, alerts.Duplicates, alerts.Dropped, alerts.Failed)
 	}
 	// The fold. A follower that stops on its own leaves this replica's
 	// book behind the ledger: it must stop answering (Failed).
@@ -288,9 +301,9 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 }
 
 // engine makes the admitter, settler and sweeper over l.
-func engine(l *ledger.Ledger, cfg Config) (*admit.Admitter, *settle.Settler, *sweep.Sweeper, error) {
-	aopts := []admit.Option{admit.WithClock(cfg.Now), admit.WithTenantLimits(admit.TenantLimits{
-		MaxOpen: cfg.TenantLimits.MaxOpen, MaxDefaultBudgets: cfg.TenantLimits.MaxDefaultBudgets})}
+func engine(l *ledger.Ledger, cfg Config, extra ...admit.Option) (*admit.Admitter, *settle.Settler, *sweep.Sweeper, error) {
+	aopts := append([]admit.Option{admit.WithClock(cfg.Now), admit.WithTenantLimits(admit.TenantLimits{
+		MaxOpen: cfg.TenantLimits.MaxOpen, MaxDefaultBudgets: cfg.TenantLimits.MaxDefaultBudgets})}, extra...)
 	if cfg.DefaultTTL != 0 || cfg.MinTTL != 0 || cfg.MaxTTL != 0 {
 		def, lo, hi := cfg.DefaultTTL, cfg.MinTTL, cfg.MaxTTL
 		if def == 0 {

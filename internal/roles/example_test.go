@@ -65,6 +65,16 @@ func ExampleAuthorization() {
 	//         "$JS.API.STREAM.PEER.REMOVE.spendgate_denials"
 	//         "$JS.API.STREAM.LEADER.STEPDOWN.spendgate_denials"
 	//         "$JS.API.CONSUMER.DURABLE.CREATE.spendgate_denials.>"
+	//         "spendgate.alert.v1.>"
+	//         "$JS.API.STREAM.CREATE.spendgate_alerts"
+	//         "$JS.API.STREAM.UPDATE.spendgate_alerts"
+	//         "$JS.API.STREAM.DELETE.spendgate_alerts"
+	//         "$JS.API.STREAM.PURGE.spendgate_alerts"
+	//         "$JS.API.STREAM.MSG.DELETE.spendgate_alerts"
+	//         "$JS.API.STREAM.RESTORE.spendgate_alerts"
+	//         "$JS.API.STREAM.PEER.REMOVE.spendgate_alerts"
+	//         "$JS.API.STREAM.LEADER.STEPDOWN.spendgate_alerts"
+	//         "$JS.API.CONSUMER.DURABLE.CREATE.spendgate_alerts.>"
 	//       ]
 	//     }
 	//     subscribe = {

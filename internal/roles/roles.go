@@ -121,6 +121,27 @@ func DenialWrites(l streams.Layout) []string {
 	return streamWrites(l.DenialFilter(), l.DenialStreamName())
 }
 
+// AlertWrites returns the subjects that write the alert stream of l (its
+// subjects and its create and update) and the alert stream's
+// administration, as FeedWrites does for the feed.
+func AlertWrites(l streams.Layout) []string {
+	return streamWrites(l.AlertFilter(), l.AlertStreamName())
+}
+
+// alertSink is what the webhook sink (spendgate alerts webhook, as the
+// admin) publishes: stream info, its durable consumer's create, info and
+// pulls, and acknowledgements.
+func alertSink(l streams.Layout) []string {
+	a := l.AlertStreamName()
+	return []string{
+		jsAPI + "STREAM.INFO." + a,
+		jsAPI + "CONSUMER.CREATE." + a + ".>",
+		jsAPI + "CONSUMER.INFO." + a + ".*",
+		jsAPI + "CONSUMER.MSG.NEXT." + a + ".*",
+		"$JS.ACK." + a + ".>",
+	}
+}
+
 // streamWrites are the writes of the stream name with subjects filter
 // (publishing, create, update), then its administration (streamAdmin).
 func streamWrites(filter, name string) []string {
@@ -280,7 +301,7 @@ func All(l streams.Layout, tenants ...string) []Role {
 		return out
 	}
 	inbox := func(role string) []string { return []string{InboxPrefix(l, role) + ".>"} }
-	writes := slices.Concat(LedgerWrites(l), FeedWrites(l), DenialWrites(l))
+	writes := slices.Concat(LedgerWrites(l), FeedWrites(l), DenialWrites(l), AlertWrites(l))
 	f := l.FeedStreamName()
 
 	replicaPub := []string{
@@ -313,10 +334,16 @@ func All(l streams.Layout, tenants ...string) []Role {
 		l.DenialFilter(),
 	)
 	replicaPub = append(replicaPub, denialReads(l)...)
-	// Threshold alerts: the replica that commits a crossing publishes it.
-	alerts := l.AlertSubject("x:y")
-	alerts = alerts[:len(alerts)-len("x.y")] + ">"
-	replicaPub = append(replicaPub, alerts)
+	// Alerts: ensure the alert stream and append the alerts (every
+	// replica publishes those its fold derives; the stream keeps each
+	// once).
+	alerts := l.AlertFilter()
+	replicaPub = append(replicaPub,
+		jsAPI+"STREAM.CREATE."+l.AlertStreamName(),
+		jsAPI+"STREAM.UPDATE."+l.AlertStreamName(),
+		jsAPI+"STREAM.INFO."+l.AlertStreamName(),
+		alerts,
+	)
 	replicaPub = append(replicaPub, snapshotReads(l)...)
 	replicaPub = append(replicaPub, snapshotWrites(l)...)
 	replicaSub := append([]string{l.Prefix() + ">"}, discovery()...)
@@ -334,6 +361,7 @@ func All(l streams.Layout, tenants ...string) []Role {
 	financePub = append(financePub, snapshotReads(l)...)
 	financePub = append(financePub, denialReads(l)...)
 	adminPub := append(append(ep(all...), tenantEp(all...)...), discovery()...)
+	adminPub = append(adminPub, alertSink(l)...)
 	feedDeny := slices.Clone(writes)
 	for _, t := range tenants {
 		adminPub = append(adminPub, TenantConsumerAdmin(l, t)...)
@@ -343,7 +371,7 @@ func All(l streams.Layout, tenants ...string) []Role {
 		{
 			Name:           Replica,
 			Description:    "runs `spendgate serve`: ensures and follows the ledger stream, writes its revisions and snapshots, serves every endpoint and $SRV discovery",
-			Publish:        Rules{Allow: replicaPub, Deny: slices.Concat(ledgerAdmin(l), feedAdmin(l), denialAdmin(l))},
+			Publish:        Rules{Allow: replicaPub, Deny: slices.Concat(ledgerAdmin(l), feedAdmin(l), denialAdmin(l), streamAdmin(l.AlertStreamName()))},
 			Subscribe:      Rules{Allow: replicaSub},
 			AllowResponses: true,
 			InboxPrefix:    InboxPrefix(l, Replica),

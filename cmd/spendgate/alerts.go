@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spendgate/spendgate/internal/alerting"
+	"github.com/spendgate/spendgate/internal/config"
+	"github.com/spendgate/spendgate/internal/metrics"
+	"github.com/spendgate/spendgate/internal/ops"
+	"github.com/spendgate/spendgate/streams"
+)
+
+// envAlertWebhookURL holds the webhook URL when --url is not given (a
+// Slack webhook URL is a secret: better not on a command line).
+const envAlertWebhookURL = "SPENDGATE_ALERT_WEBHOOK_URL"
+
+var (
+	alertsCommand = command{
+		name:     "spendgate alerts",
+		synopsis: "webhook --url URL [flags]",
+		about: `Budget alerts (docs/alerts.md). One command so far:
+
+  webhook   deliver the alert stream to a webhook (Slack-compatible JSON)`,
+	}
+	alertsWebhookCommand = command{
+		name:     "spendgate alerts webhook",
+		synopsis: "--url URL [--durable NAME] [--max-deliver N] [--from-start] [--listen 127.0.0.1:9190] [--nats-url URL] ...",
+		about: `Delivers the alert stream (<bucket>_alerts, which the replicas fill) to a
+webhook: each alert is POSTed as {"text": "...", "alert": {...}} (a Slack
+incoming webhook shows the text), with an Idempotency-Key header holding the
+alert's id, and acknowledged only after a 2xx answer. Any other answer, or no
+answer within --webhook-timeout, is retried with backoff (--retry-base
+doubling up to --retry-max) until --max-deliver attempts; then the alert is
+counted undelivered and left. Progress is a durable consumer (--durable):
+a restarted sink resumes where it was, and sinks sharing it share the work.
+A new consumer starts with the alerts published after it (--from-start: with
+every alert the stream keeps). The URL may come from $` + envAlertWebhookURL + `.
+--listen serves /metrics (spendgate_alert_webhook_deliveries_total,
+spendgate_alert_webhook_failures_total{reason},
+spendgate_alert_webhook_undelivered_total), /healthz and /readyz; "" serves
+nothing. Runs until interrupted.`,
+	}
+)
+
+// alertsCmd is spendgate alerts: a subcommand, then the webhook sink.
+func alertsCmd(args []string) int {
+	if len(args) == 0 || args[0] != "webhook" {
+		fs := newFlagSet("alerts")
+		if code, ok := alertsCommand.parse(fs, args); !ok {
+			return code
+		}
+		return alertsCommand.usageError(fs, "which alerts command? (webhook)")
+	}
+	fs := newFlagSet("alerts webhook")
+	var c clientFlags
+	c.register(fs)
+	bucket := fs.String("bucket", streams.DefaultBucket, "ledger bucket name")
+	hook := fs.String("url", os.Getenv(envAlertWebhookURL), "the webhook's http(s) URL (default $"+envAlertWebhookURL+"; required)")
+	durable := fs.String("durable", alerting.DefaultDurable, "name of the sink's durable consumer on the alert stream")
+	maxDeliver := fs.Int("max-deliver", alerting.DefaultMaxDeliver, "delivery attempts of one alert before it is counted undelivered")
+	retryBase := fs.Duration("retry-base", alerting.DefaultRetryBase, "delay before the second attempt; it doubles with each attempt")
+	retryMax := fs.Duration("retry-max", alerting.DefaultRetryMax, "longest delay between attempts")
+	hookTimeout := fs.Duration("webhook-timeout", alerting.DefaultTimeout, "bound of one POST")
+	fromStart := fs.Bool("from-start", false, "a new consumer delivers every alert the stream keeps, not only those published after it")
+	listen := fs.String("listen", "127.0.0.1:9190", `address of /metrics, /healthz and /readyz ("" serves none)`)
+	var logging config.Logging
+	logging.AddFlags(fs)
+	if code, ok := alertsWebhookCommand.parse(fs, args[1:]); !ok {
+		return code
+	}
+	if *hook == "" {
+		return alertsWebhookCommand.usageError(fs, "--url is required (or $"+envAlertWebhookURL+")")
+	}
+	if *maxDeliver < 1 || *retryBase <= 0 || *retryMax < *retryBase || *hookTimeout <= 0 {
+		return alertsWebhookCommand.usageError(fs, "--max-deliver must be at least 1, --retry-base and --webhook-timeout positive, --retry-max at least --retry-base")
+	}
+	layout, err := streams.New(streams.Config{Bucket: *bucket, Prefix: c.prefix})
+	if err != nil {
+		return alertsWebhookCommand.usageError(fs, err.Error())
+	}
+	if err := alerting.CheckURL(*hook); err != nil {
+		return alertsWebhookCommand.usageError(fs, "--url: "+err.Error())
+	}
+	log := logging.New(os.Stderr)
+	reg := metrics.NewRegistry()
+	var srv *ops.Server
+	if *listen != "" {
+		if srv, err = ops.New(*listen, metrics.Handler(reg), ops.WithLogger(log)); err == nil {
+			err = srv.Listen()
+		}
+		if err != nil {
+			log.Error("cannot serve --listen", "err", err)
+			return exitError
+		}
+	}
+	nc, err := c.conn.Connect("spendgate-alerts-webhook", nats.MaxReconnects(-1))
+	if err != nil {
+		log.Error("cannot connect to NATS", "err", err)
+		return exitError
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		log.Error("jetstream", "err", err)
+		return exitError
+	}
+	sink, err := alerting.NewSink(js, layout, alerting.SinkConfig{URL: *hook, Durable: *durable, MaxDeliver: *maxDeliver,
+		RetryBase: *retryBase, RetryMax: *retryMax, Timeout: *hookTimeout, FromStart: *fromStart,
+		Metrics: metrics.NewAlertSink(reg), Log: log})
+	if err != nil {
+		log.Error("alerts webhook", "err", err)
+		return exitError
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	done := make(chan error, 1)
+	if srv != nil {
+		srv.AddCheck("nats", func() error {
+			if !nc.IsConnected() {
+				return errors.New("not connected to NATS")
+			}
+			return nil
+		})
+		go func() { done <- srv.Run(ctx) }()
+	}
+	// The URL's path and query often hold the webhook's secret: only its
+	// host is logged.
+	host := ""
+	if u, err := url.Parse(*hook); err == nil {
+		host = u.Host
+	}
+	log.Info("alerts webhook sink running", "stream", layout.AlertStreamName(), "consumer", *durable, "webhook_host", host,
+		"nats", nc.ConnectedUrlRedacted())
+	err = sink.Run(ctx)
+	if srv != nil {
+		if serr := <-done; serr != nil && err == nil {
+			err = serr
+		}
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
+		fmt.Fprintln(os.Stderr, "spendgate alerts webhook:", err)
+		return exitError
+	}
+	return exitOK
+}

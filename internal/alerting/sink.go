@@ -1,0 +1,264 @@
+package alerting
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/metrics"
+	"github.com/spendgate/spendgate/streams"
+)
+
+// Defaults of a Sink.
+const (
+	// DefaultDurable is the name of the webhook sink's durable consumer
+	// on the alert stream.
+	DefaultDurable = "spendgate-alerts-webhook"
+	// DefaultMaxDeliver bounds the delivery attempts of one alert.
+	DefaultMaxDeliver = 12
+	// DefaultTimeout bounds one POST to the webhook.
+	DefaultTimeout = 10 * time.Second
+	// DefaultRetryBase and DefaultRetryMax shape the backoff between
+	// attempts: base, 2 x base, 4 x base ..., at most max (with the
+	// defaults 12 attempts span about 40 minutes of a webhook being down).
+	DefaultRetryBase = time.Second
+	DefaultRetryMax  = 10 * time.Minute
+)
+
+// SinkConfig configures a Sink. URL is required; the rest have defaults.
+type SinkConfig struct {
+	// URL is the webhook (a Slack incoming webhook, or anything that takes
+	// a JSON POST).
+	URL string
+	// Durable names the consumer (DefaultDurable). Sinks sharing it share
+	// the work: each alert goes to one of them.
+	Durable string
+	// MaxDeliver bounds one alert's attempts (DefaultMaxDeliver); after
+	// the last fails it is counted undelivered and left.
+	MaxDeliver int
+	// RetryBase and RetryMax shape the backoff between attempts.
+	RetryBase, RetryMax time.Duration
+	// Timeout bounds one POST (DefaultTimeout).
+	Timeout time.Duration
+	// FromStart makes a new consumer deliver every alert the stream
+	// keeps; by default a new consumer starts with the alerts published
+	// after it (an existing one resumes where it was, either way).
+	FromStart bool
+	// Client sends the POSTs (default: an http.Client of its own).
+	Client *http.Client
+	// Metrics counts deliveries and failures (nil: not counted).
+	Metrics *metrics.AlertSink
+	Log     *slog.Logger
+}
+
+// Sink delivers the alert stream to a webhook: a durable consumer with
+// explicit acks, each alert POSTed as Slack-compatible JSON (WebhookBody)
+// and acknowledged only after a 2xx answer; any other outcome is a nak
+// with the next backoff delay, until MaxDeliver attempts, after which the
+// alert is terminated and counted undelivered. Delivery is at least once:
+// a POST whose ack is lost is sent again, with the same Idempotency-Key
+// header (the alert's id) for a receiver that dedupes.
+type Sink struct {
+	js     jetstream.JetStream
+	layout streams.Layout
+	cfg    SinkConfig
+	m      *metrics.AlertSink
+}
+
+// CheckURL checks that raw is an http(s) URL with a host. Its error does
+// not quote raw (a webhook URL's path often holds its secret).
+func CheckURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return errors.New("alerting: the webhook URL is not an http(s) URL with a host")
+	}
+	return nil
+}
+
+// NewSink checks cfg (CheckURL) and returns a Sink. It does no I/O until
+// Run.
+func NewSink(js jetstream.JetStream, layout streams.Layout, cfg SinkConfig) (*Sink, error) {
+	if err := CheckURL(cfg.URL); err != nil {
+		return nil, err
+	}
+	if cfg.Durable == "" {
+		cfg.Durable = DefaultDurable
+	}
+	if cfg.MaxDeliver <= 0 {
+		cfg.MaxDeliver = DefaultMaxDeliver
+	}
+	if cfg.RetryBase <= 0 {
+		cfg.RetryBase = DefaultRetryBase
+	}
+	if cfg.RetryMax <= 0 {
+		cfg.RetryMax = DefaultRetryMax
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.Client == nil {
+		cfg.Client = &http.Client{}
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	m := cfg.Metrics
+	if m == nil {
+		m = metrics.NewAlertSink(nil)
+	}
+	return &Sink{js: js, layout: layout, cfg: cfg, m: m}, nil
+}
+
+// ConsumerConfig is the sink's durable consumer on the alert stream.
+func (s *Sink) ConsumerConfig() jetstream.ConsumerConfig {
+	policy := jetstream.DeliverNewPolicy
+	if s.cfg.FromStart {
+		policy = jetstream.DeliverAllPolicy
+	}
+	return jetstream.ConsumerConfig{
+		Durable:       s.cfg.Durable,
+		Description:   "spendgate alerts webhook sink",
+		FilterSubject: s.layout.AlertFilter(),
+		DeliverPolicy: policy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		// An attempt takes at most Timeout; the ack wait leaves room so a
+		// slow webhook is not redelivered while its POST runs.
+		AckWait:       s.cfg.Timeout + 30*time.Second,
+		MaxDeliver:    s.cfg.MaxDeliver,
+		MaxAckPending: 256,
+	}
+}
+
+// Run delivers alerts until ctx ends. It waits for the alert stream (the
+// replicas create it) and creates the consumer if it does not exist (an
+// existing one keeps its position; its deliver policy is not changed).
+func (s *Sink) Run(ctx context.Context) error {
+	stream, err := s.js.Stream(ctx, s.layout.AlertStreamName())
+	for logged := false; errors.Is(err, jetstream.ErrStreamNotFound); logged = true {
+		if !logged {
+			s.cfg.Log.Warn("alert webhook: waiting for the alert stream (spendgate serve creates it)", "stream", s.layout.AlertStreamName())
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+		stream, err = s.js.Stream(ctx, s.layout.AlertStreamName())
+	}
+	if err != nil {
+		return fmt.Errorf("alerting: the alert stream %s: %w", s.layout.AlertStreamName(), err)
+	}
+	cfg := s.ConsumerConfig()
+	cons, err := stream.Consumer(ctx, cfg.Durable)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		cons, err = stream.CreateConsumer(ctx, cfg)
+	}
+	if err != nil {
+		return fmt.Errorf("alerting: consumer %s: %w", cfg.Durable, err)
+	}
+	cc, err := cons.Consume(func(msg jetstream.Msg) { s.handle(ctx, msg) })
+	if err != nil {
+		return fmt.Errorf("alerting: consume %s: %w", cfg.Durable, err)
+	}
+	<-ctx.Done()
+	cc.Drain()
+	<-cc.Closed()
+	return ctx.Err()
+}
+
+// WebhookBody is what the sink POSTs: Slack's {"text": ...} (Slack shows
+// the text and ignores the rest) and the alert itself, for a receiver
+// that reads fields.
+type WebhookBody struct {
+	Text  string       `json:"text"`
+	Alert events.Alert `json:"alert"`
+}
+
+// handle makes one delivery attempt of msg.
+func (s *Sink) handle(ctx context.Context, msg jetstream.Msg) {
+	a, err := events.DecodeAlert(msg.Data())
+	if err != nil {
+		// Never deliverable: counted and dropped.
+		s.m.Failures.WithLabelValues(metrics.SinkFailMalformed).Inc()
+		s.cfg.Log.Error("alert webhook: unreadable alert, dropped", "subject", msg.Subject(), "err", err)
+		_ = msg.Term()
+		return
+	}
+	reason, err := s.post(ctx, a)
+	if err == nil {
+		s.m.Deliveries.Inc()
+		// Acked only now; a lost ack redelivers (at least once).
+		if err := msg.DoubleAck(ctx); err != nil {
+			s.cfg.Log.Warn("alert webhook: ack", "id", a.ID, "err", err)
+		}
+		return
+	}
+	s.m.Failures.WithLabelValues(reason).Inc()
+	n := uint64(1)
+	if md, mdErr := msg.Metadata(); mdErr == nil {
+		n = md.NumDelivered
+	}
+	if n >= uint64(s.cfg.MaxDeliver) {
+		s.m.Undelivered.Inc()
+		s.cfg.Log.Error("alert webhook: giving up", "id", a.ID, "attempts", n, "err", err)
+		_ = msg.Term()
+		return
+	}
+	delay := s.backoff(n)
+	s.cfg.Log.Warn("alert webhook: delivery failed, retrying", "id", a.ID, "attempt", n, "retry_in", delay, "err", err)
+	_ = msg.NakWithDelay(delay)
+}
+
+// backoff is the delay after the n-th failed attempt.
+func (s *Sink) backoff(n uint64) time.Duration {
+	d := s.cfg.RetryBase
+	for i := uint64(1); i < n && d < s.cfg.RetryMax; i++ {
+		d *= 2
+	}
+	return min(d, s.cfg.RetryMax)
+}
+
+// post sends a to the webhook; on failure it returns the failure's reason
+// (metrics.SinkFail*).
+func (s *Sink) post(ctx context.Context, a events.Alert) (string, error) {
+	a.Type = events.TypeAlert
+	body, err := json.Marshal(WebhookBody{Text: a.Summary(), Alert: a})
+	if err != nil {
+		return metrics.SinkFailMalformed, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.cfg.URL, bytes.NewReader(body))
+	if err != nil {
+		return metrics.SinkFailTransport, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", a.ID)
+	req.Header.Set(streams.HeaderAlertID, a.ID)
+	resp, err := s.cfg.Client.Do(req)
+	if err != nil {
+		// Not the *url.Error: it quotes the URL, whose path often holds
+		// the webhook's secret.
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		return metrics.SinkFailTransport, fmt.Errorf("POST to the webhook: %w", err)
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	_ = resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return metrics.SinkFailStatus, fmt.Errorf("webhook answered %s", resp.Status)
+	}
+	return "", nil
+}

@@ -1,0 +1,286 @@
+package alerting_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/alerting"
+	"github.com/spendgate/spendgate/internal/ledger"
+	"github.com/spendgate/spendgate/internal/metrics"
+	"github.com/spendgate/spendgate/internal/replica"
+	"github.com/spendgate/spendgate/streams"
+	"github.com/spendgate/spendgate/testenv"
+)
+
+// receiver is a webhook receiver that answers 503 while down and records
+// each body it takes while up.
+type receiver struct {
+	srv  *httptest.Server
+	up   atomic.Bool
+	mu   sync.Mutex
+	got  []alerting.WebhookBody
+	keys []string
+	// refused counts the POSTs answered 503.
+	refused atomic.Int64
+}
+
+func newReceiver(t *testing.T) *receiver {
+	r := &receiver{}
+	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if !r.up.Load() {
+			r.refused.Add(1)
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		data, err := io.ReadAll(req.Body)
+		var b alerting.WebhookBody
+		if err == nil {
+			err = json.Unmarshal(data, &b)
+		}
+		if err != nil || req.Header.Get("Content-Type") != "application/json" {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		r.mu.Lock()
+		r.got = append(r.got, b)
+		r.keys = append(r.keys, req.Header.Get("Idempotency-Key"))
+		r.mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+func (r *receiver) bodies() ([]alerting.WebhookBody, []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]alerting.WebhookBody(nil), r.got...), append([]string(nil), r.keys...)
+}
+
+// runSink runs a sink on env until the test ends.
+func runSink(t *testing.T, env *testenv.Env, cfg alerting.SinkConfig) *alerting.Sink {
+	t.Helper()
+	s, err := alerting.NewSink(env.JS, env.Layout, cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return s
+}
+
+// consumerDone waits until the sink's consumer has every stored alert
+// acknowledged or terminated: nothing more can be delivered.
+func consumerDone(t *testing.T, env *testenv.Env, durable string) {
+	t.Helper()
+	ctx := context.Background()
+	require.Eventually(t, func() bool {
+		s, err := env.JS.Stream(ctx, env.Layout.AlertStreamName())
+		if err != nil {
+			return false
+		}
+		c, err := s.Consumer(ctx, durable)
+		if err != nil {
+			return false
+		}
+		ci, err := c.Info(ctx)
+		if err != nil {
+			return false
+		}
+		return ci.NumAckPending == 0 && ci.NumPending == 0 && ci.AckFloor.Stream == s.CachedInfo().State.LastSeq
+	}, 30*time.Second, 10*time.Millisecond, "the sink's consumer has acknowledged every alert")
+}
+
+// TestSink_ReceiverDownWhenCrossed: a replica crosses 80 % of a budget
+// while the webhook answers 503 (the sink counts each failed attempt and
+// naks with a delay); once the webhook is up the alert arrives, exactly
+// once, as Slack-compatible JSON with the alert's fields, and the
+// consumer holds nothing more to deliver. Without retries (an ack on
+// failure, or no redelivery) nothing would arrive; without the ack after
+// the 2xx the alert would arrive again after AckWait (the consumer check
+// would not pass).
+func TestSink_ReceiverDownWhenCrossed(t *testing.T) {
+	env := testenv.New(t)
+	now := func() time.Time { return time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC) }
+	nc := env.Connect(t)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	r, err := replica.Start(context.Background(), nc, js, replica.Config{Layout: env.Layout, Now: now, SweepInterval: -1})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, r.Stop()) })
+
+	rcv := newReceiver(t)
+	m := metrics.NewAlertSink(nil)
+	runSink(t, env, alerting.SinkConfig{URL: rcv.srv.URL, Durable: "hook", RetryBase: 20 * time.Millisecond,
+		RetryMax: 100 * time.Millisecond, MaxDeliver: 1000, Metrics: m})
+
+	ctx := context.Background()
+	_, err = r.Ledger.EditBudget(ctx, events.BudgetRef{Scope: "team:search", Period: events.PeriodMonth}, "",
+		func(ledger.Budget, bool) (ledger.Budget, error) {
+			return ledger.Budget{Ref: events.BudgetRef{Scope: "team:search", Period: events.PeriodMonth}, Limit: events.MustMoney("10"),
+				Unit: "USD", Thresholds: []events.Money{events.MustMoney("0.8")}}, nil
+		}, now())
+	require.NoError(t, err)
+	a, err := r.Admitter.Admit(ctx, events.AdmitRequest{RequestID: "big", Scopes: []string{"team:search"}, Amount: "8.5"})
+	require.NoError(t, err)
+	require.True(t, a.Admitted)
+
+	// Down: attempts fail and are counted.
+	require.Eventually(t, func() bool { return rcv.refused.Load() >= 3 }, 30*time.Second, 5*time.Millisecond)
+	require.GreaterOrEqual(t, testutil.ToFloat64(m.Failures.WithLabelValues(metrics.SinkFailStatus)), 3.0)
+	require.Zero(t, testutil.ToFloat64(m.Deliveries))
+
+	// Up: it arrives, once.
+	rcv.up.Store(true)
+	require.Eventually(t, func() bool { got, _ := rcv.bodies(); return len(got) > 0 }, 30*time.Second, 5*time.Millisecond)
+	consumerDone(t, env, "hook")
+	got, keys := rcv.bodies()
+	require.Len(t, got, 1)
+	b := got[0]
+	id := "team:search/month/2026-12/0.8"
+	require.Equal(t, []string{id}, keys)
+	require.Equal(t, "team:search per month (2026-12): 80% of the limit reached - 8.5 of 10 USD used", b.Text)
+	require.Equal(t, events.AlertThreshold, b.Alert.Kind)
+	require.Equal(t, id, b.Alert.ID)
+	require.Equal(t, "8.5", b.Alert.Used.String())
+	require.Equal(t, a.ReservationID, b.Alert.ReservationID)
+	require.Equal(t, 1.0, testutil.ToFloat64(m.Deliveries))
+	require.Zero(t, testutil.ToFloat64(m.Undelivered))
+}
+
+// TestSink_GivesUpAfterMaxDeliver: a webhook that never takes the alert
+// (answering 503, or not listening at all) gets MaxDeliver attempts, each
+// counted by its reason; then the alert is counted undelivered and
+// terminated (the consumer holds nothing more), and nothing was counted
+// delivered.
+func TestSink_GivesUpAfterMaxDeliver(t *testing.T) {
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closed.Close() // nothing listens there now
+	for _, tc := range []struct {
+		name, reason string
+		url          func(*receiver) string
+	}{
+		{"503", metrics.SinkFailStatus, func(r *receiver) string { return r.srv.URL + "/services/secret-token" }},
+		{"closed listener", metrics.SinkFailTransport, func(*receiver) string { return closed.URL + "/services/secret-token" }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := testenv.New(t)
+			_, err := streams.EnsureAlerts(context.Background(), env.JS, env.Layout)
+			require.NoError(t, err)
+			rcv := newReceiver(t) // never up
+			m := metrics.NewAlertSink(nil)
+			var logs syncBuffer
+			runSink(t, env, alerting.SinkConfig{URL: tc.url(rcv), Durable: "hook", RetryBase: 10 * time.Millisecond,
+				RetryMax: 20 * time.Millisecond, MaxDeliver: 3, Timeout: 5 * time.Second, Metrics: m,
+				Log: slog.New(slog.NewTextHandler(&logs, nil))})
+			consumerReady(t, env, "hook")
+
+			p := alerting.New(env.JS, env.Layout)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { defer close(done); _ = p.Run(ctx) }()
+			t.Cleanup(func() { cancel(); <-done })
+			bal := events.BalanceRef{Scope: "org:acme", Period: events.PeriodDay, Instance: "2026-12-02"}
+			p.Blocked(events.BlockingAlert(bal, "USD", events.MustMoney("5"), events.MustMoney("4.9"), "1", "r1", 0, time.Now()))
+
+			require.Eventually(t, func() bool { return testutil.ToFloat64(m.Undelivered) == 1 }, 30*time.Second, 5*time.Millisecond)
+			consumerDone(t, env, "hook")
+			require.Equal(t, 3.0, testutil.ToFloat64(m.Failures.WithLabelValues(tc.reason)))
+			require.Zero(t, testutil.ToFloat64(m.Deliveries))
+			// Each attempt was logged, never with the URL's secret path.
+			require.Contains(t, logs.String(), "giving up")
+			require.NotContains(t, logs.String(), "secret-token")
+		})
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the sink's and the test's
+// goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// consumerReady waits until the sink's durable consumer exists.
+func consumerReady(t *testing.T, env *testenv.Env, durable string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		_, err := env.JS.Consumer(context.Background(), env.Layout.AlertStreamName(), durable)
+		return err == nil
+	}, 30*time.Second, 5*time.Millisecond)
+}
+
+// TestPublisher_OncePerAlert: two publishers (two replicas) publishing the
+// same alerts store each once; publishing them again after the dedupe
+// window would be refused by the subject's expectation (simulated here by
+// a third publisher whose Nats-Msg-Id differs in nothing - the stream
+// answers Duplicate within the window - and by checking the stream's
+// messages per subject). A blocked budget denied many times is queued once
+// per publisher.
+func TestPublisher_OncePerAlert(t *testing.T) {
+	env := testenv.New(t)
+	_, err := streams.EnsureAlerts(context.Background(), env.JS, env.Layout)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	pubs := []*alerting.Publisher{alerting.New(env.JS, env.Layout), alerting.New(env.JS, env.Layout)}
+	for _, p := range pubs {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = p.Run(ctx) }()
+	}
+	bal := events.BalanceRef{Scope: "org:acme", Period: events.PeriodDay, Instance: "2026-12-02"}
+	for i := range 5 {
+		for _, p := range pubs {
+			p.Blocked(events.BlockingAlert(bal, "USD", events.MustMoney("5"), events.MustMoney("4.9"), "1", "r"+string(rune('0'+i)), 0, time.Now()))
+		}
+	}
+	require.Eventually(t, func() bool {
+		return pubs[0].Published()+pubs[0].Duplicates()+pubs[1].Published()+pubs[1].Duplicates() == 2
+	}, 30*time.Second, 5*time.Millisecond)
+	require.Equal(t, uint64(1), pubs[0].Published()+pubs[1].Published())
+
+	s, err := env.JS.Stream(context.Background(), env.Layout.AlertStreamName())
+	require.NoError(t, err)
+	info, err := s.Info(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), info.State.Msgs)
+
+	// Past the dedupe window (a new id for the same subject stands in for
+	// it: the window no longer remembers the id), the subject's
+	// expectation still refuses a second copy.
+	msg := events.BlockingAlert(bal, "USD", events.MustMoney("5"), events.MustMoney("4.9"), "1", "late", 0, time.Now())
+	data, err := events.EncodeAlert(msg)
+	require.NoError(t, err)
+	_, err = env.JS.Publish(context.Background(), env.Layout.AlertMsgSubject(msg), data,
+		jetstream.WithMsgID("another-id"), jetstream.WithExpectLastSequencePerSubject(0))
+	var apiErr *jetstream.APIError
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, jetstream.JSErrCodeStreamWrongLastSequence, apiErr.ErrorCode)
+}

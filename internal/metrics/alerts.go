@@ -1,0 +1,59 @@
+package metrics
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Failure reasons of AlertSink.Failures.
+const (
+	// SinkFailStatus: the webhook answered a status other than 2xx.
+	SinkFailStatus = "status"
+	// SinkFailTransport: the webhook could not be reached or did not
+	// answer in time.
+	SinkFailTransport = "transport"
+	// SinkFailMalformed: the alert message could not be read (dropped).
+	SinkFailMalformed = "malformed"
+)
+
+// AlertSink is the metric set of the webhook sink (spendgate alerts
+// webhook), registered in a registry of its own process.
+//
+//	name                                          type     labels  meaning
+//	spendgate_alert_webhook_deliveries_total      counter          alerts the webhook took (2xx)
+//	spendgate_alert_webhook_failures_total        counter  reason  failed delivery attempts; reason status|transport|malformed
+//	spendgate_alert_webhook_undelivered_total     counter          alerts given up after their last attempt (max deliver)
+type AlertSink struct {
+	Deliveries  prometheus.Counter
+	Failures    *prometheus.CounterVec
+	Undelivered prometheus.Counter
+}
+
+// NewAlertSink returns the sink's metrics, registered in r (nil: not
+// registered anywhere).
+func NewAlertSink(r prometheus.Registerer) *AlertSink {
+	s := &AlertSink{
+		Deliveries: prometheus.NewCounter(prometheus.CounterOpts{Name: "spendgate_alert_webhook_deliveries_total",
+			Help: "Alerts the webhook took (a 2xx answer)."}),
+		Failures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "spendgate_alert_webhook_failures_total",
+			Help: "Failed alert delivery attempts, by reason (status: a non-2xx answer; transport: unreachable or timed out; malformed: an unreadable alert)."}, []string{"reason"}),
+		Undelivered: prometheus.NewCounter(prometheus.CounterOpts{Name: "spendgate_alert_webhook_undelivered_total",
+			Help: "Alerts given up after their last delivery attempt."}),
+	}
+	for _, reason := range []string{SinkFailStatus, SinkFailTransport, SinkFailMalformed} {
+		s.Failures.WithLabelValues(reason)
+	}
+	if r != nil {
+		r.MustRegister(s.Deliveries, s.Failures, s.Undelivered)
+	}
+	return s
+}
+
+// RegisterAlerts adds the counters of the replica's alert publisher
+// (internal/alerting): alerts stored on the alert stream, found there
+// already (another replica's), dropped (buffer full) and failed.
+func (s *Set) RegisterAlerts(published, duplicates, dropped, failed func() uint64) {
+	s.Registry.MustRegister(
+		counterFunc("spendgate_alerts_published_total", "Alerts this replica stored on the alert stream.", published),
+		counterFunc("spendgate_alerts_duplicate_total", "Alerts this replica published that the alert stream held already (another replica's, or an earlier publish).", duplicates),
+		counterFunc("spendgate_alerts_dropped_total", "Alerts not published because the replica's alert buffer was full.", dropped),
+		counterFunc("spendgate_alerts_failed_total", "Alerts whose publish failed for good.", failed),
+	)
+}

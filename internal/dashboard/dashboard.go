@@ -190,10 +190,11 @@ func decodeCursor(s string) (budgetCursor, error) {
 // rows are the budgets of tenant (all of them if all) at now.
 func (d *Dashboard) rows(now time.Time, tenant string, all bool) []BudgetRow {
 	budgets := d.cfg.Book.Budgets()
+	denied := d.deniedAt()
 	out := make([]BudgetRow, 0, len(budgets))
 	for _, b := range budgets {
 		if all || b.Ref.Scope.Tenant() == tenant {
-			out = append(out, d.row(b, now))
+			out = append(out, d.row(b, now, denied))
 		}
 	}
 	// The nearest to the limit first.
@@ -209,9 +210,33 @@ func (d *Dashboard) rows(now time.Time, tenant string, all bool) []BudgetRow {
 	return out
 }
 
+// instanceRef is a budget's balance in one instance, whatever its unit.
+type instanceRef struct {
+	budget   events.BudgetRef
+	instance string
+}
+
+// deniedAt maps each budget instance to its latest limit_reached denial
+// among the recent denials (Config.Denials).
+func (d *Dashboard) deniedAt() map[instanceRef]*events.AdmitDenied {
+	out := map[instanceRef]*events.AdmitDenied{}
+	for _, x := range d.cfg.Denials() {
+		n := x.Denial
+		if n.Reason != events.ReasonLimitReached || n.Scope == "" {
+			continue
+		}
+		k := instanceRef{events.BudgetRef{Scope: events.TenantScope(x.Tenant, n.Scope.Local()), Period: n.Period}, n.Instance}
+		if prev := out[k]; prev == nil || x.At.After(prev.At) {
+			out[k] = &x
+		}
+	}
+	return out
+}
+
 // row is budget b in its period instance at now, in the budget's zone
-// (the ledger's instance: the one its admits reserve in).
-func (d *Dashboard) row(b ledger.Budget, now time.Time) BudgetRow {
+// (the ledger's instance: the one its admits reserve in); denied is
+// deniedAt's.
+func (d *Dashboard) row(b ledger.Budget, now time.Time, denied map[instanceRef]*events.AdmitDenied) BudgetRow {
 	cal := events.CalendarOf(b.Ref.Period, b.Loc)
 	inst := cal.Instance(now)
 	bal := d.cfg.Book.Balance(events.BalanceRef{Scope: b.Ref.Scope, Period: b.Ref.Period, Instance: inst, Unit: b.Ref.Unit})
@@ -220,13 +245,10 @@ func (d *Dashboard) row(b ledger.Budget, now time.Time) BudgetRow {
 		Limit: b.Limit.String(), Spent: bal.Spent.String(), Reserved: bal.Reserved.String(), Overrun: bal.Overrun.String(),
 		Available: b.Limit.Sub(used).String(), Open: bal.Open,
 		UsedBP: basisPoints(used, b.Limit), SpentBP: basisPoints(bal.Spent, b.Limit)}
-	row.Forecast = forecast(d.points(b.Ref, inst), b.Limit, cal, now)
+	ref := events.BudgetRef{Scope: b.Ref.Scope, Period: b.Ref.Period}
+	row.Forecast = forecast(paceIn{pts: d.cfg.Series.Points(b.Ref, inst), gap: d.cfg.Series.Resolution(b.Ref, inst),
+		limit: b.Limit, used: used, cal: cal, now: now, denied: denied[instanceRef{ref, inst}]})
 	return row
-}
-
-// points copies ref's series if it is of instance inst.
-func (d *Dashboard) points(ref events.BudgetRef, inst string) []point {
-	return d.cfg.Series.Points(ref, inst)
 }
 
 // tenantParam reads the optional ?tenant=NAME of r: every endpoint of the
@@ -343,7 +365,7 @@ func (d *Dashboard) seriesOf(w http.ResponseWriter, r *http.Request) {
 	var cal events.Calendar
 	for _, b := range d.cfg.Book.Budgets() {
 		if b.Ref.Scope == scope && b.Ref.Period == period {
-			r := d.row(b, now)
+			r := d.row(b, now, d.deniedAt())
 			row, cal = &r, events.CalendarOf(b.Ref.Period, b.Loc)
 			break
 		}
@@ -353,7 +375,7 @@ func (d *Dashboard) seriesOf(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	limit, _ := events.ParseMoney(row.Limit)
-	pts := d.points(events.BudgetRef{Scope: scope, Period: period}, row.Instance)
+	pts := d.cfg.Series.Points(events.BudgetRef{Scope: scope, Period: period}, row.Instance)
 	out := SeriesReply{Budget: *row, Now: now, Ready: d.cfg.Ready(), Capacity: MaxPoints, Points: make([]SeriesPoint, 0, len(pts))}
 	if start, _, ok := cal.Bounds(now); ok {
 		out.Start = start.UTC()

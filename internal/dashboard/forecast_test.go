@@ -168,5 +168,8 @@ func request(t *testing.T, env *testenv.Env, endpoint string, req, reply any) {
 	require.NoError(t, err)
 	msg, err := env.Conn.Request(env.Layout.Endpoint(endpoint), data, 10*time.Second)
 	require.NoError(t, err)
+	var e events.ErrorReply
+	require.NoError(t, json.Unmarshal(msg.Data, &e), string(msg.Data))
+	require.Nil(t, e.Error, "%s: %s", endpoint, msg.Data)
 	require.NoError(t, json.Unmarshal(msg.Data, reply), string(msg.Data))
 }

@@ -652,11 +652,25 @@ func (s *Service) countAdmit(ctx context.Context, req events.AdmitRequest, reply
 		return
 	}
 	if reply.Mode != "" {
-		// Check and shadow answers are counted apart from real admits.
+		// Check and shadow answers are counted apart from real admits,
+		// and recorded apart from denials (events.AdmitChecked on the
+		// denial stream: what reports show as shadow decisions).
 		if reply.Admitted {
 			s.m.AdmitChecks.WithLabelValues(reply.Mode, metrics.ResultAdmitted, "").Inc()
 		} else if reply.Denial != nil {
 			s.m.AdmitChecks.WithLabelValues(reply.Mode, metrics.ResultDenied, string(reply.Denial.Reason)).Inc()
+		}
+		if s.denialRec != nil && (reply.Admitted || reply.Denial != nil) {
+			amount := reply.Amount
+			if amount == "" {
+				amount = req.Amount
+			}
+			if amount == "" && reply.Denial != nil {
+				amount = reply.Denial.Requested
+			}
+			s.denialRec.RecordCheck(events.AdmitChecked{Type: events.TypeAdmitChecked, At: s.now().UTC(), Tenant: events.TenantFromContext(ctx),
+				Mode: reply.Mode, RequestID: req.RequestID, Scopes: req.Scopes, Admitted: reply.Admitted, Amount: amount,
+				Model: req.Model, Unit: admitUnit(req, reply), Metadata: req.Metadata, Denial: reply.Denial})
 		}
 		return
 	}
@@ -668,21 +682,26 @@ func (s *Service) countAdmit(ctx context.Context, req events.AdmitRequest, reply
 		// dashboard's recent denials) and appended to the denial stream
 		// (the report's counts), with the unit the admit was in (the
 		// request's, its price's, or the default).
-		unit := req.Unit
-		if reply.Unit != "" {
-			unit = reply.Unit
-		}
-		if unit == "" {
-			unit = defaultAdmitUnit
-		}
 		d := events.AdmitDenied{Type: events.TypeAdmitDenied, At: s.now().UTC(), Tenant: events.TenantFromContext(ctx),
-			RequestID: req.RequestID, Scopes: req.Scopes, Amount: req.Amount, Model: req.Model, Unit: unit, Metadata: req.Metadata, Denial: *reply.Denial}
+			RequestID: req.RequestID, Scopes: req.Scopes, Amount: req.Amount, Model: req.Model, Unit: admitUnit(req, reply), Metadata: req.Metadata, Denial: *reply.Denial}
 		if s.denialRec != nil {
 			d.Replica = s.denialRec.Replica()
 			s.denialRec.Record(d)
 		}
 		s.denials.add(d)
 	}
+}
+
+// admitUnit is the unit an admit was in: the reply's (its price's), the
+// request's, or the default.
+func admitUnit(req events.AdmitRequest, reply events.AdmitReply) string {
+	switch {
+	case reply.Unit != "":
+		return reply.Unit
+	case req.Unit != "":
+		return req.Unit
+	}
+	return defaultAdmitUnit
 }
 
 func (s *Service) settle(ctx context.Context, data []byte) (any, error) {

@@ -466,6 +466,27 @@ type ReportReply struct {
 	// Position is the ledger stream sequence the report is exact at.
 	Position uint64        `json:"position"`
 	Groups   []ReportGroup `json:"groups"`
+	// Shadow are the check and shadow decisions (admits in mode check or
+	// shadow, which reserve nothing) in the same range and grouping, apart
+	// from the spend in Groups; omitted when there were none.
+	Shadow []ShadowGroup `json:"shadow,omitempty"`
+}
+
+// ShadowGroup is one group of a report's check and shadow decisions: those
+// of one group value (Value, Other as in ReportGroup), Mode ("check" or
+// "shadow") and Unit. Admitted and Denied count the answers; Amount sums
+// what the admitted would have reserved, Asked what the denied asked;
+// Reasons counts the denied by reason.
+type ShadowGroup struct {
+	Value    string         `json:"value"`
+	Other    bool           `json:"other,omitempty"`
+	Mode     string         `json:"mode"`
+	Unit     string         `json:"unit"`
+	Admitted int64          `json:"admitted"`
+	Denied   int64          `json:"denied"`
+	Amount   string         `json:"amount"`
+	Asked    string         `json:"asked"`
+	Reasons  map[Code]int64 `json:"reasons,omitempty"`
 }
 
 // ErrorReply is the body of every failed request.

@@ -94,11 +94,13 @@ type denialAggregate struct {
 	keys     map[string]bool
 	overKeys bool
 	values   map[string]map[string]bool
+	// shadow counts the check and shadow records among them (shadow.go).
+	shadow *shadowAggregate
 }
 
 func newDenialAggregate() *denialAggregate {
 	return &denialAggregate{buckets: map[int64]map[groupKey]int64{}, newest: map[int64]uint64{},
-		keys: map[string]bool{}, values: map[string]map[string]bool{}}
+		keys: map[string]bool{}, values: map[string]map[string]bool{}, shadow: newShadowAggregate()}
 }
 
 // value maps a dimension's value to its tracked value or to Other.
@@ -127,6 +129,7 @@ func (a *denialAggregate) apply(seq uint64, data []byte) {
 	a.pos = seq
 	d, k, ok := denialOf(data)
 	if !ok {
+		a.shadow.apply(seq, data)
 		return
 	}
 	b := bucketOf(d.At)
@@ -163,6 +166,7 @@ func (a *denialAggregate) apply(seq uint64, data []byte) {
 // prune drops the buckets whose records all left the stream (first is
 // the stream's first sequence).
 func (a *denialAggregate) prune(first uint64) {
+	a.shadow.prune(first)
 	for len(a.sorted) > 0 && a.newest[a.sorted[0]] < first {
 		b := a.sorted[0]
 		delete(a.buckets, b)
@@ -364,11 +368,12 @@ func (t *denialTracker) run(ctx context.Context) {
 
 // counts waits until the tracker has folded the denial stream up to its
 // last record as of the call, drops the buckets the stream no longer
-// holds, and returns the counts of by and f (see denialAggregate.counts).
-func (t *denialTracker) counts(ctx context.Context, by GroupBy, f Filter) (map[groupKey]int64, error) {
+// holds, and returns the counts of by and f (see denialAggregate.counts)
+// and its shadow groups (shadowAggregate.groups).
+func (t *denialTracker) counts(ctx context.Context, by GroupBy, f Filter) (map[groupKey]int64, []ShadowGroup, error) {
 	first, last, err := denialState(ctx, t.js, t.layout)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for {
 		t.mu.Lock()
@@ -378,17 +383,21 @@ func (t *denialTracker) counts(ctx context.Context, by GroupBy, f Filter) (map[g
 				t.agg.prune(first)
 			}
 			c, err := t.agg.counts(by, f)
+			var sh []ShadowGroup
+			if err == nil {
+				sh, err = t.agg.shadow.groups(by, f)
+			}
 			t.mu.Unlock()
-			return c, err
+			return c, sh, err
 		}
 		t.mu.Unlock()
 		if terr != nil {
-			return nil, terr
+			return nil, nil, terr
 		}
 		select {
 		case <-moved:
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, nil, ctx.Err()
 		}
 	}
 }

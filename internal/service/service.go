@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -876,6 +877,9 @@ func (s *Service) report(ctx context.Context, data []byte) (any, error) {
 		for i := range out.Groups {
 			out.Groups[i].Value = string(events.Scope(out.Groups[i].Value).Local())
 		}
+		for i := range out.Shadow {
+			out.Shadow[i].Value = string(events.Scope(out.Shadow[i].Value).Local())
+		}
 	}
 	return out, nil
 }
@@ -887,6 +891,17 @@ func ReportReply(req events.ReportRequest, rep *projector.AggregateReport) event
 		out.Groups = append(out.Groups, events.ReportGroup{Value: g.Value, Other: rep.IsOther(i), Unit: g.Unit,
 			Reservations: g.Reservations, Open: g.Open, Settled: g.Settled, Released: g.Released, Expired: g.Expired, Late: g.Late,
 			Spend: g.Spend.String(), Overrun: g.Overrun.String(), Reserved: g.Reserved.String(), Denials: g.Denials})
+	}
+	out.Shadow = ShadowGroups(rep.Shadow)
+	return out
+}
+
+// ShadowGroups are a report's shadow groups on the wire (nil for none).
+func ShadowGroups(gs []projector.ShadowGroup) []events.ShadowGroup {
+	var out []events.ShadowGroup
+	for _, g := range gs {
+		out = append(out, events.ShadowGroup{Value: g.Value, Other: g.Other, Mode: g.Mode, Unit: g.Unit,
+			Admitted: g.Admitted, Denied: g.Denied, Amount: g.Amount.String(), Asked: g.Asked.String(), Reasons: maps.Clone(g.Reasons)})
 	}
 	return out
 }

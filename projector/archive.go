@@ -421,6 +421,11 @@ type TrimResult struct {
 	Before, After uint64
 }
 
+// ReportSection is the name of the spend report's section in a replica's
+// ledger snapshots (internal/report's Aggregator writes it): Trim requires
+// it in the snapshot it trims to.
+const ReportSection = "report"
+
 // Trim drops from the ledger stream what the archive in dir and the
 // newest ledger snapshot cover. First it audits archive + stream (Check
 // with WithArchive): the audit must pass, the newest snapshot must equal

@@ -39,9 +39,12 @@
 //     the amount its ReservationOpened carries, and a disabled budget only
 //     opens nothing.
 //
-// Projector reads the stream with an ordered consumer: CatchUp folds it from
-// the first message to the last as of the call, Run keeps folding until its
-// context ends, ReplayUntil answers "balances at time T". Check replays the
-// stream and reconciles the result with the live lane values to the last
-// digit.
+// Projector reads the stream with an ordered consumer, every message
+// through the one gate (internal/gate): CatchUp folds it from the first
+// message to the last as of the call, Run keeps folding until its context
+// ends, ReplayUntil answers "balances at time T". Check replays the stream
+// and reconciles the result with the live lane values to the last digit.
+// Read is the verified read that reports and exports (internal/report)
+// build on; Archive and Trim move the stream's old revisions to segment
+// files and back (audit archive, audit trim).
 package projector

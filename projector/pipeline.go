@@ -5,9 +5,11 @@ import (
 	"errors"
 	"runtime"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/gate"
 	"github.com/spendgate/spendgate/streams"
 )
@@ -153,4 +155,57 @@ func (p *Projector) readVerified(ctx context.Context, s jetstream.Stream, from, 
 // gateMsg is m as the gate takes it.
 func (m message) gateMsg() *gate.Message {
 	return &gate.Message{Seq: m.seq, Subject: m.subject, Header: m.header, Data: m.data, At: m.at}
+}
+
+// Message is one revision of the ledger stream that passed the gate, as
+// Read hands it over: its stream sequence, key, payload and stream
+// timestamp, and the revision the gate decoded and verified.
+type Message struct {
+	Seq  uint64
+	Key  string
+	Data []byte
+	At   time.Time
+	Rev  *gate.Revision
+}
+
+// Read hands fn, in stream order, every revision from the stream's first
+// message up to until (0: its last message as of the call) that passes the
+// projector's gate (verified against the ledger's trust unless the
+// projector is Unverified), the archive's first if it reads one. It is the
+// one read that reports and exports build on: they never open a consumer
+// of their own. It returns the position it read up to; ErrTrimmed for a
+// trimmed stream without its archive; the stream lookup or consumer
+// error, ctx's error, or fn's.
+func (p *Projector) Read(ctx context.Context, until uint64, fn func(Message) error) (uint64, error) {
+	s, last, err := p.stream(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if until == 0 {
+		until = last
+	}
+	if err := p.whole(s, last); err != nil {
+		return 0, err
+	}
+	if until == 0 {
+		return 0, nil
+	}
+	err = p.readVerified(ctx, s, 1, until, p.verifierFrom(1), func(m message) error {
+		return fn(Message{Seq: m.seq, Key: m.key, Data: m.data, At: m.at, Rev: m.rev})
+	})
+	return until, err
+}
+
+// DecodeStrict decodes one revision's JSON payload into v as the fold
+// does: no unknown field, nothing after the value, and an empty payload
+// (a KV delete or purge) is malformed. Its errors wrap ErrMalformed.
+func DecodeStrict(data []byte, v any) error { return decodeStrict(data, v) }
+
+// EventType names e's type for an error message ("null" for nil).
+func EventType(e events.Event) events.Type { return eventType(e) }
+
+// Errorf returns an error wrapping category (ErrMalformed, ErrChain,
+// ErrTransition, ...) with the message format formats.
+func Errorf(category error, format string, args ...any) error {
+	return errorf(category, format, args...)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/spendgate/spendgate/admit"
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/ledger"
+	"github.com/spendgate/spendgate/internal/report"
 	"github.com/spendgate/spendgate/internal/signing"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/settle"
@@ -32,14 +33,14 @@ func runLedger(t *testing.T, env *testenv.Env, opts ...ledger.Option) *ledger.Le
 
 // runLedgerReports is runLedger with the spend report fed by its fold, as
 // a replica keeps it (so its snapshots carry the report's section).
-func runLedgerReports(t *testing.T, env *testenv.Env, opts ...ledger.Option) (*ledger.Ledger, *projector.Aggregator) {
+func runLedgerReports(t *testing.T, env *testenv.Env, opts ...ledger.Option) (*ledger.Ledger, *report.Aggregator) {
 	t.Helper()
 	nc := env.Connect(t)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	l, err := ledger.New(context.Background(), nc, js, env.Layout, opts...)
 	require.NoError(t, err)
-	g, err := projector.NewAggregator(js, env.Layout, projector.WithSync(l.Sync))
+	g, err := report.NewAggregator(js, env.Layout, report.WithSync(l.Sync))
 	require.NoError(t, err)
 	require.NoError(t, l.AddReader(g))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -109,7 +110,7 @@ func TestAudit_ArchiveKillTrim(t *testing.T) {
 	st, err := p.CatchUp(ctx)
 	require.NoError(t, err)
 	balances := st.Balances()
-	byScope, err := p.Report(ctx, projector.Filter{}, projector.ByScope)
+	byScope, err := report.NewReader(env.JS, env.Layout, p).Report(ctx, report.Filter{}, report.ByScope)
 	require.NoError(t, err)
 
 	dir := t.TempDir()
@@ -147,7 +148,7 @@ func TestAudit_ArchiveKillTrim(t *testing.T) {
 	_, g := runLedgerReports(t, env, ledger.WithSnapshotEvery(0, 0))
 	require.NoError(t, g.Sync(ctx))
 	require.Equal(t, snap.Seq, g.Loaded())
-	gotScope, err := g.Report(ctx, projector.ByScope, projector.Filter{})
+	gotScope, err := g.Report(ctx, report.ByScope, report.Filter{})
 	require.NoError(t, err)
 	sameReport(t, byScope, gotScope)
 
@@ -160,7 +161,7 @@ func TestAudit_ArchiveKillTrim(t *testing.T) {
 	st2, err := p.CatchUp(ctx) // p has no archive: reads the trimmed stream
 	require.ErrorIs(t, err, projector.ErrTrimmed, "the trimmed stream alone does not replay")
 	_ = st2
-	_, err = p.ExportJSONL(ctx, io.Discard, projector.Filter{})
+	_, err = report.NewReader(env.JS, env.Layout, p).ExportJSONL(ctx, io.Discard, report.Filter{})
 	require.ErrorIs(t, err, projector.ErrTrimmed, "nor exports")
 	pa := projector.New(env.JS, env.Layout)
 	_, err = pa.UseArchive(dir)
@@ -301,7 +302,7 @@ func TestAudit_VoidWindowFollowsTheLedger(t *testing.T) {
 
 // sameReport checks that a replica's spend report equals the replay's,
 // group by group, to the cent.
-func sameReport(t *testing.T, want *projector.SpendReport, got *projector.AggregateReport) {
+func sameReport(t *testing.T, want *report.SpendReport, got *report.AggregateReport) {
 	t.Helper()
 	require.Equal(t, len(want.Groups), len(got.Groups), "groups: want %v got %v", want.Groups, got.Groups)
 	for i := range want.Groups {
@@ -359,9 +360,9 @@ func TestAudit_TrimKeepsReportsAndKeys(t *testing.T) {
 	work(300, 340)
 
 	p := projector.New(env.JS, env.Layout)
-	byScope, err := p.Report(ctx, projector.Filter{}, projector.ByScope)
+	byScope, err := report.NewReader(env.JS, env.Layout, p).Report(ctx, report.Filter{}, report.ByScope)
 	require.NoError(t, err)
-	byModel, err := p.Report(ctx, projector.Filter{}, projector.ByMetadata("model"))
+	byModel, err := report.NewReader(env.JS, env.Layout, p).Report(ctx, report.Filter{}, report.ByMetadata("model"))
 	require.NoError(t, err)
 	keysBefore, err := projector.Signers(ctx, env.JS, env.Layout)
 	require.NoError(t, err)
@@ -375,14 +376,14 @@ func TestAudit_TrimKeepsReportsAndKeys(t *testing.T) {
 	require.NoError(t, err)
 	require.Less(t, res.After, res.Before/2, "most of the stream is gone")
 
-	check := func(g *projector.Aggregator, loaded uint64) {
+	check := func(g *report.Aggregator, loaded uint64) {
 		t.Helper()
 		require.NoError(t, g.Sync(ctx))
 		require.Equal(t, loaded, g.Loaded())
-		got, err := g.Report(ctx, projector.ByScope, projector.Filter{})
+		got, err := g.Report(ctx, report.ByScope, report.Filter{})
 		require.NoError(t, err)
 		sameReport(t, byScope, got)
-		got, err = g.Report(ctx, projector.ByMetadata("model"), projector.Filter{})
+		got, err = g.Report(ctx, report.ByMetadata("model"), report.Filter{})
 		require.NoError(t, err)
 		sameReport(t, byModel, got)
 	}

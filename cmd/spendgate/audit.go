@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spendgate/spendgate/internal/report"
 	"github.com/spendgate/spendgate/internal/signing"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/streams"
@@ -233,7 +234,7 @@ func audit(args []string) int {
 	if now.IsZero() {
 		now = time.Now()
 	}
-	balances := append(st.Balances(), projector.IdleBalances(st, now)...)
+	balances := append(st.Balances(), report.IdleBalances(st, now)...)
 	slices.SortFunc(balances, func(a, b projector.Balance) int { return strings.Compare(a.Key, b.Key) })
 	if err := writeBalances(os.Stdout, balances); err != nil {
 		fmt.Fprintln(os.Stderr, "spendgate: audit balances: the CSV is incomplete:", err)

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/spendgate/spendgate/projector"
+	"github.com/spendgate/spendgate/internal/report"
 )
 
 var auditExportCommand = command{
@@ -53,13 +53,13 @@ func auditExport(args []string) int {
 	if _, err := r.verify.keys(); err != nil {
 		return cmd.usageError(fs, err.Error())
 	}
-	p, ctx, done, err := r.projector("export")
+	p, ctx, done, err := r.reader("export")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "spendgate: audit export:", err)
 		return exitError
 	}
 	defer done()
-	var tot projector.Totals
+	var tot report.Totals
 	if *format == "csv" {
 		tot, err = p.ExportCSV(ctx, os.Stdout, f)
 	} else {
@@ -80,15 +80,15 @@ func auditExport(args []string) int {
 
 // writeTotalsFile writes tot to path in format and closes it, checking
 // every error.
-func writeTotalsFile(path, format string, tot projector.Totals) error {
+func writeTotalsFile(path, format string, tot report.Totals) error {
 	out, err := os.Create(path)
 	if err != nil {
 		return err
 	}
 	if format == "csv" {
-		err = projector.WriteTotalsCSV(out, tot)
+		err = report.WriteTotalsCSV(out, tot)
 	} else {
-		err = projector.WriteTotalsJSON(out, tot)
+		err = report.WriteTotalsJSON(out, tot)
 	}
 	if cerr := out.Close(); err == nil {
 		err = cerr

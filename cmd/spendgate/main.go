@@ -81,7 +81,7 @@ var commands = map[string]func([]string) int{
 	"release":  releaseCmd,
 	"void":     voidCmd,
 	"audit":    audit,
-	"report":   report,
+	"report":   reportCmd,
 	"bench":    benchCmd,
 	"demo":     demoCmd,
 	"roles":    rolesCmd,

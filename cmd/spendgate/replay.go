@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/report"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/streams"
 )
@@ -56,10 +57,10 @@ func (r *replayFlags) register(fs *flag.FlagSet) {
 	r.withinFlag = withinFlag(fs, offlineWithin)
 }
 
-// filter validates the selection flags into a projector.Filter; the error
+// filter validates the selection flags into a report.Filter; the error
 // is a usage error.
-func (r *replayFlags) filter() (projector.Filter, error) {
-	var f projector.Filter
+func (r *replayFlags) filter() (report.Filter, error) {
+	var f report.Filter
 	var err error
 	if *r.withinFlag <= 0 {
 		return f, errors.New("--within must be positive")
@@ -97,10 +98,11 @@ func (r *replayFlags) filter() (projector.Filter, error) {
 	return f, nil
 }
 
-// projector connects and returns a projector over the ledger, a context
+// reader connects and returns a report reader over the ledger (a verified
+// replay, through the archive if --archive names one), a context
 // that ends on SIGINT or SIGTERM (a replay has no fixed deadline: it is
 // as long as the book), and the function that releases both.
-func (r *replayFlags) projector(name string) (*projector.Projector, context.Context, func(), error) {
+func (r *replayFlags) reader(name string) (*report.Reader, context.Context, func(), error) {
 	layout, err := streams.New(streams.Config{Bucket: r.bucket, Prefix: r.client.prefix})
 	if err != nil {
 		return nil, nil, nil, err
@@ -127,5 +129,5 @@ func (r *replayFlags) projector(name string) (*projector.Projector, context.Cont
 			return nil, nil, nil, err
 		}
 	}
-	return p, ctx, func() { stop(); nc.Close() }, nil
+	return report.NewReader(js, layout, p), ctx, func() { stop(); nc.Close() }, nil
 }

@@ -10,7 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/spendgate/spendgate/events"
-	"github.com/spendgate/spendgate/projector"
+	"github.com/spendgate/spendgate/internal/report"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -47,8 +47,8 @@ denied admit writes nothing to the ledger.`
 // reportColumns follow the group column of a report.
 var reportColumns = []string{"unit", "reservations", "open", "settled", "released", "expired", "late", "spend", "overrun", "reserved", "denials"}
 
-// report is spendgate report.
-func report(args []string) int {
+// reportCmd is spendgate report.
+func reportCmd(args []string) int {
 	cmd := reportCommand
 	fs := newFlagSet("report")
 	var r replayFlags
@@ -82,12 +82,12 @@ func report(args []string) int {
 			return cmd.usageError(fs, "--replay "+err.Error())
 		}
 	}
-	var group projector.GroupBy
-	switch key, explicit := strings.CutPrefix(*by, projector.MetadataColumnPrefix); {
+	var group report.GroupBy
+	switch key, explicit := strings.CutPrefix(*by, report.MetadataColumnPrefix); {
 	case *by == "":
 		return cmd.usageError(fs, "--by is required: scope or a metadata key such as model")
 	case *by == "scope":
-		group = projector.ByScope
+		group = report.ByScope
 	default:
 		if err := events.ValidateToken("metadata key", key, 64); err != nil {
 			if !explicit {
@@ -95,14 +95,14 @@ func report(args []string) int {
 			}
 			return cmd.usageError(fs, fmt.Sprintf("--by %q: %v", *by, err))
 		}
-		group = projector.ByMetadata(key)
+		group = report.ByMetadata(key)
 	}
 	if *format != "table" && *format != "csv" {
 		return cmd.usageError(fs, fmt.Sprintf("--format %q: want table or csv", *format))
 	}
-	var rep *projector.SpendReport
+	var rep *report.SpendReport
 	if *replay {
-		p, ctx, done, err := r.projector("report")
+		p, ctx, done, err := r.reader("report")
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "spendgate: report:", err)
 			return exitError
@@ -123,7 +123,7 @@ func report(args []string) int {
 		if code := r.client.fetch(endpoint, events.ReportRequest{By: *by, From: r.from, To: r.to}, &reply); code != 0 {
 			return code
 		}
-		if r.tenant != "" && group == projector.ByScope {
+		if r.tenant != "" && group == report.ByScope {
 			// Scopes as stored, as the replay prints them.
 			for i := range reply.Groups {
 				if !reply.Groups[i].Other {
@@ -136,7 +136,7 @@ func report(args []string) int {
 			return exitError
 		}
 	}
-	name := strings.TrimPrefix(*by, projector.MetadataColumnPrefix)
+	name := strings.TrimPrefix(*by, report.MetadataColumnPrefix)
 	if *format == "csv" {
 		err = writeReportCSV(os.Stdout, name, rep)
 	} else {
@@ -166,10 +166,10 @@ func periodBounds(p string) (time.Time, time.Time, error) {
 const otherValue = "(other)"
 
 // reportOf reads a report endpoint's reply as a SpendReport.
-func reportOf(by projector.GroupBy, f projector.Filter, reply events.ReportReply) (*projector.SpendReport, error) {
-	rep := &projector.SpendReport{By: by, Filter: f, Position: reply.Position}
+func reportOf(by report.GroupBy, f report.Filter, reply events.ReportReply) (*report.SpendReport, error) {
+	rep := &report.SpendReport{By: by, Filter: f, Position: reply.Position}
 	for _, g := range reply.Groups {
-		sg := projector.SpendGroup{Value: g.Value, Unit: g.Unit, Reservations: g.Reservations, Open: g.Open,
+		sg := report.SpendGroup{Value: g.Value, Unit: g.Unit, Reservations: g.Reservations, Open: g.Open,
 			Settled: g.Settled, Released: g.Released, Expired: g.Expired, Late: g.Late, Denials: g.Denials}
 		if g.Other {
 			sg.Value = otherValue
@@ -190,7 +190,7 @@ func reportOf(by projector.GroupBy, f projector.Filter, reply events.ReportReply
 }
 
 // reportCells are one group's cells after its value.
-func reportCells(g projector.SpendGroup) []string {
+func reportCells(g report.SpendGroup) []string {
 	return []string{g.Unit, itoa(g.Reservations), itoa(g.Open), itoa(g.Settled), itoa(g.Released), itoa(g.Expired),
 		itoa(g.Late), g.Spend.String(), g.Overrun.String(), g.Reserved.String(), itoa(g.Denials)}
 }
@@ -198,16 +198,16 @@ func reportCells(g projector.SpendGroup) []string {
 func itoa(n int64) string { return fmt.Sprint(n) }
 
 // writeReportCSV writes rep as CSV with a header; the group column is
-// named after --by. Cells go through projector.SafeCell.
-func writeReportCSV(out io.Writer, name string, rep *projector.SpendReport) error {
+// named after --by. Cells go through report.SafeCell.
+func writeReportCSV(out io.Writer, name string, rep *report.SpendReport) error {
 	w := csv.NewWriter(out)
-	if err := w.Write(append([]string{projector.SafeCell(name)}, reportColumns...)); err != nil {
+	if err := w.Write(append([]string{report.SafeCell(name)}, reportColumns...)); err != nil {
 		return err
 	}
 	for _, g := range rep.Groups {
 		rec := append([]string{g.Value}, reportCells(g)...)
 		for i := range rec {
-			rec[i] = projector.SafeCell(rec[i])
+			rec[i] = report.SafeCell(rec[i])
 		}
 		if err := w.Write(rec); err != nil {
 			return err
@@ -219,7 +219,7 @@ func writeReportCSV(out io.Writer, name string, rep *projector.SpendReport) erro
 
 // writeReportTable writes rep as an aligned table under a header that
 // says what was read and where the denial counts come from.
-func writeReportTable(out io.Writer, name string, r replayFlags, rep *projector.SpendReport) error {
+func writeReportTable(out io.Writer, name string, r replayFlags, rep *report.SpendReport) error {
 	from, to := r.from, r.to
 	if from == "" {
 		from = "the start"

@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/spendgate/spendgate/internal/report"
 	"github.com/spendgate/spendgate/internal/signing"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/streams"
@@ -185,7 +186,7 @@ type copyReport struct {
 	audit   *projector.Report
 	// byRequest and byID are every reservation of the copy, as the
 	// projector's export reads them (independently of the ledger's fold).
-	byRequest, byID map[string]*projector.Row
+	byRequest, byID map[string]*report.Row
 }
 
 // auditCopy reads node nd's copy on its own: its stream state, the audit
@@ -203,10 +204,10 @@ func auditCopy(t *testing.T, bin string, nd *node, layout streams.Layout, trust 
 	info, err := st.Info(ctx)
 	require.NoError(t, err)
 	rep := &copyReport{node: nd.name, lastSeq: info.State.LastSeq, msgs: info.State.Msgs,
-		byRequest: map[string]*projector.Row{}, byID: map[string]*projector.Row{}}
+		byRequest: map[string]*report.Row{}, byID: map[string]*report.Row{}}
 	rep.audit, err = projector.Check(ctx, s.js, layout, projector.WithTrust(trust))
 	require.NoError(t, err, "%s's copy: audit", nd.name)
-	_, err = projector.New(s.js, layout).Rows(ctx, projector.Filter{}, func(r *projector.Row) error {
+	_, err = report.NewReader(s.js, layout, projector.New(s.js, layout)).Rows(ctx, report.Filter{}, func(r *report.Row) error {
 		row := *r
 		rep.byRequest[r.RequestID], rep.byID[r.ReservationID] = &row, &row
 		return nil

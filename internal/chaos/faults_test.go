@@ -67,12 +67,12 @@ var shortFaults = []fault{
 
 // outage is what one fault cost.
 type outage struct {
-	fault              fault
-	node               string
-	injected, healed   time.Time
-	recovered          time.Time
-	longestSilence     time.Duration // longest time without a definitive answer, injection to recovery
-	electedAfter       time.Duration // stream or meta leader faults: until another node led
+	fault            fault
+	node             string
+	injected, healed time.Time
+	recovered        time.Time
+	longestSilence   time.Duration // longest time without a definitive answer, injection to recovery
+	electedAfter     time.Duration // stream or meta leader faults: until another node led
 	// unready is, per replica, how long its /readyz answered 503 from the
 	// fault until it was ready again after the recovery, and why first.
 	unready []time.Duration

@@ -14,7 +14,7 @@ import (
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/ledger"
-	"github.com/spendgate/spendgate/projector"
+	"github.com/spendgate/spendgate/internal/report"
 )
 
 //go:embed assets
@@ -36,8 +36,8 @@ type Book interface {
 type Config struct {
 	Book Book
 	// Series is the spend over time the replica's fold keeps
-	// (projector.Series): the charts and the burn rate.
-	Series *projector.Series
+	// (report.Series): the charts and the burn rate.
+	Series *report.Series
 	// Ready reports whether the replica has folded the ledger (the page
 	// says so until it has); nil: always.
 	Ready func() bool

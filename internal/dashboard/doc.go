@@ -27,7 +27,7 @@
 // every tenant's, a tenant's scope carrying its tenant ("acme/team:search").
 //
 // Numbers are the replica's fold of the ledger (what budget.list answers).
-// Time series are projector.Series, a reader the replica's one fold feeds
+// Time series are report.Series, a reader the replica's one fold feeds
 // (it travels in the replica's snapshots): for each budget the points of
 // its current period instance, at most MaxPoints, downsampled (halved) as
 // they grow, so memory is bounded by budgets x MaxPoints whatever the

@@ -6,7 +6,7 @@ import (
 	"github.com/cockroachdb/apd/v3"
 
 	"github.com/spendgate/spendgate/events"
-	"github.com/spendgate/spendgate/projector"
+	"github.com/spendgate/spendgate/internal/report"
 )
 
 // The burn rate. A budget's pace is the spend of its current period
@@ -27,11 +27,11 @@ const (
 	PaceWindow = time.Hour
 )
 
-// MaxPoints bounds the points kept per budget (projector.MaxPoints).
-const MaxPoints = projector.MaxPoints
+// MaxPoints bounds the points kept per budget (report.MaxPoints).
+const MaxPoints = report.MaxPoints
 
 // point is a balance after a revision.
-type point = projector.Point
+type point = report.Point
 
 // dec converts Money to an apd.Decimal (Money keeps its decimal private).
 func dec(m events.Money) *apd.Decimal {

@@ -34,7 +34,7 @@ func opened(id, rid, hash string, in events.BalanceRef, amount string) events.Re
 // evsTx declares bal and returns fixed events.
 type evsTx struct{ evs events.Events }
 
-func (t evsTx) Balances() []events.BalanceRef              { return []events.BalanceRef{bal} }
+func (t evsTx) Balances() []events.BalanceRef             { return []events.BalanceRef{bal} }
 func (t evsTx) Decide(ledger.View) (events.Events, error) { return t.evs, nil }
 
 // requestTx opens reservation id for request rid with body hash, or

@@ -17,8 +17,8 @@ import (
 	"github.com/spendgate/spendgate/internal/health"
 	"github.com/spendgate/spendgate/internal/ledger"
 	"github.com/spendgate/spendgate/internal/metrics"
+	"github.com/spendgate/spendgate/internal/report"
 	"github.com/spendgate/spendgate/internal/service"
-	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/settle"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/sweep"
@@ -54,11 +54,11 @@ type Config struct {
 	// FeedMaxAge is how long the feed keeps a message: 0 means
 	// streams.DefaultFeedMaxAge, negative every message.
 	FeedMaxAge time.Duration
-	// Reports runs a projector.Aggregator in the replica: the spend report
+	// Reports runs a report.Aggregator in the replica: the spend report
 	// the report endpoint answers, kept up to date from the ledger stream
 	// and persisted in its own snapshots. ReportOptions are passed to it.
 	Reports       bool
-	ReportOptions []projector.AggregatorOption
+	ReportOptions []report.AggregatorOption
 	// NoDenialRecords turns off the denial records: by default the replica
 	// records every admit it denies on the denial stream
 	// (streams.DenialStreamName), which the spend report counts.
@@ -93,9 +93,9 @@ type Replica struct {
 	// Relay is the feed relay, nil unless Config.Feed.
 	Relay *feed.Relay
 	// Reports is the spend report aggregator, nil unless Config.Reports.
-	Reports *projector.Aggregator
+	Reports *report.Aggregator
 	// Series is every budget's spend over time (the dashboard's charts).
-	Series *projector.Series
+	Series *report.Series
 	// Denials records the admits the replica denies, nil when
 	// Config.NoDenialRecords.
 	Denials *service.DenialRecorder
@@ -431,19 +431,19 @@ const FinalSnapshotTimeout = 30 * time.Second
 
 // AddReadModels adds to l, before it runs, the read models every replica
 // keeps and every snapshot carries as sections: the spend report
-// (projector.Aggregator; its denials are read from js) and the spend
-// series (projector.Series). A snapshot written without them cannot be
+// (report.Aggregator; its denials are read from js) and the spend
+// series (report.Series). A snapshot written without them cannot be
 // loaded by a replica that keeps them, so every writer of snapshots (a
 // replica, spendgate snapshot) adds both.
-func AddReadModels(l *ledger.Ledger, js jetstream.JetStream, layout streams.Layout, log *slog.Logger, opts ...projector.AggregatorOption) (*projector.Aggregator, *projector.Series, error) {
+func AddReadModels(l *ledger.Ledger, js jetstream.JetStream, layout streams.Layout, log *slog.Logger, opts ...report.AggregatorOption) (*report.Aggregator, *report.Series, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	agg, err := projector.NewAggregator(js, layout, append([]projector.AggregatorOption{projector.WithAggregatorLogger(log), projector.WithSync(l.Sync)}, opts...)...)
+	agg, err := report.NewAggregator(js, layout, append([]report.AggregatorOption{report.WithAggregatorLogger(log), report.WithSync(l.Sync)}, opts...)...)
 	if err != nil {
 		return nil, nil, err
 	}
-	series := projector.NewSeries()
+	series := report.NewSeries()
 	for _, r := range []ledger.Reader{agg, series} {
 		if err := l.AddReader(r); err != nil {
 			return nil, nil, err

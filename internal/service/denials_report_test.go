@@ -11,6 +11,7 @@ import (
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/replica"
+	"github.com/spendgate/spendgate/internal/report"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/streams"
 )
@@ -144,7 +145,7 @@ func TestReport_Denials(t *testing.T) {
 	require.Equal(t, tenantDenied, tscopes["org:acme"])
 	require.Equal(t, tenantDenied, tscopes["team:tight"]+tscopes["team:nobudget"])
 	require.NotContains(t, tscopes, "user:u-1")
-	replay, err := projector.New(h.env.JS, h.env.Layout).Report(ctxT(t), projector.Filter{OneTenant: true, Tenant: "acme"}, projector.ByScope)
+	replay, err := report.NewReader(h.env.JS, h.env.Layout, projector.New(h.env.JS, h.env.Layout)).Report(ctxT(t), report.Filter{OneTenant: true, Tenant: "acme"}, report.ByScope)
 	require.NoError(t, err)
 	var want int64
 	for _, g := range replay.Groups {

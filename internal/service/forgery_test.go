@@ -19,6 +19,7 @@ import (
 	"github.com/spendgate/spendgate/internal/ledger"
 	"github.com/spendgate/spendgate/internal/replica"
 	"github.com/spendgate/spendgate/internal/replicatest"
+	"github.com/spendgate/spendgate/internal/report"
 	"github.com/spendgate/spendgate/internal/signing"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/streams"
@@ -211,7 +212,7 @@ func TestReaders_GarbageNeverReachesThem(t *testing.T) {
 	require.NoError(t, r.Ledger.Sync(ctx))
 
 	// The report answers, with the real spend only.
-	got, err := r.Reports.Report(ctx, projector.ByScope, projector.Filter{})
+	got, err := r.Reports.Report(ctx, report.ByScope, report.Filter{})
 	require.NoError(t, err)
 	require.Len(t, got.Groups, 1)
 	require.Equal(t, "3", got.Groups[0].Reserved.String(), "what was reserved for real")
@@ -219,10 +220,10 @@ func TestReaders_GarbageNeverReachesThem(t *testing.T) {
 	// The export and the report replay answer, the same.
 	p := projector.New(s.env.JS, s.env.Layout, projector.Verifying(s.trust))
 	var csv strings.Builder
-	tot, err := p.ExportCSV(ctx, &csv, projector.Filter{})
+	tot, err := report.NewReader(s.env.JS, s.env.Layout, p).ExportCSV(ctx, &csv, report.Filter{})
 	require.NoError(t, err)
 	require.EqualValues(t, 2, tot.Units[0].Rows)
-	replayed, err := p.Report(ctx, projector.Filter{}, projector.ByScope)
+	replayed, err := report.NewReader(s.env.JS, s.env.Layout, p).Report(ctx, report.Filter{}, report.ByScope)
 	require.NoError(t, err)
 	require.Equal(t, "3", replayed.Groups[0].Reserved.String())
 	// The feed holds the real events only (budget, two admits).

@@ -14,6 +14,7 @@ import (
 	"github.com/spendgate/spendgate/internal/ledger"
 	"github.com/spendgate/spendgate/internal/metrics"
 	"github.com/spendgate/spendgate/internal/replica"
+	"github.com/spendgate/spendgate/internal/report"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
@@ -46,7 +47,7 @@ type harnessOpts struct {
 	// reports runs the spend report aggregator in every replica, with
 	// reportOpts.
 	reports    bool
-	reportOpts []projector.AggregatorOption
+	reportOpts []report.AggregatorOption
 }
 
 type clock struct{ now atomicTime }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/report"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
@@ -99,7 +100,7 @@ func TestPricing_AdmitSettleFromUsage(t *testing.T) {
 
 	// The export carries the quote and the usage of priced reservations.
 	var out bytes.Buffer
-	_, err := projector.New(h.env.JS, h.env.Layout).ExportJSONL(context.Background(), &out, projector.Filter{Hold: 1})
+	_, err := report.NewReader(h.env.JS, h.env.Layout, projector.New(h.env.JS, h.env.Layout)).ExportJSONL(context.Background(), &out, report.Filter{Hold: 1})
 	require.NoError(t, err)
 	var priced int
 	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
@@ -218,7 +219,7 @@ func TestPricing_ReportsByModel(t *testing.T) {
 		got[g.Value] = g.Reservations
 	}
 	require.Equal(t, map[string]int64{"gpt-x.1": 1, "label-x": 1, "manual": 1}, got)
-	want, err := projector.New(h.env.JS, h.env.Layout).Report(ctxT(t), projector.Filter{}, projector.ByMetadata("model"))
+	want, err := report.NewReader(h.env.JS, h.env.Layout, projector.New(h.env.JS, h.env.Layout)).Report(ctxT(t), report.Filter{}, report.ByMetadata("model"))
 	require.NoError(t, err)
 	require.Len(t, want.Groups, 3, "the replay agrees")
 	for _, g := range want.Groups {
@@ -226,7 +227,7 @@ func TestPricing_ReportsByModel(t *testing.T) {
 	}
 
 	var out bytes.Buffer
-	_, err = projector.New(h.env.JS, h.env.Layout).ExportCSV(context.Background(), &out, projector.Filter{Hold: 1})
+	_, err = report.NewReader(h.env.JS, h.env.Layout, projector.New(h.env.JS, h.env.Layout)).ExportCSV(context.Background(), &out, report.Filter{Hold: 1})
 	require.NoError(t, err)
 	rows, err := csv.NewReader(&out).ReadAll()
 	require.NoError(t, err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/replica"
+	"github.com/spendgate/spendgate/internal/report"
 	"github.com/spendgate/spendgate/internal/service"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/streams"
@@ -89,15 +90,15 @@ func (h *harness) requireReportsEqual(start time.Time) {
 		return t.Format(time.RFC3339)
 	}
 	for _, by := range []string{"scope", "model", "user"} {
-		g, _, _, err := projector.ParseReportRequest(events.ReportRequest{By: by})
+		g, _, _, err := report.ParseReportRequest(events.ReportRequest{By: by})
 		require.NoError(h.t, err)
 		for _, w := range windows {
-			want, err := p.Report(ctxT(h.t), projector.Filter{From: w[0], To: w[1]}, g)
+			want, err := report.NewReader(h.env.JS, h.env.Layout, p).Report(ctxT(h.t), report.Filter{From: w[0], To: w[1]}, g)
 			require.NoError(h.t, err)
 			req := events.ReportRequest{By: by, From: rfc(w[0]), To: rfc(w[1])}
 			var replies []events.ReportReply
 			for _, r := range h.replicas {
-				rep, err := r.Reports.Report(ctxT(h.t), g, projector.Filter{From: w[0], To: w[1]})
+				rep, err := r.Reports.Report(ctxT(h.t), g, report.Filter{From: w[0], To: w[1]})
 				require.NoError(h.t, err)
 				replies = append(replies, service.ReportReply(req, rep))
 			}
@@ -255,10 +256,10 @@ func TestReport_Tenants(t *testing.T) {
 	}
 	p := projector.New(h.env.JS, h.env.Layout)
 	for _, by := range []string{"scope", "model"} {
-		g, _, _, err := projector.ParseReportRequest(events.ReportRequest{By: by})
+		g, _, _, err := report.ParseReportRequest(events.ReportRequest{By: by})
 		require.NoError(t, err)
 		for _, tenant := range []string{"acme", ""} {
-			want, err := p.Report(ctxT(t), projector.Filter{OneTenant: tenant != "", Tenant: tenant}, g)
+			want, err := report.NewReader(h.env.JS, h.env.Layout, p).Report(ctxT(t), report.Filter{OneTenant: tenant != "", Tenant: tenant}, g)
 			require.NoError(t, err)
 			var got events.ReportReply
 			if tenant == "" {

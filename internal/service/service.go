@@ -19,7 +19,7 @@ import (
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/ledger"
 	"github.com/spendgate/spendgate/internal/metrics"
-	"github.com/spendgate/spendgate/projector"
+	"github.com/spendgate/spendgate/internal/report"
 	"github.com/spendgate/spendgate/settle"
 	"github.com/spendgate/spendgate/streams"
 )
@@ -64,7 +64,7 @@ type Service struct {
 	// denials keeps this replica's recent denials (RecentDenials).
 	denials denialRing
 	// reports answers the report endpoint; nil: report_unavailable.
-	reports *projector.Aggregator
+	reports *report.Aggregator
 	// denialRec records denied admits on the denial stream; nil: none.
 	denialRec *DenialRecorder
 
@@ -131,7 +131,7 @@ type Config struct {
 	Metrics *metrics.Set
 	// Reports, if set, answers the report endpoint from its maintained
 	// aggregate; without it the endpoint answers report_unavailable.
-	Reports *projector.Aggregator
+	Reports *report.Aggregator
 	// Denials, if set, records every admit this replica denies (not check
 	// or shadow answers) on the denial stream, off the request path.
 	Denials *DenialRecorder
@@ -848,7 +848,7 @@ func (s *Service) report(ctx context.Context, data []byte) (any, error) {
 	if err := events.DecodeRequest(data, &req); err != nil {
 		return nil, err
 	}
-	by, from, to, err := projector.ParseReportRequest(req)
+	by, from, to, err := report.ParseReportRequest(req)
 	if err != nil {
 		return nil, err
 	}
@@ -865,15 +865,15 @@ func (s *Service) report(ctx context.Context, data []byte) (any, error) {
 		_ = s.denialRec.Flush(fctx)
 		cancel()
 	}
-	rep, err := s.reports.Report(ctx, by, projector.Filter{From: from, To: to, OneTenant: tenant != "", Tenant: tenant})
+	rep, err := s.reports.Report(ctx, by, report.Filter{From: from, To: to, OneTenant: tenant != "", Tenant: tenant})
 	switch {
-	case errors.Is(err, projector.ErrKeyNotTracked):
-		return nil, events.Errorf(events.CodeReportUnavailable, "metadata key %q is not tracked: the report keeps the first %d keys it met; spendgate report --replay reads the book instead", req.By, projector.MaxReportKeys)
+	case errors.Is(err, report.ErrKeyNotTracked):
+		return nil, events.Errorf(events.CodeReportUnavailable, "metadata key %q is not tracked: the report keeps the first %d keys it met; spendgate report --replay reads the book instead", req.By, report.MaxReportKeys)
 	case err != nil:
 		return nil, &events.Error{Code: events.CodeLedgerUnavailable, Message: "the spend report could not catch up with the ledger", Err: err}
 	}
 	out := ReportReply(req, rep)
-	if tenant != "" && by == projector.ByScope {
+	if tenant != "" && by == report.ByScope {
 		for i := range out.Groups {
 			out.Groups[i].Value = string(events.Scope(out.Groups[i].Value).Local())
 		}
@@ -885,7 +885,7 @@ func (s *Service) report(ctx context.Context, data []byte) (any, error) {
 }
 
 // ReportReply is rep on the wire.
-func ReportReply(req events.ReportRequest, rep *projector.AggregateReport) events.ReportReply {
+func ReportReply(req events.ReportRequest, rep *report.AggregateReport) events.ReportReply {
 	out := events.ReportReply{By: req.By, From: req.From, To: req.To, Position: rep.Position, Groups: make([]events.ReportGroup, 0, len(rep.Groups))}
 	for i, g := range rep.Groups {
 		out.Groups = append(out.Groups, events.ReportGroup{Value: g.Value, Other: rep.IsOther(i), Unit: g.Unit,

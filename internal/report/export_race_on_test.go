@@ -1,6 +1,6 @@
-//go:build !race
+//go:build race
 
-package projector_test
+package report_test
 
 // exportRace: the race detector slows the export about tenfold.
-const exportRace = false
+const exportRace = true

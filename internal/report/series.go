@@ -1,4 +1,4 @@
-package projector
+package report
 
 import (
 	"encoding/json"

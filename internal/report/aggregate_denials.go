@@ -1,4 +1,4 @@
-package projector
+package report
 
 import (
 	"context"
@@ -259,7 +259,7 @@ func readDenials(ctx context.Context, js jetstream.JetStream, layout streams.Lay
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			return errNoDenialStream
 		}
-		return fmt.Errorf("projector: stream %s: %w", layout.DenialStreamName(), err)
+		return fmt.Errorf("report: stream %s: %w", layout.DenialStreamName(), err)
 	}
 	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
 	if from > 1 {
@@ -267,11 +267,11 @@ func readDenials(ctx context.Context, js jetstream.JetStream, layout streams.Lay
 	}
 	cons, err := s.OrderedConsumer(ctx, cfg)
 	if err != nil {
-		return fmt.Errorf("projector: ordered consumer on %s: %w", layout.DenialStreamName(), err)
+		return fmt.Errorf("report: ordered consumer on %s: %w", layout.DenialStreamName(), err)
 	}
 	it, err := cons.Messages()
 	if err != nil {
-		return fmt.Errorf("projector: ordered consumer on %s: %w", layout.DenialStreamName(), err)
+		return fmt.Errorf("report: ordered consumer on %s: %w", layout.DenialStreamName(), err)
 	}
 	defer it.Stop()
 	for {
@@ -280,11 +280,11 @@ func readDenials(ctx context.Context, js jetstream.JetStream, layout streams.Lay
 			if until == 0 && ctx.Err() != nil {
 				return nil
 			}
-			return fmt.Errorf("projector: read %s: %w", layout.DenialStreamName(), err)
+			return fmt.Errorf("report: read %s: %w", layout.DenialStreamName(), err)
 		}
 		meta, err := msg.Metadata()
 		if err != nil {
-			return fmt.Errorf("projector: message metadata: %w", err)
+			return fmt.Errorf("report: message metadata: %w", err)
 		}
 		seq := meta.Sequence.Stream
 		if until != 0 && seq > until {
@@ -299,7 +299,7 @@ func readDenials(ctx context.Context, js jetstream.JetStream, layout streams.Lay
 
 // errNoDenialStream: the denial stream does not exist (no replica
 // recorded a denial yet, or every replica runs without denial records).
-var errNoDenialStream = errors.New("projector: no denial stream")
+var errNoDenialStream = errors.New("report: no denial stream")
 
 // denialState returns the denial stream's first and last sequence; both 0
 // when it does not exist.
@@ -309,7 +309,7 @@ func denialState(ctx context.Context, js jetstream.JetStream, layout streams.Lay
 		return 0, 0, nil
 	}
 	if err != nil {
-		return 0, 0, fmt.Errorf("projector: stream %s: %w", layout.DenialStreamName(), err)
+		return 0, 0, fmt.Errorf("report: stream %s: %w", layout.DenialStreamName(), err)
 	}
 	st := s.CachedInfo().State
 	return st.FirstSeq, st.LastSeq, nil
@@ -404,7 +404,7 @@ func (t *denialTracker) counts(ctx context.Context, by GroupBy, f Filter) (map[g
 
 // replayDenials reads the denial stream up to its last record as of the
 // call and hands every record f selects to add with its kind.
-func (p *Projector) replayDenials(ctx context.Context, f Filter, add func(k denialKind)) error {
+func (p *Reader) replayDenials(ctx context.Context, f Filter, add func(k denialKind)) error {
 	_, last, err := denialState(ctx, p.js, p.layout)
 	if err != nil || last == 0 {
 		return err

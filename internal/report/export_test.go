@@ -1,4 +1,4 @@
-package projector_test
+package report_test
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/report"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
@@ -207,11 +208,11 @@ func golden(t *testing.T, name string, got []byte) {
 		require.NoError(t, os.WriteFile(path, got, 0o644))
 	}
 	want, err := os.ReadFile(path)
-	require.NoError(t, err, "run go test -run Golden -update ./projector/ to create it")
+	require.NoError(t, err, "run go test -run Golden -update ./internal/report/ to create it")
 	require.Equal(t, string(want), string(got), "%s differs from the export", path)
 }
 
-func TestProjector_ExportGolden(t *testing.T) {
+func TestExport_Golden(t *testing.T) {
 	t.Parallel()
 	env := goldenScenario(t)
 	p := projector.New(env.JS, env.Layout)
@@ -219,13 +220,13 @@ func TestProjector_ExportGolden(t *testing.T) {
 	defer cancel()
 
 	var csvOut, jsonOut, totCSV, totJSON bytes.Buffer
-	tot, err := p.ExportCSV(ctx, &csvOut, projector.Filter{})
+	tot, err := report.NewReader(env.JS, env.Layout, p).ExportCSV(ctx, &csvOut, report.Filter{})
 	require.NoError(t, err)
-	tot2, err := p.ExportJSONL(ctx, &jsonOut, projector.Filter{})
+	tot2, err := report.NewReader(env.JS, env.Layout, p).ExportJSONL(ctx, &jsonOut, report.Filter{})
 	require.NoError(t, err)
 	require.Equal(t, tot, tot2, "both formats total the same rows")
-	require.NoError(t, projector.WriteTotalsCSV(&totCSV, tot))
-	require.NoError(t, projector.WriteTotalsJSON(&totJSON, tot))
+	require.NoError(t, report.WriteTotalsCSV(&totCSV, tot))
+	require.NoError(t, report.WriteTotalsJSON(&totJSON, tot))
 	golden(t, "export.csv", csvOut.Bytes())
 	golden(t, "export.jsonl", jsonOut.Bytes())
 	golden(t, "export-totals.csv", totCSV.Bytes())
@@ -252,28 +253,28 @@ func TestProjector_ExportGolden(t *testing.T) {
 	require.Equal(t, "1.25", tot.Units[0].Overrun.String())
 }
 
-func TestProjector_ExportFilter(t *testing.T) {
+func TestExport_Filter(t *testing.T) {
 	t.Parallel()
 	env := goldenScenario(t)
 	p := projector.New(env.JS, env.Layout)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ids := func(f projector.Filter) []string {
+	ids := func(f report.Filter) []string {
 		var out []string
-		_, err := p.Rows(ctx, f, func(r *projector.Row) error { out = append(out, r.ReservationID); return nil })
+		_, err := report.NewReader(env.JS, env.Layout, p).Rows(ctx, f, func(r *report.Row) error { out = append(out, r.ReservationID); return nil })
 		require.NoError(t, err)
 		slices.Sort(out)
 		return out
 	}
 	s := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Second) }
-	require.Equal(t, []string{"rsv_02", "rsv_03", "rsv_04"}, ids(projector.Filter{From: s(1), To: s(4)}), "from inclusive, to exclusive")
-	require.Equal(t, []string{"rsv_01", "rsv_03"}, ids(projector.Filter{Scopes: []events.Scope{"user:u-17"}}))
-	require.Equal(t, []string{"rsv_01", "rsv_03"}, ids(projector.Filter{Scopes: []events.Scope{"user:u-17", "team:none"}}))
-	require.Empty(t, ids(projector.Filter{From: s(100)}))
+	require.Equal(t, []string{"rsv_02", "rsv_03", "rsv_04"}, ids(report.Filter{From: s(1), To: s(4)}), "from inclusive, to exclusive")
+	require.Equal(t, []string{"rsv_01", "rsv_03"}, ids(report.Filter{Scopes: []events.Scope{"user:u-17"}}))
+	require.Equal(t, []string{"rsv_01", "rsv_03"}, ids(report.Filter{Scopes: []events.Scope{"user:u-17", "team:none"}}))
+	require.Empty(t, ids(report.Filter{From: s(100)}))
 
 	// A CSV's metadata columns are those of the selected rows only.
 	var out bytes.Buffer
-	_, err := p.ExportCSV(ctx, &out, projector.Filter{Scopes: []events.Scope{"user:u-17"}, To: s(2)})
+	_, err := report.NewReader(env.JS, env.Layout, p).ExportCSV(ctx, &out, report.Filter{Scopes: []events.Scope{"user:u-17"}, To: s(2)})
 	require.NoError(t, err)
 	header, _, _ := strings.Cut(out.String(), "\n")
 	require.True(t, strings.HasSuffix(header, ",cached_input_tokens,metadata.feature,metadata.model,metadata.user"), header)
@@ -281,7 +282,7 @@ func TestProjector_ExportFilter(t *testing.T) {
 	// A hold shorter than the time between the expiry and the late settle
 	// writes rsv_02 without its settle; the settle is then not exported.
 	var st []string
-	_, err = p.Rows(ctx, projector.Filter{Hold: time.Nanosecond}, func(r *projector.Row) error {
+	_, err = report.NewReader(env.JS, env.Layout, p).Rows(ctx, report.Filter{Hold: time.Nanosecond}, func(r *report.Row) error {
 		if r.ReservationID == "rsv_02" {
 			st = append(st, r.Status)
 		}
@@ -304,25 +305,25 @@ func (f *failingWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func TestProjector_ExportWriteErrors(t *testing.T) {
+func TestExport_WriteErrors(t *testing.T) {
 	t.Parallel()
 	env := goldenScenario(t)
 	p := projector.New(env.JS, env.Layout)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var whole bytes.Buffer
-	_, err := p.ExportCSV(ctx, &whole, projector.Filter{})
+	_, err := report.NewReader(env.JS, env.Layout, p).ExportCSV(ctx, &whole, report.Filter{})
 	require.NoError(t, err)
 	for _, limit := range []int{0, 10, whole.Len() / 2, whole.Len() - 1} {
-		_, err := p.ExportCSV(ctx, &failingWriter{limit: limit}, projector.Filter{})
+		_, err := report.NewReader(env.JS, env.Layout, p).ExportCSV(ctx, &failingWriter{limit: limit}, report.Filter{})
 		require.ErrorIs(t, err, io.ErrShortWrite, "csv, limit %d", limit)
-		_, err = p.ExportJSONL(ctx, &failingWriter{limit: limit}, projector.Filter{})
+		_, err = report.NewReader(env.JS, env.Layout, p).ExportJSONL(ctx, &failingWriter{limit: limit}, report.Filter{})
 		require.ErrorIs(t, err, io.ErrShortWrite, "jsonl, limit %d", limit)
 	}
-	tot, err := p.ExportCSV(ctx, io.Discard, projector.Filter{})
+	tot, err := report.NewReader(env.JS, env.Layout, p).ExportCSV(ctx, io.Discard, report.Filter{})
 	require.NoError(t, err)
-	require.ErrorIs(t, projector.WriteTotalsCSV(&failingWriter{limit: 5}, tot), io.ErrShortWrite)
-	require.ErrorIs(t, projector.WriteTotalsJSON(&failingWriter{limit: 5}, tot), io.ErrShortWrite)
+	require.ErrorIs(t, report.WriteTotalsCSV(&failingWriter{limit: 5}, tot), io.ErrShortWrite)
+	require.ErrorIs(t, report.WriteTotalsJSON(&failingWriter{limit: 5}, tot), io.ErrShortWrite)
 }
 
 func TestSafeCell(t *testing.T) {
@@ -331,11 +332,11 @@ func TestSafeCell(t *testing.T) {
 		"": "", "gpt-4o": "gpt-4o", "=1+1": "'=1+1", "+1": "'+1", "-1": "'-1", "@SUM(A1)": "'@SUM(A1)",
 		"\tx": "'\tx", "\rx": "'\rx", "a=b": "a=b", "'x": "'x",
 	} {
-		require.Equal(t, want, projector.SafeCell(in), "%q", in)
+		require.Equal(t, want, report.SafeCell(in), "%q", in)
 	}
 }
 
-func TestProjector_Report(t *testing.T) {
+func TestReader_Report(t *testing.T) {
 	t.Parallel()
 	env := goldenScenario(t)
 	p := projector.New(env.JS, env.Layout)
@@ -346,8 +347,8 @@ func TestProjector_Report(t *testing.T) {
 		n, open, settled, released, expired, late int64
 		spend, overrun, reserved                  string
 	}
-	lines := func(by projector.GroupBy) []line {
-		rep, err := p.Report(ctx, projector.Filter{}, by)
+	lines := func(by report.GroupBy) []line {
+		rep, err := report.NewReader(env.JS, env.Layout, p).Report(ctx, report.Filter{}, by)
 		require.NoError(t, err)
 		var out []line
 		for _, g := range rep.Groups {
@@ -362,11 +363,11 @@ func TestProjector_Report(t *testing.T) {
 		{"claude", 2, 0, 2, 0, 0, 2, "1.75", "0.75", "0"},
 		{"", 1, 0, 0, 1, 0, 0, "0", "0", "0"},
 		{"-1+1", 1, 1, 0, 0, 0, 0, "0", "0", "1"},
-	}, lines(projector.ByMetadata("model")))
+	}, lines(report.ByMetadata("model")))
 	require.Equal(t, []line{
 		{"org:acme", 5, 1, 3, 0, 1, 2, "4.25", "1.25", "1"},
 		{"user:u-17", 2, 0, 1, 1, 0, 0, "2.5", "0.5", "0"},
-	}, lines(projector.ByScope))
+	}, lines(report.ByScope))
 }
 
 func TestIdleBalances(t *testing.T) {
@@ -378,12 +379,12 @@ func TestIdleBalances(t *testing.T) {
 	st, err := p.CatchUp(ctx)
 	require.NoError(t, err)
 	var got []string
-	for _, b := range projector.IdleBalances(st, t0) {
+	for _, b := range report.IdleBalances(st, t0) {
 		got = append(got, b.Key+" "+b.Limit.String()+" "+b.Spent.String())
 	}
 	require.Equal(t, []string{"balance.team.idle.month.2026-11 50 0"}, got, "acme and u17 have balances at t0")
 	got = nil
-	for _, b := range projector.IdleBalances(st, t0.AddDate(0, 1, 0)) {
+	for _, b := range report.IdleBalances(st, t0.AddDate(0, 1, 0)) {
 		got = append(got, b.Key)
 	}
 	require.Equal(t, []string{"balance.org.acme.month.2026-12", "balance.team.idle.month.2026-12", "balance.user.u-17.day.2026-12-30"}, got)
@@ -393,7 +394,7 @@ func TestIdleBalances(t *testing.T) {
 // follow the last one of its key (a gap or a fork) is refused by the gate,
 // as a replica's refuses it, and no row is built on it; the export goes
 // on.
-func TestProjector_ExportStopsOnFork(t *testing.T) {
+func TestExport_StopsOnFork(t *testing.T) {
 	t.Parallel()
 	env := goldenScenario(t)
 	bk := newBook(t, env)
@@ -410,9 +411,9 @@ func TestProjector_ExportStopsOnFork(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var csv, jsonl strings.Builder
-	_, err = p.ExportCSV(ctx, &csv, projector.Filter{})
+	_, err = report.NewReader(env.JS, env.Layout, p).ExportCSV(ctx, &csv, report.Filter{})
 	require.NoError(t, err)
-	_, err = p.ExportJSONL(ctx, &jsonl, projector.Filter{})
+	_, err = report.NewReader(env.JS, env.Layout, p).ExportJSONL(ctx, &jsonl, report.Filter{})
 	require.NoError(t, err)
 	require.NotContains(t, csv.String(), "rsv_99")
 	require.NotContains(t, jsonl.String(), "rsv_99")
@@ -425,7 +426,7 @@ func TestProjector_ExportStopsOnFork(t *testing.T) {
 // the reservation's row. Before, the hold was ended before the revision's
 // events were folded: the row was written as expired with no actual and
 // the settle dropped.
-func TestProjector_LateSettleEndingItsHold(t *testing.T) {
+func TestExport_LateSettleEndingItsHold(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t, testenv.WithLayout(lanes2))
 	bk := newBook(t, env)
@@ -436,8 +437,8 @@ func TestProjector_LateSettleEndingItsHold(t *testing.T) {
 	p := projector.New(env.JS, env.Layout)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var rows []projector.Row
-	_, err := p.Rows(ctx, projector.Filter{Hold: time.Nanosecond}, func(r *projector.Row) error {
+	var rows []report.Row
+	_, err := report.NewReader(env.JS, env.Layout, p).Rows(ctx, report.Filter{Hold: time.Nanosecond}, func(r *report.Row) error {
 		rows = append(rows, *r)
 		return nil
 	})

@@ -1,4 +1,4 @@
-package projector
+package report
 
 import (
 	"encoding/json"
@@ -127,10 +127,10 @@ func (a *Aggregate) MarshalJSON() ([]byte, error) {
 func UnmarshalAggregate(data []byte) (*Aggregate, error) {
 	var s aggSnapshot
 	if err := json.Unmarshal(data, &s); err != nil {
-		return nil, fmt.Errorf("projector: report snapshot: %w", err)
+		return nil, fmt.Errorf("report: report snapshot: %w", err)
 	}
 	if s.Format != AggregateFormat || s.Version != AggregateVersion {
-		return nil, fmt.Errorf("projector: report snapshot: format %q version %d, want %q version %d", s.Format, s.Version, AggregateFormat, AggregateVersion)
+		return nil, fmt.Errorf("report: report snapshot: format %q version %d, want %q version %d", s.Format, s.Version, AggregateFormat, AggregateVersion)
 	}
 	a := NewAggregate()
 	a.pos, a.rf.order, a.overKeys = s.Seq, s.Order, s.OverKeys
@@ -143,14 +143,14 @@ func UnmarshalAggregate(data []byte) (*Aggregate, error) {
 			t.parts[p.Balance] = p.State
 		}
 		if _, dup := a.rf.live[t.row.ReservationID]; dup {
-			return nil, fmt.Errorf("projector: report snapshot: reservation %s twice", t.row.ReservationID)
+			return nil, fmt.Errorf("report: report snapshot: reservation %s twice", t.row.ReservationID)
 		}
 		a.rf.live[t.row.ReservationID] = t
 	}
 	for _, h := range s.Held {
 		t := a.rf.live[h.ID]
 		if t == nil || !t.held {
-			return nil, fmt.Errorf("projector: report snapshot: held reservation %s is not followed", h.ID)
+			return nil, fmt.Errorf("report: report snapshot: held reservation %s is not followed", h.ID)
 		}
 		a.rf.held = append(a.rf.held, heldEntry{t: t, deadline: h.Deadline})
 	}
@@ -175,7 +175,7 @@ func UnmarshalAggregate(data []byte) (*Aggregate, error) {
 		cs[c.groupKey] = &cc
 	}
 	if !slices.IsSorted(a.sorted) {
-		return nil, fmt.Errorf("projector: report snapshot: buckets out of order")
+		return nil, fmt.Errorf("report: report snapshot: buckets out of order")
 	}
 	return a, nil
 }

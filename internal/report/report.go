@@ -1,4 +1,4 @@
-package projector
+package report
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -77,7 +78,7 @@ type SpendReport struct {
 // its value ("" when not set). A missing denial stream counts none.
 //
 // It returns Rows' errors and the denial stream's read errors.
-func (p *Projector) Report(ctx context.Context, f Filter, by GroupBy) (*SpendReport, error) {
+func (p *Reader) Report(ctx context.Context, f Filter, by GroupBy) (*SpendReport, error) {
 	type gk struct{ value, unit string }
 	groups := map[gk]*SpendGroup{}
 	group := func(value, unit string) *SpendGroup {
@@ -160,8 +161,8 @@ func (p *Projector) Report(ctx context.Context, f Filter, by GroupBy) (*SpendRep
 // period instance at t, that balance with zero totals: a budget defined
 // but not used in the current period. Limit and Unit are the budget's;
 // Lane is "" (no lane has named it yet). Sorted by key.
-func IdleBalances(st *State, t time.Time) []Balance {
-	var out []Balance
+func IdleBalances(st *projector.State, t time.Time) []projector.Balance {
+	var out []projector.Balance
 	for _, b := range st.Budgets() {
 		loc, err := events.LoadZone(b.TZ)
 		if err != nil {
@@ -171,8 +172,8 @@ func IdleBalances(st *State, t time.Time) []Balance {
 		if _, ok := st.Balance(ref); ok {
 			continue
 		}
-		out = append(out, Balance{Ref: ref, Key: streams.BalanceKey(ref), Unit: b.Unit, Limit: b.Limit})
+		out = append(out, projector.Balance{Ref: ref, Key: streams.BalanceKey(ref), Unit: b.Unit, Limit: b.Limit})
 	}
-	slices.SortFunc(out, func(a, b Balance) int { return strings.Compare(a.Key, b.Key) })
+	slices.SortFunc(out, func(a, b projector.Balance) int { return strings.Compare(a.Key, b.Key) })
 	return out
 }

@@ -1,4 +1,4 @@
-package projector
+package report
 
 import (
 	"errors"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -145,7 +146,7 @@ func (a *Aggregate) Position() uint64 { return a.pos }
 
 // Apply folds one message of the ledger stream (seq, key, payload, and the
 // message's stream timestamp, which times the late-settle hold). A message
-// at or below the position is skipped. It returns an *ApplyError as Rows
+// at or below the position is skipped. It returns an *projector.ApplyError as Rows
 // does; the Aggregate must then be discarded.
 func (a *Aggregate) Apply(seq uint64, key string, data []byte, at time.Time) error {
 	return a.apply(message{seq: seq, key: key, data: data, at: at})
@@ -178,13 +179,13 @@ func (a *Aggregate) applyEvents(m message) error {
 	switch {
 	case streams.IsLaneKey(m.key):
 	case streams.IsBalanceKey(m.key):
-		return &ApplyError{Seq: m.seq, Key: m.key, Err: errorf(ErrMalformed, "balance key outside a lane: a stream of an older layout")}
+		return &projector.ApplyError{Seq: m.seq, Key: m.key, Err: projector.Errorf(projector.ErrMalformed, "balance key outside a lane: a stream of an older layout")}
 	default:
 		return nil
 	}
 	rev, err := rf.decodeLane(m)
 	if err != nil {
-		return &ApplyError{Seq: m.seq, Key: m.key, Err: err}
+		return &projector.ApplyError{Seq: m.seq, Key: m.key, Err: err}
 	}
 	for i := range rev.Balances {
 		br := &rev.Balances[i]
@@ -207,7 +208,7 @@ func (a *Aggregate) applyEvents(m message) error {
 				a.contribute(&t.row, -1)
 			}
 			if err := rf.event(m, br.Balance, e); err != nil {
-				return &ApplyError{Seq: m.seq, Key: m.key, Err: fmt.Errorf("balance %s: event %d (%s): %w", br.Balance, j, eventType(e), err)}
+				return &projector.ApplyError{Seq: m.seq, Key: m.key, Err: fmt.Errorf("balance %s: event %d (%s): %w", br.Balance, j, projector.EventType(e), err)}
 			}
 			if t == nil {
 				t = rf.live[id]
@@ -312,11 +313,11 @@ func (a *Aggregate) Tracked() int { return len(a.rf.live) }
 
 // ErrKeyNotTracked: a report by a metadata key the Aggregate does not
 // track (more than MaxReportKeys keys were met before it).
-var ErrKeyNotTracked = fmt.Errorf("projector: metadata key not tracked by the aggregate (more than %d keys)", MaxReportKeys)
+var ErrKeyNotTracked = fmt.Errorf("report: metadata key not tracked by the aggregate (more than %d keys)", MaxReportKeys)
 
 // ErrScopesFilter: an Aggregate's report covers every reservation; a
 // selection by scope (Filter.Scopes) needs the replay.
-var ErrScopesFilter = errors.New("projector: the aggregate's report cannot select reservations by scope")
+var ErrScopesFilter = errors.New("report: the aggregate's report cannot select reservations by scope")
 
 // Report sums the buckets in [f.From, f.To) (zero: open bound; both must
 // be multiples of events.ReportBucket to equal the replay), of f's tenant

@@ -1,4 +1,4 @@
-package projector_test
+package report_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/report"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/testenv"
 )
@@ -78,7 +79,7 @@ func openEvents(id, amount string, at time.Time, meta map[string]string, refs []
 
 // foldStream folds the ledger stream of env into a, from a's position to
 // the stream's last message, through an ordered consumer.
-func foldStream(t testing.TB, env *testenv.Env, a *projector.Aggregate, until uint64) {
+func foldStream(t testing.TB, env *testenv.Env, a *report.Aggregate, until uint64) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -109,7 +110,7 @@ func foldStream(t testing.TB, env *testenv.Env, a *projector.Aggregate, until ui
 
 // requireSameReport checks that the aggregate's report equals the
 // replay's, group by group, to the cent (and to the printed digit).
-func requireSameReport(t testing.TB, want *projector.SpendReport, got *projector.AggregateReport) {
+func requireSameReport(t testing.TB, want *report.SpendReport, got *report.AggregateReport) {
 	t.Helper()
 	require.Empty(t, got.Other)
 	require.Equal(t, want.Position, got.Position)
@@ -136,14 +137,14 @@ func TestAggregate_EqualsReplay(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	a := projector.NewAggregate()
+	a := report.NewAggregate()
 	s, err := env.JS.Stream(ctx, env.Layout.StreamName())
 	require.NoError(t, err)
 	last := s.CachedInfo().State.LastSeq
 	foldStream(t, env, a, last/2)
 	data, err := a.MarshalJSON()
 	require.NoError(t, err)
-	restored, err := projector.UnmarshalAggregate(data)
+	restored, err := report.UnmarshalAggregate(data)
 	require.NoError(t, err)
 	again, err := restored.MarshalJSON()
 	require.NoError(t, err)
@@ -160,14 +161,14 @@ func TestAggregate_EqualsReplay(t *testing.T) {
 		windows = append(windows, [2]time.Time{h, h.Add(time.Hour)})
 	}
 	require.Greater(t, len(windows), 8, "the history spans several hours")
-	for _, by := range []projector.GroupBy{projector.ByScope, projector.ByMetadata("model"), projector.ByMetadata("user"), projector.ByMetadata("nobody")} {
+	for _, by := range []report.GroupBy{report.ByScope, report.ByMetadata("model"), report.ByMetadata("user"), report.ByMetadata("nobody")} {
 		for _, w := range windows {
 			from, to := w[0], w[1]
 			{
-				want, err := p.Report(ctx, projector.Filter{From: from, To: to}, by)
+				want, err := report.NewReader(env.JS, env.Layout, p).Report(ctx, report.Filter{From: from, To: to}, by)
 				require.NoError(t, err)
-				for _, agg := range []*projector.Aggregate{a, restored} {
-					got, err := agg.Report(by, projector.Filter{From: from, To: to})
+				for _, agg := range []*report.Aggregate{a, restored} {
+					got, err := agg.Report(by, report.Filter{From: from, To: to})
 					require.NoError(t, err)
 					requireSameReport(t, want, got)
 				}
@@ -185,12 +186,12 @@ func TestAggregate_Golden(t *testing.T) {
 	p := projector.New(env.JS, env.Layout)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	a := projector.NewAggregate()
+	a := report.NewAggregate()
 	foldStream(t, env, a, 0)
-	for _, by := range []projector.GroupBy{projector.ByScope, projector.ByMetadata("model"), projector.ByMetadata("feature")} {
-		want, err := p.Report(ctx, projector.Filter{}, by)
+	for _, by := range []report.GroupBy{report.ByScope, report.ByMetadata("model"), report.ByMetadata("feature")} {
+		want, err := report.NewReader(env.JS, env.Layout, p).Report(ctx, report.Filter{}, by)
 		require.NoError(t, err)
-		got, err := a.Report(by, projector.Filter{})
+		got, err := a.Report(by, report.Filter{})
 		require.NoError(t, err)
 		requireSameReport(t, want, got)
 	}
@@ -204,20 +205,20 @@ func TestAggregate_Bounded(t *testing.T) {
 	env := testenv.New(t, testenv.WithLayout(lanes2))
 	bk := newBook(t, env)
 	bk.define(acme.Budget(), "1000000")
-	n := projector.MaxReportValues + 20
+	n := report.MaxReportValues + 20
 	for i := range n {
 		id := fmt.Sprintf("rsv_%05d", i)
 		bk.commit(cat(open(id, "1", t0, time.Minute, map[string]string{"user": fmt.Sprintf("u-%05d", i)}, acme),
 			settle(id, "1", "1", t0, false, false, acme))...)
 	}
-	a := projector.NewAggregate()
+	a := report.NewAggregate()
 	foldStream(t, env, a, 0)
 	require.Zero(t, a.Tracked(), "closed reservations are not kept")
 	// One bucket: total, one scope, MaxReportValues users and one Other.
-	require.Equal(t, 1+1+projector.MaxReportValues+1, a.Cells())
-	rep, err := a.Report(projector.ByMetadata("user"), projector.Filter{})
+	require.Equal(t, 1+1+report.MaxReportValues+1, a.Cells())
+	rep, err := a.Report(report.ByMetadata("user"), report.Filter{})
 	require.NoError(t, err)
-	require.Len(t, rep.Groups, projector.MaxReportValues+1)
+	require.Len(t, rep.Groups, report.MaxReportValues+1)
 	require.Len(t, rep.Other, 1)
 	o := rep.Groups[rep.Other[0]]
 	require.Equal(t, int64(20), o.Reservations)
@@ -233,16 +234,16 @@ var benchReportRes = flag.Int("report-reservations", 3000, "reservations in the 
 func BenchmarkAggregate_Report(b *testing.B) {
 	env := testenv.New(b, testenv.WithLayout(lanes2))
 	start, _ := mixedHistory(b, env, *benchReportRes, 3)
-	a := projector.NewAggregate()
+	a := report.NewAggregate()
 	foldStream(b, env, a, 0)
 	p := projector.New(env.JS, env.Layout)
 	from := start.Truncate(time.Hour).Add(2 * time.Hour)
 	to := from.Add(time.Hour)
-	by := projector.ByMetadata("model")
+	by := report.ByMetadata("model")
 	ctx := context.Background()
 	b.Run("aggregate", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := a.Report(by, projector.Filter{From: from, To: to}); err != nil {
+			if _, err := a.Report(by, report.Filter{From: from, To: to}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -250,7 +251,7 @@ func BenchmarkAggregate_Report(b *testing.B) {
 	})
 	b.Run("replay", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := p.Report(ctx, projector.Filter{From: from, To: to}, by); err != nil {
+			if _, err := report.NewReader(env.JS, env.Layout, p).Report(ctx, report.Filter{From: from, To: to}, by); err != nil {
 				b.Fatal(err)
 			}
 		}

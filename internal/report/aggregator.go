@@ -1,4 +1,4 @@
-package projector
+package report
 
 import (
 	"context"
@@ -11,16 +11,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spendgate/spendgate/internal/gate"
+	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/streams"
 )
 
-// ReportSection is the name of the spend report's section in a replica's
-// ledger snapshots (see Aggregator.SectionName).
-const ReportSection = "report"
-
 // ErrAggregatorStopped: the Aggregator is not fed by a running fold (its
 // replica has not started, or has stopped) and it answers no report.
-var ErrAggregatorStopped = errors.New("projector: the report aggregator is not running")
+var ErrAggregatorStopped = errors.New("report: the report aggregator is not running")
 
 // Aggregator keeps an Aggregate up to date as the replica's one fold hands
 // it the revisions the gate passed (a ledger.Reader: Fold), and travels in
@@ -53,7 +50,7 @@ type AggregatorOption func(*Aggregator) error
 func WithAggregatorLogger(log *slog.Logger) AggregatorOption {
 	return func(g *Aggregator) error {
 		if log == nil {
-			return errors.New("projector: nil logger")
+			return errors.New("report: nil logger")
 		}
 		g.log = log
 		return nil
@@ -67,7 +64,7 @@ func WithAggregatorLogger(log *slog.Logger) AggregatorOption {
 func WithSync(sync func(context.Context) error) AggregatorOption {
 	return func(g *Aggregator) error {
 		if sync == nil {
-			return errors.New("projector: nil sync")
+			return errors.New("report: nil sync")
 		}
 		g.sync = sync
 		return nil
@@ -109,8 +106,8 @@ func (g *Aggregator) Fold(rev *gate.Revision, _ bool) {
 	}
 }
 
-// SectionName is ReportSection (ledger.Section).
-func (g *Aggregator) SectionName() string { return ReportSection }
+// SectionName is projector.ReportSection (ledger.Section).
+func (g *Aggregator) SectionName() string { return projector.ReportSection }
 
 // MarshalSection returns the Aggregate as a snapshot section.
 func (g *Aggregator) MarshalSection() ([]byte, error) {

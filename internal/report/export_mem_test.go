@@ -1,4 +1,4 @@
-package projector_test
+package report_test
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/report"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/testenv"
 )
@@ -84,7 +85,7 @@ func (h *heapSampler) peak() uint64 {
 // after 5,000. It can fail: an export
 // that kept its rows (or a State that keeps every reservation, about 1 KB
 // each) grows by tens of MB between the samples.
-func TestProjector_ExportMemoryFlat(t *testing.T) {
+func TestExport_MemoryFlat(t *testing.T) {
 	if testing.Short() {
 		t.Skip("writes 50,000 reservations")
 	}
@@ -98,7 +99,7 @@ func TestProjector_ExportMemoryFlat(t *testing.T) {
 	defer cancel()
 	h := &heapSampler{every: 5000, gc: true}
 	var rows int
-	_, err := p.Rows(ctx, projector.Filter{}, func(r *projector.Row) error {
+	_, err := report.NewReader(env.JS, env.Layout, p).Rows(ctx, report.Filter{}, func(r *report.Row) error {
 		rows++
 		h.row()
 		return nil
@@ -120,13 +121,13 @@ func TestProjector_ExportMemoryFlat(t *testing.T) {
 	// The CSV writer on top streams too. One export first warms the
 	// embedded server's block cache (4 MB of buffers it keeps in a pool
 	// once it has read the stream's blocks), which is not the export's.
-	_, err = p.ExportCSV(ctx, io.Discard, projector.Filter{})
+	_, err = report.NewReader(env.JS, env.Layout, p).ExportCSV(ctx, io.Discard, report.Filter{})
 	require.NoError(t, err)
 	var ms runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&ms)
 	before := ms.HeapAlloc
-	tot, err := p.ExportCSV(ctx, io.Discard, projector.Filter{})
+	tot, err := report.NewReader(env.JS, env.Layout, p).ExportCSV(ctx, io.Discard, report.Filter{})
 	require.NoError(t, err)
 	require.Equal(t, int64(n), tot.Units[0].Rows)
 	require.Equal(t, strconv.Itoa(n/2), tot.Units[0].Actual.String())
@@ -152,9 +153,9 @@ func BenchmarkProjector_Export(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				var err error
 				if format == "csv" {
-					_, err = p.ExportCSV(ctx, w, projector.Filter{})
+					_, err = report.NewReader(env.JS, env.Layout, p).ExportCSV(ctx, w, report.Filter{})
 				} else {
-					_, err = p.ExportJSONL(ctx, w, projector.Filter{})
+					_, err = report.NewReader(env.JS, env.Layout, p).ExportJSONL(ctx, w, report.Filter{})
 				}
 				if err != nil {
 					b.Fatal(err)

@@ -1,4 +1,4 @@
-package projector
+package report
 
 import (
 	"bufio"
@@ -183,7 +183,7 @@ func WriteTotalsJSON(w io.Writer, t Totals) error {
 // It returns the totals of what it wrote, or Rows' errors, or the first
 // write or flush error: a file that ends early is never reported as
 // complete.
-func (p *Projector) ExportCSV(ctx context.Context, w io.Writer, f Filter) (Totals, error) {
+func (p *Reader) ExportCSV(ctx context.Context, w io.Writer, f Filter) (Totals, error) {
 	keys, last, err := p.MetadataKeys(ctx, f)
 	if err != nil {
 		return Totals{}, err
@@ -306,7 +306,7 @@ func optTime(t time.Time) *string {
 //
 // It returns the totals of what it wrote, or Rows' errors, or the first
 // write or flush error.
-func (p *Projector) ExportJSONL(ctx context.Context, w io.Writer, f Filter) (Totals, error) {
+func (p *Reader) ExportJSONL(ctx context.Context, w io.Writer, f Filter) (Totals, error) {
 	bw := bufio.NewWriterSize(w, 64<<10)
 	enc := json.NewEncoder(bw)
 	enc.SetEscapeHTML(false)

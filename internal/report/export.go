@@ -1,4 +1,4 @@
-package projector
+package report
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -218,24 +219,24 @@ func newRowFold(f Filter, emit func(*Row) error) *rowFold {
 
 // decodeLane reads a lane revision of version 1 or 2 for an export and, for
 // version 2, checks that it follows the last revision of its key folded (a
-// gap or a fork is an ErrChain error, as in a replay): an export is never
+// gap or a fork is an projector.ErrChain error, as in a replay): an export is never
 // built from a book that a replay would refuse.
 func (rf *rowFold) decodeLane(m message) (*events.LaneRevision, error) {
 	var rev events.LaneRevision
 	if m.rev != nil && m.rev.Lane != nil {
 		rev = *m.rev.Lane // decoded by the gate
 	} else {
-		if err := decodeStrict(m.data, &rev); err != nil {
+		if err := projector.DecodeStrict(m.data, &rev); err != nil {
 			return nil, err
 		}
 		if err := events.UpcastLane(&rev); err != nil {
-			return nil, errorf(ErrMalformed, "%v", err)
+			return nil, projector.Errorf(projector.ErrMalformed, "%v", err)
 		}
 	}
 	last := rf.chain[m.key]
 	if rev.Chained() {
 		if err := events.CheckChain(m.key, m.seq, rev.Chain, last.Prev, last.PrevHash); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrChain, err)
+			return nil, fmt.Errorf("%w: %w", projector.ErrChain, err)
 		}
 	}
 	hash := ""
@@ -270,7 +271,7 @@ func (rf *rowFold) collectKeys(m message) error {
 	}
 	var rev keysOnly
 	if err := json.Unmarshal(m.data, &rev); err != nil {
-		return &ApplyError{Seq: m.seq, Key: m.key, Err: errorf(ErrMalformed, "decode: %v", err)}
+		return &projector.ApplyError{Seq: m.seq, Key: m.key, Err: projector.Errorf(projector.ErrMalformed, "decode: %v", err)}
 	}
 	for _, b := range rev.Balances {
 		for _, raw := range b.Events {
@@ -279,7 +280,7 @@ func (rf *rowFold) collectKeys(m message) error {
 			}
 			e, err := events.DecodeEvent(raw)
 			if err != nil {
-				return &ApplyError{Seq: m.seq, Key: m.key, Err: errorf(ErrMalformed, "decode: %v", err)}
+				return &projector.ApplyError{Seq: m.seq, Key: m.key, Err: projector.Errorf(projector.ErrMalformed, "decode: %v", err)}
 			}
 			if ev, ok := e.(events.ReservationOpened); ok && rf.f.selects(ev) {
 				for k := range rowMetadata(ev) {
@@ -307,19 +308,19 @@ func (rf *rowFold) applyEvents(m message) error {
 	switch {
 	case streams.IsLaneKey(m.key):
 	case streams.IsBalanceKey(m.key):
-		return &ApplyError{Seq: m.seq, Key: m.key, Err: errorf(ErrMalformed, "balance key outside a lane: a stream of an older layout")}
+		return &projector.ApplyError{Seq: m.seq, Key: m.key, Err: projector.Errorf(projector.ErrMalformed, "balance key outside a lane: a stream of an older layout")}
 	default:
 		return nil
 	}
 	rev, err := rf.decodeLane(m)
 	if err != nil {
-		return &ApplyError{Seq: m.seq, Key: m.key, Err: err}
+		return &projector.ApplyError{Seq: m.seq, Key: m.key, Err: err}
 	}
 	for i := range rev.Balances {
 		br := &rev.Balances[i]
 		for j, e := range br.Events {
 			if err := rf.event(m, br.Balance, e); err != nil {
-				return &ApplyError{Seq: m.seq, Key: m.key, Err: fmt.Errorf("balance %s: event %d (%s): %w", br.Balance, j, eventType(e), err)}
+				return &projector.ApplyError{Seq: m.seq, Key: m.key, Err: fmt.Errorf("balance %s: event %d (%s): %w", br.Balance, j, projector.EventType(e), err)}
 			}
 		}
 	}
@@ -353,7 +354,7 @@ func (rf *rowFold) event(m message, ref events.BalanceRef, e events.Event) error
 			rf.live[ev.ReservationID] = t
 		}
 		if _, dup := t.parts[ref]; dup {
-			return errorf(ErrTransition, "reservation %s opened twice in balance %s", ev.ReservationID, ref)
+			return projector.Errorf(projector.ErrTransition, "reservation %s opened twice in balance %s", ev.ReservationID, ref)
 		}
 		t.parts[ref] = partOpen
 		t.refreshStatus()
@@ -370,7 +371,7 @@ func (rf *rowFold) event(m message, ref events.BalanceRef, e events.Event) error
 		case p == partExpired && ev.AfterExpiry:
 			t.parts[ref] = partExpiredSettled
 		default:
-			return errorf(ErrTransition, "settle of reservation %s in balance %s in an impossible state", ev.ReservationID, ref)
+			return projector.Errorf(projector.ErrTransition, "settle of reservation %s in balance %s in an impossible state", ev.ReservationID, ref)
 		}
 		if !t.row.Settled {
 			t.row.Settled, t.row.Actual, t.row.Overrun = true, ev.Actual, ev.Overrun
@@ -386,7 +387,7 @@ func (rf *rowFold) event(m message, ref events.BalanceRef, e events.Event) error
 			return nil
 		}
 		if t.parts[ref] != partOpen {
-			return errorf(ErrTransition, "release of reservation %s, which is not open in balance %s", ev.ReservationID, ref)
+			return projector.Errorf(projector.ErrTransition, "release of reservation %s, which is not open in balance %s", ev.ReservationID, ref)
 		}
 		t.row.ReleaseReason = ev.Reason
 		if ev.Reason == events.ReasonExpired {
@@ -491,31 +492,20 @@ func (rf *rowFold) finish() error {
 // it read up to.
 //
 // It returns the stream lookup or consumer error, ctx's error, an
-// *ApplyError for a message it cannot read as a lane revision or an
+// *projector.ApplyError for a message it cannot read as a lane revision or an
 // impossible transition, or fn's error.
-func (p *Projector) Rows(ctx context.Context, f Filter, fn func(*Row) error) (uint64, error) {
+func (p *Reader) Rows(ctx context.Context, f Filter, fn func(*Row) error) (uint64, error) {
 	return p.rows(ctx, f, 0, fn)
 }
 
 // rows is Rows up to until (0: the last message as of the call).
-func (p *Projector) rows(ctx context.Context, f Filter, until uint64, fn func(*Row) error) (uint64, error) {
-	s, last, err := p.stream(ctx)
+func (p *Reader) rows(ctx context.Context, f Filter, until uint64, fn func(*Row) error) (uint64, error) {
+	rf := newRowFold(f, fn)
+	pos, err := p.p.Read(ctx, until, func(m projector.Message) error { return rf.apply(fromProjector(m)) })
 	if err != nil {
 		return 0, err
 	}
-	if until == 0 {
-		until = last
-	}
-	if err := p.whole(s, last); err != nil {
-		return 0, err
-	}
-	rf := newRowFold(f, fn)
-	if until > 0 {
-		if err := p.readVerified(ctx, s, 1, until, p.verifierFrom(1), rf.apply); err != nil {
-			return 0, err
-		}
-	}
-	return until, rf.finish()
+	return pos, rf.finish()
 }
 
 // MetadataKeys reads the stream up to its last message as of the call and
@@ -523,20 +513,12 @@ func (p *Projector) rows(ctx context.Context, f Filter, until uint64, fn func(*R
 // selects, and the position it read up to. It keeps only the keys (at
 // most events.MaxMetadata per reservation), so its memory is bounded by
 // the number of distinct keys.
-func (p *Projector) MetadataKeys(ctx context.Context, f Filter) ([]string, uint64, error) {
-	s, last, err := p.stream(ctx)
-	if err != nil {
-		return nil, 0, err
-	}
-	if err := p.whole(s, last); err != nil {
-		return nil, 0, err
-	}
+func (p *Reader) MetadataKeys(ctx context.Context, f Filter) ([]string, uint64, error) {
 	rf := newRowFold(f, nil)
 	rf.keys = map[string]struct{}{}
-	if last > 0 {
-		if err := p.readVerified(ctx, s, 1, last, p.verifierFrom(1), rf.collectKeys); err != nil {
-			return nil, 0, err
-		}
+	last, err := p.p.Read(ctx, 0, func(m projector.Message) error { return rf.collectKeys(fromProjector(m)) })
+	if err != nil {
+		return nil, 0, err
 	}
 	keys := make([]string, 0, len(rf.keys))
 	for k := range rf.keys {

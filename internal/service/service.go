@@ -897,7 +897,7 @@ func ReportReply(req events.ReportRequest, rep *report.AggregateReport) events.R
 }
 
 // ShadowGroups are a report's shadow groups on the wire (nil for none).
-func ShadowGroups(gs []projector.ShadowGroup) []events.ShadowGroup {
+func ShadowGroups(gs []report.ShadowGroup) []events.ShadowGroup {
 	var out []events.ShadowGroup
 	for _, g := range gs {
 		out = append(out, events.ShadowGroup{Value: g.Value, Other: g.Other, Mode: g.Mode, Unit: g.Unit,

@@ -1,4 +1,4 @@
-package projector
+package report
 
 import (
 	"context"
@@ -286,7 +286,7 @@ func sortShadow(gs []ShadowGroup) {
 // replayShadow reads the denial stream up to its last record as of the
 // call and groups the check records f selects by (the replay's side of
 // shadowAggregate.groups, without its limits).
-func (p *Projector) replayShadow(ctx context.Context, f Filter, by GroupBy) ([]ShadowGroup, error) {
+func (p *Reader) replayShadow(ctx context.Context, f Filter, by GroupBy) ([]ShadowGroup, error) {
 	agg := map[[3]string]*ShadowGroup{}
 	add := func(value string, c *events.AdmitChecked) {
 		k := [3]string{value, c.Unit, c.Mode}
@@ -319,7 +319,7 @@ func (p *Projector) replayShadow(ctx context.Context, f Filter, by GroupBy) ([]S
 // eachCheck hands fn every check record of the denial stream (up to its
 // last record as of the call) that f selects, in stream order; a missing
 // stream has none.
-func (p *Projector) eachCheck(ctx context.Context, f Filter, fn func(*events.AdmitChecked, denialKind) error) error {
+func (p *Reader) eachCheck(ctx context.Context, f Filter, fn func(*events.AdmitChecked, denialKind) error) error {
 	_, last, err := denialState(ctx, p.js, p.layout)
 	if err != nil || last == 0 {
 		return err
@@ -354,7 +354,7 @@ var ShadowColumns = []string{"at", "replica", "tenant", "mode", "request_id", "r
 // "denied"; reason and blocked_by ("scope per period") are a denied
 // one's; scopes are joined by spaces; cells are SafeCell'd. It returns
 // how many rows it wrote.
-func (p *Projector) ExportShadowCSV(ctx context.Context, w io.Writer, f Filter) (int64, error) {
+func (p *Reader) ExportShadowCSV(ctx context.Context, w io.Writer, f Filter) (int64, error) {
 	// Two passes: the metadata keys, then the rows.
 	keys := map[string]bool{}
 	if err := p.eachCheck(ctx, f, func(c *events.AdmitChecked, _ denialKind) error {

@@ -403,3 +403,20 @@ func (p *Reader) ExportShadowCSV(ctx context.Context, w io.Writer, f Filter) (in
 	cw.Flush()
 	return n, cw.Error()
 }
+
+// ExportShadowJSONL writes the check and shadow decisions f selects as
+// JSON lines, each record as the replica wrote it (admit.checked.v1), in
+// stream order. It returns how many it wrote.
+func (p *Reader) ExportShadowJSONL(ctx context.Context, w io.Writer, f Filter) (int64, error) {
+	var n int64
+	err := p.eachCheck(ctx, f, func(c *events.AdmitChecked, _ denialKind) error {
+		data, err := events.EncodeAdmitChecked(*c)
+		if err != nil {
+			return err
+		}
+		n++
+		_, err = w.Write(append(data, '\n'))
+		return err
+	})
+	return n, err
+}

@@ -113,6 +113,8 @@ func (h *harness) requireReportsEqual(start time.Time) {
 						Settled: wg.Settled, Released: wg.Released, Expired: wg.Expired, Late: wg.Late,
 						Spend: wg.Spend.String(), Overrun: wg.Overrun.String(), Reserved: wg.Reserved.String(), Denials: wg.Denials}, got.Groups[i], "%s %v", by, w)
 				}
+				// The check and shadow decisions, apart from the spend.
+				require.Equal(h.t, service.ShadowGroups(want.Shadow), got.Shadow, "shadow %s %v", by, w)
 			}
 		}
 	}

@@ -250,7 +250,8 @@ func serve(args []string) int {
 		opsSrv.AddCheck("ledger_stream", r.Health.Check)
 		// The spend dashboard, read-only, on the operator listener.
 		host, _ := os.Hostname()
-		dash, err := dashboard.New(dashboard.Config{Book: r.Ledger, Series: r.Series, Denials: r.Service.RecentDenials, Replica: host, Log: log})
+		dash, err := dashboard.New(dashboard.Config{Book: r.Ledger, Series: r.Series, Denials: r.Service.RecentDenials,
+			Shadow: dashboard.ShadowOf(r.Reports), Replica: host, Log: log})
 		if err != nil {
 			log.Error("dashboard", "err", err)
 			_ = r.Stop()

@@ -72,6 +72,7 @@ func TestDashboard_Browser(t *testing.T) {
 	var initial, byScope, utilAsc, filtered []row
 	var spentPath, forecastPath, forecastText string
 	var denials int
+	var shadow [][]string
 	var counts []string
 	var png []byte
 	require.NoError(t, chromedp.Run(ctx,
@@ -85,6 +86,8 @@ func TestDashboard_Browser(t *testing.T) {
 		chromedp.AttributeValue(`#forecast-line`, "d", &forecastPath, nil),
 		chromedp.Text(`#forecast`, &forecastText),
 		chromedp.Evaluate(`document.querySelectorAll('#denials tbody tr').length`, &denials),
+		chromedp.WaitVisible(`#shadow tbody tr`),
+		chromedp.Evaluate(`Array.from(document.querySelectorAll('#shadow tbody tr')).map(tr => Array.from(tr.cells).map(td => td.textContent))`, &shadow),
 		chromedp.Evaluate(`["c-budgets", "c-near", "c-over"].map(id => document.getElementById(id).textContent)`, &counts),
 		chromedp.FullScreenshot(&png, 100),
 		chromedp.Click(`th[data-key="scope"]`),
@@ -112,7 +115,9 @@ func TestDashboard_Browser(t *testing.T) {
 	require.True(t, strings.HasPrefix(spentPath, "M "), spentPath)
 	require.NotEmpty(t, forecastPath, "acme burns fast: a forecast line")
 	require.Contains(t, forecastText, "runs out")
-	require.Equal(t, 1, denials)
+	require.Equal(t, 1, denials, "the real denial; the shadow one is not a denial")
+	require.Equal(t, [][]string{{"user:bob", "shadow", "0", "1", "limit_reached 1", "0.00USD", "12.00USD"}}, shadow,
+		"the shadow decision, apart from denials and spend")
 	require.Equal(t, []string{"4", "1", "0"}, counts, "budgets, near the limit, over it")
 	require.Empty(t, problems(), "console errors")
 }

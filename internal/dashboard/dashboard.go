@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"context"
 	"embed"
 	"encoding/base64"
 	"encoding/json"
@@ -44,6 +45,10 @@ type Config struct {
 	// Denials returns the replica's recent denials, newest first
 	// (the replica's recent denials, newest first); nil shows none.
 	Denials func() []events.AdmitDenied
+	// Shadow returns the check and shadow decisions f selects, grouped by
+	// scope (the replica's report aggregate: report.Aggregator.Report's
+	// Shadow); nil shows none.
+	Shadow func(ctx context.Context, f report.Filter) ([]report.ShadowGroup, error)
 	// Replica names this replica on the page (denials are per replica).
 	Replica string
 	// Now is the clock; default time.Now.
@@ -87,6 +92,7 @@ func New(cfg Config) (*Dashboard, error) {
 	d.mux.HandleFunc("GET "+Path+"api/budgets", d.budgets)
 	d.mux.HandleFunc("GET "+Path+"api/series", d.seriesOf)
 	d.mux.HandleFunc("GET "+Path+"api/denials", d.denials)
+	d.mux.HandleFunc("GET "+Path+"api/shadow", d.shadow)
 	return d, nil
 }
 
@@ -417,6 +423,69 @@ func (d *Dashboard) denials(w http.ResponseWriter, r *http.Request) {
 		ds = mine
 	}
 	writeJSON(w, http.StatusOK, DenialsReply{Replica: d.cfg.Replica, Denials: ds[:min(len(ds), MaxDenials)]})
+}
+
+// ShadowOf is Config.Shadow read from a replica's report aggregate (nil
+// for none: the page then says the replica keeps no report).
+func ShadowOf(a *report.Aggregator) func(context.Context, report.Filter) ([]report.ShadowGroup, error) {
+	if a == nil {
+		return nil
+	}
+	return func(ctx context.Context, f report.Filter) ([]report.ShadowGroup, error) {
+		rep, err := a.Report(ctx, report.ByScope, f)
+		if err != nil {
+			return nil, err
+		}
+		return rep.Shadow, nil
+	}
+}
+
+// ShadowWindow is how far back /api/shadow looks: the hour now is in and
+// the 23 before it (whole hours, as the report's buckets).
+const ShadowWindow = 24 * time.Hour
+
+// shadowTimeout bounds /api/shadow's wait for the report aggregate.
+const shadowTimeout = 5 * time.Second
+
+// ShadowReply is /api/shadow: the check and shadow decisions of [From, To)
+// by scope, apart from the spend (the replica's report of the denial
+// stream: every replica's decisions, the same on each).
+type ShadowReply struct {
+	From      time.Time            `json:"from"`
+	To        time.Time            `json:"to"`
+	Available bool                 `json:"available"`
+	Groups    []events.ShadowGroup `json:"groups"`
+}
+
+func (d *Dashboard) shadow(w http.ResponseWriter, r *http.Request) {
+	tenant, all, err := tenantParam(r)
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
+	to := d.cfg.Now().UTC().Truncate(time.Hour).Add(time.Hour)
+	out := ShadowReply{From: to.Add(-ShadowWindow), To: to, Groups: []events.ShadowGroup{}}
+	if d.cfg.Shadow == nil {
+		writeJSON(w, http.StatusOK, out)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), shadowTimeout)
+	defer cancel()
+	gs, err := d.cfg.Shadow(ctx, report.Filter{From: out.From, To: out.To, OneTenant: !all, Tenant: tenant})
+	if err != nil {
+		d.cfg.Log.Warn("dashboard: shadow decisions", "err", err)
+		writeErr(w, http.StatusServiceUnavailable, &events.Error{Code: events.CodeReportUnavailable, Message: "the shadow decisions could not be read: " + err.Error()})
+		return
+	}
+	out.Available = true
+	for _, g := range gs {
+		x := g.Wire()
+		if !all {
+			x.Value = string(events.Scope(x.Value).Local())
+		}
+		out.Groups = append(out.Groups, x)
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -41,6 +41,12 @@ type ShadowGroup struct {
 	Reasons map[events.Code]int64
 }
 
+// Wire is g as the report endpoint answers it.
+func (g ShadowGroup) Wire() events.ShadowGroup {
+	return events.ShadowGroup{Value: g.Value, Other: g.Other, Mode: g.Mode, Unit: g.Unit,
+		Admitted: g.Admitted, Denied: g.Denied, Amount: g.Amount.String(), Asked: g.Asked.String(), Reasons: maps.Clone(g.Reasons)}
+}
+
 // add counts c in g.
 func (g *ShadowGroup) add(c *events.AdmitChecked) {
 	amount, err := events.ParseMoney(c.Amount)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -900,8 +899,7 @@ func ReportReply(req events.ReportRequest, rep *report.AggregateReport) events.R
 func ShadowGroups(gs []report.ShadowGroup) []events.ShadowGroup {
 	var out []events.ShadowGroup
 	for _, g := range gs {
-		out = append(out, events.ShadowGroup{Value: g.Value, Other: g.Other, Mode: g.Mode, Unit: g.Unit,
-			Admitted: g.Admitted, Denied: g.Denied, Amount: g.Amount.String(), Asked: g.Asked.String(), Reasons: maps.Clone(g.Reasons)})
+		out = append(out, g.Wire())
 	}
 	return out
 }

@@ -217,6 +217,27 @@ function renderDenials(data) {
   }));
 }
 
+function renderShadow(data) {
+  const rows = (data && data.groups) || [];
+  $("no-shadow").hidden = rows.length > 0;
+  if (data && !data.available) $("no-shadow").textContent = "This replica keeps no report (serve --reports=false): no shadow decisions to show.";
+  $("shadow").tBodies[0].replaceChildren(...rows.map((g) => {
+    const reasons = Object.entries(g.reasons || {}).sort().map(([r, n]) => el("span", { class: "reason" }, r + " " + n));
+    return el("tr", { "data-scope": g.value, "data-mode": g.mode },
+      el("td", { class: "c-scope", "data-label": "Scope" }, g.other ? "(other)" : g.value),
+      el("td", { "data-label": "Mode" }, g.mode),
+      el("td", { class: "num admitted", "data-label": "Would admit" }, g.admitted),
+      el("td", { class: "num denied", "data-label": "Would deny" }, g.denied),
+      el("td", { class: "reasons", "data-label": "Reasons" }, ...reasons),
+      el("td", { class: "num amount", "data-label": "Would reserve" }, money(g.amount, g.unit), el("span", { class: "unit" }, g.unit)),
+      el("td", { class: "num asked", "data-label": "Denied asked" }, money(g.asked, g.unit), el("span", { class: "unit" }, g.unit)));
+  }));
+}
+
+async function loadShadow() {
+  try { renderShadow(await getJSON("api/shadow")); } catch (e) { console.warn(e.message); }
+}
+
 async function loadChart() {
   if (!state.selected) {
     const p = el("p", { class: "empty" }, "No budget yet: define one with spendgate budget put.");
@@ -255,7 +276,7 @@ async function refresh() {
     if (!state.selected || !b.budgets.some((x) => x.scope === state.selected.scope && x.period === state.selected.period)) {
       state.selected = b.budgets.length ? { scope: b.budgets[0].scope, period: b.budgets[0].period } : null;
     }
-    renderBudgets(); renderDenials(d); await loadChart();
+    renderBudgets(); renderDenials(d); await loadChart(); await loadShadow();
     $("live").className = "dot on";
     $("updated").textContent = "updated " + new Date(b.now).toISOString().slice(11, 19) + " UTC" + (b.replica ? " · replica " + b.replica : "") + (b.series_ready ? "" : " · loading history…");
     document.body.dataset.loaded = "true";

@@ -247,21 +247,16 @@ func shadowCells(g report.ShadowGroup) []string {
 
 // writeShadowCSV writes rep's shadow decisions as CSV with a header.
 func writeShadowCSV(out io.Writer, name string, rep *report.SpendReport) error {
-	w := csv.NewWriter(out)
-	if err := w.Write(append([]string{report.SafeCell(name)}, shadowColumns...)); err != nil {
-		return err
-	}
+	return writeCSV(out, append([]string{name}, shadowColumns...), shadowRows(rep))
+}
+
+// shadowRows are rep's shadow groups as rows, the group value first.
+func shadowRows(rep *report.SpendReport) [][]string {
+	rows := make([][]string, 0, len(rep.Shadow))
 	for _, g := range rep.Shadow {
-		rec := append([]string{g.Value}, shadowCells(g)...)
-		for i := range rec {
-			rec[i] = report.SafeCell(rec[i])
-		}
-		if err := w.Write(rec); err != nil {
-			return err
-		}
+		rows = append(rows, append([]string{g.Value}, shadowCells(g)...))
 	}
-	w.Flush()
-	return w.Error()
+	return rows
 }
 
 // writeShadowTable writes rep's shadow decisions as an aligned table
@@ -277,19 +272,7 @@ func writeShadowTable(out io.Writer, name string, r replayFlags, rep *report.Spe
 	if _, err := fmt.Fprintf(out, "# check and shadow decisions by %s from %s to %s: answers that reserved nothing, not spend\n", name, from, to); err != nil {
 		return err
 	}
-	head := append([]string{strings.ToUpper(name)}, shadowColumns...)
-	for i := range head {
-		head[i] = strings.ToUpper(head[i])
-	}
-	table := [][]string{head}
-	for _, g := range rep.Shadow {
-		v := g.Value
-		if v == "" {
-			v = "(none)"
-		}
-		table = append(table, append([]string{v}, shadowCells(g)...))
-	}
-	return writeAligned(out, table)
+	return writeTable(out, name, shadowColumns, shadowRows(rep))
 }
 
 // reportCells are one group's cells after its value.
@@ -303,12 +286,18 @@ func itoa(n int64) string { return fmt.Sprint(n) }
 // writeReportCSV writes rep as CSV with a header; the group column is
 // named after --by. Cells go through report.SafeCell.
 func writeReportCSV(out io.Writer, name string, rep *report.SpendReport) error {
-	w := csv.NewWriter(out)
-	if err := w.Write(append([]string{report.SafeCell(name)}, reportColumns...)); err != nil {
-		return err
-	}
+	rows := make([][]string, 0, len(rep.Groups))
 	for _, g := range rep.Groups {
-		rec := append([]string{g.Value}, reportCells(g)...)
+		rows = append(rows, append([]string{g.Value}, reportCells(g)...))
+	}
+	return writeCSV(out, append([]string{name}, reportColumns...), rows)
+}
+
+// writeCSV writes a header and rows as CSV, every cell through
+// report.SafeCell.
+func writeCSV(out io.Writer, header []string, rows [][]string) error {
+	w := csv.NewWriter(out)
+	for _, rec := range append([][]string{header}, rows...) {
 		for i := range rec {
 			rec[i] = report.SafeCell(rec[i])
 		}
@@ -338,17 +327,27 @@ func writeReportTable(out io.Writer, name string, r replayFlags, rep *report.Spe
 		name, in, from, to, rep.Position, strings.ReplaceAll(reportDenialsNote, "\n", "\n# ")); err != nil {
 		return err
 	}
-	head := append([]string{strings.ToUpper(name)}, reportColumns...)
+	rows := make([][]string, 0, len(rep.Groups))
+	for _, g := range rep.Groups {
+		rows = append(rows, append([]string{g.Value}, reportCells(g)...))
+	}
+	return writeTable(out, name, reportColumns, rows)
+}
+
+// writeTable writes rows under an upper-case header (the group column
+// named after --by, then columns) as an aligned table; an empty group
+// value shows as (none).
+func writeTable(out io.Writer, name string, columns []string, rows [][]string) error {
+	head := append([]string{name}, columns...)
 	for i := range head {
 		head[i] = strings.ToUpper(head[i])
 	}
 	table := [][]string{head}
-	for _, g := range rep.Groups {
-		v := g.Value
-		if v == "" {
-			v = "(none)"
+	for _, row := range rows {
+		if row[0] == "" {
+			row[0] = "(none)"
 		}
-		table = append(table, append([]string{v}, reportCells(g)...))
+		table = append(table, row)
 	}
 	return writeAligned(out, table)
 }

@@ -105,36 +105,17 @@ type shadowKey struct {
 
 // shadowAggregate counts check records per (hour bucket, tenant,
 // dimension, value, unit, mode), with the Aggregate's limits on keys and
-// values. Not safe for concurrent use.
+// values, which it shares with the denial records (track). Not safe for
+// concurrent use.
 type shadowAggregate struct {
-	buckets  map[int64]map[shadowKey]*ShadowGroup
-	newest   map[int64]uint64
-	sorted   []int64
-	keys     map[string]bool
-	overKeys bool
-	values   map[string]map[string]bool
+	buckets map[int64]map[shadowKey]*ShadowGroup
+	newest  map[int64]uint64
+	sorted  []int64
+	track   *denialAggregate
 }
 
-func newShadowAggregate() *shadowAggregate {
-	return &shadowAggregate{buckets: map[int64]map[shadowKey]*ShadowGroup{}, newest: map[int64]uint64{},
-		keys: map[string]bool{}, values: map[string]map[string]bool{}}
-}
-
-// value maps a dimension's value to its tracked value or to Other.
-func (a *shadowAggregate) value(dim, v string) (string, bool) {
-	vs := a.values[dim]
-	if vs == nil {
-		vs = map[string]bool{}
-		a.values[dim] = vs
-	}
-	if vs[v] {
-		return v, false
-	}
-	if len(vs) < MaxReportValues {
-		vs[v] = true
-		return v, false
-	}
-	return "", true
+func newShadowAggregate(track *denialAggregate) *shadowAggregate {
+	return &shadowAggregate{buckets: map[int64]map[shadowKey]*ShadowGroup{}, newest: map[int64]uint64{}, track: track}
 }
 
 // apply counts the check record data at seq and reports whether it was
@@ -153,7 +134,7 @@ func (a *shadowAggregate) apply(seq uint64, data []byte) bool {
 		a.sorted = slices.Insert(a.sorted, i, b)
 	}
 	a.newest[b] = max(a.newest[b], seq)
-	count := func(g groupKey) {
+	for _, g := range a.track.groupsOf(k) {
 		key := shadowKey{g, c.Mode}
 		cell := cells[key]
 		if cell == nil {
@@ -161,26 +142,6 @@ func (a *shadowAggregate) apply(seq uint64, data []byte) bool {
 			cells[key] = cell
 		}
 		cell.add(&c)
-	}
-	count(groupKey{Tenant: k.tenant, Dim: dimTotal, Unit: k.unit})
-	for _, s := range k.scopes {
-		v, other := a.value(dimScope, string(s))
-		count(groupKey{Tenant: k.tenant, Dim: dimScope, Value: v, Other: other, Unit: k.unit})
-	}
-	for key, v := range k.metadata {
-		if v == "" {
-			continue // in the key's "" group: the total less the values
-		}
-		if !a.keys[key] {
-			if len(a.keys) >= MaxReportKeys {
-				a.overKeys = true
-				continue
-			}
-			a.keys[key] = true
-		}
-		dim := MetadataColumnPrefix + key
-		val, other := a.value(dim, v)
-		count(groupKey{Tenant: k.tenant, Dim: dim, Value: val, Other: other, Unit: k.unit})
 	}
 	return true
 }
@@ -199,19 +160,9 @@ func (a *shadowAggregate) prune(first uint64) {
 // tenant) grouped by, sorted (sortShadow). A metadata key the records did
 // not track while others were dropped gives ErrKeyNotTracked.
 func (a *shadowAggregate) groups(by GroupBy, f Filter) ([]ShadowGroup, error) {
-	dim := dimScope
-	if !by.scope {
-		dim = MetadataColumnPrefix + by.key
-		if !a.keys[by.key] && a.overKeys {
-			return nil, ErrKeyNotTracked
-		}
-	}
-	lo, hi := 0, len(a.sorted)
-	if !f.From.IsZero() {
-		lo, _ = slices.BinarySearch(a.sorted, f.From.Unix())
-	}
-	if !f.To.IsZero() {
-		hi, _ = slices.BinarySearch(a.sorted, f.To.Unix())
+	dim, err := a.track.dimOf(by)
+	if err != nil {
+		return nil, err
 	}
 	type gk struct {
 		value      string
@@ -226,7 +177,7 @@ func (a *shadowAggregate) groups(by GroupBy, f Filter) ([]ShadowGroup, error) {
 		}
 		m[k].merge(g)
 	}
-	for _, b := range a.sorted[lo:max(lo, hi)] {
+	for _, b := range bucketRange(a.sorted, f) {
 		for k, g := range a.buckets[b] {
 			if f.OneTenant && k.Tenant != f.Tenant {
 				continue

@@ -132,7 +132,7 @@ func reportCmd(args []string) int {
 		if r.tenant != "" {
 			endpoint = streams.TenantToken + "." + r.tenant + "." + streams.EndpointReport
 		}
-		if code := r.client.fetch(endpoint, events.ReportRequest{By: *by, From: r.from, To: r.to}, &reply); code != 0 {
+		if code := r.client.fetch(endpoint, events.ReportRequest{By: *by, From: r.from, To: r.to, Shadow: true}, &reply); code != 0 {
 			return code
 		}
 		if r.tenant != "" && group == report.ByScope {

@@ -891,7 +891,9 @@ func ReportReply(req events.ReportRequest, rep *report.AggregateReport) events.R
 			Reservations: g.Reservations, Open: g.Open, Settled: g.Settled, Released: g.Released, Expired: g.Expired, Late: g.Late,
 			Spend: g.Spend.String(), Overrun: g.Overrun.String(), Reserved: g.Reserved.String(), Denials: g.Denials})
 	}
-	out.Shadow = ShadowGroups(rep.Shadow)
+	if req.Shadow {
+		out.Shadow = ShadowGroups(rep.Shadow)
+	}
 	return out
 }
 

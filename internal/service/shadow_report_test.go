@@ -98,7 +98,10 @@ func TestReport_ShadowDecisions(t *testing.T) {
 	h.requireReportsEqual(start)
 
 	var byScope, byFeature events.ReportReply
-	require.Nil(t, h.call(streams.EndpointReport, events.ReportRequest{By: "scope"}, &byScope))
+	require.Nil(t, h.call(streams.EndpointReport, events.ReportRequest{By: "scope", Shadow: true}, &byScope))
+	var plain events.ReportReply
+	require.Nil(t, h.call(streams.EndpointReport, events.ReportRequest{By: "scope"}, &plain))
+	require.Empty(t, plain.Shadow, "only when asked")
 	shadow := map[string]events.ShadowGroup{}
 	for _, g := range byScope.Shadow {
 		require.Equal(t, "USD", g.Unit)
@@ -124,7 +127,7 @@ func TestReport_ShadowDecisions(t *testing.T) {
 		}
 	}
 
-	require.Nil(t, h.call(streams.EndpointReport, events.ReportRequest{By: "feature"}, &byFeature))
+	require.Nil(t, h.call(streams.EndpointReport, events.ReportRequest{By: "feature", Shadow: true}, &byFeature))
 	var x, none int64
 	for _, g := range byFeature.Shadow {
 		switch g.Value {

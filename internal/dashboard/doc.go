@@ -20,6 +20,9 @@
 //	                             their limit first, a page at a time (?limit=, ?cursor=)
 //	GET /dashboard/api/series?scope=S&period=P   one budget's spend over time
 //	GET /dashboard/api/denials   this replica's recent denials, newest first
+//	GET /dashboard/api/shadow    the last 24 h of check and shadow decisions by
+//	                             scope (every replica's: the report of the denial
+//	                             stream), apart from spend
 //
 // Each takes an optional tenant=NAME: then only that tenant's budgets and
 // denials, and series' scope is as the tenant names it (tenant= with no

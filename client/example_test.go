@@ -73,7 +73,7 @@ func exampleLedger(noService bool) (url string, stop func(), err error) {
 	return s.ClientURL(), stop, nil
 }
 
-// ExampleCall is the README's "Using it from Go": connect, make a client,
+// ExampleCall is the README's Go snippet (section "Go"): connect, make a client,
 // and run one upstream call under a reservation.
 func ExampleCall() {
 	url, stop, err := exampleLedger(false) // in production: "nats://127.0.0.1:4222"

@@ -84,16 +84,17 @@ const (
 	PeriodLifetime Period = "lifetime"
 )
 
-// Periods lists every period in a fixed order.
-var Periods = []Period{PeriodMonth, PeriodWeek, PeriodDay, PeriodLifetime}
+// Periods lists every period in a fixed order: the calendar periods from
+// the longest, then lifetime.
+var Periods = []Period{PeriodMonth, PeriodWeek, PeriodDay, PeriodHour, PeriodMinute, PeriodLifetime}
 
-// ParsePeriod validates s.
+// ParsePeriod validates s: month, week, day, hour, minute or lifetime.
 func ParsePeriod(s string) (Period, error) {
 	switch p := Period(s); p {
-	case PeriodMonth, PeriodWeek, PeriodDay, PeriodLifetime:
+	case PeriodMonth, PeriodWeek, PeriodDay, PeriodHour, PeriodMinute, PeriodLifetime:
 		return p, nil
 	}
-	return "", Errorf(CodeInvalidPeriod, "period %q must be month, week, day or lifetime", s)
+	return "", Errorf(CodeInvalidPeriod, "period %q must be month, week, day, hour, minute or lifetime", s)
 }
 
 // Instance returns the period instance that t falls in, in UTC: "2026-11"

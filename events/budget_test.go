@@ -89,9 +89,9 @@ func TestParsePeriod(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, p, got)
 	}
-	require.Equal(t, []events.Period{events.PeriodMonth, events.PeriodWeek, events.PeriodDay, events.PeriodLifetime}, events.Periods)
+	require.Equal(t, []events.Period{events.PeriodMonth, events.PeriodWeek, events.PeriodDay, events.PeriodHour, events.PeriodMinute, events.PeriodLifetime}, events.Periods)
 
-	for _, bad := range []string{"", "Month", "MONTH", "monthly", "Week", "weekly", "year", " day", "day ", "all", "lifetime\x00"} {
+	for _, bad := range []string{"", "Month", "MONTH", "monthly", "Week", "weekly", "year", " day", "day ", "all", "lifetime\x00", "Hour", "hourly", "min", "minutes", "second"} {
 		t.Run(bad, func(t *testing.T) {
 			p, err := events.ParsePeriod(bad)
 			requireCode(t, err, events.CodeInvalidPeriod)

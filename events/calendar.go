@@ -27,10 +27,10 @@ import (
 // two instances; where an offset changes inside one (Australia/Lord_Howe's
 // half-hour change), the instance is cut at the change.
 
-// Minute and hour periods: the calendar computes their instances, but
-// ParsePeriod does not accept them yet, so no budget has one; they are
-// here so that the per-minute and per-hour caps planned next reuse this
-// calendar rather than a second one.
+// Minute and hour periods: caps on requests or tokens per minute or per
+// hour, as gateways limit traffic. A new instance needs no write: a
+// balance is keyed by its instance, so the first admit of a minute finds
+// an empty balance, as the first of a month does.
 const (
 	PeriodMinute Period = "minute"
 	PeriodHour   Period = "hour"
@@ -241,4 +241,22 @@ func (c Calendar) clockBounds(t time.Time) (start, end time.Time) {
 		end = ze
 	}
 	return start, end
+}
+
+// ValidateInstance checks an instance name as a balance carries it: 1 to
+// MaxIDLen characters of [A-Za-z0-9_-], plus ':' and '+' (the UTC offset
+// of a minute or hour instance, "2026-11-30T14:05+01:00"). It never
+// holds '.', '*', '>' or a space: an instance is the last token of a
+// balance key (streams.BalanceKey), never a NATS subject.
+func ValidateInstance(s string) error {
+	if s == "" || len(s) > MaxIDLen {
+		return Errorf(CodeInvalidIdentifier, "instance %q must be 1 to %d characters", s, MaxIDLen)
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == ':' || c == '+') {
+			return Errorf(CodeInvalidIdentifier, "instance %q may hold only letters, digits, '_', '-', ':' and '+'", s)
+		}
+	}
+	return nil
 }

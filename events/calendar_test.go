@@ -175,3 +175,20 @@ func BenchmarkCalendar_InstanceIn(b *testing.B) {
 		_ = PeriodDay.InstanceIn(at, loc)
 	}
 }
+
+// TestValidateInstance: every period's instance names validate, in UTC
+// and at a +05:45 and a -04:00 offset; a '.', a space or a wildcard does not.
+func TestValidateInstance(t *testing.T) {
+	at := time.Date(2026, 11, 30, 14, 5, 0, 0, time.UTC)
+	for _, tz := range []string{"UTC", "Asia/Kathmandu", "America/New_York"} {
+		loc, err := LoadZone(tz)
+		require.NoError(t, err)
+		for _, p := range Periods {
+			inst := CalendarOf(p, loc).Instance(at)
+			require.NoError(t, ValidateInstance(inst), inst)
+		}
+	}
+	for _, bad := range []string{"", "2026.11", "a b", "*", ">", "a/b", string(make([]byte, MaxIDLen+1))} {
+		require.Error(t, ValidateInstance(bad), bad)
+	}
+}

@@ -556,7 +556,7 @@ var fieldWants = map[string]string{
 	"actual":              `a decimal string like "0.05"`,
 	"limit":               `a decimal string like "0.05"`,
 	"unit":                `a string like "USD"`,
-	"period":              `one of the strings "month", "week", "day" or "lifetime"`,
+	"period":              `one of the strings "month", "week", "day", "hour", "minute" or "lifetime"`,
 	"mode":                `one of the strings "admit", "check" or "shadow"`,
 	"tz":                  `an IANA time zone string like "Europe/Berlin"`,
 	"disabled":            `true or false`,

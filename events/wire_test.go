@@ -177,7 +177,7 @@ func TestDecodeRequest_TypeErrors(t *testing.T) {
 		{`{"metadata":{"a":{}}}`, &events.AdmitRequest{}, `metadata must be an object of string values like {"model":"gpt-4o"}; it holds an object`},
 		{`{"actual":0}`, &events.SettleRequest{}, `actual must be a decimal string like "0.05", got a number`},
 		{`{"limit":[]}`, &events.BudgetPutRequest{}, `limit must be a decimal string like "0.05", got an array`},
-		{`{"period":1}`, &events.BudgetGetRequest{}, `period must be one of the strings "month", "week", "day" or "lifetime", got a number`},
+		{`{"period":1}`, &events.BudgetGetRequest{}, `period must be one of the strings "month", "week", "day", "hour", "minute" or "lifetime", got a number`},
 		{`{"kind":{}}`, &events.BudgetListRequest{}, `kind must be a scope kind string like "org", got an object`},
 		{`{"request_id":}`, &events.AdmitRequest{}, `request body is not valid JSON (at byte 15): invalid character '}' looking for beginning of value`},
 		{`{"request_id":"r"}x`, &events.AdmitRequest{}, `request body is not valid JSON (at byte 19): invalid character 'x' after top-level value`},

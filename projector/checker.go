@@ -181,7 +181,7 @@ func WithFromSnapshot() CheckOption {
 }
 
 // WithReviewed names skipped revisions an operator has already looked
-// into (see the README's Recovery): they are still listed in
+// into (see docs/security.md, Recovery): they are still listed in
 // Report.Skipped, marked Reviewed, but are no problem. A sequence that is
 // not skipped is no problem either; it is simply unused.
 func WithReviewed(seqs ...uint64) CheckOption {

@@ -377,7 +377,7 @@ func validBalanceRef(b events.BalanceRef) error {
 			return err
 		}
 	}
-	return events.ValidateToken("instance", b.Instance, events.MaxIDLen)
+	return events.ValidateInstance(b.Instance)
 }
 
 // stage holds the reservations one lane revision touches, across all of

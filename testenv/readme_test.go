@@ -12,9 +12,9 @@ import (
 	"github.com/spendgate/spendgate/testenv"
 )
 
-// TestREADME_TestAgainstARealSpendgate is the README's "Other projects
-// test against a real spendgate": its first lines are quoted there
-// verbatim (cmd/spendgate's README test checks the quote).
+// TestREADME_TestAgainstARealSpendgate is docs/guide.md's "Testing
+// against a real spendgate": its first lines are quoted there verbatim
+// (cmd/spendgate's README test checks the quote).
 func TestREADME_TestAgainstARealSpendgate(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

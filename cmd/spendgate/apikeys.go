@@ -71,7 +71,7 @@ func keysCmd(args []string) int {
 		var scopes multiFlag
 		fs.Var(&scopes, "scope", "a scope every call of the key is admitted against (repeatable)")
 		limit := fs.String("budget", "", "also put a budget of this limit for the key's own scope key:<id>")
-		period := fs.String("period", "month", "period of --budget: month, week, day or lifetime")
+		period := fs.String("period", "month", "period of --budget: month, week, day, hour, minute or lifetime")
 		unit := fs.String("unit", "USD", "unit of --budget")
 		fs.StringVar(&req.Tenant, "tenant", "", "the tenant the key's calls belong to")
 		fs.StringVar(&req.Access, "access", "", "HTTP API access: service or admin (default: the gateway's proxy only)")

@@ -41,10 +41,12 @@ func benchCmd(args []string) int {
 	fs.BoolVar(&o.Baselines, "baselines", o.Baselines, "also run the floor and naive baselines (false: spendgate only, e.g. to profile it; their columns print as -)")
 	fs.IntVar(&o.History, "history", bench.HistoryDefault, "history scenario: reservations of history (10000000 for the 10M figure)")
 	fs.IntVar(&o.RestartReservations, "restart-reservations", bench.RestartDefault, "restart scenario: reservations the 64 callers write before the replica is restarted")
+	fs.IntVar(&o.MonthCalls, "month-calls", bench.MonthDefaultCalls, "month scenario: synthetic calls over the month")
+	fs.Uint64Var(&o.MonthSeed, "month-seed", 1, "month scenario: the generator's seed")
 	fs.BoolVar(&o.Redis, "redis", o.Redis, "also run the Redis Lua baseline (hot, spread and multi scenarios) when redis-server is on PATH (its columns print as - when false or not installed)")
 	fs.BoolVar(&o.Brief, "brief", false, "the Go client asks for brief admit replies (no per-budget balances), as client.WithBriefReplies does")
 	fs.BoolVar(&o.Client, "client", o.Client, "also run every scenario through the Go client, which coalesces concurrent calls into batch messages (its columns print as - when false)")
-	list := fs.String("scenarios", strings.Join(bench.DefaultScenarios, ","), "comma-separated scenarios: "+strings.Join(bench.ScenarioNames, ",")+" (mem, flood, history, gateway and restart only when named)")
+	list := fs.String("scenarios", strings.Join(bench.DefaultScenarios, ","), "comma-separated scenarios: "+strings.Join(bench.ScenarioNames, ",")+" (mem, flood, history, gateway, restart and month only when named)")
 	if code, ok := benchCommand.parse(fs, args); !ok {
 		return code
 	}

@@ -86,7 +86,7 @@ func budget(args []string) int {
 		var tz, fixedSlot string
 		var disabled, alerts bool
 		fs.StringVar(&req.Scope, "scope", "", "scope, kind:id (e.g. org:acme)")
-		fs.StringVar(&req.Period, "period", "", "month, week, day or lifetime; required")
+		fs.StringVar(&req.Period, "period", "", "month, week, day, hour, minute or lifetime; required")
 		fs.StringVar(&req.Limit, "limit", "", "limit, a decimal string (required to create the budget)")
 		fs.StringVar(&req.Unit, "unit", "", "currency (USD, EUR, ...) or requests (required to create the budget)")
 		fs.StringVar(&tz, "tz", "", "IANA time zone of the period's calendar, e.g. Europe/Berlin (\"\" or UTC: UTC)")
@@ -101,7 +101,7 @@ func budget(args []string) int {
 			return code
 		}
 		if req.Period == "" {
-			return budgetPutCommand.usageError(fs, "--period is required (month, week, day or lifetime)")
+			return budgetPutCommand.usageError(fs, "--period is required (month, week, day, hour, minute or lifetime)")
 		}
 		// Only the options given are sent: the put changes those fields
 		// and keeps the others (unless --replace).
@@ -125,7 +125,7 @@ func budget(args []string) int {
 	case "get":
 		var req events.BudgetGetRequest
 		fs.StringVar(&req.Scope, "scope", "", "scope, kind:id")
-		fs.StringVar(&req.Period, "period", "", "month, week, day or lifetime; without it, every budget of the scope")
+		fs.StringVar(&req.Period, "period", "", "month, week, day, hour, minute or lifetime; without it, every budget of the scope")
 		fs.StringVar(&req.Unit, "unit", "", "with --period: the budget of this unit, when the scope has a money and a requests budget in the period")
 		if code, ok := budgetGetCommand.parse(fs, args[1:]); !ok {
 			return code
@@ -154,7 +154,7 @@ func budget(args []string) int {
 	case "disable", "enable":
 		var get events.BudgetGetRequest
 		fs.StringVar(&get.Scope, "scope", "", "scope, kind:id")
-		fs.StringVar(&get.Period, "period", "", "month, week, day or lifetime; required")
+		fs.StringVar(&get.Period, "period", "", "month, week, day, hour, minute or lifetime; required")
 		fs.StringVar(&get.Unit, "unit", "", "the budget of this unit, when the scope has a money and a requests budget in the period")
 		cmd := budgetDisableCommand
 		if args[0] == "enable" {
@@ -164,7 +164,7 @@ func budget(args []string) int {
 			return code
 		}
 		if get.Period == "" {
-			return cmd.usageError(fs, "--period is required (month, week, day or lifetime)")
+			return cmd.usageError(fs, "--period is required (month, week, day, hour, minute or lifetime)")
 		}
 		if code, ok := cmd.require(fs, "scope"); !ok {
 			return code

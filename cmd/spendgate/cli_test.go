@@ -64,7 +64,7 @@ var allCommands = [][]string{
 	{"pricing"}, {"pricing", "put"}, {"pricing", "get"}, {"pricing", "list"}, {"pricing", "import"},
 	{"admit"}, {"settle"}, {"release"}, {"void"},
 	{"audit"}, {"audit", "check"}, {"audit", "keys"}, {"audit", "balances"}, {"audit", "export"}, {"audit", "archive"}, {"audit", "trim"},
-	{"snapshot"}, {"report"}, {"key"},
+	{"snapshot"}, {"report"}, {"backtest"}, {"key"},
 	{"bench"}, {"demo"}, {"demo", "overrun"}, {"roles"}, {"feed"}, {"feed", "consumer"}, {"version"},
 	{"keys"}, {"keys", "create"}, {"keys", "list"}, {"keys", "get"}, {"keys", "disable"}, {"keys", "enable"}, {"keys", "rotate"},
 	{"gateway"},

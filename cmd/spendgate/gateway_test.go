@@ -18,7 +18,7 @@ import (
 	"github.com/spendgate/spendgate/testenv"
 )
 
-// TestGateway_Commands runs the binaries as the README's quick start does:
+// TestGateway_Commands runs the binaries as docs/guide.md's gateway does:
 // serve, a price and a team budget, a key with a budget of one request,
 // and spendgate gateway in front of a fake provider. The first call
 // succeeds and the second is denied 429; keys list shows the key and no

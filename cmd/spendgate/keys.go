@@ -98,7 +98,7 @@ func loadReplicaKeys(ctx context.Context, log *slog.Logger, js jetstream.JetStre
 		}
 		k.trust = ks
 	} else {
-		log.Warn("no trusted keys of this replica's own: it follows the ledger's trusted keys (the first replica to write them is trusted on first use); pass --trusted-keys (see the README, Securing spendgate: Keys)")
+		log.Warn("no trusted keys of this replica's own: it follows the ledger's trusted keys (the first replica to write them is trusted on first use); pass --trusted-keys (see docs/security.md, Keys)")
 	}
 	log.Info("revision signing", "public_key", k.signer.PublicKey(), "trusted_keys", len(k.trust.Keys()), "unsigned_until", k.trust.UnsignedUntil())
 	return k, nil
@@ -107,7 +107,7 @@ func loadReplicaKeys(ctx context.Context, log *slog.Logger, js jetstream.JetStre
 // writeTrustedKeys creates a trusted-keys file that trusts pub, and the
 // unsigned history of the stream as it stands.
 func writeTrustedKeys(ctx context.Context, js jetstream.JetStream, layout streams.Layout, path, pub string) error {
-	body := "# Public keys whose revisions this replica folds (see the README, Securing spendgate: Keys).\n" + pub + "\n"
+	body := "# Public keys whose revisions this replica folds (see docs/security.md, Keys).\n" + pub + "\n"
 	if s, err := js.Stream(ctx, layout.StreamName()); err == nil {
 		if last := s.CachedInfo().State.LastSeq; last > 0 {
 			body += fmt.Sprintf("# Revisions written before signing was turned on.\nunsigned until=%d\n", last)
@@ -155,5 +155,5 @@ func signerTrusted(s *signing.Signer, ks *signing.KeySet, spec string) error {
 	if ks.Trusts(s.PublicKey(), math.MaxUint64) {
 		return nil
 	}
-	return fmt.Errorf("the signing key %s is not trusted for new revisions by %s: every replica would skip this replica's writes; add it to the list first (see the README, Securing spendgate: Keys, rotating the key), or restore the seed of a trusted key", s.PublicKey(), spec)
+	return fmt.Errorf("the signing key %s is not trusted for new revisions by %s: every replica would skip this replica's writes; add it to the list first (see docs/security.md, Keys, rotating the key), or restore the seed of a trusted key", s.PublicKey(), spec)
 }

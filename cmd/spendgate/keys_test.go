@@ -61,7 +61,7 @@ func rawPut(t *testing.T, js jetstream.JetStream, key string, data []byte, h nat
 // original 1.00 limit is denied, and audit check fails naming the forged
 // sequence. A garbage write to lane.0: the service keeps answering within
 // a second with the balances unchanged, and the live feed relays neither
-// and keeps relaying. Then the README's recovery step:
+// and keeps relaying. Then docs/security.md's recovery step:
 // audit check --reviewed with both sequences passes. How we know it can
 // fail: before signatures the admit of 500 was admitted and audit check
 // said OK; before skip-and-serve the garbage stopped the replica.
@@ -153,7 +153,7 @@ func TestSecure_ForgeryAndGarbage(t *testing.T) {
 	require.Contains(t, string(out), "skipped, unsigned, reviewed")
 }
 
-// TestSecure_KeyRotationSIGHUP runs the README's rotation steps with the
+// TestSecure_KeyRotationSIGHUP runs docs/security.md's rotation steps with the
 // binary on the embedded default (keys kept in the data dir): trust the
 // new key, SIGHUP; put the new seed in place of the old, SIGHUP; retire
 // the old key at the last sequence it signed (audit keys), SIGHUP. Every
@@ -250,7 +250,7 @@ func appendFile(t *testing.T, path, s string) {
 // serve with it, or it would acknowledge admissions whose revisions every
 // replica skips, itself at the next restart (an admitted reservation gone).
 // It refuses to start and names the key; once the operator adds that key
-// to the list (the README's recovery) it serves, and its admissions
+// to the list (docs/security.md's recovery) it serves, and its admissions
 // survive a restart. Retiring the key in use on SIGHUP is refused the same
 // way, and the replica keeps its keys. How we know it can fail: before
 // the check serve warned and served, and after a restart the admitted

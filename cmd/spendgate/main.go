@@ -43,6 +43,8 @@ Usage:
   spendgate audit archive|trim --dir DIR archive the stream's old revisions; drop what the archive covers
   spendgate snapshot [--list]            write a snapshot of the book now (replicas also write them periodically)
   spendgate report   --by scope|KEY [--from TIME] [--to TIME] [--format table|csv]   spend by scope or metadata key
+  spendgate backtest --scope KIND:ID [--limit DECIMAL] [--period PERIOD] [--fixed-slot DECIMAL] [--from TIME --to TIME] [-o table|csv|json]
+                                         replay a scope's recorded admits under another limit: who would have been denied
   spendgate bench    [--duration 3s] [--reps 3] [--conns 4] [--scenarios hot1,...|mem] [--json]   throughput vs floor and naive CAS
   spendgate demo overrun [--concurrency 20] [--ceiling 0.10] [--price 0.02] [--json]   naive ledger vs spendgate, no setup
   spendgate roles [--account NAME] [--tenant NAME ...] [--tls-cert FILE --tls-key FILE [--tls-ca FILE]] [--nsc]
@@ -82,6 +84,7 @@ var commands = map[string]func([]string) int{
 	"void":     voidCmd,
 	"audit":    audit,
 	"report":   reportCmd,
+	"backtest": backtestCmd,
 	"bench":    benchCmd,
 	"demo":     demoCmd,
 	"roles":    rolesCmd,

@@ -24,28 +24,29 @@ import (
 	"github.com/spendgate/spendgate/testenv"
 )
 
-// The README's "Securing spendgate" walkthroughs, run with the binary
-// against a real nats-server loaded from the server.conf the README writes
-// (in process, so that it can be restarted; its port is a free one instead
-// of 4222, and paths are absolute). Each command line the tests run is
-// checked to be in the README (readmeHas), so the two cannot drift apart.
+// The walkthroughs of docs/security.md, run with the binary against a
+// real nats-server loaded from the server.conf the page writes (in
+// process, so that it can be restarted; its port is a free one instead of
+// 4222, and paths are absolute). Each command line the tests run is
+// checked to be on the page (readmeHas), so the two cannot drift apart.
 
-// readmeText is README.md.
+// securityDoc is the page the walkthroughs are printed on.
+const securityDoc = "docs/security.md"
+
+// readmeText is docs/security.md.
 func readmeText(t *testing.T) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
-	require.NoError(t, err)
-	return string(b)
+	return docText(t, securityDoc)
 }
 
-// readmeHas fails unless the README prints line.
+// readmeHas fails unless docs/security.md prints line.
 func readmeHas(t *testing.T, line string) {
 	t.Helper()
-	require.Contains(t, readmeText(t), line, "the README no longer prints this step")
+	require.Contains(t, readmeText(t), line, securityDoc+" no longer prints this step")
 }
 
-// readmeShBlock returns the first fenced sh block after heading in the
-// README.
+// readmeShBlock returns the first fenced sh block after heading in
+// docs/security.md.
 func readmeShBlock(t *testing.T, heading string) string {
 	t.Helper()
 	text := readmeText(t)
@@ -60,7 +61,7 @@ func readmeShBlock(t *testing.T, heading string) string {
 	return rest[:end+1]
 }
 
-// confServer is the README's `nats-server -c server.conf`: listen on
+// confServer is docs/security.md's `nats-server -c server.conf`: listen on
 // 127.0.0.1, store_dir nats-data beside server.conf, include
 // spendgate-roles.conf.
 type confServer struct {
@@ -70,8 +71,8 @@ type confServer struct {
 	s    *server.Server
 }
 
-// startConfServer writes server.conf in dir (the README's, on a free port)
-// and starts it. Passwords come from the environment, as the README's
+// startConfServer writes server.conf in dir (docs/security.md's, on a free port)
+// and starts it. Passwords come from the environment, as docs/security.md's
 // `export SPENDGATE_..._PASSWORD` gives them.
 func startConfServer(t *testing.T, dir string) *confServer {
 	t.Helper()
@@ -104,7 +105,7 @@ func (c *confServer) stop() {
 	}
 }
 
-// restart is the README's "restart it": the same port and store.
+// restart is docs/security.md's "restart it": the same port and store.
 func (c *confServer) restart() { c.stop(); c.start() }
 
 func (c *confServer) url(scheme string) string {
@@ -138,7 +139,7 @@ func startServe(t *testing.T, env []string, args ...string) *proc {
 	return p
 }
 
-// walkthrough is the README's roles example, up to the replica serving:
+// walkthrough is docs/security.md's roles example, up to the replica serving:
 // roles rendered with rolesArgs, the server, the replica's key and list,
 // serve under the replica role with --feed and signing.
 type walkthrough struct {
@@ -190,7 +191,7 @@ func (w *walkthrough) tenant(name string) []string {
 	return []string{"NATS_URL=" + w.srv.url("nats"), "NATS_USER=" + name, "NATS_PASSWORD=" + w.pw(name), "SPENDGATE_INBOX_PREFIX="}
 }
 
-// startServe is the README's serve line: the URL by flag, the replica's
+// startServe is docs/security.md's serve line: the URL by flag, the replica's
 // identity from env.
 func (w *walkthrough) startServe(env []string, scheme ...string) {
 	url := w.srv.url("nats")
@@ -209,7 +210,7 @@ func (w *walkthrough) cli(env []string, args ...string) string {
 	return r.stdout
 }
 
-// TestSecure_RolesWalkthrough runs the README's "Roles" steps with the
+// TestSecure_RolesWalkthrough runs docs/security.md's "Roles" steps with the
 // binary: `spendgate roles --account SPENDGATE` renders the layout, a real
 // nats-server loads it (passwords from its environment), the replica signs
 // with its own key and folds what its list trusts, and each command runs
@@ -257,7 +258,7 @@ func TestSecure_RolesWalkthrough(t *testing.T) {
 	require.Contains(t, strings.ToLower(r.stderr), "authorization")
 }
 
-// TestSecure_TenantsWalkthrough runs the README's "Roles", "Tenants" and
+// TestSecure_TenantsWalkthrough runs docs/security.md's "Roles", "Tenants" and
 // "TLS and mutual TLS" steps in order with the binary, from a clean
 // directory, with signing keys throughout. The roles example defines
 // org:sec; the tenant switch re-renders the roles with --tenant in the same
@@ -381,7 +382,7 @@ func TestSecure_TenantsWalkthrough(t *testing.T) {
 	require.Error(t, err, "acme created its own consumer")
 	nc.Close()
 
-	// Mutual TLS. The CA's files stand where the README expects them
+	// Mutual TLS. The CA's files stand where docs/security.md expects them
 	// (made here with crypto/x509).
 	ca := testcert.NewCA(t, w.dir, "spendgate")
 	require.NoError(t, os.Rename(ca.File, w.path("ca.pem")))
@@ -423,11 +424,11 @@ func TestSecure_TenantsWalkthrough(t *testing.T) {
 	require.Contains(t, out, "revisions signed by trusted keys")
 }
 
-// TestSecure_MoveLedgerIntoAccount runs the README's "Moving a ledger into
+// TestSecure_MoveLedgerIntoAccount runs docs/security.md's "Moving a ledger into
 // an account" with the binary: a deployment under the layout without
 // --account (the global account) defines and admits with signing keys;
 // `spendgate roles --tenant` then refuses, naming the move; with the server
-// and replica stopped, the README's block runs as printed (sh, in the
+// and replica stopped, docs/security.md's block runs as printed (sh, in the
 // directory of server.conf), and the server and replica started again in
 // account SPENDGATE find the budget, the reservation and the signatures
 // (audit check with the list passes), and the tenant layout renders. It
@@ -447,7 +448,7 @@ func TestSecure_MoveLedgerIntoAccount(t *testing.T) {
 
 	w.serve.stop(t)
 	w.srv.stop()
-	block := readmeShBlock(t, "### Moving a ledger into an account")
+	block := readmeShBlock(t, "## Moving a ledger into an account")
 	cmd := exec.Command("sh", "-c", block)
 	cmd.Dir = w.dir
 	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(binPath)+string(os.PathListSeparator)+os.Getenv("PATH"))

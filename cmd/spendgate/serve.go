@@ -62,7 +62,7 @@ func serve(args []string) int {
 	prefix := fs.String("prefix", streams.DefaultPrefix, "service subject prefix")
 	replicas := fs.Int("replicas", 0, "ledger stream replicas (default 1 embedded, 3 with --nats-url)")
 	lanes := fs.Int("lanes", streams.DefaultLanes, "commit lanes of a new ledger stream (fixed when the stream is created; must match an existing one)")
-	syncAlways := fs.Bool("sync-always", true, "embedded server: fsync every write before acknowledging it, so a power loss loses nothing acknowledged (false: fsync every 2 minutes, faster; see the README's durability section)")
+	syncAlways := fs.Bool("sync-always", true, "embedded server: fsync every write before acknowledging it, so a power loss loses nothing acknowledged (false: fsync every 2 minutes, faster; see docs/operator.md, Durability)")
 	defTTL := fs.Duration("default-ttl", 5*time.Minute, "reservation TTL when the request names none")
 	maxTTL := fs.Duration("max-ttl", 24*time.Hour, "largest TTL a request may ask for")
 	sweepEvery := fs.Duration("sweep-interval", sweep.DefaultInterval, "how often this replica releases expired reservations (each pass releases everything due, in group commits)")
@@ -265,7 +265,7 @@ func serve(args []string) int {
 	fmt.Fprintf(os.Stderr, "ready: clients connect to %s; try  spendgate budget list --nats-url %s  or  nats --server %s micro info %s\n",
 		shown, shown, shown, streams.ServiceName)
 	// SIGHUP reads the signing key and the trusted keys again (key
-	// rotation without a restart; see the README's Keys section).
+	// rotation without a restart; see docs/security.md, Keys).
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)

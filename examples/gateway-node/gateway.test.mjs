@@ -210,7 +210,7 @@ test('a disabled key is refused; an unknown one is the SDK\'s AuthenticationErro
     (err) => err instanceof OpenAI.AuthenticationError);
 });
 
-test('the README quick start: a call succeeds, the next is denied with a 429', async () => {
+test('the gateway quick start (docs/guide.md): a call succeeds, the next is denied with a 429', async () => {
   cli('pricing', 'put', '--model', 'gpt-4o-mini', '--input', '0.15', '--output', '0.60');
   const scope = `team:sdk-${run}-quick`;
   cli('budget', 'put', '--scope', scope, '--period', 'month', '--limit', '5.00', '--unit', 'USD');

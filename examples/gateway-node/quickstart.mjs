@@ -1,4 +1,4 @@
-// The README's quick start: the official OpenAI SDK, unmodified but for its
+// The gateway quick start (README.md, docs/gateway.md): the official OpenAI SDK, unmodified but for its
 // base URL and key, through spendgate gateway. The key's budget holds one
 // call a month, so the first call succeeds and the second is denied with a
 // 429 that names the budget.

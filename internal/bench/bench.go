@@ -117,7 +117,12 @@ expiry of 100,000; only when named), and restart (--restart-reservations
 reservations, default 1,000,000, written by 64 callers through the Go client
 to a replica that is a child process (spendgate serve --nats-url); then the
 time to the first admit and the replica's RSS after a SIGKILL (target < 5 s),
-after a graceful stop (target < 2 s) and with no snapshot; only when named).
+after a graceful stop (target < 2 s) and with no snapshot; only when named),
+and month (a synthetic month of --month-calls LLM calls, default 60,000, with
+heavy-tailed costs, replayed in memory through the backtest against a daily
+budget under maximum reservations and under a fixed slot: calls admitted,
+how many more than with the maximum, and the largest overrun; only when
+named).
 
 When redis-server is on PATH, every hot, spread and multi scenario also runs
 a Redis Lua baseline (one script reserving on one hash per budget, one
@@ -163,6 +168,10 @@ type Options struct {
 	// RestartReservations is the restart scenario's number of
 	// reservations (RestartDefault when 0).
 	RestartReservations int
+	// MonthCalls is the month scenario's number of calls
+	// (MonthDefaultCalls when 0); MonthSeed seeds its generator.
+	MonthCalls int
+	MonthSeed  uint64
 	// Redis also runs the Redis Lua baseline when redis-server is on
 	// PATH.
 	Redis bool
@@ -197,7 +206,7 @@ type Options struct {
 var DefaultScenarios = []string{"hot1", "hot16", "hot64", "spread64", "multi3"}
 
 // ScenarioNames are every scenario's name, mem and flood included.
-var ScenarioNames = []string{"hot1", "hot16", "hot64", "spread64", "multi3", "mem", "flood", "history", "gateway", "restart"}
+var ScenarioNames = []string{"hot1", "hot16", "hot64", "spread64", "multi3", "mem", "flood", "history", "gateway", "restart", "month"}
 
 // DefaultOptions returns the defaults of spendgate bench.
 func DefaultOptions() Options {
@@ -217,6 +226,7 @@ type config struct {
 	history   bool
 	gateway   bool // gateway.go
 	restart   bool // restart.go
+	month     bool // month.go
 }
 
 // Validate checks the options as Run does and returns the first problem,
@@ -304,6 +314,10 @@ func (o Options) resolve() (config, error) {
 			c.restart = true
 			continue
 		}
+		if name == "month" {
+			c.month = true
+			continue
+		}
 		found := false
 		for _, sc := range benchScenarios {
 			if sc.name == name {
@@ -340,7 +354,13 @@ func (o Options) resolve() (config, error) {
 	if c.restart && o.Self == "" {
 		return c, errors.New("the restart scenario runs its replica as a child process of the spendgate binary (Options.Self): run it as spendgate bench --scenarios restart")
 	}
-	if len(c.scenarios) == 0 && !c.mem && !c.flood && !c.history && !c.gateway && !c.restart {
+	if c.MonthCalls == 0 {
+		c.MonthCalls = MonthDefaultCalls
+	}
+	if c.MonthCalls < MonthDays*MonthBursts {
+		return c, fmt.Errorf("--month-calls must be at least %d", MonthDays*MonthBursts)
+	}
+	if len(c.scenarios) == 0 && !c.mem && !c.flood && !c.history && !c.gateway && !c.restart && !c.month {
 		return c, errors.New("--scenarios names no scenario")
 	}
 	return c, nil
@@ -355,6 +375,19 @@ func Run(ctx context.Context, opts Options, stdout, stderr io.Writer) error {
 	o, err := opts.resolve()
 	if err != nil {
 		return err
+	}
+	if o.month {
+		// In memory: no server, no replica.
+		res, err := Month(ctx, MonthOptions{Calls: o.MonthCalls, Seed: o.MonthSeed})
+		if err == nil {
+			err = WriteMonth(stdout, res, o.JSON)
+		}
+		if err != nil {
+			return fmt.Errorf("month: %w", err)
+		}
+		if len(o.scenarios) == 0 && !o.mem && !o.flood && !o.history && !o.gateway && !o.restart {
+			return nil
+		}
 	}
 	if o.history {
 		if err := runHistory(ctx, o, stdout, stderr); err != nil {

@@ -32,29 +32,24 @@
 // # Relay
 //
 // The feed is filled by a Relay, which may run in every replica (serve
-// --feed). A relay reads the ledger stream with an ordered consumer from the
-// revision of the last event in the feed, splits each revision into its
-// events and publishes each with Nats-Msg-Id set to its id and
+// --feed). A relay opens no consumer on the ledger: its replica's fold
+// hands it every revision the gate passed (ledger.Reader), so what the
+// replica skipped never reaches the feed, and every kind of event the
+// ledger records does. It splits each revision into its events and
+// appends each with Nats-Msg-Id set to its id and
 // Nats-Expected-Last-Sequence set to the feed's sequence of the previous
-// event. The expected sequence makes the append a compare-and-set on the
-// feed's end: an event can only follow its predecessor, so however many
-// relays run, each event is appended once and in order. Up to MaxInFlight
-// appends are pipelined: every relay splits the ledger into the same events
-// in the same order, so the message at a feed sequence is the same event
-// whoever appended it. A relay that loses
-// (another relay appended first) reads the feed's last message again and
-// resumes after it. The ledger keeps every revision, so a feed turned on
-// late, or a relay down for a while, back-fills from where the feed ends.
+// event: the append is a compare-and-set on the feed's end, so however
+// many relays run, each event is appended once and in order. Up to
+// MaxInFlight appends are pipelined: every relay hands the same verified
+// events in the same order, so the message at a feed sequence is the same
+// event whoever appended it. A relay that loses (another relay appended
+// first) finds the feed's end again and resumes after it.
 //
-// A relay relays exactly the revisions the replicas fold: it skips, and
-// logs, a revision whose signature its keys refuse (WithTrust) and one
-// that does not follow the last valid revision of its key (a replay, a
-// gap, a fork; see events.Chain). Deciding that needs every earlier
-// revision of the key, so a relay keeps each key's last valid revision
-// while it runs, and writes it every DefaultCheckpointEvery revisions as
-// a checkpoint in the ledger's snapshot bucket: a starting relay loads the
-// newest one at or before the feed's tail and decides only the revisions
-// after it, a start bounded by the lanes and budgets rather than the
-// history (with none, it folds the ledger from its first revision; see
-// checkpoint.go for who can write one and what is checked).
+// A relay signs what it appends and believes only what trusted keys
+// signed: where the feed stands is the last message a trusted key signed
+// (a forged message is skipped and counted), and when every message at
+// the feed's end aged out, a signed checkpoint in the ledger's snapshot
+// bucket (checkpoint.go). The ledger keeps every revision, so a feed
+// turned on late, or a relay down for a while, back-fills from where the
+// feed ends.
 package feed

@@ -531,7 +531,7 @@ func (r *Relay) readTail(ctx context.Context, s jetstream.Stream) (tail, error) 
 		r.seen(unsigned.Position())
 		return tail{feedSeq: st.LastSeq, last: unsigned.Position()}, nil
 	}
-	return tail{}, fmt.Errorf("feed: none of the feed's last %d messages is signed by a trusted key, and no checkpoint says where it stands: the relay appends nothing (see the README: a forged feed)", maxWalkBack)
+	return tail{}, fmt.Errorf("feed: none of the feed's last %d messages is signed by a trusted key, and no checkpoint says where it stands: the relay appends nothing (see docs/wire.md, how the relay keeps the feed)", maxWalkBack)
 }
 
 // seen records where the feed was last seen to stand.

@@ -237,14 +237,14 @@ func TestLedger_SkipsBadRevisions(t *testing.T) {
 }
 
 // TestLedger_KeyRotationUnderLoad: two replicas under continuous load
-// rotate from k1 to k2 as the README says (trust both everywhere, switch
+// rotate from k1 to k2 as docs/security.md says (trust both everywhere, switch
 // the signing key replica by replica, then retire k1 after the last
 // sequence it signed): no request fails, no revision is skipped, and the
 // audit with the final key set (k1 retired, k2) passes, as does a fresh
 // replica that trusts only that set. How we know it can fail: switching a
 // replica's signing key before the other trusts k2 makes the other skip
 // its revisions (Rejected > 0, then a fork between the two books, see the
-// README's rotation steps); retiring k1 before its last revision makes
+// docs/security.md's rotation steps); retiring k1 before its last revision makes
 // the audit report it as untrusted-key.
 func TestLedger_KeyRotationUnderLoad(t *testing.T) {
 	env := testenv.New(t)

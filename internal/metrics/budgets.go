@@ -22,7 +22,7 @@ const DefaultBudgetLimit = 100
 // (events.Money.String()).
 type BudgetSample struct {
 	Scope  string // "kind:id", with the tenant when there is one
-	Period string // month, week, day, lifetime
+	Period string // month, week, day, hour, minute, lifetime
 	Unit   string
 	Open   int
 	// Spent, Reserved and Limit are the budget's exact amounts in Unit.

@@ -104,7 +104,7 @@ func someBudgets() []BudgetSample {
 }
 
 // TestSet_Families pins every family spendgate had before it moved onto the
-// Prometheus client, with its type and labels (the README's metrics table),
+// Prometheus client, with its type and labels (the metrics table of docs/operator.md),
 // plus the per-budget gauges added with it and the Go runtime's and the
 // process' own.
 func TestSet_Families(t *testing.T) {
@@ -418,14 +418,14 @@ func TestNew_OwnRegistry(t *testing.T) {
 	require.False(t, slices.ContainsFunc(names, func(n string) bool { return strings.HasPrefix(n, "spendgate_") }), names)
 }
 
-// TestReadme_AlertingRules checks the README's alerting rules: every
+// TestReadme_AlertingRules checks the alerting rules of docs/operator.md: every
 // spendgate_ metric they name exists (the gateway's are in
 // internal/gateway), and promtool accepts the file when it is installed.
 func TestReadme_AlertingRules(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/operator.md")
 	require.NoError(t, err)
 	_, rest, ok := strings.Cut(string(readme), "```yaml\ngroups:\n- name: spendgate\n")
-	require.True(t, ok, "the README's alerting rules")
+	require.True(t, ok, "the alerting rules of docs/operator.md")
 	rules, _, ok := strings.Cut(rest, "```")
 	require.True(t, ok)
 	rules = "groups:\n- name: spendgate\n" + rules

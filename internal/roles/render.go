@@ -264,7 +264,7 @@ const needsAccountHelp = `: tenants need the accounts form, and JetStream data d
   - A new deployment, or replicas that already run in an account: pass --account with that account (--account ` + DefaultAccount + ` for a new one).
   - Replicas under a layout rendered without --account run in the server's global account ($G), and their ledger is
     there: a layout with --account would leave it behind, and the replicas would start on an empty ledger. Move it
-    first, with the server and every replica stopped (README, Securing spendgate: Moving a ledger into an account),
+    first, with the server and every replica stopped (docs/security.md, Moving a ledger into an account),
     then render with --account ` + DefaultAccount
 
 // Render is what `spendgate roles` prints for layout l: every role with its

@@ -70,7 +70,7 @@ func TestConfig(t *testing.T) {
 // TestConfig_TenantsNeedAnAccount: tenants without the replicas' account
 // are refused, saying what to do, because the earlier default put the
 // replicas' users in the global account ($G) and a tenant layout moved them
-// into account SPENDGATE, leaving their ledger behind: after the README's
+// into account SPENDGATE, leaving their ledger behind: after docs/security.md's
 // restart the budgets were gone, with no warning. It fails on main, where
 // Config(l, "", "acme") rendered the accounts form.
 func TestConfig_TenantsNeedAnAccount(t *testing.T) {

@@ -30,7 +30,7 @@ import (
 const failoverRecoveryBound = 5 * time.Second
 
 // hardFailoverClient is the Go client's retry budget for a hard failover,
-// as the README sizes it: 6 attempts of 2 s ride through raft's election
+// as docs/operator.md sizes it: 6 attempts of 2 s ride through raft's election
 // timeout (up to about 9 s) and the first commit after it.
 var hardFailoverClient = []client.Option{client.WithTimeout(2 * time.Second), client.WithRetries(6)}
 
@@ -215,7 +215,7 @@ func failover(t *testing.T, c foCluster) {
 			}
 		}()
 	}
-	// One more caller uses the Go client, sized as the README says: its
+	// One more caller uses the Go client, sized as docs/operator.md says: its
 	// defaults (DefaultTimeout × DefaultAttempts) for a graceful change,
 	// hardFailoverClient for a hard one. It must never fail closed.
 	var goOpts []client.Option

@@ -219,7 +219,7 @@ func TestDecode_TypeErrorsNameTheField(t *testing.T) {
 		{streams.EndpointRelease, `{"reservation_id":{}}`, `reservation_id must be a string (the reservation_id an admit returned), got an object`},
 		{streams.EndpointBudgetPut, `{"scope":"org:acme","period":"month","limit":5,"unit":"USD"}`, `limit must be a decimal string like "0.05", got a number`},
 		{streams.EndpointBudgetPut, `{"scope":1,"period":"month","limit":"5","unit":"USD"}`, `scope must be a scope string like "org:acme", got a number`},
-		{streams.EndpointBudgetGet, `{"scope":"org:acme","period":30}`, `period must be one of the strings "month", "week", "day" or "lifetime", got a number`},
+		{streams.EndpointBudgetGet, `{"scope":"org:acme","period":30}`, `period must be one of the strings "month", "week", "day", "hour", "minute" or "lifetime", got a number`},
 		{streams.EndpointBudgetList, `{"kind":false}`, `kind must be a scope kind string like "org", got a boolean`},
 		{streams.EndpointAdmit, `{"request_id":"r","scopes":["org:acme"],"amount":}`, `request body is not valid JSON (at byte 50): invalid character '}' looking for beginning of value`},
 	} {

@@ -73,3 +73,71 @@ func DecodeAdmitDenied(data []byte) (AdmitDenied, error) {
 	}
 	return d, nil
 }
+
+// TypeAdmitChecked is the type of AdmitChecked.
+const TypeAdmitChecked Type = "admit.checked.v1"
+
+// AdmitChecked is one admit a replica answered without reserving: mode
+// ModeCheck or ModeShadow (shadow or evaluation traffic). Like a denial it
+// writes nothing to the ledger, so the replica records it on the denial
+// stream (the same subjects, streams.CheckMsgID), where reports read it:
+// the decision the budgets would have made, apart from real spend. Admitted
+// tells which; Amount is what it would have reserved (admitted) or asked
+// (denied), in Unit; Denial is set when it would have been denied (its
+// reason and blocking budget). Tenant, RequestID, Scopes, Model and
+// Metadata are as that tenant sent them; Replica names the replica.
+type AdmitChecked struct {
+	Type      Type              `json:"type"`
+	At        time.Time         `json:"at"`
+	Replica   string            `json:"replica"`
+	Tenant    string            `json:"tenant,omitempty"`
+	Mode      string            `json:"mode"`
+	RequestID string            `json:"request_id"`
+	Scopes    []string          `json:"scopes"`
+	Admitted  bool              `json:"admitted"`
+	Amount    string            `json:"amount,omitempty"`
+	Model     string            `json:"model,omitempty"`
+	Unit      string            `json:"unit,omitempty"`
+	Metadata  map[string]string `json:"metadata,omitempty"`
+	Denial    *Denial           `json:"denial,omitempty"`
+}
+
+// EventType returns TypeAdmitChecked.
+func (AdmitChecked) EventType() Type { return TypeAdmitChecked }
+
+// Reason is the reason it would have been denied ("" when admitted).
+func (c AdmitChecked) Reason() Code {
+	if c.Denial == nil {
+		return ""
+	}
+	return c.Denial.Reason
+}
+
+// EncodeAdmitChecked encodes c with its Type set.
+func EncodeAdmitChecked(c AdmitChecked) ([]byte, error) {
+	c.Type = TypeAdmitChecked
+	c.At = c.At.UTC()
+	return json.Marshal(c)
+}
+
+// DecodeAdmitChecked decodes a check record strictly (unknown fields, a
+// type other than TypeAdmitChecked and a mode other than ModeCheck or
+// ModeShadow are refused). Errors: CodeInvalidRequest.
+func DecodeAdmitChecked(data []byte) (AdmitChecked, error) {
+	var c AdmitChecked
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return AdmitChecked{}, Errorf(CodeInvalidRequest, "check record: %v", err)
+	}
+	if dec.More() {
+		return AdmitChecked{}, Errorf(CodeInvalidRequest, "check record: trailing data")
+	}
+	if c.Type != TypeAdmitChecked {
+		return AdmitChecked{}, Errorf(CodeInvalidRequest, "check record: type %q, want %q", c.Type, TypeAdmitChecked)
+	}
+	if c.Mode != ModeCheck && c.Mode != ModeShadow {
+		return AdmitChecked{}, Errorf(CodeInvalidRequest, "check record: mode %q, want %q or %q", c.Mode, ModeCheck, ModeShadow)
+	}
+	return c, nil
+}

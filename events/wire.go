@@ -423,6 +423,9 @@ type ReportRequest struct {
 	// bucket, ReportBucket); either may be empty for an open bound.
 	From string `json:"from,omitempty"`
 	To   string `json:"to,omitempty"`
+	// Shadow asks for the check and shadow decisions too
+	// (ReportReply.Shadow), apart from the spend.
+	Shadow bool `json:"shadow,omitempty"`
 }
 
 // ReportBucket is the width of a report's time buckets: From and To of a
@@ -466,6 +469,28 @@ type ReportReply struct {
 	// Position is the ledger stream sequence the report is exact at.
 	Position uint64        `json:"position"`
 	Groups   []ReportGroup `json:"groups"`
+	// Shadow are the check and shadow decisions (admits in mode check or
+	// shadow, which reserve nothing) in the same range and grouping, apart
+	// from the spend in Groups, when the request asked for them
+	// (ReportRequest.Shadow); omitted when there were none.
+	Shadow []ShadowGroup `json:"shadow,omitempty"`
+}
+
+// ShadowGroup is one group of a report's check and shadow decisions: those
+// of one group value (Value, Other as in ReportGroup), Mode ("check" or
+// "shadow") and Unit. Admitted and Denied count the answers; Amount sums
+// what the admitted would have reserved, Asked what the denied asked;
+// Reasons counts the denied by reason.
+type ShadowGroup struct {
+	Value    string         `json:"value"`
+	Other    bool           `json:"other,omitempty"`
+	Mode     string         `json:"mode"`
+	Unit     string         `json:"unit"`
+	Admitted int64          `json:"admitted"`
+	Denied   int64          `json:"denied"`
+	Amount   string         `json:"amount"`
+	Asked    string         `json:"asked"`
+	Reasons  map[Code]int64 `json:"reasons,omitempty"`
 }
 
 // ErrorReply is the body of every failed request.
@@ -553,6 +578,7 @@ var fieldWants = map[string]string{
 	"by":                  `a string: "scope" or a metadata key like "model"`,
 	"from":                `an RFC 3339 time string on a whole hour like "2026-12-01T00:00:00Z"`,
 	"to":                  `an RFC 3339 time string on a whole hour like "2026-12-02T00:00:00Z"`,
+	"shadow":              `true or false`,
 }
 
 // decodeMessage describes a decoding error of a request body in the API's

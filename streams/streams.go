@@ -989,6 +989,15 @@ func DenialMsgID(replica, tenant, requestID string) string {
 	return "denial/" + replica + "/" + tenant + "/" + requestID
 }
 
+// CheckMsgID is the Nats-Msg-Id of replica's record of a check or shadow
+// answer (events.AdmitChecked) of tenant's requestID in mode, answered at
+// at: a check is not remembered, so two checks of one request id are two
+// records; the id only keeps a retried publish of one record from being
+// stored twice.
+func CheckMsgID(replica, tenant, mode, requestID string, at time.Time) string {
+	return "check/" + replica + "/" + tenant + "/" + mode + "/" + requestID + "/" + strconv.FormatInt(at.UnixNano(), 10)
+}
+
 // DenialStreamConfig is the denial stream's configuration: each record
 // kept maxAge (0: DefaultDenialMaxAge), at most maxBytes in all, the
 // oldest discarded first (0: DefaultDenialMaxBytes; negative: no bound),

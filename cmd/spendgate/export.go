@@ -9,7 +9,7 @@ import (
 
 var auditExportCommand = command{
 	name:     "spendgate audit export",
-	synopsis: "[--from RFC3339] [--to RFC3339] [--scope KIND:ID ...] [--tenant NAME] [--format csv|jsonl] [--totals FILE] [--nats-url URL] [--bucket NAME]",
+	synopsis: "[--from RFC3339] [--to RFC3339] [--scope KIND:ID ...] [--tenant NAME] [--format csv|jsonl] [--totals FILE] [--shadow] [--nats-url URL] [--bucket NAME]",
 	about: `Writes one row per reservation on standard output: its request id, scopes,
 balances, unit, reserved amount, opened / expires / settled / released /
 expired times, status, actual, overrun, late, release reason and every
@@ -28,6 +28,15 @@ UTC times, an empty cell for what did not happen; a cell starting with = + -
 a formula. The metadata columns are the union of the keys of the selected
 reservations: a first, cheap pass over the book collects them.
 --totals FILE writes the totals per unit (CSV, or JSONL with --format jsonl).
+
+--shadow writes the check and shadow decisions instead (admits with "mode":
+"check" or "shadow", which reserve nothing and are not in the book: the
+replicas record them on the denial stream, kept 31 days by default), one
+row per decision in the order they were recorded: at, replica, tenant,
+mode, request_id, result (admitted or denied), reason, blocked_by, scopes,
+amount, unit, model and one "metadata.KEY" column per key (JSONL: each
+record as the replica wrote it, admit.checked.v1). --from/--to select by
+the decision's time, --scope and --tenant as for reservations.
 Exit status 1 on any error, a failed write included: a file that ends early
 is never reported as complete.`,
 }
@@ -40,6 +49,7 @@ func auditExport(args []string) int {
 	r.register(fs)
 	format := fs.String("format", "csv", "csv or jsonl")
 	totals := fs.String("totals", "", "also write the totals per unit to this file")
+	shadow := fs.Bool("shadow", false, "write the check and shadow decisions instead of the reservations")
 	if code, ok := cmd.parse(fs, args); !ok {
 		return code
 	}
@@ -50,6 +60,9 @@ func auditExport(args []string) int {
 	if *format != "csv" && *format != "jsonl" {
 		return cmd.usageError(fs, fmt.Sprintf("--format %q: want csv or jsonl", *format))
 	}
+	if *shadow && *totals != "" {
+		return cmd.usageError(fs, "--totals is for reservations: not with --shadow")
+	}
 	if _, err := r.verify.keys(); err != nil {
 		return cmd.usageError(fs, err.Error())
 	}
@@ -59,6 +72,18 @@ func auditExport(args []string) int {
 		return exitError
 	}
 	defer done()
+	if *shadow {
+		if *format == "csv" {
+			_, err = p.ExportShadowCSV(ctx, os.Stdout, f)
+		} else {
+			_, err = p.ExportShadowJSONL(ctx, os.Stdout, f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "spendgate: audit export: the export is incomplete:", err)
+			return exitError
+		}
+		return exitOK
+	}
 	var tot report.Totals
 	if *format == "csv" {
 		tot, err = p.ExportCSV(ctx, os.Stdout, f)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -16,7 +17,7 @@ import (
 
 var reportCommand = command{
 	name:     "spendgate report",
-	synopsis: "--by scope|KEY [--period YYYY-MM|YYYY-Www|YYYY-MM-DD | --from RFC3339 --to RFC3339] [--tenant NAME] [--format table|csv] [--replay [--scope KIND:ID ...] [--bucket NAME]] [--nats-url URL]",
+	synopsis: "--by scope|KEY [--period YYYY-MM|YYYY-Www|YYYY-MM-DD | --from RFC3339 --to RFC3339] [--tenant NAME] [--format table|csv] [--shadow] [--replay [--scope KIND:ID ...] [--bucket NAME]] [--nats-url URL]",
 	about: `Sums the reservations opened in [--from, --to) (or in the UTC month, week or day
 --period names) by scope or by the value of a metadata key (--by model,
 --by user, ...; --by metadata.KEY names a key called "scope"), one line per
@@ -36,8 +37,18 @@ replays the book of record instead (any --from/--to, --scope, no limits;
 memory follows the open reservations and the number of groups): the same
 numbers, for auditors to cross-check.
 
+Check and shadow decisions (admits with "mode": "check" or "shadow", which
+reserve nothing) are reported apart from the spend: the table ends with
+them, grouped the same way, by mode and unit (would admit, would deny,
+amount they would have reserved, amount the denied asked, the denied per
+reason); --shadow prints only them (and is the way to get them as CSV).
+They come from the same records as denials.
+
 ` + reportDenialsNote,
 }
+
+// shadowColumns follow the group column of a report's shadow decisions.
+var shadowColumns = []string{"mode", "unit", "admitted", "denied", "amount", "asked", "reasons"}
 
 // reportDenialsNote says where a report's denial counts come from.
 const reportDenialsNote = `Denials come from the denial records each replica keeps (stream
@@ -56,6 +67,7 @@ func reportCmd(args []string) int {
 	by := fs.String("by", "", `group by "scope" or by a metadata key (model, user, ...; metadata.KEY for any key)`)
 	format := fs.String("format", "table", "table or csv")
 	replay := fs.Bool("replay", false, "replay the book of record instead of asking a replica")
+	shadow := fs.Bool("shadow", false, "print the check and shadow decisions (not spend) only")
 	period := fs.String("period", "", "a UTC month (2026-11), ISO week (2026-W49) or day (2026-11-30): --from and --to for you")
 	if code, ok := cmd.parse(fs, args); !ok {
 		return code
@@ -120,7 +132,7 @@ func reportCmd(args []string) int {
 		if r.tenant != "" {
 			endpoint = streams.TenantToken + "." + r.tenant + "." + streams.EndpointReport
 		}
-		if code := r.client.fetch(endpoint, events.ReportRequest{By: *by, From: r.from, To: r.to}, &reply); code != 0 {
+		if code := r.client.fetch(endpoint, events.ReportRequest{By: *by, From: r.from, To: r.to, Shadow: true}, &reply); code != 0 {
 			return code
 		}
 		if r.tenant != "" && group == report.ByScope {
@@ -130,6 +142,11 @@ func reportCmd(args []string) int {
 					reply.Groups[i].Value = string(events.TenantScope(r.tenant, events.Scope(reply.Groups[i].Value)))
 				}
 			}
+			for i := range reply.Shadow {
+				if !reply.Shadow[i].Other {
+					reply.Shadow[i].Value = string(events.TenantScope(r.tenant, events.Scope(reply.Shadow[i].Value)))
+				}
+			}
 		}
 		if rep, err = reportOf(group, f, reply); err != nil {
 			fmt.Fprintln(os.Stderr, "spendgate: report:", err)
@@ -137,10 +154,21 @@ func reportCmd(args []string) int {
 		}
 	}
 	name := strings.TrimPrefix(*by, report.MetadataColumnPrefix)
-	if *format == "csv" {
+	switch {
+	case *shadow && *format == "csv":
+		err = writeShadowCSV(os.Stdout, name, rep)
+	case *shadow:
+		err = writeShadowTable(os.Stdout, name, r, rep)
+	case *format == "csv":
 		err = writeReportCSV(os.Stdout, name, rep)
-	} else {
+	default:
 		err = writeReportTable(os.Stdout, name, r, rep)
+		if err == nil && len(rep.Shadow) > 0 {
+			_, err = fmt.Fprintln(os.Stdout)
+			if err == nil {
+				err = writeShadowTable(os.Stdout, name, r, rep)
+			}
+		}
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "spendgate: report: the report is incomplete:", err)
@@ -186,7 +214,65 @@ func reportOf(by report.GroupBy, f report.Filter, reply events.ReportReply) (*re
 		}
 		rep.Groups = append(rep.Groups, sg)
 	}
+	for _, g := range reply.Shadow {
+		sg := report.ShadowGroup{Value: g.Value, Other: g.Other, Mode: g.Mode, Unit: g.Unit, Admitted: g.Admitted, Denied: g.Denied, Reasons: g.Reasons}
+		if g.Other {
+			sg.Value = otherValue
+		}
+		for _, m := range []struct {
+			to *events.Money
+			s  string
+		}{{&sg.Amount, g.Amount}, {&sg.Asked, g.Asked}} {
+			v, err := events.ParseMoney(m.s)
+			if err != nil {
+				return nil, fmt.Errorf("the reply holds %q: %w", m.s, err)
+			}
+			*m.to = v
+		}
+		rep.Shadow = append(rep.Shadow, sg)
+	}
 	return rep, nil
+}
+
+// shadowCells are one shadow group's cells after its value; reasons are
+// "reason=count" pairs, sorted, space-separated.
+func shadowCells(g report.ShadowGroup) []string {
+	reasons := make([]string, 0, len(g.Reasons))
+	for r, n := range g.Reasons {
+		reasons = append(reasons, string(r)+"="+itoa(n))
+	}
+	slices.Sort(reasons)
+	return []string{g.Mode, g.Unit, itoa(g.Admitted), itoa(g.Denied), g.Amount.String(), g.Asked.String(), strings.Join(reasons, " ")}
+}
+
+// writeShadowCSV writes rep's shadow decisions as CSV with a header.
+func writeShadowCSV(out io.Writer, name string, rep *report.SpendReport) error {
+	return writeCSV(out, append([]string{name}, shadowColumns...), shadowRows(rep))
+}
+
+// shadowRows are rep's shadow groups as rows, the group value first.
+func shadowRows(rep *report.SpendReport) [][]string {
+	rows := make([][]string, 0, len(rep.Shadow))
+	for _, g := range rep.Shadow {
+		rows = append(rows, append([]string{g.Value}, shadowCells(g)...))
+	}
+	return rows
+}
+
+// writeShadowTable writes rep's shadow decisions as an aligned table
+// under a header that says they are not spend.
+func writeShadowTable(out io.Writer, name string, r replayFlags, rep *report.SpendReport) error {
+	from, to := r.from, r.to
+	if from == "" {
+		from = "the start"
+	}
+	if to == "" {
+		to = "now"
+	}
+	if _, err := fmt.Fprintf(out, "# check and shadow decisions by %s from %s to %s: answers that reserved nothing, not spend\n", name, from, to); err != nil {
+		return err
+	}
+	return writeTable(out, name, shadowColumns, shadowRows(rep))
 }
 
 // reportCells are one group's cells after its value.
@@ -200,12 +286,18 @@ func itoa(n int64) string { return fmt.Sprint(n) }
 // writeReportCSV writes rep as CSV with a header; the group column is
 // named after --by. Cells go through report.SafeCell.
 func writeReportCSV(out io.Writer, name string, rep *report.SpendReport) error {
-	w := csv.NewWriter(out)
-	if err := w.Write(append([]string{report.SafeCell(name)}, reportColumns...)); err != nil {
-		return err
-	}
+	rows := make([][]string, 0, len(rep.Groups))
 	for _, g := range rep.Groups {
-		rec := append([]string{g.Value}, reportCells(g)...)
+		rows = append(rows, append([]string{g.Value}, reportCells(g)...))
+	}
+	return writeCSV(out, append([]string{name}, reportColumns...), rows)
+}
+
+// writeCSV writes a header and rows as CSV, every cell through
+// report.SafeCell.
+func writeCSV(out io.Writer, header []string, rows [][]string) error {
+	w := csv.NewWriter(out)
+	for _, rec := range append([][]string{header}, rows...) {
 		for i := range rec {
 			rec[i] = report.SafeCell(rec[i])
 		}
@@ -235,17 +327,27 @@ func writeReportTable(out io.Writer, name string, r replayFlags, rep *report.Spe
 		name, in, from, to, rep.Position, strings.ReplaceAll(reportDenialsNote, "\n", "\n# ")); err != nil {
 		return err
 	}
-	head := append([]string{strings.ToUpper(name)}, reportColumns...)
+	rows := make([][]string, 0, len(rep.Groups))
+	for _, g := range rep.Groups {
+		rows = append(rows, append([]string{g.Value}, reportCells(g)...))
+	}
+	return writeTable(out, name, reportColumns, rows)
+}
+
+// writeTable writes rows under an upper-case header (the group column
+// named after --by, then columns) as an aligned table; an empty group
+// value shows as (none).
+func writeTable(out io.Writer, name string, columns []string, rows [][]string) error {
+	head := append([]string{name}, columns...)
 	for i := range head {
 		head[i] = strings.ToUpper(head[i])
 	}
 	table := [][]string{head}
-	for _, g := range rep.Groups {
-		v := g.Value
-		if v == "" {
-			v = "(none)"
+	for _, row := range rows {
+		if row[0] == "" {
+			row[0] = "(none)"
 		}
-		table = append(table, append([]string{v}, reportCells(g)...))
+		table = append(table, row)
 	}
 	return writeAligned(out, table)
 }

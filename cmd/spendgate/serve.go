@@ -72,7 +72,7 @@ func serve(args []string) int {
 	feedOn := fs.Bool("feed", false, "relay every ledger event to the live event feed (stream <bucket>_feed, subjects <prefix>feed.v1.>); off by default: it stores each event a second time, and turning it on later back-fills from the ledger's start")
 	feedMaxAge := fs.Duration("feed-max-age", streams.DefaultFeedMaxAge, "with --feed: how long the feed keeps each message, so how long a consumer may be away and resume without missing an event (0: keep every message; give every relaying replica the same value)")
 	reportsOn := fs.Bool("reports", true, "keep the spend report (the report endpoint, spendgate report): sums per hour, scope and metadata value, kept as the ledger folds and saved in its own snapshots in the snapshot bucket; false answers report_unavailable")
-	denialsOn := fs.Bool("denial-records", true, "record every admit this replica denies on the denial stream (<bucket>_denials, subjects <prefix>denial.v1.>), off the request path, so spend reports count denials; false records none")
+	denialsOn := fs.Bool("denial-records", true, "record every admit this replica denies on the denial stream (<bucket>_denials, subjects <prefix>denial.v1.>), off the request path, and every check or shadow answer, so spend reports count denials and shadow decisions; false records none")
 	denialMaxAge := fs.Duration("denial-max-age", streams.DefaultDenialMaxAge, "how long the denial stream keeps a denial record, so how far back reports count denials (give every replica the same value)")
 	snapRevisions := fs.Uint64("snapshot-revisions", ledger.DefaultSnapshotRevisions, "write a snapshot of the book once the stream has moved this many revisions past the newest one (0: never; spendgate snapshot writes one on demand)")
 	snapInterval := fs.Duration("snapshot-interval", ledger.DefaultSnapshotInterval, "write a snapshot this long after the newest one if the stream moved")
@@ -255,7 +255,8 @@ func serve(args []string) int {
 		opsSrv.AddCheck("ledger_stream", r.Health.Check)
 		// The spend dashboard, read-only, on the operator listener.
 		host, _ := os.Hostname()
-		dash, err := dashboard.New(dashboard.Config{Book: r.Ledger, Series: r.Series, Denials: r.Service.RecentDenials, Replica: host, Log: log})
+		dash, err := dashboard.New(dashboard.Config{Book: r.Ledger, Series: r.Series, Denials: r.Service.RecentDenials,
+			Shadow: dashboard.ShadowOf(r.Reports), Replica: host, Log: log})
 		if err != nil {
 			log.Error("dashboard", "err", err)
 			_ = r.Stop()

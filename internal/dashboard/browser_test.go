@@ -50,49 +50,7 @@ func TestDashboard_Browser(t *testing.T) {
 		return b.Ready
 	})
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium),
-		chromedp.Flag("headless", true),
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.Flag("disable-quic", true),
-		chromedp.NoFirstRun,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1360, 1250),
-	)
-	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelA()
-	ctx, cancelB := chromedp.NewContext(actx)
-	defer cancelB()
-	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
-	defer cancelT()
-
-	var mu sync.Mutex
-	var problems []string
-	chromedp.ListenTarget(ctx, func(ev any) {
-		mu.Lock()
-		defer mu.Unlock()
-		switch e := ev.(type) {
-		case *runtime.EventConsoleAPICalled:
-			if e.Type == runtime.APITypeError || e.Type == runtime.APITypeWarning || e.Type == runtime.APITypeAssert {
-				var args []string
-				for _, a := range e.Args {
-					args = append(args, string(a.Value)+a.Description)
-				}
-				problems = append(problems, fmt.Sprintf("console.%s: %s", e.Type, strings.Join(args, " ")))
-			}
-		case *runtime.EventExceptionThrown:
-			problems = append(problems, "exception: "+e.ExceptionDetails.Error())
-		case *cdplog.EventEntryAdded:
-			if e.Entry.Level == cdplog.LevelError || e.Entry.Level == cdplog.LevelWarning {
-				problems = append(problems, fmt.Sprintf("log %s: %s %s", e.Entry.Level, e.Entry.Text, e.Entry.URL))
-			}
-		}
-	})
-
+	ctx, problems := browser(t, 1360, 1250)
 	type row struct {
 		Scope    string `json:"scope"`
 		Used     int    `json:"used"`
@@ -114,6 +72,7 @@ func TestDashboard_Browser(t *testing.T) {
 	var initial, byScope, utilAsc, filtered []row
 	var spentPath, forecastPath, forecastText string
 	var denials int
+	var shadow [][]string
 	var counts []string
 	var png []byte
 	require.NoError(t, chromedp.Run(ctx,
@@ -127,6 +86,8 @@ func TestDashboard_Browser(t *testing.T) {
 		chromedp.AttributeValue(`#forecast-line`, "d", &forecastPath, nil),
 		chromedp.Text(`#forecast`, &forecastText),
 		chromedp.Evaluate(`document.querySelectorAll('#denials tbody tr').length`, &denials),
+		chromedp.WaitVisible(`#shadow tbody tr`),
+		chromedp.Evaluate(`Array.from(document.querySelectorAll('#shadow tbody tr')).map(tr => Array.from(tr.cells).map(td => td.textContent))`, &shadow),
 		chromedp.Evaluate(`["c-budgets", "c-near", "c-over"].map(id => document.getElementById(id).textContent)`, &counts),
 		chromedp.FullScreenshot(&png, 100),
 		chromedp.Click(`th[data-key="scope"]`),
@@ -154,9 +115,73 @@ func TestDashboard_Browser(t *testing.T) {
 	require.True(t, strings.HasPrefix(spentPath, "M "), spentPath)
 	require.NotEmpty(t, forecastPath, "acme burns fast: a forecast line")
 	require.Contains(t, forecastText, "runs out")
-	require.Equal(t, 1, denials)
+	require.Equal(t, 1, denials, "the real denial; the shadow one is not a denial")
+	require.Equal(t, [][]string{{"user:bob", "shadow", "0", "1", "limit_reached 1", "0.00USD", "12.00USD"}}, shadow,
+		"the shadow decision, apart from denials and spend")
 	require.Equal(t, []string{"4", "1", "0"}, counts, "budgets, near the limit, over it")
-	mu.Lock()
-	defer mu.Unlock()
-	require.Empty(t, problems, "console errors")
+	require.Empty(t, problems(), "console errors")
+}
+
+// browser starts a headless Chromium of width x height (skipping t when
+// there is none) and returns its context, and what it reported as
+// console errors, warnings, exceptions and failed loads so far.
+func browser(t *testing.T, width, height int) (context.Context, func() []string) {
+	t.Helper()
+	if _, err := os.Stat(chromium); err != nil {
+		t.Skipf("skipped: no Chromium at %s (install the Debian package: apt-get install -y chromium; .ci/run does)", chromium)
+	}
+	// Chromium's profile: removed once the browser is gone (its helper
+	// processes may still write to it for a moment after it exits).
+	profile, err := os.MkdirTemp("", "spendgate-chromium-")
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		testenv.WaitFor(t, 20*time.Second, "Chromium's profile to be removed", func() bool { return os.RemoveAll(profile) == nil })
+	})
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium),
+		chromedp.Flag("headless", true),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true),
+		chromedp.NoFirstRun,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(profile),
+		chromedp.WindowSize(width, height),
+	)
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelA)
+	ctx, cancelB := chromedp.NewContext(actx)
+	t.Cleanup(cancelB)
+	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
+	t.Cleanup(cancelT)
+
+	var mu sync.Mutex
+	var problems []string
+	chromedp.ListenTarget(ctx, func(ev any) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch e := ev.(type) {
+		case *runtime.EventConsoleAPICalled:
+			if e.Type == runtime.APITypeError || e.Type == runtime.APITypeWarning || e.Type == runtime.APITypeAssert {
+				var args []string
+				for _, a := range e.Args {
+					args = append(args, string(a.Value)+a.Description)
+				}
+				problems = append(problems, fmt.Sprintf("console.%s: %s", e.Type, strings.Join(args, " ")))
+			}
+		case *runtime.EventExceptionThrown:
+			problems = append(problems, "exception: "+e.ExceptionDetails.Error())
+		case *cdplog.EventEntryAdded:
+			if e.Entry.Level == cdplog.LevelError || e.Entry.Level == cdplog.LevelWarning {
+				problems = append(problems, fmt.Sprintf("log %s: %s %s", e.Entry.Level, e.Entry.Text, e.Entry.URL))
+			}
+		}
+	})
+	return ctx, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), problems...)
+	}
 }

@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"context"
 	"embed"
 	"encoding/base64"
 	"encoding/json"
@@ -44,6 +45,10 @@ type Config struct {
 	// Denials returns the replica's recent denials, newest first
 	// (the replica's recent denials, newest first); nil shows none.
 	Denials func() []events.AdmitDenied
+	// Shadow returns the check and shadow decisions f selects, grouped by
+	// scope (the replica's report aggregate: report.Aggregator.Report's
+	// Shadow); nil shows none.
+	Shadow func(ctx context.Context, f report.Filter) ([]report.ShadowGroup, error)
 	// Replica names this replica on the page (denials are per replica).
 	Replica string
 	// Now is the clock; default time.Now.
@@ -87,6 +92,7 @@ func New(cfg Config) (*Dashboard, error) {
 	d.mux.HandleFunc("GET "+Path+"api/budgets", d.budgets)
 	d.mux.HandleFunc("GET "+Path+"api/series", d.seriesOf)
 	d.mux.HandleFunc("GET "+Path+"api/denials", d.denials)
+	d.mux.HandleFunc("GET "+Path+"api/shadow", d.shadow)
 	return d, nil
 }
 
@@ -190,10 +196,11 @@ func decodeCursor(s string) (budgetCursor, error) {
 // rows are the budgets of tenant (all of them if all) at now.
 func (d *Dashboard) rows(now time.Time, tenant string, all bool) []BudgetRow {
 	budgets := d.cfg.Book.Budgets()
+	denied := d.deniedAt()
 	out := make([]BudgetRow, 0, len(budgets))
 	for _, b := range budgets {
 		if all || b.Ref.Scope.Tenant() == tenant {
-			out = append(out, d.row(b, now))
+			out = append(out, d.row(b, now, denied))
 		}
 	}
 	// The nearest to the limit first.
@@ -209,9 +216,33 @@ func (d *Dashboard) rows(now time.Time, tenant string, all bool) []BudgetRow {
 	return out
 }
 
+// instanceRef is a budget's balance in one instance, whatever its unit.
+type instanceRef struct {
+	budget   events.BudgetRef
+	instance string
+}
+
+// deniedAt maps each budget instance to its latest limit_reached denial
+// among the recent denials (Config.Denials).
+func (d *Dashboard) deniedAt() map[instanceRef]*events.AdmitDenied {
+	out := map[instanceRef]*events.AdmitDenied{}
+	for _, x := range d.cfg.Denials() {
+		n := x.Denial
+		if n.Reason != events.ReasonLimitReached || n.Scope == "" {
+			continue
+		}
+		k := instanceRef{events.BudgetRef{Scope: events.TenantScope(x.Tenant, n.Scope.Local()), Period: n.Period}, n.Instance}
+		if prev := out[k]; prev == nil || x.At.After(prev.At) {
+			out[k] = &x
+		}
+	}
+	return out
+}
+
 // row is budget b in its period instance at now, in the budget's zone
-// (the ledger's instance: the one its admits reserve in).
-func (d *Dashboard) row(b ledger.Budget, now time.Time) BudgetRow {
+// (the ledger's instance: the one its admits reserve in); denied is
+// deniedAt's.
+func (d *Dashboard) row(b ledger.Budget, now time.Time, denied map[instanceRef]*events.AdmitDenied) BudgetRow {
 	cal := events.CalendarOf(b.Ref.Period, b.Loc)
 	inst := cal.Instance(now)
 	bal := d.cfg.Book.Balance(events.BalanceRef{Scope: b.Ref.Scope, Period: b.Ref.Period, Instance: inst, Unit: b.Ref.Unit})
@@ -220,13 +251,10 @@ func (d *Dashboard) row(b ledger.Budget, now time.Time) BudgetRow {
 		Limit: b.Limit.String(), Spent: bal.Spent.String(), Reserved: bal.Reserved.String(), Overrun: bal.Overrun.String(),
 		Available: b.Limit.Sub(used).String(), Open: bal.Open,
 		UsedBP: basisPoints(used, b.Limit), SpentBP: basisPoints(bal.Spent, b.Limit)}
-	row.Forecast = forecast(d.points(b.Ref, inst), b.Limit, cal, now)
+	ref := events.BudgetRef{Scope: b.Ref.Scope, Period: b.Ref.Period}
+	row.Forecast = forecast(paceIn{pts: d.cfg.Series.Points(b.Ref, inst), gap: d.cfg.Series.Resolution(b.Ref, inst),
+		limit: b.Limit, used: used, cal: cal, now: now, denied: denied[instanceRef{ref, inst}]})
 	return row
-}
-
-// points copies ref's series if it is of instance inst.
-func (d *Dashboard) points(ref events.BudgetRef, inst string) []point {
-	return d.cfg.Series.Points(ref, inst)
 }
 
 // tenantParam reads the optional ?tenant=NAME of r: every endpoint of the
@@ -343,7 +371,7 @@ func (d *Dashboard) seriesOf(w http.ResponseWriter, r *http.Request) {
 	var cal events.Calendar
 	for _, b := range d.cfg.Book.Budgets() {
 		if b.Ref.Scope == scope && b.Ref.Period == period {
-			r := d.row(b, now)
+			r := d.row(b, now, d.deniedAt())
 			row, cal = &r, events.CalendarOf(b.Ref.Period, b.Loc)
 			break
 		}
@@ -353,7 +381,7 @@ func (d *Dashboard) seriesOf(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	limit, _ := events.ParseMoney(row.Limit)
-	pts := d.points(events.BudgetRef{Scope: scope, Period: period}, row.Instance)
+	pts := d.cfg.Series.Points(events.BudgetRef{Scope: scope, Period: period}, row.Instance)
 	out := SeriesReply{Budget: *row, Now: now, Ready: d.cfg.Ready(), Capacity: MaxPoints, Points: make([]SeriesPoint, 0, len(pts))}
 	if start, _, ok := cal.Bounds(now); ok {
 		out.Start = start.UTC()
@@ -395,6 +423,69 @@ func (d *Dashboard) denials(w http.ResponseWriter, r *http.Request) {
 		ds = mine
 	}
 	writeJSON(w, http.StatusOK, DenialsReply{Replica: d.cfg.Replica, Denials: ds[:min(len(ds), MaxDenials)]})
+}
+
+// ShadowOf is Config.Shadow read from a replica's report aggregate (nil
+// for none: the page then says the replica keeps no report).
+func ShadowOf(a *report.Aggregator) func(context.Context, report.Filter) ([]report.ShadowGroup, error) {
+	if a == nil {
+		return nil
+	}
+	return func(ctx context.Context, f report.Filter) ([]report.ShadowGroup, error) {
+		rep, err := a.Report(ctx, report.ByScope, f)
+		if err != nil {
+			return nil, err
+		}
+		return rep.Shadow, nil
+	}
+}
+
+// ShadowWindow is how far back /api/shadow looks: the hour now is in and
+// the 23 before it (whole hours, as the report's buckets).
+const ShadowWindow = 24 * time.Hour
+
+// shadowTimeout bounds /api/shadow's wait for the report aggregate.
+const shadowTimeout = 5 * time.Second
+
+// ShadowReply is /api/shadow: the check and shadow decisions of [From, To)
+// by scope, apart from the spend (the replica's report of the denial
+// stream: every replica's decisions, the same on each).
+type ShadowReply struct {
+	From      time.Time            `json:"from"`
+	To        time.Time            `json:"to"`
+	Available bool                 `json:"available"`
+	Groups    []events.ShadowGroup `json:"groups"`
+}
+
+func (d *Dashboard) shadow(w http.ResponseWriter, r *http.Request) {
+	tenant, all, err := tenantParam(r)
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
+	to := d.cfg.Now().UTC().Truncate(time.Hour).Add(time.Hour)
+	out := ShadowReply{From: to.Add(-ShadowWindow), To: to, Groups: []events.ShadowGroup{}}
+	if d.cfg.Shadow == nil {
+		writeJSON(w, http.StatusOK, out)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), shadowTimeout)
+	defer cancel()
+	gs, err := d.cfg.Shadow(ctx, report.Filter{From: out.From, To: out.To, OneTenant: !all, Tenant: tenant})
+	if err != nil {
+		d.cfg.Log.Warn("dashboard: shadow decisions", "err", err)
+		writeErr(w, http.StatusServiceUnavailable, &events.Error{Code: events.CodeReportUnavailable, Message: "the shadow decisions could not be read: " + err.Error()})
+		return
+	}
+	out.Available = true
+	for _, g := range gs {
+		x := g.Wire()
+		if !all {
+			x.Value = string(events.Scope(x.Value).Local())
+		}
+		out.Groups = append(out.Groups, x)
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

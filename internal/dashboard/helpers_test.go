@@ -32,7 +32,7 @@ type seeded struct {
 func seed(t *testing.T) *seeded {
 	t.Helper()
 	env := testenv.New(t)
-	r := replicatest.Start(t, env, replica.Config{SweepInterval: -1})
+	r := replicatest.Start(t, env, replica.Config{SweepInterval: -1, Reports: true})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	put := func(scope, period, limit string) {
@@ -67,8 +67,12 @@ func seed(t *testing.T) *seeded {
 	msg, err := nc.Request(env.Layout.Endpoint("admit"), []byte(`{"request_id":"too-big","scopes":["user:bob"],"amount":"12"}`), 10*time.Second)
 	require.NoError(t, err)
 	require.Contains(t, string(msg.Data), `"admitted":false`)
+	// A shadow admit that would be denied: not a denial, not spend.
+	msg, err = nc.Request(env.Layout.Endpoint("admit"), []byte(`{"request_id":"shadow-1","scopes":["user:bob"],"amount":"12","mode":"shadow","metadata":{"feature":"eval"}}`), 10*time.Second)
+	require.NoError(t, err)
+	require.Contains(t, string(msg.Data), `"mode":"shadow"`)
 
-	d, err := dashboard.New(dashboard.Config{Book: r.Ledger, Series: r.Series, Denials: r.Service.RecentDenials, Replica: "test"})
+	d, err := dashboard.New(dashboard.Config{Book: r.Ledger, Series: r.Series, Denials: r.Service.RecentDenials, Shadow: dashboard.ShadowOf(r.Reports), Replica: "test"})
 	require.NoError(t, err)
 	srv := httptest.NewServer(d)
 	t.Cleanup(srv.Close)

@@ -9,9 +9,23 @@ import (
 	"github.com/spendgate/spendgate/internal/report"
 )
 
-// PaceWindow is the trailing window of the burn rate: the pace is the
-// spend since the first point in it, over the time since that point.
-const PaceWindow = 24 * time.Hour
+// The burn rate. A budget's pace is the spend of its current period
+// instance over a recent window, weighted so that it decays when the
+// budget is idle: a spend of x that happened a ago counts
+// x * 2^(-a/PaceHalfLife), and spend older than PaceWindow counts
+// nothing. The weighted sum, times ln 2 / PaceHalfLife, is the pace per
+// unit of time: a steady pace reads as itself, and a pace that stops
+// halves every PaceHalfLife of idleness and is gone PaceWindow after the
+// last spend. So a burst followed by 19 idle minutes reads at under a
+// tenth of the burst's pace, and an idle hour shows no pace (and no
+// "runs out") at all.
+const (
+	// PaceHalfLife is how long an idle budget's burn rate takes to halve.
+	PaceHalfLife = 5 * time.Minute
+	// PaceWindow is the trailing window of the burn rate: older spend
+	// does not count.
+	PaceWindow = time.Hour
+)
 
 // MaxPoints bounds the points kept per budget (report.MaxPoints).
 const MaxPoints = report.MaxPoints
@@ -55,20 +69,133 @@ func basisPoints(amount, limit events.Money) int64 {
 	return v
 }
 
-// Forecast is a budget's burn rate and when it runs out at that pace.
+// Forecast is a budget's burn rate, when it runs out at that pace, and
+// whether it already has.
 type Forecast struct {
-	// PerHour is the spend per hour over the pace window, a decimal
-	// string rounded to 2 places ("" without a pace).
+	// PerHour is the burn rate (see PaceHalfLife): spend per hour, a
+	// decimal string rounded to 2 places ("" without spend in the last
+	// PaceWindow).
 	PerHour string `json:"per_hour,omitempty"`
-	// ExhaustsAt is when spent reaches the limit at that pace; absent
-	// without a pace. Exhausted is set when spent is already at or over
-	// the limit.
+	// LastSpendAt is when the budget's spent last grew in this instance.
+	LastSpendAt *time.Time `json:"last_spend_at,omitempty"`
+	// ExhaustsAt is when spent + reserved reaches the limit at that pace;
+	// absent without a pace, and when exhausted.
 	ExhaustsAt *time.Time `json:"exhausts_at,omitempty"`
-	Exhausted  bool       `json:"exhausted,omitempty"`
-	// ResetsAt is when the period instance ends (absent for lifetime);
-	// BeforeReset tells whether ExhaustsAt comes first.
+	// Exhausted is set when nothing more can be admitted: nothing is
+	// available (spent + reserved is at or over the limit: ExhaustedBy
+	// "limit"), or the latest admit this budget denied in this instance
+	// (limit_reached, at DeniedAt, asking DeniedAmount) would still not
+	// fit in what is available now (ExhaustedBy "denied"). A budget at 98%
+	// that denies every call is exhausted; it stops being so when enough
+	// is freed (a settle under its reservation, a release, an expiry) for
+	// that call to fit, or its period resets.
+	Exhausted    bool       `json:"exhausted,omitempty"`
+	ExhaustedBy  string     `json:"exhausted_by,omitempty"`
+	DeniedAt     *time.Time `json:"denied_at,omitempty"`
+	DeniedAmount string     `json:"denied_amount,omitempty"`
+	// ResetsAt is when the period instance ends (absent for lifetime),
+	// in UTC, and ResetsLocal the same instant in the budget's zone
+	// ("2026-12-03 00:00 +14"); BeforeReset tells whether ExhaustsAt
+	// comes first.
 	ResetsAt    *time.Time `json:"resets_at,omitempty"`
+	ResetsLocal string     `json:"resets_local,omitempty"`
 	BeforeReset bool       `json:"before_reset,omitempty"`
+}
+
+// LocalLayout is how ResetsLocal shows an instant in a budget's zone.
+const LocalLayout = "2006-01-02 15:04 MST"
+
+// Exhaustion causes (Forecast.ExhaustedBy).
+const (
+	ExhaustedLimit  = "limit"
+	ExhaustedDenied = "denied"
+)
+
+// paceIn is what forecast reads of one budget.
+type paceIn struct {
+	// pts are the current instance's points, gap the series' resolution
+	// (projector.Series.Resolution).
+	pts []point
+	gap time.Duration
+	// limit and used (spent + reserved) are the budget's, now.
+	limit, used events.Money
+	cal         events.Calendar
+	now         time.Time
+	// denied is the latest limit_reached denial by the budget in this
+	// instance (nil: none seen).
+	denied *events.AdmitDenied
+}
+
+// paceCalc is the context of the decay weights (display only).
+var paceCalc = apd.BaseContext.WithPrecision(24)
+
+// decay is 2^(-age/PaceHalfLife), for age >= 0.
+func decay(age time.Duration) *apd.Decimal {
+	var x, ln2, out apd.Decimal
+	if _, err := paceCalc.Ln(&ln2, apd.New(2, 0)); err != nil {
+		return apd.New(0, 0)
+	}
+	if _, err := paceCalc.Quo(&x, apd.New(int64(age), 0), apd.New(int64(PaceHalfLife), 0)); err != nil {
+		return apd.New(0, 0)
+	}
+	x.Neg(&x)
+	if _, err := paceCalc.Mul(&x, &x, &ln2); err != nil {
+		return apd.New(0, 0)
+	}
+	if _, err := paceCalc.Exp(&out, &x); err != nil {
+		return apd.New(0, 0)
+	}
+	return &out
+}
+
+// pace is the burn rate of pts at now, per hour (zero without spend in
+// the window). A point's spend (its spent minus the point before's)
+// happened at its time while the series is one point per revision (gap
+// 0); after a downsampling, somewhere since the point before, and it is
+// spread evenly over that stretch. Over a stretch of ages [a, b] a spend
+// x contributes x * (2^(-a/H) - 2^(-b/H)) / (b - a) per unit of time (the
+// mean of the decay over the stretch, times ln 2 / H); at one instant
+// (a = b), x * 2^(-a/H) * ln 2 / H.
+func pace(pts []point, gap time.Duration, now time.Time) (*apd.Decimal, time.Time) {
+	total := apd.New(0, 0)
+	var last time.Time
+	prev := events.Zero
+	for i, p := range pts {
+		x := p.Spent.Sub(prev)
+		prev = p.Spent
+		if x.Sign() <= 0 {
+			continue
+		}
+		last = p.T
+		newest := max(now.Sub(p.T), 0)
+		if newest >= PaceWindow {
+			continue
+		}
+		oldest := newest
+		if gap > 0 && i > 0 {
+			oldest = min(max(now.Sub(pts[i-1].T), 0), PaceWindow)
+		}
+		var c apd.Decimal
+		if oldest == newest {
+			// x * 2^(-a/H) * ln 2 / H, per hour.
+			var ln2 apd.Decimal
+			_, _ = paceCalc.Ln(&ln2, apd.New(2, 0))
+			_, _ = paceCalc.Mul(&c, dec(x), decay(newest))
+			_, _ = paceCalc.Mul(&c, &c, &ln2)
+			_, _ = paceCalc.Mul(&c, &c, apd.New(int64(time.Hour), 0))
+			_, _ = paceCalc.Quo(&c, &c, apd.New(int64(PaceHalfLife), 0))
+		} else {
+			// The share of x inside the window, spread over its stretch.
+			var w apd.Decimal
+			_, _ = paceCalc.Sub(&w, decay(newest), decay(oldest))
+			_, _ = paceCalc.Mul(&c, dec(x), &w)
+			_, _ = paceCalc.Mul(&c, &c, apd.New(int64(time.Hour), 0))
+			full := max(now.Sub(pts[i-1].T), 0) - newest // the whole stretch
+			_, _ = paceCalc.Quo(&c, &c, apd.New(int64(full), 0))
+		}
+		_, _ = paceCalc.Add(total, total, &c)
+	}
+	return total, last
 }
 
 // resetAt is when the instance of cal containing now ends (the
@@ -82,69 +209,53 @@ func resetAt(cal events.Calendar, now time.Time) *time.Time {
 	return &end
 }
 
-// forecast computes the pace from pts (the current instance's points) at
-// now, with exact decimals; the result is rounded to the nanosecond. cal
-// is the budget's calendar (its period in its zone).
-func forecast(pts []point, limit events.Money, cal events.Calendar, now time.Time) Forecast {
-	f := Forecast{ResetsAt: resetAt(cal, now)}
-	if len(pts) == 0 {
-		return f
+// forecast computes the burn rate, exhaustion and reset of one budget;
+// times are rounded to the nanosecond.
+func forecast(in paceIn) Forecast {
+	f := Forecast{ResetsAt: resetAt(in.cal, in.now)}
+	if f.ResetsAt != nil {
+		f.ResetsLocal = f.ResetsAt.In(in.cal.Location()).Format(LocalLayout)
 	}
-	last := pts[len(pts)-1]
-	if limit.Sign() > 0 && last.Spent.Cmp(limit) >= 0 {
-		f.Exhausted = true
+	if in.limit.Sign() > 0 && in.used.Cmp(in.limit) >= 0 {
+		f.Exhausted, f.ExhaustedBy = true, ExhaustedLimit
 	}
-	first := -1
-	for i, p := range pts {
-		if !p.T.Before(now.Add(-PaceWindow)) {
-			first = i
-			break
+	if in.denied != nil {
+		at := in.denied.At.UTC()
+		f.DeniedAt, f.DeniedAmount = &at, in.denied.Denial.Requested
+		asked, err := events.ParseMoney(in.denied.Denial.Requested)
+		if !f.Exhausted && err == nil && in.limit.Sub(in.used).Cmp(asked) < 0 {
+			f.Exhausted, f.ExhaustedBy = true, ExhaustedDenied
 		}
 	}
-	// The pace starts at the last point before the window when there is
-	// one (the spend level entering the window), else at the window's
-	// first point.
-	if first > 0 {
-		first--
+	rate, last := pace(in.pts, in.gap, in.now)
+	if !last.IsZero() {
+		l := last.UTC()
+		f.LastSpendAt = &l
 	}
-	if first < 0 {
-		return f
-	}
-	start := pts[first]
-	elapsed := now.Sub(start.T)
-	spent := last.Spent.Sub(start.Spent)
-	if elapsed <= 0 || spent.Sign() <= 0 {
-		return f
-	}
-	// per hour = spent * 1h / elapsed
-	var ph apd.Decimal
-	if _, err := calc.Mul(&ph, dec(spent), apd.New(int64(time.Hour), 0)); err != nil {
-		return f
-	}
-	if _, err := calc.Quo(&ph, &ph, apd.New(int64(elapsed), 0)); err != nil {
+	if rate.Sign() <= 0 {
 		return f
 	}
 	var shown apd.Decimal
-	if _, err := calc.Quantize(&shown, &ph, -2); err == nil {
+	if _, err := calc.Quantize(&shown, rate, -2); err == nil {
 		shown.Reduce(&shown)
 		f.PerHour = shown.Text('f')
 	}
-	if f.Exhausted || limit.Sign() <= 0 {
+	if f.Exhausted || in.limit.Sign() <= 0 {
 		return f
 	}
-	// remaining time = (limit - spent) * elapsed / spent
+	// remaining time = (limit - used) / rate, in nanoseconds.
 	var ns apd.Decimal
-	if _, err := calc.Mul(&ns, dec(limit.Sub(last.Spent)), apd.New(int64(elapsed), 0)); err != nil {
+	if _, err := calc.Mul(&ns, dec(in.limit.Sub(in.used)), apd.New(int64(time.Hour), 0)); err != nil {
 		return f
 	}
-	if _, err := calc.QuoInteger(&ns, &ns, dec(spent)); err != nil {
+	if _, err := calc.QuoInteger(&ns, &ns, rate); err != nil {
 		return f
 	}
 	n, err := ns.Int64()
 	if err != nil || n > int64(100*365*24*time.Hour) {
 		return f // beyond any horizon worth showing
 	}
-	at := now.Add(time.Duration(n)).UTC()
+	at := in.now.Add(time.Duration(n)).UTC()
 	f.ExhaustsAt = &at
 	f.BeforeReset = f.ResetsAt == nil || at.Before(*f.ResetsAt)
 	return f

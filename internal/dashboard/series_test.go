@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -9,26 +10,88 @@ import (
 	"github.com/spendgate/spendgate/events"
 )
 
-func TestForecast_Exact(t *testing.T) {
-	now := time.Date(2026, 12, 10, 12, 0, 0, 0, time.UTC)
-	pts := []point{
-		{T: now.Add(-2 * time.Hour), Spent: events.MustMoney("10")},
-		{T: now.Add(-time.Hour), Spent: events.MustMoney("20")},
+// steady is a spend of 1 every minute for two hours before now (and 30 s).
+func steady(now time.Time) []point {
+	var pts []point
+	for i := 120; i >= 1; i-- {
+		pts = append(pts, point{T: now.Add(-time.Duration(i)*time.Minute + 30*time.Second), Spent: events.MustMoney(itoa(121 - i))})
 	}
-	// 10 per 2 hours = 5/h; 80 left: 16 h.
-	month, day := events.CalendarOf(events.PeriodMonth, nil), events.CalendarOf(events.PeriodDay, nil)
-	f := forecast(pts, events.MustMoney("100"), month, now)
-	require.Equal(t, "5", f.PerHour)
+	return pts
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+func in(pts []point, gap time.Duration, limit, used string, cal events.Calendar, now time.Time) paceIn {
+	return paceIn{pts: pts, gap: gap, limit: events.MustMoney(limit), used: events.MustMoney(used), cal: cal, now: now}
+}
+
+// A steady pace reads as itself: about 60 per hour, whether the points
+// are one per revision (each spend at its instant) or downsampled (each
+// spread since the point before: then exactly 60 * (2^-0.1 - 2^-12.1):
+// the half minute since the last point holds no spend, and spend older
+// than the window is left out).
+func TestForecast_SteadyPace(t *testing.T) {
+	now := time.Date(2026, 12, 10, 12, 0, 0, 0, time.UTC)
+	month := events.CalendarOf(events.PeriodMonth, nil)
+	f := forecast(in(steady(now), 0, "1000", "120", month, now))
+	require.Equal(t, "59.94", f.PerHour, "one spend a minute, half a minute before each whole minute")
+	f = forecast(in(steady(now), time.Minute, "1000", "120", month, now))
+	require.Equal(t, "55.97", f.PerHour)
+	// 880 left at 55.97/h: about 15 h 43 min.
 	require.NotNil(t, f.ExhaustsAt)
-	require.Equal(t, now.Add(16*time.Hour), *f.ExhaustsAt)
+	require.InDelta(t, 880/55.97, f.ExhaustsAt.Sub(now).Hours(), 0.01)
 	require.True(t, f.BeforeReset)
 	require.Equal(t, time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC), *f.ResetsAt)
+	require.Equal(t, "2027-01-01 00:00 UTC", f.ResetsLocal)
 	// The same pace on a day budget outlasts the day.
-	f = forecast(pts, events.MustMoney("100"), day, now)
+	f = forecast(in(steady(now), time.Minute, "1000", "120", events.CalendarOf(events.PeriodDay, nil), now))
 	require.False(t, f.BeforeReset)
-	// At the limit: exhausted; no spend: no pace.
-	require.True(t, forecast([]point{{T: now, Spent: events.MustMoney("100")}}, events.MustMoney("100"), month, now).Exhausted)
-	require.Empty(t, forecast(pts[:1], events.MustMoney("100"), month, now).PerHour)
+}
+
+// An idle budget's pace halves every PaceHalfLife and is gone after
+// PaceWindow: 80 of 100 spent at once, then 19 idle minutes, no longer
+// reads "runs out in 5 min" (the pace since the first point did).
+func TestForecast_IdleDecays(t *testing.T) {
+	t0 := time.Date(2026, 12, 10, 12, 0, 0, 0, time.UTC)
+	pts := []point{{T: t0, Reserved: events.MustMoney("80")}, {T: t0, Spent: events.MustMoney("80")}}
+	day := events.CalendarOf(events.PeriodDay, nil)
+	at := func(idle time.Duration) Forecast { return forecast(in(pts, 0, "100", "80", day, t0.Add(idle))) }
+	f := at(19 * time.Minute)
+	require.NotNil(t, f.ExhaustsAt)
+	require.Greater(t, f.ExhaustsAt.Sub(t0.Add(19*time.Minute)), 19*time.Minute, "idle longer than the forecast")
+	require.Equal(t, t0, *f.LastSpendAt)
+	// 80 * 2^-3.8 * ln 2 * 12 per hour.
+	require.Equal(t, "47.77", f.PerHour)
+	require.Equal(t, "23.89", at(24*time.Minute).PerHour, "halved after another half-life")
+	f = at(PaceWindow)
+	require.Empty(t, f.PerHour, "nothing in the window: no pace")
+	require.Nil(t, f.ExhaustsAt)
+}
+
+// Exhausted: nothing available, or the latest admit the budget denied
+// would still not fit; freeing enough for it ends that.
+func TestForecast_Exhausted(t *testing.T) {
+	t0 := time.Date(2026, 12, 10, 12, 0, 0, 0, time.UTC)
+	day := events.CalendarOf(events.PeriodDay, nil)
+	pts := []point{{T: t0, Spent: events.MustMoney("98")}}
+	f := forecast(in(pts, 0, "100", "98", day, t0.Add(time.Minute)))
+	require.False(t, f.Exhausted)
+	require.NotNil(t, f.ExhaustsAt, "a fast pace: it would run out soon")
+
+	x := in(pts, 0, "100", "98", day, t0.Add(time.Minute))
+	x.denied = &events.AdmitDenied{At: t0.Add(30 * time.Second), Denial: events.Denial{Reason: events.ReasonLimitReached, Requested: "5"}}
+	f = forecast(x)
+	require.True(t, f.Exhausted)
+	require.Equal(t, ExhaustedDenied, f.ExhaustedBy)
+	require.Equal(t, "5", f.DeniedAmount)
+	require.Nil(t, f.ExhaustsAt, "never 'in < 1 min' for ever")
+
+	x.used = events.MustMoney("95")
+	require.False(t, forecast(x).Exhausted, "5 available: the denied call fits now")
+
+	f = forecast(in(pts, 0, "100", "100", day, t0))
+	require.True(t, f.Exhausted)
+	require.Equal(t, ExhaustedLimit, f.ExhaustedBy)
 	require.Equal(t, int64(3333), basisPoints(events.MustMoney("1"), events.MustMoney("3")))
 	require.Equal(t, int64(0), basisPoints(events.Zero, events.Zero))
 }

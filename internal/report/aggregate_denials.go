@@ -94,11 +94,15 @@ type denialAggregate struct {
 	keys     map[string]bool
 	overKeys bool
 	values   map[string]map[string]bool
+	// shadow counts the check and shadow records among them (shadow.go).
+	shadow *shadowAggregate
 }
 
 func newDenialAggregate() *denialAggregate {
-	return &denialAggregate{buckets: map[int64]map[groupKey]int64{}, newest: map[int64]uint64{},
+	a := &denialAggregate{buckets: map[int64]map[groupKey]int64{}, newest: map[int64]uint64{},
 		keys: map[string]bool{}, values: map[string]map[string]bool{}}
+	a.shadow = newShadowAggregate(a)
+	return a
 }
 
 // value maps a dimension's value to its tracked value or to Other.
@@ -127,6 +131,7 @@ func (a *denialAggregate) apply(seq uint64, data []byte) {
 	a.pos = seq
 	d, k, ok := denialOf(data)
 	if !ok {
+		a.shadow.apply(seq, data)
 		return
 	}
 	b := bucketOf(d.At)
@@ -138,14 +143,24 @@ func (a *denialAggregate) apply(seq uint64, data []byte) {
 		a.sorted = slices.Insert(a.sorted, i, b)
 	}
 	a.newest[b] = max(a.newest[b], seq)
-	cells[groupKey{Tenant: k.tenant, Dim: dimTotal, Unit: k.unit}]++
+	for _, g := range a.groupsOf(k) {
+		cells[g]++
+	}
+}
+
+// groupsOf returns the groups a record of kind k counts in: the total,
+// each of its scopes, each metadata value it sets (a key's "" group is
+// the total less the values), tracking keys and values within the
+// limits (the check records share them: shadow.go).
+func (a *denialAggregate) groupsOf(k denialKind) []groupKey {
+	out := []groupKey{{Tenant: k.tenant, Dim: dimTotal, Unit: k.unit}}
 	for _, s := range k.scopes {
 		v, other := a.value(dimScope, string(s))
-		cells[groupKey{Tenant: k.tenant, Dim: dimScope, Value: v, Other: other, Unit: k.unit}]++
+		out = append(out, groupKey{Tenant: k.tenant, Dim: dimScope, Value: v, Other: other, Unit: k.unit})
 	}
 	for key, v := range k.metadata {
 		if v == "" {
-			continue // in the key's "" group: the total less the values
+			continue
 		}
 		if !a.keys[key] {
 			if len(a.keys) >= MaxReportKeys {
@@ -156,13 +171,15 @@ func (a *denialAggregate) apply(seq uint64, data []byte) {
 		}
 		dim := MetadataColumnPrefix + key
 		val, other := a.value(dim, v)
-		cells[groupKey{Tenant: k.tenant, Dim: dim, Value: val, Other: other, Unit: k.unit}]++
+		out = append(out, groupKey{Tenant: k.tenant, Dim: dim, Value: val, Other: other, Unit: k.unit})
 	}
+	return out
 }
 
 // prune drops the buckets whose records all left the stream (first is
 // the stream's first sequence).
 func (a *denialAggregate) prune(first uint64) {
+	a.shadow.prune(first)
 	for len(a.sorted) > 0 && a.newest[a.sorted[0]] < first {
 		b := a.sorted[0]
 		delete(a.buckets, b)
@@ -176,23 +193,13 @@ func (a *denialAggregate) prune(first uint64) {
 // the denials did not track while others were dropped gives
 // ErrKeyNotTracked.
 func (a *denialAggregate) counts(by GroupBy, f Filter) (map[groupKey]int64, error) {
-	dim := dimScope
-	if !by.scope {
-		dim = MetadataColumnPrefix + by.key
-		if !a.keys[by.key] && a.overKeys {
-			return nil, ErrKeyNotTracked
-		}
-	}
-	lo, hi := 0, len(a.sorted)
-	if !f.From.IsZero() {
-		lo, _ = slices.BinarySearch(a.sorted, f.From.Unix())
-	}
-	if !f.To.IsZero() {
-		hi, _ = slices.BinarySearch(a.sorted, f.To.Unix())
+	dim, err := a.dimOf(by)
+	if err != nil {
+		return nil, err
 	}
 	out := map[groupKey]int64{}
 	totals := map[string]int64{}
-	for _, b := range a.sorted[lo:max(lo, hi)] {
+	for _, b := range bucketRange(a.sorted, f) {
 		for k, n := range a.buckets[b] {
 			if f.OneTenant && k.Tenant != f.Tenant {
 				continue
@@ -217,6 +224,31 @@ func (a *denialAggregate) counts(by GroupBy, f Filter) (map[groupKey]int64, erro
 		}
 	}
 	return out, nil
+}
+
+// dimOf is the dimension by groups on; a metadata key the records did
+// not track while others were dropped gives ErrKeyNotTracked.
+func (a *denialAggregate) dimOf(by GroupBy) (string, error) {
+	if by.scope {
+		return dimScope, nil
+	}
+	if !a.keys[by.key] && a.overKeys {
+		return "", ErrKeyNotTracked
+	}
+	return MetadataColumnPrefix + by.key, nil
+}
+
+// bucketRange is the part of sorted (hour buckets, ascending) within f's
+// whole-hour bounds.
+func bucketRange(sorted []int64, f Filter) []int64 {
+	lo, hi := 0, len(sorted)
+	if !f.From.IsZero() {
+		lo, _ = slices.BinarySearch(sorted, f.From.Unix())
+	}
+	if !f.To.IsZero() {
+		hi, _ = slices.BinarySearch(sorted, f.To.Unix())
+	}
+	return sorted[lo:max(lo, hi)]
 }
 
 // addDenials adds counts to rep's groups (a group with denials and no
@@ -364,11 +396,12 @@ func (t *denialTracker) run(ctx context.Context) {
 
 // counts waits until the tracker has folded the denial stream up to its
 // last record as of the call, drops the buckets the stream no longer
-// holds, and returns the counts of by and f (see denialAggregate.counts).
-func (t *denialTracker) counts(ctx context.Context, by GroupBy, f Filter) (map[groupKey]int64, error) {
+// holds, and returns the counts of by and f (see denialAggregate.counts)
+// and its shadow groups (shadowAggregate.groups).
+func (t *denialTracker) counts(ctx context.Context, by GroupBy, f Filter) (map[groupKey]int64, []ShadowGroup, error) {
 	first, last, err := denialState(ctx, t.js, t.layout)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for {
 		t.mu.Lock()
@@ -378,17 +411,21 @@ func (t *denialTracker) counts(ctx context.Context, by GroupBy, f Filter) (map[g
 				t.agg.prune(first)
 			}
 			c, err := t.agg.counts(by, f)
+			var sh []ShadowGroup
+			if err == nil {
+				sh, err = t.agg.shadow.groups(by, f)
+			}
 			t.mu.Unlock()
-			return c, err
+			return c, sh, err
 		}
 		t.mu.Unlock()
 		if terr != nil {
-			return nil, terr
+			return nil, nil, terr
 		}
 		select {
 		case <-moved:
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, nil, ctx.Err()
 		}
 	}
 }

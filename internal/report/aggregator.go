@@ -202,10 +202,11 @@ func (g *Aggregator) Report(ctx context.Context, by GroupBy, f Filter) (*Aggrega
 		return nil, err
 	}
 	// The denials recorded up to the call (see aggregate_denials.go).
-	counts, err := g.den.counts(ctx, by, f)
+	counts, shadow, err := g.den.counts(ctx, by, f)
 	if err != nil {
 		return nil, err
 	}
 	addDenials(rep, counts)
+	rep.Shadow = shadow
 	return rep, nil
 }

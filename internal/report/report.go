@@ -60,6 +60,9 @@ type SpendReport struct {
 	Groups []SpendGroup
 	// Position is the stream sequence the report read up to.
 	Position uint64
+	// Shadow are the check and shadow decisions f selects, apart from
+	// the spend (see shadow.go).
+	Shadow []ShadowGroup
 }
 
 // Report reads the ledger stream like Rows and sums the reservations f
@@ -134,7 +137,11 @@ func (p *Reader) Report(ctx context.Context, f Filter, by GroupBy) (*SpendReport
 	if err != nil {
 		return nil, err
 	}
-	rep := &SpendReport{By: by, Filter: f, Position: pos}
+	shadow, err := p.replayShadow(ctx, f, by)
+	if err != nil {
+		return nil, err
+	}
+	rep := &SpendReport{By: by, Filter: f, Position: pos, Shadow: shadow}
 	for _, g := range groups {
 		rep.Groups = append(rep.Groups, *g)
 	}

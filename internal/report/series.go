@@ -113,6 +113,21 @@ func (s *Series) Points(ref events.BudgetRef, inst string) []Point {
 	return append([]Point(nil), ss.Points...)
 }
 
+// Resolution returns the minimum gap between ref's points if its series
+// is of instance inst: 0 while every point is one revision (the series was
+// never downsampled); after a downsampling, a point holds the balance
+// after every revision since the point before it, so the spend it adds
+// happened somewhere in between (the dashboard's burn rate spreads it).
+func (s *Series) Resolution(ref events.BudgetRef, inst string) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ss := s.m[ref]
+	if ss == nil || ss.Instance != inst {
+		return 0
+	}
+	return ss.Gap
+}
+
 // seriesEntry is one budget's series in a snapshot section.
 type seriesEntry struct {
 	Budget events.BudgetRef `json:"budget"`

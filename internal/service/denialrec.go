@@ -33,15 +33,17 @@ const (
 // streams.DenialMsgID of the replica, tenant and request id, so a retry of
 // one denied request on one replica within the dedupe window is recorded
 // once. A record buffered when the replica crashes is lost: a denial is
-// recorded at most once per replica. Safe for concurrent use.
+// recorded at most once per replica. It records the check and shadow
+// answers the same way (RecordCheck: events.AdmitChecked, Nats-Msg-Id
+// streams.CheckMsgID), in the same buffer. Safe for concurrent use.
 type DenialRecorder struct {
 	js      jetstream.JetStream
 	layout  streams.Layout
 	replica string
 	log     *slog.Logger
-	ch      chan denialRecord
+	ch      chan record
 
-	recorded, dropped, failed, limited atomic.Uint64
+	recorded, checks, dropped, failed, limited atomic.Uint64
 	// tenantBytes bounds the bytes of each tenant's records (nil: no
 	// bound; LimitTenantBytes); onLimited is told of each record it
 	// leaves out.
@@ -70,15 +72,8 @@ func NewDenialRecorder(js jetstream.JetStream, layout streams.Layout, replica st
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &DenialRecorder{js: js, layout: layout, replica: replica, log: log, ch: make(chan denialRecord, buffer),
+	return &DenialRecorder{js: js, layout: layout, replica: replica, log: log, ch: make(chan record, buffer),
 		progress: make(chan struct{})}, nil
-}
-
-// denialRecord is a record to publish: the denial and, for a tenant's, its
-// encoding (made when its bytes were counted).
-type denialRecord struct {
-	d    events.AdmitDenied
-	data []byte
 }
 
 // LimitTenantBytes bounds the records of each tenant (not the untenanted
@@ -94,13 +89,22 @@ func (r *DenialRecorder) LimitTenantBytes(perSecond int, onLimited func(tenant s
 // Replica is the replica name the records carry.
 func (r *DenialRecorder) Replica() string { return r.replica }
 
+// record is one buffered record: a denial or a check answer.
+type record struct {
+	denial *events.AdmitDenied
+	check  *events.AdmitChecked
+	// data is the denial encoded, when counting its tenant's bytes
+	// encoded it already (nil: publish encodes it).
+	data []byte
+}
+
 // Record buffers d for publishing, with its replica set, and reports
 // whether it was buffered (false: the buffer was full, or d's tenant is
 // past its bytes per second (LimitTenantBytes), and d is dropped and
 // counted). It never blocks.
 func (r *DenialRecorder) Record(d events.AdmitDenied) bool {
 	d.Replica = r.replica
-	rec := denialRecord{d: d}
+	rec := record{denial: &d}
 	if d.Tenant != "" && r.tenantBytes != nil {
 		// Counted at its encoded size, before it takes a place in the
 		// buffer, which every tenant shares.
@@ -118,6 +122,16 @@ func (r *DenialRecorder) Record(d events.AdmitDenied) bool {
 		}
 		rec.data = data
 	}
+	return r.buffer(rec)
+}
+
+// RecordCheck buffers a check or shadow answer as Record does a denial.
+func (r *DenialRecorder) RecordCheck(c events.AdmitChecked) bool {
+	c.Replica = r.replica
+	return r.buffer(record{check: &c})
+}
+
+func (r *DenialRecorder) buffer(rec record) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	select {
@@ -161,8 +175,12 @@ func (r *DenialRecorder) settle() {
 }
 
 // Recorded, Dropped and Failed count the records published, dropped for
-// a full buffer, and whose publish failed.
+// a full buffer, and whose publish failed. Recorded counts denial records
+// only; RecordedChecks the check and shadow records.
 func (r *DenialRecorder) Recorded() uint64 { return r.recorded.Load() }
+
+// RecordedChecks counts the check and shadow records published.
+func (r *DenialRecorder) RecordedChecks() uint64 { return r.checks.Load() }
 
 // Dropped counts the records dropped because the buffer was full.
 func (r *DenialRecorder) Dropped() uint64 { return r.dropped.Load() }
@@ -196,37 +214,67 @@ func (r *DenialRecorder) Run(ctx context.Context) error {
 	}
 }
 
-// publish publishes d, retrying a failed publish (the same Nats-Msg-Id, so
-// a publish that was stored but not acknowledged is not doubled) until
+// recordScope is the scope a record's subject names: the blocking
+// budget's, or else the first the admit named.
+func recordScope(n *events.Denial, scopes []string) events.Scope {
+	var scope events.Scope
+	if n != nil {
+		scope = n.Scope.Local()
+	}
+	if scope == "" && len(scopes) > 0 {
+		scope = events.Scope(scopes[0])
+	}
+	return scope
+}
+
+// publish publishes rec, retrying a failed publish (the same Nats-Msg-Id,
+// so a publish that was stored but not acknowledged is not doubled) until
 // denialPublishTimeout.
-func (r *DenialRecorder) publish(ctx context.Context, rec denialRecord) {
+func (r *DenialRecorder) publish(ctx context.Context, rec record) {
 	defer r.settle()
-	d, data, err := rec.d, rec.data, error(nil)
-	if data == nil {
-		if data, err = events.EncodeAdmitDenied(d); err != nil {
-			r.failed.Add(1)
-			return
+	var (
+		data               []byte
+		err                error
+		requestID, sub, id string
+	)
+	if d := rec.denial; d != nil {
+		data = rec.data // encoded already when its tenant's bytes were counted
+		if data == nil {
+			data, err = events.EncodeAdmitDenied(*d)
 		}
+		requestID = d.RequestID
+		sub = r.layout.DenialSubject(d.Tenant, recordScope(&d.Denial, d.Scopes))
+		id = streams.DenialMsgID(r.replica, d.Tenant, d.RequestID)
+	} else {
+		c := rec.check
+		data, err = events.EncodeAdmitChecked(*c)
+		requestID = c.RequestID
+		sub = r.layout.DenialSubject(c.Tenant, recordScope(c.Denial, c.Scopes))
+		id = streams.CheckMsgID(r.replica, c.Tenant, c.Mode, c.RequestID, c.At)
 	}
-	scope := d.Denial.Scope.Local()
-	if scope == "" && len(d.Scopes) > 0 {
-		scope = events.Scope(d.Scopes[0])
+	if err != nil {
+		r.failed.Add(1)
+		return
 	}
-	msg := nats.NewMsg(r.layout.DenialSubject(d.Tenant, scope))
+	msg := nats.NewMsg(sub)
 	msg.Data = data
-	msg.Header.Set(jetstream.MsgIDHeader, streams.DenialMsgID(r.replica, d.Tenant, d.RequestID))
+	msg.Header.Set(jetstream.MsgIDHeader, id)
 	pctx, cancel := context.WithTimeout(ctx, denialPublishTimeout)
 	defer cancel()
 	for {
 		_, err = r.js.PublishMsg(pctx, msg)
 		if err == nil {
-			r.recorded.Add(1)
+			if rec.check != nil {
+				r.checks.Add(1)
+			} else {
+				r.recorded.Add(1)
+			}
 			return
 		}
 		select {
 		case <-pctx.Done():
 			r.failed.Add(1)
-			r.log.Warn("denial record not published", "request_id", d.RequestID, "err", err)
+			r.log.Warn("denial record not published", "request_id", requestID, "err", err)
 			return
 		case <-time.After(100 * time.Millisecond):
 		}

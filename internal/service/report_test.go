@@ -95,7 +95,7 @@ func (h *harness) requireReportsEqual(start time.Time) {
 		for _, w := range windows {
 			want, err := report.NewReader(h.env.JS, h.env.Layout, p).Report(ctxT(h.t), report.Filter{From: w[0], To: w[1]}, g)
 			require.NoError(h.t, err)
-			req := events.ReportRequest{By: by, From: rfc(w[0]), To: rfc(w[1])}
+			req := events.ReportRequest{By: by, From: rfc(w[0]), To: rfc(w[1]), Shadow: true}
 			var replies []events.ReportReply
 			for _, r := range h.replicas {
 				rep, err := r.Reports.Report(ctxT(h.t), g, report.Filter{From: w[0], To: w[1]})
@@ -113,6 +113,8 @@ func (h *harness) requireReportsEqual(start time.Time) {
 						Settled: wg.Settled, Released: wg.Released, Expired: wg.Expired, Late: wg.Late,
 						Spend: wg.Spend.String(), Overrun: wg.Overrun.String(), Reserved: wg.Reserved.String(), Denials: wg.Denials}, got.Groups[i], "%s %v", by, w)
 				}
+				// The check and shadow decisions, apart from the spend.
+				require.Equal(h.t, service.ShadowGroups(want.Shadow), got.Shadow, "shadow %s %v", by, w)
 			}
 		}
 	}

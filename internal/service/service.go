@@ -693,11 +693,25 @@ func (s *Service) countAdmit(ctx context.Context, req events.AdmitRequest, reply
 		return
 	}
 	if reply.Mode != "" {
-		// Check and shadow answers are counted apart from real admits.
+		// Check and shadow answers are counted apart from real admits,
+		// and recorded apart from denials (events.AdmitChecked on the
+		// denial stream: what reports show as shadow decisions).
 		if reply.Admitted {
 			s.m.AdmitChecks.WithLabelValues(reply.Mode, metrics.ResultAdmitted, "").Inc()
 		} else if reply.Denial != nil {
 			s.m.AdmitChecks.WithLabelValues(reply.Mode, metrics.ResultDenied, string(reply.Denial.Reason)).Inc()
+		}
+		if s.denialRec != nil && (reply.Admitted || reply.Denial != nil) {
+			amount := reply.Amount
+			if amount == "" {
+				amount = req.Amount
+			}
+			if amount == "" && reply.Denial != nil {
+				amount = reply.Denial.Requested
+			}
+			s.denialRec.RecordCheck(events.AdmitChecked{Type: events.TypeAdmitChecked, At: s.now().UTC(), Tenant: events.TenantFromContext(ctx),
+				Mode: reply.Mode, RequestID: req.RequestID, Scopes: req.Scopes, Admitted: reply.Admitted, Amount: amount,
+				Model: req.Model, Unit: admitUnit(req, reply), Metadata: req.Metadata, Denial: reply.Denial})
 		}
 		return
 	}
@@ -709,15 +723,8 @@ func (s *Service) countAdmit(ctx context.Context, req events.AdmitRequest, reply
 		// dashboard's recent denials) and appended to the denial stream
 		// (the report's counts), with the unit the admit was in (the
 		// request's, its price's, or the default).
-		unit := req.Unit
-		if reply.Unit != "" {
-			unit = reply.Unit
-		}
-		if unit == "" {
-			unit = defaultAdmitUnit
-		}
 		d := events.AdmitDenied{Type: events.TypeAdmitDenied, At: s.now().UTC(), Tenant: events.TenantFromContext(ctx),
-			RequestID: req.RequestID, Scopes: req.Scopes, Amount: req.Amount, Model: req.Model, Unit: unit, Metadata: req.Metadata, Denial: *reply.Denial}
+			RequestID: req.RequestID, Scopes: req.Scopes, Amount: req.Amount, Model: req.Model, Unit: admitUnit(req, reply), Metadata: req.Metadata, Denial: *reply.Denial}
 		// A tenant's denial for a scope it has no budget for is counted,
 		// never recorded, and kept in the ring without its metadata: the
 		// scope is any name the tenant makes up, and recording it (with up
@@ -736,6 +743,18 @@ func (s *Service) countAdmit(ctx context.Context, req events.AdmitRequest, reply
 		}
 		s.denials.add(d)
 	}
+}
+
+// admitUnit is the unit an admit was in: the reply's (its price's), the
+// request's, or the default.
+func admitUnit(req events.AdmitRequest, reply events.AdmitReply) string {
+	switch {
+	case reply.Unit != "":
+		return reply.Unit
+	case req.Unit != "":
+		return req.Unit
+	}
+	return defaultAdmitUnit
 }
 
 func (s *Service) settle(ctx context.Context, data []byte) (any, error) {
@@ -910,6 +929,9 @@ func (s *Service) report(ctx context.Context, data []byte) (any, error) {
 		for i := range out.Groups {
 			out.Groups[i].Value = string(events.Scope(out.Groups[i].Value).Local())
 		}
+		for i := range out.Shadow {
+			out.Shadow[i].Value = string(events.Scope(out.Shadow[i].Value).Local())
+		}
 	}
 	return out, nil
 }
@@ -921,6 +943,18 @@ func ReportReply(req events.ReportRequest, rep *report.AggregateReport) events.R
 		out.Groups = append(out.Groups, events.ReportGroup{Value: g.Value, Other: rep.IsOther(i), Unit: g.Unit,
 			Reservations: g.Reservations, Open: g.Open, Settled: g.Settled, Released: g.Released, Expired: g.Expired, Late: g.Late,
 			Spend: g.Spend.String(), Overrun: g.Overrun.String(), Reserved: g.Reserved.String(), Denials: g.Denials})
+	}
+	if req.Shadow {
+		out.Shadow = ShadowGroups(rep.Shadow)
+	}
+	return out
+}
+
+// ShadowGroups are a report's shadow groups on the wire (nil for none).
+func ShadowGroups(gs []report.ShadowGroup) []events.ShadowGroup {
+	var out []events.ShadowGroup
+	for _, g := range gs {
+		out = append(out, g.Wire())
 	}
 	return out
 }

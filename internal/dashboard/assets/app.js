@@ -62,7 +62,7 @@ function when(iso) {
 }
 function runsOut(b) {
   const f = b.forecast || {};
-  if (f.exhausted) return { text: "exhausted", soon: true, at: 0 };
+  if (f.exhausted) return { text: "exhausted", soon: true, at: 0, title: f.exhausted_by === "denied" ? "its latest admit was denied (limit reached) " + when(f.denied_at) : "nothing is available" };
   if (!f.exhausts_at) return { text: "—", soon: false, at: Infinity };
   const at = Date.parse(f.exhausts_at);
   if (!f.before_reset) return { text: "not before reset", soon: false, at: at };
@@ -91,6 +91,7 @@ function visible() {
     open: (a, b) => a.open - b.open,
     per_hour: (a, b) => cmpDec(a.forecast.per_hour || "0", b.forecast.per_hour || "0"),
     exhausts: (a, b) => runsOut(a).at - runsOut(b).at,
+    resets: (a, b) => (a.forecast.resets_at || "9").localeCompare(b.forecast.resets_at || "9"),
   }[key] || ((a, b) => cmpDec(a[key], b[key]));
   return rows.sort((a, b) => dir * cmp(a, b) || a.scope.localeCompare(b.scope));
 }
@@ -106,17 +107,19 @@ function renderBudgets() {
     const r = el("span", { class: "r" }); r.style.left = spentW + "%"; r.style.width = Math.max(0, usedW - spentW) + "%";
     bar.append(s, r);
     const ro = runsOut(b);
+    const f = b.forecast || {};
     const tr = el("tr", { "data-scope": b.scope, "data-period": b.period, "data-used-bp": b.used_bp },
-      el("td", {}, el("span", { class: "kind" }, b.kind), el("span", { class: "scope" }, b.scope.slice(b.kind.length + 1))),
-      el("td", {}, b.period + " ", el("span", { class: "muted" }, b.instance)),
-      el("td", {}, el("div", { class: "util " + lv, title: "spent " + pct(b.spent_bp) + " + reserved" }, bar, el("span", { class: "pct" }, pct(b.used_bp)))),
-      el("td", { class: "num spent" }, money(b.spent, b.unit)),
-      el("td", { class: "num reserved" }, money(b.reserved, b.unit)),
-      el("td", { class: "num limit" }, money(b.limit, b.unit), el("span", { class: "unit" }, b.unit)),
-      el("td", { class: "num" }, money(b.available, b.unit)),
-      el("td", { class: "num" }, b.open),
-      el("td", { class: "num" }, b.forecast.per_hour ? money(b.forecast.per_hour, b.unit) : "—"),
-      el("td", { class: ro.soon ? "soon" : "" }, ro.text));
+      el("td", { class: "c-scope", "data-label": "Budget" }, el("span", { class: "kind" }, b.kind), el("span", { class: "scope" }, b.scope.slice(b.kind.length + 1))),
+      el("td", { class: "c-period", "data-label": "Period" }, el("span", {}, b.period + " ", el("span", { class: "muted instance" }, b.instance))),
+      el("td", { class: "c-util", "data-label": "Used" }, el("div", { class: "util " + lv, title: "spent " + pct(b.spent_bp) + " + reserved" }, bar, el("span", { class: "pct" }, pct(b.used_bp)))),
+      el("td", { class: "num spent", "data-label": "Spent" }, money(b.spent, b.unit)),
+      el("td", { class: "num reserved", "data-label": "Reserved" }, money(b.reserved, b.unit)),
+      el("td", { class: "num limit", "data-label": "Limit" }, money(b.limit, b.unit), el("span", { class: "unit" }, b.unit)),
+      el("td", { class: "num available", "data-label": "Available" }, money(b.available, b.unit)),
+      el("td", { class: "num open", "data-label": "Open" }, b.open),
+      el("td", { class: "num burn", "data-label": "Burn / h" }, f.per_hour ? money(f.per_hour, b.unit) : "—"),
+      el("td", { class: "runs-out" + (ro.soon ? " soon" : ""), "data-label": "Runs out", title: ro.title || "" }, ro.text),
+      el("td", { class: "resets", "data-label": "Resets", title: f.resets_at ? when(f.resets_at) : "" }, f.resets_local || "never"));
     if (state.selected && state.selected.scope === b.scope && state.selected.period === b.period) tr.classList.add("selected");
     tr.addEventListener("click", () => { state.selected = { scope: b.scope, period: b.period }; renderBudgets(); loadChart(); });
     return tr;
@@ -177,7 +180,7 @@ function renderChart(data) {
     line += ` L ${X(now)} ${Y(last.s)}`;
     root.append(svg("path", { class: "area", d: area }));
     root.append(svg("path", { class: "spent", d: line, id: "spent-line" }));
-    if (fAt && f.before_reset && !f.exhausted) {
+    if (fAt && f.before_reset && !f.exhausted && !f.exhausted_by) {
       const xe = Math.min(X(fAt), W - R);
       const ye = fAt <= x1 ? Y(10000) : Y(last.s + ((10000 - last.s) * (x1 - now)) / (fAt - now));
       root.append(svg("path", { class: "fc", d: `M ${X(now)} ${Y(last.s)} L ${xe} ${ye}`, id: "forecast-line" }));
@@ -185,10 +188,13 @@ function renderChart(data) {
   }
   box.replaceChildren(root);
   let text;
-  if (f.exhausted) text = "Spent has reached the limit.";
-  else if (!f.per_hour) text = "No spend in the last 24 h: no burn-rate forecast.";
-  else if (f.before_reset) text = `At the current pace of ${money(f.per_hour, b.unit)} ${b.unit}/h this budget runs out ${when(f.exhausts_at)} (in ${dur(Date.parse(f.exhausts_at) - now)}).`;
-  else text = `At the current pace of ${money(f.per_hour, b.unit)} ${b.unit}/h this budget lasts until its period resets` + (f.resets_at ? ` (${when(f.resets_at)}).` : ".");
+  const resets = f.resets_local ? ` It resets ${f.resets_local} (${when(f.resets_at)}).` : "";
+  const idle = f.last_spend_at && now - Date.parse(f.last_spend_at) >= 60e3 ? ` Last spend ${dur(now - Date.parse(f.last_spend_at))} ago.` : "";
+  if (f.exhausted && f.exhausted_by === "denied") text = `Exhausted: its latest admit was denied (limit reached) ${when(f.denied_at)}, with ${money(b.available, b.unit)} ${b.unit} available.` + resets;
+  else if (f.exhausted) text = "Exhausted: spent + reserved has reached the limit." + resets;
+  else if (!f.per_hour) text = "No spend in the last hour: no burn rate, no forecast." + resets;
+  else if (f.before_reset) text = `At the current pace of ${money(f.per_hour, b.unit)} ${b.unit}/h this budget runs out ${when(f.exhausts_at)} (in ${dur(Date.parse(f.exhausts_at) - now)}).` + idle + resets;
+  else text = `At the current pace of ${money(f.per_hour, b.unit)} ${b.unit}/h this budget lasts until its period resets` + (f.resets_local ? `, ${f.resets_local} (${when(f.resets_at)}).` : ".") + idle;
   $("forecast").textContent = text;
 }
 
@@ -199,16 +205,37 @@ function renderDenials(data) {
   $("denials").tBodies[0].replaceChildren(...rows.slice(0, 50).map((d) => {
     const n = d.denial || {};
     return el("tr", {},
-      el("td", {}, when(d.at)),
-      el("td", {}, d.request_id),
-      el("td", {}, (n.scope || "") + (n.period ? " per " + n.period : "")),
-      el("td", {}, el("span", { class: "reason" }, n.reason || "")),
-      el("td", { class: "num" }, money(n.requested || d.amount, n.unit)),
-      el("td", { class: "num" }, money(n.spent, n.unit)),
-      el("td", { class: "num" }, money(n.reserved, n.unit)),
-      el("td", { class: "num" }, money(n.limit, n.unit)),
-      el("td", { class: "muted msg", title: n.message || "" }, n.message || ""));
+      el("td", { "data-label": "Time" }, when(d.at)),
+      el("td", { "data-label": "Request" }, d.request_id),
+      el("td", { "data-label": "Blocked by" }, (n.scope || "") + (n.period ? " per " + n.period : "")),
+      el("td", { "data-label": "Reason" }, el("span", { class: "reason" }, n.reason || "")),
+      el("td", { class: "num", "data-label": "Requested" }, money(n.requested || d.amount, n.unit)),
+      el("td", { class: "num", "data-label": "Spent" }, money(n.spent, n.unit)),
+      el("td", { class: "num", "data-label": "Reserved" }, money(n.reserved, n.unit)),
+      el("td", { class: "num", "data-label": "Limit" }, money(n.limit, n.unit)),
+      el("td", { class: "muted msg", "data-label": "Message", title: n.message || "" }, n.message || ""));
   }));
+}
+
+function renderShadow(data) {
+  const rows = (data && data.groups) || [];
+  $("no-shadow").hidden = rows.length > 0;
+  if (data && !data.available) $("no-shadow").textContent = "This replica keeps no report (serve --reports=false): no shadow decisions to show.";
+  $("shadow").tBodies[0].replaceChildren(...rows.map((g) => {
+    const reasons = Object.entries(g.reasons || {}).sort().map(([r, n]) => el("span", { class: "reason" }, r + " " + n));
+    return el("tr", { "data-scope": g.value, "data-mode": g.mode },
+      el("td", { class: "c-scope", "data-label": "Scope" }, g.other ? "(other)" : g.value),
+      el("td", { "data-label": "Mode" }, g.mode),
+      el("td", { class: "num admitted", "data-label": "Would admit" }, g.admitted),
+      el("td", { class: "num denied", "data-label": "Would deny" }, g.denied),
+      el("td", { class: "reasons", "data-label": "Reasons" }, ...reasons),
+      el("td", { class: "num amount", "data-label": "Would reserve" }, money(g.amount, g.unit), el("span", { class: "unit" }, g.unit)),
+      el("td", { class: "num asked", "data-label": "Denied asked" }, money(g.asked, g.unit), el("span", { class: "unit" }, g.unit)));
+  }));
+}
+
+async function loadShadow() {
+  try { renderShadow(await getJSON("api/shadow")); } catch (e) { console.warn(e.message); }
 }
 
 async function loadChart() {
@@ -249,7 +276,7 @@ async function refresh() {
     if (!state.selected || !b.budgets.some((x) => x.scope === state.selected.scope && x.period === state.selected.period)) {
       state.selected = b.budgets.length ? { scope: b.budgets[0].scope, period: b.budgets[0].period } : null;
     }
-    renderBudgets(); renderDenials(d); await loadChart();
+    renderBudgets(); renderDenials(d); await loadChart(); await loadShadow();
     $("live").className = "dot on";
     $("updated").textContent = "updated " + new Date(b.now).toISOString().slice(11, 19) + " UTC" + (b.replica ? " · replica " + b.replica : "") + (b.series_ready ? "" : " · loading history…");
     document.body.dataset.loaded = "true";
@@ -263,7 +290,7 @@ document.addEventListener("DOMContentLoaded", () => {
   for (const th of document.querySelectorAll("#budgets th.sortable")) {
     th.addEventListener("click", () => {
       const k = th.dataset.key;
-      state.sort = state.sort.key === k ? { key: k, dir: -state.sort.dir } : { key: k, dir: k === "scope" || k === "period" || k === "exhausts" ? 1 : -1 };
+      state.sort = state.sort.key === k ? { key: k, dir: -state.sort.dir } : { key: k, dir: k === "scope" || k === "period" || k === "exhausts" || k === "resets" ? 1 : -1 };
       renderBudgets();
     });
   }

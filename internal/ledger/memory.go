@@ -48,6 +48,7 @@ func (m *Memory) Define(def Budget) error {
 	m.l.bk.setBudget(streams.BudgetKey(def.Ref), m.seq, &events.BudgetRevision{
 		Schema: events.SchemaBudget, Budget: def.Ref, Limit: def.Limit, Unit: def.Unit, TZ: def.TZ,
 		Disabled: def.Disabled, FixedSlot: def.FixedSlot, Thresholds: def.Thresholds,
+		ExposureCap: def.ExposureCap, Learn: def.Learn,
 	}, loc)
 	return nil
 }

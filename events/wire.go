@@ -236,7 +236,11 @@ type CloseReply struct {
 	Actual   string `json:"actual,omitempty"`
 	// Overrun is actual - reserved when positive (money spent beyond the
 	// reservation, recorded in full).
-	Overrun  string       `json:"overrun,omitempty"`
+	Overrun string `json:"overrun,omitempty"`
+	// Excess, in a budget with an exposure cap, is the part of Actual
+	// above what the budget may be charged (the reservation's ceiling):
+	// recorded, not spent. Overrun is then counted up to the ceiling.
+	Excess   string       `json:"excess,omitempty"`
 	Late     bool         `json:"late,omitempty"`
 	Balances []BalanceRef `json:"balances"`
 	// Replayed is true when the reservation was already in this state and

@@ -296,7 +296,7 @@ func (t *closeTx) decideOpen(r *ledger.Reservation) (events.Events, error) {
 
 func (t *closeTx) settle(r *ledger.Reservation, late, afterExpiry bool) events.Events {
 	var evs events.Events
-	t.reply.Overrun, t.reply.Budgets = "", nil
+	t.reply.Overrun, t.reply.Excess, t.reply.Budgets = "", "", nil
 	// The reply's Reserved is the head part's (Reservation.Amount): its
 	// Overrun must be that part's too, not another budget's.
 	head := headPart(r)
@@ -333,6 +333,9 @@ func (t *closeTx) settle(r *ledger.Reservation, late, afterExpiry bool) events.E
 		}
 		if !count && overrun.Sign() > 0 && key == head {
 			t.reply.Overrun = overrun.String()
+		}
+		if excess != nil && key == head {
+			t.reply.Excess = excess.String()
 		}
 		if len(t.refs) > 1 {
 			t.reply.Budgets = append(t.reply.Budgets, budgetClose(r, ref, reserved, actual, overrun, count))

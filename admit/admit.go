@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/learn"
 	"github.com/spendgate/spendgate/internal/ledger"
 	"github.com/spendgate/spendgate/streams"
 )
@@ -699,6 +700,9 @@ func (t *admitTx) Decide(v ledger.View) (events.Events, error) {
 			return nil, nil
 		}
 		amt := t.req.amount
+		// ceiling is what the reservation may settle at in this budget,
+		// when that is above amt (a learned reservation's priced maximum).
+		var ceiling *events.Money
 		switch {
 		case events.IsCount(b.Unit):
 			amt = events.MoneyFromInt(t.req.count)
@@ -707,6 +711,13 @@ func (t *admitTx) Decide(v ledger.View) (events.Events, error) {
 			return nil, nil
 		case b.FixedSlot != nil:
 			amt = *b.FixedSlot
+		case b.Learn != nil && t.req.quote != nil:
+			// Reserve by observed cost, at most the priced maximum, which
+			// is the ceiling (set even on a cold start, when it is the
+			// amount: it marks the reservation as one the rule learns
+			// from).
+			d := learn.Reserve(*b.Learn, v.Learned(learn.Key{Scope: ref.Scope, Model: t.req.model}), t.req.amount)
+			amt, ceiling = d.Amount, &d.Ceiling
 		}
 		if b.Spent.Add(b.Reserved).Add(amt).Cmp(b.Limit) > 0 {
 			deny(events.ReasonLimitReached, fmt.Sprintf("%s per %s: spent %s + reserved %s + requested %s exceeds the limit %s %s",
@@ -719,6 +730,19 @@ func (t *admitTx) Decide(v ledger.View) (events.Events, error) {
 			}
 			return nil, nil
 		}
+		if b.ExposureCap != nil {
+			// The most this admit may add above what it holds, on top of
+			// what the open reservations may add already, must stay
+			// within the cap: then spent <= limit + cap however every
+			// reservation settles (settle charges at most the ceiling).
+			part := ledger.Part{Amount: amt, Ceiling: ceiling}
+			if add := part.Exposure(); add.Sign() > 0 && b.Exposure.Add(add).Cmp(*b.ExposureCap) > 0 {
+				deny(events.ReasonExposureCap, fmt.Sprintf("%s per %s: exposure %s + this admit's %s (ceiling %s - reserved %s) exceeds the exposure cap %s %s",
+					ref.Scope.Local(), ref.Period, b.Exposure, part.Exposure(), ceiling, amt, *b.ExposureCap, b.Unit))
+				t.reply.Denial.Requested = amt.String()
+				return nil, nil
+			}
+		}
 		reserved := b.Reserved.Add(amt)
 		uses = append(uses, events.BudgetUse{
 			Scope: ref.Scope, Period: ref.Period, Instance: ref.Instance, Unit: b.Unit,
@@ -728,7 +752,7 @@ func (t *admitTx) Decide(v ledger.View) (events.Events, error) {
 		evs = append(evs, events.ReservationOpened{
 			ReservationID: t.id, RequestID: t.req.id, RequestHash: t.req.hash,
 			Balance: ref, Amount: amt, Unit: b.Unit, Balances: t.refs,
-			ExpiresAt: expires, At: t.now, Metadata: t.req.metadata, Pricing: t.req.quote,
+			ExpiresAt: expires, At: t.now, Metadata: t.req.metadata, Pricing: t.req.quote, Ceiling: ceiling,
 		})
 		// A threshold this admission reaches for the first time in the
 		// period is crossed in the same revision: its compare-and-set

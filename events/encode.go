@@ -213,6 +213,10 @@ func AppendEvent(b []byte, e Event) ([]byte, error) {
 			b = appendKey(b, "pricing")
 			b = append(b, data...)
 		}
+		if e.Ceiling != nil {
+			b = appendKey(b, "ceiling")
+			b = appendMoney(b, *e.Ceiling)
+		}
 	case ReservationSettled:
 		b = appendReservationHead(b, TypeReservationSettled, e.ReservationID)
 		b = appendKey(b, "balance")
@@ -238,6 +242,10 @@ func AppendEvent(b []byte, e Event) ([]byte, error) {
 			}
 			b = appendKey(b, "usage")
 			b = append(b, data...)
+		}
+		if e.Excess != nil {
+			b = appendKey(b, "excess")
+			b = appendMoney(b, *e.Excess)
 		}
 	case ThresholdCrossed:
 		data, err := json.Marshal(struct {
@@ -335,6 +343,10 @@ func (r *BalanceRevision) AppendJSON(b []byte) ([]byte, error) {
 	b = appendMoney(b, r.Overrun)
 	b = appendKey(b, "open")
 	b = strconv.AppendInt(b, r.Open, 10)
+	if r.Exposure != nil {
+		b = appendKey(b, "exposure")
+		b = appendMoney(b, *r.Exposure)
+	}
 	b = appendKey(b, "events")
 	if r.Events == nil {
 		b = append(b, "null"...)

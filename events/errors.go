@@ -102,6 +102,10 @@ const (
 	// ReasonUnpricedModel: the admit named a model that the pricing
 	// table has no price for; it is never costed at zero.
 	ReasonUnpricedModel Code = "unpriced_model"
+	// ReasonExposureCap: the admit's ceiling would take the budget's
+	// exposure (what open reservations may add above what they hold)
+	// past its exposure cap.
+	ReasonExposureCap Code = "exposure_cap"
 	// ReasonLedgerUnavailable: set by clients that fail closed.
 	ReasonLedgerUnavailable Code = "ledger_unavailable"
 )

@@ -62,9 +62,17 @@ type BudgetDefinedV2 struct {
 	FixedSlot *Money `json:"fixed_slot,omitempty"`
 	// Thresholds are alert thresholds, fractions of the limit in (0, 1].
 	Thresholds []Money `json:"thresholds,omitempty"`
+	// ExposureCap, when set, is the most that settles above their
+	// reservations may add to the budget in a period instance: an admit
+	// whose ceiling would take the balance's exposure past it is denied
+	// (ReasonExposureCap), and a settle is charged at most its ceiling.
+	ExposureCap *Money `json:"exposure_cap,omitempty"`
+	// Learn, when set, makes requests priced from a model reserve by
+	// observed cost (see LearnRule).
+	Learn *LearnRule `json:"learn,omitempty"`
 	// Changed names the fields this definition changed from the previous
 	// one, in the order limit, unit, tz, disabled, fixed_slot,
-	// thresholds; empty for a new budget.
+	// thresholds, exposure_cap, learn; empty for a new budget.
 	Changed []string `json:"changed,omitempty"`
 	// FromDefault, when set, is the revision of the kind's default
 	// (DefaultDefined) this budget was created from on the scope's first
@@ -104,6 +112,11 @@ type ReservationOpened struct {
 	// version and prices used and the token counts priced (the amount is
 	// Pricing.MaxCost() in a money balance).
 	Pricing *PriceQuote `json:"pricing,omitempty"`
+	// Ceiling, when set, is the most the reservation may settle at in this
+	// balance, above Amount: a learned reservation's priced maximum. Its
+	// Ceiling - Amount counts in the balance's exposure while it is open
+	// (BalanceRevision.Exposure); without it the ceiling is Amount.
+	Ceiling *Money `json:"ceiling,omitempty"`
 }
 
 // ReservationSettled: the reservation closed with its actual cost. Spent
@@ -125,6 +138,12 @@ type ReservationSettled struct {
 	// Usage is set when the settle gave usage instead of an amount: Actual
 	// is its cost at the reservation's price version.
 	Usage *Usage `json:"usage,omitempty"`
+	// Excess, in a budget with an exposure cap, is the part of the
+	// caller's actual cost above what the budget may be charged (the
+	// reservation's ceiling, or after expiry the budget's headroom):
+	// recorded, never counted in Actual, Spent or Overrun, so that spent
+	// never passes limit + exposure cap.
+	Excess *Money `json:"excess,omitempty"`
 }
 
 // Release reasons.
@@ -505,7 +524,11 @@ type BalanceRevision struct {
 	Reserved Money      `json:"reserved"`
 	Overrun  Money      `json:"overrun"`
 	Open     int64      `json:"open"`
-	Events   Events     `json:"events"`
+	// Exposure is the most the open reservations of the balance may still
+	// add above what they hold: the sum of Ceiling - Amount over them (see
+	// ReservationOpened.Ceiling); omitted when zero.
+	Exposure *Money `json:"exposure,omitempty"`
+	Events   Events `json:"events"`
 }
 
 // BudgetRevision is the value of a budget definition key. Since budget.v2
@@ -524,6 +547,9 @@ type BudgetRevision struct {
 	Disabled   bool      `json:"disabled,omitempty"`
 	FixedSlot  *Money    `json:"fixed_slot,omitempty"`
 	Thresholds []Money   `json:"thresholds,omitempty"`
+	// ExposureCap and Learn are the BudgetDefinedV2's.
+	ExposureCap *Money     `json:"exposure_cap,omitempty"`
+	Learn       *LearnRule `json:"learn,omitempty"`
 	// FromDefault is the FromDefault of the revision's BudgetDefinedV2.
 	FromDefault uint64 `json:"from_default,omitempty"`
 	Events      Events `json:"events"`

@@ -307,6 +307,10 @@ func (c *canon) event() Event {
 		if c.maybe(`,"pricing":`) {
 			e.Pricing = c.quote()
 		}
+		if c.maybe(`,"ceiling":`) {
+			m := c.money()
+			e.Ceiling = &m
+		}
 		c.lit(`}`)
 		return e
 	case c.maybe(`{"type":"` + string(TypeReservationSettled) + `","reservation_id":`):
@@ -326,6 +330,10 @@ func (c *canon) event() Event {
 		e.At = c.time()
 		if c.maybe(`,"usage":`) {
 			e.Usage = c.usage()
+		}
+		if c.maybe(`,"excess":`) {
+			m := c.money()
+			e.Excess = &m
 		}
 		c.lit(`}`)
 		return e
@@ -367,6 +375,10 @@ func (c *canon) balance(r *BalanceRevision) {
 	r.Overrun = c.money()
 	c.lit(`,"open":`)
 	r.Open = c.int64()
+	if c.maybe(`,"exposure":`) {
+		m := c.money()
+		r.Exposure = &m
+	}
 	c.lit(`,"events":[`)
 	if c.next(']') {
 		c.ok = false

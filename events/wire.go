@@ -236,7 +236,11 @@ type CloseReply struct {
 	Actual   string `json:"actual,omitempty"`
 	// Overrun is actual - reserved when positive (money spent beyond the
 	// reservation, recorded in full).
-	Overrun  string       `json:"overrun,omitempty"`
+	Overrun string `json:"overrun,omitempty"`
+	// Excess, in a budget with an exposure cap, is the part of Actual
+	// above what the budget may be charged (the reservation's ceiling):
+	// recorded, not spent. Overrun is then counted up to the ceiling.
+	Excess   string       `json:"excess,omitempty"`
 	Late     bool         `json:"late,omitempty"`
 	Balances []BalanceRef `json:"balances"`
 	// Replayed is true when the reservation was already in this state and
@@ -301,6 +305,20 @@ type BudgetPutRequest struct {
 	// Thresholds are alert thresholds, fractions of the limit in (0, 1]
 	// as decimal strings ("0.8"); giving them turns alerts on.
 	Thresholds []string `json:"thresholds,omitempty"`
+	// ExposureCap, a decimal string >= 0, caps the budget's exposure: what
+	// settles above their reservations may add in a period instance (an
+	// admit that could break it is denied exposure_cap, and a settle is
+	// charged at most its reservation's ceiling); "" removes the cap.
+	ExposureCap *string `json:"exposure_cap,omitempty"`
+	// Learn, "p1" to "p100" ("p95"), makes requests priced from a model
+	// reserve that percentile of the actual cost of recent calls of the
+	// model in the scope (events.LearnRule), with LearnWindow (default
+	// 100), LearnMinSamples (cold start, default 20) and LearnFloor
+	// (default "0"); "" removes the rule.
+	Learn           *string `json:"learn,omitempty"`
+	LearnWindow     int     `json:"learn_window,omitempty"`
+	LearnMinSamples int     `json:"learn_min_samples,omitempty"`
+	LearnFloor      string  `json:"learn_floor,omitempty"`
 	// Replace puts the whole definition: fields left out are reset to
 	// their defaults instead of kept. Limit and Unit are then required.
 	Replace bool `json:"replace,omitempty"`
@@ -402,6 +420,14 @@ type BudgetView struct {
 	OvershootBound string `json:"overshoot_bound,omitempty"`
 	// Thresholds are the alert thresholds, when alerts are on.
 	Thresholds []string `json:"thresholds,omitempty"`
+	// Exposure is the most the open reservations may still add above
+	// what they hold (each may settle up to its ceiling), and
+	// ExposureCap the budget's cap on it; both omitted when the budget
+	// has no cap and nothing is exposed. Learn is the learned-reservation
+	// rule ("p95 of 100, cold 20, floor 0"), when set.
+	Exposure    string `json:"exposure,omitempty"`
+	ExposureCap string `json:"exposure_cap,omitempty"`
+	Learn       string `json:"learn,omitempty"`
 }
 
 // BudgetListReply lists budgets sorted by scope and period (or as the
@@ -564,6 +590,11 @@ var fieldWants = map[string]string{
 	"retry":               `true or false`,
 	"allow_zero":          `true or false`,
 	"fixed_slot":          `a decimal string like "1.00"`,
+	"exposure_cap":        `a decimal string like "5.00"`,
+	"learn":               `a percentile string like "p95"`,
+	"learn_window":        `a whole number of calls like 100`,
+	"learn_min_samples":   `a whole number of calls like 20`,
+	"learn_floor":         `a decimal string like "0.001"`,
 	"ttl":                 `a duration string like "30s"`,
 	"metadata":            `an object of string values like {"model":"gpt-4o"}`,
 	"model":               `a model name string like "gpt-4o"`,

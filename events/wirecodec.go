@@ -232,6 +232,10 @@ func AppendCloseReply(b []byte, r *CloseReply) []byte {
 		b = appendKey(b, "overrun")
 		b = appendString(b, r.Overrun)
 	}
+	if r.Excess != "" {
+		b = appendKey(b, "excess")
+		b = appendString(b, r.Excess)
+	}
 	if r.Late {
 		b = append(b, `,"late":true`...)
 	}
@@ -711,6 +715,8 @@ func DecodeCloseReply(data []byte, v *CloseReply) error {
 			out.Actual = r.str()
 		case "overrun":
 			out.Overrun = r.str()
+		case "excess":
+			out.Excess = r.str()
 		case "late":
 			out.Late = r.boolean()
 		case "balances":

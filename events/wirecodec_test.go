@@ -199,7 +199,7 @@ func TestWireCodec_KnowsEveryField(t *testing.T) {
 		reflect.TypeOf(SettleRequest{}):  5,
 		reflect.TypeOf(ReleaseRequest{}): 1,
 		reflect.TypeOf(AdmitReply{}):     13,
-		reflect.TypeOf(CloseReply{}):     10,
+		reflect.TypeOf(CloseReply{}):     11,
 		reflect.TypeOf(Denial{}):         11,
 		reflect.TypeOf(BudgetUse{}):      9,
 		reflect.TypeOf(BalanceRef{}):     4,

@@ -137,6 +137,14 @@ func (s *State) checkQuote(ev events.ReservationOpened) error {
 	if q.InputTokens < 0 || q.MaxOutputTokens < 0 || q.InputTokens > events.MaxTokens || q.MaxOutputTokens > events.MaxTokens {
 		return errorf(ErrTransition, "reservation %s quotes token counts out of range", ev.ReservationID)
 	}
+	if ev.Unit == q.Unit && ev.Ceiling != nil {
+		// A learned reservation: at most the maximum, which is its
+		// ceiling.
+		if ev.Ceiling.Cmp(q.MaxCost()) != 0 || ev.Amount.Sign() <= 0 || ev.Amount.Cmp(*ev.Ceiling) > 0 {
+			return errorf(ErrTransition, "reservation %s reserved %s with ceiling %s, but its quote's maximum cost is %s", ev.ReservationID, ev.Amount, ev.Ceiling, q.MaxCost())
+		}
+		return nil
+	}
 	if ev.Unit == q.Unit && ev.Amount.Cmp(q.MaxCost()) != 0 {
 		return errorf(ErrTransition, "reservation %s reserved %s, but its quote's maximum cost is %s", ev.ReservationID, ev.Amount, q.MaxCost())
 	}
@@ -158,8 +166,13 @@ func checkUsage(r *Reservation, b *Balance, ev events.ReservationSettled) error 
 		return errorf(ErrTransition, "settle of reservation %s: %v", ev.ReservationID, err)
 	}
 	if !events.IsCount(b.Unit) {
-		if want := r.Pricing.Cost(u); ev.Actual.Cmp(want) != 0 {
-			return errorf(ErrTransition, "settle of reservation %s states actual %s, but its usage costs %s at version %d", ev.ReservationID, ev.Actual, want, u.PriceVersion)
+		// An exposure cap may have charged part of the cost as excess.
+		charged := ev.Actual
+		if ev.Excess != nil {
+			charged = charged.Add(*ev.Excess)
+		}
+		if want := r.Pricing.Cost(u); charged.Cmp(want) != 0 {
+			return errorf(ErrTransition, "settle of reservation %s states actual %s, but its usage costs %s at version %d", ev.ReservationID, charged, want, u.PriceVersion)
 		}
 	}
 	return nil

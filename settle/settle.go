@@ -296,7 +296,7 @@ func (t *closeTx) decideOpen(r *ledger.Reservation) (events.Events, error) {
 
 func (t *closeTx) settle(r *ledger.Reservation, late, afterExpiry bool) events.Events {
 	var evs events.Events
-	t.reply.Overrun, t.reply.Budgets = "", nil
+	t.reply.Overrun, t.reply.Excess, t.reply.Budgets = "", "", nil
 	// The reply's Reserved is the head part's (Reservation.Amount): its
 	// Overrun must be that part's too, not another budget's.
 	head := headPart(r)
@@ -309,6 +309,22 @@ func (t *closeTx) settle(r *ledger.Reservation, late, afterExpiry bool) events.E
 			// A requests budget records the count it reserved.
 			actual, count = p.Amount, true
 		}
+		var excess *events.Money
+		if b := t.view.Balance(key); !count && b.ExposureCap != nil {
+			// A budget with an exposure cap is charged at most what its
+			// rules allow: the part's ceiling (its amount without one),
+			// or after expiry, when nothing is held for it any more, the
+			// budget's headroom above limit + cap. The rest is recorded
+			// as excess, never spent: spent stays <= limit + cap.
+			bound := r.Part(key).Amount.Add(r.Part(key).Exposure())
+			if afterExpiry {
+				bound = b.Headroom()
+			}
+			if actual.Cmp(bound) > 0 {
+				x := actual.Sub(bound)
+				actual, excess = bound, &x
+			}
+		}
 		// Spend beyond the reservation is recorded in full. After the
 		// sweeper returned the reservation, all of it is beyond.
 		overrun := actual.Sub(reserved).Max(events.Zero)
@@ -318,11 +334,14 @@ func (t *closeTx) settle(r *ledger.Reservation, late, afterExpiry bool) events.E
 		if !count && overrun.Sign() > 0 && key == head {
 			t.reply.Overrun = overrun.String()
 		}
+		if excess != nil && key == head {
+			t.reply.Excess = excess.String()
+		}
 		if len(t.refs) > 1 {
 			t.reply.Budgets = append(t.reply.Budgets, budgetClose(r, ref, reserved, actual, overrun, count))
 		}
 		evs = append(evs, events.ReservationSettled{ReservationID: t.id, Balance: ref, Reserved: reserved,
-			Actual: actual, Overrun: overrun, Late: late, AfterExpiry: afterExpiry, At: t.now, Usage: t.priced})
+			Actual: actual, Overrun: overrun, Late: late, AfterExpiry: afterExpiry, At: t.now, Usage: t.priced, Excess: excess})
 		if b := t.view.Balance(key); len(b.Thresholds) > 0 {
 			used := b.Spent.Add(actual).Add(b.Reserved)
 			if !afterExpiry {
@@ -341,6 +360,18 @@ func (t *closeTx) settle(r *ledger.Reservation, late, afterExpiry bool) events.E
 	t.reply.Actual = t.actual.String()
 	t.reply.Late = late
 	return evs
+}
+
+// clampedBefore reports whether a settle of r with t.actual, above the
+// recorded actual, is the retry of a settle a budget's exposure cap
+// clamped (see settle): the head part's balance has a cap. Its excess
+// was recorded with the first settle.
+func (t *closeTx) clampedBefore(r *ledger.Reservation, recorded events.Money) bool {
+	if t.actual.Cmp(recorded) <= 0 {
+		return false
+	}
+	head := headPart(r)
+	return t.view.Balance(head).ExposureCap != nil
 }
 
 // hasMoney reports whether r holds a money (not count) balance.
@@ -374,7 +405,7 @@ func (t *closeTx) decideClosed(r *ledger.Reservation) (events.Events, error) {
 		recorded := r.ActualAmount()
 		// A reservation held only in count budgets records 1 per balance,
 		// not the caller's actual: any settle of it again is a replay.
-		if recorded.Cmp(t.actual) == 0 || !hasMoney(r) {
+		if recorded.Cmp(t.actual) == 0 || !hasMoney(r) || t.clampedBefore(r, recorded) {
 			t.reply.Actual, t.reply.Late, t.reply.Replayed = recorded.String(), r.Late, true
 			if !hasMoney(r) {
 				t.reply.Actual = t.actual.String()

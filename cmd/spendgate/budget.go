@@ -83,7 +83,7 @@ func budget(args []string) int {
 	switch args[0] {
 	case "put":
 		var req events.BudgetPutRequest
-		var tz, fixedSlot string
+		var tz, fixedSlot, exposureCap, learnP string
 		var disabled, alerts bool
 		fs.StringVar(&req.Scope, "scope", "", "scope, kind:id (e.g. org:acme)")
 		fs.StringVar(&req.Period, "period", "", "month, week, day, hour, minute or lifetime; required")
@@ -94,6 +94,11 @@ func budget(args []string) int {
 		fs.BoolVar(&req.AllowZero, "allow-zero", false, "allow --limit 0 (deny everything)")
 		fs.StringVar(&fixedSlot, "fixed-slot", "", "reserve this fixed amount per admit instead of the requested one (money budgets; \"\" removes it)")
 		fs.BoolVar(&alerts, "alerts", false, "publish threshold alerts at 50%, 80% and 100% of the limit, or at --threshold (--alerts=false turns them off)")
+		fs.StringVar(&exposureCap, "exposure-cap", "", "cap the `decimal` that settles above their reservations may add per period (admits that could break it are denied exposure_cap; \"\" removes it)")
+		fs.StringVar(&learnP, "learn", "", "reserve a `percentile` (p95) of recent actual costs per model and scope instead of the priced maximum (\"\" removes it)")
+		fs.IntVar(&req.LearnWindow, "learn-window", 0, "with --learn: how many recent settled calls count (default 100)")
+		fs.IntVar(&req.LearnMinSamples, "learn-min-samples", 0, "with --learn: reserve the priced maximum until this many calls are known (default 20)")
+		fs.StringVar(&req.LearnFloor, "learn-floor", "", "with --learn: the least a learned reservation holds (default 0)")
 		fs.BoolVar(&req.Replace, "replace", false, "put the whole definition: every option left out is reset to its default")
 		var thresholds multiFlag
 		fs.Var(&thresholds, "threshold", "alert `fraction` of the limit in (0, 1], e.g. 0.9; repeat for several (turns alerts on)")
@@ -113,6 +118,10 @@ func budget(args []string) int {
 				req.Disabled = &disabled
 			case "fixed-slot":
 				req.FixedSlot = &fixedSlot
+			case "exposure-cap":
+				req.ExposureCap = &exposureCap
+			case "learn":
+				req.Learn = &learnP
 			case "alerts":
 				req.Alerts = &alerts
 			}

@@ -2,6 +2,8 @@ package ledger
 
 import (
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/learn"
+	"github.com/spendgate/spendgate/streams"
 )
 
 // target is what applyEvent folds into: the book (book.go), when a
@@ -10,11 +12,12 @@ import (
 // event does is applyEvent's.
 type target interface {
 	// reserve and unreserve move amt into and out of balance key's
-	// reserved, one open reservation with it; spend adds to its spent and
-	// overrun; alert records a threshold crossed in it (in the crossing's
-	// arm generation, which forgets those of an earlier one).
-	reserve(key string, amt events.Money)
-	unreserve(key string, amt events.Money)
+	// reserved, and exposure into and out of its exposure, one open
+	// reservation with them; spend adds to its spent and overrun; alert
+	// records a threshold crossed in it (in the crossing's arm generation,
+	// which forgets those of an earlier one).
+	reserve(key string, amt, exposure events.Money)
+	unreserve(key string, amt, exposure events.Money)
 	spend(key string, actual, overrun events.Money)
 	alert(key string, e events.ThresholdCrossed)
 	// held returns reservation id, to change, if the target holds it open
@@ -38,6 +41,9 @@ type target interface {
 	openChanged(r *Reservation, d int)
 	// void records request id e.RequestID as voided.
 	void(e events.RequestVoided)
+	// learn folds the actual cost of one settled call into the learned
+	// reservations' state (package learn).
+	learn(k learn.Key, actual events.Money)
 }
 
 // applyEvent is the ledger's one rule set: what event e, in balance key,
@@ -51,7 +57,11 @@ type target interface {
 func applyEvent(t target, key string, e events.Event) {
 	switch e := e.(type) {
 	case events.ReservationOpened:
-		t.reserve(key, e.Amount)
+		// A reservation with a ceiling above its amount adds the
+		// difference to the balance's exposure while it is open: the
+		// most its settle may add above what it holds.
+		p0 := Part{Amount: e.Amount, Ceiling: e.Ceiling}
+		t.reserve(key, e.Amount, p0.Exposure())
 		r := t.held(e.ReservationID)
 		if r == nil {
 			r = t.opened(e)
@@ -62,22 +72,35 @@ func applyEvent(t target, key string, e events.Event) {
 			}
 		}
 		p := r.part(key)
-		p.Unit, p.Amount = e.Unit, e.Amount
+		p.Unit, p.Amount, p.Ceiling = e.Unit, e.Amount, e.Ceiling
 		t.opens(key, r)
 	case events.ReservationSettled:
 		t.spend(key, e.Actual, e.Overrun)
-		if !e.AfterExpiry {
-			// A settle after the reservation expired finds its amount
-			// released already, by the expiry.
-			t.unreserve(key, e.Reserved)
-			t.closes(key, e.ReservationID)
-		}
 		r := t.held(e.ReservationID)
 		if r == nil {
 			r = t.stamped(e.ReservationID)
 		}
+		if !e.AfterExpiry {
+			// A settle after the reservation expired finds its amount
+			// (and its exposure) released already, by the expiry.
+			var exposure events.Money
+			if r != nil {
+				exposure = r.Part(key).Exposure()
+			}
+			t.unreserve(key, e.Reserved, exposure)
+			t.closes(key, e.ReservationID)
+		}
 		if r == nil {
 			return
+		}
+		if k, ok := learnedBy(r, key, e.Balance.Scope); ok {
+			// What the call cost, excess included: a cap limits what the
+			// budget is charged, not what the model costs.
+			actual := e.Actual
+			if e.Excess != nil {
+				actual = actual.Add(*e.Excess)
+			}
+			t.learn(k, actual)
 		}
 		was := r.Status
 		if was == events.StatusOpen {
@@ -88,9 +111,13 @@ func applyEvent(t target, key string, e events.Event) {
 		r.Late = r.Late || e.Late
 		t.closed(r, was == events.StatusSettled)
 	case events.ReservationReleased:
-		t.unreserve(key, e.Reserved)
-		t.closes(key, e.ReservationID)
 		r := t.held(e.ReservationID)
+		var exposure events.Money
+		if r != nil {
+			exposure = r.Part(key).Exposure()
+		}
+		t.unreserve(key, e.Reserved, exposure)
+		t.closes(key, e.ReservationID)
 		switch {
 		case r == nil:
 		case r.Status == events.StatusOpen:
@@ -110,4 +137,29 @@ func applyEvent(t target, key string, e events.Event) {
 		// A tombstone: no number of the balance changes.
 		t.void(e)
 	}
+}
+
+// learnedBy returns the key whose learned reservations a settle of r in
+// balance key (of scope) teaches: a reservation priced from a model and
+// admitted under a learn rule (its part has a Ceiling, which every admit
+// in a budget with a learn rule sets) teaches its scope once, by the
+// settle of the first such part of the scope in key order (one scope's
+// balances are all in one lane, so every replica folds them in the same
+// order). Only reservations admitted under a rule teach: a replica that
+// loaded a snapshot written before learned reservations existed misses
+// none.
+func learnedBy(r *Reservation, key string, scope events.Scope) (learn.Key, bool) {
+	if r.Pricing == nil {
+		return learn.Key{}, false
+	}
+	for _, ref := range r.Balances {
+		if ref.Scope != scope {
+			continue
+		}
+		k := streams.BalanceKey(ref)
+		if p := r.Part(k); p != nil && p.Ceiling != nil {
+			return learn.Key{Scope: scope, Model: r.Pricing.Model}, k == key
+		}
+	}
+	return learn.Key{}, false
 }

@@ -9,6 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/learn"
+	"github.com/spendgate/spendgate/streams"
 )
 
 // recorder is an applyEvent target that records what the rules ask of
@@ -21,8 +23,21 @@ type recorder struct {
 
 func (r *recorder) log(f string, a ...any) { r.calls = append(r.calls, fmt.Sprintf(f, a...)) }
 
-func (r *recorder) reserve(k string, m events.Money)          { r.log("reserve %s", m) }
-func (r *recorder) unreserve(k string, m events.Money)        { r.log("unreserve %s", m) }
+func (r *recorder) reserve(k string, m, x events.Money) {
+	if x.IsZero() {
+		r.log("reserve %s", m)
+	} else {
+		r.log("reserve %s exposure %s", m, x)
+	}
+}
+func (r *recorder) unreserve(k string, m, x events.Money) {
+	if x.IsZero() {
+		r.log("unreserve %s", m)
+	} else {
+		r.log("unreserve %s exposure %s", m, x)
+	}
+}
+func (r *recorder) learn(k learn.Key, a events.Money)         { r.log("learn %s %s %s", k.Scope, k.Model, a) }
 func (r *recorder) spend(k string, a, o events.Money)         { r.log("spend %s overrun %s", a, o) }
 func (r *recorder) alert(k string, e events.ThresholdCrossed) { r.log("alert %s", e.Threshold) }
 func (r *recorder) held(id string) *Reservation               { return r.res[id] }
@@ -48,6 +63,9 @@ func TestApplyEvent(t *testing.T) {
 	bal := events.BalanceRef{Scope: "team:a", Period: events.PeriodMonth, Instance: "2026-12"}
 	m := events.MustMoney
 	opened := events.ReservationOpened{ReservationID: "r", RequestID: "q", Balance: bal, Balances: []events.BalanceRef{bal}, Unit: "USD", Amount: m("0.5"), At: at}
+	withCeiling := opened
+	ceiling := m("0.8")
+	withCeiling.Ceiling = &ceiling
 	for name, tc := range map[string]struct {
 		held, stamped map[string]string // id -> status
 		e             events.Event
@@ -73,8 +91,9 @@ func TestApplyEvent(t *testing.T) {
 		"release of a reservation not held changes only the balance": {
 			e:    events.ReservationReleased{ReservationID: "r", Balance: bal, Reserved: m("0.5")},
 			want: []string{"unreserve 0.5", "closes r"}},
-		"threshold": {e: events.ThresholdCrossed{Balance: bal, Threshold: m("0.8")}, want: []string{"alert 0.8"}},
-		"void":      {e: events.RequestVoided{RequestID: "q", Balance: bal}, want: []string{"void q"}},
+		"open with a ceiling adds to exposure": {e: withCeiling, want: []string{"reserve 0.5 exposure 0.3", "opened r", "opens r"}, status: events.StatusOpen},
+		"threshold":                            {e: events.ThresholdCrossed{Balance: bal, Threshold: m("0.8")}, want: []string{"alert 0.8"}},
+		"void":                                 {e: events.RequestVoided{RequestID: "q", Balance: bal}, want: []string{"void q"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			rec := &recorder{res: map[string]*Reservation{}, win: map[string]*Reservation{}}
@@ -95,4 +114,32 @@ func TestApplyEvent(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestApplyEvent_Learned: a settle of a part with a ceiling (admitted
+// under a learn rule) and a price quote takes its exposure out and teaches
+// its scope and model the cost the caller reported, excess included; a
+// release takes the exposure out and teaches nothing; a part without a
+// ceiling teaches nothing.
+func TestApplyEvent_Learned(t *testing.T) {
+	m := events.MustMoney
+	bal := events.BalanceRef{Scope: "team:a", Period: events.PeriodMonth, Instance: "2026-12"}
+	key := streams.BalanceKey(bal)
+	ceiling := m("0.8")
+	mk := func(ceil *events.Money) *recorder {
+		return &recorder{res: map[string]*Reservation{"r": {ID: "r", Status: events.StatusOpen, Balances: []events.BalanceRef{bal},
+			Parts: []Part{{Key: key, Unit: "USD", Amount: m("0.5"), Ceiling: ceil}}, Pricing: &events.PriceQuote{Model: "gpt-x"}}}}
+	}
+	excess := m("0.1")
+	rec := mk(&ceiling)
+	applyEvent(rec, key, events.ReservationSettled{ReservationID: "r", Balance: bal, Reserved: m("0.5"), Actual: m("0.8"), Overrun: m("0.3"), Excess: &excess})
+	require.Equal(t, []string{"spend 0.8 overrun 0.3", "unreserve 0.5 exposure 0.3", "closes r", "learn team:a gpt-x 0.9", "tenant open r -1", "closed r settled again=false"}, rec.calls)
+
+	rec = mk(&ceiling)
+	applyEvent(rec, key, events.ReservationReleased{ReservationID: "r", Balance: bal, Reserved: m("0.5"), Reason: events.ReasonReleased})
+	require.Equal(t, []string{"unreserve 0.5 exposure 0.3", "closes r", "closed r released again=false"}, rec.calls)
+
+	rec = mk(nil)
+	applyEvent(rec, key, events.ReservationSettled{ReservationID: "r", Balance: bal, Reserved: m("0.5"), Actual: m("0.2"), Overrun: m("0")})
+	require.Equal(t, []string{"spend 0.2 overrun 0", "unreserve 0.5", "closes r", "closed r settled again=false"}, rec.calls)
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/gate"
+	"github.com/spendgate/spendgate/internal/learn"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -58,6 +59,10 @@ type book struct {
 	serverNow time.Time
 
 	retention, expiredKeep time.Duration
+
+	// learned is the state of learned reservations: the recent actual
+	// costs of calls admitted under a learn rule, per scope and model.
+	learned learn.State
 
 	// cur and curSeq are the balance applyBalance is folding events into
 	// and the revision they came in (see apply.go).
@@ -138,7 +143,8 @@ func (b *book) setBudgetArm(key string, seq uint64, rev *events.BudgetRevision, 
 		b.budgets[key] = d
 	}
 	def := Budget{Ref: rev.Budget, Limit: rev.Limit, Unit: rev.Unit, TZ: rev.TZ, Loc: loc, Disabled: rev.Disabled,
-		FixedSlot: rev.FixedSlot, Thresholds: rev.Thresholds, Revision: seq, FromDefault: rev.FromDefault}
+		FixedSlot: rev.FixedSlot, Thresholds: rev.Thresholds, ExposureCap: rev.ExposureCap, Learn: rev.Learn,
+		Revision: seq, FromDefault: rev.FromDefault}
 	switch {
 	case arm != nil:
 		def.Arm = *arm
@@ -183,6 +189,10 @@ func (b *book) applyBalance(key string, seq uint64, rev *events.BalanceRevision)
 	bl.rev = seq
 	bl.unit, bl.limit = rev.Unit, rev.Limit
 	bl.spent, bl.reserved, bl.overrun = rev.Spent, rev.Reserved, rev.Overrun
+	bl.exposure = events.Money{}
+	if rev.Exposure != nil {
+		bl.exposure = *rev.Exposure
+	}
 }
 
 // closedRes is a void (a tombstone in book.voids) and the stamp its
@@ -365,9 +375,9 @@ func (b *book) applyEvent(bl *balance, key string, seq uint64, e events.Event) {
 // thresholds crossed are the events'.
 type bookApply book
 
-func (b *bookApply) reserve(string, events.Money)             {}
-func (b *bookApply) unreserve(string, events.Money)           {}
-func (b *bookApply) spend(string, events.Money, events.Money) {}
+func (b *bookApply) reserve(string, events.Money, events.Money)   {}
+func (b *bookApply) unreserve(string, events.Money, events.Money) {}
+func (b *bookApply) spend(string, events.Money, events.Money)     {}
 func (b *bookApply) alert(_ string, e events.ThresholdCrossed) {
 	if e.Arm != b.cur.arm {
 		// Re-armed: the crossings of the earlier generation are forgotten
@@ -376,9 +386,10 @@ func (b *bookApply) alert(_ string, e events.ThresholdCrossed) {
 	}
 	b.cur.alerted = append(b.cur.alerted, e.Threshold)
 }
-func (b *bookApply) held(id string) *Reservation    { return b.reservations[id] }
-func (b *bookApply) opens(_ string, r *Reservation) { b.cur.open[r.ID] = r }
-func (b *bookApply) closes(_ string, id string)     { delete(b.cur.open, id) }
+func (b *bookApply) learn(k learn.Key, actual events.Money) { b.learned.Observe(k, actual) }
+func (b *bookApply) held(id string) *Reservation            { return b.reservations[id] }
+func (b *bookApply) opens(_ string, r *Reservation)         { b.cur.open[r.ID] = r }
+func (b *bookApply) closes(_ string, id string)             { delete(b.cur.open, id) }
 
 // stamped takes reservation id from the window to change it: a settle of
 // another balance of a reservation settled and stamped already (a settle
@@ -444,6 +455,7 @@ func (b *book) balance(key string, ref events.BalanceRef) Balance {
 	if bl := b.balances[key]; bl != nil {
 		out.Unit, out.Limit = bl.unit, bl.limit
 		out.Spent, out.Reserved, out.Overrun, out.Open = bl.spent, bl.reserved, bl.overrun, len(bl.open)
+		out.Exposure = bl.exposure
 		out.Alerted, out.Arm = bl.alerted[:len(bl.alerted):len(bl.alerted)], bl.arm
 	}
 	if d := b.budgets[streams.BudgetKey(ref.Budget())]; d != nil {
@@ -453,6 +465,7 @@ func (b *book) balance(key string, ref events.BalanceRef) Balance {
 			// Crossed in an earlier arm generation: re-armed.
 			out.Alerted, out.Arm = nil, d.def.Arm
 		}
+		out.ExposureCap, out.Learn = d.def.ExposureCap, d.def.Learn
 	}
 	return out
 }

@@ -131,8 +131,11 @@ func bookView(b *book) string {
 			open = append(open, id)
 		}
 		sortStrings(open)
-		add("balance %s ref=%+v rev=%d unit=%s limit=%s spent=%s reserved=%s overrun=%s open=%v alerted=%v arm=%d",
-			k, bl.ref, bl.rev, bl.unit, bl.limit, bl.spent, bl.reserved, bl.overrun, open, bl.alerted, bl.arm)
+		add("balance %s ref=%+v rev=%d unit=%s limit=%s spent=%s reserved=%s overrun=%s exposure=%s open=%v alerted=%v arm=%d",
+			k, bl.ref, bl.rev, bl.unit, bl.limit, bl.spent, bl.reserved, bl.overrun, bl.exposure, open, bl.alerted, bl.arm)
+	}
+	for _, k := range b.learned.Keys() {
+		add("learned %s %s %v", k.Scope, k.Model, b.learned.Window(k).Costs())
 	}
 	for k, p := range b.prices {
 		add("pricing %s def=%s src=%s hash=%s", k, mustJSON(p.def), mustJSON(p.src), hash(k))
@@ -147,7 +150,14 @@ func bookView(b *book) string {
 		c := *r
 		c.due = 0
 		c.Pricing = nil
-		add("reservation %s %+v pricing=%s indexed=%v", id, c, mustJSON(r.Pricing), r.due != 0)
+		// A part's ceiling is a pointer: printed by value.
+		var ceilings []string
+		c.Parts = append([]Part(nil), r.Parts...)
+		for i := range c.Parts {
+			ceilings = append(ceilings, mustJSON(c.Parts[i].Ceiling))
+			c.Parts[i].Ceiling = nil
+		}
+		add("reservation %s %+v pricing=%s ceilings=%v indexed=%v", id, c, mustJSON(r.Pricing), ceilings, r.due != 0)
 	}
 	for rid, r := range b.requests {
 		add("request %s -> %s", rid, r.ID)

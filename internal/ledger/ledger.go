@@ -224,7 +224,8 @@ type BudgetChange struct {
 }
 
 // DefineBudget defines or changes a budget to def (its Ref, Limit, Unit,
-// TZ, Disabled, FixedSlot and Thresholds; Loc and Revision are ignored):
+// TZ, Disabled, FixedSlot, Thresholds, ExposureCap and Learn; Loc and
+// Revision are ignored):
 // EditBudget with an edit that replaces the whole definition.
 //
 // Errors: as EditBudget's, and CodeInvalidTZ (def.TZ) first.
@@ -297,10 +298,10 @@ func (l *Ledger) EditBudget(ctx context.Context, ref events.BudgetRef, unit stri
 		d := def
 		return key, func(ch events.Chain) any {
 			ev := events.BudgetDefinedV2{Budget: d.Ref, Limit: d.Limit, Unit: d.Unit, TZ: d.TZ, Disabled: d.Disabled,
-				FixedSlot: d.FixedSlot, Thresholds: d.Thresholds, Changed: changed, At: now.UTC()}
+				FixedSlot: d.FixedSlot, Thresholds: d.Thresholds, ExposureCap: d.ExposureCap, Learn: d.Learn, Changed: changed, At: now.UTC()}
 			return events.BudgetRevision{Schema: events.SchemaBudget, Chain: ch,
 				Budget: d.Ref, Limit: d.Limit, Unit: d.Unit, TZ: d.TZ, Disabled: d.Disabled,
-				FixedSlot: d.FixedSlot, Thresholds: d.Thresholds, Events: events.Events{ev}}
+				FixedSlot: d.FixedSlot, Thresholds: d.Thresholds, ExposureCap: d.ExposureCap, Learn: d.Learn, Events: events.Events{ev}}
 		}, false, nil
 	})
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/learn"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -48,6 +49,7 @@ func (m *Memory) Define(def Budget) error {
 	m.l.bk.setBudget(streams.BudgetKey(def.Ref), m.seq, &events.BudgetRevision{
 		Schema: events.SchemaBudget, Budget: def.Ref, Limit: def.Limit, Unit: def.Unit, TZ: def.TZ,
 		Disabled: def.Disabled, FixedSlot: def.FixedSlot, Thresholds: def.Thresholds,
+		ExposureCap: def.ExposureCap, Learn: def.Learn,
 	}, loc)
 	return nil
 }
@@ -111,3 +113,18 @@ func (m *Memory) commit(tx Tx) error {
 	}
 	return nil
 }
+
+// DefinePrice makes p the current price of p.Model (its Unit, Input,
+// Output and CachedInput); its Version is the Memory's next sequence.
+func (m *Memory) DefinePrice(p Price) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.seq++
+	m.l.mu.Lock()
+	defer m.l.mu.Unlock()
+	m.l.bk.setPricing(streams.PricingKey(p.Model), m.seq, &events.PricingRevision{Schema: events.SchemaPricing,
+		Model: p.Model, Unit: p.Unit, Input: p.Input, Output: p.Output, CachedInput: p.CachedInput})
+}
+
+// Learned returns a copy of k's learned-reservation window (nil: none).
+func (m *Memory) Learned(k learn.Key) *learn.Window { return m.l.Learned(k) }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/learn"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -137,4 +138,12 @@ func nilIfEmpty(s []string) []string {
 		return nil
 	}
 	return s
+}
+
+// Learned returns a copy of the learned-reservation window of k as this
+// replica has folded it (nil: no call of k known).
+func (l *Ledger) Learned(k learn.Key) *learn.Window {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.bk.learned.Window(k).Clone()
 }

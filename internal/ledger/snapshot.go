@@ -12,6 +12,7 @@ import (
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/gate"
+	"github.com/spendgate/spendgate/internal/learn"
 	"github.com/spendgate/spendgate/internal/signing"
 	"github.com/spendgate/spendgate/streams"
 )
@@ -37,7 +38,10 @@ import (
 // (events.BudgetRevision, decoded again with events.DecodeBudgetRevision,
 // so a field a budget revision gains travels with it without a change
 // here), prices and defaults likewise, lane revisions and hashes,
-// balances, open reservations and voids, money as decimal strings, times
+// balances (with their exposure), open reservations (their parts with
+// their ceilings) and voids, the learned reservations' windows (package
+// learn: the last costs per scope and model, so a restored replica
+// reserves what its peers do), money as decimal strings, times
 // as RFC 3339 with nanoseconds. It holds no newline (encoding/json escapes
 // one in a string); its "window_size" is the length of what follows it.
 //
@@ -180,9 +184,21 @@ type snapshotState struct {
 	// APIKeys travel as the API key revision they were folded from
 	// (absent in a snapshot written before API keys existed).
 	APIKeys []snapBudget `json:"api_keys,omitempty"`
+	// Learned are the learned reservations' windows (package learn), by
+	// scope then model, each oldest cost first (absent in a snapshot
+	// written before learned reservations existed, whose ledger admitted
+	// none under a learn rule, so that nothing was learned).
+	Learned []snapLearned `json:"learned,omitempty"`
 
 	// window is the window section (version 3), which follows the JSON.
 	window []byte
+}
+
+// snapLearned is one learned-reservation window.
+type snapLearned struct {
+	Scope events.Scope   `json:"scope"`
+	Model string         `json:"model"`
+	Costs []events.Money `json:"costs"`
 }
 
 // snapVoid is one remembered void: the request id, the time of its
@@ -218,8 +234,11 @@ type snapBalance struct {
 	Spent    events.Money      `json:"spent"`
 	Reserved events.Money      `json:"reserved"`
 	Overrun  events.Money      `json:"overrun"`
-	Open     []string          `json:"open,omitempty"`
-	Alerted  []events.Money    `json:"alerted,omitempty"`
+	// Exposure is the balance's exposure (absent: zero, or a snapshot
+	// written before exposure existed, which holds no ceiling).
+	Exposure *events.Money  `json:"exposure,omitempty"`
+	Open     []string       `json:"open,omitempty"`
+	Alerted  []events.Money `json:"alerted,omitempty"`
 	// Arm is the arm generation of Alerted.
 	Arm uint64 `json:"arm,omitempty"`
 }
@@ -242,6 +261,9 @@ type snapPart struct {
 	Unit   string       `json:"unit"`
 	Amount events.Money `json:"amount"`
 	Actual events.Money `json:"actual"`
+	// Ceiling is the part's ceiling (absent: none, or a snapshot written
+	// before ceilings existed).
+	Ceiling *events.Money `json:"ceiling,omitempty"`
 }
 
 type snapClosed struct {
@@ -338,6 +360,10 @@ func (b *book) snapshotAs(seq uint64, version int) (*snapshotState, error) {
 		bl := b.balances[key]
 		sb := snapBalance{Key: key, Ref: bl.ref, Rev: bl.rev, Unit: bl.unit, Limit: bl.limit,
 			Spent: bl.spent, Reserved: bl.reserved, Overrun: bl.overrun, Alerted: bl.alerted, Arm: bl.arm}
+		if !bl.exposure.IsZero() {
+			exp := bl.exposure
+			sb.Exposure = &exp
+		}
 		for id := range bl.open {
 			sb.Open = append(sb.Open, id)
 		}
@@ -368,6 +394,9 @@ func (b *book) snapshotAs(seq uint64, version int) (*snapshotState, error) {
 		}
 	}
 	sort.Slice(st.Skipped, func(i, j int) bool { return st.Skipped[i].Key < st.Skipped[j].Key })
+	for _, k := range b.learned.Keys() {
+		st.Learned = append(st.Learned, snapLearned{Scope: k.Scope, Model: k.Model, Costs: b.learned.Window(k).Costs()})
+	}
 	return st, nil
 }
 
@@ -500,6 +529,9 @@ func bookFromSnapshot(layout streams.Layout, retention, expiredKeep time.Duratio
 		}
 		bals[i] = &balance{key: sb.Key, ref: sb.Ref, self: []events.BalanceRef{sb.Ref}, rev: sb.Rev, unit: sb.Unit,
 			limit: sb.Limit, spent: sb.Spent, reserved: sb.Reserved, overrun: sb.Overrun, alerted: sb.Alerted, arm: sb.Arm, open: make(map[string]*Reservation, len(sb.Open))}
+		if sb.Exposure != nil {
+			bals[i].exposure = *sb.Exposure
+		}
 		b.balances[sb.Key] = bals[i]
 	}
 	for _, sr := range st.Reservations {
@@ -561,6 +593,14 @@ func bookFromSnapshot(layout streams.Layout, retention, expiredKeep time.Duratio
 			}
 			bl.open[id] = r
 		}
+	}
+	for i, sl := range st.Learned {
+		k := learn.Key{Scope: sl.Scope, Model: sl.Model}
+		if len(sl.Costs) == 0 || len(sl.Costs) > events.MaxLearnWindow || b.learned.Window(k) != nil ||
+			i > 0 && (st.Learned[i-1].Scope > sl.Scope || st.Learned[i-1].Scope == sl.Scope && st.Learned[i-1].Model >= sl.Model) {
+			return nil, bad("learned window of %s %s: %d costs, or out of order", sl.Scope, sl.Model, len(sl.Costs))
+		}
+		b.learned.Set(k, learn.WindowOf(sl.Costs))
 	}
 	for _, sv := range st.Voids {
 		if sv.RequestID == "" || b.voids[sv.RequestID] != nil {

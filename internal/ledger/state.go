@@ -30,6 +30,28 @@ type Balance struct {
 	Reserved events.Money
 	Overrun  events.Money
 	Open     int
+	// Exposure is the most the open reservations may still add above what
+	// they hold (the sum of their parts' Ceiling - Amount); ExposureCap
+	// the budget's cap on it (nil: none) and Learn its learned-reservation
+	// rule (nil: reserve the maximum).
+	Exposure    events.Money
+	ExposureCap *events.Money
+	Learn       *events.LearnRule
+}
+
+// Headroom is limit + exposure cap - spent - reserved - exposure: what a
+// settle after its reservation expired may still be charged in a budget
+// with an exposure cap (never below zero).
+func (b Balance) Headroom() events.Money {
+	var cap events.Money
+	if b.ExposureCap != nil {
+		cap = *b.ExposureCap
+	}
+	h := b.Limit.Add(cap).Sub(b.Spent).Sub(b.Reserved).Sub(b.Exposure)
+	if h.Sign() < 0 {
+		return events.Money{}
+	}
+	return h
 }
 
 // Available is limit - spent - reserved (negative after an overrun).
@@ -53,6 +75,9 @@ type Budget struct {
 	// Both are carried from the definition as they are.
 	FixedSlot  *events.Money
 	Thresholds []events.Money
+	// ExposureCap and Learn: see events.BudgetDefinedV2.
+	ExposureCap *events.Money
+	Learn       *events.LearnRule
 	// Revision is the stream sequence of the definition.
 	Revision uint64
 	// FromDefault is the revision of the kind's default the budget was
@@ -75,7 +100,8 @@ func (b Budget) Balance(t time.Time) events.BalanceRef {
 }
 
 // Changes names the fields of the definition that differ from prev, in the
-// order limit, unit, tz, disabled, fixed_slot, thresholds.
+// order limit, unit, tz, disabled, fixed_slot, thresholds, exposure_cap,
+// learn.
 func (b Budget) Changes(prev Budget) []string {
 	out := []string{}
 	if b.Limit.Cmp(prev.Limit) != 0 {
@@ -99,6 +125,13 @@ func (b Budget) Changes(prev Budget) []string {
 	}
 	if !same {
 		out = append(out, "thresholds")
+	}
+	if (b.ExposureCap == nil) != (prev.ExposureCap == nil) || b.ExposureCap != nil && b.ExposureCap.Cmp(*prev.ExposureCap) != 0 {
+		out = append(out, "exposure_cap")
+	}
+	if (b.Learn == nil) != (prev.Learn == nil) || b.Learn != nil && (b.Learn.Percentile != prev.Learn.Percentile ||
+		b.Learn.Window != prev.Learn.Window || b.Learn.MinSamples != prev.Learn.MinSamples || b.Learn.Floor.Cmp(prev.Learn.Floor) != 0) {
+		out = append(out, "learn")
 	}
 	return out
 }
@@ -139,6 +172,18 @@ type Part struct {
 	Amount events.Money
 	// Actual is the settled actual cost in this balance.
 	Actual events.Money
+	// Ceiling, when set, is the most the part may settle at, above Amount
+	// (events.ReservationOpened.Ceiling).
+	Ceiling *events.Money
+}
+
+// Exposure is what the part may still add above Amount: Ceiling - Amount,
+// zero without a ceiling.
+func (p *Part) Exposure() events.Money {
+	if p == nil || p.Ceiling == nil || p.Ceiling.Cmp(p.Amount) <= 0 {
+		return events.Money{}
+	}
+	return p.Ceiling.Sub(p.Amount)
 }
 
 func (r *Reservation) clone() *Reservation {
@@ -208,6 +253,7 @@ type balance struct {
 	spent    events.Money
 	reserved events.Money
 	overrun  events.Money
+	exposure events.Money
 	// alerted are the thresholds crossed in this balance in arm
 	// generation arm (a crossing of a later generation starts them anew).
 	alerted []events.Money

@@ -6,6 +6,7 @@ import (
 	"sort"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/learn"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -44,6 +45,13 @@ type View interface {
 	// TenantOpen returns how many reservations tenant holds open as of
 	// this decision (tenants.go).
 	TenantOpen(tenant string) int
+	// Learned returns a copy of the learned-reservation window of k (nil:
+	// no call known) as of the revision of k's scope's lane the decision
+	// is taken at; settles decided earlier in the same group are not in it
+	// (they are learned when their revision is folded), so the amount an
+	// admit reserves is a function of the ledger position its revision
+	// follows (events.Chain.Prev).
+	Learned(k learn.Key) *learn.Window
 }
 
 // group is the View the committer gives the Txs of one group: the
@@ -195,6 +203,16 @@ func (v *group) Voided(rid string) bool {
 	return v.l.bk.voids[rid] != nil
 }
 
+// Learned returns a copy of k's window as of the view's revision of its
+// scope's lane (see View.Learned), marking the view stale if the book has
+// folded that lane past it.
+func (v *group) Learned(k learn.Key) *learn.Window {
+	v.l.mu.RLock()
+	defer v.l.mu.RUnlock()
+	v.checkLanes([]events.BalanceRef{{Scope: k.Scope}})
+	return v.l.bk.learned.Window(k).Clone()
+}
+
 // undoOp names what an undoEntry puts back.
 type undoOp uint8
 
@@ -292,13 +310,15 @@ func (v *group) apply(es events.Events) (err error) {
 // given is cur's).
 type overlay group
 
-func (o *overlay) reserve(_ string, amt events.Money) {
+func (o *overlay) reserve(_ string, amt, exposure events.Money) {
 	o.cur.Reserved = o.cur.Reserved.Add(amt)
+	o.cur.Exposure = o.cur.Exposure.Add(exposure)
 	o.cur.Open++
 }
 
-func (o *overlay) unreserve(_ string, amt events.Money) {
+func (o *overlay) unreserve(_ string, amt, exposure events.Money) {
 	o.cur.Reserved = o.cur.Reserved.Sub(amt)
+	o.cur.Exposure = o.cur.Exposure.Sub(exposure)
 	o.cur.Open--
 }
 
@@ -369,6 +389,10 @@ func (o *overlay) closes(_ string, id string) {
 
 func (o *overlay) openChanged(r *Reservation, d int) { (*group)(o).openDelta(r, d) }
 
+// learn: an admit decides on the learned state of the revision its view
+// was taken at (View.Learned); the book learns when it folds the write.
+func (o *overlay) learn(learn.Key, events.Money) {}
+
 // closed: the book queues the close when it folds the group's write.
 func (o *overlay) closed(*Reservation, bool) {}
 
@@ -435,6 +459,10 @@ func (v *group) revisions() []keyedRevision {
 				Schema: events.SchemaBalance, Balance: vb.Ref, Unit: vb.Unit, Limit: vb.Limit,
 				Spent: vb.Spent, Reserved: vb.Reserved, Overrun: vb.Overrun, Open: int64(vb.Open),
 				Events: vb.events,
+			}
+			if !vb.Exposure.IsZero() {
+				exp := vb.Exposure
+				rev.Balances[i].Exposure = &exp
 			}
 		}
 		out = append(out, keyedRevision{key: lane, rev: v.lanes[lane], value: rev})

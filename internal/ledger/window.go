@@ -527,7 +527,7 @@ func (w *window) shared(h uint32) *Reservation {
 func (w *window) compact(r *Reservation, bl *balance) winEntry {
 	whole := winEntry{ext: &winExt{res: r}, status: winStatus(r.Status)}
 	e := winEntry{status: winStatus(r.Status)}
-	if e.status == 0 || r.Pricing != nil || len(r.Parts) != 1 || len(r.Balances) != 1 || bl == nil || bl.ref != r.Balances[0] || r.Parts[0].Key != bl.key {
+	if e.status == 0 || r.Pricing != nil || len(r.Parts) != 1 || r.Parts[0].Ceiling != nil || len(r.Balances) != 1 || bl == nil || bl.ref != r.Balances[0] || r.Parts[0].Key != bl.key {
 		return whole
 	}
 	p := &r.Parts[0]

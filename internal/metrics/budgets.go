@@ -27,6 +27,9 @@ type BudgetSample struct {
 	Open   int
 	// Spent, Reserved and Limit are the budget's exact amounts in Unit.
 	Spent, Reserved, Limit string
+	// Exposure is what its open reservations may still add above what
+	// they hold ("" or "0": nothing).
+	Exposure string
 }
 
 // maxDecimalLen caps the length of an amount string before it is parsed
@@ -156,6 +159,7 @@ type budgetCollector struct {
 	limit                                     int
 	f                                         func() []BudgetSample
 	open, spent, reserved, limitD, util, left *prometheus.Desc
+	exposure                                  *prometheus.Desc
 }
 
 var budgetLabels = []string{"scope", "period", "unit"}
@@ -174,13 +178,15 @@ func newBudgetCollector(limit int, f func() []BudgetSample) *budgetCollector {
 			"Limit of each budget, in the budget's unit.", budgetLabels, nil),
 		util: prometheus.NewDesc("spendgate_budget_utilization_ratio",
 			"(spent + reserved) / limit per budget in its current period: 1 is full (+Inf for a zero limit with something used).", budgetLabels, nil),
+		exposure: prometheus.NewDesc("spendgate_exposure_amount",
+			"What the open reservations of each budget may still add above what they hold in its current period (each may settle up to its ceiling), in the budget's unit.", budgetLabels, nil),
 		left: prometheus.NewDesc("spendgate_budgets_not_exposed",
 			"Budgets left out of the per-budget gauges by their series limit.", nil, nil),
 	}
 }
 
 func (c *budgetCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.open, c.reserved, c.spent, c.limitD, c.util, c.left} {
+	for _, d := range []*prometheus.Desc{c.open, c.reserved, c.spent, c.limitD, c.util, c.exposure, c.left} {
 		ch <- d
 	}
 }
@@ -195,6 +201,11 @@ func (c *budgetCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.spent, prometheus.GaugeValue, sampleValue(r.Spent), lv...)
 		ch <- prometheus.MustNewConstMetric(c.limitD, prometheus.GaugeValue, sampleValue(r.Limit), lv...)
 		ch <- prometheus.MustNewConstMetric(c.util, prometheus.GaugeValue, r.utilization(), lv...)
+		exposure := r.Exposure
+		if exposure == "" {
+			exposure = "0"
+		}
+		ch <- prometheus.MustNewConstMetric(c.exposure, prometheus.GaugeValue, sampleValue(exposure), lv...)
 	}
 	ch <- prometheus.MustNewConstMetric(c.left, prometheus.GaugeValue, float64(max(0, len(all)-c.limit)))
 }

@@ -422,7 +422,7 @@ func registerMetrics(cfg Config, l *ledger.Ledger, svc *service.Service, probe *
 			// The label is the stored scope: a tenant's carries the
 			// tenant ("acme/team:search").
 			out = append(out, metrics.BudgetSample{Scope: string(b.Ref.Scope), Period: string(v.Period), Unit: v.Unit, Open: int(v.Open),
-				Spent: v.Spent, Reserved: v.Reserved, Limit: v.Limit})
+				Spent: v.Spent, Reserved: v.Reserved, Limit: v.Limit, Exposure: v.Exposure})
 		}
 		return out
 	})

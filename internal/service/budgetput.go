@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 
 	"github.com/spendgate/spendgate/events"
@@ -117,6 +118,18 @@ func parseBudgetPut(req events.BudgetPutRequest) (events.BudgetRef, ledger.Budge
 			return events.BudgetRef{}, nil, err
 		}
 	}
+	var exposureCap *events.Money
+	if req.ExposureCap != nil && *req.ExposureCap != "" {
+		c, err := parseField("exposure_cap", *req.ExposureCap)
+		if err != nil {
+			return events.BudgetRef{}, nil, err
+		}
+		exposureCap = &c
+	}
+	learnRule, err := parseLearn(req)
+	if err != nil {
+		return events.BudgetRef{}, nil, err
+	}
 	edit := func(cur ledger.Budget, existed bool) (ledger.Budget, error) {
 		def := cur
 		if !existed || req.Replace {
@@ -149,12 +162,60 @@ func parseBudgetPut(req events.BudgetPutRequest) (events.BudgetRef, ledger.Budge
 		case req.Alerts != nil && len(def.Thresholds) == 0:
 			def.Thresholds = events.DefaultThresholds
 		}
+		if req.ExposureCap != nil {
+			def.ExposureCap = exposureCap
+		}
+		if req.Learn != nil {
+			def.Learn = learnRule
+		}
+		if def.Learn != nil && events.IsCount(def.Unit) {
+			return ledger.Budget{}, events.Errorf(events.CodeInvalidRequest, "learn applies to money budgets; a %s budget reserves 1 per admit", def.Unit)
+		}
 		if def.FixedSlot != nil && events.IsCount(def.Unit) {
 			return ledger.Budget{}, events.Errorf(events.CodeInvalidAmount, "fixed_slot applies to money budgets; a %s budget reserves 1 per admit", def.Unit)
 		}
 		return def, nil
 	}
 	return events.BudgetRef{Scope: scope, Period: period}, edit, nil
+}
+
+// parseLearn reads the learn fields of a put: nil when learn is absent or
+// "" (removed). Errors: CodeInvalidRequest (learn is not "p1" to "p100",
+// learn_* without learn, a bound out of range), CodeInvalidAmount
+// (learn_floor).
+func parseLearn(req events.BudgetPutRequest) (*events.LearnRule, error) {
+	if req.Learn == nil || *req.Learn == "" {
+		if req.LearnWindow != 0 || req.LearnMinSamples != 0 || req.LearnFloor != "" {
+			return nil, events.Errorf(events.CodeInvalidRequest, "learn_window, learn_min_samples and learn_floor shape a learn rule: give learn (\"p95\") with them")
+		}
+		return nil, nil
+	}
+	r := events.DefaultLearnRule()
+	p, ok := strings.CutPrefix(*req.Learn, "p")
+	n, err := strconv.Atoi(p)
+	if !ok || err != nil || strconv.Itoa(n) != p {
+		return nil, events.Errorf(events.CodeInvalidRequest, "learn %q must be a percentile from \"p1\" to \"p100\", like \"p95\"", *req.Learn)
+	}
+	r.Percentile = n
+	if req.LearnWindow != 0 {
+		r.Window = req.LearnWindow
+	}
+	if req.LearnMinSamples != 0 {
+		r.MinSamples = req.LearnMinSamples
+	} else if r.MinSamples > r.Window {
+		r.MinSamples = r.Window
+	}
+	if req.LearnFloor != "" {
+		f, err := parseField("learn_floor", req.LearnFloor)
+		if err != nil {
+			return nil, err
+		}
+		r.Floor = f
+	}
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	return &r, nil
 }
 
 // parseField parses a decimal field of a put, its errors naming the field

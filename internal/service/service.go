@@ -873,6 +873,15 @@ func (s *Service) BudgetView(ref events.BudgetRef) (events.BudgetView, error) {
 		v.FixedSlot, v.MaxInFlight = b.FixedSlot.String(), n.String()
 		v.OvershootBound = fmt.Sprintf("%s x (cost of one call - %s)", n, b.FixedSlot)
 	}
+	if b.ExposureCap != nil || !bal.Exposure.IsZero() {
+		v.Exposure = bal.Exposure.String()
+	}
+	if b.ExposureCap != nil {
+		v.ExposureCap = b.ExposureCap.String()
+	}
+	if b.Learn != nil {
+		v.Learn = b.Learn.String()
+	}
 	return v, nil
 }
 

@@ -91,7 +91,7 @@ func TestApplyEvent(t *testing.T) {
 		"release of a reservation not held changes only the balance": {
 			e:    events.ReservationReleased{ReservationID: "r", Balance: bal, Reserved: m("0.5")},
 			want: []string{"unreserve 0.5", "closes r"}},
-		"open with a ceiling adds to exposure": {e: withCeiling, want: []string{"reserve 0.5 exposure 0.3", "opened r", "opens r"}, status: events.StatusOpen},
+		"open with a ceiling adds to exposure": {e: withCeiling, want: []string{"reserve 0.5 exposure 0.3", "opened r", "tenant open r +1", "opens r"}, status: events.StatusOpen},
 		"threshold":                            {e: events.ThresholdCrossed{Balance: bal, Threshold: m("0.8")}, want: []string{"alert 0.8"}},
 		"void":                                 {e: events.RequestVoided{RequestID: "q", Balance: bal}, want: []string{"void q"}},
 	} {
@@ -137,9 +137,9 @@ func TestApplyEvent_Learned(t *testing.T) {
 
 	rec = mk(&ceiling)
 	applyEvent(rec, key, events.ReservationReleased{ReservationID: "r", Balance: bal, Reserved: m("0.5"), Reason: events.ReasonReleased})
-	require.Equal(t, []string{"unreserve 0.5 exposure 0.3", "closes r", "closed r released again=false"}, rec.calls)
+	require.Equal(t, []string{"unreserve 0.5 exposure 0.3", "closes r", "tenant open r -1", "closed r released again=false"}, rec.calls)
 
 	rec = mk(nil)
 	applyEvent(rec, key, events.ReservationSettled{ReservationID: "r", Balance: bal, Reserved: m("0.5"), Actual: m("0.2"), Overrun: m("0")})
-	require.Equal(t, []string{"spend 0.2 overrun 0", "unreserve 0.5", "closes r", "closed r settled again=false"}, rec.calls)
+	require.Equal(t, []string{"spend 0.2 overrun 0", "unreserve 0.5", "closes r", "tenant open r -1", "closed r settled again=false"}, rec.calls)
 }

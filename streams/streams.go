@@ -609,10 +609,18 @@ func IsConflict(err error) bool {
 	return false
 }
 
-// IsConflictCode reports whether a JetStream error code is a CAS conflict.
+// jsErrCodeStreamWrongLastMsgID is nats-server's JSStreamWrongLastMsgIDErrF
+// (an append whose Nats-Expected-Last-Msg-Id is not the stream's last
+// message's id); nats.go has no exported name for it.
+const jsErrCodeStreamWrongLastMsgID = 10070
+
+// IsConflictCode reports whether a JetStream error code is a CAS conflict:
+// the stream's last sequence, or its last message's id, is not the one
+// the append expected.
 func IsConflictCode(code int) bool {
 	return code == int(jetstream.JSErrCodeStreamWrongLastSequence) ||
-		code == int(jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+		code == int(jetstream.JSErrCodeStreamWrongLastSequenceConstant) ||
+		code == jsErrCodeStreamWrongLastMsgID
 }
 
 // JetStream headers spendgate writes. The batch headers are nats-server

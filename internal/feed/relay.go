@@ -361,7 +361,20 @@ func (r *Relay) runOnce(ctx context.Context, s jetstream.Stream) (tail, error) {
 		if err != nil {
 			return t, err
 		}
-		f, err := r.js.PublishMsgAsync(msg, jetstream.WithMsgID(m.ID), jetstream.WithExpectLastSequence(t.feedSeq+uint64(len(win))))
+		opts := []jetstream.PublishOpt{jetstream.WithMsgID(m.ID), jetstream.WithExpectLastSequence(t.feedSeq + uint64(len(win)))}
+		if len(win) > 0 {
+			// Pipelined: this append must follow the window's previous
+			// event, not merely the sequence it was expected to take. A
+			// message no relay wrote (a forged one) that took that
+			// sequence would make the previous append fail and this one
+			// land after the forgery, the previous event missing from
+			// the feed for good; expecting the previous event's id makes
+			// this one fail too, and the relay starts again from the
+			// feed's tail. Another relay's append of the same event
+			// carries the same id, so it satisfies the expectation.
+			opts = append(opts, jetstream.WithExpectLastMsgID(win[len(win)-1].m.ID))
+		}
+		f, err := r.js.PublishMsgAsync(msg, opts...)
 		if err != nil {
 			return t, err
 		}

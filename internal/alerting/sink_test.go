@@ -80,6 +80,17 @@ func runSink(t *testing.T, env *testenv.Env, cfg alerting.SinkConfig) *alerting.
 	done := make(chan struct{})
 	go func() { defer close(done); _ = s.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
+	// The consumer delivers new alerts only (DeliverNew, unless FromStart):
+	// wait until Run has made it, so that an alert the test causes next is
+	// one it must deliver.
+	require.Eventually(t, func() bool {
+		st, err := env.JS.Stream(ctx, env.Layout.AlertStreamName())
+		if err != nil {
+			return false
+		}
+		_, err = st.Consumer(ctx, cfg.Durable)
+		return err == nil
+	}, 30*time.Second, 10*time.Millisecond, "the sink's consumer %s exists", cfg.Durable)
 	return s
 }
 

@@ -240,8 +240,10 @@ func serve(args []string) int {
 	opsDone := make(chan error, 1)
 	if opsSrv != nil {
 		opsSrv.AddCheck("nats", func() error {
-			if st := nc.Status(); st != nats.CONNECTED {
-				return fmt.Errorf("NATS connection %s", st)
+			for _, c := range []*nats.Conn{nc, snc} {
+				if st := c.Status(); st != nats.CONNECTED {
+					return fmt.Errorf("NATS connection %s %s", c.Opts.Name, st)
+				}
 			}
 			return nil
 		})

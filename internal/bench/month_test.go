@@ -27,11 +27,11 @@ import (
 // the cap's.
 func TestMonth_Small(t *testing.T) {
 	t.Parallel()
-	o := MonthOptions{Calls: 1500, Seed: 7}
+	o := MonthOptions{Calls: 900, Seed: 7}
 	require.Equal(t, generateMonth(o), generateMonth(o), "one seed, one month")
 	res, err := Month(context.Background(), o)
 	require.NoError(t, err)
-	require.Equal(t, 1500, res.Calls)
+	require.Equal(t, 900, res.Calls)
 	perLimit := 3 + len(MonthCapShares)
 	require.Len(t, res.Rows, perLimit*len(MonthAllowances))
 	median, p95 := events.MustMoney(res.MedianUse), events.MustMoney(res.P95Use)
@@ -39,7 +39,7 @@ func TestMonth_Small(t *testing.T) {
 	require.Positive(t, events.MustMoney(res.MedianMax).Cmp(median.Mul(events.MustMoney("4"))), "the priced maximum holds several times a call's cost")
 	require.Positive(t, res.Rows[0].Denied, "the lower budget binds")
 	for i, row := range res.Rows {
-		require.EqualValues(t, 1500, row.Admitted+row.Denied, row.Rule)
+		require.EqualValues(t, 900, row.Admitted+row.Denied, row.Rule)
 		overrun, overLimit := events.MustMoney(row.MaxOverrun), events.MustMoney(row.MaxOverLimit)
 		require.LessOrEqual(t, overLimit.Cmp(overrun), 0, "%s: past the limit by %s, overrun %s", row.Rule, overLimit, overrun)
 		if row.Rule == "max" {

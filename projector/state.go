@@ -137,6 +137,8 @@ type Budget struct {
 // Projector guards its own.
 type State struct {
 	position uint64
+	// at is the server time of the last message advance saw.
+	at       time.Time
 	events   int
 	balances map[events.BalanceRef]*Balance
 	lanes    map[string]uint64 // lane key -> seq of its last revision applied

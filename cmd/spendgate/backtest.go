@@ -13,7 +13,7 @@ import (
 
 var backtestCommand = command{
 	name:     "spendgate backtest",
-	synopsis: "--scope KIND:ID [--limit DECIMAL] [--period month|week|day|lifetime|...] [--fixed-slot DECIMAL] [--learn PERCENTILE] [--from RFC3339 --to RFC3339] [--by KEY ...] [-o table|csv|json] (--trusted-keys KEYS | --unverified) [--nats-url URL]",
+	synopsis: "--scope KIND:ID [--limit DECIMAL] [--period month|week|day|lifetime|...] [--fixed-slot DECIMAL] [--learn PERCENTILE] [--exposure-cap DECIMAL] [--from RFC3339 --to RFC3339] [--by KEY ...] [-o table|csv|json] (--trusted-keys KEYS | --unverified) [--nats-url URL]",
 	about: `Replays the recorded admits of one scope under other limits: what a limit
 of 50 would have done. It reads the book of record through the same gate as
 audit check (every revision verified against --trusted-keys) and the
@@ -28,12 +28,14 @@ asked.
 It reports the calls admitted and denied (recorded and replayed), what
 the newly denied calls asked and cost, when each period of the budget ran
 out, the budget's balances at the end, and the blocked calls grouped by
-metadata value (--by KEY, repeatable; every key by default). --limit and
---fixed-slot change the budget --period names (its only one by default);
+metadata value (--by KEY, repeatable; every key by default). --limit,
+--fixed-slot and --exposure-cap change the budget --period names (its only one by default);
 the scope's other budgets replay as recorded. --learn N reserves by
 observed cost instead of what each admit asked: the N-th percentile of the
 costs of the last calls of its model (at most what it asked), as learned
-reservations do. With none of them, the replay
+reservations do. --exposure-cap replaces the budget's exposure cap (what
+settles above their reservations may add; admits that could break it are
+denied exposure_cap). With none of them, the replay
 checks itself: it must reproduce every recorded decision and balance
 ("exact" in the output; exit 1 if it does not).
 
@@ -61,6 +63,7 @@ func backtestCmd(args []string) int {
 	period := fs.String("period", "", "the period of the budget the replay changes (month, week, day, lifetime, ...; default: the scope's only budget)")
 	unit := fs.String("unit", "", "the unit of that budget, when the scope has a money and a count budget in the period")
 	slot := fs.String("fixed-slot", "", "a fixed slot the budget reserves per admit in the replay (a decimal)")
+	expCap := fs.String("exposure-cap", "", "the budget's exposure cap in the replay (a decimal, 0 or more): an admit whose ceiling would take the balance's exposure past it is denied exposure_cap, and a settle is charged at most its ceiling")
 	learnPct := fs.Int("learn", 0, "reserve by observed cost in the replay: this percentile (1..100) of the actual costs of the last --learn-window calls of the same model the replay settled (0: off; the maximum until --learn-min calls are known)")
 	learnWindow := fs.Int("learn-window", events.DefaultLearnWindow, "with --learn: how many recent calls count")
 	learnMin := fs.Int("learn-min", events.DefaultLearnMinSamples, "with --learn: the cold start, calls known before the rule applies")
@@ -102,7 +105,7 @@ func backtestCmd(args []string) int {
 	for _, m := range []struct {
 		name, value string
 		to          **events.Money
-	}{{"limit", *limit, &pol.Limit}, {"fixed-slot", *slot, &pol.FixedSlot}} {
+	}{{"limit", *limit, &pol.Limit}, {"fixed-slot", *slot, &pol.FixedSlot}, {"exposure-cap", *expCap, &pol.ExposureCap}} {
 		if m.value == "" {
 			continue
 		}
@@ -111,6 +114,9 @@ func backtestCmd(args []string) int {
 			return cmd.usageError(fs, fmt.Sprintf("--%s %q: %v", m.name, m.value, err))
 		}
 		*m.to = &v
+	}
+	if pol.ExposureCap != nil && pol.ExposureCap.Sign() < 0 {
+		return cmd.usageError(fs, fmt.Sprintf("--exposure-cap %s: must not be negative", pol.ExposureCap))
 	}
 	if pol.FixedSlot != nil && pol.FixedSlot.Sign() <= 0 {
 		return cmd.usageError(fs, fmt.Sprintf("--fixed-slot %s: must be greater than zero", pol.FixedSlot))

@@ -72,6 +72,12 @@ func TestCLI_Backtest(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(run(0, "backtest", "--scope", "team:search", "--learn", "50", "--learn-min", "2", "--unverified", "-o", "json")), &learned))
 	require.Equal(t, "p50 of 100, cold 2, floor 0", learned.Learn)
 
+	var capped backtest.Result
+	require.NoError(t, json.Unmarshal([]byte(run(0, "backtest", "--scope", "team:search", "--exposure-cap", "0.1", "--unverified", "-o", "json")), &capped))
+	require.Equal(t, "0.1", capped.ExposureCap)
+	require.False(t, capped.Exact.Checked, "a policy with a cap is not the record")
+	require.Regexp(t, `(?m)^calls\s+exposure_cap_denied\s+0\s+\d+$`, run(0, "backtest", "--scope", "team:search", "--exposure-cap", "0.1", "--unverified"))
+
 	table := run(0, "backtest", "--scope", "team:search", "--limit", "0.5", "--unverified")
 	require.Contains(t, table, "# backtest of team:search per month under limit 0.5")
 	require.Regexp(t, `(?m)^calls\s+admitted\s+4\s+2$`, table)
@@ -91,6 +97,7 @@ func TestCLI_Backtest(t *testing.T) {
 		{[]string{"backtest", "--scope", "team:search", "--limit", "lots", "--unverified"}, "--limit"},
 		{[]string{"backtest", "--scope", "team:search", "--limit", "-1", "--unverified"}, "--limit"},
 		{[]string{"backtest", "--scope", "team:search", "--fixed-slot", "0", "--unverified"}, "--fixed-slot"},
+		{[]string{"backtest", "--scope", "team:search", "--exposure-cap", "-1", "--unverified"}, "--exposure-cap"},
 		{[]string{"backtest", "--scope", "team:search", "--period", "fortnight", "--unverified"}, "--period"},
 		{[]string{"backtest", "--scope", "team:search", "-o", "xml", "--unverified"}, "table or csv or json"},
 		{[]string{"backtest", "--scope", "team search", "--unverified"}, "--scope"},

@@ -289,6 +289,11 @@ func (res *Result) summary() [][4]string {
 		{"change", "newly_admitted_asked", "", res.NewlyAdmitted.Asked.String()},
 		{"change", "denied_elsewhere", n(res.DeniedElsewhere), n(res.DeniedElsewhere)},
 	}
+	if res.ExposureCap != "" || res.Recorded.ExposureCapDenied != 0 || res.Replayed.ExposureCapDenied != 0 {
+		rows = append(rows,
+			[4]string{"calls", "exposure_cap_denied", n(res.Recorded.ExposureCapDenied), n(res.Replayed.ExposureCapDenied)},
+			[4]string{"calls", "excess", res.Recorded.Excess.String(), res.Replayed.Excess.String()})
+	}
 	for _, ro := range res.RanOut {
 		rows = append(rows, [4]string{"ran_out", ro.Instance, t(ro.Recorded), t(ro.Replayed)})
 	}

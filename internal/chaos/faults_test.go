@@ -356,8 +356,11 @@ func watchReady(reps []*replica) func() ([]time.Duration, []string) {
 			for i, r := range reps {
 				if code, body := r.get("/readyz"); code != http.StatusOK {
 					unready[i] += every
-					if reasons[i] == "" {
-						reasons[i] = body
+					// Every distinct answer: a replica whose connection
+					// to the killed node reconnects says so first, then
+					// that the stream has no leader.
+					if !strings.Contains(reasons[i], body) {
+						reasons[i] += body
 					}
 				}
 			}

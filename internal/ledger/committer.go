@@ -705,6 +705,9 @@ func (l *Ledger) publishBatch(ctx context.Context, revs []keyedRevision, datas [
 	defer l.ownWrites.Add(-1)
 	ctx, cancel := context.WithTimeout(ctx, l.opts.commitTimeout)
 	defer cancel()
+	// Every message of the batch on one connection, in order.
+	nc, done := l.writeConn()
+	defer done()
 	id := uuid.NewString()
 	for i := range revs {
 		msg := nats.NewMsg(l.layout.Subject(revs[i].key))
@@ -717,13 +720,13 @@ func (l *Ledger) publishBatch(ctx context.Context, revs []keyedRevision, datas [
 			msg.Header.Set(streams.HeaderExpectedLastSubjSeq, strconv.FormatUint(revs[i].rev, 10))
 		}
 		if i < len(revs)-1 {
-			if err := l.nc.PublishMsg(msg); err != nil {
+			if err := nc.PublishMsg(msg); err != nil {
 				return nil, err
 			}
 			continue
 		}
 		msg.Header.Set(streams.HeaderBatchCommit, "1")
-		reply, err := l.nc.RequestMsgWithContext(ctx, msg)
+		reply, err := nc.RequestMsgWithContext(ctx, msg)
 		if err != nil {
 			if errors.Is(err, nats.ErrNoResponders) {
 				return nil, jetstream.ErrNoStreamResponse

@@ -38,22 +38,7 @@ func TestWriteConn_WritesOnTheirOwnConnection(t *testing.T) {
 	for _, own := range []bool{true, false} {
 		t.Run(map[bool]string{true: "own", false: "shared"}[own], func(t *testing.T) {
 			env := testenv.New(t)
-			nc := env.Connect(t)
-			js, err := jetstream.New(nc)
-			require.NoError(t, err)
-			l, err := ledger.New(context.Background(), nc, js, env.Layout, ledger.WithWriteConn(own))
-			require.NoError(t, err)
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- l.Run(ctx) }()
-			t.Cleanup(cancel)
-			select {
-			case <-l.Ready():
-			case <-time.After(testenv.SetupTimeout):
-				t.Fatal("ledger not ready")
-			}
-			_, err = l.PutBudget(context.Background(), bal.Budget(), events.MustMoney("10"), "USD", t0)
-			require.NoError(t, err)
+			nc, l, cancel, done := runBudgeted(t, env, ledger.WithWriteConn(own))
 			for i := 0; i < 3; i++ {
 				tx := &openTx{id: "w" + string(rune('a'+i)), amount: events.MustMoney("1")}
 				require.NoError(t, l.Submit(context.Background(), tx))
@@ -97,22 +82,7 @@ func TestWriteConn_RunWaitsForTheWriteInFlight(t *testing.T) {
 		}
 		return send(ctx, m)
 	})
-	nc := env.Connect(t)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	l, err := ledger.New(context.Background(), nc, js, env.Layout, hook)
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- l.Run(ctx) }()
-	t.Cleanup(cancel)
-	select {
-	case <-l.Ready():
-	case <-time.After(testenv.SetupTimeout):
-		t.Fatal("ledger not ready")
-	}
-	_, err = l.PutBudget(context.Background(), bal.Budget(), events.MustMoney("10"), "USD", t0)
-	require.NoError(t, err)
+	_, l, cancel, done := runBudgeted(t, env, hook)
 	tx := &openTx{id: "held", amount: events.MustMoney("1")}
 	submitted := submitAsync(context.Background(), l, tx)
 	select {
@@ -137,4 +107,28 @@ func TestWriteConn_RunWaitsForTheWriteInFlight(t *testing.T) {
 		t.Fatal("Run did not return")
 	}
 	check(t, env)
+}
+
+// runBudgeted runs a ledger with opts on a connection of its own until the
+// test ends or cancel is called (Run's answer then arrives on done), and
+// defines bal's budget with a limit of 10.
+func runBudgeted(t *testing.T, env *testenv.Env, opts ...ledger.Option) (*nats.Conn, *ledger.Ledger, context.CancelFunc, <-chan error) {
+	t.Helper()
+	nc := env.Connect(t)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	l, err := ledger.New(context.Background(), nc, js, env.Layout, opts...)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	t.Cleanup(cancel)
+	select {
+	case <-l.Ready():
+	case <-time.After(testenv.SetupTimeout):
+		t.Fatal("ledger not ready")
+	}
+	_, err = l.PutBudget(context.Background(), bal.Budget(), events.MustMoney("10"), "USD", t0)
+	require.NoError(t, err)
+	return nc, l, cancel, done
 }

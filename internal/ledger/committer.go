@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sort"
 	"strconv"
 	"sync"
@@ -45,6 +46,8 @@ type keyLock struct {
 	qmu    sync.Mutex
 	queue  []*pending
 	active bool // a committer is draining queue
+	// last is how many Txs the lane's last group held (see gather).
+	last int
 }
 
 type pending struct {
@@ -262,8 +265,10 @@ func (l *Ledger) commitMultiNext(q *keyLock) bool {
 // revision of the lane. It reports whether more are queued; when none are,
 // it releases the committer role.
 func (l *Ledger) commitLaneNext(kl *keyLock) bool {
+	gather(kl)
 	kl.qmu.Lock()
 	n := min(len(kl.queue), l.opts.maxGroup)
+	kl.last = n
 	if n == 0 {
 		kl.active = false
 		kl.qmu.Unlock()
@@ -276,6 +281,34 @@ func (l *Ledger) commitLaneNext(kl *keyLock) bool {
 	kl.qmu.Unlock()
 	l.commitGroup(unionRefs(group), group, []*keyLock{kl})
 	return kl.more()
+}
+
+// gatherYields bounds how many times gather yields the processor.
+const gatherYields = 4
+
+// gather lets Txs that are about to be queued on kl join its next group.
+// When the lane's last group held several Txs (callers are concurrent) and
+// fewer are queued now, it yields the processor a few times, up to
+// gatherYields, until as many are queued as last time: goroutines that
+// are runnable (a request being decoded, a batch being split) get to
+// queue theirs first. A group is one revision, one write and one
+// acknowledgement, whatever its size, so on a busy replica fewer, larger
+// groups cost less per Tx: at 64 callers on one budget, groups grew from
+// about 12 Txs to 18 and the CPU per admit+settle cycle fell.
+//
+// It never waits for anything that is not already running or runnable:
+// no timer, no linger. A lone caller (last group of one) does not yield
+// at all, and on an idle replica a yield returns at once.
+func gather(kl *keyLock) {
+	kl.qmu.Lock()
+	want, n := kl.last, len(kl.queue)
+	kl.qmu.Unlock()
+	for i := 0; i < gatherYields && want > 1 && n < want; i++ {
+		runtime.Gosched()
+		kl.qmu.Lock()
+		n = len(kl.queue)
+		kl.qmu.Unlock()
+	}
 }
 
 // unionRefs returns the distinct balances of group's Txs, in key order.
@@ -705,6 +738,9 @@ func (l *Ledger) publishBatch(ctx context.Context, revs []keyedRevision, datas [
 	defer l.ownWrites.Add(-1)
 	ctx, cancel := context.WithTimeout(ctx, l.opts.commitTimeout)
 	defer cancel()
+	// Every message of the batch on one connection, in order.
+	nc, done := l.writeConn()
+	defer done()
 	id := uuid.NewString()
 	for i := range revs {
 		msg := nats.NewMsg(l.layout.Subject(revs[i].key))
@@ -717,13 +753,13 @@ func (l *Ledger) publishBatch(ctx context.Context, revs []keyedRevision, datas [
 			msg.Header.Set(streams.HeaderExpectedLastSubjSeq, strconv.FormatUint(revs[i].rev, 10))
 		}
 		if i < len(revs)-1 {
-			if err := l.nc.PublishMsg(msg); err != nil {
+			if err := nc.PublishMsg(msg); err != nil {
 				return nil, err
 			}
 			continue
 		}
 		msg.Header.Set(streams.HeaderBatchCommit, "1")
-		reply, err := l.nc.RequestMsgWithContext(ctx, msg)
+		reply, err := nc.RequestMsgWithContext(ctx, msg)
 		if err != nil {
 			if errors.Is(err, nats.ErrNoResponders) {
 				return nil, jetstream.ErrNoStreamResponse

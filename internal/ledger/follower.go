@@ -129,11 +129,13 @@ func (l *Ledger) Run(ctx context.Context) (err error) {
 	}
 	l.state = stateRunning
 	l.life.Unlock()
+	l.openWriter()
 	defer func() {
 		l.life.Lock()
 		l.state, l.stopErr = stateStopped, err
 		l.life.Unlock()
 		l.owned.Wait()
+		l.closeWriter()
 	}()
 	var startLast uint64
 	for {

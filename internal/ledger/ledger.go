@@ -36,6 +36,8 @@ type Ledger struct {
 	follower
 	committer
 	keys
+	// w is the connection the writes travel on (writer.go).
+	w writer
 	// gate is the one verification step of every revision read (see
 	// package gate); its trust state is folded with the book.
 	gate *gate.Gate

@@ -67,6 +67,9 @@ type options struct {
 	// signer and trust: see WithSigner and WithTrust.
 	signer *signing.Signer
 	trust  *signing.KeySet
+	// ownWriter: Run dials a connection of its own for the writes (see
+	// WithWriteConn).
+	ownWriter bool
 }
 
 func defaultOptions() options {
@@ -82,6 +85,18 @@ func defaultOptions() options {
 		snapRevisions: DefaultSnapshotRevisions,
 		snapEvents:    DefaultSnapshotEvents,
 		snapInterval:  DefaultSnapshotInterval,
+		ownWriter:     true,
+	}
+}
+
+// WithWriteConn sets whether Run dials a NATS connection of its own for
+// the ledger's writes (default true: a write and its ack then do not queue
+// behind the replica's requests, replies and the follower's deliveries;
+// see writer.go). false writes on the connection given to New.
+func WithWriteConn(own bool) Option {
+	return func(o *options) error {
+		o.ownWriter = own
+		return nil
 	}
 }
 

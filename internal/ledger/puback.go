@@ -42,7 +42,9 @@ func publishRequest(ctx context.Context, nc *nats.Conn, m *nats.Msg) (*nats.Msg,
 // publishAcked publishes m (its headers set) and returns the stream
 // sequence it got: jetstream.PublishMsg's work, without reflection.
 func (l *Ledger) publishAcked(ctx context.Context, m *nats.Msg) (uint64, error) {
-	send := func(ctx context.Context, m *nats.Msg) (*nats.Msg, error) { return publishRequest(ctx, l.nc, m) }
+	nc, done := l.writeConn()
+	defer done()
+	send := func(ctx context.Context, m *nats.Msg) (*nats.Msg, error) { return publishRequest(ctx, nc, m) }
 	var resp *nats.Msg
 	var err error
 	if h := l.opts.publishHook; h != nil {

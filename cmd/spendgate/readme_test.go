@@ -13,7 +13,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -129,33 +128,23 @@ type readmeRan struct{ cli, nats, compared, skipped int }
 // under it, field by field, but for ids, times and period instances. It
 // fails when a file shows a reply the service does not give, a field it
 // does not have, or a command that does not work.
-//
-// The files run in parallel subtests (as many at once as -parallel allows):
-// each has its own serve, port and directory.
 func TestREADME_RunsAsPrinted(t *testing.T) {
 	t.Setenv("SPENDGATE_NATS_URL", "")
 	var total readmeRan
-	var mu sync.Mutex
-	t.Run("files", func(t *testing.T) {
-		for _, name := range docFiles(t) {
-			t.Run(name, func(t *testing.T) {
-				t.Parallel()
-				ran := runDocExamples(t, name)
-				t.Logf("%s: %d CLI lines and %d nats requests run (%d replies compared), %d skipped", name, ran.cli, ran.nats, ran.compared, ran.skipped)
-				if name == "README.md" {
-					require.GreaterOrEqual(t, ran.cli, 5, "the quick start's commands were not found")
-					require.GreaterOrEqual(t, ran.compared, 4, "the core calls' replies were not found")
-				}
-				mu.Lock()
-				defer mu.Unlock()
-				total.cli += ran.cli
-				total.nats += ran.nats
-				total.compared += ran.compared
-				total.skipped += ran.skipped
-			})
-		}
-	})
-	require.False(t, t.Failed(), "a file's examples failed")
+	for _, name := range docFiles(t) {
+		t.Run(name, func(t *testing.T) {
+			ran := runDocExamples(t, name)
+			t.Logf("%s: %d CLI lines and %d nats requests run (%d replies compared), %d skipped", name, ran.cli, ran.nats, ran.compared, ran.skipped)
+			if name == "README.md" {
+				require.GreaterOrEqual(t, ran.cli, 5, "the quick start's commands were not found")
+				require.GreaterOrEqual(t, ran.compared, 4, "the core calls' replies were not found")
+			}
+			total.cli += ran.cli
+			total.nats += ran.nats
+			total.compared += ran.compared
+			total.skipped += ran.skipped
+		})
+	}
 	t.Logf("README: %d CLI lines and %d nats requests run (%d replies compared), %d skipped (README.md and docs/*.md)", total.cli, total.nats, total.compared, total.skipped)
 	require.GreaterOrEqual(t, total.cli, 6, "the quick start's commands were not found")
 	require.GreaterOrEqual(t, total.nats, 10, "the wire API's examples were not found")
@@ -195,8 +184,8 @@ func runDocExamples(t *testing.T, name string) readmeRan {
 	}
 	// The file's commands run in the directory the quick start runs
 	// serve from, so ./spendgate-data (its keys) is where they say.
-	dir := t.TempDir()
-	startProc(t, true, "serve", "--data-dir", filepath.Join(dir, "spendgate-data"), "--listen", listen)
+	readmeDir = t.TempDir()
+	startProc(t, true, "serve", "--data-dir", filepath.Join(readmeDir, "spendgate-data"), "--listen", listen)
 	nc := connect(t, url)
 
 	var shell []string // CLI lines, run in one shell so variables carry
@@ -227,7 +216,7 @@ func runDocExamples(t *testing.T, name string) readmeRan {
 			continue
 		}
 		// Run the shell lines before a request: order matters.
-		runReadmeShell(t, url, dir, shell)
+		runReadmeShell(t, url, shell)
 		shell = nil
 		subject, payload := m[1], m[2]
 		if rid := readmeRsv.FindString(payload); rid != "" {
@@ -276,7 +265,7 @@ func runDocExamples(t *testing.T, name string) readmeRan {
 		}
 		require.Equal(t, wantV, got, "%s line %d: %s\nreply: %s", name, it.line, l, msg.Data)
 	}
-	runReadmeShell(t, url, dir, shell)
+	runReadmeShell(t, url, shell)
 	if len(updates) > 0 {
 		path := filepath.Join("..", "..", filepath.FromSlash(name))
 		lines := strings.Split(docText(t, name), "\n")
@@ -312,10 +301,14 @@ func readmeNormalize(v any) {
 	}
 }
 
+// readmeDir is the directory TestREADME_RunsAsPrinted runs serve's data
+// dir (./spendgate-data) and a file's commands in (one per file).
+var readmeDir string
+
 // runReadmeShell runs lines in one bash with SPENDGATE_NATS_URL set, in
-// dir, the directory of the file's serve's data dir (./spendgate-data), so
-// the files they write stay out of the checkout; every line must succeed.
-func runReadmeShell(t *testing.T, url, dir string, lines []string) {
+// readmeDir (the files they write stay out of the checkout); every line
+// must succeed.
+func runReadmeShell(t *testing.T, url string, lines []string) {
 	t.Helper()
 	if len(lines) == 0 {
 		return
@@ -324,7 +317,10 @@ func runReadmeShell(t *testing.T, url, dir string, lines []string) {
 	defer cancel()
 	script := "set -euo pipefail\n" + strings.Join(lines, "\n") + "\n"
 	cmd := exec.CommandContext(ctx, "bash", "-c", script)
-	cmd.Dir = dir
+	cmd.Dir = readmeDir
+	if cmd.Dir == "" {
+		cmd.Dir = t.TempDir()
+	}
 	cmd.Env = append(os.Environ(), "SPENDGATE_NATS_URL="+url, "GORACE="+os.Getenv("GORACE")+" atexit_sleep_ms=0")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out

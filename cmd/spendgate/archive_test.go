@@ -72,6 +72,7 @@ func runLedgerReports(t *testing.T, env *testenv.Env, opts ...ledger.Option) (*l
 // count; a trim that dropped a revision the snapshot names stops the
 // replica (its anchors) and the audit (the chain).
 func TestAudit_ArchiveKillTrim(t *testing.T) {
+	t.Parallel()
 	layout, err := streams.New(streams.Config{Trimmable: true})
 	require.NoError(t, err)
 	env := testenv.New(t, testenv.WithLayout(layout))
@@ -210,6 +211,7 @@ func TestAudit_ArchiveKillTrim(t *testing.T) {
 // TestAudit_TrimRefusesAStreamThatDeniesPurges: the default ledger
 // stream denies purges, and trim says so before it audits anything.
 func TestAudit_TrimRefusesAStreamThatDeniesPurges(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -231,6 +233,7 @@ func TestAudit_TrimRefusesAStreamThatDeniesPurges(t *testing.T) {
 // or counted differently a re-admitted request id reports a mismatch with
 // the live balances.
 func TestAudit_VoidWindowFollowsTheLedger(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -322,6 +325,7 @@ func sameReport(t *testing.T, want *report.SpendReport, got *report.AggregateRep
 // with --archive: the same keys, sequences and counts as before the trim;
 // without it, it refuses the trimmed stream.
 func TestAudit_TrimKeepsReportsAndKeys(t *testing.T) {
+	t.Parallel()
 	layout, err := streams.New(streams.Config{Trimmable: true})
 	require.NoError(t, err)
 	env := testenv.New(t, testenv.WithLayout(layout))

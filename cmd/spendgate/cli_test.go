@@ -34,9 +34,26 @@ func runCLI(t *testing.T, env []string, args ...string) cliResult {
 // this process's).
 func runCLIAs(t *testing.T, cred *syscall.Credential, env []string, args ...string) cliResult {
 	t.Helper()
+	return runBin(t, binPath, cred, env, args...)
+}
+
+// runUsage is runCLI for a run that only parses its flags and prints a
+// usage, a help or a refusal, before anything connects or starts: it runs
+// usageBinPath, built without the race detector (one goroutine, nothing to
+// race; a race-built process costs ten times the CPU to start).
+func runUsage(t *testing.T, env []string, args ...string) cliResult {
+	t.Helper()
+	return runBin(t, usageBinPath, nil, env, args...)
+}
+
+// runBin runs bin with args, env added to the environment and the
+// credentials cred (nil: this process's), bounded, and returns its exit
+// status and outputs.
+func runBin(t *testing.T, bin string, cred *syscall.Credential, env []string, args ...string) cliResult {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binPath, args...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = append(os.Environ(), "GORACE="+os.Getenv("GORACE")+" atexit_sleep_ms=0")
 	cmd.Env = append(cmd.Env, env...)
 	var stdout, stderr bytes.Buffer
@@ -79,7 +96,7 @@ var singleDashFlag = regexp.MustCompile(`(?m)^\s+-[a-z][a-z-]+`)
 func TestCLI_HelpExitsZero(t *testing.T) {
 	t.Parallel()
 	for _, help := range []string{"--help", "-h"} {
-		r := runCLI(t, nil, help)
+		r := runUsage(t, nil, help)
 		require.Equal(t, 0, r.code, r.stderr)
 		require.Contains(t, r.stdout, "Usage:")
 		for _, cmd := range allCommands {
@@ -90,7 +107,7 @@ func TestCLI_HelpExitsZero(t *testing.T) {
 			require.False(t, singleDashFlag.MatchString(r.stdout), "%v %s prints a -flag:\n%s", cmd, help, r.stdout)
 		}
 	}
-	r := runCLI(t, nil, "help", "admit")
+	r := runUsage(t, nil, "help", "admit")
 	require.Equal(t, 0, r.code)
 	require.Contains(t, r.stdout, "  --amount string\n")
 	require.Contains(t, r.stdout, "  -o, --output json|id\n")
@@ -102,15 +119,15 @@ func TestCLI_HelpExitsZero(t *testing.T) {
 // each costs a process start.
 var helps sync.Map
 
-// runHelp is runCLI(t, nil, args...) for a --help run, run once per test
-// binary.
+// runHelp is runUsage(t, nil, args...) for a --help run, run once per
+// test binary.
 func runHelp(t *testing.T, args ...string) cliResult {
 	t.Helper()
 	key := strings.Join(args, " ")
 	if r, ok := helps.Load(key); ok {
 		return r.(cliResult)
 	}
-	r := runCLI(t, nil, args...)
+	r := runUsage(t, nil, args...)
 	helps.Store(key, r)
 	return r
 }
@@ -211,7 +228,7 @@ func TestCLI_HelpSections(t *testing.T) {
 // --help named three of six.
 func TestCLI_HelpListsEverything(t *testing.T) {
 	t.Parallel()
-	top := runCLI(t, nil, "help")
+	top := runUsage(t, nil, "help")
 	require.Equal(t, 0, top.code)
 	typed := map[string]bool{}
 	for _, c := range allCommands {
@@ -250,7 +267,7 @@ func TestCLI_HelpListsEverything(t *testing.T) {
 	// "which audit? (check, balances, export, keys, archive or trim)"
 	which := regexp.MustCompile(`\(([a-z, ]+)\)`)
 	for _, parent := range []string{"budget", "pricing", "audit", "keys", "feed", "demo"} {
-		r := runCLI(t, nil, parent)
+		r := runUsage(t, nil, parent)
 		require.Equal(t, exitUsage, r.code)
 		first, _, _ := strings.Cut(r.stderr, "\n")
 		m := which.FindStringSubmatch(first)
@@ -352,7 +369,7 @@ func TestCLI_UsageErrors(t *testing.T) {
 		{[]string{"key"}, "--file is required"},
 		{[]string{"report"}, "--by is required"},
 	} {
-		r := runCLI(t, []string{"SPENDGATE_NATS_URL=nats://127.0.0.1:1"}, tc.args...)
+		r := runUsage(t, []string{"SPENDGATE_NATS_URL=nats://127.0.0.1:1"}, tc.args...)
 		require.Equal(t, exitUsage, r.code, "%v: %s", tc.args, r.stderr)
 		require.Contains(t, r.stderr, tc.want, "%v", tc.args)
 		require.Contains(t, r.stderr, "Usage:", "%v", tc.args)

@@ -72,6 +72,7 @@ func countsBurst(t *testing.T, nc *nats.Conn, n int, scope, amount string, count
 // the last room; both budgets of a scope share its lane, so one write
 // reserves in both or neither.
 func TestServe_TwoProcessesCountsAndMoney(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	for i := 0; i < 2; i++ {
 		startProc(t, true, "serve", "--nats-url", env.URL(), "--replicas", "1", "--sweep-interval", "1m")

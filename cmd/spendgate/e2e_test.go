@@ -125,6 +125,7 @@ func e2eAdmitsServed(t *testing.T, nc *nats.Conn, instances int) map[string]int 
 // breaks the invariant checker, or stops a replica on the fork it wrote
 // (lane.v2 chains) within a few rounds.
 func TestServe_TwoProcessesHotBudget(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	// One data dir: both sign with its key, which the ledger trusts.
 	dir := t.TempDir()

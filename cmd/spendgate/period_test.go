@@ -10,6 +10,7 @@ import (
 // TestPeriodBounds: report --period takes the calendar's UTC instances,
 // weeks included.
 func TestPeriodBounds(t *testing.T) {
+	t.Parallel()
 	day := func(s string) time.Time { t, _ := time.Parse(time.DateOnly, s); return t }
 	for _, tc := range []struct {
 		in         string

@@ -340,6 +340,7 @@ var readmeGoSources = []string{"../../client/example_test.go", "../../testenv/re
 // test that go test runs, so a snippet that stops compiling or working
 // fails a test.
 func TestREADME_GoSnippetsAreTested(t *testing.T) {
+	t.Parallel()
 	var src [][]string
 	for _, path := range readmeGoSources {
 		data, err := os.ReadFile(path)
@@ -408,6 +409,7 @@ var readmeNodeSources = []string{"../../examples/node/example.mjs", "../../examp
 // readmeNodeSources, which .ci/run runs, so a snippet cannot drift from
 // code that works.
 func TestREADME_NodeSnippetIsTested(t *testing.T) {
+	t.Parallel()
 	var srcs [][]string
 	for _, f := range readmeNodeSources {
 		data, err := os.ReadFile(f)

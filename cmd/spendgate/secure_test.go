@@ -474,6 +474,7 @@ func TestSecure_MoveLedgerIntoAccount(t *testing.T) {
 // mode). It fails if the command refused --tenant with --nsc, as it once
 // did, or dropped a flag. --tls-* with --nsc is refused.
 func TestSecure_RolesNSC(t *testing.T) {
+	t.Parallel()
 	r := runCLI(t, nil, "roles", "--nsc", "--account", "OPS", "--tenant", "acme")
 	require.Equal(t, 0, r.code, r.stderr)
 	want, err := roles.NSC(streams.Default(), "OPS", "acme")

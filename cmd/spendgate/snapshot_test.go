@@ -26,6 +26,7 @@ import (
 // last sequence (folding it as a replica would, no replica needed) and
 // --list shows it; a replica started afterwards loads it.
 func TestCLI_Snapshot(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	r := replicatest.Start(t, env, replica.Config{SweepInterval: -1})
 	code, _ := e2eCLI(t, env.URL(), "budget", "put", "--scope", "org:acme", "--period", "month", "--limit", "10", "--unit", "USD")
@@ -93,6 +94,7 @@ func TestCLI_Snapshot(t *testing.T) {
 // fold without checking signatures, so the documented snapshot plus a
 // restart made the forged limit live.
 func TestCLI_SnapshotAfterASkippedForgery(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	port := freePort(t)
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)

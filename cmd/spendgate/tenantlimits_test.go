@@ -16,6 +16,7 @@ import (
 // flag's 0 turns its limit off (the config's negative), and a bad value is
 // refused (TestCLI_UsageErrors runs the refusals through serve).
 func TestServe_TenantLimitFlags(t *testing.T) {
+	t.Parallel()
 	parse := func(args ...string) (service.TenantLimits, int64, error) {
 		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)

@@ -30,6 +30,7 @@ import (
 // 40 concurrent admits of 0.1 on a budget of 1 got 12 "admitted" answers
 // with 10 open in both books.
 func TestServe_SecondReplicaDefaultFlags(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	port := freePort(t)
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)

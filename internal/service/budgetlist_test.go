@@ -62,6 +62,7 @@ func (h *harness) listAll(req events.BudgetListRequest) []events.BudgetView {
 // is the first page of the default size. Bad sort, limit and cursors are
 // refused with invalid_request.
 func TestService_BudgetListPaged(t *testing.T) {
+	t.Parallel() // its own harness (server, replicas, clock)
 	h := newHarness(t, harnessOpts{})
 	const perKind = 2_500
 	l := h.replicas[0].Ledger

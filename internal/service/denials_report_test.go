@@ -62,6 +62,7 @@ func denialSums(rep events.ReportReply) (int64, map[string]int64) {
 // left out of either side, or counted per replica that saw the record,
 // the exact totals fail.
 func TestReport_Denials(t *testing.T) {
+	t.Parallel() // its own harness (server, replicas, clock)
 	h := newHarness(t, harnessOpts{replicas: 2, lanes: 2, reports: true})
 	h.putBudget("org:acme", "month", "100000", "USD")
 	h.putBudget("user:u-1", "day", "100000", "USD")

@@ -130,6 +130,7 @@ func (h *harness) requireReportsEqual(start time.Time) {
 // follows as well as the sums (a snapshot of the sums alone fails the last
 // check).
 func TestReport_EqualsReplayAcrossRestart(t *testing.T) {
+	t.Parallel() // its own harness (server, replicas, clock)
 	h := newHarness(t, harnessOpts{replicas: 2, lanes: 2, reports: true})
 	h.putBudget("org:acme", "month", "100000", "USD")
 	h.putBudget("user:u-1", "day", "100000", "USD")

@@ -25,6 +25,7 @@ import (
 // the records, the report had no shadow section at all: the decisions were
 // a metric only, gone with the replica.
 func TestReport_ShadowDecisions(t *testing.T) {
+	t.Parallel() // its own harness (server, replicas, clock)
 	h := newHarness(t, harnessOpts{replicas: 2, lanes: 2, reports: true})
 	h.putBudget("org:acme", "month", "100000", "USD")
 	h.putBudget("user:u-1", "day", "100000", "USD")

@@ -419,7 +419,8 @@ const (
 // lane locks for that one write. Each call is bounded by the commit
 // timeout and every attempt by the group's deadline.
 func (l *Ledger) commitGroup(refs []events.BalanceRef, group []*pending, locks []*keyLock) {
-	unknown := false // the outcome of the last write is unknown
+	unknown := false   // the outcome of the last write is unknown
+	var lost lostWrite // that write
 	for attempt := 0; ; attempt++ {
 		group = expire(group, unknown)
 		if len(group) == 0 {
@@ -440,7 +441,7 @@ func (l *Ledger) commitGroup(refs []events.BalanceRef, group []*pending, locks [
 			kl.commit.Lock()
 		}
 		t0 := time.Now()
-		act, err := l.attempt(ctx, refs, group)
+		act, err := l.attempt(ctx, refs, group, &lost)
 		l.stats.attemptNanos.Add(int64(time.Since(t0)))
 		for _, kl := range locks {
 			kl.commit.Unlock()
@@ -482,6 +483,20 @@ func (l *Ledger) commitGroup(refs []events.BalanceRef, group []*pending, locks [
 				finishAll(group, err)
 				return
 			}
+		}
+		if unknown && lost.landed(l) {
+			// The write landed (the catch-up folded it): the group's
+			// decisions are what the ledger holds. Deciding again on a
+			// book that holds them would answer an admit "replayed" and
+			// a settle "already closed".
+			cancel()
+			l.stats.commits.Add(1)
+			l.stats.txs.Add(int64(len(group)))
+			if l.opts.observer != nil {
+				l.opts.observer.Committed(len(group))
+			}
+			finishEach(group)
+			return
 		}
 		if attempt >= backoffAfter {
 			// Another replica keeps winning these lanes: back off a little
@@ -536,7 +551,7 @@ func expire(group []*pending, unknown bool) []*pending {
 // decisions that write nothing, writes, and classifies the outcome into an
 // action. On actDone the Txs are answered; on actFail err is the answer
 // for all of them. The caller holds the commit lock of every lane of refs.
-func (l *Ledger) attempt(ctx context.Context, refs []events.BalanceRef, group []*pending) (action, error) {
+func (l *Ledger) attempt(ctx context.Context, refs []events.BalanceRef, group []*pending, lost *lostWrite) (action, error) {
 	// Decide.
 	v := l.newView(refs)
 	for _, p := range group {
@@ -609,6 +624,10 @@ func (l *Ledger) attempt(ctx context.Context, refs []events.BalanceRef, group []
 		return actRetry, nil
 	case isTimeout(err):
 		l.stats.timeouts.Add(1)
+		lost.keys, lost.hashes = lost.keys[:0], hashes
+		for _, r := range revs {
+			lost.keys = append(lost.keys, r.key)
+		}
 		return actRetryUnknown, nil
 	default:
 		l.opts.log.Warn("ledger write failed", "err", err)
@@ -646,15 +665,43 @@ func (l *Ledger) write(ctx context.Context, revs []keyedRevision) ([]uint64, []s
 			return nil, nil, err
 		}
 	}
+	var seqs []uint64
 	if len(revs) == 1 {
 		seq, _, err := l.publishOne(ctx, revs[0].key, revs[0].rev, datas[0])
 		if err != nil {
-			return nil, nil, err
+			return nil, hashes, err
 		}
-		return []uint64{seq}, hashes, nil
+		seqs = []uint64{seq}
+	} else {
+		var err error
+		if seqs, err = l.publishBatch(ctx, revs, datas); err != nil {
+			return nil, hashes, err
+		}
 	}
-	seqs, err := l.publishBatch(ctx, revs, datas)
-	return seqs, hashes, err
+	return seqs, hashes, nil
+}
+
+// lostWrite is a group's write whose outcome is unknown (its
+// acknowledgement timed out): the keys it wrote and the hashes of their
+// payloads.
+type lostWrite struct {
+	keys, hashes []string
+}
+
+// landed reports whether every key of w holds w's revision as its last
+// valid one, as this replica has folded it: the write landed.
+func (w *lostWrite) landed(l *Ledger) bool {
+	if len(w.keys) == 0 {
+		return false
+	}
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	for i, key := range w.keys {
+		if _, hash := l.bk.valid(key); hash != w.hashes[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // publishOne writes data to key if the key's last revision is rev (0: the

@@ -529,12 +529,8 @@ func UpcastBudget(r *BudgetRevision) error {
 }
 
 // DecodeLaneRevision decodes a lane revision of version 1 or 2 (see
-// UpcastLane). The canonical form the ledger writes is read without
-// reflection (DecodeCanonicalLane); any other form through encoding/json.
+// UpcastLane).
 func DecodeLaneRevision(data []byte) (LaneRevision, error) {
-	if r, ok, err := DecodeCanonicalLane(data); ok {
-		return r, err
-	}
 	var r LaneRevision
 	if err := json.Unmarshal(data, &r); err != nil {
 		return r, err

@@ -141,7 +141,9 @@ func appendReservationHead(b []byte, t events.Type, id string) []byte {
 	return appendString(b, id)
 }
 
-// AppendEvent appends e encoded as EncodeEvent encodes it.
+// AppendEvent appends e encoded as events.EncodeEvent encodes it: the
+// events of the hot path (a reservation opened, settled or released, and
+// budget.defined.v1) without reflection.
 func AppendEvent(b []byte, e events.Event) ([]byte, error) {
 	switch e := e.(type) {
 	case events.BudgetDefined:
@@ -154,26 +156,6 @@ func AppendEvent(b []byte, e events.Event) ([]byte, error) {
 		b = appendString(b, e.Unit)
 		b = appendKey(b, "at")
 		b = appendTime(b, e.At)
-	case events.BudgetDefinedV2:
-		// A budget definition is off the hot path: encoding/json writes it.
-		data, err := json.Marshal(struct {
-			Type events.Type `json:"type"`
-			events.BudgetDefinedV2
-		}{events.TypeBudgetDefinedV2, e})
-		if err != nil {
-			return b, &events.Error{Code: events.CodeInternal, Message: "encoding budget definition", Err: err}
-		}
-		return append(b, data...), nil
-	case events.RequestVoided:
-		// A void is off the hot path: encoding/json writes it.
-		data, err := json.Marshal(struct {
-			Type events.Type `json:"type"`
-			events.RequestVoided
-		}{events.TypeRequestVoided, e})
-		if err != nil {
-			return b, &events.Error{Code: events.CodeInternal, Message: "encoding request void", Err: err}
-		}
-		return append(b, data...), nil
 	case events.ReservationOpened:
 		b = appendReservationHead(b, events.TypeReservationOpened, e.ReservationID)
 		b = appendKey(b, "request_id")
@@ -249,43 +231,6 @@ func AppendEvent(b []byte, e events.Event) ([]byte, error) {
 			b = appendKey(b, "excess")
 			b = appendMoney(b, *e.Excess)
 		}
-	case events.ThresholdCrossed:
-		data, err := json.Marshal(struct {
-			Type events.Type `json:"type"`
-			events.ThresholdCrossed
-		}{events.TypeThresholdCrossed, e})
-		if err != nil {
-			return b, &events.Error{Code: events.CodeInternal, Message: "encoding threshold crossing", Err: err}
-		}
-		return append(b, data...), nil
-	case events.DefaultDefined:
-		data, err := json.Marshal(struct {
-			Type events.Type `json:"type"`
-			events.DefaultDefined
-		}{events.TypeDefaultDefined, e})
-		if err != nil {
-			return b, &events.Error{Code: events.CodeInternal, Message: "encoding default definition", Err: err}
-		}
-		return append(b, data...), nil
-	case events.PricingDefined:
-		// A pricing definition is off the hot path: encoding/json writes it.
-		data, err := json.Marshal(struct {
-			Type events.Type `json:"type"`
-			events.PricingDefined
-		}{events.TypePricingDefined, e})
-		if err != nil {
-			return b, &events.Error{Code: events.CodeInternal, Message: "encoding pricing definition", Err: err}
-		}
-		return append(b, data...), nil
-	case events.APIKeyDefined:
-		data, err := json.Marshal(struct {
-			Type events.Type `json:"type"`
-			events.APIKeyDefined
-		}{events.TypeAPIKeyDefined, e})
-		if err != nil {
-			return b, &events.Error{Code: events.CodeInternal, Message: "encoding API key definition", Err: err}
-		}
-		return append(b, data...), nil
 	case events.ReservationReleased:
 		b = appendReservationHead(b, events.TypeReservationReleased, e.ReservationID)
 		b = appendKey(b, "balance")
@@ -297,7 +242,10 @@ func AppendEvent(b []byte, e events.Event) ([]byte, error) {
 		b = appendKey(b, "at")
 		b = appendTime(b, e.At)
 	default:
-		return b, events.Errorf(events.CodeInternal, "unknown event %T", e)
+		// The other events are off the hot path: encoding/json writes
+		// them, as events does.
+		data, err := events.EncodeEvent(e)
+		return append(b, data...), err
 	}
 	return append(b, '}'), nil
 }

@@ -251,6 +251,32 @@ func DecodeEvent(b []byte) (Event, error) {
 	return e, nil
 }
 
+// sniffType reads the type of an encoded event written as AppendEvent
+// writes it, "type" first ({"type":"reservation.opened.v1",...}), without
+// decoding the rest: the strict decode that follows reads the whole
+// object anyway. ok is false for anything else (another key order, an
+// escape, a second "type" key anywhere), which is then read the slow way.
+func sniffType(b []byte) (Type, bool) {
+	const pre = `{"type":"`
+	if len(b) < len(pre) || string(b[:len(pre)]) != pre {
+		return "", false
+	}
+	for i := len(pre); i < len(b); i++ {
+		c := b[i]
+		switch {
+		case c == '"':
+			if i+1 >= len(b) || (b[i+1] != ',' && b[i+1] != '}') || bytes.Count(b, []byte(`"type"`)) != 1 {
+				return "", false
+			}
+			return Type(b[len(pre):i]), true
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '.', c == '_', c == '-':
+		default:
+			return "", false
+		}
+	}
+	return "", false
+}
+
 // eventTypes lists every event type of the book of record with its Go
 // type: adding an event type is one line here (and its EventType method).
 // Each entry decodes the event next to its "type" key, and nothing else.

@@ -11,8 +11,8 @@ import (
 )
 
 // The append encoders below write exactly the bytes encoding/json writes for
-// the same values (the golden files and TestAppendJSON_MatchesEncodingJSON
-// hold them to that), without reflection: a group commit encodes every event
+// the same values (TestGoldens_AppendReproduces and
+// TestAppend_MatchesEncodingJSON hold them to that), without reflection: a group commit encodes every event
 // of a revision on the hot path.
 
 const hexDigits = "0123456789abcdef"

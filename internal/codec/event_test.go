@@ -44,7 +44,7 @@ func reflectEncode(t *testing.T, e events.Event) []byte {
 	return b
 }
 
-// TestAppendJSON_MatchesEncodingJSON: for awkward strings (HTML characters,
+// TestAppend_MatchesEncodingJSON: for awkward strings (HTML characters,
 // control characters, U+2028, invalid UTF-8, non-ASCII), odd times and
 // empty or nil collections, the append encoder writes what encoding/json
 // writes.

@@ -10,7 +10,7 @@ import (
 
 // Reading lane revisions is most of what a replay costs: a whole fold at
 // start-up, an audit, an export. The revisions are written by
-// LaneRevision.AppendJSON in one canonical form (fixed key order, no
+// AppendLane in one canonical form (fixed key order, no
 // spaces, no escapes in the strings this ledger writes), so a reader that
 // takes exactly that form, byte by byte, decodes them without reflection.
 //
@@ -144,7 +144,7 @@ func (c *canon) int64() int64 {
 	return v
 }
 
-// money reads a stored amount as Money.UnmarshalJSON does.
+// money reads a stored amount as events.Money.UnmarshalJSON does.
 func (c *canon) money() events.Money {
 	start := c.i
 	s := c.raw()
@@ -359,9 +359,9 @@ func (c *canon) event() events.Event {
 	return nil
 }
 
-// balance reads a BalanceRevision as its AppendJSON writes it. A null or
-// empty event list declines (rare, and Events.UnmarshalJSON's handling of
-// null is its own).
+// balance reads a BalanceRevision as AppendBalance writes it. A null or
+// empty event list declines (rare, and events.Events.UnmarshalJSON's
+// handling of null is its own).
 func (c *canon) balance(r *events.BalanceRevision) {
 	c.lit(`{"schema":`)
 	r.Schema = c.str()
@@ -400,7 +400,7 @@ func (c *canon) balance(r *events.BalanceRevision) {
 // canonicalLane decodes data into r if it is a lane revision in the
 // canonical form, with what encoding/json (strict or not) would build from
 // it; it reports false, with r in no defined state, for anything else.
-// It does not check the schema (UpcastLane does).
+// It does not check the schema (events.UpcastLane does).
 func canonicalLane(data []byte, r *events.LaneRevision) bool {
 	c := canon{b: data, ok: true}
 	c.lit(`{"schema":`)
@@ -427,9 +427,9 @@ func canonicalLane(data []byte, r *events.LaneRevision) bool {
 }
 
 // DecodeCanonicalLane decodes data as a lane revision of version 1 or 2
-// (see UpcastLane) if it is in the canonical form LaneRevision.AppendJSON
+// (see events.UpcastLane) if it is in the canonical form AppendLane
 // writes, without reflection: ok is false for any other form, which the
-// caller then decodes the slow way (DecodeLaneRevision, or a strict
+// caller then decodes the slow way (DecodeLane, or a strict
 // decoder). When ok, rev and err are what the slow way gives.
 func DecodeCanonicalLane(data []byte) (rev events.LaneRevision, ok bool, err error) {
 	if !canonicalLane(data, &rev) {

@@ -15,8 +15,8 @@ import (
 // writes exactly the bytes encoding/json writes for the same value, and
 // each decoder either fills exactly what encoding/json would or declines
 // (returns false), leaving the input to encoding/json, which then decides,
-// with its own error messages. The fuzz tests in wirecodec_test.go hold
-// them to that.
+// with its own error messages. The fuzz tests in wire_test.go hold them
+// to that.
 
 // AppendAdmitRequest appends r as encoding/json would encode it.
 func AppendAdmitRequest(b []byte, r *events.AdmitRequest) []byte {

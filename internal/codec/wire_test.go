@@ -208,7 +208,7 @@ func TestWireCodec_KnowsEveryField(t *testing.T) {
 		reflect.TypeOf(events.Error{}):          5,
 	} {
 		if typ.NumField() != n {
-			t.Errorf("%s has %d fields; wirecodec.go encodes and decodes %d: update AppendX, fastX/DecodeX and this count", typ, typ.NumField(), n)
+			t.Errorf("%s has %d fields; internal/codec/wire.go encodes and decodes %d: update AppendX, fastX/DecodeX and this count", typ, typ.NumField(), n)
 		}
 	}
 }

@@ -274,3 +274,27 @@ func BenchmarkBatchReplySplit(b *testing.B) {
 		})
 	}
 }
+
+// A full metadata map (MaxMetadata entries) is decoded on the fast path:
+// a tenant's admits with as much metadata as the API allows must not cost
+// the reflective decoder (the tenant flood test sends such admits).
+func TestFastAdmitRequest_FullMetadata(t *testing.T) {
+	meta := map[string]string{}
+	for i := range MaxMetadata {
+		meta[strings.Repeat("k", i+1)] = strings.Repeat("x", 250)
+	}
+	data, err := json.Marshal(AdmitRequest{RequestID: "r1", Scopes: []string{"team:a"}, Amount: "0.01", TTL: "24h", Metadata: meta})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fast, slow AdmitRequest
+	if !fastAdmitRequest(data, &fast) {
+		t.Fatalf("the fast path declined an admit with %d metadata entries", MaxMetadata)
+	}
+	if err := decodeRequestSlow(data, &slow); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(fast, slow) {
+		t.Fatalf("fast %+v, slow %+v", fast, slow)
+	}
+}

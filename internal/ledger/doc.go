@@ -100,6 +100,6 @@
 //     one decide-and-write attempt; catch-up reads and back-off run without
 //     it (see commitGroup for the one network call that must hold it).
 //
-// Stable ids for a future event feed are "<stream seq>-<index of the event
-// in its revision>" (events.EventID).
+// An event's stable id is "<stream seq>-<index of the event in its
+// revision>" (events.EventID): the feed and the exports name events by it.
 package ledger

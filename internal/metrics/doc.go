@@ -13,9 +13,15 @@
 //
 // # Spendgate's metrics
 //
-// New returns the Set below (RegisterBudgets, RegisterFollowerLag,
-// RegisterSnapshotAge, RegisterFeedRelay, RegisterTenantConsumerCheck,
-// RegisterDenials and RegisterReport add the families computed elsewhere).
+// New returns the Set whose families the table below lists, with those its
+// Register methods add for parts that compute them (RegisterBudgets,
+// RegisterFollowerLag, RegisterSnapshotAge, RegisterTenants). The families
+// of the ledger's health and exposure, the feed relay, the tenant consumer
+// check, the denial recorder, the report and the alerts
+// (RegisterLedgerHealth, RegisterFeedRelay, RegisterTenantConsumerCheck,
+// RegisterDenials, RegisterReport, RegisterAlerts), and the gateway's own,
+// are listed with these in docs/operator.md ("Metrics, health and the
+// dashboard") and the pages it links.
 //
 //	name                                  type       labels                 meaning
 //	spendgate_admits_total                counter    result, reason         admit decisions; result admitted|denied, reason the denial code ("" when admitted)

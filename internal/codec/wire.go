@@ -412,7 +412,7 @@ func (r *reader) object(field func(key []byte)) {
 	// Room for every key of a request (the widest, an admit's, has 9)
 	// and of a full metadata map (MaxMetadata): a wider object is left
 	// to encoding/json, which refuses what must be refused.
-	var seen [max(MaxMetadata, 12)][]byte
+	var seen [max(events.MaxMetadata, 12)][]byte
 	n := 0
 	for r.ok {
 		key := r.raw()

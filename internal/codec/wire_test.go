@@ -280,16 +280,16 @@ func BenchmarkBatchReplySplit(b *testing.B) {
 // the reflective decoder (the tenant flood test sends such admits).
 func TestFastAdmitRequest_FullMetadata(t *testing.T) {
 	meta := map[string]string{}
-	for i := range MaxMetadata {
+	for i := range events.MaxMetadata {
 		meta[strings.Repeat("k", i+1)] = strings.Repeat("x", 250)
 	}
-	data, err := json.Marshal(AdmitRequest{RequestID: "r1", Scopes: []string{"team:a"}, Amount: "0.01", TTL: "24h", Metadata: meta})
+	data, err := json.Marshal(events.AdmitRequest{RequestID: "r1", Scopes: []string{"team:a"}, Amount: "0.01", TTL: "24h", Metadata: meta})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var fast, slow AdmitRequest
+	var fast, slow events.AdmitRequest
 	if !fastAdmitRequest(data, &fast) {
-		t.Fatalf("the fast path declined an admit with %d metadata entries", MaxMetadata)
+		t.Fatalf("the fast path declined an admit with %d metadata entries", events.MaxMetadata)
 	}
 	if err := decodeRequestSlow(data, &slow); err != nil {
 		t.Fatal(err)

@@ -46,7 +46,10 @@ func (e *Env) StartSpendgate(t testing.TB, cfg Spendgate) *Replica {
 	require.NoError(t, err, "testenv: jetstream for spendgate")
 	ctx, cancel := context.WithTimeout(context.Background(), SetupTimeout)
 	defer cancel()
-	r, err := replica.Start(ctx, nc, js, replica.Config{Layout: e.Layout, Now: cfg.Now, SweepInterval: cfg.SweepInterval, Feed: cfg.Feed, Reports: cfg.Reports})
+	// The endpoints on a connection of their own, as spendgate serve has
+	// them (replica.Config.ServiceConn).
+	snc := connect(t, e.URL(), t.Name()+"-spendgate-endpoints")
+	r, err := replica.Start(ctx, nc, js, replica.Config{Layout: e.Layout, Now: cfg.Now, SweepInterval: cfg.SweepInterval, Feed: cfg.Feed, Reports: cfg.Reports, ServiceConn: snc})
 	require.NoError(t, err, "testenv: start spendgate")
 	t.Cleanup(func() { _ = r.Stop() })
 	return &Replica{r}

@@ -195,22 +195,36 @@ func serve(args []string) int {
 		log.Error("config", "err", err)
 		return 1
 	}
-	closed := make(chan struct{})
-	onClosed := nats.ClosedHandler(func(*nats.Conn) { close(closed) })
-	var nc *nats.Conn
-	if len(connOpts) > 0 { // the embedded server, in process
-		connOpts = append(connOpts, nats.Name("spendgate"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond), onClosed)
-		nc, err = nats.Connect(url, connOpts...)
-	} else {
+	// Two connections: the ledger's (its commits, its fold, the streams)
+	// and the endpoints' (callers' requests and answers), so that no
+	// commit waits on the connection's lock behind callers' traffic
+	// (replica.Config.ServiceConn).
+	if len(connOpts) == 0 {
 		conn.Log = log
 		log.Info("connecting", "nats", conn.Describe())
-		nc, err = conn.Connect("spendgate", onClosed)
 	}
+	dial := func(name string) (*nats.Conn, <-chan struct{}, error) {
+		closed := make(chan struct{})
+		onClosed := nats.ClosedHandler(func(*nats.Conn) { close(closed) })
+		if len(connOpts) > 0 { // the embedded server, in process
+			nc, err := nats.Connect(url, append(connOpts[:len(connOpts):len(connOpts)], nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond), onClosed)...)
+			return nc, closed, err
+		}
+		nc, err := conn.Connect(name, onClosed)
+		return nc, closed, err
+	}
+	nc, closed, err := dial("spendgate")
 	if err != nil {
 		log.Error("connect", "err", err)
 		return 1
 	}
 	defer nc.Close()
+	snc, sclosed, err := dial("spendgate-endpoints")
+	if err != nil {
+		log.Error("connect", "err", err)
+		return 1
+	}
+	defer snc.Close()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		log.Error("jetstream", "err", err)
@@ -226,8 +240,10 @@ func serve(args []string) int {
 	opsDone := make(chan error, 1)
 	if opsSrv != nil {
 		opsSrv.AddCheck("nats", func() error {
-			if st := nc.Status(); st != nats.CONNECTED {
-				return fmt.Errorf("NATS connection %s", st)
+			for _, c := range []*nats.Conn{nc, snc} {
+				if st := c.Status(); st != nats.CONNECTED {
+					return fmt.Errorf("NATS connection %s %s", c.Opts.Name, st)
+				}
 			}
 			return nil
 		})
@@ -243,6 +259,7 @@ func serve(args []string) int {
 		MaxInFlight: *maxInflight, Reports: *reportsOn, FeedMaxAge: feedAge(*feedMaxAge),
 		NoDenialRecords: !*denialsOn, DenialMaxAge: *denialMaxAge, Name: replicaName(),
 		ReadyMaxDelay: *readyMaxDelay, TenantLimits: tenantLimits, DenialMaxBytes: denialMaxBytes,
+		ServiceConn: snc,
 	})
 	if err != nil {
 		log.Error("start", "err", err)
@@ -315,12 +332,17 @@ wait:
 		log.Error("stop", "err", err)
 		code = 1
 	}
-	// Flush the last replies before the connection (and an embedded server)
-	// goes away.
-	if err := nc.Drain(); err == nil {
-		select {
-		case <-closed:
-		case <-time.After(10 * time.Second):
+	// Flush the last replies before the connections (and an embedded
+	// server) go away.
+	for _, c := range []struct {
+		nc     *nats.Conn
+		closed <-chan struct{}
+	}{{snc, sclosed}, {nc, closed}} {
+		if err := c.nc.Drain(); err == nil {
+			select {
+			case <-c.closed:
+			case <-time.After(10 * time.Second):
+			}
 		}
 	}
 	return code

@@ -83,6 +83,15 @@ type Config struct {
 	// MaxInFlight bounds the requests the replica handles at once (see
 	// service.Config.MaxInFlight); 0 means service.MaxInFlight.
 	MaxInFlight int
+	// ServiceConn, if set, is the connection the endpoints are served on
+	// (callers' requests in, their answers out); nil serves them on the
+	// replica's connection. A connection of its own is what production
+	// wants: nats.go takes a connection's lock for every message it
+	// publishes and while it flushes, so on one connection the callers'
+	// traffic (a tenant's flood of requests and refusals included) and the
+	// ledger's commits wait on each other; on two, a commit waits for no
+	// caller's reply. spendgate serve and testenv give it one.
+	ServiceConn *nats.Conn
 	// ReadyMaxDelay is how long a revision the ledger stream's leader
 	// reported may wait unfolded before Replica.Health reports the replica
 	// unfit (0: health.DefaultMaxDelay, 10 s).
@@ -276,7 +285,11 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 			return nil, err
 		}
 	}
-	svc, err := service.Start(nc, service.Config{Ledger: l, Admitter: a, Settler: st, Now: cfg.Now, Log: cfg.Log, Metrics: cfg.Metrics,
+	snc := nc
+	if cfg.ServiceConn != nil {
+		snc = cfg.ServiceConn
+	}
+	svc, err := service.Start(snc, service.Config{Ledger: l, Admitter: a, Settler: st, Now: cfg.Now, Log: cfg.Log, Metrics: cfg.Metrics,
 		MaxInFlight: cfg.MaxInFlight, Reports: r.Reports, Denials: r.Denials, TenantLimits: cfg.TenantLimits})
 	if err != nil {
 		return nil, err

@@ -77,7 +77,7 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 		r, err := replica.Start(ctxT(t), nc, js, replica.Config{
 			Layout: env.Layout, Now: h.clock.now.Load, SweepInterval: -1, LedgerOptions: o.ledgerOpts,
 			MaxInFlight: o.maxInFlight, Metrics: m, Reports: o.reports, ReportOptions: o.reportOpts,
-			TenantLimits: o.tenantLimits,
+			TenantLimits: o.tenantLimits, ServiceConn: env.Connect(t),
 		})
 		require.NoError(t, err)
 		t.Cleanup(func() {

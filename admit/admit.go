@@ -683,6 +683,7 @@ func (t *admitTx) Decide(v ledger.View) (events.Events, error) {
 		b := v.Balance(streams.BalanceKey(ref))
 		if vb, ok := t.virtual[streams.BalanceKey(ref)]; ok && !b.Defined {
 			b.Defined, b.Unit, b.Limit, b.Disabled, b.FixedSlot, b.Thresholds = true, vb.Unit, vb.Limit, vb.Disabled, vb.FixedSlot, vb.Thresholds
+			b.ExposureCap, b.Learn = vb.ExposureCap, vb.Learn
 		}
 		deny := func(reason events.Code, msg string) {
 			t.reply.Denial = &events.Denial{

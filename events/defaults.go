@@ -50,6 +50,10 @@ type DefaultDefined struct {
 	Disabled   bool    `json:"disabled,omitempty"`
 	FixedSlot  *Money  `json:"fixed_slot,omitempty"`
 	Thresholds []Money `json:"thresholds,omitempty"`
+	// ExposureCap and Learn are carried into every budget created from
+	// the default, as BudgetDefinedV2's.
+	ExposureCap *Money     `json:"exposure_cap,omitempty"`
+	Learn       *LearnRule `json:"learn,omitempty"`
 	// Changed names the fields this definition changed from the previous
 	// one (see BudgetDefinedV2.Changed); empty for a new default.
 	Changed []string  `json:"changed,omitempty"`
@@ -72,7 +76,10 @@ type DefaultRevision struct {
 	Disabled   bool    `json:"disabled,omitempty"`
 	FixedSlot  *Money  `json:"fixed_slot,omitempty"`
 	Thresholds []Money `json:"thresholds,omitempty"`
-	Events     Events  `json:"events"`
+	// ExposureCap and Learn: see DefaultDefined.
+	ExposureCap *Money     `json:"exposure_cap,omitempty"`
+	Learn       *LearnRule `json:"learn,omitempty"`
+	Events      Events     `json:"events"`
 }
 
 // DecodeDefaultRevision decodes a default revision (schema default.v1).

@@ -322,8 +322,8 @@ type BudgetPutReply struct {
 	// Created is true when the budget did not exist.
 	Created bool `json:"created,omitempty"`
 	// Changed names the fields the put changed, in the order limit, unit,
-	// tz, disabled, fixed_slot; empty when the put changed nothing (or
-	// created the budget).
+	// tz, disabled, fixed_slot, thresholds, exposure_cap, learn; empty
+	// when the put changed nothing (or created the budget).
 	Changed []string `json:"changed"`
 	// Previous is the definition before the put, when it changed one.
 	Previous *BudgetDefinition `json:"previous,omitempty"`
@@ -338,6 +338,10 @@ type BudgetDefinition struct {
 	FixedSlot string `json:"fixed_slot,omitempty"`
 	// Thresholds are the alert thresholds, when alerts were on.
 	Thresholds []string `json:"thresholds,omitempty"`
+	// ExposureCap and Learn are the exposure cap and the learned-
+	// reservation rule ("p95 of 100, cold 20, floor 0"), when set.
+	ExposureCap string `json:"exposure_cap,omitempty"`
+	Learn       string `json:"learn,omitempty"`
 }
 
 // BudgetGetRequest reads one budget and its current balance. With Period

@@ -51,10 +51,11 @@ func (s *State) applyDefault(seq uint64, key string, data []byte) error {
 			return errorf(ErrMalformed, "event %d (%s): %v", i, eventType(e), err)
 		}
 		b = &Budget{Ref: events.BudgetRef{Period: ev.Period}, Limit: ev.Limit, Unit: ev.Unit, TZ: ev.TZ, Disabled: ev.Disabled,
-			FixedSlot: ev.FixedSlot, Thresholds: ev.Thresholds, DefinedAt: ev.At, Revision: seq}
+			FixedSlot: ev.FixedSlot, Thresholds: ev.Thresholds, ExposureCap: ev.ExposureCap, Learn: ev.Learn, DefinedAt: ev.At, Revision: seq}
 	}
 	if rev.Limit.Cmp(b.Limit) != 0 || rev.Unit != b.Unit || rev.TZ != b.TZ || rev.Disabled != b.Disabled ||
-		slotString(rev.FixedSlot) != slotString(b.FixedSlot) || moneyList(rev.Thresholds) != moneyList(b.Thresholds) {
+		slotString(rev.FixedSlot) != slotString(b.FixedSlot) || moneyList(rev.Thresholds) != moneyList(b.Thresholds) ||
+		slotString(rev.ExposureCap) != slotString(b.ExposureCap) || learnString(rev.Learn) != learnString(b.Learn) {
 		return &MismatchError{Field: "definition", Stated: fmt.Sprintf("%s %s", rev.Limit, rev.Unit), Folded: fmt.Sprintf("%s %s", b.Limit, b.Unit)}
 	}
 	if s.defaults[key] == nil {
@@ -69,14 +70,16 @@ func (s *State) applyDefault(seq uint64, key string, data []byte) error {
 
 // checkFromDefault checks a budget definition created from a default: the
 // default revision it names exists for the budget's kind and period, and
-// the definition is that default's.
+// the definition is that default's (its exposure cap and learn rule
+// included).
 func (s *State) checkFromDefault(ref events.BudgetRef, ev events.BudgetDefinedV2, seq uint64) error {
 	d := s.defaults[streams.DefaultKey(ref.Scope.Kind(), ref.Period)][ev.FromDefault]
 	if d == nil {
 		return errorf(ErrTransition, "budget %s/%s names default revision %d, which the ledger never defined for kind %s", ref.Scope, ref.Period, ev.FromDefault, ref.Scope.Kind())
 	}
 	if ev.Limit.Cmp(d.Limit) != 0 || ev.Unit != d.Unit || ev.TZ != d.TZ || ev.Disabled != d.Disabled ||
-		slotString(ev.FixedSlot) != slotString(d.FixedSlot) || moneyList(ev.Thresholds) != moneyList(d.Thresholds) {
+		slotString(ev.FixedSlot) != slotString(d.FixedSlot) || moneyList(ev.Thresholds) != moneyList(d.Thresholds) ||
+		slotString(ev.ExposureCap) != slotString(d.ExposureCap) || learnString(ev.Learn) != learnString(d.Learn) {
 		return errorf(ErrTransition, "budget %s/%s at %d differs from the default revision %d it names", ref.Scope, ref.Period, seq, ev.FromDefault)
 	}
 	return nil

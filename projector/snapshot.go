@@ -284,8 +284,19 @@ func verifySnapshot(rep *Report, st *State, bucket, name string, seq uint64, dat
 			pf("budget %s is missing", streams.BudgetKey(ref))
 		}
 	}
-	if len(b.Balances) != len(st.balances) {
-		pf("%d balances, the replay %d", len(b.Balances), len(st.balances))
+	inSnap := make(map[events.BalanceRef]bool, len(b.Balances))
+	for _, sb := range b.Balances {
+		inSnap[sb.Ref] = true
+	}
+	// A replica drops a minute or hour balance that can no longer change
+	// (internal/ledger/prune.go): the snapshot may leave out a balance of
+	// the replay whose instance has ended with nothing open in it. Any
+	// other balance must be there; that the dropped one is never written
+	// again is checked by the replay's fold of every later revision.
+	for ref, bl := range st.balances {
+		if !inSnap[ref] && !st.sealed(bl) {
+			pf("balance %s is missing (%d open, instance %s)", bl.Key, bl.Open, ref.Instance)
+		}
 	}
 	for _, sb := range b.Balances {
 		bl, ok := st.balances[sb.Ref]
@@ -340,6 +351,26 @@ func verifySnapshot(rep *Report, st *State, bucket, name string, seq uint64, dat
 		}
 	}
 	rep.Snapshot = SnapshotCheck{Name: name, Seq: seq, Verified: len(rep.Problems) == before}
+}
+
+// sealed reports whether a replica may have dropped bl from its book: a
+// minute or hour balance with nothing open, whose instance (in its
+// budget's time zone) ended by the replay's time.
+func (s *State) sealed(bl *Balance) bool {
+	ref := bl.Ref
+	if bl.Open != 0 || ref.Period != events.PeriodMinute && ref.Period != events.PeriodHour {
+		return false
+	}
+	var loc *time.Location
+	if b := s.budgets[ref.Budget()]; b != nil {
+		l, err := events.LoadZone(b.TZ)
+		if err != nil {
+			return false
+		}
+		loc = l
+	}
+	_, end, ok := events.CalendarOf(ref.Period, loc).InstanceBounds(ref.Instance)
+	return ok && !end.After(s.at)
 }
 
 // verifyDefinitions compares the budget and price definitions a snapshot

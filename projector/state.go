@@ -118,6 +118,10 @@ type Budget struct {
 	Disabled   bool
 	FixedSlot  *events.Money
 	Thresholds []events.Money
+	// ExposureCap and Learn are the definition's (kept for the budgets a
+	// default creates, which must carry its own).
+	ExposureCap *events.Money
+	Learn       *events.LearnRule
 	// DefinedAt is the At of the last BudgetDefined.
 	DefinedAt time.Time
 	// Definitions counts BudgetDefined events; Revision is the stream
@@ -134,6 +138,8 @@ type Budget struct {
 // Projector guards its own.
 type State struct {
 	position uint64
+	// at is the server time of the last message advance saw.
+	at       time.Time
 	events   int
 	balances map[events.BalanceRef]*Balance
 	lanes    map[string]uint64 // lane key -> seq of its last revision applied
@@ -918,6 +924,7 @@ func (s *State) applyBudget(seq uint64, key string, data []byte) error {
 		}
 		b.Limit, b.Unit, b.DefinedAt = ev.Limit, ev.Unit, ev.At
 		b.TZ, b.Disabled, b.FixedSlot, b.Thresholds = ev.TZ, ev.Disabled, ev.FixedSlot, ev.Thresholds
+		b.ExposureCap, b.Learn = ev.ExposureCap, ev.Learn
 		if ev.FromDefault != 0 {
 			if err := s.checkFromDefault(rev.Budget, ev, seq); err != nil {
 				return err
@@ -955,6 +962,14 @@ func (s *State) applyBudget(seq uint64, key string, data []byte) error {
 }
 
 // slotString is a fixed slot as text: "" for none.
+// learnString is a learn rule as text ("" for none).
+func learnString(r *events.LearnRule) string {
+	if r == nil {
+		return ""
+	}
+	return r.String()
+}
+
 func slotString(m *events.Money) string {
 	if m == nil {
 		return ""

@@ -91,6 +91,9 @@ func (s *State) setWindow(closed, expired time.Duration, onForget func(*Reservat
 // advance records that the next message was stored at t (server time) and
 // forgets what the window no longer holds as of t.
 func (s *State) advance(t time.Time) {
+	if t.After(s.at) {
+		s.at = t
+	}
 	w := s.win
 	if w == nil {
 		return

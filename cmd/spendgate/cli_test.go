@@ -289,6 +289,7 @@ func TestCLI_UsageErrors(t *testing.T) {
 		{[]string{"serve", "--nats-url", "nats://127.0.0.1:1", "--max-inflight", "0"}, "--max-inflight must be at least 1"},
 		{[]string{"serve", "--nats-url", "nats://127.0.0.1:1", "--tenant-rate", "-1"}, "--tenant-rate must not be negative (0: no limit)"},
 		{[]string{"serve", "--nats-url", "nats://127.0.0.1:1", "--tenant-max-open", "-5"}, "--tenant-max-open must not be negative"},
+		{[]string{"serve", "--nats-url", "nats://127.0.0.1:1", "--tenant-burst", "-5"}, "--tenant-burst must not be negative"},
 		{[]string{"serve", "--nats-url", "nats://127.0.0.1:1", "--tenant-denial-bytes", "2000000000"}, "must be at most 1073741824"},
 		{[]string{"serve", "--nats-url", "nats://127.0.0.1:1", "--denial-max-bytes", "-1"}, "--denial-max-bytes must not be negative"},
 		{[]string{"budget"}, "which budget command?"},

@@ -35,6 +35,14 @@ func TestServe_TenantLimitFlags(t *testing.T) {
 	require.Equal(t, service.TenantLimits{MaxOpen: -1, MaxDefaultBudgets: 7, Rate: -1, DenialBytes: -1}, l)
 	require.Equal(t, int64(-1), maxBytes)
 
+	l, _, err = parse("--tenant-burst", "1000")
+	require.NoError(t, err)
+	require.Equal(t, 1000, l.Burst)
+	require.Equal(t, 1000, l.WithDefaults().Burst)
+	l, _, err = parse("--tenant-rate", "20000")
+	require.NoError(t, err)
+	require.Equal(t, 2000, l.WithDefaults().Burst, "a tenth of a second's worth of the rate")
+
 	_, _, err = parse("--tenant-max-default-budgets", "-1")
 	require.ErrorContains(t, err, "--tenant-max-default-budgets must not be negative")
 }

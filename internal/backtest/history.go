@@ -63,6 +63,9 @@ type Step struct {
 	Amount events.Money
 	Unit   string
 	Count  int64
+	// Pricing is a priced admit's quote (nil: the admit named an amount):
+	// a replay asks again for its model and tokens at the quote's prices.
+	Pricing *events.PriceQuote
 	// TTL is an admit's ExpiresAt - At; Metadata the admit's or denial's.
 	TTL      time.Duration
 	Metadata map[string]string
@@ -124,7 +127,7 @@ func Load(ctx context.Context, src Source, scope events.Scope) (*History, error)
 		case r.Budget != nil && r.Budget.Budget.Scope == scope:
 			b := r.Budget
 			def := &ledger.Budget{Ref: b.Budget, Limit: b.Limit, Unit: b.Unit, TZ: b.TZ, Disabled: b.Disabled,
-				FixedSlot: b.FixedSlot, Thresholds: b.Thresholds, Revision: m.Seq, FromDefault: b.FromDefault}
+				FixedSlot: b.FixedSlot, Thresholds: b.Thresholds, ExposureCap: b.ExposureCap, Learn: b.Learn, Revision: m.Seq, FromDefault: b.FromDefault}
 			l.steps = append(l.steps, Step{Kind: KindBudget, Seq: m.Seq, At: m.At, Budget: def})
 			l.stored = append(l.stored, m.At)
 			defined = true
@@ -224,7 +227,7 @@ func (l *loader) lane(seq uint64, at time.Time, lr *events.LaneRevision) {
 						st.Count = n
 					}
 				case e.Pricing != nil:
-					st.Amount, st.Unit = e.Pricing.MaxCost(), e.Pricing.Unit
+					st.Amount, st.Unit, st.Pricing = e.Pricing.MaxCost(), e.Pricing.Unit, e.Pricing
 				case st.Unit == "":
 					st.Amount, st.Unit = e.Amount, e.Unit
 				}

@@ -35,17 +35,28 @@ type Policy struct {
 	// only: never a float.
 	Reserve func(s Step) events.Money
 	// Learn, when set, reserves by observed cost (package internal/learn,
-	// the rule the ledger applies): each admit asks the rule's percentile
-	// of the actual costs of the last calls of its model (metadata
-	// "model") in the scope that the replay settled, at most what it
-	// asked; what it asked until the rule's cold start is over. It takes
-	// precedence over Reserve.
+	// the rule the ledger applies). It becomes the learn rule of the
+	// budget in every definition, so a priced admit (a step with Pricing)
+	// is decided by the ledger's own rule: it reserves the rule's
+	// percentile of the actual costs of the last calls of its model in
+	// the scope, with the priced maximum as its ceiling (what
+	// ExposureCap bounds and a settle is cut at). An admit with an amount
+	// of its own (no Pricing) asks the same percentile of the calls of
+	// its model (metadata "model") the replay settled without pricing, at
+	// most what it asked, with no ceiling. On a cold start each asks what
+	// it asked. It takes precedence over Reserve.
 	Learn *events.LearnRule
+	// ExposureCap, when set, replaces the budget's exposure cap in every
+	// definition (events.BudgetDefinedV2.ExposureCap): an admit whose
+	// ceiling would take the balance's exposure past it is denied
+	// exposure_cap, and a settle is charged at most its ceiling (the
+	// rest is excess, counted in Tally.Excess).
+	ExposureCap *events.Money
 }
 
 // changes reports whether p changes anything.
 func (p Policy) changes() bool {
-	return p.Limit != nil || p.FixedSlot != nil || p.Reserve != nil || p.Learn != nil
+	return p.Limit != nil || p.FixedSlot != nil || p.Reserve != nil || p.Learn != nil || p.ExposureCap != nil
 }
 
 // Options select what a replay reports.
@@ -89,6 +100,9 @@ func (p Policy) Validate(h *History) (events.BudgetRef, error) {
 		if err := p.Learn.Validate(); err != nil {
 			return events.BudgetRef{}, err
 		}
+	}
+	if p.ExposureCap != nil && p.ExposureCap.Sign() < 0 {
+		return events.BudgetRef{}, events.Errorf(events.CodeInvalidAmount, "exposure cap %s must not be negative", p.ExposureCap)
 	}
 	var refs []events.BudgetRef
 	var all []string
@@ -142,12 +156,15 @@ type call struct {
 	metadata map[string]string
 	inWindow bool
 	// id is the reservation the replay opened for it ("" when the replay
-	// denied it).
-	id string
+	// denied it), in refs.
+	id   string
+	refs []events.BalanceRef
 	// asked is what it asked to reserve; model its model (metadata
-	// "model"), what a learned reservation learns by.
-	asked events.Money
-	model string
+	// "model"), what a learned reservation learns by; priced whether it
+	// was replayed as a priced admit (the ledger learns from it).
+	asked  events.Money
+	model  string
+	priced bool
 }
 
 // replay is one run of Replay.
@@ -174,7 +191,12 @@ type replay struct {
 	// touched every balance of the target the replay reserved in.
 	final   map[string]events.BalanceRevision
 	touched map[string]events.BalanceRef
-	seq     int
+	// peak is the largest exposure and spent + reserved + exposure of
+	// each balance of the target after any step.
+	peak map[string]*[2]events.Money
+	// stepRefs are the balances the current step reserved in or closed.
+	stepRefs []events.BalanceRef
+	seq      int
 }
 
 // Replay decides every admit of h again under pol, in h's order, with a
@@ -199,8 +221,8 @@ func Replay(ctx context.Context, h *History, pol Policy, opts Options) (*Result,
 	}
 	r := &replay{h: h, pol: pol, target: target, opts: opts, exact: !pol.changes(), mem: ledger.NewMemory(),
 		calls: map[string]*call{}, ranOut: map[string]*RunOut{}, final: map[string]events.BalanceRevision{},
-		touched: map[string]events.BalanceRef{},
-		grp:     newGrouper(opts.By)}
+		touched: map[string]events.BalanceRef{}, peak: map[string]*[2]events.Money{},
+		grp: newGrouper(opts.By)}
 	clock := func() time.Time { return r.now }
 	if r.adm, err = admit.New(r.mem, admit.WithClock(clock), admit.WithTTL(events.DefaultTTL, events.MinTTL, events.MaxTTL)); err != nil {
 		return nil, events.Errorf(events.CodeInternal, "backtest: %v", err)
@@ -252,6 +274,14 @@ func (r *replay) step(ctx context.Context, s *Step) error {
 				slot := *r.pol.FixedSlot
 				def.FixedSlot = &slot
 			}
+			if r.pol.Learn != nil {
+				rule := *r.pol.Learn
+				def.Learn = &rule
+			}
+			if r.pol.ExposureCap != nil {
+				c := *r.pol.ExposureCap
+				def.ExposureCap = &c
+			}
 		}
 		if err := r.mem.Define(def); err != nil {
 			return err
@@ -264,7 +294,28 @@ func (r *replay) step(ctx context.Context, s *Step) error {
 		r.denial(ctx, s)
 	}
 	r.check(s)
+	r.watch()
 	return nil
+}
+
+// watch records the peaks of the target's balances the step changed.
+func (r *replay) watch() {
+	refs := r.stepRefs
+	r.stepRefs = nil
+	for _, ref := range refs {
+		if ref.Budget() != r.target {
+			continue
+		}
+		k := streams.BalanceKey(ref)
+		b := r.mem.Balance(ref)
+		p := r.peak[k]
+		if p == nil {
+			p = &[2]events.Money{}
+			r.peak[k] = p
+		}
+		p[0] = p[0].Max(b.Exposure)
+		p[1] = p[1].Max(b.Spent.Add(b.Reserved).Add(b.Exposure))
+	}
 }
 
 // request is the admit request that asks again what s asked.
@@ -285,20 +336,51 @@ func (r *replay) request(s *Step, id string, amount events.Money) events.AdmitRe
 	return req
 }
 
+// pricedRequest is the priced admit that asks again what s asked: its
+// model, input and maximum output tokens, at the recorded quote's prices
+// (made the replay's current price of the model first, when they are
+// not). The ledger prices it, and a budget with a learn rule reserves
+// by its own rule, with the priced maximum as the ceiling.
+func (r *replay) pricedRequest(s *Step, id string) events.AdmitRequest {
+	q := s.Pricing
+	p, ok := r.mem.Price(q.Model)
+	if !ok || p.Unit != q.Unit || p.Input.Cmp(q.Input) != 0 || p.Output.Cmp(q.Output) != 0 || (p.CachedInput == nil) != (q.CachedInput == nil) ||
+		p.CachedInput != nil && p.CachedInput.Cmp(*q.CachedInput) != 0 {
+		r.mem.DefinePrice(ledger.Price{Model: q.Model, Unit: q.Unit, Input: q.Input, Output: q.Output, CachedInput: q.CachedInput})
+	}
+	req := events.AdmitRequest{RequestID: id, Scopes: []string{string(r.h.Scope.Local())}, Model: q.Model,
+		InputTokens: q.InputTokens, MaxOutputTokens: q.MaxOutputTokens}
+	if s.TTL > 0 {
+		req.TTL = s.TTL.String()
+	}
+	if s.Count > 1 {
+		req.Count = s.Count
+	}
+	return req
+}
+
 func (r *replay) admit(ctx context.Context, s *Step) {
 	in := r.inWindow(s.At)
 	c := &call{at: s.At, metadata: s.Metadata, inWindow: in, asked: s.Amount, model: s.Metadata[report.MetadataModel]}
 	r.calls[s.ReservationID] = c
 	amount := s.Amount
-	switch {
-	case r.pol.Learn != nil && amount.Sign() > 0:
-		amount = learn.Reserve(*r.pol.Learn, r.learned.Window(r.learnKey(c.model)), amount).Amount
-	case r.pol.Reserve != nil:
-		amount = r.pol.Reserve(*s)
-	}
 	// The request id is the recorded reservation's id: unique, where a
 	// request id may come back after the ledger forgot it.
-	reply, err := r.adm.Admit(ctx, r.request(s, s.ReservationID, amount))
+	var req events.AdmitRequest
+	switch {
+	case s.Pricing != nil && r.pol.Reserve == nil:
+		// Priced as recorded: the ledger's rules decide what it reserves.
+		c.priced = true
+		req = r.pricedRequest(s, s.ReservationID)
+	case r.pol.Learn != nil && amount.Sign() > 0:
+		amount = learn.Reserve(*r.pol.Learn, r.learned.Window(r.learnKey(c.model)), amount).Amount
+		req = r.request(s, s.ReservationID, amount)
+	case r.pol.Reserve != nil:
+		req = r.request(s, s.ReservationID, r.pol.Reserve(*s))
+	default:
+		req = r.request(s, s.ReservationID, amount)
+	}
+	reply, err := r.adm.Admit(ctx, req)
 	if in {
 		r.res.Recorded.Admitted++
 	}
@@ -307,7 +389,7 @@ func (r *replay) admit(ctx context.Context, s *Step) {
 		r.mismatch(s, "the replay's admit failed: %v", err)
 		r.res.Errors++
 	case reply.Admitted:
-		c.id = reply.ReservationID
+		c.id, c.refs = reply.ReservationID, reply.Balances
 		r.touch(reply.Balances)
 		if in {
 			r.res.Replayed.Admitted++
@@ -330,7 +412,9 @@ func (r *replay) admit(ctx context.Context, s *Step) {
 // learnKey is the learned window a call of model learns from.
 func (r *replay) learnKey(model string) learn.Key { return learn.Key{Scope: r.h.Scope, Model: model} }
 
-// observe folds a settled call's actual cost into the learned state.
+// observe folds a settled call's actual cost into the learned state (of
+// the calls replayed without pricing: the ledger learns from the priced
+// ones).
 func (r *replay) observe(model string, actual events.Money) {
 	if r.pol.Learn != nil {
 		r.learned.Observe(r.learnKey(model), actual)
@@ -344,6 +428,9 @@ func (r *replay) denied(s *Step, d *events.Denial, in bool) {
 	}
 	r.res.Replayed.Denied++
 	r.res.Replayed.DeniedAmount = r.res.Replayed.DeniedAmount.Add(s.Amount)
+	if d != nil && d.Reason == events.ReasonExposureCap {
+		r.res.Replayed.ExposureCapDenied++
+	}
 	if d != nil && d.Reason == events.ReasonLimitReached && d.Scope == r.target.Scope && d.Period == r.target.Period {
 		r.runOut(d.Instance, s.At, false)
 	}
@@ -386,14 +473,20 @@ func (r *replay) close(ctx context.Context, s *Step) {
 	}
 	var err error
 	var reply events.CloseReply
+	r.stepRefs = c.refs
 	switch s.Kind {
 	case KindSettle:
 		reply, err = r.stl.Settle(ctx, events.SettleRequest{ReservationID: c.id, Actual: s.Amount.String()})
-		if err == nil {
+		if err == nil && !c.priced {
 			r.observe(c.model, s.Amount)
 		}
 		if err == nil && c.inWindow {
 			r.res.Replayed.Spent = r.res.Replayed.Spent.Add(s.Amount)
+			if reply.Excess != "" {
+				if x, perr := events.ParseMoney(reply.Excess); perr == nil {
+					r.res.Replayed.Excess = r.res.Replayed.Excess.Add(x)
+				}
+			}
 		}
 	case KindRelease:
 		reply, err = r.stl.Release(ctx, events.ReleaseRequest{ReservationID: c.id})
@@ -478,6 +571,7 @@ func (r *replay) denial(ctx context.Context, s *Step) {
 
 // touch notes the balances of the target among refs.
 func (r *replay) touch(refs []events.BalanceRef) {
+	r.stepRefs = refs
 	for _, b := range refs {
 		if (events.BudgetRef{Scope: b.Scope, Period: b.Period, Unit: b.Unit}) == r.target {
 			r.touched[streams.BalanceKey(b)] = b
@@ -522,9 +616,15 @@ func (r *replay) finish() {
 	for _, k := range keys {
 		got := r.mem.Balance(refs[k])
 		out := BalanceOutcome{Instance: refs[k].Instance,
-			Replayed: Numbers{Limit: got.Limit, Spent: got.Spent, Reserved: got.Reserved, Overrun: got.Overrun, Open: int64(got.Open)}}
+			Replayed: Numbers{Limit: got.Limit, Spent: got.Spent, Reserved: got.Reserved, Overrun: got.Overrun, Open: int64(got.Open), Exposure: got.Exposure}}
 		if b, ok := r.final[k]; ok {
 			out.Recorded = &Numbers{Limit: b.Limit, Spent: b.Spent, Reserved: b.Reserved, Overrun: b.Overrun, Open: b.Open}
+			if b.Exposure != nil {
+				out.Recorded.Exposure = *b.Exposure
+			}
+		}
+		if p := r.peak[k]; p != nil {
+			out.MaxExposure, out.MaxCommitted = p[0], p[1]
 		}
 		r.res.Balances = append(r.res.Balances, out)
 	}

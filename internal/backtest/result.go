@@ -25,6 +25,8 @@ type Result struct {
 	FixedSlot string `json:"fixed_slot,omitempty"`
 	Reserve   bool   `json:"reservation_rule,omitempty"`
 	Learn     string `json:"learn,omitempty"`
+	// ExposureCap is the policy's exposure cap ("" when recorded).
+	ExposureCap string `json:"exposure_cap,omitempty"`
 	// From and To bound the admits reported (nil: open).
 	From *time.Time `json:"from,omitempty"`
 	To   *time.Time `json:"to,omitempty"`
@@ -68,6 +70,12 @@ type Tally struct {
 	Denied       int64        `json:"denied"`
 	DeniedAmount events.Money `json:"denied_amount"`
 	Spent        events.Money `json:"spent"`
+	// ExposureCapDenied counts the denials of reason exposure_cap, and
+	// Excess the part of the admitted calls' cost an exposure cap kept
+	// out of spent (a settle is charged at most its ceiling): both only
+	// of the replay.
+	ExposureCapDenied int64        `json:"exposure_cap_denied,omitempty"`
+	Excess            events.Money `json:"excess,omitzero"`
 }
 
 // Change counts the calls whose decision the policy changed.
@@ -91,6 +99,9 @@ type Numbers struct {
 	Reserved events.Money `json:"reserved"`
 	Overrun  events.Money `json:"overrun"`
 	Open     int64        `json:"open"`
+	// Exposure is what the open reservations may still add above what
+	// they hold (omitted when zero).
+	Exposure events.Money `json:"exposure,omitzero"`
 }
 
 // BalanceOutcome is one balance of the budget at the end: Recorded is
@@ -100,6 +111,12 @@ type BalanceOutcome struct {
 	Instance string   `json:"instance"`
 	Recorded *Numbers `json:"recorded,omitempty"`
 	Replayed Numbers  `json:"replayed"`
+	// MaxExposure is the largest exposure the balance held after any step
+	// of the replay, and MaxCommitted the largest spent + reserved +
+	// exposure: what a budget with an exposure cap keeps within its cap
+	// and within limit + cap (see docs/exposure.md).
+	MaxExposure  events.Money `json:"max_exposure,omitzero"`
+	MaxCommitted events.Money `json:"max_committed,omitzero"`
 }
 
 // Group is the blocked calls of one metadata value.
@@ -140,6 +157,9 @@ func newResult(h *History, pol Policy, target events.BudgetRef, opts Options) *R
 	}
 	if pol.Learn != nil {
 		res.Learn = pol.Learn.String()
+	}
+	if pol.ExposureCap != nil {
+		res.ExposureCap = pol.ExposureCap.String()
 	}
 	if !opts.From.IsZero() {
 		t := opts.From
@@ -350,6 +370,9 @@ func (res *Result) writeTable(out io.Writer) error {
 		policy = append(policy, "learned reservations ("+res.Learn+")")
 	} else if res.Reserve {
 		policy = append(policy, "a reservation rule")
+	}
+	if res.ExposureCap != "" {
+		policy = append(policy, "exposure cap "+res.ExposureCap)
 	}
 	if len(policy) == 0 {
 		policy = append(policy, "the recorded budgets")

@@ -51,6 +51,9 @@ const (
 var (
 	monthInputPrice  = events.MustMoney("0.0000025") // 2.50 per million
 	monthOutputPrice = events.MustMoney("0.00001")   // 10 per million
+	// MonthCapShares are the exposure caps the learned rule runs under,
+	// as shares of the daily budget: 50 %, 25 % and 10 %.
+	MonthCapShares = []events.Money{events.MustMoney("0.5"), events.MustMoney("0.25"), events.MustMoney("0.1")}
 	// MonthAllowances are the team's daily budgets the month runs
 	// against, per call of a day (USD; 12 and 20 for the default 2,000
 	// calls a day): one below what a day's calls cost (the money binds),
@@ -82,12 +85,24 @@ type MonthRow struct {
 	// decimal).
 	Utilization string `json:"utilization_pct"`
 	// MaxOverrun is the largest overrun of a day's balance (what settles
-	// above their reservations added); MaxOverLimit the largest amount a
-	// day's spend went past its limit. ExposureCap is the cap the rule
-	// keeps them under ("" for a rule without one).
+	// above their reservations added over the day); MaxOverLimit the
+	// largest amount a day's spend went past its limit (the overshoot).
+	// MaxExposure is the largest exposure a day's balance held at any
+	// step (what its open reservations could still add above what they
+	// held), and MaxAtRisk the largest spent + reserved + exposure - limit
+	// at any step: the overshoot had every open reservation then settled
+	// at its ceiling. ExposureCap is the cap the rule runs under ("" for
+	// none): MaxOverLimit, MaxExposure and MaxAtRisk never exceed it.
+	// CapRefused counts the admits the cap refused (exposure_cap), and
+	// Excess is what the cap kept out of spent (the part of a settle
+	// above its reservation's ceiling).
 	MaxOverrun   string `json:"max_overrun"`
 	MaxOverLimit string `json:"max_over_limit"`
+	MaxExposure  string `json:"max_exposure"`
+	MaxAtRisk    string `json:"max_at_risk"`
 	ExposureCap  string `json:"exposure_cap,omitempty"`
+	CapRefused   int64  `json:"cap_refused"`
+	Excess       string `json:"excess"`
 	// DaysRunOut counts the days the budget denied a call on its limit.
 	DaysRunOut int `json:"days_run_out"`
 }
@@ -105,6 +120,7 @@ type MonthResult struct {
 // monthCall is one synthetic call.
 type monthCall struct {
 	at, done    time.Time
+	in          int64 // input tokens
 	max, actual events.Money
 	user, feat  string
 }
@@ -140,6 +156,7 @@ func generateMonth(o MonthOptions) []monthCall {
 			inCost := events.MoneyFromInt(in).Mul(monthInputPrice)
 			c := monthCall{
 				at:     at.Add(time.Duration(rng.Int64N(int64(monthBurstSpread)))),
+				in:     in,
 				max:    inCost.Add(events.MoneyFromInt(MonthMaxOutput).Mul(monthOutputPrice)),
 				actual: inCost.Add(events.MoneyFromInt(out).Mul(monthOutputPrice)),
 				user:   fmt.Sprintf("u%d", rng.IntN(20)),
@@ -155,7 +172,9 @@ func generateMonth(o MonthOptions) []monthCall {
 }
 
 // monthHistory is the calls as a history: the daily budget, then every
-// admit (asking the priced maximum) and settle (the actual) in time order.
+// admit (priced: its input tokens and MonthMaxOutput at the model's
+// prices, asking the priced maximum) and settle (the actual) in time
+// order. A replay decides each admit as the ledger decides a priced one.
 func monthHistory(calls []monthCall, limit events.Money) *backtest.History {
 	def := &ledger.Budget{Ref: events.BudgetRef{Scope: monthScope, Period: events.PeriodDay}, Limit: limit, Unit: "USD"}
 	steps := make([]backtest.Step, 0, 2*len(calls)+1)
@@ -164,7 +183,9 @@ func monthHistory(calls []monthCall, limit events.Money) *backtest.History {
 		id := fmt.Sprintf("call-%d", i)
 		steps = append(steps,
 			backtest.Step{Kind: backtest.KindAdmit, At: c.at, ReservationID: id, RequestID: id, Amount: c.max, Unit: "USD",
-				Count: 1, TTL: monthTTL, Metadata: map[string]string{"user": c.user, "feature": c.feat, "model": monthModel}},
+				Count: 1, TTL: monthTTL, Metadata: map[string]string{"user": c.user, "feature": c.feat, "model": monthModel},
+				Pricing: &events.PriceQuote{Model: monthModel, Unit: "USD", Input: monthInputPrice.Mul(million), Output: monthOutputPrice.Mul(million),
+					InputTokens: c.in, MaxOutputTokens: MonthMaxOutput}},
 			backtest.Step{Kind: backtest.KindSettle, At: c.done, ReservationID: id, Amount: c.actual})
 	}
 	// Time order; at one instant the budget, then admits, then settles
@@ -173,11 +194,16 @@ func monthHistory(calls []monthCall, limit events.Money) *backtest.History {
 	return &backtest.History{Scope: monthScope, Steps: steps}
 }
 
-// monthRule is one reservation rule of the month.
+// million turns a price per token into the pricing table's, per million
+// tokens.
+var million = events.MoneyFromInt(1_000_000)
+
+// monthRule is one reservation rule of the month; capShare, when set, is
+// its exposure cap as a share of the daily budget.
 type monthRule struct {
-	name string
-	pol  backtest.Policy
-	cap  *events.Money
+	name     string
+	pol      backtest.Policy
+	capShare *events.Money
 }
 
 // percentile is the p-th percentile (0..100) of sorted amounts, nearest
@@ -197,10 +223,12 @@ func sortedMoney(ms []events.Money) []events.Money {
 }
 
 // Month runs the month scenario: the same synthetic month under maximum
-// reservations, under a fixed slot at the calibration calls' p95 cost, and
+// reservations, under a fixed slot at the calibration calls' p95 cost,
 // under learned reservations (events.DefaultLearnRule: p95 of the last 100
-// calls, the maximum until 20 are known). Errors: a bad option, ctx's,
-// the replay's, a rule's overrun past its exposure cap.
+// calls, the maximum until 20 are known), and under learned reservations
+// with each exposure cap of MonthCapShares. Errors: a bad option, ctx's,
+// the replay's, a capped rule whose overshoot, exposure or amount at risk
+// passed its cap at any step.
 func Month(ctx context.Context, o MonthOptions) (*MonthResult, error) {
 	if o.Calls < MonthDays*MonthBursts {
 		return nil, fmt.Errorf("--month-calls must be at least %d", MonthDays*MonthBursts)
@@ -221,12 +249,22 @@ func Month(ctx context.Context, o MonthOptions) (*MonthResult, error) {
 		{name: "fixed-slot " + slot.String(), pol: backtest.Policy{FixedSlot: &slot}},
 		{name: fmt.Sprintf("learned p%d", learned.Percentile), pol: backtest.Policy{Learn: &learned}},
 	}
+	for _, share := range MonthCapShares {
+		rules = append(rules, monthRule{name: fmt.Sprintf("learned p%d, cap %s%%", learned.Percentile, share.Mul(events.MoneyFromInt(100))),
+			pol: backtest.Policy{Learn: &learned}, capShare: &share})
+	}
 	for _, allowance := range MonthAllowances {
 		limit := allowance.Mul(events.MoneyFromInt(int64(o.Calls / MonthDays)))
 		h := monthHistory(calls, limit)
 		monthLimit := limit.Mul(events.MoneyFromInt(MonthDays))
 		var base int64
 		for i, rule := range rules {
+			var capAt *events.Money
+			if rule.capShare != nil {
+				c := limit.Mul(*rule.capShare)
+				capAt = &c
+				rule.pol.ExposureCap = capAt
+			}
 			r, err := backtest.Replay(ctx, h, rule.pol, backtest.Options{By: []string{}})
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", rule.name, err)
@@ -238,16 +276,21 @@ func Month(ctx context.Context, o MonthOptions) (*MonthResult, error) {
 			}
 			row.MoreCalls = row.Admitted - base
 			row.Utilization = percent(r.Replayed.Spent, monthLimit)
-			over, overLimit := events.Zero, events.Zero
+			over, overLimit, exposure, atRisk := events.Zero, events.Zero, events.Zero, events.Zero
 			for _, b := range r.Balances {
 				over = over.Max(b.Replayed.Overrun)
 				overLimit = overLimit.Max(b.Replayed.Spent.Sub(b.Replayed.Limit))
+				exposure = exposure.Max(b.MaxExposure)
+				atRisk = atRisk.Max(b.MaxCommitted.Sub(b.Replayed.Limit))
 			}
-			row.MaxOverrun, row.MaxOverLimit = over.String(), overLimit.String()
-			if rule.cap != nil {
-				row.ExposureCap = rule.cap.String()
-				if over.Cmp(*rule.cap) > 0 {
-					return nil, fmt.Errorf("%s: a day's overrun %s exceeds its exposure cap %s", rule.name, over, rule.cap)
+			row.MaxOverrun, row.MaxOverLimit, row.MaxExposure, row.MaxAtRisk = over.String(), overLimit.String(), exposure.String(), atRisk.String()
+			row.CapRefused, row.Excess = r.Replayed.ExposureCapDenied, r.Replayed.Excess.String()
+			if capAt != nil {
+				row.ExposureCap = capAt.String()
+				for what, v := range map[string]events.Money{"overshoot past the limit": overLimit, "exposure": exposure, "amount at risk": atRisk} {
+					if v.Cmp(*capAt) > 0 {
+						return nil, fmt.Errorf("%s: a day's %s %s exceeds its exposure cap %s", rule.name, what, v, capAt)
+					}
 				}
 			}
 			res.Rows = append(res.Rows, row)
@@ -290,14 +333,15 @@ func WriteMonth(w io.Writer, res *MonthResult, asJSON bool) error {
 		res.Calls, MonthDays, res.Seed, res.MedianUse, res.P95Use, res.MedianMax); err != nil {
 		return err
 	}
-	rows := [][]string{{"DAY_LIMIT", "RULE", "ADMITTED", "DENIED", "MORE_CALLS", "SPENT", "UTILIZATION_%", "DAYS_RUN_OUT", "MAX_OVERRUN", "MAX_OVER_LIMIT", "EXPOSURE_CAP"}}
+	rows := [][]string{{"DAY_LIMIT", "RULE", "ADMITTED", "DENIED", "MORE_CALLS", "SPENT", "UTILIZATION_%", "DAYS_RUN_OUT", "MAX_OVERRUN",
+		"MAX_OVER_LIMIT", "MAX_EXPOSURE", "MAX_AT_RISK", "EXPOSURE_CAP", "CAP_REFUSED", "EXCESS"}}
 	for _, r := range res.Rows {
 		cap := r.ExposureCap
 		if cap == "" {
 			cap = "-"
 		}
 		rows = append(rows, []string{r.DayLimit, r.Rule, fmt.Sprint(r.Admitted), fmt.Sprint(r.Denied), fmt.Sprintf("%+d", r.MoreCalls), r.Spent,
-			r.Utilization, fmt.Sprint(r.DaysRunOut), r.MaxOverrun, r.MaxOverLimit, cap})
+			r.Utilization, fmt.Sprint(r.DaysRunOut), r.MaxOverrun, r.MaxOverLimit, r.MaxExposure, r.MaxAtRisk, cap, fmt.Sprint(r.CapRefused), r.Excess})
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, row := range rows {

@@ -57,11 +57,12 @@ func TestDashboard_Browser(t *testing.T) {
 		Spent    string `json:"spent"`
 		Reserved string `json:"reserved"`
 		Limit    string `json:"limit"`
+		Exposure string `json:"exposure"`
 	}
 	const readRows = `Array.from(document.querySelectorAll('#budgets tbody tr')).map(tr => ({
 		scope: tr.dataset.scope, used: +tr.dataset.usedBp,
 		spent: tr.querySelector('.spent').textContent, reserved: tr.querySelector('.reserved').textContent,
-		limit: tr.querySelector('.limit').firstChild.textContent}))`
+		limit: tr.querySelector('.limit').firstChild.textContent, exposure: tr.querySelector('.exposure').textContent}))`
 	scopes := func(rs []row) []string {
 		out := make([]string, len(rs))
 		for i, r := range rs {
@@ -103,11 +104,11 @@ func TestDashboard_Browser(t *testing.T) {
 	t.Logf("screenshot: %s", path)
 
 	require.Equal(t, []row{
-		{Scope: "org:acme", Used: 8500, Spent: "85.00", Reserved: "0.00", Limit: "100.00"},
-		{Scope: "team:search", Used: 3000, Spent: "10.00", Reserved: "5.00", Limit: "50.00"},
-		{Scope: "user:bob", Used: 2000, Spent: "2.00", Reserved: "0.00", Limit: "10.00"},
-		{Scope: "team:ads", Used: 1000, Spent: "100.00", Reserved: "0.00", Limit: "1,000.00"},
-	}, initial, "nearest to the limit first, numbers as in the ledger")
+		{Scope: "org:acme", Used: 8500, Spent: "85.00", Reserved: "0.00", Limit: "100.00", Exposure: "—"},
+		{Scope: "team:search", Used: 3000, Spent: "10.00", Reserved: "5.00", Limit: "50.00", Exposure: "7.00 / 10.00"},
+		{Scope: "user:bob", Used: 2000, Spent: "2.00", Reserved: "0.00", Limit: "10.00", Exposure: "—"},
+		{Scope: "team:ads", Used: 1000, Spent: "100.00", Reserved: "0.00", Limit: "1,000.00", Exposure: "—"},
+	}, initial, "nearest to the limit first, numbers as in the ledger, the exposure bound and its cap")
 	require.Equal(t, []string{"org:acme", "team:ads", "team:search", "user:bob"}, scopes(byScope))
 	require.Equal(t, []string{"team:ads", "user:bob", "team:search", "org:acme"}, scopes(utilAsc))
 	require.Equal(t, []string{"team:ads", "team:search"}, scopes(filtered))

@@ -130,6 +130,14 @@ type BudgetRow struct {
 	UsedBP   int64    `json:"used_bp"`
 	SpentBP  int64    `json:"spent_bp"`
 	Forecast Forecast `json:"forecast"`
+	// Exposure is the live exposure bound of the balance: the most its
+	// open reservations may still add above what they hold (each may
+	// settle up to its ceiling), the figure of budget get and of the
+	// gauge spendgate_exposure_amount; ExposureCap the budget's cap on
+	// it. Both are omitted, as budget get omits them, when the budget has
+	// no cap and nothing is exposed.
+	Exposure    string `json:"exposure,omitempty"`
+	ExposureCap string `json:"exposure_cap,omitempty"`
 }
 
 // BudgetsReply is one page of /api/budgets: budgets nearest their limit
@@ -251,6 +259,12 @@ func (d *Dashboard) row(b ledger.Budget, now time.Time, denied map[instanceRef]*
 		Limit: b.Limit.String(), Spent: bal.Spent.String(), Reserved: bal.Reserved.String(), Overrun: bal.Overrun.String(),
 		Available: b.Limit.Sub(used).String(), Open: bal.Open,
 		UsedBP: basisPoints(used, b.Limit), SpentBP: basisPoints(bal.Spent, b.Limit)}
+	if b.ExposureCap != nil || !bal.Exposure.IsZero() {
+		row.Exposure = bal.Exposure.String()
+	}
+	if b.ExposureCap != nil {
+		row.ExposureCap = b.ExposureCap.String()
+	}
 	ref := events.BudgetRef{Scope: b.Ref.Scope, Period: b.Ref.Period}
 	row.Forecast = forecast(paceIn{pts: d.cfg.Series.Points(b.Ref, inst), gap: d.cfg.Series.Resolution(b.Ref, inst),
 		limit: b.Limit, used: used, cal: cal, now: now, denied: denied[instanceRef{ref, inst}]})

@@ -40,6 +40,13 @@ func TestDashboard_API(t *testing.T) {
 	require.Equal(t, [3]string{"85", "0", "100"}, got["org:acme"])
 	require.Equal(t, [3]string{"10", "5", "50"}, got["team:search"])
 	require.Equal(t, int64(8500), b.Budgets[0].UsedBP)
+	// The live exposure bound, with its cap, as budget get and the gauge
+	// state it; a budget without a cap and with nothing exposed shows
+	// none.
+	require.Equal(t, [2]string{"7", "10"}, [2]string{b.Budgets[1].Exposure, b.Budgets[1].ExposureCap}, "team:search")
+	require.Equal(t, [2]string{"", ""}, [2]string{b.Budgets[0].Exposure, b.Budgets[0].ExposureCap}, "org:acme")
+	bal := s.r.Ledger.Balance(events.BalanceRef{Scope: "team:search", Period: events.PeriodDay, Instance: b.Budgets[1].Instance})
+	require.Equal(t, bal.Exposure.String(), b.Budgets[1].Exposure, "the book's figure")
 	require.Equal(t, int64(3000), b.Budgets[1].UsedBP)
 	require.NotEmpty(t, b.Budgets[0].Forecast.PerHour, "acme spent just now: a pace")
 

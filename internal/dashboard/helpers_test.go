@@ -10,6 +10,7 @@ import (
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/dashboard"
+	"github.com/spendgate/spendgate/internal/ledger"
 	"github.com/spendgate/spendgate/internal/replica"
 	"github.com/spendgate/spendgate/internal/replicatest"
 	"github.com/spendgate/spendgate/testenv"
@@ -26,7 +27,7 @@ type seeded struct {
 // seed defines four budgets and spends in them:
 //
 //	org:acme     month     limit 100    spent 85           85%
-//	team:search  day       limit 50     spent 10, res 5    30%
+//	team:search  day       limit 50     spent 10, res 5    30%, exposure 7 of a cap of 10
 //	team:ads     month     limit 1000   spent 100          10%
 //	user:bob     lifetime  limit 10     spent 2            20%, one denial
 func seed(t *testing.T) *seeded {
@@ -40,7 +41,16 @@ func seed(t *testing.T) *seeded {
 		require.NoError(t, err)
 	}
 	put("org:acme", "month", "100")
-	put("team:search", "day", "50")
+	// team:search learns (p100 of the last call, after one) with an
+	// exposure cap of 10: its open reservation is a learned one.
+	learned := events.LearnRule{Percentile: 100, Window: 1, MinSamples: 1}
+	exposureCap := events.MustMoney("10")
+	_, err := r.Ledger.DefineBudget(ctx, ledger.Budget{Ref: events.BudgetRef{Scope: "team:search", Period: events.PeriodDay}, Limit: events.MustMoney("50"),
+		Unit: "USD", ExposureCap: &exposureCap, Learn: &learned}, time.Now())
+	require.NoError(t, err)
+	// A model at 1 USD an output token: 12 output tokens cost at most 12.
+	_, err = r.Ledger.DefinePrice(ctx, ledger.Price{Model: "m-12", Unit: "USD", Input: events.Zero, Output: events.MustMoney("1000000")}, time.Now())
+	require.NoError(t, err)
 	put("team:ads", "month", "1000")
 	put("user:bob", "lifetime", "10")
 	n := 0
@@ -58,8 +68,23 @@ func seed(t *testing.T) *seeded {
 	for range 5 {
 		spend("org:acme", "17", "17")
 	}
-	spend("team:search", "10", "10")
-	spend("team:search", "5", "")
+	// A cold start reserves the priced maximum, 12, and settles at 5
+	// (spent 5); an unpriced call spends 5 more; the next priced call
+	// reserves what the last one cost, 5, up to a ceiling of 12: the
+	// balance exposes 12 - 5 = 7.
+	priced := func(actual string) {
+		n++
+		rep, err := r.Admitter.Admit(ctx, events.AdmitRequest{RequestID: "req-" + string(rune('a'+n)), Scopes: []string{"team:search"}, Model: "m-12", MaxOutputTokens: 12})
+		require.NoError(t, err)
+		require.True(t, rep.Admitted, "a priced call")
+		if actual != "" {
+			_, err = r.Settler.Settle(ctx, events.SettleRequest{ReservationID: rep.ReservationID, Actual: actual})
+			require.NoError(t, err)
+		}
+	}
+	priced("5")
+	spend("team:search", "5", "5")
+	priced("")
 	spend("team:ads", "100", "100")
 	spend("user:bob", "2", "2")
 	// A denial goes through the service (the ring is the service's).

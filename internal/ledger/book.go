@@ -72,6 +72,17 @@ type book struct {
 	// tenants counts open reservations and budgets from defaults per
 	// tenant (tenants.go), kept by this fold.
 	tenants tenantCounts
+
+	// short holds the minute and hour balances, which prune.go drops once
+	// they can no longer change; unstamped queues their revisions the
+	// follower has not stamped yet. nextPrune is when (server time)
+	// prune runs next; pruned counts the balances dropped; noPrune turns
+	// pruning off (a test's baseline).
+	short     map[string]*balance
+	unstamped []balStamp
+	nextPrune time.Time
+	pruned    int64
+	noPrune   bool
 }
 
 func newBook(layout streams.Layout, retention, expiredKeep time.Duration) *book {
@@ -91,6 +102,7 @@ func newBook(layout streams.Layout, retention, expiredKeep time.Duration) *book 
 		retention:    retention,
 		expiredKeep:  expiredKeep,
 		tenants:      newTenantCounts(),
+		short:        map[string]*balance{},
 	}
 }
 
@@ -192,6 +204,9 @@ func (b *book) applyBalance(key string, seq uint64, rev *events.BalanceRevision)
 	bl.exposure = events.Money{}
 	if rev.Exposure != nil {
 		bl.exposure = *rev.Exposure
+	}
+	if short(rev.Balance.Period) {
+		b.queueStamp(bl, seq, rev.Events)
 	}
 }
 
@@ -304,6 +319,7 @@ func (b *book) forgetUntil(seq uint64, t time.Time) {
 	b.win.forget(winClosed, t.Add(-b.retention))
 	b.win.forget(winExpired, t.Add(-b.expiredKeep))
 	b.voided = b.forgetVoids(b.voided, t.Add(-b.retention))
+	b.stampBalances(seq)
 }
 
 // forgetVoids drops the voids of q stamped before before, and their

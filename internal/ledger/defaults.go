@@ -42,7 +42,7 @@ func (b *book) setDefault(key string, seq uint64, rev *events.DefaultRevision) {
 	}
 	b.defaults[key] = &dflt{def: Default{Kind: rev.Kind, Def: Budget{Ref: events.BudgetRef{Period: rev.Period},
 		Limit: rev.Limit, Unit: rev.Unit, TZ: rev.TZ, Loc: loc, Disabled: rev.Disabled, FixedSlot: rev.FixedSlot,
-		Thresholds: rev.Thresholds, Revision: seq}}, src: *rev}
+		Thresholds: rev.Thresholds, ExposureCap: rev.ExposureCap, Learn: rev.Learn, Revision: seq}}, src: *rev}
 	var ds []Default
 	for _, p := range events.Periods {
 		if d := b.defaults[streams.DefaultKey(rev.Kind, p)]; d != nil {
@@ -60,7 +60,8 @@ func (l *Ledger) DefaultsOf(kind string) []Default {
 }
 
 // DefineDefault sets the default budget of kind for def.Ref.Period to def
-// (its Limit, Unit, TZ, Disabled, FixedSlot, Thresholds): EditDefault
+// (its Limit, Unit, TZ, Disabled, FixedSlot, Thresholds, ExposureCap and
+// Learn): EditDefault
 // with an edit that replaces the whole definition.
 //
 // Errors: *events.Error with CodeInvalidTZ, then EditDefault's.
@@ -103,10 +104,11 @@ func (l *Ledger) EditDefault(ctx context.Context, kind string, period events.Per
 		d := def
 		return key, func(ch events.Chain) any {
 			ev := events.DefaultDefined{Kind: kind, Period: period, Limit: d.Limit, Unit: d.Unit, TZ: d.TZ, Disabled: d.Disabled,
-				FixedSlot: d.FixedSlot, Thresholds: d.Thresholds, Changed: nilIfEmpty(changed), At: now.UTC()}
+				FixedSlot: d.FixedSlot, Thresholds: d.Thresholds, ExposureCap: d.ExposureCap, Learn: d.Learn,
+				Changed: nilIfEmpty(changed), At: now.UTC()}
 			return events.DefaultRevision{Schema: events.SchemaDefault, Chain: ch,
 				Kind: kind, Period: period, Limit: d.Limit, Unit: d.Unit, TZ: d.TZ, Disabled: d.Disabled,
-				FixedSlot: d.FixedSlot, Thresholds: d.Thresholds, Events: events.Events{ev}}
+				FixedSlot: d.FixedSlot, Thresholds: d.Thresholds, ExposureCap: d.ExposureCap, Learn: d.Learn, Events: events.Events{ev}}
 		}, false, nil
 	})
 	if err != nil {
@@ -145,10 +147,11 @@ func (l *Ledger) CreateFromDefault(ctx context.Context, scope events.Scope, d De
 		}
 		return key, func(ch events.Chain) any {
 			ev := events.BudgetDefinedV2{Budget: ref, Limit: def.Limit, Unit: def.Unit, TZ: def.TZ, Disabled: def.Disabled,
-				FixedSlot: def.FixedSlot, Thresholds: def.Thresholds, FromDefault: def.FromDefault, At: now.UTC()}
+				FixedSlot: def.FixedSlot, Thresholds: def.Thresholds, ExposureCap: def.ExposureCap, Learn: def.Learn,
+				FromDefault: def.FromDefault, At: now.UTC()}
 			return events.BudgetRevision{Schema: events.SchemaBudget, Chain: ch, Budget: ref, Limit: def.Limit, Unit: def.Unit,
 				TZ: def.TZ, Disabled: def.Disabled, FixedSlot: def.FixedSlot, Thresholds: def.Thresholds,
-				FromDefault: def.FromDefault, Events: events.Events{ev}}
+				ExposureCap: def.ExposureCap, Learn: def.Learn, FromDefault: def.FromDefault, Events: events.Events{ev}}
 		}, false, nil
 	})
 	return wrote, err

@@ -245,3 +245,18 @@ func PublishHookForTesting(f func(ctx context.Context, m *nats.Msg, send func(co
 		return nil
 	}
 }
+
+// BalanceCount returns how many balances l's book holds.
+func BalanceCount(l *Ledger) int {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return len(l.bk.balances)
+}
+
+// DropBalanceForTesting removes ref's balance from l's book, as a wrong
+// prune would.
+func DropBalanceForTesting(l *Ledger, ref events.BalanceRef) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.bk.balances, streams.BalanceKey(ref))
+}

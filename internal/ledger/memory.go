@@ -28,7 +28,10 @@ type Memory struct {
 // NewMemory returns an empty Memory ledger with the default layout.
 func NewMemory() *Memory {
 	layout := streams.Default()
-	return &Memory{l: &Ledger{layout: layout, bk: newBook(layout, DefaultRetention, DefaultExpiredRetention)}}
+	bk := newBook(layout, DefaultRetention, DefaultExpiredRetention)
+	// No follower stamps its revisions: nothing is pruned.
+	bk.noPrune = true
+	return &Memory{l: &Ledger{layout: layout, bk: bk}}
 }
 
 // Define makes def the budget of def.Ref (its Limit, Unit, TZ, Disabled,

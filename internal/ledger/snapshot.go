@@ -241,6 +241,11 @@ type snapBalance struct {
 	Alerted  []events.Money `json:"alerted,omitempty"`
 	// Arm is the arm generation of Alerted.
 	Arm uint64 `json:"arm,omitempty"`
+	// StampedAt and ExpiredAt are a minute or hour balance's stamps (see
+	// prune.go): the server time its last revision was stamped at (absent:
+	// not stamped yet), and that of its last expiry (absent: none).
+	StampedAt *time.Time `json:"stamped_at,omitempty"`
+	ExpiredAt *time.Time `json:"expired_at,omitempty"`
 }
 
 type snapReservation struct {
@@ -363,6 +368,16 @@ func (b *book) snapshotAs(seq uint64, version int) (*snapshotState, error) {
 		if !bl.exposure.IsZero() {
 			exp := bl.exposure
 			sb.Exposure = &exp
+		}
+		if short(bl.ref.Period) {
+			if bl.stampedSeq >= bl.rev && !bl.stampedAt.IsZero() {
+				at := bl.stampedAt
+				sb.StampedAt = &at
+			}
+			if !bl.expiredAt.IsZero() {
+				at := bl.expiredAt
+				sb.ExpiredAt = &at
+			}
 		}
 		for id := range bl.open {
 			sb.Open = append(sb.Open, id)
@@ -531,6 +546,19 @@ func bookFromSnapshot(layout streams.Layout, retention, expiredKeep time.Duratio
 			limit: sb.Limit, spent: sb.Spent, reserved: sb.Reserved, overrun: sb.Overrun, alerted: sb.Alerted, arm: sb.Arm, open: make(map[string]*Reservation, len(sb.Open))}
 		if sb.Exposure != nil {
 			bals[i].exposure = *sb.Exposure
+		}
+		if short(sb.Ref.Period) {
+			// Stamped as the snapshot says; a revision it did not stamp
+			// waits for the follower, which folds on from the snapshot.
+			if sb.ExpiredAt != nil {
+				bals[i].expiredAt = *sb.ExpiredAt
+			}
+			if sb.StampedAt != nil {
+				bals[i].stampedSeq, bals[i].stampedAt = sb.Rev, *sb.StampedAt
+				b.short[sb.Key] = bals[i]
+			} else {
+				b.queueUnknownStamp(bals[i], sb.Rev)
+			}
 		}
 		b.balances[sb.Key] = bals[i]
 	}

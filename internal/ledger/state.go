@@ -260,6 +260,12 @@ type balance struct {
 	arm     uint64
 	// open holds the reservations open in this balance, by id.
 	open map[string]*Reservation
+	// stampedSeq is the last revision of a short (minute or hour)
+	// balance the follower stamped, at stampedAt (server time);
+	// expiredAt is the stamp of the last one that expired a reservation
+	// in it (zero: none). See prune.go.
+	stampedSeq           uint64
+	stampedAt, expiredAt time.Time
 }
 
 // budget is the replica's folded state of one budget key.

@@ -52,6 +52,12 @@ func putReply(v events.BudgetView, ch ledger.BudgetChange) events.BudgetPutReply
 		if ch.Prev.FixedSlot != nil {
 			out.Previous.FixedSlot = ch.Prev.FixedSlot.String()
 		}
+		if ch.Prev.ExposureCap != nil {
+			out.Previous.ExposureCap = ch.Prev.ExposureCap.String()
+		}
+		if ch.Prev.Learn != nil {
+			out.Previous.Learn = ch.Prev.Learn.String()
+		}
 	}
 	return out
 }

@@ -77,5 +77,11 @@ func defaultView(kind string, b ledger.Budget) events.BudgetView {
 		v.FixedSlot, v.MaxInFlight = b.FixedSlot.String(), n.String()
 		v.OvershootBound = fmt.Sprintf("%s x (cost of one call - %s)", n, b.FixedSlot)
 	}
+	if b.ExposureCap != nil {
+		v.Exposure, v.ExposureCap = "0", b.ExposureCap.String()
+	}
+	if b.Learn != nil {
+		v.Learn = b.Learn.String()
+	}
 	return v
 }

@@ -169,7 +169,7 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 	s := &Service{l: cfg.Ledger, a: cfg.Admitter, s: cfg.Settler, now: cfg.Now, log: cfg.Log,
 		ctx: context.Background(), inflight: make(chan struct{}, limit), pool: newWorkers(), nc: nc, reports: cfg.Reports,
 		tenants: newTenantShare(limit), denialRec: cfg.Denials,
-		limits: limits, rate: newTenantBuckets(limits.Rate, limits.Rate, time.Now)}
+		limits: limits, rate: newTenantBuckets(limits.Rate, limits.Burst, time.Now)}
 	s.idle = sync.NewCond(&s.mu)
 	if s.now == nil {
 		s.now = time.Now

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spendgate/spendgate/events"
 	"github.com/stretchr/testify/require"
 )
 
@@ -39,4 +40,22 @@ func TestTenantBuckets_Take(t *testing.T) {
 		now = now.Add(time.Second) // every earlier bucket is full again
 	}
 	require.LessOrEqual(t, len(b.tat), tenantBucketsSweep+1, "full buckets are forgotten")
+}
+
+// The default burst is a tenth of a second's worth of the rate, but never
+// less than a full batch: an idle tenant's batch of MaxBatchItems passes
+// whole, and a flood past the rate is let through at its own pace for at
+// most a tenth of a second. How we know it can fail: with the burst at a
+// second's worth (as it was) the default would be 500.
+func TestTenantLimits_DefaultBurst(t *testing.T) {
+	l := TenantLimits{}.WithDefaults()
+	require.Equal(t, events.MaxBatchItems, l.Burst)
+	require.Equal(t, 5000, TenantLimits{Rate: 50000}.WithDefaults().Burst)
+	require.Equal(t, 7, TenantLimits{Burst: 7}.WithDefaults().Burst, "a burst set is kept")
+	b := newTenantBuckets(l.Rate, l.Burst, func() time.Time { return time.Unix(0, 0) })
+	for i := range events.MaxBatchItems {
+		require.True(t, b.take("acme", 1), "item %d of an idle tenant's full batch", i)
+	}
+	require.False(t, b.take("acme", 1), "the burst is spent")
+	require.Error(t, TenantLimits{Burst: MaxTenantRate + 1}.Validate())
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/ledger"
 	"github.com/spendgate/spendgate/internal/metrics"
 	"github.com/spendgate/spendgate/internal/service"
 	"github.com/spendgate/spendgate/streams"
@@ -245,7 +246,7 @@ func TestTenantLimits_DefaultBudgets(t *testing.T) {
 // with no rate (Rate -1) every one of the 20 admits is admitted.
 func TestTenantLimits_RequestRate(t *testing.T) {
 	m := metrics.New(metrics.BuildInfo{})
-	h := newHarness(t, harnessOpts{metrics: m, tenantLimits: service.TenantLimits{Rate: 5}})
+	h := newHarness(t, harnessOpts{metrics: m, tenantLimits: service.TenantLimits{Rate: 5, Burst: 5}})
 	h.tputBudget("acme", "team:search", "month", "1000")
 	h.tputBudget("globex", "team:search", "month", "1000")
 	// The budget puts took tokens of the buckets: let them refill.
@@ -542,17 +543,23 @@ func TestTenantLimits_FloodKeepsOtherTenantsP99(t *testing.T) {
 		quiet, flooded = quiet[:0], flooded[:0]
 		mu.Unlock()
 		var cpuQuiet, cpuFlood time.Duration
+		// The ledger's commit path in each kind of window: what the flood
+		// made it do (logged, for a run that fails).
+		var ledQuiet, ledFlood ledgerWork
+		l := h.replicas[0].Ledger
 		for range rounds {
 			// A quiet window: acme sends nothing and has nothing in flight
 			// (flood returns once every request is answered).
-			c0 := cpu()
+			c0, s0 := cpu(), l.Stats()
 			<-time.After(window)
-			c1 := cpu()
+			c1, s1 := cpu(), l.Stats()
 			cpuQuiet += c1 - c0
+			ledQuiet.add(s0, s1)
 			flooding.Store(true)
 			flood(window)
 			flooding.Store(false)
 			cpuFlood += cpu() - c1
+			ledFlood.add(s1, l.Stats())
 		}
 		<-time.After(window) // a last quiet window
 		mu.Lock()
@@ -561,6 +568,7 @@ func TestTenantLimits_FloodKeepsOtherTenantsP99(t *testing.T) {
 		per := func(d time.Duration) float64 { return float64(d) / float64(time.Duration(rounds)*window) * 100 }
 		t.Logf("globex admit p99 %v quiet (%d admits), %v while acme floods (%d admits, %d ticks skipped, %.2fx); acme sent %d, %d answered tenant_limit; CPU of this process (server, replica, globex's client): %.0f%% of a core quiet, %.0f%% while acme floods",
 			pq, nq, pf, nf, skipped.Load(), float64(pf)/float64(pq), sent.Load(), limited.Load(), per(cpuQuiet), per(cpuFlood))
+		t.Logf("the ledger's commit path: quiet %s; while acme floods %s", ledQuiet, ledFlood)
 		return pq, pf, nq, nf
 	}
 	// A p99 ratio is measured up to attempts times, each a fresh set of
@@ -724,4 +732,23 @@ func TestTenantLimits_FloodChild(t *testing.T) {
 		testenv.WaitFor(t, time.Minute, "acme's requests answered", func() bool { return answered.Load() == sent.Load() })
 		fmt.Println("flooded", sent.Load(), answered.Load(), limited.Load())
 	}
+}
+
+// ledgerWork sums what a ledger's commit path did between Stats readings.
+type ledgerWork struct {
+	commits, txs, conflicts int64
+	attempt, write          time.Duration
+}
+
+func (w *ledgerWork) add(a, b ledger.Stats) {
+	w.commits += b.Commits - a.Commits
+	w.txs += b.Txs - a.Txs
+	w.conflicts += b.Conflicts - a.Conflicts
+	w.attempt += b.AttemptTime - a.AttemptTime
+	w.write += b.WriteTime - a.WriteTime
+}
+
+func (w ledgerWork) String() string {
+	return fmt.Sprintf("%d commits of %d txs, %d conflicts, %v in attempts (%v writing)",
+		w.commits, w.txs, w.conflicts, w.attempt.Round(time.Millisecond), w.write.Round(time.Millisecond))
 }

@@ -89,6 +89,7 @@ function visible() {
     period: (a, b) => a.period.localeCompare(b.period),
     used_bp: (a, b) => a.used_bp - b.used_bp,
     open: (a, b) => a.open - b.open,
+    exposure: (a, b) => cmpDec(a.exposure || "0", b.exposure || "0"),
     per_hour: (a, b) => cmpDec(a.forecast.per_hour || "0", b.forecast.per_hour || "0"),
     exhausts: (a, b) => runsOut(a).at - runsOut(b).at,
     resets: (a, b) => (a.forecast.resets_at || "9").localeCompare(b.forecast.resets_at || "9"),
@@ -117,6 +118,8 @@ function renderBudgets() {
       el("td", { class: "num limit", "data-label": "Limit" }, money(b.limit, b.unit), el("span", { class: "unit" }, b.unit)),
       el("td", { class: "num available", "data-label": "Available" }, money(b.available, b.unit)),
       el("td", { class: "num open", "data-label": "Open" }, b.open),
+      el("td", { class: "num exposure", "data-label": "Exposure", title: b.exposure_cap ? "at most " + b.exposure_cap + " " + b.unit + " (the exposure cap)" : "" },
+        b.exposure ? money(b.exposure, b.unit) : "—", b.exposure_cap ? el("span", { class: "cap" }, " / " + money(b.exposure_cap, b.unit)) : ""),
       el("td", { class: "num burn", "data-label": "Burn / h" }, f.per_hour ? money(f.per_hour, b.unit) : "—"),
       el("td", { class: "runs-out" + (ro.soon ? " soon" : ""), "data-label": "Runs out", title: ro.title || "" }, ro.text),
       el("td", { class: "resets", "data-label": "Resets", title: f.resets_at ? when(f.resets_at) : "" }, f.resets_local || "never"));

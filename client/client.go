@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/codec"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -456,7 +457,7 @@ func (c *Client) request(ctx context.Context, endpoint string, req, out any) err
 			// The first attempt may still commit: the service must not
 			// deny the retry (events.AdmitRequest.Retry).
 			r.Retry = true
-			data = events.AppendAdmitRequest(make([]byte, 0, len(data)+16), &r)
+			data = codec.AppendAdmitRequest(make([]byte, 0, len(data)+16), &r)
 		}
 		c.log.Debug("spendgate: retrying", "subject", subject, "attempt", attempt+1, "of", c.attempts, "err", err)
 		if wait {
@@ -512,11 +513,11 @@ func (c *Client) attempt(ctx context.Context, k *coalescer, subject string, data
 func marshalRequest(req any) ([]byte, error) {
 	switch r := req.(type) {
 	case events.AdmitRequest:
-		return events.AppendAdmitRequest(make([]byte, 0, 256), &r), nil
+		return codec.AppendAdmitRequest(make([]byte, 0, 256), &r), nil
 	case events.SettleRequest:
-		return events.AppendSettleRequest(make([]byte, 0, 96), &r), nil
+		return codec.AppendSettleRequest(make([]byte, 0, 96), &r), nil
 	case events.ReleaseRequest:
-		return events.AppendReleaseRequest(make([]byte, 0, 64), &r), nil
+		return codec.AppendReleaseRequest(make([]byte, 0, 64), &r), nil
 	}
 	return json.Marshal(req)
 }
@@ -525,9 +526,9 @@ func marshalRequest(req any) ([]byte, error) {
 func unmarshalReply(data []byte, out any) error {
 	switch o := out.(type) {
 	case *events.AdmitReply:
-		return events.DecodeAdmitReply(data, o)
+		return codec.DecodeAdmitReply(data, o)
 	case *events.CloseReply:
-		return events.DecodeCloseReply(data, o)
+		return codec.DecodeCloseReply(data, o)
 	}
 	return json.Unmarshal(data, out)
 }

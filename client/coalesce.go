@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/codec"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -240,7 +241,7 @@ func (k *coalescer) send(items []*citem) {
 		for i, it := range items {
 			bodies[i] = it.data
 		}
-		subject, data = k.batch, events.EncodeBatchReply(bodies)
+		subject, data = k.batch, codec.EncodeBatchReply(bodies)
 	}
 	m := k.c.mux
 	reply, token, err := m.add(f, k.c.timeout)
@@ -287,7 +288,7 @@ func (f *flight) complete(msg *nats.Msg, err error) {
 	}
 	// Every answer is decoded strictly by its caller (attempt): the
 	// split need not check each one's bytes first.
-	answers, err := events.SplitBatchReply(msg.Data)
+	answers, err := codec.SplitBatchReply(msg.Data)
 	if err != nil || len(answers) != len(f.items) {
 		if err == nil {
 			err = fmt.Errorf("%d answers to %d items", len(answers), len(f.items))

@@ -9,18 +9,6 @@ import (
 	"github.com/spendgate/spendgate/events"
 )
 
-func BenchmarkDecodeAdmitRequest(b *testing.B) {
-	body := []byte(validAdmit)
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	for b.Loop() {
-		var req events.AdmitRequest
-		if err := events.DecodeRequest(body, &req); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
 func BenchmarkParseMoney(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {

@@ -1,10 +1,6 @@
 package events
 
-import (
-	"bytes"
-
-	"github.com/cockroachdb/apd/v3"
-)
+import "github.com/cockroachdb/apd/v3"
 
 // Compact returns m as coef × 10^exp, for a store that keeps many amounts
 // (the ledger's idempotency window) in 9 bytes instead of an apd.Decimal.
@@ -33,30 +29,4 @@ func MoneyFromCompact(coef int64, exp int8) Money {
 	var m Money
 	m.d.Set(apd.New(coef, int32(exp)))
 	return m
-}
-
-// sniffType reads the type of an encoded event written as AppendEvent
-// writes it, "type" first ({"type":"reservation.opened.v1",...}), without
-// decoding the rest: the strict decode that follows reads the whole
-// object anyway. ok is false for anything else (another key order, an
-// escape, a second "type" key anywhere), which is then read the slow way.
-func sniffType(b []byte) (Type, bool) {
-	const pre = `{"type":"`
-	if len(b) < len(pre) || string(b[:len(pre)]) != pre {
-		return "", false
-	}
-	for i := len(pre); i < len(b); i++ {
-		c := b[i]
-		switch {
-		case c == '"':
-			if i+1 >= len(b) || (b[i+1] != ',' && b[i+1] != '}') || bytes.Count(b, []byte(`"type"`)) != 1 {
-				return "", false
-			}
-			return Type(b[len(pre):i]), true
-		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '.', c == '_', c == '-':
-		default:
-			return "", false
-		}
-	}
-	return "", false
 }

@@ -1,45 +1,33 @@
-// Package events is spendgate's domain root: the money type, identifiers,
-// budgets and periods, the versioned events that make up the book of record,
-// the wire requests and replies, and the error codes that cross the wire.
+// Package events is spendgate's vocabulary, shared by the server, its
+// clients and anyone who reads its streams: money (exact apd decimals,
+// parsed from plain decimal strings under hard limits, never a float; see
+// ParseMoney), scopes, periods and budgets, the versioned events of the
+// book of record and the revisions that carry them, the requests and
+// replies of the NATS API, and the error codes that cross the wire. It
+// imports nothing else of spendgate.
 //
-// It imports nothing else of spendgate. Every other package imports it.
+// Every type reads and writes with plain encoding/json: a Go program needs
+// nothing else to talk to spendgate or to read its ledger stream. (The
+// server and the client use faster hand-written codecs, internal to this
+// module, that write the same bytes.)
 //
-// # Revisions
+// # Events and revisions
 //
-// The ledger stream holds revisions: a LaneRevision under a lane key, a
-// BudgetRevision under a budget key. Version 2 (lane.v2, budget.v2, what
-// writers emit) names the revision of the same key it follows: Prev, its
-// stream sequence, and PrevHash, the SHA-256 of its exact payload bytes (see
-// Chain). Readers never fold past a gap or a fork (CheckChain, ChainError):
-// they skip such a revision, as they skip one whose signature fails. Version
-// 1 is read through an upcaster (DecodeLaneRevision, DecodeBudgetRevision)
-// as an unchained revision; the chain is checked from a key's first
-// version-2 revision on. The format is designed once for what comes next:
-// signatures go in message headers over the payload bytes (package
-// signing; no payload change); the chain is over valid revisions (a revision that fails its
-// signature is skipped, and the next valid one names the last valid one);
-// a feed's stable event ids are "<stream seq>-<index in revision>"
-// (EventID); a leaner payload is left to S2 stream compression, to be
-// measured.
+// An event is one past-tense fact with an explicit, versioned type, written
+// first (EncodeEvent); DecodeEvent reads strictly: an unknown type or field
+// is an error. A released version is frozen by the golden files in
+// testdata/: a change is a new type or an optional field, so events written
+// before encode and decode as they did.
 //
-// Budget definitions: writers emit BudgetDefinedV2 (budget.defined.v2: limit,
-// unit, time zone, disabled, fixed slot, thresholds, and the fields it
-// changed); readers upcast the frozen BudgetDefined (v1) with
-// AsBudgetDefinedV2. A budget revision states the whole definition after it.
-//
-// Pricing (pricing.go): a PricingRevision (pricing.v1) under a model's key
-// carries PricingDefined; a priced ReservationOpened records the PriceQuote
-// it reserved against (version and prices), and a settle from usage records
-// its Usage, priced at that quote. Defaults per scope kind (defaults.go): a
-// DefaultRevision (default.v1) carries DefaultDefined; a budget created from
-// it names its revision (BudgetDefinedV2.FromDefault). Alerts (alerts.go):
-// ThresholdCrossed sits in the lane revision that crossed the threshold. A
-// budget defined alongside another of the other kind in its period (counts
-// next to money) is named with its unit (BudgetRef.Unit, BalanceRef.Unit).
-// Every addition is an optional field or a new type: events written before
-// encode and decode as they did.
-//
-// Money never touches a float: amounts are apd decimals, parsed from plain
-// decimal strings under hard limits (see ParseMoney) and written back as
-// canonical decimal strings.
+// The ledger stream holds revisions under keys: a LaneRevision (the
+// balances one write changed, each with the events applied to it), a
+// BudgetRevision (a budget's whole definition),
+// and PricingRevision, DefaultRevision, APIKeyRevision and TrustRevision.
+// Version 2 of a revision names the revision of its key that it follows
+// (Chain: its stream sequence and the SHA-256 of its payload); a reader
+// never folds past a gap or a fork (CheckChain, ChainError). Version 1 is
+// read as an unchained revision (DecodeLaneRevision, DecodeBudgetRevision,
+// BudgetDefined through AsBudgetDefinedV2). Signatures travel in message
+// headers over the payload bytes, so a payload holds no signature. A feed's
+// event id is "<stream seq>-<index in revision>" (EventID).
 package events

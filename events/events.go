@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"time"
 )
@@ -200,10 +201,36 @@ func (e ReservationReleased) BalanceOf() BalanceRef { return e.Balance }
 func (e RequestVoided) BalanceOf() BalanceRef       { return e.Balance }
 func (e ThresholdCrossed) BalanceOf() BalanceRef    { return e.Balance }
 
-// EncodeEvent writes e as a JSON object with its "type" first.
-func EncodeEvent(e Event) ([]byte, error) { return AppendEvent(nil, e) }
+// EncodeEvent writes e as a JSON object with its "type" first, then its
+// fields as encoding/json writes them. An event of a type eventTypes does
+// not list is an error (CodeInternal).
+func EncodeEvent(e Event) ([]byte, error) {
+	if e == nil {
+		return nil, Errorf(CodeInternal, "unknown event %T", e)
+	}
+	typ := e.EventType()
+	if k, ok := eventTypes[typ]; !ok || reflect.TypeOf(e) != k.goType {
+		return nil, Errorf(CodeInternal, "unknown event %T", e)
+	}
+	body, err := json.Marshal(e)
+	if err != nil {
+		return nil, &Error{Code: CodeInternal, Message: fmt.Sprintf("encoding event %s", typ), Err: err}
+	}
+	// What encoding/json writes for the event embedded next to its type,
+	// struct{Type Type `json:"type"`; E}: the type, then the event's fields.
+	out := make([]byte, 0, len(`{"type":"",`)+len(typ)+len(body))
+	out = append(out, `{"type":"`...)
+	out = append(out, typ...)
+	out = append(out, '"')
+	if len(body) > len(`{}`) {
+		out = append(out, ',')
+	}
+	return append(out, body[1:]...), nil
+}
 
-// DecodeEvent reads one encoded event. An unknown type is an error.
+// DecodeEvent reads one encoded event strictly: its type must be one
+// eventTypes lists, and it may hold only "type" and the fields of that
+// type's event. An unknown type is an error.
 func DecodeEvent(b []byte) (Event, error) {
 	var head struct {
 		Type Type `json:"type"`
@@ -213,103 +240,139 @@ func DecodeEvent(b []byte) (Event, error) {
 	} else if err := json.Unmarshal(b, &head); err != nil {
 		return nil, &Error{Code: CodeInvalidRequest, Message: fmt.Sprintf("event: %v", err), Err: err}
 	}
-	strict := func(v any) error {
-		d := json.NewDecoder(bytes.NewReader(b))
-		d.DisallowUnknownFields()
-		if err := d.Decode(v); err != nil {
-			return err
-		}
-		if len(bytes.TrimSpace(b[d.InputOffset():])) > 0 {
-			return errors.New("unexpected data after the event")
-		}
-		return nil
-	}
-	var err error
-	switch head.Type {
-	case TypeBudgetDefined:
-		var v struct {
-			Type Type `json:"type"`
-			BudgetDefined
-		}
-		if err = strict(&v); err == nil {
-			return v.BudgetDefined, nil
-		}
-	case TypeBudgetDefinedV2:
-		var v struct {
-			Type Type `json:"type"`
-			BudgetDefinedV2
-		}
-		if err = strict(&v); err == nil {
-			return v.BudgetDefinedV2, nil
-		}
-	case TypeReservationOpened:
-		var v struct {
-			Type Type `json:"type"`
-			ReservationOpened
-		}
-		if err = strict(&v); err == nil {
-			return v.ReservationOpened, nil
-		}
-	case TypeReservationSettled:
-		var v struct {
-			Type Type `json:"type"`
-			ReservationSettled
-		}
-		if err = strict(&v); err == nil {
-			return v.ReservationSettled, nil
-		}
-	case TypeThresholdCrossed:
-		var v struct {
-			Type Type `json:"type"`
-			ThresholdCrossed
-		}
-		if err = strict(&v); err == nil {
-			return v.ThresholdCrossed, nil
-		}
-	case TypeDefaultDefined:
-		var v struct {
-			Type Type `json:"type"`
-			DefaultDefined
-		}
-		if err = strict(&v); err == nil {
-			return v.DefaultDefined, nil
-		}
-	case TypePricingDefined:
-		var v struct {
-			Type Type `json:"type"`
-			PricingDefined
-		}
-		if err = strict(&v); err == nil {
-			return v.PricingDefined, nil
-		}
-	case TypeAPIKeyDefined:
-		var v struct {
-			Type Type `json:"type"`
-			APIKeyDefined
-		}
-		if err = strict(&v); err == nil {
-			return v.APIKeyDefined, nil
-		}
-	case TypeReservationReleased:
-		var v struct {
-			Type Type `json:"type"`
-			ReservationReleased
-		}
-		if err = strict(&v); err == nil {
-			return v.ReservationReleased, nil
-		}
-	case TypeRequestVoided:
-		var v struct {
-			Type Type `json:"type"`
-			RequestVoided
-		}
-		if err = strict(&v); err == nil {
-			return v.RequestVoided, nil
-		}
-	default:
+	k, ok := eventTypes[head.Type]
+	if !ok {
 		return nil, Errorf(CodeInvalidRequest, "unknown event type %q", head.Type)
 	}
-	return nil, &Error{Code: CodeInvalidRequest, Message: fmt.Sprintf("event %s: %v", head.Type, err), Err: err}
+	e, err := k.decode(b)
+	if err != nil {
+		return nil, &Error{Code: CodeInvalidRequest, Message: fmt.Sprintf("event %s: %v", head.Type, err), Err: err}
+	}
+	return e, nil
+}
+
+// sniffType reads the type of an encoded event written as AppendEvent
+// writes it, "type" first ({"type":"reservation.opened.v1",...}), without
+// decoding the rest: the strict decode that follows reads the whole
+// object anyway. ok is false for anything else (another key order, an
+// escape, a second "type" key anywhere), which is then read the slow way.
+func sniffType(b []byte) (Type, bool) {
+	const pre = `{"type":"`
+	if len(b) < len(pre) || string(b[:len(pre)]) != pre {
+		return "", false
+	}
+	for i := len(pre); i < len(b); i++ {
+		c := b[i]
+		switch {
+		case c == '"':
+			if i+1 >= len(b) || (b[i+1] != ',' && b[i+1] != '}') || bytes.Count(b, []byte(`"type"`)) != 1 {
+				return "", false
+			}
+			return Type(b[len(pre):i]), true
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '.', c == '_', c == '-':
+		default:
+			return "", false
+		}
+	}
+	return "", false
+}
+
+// eventTypes lists every event type of the book of record with its Go
+// type: adding an event type is one line here (and its EventType method).
+// Each entry decodes the event next to its "type" key, and nothing else.
+var eventTypes = map[Type]eventType{
+	TypeBudgetDefined: typed(func(v *struct {
+		typeKey
+		BudgetDefined
+	}) *BudgetDefined {
+		return &v.BudgetDefined
+	}),
+	TypeBudgetDefinedV2: typed(func(v *struct {
+		typeKey
+		BudgetDefinedV2
+	}) *BudgetDefinedV2 {
+		return &v.BudgetDefinedV2
+	}),
+	TypeReservationOpened: typed(func(v *struct {
+		typeKey
+		ReservationOpened
+	}) *ReservationOpened {
+		return &v.ReservationOpened
+	}),
+	TypeReservationSettled: typed(func(v *struct {
+		typeKey
+		ReservationSettled
+	}) *ReservationSettled {
+		return &v.ReservationSettled
+	}),
+	TypeReservationReleased: typed(func(v *struct {
+		typeKey
+		ReservationReleased
+	}) *ReservationReleased {
+		return &v.ReservationReleased
+	}),
+	TypeRequestVoided: typed(func(v *struct {
+		typeKey
+		RequestVoided
+	}) *RequestVoided {
+		return &v.RequestVoided
+	}),
+	TypeThresholdCrossed: typed(func(v *struct {
+		typeKey
+		ThresholdCrossed
+	}) *ThresholdCrossed {
+		return &v.ThresholdCrossed
+	}),
+	TypeDefaultDefined: typed(func(v *struct {
+		typeKey
+		DefaultDefined
+	}) *DefaultDefined {
+		return &v.DefaultDefined
+	}),
+	TypePricingDefined: typed(func(v *struct {
+		typeKey
+		PricingDefined
+	}) *PricingDefined {
+		return &v.PricingDefined
+	}),
+	TypeAPIKeyDefined: typed(func(v *struct {
+		typeKey
+		APIKeyDefined
+	}) *APIKeyDefined {
+		return &v.APIKeyDefined
+	}),
+}
+
+// typeKey is the "type" key an encoded event holds beside its fields.
+type typeKey struct {
+	Type Type `json:"type"`
+}
+
+// eventType is one event type of eventTypes.
+type eventType struct {
+	goType reflect.Type
+	decode func(b []byte) (Event, error)
+}
+
+// typed makes the eventTypes entry of the event E that field picks out of
+// W, a struct of a typeKey and E: decode reads W strictly (no unknown
+// field, nothing after the object) and returns its E.
+func typed[W any, E Event](field func(*W) *E) eventType {
+	return eventType{
+		goType: reflect.TypeFor[E](),
+		decode: func(b []byte) (Event, error) {
+			var w W
+			d := json.NewDecoder(bytes.NewReader(b))
+			d.DisallowUnknownFields()
+			if err := d.Decode(&w); err != nil {
+				return nil, err
+			}
+			if len(bytes.TrimSpace(b[d.InputOffset():])) > 0 {
+				return nil, errors.New("unexpected data after the event")
+			}
+			return *field(&w), nil
+		},
+	}
 }
 
 // Events is a list of events that encodes each with its type.
@@ -325,10 +388,11 @@ func (es Events) MarshalJSON() ([]byte, error) {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		var err error
-		if b, err = AppendEvent(b, e); err != nil {
+		data, err := EncodeEvent(e)
+		if err != nil {
 			return nil, err
 		}
+		b = append(b, data...)
 	}
 	return append(b, ']'), nil
 }
@@ -491,12 +555,8 @@ func UpcastBudget(r *BudgetRevision) error {
 }
 
 // DecodeLaneRevision decodes a lane revision of version 1 or 2 (see
-// UpcastLane). The canonical form the ledger writes is read without
-// reflection (DecodeCanonicalLane); any other form through encoding/json.
+// UpcastLane).
 func DecodeLaneRevision(data []byte) (LaneRevision, error) {
-	if r, ok, err := DecodeCanonicalLane(data); ok {
-		return r, err
-	}
 	var r LaneRevision
 	if err := json.Unmarshal(data, &r); err != nil {
 		return r, err

@@ -112,34 +112,3 @@ func FuzzDecodeEvent(f *testing.F) {
 		}
 	})
 }
-
-func FuzzDecodeRequest(f *testing.F) {
-	for _, s := range []string{
-		validAdmit,
-		`{"request_id":"r","scopes":["org:a"],"amount":"1"}`,
-		``, `{}`, `{}{}`, `{} `, `null`, `[]`, `{"amount":0.05}`, `{"bogus":1}`,
-		`{"metadata":{"a":1}}`, `{"scopes":"org:a"}`, "{\xff}", `{"request_id":"\ud800"}`,
-	} {
-		f.Add([]byte(s))
-	}
-	f.Add([]byte(`{"request_id":"` + strings.Repeat("a", events.MaxPayloadBytes) + `"}`))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		var req events.AdmitRequest
-		err := events.DecodeRequest(b, &req)
-		if err == nil {
-			if len(b) > events.MaxPayloadBytes {
-				t.Fatalf("accepted %d bytes", len(b))
-			}
-			return
-		}
-		switch code := events.CodeOf(err); code {
-		case events.CodeInvalidRequest:
-		case events.CodePayloadTooLarge:
-			if len(b) <= events.MaxPayloadBytes {
-				t.Fatalf("%d bytes reported as too large", len(b))
-			}
-		default:
-			t.Fatalf("DecodeRequest error %v has code %s", err, code)
-		}
-	})
-}

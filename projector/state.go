@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/codec"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -482,7 +483,7 @@ func (s *State) decodeLane(seq uint64, key string, data []byte) (events.LaneRevi
 func parseLane(data []byte) (events.LaneRevision, error) {
 	// The canonical form the ledger writes is read without reflection;
 	// anything else the strict way, which keeps its own verdict.
-	rev, canonical, err := events.DecodeCanonicalLane(data)
+	rev, canonical, err := codec.DecodeCanonicalLane(data)
 	if !canonical {
 		if err := decodeStrict(data, &rev); err != nil {
 			return rev, err

@@ -28,6 +28,7 @@ import (
 	"github.com/spendgate/spendgate/client"
 	"github.com/spendgate/spendgate/embedded"
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/codec"
 	"github.com/spendgate/spendgate/internal/ledger"
 	"github.com/spendgate/spendgate/internal/replica"
 	"github.com/spendgate/spendgate/internal/service"
@@ -1787,7 +1788,7 @@ scenarios:`+"\n", benchAmount, benchTTL, benchAmount)
   (spread64: over %d budgets): 4N concurrent admits from the scenario's callers; count admitted beyond each limit.
   multi3 caps its org scope. (The timed runs use limits of %s, so they never deny.)
 floor: the same callers and connections calling micro service "spendgate-floor" (%s, %s), dispatched
-  as spendgate dispatches (each request handed to its own goroutine, which decodes it with events.DecodeRequest
+  as spendgate dispatches (each request handed to its own goroutine, which decodes it with codec.DecodeRequest
   into AdmitRequest/SettleRequest and publishes a small JSON reply); a floor cycle is also two requests.
 naive: the same callers calling KV directly (no service hop, no events): get, parse decimals, check the limit,
   Update(key, revision), again on a revision conflict; a second get-then-CAS settles. spread64 spreads over
@@ -1913,7 +1914,7 @@ type floorService struct {
 // startFloor registers "spendgate-floor" on nc. It dispatches exactly as
 // the spendgate service does: the micro handler copies the request's data
 // and reply subject and hands them to a goroutine of its own (bounded by
-// service.MaxInFlight), which decodes the body with events.DecodeRequest
+// service.MaxInFlight), which decodes the body with codec.DecodeRequest
 // into the same request struct, marshals a small reply and publishes it on
 // nc.
 func startFloor(nc *nats.Conn) (*floorService, error) {
@@ -1952,14 +1953,14 @@ func startFloor(nc *nats.Conn) (*floorService, error) {
 	}
 	admit := func(data []byte) (any, error) {
 		var req events.AdmitRequest
-		if err := events.DecodeRequest(data, &req); err != nil {
+		if err := codec.DecodeRequest(data, &req); err != nil {
 			return nil, err
 		}
 		return events.AdmitReply{Admitted: true, RequestID: req.RequestID, ReservationID: "rsv_floor_" + req.RequestID}, nil
 	}
 	settle := func(data []byte) (any, error) {
 		var req events.SettleRequest
-		if err := events.DecodeRequest(data, &req); err != nil {
+		if err := codec.DecodeRequest(data, &req); err != nil {
 			return nil, err
 		}
 		return events.CloseReply{ReservationID: req.ReservationID, Status: events.StatusSettled, Reserved: req.Actual, Actual: req.Actual}, nil
@@ -1976,7 +1977,7 @@ func startFloor(nc *nats.Conn) (*floorService, error) {
 	// item decoded and answered as the single endpoint answers it.
 	batch := func(h func([]byte) (any, error)) func([]byte) (any, error) {
 		return func(data []byte) (any, error) {
-			items, err := events.DecodeBatch(data)
+			items, err := codec.DecodeBatch(data)
 			if err != nil {
 				return nil, err
 			}

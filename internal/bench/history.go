@@ -26,6 +26,7 @@ import (
 	"github.com/spendgate/spendgate/admit"
 	"github.com/spendgate/spendgate/embedded"
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/codec"
 	"github.com/spendgate/spendgate/internal/ledger"
 	"github.com/spendgate/spendgate/internal/replica"
 	"github.com/spendgate/spendgate/projector"
@@ -607,7 +608,7 @@ func (g *historyGen) revision(ctx context.Context, lane *genLane, b *genBalance,
 		Balances: []events.BalanceRevision{{Schema: events.SchemaBalance, Balance: b.ref, Unit: "USD",
 			Limit: events.MustMoney(benchBigLimit), Spent: b.spent, Reserved: b.reserved, Overrun: events.Zero,
 			Open: int64(len(b.open)), Events: evs}}}
-	data, err := rev.AppendJSON(nil)
+	data, err := codec.AppendLane(nil, &rev)
 	if err != nil {
 		return err
 	}

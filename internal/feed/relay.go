@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/codec"
 	"github.com/spendgate/spendgate/internal/gate"
 	"github.com/spendgate/spendgate/internal/signing"
 	"github.com/spendgate/spendgate/streams"
@@ -633,7 +634,7 @@ func (m Message) encode() ([]byte, error) {
 func SplitRevision(rev *gate.Revision) []Message {
 	var out []Message
 	add := func(e events.Event, bal *Balance) {
-		raw, err := events.EncodeEvent(e)
+		raw, err := codec.AppendEvent(nil, e)
 		if err != nil {
 			return // every event the gate passed encodes
 		}
@@ -674,7 +675,7 @@ func Split(seq uint64, key string, at time.Time, data []byte) ([]Message, error)
 	switch {
 	case streams.IsLaneKey(key):
 		var r events.LaneRevision
-		r, err = events.DecodeLaneRevision(data)
+		r, err = codec.DecodeLane(data)
 		rev.Kind, rev.Lane = gate.KindLane, &r
 	case streams.IsBudgetKey(key):
 		var r events.BudgetRevision

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/codec"
 	"github.com/spendgate/spendgate/internal/signing"
 	"github.com/spendgate/spendgate/streams"
 )
@@ -455,7 +456,7 @@ func (g *Gate) MayWriteTrust(pub string, after uint64) error {
 func (g *Gate) decode(rev *Revision, data []byte) (signing.Reason, error) {
 	switch rev.Kind {
 	case KindLane:
-		r, err := events.DecodeLaneRevision(data)
+		r, err := codec.DecodeLane(data)
 		if err != nil {
 			return signing.ReasonMalformed, err
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/codec"
 	"github.com/spendgate/spendgate/internal/gate"
 	"github.com/spendgate/spendgate/internal/signing"
 	"github.com/spendgate/spendgate/streams"
@@ -66,7 +67,7 @@ func (f *fixture) lane(id string) (string, []byte) {
 		Events: events.Events{events.ReservationOpened{ReservationID: id, RequestID: id, RequestHash: "h", Balance: bal,
 			Amount: events.MustMoney("0.1"), Unit: "USD", Balances: []events.BalanceRef{bal}, ExpiresAt: t0.Add(time.Hour), At: t0}},
 	}}}
-	data, err := rev.AppendJSON(nil)
+	data, err := codec.AppendLane(nil, &rev)
 	require.NoError(f.t, err)
 	return key, data
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/codec"
 	"github.com/spendgate/spendgate/internal/gate"
 	"github.com/spendgate/spendgate/streams"
 )
@@ -31,7 +32,7 @@ func bookRev(t *testing.T, prev uint64, prevData []byte, id string, reserved str
 		Events: events.Events{events.ReservationOpened{ReservationID: id, RequestID: id, RequestHash: "h", Balance: bookBal,
 			Amount: events.MustMoney("0.1"), Unit: "USD", Balances: []events.BalanceRef{bookBal}, ExpiresAt: bookT0.Add(time.Hour), At: bookT0}},
 	}}}
-	data, err := rev.AppendJSON(nil)
+	data, err := codec.AppendLane(nil, &rev)
 	require.NoError(t, err)
 	return rev, data
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/codec"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -648,7 +649,7 @@ func (l *Ledger) write(ctx context.Context, revs []keyedRevision) ([]uint64, []s
 	for i := range revs {
 		buf := bufPool.Get().(*[]byte)
 		defer bufPool.Put(buf)
-		b, err := revs[i].value.AppendJSON((*buf)[:0])
+		b, err := codec.AppendLane((*buf)[:0], &revs[i].value)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/codec"
 	"github.com/spendgate/spendgate/internal/ledger"
 	"github.com/spendgate/spendgate/internal/signing"
 	"github.com/spendgate/spendgate/projector"
@@ -258,7 +259,7 @@ func TestLedger_SkipsForkedLane(t *testing.T) {
 		Balances: []events.BalanceRevision{{Schema: events.SchemaBalance, Balance: day, Unit: "USD", Limit: events.MustMoney("1"),
 			Spent: events.Zero, Reserved: events.MustMoney("0.1"), Overrun: events.Zero, Open: 1,
 			Events: events.Events{opened("f1", "qf", "h", day, "0.1")}}}}
-	data, err := rev.AppendJSON(nil)
+	data, err := codec.AppendLane(nil, &rev)
 	require.NoError(t, err)
 	ack, err := env.JS.Publish(context.Background(), env.Layout.Subject(lane), data)
 	require.NoError(t, err)

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/codec"
 	"github.com/spendgate/spendgate/internal/ledger"
 	"github.com/spendgate/spendgate/internal/signing"
 	"github.com/spendgate/spendgate/projector"
@@ -166,7 +167,7 @@ func TestLedger_SkipsBadRevisions(t *testing.T) {
 	var lrev events.LaneRevision
 	require.NoError(t, json.Unmarshal(last.Data, &lrev))
 	lrev.Chain.Prev = last.Sequence + 100
-	off, err := lrev.AppendJSON(nil)
+	off, err := codec.AppendLane(nil, &lrev)
 	require.NoError(t, err)
 	after(rawPut(t, env, lane, off, signed(k1, lane, off)), signing.ReasonChain)
 

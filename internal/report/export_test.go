@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/codec"
 	"github.com/spendgate/spendgate/internal/report"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/streams"
@@ -111,7 +112,7 @@ func (bk *book) commit(evs ...events.Event) {
 			rev.Balances = append(rev.Balances, br)
 		}
 		var err error
-		bk.buf, err = rev.AppendJSON(bk.buf[:0])
+		bk.buf, err = codec.AppendLane(bk.buf[:0], &rev)
 		require.NoError(bk.t, err)
 		seq := bk.put(lk, bk.buf)
 		bk.chain[lk] = events.Chain{Prev: seq, PrevHash: events.HashPayload(bk.buf)}
@@ -404,7 +405,7 @@ func TestExport_StopsOnFork(t *testing.T) {
 		Schema: events.SchemaBalance, Balance: acme, Unit: "USD", Limit: m("100"),
 		Events: events.Events(open("rsv_99", "1", t0, time.Minute, nil, acme)),
 	}}}
-	data, err := forged.AppendJSON(nil)
+	data, err := codec.AppendLane(nil, &forged)
 	require.NoError(t, err)
 	bk.put(lk, data)
 	p := projector.New(env.JS, env.Layout)

@@ -6,6 +6,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/codec"
 	"github.com/spendgate/spendgate/internal/ledger"
 	"github.com/spendgate/spendgate/streams"
 )
@@ -99,7 +100,7 @@ func refuseTenant(ctx context.Context) error {
 
 func (s *Service) apikeyCreate(ctx context.Context, data []byte) (any, error) {
 	var req events.APIKeyCreateRequest
-	if err := events.DecodeRequest(data, &req); err != nil {
+	if err := codec.DecodeRequest(data, &req); err != nil {
 		return nil, err
 	}
 	if err := refuseTenant(ctx); err != nil {
@@ -149,7 +150,7 @@ func (s *Service) changeAPIKey(ctx context.Context, id string, f func(*ledger.AP
 
 func (s *Service) apikeyRotate(ctx context.Context, data []byte) (any, error) {
 	var req events.APIKeyRotateRequest
-	if err := events.DecodeRequest(data, &req); err != nil {
+	if err := codec.DecodeRequest(data, &req); err != nil {
 		return nil, err
 	}
 	if err := events.ValidateKeyHash(req.Hash); err != nil {
@@ -160,7 +161,7 @@ func (s *Service) apikeyRotate(ctx context.Context, data []byte) (any, error) {
 
 func (s *Service) apikeyDisable(ctx context.Context, data []byte) (any, error) {
 	var req events.APIKeyIDRequest
-	if err := events.DecodeRequest(data, &req); err != nil {
+	if err := codec.DecodeRequest(data, &req); err != nil {
 		return nil, err
 	}
 	return s.changeAPIKey(ctx, req.ID, func(k *ledger.APIKey) { k.Disabled = true })
@@ -168,7 +169,7 @@ func (s *Service) apikeyDisable(ctx context.Context, data []byte) (any, error) {
 
 func (s *Service) apikeyEnable(ctx context.Context, data []byte) (any, error) {
 	var req events.APIKeyIDRequest
-	if err := events.DecodeRequest(data, &req); err != nil {
+	if err := codec.DecodeRequest(data, &req); err != nil {
 		return nil, err
 	}
 	return s.changeAPIKey(ctx, req.ID, func(k *ledger.APIKey) { k.Disabled = false })
@@ -194,7 +195,7 @@ func (s *Service) lookupAPIKey(ctx context.Context, id string) (ledger.APIKey, e
 
 func (s *Service) apikeyGet(ctx context.Context, data []byte) (any, error) {
 	var req events.APIKeyIDRequest
-	if err := events.DecodeRequest(data, &req); err != nil {
+	if err := codec.DecodeRequest(data, &req); err != nil {
 		return nil, err
 	}
 	if err := refuseTenant(ctx); err != nil {
@@ -213,7 +214,7 @@ func (s *Service) apikeyGet(ctx context.Context, data []byte) (any, error) {
 func (s *Service) apikeyList(ctx context.Context, data []byte) (any, error) {
 	var req events.APIKeyListRequest
 	if len(data) > 0 {
-		if err := events.DecodeRequest(data, &req); err != nil {
+		if err := codec.DecodeRequest(data, &req); err != nil {
 			return nil, err
 		}
 	}
@@ -237,7 +238,7 @@ func (s *Service) apikeyList(ctx context.Context, data []byte) (any, error) {
 // hash: not told apart), CodeKeyDisabled, CodeLedgerUnavailable.
 func (s *Service) apikeyResolve(ctx context.Context, data []byte) (any, error) {
 	var req events.APIKeyResolveRequest
-	if err := events.DecodeRequest(data, &req); err != nil {
+	if err := codec.DecodeRequest(data, &req); err != nil {
 		return nil, err
 	}
 	if err := refuseTenant(ctx); err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/cockroachdb/apd/v3"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/codec"
 )
 
 // replyHeadroom is what a budget.list page leaves of the connection's max
@@ -41,7 +42,7 @@ type listEntry struct {
 func (s *Service) budgetList(ctx context.Context, data []byte) (any, error) {
 	var req events.BudgetListRequest
 	if len(data) > 0 {
-		if err := events.DecodeRequest(data, &req); err != nil {
+		if err := codec.DecodeRequest(data, &req); err != nil {
 			return nil, err
 		}
 	}

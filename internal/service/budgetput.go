@@ -7,12 +7,13 @@ import (
 	"strings"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/codec"
 	"github.com/spendgate/spendgate/internal/ledger"
 )
 
 func (s *Service) budgetPut(ctx context.Context, data []byte) (any, error) {
 	var req events.BudgetPutRequest
-	if err := events.DecodeRequest(data, &req); err != nil {
+	if err := codec.DecodeRequest(data, &req); err != nil {
 		return nil, err
 	}
 	if kind, ok, err := events.ParseDefaultScope(req.Scope); ok || err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/codec"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -143,7 +144,7 @@ func scanBalances(t *testing.T, h *harness, scope string) (maxExposure, maxSpent
 			continue
 		}
 		require.NoError(t, err)
-		rev, ok, err := events.DecodeCanonicalLane(msg.Data)
+		rev, ok, err := codec.DecodeCanonicalLane(msg.Data)
 		if !ok || err != nil {
 			if rev, err = events.DecodeLaneRevision(msg.Data); err != nil {
 				continue // not a lane revision

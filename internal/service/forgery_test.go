@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/codec"
 	"github.com/spendgate/spendgate/internal/ledger"
 	"github.com/spendgate/spendgate/internal/replica"
 	"github.com/spendgate/spendgate/internal/replicatest"
@@ -197,7 +198,7 @@ func TestReaders_GarbageNeverReachesThem(t *testing.T) {
 	require.NoError(t, err)
 	lrev.Chain = events.Chain{Prev: lm.Sequence, PrevHash: events.HashPayload(lm.Data)}
 	lrev.Balances[0].Spent = events.MustMoney("9")
-	unsigned, err := lrev.AppendJSON(nil)
+	unsigned, err := codec.AppendLane(nil, &lrev)
 	require.NoError(t, err)
 	_, err = s.env.JS.Publish(ctx, s.env.Layout.Subject(lane), unsigned, jetstream.WithExpectLastSequencePerSubject(cur.Sequence))
 	require.NoError(t, err)

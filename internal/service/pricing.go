@@ -4,13 +4,14 @@ import (
 	"context"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/codec"
 	"github.com/spendgate/spendgate/internal/ledger"
 )
 
 // pricingPut sets a model's prices: one pricing.defined.v1 event.
 func (s *Service) pricingPut(ctx context.Context, data []byte) (any, error) {
 	var req events.PricingPutRequest
-	if err := events.DecodeRequest(data, &req); err != nil {
+	if err := codec.DecodeRequest(data, &req); err != nil {
 		return nil, err
 	}
 	if events.TenantFromContext(ctx) != "" {
@@ -84,7 +85,7 @@ func PriceView(p ledger.Price) events.PriceView {
 // first). An unpriced model is the error unpriced_model.
 func (s *Service) pricingGet(ctx context.Context, data []byte) (any, error) {
 	var req events.PricingGetRequest
-	if err := events.DecodeRequest(data, &req); err != nil {
+	if err := codec.DecodeRequest(data, &req); err != nil {
 		return nil, err
 	}
 	if err := events.ValidateModel(req.Model); err != nil {
@@ -104,7 +105,7 @@ func (s *Service) pricingGet(ctx context.Context, data []byte) (any, error) {
 func (s *Service) pricingList(ctx context.Context, data []byte) (any, error) {
 	var req events.PricingListRequest
 	if len(data) > 0 {
-		if err := events.DecodeRequest(data, &req); err != nil {
+		if err := codec.DecodeRequest(data, &req); err != nil {
 			return nil, err
 		}
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/spendgate/spendgate/admit"
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/codec"
 	"github.com/spendgate/spendgate/internal/ledger"
 	"github.com/spendgate/spendgate/internal/metrics"
 	"github.com/spendgate/spendgate/internal/report"
@@ -445,7 +446,7 @@ func (s *Service) encode(dst []byte, endpoint, subject string, out any, err erro
 	if limited {
 		s.m.TenantLimited(tl.Tenant, tl.Limit)
 	}
-	body = events.AppendErrorReply(dst, &events.ErrorReply{Error: &events.Error{
+	body = codec.AppendErrorReply(dst, &events.ErrorReply{Error: &events.Error{
 		Code: e.Code, Message: e.Message, ReservationID: e.ReservationID, Status: e.Status,
 	}})
 	return body, e
@@ -456,9 +457,9 @@ func (s *Service) encode(dst []byte, endpoint, subject string, out any, err erro
 func marshalReply(dst []byte, out any) ([]byte, error) {
 	switch r := out.(type) {
 	case events.AdmitReply:
-		return events.AppendAdmitReply(dst, &r), nil
+		return codec.AppendAdmitReply(dst, &r), nil
 	case events.CloseReply:
-		return events.AppendCloseReply(dst, &r), nil
+		return codec.AppendCloseReply(dst, &r), nil
 	}
 	b, err := json.Marshal(out)
 	return append(dst, b...), err
@@ -497,7 +498,7 @@ func batchOf[T, R any](items []json.RawMessage, do func(ctx context.Context, req
 	reqs := make([]T, len(items))
 	errs := make([]error, len(items))
 	for i, item := range items {
-		errs[i] = events.DecodeRequest(item, &reqs[i])
+		errs[i] = codec.DecodeRequest(item, &reqs[i])
 	}
 	return errs, func(ctx context.Context, keep []int) ([]any, []error) {
 		out, rerrs := make([]any, len(keep)), make([]error, len(keep))
@@ -528,16 +529,16 @@ func batchOf[T, R any](items []json.RawMessage, do func(ctx context.Context, req
 func (s *Service) serveBatch(nc *nats.Conn, endpoint, single, subject, reply string, data []byte, h batchHandler, arrived time.Time) {
 	// Every item is decoded strictly before any is answered. An item that
 	// decodes is valid JSON; only when one does not is the batch checked
-	// as events.DecodeBatch checks it, which refuses it whole if an item
+	// as codec.DecodeBatch checks it, which refuses it whole if an item
 	// is not valid JSON (so that check costs nothing on the hot path).
-	items, err := events.SplitBatch(data)
+	items, err := codec.SplitBatch(data)
 	var run batchRun
 	if err == nil {
 		var derrs []error
 		derrs, run = h(items)
 		for _, e := range derrs {
 			if e != nil {
-				_, err = events.DecodeBatch(data)
+				_, err = codec.DecodeBatch(data)
 				break
 			}
 		}
@@ -581,7 +582,7 @@ func (s *Service) serveBatch(nc *nats.Conn, endpoint, single, subject, reply str
 		cancel()
 		s.m.Inflight.Add(-float64(len(idx)))
 	}
-	// The reply (events.EncodeBatchReply's envelope) is encoded item by
+	// The reply (codec.EncodeBatchReply's envelope) is encoded item by
 	// item straight into one recycled buffer: busyReply for the items
 	// past the in-flight limit, each taken item's answer in its place.
 	buf := replyBufs.Get().(*[]byte)
@@ -678,7 +679,7 @@ func statusOf(c events.Code) string {
 
 func (s *Service) admit(ctx context.Context, data []byte) (any, error) {
 	var req events.AdmitRequest
-	if err := events.DecodeRequest(data, &req); err != nil {
+	if err := codec.DecodeRequest(data, &req); err != nil {
 		return nil, err
 	}
 	reply, err := s.a.Admit(ctx, req)
@@ -759,7 +760,7 @@ func admitUnit(req events.AdmitRequest, reply events.AdmitReply) string {
 
 func (s *Service) settle(ctx context.Context, data []byte) (any, error) {
 	var req events.SettleRequest
-	if err := events.DecodeRequest(data, &req); err != nil {
+	if err := codec.DecodeRequest(data, &req); err != nil {
 		return nil, err
 	}
 	return s.s.Settle(ctx, req)
@@ -767,7 +768,7 @@ func (s *Service) settle(ctx context.Context, data []byte) (any, error) {
 
 func (s *Service) release(ctx context.Context, data []byte) (any, error) {
 	var req events.ReleaseRequest
-	if err := events.DecodeRequest(data, &req); err != nil {
+	if err := codec.DecodeRequest(data, &req); err != nil {
 		return nil, err
 	}
 	return s.s.Release(ctx, req)
@@ -775,7 +776,7 @@ func (s *Service) release(ctx context.Context, data []byte) (any, error) {
 
 func (s *Service) void(ctx context.Context, data []byte) (any, error) {
 	var req events.VoidRequest
-	if err := events.DecodeRequest(data, &req); err != nil {
+	if err := codec.DecodeRequest(data, &req); err != nil {
 		return nil, err
 	}
 	return s.s.Void(ctx, req)
@@ -801,7 +802,7 @@ func (s *Service) releaseBatch(items []json.RawMessage) ([]error, batchRun) {
 
 func (s *Service) budgetGet(ctx context.Context, data []byte) (any, error) {
 	var req events.BudgetGetRequest
-	if err := events.DecodeRequest(data, &req); err != nil {
+	if err := codec.DecodeRequest(data, &req); err != nil {
 		return nil, err
 	}
 	if kind, ok, err := events.ParseDefaultScope(req.Scope); ok || err != nil {
@@ -906,7 +907,7 @@ func moneyStrings(ms []events.Money) []string {
 // catch up in time).
 func (s *Service) report(ctx context.Context, data []byte) (any, error) {
 	var req events.ReportRequest
-	if err := events.DecodeRequest(data, &req); err != nil {
+	if err := codec.DecodeRequest(data, &req); err != nil {
 		return nil, err
 	}
 	by, from, to, err := report.ParseReportRequest(req)

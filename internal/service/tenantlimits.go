@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/codec"
 )
 
 // Per-tenant limits of a replica (replica.Config.TenantLimits). Two live
@@ -162,7 +163,7 @@ func (s *Service) rateRefusal(tenant, endpoint string, data []byte) *events.Erro
 		return e
 	}
 	var req events.AdmitRequest
-	if events.DecodeRequest(data, &req) != nil || !req.Retry || (req.Mode != "" && req.Mode != events.ModeAdmit) {
+	if codec.DecodeRequest(data, &req) != nil || !req.Retry || (req.Mode != "" && req.Mode != events.ModeAdmit) {
 		return e
 	}
 	return &events.Error{Code: events.CodeLedgerUnavailable, Err: e, Message: fmt.Sprintf(
@@ -184,7 +185,7 @@ func (s *Service) refuseRate(r micro.Request, endpoint, tenant string) {
 	if r.Reply() == "" {
 		return
 	}
-	body := events.AppendErrorReply(nil, &events.ErrorReply{Error: &events.Error{Code: e.Code, Message: e.Message}})
+	body := codec.AppendErrorReply(nil, &events.ErrorReply{Error: &events.Error{Code: e.Code, Message: e.Message}})
 	if err := r.Error(statusOf(e.Code), string(e.Code), body); err != nil {
 		s.log.Warn("reply failed", "subject", r.Subject(), "err", err)
 	}

@@ -1,4 +1,4 @@
-package events
+package codec
 
 import (
 	"encoding/json"
@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spendgate/spendgate/events"
 )
 
 // The fast request decoders decode exactly what the strict decoder does,
@@ -44,10 +46,10 @@ func FuzzDecodeRequestFast(f *testing.F) {
 				t.Fatalf("%q: values differ: fast %#v, slow %#v", data, fast, slow)
 			}
 		}
-		check(&AdmitRequest{}, &AdmitRequest{})
-		check(&SettleRequest{}, &SettleRequest{})
-		check(&ReleaseRequest{}, &ReleaseRequest{})
-		check(&AdmitRequest{RequestID: "x", Scopes: []string{"y"}}, &AdmitRequest{RequestID: "x", Scopes: []string{"y"}})
+		check(&events.AdmitRequest{}, &events.AdmitRequest{})
+		check(&events.SettleRequest{}, &events.SettleRequest{})
+		check(&events.ReleaseRequest{}, &events.ReleaseRequest{})
+		check(&events.AdmitRequest{RequestID: "x", Scopes: []string{"y"}}, &events.AdmitRequest{RequestID: "x", Scopes: []string{"y"}})
 	})
 }
 
@@ -78,50 +80,50 @@ func FuzzAppendWire(f *testing.F) {
 		if a != "" {
 			scopes = []string{b, c}
 		}
-		ar := AdmitRequest{RequestID: a, Scopes: scopes, Amount: b, Unit: c, TTL: d, Metadata: md, Mode: e, Brief: flag}
+		ar := events.AdmitRequest{RequestID: a, Scopes: scopes, Amount: b, Unit: c, TTL: d, Metadata: md, Mode: e, Brief: flag}
 		same("admit request", AppendAdmitRequest(nil, &ar), ar)
 		ar.Model, ar.InputTokens, ar.InputChars, ar.MaxOutputTokens, ar.Count = k, nanos, -nanos, nanos%1000, nanos%7
 		same("priced admit request", AppendAdmitRequest(nil, &ar), ar)
-		sr := SettleRequest{ReservationID: a, Actual: b}
+		sr := events.SettleRequest{ReservationID: a, Actual: b}
 		same("settle request", AppendSettleRequest(nil, &sr), sr)
-		sr = SettleRequest{ReservationID: a, Actual: b, InputTokens: nanos, OutputTokens: nanos % 5, CachedInputTokens: -nanos}
+		sr = events.SettleRequest{ReservationID: a, Actual: b, InputTokens: nanos, OutputTokens: nanos % 5, CachedInputTokens: -nanos}
 		same("settle request with usage", AppendSettleRequest(nil, &sr), sr)
-		rr := ReleaseRequest{ReservationID: c}
+		rr := events.ReleaseRequest{ReservationID: c}
 		same("release request", AppendReleaseRequest(nil, &rr), rr)
 
-		refs := []BalanceRef{{Scope: Scope(a), Period: Period(b), Instance: c}}
+		refs := []events.BalanceRef{{Scope: events.Scope(a), Period: events.Period(b), Instance: c}}
 		if !flag {
 			refs = nil
 		}
-		reply := AdmitReply{Admitted: flag, RequestID: a, ReservationID: b, Amount: c, Unit: d, Balances: refs, Status: e, Replayed: flag, Mode: k}
+		reply := events.AdmitReply{Admitted: flag, RequestID: a, ReservationID: b, Amount: c, Unit: d, Balances: refs, Status: e, Replayed: flag, Mode: k}
 		if flag {
 			reply.ExpiresAt = &at
-			reply.Budgets = []BudgetUse{{Scope: Scope(a), Period: Period(b), Instance: c, Unit: d, Limit: e, Amount: k, Spent: v, Reserved: a, Available: b}}
+			reply.Budgets = []events.BudgetUse{{Scope: events.Scope(a), Period: events.Period(b), Instance: c, Unit: d, Limit: e, Amount: k, Spent: v, Reserved: a, Available: b}}
 		} else {
-			reply.Denial = &Denial{Reason: Code(a), Message: b, Scope: Scope(c), Period: Period(d), Instance: e, Unit: k, Limit: v, Spent: a, Reserved: "", Requested: c}
+			reply.Denial = &events.Denial{Reason: events.Code(a), Message: b, Scope: events.Scope(c), Period: events.Period(d), Instance: e, Unit: k, Limit: v, Spent: a, Reserved: "", Requested: c}
 		}
 		same("admit reply", AppendAdmitReply(nil, &reply), reply)
 		if flag {
-			reply.Pricing = &PriceQuote{Model: k, Version: uint64(nanos & 0xffff), Unit: d, Input: MustMoney("2.5"), Output: MustMoney("10"), InputTokens: nanos, MaxOutputTokens: 3}
+			reply.Pricing = &events.PriceQuote{Model: k, Version: uint64(nanos & 0xffff), Unit: d, Input: events.MustMoney("2.5"), Output: events.MustMoney("10"), InputTokens: nanos, MaxOutputTokens: 3}
 		} else {
 			reply.Denial.Model = v
 		}
 		same("admit reply with pricing or model", AppendAdmitReply(nil, &reply), reply)
-		cr := CloseReply{ReservationID: a, Status: b, Reserved: c, Actual: d, Overrun: e, Late: flag, Balances: refs, Replayed: !flag}
+		cr := events.CloseReply{ReservationID: a, Status: b, Reserved: c, Actual: d, Overrun: e, Late: flag, Balances: refs, Replayed: !flag}
 		same("close reply", AppendCloseReply(nil, &cr), cr)
-		cr.Usage = &Usage{InputTokens: nanos, OutputTokens: 2, PriceVersion: 9}
+		cr.Usage = &events.Usage{InputTokens: nanos, OutputTokens: 2, PriceVersion: 9}
 		same("close reply with usage", AppendCloseReply(nil, &cr), cr)
-		alongside := []BalanceRef{{Scope: Scope(a), Period: Period(b), Instance: c, Unit: d}}
+		alongside := []events.BalanceRef{{Scope: events.Scope(a), Period: events.Period(b), Instance: c, Unit: d}}
 		cr.Balances = alongside
 		same("close reply with a unit ref", AppendCloseReply(nil, &cr), cr)
-		cr.Budgets = []BudgetClose{{Scope: Scope(a), Period: Period(b), Instance: c, Unit: d, Reserved: e, Actual: k, Overrun: v}, {Scope: Scope(b)}}
+		cr.Budgets = []events.BudgetClose{{Scope: events.Scope(a), Period: events.Period(b), Instance: c, Unit: d, Reserved: e, Actual: k, Overrun: v}, {Scope: events.Scope(b)}}
 		same("close reply with budgets", AppendCloseReply(nil, &cr), cr)
-		er := ErrorReply{Error: &Error{Code: Code(a), Message: b, ReservationID: c, Status: d}}
+		er := events.ErrorReply{Error: &events.Error{Code: events.Code(a), Message: b, ReservationID: c, Status: d}}
 		same("error reply", AppendErrorReply(nil, &er), er)
-		same("nil error reply", AppendErrorReply(nil, &ErrorReply{}), ErrorReply{})
+		same("nil error reply", AppendErrorReply(nil, &events.ErrorReply{}), events.ErrorReply{})
 
 		// And the reply decoders read them back as encoding/json does.
-		var got, want AdmitReply
+		var got, want events.AdmitReply
 		data := AppendAdmitReply(nil, &reply)
 		if err := DecodeAdmitReply(data, &got); err != nil {
 			t.Fatal(err)
@@ -153,18 +155,18 @@ func FuzzDecodeReplies(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var ga, wa AdmitReply
+		var ga, wa events.AdmitReply
 		eg, ew := DecodeAdmitReply(data, &ga), json.Unmarshal(data, &wa)
 		if (eg == nil) != (ew == nil) || (eg == nil && !reflect.DeepEqual(ga, wa)) {
 			t.Fatalf("admit reply %q: got %#v (%v), want %#v (%v)", data, ga, eg, wa, ew)
 		}
-		var gc, wc CloseReply
+		var gc, wc events.CloseReply
 		eg, ew = DecodeCloseReply(data, &gc), json.Unmarshal(data, &wc)
 		if (eg == nil) != (ew == nil) || (eg == nil && !reflect.DeepEqual(gc, wc)) {
 			t.Fatalf("close reply %q: got %#v (%v), want %#v (%v)", data, gc, eg, wc, ew)
 		}
 		items, eg := DecodeBatchReply(data)
-		var wb BatchReply
+		var wb events.BatchReply
 		ew = json.Unmarshal(data, &wb)
 		if (eg == nil) != (ew == nil) || (eg == nil && !reflect.DeepEqual(items, wb.Items)) {
 			t.Fatalf("batch reply %q: got %q (%v), want %q (%v)", data, items, eg, wb.Items, ew)
@@ -195,18 +197,18 @@ func FuzzDecodeReplies(f *testing.F) {
 // fails until the counts here are updated with them).
 func TestWireCodec_KnowsEveryField(t *testing.T) {
 	for typ, n := range map[reflect.Type]int{
-		reflect.TypeOf(AdmitRequest{}):   14,
-		reflect.TypeOf(SettleRequest{}):  5,
-		reflect.TypeOf(ReleaseRequest{}): 1,
-		reflect.TypeOf(AdmitReply{}):     13,
-		reflect.TypeOf(CloseReply{}):     11,
-		reflect.TypeOf(Denial{}):         11,
-		reflect.TypeOf(BudgetUse{}):      9,
-		reflect.TypeOf(BalanceRef{}):     4,
-		reflect.TypeOf(Error{}):          5,
+		reflect.TypeOf(events.AdmitRequest{}):   14,
+		reflect.TypeOf(events.SettleRequest{}):  5,
+		reflect.TypeOf(events.ReleaseRequest{}): 1,
+		reflect.TypeOf(events.AdmitReply{}):     13,
+		reflect.TypeOf(events.CloseReply{}):     11,
+		reflect.TypeOf(events.Denial{}):         11,
+		reflect.TypeOf(events.BudgetUse{}):      9,
+		reflect.TypeOf(events.BalanceRef{}):     4,
+		reflect.TypeOf(events.Error{}):          5,
 	} {
 		if typ.NumField() != n {
-			t.Errorf("%s has %d fields; wirecodec.go encodes and decodes %d: update AppendX, fastX/DecodeX and this count", typ, typ.NumField(), n)
+			t.Errorf("%s has %d fields; internal/codec/wire.go encodes and decodes %d: update AppendX, fastX/DecodeX and this count", typ, typ.NumField(), n)
 		}
 	}
 }
@@ -239,7 +241,7 @@ func FuzzDecodeBatch(f *testing.F) {
 		if err != nil {
 			return
 		}
-		var req BatchRequest
+		var req events.BatchRequest
 		if err := json.Unmarshal(data, &req); err != nil {
 			t.Fatalf("%q: DecodeBatch accepted what encoding/json refuses: %v", data, err)
 		}
@@ -278,16 +280,16 @@ func BenchmarkBatchReplySplit(b *testing.B) {
 // the reflective decoder (the tenant flood test sends such admits).
 func TestFastAdmitRequest_FullMetadata(t *testing.T) {
 	meta := map[string]string{}
-	for i := range MaxMetadata {
+	for i := range events.MaxMetadata {
 		meta[strings.Repeat("k", i+1)] = strings.Repeat("x", 250)
 	}
-	data, err := json.Marshal(AdmitRequest{RequestID: "r1", Scopes: []string{"team:a"}, Amount: "0.01", TTL: "24h", Metadata: meta})
+	data, err := json.Marshal(events.AdmitRequest{RequestID: "r1", Scopes: []string{"team:a"}, Amount: "0.01", TTL: "24h", Metadata: meta})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var fast, slow AdmitRequest
+	var fast, slow events.AdmitRequest
 	if !fastAdmitRequest(data, &fast) {
-		t.Fatalf("the fast path declined an admit with %d metadata entries", MaxMetadata)
+		t.Fatalf("the fast path declined an admit with %d metadata entries", events.MaxMetadata)
 	}
 	if err := decodeRequestSlow(data, &slow); err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package events_test
+package codec_test
 
 import (
 	"bytes"
@@ -7,14 +7,13 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/codec"
 )
 
 // strictLane is the slow way the projector reads a lane revision: the
@@ -36,7 +35,7 @@ func strictLane(data []byte) (events.LaneRevision, error) {
 // requireSameAsSlow checks that when the canonical reader takes data, both
 // slow decoders take it too, with the same revision and the same verdict.
 func requireSameAsSlow(t testing.TB, data []byte) (taken bool) {
-	fast, ok, ferr := events.DecodeCanonicalLane(data)
+	fast, ok, ferr := codec.DecodeCanonicalLane(data)
 	if !ok {
 		return false
 	}
@@ -48,9 +47,12 @@ func requireSameAsSlow(t testing.TB, data []byte) (taken bool) {
 		return true
 	}
 	require.Equal(t, slow, fast, "canonical reader and strict decoder differ for %s", data)
-	loose, lerr := events.DecodeLaneRevision(data)
+	loose, lerr := codec.DecodeLane(data)
 	require.NoError(t, lerr)
 	require.Equal(t, slow, loose)
+	public, perr := events.DecodeLaneRevision(data)
+	require.NoError(t, perr)
+	require.Equal(t, slow, public)
 	return true
 }
 
@@ -115,36 +117,34 @@ func randomLane(r *rand.Rand) events.LaneRevision {
 
 // TestCanonicalLane_MatchesSlowDecoders: every revision the ledger's
 // encoder writes with the hot event kinds is taken by the canonical reader
-// and decodes to what the strict decoder and DecodeLaneRevision build. It
+// and decodes to what the strict decoder and events.DecodeLaneRevision build. It
 // fails if the reader drops or misreads a field (the comparison is of the
 // whole decoded revision) or declines what it was written for.
 func TestCanonicalLane_MatchesSlowDecoders(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for i := range 2000 {
 		rev := randomLane(r)
-		data, err := rev.AppendJSON(nil)
+		data, err := codec.AppendLane(nil, &rev)
 		require.NoError(t, err)
 		require.True(t, requireSameAsSlow(t, data), "revision %d declined: %s", i, data)
-		fast, _, err := events.DecodeCanonicalLane(data)
+		fast, _, err := codec.DecodeCanonicalLane(data)
 		require.NoError(t, err)
 		require.Equal(t, rev.Schema, fast.Schema)
-		again, err := fast.AppendJSON(nil)
+		again, err := codec.AppendLane(nil, &fast)
 		require.NoError(t, err)
 		require.Equal(t, string(data), string(again))
 	}
 	// The frozen goldens, v1 and v2.
 	for _, name := range []string{events.SchemaLane, events.SchemaLaneV1} {
-		data, err := os.ReadFile(filepath.Join("testdata", name+".json"))
-		require.NoError(t, err)
-		require.True(t, requireSameAsSlow(t, bytes.TrimSpace(data)), name)
+		require.True(t, requireSameAsSlow(t, goldenFile(t, name+".json")), name)
 	}
 }
 
 // TestCanonicalLane_Declines: forms the canonical reader does not take go
 // the slow way, which keeps its own verdict.
 func TestCanonicalLane_Declines(t *testing.T) {
-	golden := goldenLaneRevision()
-	data, err := golden.AppendJSON(nil)
+	golden := goldenLaneRevision(t)
+	data, err := codec.AppendLane(nil, &golden)
 	require.NoError(t, err)
 	for name, in := range map[string]string{
 		"space":         string(bytes.Replace(data, []byte(`"schema":`), []byte(`"schema": `), 1)),
@@ -159,20 +159,20 @@ func TestCanonicalLane_Declines(t *testing.T) {
 		"late false":    string(bytes.Replace(data, []byte(`"late":true`), []byte(`"late":false`), 1)),
 		"void event":    voidLane(t),
 	} {
-		_, ok, _ := events.DecodeCanonicalLane([]byte(in))
+		_, ok, _ := codec.DecodeCanonicalLane([]byte(in))
 		require.False(t, ok, name)
 	}
 	// Still decoded the slow way where that takes them.
-	rev, err := events.DecodeLaneRevision([]byte(voidLane(t)))
+	rev, err := codec.DecodeLane([]byte(voidLane(t)))
 	require.NoError(t, err)
 	require.IsType(t, events.RequestVoided{}, rev.Balances[0].Events[0])
 }
 
 func voidLane(t testing.TB) string {
-	rev := goldenLaneRevision()
+	rev := goldenLaneRevision(t)
 	rev.Balances = rev.Balances[:1]
-	rev.Balances[0].Events = events.Events{goldenEvents()[5]}
-	data, err := rev.AppendJSON(nil)
+	rev.Balances[0].Events = events.Events{goldenEvent(t, events.TypeRequestVoided)}
+	data, err := codec.AppendLane(nil, &rev)
 	require.NoError(t, err)
 	return string(data)
 }
@@ -183,7 +183,7 @@ func FuzzCanonicalLane(f *testing.F) {
 	r := rand.New(rand.NewPCG(3, 4))
 	for range 20 {
 		rev := randomLane(r)
-		data, err := rev.AppendJSON(nil)
+		data, err := codec.AppendLane(nil, &rev)
 		require.NoError(f, err)
 		f.Add(data)
 	}
@@ -194,14 +194,14 @@ func FuzzCanonicalLane(f *testing.F) {
 
 func BenchmarkDecodeLaneRevision(b *testing.B) {
 	rev := events.LaneRevision{Schema: events.SchemaLane, Chain: events.Chain{Prev: 41, PrevHash: events.HashPayload(nil)},
-		Balances: []events.BalanceRevision{groupCommitRevision()}}
-	data, err := rev.AppendJSON(nil)
+		Balances: []events.BalanceRevision{groupCommitRevision(b)}}
+	data, err := codec.AppendLane(nil, &rev)
 	require.NoError(b, err)
 	b.Run("canonical", func(b *testing.B) {
 		b.SetBytes(int64(len(data)))
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, ok, err := events.DecodeCanonicalLane(data); !ok || err != nil {
+			if _, ok, err := codec.DecodeCanonicalLane(data); !ok || err != nil {
 				b.Fatal(ok, err)
 			}
 		}

@@ -1,4 +1,4 @@
-package events
+package codec
 
 import (
 	"encoding/json"
@@ -6,11 +6,13 @@ import (
 	"strconv"
 	"time"
 	"unicode/utf8"
+
+	"github.com/spendgate/spendgate/events"
 )
 
 // The append encoders below write exactly the bytes encoding/json writes for
-// the same values (the golden files and TestAppendJSON_MatchesEncodingJSON
-// hold them to that), without reflection: a group commit encodes every event
+// the same values (TestGoldens_AppendReproduces and
+// TestAppend_MatchesEncodingJSON hold them to that), without reflection: a group commit encodes every event
 // of a revision on the hot path.
 
 const hexDigits = "0123456789abcdef"
@@ -82,11 +84,11 @@ func appendTime(b []byte, t time.Time) []byte {
 	return append(b, '"')
 }
 
-func appendMoney(b []byte, m Money) []byte {
+func appendMoney(b []byte, m events.Money) []byte {
 	return appendString(b, m.String())
 }
 
-func appendRef(b []byte, r BalanceRef) []byte {
+func appendRef(b []byte, r events.BalanceRef) []byte {
 	b = append(b, `{"scope":`...)
 	b = appendString(b, string(r.Scope))
 	b = append(b, `,"period":`...)
@@ -100,7 +102,7 @@ func appendRef(b []byte, r BalanceRef) []byte {
 	return append(b, '}')
 }
 
-func appendBudgetRef(b []byte, r BudgetRef) []byte {
+func appendBudgetRef(b []byte, r events.BudgetRef) []byte {
 	b = append(b, `{"scope":`...)
 	b = appendString(b, string(r.Scope))
 	b = append(b, `,"period":`...)
@@ -131,7 +133,7 @@ func appendStringMap(b []byte, m map[string]string) []byte {
 }
 
 // appendReservationHead opens a reservation event: its type and id.
-func appendReservationHead(b []byte, t Type, id string) []byte {
+func appendReservationHead(b []byte, t events.Type, id string) []byte {
 	b = append(b, `{"type":"`...)
 	b = append(b, t...)
 	b = append(b, '"')
@@ -139,11 +141,13 @@ func appendReservationHead(b []byte, t Type, id string) []byte {
 	return appendString(b, id)
 }
 
-// AppendEvent appends e encoded as EncodeEvent encodes it.
-func AppendEvent(b []byte, e Event) ([]byte, error) {
+// AppendEvent appends e encoded as events.EncodeEvent encodes it: the
+// events of the hot path (a reservation opened, settled or released, and
+// budget.defined.v1) without reflection.
+func AppendEvent(b []byte, e events.Event) ([]byte, error) {
 	switch e := e.(type) {
-	case BudgetDefined:
-		b = append(b, `{"type":"`+string(TypeBudgetDefined)+`"`...)
+	case events.BudgetDefined:
+		b = append(b, `{"type":"`+string(events.TypeBudgetDefined)+`"`...)
 		b = appendKey(b, "budget")
 		b = appendBudgetRef(b, e.Budget)
 		b = appendKey(b, "limit")
@@ -152,28 +156,8 @@ func AppendEvent(b []byte, e Event) ([]byte, error) {
 		b = appendString(b, e.Unit)
 		b = appendKey(b, "at")
 		b = appendTime(b, e.At)
-	case BudgetDefinedV2:
-		// A budget definition is off the hot path: encoding/json writes it.
-		data, err := json.Marshal(struct {
-			Type Type `json:"type"`
-			BudgetDefinedV2
-		}{TypeBudgetDefinedV2, e})
-		if err != nil {
-			return b, &Error{Code: CodeInternal, Message: "encoding budget definition", Err: err}
-		}
-		return append(b, data...), nil
-	case RequestVoided:
-		// A void is off the hot path: encoding/json writes it.
-		data, err := json.Marshal(struct {
-			Type Type `json:"type"`
-			RequestVoided
-		}{TypeRequestVoided, e})
-		if err != nil {
-			return b, &Error{Code: CodeInternal, Message: "encoding request void", Err: err}
-		}
-		return append(b, data...), nil
-	case ReservationOpened:
-		b = appendReservationHead(b, TypeReservationOpened, e.ReservationID)
+	case events.ReservationOpened:
+		b = appendReservationHead(b, events.TypeReservationOpened, e.ReservationID)
 		b = appendKey(b, "request_id")
 		b = appendString(b, e.RequestID)
 		b = appendKey(b, "request_hash")
@@ -208,7 +192,7 @@ func AppendEvent(b []byte, e Event) ([]byte, error) {
 		if e.Pricing != nil {
 			data, err := json.Marshal(e.Pricing)
 			if err != nil {
-				return b, &Error{Code: CodeInternal, Message: "encoding price quote", Err: err}
+				return b, &events.Error{Code: events.CodeInternal, Message: "encoding price quote", Err: err}
 			}
 			b = appendKey(b, "pricing")
 			b = append(b, data...)
@@ -217,8 +201,8 @@ func AppendEvent(b []byte, e Event) ([]byte, error) {
 			b = appendKey(b, "ceiling")
 			b = appendMoney(b, *e.Ceiling)
 		}
-	case ReservationSettled:
-		b = appendReservationHead(b, TypeReservationSettled, e.ReservationID)
+	case events.ReservationSettled:
+		b = appendReservationHead(b, events.TypeReservationSettled, e.ReservationID)
 		b = appendKey(b, "balance")
 		b = appendRef(b, e.Balance)
 		b = appendKey(b, "reserved")
@@ -238,7 +222,7 @@ func AppendEvent(b []byte, e Event) ([]byte, error) {
 		if e.Usage != nil {
 			data, err := json.Marshal(e.Usage)
 			if err != nil {
-				return b, &Error{Code: CodeInternal, Message: "encoding usage", Err: err}
+				return b, &events.Error{Code: events.CodeInternal, Message: "encoding usage", Err: err}
 			}
 			b = appendKey(b, "usage")
 			b = append(b, data...)
@@ -247,45 +231,8 @@ func AppendEvent(b []byte, e Event) ([]byte, error) {
 			b = appendKey(b, "excess")
 			b = appendMoney(b, *e.Excess)
 		}
-	case ThresholdCrossed:
-		data, err := json.Marshal(struct {
-			Type Type `json:"type"`
-			ThresholdCrossed
-		}{TypeThresholdCrossed, e})
-		if err != nil {
-			return b, &Error{Code: CodeInternal, Message: "encoding threshold crossing", Err: err}
-		}
-		return append(b, data...), nil
-	case DefaultDefined:
-		data, err := json.Marshal(struct {
-			Type Type `json:"type"`
-			DefaultDefined
-		}{TypeDefaultDefined, e})
-		if err != nil {
-			return b, &Error{Code: CodeInternal, Message: "encoding default definition", Err: err}
-		}
-		return append(b, data...), nil
-	case PricingDefined:
-		// A pricing definition is off the hot path: encoding/json writes it.
-		data, err := json.Marshal(struct {
-			Type Type `json:"type"`
-			PricingDefined
-		}{TypePricingDefined, e})
-		if err != nil {
-			return b, &Error{Code: CodeInternal, Message: "encoding pricing definition", Err: err}
-		}
-		return append(b, data...), nil
-	case APIKeyDefined:
-		data, err := json.Marshal(struct {
-			Type Type `json:"type"`
-			APIKeyDefined
-		}{TypeAPIKeyDefined, e})
-		if err != nil {
-			return b, &Error{Code: CodeInternal, Message: "encoding API key definition", Err: err}
-		}
-		return append(b, data...), nil
-	case ReservationReleased:
-		b = appendReservationHead(b, TypeReservationReleased, e.ReservationID)
+	case events.ReservationReleased:
+		b = appendReservationHead(b, events.TypeReservationReleased, e.ReservationID)
 		b = appendKey(b, "balance")
 		b = appendRef(b, e.Balance)
 		b = appendKey(b, "reserved")
@@ -295,13 +242,16 @@ func AppendEvent(b []byte, e Event) ([]byte, error) {
 		b = appendKey(b, "at")
 		b = appendTime(b, e.At)
 	default:
-		return b, Errorf(CodeInternal, "unknown event %T", e)
+		// The other events are off the hot path: encoding/json writes
+		// them, as events does.
+		data, err := events.EncodeEvent(e)
+		return append(b, data...), err
 	}
 	return append(b, '}'), nil
 }
 
-// AppendJSON appends r encoded exactly as json.Marshal encodes it.
-func (r *LaneRevision) AppendJSON(b []byte) ([]byte, error) {
+// AppendLane appends r encoded exactly as json.Marshal encodes it.
+func AppendLane(b []byte, r *events.LaneRevision) ([]byte, error) {
 	b = append(b, `{"schema":`...)
 	b = appendString(b, r.Schema)
 	b = appendKey(b, "prev")
@@ -318,15 +268,15 @@ func (r *LaneRevision) AppendJSON(b []byte) ([]byte, error) {
 			b = append(b, ',')
 		}
 		var err error
-		if b, err = r.Balances[i].AppendJSON(b); err != nil {
+		if b, err = AppendBalance(b, &r.Balances[i]); err != nil {
 			return b, err
 		}
 	}
 	return append(b, "]}"...), nil
 }
 
-// AppendJSON appends r encoded exactly as json.Marshal encodes it.
-func (r *BalanceRevision) AppendJSON(b []byte) ([]byte, error) {
+// AppendBalance appends r encoded exactly as json.Marshal encodes it.
+func AppendBalance(b []byte, r *events.BalanceRevision) ([]byte, error) {
 	b = append(b, `{"schema":`...)
 	b = appendString(b, r.Schema)
 	b = appendKey(b, "balance")

@@ -1,4 +1,4 @@
-package events
+package codec
 
 import (
 	"bytes"
@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"time"
 	"unicode/utf8"
+
+	"github.com/spendgate/spendgate/events"
 )
 
 // Hand-written codecs of the hot path's wire bodies: admit, settle and
@@ -13,11 +15,11 @@ import (
 // writes exactly the bytes encoding/json writes for the same value, and
 // each decoder either fills exactly what encoding/json would or declines
 // (returns false), leaving the input to encoding/json, which then decides,
-// with its own error messages. The fuzz tests in wirecodec_test.go hold
-// them to that.
+// with its own error messages. The fuzz tests in wire_test.go hold them
+// to that.
 
 // AppendAdmitRequest appends r as encoding/json would encode it.
-func AppendAdmitRequest(b []byte, r *AdmitRequest) []byte {
+func AppendAdmitRequest(b []byte, r *events.AdmitRequest) []byte {
 	b = append(b, `{"request_id":`...)
 	b = appendString(b, r.RequestID)
 	b = append(b, `,"scopes":`...)
@@ -67,7 +69,7 @@ func appendInt(b []byte, key string, n int64) []byte {
 }
 
 // AppendSettleRequest appends r as encoding/json would encode it.
-func AppendSettleRequest(b []byte, r *SettleRequest) []byte {
+func AppendSettleRequest(b []byte, r *events.SettleRequest) []byte {
 	b = append(b, `{"reservation_id":`...)
 	b = appendString(b, r.ReservationID)
 	if r.Actual != "" {
@@ -81,7 +83,7 @@ func AppendSettleRequest(b []byte, r *SettleRequest) []byte {
 }
 
 // AppendReleaseRequest appends r as encoding/json would encode it.
-func AppendReleaseRequest(b []byte, r *ReleaseRequest) []byte {
+func AppendReleaseRequest(b []byte, r *events.ReleaseRequest) []byte {
 	b = append(b, `{"reservation_id":`...)
 	b = appendString(b, r.ReservationID)
 	return append(b, '}')
@@ -109,7 +111,7 @@ func appendBool(b []byte, v bool) []byte {
 }
 
 // AppendAdmitReply appends r as encoding/json would encode it.
-func AppendAdmitReply(b []byte, r *AdmitReply) []byte {
+func AppendAdmitReply(b []byte, r *events.AdmitReply) []byte {
 	b = append(b, `{"admitted":`...)
 	b = appendBool(b, r.Admitted)
 	b = appendKey(b, "request_id")
@@ -170,7 +172,7 @@ func AppendAdmitReply(b []byte, r *AdmitReply) []byte {
 	return append(b, '}')
 }
 
-func appendRefs(b []byte, refs []BalanceRef) []byte {
+func appendRefs(b []byte, refs []events.BalanceRef) []byte {
 	if refs == nil {
 		return append(b, "null"...)
 	}
@@ -184,7 +186,7 @@ func appendRefs(b []byte, refs []BalanceRef) []byte {
 	return append(b, ']')
 }
 
-func appendDenial(b []byte, d *Denial) []byte {
+func appendDenial(b []byte, d *events.Denial) []byte {
 	b = append(b, `{"reason":`...)
 	b = appendString(b, string(d.Reason))
 	b = appendKey(b, "message")
@@ -203,7 +205,7 @@ func appendDenial(b []byte, d *Denial) []byte {
 	return append(b, '}')
 }
 
-func appendBudgetUse(b []byte, u *BudgetUse) []byte {
+func appendBudgetUse(b []byte, u *events.BudgetUse) []byte {
 	b = append(b, `{"scope":`...)
 	b = appendString(b, string(u.Scope))
 	for _, f := range [...]struct{ k, v string }{
@@ -217,7 +219,7 @@ func appendBudgetUse(b []byte, u *BudgetUse) []byte {
 }
 
 // AppendCloseReply appends r as encoding/json would encode it.
-func AppendCloseReply(b []byte, r *CloseReply) []byte {
+func AppendCloseReply(b []byte, r *events.CloseReply) []byte {
 	b = append(b, `{"reservation_id":`...)
 	b = appendString(b, r.ReservationID)
 	b = appendKey(b, "status")
@@ -259,7 +261,7 @@ func AppendCloseReply(b []byte, r *CloseReply) []byte {
 }
 
 // AppendErrorReply appends r as encoding/json would encode it.
-func AppendErrorReply(b []byte, r *ErrorReply) []byte {
+func AppendErrorReply(b []byte, r *events.ErrorReply) []byte {
 	e := r.Error
 	if e == nil {
 		return append(b, `{"error":null}`...)
@@ -410,7 +412,7 @@ func (r *reader) object(field func(key []byte)) {
 	// Room for every key of a request (the widest, an admit's, has 9)
 	// and of a full metadata map (MaxMetadata): a wider object is left
 	// to encoding/json, which refuses what must be refused.
-	var seen [max(MaxMetadata, 12)][]byte
+	var seen [max(events.MaxMetadata, 12)][]byte
 	n := 0
 	for r.ok {
 		key := r.raw()
@@ -488,7 +490,7 @@ func (r *reader) strings() []string {
 
 // fastAdmitRequest decodes data into v as DecodeRequest would, or
 // declines.
-func fastAdmitRequest(data []byte, v *AdmitRequest) bool {
+func fastAdmitRequest(data []byte, v *events.AdmitRequest) bool {
 	if v.Metadata != nil {
 		return false // encoding/json would merge into it
 	}
@@ -529,7 +531,7 @@ func fastAdmitRequest(data []byte, v *AdmitRequest) bool {
 
 // fastSettleRequest decodes data into v as DecodeRequest would, or
 // declines.
-func fastSettleRequest(data []byte, v *SettleRequest) bool {
+func fastSettleRequest(data []byte, v *events.SettleRequest) bool {
 	out := *v
 	r := reader{b: data, ok: true}
 	r.object(func(key []byte) {
@@ -551,7 +553,7 @@ func fastSettleRequest(data []byte, v *SettleRequest) bool {
 
 // fastReleaseRequest decodes data into v as DecodeRequest would, or
 // declines.
-func fastReleaseRequest(data []byte, v *ReleaseRequest) bool {
+func fastReleaseRequest(data []byte, v *events.ReleaseRequest) bool {
 	out := *v
 	r := reader{b: data, ok: true}
 	r.object(func(key []byte) {
@@ -569,14 +571,14 @@ func fastReleaseRequest(data []byte, v *ReleaseRequest) bool {
 	return true
 }
 
-func (r *reader) ref() BalanceRef {
-	var b BalanceRef
+func (r *reader) ref() events.BalanceRef {
+	var b events.BalanceRef
 	r.object(func(key []byte) {
 		switch string(key) {
 		case "scope":
-			b.Scope = Scope(r.str())
+			b.Scope = events.Scope(r.str())
 		case "period":
-			b.Period = Period(r.str())
+			b.Period = events.Period(r.str())
 		case "instance":
 			b.Instance = r.str()
 		default:
@@ -586,16 +588,16 @@ func (r *reader) ref() BalanceRef {
 	return b
 }
 
-func (r *reader) refs() []BalanceRef {
-	out := []BalanceRef{}
+func (r *reader) refs() []events.BalanceRef {
+	out := []events.BalanceRef{}
 	r.array(func() { out = append(out, r.ref()) })
 	return out
 }
 
 // DecodeAdmitReply decodes an admit reply into a zero v, as
 // json.Unmarshal would.
-func DecodeAdmitReply(data []byte, v *AdmitReply) error {
-	var out AdmitReply
+func DecodeAdmitReply(data []byte, v *events.AdmitReply) error {
+	var out events.AdmitReply
 	r := reader{b: data, ok: true, share: true}
 	r.object(func(key []byte) {
 		switch string(key) {
@@ -628,18 +630,18 @@ func DecodeAdmitReply(data []byte, v *AdmitReply) error {
 		case "mode":
 			out.Mode = r.str()
 		case "denial":
-			d := &Denial{}
+			d := &events.Denial{}
 			r.object(func(k []byte) {
 				s := r.str()
 				switch string(k) {
 				case "reason":
-					d.Reason = Code(s)
+					d.Reason = events.Code(s)
 				case "message":
 					d.Message = s
 				case "scope":
-					d.Scope = Scope(s)
+					d.Scope = events.Scope(s)
 				case "period":
-					d.Period = Period(s)
+					d.Period = events.Period(s)
 				case "instance":
 					d.Instance = s
 				case "unit":
@@ -658,16 +660,16 @@ func DecodeAdmitReply(data []byte, v *AdmitReply) error {
 			})
 			out.Denial = d
 		case "budgets":
-			us := []BudgetUse{}
+			us := []events.BudgetUse{}
 			r.array(func() {
-				var u BudgetUse
+				var u events.BudgetUse
 				r.object(func(k []byte) {
 					s := r.str()
 					switch string(k) {
 					case "scope":
-						u.Scope = Scope(s)
+						u.Scope = events.Scope(s)
 					case "period":
-						u.Period = Period(s)
+						u.Period = events.Period(s)
 					case "instance":
 						u.Instance = s
 					case "unit":
@@ -697,14 +699,14 @@ func DecodeAdmitReply(data []byte, v *AdmitReply) error {
 		*v = out
 		return nil
 	}
-	*v = AdmitReply{}
+	*v = events.AdmitReply{}
 	return json.Unmarshal(data, v)
 }
 
 // DecodeCloseReply decodes a settle or release reply into a zero v, as
 // json.Unmarshal would.
-func DecodeCloseReply(data []byte, v *CloseReply) error {
-	var out CloseReply
+func DecodeCloseReply(data []byte, v *events.CloseReply) error {
+	var out events.CloseReply
 	r := reader{b: data, ok: true, share: true}
 	r.object(func(key []byte) {
 		switch string(key) {
@@ -734,7 +736,7 @@ func DecodeCloseReply(data []byte, v *CloseReply) error {
 		*v = out
 		return nil
 	}
-	*v = CloseReply{}
+	*v = events.CloseReply{}
 	return json.Unmarshal(data, v)
 }
 
@@ -747,7 +749,7 @@ func DecodeBatchReply(data []byte) ([]json.RawMessage, error) {
 	if items, ok := splitBatchReply(data, true); ok {
 		return items, nil
 	}
-	var rep BatchReply
+	var rep events.BatchReply
 	if err := json.Unmarshal(data, &rep); err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package events_test
+package codec_test
 
 import (
 	"encoding/json"
@@ -9,11 +9,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/codec"
 )
 
-// reflectEncode is how EncodeEvent used to encode: encoding/json over the
-// event embedded next to its type. The hand-written encoder must match it
-// byte for byte.
+// reflectEncode is encoding/json over the event embedded next to its type.
+// The hand-written encoder must match it byte for byte.
 func reflectEncode(t *testing.T, e events.Event) []byte {
 	t.Helper()
 	var v any
@@ -44,11 +44,11 @@ func reflectEncode(t *testing.T, e events.Event) []byte {
 	return b
 }
 
-// TestAppendJSON_MatchesEncodingJSON: for awkward strings (HTML characters,
+// TestAppend_MatchesEncodingJSON: for awkward strings (HTML characters,
 // control characters, U+2028, invalid UTF-8, non-ASCII), odd times and
 // empty or nil collections, the append encoder writes what encoding/json
 // writes.
-func TestAppendJSON_MatchesEncodingJSON(t *testing.T) {
+func TestAppend_MatchesEncodingJSON(t *testing.T) {
 	strs := []string{"", "plain", `quote" back\slash`, "<script>&amp;", "tab\tnl\ncr\r\x00\x1f\x7f",
 		"line\u2028para\u2029", "bad\xffutf8\xc3", "été 日本 🙂", "\b\f"}
 	times := []time.Time{
@@ -80,7 +80,7 @@ func TestAppendJSON_MatchesEncodingJSON(t *testing.T) {
 			events.ReservationReleased{ReservationID: s, Balance: ref, Reserved: events.Zero, Reason: s, At: at},
 		}
 		for _, e := range evs {
-			got, err := events.EncodeEvent(e)
+			got, err := codec.AppendEvent(nil, e)
 			require.NoError(t, err)
 			require.Equal(t, string(reflectEncode(t, e)), string(got), "event %T with %q", e, s)
 			n++
@@ -93,9 +93,35 @@ func TestAppendJSON_MatchesEncodingJSON(t *testing.T) {
 		}
 		want, err := json.Marshal(&rev)
 		require.NoError(t, err)
-		got, err := rev.AppendJSON(nil)
+		got, err := codec.AppendBalance(nil, &rev)
 		require.NoError(t, err)
 		require.Equal(t, string(want), string(got), fmt.Sprintf("revision %d", i))
 	}
 	require.Equal(t, len(strs)*4, n)
+}
+
+func BenchmarkAppendEventOpened(b *testing.B) {
+	e := goldenEvent(b, events.TypeReservationOpened)
+	var buf []byte
+	b.ReportAllocs()
+	for b.Loop() {
+		var err error
+		if buf, err = codec.AppendEvent(buf[:0], e); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkAppendBalance: a group commit's balance revision, as the
+// committer writes it (into a reused buffer).
+func BenchmarkAppendBalance(b *testing.B) {
+	rev := groupCommitRevision(b)
+	var buf []byte
+	b.ReportAllocs()
+	for b.Loop() {
+		var err error
+		if buf, err = codec.AppendBalance(buf[:0], &rev); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -1,14 +1,16 @@
-package events
+package codec
 
 import (
 	"strconv"
 	"time"
 	"unicode/utf8"
+
+	"github.com/spendgate/spendgate/events"
 )
 
 // Reading lane revisions is most of what a replay costs: a whole fold at
 // start-up, an audit, an export. The revisions are written by
-// LaneRevision.AppendJSON in one canonical form (fixed key order, no
+// AppendLane in one canonical form (fixed key order, no
 // spaces, no escapes in the strings this ledger writes), so a reader that
 // takes exactly that form, byte by byte, decodes them without reflection.
 //
@@ -142,23 +144,25 @@ func (c *canon) int64() int64 {
 	return v
 }
 
-// money reads a stored amount as Money.UnmarshalJSON does.
-func (c *canon) money() Money {
+// money reads a stored amount as events.Money.UnmarshalJSON does.
+func (c *canon) money() events.Money {
+	start := c.i
 	s := c.raw()
 	if !c.ok {
-		return Money{}
+		return events.Money{}
 	}
-	neg := len(s) > 0 && s[0] == '-'
-	if neg {
-		s = s[1:]
+	var m events.Money
+	var err error
+	if len(s) > 0 && s[0] == '-' {
+		// A negative amount (rare): Money.UnmarshalJSON itself, on the
+		// quoted string.
+		err = m.UnmarshalJSON(c.b[start:c.i])
+	} else {
+		m, err = events.ParseMoney(string(s))
 	}
-	m, err := ParseMoney(string(s))
 	if err != nil {
 		c.ok = false
-		return Money{}
-	}
-	if neg {
-		m.d.Neg(&m.d)
+		return events.Money{}
 	}
 	return m
 }
@@ -178,12 +182,12 @@ func (c *canon) time() time.Time {
 }
 
 // ref reads a BalanceRef as appendRef writes it.
-func (c *canon) ref() BalanceRef {
-	var r BalanceRef
+func (c *canon) ref() events.BalanceRef {
+	var r events.BalanceRef
 	c.lit(`{"scope":`)
-	r.Scope = Scope(c.str())
+	r.Scope = events.Scope(c.str())
 	c.lit(`,"period":`)
-	r.Period = Period(c.str())
+	r.Period = events.Period(c.str())
 	c.lit(`,"instance":`)
 	r.Instance = c.str()
 	if c.maybe(`,"unit":`) {
@@ -194,11 +198,11 @@ func (c *canon) ref() BalanceRef {
 }
 
 // refs reads a list of BalanceRef, or null (nil), as encoding/json would.
-func (c *canon) refs() []BalanceRef {
+func (c *canon) refs() []events.BalanceRef {
 	if c.maybe(`null`) {
 		return nil
 	}
-	out := []BalanceRef{}
+	out := []events.BalanceRef{}
 	c.lit(`[`)
 	if c.maybe(`]`) {
 		return out
@@ -238,8 +242,8 @@ func (c *canon) metadata() map[string]string {
 }
 
 // quote reads a PriceQuote as json.Marshal writes it.
-func (c *canon) quote() *PriceQuote {
-	q := &PriceQuote{}
+func (c *canon) quote() *events.PriceQuote {
+	q := &events.PriceQuote{}
 	c.lit(`{"model":`)
 	q.Model = c.str()
 	c.lit(`,"version":`)
@@ -263,8 +267,8 @@ func (c *canon) quote() *PriceQuote {
 }
 
 // usage reads a Usage as json.Marshal writes it.
-func (c *canon) usage() *Usage {
-	u := &Usage{}
+func (c *canon) usage() *events.Usage {
+	u := &events.Usage{}
 	c.lit(`{"input_tokens":`)
 	u.InputTokens = c.int64()
 	c.lit(`,"output_tokens":`)
@@ -280,10 +284,10 @@ func (c *canon) usage() *Usage {
 
 // event reads one event as AppendEvent writes the hot ones (opened,
 // settled, released); any other type declines.
-func (c *canon) event() Event {
+func (c *canon) event() events.Event {
 	switch {
-	case c.maybe(`{"type":"` + string(TypeReservationOpened) + `","reservation_id":`):
-		var e ReservationOpened
+	case c.maybe(`{"type":"` + string(events.TypeReservationOpened) + `","reservation_id":`):
+		var e events.ReservationOpened
 		e.ReservationID = c.str()
 		c.lit(`,"request_id":`)
 		e.RequestID = c.str()
@@ -313,8 +317,8 @@ func (c *canon) event() Event {
 		}
 		c.lit(`}`)
 		return e
-	case c.maybe(`{"type":"` + string(TypeReservationSettled) + `","reservation_id":`):
-		var e ReservationSettled
+	case c.maybe(`{"type":"` + string(events.TypeReservationSettled) + `","reservation_id":`):
+		var e events.ReservationSettled
 		e.ReservationID = c.str()
 		c.lit(`,"balance":`)
 		e.Balance = c.ref()
@@ -337,8 +341,8 @@ func (c *canon) event() Event {
 		}
 		c.lit(`}`)
 		return e
-	case c.maybe(`{"type":"` + string(TypeReservationReleased) + `","reservation_id":`):
-		var e ReservationReleased
+	case c.maybe(`{"type":"` + string(events.TypeReservationReleased) + `","reservation_id":`):
+		var e events.ReservationReleased
 		e.ReservationID = c.str()
 		c.lit(`,"balance":`)
 		e.Balance = c.ref()
@@ -355,10 +359,10 @@ func (c *canon) event() Event {
 	return nil
 }
 
-// balance reads a BalanceRevision as its AppendJSON writes it. A null or
-// empty event list declines (rare, and Events.UnmarshalJSON's handling of
-// null is its own).
-func (c *canon) balance(r *BalanceRevision) {
+// balance reads a BalanceRevision as AppendBalance writes it. A null or
+// empty event list declines (rare, and events.Events.UnmarshalJSON's
+// handling of null is its own).
+func (c *canon) balance(r *events.BalanceRevision) {
 	c.lit(`{"schema":`)
 	r.Schema = c.str()
 	c.lit(`,"balance":`)
@@ -396,8 +400,8 @@ func (c *canon) balance(r *BalanceRevision) {
 // canonicalLane decodes data into r if it is a lane revision in the
 // canonical form, with what encoding/json (strict or not) would build from
 // it; it reports false, with r in no defined state, for anything else.
-// It does not check the schema (UpcastLane does).
-func canonicalLane(data []byte, r *LaneRevision) bool {
+// It does not check the schema (events.UpcastLane does).
+func canonicalLane(data []byte, r *events.LaneRevision) bool {
 	c := canon{b: data, ok: true}
 	c.lit(`{"schema":`)
 	r.Schema = c.str()
@@ -412,7 +416,7 @@ func canonicalLane(data []byte, r *LaneRevision) bool {
 		return false
 	}
 	for c.ok {
-		r.Balances = append(r.Balances, BalanceRevision{})
+		r.Balances = append(r.Balances, events.BalanceRevision{})
 		c.balance(&r.Balances[len(r.Balances)-1])
 		if !c.maybe(`,`) {
 			break
@@ -423,13 +427,23 @@ func canonicalLane(data []byte, r *LaneRevision) bool {
 }
 
 // DecodeCanonicalLane decodes data as a lane revision of version 1 or 2
-// (see UpcastLane) if it is in the canonical form LaneRevision.AppendJSON
+// (see events.UpcastLane) if it is in the canonical form AppendLane
 // writes, without reflection: ok is false for any other form, which the
-// caller then decodes the slow way (DecodeLaneRevision, or a strict
+// caller then decodes the slow way (DecodeLane, or a strict
 // decoder). When ok, rev and err are what the slow way gives.
-func DecodeCanonicalLane(data []byte) (rev LaneRevision, ok bool, err error) {
+func DecodeCanonicalLane(data []byte) (rev events.LaneRevision, ok bool, err error) {
 	if !canonicalLane(data, &rev) {
-		return LaneRevision{}, false, nil
+		return events.LaneRevision{}, false, nil
 	}
-	return rev, true, UpcastLane(&rev)
+	return rev, true, events.UpcastLane(&rev)
+}
+
+// DecodeLane decodes a lane revision as events.DecodeLaneRevision does,
+// reading the canonical form the ledger writes without reflection
+// (DecodeCanonicalLane) and any other form through encoding/json.
+func DecodeLane(data []byte) (events.LaneRevision, error) {
+	if r, ok, err := DecodeCanonicalLane(data); ok {
+		return r, err
+	}
+	return events.DecodeLaneRevision(data)
 }

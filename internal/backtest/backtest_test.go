@@ -186,12 +186,18 @@ func TestReplay_ExactOnARecordedHistory(t *testing.T) {
 
 	t.Run("a wrong order differs", func(t *testing.T) {
 		steps := clone(h.Steps)
-		// Move the first settle after the next admit that follows it.
+		// Move the first settle before the admit that opened its
+		// reservation. (Moving it past a later admit need not change a
+		// decision or a final balance: the history's budget may have had
+		// room either way, which made this control pass by chance.)
 		i := index(steps, 0, backtest.KindSettle)
-		j := index(steps, i, backtest.KindAdmit)
+		k := 0
+		for steps[k].Kind != backtest.KindAdmit || steps[k].ReservationID != steps[i].ReservationID {
+			k++
+		}
 		moved := steps[i]
-		copy(steps[i:j], steps[i+1:j+1])
-		steps[j] = moved
+		copy(steps[k+1:i+1], steps[k:i])
+		steps[k] = moved
 		requireDiffers(t, h, steps)
 	})
 	t.Run("a dropped release differs", func(t *testing.T) {

@@ -485,7 +485,7 @@ func (l *Ledger) commitGroup(refs []events.BalanceRef, group []*pending, locks [
 				return
 			}
 		}
-		if unknown && lost.landed(l) {
+		if _, landed := lost.landed(l); unknown && landed {
 			// The write landed (the catch-up folded it): the group's
 			// decisions are what the ledger holds. Deciding again on a
 			// book that holds them would answer an admit "replayed" and
@@ -690,19 +690,25 @@ type lostWrite struct {
 }
 
 // landed reports whether every key of w holds w's revision as its last
-// valid one, as this replica has folded it: the write landed.
-func (w *lostWrite) landed(l *Ledger) bool {
+// valid one, as this replica has folded it (the write landed), with the
+// sequence of the first key's.
+func (w *lostWrite) landed(l *Ledger) (uint64, bool) {
 	if len(w.keys) == 0 {
-		return false
+		return 0, false
 	}
 	l.mu.RLock()
 	defer l.mu.RUnlock()
+	var first uint64
 	for i, key := range w.keys {
-		if _, hash := l.bk.valid(key); hash != w.hashes[i] {
-			return false
+		seq, hash := l.bk.valid(key)
+		if hash != w.hashes[i] {
+			return 0, false
+		}
+		if i == 0 {
+			first = seq
 		}
 	}
-	return true
+	return first, true
 }
 
 // publishOne writes data to key if the key's last revision is rev (0: the

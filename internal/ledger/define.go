@@ -37,25 +37,20 @@ func (l *Ledger) define(ctx context.Context, what string, p plan) (seq uint64, w
 	}
 	ctx, cancel := l.commitContext(ctx)
 	defer cancel()
-	// lostKey and lostHash name a write of the last attempt whose outcome
-	// was unknown (its acknowledgement timed out): if the catch-up found it
-	// landed, it is this call's write, answered as written with what that
-	// attempt decided (deciding again would find the key already holding
-	// it, and answer a new budget "existed").
-	var lostKey, lostHash string
+	// lost is a write of the last attempt whose outcome was unknown (its
+	// acknowledgement timed out): if the catch-up found it landed, it is
+	// this call's write, answered as written with what that attempt
+	// decided (deciding again would find the key already holding it, and
+	// answer a new budget "existed").
+	var lost lostWrite
 	for attempt := 0; attempt < l.opts.maxAttempts; attempt++ {
 		if err := l.live(); err != nil {
 			return 0, false, err
 		}
-		if lostKey != "" {
-			l.mu.RLock()
-			seq, hash := l.bk.valid(lostKey)
-			l.mu.RUnlock()
-			if hash == lostHash {
-				return seq, true, nil
-			}
-			lostKey = ""
+		if seq, landed := lost.landed(l); landed {
+			return seq, true, nil
 		}
+		lost = lostWrite{}
 		if ctx.Err() != nil {
 			return 0, false, &events.Error{Code: events.CodeLedgerUnavailable, Message: "deadline passed writing " + what, Err: ctx.Err()}
 		}
@@ -100,7 +95,7 @@ func (l *Ledger) define(ctx context.Context, what string, p plan) (seq uint64, w
 			return 0, false, &events.Error{Code: events.CodeLedgerUnavailable, Message: "writing " + what, Err: err}
 		}
 		if isTimeout(err) {
-			lostKey, lostHash = key, events.HashPayload(data)
+			lost = lostWrite{keys: []string{key}, hashes: []string{events.HashPayload(data)}}
 		}
 		if err := l.catchUp(ctx, key); err != nil {
 			return 0, false, err

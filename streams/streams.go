@@ -546,6 +546,11 @@ const (
 	EndpointAdmitBatch   = "admit.batch"
 	EndpointSettleBatch  = "settle.batch"
 	EndpointReleaseBatch = "release.batch"
+	// EndpointBatch takes admits, settles and releases mixed in one
+	// message, each item an object naming its endpoint
+	// ({"admit":{...}}), and answers each on its own: what a client
+	// whose callers admit and settle at once sends as one message.
+	EndpointBatch = "batch"
 	// EndpointReport answers spend reports from a replica's maintained
 	// aggregate.
 	EndpointReport = "report"

@@ -2,7 +2,7 @@
 // with an HTTP client and no NATS library: POST /spendgate/<endpoint>
 // sends the request body, unchanged, to the NATS endpoint
 // "<prefix><endpoint>" (admit, settle, release, void, admit.batch,
-// settle.batch, release.batch, budget.put, budget.get, budget.list,
+// settle.batch, release.batch, batch, budget.put, budget.get, budget.list,
 // pricing.put, pricing.get, pricing.list, report) and answers its reply
 // body, unchanged: the same request and reply bodies and the same error
 // codes, with the HTTP status the service's micro error header gives
@@ -70,7 +70,8 @@ var endpoints = map[string]string{
 	streams.EndpointAdmit: events.AccessService, streams.EndpointSettle: events.AccessService,
 	streams.EndpointRelease: events.AccessService, streams.EndpointVoid: events.AccessService,
 	streams.EndpointAdmitBatch: events.AccessService, streams.EndpointSettleBatch: events.AccessService,
-	streams.EndpointReleaseBatch: events.AccessService, streams.EndpointBudgetGet: events.AccessService,
+	streams.EndpointReleaseBatch: events.AccessService, streams.EndpointBatch: events.AccessService,
+	streams.EndpointBudgetGet:  events.AccessService,
 	streams.EndpointBudgetList: events.AccessService, streams.EndpointPricingGet: events.AccessService,
 	streams.EndpointPricingList: events.AccessService, streams.EndpointReport: events.AccessService,
 	streams.EndpointBudgetPut: events.AccessAdmin, streams.EndpointPricingPut: events.AccessAdmin,
@@ -159,7 +160,7 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	endpoint := r.PathValue("endpoint")
 	need, ok := endpoints[endpoint]
 	if !ok {
-		a.fail(w, "other", http.StatusNotFound, CodeNotFound, "no endpoint "+strconv.Quote(endpoint)+" (admit, settle, release, void, admit.batch, settle.batch, release.batch, budget.put, budget.get, budget.list, pricing.put, pricing.get, pricing.list, report)")
+		a.fail(w, "other", http.StatusNotFound, CodeNotFound, "no endpoint "+strconv.Quote(endpoint)+" (admit, settle, release, void, admit.batch, settle.batch, release.batch, batch, budget.put, budget.get, budget.list, pricing.put, pricing.get, pricing.list, report)")
 		return
 	}
 	ctx := r.Context()

@@ -33,6 +33,7 @@ func ExampleAuthorization() {
 	//         "spendgate.admit.batch"
 	//         "spendgate.settle.batch"
 	//         "spendgate.release.batch"
+	//         "spendgate.batch"
 	//       ]
 	//       deny = [
 	//         "$KV.spendgate.>"

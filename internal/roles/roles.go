@@ -350,7 +350,7 @@ func All(l streams.Layout, tenants ...string) []Role {
 	replicaSub = append(replicaSub, inbox(Replica)...)
 
 	all := []string{streams.EndpointAdmit, streams.EndpointSettle, streams.EndpointRelease, streams.EndpointVoid,
-		streams.EndpointAdmitBatch, streams.EndpointSettleBatch, streams.EndpointReleaseBatch,
+		streams.EndpointAdmitBatch, streams.EndpointSettleBatch, streams.EndpointReleaseBatch, streams.EndpointBatch,
 		streams.EndpointBudgetPut, streams.EndpointBudgetGet, streams.EndpointBudgetList,
 		streams.EndpointPricingPut, streams.EndpointPricingGet, streams.EndpointPricingList, streams.EndpointReport}
 	all = append(all, streams.APIKeyEndpoints...) // spendgate keys, and a gateway run as admin
@@ -380,7 +380,7 @@ func All(l streams.Layout, tenants ...string) []Role {
 			Name:        Service,
 			Description: "a calling service: admit, settle, release and void only",
 			Publish: Rules{Allow: ep(streams.EndpointAdmit, streams.EndpointSettle, streams.EndpointRelease, streams.EndpointVoid,
-				streams.EndpointAdmitBatch, streams.EndpointSettleBatch, streams.EndpointReleaseBatch), Deny: writes},
+				streams.EndpointAdmitBatch, streams.EndpointSettleBatch, streams.EndpointReleaseBatch, streams.EndpointBatch), Deny: writes},
 			Subscribe:   Rules{Allow: inbox(Service)},
 			InboxPrefix: InboxPrefix(l, Service),
 		},

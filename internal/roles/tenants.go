@@ -13,13 +13,13 @@ import (
 const DefaultAccount = "SPENDGATE"
 
 // TenantEndpoints are the endpoints a tenant's account imports: admit,
-// settle, release (and their batch forms), void, budget.get and
+// settle, release (and their batch forms, the mixed one included), void, budget.get and
 // budget.list. A tenant does not define
 // its own budgets: the operator's admin does, for it (budget.put on
 // "<prefix>t.<tenant>.budget.put", spendgate budget put --tenant).
 var TenantEndpoints = []string{streams.EndpointAdmit, streams.EndpointSettle, streams.EndpointRelease,
 	streams.EndpointVoid, streams.EndpointAdmitBatch, streams.EndpointSettleBatch, streams.EndpointReleaseBatch,
-	streams.EndpointBudgetGet, streams.EndpointBudgetList}
+	streams.EndpointBatch, streams.EndpointBudgetGet, streams.EndpointBudgetList}
 
 // Tenant is the role of a tenant's users, in the tenant's own account:
 // publish to the imported endpoints under their plain subjects

@@ -263,3 +263,102 @@ func TestBatch_Tenant(t *testing.T) {
 	require.Equal(t, "0.4", va.Reserved)
 	require.Equal(t, "0", vg.Reserved)
 }
+
+// TestBatch_MixedEachItemAsItsSingleTwin sends admits, settles and
+// releases mixed in one message of the batch endpoint ({"admit":{...}}),
+// beside items whose envelope is wrong, and the same requests one by one
+// on a twin budget: every item is answered as its twin, a wrong envelope
+// as invalid_request without touching its siblings, and the budgets end
+// identical. The same message on a tenant's subject acts for the tenant.
+func TestBatch_MixedEachItemAsItsSingleTwin(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	ids := map[string]string{}
+	for _, who := range []string{"batch", "singl"} {
+		for _, sfx := range []string{"", "-2", "-d"} {
+			h.putBudget("org:"+who+sfx, "month", "1.00", "USD")
+		}
+		for _, k := range []string{"s", "r"} {
+			r, e := h.admit(events.AdmitRequest{RequestID: who + "-pre-" + k, Scopes: []string{"org:" + who + "-2"}, Amount: "0.10"})
+			require.Nil(t, e)
+			ids[who+"-"+k] = r.ReservationID
+		}
+	}
+	// kind is "" for the single endpoints, or the item's kind to wrap it.
+	items := func(who string) [][2]string {
+		return [][2]string{
+			{"admit", `{"request_id":"` + who + `-a1","scopes":["org:` + who + `"],"amount":"0.30"}`},
+			{"admit", `{"request_id":"` + who + `-d","scopes":["org:` + who + `-d"],"amount":"2.00"}`}, // limit_reached
+			{"admit", `{"request_id":"` + who + `-f","scopes":["org:` + who + `"],"amount":"0.01","x":1}`},
+			{"settle", `{"reservation_id":"` + ids[who+"-s"] + `","actual":"0.05"}`},
+			{"settle", `{"reservation_id":"` + ids[who+"-r"] + `","actual":"abc"}`}, // invalid_amount
+			{"release", `{"reservation_id":"` + ids[who+"-r"] + `"}`},
+			{"release", `{"reservation_id":"rsv_00000000-0000-0000-0000-000000000000"}`}, // unknown_reservation
+		}
+	}
+	var wrapped []string
+	for _, it := range items("batch") {
+		wrapped = append(wrapped, `{"`+it[0]+`":`+it[1]+`}`)
+	}
+	bad := []string{
+		`{"void":{"request_id":"batch-a1"}}`,
+		`{"admit":{"request_id":"batch-x","scopes":["org:batch"],"amount":"0.01"},"settle":{}}`,
+		`{"admit":"x"}`,
+		`{}`,
+		`[1]`,
+	}
+	seq0, _ := h.streamState()
+	got := batchCall(t, h, streams.EndpointBatch, append(wrapped, bad...)...)
+	for i, it := range items("singl") {
+		twin := singleCall(t, h, it[0], it[1])
+		require.Equal(t, normalize(t, twin), normalize(t, got[i]), "item %d: batch %s, single %s", i, got[i], twin)
+	}
+	for i := len(wrapped); i < len(got); i++ {
+		var er events.ErrorReply
+		require.NoError(t, json.Unmarshal(got[i], &er), string(got[i]))
+		require.NotNil(t, er.Error, string(got[i]))
+		require.Equal(t, events.CodeInvalidRequest, er.Error.Code, string(got[i]))
+	}
+	for _, sfx := range []string{"", "-2", "-d"} {
+		require.Equal(t, h.budget("org:singl"+sfx, "month"), renamed(h.budget("org:batch"+sfx, "month")), sfx)
+	}
+	b := h.budget("org:batch-2", "month")
+	require.Equal(t, "0.05", b.Spent)
+	require.Equal(t, "0", b.Reserved)
+	require.Equal(t, "0.3", h.budget("org:batch", "month").Reserved, "the two-key item reserved nothing")
+
+	// A message of nothing but wrong envelopes writes nothing.
+	seq1, _ := h.streamState()
+	require.Greater(t, seq1, seq0)
+	batchCall(t, h, streams.EndpointBatch, bad...)
+	seq2, _ := h.streamState()
+	require.Equal(t, seq1, seq2)
+
+	// On a tenant's subject: the tenant's budgets and reservations only.
+	for _, tenant := range []string{"acme", "globex"} {
+		var v events.BudgetView
+		require.Nil(t, h.tcall(tenant, streams.EndpointBudgetPut, events.BudgetPutRequest{Scope: "team:search", Period: "day", Limit: "1", Unit: "USD"}, &v))
+	}
+	send := func(tenant string, items ...string) []json.RawMessage {
+		body := `{"items":[` + strings.Join(items, ",") + `]}`
+		msg, err := h.nc.Request(h.env.Layout.TenantEndpoint(tenant, streams.EndpointBatch), []byte(body), 10*time.Second)
+		require.NoError(t, err)
+		var rep events.BatchReply
+		require.NoError(t, json.Unmarshal(msg.Data, &rep), string(msg.Data))
+		require.Len(t, rep.Items, len(items))
+		return rep.Items
+	}
+	tg := send("acme", `{"admit":{"request_id":"t1","scopes":["team:search"],"amount":"0.4"}}`)
+	var a events.AdmitReply
+	require.NoError(t, json.Unmarshal(tg[0], &a))
+	require.True(t, a.Admitted, string(tg[0]))
+	tg = send("globex", `{"release":{"reservation_id":"`+a.ReservationID+`"}}`, `{"admit":{"request_id":"t1","scopes":["team:search"],"amount":"0.7"}}`)
+	var er events.ErrorReply
+	require.NoError(t, json.Unmarshal(tg[0], &er))
+	require.Equal(t, events.CodeUnknownReservation, er.Error.Code)
+	var ga events.AdmitReply
+	require.NoError(t, json.Unmarshal(tg[1], &ga))
+	require.True(t, ga.Admitted && !ga.Replayed, "globex's request id t1 is its own: %s", tg[1])
+	var va events.BudgetView
+	require.Nil(t, h.tcall("acme", streams.EndpointBudgetGet, events.BudgetGetRequest{Scope: "team:search", Period: "day"}, &va))
+	require.Equal(t, "0.4", va.Reserved)
+}

@@ -248,6 +248,7 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 		{streams.EndpointAdmitBatch, "many admits in one message ({\"items\":[...]}), each answered on its own", nil, s.admitBatch, streams.EndpointAdmit},
 		{streams.EndpointSettleBatch, "many settles in one message ({\"items\":[...]}), each answered on its own", nil, s.settleBatch, streams.EndpointSettle},
 		{streams.EndpointReleaseBatch, "many releases in one message ({\"items\":[...]}), each answered on its own", nil, s.releaseBatch, streams.EndpointRelease},
+		{streams.EndpointBatch, "admits, settles and releases in one message ({\"items\":[{\"admit\":{...}},{\"settle\":{...}}]}), each answered on its own", nil, s.mixedBatch, streams.EndpointBatch},
 		{streams.EndpointBudgetPut, "define or change a budget", s.budgetPut, nil, ""},
 		{streams.EndpointBudgetGet, "read a budget and its current balance, or every budget of a scope", s.budgetGet, nil, ""},
 		{streams.EndpointBudgetList, "list budgets", s.budgetList, nil, ""},
@@ -485,22 +486,32 @@ func putReplyBuf(buf *[]byte, body []byte) {
 }
 
 // batchHandler decodes every item of a batch, strictly, as its single
-// endpoint would (errs[i] is items[i]'s decoding error, nil if it decoded),
-// and returns run, which answers the items at the indexes keep, each on its
-// own: out[j] or rerrs[j] answers items[keep[j]].
-type batchHandler func(items []json.RawMessage) (errs []error, run batchRun)
+// endpoint would, and plans how they are answered.
+type batchHandler func(items []json.RawMessage) batchPlan
+
+// batchPlan is a decoded batch. errs[i] is items[i]'s decoding error, nil
+// if it decoded. run answers the items at the indexes keep, each on its
+// own: out[j] or rerrs[j] answers items[keep[j]]. singles and bodies, when
+// set (a mixed batch), are each item's endpoint and request body; when
+// nil, every item is a request of the batch endpoint's single endpoint.
+type batchPlan struct {
+	errs    []error
+	run     batchRun
+	singles []string
+	bodies  []json.RawMessage
+}
 
 type batchRun func(ctx context.Context, keep []int) (out []any, rerrs []error)
 
 // batchOf is the batchHandler of requests of type T answered by do (whose
 // replies line up with its requests).
-func batchOf[T, R any](items []json.RawMessage, do func(ctx context.Context, reqs []T) ([]R, []error)) ([]error, batchRun) {
+func batchOf[T, R any](items []json.RawMessage, do func(ctx context.Context, reqs []T) ([]R, []error)) batchPlan {
 	reqs := make([]T, len(items))
 	errs := make([]error, len(items))
 	for i, item := range items {
 		errs[i] = codec.DecodeRequest(item, &reqs[i])
 	}
-	return errs, func(ctx context.Context, keep []int) ([]any, []error) {
+	return batchPlan{errs: errs, run: func(ctx context.Context, keep []int) ([]any, []error) {
 		out, rerrs := make([]any, len(keep)), make([]error, len(keep))
 		sel, at := make([]T, 0, len(keep)), make([]int, 0, len(keep))
 		for j, i := range keep {
@@ -516,7 +527,80 @@ func batchOf[T, R any](items []json.RawMessage, do func(ctx context.Context, req
 			out[j], rerrs[j] = replies[k], errsOf[k]
 		}
 		return out, rerrs
+	}}
+}
+
+// mixedBatch is the batchHandler of the mixed batch endpoint: each item is
+// {"<endpoint>":<request>} for admit, settle or release. The items of each
+// kind are decoded and answered as their own batch endpoint's would be,
+// and the kinds run at once, so that an admit and a settle of one budget
+// in the message fold into the same group commit.
+func (s *Service) mixedBatch(items []json.RawMessage) batchPlan {
+	kinds := []struct {
+		name string
+		h    batchHandler
+	}{{streams.EndpointAdmit, s.admitBatch}, {streams.EndpointSettle, s.settleBatch}, {streams.EndpointRelease, s.releaseBatch}}
+	p := batchPlan{errs: make([]error, len(items)), singles: make([]string, len(items)), bodies: make([]json.RawMessage, len(items))}
+	// kindOf[i] is item i's kind (an index of kinds, -1 if none) and
+	// posOf[i] its position among that kind's items.
+	kindOf, posOf := make([]int, len(items)), make([]int, len(items))
+	var bodiesOf [3][]json.RawMessage
+	for i, item := range items {
+		kindOf[i] = -1
+		name, body, ok := codec.SplitMixedItem(item)
+		p.singles[i], p.bodies[i] = streams.EndpointBatch, item
+		for k, kd := range kinds {
+			if ok && name == kd.name {
+				kindOf[i], posOf[i] = k, len(bodiesOf[k])
+				bodiesOf[k] = append(bodiesOf[k], body)
+				p.singles[i], p.bodies[i] = name, body
+			}
+		}
+		if kindOf[i] < 0 {
+			p.errs[i] = events.Errorf(events.CodeInvalidRequest, `a batch item must be an object of one key, the request's endpoint: {"admit":{...}}, {"settle":{...}} or {"release":{...}}`)
+		}
 	}
+	var plans [3]batchPlan
+	for k, kd := range kinds {
+		if len(bodiesOf[k]) > 0 {
+			plans[k] = kd.h(bodiesOf[k])
+		}
+	}
+	for i, k := range kindOf {
+		if k >= 0 {
+			p.errs[i] = plans[k].errs[posOf[i]]
+		}
+	}
+	p.run = func(ctx context.Context, keep []int) ([]any, []error) {
+		out, rerrs := make([]any, len(keep)), make([]error, len(keep))
+		// keepOf[k] are the positions of kind k's kept items, at[k] where
+		// each one's answer goes.
+		var keepOf, at [3][]int
+		for j, i := range keep {
+			if k := kindOf[i]; k >= 0 {
+				keepOf[k], at[k] = append(keepOf[k], posOf[i]), append(at[k], j)
+			} else {
+				rerrs[j] = p.errs[i]
+			}
+		}
+		var wg sync.WaitGroup
+		for k := range kinds {
+			if len(keepOf[k]) == 0 {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				o, e := plans[k].run(ctx, keepOf[k])
+				for x, j := range at[k] {
+					out[j], rerrs[j] = o[x], e[x]
+				}
+			}()
+		}
+		wg.Wait()
+		return out, rerrs
+	}
+	return p
 }
 
 // serveBatch answers a batch request (events.BatchRequest) on endpoint:
@@ -532,11 +616,10 @@ func (s *Service) serveBatch(nc *nats.Conn, endpoint, single, subject, reply str
 	// as codec.DecodeBatch checks it, which refuses it whole if an item
 	// is not valid JSON (so that check costs nothing on the hot path).
 	items, err := codec.SplitBatch(data)
-	var run batchRun
+	var plan batchPlan
 	if err == nil {
-		var derrs []error
-		derrs, run = h(items)
-		for _, e := range derrs {
+		plan = h(items)
+		for _, e := range plan.errs {
 			if e != nil {
 				_, err = codec.DecodeBatch(data)
 				break
@@ -556,18 +639,31 @@ func (s *Service) serveBatch(nc *nats.Conn, endpoint, single, subject, reply str
 	idx := make([]int, 0, len(items))
 	// limited[i] is the refusal of item i past its tenant's request rate.
 	var limited []*events.Error
+	// singleOf is the endpoint of item i's request, bodyOf its body.
+	singleOf := func(i int) string {
+		if plan.singles != nil {
+			return plan.singles[i]
+		}
+		return single
+	}
+	bodyOf := func(i int) []byte {
+		if plan.bodies != nil {
+			return plan.bodies[i]
+		}
+		return items[i]
+	}
 	for i := range items {
 		if !s.allowRate(tenant) {
 			if limited == nil {
 				limited = make([]*events.Error, len(items))
 			}
-			limited[i] = s.rateRefusal(tenant, single, items[i])
+			limited[i] = s.rateRefusal(tenant, singleOf(i), bodyOf(i))
 			continue
 		}
 		if !s.takeSlot(tenant) {
 			s.m.LedgerBusy.WithLabelValues(metrics.BusyInflight).Inc()
-			s.m.ObserveRequest(single, string(events.CodeLedgerBusy), 0)
-			s.stats.observe(single, string(events.CodeLedgerBusy), "in-flight limit", 0)
+			s.m.ObserveRequest(singleOf(i), string(events.CodeLedgerBusy), 0)
+			s.stats.observe(singleOf(i), string(events.CodeLedgerBusy), "in-flight limit", 0)
 			continue
 		}
 		idx = append(idx, i)
@@ -578,7 +674,7 @@ func (s *Service) serveBatch(nc *nats.Conn, endpoint, single, subject, reply str
 		s.m.Inflight.Add(float64(len(idx)))
 		ctx, cancel := context.WithTimeout(s.ctx, RequestTimeout)
 		ctx, _ = s.withTenant(ctx, subject)
-		outs, errs = run(ctx, idx)
+		outs, errs = plan.run(ctx, idx)
 		cancel()
 		s.m.Inflight.Add(-float64(len(idx)))
 	}
@@ -593,13 +689,13 @@ func (s *Service) serveBatch(nc *nats.Conn, endpoint, single, subject, reply str
 			body = append(body, ',')
 		}
 		if j < len(idx) && idx[j] == i {
-			body, _ = s.encode(body, single, subject, outs[j], errs[j], start, arrived)
+			body, _ = s.encode(body, singleOf(i), subject, outs[j], errs[j], start, arrived)
 			s.freeSlot(tenant)
 			j++
 			continue
 		}
 		if limited != nil && limited[i] != nil {
-			body, _ = s.encode(body, single, subject, nil, limited[i], start, arrived)
+			body, _ = s.encode(body, singleOf(i), subject, nil, limited[i], start, arrived)
 			continue
 		}
 		body = append(body, busyReply...)
@@ -782,7 +878,7 @@ func (s *Service) void(ctx context.Context, data []byte) (any, error) {
 	return s.s.Void(ctx, req)
 }
 
-func (s *Service) admitBatch(items []json.RawMessage) ([]error, batchRun) {
+func (s *Service) admitBatch(items []json.RawMessage) batchPlan {
 	return batchOf(items, func(ctx context.Context, reqs []events.AdmitRequest) ([]events.AdmitReply, []error) {
 		replies, rerrs := s.a.AdmitAll(ctx, reqs)
 		for j := range reqs {
@@ -792,11 +888,11 @@ func (s *Service) admitBatch(items []json.RawMessage) ([]error, batchRun) {
 	})
 }
 
-func (s *Service) settleBatch(items []json.RawMessage) ([]error, batchRun) {
+func (s *Service) settleBatch(items []json.RawMessage) batchPlan {
 	return batchOf(items, s.s.SettleAll)
 }
 
-func (s *Service) releaseBatch(items []json.RawMessage) ([]error, batchRun) {
+func (s *Service) releaseBatch(items []json.RawMessage) batchPlan {
 	return batchOf(items, s.s.ReleaseAll)
 }
 

@@ -30,10 +30,10 @@ type Client struct {
 	logSet   bool
 	failOpen *slog.Logger
 	// linger and maxItems bound the coalescing of concurrent calls;
-	// coalesce holds a coalescer per coalesced endpoint, nil when off.
+	// coalesce gathers the calls of coalescedEndpoints, nil when off.
 	linger   time.Duration
 	maxItems int
-	coalesce map[string]*coalescer
+	coalesce *coalescer
 	mux      *replyMux
 	brief    bool
 }
@@ -61,16 +61,9 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	c := &Client{nc: nc, layout: layout, timeout: o.timeout, attempts: o.attempts, log: o.log, logSet: o.logSet, failOpen: o.failOpen,
 		linger: o.linger, maxItems: o.maxItems, brief: o.brief}
 	if o.maxItems > 1 {
-		c.coalesce = map[string]*coalescer{}
 		c.mux = &replyMux{nc: nc}
-		followers := &returning{}
-		for endpoint, batch := range coalescedEndpoints {
-			c.coalesce[endpoint] = newCoalescer(c, endpoint, batch, followers)
-		}
-		for _, k := range c.coalesce {
-			followers.all = append(followers.all, k)
-		}
-		c.coalesce[streams.EndpointAdmit].onAbandoned = c.releaseAbandoned
+		c.coalesce = newCoalescer(c)
+		c.coalesce.onAbandoned = c.releaseAbandoned
 	}
 	return c, nil
 }
@@ -436,9 +429,12 @@ func (c *Client) request(ctx context.Context, endpoint string, req, out any) err
 	start := time.Now()
 	all := ctx
 	pause := retryPause
-	k := c.coalesce[endpoint]
+	var k *coalescer
+	if _, ok := coalescedEndpoints[endpoint]; ok {
+		k = c.coalesce
+	}
 	for attempt := 1; ; attempt++ {
-		retry, wait, err := c.attempt(all, k, subject, data, out)
+		retry, wait, err := c.attempt(all, k, endpoint, subject, data, out)
 		if err == nil {
 			return nil
 		}
@@ -476,14 +472,15 @@ func (c *Client) request(ctx context.Context, endpoint string, req, out any) err
 	}
 }
 
-// attempt sends one request, through k when coalescing (nil otherwise).
+// attempt sends one request of endpoint, through k when coalescing (nil
+// otherwise).
 // retry says whether the failure invites a
 // retry with the same request, wait whether to pause first (the failure
 // was immediate).
-func (c *Client) attempt(ctx context.Context, k *coalescer, subject string, data []byte, out any) (retry, wait bool, err error) {
+func (c *Client) attempt(ctx context.Context, k *coalescer, endpoint, subject string, data []byte, out any) (retry, wait bool, err error) {
 	var msg *nats.Msg
 	if k != nil {
-		msg, err = k.do(ctx, data)
+		msg, err = k.do(ctx, endpoint, data)
 	} else {
 		actx, cancel := context.WithTimeout(ctx, c.timeout)
 		msg, err = c.nc.RequestWithContext(actx, subject, data)

@@ -17,34 +17,39 @@ import (
 	"github.com/spendgate/spendgate/streams"
 )
 
-// coalescer gathers concurrent requests of one kind (admit, settle or
-// release) into batch messages: the transport under Client.request, which
-// keeps every caller's request, retries, idempotency and errors as they
-// are. A request arriving when no message of its kind is in flight is sent
-// at once, alone, on the single subject: a lone caller waits for nothing.
-// (Except right after a batch was answered, when its callers' next calls
-// are expected within the linger: they are gathered until all of them
-// have come, or the linger has passed.) Otherwise it waits at most the
-// linger for others to join it (or until maxItems have), and the gathered
-// items travel as one batch request (events.BatchRequest) whose answers
-// are handed back item by item.
+// coalescer gathers concurrent admits, settles and releases into batch
+// messages: the transport under Client.request, which keeps every
+// caller's request, retries, idempotency and errors as they are. A request
+// arriving when no message is in flight is sent at once, alone, on its
+// endpoint's subject: a lone caller waits for nothing. (Except right
+// after a batch was answered, when its callers' next calls are expected
+// within the linger: they are gathered until all of them have come, or
+// the linger has passed.) Otherwise it waits at most the linger for
+// others to join it (or until maxItems have), and the gathered items
+// travel as one batch request (events.BatchRequest) whose answers are
+// handed back item by item: on the kind's batch endpoint (admit.batch)
+// when they are all of one kind, else on the mixed one (batch), so that
+// callers admitting and settling at once share messages.
 type coalescer struct {
-	c             *Client
-	single, batch string
-	linger        time.Duration
-	maxItems      int
-	// onAbandoned, if set, is called with the answer of an item whose
-	// caller gave up while it was in flight (admit: release what it
-	// reserved).
+	c *Client
+	// subjects are each kind's single and batch subjects; mixed is the
+	// mixed batch's.
+	subjects map[string]kindSubjects
+	mixed    string
+	linger   time.Duration
+	maxItems int
+	// onAbandoned, if set, is called with the answer of an admit whose
+	// caller gave up while it was in flight (release what it reserved).
 	onAbandoned func(answer *nats.Msg)
-	// noBatch is set when the batch subject had no responders (a service
-	// without batch endpoints): items then go one by one.
-	noBatch atomic.Bool
+	// noBatch is set when a batch subject had no responders (a service
+	// without batch endpoints): items then go one by one. noMixed is set
+	// when the mixed batch subject had none (a service without it):
+	// items then go in a batch per kind.
+	noBatch, noMixed atomic.Bool
 
-	// followers are the callers of the batches just answered (on any of
-	// the client's coalescers), who may still be making their next call:
-	// until they have, or the linger has passed, a call waits for them
-	// even if nothing is in flight.
+	// followers are the callers of the batches just answered, who may
+	// still be making their next call: until they have, or the linger has
+	// passed, a call waits for them even if nothing is in flight.
 	followers *returning
 
 	mu           sync.Mutex
@@ -54,8 +59,13 @@ type coalescer struct {
 	inflight     int // messages sent and not yet answered
 }
 
+// kindSubjects are the subjects of one kind of request: alone, and in a
+// batch of its kind.
+type kindSubjects struct{ single, batch string }
+
 // citem is one request waiting in or travelling with a batch.
 type citem struct {
+	kind string // its endpoint: admit, settle or release
 	data []byte
 	done chan struct{}
 	// answer and err are set before done is closed.
@@ -76,8 +86,6 @@ type returning struct {
 	// left is how many answered callers have not called again (an
 	// estimate: any call counts as one of them).
 	left atomic.Int64
-	// all are the client's coalescers, flushed when left reaches zero.
-	all []*coalescer
 }
 
 // answered records n callers answered now, expected back within linger.
@@ -99,39 +107,42 @@ func (r *returning) waiting(now int64) bool { return now < r.until.Load() }
 // last one expected.
 func (r *returning) arrived() bool { return r.left.Add(-1) == 0 }
 
-func newCoalescer(c *Client, endpoint, batchEndpoint string, followers *returning) *coalescer {
-	return &coalescer{c: c, single: c.layout.Endpoint(endpoint), batch: c.layout.Endpoint(batchEndpoint),
-		linger: c.linger, maxItems: c.maxItems, followers: followers}
+func newCoalescer(c *Client) *coalescer {
+	k := &coalescer{c: c, subjects: map[string]kindSubjects{}, mixed: c.layout.Endpoint(streams.EndpointBatch),
+		linger: c.linger, maxItems: c.maxItems, followers: &returning{}}
+	for endpoint, batch := range coalescedEndpoints {
+		k.subjects[endpoint] = kindSubjects{c.layout.Endpoint(endpoint), c.layout.Endpoint(batch)}
+	}
+	return k
 }
 
 // errAttemptTimeout is the cause of an attempt that got no answer within
 // the client's timeout.
 var errAttemptTimeout = context.DeadlineExceeded
 
-// do sends data as one attempt and returns the answer of its request (the
-// body the single endpoint would reply, with its headers on a single
-// send). The attempt waits at most the client's timeout; ctx is the whole
+// do sends data, a request of endpoint kind, as one attempt and returns
+// the answer of its request (the body the single endpoint would reply,
+// with its headers on a single send). The attempt waits at most the client's timeout; ctx is the whole
 // request's: when it ends first, the item is taken out of a batch not yet
 // sent (never made), or marked abandoned so that its late answer is given
 // to onAbandoned.
-func (k *coalescer) do(ctx context.Context, data []byte) (*nats.Msg, error) {
-	it := &citem{data: data, done: make(chan struct{})}
+func (k *coalescer) do(ctx context.Context, kind string, data []byte) (*nats.Msg, error) {
+	it := &citem{kind: kind, data: data, done: make(chan struct{})}
 	k.mu.Lock()
-	if len(k.pending) > 0 && k.pendingBytes+len(data)+batchOverhead > k.maxBytes() {
+	if len(k.pending) > 0 && k.pendingBytes+itemBytes(data)+batchOverhead > k.maxBytes() {
 		// It would make the batch too large for the service or the
 		// connection: what is waiting goes now, and it starts the next.
 		k.flushLocked()
 	}
 	k.pending = append(k.pending, it)
-	k.pendingBytes += len(data) + 1
+	k.pendingBytes += itemBytes(data)
 	waiting := k.followers.waiting(time.Now().UnixNano())
 	last := waiting && k.followers.arrived()
 	switch {
 	case len(k.pending) >= k.maxItems || (k.inflight == 0 && !waiting):
 		k.flushLocked()
 	case last:
-		// Every caller expected back is: send what they gathered, here
-		// and on the client's other coalescers (below, without k.mu).
+		// Every caller expected back is: send what they gathered.
 		k.flushLocked()
 	case len(k.pending) == 1:
 		if k.timer == nil {
@@ -141,13 +152,6 @@ func (k *coalescer) do(ctx context.Context, data []byte) (*nats.Msg, error) {
 		}
 	}
 	k.mu.Unlock()
-	if last {
-		for _, o := range k.followers.all {
-			if o != k {
-				o.lingerDone()
-			}
-		}
-	}
 	// The message's own timeout (the client's, from when it is sent)
 	// bounds the wait: it completes every item of a message that got no
 	// answer.
@@ -166,7 +170,7 @@ func (k *coalescer) do(ctx context.Context, data []byte) (*nats.Msg, error) {
 		for i, p := range k.pending {
 			if p == it {
 				k.pending = append(k.pending[:i], k.pending[i+1:]...)
-				k.pendingBytes -= len(it.data) + 1
+				k.pendingBytes -= itemBytes(it.data)
 				break
 			}
 		}
@@ -180,6 +184,10 @@ func (k *coalescer) do(ctx context.Context, data []byte) (*nats.Msg, error) {
 
 // batchOverhead is the envelope's share of a batch message.
 const batchOverhead = len(`{"items":[]}`)
+
+// itemBytes is an item's share of a batch message at most: its body, the
+// mixed batch's wrapping and a separator.
+func itemBytes(data []byte) int { return len(data) + codec.MixedItemOverhead + 1 }
 
 // maxBytes is the largest batch message: the service's limit, or the
 // connection's max payload if smaller.
@@ -224,25 +232,65 @@ func (k *coalescer) flushLocked() {
 
 // flight is a message sent and not yet answered.
 type flight struct {
-	k     *coalescer
-	items []*citem
-	batch bool
-	timer *time.Timer
+	k            *coalescer
+	subject      string
+	items        []*citem
+	batch, mixed bool
+	timer        *time.Timer
 }
 
-// send publishes items as one message (alone on the single subject, or as
-// a batch) with a reply subject of the client's reply mux; its answer (or
-// the client's timeout) completes it. It does not block.
+// byKind splits items into runs of one kind each (in the order of their
+// kinds' first items), each run in its items' order; ok is false if they
+// are all of one kind.
+func byKind(items []*citem) (runs [][]*citem, ok bool) {
+	at := map[string]int{}
+	for _, it := range items {
+		i, seen := at[it.kind]
+		if !seen {
+			i = len(runs)
+			at[it.kind] = i
+			runs = append(runs, nil)
+		}
+		runs[i] = append(runs[i], it)
+	}
+	return runs, len(runs) > 1
+}
+
+// send publishes items as one message (alone on its single subject, as a
+// batch of its kind, or as a mixed batch) with a reply subject of the
+// client's reply mux; its answer (or the client's timeout) completes it.
+// Items of several kinds go as one batch per kind instead once a service
+// without the mixed batch endpoint was met; the caller counted one message
+// in flight, and send counts the others. k.mu is held. It does not block.
 func (k *coalescer) send(items []*citem) {
+	if k.noMixed.Load() {
+		if runs, mixed := byKind(items); mixed {
+			k.inflight += len(runs) - 1
+			for _, run := range runs {
+				k.send(run)
+			}
+			return
+		}
+	}
 	f := &flight{k: k, items: items, batch: len(items) > 1}
-	subject, data := k.single, items[0].data
+	subject, data := k.subjects[items[0].kind].single, items[0].data
 	if f.batch {
+		for _, it := range items[1:] {
+			f.mixed = f.mixed || it.kind != items[0].kind
+		}
 		bodies := make([][]byte, len(items))
 		for i, it := range items {
 			bodies[i] = it.data
+			if f.mixed {
+				bodies[i] = codec.AppendMixedItem(make([]byte, 0, len(it.data)+codec.MixedItemOverhead), it.kind, it.data)
+			}
 		}
-		subject, data = k.batch, codec.EncodeBatchReply(bodies)
+		subject, data = k.subjects[items[0].kind].batch, codec.EncodeBatchReply(bodies)
+		if f.mixed {
+			subject = k.mixed
+		}
 	}
+	f.subject = subject
 	m := k.c.mux
 	reply, token, err := m.add(f, k.c.timeout)
 	if err == nil {
@@ -264,6 +312,17 @@ func (f *flight) complete(msg *nats.Msg, err error) {
 	}
 	k.mu.Lock()
 	k.inflight--
+	if f.mixed && errors.Is(err, nats.ErrNoResponders) {
+		// No service answers mixed batches here (an older one): send the
+		// items as a batch per kind, and keep doing so for a while.
+		if !k.noMixed.Swap(true) {
+			time.AfterFunc(noBatchRecheck, func() { k.noMixed.Store(false) })
+		}
+		k.inflight++
+		k.send(f.items)
+		k.mu.Unlock()
+		return
+	}
 	if f.batch && errors.Is(err, nats.ErrNoResponders) {
 		// No service answers batches here (or none at all): send the items
 		// one by one, and keep doing so for a while.
@@ -293,7 +352,7 @@ func (f *flight) complete(msg *nats.Msg, err error) {
 		if err == nil {
 			err = fmt.Errorf("%d answers to %d items", len(answers), len(f.items))
 		}
-		err = &UnavailableError{Subject: k.batch, Code: events.CodeInternal, Message: fmt.Sprintf("undecodable batch reply: %v", err), Err: err}
+		err = &UnavailableError{Subject: f.subject, Code: events.CodeInternal, Message: fmt.Sprintf("undecodable batch reply: %v", err), Err: err}
 		for _, it := range f.items {
 			k.finish(it, nil, err)
 		}
@@ -368,7 +427,7 @@ func (k *coalescer) finish(it *citem, msg *nats.Msg, err error) {
 	abandoned := it.abandoned
 	k.mu.Unlock()
 	close(it.done)
-	if abandoned && err == nil && k.onAbandoned != nil {
+	if abandoned && err == nil && it.kind == streams.EndpointAdmit && k.onAbandoned != nil {
 		k.onAbandoned(msg)
 	}
 }

@@ -402,3 +402,104 @@ func TestBatching_returningCallersDoNotWaitOutLinger(t *testing.T) {
 	require.Len(t, all, callers*cycles)
 	require.Less(t, all[len(all)/2], linger, "median settle %s, all %v", all[len(all)/2], all)
 }
+
+// cycle runs callers goroutines of cycles admit+settle each through c and
+// returns the first error.
+func cycle(t *testing.T, c *client.Client, callers, cycles int, scope string) error {
+	t.Helper()
+	errs := make(chan error, callers)
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range cycles {
+				res, err := c.Admit(ctxT(t), admitReq("0.01", scope))
+				if err == nil {
+					_, err = res.Settle(ctxT(t), "0.01")
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// Callers that admit and settle at once share messages: the client sends
+// items of both kinds as one mixed batch (spendgate.batch), and every
+// call is answered as its own. If the client kept one batch per kind, no
+// message would reach the mixed subject and the count would be zero.
+func TestBatching_mixedKindsShareMessages(t *testing.T) {
+	env := testenv.New(t)
+	startService(t, env)
+	mixed := countBatches(t, env, streams.EndpointBatch)
+	c := newClient(t, env.Connect(t), client.WithBatching(client.MaxLinger, 64))
+	putBudget(t, c, "org:acme", "1000")
+
+	const callers, cycles = 16, 10
+	require.NoError(t, cycle(t, c, callers, cycles, "org:acme"))
+	require.Positive(t, mixed.Load(), "no mixed batch was sent")
+	b, err := c.GetBudget(ctxT(t), events.BudgetGetRequest{Scope: "org:acme", Period: "month"})
+	require.NoError(t, err)
+	require.Equal(t, "1.6", b.Spent)
+	require.Equal(t, "0", b.Reserved)
+	require.Zero(t, b.Open)
+}
+
+// A service without the mixed batch endpoint (an older replica) still
+// answers every call: once the mixed batch found no responders, the
+// client sends a batch per kind. Without that fallback, the batch path's
+// own fallback (no batch endpoints at all) would send every item alone
+// for a while, and the singles would outnumber the batched items.
+func TestBatching_mixedFallsBackToBatchPerKind(t *testing.T) {
+	env := testenv.New(t)
+	var singles, batched atomic.Int64
+	var mu sync.Mutex
+	seq := 0
+	answer := func(kind string, body []byte) []byte {
+		mu.Lock()
+		defer mu.Unlock()
+		seq++
+		if kind == streams.EndpointAdmit {
+			var req events.AdmitRequest
+			require.NoError(t, json.Unmarshal(body, &req))
+			data, _ := json.Marshal(events.AdmitReply{Admitted: true, RequestID: req.RequestID, ReservationID: fmt.Sprintf("rsv_%d", seq), Amount: req.Amount, Unit: "USD", Status: events.StatusOpen})
+			return data
+		}
+		var req events.SettleRequest
+		require.NoError(t, json.Unmarshal(body, &req))
+		data, _ := json.Marshal(events.CloseReply{ReservationID: req.ReservationID, Status: events.StatusSettled, Actual: req.Actual})
+		return data
+	}
+	for _, kind := range []string{streams.EndpointAdmit, streams.EndpointSettle} {
+		sub, err := env.Conn.Subscribe(env.Layout.Endpoint(kind), func(m *nats.Msg) {
+			singles.Add(1)
+			_ = m.Respond(answer(kind, m.Data))
+		})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = sub.Unsubscribe() })
+		sub, err = env.Conn.Subscribe(env.Layout.Endpoint(kind+".batch"), func(m *nats.Msg) {
+			var req events.BatchRequest
+			require.NoError(t, json.Unmarshal(m.Data, &req))
+			var rep events.BatchReply
+			for _, it := range req.Items {
+				rep.Items = append(rep.Items, answer(kind, it))
+			}
+			batched.Add(int64(len(req.Items)))
+			data, _ := json.Marshal(rep)
+			_ = m.Respond(data)
+		})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = sub.Unsubscribe() })
+	}
+	require.NoError(t, env.Conn.Flush())
+	c := newClient(t, env.Connect(t), client.WithBatching(client.MaxLinger, 64))
+
+	require.NoError(t, cycle(t, c, 16, 20, "org:acme"))
+	require.Greater(t, batched.Load(), singles.Load(), "batched %d, singles %d", batched.Load(), singles.Load())
+}

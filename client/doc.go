@@ -65,10 +65,12 @@
 // # Batching
 //
 // Concurrent admits, settles and releases of one Client share batch
-// messages (the service's admit.batch, settle.batch and release.batch):
-// a call made while none of its kind is in flight goes at once, alone;
-// otherwise it waits at most DefaultLinger for others (WithBatching,
-// WithoutBatching). Each call keeps its own request, retries, errors and
+// messages (the service's admit.batch, settle.batch and release.batch
+// when the calls gathered are of one kind, its mixed batch when they are
+// not, so that one caller's settle and another's admit travel together;
+// a service without the mixed batch gets a batch per kind): a call made
+// while no message is in flight goes at once, alone; otherwise it waits
+// at most DefaultLinger for others (WithBatching, WithoutBatching). Each call keeps its own request, retries, errors and
 // result. An admit whose caller's ctx ends before its batch is sent is
 // never sent; one whose caller's ctx ends while its batch is in flight is
 // released when the batch's answer comes. Share one Client per connection

@@ -92,8 +92,6 @@ func (b *bencher) driveWay(way string, callers int, f cycleFunc) runResult {
 	return b.drive(callers, f)
 }
 
-// ledgerStats returns the embedded replicas' commit counters, summed (zero
-// with --nats-url).
 // endpointCounts sums the answers of every embedded replica by micro
 // endpoint name; a batch counts once under its own name and once per item
 // under its items' endpoint.
@@ -107,6 +105,8 @@ func (b *bencher) endpointCounts() map[string]int64 {
 	return out
 }
 
+// ledgerStats returns the embedded replicas' commit counters, summed (zero
+// with --nats-url).
 func (b *bencher) ledgerStats() ledger.Stats {
 	var st ledger.Stats
 	for _, r := range b.replicas {
@@ -475,8 +475,9 @@ func (b *bencher) scenario(sc benchScenario) (benchRow, error) {
 				m := b.endpointCounts()
 				items := m["admit"] + m["settle"] - m0["admit"] - m0["settle"]
 				batches := m["admit_batch"] + m["settle_batch"] - m0["admit_batch"] - m0["settle_batch"]
-				fmt.Fprintf(b.log, "%s rep %d/%d: client: ledger %d commits, %.1f txs per commit (%s), %d admits and settles, %d batch messages\n",
-					sc.name, rep+1, b.o.Reps, commits, float64(txs)/float64(max(commits, 1)), commitTimes(st0, st, b.o.Duration), items, batches)
+				mixed := m["batch"] - m0["batch"]
+				fmt.Fprintf(b.log, "%s rep %d/%d: client: ledger %d commits, %.1f txs per commit (%s), %d admits and settles, %d batch messages of one kind and %d mixed\n",
+					sc.name, rep+1, b.o.Reps, commits, float64(txs)/float64(max(commits, 1)), commitTimes(st0, st, b.o.Duration), items, batches, mixed)
 			}
 		}
 		var f, n runResult

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"encoding/json"
+	"errors"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -107,12 +108,24 @@ func startFloor(nc *nats.Conn) (*floorService, error) {
 			return events.BatchReply{Items: out}, nil
 		}
 	}
+	// The mixed batch's items, {"admit":{...}} or {"settle":{...}}, are
+	// unwrapped and answered as their kind's.
+	mixed := func(item []byte) (any, error) {
+		switch kind, body, _ := codec.SplitMixedItem(item); kind {
+		case streams.EndpointAdmit:
+			return admit(body)
+		case streams.EndpointSettle:
+			return settle(body)
+		}
+		return nil, errors.New("not a mixed batch item of admit or settle")
+	}
 	for name, ep := range map[string]struct {
 		subject string
 		h       func([]byte) (any, error)
 	}{
 		"admit_batch":  {benchFloorPrefix + streams.EndpointAdmitBatch, batch(admit)},
 		"settle_batch": {benchFloorPrefix + streams.EndpointSettleBatch, batch(settle)},
+		"batch":        {benchFloorPrefix + streams.EndpointBatch, batch(mixed)},
 	} {
 		if err := svc.AddEndpoint(name, dispatch(ep.h), micro.WithEndpointSubject(ep.subject)); err != nil {
 			_ = svc.Stop()

@@ -332,14 +332,15 @@ naive: the same callers calling KV directly (no service hop, no events): get, pa
   Update(key, revision), again on a revision conflict; a second get-then-CAS settles. spread64 spreads over
   %d keys; multi3 does 3 sequential get-then-CAS per reserve and per settle (NOT atomic). naive p99 = reserve.
 client: the same callers and connections through the Go client (package client, one per connection), whose
-  concurrent calls share batch messages (admit.batch, settle.batch; a lone call goes at once, others wait at most
-  its 200µs linger or 64 items); its own cap burst counts client over-adm.
+  concurrent calls share batch messages (admit.batch, settle.batch, or batch when admits and settles are gathered
+  together; a lone call goes at once, others wait at most its 200µs linger or 64 items); its own cap burst counts
+  client over-adm.
 batched floor: the same callers through the same Go client pointed at the floor's batch endpoints (%sadmit.batch,
-  %ssettle.batch: each item decoded and answered as the floor answers it): what NATS and the client cost with
-  coalescing, without the ledger.
+  %ssettle.batch, %sbatch: each item decoded and answered as the floor answers it): what NATS and the client cost
+  with coalescing, without the ledger.
 x floor = cycles/s / floor cycles/s; x naive = cycles/s / naive cycles/s; client x floor = client cycles/s / floor;
   client x batched floor = client cycles/s / batched floor cycles/s.
-`, benchSpreadCapBudgets, benchBigLimit, benchFloorAdmit, benchFloorSettle, benchSpreadBudgets, benchFloorPrefix, benchFloorPrefix)
+`, benchSpreadCapBudgets, benchBigLimit, benchFloorAdmit, benchFloorSettle, benchSpreadBudgets, benchFloorPrefix, benchFloorPrefix, benchFloorPrefix)
 		b.writeRedisNotes(w, rows)
 		var conf []string
 		for _, r := range rows {

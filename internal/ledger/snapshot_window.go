@@ -271,7 +271,7 @@ func (b *book) loadWindow(data []byte, bals []*balance) error {
 		if n > uint64(len(r.b)/minEntry) {
 			return fmt.Errorf("%s: %d entries in %d bytes", name, n, len(r.b))
 		}
-		b.win.reserve(which, int(n))
+		b.win.reserve(int(n))
 		var prev int64
 		for i := uint64(0); i < n; i++ {
 			if err := b.loadEntry(r, which, &prev, units, bals); err != nil {

@@ -116,22 +116,37 @@ func newWindow() *window {
 // len is the number of closed reservations the window holds.
 func (w *window) len() int { return w.byID.n }
 
-// ring is a FIFO of entries addressed by absolute position. It grows by a
-// quarter (not by doubling), so that its spare room stays a small share
-// of what it holds.
+// ring is a FIFO of entries addressed by absolute position, held in
+// chunks of ringChunk entries: it grows by a chunk and shrinks by one as
+// its head passes it, so an entry is never copied once pushed and the
+// spare room is at most a chunk at either end.
 type ring struct {
-	buf  []winEntry
-	head uint64 // absolute position of the first live entry
-	n    int
+	chunks [][]winEntry // chunks[0] holds positions first*ringChunk onwards
+	first  uint64
+	head   uint64 // absolute position of the first live entry
+	n      int
+	spare  []winEntry // a chunk the head passed, zeroed, for the next push
 }
 
-func (r *ring) at(abs uint64) *winEntry { return &r.buf[abs%uint64(len(r.buf))] }
+// ringChunk is the entries of a ring chunk (about 64 KB of them).
+const ringChunk = 512
+
+func (r *ring) at(abs uint64) *winEntry {
+	return &r.chunks[abs/ringChunk-r.first][abs%ringChunk]
+}
 
 func (r *ring) push(e winEntry) uint64 {
-	if r.n == len(r.buf) {
-		r.resize(max(16, len(r.buf)+len(r.buf)/4))
-	}
 	abs := r.head + uint64(r.n)
+	if len(r.chunks) == 0 {
+		r.first = abs / ringChunk
+	}
+	if abs/ringChunk-r.first == uint64(len(r.chunks)) {
+		c := r.spare
+		if r.spare = nil; c == nil {
+			c = make([]winEntry, ringChunk)
+		}
+		r.chunks = append(r.chunks, c)
+	}
 	*r.at(abs) = e
 	r.n++
 	return abs
@@ -141,17 +156,13 @@ func (r *ring) pop() {
 	*r.at(r.head) = winEntry{}
 	r.head++
 	r.n--
-	if len(r.buf) > 64 && r.n < len(r.buf)/2 {
-		r.resize(r.n + r.n/4)
-	}
-}
-
-func (r *ring) resize(size int) {
-	old := r.buf
-	r.buf = make([]winEntry, size)
-	for i := 0; i < r.n; i++ {
-		abs := r.head + uint64(i)
-		r.buf[abs%uint64(size)] = old[abs%uint64(len(old))]
+	if r.head/ringChunk > r.first {
+		// The head left chunks[0], every entry of which was popped (and
+		// zeroed): it becomes the spare.
+		r.spare = r.chunks[0]
+		r.chunks[0] = nil
+		r.chunks = r.chunks[1:]
+		r.first++
 	}
 }
 
@@ -369,12 +380,10 @@ func (w *window) add(which int, r *Reservation, bl *balance, at time.Time) {
 	w.insert(&w.byReq, h, req.hash)
 }
 
-// reserve makes room for n more entries in ring which and both indexes,
-// so that adding them (a snapshot's queue) neither grows nor rehashes.
-func (w *window) reserve(which int, n int) {
-	if r := &w.rings[which]; len(r.buf) < r.n+n {
-		r.resize(r.n + n)
-	}
+// reserve makes room for n more entries in both indexes, so that adding
+// them (a snapshot's queue) does not rehash. (The ring grows by chunks,
+// without copying.)
+func (w *window) reserve(n int) {
 	for _, t := range []*table{&w.byID, &w.byReq} {
 		size := max(16, len(t.slots))
 		for 4*(t.n+n) > 3*size {

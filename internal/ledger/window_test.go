@@ -237,3 +237,27 @@ func BenchmarkWindow_Lookup(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkWindow_Grow adds closed reservations to a window that only
+// grows, as a replica's does for the first day after a start (nothing is
+// old enough to forget): the ring's growth is paid there. Run it with
+//
+//	go test -run '^$' -bench BenchmarkWindow_Grow ./internal/ledger/
+func BenchmarkWindow_Grow(b *testing.B) {
+	bk := newBook(streams.Default(), time.Hour, time.Hour)
+	ref := events.BalanceRef{Scope: "org:w", Period: events.PeriodMonth, Instance: "2026-11"}
+	bl := &balance{key: streams.BalanceKey(ref), ref: ref, self: []events.BalanceRef{ref}, unit: "USD", open: map[string]*Reservation{}}
+	bk.balances[bl.key] = bl
+	rs := make([]*Reservation, 4096)
+	for i := range rs {
+		at := bookT0.Add(time.Duration(i) * time.Microsecond)
+		rs[i] = &Reservation{RequestHash: fmt.Sprintf("%032x", i), Balances: bl.self,
+			Parts:    []Part{{Key: bl.key, Unit: "USD", Amount: events.MustMoney("0.25"), Actual: events.MustMoney("0.2")}},
+			OpenedAt: at, ExpiresAt: at.Add(time.Hour), Status: events.StatusSettled}
+	}
+	for i := 0; b.Loop(); i++ {
+		r := rs[i%len(rs)]
+		r.ID, r.RequestID = "rsv_"+strconv.Itoa(i), "req-"+strconv.Itoa(i)
+		bk.win.add(winClosed, r, bl, r.OpenedAt)
+	}
+}

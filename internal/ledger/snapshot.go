@@ -396,7 +396,10 @@ func (b *book) snapshotAs(seq uint64, version int) (*snapshotState, error) {
 		st.Expired = b.snapQueue(winExpired)
 	case 3, 4:
 		var err error
-		if st.window, err = b.win.appendWindow(nil, balIdx); err != nil {
+		// Sized for the entries at once: grown by append, a large
+		// window was copied over and over while the book was locked.
+		buf := make([]byte, 0, 64+(b.win.rings[winClosed].n+b.win.rings[winExpired].n)*snapEntryBytes)
+		if st.window, err = b.win.appendWindow(buf, balIdx); err != nil {
 			return nil, err
 		}
 		st.WindowSize = len(st.window)

@@ -583,19 +583,31 @@ func (s *Service) mixedBatch(items []json.RawMessage) batchPlan {
 				rerrs[j] = p.errs[i]
 			}
 		}
+		run := func(k int) {
+			o, e := plans[k].run(ctx, keepOf[k])
+			for x, j := range at[k] {
+				out[j], rerrs[j] = o[x], e[x]
+			}
+		}
+		// Each kind but the last runs on a goroutine of its own, the
+		// last on this one.
 		var wg sync.WaitGroup
+		last := -1
 		for k := range kinds {
 			if len(keepOf[k]) == 0 {
 				continue
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				o, e := plans[k].run(ctx, keepOf[k])
-				for x, j := range at[k] {
-					out[j], rerrs[j] = o[x], e[x]
-				}
-			}()
+			if last >= 0 {
+				wg.Add(1)
+				go func(k int) {
+					defer wg.Done()
+					run(k)
+				}(last)
+			}
+			last = k
+		}
+		if last >= 0 {
+			run(last)
 		}
 		wg.Wait()
 		return out, rerrs

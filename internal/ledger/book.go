@@ -291,7 +291,13 @@ func (b *book) forgetUntil(seq uint64, t time.Time) {
 		}
 		switch {
 		case p.status == events.StatusVoided:
-			b.voided = append(b.voided, closedRes{r, b.serverNow})
+			// The tombstone, unless the request id was voided already
+			// and the earlier tombstone is still remembered (see
+			// bookApply.void; forgetVoids hands the tombstone on).
+			if cur := b.voids[r.RequestID]; cur == nil || cur == r {
+				b.voids[r.RequestID] = r
+				b.voided = append(b.voided, closedRes{r, b.serverNow})
+			}
 		case r.Status == events.StatusOpen:
 			// Reopened by a malformed history: nothing to stamp.
 		case b.reservations[r.ID] == r:
@@ -304,7 +310,9 @@ func (b *book) forgetUntil(seq uint64, t time.Time) {
 			// Stamped already by an earlier close (an expiry) and closed
 			// again before this stamp (its late settle): it moves to the
 			// ring of this close, stamped now, as when the follower
-			// rehydrates it between the two.
+			// folds the settle itself. If its retention ended before
+			// this stamp, the window has forgotten it, as a fold in
+			// stream order had before the settle (see stamped).
 			if _, h, ok := b.win.get(r.ID, false); ok {
 				b.win.take(h)
 				b.win.add(which, r, b.windowBalance(r), b.serverNow)
@@ -323,13 +331,19 @@ func (b *book) forgetUntil(seq uint64, t time.Time) {
 }
 
 // forgetVoids drops the voids of q stamped before before, and their
-// tombstones.
+// tombstones. A tombstone whose request id was voided again by a revision
+// folded but not stamped yet (bookApply.void) hands over to that void's
+// tombstone, so that the book never forgets a void it has folded.
 func (b *book) forgetVoids(q []closedRes, before time.Time) []closedRes {
 	n := 0
 	for n < len(q) && q[n].at.Before(before) {
 		r := q[n].r
 		if b.voids[r.RequestID] == r {
-			delete(b.voids, r.RequestID)
+			if v := b.pendingVoid(r.RequestID); v != nil {
+				b.voids[r.RequestID] = v
+			} else {
+				delete(b.voids, r.RequestID)
+			}
 		}
 		n++
 	}
@@ -341,6 +355,17 @@ func (b *book) forgetVoids(q []closedRes, before time.Time) []closedRes {
 		return append(q[:0:0], q[n:]...)
 	}
 	return q[n:]
+}
+
+// pendingVoid returns the first void of request id rid that waits for its
+// stamp, nil if none.
+func (b *book) pendingVoid(rid string) *Reservation {
+	for _, p := range b.pending {
+		if p.status == events.StatusVoided && p.r.RequestID == rid {
+			return p.r
+		}
+	}
+	return nil
 }
 
 // get returns reservation id: open, closed and not yet stamped, or in the
@@ -407,19 +432,30 @@ func (b *bookApply) held(id string) *Reservation            { return b.reservati
 func (b *bookApply) opens(_ string, r *Reservation)         { b.cur.open[r.ID] = r }
 func (b *bookApply) closes(_ string, id string)             { delete(b.cur.open, id) }
 
-// stamped takes reservation id from the window to change it: a settle of
-// another balance of a reservation settled and stamped already (a settle
-// over two lanes) changes the window's entry in place; a settle after its
-// expiry takes it back into the book's maps, to close again.
+// stamped returns reservation id from the window, to change in place: a
+// settle of another balance of a reservation settled and stamped already
+// (a settle over two lanes) changes the window's entry; so does a settle
+// after its expiry, which closes it again (closeRes), and its entry stays
+// in the expired ring until the follower stamps that close (forgetUntil
+// moves it to the closed ring then).
+//
+// It stays there because whether the settle finds it must not depend on
+// who folds the settle: the follower, in stream order, has forgotten the
+// expiry if its retention ended by the message before the settle; a
+// committer folds its own settle ahead of the follower, whose window may
+// still hold the expiry. Left in its ring, the entry is forgotten as the
+// follower reaches the messages before the settle, exactly when a fold
+// forgets it, and the stamp then finds nothing to move, as a fold finds
+// nothing to settle. Taken out of the window into the book's maps (as it
+// was), the writer kept and re-stamped a reservation that a fold of the
+// same stream had forgotten: its book, and a snapshot of it, held a
+// closed reservation that a replica folding the stream did not.
 func (b *bookApply) stamped(id string) *Reservation {
 	_, h, ok := b.win.get(id, false)
 	if !ok {
 		return nil
 	}
-	if b.win.entry(h).statusText() == events.StatusSettled {
-		return b.win.shared(h)
-	}
-	return (*book)(b).rehydrate(id)
+	return b.win.shared(h)
 }
 
 func (b *bookApply) opened(e events.ReservationOpened) *Reservation {
@@ -457,12 +493,16 @@ func (b *bookApply) openChanged(r *Reservation, d int) { (*book)(b).openChanged(
 
 func (b *bookApply) void(e events.RequestVoided) {
 	// A void names one balance per scope: the first folded makes the
-	// tombstone, its retention starting with this revision.
+	// tombstone, its retention starting with this revision. A void of a
+	// request id the book remembers voided already is queued too, and the
+	// follower decides when it stamps it (forgetUntil) whether it makes a
+	// tombstone: only if the one remembered was forgotten by then, as a
+	// fold in stream order finds it forgotten (see stamped).
+	v := &Reservation{RequestID: e.RequestID, OpenedAt: e.At, Status: events.StatusVoided}
 	if b.voids[e.RequestID] == nil {
-		v := &Reservation{RequestID: e.RequestID, OpenedAt: e.At, Status: events.StatusVoided}
 		b.voids[e.RequestID] = v
-		(*book)(b).closeRes(v, b.curSeq)
 	}
+	(*book)(b).closeRes(v, b.curSeq)
 }
 
 // balance returns the balance of ref (whose balance key is key).

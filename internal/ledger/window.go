@@ -235,13 +235,6 @@ func (w *window) keyHash(e *winEntry, req bool) uint64 {
 	return w.hashID(e.idText())
 }
 
-func (e *winEntry) statusText() string {
-	if e.ext != nil && e.ext.res != nil {
-		return e.ext.res.Status
-	}
-	return winStatuses[e.status]
-}
-
 func (e *winEntry) idText() string {
 	switch {
 	case e.idKind != idExt:

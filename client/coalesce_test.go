@@ -197,12 +197,13 @@ func TestBatching_cancelInsideBatch(t *testing.T) {
 		id := fmt.Sprintf("req-%d", i)
 		ctx, cancel := context.WithCancel(ctxT(t))
 		t.Cleanup(cancel)
-		ctxs[id], results[id] = cancel, make(chan error, 1)
+		res := make(chan error, 1)
+		ctxs[id], results[id] = cancel, res
 		go func() {
 			req := admitReq("0.01", "org:acme")
 			req.RequestID = id
 			_, err := c.Admit(ctx, req)
-			results[id] <- err
+			res <- err
 		}()
 	}
 	var batch []string
@@ -234,16 +235,10 @@ func TestBatching_cancelInsideBatch(t *testing.T) {
 	}
 	// The batch admitted the victim's item after it left; the client
 	// releases it. Wait for that, bounded.
-	deadline := time.Now().Add(waitTimeout)
-	for {
-		v := budget(t, c, "org:acme")
-		if v.Open == n-1 {
-			requireMoney(t, fmt.Sprintf("0.0%d", n-1), v.Reserved)
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "the abandoned reservation was not released: %+v", v)
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.WaitFor(t, waitTimeout, "the abandoned reservation released", func() bool {
+		return budget(t, c, "org:acme").Open == n-1
+	})
+	requireMoney(t, fmt.Sprintf("0.0%d", n-1), budget(t, c, "org:acme").Reserved)
 	// The victim's request id was voided (the client voids the request
 	// id of an admit whose caller gave up): a retry does not reserve
 	// again. The void runs in the background, so wait for it, bounded.

@@ -17,6 +17,7 @@ import (
 // stream. The targets are reported, not asserted: they are properties of
 // the machine (docs/performance.md has the figures).
 func TestBench_Restart(t *testing.T) {
+	t.Parallel()
 	p := startProc(t, false, "bench", "--scenarios", "restart", "--restart-reservations", "2000")
 	select {
 	case <-p.done:

@@ -58,6 +58,7 @@ func singleCall(t *testing.T, h *harness, endpoint, body string) json.RawMessage
 // same requests one by one on a twin budget: every item is answered as its
 // twin, and the two budgets end identical.
 func TestBatch_EachItemAsItsSingleTwin(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{})
 	// Items of one batch are decided concurrently, in no set order, as
 	// concurrent single requests are; so each item whose answer shows a
@@ -173,6 +174,7 @@ func renamed(v events.BudgetView) events.BudgetView {
 // other item is acted on: here the valid admit beside it would reserve
 // (and write) if it were answered, which the unchanged stream rules out.
 func TestBatch_Envelope(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{})
 	h.putBudget("org:acme", "month", "1.00", "USD")
 	seq0, _ := h.streamState()
@@ -201,6 +203,7 @@ func TestBatch_Envelope(t *testing.T) {
 // A brief admit is answered without the per-budget balances, and is
 // otherwise the same request: its retry without brief is a replay.
 func TestAdmit_Brief(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{})
 	h.putBudget("org:acme", "month", "1.00", "USD")
 	r, e := h.admit(events.AdmitRequest{RequestID: "b1", Scopes: []string{"org:acme"}, Amount: "0.10", Brief: true})
@@ -222,6 +225,7 @@ func TestAdmit_Brief(t *testing.T) {
 // tenant's single requests do: its budgets, its request ids, its
 // reservations only; replies name scopes as the tenant sent them.
 func TestBatch_Tenant(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{})
 	for _, tenant := range []string{"acme", "globex"} {
 		var v events.BudgetView

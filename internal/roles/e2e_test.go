@@ -175,7 +175,7 @@ func TestRoles_EndToEnd(t *testing.T) {
 	other, err := streams.New(streams.Config{Bucket: "ledger2", Prefix: "acme.spend."})
 	require.NoError(t, err)
 	for _, l := range []streams.Layout{streams.Default(), other} {
-		t.Run(l.Bucket(), func(t *testing.T) { endToEnd(t, l) })
+		t.Run(l.Bucket(), func(t *testing.T) { t.Parallel(); endToEnd(t, l) }) // a server each
 	}
 }
 

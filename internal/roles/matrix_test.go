@@ -413,7 +413,7 @@ func matrixConfig(t *testing.T, l streams.Layout, account string) string {
 func TestRoles_Matrix(t *testing.T) {
 	t.Parallel()
 	for _, account := range []string{"", "SPENDGATE"} {
-		t.Run("account="+account, func(t *testing.T) { checkMatrix(t, account) })
+		t.Run("account="+account, func(t *testing.T) { t.Parallel(); checkMatrix(t, account) }) // a server each
 	}
 }
 

@@ -58,7 +58,6 @@ func singleCall(t *testing.T, h *harness, endpoint, body string) json.RawMessage
 // same requests one by one on a twin budget: every item is answered as its
 // twin, and the two budgets end identical.
 func TestBatch_EachItemAsItsSingleTwin(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, harnessOpts{})
 	// Items of one batch are decided concurrently, in no set order, as
 	// concurrent single requests are; so each item whose answer shows a

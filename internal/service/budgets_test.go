@@ -593,7 +593,6 @@ func TestBudgetPut_ChangesNamedFields(t *testing.T) {
 // write back the other's field as it was before, and a check below fails
 // (it can pass by luck on a quiet machine; eight rounds make that rare).
 func TestBudgetPut_ConcurrentFields(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, harnessOpts{replicas: 2})
 	for round := range 8 {
 		scope := fmt.Sprintf("team:c%d", round)

@@ -93,7 +93,6 @@ const maxRounds = 10
 // (ledger.UnsafeBlindWritesForTesting) and shows over-admission, a failing
 // invariant check or a replica stopping on the fork it wrote.
 func TestAdmit_ConcurrentHotBudget(t *testing.T) {
-	t.Parallel()
 	for _, replicas := range []int{1, 2} {
 		t.Run(fmt.Sprintf("replicas=%d", replicas), func(t *testing.T) {
 			h := newHarness(t, harnessOpts{replicas: replicas})
@@ -139,7 +138,6 @@ func TestAdmit_ConcurrentHotBudget(t *testing.T) {
 // test ever fails, the hot-budget test above no longer proves anything
 // about compare-and-set.
 func TestAdmit_BlindWritesOverAdmit(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, harnessOpts{replicas: 2, noCheck: true, stopMayFail: true, ledgerOpts: []ledger.Option{ledger.UnsafeBlindWritesForTesting()}})
 	broken := false
 	for round := 0; round < 20 && !broken; round++ {
@@ -182,7 +180,6 @@ func blindBroken(t *testing.T, h *harness, round int, rs []events.AdmitReply, er
 // this ever fails, TestAdmit_MultiScopeConcurrent and the lane tests no
 // longer prove anything about the batch's compare-and-set.
 func TestAdmit_BlindWritesMultiScopeBatch(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, harnessOpts{replicas: 2, lanes: 8, noCheck: true, stopMayFail: true, ledgerOpts: []ledger.Option{ledger.UnsafeBlindWritesForTesting()}})
 	broken := false
 	for round := 0; round < 20 && !broken; round++ {
@@ -221,7 +218,6 @@ var laneCounts = []int{1, 8}
 // TestAdmit_MultiScopeAllOrNothing: an admit against org:a and user:b where
 // only user:b is full reserves in neither, and the ledger is unchanged.
 func TestAdmit_MultiScopeAllOrNothing(t *testing.T) {
-	t.Parallel()
 	for _, lanes := range laneCounts {
 		t.Run(fmt.Sprintf("lanes=%d", lanes), func(t *testing.T) { testMultiScopeAllOrNothing(t, lanes) })
 	}
@@ -268,7 +264,6 @@ func testMultiScopeAllOrNothing(t *testing.T, lanes int) {
 // replicas: each user admits at most 6, the org at most 20, so exactly 20
 // are admitted and no budget is ever above its limit.
 func TestAdmit_MultiScopeConcurrent(t *testing.T) {
-	t.Parallel()
 	for _, lanes := range laneCounts {
 		t.Run(fmt.Sprintf("lanes=%d", lanes), func(t *testing.T) { testMultiScopeConcurrent(t, lanes) })
 	}
@@ -388,7 +383,6 @@ func closeRaceIDs(h *harness, ids []string) closeRaceResult {
 // with the revision check removed, and sees two winners for a reservation,
 // a failing invariant check or a replica stopping on a fork.
 func TestClose_Races(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, harnessOpts{replicas: 2})
 	const n = 30
 	for round := 0; round < maxRounds; round++ {
@@ -420,7 +414,6 @@ func TestClose_Races(t *testing.T) {
 // reservation (two winners), or the damage shows in the invariant check or
 // as a replica stopping on the fork it wrote.
 func TestClose_RacesBlindControl(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, harnessOpts{replicas: 2, noCheck: true, stopMayFail: true, ledgerOpts: []ledger.Option{ledger.UnsafeBlindWritesForTesting()}})
 	broken := false
 	for round := 0; round < 20 && !broken; round++ {
@@ -463,7 +456,6 @@ func TestClose_RacesBlindControl(t *testing.T) {
 // replicas reserves once and every reply names the same reservation; the
 // same id with another body is refused.
 func TestAdmit_IdempotentRace(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, harnessOpts{replicas: 2})
 	h.putBudget("org:idem", "month", "10", "USD")
 	rs := burst(t, h, 40, func(int) events.AdmitRequest {
@@ -497,7 +489,6 @@ func TestAdmit_IdempotentRace(t *testing.T) {
 // TestAdmit_Exactness: twenty 0.05 fit 1.00 exactly (the float bug of seed
 // 003 admits 19), and 1e-9 granularity works.
 func TestAdmit_Exactness(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, harnessOpts{})
 	h.putBudget("org:exact", "month", "1.00", "USD")
 	for i := 0; i < 20; i++ {
@@ -533,7 +524,6 @@ func TestAdmit_Exactness(t *testing.T) {
 // TestSettle_Overrun: an actual above the reservation is recorded in full,
 // marked as overrun, and blocks further admits until the budget has room.
 func TestSettle_Overrun(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, harnessOpts{})
 	h.putBudget("org:o", "month", "1", "USD")
 	r, _ := h.admit(events.AdmitRequest{RequestID: "o1", Scopes: []string{"org:o"}, Amount: "0.10"})
@@ -558,7 +548,6 @@ func TestSettle_Overrun(t *testing.T) {
 // TestAdmit_OnePeriodPerRequest: the period instance is fixed at admission;
 // a settle after midnight lands in the reservation's own day.
 func TestAdmit_OnePeriodPerRequest(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, harnessOpts{})
 	h.clock.now.Store(time.Date(2026, 11, 30, 23, 59, 59, 999_000_000, time.UTC))
 	h.putBudget("user:late", "day", "1", "USD")
@@ -584,7 +573,6 @@ func TestAdmit_OnePeriodPerRequest(t *testing.T) {
 // TestAdmit_CountBudget: a budget in "requests" counts admissions next to a
 // money budget of the same scope.
 func TestAdmit_CountBudget(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, harnessOpts{})
 	h.putBudget("key:k_9", "day", "3", "requests")
 	h.putBudget("key:k_9", "lifetime", "100", "USD")
@@ -618,7 +606,6 @@ func TestAdmit_CountBudget(t *testing.T) {
 // (message timestamps), not on the replicas' clocks: this test shortens it
 // to one second and waits, bounded, on the real clock.
 func TestRetention_ForgetsClosedReservations(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, harnessOpts{ledgerOpts: []ledger.Option{ledger.WithRetention(time.Second, time.Hour)}})
 	h.putBudget("org:ret", "month", "100", "USD")
 	r1, _ := h.admit(events.AdmitRequest{RequestID: "ret-1", Scopes: []string{"org:ret"}, Amount: "1", TTL: "1m"})
@@ -661,7 +648,6 @@ func TestRetention_ForgetsClosedReservations(t *testing.T) {
 // on top of that, so all of its actual is overrun (recorded, never clamped)
 // and spent + reserved <= limit + overrun still holds (checked at cleanup).
 func TestSettle_AfterExpiryIsAllOverrun(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, harnessOpts{})
 	h.putBudget("org:late", "month", "1", "USD")
 	a, _ := h.admit(events.AdmitRequest{RequestID: "late-a", Scopes: []string{"org:late"}, Amount: "1", TTL: "1s"})
@@ -686,7 +672,6 @@ func TestSettle_AfterExpiryIsAllOverrun(t *testing.T) {
 // budget records 1, not the caller's actual; a retried settle with the same
 // actual is a replay, not already_settled.
 func TestSettle_CountOnlyRetryIsReplay(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, harnessOpts{})
 	h.putBudget("key:cnt", "day", "10", "requests")
 	r, _ := h.admit(events.AdmitRequest{RequestID: "cnt-1", Scopes: []string{"key:cnt"}, Amount: "0.04"})
@@ -706,7 +691,6 @@ func TestSettle_CountOnlyRetryIsReplay(t *testing.T) {
 // Without the split (ledger.tooLarge) this burst fails with
 // ledger_unavailable: checked by disabling it.
 func TestAdmit_GroupOverMaxPayload(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, harnessOpts{})
 	h.putBudget("org:big", "month", "1000000", "USD")
 	meta := map[string]string{}
@@ -735,7 +719,6 @@ func TestAdmit_GroupOverMaxPayload(t *testing.T) {
 // names the same scope, hence the same lane, so it is arbitrated with any
 // number of lanes.
 func TestAdmit_RequestIDAcrossScopesTwoReplicas(t *testing.T) {
-	t.Parallel()
 	for _, lanes := range laneCounts {
 		t.Run(fmt.Sprintf("lanes=%d", lanes), func(t *testing.T) {
 			h := newHarness(t, harnessOpts{replicas: 2, lanes: lanes})

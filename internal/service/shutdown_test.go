@@ -24,7 +24,6 @@ import (
 // replica's connection were dropped and callers timed out (seen in review:
 // up to 58 of a round).
 func TestReplica_StopAnswersInFlight(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, harnessOpts{replicas: 2})
 	h.putBudget("org:stop", "month", "1000000", "USD")
 	var sent, answered, lost atomic.Int64

@@ -207,7 +207,6 @@ func TestSweep_ManyExpired(t *testing.T) {
 // settles with the revision check removed and sees a reservation counted
 // twice, a failing invariant check or a replica stopping on a fork.
 func TestSweep_SettleRace(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, harnessOpts{replicas: 2})
 	for round := 0; round < maxRounds; round++ {
 		afterExpiry, n := settleRaceRound(t, h, round)
@@ -366,7 +365,6 @@ func settleRaceRound(t *testing.T, h *harness, round int) (afterExpiry, total in
 // sweepers with the revision check removed and sees a reservation expired
 // twice, a failing invariant check or a replica stopping on a fork.
 func TestSweep_TwoSweepersRace(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, harnessOpts{replicas: 2})
 	for round := 0; round < maxRounds; round++ {
 		counts, errs, expired := twoSweepersRound(t, h, round, false)
@@ -482,7 +480,6 @@ func twoSweepersRound(t *testing.T, h *harness, round int, oneWriter bool) (coun
 // twice (more expiry events than balances held), or the damage shows in the
 // invariant check or as a replica stopping on the fork it wrote.
 func TestSweep_RaceBlindControl(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, harnessOpts{replicas: 2, noCheck: true, stopMayFail: true, ledgerOpts: []ledger.Option{ledger.UnsafeBlindWritesForTesting()}})
 	broken := false
 	for round := 0; round < 10 && !broken && !h.failed(); round++ {

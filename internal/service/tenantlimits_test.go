@@ -69,7 +69,6 @@ func scrape(t *testing.T, m *metrics.Set) string {
 // all read a count below 20 and all 100 are admitted (tried: remove
 // checkOpen from admitTx.Decide).
 func TestTenantLimits_OpenReservationsExact(t *testing.T) {
-	t.Parallel()
 	m := metrics.New(metrics.BuildInfo{})
 	h := newHarness(t, harnessOpts{replicas: 2, metrics: m, tenantLimits: service.TenantLimits{MaxOpen: 20, Rate: -1}})
 	h.tputBudget("acme", "team:search", "month", "1000")
@@ -175,7 +174,6 @@ func TestTenantLimits_OpenReservationsExact(t *testing.T) {
 // assertion); without the creations in flight in that count, concurrent
 // first admits all read 0 and pass it (tried: 19 budgets).
 func TestTenantLimits_DefaultBudgets(t *testing.T) {
-	t.Parallel()
 	m := metrics.New(metrics.BuildInfo{})
 	h := newHarness(t, harnessOpts{metrics: m, tenantLimits: service.TenantLimits{MaxDefaultBudgets: 5, Rate: -1}})
 	h.tputBudget("acme", "user:*", "day", "1")
@@ -247,7 +245,6 @@ func TestTenantLimits_DefaultBudgets(t *testing.T) {
 // the bucket refills the tenant is served again. How we know it can fail:
 // with no rate (Rate -1) every one of the 20 admits is admitted.
 func TestTenantLimits_RequestRate(t *testing.T) {
-	t.Parallel()
 	m := metrics.New(metrics.BuildInfo{})
 	h := newHarness(t, harnessOpts{metrics: m, tenantLimits: service.TenantLimits{Rate: 5, Burst: 5}})
 	h.tputBudget("acme", "team:search", "month", "1000")
@@ -323,7 +320,6 @@ func (h *harness) waitRate(tenant string) {
 // it can fail: before issue 22 every one of the 60 denials was recorded,
 // with its 4 KB of metadata.
 func TestTenantLimits_DenialRecords(t *testing.T) {
-	t.Parallel()
 	m := metrics.New(metrics.BuildInfo{})
 	h := newHarness(t, harnessOpts{metrics: m, tenantLimits: service.TenantLimits{DenialBytes: 1000, Rate: -1}})
 	h.tputBudget("acme", "team:tight", "day", "1")

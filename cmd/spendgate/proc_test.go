@@ -2,11 +2,14 @@ package main
 
 import (
 	"bytes"
+	"flag"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -38,6 +41,10 @@ func TestMain(m *testing.M) {
 		os.Exit(m.Run())
 	}
 	if err := setTestEnv(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if err := raiseParallel(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
@@ -124,6 +131,20 @@ func setTestEnv() error {
 		}
 	}
 	return nil
+}
+
+// raiseParallel runs up to twice GOMAXPROCS tests at once, unless
+// -test.parallel is given: most of this package's tests wait on the
+// processes they start (serve's start, a CLI run, a kill and restart),
+// so at the default (GOMAXPROCS) the cores sit half idle while they wait.
+func raiseParallel() error {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if set {
+		return nil
+	}
+	return flag.Set("test.parallel", strconv.Itoa(2*runtime.GOMAXPROCS(0)))
 }
 
 // proc is a running spendgate process.

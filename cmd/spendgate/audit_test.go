@@ -71,7 +71,7 @@ func TestAuditBalances_FullDevice(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binPath, "audit", "balances", "--unverified", "--nats-url", env.URL())
+	cmd := exec.CommandContext(ctx, clientBin("audit", "balances"), "audit", "balances", "--unverified", "--nats-url", env.URL())
 	cmd.Env = append(os.Environ(), "GORACE="+os.Getenv("GORACE")+" atexit_sleep_ms=0")
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = full, &stderr
@@ -83,7 +83,7 @@ func TestAuditBalances_FullDevice(t *testing.T) {
 	require.Contains(t, stderr.String(), "no space left on device")
 
 	// The same for a client command's reply.
-	cmd = exec.CommandContext(ctx, binPath, "budget", "list", "--nats-url", env.URL())
+	cmd = exec.CommandContext(ctx, clientBin("budget", "list"), "budget", "list", "--nats-url", env.URL())
 	cmd.Env = append(os.Environ(), "GORACE="+os.Getenv("GORACE")+" atexit_sleep_ms=0")
 	stderr.Reset()
 	cmd.Stdout, cmd.Stderr = full, &stderr

@@ -10,14 +10,15 @@ import (
 )
 
 // TestBench_Restart runs the restart scenario as its users do, through
-// the binary, with a history of 2,000 reservations (so it cannot rot): the
+// the binary, with a history of 1,000 reservations (so it cannot rot): the
 // replica is a child process killed, stopped and restarted, and every
 // figure of its table is there. A graceful stop must leave a snapshot the
 // restart loads; with the snapshots deleted the restart folds the whole
 // stream. The targets are reported, not asserted: they are properties of
 // the machine (docs/performance.md has the figures).
 func TestBench_Restart(t *testing.T) {
-	p := startProc(t, false, "bench", "--scenarios", "restart", "--restart-reservations", "2000")
+	t.Parallel()
+	p := startProc(t, false, "bench", "--scenarios", "restart", "--restart-reservations", "1000")
 	select {
 	case <-p.done:
 	case <-time.After(2 * time.Minute):
@@ -43,7 +44,7 @@ func TestBench_Restart(t *testing.T) {
 		require.Regexp(t, `^[0-9.]+ (ms|s)$`, row[1], what)
 		require.Equal(t, target, row[2], what)
 		require.Regexp(t, `^(yes|no)$`, row[3], what)
-		require.Contains(t, row[4], "window 2k", what)
+		require.Contains(t, row[4], "window 1k", what)
 	}
 	require.Contains(t, rows["SIGTERM, restart: time to first admit"][4], "snapshot at seq", "the graceful stop left no snapshot, or the restart did not load it:\n%s", out)
 	require.Contains(t, rows["for comparison: SIGTERM, snapshots deleted, restart"][4], "no snapshot: folded the whole stream", out)

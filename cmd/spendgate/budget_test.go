@@ -14,7 +14,7 @@ import (
 // enable keep the definition and flip only "disabled"; admit --mode check
 // reserves nothing.
 func TestCLI_BudgetLifecycle(t *testing.T) {
-	t.Setenv("SPENDGATE_NATS_URL", "")
+	t.Parallel()
 	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	url := "nats://" + listen
 	startProc(t, true, "serve", "--data-dir", t.TempDir(), "--listen", listen)

@@ -23,8 +23,8 @@ type cliResult struct {
 	stdout, stderr string
 }
 
-// runCLI runs the binary with args and env added to the environment
-// (bounded) and returns its exit status and outputs.
+// runCLI runs the binary with args (clientBin's) and env added to the
+// environment (bounded) and returns its exit status and outputs.
 func runCLI(t *testing.T, env []string, args ...string) cliResult {
 	t.Helper()
 	return runCLIAs(t, nil, env, args...)
@@ -34,7 +34,7 @@ func runCLI(t *testing.T, env []string, args ...string) cliResult {
 // this process's).
 func runCLIAs(t *testing.T, cred *syscall.Credential, env []string, args ...string) cliResult {
 	t.Helper()
-	return runBin(t, binPath, cred, env, args...)
+	return runBin(t, clientBin(args...), cred, env, args...)
 }
 
 // runUsage is runCLI for a run that only parses its flags and prints a

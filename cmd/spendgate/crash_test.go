@@ -547,6 +547,7 @@ func TestHelperCallerProcess(t *testing.T) {
 // returns them: the budget is whole again within a bounded wait, and
 // replay equals live.
 func TestCaller_KilledHoldingReservations(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	startProc(t, true, "serve", "--nats-url", env.URL(), "--replicas", "1", "--sweep-interval", "200ms")
 	c := &crashClient{nc: connect(t, env.URL()), layout: env.Layout, deadline: time.Now().Add(time.Minute)}

@@ -207,7 +207,7 @@ func e2eCLI(t *testing.T, url string, args ...string) (int, []byte) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binPath, args...)
+	cmd := exec.CommandContext(ctx, clientBin(args...), args...)
 	// A race-enabled binary sleeps a second at exit while other threads
 	// run (GORACE atexit_sleep_ms); a CLI run does not need that grace.
 	cmd.Env = append(os.Environ(), "SPENDGATE_NATS_URL="+url, "GORACE="+os.Getenv("GORACE")+" atexit_sleep_ms=0")
@@ -238,8 +238,7 @@ func e2eJSON[T any](t *testing.T, out []byte) T {
 // embedded server, checking exit codes and replies; then restarts the
 // server on the same data dir and checks the balances survived.
 func TestCLI_Walkthrough(t *testing.T) {
-	// serve reads SPENDGATE_NATS_URL too: make sure it embeds a server.
-	t.Setenv("SPENDGATE_NATS_URL", "")
+	t.Parallel() // serve reads SPENDGATE_NATS_URL too: TestMain unsets it, so it embeds a server.
 	dataDir := t.TempDir()
 	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	url := "nats://" + listen

@@ -26,7 +26,7 @@ func e2eCLIErr(t *testing.T, url string, args ...string) (int, string, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binPath, args...)
+	cmd := exec.CommandContext(ctx, clientBin(args...), args...)
 	cmd.Env = append(os.Environ(), "SPENDGATE_NATS_URL="+url, "GORACE="+os.Getenv("GORACE")+" atexit_sleep_ms=0")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -214,7 +214,7 @@ func TestAuditExport_FullDevice(t *testing.T) {
 	run := func(stdout *os.File, args ...string) (int, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, binPath, append(unverified(args), "--nats-url", env.URL())...)
+		cmd := exec.CommandContext(ctx, clientBin(args...), append(unverified(args), "--nats-url", env.URL())...)
 		cmd.Env = append(os.Environ(), "GORACE="+os.Getenv("GORACE")+" atexit_sleep_ms=0")
 		var stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = stdout, &stderr

@@ -25,7 +25,7 @@ import (
 // dashboard's page and JSON answer on the --http listener, the denial
 // included.
 func TestServe_FeedAndDashboard(t *testing.T) {
-	t.Setenv("SPENDGATE_NATS_URL", "")
+	t.Parallel()
 	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	startProc(t, true, "serve", "--data-dir", filepath.Join(t.TempDir(), "data"), "--listen", listen, "--http", httpAddr, "--feed")
@@ -89,7 +89,7 @@ func TestServe_FeedAndDashboard(t *testing.T) {
 // consumer --tenant refuses it and, with --replace, repairs it. It fails if
 // the replica did not run the check or did not report what it found.
 func TestServe_TenantConsumerCheck(t *testing.T) {
-	t.Setenv("SPENDGATE_NATS_URL", "")
+	t.Parallel()
 	env := testenv.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

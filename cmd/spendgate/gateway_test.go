@@ -26,6 +26,7 @@ import (
 // disabled key is refused; the HTTP API answers an admin key; /metrics
 // counts the calls; SIGTERM stops the gateway cleanly.
 func TestGateway_Commands(t *testing.T) {
+	t.Parallel()
 	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	url := "nats://" + listen
 	startProc(t, true, "serve", "--data-dir", filepath.Join(t.TempDir(), "data"), "--listen", listen)
@@ -45,10 +46,8 @@ func TestGateway_Commands(t *testing.T) {
 	require.True(t, ok, secret)
 	admin := cli("keys", "create", "--access", "admin", "--secret-only")
 
-	t.Setenv("OPENAI_API_KEY", "sk-upstream")
-	t.Setenv("SPENDGATE_NATS_URL", url)
 	gwAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	gw := startProc(t, false, "gateway", "--listen", gwAddr, "--upstream", "openai="+fake.URL+"/v1", "--key-cache", "100ms")
+	gw := startProcEnv(t, []string{"OPENAI_API_KEY=sk-upstream", "SPENDGATE_NATS_URL=" + url}, false, "gateway", "--listen", gwAddr, "--upstream", "openai="+fake.URL+"/v1", "--key-cache", "100ms")
 	base := "http://" + gwAddr
 	testenv.WaitFor(t, 30*time.Second, "the gateway is ready", func() bool {
 		resp, err := http.Get(base + "/readyz")

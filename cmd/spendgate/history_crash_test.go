@@ -29,6 +29,7 @@ import (
 // reservations; a snapshot torn by the kill and loaded anyway would leave
 // the restarted replica's balances wrong, which the live comparison sees.
 func TestServe_KilledWhileSweepingAndSnapshotting(t *testing.T) {
+	t.Parallel()
 	const n = 1000
 	env := testenv.New(t)
 	args := []string{"serve", "--nats-url", env.URL(), "--replicas", "1", "--sweep-interval", "100ms",

@@ -29,7 +29,6 @@ import (
 // JetStream handle.
 func keysServe(t *testing.T, extra ...string) (*proc, string, string, jetstream.JetStream) {
 	t.Helper()
-	t.Setenv("SPENDGATE_NATS_URL", "")
 	dataDir := t.TempDir()
 	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	p := startProc(t, true, append([]string{"serve", "--data-dir", dataDir, "--listen", listen}, extra...)...)
@@ -66,6 +65,7 @@ func rawPut(t *testing.T, js jetstream.JetStream, key string, data []byte, h nat
 // fail: before signatures the admit of 500 was admitted and audit check
 // said OK; before skip-and-serve the garbage stopped the replica.
 func TestSecure_ForgeryAndGarbage(t *testing.T) {
+	t.Parallel()
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	_, dataDir, url, js := keysServe(t, "--http", httpAddr, "--feed")
 	cli := func(args ...string) (int, []byte) { t.Helper(); return e2eCLI(t, url, args...) }
@@ -163,6 +163,7 @@ func TestSecure_ForgeryAndGarbage(t *testing.T) {
 // the replica goes on signing with the old key and the retirement makes
 // its later revisions untrusted (audit check fails).
 func TestSecure_KeyRotationSIGHUP(t *testing.T) {
+	t.Parallel()
 	p, dataDir, url, js := keysServe(t)
 	cli := func(args ...string) (int, []byte) { t.Helper(); return e2eCLI(t, url, args...) }
 	code, _ := cli("budget", "put", "--scope", "org:r", "--period", "month", "--limit", "100", "--unit", "USD")
@@ -256,6 +257,7 @@ func appendFile(t *testing.T, path, s string) {
 // the check serve warned and served, and after a restart the admitted
 // reservation was gone (reserved 0).
 func TestSecure_LostKeyEmbedded(t *testing.T) {
+	t.Parallel()
 	p, dataDir, url, _ := keysServe(t)
 	cli := func(args ...string) (int, []byte) { t.Helper(); return e2eCLI(t, url, args...) }
 	code, _ := cli("budget", "put", "--scope", "org:k", "--period", "month", "--limit", "100", "--unit", "USD")

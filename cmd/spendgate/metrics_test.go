@@ -63,7 +63,7 @@ func httpStatus(t *testing.T, url string) (int, string) {
 // process_* metrics are there, and /healthz and /readyz answer 200 once it
 // serves.
 func TestServe_Metrics(t *testing.T) {
-	t.Setenv("SPENDGATE_NATS_URL", "")
+	t.Parallel()
 	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	startProc(t, true, "serve", "--data-dir", filepath.Join(t.TempDir(), "data"), "--listen", listen, "--http", httpAddr, "--feed", "--feed-max-age", "2h")

@@ -129,7 +129,7 @@ type readmeRan struct{ cli, nats, compared, skipped int }
 // fails when a file shows a reply the service does not give, a field it
 // does not have, or a command that does not work.
 func TestREADME_RunsAsPrinted(t *testing.T) {
-	t.Setenv("SPENDGATE_NATS_URL", "")
+	t.Parallel()
 	var total readmeRan
 	for _, name := range docFiles(t) {
 		t.Run(name, func(t *testing.T) {
@@ -206,11 +206,15 @@ func runDocExamples(t *testing.T, name string) readmeRan {
 			continue
 		}
 		if cli {
-			l = strings.ReplaceAll(l, "go run ./cmd/spendgate ", binPath+" ")
-			if strings.HasPrefix(l, "spendgate ") {
-				l = binPath + strings.TrimPrefix(l, "spendgate")
+			bin := binPath
+			if _, rest, ok := strings.Cut(l, "spendgate "); ok {
+				bin = clientBin(strings.Fields(rest)...)
 			}
-			l = strings.Replace(l, "$(spendgate ", "$("+binPath+" ", 1)
+			l = strings.ReplaceAll(l, "go run ./cmd/spendgate ", bin+" ")
+			if strings.HasPrefix(l, "spendgate ") {
+				l = bin + strings.TrimPrefix(l, "spendgate")
+			}
+			l = strings.Replace(l, "$(spendgate ", "$("+bin+" ", 1)
 			shell = append(shell, "echo "+shellQuote("$ "+it.text)+" >&2", l)
 			ran.cli++
 			continue

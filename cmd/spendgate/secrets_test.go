@@ -20,7 +20,7 @@ import (
 // whole seed in "is not a public nkey", a seed given inline or as a file
 // name was printed too, and a 0644 seed file was accepted silently.
 func TestSecure_SeedNeverPrinted(t *testing.T) {
-	t.Setenv("SPENDGATE_NATS_URL", "")
+	t.Parallel()
 	env := testenv.New(t)
 	dir := t.TempDir()
 	r1, r2 := filepath.Join(dir, "r1.nk"), filepath.Join(dir, "r2.nk")

@@ -151,12 +151,18 @@ type walkthrough struct {
 	tenants []string
 }
 
+// walkthroughTenants are the tenants the walkthroughs use: TestMain
+// exports their passwords (setTestEnv), with the roles'.
+var walkthroughTenants = []string{"acme", "globex"}
+
+// walkthroughPassword is the password of a role or tenant user.
+func walkthroughPassword(user string) string { return "pw-" + user + "-x" }
+
 func newWalkthrough(t *testing.T, tenants []string, rolesArgs ...string) *walkthrough {
 	t.Helper()
-	t.Setenv("SPENDGATE_NATS_URL", "")
-	w := &walkthrough{t: t, dir: t.TempDir(), pw: func(user string) string { return "pw-" + user + "-x" }, tenants: tenants}
+	w := &walkthrough{t: t, dir: t.TempDir(), pw: walkthroughPassword, tenants: tenants}
 	for _, u := range append(append([]string{}, roles.Names...), tenants...) {
-		t.Setenv(roles.PasswordEnv(u), w.pw(u))
+		require.Equal(t, w.pw(u), os.Getenv(roles.PasswordEnv(u)), "setTestEnv exports the password of %s: add it to walkthroughTenants", u)
 	}
 	w.roles(rolesArgs...)
 	w.srv = startConfServer(t, w.dir)
@@ -221,6 +227,7 @@ func (w *walkthrough) cli(env []string, args ...string) string {
 // fails if a command ignores the connection variables (it could not
 // authenticate) or if the layout lets a role do what it must not.
 func TestSecure_RolesWalkthrough(t *testing.T) {
+	t.Parallel()
 	readmeHas(t, "spendgate roles --account SPENDGATE > spendgate-roles.conf\n")
 	w := newWalkthrough(t, nil, "--account", "SPENDGATE")
 	readmeHas(t, "spendgate serve --nats-url nats://127.0.0.1:4222 --replicas 1 --feed --signing-key r1.nk --trusted-keys trusted-keys &")
@@ -274,6 +281,7 @@ func TestSecure_RolesWalkthrough(t *testing.T) {
 // replica's password refused, and finance's audit of the whole ledger with
 // the replica's public key passes.
 func TestSecure_TenantsWalkthrough(t *testing.T) {
+	t.Parallel()
 	tenants := []string{"acme", "globex"}
 	w := newWalkthrough(t, tenants, "--account", "SPENDGATE")
 	w.cli(w.as(roles.Admin), "budget", "put", "--scope", "org:sec", "--period", "month", "--limit", "1.00", "--unit", "USD")
@@ -435,6 +443,7 @@ func TestSecure_TenantsWalkthrough(t *testing.T) {
 // fails on main, where roles --tenant rendered the move without a word and
 // the replica started on an empty ledger (budget get: unknown_budget).
 func TestSecure_MoveLedgerIntoAccount(t *testing.T) {
+	t.Parallel()
 	w := newWalkthrough(t, []string{"acme"})
 	w.cli(w.as(roles.Admin), "budget", "put", "--scope", "org:mv", "--period", "month", "--limit", "1.00", "--unit", "USD")
 	w.cli(w.as(roles.Service), "admit", "--scope", "org:mv", "--amount", "0.25")

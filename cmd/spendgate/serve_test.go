@@ -100,11 +100,9 @@ func TestServe_UnwritableDataDir(t *testing.T) {
 // read: SPENDGATE_REPLICAS=2 asked the embedded single server for an R2
 // ledger stream, and serve failed to start.
 func TestServe_EnvWhitelist(t *testing.T) {
-	t.Setenv("SPENDGATE_NATS_URL", "")
-	t.Setenv("SPENDGATE_REPLICAS", "2")
-	t.Setenv("SPENDGATE_LOG_FORMAT", "json")
+	t.Parallel()
 	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	p := startProc(t, true, "serve", "--data-dir", filepath.Join(t.TempDir(), "data"), "--listen", listen)
+	p := startProcEnv(t, []string{"SPENDGATE_REPLICAS=2", "SPENDGATE_LOG_FORMAT=json"}, true, "serve", "--data-dir", filepath.Join(t.TempDir(), "data"), "--listen", listen)
 	out := p.out.String()
 	require.Contains(t, out, `"msg":"environment variable not read: serve takes this setting from its flag or --config only","var":"SPENDGATE_REPLICAS"`)
 	require.Contains(t, out, `"replicas":1`)
@@ -123,7 +121,7 @@ func TestServe_EnvWhitelist(t *testing.T) {
 // 25 the --nats-url replica's stop ended on "WARN nats disconnected
 // err=<nil>", which reads like a failure.
 func TestServe_CleanStopLogsNoWarning(t *testing.T) {
-	t.Setenv("SPENDGATE_NATS_URL", "")
+	t.Parallel()
 	env := testenv.New(t)
 	for _, tc := range []struct {
 		name string

@@ -171,17 +171,16 @@ func refused(t *testing.T, id *ident, subject string) {
 // ledger stays as it was. It runs on the default layout and on one with
 // another bucket and prefix.
 func TestRoles_EndToEnd(t *testing.T) {
+	t.Parallel()
 	other, err := streams.New(streams.Config{Bucket: "ledger2", Prefix: "acme.spend."})
 	require.NoError(t, err)
 	for _, l := range []streams.Layout{streams.Default(), other} {
-		t.Run(l.Bucket(), func(t *testing.T) { endToEnd(t, l) })
+		t.Run(l.Bucket(), func(t *testing.T) { t.Parallel(); endToEnd(t, l) }) // a server each
 	}
 }
 
 func endToEnd(t *testing.T, l streams.Layout) {
-	for _, n := range roles.Names {
-		t.Setenv(roles.PasswordEnv(n), password(n))
-	}
+	exportPasswords(t, roles.Names...)
 	conf, err := roles.Authorization(roles.All(l), roles.DefaultUsers())
 	require.NoError(t, err)
 	s := startConf(t, conf, true, nil)
@@ -318,6 +317,7 @@ func permits(r roles.Rules, subject string) bool {
 // allow_responses). It is how the layout was derived, and it fails if
 // spendgate starts using a subject the layout does not grant.
 func TestRoles_CoverARealRun(t *testing.T) {
+	t.Parallel()
 	l := streams.Default()
 	var users []roles.User
 	for _, n := range roles.Names {

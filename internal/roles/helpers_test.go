@@ -73,6 +73,19 @@ type ident struct {
 // password is the test password of a user.
 func password(user string) string { return "pw-" + user + "-secret" }
 
+// exportPasswords puts each user's password in the environment variable
+// the rendered configuration reads it from (roles.PasswordEnv), as an
+// operator exports it before starting nats-server; the in-process server
+// reads it when it loads the file. os.Setenv, not t.Setenv, so that the
+// tests can run in parallel: a user's password is the same in every test
+// (password), so tests setting it at once never disagree, and it stays set.
+func exportPasswords(t *testing.T, users ...string) {
+	t.Helper()
+	for _, u := range users {
+		require.NoError(t, os.Setenv(roles.PasswordEnv(u), password(u)))
+	}
+}
+
 // dial connects as user (a role's default user) with the role's inbox
 // prefix, collecting permission violations.
 func dial(t *testing.T, s *server.Server, l streams.Layout, user string, inbox string) *ident {

@@ -388,9 +388,7 @@ func wantAdminPub(role, subject string) (want, ok bool) {
 // form or, if account is set, the accounts form.
 func matrixConfig(t *testing.T, l streams.Layout, account string) string {
 	t.Helper()
-	for _, n := range roles.Names {
-		t.Setenv(roles.PasswordEnv(n), password(n))
-	}
+	exportPasswords(t, roles.Names...)
 	rs := append(roles.All(l, matrixTenants...), observerRole)
 	us := append(roles.DefaultUsers(), roles.User{Name: "observer", Role: "observer", Password: password("observer")})
 	var conf string
@@ -413,8 +411,9 @@ func matrixConfig(t *testing.T, l streams.Layout, account string) string {
 // fails on any unexpected allow or deny, and lists them all. Both rendered
 // forms are checked.
 func TestRoles_Matrix(t *testing.T) {
+	t.Parallel()
 	for _, account := range []string{"", "SPENDGATE"} {
-		t.Run("account="+account, func(t *testing.T) { checkMatrix(t, account) })
+		t.Run("account="+account, func(t *testing.T) { t.Parallel(); checkMatrix(t, account) }) // a server each
 	}
 }
 
@@ -494,6 +493,7 @@ var wantTenantPub = []string{
 // may publish wantTenantPub and nothing else: no stream or consumer of
 // anyone's is created, changed or deleted by it, its own included.
 func TestRoles_MatrixTenant(t *testing.T) {
+	t.Parallel()
 	l := streams.Default()
 	u := roles.TenantUser(l, "acme")
 	conf, err := roles.Accounts("acme", []roles.Role{u, observerRole}, []roles.User{

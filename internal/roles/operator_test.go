@@ -27,6 +27,7 @@ import (
 // preloaded in a memory resolver, and one user per role whose JWT carries
 // Role.JWTPermissions; every identity connects with a creds file.
 func TestRoles_OperatorMode(t *testing.T) {
+	t.Parallel()
 	l := streams.Default()
 	dir := t.TempDir()
 	okp, err := nkeys.CreateOperator()
@@ -93,6 +94,7 @@ func TestRoles_OperatorMode(t *testing.T) {
 }
 
 func TestRole_NSCFlags(t *testing.T) {
+	t.Parallel()
 	r, err := roles.ByName(streams.Default(), roles.Replica)
 	require.NoError(t, err)
 	f := r.NSCFlags()
@@ -120,6 +122,7 @@ func TestRole_NSCFlags(t *testing.T) {
 // finds no responder), if the exports were public (the third account would
 // be acme), or if the tenant's user lacked a subject it needs.
 func TestTenants_OperatorMode(t *testing.T) {
+	t.Parallel()
 	l := streams.Default()
 	out, err := roles.NSC(l, roles.DefaultAccount, "acme", "globex")
 	require.NoError(t, err)
@@ -200,6 +203,7 @@ func TestTenants_OperatorMode(t *testing.T) {
 // its account, an activation and an import per subject, and its user. A
 // bad account or tenant is refused.
 func TestNSC_Render(t *testing.T) {
+	t.Parallel()
 	l := streams.Default()
 	out, err := roles.NSC(l, "")
 	require.NoError(t, err)

@@ -32,6 +32,7 @@ import (
 // t-acme with acme's filter, and the server then accepted exactly this
 // request (this test asserted so).
 func TestTenants_FeedPushIntoReplicas(t *testing.T) {
+	t.Parallel()
 	l, s := tenantServer(t, "acme")
 	ctx := context.Background()
 	admin := dialRole(t, s, l, roles.Admin)
@@ -96,6 +97,7 @@ func TestTenants_FeedPushIntoReplicas(t *testing.T) {
 // delivery with an error, which JetStream does not take for an ack, so the
 // deliveries come back at every ack wait.
 func TestRoles_FeedPushIntoReplicas(t *testing.T) {
+	t.Parallel()
 	l, s := tenantServer(t)
 	ctx := context.Background()
 	_, err := newClient(t, dialRole(t, s, l, roles.Admin), l).PutBudget(ctx, events.BudgetPutRequest{Scope: "team:search", Period: "month", Limit: "5", Unit: "USD"})
@@ -163,6 +165,7 @@ func TestRoles_FeedPushIntoReplicas(t *testing.T) {
 // attempt below would land), or if streams.Ensure updated a stream that
 // needs no change (the second replica, refused, would not start).
 func TestRoles_ReplicaNeedsNoStreamUpdate(t *testing.T) {
+	t.Parallel()
 	l, s := tenantServer(t)
 	ctx := context.Background()
 	admin := newClient(t, dialRole(t, s, l, roles.Admin), l)

@@ -10,6 +10,7 @@ import (
 )
 
 func TestAuthorization_Errors(t *testing.T) {
+	t.Parallel()
 	l := streams.Default()
 	for _, tc := range []struct {
 		name  string
@@ -31,6 +32,7 @@ func TestAuthorization_Errors(t *testing.T) {
 }
 
 func TestAuthorization_UsersAndLayout(t *testing.T) {
+	t.Parallel()
 	l, err := streams.New(streams.Config{Bucket: "ledger2", Prefix: "acme.spend."})
 	require.NoError(t, err)
 	conf, err := roles.Authorization(roles.All(l), []roles.User{
@@ -54,6 +56,7 @@ func TestAuthorization_UsersAndLayout(t *testing.T) {
 }
 
 func TestConfig(t *testing.T) {
+	t.Parallel()
 	l := streams.Default()
 	a, err := roles.Config(l, "")
 	require.NoError(t, err)
@@ -74,6 +77,7 @@ func TestConfig(t *testing.T) {
 // restart the budgets were gone, with no warning. It fails on main, where
 // Config(l, "", "acme") rendered the accounts form.
 func TestConfig_TenantsNeedAnAccount(t *testing.T) {
+	t.Parallel()
 	l := streams.Default()
 	_, err := roles.Config(l, "", "acme")
 	require.ErrorIs(t, err, roles.ErrNeedsAccount)
@@ -91,6 +95,7 @@ func TestConfig_TenantsNeedAnAccount(t *testing.T) {
 // certificate's subject and with no password, tenants' included); half a
 // TLS is refused. TestRoles_MutualTLS runs it on a real server.
 func TestRender_TLS(t *testing.T) {
+	t.Parallel()
 	l := streams.Default()
 	out, err := roles.Render(l, roles.Options{TLS: roles.TLS{Cert: "server-cert.pem", Key: "server-key.pem"}})
 	require.NoError(t, err)
@@ -113,6 +118,7 @@ func TestRender_TLS(t *testing.T) {
 }
 
 func TestSubjectsIntersect(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		a, b string
 		want bool
@@ -132,6 +138,7 @@ func TestSubjectsIntersect(t *testing.T) {
 // log in as the other tenant. Rendering refuses them. It fails if the
 // variable names are not checked (the layout then renders).
 func TestConfig_TenantPasswordVariables(t *testing.T) {
+	t.Parallel()
 	l := streams.Default()
 	_, err := roles.Config(l, roles.DefaultAccount, "my_co", "my-co")
 	require.ErrorIs(t, err, roles.ErrRender)

@@ -73,6 +73,7 @@ func pullTenantFeed(t *testing.T, ctx context.Context, cons jetstream.Consumer, 
 // on main: the feed role could publish CONSUMER.CREATE and CONSUMER.DELETE
 // of every consumer on the feed (the first attempt below then succeeds).
 func TestTenants_FeedConsumersOnlyTheAdminChanges(t *testing.T) {
+	t.Parallel()
 	l, s := tenantServer(t, "acme", "globex")
 	ctx := context.Background()
 	admin := dialRole(t, s, l, roles.Admin)

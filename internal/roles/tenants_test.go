@@ -31,9 +31,7 @@ func tenantServer(t *testing.T, tenants ...string) (streams.Layout, *server.Serv
 	}
 	conf, err := roles.Config(l, account, tenants...)
 	require.NoError(t, err)
-	for _, u := range append(append([]string{}, roles.Names...), tenants...) {
-		t.Setenv(roles.PasswordEnv(u), password(u))
-	}
+	exportPasswords(t, append(append([]string{}, roles.Names...), tenants...)...)
 	s := startConf(t, conf, true, nil)
 	startReplica(t, dialRole(t, s, l, roles.Replica), l)
 	return l, s
@@ -82,6 +80,7 @@ func scopesOf(r events.BudgetListReply) []string {
 // replica took the tenant from anything the caller controls, or if a read
 // path forgot to filter by tenant.
 func TestTenants_Isolation(t *testing.T) {
+	t.Parallel()
 	l, s := tenantServer(t, "acme", "globex")
 	ctx := context.Background()
 	admin := dialRole(t, s, l, roles.Admin)
@@ -254,6 +253,7 @@ func TestTenants_Isolation(t *testing.T) {
 // create of its own, with its filter: the "its own consumer" refusal below
 // then succeeds), or reach another tenant's consumer.
 func TestTenants_Feed(t *testing.T) {
+	t.Parallel()
 	l, s := tenantServer(t, "acme", "globex")
 	ctx := context.Background()
 	admin := dialRole(t, s, l, roles.Admin)

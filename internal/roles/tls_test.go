@@ -26,6 +26,7 @@ import (
 // client certificate was not bound to its user: acme's certificate with the
 // replica's password logged in as the replica.
 func TestRoles_MutualTLS(t *testing.T) {
+	t.Parallel()
 	l := streams.Default()
 	dir := t.TempDir()
 	ca, other := testcert.NewCA(t, dir, "spendgate"), testcert.NewCA(t, dir, "other")
@@ -93,15 +94,14 @@ func TestRoles_MutualTLS(t *testing.T) {
 // alone): clients log in with their passwords over tls://, and a plain
 // connection is refused.
 func TestRoles_TLS(t *testing.T) {
+	t.Parallel()
 	l := streams.Default()
 	dir := t.TempDir()
 	ca := testcert.NewCA(t, dir, "spendgate")
 	scert, skey := ca.Issue(t, dir, "server", false)
 	conf, err := roles.Render(l, roles.Options{TLS: roles.TLS{Cert: scert, Key: skey}})
 	require.NoError(t, err)
-	for _, n := range roles.Names {
-		t.Setenv(roles.PasswordEnv(n), password(n))
-	}
+	exportPasswords(t, roles.Names...)
 	s := startConf(t, conf, false, nil)
 	url := s.ClientURL()
 	require.True(t, strings.HasPrefix(url, "tls://"), url)

@@ -110,6 +110,7 @@ func (h *harness) alertsStored(published uint64) map[string]int {
 // folded state after the commit) would let both replicas see "not yet
 // crossed" and count 2.
 func TestAlerts_ExactlyOnceAcrossReplicas(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{replicas: 2})
 	put, e := h.putDef(events.BudgetPutRequest{Scope: "org:acme", Period: "month", Limit: "10", Unit: "USD", Alerts: new(true)})
 	require.Nil(t, e)
@@ -192,6 +193,7 @@ func TestAlerts_ExactlyOnceAcrossReplicas(t *testing.T) {
 // TestAlerts_SettleAboveReservation: a settle whose actual exceeds the
 // reservation can cross a threshold; bad thresholds are refused.
 func TestAlerts_SettleAboveReservation(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{})
 	_, e := h.putDef(events.BudgetPutRequest{Scope: "org:acme", Period: "month", Limit: "10", Unit: "USD", Thresholds: []string{"0.9"}})
 	require.Nil(t, e)
@@ -218,6 +220,7 @@ func TestAlerts_SettleAboveReservation(t *testing.T) {
 // the invariant checker (the projector's replay) accepts the second
 // crossing of 1 because its arm generation is later.
 func TestAlerts_RearmOnDefinitionChange(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{replicas: 2})
 	put, e := h.putDef(events.BudgetPutRequest{Scope: "org:acme", Period: "month", Limit: "4", Unit: "USD", Thresholds: []string{"0.5", "1"}})
 	require.Nil(t, e)
@@ -282,6 +285,7 @@ func TestAlerts_RearmOnDefinitionChange(t *testing.T) {
 // sends none, nor does a budget with alerts off. Raising the limit re-arms
 // it. (main before issue 23 had no blocking alert.)
 func TestAlerts_BlockingOnFirstDenial(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{replicas: 2})
 	put, e := h.putDef(events.BudgetPutRequest{Scope: "org:acme", Period: "month", Limit: "10", Unit: "USD", Alerts: new(true)})
 	require.Nil(t, e)

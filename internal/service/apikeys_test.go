@@ -31,6 +31,7 @@ func (h *harness) foldedKey(id string, version uint64) {
 // (the old secret stops working); listings never show a hash; a key made
 // through one replica resolves at once through another.
 func TestAPIKeys_Lifecycle(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{replicas: 2})
 	id, secret, err := events.NewAPIKey()
 	require.NoError(t, err)
@@ -98,6 +99,7 @@ func TestAPIKeys_Lifecycle(t *testing.T) {
 // TestAPIKeys_BadInput: every malformed key request is refused with its
 // code and changes nothing.
 func TestAPIKeys_BadInput(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{})
 	hash := events.HashAPIKey("s")
 	for _, c := range []struct {

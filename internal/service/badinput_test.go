@@ -37,6 +37,7 @@ func raw(format string, args ...any) []byte { return []byte(fmt.Sprintf(format, 
 // (last sequence and message count) and an unchanged budget view (spent,
 // reserved, open).
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{})
 	h.putBudget("org:acme", "month", "1.00", "USD")
 	admitOK := func(rid, amount string) string {

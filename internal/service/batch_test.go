@@ -173,6 +173,7 @@ func renamed(v events.BudgetView) events.BudgetView {
 // other item is acted on: here the valid admit beside it would reserve
 // (and write) if it were answered, which the unchanged stream rules out.
 func TestBatch_Envelope(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{})
 	h.putBudget("org:acme", "month", "1.00", "USD")
 	seq0, _ := h.streamState()
@@ -201,6 +202,7 @@ func TestBatch_Envelope(t *testing.T) {
 // A brief admit is answered without the per-budget balances, and is
 // otherwise the same request: its retry without brief is a replay.
 func TestAdmit_Brief(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{})
 	h.putBudget("org:acme", "month", "1.00", "USD")
 	r, e := h.admit(events.AdmitRequest{RequestID: "b1", Scopes: []string{"org:acme"}, Amount: "0.10", Brief: true})
@@ -222,6 +224,7 @@ func TestAdmit_Brief(t *testing.T) {
 // tenant's single requests do: its budgets, its request ids, its
 // reservations only; replies name scopes as the tenant sent them.
 func TestBatch_Tenant(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{})
 	for _, tenant := range []string{"acme", "globex"} {
 		var v events.BudgetView

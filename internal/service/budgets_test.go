@@ -58,6 +58,7 @@ func (h *harness) putDef(req events.BudgetPutRequest) (events.BudgetPutReply, *e
 // stream's last sequence and the balances stay as they were, and the
 // request id is not remembered.
 func TestAdmit_CheckAndShadow(t *testing.T) {
+	t.Parallel()
 	m := metrics.New(metrics.BuildInfo{})
 	h := newHarness(t, harnessOpts{metrics: m})
 	h.putBudget("org:acme", "month", "10", "USD")
@@ -130,6 +131,7 @@ func TestAdmit_CheckAndShadow(t *testing.T) {
 // opening with its id, or more than 10) or if a check's decision took part
 // in the group's balance (fewer than 10 admitted).
 func TestAdmit_CheckConcurrentWithAdmits(t *testing.T) {
+	t.Parallel()
 	// Two replicas share the requests (one queue group), so checks on one
 	// race admits on the other as well as in the same commit group.
 	h := newHarness(t, harnessOpts{replicas: 2})
@@ -176,6 +178,7 @@ func TestAdmit_CheckConcurrentWithAdmits(t *testing.T) {
 // TestAdmit_ReplyListsBudgets: an admission lists every budget it applied
 // to, with what remains after it; a denial names the first that blocked.
 func TestAdmit_ReplyListsBudgets(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{})
 	h.putBudget("org:acme", "month", "10", "USD")
 	h.putBudget("org:acme", "day", "3", "USD")
@@ -207,6 +210,7 @@ func TestAdmit_ReplyListsBudgets(t *testing.T) {
 // refused, with or without spend (it would race a concurrent admit); a zero limit needs allow_zero; errors about
 // the limit say "limit"; a budget can be disabled and enabled again.
 func TestBudgetPut_Lifecycle(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{})
 	put := func(req events.BudgetPutRequest) events.BudgetPutReply {
 		t.Helper()
@@ -326,6 +330,7 @@ func TestBudgetPut_Lifecycle(t *testing.T) {
 // over at midnight UTC and a week budget on Monday 00:00 UTC; a reservation
 // opened before midnight settles into its own period.
 func TestCalendar_RolloverUTC(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{})
 	h.putBudget("org:acme", "day", "1", "USD")
 	h.putBudget("org:acme", "week", "5", "USD")
@@ -366,6 +371,7 @@ func TestCalendar_RolloverUTC(t *testing.T) {
 // the change of 25 October 2026 (a day of 25 hours); its instances are
 // local dates.
 func TestCalendar_NamedZoneAcrossDST(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{})
 	v, e := h.putDef(events.BudgetPutRequest{Scope: "org:berlin", Period: "day", Limit: "1", Unit: "requests", TZ: new("Europe/Berlin")})
 	require.Nil(t, e)
@@ -420,6 +426,7 @@ func TestCalendar_NamedZoneAcrossDST(t *testing.T) {
 // the slot is not what is reserved (then 1 admit of 10, or none), or if an
 // overrun is clamped.
 func TestFixedSlot_SeedBound(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{})
 	v, e := h.putDef(events.BudgetPutRequest{Scope: "org:seed", Period: "month", Limit: "10", Unit: "USD", FixedSlot: new("1")})
 	require.Nil(t, e)
@@ -491,6 +498,7 @@ func TestFixedSlot_SeedBound(t *testing.T) {
 // thresholds and the fixed slot, and listed them as changed); replace puts
 // the whole definition; the same holds for a kind's default.
 func TestBudgetPut_ChangesNamedFields(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{})
 	full := events.BudgetPutRequest{Scope: "team:ml", Period: "week", Limit: "50", Unit: "USD", TZ: new("Europe/Berlin"),
 		FixedSlot: new("2"), Thresholds: []string{"0.5", "0.9"}}
@@ -619,6 +627,7 @@ func TestBudgetPut_ConcurrentFields(t *testing.T) {
 // whose reserved it shows (before, reserved came from one budget and
 // overrun from the other), and with each budget's own numbers.
 func TestFixedSlot_SettleReplyPerBudget(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{})
 	_, e := h.putDef(events.BudgetPutRequest{Scope: "org:slot", Period: "month", Limit: "10", Unit: "USD", FixedSlot: new("1")})
 	require.Nil(t, e)

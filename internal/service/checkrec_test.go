@@ -18,6 +18,7 @@ import (
 // request id are two records. Before, a check or shadow answer was only a
 // metric: the stream held the real denial alone.
 func TestCheckRecords(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{})
 	h.putBudget("team:tight", "day", "10", "USD")
 	meta := map[string]string{"feature": "summarize"}

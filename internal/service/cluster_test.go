@@ -26,6 +26,7 @@ import (
 // after the stream leader is stopped the ledger keeps admitting and stays
 // consistent.
 func TestCluster_HotBudgetR3(t *testing.T) {
+	t.Parallel()
 	c := testenv.NewCluster(t, 3)
 	urls := []string{c.Servers[0].ClientURL(), c.Servers[1].ClientURL()}
 	var replicas []*replica.Replica

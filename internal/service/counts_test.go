@@ -15,6 +15,7 @@ import (
 // takes the amount in one and the count in the other, and a put of
 // another currency is still a refused unit change.
 func TestBudgets_CountAndMoneyInOnePeriod(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{replicas: 2})
 	h.putBudget("org:acme", "month", "1.00", "USD")
 	q, e := h.putDef(events.BudgetPutRequest{Scope: "org:acme", Period: "month", Limit: "3", Unit: "requests"})

@@ -32,6 +32,7 @@ func (h *harness) revisionsOf(key string) uint64 {
 // revision, and the count below would be 2 or more), and the budget holds
 // exactly: 10 of 20 admits of 1 under a limit of 10.
 func TestDefaults_FirstUseAcrossReplicas(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{replicas: 2})
 	put, e := h.putDef(events.BudgetPutRequest{Scope: "user:*", Period: "month", Limit: "10", Unit: "USD"})
 	require.Nil(t, e)
@@ -141,6 +142,7 @@ func TestDefaults_FirstUseAcrossReplicas(t *testing.T) {
 // budget nor a default. A tenant cannot change the shared pricing table,
 // and its alerts carry its tenant in the subject.
 func TestDefaults_PerTenant(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{})
 	var v events.BudgetPutReply
 	require.Nil(t, h.tcall("acme", streams.EndpointBudgetPut, events.BudgetPutRequest{Scope: "user:*", Period: "month", Limit: "10", Unit: "USD", Alerts: new(true)}, &v))

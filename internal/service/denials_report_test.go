@@ -187,6 +187,7 @@ func TestReport_Denials(t *testing.T) {
 // window never exceeds it; it holds at most DefaultDenialMaxBytes (or the
 // replica's DenialMaxBytes), the oldest records going first.
 func TestReport_DenialStreamMaxAge(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{})
 	s, err := h.env.JS.Stream(ctxT(t), h.env.Layout.DenialStreamName())
 	require.NoError(t, err)
@@ -212,6 +213,7 @@ func TestReport_DenialStreamMaxAge(t *testing.T) {
 // denial. Without the header the stream would hold four records and the
 // report count four.
 func TestReport_DenialRetryOnce(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{reports: true})
 	h.putBudget("team:tight", "day", "1", "USD")
 	var tb events.BudgetView

@@ -10,6 +10,7 @@ import (
 
 // The ring keeps the last DenialRingSize denials, newest first.
 func TestService_RecentDenials(t *testing.T) {
+	t.Parallel()
 	var s Service
 	require.Empty(t, s.RecentDenials())
 	for i := range DenialRingSize + 10 {

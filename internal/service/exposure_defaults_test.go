@@ -21,6 +21,7 @@ import (
 // view would show no cap) or the rule (every admit would reserve the
 // maximum, with no exposure).
 func TestExposure_DefaultCarriesCapAndLearn(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{})
 	require.Nil(t, h.call(streams.EndpointPricingPut, events.PricingPutRequest{Model: expoModel, Input: "0", Output: "1000"}, nil))
 	learn, expo := "p50", "1"
@@ -75,6 +76,7 @@ func TestExposure_DefaultCarriesCapAndLearn(t *testing.T) {
 // exposure cap or learn rule names them in changed, and previous states
 // what they were (removed: previous holds them, the view no longer).
 func TestBudgetPut_PreviousShowsCapAndLearn(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{})
 	putExposureBudget(t, h, "team:prev", "10", "3")
 	expo, learn := "4", "p90"

@@ -58,6 +58,7 @@ func putExposureBudget(t *testing.T, h *harness, scope, limit, exposureCap strin
 // burst admits more than four (TestAdmit_BlindWritesOverAdmit shows the
 // burst catches a ledger without it).
 func TestExposure_CapHoldsUnderConcurrency(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{replicas: 2})
 	scope := "team:expo"
 	putExposureBudget(t, h, scope, "0.7", "2")

@@ -57,6 +57,7 @@ func (s *signedEnv) replica(t *testing.T, feed bool) *replica.Replica {
 // the same forgery let a tenant reserve 500 on a budget of 1, and the
 // audit printed OK.
 func TestSnapshot_ForgedIsRefusedAndNamed(t *testing.T) {
+	t.Parallel()
 	s := newSignedEnv(t)
 	ctx := ctxT(t)
 	r := s.replica(t, false)
@@ -118,6 +119,7 @@ func TestSnapshot_ForgedIsRefusedAndNamed(t *testing.T) {
 // is folded. How we know it can fail: the audit used to verify lane and
 // budget keys only, and folded the others silently.
 func TestAudit_UnsignedPricingAndDefaultsAreListed(t *testing.T) {
+	t.Parallel()
 	s := newSignedEnv(t)
 	ctx := ctxT(t)
 	r := s.replica(t, false)
@@ -171,6 +173,7 @@ func lastOf(ctx context.Context, env *testenv.Env, key string) (*jetstream.RawSt
 // spend) and to stop for good on a replayed revision; exports and the
 // report replay stopped with "incomplete".
 func TestReaders_GarbageNeverReachesThem(t *testing.T) {
+	t.Parallel()
 	s := newSignedEnv(t)
 	ctx := ctxT(t)
 	r := s.replica(t, true)

@@ -110,6 +110,7 @@ func TestReplica_GarbageUnderEveryKey(t *testing.T) {
 // reason its key and payload give, so an operator reading the log or the
 // metric knows what was written.
 func TestReplica_ReasonsOfGarbage(t *testing.T) {
+	t.Parallel()
 	reasons := &reasonLog{}
 	h := newHarness(t, harnessOpts{replicas: 1, lanes: 2, noCheck: true, ledgerOpts: []ledger.Option{ledger.WithObserver(reasons)}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -151,6 +152,7 @@ func (r *reasonLog) get() []string {
 // dashboard and the feed relay each opened their own consumer (up to four
 // per replica).
 func TestReplica_OneLedgerConsumer(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	ctx := ctxT(t)
 	nc := env.Connect(t)

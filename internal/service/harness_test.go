@@ -21,6 +21,17 @@ import (
 	"github.com/spendgate/spendgate/testenv"
 )
 
+// Parallel tests: a test with its own harness (server, replicas, clock) or
+// cluster calls t.Parallel, but for the ones whose outcome depends on
+// timing, which a second test beside them on two cores would change: the
+// race tests that need both sides of a race to happen and their blind
+// controls that need it to break (ledger_test.go, the sweeper races,
+// TestBudgetPut_ConcurrentFields), rates and bursts (tenantlimits_test.go),
+// the in-flight limit and the miss flood (overload_test.go), a bounded
+// recovery or answer time (failover, TestReplica_GarbageUnderEveryKey),
+// a stop with requests in flight, the batch's fold count, and the mixed
+// workload (its 2-minute deadline beside another heavy test).
+
 // harness is a real JetStream server with one or more spendgate replicas,
 // each on its own connection (as separate processes would be), and a
 // client connection for requests.

@@ -25,6 +25,7 @@ import (
 // a write, or a balance not keyed by its instance, fails the stream and
 // balance checks.
 func TestAdmit_MinuteAndHourPeriods(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		period events.Period
 		length time.Duration

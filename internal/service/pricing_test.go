@@ -30,6 +30,7 @@ func (h *harness) putPrice(req events.PricingPutRequest) events.PricingPutReply 
 // mid-flight leaves the open reservation at its version, and its settle
 // from usage is priced there; a new admit uses the new version.
 func TestPricing_AdmitSettleFromUsage(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{replicas: 2})
 	h.putBudget("org:acme", "month", "100", "USD")
 	h.putBudget("user:u1", "day", "1000", "requests")
@@ -124,6 +125,7 @@ func TestPricing_AdmitSettleFromUsage(t *testing.T) {
 // and negative, absurd or inconsistent counts are refused with stable
 // codes; none of them changes the stream.
 func TestPricing_Refused(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{})
 	h.putBudget("org:acme", "month", "100", "USD")
 	h.putPrice(events.PricingPutRequest{Model: "gpt-x", Input: "2.5", Output: "10"})
@@ -199,6 +201,7 @@ func TestPricing_Refused(t *testing.T) {
 // metadata model is kept, and the CSV export carries the model, the price
 // version and the token counts of priced reservations.
 func TestPricing_ReportsByModel(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{reports: true})
 	h.putBudget("org:acme", "month", "100", "USD")
 	v1 := h.putPrice(events.PricingPutRequest{Model: "gpt-x.1", Input: "2.5", Output: "10", CachedInput: "1.25"})

@@ -173,6 +173,7 @@ func TestReport_EqualsReplayAcrossRestart(t *testing.T) {
 // stable code and a message in the API's words, and the ledger does not
 // change.
 func TestReport_BadInput(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{reports: true})
 	h.putBudget("org:acme", "month", "10", "USD")
 	for _, tc := range []struct {
@@ -212,6 +213,7 @@ func TestReport_BadInput(t *testing.T) {
 // TestReport_Unavailable: a replica without the aggregate answers
 // report_unavailable, pointing at the replay.
 func TestReport_Unavailable(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{})
 	e := h.call(streams.EndpointReport, events.ReportRequest{By: "scope"}, nil)
 	require.NotNil(t, e)
@@ -225,6 +227,7 @@ func TestReport_Unavailable(t *testing.T) {
 // tenant's and the untenanted deployment's. Without the tenant per cell,
 // acme's report would count globex's and the untenanted spend too.
 func TestReport_Tenants(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{reports: true})
 	for _, tenant := range []string{"acme", "globex", ""} {
 		var e *events.Error

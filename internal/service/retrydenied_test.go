@@ -35,6 +35,7 @@ import (
 // attempt after the first), it is answered ledger_unavailable, and the
 // next retry, once the held attempt committed, replays its reservation.
 func TestAdmit_RetryNeverDenied(t *testing.T) {
+	t.Parallel()
 	for _, marked := range []bool{false, true} {
 		t.Run(fmt.Sprintf("marked=%v", marked), func(t *testing.T) {
 			env := testenv.New(t)
@@ -126,6 +127,7 @@ func TestAdmit_RetryNeverDenied(t *testing.T) {
 // naming the scope, and reserves nothing. Before issue 27 it was admitted
 // (reserved once, its reply listing the budget twice).
 func TestAdmit_DuplicateScope(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	r := replicatest.Start(t, env, replica.Config{SweepInterval: -1})
 	ctx := ctxT(t)

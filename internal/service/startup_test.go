@@ -23,6 +23,7 @@ import (
 // start and serve. Rounds with fresh buckets repeat the race; it fails if a
 // transient start-up error is returned instead of retried.
 func TestCluster_TwoReplicasStartTogether(t *testing.T) {
+	t.Parallel()
 	c := testenv.NewCluster(t, 3)
 	const rounds = 2
 	for round := 0; round < rounds; round++ {

@@ -20,6 +20,7 @@ import (
 // the request goroutines are not counted (micro's own num_errors misses
 // them: the handler returned before they were sent).
 func TestService_MicroStats(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{})
 	h.putBudget("org:acme", "month", "100", "USD")
 	for i := 0; i < 3; i++ {

@@ -67,6 +67,7 @@ func sweepPass(t *testing.T, r *replica.Replica) int {
 // due at T+30s-1ns and is due at exactly T+30s (ExpiresAt <= now), both for
 // the ledger's listing and for settle.Expire's own check at commit time.
 func TestSweep_ExactBoundary(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{})
 	T := time.Date(2026, 11, 30, 12, 0, 0, 123456789, time.UTC)
 	h.clock.now.Store(T)
@@ -138,6 +139,7 @@ func TestSweep_ExactBoundary(t *testing.T) {
 // first; the replica's own sweeper (bound sweep.DefaultMaxPerPass) takes
 // the rest in one pass; every budget is whole afterwards.
 func TestSweep_ManyExpired(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{})
 	const budgets, n = 5, 500
 	for b := 0; b < budgets; b++ {
@@ -499,6 +501,7 @@ func TestSweep_RaceBlindControl(t *testing.T) {
 // reservation's own day, flagged late; repeating it is a replay that counts
 // nothing twice.
 func TestSettle_LateAfterExpiry(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{})
 	h.clock.now.Store(time.Date(2026, 11, 30, 23, 59, 50, 0, time.UTC))
 	h.putBudget("user:night", "day", "5", "USD")
@@ -581,6 +584,7 @@ func TestSettle_LateAfterExpiry(t *testing.T) {
 // closes the open reservation itself (late, not after expiry); the sweeper
 // then has nothing to do.
 func TestSettle_LateBeforeSweep(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{})
 	h.putBudget("org:tardy", "month", "10", "USD")
 	r, e := h.admit(events.AdmitRequest{RequestID: "tardy-1", Scopes: []string{"org:tardy"}, Amount: "1", TTL: "30s"})
@@ -608,6 +612,7 @@ func TestSettle_LateBeforeSweep(t *testing.T) {
 // before their expiry are never touched by the sweeper, however far the
 // clock moves, while an open neighbour with the same expiry is expired.
 func TestSweep_ClosedBeforeExpiryUntouched(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{replicas: 2})
 	h.putBudget("org:done", "month", "10", "USD")
 	admit := func(rid string) string {

@@ -14,6 +14,7 @@ import (
 // buckets are forgotten once the map grows past its sweep size. How we
 // know it can fail: each assertion is the exact count of one step.
 func TestTenantBuckets_Take(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	b := newTenantBuckets(10, 5, func() time.Time { return now })
 	for i := range 5 {
@@ -48,6 +49,7 @@ func TestTenantBuckets_Take(t *testing.T) {
 // most a tenth of a second. How we know it can fail: with the burst at a
 // second's worth (as it was) the default would be 500.
 func TestTenantLimits_DefaultBurst(t *testing.T) {
+	t.Parallel()
 	l := TenantLimits{}.WithDefaults()
 	require.Equal(t, events.MaxBatchItems, l.Burst)
 	require.Equal(t, 5000, TenantLimits{Rate: 50000}.WithDefaults().Burst)

@@ -38,6 +38,7 @@ func (h *harness) tcall(tenant, endpoint string, req any, out any) *events.Error
 // scope in a body is refused, an invalid tenant token writes nothing, and
 // the sweeper expires a tenant's reservation like any other.
 func TestTenants_Wire(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{})
 	for _, tenant := range []string{"acme", "globex", ""} {
 		var v events.BudgetView

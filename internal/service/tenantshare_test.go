@@ -25,6 +25,7 @@ import (
 // service.go): acme's admits then take every slot, none is refused, and
 // globex's admit is answered ledger_busy.
 func TestService_TenantShareOfInflight(t *testing.T) {
+	t.Parallel()
 	var hang atomic.Bool
 	release := make(chan struct{})
 	h := newHarness(t, harnessOpts{maxInFlight: 4, ledgerOpts: []ledger.Option{

@@ -46,6 +46,7 @@ func twoLanes(t *testing.T, layout streams.Layout) (string, string) {
 // request_voided and reserves nothing; after it, the reservation is
 // released in both balances at once.
 func TestVoid_LanesAndScopes(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{lanes: 4, replicas: 2})
 	a, b := twoLanes(t, h.env.Layout)
 	h.putBudget(a, "month", "10", "USD")
@@ -132,6 +133,7 @@ func TestVoid_LanesAndScopes(t *testing.T) {
 // book) lets an admit decided against a stale book land after the void,
 // and its reservation stays open.
 func TestVoid_RacesAdmit(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{lanes: 4, replicas: 2})
 	a, b := twoLanes(t, h.env.Layout)
 	h.putBudget(a, "month", "1000", "USD")
@@ -191,6 +193,7 @@ func TestVoid_RacesAdmit(t *testing.T) {
 // taken after a void (and folds nothing of the stream before it) still
 // refuses the voided request id.
 func TestVoid_SurvivesSnapshotRestart(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{})
 	h.putBudget("org:snap", "month", "10", "USD")
 	_, e := h.void("gone", "org:snap")
@@ -219,6 +222,7 @@ func TestVoid_SurvivesSnapshotRestart(t *testing.T) {
 // idempotency window (the retention of a closed reservation), like a
 // request id; after it, the request id is new again.
 func TestVoid_ForgottenAfterTheWindow(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{ledgerOpts: []ledger.Option{ledger.WithRetention(time.Second, time.Hour)}})
 	h.putBudget("org:win", "month", "100", "USD")
 	_, e := h.void("old", "org:win")
@@ -242,6 +246,7 @@ func TestVoid_ForgottenAfterTheWindow(t *testing.T) {
 // before is released, and the reply names the request id and balances as
 // the tenant sent them.
 func TestVoid_Tenants(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{})
 	for _, tenant := range []string{"acme", "globex"} {
 		var v events.BudgetView

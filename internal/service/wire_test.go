@@ -45,6 +45,7 @@ func requireRefusal(t *testing.T, e *events.Error, code events.Code, id, status 
 // reservation and its state as fields, not only in prose; unknown_reservation
 // has no state to name.
 func TestRefusal_CarriesStatus(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{})
 	h.putBudget("org:acme", "month", "10", "USD")
 	admit := func(rid string) events.AdmitReply {
@@ -102,6 +103,7 @@ func TestRefusal_CarriesStatus(t *testing.T) {
 // TestAdmit_ReplayStatus: a new admission says status open; a replay (same
 // request id and body) says what became of the reservation since.
 func TestAdmit_ReplayStatus(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{})
 	h.putBudget("org:acme", "month", "10", "USD")
 	req := func(rid string) events.AdmitRequest {
@@ -161,6 +163,7 @@ func TestAdmit_ReplayStatus(t *testing.T) {
 // BudgetListReply, in period order); a scope without budgets is
 // unknown_budget either way.
 func TestBudgetGet_ScopeOnly(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{})
 	h.putBudget("org:acme", "month", "10", "USD")
 	h.putBudget("org:acme", "day", "1", "USD")
@@ -202,6 +205,7 @@ func TestBudgetGet_ScopeOnly(t *testing.T) {
 // message names the field in the API's words, never encoding/json's (Go
 // types, struct fields), and an unchanged stream.
 func TestDecode_TypeErrorsNameTheField(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{})
 	h.putBudget("org:acme", "month", "10", "USD")
 	for _, tc := range []struct {
@@ -248,6 +252,7 @@ func TestDecode_TypeErrorsNameTheField(t *testing.T) {
 // folded the settle: the retried settle answered unknown_reservation and
 // the retried admit reserved again.
 func TestRetention_CloseAfterIdleIsRemembered(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpts{ledgerOpts: []ledger.Option{ledger.WithRetention(time.Second, time.Hour)}})
 	h.putBudget("org:ret", "month", "100", "USD")
 	req := events.AdmitRequest{RequestID: "idle-1", Scopes: []string{"org:ret"}, Amount: "1", TTL: "1m"}

@@ -348,16 +348,18 @@ func TestBatching_fallbackWithoutBatchEndpoints(t *testing.T) {
 
 // The callers of a batch just answered call again at once (an admit's
 // settle): once all of them have, their calls go without waiting out the
-// linger. With a 10 ms linger, the median settle of 8 callers cycling
+// linger. With a 250 ms linger (past what users may set, so that the
+// bound holds on busy cores), the median settle of 8 callers cycling
 // together is far below it; if the pending calls waited for the linger
 // whenever answered callers were expected (the flush on the last
 // expected arrival removed), every settle after a batched admit would
-// take at least 10 ms and the median would be above it.
+// take at least 250 ms and the median would be above it.
 func TestBatching_returningCallersDoNotWaitOutLinger(t *testing.T) {
 	env := testenv.New(t)
 	startService(t, env)
-	const linger = client.MaxLinger
-	c := newClient(t, env.Connect(t), client.WithBatching(linger, 64))
+	const linger = 250 * time.Millisecond
+	c := newClient(t, env.Connect(t), client.WithBatching(client.MaxLinger, 64))
+	client.SetLinger(c, linger)
 	putBudget(t, c, "org:acme", "1000")
 
 	const callers, cycles = 8, 6

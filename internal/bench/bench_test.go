@@ -23,6 +23,7 @@ import (
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/replica"
+	"github.com/spendgate/spendgate/internal/soak"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
 )
@@ -232,8 +233,10 @@ func TestRun_ServiceReplicasAndLanes(t *testing.T) {
 }
 
 // --cluster 3 embeds a 3-node cluster with the streams at R3, in one
-// command: the production shape on one machine.
+// command: the production shape on one machine. It runs in .ci/run's soak
+// step (the service's cluster tests run in the short suite).
 func TestRun_Cluster(t *testing.T) {
+	soak.Only(t) // .ci/run's soak step: a whole bench run, 20 s of the suite's time
 	ctx, cancel := context.WithTimeout(context.Background(), 2*benchTestBudget)
 	defer cancel()
 	var out, errOut bytes.Buffer
@@ -487,8 +490,9 @@ func TestRun_Failures(t *testing.T) {
 // not fail. The p99 target is reported, not asserted: it is a property of
 // the machine. (A paced flood coalesces only when misses overlap, so the
 // count of reads is logged here; TestService_MissFloodCoalesced asserts
-// coalescing with misses sent at once.)
+// coalescing with misses sent at once.) It runs in .ci/run's soak step.
 func TestRun_Flood(t *testing.T) {
+	soak.Only(t) // .ci/run's soak step: a whole bench run, 20 s of the suite's time
 	ctx, cancel := context.WithTimeout(context.Background(), 2*benchTestBudget)
 	defer cancel()
 	var out, errOut bytes.Buffer

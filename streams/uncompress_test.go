@@ -58,6 +58,7 @@ func blocks(t *testing.T, dir, stream string) (names []string, compressed map[st
 // left S2 on, if the server refused the update, or if the old compressed
 // blocks could no longer be read.
 func TestEnsure_UncompressesS2Stream(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -147,6 +148,7 @@ func TestEnsure_UncompressesS2Stream(t *testing.T) {
 // fails with ErrCompressed, which says what to do, and leaves the stream
 // as it was. An identity that may update it then fixes it.
 func TestEnsure_CompressedRefused(t *testing.T) {
+	t.Parallel()
 	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
 		Users: []*server.User{
 			{Username: "admin", Password: "admin"},

@@ -24,14 +24,14 @@ import (
 	"github.com/spendgate/spendgate/testenv"
 )
 
-// keysServe starts an embedded serve on a fresh data dir with the default
-// keys (kept in the data dir) and returns it, its data dir, its URL and a
-// JetStream handle.
-func keysServe(t *testing.T, extra ...string) (*proc, string, string, jetstream.JetStream) {
+// keysServe starts an embedded serve (bin: procBin's or raceBin) on a
+// fresh data dir with the default keys (kept in the data dir) and returns
+// it, its data dir, its URL and a JetStream handle.
+func keysServe(t *testing.T, bin string, extra ...string) (*proc, string, string, jetstream.JetStream) {
 	t.Helper()
 	dataDir := t.TempDir()
 	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	p := startProc(t, true, append([]string{"serve", "--data-dir", dataDir, "--listen", listen}, extra...)...)
+	p := startProcBin(t, bin, testDir(t), nil, true, append([]string{"serve", "--data-dir", dataDir, "--listen", listen}, extra...)...)
 	url := "nats://" + listen
 	js, err := jetstream.New(connect(t, url))
 	require.NoError(t, err)
@@ -67,7 +67,7 @@ func rawPut(t *testing.T, js jetstream.JetStream, key string, data []byte, h nat
 func TestSecure_ForgeryAndGarbage(t *testing.T) {
 	t.Parallel()
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	_, dataDir, url, js := keysServe(t, "--http", httpAddr, "--feed")
+	_, dataDir, url, js := keysServe(t, procBin("serve"), "--http", httpAddr, "--feed")
 	cli := func(args ...string) (int, []byte) { t.Helper(); return e2eCLI(t, url, args...) }
 	code, _ := cli("budget", "put", "--scope", "org:t1", "--period", "month", "--limit", "1.00", "--unit", "USD")
 	require.Equal(t, 0, code)
@@ -164,7 +164,9 @@ func TestSecure_ForgeryAndGarbage(t *testing.T) {
 // its later revisions untrusted (audit check fails).
 func TestSecure_KeyRotationSIGHUP(t *testing.T) {
 	t.Parallel()
-	p, dataDir, url, js := keysServe(t)
+	// Race-built: the SIGHUP reload (serve.go) swaps the ledger's trust
+	// and signer while it serves, and no other test runs it.
+	p, dataDir, url, js := keysServe(t, raceBin())
 	cli := func(args ...string) (int, []byte) { t.Helper(); return e2eCLI(t, url, args...) }
 	code, _ := cli("budget", "put", "--scope", "org:r", "--period", "month", "--limit", "100", "--unit", "USD")
 	require.Equal(t, 0, code)
@@ -258,7 +260,7 @@ func appendFile(t *testing.T, path, s string) {
 // reservation was gone (reserved 0).
 func TestSecure_LostKeyEmbedded(t *testing.T) {
 	t.Parallel()
-	p, dataDir, url, _ := keysServe(t)
+	p, dataDir, url, _ := keysServe(t, procBin("serve"))
 	cli := func(args ...string) (int, []byte) { t.Helper(); return e2eCLI(t, url, args...) }
 	code, _ := cli("budget", "put", "--scope", "org:k", "--period", "month", "--limit", "100", "--unit", "USD")
 	require.Equal(t, 0, code)

@@ -32,7 +32,9 @@ var binPath string
 // for the tests that only parse flags and print a usage or a refusal
 // (runUsage): one goroutine, nothing to race, and about 170 starts, each
 // ten times cheaper without -race (0.2 s of CPU with it: the race
-// runtime's start). It is binPath when the tests run without -race.
+// runtime's start). serve and gateway run it too (procBin), and client
+// commands after their first run (clientBin). It is binPath when the
+// tests run without -race.
 var usageBinPath string
 
 func TestMain(m *testing.M) {
@@ -78,21 +80,47 @@ func TestMain(m *testing.M) {
 // race-built process has run in this test run: clientBin.
 var raceRan sync.Map
 
-// longRunning are the commands that serve, stream or drive load: always
-// race-built (clientBin).
-var longRunning = map[string]bool{"serve": true, "gateway": true, "feed": true, "bench": true, "demo": true, "alerts": true}
+// plainServers are the commands that serve (a replica, on its embedded
+// server or joining one; the gateway): they run built without the race
+// detector (procBin, clientBin) but where a test asks for raceBin. Their
+// concurrent code runs race-instrumented in process in other packages'
+// tests: the replica's (ledger, service endpoints, sweep, feed, reports,
+// metrics, health) in internal/replica's and internal/service's (their
+// harness starts replica.Start on an embedded server, as serve does), the
+// dashboard over a live replica in internal/dashboard's, the embedded
+// server in every testenv test, the gateway in internal/gateway's. What
+// only serve.go does concurrently is kept race-built here:
+// TestSecure_KeyRotationSIGHUP (the SIGHUP reload swaps the ledger's
+// trust and signer while it serves) and TestServe_CleanStopLogsNoWarning
+// (the stop: signal, replica stop and the two connections' drains). A
+// race-built serve costs about three times the CPU of a plain one (its
+// embedded JetStream server and the replica, race-instrumented), and the
+// package starts about 55 of them.
+var plainServers = map[string]bool{"serve": true, "gateway": true}
 
-// clientBin is the binary a test runs the command args with. A command
-// that serves, streams or drives load is binPath, race-built, every time.
-// A client command (one request and its reply, or an offline tool) is
-// binPath the first time this test run runs it (by command and
-// subcommand), so the race detector sees each command's code every run,
-// and usageBinPath after: a race-built process costs four times the CPU
-// of one without (0.22 s against 0.06 s for an admit; the package runs
-// about 330 of them), and the process does little concurrently beyond
-// nats.go's own goroutines, which run race-built in every test of this
-// package's in-process servers and clients.
-func clientBin(args ...string) string {
+// raceAlways are the commands run race-built every time: bench drives load
+// with many goroutines, and TestBench_Restart is the only test of its
+// restart scenario (internal/bench's own tests run the other scenarios).
+var raceAlways = map[string]bool{"bench": true}
+
+// raceBin is the binary a test that needs a race-built serve (see
+// plainServers) passes to startProcBin: binPath.
+func raceBin() string { return binPath }
+
+// procBin is the binary startProc runs the command args with: usageBinPath
+// for a plain server (plainServers), binPath for anything else (bench, and
+// a client command a test runs as a process of its own, such as audit
+// archive, which TestAudit_ArchiveKillTrim kills while it writes).
+func procBin(args ...string) string {
+	if w := commandWords(args); len(w) > 0 && plainServers[w[0]] {
+		return usageBinPath
+	}
+	return binPath
+}
+
+// commandWords are the command and subcommand of args: the words before
+// the first flag, at most two.
+func commandWords(args []string) []string {
 	var words []string
 	for _, a := range args {
 		if strings.HasPrefix(a, "-") {
@@ -103,8 +131,27 @@ func clientBin(args ...string) string {
 			break
 		}
 	}
-	if len(words) == 0 || longRunning[words[0]] {
+	return words
+}
+
+// clientBin is the binary a test runs the command args with. A plain
+// server (plainServers: serve's refusals, its config checks) is
+// usageBinPath, and bench (raceAlways) binPath, every time. A client
+// command (one request and its reply, an offline tool, a streaming
+// command) is binPath the first time this test run runs it (by command and
+// subcommand), so the race detector sees each command's code every run,
+// and usageBinPath after: a race-built process costs four times the CPU
+// of one without (0.22 s against 0.06 s for an admit; the package runs
+// about 330 of them), and the process does little concurrently beyond
+// nats.go's own goroutines, which run race-built in every test of this
+// package's in-process servers and clients.
+func clientBin(args ...string) string {
+	words := commandWords(args)
+	switch {
+	case len(words) == 0 || raceAlways[words[0]]:
 		return binPath
+	case plainServers[words[0]]:
+		return usageBinPath
 	}
 	if _, seen := raceRan.LoadOrStore(strings.Join(words, " "), true); !seen {
 		return binPath
@@ -172,9 +219,9 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// startProc runs the binary with args and returns once it printed "ready"
-// (for serve) or immediately (ready == false). The process is killed at
-// test end if still running.
+// startProc runs the binary with args (procBin's) and returns once it
+// printed "ready" (for serve) or immediately (ready == false). The process
+// is killed at test end if still running.
 func startProc(t *testing.T, waitReady bool, args ...string) *proc {
 	t.Helper()
 	return startProcIn(t, testDir(t), waitReady, args...)
@@ -214,7 +261,14 @@ func startProcEnv(t *testing.T, env []string, waitReady bool, args ...string) *p
 // environment.
 func startProcEnvIn(t *testing.T, dir string, env []string, waitReady bool, args ...string) *proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(binPath, args...), out: &syncBuffer{}, done: make(chan struct{})}
+	return startProcBin(t, procBin(args...), dir, env, waitReady, args...)
+}
+
+// startProcBin is startProcEnvIn running bin (raceBin for a race-built
+// serve) instead of procBin's.
+func startProcBin(t *testing.T, bin, dir string, env []string, waitReady bool, args ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(bin, args...), out: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd.Dir = dir
 	if env != nil {
 		p.cmd.Env = append(os.Environ(), env...)

@@ -133,7 +133,11 @@ func TestServe_CleanStopLogsNoWarning(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"serve", "--data-dir", filepath.Join(t.TempDir(), "data"), "--sweep-interval", "1m",
 				"--http", fmt.Sprintf("127.0.0.1:%d", freePort(t))}, tc.args...)
-			p := startProc(t, true, args...)
+			// Race-built: serve.go's own stop (the signal, the replica's
+			// stop, the two connections' drains while the last replies
+			// flush) is run race-instrumented here, on both ways serve
+			// connects; other tests stop a plain serve.
+			p := startProcBin(t, raceBin(), testDir(t), nil, true, args...)
 			p.stop(t)
 			out := p.out.String()
 			_, stopping, ok := strings.Cut(out, "shutting down")

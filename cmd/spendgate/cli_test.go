@@ -380,12 +380,13 @@ func TestCLI_UsageErrors(t *testing.T) {
 // spendgate version prints the module version and the commit recorded in
 // the binary's build information, the one `go version -m` reads; a build
 // that recorded none (go run, -buildvcs=false, a git worktree) says so and
-// how to get one, instead of claiming a commit.
+// how to get one, instead of claiming a commit. It runs usageBinPath, the
+// binary go build made (binPath is the test binary under -race).
 func TestCLI_Version(t *testing.T) {
 	t.Parallel()
-	r := runCLI(t, nil, "version")
+	r := runBin(t, usageBinPath, nil, nil, "version")
 	require.Equal(t, 0, r.code, r.stderr)
-	out, err := exec.Command("go", "version", "-m", binPath).Output()
+	out, err := exec.Command("go", "version", "-m", usageBinPath).Output()
 	require.NoError(t, err)
 	var modVersion, revision string
 	for _, line := range strings.Split(string(out), "\n") {

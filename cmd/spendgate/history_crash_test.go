@@ -68,9 +68,10 @@ func TestServe_KilledWhileSweepingAndSnapshotting(t *testing.T) {
 		}
 		return v.Open
 	}
-	testenv.WaitFor(t, time.Minute, "the sweep under way", func() bool { o := open(); return o >= 0 && o < n })
+	var atKill int64
+	testenv.WaitFor(t, time.Minute, "the sweep under way", func() bool { atKill = open(); return atKill >= 0 && atKill < n })
 	p.kill(t)
-	t.Logf("%v: killed while sweeping", time.Now().Format(time.StampMilli))
+	t.Logf("%v: killed while sweeping, %d of %d reservations open when it was seen under way", time.Now().Format(time.StampMilli), atKill, n)
 
 	p = startProc(t, true, args...)
 	t.Logf("%v: restarted", time.Now().Format(time.StampMilli))

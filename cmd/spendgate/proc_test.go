@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -26,12 +25,12 @@ import (
 )
 
 // binPath is the spendgate binary of the process tests, race-built when
-// the tests run with -race: then it is this test binary itself, linked (or
-// copied) as "spendgate" (TestMain runs main when started under that
+// the tests run with -race: then it is this test binary itself,
+// hard-linked as "spendgate" (TestMain runs main when started under that
 // name): package main compiled with -race, which go test has just linked,
 // so TestMain need not link it a second time (5.5 CPU-seconds where go
 // build's link is not cached: a fresh clone, a new commit). Without -race
-// TestMain builds it.
+// (or where no hard link can be made) TestMain builds it.
 var binPath string
 
 // usageBinPath is the spendgate binary built without the race detector,
@@ -69,12 +68,11 @@ func TestMain(m *testing.M) {
 	usageBinPath = binPath
 	builds := [][]string{{"build", "-o", binPath}}
 	if raceEnabled {
-		if err := copySelf(binPath); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
 		usageBinPath = filepath.Join(dir, "spendgate-norace")
 		builds = [][]string{{"build", "-o", usageBinPath}}
+		if !linkSelf(binPath) {
+			builds = append(builds, []string{"build", "-race", "-o", binPath})
+		}
 	}
 	for _, args := range builds {
 		cmd := exec.Command("go", append(args, ".")...)
@@ -89,32 +87,13 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// copySelf makes this test binary available as path: a hard link, or a
-// copy where none can be made. Not a symbolic link: bench runs its
-// replicas as os.Executable(), which resolves one to this binary's own
-// name, under which it would run the tests.
-func copySelf(path string) error {
+// linkSelf hard-links this test binary as path and says whether it could
+// (not across file systems: then TestMain builds binPath). Not a symbolic
+// link: bench runs its replicas as os.Executable(), which resolves one to
+// this binary's own name, under which it would run the tests.
+func linkSelf(path string) bool {
 	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	if os.Link(self, path) == nil {
-		return nil
-	}
-	in, err := os.Open(self)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o755)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
+	return err == nil && os.Link(self, path) == nil
 }
 
 // raceRan holds the client commands (by command and subcommand) a

@@ -17,8 +17,9 @@ import (
 // catches what they guard: a State that did not forget holds 1,000 (500)
 // where the bound is 63 (62), the one-minute window is passed 16 (8)
 // times over, each case of VoidWindow (up to second 111) is in it, and
-// the 3-hour expired window outlasts either history as before. Each step folds two JSON revisions into two
-// States under -race: 10,000 took 5 CPU-s.
+// the 3-hour expired window outlasts either history as before. Each
+// step folds two JSON revisions into two States under -race: 10,000 took
+// 5 CPU-s.
 func windowHistory(soakN int) int {
 	if soak.Long() {
 		return soakN

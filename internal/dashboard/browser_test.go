@@ -2,6 +2,7 @@ package dashboard_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -162,7 +163,16 @@ func sharedBrowser() (context.Context, error) {
 		bctx, cancelB := chromedp.NewContext(actx)
 		shared.ctx = bctx
 		shared.stop = func() { cancelB(); cancelA() }
-		shared.err = chromedp.Run(bctx) // starts the browser
+		// The first Run starts the browser, which lives as long as its
+		// context: bctx, not a test's, and bounded here instead.
+		started := make(chan error, 1)
+		go func() { started <- chromedp.Run(bctx) }()
+		select {
+		case shared.err = <-started:
+		case <-time.After(90 * time.Second):
+			shared.stop()
+			shared.err = errors.New("Chromium did not start within 90 s")
+		}
 	})
 	return shared.ctx, shared.err
 }

@@ -8,16 +8,33 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/soak"
 )
+
+// windowHistory is how many seconds of closes (one a second) the window
+// tests fold: 10,000 (Window) and 5,000 (VoidWindow) in .ci/run's soak
+// step (SPENDGATE_SOAK), a tenth of that in the suite. A tenth still
+// catches what they guard: a State that did not forget holds 1,000 (500)
+// where the bound is 63 (62), the one-minute window is passed 16 (8)
+// times over, each case of VoidWindow (up to second 111) is in it, and
+// the 3-hour expired window outlasts either history as before. Each
+// step folds two JSON revisions into two States under -race: 10,000 took
+// 5 CPU-s.
+func windowHistory(soakN int) int {
+	if soak.Long() {
+		return soakN
+	}
+	return soakN / 10
+}
 
 // TestState_Window: a State with a window holds what is open plus the
 // recently closed, whatever the history's length: 10,000 reservations
-// opened and settled a second apart leave at most the last 60 s of them
-// (a 1-minute window); an expired one is kept for the expired window so
+// (1,000 in the suite: windowHistory) opened and settled a second apart
+// leave at most the last 60 s of them (a 1-minute window); an expired one is kept for the expired window so
 // that its settle after expiry still folds; the balance totals equal a
 // State that keeps everything, and each forgotten reservation went
 // through onForget. How we know it can fail: without advance's
-// forgetting, the State holds all 10,000 (the bound is asserted); a
+// forgetting, the State holds all of them (the bound is asserted); a
 // window that forgot the expired reservation early makes the late settle
 // fail with "never opened".
 func TestState_Window(t *testing.T) {
@@ -48,7 +65,7 @@ func TestState_Window(t *testing.T) {
 	// One reservation expires first, and is settled late at the end.
 	both(t0, rev(spent, events.MustMoney("1"), overrun, 1, open("x", t0)))
 	both(t0, rev(spent, events.Zero, overrun, 0, events.ReservationReleased{ReservationID: "x", Balance: ref, Reserved: events.MustMoney("1"), Reason: events.ReasonExpired, At: t0}))
-	const n = 10_000
+	n := windowHistory(10_000)
 	most := 0
 	for i := 0; i < n; i++ {
 		at := t0.Add(time.Duration(i) * time.Second)
@@ -61,7 +78,7 @@ func TestState_Window(t *testing.T) {
 		require.LessOrEqual(t, len(lean.reservations), 2, "settled reservations are kept as digests")
 	}
 	require.LessOrEqual(t, most, 63, "held at most a minute of closes (plus the expired one)")
-	end := t0.Add(n * time.Second)
+	end := t0.Add(time.Duration(n) * time.Second)
 	spent, overrun = spent.Add(events.MustMoney("2")), overrun.Add(events.MustMoney("2"))
 	both(end, rev(spent, events.Zero, overrun, 0, events.ReservationSettled{ReservationID: "x", Balance: ref, Reserved: events.MustMoney("1"),
 		Actual: events.MustMoney("2"), Overrun: events.MustMoney("2"), Late: true, AfterExpiry: true, At: end}))
@@ -82,14 +99,14 @@ func TestState_Window(t *testing.T) {
 // id for the window's closed retention after the revision that voided it,
 // as a replica remembers it for its retention, and then forgets it; a
 // State without a window keeps every void. 5,000 voids a second apart
-// leave at most a minute of them (a 1-minute window), the balances equal
-// those of the State that keeps everything, a request id voided again is
+// (500 in the suite: windowHistory) leave at most a minute of them (a
+// 1-minute window), the balances equal those of the State that keeps everything, a request id voided again is
 // kept a minute from its newest void, and an admit carrying a voided
 // request id folds alike in both States, within the window or after it
 // (the fold never looks a request id up among the voids: the ledger's
 // writer refuses such an admit while it remembers the void, and once one
 // is written it is an admit like any other). How we know it can fail:
-// without advance's forgetting, the lean State holds all 5,000 voids (the
+// without advance's forgetting, the lean State holds all the voids (the
 // bound is asserted); a forget that ignored a newer void would drop
 // "again" at t0+60s; a fold that refused a voided request id would make
 // the two admits below fail in one State and not the other.
@@ -122,7 +139,7 @@ func TestState_VoidWindow(t *testing.T) {
 		require.NoError(t, full.Apply(seq, "lane.0", data))
 	}
 	both(t0, rev(void("again", t0)))
-	const n = 5_000
+	n := windowHistory(5_000)
 	most := 0
 	for i := 0; i < n; i++ {
 		at := t0.Add(time.Duration(i) * time.Second)
@@ -161,7 +178,7 @@ func TestState_VoidWindow(t *testing.T) {
 	}
 	// Clones keep their own voids.
 	c := lean.Clone()
-	c.advance(t0.Add(2 * n * time.Second))
+	c.advance(t0.Add(time.Duration(2*n) * time.Second))
 	require.Empty(t, c.voided)
 	require.Empty(t, c.win.voids)
 	require.NotEmpty(t, lean.voided)

@@ -74,12 +74,26 @@ func TestEnsure_UncompressesS2Stream(t *testing.T) {
 	// compressed a block (4 MiB blocks for this stream).
 	body := []byte(strings.Repeat("spendgate ledger revision ", 40))[:1024]
 	written := 0
+	// 500 at a time, published asynchronously and every ack checked: one
+	// at a time, each waiting for its ack, the ~16,000 writes were two
+	// thirds of the test's CPU (a round trip and its syscalls each).
 	write := func(until func() bool) {
 		for !until() {
+			acks := make([]jetstream.PubAckFuture, 0, 500)
 			for i := 0; i < 500; i++ {
 				written++
-				_, err := env.JS.Publish(ctx, env.Layout.Subject(fmt.Sprintf("test.k%d", written)), append([]byte(fmt.Sprint(written, ":")), body...))
+				f, err := env.JS.PublishAsync(env.Layout.Subject(fmt.Sprintf("test.k%d", written)), append([]byte(fmt.Sprint(written, ":")), body...))
 				require.NoError(t, err)
+				acks = append(acks, f)
+			}
+			for _, f := range acks {
+				select {
+				case <-f.Ok():
+				case err := <-f.Err():
+					require.NoError(t, err)
+				case <-ctx.Done():
+					t.Fatal("no ack in time")
+				}
 			}
 			require.Less(t, written, 100_000, "no block sealed")
 		}

@@ -2,6 +2,7 @@ package dashboard_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -123,37 +124,100 @@ func TestDashboard_Browser(t *testing.T) {
 	require.Empty(t, problems(), "console errors")
 }
 
-// browser starts a headless Chromium of width x height (skipping t when
-// there is none) and returns its context, and what it reported as
-// console errors, warnings, exceptions and failed loads so far.
+// shared is the one headless Chromium the browser tests share, each in a
+// tab of its own with its own viewport and console: a Chromium's start
+// and stop cost about 1.5 CPU-s and a few seconds of wall, once per test
+// before. It starts with the first test that asks for it; TestMain stops
+// it and removes its profile.
+var shared struct {
+	once    sync.Once
+	ctx     context.Context // the browser's first tab: tabs made from it open in the same browser
+	stop    func()
+	profile string
+	err     error
+}
+
+// sharedBrowser starts the shared Chromium once and returns its context.
+func sharedBrowser() (context.Context, error) {
+	shared.once.Do(func() {
+		// Chromium's profile: removed once the browser is gone (its helper
+		// processes may still write to it for a moment after it exits).
+		shared.profile, shared.err = os.MkdirTemp("", "spendgate-chromium-")
+		if shared.err != nil {
+			return
+		}
+		opts := append(chromedp.DefaultExecAllocatorOptions[:],
+			chromedp.ExecPath(chromium),
+			chromedp.Flag("headless", true),
+			chromedp.NoSandbox,
+			chromedp.DisableGPU,
+			chromedp.Flag("disable-quic", true),
+			chromedp.NoFirstRun,
+			chromedp.Flag("disable-background-networking", true),
+			chromedp.Flag("disable-component-update", true),
+			chromedp.Flag("disable-sync", true),
+			chromedp.UserDataDir(shared.profile),
+			chromedp.WindowSize(1400, 1250),
+		)
+		actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+		bctx, cancelB := chromedp.NewContext(actx)
+		shared.ctx = bctx
+		shared.stop = func() { cancelB(); cancelA() }
+		// The first Run starts the browser, which lives as long as its
+		// context: bctx, not a test's, and bounded here instead.
+		started := make(chan error, 1)
+		go func() { started <- chromedp.Run(bctx) }()
+		select {
+		case shared.err = <-started:
+		case <-time.After(90 * time.Second):
+			shared.stop()
+			shared.err = errors.New("Chromium did not start within 90 s")
+		}
+	})
+	return shared.ctx, shared.err
+}
+
+// stopBrowser stops the shared Chromium, if a test started it, and
+// removes its profile, trying for up to 20 s.
+func stopBrowser() error {
+	if shared.stop == nil {
+		return nil
+	}
+	shared.stop()
+	deadline := time.Now().Add(20 * time.Second)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for ; ; <-tick.C {
+		err := os.RemoveAll(shared.profile)
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+	}
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if err := stopBrowser(); err != nil {
+		fmt.Fprintln(os.Stderr, "Chromium's profile:", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// browser opens a tab of width x height in the shared headless Chromium
+// (skipping t when there is none), closed when t ends, and returns its
+// context, and what it reported as console errors, warnings, exceptions
+// and failed loads so far.
 func browser(t *testing.T, width, height int) (context.Context, func() []string) {
 	t.Helper()
 	if _, err := os.Stat(chromium); err != nil {
 		t.Skipf("skipped: no Chromium at %s (install the Debian package: apt-get install -y chromium; .ci/run does)", chromium)
 	}
-	// Chromium's profile: removed once the browser is gone (its helper
-	// processes may still write to it for a moment after it exits).
-	profile, err := os.MkdirTemp("", "spendgate-chromium-")
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		testenv.WaitFor(t, 20*time.Second, "Chromium's profile to be removed", func() bool { return os.RemoveAll(profile) == nil })
-	})
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium),
-		chromedp.Flag("headless", true),
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.Flag("disable-quic", true),
-		chromedp.NoFirstRun,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(profile),
-		chromedp.WindowSize(width, height),
-	)
-	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
-	t.Cleanup(cancelA)
-	ctx, cancelB := chromedp.NewContext(actx)
+	bctx, err := sharedBrowser()
+	require.NoError(t, err, "start Chromium")
+	ctx, cancelB := chromedp.NewContext(bctx)
 	t.Cleanup(cancelB)
 	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
 	t.Cleanup(cancelT)
@@ -180,6 +244,9 @@ func browser(t *testing.T, width, height int) (context.Context, func() []string)
 			}
 		}
 	})
+	// The tab's viewport, as the window size of a browser of its own gave
+	// it.
+	require.NoError(t, chromedp.Run(ctx, chromedp.EmulateViewport(int64(width), int64(height))))
 	return ctx, func() []string {
 		mu.Lock()
 		defer mu.Unlock()

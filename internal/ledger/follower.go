@@ -134,6 +134,11 @@ func (l *Ledger) Run(ctx context.Context) (err error) {
 		l.life.Lock()
 		l.state, l.stopErr = stateStopped, err
 		l.life.Unlock()
+		// A Sync waiting for the follower learns that it stopped.
+		l.progMu.Lock()
+		close(l.progress)
+		l.progress = make(chan struct{})
+		l.progMu.Unlock()
 		l.owned.Wait()
 		l.closeWriter()
 	}()
@@ -327,6 +332,10 @@ func (l *Ledger) Sync(ctx context.Context) error {
 		l.progMu.Unlock()
 		if done {
 			return nil
+		}
+		// Run's end wakes ch after it marks the ledger stopped.
+		if err := l.live(); err != nil {
+			return err
 		}
 		select {
 		case <-ch:

@@ -97,8 +97,17 @@ func TestWriteConn_RunWaitsForTheWriteInFlight(t *testing.T) {
 	}
 	cancel()
 	// Run stops deciding at once (Sync, which reads no lane, says so),
-	// but returns only after the held write.
-	require.Eventually(t, func() bool { return l.Sync(context.Background()) != nil }, watchdog, time.Millisecond)
+	// but returns only after the held write. A Sync already waiting for
+	// the follower when it stopped answers then too: before, it waited
+	// out its SyncTimeout (10 s, in about half the runs).
+	var slowest time.Duration
+	require.Eventually(t, func() bool {
+		start := time.Now()
+		err := l.Sync(context.Background())
+		slowest = max(slowest, time.Since(start))
+		return err != nil
+	}, watchdog, time.Millisecond)
+	require.Less(t, slowest, ledger.SyncTimeout/2, "a Sync waited out its timeout after the follower stopped")
 	select {
 	case <-done:
 		t.Fatal("Run returned while a write was in flight on its writer connection")

@@ -17,7 +17,9 @@ import (
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/report"
+	"github.com/spendgate/spendgate/internal/soak"
 	"github.com/spendgate/spendgate/projector"
+	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
 )
 
@@ -28,28 +30,60 @@ var benchRows = flag.Int("export-rows", 20000, "reservations in the book of Benc
 // that at most perBatch reservations are open at any point. Each carries
 // metadata, as a real admit would.
 func closedHistory(t testing.TB, n, perBatch int) *testenv.Env {
-	env := testenv.New(t)
+	c := newClosedBook(t, testenv.New(t), perBatch)
+	c.add(n)
+	return c.env
+}
+
+// closedBook is closedHistory's book, which add extends.
+type closedBook struct {
+	env      *testenv.Env
+	bk       *book
+	perBatch int
+	n        int // reservations written
+	at       time.Time
+}
+
+func newClosedBook(t testing.TB, env *testenv.Env, perBatch int) *closedBook {
 	bk := newBook(t, env)
-	limit := strconv.Itoa(2 * perBatch)
-	bk.define(acme.Budget(), limit)
-	at := t0
+	bk.define(acme.Budget(), strconv.Itoa(2*perBatch))
+	return &closedBook{env: env, bk: bk, perBatch: perBatch, at: t0}
+}
+
+// secondLedger returns env with a second ledger in place on its server:
+// its own bucket and prefix.
+func secondLedger(t testing.TB, env *testenv.Env) *testenv.Env {
+	l, err := streams.New(streams.Config{Bucket: "spendgate_second", Prefix: "second."})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.SetupTimeout)
+	defer cancel()
+	_, err = streams.Ensure(ctx, env.JS, l)
+	require.NoError(t, err)
+	second := *env
+	second.Layout = l
+	return &second
+}
+
+// add writes n more reservations as closedHistory does: all of them are
+// closed when it returns.
+func (c *closedBook) add(n int) {
+	end := c.n + n
 	var prev []string
-	for i := 0; i < n || len(prev) > 0; {
+	for c.n < end || len(prev) > 0 {
 		var evs []events.Event
 		var cur []string
-		for j := 0; j < perBatch && i < n; j, i = j+1, i+1 {
-			id := fmt.Sprintf("rsv_%08d", i)
+		for j := 0; j < c.perBatch && c.n < end; j, c.n = j+1, c.n+1 {
+			id := fmt.Sprintf("rsv_%08d", c.n)
 			cur = append(cur, id)
-			evs = append(evs, open(id, "1", at, time.Minute, map[string]string{"model": "gpt-4o", "user": "u-" + strconv.Itoa(i%100)}, acme)...)
+			evs = append(evs, open(id, "1", c.at, time.Minute, map[string]string{"model": "gpt-4o", "user": "u-" + strconv.Itoa(c.n%100)}, acme)...)
 		}
 		for _, id := range prev {
-			evs = append(evs, settle(id, "1", "0.5", at, false, false, acme)...)
+			evs = append(evs, settle(id, "1", "0.5", c.at, false, false, acme)...)
 		}
-		bk.commit(evs...)
+		c.bk.commit(evs...)
 		prev = cur
-		at = at.Add(time.Second)
+		c.at = c.at.Add(time.Second)
 	}
-	return env
 }
 
 // heapSampler records the live heap every `every` rows.
@@ -80,49 +114,94 @@ func (h *heapSampler) peak() uint64 {
 	return p
 }
 
-// The export's memory stays flat as rows grow: the live heap after 50,000
-// rows (20,000 under the race detector) is within a few MB of the heap
-// after 5,000. It can fail: an export
-// that kept its rows (or a State that keeps every reservation, about 1 KB
-// each) grows by tens of MB between the samples.
+// The export's memory stays flat as rows grow: the live heap at the last
+// row of an export of n rows is within 1 MB of that at the last row of an
+// export of the first quarter of them, and the live heap sampled during
+// the export stays within a few MB of its first sample. n is 50,000; under
+// the race detector (which slows the export about tenfold) 8,000 in the
+// short suite and 20,000 in .ci/run's soak step.
+//
+// It can fail: an export that kept its rows (or a State that keeps every
+// reservation, about 1 KB each) holds 3n/4 KB more at its last row, 6 MB
+// at 8,000 rows (seen: 6.2 MB more, and a failure, with 1 KB kept per row
+// in the callbacks). The samples taken during the export did not show
+// that under the race detector, at 8,000 rows as at 20,000: the read
+// ahead of the fold (256 decoded revisions of 10 rows each, the
+// consumer's pending messages) holds 15-20 MB while the stream has more
+// to read and drains in the export's last rows, so that the last samples
+// sit that much below the first. At an export's last row the read ahead
+// has drained: hence the comparison of two exports' last rows.
 func TestExport_MemoryFlat(t *testing.T) {
 	if testing.Short() {
 		t.Skip("writes 50,000 reservations")
 	}
-	n := 50000
-	if exportRace {
+	n, every := 50000, 5000
+	switch {
+	case exportRace && soak.Long():
 		n = 20000
+	case exportRace:
+		n, every = 8000, 2000
 	}
-	env := closedHistory(t, n, 10)
-	p := projector.New(env.JS, env.Layout)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	h := &heapSampler{every: 5000, gc: true}
+	// Both books are written before either export: the server's own
+	// write buffers grow with what it has written (1 MB between 2,000 and
+	// 8,000 rows), which is not the export's.
+	env := testenv.New(t)
+	newClosedBook(t, env, 10).add(n)
+	small := secondLedger(t, env)
+	newClosedBook(t, small, 10).add(n / 4)
+	p := projector.New(env.JS, env.Layout)
+
+	// The live heap at the last row of the export of n/4 rows.
+	var quarter uint64
 	var rows int
-	_, err := report.NewReader(env.JS, env.Layout, p).Rows(ctx, report.Filter{}, func(r *report.Row) error {
+	_, err := report.NewReader(small.JS, small.Layout, projector.New(small.JS, small.Layout)).Rows(ctx, report.Filter{}, func(r *report.Row) error {
+		if rows++; rows == n/4 {
+			runtime.GC()
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			quarter = ms.HeapAlloc
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, n/4, rows)
+
+	h := &heapSampler{every: every, gc: true}
+	rows = 0
+	_, err = report.NewReader(env.JS, env.Layout, p).Rows(ctx, report.Filter{}, func(r *report.Row) error {
 		rows++
 		h.row()
 		return nil
 	})
 	require.NoError(t, err)
 	require.Equal(t, n, rows)
-	require.Len(t, h.samples, n/5000)
+	require.Len(t, h.samples, n/every)
 	require.GreaterOrEqual(t, len(h.samples), 4)
 	// The samples wobble by a few MB (the embedded server's block cache,
 	// the consumer's buffer): bound the peak loosely and the settled level
 	// (the lowest of the last three samples) tightly. Keeping ~1 KB per
-	// row would add ~44 MB to both.
+	// row would add ~44 MB to both at 50,000 rows.
 	first := int64(h.samples[0])
-	t.Logf("live heap every 5,000 rows (bytes): %v", h.samples)
-	require.Less(t, int64(h.peak())-first, int64(12<<20), "peak live heap grew from row 5,000 to row %d: memory follows rows", n)
+	t.Logf("live heap every %d rows (bytes): %v; at the last of %d rows: %d", every, h.samples, n/4, quarter)
+	require.Less(t, int64(h.peak())-first, int64(12<<20), "peak live heap grew from row %d to row %d: memory follows rows", every, n)
 	last := slices.Min(h.samples[len(h.samples)-3:])
-	require.Less(t, int64(last)-first, int64(1<<20), "live heap grew from row 5,000 to row %d: memory follows rows", n)
+	require.Less(t, int64(last)-first, int64(1<<20), "live heap grew from row %d to row %d: memory follows rows", every, n)
+	// The sample at the last row (n is a multiple of every) and quarter
+	// were both taken with the read ahead drained: what differs is what
+	// the export keeps of the rows between them.
+	require.Less(t, int64(h.samples[len(h.samples)-1])-int64(quarter), int64(1<<20),
+		"live heap at the last of %d rows against the last of %d: memory follows rows", n, n/4)
 
-	// The CSV writer on top streams too. One export first warms the
-	// embedded server's block cache (4 MB of buffers it keeps in a pool
-	// once it has read the stream's blocks), which is not the export's.
-	_, err = report.NewReader(env.JS, env.Layout, p).ExportCSV(ctx, io.Discard, report.Filter{})
-	require.NoError(t, err)
+	// The CSV writer on top streams too: an export (the keys pass, then
+	// the rows) leaves the live heap within 4 MB of where it found it,
+	// where keeping 1 KB per row would add n KB. The Rows pass above warmed
+	// the embedded server's block cache (4 MB of buffers it keeps in a
+	// pool once it has read the stream's blocks), which is not the
+	// export's. (A warm-up export in between, which this test ran
+	// before, changed nothing measurable: the export's growth was -1.3 and
+	// 1.9 MB in 2 runs with it, 0.1 to 1.8 MB in 6 runs without it.)
 	var ms runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&ms)

@@ -322,6 +322,7 @@ func (s *Service) Stop() error {
 		s.idle.Wait()
 	}
 	s.mu.Unlock()
+	s.pool.stop()
 	return err
 }
 

@@ -208,9 +208,13 @@ func endToEnd(t *testing.T, l streams.Layout) {
 	require.NoError(t, err)
 	before := stream.CachedInfo().State
 
-	// A calling service may not define budgets.
-	_, err = newClient(t, ids[roles.Service], l).PutBudget(ctx, events.BudgetPutRequest{Scope: "org:acme", Period: "lifetime", Limit: "1000000", Unit: "USD"})
-	require.Error(t, err)
+	// A calling service may not define budgets (the client's two
+	// attempts of a second each bound the wait; the refusal ends it).
+	svc := newClient(t, ids[roles.Service], l)
+	ids[roles.Service].refusedRequest(t, "budget.put", "Publish", l.Endpoint(streams.EndpointBudgetPut), waitBound, func(ctx context.Context) error {
+		_, err := svc.PutBudget(ctx, events.BudgetPutRequest{Scope: "org:acme", Period: "lifetime", Limit: "1000000", Unit: "USD"})
+		return err
+	})
 	refused(t, ids[roles.Service], l.Endpoint(streams.EndpointBudgetPut))
 	refused(t, ids[roles.Finance], l.Endpoint(streams.EndpointBudgetPut))
 
@@ -224,10 +228,10 @@ func endToEnd(t *testing.T, l streams.Layout) {
 		refused(t, id, l.Subject("lane.0"))
 		js, err := jetstream.New(id.nc)
 		require.NoError(t, err)
-		pctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-		_, err = js.Publish(pctx, kv, []byte(`{}`))
-		cancel()
-		require.Error(t, err, n)
+		id.refusedRequest(t, n, "Publish", kv, 300*time.Millisecond, func(ctx context.Context) error {
+			_, err := js.Publish(ctx, kv, []byte(`{}`))
+			return err
+		})
 		for _, api := range []string{"STREAM.DELETE.", "STREAM.PURGE.", "STREAM.UPDATE.", "STREAM.CREATE."} {
 			refused(t, id, "$JS.API."+api+l.StreamName())
 		}
@@ -246,9 +250,9 @@ func endToEnd(t *testing.T, l streams.Layout) {
 	refused(t, ids[roles.Feed], l.Endpoint(streams.EndpointAdmit))
 
 	// Even the replica cannot delete or purge its ledger.
-	dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	require.Error(t, rjs.DeleteStream(dctx, l.StreamName()))
-	cancel()
+	ids[roles.Replica].refusedRequest(t, "delete the ledger", "Publish", "$JS.API.STREAM.DELETE.", 300*time.Millisecond, func(ctx context.Context) error {
+		return rjs.DeleteStream(ctx, l.StreamName())
+	})
 	refused(t, ids[roles.Replica], "$JS.API.STREAM.PURGE."+l.StreamName())
 
 	// Nothing changed: same last sequence, and the audit still passes.
@@ -262,12 +266,12 @@ func endToEnd(t *testing.T, l streams.Layout) {
 	require.True(t, rep.OK(), rep.String())
 
 	// A client that ignores its role's inbox prefix gets no replies.
-	o := natsconn.Options{URL: s.ClientURL(), User: roles.Service, Password: password(roles.Service)}
-	nc, err := o.Connect("roles-test-no-prefix")
-	require.NoError(t, err)
-	defer nc.Close()
-	_, err = nc.Request(l.Endpoint(streams.EndpointAdmit), []byte(`{}`), 500*time.Millisecond)
-	require.Error(t, err)
+	// (The server refuses its reply subscription.)
+	np := dialWith(t, "no-prefix", natsconn.Options{URL: s.ClientURL(), User: roles.Service, Password: password(roles.Service)})
+	np.refusedRequest(t, "a request without the inbox prefix", "Subscription", "_INBOX.", 500*time.Millisecond, func(ctx context.Context) error {
+		_, err := np.nc.RequestWithContext(ctx, l.Endpoint(streams.EndpointAdmit), []byte(`{}`))
+		return err
+	})
 }
 
 // traceLog records the server's protocol trace lines.

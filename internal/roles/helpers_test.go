@@ -1,6 +1,7 @@
 package roles_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -135,32 +136,71 @@ func (id *ident) drainErrs() {
 	}
 }
 
-// outcome waits until sub receives a message (allowed) or id reports the
-// violation of op on subject (denied). With sub nil it waits for the
-// violation only.
-func (id *ident) outcome(t *testing.T, sub *nats.Subscription, op, subject string) bool {
+// outcome waits until msgs delivers a message (allowed) or id reports the
+// violation of op on subject (denied), whichever comes first: the wait
+// ends on the event, never on a poll interval. With msgs nil it waits for
+// the violation only.
+func (id *ident) outcome(t *testing.T, msgs <-chan *nats.Msg, op, subject string) bool {
 	t.Helper()
-	deadline := time.Now().Add(waitBound)
-	for time.Now().Before(deadline) {
-		if sub == nil {
-			time.Sleep(5 * time.Millisecond) // only the violation can tell
-		} else if _, err := sub.NextMsg(5 * time.Millisecond); err == nil {
+	bound := time.NewTimer(waitBound)
+	defer bound.Stop()
+	for {
+		select {
+		case <-msgs: // a nil channel never delivers
 			return true
-		}
-		for {
-			select {
-			case err := <-id.errs:
-				if violated(err, op, subject) {
-					return false
-				}
-				continue
-			default:
+		case err := <-id.errs:
+			if violated(err, op, subject) {
+				return false
 			}
-			break
+		case <-bound.C:
+			t.Fatalf("%s: %s %s: neither delivered nor refused within %s", id.role, op, subject, waitBound)
+			return false
 		}
 	}
-	t.Fatalf("%s: %s %s: neither delivered nor refused within %s", id.role, op, subject, waitBound)
-	return false
+}
+
+// refusedRequest requires request, which sends one request as id under
+// ctx, to fail within bound. The server drops a request it refuses, or
+// the subscription that would receive the reply, and tells id with a
+// permission violation of op ("Publish" or "Subscription") on a subject
+// starting with prefix: no reply can come after that, so the wait ends
+// there instead of running out the bound (request then fails as
+// cancelled).
+func (id *ident) refusedRequest(t *testing.T, what, op, prefix string, bound time.Duration, request func(ctx context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	id.drainErrs()
+	done := make(chan error, 1)
+	go func() { done <- request(ctx) }()
+	for {
+		select {
+		case err := <-done:
+			require.Error(t, err, what)
+			return
+		case err := <-id.errs:
+			if err != nil && strings.Contains(err.Error(), "Permissions Violation for "+op+` to "`+prefix) {
+				cancel()
+			}
+		}
+	}
+}
+
+// probe subscribes to subject on nc (in queue group "q" if queue is set)
+// with a small channel of its own: the outcome waits on it, and a sync
+// subscription's default 64k-message channel is not allocated per probe.
+func probe(t *testing.T, nc *nats.Conn, subject string, queue bool) (*nats.Subscription, <-chan *nats.Msg) {
+	t.Helper()
+	ch := make(chan *nats.Msg, 8)
+	var sub *nats.Subscription
+	var err error
+	if queue {
+		sub, err = nc.ChanQueueSubscribe(subject, "q", ch)
+	} else {
+		sub, err = nc.ChanSubscribe(subject, ch)
+	}
+	require.NoError(t, err)
+	return sub, ch
 }
 
 // canPublish publishes to subject as id; the observer's subscription tells
@@ -168,31 +208,23 @@ func (id *ident) outcome(t *testing.T, sub *nats.Subscription, op, subject strin
 func canPublish(t *testing.T, obs, id *ident, subject string) bool {
 	t.Helper()
 	id.drainErrs()
-	sub, err := obs.nc.SubscribeSync(subject)
-	require.NoError(t, err)
+	sub, msgs := probe(t, obs.nc, subject, false)
 	defer sub.Unsubscribe()
 	require.NoError(t, obs.nc.Flush())
 	require.NoError(t, id.nc.Publish(subject, []byte("probe")))
 	require.NoError(t, id.nc.Flush())
-	return id.outcome(t, sub, "Publish", subject)
+	return id.outcome(t, msgs, "Publish", subject)
 }
 
 // canSubscribe subscribes to filter as id and has the observer publish to
 // probe (a subject filter matches).
-func canSubscribe(t *testing.T, obs, id *ident, filter, probe string, queue bool) bool {
+func canSubscribe(t *testing.T, obs, id *ident, filter, subject string, queue bool) bool {
 	t.Helper()
 	id.drainErrs()
-	var sub *nats.Subscription
-	var err error
-	if queue {
-		sub, err = id.nc.QueueSubscribeSync(filter, "q")
-	} else {
-		sub, err = id.nc.SubscribeSync(filter)
-	}
-	require.NoError(t, err)
+	sub, msgs := probe(t, id.nc, filter, queue)
 	defer sub.Unsubscribe()
 	require.NoError(t, id.nc.Flush())
-	require.NoError(t, obs.nc.Publish(probe, []byte("probe")))
+	require.NoError(t, obs.nc.Publish(subject, []byte("probe")))
 	require.NoError(t, obs.nc.Flush())
-	return id.outcome(t, sub, "Subscription", filter)
+	return id.outcome(t, msgs, "Subscription", filter)
 }

@@ -226,11 +226,13 @@ func (h *harness) release(id string) (events.CloseReply, *events.Error) {
 
 // streamState is what "nothing in the ledger changed" compares: the stream's
 // last sequence and message count, and every key's last revision.
+// Looking the stream up fetches its info: one request, not a second Info.
 func (h *harness) streamState() (uint64, uint64) {
 	h.t.Helper()
-	s, err := h.env.JS.Stream(ctxT(h.t), h.env.Layout.StreamName())
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s, err := h.env.JS.Stream(ctx, h.env.Layout.StreamName())
 	require.NoError(h.t, err)
-	info, err := s.Info(ctxT(h.t))
-	require.NoError(h.t, err)
+	info := s.CachedInfo()
 	return info.State.LastSeq, info.State.Msgs
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/spendgate/spendgate/internal/replica"
 	"github.com/spendgate/spendgate/internal/report"
 	"github.com/spendgate/spendgate/internal/service"
+	"github.com/spendgate/spendgate/internal/soak"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/streams"
 )
@@ -72,16 +73,21 @@ func (h *harness) traffic(rng *rand.Rand, n int, tag string, open []string) []st
 }
 
 // requireReportsEqual asks every replica's aggregate and the report
-// endpoint for every grouping over open bounds and each hour the
-// harness clock crossed, and requires each answer to equal the replay of
-// the book at the same position, to the printed digit.
+// endpoint for every grouping over open bounds and over windows of
+// reportTile tiling the hours the harness clock crossed, and requires each
+// answer to equal the replay of the book at the same position, to the
+// printed digit.
 func (h *harness) requireReportsEqual(start time.Time) {
 	h.t.Helper()
 	p := projector.New(h.env.JS, h.env.Layout)
 	h0, h1 := start.Truncate(time.Hour), h.clock.now.Load().Truncate(time.Hour).Add(time.Hour)
 	windows := [][2]time.Time{{}, {h0.Add(time.Hour), {}}}
-	for t := h0; t.Before(h1); t = t.Add(2 * time.Hour) {
-		windows = append(windows, [2]time.Time{t, t.Add(2 * time.Hour)})
+	tile := reportTile
+	if soak.Long() {
+		tile = 2 * time.Hour
+	}
+	for t := h0; t.Before(h1); t = t.Add(tile) {
+		windows = append(windows, [2]time.Time{t, t.Add(tile)})
 	}
 	rfc := func(t time.Time) string {
 		if t.IsZero() {
@@ -119,6 +125,19 @@ func (h *harness) requireReportsEqual(start time.Time) {
 		}
 	}
 }
+
+// reportTile is the width of the windows requireReportsEqual tiles the
+// history with. Each window costs a full replay per grouping (the ledger
+// and the denial stream read twice, about four fifths of the report
+// tests' CPU), so the tiles are 4 hours wide, not 2: a record the
+// aggregate files under the wrong hour changes the window on one side of
+// a boundary it crosses, and every boundary has records on both sides
+// (traffic steps the clock up to 15 minutes per admit, the denials up to
+// 20: 6 to 8 records an hour, so an hour next to a boundary is empty with
+// probability about e^-6, 0.25 %, and a 17-hour history has four interior
+// boundaries, midnight among them). The open windows still cover every
+// record with every grouping. .ci/run's soak step tiles with 2 hours.
+const reportTile = 4 * time.Hour
 
 // TestReport_EqualsReplayAcrossRestart: on two replicas, the report
 // endpoint and each replica's aggregate answer exactly what a replay of

@@ -1,0 +1,30 @@
+package service_test
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"testing"
+)
+
+// TestMain runs up to twice GOMAXPROCS of the parallel tests at once,
+// unless -test.parallel is given. Each parallel test has a harness of its
+// own and spends much of its time waiting on round trips to its server and
+// on its replicas' commits, so at the default (GOMAXPROCS) the cores sit
+// partly idle, and this package, the last large one of `go test ./...`,
+// ran alone at the end of it. The timing-sensitive tests stay serial
+// (harness_test.go lists them) and run before the parallel ones start.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		if err := flag.Set("test.parallel", strconv.Itoa(2*runtime.GOMAXPROCS(0))); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+	}
+	os.Exit(m.Run())
+}

@@ -485,7 +485,16 @@ func (l *Ledger) commitGroup(refs []events.BalanceRef, group []*pending, locks [
 				return
 			}
 		}
-		if _, landed := lost.landed(l); unknown && landed {
+		landed := false
+		if unknown {
+			var err error
+			if _, landed, err = lost.landed(ctx, l); err != nil {
+				cancel()
+				finishAll(group, &events.Error{Code: events.CodeLedgerUnavailable, Message: "write outcome unknown and the ledger cannot be read", Err: err})
+				return
+			}
+		}
+		if landed {
 			// The write landed (the catch-up folded it): the group's
 			// decisions are what the ledger holds. Deciding again on a
 			// book that holds them would answer an admit "replayed" and
@@ -625,9 +634,10 @@ func (l *Ledger) attempt(ctx context.Context, refs []events.BalanceRef, group []
 		return actRetry, nil
 	case isTimeout(err):
 		l.stats.timeouts.Add(1)
-		lost.keys, lost.hashes = lost.keys[:0], hashes
+		lost.keys, lost.hashes, lost.revs = lost.keys[:0], hashes, lost.revs[:0]
 		for _, r := range revs {
 			lost.keys = append(lost.keys, r.key)
+			lost.revs = append(lost.revs, r.rev)
 		}
 		return actRetryUnknown, nil
 	default:
@@ -682,33 +692,37 @@ func (l *Ledger) write(ctx context.Context, revs []keyedRevision) ([]uint64, []s
 	return seqs, hashes, nil
 }
 
-// lostWrite is a group's write whose outcome is unknown (its
-// acknowledgement timed out): the keys it wrote and the hashes of their
-// payloads.
+// lostWrite is a write whose outcome is unknown (its acknowledgement
+// timed out): the keys it wrote, its payloads' hashes, and the revision of
+// each key it required (its compare-and-set).
 type lostWrite struct {
 	keys, hashes []string
+	revs         []uint64
 }
 
-// landed reports whether every key of w holds w's revision as its last
-// valid one, as this replica has folded it (the write landed), with the
-// sequence of the first key's.
-func (w *lostWrite) landed(l *Ledger) (uint64, bool) {
+// landed reports whether w landed, with the sequence of its first key's
+// revision. The caller has folded the key up to the stream's latest
+// (resolve, catchUp), so a landed write is in the book; but another
+// replica may have written on top of it since, so the key's head is not
+// enough: the key's first message after the revision w required is w's
+// if w landed, as the compare-and-set let nothing in between. An atomic
+// batch lands whole or not at all, so its first key tells.
+func (w *lostWrite) landed(ctx context.Context, l *Ledger) (uint64, bool, error) {
 	if len(w.keys) == 0 {
-		return 0, false
+		return 0, false, nil
 	}
+	key, hash := w.keys[0], w.hashes[0]
 	l.mu.RLock()
-	defer l.mu.RUnlock()
-	var first uint64
-	for i, key := range w.keys {
-		seq, hash := l.bk.valid(key)
-		if hash != w.hashes[i] {
-			return 0, false
-		}
-		if i == 0 {
-			first = seq
-		}
+	seq, head := l.bk.valid(key)
+	l.mu.RUnlock()
+	if head == hash {
+		return seq, true, nil
 	}
-	return first, true
+	m, found, err := l.leaderGet(ctx, leaderGetRequest{Seq: w.revs[0] + 1, NextFor: l.layout.Subject(key)})
+	if err != nil || !found || events.HashPayload(m.data) != hash {
+		return 0, false, err
+	}
+	return m.seq, true, nil
 }
 
 // publishOne writes data to key if the key's last revision is rev (0: the

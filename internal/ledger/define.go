@@ -47,7 +47,11 @@ func (l *Ledger) define(ctx context.Context, what string, p plan) (seq uint64, w
 		if err := l.live(); err != nil {
 			return 0, false, err
 		}
-		if seq, landed := lost.landed(l); landed {
+		seq, landed, err := lost.landed(ctx, l)
+		if err != nil {
+			return 0, false, &events.Error{Code: events.CodeLedgerUnavailable, Message: "outcome of a write of " + what + " unknown and the ledger cannot be read", Err: err}
+		}
+		if landed {
 			return seq, true, nil
 		}
 		lost = lostWrite{}
@@ -95,7 +99,7 @@ func (l *Ledger) define(ctx context.Context, what string, p plan) (seq uint64, w
 			return 0, false, &events.Error{Code: events.CodeLedgerUnavailable, Message: "writing " + what, Err: err}
 		}
 		if isTimeout(err) {
-			lost = lostWrite{keys: []string{key}, hashes: []string{events.HashPayload(data)}}
+			lost = lostWrite{keys: []string{key}, hashes: []string{events.HashPayload(data)}, revs: []uint64{rev}}
 		}
 		if err := l.catchUp(ctx, key); err != nil {
 			return 0, false, err

@@ -206,10 +206,15 @@ func raceBin() string { return binPath }
 // procBin is the binary startProc runs the command args with: usageBinPath
 // for a plain server (plainServers), binPath for anything else (bench, and
 // a client command a test runs as a process of its own, such as audit
-// archive, which TestAudit_ArchiveKillTrim kills while it writes).
+// archive, which TestAudit_ArchiveKillTrim kills while it writes), which
+// then counts as the command's race-built run for clientBin.
 func procBin(args ...string) string {
-	if w := commandWords(args); len(w) > 0 && plainServers[w[0]] {
+	w := commandWords(args)
+	if len(w) > 0 && plainServers[w[0]] {
 		return usageBinPath
+	}
+	if len(w) > 0 {
+		raceRan.Store(strings.Join(w, " "), true) // clientBin's later runs of it: plain
 	}
 	return binPath
 }

@@ -143,7 +143,10 @@ func TestAudit_ArchiveKillTrim(t *testing.T) {
 	require.NoError(t, err, "a kill leaves whole segments")
 	require.Less(t, info.Last, snap.Seq, "killed before the end")
 	t.Logf("killed with %d of the %d messages up to the snapshot archived", info.Messages, snap.Seq)
-	rerun := startProc(t, false, "audit", "archive", "--nats-url", env.URL(), "--dir", dir, "--segment-messages", "50")
+	// The rerun is the command's second run, clientBin's plain build: the
+	// killed one was race-built (procBin).
+	rerunArgs := []string{"audit", "archive", "--nats-url", env.URL(), "--dir", dir, "--segment-messages", "50"}
+	rerun := startProcBin(t, clientBin(rerunArgs...), testDir(t), nil, false, rerunArgs...)
 	<-rerun.done
 	require.NoError(t, rerun.err, rerun.out.String())
 	info, err = projector.VerifyArchive(dir, env.Layout.StreamName())

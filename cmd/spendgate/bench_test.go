@@ -15,10 +15,11 @@ import (
 // figure of its table is there. A graceful stop must leave a snapshot the
 // restart loads; with the snapshots deleted the restart folds the whole
 // stream. The targets are reported, not asserted: they are properties of
-// the machine (docs/performance.md has the figures).
+// the machine (docs/performance.md has the figures). bench runs
+// race-built, its replicas the plain build (plainReplicas).
 func TestBench_Restart(t *testing.T) {
 	t.Parallel()
-	p := startProc(t, false, "bench", "--scenarios", "restart", "--restart-reservations", "1000")
+	p := startProcEnv(t, plainReplicas(), false, "bench", "--scenarios", "restart", "--restart-reservations", "1000")
 	select {
 	case <-p.done:
 	case <-time.After(2 * time.Minute):

@@ -115,21 +115,39 @@ func TestCLI_HelpExitsZero(t *testing.T) {
 	require.Contains(t, r.stdout, "prefer $NATS_PASSWORD")
 }
 
-// helps caches runs of the binary with --help, which several tests read:
-// each costs a process start.
+// helps caches runs of the binary with --help, which several tests read
+// (each costs a process start), by their arguments: a *helpRun.
 var helps sync.Map
 
+// helpRun is one cached --help run: done is closed once it ended, ran
+// saying whether r is its result (false: it failed the test that ran it).
+type helpRun struct {
+	done chan struct{}
+	ran  bool
+	r    cliResult
+}
+
 // runHelp is runUsage(t, nil, args...) for a --help run, run once per
-// test binary.
+// test binary: a test that asks for a run another test has under way
+// waits for it (the three help tests run in parallel and read the same
+// 44 helps; before, they ran about 20 of them twice).
 func runHelp(t *testing.T, args ...string) cliResult {
 	t.Helper()
-	key := strings.Join(args, " ")
-	if r, ok := helps.Load(key); ok {
-		return r.(cliResult)
+	h, loaded := helps.LoadOrStore(strings.Join(args, " "), &helpRun{done: make(chan struct{})})
+	run := h.(*helpRun)
+	if !loaded {
+		defer close(run.done)
+		run.r = runUsage(t, nil, args...)
+		run.ran = true
+		return run.r
 	}
-	r := runUsage(t, nil, args...)
-	helps.Store(key, r)
-	return r
+	select {
+	case <-run.done:
+	case <-time.After(2 * time.Minute): // runBin's own bound is 60 s
+		t.Fatalf("spendgate %v: the run another test started did not end", args)
+	}
+	require.True(t, run.ran, "spendgate %v failed in the test that ran it", args)
+	return run.r
 }
 
 // helpFlag matches a flag line of a --help: "  --name TYPE" or

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -108,12 +107,12 @@ func TestServe_EnvWhitelist(t *testing.T) {
 	require.Contains(t, out, `"replicas":1`)
 	p.stop(t)
 
-	help := exec.Command(binPath, "serve", "--help")
-	b, _ := help.CombinedOutput()
+	help := runHelp(t, "serve", "--help") // as TestCLI_HelpExitsZero reads it
+	require.Equal(t, 0, help.code, help.stderr)
 	for _, name := range serveEnv {
-		require.Contains(t, string(b), "$"+config.EnvName(name), "serve --help names the variable of --%s", name)
+		require.Contains(t, help.stdout, "$"+config.EnvName(name), "serve --help names the variable of --%s", name)
 	}
-	require.NotContains(t, string(b), "$SPENDGATE_REPLICAS")
+	require.NotContains(t, help.stdout, "$SPENDGATE_REPLICAS")
 }
 
 // A clean stop (SIGTERM) of serve with --http, on its embedded server or

@@ -32,8 +32,7 @@ const (
 	// benchGatewayChunks and benchGatewayChunkEvery shape each stream:
 	// its fake upstream sends that many content chunks, one per interval
 	// (a stream of about a second, as a short LLM answer is).
-	benchGatewayChunks     = 50
-	benchGatewayChunkEvery = 20 * time.Millisecond
+	benchGatewayChunks = 50
 	// benchGatewayTarget is the most the gateway may add to a lone call
 	// at p50 (issue 24).
 	benchGatewayTarget = time.Millisecond
@@ -41,9 +40,13 @@ const (
 	benchGatewayUpstreamKey = "sk-bench-upstream"
 )
 
-// benchGatewayStreams is how many streaming calls run at once (a variable
-// only so that the package's test runs fewer).
-var benchGatewayStreams = 200
+// benchGatewayStreams is how many streaming calls run at once, and
+// benchGatewayChunkEvery the interval between a stream's chunks (variables
+// only so that the package's test runs fewer and shorter).
+var (
+	benchGatewayStreams    = 200
+	benchGatewayChunkEvery = 20 * time.Millisecond
+)
 
 // gatewayResult is the gateway scenario's report (one object of --json).
 type gatewayResult struct {

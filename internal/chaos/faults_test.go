@@ -59,10 +59,17 @@ var allFaults = []fault{
 }
 
 // shortFaults is the run of the normal test command: both signals on the
-// stream leader (an election each), a killed follower and a paused meta
-// leader, in a row.
+// stream leader (an election each; the killed one restarts, recovers its
+// store and catches up as a follower, the paused one wakes as a deposed
+// leader) and a paused meta leader (while the meta group elects,
+// nats-server refuses the message gets of spendgate's catch-up), in a row.
+// A killed follower is left to the soak (allFaults): the killed stream
+// leader's restart recovers a killed node's store and catches it up the
+// same way, and a follower's loss alone stops no answer (0.5 s of
+// silence at worst in the soak's figures, docs/cluster-faults.md), while
+// it cost the short run 4 s of its 30.
 var shortFaults = []fault{
-	{"kill", "stream-leader"}, {"kill", "follower"}, {"stop", "meta-leader"}, {"stop", "stream-leader"},
+	{"kill", "stream-leader"}, {"stop", "meta-leader"}, {"stop", "stream-leader"},
 }
 
 // outage is what one fault cost.
@@ -117,9 +124,10 @@ func TestCluster_Faults(t *testing.T) {
 		t.Skip("builds nats-server and spendgate and runs them as processes")
 	}
 	soakFor := soak(t)
-	natsBin, sgBin := binaries(t)
+	natsBin, spendgate := binaries(t)
 	dir := t.TempDir()
 	c := startCluster(t, natsBin, dir, 3)
+	sgBin := spendgate()
 	layout, err := streams.New(streams.Config{Replicas: 3})
 	require.NoError(t, err)
 	seeds, trusted, trust := replicaKeys(t, dir, 2)

@@ -27,6 +27,7 @@ import (
 // lacks a balance the projector does not call sealed (here the open
 // minute, dropped by hand as a wrong prune would) fails the audit.
 func TestPrune_AuditAgrees(t *testing.T) {
+	t.Parallel() // its own server or none; see main_test.go
 	env := testenv.New(t)
 	opts := []ledger.Option{ledger.WithRetention(time.Second, time.Second)}
 	l := startLedger(t, env, opts...)

@@ -162,6 +162,7 @@ func bookOf(t *testing.T, l *ledger.Ledger) (string, uint64) {
 // (SPENDGATE_SOAK) tries three: each takes about half a minute under -race
 // on two cores, too long for the 4-minute test command.
 func TestSnapshot_TailEqualsWholeFold(t *testing.T) {
+	t.Parallel() // its own server or none; see main_test.go
 	seeds := []uint64{1, 2, 3}
 	if testing.Short() || !soak.Long() {
 		seeds = seeds[:1]
@@ -270,6 +271,7 @@ func TestSnapshot_TailEqualsWholeFold(t *testing.T) {
 // check a truncated body fails to decode at best and, with a flipped digit
 // in an amount, loads a wrong balance that the comparison catches.
 func TestSnapshot_CorruptSkipped(t *testing.T) {
+	t.Parallel() // its own server or none; see main_test.go
 	env := snapLayout(t)
 	w := startLedger(t, env, snapOpts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*watchdog)
@@ -320,6 +322,7 @@ func TestSnapshot_CorruptSkipped(t *testing.T) {
 // newest. How it can fail: a writer that never runs leaves the bucket
 // empty and the wait times out.
 func TestSnapshot_Periodic(t *testing.T) {
+	t.Parallel() // its own server or none; see main_test.go
 	env := snapLayout(t)
 	w := startLedger(t, env, ledger.WithSnapshotEvery(1, time.Second))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*watchdog)
@@ -366,6 +369,7 @@ func withoutQueues(view string) string {
 // stream whole. How it can fail: without the anchor check the replica loads
 // the old stream's book and the comparison with the new one fails.
 func TestSnapshot_OfAnotherStreamSkipped(t *testing.T) {
+	t.Parallel() // its own server or none; see main_test.go
 	env := snapLayout(t)
 	w := startLedger(t, env, snapOpts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*watchdog)
@@ -411,6 +415,7 @@ func TestSnapshot_OfAnotherStreamSkipped(t *testing.T) {
 // another status (not verified), or starts from another book (another
 // report).
 func TestSnapshot_AuditReadsVersion3AsVersion2(t *testing.T) {
+	t.Parallel() // its own server or none; see main_test.go
 	env := snapLayout(t)
 	opts := []ledger.Option{ledger.WithRetention(time.Hour, time.Hour), ledger.WithSnapshotEvery(0, 0)}
 	w := startLedger(t, env, opts...)

@@ -213,6 +213,7 @@ func withWindow(t testing.TB, st *snapshotState, sec []byte) (*book, error) {
 // fail: a decoder that trusts a count or an index panics (index out of
 // range, makeslice) or loads a book the snapshot did not describe.
 func TestSnapshot_Version3CorruptWindow(t *testing.T) {
+	t.Parallel() // its own server or none; see main_test.go
 	b, seq := v3Book(t)
 	st, err := b.snapshotAs(seq, 3)
 	require.NoError(t, err)

@@ -30,6 +30,7 @@ import (
 // not, and runs are long: a probe that trusted the fingerprint alone would
 // return the wrong reservation, and one that stopped at it would miss.
 func TestWindow_Model(t *testing.T) {
+	t.Parallel() // its own server or none; see main_test.go
 	t.Run("full hash", func(t *testing.T) { testWindowModel(t, ^uint64(0)) })
 	t.Run("narrow", func(t *testing.T) { testWindowModel(t, 0x3f) })
 }

@@ -1,0 +1,22 @@
+// Package parallel raises how many parallel tests a test binary runs at
+// once, for packages whose parallel tests spend much of their time waiting
+// (on their own servers, processes or clocks) rather than computing.
+package parallel
+
+import (
+	"flag"
+	"runtime"
+	"strconv"
+)
+
+// Raise sets -test.parallel to twice GOMAXPROCS unless the command line
+// gives it. Call it from TestMain before m.Run: it parses the flags.
+func Raise() error {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if set {
+		return nil
+	}
+	return flag.Set("test.parallel", strconv.Itoa(2*runtime.GOMAXPROCS(0)))
+}

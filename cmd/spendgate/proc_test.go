@@ -4,14 +4,11 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"flag"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -22,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/internal/natsconn"
+	"github.com/spendgate/spendgate/internal/parallel"
 	"github.com/spendgate/spendgate/internal/roles"
 	"github.com/spendgate/spendgate/testenv"
 )
@@ -63,7 +61,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	if err := raiseParallel(); err != nil {
+	if err := parallel.Raise(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
@@ -279,20 +277,6 @@ func setTestEnv() error {
 		}
 	}
 	return nil
-}
-
-// raiseParallel runs up to twice GOMAXPROCS tests at once, unless
-// -test.parallel is given: most of this package's tests wait on the
-// processes they start (serve's start, a CLI run, a kill and restart),
-// so at the default (GOMAXPROCS) the cores sit half idle while they wait.
-func raiseParallel() error {
-	flag.Parse()
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
-	if set {
-		return nil
-	}
-	return flag.Set("test.parallel", strconv.Itoa(2*runtime.GOMAXPROCS(0)))
 }
 
 // proc is a running spendgate process.

@@ -195,17 +195,19 @@ func (b *bencher) start() error {
 	} else {
 		b.serverDesc = "server " + b.o.NATSURL + " (its own sync setting), spendgate service already running there (prefix " + b.o.Prefix + ")"
 	}
-	fnc, err := nats.Connect(b.url, nats.Name("spendgate-bench-floor"))
-	if err != nil {
-		return fmt.Errorf("connect %s: %w", b.url, err)
+	if b.o.Baselines {
+		fnc, err := nats.Connect(b.url, nats.Name("spendgate-bench-floor"))
+		if err != nil {
+			return fmt.Errorf("connect %s: %w", b.url, err)
+		}
+		b.onClose(fnc.Close)
+		fl, err := startFloor(fnc)
+		if err != nil {
+			return fmt.Errorf("floor service: %w", err)
+		}
+		b.floor = fl
+		b.onClose(fl.Stop)
 	}
-	b.onClose(fnc.Close)
-	fl, err := startFloor(fnc)
-	if err != nil {
-		return fmt.Errorf("floor service: %w", err)
-	}
-	b.floor = fl
-	b.onClose(fl.Stop)
 
 	n := b.o.Conns
 	if b.o.ConnPerCaller {
@@ -233,11 +235,13 @@ func (b *bencher) start() error {
 			return err
 		}
 		b.clients = append(b.clients, cl)
-		fcl, err := client.New(nc, client.WithPrefix(benchFloorPrefix), client.WithTimeout(benchRequestTimeout), client.WithRetries(1))
-		if err != nil {
-			return err
+		if b.o.Baselines {
+			fcl, err := client.New(nc, client.WithPrefix(benchFloorPrefix), client.WithTimeout(benchRequestTimeout), client.WithRetries(1))
+			if err != nil {
+				return err
+			}
+			b.floorClients = append(b.floorClients, fcl)
 		}
-		b.floorClients = append(b.floorClients, fcl)
 	}
 	if len(b.o.scenarios) == 0 {
 		return nil
@@ -245,7 +249,21 @@ func (b *bencher) start() error {
 	if err := b.startRedis(); err != nil {
 		return err
 	}
-	// The naive baseline's own bucket, one KV handle per client connection.
+	if b.o.Baselines {
+		if err := b.startNaive(); err != nil {
+			return err
+		}
+	}
+	// Fail early, and clearly, if no spendgate service answers.
+	if _, err := benchRequest(b.ctx, b.conns[0], b.layout.Endpoint(streams.EndpointBudgetList), []byte(`{"kind":"nosuchkind"}`)); err != nil {
+		return fmt.Errorf("spendgate service on %s: %w", b.layout.Endpoint(streams.EndpointBudgetList), err)
+	}
+	return nil
+}
+
+// startNaive creates the naive baseline's own bucket, with one KV handle
+// per client connection.
+func (b *bencher) startNaive() error {
 	b.naiveName = "spendgate_bench_naive_" + b.run
 	ctx, cancel := context.WithTimeout(b.ctx, embedded.DefaultReadyTimeout)
 	defer cancel()
@@ -271,10 +289,6 @@ func (b *bencher) start() error {
 			return fmt.Errorf("naive baseline bucket: %w", err)
 		}
 		b.kvs = append(b.kvs, kv)
-	}
-	// Fail early, and clearly, if no spendgate service answers.
-	if _, err := benchRequest(b.ctx, b.conns[0], b.layout.Endpoint(streams.EndpointBudgetList), []byte(`{"kind":"nosuchkind"}`)); err != nil {
-		return fmt.Errorf("spendgate service on %s: %w", b.layout.Endpoint(streams.EndpointBudgetList), err)
 	}
 	return nil
 }
@@ -425,8 +439,10 @@ func (b *bencher) scenario(sc benchScenario) (benchRow, error) {
 	if err := b.defineBudgets(p.scopes, benchBigLimit); err != nil {
 		return benchRow{}, err
 	}
-	if err := b.defineNaive(p.keys); err != nil {
-		return benchRow{}, err
+	if b.o.Baselines {
+		if err := b.defineNaive(p.keys); err != nil {
+			return benchRow{}, err
+		}
 	}
 	if b.redis != nil {
 		if err := b.redis.define(b.ctx, p.redisKeys, redisBigLimit); err != nil {

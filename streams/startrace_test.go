@@ -17,18 +17,20 @@ import (
 )
 
 // TestEnsure_TwoNodesAtOnce: two clients on different nodes of a 3-node
-// cluster ensure the ledger, alert and denial streams of a fresh layout at
-// the same moment, as two replicas starting together do (replica.Start).
-// Both must succeed, and neither may wait out an attempt's
-// StartAttemptTimeout: every attempt is answered.
+// cluster ensure the ledger, alert, denial and feed streams of a fresh
+// layout at the same moment, as two replicas starting together do
+// (replica.Start; the feed with serve --feed). Both must succeed, and
+// neither may wait out an attempt's StartAttemptTimeout: every attempt is
+// answered.
 //
 // How it can fail: a request of one client that met the other's create
 // still in flight on the meta leader went unanswered (nats-server 2.15.2):
-// CreateOrUpdateStream's update (alerts, denials; and then the other's
-// create went unanswered too), and Ensure's read of the ledger stream
-// before it created it. Each waited out the 5 s attempt and the retry found
-// the stream made. TestCluster_TwoReplicasStartTogether (internal/service)
-// spent 5 to 10 s of its 14-24 s there.
+// CreateOrUpdateStream's update (alerts, denials, feed; and then the
+// other's create went unanswered too), and Ensure's read of the ledger
+// stream before it created it. Each waited out the 5 s attempt and the
+// retry found the stream made (the feed's own loop did not retry a
+// timeout: it waited out ctx and failed). TestCluster_TwoReplicasStartTogether
+// (internal/service) spent 5 to 10 s of its 14-24 s there.
 func TestEnsure_TwoNodesAtOnce(t *testing.T) {
 	t.Parallel()
 	c := testenv.NewCluster(t, 3)
@@ -51,6 +53,9 @@ func TestEnsure_TwoNodesAtOnce(t *testing.T) {
 		},
 		"denials": func(js jetstream.JetStream, l streams.Layout) (jetstream.Stream, error) {
 			return streams.EnsureDenials(ctx, js, l, 0, 0)
+		},
+		"feed": func(js jetstream.JetStream, l streams.Layout) (jetstream.Stream, error) {
+			return streams.EnsureFeed(ctx, js, l)
 		},
 	}
 	// Both clients run f at the same moment; each must succeed within
@@ -79,7 +84,8 @@ func TestEnsure_TwoNodesAtOnce(t *testing.T) {
 		}
 	}
 	// Measured under -race before the fix: 6 of 32 pairs of alert or
-	// denial ensures collided, and 2 of 24 pairs of ledger ensures. So
+	// denial ensures collided, and 2 of 24 pairs of ledger ensures; the
+	// feed's failed in round 2 of 40 (8 rounds alone passed once). So
 	// 8 rounds (16 side-stream pairs, 8 ledger pairs) catch the side
 	// streams' update-first in 97 runs of 100, a ledger read-first alone
 	// in about half: the soak step runs 40 rounds (40 ledger pairs catch it

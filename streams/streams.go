@@ -935,7 +935,11 @@ func (l Layout) FeedStreamConfig() jetstream.StreamConfig {
 }
 
 // EnsureFeed creates or updates the feed stream with opts applied. Like
-// Ensure it is idempotent and safe to run from every replica at once.
+// Ensure it is idempotent and safe to run from every replica at once: it
+// creates first and retries what a cluster forming or another replica's
+// create answers (ensureStream). Its own loop of CreateOrUpdateStream
+// retried only "name in use" and "no suitable peers": an update left
+// unanswered by another replica's create in flight failed the start.
 func EnsureFeed(ctx context.Context, js jetstream.JetStream, l Layout, opts ...FeedOption) (jetstream.Stream, error) {
 	cfg := l.FeedStreamConfig()
 	for _, o := range opts {
@@ -943,23 +947,7 @@ func EnsureFeed(ctx context.Context, js jetstream.JetStream, l Layout, opts ...F
 			return nil, err
 		}
 	}
-	for attempt := 0; ; attempt++ {
-		s, err := js.CreateOrUpdateStream(ctx, cfg)
-		if err == nil {
-			return s, nil
-		}
-		var apiErr *jetstream.APIError
-		retry := errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) ||
-			(errors.As(err, &apiErr) && apiErr.ErrorCode == errNoSuitablePeers)
-		if !retry || attempt >= 50 {
-			return nil, fmt.Errorf("streams: ensure %s: %w", cfg.Name, err)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("streams: ensure %s: %w", cfg.Name, err)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	return ensureStream(ctx, js, cfg)
 }
 
 // BudgetKeysFilter matches every budget definition key

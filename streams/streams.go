@@ -205,6 +205,28 @@ func Ensure(ctx context.Context, js jetstream.JetStream, l Layout) (jetstream.St
 	err := RetryStart(ctx, StartRetryFor, func(err error) bool {
 		return errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) || (IsTransient(err) && !errors.Is(err, ErrLanesMismatch))
 	}, func(ctx context.Context) error {
+		// Create first: a create of the layout's configuration is
+		// answered with the stream when it is new, when it exists with
+		// that configuration, and when it meets another replica's equal
+		// create in flight. Reading the stream first (and
+		// CreateOrUpdateStream's update first) went unanswered when it
+		// met another replica's create in flight (nats-server 2.15.2):
+		// two replicas starting together waited out a
+		// StartAttemptTimeout before the retry found the stream
+		// (TestEnsure_TwoNodesAtOnce).
+		created, err := js.CreateStream(ctx, cfg)
+		if err == nil {
+			if n, err := RecordedLanes(created.CachedInfo().Config); err != nil || n != l.c.Lanes {
+				return fmt.Errorf("%w: stream %s created with lanes %q, configured %d", ErrLanesMismatch, cfg.Name, created.CachedInfo().Config.Metadata[MetadataLanes], l.c.Lanes)
+			}
+			s = created
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return fmt.Errorf("streams: ensure %s: %w", cfg.Name, err)
+		}
+		// The stream exists with another configuration: its lanes must
+		// be the layout's, and only then is it updated.
 		have, exists, err := checkLanes(ctx, js, l)
 		if err != nil {
 			return err
@@ -913,7 +935,11 @@ func (l Layout) FeedStreamConfig() jetstream.StreamConfig {
 }
 
 // EnsureFeed creates or updates the feed stream with opts applied. Like
-// Ensure it is idempotent and safe to run from every replica at once.
+// Ensure it is idempotent and safe to run from every replica at once: it
+// creates first and retries what a cluster forming or another replica's
+// create answers (ensureStream). Its own loop of CreateOrUpdateStream
+// retried only "name in use" and "no suitable peers": an update left
+// unanswered by another replica's create in flight failed the start.
 func EnsureFeed(ctx context.Context, js jetstream.JetStream, l Layout, opts ...FeedOption) (jetstream.Stream, error) {
 	cfg := l.FeedStreamConfig()
 	for _, o := range opts {
@@ -921,23 +947,7 @@ func EnsureFeed(ctx context.Context, js jetstream.JetStream, l Layout, opts ...F
 			return nil, err
 		}
 	}
-	for attempt := 0; ; attempt++ {
-		s, err := js.CreateOrUpdateStream(ctx, cfg)
-		if err == nil {
-			return s, nil
-		}
-		var apiErr *jetstream.APIError
-		retry := errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) ||
-			(errors.As(err, &apiErr) && apiErr.ErrorCode == errNoSuitablePeers)
-		if !retry || attempt >= 50 {
-			return nil, fmt.Errorf("streams: ensure %s: %w", cfg.Name, err)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("streams: ensure %s: %w", cfg.Name, err)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	return ensureStream(ctx, js, cfg)
 }
 
 // BudgetKeysFilter matches every budget definition key
@@ -1059,13 +1069,27 @@ func EnsureDenials(ctx context.Context, js jetstream.JetStream, l Layout, maxAge
 // ensureStream creates or updates the stream of cfg, retrying within
 // StartRetryFor (and ctx) what a cluster forming or another replica's
 // create at the same moment answers.
+//
+// It creates first, and updates only a stream that exists with another
+// configuration ("name already in use"): a create of a stream that exists
+// with cfg is answered with it, and so is a create that meets another
+// replica's equal create in flight. Not CreateOrUpdateStream, whose update
+// comes first: an update that met another replica's create still in
+// flight on the meta leader left both requests unanswered (nats-server
+// 2.15.2), so two replicas starting together each waited out a
+// StartAttemptTimeout before the retry found the stream
+// (TestEnsure_SideStreamsTwoNodesAtOnce).
 func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
 	var s jetstream.Stream
 	err := RetryStart(ctx, StartRetryFor, func(err error) bool {
 		return errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) || IsTransient(err)
 	}, func(ctx context.Context) error {
 		var err error
-		if s, err = js.CreateOrUpdateStream(ctx, cfg); err != nil {
+		s, err = js.CreateStream(ctx, cfg)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			s, err = js.UpdateStream(ctx, cfg)
+		}
+		if err != nil {
 			return fmt.Errorf("streams: ensure %s: %w", cfg.Name, err)
 		}
 		return nil

@@ -1,6 +1,7 @@
 package service_test
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -55,7 +56,16 @@ func TestCluster_TwoReplicasStartTogether(t *testing.T) {
 		// Both serve: a budget put through one is read through the other.
 		nc := c.Conn
 		data := []byte(`{"scope":"org:race","period":"month","limit":"1","unit":"USD"}`)
-		msg, err := nc.Request(layout.Endpoint(streams.EndpointBudgetPut), data, 10*time.Second)
+		// Start returns once each replica's endpoints are registered on
+		// its own node; the node of c.Conn learns of them over the
+		// routes a moment later, and until then a request gets no
+		// responders (which the Go client retries as unavailable). No
+		// responder took the request, so it is sent again.
+		var msg *nats.Msg
+		testenv.WaitFor(t, 10*time.Second, "the replicas' endpoints known on every node", func() bool {
+			msg, err = nc.Request(layout.Endpoint(streams.EndpointBudgetPut), data, 10*time.Second)
+			return !errors.Is(err, nats.ErrNoResponders)
+		})
 		require.NoError(t, err)
 		require.NotContains(t, string(msg.Data), `"error"`)
 		for _, r := range replicas {

@@ -1,12 +1,11 @@
 package service_test
 
 import (
-	"flag"
 	"fmt"
 	"os"
-	"runtime"
-	"strconv"
 	"testing"
+
+	"github.com/spendgate/spendgate/internal/parallel"
 )
 
 // TestMain runs up to twice GOMAXPROCS of the parallel tests at once,
@@ -17,14 +16,9 @@ import (
 // ran alone at the end of it. The timing-sensitive tests stay serial
 // (harness_test.go lists them) and run before the parallel ones start.
 func TestMain(m *testing.M) {
-	flag.Parse()
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
-	if !set {
-		if err := flag.Set("test.parallel", strconv.Itoa(2*runtime.GOMAXPROCS(0))); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(2)
-		}
+	if err := parallel.Raise(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
 	}
 	os.Exit(m.Run())
 }

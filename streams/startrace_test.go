@@ -103,6 +103,20 @@ func TestEnsure_TwoNodesAtOnce(t *testing.T) {
 		for name, f := range ensure {
 			together(fmt.Sprintf("round %d %s", round, name), func(js jetstream.JetStream) (jetstream.Stream, error) { return f(js, l) })
 		}
+		if round < rounds-1 {
+			// Each round's streams reserve their storage on every node:
+			// 40 rounds' worth ran the cluster out ("insufficient
+			// storage"). The last round's stay for the checks below.
+			names := jss[0].StreamNames(ctx)
+			var all []string
+			for name := range names.Name() {
+				all = append(all, name)
+			}
+			require.NoError(t, names.Err())
+			for _, name := range all {
+				require.NoError(t, jss[0].DeleteStream(ctx, name), "round %d: delete %s", round, name)
+			}
+		}
 	}
 	// The streams exist now: an ensure of the same configuration is a
 	// create answered with the stream, one of another configuration (the

@@ -112,6 +112,9 @@ func goBuild(args ...string) error {
 // that replaces it writes a new file (go build removes the old one or
 // renames over it), so the hard link of a run still under way keeps its
 // own. Where the kept directory cannot be used, it builds path directly.
+// Not through go run's executable cache (internal/chaos builds its
+// spendgate so): go run records no VCS information, which TestCLI_Version
+// reads from this build.
 func buildPlain(path string) error {
 	pkgDir, err := os.Getwd()
 	if err != nil {

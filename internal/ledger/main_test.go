@@ -1,8 +1,6 @@
 package ledger_test
 
 import (
-	"fmt"
-	"os"
 	"testing"
 
 	"github.com/spendgate/spendgate/internal/parallel"
@@ -20,10 +18,4 @@ import (
 // timing (TestSnapshot_LateSettleFoldedAheadOfFollower's follower waiting
 // a couple of seconds for its committer, the submit deadline tests) stay
 // serial, and go test runs the serial tests before the parallel ones.
-func TestMain(m *testing.M) {
-	if err := parallel.Raise(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { parallel.Main(m) }

@@ -5,8 +5,11 @@ package parallel
 
 import (
 	"flag"
+	"fmt"
+	"os"
 	"runtime"
 	"strconv"
+	"testing"
 )
 
 // Raise sets -test.parallel to twice GOMAXPROCS unless the command line
@@ -19,4 +22,14 @@ func Raise() error {
 		return nil
 	}
 	return flag.Set("test.parallel", strconv.Itoa(2*runtime.GOMAXPROCS(0)))
+}
+
+// Main is a whole TestMain: Raise, then m.Run, exiting with its code (2
+// if the flag cannot be set).
+func Main(m *testing.M) {
+	if err := Raise(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	os.Exit(m.Run())
 }

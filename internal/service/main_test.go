@@ -1,8 +1,6 @@
 package service_test
 
 import (
-	"fmt"
-	"os"
 	"testing"
 
 	"github.com/spendgate/spendgate/internal/parallel"
@@ -15,10 +13,4 @@ import (
 // partly idle, and this package, the last large one of `go test ./...`,
 // ran alone at the end of it. The timing-sensitive tests stay serial
 // (harness_test.go lists them) and run before the parallel ones start.
-func TestMain(m *testing.M) {
-	if err := parallel.Raise(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { parallel.Main(m) }

@@ -205,15 +205,9 @@ func Ensure(ctx context.Context, js jetstream.JetStream, l Layout) (jetstream.St
 	err := RetryStart(ctx, StartRetryFor, func(err error) bool {
 		return errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) || (IsTransient(err) && !errors.Is(err, ErrLanesMismatch))
 	}, func(ctx context.Context) error {
-		// Create first: a create of the layout's configuration is
-		// answered with the stream when it is new, when it exists with
-		// that configuration, and when it meets another replica's equal
-		// create in flight. Reading the stream first (and
-		// CreateOrUpdateStream's update first) went unanswered when it
-		// met another replica's create in flight (nats-server 2.15.2):
-		// two replicas starting together waited out a
-		// StartAttemptTimeout before the retry found the stream
-		// (TestEnsure_TwoNodesAtOnce).
+		// Create first, as ensureStream does and for its reason: a read
+		// of the stream that meets another replica's create in flight
+		// goes unanswered (nats-server 2.15.2).
 		created, err := js.CreateStream(ctx, cfg)
 		if err == nil {
 			if n, err := RecordedLanes(created.CachedInfo().Config); err != nil || n != l.c.Lanes {
@@ -937,9 +931,7 @@ func (l Layout) FeedStreamConfig() jetstream.StreamConfig {
 // EnsureFeed creates or updates the feed stream with opts applied. Like
 // Ensure it is idempotent and safe to run from every replica at once: it
 // creates first and retries what a cluster forming or another replica's
-// create answers (ensureStream). Its own loop of CreateOrUpdateStream
-// retried only "name in use" and "no suitable peers": an update left
-// unanswered by another replica's create in flight failed the start.
+// create answers (ensureStream).
 func EnsureFeed(ctx context.Context, js jetstream.JetStream, l Layout, opts ...FeedOption) (jetstream.Stream, error) {
 	cfg := l.FeedStreamConfig()
 	for _, o := range opts {
@@ -1078,7 +1070,7 @@ func EnsureDenials(ctx context.Context, js jetstream.JetStream, l Layout, maxAge
 // flight on the meta leader left both requests unanswered (nats-server
 // 2.15.2), so two replicas starting together each waited out a
 // StartAttemptTimeout before the retry found the stream
-// (TestEnsure_SideStreamsTwoNodesAtOnce).
+// (TestEnsure_TwoNodesAtOnce).
 func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
 	var s jetstream.Stream
 	err := RetryStart(ctx, StartRetryFor, func(err error) bool {

@@ -2,8 +2,6 @@ package main
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"net"
 	"os"
@@ -21,6 +19,7 @@ import (
 	"github.com/spendgate/spendgate/internal/natsconn"
 	"github.com/spendgate/spendgate/internal/parallel"
 	"github.com/spendgate/spendgate/internal/roles"
+	"github.com/spendgate/spendgate/internal/testbin"
 	"github.com/spendgate/spendgate/testenv"
 )
 
@@ -74,8 +73,9 @@ func TestMain(m *testing.M) {
 	usageBinPath = binPath
 	var builds [][]string
 	if raceEnabled {
-		usageBinPath = filepath.Join(dir, "spendgate-norace")
-		if err := buildPlain(usageBinPath); err != nil {
+		// The plain build internal/chaos and internal/service start
+		// too: built once for the three, and kept between runs.
+		if usageBinPath, err = testbin.Path(testbin.Spendgate); err != nil {
 			fmt.Fprintln(os.Stderr, "building spendgate:", err)
 			os.Exit(1)
 		}
@@ -93,6 +93,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
+	testbin.Remove()
 	os.Exit(code)
 }
 
@@ -101,46 +102,6 @@ func goBuild(args ...string) error {
 	cmd := exec.Command("go", append(args, ".")...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	return cmd.Run()
-}
-
-// buildPlain builds spendgate without the race detector and hard-links it
-// as path. It builds into a directory of the OS temp dir kept between
-// runs, one per package directory (a worktree of its own), under a lock:
-// go build leaves a binary there that is up to date as it is, and links
-// it (3.5 CPU-seconds, go build caches no link) only when a source
-// changed; an uncached build (a fresh clone) costs what it did. A build
-// that replaces it writes a new file (go build removes the old one or
-// renames over it), so the hard link of a run still under way keeps its
-// own. Where the kept directory cannot be used, it builds path directly.
-// Not through go run's executable cache (internal/chaos builds its
-// spendgate so): go run records no VCS information, which TestCLI_Version
-// reads from this build.
-func buildPlain(path string) error {
-	pkgDir, err := os.Getwd()
-	if err != nil {
-		return err
-	}
-	sum := sha256.Sum256([]byte(pkgDir))
-	keep := filepath.Join(os.TempDir(), "spendgate-test-bin", hex.EncodeToString(sum[:8]))
-	if err := os.MkdirAll(keep, 0o755); err != nil {
-		return goBuild("build", "-o", path)
-	}
-	lock, err := os.OpenFile(filepath.Join(keep, "lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return goBuild("build", "-o", path)
-	}
-	defer lock.Close() // and unlocks
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return goBuild("build", "-o", path)
-	}
-	kept := filepath.Join(keep, "spendgate-norace")
-	if err := goBuild("build", "-o", kept); err != nil {
-		return err
-	}
-	if os.Link(kept, path) != nil {
-		return goBuild("build", "-o", path)
-	}
-	return nil
 }
 
 // linkSelf hard-links this test binary as path and says whether it could

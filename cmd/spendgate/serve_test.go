@@ -78,7 +78,7 @@ func TestServe_UnwritableDataDir(t *testing.T) {
 		// nobody must reach the binary and the data dir, and not write it.
 		const nobody = 65534
 		cred = &syscall.Credential{Uid: nobody, Gid: nobody}
-		for _, d := range []string{filepath.Dir(binPath), base, filepath.Dir(base)} {
+		for _, d := range []string{filepath.Dir(binPath), filepath.Dir(usageBinPath), base, filepath.Dir(base)} {
 			require.NoError(t, os.Chmod(d, 0o755))
 		}
 	} else {

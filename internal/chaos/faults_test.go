@@ -124,10 +124,9 @@ func TestCluster_Faults(t *testing.T) {
 		t.Skip("builds nats-server and spendgate and runs them as processes")
 	}
 	soakFor := soak(t)
-	natsBin, spendgate := binaries(t)
+	natsBin, sgBin := binaries(t)
 	dir := t.TempDir()
 	c := startCluster(t, natsBin, dir, 3)
-	sgBin := spendgate()
 	layout, err := streams.New(streams.Config{Replicas: 3})
 	require.NoError(t, err)
 	seeds, trusted, trust := replicaKeys(t, dir, 2)

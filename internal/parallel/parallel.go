@@ -24,12 +24,17 @@ func Raise() error {
 	return flag.Set("test.parallel", strconv.Itoa(2*runtime.GOMAXPROCS(0)))
 }
 
-// Main is a whole TestMain: Raise, then m.Run, exiting with its code (2
-// if the flag cannot be set).
-func Main(m *testing.M) {
+// Main is a whole TestMain: Raise, then m.Run, then each of after (the
+// package's own cleanups), exiting with m.Run's code (2 if the flag
+// cannot be set).
+func Main(m *testing.M, after ...func()) {
 	if err := Raise(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	for _, f := range after {
+		f()
+	}
+	os.Exit(code)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/internal/soak"
+	"github.com/spendgate/spendgate/internal/testbin"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
 )
@@ -93,10 +94,11 @@ func processes(t *testing.T, mode string) foCluster {
 func startProcCluster(t *testing.T, n int) *procCluster {
 	t.Helper()
 	c := &procCluster{t: t, dir: t.TempDir(), cmds: make([]*exec.Cmd, n)}
-	c.bin = filepath.Join(c.dir, "node")
-	build := exec.Command("go", "build", "-o", c.bin, "./testdata/node")
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "build testdata/node: %s", out)
+	// testdata/node, built once with cmd/spendgate's and internal/chaos's
+	// processes, and kept between runs.
+	bin, err := testbin.Path(testbin.Node)
+	require.NoError(t, err, "build testdata/node")
+	c.bin = bin
 	for i := 0; i < n; i++ {
 		c.client = append(c.client, freePort(t))
 		c.route = append(c.route, freePort(t))

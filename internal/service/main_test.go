@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/spendgate/spendgate/internal/parallel"
+	"github.com/spendgate/spendgate/internal/testbin"
 )
 
 // TestMain runs up to twice GOMAXPROCS of the parallel tests at once,
@@ -13,4 +14,5 @@ import (
 // partly idle, and this package, the last large one of `go test ./...`,
 // ran alone at the end of it. The timing-sensitive tests stay serial
 // (harness_test.go lists them) and run before the parallel ones start.
-func TestMain(m *testing.M) { parallel.Main(m) }
+// Then it removes the links to the process tests' builds (testbin).
+func TestMain(m *testing.M) { parallel.Main(m, testbin.Remove) }

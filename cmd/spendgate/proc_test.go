@@ -73,8 +73,8 @@ func TestMain(m *testing.M) {
 	usageBinPath = binPath
 	var builds [][]string
 	if raceEnabled {
-		// The plain build internal/chaos and internal/service start
-		// too: built once for the three, and kept between runs.
+		// The plain build internal/chaos starts too (package testbin:
+		// one build for both, kept between runs).
 		if usageBinPath, err = testbin.Path(testbin.Spendgate); err != nil {
 			fmt.Fprintln(os.Stderr, "building spendgate:", err)
 			os.Exit(1)

@@ -9,8 +9,8 @@ import (
 
 // binaries returns the paths of nats-server (at the version go.mod
 // requires) and spendgate, both built without the race detector by
-// package testbin: once for this package, cmd/spendgate's and
-// internal/service's tests together, and kept between runs.
+// package testbin, which cmd/spendgate's tests share, and kept between
+// runs.
 func binaries(t *testing.T) (nats, spendgate string) {
 	t.Helper()
 	nats, err := testbin.Path(testbin.NATSServer)

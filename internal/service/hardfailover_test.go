@@ -94,8 +94,8 @@ func processes(t *testing.T, mode string) foCluster {
 func startProcCluster(t *testing.T, n int) *procCluster {
 	t.Helper()
 	c := &procCluster{t: t, dir: t.TempDir(), cmds: make([]*exec.Cmd, n)}
-	// testdata/node, built once with cmd/spendgate's and internal/chaos's
-	// processes, and kept between runs.
+	// testdata/node, built by package testbin under the lock that
+	// cmd/spendgate's and internal/chaos's builds share, and kept.
 	bin, err := testbin.Path(testbin.Node)
 	require.NoError(t, err, "build testdata/node")
 	c.bin = bin

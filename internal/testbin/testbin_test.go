@@ -11,7 +11,7 @@ import (
 
 // Each executable is built and runs: nats-server prints the version go.mod
 // requires, spendgate its usage, and node is an executable file. A second
-// Path returns the same file.
+// Path returns the same file; a name it does not know is an error.
 func TestPath_BuildsEachOnceAndTheyRun(t *testing.T) {
 	t.Cleanup(Remove)
 	version, err := exec.Command("go", "list", "-m", "-f", "{{.Version}}", "github.com/nats-io/nats-server/v2").Output()
@@ -43,4 +43,7 @@ func TestPath_BuildsEachOnceAndTheyRun(t *testing.T) {
 	second, err := os.Stat(again)
 	require.NoError(t, err)
 	require.True(t, os.SameFile(first, second))
+
+	_, err = Path("redis-server")
+	require.ErrorContains(t, err, `no executable "redis-server"`)
 }

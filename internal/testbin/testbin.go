@@ -10,7 +10,9 @@
 // executables share at the same time, each in its own go build: the later
 // ones wait for the first and find those packages in the build cache. The
 // executables are kept beside the lock, where go build finds them up to
-// date and links one again only when a source of it changed.
+// date and links one again only when a source of it changed. The kept
+// executables of a checkout that no longer exists are removed by the next
+// build of any checkout.
 package testbin
 
 import (
@@ -18,6 +20,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -123,7 +126,47 @@ func buildKept(root, keep, pkg string) error {
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
 		return err
 	}
+	if err := os.WriteFile(filepath.Join(keep, rootFile), []byte(root), 0o644); err != nil {
+		return err
+	}
+	pruneStale(filepath.Dir(keep), keep)
 	return goBuild(root, keep, pkg)
+}
+
+// rootFile, in a kept directory, holds the checkout's module root.
+const rootFile = "root"
+
+// pruneStale removes the kept directories under parent, other than own,
+// whose checkout is gone (no go.mod at the root they name) and whose lock
+// no one holds: about 90 MB each, left by every clone or worktree the
+// tests ran in. A directory that names no root (an older layout's) is left
+// alone. A process still running a removed executable keeps its own link.
+func pruneStale(parent, own string) {
+	entries, err := os.ReadDir(parent)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		d := filepath.Join(parent, e.Name())
+		if !e.IsDir() || d == own {
+			continue
+		}
+		root, err := os.ReadFile(filepath.Join(d, rootFile))
+		if err != nil {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(string(root), "go.mod")); !errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		lock, err := os.OpenFile(filepath.Join(d, "lock"), os.O_RDWR, 0)
+		if err != nil {
+			continue
+		}
+		if syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
+			_ = os.RemoveAll(d)
+		}
+		lock.Close()
+	}
 }
 
 // goBuild builds pkg into dir, killed after buildTimeout. The

@@ -3,7 +3,9 @@ package testbin
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -46,4 +48,41 @@ func TestPath_BuildsEachOnceAndTheyRun(t *testing.T) {
 
 	_, err = Path("redis-server")
 	require.ErrorContains(t, err, `no executable "redis-server"`)
+}
+
+// The kept builds of a checkout that is gone are removed; those of a
+// checkout that exists, of one whose lock is held (a build under way), and
+// of an older layout that names no checkout are left.
+func TestPruneStale_RemovesOnlyGoneCheckouts(t *testing.T) {
+	parent := t.TempDir()
+	live := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(live, "go.mod"), []byte("module x\n"), 0o644))
+	gone := filepath.Join(t.TempDir(), "removed-clone")
+
+	kept := func(name, root string) string {
+		d := filepath.Join(parent, name)
+		require.NoError(t, os.MkdirAll(d, 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(d, "lock"), nil, 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(d, "spendgate"), []byte("binary"), 0o755))
+		if root != "" {
+			require.NoError(t, os.WriteFile(filepath.Join(d, rootFile), []byte(root), 0o644))
+		}
+		return d
+	}
+	own := kept("own", gone) // its own checkout is never pruned by itself
+	stale := kept("stale", gone)
+	alive := kept("alive", live)
+	legacy := kept("legacy", "")
+	busy := kept("busy", gone)
+	lock, err := os.OpenFile(filepath.Join(busy, "lock"), os.O_RDWR, 0)
+	require.NoError(t, err)
+	defer lock.Close()
+	require.NoError(t, syscall.Flock(int(lock.Fd()), syscall.LOCK_EX))
+
+	pruneStale(parent, own)
+
+	require.NoDirExists(t, stale)
+	for _, d := range []string{own, alive, legacy, busy} {
+		require.FileExists(t, filepath.Join(d, "spendgate"))
+	}
 }

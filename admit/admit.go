@@ -48,6 +48,9 @@ type Ledger interface {
 	ByRequest(rid string) (*ledger.Reservation, bool)
 	TenantOpen(tenant string) int
 	TenantDefaultBudgets(tenant string) int
+	// TenantDefaultBudgetsAnd is TenantDefaultBudgets read at one
+	// instant with whether each of refs has no budget yet.
+	TenantDefaultBudgetsAnd(tenant string, refs []events.BudgetRef) (int, []bool)
 	// SubmitAll decides and commits txs, and returns each one's error.
 	SubmitAll(ctx context.Context, txs []ledger.Tx) []error
 }
@@ -555,7 +558,7 @@ func (a *Admitter) budgets(ctx context.Context, r request, now time.Time) ([]led
 			// refused before the sync: a flood of new scopes costs no
 			// read of the stream (reserveDefault decides after it).
 			if len(ds) > 0 {
-				if err := a.checkDefaults(s.Tenant(), len(ds)); err != nil {
+				if err := a.checkDefaults(s, ds); err != nil {
 					return nil, nil, nil, err
 				}
 			}
@@ -570,10 +573,18 @@ func (a *Admitter) budgets(ctx context.Context, r request, now time.Time) ([]led
 		}
 		// A tenant's budgets from defaults are bounded: taken before any
 		// is created, given back once they are folded (or not written).
+		// A check or shadow admit creates none: it is only refused as its
+		// admit would be.
 		done := func() {}
-		if len(ds) > 0 {
+		switch {
+		case len(ds) == 0:
+		case r.mode == events.ModeAdmit:
 			var err error
-			if done, err = a.reserveDefault(s.Tenant(), len(ds)); err != nil {
+			if done, err = a.reserveDefault(s, ds); err != nil {
+				return nil, nil, nil, err
+			}
+		default:
+			if err := a.checkDefaults(s, ds); err != nil {
 				return nil, nil, nil, err
 			}
 		}

@@ -3,6 +3,7 @@ package admit
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/spendgate/spendgate/events"
@@ -92,24 +93,30 @@ func (a *Admitter) preCheckOpen(tenant string, r request) error {
 	return err
 }
 
-// defaultBudgets counts, per tenant, the budgets this replica is creating
-// from defaults right now: with the ledger's count of those it has folded,
-// what a new one is checked against.
+// defaultBudgets holds, per tenant, the budgets this replica is creating
+// from defaults right now, each with how many admits are creating it:
+// with the ledger's count of those it has folded, what a new one is
+// checked against.
 type defaultBudgets struct {
 	mu       sync.Mutex
-	creating map[string]int
+	creating map[string]map[events.BudgetRef]int
 }
 
-// reserveDefault takes n of tenant's budgets from defaults for a creation,
-// or refuses with CodeTenantLimit if the ledger's count plus those being
-// created by this replica would pass max. done gives them back.
+// reserveDefault takes the budgets scope s would get from defaults ds for
+// a creation, or refuses with CodeTenantLimit if they would take its
+// tenant past max. done gives them back.
 //
-// The count is exact on one replica; across replicas, creations another
+// A budget is counted once whatever the admits creating it (two first
+// admits of one scope create it once), and once it is folded it counts in
+// the ledger's count, not as being created: the two are read at one
+// instant (Ledger.TenantDefaultBudgetsAnd), so the count is exact on one
+// replica, even while creations land. Across replicas, creations another
 // replica wrote and this one has not folded yet are missed (admit syncs
 // with the stream before it creates, so that is only what they wrote
 // since): the limit can be passed by about one creation per other replica
 // creating at the same instant.
-func (a *Admitter) reserveDefault(tenant string, n int) (done func(), err error) {
+func (a *Admitter) reserveDefault(s events.Scope, ds []ledger.Default) (done func(), err error) {
+	tenant := s.Tenant()
 	max := a.opts.tenants.MaxDefaultBudgets
 	if tenant == "" || max < 0 {
 		return func() {}, nil
@@ -117,44 +124,88 @@ func (a *Admitter) reserveDefault(tenant string, n int) (done func(), err error)
 	d := &a.defaults
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := a.defaultsLimit(tenant, n, max); err != nil {
+	refs, err := a.defaultsLimit(s, ds, max)
+	if err != nil {
 		return nil, err
 	}
 	if d.creating == nil {
-		d.creating = map[string]int{}
+		d.creating = map[string]map[events.BudgetRef]int{}
 	}
-	d.creating[tenant] += n
+	mine := d.creating[tenant]
+	if mine == nil {
+		mine = map[events.BudgetRef]int{}
+		d.creating[tenant] = mine
+	}
+	for _, ref := range refs {
+		mine[ref]++
+	}
 	return func() {
 		d.mu.Lock()
 		defer d.mu.Unlock()
-		if d.creating[tenant] -= n; d.creating[tenant] <= 0 {
+		for _, ref := range refs {
+			if mine[ref]--; mine[ref] <= 0 {
+				delete(mine, ref)
+			}
+		}
+		if len(mine) == 0 {
+			// mine is the tenant's map still: it is dropped only once
+			// empty, when no creation holds it.
 			delete(d.creating, tenant)
 		}
 	}, nil
 }
 
-// checkDefaults refuses, as reserveDefault would, a creation of n of
-// tenant's budgets from defaults past its limit, without taking them.
-func (a *Admitter) checkDefaults(tenant string, n int) error {
+// checkDefaults refuses, as reserveDefault would, the budgets scope s
+// would get from defaults ds past its tenant's limit, without taking
+// them.
+func (a *Admitter) checkDefaults(s events.Scope, ds []ledger.Default) error {
 	max := a.opts.tenants.MaxDefaultBudgets
-	if tenant == "" || max < 0 {
+	if s.Tenant() == "" || max < 0 {
 		return nil
 	}
 	a.defaults.mu.Lock()
 	defer a.defaults.mu.Unlock()
-	return a.defaultsLimit(tenant, n, max)
+	_, err := a.defaultsLimit(s, ds, max)
+	return err
 }
 
-// defaultsLimit is the refusal of n more of tenant's budgets from
-// defaults past max, nil if they fit. The caller holds a.defaults.mu.
-func (a *Admitter) defaultsLimit(tenant string, n, max int) error {
-	have := a.l.TenantDefaultBudgets(tenant) + a.defaults.creating[tenant]
-	if have+n <= max {
-		return nil
+// defaultsLimit is the refusal of the budgets scope s would get from
+// defaults ds if they take its tenant past max, nil if they fit; refs are
+// those budgets, distinct. A budget counts once: folded, or being created
+// and not folded yet. The caller holds a.defaults.mu.
+func (a *Admitter) defaultsLimit(s events.Scope, ds []ledger.Default, max int) (refs []events.BudgetRef, err error) {
+	tenant := s.Tenant()
+	creating := a.defaults.creating[tenant]
+	all := make([]events.BudgetRef, 0, len(creating)+len(ds))
+	for ref := range creating {
+		all = append(all, ref)
 	}
-	return events.TenantLimitError(tenant, events.LimitDefaultBudgets, int64(max), fmt.Sprintf(
+	for _, d := range ds {
+		ref := d.For(s).Ref
+		if !slices.Contains(refs, ref) {
+			refs = append(refs, ref)
+			if _, ok := creating[ref]; !ok {
+				all = append(all, ref)
+			}
+		}
+	}
+	folded, missing := a.l.TenantDefaultBudgetsAnd(tenant, all)
+	have, more := folded, 0
+	for i := range all {
+		switch {
+		case !missing[i]: // folded: in the ledger's count
+		case i < len(creating):
+			have++ // being created by another admit
+		default:
+			more++
+		}
+	}
+	if have+more <= max {
+		return refs, nil
+	}
+	return nil, events.TenantLimitError(tenant, events.LimitDefaultBudgets, int64(max), fmt.Sprintf(
 		"tenant %s has %d budgets created from defaults, its limit (serve --tenant-max-default-budgets %d): this scope's first admit would create %d more; nothing was created or reserved",
-		tenant, have, max, n))
+		tenant, have, max, more))
 }
 
 // retryRefusal is err as the answer to req: a tenant_limit refusal of a

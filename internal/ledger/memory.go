@@ -68,6 +68,9 @@ func (m *Memory) Reservation(id string) (*Reservation, bool) { return m.l.Reserv
 func (m *Memory) ByRequest(rid string) (*Reservation, bool)  { return m.l.ByRequest(rid) }
 func (m *Memory) TenantOpen(tenant string) int               { return m.l.TenantOpen(tenant) }
 func (m *Memory) TenantDefaultBudgets(tenant string) int     { return m.l.TenantDefaultBudgets(tenant) }
+func (m *Memory) TenantDefaultBudgetsAnd(tenant string, refs []events.BudgetRef) (int, []bool) {
+	return m.l.TenantDefaultBudgetsAnd(tenant, refs)
+}
 
 // Sync returns at once: a Memory ledger has nothing to catch up on.
 func (m *Memory) Sync(context.Context) error { return nil }

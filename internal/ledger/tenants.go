@@ -4,6 +4,7 @@ import (
 	"sort"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/streams"
 )
 
 // Per-tenant counts of the book, for the tenant limits (admit's
@@ -75,6 +76,26 @@ func (l *Ledger) TenantDefaultBudgets(tenant string) int {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	return l.bk.tenants.defaults[tenant]
+}
+
+// TenantDefaultBudgetsAnd returns, read at one instant, how many budgets
+// were created for tenant from defaults as this replica has folded the
+// stream, and for each of refs (budgets being created from defaults)
+// whether it is missing: the book holds no budget under it yet. Read
+// apart, a creation folded between the two reads would be counted twice
+// or not at all.
+func (l *Ledger) TenantDefaultBudgetsAnd(tenant string, refs []events.BudgetRef) (folded int, missing []bool) {
+	keys := make([]string, len(refs))
+	for i, ref := range refs {
+		keys[i] = streams.BudgetKey(ref)
+	}
+	missing = make([]bool, len(refs))
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	for i, key := range keys {
+		missing[i] = l.bk.budgets[key] == nil
+	}
+	return l.bk.tenants.defaults[tenant], missing
 }
 
 // TenantCount is one tenant's counts (see Ledger.TenantCounts).

@@ -3,6 +3,7 @@ package streams_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -67,7 +68,19 @@ func TestEnsure_UncompressesS2Stream(t *testing.T) {
 	require.Equal(t, jetstream.NoCompression, cfg.Compression, "the default")
 	require.NoError(t, env.JS.DeleteStream(ctx, name))
 	cfg.Compression = jetstream.S2Compression // what builds before issue 27 created
-	_, err := env.JS.CreateStream(ctx, cfg)
+	// The create right after the delete was once refused "error creating
+	// store for stream" (10049) under load, the old store still being
+	// removed: retry that refusal alone, for at most 10 s.
+	var err error
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err = env.JS.CreateStream(ctx, cfg)
+		var apiErr *jetstream.APIError
+		if err == nil || !errors.As(err, &apiErr) || apiErr.ErrorCode != 10049 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	require.NoError(t, err)
 
 	// Compressible messages, 1 KiB each, until the server has sealed and

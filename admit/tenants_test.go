@@ -101,12 +101,32 @@ func TestDefaultBudgets_CountedOnceWhileLanding(t *testing.T) {
 	admitOne := func(a *admit.Admitter, id, scope string) (events.AdmitReply, error) {
 		return a.Admit(acme, req(id, "1", scope))
 	}
-
-	t.Run("folded and in flight", func(t *testing.T) {
+	// admitInBackground admits id on scope in a goroutine; its error, or
+	// one saying it was denied, comes on the channel.
+	admitInBackground := func(a *admit.Admitter, id, scope string) <-chan error {
+		done := make(chan error, 1)
+		go func() {
+			r, err := admitOne(a, id, scope)
+			if err == nil && !r.Admitted {
+				err = &events.Error{Code: events.CodeInternal, Message: id + " denied"}
+			}
+			done <- err
+		}()
+		return done
+	}
+	// limited is a defaultsLedger and an Admitter that lets a tenant
+	// have max budgets from defaults (and any number of open
+	// reservations).
+	limited := func(t *testing.T, max int) (*defaultsLedger, *admit.Admitter) {
 		f := newDefaultsLedger()
 		a, err := admit.New(f, admit.WithClock(func() time.Time { return t0 }),
-			admit.WithTenantLimits(admit.TenantLimits{MaxDefaultBudgets: 2, MaxOpen: -1}))
+			admit.WithTenantLimits(admit.TenantLimits{MaxDefaultBudgets: max, MaxOpen: -1}))
 		require.NoError(t, err)
+		return f, a
+	}
+
+	t.Run("folded and in flight", func(t *testing.T) {
+		f, a := limited(t, 2)
 		landed, release := make(chan struct{}), make(chan struct{})
 		f.hold = func(s events.Scope, before bool) {
 			if s.Local() == "user:u1" && !before {
@@ -114,14 +134,7 @@ func TestDefaultBudgets_CountedOnceWhileLanding(t *testing.T) {
 				<-release
 			}
 		}
-		done := make(chan error, 1)
-		go func() {
-			r, err := admitOne(a, "r1", "user:u1")
-			if err == nil && !r.Admitted {
-				err = &events.Error{Code: events.CodeInternal, Message: "u1 denied"}
-			}
-			done <- err
-		}()
+		done := admitInBackground(a, "r1", "user:u1")
 		waitClosed(t, landed, "u1's budget to be created")
 		r, err := admitOne(a, "r2", "user:u2")
 		require.NoError(t, err, "u1's budget is counted once: 1 of 2 taken")
@@ -144,10 +157,7 @@ func TestDefaultBudgets_CountedOnceWhileLanding(t *testing.T) {
 	})
 
 	t.Run("one scope, two first admits", func(t *testing.T) {
-		f := newDefaultsLedger()
-		a, err := admit.New(f, admit.WithClock(func() time.Time { return t0 }),
-			admit.WithTenantLimits(admit.TenantLimits{MaxDefaultBudgets: 1, MaxOpen: -1}))
-		require.NoError(t, err)
+		f, a := limited(t, 1)
 		entered, release := make(chan struct{}), make(chan struct{})
 		var first atomic.Bool
 		f.hold = func(s events.Scope, before bool) {
@@ -156,11 +166,7 @@ func TestDefaultBudgets_CountedOnceWhileLanding(t *testing.T) {
 				<-release
 			}
 		}
-		done := make(chan error, 1)
-		go func() {
-			_, err := admitOne(a, "first", "user:u1")
-			done <- err
-		}()
+		done := admitInBackground(a, "first", "user:u1")
 		waitClosed(t, entered, "the first admit to start its creation")
 		// The first admit holds its place and has created nothing yet.
 		r, err := admitOne(a, "second", "user:u1")

@@ -42,14 +42,12 @@ type Ledger interface {
 	// folded.
 	Sync(ctx context.Context) error
 	// ByRequest returns the reservation the book holds for a request id;
-	// TenantOpen and TenantDefaultBudgets a tenant's open reservations and
-	// budgets from defaults as folded (for the tenant limits' cheap
-	// pre-checks, tenants.go).
+	// TenantOpen a tenant's open reservations as folded, and
+	// TenantDefaultBudgetsAnd its budgets from defaults as folded with
+	// whether each of refs has no budget yet, read at one instant (for
+	// the tenant limits, tenants.go).
 	ByRequest(rid string) (*ledger.Reservation, bool)
 	TenantOpen(tenant string) int
-	TenantDefaultBudgets(tenant string) int
-	// TenantDefaultBudgetsAnd is TenantDefaultBudgets read at one
-	// instant with whether each of refs has no budget yet.
 	TenantDefaultBudgetsAnd(tenant string, refs []events.BudgetRef) (int, []bool)
 	// SubmitAll decides and commits txs, and returns each one's error.
 	SubmitAll(ctx context.Context, txs []ledger.Tx) []error

@@ -132,7 +132,7 @@ func TestRun_Table(t *testing.T) {
 		}
 	}
 	if noRedis == nil {
-		require.Regexp(t, `target \(issue 21\) hot1, NATS sync=interval \(2m\), redis appendfsync everysec: client admit p50 <= 3x redis admit p50: .*: met (yes|no)`, out.String())
+		require.Regexp(t, `target against redis, hot1, NATS sync=interval \(2m\), redis appendfsync everysec: client admit p50 <= 3x redis admit p50: .*: met (yes|no)`, out.String())
 	}
 	// The embedded replica's commit counters are logged per rep.
 	require.Regexp(t, `hot16 rep 1/1: ledger [1-9][0-9]* commits \(0 atomic batches\), [0-9.]+ txs per commit`, errOut.String())
@@ -439,7 +439,7 @@ func TestPrintTable_NoRedis(t *testing.T) {
 		}
 	}
 	require.Contains(t, out.String(), "redis: redis-server not installed (not on PATH): its columns print as -")
-	require.NotContains(t, out.String(), "target (issue 21)")
+	require.NotContains(t, out.String(), "target against redis")
 }
 
 // tableRow returns the table's header and scenario's row, columns split

@@ -244,11 +244,11 @@ func freeLocalPort() (int, error) {
 func redisDir() (string, error) { return os.MkdirTemp("", "spendgate-bench-redis-") }
 
 // redisP50Target: a lone caller's admit p50 through the Go client within
-// this many times Redis's (issue 21).
+// this many times Redis's.
 const redisP50Target = 3
 
 // writeRedisNotes explains the CPU and Redis columns under the table and
-// states the targets of issue 21 against the Redis baseline.
+// states spendgate's targets against the Redis baseline.
 func (b *bencher) writeRedisNotes(w io.Writer, rows []benchRow) {
 	fmt.Fprint(w, `CPU/cycle: user+system CPU time per cycle, median of the reps. client CPU/cycle: this process during the client
   runs: the embedded NATS server, the spendgate replica, and the callers with their Go clients (one process: the callers'
@@ -285,10 +285,10 @@ func (b *bencher) writeRedisNotes(w io.Writer, rows []benchRow) {
 		}
 		switch r.Scenario {
 		case "hot64":
-			fmt.Fprintf(w, "target (issue 21) hot64, %s: client cycles/s >= redis cycles/s: %.0f vs %.0f (%s): met %s\n",
+			fmt.Fprintf(w, "target against redis, hot64, %s: client cycles/s >= redis cycles/s: %.0f vs %.0f (%s): met %s\n",
 				fsync, r.ClientCyclesPerS, r.RedisCyclesPerS, fmtRatio(r.ClientXRedis), metStr(r.ClientCyclesPerS >= r.RedisCyclesPerS))
 		case "hot1":
-			fmt.Fprintf(w, "target (issue 21) hot1, %s: client admit p50 <= %dx redis admit p50: %s vs %s (%s): met %s\n",
+			fmt.Fprintf(w, "target against redis, hot1, %s: client admit p50 <= %dx redis admit p50: %s vs %s (%s): met %s\n",
 				fsync, redisP50Target, fmtLatency(r.ClientAdmitP50), fmtLatency(r.RedisAdmitP50), fmtRatio(r.ClientP50XRedis),
 				metStr(r.ClientP50XRedis <= redisP50Target))
 		}

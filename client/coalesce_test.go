@@ -428,24 +428,30 @@ func cycle(t *testing.T, c *client.Client, callers, cycles int, scope string) er
 	errs := make(chan error, callers)
 	var wg sync.WaitGroup
 	for range callers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range cycles {
-				res, err := c.Admit(ctxT(t), admitReq("0.01", scope))
-				if err == nil {
-					_, err = res.Settle(ctxT(t), "0.01")
-				}
-				if err != nil {
-					errs <- err
-					return
-				}
+		wg.Go(func() {
+			if err := cycleN(t, c, cycles, scope); err != nil {
+				errs <- err
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	close(errs)
 	return <-errs
+}
+
+// cycleN runs n admit+settle cycles of 0.01 on scope through c, one after
+// the other, and returns the first error.
+func cycleN(t *testing.T, c *client.Client, n int, scope string) error {
+	for range n {
+		res, err := c.Admit(ctxT(t), admitReq("0.01", scope))
+		if err == nil {
+			_, err = res.Settle(ctxT(t), "0.01")
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Callers that admit and settle at once share messages: the client sends
@@ -482,21 +488,15 @@ func TestBatching_mixedKindsShareMessages(t *testing.T) {
 		for i := range callers {
 			wg.Go(func() {
 				<-start
+				var err error
 				if i < len(held) {
-					if _, err := held[i].Settle(ctxT(t), "0.01"); err != nil {
-						errs <- err
-						return
-					}
+					_, err = held[i].Settle(ctxT(t), "0.01")
 				}
-				for range cycles {
-					res, err := c.Admit(ctxT(t), admitReq("0.01", "org:acme"))
-					if err == nil {
-						_, err = res.Settle(ctxT(t), "0.01")
-					}
-					if err != nil {
-						errs <- err
-						return
-					}
+				if err == nil {
+					err = cycleN(t, c, cycles, "org:acme")
+				}
+				if err != nil {
+					errs <- err
 				}
 			})
 		}

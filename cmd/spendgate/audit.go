@@ -53,8 +53,11 @@ is open: a closed reservation is forgotten --window after its close
 		synopsis: "[--archive DIR] [--nats-url URL] [--bucket NAME]",
 		about: `Lists every key that signed revisions of the ledger stream, with the first
 and last stream sequence it signed and how many ("unsigned" for revisions
-without a signature). It verifies nothing (audit check does): it says, for
-example, the last sequence of a key being retired. A trimmed stream needs
+without a signature), trusted or not: it says, for example, the last
+sequence of a key being retired. Each signature is checked against the key
+it names; revisions whose signature that key did not make are listed apart,
+as "bad-signature:<key>", and never counted as the key's. Whether a key may
+sign is what audit check verifies. A trimmed stream needs
 --archive DIR: the archive is read first, then the stream after it.`,
 	}
 	auditBalancesCommand = command{
@@ -175,7 +178,10 @@ func audit(args []string) int {
 		}
 		for _, u := range uses {
 			key := u.Key
-			if key == "" {
+			switch {
+			case u.BadSignature:
+				key = "bad-signature:" + u.Key
+			case key == "":
 				key = "unsigned"
 			}
 			fmt.Printf("%s first=%d last=%d revisions=%d\n", key, u.First, u.Last, u.Revisions)

@@ -1,0 +1,96 @@
+package ledger_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/spendgate/spendgate/testenv"
+)
+
+// BenchmarkSyncWriteCeiling measures what the ledger stream itself can
+// take with fsync on every write (testenv.WithSyncAlways), with nothing
+// else running: writes of a lane revision's size, one at a time as a
+// lane commits today, and pipelined (2 and 4 in flight), which is the only
+// way a lane's commits could overlap. It bounds any committer design: a
+// lane can never commit faster than this.
+//
+// A pipelined write cannot name its predecessor's sequence by a
+// per-subject check (the predecessor's sequence is not known yet), so it
+// uses the two stream-wide expectations, Nats-Expected-Last-Sequence (the
+// predicted one) and Nats-Expected-Last-Msg-Id (the predecessor's id):
+// together they hold only if the stream's last message is the
+// predecessor, at the predicted sequence. Every write here must be
+// accepted, so the benchmark also shows the server keeps pipelined writes
+// in order; any other write to the stream in between (another lane's, a
+// budget's) would fail every write in flight behind it.
+//
+// Sizes: 200 B (a lone caller's revision) and 19,000 B (a hot64 group of
+// about 29 transactions at about 650 B each).
+//
+//	go test -run '^$' -bench BenchmarkSyncWriteCeiling -benchtime 3000x ./internal/ledger/
+func BenchmarkSyncWriteCeiling(b *testing.B) {
+	for _, size := range []int{200, 19000} {
+		for _, inflight := range []int{1, 2, 4} {
+			b.Run("bytes="+strconv.Itoa(size)+"/inflight="+strconv.Itoa(inflight), func(b *testing.B) {
+				benchSyncWrites(b, size, inflight)
+			})
+		}
+	}
+}
+
+func benchSyncWrites(b *testing.B, size, inflight int) {
+	env := testenv.New(b, testenv.WithSyncAlways())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	stream, err := env.JS.Stream(ctx, env.Layout.StreamName())
+	require.NoError(b, err)
+	info, err := stream.Info(ctx)
+	require.NoError(b, err)
+	last, lastID := info.State.LastSeq, ""
+	subject := env.Layout.Subject("lane.bench")
+	data := make([]byte, size)
+	var flight []jetstream.PubAckFuture
+	wait := func(f jetstream.PubAckFuture) {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			b.Fatalf("a pipelined write was refused: %v", err)
+		case <-ctx.Done():
+			b.Fatal("no acknowledgement")
+		}
+	}
+	b.SetBytes(int64(size))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if len(flight) == inflight {
+			wait(flight[0])
+			flight = flight[1:]
+		}
+		id := "w" + strconv.Itoa(i)
+		m := nats.NewMsg(subject)
+		m.Data = data
+		m.Header.Set(jetstream.MsgIDHeader, id)
+		m.Header.Set(jetstream.ExpectedLastSeqHeader, strconv.FormatUint(last, 10))
+		if lastID != "" {
+			m.Header.Set(jetstream.ExpectedLastMsgIDHeader, lastID)
+		}
+		f, err := env.JS.PublishMsgAsync(m)
+		require.NoError(b, err)
+		flight = append(flight, f)
+		last, lastID = last+1, id
+	}
+	for _, f := range flight {
+		wait(f)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "writes/s")
+	info, err = stream.Info(ctx)
+	require.NoError(b, err)
+	require.Equal(b, last, info.State.LastSeq, "every write landed, in order")
+}

@@ -9,7 +9,7 @@ import (
 
 var auditExportCommand = command{
 	name:     "spendgate audit export",
-	synopsis: "[--from RFC3339] [--to RFC3339] [--scope KIND:ID ...] [--tenant NAME] [--format csv|jsonl] [--totals FILE] [--shadow] [--nats-url URL] [--bucket NAME]",
+	synopsis: "[--from RFC3339] [--to RFC3339] [--scope KIND:ID ...] [--tenant NAME] [--format csv|jsonl] [--times exact|sheet] [--totals FILE] [--shadow] [--nats-url URL] [--bucket NAME]",
 	about: `Writes one row per reservation on standard output: its request id, scopes,
 balances, unit, reserved amount, opened / expires / settled / released /
 expired times, status, actual, overrun, late, release reason and every
@@ -27,6 +27,10 @@ UTC times, an empty cell for what did not happen; a cell starting with = + -
 @ (or a tab or CR) gets a leading ' so that a spreadsheet does not run it as
 a formula. The metadata columns are the union of the keys of the selected
 reservations: a first, cheap pass over the book collects them.
+--times sheet writes CSV times as 2026-12-03 08:25:39 (UTC, whole seconds,
+truncated), which spreadsheets open as dates and times; the default, exact,
+writes them as recorded (2026-12-03T08:25:39.564075996Z), which they open as
+text. JSONL times are always exact.
 --totals FILE writes the totals per unit (CSV, or JSONL with --format jsonl).
 
 --shadow writes the check and shadow decisions instead (admits with "mode":
@@ -50,6 +54,7 @@ func auditExport(args []string) int {
 	format := fs.String("format", "csv", "csv or jsonl")
 	totals := fs.String("totals", "", "also write the totals per unit to this file")
 	shadow := fs.Bool("shadow", false, "write the check and shadow decisions instead of the reservations")
+	times := fs.String("times", "exact", "CSV times: exact (RFC 3339, as recorded) or sheet (2026-12-03 08:25:39, UTC, whole seconds: a spreadsheet reads it as a date)")
 	if code, ok := cmd.parse(fs, args); !ok {
 		return code
 	}
@@ -59,6 +64,12 @@ func auditExport(args []string) int {
 	}
 	if *format != "csv" && *format != "jsonl" {
 		return cmd.usageError(fs, fmt.Sprintf("--format %q: want csv or jsonl", *format))
+	}
+	if f.Times, err = report.ParseTimeFormat(*times); err != nil {
+		return cmd.usageError(fs, fmt.Sprintf("--times %q: want exact or sheet", *times))
+	}
+	if f.Times != report.TimesExact && *format != "csv" {
+		return cmd.usageError(fs, "--times sheet is for CSV: JSONL times are always exact")
 	}
 	if *shadow && *totals != "" {
 		return cmd.usageError(fs, "--totals is for reservations: not with --shadow")

@@ -106,6 +106,24 @@ func TestCLI_ExportReportBalances(t *testing.T) {
 	require.Equal(t, "open", col(recs[4], "status"))
 	_, err = time.Parse(time.RFC3339, col(recs[1], "opened_at"))
 	require.NoError(t, err)
+	// --times sheet: the same rows, each time as a spreadsheet reads a
+	// date (UTC, whole seconds, truncated), every other cell unchanged.
+	sheet, err := csv.NewReader(strings.NewReader(ok("audit", "export", "--times", "sheet"))).ReadAll()
+	require.NoError(t, err)
+	require.Len(t, sheet, len(recs))
+	timeCols := map[string]bool{"opened_at": true, "expires_at": true, "settled_at": true, "released_at": true, "expired_at": true}
+	for i := 1; i < len(recs); i++ {
+		for j, name := range recs[0] {
+			exact, got := recs[i][j], sheet[i][j]
+			if !timeCols[name] || exact == "" {
+				require.Equal(t, exact, got, "row %d %s", i, name)
+				continue
+			}
+			at, err := time.Parse(time.RFC3339Nano, exact)
+			require.NoError(t, err)
+			require.Equal(t, at.UTC().Truncate(time.Second).Format("2006-01-02 15:04:05"), got, "row %d %s", i, name)
+		}
+	}
 	totals, err := os.ReadFile(filepath.Join(dir, "totals.csv"))
 	require.NoError(t, err)
 	require.Equal(t, "unit,rows,open,settled,released,expired,late,reserved,actual,overrun\nUSD,4,1,2,1,0,0,6.75,3.5,0.5\n", string(totals))
@@ -162,6 +180,8 @@ func TestCLI_ExportReportBalances(t *testing.T) {
 		{[]string{"audit", "export", "--from", "2026-11-30"}, `--from "2026-11-30": want an RFC 3339 time like`},
 		{[]string{"audit", "export", "--to", "soon"}, `--to "soon": want an RFC 3339 time`},
 		{[]string{"audit", "export", "--format", "xlsx"}, `--format "xlsx": want csv or jsonl`},
+		{[]string{"audit", "export", "--times", "excel"}, `--times "excel": want exact or sheet`},
+		{[]string{"audit", "export", "--times", "sheet", "--format", "jsonl"}, `--times sheet is for CSV`},
 		{[]string{"audit", "export", "--scope", "acme"}, `--scope "acme"`},
 		{[]string{"audit", "export", "extra"}, `unexpected arguments`},
 		{[]string{"audit", "export", "--from", "2026-12-01T00:00:00Z", "--to", "2026-11-01T00:00:00Z"}, `is not before --to`},
@@ -185,6 +205,25 @@ func TestCLI_ExportReportBalances(t *testing.T) {
 		require.Contains(t, r.stdout, "Usage: spendgate ")
 		require.Contains(t, r.stdout, "  --from string")
 	}
+
+	// The shadow decisions' export: one row per decision, its time in
+	// either form.
+	ok("admit", "--scope", "org:acme", "--amount", "1", "--mode", "shadow", "--request-id", "sh-1", "--meta", "model=gpt-4o")
+	require.Eventually(t, func() bool {
+		s, err := env.JS.Stream(context.Background(), env.Layout.DenialStreamName())
+		return err == nil && s.CachedInfo().State.Msgs == 2
+	}, 10*time.Second, 10*time.Millisecond, "the shadow decision's record is published")
+	exact, err := csv.NewReader(strings.NewReader(ok("audit", "export", "--shadow"))).ReadAll()
+	require.NoError(t, err)
+	sheet, err = csv.NewReader(strings.NewReader(ok("audit", "export", "--shadow", "--times", "sheet"))).ReadAll()
+	require.NoError(t, err)
+	require.Equal(t, []string{"at", "replica", "tenant", "mode", "request_id", "result", "reason", "blocked_by",
+		"scopes", "amount", "unit", "model", "metadata.model"}, exact[0])
+	require.Len(t, exact, 2)
+	require.Equal(t, []string{"shadow", "sh-1", "admitted"}, exact[1][3:6])
+	at, err := time.Parse(time.RFC3339Nano, exact[1][0])
+	require.NoError(t, err)
+	require.Equal(t, append([]string{at.UTC().Truncate(time.Second).Format("2006-01-02 15:04:05")}, exact[1][1:]...), sheet[1])
 }
 
 func indexOf(s []string, v string) int {

@@ -39,6 +39,9 @@ type Filter struct {
 	Tenant    string
 	// Hold overrides DefaultLateSettleHold when positive.
 	Hold time.Duration
+	// Times is how a CSV export (ExportCSV, ExportShadowCSV) writes
+	// times; JSONL exports always write TimesExact.
+	Times TimeFormat
 }
 
 // selects reports whether a reservation opened with ev is in the filter.

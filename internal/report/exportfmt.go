@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"fmt"
 	"io"
 	"slices"
 	"strconv"
@@ -37,14 +38,50 @@ const MetadataColumnPrefix = "metadata."
 // CSV cell. Neither a scope nor a balance can hold a space.
 const ListSeparator = " "
 
-// formatTime is the export's time format: RFC 3339 in UTC with as many
-// fractional digits as the time has, "" for the zero time.
-func formatTime(t time.Time) string {
+// TimeFormat is how a CSV export writes times.
+type TimeFormat int
+
+const (
+	// TimesExact writes RFC 3339 in UTC with as many fractional digits
+	// as the time has ("2026-12-03T08:25:39.564075996Z"): the time
+	// exactly as recorded. JSONL exports always write this form.
+	TimesExact TimeFormat = iota
+	// TimesSheet writes "2026-12-03 08:25:39", UTC, whole seconds
+	// (truncated): the form spreadsheets read as a date and time when they
+	// open a CSV file. LibreOffice (en-US, en-GB and de-DE locales) opens
+	// TimesExact's form as text (the zone suffix keeps it so), and this
+	// form with fractional seconds as a date only where the decimal
+	// separator is a point (not de-DE).
+	TimesSheet
+)
+
+// sheetLayout is TimesSheet's layout.
+const sheetLayout = "2006-01-02 15:04:05"
+
+// ParseTimeFormat parses the name of a TimeFormat: "exact" or "sheet".
+func ParseTimeFormat(name string) (TimeFormat, error) {
+	switch name {
+	case "exact":
+		return TimesExact, nil
+	case "sheet":
+		return TimesSheet, nil
+	}
+	return 0, fmt.Errorf("time format %q: want exact or sheet", name)
+}
+
+// format writes t in f, "" for the zero time.
+func (f TimeFormat) format(t time.Time) string {
 	if t.IsZero() {
 		return ""
 	}
+	if f == TimesSheet {
+		return t.UTC().Format(sheetLayout)
+	}
 	return t.UTC().Format(time.RFC3339Nano)
 }
+
+// formatTime writes t as TimesExact, "" for the zero time.
+func formatTime(t time.Time) string { return TimesExact.format(t) }
 
 // SafeCell guards a CSV cell against formula injection: a cell that starts
 // with '=', '+', '-', '@', a tab or a carriage return gets a leading single
@@ -204,7 +241,7 @@ func (p *Reader) ExportCSV(ctx context.Context, w io.Writer, f Filter) (Totals, 
 	rec := make([]string, len(header))
 	pos, err := p.rows(ctx, f, last, func(r *Row) error {
 		tot.add(r)
-		fillRecord(rec, r, keys)
+		fillRecord(rec, r, keys, f.Times)
 		if err := cw.Write(rec); err != nil {
 			return err
 		}
@@ -220,8 +257,9 @@ func (p *Reader) ExportCSV(ctx context.Context, w io.Writer, f Filter) (Totals, 
 	return tot.totals(pos), nil
 }
 
-// fillRecord writes r into rec, in the columns of ExportColumns and keys.
-func fillRecord(rec []string, r *Row, keys []string) {
+// fillRecord writes r into rec, in the columns of ExportColumns and keys,
+// its times in tf.
+func fillRecord(rec []string, r *Row, keys []string, tf TimeFormat) {
 	scopes := make([]string, len(r.Scopes))
 	for i, s := range r.Scopes {
 		scopes[i] = string(s)
@@ -249,7 +287,7 @@ func fillRecord(rec []string, r *Row, keys []string) {
 	fixed := []string{
 		r.ReservationID, r.RequestID, strings.Join(scopes, ListSeparator), strings.Join(balances, ListSeparator),
 		r.Unit, r.Reserved.String(),
-		formatTime(r.OpenedAt), formatTime(r.ExpiresAt), formatTime(r.SettledAt), formatTime(r.ReleasedAt), formatTime(r.ExpiredAt),
+		tf.format(r.OpenedAt), tf.format(r.ExpiresAt), tf.format(r.SettledAt), tf.format(r.ReleasedAt), tf.format(r.ExpiredAt),
 		r.Status, actual, overrun, late, r.ReleaseReason,
 		priced[0], priced[1], priced[2], priced[3], priced[4], priced[5], priced[6],
 	}

@@ -343,7 +343,7 @@ func (p *Reader) ExportShadowCSV(ctx context.Context, w io.Writer, f Filter) (in
 				}
 			}
 		}
-		rec := []string{formatTime(c.At), c.Replica, c.Tenant, c.Mode, c.RequestID, result, reason, blocked,
+		rec := []string{f.Times.format(c.At), c.Replica, c.Tenant, c.Mode, c.RequestID, result, reason, blocked,
 			strings.Join(c.Scopes, " "), c.Amount, c.Unit, c.Model}
 		for _, k := range sorted {
 			rec = append(rec, c.Metadata[k])

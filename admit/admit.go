@@ -374,9 +374,9 @@ func (a *Admitter) AdmitAll(ctx context.Context, reqs []events.AdmitRequest) (ou
 // admit: its request id is not in the book (a replay would have been
 // answered), but an earlier attempt of it may still be deciding or writing
 // on some replica and commit after this answer; a denial now could then
-// contradict what the ledger ends up holding (issue 27: a committed admit
-// answered limit_reached, whose reservation held budget until its TTL). So
-// the retry's outcome is unknown: CodeLedgerUnavailable, which callers
+// contradict what the ledger ends up holding (a committed admit was once
+// answered limit_reached, whose reservation held budget until its TTL).
+// So the retry's outcome is unknown: CodeLedgerUnavailable, which callers
 // retry (or end with a void of the request id, as the Go client does).
 // Any other reply is answer's.
 func answerDenial(ctx context.Context, req events.AdmitRequest, reply events.AdmitReply) (events.AdmitReply, error) {

@@ -42,8 +42,8 @@ func withThresholds(b ledger.Budget, ths ...string) ledger.Budget {
 
 // TestDecide_RaisedLimitRearmsThresholds: a limit raised from 4 to 20
 // re-arms the thresholds, so reaching 100 % of 20 crosses 1 again, in the
-// definition's arm generation. Before issue 23 the balance's crossings of
-// the old limit held, and nothing was crossed (this test failed there:
+// definition's arm generation. In an earlier build the balance's crossings
+// of the old limit held, and nothing was crossed (this test failed there:
 // the second admit crossed nothing). Disabling and enabling does not
 // re-arm.
 func TestDecide_RaisedLimitRearmsThresholds(t *testing.T) {
@@ -97,8 +97,8 @@ func TestDecide_RaisedLimitRearmsThresholds(t *testing.T) {
 // TestDecide_BlockingAlert: a budget with alerts on at 98 % denies an
 // admit for its limit: the denial carries a blocking alert (its balance,
 // used and limit, the denied request); a check, a budget with alerts off,
-// and a denial for another reason carry none. Before issue 23 there was
-// no blocking alert at all.
+// and a denial for another reason carry none. An earlier build had no
+// blocking alert at all.
 func TestDecide_BlockingAlert(t *testing.T) {
 	quiet := usd("org:quiet", events.PeriodMonth, "1")
 	off := quiet

@@ -13,8 +13,8 @@ import (
 
 // A denial's text says each thing once: the service's message names the
 // scope and period, so Error adds them only when the message does not
-// (before issue 25 it read "limit_reached in user:u-17 per day: user:u-17
-// per day: spent ...").
+// (an earlier build's text read "limit_reached in user:u-17 per day:
+// user:u-17 per day: spent ...").
 func TestDeniedError_Error(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

@@ -24,8 +24,8 @@ func utc(s string) time.Time {
 	return t
 }
 
-// TestCalendar_Instances pins instances and resets in the zones the issue
-// names: a New York day resets at 05:00Z in winter (04:00Z in summer), a
+// TestCalendar_Instances pins instances and resets in these tricky
+// zones: a New York day resets at 05:00Z in winter (04:00Z in summer), a
 // Kiritimati (+14) day starts at 10:00Z the day before, a Kabul (+04:30)
 // midnight is 19:30Z, a week resets on Monday in its zone, an hour in
 // Kathmandu (+05:45) at :15Z, and the hour New York repeats at the end of

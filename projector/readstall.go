@@ -14,7 +14,7 @@ import (
 // sequence (an audit, an export, a replay, a snapshot's fold, a trim's
 // check) waits for its next message: on an R3 stream the reading consumer
 // is placed on any replica's copy, and a copy that cannot be read sends
-// nothing (issue 27: audit check hung 14 minutes on a broken copy). The
+// nothing (an audit check once hung 14 minutes on a broken copy). The
 // read then fails naming the node whose copy it read, instead of waiting
 // for the caller's deadline.
 const ReadStall = 30 * time.Second

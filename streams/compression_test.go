@@ -24,8 +24,8 @@ import (
 // BenchmarkDiskBytesPerReservation measures the ledger stream's bytes on
 // disk per reservation (admit + settle): 64 callers, 200 budgets, every
 // fifth admit over two scopes. "default" is the stream as Ensure creates
-// it (uncompressed since issue 27); "s2" is the S2-compressed stream of
-// the builds before, for comparison. Run it with
+// it (uncompressed); "s2" is the S2-compressed stream that earlier
+// builds created, for comparison. Run it with
 //
 //	go test -run '^$' -bench BenchmarkDiskBytesPerReservation -benchtime 1x ./streams/
 func BenchmarkDiskBytesPerReservation(b *testing.B) {

@@ -44,7 +44,7 @@ const (
 	// MaxLanes bounds Config.Lanes.
 	MaxLanes = 1024
 	// Compression is the ledger stream's storage compression: none. S2
-	// (on from 47c3478 to issue 27) shrank the stream about 7x on disk
+	// (on from 47c3478 to b15a943) shrank the stream about 7x on disk
 	// (BenchmarkDiskBytesPerReservation), but nats-server 2.15.2 could not
 	// keep it across a crash: every SIGKILL of a node under writes left
 	// that node's copy unreadable ("s2: corrupt input" on truncate or on
@@ -319,9 +319,9 @@ func EnsureSnapshots(ctx context.Context, js jetstream.JetStream, l Layout) (jet
 	return os, nil
 }
 
-// ErrCompressed: the ledger stream is stored S2-compressed (created by a
-// build from before issue 27) and this identity could not update it to no
-// compression (under roles, replicas may not update the ledger stream).
+// ErrCompressed: the ledger stream is stored S2-compressed (created by an
+// earlier build) and this identity could not update it to no compression
+// (under roles, replicas may not update the ledger stream).
 // Fix: update it once with an identity that may (one spendgate serve as
 // the admin or the stream's creator, or nats stream edit KV_<bucket>
 // setting compression to none), then restart the nats-server nodes one at

@@ -67,7 +67,7 @@ func TestEnsure_UncompressesS2Stream(t *testing.T) {
 	cfg := env.Layout.StreamConfig()
 	require.Equal(t, jetstream.NoCompression, cfg.Compression, "the default")
 	require.NoError(t, env.JS.DeleteStream(ctx, name))
-	cfg.Compression = jetstream.S2Compression // what builds before issue 27 created
+	cfg.Compression = jetstream.S2Compression // what earlier builds created
 	// The create right after the delete was once refused "error creating
 	// store for stream" (10049) under load, the old store still being
 	// removed: retry that refusal alone, for at most 10 s.

@@ -150,7 +150,7 @@ func TestSweep_TwoReplicasExactlyOnce(t *testing.T) {
 	require.EqualValues(t, parts, expired, "one expiry event per balance part")
 }
 
-// BenchmarkSweep100k measures the target: 100,000 reservations
+// BenchmarkSweep100k measures a mass expiry: 100,000 reservations
 // (a fifth of them over two balances) come due at once, and two replicas
 // whose sweepers run at default settings (sweep.DefaultInterval, the
 // default worker count) release them all. It reports the seconds from the

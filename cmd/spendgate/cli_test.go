@@ -184,8 +184,8 @@ var synopsisFlag = regexp.MustCompile(`(?:^|[\s\[|])--?([a-z][a-z-]*)`)
 
 // Every command's --help: its usage line names only flags it has; the
 // connection flags (--nats-url, --creds, ..., --prefix, --timeout) are
-// listed apart, after the command's own, under "Connection flags:" (before
-// issue 25 they were mixed into every command's own); budget get names
+// listed apart, after the command's own, under "Connection flags:" (an
+// earlier build mixed them into every command's own); budget get names
 // the week period and --unit.
 func TestCLI_HelpSections(t *testing.T) {
 	t.Parallel()
@@ -242,8 +242,8 @@ func TestCLI_HelpSections(t *testing.T) {
 // The top-level usage names every command (the commands map), and each of
 // its lines names only flags that the command (or one of its subcommands)
 // has. Each command with subcommands lists, in its --help, every subcommand
-// it accepts (as its "which ...?" error names them): before issue 25 audit
-// --help named three of six.
+// it accepts (as its "which ...?" error names them): an earlier build's
+// audit --help named three of six.
 func TestCLI_HelpListsEverything(t *testing.T) {
 	t.Parallel()
 	top := runUsage(t, nil, "help")
@@ -306,8 +306,8 @@ func TestCLI_HelpListsEverything(t *testing.T) {
 // missing required flags are refused with the usage on stderr and exit 64
 // (EX_USAGE; 2 is a denied admit), before anything connects or starts: the
 // service address is unreachable, so a command that sent anything would
-// fail with exit 1 instead. Before issue 25 admit without --amount went
-// to the service and came back "amount is empty", naming no flag.
+// fail with exit 1 instead. An earlier build sent admit without --amount
+// to the service, and it came back "amount is empty", naming no flag.
 func TestCLI_UsageErrors(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

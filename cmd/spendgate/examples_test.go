@@ -16,8 +16,8 @@ import (
 var nodeFloor = regexp.MustCompile(`^>=\s*(\d+)`)
 
 // Each Node example declares the Node.js it needs as no older than what
-// any package it locks declares: before issue 25 examples/node said
-// node >= 18 while @nats-io/nuid 3.0.0 declares >= 22.
+// any package it locks declares: examples/node once said node >= 18
+// while @nats-io/nuid 3.0.0 declares >= 22.
 func TestExamples_NodeEngines(t *testing.T) {
 	t.Parallel()
 	manifests, err := filepath.Glob(filepath.Join("..", "..", "examples", "*", "package.json"))

@@ -54,7 +54,7 @@ func rawPut(t *testing.T, js jetstream.JetStream, key string, data []byte, h nat
 	return ack.Sequence
 }
 
-// TestSecure_ForgeryAndGarbage: the two attacks, with the binary.
+// TestSecure_ForgeryAndGarbage: two attacks on the ledger, with the binary.
 // A forged budget (the same JSON with a bigger limit, correctly chained,
 // written straight to the bucket) is skipped: an admit of 500 against the
 // original 1.00 limit is denied, and audit check fails naming the forged

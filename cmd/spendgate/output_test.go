@@ -92,9 +92,10 @@ func TestCLI_OutputIDAndVoid(t *testing.T) {
 // Every command's JSON output has its keys in one order, the wire
 // structs' (the order the service writes them): budget get and budget
 // list print a budget alike, pricing put and pricing import print a price
-// alike, admit as the service sends it. Before issue 25 the commands that
-// print the service's reply re-encoded it through a map, sorting the keys,
-// while budget list, pricing import and keys create kept the struct order.
+// alike, admit as the service sends it. In an earlier build the commands
+// that print the service's reply re-encoded it through a map, sorting the
+// keys, while budget list, pricing import and keys create kept the struct
+// order.
 func TestCLI_JSONKeyOrder(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)

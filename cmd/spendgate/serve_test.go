@@ -97,8 +97,8 @@ func TestServe_UnwritableDataDir(t *testing.T) {
 // serve reads only the SPENDGATE_* variables it lists, each named in its
 // --help: SPENDGATE_REPLICAS, set in the environment for something else,
 // is not --replicas (it is logged as not read), while SPENDGATE_LOG_FORMAT
-// is --log-format. On the build before issue 27 every SPENDGATE_<FLAG> was
-// read: SPENDGATE_REPLICAS=2 asked the embedded single server for an R2
+// is --log-format. An earlier build read every SPENDGATE_<FLAG> variable:
+// SPENDGATE_REPLICAS=2 asked the embedded single server for an R2
 // ledger stream, and serve failed to start.
 func TestServe_EnvWhitelist(t *testing.T) {
 	t.Parallel()
@@ -118,9 +118,9 @@ func TestServe_EnvWhitelist(t *testing.T) {
 }
 
 // A clean stop (SIGTERM) of serve with --http, on its embedded server or
-// joining one with --nats-url, logs nothing at WARN or ERROR: before issue
-// 25 the --nats-url replica's stop ended on "WARN nats disconnected
-// err=<nil>", which reads like a failure.
+// joining one with --nats-url, logs nothing at WARN or ERROR: in an
+// earlier build the --nats-url replica's stop ended on "WARN nats
+// disconnected err=<nil>", which reads like a failure.
 func TestServe_CleanStopLogsNoWarning(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)

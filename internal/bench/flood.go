@@ -26,7 +26,7 @@ const (
 	// benchFloodCallers run good admit+settle cycles during the flood.
 	benchFloodCallers = 16
 	// benchFloodTargetP99 is the good admits' p99 the flood must not push
-	// past (issue 10, item 4).
+	// past.
 	benchFloodTargetP99 = 50 * time.Millisecond
 	// benchFloodTick paces the flood's publishes.
 	benchFloodTick = 2 * time.Millisecond

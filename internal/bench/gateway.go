@@ -34,7 +34,7 @@ const (
 	// (a stream of about a second, as a short LLM answer is).
 	benchGatewayChunks = 50
 	// benchGatewayTarget is the most the gateway may add to a lone call
-	// at p50 (issue 24).
+	// at p50.
 	benchGatewayTarget = time.Millisecond
 	// benchGatewayUpstreamKey is the fake upstream's credential.
 	benchGatewayUpstreamKey = "sk-bench-upstream"

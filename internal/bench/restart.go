@@ -38,7 +38,7 @@ import (
 // Then the replica is killed (SIGKILL) and restarted, stopped gracefully
 // (SIGTERM: it writes a snapshot on stop) and restarted, and, for
 // comparison, restarted with every snapshot deleted (a whole fold).
-// Constants name its shape and targets (issue 21).
+// Constants name its shape and targets.
 const (
 	// RestartDefault is the default history size (--restart-reservations).
 	RestartDefault = 1_000_000

@@ -118,7 +118,8 @@ func soak(t *testing.T) time.Duration {
 //     answer) is logged, with the figures of the run.
 //
 // It fails on today's S2-compressed stream (a killed node's copy does not
-// load; see docs/cluster-faults.md) and on the wrong answers of issue 27.
+// load; see docs/cluster-faults.md) and on the contradicting answers an
+// earlier build gave (a denied retry, an unknown_reservation settle).
 func TestCluster_Faults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds nats-server and spendgate and runs them as processes")

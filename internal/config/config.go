@@ -40,8 +40,8 @@ type Env struct {
 
 // EnvFlags lists the flags of fs, by name, that Apply may set from their
 // environment variable (EnvName): a per-command whitelist, so that no other
-// SPENDGATE_* variable acts on the command (issue 27: a harness's own
-// SPENDGATE_REPLICAS=2 silently became serve --replicas 2). Each listed
+// SPENDGATE_* variable acts on the command (an earlier build silently took
+// a harness's own SPENDGATE_REPLICAS=2 as serve --replicas 2). Each listed
 // flag's usage gains its variable ("($SPENDGATE_DATA_DIR)") unless it names
 // it already, so the command's --help lists every variable it reads. Call
 // it after declaring the flags and before parsing; a name fs does not

@@ -174,8 +174,8 @@ func envNames(fs *flag.FlagSet) []string {
 
 // Only the flags a command lists are read from the environment; each
 // listed flag's help names its variable, and Ignored names the variables of
-// the others that are set. It fails if every flag is read (before issue
-// 27, SPENDGATE_REPLICAS set for something else became --replicas).
+// the others that are set. It fails if every flag is read (in an earlier
+// build SPENDGATE_REPLICAS set for something else became --replicas).
 func TestApply_EnvWhitelist(t *testing.T) {
 	fs, s := newFlags()
 	env := config.EnvFlags(fs, "data-dir", "config")

@@ -81,7 +81,7 @@ func TestOverrun_JSON(t *testing.T) {
 	o := DefaultOptions()
 	o.Concurrency, o.Ceiling, o.Price = 8, "0.1", "0.03"
 	// The outage pattern's client warnings are expected: counted in the
-	// report, not logged (before issue 25 they printed 20 WARN lines that
+	// report, not logged (an earlier build printed 20 WARN lines that
 	// read like a failure). Anything else still reaches the logger.
 	var logged logRecorder
 	o.Log = slog.New(&logged)

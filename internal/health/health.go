@@ -7,9 +7,9 @@
 // consumer that the server places on any replica's copy, and a stream info
 // request is answered by any replica while the stream has no leader; a
 // follower that sits on a lagging or unreadable copy sees nothing pending
-// and reports no lag (issue 27: a replica answered ready, lag 0, while its
-// follower was 5,000 revisions behind on a broken copy, and while the
-// stream had no leader).
+// and reports no lag (a replica of an earlier build answered ready, lag 0,
+// while its follower was 5,000 revisions behind on a broken copy, and
+// while the stream had no leader).
 package health
 
 import (

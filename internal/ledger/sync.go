@@ -44,7 +44,7 @@ type syncRound struct {
 // follower applies an entry when it learns of its commit, which the lost
 // leader never sent). A Sync on such a target returned before the book
 // held a reservation acknowledged a moment earlier, and a settle of it was
-// answered unknown_reservation (issue 27).
+// answered unknown_reservation.
 func (l *Ledger) syncTarget(ctx context.Context) (uint64, error) {
 	l.syncs.mu.Lock()
 	r := l.syncs.next

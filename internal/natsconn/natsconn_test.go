@@ -470,8 +470,8 @@ func TestOptions_Log(t *testing.T) {
 }
 
 // A connection the program closes (Close or Drain, as serve does when it
-// stops) logs nothing at WARN or above: before issue 25 every clean stop of
-// serve --nats-url ended on "WARN nats disconnected err=<nil>".
+// stops) logs nothing at WARN or above: in an earlier build every clean
+// stop of serve --nats-url ended on "WARN nats disconnected err=<nil>".
 func TestOptions_LogCleanClose(t *testing.T) {
 	s := startConf(t, "")
 	for _, how := range []string{"close", "drain"} {

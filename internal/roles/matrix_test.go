@@ -273,7 +273,7 @@ func consumerSubject(stream, consumer, op string) string {
 		return api + "CREATE." + stream + "." + consumer
 	case "create-filtered":
 		return api + "CREATE." + stream + "." + consumer + "." + filter
-	case "create-wide": // the attack: a tenant's consumer over the whole stream
+	case "create-wide": // a known attack: a tenant's consumer over the whole stream
 		return api + "CREATE." + stream + "." + consumer + "." + strings.TrimSuffix(adminStreams[stream], ".lane.0") + ">"
 	case "create-legacy": // the name (and the filter) in the body only
 		return api + "CREATE." + stream

@@ -59,7 +59,7 @@ func pullTenantFeed(t *testing.T, ctx context.Context, cons jetstream.Consumer, 
 	return got
 }
 
-// TestTenants_FeedConsumersOnlyTheAdminChanges: the issue's attack and its
+// TestTenants_FeedConsumersOnlyTheAdminChanges: a known attack and its
 // relatives, with every shipped login of the operator's account against
 // the tenants' feed consumers on a real nats-server with `spendgate roles
 // --tenant acme --tenant globex`. The feed login re-creating t-acme with

@@ -212,8 +212,8 @@ func TestAlerts_SettleAboveReservation(t *testing.T) {
 }
 
 // TestAlerts_RearmOnDefinitionChange: a limit raised from 4 to 20 re-arms
-// the thresholds, so spend reaching 100 % of 20 crosses 100 % again (main
-// before issue 23 kept the balance's crossings whatever the definition
+// the thresholds, so spend reaching 100 % of 20 crosses 100 % again (an
+// earlier build kept the balance's crossings whatever the definition
 // became, and sent nothing). A change of thresholds re-arms too; disabling
 // and enabling does not. Each crossing is its own alert (the arm
 // generation is in its id), stored once though two replicas publish it;
@@ -283,7 +283,7 @@ func TestAlerts_RearmOnDefinitionChange(t *testing.T) {
 // limit_reached denial in the period sends a blocking alert, once however
 // many denials follow on however many replicas; a check or shadow admit
 // sends none, nor does a budget with alerts off. Raising the limit re-arms
-// it. (main before issue 23 had no blocking alert.)
+// it. (An earlier build had no blocking alert.)
 func TestAlerts_BlockingOnFirstDenial(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, harnessOpts{replicas: 2})

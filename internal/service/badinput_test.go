@@ -163,8 +163,8 @@ func TestBadInput(t *testing.T) {
 		{"admit/scope kind starts with digit", admitE, scopes("1org:acme"), events.CodeInvalidIdentifier, ""},
 		{"admit/scope one bad among good", admitE, scopes("org:acme", "user:*"), events.CodeInvalidIdentifier, ""},
 		{"admit/too many scopes", admitE, scopes(nineScope...), events.CodeInvalidRequest, ""},
-		// A scope twice (issue 27: admitted, reserved once) is refused,
-		// in any position.
+		// A scope twice (an earlier build admitted it, reserved once) is
+		// refused, in any position.
 		{"admit/scope twice", admitE, scopes("org:acme", "org:acme"), events.CodeInvalidRequest, ""},
 		{"admit/scope twice among others", admitE, scopes("org:acme", "user:x", "org:acme"), events.CodeInvalidRequest, ""},
 		{"admit/no scopes", admitE, scopes(), events.CodeInvalidRequest, ""},

@@ -57,10 +57,9 @@ func denialSums(rep events.ReportReply) (int64, map[string]int64) {
 // requireReportsEqual compares denials too). A tenant's report counts only
 // its own denials; a check-mode denial is counted nowhere, nor is a
 // tenant's denial for a scope it has no budget for (only its metric counts
-// it: a tenant may not fill the denial stream with scopes it makes up,
-// issue 22). If denials were
-// left out of either side, or counted per replica that saw the record,
-// the exact totals fail.
+// it: a tenant may not fill the denial stream with scopes it makes up).
+// If denials were left out of either side, or counted per replica that
+// saw the record, the exact totals fail.
 func TestReport_Denials(t *testing.T) {
 	t.Parallel() // its own harness (server, replicas, clock)
 	h := newHarness(t, harnessOpts{replicas: 2, lanes: 2, reports: true})
@@ -195,7 +194,7 @@ func TestReport_DenialStreamMaxAge(t *testing.T) {
 	require.Equal(t, streams.DefaultDenialMaxAge, s.CachedInfo().Config.MaxAge)
 	require.Equal(t, []string{"spendgate.denial.v1.>"}, s.CachedInfo().Config.Subjects)
 
-	require.Equal(t, int64(streams.DefaultDenialMaxBytes), s.CachedInfo().Config.MaxBytes, "the denial stream has a byte cap (issue 22)")
+	require.Equal(t, int64(streams.DefaultDenialMaxBytes), s.CachedInfo().Config.MaxBytes, "the denial stream has a byte cap")
 	require.Equal(t, jetstream.DiscardOld, s.CachedInfo().Config.Discard)
 
 	s, err = streams.EnsureDenials(ctxT(t), h.env.JS, h.env.Layout, 2*time.Minute, 1<<20)

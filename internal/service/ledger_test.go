@@ -474,7 +474,7 @@ func TestAdmit_IdempotentRace(t *testing.T) {
 	require.Equal(t, "0.5", h.budget("org:idem", "month").Reserved)
 
 	// Same body spelled differently is the same request.
-	// (A scope named twice is no spelling: it is refused since issue 27.)
+	// (A scope named twice is no spelling: it is refused.)
 	r, e := h.admit(events.AdmitRequest{RequestID: "same", Scopes: []string{"org:idem"}, Amount: "0.500", Metadata: map[string]string{"model": "m1"}})
 	require.Nil(t, e)
 	require.True(t, r.Replayed)

@@ -25,7 +25,7 @@ import (
 // request from its own copy (nats-server answers stream info from any
 // replica of a leaderless stream).
 //
-// Before issue 27 the replica took that answer as the stream's end: a
+// An earlier build's replica took that answer as the stream's end: a
 // settle of a reservation it had never seen was answered
 // unknown_reservation at once, without the stream's end being known (this
 // test failed so on that build: "settle of an unknown id answered
@@ -99,7 +99,7 @@ func TestCluster_MissWithoutLeader(t *testing.T) {
 
 	for _, id := range []string{"rsv_01a00000-0000-7000-8000-000000000000", w.ReservationID} {
 		// Without a leader the answer is ledger_unavailable at the
-		// deadline (before issue 27: unknown_reservation at once).
+		// deadline (an earlier build answered unknown_reservation at once).
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		cr, err := b.Settler.Settle(ctx, events.SettleRequest{ReservationID: id, Actual: "1"})
 		cancel()

@@ -18,7 +18,7 @@ import (
 	"github.com/spendgate/spendgate/testenv"
 )
 
-// TestAdmit_RetryNeverDenied is the wrong answer of issue 27, made
+// TestAdmit_RetryNeverDenied is an earlier build's wrong answer, made
 // deterministic: an admit's first attempt is held up on replica a (its
 // write waits, as behind a paused stream leader or a paused server that a
 // replica is connected to), its caller gives up and retries on replica b,
@@ -29,8 +29,8 @@ import (
 // Unmarked, the retry is a first attempt to replica b, which denies it
 // limit_reached, and the ledger then holds the admission the caller was
 // told was denied (the reservation holds budget until its TTL): what the
-// cluster fault test saw on main, and what every retry was answered before
-// issue 27 (this case asserts it, so the scenario stays real). Marked as a
+// cluster fault test saw on main, and what an earlier build answered every
+// retry (this case asserts it, so the scenario stays real). Marked as a
 // retry (events.AdmitRequest.Retry, as the Go client now sends every
 // attempt after the first), it is answered ledger_unavailable, and the
 // next retry, once the held attempt committed, replays its reservation.
@@ -124,7 +124,7 @@ func TestAdmit_RetryNeverDenied(t *testing.T) {
 }
 
 // An admit naming one scope twice is refused invalid_request, the message
-// naming the scope, and reserves nothing. Before issue 27 it was admitted
+// naming the scope, and reserves nothing. An earlier build admitted it
 // (reserved once, its reply listing the budget twice).
 func TestAdmit_DuplicateScope(t *testing.T) {
 	t.Parallel()

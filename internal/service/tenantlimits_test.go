@@ -317,7 +317,7 @@ func (h *harness) waitRate(tenant string) {
 // TestTenantLimits_DenialRecords: a tenant's denials for scopes it has no
 // budget for are counted, never recorded; its other denials are recorded
 // up to its bytes per second, and past them counted instead. How we know
-// it can fail: before issue 22 every one of the 60 denials was recorded,
+// it can fail: an earlier build recorded every one of the 60 denials,
 // with its 4 KB of metadata.
 func TestTenantLimits_DenialRecords(t *testing.T) {
 	m := metrics.New(metrics.BuildInfo{})
@@ -382,7 +382,7 @@ func floodSetup() (l service.TenantLimits, offer int, pace time.Duration) {
 	// Smaller than the defaults, so that the flood reaches each limit
 	// within the test; the rate is the default.
 	l = service.TenantLimits{MaxOpen: 200, MaxDefaultBudgets: 20}
-	offer = 1500 // issue 22's flood: 29,714 admits in 20 s
+	offer = 1500 // docs/tenant-limits.md's attack: 29,714 admits in 20 s
 	pace = 10 * time.Millisecond
 	if os.Getenv("SPENDGATE_FLOOD_NO_LIMITS") != "" {
 		l = service.TenantLimits{MaxOpen: -1, MaxDefaultBudgets: -1, Rate: -1, DenialBytes: -1}
@@ -409,15 +409,15 @@ func p99(ds []time.Duration) time.Duration {
 }
 
 // TestTenantLimits_FloodKeepsOtherTenantsP99: acme floods at its limits
-// as issue 22 found it done, 1,500 requests per second offered (open loop,
-// as a client elsewhere would send them whatever the answers): admits of
-// 0.000001 with a 24 h TTL and 4 KB of metadata on a $1 budget, first
-// admits of ever new users under a "user:*" default, and denied admits
-// with 4 KB of metadata for scopes it has no budget for and for a budget
-// it has spent. Meanwhile globex runs admit+settle cycles at a steady
-// pace. Globex's admit p99 while acme floods stays within 2x of its p99
-// while acme is quiet, measured in the same test on the same replica, and
-// acme's state stays within its limits.
+// as the attack in docs/tenant-limits.md did, 1,500 requests per second
+// offered (open loop, as a client elsewhere would send them whatever the
+// answers): admits of 0.000001 with a 24 h TTL and 4 KB of metadata on a
+// $1 budget, first admits of ever new users under a "user:*" default, and
+// denied admits with 4 KB of metadata for scopes it has no budget for and
+// for a budget it has spent. Meanwhile globex runs admit+settle cycles at
+// a steady pace. Globex's admit p99 while acme floods stays within 2x of
+// its p99 while acme is quiet, measured in the same test on the same
+// replica, and acme's state stays within its limits.
 //
 // Quiet and flooded windows alternate, the first quiet one before any
 // flood, each quiet one once acme's requests are all answered: a change in

@@ -117,9 +117,10 @@ func soak(t *testing.T) time.Duration {
 //   - each fault's outage (the longest time no caller had a definitive
 //     answer) is logged, with the figures of the run.
 //
-// It fails on today's S2-compressed stream (a killed node's copy does not
-// load; see docs/cluster-faults.md) and on the contradicting answers an
-// earlier build gave (a denied retry, an unknown_reservation settle).
+// It failed on the S2-compressed ledger stream of earlier builds (a killed
+// node's copy did not load; see docs/cluster-faults.md) and on the
+// contradicting answers an earlier build gave (a denied retry, an
+// unknown_reservation settle).
 func TestCluster_Faults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds nats-server and spendgate and runs them as processes")

@@ -19,8 +19,9 @@
 // shape too ({"error":{"code","message"}}): unauthorized (401, no key or
 // an unknown one), key_disabled (401), forbidden (403, an endpoint the
 // key's access does not reach), not_found (404, no such endpoint),
-// ledger_unavailable (503, no replica answered in time; retry with the
-// same request id).
+// method_not_allowed (405, a method other than POST; the answer says
+// Allow: POST), ledger_unavailable (503, no replica answered in time;
+// retry with the same request id).
 package httpapi
 
 import (
@@ -47,6 +48,7 @@ const (
 	CodeUnauthorized events.Code = "unauthorized"
 	CodeForbidden    events.Code = "forbidden"
 	CodeNotFound     events.Code = "not_found"
+	CodeMethod       events.Code = "method_not_allowed"
 )
 
 // Named bounds and defaults.
@@ -142,9 +144,15 @@ func New(nc *nats.Conn, prefix string, auth Authenticator, opts ...Option) (*API
 	return a, nil
 }
 
-// Register adds POST /spendgate/{endpoint} to mux.
+// Register adds POST /spendgate/{endpoint} to mux, and an answer in the
+// wire's shape to every other method on those paths (the mux's own 405
+// is a line of plain text).
 func (a *API) Register(mux interface{ Handle(string, http.Handler) }) {
 	mux.Handle("POST "+PathPrefix+"{endpoint}", a)
+	mux.Handle(PathPrefix+"{endpoint}", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", http.MethodPost)
+		a.fail(w, "other", http.StatusMethodNotAllowed, CodeMethod, r.Method+" "+r.URL.Path+": every endpoint of the HTTP API takes POST with a JSON body")
+	}))
 }
 
 // fail answers a wire-shaped error of the HTTP layer.

@@ -86,7 +86,14 @@ func (e *env) key(access, tenant string) string {
 
 func (e *env) post(secret, endpoint, body string) (int, string) {
 	e.t.Helper()
-	req, err := http.NewRequest(http.MethodPost, e.url+"/spendgate/"+endpoint, strings.NewReader(body))
+	status, _, b := e.send(http.MethodPost, secret, endpoint, body)
+	return status, b
+}
+
+// send calls endpoint with method; every answer is JSON.
+func (e *env) send(method, secret, endpoint, body string) (int, http.Header, string) {
+	e.t.Helper()
+	req, err := http.NewRequest(method, e.url+"/spendgate/"+endpoint, strings.NewReader(body))
 	require.NoError(e.t, err)
 	if secret != "" {
 		req.Header.Set("Authorization", "Bearer "+secret)
@@ -97,7 +104,7 @@ func (e *env) post(secret, endpoint, body string) (int, string) {
 	b, err := io.ReadAll(resp.Body)
 	require.NoError(e.t, err)
 	require.Equal(e.t, "application/json", resp.Header.Get("Content-Type"))
-	return resp.StatusCode, string(b)
+	return resp.StatusCode, resp.Header, string(b)
 }
 
 func code(t *testing.T, body string) events.Code {
@@ -162,7 +169,7 @@ func TestAPI_MirrorsTheWire(t *testing.T) {
 
 // TestAPI_Access: no key and an unknown key are 401; a key without HTTP
 // access, or a service key on budget.put, is 403; an unknown endpoint is
-// 404; none of them reaches the ledger. With no replica answering: 503.
+// 404; a method other than POST is 405; none of them reaches the ledger. With no replica answering: 503.
 func TestAPI_Access(t *testing.T) {
 	e := newEnv(t)
 	svc, none := e.key(events.AccessService, ""), ""
@@ -189,6 +196,13 @@ func TestAPI_Access(t *testing.T) {
 		status, body := e.post(c.secret, c.endpoint, put)
 		require.Equal(t, c.status, status, "%s: %s", c.endpoint, body)
 		require.Equal(t, c.code, code(t, body))
+	}
+	// Another method than POST: 405 in the wire's shape, Allow: POST.
+	for _, method := range []string{http.MethodGet, http.MethodPut, http.MethodDelete} {
+		status, h, body := e.send(method, svc, "budget.put", put)
+		require.Equal(t, http.StatusMethodNotAllowed, status, method)
+		require.Equal(t, http.MethodPost, h.Get("Allow"), method)
+		require.Equal(t, httpapi.CodeMethod, code(t, body), method)
 	}
 	_, st = e.nats(e.te.Layout.Endpoint(streams.EndpointBudgetGet), `{"scope":"org:acme","period":"month"}`)
 	require.Equal(t, "404", st, "no budget was put")

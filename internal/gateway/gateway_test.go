@@ -593,6 +593,28 @@ func TestGateway_BadRequests(t *testing.T) {
 		require.NoError(t, json.Unmarshal([]byte(got), &shape))
 		require.Equal(t, "invalid_request_error", shape.Error.Type)
 	}
+	// Another method than POST: 405 in each API's error shape.
+	for path, kind := range map[string]string{"/v1/chat/completions": "openai", "/v1/messages": "anthropic"} {
+		req, err := http.NewRequestWithContext(ctxT(t), http.MethodGet, e.url+path, nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+secret)
+		resp, err := e.http.Do(req)
+		require.NoError(t, err)
+		got := readAll(t, resp)
+		require.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode, "%s: %s", path, got)
+		require.Equal(t, http.MethodPost, resp.Header.Get("Allow"))
+		var shape struct {
+			Type  string
+			Error struct{ Type, Code string }
+		}
+		require.NoError(t, json.Unmarshal([]byte(got), &shape), got)
+		require.Equal(t, "invalid_request_error", shape.Error.Type, got)
+		if kind == "anthropic" {
+			require.Equal(t, "error", shape.Type, got)
+		} else {
+			require.Equal(t, "method_not_allowed", shape.Error.Code, got)
+		}
+	}
 	require.Empty(t, e.fake.Calls())
 	b := e.budget("team:b")
 	require.Equal(t, "0", b.Spent)

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -13,9 +15,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/spendgate/spendgate/client"
@@ -458,7 +462,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *api, c *cal
 		}
 		g.close(res, o, l)
 		(&callError{status: http.StatusBadGateway, typ: "server_error", code: "upstream_unreachable",
-			msg: "spendgate: the upstream did not answer: " + o.err.Error()}).write(w, a.kind)
+			msg: "spendgate: the " + up.Kind + " upstream did not answer (" + unreachableCause(err) + ")"}).write(w, a.kind)
 		l.status = http.StatusBadGateway
 		return
 	}
@@ -671,6 +675,42 @@ func (u *upstream) url(a *api) string {
 }
 
 // redact removes the upstream's key from an error's text.
+// unreachableCause names why a call never got an answer, for the caller:
+// a class of failure, never the error's text, which names the upstream's
+// address (a host inside the operator's network, say). The gateway's log
+// line of the call has the whole error.
+func unreachableCause(err error) string {
+	var dns *net.DNSError
+	var opErr *net.OpError
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
+		return "timed out"
+	case errors.Is(err, context.Canceled):
+		return "the call was cancelled"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "connection closed"
+	case errors.As(err, &dns):
+		return "its name did not resolve"
+	case errors.As(err, &opErr) && opErr.Op == "dial":
+		return "could not connect"
+	case isTLSError(err):
+		return "TLS failed"
+	}
+	return "the request failed"
+}
+
+// isTLSError reports whether err comes from the TLS handshake or the
+// upstream's certificate.
+func isTLSError(err error) bool {
+	var rec tls.RecordHeaderError
+	var cert *tls.CertificateVerificationError
+	var unknown x509.UnknownAuthorityError
+	var host x509.HostnameError
+	return errors.As(err, &rec) || errors.As(err, &cert) || errors.As(err, &unknown) || errors.As(err, &host)
+}
+
 func redact(err error, key string) error {
 	if err == nil || key == "" || !bytes.Contains([]byte(err.Error()), []byte(key)) {
 		return err

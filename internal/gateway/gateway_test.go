@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -45,6 +46,8 @@ type env struct {
 	gw      *gateway.Gateway
 	url     string
 	http    *http.Client
+	// dead is the base URL of the models "dead-*": nothing listens there.
+	dead string
 	// stop stops the replica.
 	stop func()
 }
@@ -78,6 +81,13 @@ func newEnv(t *testing.T, o envOpts) *env {
 	up := httptest.NewServer(fake)
 	t.Cleanup(up.Close)
 
+	// dead is an address nothing listens on: the upstream of the models
+	// "dead-*", for the calls that never get an answer.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	dead := "http://" + ln.Addr().String()
+	require.NoError(t, ln.Close())
+
 	gnc := te.Connect(t)
 	cs, err := gateway.NewClientSet(gnc, streams.DefaultPrefix, client.WithTimeout(time.Second), client.WithRetries(2))
 	require.NoError(t, err)
@@ -87,6 +97,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 		Upstreams: []gateway.Upstream{
 			{Kind: gateway.KindOpenAI, BaseURL: up.URL + "/v1", Key: upstreamKey},
 			{Kind: gateway.KindAnthropic, BaseURL: up.URL, Key: upstreamKey},
+			{Kind: gateway.KindOpenAI, BaseURL: dead + "/v1", Key: upstreamKey, Models: []string{"dead-"}},
 		},
 		MaxOutputTokens: map[string]int64{"claude-*": 4096},
 		KeyCache:        o.keyCache,
@@ -96,9 +107,9 @@ func newEnv(t *testing.T, o envOpts) *env {
 	g.Register(mux)
 	gs := httptest.NewServer(mux)
 	t.Cleanup(gs.Close)
-	e := &env{t: t, te: te, replica: r, admin: admin, fake: fake, gw: g, url: gs.URL, http: gs.Client()}
+	e := &env{t: t, te: te, replica: r, admin: admin, fake: fake, gw: g, url: gs.URL, http: gs.Client(), dead: dead}
 	e.stop = func() { stopped = true; require.NoError(t, r.Stop()) }
-	for _, m := range []string{"gpt-x", "claude-x", "embed-x"} {
+	for _, m := range []string{"gpt-x", "claude-x", "embed-x", "dead-x"} {
 		_, err := admin.PutPrice(ctxT(t), events.PricingPutRequest{Model: m, Input: priceIn, Output: priceOut, CachedInput: priceCached})
 		require.NoError(t, err)
 	}
@@ -357,6 +368,31 @@ func TestGateway_FailuresLeaveNothingReserved(t *testing.T) {
 			require.NotEqual(t, "0", want, "a call that may have been billed is settled at its reservation")
 		})
 	}
+}
+
+// TestGateway_UnreachableUpstream: a call whose upstream refuses the
+// connection is answered 502 upstream_unreachable with the cause's class,
+// never the upstream's address (a host inside the operator's network), and
+// its reservation is released: the upstream never got the call.
+func TestGateway_UnreachableUpstream(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	secret := e.key("10", "team:u")
+	resp := e.post("/v1/chat/completions", secret, `{"model":"dead-x","messages":[{"role":"user","content":"hi"}],"max_tokens":5}`)
+	body := readAll(t, resp)
+	require.Equal(t, http.StatusBadGateway, resp.StatusCode, body)
+	var shape struct {
+		Error struct{ Type, Code, Message string }
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &shape), body)
+	require.Equal(t, "upstream_unreachable", shape.Error.Code)
+	require.Equal(t, "spendgate: the openai upstream did not answer (connection refused)", shape.Error.Message)
+	host := strings.TrimPrefix(e.dead, "http://")
+	require.NotContains(t, body, host, "the upstream's address stays in the gateway's log")
+	require.NotContains(t, body, "127.0.0.1")
+	b := e.budget("team:u")
+	require.Equal(t, "0", b.Spent, "the upstream never got the call: released")
+	require.Equal(t, "0", b.Reserved)
+	require.Zero(t, b.Open)
 }
 
 // TestGateway_DenialNeverReachesUpstream: a call its budget cannot hold is

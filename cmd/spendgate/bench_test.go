@@ -50,4 +50,5 @@ func TestBench_Restart(t *testing.T) {
 	require.Contains(t, rows["SIGTERM, restart: time to first admit"][4], "snapshot at seq", "the graceful stop left no snapshot, or the restart did not load it:\n%s", out)
 	require.Contains(t, rows["for comparison: SIGTERM, snapshots deleted, restart"][4], "no snapshot: folded the whole stream", out)
 	require.Regexp(t, `bytes per remembered reservation`, rows["replica RSS after it (peak)"][4])
+	require.Regexp(t, `the snapshot on stop copied the book under its lock in [0-9.]+ (µs|ms|s)$`, rows["SIGTERM: graceful stop took"][4], out)
 }

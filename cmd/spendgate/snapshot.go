@@ -163,4 +163,6 @@ type snapshotOut struct {
 	Size uint64 `json:"size"`
 }
 
-func snapshotJSON(s ledger.SnapshotInfo) snapshotOut { return snapshotOut(s) }
+func snapshotJSON(s ledger.SnapshotInfo) snapshotOut {
+	return snapshotOut{Name: s.Name, Seq: s.Seq, Size: s.Size}
+}

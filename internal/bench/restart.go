@@ -254,7 +254,7 @@ func (r *restartRun) run(ctx context.Context) ([]restartRow, error) {
 	if st, err = r.streamState(ctx); err != nil {
 		return nil, err
 	}
-	add("SIGTERM: graceful stop took", fmtDur(stopTook), "-", "-", fmt.Sprintf("%d snapshot(s) after it: %s", len(snaps), describeSnapshots(snaps, st.LastSeq)))
+	add("SIGTERM: graceful stop took", fmtDur(stopTook), "-", "-", fmt.Sprintf("%d snapshot(s) after it: %s; %s", len(snaps), describeSnapshots(snaps, st.LastSeq), stopSnapshotLocked(rep.logPath)))
 	rep, term, err := r.restart(ctx, "after SIGTERM")
 	if err != nil {
 		return nil, err
@@ -434,6 +434,31 @@ func (m *restartMeasure) readLog(path string) {
 			m.folded = num("folded")
 		}
 	}
+}
+
+// stopSnapshotLocked says, from a stopped replica's JSON log, how long the
+// snapshot it wrote on stop held the book's read lock to copy it: what a
+// snapshot of that book makes every admit wait, when a replica writes one
+// while serving.
+func stopSnapshotLocked(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return "its log is unreadable"
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	found := "no snapshot on stop in its log"
+	for sc.Scan() {
+		var line struct {
+			Msg    string  `json:"msg"`
+			Locked float64 `json:"locked"` // slog's JSON: nanoseconds
+		}
+		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "ledger: wrote a snapshot on stop" {
+			found = "the snapshot on stop copied the book under its lock in " + fmtDur(time.Duration(line.Locked))
+		}
+	}
+	return found
 }
 
 // describe says where a start began: the snapshot and the tail it folded.

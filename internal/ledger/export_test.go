@@ -20,7 +20,7 @@ import (
 // BookBody returns the encoded state of l's book at an instant it is exact
 // (what a snapshot's body would hold), and its sequence.
 func BookBody(ctx context.Context, l *Ledger) ([]byte, uint64, error) {
-	st, err := l.dumpExact(ctx, SnapshotVersion)
+	st, _, err := l.dumpExact(ctx, SnapshotVersion)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -34,7 +34,7 @@ func BookBody(ctx context.Context, l *Ledger) ([]byte, uint64, error) {
 func SnapshotVersions(ctx context.Context, l *Ledger) (name string, v2, v3 []byte, err error) {
 	var seq uint64
 	for _, v := range []int{2, 3} {
-		st, err := l.dumpExact(ctx, v)
+		st, _, err := l.dumpExact(ctx, v)
 		if err != nil {
 			return "", nil, nil, err
 		}

@@ -192,6 +192,7 @@ func TestSnapshot_TailEqualsWholeFold(t *testing.T) {
 				info, err := w.Snapshot(ctx)
 				cancel()
 				require.NoError(t, err)
+				require.Positive(t, info.Locked, "how long the copy held the book's lock is measured")
 				if len(snaps) == 0 || snaps[len(snaps)-1].Seq != info.Seq {
 					snaps = append(snaps, info)
 				}

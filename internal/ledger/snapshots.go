@@ -48,6 +48,10 @@ type SnapshotInfo struct {
 	Seq uint64
 	// Size is the encoded size in bytes.
 	Size uint64
+	// Locked is how long this replica held its book's read lock to copy
+	// the book for a snapshot it wrote: no commit applies meanwhile, so
+	// every admit waits up to that long (0 for a listed snapshot).
+	Locked time.Duration
 }
 
 // Snapshot writes a snapshot of this replica's book now and returns what
@@ -84,7 +88,7 @@ func (l *Ledger) snapshotBucket(ctx context.Context) (jetstream.ObjectStore, err
 }
 
 func (l *Ledger) writeSnapshot(ctx context.Context, store jetstream.ObjectStore) (SnapshotInfo, error) {
-	st, err := l.dumpExact(ctx, SnapshotVersion)
+	st, locked, err := l.dumpExact(ctx, SnapshotVersion)
 	if err != nil {
 		return SnapshotInfo{}, err
 	}
@@ -99,7 +103,7 @@ func (l *Ledger) writeSnapshot(ctx context.Context, store jetstream.ObjectStore)
 	}
 	l.snapWritten.Store(st.Seq)
 	l.foldedEvents.Store(0)
-	return SnapshotInfo{Name: name, Seq: st.Seq, Size: info.Size}, nil
+	return SnapshotInfo{Name: name, Seq: st.Seq, Size: info.Size, Locked: locked}, nil
 }
 
 // FinalSnapshot writes a snapshot as a replica stops gracefully, so that
@@ -122,7 +126,7 @@ func (l *Ledger) FinalSnapshot(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	l.opts.log.Info("ledger: wrote a snapshot on stop", "snapshot", info.Name, "seq", info.Seq, "bytes", info.Size)
+	l.opts.log.Info("ledger: wrote a snapshot on stop", "snapshot", info.Name, "seq", info.Seq, "bytes", info.Size, "locked", info.Locked)
 	if store := l.snapStore; store != nil {
 		l.pruneSnapshots(ctx, store)
 	}
@@ -130,13 +134,15 @@ func (l *Ledger) FinalSnapshot(ctx context.Context) error {
 }
 
 // dumpExact waits for an instant at which the book is exact at the
-// follower's position and dumps it in version.
-func (l *Ledger) dumpExact(ctx context.Context, version int) (*snapshotState, error) {
+// follower's position and dumps it in version. It returns how long it
+// held the read lock for the dump that it returns.
+func (l *Ledger) dumpExact(ctx context.Context, version int) (*snapshotState, time.Duration, error) {
 	for {
 		l.progMu.Lock()
 		ch := l.progress
 		l.progMu.Unlock()
 		l.mu.RLock()
+		t0 := time.Now()
 		seq := l.applied.Load()
 		var st *snapshotState
 		var err error
@@ -149,9 +155,10 @@ func (l *Ledger) dumpExact(ctx context.Context, version int) (*snapshotState, er
 				err = l.dumpSections(st)
 			}
 		}
+		locked := time.Since(t0)
 		l.mu.RUnlock()
 		if err != nil || st != nil {
-			return st, err
+			return st, locked, err
 		}
 		t := time.NewTimer(5 * time.Millisecond)
 		select {
@@ -159,7 +166,7 @@ func (l *Ledger) dumpExact(ctx context.Context, version int) (*snapshotState, er
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return nil, fmt.Errorf("ledger: snapshot: no instant at which the book was exact: %w", ctx.Err())
+			return nil, 0, fmt.Errorf("ledger: snapshot: no instant at which the book was exact: %w", ctx.Err())
 		}
 		t.Stop()
 	}
@@ -450,7 +457,7 @@ func (l *Ledger) snapshotLoop(ctx context.Context) {
 			notBefore = time.Now().Add(l.opts.snapInterval)
 			continue
 		}
-		l.opts.log.Info("ledger: wrote snapshot", "snapshot", info.Name, "seq", info.Seq, "bytes", info.Size)
+		l.opts.log.Info("ledger: wrote snapshot", "snapshot", info.Name, "seq", info.Seq, "bytes", info.Size, "locked", info.Locked)
 		l.pruneSnapshots(ctx, store)
 	}
 }

@@ -38,7 +38,7 @@ Usage:
   spendgate audit check [--trusted-keys KEYS]   replay the book of record, verify signatures, reconcile with the live balances
   spendgate audit keys                   which signing key wrote which revisions
   spendgate audit balances [--at TIME]   totals per budget period as CSV, optionally as of an RFC 3339 time
-  spendgate audit export [--from TIME] [--to TIME] [--scope KIND:ID ...] [--format csv|jsonl] [--totals FILE]
+  spendgate audit export [--from TIME] [--to TIME] [--scope KIND:ID ...] [--format csv|jsonl] [--times exact|sheet] [--totals FILE]
                                          one row per reservation, streamed
   spendgate audit archive|trim --dir DIR archive the stream's old revisions; drop what the archive covers
   spendgate snapshot [--list]            write a snapshot of the book now (replicas also write them periodically)

@@ -317,6 +317,19 @@ func (c *Client) GetPrice(ctx context.Context, model string) (events.PriceView, 
 	return v, nil
 }
 
+// ListPrices lists every priced model, sorted by model: the models an
+// admit can be priced from.
+//
+// Errors, in precedence order: an *UnavailableError matching
+// ErrUnavailable; then ctx's error, wrapped.
+func (c *Client) ListPrices(ctx context.Context) (events.PricingListReply, error) {
+	var v events.PricingListReply
+	if err := c.request(ctx, streams.EndpointPricingList, events.PricingListRequest{}, &v); err != nil {
+		return events.PricingListReply{}, err
+	}
+	return v, nil
+}
+
 // GetBudget reads a budget and its balance in the current period.
 // req.Period is required; GetScopeBudgets reads every budget of a scope.
 //

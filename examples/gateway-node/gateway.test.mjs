@@ -1,6 +1,6 @@
 // The official OpenAI and Anthropic SDKs, unmodified but for their base URL
 // and key, through `spendgate gateway` against a fake provider: plain and
-// streaming calls of every API, usage present and absent, an upstream 500
+// streaming calls of every API, the model list, usage present and absent, an upstream 500
 // and 429, a stream cut mid-way, and budget denials. After each, the
 // budgets hold exactly the fake's reported usage priced with the table (or
 // the reservation of a call that may have been billed without a usage),
@@ -126,6 +126,24 @@ test('Anthropic SDK: messages, plain and streaming, settle the reported usage', 
   const calls = await callsSince(n);
   assert.equal(calls.length, 2);
   await settledAt(scope, calls.reduce((s, c) => s + cost(c.usage, prices), 0n));
+});
+
+test('both SDKs list the priced models through the gateway, and retrieve one', async () => {
+  const { secret } = key();
+  const n = (await upstreamCalls(env.upstream)).length;
+  const openai = new OpenAI({ baseURL: env.openai, apiKey: secret });
+  const ids = [];
+  for await (const m of openai.models.list()) ids.push(m.id);
+  for (const model of ['gpt-sdk', 'claude-sdk', 'embed-sdk']) assert.ok(ids.includes(model), `${model} in ${ids}`);
+  assert.equal((await openai.models.retrieve('gpt-sdk')).id, 'gpt-sdk');
+  await assert.rejects(openai.models.retrieve('gpt-unpriced'), OpenAI.NotFoundError);
+
+  const anthropic = new Anthropic({ baseURL: env.gateway, apiKey: secret });
+  const aids = [];
+  for await (const m of anthropic.models.list()) aids.push(m.id);
+  assert.deepEqual(aids, ids, 'the same list in the Anthropic shape');
+  assert.equal((await anthropic.models.retrieve('claude-sdk')).display_name, 'claude-sdk');
+  assert.equal((await callsSince(n)).length, 0, 'the list comes from the pricing table, not the provider');
 });
 
 test('upstream 500 and 429 reach the SDK as its errors and are released', async () => {

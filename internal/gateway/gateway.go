@@ -83,20 +83,17 @@ func New(clients *ClientSet, keys *Keys, cfg Config, opts ...Option) (*Gateway, 
 }
 
 // Register adds the proxied endpoints to mux: POST /v1/chat/completions,
-// /v1/completions, /v1/embeddings, /v1/responses and /v1/messages. Any
-// other method on those paths is answered 405 in the API's error shape,
-// with Allow: POST (the mux's own 405 is a line of plain text, which the
-// SDKs cannot read).
+// /v1/completions, /v1/embeddings, /v1/responses and /v1/messages, and
+// the model list (GET ModelsPath). Any other method on those paths is
+// answered 405 in the API's error shape, with Allow.
 func (g *Gateway) Register(mux interface{ Handle(string, http.Handler) }) {
 	for _, a := range apis {
 		mux.Handle("POST "+a.path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.serve(a, w, r) }))
 		mux.Handle(a.path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Allow", http.MethodPost)
-			e := &callError{status: http.StatusMethodNotAllowed, typ: "invalid_request_error", code: "method_not_allowed",
-				msg: "spendgate: " + r.Method + " " + a.path + ": this endpoint takes POST", noRetry: true}
-			e.write(w, a.kind)
+			methodNotAllowed(w, r, a.kind, http.MethodPost)
 		}))
 	}
+	g.registerModels(mux)
 }
 
 // Wait waits (at most 30 s) for the settles of calls whose callers left.

@@ -1,0 +1,152 @@
+package gateway
+
+import (
+	"encoding/json"
+	"net/http"
+	"slices"
+)
+
+// ModelsPath lists the models a key can call through the gateway: GET
+// ModelsPath, and GET ModelsPath/{model} for one. Tools that take an
+// OpenAI-compatible base URL (chat front ends, editors) read it to offer
+// their model list.
+const ModelsPath = "/v1/models"
+
+// modelEpoch is every listed model's creation time: the pricing table does
+// not keep when a model was priced, and both APIs require a time.
+const modelEpoch = "1970-01-01T00:00:00Z"
+
+// registerModels adds GET ModelsPath and GET ModelsPath/{model} to mux,
+// and the API's 405 for any other method on them.
+func (g *Gateway) registerModels(mux interface{ Handle(string, http.Handler) }) {
+	for _, path := range []string{ModelsPath, ModelsPath + "/{model}"} {
+		mux.Handle("GET "+path, http.HandlerFunc(g.models))
+		mux.Handle(path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			methodNotAllowed(w, r, modelsKind(r), http.MethodGet)
+		}))
+	}
+}
+
+// modelsKind is the API whose shape a models request gets: Anthropic's
+// when it carries an anthropic-version header (its SDK always sends one),
+// else OpenAI's.
+func modelsKind(r *http.Request) string {
+	if r.Header.Get("Anthropic-Version") != "" {
+		return KindAnthropic
+	}
+	return KindOpenAI
+}
+
+// models answers the models the key can call: those the pricing table
+// prices (an unpriced model is denied) and an upstream of the request's
+// kind serves, sorted by name. A key that may call only the HTTP API, or
+// of a tenant this gateway cannot serve, gets the proxy's refusal.
+func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
+	kind := modelsKind(r)
+	ctx := r.Context()
+	key, err := g.keys.Authenticate(ctx, secretOf(r))
+	if err != nil {
+		keyError(err).write(w, kind)
+		return
+	}
+	if len(key.Scopes) == 0 {
+		(&callError{status: http.StatusForbidden, typ: "invalid_request_error", code: "no_scopes",
+			msg: "spendgate: key " + key.ID + " has no scopes: it may call the HTTP API only", noRetry: true}).write(w, kind)
+		return
+	}
+	cl, err := g.clients.For(key.Tenant)
+	if err != nil {
+		(&callError{status: http.StatusForbidden, typ: "invalid_request_error", code: "invalid_tenant",
+			msg: "spendgate: key " + key.ID + " names a tenant this gateway cannot serve", noRetry: true}).write(w, kind)
+		return
+	}
+	prices, err := cl.ListPrices(ctx)
+	if err != nil {
+		(&callError{status: http.StatusServiceUnavailable, typ: "server_error", code: "ledger_unavailable",
+			msg: "spendgate: the ledger did not answer the pricing list"}).write(w, kind)
+		return
+	}
+	var ids []string
+	for _, p := range prices.Prices {
+		if route(g.ups, kind, p.Model) != nil {
+			ids = append(ids, p.Model)
+		}
+	}
+	one := r.PathValue("model")
+	if one != "" && !slices.Contains(ids, one) {
+		(&callError{status: http.StatusNotFound, typ: "invalid_request_error", code: "model_not_found",
+			msg: "spendgate: model " + one + " has no price in the pricing table, or no upstream of this gateway serves it", noRetry: true}).write(w, kind)
+		return
+	}
+	var body any
+	switch {
+	case kind == KindAnthropic && one != "":
+		body = anthropicModel(one)
+	case kind == KindAnthropic:
+		list := anthropicModels{Data: make([]anthropicModelInfo, 0, len(ids))}
+		for _, id := range ids {
+			list.Data = append(list.Data, anthropicModel(id))
+		}
+		if len(ids) > 0 {
+			list.FirstID, list.LastID = &ids[0], &ids[len(ids)-1]
+		}
+		body = list
+	case one != "":
+		body = openAIModel{ID: one, Object: "model", OwnedBy: "spendgate"}
+	default:
+		list := openAIModels{Object: "list", Data: make([]openAIModel, 0, len(ids))}
+		for _, id := range ids {
+			list.Data = append(list.Data, openAIModel{ID: id, Object: "model", OwnedBy: "spendgate"})
+		}
+		body = list
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(b)
+}
+
+// openAIModel and openAIModels are OpenAI's model object and list.
+type openAIModel struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+}
+
+type openAIModels struct {
+	Object string        `json:"object"`
+	Data   []openAIModel `json:"data"`
+}
+
+// anthropicModelInfo and anthropicModels are Anthropic's model object and
+// list (one page: has_more is false).
+type anthropicModelInfo struct {
+	Type        string `json:"type"`
+	ID          string `json:"id"`
+	DisplayName string `json:"display_name"`
+	CreatedAt   string `json:"created_at"`
+}
+
+type anthropicModels struct {
+	Data    []anthropicModelInfo `json:"data"`
+	HasMore bool                 `json:"has_more"`
+	FirstID *string              `json:"first_id"`
+	LastID  *string              `json:"last_id"`
+}
+
+func anthropicModel(id string) anthropicModelInfo {
+	return anthropicModelInfo{Type: "model", ID: id, DisplayName: id, CreatedAt: modelEpoch}
+}
+
+// methodNotAllowed answers a method a path does not take, in kind's error
+// shape, with Allow (the mux's own 405 is a line of plain text, which the
+// SDKs cannot read).
+func methodNotAllowed(w http.ResponseWriter, r *http.Request, kind, allow string) {
+	w.Header().Set("Allow", allow)
+	(&callError{status: http.StatusMethodNotAllowed, typ: "invalid_request_error", code: "method_not_allowed",
+		msg: "spendgate: " + r.Method + " " + r.URL.Path + ": this endpoint takes " + allow, noRetry: true}).write(w, kind)
+}

@@ -172,17 +172,13 @@ func (g *Gateway) serve(a *api, w http.ResponseWriter, r *http.Request) {
 	}()
 	ctx := r.Context()
 
-	key, err := g.keys.Authenticate(ctx, secretOf(r))
-	if err != nil {
-		g.fail(w, a, l, outcomeOfKeyError(err), keyError(err))
+	key, outcome, cerr := g.authorize(ctx, r)
+	if cerr != nil {
+		l.key, l.tenant = key.ID, key.Tenant
+		g.fail(w, a, l, outcome, cerr)
 		return
 	}
 	l.key, l.tenant = key.ID, key.Tenant
-	if len(key.Scopes) == 0 {
-		g.fail(w, a, l, OutcomeUnauthorized, &callError{status: http.StatusForbidden, typ: "invalid_request_error", code: "no_scopes",
-			msg: "spendgate: key " + key.ID + " has no scopes: it may call the HTTP API only", noRetry: true})
-		return
-	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBody))
 	if err != nil {
 		var mb *http.MaxBytesError
@@ -206,10 +202,9 @@ func (g *Gateway) serve(a *api, w http.ResponseWriter, r *http.Request) {
 			msg: "spendgate: no upstream of this gateway serves model " + c.model, noRetry: true})
 		return
 	}
-	cl, err := g.clients.For(key.Tenant)
-	if err != nil {
-		g.fail(w, a, l, OutcomeUnauthorized, &callError{status: http.StatusForbidden, typ: "invalid_request_error", code: "invalid_tenant",
-			msg: "spendgate: key " + key.ID + " names a tenant this gateway cannot serve", noRetry: true})
+	cl, cerr := g.clientFor(key)
+	if cerr != nil {
+		g.fail(w, a, l, OutcomeUnauthorized, cerr)
 		return
 	}
 
@@ -231,6 +226,31 @@ func (g *Gateway) serve(a *api, w http.ResponseWriter, r *http.Request) {
 	rep := res.Reply()
 	l.requestID, l.reservation, l.reserved = rep.RequestID, rep.ReservationID, rep.Amount+" "+rep.Unit
 	g.forward(w, r, a, c, up, res, l)
+}
+
+// authorize looks up the caller's key: a key that may call the proxy (and
+// the model list) has scopes. On failure it returns the call's outcome
+// label and the answer.
+func (g *Gateway) authorize(ctx context.Context, r *http.Request) (events.APIKeyResolveReply, string, *callError) {
+	key, err := g.keys.Authenticate(ctx, secretOf(r))
+	if err != nil {
+		return key, outcomeOfKeyError(err), keyError(err)
+	}
+	if len(key.Scopes) == 0 {
+		return key, OutcomeUnauthorized, &callError{status: http.StatusForbidden, typ: "invalid_request_error", code: "no_scopes",
+			msg: "spendgate: key " + key.ID + " has no scopes: it may call the HTTP API only", noRetry: true}
+	}
+	return key, "", nil
+}
+
+// clientFor returns the client of key's tenant.
+func (g *Gateway) clientFor(key events.APIKeyResolveReply) (*client.Client, *callError) {
+	cl, err := g.clients.For(key.Tenant)
+	if err != nil {
+		return nil, &callError{status: http.StatusForbidden, typ: "invalid_request_error", code: "invalid_tenant",
+			msg: "spendgate: key " + key.ID + " names a tenant this gateway cannot serve", noRetry: true}
+	}
+	return cl, nil
 }
 
 // requestBase is the request id of a call whose caller sent an

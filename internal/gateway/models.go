@@ -44,20 +44,14 @@ func modelsKind(r *http.Request) string {
 func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
 	kind := modelsKind(r)
 	ctx := r.Context()
-	key, err := g.keys.Authenticate(ctx, secretOf(r))
-	if err != nil {
-		keyError(err).write(w, kind)
+	key, _, cerr := g.authorize(ctx, r)
+	if cerr != nil {
+		cerr.write(w, kind)
 		return
 	}
-	if len(key.Scopes) == 0 {
-		(&callError{status: http.StatusForbidden, typ: "invalid_request_error", code: "no_scopes",
-			msg: "spendgate: key " + key.ID + " has no scopes: it may call the HTTP API only", noRetry: true}).write(w, kind)
-		return
-	}
-	cl, err := g.clients.For(key.Tenant)
-	if err != nil {
-		(&callError{status: http.StatusForbidden, typ: "invalid_request_error", code: "invalid_tenant",
-			msg: "spendgate: key " + key.ID + " names a tenant this gateway cannot serve", noRetry: true}).write(w, kind)
+	cl, cerr := g.clientFor(key)
+	if cerr != nil {
+		cerr.write(w, kind)
 		return
 	}
 	prices, err := cl.ListPrices(ctx)

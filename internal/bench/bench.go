@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"os"
 	"runtime"
-	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -163,10 +161,14 @@ type Options struct {
 	// CPUProfile and MemProfile, when set, are files to write a CPU
 	// profile of the whole run and a heap profile at its end to.
 	CPUProfile, MemProfile string
+	// Trace, when set, is a file to write a runtime execution trace of the
+	// run to (go tool trace; -pprof=sched shows who waited for a core,
+	// -pprof=syscall how long each fsync took).
+	Trace string
 	// ProfileWay, when set (single, client, floor or naive), narrows the
-	// CPU profile to that way's timed run of the first rep of the first
-	// scenario: the process's whole CPU (server, replica and callers)
-	// while only that way runs.
+	// CPU profile and the trace to that way's timed run of the first rep
+	// of the first scenario: the process's whole CPU (server, replica and
+	// callers) while only that way runs.
 	ProfileWay string
 	// BlockProfile and MutexProfile, when set, are files to write the
 	// run's blocking and mutex contention profiles to (every event
@@ -246,8 +248,8 @@ func (o Options) resolve() (config, error) {
 		return c, errors.New("--service-replicas is for the embedded server; with --nats-url run the replicas yourself")
 	case o.Lanes < 1 || o.Lanes > streams.MaxLanes:
 		return c, fmt.Errorf("--lanes must be 1..%d", streams.MaxLanes)
-	case o.ProfileWay != "" && o.CPUProfile == "":
-		return c, errors.New("--profile-way narrows --cpuprofile: give both")
+	case o.ProfileWay != "" && o.CPUProfile == "" && o.Trace == "":
+		return c, errors.New("--profile-way narrows --cpuprofile and --trace: give one of them")
 	}
 	switch o.ProfileWay {
 	case "", "single", "client":
@@ -388,17 +390,14 @@ func Run(ctx context.Context, opts Options, stdout, stderr io.Writer) error {
 	}
 	b := &bencher{o: o, ctx: ctx, log: stderr, run: fmt.Sprintf("%08x", rand.Uint32())}
 	defer b.close()
-	if o.CPUProfile != "" && o.ProfileWay != "" {
+	if o.ProfileWay != "" {
 		b.profileWay = o.ProfileWay
-	} else if o.CPUProfile != "" {
-		f, err := os.Create(o.CPUProfile)
-		if err == nil {
-			err = pprof.StartCPUProfile(f)
-		}
+	} else {
+		stop, err := startProfiles(o.Options)
 		if err != nil {
-			return fmt.Errorf("cpu profile: %w", err)
+			return err
 		}
-		b.onClose(func() { pprof.StopCPUProfile(); _ = f.Close() })
+		b.onClose(stop)
 	}
 	if err := b.start(); err != nil {
 		return err

@@ -183,11 +183,16 @@ func TestRun_ProfileWay(t *testing.T) {
 	o.Baselines = false
 	o.Redis = false // 2 s of Redis cycles nothing here reads (TestRun_Table reads Redis's columns)
 	o.CPUProfile = filepath.Join(t.TempDir(), "client.pprof")
+	o.Trace = filepath.Join(t.TempDir(), "client.trace")
 	o.ProfileWay = "client"
 	o.Brief = true
 	require.NoError(t, Run(ctx, o, &out, &errOut), "stderr:\n%s", errOut.String())
 	require.Contains(t, out.String(), "Go client: brief admit replies")
-	require.Equal(t, 1, strings.Count(errOut.String(), "cpu profile of the client run written to"), errOut.String())
+	require.Equal(t, 1, strings.Count(errOut.String(), "profile of the client run written to "+o.CPUProfile), errOut.String())
+	require.Equal(t, 1, strings.Count(errOut.String(), "profile of the client run written to "+o.Trace), errOut.String())
+	tr, err := os.ReadFile(o.Trace)
+	require.NoError(t, err)
+	require.True(t, bytes.HasPrefix(tr, []byte("go 1.")), "an execution trace starts with its Go version: %q", tr[:min(len(tr), 16)])
 	raw, err := os.ReadFile(o.CPUProfile)
 	require.NoError(t, err)
 	zr, err := gzip.NewReader(bytes.NewReader(raw))

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime/pprof"
+	"runtime/trace"
 	"strconv"
 	"strings"
 	"sync"
@@ -67,29 +68,64 @@ type bencher struct {
 	redisAmount int64 // benchAmount in micro-units
 }
 
-// driveWay is drive, CPU-profiled when way is the one --profile-way names
-// and it has not been profiled yet.
+// driveWay is drive, CPU-profiled and traced (as asked) when way is the
+// one --profile-way names and it has not been profiled yet.
 func (b *bencher) driveWay(way string, callers int, f cycleFunc) runResult {
 	if way != b.profileWay || b.profiled {
 		return b.drive(callers, f)
 	}
 	b.profiled = true
-	file, err := os.Create(b.o.CPUProfile)
-	if err == nil {
-		if err = pprof.StartCPUProfile(file); err != nil {
-			_ = file.Close()
-		}
-	}
+	stop, err := startProfiles(b.o.Options)
 	if err != nil {
-		fmt.Fprintf(b.log, "cpu profile: %v\n", err)
+		fmt.Fprintf(b.log, "%v\n", err)
 		return b.drive(callers, f)
 	}
 	defer func() {
-		pprof.StopCPUProfile()
-		_ = file.Close()
-		fmt.Fprintf(b.log, "cpu profile of the %s run written to %s\n", way, b.o.CPUProfile)
+		stop()
+		for _, file := range []string{b.o.CPUProfile, b.o.Trace} {
+			if file != "" {
+				fmt.Fprintf(b.log, "profile of the %s run written to %s\n", way, file)
+			}
+		}
 	}()
 	return b.drive(callers, f)
+}
+
+// startProfiles starts the CPU profile and the execution trace o asks for
+// and returns what stops them.
+func startProfiles(o Options) (stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for _, s := range stops {
+			s()
+		}
+	}
+	if o.CPUProfile != "" {
+		f, err := os.Create(o.CPUProfile)
+		if err == nil {
+			if err = pprof.StartCPUProfile(f); err != nil {
+				_ = f.Close()
+			}
+		}
+		if err != nil {
+			return stop, fmt.Errorf("cpu profile: %w", err)
+		}
+		stops = append(stops, func() { pprof.StopCPUProfile(); _ = f.Close() })
+	}
+	if o.Trace != "" {
+		f, err := os.Create(o.Trace)
+		if err == nil {
+			if err = trace.Start(f); err != nil {
+				_ = f.Close()
+			}
+		}
+		if err != nil {
+			stop()
+			return func() {}, fmt.Errorf("trace: %w", err)
+		}
+		stops = append(stops, func() { trace.Stop(); _ = f.Close() })
+	}
+	return stop, nil
 }
 
 // endpointCounts sums the answers of every embedded replica by micro

@@ -2,6 +2,8 @@ package ledger_test
 
 import (
 	"context"
+	"os"
+	"os/exec"
 	"strconv"
 	"testing"
 	"time"
@@ -41,6 +43,57 @@ func BenchmarkSyncWriteCeiling(b *testing.B) {
 				benchSyncWrites(b, size, inflight)
 			})
 		}
+		// The same lone lane with both of the machine's cores kept busy by
+		// other processes, as the bench's callers keep them.
+		b.Run("bytes="+strconv.Itoa(size)+"/inflight=1/busy=2", func(b *testing.B) {
+			spin(b, 2)
+			benchSyncWrites(b, size, 1)
+		})
+	}
+}
+
+// BenchmarkFsyncFloor is what the kernel alone charges for the write under
+// BenchmarkSyncWriteCeiling: append a revision's bytes to a file and fsync
+// it (as the server's message block does with sync_always), idle and with
+// both cores kept busy by other processes. The journal's commit runs in a
+// kernel thread that competes for the cores with everything else, so a
+// busy machine pays for each fsync in wall time what an idle one does not.
+//
+//	go test -run '^$' -bench 'BenchmarkFsyncFloor|BenchmarkSyncWriteCeiling/.*/inflight=1' -benchtime 3000x ./internal/ledger/
+func BenchmarkFsyncFloor(b *testing.B) {
+	for _, size := range []int{200, 19000} {
+		for _, busy := range []int{0, 2} {
+			b.Run("bytes="+strconv.Itoa(size)+"/busy="+strconv.Itoa(busy), func(b *testing.B) {
+				spin(b, busy)
+				f, err := os.Create(b.TempDir() + "/block")
+				require.NoError(b, err)
+				defer f.Close()
+				data := make([]byte, size)
+				b.SetBytes(int64(size))
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					_, err := f.Write(data)
+					require.NoError(b, err)
+					require.NoError(b, f.Sync())
+				}
+				b.StopTimer()
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "writes/s")
+			})
+		}
+	}
+}
+
+// spin keeps n processes busy on the CPU until the benchmark ends: shell
+// loops, so that they compete with the benchmark as other processes do (at
+// the kernel's scheduler), not as goroutines of this one (at Go's).
+func spin(b *testing.B, n int) {
+	for range n {
+		cmd := exec.Command("sh", "-c", "while :; do :; done")
+		require.NoError(b, cmd.Start())
+		b.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		})
 	}
 }
 

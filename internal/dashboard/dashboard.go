@@ -9,8 +9,10 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spendgate/spendgate/events"
@@ -93,7 +95,32 @@ func New(cfg Config) (*Dashboard, error) {
 	d.mux.HandleFunc("GET "+Path+"api/series", d.seriesOf)
 	d.mux.HandleFunc("GET "+Path+"api/denials", d.denials)
 	d.mux.HandleFunc("GET "+Path+"api/shadow", d.shadow)
+	// Any other path or method under api/ is answered in the API's error
+	// shape, not the mux's plain text: a script reading JSON gets a code.
+	d.mux.HandleFunc(Path+"api/", d.apiOther)
 	return d, nil
+}
+
+// Codes of the API's own errors about the request's path and method.
+const (
+	CodeNotFound events.Code = "not_found"
+	CodeMethod   events.Code = "method_not_allowed"
+)
+
+// apiEndpoints are the API's paths under Path, each answering GET and HEAD.
+var apiEndpoints = []string{"api/budgets", "api/series", "api/denials", "api/shadow"}
+
+// apiOther answers what no API endpoint matched: 405 for a method other
+// than GET or HEAD on an endpoint (saying Allow: GET, HEAD), else 404
+// naming the endpoints.
+func (d *Dashboard) apiOther(w http.ResponseWriter, r *http.Request) {
+	rel := strings.TrimPrefix(r.URL.Path, Path)
+	if slices.Contains(apiEndpoints, rel) {
+		w.Header().Set("Allow", "GET, HEAD")
+		writeErr(w, http.StatusMethodNotAllowed, events.Errorf(CodeMethod, "%s %s: the dashboard's API is read-only (GET or HEAD)", r.Method, r.URL.Path))
+		return
+	}
+	writeErr(w, http.StatusNotFound, events.Errorf(CodeNotFound, "no endpoint %q: the dashboard's API has %s", r.URL.Path, Path+strings.Join(apiEndpoints, ", "+Path)))
 }
 
 // ServeHTTP serves Path and below, read-only (GET and HEAD).

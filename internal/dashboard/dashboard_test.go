@@ -89,8 +89,20 @@ func TestDashboard_API(t *testing.T) {
 	require.Equal(t, "too-big", dr.Denials[0].RequestID)
 	require.Equal(t, "user:bob", string(dr.Denials[0].Denial.Scope))
 
+	// Read-only, and a wrong method or path is answered in the API's
+	// error shape with a code, not the mux's plain text.
 	resp, err := http.Post(s.srv.URL+"/dashboard/api/budgets", "application/json", nil)
 	require.NoError(t, err)
+	var wrong events.ErrorReply
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&wrong))
 	resp.Body.Close()
 	require.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode, "read-only")
+	require.Equal(t, "GET, HEAD", resp.Header.Get("Allow"))
+	require.Equal(t, dashboard.CodeMethod, wrong.Error.Code)
+	for _, path := range []string{"/dashboard/api/budget", "/dashboard/api/", "/dashboard/api/budgets/x"} {
+		var missing events.ErrorReply
+		require.Equal(t, http.StatusNotFound, getJSON(t, s.srv.URL+path, &missing), path)
+		require.Equal(t, dashboard.CodeNotFound, missing.Error.Code, path)
+		require.Contains(t, missing.Error.Message, "/dashboard/api/budgets, /dashboard/api/series", path)
+	}
 }

@@ -42,9 +42,11 @@ const ListSeparator = " "
 type TimeFormat int
 
 const (
-	// TimesExact writes RFC 3339 in UTC with as many fractional digits
-	// as the time has ("2026-12-03T08:25:39.564075996Z"): the time
-	// exactly as recorded. JSONL exports always write this form.
+	// TimesExact writes RFC 3339 in UTC with all nine fractional digits
+	// ("2026-12-03T08:25:39.564075990Z"): the time exactly as recorded,
+	// every one the same width, so that sorting the column as text sorts
+	// it in time (RFC3339Nano's trimmed zeros would put ".56407599Z"
+	// after ".564075996Z"). JSONL exports always write this form.
 	TimesExact TimeFormat = iota
 	// TimesSheet writes "2026-12-03 08:25:39", UTC, whole seconds
 	// (truncated): the form spreadsheets read as a date and time when they
@@ -55,8 +57,11 @@ const (
 	TimesSheet
 )
 
-// sheetLayout is TimesSheet's layout.
-const sheetLayout = "2006-01-02 15:04:05"
+// exactLayout and sheetLayout are TimesExact's and TimesSheet's layouts.
+const (
+	exactLayout = "2006-01-02T15:04:05.000000000Z07:00"
+	sheetLayout = "2006-01-02 15:04:05"
+)
 
 // ParseTimeFormat parses the name of a TimeFormat: "exact" or "sheet".
 func ParseTimeFormat(name string) (TimeFormat, error) {
@@ -77,7 +82,7 @@ func (f TimeFormat) format(t time.Time) string {
 	if f == TimesSheet {
 		return t.UTC().Format(sheetLayout)
 	}
-	return t.UTC().Format(time.RFC3339Nano)
+	return t.UTC().Format(exactLayout)
 }
 
 // formatTime writes t as TimesExact, "" for the zero time.

@@ -10,6 +10,7 @@ import (
 	neturl "net/url"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -120,10 +121,16 @@ func serve(args []string) int {
 	}
 	// --sync-always is honoured or refused, never ignored: given with
 	// --nats-url (by flag, environment or file, either value) it is refused.
-	syncSet := false
-	fs.Visit(func(f *flag.Flag) { syncSet = syncSet || f.Name == "sync-always" })
-	if *natsURL != "" && syncSet {
+	if *natsURL != "" && visited(fs, "sync-always") {
 		return serveCommand.usageError(fs, "--sync-always applies to the embedded server; with --nats-url set sync_interval in that server's configuration")
+	}
+	// --listen is refused the same way: it is the embedded server's
+	// address, and a replica that joins a server listens on nothing, so
+	// beside a NATS URL it would be ignored. The URL often comes from
+	// $SPENDGATE_NATS_URL, exported for the CLI, so the message shows it.
+	if *natsURL != "" && visited(fs, "listen") {
+		return serveCommand.usageError(fs, "--listen is the embedded server's address, but a NATS URL is set ("+*natsURL+
+			", by --nats-url, $"+natsconn.EnvSpendgateURL+" or --config), so serve would join that server and listen on nothing; drop one of the two")
 	}
 	if *verbose {
 		logging.Level = slog.LevelDebug
@@ -263,6 +270,10 @@ func serve(args []string) int {
 	})
 	if err != nil {
 		log.Error("start", "err", err)
+		if notClustered(err) {
+			log.Error("the NATS server is not part of a cluster, so it cannot keep " + strconv.Itoa(*replicas) +
+				" copies of the ledger stream: pass --replicas 1 (serve keeps 3 when it joins a server)")
+		}
 		return 1
 	}
 	started.Store(true)
@@ -392,3 +403,23 @@ func replicaName() string {
 	}
 	return fmt.Sprintf("%s-%d", host, os.Getpid())
 }
+
+// visited reports whether the flag name was set (on the command line, by
+// its environment variable or by --config).
+func visited(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// notClustered reports whether err is the server's refusal of a stream
+// with more than one replica on a server outside a cluster.
+func notClustered(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeReplicasNotSupported
+}
+
+// errCodeReplicasNotSupported is nats-server's JSStreamReplicasNotSupportedErr
+// ("replicas > 1 not supported in non-clustered mode"); nats.go has no name
+// for it.
+const errCodeReplicasNotSupported jetstream.ErrorCode = 10074

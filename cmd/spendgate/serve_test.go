@@ -210,3 +210,15 @@ func TestServe_ConfigExample(t *testing.T) {
 		require.Contains(t, help.stdout, "$"+v, "serve does not read $%s", v)
 	}
 }
+
+// serve joining a single server (not a cluster) with its default of three
+// ledger replicas fails to start, and says what to pass instead of only
+// quoting the server's "replicas > 1 not supported in non-clustered mode".
+func TestServe_JoinSingleServerNamesReplicasFlag(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	r := runCLI(t, nil, "serve", "--nats-url", env.URL(), "--data-dir", filepath.Join(t.TempDir(), "data"))
+	require.Equal(t, 1, r.code, r.stderr)
+	require.Contains(t, r.stderr, "err_code=10074")
+	require.Contains(t, r.stderr, "the NATS server is not part of a cluster, so it cannot keep 3 copies of the ledger stream: pass --replicas 1")
+}

@@ -32,8 +32,12 @@ against the key's scopes (429 when a budget denies it, 503 when the ledger
 does not answer), forwarded with the upstream's own key, and settled with the
 usage the provider reports. The same listener serves the HTTP API
 (POST /spendgate/<endpoint>, keys with --access), /metrics, /healthz and
-/readyz; without --upstream it serves the HTTP API alone. --upstream KIND=URL[,key-env=VAR][,models=PREFIX|...] reads the
-upstream's key from $OPENAI_API_KEY or $ANTHROPIC_API_KEY (or VAR).`,
+/readyz; without --upstream it serves the HTTP API alone.
+
+--upstream KIND=URL[,key-env=VAR][,models=PREFIX|...] takes the provider's
+base URL as its SDK would (https://api.openai.com/v1, with /v1, for OpenAI;
+https://api.anthropic.com for Anthropic) and reads the upstream's key from
+$OPENAI_API_KEY or $ANTHROPIC_API_KEY (or VAR).`,
 }
 
 // gatewayCmd is spendgate gateway.

@@ -235,5 +235,6 @@ test('the gateway quick start (docs/guide.md): a call succeeds, the next is deni
   const secret = cli('keys', 'create', '--scope', scope, '--budget', '1', '--unit', 'requests', '--secret-only');
   const out = execFileSync(process.execPath, ['quickstart.mjs'], { env: { ...process.env, SPENDGATE_KEY: secret, GATEWAY_URL: env.openai }, encoding: 'utf8' });
   assert.match(out, /first call: tok0/);
-  assert.match(out, /second call: denied, 429 limit_reached/);
+  assert.match(out, /second call: denied, 429 limit_reached: spendgate: budget key:[0-9a-f]+ per month \(\d{4}-\d\d\) is spent: limit 1 requests/);
+  assert.match(out, /retry after \d+ s/);
 });

@@ -24,6 +24,7 @@ try {
   process.exitCode = 1;
 } catch (err) {
   if (!(err instanceof OpenAI.RateLimitError)) throw err;
-  console.log(`second call: denied, ${err.status} ${err.code}: ${err.message}`);
+  // err.message starts with the status; the API's own message is err.error.message.
+  console.log(`second call: denied, ${err.status} ${err.code}: ${err.error?.message ?? err.message}`);
   console.log(`retry after ${err.headers.get('retry-after')} s`);
 }

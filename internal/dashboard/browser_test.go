@@ -77,6 +77,7 @@ func TestDashboard_Browser(t *testing.T) {
 	var shadow [][]string
 	var counts []string
 	var png []byte
+	var fits struct{ Table, Wrap int }
 	require.NoError(t, chromedp.Run(ctx,
 		cdplog.Enable(),
 		// Pages of one budget: the page walks every page of api/budgets.
@@ -91,6 +92,7 @@ func TestDashboard_Browser(t *testing.T) {
 		chromedp.WaitVisible(`#shadow tbody tr`),
 		chromedp.Evaluate(`Array.from(document.querySelectorAll('#shadow tbody tr')).map(tr => Array.from(tr.cells).map(td => td.textContent))`, &shadow),
 		chromedp.Evaluate(`["c-budgets", "c-near", "c-over"].map(id => document.getElementById(id).textContent)`, &counts),
+		chromedp.Evaluate(fitsJS, &fits),
 		chromedp.FullScreenshot(&png, 100),
 		chromedp.Click(`th[data-key="scope"]`),
 		chromedp.Evaluate(readRows, &byScope),
@@ -121,8 +123,13 @@ func TestDashboard_Browser(t *testing.T) {
 	require.Equal(t, [][]string{{"user:bob", "shadow", "0", "1", "limit_reached 1", "0.00USD", "12.00USD"}}, shadow,
 		"the shadow decision, apart from denials and spend")
 	require.Equal(t, []string{"4", "1", "0"}, counts, "budgets, near the limit, over it")
+	require.LessOrEqual(t, fits.Table, fits.Wrap,
+		"at 1360 px every column of the budgets table, Resets included, is on screen without a horizontal scroll")
 	require.Empty(t, problems(), "console errors")
 }
+
+// fitsJS measures the budgets table against the box that scrolls it.
+const fitsJS = `(() => { const t = document.getElementById('budgets'); return {table: t.scrollWidth, wrap: t.parentElement.clientWidth}; })()`
 
 // shared is the one headless Chromium the browser tests share, each in a
 // tab of its own with its own viewport and console: a Chromium's start

@@ -41,30 +41,34 @@ var Zero = Money{}
 // exponents, NaN, Infinity, whitespace, empty strings, strings longer than
 // MaxAmountLen and more than MaxIntegerDigits/MaxFractionDigits digits.
 // Negative amounts are reported as such. The result is non-negative; callers
-// decide whether zero is allowed.
-func ParseMoney(s string) (Money, error) {
+// decide whether zero is allowed. Its errors call the value "amount".
+func ParseMoney(s string) (Money, error) { return ParseMoneyField("amount", s) }
+
+// ParseMoneyField is ParseMoney for the request field name, whose errors
+// name that field ("actual \"-1\" is negative", "limit is empty").
+func ParseMoneyField(name, s string) (Money, error) {
 	if s == "" {
-		return Money{}, Errorf(CodeInvalidAmount, "amount is empty")
+		return Money{}, Errorf(CodeInvalidAmount, "%s is empty", name)
 	}
 	if len(s) > MaxAmountLen {
-		return Money{}, Errorf(CodeInvalidAmount, "amount is longer than %d characters", MaxAmountLen)
+		return Money{}, Errorf(CodeInvalidAmount, "%s is longer than %d characters", name, MaxAmountLen)
 	}
 	if s[0] == '-' {
-		return Money{}, Errorf(CodeInvalidAmount, "amount %q is negative", s)
+		return Money{}, Errorf(CodeInvalidAmount, "%s %q is negative", name, s)
 	}
 	intPart, frac, hasDot := strings.Cut(s, ".")
 	if !digitsOnly(intPart) || (hasDot && !digitsOnly(frac)) {
-		return Money{}, Errorf(CodeInvalidAmount, "amount %q is not a plain decimal string (digits, optional '.' and digits)", s)
+		return Money{}, Errorf(CodeInvalidAmount, "%s %q is not a plain decimal string (digits, optional '.' and digits)", name, s)
 	}
 	if len(strings.TrimLeft(intPart, "0")) > MaxIntegerDigits {
-		return Money{}, Errorf(CodeInvalidAmount, "amount %q has more than %d integer digits", s, MaxIntegerDigits)
+		return Money{}, Errorf(CodeInvalidAmount, "%s %q has more than %d integer digits", name, s, MaxIntegerDigits)
 	}
 	if len(frac) > MaxFractionDigits {
-		return Money{}, Errorf(CodeInvalidAmount, "amount %q has more than %d fractional digits", s, MaxFractionDigits)
+		return Money{}, Errorf(CodeInvalidAmount, "%s %q has more than %d fractional digits", name, s, MaxFractionDigits)
 	}
 	var m Money
 	if _, _, err := m.d.SetString(s); err != nil {
-		return Money{}, Errorf(CodeInvalidAmount, "amount %q: %v", s, err)
+		return Money{}, Errorf(CodeInvalidAmount, "%s %q: %v", name, s, err)
 	}
 	m.d.Reduce(&m.d)
 	return m, nil

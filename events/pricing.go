@@ -76,10 +76,9 @@ func ParsePrice(what, s string) (Money, error) {
 	if s == "" {
 		return Money{}, Errorf(CodeInvalidAmount, "%s is empty: give a price per million tokens like \"2.50\"", what)
 	}
-	m, err := ParseMoney(s)
+	m, err := ParseMoneyField(what, s)
 	if err != nil {
-		e := err.(*Error)
-		return Money{}, &Error{Code: e.Code, Message: what + strings.TrimPrefix(e.Message, "amount"), Err: err}
+		return Money{}, err
 	}
 	intPart, frac, _ := strings.Cut(s, ".")
 	if len(strings.TrimLeft(intPart, "0")) > MaxPriceIntegerDigits {

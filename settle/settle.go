@@ -108,7 +108,7 @@ func (s *Settler) SettleAll(ctx context.Context, reqs []events.SettleRequest) (o
 			errs[i] = events.Errorf(events.CodeInvalidRequest, "give actual or usage (input_tokens, output_tokens, cached_input_tokens), not both")
 			continue
 		}
-		actual, err := events.ParseMoney(req.Actual)
+		actual, err := events.ParseMoneyField("actual", req.Actual)
 		if errs[i] = err; err != nil {
 			continue
 		}

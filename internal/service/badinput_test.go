@@ -344,6 +344,12 @@ func TestBadInput(t *testing.T) {
 				require.NotEmpty(t, got.Message)
 				require.NotContains(t, got.Message, "Go struct", "messages speak the API's words")
 				require.NotContains(t, got.Message, "json:", "messages speak the API's words")
+				if field, _, ok := strings.Cut(c.name[strings.Index(c.name, "/")+1:], " "); ok && c.code == events.CodeInvalidAmount &&
+					(field == "amount" || field == "actual" || field == "limit") && !strings.Contains(c.name, "zero") {
+					// A bad amount names the request's field, as it is
+					// spelled in the body: a settle's "actual".
+					require.True(t, strings.HasPrefix(got.Message, field+" "), "%q does not start with the field %q", got.Message, field)
+				}
 				switch c.code {
 				case events.CodeAlreadySettled, events.CodeAlreadyReleased, events.CodeIdempotencyMismatch:
 					require.NotEmpty(t, got.Status, "a refusal about a reservation names its state")

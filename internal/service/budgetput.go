@@ -2,7 +2,6 @@ package service
 
 import (
 	"context"
-	"errors"
 	"strconv"
 	"strings"
 
@@ -85,7 +84,7 @@ func parseBudgetPut(req events.BudgetPutRequest) (events.BudgetRef, ledger.Budge
 	}
 	var limit *events.Money
 	if req.Limit != "" || req.Replace {
-		l, err := parseField("limit", req.Limit)
+		l, err := events.ParseMoneyField("limit", req.Limit)
 		if err != nil {
 			return events.BudgetRef{}, nil, err
 		}
@@ -107,7 +106,7 @@ func parseBudgetPut(req events.BudgetPutRequest) (events.BudgetRef, ledger.Budge
 	}
 	var slot *events.Money
 	if req.FixedSlot != nil && *req.FixedSlot != "" {
-		s, err := parseField("fixed_slot", *req.FixedSlot)
+		s, err := events.ParseMoneyField("fixed_slot", *req.FixedSlot)
 		if err != nil {
 			return events.BudgetRef{}, nil, err
 		}
@@ -127,7 +126,7 @@ func parseBudgetPut(req events.BudgetPutRequest) (events.BudgetRef, ledger.Budge
 	}
 	var exposureCap *events.Money
 	if req.ExposureCap != nil && *req.ExposureCap != "" {
-		c, err := parseField("exposure_cap", *req.ExposureCap)
+		c, err := events.ParseMoneyField("exposure_cap", *req.ExposureCap)
 		if err != nil {
 			return events.BudgetRef{}, nil, err
 		}
@@ -213,7 +212,7 @@ func parseLearn(req events.BudgetPutRequest) (*events.LearnRule, error) {
 		r.MinSamples = r.Window
 	}
 	if req.LearnFloor != "" {
-		f, err := parseField("learn_floor", req.LearnFloor)
+		f, err := events.ParseMoneyField("learn_floor", req.LearnFloor)
 		if err != nil {
 			return nil, err
 		}
@@ -223,18 +222,4 @@ func parseLearn(req events.BudgetPutRequest) (*events.LearnRule, error) {
 		return nil, err
 	}
 	return &r, nil
-}
-
-// parseField parses a decimal field of a put, its errors naming the field
-// instead of "amount".
-func parseField(name, s string) (events.Money, error) {
-	m, err := events.ParseMoney(s)
-	if err != nil {
-		var e *events.Error
-		if errors.As(err, &e) && strings.HasPrefix(e.Message, "amount") {
-			return events.Money{}, &events.Error{Code: e.Code, Message: name + strings.TrimPrefix(e.Message, "amount"), Err: err}
-		}
-		return events.Money{}, err
-	}
-	return m, nil
 }

@@ -13,7 +13,7 @@ import (
 
 var backtestCommand = command{
 	name:     "spendgate backtest",
-	synopsis: "--scope KIND:ID [--limit DECIMAL] [--period month|week|day|lifetime|...] [--fixed-slot DECIMAL] [--learn PERCENTILE] [--exposure-cap DECIMAL] [--from RFC3339 --to RFC3339] [--by KEY ...] [-o table|csv|json] (--trusted-keys KEYS | --unverified) [--nats-url URL]",
+	synopsis: "--scope KIND:ID [--limit DECIMAL] [--period month|week|day|hour|minute|lifetime] [--fixed-slot DECIMAL] [--learn PERCENTILE] [--exposure-cap DECIMAL] [--from RFC3339 --to RFC3339] [--by KEY ...] [-o table|csv|json] (--trusted-keys KEYS | --unverified) [--nats-url URL]",
 	about: `Replays the recorded admits of one scope under other limits: what a limit
 of 50 would have done. It reads the book of record through the same gate as
 audit check (every revision verified against --trusted-keys) and the

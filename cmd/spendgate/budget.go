@@ -28,7 +28,7 @@ var (
 	}
 	budgetPutCommand = command{
 		name:     "spendgate budget put",
-		synopsis: "--scope KIND:ID --period month|week|day|lifetime [--limit DECIMAL] [--unit USD|requests|...] [--tz ZONE] [--disabled[=false]] [--allow-zero] [--fixed-slot DECIMAL|\"\"] [--alerts[=false]] [--threshold F ...] [--replace] [--tenant NAME]",
+		synopsis: "--scope KIND:ID --period month|week|day|hour|minute|lifetime [--limit DECIMAL] [--unit USD|requests|...] [--tz ZONE] [--disabled[=false]] [--allow-zero] [--fixed-slot DECIMAL|\"\"] [--alerts[=false]] [--threshold F ...] [--replace] [--tenant NAME]",
 		about: `Defines the budget of a scope for a period, or changes it; the reply says what
 changed ("changed") and what it was ("previous"). --period is required, so that
 a change never lands on another period's budget by default. A put changes only
@@ -41,7 +41,7 @@ of its own in the period gets it on its first admit.`,
 	}
 	budgetDisableCommand = command{
 		name:     "spendgate budget disable",
-		synopsis: "--scope KIND:ID --period month|week|day|lifetime [--tenant NAME]",
+		synopsis: "--scope KIND:ID --period month|week|day|hour|minute|lifetime [--tenant NAME]",
 		about: `Disables a budget: every admit naming it is denied budget_disabled. It keeps the
 limit, unit, time zone and fixed slot: it reads the budget and puts it back with only
 "disabled" changed. The reply's "changed" shows what the put changed; if
@@ -49,12 +49,12 @@ another change landed between the read and the put, it shows that too.`,
 	}
 	budgetEnableCommand = command{
 		name:     "spendgate budget enable",
-		synopsis: "--scope KIND:ID --period month|week|day|lifetime [--tenant NAME]",
+		synopsis: "--scope KIND:ID --period month|week|day|hour|minute|lifetime [--tenant NAME]",
 		about:    "Enables a disabled budget again, keeping the rest of its definition (see\nspendgate budget disable).",
 	}
 	budgetGetCommand = command{
 		name:     "spendgate budget get",
-		synopsis: "--scope KIND:ID [--period month|week|day|lifetime [--unit UNIT]] [--tenant NAME]",
+		synopsis: "--scope KIND:ID [--period month|week|day|hour|minute|lifetime [--unit UNIT]] [--tenant NAME]",
 		about:    "Prints a budget of a scope with its current period's spent, reserved and available;\nwithout --period, every budget of the scope.",
 	}
 	budgetListCommand = command{

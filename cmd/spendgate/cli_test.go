@@ -234,7 +234,7 @@ func TestCLI_HelpSections(t *testing.T) {
 		}
 	}
 	usage, own, _ := helpSections(t, helps["budget get"])
-	require.Contains(t, usage, "month|week|day|lifetime")
+	require.Contains(t, usage, "month|week|day|hour|minute|lifetime")
 	require.Contains(t, usage, "--unit")
 	require.True(t, own["unit"])
 }

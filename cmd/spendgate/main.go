@@ -23,8 +23,8 @@ const usage = `spendgate: spend caps enforced before the money is spent.
 
 Usage:
   spendgate serve    [--data-dir DIR] [--listen 127.0.0.1:4222] [--nats-url URL] [--config FILE] ...
-  spendgate budget put  --scope KIND:ID --period month|week|day|lifetime [--limit DECIMAL] [--unit USD|requests|...] [--tz ZONE] [--fixed-slot DECIMAL] [--replace]
-  spendgate budget get  --scope KIND:ID [--period month|week|day|lifetime [--unit UNIT]]
+  spendgate budget put  --scope KIND:ID --period month|week|day|hour|minute|lifetime [--limit DECIMAL] [--unit USD|requests|...] [--tz ZONE] [--fixed-slot DECIMAL] [--replace]
+  spendgate budget get  --scope KIND:ID [--period month|week|day|hour|minute|lifetime [--unit UNIT]]
   spendgate budget disable|enable --scope KIND:ID --period PERIOD
   spendgate budget list [--kind KIND] [--sort scope|utilization] [--max N]
   spendgate pricing put --model NAME --input DECIMAL --output DECIMAL [--cached-input DECIMAL] [--unit USD]

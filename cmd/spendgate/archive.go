@@ -14,7 +14,7 @@ import (
 var (
 	auditArchiveCommand = command{
 		name:     "spendgate audit archive",
-		synopsis: "--dir DIR [--until SEQ] [--segment-messages N] [--nats-url URL] [--bucket NAME]",
+		synopsis: "--dir DIR [--until SEQ] [--segment-messages N] [--within 30m] [--nats-url URL] [--bucket NAME]",
 		about: `Appends the ledger stream's revisions after the archive's last one, up to
 --until (default: the newest ledger snapshot), to the archive in --dir as
 gzip-compressed, hash-chained segment files. A run that is interrupted
@@ -22,7 +22,7 @@ leaves whole segments; the next run continues after them.`,
 	}
 	auditTrimCommand = command{
 		name:     "spendgate audit trim",
-		synopsis: "--dir DIR [--nats-url URL] [--bucket NAME]",
+		synopsis: "--dir DIR (--trusted-keys KEYS | --unverified) [--within 30m] [--nats-url URL] [--bucket NAME]",
 		about: `Audits archive + stream; if the audit passes, the newest snapshot equals the
 replay and the archive reaches it, drops from the stream every revision
 older than the one each key had at the snapshot. Unless a spend report

@@ -35,7 +35,7 @@ var (
 	}
 	auditCheckCommand = command{
 		name:     "spendgate audit check",
-		synopsis: "[--from-snapshot] [--archive DIR] [--window D] [--expired-window D] [--trusted-keys KEYS] [--reviewed SEQ,...] [--nats-url URL] [--bucket NAME]",
+		synopsis: "[--from-snapshot] [--archive DIR] [--window D] [--expired-window D] (--trusted-keys KEYS | --unverified) [--reviewed SEQ,...] [--within D] [--nats-url URL] [--bucket NAME]",
 		about: `Replays the book of record and reconciles it with the live balances. With
 --trusted-keys (public keys, or files of them, comma-separated) it also
 verifies every revision's signature and skips, as a replica does, any
@@ -50,7 +50,7 @@ is open: a closed reservation is forgotten --window after its close
 	}
 	auditKeysCommand = command{
 		name:     "spendgate audit keys",
-		synopsis: "[--archive DIR] [--nats-url URL] [--bucket NAME]",
+		synopsis: "[--archive DIR] [--within D] [--nats-url URL] [--bucket NAME]",
 		about: `Lists every key that signed revisions of the ledger stream, with the first
 and last stream sequence it signed and how many ("unsigned" for revisions
 without a signature), trusted or not: it says, for example, the last
@@ -62,7 +62,7 @@ sign is what audit check verifies. A trimmed stream needs
 	}
 	auditBalancesCommand = command{
 		name:     "spendgate audit balances",
-		synopsis: "[--at RFC3339] [--archive DIR] [--trusted-keys KEYS] [--nats-url URL] [--bucket NAME]",
+		synopsis: "[--at RFC3339] [--archive DIR] (--trusted-keys KEYS | --unverified) [--within D] [--nats-url URL] [--bucket NAME]",
 		about: `Writes the totals of every budget period as CSV on standard output, as of
 now or of --at. A budget defined but not used in its period instance at
 --at (or now) gets a row of zeros. Exit status 1 on any error, a failed

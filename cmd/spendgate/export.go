@@ -9,7 +9,7 @@ import (
 
 var auditExportCommand = command{
 	name:     "spendgate audit export",
-	synopsis: "[--from RFC3339] [--to RFC3339] [--scope KIND:ID ...] [--tenant NAME] [--format csv|jsonl] [--times exact|sheet] [--totals FILE] [--shadow] [--nats-url URL] [--bucket NAME]",
+	synopsis: "[--from RFC3339] [--to RFC3339] [--scope KIND:ID ...] [--tenant NAME] [--format csv|jsonl] [--times exact|sheet] [--totals FILE] [--shadow] (--trusted-keys KEYS | --unverified) [--within D] [--nats-url URL] [--bucket NAME]",
 	about: `Writes one row per reservation on standard output: its request id, scopes,
 balances, unit, reserved amount, opened / expires / settled / released /
 expired times, status, actual, overrun, late, release reason and every

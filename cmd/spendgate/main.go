@@ -35,7 +35,7 @@ Usage:
   spendgate settle   --reservation ID --input-tokens N --output-tokens N [--cached-input-tokens N]
   spendgate release  --reservation ID
   spendgate void     --request-id ID --scope KIND:ID [--scope ...]   release an admit by its request id, landed or not
-  spendgate audit check [--trusted-keys KEYS]   replay the book of record, verify signatures, reconcile with the live balances
+  spendgate audit check --trusted-keys KEYS  replay the book of record, verify signatures, reconcile with the live balances
   spendgate audit keys                   which signing key wrote which revisions
   spendgate audit balances [--at TIME]   totals per budget period as CSV, optionally as of an RFC 3339 time
   spendgate audit export [--from TIME] [--to TIME] [--scope KIND:ID ...] [--format csv|jsonl] [--times exact|sheet] [--totals FILE]

@@ -17,7 +17,7 @@ import (
 
 var reportCommand = command{
 	name:     "spendgate report",
-	synopsis: "--by scope|KEY [--period YYYY-MM|YYYY-Www|YYYY-MM-DD | --from RFC3339 --to RFC3339] [--tenant NAME] [--format table|csv] [--shadow] [--replay [--scope KIND:ID ...] [--bucket NAME]] [--nats-url URL]",
+	synopsis: "--by scope|KEY [--period YYYY-MM|YYYY-Www|YYYY-MM-DD | --from RFC3339 --to RFC3339] [--tenant NAME] [--format table|csv] [--shadow] [--replay (--trusted-keys KEYS | --unverified) [--scope KIND:ID ...] [--bucket NAME]] [--nats-url URL]",
 	about: `Sums the reservations opened in [--from, --to) (or in the UTC month, week or day
 --period names) by scope or by the value of a metadata key (--by model,
 --by user, ...; --by metadata.KEY names a key called "scope"), one line per

@@ -270,6 +270,9 @@ func serve(args []string) int {
 	})
 	if err != nil {
 		log.Error("start", "err", err)
+		// The log line quotes the error (its line breaks as \n); the
+		// operator at a terminal reads it whole here.
+		fmt.Fprintf(os.Stderr, "spendgate serve: cannot start: %v\n", err)
 		if notClustered(err) {
 			log.Error("the NATS server is not part of a cluster, so it cannot keep " + strconv.Itoa(*replicas) +
 				" copies of the ledger stream: pass --replicas 1 (serve keeps 3 when it joins a server)")

@@ -46,6 +46,8 @@ func TestServe_SecondReplicaDefaultFlags(t *testing.T) {
 	}
 	require.Error(t, other.err)
 	require.Contains(t, other.out.String(), "is not among the ledger's trusted keys")
+	require.Regexp(t, `(?m)^spendgate serve: cannot start: .*not trusted by the ledger\n.*is not among the ledger's trusted keys.*\nadd its public key`,
+		other.out.String(), "besides the log line, the error as written, one line per line")
 
 	// From the same directory, default flags: the same key.
 	startProcIn(t, dir, true, "serve", "--nats-url", url, "--replicas", "1", "--sweep-interval", "1m")

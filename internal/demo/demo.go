@@ -55,10 +55,13 @@ const (
 	demoOutageFrom = 10
 	demoOutageTo   = 30
 
-	demoModel    = "demo-model"
-	demoNewModel = "brand-new-model"
-	demoUnit     = "USD"
-	demoTTL      = "1m"
+	demoModel = "demo-model"
+	// demoTokensPerUnit is how many output tokens one unit of a call is,
+	// for spendgate's pricing table (prices per million tokens).
+	demoTokensPerUnit = 1000
+	demoNewModel      = "brand-new-model"
+	demoUnit          = "USD"
+	demoTTL           = "1m"
 	// demoOutageTimeout and demoOutageAttempts bound the client of the
 	// outage pattern, so that its fail-closed denials come quickly.
 	demoOutageTimeout  = 500 * time.Millisecond
@@ -212,10 +215,9 @@ type demoCall struct {
 	units int64
 }
 
-// demoPricing prices calls. caller is the caller-side table, this demo's
-// own (spendgate itself keeps no prices): like every pricing
-// table it lags model releases. provider is what the upstream bills. Both
-// are per output unit.
+// demoPricing prices calls. caller is the caller-side table: like every
+// pricing table it lags model releases. provider is what the upstream
+// bills. Both are per output unit (demoTokensPerUnit output tokens).
 type demoPricing struct {
 	caller   map[string]events.Money
 	provider map[string]events.Money
@@ -425,6 +427,10 @@ type demoSpec struct {
 	postHoc bool
 	// outage: requests [demoOutageFrom, demoOutageTo) meet a ledger outage.
 	outage bool
+	// priced: spendgate's side prices each call from spendgate's own
+	// pricing table (the admit names the model and its maximum output
+	// tokens) instead of the caller's.
+	priced bool
 	// note explains the outcome, given both sides.
 	note func(naive, sg Side) string
 }
@@ -608,14 +614,14 @@ func demoSpecs(concurrency int, ceiling, price events.Money) ([]demoSpec, error)
 	}, {
 		name: "unpriced model at zero", slug: "unpriced",
 		mechanism: "a model missing from the pricing table is costed at 0",
-		ceiling:   pCeiling, price: pPrice, calls: unpriced,
+		ceiling:   pCeiling, price: pPrice, calls: unpriced, priced: true,
 		note: func(n, s Side) string {
-			return fmt.Sprintf("every other request uses %s, which the upstream bills at %s. Pricing is this demo's "+
-				"caller-side table (spendgate keeps no prices); it has no price for %s, "+
-				"so the caller costs it at 0. The naive ledger admits it for free (recorded %s, billed %s); "+
-				"spendgate refuses an admit of 0 (an admit needs an amount > 0), so the call is never made: refused %s.",
-				demoNewModel, demoUSD(pPrice), demoNewModel, demoUSD(events.MustMoney(n.Recorded)),
-				demoUSD(events.MustMoney(n.Spent)), demoReasons(s.RefusedBy))
+			return fmt.Sprintf("every other request uses %s, which the upstream bills at %s. The caller's pricing table "+
+				"has no price for it yet, so it costs it at 0, and the naive ledger admits it for free (recorded %s, billed %s). "+
+				"spendgate prices each admit from its own pricing table (spendgate pricing put), which has no price for %s "+
+				"either, and never costs a model at zero, so the call is never made: refused %s.",
+				demoNewModel, demoUSD(pPrice), demoUSD(events.MustMoney(n.Recorded)),
+				demoUSD(events.MustMoney(n.Spent)), demoNewModel, demoReasons(s.RefusedBy))
 		},
 	}}, nil
 }
@@ -778,6 +784,17 @@ func (e *demoEnv) spendgate(ctx context.Context, spec demoSpec, pricing demoPric
 	}); err != nil {
 		return Side{}, fmt.Errorf("budget put %s: %w", scope, err)
 	}
+	if spec.priced {
+		// The same prices as the caller's table, and the same gap: the
+		// new model is not in it.
+		out, err := demoTimes(spec.price, 1_000_000/demoTokensPerUnit)
+		if err != nil {
+			return Side{}, err
+		}
+		if _, err := e.c.PutPrice(ctx, events.PricingPutRequest{Model: demoModel, Input: "0", Output: out.String(), Unit: demoUnit}); err != nil {
+			return Side{}, fmt.Errorf("pricing put %s: %w", demoModel, err)
+		}
+	}
 	c := e.c
 	// During the outage the client's warnings (its voids fail too) are
 	// the expected consequence of the replica the demo stopped.
@@ -808,17 +825,21 @@ func (e *demoEnv) spendgate(ctx context.Context, spec demoSpec, pricing demoPric
 	}
 	step := func(i int) error {
 		call := spec.calls[i]
-		amount, err := pricing.maxCost(call)
-		if err != nil {
-			// The same caller as the naive one: it costs an unpriced model
-			// at 0. The ledger refuses such an admit.
-			amount = events.Zero
+		req := events.AdmitRequest{Scopes: []string{scope}, Unit: demoUnit, TTL: demoTTL,
+			Metadata: map[string]string{"model": call.model}}
+		if spec.priced {
+			req.Model, req.MaxOutputTokens = call.model, call.units*demoTokensPerUnit
+		} else {
+			amount, err := pricing.maxCost(call)
+			if err != nil {
+				// The same caller as the naive one: it costs an unpriced
+				// model at 0. The ledger refuses such an admit.
+				amount = events.Zero
+			}
+			req.Amount = amount.String()
 		}
 		called := false
-		err = client.Do(ctx, c, events.AdmitRequest{
-			Scopes: []string{scope}, Amount: amount.String(), Unit: demoUnit, TTL: demoTTL,
-			Metadata: map[string]string{"model": call.model},
-		}, func(ctx context.Context) (string, error) {
+		err := client.Do(ctx, c, req, func(ctx context.Context) (string, error) {
 			called = true
 			cost, err := up.call(ctx, call)
 			return cost.String(), err

@@ -109,7 +109,7 @@ func TestOverrun_JSON(t *testing.T) {
 		{"check-then-act", "2", "2", "100", 40, "1", 20, map[string]int{"limit_reached": 20}, false},
 		{"post-hoc accounting", "1.95", "1.95", "95", 20, "0.95", 19, map[string]int{"limit_reached": 21}, true},
 		{"best-effort recording", "2", "1", "100", 40, "1", 20, map[string]int{"ledger_unavailable": 20}, false},
-		{"unpriced model at zero", "2", "1", "100", 40, "1", 20, map[string]int{"invalid_amount": 20}, false},
+		{"unpriced model at zero", "2", "1", "100", 40, "1", 20, map[string]int{"unpriced_model": 20}, false},
 	}
 	require.Len(t, rep.Patterns, len(want))
 	for i, w := range want {
@@ -125,7 +125,7 @@ func TestOverrun_JSON(t *testing.T) {
 		require.Equal(t, demoHeld, p.Verdict)
 		require.NotEmpty(t, p.Note)
 	}
-	require.Contains(t, rep.Patterns[3].Note, "caller-side table")
+	require.Contains(t, rep.Patterns[3].Note, "its own pricing table")
 	outage := demoOutageTo - demoOutageFrom
 	for i, p := range rep.Patterns {
 		if p.Name == "best-effort recording" {

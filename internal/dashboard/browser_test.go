@@ -78,6 +78,7 @@ func TestDashboard_Browser(t *testing.T) {
 	var counts []string
 	var png []byte
 	var fits struct{ Table, Wrap int }
+	var bobRunsOut string
 	require.NoError(t, chromedp.Run(ctx,
 		cdplog.Enable(),
 		// Pages of one budget: the page walks every page of api/budgets.
@@ -93,6 +94,7 @@ func TestDashboard_Browser(t *testing.T) {
 		chromedp.Evaluate(`Array.from(document.querySelectorAll('#shadow tbody tr')).map(tr => Array.from(tr.cells).map(td => td.textContent))`, &shadow),
 		chromedp.Evaluate(`["c-budgets", "c-near", "c-over"].map(id => document.getElementById(id).textContent)`, &counts),
 		chromedp.Evaluate(fitsJS, &fits),
+		chromedp.Evaluate(`document.querySelector('#budgets tr[data-scope="user:bob"] .runs-out').textContent + " | " + document.querySelector('#budgets tr[data-scope="user:bob"] .runs-out').title`, &bobRunsOut),
 		chromedp.FullScreenshot(&png, 100),
 		chromedp.Click(`th[data-key="scope"]`),
 		chromedp.Evaluate(readRows, &byScope),
@@ -123,6 +125,8 @@ func TestDashboard_Browser(t *testing.T) {
 	require.Equal(t, [][]string{{"user:bob", "shadow", "0", "1", "limit_reached 1", "0.00USD", "12.00USD"}}, shadow,
 		"the shadow decision, apart from denials and spend")
 	require.Equal(t, []string{"4", "1", "0"}, counts, "budgets, near the limit, over it")
+	require.Regexp(t, `^exhausted \| its latest admit, of 12\.00 USD, was denied \(limit reached\) .+, and 8\.00 USD available still does not hold it$`, bobRunsOut,
+		"bob's 12 did not fit in the 8 left: exhausted, and the cell's title says why")
 	require.LessOrEqual(t, fits.Table, fits.Wrap,
 		"at 1360 px every column of the budgets table, Resets included, is on screen without a horizontal scroll")
 	require.Empty(t, problems(), "console errors")

@@ -62,7 +62,9 @@ function when(iso) {
 }
 function runsOut(b) {
   const f = b.forecast || {};
-  if (f.exhausted) return { text: "exhausted", soon: true, at: 0, title: f.exhausted_by === "denied" ? "its latest admit was denied (limit reached) " + when(f.denied_at) : "nothing is available" };
+  if (f.exhausted) return { text: "exhausted", soon: true, at: 0, title: f.exhausted_by === "denied"
+    ? "its latest admit" + (f.denied_amount ? ", of " + money(f.denied_amount, b.unit) + " " + b.unit + "," : "") + " was denied (limit reached) " + when(f.denied_at) + ", and " + money(b.available, b.unit) + " " + b.unit + " available still does not hold it"
+    : "nothing is available" };
   if (!f.exhausts_at) return { text: "—", soon: false, at: Infinity };
   const at = Date.parse(f.exhausts_at);
   if (!f.before_reset) return { text: "not before reset", soon: false, at: at };

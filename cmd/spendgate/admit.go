@@ -17,9 +17,10 @@ var admitCommand = command{
 	synopsis: "--scope KIND:ID [--scope ...] --amount DECIMAL|--model NAME --input-tokens N|--input-chars N --max-output-tokens N [--count N] [--unit USD] [--ttl 5m] [--request-id ID] [--meta KEY=VALUE ...] [--mode admit|check|shadow] [-o json|id] [--tenant NAME]",
 	about: `Reserves an amount in every budget of every scope, or in none, and prints
 the reply. With --model instead of --amount, the amount is the most the call
-can cost at the model's price (see spendgate pricing). With --mode check (or shadow, for evaluation traffic) it prints what
-an admit would do and reserves nothing. -o id prints only the reservation id
-(a denial or an error goes to stderr), for R=$(spendgate admit ... -o id).
+can cost at the model's price (see spendgate pricing). With --mode check (or
+shadow, for evaluation traffic) it prints what an admit would do and reserves
+nothing. -o id prints only the reservation id (a denial or an error goes to
+stderr), for R=$(spendgate admit ... -o id).
 Exit status: 0 admitted (or would be), 2 denied, 1 on an error, 64 on a
 usage error (nothing sent).`,
 }

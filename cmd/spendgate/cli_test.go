@@ -208,6 +208,13 @@ func TestCLI_HelpSections(t *testing.T) {
 	for _, cmd := range allCommands {
 		help := helps[strings.Join(cmd, " ")]
 		usage, own, conn := helpSections(t, help)
+		// The text between the usage line and the flags is wrapped for a
+		// terminal (the gateway's and roles' once ran to 120 columns).
+		about, _, _ := strings.Cut(help, "\nFlags:\n")
+		about, _, _ = strings.Cut(about, "\nConnection flags:\n")
+		for _, line := range strings.Split(about, "\n")[1:] {
+			require.LessOrEqual(t, len(line), 100, "%v: a line of the help runs past 100 columns:\n%s", cmd, line)
+		}
 		for _, m := range synopsisFlag.FindAllStringSubmatch(strings.TrimPrefix(usage, "Usage: spendgate"), -1) {
 			has := own[m[1]] || conn[m[1]]
 			if len(cmd) == 1 && len(own)+len(conn) == 0 {

@@ -17,6 +17,7 @@ import (
 	"net/http/httptrace"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -615,6 +616,12 @@ func (g *Gateway) refused(w http.ResponseWriter, a *api, resp *http.Response, up
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 	g.close(res, outcome{released: true, label: OutcomeUpstreamError,
 		err: fmt.Errorf("upstream answered %d", resp.StatusCode)}, l)
+	if resp.StatusCode == http.StatusNotFound && up.Kind == KindOpenAI && strings.Trim(up.base.Path, "/") == "" && up.hinted.CompareAndSwap(false, true) {
+		// The most common misconfiguration: OpenAI's base URL is
+		// https://api.openai.com/v1, and without /v1 every call is a 404.
+		g.log.Warn("gateway: an openai upstream whose URL has no path answered 404; an OpenAI base URL usually ends in /v1 (https://api.openai.com/v1): check --upstream",
+			"upstream", up.base.Host, "path", resp.Request.URL.Path)
+	}
 	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
 		g.log.Error("gateway: the upstream refused the gateway's credentials", "upstream", up.base.Host, "status", resp.StatusCode)
 		(&callError{status: http.StatusBadGateway, typ: "server_error", code: "upstream_auth",

@@ -2,14 +2,17 @@ package gateway_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -48,6 +51,8 @@ type env struct {
 	http    *http.Client
 	// dead is the base URL of the models "dead-*": nothing listens there.
 	dead string
+	// logs is what the gateway logged.
+	logs *logBuffer
 	// stop stops the replica.
 	stop func()
 }
@@ -88,6 +93,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 	dead := "http://" + ln.Addr().String()
 	require.NoError(t, ln.Close())
 
+	logs := &logBuffer{}
 	gnc := te.Connect(t)
 	cs, err := gateway.NewClientSet(gnc, streams.DefaultPrefix, client.WithTimeout(time.Second), client.WithRetries(2))
 	require.NoError(t, err)
@@ -98,18 +104,20 @@ func newEnv(t *testing.T, o envOpts) *env {
 			{Kind: gateway.KindOpenAI, BaseURL: up.URL + "/v1", Key: upstreamKey},
 			{Kind: gateway.KindAnthropic, BaseURL: up.URL, Key: upstreamKey},
 			{Kind: gateway.KindOpenAI, BaseURL: dead + "/v1", Key: upstreamKey, Models: []string{"dead-"}},
+			// The fake provider's root, without /v1: the models "nov1-*".
+			{Kind: gateway.KindOpenAI, BaseURL: up.URL, Key: upstreamKey, Models: []string{"nov1-"}},
 		},
 		MaxOutputTokens: map[string]int64{"claude-*": 4096},
 		KeyCache:        o.keyCache,
-	})
+	}, gateway.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
 	require.NoError(t, err)
 	mux := http.NewServeMux()
 	g.Register(mux)
 	gs := httptest.NewServer(mux)
 	t.Cleanup(gs.Close)
-	e := &env{t: t, te: te, replica: r, admin: admin, fake: fake, gw: g, url: gs.URL, http: gs.Client(), dead: dead}
+	e := &env{t: t, te: te, replica: r, admin: admin, fake: fake, gw: g, url: gs.URL, http: gs.Client(), dead: dead, logs: logs}
 	e.stop = func() { stopped = true; require.NoError(t, r.Stop()) }
-	for _, m := range []string{"gpt-x", "claude-x", "embed-x", "dead-x"} {
+	for _, m := range []string{"gpt-x", "claude-x", "embed-x", "dead-x", "nov1-x"} {
 		_, err := admin.PutPrice(ctxT(t), events.PricingPutRequest{Model: m, Input: priceIn, Output: priceOut, CachedInput: priceCached})
 		require.NoError(t, err)
 	}
@@ -393,6 +401,50 @@ func TestGateway_UnreachableUpstream(t *testing.T) {
 	require.Equal(t, "0", b.Spent, "the upstream never got the call: released")
 	require.Equal(t, "0", b.Reserved)
 	require.Zero(t, b.Open)
+}
+
+// TestGateway_UpstreamWithoutV1Hinted: an openai upstream given without
+// its /v1 answers 404 to every call; the 404 reaches the caller as the
+// provider wrote it, the reservation is released, and the gateway logs
+// once (not per call) that an OpenAI base URL usually ends in /v1.
+func TestGateway_UpstreamWithoutV1Hinted(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	secret := e.key("10", "team:nov1")
+	for range 3 {
+		resp := e.post("/v1/chat/completions", secret, `{"model":"nov1-x","messages":[{"role":"user","content":"hi"}],"max_tokens":5}`)
+		body := readAll(t, resp)
+		require.Equal(t, http.StatusNotFound, resp.StatusCode, body)
+	}
+	b := e.budget("team:nov1")
+	require.Equal(t, "0", b.Spent, "a 404 is not billed: released")
+	require.Equal(t, "0", b.Reserved)
+	logs := e.logs.String()
+	require.Equal(t, 1, strings.Count(logs, "an OpenAI base URL usually ends in /v1"), logs)
+	require.Contains(t, logs, "path=/chat/completions")
+	// An upstream with its /v1 that answers 404 (an unknown route of the
+	// provider's) gets no such hint.
+	resp := e.post("/v1/chat/completions", e.key("10", "team:v1"), `{"model":"gpt-x","messages":[{"role":"user","content":"fake:status=404"}],"max_tokens":5}`)
+	require.Equal(t, http.StatusNotFound, resp.StatusCode, readAll(t, resp))
+	require.Equal(t, 1, strings.Count(e.logs.String(), "usually ends in /v1"))
+}
+
+// logBuffer is a bytes.Buffer safe for the gateway's and the test's
+// goroutines.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // TestGateway_DenialNeverReachesUpstream: a call its budget cannot hold is

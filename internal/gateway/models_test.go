@@ -56,7 +56,7 @@ func (l openAIList) ids() []string {
 func TestGateway_Models(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	secret := e.key("10", "team:m")
-	all := []string{"claude-x", "dead-x", "embed-x", "gpt-x"} // every priced model, sorted
+	all := []string{"claude-x", "dead-x", "embed-x", "gpt-x", "nov1-x"} // every priced model, sorted
 
 	status, _, body := get(t, e.url, "/v1/models", secret, false)
 	require.Equal(t, http.StatusOK, status, body)
@@ -81,7 +81,7 @@ func TestGateway_Models(t *testing.T) {
 	require.Equal(t, "model", alist.Data[0].Type)
 	require.False(t, alist.HasMore)
 	require.Equal(t, "claude-x", *alist.FirstID)
-	require.Equal(t, "gpt-x", *alist.LastID)
+	require.Equal(t, "nov1-x", *alist.LastID)
 
 	status, _, body = get(t, e.url, "/v1/models/gpt-x", secret, false)
 	require.Equal(t, http.StatusOK, status, body)

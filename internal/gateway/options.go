@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/spendgate/spendgate/events"
@@ -155,6 +156,9 @@ func WithClock(now func() time.Time) Option {
 type upstream struct {
 	Upstream
 	base *url.URL
+	// hinted is set once the gateway has logged that this upstream's 404
+	// may come from a base URL without its API's path (see refused).
+	hinted atomic.Bool
 }
 
 // validate checks c and fills its defaults.

@@ -553,7 +553,7 @@ func TestCaller_KilledHoldingReservations(t *testing.T) {
 	c := &crashClient{nc: connect(t, env.URL()), layout: env.Layout, deadline: time.Now().Add(time.Minute)}
 	require.NoError(t, c.do(streams.EndpointBudgetPut, events.BudgetPutRequest{Scope: "org:caller", Period: "month", Limit: "10", Unit: "USD"}, nil))
 
-	out := &syncBuffer{}
+	out := &testenv.LogBuffer{}
 	caller := exec.Command(os.Args[0], "-test.run=^TestHelperCallerProcess$", "-test.count=1")
 	caller.Env = append(os.Environ(), crashCallerEnv+"=1", crashCallerURLEnv+"="+env.URL())
 	caller.Stdout, caller.Stderr = out, out

@@ -246,26 +246,9 @@ func setTestEnv() error {
 // proc is a running spendgate process.
 type proc struct {
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *testenv.LogBuffer
 	done chan struct{}
 	err  error
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // startProc runs the binary with args (procBin's) and returns once it
@@ -317,7 +300,7 @@ func startProcEnvIn(t *testing.T, dir string, env []string, waitReady bool, args
 // serve) instead of procBin's.
 func startProcBin(t *testing.T, bin, dir string, env []string, waitReady bool, args ...string) *proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(bin, args...), out: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{cmd: exec.Command(bin, args...), out: &testenv.LogBuffer{}, done: make(chan struct{})}
 	p.cmd.Dir = dir
 	if env != nil {
 		p.cmd.Env = append(os.Environ(), env...)

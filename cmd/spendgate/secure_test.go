@@ -116,7 +116,7 @@ func (c *confServer) url(scheme string) string {
 // waits until it is ready.
 func startServe(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(procBin("serve"), append([]string{"serve"}, args...)...), out: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{cmd: exec.Command(procBin("serve"), append([]string{"serve"}, args...)...), out: &testenv.LogBuffer{}, done: make(chan struct{})}
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	require.NoError(t, p.cmd.Start())

@@ -1,7 +1,6 @@
 package alerting_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -197,7 +196,7 @@ func TestSink_GivesUpAfterMaxDeliver(t *testing.T) {
 			require.NoError(t, err)
 			rcv := newReceiver(t) // never up
 			m := metrics.NewAlertSink(nil)
-			var logs syncBuffer
+			var logs testenv.LogBuffer
 			runSink(t, env, alerting.SinkConfig{URL: tc.url(rcv), Durable: "hook", RetryBase: 10 * time.Millisecond,
 				RetryMax: 20 * time.Millisecond, MaxDeliver: 3, Timeout: 5 * time.Second, Metrics: m,
 				Log: slog.New(slog.NewTextHandler(&logs, nil))})
@@ -220,25 +219,6 @@ func TestSink_GivesUpAfterMaxDeliver(t *testing.T) {
 			require.NotContains(t, logs.String(), "secret-token")
 		})
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the sink's and the test's
-// goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // consumerReady waits until the sink's durable consumer exists.

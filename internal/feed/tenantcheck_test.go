@@ -45,7 +45,7 @@ func TestTenantCheck(t *testing.T) {
 	_, err = js.CreateOrUpdateConsumer(ctx, l.FeedStreamName(), wide)
 	require.NoError(t, err)
 
-	var out logBuf
+	var out testenv.LogBuffer
 	check, err := feed.NewTenantCheck(js, l, feed.CheckLogger(slog.New(slog.NewTextHandler(&out, nil))), feed.CheckEvery(50*time.Millisecond))
 	require.NoError(t, err)
 	_, err = feed.NewTenantCheck(js, l, feed.CheckEvery(0))

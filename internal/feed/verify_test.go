@@ -1,12 +1,10 @@
 package feed_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,24 +20,6 @@ import (
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
 )
-
-// logBuf is a log destination the test reads while the relay writes.
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // signedReplica starts a replica that signs with its own key, trusts it,
 // and relays the feed.
@@ -167,7 +147,7 @@ func TestRelay_FeedLimitsChangedUnderIt(t *testing.T) {
 	_, err = env.JS.UpdateStream(ctx, cfg)
 	require.NoError(t, err)
 
-	var logs logBuf
+	var logs testenv.LogBuffer
 	r2 := signedReplica(t, env, s, slog.New(slog.NewTextHandler(&logs, nil)))
 	testenv.WaitFor(t, 30*time.Second, "the change reported", func() bool { return r2.Relay.Drift() > 0 })
 	require.Contains(t, logs.String(), "limits were changed")

@@ -2,7 +2,6 @@ package gateway_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -52,7 +50,7 @@ type env struct {
 	// dead is the base URL of the models "dead-*": nothing listens there.
 	dead string
 	// logs is what the gateway logged.
-	logs *logBuffer
+	logs *testenv.LogBuffer
 	// stop stops the replica.
 	stop func()
 }
@@ -93,7 +91,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 	dead := "http://" + ln.Addr().String()
 	require.NoError(t, ln.Close())
 
-	logs := &logBuffer{}
+	logs := &testenv.LogBuffer{}
 	gnc := te.Connect(t)
 	cs, err := gateway.NewClientSet(gnc, streams.DefaultPrefix, client.WithTimeout(time.Second), client.WithRetries(2))
 	require.NoError(t, err)
@@ -426,25 +424,6 @@ func TestGateway_UpstreamWithoutV1Hinted(t *testing.T) {
 	resp := e.post("/v1/chat/completions", e.key("10", "team:v1"), `{"model":"gpt-x","messages":[{"role":"user","content":"fake:status=404"}],"max_tokens":5}`)
 	require.Equal(t, http.StatusNotFound, resp.StatusCode, readAll(t, resp))
 	require.Equal(t, 1, strings.Count(e.logs.String(), "usually ends in /v1"))
-}
-
-// logBuffer is a bytes.Buffer safe for the gateway's and the test's
-// goroutines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // TestGateway_DenialNeverReachesUpstream: a call its budget cannot hold is

@@ -14,10 +14,20 @@ import (
 )
 
 // Limits of an Aggregate. Its memory is one cell per (hour bucket,
-// dimension, value, unit) that saw a reservation, plus the reservations an
-// export would still hold (open ones, and expired ones within their
-// late-settle hold): never the reservations of the past.
+// dimension, value, unit) that saw a reservation within the last
+// HourDays days, one per (UTC day, dimension, value, unit) before that,
+// plus the reservations an export would still hold (open ones, and
+// expired ones within their late-settle hold): never the reservations of
+// the past.
 const (
+	// HourDays is how many days of hour buckets an Aggregate keeps, back
+	// from the latest hour a reservation opened in: enough for this
+	// month's and last month's reports hour by hour. Older hours are
+	// rolled up into whole UTC days, so that a year of history costs 365
+	// buckets per group, not 8,760. A report whose bound falls inside a
+	// rolled day is refused (ErrRolledUp); the replay takes any hour.
+	HourDays = 62
+
 	// MaxReportKeys is how many distinct metadata keys an Aggregate
 	// groups by, the first ones it meets in stream order. A report by a
 	// key met later is refused (events.CodeReportUnavailable); the replay
@@ -123,6 +133,16 @@ type Aggregate struct {
 	pos     uint64
 	buckets map[int64]map[groupKey]*cell
 	sorted  []int64 // bucket starts, ascending
+	// latest is the latest hour bucket a reservation opened in; dayBefore
+	// the start of the oldest hour bucket kept: buckets before it are
+	// whole UTC days (see HourDays). Both come from the events' own times,
+	// so the fold stays pure: the same stream rolls up the same way.
+	latest, dayBefore int64
+	// ceiling bounds latest while a message is folded: the hour after
+	// the message's stream timestamp (the server's clock), so that one
+	// event stamped far in the future by a replica's wrong clock cannot
+	// roll up every hour before it. Zero: no bound.
+	ceiling int64
 	// keys are the metadata keys tracked, overKeys whether some key was
 	// not; values the values tracked per dimension, full whether a
 	// dimension reached MaxReportValues.
@@ -160,6 +180,10 @@ func (a *Aggregate) apply(m message) error {
 		return nil
 	}
 	rf := a.rf
+	a.ceiling = 0
+	if !m.at.IsZero() {
+		a.ceiling = bucketOf(m.at) + 60*60
+	}
 	if err := a.applyEvents(m); err != nil {
 		return err
 	}
@@ -169,7 +193,50 @@ func (a *Aggregate) apply(m message) error {
 		return err
 	}
 	a.pos = seq
+	a.rollUp()
 	return nil
+}
+
+// rollUp merges the hour buckets older than HourDays days before the
+// latest hour into one bucket per UTC day. It runs between messages, so
+// that a reservation's contribution is taken out of the bucket it was put
+// in (bucket maps an hour already rolled to its day).
+func (a *Aggregate) rollUp() {
+	const day = 24 * 60 * 60
+	horizon := a.latest - a.latest%day - HourDays*day
+	if horizon <= a.dayBefore {
+		return
+	}
+	i, _ := slices.BinarySearch(a.sorted, horizon)
+	var kept []int64
+	for _, b := range a.sorted[:i] {
+		if b < a.dayBefore {
+			kept = append(kept, b) // already a day
+			continue
+		}
+		d := b - b%day
+		if d == b {
+			kept = append(kept, b) // the day's first hour becomes the day
+			continue
+		}
+		into := a.buckets[d]
+		if into == nil {
+			into = map[groupKey]*cell{}
+			a.buckets[d] = into
+			kept = append(kept, d)
+		}
+		for k, c := range a.buckets[b] {
+			if t := into[k]; t != nil {
+				t.merge(c)
+			} else {
+				into[k] = c
+			}
+		}
+		delete(a.buckets, b)
+	}
+	slices.Sort(kept)
+	a.sorted = append(slices.Compact(kept), a.sorted[i:]...)
+	a.dayBefore = horizon
 }
 
 // applyEvents folds m's reservation events, moving each reservation's
@@ -243,11 +310,27 @@ func (a *Aggregate) value(dim, v string) (string, bool) {
 	return "", true
 }
 
+// bucket is the bucket a reservation opened at t counts in: its hour, or
+// its UTC day once the hour is rolled up.
+func (a *Aggregate) bucket(t time.Time) int64 {
+	b := bucketOf(t)
+	if b < a.dayBefore {
+		b -= b % (24 * 60 * 60)
+	}
+	return b
+}
+
 // contribute adds (+1) or removes (-1) row r in every cell it counts in:
 // the total, each of its scopes, and each of its tracked metadata keys'
 // values.
 func (a *Aggregate) contribute(r *Row, sign int64) {
-	b := bucketOf(r.OpenedAt)
+	b := a.bucket(r.OpenedAt)
+	if h := bucketOf(r.OpenedAt); sign > 0 && h > a.latest {
+		if a.ceiling > 0 {
+			h = min(h, a.ceiling)
+		}
+		a.latest = max(a.latest, h)
+	}
 	cells := a.buckets[b]
 	if cells == nil {
 		cells = map[groupKey]*cell{}
@@ -315,12 +398,27 @@ func (a *Aggregate) Tracked() int { return len(a.rf.live) }
 // track (more than MaxReportKeys keys were met before it).
 var ErrKeyNotTracked = fmt.Errorf("report: metadata key not tracked by the aggregate (more than %d keys)", MaxReportKeys)
 
+// ErrRolledUp: a report bound inside a day whose hours the Aggregate
+// rolled up (see HourDays).
+var ErrRolledUp = errors.New("report: the aggregate keeps whole UTC days for hours before its hour horizon")
+
+// RolledUpBefore is the start of the oldest hour the Aggregate keeps:
+// before it, a report's bounds must be whole UTC days (zero when nothing
+// was rolled up).
+func (a *Aggregate) RolledUpBefore() time.Time {
+	if a.dayBefore == 0 {
+		return time.Time{}
+	}
+	return time.Unix(a.dayBefore, 0).UTC()
+}
+
 // ErrScopesFilter: an Aggregate's report covers every reservation; a
 // selection by scope (Filter.Scopes) needs the replay.
 var ErrScopesFilter = errors.New("report: the aggregate's report cannot select reservations by scope")
 
 // Report sums the buckets in [f.From, f.To) (zero: open bound; both must
-// be multiples of events.ReportBucket to equal the replay), of f's tenant
+// be multiples of events.ReportBucket to equal the replay, and of a day
+// before RolledUpBefore, else ErrRolledUp), of f's tenant
 // when f.OneTenant, grouped by. It reads only the buckets it covers. The
 // result has the same groups and sums as Projector.Report with the same
 // Filter at the same position, except that values past MaxReportValues
@@ -331,6 +429,11 @@ func (a *Aggregate) Report(by GroupBy, f Filter) (*AggregateReport, error) {
 	from, to := f.From, f.To
 	if len(f.Scopes) > 0 {
 		return nil, ErrScopesFilter
+	}
+	for _, t := range []time.Time{from, to} {
+		if !t.IsZero() && t.Unix() < a.dayBefore && t.Unix()%(24*60*60) != 0 {
+			return nil, fmt.Errorf("%w: %s is before %s and not at 00:00Z", ErrRolledUp, t.UTC().Format(time.RFC3339), a.RolledUpBefore().Format(time.RFC3339))
+		}
 	}
 	dim := dimScope
 	if !by.scope {

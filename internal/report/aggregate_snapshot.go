@@ -11,10 +11,13 @@ import (
 )
 
 // AggregateFormat and AggregateVersion name the encoding of an Aggregate's
-// snapshot (MarshalJSON).
+// snapshot (MarshalJSON). Version 2 added the roll-up of old hours into
+// days (latest, day_before): a version 1 snapshot reads as one with
+// nothing rolled up, and a binary that knows only version 1 refuses a
+// version 2 one (and folds the stream) rather than read its days as hours.
 const (
 	AggregateFormat  = "spendgate.report"
-	AggregateVersion = 1
+	AggregateVersion = 2
 )
 
 type aggPart struct {
@@ -57,6 +60,10 @@ type aggSnapshot struct {
 	OverKeys bool                `json:"over_keys,omitempty"`
 	Values   map[string][]string `json:"values"`
 	Cells    []aggCell           `json:"cells"`
+	// Latest and DayBefore are the Aggregate's latest and dayBefore
+	// (unix seconds; version 2).
+	Latest    int64 `json:"latest,omitempty"`
+	DayBefore int64 `json:"day_before,omitempty"`
 }
 
 // MarshalJSON writes the whole Aggregate (its sums, the reservations it
@@ -65,7 +72,7 @@ type aggSnapshot struct {
 func (a *Aggregate) MarshalJSON() ([]byte, error) {
 	rf := a.rf
 	s := aggSnapshot{Format: AggregateFormat, Version: AggregateVersion, Seq: a.pos, Order: rf.order,
-		OverKeys: a.overKeys, Values: map[string][]string{}}
+		OverKeys: a.overKeys, Values: map[string][]string{}, Latest: a.latest, DayBefore: a.dayBefore}
 	for k, c := range rf.chain {
 		s.Chain = append(s.Chain, aggChain{Key: k, Chain: c})
 	}
@@ -129,11 +136,12 @@ func UnmarshalAggregate(data []byte) (*Aggregate, error) {
 	if err := json.Unmarshal(data, &s); err != nil {
 		return nil, fmt.Errorf("report: report snapshot: %w", err)
 	}
-	if s.Format != AggregateFormat || s.Version != AggregateVersion {
+	if s.Format != AggregateFormat || (s.Version != AggregateVersion && s.Version != 1) {
 		return nil, fmt.Errorf("report: report snapshot: format %q version %d, want %q version %d", s.Format, s.Version, AggregateFormat, AggregateVersion)
 	}
 	a := NewAggregate()
 	a.pos, a.rf.order, a.overKeys = s.Seq, s.Order, s.OverKeys
+	a.latest, a.dayBefore = s.Latest, s.DayBefore
 	for _, c := range s.Chain {
 		a.rf.chain[c.Key] = c.Chain
 	}
@@ -176,6 +184,14 @@ func UnmarshalAggregate(data []byte) (*Aggregate, error) {
 	}
 	if !slices.IsSorted(a.sorted) {
 		return nil, fmt.Errorf("report: report snapshot: buckets out of order")
+	}
+	if s.Version == 1 && len(a.sorted) > 0 {
+		// Hours only; the latest is at least the newest bucket's, and the
+		// next message rolls up what is past the horizon.
+		a.latest = a.sorted[len(a.sorted)-1]
+	}
+	if a.dayBefore%(24*60*60) != 0 || a.dayBefore > a.latest {
+		return nil, fmt.Errorf("report: report snapshot: day_before %d is not a day at or before the latest hour %d", a.dayBefore, a.latest)
 	}
 	return a, nil
 }

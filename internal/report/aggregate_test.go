@@ -2,6 +2,7 @@ package report_test
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -278,4 +279,126 @@ func BenchmarkAggregate_Report(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestAggregate_RollsUpOldHours: a history of 100 days keeps hour buckets
+// for the last HourDays days and one bucket per UTC day before that, so
+// its cells grow with days, not hours. Every report whose bounds are whole
+// days before the horizon (and whole hours after it) equals the replay's,
+// before and after a snapshot; one bound inside a rolled day is refused.
+// A reservation opened on the first day and settled on the last moves its
+// contribution within its rolled day. How we know it can fail: with the
+// contribution taken out of the hour bucket instead of the day (bucketOf
+// in place of a.bucket), the settled reservation stays open in the first
+// day's cell and the whole-range report differs from the replay's.
+func TestAggregate_RollsUpOldHours(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	bk := newBook(t, env)
+	long := events.BalanceRef{Scope: "org:long", Period: events.PeriodLifetime, Instance: "all"}
+	bk.define(long.Budget(), "1000000")
+	start := t0.Add(-100 * 24 * time.Hour).Add(7 * time.Hour) // 07:00 on the first day
+	bk.commit(open("rsv_first", "5", start, 24*time.Hour*365, map[string]string{"model": "old"}, long)...)
+	const n = 150 // one every 16 hours: 100 days
+	at := start
+	for i := range n {
+		at = start.Add(time.Duration(i) * 16 * time.Hour).Add(time.Duration(i%7) * time.Minute)
+		id := fmt.Sprintf("rsv_%03d", i)
+		bk.commit(cat(open(id, "1", at, time.Minute, map[string]string{"model": []string{"a", "b"}[i%2]}, long),
+			settle(id, "1", fmt.Sprintf("0.%d", 1+i%9), at.Add(time.Second), false, false, long))...)
+	}
+	end := at
+	a := report.NewAggregate()
+	s, err := env.JS.Stream(t.Context(), env.Layout.StreamName())
+	require.NoError(t, err)
+	foldStream(t, env, a, s.CachedInfo().State.LastSeq*2/3)
+	data, err := a.MarshalJSON()
+	require.NoError(t, err)
+	restored, err := report.UnmarshalAggregate(data)
+	require.NoError(t, err)
+	bk.commit(settle("rsv_first", "5", "4.5", end.Add(time.Minute), false, false, long)...)
+	foldStream(t, env, a, 0)
+	foldStream(t, env, restored, 0)
+
+	day := 24 * time.Hour
+	horizon := end.Truncate(day).Add(-report.HourDays * day)
+	require.Equal(t, horizon, a.RolledUpBefore(), "hours are kept for %d days back from the latest one", report.HourDays)
+	require.Equal(t, horizon, restored.RolledUpBefore())
+	// Before the horizon one bucket a day, after it one an hour: each
+	// bucket here holds the total, the scope and one model (the first
+	// day's 07:00 bucket two models, its cells merged into the day's).
+	oldDays := int(horizon.Sub(start.Truncate(day)) / day)
+	var snap struct {
+		Cells []struct {
+			Bucket int64 `json:"bucket"`
+		} `json:"cells"`
+	}
+	data, err = a.MarshalJSON()
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(data, &snap))
+	buckets := map[int64]bool{}
+	for _, c := range snap.Cells {
+		buckets[c.Bucket] = true
+		if c.Bucket < horizon.Unix() {
+			require.Zero(t, c.Bucket%(24*60*60), "a bucket before the horizon is a whole UTC day")
+		}
+	}
+	var before int
+	for b := range buckets {
+		if b < horizon.Unix() {
+			before++
+		}
+	}
+	require.LessOrEqual(t, before, oldDays)
+	require.Greater(t, before, oldDays/2, "every old day with a reservation has its bucket")
+
+	p := projector.New(env.JS, env.Layout)
+	first := start.Truncate(day)
+	windows := [][2]time.Time{
+		{},                             // everything
+		{first, first.Add(day)},        // the first day, whose reservation was settled last
+		{first.Add(10 * day), horizon}, // whole old days
+		{first.Add(20 * day), end.Truncate(time.Hour).Add(-5 * time.Hour)}, // across the horizon, ending on an hour
+		{end.Truncate(time.Hour).Add(-48 * time.Hour), {}},                 // recent hours
+	}
+	for _, by := range []report.GroupBy{report.ByScope, report.ByMetadata("model")} {
+		for _, w := range windows {
+			want, err := report.NewReader(env.JS, env.Layout, p).Report(t.Context(), report.Filter{From: w[0], To: w[1]}, by)
+			require.NoError(t, err)
+			for _, agg := range []*report.Aggregate{a, restored} {
+				got, err := agg.Report(by, report.Filter{From: w[0], To: w[1]})
+				require.NoError(t, err, "%v", w)
+				requireSameReport(t, want, got)
+			}
+		}
+	}
+	_, err = a.Report(report.ByScope, report.Filter{From: first.Add(3*day + 5*time.Hour)})
+	require.ErrorIs(t, err, report.ErrRolledUp, "an hour inside a rolled day")
+	_, err = a.Report(report.ByScope, report.Filter{To: first.Add(3*day + 5*time.Hour)})
+	require.ErrorIs(t, err, report.ErrRolledUp)
+}
+
+// TestAggregate_FutureStampRollsUpNothing: a reservation stamped decades
+// ahead (a replica with a wrong clock) moves the hour horizon no further
+// than the hour after its message's stream time: what is rolled up is
+// before now. Without that bound every hour before 2099-09-30 would be
+// rolled up into days.
+func TestAggregate_FutureStampRollsUpNothing(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	bk := newBook(t, env)
+	long := events.BalanceRef{Scope: "org:long", Period: events.PeriodLifetime, Instance: "all"}
+	bk.define(long.Budget(), "1000000")
+	bk.commit(open("rsv_now", "1", t0, time.Minute, nil, long)...)
+	bk.commit(open("rsv_2099", "1", time.Date(2099, 12, 1, 5, 0, 0, 0, time.UTC), time.Minute, nil, long)...)
+	a := report.NewAggregate()
+	foldStream(t, env, a, 0)
+	require.True(t, a.RolledUpBefore().Before(time.Now()), "rolled up before %s", a.RolledUpBefore())
+	// Whole days: t0's hours are rolled up once this test runs more than
+	// HourDays after t0, and the test must pass then too.
+	day := t0.Truncate(24 * time.Hour)
+	rep, err := a.Report(report.ByScope, report.Filter{From: day, To: day.Add(24 * time.Hour)})
+	require.NoError(t, err)
+	require.Len(t, rep.Groups, 1)
+	require.Equal(t, int64(1), rep.Groups[0].Reservations)
 }

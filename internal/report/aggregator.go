@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -153,6 +154,14 @@ func (g *Aggregator) Position() uint64 {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.agg.Position()
+}
+
+// RolledUpBefore is the Aggregate's RolledUpBefore: before it, a
+// report's bounds must be whole UTC days.
+func (g *Aggregator) RolledUpBefore() time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.agg.RolledUpBefore()
 }
 
 // Failed counts the revisions the Aggregate could not fold.

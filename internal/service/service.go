@@ -1038,6 +1038,9 @@ func (s *Service) report(ctx context.Context, data []byte) (any, error) {
 	}
 	rep, err := s.reports.Report(ctx, by, report.Filter{From: from, To: to, OneTenant: tenant != "", Tenant: tenant})
 	switch {
+	case errors.Is(err, report.ErrRolledUp):
+		return nil, events.Errorf(events.CodeReportUnavailable, "the report keeps hours for the last %d days and whole UTC days before %s: give from and to at 00:00Z there; spendgate report --replay takes any hour",
+			report.HourDays, s.reports.RolledUpBefore().Format(time.RFC3339))
 	case errors.Is(err, report.ErrKeyNotTracked):
 		return nil, events.Errorf(events.CodeReportUnavailable, "metadata key %q is not tracked: the report keeps the first %d keys it met; spendgate report --replay reads the book instead", req.By, report.MaxReportKeys)
 	case err != nil:

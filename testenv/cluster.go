@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"path/filepath"
 	"strconv"
@@ -43,6 +44,8 @@ type Cluster struct {
 	nodes []node
 	// embedded are the nodes' handles, parallel to Servers.
 	embedded []*embedded.Server
+	// log receives the nodes' log lines (ClusterConfig.Log); nil: none.
+	log *slog.Logger
 }
 
 // node is what a cluster node keeps across restarts.
@@ -57,9 +60,21 @@ type node struct {
 // replicas) on 127.0.0.1 with StartCluster, in t's temp dir, with the
 // default layout at Replicas n. It registers Shutdown as cleanup and fails
 // t on any error.
+//
+// The nodes' warnings and errors are kept and logged with t.Log if t
+// fails, after the cluster has stopped: a cluster test that fails on a
+// server's terse API error ("error creating store for stream") then shows
+// the server's own reason.
 func NewCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
-	c, err := StartCluster(ClusterConfig{Nodes: n, Dir: t.TempDir(), Name: t.Name()})
+	logs := &LogBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the cluster's warnings and errors:\n%s", logs.String())
+		}
+	})
+	c, err := StartCluster(ClusterConfig{Nodes: n, Dir: t.TempDir(), Name: t.Name(),
+		Log: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	require.NoError(t, err)
 	t.Cleanup(c.Shutdown)
 	return c
@@ -76,6 +91,9 @@ type ClusterConfig struct {
 	Layout streams.Layout
 	// Name names the client connection.
 	Name string
+	// Log receives the nodes' own log lines, each with its node's name
+	// (node=n1); nil discards them.
+	Log *slog.Logger
 }
 
 // StartCluster starts an in-process JetStream cluster on 127.0.0.1 (free
@@ -102,7 +120,7 @@ func StartCluster(cfg ClusterConfig) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{Layout: layout, Servers: make([]*server.Server, cfg.Nodes), nodes: make([]node, cfg.Nodes),
-		embedded: make([]*embedded.Server, cfg.Nodes)}
+		embedded: make([]*embedded.Server, cfg.Nodes), log: cfg.Log}
 	for i := range c.nodes {
 		c.nodes[i] = node{
 			name:        fmt.Sprintf("n%d", i+1),
@@ -210,11 +228,15 @@ func (c *Cluster) start(i int) error {
 	for j, other := range c.nodes {
 		routes[j] = "nats-route://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(other.clusterPort))
 	}
-	s, err := embedded.Start(nd.storeDir,
+	opts := []embedded.Option{
 		embedded.WithServerName(nd.name),
 		embedded.WithListen(net.JoinHostPort("127.0.0.1", strconv.Itoa(nd.clientPort))),
 		embedded.WithCluster(clusterName, net.JoinHostPort("127.0.0.1", strconv.Itoa(nd.clusterPort)), routes...),
-	)
+	}
+	if c.log != nil {
+		opts = append(opts, embedded.WithLogger(c.log.With("node", nd.name)))
+	}
+	s, err := embedded.Start(nd.storeDir, opts...)
 	if err != nil {
 		return err
 	}

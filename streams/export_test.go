@@ -1,0 +1,4 @@
+package streams
+
+// IsStoreFailed exposes isStoreFailed to the package's external tests.
+var IsStoreFailed = isStoreFailed

@@ -290,26 +290,3 @@ func waitCond(timeout time.Duration, what string, cond func() bool) error {
 		}
 	}
 }
-
-// freePorts returns n distinct free TCP ports on 127.0.0.1, found by
-// listening on port 0 and closing the listeners.
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, n)
-	listeners := make([]net.Listener, n)
-	defer func() {
-		for _, l := range listeners {
-			if l != nil {
-				_ = l.Close()
-			}
-		}
-	}()
-	for i := range listeners {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("testenv: pick free port: %w", err)
-		}
-		listeners[i] = l
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-	}
-	return ports, nil
-}

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/testenv"
 )
 
 // TestCLI_BudgetLifecycle: budget put with --tz, --allow-zero; a put
@@ -15,7 +16,7 @@ import (
 // reserves nothing.
 func TestCLI_BudgetLifecycle(t *testing.T) {
 	t.Parallel()
-	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	listen := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	url := "nats://" + listen
 	startProc(t, true, "serve", "--data-dir", t.TempDir(), "--listen", listen)
 	cli := func(args ...string) (int, []byte) { t.Helper(); return e2eCLI(t, url, args...) }

@@ -492,7 +492,7 @@ func TestServe_KillLoop(t *testing.T) {
 		// The serve process embeds the server: a SIGKILL takes the server
 		// down with it, and the restart recovers the same data dir.
 		dir := filepath.Join(t.TempDir(), "data")
-		listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		listen := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 		args := []string{"serve", "--data-dir", dir, "--listen", listen, "--sync-always=false"}
 		start := func() *proc { return startProc(t, true, args...) }
 		p := start()

@@ -240,7 +240,7 @@ func e2eJSON[T any](t *testing.T, out []byte) T {
 func TestCLI_Walkthrough(t *testing.T) {
 	t.Parallel() // serve reads SPENDGATE_NATS_URL too: TestMain unsets it, so it embeds a server.
 	dataDir := t.TempDir()
-	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	listen := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	url := "nats://" + listen
 	serveArgs := []string{"serve", "--data-dir", dataDir, "--listen", listen}
 	p := startProc(t, true, serveArgs...)

@@ -26,8 +26,8 @@ import (
 // included.
 func TestServe_FeedAndDashboard(t *testing.T) {
 	t.Parallel()
-	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	listen := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	startProc(t, true, "serve", "--data-dir", filepath.Join(t.TempDir(), "data"), "--listen", listen, "--http", httpAddr, "--feed")
 	nc := connect(t, "nats://"+listen)
 	var bv events.BudgetView
@@ -101,7 +101,7 @@ func TestServe_TenantConsumerCheck(t *testing.T) {
 	_, err = env.JS.CreateOrUpdateConsumer(ctx, l.FeedStreamName(), wide)
 	require.NoError(t, err)
 
-	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	p := startProc(t, true, "serve", "--nats-url", env.URL(), "--replicas", "1", "--feed", "--http", httpAddr)
 	testenv.WaitFor(t, 30*time.Second, "the check reports t-acme", func() bool {
 		_, body := httpStatus(t, "http://"+httpAddr+"/metrics")

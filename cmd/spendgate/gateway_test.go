@@ -27,7 +27,7 @@ import (
 // counts the calls; SIGTERM stops the gateway cleanly.
 func TestGateway_Commands(t *testing.T) {
 	t.Parallel()
-	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	listen := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	url := "nats://" + listen
 	startProc(t, true, "serve", "--data-dir", filepath.Join(t.TempDir(), "data"), "--listen", listen)
 	env := []string{"SPENDGATE_NATS_URL=" + url}
@@ -46,7 +46,7 @@ func TestGateway_Commands(t *testing.T) {
 	require.True(t, ok, secret)
 	admin := cli("keys", "create", "--access", "admin", "--secret-only")
 
-	gwAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	gwAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	gw := startProcEnv(t, []string{"OPENAI_API_KEY=sk-upstream", "SPENDGATE_NATS_URL=" + url}, false, "gateway", "--listen", gwAddr, "--upstream", "openai="+fake.URL+"/v1", "--key-cache", "100ms")
 	base := "http://" + gwAddr
 	testenv.WaitFor(t, 30*time.Second, "the gateway is ready", func() bool {

@@ -30,7 +30,7 @@ import (
 func keysServe(t *testing.T, bin string, extra ...string) (*proc, string, string, jetstream.JetStream) {
 	t.Helper()
 	dataDir := t.TempDir()
-	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	listen := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	p := startProcBin(t, bin, testDir(t), nil, true, append([]string{"serve", "--data-dir", dataDir, "--listen", listen}, extra...)...)
 	url := "nats://" + listen
 	js, err := jetstream.New(connect(t, url))
@@ -66,7 +66,7 @@ func rawPut(t *testing.T, js jetstream.JetStream, key string, data []byte, h nat
 // said OK; before skip-and-serve the garbage stopped the replica.
 func TestSecure_ForgeryAndGarbage(t *testing.T) {
 	t.Parallel()
-	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	_, dataDir, url, js := keysServe(t, procBin("serve"), "--http", httpAddr, "--feed")
 	cli := func(args ...string) (int, []byte) { t.Helper(); return e2eCLI(t, url, args...) }
 	code, _ := cli("budget", "put", "--scope", "org:t1", "--period", "month", "--limit", "1.00", "--unit", "USD")

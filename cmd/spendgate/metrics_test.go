@@ -64,8 +64,8 @@ func httpStatus(t *testing.T, url string) (int, string) {
 // serves.
 func TestServe_Metrics(t *testing.T) {
 	t.Parallel()
-	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	listen := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	startProc(t, true, "serve", "--data-dir", filepath.Join(t.TempDir(), "data"), "--listen", listen, "--http", httpAddr, "--feed", "--feed-max-age", "2h")
 	base := "http://" + httpAddr
 	var code int

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -345,15 +344,6 @@ func (p *proc) stop(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("spendgate did not stop on SIGTERM:\n%s", p.out.String())
 	}
-}
-
-// freePort returns a free TCP port on 127.0.0.1.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // connect dials url with reconnects, closed at test end.

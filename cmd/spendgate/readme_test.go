@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/spendgate/spendgate/testenv"
 )
 
 // readmeBlock is one indented code block of a documentation file.
@@ -154,7 +156,7 @@ func TestREADME_RunsAsPrinted(t *testing.T) {
 // runDocExamples runs the examples of one documentation file against a
 // fresh serve of its own, in a directory of its own.
 func runDocExamples(t *testing.T, name string) readmeRan {
-	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	listen := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	url := "nats://" + listen
 	var ran readmeRan
 	type item struct {

@@ -76,7 +76,7 @@ type confServer struct {
 // `export SPENDGATE_..._PASSWORD` gives them.
 func startConfServer(t *testing.T, dir string) *confServer {
 	t.Helper()
-	c := &confServer{t: t, dir: dir, port: freePort(t)}
+	c := &confServer{t: t, dir: dir, port: testenv.FreePort(t)}
 	conf := fmt.Sprintf("listen: 127.0.0.1:%d\njetstream { store_dir: %q }\ninclude ./spendgate-roles.conf\n", c.port, filepath.Join(dir, "nats-data"))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "server.conf"), []byte(conf), 0o600))
 	c.start()

@@ -28,7 +28,7 @@ const refusedWithin = 5 * time.Second
 func TestServe_DataDirInUse(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "data")
-	port := strconv.Itoa(freePort(t))
+	port := strconv.Itoa(testenv.FreePort(t))
 	first := startProc(t, true, "serve", "--data-dir", dir, "--listen", "127.0.0.1:"+port, "--sweep-interval", "1m")
 	var ready string
 	for _, line := range strings.Split(first.out.String(), "\n") {
@@ -42,7 +42,7 @@ func TestServe_DataDirInUse(t *testing.T) {
 	require.NotRegexp(t, `:4222\b`, ready)
 
 	begin := time.Now()
-	r := runCLI(t, nil, "serve", "--data-dir", dir, "--listen", "127.0.0.1:"+strconv.Itoa(freePort(t)))
+	r := runCLI(t, nil, "serve", "--data-dir", dir, "--listen", "127.0.0.1:"+strconv.Itoa(testenv.FreePort(t)))
 	require.Less(t, time.Since(begin), refusedWithin)
 	require.Equal(t, 1, r.code, r.stderr)
 	require.Contains(t, r.stderr, "locked by process "+strconv.Itoa(first.cmd.Process.Pid))
@@ -51,7 +51,7 @@ func TestServe_DataDirInUse(t *testing.T) {
 
 	// Stopped, the first releases the data dir.
 	first.stop(t)
-	startProc(t, true, "serve", "--data-dir", dir, "--listen", "127.0.0.1:"+strconv.Itoa(freePort(t)))
+	startProc(t, true, "serve", "--data-dir", dir, "--listen", "127.0.0.1:"+strconv.Itoa(testenv.FreePort(t)))
 }
 
 func TestServe_PortInUse(t *testing.T) {
@@ -102,7 +102,7 @@ func TestServe_UnwritableDataDir(t *testing.T) {
 // ledger stream, and serve failed to start.
 func TestServe_EnvWhitelist(t *testing.T) {
 	t.Parallel()
-	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	listen := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	p := startProcEnv(t, []string{"SPENDGATE_REPLICAS=2", "SPENDGATE_LOG_FORMAT=json"}, true, "serve", "--data-dir", filepath.Join(t.TempDir(), "data"), "--listen", listen)
 	out := p.out.String()
 	require.Contains(t, out, `"msg":"environment variable not read: serve takes this setting from its flag or --config only","var":"SPENDGATE_REPLICAS"`)
@@ -128,12 +128,12 @@ func TestServe_CleanStopLogsNoWarning(t *testing.T) {
 		name string
 		args []string
 	}{
-		{"embedded", []string{"--listen", fmt.Sprintf("127.0.0.1:%d", freePort(t))}},
+		{"embedded", []string{"--listen", fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))}},
 		{"nats-url", []string{"--nats-url", env.URL(), "--replicas", "1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"serve", "--data-dir", filepath.Join(t.TempDir(), "data"), "--sweep-interval", "1m",
-				"--http", fmt.Sprintf("127.0.0.1:%d", freePort(t))}, tc.args...)
+				"--http", fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))}, tc.args...)
 			// Race-built: serve.go's own stop (the signal, the replica's
 			// stop, the two connections' drains while the last replies
 			// flush) is run race-instrumented here, on both ways serve

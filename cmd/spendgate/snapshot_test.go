@@ -96,7 +96,7 @@ func TestCLI_Snapshot(t *testing.T) {
 func TestCLI_SnapshotAfterASkippedForgery(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	port := freePort(t)
+	port := testenv.FreePort(t)
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	args := []string{"serve", "--data-dir", filepath.Join(dir, "data"), "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--sweep-interval", "1m"}
 	srv := startProc(t, true, args...)

@@ -32,7 +32,7 @@ import (
 func TestServe_SecondReplicaDefaultFlags(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	port := freePort(t)
+	port := testenv.FreePort(t)
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	startProcIn(t, dir, true, "serve", "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--sweep-interval", "1m")
 

@@ -25,6 +25,7 @@ import (
 	"github.com/spendgate/spendgate/internal/signing"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/streams"
+	"github.com/spendgate/spendgate/testenv"
 )
 
 // copyTimeout bounds reading and auditing one node's copy.
@@ -122,7 +123,7 @@ func serveCopy(t *testing.T, bin string, nd *node, layout streams.Layout) *stand
 	dir := t.TempDir()
 	require.NoError(t, copyDir(filepath.Join(nd.dir, "store"), filepath.Join(dir, "store")))
 	require.NoError(t, singleReplica(filepath.Join(dir, "store")), "%s's copy", nd.name)
-	port, mon := freePort(t), freePort(t)
+	port, mon := testenv.FreePort(t), testenv.FreePort(t)
 	conf := fmt.Sprintf("server_name: %s-copy\nlisten: 127.0.0.1:%d\nhttp: 127.0.0.1:%d\njetstream {\n  store_dir: %q\n}\n",
 		nd.name, port, mon, filepath.Join(dir, "store"))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "nats.conf"), []byte(conf), 0o644))

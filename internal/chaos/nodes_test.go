@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +17,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
+
+	"github.com/spendgate/spendgate/testenv"
 )
 
 // Named bounds of the node processes.
@@ -51,23 +52,15 @@ type cluster struct {
 	nodes []*node
 }
 
-// freePort returns a free TCP port on 127.0.0.1.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // startCluster starts n nodes in dir and waits until they have a JetStream
 // meta leader. Every process is killed when t ends.
 func startCluster(t *testing.T, bin, dir string, n int) *cluster {
 	t.Helper()
 	c := &cluster{t: t, bin: bin}
+	ports := testenv.FreePorts(t, 3*n)
 	for i := 0; i < n; i++ {
 		c.nodes = append(c.nodes, &node{name: fmt.Sprintf("n%d", i+1), dir: filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
-			client: freePort(t), route: freePort(t), monitor: freePort(t)})
+			client: ports[3*i], route: ports[3*i+1], monitor: ports[3*i+2]})
 	}
 	t.Cleanup(func() {
 		for _, nd := range c.nodes {
@@ -120,7 +113,9 @@ func (c *cluster) start(nd *node) {
 	c.await(nd.name+" answering", nodeStart, func() bool {
 		select {
 		case <-nd.exited:
-			c.t.Fatalf("%s exited at start; see %s", nd.name, filepath.Join(nd.dir, "nats.log"))
+			// The log is in the test's temp dir, gone once it ends.
+			log, _ := os.ReadFile(filepath.Join(nd.dir, "nats.log"))
+			c.t.Fatalf("%s exited at start; the end of its log:\n%s", nd.name, tail(string(log), 40))
 		default:
 		}
 		_, err := getJSON[server.Varz](nd, "/varz")
@@ -318,4 +313,10 @@ func (c *cluster) moveStreamLeader(nc *nats.Conn, stream string, from *node) {
 		_, _ = nc.Request("$JS.API.STREAM.LEADER.STEPDOWN."+stream, []byte(req), monitorTimeout)
 		return false
 	})
+}
+
+// tail is the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/internal/signing"
+	"github.com/spendgate/spendgate/testenv"
 )
 
 // replicaStart bounds a replica's start until /readyz answers 200.
@@ -55,7 +56,7 @@ func replicaKeys(t *testing.T, dir string, n int) (seeds []string, trusted strin
 // ends.
 func startReplica(t *testing.T, bin, dir, name, urls, seed, trusted string, extra ...string) *replica {
 	t.Helper()
-	r := &replica{name: name, dir: filepath.Join(dir, name), http: freePort(t)}
+	r := &replica{name: name, dir: filepath.Join(dir, name), http: testenv.FreePort(t)}
 	require.NoError(t, os.MkdirAll(r.dir, 0o755))
 	logf, err := os.Create(filepath.Join(r.dir, "serve.log"))
 	require.NoError(t, err)

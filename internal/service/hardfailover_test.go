@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -100,8 +99,8 @@ func startProcCluster(t *testing.T, n int) *procCluster {
 	require.NoError(t, err, "build testdata/node")
 	c.bin = bin
 	for i := 0; i < n; i++ {
-		c.client = append(c.client, freePort(t))
-		c.route = append(c.route, freePort(t))
+		c.client = append(c.client, testenv.FreePort(t))
+		c.route = append(c.route, testenv.FreePort(t))
 	}
 	t.Cleanup(func() {
 		if c.nc != nil {
@@ -135,14 +134,6 @@ func startProcCluster(t *testing.T, n int) *procCluster {
 	return c
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 func (c *procCluster) url(i int) string {
 	return "nats://127.0.0.1:" + strconv.Itoa(c.client[i])
 }
@@ -171,7 +162,8 @@ func (c *procCluster) start(i int) {
 			require.NoError(c.t, err)
 		}
 		c.t.Logf("node n%d: a port was taken, starting it on fresh ports", i+1)
-		c.client[i], c.route[i] = freePort(c.t), freePort(c.t)
+		p := testenv.FreePorts(c.t, 2)
+		c.client[i], c.route[i] = p[0], p[1]
 	}
 }
 

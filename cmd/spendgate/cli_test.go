@@ -403,6 +403,14 @@ func TestCLI_UsageErrors(t *testing.T) {
 		require.Equal(t, exitUsage, r.code, "%v: %s", tc.args, r.stderr)
 		require.Contains(t, r.stderr, tc.want, "%v", tc.args)
 		require.Contains(t, r.stderr, "Usage:", "%v", tc.args)
+		if tc.args != nil && !strings.HasPrefix(tc.want, "unknown command") {
+			// The error, the usage line and where the help is: not the
+			// whole help, whose flags would scroll the error away. (An
+			// unknown command gets the list of commands.)
+			require.NotContains(t, r.stderr, "\nFlags:\n", "%v", tc.args)
+			require.Contains(t, r.stderr, " --help' for what it does and every flag.", "%v", tc.args)
+			require.LessOrEqual(t, strings.Count(r.stderr, "\n"), 6, "%v:\n%s", tc.args, r.stderr)
+		}
 		require.Empty(t, r.stdout, "%v", tc.args)
 	}
 }

@@ -48,7 +48,7 @@ func newFlagSet(name string) *flag.FlagSet {
 // parse parses args into fs and refuses positional arguments. When the
 // command should stop it returns false and the exit status: 0 after
 // --help or -h (usage on stdout), exitUsage after a usage error (the error
-// and the usage on stderr).
+// and the usage line on stderr).
 func (c command) parse(fs *flag.FlagSet, args []string) (int, bool) {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -69,10 +69,13 @@ func (c command) parse(fs *flag.FlagSet, args []string) (int, bool) {
 // it, "-name" after ": ", " for " or " flag ".
 var flagPackageDash = regexp.MustCompile(`(: | for | flag )-([a-z][a-z-]+)`)
 
-// usageError prints msg and the usage on stderr and returns exitUsage.
-func (c command) usageError(fs *flag.FlagSet, msg string) int {
-	fmt.Fprintf(os.Stderr, "%s: %s\n\n", c.name, msg)
-	c.printUsage(os.Stderr, fs)
+// usageError prints msg, the usage line and where the rest of the help
+// is on stderr, and returns exitUsage. Not the whole help: a command's
+// flags run to 60 lines, which pushed the one line that says what was
+// wrong off the top of the terminal.
+func (c command) usageError(_ *flag.FlagSet, msg string) int {
+	fmt.Fprintf(os.Stderr, "%s: %s\n\nUsage: %s\nRun '%s --help' for what it does and every flag.\n",
+		c.name, msg, strings.TrimSpace(c.name+" "+c.synopsis), c.name)
 	return exitUsage
 }
 

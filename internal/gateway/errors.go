@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -98,7 +99,11 @@ func (e *callError) write(w http.ResponseWriter, kind string) {
 			Spendgate *events.Denial `json:"spendgate,omitempty"`
 		}{Message: e.msg, Type: e.typ, Code: e.code, Spendgate: e.denial}}
 	}
-	b, _ := json.Marshal(body)
+	// Not escaped for HTML: a message says "Bearer <key>" as written.
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(body)
 	w.WriteHeader(e.status)
-	_, _ = w.Write(append(b, '\n'))
+	_, _ = w.Write(b.Bytes())
 }

@@ -95,6 +95,7 @@ func TestGateway_Models(t *testing.T) {
 	status, _, body = get(t, e.url, "/v1/models", "", false)
 	require.Equal(t, http.StatusUnauthorized, status, body)
 	require.Equal(t, "missing_api_key", code(t, body))
+	require.Contains(t, body, "Authorization: Bearer <key>", "as written, not \\u003ckey\\u003e")
 	status, _, body = get(t, e.url, "/v1/models", "sgk_nope_0", false)
 	require.Equal(t, http.StatusUnauthorized, status, body)
 

@@ -25,6 +25,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -158,10 +159,15 @@ func (a *API) Register(mux interface{ Handle(string, http.Handler) }) {
 // fail answers a wire-shaped error of the HTTP layer.
 func (a *API) fail(w http.ResponseWriter, endpoint string, status int, code events.Code, msg string) {
 	a.requests.WithLabelValues(endpoint, string(code)).Inc()
-	b, _ := json.Marshal(events.ErrorReply{Error: &events.Error{Code: code, Message: msg}})
+	// Not escaped for HTML: a message says "Bearer <key>", and curl shows
+	// it as written.
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(events.ErrorReply{Error: &events.Error{Code: code, Message: msg}})
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
+	_, _ = w.Write(b.Bytes())
 }
 
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {

@@ -196,6 +196,9 @@ func TestAPI_Access(t *testing.T) {
 		status, body := e.post(c.secret, c.endpoint, put)
 		require.Equal(t, c.status, status, "%s: %s", c.endpoint, body)
 		require.Equal(t, c.code, code(t, body))
+		if c.secret == none {
+			require.Contains(t, body, "send Authorization: Bearer <key>", "as written, not \\u003ckey\\u003e")
+		}
 	}
 	// Another method than POST: 405 in the wire's shape, Allow: POST.
 	for _, method := range []string{http.MethodGet, http.MethodPut, http.MethodDelete} {

@@ -280,13 +280,13 @@ func (s *Set) RegisterDenials(recorded, dropped, failed func() uint64) {
 }
 
 // RegisterReport adds the spend report aggregate's size:
-// spendgate_report_cells (its sums: hour buckets x groups x units that saw
-// a reservation) and spendgate_report_reservations (the open or
+// spendgate_report_cells (its sums: hour buckets, UTC days past
+// report.HourDays, x groups x units that saw a reservation) and spendgate_report_reservations (the open or
 // recently expired reservations it follows). f must not block long.
 func (s *Set) RegisterReport(f func() (cells, tracked int)) {
 	s.Registry.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "spendgate_report_cells",
-			Help: "Cells (hour bucket, group, unit) of the spend report this replica keeps."},
+			Help: "Cells (hour bucket, or UTC day past 62 days; group; unit) of the spend report this replica keeps."},
 			func() float64 { c, _ := f(); return float64(c) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "spendgate_report_reservations",
 			Help: "Reservations the spend report follows (open, or expired and waiting for a late settle)."},

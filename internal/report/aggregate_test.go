@@ -281,6 +281,17 @@ func BenchmarkAggregate_Report(b *testing.B) {
 	})
 }
 
+// long is a lifetime balance: any event time lands in its one instance.
+var long = events.BalanceRef{Scope: "org:long", Period: events.PeriodLifetime, Instance: "all"}
+
+// lifetimeBook is a fresh server with long's budget defined.
+func lifetimeBook(t *testing.T) (*testenv.Env, *book) {
+	env := testenv.New(t)
+	bk := newBook(t, env)
+	bk.define(long.Budget(), "1000000")
+	return env, bk
+}
+
 // TestAggregate_RollsUpOldHours: a history of 100 days keeps hour buckets
 // for the last HourDays days and one bucket per UTC day before that, so
 // its cells grow with days, not hours. Every report whose bounds are whole
@@ -293,10 +304,7 @@ func BenchmarkAggregate_Report(b *testing.B) {
 // day's cell and the whole-range report differs from the replay's.
 func TestAggregate_RollsUpOldHours(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
-	bk := newBook(t, env)
-	long := events.BalanceRef{Scope: "org:long", Period: events.PeriodLifetime, Instance: "all"}
-	bk.define(long.Budget(), "1000000")
+	env, bk := lifetimeBook(t)
 	start := t0.Add(-100 * 24 * time.Hour).Add(7 * time.Hour) // 07:00 on the first day
 	bk.commit(open("rsv_first", "5", start, 24*time.Hour*365, map[string]string{"model": "old"}, long)...)
 	const n = 150 // one every 16 hours: 100 days
@@ -385,10 +393,7 @@ func TestAggregate_RollsUpOldHours(t *testing.T) {
 // rolled up into days.
 func TestAggregate_FutureStampRollsUpNothing(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
-	bk := newBook(t, env)
-	long := events.BalanceRef{Scope: "org:long", Period: events.PeriodLifetime, Instance: "all"}
-	bk.define(long.Budget(), "1000000")
+	env, bk := lifetimeBook(t)
 	bk.commit(open("rsv_now", "1", t0, time.Minute, nil, long)...)
 	bk.commit(open("rsv_2099", "1", time.Date(2099, 12, 1, 5, 0, 0, 0, time.UTC), time.Minute, nil, long)...)
 	a := report.NewAggregate()

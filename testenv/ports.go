@@ -37,9 +37,10 @@ func FreePort(t testing.TB) int {
 // freePorts picks n distinct ports as FreePorts does, holding each open
 // until all are picked.
 func freePorts(n int) ([]int, error) {
-	lo, hi := 10000, ephemeralLow()
+	elo, ehi := ephemeralRange()
+	lo, hi := 10000, elo
 	if hi-lo < 1000 {
-		lo, hi = ephemeralHigh()+1, 65536
+		lo, hi = ehi+1, 65536
 	}
 	ports := make([]int, 0, n)
 	var listeners []net.Listener
@@ -81,6 +82,3 @@ func ephemeralRange() (int, int) {
 	}
 	return 32768, 60999
 }
-
-func ephemeralLow() int  { lo, _ := ephemeralRange(); return lo }
-func ephemeralHigh() int { _, hi := ephemeralRange(); return hi }

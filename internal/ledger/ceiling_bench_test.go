@@ -50,6 +50,50 @@ func BenchmarkSyncWriteCeiling(b *testing.B) {
 			benchSyncWrites(b, size, 1)
 		})
 	}
+	// The hot64 group split in two over two streams of one server, each
+	// written one at a time, in parallel: what a budget split over lanes
+	// in streams of their own would ask of the server.
+	b.Run("bytes=19000/streams=2", func(b *testing.B) {
+		benchParallelStreams(b, 19000, 2)
+	})
+}
+
+// benchParallelStreams writes size bytes per round, split evenly over n
+// streams of their own, one write at a time on each, the streams in
+// parallel. writes/s counts every stream's writes.
+func benchParallelStreams(b *testing.B, size, n int) {
+	env := testenv.New(b, testenv.WithSyncAlways())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	for i := range n {
+		_, err := env.JS.CreateStream(ctx, jetstream.StreamConfig{
+			Name:     "BENCH" + strconv.Itoa(i),
+			Subjects: []string{"bench" + strconv.Itoa(i) + ".>"},
+			Storage:  jetstream.FileStorage,
+		})
+		require.NoError(b, err)
+	}
+	data := make([]byte, size/n)
+	errs := make(chan error, n)
+	b.SetBytes(int64(size))
+	b.ResetTimer()
+	for i := range n {
+		go func() {
+			subject := "bench" + strconv.Itoa(i) + ".lane"
+			for range b.N {
+				if _, err := env.JS.Publish(ctx, subject, data); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range n {
+		require.NoError(b, <-errs)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "writes/s")
 }
 
 // BenchmarkFsyncFloor is what the kernel alone charges for the write under

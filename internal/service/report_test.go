@@ -310,3 +310,46 @@ func TestReport_Tenants(t *testing.T) {
 		}
 	}
 }
+
+// TestReport_RolledUpHourRefused: once the report has rolled the hours of
+// a reservation opened 100 days ago up into its UTC day, a report bounded
+// at an hour of that day answers report_unavailable and names the first
+// hour still kept, and the ledger does not move; the same day's whole-day
+// window still counts the reservation. Without the service's mapping, the
+// refusal would answer ledger_unavailable, which tells a finance user the
+// ledger is down.
+func TestReport_RolledUpHourRefused(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpts{reports: true})
+	h.putBudget("org:acme", "lifetime", "10", "USD")
+	// The stream's own time bounds how far the report rolls up, so the
+	// history is placed before the real present, not the harness's.
+	now := time.Now().UTC().Truncate(time.Hour)
+	old := now.Add(-100 * 24 * time.Hour).Truncate(24 * time.Hour).Add(10 * time.Hour)
+	for i, at := range []time.Time{old, now} {
+		h.clock.now.Store(at)
+		_, e := h.admit(events.AdmitRequest{RequestID: fmt.Sprintf("r%d", i), Scopes: []string{"org:acme"}, Amount: "1", Metadata: map[string]string{"model": "m"}})
+		require.Nil(t, e)
+	}
+	keptFrom := h.replicas[0].Reports.RolledUpBefore()
+	require.False(t, keptFrom.IsZero(), "the reservation 100 days old was rolled up")
+	require.True(t, keptFrom.After(old), "kept from %v", keptFrom)
+
+	seq, msgs := h.streamState()
+	e := h.call(streams.EndpointReport, events.ReportRequest{By: "model", From: old.Format(time.RFC3339)}, nil)
+	require.NotNil(t, e)
+	require.Equal(t, events.CodeReportUnavailable, e.Code, e.Message)
+	require.Contains(t, e.Message, keptFrom.Format(time.RFC3339))
+	require.Contains(t, e.Message, "--replay")
+	seq2, msgs2 := h.streamState()
+	require.Equal(t, seq, seq2)
+	require.Equal(t, msgs, msgs2)
+
+	day := old.Truncate(24 * time.Hour)
+	var rep events.ReportReply
+	require.Nil(t, h.call(streams.EndpointReport, events.ReportRequest{By: "model",
+		From: day.Format(time.RFC3339), To: day.Add(24 * time.Hour).Format(time.RFC3339)}, &rep))
+	require.Len(t, rep.Groups, 1)
+	require.Equal(t, "m", rep.Groups[0].Value)
+	require.EqualValues(t, 1, rep.Groups[0].Reservations)
+}

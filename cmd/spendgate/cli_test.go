@@ -333,6 +333,7 @@ func TestCLI_UsageErrors(t *testing.T) {
 		// who exported it for the CLI.
 		{[]string{"serve", "--listen", "127.0.0.1:1"}, "--listen is the embedded server's address, but a NATS URL is set (nats://127.0.0.1:1,"},
 		{[]string{"serve", "--nats-url", "nats://127.0.0.1:2", "--listen", "127.0.0.1:1"}, "a NATS URL is set (nats://127.0.0.1:2,"},
+		{[]string{"serve", "--insecure-listen"}, "--insecure-listen applies to the embedded server's --listen, but a NATS URL is set (nats://127.0.0.1:1)"},
 		{[]string{"serve", "--nats-url", "nats://127.0.0.1:1", "--max-inflight", "0"}, "--max-inflight must be at least 1"},
 		{[]string{"serve", "--nats-url", "nats://127.0.0.1:1", "--tenant-rate", "-1"}, "--tenant-rate must not be negative (0: no limit)"},
 		{[]string{"serve", "--nats-url", "nats://127.0.0.1:1", "--tenant-max-open", "-5"}, "--tenant-max-open must not be negative"},

@@ -47,6 +47,7 @@ func serve(args []string) int {
 	fs := newFlagSet("serve")
 	dataDir := fs.String("data-dir", "./spendgate-data", "JetStream file storage of the embedded server")
 	listen := fs.String("listen", "127.0.0.1:4222", "client address of the embedded server")
+	insecureListen := fs.Bool("insecure-listen", false, "let the embedded server, which has no authentication, listen on an address other machines reach (refused otherwise)")
 	var conn natsconn.Options
 	registerConnection(fs, &conn)
 	// serve embeds a server unless told otherwise: NATS_URL, which the nats
@@ -132,6 +133,20 @@ func serve(args []string) int {
 		return serveCommand.usageError(fs, "--listen is the embedded server's address, but a NATS URL is set ("+*natsURL+
 			", by --nats-url, $"+natsconn.EnvSpendgateURL+" or --config), so serve would join that server and listen on nothing; drop one of the two")
 	}
+	if *natsURL != "" && visited(fs, "insecure-listen") {
+		return serveCommand.usageError(fs, "--insecure-listen applies to the embedded server's --listen, but a NATS URL is set ("+*natsURL+"); drop one of the two")
+	}
+	// The embedded server has no authentication: on an address other
+	// machines reach, whoever reaches it could define budgets, create
+	// gateway keys and delete the ledger stream. As ssh refuses a key file
+	// others may read, serve refuses that unless told in so many words.
+	exposed := *natsURL == "" && !loopbackOnly(*listen)
+	if exposed && !*insecureListen {
+		return serveCommand.usageError(fs, "--listen "+*listen+" is reachable from other machines, and the embedded server has no authentication: "+
+			"whoever reaches it could define budgets, create gateway keys and delete the ledger. Listen on 127.0.0.1, "+
+			"or run nats-server with the roles spendgate roles prints and join it with --nats-url (docs/security.md); "+
+			"on a network you trust, pass --insecure-listen")
+	}
 	if *verbose {
 		logging.Level = slog.LevelDebug
 	}
@@ -190,6 +205,10 @@ func serve(args []string) int {
 		// connect over TCP at url.
 		connOpts = append(connOpts, nats.InProcessServer(srv))
 		log.Info("embedded NATS server with JetStream", "url", url, "data_dir", *dataDir, "sync_always", *syncAlways)
+		if exposed {
+			log.Warn("the embedded NATS server has no authentication and listens where other machines reach it (--insecure-listen): "+
+				"whoever reaches it can define budgets, create gateway keys and delete the ledger", "listen", *listen)
+		}
 		if *replicas == 0 {
 			*replicas = 1
 		}
@@ -405,6 +424,33 @@ func replicaName() string {
 		host = "replica"
 	}
 	return fmt.Sprintf("%s-%d", host, os.Getpid())
+}
+
+// loopbackOnly reports whether a HOST:PORT listens only where this machine
+// alone reaches it: a loopback address, localhost, or a name every address
+// of which is a loopback one. An empty host (":4222", every interface) and
+// a name that does not resolve are not.
+func loopbackOnly(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil || host == "" {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	if ip := net.ParseIP(host); ip != nil {
+		return ip.IsLoopback()
+	}
+	ips, err := net.LookupIP(host)
+	if err != nil || len(ips) == 0 {
+		return false
+	}
+	for _, ip := range ips {
+		if !ip.IsLoopback() {
+			return false
+		}
+	}
+	return true
 }
 
 // visited reports whether the flag name was set (on the command line, by

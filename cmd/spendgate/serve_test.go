@@ -222,3 +222,43 @@ func TestServe_JoinSingleServerNamesReplicasFlag(t *testing.T) {
 	require.Contains(t, r.stderr, "err_code=10074")
 	require.Contains(t, r.stderr, "the NATS server is not part of a cluster, so it cannot keep 3 copies of the ledger stream: pass --replicas 1")
 }
+
+// The embedded server has no authentication, so serve refuses to let it
+// listen where other machines reach it (every interface, or an address
+// that is not a loopback one) unless told --insecure-listen, and it refuses
+// before it creates the data dir or binds anything. An earlier build
+// started on 0.0.0.0:4222 without a word: whoever reached the port could
+// define budgets, create gateway keys and delete the ledger stream.
+func TestServe_ExposedListenRefused(t *testing.T) {
+	t.Parallel()
+	for _, listen := range []string{"0.0.0.0:%d", ":%d", "[::]:%d"} {
+		port := testenv.FreePort(t)
+		addr := fmt.Sprintf(listen, port)
+		dir := filepath.Join(t.TempDir(), "data")
+		r := runUsage(t, nil, "serve", "--data-dir", dir, "--listen", addr)
+		require.Equal(t, exitUsage, r.code, r.stderr)
+		require.Contains(t, r.stderr, "--listen "+addr+" is reachable from other machines, and the embedded server has no authentication")
+		require.Contains(t, r.stderr, "pass --insecure-listen")
+		require.NoDirExists(t, dir, "refused before anything starts")
+	}
+}
+
+func TestLoopbackOnly(t *testing.T) {
+	t.Parallel()
+	for addr, want := range map[string]bool{
+		"127.0.0.1:4222":            true,
+		"127.1.2.3:4222":            true,
+		"[::1]:4222":                true,
+		"localhost:4222":            true,
+		"LocalHost:0":               true,
+		"0.0.0.0:4222":              false,
+		":4222":                     false,
+		"[::]:4222":                 false,
+		"10.1.2.3:4222":             false,
+		"192.168.0.10:4222":         false,
+		"no-such-host.invalid:4222": false,
+		"127.0.0.1":                 false, // no port: not an address serve binds
+	} {
+		require.Equal(t, want, loopbackOnly(addr), addr)
+	}
+}

@@ -70,6 +70,7 @@ func serve(args []string) int {
 	sweepEvery := fs.Duration("sweep-interval", sweep.DefaultInterval, "how often this replica releases expired reservations (each pass releases everything due, in group commits)")
 	verbose := fs.Bool("v", false, "log debug output, the embedded server's included (--log-level debug)")
 	httpAddr := fs.String("http", "", "serve /metrics, /healthz, /readyz and the spend dashboard (/dashboard/) on this address (e.g. 127.0.0.1:8080); off when empty")
+	dashboardOn := fs.Bool("dashboard", true, "serve the spend dashboard (/dashboard/) on --http; false: only /metrics, /healthz and /readyz there")
 	metricsBudgets := fs.Int("metrics-budgets", metrics.DefaultBudgetLimit, "per-budget gauges for at most this many budgets, the nearest their limit first")
 	feedOn := fs.Bool("feed", false, "relay every ledger event to the live event feed (stream <bucket>_feed, subjects <prefix>feed.v1.>); off by default: it stores each event a second time, and turning it on later back-fills from the ledger's start")
 	feedMaxAge := fs.Duration("feed-max-age", streams.DefaultFeedMaxAge, "with --feed: how long the feed keeps each message, so how long a consumer may be away and resume without missing an event (0: keep every message; give every relaying replica the same value)")
@@ -132,6 +133,9 @@ func serve(args []string) int {
 	if *natsURL != "" && visited(fs, "listen") {
 		return serveCommand.usageError(fs, "--listen is the embedded server's address, but a NATS URL is set ("+*natsURL+
 			", by --nats-url, $"+natsconn.EnvSpendgateURL+" or --config), so serve would join that server and listen on nothing; drop one of the two")
+	}
+	if *httpAddr == "" && visited(fs, "dashboard") {
+		return serveCommand.usageError(fs, "--dashboard applies to the --http listener, which is off: give --http HOST:PORT too")
 	}
 	if *natsURL != "" && visited(fs, "insecure-listen") {
 		return serveCommand.usageError(fs, "--insecure-listen applies to the embedded server's --listen, but a NATS URL is set ("+*natsURL+"); drop one of the two")
@@ -304,16 +308,22 @@ func serve(args []string) int {
 		// replica's follower keeps up with it (internal/health).
 		opsSrv.AddCheck("ledger_stream", r.Health.Check)
 		// The spend dashboard, read-only, on the operator listener.
-		host, _ := os.Hostname()
-		dash, err := dashboard.New(dashboard.Config{Book: r.Ledger, Series: r.Series, Denials: r.Service.RecentDenials,
-			Shadow: dashboard.ShadowOf(r.Reports), Replica: host, Log: log})
-		if err != nil {
-			log.Error("dashboard", "err", err)
-			_ = r.Stop()
-			return 1
+		if *dashboardOn {
+			host, _ := os.Hostname()
+			dash, err := dashboard.New(dashboard.Config{Book: r.Ledger, Series: r.Series, Denials: r.Service.RecentDenials,
+				Shadow: dashboard.ShadowOf(r.Reports), Replica: host, Log: log})
+			if err != nil {
+				log.Error("dashboard", "err", err)
+				_ = r.Stop()
+				return 1
+			}
+			opsSrv.Handle(dashboard.Path, dash)
+			if !loopbackOnly(*httpAddr) {
+				log.Warn("the spend dashboard has no authentication and --http listens where other machines reach it: "+
+					"whoever reaches it sees every budget, tenant and denial; bind --http to 127.0.0.1, "+
+					"or pass --dashboard=false to serve only /metrics, /healthz and /readyz there", "http", *httpAddr)
+			}
 		}
-		opsSrv.Handle(dashboard.Path, dash)
-
 	}
 	log.Info("spendgate serving", "service", streams.ServiceName, "prefix", layout.Prefix(), "stream", layout.StreamName(), "replicas", *replicas, "lanes", layout.Lanes())
 	shown := displayURL(url)

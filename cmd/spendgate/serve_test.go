@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/internal/config"
+	"github.com/spendgate/spendgate/internal/dashboard"
 	"github.com/spendgate/spendgate/testenv"
 )
 
@@ -261,4 +263,37 @@ func TestLoopbackOnly(t *testing.T) {
 	} {
 		require.Equal(t, want, loopbackOnly(addr), addr)
 	}
+}
+
+// --dashboard=false leaves /metrics, /healthz and /readyz on the --http
+// listener and takes the dashboard (page and JSON) off it, for an --http
+// that Prometheus on another machine scrapes; the dashboard is on by
+// default. --dashboard without --http would do nothing, and is refused.
+func TestServe_DashboardOff(t *testing.T) {
+	t.Parallel()
+	get := func(url string) int {
+		resp, err := http.Get(url)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, on := range []bool{true, false} {
+		httpAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+		p := startProc(t, true, "serve", "--data-dir", filepath.Join(t.TempDir(), "data"), "--sweep-interval", "1m",
+			"--listen", fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)), "--http", httpAddr, "--dashboard="+strconv.FormatBool(on))
+		base := "http://" + httpAddr
+		require.Equal(t, http.StatusOK, get(base+"/metrics"))
+		testenv.WaitFor(t, 10*time.Second, "ready", func() bool { return get(base+"/readyz") == http.StatusOK })
+		want := http.StatusNotFound
+		if on {
+			want = http.StatusOK
+		}
+		require.Equal(t, want, get(base+dashboard.Path), "--dashboard=%v", on)
+		require.Equal(t, want, get(base+dashboard.Path+"api/budgets"), "--dashboard=%v", on)
+		require.NotContains(t, p.out.String(), "level=WARN", "loopback --http: no warning")
+		p.stop(t)
+	}
+	r := runUsage(t, nil, "serve", "--dashboard=false")
+	require.Equal(t, exitUsage, r.code, r.stderr)
+	require.Contains(t, r.stderr, "--dashboard applies to the --http listener, which is off")
 }

@@ -115,7 +115,7 @@ func StartCluster(cfg ClusterConfig) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("testenv: cluster layout: %w", err)
 	}
-	ports, err := freePorts(2 * cfg.Nodes)
+	ports, err := embedded.FreePorts(2 * cfg.Nodes)
 	if err != nil {
 		return nil, err
 	}

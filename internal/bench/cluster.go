@@ -42,7 +42,7 @@ func startCluster(n int, dir string, layout streams.Layout) (_ *benchCluster, er
 			c.shutdown()
 		}
 	}()
-	ports, err := freePorts(2 * n)
+	ports, err := embedded.FreePorts(2 * n)
 	if err != nil {
 		return nil, err
 	}
@@ -122,25 +122,4 @@ func (c *benchCluster) shutdown() {
 	for _, s := range c.nodes {
 		s.Shutdown()
 	}
-}
-
-// freePorts returns n distinct free TCP ports on 127.0.0.1, found by
-// listening on port 0 and closing the listeners.
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, n)
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			_ = l.Close()
-		}
-	}()
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("pick a free port: %w", err)
-		}
-		ls = append(ls, l)
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-	}
-	return ports, nil
 }

@@ -1,4 +1,4 @@
-package testenv_test
+package embedded_test
 
 import (
 	"net"
@@ -9,13 +9,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/spendgate/spendgate/testenv"
+	"github.com/spendgate/spendgate/embedded"
 )
 
 // TestFreePorts: distinct ports, never 4222, below the kernel's ephemeral
 // range (where outgoing connections take theirs), and free to bind.
 func TestFreePorts(t *testing.T) {
-	ports := testenv.FreePorts(t, 30)
+	ports, err := embedded.FreePorts(30)
+	require.NoError(t, err)
 	seen := map[int]bool{}
 	lo := 32768
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {

@@ -113,10 +113,10 @@ func TestSnapshot_ForgedIsRefusedAndNamed(t *testing.T) {
 	}
 }
 
-// TestAudit_UnsignedPricingAndDefaultsAreListed: unsigned price and
-// default revisions (written past the permissions) are skipped by the
-// replicas and listed by the audit with their reasons, and nothing of them
-// is folded. How we know it can fail: the audit used to verify lane and
+// TestAudit_UnsignedPricingAndDefaultsAreListed: unsigned price, default
+// and gateway key revisions (written past the permissions) and a replayed
+// signed key revision are skipped by the replicas and listed by the audit
+// with their reasons, and nothing of them is folded. How we know it can fail: the audit used to verify lane and
 // budget keys only, and folded the others silently.
 func TestAudit_UnsignedPricingAndDefaultsAreListed(t *testing.T) {
 	t.Parallel()
@@ -141,7 +141,35 @@ func TestAudit_UnsignedPricingAndDefaultsAreListed(t *testing.T) {
 	require.NoError(t, err)
 	dack, err := s.env.JS.Publish(ctx, s.env.Layout.Subject(streams.DefaultKey("user", events.PeriodMonth)), ddata)
 	require.NoError(t, err)
+	// A disabled gateway key, re-enabled with another hash by an unsigned
+	// revision chained to the real one.
+	_, err = r.Ledger.DefineAPIKey(ctx, "k1", func(ledger.APIKey, bool) (ledger.APIKey, error) {
+		return ledger.APIKey{Hash: strings.Repeat("a", 64), Scopes: []string{"team:x"}, Disabled: true}, nil
+	}, time.Now())
+	require.NoError(t, err)
+	km, err := lastOf(ctx, s.env, streams.APIKeyKey("k1"))
+	require.NoError(t, err)
+	var krev events.APIKeyRevision
+	require.NoError(t, json.Unmarshal(km.Data, &krev))
+	krev.Chain = events.Chain{Prev: km.Sequence, PrevHash: events.HashPayload(km.Data)}
+	krev.Disabled, krev.Hash = false, strings.Repeat("b", 64)
+	kdata, err := json.Marshal(krev)
+	require.NoError(t, err)
+	kack, err := s.env.JS.Publish(ctx, s.env.Layout.Subject(streams.APIKeyKey("k1")), kdata)
+	require.NoError(t, err)
+	// The key's signed revision, published again as it is: a replay.
+	replay := nats.NewMsg(s.env.Layout.Subject(streams.APIKeyKey("k1")))
+	replay.Data = km.Data
+	for _, h := range []string{streams.HeaderSigKey, streams.HeaderSig} {
+		replay.Header.Set(h, km.Header.Get(h))
+	}
+	rack, err := s.env.JS.PublishMsg(ctx, replay)
+	require.NoError(t, err)
 	require.NoError(t, r.Ledger.Sync(ctx))
+	k, ok := r.Ledger.APIKey("k1")
+	require.True(t, ok)
+	require.True(t, k.Disabled, "the forged key revision is not folded")
+	require.Equal(t, strings.Repeat("a", 64), k.Hash)
 	p, ok := r.Ledger.Price("gpt-x")
 	require.True(t, ok)
 	require.Equal(t, "1", p.Input.String(), "the forged price is not folded")
@@ -153,7 +181,8 @@ func TestAudit_UnsignedPricingAndDefaultsAreListed(t *testing.T) {
 	for _, sk := range audit.Skipped {
 		got[sk.Seq] = sk.Reason
 	}
-	require.Equal(t, map[uint64]signing.Reason{pack.Sequence: signing.ReasonUnsigned, dack.Sequence: signing.ReasonUnsigned}, got, audit.String())
+	require.Equal(t, map[uint64]signing.Reason{pack.Sequence: signing.ReasonUnsigned, dack.Sequence: signing.ReasonUnsigned,
+		kack.Sequence: signing.ReasonUnsigned, rack.Sequence: signing.ReasonReplay}, got, audit.String())
 }
 
 // lastOf reads key's last message.

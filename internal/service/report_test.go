@@ -331,6 +331,9 @@ func TestReport_RolledUpHourRefused(t *testing.T) {
 		_, e := h.admit(events.AdmitRequest{RequestID: fmt.Sprintf("r%d", i), Scopes: []string{"org:acme"}, Amount: "1", Metadata: map[string]string{"model": "m"}})
 		require.Nil(t, e)
 	}
+	// The aggregate is fed by the replica's fold, which may not have
+	// reached the last admit's revision when its answer came.
+	require.NoError(t, h.replicas[0].Reports.Sync(ctxT(t)))
 	keptFrom := h.replicas[0].Reports.RolledUpBefore()
 	require.False(t, keptFrom.IsZero(), "the reservation 100 days old was rolled up")
 	require.True(t, keptFrom.After(old), "kept from %v", keptFrom)

@@ -2,7 +2,11 @@ package roles_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"slices"
 	"sort"
@@ -16,7 +20,10 @@ import (
 
 	"github.com/spendgate/spendgate/client"
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/fakellm"
 	"github.com/spendgate/spendgate/internal/feed"
+	"github.com/spendgate/spendgate/internal/gateway"
+	"github.com/spendgate/spendgate/internal/httpapi"
 	"github.com/spendgate/spendgate/internal/natsconn"
 	"github.com/spendgate/spendgate/internal/replica"
 	"github.com/spendgate/spendgate/internal/roles"
@@ -190,6 +197,7 @@ func endToEnd(t *testing.T, l streams.Layout) {
 	}
 	startReplica(t, ids[roles.Replica], l)
 	st := scenario(t, l, ids)
+	gatewayRun(t, l, ids)
 	_, ok := st.Budget(events.BudgetRef{Scope: "org:acme", Period: "lifetime"})
 	require.True(t, ok)
 	// The whole run met no permission violation on any connection.
@@ -220,7 +228,7 @@ func endToEnd(t *testing.T, l streams.Layout) {
 
 	// `nats kv put spendgate budget.org.acme.lifetime ...` and friends,
 	// by everyone but the replica.
-	for _, n := range []string{roles.Service, roles.Admin, roles.Finance} {
+	for _, n := range []string{roles.Service, roles.Admin, roles.Finance, roles.Gateway} {
 		id := ids[n]
 		kv := l.Subject(streams.BudgetKey(events.BudgetRef{Scope: "org:acme", Period: "lifetime"}))
 		refused(t, id, kv)
@@ -246,6 +254,13 @@ func endToEnd(t *testing.T, l streams.Layout) {
 	}
 	refused(t, ids[roles.Replica], "$JS.API.STREAM.PURGE."+l.FeedStreamName())
 	refused(t, ids[roles.Replica], "$JS.API.STREAM.DELETE."+l.FeedStreamName())
+	// A gateway's host may resolve keys, never mint, rotate, disable or
+	// list them, nor discover the replicas.
+	for _, ep := range []string{streams.EndpointAPIKeyCreate, streams.EndpointAPIKeyRotate, streams.EndpointAPIKeyDisable, streams.EndpointAPIKeyList} {
+		refused(t, ids[roles.Gateway], l.Endpoint(ep))
+		refused(t, ids[roles.Gateway], l.TenantEndpoint("acme", ep))
+	}
+	refused(t, ids[roles.Gateway], "$SRV.PING")
 	refused(t, ids[roles.Feed], l.Subject("lane.0"))
 	refused(t, ids[roles.Feed], l.Endpoint(streams.EndpointAdmit))
 
@@ -337,6 +352,7 @@ func TestRoles_CoverARealRun(t *testing.T) {
 	}
 	startReplica(t, ids[roles.Replica], l)
 	scenario(t, l, ids)
+	gatewayRun(t, l, ids)
 
 	tl.mu.Lock()
 	lines := slices.Clone(tl.lines)
@@ -366,4 +382,77 @@ func TestRoles_CoverARealRun(t *testing.T) {
 	require.NotEmpty(t, seen, "the trace recorded nothing: %q", lines[:min(5, len(lines))])
 	sort.Strings(problems)
 	require.Empty(t, problems, "subjects used in a real run that the layout refuses:\n%s", strings.Join(problems, "\n"))
+}
+
+// gatewayRun is what spendgate gateway does under the gateway role, with
+// a fake provider behind it: a chat call and the model list of a key with
+// scopes, and HTTP API calls of a key with service access (a budget read,
+// an admit and its settle) and of one with admin access (a budget put).
+// The admin defines the price, the budget and the keys. Every call must
+// succeed: a subject the role does not grant would time it out.
+func gatewayRun(t *testing.T, l streams.Layout, ids map[string]*ident) {
+	t.Helper()
+	ctx := context.Background()
+	admin := newClient(t, ids[roles.Admin], l)
+	_, err := admin.PutPrice(ctx, events.PricingPutRequest{Model: "gpt-x", Input: "1", Output: "2"})
+	require.NoError(t, err)
+	_, err = admin.PutBudget(ctx, events.BudgetPutRequest{Scope: "team:gw", Period: "month", Limit: "10", Unit: "USD"})
+	require.NoError(t, err)
+	key := func(access string, scopes ...string) string {
+		id, secret, err := events.NewAPIKey()
+		require.NoError(t, err)
+		data, err := json.Marshal(events.APIKeyCreateRequest{ID: id, Hash: events.HashAPIKey(secret), Scopes: scopes, Access: access})
+		require.NoError(t, err)
+		msg, err := ids[roles.Admin].nc.Request(l.Endpoint(streams.EndpointAPIKeyCreate), data, waitBound)
+		require.NoError(t, err)
+		require.NotContains(t, string(msg.Data), `"error"`, string(msg.Data))
+		return secret
+	}
+	proxyKey, serviceKey, adminKey := key("", "team:gw"), key(events.AccessService), key(events.AccessAdmin)
+
+	const upstreamKey = "sk-fake"
+	up := httptest.NewServer(fakellm.New(upstreamKey))
+	t.Cleanup(up.Close)
+	nc := ids[roles.Gateway].nc
+	cs, err := gateway.NewClientSet(nc, l.Prefix(), client.WithTimeout(time.Second), client.WithRetries(1))
+	require.NoError(t, err)
+	root, err := cs.For("")
+	require.NoError(t, err)
+	keys := gateway.NewKeys(root, 0)
+	g, err := gateway.New(cs, keys, gateway.Config{Upstreams: []gateway.Upstream{{Kind: gateway.KindOpenAI, BaseURL: up.URL + "/v1", Key: upstreamKey}}})
+	require.NoError(t, err)
+	api, err := httpapi.New(nc, l.Prefix(), keys, httpapi.WithTimeout(waitBound))
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	g.Register(mux)
+	api.Register(mux)
+	gs := httptest.NewServer(mux)
+	t.Cleanup(gs.Close)
+
+	call := func(method, path, secret, body string) string {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, method, gs.URL+path, strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+secret)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := gs.Client().Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		out, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%s %s: %s", method, path, out)
+		return string(out)
+	}
+	call(http.MethodPost, "/v1/chat/completions", proxyKey, `{"model":"gpt-x","messages":[{"role":"user","content":"hi"}],"max_tokens":10}`)
+	require.Contains(t, call(http.MethodGet, "/v1/models", proxyKey, ""), `"gpt-x"`)
+	require.Contains(t, call(http.MethodPost, "/spendgate/budget.get", serviceKey, `{"scope":"team:gw","period":"month"}`), `"spent":"0.`)
+	var adm events.AdmitReply
+	require.NoError(t, json.Unmarshal([]byte(call(http.MethodPost, "/spendgate/admit", serviceKey, `{"request_id":"gw-1","scopes":["team:gw"],"amount":"1"}`)), &adm))
+	require.True(t, adm.Admitted)
+	call(http.MethodPost, "/spendgate/settle", serviceKey, `{"reservation_id":"`+adm.ReservationID+`","actual":"0.5"}`)
+	call(http.MethodPost, "/spendgate/budget.put", adminKey, `{"scope":"team:gw","period":"month","limit":"20","unit":"USD"}`)
+	v, err := admin.GetBudget(ctx, events.BudgetGetRequest{Scope: "team:gw", Period: "month"})
+	require.NoError(t, err)
+	require.Equal(t, "20", v.Limit)
+	require.EqualValues(t, 0, v.Open, "the chat call and the admit were settled")
 }

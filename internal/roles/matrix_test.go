@@ -105,6 +105,15 @@ var pubSubjects = []string{
 	"spendgate.budget.get",
 	"spendgate.budget.list",
 	"spendgate.report",
+	"spendgate.admit.batch",
+	"spendgate.pricing.put",
+	"spendgate.pricing.list",
+	// The key table: the gateway resolves a presented key; only the admin
+	// manages and lists them.
+	"spendgate.apikey.resolve",
+	"spendgate.apikey.create",
+	"spendgate.apikey.rotate",
+	"spendgate.apikey.list",
 	"spendgate.other",
 	// A tenant's endpoints (a tenant's account reaches them through its
 	// imports; in this account only the admin acts for a tenant).
@@ -112,6 +121,8 @@ var pubSubjects = []string{
 	"spendgate.t.acme.budget.put",
 	"spendgate.t.acme.budget.list",
 	"spendgate.t.acme.report",
+	"spendgate.t.acme.pricing.list",
+	"spendgate.t.acme.apikey.create",
 	"spendgate.t.acme.other",
 	// Discovery.
 	"$SRV.PING", "$SRV.PING.spendgate", "$SRV.PING.spendgate.id1",
@@ -124,6 +135,7 @@ var pubSubjects = []string{
 	"_INBOX_spendgate_admin.x",
 	"_INBOX_spendgate_finance.x",
 	"_INBOX_spendgate_feed.x",
+	"_INBOX_spendgate_gateway.x",
 	"anything.else",
 }
 
@@ -184,12 +196,25 @@ var wantPub = map[string][]string{
 		[]string{"$JS.API.STREAM.CREATE.spendgate_denials", "$JS.API.STREAM.UPDATE.spendgate_denials",
 			"spendgate.denial.v1.team.search", "spendgate.denial.v1.t.acme.team.search"},
 		denialRead),
-	roles.Service: {"spendgate.admit", "spendgate.settle", "spendgate.release", "spendgate.void"},
+	roles.Service: {"spendgate.admit", "spendgate.settle", "spendgate.release", "spendgate.void", "spendgate.admit.batch"},
 	roles.Admin: concat([]string{"spendgate.admit", "spendgate.settle", "spendgate.release", "spendgate.void",
 		"spendgate.budget.put", "spendgate.budget.get", "spendgate.budget.list", "spendgate.report",
-		"spendgate.t.acme.admit", "spendgate.t.acme.budget.put", "spendgate.t.acme.budget.list", "spendgate.t.acme.report"}, srv),
-	roles.Finance: concat([]string{"spendgate.budget.get", "spendgate.budget.list", "spendgate.report", "spendgate.t.acme.report"}, ledgerRead, denialRead),
-	roles.Feed:    feedRead,
+		"spendgate.admit.batch", "spendgate.pricing.put", "spendgate.pricing.list",
+		"spendgate.apikey.resolve", "spendgate.apikey.create", "spendgate.apikey.rotate", "spendgate.apikey.list",
+		"spendgate.t.acme.admit", "spendgate.t.acme.budget.put", "spendgate.t.acme.budget.list", "spendgate.t.acme.report",
+		"spendgate.t.acme.pricing.list", "spendgate.t.acme.apikey.create"}, srv),
+	roles.Finance: concat([]string{"spendgate.budget.get", "spendgate.budget.list", "spendgate.report", "spendgate.t.acme.report",
+		"spendgate.pricing.list"}, ledgerRead, denialRead),
+	roles.Feed: feedRead,
+	// The gateway: what its keys' calls and the HTTP API send, for the
+	// deployment and each tenant, and the key lookup; no key management
+	// (a gateway's host could otherwise mint or rotate keys), no
+	// discovery, no stream.
+	roles.Gateway: {"spendgate.admit", "spendgate.settle", "spendgate.release", "spendgate.void",
+		"spendgate.budget.put", "spendgate.budget.get", "spendgate.budget.list", "spendgate.report",
+		"spendgate.admit.batch", "spendgate.pricing.put", "spendgate.pricing.list", "spendgate.apikey.resolve",
+		"spendgate.t.acme.admit", "spendgate.t.acme.budget.put", "spendgate.t.acme.budget.list", "spendgate.t.acme.report",
+		"spendgate.t.acme.pricing.list"},
 }
 
 // subChecks are (filter, a subject it matches) pairs.
@@ -218,6 +243,7 @@ var subChecks = [][2]string{
 	{"_INBOX_spendgate_finance.x", "_INBOX_spendgate_finance.x"},
 	{"_INBOX_spendgate_finance.>", "_INBOX_spendgate_finance.x"},
 	{"_INBOX_spendgate_feed.x", "_INBOX_spendgate_feed.x"},
+	{"_INBOX_spendgate_gateway.x", "_INBOX_spendgate_gateway.x"},
 	{">", "anything.else"},
 }
 
@@ -228,6 +254,7 @@ var wantSub = map[string][]string{
 	roles.Admin:   {"_INBOX_spendgate_admin.x"},
 	roles.Finance: {"_INBOX_spendgate_finance.x", "_INBOX_spendgate_finance.>"},
 	roles.Feed:    {"_INBOX_spendgate_feed.x"},
+	roles.Gateway: {"_INBOX_spendgate_gateway.x"},
 }
 
 func concat(parts ...[]string) []string { return slices.Concat(parts...) }
@@ -343,6 +370,7 @@ var wantAdmin = map[string]allows{
 		"spendgate_feed/c1":      {"create", "create-filtered", "create-wide", "delete", "next", "info", "ack"},
 		"spendgate_feed/billing": {"create", "create-filtered", "create-wide", "delete", "next", "info", "ack"},
 	},
+	roles.Gateway: {},
 }
 
 // wantAdminPub is whether role may publish subject of the administration
@@ -479,7 +507,7 @@ func checkMatrix(t *testing.T, account string) {
 // the info, pulls and acks of its own feed consumer under the tenant's
 // JetStream prefix.
 var wantTenantPub = []string{
-	"spendgate.admit", "spendgate.settle", "spendgate.release", "spendgate.void",
+	"spendgate.admit", "spendgate.settle", "spendgate.release", "spendgate.void", "spendgate.admit.batch",
 	"spendgate.budget.get", "spendgate.budget.list",
 	"spendgate.js.API.CONSUMER.INFO.spendgate_feed.t-acme",
 	"spendgate.js.API.CONSUMER.MSG.NEXT.spendgate_feed.t-acme",

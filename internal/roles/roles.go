@@ -16,10 +16,11 @@ const (
 	Admin   = "admin"
 	Finance = "finance"
 	Feed    = "feed"
+	Gateway = "gateway"
 )
 
 // Names lists the roles in the order All returns them.
-var Names = []string{Replica, Service, Admin, Finance, Feed}
+var Names = []string{Replica, Service, Admin, Finance, Feed, Gateway}
 
 // Rules is one direction (publish or subscribe) of a permission set, as
 // nats-server reads it: a subject is permitted if it matches an Allow
@@ -275,7 +276,8 @@ func snapshotWrites(l streams.Layout) []string {
 	}
 }
 
-// All returns the roles of layout l: replica, service, admin, finance, feed.
+// All returns the roles of layout l: replica, service, admin, finance,
+// feed, gateway.
 //
 // tenants are the tenants the deployment serves (Config's): the admin may
 // create, read and delete each one's feed consumer (TenantConsumerAdmin),
@@ -360,6 +362,16 @@ func All(l streams.Layout, tenants ...string) []Role {
 	financePub = append(financePub, ledgerReads(l)...)
 	financePub = append(financePub, snapshotReads(l)...)
 	financePub = append(financePub, denialReads(l)...)
+	// The gateway (spendgate gateway) calls, for the deployment and for
+	// every tenant its keys name: the calls of the keys' requests, the
+	// HTTP API's endpoints (reads, and budget and pricing puts for keys
+	// with admin access), and the key table's resolve; never the key
+	// table's management, discovery or any stream.
+	gatewayEps := []string{streams.EndpointAdmit, streams.EndpointSettle, streams.EndpointRelease, streams.EndpointVoid,
+		streams.EndpointAdmitBatch, streams.EndpointSettleBatch, streams.EndpointReleaseBatch, streams.EndpointBatch,
+		streams.EndpointBudgetPut, streams.EndpointBudgetGet, streams.EndpointBudgetList,
+		streams.EndpointPricingPut, streams.EndpointPricingGet, streams.EndpointPricingList, streams.EndpointReport}
+	gatewayPub := slices.Concat(ep(gatewayEps...), tenantEp(gatewayEps...), ep(streams.EndpointAPIKeyResolve))
 	adminPub := append(append(ep(all...), tenantEp(all...)...), discovery()...)
 	adminPub = append(adminPub, alertSink(l)...)
 	feedDeny := slices.Clone(writes)
@@ -404,6 +416,13 @@ func All(l streams.Layout, tenants ...string) []Role {
 			Publish:     Rules{Allow: feedReads(l), Deny: feedDeny},
 			Subscribe:   Rules{Allow: inbox(Feed)},
 			InboxPrefix: InboxPrefix(l, Feed),
+		},
+		{
+			Name:        Gateway,
+			Description: "runs `spendgate gateway`: its keys' admits, settles, releases and voids and the HTTP API's endpoints, for the deployment and every tenant, and apikey.resolve; not the key table's management, discovery or any stream",
+			Publish:     Rules{Allow: gatewayPub, Deny: writes},
+			Subscribe:   Rules{Allow: inbox(Gateway)},
+			InboxPrefix: InboxPrefix(l, Gateway),
 		},
 	}
 }

@@ -95,6 +95,7 @@ func (g *Gateway) Register(mux interface{ Handle(string, http.Handler) }) {
 		}))
 	}
 	g.registerModels(mux)
+	g.registerKey(mux)
 }
 
 // Wait waits (at most 30 s) for the settles of calls whose callers left.

@@ -4,6 +4,9 @@ import (
 	"encoding/json"
 	"net/http"
 	"slices"
+
+	"github.com/spendgate/spendgate/client"
+	"github.com/spendgate/spendgate/events"
 )
 
 // ModelsPath lists the models a key can call through the gateway: GET
@@ -44,14 +47,8 @@ func modelsKind(r *http.Request) string {
 func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
 	kind := modelsKind(r)
 	ctx := r.Context()
-	key, _, cerr := g.authorize(ctx, r)
-	if cerr != nil {
-		cerr.write(w, kind)
-		return
-	}
-	cl, cerr := g.clientFor(key)
-	if cerr != nil {
-		cerr.write(w, kind)
+	_, cl, ok := g.keyed(w, r, kind)
+	if !ok {
 		return
 	}
 	prices, err := cl.ListPrices(ctx)
@@ -94,6 +91,11 @@ func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
 		}
 		body = list
 	}
+	writeJSON(w, body)
+}
+
+// writeJSON answers body as JSON (200).
+func writeJSON(w http.ResponseWriter, body any) {
 	b, err := json.Marshal(body)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -101,6 +103,21 @@ func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(b)
+}
+
+// keyed authorizes the key of a request the gateway answers itself (GET
+// ModelsPath, KeyPath) and returns it with its tenant's client; on a
+// failure it answers the error in kind's shape and returns false.
+func (g *Gateway) keyed(w http.ResponseWriter, r *http.Request, kind string) (events.APIKeyResolveReply, *client.Client, bool) {
+	key, _, cerr := g.authorize(r.Context(), r)
+	if cerr == nil {
+		var cl *client.Client
+		if cl, cerr = g.clientFor(key); cerr == nil {
+			return key, cl, true
+		}
+	}
+	cerr.write(w, kind)
+	return key, nil, false
 }
 
 // openAIModel and openAIModels are OpenAI's model object and list.

@@ -385,8 +385,8 @@ func TestRoles_CoverARealRun(t *testing.T) {
 }
 
 // gatewayRun is what spendgate gateway does under the gateway role, with
-// a fake provider behind it: a chat call and the model list of a key with
-// scopes, and HTTP API calls of a key with service access (a budget read,
+// a fake provider behind it: a chat call, the model list and the key's
+// budgets of a key with scopes, and HTTP API calls of a key with service access (a budget read,
 // an admit and its settle) and of one with admin access (a budget put).
 // The admin defines the price, the budget and the keys. Every call must
 // succeed: a subject the role does not grant would time it out.
@@ -445,6 +445,7 @@ func gatewayRun(t *testing.T, l streams.Layout, ids map[string]*ident) {
 	}
 	call(http.MethodPost, "/v1/chat/completions", proxyKey, `{"model":"gpt-x","messages":[{"role":"user","content":"hi"}],"max_tokens":10}`)
 	require.Contains(t, call(http.MethodGet, "/v1/models", proxyKey, ""), `"gpt-x"`)
+	require.Contains(t, call(http.MethodGet, "/v1/key", proxyKey, ""), `"scope":"team:gw"`)
 	require.Contains(t, call(http.MethodPost, "/spendgate/budget.get", serviceKey, `{"scope":"team:gw","period":"month"}`), `"spent":"0.`)
 	var adm events.AdmitReply
 	require.NoError(t, json.Unmarshal([]byte(call(http.MethodPost, "/spendgate/admit", serviceKey, `{"request_id":"gw-1","scopes":["team:gw"],"amount":"1"}`)), &adm))

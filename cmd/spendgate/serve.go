@@ -144,7 +144,7 @@ func serve(args []string) int {
 	// machines reach, whoever reaches it could define budgets, create
 	// gateway keys and delete the ledger stream. As ssh refuses a key file
 	// others may read, serve refuses that unless told in so many words.
-	exposed := *natsURL == "" && !loopbackOnly(*listen)
+	exposed := *natsURL == "" && reachableByOthers(*listen)
 	if exposed && !*insecureListen {
 		return serveCommand.usageError(fs, "--listen "+*listen+" is reachable from other machines, and the embedded server has no authentication: "+
 			"whoever reaches it could define budgets, create gateway keys and delete the ledger. Listen on 127.0.0.1, "+
@@ -318,7 +318,7 @@ func serve(args []string) int {
 				return 1
 			}
 			opsSrv.Handle(dashboard.Path, dash)
-			if !loopbackOnly(*httpAddr) {
+			if reachableByOthers(*httpAddr) {
 				log.Warn("the spend dashboard has no authentication and --http listens where other machines reach it: "+
 					"whoever reaches it sees every budget, tenant and denial; bind --http to 127.0.0.1, "+
 					"or pass --dashboard=false to serve only /metrics, /healthz and /readyz there", "http", *httpAddr)
@@ -436,31 +436,35 @@ func replicaName() string {
 	return fmt.Sprintf("%s-%d", host, os.Getpid())
 }
 
-// loopbackOnly reports whether a HOST:PORT listens only where this machine
-// alone reaches it: a loopback address, localhost, or a name every address
-// of which is a loopback one. An empty host (":4222", every interface) and
-// a name that does not resolve are not.
-func loopbackOnly(hostport string) bool {
+// reachableByOthers reports whether a listener on HOST:PORT is reachable
+// from other machines: every interface (an empty host, 0.0.0.0, ::), an
+// address that is not a loopback one, or a name one of whose addresses is
+// not. An address serve cannot parse or a name that does not resolve is
+// left to the bind, which fails and says why.
+func reachableByOthers(hostport string) bool {
 	host, _, err := net.SplitHostPort(hostport)
-	if err != nil || host == "" {
+	if err != nil {
 		return false
 	}
-	if strings.EqualFold(host, "localhost") {
+	if host == "" {
 		return true
 	}
+	if strings.EqualFold(host, "localhost") {
+		return false
+	}
 	if ip := net.ParseIP(host); ip != nil {
-		return ip.IsLoopback()
+		return !ip.IsLoopback()
 	}
 	ips, err := net.LookupIP(host)
-	if err != nil || len(ips) == 0 {
+	if err != nil {
 		return false
 	}
 	for _, ip := range ips {
 		if !ip.IsLoopback() {
-			return false
+			return true
 		}
 	}
-	return true
+	return false
 }
 
 // visited reports whether the flag name was set (on the command line, by

@@ -481,10 +481,11 @@ func (a *Admitter) plan(ctx context.Context, r request) (*admitTx, *events.Admit
 	if denial != nil {
 		return nil, &events.AdmitReply{RequestID: r.id, Denial: denial, Mode: r.replyMode()}, nil
 	}
-	tx := &admitTx{req: r, now: now, virtual: virtual, maxOpen: a.opts.tenants.MaxOpen}
+	tx := &admitTx{req: r, now: now, virtual: virtual}
 	if len(r.scopes) > 0 {
 		tx.tenant = r.scopes[0].Tenant()
 	}
+	tx.maxOpen, _ = a.limitsOf(tx.tenant)
 	if r.mode == events.ModeAdmit {
 		tx.id = "rsv_" + uuid.Must(uuid.NewV7()).String()
 	}
@@ -655,7 +656,7 @@ type admitTx struct {
 	// tenant is the tenant the request acts for; maxOpen its limit of
 	// open reservations (negative: none).
 	tenant  string
-	maxOpen int
+	maxOpen limit
 }
 
 func (t *admitTx) Balances() []events.BalanceRef { return t.refs }

@@ -13,6 +13,7 @@ type options struct {
 	defaultUnit                string
 	alerts                     func([]events.ThresholdCrossed)
 	tenants                    TenantLimits
+	tenantOwn                  func(tenant string) (TenantLimits, bool)
 	blocking                   func(events.Alert)
 }
 

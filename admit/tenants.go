@@ -59,19 +59,73 @@ func WithTenantLimits(l TenantLimits) Option {
 	}
 }
 
+// WithTenantOwnLimits gives some tenants limits of their own: own returns
+// a tenant's, which replace WithTenantLimits' field by field (a zero field
+// keeps the common limit, a negative one turns the limit off for that
+// tenant), or false for a tenant that has none. It is asked at every
+// admit, so what it returns may change while the Admitter runs (serve
+// --tenant-limits, read again on SIGHUP).
+func WithTenantOwnLimits(own func(tenant string) (TenantLimits, bool)) Option {
+	return func(o *options) error {
+		if own == nil {
+			return errors.New("admit: nil tenant limits")
+		}
+		o.tenantOwn = own
+		return nil
+	}
+}
+
 // Limits returns the Admitter's per-tenant limits (negative: off).
 func (a *Admitter) Limits() TenantLimits { return a.opts.tenants }
 
+// limit is one of a tenant's limits as an admit applies it: its value
+// (negative: off), its key in --tenant-limits (serve's flag is the key
+// with "tenant-" before it) and whether it is the tenant's own.
+type limit struct {
+	max int
+	key string
+	own bool
+}
+
+// source names the setting l comes from, for a refusal.
+func (l limit) source() string {
+	if l.own {
+		return fmt.Sprintf("its own, --tenant-limits %s=%d", l.key, max(l.max, 0))
+	}
+	return fmt.Sprintf("serve --tenant-%s %d", l.key, l.max)
+}
+
+// limitsOf returns tenant's two limits: its own where WithTenantOwnLimits
+// gives one, else the common ones.
+func (a *Admitter) limitsOf(tenant string) (open, defaults limit) {
+	open = limit{max: a.opts.tenants.MaxOpen, key: "max-open"}
+	defaults = limit{max: a.opts.tenants.MaxDefaultBudgets, key: "max-default-budgets"}
+	if tenant == "" || a.opts.tenantOwn == nil {
+		return open, defaults
+	}
+	own, ok := a.opts.tenantOwn(tenant)
+	if !ok {
+		return open, defaults
+	}
+	if own.MaxOpen != 0 {
+		open.max, open.own = own.MaxOpen, true
+	}
+	if own.MaxDefaultBudgets != 0 {
+		defaults.max, defaults.own = own.MaxDefaultBudgets, true
+	}
+	return open, defaults
+}
+
 // openLimit returns the refusal of tenant's admit if the tenant holds
-// open, at or past max, reservations; nil otherwise (and for the
+// open, at or past its limit l, reservations; nil otherwise (and for the
 // untenanted deployment or a limit that is off).
-func openLimit(tenant string, max, open int) error {
-	if tenant == "" || max < 0 || open < max {
+func openLimit(tenant string, l limit, open int) error {
+	if tenant == "" || l.max < 0 || open < l.max {
 		return nil
 	}
-	return events.TenantLimitError(tenant, events.LimitOpenReservations, int64(max), fmt.Sprintf(
-		"tenant %s holds %d open reservations, its limit (serve --tenant-max-open %d): settle or release some first; nothing was reserved",
-		tenant, open, max))
+	return events.TenantLimitError(tenant, events.LimitOpenReservations, int64(l.max), fmt.Sprintf(
+		"tenant %s holds %d open reservations, its limit (%s): settle or release some first; nothing was reserved",
+		tenant, open, l.source()))
 }
 
 // preCheckOpen refuses r before any ledger work if its tenant already
@@ -79,11 +133,11 @@ func openLimit(tenant string, max, open int) error {
 // unless the request id is one the book knows (its replay is answered
 // whatever the limit). The Tx decides again, exactly (admitTx.Decide).
 func (a *Admitter) preCheckOpen(tenant string, r request) error {
-	max := a.opts.tenants.MaxOpen
-	if tenant == "" || max < 0 {
+	l, _ := a.limitsOf(tenant)
+	if tenant == "" || l.max < 0 {
 		return nil
 	}
-	err := openLimit(tenant, max, a.l.TenantOpen(tenant))
+	err := openLimit(tenant, l, a.l.TenantOpen(tenant))
 	if err == nil {
 		return nil
 	}
@@ -117,14 +171,14 @@ type defaultBudgets struct {
 // creating at the same instant.
 func (a *Admitter) reserveDefault(s events.Scope, ds []ledger.Default) (done func(), err error) {
 	tenant := s.Tenant()
-	max := a.opts.tenants.MaxDefaultBudgets
-	if tenant == "" || max < 0 {
+	_, l := a.limitsOf(tenant)
+	if tenant == "" || l.max < 0 {
 		return func() {}, nil
 	}
 	d := &a.defaults
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	refs, err := a.defaultsLimit(s, ds, max)
+	refs, err := a.defaultsLimit(s, ds, l)
 	if err != nil {
 		return nil, err
 	}
@@ -159,21 +213,21 @@ func (a *Admitter) reserveDefault(s events.Scope, ds []ledger.Default) (done fun
 // would get from defaults ds past its tenant's limit, without taking
 // them.
 func (a *Admitter) checkDefaults(s events.Scope, ds []ledger.Default) error {
-	max := a.opts.tenants.MaxDefaultBudgets
-	if s.Tenant() == "" || max < 0 {
+	_, l := a.limitsOf(s.Tenant())
+	if s.Tenant() == "" || l.max < 0 {
 		return nil
 	}
 	a.defaults.mu.Lock()
 	defer a.defaults.mu.Unlock()
-	_, err := a.defaultsLimit(s, ds, max)
+	_, err := a.defaultsLimit(s, ds, l)
 	return err
 }
 
 // defaultsLimit is the refusal of the budgets scope s would get from
-// defaults ds if they take its tenant past max, nil if they fit; refs are
-// those budgets, distinct. A budget counts once: folded, or being created
-// and not folded yet. The caller holds a.defaults.mu.
-func (a *Admitter) defaultsLimit(s events.Scope, ds []ledger.Default, max int) (refs []events.BudgetRef, err error) {
+// defaults ds if they take its tenant past its limit l, nil if they fit;
+// refs are those budgets, distinct. A budget counts once: folded, or being
+// created and not folded yet. The caller holds a.defaults.mu.
+func (a *Admitter) defaultsLimit(s events.Scope, ds []ledger.Default, l limit) (refs []events.BudgetRef, err error) {
 	tenant := s.Tenant()
 	creating := a.defaults.creating[tenant]
 	all := make([]events.BudgetRef, 0, len(creating)+len(ds))
@@ -200,12 +254,12 @@ func (a *Admitter) defaultsLimit(s events.Scope, ds []ledger.Default, max int) (
 			more++
 		}
 	}
-	if have+more <= max {
+	if have+more <= l.max {
 		return refs, nil
 	}
-	return nil, events.TenantLimitError(tenant, events.LimitDefaultBudgets, int64(max), fmt.Sprintf(
-		"tenant %s has %d budgets created from defaults, its limit (serve --tenant-max-default-budgets %d): this scope's first admit would create %d more; nothing was created or reserved",
-		tenant, have, max, more))
+	return nil, events.TenantLimitError(tenant, events.LimitDefaultBudgets, int64(l.max), fmt.Sprintf(
+		"tenant %s has %d budgets created from defaults, its limit (%s): this scope's first admit would create %d more; nothing was created or reserved",
+		tenant, have, l.source(), more))
 }
 
 // retryRefusal is err as the answer to req: a tenant_limit refusal of a
@@ -226,7 +280,7 @@ func retryRefusal(req events.AdmitRequest, err error) error {
 // v (ledger.View.TenantOpen: the ledger's count at the revisions the write
 // requires, plus what the group decided before this Tx).
 func (t *admitTx) checkOpen(v ledger.View) error {
-	if t.tenant == "" || t.maxOpen < 0 {
+	if t.tenant == "" || t.maxOpen.max < 0 {
 		return nil
 	}
 	return openLimit(t.tenant, t.maxOpen, v.TenantOpen(t.tenant))

@@ -106,6 +106,15 @@ func serve(args []string) int {
 	if err != nil {
 		return serveCommand.usageError(fs, err.Error())
 	}
+	// The tenants with limits of their own: read now, and again on SIGHUP.
+	var tenantOwn *service.TenantTable
+	if *tenantFlags.own != "" {
+		own, err := readTenantLimits(*tenantFlags.own)
+		if err != nil {
+			return serveCommand.usageError(fs, err.Error())
+		}
+		tenantOwn = service.NewTenantTable(own)
+	}
 	if *snapRevisions > 0 && (*snapInterval < time.Second || *snapInterval > 24*time.Hour) {
 		return serveCommand.usageError(fs, "--snapshot-interval must be 1s..24h")
 	}
@@ -159,6 +168,9 @@ func serve(args []string) int {
 	log := logging.New(stderr)
 	for _, v := range env.Ignored(fs) {
 		log.Warn("environment variable not read: serve takes this setting from its flag or --config only", "var", v)
+	}
+	if tenantOwn != nil {
+		log.Info("tenants with limits of their own", "file", *tenantFlags.own, "tenants", tenantOwn.Len())
 	}
 
 	// The operator's HTTP view binds first, so a busy port fails at once.
@@ -288,7 +300,7 @@ func serve(args []string) int {
 		ReadyTimeout: *readyTimeout, Metrics: m, MetricsBudgets: *metricsBudgets, Feed: *feedOn,
 		MaxInFlight: *maxInflight, Reports: *reportsOn, FeedMaxAge: feedAge(*feedMaxAge),
 		NoDenialRecords: !*denialsOn, DenialMaxAge: *denialMaxAge, Name: replicaName(),
-		ReadyMaxDelay: *readyMaxDelay, TenantLimits: tenantLimits, DenialMaxBytes: denialMaxBytes,
+		ReadyMaxDelay: *readyMaxDelay, TenantLimits: tenantLimits, TenantOwn: tenantOwn, DenialMaxBytes: denialMaxBytes,
 		ServiceConn: snc,
 	})
 	if err != nil {
@@ -329,8 +341,9 @@ func serve(args []string) int {
 	shown := displayURL(url)
 	fmt.Fprintf(os.Stderr, "ready: clients connect to %s; try  spendgate budget list --nats-url %s  or  nats --server %s micro info %s\n",
 		shown, shown, shown, streams.ServiceName)
-	// SIGHUP reads the signing key and the trusted keys again (key
-	// rotation without a restart; see docs/security.md, Keys).
+	// SIGHUP reads the --tenant-limits file, the signing key and the
+	// trusted keys again (key rotation without a restart; see
+	// docs/security.md, Keys).
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -339,6 +352,14 @@ wait:
 	for {
 		select {
 		case <-hup:
+			if tenantOwn != nil {
+				if own, err := readTenantLimits(*tenantFlags.own); err != nil {
+					log.Error("SIGHUP: tenant limits not reloaded; the old ones stay in use", "err", err)
+				} else {
+					tenantOwn.Set(own)
+					log.Info("SIGHUP: tenant limits reloaded", "file", *tenantFlags.own, "tenants", len(own))
+				}
+			}
 			changed, err := keys.reload()
 			if err != nil {
 				log.Error("SIGHUP: keys not reloaded; the old ones stay in use", "err", err)

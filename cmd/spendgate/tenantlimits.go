@@ -1,8 +1,12 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 
 	"github.com/spendgate/spendgate/admit"
 	"github.com/spendgate/spendgate/events"
@@ -15,6 +19,8 @@ import (
 type tenantLimitFlags struct {
 	maxOpen, maxDefaults, rate, burst, denialBytes *int
 	denialMaxBytes                                 *int64
+	// own is the --tenant-limits file ("": none).
+	own *string
 }
 
 func addTenantLimitFlags(fs *flag.FlagSet) tenantLimitFlags {
@@ -29,6 +35,8 @@ func addTenantLimitFlags(fs *flag.FlagSet) tenantLimitFlags {
 			fmt.Sprintf("requests one tenant may send this replica at once after a pause (0: a tenth of a second's worth of --tenant-rate, at least %d, a full batch)", events.MaxBatchItems)),
 		denialBytes: fs.Int("tenant-denial-bytes", service.DefaultTenantDenialBytes,
 			"bytes per second of denial records this replica stores for one tenant (burst: 16 seconds' worth); past it a denial is answered as ever but counted, not recorded (0: no limit)"),
+		own: fs.String("tenant-limits", "",
+			"file of the tenants with limits of their own: one per line, its name and key=value pairs (max-open, max-default-budgets, rate, burst, denial-bytes; 0: no limit); read again on SIGHUP"),
 		denialMaxBytes: fs.Int64("denial-max-bytes", streams.DefaultDenialMaxBytes,
 			"cap of the denial stream in bytes; past it the oldest records go first (0: no cap; give every replica the same value)"),
 	}
@@ -66,4 +74,80 @@ func (f tenantLimitFlags) limits() (service.TenantLimits, int64, error) {
 	}
 	return service.TenantLimits{MaxOpen: off(*f.maxOpen), MaxDefaultBudgets: off(*f.maxDefaults), Rate: off(*f.rate),
 		Burst: *f.burst, DenialBytes: off(*f.denialBytes)}, maxBytes, nil
+}
+
+// readTenantLimits reads a --tenant-limits file: the tenants with limits
+// of their own. Each line is a tenant's name and its limits as key=value
+// pairs, the keys those of serve's flags without "tenant-" (max-open,
+// max-default-budgets, rate, burst, denial-bytes), the values as the
+// flags take them (0: no limit for that tenant); a key left out keeps the
+// flag's value. '#' starts a comment line. A tenant named twice, an
+// unknown key or a bad value is an error naming its line.
+func readTenantLimits(path string) (map[string]service.TenantLimits, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--tenant-limits: %w", err)
+	}
+	out := map[string]service.TenantLimits{}
+	for i, line := range strings.Split(string(data), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) == 0 || strings.HasPrefix(fields[0], "#") {
+			continue
+		}
+		where := fmt.Sprintf("--tenant-limits %s:%d", path, i+1)
+		tenant := fields[0]
+		if err := events.ValidateTenant(tenant); err != nil {
+			var ee *events.Error
+			if errors.As(err, &ee) {
+				err = errors.New(ee.Message)
+			}
+			return nil, fmt.Errorf("%s: %v", where, err)
+		}
+		if _, dup := out[tenant]; dup {
+			return nil, fmt.Errorf("%s: tenant %s is named twice", where, tenant)
+		}
+		if len(fields) == 1 {
+			return nil, fmt.Errorf("%s: tenant %s has no limits: give key=value pairs (max-open, max-default-budgets, rate, burst, denial-bytes)", where, tenant)
+		}
+		var l service.TenantLimits
+		seen := map[string]bool{}
+		for _, kv := range fields[1:] {
+			key, value, ok := strings.Cut(kv, "=")
+			n, err := strconv.Atoi(value)
+			switch {
+			case !ok:
+				return nil, fmt.Errorf("%s: %q is not key=value", where, kv)
+			case seen[key]:
+				return nil, fmt.Errorf("%s: %s is given twice", where, key)
+			case err != nil || n < 0:
+				return nil, fmt.Errorf("%s: %s=%s: want a number, at least 0 (0: no limit)", where, key, value)
+			case n > service.MaxTenantRate && (key == "rate" || key == "burst" || key == "denial-bytes"):
+				return nil, fmt.Errorf("%s: %s=%s: at most %d", where, key, value, service.MaxTenantRate)
+			}
+			seen[key] = true
+			off := n
+			if n == 0 {
+				off = -1
+			}
+			switch key {
+			case "max-open":
+				l.MaxOpen = off
+			case "max-default-budgets":
+				l.MaxDefaultBudgets = off
+			case "rate":
+				l.Rate = off
+			case "burst":
+				if n == 0 {
+					return nil, fmt.Errorf("%s: burst=0: leave burst out for a tenth of a second's worth of the rate", where)
+				}
+				l.Burst = n
+			case "denial-bytes":
+				l.DenialBytes = off
+			default:
+				return nil, fmt.Errorf("%s: unknown key %q (max-open, max-default-budgets, rate, burst, denial-bytes)", where, key)
+			}
+		}
+		out[tenant] = l
+	}
+	return out, nil
 }

@@ -2,14 +2,22 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/admit"
 	"github.com/spendgate/spendgate/internal/service"
 	"github.com/spendgate/spendgate/streams"
+	"github.com/spendgate/spendgate/testenv"
 )
 
 // serve's tenant limit flags: their defaults are the packages' defaults, a
@@ -46,4 +54,110 @@ func TestServe_TenantLimitFlags(t *testing.T) {
 
 	_, _, err = parse("--tenant-max-default-budgets", "-1")
 	require.ErrorContains(t, err, "--tenant-max-default-budgets must not be negative")
+}
+
+// A --tenant-limits file: each line a tenant and its own limits; a flag's
+// 0 is the config's negative, a key left out keeps the flag's value (a
+// zero field), and each mistake is refused with its line.
+func TestReadTenantLimits(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write := func(body string) string {
+		p := filepath.Join(dir, fmt.Sprintf("limits-%d", len(body)))
+		require.NoError(t, os.WriteFile(p, []byte(body), 0o600))
+		return p
+	}
+	own, err := readTenantLimits(write("# big customers\nacme max-open=50000 rate=2000\n\n  globex   max-default-budgets=0 burst=900 denial-bytes=1\n"))
+	require.NoError(t, err)
+	require.Equal(t, map[string]service.TenantLimits{
+		"acme":   {MaxOpen: 50000, Rate: 2000},
+		"globex": {MaxDefaultBudgets: -1, Burst: 900, DenialBytes: 1},
+	}, own)
+
+	for body, want := range map[string]string{
+		"acme\n":                         ":1: tenant acme has no limits",
+		"acme rate=1\nacme rate=2\n":     ":2: tenant acme is named twice",
+		"# x\nAcme rate=1\n":             `:2: tenant "Acme" must be lower case`,
+		"acme speed=1\n":                 `:1: unknown key "speed"`,
+		"acme rate=-1\n":                 ":1: rate=-1: want a number, at least 0",
+		"acme rate=fast\n":               ":1: rate=fast: want a number",
+		"acme rate\n":                    `:1: "rate" is not key=value`,
+		"acme rate=1 rate=2\n":           ":1: rate is given twice",
+		"acme burst=0\n":                 ":1: burst=0: leave burst out",
+		"acme denial-bytes=2000000000\n": ":1: denial-bytes=2000000000: at most",
+	} {
+		_, err := readTenantLimits(write(body))
+		require.ErrorContains(t, err, want, body)
+		require.ErrorContains(t, err, "--tenant-limits "+dir, body)
+	}
+	_, err = readTenantLimits(filepath.Join(dir, "nope"))
+	require.ErrorContains(t, err, "no such file")
+
+	// docs/tenant-limits.md's example reads as it says.
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "tenant-limits.md"))
+	require.NoError(t, err)
+	_, section, ok := strings.Cut(string(doc), "## A tenant's own limits")
+	require.True(t, ok)
+	_, block, ok := strings.Cut(section, "```\n")
+	require.True(t, ok)
+	block, _, _ = strings.Cut(block, "```")
+	own, err = readTenantLimits(write(block))
+	require.NoError(t, err, block)
+	require.Equal(t, map[string]service.TenantLimits{
+		"acme":      {MaxOpen: 50000, Rate: 2000},
+		"free-tier": {MaxOpen: 100, MaxDefaultBudgets: 100, Rate: 20},
+	}, own)
+}
+
+// A tenant with limits of its own is held to them, from the file serve
+// was started with and, after the file changed, from the next SIGHUP;
+// another tenant keeps the common limits. The refusal names the tenant's
+// own limit. Without the table, acme's second admit would be admitted
+// (the common limit is 10,000 open reservations).
+func TestServe_TenantOwnLimitsReloadOnSIGHUP(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "tenant-limits")
+	require.NoError(t, os.WriteFile(file, []byte("acme max-open=1\n"), 0o600))
+	listen := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	p := startProc(t, true, "serve", "--data-dir", filepath.Join(dir, "data"), "--listen", listen, "--sweep-interval", "1m",
+		"--tenant-limits", file)
+	require.Contains(t, p.out.String(), "tenants with limits of their own")
+	nc, err := nats.Connect("nats://" + listen)
+	require.NoError(t, err)
+	defer nc.Close()
+	admitAs := func(tenant, id string) string {
+		t.Helper()
+		msg, err := nc.Request("spendgate.t."+tenant+".admit", []byte(`{"request_id":"`+id+`","scopes":["org:a"],"amount":"1"}`), 5*time.Second)
+		require.NoError(t, err)
+		return string(msg.Data)
+	}
+	for _, tenant := range []string{"acme", "globex"} {
+		r := runCLI(t, []string{"SPENDGATE_NATS_URL=nats://" + listen}, "budget", "put", "--tenant", tenant, "--scope", "org:a", "--period", "month", "--limit", "100", "--unit", "USD")
+		require.Equal(t, 0, r.code, r.stderr)
+	}
+	require.Contains(t, admitAs("acme", "a1"), `"admitted":true`)
+	refused := admitAs("acme", "a2")
+	require.Contains(t, refused, `"code":"tenant_limit"`)
+	require.Contains(t, refused, "its own, --tenant-limits max-open=1")
+	for i := range 3 {
+		require.Contains(t, admitAs("globex", fmt.Sprintf("g%d", i)), `"admitted":true`, "globex keeps the common limit")
+	}
+
+	require.NoError(t, os.WriteFile(file, []byte("acme max-open=2\n"), 0o600))
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGHUP))
+	testenv.WaitFor(t, 10*time.Second, "the tenant limits reloaded", func() bool {
+		return strings.Contains(p.out.String(), "SIGHUP: tenant limits reloaded")
+	})
+	require.Contains(t, admitAs("acme", "a3"), `"admitted":true`)
+	require.Contains(t, admitAs("acme", "a4"), `"code":"tenant_limit"`)
+
+	// A file that no longer reads keeps the limits in use, and says so.
+	require.NoError(t, os.WriteFile(file, []byte("acme max-open=x\n"), 0o600))
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGHUP))
+	testenv.WaitFor(t, 10*time.Second, "the failed reload logged", func() bool {
+		return strings.Contains(p.out.String(), "SIGHUP: tenant limits not reloaded")
+	})
+	require.Contains(t, admitAs("acme", "a5"), "its own, --tenant-limits max-open=2")
+	p.stop(t)
 }

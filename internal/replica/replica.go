@@ -80,6 +80,10 @@ type Config struct {
 	// the open reservations and budgets from defaults, the denial recorder
 	// the denial bytes, the service the request rate.
 	TenantLimits service.TenantLimits
+	// TenantOwn, if set, gives some tenants limits of their own in place
+	// of TenantLimits' (serve --tenant-limits); its Set takes effect at
+	// once, on every part.
+	TenantOwn *service.TenantTable
 	// MaxInFlight bounds the requests the replica handles at once (see
 	// service.Config.MaxInFlight); 0 means service.MaxInFlight.
 	MaxInFlight int
@@ -290,7 +294,7 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 		snc = cfg.ServiceConn
 	}
 	svc, err := service.Start(snc, service.Config{Ledger: l, Admitter: a, Settler: st, Now: cfg.Now, Log: cfg.Log, Metrics: cfg.Metrics,
-		MaxInFlight: cfg.MaxInFlight, Reports: r.Reports, Denials: r.Denials, TenantLimits: cfg.TenantLimits})
+		MaxInFlight: cfg.MaxInFlight, Reports: r.Reports, Denials: r.Denials, TenantLimits: cfg.TenantLimits, TenantOwn: cfg.TenantOwn})
 	if err != nil {
 		return nil, err
 	}
@@ -315,8 +319,15 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 
 // engine makes the admitter, settler and sweeper over l.
 func engine(l *ledger.Ledger, cfg Config, extra ...admit.Option) (*admit.Admitter, *settle.Settler, *sweep.Sweeper, error) {
-	aopts := append([]admit.Option{admit.WithClock(cfg.Now), admit.WithTenantLimits(admit.TenantLimits{
-		MaxOpen: cfg.TenantLimits.MaxOpen, MaxDefaultBudgets: cfg.TenantLimits.MaxDefaultBudgets})}, extra...)
+	aopts := []admit.Option{admit.WithClock(cfg.Now), admit.WithTenantLimits(admit.TenantLimits{
+		MaxOpen: cfg.TenantLimits.MaxOpen, MaxDefaultBudgets: cfg.TenantLimits.MaxDefaultBudgets})}
+	if own := cfg.TenantOwn; own != nil {
+		aopts = append(aopts, admit.WithTenantOwnLimits(func(tenant string) (admit.TenantLimits, bool) {
+			l, ok := own.Get(tenant)
+			return admit.TenantLimits{MaxOpen: l.MaxOpen, MaxDefaultBudgets: l.MaxDefaultBudgets}, ok
+		}))
+	}
+	aopts = append(aopts, extra...)
 	if cfg.DefaultTTL != 0 || cfg.MinTTL != 0 || cfg.MaxTTL != 0 {
 		def, lo, hi := cfg.DefaultTTL, cfg.MinTTL, cfg.MaxTTL
 		if def == 0 {
@@ -396,7 +407,7 @@ func (r *Replica) startDenials(ctx, runCtx context.Context, js jetstream.JetStre
 	if m := cfg.Metrics; m != nil {
 		limited = func(tenant string) { m.TenantLimited(tenant, events.LimitDenialBytes) }
 	}
-	d.LimitTenantBytes(cfg.TenantLimits.WithDefaults().DenialBytes, limited)
+	d.LimitTenantBytes(cfg.TenantLimits.WithDefaults().DenialBytes, cfg.TenantOwn, limited)
 	r.Denials = d
 	if cfg.Metrics != nil {
 		cfg.Metrics.RegisterDenials(d.Recorded, d.Dropped, d.Failed)

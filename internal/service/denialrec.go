@@ -80,9 +80,11 @@ func NewDenialRecorder(js jetstream.JetStream, layout streams.Layout, replica st
 // deployment's) to perSecond bytes per second, encoded, with a burst of
 // TenantDenialBurst seconds' worth: a record past it is not recorded, is
 // counted in Limited, and onLimited (if not nil) is called with its
-// tenant. perSecond <= 0 leaves records unbounded. Call it before Run.
-func (r *DenialRecorder) LimitTenantBytes(perSecond int, onLimited func(tenant string)) {
-	r.tenantBytes = newTenantBuckets(perSecond, perSecond*TenantDenialBurst, time.Now)
+// tenant. perSecond <= 0 leaves records unbounded. own, if not nil, gives
+// the tenants whose own limits set DenialBytes theirs. Call it before
+// Run.
+func (r *DenialRecorder) LimitTenantBytes(perSecond int, own *TenantTable, onLimited func(tenant string)) {
+	r.tenantBytes = newTenantBuckets(perSecond, perSecond*TenantDenialBurst, time.Now, own.bytesOf())
 	r.onLimited = onLimited
 }
 

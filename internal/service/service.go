@@ -73,6 +73,7 @@ type Service struct {
 	// limits are the per-tenant limits; rate is each tenant's request
 	// rate on this replica (nil: none), tenantlimits.go.
 	limits TenantLimits
+	own    *TenantTable
 	rate   *tenantBuckets
 
 	mu      sync.Mutex
@@ -147,6 +148,9 @@ type Config struct {
 	// request rate (TenantLimits.Rate) and names the others in its
 	// refusals. Zero fields take their defaults, negative ones are off.
 	TenantLimits TenantLimits
+	// TenantOwn, if set, gives some tenants limits of their own, which
+	// replace TenantLimits' for them (see TenantTable).
+	TenantOwn *TenantTable
 }
 
 // Start registers the spendgate endpoints on nc under the ledger layout's
@@ -169,7 +173,7 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 	s := &Service{l: cfg.Ledger, a: cfg.Admitter, s: cfg.Settler, now: cfg.Now, log: cfg.Log,
 		ctx: context.Background(), inflight: make(chan struct{}, limit), pool: newWorkers(), nc: nc, reports: cfg.Reports,
 		tenants: newTenantShare(limit), denialRec: cfg.Denials,
-		limits: limits, rate: newTenantBuckets(limits.Rate, limits.Burst, time.Now)}
+		limits: limits, own: cfg.TenantOwn, rate: newTenantBuckets(limits.Rate, limits.Burst, time.Now, cfg.TenantOwn.rateOf(limits))}
 	s.idle = sync.NewCond(&s.mu)
 	if s.now == nil {
 		s.now = time.Now

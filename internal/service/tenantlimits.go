@@ -3,7 +3,9 @@ package service
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/micro"
@@ -78,12 +80,119 @@ func TenantBurst(rate int) int {
 	return max(rate/10, events.MaxBatchItems)
 }
 
+// rateOf returns, for tenantBuckets, the request rate and burst of the
+// tenants whose own limits set either, over common; nil for the nil
+// table.
+func (t *TenantTable) rateOf(common TenantLimits) func(tenant string) (rate, burst int, ok bool) {
+	if t == nil {
+		return nil
+	}
+	return func(tenant string) (int, int, bool) {
+		own, ok := t.Get(tenant)
+		if !ok || own.Rate == 0 && own.Burst == 0 {
+			return 0, 0, false
+		}
+		l := t.Of(tenant, common)
+		return l.Rate, l.Burst, true
+	}
+}
+
+// bytesOf is rateOf for the denial-record bytes (DenialBytes, with a
+// burst of TenantDenialBurst seconds' worth).
+func (t *TenantTable) bytesOf() func(tenant string) (rate, burst int, ok bool) {
+	if t == nil {
+		return nil
+	}
+	return func(tenant string) (int, int, bool) {
+		own, ok := t.Get(tenant)
+		if !ok || own.DenialBytes == 0 {
+			return 0, 0, false
+		}
+		return own.DenialBytes, own.DenialBytes * TenantDenialBurst, true
+	}
+}
+
 // Validate refuses a rate or burst past MaxTenantRate.
 func (t TenantLimits) Validate() error {
 	if t.Rate > MaxTenantRate || t.DenialBytes > MaxTenantRate || t.Burst > MaxTenantRate {
 		return fmt.Errorf("service: tenant rates must be at most %d per second", MaxTenantRate)
 	}
 	return nil
+}
+
+// TenantTable holds the tenants that have limits of their own (serve
+// --tenant-limits). A tenant's own TenantLimits replace the replica's
+// common ones field by field: a zero field keeps the common limit, a
+// negative one turns the limit off for that tenant; a Burst of zero with
+// a Rate of its own is TenantBurst of that rate. Set replaces the whole
+// table at once, so a SIGHUP can read its file again while requests run.
+// The nil *TenantTable holds none. Safe for concurrent use.
+type TenantTable struct {
+	p atomic.Pointer[map[string]TenantLimits]
+}
+
+// NewTenantTable returns a table holding own.
+func NewTenantTable(own map[string]TenantLimits) *TenantTable {
+	t := &TenantTable{}
+	t.Set(own)
+	return t
+}
+
+// Set replaces the table with own (a copy).
+func (t *TenantTable) Set(own map[string]TenantLimits) {
+	m := maps.Clone(own)
+	t.p.Store(&m)
+}
+
+// Get returns tenant's own limits, and false if it has none.
+func (t *TenantTable) Get(tenant string) (TenantLimits, bool) {
+	if t == nil || tenant == "" {
+		return TenantLimits{}, false
+	}
+	m := t.p.Load()
+	if m == nil {
+		return TenantLimits{}, false
+	}
+	l, ok := (*m)[tenant]
+	return l, ok
+}
+
+// Len is how many tenants have limits of their own.
+func (t *TenantTable) Len() int {
+	if t == nil {
+		return 0
+	}
+	if m := t.p.Load(); m != nil {
+		return len(*m)
+	}
+	return 0
+}
+
+// Of returns the limits tenant is held to: common (the replica's, with
+// their defaults) with the tenant's own in place of the fields it sets.
+func (t *TenantTable) Of(tenant string, common TenantLimits) TenantLimits {
+	own, ok := t.Get(tenant)
+	if !ok {
+		return common
+	}
+	if own.MaxOpen != 0 {
+		common.MaxOpen = own.MaxOpen
+	}
+	if own.MaxDefaultBudgets != 0 {
+		common.MaxDefaultBudgets = own.MaxDefaultBudgets
+	}
+	if own.Rate != 0 {
+		common.Rate, common.Burst = own.Rate, own.Burst
+		if common.Burst == 0 && own.Rate > 0 {
+			common.Burst = TenantBurst(own.Rate)
+		}
+	} else if own.Burst != 0 {
+		common.Burst = own.Burst
+	}
+	if own.DenialBytes != 0 {
+		common.DenialBytes = own.DenialBytes
+	}
+	return common
 }
 
 // tenantBuckets is a token bucket per tenant, kept as the generic cell
@@ -93,9 +202,13 @@ func (t TenantLimits) Validate() error {
 // Nothing is stored for a tenant whose bucket is full, beyond a bounded
 // map swept when it grows. Safe for concurrent use.
 type tenantBuckets struct {
-	per   time.Duration // the time one token takes to come back
+	per   time.Duration // the time one token takes to come back; 0: no limit
 	burst time.Duration // per * burst tokens
 	now   func() time.Time
+	// own, if set, gives a tenant a rate and burst of its own (ok), which
+	// replace per and burst for it; a rate that is not positive is no
+	// limit.
+	own func(tenant string) (rate, burst int, ok bool)
 
 	mu  sync.Mutex
 	tat map[string]time.Time
@@ -105,19 +218,39 @@ type tenantBuckets struct {
 const tenantBucketsSweep = 1024
 
 // newTenantBuckets returns buckets of rate tokens per second and burst
-// tokens, or nil (no limit) for a rate that is not positive.
-func newTenantBuckets(rate, burst int, now func() time.Time) *tenantBuckets {
-	if rate <= 0 {
+// tokens, or nil (no limit) for a rate that is not positive when no
+// tenant has a rate of its own (own nil).
+func newTenantBuckets(rate, burst int, now func() time.Time, own func(tenant string) (rate, burst int, ok bool)) *tenantBuckets {
+	if rate <= 0 && own == nil {
 		return nil
 	}
-	per := max(time.Second/time.Duration(rate), 1)
-	return &tenantBuckets{per: per, burst: per * time.Duration(max(burst, 1)), now: now, tat: map[string]time.Time{}}
+	per, b := rateTerms(rate, burst)
+	return &tenantBuckets{per: per, burst: b, now: now, own: own, tat: map[string]time.Time{}}
+}
+
+// rateTerms are the bucket terms of rate tokens per second with burst
+// tokens (per 0: no limit).
+func rateTerms(rate, burst int) (per, b time.Duration) {
+	if rate <= 0 {
+		return 0, 0
+	}
+	per = max(time.Second/time.Duration(rate), 1)
+	return per, per * time.Duration(max(burst, 1))
 }
 
 // take takes n tokens from tenant's bucket and reports whether it had
 // them (if not, it takes none). A nil *tenantBuckets always has them.
 func (b *tenantBuckets) take(tenant string, n int) bool {
 	if b == nil {
+		return true
+	}
+	per, burst := b.per, b.burst
+	if b.own != nil {
+		if rate, bu, ok := b.own(tenant); ok {
+			per, burst = rateTerms(rate, bu)
+		}
+	}
+	if per == 0 {
 		return true
 	}
 	now := b.now()
@@ -127,8 +260,8 @@ func (b *tenantBuckets) take(tenant string, n int) bool {
 	if !ok || tat.Before(now) {
 		tat = now
 	}
-	next := tat.Add(b.per * time.Duration(n))
-	if next.Sub(now) > b.burst {
+	next := tat.Add(per * time.Duration(n))
+	if next.Sub(now) > burst {
 		return false
 	}
 	if !ok && len(b.tat) >= tenantBucketsSweep {
@@ -153,9 +286,13 @@ func (s *Service) allowRate(tenant string) bool {
 // (events.AdmitRequest.Retry) ledger_unavailable, since an earlier attempt
 // of it may still commit (as admit answers a denied retry).
 func (s *Service) rateRefusal(tenant, endpoint string, data []byte) *events.Error {
-	e := events.TenantLimitError(tenant, events.LimitRequestRate, int64(s.limits.Rate), fmt.Sprintf(
-		"tenant %s is past its request rate on this replica, %d per second (serve --tenant-rate %d); nothing changed; retry with back-off",
-		tenant, s.limits.Rate, s.limits.Rate))
+	rate, source := s.limits.Rate, fmt.Sprintf("serve --tenant-rate %d", s.limits.Rate)
+	if own, ok := s.own.Get(tenant); ok && own.Rate > 0 {
+		rate, source = own.Rate, fmt.Sprintf("its own, --tenant-limits rate=%d", own.Rate)
+	}
+	e := events.TenantLimitError(tenant, events.LimitRequestRate, int64(rate), fmt.Sprintf(
+		"tenant %s is past its request rate on this replica, %d per second (%s); nothing changed; retry with back-off",
+		tenant, rate, source))
 	// Only a body that names "retry" (or escapes a character of a key)
 	// can be a retry: the others are refused without being decoded (this
 	// runs on micro's goroutine, which every tenant's requests share).

@@ -48,7 +48,7 @@ Usage:
   spendgate bench    [--duration 3s] [--reps 3] [--conns 4] [--scenarios hot1,...|mem] [--json]   throughput vs floor and naive CAS
   spendgate demo overrun [--concurrency 20] [--ceiling 0.10] [--price 0.02] [--json]   naive ledger vs spendgate, no setup
   spendgate roles [--account NAME] [--tenant NAME ...] [--tls-cert FILE --tls-key FILE [--tls-ca FILE]] [--nsc]
-                                         a nats-server permission layout: replica, service, admin, finance, feed, tenants, TLS
+                                         a nats-server permission layout: replica, service, admin, finance, feed, gateway, tenants, TLS
   spendgate alerts webhook --url URL [--durable NAME] [--listen ADDR]   deliver budget alerts to a webhook (Slack-compatible), with retries
   spendgate feed consumer --tenant NAME [--replace]  create (as the admin) a tenant's feed consumer t-NAME, which the tenant may only read
   spendgate key --file FILE              the public key of a signing key (created if FILE does not exist)

@@ -2,7 +2,7 @@
 // kind of identity may publish and subscribe to, derived from a
 // streams.Layout, and its rendering as a nats-server configuration.
 //
-// Five roles:
+// Six roles:
 //
 //   - replica runs `spendgate serve`: it creates and updates its ledger
 //     stream (never deletes or purges it), reads it with ordered consumers
@@ -22,6 +22,11 @@
 //     stream with durable or ordered consumers and acknowledges what it
 //     processed. The replica role appends to the feed (serve --feed); no
 //     role deletes or purges it.
+//   - gateway runs `spendgate gateway`: its keys' admits, settles,
+//     releases and voids, the HTTP API's endpoints (reads, and the budget
+//     and pricing puts a key with admin access passes on), for the
+//     deployment and every tenant, and apikey.resolve. It cannot mint,
+//     rotate or list keys, call discovery or touch any stream.
 //
 // Every role has a private inbox, _INBOX_<bucket>_<role>: a client of a
 // role connects with that inbox prefix (natsconn.Options.InboxPrefix,

@@ -11,7 +11,8 @@
 //     (queue group "q") and answers $SRV discovery. It replies to requests
 //     through allow_responses: it cannot publish into anyone's inbox
 //     unasked.
-//   - service is a calling service: admit, settle and release only.
+//   - service is a calling service: admit, settle, release and void (and
+//     their batch forms) only.
 //   - admin manages budgets: every endpoint, budget.put/get/list included,
 //     and $SRV discovery (`nats micro info spendgate`).
 //   - finance reads: budget.get/list, report, stream info, ephemeral

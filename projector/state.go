@@ -81,7 +81,8 @@ type Reservation struct {
 	// ID is the reservation id; RequestID the admit's idempotency key.
 	ID        string
 	RequestID string
-	// Unit is the unit of the admit request.
+	// Unit is the unit of the admit request: its money's when it names a
+	// money budget and a count budget (requests), whatever the order.
 	Unit string
 	// Balances lists every balance the reservation was admitted in, as its
 	// ReservationOpened events state.
@@ -726,6 +727,11 @@ func applyOpened(st *stage, b *Balance, seq uint64, ev events.ReservationOpened)
 	}
 	if p, dup := r.Parts[b.Ref]; dup {
 		return errorf(ErrTransition, "reservation %s opened again in balance %s (it is %s there)", ev.ReservationID, b.Ref, p.Status)
+	}
+	if events.IsCount(r.Unit) && !events.IsCount(ev.Unit) {
+		// A money part after a count part: the reservation's unit is the
+		// money's, whichever part comes first (as a snapshot loads it).
+		r.Unit = ev.Unit
 	}
 	r.Parts[b.Ref] = ReservationPart{Status: events.StatusOpen, Amount: ev.Amount, Seqs: []uint64{seq}}
 	r.Seqs = appendSeq(r.Seqs, seq)

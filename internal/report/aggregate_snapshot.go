@@ -12,17 +12,24 @@ import (
 
 // AggregateFormat and AggregateVersion name the encoding of an Aggregate's
 // snapshot (MarshalJSON). Version 2 added the roll-up of old hours into
-// days (latest, day_before): a version 1 snapshot reads as one with
-// nothing rolled up, and a binary that knows only version 1 refuses a
-// version 2 one (and folds the stream) rather than read its days as hours.
+// days (latest, day_before); a version 1 snapshot reads as one with
+// nothing rolled up. Version 3 marks the count parts of the reservations
+// it follows (a reservation in a money budget and a count budget counts
+// in its money). A version 1 or 2 snapshot still loads, so that a replica
+// on a trimmed stream can start: its sums counted such a reservation in
+// the unit of its first part, and they stay as they were; the replay
+// (spendgate report --replay) counts them in their money. A binary that
+// knows only version 2 refuses version 3 and folds the stream.
 const (
 	AggregateFormat  = "spendgate.report"
-	AggregateVersion = 2
+	AggregateVersion = 3
 )
 
 type aggPart struct {
 	Balance events.BalanceRef `json:"balance"`
 	State   partState         `json:"state"`
+	// Count marks a part in a count unit (tracked.counts).
+	Count bool `json:"count,omitempty"`
 }
 
 type aggTracked struct {
@@ -80,7 +87,7 @@ func (a *Aggregate) MarshalJSON() ([]byte, error) {
 	for _, t := range rf.live {
 		at := aggTracked{Row: t.row, Order: t.order, Held: t.held}
 		for b, p := range t.parts {
-			at.Parts = append(at.Parts, aggPart{Balance: b, State: p})
+			at.Parts = append(at.Parts, aggPart{Balance: b, State: p, Count: slices.Contains(t.counts, b)})
 		}
 		sort.Slice(at.Parts, func(i, j int) bool { return at.Parts[i].Balance.String() < at.Parts[j].Balance.String() })
 		s.Live = append(s.Live, at)
@@ -136,7 +143,7 @@ func UnmarshalAggregate(data []byte) (*Aggregate, error) {
 	if err := json.Unmarshal(data, &s); err != nil {
 		return nil, fmt.Errorf("report: report snapshot: %w", err)
 	}
-	if s.Format != AggregateFormat || (s.Version != AggregateVersion && s.Version != 1) {
+	if s.Format != AggregateFormat || s.Version < 1 || s.Version > AggregateVersion {
 		return nil, fmt.Errorf("report: report snapshot: format %q version %d, want %q version %d", s.Format, s.Version, AggregateFormat, AggregateVersion)
 	}
 	a := NewAggregate()
@@ -149,6 +156,9 @@ func UnmarshalAggregate(data []byte) (*Aggregate, error) {
 		t := &tracked{row: at.Row, order: at.Order, held: at.Held, parts: make(map[events.BalanceRef]partState, len(at.Parts))}
 		for _, p := range at.Parts {
 			t.parts[p.Balance] = p.State
+			if p.Count {
+				t.counts = append(t.counts, p.Balance)
+			}
 		}
 		if _, dup := a.rf.live[t.row.ReservationID]; dup {
 			return nil, fmt.Errorf("report: report snapshot: reservation %s twice", t.row.ReservationID)

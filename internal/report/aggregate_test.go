@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -406,4 +407,23 @@ func TestAggregate_FutureStampRollsUpNothing(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, rep.Groups, 1)
 	require.Equal(t, int64(1), rep.Groups[0].Reservations)
+}
+
+// A report snapshot of an earlier version still loads (a replica on a
+// trimmed stream has nothing else to start from); one of a later version
+// than this binary knows is refused, so that replica folds the stream.
+func TestUnmarshalAggregate_Versions(t *testing.T) {
+	t.Parallel()
+	data, err := report.NewAggregate().MarshalJSON()
+	require.NoError(t, err)
+	want := fmt.Sprintf(`"version":%d`, report.AggregateVersion)
+	require.Contains(t, string(data), want)
+	for v := 1; v <= report.AggregateVersion+1; v++ {
+		_, err := report.UnmarshalAggregate([]byte(strings.Replace(string(data), want, fmt.Sprintf(`"version":%d`, v), 1)))
+		if v <= report.AggregateVersion {
+			require.NoError(t, err, "version %d", v)
+		} else {
+			require.ErrorContains(t, err, "version", "version %d", v)
+		}
+	}
 }

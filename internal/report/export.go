@@ -152,8 +152,12 @@ const (
 type tracked struct {
 	row   Row
 	parts map[events.BalanceRef]partState
-	order uint64 // opening order, for the rows written at the end
-	held  bool   // every part closed, some expired: waiting for a late settle
+	// counts are the parts in a count unit (requests): the row's unit,
+	// amount and actual are those of its money parts when it has any,
+	// whichever part an event names first.
+	counts []events.BalanceRef
+	order  uint64 // opening order, for the rows written at the end
+	held   bool   // every part closed, some expired: waiting for a late settle
 }
 
 // done reports whether every balance the reservation names has closed and
@@ -359,6 +363,13 @@ func (rf *rowFold) event(m message, ref events.BalanceRef, e events.Event) error
 		if _, dup := t.parts[ref]; dup {
 			return projector.Errorf(projector.ErrTransition, "reservation %s opened twice in balance %s", ev.ReservationID, ref)
 		}
+		if events.IsCount(ev.Unit) {
+			t.counts = append(t.counts, ref)
+		} else if events.IsCount(t.row.Unit) {
+			// The money part of a reservation whose count part came
+			// first: the row is the money's.
+			t.row.Unit, t.row.Reserved = ev.Unit, ev.Amount
+		}
 		t.parts[ref] = partOpen
 		t.refreshStatus()
 		return nil
@@ -376,7 +387,9 @@ func (rf *rowFold) event(m message, ref events.BalanceRef, e events.Event) error
 		default:
 			return projector.Errorf(projector.ErrTransition, "settle of reservation %s in balance %s in an impossible state", ev.ReservationID, ref)
 		}
-		if !t.row.Settled {
+		// A count part's settle gives the row its actual only when no
+		// other part did; a money part's always does.
+		if !t.row.Settled || !slices.Contains(t.counts, ref) {
 			t.row.Settled, t.row.Actual, t.row.Overrun = true, ev.Actual, ev.Overrun
 			t.row.Usage = ev.Usage
 		}

@@ -84,7 +84,9 @@ type Row struct {
 	Scopes   []events.Scope
 	Balances []events.BalanceRef
 	// Unit and Reserved are those of the admit: one amount reserved in
-	// every balance.
+	// every money balance (a count balance, requests, holds the admit's
+	// count; a row of a reservation with both is the money's). Actual and
+	// Overrun below are the money part's settle's likewise.
 	Unit     string
 	Reserved events.Money
 	// OpenedAt and ExpiresAt come from ReservationOpened. SettledAt is the

@@ -3,6 +3,7 @@ package service_test
 import (
 	"encoding/json"
 	"fmt"
+	"os/exec"
 	"sync"
 	"testing"
 	"time"
@@ -169,4 +170,38 @@ func TestService_MissFloodCoalesced(t *testing.T) {
 	// rounds (5 measured); n/2 leaves room for a slow machine.
 	require.Less(t, reads, int64(n/2), "misses were not coalesced")
 	require.Equal(t, int64(20), h.budget("org:acme", "month").Open)
+}
+
+// TestService_InflightSlotFreeBeforeAnswer: a replica's in-flight slot is
+// given back before the answer is sent, so a caller that sends its next
+// request on each answer is never refused ledger_busy by its own previous
+// request, even at a limit of 1. An earlier build freed the slot after
+// sending the answer: the next request could arrive first and be refused
+// (TestService_InflightLimit once saw all 64 admits of its burst refused,
+// the budget put before them still holding the slot).
+//
+// The window is a scheduling gap, so the test keeps both cores busy with
+// two other processes while it runs (as the CI machine is): without the
+// fix it failed in 3 runs of 3 so, with the fix in none.
+func TestService_InflightSlotFreeBeforeAnswer(t *testing.T) {
+	h := newHarness(t, harnessOpts{maxInFlight: 1})
+	h.putBudget("org:acme", "month", "1000000", "USD")
+	for range 2 {
+		spin := exec.Command("sh", "-c", "while :; do :; done")
+		require.NoError(t, spin.Start())
+		t.Cleanup(func() {
+			_ = spin.Process.Kill()
+			_ = spin.Wait()
+		})
+	}
+	busy := 0
+	for i := range 500 {
+		var reply events.AdmitReply
+		e := h.call(streams.EndpointAdmit, events.AdmitRequest{RequestID: fmt.Sprintf("seq-%d", i), Scopes: []string{"org:acme"}, Amount: "1", TTL: "1m"}, &reply)
+		if e != nil {
+			require.Equal(t, events.CodeLedgerBusy, e.Code, e.Message)
+			busy++
+		}
+	}
+	require.Zero(t, busy, "a lone sequential caller was refused ledger_busy")
 }

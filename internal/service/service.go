@@ -228,12 +228,25 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 				return
 			}
 			s.pool.run(func() {
-				defer s.freeSlot(tenant)
+				// The slot is given back before the answer is sent: a
+				// caller that sends its next request on the answer must
+				// not find its own previous request still in flight. The
+				// request counts as running (what Stop waits for) until
+				// its answer is sent.
+				freed := false
+				release := func() {
+					if !freed {
+						freed = true
+						s.releaseSlot(tenant)
+					}
+				}
+				defer s.answered()
+				defer release()
 				if single != "" {
-					s.serveBatch(nc, name, single, subject, reply, data, bh, arrived)
+					s.serveBatch(nc, name, single, subject, reply, data, bh, arrived, release)
 					return
 				}
-				s.serve(nc, name, subject, reply, data, h, arrived)
+				s.serve(nc, name, subject, reply, data, h, arrived, release)
 			})
 		}),
 			micro.WithEndpointSubject(subject),
@@ -354,10 +367,22 @@ func (s *Service) takeSlot(tenant string) bool {
 	return true
 }
 
-// freeSlot gives back a slot taken by takeSlot.
+// freeSlot gives back a slot taken by takeSlot, its request answered.
 func (s *Service) freeSlot(tenant string) {
+	s.releaseSlot(tenant)
+	s.answered()
+}
+
+// releaseSlot gives back the in-flight slot of a request taken by
+// takeSlot; answered then says its answer was sent.
+func (s *Service) releaseSlot(tenant string) {
 	s.tenants.leave(tenant)
 	<-s.inflight
+}
+
+// answered counts a request taken by takeSlot as answered: Stop waits
+// until none is running.
+func (s *Service) answered() {
 	s.mu.Lock()
 	if s.running--; s.running == 0 {
 		s.idle.Broadcast()
@@ -365,10 +390,11 @@ func (s *Service) freeSlot(tenant string) {
 	s.mu.Unlock()
 }
 
-func (s *Service) serve(nc *nats.Conn, endpoint, subject, reply string, data []byte, h handler, arrived time.Time) {
+func (s *Service) serve(nc *nats.Conn, endpoint, subject, reply string, data []byte, h handler, arrived time.Time, release func()) {
 	buf := replyBufs.Get().(*[]byte)
 	body, e := s.answer((*buf)[:0], endpoint, subject, data, h, arrived)
 	defer putReplyBuf(buf, body)
+	release()
 	if reply == "" {
 		return
 	}
@@ -627,7 +653,7 @@ func (s *Service) mixedBatch(items []json.RawMessage) batchPlan {
 // group commits, and the reply lists their answers in order. Only a
 // malformed envelope, or an item that is not JSON at all, fails the whole
 // message.
-func (s *Service) serveBatch(nc *nats.Conn, endpoint, single, subject, reply string, data []byte, h batchHandler, arrived time.Time) {
+func (s *Service) serveBatch(nc *nats.Conn, endpoint, single, subject, reply string, data []byte, h batchHandler, arrived time.Time, release func()) {
 	// Every item is decoded strictly before any is answered. An item that
 	// decodes is valid JSON; only when one does not is the batch checked
 	// as codec.DecodeBatch checks it, which refuses it whole if an item
@@ -647,7 +673,7 @@ func (s *Service) serveBatch(nc *nats.Conn, endpoint, single, subject, reply str
 		_, err = s.withTenant(s.ctx, subject)
 	}
 	if err != nil {
-		s.serve(nc, endpoint, subject, reply, data, func(context.Context, []byte) (any, error) { return nil, err }, arrived)
+		s.serve(nc, endpoint, subject, reply, data, func(context.Context, []byte) (any, error) { return nil, err }, arrived, release)
 		return
 	}
 	s.stats.observe(endpoint, "", "", 0)
@@ -719,6 +745,7 @@ func (s *Service) serveBatch(nc *nats.Conn, endpoint, single, subject, reply str
 	}
 	body = append(body, "]}"...)
 	defer putReplyBuf(buf, body)
+	release()
 	if reply == "" {
 		return
 	}

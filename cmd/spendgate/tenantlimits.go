@@ -42,15 +42,18 @@ func addTenantLimitFlags(fs *flag.FlagSet) tenantLimitFlags {
 	}
 }
 
+// off maps a flag's (or a --tenant-limits value's) 0, no limit, to the
+// config's negative.
+func off(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
+}
+
 // limits returns the flags as the replica's config: a flag's 0 (no
 // limit) is the config's negative.
 func (f tenantLimitFlags) limits() (service.TenantLimits, int64, error) {
-	off := func(n int) int {
-		if n == 0 {
-			return -1
-		}
-		return n
-	}
 	for _, v := range []struct {
 		name string
 		n    int
@@ -125,24 +128,20 @@ func readTenantLimits(path string) (map[string]service.TenantLimits, error) {
 				return nil, fmt.Errorf("%s: %s=%s: at most %d", where, key, value, service.MaxTenantRate)
 			}
 			seen[key] = true
-			off := n
-			if n == 0 {
-				off = -1
-			}
 			switch key {
 			case "max-open":
-				l.MaxOpen = off
+				l.MaxOpen = off(n)
 			case "max-default-budgets":
-				l.MaxDefaultBudgets = off
+				l.MaxDefaultBudgets = off(n)
 			case "rate":
-				l.Rate = off
+				l.Rate = off(n)
 			case "burst":
 				if n == 0 {
 					return nil, fmt.Errorf("%s: burst=0: leave burst out for a tenth of a second's worth of the rate", where)
 				}
 				l.Burst = n
 			case "denial-bytes":
-				l.DenialBytes = off
+				l.DenialBytes = off(n)
 			default:
 				return nil, fmt.Errorf("%s: unknown key %q (max-open, max-default-budgets, rate, burst, denial-bytes)", where, key)
 			}

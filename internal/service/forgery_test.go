@@ -125,16 +125,9 @@ func TestAudit_UnsignedPricingAndDefaultsAreListed(t *testing.T) {
 	r := s.replica(t, false)
 	_, err := r.Ledger.DefinePrice(ctx, ledger.Price{Model: "gpt-x", Unit: "USD", Input: events.MustMoney("1"), Output: events.MustMoney("2")}, time.Now())
 	require.NoError(t, err)
-	lm, err := lastOf(ctx, s.env, streams.PricingKey("gpt-x"))
-	require.NoError(t, err)
-	var prev events.PricingRevision
-	require.NoError(t, json.Unmarshal(lm.Data, &prev))
-	prev.Chain = events.Chain{Prev: lm.Sequence, PrevHash: events.HashPayload(lm.Data)}
-	prev.Input = events.MustMoney("0")
-	forged, err := json.Marshal(prev)
-	require.NoError(t, err)
-	pack, err := s.env.JS.Publish(ctx, s.env.Layout.Subject(streams.PricingKey("gpt-x")), forged)
-	require.NoError(t, err)
+	_, pack := unsignedNext(t, s.env, streams.PricingKey("gpt-x"), func(v *events.PricingRevision, next events.Chain) {
+		v.Chain, v.Input = next, events.MustMoney("0")
+	})
 	dflt := events.DefaultRevision{Schema: events.SchemaDefault, Kind: "user", Period: events.PeriodMonth, Limit: events.MustMoney("1000000"), Unit: "USD",
 		Events: events.Events{events.DefaultDefined{Kind: "user", Period: events.PeriodMonth, Limit: events.MustMoney("1000000"), Unit: "USD", At: time.Now().UTC()}}}
 	ddata, err := json.Marshal(dflt)
@@ -147,16 +140,9 @@ func TestAudit_UnsignedPricingAndDefaultsAreListed(t *testing.T) {
 		return ledger.APIKey{Hash: strings.Repeat("a", 64), Scopes: []string{"team:x"}, Disabled: true}, nil
 	}, time.Now())
 	require.NoError(t, err)
-	km, err := lastOf(ctx, s.env, streams.APIKeyKey("k1"))
-	require.NoError(t, err)
-	var krev events.APIKeyRevision
-	require.NoError(t, json.Unmarshal(km.Data, &krev))
-	krev.Chain = events.Chain{Prev: km.Sequence, PrevHash: events.HashPayload(km.Data)}
-	krev.Disabled, krev.Hash = false, strings.Repeat("b", 64)
-	kdata, err := json.Marshal(krev)
-	require.NoError(t, err)
-	kack, err := s.env.JS.Publish(ctx, s.env.Layout.Subject(streams.APIKeyKey("k1")), kdata)
-	require.NoError(t, err)
+	km, kack := unsignedNext(t, s.env, streams.APIKeyKey("k1"), func(v *events.APIKeyRevision, next events.Chain) {
+		v.Chain, v.Disabled, v.Hash = next, false, strings.Repeat("b", 64)
+	})
 	// The key's signed revision, published again as it is: a replay.
 	replay := nats.NewMsg(s.env.Layout.Subject(streams.APIKeyKey("k1")))
 	replay.Data = km.Data
@@ -183,6 +169,24 @@ func TestAudit_UnsignedPricingAndDefaultsAreListed(t *testing.T) {
 	}
 	require.Equal(t, map[uint64]signing.Reason{pack.Sequence: signing.ReasonUnsigned, dack.Sequence: signing.ReasonUnsigned,
 		kack.Sequence: signing.ReasonUnsigned, rack.Sequence: signing.ReasonReplay}, got, audit.String())
+}
+
+// unsignedNext publishes, unsigned, a revision chained to key's last one,
+// as a login that may write the stream could: the last one decoded into T
+// and changed by change, which also sets the chain it is given. It
+// returns the last message and the forgery's acknowledgement.
+func unsignedNext[T any](t *testing.T, env *testenv.Env, key string, change func(v *T, next events.Chain)) (*jetstream.RawStreamMsg, *jetstream.PubAck) {
+	t.Helper()
+	last, err := lastOf(ctxT(t), env, key)
+	require.NoError(t, err)
+	var v T
+	require.NoError(t, json.Unmarshal(last.Data, &v))
+	change(&v, events.Chain{Prev: last.Sequence, PrevHash: events.HashPayload(last.Data)})
+	data, err := json.Marshal(v)
+	require.NoError(t, err)
+	ack, err := env.JS.Publish(ctxT(t), env.Layout.Subject(key), data)
+	require.NoError(t, err)
+	return last, ack
 }
 
 // lastOf reads key's last message.

@@ -38,6 +38,10 @@ type TenantLimits struct {
 	// create one past it is refused events.CodeTenantLimit, and creates
 	// nothing.
 	MaxDefaultBudgets int
+	// Source names, for a tenant's own limits (WithTenantOwnLimits),
+	// where they were set, as a refusal quotes it ("": serve
+	// --tenant-limits).
+	Source string
 }
 
 func (t TenantLimits) withDefaults() TenantLimits {
@@ -85,12 +89,17 @@ type limit struct {
 	max int
 	key string
 	own bool
+	src string // where its own was set ("": --tenant-limits)
 }
 
 // source names the setting l comes from, for a refusal.
 func (l limit) source() string {
 	if l.own {
-		return fmt.Sprintf("its own, --tenant-limits %s=%d", l.key, max(l.max, 0))
+		src := l.src
+		if src == "" {
+			src = "--tenant-limits"
+		}
+		return fmt.Sprintf("its own, %s %s=%d", src, l.key, max(l.max, 0))
 	}
 	return fmt.Sprintf("serve --tenant-%s %d", l.key, l.max)
 }
@@ -108,10 +117,10 @@ func (a *Admitter) limitsOf(tenant string) (open, defaults limit) {
 		return open, defaults
 	}
 	if own.MaxOpen != 0 {
-		open.max, open.own = own.MaxOpen, true
+		open.max, open.own, open.src = own.MaxOpen, true, own.Source
 	}
 	if own.MaxDefaultBudgets != 0 {
-		defaults.max, defaults.own = own.MaxDefaultBudgets, true
+		defaults.max, defaults.own, defaults.src = own.MaxDefaultBudgets, true, own.Source
 	}
 	return open, defaults
 }

@@ -330,6 +330,48 @@ func (c *Client) ListPrices(ctx context.Context) (events.PricingListReply, error
 	return v, nil
 }
 
+// PutTenantLimits sets a tenant's own limits in the ledger (the whole set:
+// a field left nil is the replica's common limit, 0 no limit) and returns
+// them with their version and what the put changed. Only the deployment's
+// administration may: a client acting for a tenant gets no responder.
+//
+// Errors, in precedence order: an *events.Error matching ErrInvalid
+// (invalid_identifier for the tenant, invalid_request for a value); then
+// an *UnavailableError matching ErrUnavailable; then ctx's error, wrapped.
+func (c *Client) PutTenantLimits(ctx context.Context, req events.TenantLimitsPutRequest) (events.TenantLimitsPutReply, error) {
+	var v events.TenantLimitsPutReply
+	if err := c.request(ctx, streams.EndpointTenantLimitsPut, req, &v); err != nil {
+		return events.TenantLimitsPutReply{}, err
+	}
+	return v, nil
+}
+
+// GetTenantLimits reads a tenant's own limits kept in the ledger (none set
+// and version 0 if it has none).
+//
+// Errors, in precedence order: an *events.Error matching ErrInvalid; then
+// an *UnavailableError matching ErrUnavailable; then ctx's error, wrapped.
+func (c *Client) GetTenantLimits(ctx context.Context, tenant string) (events.TenantLimitsView, error) {
+	var v events.TenantLimitsView
+	if err := c.request(ctx, streams.EndpointTenantLimitsGet, events.TenantLimitsGetRequest{Tenant: tenant}, &v); err != nil {
+		return events.TenantLimitsView{}, err
+	}
+	return v, nil
+}
+
+// ListTenantLimits lists every tenant with limits kept in the ledger,
+// sorted by tenant.
+//
+// Errors, in precedence order: an *UnavailableError matching
+// ErrUnavailable; then ctx's error, wrapped.
+func (c *Client) ListTenantLimits(ctx context.Context) (events.TenantLimitsListReply, error) {
+	var v events.TenantLimitsListReply
+	if err := c.request(ctx, streams.EndpointTenantLimitsList, events.TenantLimitsListRequest{}, &v); err != nil {
+		return events.TenantLimitsListReply{}, err
+	}
+	return v, nil
+}
+
 // GetBudget reads a budget and its balance in the current period.
 // req.Period is required; GetScopeBudgets reads every budget of a scope.
 //

@@ -341,6 +341,12 @@ var eventTypes = map[Type]eventType{
 	}) *APIKeyDefined {
 		return &v.APIKeyDefined
 	}),
+	TypeTenantLimitsDefined: typed(func(v *struct {
+		typeKey
+		TenantLimitsDefined
+	}) *TenantLimitsDefined {
+		return &v.TenantLimitsDefined
+	}),
 }
 
 // typeKey is the "type" key an encoded event holds beside its fields.

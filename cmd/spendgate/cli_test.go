@@ -84,7 +84,7 @@ var allCommands = [][]string{
 	{"snapshot"}, {"report"}, {"backtest"}, {"key"},
 	{"bench"}, {"demo"}, {"demo", "overrun"}, {"roles"}, {"feed"}, {"feed", "consumer"}, {"alerts"}, {"alerts", "webhook"}, {"version"},
 	{"keys"}, {"keys", "create"}, {"keys", "list"}, {"keys", "get"}, {"keys", "disable"}, {"keys", "enable"}, {"keys", "rotate"},
-	{"gateway"},
+	{"gateway"}, {"tenant-limits"}, {"tenant-limits", "put"}, {"tenant-limits", "get"}, {"tenant-limits", "list"},
 }
 
 // singleDashFlag matches a long flag printed the flag package's way,
@@ -291,7 +291,7 @@ func TestCLI_HelpListsEverything(t *testing.T) {
 	}
 	// "which audit? (check, balances, export, keys, archive or trim)"
 	which := regexp.MustCompile(`\(([a-z, ]+)\)`)
-	for _, parent := range []string{"budget", "pricing", "audit", "keys", "feed", "demo"} {
+	for _, parent := range []string{"budget", "pricing", "audit", "keys", "feed", "demo", "tenant-limits"} {
 		r := runUsage(t, nil, parent)
 		require.Equal(t, exitUsage, r.code)
 		first, _, _ := strings.Cut(r.stderr, "\n")
@@ -399,6 +399,9 @@ func TestCLI_UsageErrors(t *testing.T) {
 		{[]string{"audit", "archive"}, "--dir is required"},
 		{[]string{"key"}, "--file is required"},
 		{[]string{"report"}, "--by is required"},
+		{[]string{"tenant-limits", "put", "--max-open", "5"}, "--tenant is required"},
+		{[]string{"tenant-limits", "put", "--tenant", "acme", "--rate", "fast"}, "want a whole number"},
+		{[]string{"tenant-limits", "get"}, "--tenant is required"},
 	} {
 		r := runUsage(t, []string{"SPENDGATE_NATS_URL=nats://127.0.0.1:1"}, tc.args...)
 		require.Equal(t, exitUsage, r.code, "%v: %s", tc.args, r.stderr)

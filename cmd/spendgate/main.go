@@ -50,6 +50,9 @@ Usage:
   spendgate roles [--account NAME] [--tenant NAME ...] [--tls-cert FILE --tls-key FILE [--tls-ca FILE]] [--nsc]
                                          a nats-server permission layout: replica, service, admin, finance, feed, gateway, tenants, TLS
   spendgate alerts webhook --url URL [--durable NAME] [--listen ADDR]   deliver budget alerts to a webhook (Slack-compatible), with retries
+  spendgate tenant-limits put --tenant NAME [--max-open N] [--max-default-budgets N] [--rate N] [--burst N] [--denial-bytes N]
+  spendgate tenant-limits get --tenant NAME | list
+                                         a tenant's own limits, kept in the ledger (every replica holds it to them)
   spendgate feed consumer --tenant NAME [--replace]  create (as the admin) a tenant's feed consumer t-NAME, which the tenant may only read
   spendgate key --file FILE              the public key of a signing key (created if FILE does not exist)
   spendgate keys create --scope KIND:ID [--scope ...] [--budget DECIMAL] | list | disable|enable|rotate --id ID
@@ -76,26 +79,27 @@ Exit status:
 
 // commands maps each command to its function.
 var commands = map[string]func([]string) int{
-	"serve":    serve,
-	"budget":   budget,
-	"pricing":  pricing,
-	"admit":    admitCmd,
-	"settle":   settleCmd,
-	"release":  releaseCmd,
-	"void":     voidCmd,
-	"audit":    audit,
-	"report":   reportCmd,
-	"backtest": backtestCmd,
-	"bench":    benchCmd,
-	"demo":     demoCmd,
-	"roles":    rolesCmd,
-	"feed":     feedCmd,
-	"alerts":   alertsCmd,
-	"key":      keyCmd,
-	"keys":     keysCmd,
-	"gateway":  gatewayCmd,
-	"snapshot": snapshotCmd,
-	"version":  versionCmd,
+	"serve":         serve,
+	"budget":        budget,
+	"pricing":       pricing,
+	"admit":         admitCmd,
+	"settle":        settleCmd,
+	"release":       releaseCmd,
+	"void":          voidCmd,
+	"audit":         audit,
+	"report":        reportCmd,
+	"backtest":      backtestCmd,
+	"bench":         benchCmd,
+	"demo":          demoCmd,
+	"roles":         rolesCmd,
+	"feed":          feedCmd,
+	"alerts":        alertsCmd,
+	"key":           keyCmd,
+	"keys":          keysCmd,
+	"gateway":       gatewayCmd,
+	"snapshot":      snapshotCmd,
+	"tenant-limits": tenantLimitsCmd,
+	"version":       versionCmd,
 }
 
 func main() {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/admit"
+	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/service"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
@@ -159,5 +161,62 @@ func TestServe_TenantOwnLimitsReloadOnSIGHUP(t *testing.T) {
 		return strings.Contains(p.out.String(), "SIGHUP: tenant limits not reloaded")
 	})
 	require.Contains(t, admitAs("acme", "a5"), "its own, --tenant-limits max-open=2")
+	p.stop(t)
+}
+
+// TestServe_TenantLimitsInLedger: the operator's `tenant-limits put`
+// holds a tenant to its own limit at once, `get` and `list` show it, and
+// after a restart (from the snapshot the graceful stop wrote) the replica
+// still holds the tenant to it. How it can fail: limits kept only in the
+// replica's memory are lost on the restart (a3 would be admitted), and a
+// put the replica did not fold would leave acme at the common limit.
+func TestServe_TenantLimitsInLedger(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	listen := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	env := []string{"SPENDGATE_NATS_URL=nats://" + listen}
+	serve := func() *proc {
+		return startProc(t, true, "serve", "--data-dir", filepath.Join(dir, "data"), "--listen", listen, "--sweep-interval", "1m")
+	}
+	p := serve()
+	admitAs := func(tenant, id string) string {
+		t.Helper()
+		nc, err := nats.Connect("nats://" + listen)
+		require.NoError(t, err)
+		defer nc.Close()
+		msg, err := nc.Request("spendgate.t."+tenant+".admit", []byte(`{"request_id":"`+id+`","scopes":["org:a"],"amount":"1"}`), 5*time.Second)
+		require.NoError(t, err)
+		return string(msg.Data)
+	}
+	r := runCLI(t, env, "budget", "put", "--tenant", "acme", "--scope", "org:a", "--period", "month", "--limit", "100", "--unit", "USD")
+	require.Equal(t, 0, r.code, r.stderr)
+	r = runCLI(t, env, "tenant-limits", "put", "--tenant", "acme", "--max-open", "1", "--rate", "0")
+	require.Equal(t, 0, r.code, r.stderr)
+	var put events.TenantLimitsPutReply
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &put), r.stdout)
+	require.True(t, put.Created)
+	require.Equal(t, int64(1), *put.MaxOpen)
+	require.Equal(t, int64(0), *put.Rate, "0, no limit, is kept apart from left out")
+	require.Nil(t, put.Burst)
+
+	require.Contains(t, admitAs("acme", "a1"), `"admitted":true`)
+	refused := admitAs("acme", "a2")
+	require.Contains(t, refused, `"code":"tenant_limit"`)
+	require.Contains(t, refused, "its own, tenant-limits put max-open=1")
+
+	r = runCLI(t, env, "tenant-limits", "list")
+	require.Equal(t, 0, r.code, r.stderr)
+	var list events.TenantLimitsListReply
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &list), r.stdout)
+	require.Equal(t, []events.TenantLimitsView{put.TenantLimitsView}, list.Tenants)
+
+	p.stop(t)
+	p = serve()
+	r = runCLI(t, env, "tenant-limits", "get", "--tenant", "acme")
+	require.Equal(t, 0, r.code, r.stderr)
+	var got events.TenantLimitsView
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &got), r.stdout)
+	require.Equal(t, put.TenantLimitsView, got)
+	require.Contains(t, admitAs("acme", "a3"), "its own, tenant-limits put max-open=1", "the limit survives the restart")
 	p.stop(t)
 }

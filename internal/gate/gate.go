@@ -26,6 +26,7 @@ const (
 	KindDefault
 	KindTrust
 	KindAPIKey
+	KindTenantLimits
 )
 
 // String names the kind as its key family does.
@@ -43,6 +44,8 @@ func (k Kind) String() string {
 		return "trust"
 	case KindAPIKey:
 		return "apikey"
+	case KindTenantLimits:
+		return "tenantlimits"
 	}
 	return "unknown"
 }
@@ -66,6 +69,8 @@ func kindOf(layout streams.Layout, key string) (Kind, signing.Reason) {
 		return KindTrust, ""
 	case streams.IsAPIKeyKey(key):
 		return KindAPIKey, ""
+	case streams.IsTenantLimitsKey(key):
+		return KindTenantLimits, ""
 	case streams.IsBalanceKey(key):
 		return 0, signing.ReasonOldLayout
 	}
@@ -84,7 +89,8 @@ type Message struct {
 }
 
 // Revision is a message that passed the gate, decoded: exactly one of
-// Lane, Budget, Pricing, Default and Trust is set, as Kind says. Readers
+// Lane, Budget, Pricing, Default, Trust, APIKey and TenantLimits is set,
+// as Kind says. Readers
 // must not change it: one Revision is handed to every reader of a fold.
 type Revision struct {
 	Seq  uint64
@@ -107,6 +113,8 @@ type Revision struct {
 	Default *events.DefaultRevision
 	Trust   *events.TrustRevision
 	APIKey  *events.APIKeyRevision
+	// TenantLimits is a tenant's own limits (KindTenantLimits).
+	TenantLimits *events.TenantLimitsRevision
 	// Zone is the budget's loaded time zone (nil for UTC), KindBudget
 	// only.
 	Zone *time.Location
@@ -128,6 +136,8 @@ func (r *Revision) Chain() (events.Chain, bool) {
 		return r.Trust.Chain, true
 	case KindAPIKey:
 		return r.APIKey.Chain, true
+	case KindTenantLimits:
+		return r.TenantLimits.Chain, true
 	}
 	return events.Chain{}, false
 }
@@ -515,6 +525,15 @@ func (g *Gate) decode(rev *Revision, data []byte) (signing.Reason, error) {
 			return signing.ReasonInvalid, fmt.Errorf("API key %q under key %s", r.ID, rev.Key)
 		}
 		rev.APIKey = &r
+	case KindTenantLimits:
+		r, err := events.DecodeTenantLimitsRevision(data)
+		if err != nil {
+			return signing.ReasonMalformed, err
+		}
+		if got := streams.TenantLimitsKey(r.Tenant); got != rev.Key {
+			return signing.ReasonInvalid, fmt.Errorf("limits of tenant %q under key %s", r.Tenant, rev.Key)
+		}
+		rev.TenantLimits = &r
 	case KindTrust:
 		r, err := events.DecodeTrustRevision(data)
 		if err != nil {

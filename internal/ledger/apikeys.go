@@ -2,14 +2,11 @@ package ledger
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"slices"
 	"sort"
 	"time"
 
 	"github.com/spendgate/spendgate/events"
-	"github.com/spendgate/spendgate/internal/gate"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -73,38 +70,6 @@ func (b *book) setAPIKey(key string, seq uint64, rev *events.APIKeyRevision) {
 		k.RotatedAt = *rev.RotatedAt
 	}
 	b.apikeys[key] = &apiKey{def: k, src: *rev}
-}
-
-// snapshotAPIKeys returns the API keys as a snapshot lists them: each as
-// the revision it was folded from, sorted by key.
-func (b *book) snapshotAPIKeys() ([]snapBudget, error) {
-	var out []snapBudget
-	for key, k := range b.apikeys {
-		raw, err := json.Marshal(&k.src)
-		if err != nil {
-			return nil, fmt.Errorf("ledger: snapshot of API key %s: %w", key, err)
-		}
-		_, hash := b.valid(key)
-		out = append(out, snapBudget{snapKey{key, k.def.Version, hash}, raw})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
-	return out, nil
-}
-
-// loadAPIKeys sets the API keys of a snapshot at seq into b.
-func (b *book) loadAPIKeys(keys []snapBudget, seq uint64) error {
-	for _, sk := range keys {
-		rev, err := events.DecodeAPIKeyRevision(sk.Revision)
-		if err != nil {
-			return fmt.Errorf("API key %s: %v", sk.Key, err)
-		}
-		if streams.APIKeyKey(rev.ID) != sk.Key || sk.Rev == 0 || sk.Rev > seq {
-			return fmt.Errorf("API key %s: revision of %s at %d", sk.Key, streams.APIKeyKey(rev.ID), sk.Rev)
-		}
-		b.setAPIKey(sk.Key, sk.Rev, &rev)
-		b.heads.Set(sk.Key, gate.Head{Valid: sk.Rev, Hash: sk.Hash, Chained: true})
-	}
-	return nil
 }
 
 // APIKey returns key id as this replica has folded it.

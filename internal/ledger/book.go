@@ -24,6 +24,8 @@ type book struct {
 	prices   map[string]*pricing // by pricing key
 	defaults map[string]*dflt    // by default key
 	apikeys  map[string]*apiKey  // by API key's key
+	// tenantLimits are the tenants' own limits, by tenant limits key.
+	tenantLimits map[string]*tenantLimits
 	// byKind indexes defaults by scope kind, in period order.
 	byKind   map[string][]Default
 	byScope  map[events.Scope][]Budget
@@ -133,6 +135,8 @@ func (b *book) apply(rev *gate.Revision) {
 		b.trust = rev
 	case gate.KindAPIKey:
 		b.setAPIKey(rev.Key, rev.Seq, rev.APIKey)
+	case gate.KindTenantLimits:
+		b.setTenantLimits(rev.Key, rev.Seq, rev.TenantLimits)
 	}
 }
 

@@ -32,6 +32,9 @@ func (l *Ledger) fold(m *gate.Message, follower bool) (passed *gate.Revision, re
 	if ok {
 		passed = rev
 		l.bk.apply(rev)
+		if rev.Kind == gate.KindTenantLimits {
+			l.publishTenantLimits()
+		}
 	}
 	if !follower && (recorded || ok) {
 		l.ahead.put(m.Seq, passed, l.isOwn(m))

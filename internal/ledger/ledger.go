@@ -32,6 +32,9 @@ type Ledger struct {
 	// mu guards bk.
 	mu sync.RWMutex
 	bk *book
+	// tenantLimits is the book's tenant limits, published by the fold
+	// for lock-free reads (TenantLimitsOf).
+	tenantLimits atomic.Pointer[map[string]TenantLimits]
 
 	follower
 	committer

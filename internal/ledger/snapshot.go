@@ -184,6 +184,9 @@ type snapshotState struct {
 	// APIKeys travel as the API key revision they were folded from
 	// (absent in a snapshot written before API keys existed).
 	APIKeys []snapBudget `json:"api_keys,omitempty"`
+	// TenantLimits travel as the tenant limits revision they were folded
+	// from (absent in a snapshot written before the ledger kept them).
+	TenantLimits []snapBudget `json:"tenant_limits,omitempty"`
 	// Learned are the learned reservations' windows (package learn), by
 	// scope then model, each oldest cost first (absent in a snapshot
 	// written before learned reservations existed, whose ledger admitted
@@ -316,24 +319,13 @@ func (b *book) snapshotAs(seq uint64, version int) (*snapshotState, error) {
 		}
 	}
 	sort.Slice(st.Budgets, func(i, j int) bool { return st.Budgets[i].Key < st.Budgets[j].Key })
-	for key, p := range b.prices {
-		raw, err := json.Marshal(&p.src)
-		if err != nil {
-			return nil, fmt.Errorf("ledger: snapshot of pricing %s: %w", key, err)
-		}
-		_, hash := b.valid(key)
-		st.Prices = append(st.Prices, snapBudget{snapKey{key, p.def.Version, hash}, raw})
+	var err error
+	if st.Prices, err = snapDefs(b, "pricing", b.prices, func(p *pricing) (uint64, any) { return p.def.Version, &p.src }); err != nil {
+		return nil, err
 	}
-	sort.Slice(st.Prices, func(i, j int) bool { return st.Prices[i].Key < st.Prices[j].Key })
-	for key, d := range b.defaults {
-		raw, err := json.Marshal(&d.src)
-		if err != nil {
-			return nil, fmt.Errorf("ledger: snapshot of default %s: %w", key, err)
-		}
-		_, hash := b.valid(key)
-		st.Defaults = append(st.Defaults, snapBudget{snapKey{key, d.def.Def.Revision, hash}, raw})
+	if st.Defaults, err = snapDefs(b, "default", b.defaults, func(d *dflt) (uint64, any) { return d.def.Def.Revision, &d.src }); err != nil {
+		return nil, err
 	}
-	sort.Slice(st.Defaults, func(i, j int) bool { return st.Defaults[i].Key < st.Defaults[j].Key })
 	if t := b.trust; t != nil {
 		raw, err := json.Marshal(t.Trust)
 		if err != nil {
@@ -341,11 +333,12 @@ func (b *book) snapshotAs(seq uint64, version int) (*snapshotState, error) {
 		}
 		st.Trust = &snapBudget{snapKey{t.Key, t.Seq, t.Hash}, raw}
 	}
-	apikeys, err := b.snapshotAPIKeys()
-	if err != nil {
+	if st.APIKeys, err = snapDefs(b, "API key", b.apikeys, func(k *apiKey) (uint64, any) { return k.def.Version, &k.src }); err != nil {
 		return nil, err
 	}
-	st.APIKeys = apikeys
+	if st.TenantLimits, err = snapDefs(b, "tenant limits", b.tenantLimits, func(t *tenantLimits) (uint64, any) { return t.def.Version, &t.src }); err != nil {
+		return nil, err
+	}
 	b.heads.Each(func(key string, hd gate.Head) {
 		if streams.IsLaneKey(key) && hd.Valid > 0 {
 			st.LaneRevs = append(st.LaneRevs, snapKey{key, hd.Valid, hd.Hash})
@@ -482,30 +475,20 @@ func bookFromSnapshot(layout streams.Layout, retention, expiredKeep time.Duratio
 		b.setBudgetArm(sb.Key, sb.Rev, &rev, loc, &arm)
 		b.heads.Set(sb.Key, gate.Head{Valid: sb.Rev, Hash: sb.Hash, Chained: rev.Chained()})
 	}
-	for _, sp := range st.Prices {
-		rev, err := events.DecodePricingRevision(sp.Revision)
-		if err != nil {
-			return nil, bad("pricing %s: %v", sp.Key, err)
-		}
-		if streams.PricingKey(rev.Model) != sp.Key || sp.Rev == 0 || sp.Rev > st.Seq {
-			return nil, bad("pricing %s: revision of %s at %d", sp.Key, streams.PricingKey(rev.Model), sp.Rev)
-		}
-		b.setPricing(sp.Key, sp.Rev, &rev)
-		b.heads.Set(sp.Key, gate.Head{Valid: sp.Rev, Hash: sp.Hash, Chained: true})
+	if err := loadDefs(b, "pricing", st.Prices, st.Seq, events.DecodePricingRevision,
+		func(r *events.PricingRevision) string { return streams.PricingKey(r.Model) }, b.setPricing); err != nil {
+		return nil, bad("%v", err)
 	}
-	for _, sd := range st.Defaults {
-		rev, err := events.DecodeDefaultRevision(sd.Revision)
-		if err != nil {
-			return nil, bad("default %s: %v", sd.Key, err)
+	decodeDefault := func(data []byte) (events.DefaultRevision, error) {
+		r, err := events.DecodeDefaultRevision(data)
+		if err == nil {
+			_, err = events.LoadZone(r.TZ)
 		}
-		if streams.DefaultKey(rev.Kind, rev.Period) != sd.Key || sd.Rev == 0 || sd.Rev > st.Seq {
-			return nil, bad("default %s: revision of %s at %d", sd.Key, streams.DefaultKey(rev.Kind, rev.Period), sd.Rev)
-		}
-		if _, err := events.LoadZone(rev.TZ); err != nil {
-			return nil, bad("default %s: %v", sd.Key, err)
-		}
-		b.setDefault(sd.Key, sd.Rev, &rev)
-		b.heads.Set(sd.Key, gate.Head{Valid: sd.Rev, Hash: sd.Hash, Chained: true})
+		return r, err
+	}
+	if err := loadDefs(b, "default", st.Defaults, st.Seq, decodeDefault,
+		func(r *events.DefaultRevision) string { return streams.DefaultKey(r.Kind, r.Period) }, b.setDefault); err != nil {
+		return nil, bad("%v", err)
 	}
 	if t := st.Trust; t != nil {
 		rev, err := events.DecodeTrustRevision(t.Revision)
@@ -518,7 +501,12 @@ func bookFromSnapshot(layout streams.Layout, retention, expiredKeep time.Duratio
 		b.trust = &gate.Revision{Seq: t.Rev, Key: t.Key, Kind: gate.KindTrust, Hash: t.Hash, Signer: rev.By, Trust: &rev}
 		b.heads.Set(t.Key, gate.Head{Valid: t.Rev, Hash: t.Hash, Chained: true})
 	}
-	if err := b.loadAPIKeys(st.APIKeys, st.Seq); err != nil {
+	if err := loadDefs(b, "API key", st.APIKeys, st.Seq, events.DecodeAPIKeyRevision,
+		func(r *events.APIKeyRevision) string { return streams.APIKeyKey(r.ID) }, b.setAPIKey); err != nil {
+		return nil, bad("%v", err)
+	}
+	if err := loadDefs(b, "tenant limits", st.TenantLimits, st.Seq, events.DecodeTenantLimitsRevision,
+		func(r *events.TenantLimitsRevision) string { return streams.TenantLimitsKey(r.Tenant) }, b.setTenantLimits); err != nil {
 		return nil, bad("%v", err)
 	}
 	for _, k := range st.LaneRevs {
@@ -529,7 +517,7 @@ func bookFromSnapshot(layout streams.Layout, retention, expiredKeep time.Duratio
 	}
 	for _, k := range st.Skipped {
 		valid, _ := b.valid(k.Key)
-		if !(streams.IsLaneKey(k.Key) || streams.IsBudgetKey(k.Key) || streams.IsPricingKey(k.Key) || streams.IsDefaultKey(k.Key) || streams.IsTrustKey(k.Key) || streams.IsAPIKeyKey(k.Key)) ||
+		if !(streams.IsLaneKey(k.Key) || streams.IsBudgetKey(k.Key) || streams.IsPricingKey(k.Key) || streams.IsDefaultKey(k.Key) || streams.IsTrustKey(k.Key) || streams.IsAPIKeyKey(k.Key) || streams.IsTenantLimitsKey(k.Key)) ||
 			k.Rev <= valid || k.Rev > st.Seq {
 			return nil, bad("skipped revision %d of %s", k.Rev, k.Key)
 		}

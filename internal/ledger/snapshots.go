@@ -257,6 +257,7 @@ func (l *Ledger) loadSnapshot(ctx context.Context, last uint64) uint64 {
 		}
 		l.mu.Lock()
 		l.bk = b
+		l.publishTenantLimits()
 		l.mu.Unlock()
 		l.advance(s.Seq)
 		l.snapLoaded.Store(s.Seq)
@@ -391,6 +392,7 @@ func (l *Ledger) resetSections() {
 func (l *Ledger) resetBook() {
 	l.mu.Lock()
 	l.bk = newBook(l.layout, l.opts.retention, l.opts.expiredKeep)
+	l.publishTenantLimits()
 	l.gate.ResetTrust()
 	l.mu.Unlock()
 	l.ahead.dropUntil(^uint64(0))

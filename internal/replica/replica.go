@@ -206,6 +206,16 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	if err := l.AddReader(alerts); err != nil {
 		return nil, err
 	}
+	// A tenant's limits kept in the ledger replace its --tenant-limits
+	// line; the caller's table is not changed (several replicas may share
+	// it).
+	cfg.TenantOwn = service.OverLedger(cfg.TenantOwn, func(tenant string) (service.TenantLimits, bool) {
+		t, ok := l.TenantLimitsOf(tenant)
+		if !ok {
+			return service.TenantLimits{}, false
+		}
+		return service.LedgerLimits(t.TenantLimitValues), true
+	})
 	a, st, sw, err := engine(l, cfg, admit.WithBlocking(alerts.Blocked))
 	if err != nil {
 		return nil, err
@@ -324,7 +334,7 @@ func engine(l *ledger.Ledger, cfg Config, extra ...admit.Option) (*admit.Admitte
 	if own := cfg.TenantOwn; own != nil {
 		aopts = append(aopts, admit.WithTenantOwnLimits(func(tenant string) (admit.TenantLimits, bool) {
 			l, ok := own.Get(tenant)
-			return admit.TenantLimits{MaxOpen: l.MaxOpen, MaxDefaultBudgets: l.MaxDefaultBudgets}, ok
+			return admit.TenantLimits{MaxOpen: l.MaxOpen, MaxDefaultBudgets: l.MaxDefaultBudgets, Source: l.Source}, ok
 		}))
 	}
 	aopts = append(aopts, extra...)

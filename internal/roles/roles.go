@@ -355,7 +355,8 @@ func All(l streams.Layout, tenants ...string) []Role {
 		streams.EndpointAdmitBatch, streams.EndpointSettleBatch, streams.EndpointReleaseBatch, streams.EndpointBatch,
 		streams.EndpointBudgetPut, streams.EndpointBudgetGet, streams.EndpointBudgetList,
 		streams.EndpointPricingPut, streams.EndpointPricingGet, streams.EndpointPricingList, streams.EndpointReport}
-	all = append(all, streams.APIKeyEndpoints...) // spendgate keys, and a gateway run as admin
+	all = append(all, streams.APIKeyEndpoints...)       // spendgate keys, and a gateway run as admin
+	all = append(all, streams.TenantLimitsEndpoints...) // spendgate tenant-limits
 	// Finance reads every tenant's book anyway; a tenant's report subject
 	// is how it asks a replica for one tenant's report.
 	financePub := append(ep(streams.EndpointBudgetGet, streams.EndpointBudgetList, streams.EndpointPricingGet, streams.EndpointPricingList, streams.EndpointReport), tenantEp(streams.EndpointReport)...)

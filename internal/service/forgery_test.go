@@ -151,7 +151,19 @@ func TestAudit_UnsignedPricingAndDefaultsAreListed(t *testing.T) {
 	}
 	rack, err := s.env.JS.PublishMsg(ctx, replay)
 	require.NoError(t, err)
+	// A tenant's limits raised by an unsigned revision chained to the
+	// real one.
+	one := int64(1)
+	_, err = r.Ledger.DefineTenantLimits(ctx, "acme", events.TenantLimitValues{MaxOpen: &one}, time.Now())
+	require.NoError(t, err)
+	_, tack := unsignedNext(t, s.env, streams.TenantLimitsKey("acme"), func(v *events.TenantLimitsRevision, next events.Chain) {
+		lots := int64(1000000)
+		v.Chain, v.MaxOpen = next, &lots
+	})
 	require.NoError(t, r.Ledger.Sync(ctx))
+	tl, ok := r.Ledger.TenantLimitsOf("acme")
+	require.True(t, ok)
+	require.Equal(t, int64(1), *tl.MaxOpen, "the forged limits are not folded")
 	k, ok := r.Ledger.APIKey("k1")
 	require.True(t, ok)
 	require.True(t, k.Disabled, "the forged key revision is not folded")
@@ -168,7 +180,7 @@ func TestAudit_UnsignedPricingAndDefaultsAreListed(t *testing.T) {
 		got[sk.Seq] = sk.Reason
 	}
 	require.Equal(t, map[uint64]signing.Reason{pack.Sequence: signing.ReasonUnsigned, dack.Sequence: signing.ReasonUnsigned,
-		kack.Sequence: signing.ReasonUnsigned, rack.Sequence: signing.ReasonReplay}, got, audit.String())
+		kack.Sequence: signing.ReasonUnsigned, rack.Sequence: signing.ReasonReplay, tack.Sequence: signing.ReasonUnsigned}, got, audit.String())
 }
 
 // unsignedNext publishes, unsigned, a revision chained to key's last one,

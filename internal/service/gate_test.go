@@ -23,7 +23,7 @@ import (
 // version of spendgate writes.
 var garbageKeys = []string{
 	"balance.x", "lane.0", "lane.1", "lane.7", "budget.org.acme.month", "pricing.gpt-4o",
-	"default.user.month", streams.TrustKey, "unknown", "foo.bar.baz",
+	"default.user.month", streams.TrustKey, "apikey.k1", "tenantlimits.acme", "unknown", "foo.bar.baz",
 }
 
 // TestReplica_GarbageUnderEveryKey: garbage under any key of the ledger

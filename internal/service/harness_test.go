@@ -60,8 +60,10 @@ type harnessOpts struct {
 	// reportOpts.
 	reports    bool
 	reportOpts []report.AggregatorOption
-	// tenantLimits are passed to every replica.
+	// tenantLimits are passed to every replica, and tenantOwn (serve
+	// --tenant-limits) if set.
 	tenantLimits service.TenantLimits
+	tenantOwn    *service.TenantTable
 }
 
 type clock struct{ now atomicTime }
@@ -88,7 +90,7 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 		r, err := replica.Start(ctxT(t), nc, js, replica.Config{
 			Layout: env.Layout, Now: h.clock.now.Load, SweepInterval: -1, LedgerOptions: o.ledgerOpts,
 			MaxInFlight: o.maxInFlight, Metrics: m, Reports: o.reports, ReportOptions: o.reportOpts,
-			TenantLimits: o.tenantLimits, ServiceConn: env.Connect(t),
+			TenantLimits: o.tenantLimits, TenantOwn: o.tenantOwn, ServiceConn: env.Connect(t),
 		})
 		require.NoError(t, err)
 		t.Cleanup(func() {

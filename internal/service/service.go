@@ -288,6 +288,10 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 		_ = svc.Stop()
 		return nil, err
 	}
+	if err := s.addTenantLimitsEndpoints(add); err != nil { // tenantlimitsapi.go
+		_ = svc.Stop()
+		return nil, err
+	}
 	// Make sure the server has registered every endpoint before callers are
 	// told the service is up.
 	if err := nc.FlushTimeout(10 * time.Second); err != nil {

@@ -53,6 +53,44 @@ type TenantLimits struct {
 	// stores for one tenant (DefaultTenantDenialBytes); past it a denial
 	// is answered as ever but not recorded, and counted.
 	DenialBytes int
+	// Source names, in a refusal, where a tenant's own limits were set
+	// ("": serve --tenant-limits); the common limits have none.
+	Source string
+}
+
+// SourceLedger is the Source of the limits kept in the ledger.
+const SourceLedger = "tenant-limits put"
+
+// LedgerLimits returns the limits kept in the ledger for a tenant as a
+// TenantTable holds them: a value left out keeps the common limit (0), a
+// value of 0 is no limit (negative), a Burst left out is a tenth of a
+// second's worth of the tenant's own rate.
+func LedgerLimits(v events.TenantLimitValues) TenantLimits {
+	get := func(p *int64) int {
+		switch {
+		case p == nil:
+			return 0
+		case *p == 0:
+			return -1
+		}
+		return int(*p)
+	}
+	l := TenantLimits{MaxOpen: get(v.MaxOpen), MaxDefaultBudgets: get(v.MaxDefaultBudgets), Rate: get(v.Rate),
+		DenialBytes: get(v.DenialBytes), Source: SourceLedger}
+	if v.Burst != nil {
+		l.Burst = int(*v.Burst)
+	}
+	return l
+}
+
+// source names where a tenant's own limit key=value was set, for a
+// refusal.
+func (t TenantLimits) source(key string, value int) string {
+	src := t.Source
+	if src == "" {
+		src = "--tenant-limits"
+	}
+	return fmt.Sprintf("its own, %s %s=%d", src, key, value)
 }
 
 // WithDefaults fills the zero fields of the replica's own limits (Rate,
@@ -129,6 +167,19 @@ func (t TenantLimits) Validate() error {
 // The nil *TenantTable holds none. Safe for concurrent use.
 type TenantTable struct {
 	p atomic.Pointer[map[string]TenantLimits]
+	// ledger and base, set by OverLedger: the limits kept in the ledger,
+	// which replace base's for every tenant they name.
+	ledger func(tenant string) (TenantLimits, bool)
+	base   *TenantTable
+}
+
+// OverLedger returns a table holding, for every tenant the ledger names
+// (ledger returns true), the limits kept in the ledger, and base's own
+// limits (nil: none) for the others: a tenant's limits put in the ledger
+// replace its line of --tenant-limits whole. base's Set still takes
+// effect; the returned table's Set is not to be called.
+func OverLedger(base *TenantTable, ledger func(tenant string) (TenantLimits, bool)) *TenantTable {
+	return &TenantTable{ledger: ledger, base: base}
 }
 
 // NewTenantTable returns a table holding own.
@@ -148,6 +199,12 @@ func (t *TenantTable) Set(own map[string]TenantLimits) {
 func (t *TenantTable) Get(tenant string) (TenantLimits, bool) {
 	if t == nil || tenant == "" {
 		return TenantLimits{}, false
+	}
+	if t.ledger != nil {
+		if l, ok := t.ledger(tenant); ok {
+			return l, true
+		}
+		return t.base.Get(tenant)
 	}
 	m := t.p.Load()
 	if m == nil {
@@ -288,7 +345,7 @@ func (s *Service) allowRate(tenant string) bool {
 func (s *Service) rateRefusal(tenant, endpoint string, data []byte) *events.Error {
 	rate, source := s.limits.Rate, fmt.Sprintf("serve --tenant-rate %d", s.limits.Rate)
 	if own, ok := s.own.Get(tenant); ok && own.Rate > 0 {
-		rate, source = own.Rate, fmt.Sprintf("its own, --tenant-limits rate=%d", own.Rate)
+		rate, source = own.Rate, own.source("rate", own.Rate)
 	}
 	e := events.TenantLimitError(tenant, events.LimitRequestRate, int64(rate), fmt.Sprintf(
 		"tenant %s is past its request rate on this replica, %d per second (%s); nothing changed; retry with back-off",

@@ -1,0 +1,144 @@
+package service_test
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/service"
+	"github.com/spendgate/spendgate/streams"
+	"github.com/spendgate/spendgate/testenv"
+)
+
+// admitBurst sends n concurrent admits of tenant (request ids prefix-i)
+// and returns how many were admitted and the messages of the refusals.
+func (h *harness) admitBurst(tenant, prefix string, n int) (admitted int, refusals []string) {
+	h.t.Helper()
+	var wg sync.WaitGroup
+	replies := make([]events.AdmitReply, n)
+	errs := make([]*events.Error, n)
+	fails := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i], fails[i] = h.tcallE(tenant, streams.EndpointAdmit, events.AdmitRequest{RequestID: fmt.Sprint(prefix, i),
+				Scopes: []string{"team:search"}, Amount: "0.01", TTL: "1h"}, &replies[i])
+		}()
+	}
+	wg.Wait()
+	for i := range n {
+		require.NoError(h.t, fails[i])
+		switch {
+		case errs[i] != nil:
+			require.Equal(h.t, events.CodeTenantLimit, errs[i].Code, errs[i].Message)
+			refusals = append(refusals, errs[i].Message)
+		case replies[i].Admitted:
+			admitted++
+		default:
+			h.t.Fatalf("admit %d denied: %+v", i, replies[i].Denial)
+		}
+	}
+	return admitted, refusals
+}
+
+// TestTenantLimits_KeptInLedger: the operator puts a tenant's limits on
+// the plain subject; both replicas fold them and hold the tenant to them
+// exactly, in place of its --tenant-limits line, while a tenant the ledger
+// does not name keeps its line; a put of nothing returns the tenant to the
+// common limits; a tenant cannot reach the endpoint; bad input changes
+// nothing.
+//
+// How it can fail: a replica that ignored the ledger's limits would admit
+// acme up to its file's 10 (the burst of 30 would see 10, not 5); one that
+// read them only where they were written would admit past 5 on the other
+// replica; a put that did not replace the whole set would keep max_open 5
+// after the empty put, and a ledger entry that did not replace the file
+// line would fall back to its 10.
+func TestTenantLimits_KeptInLedger(t *testing.T) {
+	file := service.NewTenantTable(map[string]service.TenantLimits{"acme": {MaxOpen: 10}, "globex": {MaxOpen: 3}})
+	h := newHarness(t, harnessOpts{replicas: 2, tenantLimits: service.TenantLimits{MaxOpen: 20, Rate: -1}, tenantOwn: file})
+	h.tputBudget("acme", "team:search", "month", "1000")
+	h.tputBudget("globex", "team:search", "month", "1000")
+
+	var put events.TenantLimitsPutReply
+	require.Nil(t, h.call(streams.EndpointTenantLimitsPut, map[string]any{"tenant": "acme", "max_open": 5, "rate": 1000}, &put))
+	require.True(t, put.Created)
+	require.Equal(t, int64(5), *put.MaxOpen)
+	for i, r := range h.replicas {
+		testenv.WaitFor(t, 10*time.Second, fmt.Sprintf("replica %d folded acme's limits", i), func() bool {
+			l, ok := r.Ledger.TenantLimitsOf("acme")
+			return ok && l.Version == put.Version
+		})
+	}
+
+	admitted, refusals := h.admitBurst("acme", "a-", 30)
+	require.Equal(t, 5, admitted, "exactly the ledger's limit, across two replicas")
+	require.Len(t, refusals, 25)
+	require.Contains(t, refusals[0], "its own, tenant-limits put max-open=5")
+
+	// globex, which the ledger does not name, keeps its file line.
+	admitted, refusals = h.admitBurst("globex", "g-", 6)
+	require.Equal(t, 3, admitted)
+	require.Contains(t, refusals[0], "its own, --tenant-limits max-open=3")
+
+	var got events.TenantLimitsView
+	require.Nil(t, h.call(streams.EndpointTenantLimitsGet, events.TenantLimitsGetRequest{Tenant: "acme"}, &got))
+	require.Equal(t, put.TenantLimitsView, got)
+	var none events.TenantLimitsView
+	require.Nil(t, h.call(streams.EndpointTenantLimitsGet, events.TenantLimitsGetRequest{Tenant: "globex"}, &none))
+	require.Equal(t, events.TenantLimitsView{Tenant: "globex"}, none, "no limits in the ledger: none set, version 0")
+
+	// A tenant cannot set its own limits: the endpoint has no tenant
+	// subject.
+	_, err := h.nc.Request(h.env.Layout.TenantEndpoint("acme", streams.EndpointTenantLimitsPut), []byte(`{"tenant":"acme"}`), 5*time.Second)
+	require.True(t, errors.Is(err, nats.ErrNoResponders), "a tenant's put: %v", err)
+
+	// Bad input: a structured error, nothing written.
+	seq, msgs := h.streamState()
+	for _, c := range []struct {
+		req  string
+		code events.Code
+	}{
+		{`{"tenant":"acme","max_open":-1}`, events.CodeInvalidRequest},
+		{`{"tenant":"acme","burst":0}`, events.CodeInvalidRequest},
+		{`{"tenant":"acme","rate":1073741825}`, events.CodeInvalidRequest},
+		{`{"tenant":"acme","rate":"5"}`, events.CodeInvalidRequest},
+		{`{"tenant":"acme","max_opn":5}`, events.CodeInvalidRequest},
+		{`{"tenant":"Bad.x","max_open":5}`, events.CodeInvalidIdentifier},
+		{`{"max_open":5}`, events.CodeInvalidIdentifier},
+	} {
+		e := h.call(streams.EndpointTenantLimitsPut, []byte(c.req), nil)
+		require.NotNil(t, e, c.req)
+		require.Equal(t, c.code, e.Code, "%s: %s", c.req, e.Message)
+	}
+	s2, m2 := h.streamState()
+	require.Equal(t, seq, s2, "bad input wrote nothing")
+	require.Equal(t, msgs, m2)
+
+	// A put of nothing: acme is held to the common limit (20); its
+	// limits in the ledger still replace its file line whole.
+	var cleared events.TenantLimitsPutReply
+	require.Nil(t, h.call(streams.EndpointTenantLimitsPut, events.TenantLimitsPutRequest{Tenant: "acme"}, &cleared))
+	require.Equal(t, []string{"max_open", "rate"}, cleared.Changed)
+	for i, r := range h.replicas {
+		testenv.WaitFor(t, 10*time.Second, fmt.Sprintf("replica %d folded the clear", i), func() bool {
+			l, ok := r.Ledger.TenantLimitsOf("acme")
+			return ok && l.Version == cleared.Version
+		})
+	}
+	admitted, refusals = h.admitBurst("acme", "b-", 20)
+	require.Equal(t, 15, admitted, "5 open + 15 more: the common 20, not the file's 10")
+	require.Contains(t, refusals[0], "serve --tenant-max-open 20")
+
+	var list events.TenantLimitsListReply
+	require.Nil(t, h.call(streams.EndpointTenantLimitsList, events.TenantLimitsListRequest{}, &list))
+	require.Len(t, list.Tenants, 1)
+	require.Equal(t, "acme", list.Tenants[0].Tenant)
+}

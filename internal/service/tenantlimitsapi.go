@@ -1,0 +1,102 @@
+package service
+
+import (
+	"context"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/codec"
+	"github.com/spendgate/spendgate/internal/ledger"
+	"github.com/spendgate/spendgate/streams"
+)
+
+// addTenantLimitsEndpoints registers the tenant limits endpoints, on their
+// plain subjects only: the deployment's administration sets a tenant's
+// limits, never the tenant.
+func (s *Service) addTenantLimitsEndpoints(add func(name, desc string, h handler, bh batchHandler, single string, tenants bool) error) error {
+	for _, e := range []struct {
+		name, desc string
+		h          handler
+	}{
+		{streams.EndpointTenantLimitsPut, "set a tenant's own limits (open reservations, budgets from defaults, request rate, denial bytes) in the ledger", s.tenantLimitsPut},
+		{streams.EndpointTenantLimitsGet, "read a tenant's own limits kept in the ledger", s.tenantLimitsGet},
+		{streams.EndpointTenantLimitsList, "list every tenant with limits kept in the ledger", s.tenantLimitsList},
+	} {
+		if err := add(e.name, e.desc, e.h, nil, "", false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// tenantLimitsPut sets a tenant's own limits: one tenant.limits.defined.v1
+// event.
+func (s *Service) tenantLimitsPut(ctx context.Context, data []byte) (any, error) {
+	var req events.TenantLimitsPutRequest
+	if err := codec.DecodeRequest(data, &req); err != nil {
+		return nil, err
+	}
+	if err := events.ValidateTenant(req.Tenant); err != nil {
+		return nil, err
+	}
+	v := req.Values()
+	if err := v.Validate(); err != nil {
+		return nil, err
+	}
+	ch, err := s.l.DefineTenantLimits(ctx, req.Tenant, v, s.now())
+	if err != nil {
+		return nil, err
+	}
+	out := events.TenantLimitsPutReply{TenantLimitsView: TenantLimitsView(ch.Limits), Created: !ch.Existed, Changed: ch.Changed}
+	if ch.Existed && len(ch.Changed) > 0 {
+		prev := TenantLimitsView(ch.Prev)
+		out.Previous = &prev
+	}
+	return out, nil
+}
+
+// TenantLimitsView is t on the wire.
+func TenantLimitsView(t ledger.TenantLimits) events.TenantLimitsView {
+	return events.TenantLimitsView{Tenant: t.Tenant, TenantLimitValues: t.TenantLimitValues, Version: t.Version}
+}
+
+// tenantLimitsGet reads one tenant's own limits (read-your-writes: it
+// syncs first). A tenant without limits in the ledger is answered with
+// none set and version 0: it is held to the common limits (or to its
+// --tenant-limits line, which only the replica knows).
+func (s *Service) tenantLimitsGet(ctx context.Context, data []byte) (any, error) {
+	var req events.TenantLimitsGetRequest
+	if err := codec.DecodeRequest(data, &req); err != nil {
+		return nil, err
+	}
+	if err := events.ValidateTenant(req.Tenant); err != nil {
+		return nil, err
+	}
+	if err := s.l.Sync(ctx); err != nil {
+		return nil, err
+	}
+	t, ok := s.l.TenantLimitsOf(req.Tenant)
+	if !ok {
+		t = ledger.TenantLimits{Tenant: req.Tenant}
+	}
+	return TenantLimitsView(t), nil
+}
+
+// tenantLimitsList lists every tenant with limits kept in the ledger,
+// sorted by tenant.
+func (s *Service) tenantLimitsList(ctx context.Context, data []byte) (any, error) {
+	var req events.TenantLimitsListRequest
+	if len(data) > 0 {
+		if err := codec.DecodeRequest(data, &req); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.l.Sync(ctx); err != nil {
+		return nil, err
+	}
+	ts := s.l.AllTenantLimits()
+	out := events.TenantLimitsListReply{Tenants: make([]events.TenantLimitsView, 0, len(ts))}
+	for _, t := range ts {
+		out.Tenants = append(out.Tenants, TenantLimitsView(t))
+	}
+	return out, nil
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"runtime/debug"
 	"strings"
@@ -490,4 +491,18 @@ func TestDeps_NoTestPackages(t *testing.T) {
 		require.NotContains(t, d, "testenv")
 		require.NotContains(t, d, "testify")
 	}
+}
+
+// docs/guide.md's command line section shows the usage `spendgate --help`
+// prints, line for line: the guide's copy had fallen behind the commands.
+func TestCLI_GuideShowsTheUsage(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "guide.md"))
+	require.NoError(t, err)
+	_, block, ok := strings.Cut(string(doc), "```text\nUsage:\n")
+	require.True(t, ok, "the guide's usage block")
+	block, _, _ = strings.Cut(block, "```")
+	_, want, _ := strings.Cut(usage, "Usage:\n")
+	want, _, _ = strings.Cut(want, "\n\n")
+	require.Equal(t, want+"\n", block, "docs/guide.md's usage block differs from spendgate --help's")
 }

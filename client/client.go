@@ -347,7 +347,8 @@ func (c *Client) PutTenantLimits(ctx context.Context, req events.TenantLimitsPut
 }
 
 // GetTenantLimits reads a tenant's own limits kept in the ledger (none set
-// and version 0 if it has none).
+// and version 0 if it has none), with what the replica that answered holds
+// the tenant to (HeldTo) and where it stands there (Usage).
 //
 // Errors, in precedence order: an *events.Error matching ErrInvalid; then
 // an *UnavailableError matching ErrUnavailable; then ctx's error, wrapped.

@@ -180,6 +180,32 @@ type TenantLimitsView struct {
 	Tenant string `json:"tenant"`
 	TenantLimitValues
 	Version uint64 `json:"version"`
+	// HeldTo and Usage (tenantlimits.get only) are what the tenant is
+	// held to on the replica that answered, the ledger's limits merged
+	// with the replica's own (its flags and --tenant-limits file), and
+	// where it stands against them in that replica's book.
+	HeldTo *TenantHeldTo `json:"held_to,omitempty"`
+	Usage  *TenantUsage  `json:"usage,omitempty"`
+}
+
+// TenantHeldTo is every limit a tenant is held to (0: no limit), and by
+// field name where each comes from: "tenant-limits put" (the ledger),
+// "--tenant-limits" (the replica's file) or the replica's flag ("serve
+// --tenant-max-open").
+type TenantHeldTo struct {
+	MaxOpen           int64             `json:"max_open"`
+	MaxDefaultBudgets int64             `json:"max_default_budgets"`
+	Rate              int64             `json:"rate"`
+	Burst             int64             `json:"burst"`
+	DenialBytes       int64             `json:"denial_bytes"`
+	From              map[string]string `json:"from"`
+}
+
+// TenantUsage is where a tenant stands against its counted limits, in
+// the answering replica's book.
+type TenantUsage struct {
+	OpenReservations int `json:"open_reservations"`
+	DefaultBudgets   int `json:"default_budgets"`
 }
 
 // TenantLimitsPutReply is a tenant's limits after a put and what changed.

@@ -216,7 +216,11 @@ func TestServe_TenantLimitsInLedger(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	var got events.TenantLimitsView
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &got), r.stdout)
-	require.Equal(t, put.TenantLimitsView, got)
+	require.Equal(t, put.TenantLimitValues, got.TenantLimitValues)
+	require.Equal(t, put.Version, got.Version)
+	require.Equal(t, int64(1), got.HeldTo.MaxOpen)
+	require.Equal(t, "tenant-limits put", got.HeldTo.From["max_open"])
+	require.Equal(t, 1, got.Usage.OpenReservations, "a1 is still open after the restart")
 	require.Contains(t, admitAs("acme", "a3"), "its own, tenant-limits put max-open=1", "the limit survives the restart")
 	p.stop(t)
 }

@@ -39,8 +39,11 @@ new limits apply on every replica as soon as it has folded the revision
 		name:     "spendgate tenant-limits get",
 		synopsis: "--tenant NAME",
 		about: `Prints a tenant's own limits kept in the ledger and their version (none set
-and version 0: the tenant is held to the common limits, or to its
---tenant-limits line on each replica).`,
+and version 0: the ledger does not name the tenant), then what the replica
+that answered holds it to, each limit with where it comes from (held_to:
+the ledger, the replica's --tenant-limits file or its flag; 0 is no
+limit), and the tenant's open reservations and budgets from defaults in
+that replica's book (usage).`,
 	}
 	tenantLimitsListCommand = command{
 		name:     "spendgate tenant-limits list",

@@ -88,12 +88,25 @@ func TestTenantLimits_KeptInLedger(t *testing.T) {
 	require.Equal(t, 3, admitted)
 	require.Contains(t, refusals[0], "its own, --tenant-limits max-open=3")
 
+	// get: the ledger's limits, and what the answering replica holds the
+	// tenant to, field by field with its source, and where it stands.
 	var got events.TenantLimitsView
 	require.Nil(t, h.call(streams.EndpointTenantLimitsGet, events.TenantLimitsGetRequest{Tenant: "acme"}, &got))
-	require.Equal(t, put.TenantLimitsView, got)
+	require.Equal(t, put.TenantLimitValues, got.TenantLimitValues)
+	require.Equal(t, put.Version, got.Version)
+	require.Equal(t, &events.TenantHeldTo{MaxOpen: 5, MaxDefaultBudgets: 10000, Rate: 1000, Burst: 256, DenialBytes: 16384,
+		From: map[string]string{"max_open": "tenant-limits put", "max_default_budgets": "serve --tenant-max-default-budgets",
+			"rate": "tenant-limits put", "burst": "tenant-limits put", "denial_bytes": "serve --tenant-denial-bytes"}}, got.HeldTo)
+	require.Equal(t, &events.TenantUsage{OpenReservations: 5}, got.Usage)
 	var none events.TenantLimitsView
 	require.Nil(t, h.call(streams.EndpointTenantLimitsGet, events.TenantLimitsGetRequest{Tenant: "globex"}, &none))
-	require.Equal(t, events.TenantLimitsView{Tenant: "globex"}, none, "no limits in the ledger: none set, version 0")
+	require.Equal(t, uint64(0), none.Version, "no limits in the ledger: version 0")
+	require.Equal(t, events.TenantLimitValues{}, none.TenantLimitValues, "and none set")
+	require.Equal(t, int64(3), none.HeldTo.MaxOpen)
+	require.Equal(t, "--tenant-limits", none.HeldTo.From["max_open"], "the file's line")
+	require.Equal(t, int64(0), none.HeldTo.Rate, "the common rate is off here")
+	require.Equal(t, "serve --tenant-rate", none.HeldTo.From["rate"])
+	require.Equal(t, 3, none.Usage.OpenReservations)
 
 	// A tenant cannot set its own limits: the endpoint has no tenant
 	// subject.

@@ -78,7 +78,49 @@ func (s *Service) tenantLimitsGet(ctx context.Context, data []byte) (any, error)
 	if !ok {
 		t = ledger.TenantLimits{Tenant: req.Tenant}
 	}
-	return TenantLimitsView(t), nil
+	v := TenantLimitsView(t)
+	held := s.heldTo(req.Tenant)
+	v.HeldTo = &held
+	v.Usage = &events.TenantUsage{OpenReservations: s.l.TenantOpen(req.Tenant), DefaultBudgets: s.l.TenantDefaultBudgets(req.Tenant)}
+	return v, nil
+}
+
+// heldTo is every limit tenant is held to on this replica, and where each
+// comes from: its own (the ledger's, or this replica's file) in place of
+// the common ones (the admitter's two, the service's others).
+func (s *Service) heldTo(tenant string) events.TenantHeldTo {
+	common := s.limits
+	a := s.a.Limits()
+	common.MaxOpen, common.MaxDefaultBudgets = a.MaxOpen, a.MaxDefaultBudgets
+	l := s.own.Of(tenant, common)
+	own, hasOwn := s.own.Get(tenant)
+	src := own.Source
+	if src == "" {
+		src = "--tenant-limits"
+	}
+	n := func(v int) int64 { return int64(max(v, 0)) }
+	out := events.TenantHeldTo{MaxOpen: n(l.MaxOpen), MaxDefaultBudgets: n(l.MaxDefaultBudgets), Rate: n(l.Rate),
+		DenialBytes: n(l.DenialBytes), From: map[string]string{}}
+	if l.Rate > 0 {
+		out.Burst = n(l.Burst)
+	}
+	for _, f := range []struct {
+		name, flag string
+		own        bool
+	}{
+		{"max_open", "max-open", own.MaxOpen != 0},
+		{"max_default_budgets", "max-default-budgets", own.MaxDefaultBudgets != 0},
+		{"rate", "rate", own.Rate != 0},
+		{"burst", "burst", own.Rate != 0 || own.Burst != 0},
+		{"denial_bytes", "denial-bytes", own.DenialBytes != 0},
+	} {
+		if hasOwn && f.own {
+			out.From[f.name] = src
+		} else {
+			out.From[f.name] = "serve --tenant-" + f.flag
+		}
+	}
+	return out
 }
 
 // tenantLimitsList lists every tenant with limits kept in the ledger,

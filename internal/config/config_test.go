@@ -215,11 +215,13 @@ func TestLogging(t *testing.T) {
 	require.Equal(t, slog.LevelDebug, lg.Level)
 	require.True(t, lg.JSON)
 	var b bytes.Buffer
-	lg.New(&b).Debug("hello", "k", 1)
+	lg.New(&b).Debug("hello", "k", 1, "took", 52300*time.Microsecond, slog.Group("g", "locked", 2*time.Second))
 	var rec map[string]any
 	require.NoError(t, json.Unmarshal(b.Bytes(), &rec), b.String())
 	require.Equal(t, "DEBUG", rec["level"])
 	require.Equal(t, "hello", rec["msg"])
+	require.Equal(t, "52.3ms", rec["took"], "a duration names its unit, as in the text format")
+	require.Equal(t, map[string]any{"locked": "2s"}, rec["g"])
 
 	// From a file, and defaults.
 	fs = flag.NewFlagSet("serve", flag.ContinueOnError)

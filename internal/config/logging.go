@@ -25,10 +25,18 @@ func (l *Logging) AddFlags(fs *flag.FlagSet) {
 	fs.Var(formatValue{&l.JSON}, "log-format", "log line format: text or json")
 }
 
-// New returns a logger writing to w at l's level and in l's format.
+// New returns a logger writing to w at l's level and in l's format. In
+// JSON a duration is written as the text format writes it ("52.3ms"), not
+// as slog's bare count of nanoseconds, which names no unit.
 func (l Logging) New(w io.Writer) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: l.Level}
 	if l.JSON {
+		opts.ReplaceAttr = func(_ []string, a slog.Attr) slog.Attr {
+			if a.Value.Kind() == slog.KindDuration {
+				a.Value = slog.StringValue(a.Value.Duration().String())
+			}
+			return a
+		}
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))

@@ -209,9 +209,17 @@ func endToEnd(t *testing.T, l streams.Layout) {
 		}
 	}
 
+	ctx := context.Background()
+	// A tenant's limits are the deployment administration's: admin puts
+	// them, no other role reaches the endpoint.
+	tl, err := newClient(t, ids[roles.Admin], l).PutTenantLimits(ctx, events.TenantLimitsPutRequest{Tenant: "acme"})
+	require.NoError(t, err, "admin puts a tenant's limits")
+	require.True(t, tl.Created)
+	for _, n := range []string{roles.Service, roles.Finance, roles.Feed, roles.Gateway} {
+		refused(t, ids[n], l.Endpoint(streams.EndpointTenantLimitsPut))
+	}
 	rjs, err := jetstream.New(ids[roles.Replica].nc)
 	require.NoError(t, err)
-	ctx := context.Background()
 	stream, err := rjs.Stream(ctx, l.StreamName())
 	require.NoError(t, err)
 	before := stream.CachedInfo().State

@@ -183,7 +183,8 @@ func TestTenants_Isolation(t *testing.T) {
 		require.False(t, acmeID.outcome(t, msgs, "Subscription", subj), "acme subscribed to %s", subj)
 		_ = sub.Unsubscribe()
 	}
-	for _, subj := range []string{l.TenantEndpoint("globex", streams.EndpointAdmit), l.Endpoint(streams.EndpointBudgetPut), l.KeyPrefix() + "lane.0"} {
+	for _, subj := range []string{l.TenantEndpoint("globex", streams.EndpointAdmit), l.Endpoint(streams.EndpointBudgetPut), l.KeyPrefix() + "lane.0",
+		l.Endpoint(streams.EndpointTenantLimitsPut), l.TenantEndpoint("acme", streams.EndpointTenantLimitsPut), l.KeyPrefix() + streams.TenantLimitsKey("acme")} {
 		acmeID.drainErrs()
 		require.NoError(t, acmeID.nc.Publish(subj, []byte("{}")))
 		require.NoError(t, acmeID.nc.Flush())

@@ -553,6 +553,8 @@ type PriceView struct {
 	// Version is the stream sequence of the definition: what a priced
 	// reservation records.
 	Version uint64 `json:"version"`
+	// DefinedAt is when the definition was put (its event's time).
+	DefinedAt time.Time `json:"defined_at,omitzero"`
 }
 
 // PricingPutReply is the model's prices after a put and what it changed.

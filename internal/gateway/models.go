@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"slices"
+	"time"
 
 	"github.com/spendgate/spendgate/client"
 	"github.com/spendgate/spendgate/events"
@@ -15,9 +16,9 @@ import (
 // their model list.
 const ModelsPath = "/v1/models"
 
-// modelEpoch is every listed model's creation time: the pricing table does
-// not keep when a model was priced, and both APIs require a time.
-const modelEpoch = "1970-01-01T00:00:00Z"
+// A listed model's creation time, which both APIs require, is when its
+// price was put in the pricing table (PriceView.DefinedAt), or the Unix
+// epoch for a price whose time is not known.
 
 // registerModels adds GET ModelsPath and GET ModelsPath/{model} to mux,
 // and the API's 405 for any other method on them.
@@ -58,9 +59,11 @@ func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var ids []string
+	at := map[string]time.Time{}
 	for _, p := range prices.Prices {
 		if route(g.ups, kind, p.Model) != nil {
 			ids = append(ids, p.Model)
+			at[p.Model] = p.DefinedAt.UTC()
 		}
 	}
 	one := r.PathValue("model")
@@ -72,22 +75,22 @@ func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
 	var body any
 	switch {
 	case kind == KindAnthropic && one != "":
-		body = anthropicModel(one)
+		body = anthropicModel(one, at[one])
 	case kind == KindAnthropic:
 		list := anthropicModels{Data: make([]anthropicModelInfo, 0, len(ids))}
 		for _, id := range ids {
-			list.Data = append(list.Data, anthropicModel(id))
+			list.Data = append(list.Data, anthropicModel(id, at[id]))
 		}
 		if len(ids) > 0 {
 			list.FirstID, list.LastID = &ids[0], &ids[len(ids)-1]
 		}
 		body = list
 	case one != "":
-		body = openAIModel{ID: one, Object: "model", OwnedBy: "spendgate"}
+		body = openAIModel{ID: one, Object: "model", Created: unixOf(at[one]), OwnedBy: "spendgate"}
 	default:
 		list := openAIModels{Object: "list", Data: make([]openAIModel, 0, len(ids))}
 		for _, id := range ids {
-			list.Data = append(list.Data, openAIModel{ID: id, Object: "model", OwnedBy: "spendgate"})
+			list.Data = append(list.Data, openAIModel{ID: id, Object: "model", Created: unixOf(at[id]), OwnedBy: "spendgate"})
 		}
 		body = list
 	}
@@ -149,8 +152,19 @@ type anthropicModels struct {
 	LastID  *string              `json:"last_id"`
 }
 
-func anthropicModel(id string) anthropicModelInfo {
-	return anthropicModelInfo{Type: "model", ID: id, DisplayName: id, CreatedAt: modelEpoch}
+func anthropicModel(id string, at time.Time) anthropicModelInfo {
+	if at.IsZero() {
+		at = time.Unix(0, 0).UTC()
+	}
+	return anthropicModelInfo{Type: "model", ID: id, DisplayName: id, CreatedAt: at.Format(time.RFC3339)}
+}
+
+// unixOf is at in Unix seconds, 0 for the zero time.
+func unixOf(at time.Time) int64 {
+	if at.IsZero() {
+		return 0
+	}
+	return at.Unix()
 }
 
 // methodNotAllowed answers a method a path does not take, in kind's error

@@ -2,8 +2,10 @@ package gateway_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"testing"
 	"time"
 
@@ -83,11 +85,18 @@ func TestGateway_Models(t *testing.T) {
 	require.Equal(t, "claude-x", *alist.FirstID)
 	require.Equal(t, "nov1-x", *alist.LastID)
 
+	// A model's creation time is when its price was put.
+	gp, err := e.admin.GetPrice(ctxT(t), "gpt-x")
+	require.NoError(t, err)
+	require.False(t, gp.DefinedAt.IsZero())
 	status, _, body = get(t, e.url, "/v1/models/gpt-x", secret, false)
 	require.Equal(t, http.StatusOK, status, body)
-	require.JSONEq(t, `{"id":"gpt-x","object":"model","created":0,"owned_by":"spendgate"}`, body)
+	require.JSONEq(t, fmt.Sprintf(`{"id":"gpt-x","object":"model","created":%d,"owned_by":"spendgate"}`, gp.DefinedAt.Unix()), body)
+	require.Equal(t, gp.DefinedAt.Unix(), list.Data[slices.Index(all, "gpt-x")].Created)
+	cp, err := e.admin.GetPrice(ctxT(t), "claude-x")
+	require.NoError(t, err)
 	_, _, body = get(t, e.url, "/v1/models/claude-x", secret, true)
-	require.JSONEq(t, `{"type":"model","id":"claude-x","display_name":"claude-x","created_at":"1970-01-01T00:00:00Z"}`, body)
+	require.JSONEq(t, fmt.Sprintf(`{"type":"model","id":"claude-x","display_name":"claude-x","created_at":%q}`, cp.DefinedAt.UTC().Format(time.RFC3339)), body)
 	status, _, body = get(t, e.url, "/v1/models/gpt-unpriced", secret, false)
 	require.Equal(t, http.StatusNotFound, status, body)
 	require.Equal(t, "model_not_found", code(t, body))
@@ -106,7 +115,7 @@ func TestGateway_Models(t *testing.T) {
 	require.Equal(t, "method_not_allowed", code(t, body))
 
 	// A price put is listed at once: the list reads the ledger.
-	_, err := e.admin.PutPrice(ctxT(t), events.PricingPutRequest{Model: "gpt-new", Input: priceIn, Output: priceOut})
+	_, err = e.admin.PutPrice(ctxT(t), events.PricingPutRequest{Model: "gpt-new", Input: priceIn, Output: priceOut})
 	require.NoError(t, err)
 	_, _, body = get(t, e.url, "/v1/models", secret, false)
 	require.NoError(t, json.Unmarshal([]byte(body), &list), body)

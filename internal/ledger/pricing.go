@@ -17,8 +17,10 @@ type Price struct {
 	Input       events.Money
 	Output      events.Money
 	CachedInput *events.Money
-	// Version is the stream sequence of the definition.
+	// Version is the stream sequence of the definition, At when it was
+	// put (its event's time).
 	Version uint64
+	At      time.Time
 }
 
 // Quote returns the quote of pricing inputTokens and maxOutputTokens at p.
@@ -54,8 +56,13 @@ type pricing struct {
 
 // setPricing makes rev, at seq, the pricing key's definition.
 func (b *book) setPricing(key string, seq uint64, rev *events.PricingRevision) {
-	b.prices[key] = &pricing{def: Price{Model: rev.Model, Unit: rev.Unit, Input: rev.Input, Output: rev.Output,
-		CachedInput: rev.CachedInput, Version: seq}, src: *rev}
+	p := Price{Model: rev.Model, Unit: rev.Unit, Input: rev.Input, Output: rev.Output, CachedInput: rev.CachedInput, Version: seq}
+	for _, e := range rev.Events {
+		if ev, ok := e.(events.PricingDefined); ok {
+			p.At = ev.At
+		}
+	}
+	b.prices[key] = &pricing{def: p, src: *rev}
 }
 
 // Price returns the current price of model as this replica has folded it.
@@ -128,7 +135,7 @@ func (l *Ledger) DefinePrice(ctx context.Context, def Price, now time.Time) (Pri
 	if !wrote {
 		return PriceChange{Price: cur, Existed: true, Prev: cur, Changed: []string{}}, nil
 	}
-	def.Version = seq
+	def.Version, def.At = seq, now.UTC()
 	return PriceChange{Price: def, Existed: existed, Prev: cur, Changed: changed}, nil
 }
 

@@ -74,7 +74,7 @@ func ParsePricingPut(req events.PricingPutRequest) (ledger.Price, error) {
 
 // PriceView is p on the wire.
 func PriceView(p ledger.Price) events.PriceView {
-	v := events.PriceView{Model: p.Model, Unit: p.Unit, Input: p.Input.String(), Output: p.Output.String(), Version: p.Version}
+	v := events.PriceView{Model: p.Model, Unit: p.Unit, Input: p.Input.String(), Output: p.Output.String(), Version: p.Version, DefinedAt: p.At}
 	if p.CachedInput != nil {
 		v.CachedInput = p.CachedInput.String()
 	}

@@ -429,7 +429,7 @@ func (m *restartMeasure) readLog(path string) {
 		switch line["msg"] {
 		case "ledger: loaded snapshot":
 			m.snapSeq, m.snapBytes = num("seq"), num("bytes")
-			m.snapTook = time.Duration(num("took")) // slog's JSON: nanoseconds
+			m.snapTook = logDuration(line["took"])
 		case "ledger: folded the stream; ready":
 			m.folded = num("folded")
 		}
@@ -451,14 +451,28 @@ func stopSnapshotLocked(path string) string {
 	found := "no snapshot on stop in its log"
 	for sc.Scan() {
 		var line struct {
-			Msg    string  `json:"msg"`
-			Locked float64 `json:"locked"` // slog's JSON: nanoseconds
+			Msg    string `json:"msg"`
+			Locked any    `json:"locked"`
 		}
 		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "ledger: wrote a snapshot on stop" {
-			found = "the snapshot on stop copied the book under its lock in " + fmtDur(time.Duration(line.Locked))
+			found = "the snapshot on stop copied the book under its lock in " + fmtDur(logDuration(line.Locked))
 		}
 	}
 	return found
+}
+
+// logDuration reads a duration of the replica's JSON log: a string with
+// its unit ("52.3ms", see config.Logging), or a count of nanoseconds (a
+// replica of an earlier build); 0 if it is neither.
+func logDuration(v any) time.Duration {
+	switch v := v.(type) {
+	case string:
+		d, _ := time.ParseDuration(v)
+		return d
+	case float64:
+		return time.Duration(v)
+	}
+	return 0
 }
 
 // describe says where a start began: the snapshot and the tail it folded.

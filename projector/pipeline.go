@@ -36,7 +36,7 @@ func (p *Projector) newGate() *gate.Gate {
 	if p.unverified {
 		return gate.NewUnverified(p.layout)
 	}
-	return gate.New(p.layout, p.trust)
+	return gate.NewAuditor(p.layout, p.trust)
 }
 
 // verifierFrom returns a verifier for a fold that starts at seq from,

@@ -6,6 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spendgate/spendgate/internal/gate"
 	"github.com/spendgate/spendgate/internal/signing"
 	"github.com/spendgate/spendgate/streams"
 )
@@ -55,8 +56,8 @@ func Signers(ctx context.Context, js jetstream.JetStream, layout streams.Layout,
 	}
 	uses := map[use]*KeyUse{}
 	err = p.read(ctx, s, 1, last, func(m message) error {
-		if !streams.IsLaneKey(m.key) && !streams.IsBudgetKey(m.key) {
-			return nil
+		if _, ok := gate.KindOf(layout, m.key); !ok {
+			return nil // not a revision: no writer writes there
 		}
 		k := use{key: m.header.Get(streams.HeaderSigKey)}
 		if k.key != "" || m.header.Get(streams.HeaderSig) != "" {

@@ -57,3 +57,30 @@ func TestSigners_BadSignatureCountedApart(t *testing.T) {
 		{Key: signer.PublicKey(), BadSignature: true, First: swapped, Last: named, Revisions: 2},
 	}, uses)
 }
+
+// Signers counts what a key signed under every key a writer writes (the
+// trust, a price, a tenant's limits, ...), not lane and budget keys alone,
+// and nothing under a key no writer writes. How we know it can fail: it
+// read lane and budget keys only, so a key's last sequence stopped at its
+// last lane write, and an operator who retired it there skipped its later
+// price and tenant limit revisions.
+func TestSigners_EveryKeyKind(t *testing.T) {
+	env := testenv.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	signer, err := signing.NewEphemeral()
+	require.NoError(t, err)
+	var seqs []uint64
+	for _, key := range []string{env.Layout.LaneKey(acme), streams.TrustKey, streams.PricingKey("m1"), streams.TenantLimitsKey("acme"),
+		streams.DefaultKey("user", "month"), streams.APIKeyKey("k1"), "not.a.key"} {
+		msg := nats.NewMsg(env.Layout.Subject(key))
+		msg.Data = []byte("x")
+		signer.Sign(msg.Header, key, msg.Data)
+		ack, err := env.JS.PublishMsg(ctx, msg)
+		require.NoError(t, err)
+		seqs = append(seqs, ack.Sequence)
+	}
+	uses, err := projector.Signers(ctx, env.JS, env.Layout)
+	require.NoError(t, err)
+	require.Equal(t, []projector.KeyUse{{Key: signer.PublicKey(), First: seqs[0], Last: seqs[5], Revisions: 6}}, uses)
+}

@@ -50,6 +50,13 @@ func (k Kind) String() string {
 	return "unknown"
 }
 
+// KindOf returns the kind of key under layout, and false for a key no
+// writer of the ledger writes (a revision under it is never folded).
+func KindOf(layout streams.Layout, key string) (Kind, bool) {
+	k, reason := kindOf(layout, key)
+	return k, reason == ""
+}
+
 // kindOf classifies key under layout: its kind, or why no revision under
 // it is folded.
 func kindOf(layout streams.Layout, key string) (Kind, signing.Reason) {
@@ -175,8 +182,10 @@ type Gate struct {
 	layout streams.Layout
 	// unverified: signatures are not checked (see NewUnverified).
 	unverified bool
-	anchor     atomic.Pointer[signing.KeySet]
-	trust      atomic.Pointer[trustState]
+	// auditor: the anchor's stricter words bind too (see NewAuditor).
+	auditor bool
+	anchor  atomic.Pointer[signing.KeySet]
+	trust   atomic.Pointer[trustState]
 	// mu serializes changes of the trust state.
 	mu sync.Mutex
 }
@@ -197,6 +206,22 @@ type trustState struct {
 func New(layout streams.Layout, anchor *signing.KeySet) *Gate {
 	g := &Gate{layout: layout}
 	g.anchor.Store(anchor)
+	return g
+}
+
+// NewAuditor returns the gate of a reader that only reads (an audit, an
+// export, a replayed report). Besides the ledger's trust, anchor's stricter
+// words bind it over the whole stream: a revision signed by a key anchor
+// distrusts, or by a key anchor retires at until=N after N, is skipped
+// wherever it is, even where the ledger's trust let the replicas fold it
+// (before the ledger learned of the distrust, or by a list the replicas
+// were never given). So an auditor who distrusts a key sees every revision
+// it signed listed. A replica's gate (New) leaves them to the ledger's
+// trust revision, which its list is merged into, so that the replicas of
+// one ledger fold alike.
+func NewAuditor(layout streams.Layout, anchor *signing.KeySet) *Gate {
+	g := New(layout, anchor)
+	g.auditor = true
 	return g
 }
 
@@ -398,6 +423,15 @@ func (g *Gate) verify(kind Kind, key string, m *Message) (signer string, reason 
 	case until != 0 && m.Seq > until:
 		return pub, signing.ReasonRetiredKey
 	}
+	if g.auditor {
+		anchor := g.anchor.Load()
+		if anchor.IsDistrusted(pub) {
+			return pub, signing.ReasonDistrustedKey
+		}
+		if until, listed := anchor.Lookup(pub); listed && until != 0 && m.Seq > until {
+			return pub, signing.ReasonRetiredKey
+		}
+	}
 	if signer, ok := signing.VerifyBy(key, m.Header, m.Data); !ok {
 		return signer, signing.ReasonBadSignature
 	}
@@ -418,10 +452,10 @@ func (g *Gate) verifyTrust(t *trustState, key string, m *Message) (string, signi
 	case !ok:
 		return signer, signing.ReasonBadSignature
 	}
-	if t != nil && t.distrusted[signer] {
+	anchor := g.anchor.Load()
+	if t != nil && t.distrusted[signer] || g.auditor && anchor.IsDistrusted(signer) {
 		return signer, signing.ReasonDistrustedKey
 	}
-	anchor := g.anchor.Load()
 	if t == nil && anchor == nil {
 		return signer, ""
 	}

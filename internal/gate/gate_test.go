@@ -2,6 +2,7 @@ package gate_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -223,4 +224,51 @@ func TestGate_UnknownSignerIsGarbage(t *testing.T) {
 	_, rej = f.write(c, lk, d2)
 	require.NotNil(t, rej)
 	require.Equal(t, signing.ReasonDistrustedKey, rej.Reason)
+}
+
+// TestGate_AuditorBindsItsStricterWords: a reader that only reads
+// (gate.NewAuditor) skips what its own list distrusts or retires, over the
+// whole stream, where the ledger's trust let a replica's gate (gate.New)
+// fold it. How it can fail: with the auditor's list used only as the root
+// of trust (as a replica uses its own), an auditor who distrusts b printed
+// OK for every revision b signed.
+func TestGate_AuditorBindsItsStricterWords(t *testing.T) {
+	a, b := signer(t), signer(t)
+	distrustB, err := keys(t, a.PublicKey()).WithDistrusted(b.PublicKey())
+	require.NoError(t, err)
+	retireB, err := signing.NewKeySet([]signing.Key{{Public: a.PublicKey()}, {Public: b.PublicKey(), Until: 3}}, 0)
+	require.NoError(t, err)
+	for _, c := range []struct {
+		name   string
+		anchor *signing.KeySet
+		want   []signing.Reason // of seq 2, 3 and 4 (b, b, b) by an auditor
+	}{
+		{"b distrusted", distrustB, []signing.Reason{signing.ReasonDistrustedKey, signing.ReasonDistrustedKey, signing.ReasonDistrustedKey}},
+		{"b retired after 3", retireB, []signing.Reason{"", "", signing.ReasonRetiredKey}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			replica, auditor := newFixture(t, keys(t, a.PublicKey())), newFixture(t, c.anchor)
+			auditor.g = gate.NewAuditor(auditor.layout, c.anchor)
+			for _, f := range []*fixture{replica, auditor} {
+				key, data := f.trust(a, a.PublicKey(), b.PublicKey()) // seq 1: the ledger trusts a and b
+				_, rej := f.write(a, key, data)
+				require.Nil(t, rej)
+			}
+			for i, want := range c.want {
+				for _, f := range []*fixture{replica, auditor} {
+					key, data := f.lane(fmt.Sprint("by-b-", i))
+					_, rej := f.write(b, key, data)
+					switch {
+					case f == replica:
+						require.Nil(t, rej, "the ledger trusts b: a replica folds it")
+					case want == "":
+						require.Nil(t, rej, "seq %d", f.seq)
+					default:
+						require.NotNil(t, rej, "seq %d", f.seq)
+						require.Equal(t, want, rej.Reason, "seq %d", f.seq)
+					}
+				}
+			}
+		})
+	}
 }

@@ -357,6 +357,9 @@ func (ks *KeySet) WithDistrusted(pubs ...string) (*KeySet, error) {
 	return out, nil
 }
 
+// IsDistrusted reports whether the set names pub as distrusted.
+func (ks *KeySet) IsDistrusted(pub string) bool { return ks != nil && ks.distrusted[pub] }
+
 // Distrusted returns the keys the set names as distrusted, sorted.
 func (ks *KeySet) Distrusted() []string {
 	if ks == nil {

@@ -133,8 +133,16 @@ func openLimit(tenant string, l limit, open int) error {
 		return nil
 	}
 	return events.TenantLimitError(tenant, events.LimitOpenReservations, int64(l.max), fmt.Sprintf(
-		"tenant %s holds %d open reservations, its limit (%s): settle or release some first; nothing was reserved",
-		tenant, open, l.source()))
+		"tenant %s holds %d open %s, its limit (%s): settle or release some first; nothing was reserved",
+		tenant, open, plural(open, "reservation", "reservations"), l.source()))
+}
+
+// plural is one for n == 1, else many.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // preCheckOpen refuses r before any ledger work if its tenant already
@@ -267,8 +275,8 @@ func (a *Admitter) defaultsLimit(s events.Scope, ds []ledger.Default, l limit) (
 		return refs, nil
 	}
 	return nil, events.TenantLimitError(tenant, events.LimitDefaultBudgets, int64(l.max), fmt.Sprintf(
-		"tenant %s has %d budgets created from defaults, its limit (%s): this scope's first admit would create %d more; nothing was created or reserved",
-		tenant, have, l.source(), more))
+		"tenant %s has %d %s created from defaults, its limit (%s): this scope's first admit would create %d more; nothing was created or reserved",
+		tenant, have, plural(have, "budget", "budgets"), l.source(), more))
 }
 
 // retryRefusal is err as the answer to req: a tenant_limit refusal of a

@@ -64,8 +64,8 @@ func (v TenantLimitValues) Validate() error {
 		}
 		n := **f.p
 		switch {
-		case f.name == "burst" && n == 0:
-			return Errorf(CodeInvalidRequest, "burst 0: leave burst out for a tenth of a second's worth of the rate")
+		case f.name == "burst" && n < 1:
+			return Errorf(CodeInvalidRequest, "burst %d: want at least 1 (left out: a tenth of a second's worth of the rate)", n)
 		case n < 0:
 			return Errorf(CodeInvalidRequest, "%s %d: want at least 0 (0: no limit for the tenant; left out: the replica's common limit)", f.name, n)
 		case n > MaxTenantLimit:
@@ -193,6 +193,9 @@ type TenantLimitsView struct {
 // "--tenant-limits" (the replica's file) or the replica's flag ("serve
 // --tenant-max-open").
 type TenantHeldTo struct {
+	// Replica is the answering replica's service instance id (as `nats
+	// micro info spendgate` lists it).
+	Replica           string            `json:"replica"`
 	MaxOpen           int64             `json:"max_open"`
 	MaxDefaultBudgets int64             `json:"max_default_budgets"`
 	Rate              int64             `json:"rate"`

@@ -99,6 +99,12 @@ var fieldWants = map[string]string{
 	"from":                `an RFC 3339 time string on a whole hour like "2026-12-01T00:00:00Z"`,
 	"to":                  `an RFC 3339 time string on a whole hour like "2026-12-02T00:00:00Z"`,
 	"shadow":              `true or false`,
+	"tenant":              `a tenant name string like "acme"`,
+	"max_open":            `a whole number of reservations like 10000 (0: no limit)`,
+	"max_default_budgets": `a whole number of budgets like 10000 (0: no limit)`,
+	"rate":                `a whole number of requests per second like 500 (0: no limit)`,
+	"burst":               `a whole number of requests like 256`,
+	"denial_bytes":        `a whole number of bytes per second like 16384 (0: no limit)`,
 }
 
 // decodeMessage describes a decoding error of a request body in the API's

@@ -90,7 +90,9 @@ func fullSet(budgets func() []BudgetSample) *Set {
 	s.RegisterAlerts(one, one, one, one)
 	NewAlertSink(s.Registry)
 	s.RegisterReport(func() (int, int) { return 4, 5 })
-	s.RegisterTenants(func() []TenantSample { return []TenantSample{{Tenant: "acme", Open: 3, DefaultBudgets: 1}} })
+	s.RegisterTenants(func() []TenantSample {
+		return []TenantSample{{Tenant: "acme", Open: 3, DefaultBudgets: 1, MaxOpen: 10, MaxDefaultBudgets: 5}}
+	})
 	s.TenantLimited("acme", "request_rate")
 	s.TenantUnknownScopeDenial("acme")
 	// Every vector has a member, so that its family is gathered.
@@ -161,6 +163,8 @@ func TestSet_Families(t *testing.T) {
 		{"spendgate_tenant_unknown_scope_denials_total", dto.MetricType_COUNTER, []string{"tenant"}},
 		{"spendgate_tenant_open_reservations", dto.MetricType_GAUGE, []string{"tenant"}},
 		{"spendgate_tenant_default_budgets", dto.MetricType_GAUGE, []string{"tenant"}},
+		{"spendgate_tenant_max_open_reservations", dto.MetricType_GAUGE, []string{"tenant"}},
+		{"spendgate_tenant_max_default_budgets", dto.MetricType_GAUGE, []string{"tenant"}},
 		{"go_goroutines", dto.MetricType_GAUGE, nil},
 		{"go_memstats_heap_alloc_bytes", dto.MetricType_GAUGE, nil},
 		{"process_cpu_seconds_total", dto.MetricType_COUNTER, nil},

@@ -87,6 +87,9 @@ type TenantSample struct {
 	// Open is the reservations it holds open; DefaultBudgets the budgets
 	// created for it from defaults.
 	Open, DefaultBudgets int
+	// MaxOpen and MaxDefaultBudgets are the tenant's limits on this
+	// replica (0: no limit, no series).
+	MaxOpen, MaxDefaultBudgets int64
 }
 
 // RegisterTenants adds spendgate_tenant_open_reservations{tenant} and
@@ -100,25 +103,37 @@ func (s *Set) RegisterTenants(f func() []TenantSample) {
 			"Reservations each tenant holds open, as this replica's book has them (limit: serve --tenant-max-open).", []string{"tenant"}, nil),
 		defaults: prometheus.NewDesc("spendgate_tenant_default_budgets",
 			"Budgets created for each tenant from its scope kinds' defaults (limit: serve --tenant-max-default-budgets).", []string{"tenant"}, nil),
+		maxOpen: prometheus.NewDesc("spendgate_tenant_max_open_reservations",
+			"The open reservations each tenant may hold on this replica: its own limit (tenant-limits put, --tenant-limits) or serve --tenant-max-open; absent: no limit.", []string{"tenant"}, nil),
+		maxDefaults: prometheus.NewDesc("spendgate_tenant_max_default_budgets",
+			"The budgets that may be created for each tenant from defaults on this replica: its own limit or serve --tenant-max-default-budgets; absent: no limit.", []string{"tenant"}, nil),
 	})
 }
 
 // tenantCollector writes the per-tenant gauges from one read of the book
 // per scrape.
 type tenantCollector struct {
-	f              func() []TenantSample
-	open, defaults *prometheus.Desc
+	f                                    func() []TenantSample
+	open, defaults, maxOpen, maxDefaults *prometheus.Desc
 }
 
 func (c *tenantCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.open
 	ch <- c.defaults
+	ch <- c.maxOpen
+	ch <- c.maxDefaults
 }
 
 func (c *tenantCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, t := range topTenants(c.f()) {
 		ch <- prometheus.MustNewConstMetric(c.open, prometheus.GaugeValue, float64(t.Open), t.Tenant)
 		ch <- prometheus.MustNewConstMetric(c.defaults, prometheus.GaugeValue, float64(t.DefaultBudgets), t.Tenant)
+		if t.MaxOpen > 0 {
+			ch <- prometheus.MustNewConstMetric(c.maxOpen, prometheus.GaugeValue, float64(t.MaxOpen), t.Tenant)
+		}
+		if t.MaxDefaultBudgets > 0 {
+			ch <- prometheus.MustNewConstMetric(c.maxDefaults, prometheus.GaugeValue, float64(t.MaxDefaultBudgets), t.Tenant)
+		}
 	}
 }
 

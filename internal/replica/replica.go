@@ -441,7 +441,9 @@ func registerMetrics(cfg Config, l *ledger.Ledger, svc *service.Service, probe *
 		counts := l.TenantCounts()
 		out := make([]metrics.TenantSample, len(counts))
 		for i, c := range counts {
-			out[i] = metrics.TenantSample{Tenant: c.Tenant, Open: c.Open, DefaultBudgets: c.DefaultBudgets}
+			held := svc.HeldTo(c.Tenant)
+			out[i] = metrics.TenantSample{Tenant: c.Tenant, Open: c.Open, DefaultBudgets: c.DefaultBudgets,
+				MaxOpen: held.MaxOpen, MaxDefaultBudgets: held.MaxDefaultBudgets}
 		}
 		return out
 	})

@@ -114,6 +114,9 @@ var pubSubjects = []string{
 	"spendgate.apikey.create",
 	"spendgate.apikey.rotate",
 	"spendgate.apikey.list",
+	// A tenant's limits: only the admin sets them, on the plain subject.
+	"spendgate.tenantlimits.put",
+	"spendgate.tenantlimits.get",
 	"spendgate.other",
 	// A tenant's endpoints (a tenant's account reaches them through its
 	// imports; in this account only the admin acts for a tenant).
@@ -122,7 +125,10 @@ var pubSubjects = []string{
 	"spendgate.t.acme.budget.list",
 	"spendgate.t.acme.report",
 	"spendgate.t.acme.pricing.list",
+	// The key table and the tenant limits have no tenant subject: none
+	// is granted.
 	"spendgate.t.acme.apikey.create",
+	"spendgate.t.acme.tenantlimits.put",
 	"spendgate.t.acme.other",
 	// Discovery.
 	"$SRV.PING", "$SRV.PING.spendgate", "$SRV.PING.spendgate.id1",
@@ -201,8 +207,9 @@ var wantPub = map[string][]string{
 		"spendgate.budget.put", "spendgate.budget.get", "spendgate.budget.list", "spendgate.report",
 		"spendgate.admit.batch", "spendgate.pricing.put", "spendgate.pricing.list",
 		"spendgate.apikey.resolve", "spendgate.apikey.create", "spendgate.apikey.rotate", "spendgate.apikey.list",
+		"spendgate.tenantlimits.put", "spendgate.tenantlimits.get",
 		"spendgate.t.acme.admit", "spendgate.t.acme.budget.put", "spendgate.t.acme.budget.list", "spendgate.t.acme.report",
-		"spendgate.t.acme.pricing.list", "spendgate.t.acme.apikey.create"}, srv),
+		"spendgate.t.acme.pricing.list"}, srv),
 	roles.Finance: concat([]string{"spendgate.budget.get", "spendgate.budget.list", "spendgate.report", "spendgate.t.acme.report",
 		"spendgate.pricing.list"}, ledgerRead, denialRead),
 	roles.Feed: feedRead,

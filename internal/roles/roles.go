@@ -355,8 +355,10 @@ func All(l streams.Layout, tenants ...string) []Role {
 		streams.EndpointAdmitBatch, streams.EndpointSettleBatch, streams.EndpointReleaseBatch, streams.EndpointBatch,
 		streams.EndpointBudgetPut, streams.EndpointBudgetGet, streams.EndpointBudgetList,
 		streams.EndpointPricingPut, streams.EndpointPricingGet, streams.EndpointPricingList, streams.EndpointReport}
-	all = append(all, streams.APIKeyEndpoints...)       // spendgate keys, and a gateway run as admin
-	all = append(all, streams.TenantLimitsEndpoints...) // spendgate tenant-limits
+	// The key table's and the tenant limits' endpoints have no tenant
+	// subject (spendgate keys, a gateway run as admin; spendgate
+	// tenant-limits).
+	plainOnly := slices.Concat(streams.APIKeyEndpoints, streams.TenantLimitsEndpoints)
 	// Finance reads every tenant's book anyway; a tenant's report subject
 	// is how it asks a replica for one tenant's report.
 	financePub := append(ep(streams.EndpointBudgetGet, streams.EndpointBudgetList, streams.EndpointPricingGet, streams.EndpointPricingList, streams.EndpointReport), tenantEp(streams.EndpointReport)...)
@@ -373,7 +375,7 @@ func All(l streams.Layout, tenants ...string) []Role {
 		streams.EndpointBudgetPut, streams.EndpointBudgetGet, streams.EndpointBudgetList,
 		streams.EndpointPricingPut, streams.EndpointPricingGet, streams.EndpointPricingList, streams.EndpointReport}
 	gatewayPub := slices.Concat(ep(gatewayEps...), tenantEp(gatewayEps...), ep(streams.EndpointAPIKeyResolve))
-	adminPub := append(append(ep(all...), tenantEp(all...)...), discovery()...)
+	adminPub := slices.Concat(ep(all...), ep(plainOnly...), tenantEp(all...), discovery())
 	adminPub = append(adminPub, alertSink(l)...)
 	feedDeny := slices.Clone(writes)
 	for _, t := range tenants {

@@ -94,6 +94,13 @@ func TestTenantLimits_KeptInLedger(t *testing.T) {
 	require.Nil(t, h.call(streams.EndpointTenantLimitsGet, events.TenantLimitsGetRequest{Tenant: "acme"}, &got))
 	require.Equal(t, put.TenantLimitValues, got.TenantLimitValues)
 	require.Equal(t, put.Version, got.Version)
+	require.NotEmpty(t, got.HeldTo.Replica, "names the replica that answered")
+	ids := []string{}
+	for _, r := range h.replicas {
+		ids = append(ids, r.Service.Info().ID)
+	}
+	require.Contains(t, ids, got.HeldTo.Replica)
+	got.HeldTo.Replica = ""
 	require.Equal(t, &events.TenantHeldTo{MaxOpen: 5, MaxDefaultBudgets: 10000, Rate: 1000, Burst: 256, DenialBytes: 16384,
 		From: map[string]string{"max_open": "tenant-limits put", "max_default_budgets": "serve --tenant-max-default-budgets",
 			"rate": "tenant-limits put", "burst": "tenant-limits put", "denial_bytes": "serve --tenant-denial-bytes"}}, got.HeldTo)

@@ -160,6 +160,8 @@ func TestTenantLimits_OpenReservationsExact(t *testing.T) {
 	out := scrape(t, m)
 	require.Contains(t, out, `spendgate_tenant_open_reservations{tenant="acme"} 20`)
 	require.Contains(t, out, `spendgate_tenant_open_reservations{tenant="globex"} 1`)
+	require.Contains(t, out, `spendgate_tenant_max_open_reservations{tenant="acme"} 20`, "the limit beside the count, for a ratio alert")
+	require.Contains(t, out, `spendgate_tenant_max_default_budgets{tenant="acme"} 10000`)
 	require.Contains(t, out, `spendgate_tenant_limited_total{limit="open_reservations",tenant="acme"}`)
 	require.NotRegexp(t, `spendgate_tenant_limited_total\{[^}]*tenant="globex"`, out)
 }

@@ -79,16 +79,18 @@ func (s *Service) tenantLimitsGet(ctx context.Context, data []byte) (any, error)
 		t = ledger.TenantLimits{Tenant: req.Tenant}
 	}
 	v := TenantLimitsView(t)
-	held := s.heldTo(req.Tenant)
+	held := s.HeldTo(req.Tenant)
+	held.Replica = s.svc.Info().ID
 	v.HeldTo = &held
 	v.Usage = &events.TenantUsage{OpenReservations: s.l.TenantOpen(req.Tenant), DefaultBudgets: s.l.TenantDefaultBudgets(req.Tenant)}
 	return v, nil
 }
 
-// heldTo is every limit tenant is held to on this replica, and where each
+// HeldTo is every limit tenant is held to on this replica, and where each
 // comes from: its own (the ledger's, or this replica's file) in place of
-// the common ones (the admitter's two, the service's others).
-func (s *Service) heldTo(tenant string) events.TenantHeldTo {
+// the common ones (the admitter's two, the service's others). Replica is
+// left empty.
+func (s *Service) HeldTo(tenant string) events.TenantHeldTo {
 	common := s.limits
 	a := s.a.Limits()
 	common.MaxOpen, common.MaxDefaultBudgets = a.MaxOpen, a.MaxDefaultBudgets

@@ -164,9 +164,10 @@ func (r TenantLimitsPutRequest) Values() TenantLimitValues {
 }
 
 // TenantLimitsGetRequest reads one tenant's own limits
-// (tenantlimits.get).
+// (tenantlimits.get). On a tenant's subject Tenant may be left out (or be
+// that tenant): a tenant reads its own limits only.
 type TenantLimitsGetRequest struct {
-	Tenant string `json:"tenant"`
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // TenantLimitsListRequest lists every tenant with limits in the ledger

@@ -23,8 +23,8 @@ given).
 Each --tenant NAME adds an account NAME for that tenant, with one user NAME
 (password SPENDGATE_<NAME>_PASSWORD): the replicas' account (--account,
 default SPENDGATE) exports <prefix>t.NAME.> to it alone, and it imports
-admit, settle, release, void, budget.get and budget.list from there under their
-plain subjects, so the replica reads the tenant from a subject the tenant
+admit, settle, release, void, budget.get, budget.list and tenantlimits.get
+from there under their plain subjects, so the replica reads the tenant from a subject the tenant
 cannot choose; and, under the JetStream prefix spendgate.js.API, the info,
 pulls and acks of its one feed consumer t-NAME, which the operator's admin
 creates (spendgate feed consumer --tenant NAME) and neither the tenant nor the

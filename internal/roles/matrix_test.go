@@ -515,7 +515,7 @@ func checkMatrix(t *testing.T, account string) {
 // JetStream prefix.
 var wantTenantPub = []string{
 	"spendgate.admit", "spendgate.settle", "spendgate.release", "spendgate.void", "spendgate.admit.batch",
-	"spendgate.budget.get", "spendgate.budget.list",
+	"spendgate.budget.get", "spendgate.budget.list", "spendgate.tenantlimits.get",
 	"spendgate.js.API.CONSUMER.INFO.spendgate_feed.t-acme",
 	"spendgate.js.API.CONSUMER.MSG.NEXT.spendgate_feed.t-acme",
 	"$JS.ACK.spendgate_feed.t-acme.1.1.1.1.0",

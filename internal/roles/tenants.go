@@ -13,13 +13,14 @@ import (
 const DefaultAccount = "SPENDGATE"
 
 // TenantEndpoints are the endpoints a tenant's account imports: admit,
-// settle, release (and their batch forms, the mixed one included), void, budget.get and
-// budget.list. A tenant does not define
+// settle, release (and their batch forms, the mixed one included), void,
+// budget.get, budget.list and tenantlimits.get (its own limits and where
+// it stands). A tenant does not define
 // its own budgets: the operator's admin does, for it (budget.put on
 // "<prefix>t.<tenant>.budget.put", spendgate budget put --tenant).
 var TenantEndpoints = []string{streams.EndpointAdmit, streams.EndpointSettle, streams.EndpointRelease,
 	streams.EndpointVoid, streams.EndpointAdmitBatch, streams.EndpointSettleBatch, streams.EndpointReleaseBatch,
-	streams.EndpointBatch, streams.EndpointBudgetGet, streams.EndpointBudgetList}
+	streams.EndpointBatch, streams.EndpointBudgetGet, streams.EndpointBudgetList, streams.EndpointTenantLimitsGet}
 
 // Tenant is the role of a tenant's users, in the tenant's own account:
 // publish to the imported endpoints under their plain subjects
@@ -32,7 +33,7 @@ func Tenant(l streams.Layout) Role {
 	}
 	return Role{
 		Name:        "tenant",
-		Description: "a tenant's calling service, in the tenant's own account: admit, settle, release, void, budget.get and budget.list of its own budgets",
+		Description: "a tenant's calling service, in the tenant's own account: admit, settle, release, void, budget.get and budget.list of its own budgets, and tenantlimits.get of its own limits",
 		Publish:     Rules{Allow: pub},
 		Subscribe:   Rules{Allow: []string{"_INBOX.>"}},
 	}

@@ -132,6 +132,14 @@ func TestTenants_Isolation(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "0.25", v.Reserved)
 	require.EqualValues(t, 1, v.Open)
+	// A tenant reads its own limits and where it stands, never another's.
+	mine, err := acme.GetTenantLimits(ctx, "")
+	require.NoError(t, err)
+	require.Equal(t, "acme", mine.Tenant)
+	require.Equal(t, 1, mine.Usage.OpenReservations)
+	require.Positive(t, mine.HeldTo.MaxOpen)
+	_, err = acme.GetTenantLimits(ctx, "globex")
+	require.Equal(t, events.CodeInvalidRequest, codeOf(err), "%v", err)
 
 	// The same request id in another tenant is another request: no
 	// replay of acme's admission, no idempotency_mismatch.

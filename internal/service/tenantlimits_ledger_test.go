@@ -115,6 +115,15 @@ func TestTenantLimits_KeptInLedger(t *testing.T) {
 	require.Equal(t, "serve --tenant-rate", none.HeldTo.From["rate"])
 	require.Equal(t, 3, none.Usage.OpenReservations)
 
+	// A tenant reads its own limits on its subject, never another's.
+	var own events.TenantLimitsView
+	require.Nil(t, h.tcall("acme", streams.EndpointTenantLimitsGet, events.TenantLimitsGetRequest{}, &own))
+	require.Equal(t, "acme", own.Tenant)
+	require.Equal(t, int64(5), own.HeldTo.MaxOpen)
+	e := h.tcall("acme", streams.EndpointTenantLimitsGet, events.TenantLimitsGetRequest{Tenant: "globex"}, nil)
+	require.NotNil(t, e)
+	require.Equal(t, events.CodeInvalidRequest, e.Code)
+
 	// A tenant cannot set its own limits: the endpoint has no tenant
 	// subject.
 	_, err := h.nc.Request(h.env.Layout.TenantEndpoint("acme", streams.EndpointTenantLimitsPut), []byte(`{"tenant":"acme"}`), 5*time.Second)

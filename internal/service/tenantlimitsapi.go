@@ -9,19 +9,22 @@ import (
 	"github.com/spendgate/spendgate/streams"
 )
 
-// addTenantLimitsEndpoints registers the tenant limits endpoints, on their
-// plain subjects only: the deployment's administration sets a tenant's
-// limits, never the tenant.
+// addTenantLimitsEndpoints registers the tenant limits endpoints: put and
+// list on their plain subjects only (the deployment's administration sets
+// a tenant's limits, never the tenant), get on both, so that a tenant reads
+// its own limits and where it stands.
 func (s *Service) addTenantLimitsEndpoints(add func(name, desc string, h handler, bh batchHandler, single string, tenants bool) error) error {
 	for _, e := range []struct {
 		name, desc string
 		h          handler
+		tenants    bool
 	}{
-		{streams.EndpointTenantLimitsPut, "set a tenant's own limits (open reservations, budgets from defaults, request rate, denial bytes) in the ledger", s.tenantLimitsPut},
-		{streams.EndpointTenantLimitsGet, "read a tenant's own limits kept in the ledger", s.tenantLimitsGet},
-		{streams.EndpointTenantLimitsList, "list every tenant with limits kept in the ledger", s.tenantLimitsList},
+		{streams.EndpointTenantLimitsPut, "set a tenant's own limits (open reservations, budgets from defaults, request rate, denial bytes) in the ledger", s.tenantLimitsPut, false},
+		{streams.EndpointTenantLimitsGet, "read a tenant's own limits kept in the ledger, what this replica holds it to, and where it stands", s.tenantLimitsGet, false},
+		{streams.EndpointTenantLimitsGet, "a tenant's own limits, what this replica holds it to, and where it stands", s.tenantLimitsGet, true},
+		{streams.EndpointTenantLimitsList, "list every tenant with limits kept in the ledger", s.tenantLimitsList, false},
 	} {
-		if err := add(e.name, e.desc, e.h, nil, "", false); err != nil {
+		if err := add(e.name, e.desc, e.h, nil, "", e.tenants); err != nil {
 			return err
 		}
 	}
@@ -65,8 +68,17 @@ func TenantLimitsView(t ledger.TenantLimits) events.TenantLimitsView {
 // --tenant-limits line, which only the replica knows).
 func (s *Service) tenantLimitsGet(ctx context.Context, data []byte) (any, error) {
 	var req events.TenantLimitsGetRequest
-	if err := codec.DecodeRequest(data, &req); err != nil {
-		return nil, err
+	if len(data) > 0 {
+		if err := codec.DecodeRequest(data, &req); err != nil {
+			return nil, err
+		}
+	}
+	if own := events.TenantFromContext(ctx); own != "" {
+		// A tenant reads its own limits only.
+		if req.Tenant != "" && req.Tenant != own {
+			return nil, events.Errorf(events.CodeInvalidRequest, "tenant %s reads its own limits only, not %s's", own, req.Tenant)
+		}
+		req.Tenant = own
 	}
 	if err := events.ValidateTenant(req.Tenant); err != nil {
 		return nil, err

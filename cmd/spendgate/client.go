@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -55,15 +56,26 @@ func (c *clientFlags) subject(endpoint string) (string, error) {
 }
 
 // connect dials NATS as the flags say, under the connection name name.
-func (c *clientFlags) connect(name string) (*nats.Conn, error) {
-	return c.conn.Connect(name, nats.Timeout(c.timeout))
+func (c *clientFlags) connect(name string, opts ...nats.Option) (*nats.Conn, error) {
+	return c.conn.Connect(name, append([]nats.Option{nats.Timeout(c.timeout)}, opts...)...)
 }
 
 // request sends req to endpoint and returns the reply's body, or prints
 // why it could not (connection, encoding, no responder, timeout) and
 // returns ok false.
 func (c *clientFlags) request(endpoint string, req any) (body []byte, ok bool) {
-	nc, err := c.connect("spendgate-cli")
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	// The server refuses a publish or a reply subscription this login's
+	// permissions do not allow by an asynchronous error, and no reply
+	// ever comes: say so at once instead of waiting out the timeout.
+	var refused atomic.Pointer[error]
+	nc, err := c.connect("spendgate-cli", nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			refused.CompareAndSwap(nil, &err)
+			cancel()
+		}
+	}))
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "spendgate: %v\n", err)
 		return nil, false
@@ -74,8 +86,6 @@ func (c *clientFlags) request(endpoint string, req any) (body []byte, ok bool) {
 		fmt.Fprintf(os.Stderr, "spendgate: %v\n", err)
 		return nil, false
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	defer cancel()
 	subject, err := c.subject(endpoint)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "spendgate: %v\n", err)
@@ -85,6 +95,9 @@ func (c *clientFlags) request(endpoint string, req any) (body []byte, ok bool) {
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			err = fmt.Errorf("no spendgate service is listening on %s", subject)
+		}
+		if p := refused.Load(); p != nil {
+			err = fmt.Errorf("refused by the NATS server, this login may not do it (its role: spendgate roles): %v", *p)
 		}
 		fmt.Fprintf(os.Stderr, "spendgate: %s: %v\n", endpoint, err)
 		return nil, false

@@ -242,6 +242,9 @@ func TestSecure_RolesWalkthrough(t *testing.T) {
 	// by the server, so no reply comes.
 	r := runCLI(t, w.as(roles.Service), "budget", "put", "--scope", "org:sec", "--period", "month", "--limit", "500", "--unit", "USD", "--timeout", "1s")
 	require.Equal(t, 1, r.code, "service budget put must fail: %s", r.stdout)
+	// It says why, from the server's refusal, not as a timeout.
+	require.Contains(t, r.stderr, "refused by the NATS server, this login may not do it")
+	require.Contains(t, r.stderr, `Permissions Violation for Publish to "spendgate.budget.put"`)
 
 	readmeHas(t, "spendgate audit check --trusted-keys trusted-keys\n")
 	out := w.cli(w.as(roles.Finance), "audit", "check", "--trusted-keys", w.path("trusted-keys"))

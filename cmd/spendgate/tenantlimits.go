@@ -36,7 +36,7 @@ func addTenantLimitFlags(fs *flag.FlagSet) tenantLimitFlags {
 		denialBytes: fs.Int("tenant-denial-bytes", service.DefaultTenantDenialBytes,
 			"bytes per second of denial records this replica stores for one tenant (burst: 16 seconds' worth); past it a denial is answered as ever but counted, not recorded (0: no limit)"),
 		own: fs.String("tenant-limits", "",
-			"`FILE` of the tenants with limits of their own: one per line, its name and key=value pairs (max-open, max-default-budgets, rate, burst, denial-bytes; 0: no limit); read again on SIGHUP"),
+			"`FILE` of the tenants with limits of their own: one per line, its name and key=value pairs (max-open, max-default-budgets, rate, burst, denial-bytes; 0: no limit); read again on SIGHUP. A tenant with limits in the ledger (spendgate tenant-limits put) is held to those instead"),
 		denialMaxBytes: fs.Int64("denial-max-bytes", streams.DefaultDenialMaxBytes,
 			"cap of the denial stream in bytes; past it the oldest records go first (0: no cap; give every replica the same value)"),
 	}

@@ -41,6 +41,10 @@ type Report struct {
 	// skips it (unsigned, untrusted key, bad signature, malformed, replay,
 	// off the chain), in stream order. Each is also a problem.
 	Skipped []Skipped
+	// Refused lists the revisions the replay folded, as the replicas
+	// did, that the keys given to WithTrust refuse: signed by a key they
+	// distrust, or retire at until=N, after N. Each is also a problem.
+	Refused []Skipped
 	// Signed counts the revisions whose signature was verified (0 without
 	// WithTrust).
 	Signed int
@@ -319,6 +323,13 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout, o
 	}
 	if o.fromSnapshot {
 		st.seedHeads(v)
+	}
+	v.refused = func(r *gate.Revision) {
+		s := Skipped{Seq: r.Seq, Key: r.Key, Reason: r.Refused, Reviewed: o.reviewed[r.Seq]}
+		rep.Refused = append(rep.Refused, s)
+		if !s.Reviewed {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("seq %d %s: signed by %s, which the given keys refuse (%s); the replicas folded it", r.Seq, r.Key, r.Signer, r.Refused))
+		}
 	}
 	v.rejected = func(rej *gate.Rejection) {
 		rep.skip(&o, Skipped{Seq: rej.Seq, Key: rej.Key, Reason: rej.Reason, Detail: rejDetail(rej)})

@@ -26,6 +26,9 @@ type verifier struct {
 	// rejected, if set, is told of every message the gate refuses, in
 	// stream order.
 	rejected func(*gate.Rejection)
+	// refused, if set, is told of every revision folded that the
+	// reader's own keys refuse (gate.Revision.Refused), in stream order.
+	refused func(*gate.Revision)
 }
 
 // newGate returns a gate as the projector's options say: checking
@@ -96,6 +99,9 @@ func (p *Projector) readVerified(ctx context.Context, s jetstream.Stream, from, 
 		}
 		if !ok {
 			return nil
+		}
+		if j.rev.Refused != "" && v.refused != nil {
+			v.refused(j.rev)
 		}
 		m := j.m
 		m.rev = j.rev

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -52,8 +53,12 @@ type snapBody struct {
 	Seq      uint64    `json:"seq"`
 	Budgets  []snapDef `json:"budgets"`
 	Prices   []snapDef `json:"prices"`
-	LaneRevs []snapKey `json:"lane_revisions"`
-	Balances []struct {
+	Defaults []snapDef `json:"defaults"`
+	// APIKeys and TenantLimits are the operator's settings (State.settings).
+	APIKeys      []snapDef `json:"api_keys"`
+	TenantLimits []snapDef `json:"tenant_limits"`
+	LaneRevs     []snapKey `json:"lane_revisions"`
+	Balances     []struct {
 		Key      string            `json:"key"`
 		Ref      events.BalanceRef `json:"ref"`
 		Rev      uint64            `json:"rev"`
@@ -260,6 +265,7 @@ func verifySnapshot(rep *Report, st *State, bucket, name string, seq uint64, dat
 		}
 	}
 	verifyDefinitions(pf, st, b)
+	verifyLastRevisions(pf, st, b)
 	lanes := map[string]bool{}
 	for _, k := range b.LaneRevs {
 		lanes[k.Key] = true
@@ -412,6 +418,34 @@ func verifyDefinitions(pf func(string, ...any), st *State, b *snapBody) {
 	}
 }
 
+// verifyLastRevisions compares the last revision a snapshot states for
+// each default, API key and tenant limits key with the replay's, and the
+// revision it carries with its hash: a replica loads them from the
+// snapshot and holds its callers to them.
+func verifyLastRevisions(pf func(string, ...any), st *State, b *snapBody) {
+	seen := map[string]bool{}
+	for _, d := range slices.Concat(b.Defaults, b.APIKeys, b.TenantLimits) {
+		seen[d.Key] = true
+		if got := events.HashPayload(d.Revision); got != d.Hash {
+			pf("%s: the revision it carries hashes to %s, not %s", d.Key, got, d.Hash)
+		}
+		rev := st.settings[d.Key]
+		if streams.IsDefaultKey(d.Key) {
+			rev = st.defaultRev[d.Key]
+		}
+		if rev != d.Rev || st.hashes[d.Key] != d.Hash {
+			pf("%s at %d (%s), the replay at %d (%s)", d.Key, d.Rev, d.Hash, rev, st.hashes[d.Key])
+		}
+	}
+	for _, keys := range []map[string]uint64{st.defaultRev, st.settings} {
+		for key := range keys {
+			if !seen[key] {
+				pf("%s is missing", key)
+			}
+		}
+	}
+}
+
 // partlyClosed reports whether some of r's parts are closed and some open.
 func partlyClosed(r *Reservation) bool {
 	var open, closed bool
@@ -437,8 +471,12 @@ type snapFull struct {
 	// default key (their earlier versions are read from the stream).
 	Prices   []snapKey `json:"prices"`
 	Defaults []snapKey `json:"defaults"`
-	LaneRevs []snapKey `json:"lane_revisions"`
-	Balances []struct {
+	// APIKeys and TenantLimits: the operator's settings, their last
+	// revisions (State.settings).
+	APIKeys      []snapKey `json:"api_keys"`
+	TenantLimits []snapKey `json:"tenant_limits"`
+	LaneRevs     []snapKey `json:"lane_revisions"`
+	Balances     []struct {
 		Key      string            `json:"key"`
 		Ref      events.BalanceRef `json:"ref"`
 		Rev      uint64            `json:"rev"`
@@ -607,6 +645,9 @@ func (s *State) loadSnapshot(ctx context.Context, stream jetstream.Stream, layou
 		if err != nil {
 			return err
 		}
+	}
+	for _, k := range slices.Concat(b.APIKeys, b.TenantLimits) {
+		s.settings[k.Key], s.hashes[k.Key] = k.Rev, k.Hash
 	}
 	s.events = events0 // counters count the tail only
 	// A void the snapshot remembers is stamped as the ledger stamped it

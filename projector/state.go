@@ -157,6 +157,11 @@ type State struct {
 	defaults map[string]map[uint64]*Budget
 	// defaultRev is the last revision of each default key.
 	defaultRev map[string]uint64
+	// settings is the last revision of each API key and tenant limits
+	// key: the operator's settings, which move no money, so the oracle
+	// checks only that each decodes under its own key and that a
+	// snapshot states the same last revision (its hash in hashes).
+	settings map[string]uint64
 	// voided holds the request ids RequestVoideds name, each with the
 	// sequence of the last revision that voided it. Without a window it
 	// holds every one; with one (window.go) a void is forgotten the
@@ -175,6 +180,7 @@ func NewState() *State {
 		pricing:      pricingState{current: map[string]uint64{}, versions: map[string]map[uint64]*Price{}},
 		defaults:     map[string]map[uint64]*Budget{},
 		defaultRev:   map[string]uint64{},
+		settings:     map[string]uint64{},
 		voided:       map[string]uint64{},
 	}
 }
@@ -259,6 +265,7 @@ func (s *State) Clone() *State {
 		pricing:      s.pricing.clone(),
 		defaults:     make(map[string]map[uint64]*Budget, len(s.defaults)),
 		defaultRev:   maps.Clone(s.defaultRev),
+		settings:     maps.Clone(s.settings),
 		voided:       maps.Clone(s.voided),
 	}
 	for k, vs := range s.defaults {
@@ -342,11 +349,42 @@ func (s *State) Apply(seq uint64, key string, data []byte) error {
 		err = s.applyPricing(seq, key, data)
 	case streams.IsDefaultKey(key):
 		err = s.applyDefault(seq, key, data)
+	case streams.IsAPIKeyKey(key), streams.IsTenantLimitsKey(key):
+		err = s.applySetting(seq, key, data)
 	}
 	if err != nil {
 		return &ApplyError{Seq: seq, Key: key, Err: err}
 	}
 	s.position = seq
+	return nil
+}
+
+// applySetting folds one API key or tenant limits revision: it must
+// decode and belong under key; its last revision is what a snapshot must
+// state.
+func (s *State) applySetting(seq uint64, key string, data []byte) error {
+	var under string
+	var chain events.Chain
+	if streams.IsAPIKeyKey(key) {
+		rev, err := events.DecodeAPIKeyRevision(data)
+		if err != nil {
+			return errorf(ErrMalformed, "%v", err)
+		}
+		under, chain = streams.APIKeyKey(rev.ID), rev.Chain
+	} else {
+		rev, err := events.DecodeTenantLimitsRevision(data)
+		if err != nil {
+			return errorf(ErrMalformed, "%v", err)
+		}
+		under, chain = streams.TenantLimitsKey(rev.Tenant), rev.Chain
+	}
+	if under != key {
+		return errorf(ErrMalformed, "a revision of %s under key %s", under, key)
+	}
+	if err := events.CheckChain(key, seq, chain, s.settings[key], s.hashes[key]); err != nil {
+		return fmt.Errorf("%w: %w", ErrChain, err)
+	}
+	s.settings[key], s.hashes[key] = seq, events.HashPayload(data)
 	return nil
 }
 

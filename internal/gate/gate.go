@@ -122,6 +122,12 @@ type Revision struct {
 	APIKey  *events.APIKeyRevision
 	// TenantLimits is a tenant's own limits (KindTenantLimits).
 	TenantLimits *events.TenantLimitsRevision
+	// Refused, on an auditor's gate (NewAuditor) only, is why the
+	// auditor's own keys refuse a revision the ledger's trust passed: its
+	// signer is a key they distrust, or retire before it. The revision is
+	// folded all the same, as the replicas folded it; the auditor reports
+	// it.
+	Refused signing.Reason
 	// Zone is the budget's loaded time zone (nil for UTC), KindBudget
 	// only.
 	Zone *time.Location
@@ -210,15 +216,15 @@ func New(layout streams.Layout, anchor *signing.KeySet) *Gate {
 }
 
 // NewAuditor returns the gate of a reader that only reads (an audit, an
-// export, a replayed report). Besides the ledger's trust, anchor's stricter
-// words bind it over the whole stream: a revision signed by a key anchor
-// distrusts, or by a key anchor retires at until=N after N, is skipped
-// wherever it is, even where the ledger's trust let the replicas fold it
-// (before the ledger learned of the distrust, or by a list the replicas
-// were never given). So an auditor who distrusts a key sees every revision
-// it signed listed. A replica's gate (New) leaves them to the ledger's
-// trust revision, which its list is merged into, so that the replicas of
-// one ledger fold alike.
+// export, a replayed report). It folds what a replica's gate (New) folds,
+// and besides marks each revision the ledger's trust passed that anchor's
+// stricter words refuse (Revision.Refused): signed by a key anchor
+// distrusts, or by a key anchor retires at until=N after N, wherever it
+// is, even where the replicas folded it (before the ledger learned of the
+// distrust, or by a list the replicas were never given). So an auditor who
+// distrusts a key sees every revision it signed, while the numbers stay
+// the replicas': skipping those revisions would also break the chain of
+// every later revision of their keys.
 func NewAuditor(layout streams.Layout, anchor *signing.KeySet) *Gate {
 	g := New(layout, anchor)
 	g.auditor = true
@@ -371,7 +377,23 @@ func (g *Gate) Inspect(m *Message) (*Revision, *Rejection) {
 		return reject(reason, signer, err)
 	}
 	rev.Hash = events.HashPayload(m.Data)
+	if g.auditor && signer != "" {
+		rev.Refused = refusedBy(g.anchor.Load(), signer, m.Seq)
+	}
 	return rev, nil
+}
+
+// refusedBy is why the key set ks refuses a revision at seq signed by
+// signer, that the ledger's trust passed: a key it distrusts, or retires
+// at until=N before seq; "" if it does not.
+func refusedBy(ks *signing.KeySet, signer string, seq uint64) signing.Reason {
+	if ks.IsDistrusted(signer) {
+		return signing.ReasonDistrustedKey
+	}
+	if until, listed := ks.Lookup(signer); listed && until != 0 && seq > until {
+		return signing.ReasonRetiredKey
+	}
+	return ""
 }
 
 // KnowsSigner reports whether the gate's trust state decides m's signer
@@ -423,15 +445,6 @@ func (g *Gate) verify(kind Kind, key string, m *Message) (signer string, reason 
 	case until != 0 && m.Seq > until:
 		return pub, signing.ReasonRetiredKey
 	}
-	if g.auditor {
-		anchor := g.anchor.Load()
-		if anchor.IsDistrusted(pub) {
-			return pub, signing.ReasonDistrustedKey
-		}
-		if until, listed := anchor.Lookup(pub); listed && until != 0 && m.Seq > until {
-			return pub, signing.ReasonRetiredKey
-		}
-	}
 	if signer, ok := signing.VerifyBy(key, m.Header, m.Data); !ok {
 		return signer, signing.ReasonBadSignature
 	}
@@ -452,10 +465,10 @@ func (g *Gate) verifyTrust(t *trustState, key string, m *Message) (string, signi
 	case !ok:
 		return signer, signing.ReasonBadSignature
 	}
-	anchor := g.anchor.Load()
-	if t != nil && t.distrusted[signer] || g.auditor && anchor.IsDistrusted(signer) {
+	if t != nil && t.distrusted[signer] {
 		return signer, signing.ReasonDistrustedKey
 	}
+	anchor := g.anchor.Load()
 	if t == nil && anchor == nil {
 		return signer, ""
 	}

@@ -226,49 +226,57 @@ func TestGate_UnknownSignerIsGarbage(t *testing.T) {
 	require.Equal(t, signing.ReasonDistrustedKey, rej.Reason)
 }
 
-// TestGate_AuditorBindsItsStricterWords: a reader that only reads
-// (gate.NewAuditor) skips what its own list distrusts or retires, over the
-// whole stream, where the ledger's trust let a replica's gate (gate.New)
-// fold it. How it can fail: with the auditor's list used only as the root
-// of trust (as a replica uses its own), an auditor who distrusts b printed
-// OK for every revision b signed.
-func TestGate_AuditorBindsItsStricterWords(t *testing.T) {
-	a, b := signer(t), signer(t)
+// TestGate_AuditorMarksWhatItsListRefuses: a reader that only reads
+// (gate.NewAuditor) folds what a replica's gate (gate.New) folds, and marks
+// each revision its own list refuses (Revision.Refused): signed by a key it
+// distrusts, or retires at until=N after N, a trust revision included. A
+// later revision by a trusted key, chained to a marked one, folds: the
+// chain is the replicas'. How it can fail: with the auditor's list used only
+// as the root of trust (as a replica uses its own), an auditor who
+// distrusts b printed OK for every revision b signed; with the list's
+// refusals skipped instead of marked, a's revision after b's broke its chain
+// and every later spend on the lane dropped out of the auditor's numbers.
+func TestGate_AuditorMarksWhatItsListRefuses(t *testing.T) {
+	a, b, c := signer(t), signer(t), signer(t)
 	distrustB, err := keys(t, a.PublicKey()).WithDistrusted(b.PublicKey())
 	require.NoError(t, err)
 	retireB, err := signing.NewKeySet([]signing.Key{{Public: a.PublicKey()}, {Public: b.PublicKey(), Until: 3}}, 0)
 	require.NoError(t, err)
-	for _, c := range []struct {
+	for _, tc := range []struct {
 		name   string
 		anchor *signing.KeySet
-		want   []signing.Reason // of seq 2, 3 and 4 (b, b, b) by an auditor
+		want   []signing.Reason // of seq 2, 3, 4 (b's lane revisions), 5 (b's trust revision adding c)
 	}{
-		{"b distrusted", distrustB, []signing.Reason{signing.ReasonDistrustedKey, signing.ReasonDistrustedKey, signing.ReasonDistrustedKey}},
-		{"b retired after 3", retireB, []signing.Reason{"", "", signing.ReasonRetiredKey}},
+		{"b distrusted", distrustB, []signing.Reason{signing.ReasonDistrustedKey, signing.ReasonDistrustedKey, signing.ReasonDistrustedKey, signing.ReasonDistrustedKey}},
+		{"b retired after 3", retireB, []signing.Reason{"", "", signing.ReasonRetiredKey, signing.ReasonRetiredKey}},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			replica, auditor := newFixture(t, keys(t, a.PublicKey())), newFixture(t, c.anchor)
-			auditor.g = gate.NewAuditor(auditor.layout, c.anchor)
-			for _, f := range []*fixture{replica, auditor} {
-				key, data := f.trust(a, a.PublicKey(), b.PublicKey()) // seq 1: the ledger trusts a and b
-				_, rej := f.write(a, key, data)
-				require.Nil(t, rej)
-			}
-			for i, want := range c.want {
+		t.Run(tc.name, func(t *testing.T) {
+			replica, auditor := newFixture(t, keys(t, a.PublicKey())), newFixture(t, tc.anchor)
+			auditor.g = gate.NewAuditor(auditor.layout, tc.anchor)
+			both := func(s *signing.Signer, write func(f *fixture) (string, []byte)) []*gate.Revision {
+				var out []*gate.Revision
 				for _, f := range []*fixture{replica, auditor} {
-					key, data := f.lane(fmt.Sprint("by-b-", i))
-					_, rej := f.write(b, key, data)
-					switch {
-					case f == replica:
-						require.Nil(t, rej, "the ledger trusts b: a replica folds it")
-					case want == "":
-						require.Nil(t, rej, "seq %d", f.seq)
-					default:
-						require.NotNil(t, rej, "seq %d", f.seq)
-						require.Equal(t, want, rej.Reason, "seq %d", f.seq)
-					}
+					key, data := write(f)
+					rev, rej := f.write(s, key, data)
+					require.Nil(t, rej, "seq %d: both fold it", f.seq)
+					out = append(out, rev)
 				}
+				return out
 			}
+			both(a, func(f *fixture) (string, []byte) { return f.trust(a, a.PublicKey(), b.PublicKey()) }) // seq 1
+			for i, want := range tc.want {
+				var revs []*gate.Revision
+				if i < 3 {
+					revs = both(b, func(f *fixture) (string, []byte) { return f.lane(fmt.Sprint("by-b-", i)) })
+				} else {
+					revs = both(b, func(f *fixture) (string, []byte) { return f.trust(b, a.PublicKey(), b.PublicKey(), c.PublicKey()) })
+				}
+				require.Empty(t, revs[0].Refused, "a replica's gate marks nothing")
+				require.Equal(t, want, revs[1].Refused, "seq %d", revs[1].Seq)
+			}
+			// a's revision after b's: chained to b's, it folds on both.
+			revs := both(a, func(f *fixture) (string, []byte) { return f.lane("by-a") })
+			require.Empty(t, revs[1].Refused)
 		})
 	}
 }

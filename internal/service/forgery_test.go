@@ -17,6 +17,7 @@ import (
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/codec"
+	"github.com/spendgate/spendgate/internal/gate"
 	"github.com/spendgate/spendgate/internal/ledger"
 	"github.com/spendgate/spendgate/internal/replica"
 	"github.com/spendgate/spendgate/internal/replicatest"
@@ -286,4 +287,103 @@ func TestReaders_GarbageNeverReachesThem(t *testing.T) {
 	audit, err := projector.Check(ctx, s.env.JS, s.env.Layout, projector.WithTrust(s.trust))
 	require.NoError(t, err)
 	require.Len(t, audit.Skipped, len(garbageKeys)+2, audit.String())
+}
+
+// TestAudit_GivenKeysRefuseAKey: an auditor whose own list retires the
+// replicas' key before its last revisions gets those revisions listed as
+// refused, and a problem each, while the replay's numbers stay the
+// replicas' (the revisions are folded, their chains intact). How it can
+// fail: the auditor's list used only as the root of trust printed OK; its
+// refusals skipped instead of marked broke every later revision's chain.
+func TestAudit_GivenKeysRefuseAKey(t *testing.T) {
+	t.Parallel()
+	s := newSignedEnv(t)
+	ctx := ctxT(t)
+	r := s.replica(t, false)
+	ref := events.BudgetRef{Scope: "org:acme", Period: events.PeriodMonth}
+	_, err := r.Ledger.PutBudget(ctx, ref, events.MustMoney("10"), "USD", time.Now())
+	require.NoError(t, err)
+	bm, err := lastOf(ctx, s.env, streams.BudgetKey(ref))
+	require.NoError(t, err)
+	for _, id := range []string{"a1", "a2"} {
+		rep, err := r.Admitter.Admit(ctx, events.AdmitRequest{Scopes: []string{"org:acme"}, Amount: "1", RequestID: id})
+		require.NoError(t, err)
+		require.True(t, rep.Admitted)
+	}
+	lane := s.env.Layout.LaneKey(events.BalanceRef{Scope: "org:acme", Period: events.PeriodMonth})
+	lm, err := lastOf(ctx, s.env, lane)
+	require.NoError(t, err)
+
+	plain, err := projector.Check(ctx, s.env.JS, s.env.Layout, projector.WithTrust(s.trust))
+	require.NoError(t, err)
+	require.True(t, plain.OK(), plain.String())
+
+	retired, err := signing.NewKeySet([]signing.Key{{Public: s.k.PublicKey(), Until: bm.Sequence}}, 0)
+	require.NoError(t, err)
+	audit, err := projector.Check(ctx, s.env.JS, s.env.Layout, projector.WithTrust(retired))
+	require.NoError(t, err)
+	require.False(t, audit.OK())
+	require.Empty(t, audit.Skipped, "nothing skipped: the replicas folded it all")
+	require.NotEmpty(t, audit.Refused)
+	for _, rf := range audit.Refused {
+		require.Greater(t, rf.Seq, bm.Sequence)
+		require.Equal(t, signing.ReasonRetiredKey, rf.Reason)
+	}
+	require.Equal(t, lm.Sequence, audit.Refused[len(audit.Refused)-1].Seq, "the lane's last revision, after the first refused one: its chain holds")
+	require.Len(t, audit.Problems, len(audit.Refused), "the refusals are the only problems: the replay equals live\n%s", audit.String())
+	require.Equal(t, plain.Events, audit.Events, "the same events folded")
+	require.Contains(t, audit.String(), "which the given keys refuse (retired-key); the replicas folded it")
+}
+
+// TestAudit_SnapshotSettingsEqualTheReplay: a snapshot signed by a trusted
+// key whose tenant limits entry says something the stream does not (a
+// buggy or compromised writer) is named by the audit, though its signature
+// holds: a replica that loads it holds the tenant to what it carries. How
+// it can fail: the audit compared only a snapshot's budgets, prices,
+// lanes and balances with the replay, and printed "equals the replay".
+func TestAudit_SnapshotSettingsEqualTheReplay(t *testing.T) {
+	t.Parallel()
+	s := newSignedEnv(t)
+	ctx := ctxT(t)
+	r := s.replica(t, false)
+	five := int64(5)
+	_, err := r.Ledger.DefineTenantLimits(ctx, "acme", events.TenantLimitValues{MaxOpen: &five}, time.Now())
+	require.NoError(t, err)
+	info, err := r.Ledger.Snapshot(ctx)
+	require.NoError(t, err)
+	require.NoError(t, r.Stop())
+	audit, err := projector.Check(ctx, s.env.JS, s.env.Layout, projector.WithTrust(s.trust))
+	require.NoError(t, err)
+	require.True(t, audit.OK(), audit.String())
+	require.True(t, audit.Snapshot.Verified)
+
+	// The entry's revision says 5000, and the snapshot is signed again by
+	// the trusted key.
+	store, err := s.env.JS.ObjectStore(ctx, s.env.Layout.SnapshotBucket())
+	require.NoError(t, err)
+	data, err := store.GetBytes(ctx, info.Name)
+	require.NoError(t, err)
+	nl := bytes.IndexByte(data, '\n')
+	var h map[string]any
+	require.NoError(t, json.Unmarshal(data[:nl], &h))
+	body := bytes.Replace(data[nl+1:], []byte(`"max_open":5,`), []byte(`"max_open":5000,`), -1)
+	require.NotEqual(t, data[nl+1:], body, "the forgery changed the tenant's limit")
+	sum := sha256.Sum256(body)
+	h["size"], h["sha256"] = len(body), hex.EncodeToString(sum[:])
+	version, _ := h["version"].(float64)
+	h["signer"], h["sig"] = gate.SignSnapshot(s.k, gate.SnapshotID{Bucket: s.env.Layout.SnapshotBucket(), Version: int(version),
+		Seq: info.Seq, Size: len(body), SHA256: hex.EncodeToString(sum[:])})
+	head, err := json.Marshal(h)
+	require.NoError(t, err)
+	_, err = store.PutBytes(ctx, info.Name, append(append(head, '\n'), body...))
+	require.NoError(t, err)
+
+	audit, err = projector.Check(ctx, s.env.JS, s.env.Layout, projector.WithTrust(s.trust))
+	require.NoError(t, err)
+	require.False(t, audit.OK())
+	named := false
+	for _, p := range audit.Problems {
+		named = named || strings.Contains(p, "snapshot "+info.Name) && strings.Contains(p, "tenantlimits.acme")
+	}
+	require.True(t, named, "the audit names the snapshot's tenant limits: %s", audit)
 }

@@ -89,6 +89,17 @@ func (v TenantLimitValues) Changes(prev TenantLimitValues) []string {
 	return out
 }
 
+// Empty reports whether v sets no limit: the tenant's limits are then
+// none of the ledger's (a put of it removes them).
+func (v TenantLimitValues) Empty() bool {
+	for _, f := range v.fields() {
+		if *f.p != nil {
+			return false
+		}
+	}
+	return true
+}
+
 // Clone returns a deep copy of v.
 func (v TenantLimitValues) Clone() TenantLimitValues {
 	for _, f := range v.fields() {
@@ -145,8 +156,9 @@ func DecodeTenantLimitsRevision(data []byte) (TenantLimitsRevision, error) {
 }
 
 // TenantLimitsPutRequest sets a tenant's own limits (tenantlimits.put):
-// the whole set, as TenantLimitValues says. A put with no field returns
-// the tenant to the common limits.
+// the whole set, as TenantLimitValues says. A put with no field removes
+// them: the tenant is held to the replica's own limits again (its
+// --tenant-limits line, or the common ones).
 // Its fields are TenantLimitValues' (a request is flat on the wire).
 type TenantLimitsPutRequest struct {
 	Tenant            string `json:"tenant"`

@@ -16,9 +16,9 @@ func TenantLimitsKey(tenant string) string { return tenantLimitsFamily + "." + t
 // IsTenantLimitsKey reports whether key is a tenant limits key.
 func IsTenantLimitsKey(key string) bool { return strings.HasPrefix(key, tenantLimitsFamily+".") }
 
-// The tenant limits endpoints, under the prefix. Only the deployment's
-// administration reaches them: they have no tenant subjects, so a tenant
-// never sets its own limits.
+// The tenant limits endpoints, under the prefix. Put and list are the
+// deployment's administration's: they have no tenant subject, so a tenant
+// never sets its own limits. Get is also a tenant's, for its own.
 const (
 	// EndpointTenantLimitsPut sets a tenant's own limits.
 	EndpointTenantLimitsPut = "tenantlimits.put"

@@ -28,9 +28,10 @@ sets them; a tenant cannot set its own.
 		name:     "spendgate tenant-limits put",
 		synopsis: "--tenant NAME [--max-open N] [--max-default-budgets N] [--rate N] [--burst N] [--denial-bytes N]",
 		about: `Sets a tenant's own limits. The put is the whole set: a flag left out is the
-replicas' common limit (their --tenant-* flag), 0 is no limit for the
-tenant, and a put with no limit flag returns the tenant to the common
-limits. --burst left out is a tenth of a second's worth of the tenant's
+replicas' common limit (their --tenant-* flag), and 0 is no limit for the
+tenant. A put with no limit flag removes the tenant's limits from the
+ledger: each replica holds it to its --tenant-limits line again, or to
+the common limits. --burst left out is a tenth of a second's worth of the tenant's
 own --rate (at least a full batch), or without one the common burst. The
 new limits apply on every replica as soon as it has folded the revision
 (milliseconds). The reply says what changed and gives the new version.`,

@@ -630,7 +630,7 @@ func (m Message) encode() ([]byte, error) {
 // SplitRevision returns the feed messages of a revision the gate passed,
 // in feed order: one per event, each event encoded as the ledger's encoder
 // encodes it. A revision of a key with no events the feed carries (trust,
-// API keys) has none.
+// API keys, tenant limits) has none.
 func SplitRevision(rev *gate.Revision) []Message {
 	var out []Message
 	add := func(e events.Event, bal *Balance) {

@@ -45,7 +45,9 @@ func (l *Ledger) publishTenantLimits() {
 }
 
 // TenantLimitsOf returns tenant's own limits as this replica has folded
-// them, and false if the ledger holds none for it. It takes no lock: the
+// them, and false if the ledger never held any for it. Limits that set
+// nothing (Empty: removed by a put of nothing) are returned too, with
+// their version. It takes no lock: the
 // admit path asks it for every request of a tenant. The values are
 // shared: not to be changed.
 func (l *Ledger) TenantLimitsOf(tenant string) (TenantLimits, bool) {
@@ -58,13 +60,20 @@ func (l *Ledger) TenantLimitsOf(tenant string) (TenantLimits, bool) {
 }
 
 // AllTenantLimits returns every tenant's own limits in the ledger, sorted
-// by tenant.
+// by tenant; limits removed (Empty) are left out.
 func (l *Ledger) AllTenantLimits() []TenantLimits {
 	m := l.tenantLimits.Load()
 	if m == nil {
 		return []TenantLimits{}
 	}
-	return slices.SortedFunc(maps.Values(*m), func(a, b TenantLimits) int {
+	set := maps.Values(*m)
+	return slices.SortedFunc(func(yield func(TenantLimits) bool) {
+		for t := range set {
+			if !t.Empty() && !yield(t) {
+				return
+			}
+		}
+	}, func(a, b TenantLimits) int {
 		switch {
 		case a.Tenant < b.Tenant:
 			return -1
@@ -79,8 +88,8 @@ func (l *Ledger) AllTenantLimits() []TenantLimits {
 type TenantLimitsChange struct {
 	// Limits are the tenant's limits now (their Version the revision).
 	Limits TenantLimits
-	// Existed is true when the tenant had limits in the ledger; Prev is
-	// then what they were.
+	// Existed is true when the tenant had limits in the ledger (not
+	// removed); Prev is then what they were.
 	Existed bool
 	Prev    TenantLimits
 	// Changed names the changed fields (events.TenantLimitValues.Changes);
@@ -104,10 +113,12 @@ func (l *Ledger) DefineTenantLimits(ctx context.Context, tenant string, v events
 	seq, wrote, err := l.define(ctx, "limits of tenant "+tenant, func(b *book) (string, func(events.Chain) any, bool, error) {
 		cur, existed, changed = TenantLimits{}, false, []string{}
 		if t := b.tenantLimits[key]; t != nil {
-			cur, existed = t.def, true
+			cur, existed = t.def, !t.def.Empty()
 			if changed = v.Changes(cur.TenantLimitValues); len(changed) == 0 {
 				return key, nil, true, nil
 			}
+		} else if v.Empty() {
+			return key, nil, true, nil // nothing to remove
 		}
 		return key, func(ch events.Chain) any {
 			ev := events.TenantLimitsDefined{Tenant: tenant, TenantLimitValues: v, Changed: nilIfEmpty(changed), At: now.UTC()}
@@ -119,7 +130,10 @@ func (l *Ledger) DefineTenantLimits(ctx context.Context, tenant string, v events
 		return TenantLimitsChange{}, err
 	}
 	if !wrote {
-		return TenantLimitsChange{Limits: cur, Existed: true, Prev: cur, Changed: []string{}}, nil
+		if cur.Tenant == "" {
+			cur.Tenant = tenant
+		}
+		return TenantLimitsChange{Limits: cur, Existed: !cur.Empty(), Prev: cur, Changed: []string{}}, nil
 	}
 	return TenantLimitsChange{Limits: TenantLimits{Tenant: tenant, TenantLimitValues: v, Version: seq}, Existed: existed, Prev: cur, Changed: changed}, nil
 }

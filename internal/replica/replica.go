@@ -211,8 +211,8 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	// it).
 	cfg.TenantOwn = service.OverLedger(cfg.TenantOwn, func(tenant string) (service.TenantLimits, bool) {
 		t, ok := l.TenantLimitsOf(tenant)
-		if !ok {
-			return service.TenantLimits{}, false
+		if !ok || t.Empty() {
+			return service.TenantLimits{}, false // removed: its file line, if any
 		}
 		return service.LedgerLimits(t.TenantLimitValues), true
 	})

@@ -212,7 +212,7 @@ func endToEnd(t *testing.T, l streams.Layout) {
 	ctx := context.Background()
 	// A tenant's limits are the deployment administration's: admin puts
 	// them, no other role reaches the endpoint.
-	tl, err := newClient(t, ids[roles.Admin], l).PutTenantLimits(ctx, events.TenantLimitsPutRequest{Tenant: "acme"})
+	tl, err := newClient(t, ids[roles.Admin], l).PutTenantLimits(ctx, events.TenantLimitsPutRequest{Tenant: "acme", MaxOpen: new(int64(100))})
 	require.NoError(t, err, "admin puts a tenant's limits")
 	require.True(t, tl.Created)
 	for _, n := range []string{roles.Service, roles.Finance, roles.Feed, roles.Gateway} {

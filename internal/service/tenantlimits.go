@@ -232,6 +232,11 @@ func (t *TenantTable) Of(tenant string, common TenantLimits) TenantLimits {
 	if !ok {
 		return common
 	}
+	return own.over(common)
+}
+
+// over returns common with own's fields in place of those own sets.
+func (own TenantLimits) over(common TenantLimits) TenantLimits {
 	if own.MaxOpen != 0 {
 		common.MaxOpen = own.MaxOpen
 	}

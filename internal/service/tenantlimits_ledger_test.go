@@ -51,16 +51,16 @@ func (h *harness) admitBurst(tenant, prefix string, n int) (admitted int, refusa
 // TestTenantLimits_KeptInLedger: the operator puts a tenant's limits on
 // the plain subject; both replicas fold them and hold the tenant to them
 // exactly, in place of its --tenant-limits line, while a tenant the ledger
-// does not name keeps its line; a put of nothing returns the tenant to the
-// common limits; a tenant cannot reach the endpoint; bad input changes
-// nothing.
+// does not name keeps its line; a put of nothing removes the tenant's
+// limits, so it is held to its line again; a tenant cannot reach the
+// endpoint; bad input changes nothing.
 //
 // How it can fail: a replica that ignored the ledger's limits would admit
 // acme up to its file's 10 (the burst of 30 would see 10, not 5); one that
 // read them only where they were written would admit past 5 on the other
 // replica; a put that did not replace the whole set would keep max_open 5
-// after the empty put, and a ledger entry that did not replace the file
-// line would fall back to its 10.
+// after the empty put, and one that left an empty entry in force would
+// hold acme to the common 20 instead of its line's 10.
 func TestTenantLimits_KeptInLedger(t *testing.T) {
 	file := service.NewTenantTable(map[string]service.TenantLimits{"acme": {MaxOpen: 10}, "globex": {MaxOpen: 3}})
 	h := newHarness(t, harnessOpts{replicas: 2, tenantLimits: service.TenantLimits{MaxOpen: 20, Rate: -1}, tenantOwn: file})
@@ -151,11 +151,12 @@ func TestTenantLimits_KeptInLedger(t *testing.T) {
 	require.Equal(t, seq, s2, "bad input wrote nothing")
 	require.Equal(t, msgs, m2)
 
-	// A put of nothing: acme is held to the common limit (20); its
-	// limits in the ledger still replace its file line whole.
+	// A put of nothing removes acme's limits from the ledger: it is held
+	// to its file line (10) again.
 	var cleared events.TenantLimitsPutReply
 	require.Nil(t, h.call(streams.EndpointTenantLimitsPut, events.TenantLimitsPutRequest{Tenant: "acme"}, &cleared))
 	require.Equal(t, []string{"max_open", "rate"}, cleared.Changed)
+	require.False(t, cleared.Created)
 	for i, r := range h.replicas {
 		testenv.WaitFor(t, 10*time.Second, fmt.Sprintf("replica %d folded the clear", i), func() bool {
 			l, ok := r.Ledger.TenantLimitsOf("acme")
@@ -163,11 +164,18 @@ func TestTenantLimits_KeptInLedger(t *testing.T) {
 		})
 	}
 	admitted, refusals = h.admitBurst("acme", "b-", 20)
-	require.Equal(t, 15, admitted, "5 open + 15 more: the common 20, not the file's 10")
-	require.Contains(t, refusals[0], "serve --tenant-max-open 20")
+	require.Equal(t, 5, admitted, "5 open + 5 more: the file's 10 again")
+	require.Contains(t, refusals[0], "its own, --tenant-limits max-open=10")
 
 	var list events.TenantLimitsListReply
 	require.Nil(t, h.call(streams.EndpointTenantLimitsList, events.TenantLimitsListRequest{}, &list))
-	require.Len(t, list.Tenants, 1)
-	require.Equal(t, "acme", list.Tenants[0].Tenant)
+	require.Empty(t, list.Tenants, "removed limits are not listed")
+	// globex has none in the ledger: a put of nothing writes nothing.
+	seq, _ = h.streamState()
+	var nothing events.TenantLimitsPutReply
+	require.Nil(t, h.call(streams.EndpointTenantLimitsPut, events.TenantLimitsPutRequest{Tenant: "globex"}, &nothing))
+	require.False(t, nothing.Created)
+	require.Equal(t, uint64(0), nothing.Version)
+	s3, _ := h.streamState()
+	require.Equal(t, seq, s3, "nothing to remove: nothing written")
 }

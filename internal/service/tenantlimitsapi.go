@@ -49,7 +49,9 @@ func (s *Service) tenantLimitsPut(ctx context.Context, data []byte) (any, error)
 	if err != nil {
 		return nil, err
 	}
-	out := events.TenantLimitsPutReply{TenantLimitsView: TenantLimitsView(ch.Limits), Created: !ch.Existed, Changed: ch.Changed}
+	// Created: the tenant has limits of its own in the ledger now, and had
+	// none before (never, or removed).
+	out := events.TenantLimitsPutReply{TenantLimitsView: TenantLimitsView(ch.Limits), Created: !ch.Existed && !ch.Limits.Empty(), Changed: ch.Changed}
 	if ch.Existed && len(ch.Changed) > 0 {
 		prev := TenantLimitsView(ch.Prev)
 		out.Previous = &prev
@@ -106,8 +108,13 @@ func (s *Service) HeldTo(tenant string) events.TenantHeldTo {
 	common := s.limits
 	a := s.a.Limits()
 	common.MaxOpen, common.MaxDefaultBudgets = a.MaxOpen, a.MaxDefaultBudgets
-	l := s.own.Of(tenant, common)
+	// One read of the table, so that the limits and their sources are of
+	// one revision even while the fold replaces it.
 	own, hasOwn := s.own.Get(tenant)
+	l := common
+	if hasOwn {
+		l = own.over(common)
+	}
 	src := own.Source
 	if src == "" {
 		src = "--tenant-limits"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/spendgate/spendgate/events"
@@ -66,22 +67,9 @@ func (l *Ledger) AllTenantLimits() []TenantLimits {
 	if m == nil {
 		return []TenantLimits{}
 	}
-	set := maps.Values(*m)
-	return slices.SortedFunc(func(yield func(TenantLimits) bool) {
-		for t := range set {
-			if !t.Empty() && !yield(t) {
-				return
-			}
-		}
-	}, func(a, b TenantLimits) int {
-		switch {
-		case a.Tenant < b.Tenant:
-			return -1
-		case a.Tenant > b.Tenant:
-			return 1
-		}
-		return 0
-	})
+	out := slices.DeleteFunc(slices.Collect(maps.Values(*m)), func(t TenantLimits) bool { return t.Empty() })
+	slices.SortFunc(out, func(a, b TenantLimits) int { return strings.Compare(a.Tenant, b.Tenant) })
+	return out
 }
 
 // TenantLimitsChange is what DefineTenantLimits did.

@@ -65,8 +65,13 @@ func (f tenantLimitFlags) limits() (service.TenantLimits, int64, error) {
 	if *f.burst < 0 {
 		return service.TenantLimits{}, 0, fmt.Errorf("--tenant-burst must not be negative (0: a tenth of a second's worth of --tenant-rate)")
 	}
-	if *f.rate > service.MaxTenantRate || *f.burst > service.MaxTenantRate || *f.denialBytes > service.MaxTenantRate {
-		return service.TenantLimits{}, 0, fmt.Errorf("--tenant-rate, --tenant-burst and --tenant-denial-bytes must be at most %d", service.MaxTenantRate)
+	for _, v := range []struct {
+		name string
+		n    int
+	}{{"--tenant-max-open", *f.maxOpen}, {"--tenant-max-default-budgets", *f.maxDefaults}, {"--tenant-rate", *f.rate}, {"--tenant-burst", *f.burst}, {"--tenant-denial-bytes", *f.denialBytes}} {
+		if v.n > events.MaxTenantLimit {
+			return service.TenantLimits{}, 0, fmt.Errorf("%s %d: at most %d, as tenant-limits put takes", v.name, v.n, events.MaxTenantLimit)
+		}
 	}
 	if *f.denialMaxBytes < 0 {
 		return service.TenantLimits{}, 0, fmt.Errorf("--denial-max-bytes must not be negative (0: no cap)")
@@ -124,8 +129,8 @@ func readTenantLimits(path string) (map[string]service.TenantLimits, error) {
 				return nil, fmt.Errorf("%s: %s is given twice", where, key)
 			case err != nil || n < 0:
 				return nil, fmt.Errorf("%s: %s=%s: want a number, at least 0 (0: no limit)", where, key, value)
-			case n > service.MaxTenantRate && (key == "rate" || key == "burst" || key == "denial-bytes"):
-				return nil, fmt.Errorf("%s: %s=%s: at most %d", where, key, value, service.MaxTenantRate)
+			case n > events.MaxTenantLimit:
+				return nil, fmt.Errorf("%s: %s=%s: at most %d", where, key, value, events.MaxTenantLimit)
 			}
 			seen[key] = true
 			switch key {

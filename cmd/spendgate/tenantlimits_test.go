@@ -87,6 +87,7 @@ func TestReadTenantLimits(t *testing.T) {
 		"acme rate=1 rate=2\n":           ":1: rate is given twice",
 		"acme burst=0\n":                 ":1: burst=0: leave burst out",
 		"acme denial-bytes=2000000000\n": ":1: denial-bytes=2000000000: at most",
+		"acme max-open=1073741825\n":     ":1: max-open=1073741825: at most 1073741824",
 	} {
 		_, err := readTenantLimits(write(body))
 		require.ErrorContains(t, err, want, body)

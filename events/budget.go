@@ -182,6 +182,23 @@ func (b BalanceRef) Budget() BudgetRef {
 	return BudgetRef{Scope: b.Scope, Period: b.Period, Unit: b.Unit}
 }
 
+// Validate checks every part of b as a stored reference: its scope, its
+// period, its instance and, when set, its unit.
+func (b BalanceRef) Validate() error {
+	if _, err := ParseStoredScope(string(b.Scope)); err != nil {
+		return err
+	}
+	if _, err := ParsePeriod(string(b.Period)); err != nil {
+		return err
+	}
+	if b.Unit != "" {
+		if err := ValidateUnit(b.Unit); err != nil {
+			return err
+		}
+	}
+	return ValidateInstance(b.Instance)
+}
+
 // String is "scope/period/instance", with "/unit" for a budget alongside
 // another.
 func (b BalanceRef) String() string {

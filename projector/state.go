@@ -413,22 +413,6 @@ func decodeStrict(data []byte, v any) error {
 	return nil
 }
 
-// validBalanceRef checks that every part of b is a valid token.
-func validBalanceRef(b events.BalanceRef) error {
-	if _, err := events.ParseStoredScope(string(b.Scope)); err != nil {
-		return err
-	}
-	if _, err := events.ParsePeriod(string(b.Period)); err != nil {
-		return err
-	}
-	if b.Unit != "" {
-		if err := events.ValidateUnit(b.Unit); err != nil {
-			return err
-		}
-	}
-	return events.ValidateInstance(b.Instance)
-}
-
 // stage holds the reservations one lane revision touches, across all of
 // its balances, copied on first touch, so that a failing revision leaves
 // the State unchanged.
@@ -624,7 +608,7 @@ func (s *State) checkHeader(lane string, rev *events.BalanceRevision) error {
 	if rev.Schema != events.SchemaBalance {
 		return errorf(ErrMalformed, "schema %q in a lane revision, want %q", rev.Schema, events.SchemaBalance)
 	}
-	if err := validBalanceRef(rev.Balance); err != nil {
+	if err := rev.Balance.Validate(); err != nil {
 		return errorf(ErrMalformed, "%v", err)
 	}
 	if cur, ok := s.balances[rev.Balance]; ok && cur.Lane != lane {

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
@@ -61,6 +62,10 @@ func KindOf(layout streams.Layout, key string) (Kind, bool) {
 // it is folded.
 func kindOf(layout streams.Layout, key string) (Kind, signing.Reason) {
 	switch {
+	case !utf8.ValidString(key):
+		// No writer names a key that is not UTF-8; a snapshot (JSON)
+		// could not even name it again.
+		return 0, signing.ReasonUnknownKey
 	case streams.IsLaneKey(key):
 		if !layout.HasLane(key) {
 			return 0, signing.ReasonWrongLane
@@ -524,6 +529,9 @@ func (g *Gate) decode(rev *Revision, data []byte) (signing.Reason, error) {
 			if want := g.layout.LaneKey(r.Balances[i].Balance); want != rev.Key {
 				return signing.ReasonWrongLane, fmt.Errorf("balance %s belongs to %s with %d lane(s)", r.Balances[i].Balance, want, g.layout.Lanes())
 			}
+		}
+		if err := wellFormed(&r); err != nil {
+			return signing.ReasonMalformed, err
 		}
 		rev.Lane = &r
 	case KindBudget:

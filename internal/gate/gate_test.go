@@ -56,7 +56,10 @@ func keys(t *testing.T, pubs ...string) *signing.KeySet {
 }
 
 // lane returns a lane revision chained to the key's last written payload.
-func (f *fixture) lane(id string) (string, []byte) {
+func (f *fixture) lane(id string) (string, []byte) { return f.laneWith(id, nil) }
+
+// laneWith is lane with the revision changed by mod before it is encoded.
+func (f *fixture) laneWith(id string, mod func(*events.LaneRevision)) (string, []byte) {
 	key := f.layout.LaneKey(bal)
 	c := events.Chain{Prev: f.prev[key]}
 	if d := f.last[key]; d != nil {
@@ -68,6 +71,9 @@ func (f *fixture) lane(id string) (string, []byte) {
 		Events: events.Events{events.ReservationOpened{ReservationID: id, RequestID: id, RequestHash: "h", Balance: bal,
 			Amount: events.MustMoney("0.1"), Unit: "USD", Balances: []events.BalanceRef{bal}, ExpiresAt: t0.Add(time.Hour), At: t0}},
 	}}}
+	if mod != nil {
+		mod(&rev)
+	}
 	data, err := codec.AppendLane(nil, &rev)
 	require.NoError(f.t, err)
 	return key, data
@@ -109,6 +115,7 @@ func TestGate_Garbage(t *testing.T) {
 		"balance.x": signing.ReasonOldLayout, "lane.7": signing.ReasonWrongLane, "lane.x": signing.ReasonWrongLane,
 		"nothing": signing.ReasonUnknownKey, "lane.0": signing.ReasonMalformed, "budget.org.a.month": signing.ReasonMalformed,
 		"pricing.m": signing.ReasonMalformed, "default.user.month": signing.ReasonMalformed, streams.TrustKey: signing.ReasonUnsigned,
+		"budget.\x82": signing.ReasonUnknownKey,
 	} {
 		_, rej := f.write(nil, key, []byte("junk"))
 		require.NotNil(t, rej, key)
@@ -117,7 +124,57 @@ func TestGate_Garbage(t *testing.T) {
 	// Keys no writer writes leave nothing in the heads.
 	require.Zero(t, f.h.Rev("balance.x"))
 	require.Zero(t, f.h.Rev("nothing"))
+	require.Zero(t, f.h.Rev("budget.\x82"), "not UTF-8: no writer's key, and a snapshot could not name it")
 	require.NotZero(t, f.h.Rev("lane.0"), "a skipped lane revision is what the next write names")
+}
+
+// TestGate_LaneContentAWriterCouldWrite: a lane revision on its chain,
+// decodable, but whose content no writer writes (an event without the id
+// it changes, of another balance, a balance named twice, a negative
+// amount) is refused as malformed, and the next revision chains past it.
+// The book would otherwise fold it and write a snapshot that cannot be
+// loaded back (a void of request "" was the fuzzer's find). How it can
+// fail: without the gate's content check every case below passes.
+func TestGate_LaneContentAWriterCouldWrite(t *testing.T) {
+	other := events.BalanceRef{Scope: "org:h", Period: events.PeriodMonth, Instance: "2026-12"}
+	for name, mod := range map[string]func(*events.LaneRevision){
+		"void with no request id": func(r *events.LaneRevision) {
+			r.Balances[0].Events = events.Events{events.RequestVoided{Balance: bal, At: t0}}
+		},
+		"settle with no reservation id": func(r *events.LaneRevision) {
+			r.Balances[0].Events = events.Events{events.ReservationSettled{Balance: bal, Reserved: events.Zero, Actual: events.Zero, Overrun: events.Zero, At: t0}}
+		},
+		"open with no request id": func(r *events.LaneRevision) {
+			e := r.Balances[0].Events[0].(events.ReservationOpened)
+			e.RequestID = ""
+			r.Balances[0].Events[0] = e
+		},
+		"open not naming its balance": func(r *events.LaneRevision) {
+			e := r.Balances[0].Events[0].(events.ReservationOpened)
+			e.Balances = []events.BalanceRef{other}
+			r.Balances[0].Events[0] = e
+		},
+		"event of another balance": func(r *events.LaneRevision) {
+			r.Balances[0].Events = events.Events{events.RequestVoided{RequestID: "q", Balance: other, At: t0}}
+		},
+		"balance twice": func(r *events.LaneRevision) { r.Balances = append(r.Balances, r.Balances[0]) },
+		"negative spent": func(r *events.LaneRevision) {
+			require.NoError(t, r.Balances[0].Spent.UnmarshalJSON([]byte(`"-1"`)))
+		},
+		"negative open":      func(r *events.LaneRevision) { r.Balances[0].Open = -1 },
+		"no unit":            func(r *events.LaneRevision) { r.Balances[0].Unit = "" },
+		"a scope of nothing": func(r *events.LaneRevision) { r.Balances[0].Balance.Scope = "" },
+	} {
+		f := newFixture(t, nil)
+		key, bad := f.laneWith("a", mod)
+		_, rej := f.write(nil, key, bad)
+		require.NotNil(t, rej, name)
+		require.Equal(t, signing.ReasonMalformed, rej.Reason, name)
+		_, good := f.lane("b")
+		rev, rej := f.write(nil, key, good)
+		require.Nil(t, rej, name)
+		require.NotNil(t, rev, name)
+	}
 }
 
 func TestGate_ChainAndReplay(t *testing.T) {

@@ -20,7 +20,7 @@ var (
 	bookBal = events.BalanceRef{Scope: "org:b", Period: events.PeriodMonth, Instance: "2026-11"}
 )
 
-func bookRev(t *testing.T, prev uint64, prevData []byte, id string, reserved string, open int64) (events.LaneRevision, []byte) {
+func bookRev(t testing.TB, prev uint64, prevData []byte, id string, reserved string, open int64) (events.LaneRevision, []byte) {
 	t.Helper()
 	c := events.Chain{Prev: prev}
 	if prevData != nil {

@@ -12,7 +12,8 @@ var auditExportCommand = command{
 	synopsis: "[--from RFC3339] [--to RFC3339] [--scope KIND:ID ...] [--tenant NAME] [--format csv|jsonl] [--times exact|sheet] [--totals FILE] [--shadow] (--trusted-keys KEYS | --unverified) [--within D] [--nats-url URL] [--bucket NAME]",
 	about: `Writes one row per reservation on standard output: its request id, scopes,
 balances, unit, reserved amount, opened / expires / settled / released /
-expired times, status, actual, overrun, late, release reason and every
+expired times, status, actual (the cost the settle gave), overrun, excess
+(what an exposure cap kept out of a budget), late, release reason and every
 metadata key (CSV: one column "metadata.KEY" per key; JSONL: an object).
 
 It streams: memory follows the reservations open at each point of the book,

@@ -90,7 +90,7 @@ func TestCLI_ExportReportBalances(t *testing.T) {
 	recs, err := csv.NewReader(strings.NewReader(out)).ReadAll()
 	require.NoError(t, err)
 	require.Equal(t, []string{"reservation_id", "request_id", "scopes", "balances", "unit", "reserved",
-		"opened_at", "expires_at", "settled_at", "released_at", "expired_at", "status", "actual", "overrun", "late",
+		"opened_at", "expires_at", "settled_at", "released_at", "expired_at", "status", "actual", "overrun", "excess", "late",
 		"release_reason", "model", "price_version", "quoted_input_tokens", "quoted_max_output_tokens", "input_tokens",
 		"output_tokens", "cached_input_tokens", "metadata.feature", "metadata.model"}, recs[0])
 	require.Len(t, recs, 5)
@@ -129,7 +129,7 @@ func TestCLI_ExportReportBalances(t *testing.T) {
 	}
 	totals, err := os.ReadFile(filepath.Join(dir, "totals.csv"))
 	require.NoError(t, err)
-	require.Equal(t, "unit,rows,open,settled,released,expired,late,reserved,actual,overrun\nUSD,4,1,2,1,0,0,6.75,3.5,0.5\n", string(totals))
+	require.Equal(t, "unit,rows,open,settled,released,expired,late,reserved,actual,overrun,excess\nUSD,4,1,2,1,0,0,6.75,3.5,0.5,0\n", string(totals))
 
 	// JSONL, filtered by scope.
 	out = ok("audit", "export", "--format", "jsonl", "--scope", "user:u-17")

@@ -66,7 +66,9 @@ type cell struct {
 }
 
 // add adds (sign +1) or removes (-1) one row's contribution.
-func (c *cell) add(r *Row, sign int64) {
+// add adds (+1) or removes (-1) row r, whose settle charged this cell
+// spent and overrun (r's own, or its scope's: Row.ChargedIn).
+func (c *cell) add(r *Row, spent, overrun events.Money, sign int64) {
 	c.Reservations += sign
 	switch r.Status {
 	case events.StatusOpen:
@@ -83,8 +85,8 @@ func (c *cell) add(r *Row, sign int64) {
 		c.Late += sign
 	}
 	if r.Settled {
-		c.Spend = signedAdd(c.Spend, r.Actual, sign)
-		c.Overrun = signedAdd(c.Overrun, r.Overrun, sign)
+		c.Spend = signedAdd(c.Spend, spent, sign)
+		c.Overrun = signedAdd(c.Overrun, overrun, sign)
 	}
 }
 
@@ -338,13 +340,13 @@ func (a *Aggregate) contribute(r *Row, sign int64) {
 		i, _ := slices.BinarySearch(a.sorted, b)
 		a.sorted = slices.Insert(a.sorted, i, b)
 	}
-	touch := func(k groupKey) {
+	touch := func(k groupKey, spent, overrun events.Money) {
 		c := cells[k]
 		if c == nil {
 			c = &cell{}
 			cells[k] = c
 		}
-		c.add(r, sign)
+		c.add(r, spent, overrun, sign)
 		if c.Reservations == 0 {
 			delete(cells, k)
 		}
@@ -353,10 +355,11 @@ func (a *Aggregate) contribute(r *Row, sign int64) {
 	if len(r.Balances) > 0 {
 		tenant = r.Balances[0].Scope.Tenant()
 	}
-	touch(groupKey{Tenant: tenant, Dim: dimTotal, Unit: r.Unit})
+	touch(groupKey{Tenant: tenant, Dim: dimTotal, Unit: r.Unit}, r.Actual, r.Overrun)
 	for _, s := range r.Scopes {
 		v, other := a.value(dimScope, string(s))
-		touch(groupKey{Tenant: tenant, Dim: dimScope, Value: v, Other: other, Unit: r.Unit})
+		spent, overrun := r.ChargedIn(s)
+		touch(groupKey{Tenant: tenant, Dim: dimScope, Value: v, Other: other, Unit: r.Unit}, spent, overrun)
 	}
 	for k, v := range r.Metadata {
 		if v == "" {
@@ -371,7 +374,7 @@ func (a *Aggregate) contribute(r *Row, sign int64) {
 		}
 		dim := MetadataColumnPrefix + k
 		val, other := a.value(dim, v)
-		touch(groupKey{Tenant: tenant, Dim: dim, Value: val, Other: other, Unit: r.Unit})
+		touch(groupKey{Tenant: tenant, Dim: dim, Value: val, Other: other, Unit: r.Unit}, r.Actual, r.Overrun)
 	}
 	if len(cells) == 0 {
 		delete(a.buckets, b)

@@ -19,10 +19,13 @@ import (
 // on a trimmed stream can start: its sums counted such a reservation in
 // the unit of its first part, and they stay as they were; the replay
 // (spendgate report --replay) counts them in their money. A binary that
-// knows only version 2 refuses version 3 and folds the stream.
+// knows only version 2 refuses version 3 and folds the stream. Version 4
+// keeps what each scope of a reservation was charged (Row.ChargedIn) and
+// a row's actual as the caller gave it (excess included); a reservation
+// half settled in a version 3 snapshot goes on as it was recorded.
 const (
 	AggregateFormat  = "spendgate.report"
-	AggregateVersion = 3
+	AggregateVersion = 4
 )
 
 type aggPart struct {
@@ -37,6 +40,15 @@ type aggTracked struct {
 	Parts []aggPart `json:"parts"`
 	Order uint64    `json:"order"`
 	Held  bool      `json:"held,omitempty"`
+	// MoneySettled and Charges are tracked's (version 4).
+	MoneySettled bool        `json:"money_settled,omitempty"`
+	Charges      []aggCharge `json:"charges,omitempty"`
+}
+
+type aggCharge struct {
+	Scope   events.Scope `json:"scope"`
+	Actual  events.Money `json:"actual"`
+	Overrun events.Money `json:"overrun"`
 }
 
 type aggHeld struct {
@@ -85,7 +97,10 @@ func (a *Aggregate) MarshalJSON() ([]byte, error) {
 	}
 	sort.Slice(s.Chain, func(i, j int) bool { return s.Chain[i].Key < s.Chain[j].Key })
 	for _, t := range rf.live {
-		at := aggTracked{Row: t.row, Order: t.order, Held: t.held}
+		at := aggTracked{Row: t.row, Order: t.order, Held: t.held, MoneySettled: t.moneySettled}
+		for _, c := range t.charges {
+			at.Charges = append(at.Charges, aggCharge{Scope: c.scope, Actual: c.actual, Overrun: c.overrun})
+		}
 		for b, p := range t.parts {
 			at.Parts = append(at.Parts, aggPart{Balance: b, State: p, Count: slices.Contains(t.counts, b)})
 		}
@@ -153,7 +168,11 @@ func UnmarshalAggregate(data []byte) (*Aggregate, error) {
 		a.rf.chain[c.Key] = c.Chain
 	}
 	for _, at := range s.Live {
-		t := &tracked{row: at.Row, order: at.Order, held: at.Held, parts: make(map[events.BalanceRef]partState, len(at.Parts))}
+		t := &tracked{row: at.Row, order: at.Order, held: at.Held, moneySettled: at.MoneySettled, parts: make(map[events.BalanceRef]partState, len(at.Parts))}
+		for _, c := range at.Charges {
+			t.charges = append(t.charges, scopeCharge{scope: c.Scope, charge: charge{c.Actual, c.Overrun}})
+		}
+		t.refreshCharged()
 		for _, p := range at.Parts {
 			t.parts[p.Balance] = p.State
 			if p.Count {

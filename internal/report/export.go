@@ -98,9 +98,18 @@ type Row struct {
 	// StatusSettled if it was settled (after expiry too), else
 	// StatusExpired or StatusReleased.
 	Status string
-	// Settled says Actual and Overrun are set (by a settle).
-	Settled         bool
-	Actual, Overrun events.Money
+	// Settled says Actual, Overrun and Excess are set (by a settle).
+	// Actual is what the settle said the call cost (the settle's reply's
+	// actual), Excess the part of it a budget with an exposure cap was
+	// not charged (zero when every budget was charged in full: the most
+	// any of its budgets left out), Overrun what a budget was charged
+	// above the reservation (the most, over its budgets). What one scope
+	// was charged is ChargedIn's.
+	Settled                 bool
+	Actual, Overrun, Excess events.Money
+	// charged is what each scope was charged, set only when the scopes'
+	// budgets were charged differently (an exposure cap in some of them).
+	charged []scopeCharge
 	// Late: the settle arrived after ExpiresAt.
 	Late bool
 	// ReleaseReason is events.ReasonReleased or ReasonExpired, or "".
@@ -115,6 +124,29 @@ type Row struct {
 	// usage its settle gave, nil for a settle with an actual.
 	Pricing *events.PriceQuote
 	Usage   *events.Usage
+}
+
+// charge is what one scope's budgets were charged by a settle: the
+// event's actual (excess left out) and overrun, the most over the
+// scope's money budgets.
+type charge struct{ actual, overrun events.Money }
+
+// scopeCharge is what one scope was charged.
+type scopeCharge struct {
+	scope events.Scope
+	charge
+}
+
+// ChargedIn returns what scope s was charged for the row's settle: the
+// spend and overrun its budget counts. It is Actual and Overrun unless a
+// budget of s with an exposure cap left part of the cost out (Excess).
+func (r *Row) ChargedIn(s events.Scope) (spent, overrun events.Money) {
+	for _, c := range r.charged {
+		if c.scope == s {
+			return c.actual, c.overrun
+		}
+	}
+	return r.Actual, r.Overrun
 }
 
 // MetadataModel is the metadata key under which a reservation priced from
@@ -158,8 +190,68 @@ type tracked struct {
 	// amount and actual are those of its money parts when it has any,
 	// whichever part an event names first.
 	counts []events.BalanceRef
-	order  uint64 // opening order, for the rows written at the end
-	held   bool   // every part closed, some expired: waiting for a late settle
+	// moneySettled: a money part has settled (and set the row); charges
+	// are what each scope's money parts were charged.
+	moneySettled bool
+	charges      []scopeCharge
+	order        uint64 // opening order, for the rows written at the end
+	held         bool   // every part closed, some expired: waiting for a late settle
+}
+
+// settle folds a settle of the row's part in balance ref. The row's
+// Actual is the cost as the caller gave it (the event's actual plus its
+// excess); a money part's settle sets the row, a count part's only while
+// no other part has. What each scope was charged is kept apart when the
+// scopes' budgets were charged differently.
+func (t *tracked) settle(ref events.BalanceRef, ev events.ReservationSettled) {
+	r := &t.row
+	excess := events.Zero
+	if ev.Excess != nil {
+		excess = *ev.Excess
+	}
+	cost := ev.Actual.Add(excess)
+	if slices.Contains(t.counts, ref) {
+		if !r.Settled {
+			r.Settled, r.Actual, r.Overrun, r.Excess, r.Usage = true, cost, ev.Overrun, excess, ev.Usage
+		}
+		return
+	}
+	if !t.moneySettled {
+		t.moneySettled = true
+		r.Settled, r.Actual, r.Overrun, r.Excess = true, cost, ev.Overrun, excess
+	} else {
+		r.Actual, r.Overrun, r.Excess = maxMoney(r.Actual, cost), maxMoney(r.Overrun, ev.Overrun), maxMoney(r.Excess, excess)
+	}
+	r.Usage = ev.Usage
+	c := scopeCharge{scope: ref.Scope, charge: charge{ev.Actual, ev.Overrun}}
+	i := slices.IndexFunc(t.charges, func(o scopeCharge) bool { return o.scope == ref.Scope })
+	if i < 0 {
+		t.charges = append(t.charges, c)
+	} else {
+		o := &t.charges[i].charge
+		o.actual, o.overrun = maxMoney(o.actual, c.actual), maxMoney(o.overrun, c.overrun)
+	}
+	t.refreshCharged()
+}
+
+// refreshCharged sets the row's charges by scope: none while every scope
+// was charged the row's Actual and Overrun, else t.charges.
+func (t *tracked) refreshCharged() {
+	r := &t.row
+	r.charged = nil
+	for _, c := range t.charges {
+		if c.actual.Cmp(r.Actual) != 0 || c.overrun.Cmp(r.Overrun) != 0 {
+			r.charged = t.charges
+			return
+		}
+	}
+}
+
+func maxMoney(a, b events.Money) events.Money {
+	if a.Cmp(b) >= 0 {
+		return a
+	}
+	return b
 }
 
 // done reports whether every balance the reservation names has closed and
@@ -389,12 +481,7 @@ func (rf *rowFold) event(m message, ref events.BalanceRef, e events.Event) error
 		default:
 			return projector.Errorf(projector.ErrTransition, "settle of reservation %s in balance %s in an impossible state", ev.ReservationID, ref)
 		}
-		// A count part's settle gives the row its actual only when no
-		// other part did; a money part's always does.
-		if !t.row.Settled || !slices.Contains(t.counts, ref) {
-			t.row.Settled, t.row.Actual, t.row.Overrun = true, ev.Actual, ev.Overrun
-			t.row.Usage = ev.Usage
-		}
+		t.settle(ref, ev)
 		if ev.At.After(t.row.SettledAt) {
 			t.row.SettledAt = ev.At
 		}

@@ -3,6 +3,7 @@ package report_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"io"
 	"os"
@@ -369,6 +370,81 @@ func TestReader_Report(t *testing.T) {
 		{"org:acme", 5, 1, 3, 0, 1, 2, "4.25", "1.25", "1"},
 		{"user:u-17", 2, 0, 1, 1, 0, 0, "2.5", "0.5", "0"},
 	}, lines(report.ByScope))
+}
+
+// TestReport_ChargedPerScope: reservations in two scopes whose budgets
+// were charged differently by their settle: an exposure cap kept 2 of a
+// cost of 3 out of one budget (its event states it as excess), the other
+// was charged in full. Each scope's spend in the report, replayed and
+// aggregated (and aggregated through a snapshot taken between the two
+// settle revisions of one reservation), is what its budget was charged,
+// as the book's balances say; the export's actual is the cost as the
+// caller gave it, with the excess in its own column. The capped part is
+// folded first for one reservation and last for the other, because the
+// row used to take whichever came last. How it can fail: without the
+// per-scope charge, the capped scopes report 6 spent (and 4 overrun)
+// where their balances hold 4 (and 2), and one export row says actual 1.
+func TestReport_ChargedPerScope(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t, testenv.WithLayout(lanes2))
+	bk := newBook(t, env)
+	bk.define(acme.Budget(), "100")
+	bk.define(u17.Budget(), "10")
+	at := t0.Add(time.Second)
+	capped := func(id string, ref events.BalanceRef) events.Event {
+		return events.ReservationSettled{ReservationID: id, Balance: ref, Reserved: m("1"), Actual: m("1"), Overrun: events.Zero, Excess: new(m("2")), At: at}
+	}
+	full := func(id string, ref events.BalanceRef) events.Event {
+		return events.ReservationSettled{ReservationID: id, Balance: ref, Reserved: m("1"), Actual: m("3"), Overrun: m("2"), At: at}
+	}
+	bk.commit(cat(open("rsv_a", "1", t0, time.Minute, nil, u17, acme), open("rsv_b", "1", t0, time.Minute, nil, u17, acme))...)
+	// One revision per lane, lane.0 (u17) first.
+	bk.commit(capped("rsv_a", u17), full("rsv_a", acme))
+	half := bk.chain["lane.0"].Prev
+	bk.commit(full("rsv_b", u17), capped("rsv_b", acme))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p := projector.New(env.JS, env.Layout)
+	st, err := p.CatchUp(ctx)
+	require.NoError(t, err)
+	spent := map[string]string{}
+	for _, ref := range []events.BalanceRef{acme, u17} {
+		b, ok := st.Balance(ref)
+		require.True(t, ok)
+		spent[string(ref.Scope)] = b.Spent.String() + " " + b.Overrun.String()
+	}
+	require.Equal(t, map[string]string{"org:acme": "4 2", "user:u-17": "4 2"}, spent, "the book: each cap kept its excess out")
+
+	rep, err := report.NewReader(env.JS, env.Layout, p).Report(ctx, report.Filter{}, report.ByScope)
+	require.NoError(t, err)
+	got := map[string]string{}
+	for _, g := range rep.Groups {
+		got[g.Value] = g.Spend.String() + " " + g.Overrun.String()
+	}
+	require.Equal(t, spent, got, "the replayed report by scope is the balances")
+	a := report.NewAggregate()
+	foldStream(t, env, a, half)
+	data, err := a.MarshalJSON()
+	require.NoError(t, err)
+	restored, err := report.UnmarshalAggregate(data)
+	require.NoError(t, err)
+	for _, agg := range []*report.Aggregate{a, restored} {
+		foldStream(t, env, agg, 0)
+		got, err := agg.Report(report.ByScope, report.Filter{})
+		require.NoError(t, err)
+		requireSameReport(t, rep, got)
+	}
+
+	var out bytes.Buffer
+	tot, err := report.NewReader(env.JS, env.Layout, p).ExportJSONL(ctx, &out, report.Filter{})
+	require.NoError(t, err)
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var r struct{ Actual, Overrun, Excess string }
+		require.NoError(t, json.Unmarshal([]byte(line), &r))
+		require.Equal(t, [3]string{"3", "2", "2"}, [3]string{r.Actual, r.Overrun, r.Excess}, line)
+	}
+	require.Equal(t, [3]string{"6", "4", "4"}, [3]string{tot.Units[0].Actual.String(), tot.Units[0].Overrun.String(), tot.Units[0].Excess.String()})
 }
 
 func TestIdleBalances(t *testing.T) {

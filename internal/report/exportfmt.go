@@ -24,7 +24,7 @@ import (
 var ExportColumns = []string{
 	"reservation_id", "request_id", "scopes", "balances", "unit", "reserved",
 	"opened_at", "expires_at", "settled_at", "released_at", "expired_at",
-	"status", "actual", "overrun", "late", "release_reason",
+	"status", "actual", "overrun", "excess", "late", "release_reason",
 	"model", "price_version", "quoted_input_tokens", "quoted_max_output_tokens",
 	"input_tokens", "output_tokens", "cached_input_tokens",
 }
@@ -119,13 +119,13 @@ type UnitTotals struct {
 	// Rows counts rows; Open, Settled, Released, Expired rows by status;
 	// Late rows settled late.
 	Rows, Open, Settled, Released, Expired, Late int64
-	// Reserved sums the rows' reserved amounts, Actual and Overrun those
-	// of the settled rows.
-	Reserved, Actual, Overrun events.Money
+	// Reserved sums the rows' reserved amounts, Actual, Overrun and
+	// Excess those of the settled rows.
+	Reserved, Actual, Overrun, Excess events.Money
 }
 
 // TotalsColumns is the header of WriteTotalsCSV.
-var TotalsColumns = []string{"unit", "rows", "open", "settled", "released", "expired", "late", "reserved", "actual", "overrun"}
+var TotalsColumns = []string{"unit", "rows", "open", "settled", "released", "expired", "late", "reserved", "actual", "overrun", "excess"}
 
 type totaller struct{ by map[string]*UnitTotals }
 
@@ -156,6 +156,7 @@ func (t *totaller) add(r *Row) {
 	if r.Settled {
 		u.Actual = u.Actual.Add(r.Actual)
 		u.Overrun = u.Overrun.Add(r.Overrun)
+		u.Excess = u.Excess.Add(r.Excess)
 	}
 }
 
@@ -177,7 +178,7 @@ func WriteTotalsCSV(w io.Writer, t Totals) error {
 	}
 	for _, u := range t.Units {
 		if err := cw.Write([]string{SafeCell(u.Unit), itoa(u.Rows), itoa(u.Open), itoa(u.Settled), itoa(u.Released),
-			itoa(u.Expired), itoa(u.Late), u.Reserved.String(), u.Actual.String(), u.Overrun.String()}); err != nil {
+			itoa(u.Expired), itoa(u.Late), u.Reserved.String(), u.Actual.String(), u.Overrun.String(), u.Excess.String()}); err != nil {
 			return err
 		}
 	}
@@ -201,7 +202,8 @@ func WriteTotalsJSON(w io.Writer, t Totals) error {
 			Reserved events.Money `json:"reserved"`
 			Actual   events.Money `json:"actual"`
 			Overrun  events.Money `json:"overrun"`
-		}{u.Unit, u.Rows, u.Open, u.Settled, u.Released, u.Expired, u.Late, u.Reserved, u.Actual, u.Overrun})
+			Excess   events.Money `json:"excess"`
+		}{u.Unit, u.Rows, u.Open, u.Settled, u.Released, u.Expired, u.Late, u.Reserved, u.Actual, u.Overrun, u.Excess})
 		if err != nil {
 			return err
 		}
@@ -273,9 +275,9 @@ func fillRecord(rec []string, r *Row, keys []string, tf TimeFormat) {
 	for i, b := range r.Balances {
 		balances[i] = b.String()
 	}
-	actual, overrun := "", ""
+	actual, overrun, excess := "", "", ""
 	if r.Settled {
-		actual, overrun = r.Actual.String(), r.Overrun.String()
+		actual, overrun, excess = r.Actual.String(), r.Overrun.String(), r.Excess.String()
 	}
 	late := "false"
 	if r.Late {
@@ -293,7 +295,7 @@ func fillRecord(rec []string, r *Row, keys []string, tf TimeFormat) {
 		r.ReservationID, r.RequestID, strings.Join(scopes, ListSeparator), strings.Join(balances, ListSeparator),
 		r.Unit, r.Reserved.String(),
 		tf.format(r.OpenedAt), tf.format(r.ExpiresAt), tf.format(r.SettledAt), tf.format(r.ReleasedAt), tf.format(r.ExpiredAt),
-		r.Status, actual, overrun, late, r.ReleaseReason,
+		r.Status, actual, overrun, excess, late, r.ReleaseReason,
 		priced[0], priced[1], priced[2], priced[3], priced[4], priced[5], priced[6],
 	}
 	n := copy(rec, fixed)
@@ -322,6 +324,7 @@ type jsonRow struct {
 	Status        string              `json:"status"`
 	Actual        *events.Money       `json:"actual"`
 	Overrun       *events.Money       `json:"overrun"`
+	Excess        *events.Money       `json:"excess"`
 	Late          bool                `json:"late"`
 	ReleaseReason *string             `json:"release_reason"`
 	Metadata      map[string]string   `json:"metadata"`
@@ -367,7 +370,7 @@ func (p *Reader) ExportJSONL(ctx context.Context, w io.Writer, f Filter) (Totals
 			jr.Metadata = map[string]string{}
 		}
 		if r.Settled {
-			jr.Actual, jr.Overrun = &r.Actual, &r.Overrun
+			jr.Actual, jr.Overrun, jr.Excess = &r.Actual, &r.Overrun, &r.Excess
 		}
 		if r.ReleaseReason != "" {
 			jr.ReleaseReason = &r.ReleaseReason

@@ -43,8 +43,11 @@ type SpendGroup struct {
 	// Reservations counts the group's reservations; Open, Settled,
 	// Released, Expired by status; Late those settled late.
 	Reservations, Open, Settled, Released, Expired, Late int64
-	// Spend sums the settled actual costs, Overrun the overruns, Reserved
-	// the amounts the group's open reservations still hold.
+	// Spend sums the settled costs and Overrun the overruns: by scope,
+	// what the scope's budgets were charged (Row.ChargedIn: an exposure
+	// cap's excess left out, as the balance has it); by a metadata key,
+	// the costs as the settles gave them (Row.Actual). Reserved sums the
+	// amounts the group's open reservations still hold.
 	Spend, Overrun, Reserved events.Money
 	// Denials counts the group's denied admits, from the denial records
 	// (not the ledger; see aggregate_denials.go).
@@ -90,7 +93,7 @@ func (p *Reader) Report(ctx context.Context, f Filter, by GroupBy) (*SpendReport
 		}
 		return g
 	}
-	add := func(value string, r *Row) {
+	add := func(value string, r *Row, spent, overrun events.Money) {
 		g := group(value, r.Unit)
 		g.Reservations++
 		switch r.Status {
@@ -108,18 +111,19 @@ func (p *Reader) Report(ctx context.Context, f Filter, by GroupBy) (*SpendReport
 			g.Late++
 		}
 		if r.Settled {
-			g.Spend = g.Spend.Add(r.Actual)
-			g.Overrun = g.Overrun.Add(r.Overrun)
+			g.Spend = g.Spend.Add(spent)
+			g.Overrun = g.Overrun.Add(overrun)
 		}
 	}
 	pos, err := p.Rows(ctx, f, func(r *Row) error {
 		if by.scope {
 			for _, s := range r.Scopes {
-				add(string(s), r)
+				spent, overrun := r.ChargedIn(s)
+				add(string(s), r, spent, overrun)
 			}
 			return nil
 		}
-		add(r.Metadata[by.key], r)
+		add(r.Metadata[by.key], r, r.Actual, r.Overrun)
 		return nil
 	})
 	if err != nil {

@@ -85,7 +85,8 @@ type Forecast struct {
 	// available (spent + reserved is at or over the limit: ExhaustedBy
 	// "limit"), or the latest admit this budget denied in this instance
 	// (limit_reached, at DeniedAt, asking DeniedAmount) would still not
-	// fit in what is available now (ExhaustedBy "denied"). A budget at 98%
+	// fit in what is available now (ExhaustedBy "denied"; not for a call
+	// that asked more than the whole limit, which never fits). A budget at 98%
 	// that denies every call is exhausted; it stops being so when enough
 	// is freed (a settle under its reservation, a release, an expiry) for
 	// that call to fit, or its period resets.
@@ -223,7 +224,9 @@ func forecast(in paceIn) Forecast {
 		at := in.denied.At.UTC()
 		f.DeniedAt, f.DeniedAmount = &at, in.denied.Denial.Requested
 		asked, err := events.ParseMoney(in.denied.Denial.Requested)
-		if !f.Exhausted && err == nil && in.limit.Sub(in.used).Cmp(asked) < 0 {
+		// A call asking more than the whole limit never fits: it says
+		// nothing of what the budget can still admit.
+		if !f.Exhausted && err == nil && in.limit.Sub(in.used).Cmp(asked) < 0 && asked.Cmp(in.limit) <= 0 {
 			f.Exhausted, f.ExhaustedBy = true, ExhaustedDenied
 		}
 	}

@@ -89,6 +89,12 @@ func TestForecast_Exhausted(t *testing.T) {
 	x.used = events.MustMoney("95")
 	require.False(t, forecast(x).Exhausted, "5 available: the denied call fits now")
 
+	x.used = events.MustMoney("1")
+	x.denied.Denial.Requested = "100.5"
+	f = forecast(x)
+	require.False(t, f.Exhausted, "a call asking more than the whole limit never fits; the budget still admits")
+	require.Equal(t, "100.5", f.DeniedAmount, "the denial is still shown")
+
 	f = forecast(in(pts, 0, "100", "100", day, t0))
 	require.True(t, f.Exhausted)
 	require.Equal(t, ExhaustedLimit, f.ExhaustedBy)

@@ -731,8 +731,14 @@ func (t *admitTx) Decide(v ledger.View) (events.Events, error) {
 			amt, ceiling = d.Amount, &d.Ceiling
 		}
 		if b.Spent.Add(b.Reserved).Add(amt).Cmp(b.Limit) > 0 {
-			deny(events.ReasonLimitReached, fmt.Sprintf("%s per %s: spent %s + reserved %s + requested %s exceeds the limit %s %s",
-				ref.Scope.Local(), ref.Period, b.Spent, b.Reserved, amt, b.Limit, b.Unit))
+			msg := fmt.Sprintf("%s per %s: spent %s + reserved %s + requested %s exceeds the limit %s %s",
+				ref.Scope.Local(), ref.Period, b.Spent, b.Reserved, amt, b.Limit, b.Unit)
+			if amt.Cmp(b.Limit) > 0 {
+				// No wait makes it fit: say so, so that no caller retries.
+				msg = fmt.Sprintf("%s per %s: requested %s exceeds the whole limit %s %s: it can never be admitted in this budget (ask less, or raise the limit)",
+					ref.Scope.Local(), ref.Period, amt, b.Limit, b.Unit)
+			}
+			deny(events.ReasonLimitReached, msg)
 			t.reply.Denial.Requested = amt.String()
 			if len(b.Thresholds) > 0 && t.req.mode == events.ModeAdmit {
 				a := events.BlockingAlert(ref, b.Unit, b.Limit, b.Spent.Add(b.Reserved), amt.String(),

@@ -84,6 +84,8 @@ func TestDecide_TheBlockingBudgetIsNamed(t *testing.T) {
 	require.Equal(t, events.ReasonLimitReached, r.Denial.Reason)
 	require.Equal(t, events.Scope("team:search"), r.Denial.Scope)
 	require.Equal(t, events.PeriodDay, r.Denial.Period)
+	require.Equal(t, "team:search per day: requested 0.6 exceeds the whole limit 0.5 USD: it can never be admitted in this budget (ask less, or raise the limit)",
+		r.Denial.Message, "no wait makes it fit, and the message says so")
 }
 
 func TestDecide_DisabledAndUnknownBudgets(t *testing.T) {

@@ -303,7 +303,7 @@ func Archive(ctx context.Context, js jetstream.JetStream, layout streams.Layout,
 	}
 	until := opts.Until
 	if until == 0 {
-		_, seq, _, ok, err := newestSnapshot(ctx, js, layout, last)
+		_, seq, _, ok, _, err := newestSnapshot(ctx, js, layout, last)
 		if err != nil {
 			return info, err
 		}

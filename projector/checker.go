@@ -292,10 +292,11 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout, o
 	rejected := map[uint64]bool{}
 	// The newest snapshot is compared with the replay when the replay
 	// stands exactly at its sequence.
-	snapName, snapSeq, snapData, haveSnap, err := newestSnapshot(ctx, js, layout, last)
+	snapName, snapSeq, snapData, haveSnap, misnamed, err := newestSnapshot(ctx, js, layout, last)
 	if err != nil {
 		return nil, err
 	}
+	rep.Problems = append(rep.Problems, misnamed...)
 	if o.fromSnapshot {
 		if !haveSnap {
 			return nil, fmt.Errorf("projector: no snapshot to start from in %s", layout.SnapshotBucket())

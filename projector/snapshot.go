@@ -2,6 +2,7 @@ package projector
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -111,35 +112,55 @@ type SnapshotCheck struct {
 }
 
 // newestSnapshot reads the newest snapshot at or below last. ok is false
-// when there is none (no bucket, no snapshot).
+// when there is none (no bucket, no snapshot). An object whose header
+// names another sequence than its name (a snapshot copied under a later
+// name: replicas skip it) is passed over for an older one and listed in
+// misnamed, for the audit to report.
 // A bucket that cannot be found or listed (it does not exist, or the
 // auditor's permissions do not cover it) means no snapshot to check; the
 // lookup is bounded so that it cannot hold the audit up.
-func newestSnapshot(ctx context.Context, js jetstream.JetStream, layout streams.Layout, last uint64) (name string, seq uint64, data []byte, ok bool, err error) {
+func newestSnapshot(ctx context.Context, js jetstream.JetStream, layout streams.Layout, last uint64) (name string, seq uint64, data []byte, ok bool, misnamed []string, err error) {
 	lctx, cancel := context.WithTimeout(ctx, snapshotLookup)
 	defer cancel()
 	store, err := js.ObjectStore(lctx, layout.SnapshotBucket())
 	if err != nil {
-		return "", 0, nil, false, ctx.Err()
+		return "", 0, nil, false, nil, ctx.Err()
 	}
 	objs, err := store.List(lctx)
 	if err != nil {
-		return "", 0, nil, false, ctx.Err()
+		return "", 0, nil, false, nil, ctx.Err()
 	}
+	type cand struct {
+		name string
+		seq  uint64
+	}
+	var cands []cand
 	for _, o := range objs {
-		if s, ok := streams.SnapshotSeq(o.Name); ok && !o.Deleted && s <= last && s > seq {
-			name, seq = o.Name, s
+		if s, ok := streams.SnapshotSeq(o.Name); ok && !o.Deleted && s <= last {
+			cands = append(cands, cand{o.Name, s})
 		}
 	}
-	if name == "" {
-		return "", 0, nil, false, nil
+	slices.SortFunc(cands, func(a, b cand) int { return cmp.Compare(b.seq, a.seq) })
+	for _, c := range cands {
+		if line, err := streams.ReadObjectLine(ctx, store, c.name, snapshotHeaderMax); err == nil {
+			var h snapHeader
+			if json.Unmarshal(line, &h) == nil && h.Seq != c.seq {
+				misnamed = append(misnamed, fmt.Sprintf("snapshot %s: its header says sequence %d: a copy under another name, which replicas skip", c.name, h.Seq))
+				continue
+			}
+		}
+		data, err = streams.ReadObject(ctx, store, c.name)
+		if err != nil {
+			return c.name, c.seq, nil, true, misnamed, nil // reported as a problem by verify
+		}
+		return c.name, c.seq, data, true, misnamed, nil
 	}
-	data, err = streams.ReadObject(ctx, store, name)
-	if err != nil {
-		return name, seq, nil, true, nil // reported as a problem by verify
-	}
-	return name, seq, data, true, nil
+	return "", 0, nil, false, misnamed, nil
 }
+
+// snapshotHeaderMax bounds what newestSnapshot reads of an object to
+// check its header's sequence.
+const snapshotHeaderMax = 4 << 10
 
 func decodeSnap(data []byte) (*snapBody, error) {
 	b, _, err := decodeSnapParts(data)

@@ -1,6 +1,7 @@
 package streams
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -1109,6 +1110,29 @@ func isStoreFailed(err error) bool {
 // object: a read that makes progress is never cut short, whatever the
 // object's size.
 const ObjectIdle = 30 * time.Second
+
+// ReadObjectLine returns the first line of object name (without its
+// newline), reading at most max bytes of it: a snapshot's header, without
+// its body. An object whose first max bytes hold no newline is an error.
+func ReadObjectLine(ctx context.Context, store jetstream.ObjectStore, name string, max int) ([]byte, error) {
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stop := context.AfterFunc(ctx, cancel)
+	defer stop()
+	res, err := store.Get(rctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer res.Close()
+	line, err := bufio.NewReaderSize(io.LimitReader(res, int64(max)), max).ReadSlice('\n')
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("streams: object %s: no line in its first %d bytes: %w", name, max, err)
+	}
+	return line[:len(line)-1], nil
+}
 
 // ReadObject reads the whole object name of store. It has no deadline of
 // its own for the whole object (a snapshot of hundreds of MB takes what it

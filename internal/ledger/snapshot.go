@@ -699,6 +699,30 @@ func encodeSnapshot(st *snapshotState, bucket string, signer *signing.Signer) ([
 	return out, nil
 }
 
+// parseSnapshotHeader decodes a snapshot's header line and checks its
+// format and version. Errors wrap ErrSnapshotInvalid.
+func parseSnapshotHeader(line []byte) (snapshotHeader, error) {
+	var h snapshotHeader
+	if err := json.Unmarshal(line, &h); err != nil {
+		return h, fmt.Errorf("%w: header: %v", ErrSnapshotInvalid, err)
+	}
+	if h.Format != SnapshotFormat || !snapshotReadable(h.Version) {
+		return h, fmt.Errorf("%w: format %q version %d, want %q version 1 to %d", ErrSnapshotInvalid, h.Format, h.Version, SnapshotFormat, SnapshotVersion)
+	}
+	return h, nil
+}
+
+// checkName checks that the snapshot named name is the one its header
+// (whose signature covers its sequence, not its name) says it is: a
+// snapshot copied under another name would otherwise be loaded as of
+// that name's sequence, and the revisions between skipped.
+func (h snapshotHeader) checkName(name string) error {
+	if seq, ok := streams.SnapshotSeq(name); !ok || seq != h.Seq {
+		return fmt.Errorf("%w: named %s, its header says sequence %d (copied under another name?)", ErrSnapshotInvalid, name, h.Seq)
+	}
+	return nil
+}
+
 // decodeSnapshot checks data's header and digest and decodes its body.
 // Errors wrap ErrSnapshotInvalid.
 func decodeSnapshot(data []byte) (*snapshotState, error) {
@@ -712,16 +736,13 @@ func decodeSnapshotHeader(data []byte) (*snapshotState, snapshotHeader, error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrSnapshotInvalid, fmt.Sprintf(format, args...))
 	}
-	var h snapshotHeader
 	nl := bytes.IndexByte(data, '\n')
 	if nl < 0 {
-		return nil, h, bad("no header line (%d bytes)", len(data))
+		return nil, snapshotHeader{}, bad("no header line (%d bytes)", len(data))
 	}
-	if err := json.Unmarshal(data[:nl], &h); err != nil {
-		return nil, h, bad("header: %v", err)
-	}
-	if h.Format != SnapshotFormat || !snapshotReadable(h.Version) {
-		return nil, h, bad("format %q version %d, want %q version 1 to %d", h.Format, h.Version, SnapshotFormat, SnapshotVersion)
+	h, err := parseSnapshotHeader(data[:nl])
+	if err != nil {
+		return nil, h, err
 	}
 	body := data[nl+1:]
 	if len(body) != h.Size {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -349,6 +350,77 @@ func TestSnapshot_Periodic(t *testing.T) {
 	require.Equal(t, seqs[len(seqs)-1], list[0].Seq)
 	l := startLedger(t, env, snapOpts...)
 	require.Equal(t, list[0].Seq, l.SnapshotStats().Loaded)
+}
+
+// TestSnapshot_RenamedSkippedAndPlantedPruned: a login that may write the
+// snapshot bucket copies a real snapshot under a later sequence's name
+// (inside the stream), then under three names past the stream's end. A
+// starting replica skips the renamed copy (its header, which the signature
+// covers, names its own sequence) and loads the real one, folding the
+// revisions in between. A replica writing snapshots then deletes the
+// copies and keeps its real snapshots. How it can fail: a replica that
+// loads the copy as of its name skips the revisions in between and its
+// book differs from the writer's; pruning by name alone keeps the three
+// names past the end and deletes every snapshot the replica writes.
+func TestSnapshot_RenamedSkippedAndPlantedPruned(t *testing.T) {
+	t.Parallel() // its own server or none; see main_test.go
+	env := snapLayout(t)
+	w := startLedger(t, env, snapOpts...)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*watchdog)
+	defer cancel()
+	snapHistory(t, w, 30, 2, 25)
+	info, err := w.Snapshot(ctx)
+	require.NoError(t, err)
+	snapHistory(t, w, 31, 2, 25)
+	want, last := bookOf(t, w)
+	store, err := env.JS.ObjectStore(ctx, env.Layout.SnapshotBucket())
+	require.NoError(t, err)
+	data, err := store.GetBytes(ctx, info.Name)
+	require.NoError(t, err)
+	_, err = store.PutBytes(ctx, streams.SnapshotName(last), data)
+	require.NoError(t, err)
+
+	l := startLedger(t, env, snapOpts...)
+	require.Equal(t, info.Seq, l.SnapshotStats().Loaded, "the real snapshot, not the copy named %d", last)
+	require.EqualValues(t, 1, l.SnapshotStats().Skipped)
+	got, _ := bookOf(t, l)
+	require.Equal(t, withoutQueues(want), withoutQueues(got))
+	// The audit names the copy, and one from the newest snapshot starts
+	// from the real one.
+	rep, err := projector.Check(ctx, env.JS, env.Layout)
+	require.NoError(t, err)
+	require.Contains(t, rep.String(), streams.SnapshotName(last)+": its header says sequence")
+	rep, err = projector.Check(ctx, env.JS, env.Layout, projector.WithFromSnapshot())
+	require.NoError(t, err)
+	require.Equal(t, info.Seq, rep.From.Seq)
+
+	planted := []string{streams.SnapshotName(last)}
+	for n := range uint64(3) {
+		planted = append(planted, streams.SnapshotName(last+1000+n))
+		_, err = store.PutBytes(ctx, planted[len(planted)-1], data)
+		require.NoError(t, err)
+	}
+	p := startLedger(t, env, ledger.WithSnapshotEvery(1, time.Second))
+	snapHistory(t, p, 32, 2, 10)
+	require.NoError(t, p.Sync(ctx))
+	_, now := bookOf(t, p)
+	testenv.WaitFor(t, watchdog, "a periodic snapshot at the stream's end", func() bool {
+		return p.SnapshotStats().Written == now
+	})
+	testenv.WaitFor(t, watchdog, "the copies deleted, the real snapshots kept", func() bool {
+		list, err := ledger.ListSnapshots(ctx, env.JS, env.Layout)
+		require.NoError(t, err)
+		var names []string
+		for _, s := range list {
+			names = append(names, s.Name)
+		}
+		for _, n := range planted {
+			if slices.Contains(names, n) {
+				return false
+			}
+		}
+		return slices.Contains(names, streams.SnapshotName(now)) && slices.Contains(names, info.Name)
+	})
 }
 
 // withoutQueues drops the idempotency window's queue lines of a BookView.

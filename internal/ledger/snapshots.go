@@ -229,7 +229,11 @@ func (l *Ledger) loadSnapshot(ctx context.Context, last uint64) uint64 {
 	ceiling := l.snapshotCeiling(lctx, last)
 	for _, s := range list {
 		if s.Seq > last {
-			continue // written against a stream that has since been reset
+			// Written against a stream that has since been reset, or
+			// named so by someone else.
+			l.snapSkipped.Add(1)
+			l.opts.log.Warn("ledger: snapshot named past the stream's end skipped", "snapshot", s.Name, "last", last)
+			continue
 		}
 		if s.Seq > ceiling {
 			continue // a reader (the feed) stands before it
@@ -303,12 +307,10 @@ func (l *Ledger) readSnapshot(ctx context.Context, store jetstream.ObjectStore, 
 	if err != nil {
 		return nil, nil, err
 	}
-	checked := l.gate.Anchor() != nil || l.keys.signer.Load() != nil
-	if checked {
-		if err := gate.VerifySnapshot(h.id(l.layout.Bucket()), h.Signer, h.Sig, l.snapshotSigner(h.Seq)); err != nil {
-			return nil, nil, fmt.Errorf("%w: %w", ErrSnapshotInvalid, err)
-		}
+	if err := l.checkHeader(h, name); err != nil {
+		return nil, nil, err
 	}
+	checked := l.signaturesChecked()
 	b, err := bookFromSnapshot(l.layout, l.opts.retention, l.opts.expiredKeep, st)
 	if err != nil {
 		return nil, nil, err
@@ -322,6 +324,27 @@ func (l *Ledger) readSnapshot(ctx context.Context, store jetstream.ObjectStore, 
 		}
 	}
 	return b, st.Sections, nil
+}
+
+// signaturesChecked reports whether this replica checks snapshots'
+// signatures: it has trusted keys or a signing key of its own.
+func (l *Ledger) signaturesChecked() bool {
+	return l.gate.Anchor() != nil || l.keys.signer.Load() != nil
+}
+
+// checkHeader checks that header h is that of the snapshot named name,
+// signed by a key this replica trusts at its sequence (when it checks
+// signatures). Errors wrap ErrSnapshotInvalid.
+func (l *Ledger) checkHeader(h snapshotHeader, name string) error {
+	if err := h.checkName(name); err != nil {
+		return err
+	}
+	if l.signaturesChecked() {
+		if err := gate.VerifySnapshot(h.id(l.layout.Bucket()), h.Signer, h.Sig, l.snapshotSigner(h.Seq)); err != nil {
+			return fmt.Errorf("%w: %w", ErrSnapshotInvalid, err)
+		}
+	}
+	return nil
 }
 
 // snapshotSigner returns whom this replica trusts to sign a snapshot at
@@ -464,17 +487,67 @@ func (l *Ledger) snapshotLoop(ctx context.Context) {
 	}
 }
 
+// pruneSnapshots keeps the SnapshotsKept newest snapshots of the bucket
+// and deletes the older ones. Only snapshots whose header this replica
+// verifies (their name is their header's sequence, signed by a key it
+// trusts) count as kept: objects written under snapshot names by anyone
+// else, say with names past the stream's end, must not push the real
+// ones out. An object whose header names another sequence than its name,
+// or has no readable header, is no snapshot any writer made: it is
+// deleted, as is an unsigned one when this replica checks signatures (no
+// such replica loads it). One this replica cannot verify but another
+// might (a newer format, a key it does not trust yet) is left alone and
+// not counted.
 func (l *Ledger) pruneSnapshots(ctx context.Context, store jetstream.ObjectStore) {
 	list, err := listSnapshots(ctx, store)
 	if err != nil || len(list) <= SnapshotsKept {
 		return
 	}
-	for _, s := range list[SnapshotsKept:] {
+	kept := 0
+	for _, s := range list {
+		line, err := streams.ReadObjectLine(ctx, store, s.Name, snapshotHeaderMax)
+		if err != nil && ctx.Err() != nil {
+			return
+		}
+		var h snapshotHeader
+		if err == nil {
+			var perr error
+			h, perr = parseSnapshotHeader(line)
+			if perr != nil && h.Format == SnapshotFormat && h.Version > SnapshotVersion {
+				l.opts.log.Warn("ledger: snapshot of a newer version left alone", "snapshot", s.Name, "version", h.Version)
+				continue
+			}
+			err = perr
+			if err == nil {
+				err = h.checkName(s.Name)
+			}
+		}
+		if err == nil && l.signaturesChecked() && h.Signer == "" {
+			// Unsigned (written before snapshots were signed): no replica
+			// that checks signatures loads it.
+			err = fmt.Errorf("unsigned")
+		}
+		if err == nil && l.signaturesChecked() {
+			if verr := gate.VerifySnapshot(h.id(l.layout.Bucket()), h.Signer, h.Sig, l.snapshotSigner(h.Seq)); verr != nil {
+				l.opts.log.Warn("ledger: snapshot this replica does not trust left alone", "snapshot", s.Name, "err", verr)
+				continue
+			}
+		}
+		switch {
+		case err != nil:
+			l.opts.log.Warn("ledger: deleting an object that is not a snapshot of this ledger", "snapshot", s.Name, "err", err)
+		case kept < SnapshotsKept:
+			kept++
+			continue
+		}
 		if err := store.Delete(ctx, s.Name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
 			l.opts.log.Warn("ledger: deleting old snapshot", "snapshot", s.Name, "err", err)
 		}
 	}
 }
+
+// snapshotHeaderMax bounds what pruning reads of an object for its header.
+const snapshotHeaderMax = 4 << 10
 
 // SnapshotStats says what this replica did with snapshots.
 type SnapshotStats struct {

@@ -1111,19 +1111,30 @@ func isStoreFailed(err error) bool {
 // object's size.
 const ObjectIdle = 30 * time.Second
 
+// openObject opens object name of store for reading; done closes it.
+// The object store's reads take their deadline from ctx: they get none,
+// and end on ctx's end (or when the caller stops reading).
+func openObject(ctx context.Context, store jetstream.ObjectStore, name string) (res jetstream.ObjectResult, done func(), err error) {
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, cancel)
+	res, err = store.Get(rctx, name)
+	if err != nil {
+		stop()
+		cancel()
+		return nil, nil, err
+	}
+	return res, func() { res.Close(); stop(); cancel() }, nil
+}
+
 // ReadObjectLine returns the first line of object name (without its
 // newline), reading at most max bytes of it: a snapshot's header, without
 // its body. An object whose first max bytes hold no newline is an error.
 func ReadObjectLine(ctx context.Context, store jetstream.ObjectStore, name string, max int) ([]byte, error) {
-	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancel()
-	stop := context.AfterFunc(ctx, cancel)
-	defer stop()
-	res, err := store.Get(rctx, name)
+	res, done, err := openObject(ctx, store, name)
 	if err != nil {
 		return nil, err
 	}
-	defer res.Close()
+	defer done()
 	line, err := bufio.NewReaderSize(io.LimitReader(res, int64(max)), max).ReadSlice('\n')
 	if err != nil {
 		if ctx.Err() != nil {
@@ -1138,17 +1149,11 @@ func ReadObjectLine(ctx context.Context, store jetstream.ObjectStore, name strin
 // its own for the whole object (a snapshot of hundreds of MB takes what it
 // takes): it fails when no byte arrived for ObjectIdle, or when ctx ends.
 func ReadObject(ctx context.Context, store jetstream.ObjectStore, name string) ([]byte, error) {
-	// The object store's reads take their deadline from ctx: give them
-	// none, and end them on ctx's end or when they stall.
-	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancel()
-	stop := context.AfterFunc(ctx, cancel)
-	defer stop()
-	res, err := store.Get(rctx, name)
+	res, done, err := openObject(ctx, store, name)
 	if err != nil {
 		return nil, err
 	}
-	defer res.Close()
+	defer done()
 	info, err := res.Info()
 	if err != nil {
 		return nil, err

@@ -46,6 +46,18 @@ type Gateway struct {
 	inflight sync.Map
 	// bg counts settles that outlive their call (the caller left).
 	bg sync.WaitGroup
+
+	// retry bounds the background retries of failed closes (retry.go).
+	retry retrier
+	// quit is closed by Wait: every pending close makes its last attempt.
+	quit     chan struct{}
+	quitOnce sync.Once
+	// retries counts the goroutines of pending closes; mu guards pending
+	// (their number) and quitting (Wait began: no new ones).
+	retries  sync.WaitGroup
+	mu       sync.Mutex
+	pending  int
+	quitting bool
 }
 
 // New returns a gateway that admits through clients and resolves keys
@@ -80,7 +92,8 @@ func New(clients *ClientSet, keys *Keys, cfg Config, opts ...Option) (*Gateway, 
 		ExpectContinueTimeout: time.Second,
 	}
 	return &Gateway{cfg: cfg, ups: ups, clients: clients, keys: keys, hc: &http.Client{Transport: tr},
-		m: o.metrics, log: o.log, now: o.now}, nil
+		m: o.metrics, log: o.log, now: o.now,
+		retry: retrier{first: settleRetryFirst, max: settleRetryMax, limit: maxPendingCloses}, quit: make(chan struct{})}, nil
 }
 
 // Register adds the proxied endpoints to mux: POST /v1/chat/completions,
@@ -98,14 +111,27 @@ func (g *Gateway) Register(mux interface{ Handle(string, http.Handler) }) {
 	g.registerKey(mux)
 }
 
-// Wait waits (at most 30 s) for the settles of calls whose callers left.
+// Wait ends the gateway's background work, once its listener has stopped
+// taking calls: every close waiting for a retry makes its last attempt at
+// once (one that fails is given up and logged with its amount), and Wait
+// waits for those and for the settles of calls whose callers left, at
+// most 30 s (shutdownSettle) in all.
 func (g *Gateway) Wait() {
+	g.quitOnce.Do(func() {
+		g.mu.Lock()
+		g.quitting = true
+		g.mu.Unlock()
+		close(g.quit)
+	})
 	done := make(chan struct{})
-	go func() { g.bg.Wait(); close(done) }()
+	go func() { g.bg.Wait(); g.retries.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(shutdownSettle):
-		g.log.Error("gateway: settles still running at shutdown; their reservations expire after their TTL")
+		g.mu.Lock()
+		n := g.pending
+		g.mu.Unlock()
+		g.log.Error("gateway: settles still running at shutdown; their reservations expire after their TTL", "retrying", n)
 	}
 }
 
@@ -642,38 +668,51 @@ func (g *Gateway) refused(w http.ResponseWriter, a *api, resp *http.Response, up
 }
 
 // close settles or releases the call's reservation, under its own
-// deadline and whatever became of the caller, and logs the call. A settle
-// the ledger does not acknowledge is counted and logged; the reservation
-// then expires after its TTL.
+// deadline and whatever became of the caller, and logs the call. A close
+// the ledger does not acknowledge is counted by its code; one it did not
+// answer (an outage) is retried in the background (retryClose), and one
+// it refused is logged: the reservation then expires after its TTL.
 func (g *Gateway) close(res *client.Reservation, o outcome, l *callLog) {
-	ctx := context.Background()
-	start := time.Now()
-	var reply events.CloseReply
-	var err error
+	p := &pendingClose{res: res, o: o, attempts: 1, deadline: res.ExpiresAt()}
 	switch {
 	case o.released:
-		l.settled = "released"
-		reply, err = res.Release(ctx)
+		p.how = "released"
 	case o.final:
-		l.settled, l.usage = "usage", &o.u
-		reply, err = res.SettleUsage(ctx, events.Usage{InputTokens: o.u.input, OutputTokens: o.u.output, CachedInputTokens: o.u.cached})
+		p.how, l.usage = "usage", &o.u
 	default:
 		// No usage: the call may have cost up to its reservation.
-		l.settled = "reservation"
-		reply, err = res.Settle(ctx, res.Amount())
+		p.how = "reservation"
 	}
+	if !o.released {
+		p.deadline = p.deadline.Add(lateSettleWindow)
+	}
+	l.settled = p.how
+	start := time.Now()
+	reply, err := g.closeOnce(p)
 	g.m.SettleLag.Observe(time.Since(start).Seconds())
 	l.actual = reply.Actual
 	l.outcome = o.label
 	if o.err != nil {
 		l.err = o.err
 	}
-	if err != nil {
-		g.m.SettleFailures.WithLabelValues(string(events.CodeOf(err))).Inc()
-		g.log.Error("gateway: closing a reservation failed; it expires after its TTL", "reservation", res.ID(), "how", l.settled, "err", err)
-		if l.err == nil {
-			l.err = err
-		}
+	if err == nil {
+		return
+	}
+	g.m.SettleFailures.WithLabelValues(string(closeCode(err))).Inc()
+	switch {
+	case errors.Is(err, client.ErrUnavailable) && g.retryClose(p):
+		g.log.Warn("gateway: closing a reservation failed; retrying in the background", "reservation", res.ID(), "closed", p.how,
+			"due", due(p), "unit", res.Unit(), "err", err)
+		err = fmt.Errorf("retrying in the background: %w", err)
+	case errors.Is(err, client.ErrUnavailable):
+		g.log.Error("gateway: closing a reservation failed and is not retried; its spend is not recorded and the sweeper releases it at its expiry",
+			"reservation", res.ID(), "closed", p.how, "due", due(p), "unit", res.Unit(), "err", err)
+	default:
+		g.log.Error("gateway: the ledger refused a reservation's close; it expires after its TTL", "reservation", res.ID(), "closed", p.how,
+			"due", due(p), "unit", res.Unit(), "err", err)
+	}
+	if l.err == nil {
+		l.err = err
 	}
 }
 

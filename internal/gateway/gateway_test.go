@@ -51,12 +51,17 @@ type env struct {
 	dead string
 	// logs is what the gateway logged.
 	logs *testenv.LogBuffer
-	// stop stops the replica.
-	stop func()
+	// stop stops the replica; start starts another in its place.
+	stop, start func()
+	// metrics are the gateway's.
+	metrics *gateway.Metrics
 }
 
 type envOpts struct {
 	keyCache time.Duration
+	// upstream, when set, wraps the fake provider's handler (to hold a
+	// call at the upstream, say).
+	upstream func(next http.Handler) http.Handler
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -81,7 +86,11 @@ func newEnv(t *testing.T, o envOpts) *env {
 	admin, err := client.New(te.Connect(t))
 	require.NoError(t, err)
 	fake := fakellm.New(upstreamKey)
-	up := httptest.NewServer(fake)
+	var fh http.Handler = fake
+	if o.upstream != nil {
+		fh = o.upstream(fake)
+	}
+	up := httptest.NewServer(fh)
 	t.Cleanup(up.Close)
 
 	// dead is an address nothing listens on: the upstream of the models
@@ -92,6 +101,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 	require.NoError(t, ln.Close())
 
 	logs := &testenv.LogBuffer{}
+	m := gateway.NewMetrics(nil)
 	gnc := te.Connect(t)
 	cs, err := gateway.NewClientSet(gnc, streams.DefaultPrefix, client.WithTimeout(time.Second), client.WithRetries(2))
 	require.NoError(t, err)
@@ -107,14 +117,20 @@ func newEnv(t *testing.T, o envOpts) *env {
 		},
 		MaxOutputTokens: map[string]int64{"claude-*": 4096},
 		KeyCache:        o.keyCache,
-	}, gateway.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+	}, gateway.WithLogger(slog.New(slog.NewTextHandler(logs, nil))), gateway.WithMetrics(m))
 	require.NoError(t, err)
 	mux := http.NewServeMux()
 	g.Register(mux)
 	gs := httptest.NewServer(mux)
 	t.Cleanup(gs.Close)
-	e := &env{t: t, te: te, replica: r, admin: admin, fake: fake, gw: g, url: gs.URL, http: gs.Client(), dead: dead, logs: logs}
+	e := &env{t: t, te: te, replica: r, admin: admin, fake: fake, gw: g, url: gs.URL, http: gs.Client(), dead: dead, logs: logs, metrics: m}
 	e.stop = func() { stopped = true; require.NoError(t, r.Stop()) }
+	e.start = func() {
+		require.True(t, stopped, "one replica at a time")
+		r, err = replica.Start(ctxT(t), nc, js, replica.Config{Layout: te.Layout, SweepInterval: -1})
+		require.NoError(t, err)
+		e.replica, stopped = r, false
+	}
 	for _, m := range []string{"gpt-x", "claude-x", "embed-x", "dead-x", "nov1-x"} {
 		_, err := admin.PutPrice(ctxT(t), events.PricingPutRequest{Model: m, Input: priceIn, Output: priceOut, CachedInput: priceCached})
 		require.NoError(t, err)

@@ -39,9 +39,17 @@ type Metrics struct {
 	// or release acknowledged by the ledger.
 	SettleLag prometheus.Histogram
 	// SettleFailures counts settles and releases the ledger did not
-	// acknowledge: WithLabelValues(code); the reservation then expires
-	// after its TTL.
+	// acknowledge at the call's end: WithLabelValues(code), the error's
+	// stable code (ledger_unavailable, ledger_busy, internal for an
+	// outage; the service's code for a refusal). An outage's close is
+	// then retried in the background (SettleRetries).
 	SettleFailures *prometheus.CounterVec
+	// SettleRetries counts the closes retried in the background by how
+	// their retries ended: WithLabelValues(result), RetryLanded,
+	// RetryGivenUp or RetryDropped (not retried: too many waiting).
+	SettleRetries *prometheus.CounterVec
+	// SettlesPending is the closes waiting for a retry now.
+	SettlesPending prometheus.Gauge
 	// Inflight is the calls being handled now.
 	Inflight prometheus.Gauge
 	// KeyLookups counts key lookups: WithLabelValues(result), "hit" (from
@@ -65,12 +73,17 @@ func NewMetrics(r *prometheus.Registry) *Metrics {
 		AdmitSeconds:    latency("spendgate_gateway_admit_seconds", "Time from a call's arrival to its forwarding upstream (key lookup, admit), by API.", "api"),
 		SettleLag: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "spendgate_gateway_settle_lag_seconds",
 			Help: "Time from the upstream's last byte to the settle or release acknowledged.", Buckets: metrics.LatencyBuckets}),
-		SettleFailures: counters("spendgate_gateway_settle_failures_total", "Settles and releases the ledger did not acknowledge, by error code.", "code"),
-		Inflight:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "spendgate_gateway_inflight_calls", Help: "Gateway calls being handled now."}),
-		KeyLookups:     counters("spendgate_gateway_key_lookups_total", "API key lookups, by result (hit: from the cache; miss).", "result"),
+		SettleFailures: counters("spendgate_gateway_settle_failures_total", "Settles and releases the ledger did not acknowledge at a call's end, by error code.", "code"),
+		SettleRetries: counters("spendgate_gateway_settle_retries_total",
+			"Settles and releases retried in the background after an outage, by result (landed, given_up, dropped).", "result"),
+		SettlesPending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "spendgate_gateway_settle_retries_pending",
+			Help: "Settles and releases waiting for a background retry."}),
+		Inflight:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "spendgate_gateway_inflight_calls", Help: "Gateway calls being handled now."}),
+		KeyLookups: counters("spendgate_gateway_key_lookups_total", "API key lookups, by result (hit: from the cache; miss).", "result"),
 	}
 	if r != nil {
-		r.MustRegister(m.Calls, m.Denials, m.UpstreamSeconds, m.AdmitSeconds, m.SettleLag, m.SettleFailures, m.Inflight, m.KeyLookups)
+		r.MustRegister(m.Calls, m.Denials, m.UpstreamSeconds, m.AdmitSeconds, m.SettleLag, m.SettleFailures, m.SettleRetries, m.SettlesPending,
+			m.Inflight, m.KeyLookups)
 	}
 	return m
 }

@@ -9,6 +9,11 @@ import (
 	"github.com/spendgate/spendgate/events"
 )
 
+// CodeExceedsBudgetLimit is the error code (400) of a call whose maximum
+// cost is more than a budget's whole limit: a limit_reached denial that no
+// wait can lift, unlike a 429. Its body still carries the ledger's denial.
+const CodeExceedsBudgetLimit = "exceeds_budget_limit"
+
 // callError is a call the gateway answers itself, shaped as the caller's
 // provider shapes its errors so that its SDK raises its usual exception.
 type callError struct {

@@ -357,11 +357,13 @@ func (g *Gateway) admitFailed(ctx context.Context, w http.ResponseWriter, a *api
 	}
 }
 
-// denial shapes a budget's denial. A limit that the budget's spend alone
-// already blocks frees up at its period's reset: Retry-After says when,
-// and the SDKs are told not to retry (x-should-retry: false) unless that
-// is within a minute. One that open reservations block may free up any
-// moment: Retry-After 1. Other reasons never free up by waiting.
+// denial shapes a budget's denial. A call whose maximum cost is more than
+// the budget's whole limit never fits: 400 CodeExceedsBudgetLimit, no
+// Retry-After. A limit that the budget's spend alone already blocks frees
+// up at its period's reset: Retry-After says when, and the SDKs are told
+// not to retry (x-should-retry: false) unless that is within a minute. One
+// that open reservations block may free up any moment: Retry-After 1.
+// Other reasons never free up by waiting.
 func (g *Gateway) denial(ctx context.Context, cl *client.Client, d events.Denial) *callError {
 	e := &callError{status: http.StatusTooManyRequests, typ: "budget_exceeded", code: string(d.Reason), denial: &d, noRetry: true}
 	switch d.Reason {
@@ -372,6 +374,15 @@ func (g *Gateway) denial(ctx context.Context, cl *client.Client, d events.Denial
 		spent, err2 := events.ParseMoney(d.Spent)
 		need, err3 := events.ParseMoney(d.Requested)
 		if err1 != nil || err2 != nil || err3 != nil {
+			break
+		}
+		if need.Cmp(limit) > 0 {
+			// Not even an empty period holds it: waiting never helps, only
+			// a smaller call or a larger limit does.
+			e.status, e.typ, e.code = http.StatusBadRequest, "invalid_request_error", CodeExceedsBudgetLimit
+			e.msg = fmt.Sprintf("spendgate: this call's maximum cost, up to %s %s, is more than the whole limit of budget %s per %s (%s %s): "+
+				"it can never be admitted; lower its max_tokens (or its input), or raise the budget's limit",
+				d.Requested, d.Unit, d.Scope, d.Period, d.Limit, d.Unit)
 			break
 		}
 		if spent.Add(need).Cmp(limit) <= 0 {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/client"
@@ -462,7 +463,9 @@ func TestGateway_DenialNeverReachesUpstream(t *testing.T) {
 	for _, path := range []string{"/v1/chat/completions", "/v1/messages"} {
 		b := body
 		if path == "/v1/messages" {
-			b = `{"model":"claude-x","max_tokens":100,"messages":[{"role":"user","content":"hi"}]}`
+			// At most the limit (its body is longer: a shorter max_tokens),
+			// more than what the first call's spend left.
+			b = `{"model":"claude-x","max_tokens":99,"messages":[{"role":"user","content":"hi"}]}`
 		}
 		resp = e.post(path, secret, b)
 		got := readAll(t, resp)
@@ -702,4 +705,51 @@ func TestGateway_BadRequests(t *testing.T) {
 	b := e.budget("team:b")
 	require.Equal(t, "0", b.Spent)
 	require.Zero(t, b.Open)
+}
+
+// TestGateway_CallLargerThanTheLimit: a call whose maximum cost is more
+// than its budget's whole limit (100,000 output tokens at 10 per million
+// is 1 USD; the limit is 0.5) can never be admitted, so it is not told to
+// wait: 400 exceeds_budget_limit in each provider's shape, saying so and
+// what to change, with the ledger's denial, no Retry-After and
+// x-should-retry false. How it can fail: the plain limit_reached answer is
+// 429 with a Retry-After at the month's reset.
+func TestGateway_CallLargerThanTheLimit(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	secret := e.key("0.5", "team:tiny")
+	for path, body := range map[string]string{
+		"/v1/chat/completions": `{"model":"gpt-x","messages":[{"role":"user","content":"hi"}],"max_tokens":100000}`,
+		"/v1/messages":         `{"model":"claude-x","max_tokens":100000,"messages":[{"role":"user","content":"hi"}]}`,
+	} {
+		resp := e.post(path, secret, body)
+		got := readAll(t, resp)
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s: %s", path, got)
+		require.Empty(t, resp.Header.Get("Retry-After"), "waiting never helps")
+		require.Equal(t, "false", resp.Header.Get("X-Should-Retry"))
+		var shape struct {
+			Type  string
+			Error struct {
+				Type, Code, Message string
+				Spendgate           *events.Denial
+			}
+			Spendgate *events.Denial
+		}
+		require.NoError(t, json.Unmarshal([]byte(got), &shape), got)
+		require.Equal(t, "invalid_request_error", shape.Error.Type, got)
+		require.Contains(t, shape.Error.Message, "more than the whole limit of budget team:tiny per month (0.5 USD)", got)
+		require.Contains(t, shape.Error.Message, "lower its max_tokens", got)
+		require.NotContains(t, shape.Error.Message, "resets at", got)
+		d := shape.Spendgate
+		if path == "/v1/chat/completions" {
+			require.Equal(t, gateway.CodeExceedsBudgetLimit, shape.Error.Code, got)
+			d = shape.Error.Spendgate
+		} else {
+			require.Equal(t, "error", shape.Type, got)
+		}
+		require.NotNil(t, d, got)
+		require.Equal(t, events.ReasonLimitReached, d.Reason)
+		require.Equal(t, "0.5", d.Limit)
+	}
+	require.Empty(t, e.fake.Calls(), "denied calls never reach the upstream")
+	require.Equal(t, 2.0, testutil.ToFloat64(e.metrics.Denials.WithLabelValues(string(events.ReasonLimitReached))))
 }

@@ -253,6 +253,12 @@ func (g *Gateway) serve(a *api, w http.ResponseWriter, r *http.Request) {
 	}
 	rep := res.Reply()
 	l.requestID, l.reservation, l.reserved = rep.RequestID, rep.ReservationID, rep.Amount+" "+rep.Unit
+	// Every answer of an admitted call carries them, whatever becomes of
+	// it upstream: the provider's answer, its refusal, a 502.
+	h := w.Header()
+	h.Set("X-Spendgate-Request-Id", rep.RequestID)
+	h.Set("X-Spendgate-Reservation-Id", rep.ReservationID)
+	h.Set("X-Spendgate-Reserved", rep.Amount+" "+rep.Unit)
 	g.forward(w, r, a, c, up, res, l)
 }
 
@@ -534,10 +540,6 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *api, c *cal
 			h[k] = v
 		}
 	}
-	rep := res.Reply()
-	h.Set("X-Spendgate-Request-Id", rep.RequestID)
-	h.Set("X-Spendgate-Reservation-Id", rep.ReservationID)
-	h.Set("X-Spendgate-Reserved", rep.Amount+" "+rep.Unit)
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "text/event-stream" {
 		h.Set("X-Accel-Buffering", "no")
 		h.Del("Content-Length")

@@ -233,6 +233,15 @@ func reserved(t *testing.T, resp *http.Response) events.Money {
 	return events.MustMoney(amt)
 }
 
+// requireSpendgateHeaders checks that an admitted call's answer names its
+// request, its reservation and what it reserved.
+func requireSpendgateHeaders(t *testing.T, resp *http.Response) {
+	t.Helper()
+	require.NotEmpty(t, resp.Header.Get("X-Spendgate-Reservation-Id"))
+	require.NotEmpty(t, resp.Header.Get("X-Spendgate-Request-Id"))
+	require.NotZero(t, reserved(t, resp).Sign())
+}
+
 // sseData returns the data of every event of an SSE body.
 func sseData(body string) []string {
 	var out []string
@@ -375,6 +384,7 @@ func TestGateway_FailuresLeaveNothingReserved(t *testing.T) {
 			}
 			require.Equal(t, c.status, resp.StatusCode, string(body))
 			require.NotContains(t, string(body), upstreamKey)
+			requireSpendgateHeaders(t, resp)
 			b := e.budget(scope)
 			require.Equal(t, "0", b.Reserved, "nothing stays reserved")
 			require.Zero(t, b.Open)
@@ -382,13 +392,8 @@ func TestGateway_FailuresLeaveNothingReserved(t *testing.T) {
 				require.Equal(t, "0", b.Spent, "a refused call is released")
 				return
 			}
-			// A 502 carries no reservation header: the reservation is the
-			// call's priced maximum, which the ledger recorded.
-			want := b.Spent
-			if h := resp.Header.Get("X-Spendgate-Reserved"); h != "" {
-				requireMoney(t, reserved(t, resp), want)
-			}
-			require.NotEqual(t, "0", want, "a call that may have been billed is settled at its reservation")
+			requireMoney(t, reserved(t, resp), b.Spent)
+			require.NotEqual(t, "0", b.Spent, "a call that may have been billed is settled at its reservation")
 		})
 	}
 }
@@ -408,6 +413,7 @@ func TestGateway_UnreachableUpstream(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal([]byte(body), &shape), body)
 	require.Equal(t, "upstream_unreachable", shape.Error.Code)
+	requireSpendgateHeaders(t, resp)
 	require.Equal(t, "spendgate: the openai upstream did not answer (connection refused)", shape.Error.Message)
 	host := strings.TrimPrefix(e.dead, "http://")
 	require.NotContains(t, body, host, "the upstream's address stays in the gateway's log")

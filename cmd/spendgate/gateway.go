@@ -53,7 +53,7 @@ func gatewayCmd(args []string) int {
 	defOut := fs.Int64("max-output-tokens", gateway.DefaultMaxOutputTokens, "the output a call naming no max_tokens reserves, for models no --max-output names")
 	keyCache := fs.Duration("key-cache", gateway.DefaultKeyCache, "how long a key is trusted without asking the ledger: a disabled or rotated key is refused at most this long after")
 	upTimeout := fs.Duration("upstream-timeout", gateway.DefaultUpstreamTimeout, "bound of one upstream call, streaming included (a reservation's TTL is this plus 1m)")
-	ledgerTimeout := fs.Duration("ledger-timeout", time.Second, "bound of one attempt of an admit or settle (2 attempts; then the call fails closed with 503)")
+	ledgerTimeout := fs.Duration("ledger-timeout", time.Second, "bound of one attempt of a ledger request (key lookup, admit, void, settle; 2 attempts each): a call the ledger does not answer fails closed with 503 after up to 4x this (admit, then its void), 2x for a key not cached")
 	maxBody := fs.Int64("max-body", gateway.DefaultMaxBody, "largest request body, in bytes")
 	settleAfter := fs.Bool("settle-after-reply", false, "settle a call after its answer went to the caller (one ledger round trip less per call; the reservation holds the call's maximum until the settle lands)")
 	httpAPI := fs.Bool("http-api", true, "serve the HTTP API (POST /spendgate/<endpoint>) to keys made with --access")

@@ -14,6 +14,10 @@ import (
 // wait can lift, unlike a 429. Its body still carries the ledger's denial.
 const CodeExceedsBudgetLimit = "exceeds_budget_limit"
 
+// CodeUnknownEndpoint is the error code (404) of a path under /v1/ that
+// the gateway does not proxy.
+const CodeUnknownEndpoint = "unknown_endpoint"
+
 // callError is a call the gateway answers itself, shaped as the caller's
 // provider shapes its errors so that its SDK raises its usual exception.
 type callError struct {

@@ -109,6 +109,26 @@ func (g *Gateway) Register(mux interface{ Handle(string, http.Handler) }) {
 	}
 	g.registerModels(mux)
 	g.registerKey(mux)
+	mux.Handle("/v1/", http.HandlerFunc(unknownEndpoint))
+}
+
+// proxiedEndpoints names what the gateway answers under /v1/, for the 404
+// of any other path.
+const proxiedEndpoints = "it proxies POST /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses and /v1/messages, " +
+	"and answers GET /v1/models and /v1/key"
+
+// unknownEndpoint answers a path under /v1/ the gateway does not proxy
+// (audio, images, files, /v1/messages/count_tokens, ...): 404
+// CodeUnknownEndpoint in the provider's error shape, Anthropic's for
+// /v1/messages/... and for a request that carries anthropic-version,
+// OpenAI's otherwise, so the SDK raises its usual not-found error.
+func unknownEndpoint(w http.ResponseWriter, r *http.Request) {
+	kind := KindOpenAI
+	if strings.HasPrefix(r.URL.Path, "/v1/messages/") || r.Header.Get("Anthropic-Version") != "" {
+		kind = KindAnthropic
+	}
+	(&callError{status: http.StatusNotFound, typ: "invalid_request_error", code: CodeUnknownEndpoint,
+		msg: "spendgate: the gateway does not proxy " + r.Method + " " + r.URL.Path + "; " + proxiedEndpoints, noRetry: true}).write(w, kind)
 }
 
 // Wait ends the gateway's background work, once its listener has stopped

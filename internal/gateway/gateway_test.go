@@ -759,3 +759,50 @@ func TestGateway_CallLargerThanTheLimit(t *testing.T) {
 	require.Empty(t, e.fake.Calls(), "denied calls never reach the upstream")
 	require.Equal(t, 2.0, testutil.ToFloat64(e.metrics.Denials.WithLabelValues(string(events.ReasonLimitReached))))
 }
+
+// TestGateway_UnknownEndpoint: a path under /v1/ the gateway does not
+// proxy is 404 unknown_endpoint in the provider's JSON error shape
+// (Anthropic's under /v1/messages/ or with anthropic-version), naming
+// what the gateway does proxy, and reaches nothing. How it can fail: the
+// mux's own 404 is text/plain "404 page not found".
+func TestGateway_UnknownEndpoint(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	secret := e.key("10", "team:u")
+	for _, c := range []struct {
+		method, path, anthropicVersion, kind string
+	}{
+		{http.MethodPost, "/v1/audio/speech", "", gateway.KindOpenAI},
+		{http.MethodGet, "/v1/files", "", gateway.KindOpenAI},
+		{http.MethodPost, "/v1/chat/completions/extra", "", gateway.KindOpenAI},
+		{http.MethodPost, "/v1/messages/count_tokens", "", gateway.KindAnthropic},
+		{http.MethodPost, "/v1/messages/batches", "2023-06-01", gateway.KindAnthropic},
+		{http.MethodPost, "/v1/complete", "2023-06-01", gateway.KindAnthropic},
+	} {
+		req, err := http.NewRequestWithContext(ctxT(t), c.method, e.url+c.path, strings.NewReader(`{"model":"gpt-x"}`))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+secret)
+		if c.anthropicVersion != "" {
+			req.Header.Set("Anthropic-Version", c.anthropicVersion)
+		}
+		resp, err := e.http.Do(req)
+		require.NoError(t, err)
+		got := readAll(t, resp)
+		require.Equal(t, http.StatusNotFound, resp.StatusCode, "%s: %s", c.path, got)
+		require.Equal(t, "application/json", resp.Header.Get("Content-Type"), c.path)
+		var shape struct {
+			Type  string
+			Error struct{ Type, Code, Message string }
+		}
+		require.NoError(t, json.Unmarshal([]byte(got), &shape), "%s: %s", c.path, got)
+		require.Contains(t, shape.Error.Message, "does not proxy "+c.method+" "+c.path, got)
+		require.Contains(t, shape.Error.Message, "proxies POST /v1/chat/completions", got)
+		if c.kind == gateway.KindAnthropic {
+			require.Equal(t, "error", shape.Type, got)
+			require.Equal(t, "not_found_error", shape.Error.Type, got)
+		} else {
+			require.Equal(t, gateway.CodeUnknownEndpoint, shape.Error.Code, got)
+			require.Equal(t, "invalid_request_error", shape.Error.Type, got)
+		}
+	}
+	require.Empty(t, e.fake.Calls())
+}

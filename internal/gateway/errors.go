@@ -36,6 +36,24 @@ type callError struct {
 	denial *events.Denial
 }
 
+// denialBody is the ledger's denial as an answer's "spendgate" carries
+// it: every field of events.Denial, but no "scope" when no budget denied
+// the call (unpriced_model: the pricing table did, for every scope), where
+// the ledger's reply has "scope":"".
+type denialBody struct {
+	events.Denial
+	// Scope shadows Denial.Scope (encoding/json takes the shallower field).
+	Scope events.Scope `json:"scope,omitempty"`
+}
+
+// bodyOf is d as an answer carries it; nil for nil.
+func bodyOf(d *events.Denial) *denialBody {
+	if d == nil {
+		return nil
+	}
+	return &denialBody{Denial: *d, Scope: d.Scope}
+}
+
 func (e *callError) Error() string { return e.code + ": " + e.msg }
 
 func badRequest(msg string) *callError {
@@ -86,27 +104,27 @@ func (e *callError) write(w http.ResponseWriter, kind string) {
 				Type    string `json:"type"`
 				Message string `json:"message"`
 			} `json:"error"`
-			Spendgate *events.Denial `json:"spendgate,omitempty"`
+			Spendgate *denialBody `json:"spendgate,omitempty"`
 		}{Type: "error", Error: struct {
 			Type    string `json:"type"`
 			Message string `json:"message"`
-		}{anthropicType(e.status), e.msg}, Spendgate: e.denial}
+		}{anthropicType(e.status), e.msg}, Spendgate: bodyOf(e.denial)}
 	} else {
 		body = struct {
 			Error struct {
-				Message   string         `json:"message"`
-				Type      string         `json:"type"`
-				Param     *string        `json:"param"`
-				Code      string         `json:"code"`
-				Spendgate *events.Denial `json:"spendgate,omitempty"`
+				Message   string      `json:"message"`
+				Type      string      `json:"type"`
+				Param     *string     `json:"param"`
+				Code      string      `json:"code"`
+				Spendgate *denialBody `json:"spendgate,omitempty"`
 			} `json:"error"`
 		}{Error: struct {
-			Message   string         `json:"message"`
-			Type      string         `json:"type"`
-			Param     *string        `json:"param"`
-			Code      string         `json:"code"`
-			Spendgate *events.Denial `json:"spendgate,omitempty"`
-		}{Message: e.msg, Type: e.typ, Code: e.code, Spendgate: e.denial}}
+			Message   string      `json:"message"`
+			Type      string      `json:"type"`
+			Param     *string     `json:"param"`
+			Code      string      `json:"code"`
+			Spendgate *denialBody `json:"spendgate,omitempty"`
+		}{Message: e.msg, Type: e.typ, Code: e.code, Spendgate: bodyOf(e.denial)}}
 	}
 	// Not escaped for HTML: a message says "Bearer <key>" as written.
 	var b bytes.Buffer

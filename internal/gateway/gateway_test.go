@@ -806,3 +806,37 @@ func TestGateway_UnknownEndpoint(t *testing.T) {
 	}
 	require.Empty(t, e.fake.Calls())
 }
+
+// TestGateway_UnpricedModelBodyHasNoScope: the pricing table, not a
+// budget, denies an unpriced model, so the denial in the answer names the
+// model and no scope, in both shapes, instead of "scope":"". How it can
+// fail: the ledger's denial passed as it is has "scope":"".
+func TestGateway_UnpricedModelBodyHasNoScope(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	secret := e.key("10", "team:p")
+	for path, body := range map[string]string{
+		"/v1/chat/completions": `{"model":"gpt-unpriced","messages":[{"role":"user","content":"hi"}],"max_tokens":5}`,
+		"/v1/messages":         `{"model":"claude-unpriced","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`,
+	} {
+		resp := e.post(path, secret, body)
+		got := readAll(t, resp)
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode, got)
+		var shape struct {
+			Error struct {
+				Code      string
+				Spendgate map[string]any
+			}
+			Spendgate map[string]any
+		}
+		require.NoError(t, json.Unmarshal([]byte(got), &shape), got)
+		d := shape.Spendgate
+		if path == "/v1/chat/completions" {
+			require.Equal(t, "unpriced_model", shape.Error.Code, got)
+			d = shape.Error.Spendgate
+		}
+		require.Equal(t, "unpriced_model", d["reason"], got)
+		require.NotEmpty(t, d["model"], got)
+		require.NotContains(t, d, "scope", got)
+	}
+	require.Empty(t, e.fake.Calls())
+}

@@ -17,9 +17,10 @@
 //     caller's Idempotency-Key when it sends one;
 //   - answers a denial as the SDKs expect (429, the provider's error
 //     shape naming the budget and the reason, Retry-After at the period's
-//     reset when that is when it frees up), and fails closed (503) when
-//     the ledger does not answer: a denied call never reaches the
-//     upstream;
+//     reset when that is when it frees up; 400 exceeds_budget_limit, with
+//     no Retry-After, for a call larger than a budget's whole limit), and
+//     fails closed (503) when the ledger does not answer: a denied call
+//     never reaches the upstream;
 //   - forwards the call with the upstream's own key (which never reaches
 //     the caller), streaming included: server-sent events pass through
 //     one by one as they come;
@@ -31,7 +32,8 @@
 //     sees the answer's end; releases a call the upstream refused (not
 //     2xx) or never received; and settles at the reservation a call that
 //     may have been billed without a usage to show for it (no usage, an
-//     answer cut mid-way, a caller that left);
+//     answer cut mid-way, a caller that left); a settle or release the
+//     ledger does not answer is retried in the background (retry.go);
 //   - counts it (Metrics) and logs one line.
 //
 // The gateway is a client of the ledger, like any service: it talks to

@@ -436,8 +436,9 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout, o
 				continue
 			}
 			seen[key] = true
-			if rejected[e.Revision()] {
-				// The live value is a skipped revision (reported above):
+			if rejected[e.Revision()] || st.snapSkipped[key] == e.Revision() {
+				// The live value is a skipped revision (reported above,
+				// or before the snapshot the replay started from):
 				// replicas serve the lane's last valid revision.
 				continue
 			}
@@ -514,7 +515,11 @@ func laneKeys(ctx context.Context, kv jetstream.KeyValue, layout streams.Layout)
 	}
 	var keys []string
 	for k := range l.Keys() {
-		if streams.IsLaneKey(k) {
+		// A key under the lane family that is no lane of this layout
+		// ("lane.7" with 4 lanes, "lane.00") holds nothing a writer
+		// wrote: the replay skips it (wrong-lane) and replicas never
+		// read it.
+		if layout.HasLane(k) {
 			keys = append(keys, k)
 		}
 	}

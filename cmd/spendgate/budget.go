@@ -1,14 +1,10 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
-
-	"github.com/nats-io/nats.go"
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/streams"
@@ -189,12 +185,12 @@ func budget(args []string) int {
 // listAll pages through budget.list from the first page and prints every
 // budget (at most maxN if maxN > 0) as one {"budgets": [...]} object.
 func (c *clientFlags) listAll(req events.BudgetListRequest, maxN int) int {
-	nc, err := c.connect("spendgate-cli")
+	cc, err := c.dial()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "spendgate: %v\n", err)
 		return 1
 	}
-	defer nc.Close()
+	defer cc.nc.Close()
 	all := events.BudgetListReply{Budgets: []events.BudgetView{}}
 	pageSize := req.Limit
 	for {
@@ -206,7 +202,7 @@ func (c *clientFlags) listAll(req events.BudgetListRequest, maxN int) int {
 			}
 			req.Limit = left
 		}
-		page, er, err := c.listPage(nc, req)
+		page, er, err := c.listPage(cc, req)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "spendgate: %s: %v\n", streams.EndpointBudgetList, err)
 			return 1
@@ -238,28 +234,19 @@ func (c *clientFlags) listAll(req events.BudgetListRequest, maxN int) int {
 }
 
 // listPage requests one page of budget.list.
-func (c *clientFlags) listPage(nc *nats.Conn, req events.BudgetListRequest) (events.BudgetListReply, *events.Error, error) {
+func (c *clientFlags) listPage(cc *cliConn, req events.BudgetListRequest) (events.BudgetListReply, *events.Error, error) {
 	var page events.BudgetListReply
 	data, err := json.Marshal(req)
 	if err != nil {
 		return page, nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	defer cancel()
-	subject, err := c.subject(streams.EndpointBudgetList)
+	body, err := cc.roundTrip(streams.EndpointBudgetList, data)
 	if err != nil {
-		return page, nil, err
-	}
-	msg, err := nc.RequestWithContext(ctx, subject, data)
-	if err != nil {
-		if errors.Is(err, nats.ErrNoResponders) {
-			err = fmt.Errorf("no spendgate service is listening on %s", subject)
-		}
 		return page, nil, err
 	}
 	var er events.ErrorReply
-	if json.Unmarshal(msg.Data, &er) == nil && er.Error != nil {
+	if json.Unmarshal(body, &er) == nil && er.Error != nil {
 		return page, er.Error, nil
 	}
-	return page, nil, json.Unmarshal(msg.Data, &page)
+	return page, nil, json.Unmarshal(body, &page)
 }

@@ -15,7 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
+
+	"github.com/spendgate/spendgate/testenv"
 )
 
 // cliResult is one finished run of the binary.
@@ -426,6 +429,24 @@ func TestCLI_UsageErrors(t *testing.T) {
 // that recorded none (go run, -buildvcs=false, a git worktree) says so and
 // how to get one, instead of claiming a commit. It runs usageBinPath, the
 // binary go build made (binPath is the test binary under -race).
+// TestCLI_TimeoutSaysWhat: a replica that takes the request and never
+// answers (here a subscriber that does nothing) is reported as no answer
+// within --timeout, with what a replica that cannot serve does instead,
+// not as Go's "context deadline exceeded". How it can fail: the message is
+// the bare context error.
+func TestCLI_TimeoutSaysWhat(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	sub, err := env.Conn.Subscribe("spendgate.budget.list", func(*nats.Msg) {})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	require.NoError(t, env.Conn.Flush())
+	r := runCLI(t, nil, "budget", "list", "--nats-url", env.URL(), "--timeout", "300ms")
+	require.Equal(t, exitError, r.code, r.stderr)
+	require.Contains(t, r.stderr, "spendgate: budget.list: no answer within --timeout 300ms")
+	require.NotContains(t, r.stderr, "context deadline exceeded")
+}
+
 func TestCLI_Version(t *testing.T) {
 	t.Parallel()
 	r := runBin(t, usageBinPath, nil, nil, "version")

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/natsconn"
+	"github.com/spendgate/spendgate/internal/service"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -29,13 +31,19 @@ type clientFlags struct {
 	timeout time.Duration
 }
 
+// cliTimeout is the commands' default --timeout: longer than a replica
+// takes to answer ledger_unavailable when it cannot serve a request in
+// time (service.RequestTimeout), so that the answer, with its code, comes
+// back rather than a timeout with none.
+const cliTimeout = service.RequestTimeout + 2*time.Second
+
 // register declares the connection flags (--nats-url, --creds, --nkey,
 // --user, --password, --token, --tls-ca, --tls-cert, --tls-key,
 // --inbox-prefix; defaults from NATS_* variables), --prefix and --timeout.
 func (c *clientFlags) register(fs *flag.FlagSet) {
 	registerConnection(fs, &c.conn)
 	fs.StringVar(&c.prefix, "prefix", streams.DefaultPrefix, "service subject prefix")
-	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "request timeout")
+	fs.DurationVar(&c.timeout, "timeout", cliTimeout, "request timeout")
 }
 
 // registerTenant declares --tenant, for the commands that call endpoints.
@@ -60,49 +68,92 @@ func (c *clientFlags) connect(name string, opts ...nats.Option) (*nats.Conn, err
 	return c.conn.Connect(name, append([]nats.Option{nats.Timeout(c.timeout)}, opts...)...)
 }
 
-// request sends req to endpoint and returns the reply's body, or prints
-// why it could not (connection, encoding, no responder, timeout) and
-// returns ok false.
-func (c *clientFlags) request(endpoint string, req any) (body []byte, ok bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	defer cancel()
-	// The server refuses a publish or a reply subscription this login's
-	// permissions do not allow by an asynchronous error, and no reply
-	// ever comes: say so at once instead of waiting out the timeout.
-	var refused atomic.Pointer[error]
+// cliConn is a command's connection: requests one at a time, each bounded
+// by --timeout, ended at once when the server refuses what this login may
+// not do.
+type cliConn struct {
+	c  *clientFlags
+	nc *nats.Conn
+	// refused is the server's first permissions violation; cancel ends
+	// the request in flight.
+	refused atomic.Pointer[error]
+	mu      sync.Mutex
+	cancel  context.CancelFunc
+}
+
+// dial connects as the flags say. The server refuses a publish or a reply
+// subscription this login's permissions do not allow by an asynchronous
+// error, and no reply ever comes: the request in flight ends at once, and
+// says so, instead of waiting out the timeout.
+func (c *clientFlags) dial() (*cliConn, error) {
+	cc := &cliConn{c: c}
 	nc, err := c.connect("spendgate-cli", nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 		if errors.Is(err, nats.ErrPermissionViolation) {
-			refused.CompareAndSwap(nil, &err)
-			cancel()
+			cc.refused.CompareAndSwap(nil, &err)
+			cc.mu.Lock()
+			if cc.cancel != nil {
+				cc.cancel()
+			}
+			cc.mu.Unlock()
 		}
 	}))
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "spendgate: %v\n", err)
-		return nil, false
+		return nil, err
 	}
-	defer nc.Close()
+	cc.nc = nc
+	return cc, nil
+}
+
+// roundTrip sends data to endpoint and returns the reply's body, or an
+// error that says why none came (no responder, refused, timeout).
+func (cc *cliConn) roundTrip(endpoint string, data []byte) ([]byte, error) {
+	subject, err := cc.c.subject(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cc.c.timeout)
+	defer cancel()
+	cc.mu.Lock()
+	cc.cancel = cancel
+	cc.mu.Unlock()
+	if cc.refused.Load() != nil {
+		cancel()
+	}
+	msg, err := cc.nc.RequestWithContext(ctx, subject, data)
+	switch p := cc.refused.Load(); {
+	case err == nil:
+		return msg.Data, nil
+	case p != nil:
+		return nil, fmt.Errorf("refused by the NATS server, this login may not do it (its role: spendgate roles): %v", *p)
+	case errors.Is(err, nats.ErrNoResponders):
+		return nil, fmt.Errorf("no spendgate service is listening on %s", subject)
+	case errors.Is(err, context.DeadlineExceeded):
+		return nil, fmt.Errorf("no answer within --timeout %s: no replica answered in time (a replica that cannot serve answers ledger_unavailable within %s; see its log)", cc.c.timeout, service.RequestTimeout)
+	}
+	return nil, err
+}
+
+// request sends req to endpoint and returns the reply's body, or prints
+// why it could not (connection, encoding, no responder, refused, timeout)
+// and returns ok false.
+func (c *clientFlags) request(endpoint string, req any) (body []byte, ok bool) {
 	data, err := json.Marshal(req)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "spendgate: %v\n", err)
 		return nil, false
 	}
-	subject, err := c.subject(endpoint)
+	cc, err := c.dial()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "spendgate: %v\n", err)
 		return nil, false
 	}
-	msg, err := nc.RequestWithContext(ctx, subject, data)
+	defer cc.nc.Close()
+	body, err = cc.roundTrip(endpoint, data)
 	if err != nil {
-		if errors.Is(err, nats.ErrNoResponders) {
-			err = fmt.Errorf("no spendgate service is listening on %s", subject)
-		}
-		if p := refused.Load(); p != nil {
-			err = fmt.Errorf("refused by the NATS server, this login may not do it (its role: spendgate roles): %v", *p)
-		}
 		fmt.Fprintf(os.Stderr, "spendgate: %s: %v\n", endpoint, err)
 		return nil, false
 	}
-	return msg.Data, true
+	return body, true
 }
 
 // isErrorReply says whether body is an error reply.

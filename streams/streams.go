@@ -1080,7 +1080,12 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Str
 		var err error
 		s, err = js.CreateStream(ctx, cfg)
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			s, err = js.UpdateStream(ctx, cfg)
+			if s, err = js.UpdateStream(ctx, cfg); err != nil {
+				// Under spendgate roles a replica may not update these
+				// streams (an update could drop what they hold), and an
+				// identity that may not gets no answer at all.
+				return fmt.Errorf("streams: ensure %s: it exists with another configuration, and updating it failed (under spendgate roles only the operator's identity may: start one replica once with it, or nats stream edit %s): %w", cfg.Name, cfg.Name, err)
+			}
 		}
 		if err != nil {
 			return fmt.Errorf("streams: ensure %s: %w", cfg.Name, err)

@@ -317,32 +317,32 @@ func All(l streams.Layout, tenants ...string) []Role {
 		// nothing.
 		jsAPI+"CONSUMER.LIST."+l.FeedStreamName(),
 		l.KeyPrefix()+">",
-		// The feed relay (serve --feed): ensure the feed stream, read
+		// The feed relay (serve --feed): create the feed stream, read
 		// its last message (the feed allows direct gets, which the
 		// client then uses), append events. Its checkpoints live in
-		// the snapshot bucket (snapshotReads, snapshotWrites).
+		// the snapshot bucket (snapshotReads, snapshotWrites). Not
+		// update it: an update could drop the feed's history (a
+		// max_msgs of 1), as for the ledger (ledgerAdmin).
 		jsAPI+"STREAM.CREATE."+f,
-		jsAPI+"STREAM.UPDATE."+f,
 		jsAPI+"STREAM.INFO."+f,
 		jsAPI+"STREAM.MSG.GET."+f,
 		jsAPI+"DIRECT.GET."+f,
 		l.FeedFilter(),
 	)
-	// Denial records: ensure the denial stream, publish the admits it
-	// denies, and read them back for the spend report.
+	// Denial records: create the denial stream (not update it, as for
+	// the feed), publish the admits it denies, and read them back for
+	// the spend report.
 	replicaPub = append(replicaPub,
 		jsAPI+"STREAM.CREATE."+l.DenialStreamName(),
-		jsAPI+"STREAM.UPDATE."+l.DenialStreamName(),
 		l.DenialFilter(),
 	)
 	replicaPub = append(replicaPub, denialReads(l)...)
-	// Alerts: ensure the alert stream and append the alerts (every
-	// replica publishes those its fold derives; the stream keeps each
-	// once).
+	// Alerts: create the alert stream (not update it, as for the feed)
+	// and append the alerts (every replica publishes those its fold
+	// derives; the stream keeps each once).
 	alerts := l.AlertFilter()
 	replicaPub = append(replicaPub,
 		jsAPI+"STREAM.CREATE."+l.AlertStreamName(),
-		jsAPI+"STREAM.UPDATE."+l.AlertStreamName(),
 		jsAPI+"STREAM.INFO."+l.AlertStreamName(),
 		alerts,
 	)

@@ -99,12 +99,12 @@ func (r *Report) String() string {
 		if r.Signed > 0 {
 			fmt.Fprintf(&b, "; %d revisions signed by trusted keys", r.Signed)
 		}
+		if r.Snapshot.Verified {
+			fmt.Fprintf(&b, "; snapshot %s equals the replay at seq %d", r.Snapshot.Name, r.Snapshot.Seq)
+		}
 		for _, s := range r.Skipped {
 			b.WriteString("\n  - ")
 			b.WriteString(s.String())
-		}
-		if r.Snapshot.Verified {
-			fmt.Fprintf(&b, "; snapshot %s equals the replay at seq %d", r.Snapshot.Name, r.Snapshot.Seq)
 		}
 		return b.String()
 	}

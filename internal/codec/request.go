@@ -121,7 +121,11 @@ func decodeMessage(err error, v any) string {
 		got := jsonKind(te.Value)
 		// A wrong element inside an array or object field: Go reports the
 		// element's type, not the field's.
-		if t := fieldType(reflect.TypeOf(v), field); nested || (t != nil && te.Type != nil && t.Kind() != te.Type.Kind()) {
+		t := fieldType(reflect.TypeOf(v), field)
+		for t != nil && t.Kind() == reflect.Pointer {
+			t = t.Elem() // an optional field: what it points to
+		}
+		if nested || (t != nil && te.Type != nil && t.Kind() != te.Type.Kind()) {
 			return fmt.Sprintf("%s must be %s; it holds %s", field, want, got)
 		}
 		return fmt.Sprintf("%s must be %s, got %s", field, want, got)
@@ -142,6 +146,9 @@ func jsonKind(value string) string {
 	kind, _, _ := strings.Cut(value, " ")
 	switch kind {
 	case "number":
+		if _, lit, ok := strings.Cut(value, " "); ok {
+			return lit // the number as sent: 1e3, 2.5, -1
+		}
 		return "a number"
 	case "string":
 		return "a string"

@@ -180,6 +180,8 @@ func TestDecodeRequest_TypeErrors(t *testing.T) {
 		{`{"request_id":42}`, &events.AdmitRequest{}, `request_id must be a string, got a number`},
 		{`{"scopes":"org:acme"}`, &events.AdmitRequest{}, `scopes must be an array of scope strings like ["org:acme"], got a string`},
 		{`{"scopes":[1,2]}`, &events.AdmitRequest{}, `scopes must be an array of scope strings like ["org:acme"]; it holds a number`},
+		{`{"max_open":1e3}`, &events.TenantLimitsPutRequest{}, `max_open must be a whole number of reservations like 10000 (0: no limit), got 1e3`},
+		{`{"max_open":2.5}`, &events.TenantLimitsPutRequest{}, `max_open must be a whole number of reservations like 10000 (0: no limit), got 2.5`},
 		{`{"ttl":30}`, &events.AdmitRequest{}, `ttl must be a duration string like "30s", got a number`},
 		{`{"metadata":["a"]}`, &events.AdmitRequest{}, `metadata must be an object of string values like {"model":"gpt-4o"}, got an array`},
 		{`{"metadata":{"a":{}}}`, &events.AdmitRequest{}, `metadata must be an object of string values like {"model":"gpt-4o"}; it holds an object`},

@@ -66,7 +66,11 @@ type Rejection = gate.Rejection
 // in the heads).
 func (l *Ledger) reject(r *Rejection) {
 	l.keys.rejected.Add(1)
-	l.opts.log.Error("ledger: revision skipped; not folded", "seq", r.Seq, "key", r.Key, "reason", string(r.Reason), "err", r.Err)
+	args := []any{"seq", r.Seq, "key", r.Key, "reason", string(r.Reason)}
+	if r.Err != nil {
+		args = append(args, "err", r.Err)
+	}
+	l.opts.log.Error("ledger: revision skipped; not folded", args...)
 	if o, ok := l.opts.observer.(RejectObserver); ok {
 		o.Rejected(string(r.Reason))
 	}

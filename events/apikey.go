@@ -211,6 +211,19 @@ type APIKeyRotateRequest struct {
 	Hash string `json:"hash"`
 }
 
+// APIKeyUpdateRequest changes a key (apikey.update): each field given
+// replaces the key's, each left out stays. Scopes replaces the whole list
+// (an empty list leaves a key with HTTP API access only); Access "" takes
+// the key's HTTP API access away. The key's id, secret and tenant stay:
+// rotate the secret with apikey.rotate, and make a new key for another
+// tenant.
+type APIKeyUpdateRequest struct {
+	ID     string    `json:"id"`
+	Scopes *[]string `json:"scopes,omitempty"`
+	Access *string   `json:"access,omitempty"`
+	Name   *string   `json:"name,omitempty"`
+}
+
 // APIKeyIDRequest names one key: apikey.get, apikey.disable,
 // apikey.enable.
 type APIKeyIDRequest struct {
@@ -243,7 +256,7 @@ type APIKeyView struct {
 	Version uint64 `json:"version"`
 }
 
-// APIKeyPutReply is a key after create, rotate, disable or enable, and
+// APIKeyPutReply is a key after create, rotate, update, disable or enable, and
 // what changed (empty when nothing did, or on creation).
 type APIKeyPutReply struct {
 	APIKeyView

@@ -22,6 +22,9 @@ const (
 	EndpointAPIKeyCreate = "apikey.create"
 	// EndpointAPIKeyRotate replaces a key's hash.
 	EndpointAPIKeyRotate = "apikey.rotate"
+	// EndpointAPIKeyUpdate changes a key's scopes, HTTP API access or
+	// name.
+	EndpointAPIKeyUpdate = "apikey.update"
 	// EndpointAPIKeyDisable and EndpointAPIKeyEnable switch a key off
 	// and on.
 	EndpointAPIKeyDisable = "apikey.disable"
@@ -37,5 +40,5 @@ const (
 )
 
 // APIKeyEndpoints are the API key endpoints.
-var APIKeyEndpoints = []string{EndpointAPIKeyCreate, EndpointAPIKeyRotate, EndpointAPIKeyDisable, EndpointAPIKeyEnable,
+var APIKeyEndpoints = []string{EndpointAPIKeyCreate, EndpointAPIKeyRotate, EndpointAPIKeyUpdate, EndpointAPIKeyDisable, EndpointAPIKeyEnable,
 	EndpointAPIKeyGet, EndpointAPIKeyList, EndpointAPIKeyResolve}

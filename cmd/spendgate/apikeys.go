@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 
@@ -12,13 +13,14 @@ import (
 var (
 	keysCommand = command{
 		name:     "spendgate keys",
-		synopsis: "create|list|get|disable|enable|rotate [flags]",
+		synopsis: "create|list|get|update|disable|enable|rotate [flags]",
 		about: `Manages the API keys of spendgate gateway, kept in the ledger (only the SHA-256
 of each secret is stored):
 
   create   make a key: its secret is printed once, here, and never again
   list     every key (id, prefix, scopes, state; never a hash)
   get      one key
+  update   change a key's scopes, HTTP API access or name
   disable  refuse the key (a gateway notices within its --key-cache bound)
   enable   accept a disabled key again
   rotate   give a key a new secret: the old one stops working`,
@@ -46,6 +48,15 @@ budget.put and pricing.put). --secret-only prints the secret alone.`,
 		synopsis: "--id ID [--secret-only]",
 		about:    "Gives a key a new secret, printed once; the old secret stops working (within a\ngateway's --key-cache bound). The scopes stay.",
 	}
+	keysUpdateCommand = command{
+		name:     "spendgate keys update",
+		synopsis: "--id ID [--scope KIND:ID ...] [--access service|admin|none] [--name TEXT]",
+		about: `Changes a key: the flags given replace the key's, the others stay (its secret
+and tenant always do). --scope, repeated, is the whole new list of scopes
+(to give the key a budget of its own, put one for key:<id> and add that
+scope); --access none takes its HTTP API access away. A gateway uses the
+new scopes within its --key-cache bound.`,
+	}
 	keysListCommand = command{
 		name:     "spendgate keys list",
 		synopsis: "",
@@ -60,7 +71,7 @@ func keysCmd(args []string) int {
 		if code, ok := keysCommand.parse(fs, args); !ok {
 			return code
 		}
-		return keysCommand.usageError(fs, "which keys command? (create, list, get, disable, enable or rotate)")
+		return keysCommand.usageError(fs, "which keys command? (create, list, get, update, disable, enable or rotate)")
 	}
 	var c clientFlags
 	fs := newFlagSet("keys " + args[0])
@@ -130,6 +141,37 @@ func keysCmd(args []string) int {
 			return code
 		}
 		return printKey(secret, reply.APIKeyView, *secretOnly)
+	case "update":
+		req := events.APIKeyUpdateRequest{}
+		var scopes multiFlag
+		fs.StringVar(&req.ID, "id", "", "the key's id")
+		fs.Var(&scopes, "scope", "the key's scopes, all of them (repeatable)")
+		access := fs.String("access", "", "HTTP API access: service, admin or none")
+		name := fs.String("name", "", "a label for listings")
+		if code, ok := keysUpdateCommand.parse(fs, args[1:]); !ok {
+			return code
+		}
+		if code, ok := keysUpdateCommand.require(fs, "id"); !ok {
+			return code
+		}
+		fs.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "scope":
+				req.Scopes = new([]string(scopes))
+			case "access":
+				a := *access
+				if a == "none" {
+					a = events.AccessNone
+				}
+				req.Access = &a
+			case "name":
+				req.Name = name
+			}
+		})
+		if req.Scopes == nil && req.Access == nil && req.Name == nil {
+			return keysUpdateCommand.usageError(fs, "nothing to change: give --scope, --access or --name")
+		}
+		return c.call(streams.EndpointAPIKeyUpdate, req, nil)
 	case "get", "disable", "enable":
 		var req events.APIKeyIDRequest
 		fs.StringVar(&req.ID, "id", "", "the key's id")

@@ -87,7 +87,7 @@ var allCommands = [][]string{
 	{"audit"}, {"audit", "check"}, {"audit", "keys"}, {"audit", "balances"}, {"audit", "export"}, {"audit", "archive"}, {"audit", "trim"},
 	{"snapshot"}, {"report"}, {"backtest"}, {"key"},
 	{"bench"}, {"demo"}, {"demo", "overrun"}, {"roles"}, {"feed"}, {"feed", "consumer"}, {"alerts"}, {"alerts", "webhook"}, {"version"},
-	{"keys"}, {"keys", "create"}, {"keys", "list"}, {"keys", "get"}, {"keys", "disable"}, {"keys", "enable"}, {"keys", "rotate"},
+	{"keys"}, {"keys", "create"}, {"keys", "list"}, {"keys", "get"}, {"keys", "update"}, {"keys", "disable"}, {"keys", "enable"}, {"keys", "rotate"},
 	{"gateway"}, {"tenant-limits"}, {"tenant-limits", "put"}, {"tenant-limits", "get"}, {"tenant-limits", "list"},
 }
 

@@ -101,6 +101,15 @@ func TestGateway_Commands(t *testing.T) {
 	})
 	status, body, _ = call(rotated.Secret)
 	require.Equal(t, http.StatusTooManyRequests, status, "the new secret opens the key (whose budget is spent): %s", body)
+	// Its scopes changed to the team's alone, the key's spent budget no
+	// longer binds it.
+	var updated events.APIKeyPutReply
+	require.NoError(t, json.Unmarshal([]byte(cli("keys", "update", "--id", id, "--scope", "team:search", "--name", "search")), &updated))
+	require.Equal(t, []string{"scopes", "name"}, updated.Changed)
+	testenv.WaitFor(t, 10*time.Second, "the key admitted against its new scopes", func() bool {
+		status, _, _ := call(rotated.Secret)
+		return status == http.StatusOK
+	})
 	cli("keys", "disable", "--id", id)
 	testenv.WaitFor(t, 10*time.Second, "the disabled key is refused", func() bool {
 		status, body, _ := call(rotated.Secret)

@@ -113,6 +113,7 @@ var pubSubjects = []string{
 	"spendgate.apikey.resolve",
 	"spendgate.apikey.create",
 	"spendgate.apikey.rotate",
+	"spendgate.apikey.update",
 	"spendgate.apikey.list",
 	// A tenant's limits: only the admin sets them, on the plain subject.
 	"spendgate.tenantlimits.put",
@@ -206,7 +207,7 @@ var wantPub = map[string][]string{
 	roles.Admin: concat([]string{"spendgate.admit", "spendgate.settle", "spendgate.release", "spendgate.void",
 		"spendgate.budget.put", "spendgate.budget.get", "spendgate.budget.list", "spendgate.report",
 		"spendgate.admit.batch", "spendgate.pricing.put", "spendgate.pricing.list",
-		"spendgate.apikey.resolve", "spendgate.apikey.create", "spendgate.apikey.rotate", "spendgate.apikey.list",
+		"spendgate.apikey.resolve", "spendgate.apikey.create", "spendgate.apikey.rotate", "spendgate.apikey.update", "spendgate.apikey.list",
 		"spendgate.tenantlimits.put", "spendgate.tenantlimits.get",
 		"spendgate.t.acme.admit", "spendgate.t.acme.budget.put", "spendgate.t.acme.budget.list", "spendgate.t.acme.report",
 		"spendgate.t.acme.pricing.list"}, srv),

@@ -21,6 +21,7 @@ func (s *Service) addAPIKeyEndpoints(add func(name, desc string, h handler, bh b
 	}{
 		{streams.EndpointAPIKeyCreate, "store a new gateway API key: the hash of its secret, its scopes", s.apikeyCreate},
 		{streams.EndpointAPIKeyRotate, "replace an API key's hash: the old secret stops working", s.apikeyRotate},
+		{streams.EndpointAPIKeyUpdate, "change an API key's scopes, HTTP API access or name", s.apikeyUpdate},
 		{streams.EndpointAPIKeyDisable, "disable an API key", s.apikeyDisable},
 		{streams.EndpointAPIKeyEnable, "enable a disabled API key", s.apikeyEnable},
 		{streams.EndpointAPIKeyGet, "read an API key (never its hash)", s.apikeyGet},
@@ -59,18 +60,8 @@ func ParseAPIKeyCreate(req events.APIKeyCreateRequest) (ledger.APIKey, error) {
 	if err := events.ValidateKeyHash(req.Hash); err != nil {
 		return ledger.APIKey{}, err
 	}
-	if len(req.Scopes) > events.MaxScopes {
-		return ledger.APIKey{}, events.Errorf(events.CodeInvalidRequest, "a key names at most %d scopes", events.MaxScopes)
-	}
-	seen := map[string]bool{}
-	for _, sc := range req.Scopes {
-		if _, err := events.ParseScope(sc); err != nil {
-			return ledger.APIKey{}, err
-		}
-		if seen[sc] {
-			return ledger.APIKey{}, events.Errorf(events.CodeInvalidRequest, "scope %s is named twice", sc)
-		}
-		seen[sc] = true
+	if err := validateKeyScopes(req.Scopes); err != nil {
+		return ledger.APIKey{}, err
 	}
 	if req.Tenant != "" {
 		if err := events.ValidateTenant(req.Tenant); err != nil {
@@ -80,13 +71,46 @@ func ParseAPIKeyCreate(req events.APIKeyCreateRequest) (ledger.APIKey, error) {
 	if err := events.ValidateAccess(req.Access); err != nil {
 		return ledger.APIKey{}, err
 	}
-	if len(req.Name) > events.MaxKeyNameLen || !utf8.ValidString(req.Name) {
-		return ledger.APIKey{}, events.Errorf(events.CodeInvalidRequest, "name must be UTF-8 of at most %d bytes", events.MaxKeyNameLen)
+	if err := validateKeyName(req.Name); err != nil {
+		return ledger.APIKey{}, err
 	}
-	if len(req.Scopes) == 0 && req.Access == events.AccessNone {
-		return ledger.APIKey{}, events.Errorf(events.CodeInvalidRequest, "a key with no scopes and no access could call nothing: give --scope (the gateway) or --access (the HTTP API)")
+	k := ledger.APIKey{ID: req.ID, Hash: req.Hash, Scopes: req.Scopes, Tenant: req.Tenant, Access: req.Access, Name: req.Name}
+	return k, callsSomething(k)
+}
+
+// validateKeyScopes checks a key's scopes: at most events.MaxScopes, each
+// valid and named once. Errors: CodeInvalidIdentifier, CodeInvalidRequest.
+func validateKeyScopes(scopes []string) error {
+	if len(scopes) > events.MaxScopes {
+		return events.Errorf(events.CodeInvalidRequest, "a key names at most %d scopes", events.MaxScopes)
 	}
-	return ledger.APIKey{ID: req.ID, Hash: req.Hash, Scopes: req.Scopes, Tenant: req.Tenant, Access: req.Access, Name: req.Name}, nil
+	seen := map[string]bool{}
+	for _, sc := range scopes {
+		if _, err := events.ParseScope(sc); err != nil {
+			return err
+		}
+		if seen[sc] {
+			return events.Errorf(events.CodeInvalidRequest, "scope %s is named twice", sc)
+		}
+		seen[sc] = true
+	}
+	return nil
+}
+
+// validateKeyName checks a key's label.
+func validateKeyName(name string) error {
+	if len(name) > events.MaxKeyNameLen || !utf8.ValidString(name) {
+		return events.Errorf(events.CodeInvalidRequest, "name must be UTF-8 of at most %d bytes", events.MaxKeyNameLen)
+	}
+	return nil
+}
+
+// callsSomething refuses a key with neither scopes nor HTTP API access.
+func callsSomething(k ledger.APIKey) error {
+	if len(k.Scopes) == 0 && k.Access == events.AccessNone {
+		return events.Errorf(events.CodeInvalidRequest, "a key with no scopes and no access could call nothing: give --scope (the gateway) or --access (the HTTP API)")
+	}
+	return nil
 }
 
 // refuseTenant refuses an API key request that came on a tenant's subject
@@ -122,8 +146,9 @@ func (s *Service) apikeyCreate(ctx context.Context, data []byte) (any, error) {
 	return events.APIKeyPutReply{APIKeyView: APIKeyView(ch.Key), Created: !ch.Existed, Changed: ch.Changed}, nil
 }
 
-// changeAPIKey applies f to an existing key id (unknown_key if none).
-func (s *Service) changeAPIKey(ctx context.Context, id string, f func(*ledger.APIKey)) (any, error) {
+// changeAPIKey applies f to an existing key id (unknown_key if none); an
+// error of f's is the reply's, and nothing is written.
+func (s *Service) changeAPIKey(ctx context.Context, id string, f func(*ledger.APIKey) error) (any, error) {
 	if err := refuseTenant(ctx); err != nil {
 		return nil, err
 	}
@@ -139,7 +164,9 @@ func (s *Service) changeAPIKey(ctx context.Context, id string, f func(*ledger.AP
 			return ledger.APIKey{}, events.Errorf(events.CodeUnknownKey, "no key has id %s", id)
 		}
 		cur.Scopes = append([]string(nil), cur.Scopes...)
-		f(&cur)
+		if err := f(&cur); err != nil {
+			return ledger.APIKey{}, err
+		}
 		return cur, nil
 	}, s.now())
 	if err != nil {
@@ -156,7 +183,53 @@ func (s *Service) apikeyRotate(ctx context.Context, data []byte) (any, error) {
 	if err := events.ValidateKeyHash(req.Hash); err != nil {
 		return nil, err
 	}
-	return s.changeAPIKey(ctx, req.ID, func(k *ledger.APIKey) { k.Hash = req.Hash })
+	return s.changeAPIKey(ctx, req.ID, func(k *ledger.APIKey) error { k.Hash = req.Hash; return nil })
+}
+
+// apikeyUpdate changes the fields req gives. Errors (*events.Error), in
+// precedence order: CodeInvalidRequest (body; no field given),
+// CodeInvalidIdentifier (id, a scope), CodeInvalidRequest (more than
+// events.MaxScopes scopes or one twice; access; name), CodeUnknownKey,
+// CodeInvalidRequest (a key left with neither scopes nor access). A
+// change that changes nothing writes nothing (changed is empty).
+func (s *Service) apikeyUpdate(ctx context.Context, data []byte) (any, error) {
+	var req events.APIKeyUpdateRequest
+	if err := codec.DecodeRequest(data, &req); err != nil {
+		return nil, err
+	}
+	if req.Scopes == nil && req.Access == nil && req.Name == nil {
+		return nil, events.Errorf(events.CodeInvalidRequest, "nothing to change: give scopes, access or name")
+	}
+	if err := events.ValidateKeyID(req.ID); err != nil {
+		return nil, err
+	}
+	if req.Scopes != nil {
+		if err := validateKeyScopes(*req.Scopes); err != nil {
+			return nil, err
+		}
+	}
+	if req.Access != nil {
+		if err := events.ValidateAccess(*req.Access); err != nil {
+			return nil, err
+		}
+	}
+	if req.Name != nil {
+		if err := validateKeyName(*req.Name); err != nil {
+			return nil, err
+		}
+	}
+	return s.changeAPIKey(ctx, req.ID, func(k *ledger.APIKey) error {
+		if req.Scopes != nil {
+			k.Scopes = append([]string{}, *req.Scopes...)
+		}
+		if req.Access != nil {
+			k.Access = *req.Access
+		}
+		if req.Name != nil {
+			k.Name = *req.Name
+		}
+		return callsSomething(*k)
+	})
 }
 
 func (s *Service) apikeyDisable(ctx context.Context, data []byte) (any, error) {
@@ -164,7 +237,7 @@ func (s *Service) apikeyDisable(ctx context.Context, data []byte) (any, error) {
 	if err := codec.DecodeRequest(data, &req); err != nil {
 		return nil, err
 	}
-	return s.changeAPIKey(ctx, req.ID, func(k *ledger.APIKey) { k.Disabled = true })
+	return s.changeAPIKey(ctx, req.ID, func(k *ledger.APIKey) error { k.Disabled = true; return nil })
 }
 
 func (s *Service) apikeyEnable(ctx context.Context, data []byte) (any, error) {
@@ -172,7 +245,7 @@ func (s *Service) apikeyEnable(ctx context.Context, data []byte) (any, error) {
 	if err := codec.DecodeRequest(data, &req); err != nil {
 		return nil, err
 	}
-	return s.changeAPIKey(ctx, req.ID, func(k *ledger.APIKey) { k.Disabled = false })
+	return s.changeAPIKey(ctx, req.ID, func(k *ledger.APIKey) error { k.Disabled = false; return nil })
 }
 
 // lookupAPIKey returns key id, folding the stream first if this replica

@@ -96,6 +96,67 @@ func TestAPIKeys_Lifecycle(t *testing.T) {
 	require.Equal(t, list.Keys[0], got)
 }
 
+// TestAPIKeys_Update: apikey.update replaces the fields it is given
+// (scopes as a whole list, access, name) and leaves the others, the
+// secret included; the new scopes are what the key resolves to on every
+// replica once folded; an update that changes nothing writes nothing; bad
+// input, an unknown key, or a key left with neither scopes nor access is
+// refused and writes nothing. How it can fail: without the endpoint every
+// call answers no responder, and a partial update that dropped the fields
+// it was not given would resolve to no scopes.
+func TestAPIKeys_Update(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpts{replicas: 2})
+	id, secret, err := events.NewAPIKey()
+	require.NoError(t, err)
+	hash := events.HashAPIKey(secret)
+	var created events.APIKeyPutReply
+	require.Nil(t, h.call(streams.EndpointAPIKeyCreate, events.APIKeyCreateRequest{ID: id, Hash: hash,
+		Scopes: []string{"team:search"}, Name: "search"}, &created))
+
+	var up events.APIKeyPutReply
+	require.Nil(t, h.call(streams.EndpointAPIKeyUpdate, []byte(`{"id":"`+id+`","scopes":["team:search","key:`+id+`"]}`), &up))
+	require.Equal(t, []string{"scopes"}, up.Changed)
+	require.Equal(t, []string{"team:search", "key:" + id}, up.Scopes)
+	require.Equal(t, "search", up.Name, "a field left out stays")
+	h.foldedKey(id, up.Version)
+	for range 4 { // either replica
+		var r events.APIKeyResolveReply
+		require.Nil(t, h.call(streams.EndpointAPIKeyResolve, events.APIKeyResolveRequest{ID: id, Hash: hash}, &r), "the secret stays")
+		require.Equal(t, []string{"team:search", "key:" + id}, r.Scopes)
+	}
+
+	require.Nil(t, h.call(streams.EndpointAPIKeyUpdate, []byte(`{"id":"`+id+`","access":"service","name":"search v2"}`), &up))
+	require.Equal(t, []string{"access", "name"}, up.Changed)
+	require.Equal(t, events.AccessService, up.Access)
+	seq, _ := h.streamState()
+	var same events.APIKeyPutReply
+	require.Nil(t, h.call(streams.EndpointAPIKeyUpdate, []byte(`{"id":"`+id+`","name":"search v2"}`), &same))
+	require.Empty(t, same.Changed)
+	require.Nil(t, h.call(streams.EndpointAPIKeyUpdate, []byte(`{"id":"`+id+`","scopes":[]}`), &up), "HTTP API access only")
+	require.Empty(t, up.Scopes)
+	after, _ := h.streamState()
+	require.Equal(t, seq+1, after, "the update that changed nothing wrote nothing")
+
+	for body, code := range map[string]events.Code{
+		`{"id":"` + id + `"}`:                        events.CodeInvalidRequest,    // nothing to change
+		`{"id":"` + id + `","access":""}`:            events.CodeInvalidRequest,    // no scopes and no access left
+		`{"id":"` + id + `","scopes":["team*"]}`:     events.CodeInvalidIdentifier, // a bad scope
+		`{"id":"` + id + `","scopes":["a:b","a:b"]}`: events.CodeInvalidRequest,
+		`{"id":"` + id + `","access":"root"}`:        events.CodeInvalidRequest,
+		`{"id":"` + id + `","tenant":"acme"}`:        events.CodeInvalidRequest, // not a field: a key's tenant stays
+		`{"id":"000000000000","name":"x"}`:           events.CodeUnknownKey,
+		`{"id":"a.b","name":"x"}`:                    events.CodeInvalidIdentifier,
+		`{"id":"` + id + `","scopes":"team:search"}`: events.CodeInvalidRequest,
+	} {
+		e := h.call(streams.EndpointAPIKeyUpdate, []byte(body), nil)
+		require.NotNil(t, e, body)
+		require.Equal(t, code, e.Code, "%s: %s", body, e.Message)
+	}
+	end, _ := h.streamState()
+	require.Equal(t, after, end, "bad input wrote nothing")
+}
+
 // TestAPIKeys_BadInput: every malformed key request is refused with its
 // code and changes nothing.
 func TestAPIKeys_BadInput(t *testing.T) {

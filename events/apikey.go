@@ -145,6 +145,8 @@ type APIKeyDefined struct {
 	Tenant string   `json:"tenant,omitempty"`
 	Access string   `json:"access,omitempty"`
 	Name   string   `json:"name,omitempty"`
+	// EndUser is the key's end-user scope kind (APIKeyCreateRequest).
+	EndUser string `json:"end_user,omitempty"`
 	// Disabled keys are refused (key_disabled).
 	Disabled bool      `json:"disabled,omitempty"`
 	Changed  []string  `json:"changed,omitempty"`
@@ -166,6 +168,7 @@ type APIKeyRevision struct {
 	Tenant    string     `json:"tenant,omitempty"`
 	Access    string     `json:"access,omitempty"`
 	Name      string     `json:"name,omitempty"`
+	EndUser   string     `json:"end_user,omitempty"`
 	Disabled  bool       `json:"disabled,omitempty"`
 	CreatedAt time.Time  `json:"created_at"`
 	RotatedAt *time.Time `json:"rotated_at,omitempty"`
@@ -202,6 +205,13 @@ type APIKeyCreateRequest struct {
 	Access string `json:"access,omitempty"`
 	// Name is a free label for listings.
 	Name string `json:"name,omitempty"`
+	// EndUser, when set, is a scope kind ("user", "customer"): every
+	// gateway call of the key names its end user (OpenAI's "user",
+	// Anthropic's metadata.user_id, or the X-Spendgate-End-User header),
+	// and is admitted against the scope "<kind>:<end user>" as well as
+	// the key's own scopes (at most MaxScopes-1 then). A call that names
+	// none is refused.
+	EndUser string `json:"end_user,omitempty"`
 }
 
 // APIKeyRotateRequest replaces a key's hash (apikey.rotate): the old
@@ -214,14 +224,15 @@ type APIKeyRotateRequest struct {
 // APIKeyUpdateRequest changes a key (apikey.update): each field given
 // replaces the key's, each left out stays. Scopes replaces the whole list
 // (an empty list leaves a key with HTTP API access only); Access "" takes
-// the key's HTTP API access away. The key's id, secret and tenant stay:
+// the key's HTTP API access away, EndUser "" its end-user scope. The key's id, secret and tenant stay:
 // rotate the secret with apikey.rotate, and make a new key for another
 // tenant.
 type APIKeyUpdateRequest struct {
-	ID     string    `json:"id"`
-	Scopes *[]string `json:"scopes,omitempty"`
-	Access *string   `json:"access,omitempty"`
-	Name   *string   `json:"name,omitempty"`
+	ID      string    `json:"id"`
+	Scopes  *[]string `json:"scopes,omitempty"`
+	Access  *string   `json:"access,omitempty"`
+	Name    *string   `json:"name,omitempty"`
+	EndUser *string   `json:"end_user,omitempty"`
 }
 
 // APIKeyIDRequest names one key: apikey.get, apikey.disable,
@@ -249,6 +260,7 @@ type APIKeyView struct {
 	Tenant    string     `json:"tenant,omitempty"`
 	Access    string     `json:"access,omitempty"`
 	Name      string     `json:"name,omitempty"`
+	EndUser   string     `json:"end_user,omitempty"`
 	Disabled  bool       `json:"disabled,omitempty"`
 	CreatedAt time.Time  `json:"created_at"`
 	RotatedAt *time.Time `json:"rotated_at,omitempty"`
@@ -275,5 +287,6 @@ type APIKeyResolveReply struct {
 	Scopes  []string `json:"scopes"`
 	Tenant  string   `json:"tenant,omitempty"`
 	Access  string   `json:"access,omitempty"`
+	EndUser string   `json:"end_user,omitempty"`
 	Version uint64   `json:"version"`
 }

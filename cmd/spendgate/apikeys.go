@@ -27,7 +27,7 @@ of each secret is stored):
 	}
 	keysCreateCommand = command{
 		name:     "spendgate keys create",
-		synopsis: "--scope KIND:ID [--scope ...] [--budget DECIMAL [--period month] [--unit USD]] [--tenant NAME] [--access service|admin] [--name TEXT] [--secret-only]",
+		synopsis: "--scope KIND:ID [--scope ...] [--budget DECIMAL [--period month] [--unit USD]] [--tenant NAME] [--access service|admin] [--name TEXT] [--end-user KIND] [--secret-only]",
 		about: `Makes a key and prints it with its secret ("secret"), which is shown only now.
 Every gateway call made with the key is admitted against its scopes, all of
 them or none. --budget also gives the key a budget of its own: the scope
@@ -36,7 +36,11 @@ for it (before the key exists, so the key never runs without it). --tenant
 makes the key's calls the tenant's (its scopes are the tenant's names).
 --access lets the key call the HTTP API (service: admit, settle, release,
 void, batches, budget.get/list, pricing.get/list, report; admin: also
-budget.put and pricing.put). --secret-only prints the secret alone.`,
+budget.put and pricing.put). --end-user KIND makes every gateway call of the
+key name its end user (OpenAI's "user", Anthropic's metadata.user_id, or the
+X-Spendgate-End-User header) and admits it against KIND:<end user> too, so
+each end user's budget (or a default budget for KIND) caps it; a call that
+names none is refused. --secret-only prints the secret alone.`,
 	}
 	keysIDCommands = map[string]command{
 		"get":     {name: "spendgate keys get", synopsis: "--id ID", about: "Prints a key (never its hash)."},
@@ -50,12 +54,13 @@ budget.put and pricing.put). --secret-only prints the secret alone.`,
 	}
 	keysUpdateCommand = command{
 		name:     "spendgate keys update",
-		synopsis: "--id ID [--scope KIND:ID ...] [--access service|admin|none] [--name TEXT]",
+		synopsis: "--id ID [--scope KIND:ID ...] [--access service|admin|none] [--name TEXT] [--end-user KIND|none]",
 		about: `Changes a key: the flags given replace the key's, the others stay (its secret
 and tenant always do). --scope, repeated, is the whole new list of scopes
 (to give the key a budget of its own, put one for key:<id> and add that
-scope); --access none takes its HTTP API access away. A gateway uses the
-new scopes within its --key-cache bound.`,
+scope); --access none takes its HTTP API access away, --end-user none its
+end-user scope (see keys create). A gateway uses the change within its
+--key-cache bound.`,
 	}
 	keysListCommand = command{
 		name:     "spendgate keys list",
@@ -87,6 +92,7 @@ func keysCmd(args []string) int {
 		fs.StringVar(&req.Tenant, "tenant", "", "the tenant the key's calls belong to")
 		fs.StringVar(&req.Access, "access", "", "HTTP API access: service or admin (default: the gateway's proxy only)")
 		fs.StringVar(&req.Name, "name", "", "a label for listings")
+		fs.StringVar(&req.EndUser, "end-user", "", "a scope kind, like user: every call names its end user and is admitted against KIND:<end user> too")
 		secretOnly := fs.Bool("secret-only", false, "print only the secret")
 		if code, ok := keysCreateCommand.parse(fs, args[1:]); !ok {
 			return code
@@ -148,6 +154,7 @@ func keysCmd(args []string) int {
 		fs.Var(&scopes, "scope", "the key's scopes, all of them (repeatable)")
 		access := fs.String("access", "", "HTTP API access: service, admin or none")
 		name := fs.String("name", "", "a label for listings")
+		endUser := fs.String("end-user", "", "the end-user scope kind, like user, or none")
 		if code, ok := keysUpdateCommand.parse(fs, args[1:]); !ok {
 			return code
 		}
@@ -166,10 +173,16 @@ func keysCmd(args []string) int {
 				req.Access = &a
 			case "name":
 				req.Name = name
+			case "end-user":
+				k := *endUser
+				if k == "none" {
+					k = ""
+				}
+				req.EndUser = &k
 			}
 		})
-		if req.Scopes == nil && req.Access == nil && req.Name == nil {
-			return keysUpdateCommand.usageError(fs, "nothing to change: give --scope, --access or --name")
+		if req.Scopes == nil && req.Access == nil && req.Name == nil && req.EndUser == nil {
+			return keysUpdateCommand.usageError(fs, "nothing to change: give --scope, --access, --name or --end-user")
 		}
 		return c.call(streams.EndpointAPIKeyUpdate, req, nil)
 	case "get", "disable", "enable":

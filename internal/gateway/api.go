@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net/http"
 
 	"github.com/spendgate/spendgate/events"
 )
@@ -48,6 +49,48 @@ type call struct {
 	// stream_options.include_usage added (stripUsage).
 	body       []byte
 	stripUsage bool
+	// endUser is who the caller says the call is for: OpenAI's "user",
+	// Anthropic's metadata.user_id ("" when the body names none), or the
+	// X-Spendgate-End-User header; endUserScope is its scope under a key
+	// with an end-user kind (resolveEndUser).
+	endUser, endUserScope string
+}
+
+// HeaderEndUser names the end user of a call, for a key with an end-user
+// scope kind; it takes precedence over the body's "user" (OpenAI) or
+// metadata.user_id (Anthropic).
+const HeaderEndUser = "X-Spendgate-End-User"
+
+// resolveEndUser sets the call's end-user scope under key: "<kind>:<end
+// user>" for a key with an end-user kind, from header (when set) or the
+// body. A key without one ignores both. Errors: 400 end_user_required (a
+// key with a kind, a call naming no end user), 400 invalid_end_user.
+func (c *call) resolveEndUser(key events.APIKeyResolveReply, header string) *callError {
+	if key.EndUser == "" {
+		return nil
+	}
+	if header != "" {
+		c.endUser = header
+	}
+	if c.endUser == "" {
+		return &callError{status: http.StatusBadRequest, typ: "invalid_request_error", code: "end_user_required", noRetry: true,
+			msg: "spendgate: key " + key.ID + " admits every call against its end user's " + key.EndUser + " budget: name the end user in " + c.endUserField() + " or the " + HeaderEndUser + " header"}
+	}
+	scope := key.EndUser + ":" + c.endUser
+	if _, err := events.ParseScope(scope); err != nil {
+		return &callError{status: http.StatusBadRequest, typ: "invalid_request_error", code: "invalid_end_user", noRetry: true,
+			msg: fmt.Sprintf("spendgate: end user %q cannot name a scope: %s", c.endUser, err.(*events.Error).Message)}
+	}
+	c.endUserScope = scope
+	return nil
+}
+
+// endUserField is where the call's body names its end user.
+func (c *call) endUserField() string {
+	if c.api.kind == KindAnthropic {
+		return "metadata.user_id"
+	}
+	return `"user"`
 }
 
 // parse reads a request body. Errors: a *callError (400).
@@ -98,6 +141,9 @@ func (a *api) parse(body []byte, cfg *Config) (*call, error) {
 		}
 		c.maxOutput *= mult
 	}
+	if err := c.readEndUser(fields); err != nil {
+		return nil, err
+	}
 	c.input = estimateInput(body)
 	if a.usageChunk && c.stream {
 		opts := map[string]json.RawMessage{}
@@ -125,6 +171,29 @@ func (a *api) parse(body []byte, cfg *Config) (*call, error) {
 		}
 	}
 	return c, nil
+}
+
+// readEndUser reads the end user a body names: "user" (OpenAI), or
+// metadata.user_id (Anthropic).
+func (c *call) readEndUser(fields map[string]json.RawMessage) error {
+	raw, field := fields["user"], "user"
+	if c.api.kind == KindAnthropic {
+		raw, field = nil, "metadata.user_id"
+		var md map[string]json.RawMessage
+		if m, ok := fields["metadata"]; ok && !isNull(m) {
+			if err := json.Unmarshal(m, &md); err != nil {
+				return badRequest("metadata must be an object")
+			}
+			raw = md["user_id"]
+		}
+	}
+	if raw == nil || isNull(raw) {
+		return nil
+	}
+	if err := json.Unmarshal(raw, &c.endUser); err != nil {
+		return badRequest(field + " must be a string")
+	}
+	return nil
 }
 
 func isNull(raw json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(raw), []byte("null")) }

@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -244,6 +245,10 @@ func (g *Gateway) serve(a *api, w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	l.model, l.stream = c.model, c.stream
+	if cerr := c.resolveEndUser(key, r.Header.Get(HeaderEndUser)); cerr != nil {
+		g.fail(w, a, l, OutcomeBadRequest, cerr)
+		return
+	}
 	up := route(g.ups, a.kind, c.model)
 	if up == nil {
 		g.fail(w, a, l, OutcomeBadRequest, &callError{status: http.StatusNotFound, typ: "invalid_request_error", code: "model_not_found",
@@ -330,6 +335,10 @@ func (g *Gateway) admit(ctx context.Context, cl *client.Client, key events.APIKe
 	req := events.AdmitRequest{Scopes: key.Scopes, Model: c.model, InputTokens: c.input, MaxOutputTokens: c.maxOutput,
 		TTL:      (g.cfg.UpstreamTimeout + ttlMargin).String(),
 		Metadata: map[string]string{"key_id": key.ID, "model": c.model, "endpoint": c.api.name}}
+	if c.endUserScope != "" {
+		req.Scopes = append(slices.Clip(key.Scopes), c.endUserScope)
+		req.Metadata["end_user"] = c.endUser
+	}
 	for gen := 1; ; gen++ {
 		if base != "" {
 			req.RequestID = base

@@ -840,3 +840,72 @@ func TestGateway_UnpricedModelBodyHasNoScope(t *testing.T) {
 	}
 	require.Empty(t, e.fake.Calls())
 }
+
+// TestGateway_EndUsers: a key with an end-user scope kind admits each call
+// against "user:<end user>" as well as its own scopes, the end user named
+// by OpenAI's "user", Anthropic's metadata.user_id or the
+// X-Spendgate-End-User header (which wins); a call that names none, or a
+// name no scope can hold, is refused before anything is reserved or sent
+// upstream; an end user whose budget cannot hold the call is refused
+// while another is admitted. How it can fail: a gateway that ignores the kind admits bob's
+// call past his spent budget, and charges no end user's budget at all.
+func TestGateway_EndUsers(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	for scope, limit := range map[string]string{"team:chat": "10", "user:alice": "10", "user:bob": "0.000001"} {
+		_, err := e.admin.PutBudget(ctxT(t), events.BudgetPutRequest{Scope: scope, Period: "month", Limit: limit, Unit: "USD"})
+		require.NoError(t, err)
+	}
+	id, secret, err := events.NewAPIKey()
+	require.NoError(t, err)
+	var created events.APIKeyPutReply
+	e.request(streams.EndpointAPIKeyCreate, events.APIKeyCreateRequest{ID: id, Hash: events.HashAPIKey(secret),
+		Scopes: []string{"team:chat"}, EndUser: "user"}, &created)
+	require.Equal(t, "user", created.EndUser)
+
+	chat := func(user string) string {
+		b := `{"model":"gpt-x","messages":[{"role":"user","content":"hi"}],"max_tokens":20`
+		if user != "" {
+			b += `,"user":"` + user + `"`
+		}
+		return b + "}"
+	}
+	for _, c := range []struct {
+		path, body string
+		hdr        []string
+	}{
+		{"/v1/chat/completions", chat("alice"), nil},
+		{"/v1/messages", `{"model":"claude-x","max_tokens":20,"metadata":{"user_id":"alice"},"messages":[{"role":"user","content":"hi"}]}`, nil},
+		{"/v1/chat/completions", chat("bob"), []string{gateway.HeaderEndUser, "alice"}},
+	} {
+		resp := e.post(c.path, secret, c.body, c.hdr...)
+		body := readAll(t, resp)
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%s: %s", c.path, body)
+	}
+	calls := e.fake.Calls()
+	require.Len(t, calls, 3)
+	want := events.MustMoney("0")
+	for _, c := range calls {
+		want = want.Add(cost(*c.Usage))
+	}
+	requireMoney(t, want, e.budget("user:alice").Spent, "alice's budget holds her three calls")
+	requireMoney(t, want, e.budget("team:chat").Spent, "the key's own scope too")
+	require.Equal(t, "0", e.budget("user:bob").Spent)
+
+	resp := e.post("/v1/chat/completions", secret, chat("bob"))
+	body := readAll(t, resp)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode, body) // bob's budget is below one call's maximum: it never fits
+	require.Contains(t, body, "user:bob")
+	for _, c := range []struct{ body, code string }{
+		{chat(""), "end_user_required"},
+		{chat("not a scope id!"), "invalid_end_user"},
+	} {
+		resp := e.post("/v1/chat/completions", secret, c.body)
+		body := readAll(t, resp)
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode, body)
+		require.Contains(t, body, c.code)
+	}
+	require.Len(t, e.fake.Calls(), 3, "nothing refused reached the upstream")
+	for _, s := range []string{"team:chat", "user:alice", "user:bob"} {
+		require.Equal(t, "0", e.budget(s).Reserved, "%s: nothing left reserved", s)
+	}
+}

@@ -19,6 +19,9 @@ type APIKey struct {
 	Tenant string
 	Access string
 	Name   string
+	// EndUser is the scope kind of the key's end users
+	// (events.APIKeyCreateRequest.EndUser), "" for none.
+	EndUser string
 	// Disabled keys are refused.
 	Disabled  bool
 	CreatedAt time.Time
@@ -29,7 +32,7 @@ type APIKey struct {
 }
 
 // changes names the fields of k that differ from prev: hash, scopes,
-// tenant, access, name, disabled, in that order.
+// tenant, access, name, end_user, disabled, in that order.
 func (k APIKey) changes(prev APIKey) []string {
 	out := []string{}
 	if k.Hash != prev.Hash {
@@ -46,6 +49,9 @@ func (k APIKey) changes(prev APIKey) []string {
 	}
 	if k.Name != prev.Name {
 		out = append(out, "name")
+	}
+	if k.EndUser != prev.EndUser {
+		out = append(out, "end_user")
 	}
 	if k.Disabled != prev.Disabled {
 		out = append(out, "disabled")
@@ -65,7 +71,7 @@ func (b *book) setAPIKey(key string, seq uint64, rev *events.APIKeyRevision) {
 		b.apikeys = map[string]*apiKey{}
 	}
 	k := APIKey{ID: rev.ID, Hash: rev.Hash, Scopes: rev.Scopes, Tenant: rev.Tenant, Access: rev.Access, Name: rev.Name,
-		Disabled: rev.Disabled, CreatedAt: rev.CreatedAt, Version: seq}
+		EndUser: rev.EndUser, Disabled: rev.Disabled, CreatedAt: rev.CreatedAt, Version: seq}
 	if rev.RotatedAt != nil {
 		k.RotatedAt = *rev.RotatedAt
 	}
@@ -141,8 +147,8 @@ func (l *Ledger) DefineAPIKey(ctx context.Context, id string, change func(cur AP
 		at := now.UTC()
 		return key, func(ch events.Chain) any {
 			value := events.APIKeyRevision{Schema: events.SchemaAPIKey, Chain: ch,
-				ID: id, Hash: def.Hash, Scopes: def.Scopes, Tenant: def.Tenant, Access: def.Access, Name: def.Name, Disabled: def.Disabled,
-				CreatedAt: at, RotatedAt: src.RotatedAt}
+				ID: id, Hash: def.Hash, Scopes: def.Scopes, Tenant: def.Tenant, Access: def.Access, Name: def.Name, EndUser: def.EndUser,
+				Disabled: def.Disabled, CreatedAt: at, RotatedAt: src.RotatedAt}
 			if existed {
 				value.CreatedAt = src.CreatedAt
 				if slices.Contains(changed, "hash") {
@@ -150,7 +156,7 @@ func (l *Ledger) DefineAPIKey(ctx context.Context, id string, change func(cur AP
 				}
 			}
 			value.Events = events.Events{events.APIKeyDefined{ID: id, Hash: def.Hash, Scopes: def.Scopes, Tenant: def.Tenant,
-				Access: def.Access, Name: def.Name, Disabled: def.Disabled, Changed: changed, At: at}}
+				Access: def.Access, Name: def.Name, EndUser: def.EndUser, Disabled: def.Disabled, Changed: changed, At: at}}
 			return value
 		}, false, nil
 	})

@@ -38,7 +38,7 @@ func (s *Service) addAPIKeyEndpoints(add func(name, desc string, h handler, bh b
 // APIKeyView is k on the wire: never its hash.
 func APIKeyView(k ledger.APIKey) events.APIKeyView {
 	v := events.APIKeyView{ID: k.ID, Prefix: events.APIKeyPrefix + k.ID + "_", Scopes: k.Scopes, Tenant: k.Tenant,
-		Access: k.Access, Name: k.Name, Disabled: k.Disabled, CreatedAt: k.CreatedAt, Version: k.Version}
+		Access: k.Access, Name: k.Name, EndUser: k.EndUser, Disabled: k.Disabled, CreatedAt: k.CreatedAt, Version: k.Version}
 	if v.Scopes == nil {
 		v.Scopes = []string{}
 	}
@@ -74,8 +74,38 @@ func ParseAPIKeyCreate(req events.APIKeyCreateRequest) (ledger.APIKey, error) {
 	if err := validateKeyName(req.Name); err != nil {
 		return ledger.APIKey{}, err
 	}
-	k := ledger.APIKey{ID: req.ID, Hash: req.Hash, Scopes: req.Scopes, Tenant: req.Tenant, Access: req.Access, Name: req.Name}
-	return k, callsSomething(k)
+	if err := validateEndUser(req.EndUser); err != nil {
+		return ledger.APIKey{}, err
+	}
+	k := ledger.APIKey{ID: req.ID, Hash: req.Hash, Scopes: req.Scopes, Tenant: req.Tenant, Access: req.Access, Name: req.Name, EndUser: req.EndUser}
+	return k, fits(k)
+}
+
+// validateEndUser checks an end-user scope kind: "" (none) or a scope
+// kind. Errors: CodeInvalidIdentifier.
+func validateEndUser(kind string) error {
+	if kind == "" {
+		return nil
+	}
+	if _, err := events.ParseScope(kind + ":x"); err != nil {
+		return events.Errorf(events.CodeInvalidIdentifier, "end_user %q is not a scope kind like \"user\"", kind)
+	}
+	return nil
+}
+
+// fits refuses a key that could call nothing, or whose calls would name
+// more than events.MaxScopes scopes with its end user's.
+func fits(k ledger.APIKey) error {
+	if err := callsSomething(k); err != nil {
+		return err
+	}
+	if k.EndUser != "" && len(k.Scopes) > events.MaxScopes-1 {
+		return events.Errorf(events.CodeInvalidRequest, "a key with an end-user scope names at most %d scopes of its own (a call names its end user's too)", events.MaxScopes-1)
+	}
+	if k.EndUser != "" && len(k.Scopes) == 0 {
+		return events.Errorf(events.CodeInvalidRequest, "an end-user scope needs scopes of the key's own: its gateway calls are admitted against both")
+	}
+	return nil
 }
 
 // validateKeyScopes checks a key's scopes: at most events.MaxScopes, each
@@ -197,8 +227,8 @@ func (s *Service) apikeyUpdate(ctx context.Context, data []byte) (any, error) {
 	if err := codec.DecodeRequest(data, &req); err != nil {
 		return nil, err
 	}
-	if req.Scopes == nil && req.Access == nil && req.Name == nil {
-		return nil, events.Errorf(events.CodeInvalidRequest, "nothing to change: give scopes, access or name")
+	if req.Scopes == nil && req.Access == nil && req.Name == nil && req.EndUser == nil {
+		return nil, events.Errorf(events.CodeInvalidRequest, "nothing to change: give scopes, access, name or end_user")
 	}
 	if err := events.ValidateKeyID(req.ID); err != nil {
 		return nil, err
@@ -218,6 +248,11 @@ func (s *Service) apikeyUpdate(ctx context.Context, data []byte) (any, error) {
 			return nil, err
 		}
 	}
+	if req.EndUser != nil {
+		if err := validateEndUser(*req.EndUser); err != nil {
+			return nil, err
+		}
+	}
 	return s.changeAPIKey(ctx, req.ID, func(k *ledger.APIKey) error {
 		if req.Scopes != nil {
 			k.Scopes = append([]string{}, *req.Scopes...)
@@ -228,7 +263,10 @@ func (s *Service) apikeyUpdate(ctx context.Context, data []byte) (any, error) {
 		if req.Name != nil {
 			k.Name = *req.Name
 		}
-		return callsSomething(*k)
+		if req.EndUser != nil {
+			k.EndUser = *req.EndUser
+		}
+		return fits(*k)
 	})
 }
 
@@ -337,5 +375,5 @@ func (s *Service) apikeyResolve(ctx context.Context, data []byte) (any, error) {
 	if scopes == nil {
 		scopes = []string{}
 	}
-	return events.APIKeyResolveReply{ID: k.ID, Scopes: scopes, Tenant: k.Tenant, Access: k.Access, Version: k.Version}, nil
+	return events.APIKeyResolveReply{ID: k.ID, Scopes: scopes, Tenant: k.Tenant, Access: k.Access, EndUser: k.EndUser, Version: k.Version}, nil
 }

@@ -145,6 +145,8 @@ func TestAPIKeys_Update(t *testing.T) {
 		`{"id":"` + id + `","scopes":["a:b","a:b"]}`: events.CodeInvalidRequest,
 		`{"id":"` + id + `","access":"root"}`:        events.CodeInvalidRequest,
 		`{"id":"` + id + `","tenant":"acme"}`:        events.CodeInvalidRequest, // not a field: a key's tenant stays
+		`{"id":"` + id + `","end_user":"No Kind"}`:   events.CodeInvalidIdentifier,
+		`{"id":"` + id + `","end_user":"user"}`:      events.CodeInvalidRequest, // an end-user scope beside none of its own
 		`{"id":"000000000000","name":"x"}`:           events.CodeUnknownKey,
 		`{"id":"a.b","name":"x"}`:                    events.CodeInvalidIdentifier,
 		`{"id":"` + id + `","scopes":"team:search"}`: events.CodeInvalidRequest,

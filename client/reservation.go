@@ -67,12 +67,19 @@ func (r *Reservation) FailedOpen() bool { return r.failedOpen }
 //
 // Errors: those of Client.Settle.
 func (r *Reservation) Settle(ctx context.Context, actual string) (events.CloseReply, error) {
+	return r.SettleWithNote(ctx, actual, "")
+}
+
+// SettleWithNote is Settle with a note (events.SettleRequest.Note): one
+// word on how the caller knew the actual ("estimate", ...), recorded in the
+// settle's events and exported with the reservation.
+func (r *Reservation) SettleWithNote(ctx context.Context, actual, note string) (events.CloseReply, error) {
 	if r.failedOpen {
 		r.c.failOpen.Warn("spendgate: settle of a fail-open admission is not recorded",
 			"request_id", r.reply.RequestID, "amount", r.reply.Amount, "actual", actual, "unit", r.reply.Unit)
 		return events.CloseReply{}, nil
 	}
-	return r.c.Settle(ctx, events.SettleRequest{ReservationID: r.reply.ReservationID, Actual: actual})
+	return r.c.Settle(ctx, events.SettleRequest{ReservationID: r.reply.ReservationID, Actual: actual, Note: note})
 }
 
 // SettleUsage closes a reservation priced from a model with its usage:

@@ -145,6 +145,8 @@ type ReservationSettled struct {
 	// recorded, never counted in Actual, Spent or Overrun, so that spent
 	// never passes limit + exposure cap.
 	Excess *Money `json:"excess,omitempty"`
+	// Note is the settle's note (SettleRequest.Note), "" for none.
+	Note string `json:"note,omitempty"`
 }
 
 // Release reasons.

@@ -167,6 +167,26 @@ type SettleRequest struct {
 	InputTokens       int64  `json:"input_tokens,omitempty"`
 	OutputTokens      int64  `json:"output_tokens,omitempty"`
 	CachedInputTokens int64  `json:"cached_input_tokens,omitempty"`
+	// Note, when set, says in one word how the actual was known, for
+	// finance: "estimate", "upstream_cut", ... (a token of letters,
+	// digits, '_' and '-', at most MaxNoteLen). It is recorded in the
+	// settle's events and exported; it changes nothing else.
+	Note string `json:"note,omitempty"`
+}
+
+// MaxNoteLen bounds a settle's note.
+const MaxNoteLen = 32
+
+// ValidateNote checks a settle's note: "" or a token of at most
+// MaxNoteLen. Errors: CodeInvalidRequest.
+func ValidateNote(note string) error {
+	if note == "" {
+		return nil
+	}
+	if err := ValidateToken("note", note, MaxNoteLen); err != nil {
+		return Errorf(CodeInvalidRequest, "%s", err.(*Error).Message)
+	}
+	return nil
 }
 
 // ReleaseRequest gives a whole reservation back.

@@ -2,6 +2,7 @@ package settle_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -77,4 +78,23 @@ func TestDecide_ReleaseGivesTheAmountBack(t *testing.T) {
 	require.ErrorIs(t, err, &events.Error{Code: events.CodeAlreadyReleased})
 	_, err = s.Settle(ctx, events.SettleRequest{ReservationID: "rsv_nope", Actual: "0.1"})
 	require.ErrorIs(t, err, &events.Error{Code: events.CodeUnknownReservation})
+}
+
+// TestDecide_SettleNote: a settle's note is checked before anything is
+// decided: one that is not a token (a space, too long) is invalid_request,
+// and the reservation stays open; a token settles. (That the note reaches
+// the events and the export: the gateway's and the report's tests.) How it
+// can fail: without the check the first settle closes the reservation.
+func TestDecide_SettleNote(t *testing.T) {
+	m, a, s := setup(t)
+	ctx := context.Background()
+	id := open(t, a, "r1", "0.4")
+	for _, note := range []string{"an estimate", "x\ny", strings.Repeat("n", events.MaxNoteLen+1)} {
+		_, err := s.Settle(ctx, events.SettleRequest{ReservationID: id, Actual: "0.3", Note: note})
+		require.ErrorIs(t, err, &events.Error{Code: events.CodeInvalidRequest}, note)
+		require.Equal(t, 1, m.Balance(bal).Open, "nothing decided")
+	}
+	r, err := s.Settle(ctx, events.SettleRequest{ReservationID: id, Actual: "0.3", Note: "estimate"})
+	require.NoError(t, err)
+	require.Equal(t, events.StatusSettled, r.Status)
 }

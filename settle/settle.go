@@ -94,13 +94,16 @@ func (s *Settler) SettleAll(ctx context.Context, reqs []events.SettleRequest) (o
 		if errs[i] = events.ValidateToken("reservation_id", req.ReservationID, events.MaxIDLen); errs[i] != nil {
 			continue
 		}
+		if errs[i] = events.ValidateNote(req.Note); errs[i] != nil {
+			continue
+		}
 		usage := events.Usage{InputTokens: req.InputTokens, OutputTokens: req.OutputTokens, CachedInputTokens: req.CachedInputTokens}
 		if req.Actual == "" && usage != (events.Usage{}) {
 			if errs[i] = events.ValidateUsage(usage); errs[i] != nil {
 				continue
 			}
 			if txs[i], errs[i] = s.prepare(ctx, req.ReservationID, kindSettle, events.Money{}); txs[i] != nil {
-				txs[i].usage = &usage
+				txs[i].usage, txs[i].note = &usage, req.Note
 			}
 			continue
 		}
@@ -112,7 +115,9 @@ func (s *Settler) SettleAll(ctx context.Context, reqs []events.SettleRequest) (o
 		if errs[i] = err; err != nil {
 			continue
 		}
-		txs[i], errs[i] = s.prepare(ctx, req.ReservationID, kindSettle, actual)
+		if txs[i], errs[i] = s.prepare(ctx, req.ReservationID, kindSettle, actual); txs[i] != nil {
+			txs[i].note = req.Note
+		}
 	}
 	return s.submit(ctx, txs, errs)
 }
@@ -228,6 +233,8 @@ type closeTx struct {
 	// reservation's quote into actual and priced.
 	usage  *events.Usage
 	priced *events.Usage
+	// note is the settle's note (events.SettleRequest.Note).
+	note string
 	// alerts are the thresholds the decision crossed (a settle above its
 	// reservation can cross one).
 	alerts []events.ThresholdCrossed
@@ -341,7 +348,7 @@ func (t *closeTx) settle(r *ledger.Reservation, late, afterExpiry bool) events.E
 			t.reply.Budgets = append(t.reply.Budgets, budgetClose(r, ref, reserved, actual, overrun, count))
 		}
 		evs = append(evs, events.ReservationSettled{ReservationID: t.id, Balance: ref, Reserved: reserved,
-			Actual: actual, Overrun: overrun, Late: late, AfterExpiry: afterExpiry, At: t.now, Usage: t.priced, Excess: excess})
+			Actual: actual, Overrun: overrun, Late: late, AfterExpiry: afterExpiry, At: t.now, Usage: t.priced, Excess: excess, Note: t.note})
 		if b := t.view.Balance(key); len(b.Thresholds) > 0 {
 			used := b.Spent.Add(actual).Add(b.Reserved)
 			if !afterExpiry {

@@ -13,8 +13,8 @@ var auditExportCommand = command{
 	about: `Writes one row per reservation on standard output: its request id, scopes,
 balances, unit, reserved amount, opened / expires / settled / released /
 expired times, status, actual (the cost the settle gave), overrun, excess
-(what an exposure cap kept out of a budget), late, release reason and every
-metadata key (CSV: one column "metadata.KEY" per key; JSONL: an object).
+(what an exposure cap kept out of a budget), settle note, late, release
+reason and every metadata key (CSV: one column "metadata.KEY" per key; JSONL: an object).
 
 It streams: memory follows the reservations open at each point of the book,
 not the number of rows. A row is written when its reservation closes, in the

@@ -90,7 +90,7 @@ func TestCLI_ExportReportBalances(t *testing.T) {
 	recs, err := csv.NewReader(strings.NewReader(out)).ReadAll()
 	require.NoError(t, err)
 	require.Equal(t, []string{"reservation_id", "request_id", "scopes", "balances", "unit", "reserved",
-		"opened_at", "expires_at", "settled_at", "released_at", "expired_at", "status", "actual", "overrun", "excess", "late",
+		"opened_at", "expires_at", "settled_at", "released_at", "expired_at", "status", "actual", "overrun", "excess", "settle_note", "late",
 		"release_reason", "model", "price_version", "quoted_input_tokens", "quoted_max_output_tokens", "input_tokens",
 		"output_tokens", "cached_input_tokens", "metadata.feature", "metadata.model"}, recs[0])
 	require.Len(t, recs, 5)

@@ -31,7 +31,7 @@ Usage:
   spendgate pricing get --model NAME | list | import --file PATH [--format json|csv]
   spendgate admit    --scope KIND:ID [--scope ...] --amount DECIMAL [--unit USD] [--ttl 5m] [--request-id ID] [--meta K=V] [--mode check|shadow] [-o json|id]
   spendgate admit    --scope KIND:ID [--scope ...] --model NAME --input-tokens N|--input-chars N --max-output-tokens N [...]
-  spendgate settle   --reservation ID --actual DECIMAL
+  spendgate settle   --reservation ID --actual DECIMAL [--note WORD]
   spendgate settle   --reservation ID --input-tokens N --output-tokens N [--cached-input-tokens N]
   spendgate release  --reservation ID
   spendgate void     --request-id ID --scope KIND:ID [--scope ...]   release an admit by its request id, landed or not

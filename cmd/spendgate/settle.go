@@ -7,10 +7,12 @@ import (
 
 var settleCommand = command{
 	name:     "spendgate settle",
-	synopsis: "--reservation ID --actual DECIMAL | --input-tokens N --output-tokens N [--cached-input-tokens N] [--tenant NAME]",
+	synopsis: "--reservation ID --actual DECIMAL | --input-tokens N --output-tokens N [--cached-input-tokens N] [--note WORD] [--tenant NAME]",
 	about: `Closes a reservation with the actual cost and prints the reply. A reservation
 priced from a model may give its usage instead: the actual is its cost at the
-price version the admit used.`,
+price version the admit used. --note records one word on how the actual was
+known (estimate, invoice, ...: letters, digits, '_' and '-'), exported with
+the reservation (settle_note).`,
 }
 
 // settleCmd is spendgate settle.
@@ -25,6 +27,7 @@ func settleCmd(args []string) int {
 	fs.Int64Var(&req.InputTokens, "input-tokens", 0, "usage instead of --actual: input tokens")
 	fs.Int64Var(&req.OutputTokens, "output-tokens", 0, "usage instead of --actual: output tokens")
 	fs.Int64Var(&req.CachedInputTokens, "cached-input-tokens", 0, "usage instead of --actual: cached input tokens (part of --input-tokens)")
+	fs.StringVar(&req.Note, "note", "", "one word on how the actual was known, recorded and exported (settle_note)")
 	if code, ok := settleCommand.parse(fs, args); !ok {
 		return code
 	}

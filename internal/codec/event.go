@@ -231,6 +231,10 @@ func AppendEvent(b []byte, e events.Event) ([]byte, error) {
 			b = appendKey(b, "excess")
 			b = appendMoney(b, *e.Excess)
 		}
+		if e.Note != "" {
+			b = appendKey(b, "note")
+			b = appendString(b, e.Note)
+		}
 	case events.ReservationReleased:
 		b = appendReservationHead(b, events.TypeReservationReleased, e.ReservationID)
 		b = appendKey(b, "balance")

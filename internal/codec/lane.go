@@ -339,6 +339,9 @@ func (c *canon) event() events.Event {
 			m := c.money()
 			e.Excess = &m
 		}
+		if c.maybe(`,"note":`) {
+			e.Note = c.str()
+		}
 		c.lit(`}`)
 		return e
 	case c.maybe(`{"type":"` + string(events.TypeReservationReleased) + `","reservation_id":`):

@@ -79,6 +79,10 @@ func AppendSettleRequest(b []byte, r *events.SettleRequest) []byte {
 	b = appendInt(b, "input_tokens", r.InputTokens)
 	b = appendInt(b, "output_tokens", r.OutputTokens)
 	b = appendInt(b, "cached_input_tokens", r.CachedInputTokens)
+	if r.Note != "" {
+		b = appendKey(b, "note")
+		b = appendString(b, r.Note)
+	}
 	return append(b, '}')
 }
 
@@ -540,6 +544,8 @@ func fastSettleRequest(data []byte, v *events.SettleRequest) bool {
 			out.ReservationID = r.str()
 		case "actual":
 			out.Actual = r.str()
+		case "note":
+			out.Note = r.str()
 		default:
 			r.ok = false
 		}

@@ -198,7 +198,7 @@ func FuzzDecodeReplies(f *testing.F) {
 func TestWireCodec_KnowsEveryField(t *testing.T) {
 	for typ, n := range map[reflect.Type]int{
 		reflect.TypeOf(events.AdmitRequest{}):   14,
-		reflect.TypeOf(events.SettleRequest{}):  5,
+		reflect.TypeOf(events.SettleRequest{}):  6,
 		reflect.TypeOf(events.ReleaseRequest{}): 1,
 		reflect.TypeOf(events.AdmitReply{}):     13,
 		reflect.TypeOf(events.CloseReply{}):     11,

@@ -23,6 +23,7 @@ import (
 	"github.com/spendgate/spendgate/internal/fakellm"
 	"github.com/spendgate/spendgate/internal/gateway"
 	"github.com/spendgate/spendgate/internal/replica"
+	"github.com/spendgate/spendgate/internal/report"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
@@ -667,6 +668,15 @@ func TestGateway_CallerLeavesMidStream(t *testing.T) {
 	b := e.budget("team:c")
 	require.Equal(t, "0", b.Reserved)
 	requireMoney(t, want, b.Spent)
+	// The settle says why it is the whole reservation, and the export
+	// carries it.
+	var notes []string
+	_, err = report.NewReader(e.te.JS, e.te.Layout, projector.New(e.te.JS, e.te.Layout)).Rows(ctxT(t), report.Filter{}, func(r *report.Row) error {
+		notes = append(notes, r.Note)
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, []string{"reservation_caller_gone"}, notes)
 }
 
 // TestGateway_BadRequests: what the gateway cannot price is refused 400

@@ -82,8 +82,21 @@ func (g *Gateway) closeOnce(p *pendingClose) (events.CloseReply, error) {
 	case "usage":
 		return p.res.SettleUsage(ctx, events.Usage{InputTokens: p.o.u.input, OutputTokens: p.o.u.output, CachedInputTokens: p.o.u.cached})
 	default:
-		return p.res.Settle(ctx, p.res.Amount())
+		// The settle says why it is the whole reservation: the call's
+		// outcome (the answer broke off, the caller left, no usage).
+		return p.res.SettleWithNote(ctx, p.res.Amount(), noteOf(p.o.label))
 	}
+}
+
+// noteOf is the settle note of a call closed at its whole reservation
+// with outcome label: "reservation_<label>" ("reservation_cut",
+// "reservation_caller_gone", "reservation_ok" for an answer without
+// usage), "reservation" without one.
+func noteOf(label string) string {
+	if label == "" {
+		return "reservation"
+	}
+	return "reservation_" + label
 }
 
 // closeCode is the stable code of a close's failure: the ledger's (or the

@@ -107,6 +107,9 @@ type Row struct {
 	// was charged is ChargedIn's.
 	Settled                 bool
 	Actual, Overrun, Excess events.Money
+	// Note is the settle's note (events.SettleRequest.Note): how its
+	// caller knew the actual ("" when it said nothing).
+	Note string
 	// charged is what each scope was charged, set only when the scopes'
 	// budgets were charged differently (an exposure cap in some of them).
 	charged []scopeCharge
@@ -212,13 +215,13 @@ func (t *tracked) settle(ref events.BalanceRef, ev events.ReservationSettled) {
 	cost := ev.Actual.Add(excess)
 	if slices.Contains(t.counts, ref) {
 		if !r.Settled {
-			r.Settled, r.Actual, r.Overrun, r.Excess, r.Usage = true, cost, ev.Overrun, excess, ev.Usage
+			r.Settled, r.Actual, r.Overrun, r.Excess, r.Usage, r.Note = true, cost, ev.Overrun, excess, ev.Usage, ev.Note
 		}
 		return
 	}
 	if !t.moneySettled {
 		t.moneySettled = true
-		r.Settled, r.Actual, r.Overrun, r.Excess = true, cost, ev.Overrun, excess
+		r.Settled, r.Actual, r.Overrun, r.Excess, r.Note = true, cost, ev.Overrun, excess, ev.Note
 	} else {
 		r.Actual, r.Overrun, r.Excess = maxMoney(r.Actual, cost), maxMoney(r.Overrun, ev.Overrun), maxMoney(r.Excess, excess)
 	}

@@ -187,7 +187,11 @@ func goldenScenario(t testing.TB) *testenv.Env {
 	)...)
 	bk.commit(release("rsv_03", "0.5", events.ReasonReleased, s(6), u17)...)
 	bk.commit(settle("rsv_01", "2", "2.5", s(10), false, false, u17, acme)...)
-	bk.commit(settle("rsv_07", "1", "1", s(90), true, false, acme)...)
+	s7 := settle("rsv_07", "1", "1", s(90), true, false, acme)
+	n := s7[0].(events.ReservationSettled)
+	n.Note = "estimate" // the caller's word on how it knew the actual
+	s7[0] = n
+	bk.commit(s7...)
 	bk.commit(cat(
 		release("rsv_02", "1.25", events.ReasonExpired, s(120), acme),
 		release("rsv_04", "3", events.ReasonExpired, s(120), acme),

@@ -24,7 +24,7 @@ import (
 var ExportColumns = []string{
 	"reservation_id", "request_id", "scopes", "balances", "unit", "reserved",
 	"opened_at", "expires_at", "settled_at", "released_at", "expired_at",
-	"status", "actual", "overrun", "excess", "late", "release_reason",
+	"status", "actual", "overrun", "excess", "settle_note", "late", "release_reason",
 	"model", "price_version", "quoted_input_tokens", "quoted_max_output_tokens",
 	"input_tokens", "output_tokens", "cached_input_tokens",
 }
@@ -295,7 +295,7 @@ func fillRecord(rec []string, r *Row, keys []string, tf TimeFormat) {
 		r.ReservationID, r.RequestID, strings.Join(scopes, ListSeparator), strings.Join(balances, ListSeparator),
 		r.Unit, r.Reserved.String(),
 		tf.format(r.OpenedAt), tf.format(r.ExpiresAt), tf.format(r.SettledAt), tf.format(r.ReleasedAt), tf.format(r.ExpiredAt),
-		r.Status, actual, overrun, excess, late, r.ReleaseReason,
+		r.Status, actual, overrun, excess, r.Note, late, r.ReleaseReason,
 		priced[0], priced[1], priced[2], priced[3], priced[4], priced[5], priced[6],
 	}
 	n := copy(rec, fixed)
@@ -325,6 +325,7 @@ type jsonRow struct {
 	Actual        *events.Money       `json:"actual"`
 	Overrun       *events.Money       `json:"overrun"`
 	Excess        *events.Money       `json:"excess"`
+	SettleNote    *string             `json:"settle_note"`
 	Late          bool                `json:"late"`
 	ReleaseReason *string             `json:"release_reason"`
 	Metadata      map[string]string   `json:"metadata"`
@@ -371,6 +372,9 @@ func (p *Reader) ExportJSONL(ctx context.Context, w io.Writer, f Filter) (Totals
 		}
 		if r.Settled {
 			jr.Actual, jr.Overrun, jr.Excess = &r.Actual, &r.Overrun, &r.Excess
+			if r.Note != "" {
+				jr.SettleNote = &r.Note
+			}
 		}
 		if r.ReleaseReason != "" {
 			jr.ReleaseReason = &r.ReleaseReason

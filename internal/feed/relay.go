@@ -75,7 +75,11 @@ type Relay struct {
 	closed bool
 
 	relayed, lost, forged, drift atomic.Uint64
-	ckWritten, ckLoaded          atomic.Uint64
+	// forgedTo is the feed sequence up to which the forged messages the
+	// relay met are counted (countForged): each is counted once, however
+	// often the relay reads past it.
+	forgedTo            atomic.Uint64
+	ckWritten, ckLoaded atomic.Uint64
 	// tailSeen is the last position the feed was known to hold (see
 	// Ceiling); tailReady reports it was read.
 	tailSeen atomic.Pointer[Position]
@@ -261,8 +265,10 @@ func (r *Relay) Run(ctx context.Context) error {
 	})
 	defer stop()
 	var last tail
+	quick := false // the last restart was immediate
 	for {
 		s, err := r.ensureFeed(ctx)
+		progress := r.relayed.Load()
 		if err == nil {
 			last, err = r.runOnce(ctx, s)
 		}
@@ -274,10 +280,15 @@ func (r *Relay) Run(ctx context.Context) error {
 			}
 			return ctx.Err()
 		}
-		if errors.Is(err, errFeedMoved) {
+		if errors.Is(err, errFeedMoved) && (!quick || r.relayed.Load() != progress) {
+			// Another relay appended first: start again at once, but
+			// not twice in a row without appending anything, so that
+			// nothing at the feed's end can make the relay spin.
 			r.log.Debug("feed relay: another relay moved the feed; starting again from its end", "err", err)
+			quick = true
 			continue
 		}
+		quick = false
 		r.log.Warn("feed relay: restarting", "err", err)
 		select {
 		case <-ctx.Done():
@@ -362,25 +373,27 @@ func (r *Relay) runOnce(ctx context.Context, s jetstream.Stream) (tail, error) {
 		if err != nil {
 			return t, err
 		}
-		opts := []jetstream.PublishOpt{jetstream.WithMsgID(m.ID), jetstream.WithExpectLastSequence(t.feedSeq + uint64(len(win)))}
+		id := msgID(m, msg.Header)
+		opts := []jetstream.PublishOpt{jetstream.WithMsgID(id), jetstream.WithExpectLastSequence(t.feedSeq + uint64(len(win)))}
 		if len(win) > 0 {
 			// Pipelined: this append must follow the window's previous
 			// event, not merely the sequence it was expected to take. A
 			// message no relay wrote (a forged one) that took that
 			// sequence would make the previous append fail and this one
 			// land after the forgery, the previous event missing from
-			// the feed for good; expecting the previous event's id makes
-			// this one fail too, and the relay starts again from the
-			// feed's tail. Another relay's append of the same event
-			// carries the same id, so it satisfies the expectation.
-			opts = append(opts, jetstream.WithExpectLastMsgID(win[len(win)-1].m.ID))
+			// the feed for good; expecting the previous append's
+			// Nats-Msg-Id makes this one fail too, and the relay starts
+			// again from the feed's tail. That id carries this relay's
+			// signature (msgID), so no message it did not sign can
+			// satisfy the expectation.
+			opts = append(opts, jetstream.WithExpectLastMsgID(win[len(win)-1].id))
 		}
 		f, err := r.js.PublishMsgAsync(msg, opts...)
 		if err != nil {
 			return t, err
 		}
 		r.pop()
-		win = append(win, inflight{m: m, f: f})
+		win = append(win, inflight{m: m, id: id, f: f})
 		next = m.Position()
 		if len(win) >= MaxInFlight {
 			if t, err = r.flush(ctx, s, t, win); err != nil {
@@ -445,10 +458,43 @@ func later(a, b Position) Position {
 	return a
 }
 
-// inflight is an append waiting for its acknowledgement.
+// inflight is an append waiting for its acknowledgement, with the
+// Nats-Msg-Id it was published with.
 type inflight struct {
-	m Message
-	f jetstream.PubAckFuture
+	m  Message
+	id string
+	f  jetstream.PubAckFuture
+}
+
+// msgIDSigChars is how many characters of an append's signature its
+// Nats-Msg-Id carries: 132 bits, which nobody without the signing key can
+// guess.
+const msgIDSigChars = 22
+
+// msgID is the Nats-Msg-Id of the append of m, whose headers h this relay
+// signed: the event's id, then "." and the start of the signature
+// ("42-0.Xq3...").
+//
+// The id must not be one another login can take first. JetStream checks a
+// message's Nats-Msg-Id before anything else: an append whose id a message
+// already in the duplicate window carries is answered "duplicate" and not
+// stored. With the bare event id ("42-0"), anyone who may publish to the
+// feed could publish a message under the ids of the events to come and
+// have every relay's append of them dropped for the whole window. A
+// signature is deterministic (Ed25519) and nobody can compute it without
+// the key, so only the relay can publish under this id before it does,
+// and a retry of the same append carries the same id. Relays of other
+// replicas sign with other keys and so use other ids for the same event:
+// exactly once does not rest on the id but on the compare-and-set of
+// Nats-Expected-Last-Sequence (and an append retried after its first try
+// landed fails it too). An unsigned relay (no key: nothing is verified)
+// uses the bare event id.
+func msgID(m Message, h nats.Header) string {
+	sig := h.Get(streams.HeaderSig)
+	if len(sig) < msgIDSigChars {
+		return m.ID
+	}
+	return m.ID + "." + sig[:msgIDSigChars]
 }
 
 // flush waits for the appends in win, in order, and returns the feed's new
@@ -462,6 +508,12 @@ func (r *Relay) flush(ctx context.Context, s jetstream.Stream, t tail, win []inf
 		select {
 		case ack := <-p.f.Ok():
 			if ack.Duplicate {
+				// Only this append itself (a retry) or a relay with the
+				// same key can hold its id (msgID); anything else is a
+				// message that took it: say so rather than believe it.
+				if err := r.checkDuplicate(ctx, s, p, ack.Sequence); err != nil {
+					return t, err
+				}
 				lost = true
 				continue
 			}
@@ -489,6 +541,28 @@ func (r *Relay) flush(ctx context.Context, s jetstream.Stream, t tail, win []inf
 	}
 	return nt, nil
 }
+
+// checkDuplicate checks that the message an append was deduplicated
+// against, at feed sequence seq, is that append's event signed by a
+// trusted key. Otherwise it counts it as forged and returns errSquatted.
+func (r *Relay) checkDuplicate(ctx context.Context, s jetstream.Stream, p inflight, seq uint64) error {
+	sm, err := s.GetMsg(ctx, seq)
+	if err != nil {
+		return fmt.Errorf("feed: read the message append %s was deduplicated against (%d): %w", p.id, seq, err)
+	}
+	m, ok, _ := r.trusted(sm.Subject, sm.Header, sm.Data)
+	if ok && m.Position() == p.m.Position() {
+		return nil
+	}
+	r.countForged(seq, seq)
+	r.log.Error("feed: an append was deduplicated against a message no trusted key signed: its Nats-Msg-Id was taken (is a signing key known to others?)",
+		"event", p.m.ID, "msg_id", p.id, "feed_seq", seq)
+	return errSquatted
+}
+
+// errSquatted: an append was deduplicated against a message that is not
+// its event signed by a trusted key.
+var errSquatted = errors.New("feed: an append's Nats-Msg-Id was taken by a message no trusted key signed")
 
 // errFeedMoved: the feed's tail is not where this relay's appends put it
 // and not past them either (another relay appended something else).
@@ -521,7 +595,7 @@ func (r *Relay) readTail(ctx context.Context, s jetstream.Stream) (tail, error) 
 		}
 		m, ok, isUnsigned := r.trusted(sm.Subject, sm.Header, sm.Data)
 		if ok {
-			if seq != st.LastSeq {
+			if seq != st.LastSeq && r.countForged(seq+1, st.LastSeq) {
 				r.log.Error("feed: messages at the feed's end that no trusted key signed; skipped", "from", seq+1, "to", st.LastSeq)
 			}
 			r.seen(m.Position())
@@ -530,7 +604,9 @@ func (r *Relay) readTail(ctx context.Context, s jetstream.Stream) (tail, error) 
 		if isUnsigned && unsigned == nil {
 			unsigned = &m
 		}
-		r.forged.Add(1)
+	}
+	if st.Msgs > 0 {
+		r.countForged(max(st.FirstSeq, st.LastSeq-min(st.LastSeq, maxWalkBack)+1), st.LastSeq)
 	}
 	if ck, ok := r.loadCheckpoint(ctx); ok && ck.FeedSeq <= st.LastSeq {
 		t := tail{feedSeq: st.LastSeq, last: ck.Position(), skip: st.LastSeq - ck.FeedSeq}
@@ -546,6 +622,22 @@ func (r *Relay) readTail(ctx context.Context, s jetstream.Stream) (tail, error) 
 		return tail{feedSeq: st.LastSeq, last: unsigned.Position()}, nil
 	}
 	return tail{}, fmt.Errorf("feed: none of the feed's last %d messages is signed by a trusted key, and no checkpoint says where it stands: the relay appends nothing (see docs/wire.md, how the relay keeps the feed)", maxWalkBack)
+}
+
+// countForged counts the messages at feed sequences from to to, none of
+// which a trusted key signed, but those counted before, and reports
+// whether any was new (the incident is logged then, once).
+func (r *Relay) countForged(from, to uint64) bool {
+	for {
+		seen := r.forgedTo.Load()
+		if to <= seen || from > to {
+			return false
+		}
+		if r.forgedTo.CompareAndSwap(seen, to) {
+			r.forged.Add(to - max(from-1, seen))
+			return true
+		}
+	}
 }
 
 // seen records where the feed was last seen to stand.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -120,4 +121,117 @@ func TestRelay_SquattedMsgIDsDoNotStallTheFeed(t *testing.T) {
 	r2 := signedReplica(t, env, s, nil)
 	seed(t, ctx, r2, "c", 2)
 	waitGenuine(t, ctx, env, s.PublicKey(), 30*time.Second)
+}
+
+// junk publishes n messages to a feed subject that are not feed messages
+// at all, as any login that may publish to the feed can.
+func junk(t *testing.T, ctx context.Context, env *testenv.Env, n int) {
+	t.Helper()
+	subj := env.Layout.FeedPrefix() + "x.y.z.a.b"
+	for i := range n {
+		_, err := env.JS.PublishAsync(subj, []byte("junk"+strconv.Itoa(i)))
+		require.NoError(t, err)
+	}
+	select {
+	case <-env.JS.PublishAsyncComplete():
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	}
+}
+
+// checkpointIsGenuine checks that the relays' checkpoint names a message
+// of the feed that pub signed, and that it is the checkpoint's event.
+func checkpointIsGenuine(t *testing.T, ctx context.Context, env *testenv.Env, pub string) {
+	t.Helper()
+	store, err := env.JS.ObjectStore(ctx, env.Layout.SnapshotBucket())
+	require.NoError(t, err)
+	data, err := store.GetBytes(ctx, streams.FeedCheckpointName)
+	require.NoError(t, err)
+	var ck struct {
+		Seq     uint64 `json:"seq"`
+		Index   int    `json:"index"`
+		FeedSeq uint64 `json:"feed_seq"`
+	}
+	require.NoError(t, json.Unmarshal(data, &ck))
+	s, err := env.JS.Stream(ctx, env.Layout.FeedStreamName())
+	require.NoError(t, err)
+	m, err := s.GetMsg(ctx, ck.FeedSeq)
+	require.NoError(t, err)
+	ks, err := signing.NewKeySet([]signing.Key{{Public: pub}}, 0)
+	require.NoError(t, err)
+	fm, err := feed.Verify(ks, m.Subject, m.Header, m.Data)
+	require.NoError(t, err, "the checkpoint's feed sequence %d holds a message pub signed", ck.FeedSeq)
+	require.Equal(t, events.EventID(ck.Seq, ck.Index), fm.ID)
+}
+
+// More junk at the feed's end than the relay used to look back over
+// (1,024 messages) neither loses events nor stalls the relay: it finds
+// the last message a trusted key signed below the junk and appends every
+// later event once, after it; the checkpoint it writes when it stops
+// names that genuine message, not the junk; a replica started afterwards
+// relays on without a hole. How we know it can fail: the relay used to
+// look back 1,024 messages, then start from its stale checkpoint and
+// count every message after it, junk included, as an event already in
+// the feed: it dropped the next events silently (the attack trial lost
+// ledger seqs 425-429), the wait below times out, and its checkpoint named
+// a junk message.
+func TestRelay_JunkPastTheLookBackLosesNothing(t *testing.T) {
+	env := testenv.New(t)
+	ctx := ctxT(t)
+	s, err := signing.NewEphemeral()
+	require.NoError(t, err)
+	r := signedReplica(t, env, s, nil, feed.WithCheckpointEvery(4))
+	seed(t, ctx, r, "a", 3) // a checkpoint or more, then events after it
+	waitGenuine(t, ctx, env, s.PublicKey(), time.Minute)
+
+	junk(t, ctx, env, 1100)
+	seed(t, ctx, r, "b", 3)
+	waitGenuine(t, ctx, env, s.PublicKey(), 30*time.Second)
+	require.False(t, r.Relay.Stalled())
+	require.NoError(t, r.Stop())
+	checkpointIsGenuine(t, ctx, env, s.PublicKey())
+
+	// Junk again, and a replica that starts afterwards (from its
+	// checkpoint, the junk above it).
+	junk(t, ctx, env, 1100)
+	r2 := signedReplica(t, env, s, nil)
+	seed(t, ctx, r2, "c", 2)
+	waitGenuine(t, ctx, env, s.PublicKey(), 30*time.Second)
+	require.NoError(t, r2.Stop())
+	checkpointIsGenuine(t, ctx, env, s.PublicKey())
+	_, forged := genuineFeed(t, ctx, env, s.PublicKey())
+	require.Equal(t, 2200, forged)
+}
+
+// More junk after the last genuine message than a relay reads back
+// (WithMaxTailScan) stalls it loudly: Stalled, one error logged for the
+// incident (not one a retry), nothing appended past the junk, and the
+// ledger keeps serving. No event is lost: a relay that reads further
+// (here the default bound) appends them all. How we know it can fail:
+// before, such a relay started from its checkpoint and counted the junk
+// as events: it reported nothing and the last wait finds events missing.
+func TestRelay_TooMuchJunkStallsLoudly(t *testing.T) {
+	env := testenv.New(t)
+	ctx := ctxT(t)
+	s, err := signing.NewEphemeral()
+	require.NoError(t, err)
+	var logs testenv.LogBuffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	r := signedReplica(t, env, s, log, feed.WithMaxTailScan(1024), feed.WithRetry(50*time.Millisecond))
+	seed(t, ctx, r, "a", 2)
+	waitGenuine(t, ctx, env, s.PublicKey(), time.Minute)
+	relayed := r.Relay.Relayed()
+
+	junk(t, ctx, env, 1100)
+	seed(t, ctx, r, "b", 2) // the ledger keeps serving
+	testenv.WaitFor(t, 30*time.Second, "the relay to say it is stalled", r.Relay.Stalled)
+	// Some retries later, still one error line for the incident.
+	testenv.WaitFor(t, 30*time.Second, "the relay to retry", func() bool { return strings.Count(logs.String(), "feed relay: restarting") >= 5 })
+	require.Equal(t, relayed, r.Relay.Relayed(), "nothing appended past the junk")
+	require.Equal(t, 1, strings.Count(logs.String(), "level=ERROR msg=\"feed relay: restarting\""), logs.String())
+	require.NoError(t, r.Stop())
+
+	r2 := signedReplica(t, env, s, nil)
+	waitGenuine(t, ctx, env, s.PublicKey(), 30*time.Second)
+	require.False(t, r2.Relay.Stalled())
 }

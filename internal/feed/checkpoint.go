@@ -56,10 +56,12 @@ func (c checkpoint) body() []byte {
 // writeCheckpoint writes where t says the feed stands, signed if this
 // relay signs.
 func (r *Relay) writeCheckpoint(ctx context.Context, t tail) {
-	if t.feedSeq == 0 {
-		return
+	if t.lastSeq == 0 {
+		return // no message of the feed that a trusted key signed
 	}
-	ck := checkpoint{Seq: t.last.Seq, Index: t.last.Index, FeedSeq: t.feedSeq}
+	// The message of t.last, which a trusted key signed; never the
+	// feed's last sequence, which anyone who may publish can take.
+	ck := checkpoint{Seq: t.last.Seq, Index: t.last.Index, FeedSeq: t.lastSeq}
 	if s := r.signer(); s != nil {
 		h := nats.Header{}
 		s.SignMsg(h, signing.DomainFeedCheckpoint, streams.FeedCheckpointName, ck.body())
@@ -80,7 +82,7 @@ func (r *Relay) writeCheckpoint(ctx context.Context, t tail) {
 		r.log.Warn("feed relay: checkpoint not written", "err", err)
 		return
 	}
-	r.ckWritten.Store(t.feedSeq)
+	r.ckWritten.Store(t.lastSeq)
 }
 
 // loadCheckpoint reads the newest checkpoint a trusted key signed.

@@ -38,9 +38,17 @@ const DefaultQueue = 1 << 16
 // appended it.
 const MaxInFlight = 256
 
-// maxWalkBack bounds how many messages back from the feed's end a starting
-// relay looks for the last message a trusted key signed.
+// maxWalkBack is how many messages back from the feed's end a relay
+// looks for the last message a trusted key signed before it looks for the
+// newest one it knows of (its last append, its checkpoint).
 const maxWalkBack = 1024
+
+// DefaultMaxTailScan bounds how many messages a relay reads back from the
+// feed's end to find the last one a trusted key signed (WithMaxTailScan):
+// about 6 s of reads. More messages than that no trusted key signed after
+// the last it knows of stall the relay, loudly (Stalled), rather than let
+// it guess where the feed stands.
+const DefaultMaxTailScan = 1 << 16
 
 // Relay appends to the feed stream every event of every revision its
 // replica's fold passes (a ledger.Reader: Fold), one message per event, in
@@ -75,6 +83,15 @@ type Relay struct {
 	closed bool
 
 	relayed, lost, forged, drift atomic.Uint64
+	// known is the newest feed message this relay knows a trusted key
+	// signed (its own last append, or one readTail found): where
+	// readTail stops looking back.
+	known atomic.Pointer[mark]
+	// maxScan bounds how many messages readTail reads (WithMaxTailScan).
+	maxScan uint64
+	// stalled: the relay cannot tell where the feed stands, and appends
+	// nothing (Stalled).
+	stalled atomic.Bool
 	// forgedTo is the feed sequence up to which the forged messages the
 	// relay met are counted (countForged): each is counted once, however
 	// often the relay reads past it.
@@ -164,12 +181,24 @@ func WithQueue(n int) Option {
 	}
 }
 
+// WithMaxTailScan bounds how many messages the relay reads back from the
+// feed's end to find where it stands (default DefaultMaxTailScan).
+func WithMaxTailScan(n int) Option {
+	return func(r *Relay) error {
+		if n < maxWalkBack {
+			return fmt.Errorf("feed: the tail scan must read at least %d messages, got %d", maxWalkBack, n)
+		}
+		r.maxScan = uint64(n)
+		return nil
+	}
+}
+
 // NewRelay returns a relay for the ledger of l. It does no I/O until
 // Ceiling or Run. Hand it to the replica's fold (ledger.AddReader) before
 // the fold starts.
 func NewRelay(js jetstream.JetStream, l streams.Layout, opts ...Option) (*Relay, error) {
 	r := &Relay{js: js, l: l, log: slog.New(slog.DiscardHandler), retry: DefaultRetry, max: DefaultQueue,
-		maxAge: streams.DefaultFeedMaxAge, ckEvery: DefaultCheckpointEvery,
+		maxAge: streams.DefaultFeedMaxAge, ckEvery: DefaultCheckpointEvery, maxScan: DefaultMaxTailScan,
 		signer: func() *signing.Signer { return nil }, keys: func() *signing.KeySet { return nil }}
 	r.more = sync.NewCond(&r.mu)
 	for _, o := range opts {
@@ -194,6 +223,13 @@ func (r *Relay) Forged() uint64 { return r.forged.Load() }
 // Drift counts the times this relay found the feed stream's limits
 // changed under it (and set them back).
 func (r *Relay) Drift() uint64 { return r.drift.Load() }
+
+// Stalled reports that the relay cannot tell where the feed stands (more
+// messages no trusted key signed after the last it knows of than it
+// reads, or none and no checkpoint) and appends nothing until it can: the
+// feed falls behind the ledger, but loses no event. It is logged once per
+// incident, and the relay tries again every retry interval.
+func (r *Relay) Stalled() bool { return r.stalled.Load() }
 
 // Queued is how many events wait to be appended.
 func (r *Relay) Queued() int {
@@ -266,6 +302,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	defer stop()
 	var last tail
 	quick := false // the last restart was immediate
+	logged := ""   // the error last logged
 	for {
 		s, err := r.ensureFeed(ctx)
 		progress := r.relayed.Load()
@@ -273,7 +310,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			last, err = r.runOnce(ctx, s)
 		}
 		if ctx.Err() != nil {
-			if last.feedSeq > 0 {
+			if last.lastSeq > 0 {
 				wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 				r.writeCheckpoint(wctx, last)
 				cancel()
@@ -289,7 +326,18 @@ func (r *Relay) Run(ctx context.Context) error {
 			continue
 		}
 		quick = false
-		r.log.Warn("feed relay: restarting", "err", err)
+		if err.Error() != logged || r.relayed.Load() != progress {
+			// Once per incident: the same error again without an
+			// append in between is the same incident.
+			logged = err.Error()
+			lvl := slog.LevelWarn
+			if errors.Is(err, errBuried) || errors.Is(err, errSquatted) {
+				lvl = slog.LevelError
+			}
+			r.log.Log(ctx, lvl, "feed relay: restarting", "err", err)
+		} else {
+			r.log.Debug("feed relay: restarting", "err", err)
+		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(r.retry):
@@ -311,19 +359,27 @@ func (r *Relay) ensureFeed(ctx context.Context) (jetstream.Stream, error) {
 }
 
 // tail is where the feed stands: the feed sequence of its last message
-// (what the next append expects) and the position of the last event a
-// trusted key signed at or before it.
+// (what the next append expects, whoever wrote that message) and the
+// position of the last event a trusted key signed at or before it, with
+// that message's feed sequence (lastSeq; 0 when it aged out and a
+// checkpoint says where the feed stood).
 type tail struct {
 	feedSeq uint64
 	last    Position
-	// skip is how many events after last are in the feed already, uncounted
-	// by position (every message after the checkpoint aged out).
-	skip uint64
+	lastSeq uint64
+}
+
+// mark is a message of the feed a trusted key signed: its event's
+// position and its feed sequence.
+type mark struct {
+	pos Position
+	seq uint64
 }
 
 // runOnce appends queued events after the feed's tail until an error.
 func (r *Relay) runOnce(ctx context.Context, s jetstream.Stream) (tail, error) {
 	t, err := r.readTail(ctx, s)
+	r.stalled.Store(errors.Is(err, errBuried))
 	if err != nil {
 		return t, err
 	}
@@ -359,15 +415,6 @@ func (r *Relay) runOnce(ctx context.Context, s jetstream.Stream) (tail, error) {
 		if !next.Before(m.Position()) {
 			r.pop()
 			continue // in the feed already
-		}
-		if t.skip > 0 {
-			// Every message after the checkpoint aged out: the first
-			// t.skip events after it are in the feed already.
-			t.skip--
-			next = m.Position()
-			t.last = next
-			r.pop()
-			continue
 		}
 		msg, err := r.feedMsg(m)
 		if err != nil {
@@ -518,7 +565,8 @@ func (r *Relay) flush(ctx context.Context, s jetstream.Stream, t tail, win []inf
 				continue
 			}
 			r.relayed.Add(1)
-			t = tail{feedSeq: ack.Sequence, last: p.m.Position()}
+			t = tail{feedSeq: ack.Sequence, last: p.m.Position(), lastSeq: ack.Sequence}
+			r.known.Store(&mark{pos: t.last, seq: ack.Sequence})
 		case err := <-p.f.Err():
 			if !streams.IsConflict(err) {
 				return t, err
@@ -569,11 +617,17 @@ var errSquatted = errors.New("feed: an append's Nats-Msg-Id was taken by a messa
 var errFeedMoved = errors.New("feed: the feed stream's last event is not the one this relay appended")
 
 // readTail finds where the feed stands: its last sequence, and the last
-// message before it that a trusted key signed (at most maxWalkBack back),
-// whose position the feed holds up to. A message no trusted key signed is
-// forged: counted and skipped. When every message aged out (or none of
-// the last maxWalkBack is trusted), this relay's newest checkpoint says
-// where the feed stood.
+// message a trusted key signed, whose position the feed holds up to. A
+// message no trusted key signed is forged: counted and skipped, however
+// many follow the last trusted one. It reads back from the feed's end, at
+// most maxWalkBack messages, then, if none of those is trusted, down to
+// the newest trusted message it knows of (this relay's last append, or
+// its checkpoint, which it checks against the feed), at most maxScan
+// messages in all: past that it returns errBuried rather than guess. It
+// never counts messages as events: when every message after the
+// checkpoint aged out, the feed stands at the checkpoint (an event
+// appended after it whose message aged out is appended again; a Cursor
+// skips it), never past it.
 func (r *Relay) readTail(ctx context.Context, s jetstream.Stream) (tail, error) {
 	info, err := s.Info(ctx)
 	if err != nil {
@@ -584,44 +638,137 @@ func (r *Relay) readTail(ctx context.Context, s jetstream.Stream) (tail, error) 
 		r.seen(Position{})
 		return tail{}, nil
 	}
+	first := max(st.FirstSeq, 1) // the oldest message kept
+	if st.Msgs == 0 {
+		first = st.LastSeq + 1 // every message aged out
+	}
+	lo := first // no trusted message below it need be read
+	known := r.known.Load()
+	if known != nil && known.seq <= st.LastSeq && known.seq >= first {
+		lo = known.seq
+	}
+	found := func(m mark) (tail, error) {
+		if m.seq < st.LastSeq && r.countForged(m.seq+1, st.LastSeq) {
+			r.log.Error("feed: messages at the feed's end that no trusted key signed; skipped", "from", m.seq+1, "to", st.LastSeq)
+		}
+		r.known.Store(&m)
+		r.seen(m.pos)
+		return tail{feedSeq: st.LastSeq, last: m.pos, lastSeq: m.seq}, nil
+	}
 	var unsigned *Message
-	for seq := st.LastSeq; seq >= max(st.FirstSeq, 1) && seq+maxWalkBack > st.LastSeq && st.Msgs > 0; seq-- {
-		sm, err := s.GetMsg(ctx, seq)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
-		}
-		if err != nil {
-			return tail{}, fmt.Errorf("feed: read the feed's message %d: %w", seq, err)
-		}
-		m, ok, isUnsigned := r.trusted(sm.Subject, sm.Header, sm.Data)
-		if ok {
-			if seq != st.LastSeq && r.countForged(seq+1, st.LastSeq) {
-				r.log.Error("feed: messages at the feed's end that no trusted key signed; skipped", "from", seq+1, "to", st.LastSeq)
+	// look reads back from seq down to stop; true: it found a trusted
+	// message (at), or the first error.
+	look := func(seq, stop uint64) (at mark, ok bool, next uint64, err error) {
+		for ; seq >= stop && seq > 0; seq-- {
+			sm, err := s.GetMsg(ctx, seq)
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				continue
 			}
-			r.seen(m.Position())
-			return tail{feedSeq: st.LastSeq, last: m.Position()}, nil
+			if err != nil {
+				return mark{}, false, seq, fmt.Errorf("feed: read the feed's message %d: %w", seq, err)
+			}
+			m, ok, isUnsigned := r.trusted(sm.Subject, sm.Header, sm.Data)
+			if ok {
+				return mark{pos: m.Position(), seq: seq}, true, seq, nil
+			}
+			if isUnsigned && unsigned == nil {
+				unsigned = &m
+			}
 		}
-		if isUnsigned && unsigned == nil {
-			unsigned = &m
+		return mark{}, false, seq, nil
+	}
+	// The common case: a trusted message among the last few.
+	quick := lo
+	if st.LastSeq >= maxWalkBack && st.LastSeq-maxWalkBack+1 > quick {
+		quick = st.LastSeq - maxWalkBack + 1
+	}
+	at, ok, next, err := look(st.LastSeq, quick)
+	if err != nil {
+		return tail{}, err
+	}
+	if ok {
+		return found(at)
+	}
+	// Junk at the end: read on, down to the newest trusted message this
+	// relay knows, or its checkpoint's.
+	floor := known
+	if floor == nil || floor.seq < first {
+		floor = nil
+		if ck, ok := r.checkpointMark(ctx, s, first, st.LastSeq); ok {
+			floor = &ck
+			if ck.seq >= first {
+				lo = max(lo, ck.seq)
+			}
 		}
 	}
-	if st.Msgs > 0 {
-		r.countForged(max(st.FirstSeq, st.LastSeq-min(st.LastSeq, maxWalkBack)+1), st.LastSeq)
+	if next >= lo && next > 0 {
+		if n := st.LastSeq - lo + 1; n > r.maxScan {
+			r.countForged(next+1, st.LastSeq)
+			return tail{}, fmt.Errorf("%w: %d messages to read back from feed sequence %d, the relay reads at most %d", errBuried, n, st.LastSeq, r.maxScan)
+		}
+		if at, ok, _, err = look(next, lo); err != nil {
+			return tail{}, err
+		}
+		if ok {
+			return found(at)
+		}
 	}
-	if ck, ok := r.loadCheckpoint(ctx); ok && ck.FeedSeq <= st.LastSeq {
-		t := tail{feedSeq: st.LastSeq, last: ck.Position(), skip: st.LastSeq - ck.FeedSeq}
-		r.log.Info("feed relay: the feed's end is past what a trusted message says; starting from this relay's checkpoint", "checkpoint", ck.Position().ID(), "checkpoint_feed_seq", ck.FeedSeq, "feed_seq", st.LastSeq)
-		r.seen(t.last)
-		return t, nil
-	}
-	if unsigned != nil {
+	r.countForged(max(lo, first), st.LastSeq)
+	switch {
+	case floor != nil && floor.seq >= first:
+		return found(*floor) // the known message is still the last trusted one
+	case floor != nil:
+		// Every message since the checkpoint aged out, or none is
+		// trusted: the feed holds the events up to it.
+		r.log.Info("feed relay: no trusted message in the feed after this relay's checkpoint; starting from it", "checkpoint", floor.pos.ID(), "checkpoint_feed_seq", floor.seq, "feed_seq", st.LastSeq)
+		r.seen(floor.pos)
+		return tail{feedSeq: st.LastSeq, last: floor.pos}, nil
+	case unsigned != nil:
 		// A feed written before relays signed: its newest readable
 		// message is taken as it is, once (this relay signs from now on).
 		r.log.Warn("feed relay: the feed's messages are not signed (written by an older version); trusting the newest readable one", "event", unsigned.ID)
 		r.seen(unsigned.Position())
 		return tail{feedSeq: st.LastSeq, last: unsigned.Position()}, nil
+	case first == 1:
+		// Every message the feed ever held was read: none is an event.
+		r.seen(Position{})
+		return tail{feedSeq: st.LastSeq}, nil
 	}
-	return tail{}, fmt.Errorf("feed: none of the feed's last %d messages is signed by a trusted key, and no checkpoint says where it stands: the relay appends nothing (see docs/wire.md, how the relay keeps the feed)", maxWalkBack)
+	return tail{}, fmt.Errorf("%w: no message since feed sequence %d (the oldest kept) is signed by a trusted key, and no checkpoint says where the feed stands", errBuried, first)
+}
+
+// errBuried: the relay cannot tell where the feed stands, and appends
+// nothing rather than guess (it tries again, and reports it: Stalled).
+var errBuried = errors.New("feed: cannot find the last message a trusted key signed; the relay appends nothing (see docs/wire.md, how the relay keeps the feed)")
+
+// checkpointMark is this relay's newest checkpoint, checked against the
+// feed: the message at its feed sequence must be its event, signed by a
+// trusted key, unless it aged out (before first). A checkpoint the feed
+// contradicts is ignored.
+func (r *Relay) checkpointMark(ctx context.Context, s jetstream.Stream, first, last uint64) (mark, bool) {
+	ck, ok := r.loadCheckpoint(ctx)
+	if !ok {
+		return mark{}, false
+	}
+	m := mark{pos: ck.Position(), seq: ck.FeedSeq}
+	if ck.FeedSeq > last || ck.FeedSeq == 0 {
+		r.log.Error("feed relay: checkpoint skipped: it names a feed sequence past the feed's end", "checkpoint", m.pos.ID(), "checkpoint_feed_seq", ck.FeedSeq, "feed_seq", last)
+		return mark{}, false
+	}
+	if ck.FeedSeq < first {
+		return m, true // aged out
+	}
+	sm, err := s.GetMsg(ctx, ck.FeedSeq)
+	if err != nil {
+		r.log.Warn("feed relay: checkpoint skipped: its message cannot be read", "checkpoint", m.pos.ID(), "checkpoint_feed_seq", ck.FeedSeq, "err", err)
+		return mark{}, false
+	}
+	fm, ok, _ := r.trusted(sm.Subject, sm.Header, sm.Data)
+	if !ok || fm.Position() != m.pos {
+		r.log.Error("feed relay: checkpoint skipped: the feed's message at its sequence is not its event signed by a trusted key", "checkpoint", m.pos.ID(), "checkpoint_feed_seq", ck.FeedSeq)
+		return mark{}, false
+	}
+	return m, true
 }
 
 // countForged counts the messages at feed sequences from to to, none of

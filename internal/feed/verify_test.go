@@ -23,14 +23,14 @@ import (
 
 // signedReplica starts a replica that signs with its own key, trusts it,
 // and relays the feed.
-func signedReplica(t *testing.T, env *testenv.Env, s *signing.Signer, log *slog.Logger) *replica.Replica {
+func signedReplica(t *testing.T, env *testenv.Env, s *signing.Signer, log *slog.Logger, opts ...feed.Option) *replica.Replica {
 	t.Helper()
 	ks, err := signing.NewKeySet([]signing.Key{{Public: s.PublicKey()}}, 0)
 	require.NoError(t, err)
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	r, err := replica.Start(ctxT(t), env.Connect(t), env.JS, replica.Config{Layout: env.Layout, SweepInterval: -1, Feed: true, Log: log,
+	r, err := replica.Start(ctxT(t), env.Connect(t), env.JS, replica.Config{Layout: env.Layout, SweepInterval: -1, Feed: true, Log: log, FeedOptions: opts,
 		LedgerOptions: []ledger.Option{ledger.WithSigner(s), ledger.WithTrust(ks)}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = r.Stop() })

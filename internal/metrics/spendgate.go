@@ -220,6 +220,9 @@ type FeedRelayStats struct {
 	// Queued: events the fold handed the relay that the feed has not
 	// taken yet (a full queue holds the fold back).
 	Queued func() uint64
+	// Stalled: 1 while the relay cannot tell where the feed stands and
+	// appends nothing (feed.Relay.Stalled), else 0.
+	Stalled func() uint64
 	// CheckpointLoaded and CheckpointWritten: the feed sequence of the
 	// checkpoint the relay started from (0: none needed) and of the
 	// newest one it wrote.
@@ -229,7 +232,8 @@ type FeedRelayStats struct {
 // RegisterFeedRelay adds the feed relay's counters and gauges:
 // spendgate_feed_events_relayed_total, spendgate_feed_appends_lost_total,
 // spendgate_feed_forged_total, spendgate_feed_limits_changed_total,
-// spendgate_feed_queued_events, spendgate_feed_checkpoint_loaded_seq and
+// spendgate_feed_queued_events, spendgate_feed_stalled,
+// spendgate_feed_checkpoint_loaded_seq and
 // spendgate_feed_checkpoint_written_seq.
 func (s *Set) RegisterFeedRelay(st FeedRelayStats) {
 	s.Registry.MustRegister(
@@ -243,6 +247,8 @@ func (s *Set) RegisterFeedRelay(st FeedRelayStats) {
 			"Times this replica's relay found the feed stream's limits changed under it, and set them back.", st.Drift),
 		gaugeFunc("spendgate_feed_queued_events",
 			"Events this replica's fold handed its relay that the feed has not taken yet.", st.Queued),
+		gaugeFunc("spendgate_feed_stalled",
+			"1 while this replica's relay cannot find the last feed message a trusted key signed (junk after it) and appends nothing; no event is lost, the feed falls behind.", st.Stalled),
 		gaugeFunc("spendgate_feed_checkpoint_loaded_seq",
 			"Feed sequence of the checkpoint this replica's relay started from (0: none needed).", st.CheckpointLoaded),
 		gaugeFunc("spendgate_feed_checkpoint_written_seq",

@@ -56,6 +56,9 @@ type Config struct {
 	// FeedMaxAge is how long the feed keeps a message: 0 means
 	// streams.DefaultFeedMaxAge, negative every message.
 	FeedMaxAge time.Duration
+	// FeedOptions are passed to the feed relay after the replica's own
+	// (its logger, trust, signer and FeedMaxAge).
+	FeedOptions []feed.Option
 	// Reports runs a report.Aggregator in the replica: the spend report
 	// the report endpoint answers, kept up to date from the ledger stream
 	// and persisted in its own snapshots. ReportOptions are passed to it.
@@ -380,7 +383,7 @@ func (r *Replica) startRelay(ctx context.Context, js jetstream.JetStream, cfg Co
 	if cfg.FeedMaxAge != 0 {
 		fopts = append(fopts, feed.WithMaxAge(max(0, cfg.FeedMaxAge)))
 	}
-	rl, err := feed.NewRelay(js, cfg.Layout, fopts...)
+	rl, err := feed.NewRelay(js, cfg.Layout, append(fopts, cfg.FeedOptions...)...)
 	if err != nil {
 		return err
 	}
@@ -391,7 +394,13 @@ func (r *Replica) startRelay(ctx context.Context, js jetstream.JetStream, cfg Co
 	if cfg.Metrics != nil {
 		cfg.Metrics.RegisterFeedRelay(metrics.FeedRelayStats{
 			Relayed: rl.Relayed, Lost: rl.Lost, Forged: rl.Forged, Drift: rl.Drift,
-			Queued:            func() uint64 { return uint64(rl.Queued()) },
+			Queued: func() uint64 { return uint64(rl.Queued()) },
+			Stalled: func() uint64 {
+				if rl.Stalled() {
+					return 1
+				}
+				return 0
+			},
 			CheckpointLoaded:  func() uint64 { return rl.CheckpointStats().Loaded },
 			CheckpointWritten: func() uint64 { return rl.CheckpointStats().Written },
 		})

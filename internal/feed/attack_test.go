@@ -235,3 +235,43 @@ func TestRelay_TooMuchJunkStallsLoudly(t *testing.T) {
 	waitGenuine(t, ctx, env, s.PublicKey(), 30*time.Second)
 	require.False(t, r2.Relay.Stalled())
 }
+
+// A relay whose feed takes nothing (here: stalled by junk) holds its
+// replica's fold back at most the queue wait, then drops events rather
+// than stop the ledger: the ledger keeps folding and serving, the drop is
+// counted and logged once, and no event is lost from the feed: another
+// replica's relay appends them, and this one resumes after them. How we
+// know it can fail: a full queue used to hold the fold back for as long as
+// the feed took nothing (the attack trial: 65k events queued, readyz
+// false, reads ledger_unavailable): Sync below then times out.
+func TestRelay_FullQueueDoesNotHoldTheLedgerBack(t *testing.T) {
+	env := testenv.New(t)
+	ctx := ctxT(t)
+	s, err := signing.NewEphemeral()
+	require.NoError(t, err)
+	var logs testenv.LogBuffer
+	r := signedReplica(t, env, s, slog.New(slog.NewTextHandler(&logs, nil)),
+		feed.WithMaxTailScan(1024), feed.WithRetry(50*time.Millisecond), feed.WithQueue(4), feed.WithQueueWait(100*time.Millisecond))
+	seed(t, ctx, r, "a", 2)
+	waitGenuine(t, ctx, env, s.PublicKey(), time.Minute)
+
+	junk(t, ctx, env, 1100) // the relay cannot find where the feed stands
+	seed(t, ctx, r, "b", 6) // far more events than its queue holds
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	require.NoError(t, r.Ledger.Sync(sctx), "the fold is not held back")
+	require.Positive(t, r.Relay.Dropped())
+	require.True(t, r.Relay.Stalled())
+	require.Equal(t, 1, strings.Count(logs.String(), "dropping events"), logs.String())
+
+	// Another replica's relay reads past the junk and appends every
+	// event; this one then resumes, and relays what comes next.
+	r2 := signedReplica(t, env, s, nil)
+	waitGenuine(t, ctx, env, s.PublicKey(), 30*time.Second)
+	testenv.WaitFor(t, 30*time.Second, "the relay to resume", func() bool { return !r.Relay.Stalled() })
+	require.NoError(t, r2.Stop())
+	before := r.Relay.Relayed()
+	seed(t, ctx, r, "c", 2)
+	waitGenuine(t, ctx, env, s.PublicKey(), 30*time.Second)
+	require.Greater(t, r.Relay.Relayed(), before)
+}

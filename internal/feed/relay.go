@@ -28,8 +28,21 @@ const DefaultRetry = time.Second
 
 // DefaultQueue bounds the events a relay holds that its replica's fold
 // handed it and the feed has not taken yet. A full queue holds the fold
-// back (the replica's lag shows it) rather than lose an event.
+// back (the replica's lag shows it), at most DefaultQueueWait for each
+// revision.
 const DefaultQueue = 1 << 16
+
+// DefaultQueueWait is how long a full queue may hold the fold back for one
+// revision (WithQueueWait): a relay that appends keeps freeing room well
+// within it (a back-fill is paced by the feed this way), one that appends
+// nothing (the feed unreachable, stalled) would otherwise hold the whole
+// ledger back. Past it the relay drops that revision's events and every
+// later one (Dropped), so the ledger keeps serving; the feed stops before
+// the first dropped event, and the relay resumes once the feed holds the
+// last one dropped (another replica's relay appended them), or when its
+// replica starts again (its fold then starts at or before the feed's end,
+// and the relay back-fills). No event is lost from the feed for good.
+const DefaultQueueWait = 5 * time.Second
 
 // MaxInFlight bounds the feed appends a relay has in flight at once.
 // Pipelining is safe: each append expects the feed's sequence just before
@@ -81,6 +94,10 @@ type Relay struct {
 	q      []Message
 	max    int
 	closed bool
+	// gap is the events dropped since the queue overflowed (nil: none);
+	// wait how long a full queue holds the fold back.
+	gap  *gap
+	wait time.Duration
 
 	relayed, lost, forged, drift atomic.Uint64
 	// known is the newest feed message this relay knows a trusted key
@@ -92,6 +109,10 @@ type Relay struct {
 	// stalled: the relay cannot tell where the feed stands, and appends
 	// nothing (Stalled).
 	stalled atomic.Bool
+	// dropping mirrors gap != nil for Stalled; dropped counts the events
+	// dropped (Dropped).
+	dropping atomic.Bool
+	dropped  atomic.Uint64
 	// forgedTo is the feed sequence up to which the forged messages the
 	// relay met are counted (countForged): each is counted once, however
 	// often the relay reads past it.
@@ -193,12 +214,24 @@ func WithMaxTailScan(n int) Option {
 	}
 }
 
+// WithQueueWait sets how long a full queue holds the fold back for one
+// revision before the relay drops events (default DefaultQueueWait).
+func WithQueueWait(d time.Duration) Option {
+	return func(r *Relay) error {
+		if d <= 0 {
+			return fmt.Errorf("feed: queue wait must be positive, got %s", d)
+		}
+		r.wait = d
+		return nil
+	}
+}
+
 // NewRelay returns a relay for the ledger of l. It does no I/O until
 // Ceiling or Run. Hand it to the replica's fold (ledger.AddReader) before
 // the fold starts.
 func NewRelay(js jetstream.JetStream, l streams.Layout, opts ...Option) (*Relay, error) {
 	r := &Relay{js: js, l: l, log: slog.New(slog.DiscardHandler), retry: DefaultRetry, max: DefaultQueue,
-		maxAge: streams.DefaultFeedMaxAge, ckEvery: DefaultCheckpointEvery, maxScan: DefaultMaxTailScan,
+		maxAge: streams.DefaultFeedMaxAge, ckEvery: DefaultCheckpointEvery, maxScan: DefaultMaxTailScan, wait: DefaultQueueWait,
 		signer: func() *signing.Signer { return nil }, keys: func() *signing.KeySet { return nil }}
 	r.more = sync.NewCond(&r.mu)
 	for _, o := range opts {
@@ -229,7 +262,18 @@ func (r *Relay) Drift() uint64 { return r.drift.Load() }
 // reads, or none and no checkpoint) and appends nothing until it can: the
 // feed falls behind the ledger, but loses no event. It is logged once per
 // incident, and the relay tries again every retry interval.
-func (r *Relay) Stalled() bool { return r.stalled.Load() }
+//
+// It also reports a relay that dropped events because its queue
+// overflowed (Dropped) and has not resumed yet.
+func (r *Relay) Stalled() bool { return r.stalled.Load() || r.dropping.Load() }
+
+// Dropped is how many events the relay dropped because its queue was
+// full for longer than the queue wait (DefaultQueueWait). The feed stops
+// before the first of them until the relay resumes; none is lost for good.
+func (r *Relay) Dropped() uint64 { return r.dropped.Load() }
+
+// gap is the events a relay dropped: the first and the last.
+type gap struct{ from, to Position }
 
 // Queued is how many events wait to be appended.
 func (r *Relay) Queued() int {
@@ -239,9 +283,10 @@ func (r *Relay) Queued() int {
 }
 
 // Fold queues the events of one revision the replica's fold passed
-// (ledger.Reader). It waits while the queue is full: the feed must not
-// lose an event, so a feed that does not take them holds the fold back.
-// Once Run has ended nothing is queued.
+// (ledger.Reader). While the queue is full it waits, at most the queue
+// wait: what another login writes to the feed must not hold the ledger
+// back. Then, and until the relay resumes, it drops the events instead
+// (see DefaultQueueWait). Once Run has ended nothing is queued.
 func (r *Relay) Fold(rev *gate.Revision, _ bool) {
 	ms := SplitRevision(rev)
 	if len(ms) == 0 {
@@ -249,14 +294,56 @@ func (r *Relay) Fold(rev *gate.Revision, _ bool) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for len(r.q) >= r.max && !r.closed {
-		r.more.Wait()
+	if r.gap == nil && len(r.q) >= r.max && !r.closed {
+		expired := false
+		tm := time.AfterFunc(r.wait, func() {
+			r.mu.Lock()
+			expired = true
+			r.more.Broadcast()
+			r.mu.Unlock()
+		})
+		for len(r.q) >= r.max && !r.closed && !expired {
+			r.more.Wait()
+		}
+		tm.Stop()
+		if len(r.q) >= r.max && !r.closed {
+			r.gap = &gap{from: ms[0].Position()}
+			r.dropping.Store(true)
+			r.log.Error("feed relay: the queue is full and the feed took nothing for the queue wait; dropping events so the ledger keeps serving (the feed stops before them until another relay appends them or this replica starts again)",
+				"first_dropped", ms[0].ID, "queued", len(r.q), "wait", r.wait)
+		}
 	}
 	if r.closed {
 		return
 	}
+	if r.gap != nil {
+		r.gap.to = ms[len(ms)-1].Position()
+		r.dropped.Add(uint64(len(ms)))
+		return
+	}
 	r.q = append(r.q, ms...)
 	r.more.Broadcast()
+}
+
+// waitingOnGap reports whether the queue is empty with events dropped after
+// it (the relay has nothing to append until the feed holds them).
+func (r *Relay) waitingOnGap() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.q) == 0 && r.gap != nil
+}
+
+// closeGap resumes queueing if the feed holds the last event dropped (at
+// p or before it): another relay appended them.
+func (r *Relay) closeGap(p Position) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.gap == nil || p.Before(r.gap.to) {
+		return
+	}
+	r.log.Info("feed relay: the feed holds the events this relay dropped (another relay appended them); relaying again", "from", r.gap.from.ID(), "to", r.gap.to.ID())
+	r.gap = nil
+	r.dropping.Store(false)
 }
 
 // Ceiling returns the position up to which the feed holds the ledger's
@@ -387,6 +474,22 @@ func (r *Relay) runOnce(ctx context.Context, s jetstream.Stream) (tail, error) {
 	var win []inflight
 	sinceCk := uint64(0)
 	for {
+		if len(win) == 0 && r.waitingOnGap() {
+			// Everything before the dropped events is appended: look
+			// every retry interval whether another relay appended them.
+			select {
+			case <-ctx.Done():
+				return t, ctx.Err()
+			case <-time.After(r.retry):
+			}
+			nt, err := r.readTail(ctx, s)
+			if err != nil {
+				return t, err
+			}
+			t, next = nt, later(next, nt.last)
+			r.closeGap(nt.last)
+			continue
+		}
 		m, ok := r.next(ctx, len(win) > 0)
 		if !ok {
 			if ctx.Err() != nil {

@@ -223,6 +223,9 @@ type FeedRelayStats struct {
 	// Stalled: 1 while the relay cannot tell where the feed stands and
 	// appends nothing (feed.Relay.Stalled), else 0.
 	Stalled func() uint64
+	// Dropped: events the relay dropped because its queue stayed full
+	// (feed.Relay.Dropped); the feed stops before them until it resumes.
+	Dropped func() uint64
 	// CheckpointLoaded and CheckpointWritten: the feed sequence of the
 	// checkpoint the relay started from (0: none needed) and of the
 	// newest one it wrote.
@@ -233,6 +236,7 @@ type FeedRelayStats struct {
 // spendgate_feed_events_relayed_total, spendgate_feed_appends_lost_total,
 // spendgate_feed_forged_total, spendgate_feed_limits_changed_total,
 // spendgate_feed_queued_events, spendgate_feed_stalled,
+// spendgate_feed_dropped_events_total,
 // spendgate_feed_checkpoint_loaded_seq and
 // spendgate_feed_checkpoint_written_seq.
 func (s *Set) RegisterFeedRelay(st FeedRelayStats) {
@@ -247,6 +251,8 @@ func (s *Set) RegisterFeedRelay(st FeedRelayStats) {
 			"Times this replica's relay found the feed stream's limits changed under it, and set them back.", st.Drift),
 		gaugeFunc("spendgate_feed_queued_events",
 			"Events this replica's fold handed its relay that the feed has not taken yet.", st.Queued),
+		counterFunc("spendgate_feed_dropped_events_total",
+			"Events this replica's relay dropped because its queue stayed full (the feed took nothing), so that the ledger kept serving; the feed stops before them until another relay appends them or this replica restarts.", st.Dropped),
 		gaugeFunc("spendgate_feed_stalled",
 			"1 while this replica's relay cannot find the last feed message a trusted key signed (junk after it) and appends nothing; no event is lost, the feed falls behind.", st.Stalled),
 		gaugeFunc("spendgate_feed_checkpoint_loaded_seq",

@@ -394,7 +394,8 @@ func (r *Replica) startRelay(ctx context.Context, js jetstream.JetStream, cfg Co
 	if cfg.Metrics != nil {
 		cfg.Metrics.RegisterFeedRelay(metrics.FeedRelayStats{
 			Relayed: rl.Relayed, Lost: rl.Lost, Forged: rl.Forged, Drift: rl.Drift,
-			Queued: func() uint64 { return uint64(rl.Queued()) },
+			Queued:  func() uint64 { return uint64(rl.Queued()) },
+			Dropped: rl.Dropped,
 			Stalled: func() uint64 {
 				if rl.Stalled() {
 					return 1

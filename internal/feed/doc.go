@@ -36,10 +36,11 @@
 // hands it every revision the gate passed (ledger.Reader), so what the
 // replica skipped never reaches the feed, and every kind of event the
 // ledger records does. It splits each revision into its events and
-// appends each with Nats-Msg-Id set to its id and
-// Nats-Expected-Last-Sequence set to the feed's sequence of the previous
-// event: the append is a compare-and-set on the feed's end, so however
-// many relays run, each event is appended once and in order. Up to
+// appends each with Nats-Expected-Last-Sequence set to the feed's
+// sequence of the previous event: the append is a compare-and-set on the
+// feed's end, so however many relays run, each event is appended once and
+// in order. Its Nats-Msg-Id is its id and the start of its signature, so
+// that no message another login publishes can take it first (msgID). Up to
 // MaxInFlight appends are pipelined: every relay hands the same verified
 // events in the same order, so the message at a feed sequence is the same
 // event whoever appended it. A relay that loses (another relay appended
@@ -47,9 +48,13 @@
 //
 // A relay signs what it appends and believes only what trusted keys
 // signed: where the feed stands is the last message a trusted key signed
-// (a forged message is skipped and counted), and when every message at
-// the feed's end aged out, a signed checkpoint in the ledger's snapshot
-// bucket (checkpoint.go). The ledger keeps every revision, so a feed
+// (a forged message is skipped and counted, and any amount of them after
+// it is read past, up to WithMaxTailScan), and when every message at the
+// feed's end aged out, a signed checkpoint in the ledger's snapshot
+// bucket (checkpoint.go). A consumer checks the same signature (Verify).
+// A full queue holds the fold back at most the queue wait
+// (DefaultQueueWait); the relay then drops events rather than stop the
+// ledger, and resumes once the feed holds them. The ledger keeps every revision, so a feed
 // turned on late, or a relay down for a while, back-fills from where the
 // feed ends.
 package feed

@@ -125,8 +125,8 @@ func TestDashboard_Browser(t *testing.T) {
 	require.Equal(t, [][]string{{"user:bob", "shadow", "0", "1", "limit_reached 1", "0.00USD", "12.00USD"}}, shadow,
 		"the shadow decision, apart from denials and spend")
 	require.Equal(t, []string{"4", "1", "0"}, counts, "budgets, near the limit, over it")
-	require.Regexp(t, `^exhausted \| its latest admit, of 12\.00 USD, was denied \(limit reached\) .+, and 8\.00 USD available still does not hold it$`, bobRunsOut,
-		"bob's 12 did not fit in the 8 left: exhausted, and the cell's title says why")
+	require.Regexp(t, `^exhausted \| its latest admit, of 9\.00 USD, was denied \(limit reached\) .+, and 8\.00 USD available still does not hold it$`, bobRunsOut,
+		"bob's 9 did not fit in the 8 left: exhausted, and the cell's title says why")
 	require.LessOrEqual(t, fits.Table, fits.Wrap,
 		"at 1360 px every column of the budgets table, Resets included, is on screen without a horizontal scroll")
 	require.Empty(t, problems(), "console errors")

@@ -89,7 +89,7 @@ func seed(t *testing.T) *seeded {
 	spend("user:bob", "2", "2")
 	// A denial goes through the service (the ring is the service's).
 	nc := env.Connect(t)
-	msg, err := nc.Request(env.Layout.Endpoint("admit"), []byte(`{"request_id":"too-big","scopes":["user:bob"],"amount":"12"}`), 10*time.Second)
+	msg, err := nc.Request(env.Layout.Endpoint("admit"), []byte(`{"request_id":"too-big","scopes":["user:bob"],"amount":"9"}`), 10*time.Second)
 	require.NoError(t, err)
 	require.Contains(t, string(msg.Data), `"admitted":false`)
 	// A shadow admit that would be denied: not a denial, not spend.

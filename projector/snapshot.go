@@ -482,11 +482,7 @@ func partlyClosed(r *Reservation) bool {
 
 // snapFull is what loadSnapshot reads of a snapshot body: the whole book.
 type snapFull struct {
-	Seq uint64 `json:"seq"`
-	// Skipped are the keys whose last revision up to Seq the writer's gate
-	// skipped (the writer's heads): live values the replay from the
-	// snapshot never reads.
-	Skipped   []snapKey `json:"skipped"`
+	Seq       uint64    `json:"seq"`
 	ServerNow time.Time `json:"server_now"`
 	Budgets   []struct {
 		snapKey
@@ -568,10 +564,6 @@ func (s *State) loadSnapshot(ctx context.Context, stream jetstream.Stream, layou
 	}
 	if parts.window != nil {
 		b.Closed, b.Expired = parts.window[0], parts.window[1]
-	}
-	s.snapSkipped = make(map[string]uint64, len(b.Skipped))
-	for _, k := range b.Skipped {
-		s.snapSkipped[k.Key] = k.Rev
 	}
 	anchor := func(key string, rev uint64, hash string) error {
 		m, err := stream.GetMsg(ctx, rev)

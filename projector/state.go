@@ -167,11 +167,6 @@ type State struct {
 	// holds every one; with one (window.go) a void is forgotten the
 	// window's closed retention after it, as a replica forgets it.
 	voided map[string]uint64
-	// snapSkipped, for a State loaded from a snapshot, is the revision of
-	// each key whose last revision up to the snapshot the writer's gate
-	// skipped: a live value there is one the replay never reads, and
-	// replicas serve the key's last valid revision (Check).
-	snapSkipped map[string]uint64
 }
 
 // NewState returns an empty State at position 0.
@@ -272,7 +267,6 @@ func (s *State) Clone() *State {
 		defaultRev:   maps.Clone(s.defaultRev),
 		settings:     maps.Clone(s.settings),
 		voided:       maps.Clone(s.voided),
-		snapSkipped:  maps.Clone(s.snapSkipped),
 	}
 	for k, vs := range s.defaults {
 		c.defaults[k] = maps.Clone(vs) // *Budget values are never mutated

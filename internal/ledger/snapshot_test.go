@@ -16,6 +16,7 @@ import (
 	"github.com/spendgate/spendgate/admit"
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/ledger"
+	"github.com/spendgate/spendgate/internal/signing"
 	"github.com/spendgate/spendgate/internal/soak"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/settle"
@@ -451,6 +452,14 @@ func TestSnapshot_AuditFromSnapshotPassesOverGarbage(t *testing.T) {
 	rep, err = projector.Check(ctx, env.JS, env.Layout, projector.WithFromSnapshot())
 	require.NoError(t, err)
 	require.True(t, rep.OK(), rep.String())
+	// Given trusted keys, an audit starts only from a snapshot one of them
+	// signed (this writer signs none), as a replica does.
+	signer, err := signing.NewEphemeral()
+	require.NoError(t, err)
+	ks, err := signing.NewKeySet([]signing.Key{{Public: signer.PublicKey()}}, 0)
+	require.NoError(t, err)
+	_, err = projector.Check(ctx, env.JS, env.Layout, projector.WithFromSnapshot(), projector.WithTrust(ks))
+	require.ErrorContains(t, err, "audit the whole stream instead")
 }
 
 // withoutQueues drops the idempotency window's queue lines of a BookView.

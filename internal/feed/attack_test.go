@@ -275,3 +275,28 @@ func TestRelay_FullQueueDoesNotHoldTheLedgerBack(t *testing.T) {
 	waitGenuine(t, ctx, env, s.PublicKey(), 30*time.Second)
 	require.Greater(t, r.Relay.Relayed(), before)
 }
+
+// An unsigned message alone in the feed (no checkpoint yet, nothing a
+// trusted key signed), claiming an event far ahead, is not where a relay
+// with trusted keys takes the feed to stand: every event is appended.
+// How we know it can fail: the relay took the newest unsigned message's
+// word for a feed written before relays signed, and skipped every event
+// up to sequence 10^9.
+func TestRelay_UnsignedMessageIsNoPosition(t *testing.T) {
+	env := testenv.New(t)
+	ctx := ctxT(t)
+	_, err := streams.EnsureFeed(ctx, env.JS, env.Layout)
+	require.NoError(t, err)
+	forge(t, ctx, env, 1_000_000_000, 0)
+	s, err := signing.NewEphemeral()
+	require.NoError(t, err)
+	var logs testenv.LogBuffer
+	r := signedReplica(t, env, s, slog.New(slog.NewTextHandler(&logs, nil)))
+	seed(t, ctx, r, "a", 3)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(logs.String())
+		}
+	})
+	waitGenuine(t, ctx, env, s.PublicKey(), 30*time.Second)
+}

@@ -826,9 +826,13 @@ func (r *Relay) readTail(ctx context.Context, s jetstream.Stream) (tail, error) 
 		r.log.Info("feed relay: no trusted message in the feed after this relay's checkpoint; starting from it", "checkpoint", floor.pos.ID(), "checkpoint_feed_seq", floor.seq, "feed_seq", st.LastSeq)
 		r.seen(floor.pos)
 		return tail{feedSeq: st.LastSeq, last: floor.pos}, nil
-	case unsigned != nil:
-		// A feed written before relays signed: its newest readable
-		// message is taken as it is, once (this relay signs from now on).
+	case unsigned != nil && r.keys() == nil:
+		// A feed written before relays signed, read by a relay that
+		// checks no signature: its newest readable message is taken as
+		// it is. A relay with trusted keys never takes an unsigned
+		// message's word for where the feed stands (anyone who may
+		// publish to the feed could write one): it goes by its
+		// checkpoint (above), or by the feed's whole history.
 		r.log.Warn("feed relay: the feed's messages are not signed (written by an older version); trusting the newest readable one", "event", unsigned.ID)
 		r.seen(unsigned.Position())
 		return tail{feedSeq: st.LastSeq, last: unsigned.Position()}, nil

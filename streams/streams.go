@@ -1131,10 +1131,19 @@ func openObject(ctx context.Context, store jetstream.ObjectStore, name string) (
 	return res, func() { res.Close(); stop(); cancel() }, nil
 }
 
+// ErrNoLine: an object's first bytes hold no line (ReadObjectLine): it is
+// not what the reader looks for, unlike a read that failed.
+var ErrNoLine = errors.New("streams: no line")
+
 // ReadObjectLine returns the first line of object name (without its
 // newline), reading at most max bytes of it: a snapshot's header, without
-// its body. An object whose first max bytes hold no newline is an error.
+// its body. An object whose first max bytes hold no newline, or that gives
+// them not within ObjectIdle, is an error.
 func ReadObjectLine(ctx context.Context, store jetstream.ObjectStore, name string, max int) ([]byte, error) {
+	// A few KB: bounded as a whole, so that an object whose chunks never
+	// come cannot hold its reader (pruning, the audit) for long.
+	ctx, cancel := context.WithTimeout(ctx, ObjectIdle)
+	defer cancel()
 	res, done, err := openObject(ctx, store, name)
 	if err != nil {
 		return nil, err
@@ -1145,7 +1154,7 @@ func ReadObjectLine(ctx context.Context, store jetstream.ObjectStore, name strin
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, fmt.Errorf("streams: object %s: no line in its first %d bytes: %w", name, max, err)
+		return nil, fmt.Errorf("%w: object %s: no line in its first %d bytes: %w", ErrNoLine, name, max, err)
 	}
 	return line[:len(line)-1], nil
 }

@@ -84,7 +84,13 @@ func (g *Gateway) closeOnce(p *pendingClose) (events.CloseReply, error) {
 	default:
 		// The settle says why it is the whole reservation: the call's
 		// outcome (the answer broke off, the caller left, no usage).
-		return p.res.SettleWithNote(ctx, p.res.Amount(), noteOf(p.o.label))
+		reply, err := p.res.SettleWithNote(ctx, p.res.Amount(), noteOf(p.o.label))
+		if events.CodeOf(err) == events.CodeInvalidRequest {
+			// A replica of a version before notes refuses the field,
+			// deciding nothing: the settle itself must still land.
+			return p.res.Settle(ctx, p.res.Amount())
+		}
+		return reply, err
 	}
 }
 

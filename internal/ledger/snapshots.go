@@ -506,8 +506,13 @@ func (l *Ledger) pruneSnapshots(ctx context.Context, store jetstream.ObjectStore
 	kept := 0
 	for _, s := range list {
 		line, err := streams.ReadObjectLine(ctx, store, s.Name, snapshotHeaderMax)
-		if err != nil && ctx.Err() != nil {
+		switch {
+		case err != nil && ctx.Err() != nil:
 			return
+		case err != nil && !errors.Is(err, streams.ErrNoLine):
+			// Not read (slow, gone, chunks missing): not junk for sure.
+			l.opts.log.Warn("ledger: snapshot header unreadable; left alone", "snapshot", s.Name, "err", err)
+			continue
 		}
 		var h snapshotHeader
 		if err == nil {
@@ -536,6 +541,10 @@ func (l *Ledger) pruneSnapshots(ctx context.Context, store jetstream.ObjectStore
 		switch {
 		case err != nil:
 			l.opts.log.Warn("ledger: deleting an object that is not a snapshot of this ledger", "snapshot", s.Name, "err", err)
+		case h.Seq > l.applied.Load():
+			// Past this replica's fold: another replica's, ahead of it,
+			// or one of a stream since reset. Not counted either way.
+			continue
 		case kept < SnapshotsKept:
 			kept++
 			continue

@@ -1,6 +1,7 @@
 package events
 
 import (
+	"errors"
 	"time"
 )
 
@@ -184,7 +185,11 @@ func ValidateNote(note string) error {
 		return nil
 	}
 	if err := ValidateToken("note", note, MaxNoteLen); err != nil {
-		return Errorf(CodeInvalidRequest, "%s", err.(*Error).Message)
+		var e *Error
+		if errors.As(err, &e) {
+			return Errorf(CodeInvalidRequest, "%s", e.Message)
+		}
+		return err
 	}
 	return nil
 }

@@ -20,7 +20,7 @@ of each secret is stored):
   create   make a key: its secret is printed once, here, and never again
   list     every key (id, prefix, scopes, state; never a hash)
   get      one key
-  update   change a key's scopes, HTTP API access or name
+  update   change a key's scopes, HTTP API access, name or end-user kind
   disable  refuse the key (a gateway notices within its --key-cache bound)
   enable   accept a disabled key again
   rotate   give a key a new secret: the old one stops working`,

@@ -434,16 +434,34 @@ func (r *Relay) Run(ctx context.Context) error {
 
 // ensureFeed creates the feed stream or checks and sets back its limits.
 func (r *Relay) ensureFeed(ctx context.Context) (jetstream.Stream, error) {
-	if s, err := r.js.Stream(ctx, r.l.FeedStreamName()); err == nil {
-		have := s.CachedInfo().Config
-		if have.MaxAge != r.maxAge || !have.DenyDelete || !have.DenyPurge || have.Discard != jetstream.DiscardNew || have.MaxMsgs != -1 || have.MaxBytes != -1 {
-			r.drift.Add(1)
-			r.log.Error("feed: the feed stream's limits were changed under the relay; setting them back (whoever can update the stream should not be able to)",
-				"stream", r.l.FeedStreamName(), "max_age", have.MaxAge, "want_max_age", r.maxAge, "deny_delete", have.DenyDelete, "deny_purge", have.DenyPurge, "max_msgs", have.MaxMsgs, "max_bytes", have.MaxBytes)
-		}
+	s, err := r.js.Stream(ctx, r.l.FeedStreamName())
+	if err != nil {
+		return streams.EnsureFeed(ctx, r.js, r.l, r.ensure...)
 	}
-	return streams.EnsureFeed(ctx, r.js, r.l, r.ensure...)
+	have := s.CachedInfo().Config
+	if have.MaxAge == r.maxAge && have.DenyDelete && have.DenyPurge && have.Discard == jetstream.DiscardNew && have.MaxMsgs == -1 && have.MaxBytes == -1 {
+		return s, nil
+	}
+	r.drift.Add(1)
+	r.log.Error("feed: the feed stream's limits were changed under the relay (or differ from its --feed-max-age); setting them back",
+		"stream", r.l.FeedStreamName(), "max_age", have.MaxAge, "want_max_age", r.maxAge, "deny_delete", have.DenyDelete, "deny_purge", have.DenyPurge, "max_msgs", have.MaxMsgs, "max_bytes", have.MaxBytes)
+	uctx, cancel := context.WithTimeout(ctx, feedUpdateWait)
+	defer cancel()
+	fixed, err := streams.EnsureFeed(uctx, r.js, r.l, r.ensure...)
+	if err != nil {
+		// Under spendgate roles a replica may not update the feed
+		// stream (an update could drop what it holds): the relay appends
+		// on to the stream as it is, and the operator sets it back.
+		r.log.Error("feed: could not set the feed stream's limits back; appending to it as it is (only the operator's identity may update it: nats stream edit)",
+			"stream", r.l.FeedStreamName(), "err", err)
+		return s, nil
+	}
+	return fixed, nil
 }
+
+// feedUpdateWait bounds the relay's attempt to set the feed stream's
+// limits back.
+const feedUpdateWait = 5 * time.Second
 
 // tail is where the feed stands: the feed sequence of its last message
 // (what the next append expects, whoever wrote that message) and the

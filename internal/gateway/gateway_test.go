@@ -858,7 +858,7 @@ func TestGateway_UnpricedModelBodyHasNoScope(t *testing.T) {
 // name no scope can hold, is refused before anything is reserved or sent
 // upstream; an end user whose budget cannot hold the call is refused
 // while another is admitted. How it can fail: a gateway that ignores the kind admits bob's
-// call past his spent budget, and charges no end user's budget at all.
+// call (his budget is not in it), and charges no end user's budget at all.
 func TestGateway_EndUsers(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	for scope, limit := range map[string]string{"team:chat": "10", "user:alice": "10", "user:bob": "0.000001"} {

@@ -21,7 +21,7 @@ func (s *Service) addAPIKeyEndpoints(add func(name, desc string, h handler, bh b
 	}{
 		{streams.EndpointAPIKeyCreate, "store a new gateway API key: the hash of its secret, its scopes", s.apikeyCreate},
 		{streams.EndpointAPIKeyRotate, "replace an API key's hash: the old secret stops working", s.apikeyRotate},
-		{streams.EndpointAPIKeyUpdate, "change an API key's scopes, HTTP API access or name", s.apikeyUpdate},
+		{streams.EndpointAPIKeyUpdate, "change an API key's scopes, HTTP API access, name or end-user kind", s.apikeyUpdate},
 		{streams.EndpointAPIKeyDisable, "disable an API key", s.apikeyDisable},
 		{streams.EndpointAPIKeyEnable, "enable a disabled API key", s.apikeyEnable},
 		{streams.EndpointAPIKeyGet, "read an API key (never its hash)", s.apikeyGet},
@@ -104,6 +104,15 @@ func fits(k ledger.APIKey) error {
 	}
 	if k.EndUser != "" && len(k.Scopes) == 0 {
 		return events.Errorf(events.CodeInvalidRequest, "an end-user scope needs scopes of the key's own: its gateway calls are admitted against both")
+	}
+	if k.EndUser == "key" {
+		// A caller naming its "end user" would charge any key's budget.
+		return events.Errorf(events.CodeInvalidRequest, "end_user \"key\" would let a caller charge another key's budget: name a kind of your end users, like user or customer")
+	}
+	for _, sc := range k.Scopes {
+		if events.Scope(sc).Kind() == k.EndUser {
+			return events.Errorf(events.CodeInvalidRequest, "end_user %q is the kind of the key's own scope %s: a caller could name that scope, or another of its kind, as its end user", k.EndUser, sc)
+		}
 	}
 	return nil
 }

@@ -8,7 +8,9 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -179,6 +181,9 @@ func (a *Admitter) validate(req events.AdmitRequest) (request, error) {
 		}
 		if len(v) > events.MaxMetaLen {
 			return r, events.Errorf(events.CodeInvalidMetadata, "metadata %q is longer than %d bytes", k, events.MaxMetaLen)
+		}
+		if strings.IndexFunc(v, unprintable) >= 0 || !utf8.ValidString(v) {
+			return r, events.Errorf(events.CodeInvalidMetadata, "metadata %q must be UTF-8 text without control characters", k)
 		}
 	}
 	r.metadata = req.Metadata
@@ -804,4 +809,12 @@ func admittedReply(r request, id string, refs []events.BalanceRef, expires time.
 		Amount: r.amount.String(), Unit: r.unit, Balances: refs, ExpiresAt: &exp,
 		Mode: r.replyMode(), Pricing: r.quote,
 	}
+}
+
+// unprintable reports whether r may not stand in a metadata value: a
+// control character (C0, DEL, C1) or the replacement character a decoder
+// puts for bytes that are not UTF-8. Reports, exports and the dashboard
+// group and show values as text, so each must be one line of it.
+func unprintable(r rune) bool {
+	return r < 0x20 || (r >= 0x7f && r < 0xa0) || r == utf8.RuneError
 }

@@ -189,6 +189,13 @@ func TestBadInput(t *testing.T) {
 		{"admit/metadata key with dot", admitE, meta(map[string]string{"a.b": "v"}), events.CodeInvalidMetadata, ""},
 		{"admit/metadata key with space", admitE, meta(map[string]string{"a b": "v"}), events.CodeInvalidMetadata, ""},
 		{"admit/metadata empty key", admitE, meta(map[string]string{"": "v"}), events.CodeInvalidMetadata, ""},
+		// Values are one line of text: reports group by them and the
+		// export and dashboard show them.
+		{"admit/metadata value with newline", admitE, meta(map[string]string{"model": "gpt\nx"}), events.CodeInvalidMetadata, ""},
+		{"admit/metadata value with NUL", admitE, meta(map[string]string{"model": "gpt\x00"}), events.CodeInvalidMetadata, ""},
+		{"admit/metadata value with DEL", admitE, meta(map[string]string{"model": "gpt\x7f"}), events.CodeInvalidMetadata, ""},
+		{"admit/metadata value with C1", admitE, meta(map[string]string{"model": "gpt\u0085"}), events.CodeInvalidMetadata, ""},
+		{"admit/metadata value invalid UTF-8", admitE, raw("{\"request_id\":\"m2\",\"scopes\":[\"org:acme\"],\"amount\":\"0.05\",\"metadata\":{\"model\":\"gpt\xff\"}}"), events.CodeInvalidMetadata, ""},
 		{"admit/metadata wrong type", admitE, raw(`{"request_id":"m1","scopes":["org:acme"],"amount":"0.05","metadata":{"n":1}}`), events.CodeInvalidRequest, ""},
 
 		// Settle.

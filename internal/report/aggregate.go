@@ -28,14 +28,14 @@ const (
 	// rolled day is refused (ErrRolledUp); the replay takes any hour.
 	HourDays = 62
 
-	// MaxReportKeys is how many distinct metadata keys an Aggregate
-	// groups by, the first ones it meets in stream order. A report by a
-	// key met later is refused (events.CodeReportUnavailable); the replay
-	// answers it.
+	// MaxReportKeys is how many distinct metadata keys of each tenant's
+	// an Aggregate groups by, the first ones it meets in stream order
+	// (slots). A report by a key met later is refused
+	// (events.CodeReportUnavailable); the replay answers it.
 	MaxReportKeys = 32
-	// MaxReportValues is how many distinct values an Aggregate keeps per
-	// dimension (scopes, or the values of one metadata key), the first
-	// ones it meets in stream order. Reservations with a value met later
+	// MaxReportValues is how many distinct values of each tenant's an
+	// Aggregate keeps per dimension (scopes, or the values of one
+	// metadata key), the first ones it meets in stream order. Reservations with a value met later
 	// add up in that dimension's Other group.
 	MaxReportValues = 500
 )
@@ -124,7 +124,7 @@ func signedAdd(m, x events.Money, sign int64) events.Money {
 
 // Aggregate is the spend report kept up to date as the ledger stream
 // folds: the sums of Report for every scope and every metadata key (up to
-// MaxReportKeys keys and MaxReportValues values each), per hour bucket of
+// MaxReportKeys keys and MaxReportValues values each per tenant), per hour bucket of
 // the reservations' opening time. It folds reservations exactly as Rows
 // does (the same fold, late-settle hold included), so a report from it
 // equals the replay's Report of the same stream position, by construction
@@ -145,12 +145,8 @@ type Aggregate struct {
 	// event stamped far in the future by a replica's wrong clock cannot
 	// roll up every hour before it. Zero: no bound.
 	ceiling int64
-	// keys are the metadata keys tracked, overKeys whether some key was
-	// not; values the values tracked per dimension, full whether a
-	// dimension reached MaxReportValues.
-	keys     map[string]bool
-	overKeys bool
-	values   map[string]map[string]bool
+	// slots are the metadata keys and values tracked, per tenant.
+	slots slots
 }
 
 // NewAggregate returns an empty Aggregate at position 0.
@@ -158,8 +154,7 @@ func NewAggregate() *Aggregate {
 	return &Aggregate{
 		rf:      newRowFold(Filter{}, nil),
 		buckets: map[int64]map[groupKey]*cell{},
-		keys:    map[string]bool{},
-		values:  map[string]map[string]bool{},
+		slots:   slots{},
 	}
 }
 
@@ -295,23 +290,6 @@ func bucketOf(t time.Time) int64 {
 	return t.UTC().Truncate(events.ReportBucket).Unix()
 }
 
-// value maps a dimension's value to its tracked value or to Other.
-func (a *Aggregate) value(dim, v string) (string, bool) {
-	vs := a.values[dim]
-	if vs == nil {
-		vs = map[string]bool{}
-		a.values[dim] = vs
-	}
-	if vs[v] {
-		return v, false
-	}
-	if len(vs) < MaxReportValues {
-		vs[v] = true
-		return v, false
-	}
-	return "", true
-}
-
 // bucket is the bucket a reservation opened at t counts in: its hour, or
 // its UTC day once the hour is rolled up.
 func (a *Aggregate) bucket(t time.Time) int64 {
@@ -357,7 +335,7 @@ func (a *Aggregate) contribute(r *Row, sign int64) {
 	}
 	touch(groupKey{Tenant: tenant, Dim: dimTotal, Unit: r.Unit}, r.Actual, r.Overrun)
 	for _, s := range r.Scopes {
-		v, other := a.value(dimScope, string(s))
+		v, other := a.slots.value(tenant, dimScope, string(s))
 		spent, overrun := r.ChargedIn(s)
 		touch(groupKey{Tenant: tenant, Dim: dimScope, Value: v, Other: other, Unit: r.Unit}, spent, overrun)
 	}
@@ -365,15 +343,11 @@ func (a *Aggregate) contribute(r *Row, sign int64) {
 		if v == "" {
 			continue // counted in the key's "" group: the total less the values
 		}
-		if !a.keys[k] {
-			if len(a.keys) >= MaxReportKeys {
-				a.overKeys = true
-				continue
-			}
-			a.keys[k] = true
+		if !a.slots.key(tenant, k) {
+			continue
 		}
 		dim := MetadataColumnPrefix + k
-		val, other := a.value(dim, v)
+		val, other := a.slots.value(tenant, dim, v)
 		touch(groupKey{Tenant: tenant, Dim: dim, Value: val, Other: other, Unit: r.Unit}, r.Actual, r.Overrun)
 	}
 	if len(cells) == 0 {
@@ -441,7 +415,7 @@ func (a *Aggregate) Report(by GroupBy, f Filter) (*AggregateReport, error) {
 	dim := dimScope
 	if !by.scope {
 		dim = MetadataColumnPrefix + by.key
-		if !a.keys[by.key] && a.overKeys {
+		if a.slots.untracked(by.key, f) {
 			return nil, ErrKeyNotTracked
 		}
 	}

@@ -89,37 +89,18 @@ type denialAggregate struct {
 	// newest is the newest record's stream sequence per bucket: a bucket
 	// whose newest record the stream no longer holds (its max age) is
 	// dropped.
-	newest   map[int64]uint64
-	sorted   []int64
-	keys     map[string]bool
-	overKeys bool
-	values   map[string]map[string]bool
+	newest map[int64]uint64
+	sorted []int64
+	slots  slots
 	// shadow counts the check and shadow records among them (shadow.go).
 	shadow *shadowAggregate
 }
 
 func newDenialAggregate() *denialAggregate {
 	a := &denialAggregate{buckets: map[int64]map[groupKey]int64{}, newest: map[int64]uint64{},
-		keys: map[string]bool{}, values: map[string]map[string]bool{}}
+		slots: slots{}}
 	a.shadow = newShadowAggregate(a)
 	return a
-}
-
-// value maps a dimension's value to its tracked value or to Other.
-func (a *denialAggregate) value(dim, v string) (string, bool) {
-	vs := a.values[dim]
-	if vs == nil {
-		vs = map[string]bool{}
-		a.values[dim] = vs
-	}
-	if vs[v] {
-		return v, false
-	}
-	if len(vs) < MaxReportValues {
-		vs[v] = true
-		return v, false
-	}
-	return "", true
 }
 
 // apply counts the record at seq (skipped if at or below the position, or
@@ -155,22 +136,18 @@ func (a *denialAggregate) apply(seq uint64, data []byte) {
 func (a *denialAggregate) groupsOf(k denialKind) []groupKey {
 	out := []groupKey{{Tenant: k.tenant, Dim: dimTotal, Unit: k.unit}}
 	for _, s := range k.scopes {
-		v, other := a.value(dimScope, string(s))
+		v, other := a.slots.value(k.tenant, dimScope, string(s))
 		out = append(out, groupKey{Tenant: k.tenant, Dim: dimScope, Value: v, Other: other, Unit: k.unit})
 	}
 	for key, v := range k.metadata {
 		if v == "" {
 			continue
 		}
-		if !a.keys[key] {
-			if len(a.keys) >= MaxReportKeys {
-				a.overKeys = true
-				continue
-			}
-			a.keys[key] = true
+		if !a.slots.key(k.tenant, key) {
+			continue
 		}
 		dim := MetadataColumnPrefix + key
-		val, other := a.value(dim, v)
+		val, other := a.slots.value(k.tenant, dim, v)
 		out = append(out, groupKey{Tenant: k.tenant, Dim: dim, Value: val, Other: other, Unit: k.unit})
 	}
 	return out
@@ -193,7 +170,7 @@ func (a *denialAggregate) prune(first uint64) {
 // the denials did not track while others were dropped gives
 // ErrKeyNotTracked.
 func (a *denialAggregate) counts(by GroupBy, f Filter) (map[groupKey]int64, error) {
-	dim, err := a.dimOf(by)
+	dim, err := a.dimOf(by, f)
 	if err != nil {
 		return nil, err
 	}
@@ -226,13 +203,13 @@ func (a *denialAggregate) counts(by GroupBy, f Filter) (map[groupKey]int64, erro
 	return out, nil
 }
 
-// dimOf is the dimension by groups on; a metadata key the records did
-// not track while others were dropped gives ErrKeyNotTracked.
-func (a *denialAggregate) dimOf(by GroupBy) (string, error) {
+// dimOf is the dimension by groups on; a metadata key the records of f's
+// tenants did not track while others were dropped gives ErrKeyNotTracked.
+func (a *denialAggregate) dimOf(by GroupBy, f Filter) (string, error) {
 	if by.scope {
 		return dimScope, nil
 	}
-	if !a.keys[by.key] && a.overKeys {
+	if a.slots.untracked(by.key, f) {
 		return "", ErrKeyNotTracked
 	}
 	return MetadataColumnPrefix + by.key, nil

@@ -70,4 +70,19 @@ func TestDenialAggregate(t *testing.T) {
 	c, _ = b.counts(ByScope, Filter{})
 	require.Len(t, c, MaxReportValues+1)
 	require.Equal(t, int64(3), c[groupKey{Other: true, Unit: "USD"}])
+
+	// Each tenant has its own slots: after b's, another tenant's new
+	// scope and its keys are its own, not Other nor refused.
+	for i := range MaxReportKeys + 1 {
+		b.apply(b.pos+1, rec(h0, "", []string{"org:a"}, map[string]string{fmt.Sprintf("k%02d", i): "v"}))
+	}
+	b.apply(b.pos+1, rec(h0, "acme", []string{"team:new"}, map[string]string{"model": "m1"}))
+	c, err = b.counts(ByScope, Filter{OneTenant: true, Tenant: "acme"})
+	require.NoError(t, err)
+	require.Equal(t, map[groupKey]int64{{Value: "acme/team:new", Unit: "USD"}: 1}, c)
+	c, err = b.counts(ByMetadata("model"), Filter{OneTenant: true, Tenant: "acme"})
+	require.NoError(t, err)
+	require.Equal(t, map[groupKey]int64{{Value: "m1", Unit: "USD"}: 1}, c)
+	_, err = b.counts(ByMetadata("model"), Filter{})
+	require.ErrorIs(t, err, ErrKeyNotTracked, "over every tenant: the untenanted dropped keys")
 }

@@ -23,10 +23,62 @@ import (
 // keeps what each scope of a reservation was charged (Row.ChargedIn) and
 // a row's actual as the caller gave it (excess included); a reservation
 // half settled in a version 3 snapshot goes on as it was recorded.
+// Version 5 keeps the tracked metadata keys and values per tenant
+// (slots); a version 4 snapshot's, shared by every tenant, become each
+// tenant's it counted.
 const (
 	AggregateFormat  = "spendgate.report"
-	AggregateVersion = 4
+	AggregateVersion = 5
 )
+
+// aggSlots is one tenant's slots (version 5).
+type aggSlots struct {
+	Tenant   string              `json:"tenant"`
+	Keys     []string            `json:"keys"`
+	OverKeys bool                `json:"over_keys,omitempty"`
+	Values   map[string][]string `json:"values"`
+}
+
+func (t *tenantSlots) marshal(tenant string) aggSlots {
+	out := aggSlots{Tenant: tenant, OverKeys: t.overKeys, Values: map[string][]string{}}
+	for k := range t.keys {
+		out.Keys = append(out.Keys, k)
+	}
+	slices.Sort(out.Keys)
+	for d, vs := range t.values {
+		l := make([]string, 0, len(vs))
+		for v := range vs {
+			l = append(l, v)
+		}
+		slices.Sort(l)
+		out.Values[d] = l
+	}
+	return out
+}
+
+// tenantSlotsOf reads what marshal wrote (or a version 4 snapshot's
+// shared slots), checking the limits.
+func tenantSlotsOf(keys []string, overKeys bool, values map[string][]string) (*tenantSlots, error) {
+	if len(keys) > MaxReportKeys {
+		return nil, fmt.Errorf("report: report snapshot: %d metadata keys tracked, more than %d", len(keys), MaxReportKeys)
+	}
+	t := newTenantSlots()
+	t.overKeys = overKeys
+	for _, k := range keys {
+		t.keys[k] = true
+	}
+	for d, vs := range values {
+		if len(vs) > MaxReportValues {
+			return nil, fmt.Errorf("report: report snapshot: %d values of %s tracked, more than %d", len(vs), d, MaxReportValues)
+		}
+		m := make(map[string]bool, len(vs))
+		for _, v := range vs {
+			m[v] = true
+		}
+		t.values[d] = m
+	}
+	return t, nil
+}
 
 type aggPart struct {
 	Balance events.BalanceRef `json:"balance"`
@@ -68,16 +120,20 @@ type aggChain struct {
 }
 
 type aggSnapshot struct {
-	Format   string              `json:"format"`
-	Version  int                 `json:"version"`
-	Seq      uint64              `json:"seq"`
-	Order    uint64              `json:"order"`
-	Chain    []aggChain          `json:"chain"`
-	Live     []aggTracked        `json:"live"`
-	Held     []aggHeld           `json:"held"`
-	Keys     []string            `json:"keys"`
+	Format  string       `json:"format"`
+	Version int          `json:"version"`
+	Seq     uint64       `json:"seq"`
+	Order   uint64       `json:"order"`
+	Chain   []aggChain   `json:"chain"`
+	Live    []aggTracked `json:"live"`
+	Held    []aggHeld    `json:"held"`
+	// Slots are the tracked keys and values per tenant (version 5);
+	// Keys, OverKeys and Values those shared by every tenant (versions 1
+	// to 4, read only).
+	Slots    []aggSlots          `json:"slots,omitempty"`
+	Keys     []string            `json:"keys,omitempty"`
 	OverKeys bool                `json:"over_keys,omitempty"`
-	Values   map[string][]string `json:"values"`
+	Values   map[string][]string `json:"values,omitempty"`
 	Cells    []aggCell           `json:"cells"`
 	// Latest and DayBefore are the Aggregate's latest and dayBefore
 	// (unix seconds; version 2).
@@ -91,7 +147,7 @@ type aggSnapshot struct {
 func (a *Aggregate) MarshalJSON() ([]byte, error) {
 	rf := a.rf
 	s := aggSnapshot{Format: AggregateFormat, Version: AggregateVersion, Seq: a.pos, Order: rf.order,
-		OverKeys: a.overKeys, Values: map[string][]string{}, Latest: a.latest, DayBefore: a.dayBefore}
+		Latest: a.latest, DayBefore: a.dayBefore}
 	for k, c := range rf.chain {
 		s.Chain = append(s.Chain, aggChain{Key: k, Chain: c})
 	}
@@ -113,18 +169,10 @@ func (a *Aggregate) MarshalJSON() ([]byte, error) {
 			s.Held = append(s.Held, aggHeld{ID: h.t.row.ReservationID, Deadline: h.deadline})
 		}
 	}
-	for k := range a.keys {
-		s.Keys = append(s.Keys, k)
+	for tenant, t := range a.slots {
+		s.Slots = append(s.Slots, t.marshal(tenant))
 	}
-	slices.Sort(s.Keys)
-	for d, vs := range a.values {
-		l := make([]string, 0, len(vs))
-		for v := range vs {
-			l = append(l, v)
-		}
-		slices.Sort(l)
-		s.Values[d] = l
-	}
+	sort.Slice(s.Slots, func(i, j int) bool { return s.Slots[i].Tenant < s.Slots[j].Tenant })
 	for _, b := range a.sorted {
 		start := len(s.Cells)
 		for k, c := range a.buckets[b] {
@@ -162,7 +210,7 @@ func UnmarshalAggregate(data []byte) (*Aggregate, error) {
 		return nil, fmt.Errorf("report: report snapshot: format %q version %d, want %q version %d", s.Format, s.Version, AggregateFormat, AggregateVersion)
 	}
 	a := NewAggregate()
-	a.pos, a.rf.order, a.overKeys = s.Seq, s.Order, s.OverKeys
+	a.pos, a.rf.order = s.Seq, s.Order
 	a.latest, a.dayBefore = s.Latest, s.DayBefore
 	for _, c := range s.Chain {
 		a.rf.chain[c.Key] = c.Chain
@@ -191,15 +239,15 @@ func UnmarshalAggregate(data []byte) (*Aggregate, error) {
 		}
 		a.rf.held = append(a.rf.held, heldEntry{t: t, deadline: h.Deadline})
 	}
-	for _, k := range s.Keys {
-		a.keys[k] = true
-	}
-	for d, vs := range s.Values {
-		m := make(map[string]bool, len(vs))
-		for _, v := range vs {
-			m[v] = true
+	for _, ts := range s.Slots {
+		if _, dup := a.slots[ts.Tenant]; dup {
+			return nil, fmt.Errorf("report: report snapshot: slots of tenant %q twice", ts.Tenant)
 		}
-		a.values[d] = m
+		t, err := tenantSlotsOf(ts.Keys, ts.OverKeys, ts.Values)
+		if err != nil {
+			return nil, err
+		}
+		a.slots[ts.Tenant] = t
 	}
 	for _, c := range s.Cells {
 		cs := a.buckets[c.Bucket]
@@ -213,6 +261,24 @@ func UnmarshalAggregate(data []byte) (*Aggregate, error) {
 	}
 	if !slices.IsSorted(a.sorted) {
 		return nil, fmt.Errorf("report: report snapshot: buckets out of order")
+	}
+	if s.Version < 5 {
+		// The slots were shared: each tenant the sums count starts with
+		// them, so that what it counted under a value (or under Other) is
+		// found there again.
+		shared, err := tenantSlotsOf(s.Keys, s.OverKeys, s.Values)
+		if err != nil {
+			return nil, err
+		}
+		tenants := map[string]bool{"": true}
+		for _, cs := range a.buckets {
+			for k := range cs {
+				tenants[k.Tenant] = true
+			}
+		}
+		for tenant := range tenants {
+			a.slots[tenant] = shared.clone()
+		}
 	}
 	if s.Version == 1 && len(a.sorted) > 0 {
 		// Hours only; the latest is at least the newest bucket's, and the

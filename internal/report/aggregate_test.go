@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -426,4 +427,125 @@ func TestUnmarshalAggregate_Versions(t *testing.T) {
 			require.ErrorContains(t, err, "version", "version %d", v)
 		}
 	}
+}
+
+// TestAggregate_SlotsPerTenant: each tenant has its own MaxReportKeys
+// keys and MaxReportValues values. Tenant a meets MaxReportValues+5
+// values of one key, then MaxReportKeys+16 other keys; tenant b, after it, still reports
+// by a key of its own and keeps its values out of Other, while a's report
+// by a key past its slots is refused and its late values add up in Other.
+// The operator's report over every tenant is refused by a key a tenant
+// may have dropped. A snapshot written and read back keeps all of it, and
+// so does a version 4 snapshot (slots shared by every tenant). With the
+// slots shared, as before, b's report by its key is refused and its value
+// lands in Other: the test fails.
+func TestAggregate_SlotsPerTenant(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t, testenv.WithLayout(lanes2))
+	bk := newBook(t, env)
+	ta := events.BalanceRef{Scope: "ta/org:x", Period: events.PeriodMonth, Instance: "2026-11"}
+	tb := events.BalanceRef{Scope: "tb/org:y", Period: events.PeriodMonth, Instance: "2026-11"}
+	bk.define(ta.Budget(), "1000000")
+	bk.define(tb.Budget(), "1000000")
+	id := 0
+	reserve := func(ref events.BalanceRef, meta map[string]string) []events.Event {
+		id++
+		rid := fmt.Sprintf("rsv_%05d", id)
+		return cat(open(rid, "1", t0, time.Minute, meta, ref), settle(rid, "1", "1", t0, false, false, ref))
+	}
+	// Tenant a: MaxReportValues+5 users, 25 reservations to a revision.
+	var evs []events.Event
+	for i := range report.MaxReportValues + 5 {
+		evs = append(evs, reserve(ta, map[string]string{"user": fmt.Sprintf("u-%04d", i)})...)
+		if len(evs) >= 50 {
+			bk.commit(evs...)
+			evs = nil
+		}
+	}
+	bk.commit(evs...)
+	// Tenant a: MaxReportKeys+16 keys, 16 to a reservation.
+	for i := 0; i < report.MaxReportKeys+16; i += events.MaxMetadata {
+		meta := map[string]string{}
+		for k := i; k < i+events.MaxMetadata; k++ {
+			meta[fmt.Sprintf("k%02d", k)] = "v"
+		}
+		bk.commit(reserve(ta, meta)...)
+	}
+	// Tenant b, after all of a's: a key of its own and a new user.
+	bk.commit(reserve(tb, map[string]string{"team": "blue", "user": "u-b"})...)
+
+	check := func(t *testing.T, a *report.Aggregate) {
+		t.Helper()
+		one := func(tenant string) report.Filter { return report.Filter{OneTenant: true, Tenant: tenant} }
+		rep, err := a.Report(report.ByMetadata("team"), one("tb"))
+		require.NoError(t, err, "b's own key")
+		require.Equal(t, []string{"blue"}, groupValues(rep))
+		rep, err = a.Report(report.ByMetadata("user"), one("tb"))
+		require.NoError(t, err)
+		require.Equal(t, []string{"u-b"}, groupValues(rep))
+		require.Empty(t, rep.Other, "b's user is not Other")
+
+		_, err = a.Report(report.ByMetadata(fmt.Sprintf("k%02d", report.MaxReportKeys+1)), one("ta"))
+		require.ErrorIs(t, err, report.ErrKeyNotTracked, "a's key past its slots")
+		_, err = a.Report(report.ByMetadata("team"), report.Filter{})
+		require.ErrorIs(t, err, report.ErrKeyNotTracked, "every tenant's, a having dropped keys")
+		rep, err = a.Report(report.ByMetadata("user"), one("ta"))
+		require.NoError(t, err)
+		require.Len(t, rep.Other, 1)
+		require.Equal(t, int64(5), rep.Groups[rep.Other[0]].Reservations)
+	}
+	a := report.NewAggregate()
+	foldStream(t, env, a, 0)
+	t.Run("folded", func(t *testing.T) { check(t, a) })
+
+	data, err := json.Marshal(a)
+	require.NoError(t, err)
+	t.Run("snapshot", func(t *testing.T) {
+		r, err := report.UnmarshalAggregate(data)
+		require.NoError(t, err)
+		check(t, r)
+	})
+	t.Run("version 4", func(t *testing.T) {
+		// Before per-tenant slots, one set served every tenant: b's
+		// "team" was dropped and its user is Other. Each tenant keeps
+		// the shared set, so what it counted stays where it was.
+		var s map[string]any
+		require.NoError(t, json.Unmarshal(data, &s))
+		keys := []string{"user"}
+		for i := range report.MaxReportKeys - 1 {
+			keys = append(keys, fmt.Sprintf("k%02d", i))
+		}
+		values := map[string][]string{}
+		for _, sl := range s["slots"].([]any) {
+			for d, vs := range sl.(map[string]any)["values"].(map[string]any) {
+				for _, v := range vs.([]any) {
+					if len(values[d]) < report.MaxReportValues && !slices.Contains(values[d], v.(string)) {
+						values[d] = append(values[d], v.(string))
+					}
+				}
+			}
+		}
+		delete(s, "slots")
+		s["version"], s["keys"], s["over_keys"], s["values"] = 4, keys, true, values
+		v4, err := json.Marshal(s)
+		require.NoError(t, err)
+		r, err := report.UnmarshalAggregate(v4)
+		require.NoError(t, err)
+		_, err = r.Report(report.ByMetadata("team"), report.Filter{OneTenant: true, Tenant: "tb"})
+		require.ErrorIs(t, err, report.ErrKeyNotTracked)
+		rep, err := r.Report(report.ByMetadata("user"), report.Filter{OneTenant: true, Tenant: "ta"})
+		require.NoError(t, err)
+		require.Len(t, rep.Other, 1)
+	})
+}
+
+// groupValues lists a report's group values but the "" group's.
+func groupValues(rep *report.AggregateReport) []string {
+	var out []string
+	for _, g := range rep.Groups {
+		if g.Value != "" {
+			out = append(out, g.Value)
+		}
+	}
+	return out
 }

@@ -160,7 +160,7 @@ func (a *shadowAggregate) prune(first uint64) {
 // tenant) grouped by, sorted (sortShadow). A metadata key the records did
 // not track while others were dropped gives ErrKeyNotTracked.
 func (a *shadowAggregate) groups(by GroupBy, f Filter) ([]ShadowGroup, error) {
-	dim, err := a.track.dimOf(by)
+	dim, err := a.track.dimOf(by, f)
 	if err != nil {
 		return nil, err
 	}

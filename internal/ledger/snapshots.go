@@ -339,12 +339,19 @@ func (l *Ledger) checkHeader(h snapshotHeader, name string) error {
 	if err := h.checkName(name); err != nil {
 		return err
 	}
-	if l.signaturesChecked() {
-		if err := gate.VerifySnapshot(h.id(l.layout.Bucket()), h.Signer, h.Sig, l.snapshotSigner(h.Seq)); err != nil {
-			return fmt.Errorf("%w: %w", ErrSnapshotInvalid, err)
-		}
+	if err := l.verifySignature(h); err != nil {
+		return fmt.Errorf("%w: %w", ErrSnapshotInvalid, err)
 	}
 	return nil
+}
+
+// verifySignature checks that h is signed by a key this replica trusts at
+// its sequence, when it checks signatures.
+func (l *Ledger) verifySignature(h snapshotHeader) error {
+	if !l.signaturesChecked() {
+		return nil
+	}
+	return gate.VerifySnapshot(h.id(l.layout.Bucket()), h.Signer, h.Sig, l.snapshotSigner(h.Seq))
 }
 
 // snapshotSigner returns whom this replica trusts to sign a snapshot at
@@ -532,8 +539,8 @@ func (l *Ledger) pruneSnapshots(ctx context.Context, store jetstream.ObjectStore
 			// that checks signatures loads it.
 			err = fmt.Errorf("unsigned")
 		}
-		if err == nil && l.signaturesChecked() {
-			if verr := gate.VerifySnapshot(h.id(l.layout.Bucket()), h.Signer, h.Sig, l.snapshotSigner(h.Seq)); verr != nil {
+		if err == nil {
+			if verr := l.verifySignature(h); verr != nil {
 				l.opts.log.Warn("ledger: snapshot this replica does not trust left alone", "snapshot", s.Name, "err", verr)
 				continue
 			}

@@ -105,6 +105,19 @@ var fieldWants = map[string]string{
 	"rate":                `a whole number of requests per second like 500 (0: no limit)`,
 	"burst":               `a whole number of requests like 256`,
 	"denial_bytes":        `a whole number of bytes per second like 16384 (0: no limit)`,
+	"count":               `a whole number of requests like 5`,
+	"note":                `a one-word string like "estimate"`,
+	"alerts":              `true or false`,
+	"thresholds":          `an array of decimal strings like ["0.5","0.8"]`,
+	"replace":             `true or false`,
+	"cursor":              `a string (the next_cursor of the previous page)`,
+	"sort":                `one of the strings "scope" or "utilization"`,
+	"items":               `an array of request objects like [{"request_id":"r-1",...}]`,
+	"id":                  `a key id string like "3f9a0c1d2e4b"`,
+	"hash":                `a string (the secret's SHA-256, hex)`,
+	"access":              `one of the strings "service", "admin" or ""`,
+	"name":                `a string`,
+	"end_user":            `a scope kind string like "user", or ""`,
 }
 
 // decodeMessage describes a decoding error of a request body in the API's

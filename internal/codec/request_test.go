@@ -3,6 +3,7 @@ package codec_test
 import (
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -244,6 +245,47 @@ func BenchmarkDecodeAdmitRequest(b *testing.B) {
 		var req events.AdmitRequest
 		if err := codec.DecodeRequest(body, &req); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// requestTypes are the request bodies of every endpoint a client may call.
+var requestTypes = []any{
+	&events.AdmitRequest{}, &events.SettleRequest{}, &events.ReleaseRequest{}, &events.VoidRequest{},
+	&events.BudgetPutRequest{}, &events.BudgetGetRequest{}, &events.BudgetListRequest{},
+	&events.PricingPutRequest{}, &events.PricingGetRequest{}, &events.ReportRequest{},
+	&events.BatchRequest{}, &events.TenantLimitsPutRequest{}, &events.TenantLimitsGetRequest{},
+	&events.APIKeyCreateRequest{}, &events.APIKeyRotateRequest{}, &events.APIKeyUpdateRequest{},
+	&events.APIKeyIDRequest{}, &events.APIKeyResolveRequest{},
+}
+
+// Every field of every request, sent with a value of the wrong JSON type,
+// is refused with a message that says what the field must be (a caller of
+// another language reads it), never "of another type".
+func TestDecodeRequest_EveryFieldSaysWhatItMustBe(t *testing.T) {
+	for _, v := range requestTypes {
+		rt := reflect.TypeOf(v).Elem()
+		for i := 0; i < rt.NumField(); i++ {
+			f := rt.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if name == "" || name == "-" {
+				continue
+			}
+			ft := f.Type
+			for ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			bad := `1.5` // wrong for a string, bool, array, object and whole number alike
+			if ft.Kind() == reflect.Slice && ft.Elem().Kind() != reflect.String {
+				bad = `"x"` // items: an array of raw objects takes any element
+			}
+			t.Run(rt.Name()+"."+name, func(t *testing.T) {
+				err := codec.DecodeRequest([]byte(`{"`+name+`":`+bad+`}`), reflect.New(rt).Interface())
+				requireCode(t, err, events.CodeInvalidRequest)
+				msg := asError(t, err).Message
+				require.True(t, strings.HasPrefix(msg, name+" must be "), "message %q", msg)
+				require.NotContains(t, msg, "of another type")
+			})
 		}
 	}
 }

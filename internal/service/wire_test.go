@@ -225,6 +225,9 @@ func TestDecode_TypeErrorsNameTheField(t *testing.T) {
 		{streams.EndpointBudgetPut, `{"scope":1,"period":"month","limit":"5","unit":"USD"}`, `scope must be a scope string like "org:acme", got a number`},
 		{streams.EndpointBudgetGet, `{"scope":"org:acme","period":30}`, `period must be one of the strings "month", "week", "day", "hour", "minute" or "lifetime", got a number`},
 		{streams.EndpointBudgetList, `{"kind":false}`, `kind must be a scope kind string like "org", got a boolean`},
+		{streams.EndpointAdmit, `{"request_id":"r","scopes":["org:acme"],"amount":"0.05","count":1.5}`, `count must be a whole number of requests like 5, got 1.5`},
+		{streams.EndpointSettle, `{"reservation_id":"rsv_1","actual":"0.05","note":7}`, `note must be a one-word string like "estimate", got a number`},
+		{streams.EndpointBudgetList, `{"sort":1}`, `sort must be one of the strings "scope" or "utilization", got a number`},
 		{streams.EndpointAdmit, `{"request_id":"r","scopes":["org:acme"],"amount":}`, `request body is not valid JSON (at byte 50): invalid character '}' looking for beginning of value`},
 	} {
 		t.Run(tc.endpoint+" "+tc.body, func(t *testing.T) {

@@ -120,6 +120,26 @@ var fieldWants = map[string]string{
 	"end_user":            `a scope kind string like "user", or ""`,
 }
 
+// fieldWantsOf overrides fieldWants for a field whose name means another
+// thing in one request type, by "<type name>.<field>".
+var fieldWantsOf = map[string]string{
+	"BudgetListRequest.limit": `a whole number of budgets per page like 100 (absent or 0: 1000)`,
+}
+
+// wantOf says what the field name of request type t must be.
+func wantOf(t reflect.Type, name string) (string, bool) {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t != nil {
+		if w, ok := fieldWantsOf[t.Name()+"."+name]; ok {
+			return w, true
+		}
+	}
+	w, ok := fieldWants[name]
+	return w, ok
+}
+
 // decodeMessage describes a decoding error of a request body in the API's
 // words: the field by its JSON name and what it must be, or where the JSON
 // is malformed.
@@ -127,7 +147,7 @@ func decodeMessage(err error, v any) string {
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) && te.Field != "" {
 		field, _, nested := strings.Cut(te.Field, ".")
-		want, ok := fieldWants[field]
+		want, ok := wantOf(reflect.TypeOf(v), field)
 		if !ok {
 			want = "of another type"
 		}
@@ -231,6 +251,11 @@ func checkKeys(data []byte, v any) error {
 					if allowed != nil && !allowed[key] {
 						return events.Errorf(events.CodeInvalidRequest, "request body: unknown field %q", key)
 					}
+					if wholeNumbers(reflect.TypeOf(v))[key] && nullFollows(data[i+1:]) {
+						return events.Errorf(events.CodeInvalidRequest,
+							"%s must be %s, got null (JavaScript's JSON.stringify writes NaN and Infinity as null); leave the field out for 0",
+							key, must(reflect.TypeOf(v), key))
+					}
 				}
 			}
 			continue
@@ -256,6 +281,61 @@ func checkKeys(data []byte, v any) error {
 		}
 	}
 	return nil
+}
+
+// must is wantOf's words, or a whole number's.
+func must(t reflect.Type, name string) string {
+	if w, ok := wantOf(t, name); ok {
+		return w
+	}
+	return "a whole number"
+}
+
+// nullFollows reports whether the value after a key (rest starts right
+// after the key's closing quote) is the literal null.
+func nullFollows(rest []byte) bool {
+	rest = bytes.TrimLeft(rest, " \t\r\n")
+	if len(rest) == 0 || rest[0] != ':' {
+		return false
+	}
+	return bytes.HasPrefix(bytes.TrimLeft(rest[1:], " \t\r\n"), []byte("null"))
+}
+
+var wholeCache sync.Map // reflect.Type -> map[string]bool
+
+// wholeNumbers returns the JSON names of a struct type's integer fields
+// that are not pointers: encoding/json leaves such a field 0 for a null,
+// and 0 is what leaving the field out means, so a null there (a NaN or
+// Infinity that JSON.stringify wrote as null) would read as "none" (no
+// output tokens to reserve or settle) instead of being refused.
+func wholeNumbers(t reflect.Type) map[string]bool {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil || t.Kind() != reflect.Struct {
+		return nil
+	}
+	if m, ok := wholeCache.Load(t); ok {
+		return m.(map[string]bool)
+	}
+	m := map[string]bool{}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" || !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		switch f.Type.Kind() {
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+			reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+			m[name] = true
+		}
+	}
+	wholeCache.Store(t, m)
+	return m
 }
 
 var fieldCache sync.Map // reflect.Type -> map[string]bool

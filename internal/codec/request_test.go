@@ -285,7 +285,46 @@ func TestDecodeRequest_EveryFieldSaysWhatItMustBe(t *testing.T) {
 				msg := asError(t, err).Message
 				require.True(t, strings.HasPrefix(msg, name+" must be "), "message %q", msg)
 				require.NotContains(t, msg, "of another type")
+				switch ft.Kind() {
+				case reflect.Int, reflect.Int64:
+					require.Contains(t, msg, "whole number")
+				}
 			})
 		}
 	}
+}
+
+// A null where a whole number goes is refused: encoding/json would leave
+// the field 0, which is what leaving it out means, so a JavaScript caller's
+// NaN or Infinity (JSON.stringify writes both as null) would reserve or
+// settle no tokens for it instead of being refused. A null elsewhere keeps
+// meaning "left out".
+func TestDecodeRequest_NullWholeNumber(t *testing.T) {
+	for _, tc := range []struct {
+		in string
+		v  any
+	}{
+		{`{"request_id":"r","scopes":["org:a"],"model":"m","input_tokens":100,"max_output_tokens":null}`, &events.AdmitRequest{}},
+		{`{"request_id":"r","scopes":["org:a"],"model":"m","input_tokens" : null}`, &events.AdmitRequest{}},
+		{`{"request_id":"r","scopes":["org:a"],"amount":"1","count":null}`, &events.AdmitRequest{}},
+		{`{"reservation_id":"rsv_1","input_tokens":10,"output_tokens":null}`, &events.SettleRequest{}},
+		{`{"limit":null}`, &events.BudgetListRequest{}},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			err := codec.DecodeRequest([]byte(tc.in), tc.v)
+			requireCode(t, err, events.CodeInvalidRequest)
+			require.Contains(t, asError(t, err).Message, "must be a whole number")
+			require.Contains(t, asError(t, err).Message, "got null")
+		})
+	}
+	for _, in := range []string{
+		`{"request_id":"r","scopes":["org:a"],"amount":"1","ttl":null,"metadata":null}`,
+		`{"request_id":"r","scopes":["org:a"],"amount":"1","metadata":{"count":"null"}}`,
+	} {
+		var req events.AdmitRequest
+		require.NoError(t, codec.DecodeRequest([]byte(in), &req), in)
+	}
+	var tl events.TenantLimitsPutRequest // a pointer: null is "not set"
+	require.NoError(t, codec.DecodeRequest([]byte(`{"tenant":"acme","max_open":null}`), &tl))
+	require.Nil(t, tl.MaxOpen)
 }

@@ -227,6 +227,9 @@ func TestDecode_TypeErrorsNameTheField(t *testing.T) {
 		{streams.EndpointBudgetList, `{"kind":false}`, `kind must be a scope kind string like "org", got a boolean`},
 		{streams.EndpointAdmit, `{"request_id":"r","scopes":["org:acme"],"amount":"0.05","count":1.5}`, `count must be a whole number of requests like 5, got 1.5`},
 		{streams.EndpointSettle, `{"reservation_id":"rsv_1","actual":"0.05","note":7}`, `note must be a one-word string like "estimate", got a number`},
+		{streams.EndpointBudgetList, `{"limit":"10"}`, `limit must be a whole number of budgets per page like 100 (absent or 0: 1000), got a string`},
+		{streams.EndpointAdmit, `{"request_id":"r","scopes":["org:acme"],"model":"gpt-x","input_tokens":100,"max_output_tokens":null}`, `max_output_tokens must be a whole number of tokens like 800, got null (JavaScript's JSON.stringify writes NaN and Infinity as null); leave the field out for 0`},
+		{streams.EndpointSettle, `{"reservation_id":"rsv_1","input_tokens":10,"output_tokens":null}`, `output_tokens must be a whole number of tokens like 640, got null (JavaScript's JSON.stringify writes NaN and Infinity as null); leave the field out for 0`},
 		{streams.EndpointBudgetList, `{"sort":1}`, `sort must be one of the strings "scope" or "utilization", got a number`},
 		{streams.EndpointAdmit, `{"request_id":"r","scopes":["org:acme"],"amount":}`, `request body is not valid JSON (at byte 50): invalid character '}' looking for beginning of value`},
 	} {

@@ -15,11 +15,90 @@
 //  - the cursor is the position of the last event processed; store it with
 //    the effect of processing (same transaction) and skip anything at or
 //    before it.
+//
+// Believe only signed messages: whoever may publish to the feed's subjects
+// can append a message that looks like an event (one with a large
+// source_seq would move the cursor past every real event to come). Each
+// message carries its replica's public key (Spendgate-Sig-Key, an nkey) and
+// an Ed25519 signature (Spendgate-Sig) of "spendgate.feed.v1\n" + subject +
+// "\n" + body; verifyFeedMessage checks both against the replicas' trusted
+// keys (the serve's trusted-keys file), with node:crypto alone.
+import { createPublicKey, verify } from "node:crypto";
 import { jetstream, jetstreamManager, AckPolicy, DeliverPolicy } from "@nats-io/jetstream";
 import { nanos } from "@nats-io/transport-node";
 
 export const FEED_STREAM = "spendgate_feed";
 export const FEED_PREFIX = "spendgate.feed.v1.";
+
+const BASE32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+const NKEY_USER = 20 << 3; // the prefix byte of a public nkey starting with "U"
+const ED25519_SPKI = Buffer.from("302a300506032b6570032100", "hex"); // DER prefix of a raw Ed25519 public key
+
+function crc16(bytes) { // CRC-16/XMODEM, as nkeys checksum them
+  let crc = 0;
+  for (const b of bytes) {
+    crc ^= b << 8;
+    for (let i = 0; i < 8; i++) crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
+  }
+  return crc;
+}
+
+/**
+ * nkeyPublicKey turns a public nkey ("U" + 55 base32 characters: a prefix
+ * byte, the 32-byte Ed25519 key, a little-endian CRC-16) into a KeyObject
+ * for node:crypto's verify. It throws on anything else.
+ */
+export function nkeyPublicKey(nkey) {
+  const out = [];
+  let bits = 0, acc = 0;
+  for (const c of nkey) {
+    const v = BASE32.indexOf(c);
+    if (v < 0) throw new Error(`not an nkey: ${nkey}`);
+    acc = (acc << 5) | v;
+    bits += 5;
+    if (bits >= 8) {
+      out.push((acc >>> (bits - 8)) & 0xff);
+      bits -= 8;
+    }
+  }
+  const raw = Buffer.from(out);
+  if (raw.length !== 35 || raw[0] !== NKEY_USER || crc16(raw.subarray(0, 33)) !== raw.readUInt16LE(33)) {
+    throw new Error(`not a public nkey: ${nkey}`);
+  }
+  return createPublicKey({ key: Buffer.concat([ED25519_SPKI, raw.subarray(1, 33)]), format: "der", type: "spki" });
+}
+
+/**
+ * parseTrustedKeys reads a trusted-keys file (one public key a line, "#"
+ * comment lines, "KEY until=N" for a key trusted only up to source_seq N,
+ * "KEY distrusted" for one never trusted) into a Map key -> {key, until}.
+ */
+export function parseTrustedKeys(text) {
+  const trusted = new Map();
+  for (const line of text.split("\n")) {
+    const [key, ...words] = (line.trim().startsWith("#") ? "" : line.trim()).split(/\s+/);
+    // "unsigned until=N" is about the ledger's history, never a feed message.
+    if (!key || key === "unsigned" || words.includes("distrusted")) continue;
+    const until = words.find((w) => w.startsWith("until="));
+    trusted.set(key, { key: nkeyPublicKey(key), until: until ? Number(until.slice(6)) : Infinity });
+  }
+  return trusted;
+}
+
+/**
+ * verifyFeedMessage returns the message's event if a trusted key signed it
+ * (for its source_seq), else null: acknowledge such a message and ignore it.
+ */
+export function verifyFeedMessage(m, trusted) {
+  const signer = trusted.get(m.headers?.get("Spendgate-Sig-Key") ?? "");
+  const sig = m.headers?.get("Spendgate-Sig") ?? "";
+  if (!signer || !sig) return null;
+  const signed = Buffer.concat([Buffer.from(`spendgate.feed.v1\n${m.subject}\n`), m.data]);
+  if (!verify(null, signed, signer.key, Buffer.from(sig, "base64url"))) return null;
+  const ev = m.json();
+  if (ev.schema !== "feed.v1" || ev.id !== `${ev.source_seq}-${ev.index}` || ev.source_seq > signer.until) return null;
+  return ev;
+}
 
 /** ensureConsumer creates (or updates) the durable consumer `durable`. */
 export async function ensureConsumer(nc, durable, { filter = FEED_PREFIX + ">", ackWaitMs = 5000, stream = FEED_STREAM } = {}) {
@@ -51,22 +130,25 @@ export class Cursor {
 
 /**
  * follow delivers the feed to handle(event) through the durable consumer,
- * each event once per cursor. It returns after `until(cursor)` is true, or
- * when nothing arrives for idleMs. handle runs before the ack: if the process
- * dies in between, the event comes again and the cursor skips it.
+ * each event once per cursor, and only events a trusted key signed
+ * (trusted: parseTrustedKeys' map); any other message is acknowledged,
+ * counted as forged and ignored. It returns after `until(cursor)` is true,
+ * or when nothing arrives for idleMs. handle runs before the ack: if the
+ * process dies in between, the event comes again and the cursor skips it.
  */
-export async function follow(nc, durable, cursor, handle, { stream = FEED_STREAM, idleMs = 5000, until = () => false } = {}) {
+export async function follow(nc, durable, cursor, handle, { trusted, stream = FEED_STREAM, idleMs = 5000, until = () => false } = {}) {
+  if (!(trusted instanceof Map) || trusted.size === 0) throw new Error("follow needs the replicas' trusted keys");
   const js = jetstream(nc);
   const c = await js.consumers.get(stream, durable);
-  let skipped = 0;
+  let skipped = 0, forged = 0;
   while (!until(cursor)) {
     const m = await c.next({ expires: idleMs });
     if (m === null) break;
-    const ev = m.json();
-    if (ev.schema !== "feed.v1" || ev.id !== `${ev.source_seq}-${ev.index}`) throw new Error(`not a feed.v1 message: ${m.subject}`);
-    if (cursor.next(ev)) await handle(ev);
+    const ev = verifyFeedMessage(m, trusted);
+    if (ev === null) forged++; // worth an alert: someone wrote to the feed
+    else if (cursor.next(ev)) await handle(ev);
     else skipped++;
     await m.ackAck();
   }
-  return { skipped };
+  return { skipped, forged };
 }

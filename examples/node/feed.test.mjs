@@ -1,17 +1,24 @@
 // The feed example against a live spendgate with the feed on (.ci/run starts
 // `spendgate serve --feed`): a consumer killed mid-stream and started again
-// on a new connection sees every event of its scope exactly once, in order.
+// on a new connection sees every event of its scope exactly once, in order,
+// and ignores the messages no trusted key signed. SPENDGATE_TRUSTED_KEYS is
+// the serve's trusted-keys file (default: the quick start's
+// ./spendgate-data/trusted-keys at the repository's root).
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { randomUUID } from "node:crypto";
-import { connect } from "@nats-io/transport-node";
+import { randomUUID, randomBytes } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { connect, headers } from "@nats-io/transport-node";
 import { jetstream } from "@nats-io/jetstream";
 import { Spendgate } from "./spendgate.mjs";
-import { FEED_STREAM, FEED_PREFIX, Cursor, ensureConsumer, follow } from "./feed.mjs";
+import { FEED_STREAM, FEED_PREFIX, Cursor, ensureConsumer, follow, nkeyPublicKey, parseTrustedKeys, verifyFeedMessage } from "./feed.mjs";
 
 const url = process.env.NATS_URL ?? "nats://127.0.0.1:4222";
+const trusted = parseTrustedKeys(
+  readFileSync(process.env.SPENDGATE_TRUSTED_KEYS ?? new URL("../../spendgate-data/trusted-keys", import.meta.url), "utf8"),
+);
 
-// feedIDs reads the ids of the scope's events in the feed, in order.
+// feedIDs reads the ids of the scope's signed events in the feed, in order.
 async function feedIDs(nc, filter) {
   const js = jetstream(nc);
   const oc = await js.consumers.get(FEED_STREAM, { filter_subjects: [filter] });
@@ -19,10 +26,20 @@ async function feedIDs(nc, filter) {
   for (;;) {
     const m = await oc.next({ expires: 1000 });
     if (m === null) return ids;
-    ids.push(m.json().id);
+    const ev = verifyFeedMessage(m, trusted);
+    if (ev !== null) ids.push(ev.id);
     if (m.info.pending === 0) return ids;
   }
 }
+
+test("feed: trusted keys are nkeys, checked to the checksum", () => {
+  assert.ok(trusted.size > 0, "the trusted-keys file lists a key");
+  const [key] = trusted.keys();
+  assert.equal(nkeyPublicKey(key).asymmetricKeyType, "ed25519");
+  const typo = key.slice(0, 10) + (key[10] === "A" ? "B" : "A") + key.slice(11);
+  assert.throws(() => nkeyPublicKey(typo), /not a public nkey/);
+  assert.throws(() => nkeyPublicKey("SU" + key.slice(2)), /not a public nkey/);
+});
 
 async function waitFor(what, cond, ms = 20000) {
   const end = Date.now() + ms;
@@ -71,6 +88,19 @@ test("feed: a durable consumer killed mid-stream resumes without missing or doub
     }
     await nc1.close(); // killed before the third ack
 
+    // Someone who may publish to the feed appends two messages that look
+    // like events of the scope, far ahead of the real ones: one unsigned,
+    // one naming a trusted key with a signature it never made. Believed,
+    // either would move the cursor past every event to come.
+    const forged = JSON.stringify({ schema: "feed.v1", id: "999999999-0", source_seq: 999999999, index: 0, key: "lane.0",
+      committed_at: new Date().toISOString(), type: "reservation.settled.v1", event: { type: "reservation.settled.v1" } });
+    const js = jetstream(admin);
+    await js.publish(`${FEED_PREFIX}reservation.settled.v1.team.${id}`, forged);
+    const h = headers();
+    h.set("Spendgate-Sig-Key", [...trusted.keys()][0]);
+    h.set("Spendgate-Sig", randomBytes(64).toString("base64url"));
+    await js.publish(`${FEED_PREFIX}reservation.settled.v1.team.${id}`, forged, { headers: h });
+
     await spend(2); // the ledger moves on meanwhile
     let want;
     await waitFor("the relay", async () => (want = await feedIDs(admin, filter)).length === events);
@@ -79,11 +109,13 @@ test("feed: a durable consumer killed mid-stream resumes without missing or doub
     const nc2 = await connect({ servers: url });
     try {
       const last = want[want.length - 1];
-      const { skipped } = await follow(nc2, durable, cursor, (ev) => processed.push(ev.id), {
+      const { skipped, forged } = await follow(nc2, durable, cursor, (ev) => processed.push(ev.id), {
+        trusted,
         until: (c) => `${c.last.seq}-${c.last.index}` === last,
       });
       assert.deepEqual(processed, want, "every event once, in feed order");
       assert.equal(skipped, 1, "the unacknowledged event comes again and is skipped");
+      assert.equal(forged, 2, "the messages no trusted key signed are ignored");
     } finally {
       await nc2.close();
     }

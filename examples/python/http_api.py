@@ -49,10 +49,13 @@ def admit(scopes, amount, request_id, attempts=3):
         try:
             status, reply = call("admit", body)
         except (urllib.error.URLError, TimeoutError):
-            continue  # no answer: retry, same request id
-        if status == 503:
-            continue  # ledger_unavailable: retry, same request id
-        return status, reply
+            status = None  # no answer
+        if status is not None and status != 503:
+            return status, reply
+        # No answer, or ledger_unavailable: the attempt may still commit.
+        # Retry with the same request id, marked as a retry, so that the
+        # ledger never denies it while the first attempt may land.
+        body["retry"] = True
     try:
         call("void", {"request_id": request_id, "scopes": scopes})
     except (urllib.error.URLError, TimeoutError):

@@ -251,7 +251,7 @@ func checkKeys(data []byte, v any) error {
 					if allowed != nil && !allowed[key] {
 						return events.Errorf(events.CodeInvalidRequest, "request body: unknown field %q", key)
 					}
-					if wholeNumbers(reflect.TypeOf(v))[key] && nullFollows(data[i+1:]) {
+					if nullFollows(data[i+1:]) && wholeNumbers(reflect.TypeOf(v))[key] {
 						return events.Errorf(events.CodeInvalidRequest,
 							"%s must be %s, got null (JavaScript's JSON.stringify writes NaN and Infinity as null); leave the field out for 0",
 							key, must(reflect.TypeOf(v), key))

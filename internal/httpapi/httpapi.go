@@ -21,7 +21,7 @@
 // key's access does not reach), not_found (404, no such endpoint),
 // method_not_allowed (405, a method other than POST; the answer says
 // Allow: POST), ledger_unavailable (503, no replica answered in time;
-// retry with the same request id).
+// retry with the same request id, an admit with "retry":true).
 package httpapi
 
 import (
@@ -218,13 +218,13 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	msg, err := a.nc.RequestWithContext(rctx, subject, body)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
-		a.fail(w, endpoint, http.StatusServiceUnavailable, events.CodeLedgerUnavailable, "no spendgate replica is answering; retry with the same request id")
+		a.fail(w, endpoint, http.StatusServiceUnavailable, events.CodeLedgerUnavailable, "no spendgate replica is answering; retry with the same request id (an admit with \"retry\":true), or void it")
 		return
 	case err != nil:
 		if ctx.Err() != nil {
 			return // the caller left
 		}
-		a.fail(w, endpoint, http.StatusServiceUnavailable, events.CodeLedgerUnavailable, "no reply from the ledger in time; retry with the same request id")
+		a.fail(w, endpoint, http.StatusServiceUnavailable, events.CodeLedgerUnavailable, "no reply from the ledger in time; retry with the same request id (an admit with \"retry\":true), or void it")
 		return
 	}
 	status := http.StatusOK

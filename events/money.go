@@ -74,6 +74,22 @@ func ParseMoneyField(name, s string) (Money, error) {
 	return m, nil
 }
 
+// recordBound is 10^MaxIntegerDigits: every amount the ledger stores (an
+// event's, a balance's totals) is below it in magnitude, since every reader
+// of the stream reads it back with ParseMoney's limits.
+var recordBound = Money{d: *apd.New(1, MaxIntegerDigits)}
+
+// Recordable reports whether m can be stored in the ledger and read back:
+// its magnitude has at most MaxIntegerDigits integer digits. A sum of
+// amounts (a balance's spent after many overruns) can outgrow them; a
+// decision that would store one must refuse instead, or every replay of the
+// stream would skip the revision as malformed.
+func (m Money) Recordable() bool {
+	var a apd.Decimal
+	a.Abs(&m.d)
+	return a.Cmp(&recordBound.d) < 0
+}
+
 // MustMoney parses s or panics; for constants in tests and examples.
 func MustMoney(s string) Money {
 	m, err := ParseMoney(s)

@@ -298,10 +298,10 @@ func (t *closeTx) decideOpen(r *ledger.Reservation) (events.Events, error) {
 		}
 		return evs, nil
 	}
-	return t.settle(r, late, false), nil
+	return t.settle(r, late, false)
 }
 
-func (t *closeTx) settle(r *ledger.Reservation, late, afterExpiry bool) events.Events {
+func (t *closeTx) settle(r *ledger.Reservation, late, afterExpiry bool) (events.Events, error) {
 	var evs events.Events
 	t.reply.Overrun, t.reply.Excess, t.reply.Budgets = "", "", nil
 	// The reply's Reserved is the head part's (Reservation.Amount): its
@@ -347,6 +347,15 @@ func (t *closeTx) settle(r *ledger.Reservation, late, afterExpiry bool) events.E
 		if len(t.refs) > 1 {
 			t.reply.Budgets = append(t.reply.Budgets, budgetClose(r, ref, reserved, actual, overrun, count))
 		}
+		// The balance's totals must stay what the ledger can store: a
+		// revision with a total past MaxIntegerDigits would be read back
+		// as malformed by every replay and every restarting replica, and
+		// the settle lost. Refuse it whole, before anything is written.
+		if b := t.view.Balance(key); !b.Spent.Add(actual).Recordable() || !b.Overrun.Add(overrun).Recordable() {
+			return nil, events.ReservationErrorf(events.CodeInvalidAmount, t.id, r.Status,
+				"actual %s would take the spent of %s per %s (%s) to %s, past the %d integer digits the ledger records; nothing was settled",
+				actual, ref.Scope, ref.Period, ref.Instance, b.Spent.Add(actual), events.MaxIntegerDigits)
+		}
 		evs = append(evs, events.ReservationSettled{ReservationID: t.id, Balance: ref, Reserved: reserved,
 			Actual: actual, Overrun: overrun, Late: late, AfterExpiry: afterExpiry, At: t.now, Usage: t.priced, Excess: excess, Note: t.note})
 		if b := t.view.Balance(key); len(b.Thresholds) > 0 {
@@ -366,7 +375,7 @@ func (t *closeTx) settle(r *ledger.Reservation, late, afterExpiry bool) events.E
 	t.reply.Status = events.StatusSettled
 	t.reply.Actual = t.actual.String()
 	t.reply.Late = late
-	return evs
+	return evs, nil
 }
 
 // clampedBefore reports whether a settle of r with t.actual, above the
@@ -436,7 +445,7 @@ func (t *closeTx) decideClosed(r *ledger.Reservation) (events.Events, error) {
 	case events.StatusExpired:
 		// The sweeper returned the reservation, but the money was spent:
 		// record it, late, in the reservation's own period.
-		return t.settle(r, true, true), nil
+		return t.settle(r, true, true)
 	}
 	return nil, events.ReservationErrorf(events.CodeAlreadyReleased, t.id, r.Status,
 		"reservation %s was already released; its actual cost cannot be recorded", t.id)

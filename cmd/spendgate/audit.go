@@ -240,7 +240,9 @@ func audit(args []string) int {
 	if now.IsZero() {
 		now = time.Now()
 	}
-	balances := append(st.Balances(), report.IdleBalances(st, now)...)
+	balances := st.Balances()
+	report.DefinedLimits(st, balances)
+	balances = append(balances, report.IdleBalances(st, now)...)
 	slices.SortFunc(balances, func(a, b projector.Balance) int { return strings.Compare(a.Key, b.Key) })
 	if err := writeBalances(os.Stdout, balances); err != nil {
 		fmt.Fprintln(os.Stderr, "spendgate: audit balances: the CSV is incomplete:", err)

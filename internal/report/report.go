@@ -161,6 +161,32 @@ func (p *Reader) Report(ctx context.Context, f Filter, by GroupBy) (*SpendReport
 	return rep, nil
 }
 
+// DefinedLimits sets the Limit of each balance of bs whose budget was
+// redefined after the balance's last revision, during the balance's own
+// period instance, to that definition's limit. A balance's revisions carry
+// the limit in force when they were written, so a limit changed after the
+// last admit, settle or release of the period (a limit lowered to stop
+// further spend, which denies every admit and so writes nothing) would
+// otherwise show the old one; with the definition, audit balances shows the
+// limit that applied, as budget get does. A definition made in a later
+// instance leaves the balance's own.
+func DefinedLimits(st *projector.State, bs []projector.Balance) {
+	for i := range bs {
+		b := &bs[i]
+		def, ok := st.Budget(b.Ref.Budget())
+		if !ok || def.Revision <= b.Revision {
+			continue
+		}
+		loc, err := events.LoadZone(def.TZ)
+		if err != nil {
+			continue // the fold refused such a definition
+		}
+		if b.Ref.Period.InstanceIn(def.DefinedAt, loc) == b.Ref.Instance {
+			b.Limit = def.Limit
+		}
+	}
+}
+
 // IdleBalances returns, for every budget of st that has no balance in its
 // period instance at t, that balance with zero totals: a budget defined
 // but not used in the current period. Limit and Unit are the budget's;

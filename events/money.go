@@ -16,6 +16,11 @@ const (
 	MaxIntegerDigits = 18
 	// MaxFractionDigits caps digits after the decimal point (1e-12).
 	MaxFractionDigits = 12
+	// MaxSumIntegerDigits caps digits before the point of a sum that a
+	// reply or a report states (ParseSum): a report adds up amounts of many
+	// budgets, which can outgrow MaxIntegerDigits; Context keeps every sum
+	// exact up to this many.
+	MaxSumIntegerDigits = 40 - MaxFractionDigits
 )
 
 // Context is the one decimal context of the money path. 40 digits of
@@ -47,11 +52,24 @@ func ParseMoney(s string) (Money, error) { return ParseMoneyField("amount", s) }
 // ParseMoneyField is ParseMoney for the request field name, whose errors
 // name that field ("actual \"-1\" is negative", "limit is empty").
 func ParseMoneyField(name, s string) (Money, error) {
+	return parseDecimal(name, s, MaxAmountLen, MaxIntegerDigits)
+}
+
+// ParseSum parses a sum of amounts as a report states it (a group's
+// spend, overrun or reserved; what denied admits asked): ParseMoney's
+// rules, but up to MaxSumIntegerDigits digits before the point, since a
+// sum over many budgets may pass MaxIntegerDigits. Its errors call the
+// value "sum".
+func ParseSum(s string) (Money, error) {
+	return parseDecimal("sum", s, MaxSumIntegerDigits+1+MaxFractionDigits, MaxSumIntegerDigits)
+}
+
+func parseDecimal(name, s string, maxLen, maxInt int) (Money, error) {
 	if s == "" {
 		return Money{}, Errorf(CodeInvalidAmount, "%s is empty", name)
 	}
-	if len(s) > MaxAmountLen {
-		return Money{}, Errorf(CodeInvalidAmount, "%s is longer than %d characters", name, MaxAmountLen)
+	if len(s) > maxLen {
+		return Money{}, Errorf(CodeInvalidAmount, "%s is longer than %d characters", name, maxLen)
 	}
 	if s[0] == '-' {
 		return Money{}, Errorf(CodeInvalidAmount, "%s %q is negative", name, s)
@@ -60,8 +78,8 @@ func ParseMoneyField(name, s string) (Money, error) {
 	if !digitsOnly(intPart) || (hasDot && !digitsOnly(frac)) {
 		return Money{}, Errorf(CodeInvalidAmount, "%s %q is not a plain decimal string (digits, optional '.' and digits)", name, s)
 	}
-	if len(strings.TrimLeft(intPart, "0")) > MaxIntegerDigits {
-		return Money{}, Errorf(CodeInvalidAmount, "%s %q has more than %d integer digits", name, s, MaxIntegerDigits)
+	if len(strings.TrimLeft(intPart, "0")) > maxInt {
+		return Money{}, Errorf(CodeInvalidAmount, "%s %q has more than %d integer digits", name, s, maxInt)
 	}
 	if len(frac) > MaxFractionDigits {
 		return Money{}, Errorf(CodeInvalidAmount, "%s %q has more than %d fractional digits", name, s, MaxFractionDigits)

@@ -206,7 +206,7 @@ func reportOf(by report.GroupBy, f report.Filter, reply events.ReportReply) (*re
 			to *events.Money
 			s  string
 		}{{&sg.Spend, g.Spend}, {&sg.Overrun, g.Overrun}, {&sg.Reserved, g.Reserved}} {
-			v, err := events.ParseMoney(m.s)
+			v, err := events.ParseSum(m.s)
 			if err != nil {
 				return nil, fmt.Errorf("the reply holds %q: %w", m.s, err)
 			}
@@ -223,7 +223,7 @@ func reportOf(by report.GroupBy, f report.Filter, reply events.ReportReply) (*re
 			to *events.Money
 			s  string
 		}{{&sg.Amount, g.Amount}, {&sg.Asked, g.Asked}} {
-			v, err := events.ParseMoney(m.s)
+			v, err := events.ParseSum(m.s)
 			if err != nil {
 				return nil, fmt.Errorf("the reply holds %q: %w", m.s, err)
 			}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/spendgate/spendgate/events"
@@ -112,6 +113,39 @@ type aggCell struct {
 	Bucket int64 `json:"bucket"`
 	groupKey
 	cell
+}
+
+// UnmarshalJSON reads a cell as MarshalJSON wrote it. Its sums add up
+// many reservations of many budgets, so they may pass the 18 integer
+// digits of one amount (events.Money's own decoding): they are read with
+// events.ParseSum, or a replica could never load the snapshot again.
+func (c *aggCell) UnmarshalJSON(b []byte) error {
+	var j struct {
+		Bucket int64 `json:"bucket"`
+		groupKey
+		Reservations, Open, Settled, Released, Expired, Late int64
+		Spend, Overrun, Reserved                             string
+	}
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*c = aggCell{Bucket: j.Bucket, groupKey: j.groupKey, cell: cell{Reservations: j.Reservations, Open: j.Open,
+		Settled: j.Settled, Released: j.Released, Expired: j.Expired, Late: j.Late}}
+	for _, f := range []struct {
+		to *events.Money
+		s  string
+	}{{&c.Spend, j.Spend}, {&c.Overrun, j.Overrun}, {&c.Reserved, j.Reserved}} {
+		neg := strings.HasPrefix(f.s, "-")
+		v, err := events.ParseSum(strings.TrimPrefix(f.s, "-"))
+		if err != nil {
+			return err
+		}
+		if neg {
+			v = events.Zero.Sub(v)
+		}
+		*f.to = v
+	}
+	return nil
 }
 
 type aggChain struct {

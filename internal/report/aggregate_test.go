@@ -549,3 +549,46 @@ func groupValues(rep *report.AggregateReport) []string {
 	}
 	return out
 }
+
+// A cell's sums add up reservations of many budgets, so they may pass the
+// 18 integer digits of one amount: two budgets each settle 6e17 under one
+// model. The report snapshot holding that cell reads back (a replica that
+// could not read it would skip every later snapshot too), and the report
+// equals the replay's.
+//
+// How we know it can fail: without aggCell.UnmarshalJSON, UnmarshalAggregate
+// refuses "1200000000000000000": invalid_amount, more than 18 integer
+// digits.
+func TestAggregate_SnapshotSumsPastOneAmount(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t, testenv.WithLayout(lanes2))
+	bk := newBook(t, env)
+	bk.define(acme.Budget(), "999999999999999999")
+	bk.define(u17.Budget(), "999999999999999999")
+	const big = "600000000000000000"
+	meta := map[string]string{"model": "xl"}
+	bk.commit(open("rsv_a", big, t0, time.Minute, meta, acme)...)
+	bk.commit(open("rsv_b", big, t0, time.Minute, meta, u17)...)
+	bk.commit(settle("rsv_a", big, big, t0.Add(time.Second), false, false, acme)...)
+	bk.commit(settle("rsv_b", big, big, t0.Add(time.Second), false, false, u17)...)
+
+	a := report.NewAggregate()
+	foldStream(t, env, a, 0)
+	data, err := a.MarshalJSON()
+	require.NoError(t, err)
+	require.Contains(t, string(data), `"1200000000000000000"`)
+	restored, err := report.UnmarshalAggregate(data)
+	require.NoError(t, err)
+	again, err := restored.MarshalJSON()
+	require.NoError(t, err)
+	require.Equal(t, string(data), string(again), "a snapshot reads back to itself")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	want, err := report.NewReader(env.JS, env.Layout, projector.New(env.JS, env.Layout)).Report(ctx, report.Filter{}, report.ByMetadata("model"))
+	require.NoError(t, err)
+	require.Equal(t, "1200000000000000000", want.Groups[0].Spend.String())
+	got, err := restored.Report(report.ByMetadata("model"), report.Filter{})
+	require.NoError(t, err)
+	requireSameReport(t, want, got)
+}

@@ -38,6 +38,17 @@ type Section interface {
 	ResetSection()
 }
 
+// SectionCopier is a Section whose state is quicker to copy than to
+// encode: a replica writing a snapshot calls CopySection while it holds
+// its book's lock (the book and the readers stand at the snapshot's
+// sequence), and the function it returns, which encodes the copy as
+// MarshalSection would, after it lets go, so that admits do not wait for
+// the encoding.
+type SectionCopier interface {
+	Section
+	CopySection() func() ([]byte, error)
+}
+
 // Ceiling is a Reader that needs the fold to start at or before a
 // position (a feed relay: events between where the feed stands and a
 // snapshot would never reach it): the replica loads no snapshot past the

@@ -167,6 +167,13 @@ type snapshotState struct {
 	Expired []snapClosed `json:"expired,omitempty"`
 	// WindowSize is the length of the window section (version 3).
 	WindowSize int `json:"window_size,omitempty"`
+	// whole are the window section's entries written whole, whose JSON
+	// finishWindow inserts into window (and WindowSize) outside the
+	// book's lock, before the snapshot is encoded.
+	whole []windowWhole
+	// sectionsLater are the readers' sections copied under the book's
+	// lock (SectionCopier), which finish encodes into Sections.
+	sectionsLater []laterSection
 	// Voids are the voided request ids the book remembers, in the order
 	// their voids were stamped (absent in a snapshot written before voids
 	// existed, which holds none).
@@ -303,6 +310,20 @@ func (b *book) exactAt(seq uint64) bool {
 // for tests). It copies what it reads, so the result may be encoded
 // without the lock.
 func (b *book) snapshotAs(seq uint64, version int) (*snapshotState, error) {
+	st, err := b.snapshotCopy(seq, version)
+	if err == nil {
+		err = st.finish()
+	}
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// snapshotCopy is snapshotAs but for the JSON of the window's entries
+// written whole, which st.finish adds: a replica copies its book under
+// the book's read lock, and encodes those outside it.
+func (b *book) snapshotCopy(seq uint64, version int) (*snapshotState, error) {
 	st := &snapshotState{Version: version, Seq: seq, Lanes: b.layout.Lanes(), ServerNow: b.serverNow}
 	for key, d := range b.budgets {
 		raw, err := json.Marshal(&d.src)
@@ -392,7 +413,7 @@ func (b *book) snapshotAs(seq uint64, version int) (*snapshotState, error) {
 		// Sized for the entries at once: grown by append, a large
 		// window was copied over and over while the book was locked.
 		buf := make([]byte, 0, 64+(b.win.rings[winClosed].n+b.win.rings[winExpired].n)*snapEntryBytes)
-		if st.window, err = b.win.appendWindow(buf, balIdx); err != nil {
+		if st.window, st.whole, err = b.win.appendWindow(buf, balIdx); err != nil {
 			return nil, err
 		}
 		st.WindowSize = len(st.window)
@@ -409,6 +430,41 @@ func (b *book) snapshotAs(seq uint64, version int) (*snapshotState, error) {
 		st.Learned = append(st.Learned, snapLearned{Scope: k.Scope, Model: k.Model, Costs: b.learned.Window(k).Costs()})
 	}
 	return st, nil
+}
+
+// finish encodes what was copied under the book's lock to be encoded
+// after it: the readers' sections that are SectionCopiers, and the JSON of
+// the window's entries written whole, inserted into the window section
+// (snapshotCopy and dumpSections leave them out); once done it does
+// nothing.
+func (st *snapshotState) finish() error {
+	for _, ls := range st.sectionsLater {
+		data, err := ls.encode()
+		if err != nil {
+			return fmt.Errorf("ledger: snapshot section %s: %w", ls.name, err)
+		}
+		if st.Sections == nil {
+			st.Sections = map[string]json.RawMessage{}
+		}
+		st.Sections[ls.name] = data
+	}
+	st.sectionsLater = nil
+	if len(st.whole) == 0 {
+		return nil
+	}
+	win, err := finishWindow(st.window, st.whole)
+	if err != nil {
+		return err
+	}
+	st.window, st.WindowSize, st.whole = win, len(win), nil
+	return nil
+}
+
+// laterSection is a reader's section copied under the book's lock, and
+// the function that encodes the copy (SectionCopier).
+type laterSection struct {
+	name   string
+	encode func() ([]byte, error)
 }
 
 func snapRes(r *Reservation) snapReservation {
@@ -675,6 +731,9 @@ func (b *book) loadClosed(v, which int, c snapClosed) error {
 // the JSON line, then the window section), signed by signer for bucket
 // (version 4; nil: unsigned).
 func encodeSnapshot(st *snapshotState, bucket string, signer *signing.Signer) ([]byte, error) {
+	if err := st.finish(); err != nil {
+		return nil, err
+	}
 	body, err := json.Marshal(st)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: encoding snapshot: %w", err)

@@ -31,11 +31,12 @@ const (
 // appendWindow appends the window section of w: its units and its rings'
 // live entries. balIdx gives each balance's index in the snapshot's
 // balances; an entry whose balance is not there is written whole.
-func (w *window) appendWindow(dst []byte, balIdx map[*balance]int) ([]byte, error) {
+func (w *window) appendWindow(dst []byte, balIdx map[*balance]int) ([]byte, []windowWhole, error) {
 	dst = binary.AppendUvarint(dst, uint64(len(w.units)))
 	for _, u := range w.units {
 		dst = appendString(dst, u)
 	}
+	var whole []windowWhole
 	for which := range w.rings {
 		rg := &w.rings[which]
 		live := 0
@@ -51,27 +52,21 @@ func (w *window) appendWindow(dst []byte, balIdx map[*balance]int) ([]byte, erro
 			if e.flags&flagDead != 0 {
 				continue
 			}
-			var err error
-			if dst, err = w.appendEntry(dst, e, prev, balIdx); err != nil {
-				return nil, err
-			}
+			dst, whole = w.appendEntry(dst, whole, e, prev, balIdx)
 			prev = e.at
 		}
 	}
-	return dst, nil
+	return dst, whole, nil
 }
 
-func (w *window) appendEntry(dst []byte, e *winEntry, prev int64, balIdx map[*balance]int) ([]byte, error) {
+func (w *window) appendEntry(dst []byte, whole []windowWhole, e *winEntry, prev int64, balIdx map[*balance]int) ([]byte, []windowWhole) {
 	bi, ok := balIdx[e.bal]
 	if (e.ext != nil && e.ext.res != nil) || !ok || e.status == 0 {
-		r := w.reservation(e)
-		raw, err := json.Marshal(snapRes(r))
-		if err != nil {
-			return nil, fmt.Errorf("ledger: snapshot of reservation %s: %w", r.ID, err)
-		}
+		// Written whole, as its reservation's JSON: only a copy is taken
+		// here, under the book's lock; finishWindow encodes it after.
 		dst = append(dst, 0)
 		dst = binary.AppendVarint(dst, e.at-prev)
-		return appendString(dst, string(raw)), nil
+		return dst, append(whole, windowWhole{off: len(dst), res: snapRes(w.reservation(e))})
 	}
 	tag := e.status | e.idKind<<tagIDShift | e.reqKind<<tagReqShift
 	if e.flags&flagLate != 0 {
@@ -101,7 +96,46 @@ func (w *window) appendEntry(dst []byte, e *winEntry, prev int64, balIdx map[*ba
 	dst = append(dst, byte(e.amountExp))
 	dst = binary.AppendVarint(dst, e.actual)
 	dst = append(dst, byte(e.actualExp))
-	return dst, nil
+	return dst, whole
+}
+
+// windowWhole is an entry of the window section written whole (a
+// reservation held in several balances, priced from a model, or of a
+// balance the snapshot does not hold): a copy of its reservation, taken
+// under the book's lock, and the offset in the section, right after the
+// entry's tag and time, where its JSON goes. Encoding that JSON for every
+// such entry under the lock held every admit for seconds with 100,000 of
+// them in the window, so finishWindow does it after the lock.
+type windowWhole struct {
+	off int
+	res snapReservation
+}
+
+// finishWindow returns the window section sec with each whole entry's JSON
+// inserted at its offset (whole in section order).
+func finishWindow(sec []byte, whole []windowWhole) ([]byte, error) {
+	if len(whole) == 0 {
+		return sec, nil
+	}
+	raws := make([][]byte, len(whole))
+	n := len(sec)
+	for i := range whole {
+		raw, err := json.Marshal(&whole[i].res)
+		if err != nil {
+			return nil, fmt.Errorf("ledger: snapshot of reservation %s: %w", whole[i].res.ID, err)
+		}
+		raws[i] = raw
+		n += binary.MaxVarintLen64 + len(raw)
+	}
+	out := make([]byte, 0, n)
+	at := 0
+	for i, wh := range whole {
+		out = append(out, sec[at:wh.off]...)
+		out = binary.AppendUvarint(out, uint64(len(raws[i])))
+		out = append(out, raws[i]...)
+		at = wh.off
+	}
+	return append(out, sec[at:]...), nil
 }
 
 // snapEntryBytes is about what appendEntry writes for an entry (66.5 in

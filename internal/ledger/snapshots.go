@@ -147,7 +147,7 @@ func (l *Ledger) dumpExact(ctx context.Context, version int) (*snapshotState, ti
 		var st *snapshotState
 		var err error
 		if seq > 0 && l.bk.exactAt(seq) {
-			st, err = l.bk.snapshotAs(seq, version)
+			st, err = l.bk.snapshotCopy(seq, version)
 			if err == nil && version >= 4 {
 				// The readers are at seq too: the follower feeds them
 				// before it advances, and cannot fold seq+1 into the book
@@ -157,6 +157,11 @@ func (l *Ledger) dumpExact(ctx context.Context, version int) (*snapshotState, ti
 		}
 		locked := time.Since(t0)
 		l.mu.RUnlock()
+		if err == nil && st != nil {
+			// The window's entries written whole are encoded now, off
+			// the lock (snapshotCopy took copies of them).
+			err = st.finish()
+		}
 		if err != nil || st != nil {
 			return st, locked, err
 		}
@@ -371,6 +376,11 @@ func (l *Ledger) dumpSections(st *snapshotState) error {
 	for _, r := range l.readers {
 		sec, ok := r.(Section)
 		if !ok {
+			continue
+		}
+		if c, ok := sec.(SectionCopier); ok {
+			// Encoded by st.finish, after the lock.
+			st.sectionsLater = append(st.sectionsLater, laterSection{sec.SectionName(), c.CopySection()})
 			continue
 		}
 		data, err := sec.MarshalSection()

@@ -46,3 +46,37 @@ func TestSeries_Section(t *testing.T) {
 	back.ResetSection()
 	require.Nil(t, back.Points(ref, "2026-12"))
 }
+
+// CopySection copies the series when it is called (under the replica's
+// book lock) and encodes them as MarshalSection did then, whatever is
+// folded in between: a point added, a series started again in the next
+// instance (which reuses the points' array).
+func TestSeries_CopySection(t *testing.T) {
+	s := NewSeries()
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	a := events.BudgetRef{Scope: "org:a", Period: events.PeriodMonth}
+	b := events.BudgetRef{Scope: "org:b", Period: events.PeriodDay}
+	s.m[a], s.m[b] = &series{}, &series{}
+	for i := range 5 {
+		s.m[a].add("2026-12", Point{T: t0.Add(time.Duration(i) * time.Minute), Spent: events.MoneyFromInt(int64(i))})
+		s.m[b].add("2026-12-01", Point{T: t0.Add(time.Duration(i) * time.Minute), Reserved: events.MoneyFromInt(int64(i))})
+	}
+	want, err := s.MarshalSection()
+	require.NoError(t, err)
+	encode := s.CopySection()
+	s.m[a].add("2026-12", Point{T: t0.Add(time.Hour), Spent: events.MoneyFromInt(9)})
+	s.m[b].add("2026-12-02", Point{T: t0.Add(24 * time.Hour), Reserved: events.MoneyFromInt(7)})
+	got, err := encode()
+	require.NoError(t, err)
+	back, wantBack := NewSeries(), NewSeries()
+	require.NoError(t, back.LoadSection(7, got))
+	require.NoError(t, wantBack.LoadSection(7, want))
+	for _, ref := range []events.BudgetRef{a, b} {
+		inst := "2026-12"
+		if ref == b {
+			inst = "2026-12-01"
+		}
+		require.Len(t, back.Points(ref, inst), 5)
+		require.Equal(t, wantBack.Points(ref, inst), back.Points(ref, inst))
+	}
+}

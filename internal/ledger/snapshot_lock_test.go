@@ -1,0 +1,93 @@
+package ledger
+
+import (
+	"encoding/hex"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/streams"
+)
+
+// multiScopeBook is a book whose idempotency window holds n settled
+// reservations, each held in two balances (an org's and a user's, as an
+// admit naming both scopes makes): entries the window section writes
+// whole, as their reservation's JSON.
+func multiScopeBook(t testing.TB, n int) (*book, uint64) {
+	bk := newBook(streams.Default(), time.Hour, time.Hour)
+	const budgets = 64
+	var bals []*balance
+	for j := 0; j < budgets; j++ {
+		ref := events.BalanceRef{Scope: events.Scope(fmt.Sprintf("org:m%d", j)), Period: events.PeriodMonth, Instance: "2026-11"}
+		bl := &balance{key: streams.BalanceKey(ref), ref: ref, self: []events.BalanceRef{ref}, unit: "USD", open: map[string]*Reservation{}}
+		bk.balances[bl.key] = bl
+		bals = append(bals, bl)
+	}
+	for j := 0; j < n; j++ {
+		b1, b2 := bals[j%budgets], bals[(j+1)%budgets]
+		both := []events.BalanceRef{b1.ref, b2.ref}
+		h := uuid.New()
+		id, rq := "rsv_"+uuid.Must(uuid.NewV7()).String(), uuid.NewString()
+		at := bookT0.Add(time.Duration(j) * time.Millisecond)
+		for _, bl := range []*balance{b1, b2} {
+			bk.applyEvent(bl, bl.key, uint64(j+1), events.ReservationOpened{ReservationID: id, RequestID: rq, RequestHash: hex.EncodeToString(h[:]),
+				Balance: bl.ref, Amount: events.MustMoney("0.25"), Unit: "USD", Balances: both, ExpiresAt: at.Add(time.Hour), At: at})
+		}
+		for _, bl := range []*balance{b1, b2} {
+			bk.applyEvent(bl, bl.key, uint64(j+1), events.ReservationSettled{ReservationID: id, Balance: bl.ref,
+				Reserved: events.MustMoney("0.25"), Actual: events.MustMoney("0.2"), Overrun: events.Zero, At: at})
+		}
+		bk.forgetUntil(uint64(j+1), at)
+	}
+	require.Equal(t, n, bk.win.len())
+	return bk, uint64(n)
+}
+
+// TestSnapshot_WholeEntriesEncodedOffTheLock: a replica copies its book
+// for a snapshot under the book's read lock (snapshotCopy), during which
+// no commit applies and every admit waits. A window of reservations held
+// in several balances (every admit that names an org and a user) is
+// written whole, as JSON; encoding that JSON under the lock held admits
+// for 2-6 s per periodic snapshot with ~100,000 of them. The copy must
+// leave the encoding to finish, after the lock: the copy takes a fraction
+// of the encoding, and the snapshot it makes is byte for byte the one
+// snapshotAs encodes, and loads into the same book. How it can fail: the
+// JSON (or a growing buffer of it) encoded under the lock again makes the
+// copy as slow as the encoding; or an entry's JSON spliced in at the
+// wrong offset makes the section unreadable.
+func TestSnapshot_WholeEntriesEncodedOffTheLock(t *testing.T) {
+	bk, seq := multiScopeBook(t, 20_000)
+	want, err := bk.snapshotAs(seq, SnapshotVersion)
+	require.NoError(t, err)
+	wantData, err := encodeSnapshot(want, "", nil)
+	require.NoError(t, err)
+
+	// The best of three runs each, so that a busy machine does not decide.
+	copied, finished := time.Duration(1<<62), time.Duration(1<<62)
+	var got *snapshotState
+	for range 3 {
+		start := time.Now()
+		st, err := bk.snapshotCopy(seq, SnapshotVersion)
+		require.NoError(t, err)
+		copied = min(copied, time.Since(start))
+		start = time.Now()
+		require.NoError(t, st.finish())
+		finished = min(finished, time.Since(start))
+		got = st
+	}
+	t.Logf("20,000 whole entries: copied (under the lock) in %v, encoded after it in %v", copied, finished)
+	require.Less(t, copied, finished/2, "the copy under the book's lock must leave the entries' JSON to finish")
+
+	gotData, err := encodeSnapshot(got, "", nil)
+	require.NoError(t, err)
+	require.Equal(t, wantData, gotData)
+	dec, err := decodeSnapshot(gotData)
+	require.NoError(t, err)
+	loaded, err := bookFromSnapshot(bk.layout, bk.retention, bk.expiredKeep, dec)
+	require.NoError(t, err)
+	require.Equal(t, bookView(bk), bookView(loaded))
+}

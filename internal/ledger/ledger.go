@@ -63,6 +63,9 @@ type Ledger struct {
 	// snapSkipped and snapWritten feed SnapshotStats.
 	snapStore               jetstream.ObjectStore
 	snapLoaded, snapWritten atomic.Uint64
+	// snapAt is when the newest snapshot this replica knows of was
+	// written, in Unix nanoseconds (0: none; SnapshotAge).
+	snapAt atomic.Int64
 	// foldedEvents counts the events the follower folded since the last
 	// snapshot this replica wrote (a trigger of the periodic writer).
 	foldedEvents atomic.Uint64

@@ -48,6 +48,9 @@ type SnapshotInfo struct {
 	Seq uint64
 	// Size is the encoded size in bytes.
 	Size uint64
+	// At is when it was written: its object's modification time as the
+	// bucket lists it, or the time this replica wrote it.
+	At time.Time
 	// Locked is how long this replica held its book's read lock to copy
 	// the book for a snapshot it wrote: no commit applies meanwhile, so
 	// every admit waits up to that long (0 for a listed snapshot).
@@ -101,9 +104,11 @@ func (l *Ledger) writeSnapshot(ctx context.Context, store jetstream.ObjectStore)
 	if err != nil {
 		return SnapshotInfo{}, fmt.Errorf("ledger: writing snapshot %s: %w", name, err)
 	}
+	now := time.Now()
 	l.snapWritten.Store(st.Seq)
+	l.snapAt.Store(now.UnixNano())
 	l.foldedEvents.Store(0)
-	return SnapshotInfo{Name: name, Seq: st.Seq, Size: info.Size, Locked: locked}, nil
+	return SnapshotInfo{Name: name, Seq: st.Seq, Size: info.Size, At: now, Locked: locked}, nil
 }
 
 // FinalSnapshot writes a snapshot as a replica stops gracefully, so that
@@ -201,7 +206,7 @@ func listSnapshots(ctx context.Context, store jetstream.ObjectStore) ([]Snapshot
 	var out []SnapshotInfo
 	for _, o := range objs {
 		if seq, ok := streams.SnapshotSeq(o.Name); ok && !o.Deleted {
-			out = append(out, SnapshotInfo{Name: o.Name, Seq: seq, Size: o.Size})
+			out = append(out, SnapshotInfo{Name: o.Name, Seq: seq, Size: o.Size, At: o.ModTime})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Seq > out[j].Seq })
@@ -271,6 +276,7 @@ func (l *Ledger) loadSnapshot(ctx context.Context, last uint64) uint64 {
 		l.advance(s.Seq)
 		l.snapLoaded.Store(s.Seq)
 		l.snapWritten.Store(s.Seq)
+		l.seenSnapshot(s)
 		l.opts.log.Info("ledger: loaded snapshot", "snapshot", s.Name, "seq", s.Seq, "bytes", s.Size,
 			"reservations", len(b.reservations), "took", time.Since(start), "tail", last-s.Seq)
 		return s.Seq
@@ -486,6 +492,7 @@ func (l *Ledger) snapshotLoop(ctx context.Context) {
 		list, err := listSnapshots(ctx, store)
 		if err == nil && len(list) > 0 && list[0].Seq > last {
 			l.snapWritten.Store(list[0].Seq)
+			l.seenSnapshot(list[0])
 			if applied-list[0].Seq < l.opts.snapRevisions && l.foldedEvents.Load() < l.opts.snapEvents && time.Since(lastAt) < l.opts.snapInterval {
 				continue
 			}
@@ -585,6 +592,25 @@ type SnapshotStats struct {
 	// Written is the sequence of the newest snapshot this replica wrote or
 	// saw.
 	Written uint64
+}
+
+// seenSnapshot records s as the newest snapshot this replica knows of, for
+// SnapshotAge.
+func (l *Ledger) seenSnapshot(s SnapshotInfo) {
+	if !s.At.IsZero() && s.At.UnixNano() > l.snapAt.Load() {
+		l.snapAt.Store(s.At.UnixNano())
+	}
+}
+
+// SnapshotAge returns how long ago the newest snapshot this replica knows
+// of was written (one it loaded at start, wrote, or found written by
+// another replica when its own was due), or -1 if it knows of none.
+func (l *Ledger) SnapshotAge() time.Duration {
+	at := l.snapAt.Load()
+	if at == 0 {
+		return -1
+	}
+	return max(time.Since(time.Unix(0, at)), 0)
 }
 
 // SnapshotStats returns what this replica did with snapshots.

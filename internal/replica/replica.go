@@ -441,6 +441,7 @@ func registerMetrics(cfg Config, l *ledger.Ledger, svc *service.Service, probe *
 	// Lag and health against the stream's end as its leader has it, not
 	// as the follower's own consumer (on any copy) reports it.
 	cfg.Metrics.RegisterFollowerLag(probe.Lag)
+	cfg.Metrics.RegisterSnapshotAge(l.SnapshotAge)
 	cfg.Metrics.RegisterLedgerHealth(func() metrics.LedgerHealth {
 		st := probe.Status()
 		return metrics.LedgerHealth{Ready: probe.Check() == nil, Leader: st.Leader, Delay: st.Delay}

@@ -5,6 +5,7 @@ import (
 	"math"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,7 +51,7 @@ func TestServe_SnapshotAgeMetric(t *testing.T) {
 	})
 	p.stop(t) // writes no new snapshot: the periodic one is at the stream's end
 
-	startProc(t, true, args...)
+	p = startProc(t, true, args...)
 	testenv.WaitFor(t, 10*time.Second, "ready again", func() bool {
 		code, _ := httpStatus(t, base+"/readyz")
 		return code == http.StatusOK
@@ -59,4 +60,12 @@ func TestServe_SnapshotAgeMetric(t *testing.T) {
 	require.False(t, math.IsNaN(age), "the loaded snapshot's age")
 	require.GreaterOrEqual(t, age, 3.0, "the age of the snapshot loaded, not of the restart")
 	require.Less(t, age, 60.0)
+
+	// The restart said which snapshot it was loading before it read it (a
+	// large one takes seconds, with nothing else in the log meanwhile),
+	// and then that it had.
+	out := p.out.String()
+	loading, loaded := strings.Index(out, "ledger: loading snapshot"), strings.Index(out, "ledger: loaded snapshot")
+	require.GreaterOrEqual(t, loading, 0, out)
+	require.Greater(t, loaded, loading, out)
 }

@@ -248,6 +248,9 @@ func (l *Ledger) loadSnapshot(ctx context.Context, last uint64) uint64 {
 		if s.Seq > ceiling {
 			continue // a reader (the feed) stands before it
 		}
+		// Reading a large snapshot takes seconds (most of a restart): say
+		// what the replica is doing before it goes quiet.
+		l.opts.log.Info("ledger: loading snapshot", "snapshot", s.Name, "seq", s.Seq, "bytes", s.Size, "tail", last-s.Seq)
 		start := time.Now()
 		b, sections, err := l.readSnapshot(ctx, store, s.Name)
 		if err == nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spendgate/spendgate/embedded"
+	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/config"
 	"github.com/spendgate/spendgate/internal/dashboard"
 	"github.com/spendgate/spendgate/internal/health"
@@ -130,10 +131,27 @@ func serve(args []string) int {
 	if *readyMaxDelay <= 0 {
 		return serveCommand.usageError(fs, "--ready-max-delay must be positive")
 	}
+	if *readyTimeout <= 0 {
+		return serveCommand.usageError(fs, "--ready-timeout must be positive (how long the fold of the ledger stream at start may take)")
+	}
+	if *maxTTL < events.MinTTL || *maxTTL > events.MaxTTL {
+		return serveCommand.usageError(fs, fmt.Sprintf("--max-ttl %v must be %v..%v", *maxTTL, events.MinTTL, events.MaxTTL))
+	}
+	if *defTTL < events.MinTTL || *defTTL > *maxTTL {
+		return serveCommand.usageError(fs, fmt.Sprintf("--default-ttl %v must be %v..%v (--max-ttl)", *defTTL, events.MinTTL, *maxTTL))
+	}
+	if *metricsBudgets < 0 {
+		return serveCommand.usageError(fs, "--metrics-budgets must not be negative (0: no per-budget gauges)")
+	}
+	if *lanes < 1 || *lanes > streams.MaxLanes {
+		return serveCommand.usageError(fs, fmt.Sprintf("--lanes must be 1..%d", streams.MaxLanes))
+	}
 	// --sync-always is honoured or refused, never ignored: given with
 	// --nats-url (by flag, environment or file, either value) it is refused.
 	if *natsURL != "" && visited(fs, "sync-always") {
-		return serveCommand.usageError(fs, "--sync-always applies to the embedded server; with --nats-url set sync_interval in that server's configuration")
+		return serveCommand.usageError(fs, "--sync-always applies to the embedded server, but a NATS URL is set ("+*natsURL+
+			", by --nats-url, $"+natsconn.EnvSpendgateURL+" or --config), so serve would join that server: drop --sync-always, "+
+			"and set sync_interval in that server's configuration; or unset the URL to embed a server")
 	}
 	// --listen is refused the same way: it is the embedded server's
 	// address, and a replica that joins a server listens on nothing, so

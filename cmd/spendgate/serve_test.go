@@ -297,3 +297,45 @@ func TestServe_DashboardOff(t *testing.T) {
 	require.Equal(t, exitUsage, r.code, r.stderr)
 	require.Contains(t, r.stderr, "--dashboard applies to the --http listener, which is off")
 }
+
+// TestServe_BadValuesRefused: a serve flag value that cannot work is a
+// usage error (exit 64) naming the flag, before the embedded server
+// starts (no data dir is made), whether it comes from the command line or
+// the --config file. How it can fail: a negative --ready-timeout started
+// everything and then stopped with "ledger fold did not finish in time";
+// --default-ttl above --max-ttl stopped with "ttl default 5m0s must lie in
+// [1s, 1s] within [1s, 24h0m0s]", naming no flag; a negative
+// --metrics-budgets was taken; --lanes -3 was refused only after the
+// embedded server started; --sync-always beside a URL from
+// $SPENDGATE_NATS_URL did not say where the URL came from.
+func TestServe_BadValuesRefused(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		env  []string
+		want string
+	}{
+		{[]string{"--ready-timeout", "-1s"}, nil, "--ready-timeout must be positive"},
+		{[]string{"--ready-timeout", "0"}, nil, "--ready-timeout must be positive"},
+		{[]string{"--max-ttl", "1s", "--default-ttl", "5m"}, nil, "--default-ttl 5m0s must be 1s..1s (--max-ttl)"},
+		{[]string{"--default-ttl", "100ms"}, nil, "--default-ttl 100ms must be 1s..24h0m0s"},
+		{[]string{"--max-ttl", "48h"}, nil, "--max-ttl 48h0m0s must be 1s..24h0m0s"},
+		{[]string{"--metrics-budgets", "-1"}, nil, "--metrics-budgets must not be negative"},
+		{[]string{"--lanes", "-3"}, nil, "--lanes must be 1..1024"},
+		{[]string{"--lanes", "0"}, nil, "--lanes must be 1..1024"},
+		{[]string{"--sync-always=false"}, []string{"SPENDGATE_NATS_URL=nats://127.0.0.1:1"}, "but a NATS URL is set (nats://127.0.0.1:1, by --nats-url, $SPENDGATE_NATS_URL or --config)"},
+	} {
+		dir := filepath.Join(t.TempDir(), "data")
+		args := append([]string{"serve", "--data-dir", dir, "--listen", fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))}, tc.args...)
+		r := runUsage(t, tc.env, args...)
+		require.Equal(t, exitUsage, r.code, "%v: %s", tc.args, r.stderr)
+		require.Contains(t, r.stderr, tc.want, tc.args)
+		require.NoDirExists(t, dir, "%v: refused before anything starts", tc.args)
+	}
+	// The same from the --config file.
+	conf := filepath.Join(t.TempDir(), "spendgate.conf")
+	require.NoError(t, os.WriteFile(conf, []byte("ready-timeout = -5s\n"), 0o600))
+	r := runUsage(t, nil, "serve", "--config", conf, "--listen", fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)))
+	require.Equal(t, exitUsage, r.code, r.stderr)
+	require.Contains(t, r.stderr, "--ready-timeout must be positive")
+}

@@ -98,7 +98,7 @@ type snapClosed struct {
 const (
 	snapshotLookup  = 10 * time.Second
 	snapshotFormat  = "spendgate.snapshot"
-	snapshotVersion = 4
+	snapshotVersion = 5
 )
 
 // SnapshotCheck is what Check found of the newest snapshot.
@@ -232,7 +232,7 @@ func decodeSnapParts(data []byte) (*snapBody, *snapParts, error) {
 		for i, sb := range b.Balances {
 			bals[i] = snapBalRef{sb.Key, sb.Ref}
 		}
-		qs, err := decodeWindow(section, bals)
+		qs, err := decodeWindow(section, bals, h.Version)
 		if err != nil {
 			return nil, nil, err
 		}

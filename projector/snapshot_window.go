@@ -121,14 +121,28 @@ func (r *winReader) money() events.Money {
 	return events.MoneyFromCompact(coef, int8(exp[0]))
 }
 
-// decodeWindow reads a version 3 window section into its closed and
-// expired queues; bals are the snapshot's balances, in its order.
-func decodeWindow(data []byte, bals []snapBalRef) ([2][]snapFullQ, error) {
+// decodeWindow reads the window section of a snapshot of version (3 to 5)
+// into its closed and expired queues; bals are the snapshot's balances, in
+// its order.
+func decodeWindow(data []byte, bals []snapBalRef, version int) ([2][]snapFullQ, error) {
 	var qs [2][]snapFullQ
 	r := &winReader{b: data}
 	units := make([]string, 0, min(r.uvarint(), uint64(len(data))))
 	for i := 0; i < cap(units) && r.err == nil; i++ {
 		units = append(units, r.str())
+	}
+	// Version 5: the price quotes' prices, which a compact entry names by
+	// index with its token counts.
+	var quotes []events.PriceQuote
+	if version >= 5 && r.err == nil {
+		quotes = make([]events.PriceQuote, 0, min(r.uvarint(), uint64(len(r.b))))
+		for i := 0; i < cap(quotes) && r.err == nil; i++ {
+			var q events.PriceQuote
+			if err := json.Unmarshal([]byte(r.str()), &q); err != nil && r.err == nil {
+				r.fail(fmt.Errorf("price quote %d: %v", i, err))
+			}
+			quotes = append(quotes, q)
+		}
 	}
 	for q, name := range []string{"closed", "expired"} {
 		n := r.uvarint()
@@ -180,6 +194,14 @@ func decodeWindow(data []byte, bals []snapBalRef) ([2][]snapFullQ, error) {
 			res.OpenedAt, res.ExpiresAt = time.Unix(0, opened).UTC(), time.Unix(0, expires).UTC()
 			res.Balances = []events.BalanceRef{bals[bi].Ref}
 			res.Parts = append(res.Parts, snapFullPart{Key: bals[bi].Key, Unit: units[ui], Amount: amount, Actual: actual})
+			if version >= 5 {
+				if err := r.more(res, bals, units, quotes); err != nil {
+					return qs, fmt.Errorf("window: %s entry %d: %v", name, i, err)
+				}
+				if r.err != nil {
+					break
+				}
+			}
 			c.ID, c.Reservation = res.ID, res
 			qs[q] = append(qs[q], c)
 		}
@@ -191,4 +213,48 @@ func decodeWindow(data []byte, bals []snapBalRef) ([2][]snapFullQ, error) {
 		return qs, fmt.Errorf("window: %v", r.err)
 	}
 	return qs, nil
+}
+
+// more reads what follows a compact entry in version 5: a flags byte, then
+// (bit 0) the parts after the first, (bit 1) the price quote's index and
+// token counts; it adds them to res.
+func (r *winReader) more(res *snapFullRes, bals []snapBalRef, units []string, quotes []events.PriceQuote) error {
+	flags := r.take(1)
+	if r.err != nil {
+		return nil
+	}
+	if flags[0]&^3 != 0 {
+		return fmt.Errorf("flags %#x", flags[0])
+	}
+	if flags[0]&1 != 0 {
+		n := r.uvarint()
+		if n == 0 || n > uint64(len(r.b)) {
+			return fmt.Errorf("%d more parts in %d bytes", n, len(r.b))
+		}
+		for j := uint64(0); j < n && r.err == nil; j++ {
+			bi, ui := r.uvarint(), r.uvarint()
+			amount, actual := r.money(), r.money()
+			if r.err != nil {
+				return nil
+			}
+			if bi >= uint64(len(bals)) || ui >= uint64(len(units)) {
+				return fmt.Errorf("part %d: balance %d of %d, unit %d of %d", j+1, bi, len(bals), ui, len(units))
+			}
+			res.Balances = append(res.Balances, bals[bi].Ref)
+			res.Parts = append(res.Parts, snapFullPart{Key: bals[bi].Key, Unit: units[ui], Amount: amount, Actual: actual})
+		}
+	}
+	if flags[0]&2 != 0 {
+		qi, in, out := r.uvarint(), r.uvarint(), r.uvarint()
+		if r.err != nil {
+			return nil
+		}
+		if qi >= uint64(len(quotes)) || in > events.MaxTokens || out > events.MaxTokens {
+			return fmt.Errorf("quote %d of %d, %d input tokens, %d output tokens", qi, len(quotes), in, out)
+		}
+		q := quotes[qi]
+		q.InputTokens, q.MaxOutputTokens = int64(in), int64(out)
+		res.Pricing = &q
+	}
+	return nil
 }

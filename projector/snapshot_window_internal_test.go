@@ -45,7 +45,7 @@ var winBals = []snapBalRef{{Key: "balance.org.a.month.2026-11", Ref: events.Bala
 // refuses a truncated one. How it can fail: a field read in the wrong
 // order or with the wrong base shows in the decoded entry.
 func TestDecodeWindow(t *testing.T) {
-	qs, err := decodeWindow(winSection(winCompact(1, "req-1"), winCompact(2, "req-2")), winBals)
+	qs, err := decodeWindow(winSection(winCompact(1, "req-1"), winCompact(2, "req-2")), winBals, 3)
 	require.NoError(t, err)
 	require.Len(t, qs[0], 2)
 	require.Empty(t, qs[1])
@@ -65,7 +65,7 @@ func TestDecodeWindow(t *testing.T) {
 	require.Equal(t, "0.2", r.Parts[0].Actual.String())
 	good := winSection(winCompact(1, "req-1"))
 	for n := 0; n < len(good); n++ {
-		_, err := decodeWindow(good[:n], winBals)
+		_, err := decodeWindow(good[:n], winBals, 3)
 		require.Error(t, err, "truncated to %d bytes", n)
 	}
 }
@@ -78,6 +78,78 @@ func FuzzDecodeWindow(f *testing.F) {
 	f.Add(winSection(winCompact(1, "req-1"), winCompact(2, "req-2")))
 	f.Add(winSection([]byte{0, 2, 2, '{', '}'}))
 	f.Fuzz(func(t *testing.T, sec []byte) {
-		decodeWindow(sec, winBals)
+		decodeWindow(sec, winBals, 3)
+		decodeWindow(sec, winBals, 5)
 	})
+}
+
+// TestDecodeWindow_Version5 reads a hand-made version 5 section: its table
+// of price quotes, a compact entry with a second part and a quote, and
+// one with neither (its flags byte 0); a flags byte with an unknown bit,
+// a part or quote index out of range, and every truncation are refused.
+// How it can fail: a part, a quote or a token count read in the wrong
+// order, or not at all, shows in the decoded reservation.
+func TestDecodeWindow_Version5(t *testing.T) {
+	bals := append(winBals[:1:1], snapBalRef{Key: "balance.user.u.day.2026-11-30",
+		Ref: events.BalanceRef{Scope: "user:u", Period: events.PeriodDay, Instance: "2026-11-30"}})
+	quote := `{"model":"gpt-x","version":7,"unit":"USD","input":"2.5","output":"10","input_tokens":0,"max_output_tokens":0}`
+	section := func(entries ...[]byte) []byte {
+		b := binary.AppendUvarint(nil, 1)
+		b = append(binary.AppendUvarint(b, 3), "USD"...)
+		b = binary.AppendUvarint(b, 1)
+		b = append(binary.AppendUvarint(b, uint64(len(quote))), quote...)
+		b = binary.AppendUvarint(b, uint64(len(entries)))
+		for _, e := range entries {
+			b = append(b, e...)
+		}
+		return binary.AppendUvarint(b, 0)
+	}
+	more := func(flags byte, bi, qi uint64) []byte {
+		b := []byte{flags}
+		if flags&1 != 0 {
+			b = binary.AppendUvarint(b, 1)
+			b = binary.AppendUvarint(b, bi)
+			b = binary.AppendUvarint(b, 0)
+			b = append(binary.AppendVarint(b, 25), 0xfe)
+			b = append(binary.AppendVarint(b, 0), 0)
+		}
+		if flags&2 != 0 {
+			b = binary.AppendUvarint(b, qi)
+			b = binary.AppendUvarint(b, 1800)
+			b = binary.AppendUvarint(b, 1024)
+		}
+		return b
+	}
+	good := section(append(winCompact(1, "req-1"), more(3, 1, 0)...), append(winCompact(2, "req-2"), 0))
+	qs, err := decodeWindow(good, bals, 5)
+	require.NoError(t, err)
+	require.Len(t, qs[0], 2)
+	r := qs[0][0].Reservation
+	require.Equal(t, []events.BalanceRef{bals[0].Ref, bals[1].Ref}, r.Balances)
+	require.Len(t, r.Parts, 2)
+	require.Equal(t, bals[1].Key, r.Parts[1].Key)
+	require.Equal(t, "0.25", r.Parts[1].Amount.String())
+	require.NotNil(t, r.Pricing)
+	require.Equal(t, "gpt-x", r.Pricing.Model)
+	require.EqualValues(t, 7, r.Pricing.Version)
+	require.Equal(t, "10", r.Pricing.Output.String())
+	require.EqualValues(t, 1800, r.Pricing.InputTokens)
+	require.EqualValues(t, 1024, r.Pricing.MaxOutputTokens)
+	r = qs[0][1].Reservation
+	require.Len(t, r.Parts, 1)
+	require.Nil(t, r.Pricing)
+
+	for name, sec := range map[string][]byte{
+		"unknown flag":  section(append(winCompact(1, "req-1"), 4)),
+		"part balance":  section(append(winCompact(1, "req-1"), more(1, 2, 0)...)),
+		"quote index":   section(append(winCompact(1, "req-1"), more(2, 0, 1)...)),
+		"no flags byte": section(winCompact(1, "req-1")),
+	} {
+		_, err := decodeWindow(sec, bals, 5)
+		require.Error(t, err, name)
+	}
+	for n := 0; n < len(good); n++ {
+		_, err := decodeWindow(good[:n], bals, 5)
+		require.Error(t, err, "truncated to %d bytes", n)
+	}
 }

@@ -309,7 +309,7 @@ func (b *book) forgetUntil(seq uint64, t time.Time) {
 			if b.requests[r.RequestID] == r {
 				delete(b.requests, r.RequestID)
 			}
-			b.win.add(which, r, b.windowBalance(r), b.serverNow)
+			b.win.add(which, r, b.balances, b.serverNow)
 		default:
 			// Stamped already by an earlier close (an expiry) and closed
 			// again before this stamp (its late settle): it moves to the
@@ -319,7 +319,7 @@ func (b *book) forgetUntil(seq uint64, t time.Time) {
 			// stream order had before the settle (see stamped).
 			if _, h, ok := b.win.get(r.ID, false); ok {
 				b.win.take(h)
-				b.win.add(which, r, b.windowBalance(r), b.serverNow)
+				b.win.add(which, r, b.balances, b.serverNow)
 			}
 		}
 	}

@@ -21,14 +21,14 @@ import (
 // replica folds from the revisions up to and including that sequence, and
 // nothing after it. Its encoding is explicit and versioned:
 //
-//	{"format":"spendgate.snapshot","version":3,"seq":N,"size":S,"sha256":H}\n
+//	{"format":"spendgate.snapshot","version":5,"seq":N,"size":S,"sha256":H,...}\n
 //	<S bytes of body>
 //
 // The first line is a header; H is the SHA-256 of the S body bytes, so a
 // corrupted or truncated snapshot is detected before anything of it is
 // used.
 //
-// Version 3 (written now) has a body of two parts:
+// Versions 3 to 5 (5 is written now) have a body of two parts:
 //
 //	<one line of JSON: snapshotState, without "closed" and "expired">\n
 //	<window_size bytes: the window section>
@@ -52,8 +52,10 @@ import (
 // building a Reservation. Integers are Go's encoding/binary varints:
 // uvarint unsigned, svarint zigzag signed.
 //
-//	section = units closed expired
+//	section = units [quotes] closed expired      quotes: version 5
 //	units   = uvarint(count) count × str        table of units
+//	quotes  = uvarint(count) count × str        table of price quotes: each
+//	          an events.PriceQuote's JSON with its token counts 0
 //	closed, expired = uvarint(count) count × entry   each ring, in stamp order
 //	str     = uvarint(length) length bytes of UTF-8
 //	entry   = tag svarint(at - previous entry's at in this ring, or - 0)
@@ -68,21 +70,31 @@ import (
 //	          uvarint(balance) uvarint(unit)
 //	          svarint(amount coefficient) byte(amount exponent, int8)
 //	          svarint(actual coefficient) byte(actual exponent, int8)
+//	          [more]                                        version 5
+//	more    = byte(flags: bit 0 parts follow, bit 1 a quote follows)
+//	          [uvarint(count, 1..64) count × part] [quote]
+//	part    = uvarint(balance) uvarint(unit)
+//	          svarint(amount coefficient) byte(amount exponent, int8)
+//	          svarint(actual coefficient) byte(actual exponent, int8)
+//	quote   = uvarint(index into quotes) uvarint(input tokens)
+//	          uvarint(max output tokens)
 //	hash    = 16 bytes (bit 3: 32 lowercase hex characters) | str
 //	full    = str: the reservation as JSON (version 2's snapReservation)
 //
 // Times are Unix nanoseconds (UTC); at is the entry's stamp. A compact
-// entry is a reservation held in one balance: balance is an index into
+// entry's first part is in its own fields, and (version 5) its other parts
+// and its price quote in more: balance is an index into
 // the JSON line's "balances" (the reservation's balance ref and its
 // part's key are that balance's), unit an index into the section's
 // units, and its part's amount and actual are coefficient × 10^exponent
 // (events.Money.Compact), at most 18 digits before the point and 12
 // after, as a stored amount's JSON. A string id that is a canonical UUID,
 // and a string hash of 32 lowercase hex characters, load as the compact
-// form. What does not fit (several balances, a pricing quote, a time
-// outside 1678..2262, an amount Compact cannot split, a reservation the
-// book holds whole because a balance's open set names it) is written in
-// full form; its status must be settled, released or expired too. Deltas
+// form. What does not fit (before version 5, several balances or a
+// pricing quote; a part with a ceiling, a time outside 1678..2262, an
+// amount Compact cannot split, a reservation the book holds whole because
+// a balance's open set names it) is written in full form; its status must
+// be settled, released or expired too. Deltas
 // of a signed 64-bit value wrap (two's complement): adding them back
 // gives the value. Loading checks every field (tags and kinds, counts
 // against the bytes left, indexes, lengths, UTF-8, non-empty ids,
@@ -97,6 +109,13 @@ import (
 // projector's independent decoder compares field by field. Base64 would
 // add a third to the section and a byte-by-byte scan of it.
 //
+// Version 5 writes a reservation held in several balances or priced from a
+// model compact (more), where version 4 wrote it in full form: an LLM
+// gateway's admits (a key, a team and a user, priced) are all such, and
+// their JSON made a snapshot of a busy replica's window about 450 bytes an
+// entry and seconds to load. Version 4 signed snapshots and added the
+// readers' sections; version 3 added the window section.
+//
 // Version 2 carried each closed reservation of the window inside its queue
 // entry in the JSON ("closed", "expired": {"id","at","reservation"}), and
 // version 1 listed every reservation under "reservations" and named the
@@ -110,11 +129,11 @@ import (
 // SnapshotVersion is the version written.
 const (
 	SnapshotFormat  = "spendgate.snapshot"
-	SnapshotVersion = 4
+	SnapshotVersion = 5
 )
 
 // snapshotReadable reports whether version v can be loaded.
-func snapshotReadable(v int) bool { return v >= 1 && v <= 4 }
+func snapshotReadable(v int) bool { return v >= 1 && v <= 5 }
 
 // ErrSnapshotInvalid marks a snapshot that fails its integrity check (a
 // wrong digest or size, a truncated body), has an unknown format or
@@ -408,12 +427,12 @@ func (b *book) snapshotCopy(seq uint64, version int) (*snapshotState, error) {
 	case 2:
 		st.Closed = b.snapQueue(winClosed)
 		st.Expired = b.snapQueue(winExpired)
-	case 3, 4:
+	case 3, 4, 5:
 		var err error
 		// Sized for the entries at once: grown by append, a large
 		// window was copied over and over while the book was locked.
 		buf := make([]byte, 0, 64+(b.win.rings[winClosed].n+b.win.rings[winExpired].n)*snapEntryBytes)
-		if st.window, st.whole, err = b.win.appendWindow(buf, balIdx); err != nil {
+		if st.window, st.whole, err = b.win.appendWindow(buf, balIdx, version); err != nil {
 			return nil, err
 		}
 		st.WindowSize = len(st.window)
@@ -639,7 +658,7 @@ func bookFromSnapshot(layout streams.Layout, retention, expiredKeep time.Duratio
 		if len(st.Closed)+len(st.Expired) > 0 || st.WindowSize != len(st.window) {
 			return nil, bad("version 3 with queues in its JSON, or a window section of %d bytes (window_size %d)", len(st.window), st.WindowSize)
 		}
-		if err := b.loadWindow(st.window, bals); err != nil {
+		if err := b.loadWindow(st.window, bals, st.Version); err != nil {
 			return nil, bad("window: %v", err)
 		}
 	}
@@ -723,7 +742,7 @@ func (b *book) loadClosed(v, which int, c snapClosed) error {
 	if r == nil || r.Status == events.StatusOpen || winStatus(r.Status) == 0 {
 		return fmt.Errorf("reservation %s is not a closed reservation of the snapshot", c.ID)
 	}
-	b.win.add(which, r, b.windowBalance(r), c.At)
+	b.win.add(which, r, b.balances, c.At)
 	return nil
 }
 

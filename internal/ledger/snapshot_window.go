@@ -28,13 +28,25 @@ const (
 	minEntry = 5
 )
 
-// appendWindow appends the window section of w: its units and its rings'
-// live entries. balIdx gives each balance's index in the snapshot's
-// balances; an entry whose balance is not there is written whole.
-func (w *window) appendWindow(dst []byte, balIdx map[*balance]int) ([]byte, []windowWhole, error) {
+// appendWindow appends the window section of w for a snapshot of version
+// (3 to 5): its units, its quotes (version 5) and its rings' live entries.
+// balIdx gives each balance's index in the snapshot's balances; an entry
+// whose balances are not all there is written whole, as is one with more
+// parts or a quote before version 5.
+func (w *window) appendWindow(dst []byte, balIdx map[*balance]int, version int) ([]byte, []windowWhole, error) {
 	dst = binary.AppendUvarint(dst, uint64(len(w.units)))
 	for _, u := range w.units {
 		dst = appendString(dst, u)
+	}
+	if version >= 5 {
+		dst = binary.AppendUvarint(dst, uint64(len(w.quotes)))
+		for i := range w.quotes {
+			raw, err := json.Marshal(&w.quotes[i])
+			if err != nil {
+				return nil, nil, fmt.Errorf("ledger: snapshot of price quote %s: %w", w.quotes[i].Model, err)
+			}
+			dst = appendString(dst, string(raw))
+		}
 	}
 	var whole []windowWhole
 	for which := range w.rings {
@@ -52,15 +64,26 @@ func (w *window) appendWindow(dst []byte, balIdx map[*balance]int) ([]byte, []wi
 			if e.flags&flagDead != 0 {
 				continue
 			}
-			dst, whole = w.appendEntry(dst, whole, e, prev, balIdx)
+			dst, whole = w.appendEntry(dst, whole, e, prev, balIdx, version >= 5)
 			prev = e.at
 		}
 	}
 	return dst, whole, nil
 }
 
-func (w *window) appendEntry(dst []byte, whole []windowWhole, e *winEntry, prev int64, balIdx map[*balance]int) ([]byte, []windowWhole) {
+func (w *window) appendEntry(dst []byte, whole []windowWhole, e *winEntry, prev int64, balIdx map[*balance]int, more bool) ([]byte, []windowWhole) {
 	bi, ok := balIdx[e.bal]
+	var m *winMore
+	if e.ext != nil {
+		m = e.ext.more
+	}
+	if m != nil {
+		ok = ok && more
+		for _, p := range m.parts {
+			_, in := balIdx[p.bal]
+			ok = ok && in
+		}
+	}
 	if (e.ext != nil && e.ext.res != nil) || !ok || e.status == 0 {
 		// Written whole, as its reservation's JSON: only a copy is taken
 		// here, under the book's lock; finishWindow encodes it after.
@@ -96,8 +119,45 @@ func (w *window) appendEntry(dst []byte, whole []windowWhole, e *winEntry, prev 
 	dst = append(dst, byte(e.amountExp))
 	dst = binary.AppendVarint(dst, e.actual)
 	dst = append(dst, byte(e.actualExp))
+	if !more {
+		return dst, whole
+	}
+	var flags byte
+	if m != nil && len(m.parts) > 0 {
+		flags |= moreParts
+	}
+	if m != nil && m.quote > 0 {
+		flags |= moreQuote
+	}
+	dst = append(dst, flags)
+	if flags&moreParts != 0 {
+		dst = binary.AppendUvarint(dst, uint64(len(m.parts)))
+		for _, p := range m.parts {
+			dst = binary.AppendUvarint(dst, uint64(balIdx[p.bal]))
+			dst = binary.AppendUvarint(dst, uint64(p.unit))
+			dst = binary.AppendVarint(dst, p.amount)
+			dst = append(dst, byte(p.amountExp))
+			dst = binary.AppendVarint(dst, p.actual)
+			dst = append(dst, byte(p.actualExp))
+		}
+	}
+	if flags&moreQuote != 0 {
+		dst = binary.AppendUvarint(dst, uint64(m.quote-1))
+		dst = binary.AppendUvarint(dst, uint64(m.inputTokens))
+		dst = binary.AppendUvarint(dst, uint64(m.maxOutput))
+	}
 	return dst, whole
 }
+
+// The flags byte after a compact entry (version 5): what follows it.
+const (
+	moreParts = 0x01 // the parts after the first
+	moreQuote = 0x02 // the price quote
+	// maxMoreParts bounds the parts a compact entry may name after its
+	// first (an admit names at most events.MaxScopes scopes, each a
+	// balance, and a fixed slot or count adds none).
+	maxMoreParts = 64
+)
 
 // windowWhole is an entry of the window section written whole (a
 // reservation held in several balances, priced from a model, or of a
@@ -279,11 +339,12 @@ func (r *sectionReader) money() (int64, int8) {
 	return coef, exp
 }
 
-// loadWindow reads a version 3 window section into b's window. bals are
-// the book's balances in the snapshot's order (an entry names its balance
-// by index). The book's balances and open reservations are loaded;
-// balances' open sets are not (they may name a window entry).
-func (b *book) loadWindow(data []byte, bals []*balance) error {
+// loadWindow reads the window section of a snapshot of version (3 to 5)
+// into b's window. bals are the book's balances in the snapshot's order
+// (an entry names its balance by index). The book's balances and open
+// reservations are loaded; balances' open sets are not (they may name a
+// window entry).
+func (b *book) loadWindow(data []byte, bals []*balance, version int) error {
 	r := &sectionReader{b: data}
 	nu := r.uvarint()
 	if nu > uint64(len(r.b)) {
@@ -301,6 +362,31 @@ func (b *book) loadWindow(data []byte, bals []*balance) error {
 		}
 		units[i] = u
 	}
+	var quotes []uint32
+	if version >= 5 {
+		nq := r.uvarint()
+		if nq > uint64(len(r.b)) || nq > maxQuotes {
+			return fmt.Errorf("%d price quotes in %d bytes", nq, len(r.b))
+		}
+		quotes = make([]uint32, nq)
+		for i := range quotes {
+			raw := r.bytes()
+			if r.err != nil {
+				return fmt.Errorf("price quote %d: %w", i, r.err)
+			}
+			var q events.PriceQuote
+			if err := json.Unmarshal(raw, &q); err != nil {
+				return fmt.Errorf("price quote %d: %w", i, err)
+			}
+			if q.Model == "" || q.InputTokens != 0 || q.MaxOutputTokens != 0 {
+				return fmt.Errorf("price quote %d: not a quote's prices", i)
+			}
+			if quotes[i] = b.win.internQuote(q); quotes[i] == 0 {
+				return errors.New("too many price quotes")
+			}
+		}
+	}
+	ld := windowLoad{units: units, quotes: quotes, bals: bals, more: version >= 5}
 	for which, name := range []string{"closed", "expired"} {
 		n := r.uvarint()
 		if r.err != nil {
@@ -312,7 +398,7 @@ func (b *book) loadWindow(data []byte, bals []*balance) error {
 		b.win.reserve(int(n))
 		var prev int64
 		for i := uint64(0); i < n; i++ {
-			if err := b.loadEntry(r, which, &prev, units, bals); err != nil {
+			if err := b.loadEntry(r, which, &prev, &ld); err != nil {
 				return fmt.Errorf("%s entry %d: %w", name, i, err)
 			}
 		}
@@ -323,9 +409,20 @@ func (b *book) loadWindow(data []byte, bals []*balance) error {
 	return r.err
 }
 
+// windowLoad is what loadEntry reads entries against: the window's indexes
+// of the section's units and quotes (1 + index), the snapshot's balances,
+// and whether a compact entry ends with its flags byte (version 5).
+type windowLoad struct {
+	units  []uint16
+	quotes []uint32
+	bals   []*balance
+	more   bool
+}
+
 // loadEntry reads one entry of ring which (stamped prev + its delta) into
 // the window.
-func (b *book) loadEntry(r *sectionReader, which int, prev *int64, units []uint16, bals []*balance) error {
+func (b *book) loadEntry(r *sectionReader, which int, prev *int64, ld *windowLoad) error {
+	units, bals := ld.units, ld.bals
 	tag := r.byte()
 	at := *prev + r.varint()
 	*prev = at
@@ -382,6 +479,13 @@ func (b *book) loadEntry(r *sectionReader, which int, prev *int64, units []uint1
 		return fmt.Errorf("balance %d of %d, unit %d of %d", bi, len(bals), ui, len(units))
 	}
 	e.bal, e.unit = bals[bi], units[ui]
+	if ld.more {
+		m, err := loadMore(r, ld)
+		if err != nil {
+			return err
+		}
+		ext.more = m
+	}
 	if ext != (winExt{}) {
 		e.ext = &ext
 	}
@@ -399,4 +503,54 @@ func (b *book) loadEntry(r *sectionReader, which int, prev *int64, units []uint1
 		return fmt.Errorf("reservation %s twice", e.idText())
 	}
 	return nil
+}
+
+// loadMore reads the flags byte after a compact entry (version 5) and what
+// it says follows: nil when nothing does.
+func loadMore(r *sectionReader, ld *windowLoad) (*winMore, error) {
+	flags := r.byte()
+	if r.err != nil {
+		return nil, r.err
+	}
+	if flags&^(moreParts|moreQuote) != 0 {
+		return nil, fmt.Errorf("flags %#x", flags)
+	}
+	if flags == 0 {
+		return nil, nil
+	}
+	m := &winMore{}
+	if flags&moreParts != 0 {
+		n := r.uvarint()
+		if r.err != nil {
+			return nil, r.err
+		}
+		if n == 0 || n > maxMoreParts {
+			return nil, fmt.Errorf("%d more parts", n)
+		}
+		m.parts = make([]winPart, n)
+		for i := range m.parts {
+			p := &m.parts[i]
+			bi, ui := r.uvarint(), r.uvarint()
+			p.amount, p.amountExp = r.money()
+			p.actual, p.actualExp = r.money()
+			if r.err != nil {
+				return nil, r.err
+			}
+			if bi >= uint64(len(ld.bals)) || ui >= uint64(len(ld.units)) {
+				return nil, fmt.Errorf("part %d: balance %d of %d, unit %d of %d", i+1, bi, len(ld.bals), ui, len(ld.units))
+			}
+			p.bal, p.unit = ld.bals[bi], ld.units[ui]
+		}
+	}
+	if flags&moreQuote != 0 {
+		qi, in, out := r.uvarint(), r.uvarint(), r.uvarint()
+		if r.err != nil {
+			return nil, r.err
+		}
+		if qi >= uint64(len(ld.quotes)) || in > events.MaxTokens || out > events.MaxTokens {
+			return nil, fmt.Errorf("quote %d of %d, %d input tokens, %d output tokens", qi, len(ld.quotes), in, out)
+		}
+		m.quote, m.inputTokens, m.maxOutput = ld.quotes[qi], int64(in), int64(out)
+	}
+	return m, nil
 }

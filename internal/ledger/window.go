@@ -3,6 +3,7 @@ package ledger
 import (
 	"encoding/hex"
 	"hash/maphash"
+	"strconv"
 	"time"
 
 	"github.com/spendgate/spendgate/events"
@@ -23,10 +24,16 @@ import (
 //     the amount and actual as int64 coefficient and int8 exponent
 //     (events.Money.Compact), times as Unix nanoseconds, the status as a
 //     small code;
-//   - anything that does not fit (an id of another shape, a reservation in
-//     several balances or priced from a model, a time outside 1678..2262,
-//     a status other than the three) goes to a winExt beside the entry: the strings that did not
-//     fit, or the whole Reservation.
+//   - a reservation in several balances, or priced from a model (what an
+//     LLM gateway's admits are: a key, a team and a user, priced), keeps
+//     its other parts in the same compact form and its price quote as an
+//     index into the window's table of quotes (their prices; the token
+//     counts beside it) in a winMore, about 100 bytes more, not the
+//     whole Reservation (about 1 KB);
+//   - anything that does not fit (an id of another shape, a part with a
+//     ceiling, a time outside 1678..2262, a status other than the three)
+//     goes to a winExt beside the entry: the strings that did not fit, or
+//     the whole Reservation.
 //
 // Entries live in two FIFO rings, closed and expired (their retentions
 // differ), in the order their closes were stamped, and are forgotten from
@@ -79,10 +86,32 @@ type winEntry struct {
 }
 
 // winExt holds what a winEntry cannot: texts that are not UUIDs or hex
-// hashes, or (res) a whole reservation.
+// hashes, the parts after the first and the price quote (more), or (res)
+// a whole reservation.
 type winExt struct {
 	id, req, hash string
+	more          *winMore
 	res           *Reservation
+}
+
+// winMore is the rest of a compact reservation held in several balances
+// or priced from a model.
+type winMore struct {
+	// parts are the reservation's parts after the entry's own, in the
+	// order of its balances.
+	parts []winPart
+	// quote is 1 + the index of the price quote in the window's table of
+	// quotes (0: not priced); inputTokens and maxOutput its token counts.
+	quote                  uint32
+	inputTokens, maxOutput int64
+}
+
+// winPart is one part of a reservation, as a winEntry holds its first.
+type winPart struct {
+	bal                  *balance
+	amount, actual       int64
+	amountExp, actualExp int8
+	unit                 uint16
 }
 
 // window is the idempotency window: see above.
@@ -95,7 +124,16 @@ type window struct {
 	hashMask uint64
 	units    []string
 	unitIdx  map[string]uint16
+	// quotes are the price quotes of the entries priced from a model,
+	// without their token counts (one per model and price version),
+	// quoteIdx their indexes by quoteKey.
+	quotes   []events.PriceQuote
+	quoteIdx map[string]uint32
 }
+
+// maxQuotes bounds the window's table of quotes; a reservation whose quote
+// does not fit is kept whole.
+const maxQuotes = 1 << 20
 
 const (
 	winClosed  = 0
@@ -110,7 +148,7 @@ const (
 )
 
 func newWindow() *window {
-	return &window{seed: maphash.MakeSeed(), hashMask: ^uint64(0), unitIdx: map[string]uint16{}}
+	return &window{seed: maphash.MakeSeed(), hashMask: ^uint64(0), unitIdx: map[string]uint16{}, quoteIdx: map[string]uint32{}}
 }
 
 // len is the number of closed reservations the window holds.
@@ -356,11 +394,12 @@ func (w *window) removeEntry(h uint32) {
 	w.remove(&w.byReq, h, w.keyHash(e, true))
 }
 
-// add puts closed reservation r, stamped at, into ring which. A request id
-// already in the window now names r (the newer reservation wins, as in
-// the book's request map).
-func (w *window) add(which int, r *Reservation, bl *balance, at time.Time) {
-	e := w.compact(r, bl)
+// add puts closed reservation r, stamped at, into ring which; bals are the
+// book's balances by key (an entry points at those its parts are in). A
+// request id already in the window now names r (the newer reservation
+// wins, as in the book's request map).
+func (w *window) add(which int, r *Reservation, bals map[string]*balance, at time.Time) {
+	e := w.compact(r, bals)
 	e.at = at.UnixNano()
 	r0 := &w.rings[which]
 	abs := r0.push(e)
@@ -458,6 +497,34 @@ func (w *window) intern(unit string) (uint16, bool) {
 	return u, true
 }
 
+// internQuote returns 1 + the index of q's prices (q without its token
+// counts) in the window's table of quotes, adding them; 0 when the table
+// is full.
+func (w *window) internQuote(q events.PriceQuote) uint32 {
+	q.InputTokens, q.MaxOutputTokens = 0, 0
+	k := quoteKey(q)
+	i, ok := w.quoteIdx[k]
+	if !ok {
+		if len(w.quotes) >= maxQuotes {
+			return 0
+		}
+		i = uint32(len(w.quotes))
+		w.quotes = append(w.quotes, q)
+		w.quoteIdx[k] = i
+	}
+	return i + 1
+}
+
+// quoteKey names a quote's model, version, unit and prices.
+func quoteKey(q events.PriceQuote) string {
+	cached := "-"
+	if q.CachedInput != nil {
+		cached = q.CachedInput.String()
+	}
+	return q.Model + "\x00" + strconv.FormatUint(q.Version, 10) + "\x00" + q.Unit + "\x00" +
+		q.Input.String() + "\x00" + q.Output.String() + "\x00" + cached
+}
+
 // take removes the entry h from both indexes, leaving a dead entry in its
 // ring, and returns its reservation.
 func (w *window) take(h uint32) *Reservation {
@@ -524,33 +591,50 @@ func (w *window) shared(h uint32) *Reservation {
 	return r
 }
 
-// compact makes the entry for r (whose single balance, if it has one, is
-// bl).
-func (w *window) compact(r *Reservation, bl *balance) winEntry {
+// compact makes the entry for r; bals are the book's balances by key. A
+// reservation whose parts are not all in balances of the book (by key and
+// ref) is kept whole.
+func (w *window) compact(r *Reservation, bals map[string]*balance) winEntry {
 	whole := winEntry{ext: &winExt{res: r}, status: winStatus(r.Status)}
 	e := winEntry{status: winStatus(r.Status)}
-	if e.status == 0 || r.Pricing != nil || len(r.Parts) != 1 || r.Parts[0].Ceiling != nil || len(r.Balances) != 1 || bl == nil || bl.ref != r.Balances[0] || r.Parts[0].Key != bl.key {
+	if e.status == 0 || len(r.Parts) == 0 || len(r.Parts) != len(r.Balances) {
 		return whole
 	}
-	p := &r.Parts[0]
-	var ok1, ok2 bool
-	e.amount, e.amountExp, ok1 = p.Amount.Compact()
-	e.actual, e.actualExp, ok2 = p.Actual.Compact()
 	var ok3, ok4 bool
 	e.opened, ok3 = unixNanos(r.OpenedAt)
 	e.expires, ok4 = unixNanos(r.ExpiresAt)
-	if !ok1 || !ok2 || !ok3 || !ok4 {
+	if !ok3 || !ok4 {
 		return whole
 	}
-	u, ok := w.intern(p.Unit)
-	if !ok {
-		return whole
+	var more *winMore
+	for i := range r.Parts {
+		p, ok := w.compactPart(r, i, bals)
+		switch {
+		case !ok:
+			return whole
+		case i == 0:
+			e.bal, e.unit = p.bal, p.unit
+			e.amount, e.amountExp, e.actual, e.actualExp = p.amount, p.amountExp, p.actual, p.actualExp
+		default:
+			if more == nil {
+				more = &winMore{parts: make([]winPart, 0, len(r.Parts)-1)}
+			}
+			more.parts = append(more.parts, p)
+		}
 	}
-	e.unit, e.bal = u, bl
+	if q := r.Pricing; q != nil {
+		if more == nil {
+			more = &winMore{}
+		}
+		if more.quote = w.internQuote(*q); more.quote == 0 {
+			return whole
+		}
+		more.inputTokens, more.maxOutput = q.InputTokens, q.MaxOutputTokens
+	}
 	if r.Late {
 		e.flags |= flagLate
 	}
-	var ext winExt
+	ext := winExt{more: more}
 	if b, kind, ok := compactID(r.ID); ok {
 		e.id, e.idKind = b, kind
 	} else {
@@ -573,6 +657,27 @@ func (w *window) compact(r *Reservation, bl *balance) winEntry {
 	return e
 }
 
+// compactPart is r's part i as a winPart; false if it does not fit one (a
+// ceiling, an amount Compact cannot split, a balance the book does not
+// hold under the part's key and ref, a full table of units), or if the
+// balance's open set still names r (a reservation closed in one lane and
+// not yet in another): the book keeps a pointer to it, which must be the
+// window's (see shared).
+func (w *window) compactPart(r *Reservation, i int, bals map[string]*balance) (winPart, bool) {
+	var wp winPart
+	p := &r.Parts[i]
+	bl := bals[p.Key]
+	if p.Ceiling != nil || bl == nil || bl.ref != r.Balances[i] || bl.open[r.ID] != nil {
+		return wp, false
+	}
+	var ok1, ok2, ok3 bool
+	wp.amount, wp.amountExp, ok1 = p.Amount.Compact()
+	wp.actual, wp.actualExp, ok2 = p.Actual.Compact()
+	wp.unit, ok3 = w.intern(p.Unit)
+	wp.bal = bl
+	return wp, ok1 && ok2 && ok3
+}
+
 // reservation builds the Reservation entry e holds (e's own when it holds
 // one whole: the caller must not change it).
 func (w *window) reservation(e *winEntry) *Reservation {
@@ -586,6 +691,23 @@ func (w *window) reservation(e *winEntry) *Reservation {
 			Amount: events.MoneyFromCompact(e.amount, e.amountExp), Actual: events.MoneyFromCompact(e.actual, e.actualExp)}},
 		OpenedAt: time.Unix(0, e.opened).UTC(), ExpiresAt: time.Unix(0, e.expires).UTC(),
 		Status: winStatuses[e.status], Late: e.flags&flagLate != 0,
+	}
+	if e.ext != nil && e.ext.more != nil {
+		m := e.ext.more
+		if len(m.parts) > 0 {
+			r.Balances = make([]events.BalanceRef, 1, 1+len(m.parts))
+			r.Balances[0] = e.bal.ref
+			for _, p := range m.parts {
+				r.Balances = append(r.Balances, p.bal.ref)
+				r.Parts = append(r.Parts, Part{Key: p.bal.key, Unit: w.units[p.unit],
+					Amount: events.MoneyFromCompact(p.amount, p.amountExp), Actual: events.MoneyFromCompact(p.actual, p.actualExp)})
+			}
+		}
+		if m.quote > 0 {
+			q := w.quotes[m.quote-1]
+			q.InputTokens, q.MaxOutputTokens = m.inputTokens, m.maxOutput
+			r.Pricing = &q
+		}
 	}
 	switch {
 	case e.flags&flagHash != 0:

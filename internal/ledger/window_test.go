@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -66,6 +67,12 @@ func testWindowModel(t *testing.T, hashMask uint64) {
 		return fmt.Sprintf("id-%d", j)
 	}
 	amounts := []string{"0.20", "0.2", "1", "0", "123456789012345678.000000000001", "7e3"}
+	cached := events.MustMoney("0.125")
+	quotes := []events.PriceQuote{
+		{Model: "gpt-x", Version: 7, Unit: "USD", Input: events.MustMoney("2.5"), Output: events.MustMoney("10"), CachedInput: &cached},
+		{Model: "gpt-x", Version: 9, Unit: "USD", Input: events.MustMoney("2"), Output: events.MustMoney("8")},
+		{Model: "claude", Version: 3, Unit: "EUR", Input: events.MustMoney("3"), Output: events.MustMoney("15")},
+	}
 	type entry struct {
 		r     *Reservation
 		which int
@@ -100,6 +107,21 @@ func testWindowModel(t *testing.T, hashMask uint64) {
 				b2 := bal(4 + rng.IntN(2))
 				r.Balances = []events.BalanceRef{b1.ref, b2.ref}
 				r.Parts = append(r.Parts, Part{Key: b2.key, Unit: "requests", Amount: events.MoneyFromInt(1)})
+				if rng.IntN(3) == 0 {
+					b3 := bal(6)
+					r.Balances = append(r.Balances, b3.ref)
+					r.Parts = append(r.Parts, Part{Key: b3.key, Unit: "USD", Amount: events.MustMoney(a), Actual: *amt})
+				}
+			}
+			if rng.IntN(4) == 0 {
+				q := quotes[rng.IntN(len(quotes))]
+				q.InputTokens, q.MaxOutputTokens = rng.Int64N(events.MaxTokens+1), rng.Int64N(events.MaxTokens+1)
+				r.Pricing = &q
+			}
+			if rng.IntN(40) == 0 {
+				// A part with a ceiling: kept whole.
+				c := events.MustMoney("3")
+				r.Parts[0].Ceiling = &c
 			}
 			if rng.IntN(7) == 0 {
 				r.RequestHash = "short"
@@ -110,7 +132,7 @@ func testWindowModel(t *testing.T, hashMask uint64) {
 			}
 			// A reused request id now names r; the reservation it named
 			// before is still found by its own id.
-			bk.win.add(which, r, bk.windowBalance(r), now)
+			bk.win.add(which, r, bk.balances, now)
 			model[r.ID] = entry{r, which, now}
 			reqs[r.RequestID] = r.ID
 		case op < 8 && len(model) > 0:
@@ -143,7 +165,7 @@ func testWindowModel(t *testing.T, hashMask uint64) {
 			for id, e := range model {
 				got, ok := bk.get(id)
 				require.True(t, ok, "step %d: %s", step, id)
-				require.Equal(t, fmt.Sprintf("%+v", *e.r), fmt.Sprintf("%+v", *got), "step %d", step)
+				require.Equal(t, reservationText(e.r), reservationText(got), "step %d", step)
 			}
 			for rid, id := range reqs {
 				got, ok := bk.byRequest(rid)
@@ -151,6 +173,90 @@ func testWindowModel(t *testing.T, hashMask uint64) {
 				require.Equal(t, id, got.ID)
 			}
 		}
+	}
+}
+
+// reservationText is r's fields as text, its price quote's included.
+func reservationText(r *Reservation) string {
+	c := *r
+	c.Pricing = nil
+	q, _ := json.Marshal(r.Pricing)
+	parts := make([]string, len(c.Parts))
+	for i, p := range c.Parts {
+		parts[i] = fmt.Sprintf("%s %s %s %s %v", p.Key, p.Unit, p.Amount, p.Actual, p.Ceiling)
+	}
+	c.Parts = nil
+	return fmt.Sprintf("%+v parts=%q pricing=%s", c, parts, q)
+}
+
+// TestWindow_CompactSeveralBalancesAndPriced: a reservation held in several
+// balances and priced from a model, what an LLM gateway's admits make, is
+// kept compact (its other parts and its quote beside the entry, the
+// quote's prices once in the window's table), not whole, and comes back
+// the same; one with a ceiling is kept whole. How it can fail: such a
+// reservation kept whole again (ext.res set) costs about 1 KB in the window
+// and a JSON entry in every snapshot.
+func TestWindow_CompactSeveralBalancesAndPriced(t *testing.T) {
+	bk := newBook(streams.Default(), time.Hour, time.Hour)
+	var bals []*balance
+	for i, scope := range []string{"key:k1", "team:t1", "user:u1"} {
+		ref := events.BalanceRef{Scope: events.Scope(scope), Period: events.PeriodMonth, Instance: "2026-11"}
+		if i == 2 {
+			ref.Period, ref.Instance = events.PeriodDay, "2026-11-30"
+		}
+		bl := &balance{key: streams.BalanceKey(ref), ref: ref, self: []events.BalanceRef{ref}, open: map[string]*Reservation{}}
+		bk.balances[bl.key] = bl
+		bals = append(bals, bl)
+	}
+	q := events.PriceQuote{Model: "gpt-x", Version: 12, Unit: "USD", Input: events.MustMoney("2.5"), Output: events.MustMoney("10"),
+		InputTokens: 1800, MaxOutputTokens: 1024}
+	mk := func(i int) *Reservation {
+		r := &Reservation{ID: "rsv_" + uuid.NewString(), RequestID: uuid.NewString(), RequestHash: fmt.Sprintf("%032x", i),
+			OpenedAt: bookT0, ExpiresAt: bookT0.Add(time.Minute), Status: events.StatusSettled, Pricing: new(q)}
+		r.Pricing.InputTokens += int64(i)
+		for _, bl := range bals {
+			r.Balances = append(r.Balances, bl.ref)
+			r.Parts = append(r.Parts, Part{Key: bl.key, Unit: "USD", Amount: events.MustMoney("0.01474"), Actual: events.MustMoney("0.0061")})
+		}
+		return r
+	}
+	var rs []*Reservation
+	for i := range 3 {
+		r := mk(i)
+		rs = append(rs, r)
+		bk.win.add(winClosed, r, bk.balances, bookT0)
+	}
+	withCeiling := mk(3)
+	c := events.MustMoney("0.02")
+	withCeiling.Parts[1].Ceiling = &c
+	bk.win.add(winClosed, withCeiling, bk.balances, bookT0)
+
+	require.Len(t, bk.win.quotes, 1, "one model and version: its prices once")
+	for i, r := range rs {
+		_, h, ok := bk.win.get(r.ID, false)
+		require.True(t, ok)
+		e := bk.win.entry(h)
+		require.True(t, e.ext != nil && e.ext.res == nil && e.ext.more != nil, "reservation %d kept compact", i)
+		require.Len(t, e.ext.more.parts, 2)
+		got, ok := bk.get(r.ID)
+		require.True(t, ok)
+		require.Equal(t, reservationText(r), reservationText(got))
+	}
+	_, h, ok := bk.win.get(withCeiling.ID, false)
+	require.True(t, ok)
+	require.Same(t, withCeiling, bk.win.entry(h).ext.res, "a part with a ceiling: kept whole")
+
+	// A version 5 snapshot writes them compact and loads them compact,
+	// into the same book; version 4 writes them whole, as JSON.
+	v5, data5 := roundTrip(t, bk, 1, 5)
+	require.Equal(t, bookView(bk), bookView(v5))
+	_, data4 := roundTrip(t, bk, 1, 4)
+	require.Less(t, len(data5), len(data4)-3*400, "three entries' JSON not written")
+	for i, r := range rs {
+		_, h, ok := v5.win.get(r.ID, false)
+		require.True(t, ok)
+		e := v5.win.entry(h)
+		require.True(t, e.ext != nil && e.ext.res == nil && e.ext.more != nil, "reservation %d loaded compact", i)
 	}
 }
 
@@ -202,7 +308,7 @@ func BenchmarkWindow_Lookup(b *testing.B) {
 			r := &Reservation{ID: "rsv_" + uuid.NewString(), RequestID: reqID(j), RequestHash: fmt.Sprintf("%032x", j),
 				Balances: bl.self, Parts: []Part{{Key: bl.key, Unit: "USD", Amount: events.MustMoney("0.25"), Actual: events.MustMoney("0.2")}},
 				OpenedAt: at, ExpiresAt: at.Add(time.Hour), Status: events.StatusSettled}
-			bk.win.add(winClosed, r, bl, at)
+			bk.win.add(winClosed, r, bk.balances, at)
 			if len(held) < cap(held) {
 				held = append(held, r.RequestID)
 			}
@@ -259,6 +365,6 @@ func BenchmarkWindow_Grow(b *testing.B) {
 	for i := 0; b.Loop(); i++ {
 		r := rs[i%len(rs)]
 		r.ID, r.RequestID = "rsv_"+strconv.Itoa(i), "req-"+strconv.Itoa(i)
-		bk.win.add(winClosed, r, bl, r.OpenedAt)
+		bk.win.add(winClosed, r, bk.balances, r.OpenedAt)
 	}
 }

@@ -246,11 +246,12 @@ func PublishHookForTesting(f func(ctx context.Context, m *nats.Msg, send func(co
 	}
 }
 
-// BalanceCount returns how many balances l's book holds.
-func BalanceCount(l *Ledger) int {
+// HasBalance reports whether l's book holds ref's balance (a pruned one
+// it does not).
+func HasBalance(l *Ledger, ref events.BalanceRef) bool {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	return len(l.bk.balances)
+	return l.bk.balances[streams.BalanceKey(ref)] != nil
 }
 
 // DropBalanceForTesting removes ref's balance from l's book, as a wrong

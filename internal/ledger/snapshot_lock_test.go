@@ -63,7 +63,7 @@ func multiScopeBook(t testing.TB, n int) (*book, uint64) {
 // copy as slow as the encoding; or an entry's JSON spliced in at the
 // wrong offset makes the section unreadable.
 func TestSnapshot_WholeEntriesEncodedOffTheLock(t *testing.T) {
-	bk, seq := multiScopeBook(t, 5_000)
+	bk, seq := multiScopeBook(t, 2_000)
 	want, err := bk.snapshotAs(seq, SnapshotVersion)
 	require.NoError(t, err)
 	wantData, err := encodeSnapshot(want, "", nil)
@@ -82,7 +82,7 @@ func TestSnapshot_WholeEntriesEncodedOffTheLock(t *testing.T) {
 		finished = min(finished, time.Since(start))
 		got = st
 	}
-	t.Logf("5,000 whole entries: copied (under the lock) in %v, encoded after it in %v", copied, finished)
+	t.Logf("2,000 whole entries: copied (under the lock) in %v, encoded after it in %v", copied, finished)
 	require.Less(t, copied, finished/2, "the copy under the book's lock must leave the entries' JSON to finish")
 
 	gotData, err := encodeSnapshot(got, "", nil)

@@ -96,7 +96,10 @@ expiry of 100,000; only when named), and restart (--restart-reservations
 reservations, default 1,000,000, written by 64 callers through the Go client
 to a replica that is a child process (spendgate serve --nats-url); then the
 time to the first admit and the replica's RSS after a SIGKILL (target < 5 s),
-after a graceful stop (target < 2 s) and with no snapshot; only when named),
+after a graceful stop (target < 2 s) and with no snapshot; each reservation
+an amount on one budget, or with --restart-shape gateway an admit priced
+from a model on an org, a team and a user, settled from usage; only when
+named),
 and month (a synthetic month of --month-calls LLM calls, default 60,000, with
 heavy-tailed costs, replayed in memory through the backtest against a daily
 budget under maximum reservations and under a fixed slot: calls admitted,
@@ -147,6 +150,11 @@ type Options struct {
 	// RestartReservations is the restart scenario's number of
 	// reservations (RestartDefault when 0).
 	RestartReservations int
+	// RestartShape is how the restart scenario makes each reservation:
+	// RestartShapeHot (the default, also "": an amount on one budget) or
+	// RestartShapeGateway (priced from a model on an org, a team and a
+	// user, with metadata, settled from usage).
+	RestartShape string
 	// MonthCalls is the month scenario's number of calls
 	// (MonthDefaultCalls when 0); MonthSeed seeds its generator.
 	MonthCalls int
@@ -196,7 +204,7 @@ func DefaultOptions() Options {
 	return Options{
 		Prefix: streams.DefaultPrefix, Replicas: 1, ServiceReplicas: 1, Lanes: streams.DefaultLanes,
 		Duration: 3 * time.Second, Reps: 3, Conns: 4, Scenarios: DefaultScenarios, Baselines: true, Client: true, Redis: true,
-		History: HistoryDefault, RestartReservations: RestartDefault,
+		History: HistoryDefault, RestartReservations: RestartDefault, RestartShape: RestartShapeHot,
 	}
 }
 
@@ -330,6 +338,13 @@ func (o Options) resolve() (config, error) {
 	}
 	if c.RestartReservations < 1 {
 		return c, errors.New("--restart-reservations must be at least 1")
+	}
+	switch c.RestartShape {
+	case "":
+		c.RestartShape = RestartShapeHot
+	case RestartShapeHot, RestartShapeGateway:
+	default:
+		return c, fmt.Errorf("--restart-shape must be %s, not %q", strings.Join(RestartShapes, " or "), o.RestartShape)
 	}
 	if c.restart && (o.NATSURL != "" || o.Cluster != 0) {
 		return c, errors.New("the restart scenario embeds its own server: leave out --nats-url and --cluster")

@@ -293,6 +293,7 @@ func TestOptions_Validate(t *testing.T) {
 		"restart remote":         func(o *Options) { o.Scenarios, o.NATSURL = []string{"restart"}, "nats://127.0.0.1:1" },
 		"restart negative":       func(o *Options) { o.Scenarios, o.RestartReservations = []string{"restart"}, -1 },
 		"restart without binary": func(o *Options) { o.Scenarios, o.Self = []string{"restart"}, "" },
+		"restart unknown shape":  func(o *Options) { o.Scenarios, o.Self, o.RestartShape = []string{"restart"}, "spendgate", "cold" },
 	} {
 		t.Run(name, func(t *testing.T) {
 			o := DefaultOptions()

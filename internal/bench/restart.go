@@ -32,7 +32,8 @@ import (
 // The restart scenario (spendgate bench --scenarios restart) measures what
 // a restart costs after a history written the way callers write it: 64
 // callers through the Go client (group-committed by the replica), admit
-// and settle on one hot budget, against a replica that is a child process
+// and settle on one hot budget (--restart-shape hot) or as an LLM gateway
+// does (gateway: restart_shape.go), against a replica that is a child process
 // of the spendgate binary (`spendgate serve --nats-url`), so its time to
 // the first admit includes the exec and its resident memory is its own.
 // Then the replica is killed (SIGKILL) and restarted, stopped gracefully
@@ -82,6 +83,8 @@ type restartRun struct {
 	nc     *nats.Conn
 	logf   func(format string, args ...any)
 	starts int
+	// gw is the gateway shape's scopes (nil: the hot shape).
+	gw *gatewayShape
 	// closes[s] counts the reservations settled in second s of the write
 	// (from writeStart): what the idempotency window holds at a restart is
 	// computed from them.
@@ -124,8 +127,8 @@ func runRestart(ctx context.Context, o config, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer nc.Close()
-	r := &restartRun{o: o, dir: dir, url: srv.ClientURL(), layout: layout, nc: nc,
-		logf: func(format string, args ...any) { fmt.Fprintf(stderr, "restart: "+format+"\n", args...) }}
+	r := newRestartRun(o, nc, layout, func(format string, args ...any) { fmt.Fprintf(stderr, "restart: "+format+"\n", args...) })
+	r.dir, r.url = dir, srv.ClientURL()
 	rows, runErr := r.run(ctx)
 	if rows == nil {
 		return runErr
@@ -136,8 +139,8 @@ func runRestart(ctx context.Context, o config, stdout, stderr io.Writer) error {
 		syncDesc = "sync=always (fsync every write)"
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "restart: %s reservations (admit + settle) on one budget by %d callers through the Go client (%d connections), then restarts of the replica\n",
-		count(n), restartCallers, o.Conns)
+	fmt.Fprintf(tw, "restart (--restart-shape %s): %s reservations %s by %d callers through the Go client (%d connections), then restarts of the replica\n",
+		o.RestartShape, count(n), r.shapeDesc(), restartCallers, o.Conns)
 	fmt.Fprintf(tw, "  NATS: embedded in the bench process, file storage, %s; replica: a child process, %s serve --nats-url URL --data-dir DIR %s\n",
 		syncDesc, filepath.Base(o.Self), strings.Join(r.replicaFlags(), " "))
 	fmt.Fprintln(tw, "measure\tvalue\ttarget\tmet\tdetail")
@@ -147,11 +150,37 @@ func runRestart(ctx context.Context, o config, stdout, stderr io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return errors.Join(runErr, err)
 	}
-	_, err = fmt.Fprintf(stdout, `time to first admit: from just before the replica's exec to the first admit answered "admitted" (tries of %s, again at once on no responders or a timeout).
+	_, err = fmt.Fprintf(stdout, `time to first admit: from just before the replica's exec to the first admit%s answered "admitted" (tries of %s, again at once on no responders or a timeout).
 RSS: the replica's VmRSS right after that admit; peak: its VmHWM. window: closed reservations the replica remembers for replays
   (settled within the ledger's %s retention before the restart, counted from the run's settles).
-`, restartTry, ledger.DefaultRetention)
+`, r.probeDesc(), restartTry, ledger.DefaultRetention)
 	return errors.Join(runErr, err)
+}
+
+// newRestartRun is a run of shape o.RestartShape probing over nc.
+func newRestartRun(o config, nc *nats.Conn, layout streams.Layout, logf func(format string, args ...any)) *restartRun {
+	r := &restartRun{o: o, layout: layout, nc: nc, logf: logf}
+	if o.RestartShape == RestartShapeGateway {
+		r.gw = newGatewayShape()
+	}
+	return r
+}
+
+// shapeDesc says, in the table's title, how the reservations were made.
+func (r *restartRun) shapeDesc() string {
+	if r.gw == nil {
+		return "(admit + settle) on one budget"
+	}
+	return fmt.Sprintf("(admit priced from %s on 3 scopes: %s + 1 of %d teams + 1 of %d users, metadata model and feature; settle from usage)",
+		restartModel, restartOrg, restartTeams, restartUsers)
+}
+
+// probeDesc says, under the table, what the first admit after a start is.
+func (r *restartRun) probeDesc() string {
+	if r.gw == nil {
+		return ""
+	}
+	return " (priced, on the org, a team and a user)"
 }
 
 // replicaFlags are the flags the replica runs with besides --nats-url
@@ -198,7 +227,7 @@ func (r *restartRun) run(ctx context.Context) ([]restartRow, error) {
 		}
 		clients = append(clients, cl)
 	}
-	if err := r.putBudget(ctx, rep, clients[0]); err != nil {
+	if err := r.prepare(ctx, rep, clients[0]); err != nil {
 		return nil, err
 	}
 	first, err := r.toFirstAdmit(ctx, rep, t0)
@@ -216,7 +245,11 @@ func (r *restartRun) run(ctx context.Context) ([]restartRow, error) {
 		return nil, w.err
 	}
 	rate := float64(n) / w.elapsed.Seconds()
-	add("history written (admit + settle, hot budget)", fmt.Sprintf("%.0f reservations/s", rate), "-", "-",
+	written := "history written (admit + settle, hot budget)"
+	if r.gw != nil {
+		written = "history written (priced admit on 3 scopes + settle from usage)"
+	}
+	add(written, fmt.Sprintf("%.0f reservations/s", rate), "-", "-",
 		fmt.Sprintf("%s in %s by %d callers", count(n), fmtDur(w.elapsed), restartCallers))
 	add("  replica CPU per reservation (child: utime+stime)", fmtMicros(cpu, n), "-", "-", "the replica process alone")
 	add("  bench process CPU per reservation", fmtMicros(bcpu, n), "-", "-", "embedded NATS server + the 64 callers and their Go clients")
@@ -278,7 +311,11 @@ func (r *restartRun) run(ctx context.Context) ([]restartRow, error) {
 	}
 	add("for comparison: SIGTERM, snapshots deleted, restart", fmtDur(whole.took), "-", "-",
 		fmt.Sprintf("%d snapshot(s) deleted: %s; RSS %s, peak %s", deleted, whole.describe(), fmtMB(whole.rss), fmtMB(whole.hwm)))
-	add("first start on the empty ledger (reference)", fmtDur(first.took), "-", "-", fmt.Sprintf("put the budget, then the first admit; RSS %s, peak %s", fmtMB(first.rss), fmtMB(first.hwm)))
+	put := "put the budget"
+	if r.gw != nil {
+		put = fmt.Sprintf("put the price and %d budgets", len(r.gw.budgets()))
+	}
+	add("first start on the empty ledger (reference)", fmtDur(first.took), "-", "-", fmt.Sprintf("%s, then the first admit; RSS %s, peak %s", put, fmtMB(first.rss), fmtMB(first.hwm)))
 	if _, err := rep.stop(syscall.SIGTERM, restartStopBound); err != nil {
 		return nil, fmt.Errorf("last stop: %w\n%s", err, rep.logTail(2000))
 	}
@@ -305,34 +342,68 @@ func (r *restartRun) restart(ctx context.Context, what string) (*child, restartM
 	return rep, m, nil
 }
 
-// putBudget defines the hot budget, trying until the first replica
-// answers.
-func (r *restartRun) putBudget(ctx context.Context, rep *child, cl *client.Client) error {
+// prepare defines what the shape's reservations are made on, its first
+// request tried until the first replica answers: the hot budget, or the
+// gateway shape's price, then its budgets. rep is nil for a replica that is
+// not a child of the run (a test's).
+func (r *restartRun) prepare(ctx context.Context, rep *child, cl *client.Client) error {
+	if r.gw == nil {
+		return r.untilAnswered(ctx, rep, "budget put", func(ctx context.Context) error {
+			_, err := cl.PutBudget(ctx, events.BudgetPutRequest{Scope: restartScope, Period: string(events.PeriodMonth), Limit: benchBigLimit, Unit: "USD"})
+			return err
+		})
+	}
+	if err := r.untilAnswered(ctx, rep, "pricing put", func(ctx context.Context) error {
+		_, err := cl.PutPrice(ctx, gatewayPrice())
+		return err
+	}); err != nil {
+		return err
+	}
+	for _, b := range r.gw.budgets() {
+		if _, err := cl.PutBudget(ctx, b); err != nil {
+			return fmt.Errorf("budget put %s: %w", b.Scope, err)
+		}
+	}
+	return nil
+}
+
+// untilAnswered makes a request with tries of restartTry until the
+// replica answers it.
+func (r *restartRun) untilAnswered(ctx context.Context, rep *child, what string, req func(context.Context) error) error {
 	deadline := time.Now().Add(restartReadyBound)
 	for {
 		tctx, cancel := context.WithTimeout(ctx, restartTry)
-		_, err := cl.PutBudget(tctx, events.BudgetPutRequest{Scope: restartScope, Period: string(events.PeriodMonth), Limit: benchBigLimit, Unit: "USD"})
+		err := req(tctx)
 		cancel()
 		if err == nil {
 			return nil
 		}
 		if !errors.Is(err, client.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("budget put: %w", err)
+			return fmt.Errorf("%s: %w", what, err)
 		}
 		if err := r.waitRetry(ctx, rep, deadline); err != nil {
-			return fmt.Errorf("budget put: %w", err)
+			return fmt.Errorf("%s: %w", what, err)
 		}
 	}
 }
 
 // waitRetry pauses restartPoll before another try; it fails if the
-// replica exited, ctx ended or the deadline passed.
+// replica exited (rep nil: not a child of the run), ctx ended or the
+// deadline passed.
 func (r *restartRun) waitRetry(ctx context.Context, rep *child, deadline time.Time) error {
+	var done <-chan struct{}
+	if rep != nil {
+		done = rep.done
+	}
 	if time.Now().After(deadline) {
-		return fmt.Errorf("the replica did not answer within %s\n%s", restartReadyBound, rep.logTail(2000))
+		tail := ""
+		if rep != nil {
+			tail = "\n" + rep.logTail(2000)
+		}
+		return fmt.Errorf("the replica did not answer within %s%s", restartReadyBound, tail)
 	}
 	select {
-	case <-rep.done:
+	case <-done:
 		return fmt.Errorf("the replica exited: %v\n%s", rep.exitErr(), rep.logTail(2000))
 	case <-ctx.Done():
 		return ctx.Err()
@@ -341,11 +412,17 @@ func (r *restartRun) waitRetry(ctx context.Context, rep *child, deadline time.Ti
 	}
 }
 
-// toFirstAdmit admits on the hot budget, trying until it is answered
+// toFirstAdmit admits as the shape does (on the hot budget, or reservation
+// 0 of the gateway shape, priced), trying until it is answered
 // "admitted", and returns the time since t0 (taken before the replica's
 // exec) and the replica's memory and log facts at that instant.
 func (r *restartRun) toFirstAdmit(ctx context.Context, rep *child, t0 time.Time) (restartMeasure, error) {
-	data, err := json.Marshal(events.AdmitRequest{RequestID: uuid.NewString(), Scopes: []string{restartScope}, Amount: benchAmount})
+	req := events.AdmitRequest{RequestID: uuid.NewString(), Scopes: []string{restartScope}, Amount: benchAmount}
+	if r.gw != nil {
+		req = r.gw.call(0).admit()
+		req.RequestID = uuid.NewString()
+	}
+	data, err := json.Marshal(req)
 	if err != nil {
 		return restartMeasure{}, err
 	}
@@ -506,11 +583,13 @@ type writeResult struct {
 	err      error
 }
 
-// write makes n admit+settle cycles with restartCallers callers over the
-// clients, as fast as they go, and records when each reservation closed.
+// write makes n admit+settle cycles of the shape with restartCallers
+// callers over the clients, as fast as they go, and records when each
+// reservation closed. Each caller takes the next reservation index and
+// makes that reservation, again after a failure, so the history is
+// reservations 0..n-1 whatever the order.
 func (r *restartRun) write(ctx context.Context, clients []*client.Client, n int) writeResult {
-	var remaining, done, failed atomic.Int64
-	remaining.Store(int64(n))
+	var next, done, failed atomic.Int64
 	var mu sync.Mutex
 	var res writeResult
 	r.writeStart = time.Now()
@@ -522,13 +601,20 @@ func (r *restartRun) write(ctx context.Context, clients []*client.Client, n int)
 		go func() {
 			defer wg.Done()
 			cl := clients[c%len(clients)]
+			i := -1 // the reservation to make; -1: take the next
 			for ctx.Err() == nil && failed.Load() < restartMaxErrors {
-				if remaining.Add(-1) < 0 {
-					return
+				if i < 0 {
+					if i = int(next.Add(1) - 1); i >= n {
+						return
+					}
 				}
-				err := restartCycle(ctx, cl, scopes)
+				var err error
+				if r.gw != nil {
+					err = gatewayCycle(ctx, cl, r.gw.call(i))
+				} else {
+					err = restartCycle(ctx, cl, scopes)
+				}
 				if err != nil {
-					remaining.Add(1)
 					failed.Add(1)
 					mu.Lock()
 					if res.firstErr == "" {
@@ -544,6 +630,7 @@ func (r *restartRun) write(ctx context.Context, clients []*client.Client, n int)
 				}
 				perCaller[c][s]++
 				done.Add(1)
+				i = -1
 			}
 		}()
 	}

@@ -479,15 +479,19 @@ func (b *book) loadEntry(r *sectionReader, which int, prev *int64, ld *windowLoa
 		return fmt.Errorf("balance %d of %d, unit %d of %d", bi, len(bals), ui, len(units))
 	}
 	e.bal, e.unit = bals[bi], units[ui]
+	var xext *winExt
 	if ld.more {
-		m, err := loadMore(r, ld)
-		if err != nil {
+		var err error
+		if xext, err = loadMore(r, ld); err != nil {
 			return err
 		}
-		ext.more = m
 	}
-	if ext != (winExt{}) {
-		e.ext = &ext
+	switch {
+	case xext != nil:
+		xext.id, xext.req, xext.hash = ext.id, ext.req, ext.hash
+		e.ext = xext
+	case ext != (winExt{}):
+		e.ext = new(ext)
 	}
 	if len(b.reservations) > 0 {
 		dup := b.reservations[ext.id] != nil
@@ -506,8 +510,9 @@ func (b *book) loadEntry(r *sectionReader, which int, prev *int64, ld *windowLoa
 }
 
 // loadMore reads the flags byte after a compact entry (version 5) and what
-// it says follows: nil when nothing does.
-func loadMore(r *sectionReader, ld *windowLoad) (*winMore, error) {
+// it says follows, into a winExt whose more holds it (newMore); nil when
+// nothing does.
+func loadMore(r *sectionReader, ld *windowLoad) (*winExt, error) {
 	flags := r.byte()
 	if r.err != nil {
 		return nil, r.err
@@ -518,16 +523,19 @@ func loadMore(r *sectionReader, ld *windowLoad) (*winMore, error) {
 	if flags == 0 {
 		return nil, nil
 	}
-	m := &winMore{}
+	var n uint64
 	if flags&moreParts != 0 {
-		n := r.uvarint()
+		n = r.uvarint()
 		if r.err != nil {
 			return nil, r.err
 		}
 		if n == 0 || n > maxMoreParts {
 			return nil, fmt.Errorf("%d more parts", n)
 		}
-		m.parts = make([]winPart, n)
+	}
+	ext, m := newMore(int(n))
+	if n > 0 {
+		m.parts = m.parts[:n]
 		for i := range m.parts {
 			p := &m.parts[i]
 			bi, ui := r.uvarint(), r.uvarint()
@@ -552,5 +560,5 @@ func loadMore(r *sectionReader, ld *windowLoad) (*winMore, error) {
 		}
 		m.quote, m.inputTokens, m.maxOutput = ld.quotes[qi], int64(in), int64(out)
 	}
-	return m, nil
+	return ext, nil
 }

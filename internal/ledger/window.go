@@ -106,6 +106,29 @@ type winMore struct {
 	inputTokens, maxOutput int64
 }
 
+// winExtra is a winExt and its winMore in one allocation, with room for
+// two more parts (a reservation in three balances, what a gateway's admit
+// of a key, a team and a user makes): a window of a million such entries
+// allocates a million objects, not three million.
+type winExtra struct {
+	ext   winExt
+	more  winMore
+	parts [2]winPart
+}
+
+// newMore returns a winMore with room for n more parts, and the winExt
+// allocated with it (whose more is set).
+func newMore(n int) (*winExt, *winMore) {
+	x := &winExtra{}
+	x.ext.more = &x.more
+	if n <= len(x.parts) {
+		x.more.parts = x.parts[:0]
+	} else {
+		x.more.parts = make([]winPart, 0, n)
+	}
+	return &x.ext, &x.more
+}
+
 // winPart is one part of a reservation, as a winEntry holds its first.
 type winPart struct {
 	bal                  *balance
@@ -606,7 +629,11 @@ func (w *window) compact(r *Reservation, bals map[string]*balance) winEntry {
 	if !ok3 || !ok4 {
 		return whole
 	}
+	var xext *winExt // allocated with more
 	var more *winMore
+	if len(r.Parts) > 1 || r.Pricing != nil {
+		xext, more = newMore(len(r.Parts) - 1)
+	}
 	for i := range r.Parts {
 		p, ok := w.compactPart(r, i, bals)
 		switch {
@@ -616,16 +643,10 @@ func (w *window) compact(r *Reservation, bals map[string]*balance) winEntry {
 			e.bal, e.unit = p.bal, p.unit
 			e.amount, e.amountExp, e.actual, e.actualExp = p.amount, p.amountExp, p.actual, p.actualExp
 		default:
-			if more == nil {
-				more = &winMore{parts: make([]winPart, 0, len(r.Parts)-1)}
-			}
 			more.parts = append(more.parts, p)
 		}
 	}
 	if q := r.Pricing; q != nil {
-		if more == nil {
-			more = &winMore{}
-		}
 		if more.quote = w.internQuote(*q); more.quote == 0 {
 			return whole
 		}
@@ -634,7 +655,7 @@ func (w *window) compact(r *Reservation, bals map[string]*balance) winEntry {
 	if r.Late {
 		e.flags |= flagLate
 	}
-	ext := winExt{more: more}
+	var ext winExt
 	if b, kind, ok := compactID(r.ID); ok {
 		e.id, e.idKind = b, kind
 	} else {
@@ -651,8 +672,12 @@ func (w *window) compact(r *Reservation, bals map[string]*balance) winEntry {
 	} else {
 		ext.hash = r.RequestHash
 	}
-	if ext != (winExt{}) {
-		e.ext = &ext
+	switch {
+	case xext != nil:
+		xext.id, xext.req, xext.hash = ext.id, ext.req, ext.hash
+		e.ext = xext
+	case ext != (winExt{}):
+		e.ext = new(ext)
 	}
 	return e
 }

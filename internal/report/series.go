@@ -128,10 +128,56 @@ func (s *Series) Resolution(ref events.BudgetRef, inst string) time.Duration {
 	return ss.Gap
 }
 
-// seriesEntry is one budget's series in a snapshot section.
+// seriesEntry is one budget's series in a snapshot section. Its points
+// are written compact (Compact: each [unix nanoseconds, spent coefficient,
+// spent exponent, reserved coefficient, reserved exponent], numbers that
+// decode about twice as fast as decimal strings and RFC 3339 times, in
+// 4.1 MB instead of 7.1 for 300 full series (BenchmarkSeries_LoadSection:
+// 130-139 ms against 281-322 ms): a replica's start reads every series
+// before its first admit), or, for a series with a
+// point that does not fit (a time outside 1678..2262 or not in UTC, an
+// amount Compact cannot split), as Points; a section written before
+// Compact existed has Points only, and loads as it did.
 type seriesEntry struct {
 	Budget events.BudgetRef `json:"budget"`
 	series
+	Compact [][5]int64 `json:"compact,omitempty"`
+}
+
+// compactEntry is e with its points moved to Compact, if they all fit.
+func compactEntry(e seriesEntry) seriesEntry {
+	c := make([][5]int64, len(e.Points))
+	for i, p := range e.Points {
+		t := p.T.UnixNano()
+		sc, se, ok1 := p.Spent.Compact()
+		rc, re, ok2 := p.Reserved.Compact()
+		if !ok1 || !ok2 || p.T.Location() != time.UTC || !time.Unix(0, t).Equal(p.T) {
+			return e
+		}
+		c[i] = [5]int64{t, sc, int64(se), rc, int64(re)}
+	}
+	e.Points, e.Compact = nil, c
+	return e
+}
+
+// points returns e's points, from Compact when it has them.
+func (e *seriesEntry) points() ([]Point, error) {
+	if e.Compact == nil {
+		return e.Points, nil
+	}
+	if len(e.Points) > 0 {
+		return nil, fmt.Errorf("series of %v: points both compact and not", e.Budget)
+	}
+	out := make([]Point, len(e.Compact))
+	for i, c := range e.Compact {
+		for _, exp := range []int64{c[2], c[4]} {
+			if exp < -events.MaxFractionDigits || exp > events.MaxIntegerDigits {
+				return nil, fmt.Errorf("series of %v: point %d: exponent %d", e.Budget, i, exp)
+			}
+		}
+		out[i] = Point{T: time.Unix(0, c[0]).UTC(), Spent: events.MoneyFromCompact(c[1], int8(c[2])), Reserved: events.MoneyFromCompact(c[3], int8(c[4]))}
+	}
+	return out, nil
 }
 
 // SectionName is SeriesSection (ledger.Section).
@@ -143,7 +189,7 @@ func (s *Series) MarshalSection() ([]byte, error) {
 	defer s.mu.Unlock()
 	out := make([]seriesEntry, 0, len(s.m))
 	for ref, ss := range s.m {
-		out = append(out, seriesEntry{ref, *ss})
+		out = append(out, compactEntry(seriesEntry{Budget: ref, series: *ss}))
 	}
 	return json.Marshal(out)
 }
@@ -158,10 +204,15 @@ func (s *Series) CopySection() func() ([]byte, error) {
 	for ref, ss := range s.m {
 		c := *ss
 		c.Points = append([]Point(nil), ss.Points...)
-		out = append(out, seriesEntry{ref, c})
+		out = append(out, seriesEntry{Budget: ref, series: c})
 	}
 	s.mu.Unlock()
-	return func() ([]byte, error) { return json.Marshal(out) }
+	return func() ([]byte, error) {
+		for i := range out {
+			out[i] = compactEntry(out[i])
+		}
+		return json.Marshal(out)
+	}
 }
 
 // LoadSection replaces every series by a snapshot section's.
@@ -175,10 +226,14 @@ func (s *Series) LoadSection(_ uint64, data []byte) error {
 	}
 	m := make(map[events.BudgetRef]*series, len(in))
 	for _, e := range in {
-		if len(e.Points) > MaxPoints {
-			return fmt.Errorf("series of %v: %d points, more than %d", e.Budget, len(e.Points), MaxPoints)
+		if len(e.Points) > MaxPoints || len(e.Compact) > MaxPoints {
+			return fmt.Errorf("series of %v: %d points, more than %d", e.Budget, max(len(e.Points), len(e.Compact)), MaxPoints)
 		}
 		ss := e.series
+		var err error
+		if ss.Points, err = e.points(); err != nil {
+			return err
+		}
 		m[e.Budget] = &ss
 	}
 	s.mu.Lock()

@@ -1,6 +1,8 @@
 package report
 
 import (
+	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -78,5 +80,85 @@ func TestSeries_CopySection(t *testing.T) {
 		}
 		require.Len(t, back.Points(ref, inst), 5)
 		require.Equal(t, wantBack.Points(ref, inst), back.Points(ref, inst))
+	}
+}
+
+// seriesOf is a Series of n budgets of MaxPoints-1 points each.
+func seriesOf(n int) *Series {
+	s := NewSeries()
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	for b := range n {
+		ref := events.BudgetRef{Scope: events.Scope(fmt.Sprintf("user:u%d", b)), Period: events.PeriodMonth}
+		ss := &series{Instance: "2026-12"}
+		for i := range MaxPoints - 1 {
+			ss.Points = append(ss.Points, Point{T: t0.Add(time.Duration(i) * time.Minute),
+				Spent: events.MustMoney(fmt.Sprintf("%d.%03d", i, b%1000)), Reserved: events.MustMoney("0.0150")})
+		}
+		s.m[ref] = ss
+	}
+	return s
+}
+
+// legacySection is s's section as it was written before Compact: every
+// point as Points.
+func legacySection(t testing.TB, s *Series) []byte {
+	out := make([]seriesEntry, 0, len(s.m))
+	for ref, ss := range s.m {
+		out = append(out, seriesEntry{Budget: ref, series: *ss})
+	}
+	data, err := json.Marshal(out)
+	require.NoError(t, err)
+	return data
+}
+
+// The section writes points compact and reads them back, every amount
+// to the digit; a section of the earlier form (Points) still loads; a
+// series with a point that does not fit (a time not in UTC) is written as
+// Points; a section with both forms in one series, or a bad exponent, is
+// refused.
+func TestSeries_SectionCompact(t *testing.T) {
+	s := seriesOf(3)
+	odd := events.BudgetRef{Scope: "org:odd", Period: events.PeriodMonth}
+	s.m[odd] = &series{Instance: "2026-12", Points: []Point{{T: time.Date(2026, 12, 1, 0, 0, 0, 0, time.FixedZone("x", 3600)), Spent: events.MustMoney("1")}}}
+	data, err := s.MarshalSection()
+	require.NoError(t, err)
+	require.Contains(t, string(data), `"compact":[[`)
+	for _, sec := range [][]byte{data, legacySection(t, s)} {
+		back := NewSeries()
+		require.NoError(t, back.LoadSection(1, sec))
+		require.Len(t, back.m, len(s.m))
+		for ref, ss := range s.m {
+			got := back.m[ref]
+			require.Len(t, got.Points, len(ss.Points))
+			for i, p := range ss.Points {
+				q := got.Points[i]
+				require.True(t, p.T.Equal(q.T))
+				require.Equal(t, [2]string{p.Spent.String(), p.Reserved.String()}, [2]string{q.Spent.String(), q.Reserved.String()})
+			}
+		}
+	}
+	for _, bad := range []string{
+		`[{"budget":{"scope":"org:a","period":"month"},"instance":"2026-12","points":[{"t":"2026-12-01T00:00:00Z","spent":"1","reserved":"0"}],"compact":[[0,1,0,0,0]]}]`,
+		`[{"budget":{"scope":"org:a","period":"month"},"instance":"2026-12","compact":[[0,1,99,0,0]]}]`,
+	} {
+		require.Error(t, NewSeries().LoadSection(1, []byte(bad)), bad)
+	}
+}
+
+// BenchmarkSeries_LoadSection loads the section of 300 budgets' full
+// series, compact and in the earlier form. Run it with
+//
+//	go test -run '^$' -bench BenchmarkSeries_LoadSection ./internal/report/
+func BenchmarkSeries_LoadSection(b *testing.B) {
+	s := seriesOf(300)
+	compact, err := s.MarshalSection()
+	require.NoError(b, err)
+	for name, data := range map[string][]byte{"compact": compact, "points": legacySection(b, s)} {
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(int64(len(data)))
+			for b.Loop() {
+				require.NoError(b, NewSeries().LoadSection(1, data))
+			}
+		})
 	}
 }

@@ -258,10 +258,12 @@ func (b *book) settlePending(i int) {
 // balance by the revision at seq (a close over two lanes is two
 // revisions). Its stamp is that of the first of them, whichever this
 // replica folded first (a writer folds its own batch in its own order),
-// so that every replica stamps it alike.
+// so that every replica stamps it alike. The queue may hold another copy
+// of r (by id): one the window has since kept compact hands out a new
+// copy to each close (see stamped).
 func (b *book) closedAgain(r *Reservation, seq uint64) {
 	for i := len(b.pending) - 1; i >= 0; i-- {
-		if b.pending[i].r == r {
+		if p := b.pending[i].r; p == r || (b.pending[i].status != events.StatusVoided && p.ID == r.ID) {
 			if seq < b.pending[i].seq {
 				b.pending[i].seq = seq
 				b.settlePending(i)
@@ -316,10 +318,13 @@ func (b *book) forgetUntil(seq uint64, t time.Time) {
 			// ring of this close, stamped now, as when the follower
 			// folds the settle itself. If its retention ended before
 			// this stamp, the window has forgotten it, as a fold in
-			// stream order had before the settle (see stamped).
+			// stream order had before the settle (see stamped). What
+			// moves is the window's reservation, not r: the earlier stamp
+			// may have kept it compact, and a close folded since (a late
+			// settle in another lane, through stamped) changed the
+			// window's copy, not r.
 			if _, h, ok := b.win.get(r.ID, false); ok {
-				b.win.take(h)
-				b.win.add(which, r, b.balances, b.serverNow)
+				b.win.add(which, b.win.take(h), b.balances, b.serverNow)
 			}
 		}
 	}

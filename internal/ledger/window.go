@@ -31,7 +31,9 @@ import (
 //     counts beside it) in a winMore, about 100 bytes more, not the
 //     whole Reservation (about 1 KB);
 //   - anything that does not fit (an id of another shape, a part with a
-//     ceiling, a time outside 1678..2262, a status other than the three)
+//     ceiling, more than 1+maxMoreParts parts, a quote without a model or
+//     with token counts outside 0..events.MaxTokens, a time outside
+//     1678..2262, a status other than the three)
 //     goes to a winExt beside the entry: the strings that did not fit, or
 //     the whole Reservation.
 //
@@ -620,7 +622,7 @@ func (w *window) shared(h uint32) *Reservation {
 func (w *window) compact(r *Reservation, bals map[string]*balance) winEntry {
 	whole := winEntry{ext: &winExt{res: r}, status: winStatus(r.Status)}
 	e := winEntry{status: winStatus(r.Status)}
-	if e.status == 0 || len(r.Parts) == 0 || len(r.Parts) != len(r.Balances) {
+	if e.status == 0 || len(r.Parts) == 0 || len(r.Parts) != len(r.Balances) || len(r.Parts) > 1+maxMoreParts {
 		return whole
 	}
 	var ok3, ok4 bool
@@ -647,6 +649,11 @@ func (w *window) compact(r *Reservation, bals map[string]*balance) winEntry {
 		}
 	}
 	if q := r.Pricing; q != nil {
+		// Only a quote a snapshot's loadWindow takes back: a model, and
+		// token counts in 0..events.MaxTokens.
+		if q.Model == "" || q.InputTokens < 0 || q.InputTokens > events.MaxTokens || q.MaxOutputTokens < 0 || q.MaxOutputTokens > events.MaxTokens {
+			return whole
+		}
 		if more.quote = w.internQuote(*q); more.quote == 0 {
 			return whole
 		}

@@ -228,7 +228,7 @@ func (r *winReader) more(res *snapFullRes, bals []snapBalRef, units []string, qu
 	}
 	if flags[0]&1 != 0 {
 		n := r.uvarint()
-		if n == 0 || n > uint64(len(r.b)) {
+		if n == 0 || n > 64 || n > uint64(len(r.b)) { // the ledger writes 1 to 64
 			return fmt.Errorf("%d more parts in %d bytes", n, len(r.b))
 		}
 		for j := uint64(0); j < n && r.err == nil; j++ {

@@ -15,7 +15,7 @@ import (
 
 // multiScopeBook is a book whose idempotency window holds n settled
 // reservations, each held in two balances (an org's and a user's, as an
-// admit naming both scopes makes) under an exposure cap (a ceiling on
+// admit naming both scopes makes) under a ceiling (the cap of a learned reservation, on
 // each part): entries the window keeps, and the window section writes,
 // whole, as their reservation's JSON.
 func multiScopeBook(t testing.TB, n int) (*book, uint64) {
@@ -53,7 +53,7 @@ func multiScopeBook(t testing.TB, n int) (*book, uint64) {
 // for a snapshot under the book's read lock (snapshotCopy), during which
 // no commit applies and every admit waits. A window of reservations kept
 // whole (before version 5, every admit that names an org and a user; now
-// those under an exposure cap) is written as JSON; encoding that JSON
+// those with a ceiling on a part) is written as JSON; encoding that JSON
 // under the lock held admits for 2-6 s per periodic snapshot with
 // ~100,000 of them. The copy must
 // leave the encoding to finish, after the lock: the copy takes a fraction

@@ -301,24 +301,28 @@ func nullFollows(rest []byte) bool {
 	return bytes.HasPrefix(bytes.TrimLeft(rest[1:], " \t\r\n"), []byte("null"))
 }
 
-var wholeCache sync.Map // reflect.Type -> map[string]bool
+var fieldCache sync.Map // reflect.Type -> *fieldInfo
 
-// wholeNumbers returns the JSON names of a struct type's integer fields
-// that are not pointers: encoding/json leaves such a field 0 for a null,
-// and 0 is what leaving the field out means, so a null there (a NaN or
-// Infinity that JSON.stringify wrote as null) would read as "none" (no
-// output tokens to reserve or settle) instead of being refused.
-func wholeNumbers(t reflect.Type) map[string]bool {
+// fieldInfo is what checkKeys needs of a struct type's fields: all their
+// exact JSON names, and those of its integer fields that are not pointers
+// (whole): encoding/json leaves such a field 0 for a null, and 0 is what
+// leaving the field out means, so a null there (a NaN or Infinity that
+// JSON.stringify wrote as null) would read as "none" (no output tokens to
+// reserve or settle) instead of being refused.
+type fieldInfo struct{ all, whole map[string]bool }
+
+// fieldsOf returns t's fieldInfo, or nil for a type that is not a struct.
+func fieldsOf(t reflect.Type) *fieldInfo {
 	for t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
 	if t == nil || t.Kind() != reflect.Struct {
 		return nil
 	}
-	if m, ok := wholeCache.Load(t); ok {
-		return m.(map[string]bool)
+	if fi, ok := fieldCache.Load(t); ok {
+		return fi.(*fieldInfo)
 	}
-	m := map[string]bool{}
+	fi := &fieldInfo{all: map[string]bool{}, whole: map[string]bool{}}
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
 		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
@@ -328,42 +332,31 @@ func wholeNumbers(t reflect.Type) map[string]bool {
 		if name == "" {
 			name = f.Name
 		}
+		fi.all[name] = true
 		switch f.Type.Kind() {
 		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
 			reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-			m[name] = true
+			fi.whole[name] = true
 		}
 	}
-	wholeCache.Store(t, m)
-	return m
+	fieldCache.Store(t, fi)
+	return fi
 }
-
-var fieldCache sync.Map // reflect.Type -> map[string]bool
 
 // fieldNames returns the exact JSON names of a struct type's fields, or nil
 // for a type that is not a struct.
 func fieldNames(t reflect.Type) map[string]bool {
-	for t != nil && t.Kind() == reflect.Pointer {
-		t = t.Elem()
+	if fi := fieldsOf(t); fi != nil {
+		return fi.all
 	}
-	if t == nil || t.Kind() != reflect.Struct {
-		return nil
+	return nil
+}
+
+// wholeNumbers returns the JSON names of a struct type's integer fields
+// that are not pointers (see fieldInfo), or nil.
+func wholeNumbers(t reflect.Type) map[string]bool {
+	if fi := fieldsOf(t); fi != nil {
+		return fi.whole
 	}
-	if m, ok := fieldCache.Load(t); ok {
-		return m.(map[string]bool)
-	}
-	m := map[string]bool{}
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if name == "-" || !f.IsExported() {
-			continue
-		}
-		if name == "" {
-			name = f.Name
-		}
-		m[name] = true
-	}
-	fieldCache.Store(t, m)
-	return m
+	return nil
 }

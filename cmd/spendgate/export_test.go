@@ -43,6 +43,17 @@ func e2eCLIErr(t *testing.T, url string, args ...string) (int, string, string) {
 	return code, stdout.String(), stderr.String()
 }
 
+// e2eOK returns a function that runs the CLI against url (offline tools
+// --unverified), requires exit 0, and returns its stdout.
+func e2eOK(t *testing.T, url string) func(args ...string) string {
+	return func(args ...string) string {
+		t.Helper()
+		code, out, errOut := e2eCLIErr(t, url, unverified(args)...)
+		require.Equal(t, 0, code, errOut)
+		return out
+	}
+}
+
 // Export and report through the real service and CLI: the rows and groups
 // are those of what the CLI admitted, settled and released; the balances
 // list an idle budget; bad times and flags are usage errors.
@@ -51,12 +62,7 @@ func TestCLI_ExportReportBalances(t *testing.T) {
 	env := testenv.New(t)
 	replicatest.Start(t, env, replica.Config{SweepInterval: -1, Reports: true})
 	url := env.URL()
-	ok := func(args ...string) string {
-		t.Helper()
-		code, out, errOut := e2eCLIErr(t, url, unverified(args)...)
-		require.Equal(t, 0, code, errOut)
-		return out
-	}
+	ok := e2eOK(t, url)
 	ok("budget", "put", "--scope", "org:acme", "--period", "month", "--limit", "100", "--unit", "USD")
 	ok("budget", "put", "--scope", "user:u-17", "--period", "day", "--limit", "10", "--unit", "USD")
 	ok("budget", "put", "--scope", "team:idle", "--period", "month", "--limit", "50", "--unit", "USD")

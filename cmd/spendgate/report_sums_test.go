@@ -24,12 +24,7 @@ func TestCLI_ReportSumsPastOneAmount(t *testing.T) {
 	env := testenv.New(t)
 	replicatest.Start(t, env, replica.Config{SweepInterval: -1, Reports: true})
 	url := env.URL()
-	ok := func(args ...string) string {
-		t.Helper()
-		code, out, errOut := e2eCLIErr(t, url, unverified(args)...)
-		require.Equal(t, 0, code, errOut)
-		return out
-	}
+	ok := e2eOK(t, url)
 	ok("budget", "put", "--scope", "org:acme", "--period", "month", "--limit", "1", "--unit", "USD")
 	for _, id := range []string{"chk-1", "chk-2"} {
 		code, _, _ := e2eCLIErr(t, url, "admit", "--scope", "org:acme", "--amount", "999999999999999999", "--mode", "check", "--request-id", id)

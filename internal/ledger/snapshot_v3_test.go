@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"testing"
@@ -385,4 +386,46 @@ func BenchmarkSnapshotWindow(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestSectionReader_MoneyRange: money compares with powers of ten where it
+// counted digits; it must accept and refuse exactly what counting does, at
+// every edge of every exponent a byte holds. How it can fail: an
+// off-by-one in the power (refusing 10^k-1 or accepting 10^k), or an
+// int64 whose 19 digits wrap the comparison (math.MinInt64).
+func TestSectionReader_MoneyRange(t *testing.T) {
+	digitsOK := func(coef int64, exp int8) bool {
+		abs := uint64(coef)
+		if coef < 0 {
+			abs = uint64(^coef) + 1
+		}
+		digits := 0
+		for ; abs > 0; abs /= 10 {
+			digits++
+		}
+		return int(exp) >= -events.MaxFractionDigits && digits+int(exp) <= events.MaxIntegerDigits
+	}
+	coefs := []int64{0, 1, -1, math.MaxInt64, math.MinInt64, math.MinInt64 + 1}
+	for p := int64(1); p <= 1e18; p *= 10 {
+		coefs = append(coefs, p, p-1, -p, 1-p, p+1)
+	}
+	accepted, refused := 0, 0
+	for _, coef := range coefs {
+		for e := -128; e < 128; e++ {
+			exp := int8(e)
+			r := &sectionReader{b: (&section{}).money(coef, exp).b}
+			c, x := r.money()
+			want := digitsOK(coef, exp)
+			require.Equal(t, want, r.err == nil, "%d×10^%d", coef, exp)
+			if want {
+				require.Equal(t, coef, c)
+				require.Equal(t, exp, x)
+				accepted++
+			} else {
+				refused++
+			}
+		}
+	}
+	require.Positive(t, accepted)
+	require.Positive(t, refused)
 }

@@ -368,3 +368,90 @@ func BenchmarkWindow_Grow(b *testing.B) {
 		bk.win.add(winClosed, r, bk.balances, r.OpenedAt)
 	}
 }
+
+// TestWindow_IndexBatchIsAddOneByOne: a snapshot's entries are pushed to
+// their rings and indexed in batches sorted by home slot (window.index),
+// where the fold adds them one by one (window.add). The two must find the
+// same reservation for every id and request id: a request id reused names
+// the later entry, within one batch, across batches and across the two
+// rings; and an id already indexed (by an earlier batch or the same one)
+// must be refused. With the hash narrowed to 6 bits every key collides
+// with many others, so probe runs wrap around the table. How it can fail:
+// an unstable sort (an earlier entry of a reused request id sorted after
+// the later one wins the slot), a duplicate id placed beside the first
+// instead of refused, or a probe that stops at the first matching
+// fingerprint of another key.
+func TestWindow_IndexBatchIsAddOneByOne(t *testing.T) {
+	for _, mask := range []uint64{^uint64(0), 0x3f} {
+		t.Run(fmt.Sprintf("mask %#x", mask), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(3, 4))
+			one, batch := newWindow(), newWindow()
+			one.hashMask, batch.hashMask = mask, mask
+			bal := &balance{key: streams.BalanceKey(bookBal), ref: bookBal, self: []events.BalanceRef{bookBal}, open: map[string]*Reservation{}}
+			bals := map[string]*balance{bal.key: bal}
+			var reqs, ids []string
+			var pending []uint32
+			for j := 0; j < 5000; j++ {
+				req := uuid.NewString()
+				if j%3 == 0 {
+					req = fmt.Sprintf("req-%d", j) // not compact
+				}
+				if len(reqs) > 0 && rng.IntN(4) == 0 {
+					req = reqs[rng.IntN(len(reqs))]
+				}
+				reqs = append(reqs, req)
+				id := "rsv_" + uuid.NewString()
+				if j%5 == 0 {
+					id = fmt.Sprintf("id-%d", j)
+				}
+				ids = append(ids, id)
+				r := &Reservation{ID: id, RequestID: req, RequestHash: fmt.Sprintf("%032x", j), Balances: bal.self,
+					Parts:    []Part{{Key: bal.key, Unit: "USD", Amount: events.MustMoney("0.25")}},
+					OpenedAt: bookT0, ExpiresAt: bookT0.Add(time.Minute), Status: events.StatusSettled}
+				which := winClosed
+				if j >= 4000 {
+					which, r.Status = winExpired, events.StatusExpired
+				}
+				at := bookT0.Add(time.Duration(j) * time.Millisecond)
+				one.add(which, r, bals, at)
+				e := batch.compact(r, bals)
+				e.at = at.UnixNano()
+				pending = append(pending, batch.pushEntry(which, &e))
+				if rng.IntN(700) == 0 || j == 4999 {
+					_, ok := batch.index(pending)
+					require.True(t, ok, "entry %d", j)
+					pending = pending[:0]
+				}
+			}
+			require.Equal(t, one.len(), batch.len())
+			require.Equal(t, one.byReq.n, batch.byReq.n)
+			for _, id := range ids {
+				r1, _, ok1 := one.get(id, false)
+				r2, _, ok2 := batch.get(id, false)
+				require.True(t, ok1 && ok2, id)
+				require.Equal(t, r1.ID, r2.ID)
+			}
+			for _, req := range reqs {
+				r1, _, ok1 := one.get(req, true)
+				r2, _, ok2 := batch.get(req, true)
+				require.True(t, ok1 && ok2, req)
+				require.Equal(t, r1.ID, r2.ID, "request %s", req)
+			}
+			// An id indexed already, by an earlier batch or the same one,
+			// is refused and named.
+			fresh := "rsv_" + uuid.NewString()
+			for _, twice := range [][]string{{ids[10]}, {fresh, fresh}} {
+				var hs []uint32
+				for _, id := range twice {
+					r := &Reservation{ID: id, RequestID: uuid.NewString(), RequestHash: "h", Balances: bal.self,
+						Parts: []Part{{Key: bal.key, Unit: "USD", Amount: events.MustMoney("1")}}, Status: events.StatusSettled}
+					e := batch.compact(r, bals)
+					hs = append(hs, batch.pushEntry(winClosed, &e))
+				}
+				h, ok := batch.index(hs)
+				require.False(t, ok, "id %s", twice[0])
+				require.Equal(t, twice[0], batch.entry(h).idText())
+			}
+		})
+	}
+}

@@ -43,6 +43,7 @@ func benchCmd(args []string) int {
 	fs.IntVar(&o.History, "history", bench.HistoryDefault, "history scenario: reservations of history (10000000 for the 10M figure)")
 	fs.IntVar(&o.RestartReservations, "restart-reservations", bench.RestartDefault, "restart scenario: reservations the 64 callers write before the replica is restarted")
 	fs.StringVar(&o.RestartShape, "restart-shape", o.RestartShape, "restart scenario: how each reservation is made: hot (an amount on one budget) or gateway (priced from a model on an org, a team and a user, with metadata; settled from usage)")
+	fs.StringVar(&o.RestartKeep, "restart-keep", "", "restart scenario: keep the server's data (ledger stream, snapshots) in this new directory instead of a temp dir removed at the end")
 	fs.IntVar(&o.MonthCalls, "month-calls", bench.MonthDefaultCalls, "month scenario: synthetic calls over the month")
 	fs.Uint64Var(&o.MonthSeed, "month-seed", 1, "month scenario: the generator's seed")
 	fs.BoolVar(&o.Redis, "redis", o.Redis, "also run the Redis Lua baseline (hot, spread and multi scenarios) when redis-server is on PATH (its columns print as - when false or not installed)")

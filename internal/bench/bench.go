@@ -155,6 +155,11 @@ type Options struct {
 	// RestartShapeGateway (priced from a model on an org, a team and a
 	// user, with metadata, settled from usage).
 	RestartShape string
+	// RestartKeep, when set, is a directory that must not exist: the
+	// restart scenario's server keeps its data there (the ledger stream
+	// and the snapshot the last graceful stop wrote) instead of in a temp
+	// dir removed at the end, to load again or inspect.
+	RestartKeep string
 	// MonthCalls is the month scenario's number of calls
 	// (MonthDefaultCalls when 0); MonthSeed seeds its generator.
 	MonthCalls int

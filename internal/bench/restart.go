@@ -108,11 +108,17 @@ type restartMeasure struct {
 func runRestart(ctx context.Context, o config, stdout, stderr io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, restartTimeout)
 	defer cancel()
-	dir, err := os.MkdirTemp("", "spendgate-restart-")
-	if err != nil {
-		return err
+	dir, err := o.RestartKeep, error(nil)
+	if dir != "" {
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return fmt.Errorf("--restart-keep: %w", err)
+		}
+	} else {
+		if dir, err = os.MkdirTemp("", "spendgate-restart-"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
 	}
-	defer os.RemoveAll(dir)
 	srv, err := embedded.Start(filepath.Join(dir, "nats"), embedded.WithServerName("spendgate-restart"), embedded.WithSyncAlways(o.SyncAlways))
 	if err != nil {
 		return err

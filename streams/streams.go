@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -1163,34 +1164,121 @@ func ReadObjectLine(ctx context.Context, store jetstream.ObjectStore, name strin
 // its own for the whole object (a snapshot of hundreds of MB takes what it
 // takes): it fails when no byte arrived for ObjectIdle, or when ctx ends.
 func ReadObject(ctx context.Context, store jetstream.ObjectStore, name string) ([]byte, error) {
+	o, err := ReadObjectAhead(ctx, store, name)
+	if err != nil {
+		return nil, err
+	}
+	defer o.Close()
+	return o.All()
+}
+
+// ObjectAhead is an object being read into memory by a goroutine of its
+// own (ReadObjectAhead), so that its reader can decode its first bytes
+// while the rest arrive: a replica's snapshot of 100 MB took 200-300 ms
+// to read before its 0.7 s of decoding began.
+type ObjectAhead struct {
+	name string
+	mu   sync.Mutex
+	more *sync.Cond
+	// buf holds the bytes read so far, in an array of the object's size
+	// (the reading goroutine writes past len(buf), the reader reads
+	// below it); err is set once reading ended, io.EOF when the whole
+	// object arrived.
+	buf    []byte
+	err    error
+	size   int
+	done   func()
+	exited chan struct{}
+}
+
+// ReadObjectAhead starts reading object name of store; Close stops it. As
+// ReadObject, it fails when no byte arrived for ObjectIdle, or when ctx
+// ends.
+func ReadObjectAhead(ctx context.Context, store jetstream.ObjectStore, name string) (*ObjectAhead, error) {
 	res, done, err := openObject(ctx, store, name)
 	if err != nil {
 		return nil, err
 	}
-	defer done()
 	info, err := res.Info()
 	if err != nil {
+		done()
 		return nil, err
 	}
-	buf := make([]byte, 0, info.Size)
-	chunk := make([]byte, 256<<10)
-	last := time.Now()
+	size := int(info.Size)
+	o := &ObjectAhead{name: name, buf: make([]byte, 0, size), size: size, done: done, exited: make(chan struct{})}
+	o.more = sync.NewCond(&o.mu)
+	go o.read(ctx, res)
+	return o, nil
+}
+
+func (o *ObjectAhead) read(ctx context.Context, res jetstream.ObjectResult) {
+	defer close(o.exited)
+	size := o.size
+	n, last := 0, time.Now()
+	var over [1]byte
 	for {
-		n, err := res.Read(chunk)
-		buf = append(buf, chunk[:n]...)
-		if n > 0 {
+		dst := o.buf[n:size]
+		if len(dst) == 0 {
+			// All the bytes its info names: one more is an error.
+			dst = over[:]
+		}
+		m, err := res.Read(dst)
+		if m > 0 {
 			last = time.Now()
 		}
 		switch {
+		case m > 0 && n == size:
+			err = fmt.Errorf("streams: object %s: more than the %d bytes its info says", o.name, size)
+		case errors.Is(err, io.EOF) && n+m < size:
+			err = fmt.Errorf("streams: object %s: %d bytes of the %d its info says: %w", o.name, n+m, size, io.ErrUnexpectedEOF)
 		case errors.Is(err, io.EOF):
-			return buf, nil
-		case err != nil:
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			return nil, err
-		case n == 0 && time.Since(last) > ObjectIdle:
-			return nil, fmt.Errorf("streams: object %s: no byte for %s after %d of %d bytes", name, ObjectIdle, len(buf), info.Size)
+			err = io.EOF
+		case err != nil && ctx.Err() != nil:
+			err = ctx.Err()
+		case err == nil && m == 0 && time.Since(last) > ObjectIdle:
+			err = fmt.Errorf("streams: object %s: no byte for %s after %d of %d bytes", o.name, ObjectIdle, n, size)
+		}
+		if n < size {
+			n += m
+		}
+		o.mu.Lock()
+		o.buf = o.buf[:n]
+		o.err = err
+		o.mu.Unlock()
+		o.more.Broadcast()
+		if err != nil {
+			return
 		}
 	}
+}
+
+// Wait returns the bytes read so far once there are at least n of them or
+// reading ended, and what ended it: nil while reading, io.EOF once the
+// whole object arrived, another error when reading failed or was stopped.
+func (o *ObjectAhead) Wait(n int) ([]byte, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for len(o.buf) < n && o.err == nil {
+		o.more.Wait()
+	}
+	return o.buf[:len(o.buf):len(o.buf)], o.err
+}
+
+// Size is the object's size, as its info says.
+func (o *ObjectAhead) Size() int { return o.size }
+
+// All waits for the whole object.
+func (o *ObjectAhead) All() ([]byte, error) {
+	buf, err := o.Wait(o.Size() + 1)
+	if errors.Is(err, io.EOF) {
+		return buf, nil
+	}
+	return nil, err
+}
+
+// Close stops reading (if it has not ended) and waits for the reading
+// goroutine to return.
+func (o *ObjectAhead) Close() {
+	o.done()
+	<-o.exited
 }

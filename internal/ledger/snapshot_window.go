@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"time"
 	"unicode/utf8"
@@ -219,7 +220,96 @@ func appendString(dst []byte, s string) []byte {
 type sectionReader struct {
 	b   []byte
 	err error
+	// src holds the section, src[:end], whole or (ahead set: the snapshot
+	// object is still arriving) as far as it arrived; b ends where src
+	// does, or at end.
+	src   []byte
+	end   int
+	ahead objectAhead
+	// broken is the read of the object that failed, if one did.
+	broken error
+	// step is how far ahead of an entry (and of the units and quotes
+	// tables) more waits for bytes: entryAhead and tablesAhead, but
+	// tests make them small.
+	step struct{ entry, tables int }
 }
+
+// objectAhead is what decoding a snapshot while it arrives needs of the
+// object (streams.ObjectAhead).
+type objectAhead interface {
+	// Wait returns the bytes arrived once there are n or no more will
+	// come, and io.EOF once all did (another error: reading failed).
+	Wait(n int) ([]byte, error)
+	// Size is the object's size.
+	Size() int
+	// All waits for the whole object.
+	All() ([]byte, error)
+}
+
+// newSectionReader reads section data, whole.
+func newSectionReader(data []byte) *sectionReader {
+	return &sectionReader{b: data, src: data, end: len(data)}
+}
+
+// pos is the offset in src of the next byte to read (before an error).
+func (r *sectionReader) pos() int { return min(len(r.src), r.end) - len(r.b) }
+
+// left is how many bytes of the section are after pos, arrived or not.
+func (r *sectionReader) left() int { return r.end - r.pos() }
+
+// arrived reports whether the whole section is in src.
+func (r *sectionReader) arrived() bool { return len(r.src) >= r.end }
+
+// more makes at least want bytes (or the rest of the section) readable in
+// b, waiting for them to arrive; a read of the object that failed first is
+// r's error.
+func (r *sectionReader) more(want int) {
+	if r.ahead == nil || r.err != nil || len(r.b) >= want || r.arrived() {
+		return
+	}
+	pos := r.pos()
+	target := min(pos+want, r.end)
+	buf, err := r.ahead.Wait(target)
+	r.src = buf
+	r.b = buf[pos:min(len(buf), r.end)]
+	if len(buf) < target {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		r.broken = fmt.Errorf("reading the snapshot: %w", err)
+		r.fail(r.broken)
+	}
+}
+
+// cause is err, or the failed read of the object that made it.
+func (r *sectionReader) cause(err error) error {
+	if r.broken != nil {
+		return r.broken
+	}
+	return err
+}
+
+// retry reports whether a read that failed truncated at pos may succeed
+// once the rest of the section arrived, and if so rewinds to pos and
+// waits for all of it.
+func (r *sectionReader) retry(pos int) bool {
+	if r.ahead == nil || r.err != errTruncated || r.arrived() {
+		return false
+	}
+	r.err, r.b = nil, r.src[pos:min(len(r.src), r.end)]
+	r.more(r.end - pos)
+	return r.err == nil
+}
+
+// Read ahead of the decoder while the object arrives: about a fifth of a
+// second's worth, so that the decoder waits only when it catches up.
+const (
+	// entryAhead bounds what one window entry needs; an entry longer
+	// than this (a whole one) is read again once the section arrived.
+	entryAhead = 64 << 10
+	// tablesAhead is the same for the units and quotes tables.
+	tablesAhead = 1 << 20
+)
 
 var errTruncated = errors.New("truncated")
 
@@ -345,67 +435,48 @@ func (r *sectionReader) money() (int64, int8) {
 // (an entry names its balance by index). The book's balances and open
 // reservations are loaded; balances' open sets are not (they may name a
 // window entry).
-func (b *book) loadWindow(data []byte, bals []*balance, version int) error {
-	r := &sectionReader{b: data}
-	nu := r.uvarint()
-	if nu > uint64(len(r.b)) {
-		return fmt.Errorf("%d units in %d bytes", nu, len(r.b))
+func (b *book) loadWindow(r *sectionReader, bals []*balance, version int) error {
+	// The units and quotes tables are read again, whole, if they are
+	// longer than what arrived (interning is idempotent).
+	r.more(r.step.tables)
+	start := r.pos()
+	units, quotes, err := b.loadTables(r, version)
+	if err != nil && r.retry(start) {
+		units, quotes, err = b.loadTables(r, version)
 	}
-	units := make([]uint16, nu)
-	for i := range units {
-		s := r.text()
-		if r.err != nil {
-			return fmt.Errorf("unit %d: %w", i, r.err)
-		}
-		u, ok := b.win.intern(s)
-		if !ok {
-			return errors.New("too many units")
-		}
-		units[i] = u
-	}
-	var quotes []uint32
-	if version >= 5 {
-		nq := r.uvarint()
-		if nq > uint64(len(r.b)) || nq > maxQuotes {
-			return fmt.Errorf("%d price quotes in %d bytes", nq, len(r.b))
-		}
-		quotes = make([]uint32, nq)
-		for i := range quotes {
-			raw := r.bytes()
-			if r.err != nil {
-				return fmt.Errorf("price quote %d: %w", i, r.err)
-			}
-			var q events.PriceQuote
-			if err := json.Unmarshal(raw, &q); err != nil {
-				return fmt.Errorf("price quote %d: %w", i, err)
-			}
-			if q.Model == "" || q.InputTokens != 0 || q.MaxOutputTokens != 0 {
-				return fmt.Errorf("price quote %d: not a quote's prices", i)
-			}
-			if quotes[i] = b.win.internQuote(q); quotes[i] == 0 {
-				return errors.New("too many price quotes")
-			}
-		}
+	if err != nil {
+		return r.cause(err)
 	}
 	ld := windowLoad{units: units, quotes: quotes, bals: bals, more: version >= 5}
 	for which, name := range []string{"closed", "expired"} {
+		r.more(binary.MaxVarintLen64)
 		n := r.uvarint()
 		if r.err != nil {
 			return fmt.Errorf("%s: %w", name, r.err)
 		}
-		if n > uint64(len(r.b)/minEntry) {
-			return fmt.Errorf("%s: %d entries in %d bytes", name, n, len(r.b))
+		if n > uint64(r.left()/minEntry) {
+			return fmt.Errorf("%s: %d entries in %d bytes", name, n, r.left())
 		}
 		ld.pending = slices.Grow(ld.pending, int(n))
 		var prev int64
 		for i := uint64(0); i < n; i++ {
-			if err := b.loadEntry(r, which, &prev, &ld); err != nil {
-				return fmt.Errorf("%s entry %d: %w", name, i, err)
+			r.more(r.step.entry)
+			at, p := r.pos(), prev
+			err := b.loadEntry(r, which, &prev, &ld)
+			if err != nil && r.retry(at) {
+				// An entry longer than entryAhead, read again once
+				// the whole section arrived.
+				prev = p
+				err = b.loadEntry(r, which, &prev, &ld)
+			}
+			if err != nil {
+				return r.cause(fmt.Errorf("%s entry %d: %w", name, i, err))
 			}
 		}
 	}
-	if r.err == nil && len(r.b) > 0 {
-		return fmt.Errorf("%d bytes after the window", len(r.b))
+	r.more(r.left())
+	if r.err == nil && r.left() > 0 {
+		return fmt.Errorf("%d bytes after the window", r.left())
 	}
 	if r.err != nil {
 		return r.err
@@ -422,6 +493,59 @@ func (b *book) loadWindow(data []byte, bals []*balance, version int) error {
 		}
 	}
 	return nil
+}
+
+// loadTables reads the window section's units and (version 5) price
+// quotes into the window's tables, and returns the window's indexes of
+// them in the section's order.
+func (b *book) loadTables(r *sectionReader, version int) ([]uint16, []uint32, error) {
+	nu := r.uvarint()
+	if r.err != nil {
+		return nil, nil, fmt.Errorf("units: %w", r.err)
+	}
+	if nu > uint64(r.left()) {
+		return nil, nil, fmt.Errorf("%d units in %d bytes", nu, r.left())
+	}
+	units := make([]uint16, nu)
+	for i := range units {
+		s := r.text()
+		if r.err != nil {
+			return nil, nil, fmt.Errorf("unit %d: %w", i, r.err)
+		}
+		u, ok := b.win.intern(s)
+		if !ok {
+			return nil, nil, errors.New("too many units")
+		}
+		units[i] = u
+	}
+	if version < 5 {
+		return units, nil, nil
+	}
+	nq := r.uvarint()
+	if r.err != nil {
+		return nil, nil, fmt.Errorf("price quotes: %w", r.err)
+	}
+	if nq > uint64(r.left()) || nq > maxQuotes {
+		return nil, nil, fmt.Errorf("%d price quotes in %d bytes", nq, r.left())
+	}
+	quotes := make([]uint32, nq)
+	for i := range quotes {
+		raw := r.bytes()
+		if r.err != nil {
+			return nil, nil, fmt.Errorf("price quote %d: %w", i, r.err)
+		}
+		var q events.PriceQuote
+		if err := json.Unmarshal(raw, &q); err != nil {
+			return nil, nil, fmt.Errorf("price quote %d: %w", i, err)
+		}
+		if q.Model == "" || q.InputTokens != 0 || q.MaxOutputTokens != 0 {
+			return nil, nil, fmt.Errorf("price quote %d: not a quote's prices", i)
+		}
+		if quotes[i] = b.win.internQuote(q); quotes[i] == 0 {
+			return nil, nil, errors.New("too many price quotes")
+		}
+	}
+	return units, quotes, nil
 }
 
 // indexPending indexes the compact entries read since the last call (see

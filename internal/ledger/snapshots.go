@@ -313,11 +313,15 @@ func (l *Ledger) checkAnchors(ctx context.Context, b *book) error {
 }
 
 func (l *Ledger) readSnapshot(ctx context.Context, store jetstream.ObjectStore, name string) (*book, map[string]json.RawMessage, error) {
-	data, err := streams.ReadObject(ctx, store, name)
+	o, err := streams.ReadObjectAhead(ctx, store, name)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: reading %s: %w", ErrSnapshotInvalid, name, err)
 	}
-	st, h, err := decodeSnapshotHeader(data)
+	defer o.Close()
+	// Decoded while it arrives: the book is built from bytes whose digest
+	// is checked only once they all arrived (ahead.check), and dropped if
+	// it does not match.
+	st, h, ahead, err := decodeSnapshotAhead(o)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -326,6 +330,11 @@ func (l *Ledger) readSnapshot(ctx context.Context, store jetstream.ObjectStore, 
 	}
 	checked := l.signaturesChecked()
 	b, err := bookFromSnapshot(l.layout, l.opts.retention, l.opts.expiredKeep, st)
+	if cerr := ahead.check(h); cerr != nil {
+		// A body that is not the one signed may fail to decode in any
+		// way: the digest says why.
+		err = cerr
+	}
 	if err != nil {
 		return nil, nil, err
 	}

@@ -112,13 +112,31 @@ func (r *winReader) id(kind byte) string {
 	return ""
 }
 
+// money reads an amount as coefficient and exponent. It refuses, as the
+// ledger's loader does, one a stored amount's JSON could not hold (more
+// than events.MaxFractionDigits digits after the point or
+// events.MaxIntegerDigits before it): the replay's amounts are such, so
+// any other is not one a replica wrote.
 func (r *winReader) money() events.Money {
 	coef := r.varint()
 	exp := r.take(1)
 	if r.err != nil {
 		return events.Zero
 	}
-	return events.MoneyFromCompact(coef, int8(exp[0]))
+	e := int(int8(exp[0]))
+	abs := uint64(coef)
+	if coef < 0 {
+		abs = -abs // 2^63 for the least int64, as uint64 holds it
+	}
+	digits := 0
+	for ; abs > 0; abs /= 10 {
+		digits++
+	}
+	if e < -events.MaxFractionDigits || digits+e > events.MaxIntegerDigits {
+		r.fail(fmt.Errorf("amount %d×10^%d is out of range", coef, e))
+		return events.Zero
+	}
+	return events.MoneyFromCompact(coef, int8(e))
 }
 
 // decodeWindow reads the window section of a snapshot of version (3 to 5)

@@ -153,3 +153,63 @@ func TestDecodeWindow_Version5(t *testing.T) {
 		require.Error(t, err, "truncated to %d bytes", n)
 	}
 }
+
+// winSectionV5 is a hand-made version 5 section: units, quotes (their
+// JSON), the closed entries and no expired one.
+func winSectionV5(units, quotes []string, entries ...[]byte) []byte {
+	b := binary.AppendUvarint(nil, uint64(len(units)))
+	for _, u := range units {
+		b = append(binary.AppendUvarint(b, uint64(len(u))), u...)
+	}
+	b = binary.AppendUvarint(b, uint64(len(quotes)))
+	for _, q := range quotes {
+		b = append(binary.AppendUvarint(b, uint64(len(q))), q...)
+	}
+	b = binary.AppendUvarint(b, uint64(len(entries)))
+	for _, e := range entries {
+		b = append(b, e...)
+	}
+	return binary.AppendUvarint(b, 0)
+}
+
+// winAmount is winCompact(n, req) with its amount coef×10^exp (winCompact
+// ends with its amount and its actual, two bytes each).
+func winAmount(n byte, req string, coef int64, exp int8) []byte {
+	b := winCompact(n, req)
+	tail := append([]byte(nil), b[len(b)-2:]...)
+	b = append(binary.AppendVarint(b[:len(b)-4], coef), byte(exp))
+	return append(b, tail...)
+}
+
+// winQuote is a quote the ledger writes in a section's table: a model's
+// prices, its token counts 0.
+const winQuote = `{"model":"gpt-x","version":7,"unit":"USD","input":"2.5","output":"10","input_tokens":0,"max_output_tokens":0}`
+
+// TestDecodeWindow_RefusesWhatTheLedgerRefuses: each section here is one
+// the ledger's loader (internal/ledger, loadWindow) refuses, so the
+// audit's decoder must refuse it too: an auditor that reads what no
+// replica would load vouches for a snapshot no replica can restart from.
+// Every section differs from one the decoder reads (the first case) in
+// one check. How it can fail: a check the ledger's loader makes and this
+// decoder does not (an amount out of a stored amount's range) lets its
+// section decode without an error.
+func TestDecodeWindow_RefusesWhatTheLedgerRefuses(t *testing.T) {
+	units, quotes := []string{"USD"}, []string{winQuote}
+	_, err := decodeWindow(winSectionV5(units, quotes, append(winAmount(1, "req-1", 123456789012345678, 0), 0)), winBals, 5)
+	require.NoError(t, err, "the largest amount, and a section like the cases'")
+	_, err = decodeWindow(winSectionV5(units, quotes, append(winAmount(1, "req-1", 1, -12), 0)), winBals, 5)
+	require.NoError(t, err, "the smallest amount")
+	for name, c := range map[string]struct {
+		sec  []byte
+		want string
+	}{
+		"amount of 19 digits":          {winSectionV5(units, quotes, append(winAmount(1, "req-1", 1234567890123456789, 0), 0)), "out of range"},
+		"amount of 18 digits × 10":     {winSectionV5(units, quotes, append(winAmount(1, "req-1", 123456789012345678, 1), 0)), "out of range"},
+		"amount of 13 fraction digits": {winSectionV5(units, quotes, append(winAmount(1, "req-1", 1, -13), 0)), "out of range"},
+		"amount exponent 127":          {winSectionV5(units, quotes, append(winAmount(1, "req-1", 0, 127), 0)), "out of range"},
+		"least amount":                 {winSectionV5(units, quotes, append(winAmount(1, "req-1", -1<<63, 0), 0)), "out of range"},
+	} {
+		_, err := decodeWindow(c.sec, winBals, 5)
+		require.ErrorContains(t, err, c.want, name)
+	}
+}

@@ -29,6 +29,11 @@ const (
 	winTagHash   = 0x08
 )
 
+// winMaxQuotes is the most price quotes a section's table may hold: the
+// ledger's window holds no more (package ledger's maxQuotes; a quote past
+// it keeps its reservation whole), and its loader refuses a table of more.
+const winMaxQuotes = 1 << 20
+
 var winStatusNames = [...]string{1: events.StatusSettled, 2: events.StatusReleased, 3: events.StatusExpired}
 
 // winReader reads the section; its first error sticks.
@@ -153,11 +158,20 @@ func decodeWindow(data []byte, bals []snapBalRef, version int) ([2][]snapFullQ, 
 	// index with its token counts.
 	var quotes []events.PriceQuote
 	if version >= 5 && r.err == nil {
-		quotes = make([]events.PriceQuote, 0, min(r.uvarint(), uint64(len(r.b))))
+		nq := r.uvarint()
+		if nq > winMaxQuotes {
+			r.fail(fmt.Errorf("%d price quotes, the ledger's table holds %d", nq, winMaxQuotes))
+		}
+		quotes = make([]events.PriceQuote, 0, min(nq, uint64(len(r.b))))
 		for i := 0; i < cap(quotes) && r.err == nil; i++ {
 			var q events.PriceQuote
 			if err := json.Unmarshal([]byte(r.str()), &q); err != nil && r.err == nil {
 				r.fail(fmt.Errorf("price quote %d: %v", i, err))
+			}
+			// The table holds a model's prices; the token counts are each
+			// entry's. The ledger's loader refuses any other quote.
+			if r.err == nil && (q.Model == "" || q.InputTokens != 0 || q.MaxOutputTokens != 0) {
+				r.fail(fmt.Errorf("price quote %d: not a model's prices (model %q, token counts %d, %d)", i, q.Model, q.InputTokens, q.MaxOutputTokens))
 			}
 			quotes = append(quotes, q)
 		}

@@ -191,8 +191,9 @@ const winQuote = `{"model":"gpt-x","version":7,"unit":"USD","input":"2.5","outpu
 // replica would load vouches for a snapshot no replica can restart from.
 // Every section differs from one the decoder reads (the first case) in
 // one check. How it can fail: a check the ledger's loader makes and this
-// decoder does not (an amount out of a stored amount's range) lets its
-// section decode without an error.
+// decoder does not (an amount out of a stored amount's range, a quote
+// that is not a model's prices, more quotes than the ledger's table
+// holds) lets its section decode without an error.
 func TestDecodeWindow_RefusesWhatTheLedgerRefuses(t *testing.T) {
 	units, quotes := []string{"USD"}, []string{winQuote}
 	_, err := decodeWindow(winSectionV5(units, quotes, append(winAmount(1, "req-1", 123456789012345678, 0), 0)), winBals, 5)
@@ -208,8 +209,20 @@ func TestDecodeWindow_RefusesWhatTheLedgerRefuses(t *testing.T) {
 		"amount of 13 fraction digits": {winSectionV5(units, quotes, append(winAmount(1, "req-1", 1, -13), 0)), "out of range"},
 		"amount exponent 127":          {winSectionV5(units, quotes, append(winAmount(1, "req-1", 0, 127), 0)), "out of range"},
 		"least amount":                 {winSectionV5(units, quotes, append(winAmount(1, "req-1", -1<<63, 0), 0)), "out of range"},
+		"quote without a model":        {winSectionV5(units, []string{`{"version":7,"unit":"USD","input":"2.5","output":"10"}`}), "quote 0"},
+		"quote null":                   {winSectionV5(units, []string{`null`}), "quote 0"},
+		"quote with input tokens":      {winSectionV5(units, []string{`{"model":"m","input":"1","output":"1","input_tokens":5}`}), "quote 0"},
+		"quote with output tokens":     {winSectionV5(units, []string{`{"model":"m","input":"1","output":"1","max_output_tokens":5}`}), "quote 0"},
 	} {
 		_, err := decodeWindow(c.sec, winBals, 5)
 		require.ErrorContains(t, err, c.want, name)
 	}
+	// One quote more than the ledger's table holds (1<<20, maxQuotes),
+	// each a model's prices: 14 MB.
+	many := make([]string, 1<<20+1)
+	for i := range many {
+		many[i] = `{"model":"m"}`
+	}
+	_, err = decodeWindow(winSectionV5(units, many), winBals, 5)
+	require.ErrorContains(t, err, "price quotes", "quotes past the ledger's table")
 }

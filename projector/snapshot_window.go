@@ -34,6 +34,10 @@ const (
 // it keeps its reservation whole), and its loader refuses a table of more.
 const winMaxQuotes = 1 << 20
 
+// winMaxUnits is the most distinct units a section may name (package
+// ledger's window.intern).
+const winMaxUnits = 1<<16 - 1
+
 var winStatusNames = [...]string{1: events.StatusSettled, 2: events.StatusReleased, 3: events.StatusExpired}
 
 // winReader reads the section; its first error sticks.
@@ -151,8 +155,16 @@ func decodeWindow(data []byte, bals []snapBalRef, version int) ([2][]snapFullQ, 
 	var qs [2][]snapFullQ
 	r := &winReader{b: data}
 	units := make([]string, 0, min(r.uvarint(), uint64(len(data))))
+	distinct := map[string]bool{}
 	for i := 0; i < cap(units) && r.err == nil; i++ {
-		units = append(units, r.str())
+		u := r.str()
+		units = append(units, u)
+		// The ledger's window names a unit by a uint16 index into its
+		// table, which holds winMaxUnits; its loader refuses a section
+		// of more distinct units (one named again is the same).
+		if distinct[u] = true; len(distinct) > winMaxUnits {
+			r.fail(fmt.Errorf("%d distinct units, the ledger's table holds %d", len(distinct), winMaxUnits))
+		}
 	}
 	// Version 5: the price quotes' prices, which a compact entry names by
 	// index with its token counts.

@@ -2,6 +2,7 @@ package projector
 
 import (
 	"encoding/binary"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -192,8 +193,8 @@ const winQuote = `{"model":"gpt-x","version":7,"unit":"USD","input":"2.5","outpu
 // Every section differs from one the decoder reads (the first case) in
 // one check. How it can fail: a check the ledger's loader makes and this
 // decoder does not (an amount out of a stored amount's range, a quote
-// that is not a model's prices, more quotes than the ledger's table
-// holds) lets its section decode without an error.
+// that is not a model's prices, more quotes or units than the ledger's
+// tables hold) lets its section decode without an error.
 func TestDecodeWindow_RefusesWhatTheLedgerRefuses(t *testing.T) {
 	units, quotes := []string{"USD"}, []string{winQuote}
 	_, err := decodeWindow(winSectionV5(units, quotes, append(winAmount(1, "req-1", 123456789012345678, 0), 0)), winBals, 5)
@@ -217,6 +218,19 @@ func TestDecodeWindow_RefusesWhatTheLedgerRefuses(t *testing.T) {
 		_, err := decodeWindow(c.sec, winBals, 5)
 		require.ErrorContains(t, err, c.want, name)
 	}
+	// One unit more than the ledger's table holds (1<<16-1 units, as an
+	// entry's uint16 index into it names them), refused; as many units
+	// named again are one unit to the ledger, read.
+	distinct, same := make([]string, 1<<16), make([]string, 1<<16)
+	for i := range distinct {
+		distinct[i], same[i] = strconv.Itoa(i), "USD"
+	}
+	_, err = decodeWindow(winSectionV5(distinct, nil), winBals, 5)
+	require.ErrorContains(t, err, "units", "units past the ledger's table")
+	_, err = decodeWindow(winSectionV5(distinct[:1<<16-1], nil), winBals, 5)
+	require.NoError(t, err, "as many units as the ledger's table holds")
+	_, err = decodeWindow(winSectionV5(same, nil), winBals, 5)
+	require.NoError(t, err, "one unit named 1<<16 times")
 	// One quote more than the ledger's table holds (1<<20, maxQuotes),
 	// each a model's prices: 14 MB.
 	many := make([]string, 1<<20+1)

@@ -529,6 +529,9 @@ type snapFullRes struct {
 	Status    string              `json:"status"`
 	Late      bool                `json:"late"`
 	Pricing   *events.PriceQuote  `json:"pricing"`
+	// RequestHash is not compared; it is decoded so that a value of
+	// another type is refused, as the ledger's loader refuses it.
+	RequestHash string `json:"request_hash"`
 }
 
 type snapFullPart struct {
@@ -536,6 +539,9 @@ type snapFullPart struct {
 	Unit   string       `json:"unit"`
 	Amount events.Money `json:"amount"`
 	Actual events.Money `json:"actual"`
+	// Ceiling is not compared either; decoded so that one that is not an
+	// amount is refused, as the ledger's loader refuses it.
+	Ceiling *events.Money `json:"ceiling"`
 }
 
 type snapFullQ struct {

@@ -213,6 +213,12 @@ func decodeWindow(data []byte, bals []snapBalRef, version int) ([2][]snapFullQ, 
 				if err := json.Unmarshal(raw, c.Reservation); err != nil {
 					return qs, fmt.Errorf("window: %s entry %d: %v", name, i, err)
 				}
+				// The window holds closed reservations only; the
+				// ledger's loader refuses any other (an open one, or
+				// JSON without a status: null, {}).
+				if s := c.Reservation.Status; s != events.StatusSettled && s != events.StatusReleased && s != events.StatusExpired {
+					return qs, fmt.Errorf("window: %s entry %d: reservation %s is not a closed reservation (status %q)", name, i, c.Reservation.ID, s)
+				}
 				c.ID = c.Reservation.ID
 				qs[q] = append(qs[q], c)
 				continue

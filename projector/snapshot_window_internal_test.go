@@ -182,6 +182,12 @@ func winAmount(n byte, req string, coef int64, exp int8) []byte {
 	return append(b, tail...)
 }
 
+// winFull is an entry in full form: the reservation's JSON.
+func winFull(res string) []byte {
+	b := binary.AppendVarint([]byte{0}, 1)
+	return append(binary.AppendUvarint(b, uint64(len(res))), res...)
+}
+
 // winQuote is a quote the ledger writes in a section's table: a model's
 // prices, its token counts 0.
 const winQuote = `{"model":"gpt-x","version":7,"unit":"USD","input":"2.5","output":"10","input_tokens":0,"max_output_tokens":0}`
@@ -194,7 +200,8 @@ const winQuote = `{"model":"gpt-x","version":7,"unit":"USD","input":"2.5","outpu
 // one check. How it can fail: a check the ledger's loader makes and this
 // decoder does not (an amount out of a stored amount's range, a quote
 // that is not a model's prices, more quotes or units than the ledger's
-// tables hold) lets its section decode without an error.
+// tables hold, an entry in full form that is not a closed reservation or
+// holds a field of the wrong type) lets its section decode without an error.
 func TestDecodeWindow_RefusesWhatTheLedgerRefuses(t *testing.T) {
 	units, quotes := []string{"USD"}, []string{winQuote}
 	_, err := decodeWindow(winSectionV5(units, quotes, append(winAmount(1, "req-1", 123456789012345678, 0), 0)), winBals, 5)
@@ -214,9 +221,20 @@ func TestDecodeWindow_RefusesWhatTheLedgerRefuses(t *testing.T) {
 		"quote null":                   {winSectionV5(units, []string{`null`}), "quote 0"},
 		"quote with input tokens":      {winSectionV5(units, []string{`{"model":"m","input":"1","output":"1","input_tokens":5}`}), "quote 0"},
 		"quote with output tokens":     {winSectionV5(units, []string{`{"model":"m","input":"1","output":"1","max_output_tokens":5}`}), "quote 0"},
+		"full form open":               {winSectionV5(units, quotes, winFull(`{"id":"x","status":"open"}`)), "not a closed reservation"},
+		"full form without a status":   {winSectionV5(units, quotes, winFull(`{"id":"x"}`)), "not a closed reservation"},
+		"full form null":               {winSectionV5(units, quotes, winFull(`null`)), "not a closed reservation"},
+		"full form voided":             {winSectionV5(units, quotes, winFull(`{"id":"x","status":"voided"}`)), "not a closed reservation"},
+		"full form request hash":       {winSectionV5(units, quotes, winFull(`{"id":"x","status":"settled","request_hash":5}`)), "request_hash"},
+		"full form ceiling":            {winSectionV5(units, quotes, winFull(`{"id":"x","status":"settled","parts":[{"ceiling":"x"}]}`)), "x"},
 	} {
 		_, err := decodeWindow(c.sec, winBals, 5)
 		require.ErrorContains(t, err, c.want, name)
+	}
+	for _, status := range []string{events.StatusSettled, events.StatusReleased, events.StatusExpired} {
+		full := `{"id":"x","status":"` + status + `","request_hash":"h","parts":[{"key":"k","ceiling":"1"}]}`
+		_, err := decodeWindow(winSectionV5(units, quotes, winFull(full)), winBals, 5)
+		require.NoError(t, err, full)
 	}
 	// One unit more than the ledger's table holds (1<<16-1 units, as an
 	// entry's uint16 index into it names them), refused; as many units

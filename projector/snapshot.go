@@ -237,6 +237,20 @@ func decodeSnapParts(data []byte) (*snapBody, *snapParts, error) {
 			return nil, nil, err
 		}
 		parts.window = &qs
+		// A reservation of the book (the JSON line's) is not in the
+		// window too: the ledger's loader refuses the snapshot, which
+		// would give a replica two states of one reservation.
+		book := make(map[string]bool, len(b.Reservations))
+		for _, r := range b.Reservations {
+			book[r.ID] = true
+		}
+		for _, q := range qs {
+			for _, c := range q {
+				if book[c.ID] {
+					return nil, nil, fmt.Errorf("window: reservation %s twice: in the book and in the window", c.ID)
+				}
+			}
+		}
 		for i, q := range qs {
 			list := &b.Closed
 			if i == 1 {

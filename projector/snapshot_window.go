@@ -188,6 +188,11 @@ func decodeWindow(data []byte, bals []snapBalRef, version int) ([2][]snapFullQ, 
 			quotes = append(quotes, q)
 		}
 	}
+	// A reservation is once in the window (in one ring), as the ledger's
+	// loader requires: two entries of one id would be two answers to its
+	// replays. Ids are compared as text, which is the ledger's comparison
+	// too (a compact id is the canonical text of its 16 bytes).
+	seen := map[string]bool{}
 	for q, name := range []string{"closed", "expired"} {
 		n := r.uvarint()
 		if n > uint64(len(r.b)) {
@@ -220,6 +225,10 @@ func decodeWindow(data []byte, bals []snapBalRef, version int) ([2][]snapFullQ, 
 					return qs, fmt.Errorf("window: %s entry %d: reservation %s is not a closed reservation (status %q)", name, i, c.Reservation.ID, s)
 				}
 				c.ID = c.Reservation.ID
+				if seen[c.ID] {
+					return qs, fmt.Errorf("window: %s entry %d: reservation %s twice", name, i, c.ID)
+				}
+				seen[c.ID] = true
 				qs[q] = append(qs[q], c)
 				continue
 			}
@@ -252,6 +261,10 @@ func decodeWindow(data []byte, bals []snapBalRef, version int) ([2][]snapFullQ, 
 					break
 				}
 			}
+			if seen[res.ID] {
+				return qs, fmt.Errorf("window: %s entry %d: reservation %s twice", name, i, res.ID)
+			}
+			seen[res.ID] = true
 			c.ID, c.Reservation = res.ID, res
 			qs[q] = append(qs[q], c)
 		}

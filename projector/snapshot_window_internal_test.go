@@ -1,7 +1,10 @@
 package projector
 
 import (
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/json"
+	"fmt"
 	"strconv"
 	"testing"
 
@@ -201,13 +204,18 @@ const winQuote = `{"model":"gpt-x","version":7,"unit":"USD","input":"2.5","outpu
 // decoder does not (an amount out of a stored amount's range, a quote
 // that is not a model's prices, more quotes or units than the ledger's
 // tables hold, an entry in full form that is not a closed reservation or
-// holds a field of the wrong type) lets its section decode without an error.
+// holds a field of the wrong type, a reservation twice in the window)
+// lets its section decode without an error.
 func TestDecodeWindow_RefusesWhatTheLedgerRefuses(t *testing.T) {
 	units, quotes := []string{"USD"}, []string{winQuote}
 	_, err := decodeWindow(winSectionV5(units, quotes, append(winAmount(1, "req-1", 123456789012345678, 0), 0)), winBals, 5)
 	require.NoError(t, err, "the largest amount, and a section like the cases'")
 	_, err = decodeWindow(winSectionV5(units, quotes, append(winAmount(1, "req-1", 1, -12), 0)), winBals, 5)
 	require.NoError(t, err, "the smallest amount")
+	// inBoth names reservation 1 in the closed ring and in the expired
+	// one (its last byte, the expired ring's count 0, replaced).
+	inBoth := winSectionV5(units, quotes, append(winCompact(1, "req-1"), 0))
+	inBoth = append(append(inBoth[:len(inBoth)-1], 1), append(winCompact(1, "req-2"), 0)...)
 	for name, c := range map[string]struct {
 		sec  []byte
 		want string
@@ -227,6 +235,10 @@ func TestDecodeWindow_RefusesWhatTheLedgerRefuses(t *testing.T) {
 		"full form voided":             {winSectionV5(units, quotes, winFull(`{"id":"x","status":"voided"}`)), "not a closed reservation"},
 		"full form request hash":       {winSectionV5(units, quotes, winFull(`{"id":"x","status":"settled","request_hash":5}`)), "request_hash"},
 		"full form ceiling":            {winSectionV5(units, quotes, winFull(`{"id":"x","status":"settled","parts":[{"ceiling":"x"}]}`)), "x"},
+		"id twice":                     {winSectionV5(units, quotes, append(winCompact(1, "req-1"), 0), append(winCompact(1, "req-2"), 0)), "twice"},
+		"id twice, once in full form": {winSectionV5(units, quotes, append(winCompact(1, "req-1"), 0),
+			winFull(`{"id":"rsv_00000000-0000-0000-0000-000000000001","status":"settled"}`)), "twice"},
+		"id twice, once expired": {inBoth, "twice"},
 	} {
 		_, err := decodeWindow(c.sec, winBals, 5)
 		require.ErrorContains(t, err, c.want, name)
@@ -257,4 +269,33 @@ func TestDecodeWindow_RefusesWhatTheLedgerRefuses(t *testing.T) {
 	}
 	_, err = decodeWindow(winSectionV5(units, many), winBals, 5)
 	require.ErrorContains(t, err, "price quotes", "quotes past the ledger's table")
+}
+
+// winSnapshot is a version 5 snapshot whose JSON line holds winBals and
+// the reservations res (JSON), and whose window section is sec.
+func winSnapshot(t *testing.T, res string, sec []byte) []byte {
+	bals, err := json.Marshal([]map[string]any{{"key": winBals[0].Key, "ref": winBals[0].Ref}})
+	require.NoError(t, err)
+	line := fmt.Sprintf(`{"version":5,"seq":9,"lanes":1,"balances":%s,"reservations":%s,"window_size":%d}`, bals, res, len(sec))
+	body := append([]byte(line+"\n"), sec...)
+	sum := sha256.Sum256(body)
+	h := fmt.Sprintf(`{"format":"spendgate.snapshot","version":5,"seq":9,"size":%d,"sha256":"%x"}`, len(body), sum)
+	return append([]byte(h+"\n"), body...)
+}
+
+// TestDecodeSnapParts_ReservationInBookAndWindow: a reservation the JSON
+// line holds (an open one) and the window section holds too is refused,
+// as the ledger's loader refuses it (a replica would hold two states of
+// one reservation); a window entry of another id is read. How it can
+// fail: the decoder does not compare the window's ids with the book's,
+// and reads the snapshot.
+func TestDecodeSnapParts_ReservationInBookAndWindow(t *testing.T) {
+	sec := winSectionV5([]string{"USD"}, nil, append(winCompact(1, "req-1"), 0))
+	_, _, err := decodeSnapParts(winSnapshot(t, `[{"id":"other","status":"open"}]`, sec))
+	require.NoError(t, err)
+	_, _, err = decodeSnapParts(winSnapshot(t, `[{"id":"rsv_00000000-0000-0000-0000-000000000001","status":"open"}]`, sec))
+	require.ErrorContains(t, err, "twice")
+	full := winSectionV5([]string{"USD"}, nil, winFull(`{"id":"other","status":"settled"}`))
+	_, _, err = decodeSnapParts(winSnapshot(t, `[{"id":"other","status":"open"}]`, full))
+	require.ErrorContains(t, err, "twice", "in full form")
 }

@@ -98,6 +98,43 @@ func v3Book(t testing.TB) (*book, uint64) {
 	return b, 3
 }
 
+// v5Book is v3Book with the entries version 5 writes compact with more
+// parts and a price quote: "pair" released in both its balances, and
+// "both" priced from a model and settled in both (in its other balance
+// at a quote whose prices differ from "priced"'s, so the section's table
+// holds two). (v3Book's "two" is still open in one balance, so stays
+// whole.)
+func v5Book(t testing.TB) (*book, uint64) {
+	b, _ := v3Book(t)
+	other := events.BalanceRef{Scope: "org:c", Period: events.PeriodMonth, Instance: "2026-11"}
+	refs := []events.BalanceRef{bookBal, other}
+	quote := &events.PriceQuote{Model: "m", Version: 2, Unit: "USD",
+		Input: events.MustMoney("0.003"), Output: events.MustMoney("0.004"), InputTokens: 7, MaxOutputTokens: 70}
+	for i, id := range []string{"rsv_00000000-0000-0000-0000-000000000021", "pair"} {
+		var pricing *events.PriceQuote
+		if i == 0 {
+			pricing = quote
+		}
+		for _, ref := range refs {
+			bl := b.balances[streams.BalanceKey(ref)]
+			b.applyEvent(bl, bl.key, 4, events.ReservationOpened{ReservationID: id, RequestID: fmt.Sprintf("00000000-0000-0000-0000-%012d", 120+i),
+				RequestHash: "0123456789abcdef0123456789abcdef", Balance: ref, Amount: events.MustMoney("0.30"), Unit: "USD",
+				Balances: refs, ExpiresAt: bookT0.Add(time.Minute), At: bookT0, Pricing: pricing})
+		}
+	}
+	for _, ref := range refs {
+		bl := b.balances[streams.BalanceKey(ref)]
+		b.applyEvent(bl, bl.key, 5, events.ReservationSettled{ReservationID: "rsv_00000000-0000-0000-0000-000000000021", Balance: ref,
+			Reserved: events.MustMoney("0.30"), Actual: events.MustMoney("0.1"), Overrun: events.Zero, At: bookT0})
+		b.applyEvent(bl, bl.key, 5, events.ReservationReleased{ReservationID: "pair", Balance: ref, Reserved: events.MustMoney("0.30"),
+			Reason: events.ReasonReleased, At: bookT0})
+	}
+	b.forgetUntil(5, bookT0.Add(3*time.Second))
+	b.heads.Set(b.layout.LaneKey(bookBal), gate.Head{Valid: 5, Chained: true})
+	require.Equal(t, 12, b.win.len())
+	return b, 5
+}
+
 // roundTrip encodes b's snapshot in version and loads it back.
 func roundTrip(t testing.TB, b *book, seq uint64, version int) (*book, []byte) {
 	t.Helper()
@@ -155,6 +192,34 @@ func TestSnapshot_Version3LoadsAsVersion2(t *testing.T) {
 	}
 }
 
+// TestSnapshot_Version5MoreParts: v5Book's version 5 snapshot loads into
+// the same book, its entries over two balances compact with their second
+// part in more, the priced one with its quote from the section's table
+// of two. How it can fail: v5Book stops making the entries the fuzz
+// seeds (FuzzSnapshotV3) are meant to hold (a change to what the window
+// keeps compact), or a part or a quote is lost on the way.
+func TestSnapshot_Version5MoreParts(t *testing.T) {
+	b, seq := v5Book(t)
+	got, _ := roundTrip(t, b, seq, 5)
+	require.Equal(t, bookView(b), bookView(got))
+	require.Len(t, got.win.quotes, 2)
+	more := map[string]*winMore{}
+	for _, rg := range got.win.rings {
+		for i := 0; i < rg.n; i++ {
+			if e := rg.at(rg.head + uint64(i)); e.ext != nil && e.ext.more != nil {
+				more[e.idText()] = e.ext.more
+			}
+		}
+	}
+	require.Len(t, more, 3, "pair, both, priced")
+	require.Len(t, more["pair"].parts, 1)
+	require.Zero(t, more["pair"].quote)
+	m := more["rsv_00000000-0000-0000-0000-000000000021"]
+	require.Len(t, m.parts, 1)
+	require.NotZero(t, m.quote)
+	require.EqualValues(t, 7, m.inputTokens)
+}
+
 // section is a hand-made window section (see snapshot.go's layout).
 type section struct{ b []byte }
 
@@ -176,7 +241,12 @@ func (s *section) entry(i int, bal, unit uint64) *section {
 // window section replaced by sec, re-hashed: it passes the digest, so the
 // window decoder's own checks are what refuses it.
 func withSection(t testing.TB, b *book, seq uint64, sec []byte) []byte {
-	st, err := b.snapshotAs(seq, 3)
+	return withSectionAs(t, b, seq, sec, 3)
+}
+
+// withSectionAs is withSection for a snapshot of version (3 to 5).
+func withSectionAs(t testing.TB, b *book, seq uint64, sec []byte, version int) []byte {
+	st, err := b.snapshotAs(seq, version)
 	require.NoError(t, err)
 	st.window, st.WindowSize = sec, len(sec)
 	data, err := encodeSnapshot(st, "", nil)
@@ -293,25 +363,44 @@ func TestSnapshot_Version3CorruptWindow(t *testing.T) {
 }
 
 // FuzzSnapshotV3 loads arbitrary window sections (inside a valid digest,
-// so that the decoder, not the digest, meets them): loading never panics,
-// an error is ErrSnapshotInvalid, and a section that loads gives a book
-// whose own version 3 snapshot loads into the same book. Run it with
+// so that the decoder, not the digest, meets them) in a snapshot of
+// version 3 and of version 5 (whose compact entries end with more parts
+// and a price quote, read against the section's table of quotes): loading
+// never panics, an error is ErrSnapshotInvalid, and a section that loads
+// gives a book whose own snapshot of that version loads into the same
+// book. The seeds are the sections of v5Book (entries over two balances,
+// priced ones, whole ones) in both versions and hand-made ones; the
+// book's open sets name no window entry, so a section without one loads.
+// Run it with
 //
 //	go test -run '^$' -fuzz FuzzSnapshotV3 -fuzztime 30s ./internal/ledger/
 func FuzzSnapshotV3(f *testing.F) {
-	b, seq := v3Book(f)
-	st, err := b.snapshotAs(seq, 3)
-	require.NoError(f, err)
-	f.Add(st.window)
+	b, seq := v5Book(f)
+	for _, bl := range b.balances {
+		delete(bl.open, "two") // still in the window, whole
+	}
+	for _, version := range []int{3, 5} {
+		st, err := b.snapshotAs(seq, version)
+		require.NoError(f, err)
+		f.Add(st.window)
+	}
+	quote := `{"model":"m","version":1,"unit":"USD","input":"0.001","output":"0.002","input_tokens":0,"max_output_tokens":0}`
 	f.Add((&section{}).u(1).str("USD").u(1).entry(1, 0, 0).u(1).entry(2, 1, 0).b)
+	// Version 5: an entry with a second part (balance 1) and the quote,
+	// one with neither.
+	f.Add((&section{}).u(1).str("USD").u(1).str(quote).u(2).entry(1, 0, 0).raw(moreParts|moreQuote).
+		u(1).u(1).u(0).money(25, -2).money(0, 0).u(0).u(10).u(100).entry(2, 1, 0).raw(0).u(0).b)
 	f.Add((&section{}).u(0).u(0).u(0).b)
+	f.Add((&section{}).u(0).u(0).u(0).u(0).b)
 	f.Fuzz(func(t *testing.T, sec []byte) {
-		got, err := loadV3(t, withSection(t, b, seq, sec))
-		if err != nil {
-			return
+		for _, version := range []int{3, 5} {
+			got, err := loadV3(t, withSectionAs(t, b, seq, sec, version))
+			if err != nil {
+				continue
+			}
+			again, _ := roundTrip(t, got, seq, version)
+			require.Equal(t, bookView(got), bookView(again), "version %d", version)
 		}
-		again, _ := roundTrip(t, got, seq, 3)
-		require.Equal(t, bookView(got), bookView(again))
 	})
 }
 

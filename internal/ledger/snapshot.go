@@ -724,6 +724,16 @@ func (b *book) loadClosed(v, which int, c snapClosed) error {
 		if c.Reservation == nil || c.Reservation.ID != c.ID {
 			return fmt.Errorf("entry %s carries no reservation", c.ID)
 		}
+		// Every reservation has both ids (the gate refuses an event
+		// without them), and the window writes one that fits compact,
+		// where an empty id is refused: taking one here would make the
+		// book's next snapshot one no replica loads.
+		if c.ID == "" {
+			return errors.New("an empty id")
+		}
+		if c.Reservation.RequestID == "" {
+			return fmt.Errorf("reservation %s has an empty request id", c.ID)
+		}
 		if _, ok := b.get(c.ID); ok {
 			return fmt.Errorf("reservation %s twice", c.ID)
 		}

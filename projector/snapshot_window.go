@@ -224,6 +224,14 @@ func decodeWindow(data []byte, bals []snapBalRef, version int) ([2][]snapFullQ, 
 				if s := c.Reservation.Status; s != events.StatusSettled && s != events.StatusReleased && s != events.StatusExpired {
 					return qs, fmt.Errorf("window: %s entry %d: reservation %s is not a closed reservation (status %q)", name, i, c.Reservation.ID, s)
 				}
+				// Nor one without both ids, as a compact entry is (no
+				// reservation lacks them).
+				if c.Reservation.ID == "" {
+					return qs, fmt.Errorf("window: %s entry %d: an empty id", name, i)
+				}
+				if c.Reservation.RequestID == "" {
+					return qs, fmt.Errorf("window: %s entry %d: reservation %s has an empty request id", name, i, c.Reservation.ID)
+				}
 				c.ID = c.Reservation.ID
 				if seen[c.ID] {
 					return qs, fmt.Errorf("window: %s entry %d: reservation %s twice", name, i, c.ID)

@@ -203,8 +203,8 @@ const winQuote = `{"model":"gpt-x","version":7,"unit":"USD","input":"2.5","outpu
 // one check. How it can fail: a check the ledger's loader makes and this
 // decoder does not (an amount out of a stored amount's range, a quote
 // that is not a model's prices, more quotes or units than the ledger's
-// tables hold, an entry in full form that is not a closed reservation or
-// holds a field of the wrong type, a reservation twice in the window)
+// tables hold, an entry in full form that is not a closed reservation,
+// lacks an id or a request id, or holds a field of the wrong type, a reservation twice in the window)
 // lets its section decode without an error.
 func TestDecodeWindow_RefusesWhatTheLedgerRefuses(t *testing.T) {
 	units, quotes := []string{"USD"}, []string{winQuote}
@@ -220,31 +220,33 @@ func TestDecodeWindow_RefusesWhatTheLedgerRefuses(t *testing.T) {
 		sec  []byte
 		want string
 	}{
-		"amount of 19 digits":          {winSectionV5(units, quotes, append(winAmount(1, "req-1", 1234567890123456789, 0), 0)), "out of range"},
-		"amount of 18 digits × 10":     {winSectionV5(units, quotes, append(winAmount(1, "req-1", 123456789012345678, 1), 0)), "out of range"},
-		"amount of 13 fraction digits": {winSectionV5(units, quotes, append(winAmount(1, "req-1", 1, -13), 0)), "out of range"},
-		"amount exponent 127":          {winSectionV5(units, quotes, append(winAmount(1, "req-1", 0, 127), 0)), "out of range"},
-		"least amount":                 {winSectionV5(units, quotes, append(winAmount(1, "req-1", -1<<63, 0), 0)), "out of range"},
-		"quote without a model":        {winSectionV5(units, []string{`{"version":7,"unit":"USD","input":"2.5","output":"10"}`}), "quote 0"},
-		"quote null":                   {winSectionV5(units, []string{`null`}), "quote 0"},
-		"quote with input tokens":      {winSectionV5(units, []string{`{"model":"m","input":"1","output":"1","input_tokens":5}`}), "quote 0"},
-		"quote with output tokens":     {winSectionV5(units, []string{`{"model":"m","input":"1","output":"1","max_output_tokens":5}`}), "quote 0"},
-		"full form open":               {winSectionV5(units, quotes, winFull(`{"id":"x","status":"open"}`)), "not a closed reservation"},
-		"full form without a status":   {winSectionV5(units, quotes, winFull(`{"id":"x"}`)), "not a closed reservation"},
-		"full form null":               {winSectionV5(units, quotes, winFull(`null`)), "not a closed reservation"},
-		"full form voided":             {winSectionV5(units, quotes, winFull(`{"id":"x","status":"voided"}`)), "not a closed reservation"},
-		"full form request hash":       {winSectionV5(units, quotes, winFull(`{"id":"x","status":"settled","request_hash":5}`)), "request_hash"},
-		"full form ceiling":            {winSectionV5(units, quotes, winFull(`{"id":"x","status":"settled","parts":[{"ceiling":"x"}]}`)), "x"},
-		"id twice":                     {winSectionV5(units, quotes, append(winCompact(1, "req-1"), 0), append(winCompact(1, "req-2"), 0)), "twice"},
+		"amount of 19 digits":            {winSectionV5(units, quotes, append(winAmount(1, "req-1", 1234567890123456789, 0), 0)), "out of range"},
+		"amount of 18 digits × 10":       {winSectionV5(units, quotes, append(winAmount(1, "req-1", 123456789012345678, 1), 0)), "out of range"},
+		"amount of 13 fraction digits":   {winSectionV5(units, quotes, append(winAmount(1, "req-1", 1, -13), 0)), "out of range"},
+		"amount exponent 127":            {winSectionV5(units, quotes, append(winAmount(1, "req-1", 0, 127), 0)), "out of range"},
+		"least amount":                   {winSectionV5(units, quotes, append(winAmount(1, "req-1", -1<<63, 0), 0)), "out of range"},
+		"quote without a model":          {winSectionV5(units, []string{`{"version":7,"unit":"USD","input":"2.5","output":"10"}`}), "quote 0"},
+		"quote null":                     {winSectionV5(units, []string{`null`}), "quote 0"},
+		"quote with input tokens":        {winSectionV5(units, []string{`{"model":"m","input":"1","output":"1","input_tokens":5}`}), "quote 0"},
+		"quote with output tokens":       {winSectionV5(units, []string{`{"model":"m","input":"1","output":"1","max_output_tokens":5}`}), "quote 0"},
+		"full form open":                 {winSectionV5(units, quotes, winFull(`{"id":"x","request_id":"r","status":"open"}`)), "not a closed reservation"},
+		"full form without a status":     {winSectionV5(units, quotes, winFull(`{"id":"x","request_id":"r"}`)), "not a closed reservation"},
+		"full form null":                 {winSectionV5(units, quotes, winFull(`null`)), "not a closed reservation"},
+		"full form voided":               {winSectionV5(units, quotes, winFull(`{"id":"x","request_id":"r","status":"voided"}`)), "not a closed reservation"},
+		"full form without an id":        {winSectionV5(units, quotes, winFull(`{"request_id":"r","status":"settled"}`)), "empty id"},
+		"full form without a request id": {winSectionV5(units, quotes, winFull(`{"id":"x","status":"settled"}`)), "empty request id"},
+		"full form request hash":         {winSectionV5(units, quotes, winFull(`{"id":"x","request_id":"r","status":"settled","request_hash":5}`)), "request_hash"},
+		"full form ceiling":              {winSectionV5(units, quotes, winFull(`{"id":"x","request_id":"r","status":"settled","parts":[{"ceiling":"x"}]}`)), "x"},
+		"id twice":                       {winSectionV5(units, quotes, append(winCompact(1, "req-1"), 0), append(winCompact(1, "req-2"), 0)), "twice"},
 		"id twice, once in full form": {winSectionV5(units, quotes, append(winCompact(1, "req-1"), 0),
-			winFull(`{"id":"rsv_00000000-0000-0000-0000-000000000001","status":"settled"}`)), "twice"},
+			winFull(`{"id":"rsv_00000000-0000-0000-0000-000000000001","request_id":"r","status":"settled"}`)), "twice"},
 		"id twice, once expired": {inBoth, "twice"},
 	} {
 		_, err := decodeWindow(c.sec, winBals, 5)
 		require.ErrorContains(t, err, c.want, name)
 	}
 	for _, status := range []string{events.StatusSettled, events.StatusReleased, events.StatusExpired} {
-		full := `{"id":"x","status":"` + status + `","request_hash":"h","parts":[{"key":"k","ceiling":"1"}]}`
+		full := `{"id":"x","request_id":"r","status":"` + status + `","request_hash":"h","parts":[{"key":"k","ceiling":"1"}]}`
 		_, err := decodeWindow(winSectionV5(units, quotes, winFull(full)), winBals, 5)
 		require.NoError(t, err, full)
 	}
@@ -295,7 +297,7 @@ func TestDecodeSnapParts_ReservationInBookAndWindow(t *testing.T) {
 	require.NoError(t, err)
 	_, _, err = decodeSnapParts(winSnapshot(t, `[{"id":"rsv_00000000-0000-0000-0000-000000000001","status":"open"}]`, sec))
 	require.ErrorContains(t, err, "twice")
-	full := winSectionV5([]string{"USD"}, nil, winFull(`{"id":"other","status":"settled"}`))
+	full := winSectionV5([]string{"USD"}, nil, winFull(`{"id":"other","request_id":"r","status":"settled"}`))
 	_, _, err = decodeSnapParts(winSnapshot(t, `[{"id":"other","status":"open"}]`, full))
 	require.ErrorContains(t, err, "twice", "in full form")
 }

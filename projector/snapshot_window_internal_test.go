@@ -75,12 +75,18 @@ func TestDecodeWindow(t *testing.T) {
 }
 
 // FuzzDecodeWindow: the auditor's window decoder never panics on any
-// section. Run it with
+// section, read as version 3 and as version 5 (seeded with a version 5
+// section whose entries have a quote, a second part, or neither). Run it
+// with
 //
 //	go test -run '^$' -fuzz FuzzDecodeWindow -fuzztime 30s ./projector/
 func FuzzDecodeWindow(f *testing.F) {
 	f.Add(winSection(winCompact(1, "req-1"), winCompact(2, "req-2")))
 	f.Add(winSection([]byte{0, 2, 2, '{', '}'}))
+	part := []byte{1, 1, 0, 0, 50, 0xfe, 0, 0} // one more part: balance 0, unit 0, 0.25, 0
+	f.Add(winSectionV5([]string{"USD"}, []string{winQuote}, append(winCompact(1, "req-1"), 2, 0, 10, 100),
+		append(winCompact(2, "req-2"), part...), append(winCompact(3, "req-3"), 0),
+		winFull(`{"id":"x","request_id":"r","status":"settled"}`)))
 	f.Fuzz(func(t *testing.T, sec []byte) {
 		decodeWindow(sec, winBals, 3)
 		decodeWindow(sec, winBals, 5)

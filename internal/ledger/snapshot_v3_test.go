@@ -368,6 +368,60 @@ func TestSnapshot_Version3CorruptWindow(t *testing.T) {
 	}
 }
 
+// TestSnapshot_Version5CorruptWindow: a version 5 section that is wrong
+// in what version 5 adds (the table of quotes, an entry's flags byte, its
+// more parts and its quote) is refused as ErrSnapshotInvalid: a quote
+// that is not UTF-8 text or not a model's prices, a table of more than
+// maxQuotes, an unknown flag, no more parts or more than maxMoreParts, a
+// part's or a quote's index out of range, token counts past
+// events.MaxTokens. How it can fail: the loader takes a section no
+// replica writes (the projector's decoder, which refuses each, and it
+// then disagree on what a snapshot holds) or panics on it.
+func TestSnapshot_Version5CorruptWindow(t *testing.T) {
+	b, seq := v5Book(t)
+	for _, bl := range b.balances {
+		delete(bl.open, "two") // hand-made sections leave it out
+	}
+	quote := `{"model":"m","version":1,"unit":"USD","input":"0.001","output":"0.002","input_tokens":0,"max_output_tokens":0}`
+	head := func(quotes ...string) *section {
+		s := (&section{}).u(1).str("USD").u(uint64(len(quotes)))
+		for _, q := range quotes {
+			s.str(q)
+		}
+		return s
+	}
+	// An entry (balance 0) whose flags byte says a part (balance 1) and
+	// the quote follow.
+	withMore := func(s *section, n, bal, qi, in uint64) []byte {
+		s.u(1).entry(1, 0, 0).raw(moreParts | moreQuote).u(n)
+		for i := uint64(0); i < n; i++ {
+			s.u(bal).u(0).money(25, -2).money(0, 0)
+		}
+		return s.u(qi).u(in).u(100).u(0).b
+	}
+	_, err := loadV3(t, withSectionAs(t, b, seq, withMore(head(quote), 1, 1, 0, 10), 5))
+	require.NoError(t, err, "the hand-made section is valid")
+	for name, c := range map[string]struct {
+		sec  []byte
+		want string
+	}{
+		"quote not UTF-8":     {head("{\"model\":\"m\xff\"}").u(0).u(0).b, "not UTF-8"},
+		"quote without model": {head(`{"input":"1","output":"1"}`).u(0).u(0).b, "not a quote's prices"},
+		"quote with tokens":   {head(`{"model":"m","input_tokens":1}`).u(0).u(0).b, "not a quote's prices"},
+		"quote null":          {head(`null`).u(0).u(0).b, "not a quote's prices"},
+		"quotes count":        {(&section{}).u(0).u(maxQuotes + 1).raw(make([]byte, maxQuotes+1)...).b, "price quotes"},
+		"unknown flag":        {head(quote).u(1).entry(1, 0, 0).raw(4).u(0).b, "flags 0x4"},
+		"no more parts":       {withMore(head(quote), 0, 1, 0, 10), "0 more parts"},
+		"too many parts":      {withMore(head(quote), maxMoreParts+1, 1, 0, 10), "65 more parts"},
+		"part balance":        {withMore(head(quote), 1, 2, 0, 10), "balance 2 of 2"},
+		"quote index":         {withMore(head(quote), 1, 1, 1, 10), "quote 1 of 1"},
+		"input tokens":        {withMore(head(quote), 1, 1, 0, events.MaxTokens+1), "input tokens"},
+	} {
+		_, err := loadV3(t, withSectionAs(t, b, seq, c.sec, 5))
+		require.ErrorContains(t, err, c.want, name)
+	}
+}
+
 // FuzzSnapshotV3 loads arbitrary window sections (inside a valid digest,
 // so that the decoder, not the digest, meets them) in a snapshot of
 // version 3 and of version 5 (whose compact entries end with more parts

@@ -534,6 +534,12 @@ func (b *book) loadTables(r *sectionReader, version int) ([]uint16, []uint32, er
 		if r.err != nil {
 			return nil, nil, fmt.Errorf("price quote %d: %w", i, r.err)
 		}
+		// A str, as every one of the section (json.Marshal writes valid
+		// UTF-8); json.Unmarshal alone would take a string of invalid
+		// bytes as U+FFFD.
+		if !utf8.Valid(raw) {
+			return nil, nil, fmt.Errorf("price quote %d: not UTF-8", i)
+		}
 		var q events.PriceQuote
 		if err := json.Unmarshal(raw, &q); err != nil {
 			return nil, nil, fmt.Errorf("price quote %d: %w", i, err)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"time"
 
@@ -733,6 +734,13 @@ func (b *book) loadClosed(v, which int, c snapClosed) error {
 		}
 		if c.Reservation.RequestID == "" {
 			return fmt.Errorf("reservation %s has an empty request id", c.ID)
+		}
+		// Nor a balance twice, as loadMore refuses in a compact entry
+		// (one that fits is written compact by the next snapshot).
+		for i, ref := range c.Reservation.Balances {
+			if slices.Contains(c.Reservation.Balances[:i], ref) {
+				return fmt.Errorf("reservation %s in balance %s twice", c.ID, streams.BalanceKey(ref))
+			}
 		}
 		if _, ok := b.get(c.ID); ok {
 			return fmt.Errorf("reservation %s twice", c.ID)

@@ -374,7 +374,8 @@ func TestSnapshot_Version3CorruptWindow(t *testing.T) {
 // that is not UTF-8 text or not a model's prices, a table of more than
 // maxQuotes, an unknown flag, no more parts or more than maxMoreParts, a
 // part's or a quote's index out of range, token counts past
-// events.MaxTokens. How it can fail: the loader takes a section no
+// events.MaxTokens, a balance named twice by an entry (compact or in full
+// form: no admit names a scope twice). How it can fail: the loader takes a section no
 // replica writes (the projector's decoder, which refuses each, and it
 // then disagree on what a snapshot holds) or panics on it.
 func TestSnapshot_Version5CorruptWindow(t *testing.T) {
@@ -405,17 +406,21 @@ func TestSnapshot_Version5CorruptWindow(t *testing.T) {
 		sec  []byte
 		want string
 	}{
-		"quote not UTF-8":     {head("{\"model\":\"m\xff\"}").u(0).u(0).b, "not UTF-8"},
-		"quote without model": {head(`{"input":"1","output":"1"}`).u(0).u(0).b, "not a quote's prices"},
-		"quote with tokens":   {head(`{"model":"m","input_tokens":1}`).u(0).u(0).b, "not a quote's prices"},
-		"quote null":          {head(`null`).u(0).u(0).b, "not a quote's prices"},
-		"quotes count":        {(&section{}).u(0).u(maxQuotes + 1).raw(make([]byte, maxQuotes+1)...).b, "price quotes"},
-		"unknown flag":        {head(quote).u(1).entry(1, 0, 0).raw(4).u(0).b, "flags 0x4"},
-		"no more parts":       {withMore(head(quote), 0, 1, 0, 10), "0 more parts"},
-		"too many parts":      {withMore(head(quote), maxMoreParts+1, 1, 0, 10), "65 more parts"},
-		"part balance":        {withMore(head(quote), 1, 2, 0, 10), "balance 2 of 2"},
-		"quote index":         {withMore(head(quote), 1, 1, 1, 10), "quote 1 of 1"},
-		"input tokens":        {withMore(head(quote), 1, 1, 0, events.MaxTokens+1), "input tokens"},
+		"quote not UTF-8":             {head("{\"model\":\"m\xff\"}").u(0).u(0).b, "not UTF-8"},
+		"quote without model":         {head(`{"input":"1","output":"1"}`).u(0).u(0).b, "not a quote's prices"},
+		"quote with tokens":           {head(`{"model":"m","input_tokens":1}`).u(0).u(0).b, "not a quote's prices"},
+		"quote null":                  {head(`null`).u(0).u(0).b, "not a quote's prices"},
+		"quotes count":                {(&section{}).u(0).u(maxQuotes + 1).raw(make([]byte, maxQuotes+1)...).b, "price quotes"},
+		"unknown flag":                {head(quote).u(1).entry(1, 0, 0).raw(4).u(0).b, "flags 0x4"},
+		"no more parts":               {withMore(head(quote), 0, 1, 0, 10), "0 more parts"},
+		"too many parts":              {withMore(head(quote), maxMoreParts+1, 1, 0, 10), "65 more parts"},
+		"part balance":                {withMore(head(quote), 1, 2, 0, 10), "balance 2 of 2"},
+		"quote index":                 {withMore(head(quote), 1, 1, 1, 10), "quote 1 of 1"},
+		"input tokens":                {withMore(head(quote), 1, 1, 0, events.MaxTokens+1), "input tokens"},
+		"part in the entry's balance": {withMore(head(quote), 1, 0, 0, 10), "twice"},
+		"two parts in one balance":    {withMore(head(quote), 2, 1, 0, 10), "twice"},
+		"full form in one balance twice": {head().u(1).raw(0).v(1).str(`{"id":"x","request_id":"r","status":"settled","balances":[` +
+			`{"scope":"org:b","period":"month","instance":"2026-11"},{"scope":"org:b","period":"month","instance":"2026-11"}]}`).u(0).b, "twice"},
 	} {
 		_, err := loadV3(t, withSectionAs(t, b, seq, c.sec, 5))
 		require.ErrorContains(t, err, c.want, name)

@@ -670,7 +670,7 @@ func (b *book) loadEntry(r *sectionReader, which int, prev *int64, ld *windowLoa
 	var xext *winExt
 	if ld.more {
 		var err error
-		if xext, err = loadMore(r, ld); err != nil {
+		if xext, err = loadMore(r, ld, e.bal); err != nil {
 			return err
 		}
 	}
@@ -687,8 +687,11 @@ func (b *book) loadEntry(r *sectionReader, which int, prev *int64, ld *windowLoa
 
 // loadMore reads the flags byte after a compact entry (version 5) and what
 // it says follows, into a winExt whose more holds it (newMore); nil when
-// nothing does.
-func loadMore(r *sectionReader, ld *windowLoad) (*winExt, error) {
+// nothing does. first is the entry's own balance: no part names it again,
+// nor one another's (no admit names a scope twice, and a reservation in
+// one balance twice would be counted there twice if taken back into the
+// book).
+func loadMore(r *sectionReader, ld *windowLoad, first *balance) (*winExt, error) {
 	flags := r.byte()
 	if r.err != nil {
 		return nil, r.err
@@ -724,6 +727,9 @@ func loadMore(r *sectionReader, ld *windowLoad) (*winExt, error) {
 				return nil, fmt.Errorf("part %d: balance %d of %d, unit %d of %d", i+1, bi, len(ld.bals), ui, len(ld.units))
 			}
 			p.bal, p.unit = ld.bals[bi], ld.units[ui]
+			if p.bal == first || slices.ContainsFunc(m.parts[:i], func(o winPart) bool { return o.bal == p.bal }) {
+				return nil, fmt.Errorf("part %d: balance %s twice", i+1, p.bal.key)
+			}
 		}
 	}
 	if flags&moreQuote != 0 {

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 	"unicode/utf8"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/streams"
 )
 
 // A version 3 ledger snapshot carries the idempotency window in a binary
@@ -224,6 +226,12 @@ func decodeWindow(data []byte, bals []snapBalRef, version int) ([2][]snapFullQ, 
 				if s := c.Reservation.Status; s != events.StatusSettled && s != events.StatusReleased && s != events.StatusExpired {
 					return qs, fmt.Errorf("window: %s entry %d: reservation %s is not a closed reservation (status %q)", name, i, c.Reservation.ID, s)
 				}
+				// Nor one in a balance twice (see more).
+				for k, ref := range c.Reservation.Balances {
+					if slices.Contains(c.Reservation.Balances[:k], ref) {
+						return qs, fmt.Errorf("window: %s entry %d: reservation %s in balance %s twice", name, i, c.Reservation.ID, streams.BalanceKey(ref))
+					}
+				}
 				// Nor one without both ids, as a compact entry is (no
 				// reservation lacks them).
 				if c.Reservation.ID == "" {
@@ -262,7 +270,7 @@ func decodeWindow(data []byte, bals []snapBalRef, version int) ([2][]snapFullQ, 
 			res.Balances = []events.BalanceRef{bals[bi].Ref}
 			res.Parts = append(res.Parts, snapFullPart{Key: bals[bi].Key, Unit: units[ui], Amount: amount, Actual: actual})
 			if version >= 5 {
-				if err := r.more(res, bals, units, quotes); err != nil {
+				if err := r.more(res, bi, bals, units, quotes); err != nil {
 					return qs, fmt.Errorf("window: %s entry %d: %v", name, i, err)
 				}
 				if r.err != nil {
@@ -288,8 +296,11 @@ func decodeWindow(data []byte, bals []snapBalRef, version int) ([2][]snapFullQ, 
 
 // more reads what follows a compact entry in version 5: a flags byte, then
 // (bit 0) the parts after the first, (bit 1) the price quote's index and
-// token counts; it adds them to res.
-func (r *winReader) more(res *snapFullRes, bals []snapBalRef, units []string, quotes []events.PriceQuote) error {
+// token counts; it adds them to res. first is the index of the entry's
+// own balance: a part names another, and no two parts one (as the
+// ledger's loader requires; no admit names a scope twice, and res's
+// parts, a map by balance, would keep one of two).
+func (r *winReader) more(res *snapFullRes, first uint64, bals []snapBalRef, units []string, quotes []events.PriceQuote) error {
 	flags := r.take(1)
 	if r.err != nil {
 		return nil
@@ -302,6 +313,7 @@ func (r *winReader) more(res *snapFullRes, bals []snapBalRef, units []string, qu
 		if n == 0 || n > 64 || n > uint64(len(r.b)) { // the ledger writes 1 to 64
 			return fmt.Errorf("%d more parts in %d bytes", n, len(r.b))
 		}
+		named := []uint64{first}
 		for j := uint64(0); j < n && r.err == nil; j++ {
 			bi, ui := r.uvarint(), r.uvarint()
 			amount, actual := r.money(), r.money()
@@ -311,6 +323,10 @@ func (r *winReader) more(res *snapFullRes, bals []snapBalRef, units []string, qu
 			if bi >= uint64(len(bals)) || ui >= uint64(len(units)) {
 				return fmt.Errorf("part %d: balance %d of %d, unit %d of %d", j+1, bi, len(bals), ui, len(units))
 			}
+			if slices.Contains(named, bi) {
+				return fmt.Errorf("part %d: balance %s twice", j+1, bals[bi].Key)
+			}
+			named = append(named, bi)
 			res.Balances = append(res.Balances, bals[bi].Ref)
 			res.Parts = append(res.Parts, snapFullPart{Key: bals[bi].Key, Unit: units[ui], Amount: amount, Actual: actual})
 		}

@@ -210,7 +210,8 @@ const winQuote = `{"model":"gpt-x","version":7,"unit":"USD","input":"2.5","outpu
 // decoder does not (an amount out of a stored amount's range, a quote
 // that is not a model's prices, more quotes or units than the ledger's
 // tables hold, an entry in full form that is not a closed reservation,
-// lacks an id or a request id, or holds a field of the wrong type, a reservation twice in the window)
+// lacks an id or a request id, or holds a field of the wrong type, an
+// entry that names a balance twice, a reservation twice in the window)
 // lets its section decode without an error.
 func TestDecodeWindow_RefusesWhatTheLedgerRefuses(t *testing.T) {
 	units, quotes := []string{"USD"}, []string{winQuote}
@@ -222,6 +223,10 @@ func TestDecodeWindow_RefusesWhatTheLedgerRefuses(t *testing.T) {
 	// one (its last byte, the expired ring's count 0, replaced).
 	inBoth := winSectionV5(units, quotes, append(winCompact(1, "req-1"), 0))
 	inBoth = append(append(inBoth[:len(inBoth)-1], 1), append(winCompact(1, "req-2"), 0)...)
+	bals := append(winBals[:1:1], snapBalRef{Key: "balance.user.u.day.2026-11-30",
+		Ref: events.BalanceRef{Scope: "user:u", Period: events.PeriodDay, Instance: "2026-11-30"}})
+	_, err = decodeWindow(winSectionV5(units, quotes, append(winCompact(1, "req-1"), 1, 1, 1, 0, 50, 0xfe, 0, 0)), bals, 5)
+	require.NoError(t, err, "a part in another balance")
 	for name, c := range map[string]struct {
 		sec  []byte
 		want string
@@ -243,12 +248,16 @@ func TestDecodeWindow_RefusesWhatTheLedgerRefuses(t *testing.T) {
 		"full form without a request id": {winSectionV5(units, quotes, winFull(`{"id":"x","status":"settled"}`)), "empty request id"},
 		"full form request hash":         {winSectionV5(units, quotes, winFull(`{"id":"x","request_id":"r","status":"settled","request_hash":5}`)), "request_hash"},
 		"full form ceiling":              {winSectionV5(units, quotes, winFull(`{"id":"x","request_id":"r","status":"settled","parts":[{"ceiling":"x"}]}`)), "x"},
-		"id twice":                       {winSectionV5(units, quotes, append(winCompact(1, "req-1"), 0), append(winCompact(1, "req-2"), 0)), "twice"},
+		"part in the entry's balance":    {winSectionV5(units, quotes, append(winCompact(1, "req-1"), 1, 1, 0, 0, 50, 0xfe, 0, 0)), "twice"},
+		"two parts in one balance":       {winSectionV5(units, quotes, append(winCompact(1, "req-1"), 1, 2, 1, 0, 50, 0xfe, 0, 0, 1, 0, 50, 0xfe, 0, 0)), "twice"},
+		"full form in one balance twice": {winSectionV5(units, quotes, winFull(`{"id":"x","request_id":"r","status":"settled","balances":[`+
+			`{"scope":"org:a","period":"month","instance":"2026-11"},{"scope":"org:a","period":"month","instance":"2026-11"}]}`)), "twice"},
+		"id twice": {winSectionV5(units, quotes, append(winCompact(1, "req-1"), 0), append(winCompact(1, "req-2"), 0)), "twice"},
 		"id twice, once in full form": {winSectionV5(units, quotes, append(winCompact(1, "req-1"), 0),
 			winFull(`{"id":"rsv_00000000-0000-0000-0000-000000000001","request_id":"r","status":"settled"}`)), "twice"},
 		"id twice, once expired": {inBoth, "twice"},
 	} {
-		_, err := decodeWindow(c.sec, winBals, 5)
+		_, err := decodeWindow(c.sec, bals, 5)
 		require.ErrorContains(t, err, c.want, name)
 	}
 	for _, status := range []string{events.StatusSettled, events.StatusReleased, events.StatusExpired} {

@@ -99,9 +99,11 @@ import (
 // be settled, released or expired too. Deltas
 // of a signed 64-bit value wrap (two's complement): adding them back
 // gives the value. Loading checks every field (tags and kinds, counts
-// against the bytes left, indexes, lengths, UTF-8, non-empty ids,
-// amounts, a reservation id once in the window and the book, no byte
-// after the section) and refuses anything else as ErrSnapshotInvalid.
+// against the bytes left, indexes, lengths, UTF-8, non-empty ids and
+// request ids, amounts, a quote's prices, a balance once in an entry, a
+// closed status in full form, a reservation id once in the window and
+// the book, no byte after the section) and refuses anything else as
+// ErrSnapshotInvalid. The projector's decoder refuses the same.
 //
 // Why a binary section beside JSON, and not a binary body nor base64 in
 // the JSON: the window is the only part that grows with traffic, and at a

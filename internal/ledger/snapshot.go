@@ -438,10 +438,12 @@ func (b *book) snapshotCopy(seq uint64, version int) (*snapshotState, error) {
 		var err error
 		// Sized for the entries at once: grown by append, a large
 		// window was copied over and over while the book was locked.
-		buf := make([]byte, 0, 64+(b.win.rings[winClosed].n+b.win.rings[winExpired].n)*snapEntryBytes)
+		n := b.win.rings[winClosed].n + b.win.rings[winExpired].n
+		buf := make([]byte, 0, 64+b.win.sectionBytes(n))
 		if st.window, st.whole, err = b.win.appendWindow(buf, balIdx, version); err != nil {
 			return nil, err
 		}
+		b.win.sized(len(st.window), n)
 		st.WindowSize = len(st.window)
 	default:
 		return nil, fmt.Errorf("ledger: snapshot version %d is not written", version)

@@ -198,3 +198,31 @@ func must[T any](v T, err error) T {
 	}
 	return v
 }
+
+// TestSnapshot_WindowBufferSizedFromTheLast: a snapshot's window section is
+// encoded under the book's read lock, into a buffer sized before it. Sized
+// at the default bytes per entry, a window of entries held in two balances
+// and priced outgrows it (and was copied over and over by append, while
+// every admit waited); the next snapshot, and the first after a load, must
+// size it from the last section. How it can fail: the size not recorded,
+// or recorded from something else than the section's bytes per entry.
+func TestSnapshot_WindowBufferSizedFromTheLast(t *testing.T) {
+	b, seq := aheadBook(t)
+	n := b.win.rings[winClosed].n + b.win.rings[winExpired].n
+	first := 64 + b.win.sectionBytes(n)
+	st, err := b.snapshotCopy(seq, SnapshotVersion)
+	require.NoError(t, err)
+	require.Greater(t, len(st.window), first, "the default size should not fit this window, or the test shows nothing")
+	next := 64 + b.win.sectionBytes(n)
+	st2, err := b.snapshotCopy(seq, SnapshotVersion)
+	require.NoError(t, err)
+	require.Equal(t, st.window, st2.window)
+	require.LessOrEqual(t, len(st2.window), next)
+
+	// A book loaded from the snapshot sizes its first one so too.
+	data, err := encodeSnapshot(must(b.snapshotAs(seq, SnapshotVersion)), "", nil)
+	require.NoError(t, err)
+	got, err := bookFromSnapshot(b.layout, b.retention, b.expiredKeep, must(decodeSnapshot(data)))
+	require.NoError(t, err)
+	require.LessOrEqual(t, len(st.window), 64+got.win.sectionBytes(n))
+}

@@ -204,6 +204,24 @@ func finishWindow(sec []byte, whole []windowWhole) ([]byte, error) {
 // BenchmarkSnapshotWindow, with UUIDs; a text request id adds its length).
 const snapEntryBytes = 72
 
+// sectionBytes is room for n entries' window section: as many bytes an
+// entry as the last section written (or loaded) took, an eighth more, and
+// at least snapEntryBytes. An entry held in three balances and priced
+// takes about 96 B: sized for 72, a section of a million of them grew by
+// append under the book's lock, copied over and over (40% of a 420 ms
+// copy).
+func (w *window) sectionBytes(n int) int {
+	per := max(snapEntryBytes*16, w.perEntry.Load()*9/8)
+	return int(per * int64(n) / 16)
+}
+
+// sized records that a window section of n entries took size bytes.
+func (w *window) sized(size, n int) {
+	if n > 0 {
+		w.perEntry.Store(int64(size) * 16 / int64(n))
+	}
+}
+
 func appendID(dst []byte, kind uint8, b *[16]byte, text string) []byte {
 	if kind != idExt {
 		return append(dst, b[:]...)
@@ -484,6 +502,7 @@ func (b *book) loadWindow(r *sectionReader, bals []*balance, version int) error 
 	if err := b.indexPending(&ld); err != nil {
 		return err
 	}
+	b.win.sized(r.end-start, b.win.rings[winClosed].n+b.win.rings[winExpired].n)
 	// A compact entry's id must not be a reservation the snapshot lists
 	// (whole entries are checked as they load): checked once for each of
 	// those, fewer than the window's entries.

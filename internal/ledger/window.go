@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"hash/maphash"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/spendgate/spendgate/events"
@@ -154,6 +155,10 @@ type window struct {
 	// quoteIdx their indexes by quoteKey.
 	quotes   []events.PriceQuote
 	quoteIdx map[string]uint32
+	// perEntry is the bytes an entry took in the last window section
+	// written or loaded, in sixteenths (see sectionBytes); atomic, as
+	// snapshots copy the book under its read lock only.
+	perEntry atomic.Int64
 }
 
 // maxQuotes bounds the window's table of quotes; a reservation whose quote

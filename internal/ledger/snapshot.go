@@ -841,41 +841,25 @@ func decodeSnapshot(data []byte) (*snapshotState, error) {
 // decodeSnapshotHeader is decodeSnapshot that also returns the header
 // (whose signature the caller checks).
 func decodeSnapshotHeader(data []byte) (*snapshotState, snapshotHeader, error) {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s", ErrSnapshotInvalid, fmt.Sprintf(format, args...))
+	st, h, ahead, err := decodeSnapshotAhead(wholeObject(data))
+	if err == nil {
+		err = ahead.check(h)
 	}
-	nl := bytes.IndexByte(data, '\n')
-	if nl < 0 {
-		return nil, snapshotHeader{}, bad("no header line (%d bytes)", len(data))
-	}
-	h, err := parseSnapshotHeader(data[:nl])
 	if err != nil {
 		return nil, h, err
 	}
-	body := data[nl+1:]
-	if len(body) != h.Size {
-		return nil, h, bad("body of %d bytes, header says %d (truncated?)", len(body), h.Size)
-	}
-	sum := sha256.Sum256(body)
-	if hex.EncodeToString(sum[:]) != h.SHA256 {
-		return nil, h, bad("digest mismatch")
-	}
-	st := &snapshotState{}
-	if h.Version >= 3 {
-		nl := bytes.IndexByte(body, '\n')
-		if nl < 0 {
-			return nil, h, bad("body: no JSON line")
-		}
-		body, st.window = body[:nl], body[nl+1:]
-	}
-	if err := json.Unmarshal(body, st); err != nil {
-		return nil, h, bad("body: %v", err)
-	}
-	if st.Seq != h.Seq || st.Version != h.Version {
-		return nil, h, bad("body at seq %d version %d, header says seq %d version %d", st.Seq, st.Version, h.Seq, h.Version)
+	if r := st.windowAhead; r != nil {
+		st.window, st.windowAhead = r.b, nil
 	}
 	return st, h, nil
 }
+
+// wholeObject is an object all of whose bytes are there.
+type wholeObject []byte
+
+func (o wholeObject) Wait(int) ([]byte, error) { return o, io.EOF }
+func (o wholeObject) Size() int                { return len(o) }
+func (o wholeObject) All() ([]byte, error)     { return o, nil }
 
 // snapshotAhead is a snapshot being decoded while it arrives
 // (decodeSnapshotAhead).
@@ -935,7 +919,7 @@ func decodeSnapshotAhead(o objectAhead) (*snapshotState, snapshotHeader, *snapsh
 	end := o.Size()
 	if h.Version >= 3 {
 		if end, err = line(hl, "JSON"); err != nil {
-			return nil, h, a, err
+			return nil, h, a, a.checkFirst(h, err)
 		}
 		end-- // the newline
 	} else if _, err := o.All(); err != nil {
@@ -943,10 +927,10 @@ func decodeSnapshotAhead(o objectAhead) (*snapshotState, snapshotHeader, *snapsh
 	}
 	buf, _ = o.Wait(end)
 	if err := json.Unmarshal(buf[hl:end], st); err != nil {
-		return nil, h, a, bad("body: %v", err)
+		return nil, h, a, a.checkFirst(h, bad("body: %v", err))
 	}
 	if st.Seq != h.Seq || st.Version != h.Version {
-		return nil, h, a, bad("body at seq %d version %d, header says seq %d version %d", st.Seq, st.Version, h.Seq, h.Version)
+		return nil, h, a, a.checkFirst(h, bad("body at seq %d version %d, header says seq %d version %d", st.Seq, st.Version, h.Seq, h.Version))
 	}
 	if h.Version >= 3 {
 		buf, _ = o.Wait(end + 1)
@@ -973,6 +957,16 @@ func (a *snapshotAhead) hash(from int) {
 			return
 		}
 	}
+}
+
+// checkFirst is the digest's error if the body is not the one signed (a
+// body changed after it was signed may fail to decode in any way), else
+// err.
+func (a *snapshotAhead) checkFirst(h snapshotHeader, err error) error {
+	if cerr := a.check(h); cerr != nil {
+		return cerr
+	}
+	return err
 }
 
 // check waits for the whole body and compares its digest with the

@@ -616,9 +616,7 @@ func (ld *windowLoad) newMore(n int) (*winExt, *winMore) {
 	}
 	x := &ld.extras[0]
 	ld.extras = ld.extras[1:]
-	x.ext.more = &x.more
-	x.more.parts = x.parts[:0]
-	return &x.ext, &x.more
+	return x.init(n)
 }
 
 // loadEntry reads one entry of ring which (stamped prev + its delta) into
@@ -693,13 +691,7 @@ func (b *book) loadEntry(r *sectionReader, which int, prev *int64, ld *windowLoa
 			return err
 		}
 	}
-	switch {
-	case xext != nil:
-		xext.id, xext.req, xext.hash = ext.id, ext.req, ext.hash
-		e.ext = xext
-	case ext != (winExt{}):
-		e.ext = new(ext)
-	}
+	e.setExt(ext, xext)
 	ld.pending = append(ld.pending, b.win.pushEntry(which, &e))
 	return nil
 }

@@ -330,12 +330,7 @@ func (l *Ledger) readSnapshot(ctx context.Context, store jetstream.ObjectStore, 
 	}
 	checked := l.signaturesChecked()
 	b, err := bookFromSnapshot(l.layout, l.opts.retention, l.opts.expiredKeep, st)
-	if cerr := ahead.check(h); cerr != nil {
-		// A body that is not the one signed may fail to decode in any
-		// way: the digest says why.
-		err = cerr
-	}
-	if err != nil {
+	if err = ahead.checkFirst(h, err); err != nil {
 		return nil, nil, err
 	}
 	if checked && b.trust != nil {

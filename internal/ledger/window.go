@@ -121,8 +121,10 @@ type winExtra struct {
 
 // newMore returns a winMore with room for n more parts, and the winExt
 // allocated with it (whose more is set).
-func newMore(n int) (*winExt, *winMore) {
-	x := &winExtra{}
+func newMore(n int) (*winExt, *winMore) { return new(winExtra).init(n) }
+
+// init makes x a winExt whose more has room for n more parts.
+func (x *winExtra) init(n int) (*winExt, *winMore) {
 	x.ext.more = &x.more
 	if n <= len(x.parts) {
 		x.more.parts = x.parts[:0]
@@ -719,6 +721,14 @@ func (w *window) compact(r *Reservation, bals map[string]*balance) winEntry {
 	} else {
 		ext.hash = r.RequestHash
 	}
+	e.setExt(ext, xext)
+	return e
+}
+
+// setExt points e at what it cannot hold: ext's texts, in xext (the
+// winExt allocated with more parts or a quote) when there is one, in a
+// winExt of their own when any is set.
+func (e *winEntry) setExt(ext winExt, xext *winExt) {
 	switch {
 	case xext != nil:
 		xext.id, xext.req, xext.hash = ext.id, ext.req, ext.hash
@@ -726,7 +736,6 @@ func (w *window) compact(r *Reservation, bals map[string]*balance) winEntry {
 	case ext != (winExt{}):
 		e.ext = new(ext)
 	}
-	return e
 }
 
 // compactPart is r's part i as a winPart; false if it does not fit one (a

@@ -110,6 +110,11 @@ const (
 	ReasonLedgerUnavailable Code = "ledger_unavailable"
 )
 
+// DenialReasons are the reasons a replica denies an admit with (every
+// denial reason but ReasonLedgerUnavailable, which only clients set).
+var DenialReasons = []Code{ReasonLimitReached, ReasonUnknownBudget, ReasonUnitMismatch, ReasonBudgetDisabled,
+	ReasonUnpricedModel, ReasonExposureCap}
+
 // Error is a structured error with a stable code. It is what every
 // spendgate package returns for a failure that a caller can act on.
 type Error struct {

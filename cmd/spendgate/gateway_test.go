@@ -135,7 +135,7 @@ func TestGateway_Commands(t *testing.T) {
 	b, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
 	require.Contains(t, string(b), fmt.Sprintf(`spendgate_gateway_calls_total{api="chat.completions",outcome="ok"} %d`, oks))
-	require.Contains(t, string(b), `spendgate_gateway_denials_total{reason="limit_reached"}`)
+	require.Regexp(t, `(?m)^spendgate_gateway_denials_total\{reason="limit_reached"\} [1-9][0-9]*$`, string(b), "the denials counted (the series is there from the start, at 0)")
 	require.Contains(t, string(b), `spendgate_httpapi_requests_total{code="ok",endpoint="budget.get"} 1`)
 	require.Contains(t, gw.out.String(), `msg="gateway call"`, "one log line per call")
 	gw.stop(t)

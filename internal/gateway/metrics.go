@@ -3,6 +3,7 @@ package gateway
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/metrics"
 )
 
@@ -80,6 +81,27 @@ func NewMetrics(r *prometheus.Registry) *Metrics {
 			Help: "Settles and releases waiting for a background retry."}),
 		Inflight:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "spendgate_gateway_inflight_calls", Help: "Gateway calls being handled now."}),
 		KeyLookups: counters("spendgate_gateway_key_lookups_total", "API key lookups, by result (hit: from the cache; miss).", "result"),
+	}
+	// Every series whose labels are known is there from the start, at 0:
+	// Prometheus' rate and increase miss the first count of a series that
+	// first appears at 1 (the first denial, the first settle given up).
+	for _, a := range apis {
+		for _, o := range []string{OutcomeOK, OutcomeDenied, OutcomeUnauthorized, OutcomeBadRequest, OutcomeUnavailable,
+			OutcomeUpstreamError, OutcomeUnreachable, OutcomeCut, OutcomeCallerGone} {
+			m.Calls.WithLabelValues(a.name, o)
+		}
+	}
+	for _, reason := range events.DenialReasons {
+		m.Denials.WithLabelValues(string(reason))
+	}
+	for _, c := range []events.Code{events.CodeLedgerUnavailable, events.CodeLedgerBusy, events.CodeInternal} {
+		m.SettleFailures.WithLabelValues(string(c))
+	}
+	for _, result := range []string{RetryLanded, RetryGivenUp, RetryDropped} {
+		m.SettleRetries.WithLabelValues(result)
+	}
+	for _, result := range []string{"hit", "miss"} {
+		m.KeyLookups.WithLabelValues(result)
 	}
 	if r != nil {
 		r.MustRegister(m.Calls, m.Denials, m.UpstreamSeconds, m.AdmitSeconds, m.SettleLag, m.SettleFailures, m.SettleRetries, m.SettlesPending,

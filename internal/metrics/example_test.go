@@ -34,8 +34,15 @@ func ExampleSet_RegisterBudgets() {
 			fmt.Println(line)
 		}
 	}
+	// Every admit result and denial reason is there from the start, at 0.
 	// Output:
+	// spendgate_admits_total{reason="",result="admitted"} 0
+	// spendgate_admits_total{reason="budget_disabled",result="denied"} 0
+	// spendgate_admits_total{reason="exposure_cap",result="denied"} 0
 	// spendgate_admits_total{reason="limit_reached",result="denied"} 1
+	// spendgate_admits_total{reason="unit_mismatch",result="denied"} 0
+	// spendgate_admits_total{reason="unknown_budget",result="denied"} 0
+	// spendgate_admits_total{reason="unpriced_model",result="denied"} 0
 	// spendgate_budget_utilization_ratio{period="month",scope="org:acme",unit="USD"} 0.9
 	// spendgate_budget_utilization_ratio{period="month",scope="org:acme",unit="requests"} 0.042
 }

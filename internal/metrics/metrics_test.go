@@ -26,6 +26,9 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/signing"
 )
 
 // gather collects r once (failing on any collection error, such as two
@@ -493,4 +496,40 @@ func TestSet_TenantSeriesBounded(t *testing.T) {
 	require.Nil(t, sample(open, "tenant", "t049"), "the tenants with the fewest open reservations are left out")
 	require.Len(t, fams["spendgate_tenant_default_budgets"].GetMetric(), MaxTenantSeries)
 	require.Equal(t, "t000", all[0].Tenant, "the caller's slice is not reordered")
+}
+
+// TestNew_PresetsKnownSeries: every series of a labelled counter whose
+// label values are known is gathered from the start, at 0. A series that
+// first appears at 1 has no earlier sample, so rate and increase miss its
+// first count: an alert on the first forged revision would never fire.
+// Without Set.preset none of these series exists before a count and this
+// fails.
+func TestNew_PresetsKnownSeries(t *testing.T) {
+	var reasons []string
+	for _, r := range signing.Reasons {
+		reasons = append(reasons, string(r))
+	}
+	require.Equal(t, reasons, RejectReasons, "metrics.RejectReasons is signing.Reasons")
+
+	fams := gather(t, New(BuildInfo{}).Registry)
+	zero := func(name string, labels ...string) {
+		t.Helper()
+		m := sample(fams[name], labels...)
+		require.NotNil(t, m, "%s%v is there before its first count", name, labels)
+		require.Zero(t, m.GetCounter().GetValue(), "%s%v", name, labels)
+	}
+	for _, r := range RejectReasons {
+		zero("spendgate_revisions_rejected_total", "reason", r)
+	}
+	for _, c := range []string{BusyInflight, BusyConflicts} {
+		zero("spendgate_ledger_busy_total", "cause", c)
+	}
+	zero("spendgate_admits_total", "result", ResultAdmitted, "reason", "")
+	for _, r := range events.DenialReasons {
+		zero("spendgate_admits_total", "result", ResultDenied, "reason", string(r))
+		for _, mode := range []string{events.ModeCheck, events.ModeShadow} {
+			zero("spendgate_admit_checks_total", "mode", mode, "result", ResultDenied, "reason", string(r))
+		}
+	}
+	require.NotContains(t, events.DenialReasons, events.ReasonLedgerUnavailable, "only clients deny with it")
 }

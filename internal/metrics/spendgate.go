@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/spendgate/spendgate/events"
 )
 
 // Label values of spendgate_admits_total's result label.
@@ -117,10 +119,40 @@ func New(info BuildInfo) *Set {
 		Help:        "Always 1; the labels say which build is running.",
 		ConstLabels: prometheus.Labels{"version": info.Version, "commit": info.Commit, "go_version": runtime.Version()}},
 		func() float64 { return 1 })
+	s.preset()
 	s.Registry.MustRegister(s.Admits, s.AdmitChecks, s.Requests, s.RequestDuration, s.Inflight, s.LedgerBusy,
 		s.Commits, s.CommitTxs, s.CASConflicts, s.SweeperReleased, s.RevisionsRejected, build,
 		s.tenants.limited, s.tenants.unknownScope)
 	return s
+}
+
+// RejectReasons are the reasons spendgate_revisions_rejected_total counts
+// (the gate's, signing.Reasons; a test keeps the two lists equal).
+var RejectReasons = []string{"unknown-key", "unsigned", "distrusted-key", "retired-key", "untrusted-key",
+	"bad-signature", "old-layout", "malformed", "wrong-lane", "invalid", "replay", "chain"}
+
+// preset creates every series of the labelled counters whose label values
+// are known in advance, at 0. A series that first appears at 1 has no
+// earlier sample, so Prometheus' rate and increase miss its first count:
+// an alert on the first forged revision, or on the first ledger_busy,
+// would never fire.
+func (s *Set) preset() {
+	s.Admits.WithLabelValues(ResultAdmitted, "")
+	for _, mode := range []string{events.ModeCheck, events.ModeShadow} {
+		s.AdmitChecks.WithLabelValues(mode, ResultAdmitted, "")
+	}
+	for _, r := range events.DenialReasons {
+		s.Admits.WithLabelValues(ResultDenied, string(r))
+		for _, mode := range []string{events.ModeCheck, events.ModeShadow} {
+			s.AdmitChecks.WithLabelValues(mode, ResultDenied, string(r))
+		}
+	}
+	for _, cause := range []string{BusyInflight, BusyConflicts} {
+		s.LedgerBusy.WithLabelValues(cause)
+	}
+	for _, r := range RejectReasons {
+		s.RevisionsRejected.WithLabelValues(r)
+	}
 }
 
 // Handler serves the Set's Registry at /metrics (see Handler).

@@ -343,10 +343,10 @@ func (a *Aggregate) contribute(r *Row, sign int64) {
 		if v == "" {
 			continue // counted in the key's "" group: the total less the values
 		}
-		if !a.slots.key(tenant, k) {
+		dim, ok := a.slots.key(tenant, k)
+		if !ok {
 			continue
 		}
-		dim := MetadataColumnPrefix + k
 		val, other := a.slots.value(tenant, dim, v)
 		touch(groupKey{Tenant: tenant, Dim: dim, Value: val, Other: other, Unit: r.Unit}, r.Actual, r.Overrun)
 	}

@@ -143,10 +143,10 @@ func (a *denialAggregate) groupsOf(k denialKind) []groupKey {
 		if v == "" {
 			continue
 		}
-		if !a.slots.key(k.tenant, key) {
+		dim, ok := a.slots.key(k.tenant, key)
+		if !ok {
 			continue
 		}
-		dim := MetadataColumnPrefix + key
 		val, other := a.slots.value(k.tenant, dim, v)
 		out = append(out, groupKey{Tenant: k.tenant, Dim: dim, Value: val, Other: other, Unit: k.unit})
 	}

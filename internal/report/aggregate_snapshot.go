@@ -66,7 +66,7 @@ func tenantSlotsOf(keys []string, overKeys bool, values map[string][]string) (*t
 	t := newTenantSlots()
 	t.overKeys = overKeys
 	for _, k := range keys {
-		t.keys[k] = true
+		t.track(k)
 	}
 	for d, vs := range values {
 		if len(vs) > MaxReportValues {
@@ -191,8 +191,8 @@ func (a *Aggregate) MarshalJSON() ([]byte, error) {
 		for _, c := range t.charges {
 			at.Charges = append(at.Charges, aggCharge{Scope: c.scope, Actual: c.actual, Overrun: c.overrun})
 		}
-		for b, p := range t.parts {
-			at.Parts = append(at.Parts, aggPart{Balance: b, State: p, Count: slices.Contains(t.counts, b)})
+		for _, p := range t.parts {
+			at.Parts = append(at.Parts, aggPart{Balance: p.ref, State: p.state, Count: slices.Contains(t.counts, p.ref)})
 		}
 		sort.Slice(at.Parts, func(i, j int) bool { return at.Parts[i].Balance.String() < at.Parts[j].Balance.String() })
 		s.Live = append(s.Live, at)
@@ -250,13 +250,13 @@ func UnmarshalAggregate(data []byte) (*Aggregate, error) {
 		a.rf.chain[c.Key] = c.Chain
 	}
 	for _, at := range s.Live {
-		t := &tracked{row: at.Row, order: at.Order, held: at.Held, moneySettled: at.MoneySettled, parts: make(map[events.BalanceRef]partState, len(at.Parts))}
+		t := &tracked{row: at.Row, order: at.Order, held: at.Held, moneySettled: at.MoneySettled, parts: make(parts, 0, len(at.Parts))}
 		for _, c := range at.Charges {
 			t.charges = append(t.charges, scopeCharge{scope: c.Scope, charge: charge{c.Actual, c.Overrun}})
 		}
 		t.refreshCharged()
 		for _, p := range at.Parts {
-			t.parts[p.Balance] = p.State
+			t.parts.set(p.Balance, p.State)
 			if p.Count {
 				t.counts = append(t.counts, p.Balance)
 			}

@@ -196,9 +196,13 @@ func (p *Projector) Read(ctx context.Context, until uint64, fn func(Message) err
 	if until == 0 {
 		return 0, nil
 	}
-	err = p.readVerified(ctx, s, 1, until, p.verifierFrom(1), func(m message) error {
+	v := p.verifierFrom(1)
+	err = p.readVerified(ctx, s, 1, until, v, func(m message) error {
 		return fn(Message{Seq: m.seq, Key: m.key, Data: m.data, At: m.at, Rev: m.rev})
 	})
+	if err == nil {
+		p.readKeys.Store(v.g.Keys())
+	}
 	return until, err
 }
 

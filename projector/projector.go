@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -26,6 +27,8 @@ type Projector struct {
 	// v is the verifier of state's fold: CatchUp starts it, Run goes on
 	// with it.
 	v *verifier
+	// readKeys are the keys the last Read's gate ended with (see Keys).
+	readKeys atomic.Pointer[signing.KeySet]
 
 	mu    sync.Mutex
 	state *State
@@ -41,6 +44,22 @@ func New(js jetstream.JetStream, layout streams.Layout, opts ...Option) *Project
 		o(p)
 	}
 	return p
+}
+
+// Keys returns the keys that sign for the ledger: those the gate of the
+// last Read ended with (the ledger's trust revision's, anchored in the
+// keys Verifying named), or before any Read the keys Verifying named; nil
+// when signatures are not checked (Unverified, or nothing to anchor them).
+// What a replica writes beside the ledger (its denial records) is checked
+// against them.
+func (p *Projector) Keys() *signing.KeySet {
+	if p.unverified {
+		return nil
+	}
+	if ks := p.readKeys.Load(); ks != nil {
+		return ks
+	}
+	return p.trust
 }
 
 // Option configures a Projector.

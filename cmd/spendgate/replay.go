@@ -5,12 +5,15 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/report"
+	"github.com/spendgate/spendgate/internal/signing"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/streams"
 )
@@ -129,5 +132,26 @@ func (r *replayFlags) reader(name string) (*report.Reader, context.Context, func
 			return nil, nil, nil, err
 		}
 	}
-	return report.NewReader(js, layout, p), ctx, func() { stop(); nc.Close() }, nil
+	rd := report.NewReader(js, layout, p)
+	return rd, ctx, func() {
+		stop()
+		nc.Close()
+		printDenialsSkipped(name, rd.DenialsSkipped())
+	}, nil
+}
+
+// printDenialsSkipped says on stderr how many denial records a replay left
+// out, by reason (none: nothing): records no trusted key signed.
+func printDenialsSkipped(name string, skipped map[signing.Reason]uint64) {
+	var total uint64
+	var parts []string
+	for _, reason := range signing.Reasons {
+		if n := skipped[reason]; n > 0 {
+			total += n
+			parts = append(parts, fmt.Sprintf("%s %d", reason, n))
+		}
+	}
+	if total > 0 {
+		fmt.Fprintf(os.Stderr, "spendgate: %s: %d denial records not counted, not signed by a trusted key (%s)\n", name, total, strings.Join(parts, ", "))
+	}
 }

@@ -423,6 +423,7 @@ func (r *Replica) startDenials(ctx, runCtx context.Context, js jetstream.JetStre
 	if err != nil {
 		return err
 	}
+	d.SignWith(r.Ledger.Signer)
 	var limited func(tenant string)
 	if m := cfg.Metrics; m != nil {
 		limited = func(tenant string) { m.TenantLimited(tenant, events.LimitDenialBytes) }
@@ -527,7 +528,8 @@ func AddReadModels(l *ledger.Ledger, js jetstream.JetStream, layout streams.Layo
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	agg, err := report.NewAggregator(js, layout, append([]report.AggregatorOption{report.WithAggregatorLogger(log), report.WithSync(l.Sync)}, opts...)...)
+	agg, err := report.NewAggregator(js, layout, append([]report.AggregatorOption{report.WithAggregatorLogger(log), report.WithSync(l.Sync),
+		report.WithDenialTrust(l.Trust)}, opts...)...)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -4,13 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/signing"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -33,6 +37,15 @@ import (
 // the stream keeps them for its max age only, and the audit never reads
 // them. A record the fold cannot decode is skipped (counted in neither the
 // aggregate nor the replay).
+//
+// Each replica signs its records (signing.DomainDenial, over subject and
+// body) with its signing key. Where the ledger's revisions are checked
+// against trusted keys, a record counts only if one of those keys signed
+// it (a retired key's records still count; a distrusted key's do not):
+// unsigned records (the replica login can write them, and replicas before
+// records were signed wrote them), records signed by another key and
+// records moved to another subject are skipped, counted by reason
+// (denialCheck.Skipped) and logged once per reason.
 
 // denialKind is the selection a denial record is counted under.
 type denialKind struct {
@@ -254,11 +267,77 @@ func addDenials(rep *AggregateReport, counts map[groupKey]int64) {
 	sortGroups(rep)
 }
 
+// denialCheck decides which denial records a reader counts: with keys
+// (nil, or returning nil: every record), only those a key of theirs that
+// is not distrusted signed. It counts what it skips by reason, each record
+// once, and logs the first of each reason. Safe for concurrent use.
+type denialCheck struct {
+	keys    func() *signing.KeySet
+	log     *slog.Logger
+	mu      sync.Mutex
+	skipped map[signing.Reason]uint64
+	counted uint64 // the last sequence counted in skipped
+}
+
+func newDenialCheck(keys func() *signing.KeySet, log *slog.Logger) *denialCheck {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &denialCheck{keys: keys, log: log, skipped: map[signing.Reason]uint64{}}
+}
+
+// passes reports whether the record at seq (subject, headers, body)
+// counts, counting and logging it if not.
+func (c *denialCheck) passes(seq uint64, subject string, h nats.Header, data []byte) bool {
+	if c == nil || c.keys == nil {
+		return true
+	}
+	ks := c.keys()
+	if ks == nil {
+		return true
+	}
+	signer, valid := signing.VerifyMsg(h, signing.DomainDenial, subject, data)
+	var reason signing.Reason
+	switch _, known := ks.Lookup(signer); {
+	case signer == "":
+		reason = signing.ReasonUnsigned
+	case !valid:
+		reason = signing.ReasonBadSignature
+	case ks.IsDistrusted(signer):
+		reason = signing.ReasonDistrustedKey
+	case !known:
+		reason = signing.ReasonUntrustedKey
+	default:
+		return true
+	}
+	c.mu.Lock()
+	first := false
+	if seq > c.counted { // a record read again (a report's second pass) counts once
+		c.counted = seq
+		c.skipped[reason]++
+		first = c.skipped[reason] == 1
+	}
+	c.mu.Unlock()
+	if first {
+		c.log.Warn("report: denial record skipped, not counted (later ones for the same reason are counted, not logged)",
+			"seq", seq, "subject", subject, "reason", string(reason), "signer", signer)
+	}
+	return false
+}
+
+// Skipped returns how many records the check skipped, by reason.
+func (c *denialCheck) Skipped() map[signing.Reason]uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.skipped)
+}
+
 // readDenials hands the records of layout's denial stream to fn in stream
-// order: until == 0 follows the stream until ctx ends (then it returns
+// order, a record check does not pass with nil data (which decodes as no
+// record): until == 0 follows the stream until ctx ends (then it returns
 // nil); otherwise it ends after sequence until or when nothing is
 // pending. A missing stream is no record: errNoDenialStream.
-func readDenials(ctx context.Context, js jetstream.JetStream, layout streams.Layout, from, until uint64, fn func(seq uint64, data []byte)) error {
+func readDenials(ctx context.Context, js jetstream.JetStream, layout streams.Layout, check *denialCheck, from, until uint64, fn func(seq uint64, data []byte)) error {
 	s, err := js.Stream(ctx, layout.DenialStreamName())
 	if err != nil {
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -295,7 +374,11 @@ func readDenials(ctx context.Context, js jetstream.JetStream, layout streams.Lay
 		if until != 0 && seq > until {
 			return nil
 		}
-		fn(seq, msg.Data())
+		data := msg.Data()
+		if !check.passes(seq, msg.Subject(), msg.Headers(), data) {
+			data = nil // a follower's position still moves past it
+		}
+		fn(seq, data)
 		if until != 0 && (seq >= until || meta.NumPending == 0) {
 			return nil
 		}
@@ -327,6 +410,7 @@ func denialState(ctx context.Context, js jetstream.JetStream, layout streams.Lay
 type denialTracker struct {
 	js     jetstream.JetStream
 	layout streams.Layout
+	check  *denialCheck
 
 	mu    sync.Mutex
 	agg   *denialAggregate
@@ -349,7 +433,7 @@ func (t *denialTracker) run(ctx context.Context) {
 		t.mu.Lock()
 		from := t.agg.pos + 1
 		t.mu.Unlock()
-		err := readDenials(ctx, t.js, t.layout, from, 0, func(seq uint64, data []byte) {
+		err := readDenials(ctx, t.js, t.layout, t.check, from, 0, func(seq uint64, data []byte) {
 			t.mu.Lock()
 			t.agg.apply(seq, data)
 			close(t.moved)
@@ -414,7 +498,7 @@ func (p *Reader) replayDenials(ctx context.Context, f Filter, add func(k denialK
 	if err != nil || last == 0 {
 		return err
 	}
-	err = readDenials(ctx, p.js, p.layout, 1, last, func(_ uint64, data []byte) {
+	err = readDenials(ctx, p.js, p.layout, p.denialCheck(), 1, last, func(_ uint64, data []byte) {
 		d, k, ok := denialOf(data)
 		if ok && f.selectsDenial(d.At, k) {
 			add(k)

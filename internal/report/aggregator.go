@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spendgate/spendgate/internal/gate"
+	"github.com/spendgate/spendgate/internal/signing"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/streams"
 )
@@ -42,6 +43,9 @@ type Aggregator struct {
 	loaded uint64
 	// failed counts revisions the Aggregate could not fold (see Fold).
 	failed atomic.Uint64
+	// denialKeys are the keys denial records must be signed by (nil:
+	// none checked; WithDenialTrust).
+	denialKeys func() *signing.KeySet
 }
 
 // AggregatorOption configures an Aggregator.
@@ -81,8 +85,27 @@ func NewAggregator(js jetstream.JetStream, layout streams.Layout, opts ...Aggreg
 			return nil, err
 		}
 	}
+	g.den.check = newDenialCheck(g.denialKeys, g.log)
 	return g, nil
 }
+
+// WithDenialTrust has the report count only the denial records a key of
+// the set keys returns signed (the replica's ledger.Ledger.Trust: the
+// ledger's trusted keys; nil: every record), as the ledger folds only
+// revisions they signed. See package doc (denials).
+func WithDenialTrust(keys func() *signing.KeySet) AggregatorOption {
+	return func(g *Aggregator) error {
+		if keys == nil {
+			return errors.New("report: nil denial trust")
+		}
+		g.denialKeys = keys
+		return nil
+	}
+}
+
+// DenialsSkipped returns how many denial records the report left out, by
+// reason (see WithDenialTrust).
+func (g *Aggregator) DenialsSkipped() map[signing.Reason]uint64 { return g.den.check.Skipped() }
 
 // Fold folds one revision the replica's fold passed (ledger.Reader). The
 // Aggregate folds it as Rows does; a revision it cannot fold (a

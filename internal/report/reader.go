@@ -6,6 +6,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spendgate/spendgate/internal/gate"
+	"github.com/spendgate/spendgate/internal/signing"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/streams"
 )
@@ -18,14 +19,24 @@ type Reader struct {
 	p      *projector.Projector
 	js     jetstream.JetStream
 	layout streams.Layout
+	check  *denialCheck
 }
 
 // NewReader returns a Reader that replays the ledger through p (built with
 // the same js and layout, and the trust it should verify with) and reads
-// denials from js.
+// denials from js, counting only the records a key p's replay trusts
+// signed (projector.Projector.Keys; every record when it checks no
+// signature).
 func NewReader(js jetstream.JetStream, layout streams.Layout, p *projector.Projector) *Reader {
-	return &Reader{p: p, js: js, layout: layout}
+	return &Reader{p: p, js: js, layout: layout, check: newDenialCheck(p.Keys, nil)}
 }
+
+// denialCheck is the check of the denial records the Reader reads.
+func (p *Reader) denialCheck() *denialCheck { return p.check }
+
+// DenialsSkipped returns how many denial records the Reader's reads left
+// out, by reason: unsigned, or not signed by a key its replay trusts.
+func (p *Reader) DenialsSkipped() map[signing.Reason]uint64 { return p.check.Skipped() }
 
 // message is one revision as the folds of this package take it: from a
 // replay (the gate decoded it: rev is set) or from a replica's follower

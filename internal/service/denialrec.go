@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/signing"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -49,6 +50,9 @@ type DenialRecorder struct {
 	// leaves out.
 	tenantBytes *tenantBuckets
 	onLimited   func(tenant string)
+	// signer returns the key each record is signed with as it is
+	// published (nil, or returning nil: unsigned); see SignWith.
+	signer func() *signing.Signer
 
 	// mu guards queued (records buffered), settled (records whose
 	// publish ended, either way) and progress (closed and replaced as
@@ -87,6 +91,15 @@ func (r *DenialRecorder) LimitTenantBytes(perSecond int, own *TenantTable, onLim
 	r.tenantBytes = newTenantBuckets(perSecond, perSecond*TenantDenialBurst, time.Now, own.bytesOf())
 	r.onLimited = onLimited
 }
+
+// SignWith has every record signed as it is published, over its subject
+// and body (signing.DomainDenial), by the key signer returns then (the
+// replica's signing key: a rotation applies from the next record); nil
+// leaves them unsigned. Readers that check signatures (the report, the
+// backtest, their replays) count only records a key the ledger trusts
+// signed: the replica login cannot add denials a report would count.
+// Call it before Run.
+func (r *DenialRecorder) SignWith(signer func() *signing.Signer) { r.signer = signer }
 
 // Replica is the replica name the records carry.
 func (r *DenialRecorder) Replica() string { return r.replica }
@@ -261,6 +274,11 @@ func (r *DenialRecorder) publish(ctx context.Context, rec record) {
 	msg := nats.NewMsg(sub)
 	msg.Data = data
 	msg.Header.Set(jetstream.MsgIDHeader, id)
+	if r.signer != nil {
+		if s := r.signer(); s != nil {
+			s.SignMsg(msg.Header, signing.DomainDenial, sub, data)
+		}
+	}
 	pctx, cancel := context.WithTimeout(ctx, denialPublishTimeout)
 	defer cancel()
 	for {

@@ -589,10 +589,12 @@ func ChainReason(err error) (r Reason, ok bool) {
 // Other things than revisions are signed too, each under its own domain
 // string so that no signature of one kind can pass as another's: a feed
 // message (DomainFeed) over its subject and body, a feed checkpoint
-// (DomainFeedCheckpoint).
+// (DomainFeedCheckpoint), a denial or check record (DomainDenial) over
+// its subject and body.
 const (
 	DomainFeed           = "spendgate.feed.v1\n"
 	DomainFeedCheckpoint = "spendgate.feed-checkpoint.v1\n"
+	DomainDenial         = "spendgate.denial.v1\n"
 )
 
 // msgInput is the signed bytes of a message under domain: the domain, the

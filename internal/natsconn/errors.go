@@ -26,4 +26,7 @@ var (
 	ErrAuthorization = errors.New("authorization violation: the server refused these credentials (check --creds, --nkey, --user/--password or --token and their NATS_* variables)")
 	// ErrUnreachable: no server accepted a connection.
 	ErrUnreachable = errors.New("no NATS server reachable at the URLs given (check --nats-url / $NATS_URL and that the server runs)")
+	// ErrInboxDenied: the login may not receive replies on the
+	// connection's inbox prefix (fix: --inbox-prefix, the role's).
+	ErrInboxDenied = errors.New("this login may not receive replies on its inbox: give its role's inbox prefix (--inbox-prefix or $SPENDGATE_INBOX_PREFIX; `spendgate roles` prints each role's)")
 )

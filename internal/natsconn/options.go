@@ -427,7 +427,36 @@ func (o *Options) Connect(name string, extra ...nats.Option) (*nats.Conn, error)
 	if err != nil {
 		return nil, o.explain(err)
 	}
+	if err := checkInbox(nc); err != nil {
+		nc.Close()
+		return nil, &connectError{desc: o.Describe(), cause: ErrInboxDenied, err: err}
+	}
 	return nc, nil
+}
+
+// inboxCheckTimeout bounds checkInbox's round trip.
+const inboxCheckTimeout = 5 * time.Second
+
+// checkInbox returns the server's refusal when the login may not receive
+// replies on nc's inbox prefix (Connect wraps it in ErrInboxDenied): the
+// server refuses such a subscription only by an asynchronous
+// error, and every request (an endpoint's, a JetStream read's) would then
+// wait out its timeout, for a minute in `audit check`, and end without
+// saying why. One subscription and one round trip: the server answers a
+// refused subscription before the flush's PONG.
+func checkInbox(nc *nats.Conn) error {
+	sub, err := nc.SubscribeSync(nc.NewInbox())
+	if err != nil {
+		return fmt.Errorf("natsconn: subscribing to the inbox: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.FlushTimeout(inboxCheckTimeout); err != nil {
+		return fmt.Errorf("natsconn: the server did not answer within %s: %w", inboxCheckTimeout, err)
+	}
+	if err := nc.LastError(); errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), sub.Subject) {
+		return err
+	}
+	return nil
 }
 
 // connectError keeps the NATS error and adds the cause found for it.

@@ -288,13 +288,12 @@ func endToEnd(t *testing.T, l streams.Layout) {
 	require.NoError(t, err)
 	require.True(t, rep.OK(), rep.String())
 
-	// A client that ignores its role's inbox prefix gets no replies.
-	// (The server refuses its reply subscription.)
-	np := dialWith(t, "no-prefix", natsconn.Options{URL: s.ClientURL(), User: roles.Service, Password: password(roles.Service)})
-	np.refusedRequest(t, "a request without the inbox prefix", "Subscription", "_INBOX.", 500*time.Millisecond, func(ctx context.Context) error {
-		_, err := np.nc.RequestWithContext(ctx, l.Endpoint(streams.EndpointAdmit), []byte(`{}`))
-		return err
-	})
+	// A client that ignores its role's inbox prefix would get no replies
+	// (the server refuses its reply subscription): Connect says so at once.
+	np := natsconn.Options{URL: s.ClientURL(), User: roles.Service, Password: password(roles.Service)}
+	_, err = np.Connect("roles-test-no-prefix")
+	require.ErrorIs(t, err, natsconn.ErrInboxDenied)
+	require.ErrorContains(t, err, `Subscription to "_INBOX.`)
 }
 
 // traceLog records the server's protocol trace lines.

@@ -57,6 +57,7 @@ func gatewayCmd(args []string) int {
 	maxBody := fs.Int64("max-body", gateway.DefaultMaxBody, "largest request body, in bytes")
 	settleAfter := fs.Bool("settle-after-reply", false, "settle a call after its answer went to the caller (one ledger round trip less per call; the reservation holds the call's maximum until the settle lands)")
 	httpAPI := fs.Bool("http-api", true, "serve the HTTP API (POST /spendgate/<endpoint>) to keys made with --access")
+	journal := fs.String("journal", "spendgate-gateway.journal", "file of the calls in flight and the settles not landed yet: a gateway killed mid-call and started again on it settles them (at the whole reservation when nothing better is known); \"\" for none, one file per gateway")
 	config.AddFileFlag(fs)
 	var logging config.Logging
 	logging.AddFlags(fs)
@@ -120,12 +121,28 @@ func gatewayCmd(args []string) int {
 	// Without an upstream the listener serves the HTTP API alone.
 	wait := func() {}
 	if len(cfg.Upstreams) > 0 {
-		g, err := gateway.New(clients, keys, cfg, gateway.WithLogger(log), gateway.WithMetrics(gateway.NewMetrics(reg)))
+		opts := []gateway.Option{gateway.WithLogger(log), gateway.WithMetrics(gateway.NewMetrics(reg))}
+		if *journal != "" {
+			opts = append(opts, gateway.WithJournal(*journal))
+		}
+		g, err := gateway.New(clients, keys, cfg, opts...)
 		if err != nil {
 			return gatewayCommand.usageError(fs, err.Error())
 		}
 		g.Register(srv)
-		wait = g.Wait
+		wait = func() {
+			g.Wait()
+			if err := g.Close(); err != nil {
+				log.Error("gateway: closing the journal", "err", err)
+			}
+		}
+		// What an earlier run left open is closed beside the new calls.
+		go func() {
+			closed, left := g.RecoverJournal(context.Background())
+			if closed+left > 0 {
+				log.Info("gateway: journal recovered", "closed", closed, "left_for_next_start", left)
+			}
+		}()
 	}
 	if *httpAPI {
 		api, err := httpapi.New(nc, c.prefix, keys, httpapi.WithLogger(log), httpapi.WithMetrics(reg))

@@ -140,3 +140,79 @@ func TestGateway_Commands(t *testing.T) {
 	require.Contains(t, gw.out.String(), `msg="gateway call"`, "one log line per call")
 	gw.stop(t)
 }
+
+// TestGateway_KilledMidCallSettlesOnRestart: a gateway killed (SIGKILL)
+// while a call is at the provider leaves its reservation open; started
+// again in the same directory (its default --journal), it settles the
+// call at its whole reservation, noted reservation_gateway_restart: the
+// provider may have billed it in full. How we know it can fail: without
+// the journal nothing closes the reservation until the sweeper releases
+// it at its expiry (the upstream timeout plus a minute), and the spend is
+// in no budget; the last wait below then times out.
+func TestGateway_KilledMidCallSettlesOnRestart(t *testing.T) {
+	t.Parallel()
+	listen := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	url := "nats://" + listen
+	startProc(t, true, "serve", "--data-dir", filepath.Join(t.TempDir(), "data"), "--listen", listen)
+	env := []string{"SPENDGATE_NATS_URL=" + url}
+	cli := func(args ...string) string {
+		t.Helper()
+		r := runCLI(t, env, args...)
+		require.Equal(t, 0, r.code, "%v: %s %s", args, r.stdout, r.stderr)
+		return strings.TrimSpace(r.stdout)
+	}
+	fakeLLM := fakellm.New("sk-upstream")
+	fake := httptest.NewServer(fakeLLM)
+	t.Cleanup(fake.Close)
+	cli("pricing", "put", "--model", "gpt-4o-mini", "--input", "0.15", "--output", "0.60")
+	cli("budget", "put", "--scope", "team:crash", "--period", "month", "--limit", "5.00", "--unit", "USD")
+	secret := cli("keys", "create", "--scope", "team:crash", "--secret-only")
+	budget := func() events.BudgetView {
+		t.Helper()
+		var b events.BudgetView
+		require.NoError(t, json.Unmarshal([]byte(cli("budget", "get", "--scope", "team:crash", "--period", "month")), &b))
+		return b
+	}
+
+	gwAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	startGW := func() *proc {
+		gw := startProcEnv(t, []string{"OPENAI_API_KEY=sk-upstream", "SPENDGATE_NATS_URL=" + url}, false,
+			"gateway", "--listen", gwAddr, "--upstream", "openai="+fake.URL+"/v1")
+		testenv.WaitFor(t, 30*time.Second, "the gateway is ready", func() bool {
+			resp, err := http.Get("http://" + gwAddr + "/readyz")
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusOK
+		})
+		return gw
+	}
+	gw := startGW()
+	go func() {
+		// A streaming call whose provider waits an hour before its first
+		// chunk: it is at the provider when the gateway dies.
+		req, _ := http.NewRequest(http.MethodPost, "http://"+gwAddr+"/v1/chat/completions", strings.NewReader(
+			`{"model":"gpt-4o-mini","stream":true,"max_tokens":100,"messages":[{"role":"user","content":"fake:slow=1h"}]}`))
+		req.Header.Set("Authorization", "Bearer "+secret)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}()
+	testenv.WaitFor(t, 30*time.Second, "the call at the provider", func() bool { return len(fakeLLM.Calls()) == 1 })
+	gw.kill(t)
+	held := budget()
+	require.NotEqual(t, "0", held.Reserved, "the killed gateway's call holds its reservation")
+	require.Equal(t, "0", held.Spent)
+
+	gw = startGW()
+	testenv.WaitFor(t, 30*time.Second, "the restarted gateway to settle the call", func() bool { return budget().Reserved == "0" })
+	require.Equal(t, held.Reserved, budget().Spent, "settled at the whole reservation")
+	testenv.WaitFor(t, 10*time.Second, "the recovery's log line", func() bool {
+		return strings.Contains(gw.out.String(), "closed a call left open by an earlier run")
+	})
+	export := cli("audit", "export", "--unverified")
+	require.Contains(t, export, "reservation_gateway_restart")
+	gw.stop(t)
+}

@@ -59,6 +59,9 @@ type Gateway struct {
 	mu       sync.Mutex
 	pending  int
 	quitting bool
+
+	// jr is the journal of the calls in flight (nil: none; WithJournal).
+	jr *journal
 }
 
 // New returns a gateway that admits through clients and resolves keys
@@ -92,9 +95,15 @@ func New(clients *ClientSet, keys *Keys, cfg Config, opts ...Option) (*Gateway, 
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: time.Second,
 	}
-	return &Gateway{cfg: cfg, ups: ups, clients: clients, keys: keys, hc: &http.Client{Transport: tr},
+	g := &Gateway{cfg: cfg, ups: ups, clients: clients, keys: keys, hc: &http.Client{Transport: tr},
 		m: o.metrics, log: o.log, now: o.now,
-		retry: retrier{first: settleRetryFirst, max: settleRetryMax, limit: maxPendingCloses}, quit: make(chan struct{})}, nil
+		retry: retrier{first: settleRetryFirst, max: settleRetryMax, limit: maxPendingCloses}, quit: make(chan struct{})}
+	if o.journal != "" {
+		if g.jr, err = openJournal(o.journal); err != nil {
+			return nil, err
+		}
+	}
+	return g, nil
 }
 
 // Register adds the proxied endpoints to mux: POST /v1/chat/completions,
@@ -152,8 +161,24 @@ func (g *Gateway) Wait() {
 		g.mu.Lock()
 		n := g.pending
 		g.mu.Unlock()
-		g.log.Error("gateway: settles still running at shutdown; their reservations expire after their TTL", "retrying", n)
+		msg := "gateway: settles still running at shutdown; their reservations expire after their TTL"
+		if g.jr != nil {
+			msg = "gateway: settles still running at shutdown; the journal keeps them for the next start"
+		}
+		g.log.Error(msg, "retrying", n)
 	}
+}
+
+// Close closes the journal (after Wait: what is still open in it is
+// closed at the next start). Without a journal it does nothing.
+func (g *Gateway) Close() error {
+	if g.jr == nil {
+		return nil
+	}
+	if err := g.jr.Err(); err != nil {
+		g.log.Error("gateway: the journal stopped on a write error; calls after it were not journaled", "err", err)
+	}
+	return g.jr.close()
 }
 
 // callLog is what the one log line of a call says.
@@ -284,6 +309,9 @@ func (g *Gateway) serve(a *api, w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Spendgate-Request-Id", rep.RequestID)
 	h.Set("X-Spendgate-Reservation-Id", rep.ReservationID)
 	h.Set("X-Spendgate-Reserved", rep.Amount+" "+rep.Unit)
+	if g.jr != nil {
+		g.jr.opened(key.Tenant, res)
+	}
 	g.forward(w, r, a, c, up, res, l)
 }
 
@@ -738,9 +766,17 @@ func (g *Gateway) close(res *client.Reservation, o outcome, l *callLog) {
 		l.err = o.err
 	}
 	if err == nil {
+		g.journalClosed(res)
 		return
 	}
 	g.m.SettleFailures.WithLabelValues(string(closeCode(err))).Inc()
+	if errors.Is(err, client.ErrUnavailable) && g.jr != nil {
+		// Kept open in the journal with the close it is due: a gateway
+		// killed before a retry lands makes it at its next start.
+		g.jr.owes(p)
+	} else {
+		g.journalClosed(res)
+	}
 	switch {
 	case errors.Is(err, client.ErrUnavailable) && g.retryClose(p):
 		g.log.Warn("gateway: closing a reservation failed; retrying in the background", "reservation", res.ID(), "closed", p.how,
@@ -755,6 +791,13 @@ func (g *Gateway) close(res *client.Reservation, o outcome, l *callLog) {
 	}
 	if l.err == nil {
 		l.err = err
+	}
+}
+
+// journalClosed records in the journal that res's call needs nothing more.
+func (g *Gateway) journalClosed(res *client.Reservation) {
+	if g.jr != nil {
+		g.jr.closed(res.ID())
 	}
 }
 

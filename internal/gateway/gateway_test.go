@@ -64,6 +64,8 @@ type envOpts struct {
 	// upstream, when set, wraps the fake provider's handler (to hold a
 	// call at the upstream, say).
 	upstream func(next http.Handler) http.Handler
+	// journal, when set, is the gateway's journal file.
+	journal string
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -109,6 +111,10 @@ func newEnv(t *testing.T, o envOpts) *env {
 	require.NoError(t, err)
 	root, err := cs.For("")
 	require.NoError(t, err)
+	gopts := []gateway.Option{gateway.WithLogger(slog.New(slog.NewTextHandler(logs, nil))), gateway.WithMetrics(m)}
+	if o.journal != "" {
+		gopts = append(gopts, gateway.WithJournal(o.journal))
+	}
 	g, err := gateway.New(cs, gateway.NewKeys(root, o.keyCache), gateway.Config{
 		Upstreams: []gateway.Upstream{
 			{Kind: gateway.KindOpenAI, BaseURL: up.URL + "/v1", Key: upstreamKey},
@@ -119,7 +125,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 		},
 		MaxOutputTokens: map[string]int64{"claude-*": 4096},
 		KeyCache:        o.keyCache,
-	}, gateway.WithLogger(slog.New(slog.NewTextHandler(logs, nil))), gateway.WithMetrics(m))
+	}, gopts...)
 	require.NoError(t, err)
 	mux := http.NewServeMux()
 	g.Register(mux)

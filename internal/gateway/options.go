@@ -117,6 +117,22 @@ type options struct {
 	log     *slog.Logger
 	metrics *Metrics
 	now     func() time.Time
+	journal string
+}
+
+// WithJournal keeps the gateway's journal in the file at path (see
+// journal.go): calls sent upstream whose close did not land yet, so that
+// a gateway killed mid-call and started again on the same file closes
+// them (RecoverJournal) instead of leaving their spend to the sweeper.
+// New fails if the file cannot be opened, or another gateway uses it.
+func WithJournal(path string) Option {
+	return func(o *options) error {
+		if path == "" {
+			return errors.New("gateway: empty journal path")
+		}
+		o.journal = path
+		return nil
+	}
 }
 
 // WithLogger logs one line per call, and failures, to log (default: none).

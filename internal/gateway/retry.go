@@ -182,12 +182,16 @@ func (g *Gateway) retryLoop(p *pendingClose) {
 		p.attempts++
 		reply, err := g.closeOnce(p)
 		if err == nil {
+			g.journalClosed(p.res)
 			g.m.SettleRetries.WithLabelValues(RetryLanded).Inc()
 			g.log.Info("gateway: a reservation's close landed on a retry", "reservation", p.res.ID(), "closed", p.how,
 				"actual", reply.Actual, "unit", p.res.Unit(), "late", reply.Late, "replayed", reply.Replayed, "attempts", p.attempts)
 			return
 		}
 		if !errors.Is(err, client.ErrUnavailable) || last || !g.now().Before(p.deadline) {
+			if !errors.Is(err, client.ErrUnavailable) || !g.now().Before(p.deadline) {
+				g.journalClosed(p.res) // refused, or too late: a next start could do no better
+			}
 			g.m.SettleRetries.WithLabelValues(RetryGivenUp).Inc()
 			g.log.Error("gateway: a reservation's close never landed; its spend is not recorded and the sweeper releases it at its expiry",
 				"reservation", p.res.ID(), "closed", p.how, "due", due(p), "unit", p.res.Unit(), "attempts", p.attempts,

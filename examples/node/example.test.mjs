@@ -4,6 +4,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { connect } from "@nats-io/transport-node";
 import { walkthrough } from "./example.mjs";
+import { Spendgate, UnavailableError } from "./spendgate.mjs";
 
 test("walkthrough: budget, admit, settle, denial, error, lost reply, void, fail closed", async () => {
   const nc = await connect({ servers: process.env.NATS_URL ?? "nats://127.0.0.1:4222" });
@@ -24,6 +25,80 @@ test("walkthrough: budget, admit, settle, denial, error, lost reply, void, fail 
     assert.equal(out.afterVoid, "request_voided", "the admit after the void reserves nothing");
     assert.equal(out.unavailable, "ledger_unavailable");
   } finally {
+    await nc.close();
+  }
+});
+
+// A stand-in replica on a prefix of its own, over the same NATS server: it
+// answers each request with the replies the test gives for its endpoint,
+// in turn, and records what it was sent.
+function stub(nc, replies) {
+  const prefix = `stub.${Math.random().toString(36).slice(2)}.`;
+  const seen = [];
+  const sub = nc.subscribe(`${prefix}>`, {
+    callback: (err, msg) => {
+      if (err) return;
+      const endpoint = msg.subject.slice(prefix.length);
+      seen.push({ endpoint, body: msg.json() });
+      const next = (replies[endpoint] ?? []).shift();
+      if (next) msg.respond(JSON.stringify(next));
+    },
+  });
+  return { prefix, seen, stop: () => sub.unsubscribe() };
+}
+
+test("an admit answered ledger_unavailable or ledger_busy is retried as a retry, then voided", async () => {
+  const nc = await connect({ servers: process.env.NATS_URL ?? "nats://127.0.0.1:4222" });
+  const unavailable = { error: { code: "ledger_unavailable", message: "the outcome is unknown" } };
+  const busy = { error: { code: "ledger_busy", message: "retry" } };
+  const s = stub(nc, { admit: [unavailable, busy, unavailable], void: [{ request_id: "r-1", status: "voided" }] });
+  try {
+    await nc.flush();
+    const sg = new Spendgate(nc, { prefix: s.prefix, timeoutMs: 500, attempts: 3 });
+    await assert.rejects(sg.admit({ request_id: "r-1", scopes: ["org:x"], amount: "0.01" }), (err) => {
+      assert.ok(err instanceof UnavailableError, `want an UnavailableError (fail closed), got ${err}`);
+      assert.equal(err.code, "ledger_unavailable");
+      assert.equal(err.voided?.status, "voided", "an admit whose outcome stayed unknown is voided");
+      return true;
+    });
+    assert.deepEqual(s.seen.map((m) => [m.endpoint, m.body.request_id, m.body.retry === true]),
+      [["admit", "r-1", false], ["admit", "r-1", true], ["admit", "r-1", true], ["void", "r-1", false]]);
+  } finally {
+    s.stop();
+    await nc.close();
+  }
+});
+
+test("a settle answered ledger_busy is retried with the same body until it lands", async () => {
+  const nc = await connect({ servers: process.env.NATS_URL ?? "nats://127.0.0.1:4222" });
+  const settled = { reservation_id: "rsv_1", status: "settled", reserved: "0.05", actual: "0.04" };
+  const s = stub(nc, { settle: [{ error: { code: "ledger_busy", message: "retry" } }, settled] });
+  try {
+    await nc.flush();
+    const sg = new Spendgate(nc, { prefix: s.prefix, timeoutMs: 500, attempts: 3 });
+    assert.deepEqual(await sg.settle("rsv_1", "0.04"), settled);
+    assert.equal(s.seen.length, 2);
+  } finally {
+    s.stop();
+    await nc.close();
+  }
+});
+
+test("an internal error reply fails closed and voids the admit, without a retry", async () => {
+  const nc = await connect({ servers: process.env.NATS_URL ?? "nats://127.0.0.1:4222" });
+  const s = stub(nc, { admit: [{ error: { code: "internal", message: "boom" } }], void: [{ request_id: "r-2", status: "voided" }] });
+  try {
+    await nc.flush();
+    const sg = new Spendgate(nc, { prefix: s.prefix, timeoutMs: 500, attempts: 3 });
+    await assert.rejects(sg.admit({ request_id: "r-2", scopes: ["org:x"], amount: "0.01" }), (err) => {
+      assert.ok(err instanceof UnavailableError, `want an UnavailableError (fail closed), got ${err}`);
+      assert.equal(err.code, "internal");
+      assert.equal(err.voided?.status, "voided");
+      return true;
+    });
+    assert.deepEqual(s.seen.map((m) => m.endpoint), ["admit", "void"]);
+  } finally {
+    s.stop();
     await nc.close();
   }
 });

@@ -24,14 +24,24 @@ export class SpendgateError extends Error {
   }
 }
 
-/** UnavailableError means the ledger did not answer: fail closed. */
+/**
+ * UnavailableError means the outcome is unknown: no answer in time, or an
+ * answer that decided nothing (ledger_busy, ledger_unavailable, internal).
+ * Fail closed. code is "ledger_unavailable" when no answer came, else the
+ * last answer's code.
+ */
 export class UnavailableError extends Error {
-  constructor(cause) {
-    super(`ledger_unavailable: ${cause.message}`, { cause });
+  constructor(cause, code = "ledger_unavailable") {
+    super(`${code}: ${cause.message}`, { cause });
     this.name = "UnavailableError";
-    this.code = "ledger_unavailable";
+    this.code = code;
   }
 }
+
+// Error codes that decided nothing: ledger_busy and ledger_unavailable invite
+// a retry of the same request; internal does not (the Go client's rules).
+const retryCodes = new Set(["ledger_busy", "ledger_unavailable"]);
+const unknownCodes = new Set([...retryCodes, "internal"]);
 
 export class Spendgate {
   /**
@@ -46,7 +56,12 @@ export class Spendgate {
     this.attempts = attempts;
   }
 
-  /** request sends body to endpoint, retrying the same request on a timeout (an admit marked "retry"). */
+  /**
+   * request sends body to endpoint, retrying the same request (an admit
+   * marked "retry") on a timeout, no responders, ledger_busy or
+   * ledger_unavailable: each leaves the outcome unknown, so giving up on it
+   * after one attempt would leave an admit unvoided or a settle unrecorded.
+   */
   async request(endpoint, body) {
     let payload = JSON.stringify(body);
     let last;
@@ -58,13 +73,17 @@ export class Spendgate {
         if (reply.error) throw new SpendgateError(reply.error);
         return reply;
       } catch (err) {
-        if (err instanceof SpendgateError) throw err;
-        if (!isRetryable(err)) throw new UnavailableError(err);
+        if (err instanceof SpendgateError) {
+          if (!unknownCodes.has(err.code)) throw err; // a refusal: nothing to retry
+          if (!retryCodes.has(err.code)) throw new UnavailableError(err, err.code);
+        } else if (!isRetryable(err)) {
+          throw new UnavailableError(err);
+        }
         last = err; // same payload, same request id: the ledger deduplicates
         if (i + 1 < this.attempts) await new Promise((r) => setTimeout(r, 100 * (i + 1)));
       }
     }
-    throw new UnavailableError(last);
+    throw new UnavailableError(last, last instanceof SpendgateError ? last.code : undefined);
   }
 
   /**

@@ -163,14 +163,17 @@ func isErrorReply(body []byte) bool {
 }
 
 // fetch is call without printing a successful reply: an error reply is
-// printed and exits 1, a reply is decoded into out.
+// printed to stderr and exits 1, a reply is decoded into out. Its caller's
+// stdout is something made from the reply (a secret, a CSV), which a
+// script captures or redirects: an error there would be taken for it
+// (KEY=$(spendgate keys create ... --secret-only) holding the error).
 func (c *clientFlags) fetch(endpoint string, req any, out any) int {
 	body, ok := c.request(endpoint, req)
 	if !ok {
 		return 1
 	}
 	if isErrorReply(body) {
-		printReply(os.Stdout, endpoint, body)
+		printReply(os.Stderr, endpoint, body)
 		return 1
 	}
 	if err := json.Unmarshal(body, out); err != nil {

@@ -171,9 +171,10 @@ func TestCLI_ExportReportBalances(t *testing.T) {
 	require.Contains(t, out, "opened from "+day+"T00:00:00Z to ")
 	require.Equal(t, out, ok("report", "--by", "scope", "--period", day, "--replay"))
 	// Bad input to the endpoint: the reply's error, exit 1.
-	code, out, _ = e2eCLIErr(t, url, "report", "--by", "model", "--from", hour.Add(time.Minute).Format(time.RFC3339))
+	code, out, errOut := e2eCLIErr(t, url, "report", "--by", "model", "--from", hour.Add(time.Minute).Format(time.RFC3339))
 	require.Equal(t, 1, code)
-	require.Contains(t, out, `"code": "invalid_time"`)
+	require.Contains(t, errOut, `"code": "invalid_time"`)
+	require.Empty(t, out, "an error reply is not the report: report --format csv > file must not fill the file with it")
 
 	// audit balances lists the idle budget with zeros.
 	out = ok("audit", "balances")

@@ -43,13 +43,16 @@ def call(endpoint, body):
 def admit(scopes, amount, request_id, attempts=3):
     """Reserves amount in every scope, or in none. Retries an unanswered
     admit with the same request id; if it never gets an answer, voids the
-    request id and denies (fail closed)."""
+    request id and denies (fail closed). An internal error (500) leaves the
+    outcome unknown too: it is voided at once, not retried."""
     body = {"request_id": request_id, "scopes": scopes, "amount": amount, "ttl": "1m"}
     for _ in range(attempts):
         try:
             status, reply = call("admit", body)
         except (urllib.error.URLError, TimeoutError):
             status = None  # no answer
+        if status == 500:
+            break
         if status is not None and status != 503:
             return status, reply
         # No answer, or ledger_unavailable: the attempt may still commit.

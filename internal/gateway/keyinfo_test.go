@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,4 +69,28 @@ func TestGateway_KeyInfo(t *testing.T) {
 	body = readAll(t, resp)
 	require.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode, body)
 	require.Equal(t, http.MethodGet, resp.Header.Get("Allow"))
+}
+
+// TestGateway_BearerSchemeAnyCase: the auth scheme is case-insensitive
+// (RFC 7235): "bearer <key>" is the key, as "Bearer <key>" is.
+func TestGateway_BearerSchemeAnyCase(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	secret := e.key("10", "team:k")
+	for _, c := range []struct {
+		auth   string
+		status int
+	}{
+		{"Bearer " + secret, http.StatusOK},
+		{"bearer " + secret, http.StatusOK},
+		{"BEARER  " + secret + " ", http.StatusOK},
+		{"Basic " + secret, http.StatusUnauthorized},
+	} {
+		req, err := http.NewRequestWithContext(ctxT(t), http.MethodGet, e.url+gateway.KeyPath, nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", c.auth)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		body := readAll(t, resp)
+		require.Equal(t, c.status, resp.StatusCode, "%q: %s", strings.Replace(c.auth, secret, "<key>", 1), body)
+	}
 }

@@ -155,16 +155,21 @@ func (k *Keys) evict(now time.Time) {
 // SDK sends) when there is no bearer.
 func secretOf(r *http.Request) string {
 	if a := r.Header.Get("Authorization"); a != "" {
-		if s, ok := strings.CutPrefix(a, "Bearer "); ok {
-			return strings.TrimSpace(s)
-		}
-		return ""
+		return BearerSecret(a)
 	}
 	return strings.TrimSpace(r.Header.Get("X-Api-Key"))
 }
 
-// SecretOf is secretOf for the httpapi package.
-func SecretOf(r *http.Request) string { return secretOf(r) }
+// BearerSecret is the secret of an Authorization header's value "Bearer
+// <secret>", "" for another scheme. The scheme is matched in any case, as
+// RFC 7235 has it: hand-written clients send "bearer".
+func BearerSecret(auth string) string {
+	scheme, s, ok := strings.Cut(strings.TrimSpace(auth), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return ""
+	}
+	return strings.TrimSpace(s)
+}
 
 // ClientSet holds one client.Client per tenant over one NATS connection:
 // the deployment's ("") on "<prefix><endpoint>", a tenant's on

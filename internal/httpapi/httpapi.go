@@ -41,6 +41,7 @@ import (
 
 	"github.com/spendgate/spendgate/client"
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/gateway"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -251,12 +252,6 @@ func accessName(a string) string {
 	return a
 }
 
-// bearer is the secret of "Authorization: Bearer <secret>".
-func bearer(r *http.Request) string {
-	const p = "Bearer "
-	h := r.Header.Get("Authorization")
-	if len(h) <= len(p) || h[:len(p)] != p {
-		return ""
-	}
-	return h[len(p):]
-}
+// bearer is the secret of "Authorization: Bearer <secret>", the scheme
+// in any case, as the gateway's proxy reads it.
+func bearer(r *http.Request) string { return gateway.BearerSecret(r.Header.Get("Authorization")) }

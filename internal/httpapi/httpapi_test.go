@@ -236,3 +236,31 @@ func TestAPI_TenantKey(t *testing.T) {
 	status, body = e.post(acme, "pricing.put", `{"model":"m","input":"1","output":"1"}`)
 	require.Equal(t, http.StatusBadRequest, status, "the replica refuses a tenant's pricing.put: %s", body)
 }
+
+// TestAPI_BearerSchemeAnyCase: the auth scheme is case-insensitive (RFC
+// 7235), so "bearer <key>", as hand-written clients send it, authenticates
+// as "Bearer <key>" does; another scheme is still 401.
+func TestAPI_BearerSchemeAnyCase(t *testing.T) {
+	e := newEnv(t)
+	svc := e.key(events.AccessService, "")
+	for _, c := range []struct {
+		auth   string
+		status int
+	}{
+		{"Bearer " + svc, http.StatusOK},
+		{"bearer " + svc, http.StatusOK},
+		{"BEARER  " + svc + " ", http.StatusOK},
+		{"Basic " + svc, http.StatusUnauthorized},
+		{"Bearer", http.StatusUnauthorized},
+	} {
+		req, err := http.NewRequest(http.MethodPost, e.url+"/spendgate/budget.list", strings.NewReader(`{}`))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", c.auth)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		require.Equal(t, c.status, resp.StatusCode, "%q: %s", strings.Replace(c.auth, svc, "<key>", 1), b)
+	}
+}

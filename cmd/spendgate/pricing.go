@@ -158,6 +158,10 @@ const maxPriceTable = 4 << 20
 // parsePriceTable reads a price table (see pricing import) and checks
 // every row as pricing.put would, naming the row of the first bad one.
 func parsePriceTable(data []byte, format string) ([]events.PricingPutRequest, error) {
+	// A spreadsheet's "CSV UTF-8" (and many a Windows editor) starts the
+	// file with a byte-order mark, which would be part of the first
+	// column's name, or a JSON syntax error.
+	data = bytes.TrimPrefix(data, []byte("\ufeff"))
 	var rows []events.PricingPutRequest
 	switch format {
 	case "json":

@@ -44,7 +44,7 @@ Usage:
   spendgate snapshot [--list]            write a snapshot of the book now (replicas also write them periodically)
   spendgate report   --by scope|KEY [--from TIME] [--to TIME] [--period PERIOD] [--format table|csv]   spend by scope or metadata key, from a replica
   spendgate report   --by scope|KEY --replay --trusted-keys KEYS|--unverified [...]   the same, replayed from the book
-  spendgate backtest --scope KIND:ID [--limit DECIMAL] [--period PERIOD] [--fixed-slot DECIMAL] [--from TIME --to TIME] [-o table|csv|json]
+  spendgate backtest --scope KIND:ID --trusted-keys KEYS|--unverified [--limit DECIMAL] [--period PERIOD] [--fixed-slot DECIMAL] [--from TIME --to TIME] [-o table|csv|json]
                                          replay a scope's recorded admits under another limit: who would have been denied
   spendgate bench    [--duration 3s] [--reps 3] [--conns 4] [--scenarios hot1,...|mem] [--json]   throughput vs floor and naive CAS
   spendgate demo overrun [--concurrency 20] [--ceiling 0.10] [--price 0.02] [--json]   naive ledger vs spendgate, no setup

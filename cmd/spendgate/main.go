@@ -41,7 +41,7 @@ Usage:
   spendgate audit export --trusted-keys KEYS|--unverified [--from TIME] [--to TIME] [--scope KIND:ID ...] [--format csv|jsonl] [--times exact|sheet] [--totals FILE]
                                          one row per reservation, streamed
   spendgate audit archive|trim --dir DIR archive the stream's old revisions; drop what the archive covers
-  spendgate snapshot [--list]            write a snapshot of the book now (replicas also write them periodically)
+  spendgate snapshot --trusted-keys KEYS --signing-key FILE | --list   write a snapshot of the book now (replicas also write them periodically)
   spendgate report   --by scope|KEY [--from TIME] [--to TIME] [--period PERIOD] [--format table|csv]   spend by scope or metadata key, from a replica
   spendgate report   --by scope|KEY --replay --trusted-keys KEYS|--unverified [...]   the same, replayed from the book
   spendgate backtest --scope KIND:ID --trusted-keys KEYS|--unverified [--limit DECIMAL] [--period PERIOD] [--fixed-slot DECIMAL] [--from TIME --to TIME] [-o table|csv|json]

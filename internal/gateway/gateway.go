@@ -449,8 +449,11 @@ func (g *Gateway) denial(ctx context.Context, cl *client.Client, d events.Denial
 			break
 		}
 		if spent.Add(need).Cmp(limit) <= 0 {
-			// Open reservations block it: they close soon.
+			// Open reservations block it: they close soon. Saying the
+			// budget "is spent" would send the caller looking for spend.
 			e.retryAfter, e.noRetry = 1, false
+			e.msg = fmt.Sprintf("spendgate: budget %s per %s (%s) is held by open reservations: limit %s %s, spent %s, reserved %s, this call needs up to %s; they close as their calls end, retry in a moment",
+				d.Scope, d.Period, d.Instance, d.Limit, d.Unit, d.Spent, d.Reserved, d.Requested)
 			break
 		}
 		if end, ok := g.resetOf(ctx, cl, d); ok {

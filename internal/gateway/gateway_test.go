@@ -925,3 +925,35 @@ func TestGateway_EndUsers(t *testing.T) {
 		require.Equal(t, "0", e.budget(s).Reserved, "%s: nothing left reserved", s)
 	}
 }
+
+// TestGateway_DenialByOpenReservationsSaysSo: a call that open
+// reservations block (its budget's spend alone would hold it) is a 429 with
+// Retry-After 1 that the SDK may retry, and its message says the budget is
+// held, not spent: "is spent: ..., spent 0" sent callers looking for spend
+// that was not there.
+func TestGateway_DenialByOpenReservationsSaysSo(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	// The first call streams for about 1.4 s (7 chunks, 200 ms apart):
+	// the second comes while it holds the whole limit.
+	body := `{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"fake:slow=200ms"}],"max_tokens":100}`
+	probe := e.post("/v1/chat/completions", e.key("10", "team:probe"), body)
+	one := reserved(t, probe)
+	readAll(t, probe)
+	secret := e.key(one.String(), "team:held")
+	first := e.post("/v1/chat/completions", secret, body) // its headers came: admitted, and streaming
+	require.Equal(t, http.StatusOK, first.StatusCode)
+	resp := e.post("/v1/chat/completions", secret, body)
+	got := readAll(t, resp)
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode, got)
+	require.Equal(t, "1", resp.Header.Get("Retry-After"))
+	require.Empty(t, resp.Header.Get("X-Should-Retry"), "the SDK may retry it")
+	var shape struct {
+		Error struct{ Code, Message string }
+	}
+	require.NoError(t, json.Unmarshal([]byte(got), &shape), got)
+	require.Equal(t, "limit_reached", shape.Error.Code)
+	require.Contains(t, shape.Error.Message, "budget team:held per month")
+	require.Contains(t, shape.Error.Message, "is held by open reservations")
+	require.NotContains(t, shape.Error.Message, "is spent")
+	readAll(t, first)
+}

@@ -257,5 +257,5 @@ func ExampleClient_Report() {
 	// Output:
 	// gpt-x 2 0.06 USD
 	// mini 1 0.03 USD
-	// true invalid_time: from "2026-12-01T10:30:00Z" is not on a whole hour (the report's bucket); the replay (spendgate report --replay) takes any time
+	// true invalid_time: from "2026-12-01T10:30:00Z" is not on a whole UTC hour (the report's bucket); the replay (spendgate report --replay) takes any time
 }

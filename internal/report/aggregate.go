@@ -554,7 +554,14 @@ func ParseReportRequest(req events.ReportRequest) (by GroupBy, from, to time.Tim
 			return time.Time{}, events.Errorf(events.CodeInvalidTime, "%s %q is not an RFC 3339 time like 2026-12-01T00:00:00Z", name, s)
 		}
 		if !t.Equal(t.Truncate(events.ReportBucket)) {
-			return time.Time{}, events.Errorf(events.CodeInvalidTime, "%s %q is not on a whole hour (the report's bucket); the replay (spendgate report --replay) takes any time", name, s)
+			// The buckets are UTC hours: a time with another offset
+			// (+05:30) may be on its own zone's hour and not on one of
+			// them, so the message shows it in UTC.
+			in := ""
+			if _, off := t.Zone(); off != 0 {
+				in = " (" + t.UTC().Format(time.RFC3339) + ")"
+			}
+			return time.Time{}, events.Errorf(events.CodeInvalidTime, "%s %q%s is not on a whole UTC hour (the report's bucket); the replay (spendgate report --replay) takes any time", name, s, in)
 		}
 		return t.UTC(), nil
 	}

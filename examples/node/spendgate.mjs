@@ -6,7 +6,8 @@
 //     ("replayed": true) and reserves once. Mark an admit's retries
 //     ("retry": true): the first attempt may still commit, so the service
 //     never denies a retry (it answers ledger_unavailable instead).
-//  2. Fail closed: if the ledger cannot be reached or does not answer in time,
+//  2. Fail closed: if the ledger cannot be reached, does not answer in time, or
+//     answers ledger_busy, ledger_unavailable or internal after the retries,
 //     treat the call as denied. Never call the paid upstream without an admit.
 //  3. Void what you gave up on: before reporting such a denial, send
 //     spendgate.void with the admit's request id and scopes, so an admit that

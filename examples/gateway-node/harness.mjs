@@ -3,7 +3,10 @@
 // `spendgate gateway` ($SPENDGATE) in front of it, on free ports; and runs
 // spendgate's CLI.
 import { spawn, execFileSync } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
 import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 
 export const SPENDGATE = process.env.SPENDGATE ?? 'spendgate';
@@ -60,8 +63,10 @@ export async function start() {
     fake.once('exit', (code) => reject(new Error(`fakellm exited ${code}`)));
   });
   const port = await freePort();
+  // Its journal in a directory of its own: one gateway per journal file.
+  const journal = join(mkdtempSync(join(tmpdir(), 'spendgate-gateway-')), 'gateway.journal');
   const gw = spawn(SPENDGATE, ['gateway', '--listen', `127.0.0.1:${port}`, '--nats-url', NATS_URL, '--key-cache', '200ms',
-    '--upstream', `openai=${upstream}/v1`, '--upstream', `anthropic=${upstream}`],
+    '--upstream', `openai=${upstream}/v1`, '--upstream', `anthropic=${upstream}`, '--journal', journal],
   { stdio: ['ignore', 'inherit', process.env.GATEWAY_LOG ? 'inherit' : 'ignore'],
     env: { ...process.env, OPENAI_API_KEY: UPSTREAM_KEY, ANTHROPIC_API_KEY: UPSTREAM_KEY } });
   children.push(gw);

@@ -41,6 +41,14 @@ https://api.anthropic.com for Anthropic) and reads the upstream's key from
 $OPENAI_API_KEY or $ANTHROPIC_API_KEY (or VAR).`,
 }
 
+// journalOption is the gateway option of --journal path ("": none).
+func journalOption(path string) []gateway.Option {
+	if path == "" {
+		return nil
+	}
+	return []gateway.Option{gateway.WithJournal(path)}
+}
+
 // gatewayCmd is spendgate gateway.
 func gatewayCmd(args []string) int {
 	var c clientFlags
@@ -122,10 +130,15 @@ func gatewayCmd(args []string) int {
 	wait := func() {}
 	if len(cfg.Upstreams) > 0 {
 		opts := []gateway.Option{gateway.WithLogger(log), gateway.WithMetrics(gateway.NewMetrics(reg))}
-		if *journal != "" {
-			opts = append(opts, gateway.WithJournal(*journal))
+		g, err := gateway.New(clients, keys, cfg, append(opts, journalOption(*journal)...)...)
+		if err != nil && *journal != "" && !visited(fs, "journal") {
+			// The default journal, in a working directory it cannot use
+			// (read-only, or another gateway's): serving without it beats
+			// not serving, loudly.
+			log.Warn("gateway: running without a journal: a gateway killed mid-call leaves its calls to the sweeper; give --journal a file of its own",
+				"journal", *journal, "err", err)
+			g, err = gateway.New(clients, keys, cfg, opts...)
 		}
-		g, err := gateway.New(clients, keys, cfg, opts...)
 		if err != nil {
 			return gatewayCommand.usageError(fs, err.Error())
 		}

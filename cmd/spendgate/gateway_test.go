@@ -214,5 +214,26 @@ func TestGateway_KilledMidCallSettlesOnRestart(t *testing.T) {
 	})
 	export := cli("audit", "export", "--unverified")
 	require.Contains(t, export, "reservation_gateway_restart")
+
+	// A second gateway in the same directory: the default journal is the
+	// first's, so it serves without one, and says so; told that journal
+	// in so many words, it refuses to start.
+	second := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	gw2 := startProcEnv(t, []string{"OPENAI_API_KEY=sk-upstream", "SPENDGATE_NATS_URL=" + url}, false,
+		"gateway", "--listen", second, "--upstream", "openai="+fake.URL+"/v1")
+	testenv.WaitFor(t, 30*time.Second, "the second gateway serves", func() bool {
+		resp, err := http.Get("http://" + second + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	require.Contains(t, gw2.out.String(), "running without a journal")
+	gw2.stop(t)
+	r := runCLI(t, []string{"OPENAI_API_KEY=sk-upstream", "SPENDGATE_NATS_URL=" + url}, "gateway", "--listen", second,
+		"--upstream", "openai="+fake.URL+"/v1", "--journal", filepath.Join(testDir(t), "spendgate-gateway.journal"))
+	require.Equal(t, exitUsage, r.code, r.stderr)
+	require.Contains(t, r.stderr, "in use by another gateway")
 	gw.stop(t)
 }

@@ -83,10 +83,18 @@ func anthropicType(status int) string {
 	return "api_error"
 }
 
+// HeaderErrorCode carries the stable code of an answer the gateway made
+// (not the provider's): limit_reached, ledger_unavailable, key_disabled, ...
+// In both APIs' shapes, so that a caller of the Anthropic API, whose error
+// body has no code, can tell them apart.
+const HeaderErrorCode = "X-Spendgate-Error-Code"
+
 // write answers e in kind's shape:
 //
 //	OpenAI:    {"error":{"message","type","param":null,"code","spendgate":{denial}}}
-//	Anthropic: {"type":"error","error":{"type","message"},"spendgate":{denial}}
+//	Anthropic: {"type":"error","error":{"type","message","code"},"spendgate":{denial}}
+//
+// and the code in HeaderErrorCode too.
 func (e *callError) write(w http.ResponseWriter, kind string) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
@@ -96,6 +104,11 @@ func (e *callError) write(w http.ResponseWriter, kind string) {
 	if e.noRetry {
 		h.Set("X-Should-Retry", "false")
 	}
+	if e.code != "" {
+		// In either shape: Anthropic's has no code of its own, and a
+		// header reaches the caller whatever its SDK makes of the body.
+		h.Set(HeaderErrorCode, e.code)
+	}
 	var body any
 	if kind == KindAnthropic {
 		body = struct {
@@ -103,12 +116,14 @@ func (e *callError) write(w http.ResponseWriter, kind string) {
 			Error struct {
 				Type    string `json:"type"`
 				Message string `json:"message"`
+				Code    string `json:"code,omitempty"`
 			} `json:"error"`
 			Spendgate *denialBody `json:"spendgate,omitempty"`
 		}{Type: "error", Error: struct {
 			Type    string `json:"type"`
 			Message string `json:"message"`
-		}{anthropicType(e.status), e.msg}, Spendgate: bodyOf(e.denial)}
+			Code    string `json:"code,omitempty"`
+		}{anthropicType(e.status), e.msg, e.code}, Spendgate: bodyOf(e.denial)}
 	} else {
 		body = struct {
 			Error struct {

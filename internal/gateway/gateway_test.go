@@ -491,9 +491,11 @@ func TestGateway_DenialNeverReachesUpstream(t *testing.T) {
 		require.InDelta(t, time.Until(reset).Seconds(), ra.Seconds(), 5, "Retry-After is the month's reset")
 		var shape map[string]any
 		require.NoError(t, json.Unmarshal([]byte(got), &shape))
+		require.Equal(t, "limit_reached", resp.Header.Get(gateway.HeaderErrorCode), "the code in either shape")
 		if path == "/v1/messages" {
 			require.Equal(t, "error", shape["type"])
 			require.Equal(t, "rate_limit_error", shape["error"].(map[string]any)["type"])
+			require.Equal(t, "limit_reached", shape["error"].(map[string]any)["code"], "Anthropic's shape carries the code too")
 			require.Contains(t, shape["error"].(map[string]any)["message"], "team:small")
 		} else {
 			er := shape["error"].(map[string]any)

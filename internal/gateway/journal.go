@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -129,32 +130,55 @@ func openJournal(path string) (*journal, error) {
 	return j, nil
 }
 
-// read folds the file's records into open. A last line cut short (the
-// process died while writing it) is ignored; any other bad line is an
-// error, so that a file that is not a journal is never taken for one.
+// read folds the file's records into open. Every whole line must be a
+// record and nothing else: a file that is not a journal is refused, never
+// taken for an empty one (and rewritten). A last line without its newline
+// that begins as a record does is one cut short (the process died while
+// writing it), and is dropped.
 func (j *journal) read() error {
 	if _, err := j.f.Seek(0, io.SeekStart); err != nil {
 		return fmt.Errorf("gateway: journal: %w", err)
 	}
-	sc := bufio.NewScanner(j.f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	line, bad := 0, 0
-	for sc.Scan() {
-		line++
-		if bad > 0 {
-			return fmt.Errorf("gateway: journal %s: line %d is not a journal record", j.path, bad)
-		}
-		var r journalRecord
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			bad = line
-			continue
+	data, err := io.ReadAll(j.f)
+	if err != nil {
+		return fmt.Errorf("gateway: journal %s: %w", j.path, err)
+	}
+	lines := bytes.Split(data, []byte("\n"))
+	last := lines[len(lines)-1] // after the last newline: "" or a line cut short
+	for i, line := range lines[:len(lines)-1] {
+		r, ok := parseRecord(line)
+		if !ok {
+			return fmt.Errorf("gateway: journal %s: line %d is not a journal record (is --journal another file?)", j.path, i+1)
 		}
 		j.apply(r)
 	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("gateway: journal %s: %w", j.path, err)
+	if len(last) > 0 && !bytes.HasPrefix(last, []byte(`{"open":`)) && !bytes.HasPrefix(last, []byte(`{"due":`)) &&
+		!bytes.HasPrefix(last, []byte(`{"done":`)) {
+		return fmt.Errorf("gateway: journal %s: line %d is not a journal record (is --journal another file?)", j.path, len(lines))
 	}
 	return nil
+}
+
+// parseRecord decodes one line: a record with exactly one of its parts,
+// and no field a journal does not write.
+func parseRecord(line []byte) (journalRecord, bool) {
+	var r journalRecord
+	d := json.NewDecoder(bytes.NewReader(line))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&r); err != nil || d.More() {
+		return r, false
+	}
+	n := 0
+	if r.Open != nil && r.Open.ReservationID != "" {
+		n++
+	}
+	if r.Due != nil && r.Due.ReservationID != "" {
+		n++
+	}
+	if r.Done != "" {
+		n++
+	}
+	return r, n == 1
 }
 
 func (j *journal) apply(r journalRecord) {

@@ -88,8 +88,10 @@ func TestJournal_CloseDueAtShutdownLandsOnNextStart(t *testing.T) {
 
 // TestJournal_FileRules: a journal is one gateway's (a second gateway on
 // the same file is refused while the first holds it); a last line cut
-// short (the process died writing it) is ignored, and a bad line with
-// lines after it makes the file no journal (refused, never guessed at).
+// short (the process died writing it) is ignored; a file that is not a
+// journal (a bad line, another program's JSON lines, a one-line config)
+// is refused and left as it was, never taken for an empty journal and
+// rewritten.
 func TestJournal_FileRules(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "gateway.journal")
@@ -117,7 +119,12 @@ func TestJournal_FileRules(t *testing.T) {
 	require.Equal(t, 1, strings.Count(string(data), "\n"), "rewritten with the open call alone: %s", data)
 	require.Contains(t, string(data), `"rsv_1"`)
 
-	require.NoError(t, os.WriteFile(path, []byte("not a journal\n"+open), 0o600))
-	_, err = newGW()
-	require.ErrorContains(t, err, "line 1 is not a journal record")
+	for _, other := range []string{"not a journal\n" + open, `{"level":"info","msg":"a log line"}` + "\n", "key = value"} {
+		require.NoError(t, os.WriteFile(path, []byte(other), 0o600))
+		_, err = newGW()
+		require.ErrorContains(t, err, "is not a journal record", "%q", other)
+		data, err := os.ReadFile(path)
+		require.NoError(t, err)
+		require.Equal(t, other, string(data), "a file that is not a journal is left as it was")
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"io"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -1204,11 +1205,41 @@ func ReadObjectAhead(ctx context.Context, store jetstream.ObjectStore, name stri
 		done()
 		return nil, err
 	}
-	size := int(info.Size)
+	// The size comes from the object's meta, which anyone who may write
+	// the bucket can write: it is checked before it sizes the buffer
+	// (preallocated: honest objects arrive in one array, no copies).
+	size, err := objectSize(ctx, store, name, info.Size)
+	if err != nil {
+		done()
+		return nil, err
+	}
 	o := &ObjectAhead{name: name, buf: make([]byte, 0, size), size: size, done: done, exited: make(chan struct{})}
 	o.more = sync.NewCond(&o.mu)
 	go o.read(ctx, res)
 	return o, nil
+}
+
+// ErrObjectTooLarge: an object's meta claims more bytes than its bucket
+// holds (ReadObjectAhead): its meta lies, and no chunk need be read.
+var ErrObjectTooLarge = errors.New("streams: object larger than its bucket")
+
+// objectSize returns size, an object's size as its meta says, once it is
+// known to be no more than store's stream holds (one stream info request):
+// a meta claiming 2^63 bytes or more would be a negative int (make panics),
+// one claiming terabytes an allocation of terabytes, before any chunk is
+// read or any digest checked.
+func objectSize(ctx context.Context, store jetstream.ObjectStore, name string, size uint64) (int, error) {
+	if size == 0 {
+		return 0, nil
+	}
+	st, err := store.Status(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("streams: object %s: the size of its bucket: %w", name, err)
+	}
+	if held := st.Size(); size > held || size > math.MaxInt {
+		return 0, fmt.Errorf("%w: object %s: its meta says %d bytes, its bucket %s holds %d", ErrObjectTooLarge, name, size, st.Bucket(), held)
+	}
+	return int(size), nil
 }
 
 func (o *ObjectAhead) read(ctx context.Context, res jetstream.ObjectResult) {

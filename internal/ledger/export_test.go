@@ -261,3 +261,6 @@ func DropBalanceForTesting(l *Ledger, ref events.BalanceRef) {
 	defer l.mu.Unlock()
 	delete(l.bk.balances, streams.BalanceKey(ref))
 }
+
+// SnapshotTries is how many snapshots a replica reads at start.
+const SnapshotTries = snapshotTries

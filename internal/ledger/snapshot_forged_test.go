@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/spendgate/spendgate/internal/ledger"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
@@ -52,4 +53,45 @@ func TestSnapshot_ForgedSizeSkipped(t *testing.T) {
 	rep, err := projector.Check(ctx, env.JS, env.Layout)
 	require.NoError(t, err)
 	require.Contains(t, rep.String(), "snapshot "+forged+": unreadable")
+}
+
+// TestSnapshot_ForgedManyBounded: a login that may write the snapshot
+// bucket writes ledger.SnapshotTries objects under snapshot names between
+// the real snapshot and the stream's end. A starting replica reads that
+// many, skips each, and folds the whole stream rather than reading on:
+// each such object can take 5 s to fail (chunks that never come, the
+// object store's read timeout), and there may be any number of them. With
+// one fewer, it reaches the real one. How it can fail: without the bound
+// the replica read every one (Loaded is the real snapshot's sequence and
+// Skipped one more), so 1,000 such objects held its start for over an
+// hour.
+func TestSnapshot_ForgedManyBounded(t *testing.T) {
+	t.Parallel() // its own server or none; see main_test.go
+	env := snapLayout(t)
+	w := startLedger(t, env, snapOpts...)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*watchdog)
+	defer cancel()
+	snapHistory(t, w, 52, 2, 20)
+	info, err := w.Snapshot(ctx)
+	require.NoError(t, err)
+	snapHistory(t, w, 53, 2, 20)
+	want, last := bookOf(t, w)
+	require.Greater(t, last, info.Seq+ledger.SnapshotTries)
+	store, err := env.JS.ObjectStore(ctx, env.Layout.SnapshotBucket())
+	require.NoError(t, err)
+	for i := range uint64(ledger.SnapshotTries) {
+		_, err := store.PutBytes(ctx, streams.SnapshotName(last-i), []byte("not a snapshot\n"))
+		require.NoError(t, err)
+	}
+
+	l := startLedger(t, env, snapOpts...)
+	require.Zero(t, l.SnapshotStats().Loaded, "the whole stream")
+	require.EqualValues(t, ledger.SnapshotTries, l.SnapshotStats().Skipped)
+	got, _ := bookOf(t, l)
+	require.Equal(t, withoutQueues(want), withoutQueues(got))
+
+	require.NoError(t, store.Delete(ctx, streams.SnapshotName(last)))
+	l = startLedger(t, env, snapOpts...)
+	require.Equal(t, info.Seq, l.SnapshotStats().Loaded)
+	require.EqualValues(t, ledger.SnapshotTries-1, l.SnapshotStats().Skipped)
 }

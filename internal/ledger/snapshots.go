@@ -32,6 +32,15 @@ const (
 	// SnapshotsKept is how many snapshots the writer keeps; older ones are
 	// deleted after a new one is written.
 	SnapshotsKept = 3
+	// snapshotTries bounds how many snapshots a replica reads at start
+	// before it gives up on them and folds the whole stream. Each can
+	// take seconds to fail (an object whose meta names chunks that never
+	// come fails when the object store's read times out, 5 s), and
+	// anyone who may write the bucket can write any number of them under
+	// names below the stream's end: without a bound, a replica's start
+	// took 5 s for each. A bucket holds SnapshotsKept snapshots of each
+	// writer's trusted keys, and a few of keys it does not trust yet.
+	snapshotTries = 2*SnapshotsKept + 2
 	// snapshotLookup bounds finding and listing the snapshot bucket.
 	snapshotLookup = 10 * time.Second
 	// snapshotCheck is how often the periodic writer looks (or half the
@@ -217,7 +226,7 @@ func listSnapshots(ctx context.Context, store jetstream.ObjectStore) ([]Snapshot
 // book and returns its sequence (0: none, the follower folds from the
 // first revision). A snapshot that cannot be read or fails its checks is
 // logged as an error, counted (SnapshotsSkipped), and skipped for an older
-// one. It runs before the follower starts, so the book is this goroutine's.
+// one, up to snapshotTries read. It runs before the follower starts, so the book is this goroutine's.
 func (l *Ledger) loadSnapshot(ctx context.Context, last uint64) uint64 {
 	// Finding and listing are bounded: a replica whose permissions do not
 	// cover the bucket must not wait long to fold the whole stream.
@@ -237,6 +246,7 @@ func (l *Ledger) loadSnapshot(ctx context.Context, last uint64) uint64 {
 		return 0
 	}
 	ceiling := l.snapshotCeiling(lctx, last)
+	tried := 0
 	for _, s := range list {
 		if s.Seq > last {
 			// Written against a stream that has since been reset, or
@@ -248,6 +258,11 @@ func (l *Ledger) loadSnapshot(ctx context.Context, last uint64) uint64 {
 		if s.Seq > ceiling {
 			continue // a reader (the feed) stands before it
 		}
+		if tried == snapshotTries {
+			l.opts.log.Error("ledger: too many snapshots failed their checks; folding the whole stream without trying older ones", "tried", tried, "next", s.Name)
+			return 0
+		}
+		tried++
 		// Reading a large snapshot takes seconds (most of a restart): say
 		// what the replica is doing before it goes quiet.
 		l.opts.log.Info("ledger: loading snapshot", "snapshot", s.Name, "seq", s.Seq, "bytes", s.Size, "tail", last-s.Seq)

@@ -841,7 +841,7 @@ func decodeSnapshot(data []byte) (*snapshotState, error) {
 // decodeSnapshotHeader is decodeSnapshot that also returns the header
 // (whose signature the caller checks).
 func decodeSnapshotHeader(data []byte) (*snapshotState, snapshotHeader, error) {
-	st, h, ahead, err := decodeSnapshotAhead(wholeObject(data))
+	st, h, ahead, err := decodeSnapshotAhead(wholeObject(data), nil)
 	if err == nil {
 		err = ahead.check(h)
 	}
@@ -881,7 +881,13 @@ type snapshotAhead struct {
 // load. Reading a 100 MB object took 200-300 ms, and decoding only began
 // after it; hashing the body took another 100 ms of the decoding
 // goroutine.
-func decodeSnapshotAhead(o objectAhead) (*snapshotState, snapshotHeader, *snapshotAhead, error) {
+//
+// checkHeader (nil: none), the caller's check of the header's name and
+// signature, runs before any of the body is decoded: decoding JSON
+// allocates many times its size (a reservation "{}," is 3 bytes and a
+// struct of about 200), so a body nobody trusted signed could otherwise
+// make its reader allocate gigabytes from an object of tens of MB.
+func decodeSnapshotAhead(o objectAhead, checkHeader func(snapshotHeader) error) (*snapshotState, snapshotHeader, *snapshotAhead, error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrSnapshotInvalid, fmt.Sprintf(format, args...))
 	}
@@ -912,6 +918,11 @@ func decodeSnapshotAhead(o objectAhead) (*snapshotState, snapshotHeader, *snapsh
 	}
 	if body := o.Size() - hl; body != h.Size {
 		return nil, h, nil, bad("body of %d bytes, header says %d (truncated?)", body, h.Size)
+	}
+	if checkHeader != nil {
+		if err := checkHeader(h); err != nil {
+			return nil, h, nil, err
+		}
 	}
 	a := &snapshotAhead{o: o, sum: make(chan []byte, 1)}
 	go a.hash(hl)

@@ -163,7 +163,7 @@ func TestSnapshot_DecodedAsItArrives(t *testing.T) {
 	want, err := bookFromSnapshot(b.layout, b.retention, b.expiredKeep, must(decodeSnapshot(data)))
 	require.NoError(t, err)
 	load := func(o objectAhead) (*book, error) {
-		st, h, ahead, err := decodeSnapshotAhead(o)
+		st, h, ahead, err := decodeSnapshotAhead(o, nil)
 		if err != nil {
 			return nil, err
 		}

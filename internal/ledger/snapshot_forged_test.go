@@ -2,13 +2,20 @@ package ledger_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"log/slog"
 	"math"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/internal/ledger"
+	"github.com/spendgate/spendgate/internal/signing"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
@@ -94,4 +101,46 @@ func TestSnapshot_ForgedManyBounded(t *testing.T) {
 	l = startLedger(t, env, snapOpts...)
 	require.Equal(t, info.Seq, l.SnapshotStats().Loaded)
 	require.EqualValues(t, ledger.SnapshotTries-1, l.SnapshotStats().Skipped)
+}
+
+// TestSnapshot_ForgedBodyNotDecodedBeforeSignature: with signatures
+// checked, a snapshot object written by a login that may write the bucket,
+// whose header is signed by no key the replica trusts, is skipped for its
+// signature before its body is decoded: decoding JSON allocates many times
+// its size ("{}," is a reservation of about 200 bytes), so an untrusted
+// body of tens of MB could make a starting replica allocate gigabytes. The
+// forged body here is not even JSON, so the reason logged says which check
+// ran first. How it can fail: when the body was decoded before the header
+// was checked, the skip's reason was the body's JSON error ("body: ...").
+func TestSnapshot_ForgedBodyNotDecodedBeforeSignature(t *testing.T) {
+	t.Parallel() // its own server or none; see main_test.go
+	env := snapLayout(t)
+	k1, other := newSigner(t), newSigner(t)
+	trust := trustOf(t, signing.Key{Public: k1.PublicKey()})
+	signed := append([]ledger.Option{ledger.WithSigner(k1), ledger.WithTrust(trust)}, snapOpts...)
+	w := startLedger(t, env, signed...)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*watchdog)
+	defer cancel()
+	snapHistory(t, w, 54, 2, 10)
+	info, err := w.Snapshot(ctx)
+	require.NoError(t, err)
+	snapHistory(t, w, 55, 2, 10)
+	_, last := bookOf(t, w)
+
+	body := []byte(`{"version":5,"seq":` + strconv.FormatUint(last, 10) + `,"reservations":[` + strings.Repeat("{},", 100_000) + "\n")
+	sum := sha256.Sum256(body)
+	header, err := json.Marshal(map[string]any{"format": ledger.SnapshotFormat, "version": 5, "seq": last, "size": len(body),
+		"sha256": hex.EncodeToString(sum[:]), "signer": other.PublicKey(), "sig": "AAAA"})
+	require.NoError(t, err)
+	store, err := env.JS.ObjectStore(ctx, env.Layout.SnapshotBucket())
+	require.NoError(t, err)
+	_, err = store.PutBytes(ctx, streams.SnapshotName(last), append(append(header, '\n'), body...))
+	require.NoError(t, err)
+
+	var logs testenv.LogBuffer
+	l := startLedger(t, env, append(signed, ledger.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))...)
+	require.Equal(t, info.Seq, l.SnapshotStats().Loaded)
+	require.EqualValues(t, 1, l.SnapshotStats().Skipped)
+	require.Contains(t, logs.String(), "does not verify")
+	require.NotContains(t, logs.String(), "body:")
 }

@@ -336,11 +336,8 @@ func (l *Ledger) readSnapshot(ctx context.Context, store jetstream.ObjectStore, 
 	// Decoded while it arrives: the book is built from bytes whose digest
 	// is checked only once they all arrived (ahead.check), and dropped if
 	// it does not match.
-	st, h, ahead, err := decodeSnapshotAhead(o)
+	st, h, ahead, err := decodeSnapshotAhead(o, func(h snapshotHeader) error { return l.checkHeader(h, name) })
 	if err != nil {
-		return nil, nil, err
-	}
-	if err := l.checkHeader(h, name); err != nil {
 		return nil, nil, err
 	}
 	checked := l.signaturesChecked()

@@ -126,7 +126,12 @@ func newestSnapshot(ctx context.Context, js jetstream.JetStream, layout streams.
 	if err != nil {
 		return "", 0, nil, false, nil, ctx.Err()
 	}
-	objs, err := store.List(lctx)
+	// Not store.List: metas are anyone's who may write the bucket, and it
+	// decodes each whole (see streams.ListObjects).
+	objs, err := streams.ListObjects(lctx, js, layout.SnapshotBucket(), func(name string) bool {
+		s, ok := streams.SnapshotSeq(name)
+		return ok && s <= last
+	})
 	if err != nil {
 		return "", 0, nil, false, nil, ctx.Err()
 	}
@@ -136,9 +141,8 @@ func newestSnapshot(ctx context.Context, js jetstream.JetStream, layout streams.
 	}
 	var cands []cand
 	for _, o := range objs {
-		if s, ok := streams.SnapshotSeq(o.Name); ok && !o.Deleted && s <= last {
-			cands = append(cands, cand{o.Name, s})
-		}
+		s, _ := streams.SnapshotSeq(o.Name)
+		cands = append(cands, cand{o.Name, s})
 	}
 	slices.SortFunc(cands, func(a, b cand) int { return cmp.Compare(b.seq, a.seq) })
 	for _, c := range cands {

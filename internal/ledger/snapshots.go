@@ -194,29 +194,28 @@ func (l *Ledger) dumpExact(ctx context.Context, version int) (*snapshotState, ti
 // ListSnapshots returns the snapshots in layout's snapshot bucket, newest
 // first (none if the bucket does not exist).
 func ListSnapshots(ctx context.Context, js jetstream.JetStream, layout streams.Layout) ([]SnapshotInfo, error) {
-	store, err := js.ObjectStore(ctx, layout.SnapshotBucket())
+	list, err := listSnapshots(ctx, js, layout.SnapshotBucket())
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	return listSnapshots(ctx, store)
+	return list, err
 }
 
-func listSnapshots(ctx context.Context, store jetstream.ObjectStore) ([]SnapshotInfo, error) {
-	objs, err := store.List(ctx)
-	if errors.Is(err, jetstream.ErrNoObjectsFound) {
-		return nil, nil
-	}
+// listSnapshots lists the objects of bucket named as snapshots, newest
+// first. It reads only their metas' names, sizes and times
+// (streams.ListObjects): metas are anyone's who may write the bucket.
+func listSnapshots(ctx context.Context, js jetstream.JetStream, bucket string) ([]SnapshotInfo, error) {
+	objs, err := streams.ListObjects(ctx, js, bucket, func(name string) bool {
+		_, ok := streams.SnapshotSeq(name)
+		return ok
+	})
 	if err != nil {
 		return nil, err
 	}
 	var out []SnapshotInfo
 	for _, o := range objs {
-		if seq, ok := streams.SnapshotSeq(o.Name); ok && !o.Deleted {
-			out = append(out, SnapshotInfo{Name: o.Name, Seq: seq, Size: o.Size, At: o.ModTime})
-		}
+		seq, _ := streams.SnapshotSeq(o.Name)
+		out = append(out, SnapshotInfo{Name: o.Name, Seq: seq, Size: o.Size, At: o.ModTime})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Seq > out[j].Seq })
 	return out, nil
@@ -240,7 +239,7 @@ func (l *Ledger) loadSnapshot(ctx context.Context, last uint64) uint64 {
 		return 0
 	}
 	l.snapStore = store
-	list, err := listSnapshots(lctx, store)
+	list, err := listSnapshots(lctx, l.js, l.layout.SnapshotBucket())
 	if err != nil {
 		l.opts.log.Warn("ledger: listing snapshots failed; folding the whole stream", "err", err)
 		return 0
@@ -508,7 +507,7 @@ func (l *Ledger) snapshotLoop(ctx context.Context) {
 			l.snapStore = store
 		}
 		// Another replica may have written one meanwhile.
-		list, err := listSnapshots(ctx, store)
+		list, err := listSnapshots(ctx, l.js, l.layout.SnapshotBucket())
 		if err == nil && len(list) > 0 && list[0].Seq > last {
 			l.snapWritten.Store(list[0].Seq)
 			l.seenSnapshot(list[0])
@@ -542,7 +541,7 @@ func (l *Ledger) snapshotLoop(ctx context.Context) {
 // might (a newer format, a key it does not trust yet) is left alone and
 // not counted.
 func (l *Ledger) pruneSnapshots(ctx context.Context, store jetstream.ObjectStore) {
-	list, err := listSnapshots(ctx, store)
+	list, err := listSnapshots(ctx, l.js, l.layout.SnapshotBucket())
 	if err != nil || len(list) <= SnapshotsKept {
 		return
 	}

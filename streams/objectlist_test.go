@@ -1,0 +1,123 @@
+package streams_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/spendgate/spendgate/streams"
+	"github.com/spendgate/spendgate/testenv"
+)
+
+// TestListObjects: the objects of a bucket are listed by the name their
+// meta's subject encodes, with their size and NUID, deleted ones left out,
+// only those keep accepts; an empty bucket lists none and a missing one is
+// ErrBucketNotFound. How it can fail: a lister that waits for a meta that
+// never comes (an empty bucket) times out; one that lists deletions or
+// names keep refuses fails the comparison.
+func TestListObjects(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := streams.ListObjects(ctx, env.JS, "nobucket", nil)
+	require.ErrorIs(t, err, jetstream.ErrBucketNotFound)
+	store, err := env.JS.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: "list"})
+	require.NoError(t, err)
+	got, err := streams.ListObjects(ctx, env.JS, "list", nil)
+	require.NoError(t, err)
+	require.Empty(t, got)
+
+	want := map[string]uint64{}
+	for i := range 5 {
+		name := fmt.Sprintf("obj-%d", i)
+		info, err := store.PutString(ctx, name, strings.Repeat("x", i*100_000))
+		require.NoError(t, err)
+		want[name] = info.Size
+	}
+	_, err = store.PutString(ctx, "other", "x")
+	require.NoError(t, err)
+	require.NoError(t, store.Delete(ctx, "obj-1"))
+	delete(want, "obj-1")
+	got, err = streams.ListObjects(ctx, env.JS, "list", func(name string) bool { return strings.HasPrefix(name, "obj-") })
+	require.NoError(t, err)
+	have := map[string]uint64{}
+	for _, o := range got {
+		info, err := store.GetInfo(ctx, o.Name)
+		require.NoError(t, err)
+		require.Equal(t, info.NUID, o.NUID)
+		require.False(t, o.ModTime.IsZero())
+		have[o.Name] = o.Size
+	}
+	require.Equal(t, want, have)
+}
+
+// TestListObjects_FatMetas: metas written straight to the bucket's meta
+// subject by a login that may write it, each near the server's max payload
+// of metadata under a snapshot name, are listed without keeping what they
+// carry: ObjectStore.List retained several times their size on the heap
+// (15 MB of them, over 100 MB), so that a GB of them would take a starting
+// replica's, or the audit's, whole memory. How it can fail: a ListObjects
+// that decoded each meta whole (as List does) retains as much; the test
+// measures both. Not parallel: it reads the heap's size, of which the
+// embedded server's block cache is a part.
+func TestListObjects_FatMetas(t *testing.T) {
+	env := testenv.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	store, err := env.JS.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: "fat"})
+	require.NoError(t, err)
+	md := map[string]string{}
+	for i := 0; len(md)*12 < 900_000; i++ {
+		md[fmt.Sprintf("%x", i)] = ""
+	}
+	const metas = 10
+	for i := range metas {
+		testenv.ForgeObjectMeta(t, env.JS, "fat", jetstream.ObjectInfo{
+			ObjectMeta: jetstream.ObjectMeta{Name: streams.SnapshotName(uint64(i + 1)), Metadata: md},
+			NUID:       "NOCHUNKS", Size: 1, Chunks: 1,
+		})
+	}
+	md = nil
+	retained := func(list func() int) uint64 {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		n := list()
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		require.Equal(t, metas, n)
+		return max(after.HeapAlloc, before.HeapAlloc) - before.HeapAlloc
+	}
+	var all []*jetstream.ObjectInfo
+	byList := retained(func() int {
+		all, err = store.List(ctx)
+		require.NoError(t, err)
+		return len(all)
+	})
+	runtime.KeepAlive(all)
+	all = nil
+	var some []streams.ObjectEntry
+	byListObjects := retained(func() int {
+		some, err = streams.ListObjects(ctx, env.JS, "fat", func(name string) bool {
+			_, ok := streams.SnapshotSeq(name)
+			return ok
+		})
+		require.NoError(t, err)
+		return len(some)
+	})
+	runtime.KeepAlive(some)
+	st, err := store.Status(ctx)
+	require.NoError(t, err)
+	stored := st.Size()
+	t.Logf("metas of %d MB retained: List %d MB, ListObjects %d MB", stored>>20, byList>>20, byListObjects>>20)
+	require.Greater(t, byList, 4*stored, "the hazard: List keeps every meta whole")
+	// The server, in this process, caches the blocks it read.
+	require.Less(t, byListObjects, 2*stored)
+}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -99,4 +100,50 @@ func objectEntry(subject, prefix string, data []byte, keep func(string) bool) (O
 		return ObjectEntry{}, false
 	}
 	return ObjectEntry{Name: string(name), Size: meta.Size, Chunks: meta.Chunks, NUID: meta.NUID}, true
+}
+
+// PlainNUID reports whether nuid can name an object's chunks: one subject
+// token, no wildcard. A meta naming "*" or ">" would have its reader
+// subscribe to every object's chunks, and its deleter purge them all.
+func PlainNUID(nuid string) bool {
+	return nuid != "" && !strings.ContainsAny(nuid, ".*> \t\r\n")
+}
+
+// ObjectHasChunks reports whether bucket's stream holds a chunk under nuid
+// (one message get): an object whose meta names nuid can be read. An
+// object store writes an object's chunks before its meta, so a meta
+// naming none (or naming several objects' chunks with a wildcard) was
+// written by someone else, and its read could only time out.
+func ObjectHasChunks(ctx context.Context, js jetstream.JetStream, bucket, nuid string) (bool, error) {
+	if !PlainNUID(nuid) {
+		return false, nil
+	}
+	s, err := js.Stream(ctx, "OBJ_"+bucket)
+	if err != nil {
+		return false, err
+	}
+	_, err = s.GetLastMsgForSubject(ctx, "$O."+bucket+".C."+nuid)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// DeleteObjectMeta marks object name of bucket deleted as ObjectStore.Delete
+// does (a deleted meta that rolls up its subject), without purging the
+// chunks its meta names: a forged meta may name another object's chunks,
+// or all of them ("$O.<bucket>.C.>"), and deleting it must not delete
+// theirs.
+func DeleteObjectMeta(ctx context.Context, js jetstream.JetStream, bucket, name string) error {
+	data, err := json.Marshal(jetstream.ObjectInfo{ObjectMeta: jetstream.ObjectMeta{Name: name}, Bucket: bucket, Deleted: true})
+	if err != nil {
+		return err
+	}
+	m := nats.NewMsg("$O." + bucket + ".M." + base64.URLEncoding.EncodeToString([]byte(name)))
+	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+	m.Data = data
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("streams: deleting %s of %s: %w", name, bucket, err)
+	}
+	return nil
 }

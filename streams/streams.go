@@ -1209,6 +1209,11 @@ func ReadObjectAhead(ctx context.Context, store jetstream.ObjectStore, name stri
 	// the bucket can write: it is checked before it sizes the buffer
 	// (preallocated: honest objects arrive in one array, no copies).
 	size, err := objectSize(ctx, store, name, info.Size)
+	if err == nil && size > 0 && !PlainNUID(info.NUID) {
+		// Its reader subscribed to $O.<bucket>.C.<nuid>: every object's
+		// chunks, for "*" or ">".
+		err = fmt.Errorf("streams: object %s: its meta names chunks %q, not one object's", name, info.NUID)
+	}
 	if err != nil {
 		done()
 		return nil, err

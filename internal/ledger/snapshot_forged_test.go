@@ -7,9 +7,11 @@ import (
 	"encoding/json"
 	"log/slog"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
@@ -32,11 +34,15 @@ func forgeSnapshotMeta(t *testing.T, env *testenv.Env, name, nuid string, size u
 }
 
 // TestSnapshot_ForgedSizeSkipped: the newest snapshot object's meta, written
-// directly to the bucket's meta subject, claims 2^64-1 bytes. A starting
-// replica skips it (counted) and loads the real one below; the audit names
-// it and goes on. How it can fail: ReadObjectAhead sized its buffer from the
-// meta before anything was checked, and make panicked with a negative
-// capacity: the replica (and the audit) crashed at start.
+// directly to the bucket's meta subject, claims 2^64-1 bytes; the next two
+// name chunks the bucket does not hold, and every object's chunks (NUID
+// ">"). A starting replica skips the three (counted), without waiting for
+// chunks, and loads the real one below; the audit names the newest and goes
+// on. How it can fail: ReadObjectAhead sized its buffer from the meta
+// before anything was checked, and make panicked with a negative capacity:
+// the replica (and the audit) crashed at start; without the check that the
+// bucket holds a chunk under the meta's NUID, each meta without chunks took
+// 5 s to fail (the object store's read timeout, "nats: timeout" logged).
 func TestSnapshot_ForgedSizeSkipped(t *testing.T) {
 	t.Parallel() // its own server or none; see main_test.go
 	env := snapLayout(t)
@@ -50,10 +56,14 @@ func TestSnapshot_ForgedSizeSkipped(t *testing.T) {
 	want, last := bookOf(t, w)
 	forged := streams.SnapshotName(last)
 	forgeSnapshotMeta(t, env, forged, "NOSUCHCHUNKS", math.MaxUint64)
+	forgeSnapshotMeta(t, env, streams.SnapshotName(last-1), "NOSUCHCHUNKS", 1000)
+	forgeSnapshotMeta(t, env, streams.SnapshotName(last-2), ">", info.Size)
 
-	l := startLedger(t, env, snapOpts...)
-	require.Equal(t, info.Seq, l.SnapshotStats().Loaded, "the real snapshot below the forged one")
-	require.EqualValues(t, 1, l.SnapshotStats().Skipped)
+	var logs testenv.LogBuffer
+	l := startLedger(t, env, append(snapOpts, ledger.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))...)
+	require.Equal(t, info.Seq, l.SnapshotStats().Loaded, "the real snapshot below the forged ones")
+	require.EqualValues(t, 3, l.SnapshotStats().Skipped)
+	require.NotContains(t, logs.String(), "nats: timeout", "metas without chunks skipped without waiting for them")
 	got, _ := bookOf(t, l)
 	require.Equal(t, withoutQueues(want), withoutQueues(got)) // see TestSnapshot_TailEqualsWholeFold
 
@@ -143,4 +153,61 @@ func TestSnapshot_ForgedBodyNotDecodedBeforeSignature(t *testing.T) {
 	require.EqualValues(t, 1, l.SnapshotStats().Skipped)
 	require.Contains(t, logs.String(), "does not verify")
 	require.NotContains(t, logs.String(), "body:")
+}
+
+// TestSnapshot_ForgedMetasPruned: a login that may write the snapshot
+// bucket publishes three metas under snapshot names: one naming chunks that
+// do not exist, a copy of a real snapshot's meta (its chunks) under a name
+// past the stream's end, and one naming every object's chunks (NUID ">").
+// A replica writing snapshots deletes all three when it prunes, and every
+// real snapshot stays readable. How it can fail: the pruner left
+// the meta without chunks alone (its header read timed out after 5 s, at
+// every pruning, forever), and deleted the other two with the object
+// store's Delete, which purges the chunks their meta names: the real
+// snapshot's, then every object's (the reads below fail).
+func TestSnapshot_ForgedMetasPruned(t *testing.T) {
+	t.Parallel() // its own server or none; see main_test.go
+	env := snapLayout(t)
+	p := startLedger(t, env, ledger.WithSnapshotEvery(1, time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*watchdog)
+	defer cancel()
+	bucket := env.Layout.SnapshotBucket()
+	written := func(seed uint64) uint64 {
+		snapHistory(t, p, seed, 2, 10)
+		require.NoError(t, p.Sync(ctx))
+		_, last := bookOf(t, p)
+		testenv.WaitFor(t, watchdog, "a periodic snapshot at the stream's end", func() bool {
+			return p.SnapshotStats().Written == last
+		})
+		return last
+	}
+	first := written(56)
+	store, err := env.JS.ObjectStore(ctx, bucket)
+	require.NoError(t, err)
+	real, err := store.GetInfo(ctx, streams.SnapshotName(first))
+	require.NoError(t, err)
+
+	noChunks, copied, wild := streams.SnapshotName(first-1), streams.SnapshotName(first+1000), streams.SnapshotName(first-2)
+	forgeSnapshotMeta(t, env, noChunks, "NOSUCHCHUNKS", 1000)
+	cp := *real
+	cp.Name = copied
+	testenv.ForgeObjectMeta(t, env.JS, bucket, cp)
+	forgeSnapshotMeta(t, env, wild, ">", real.Size)
+
+	second := written(57)
+	forged := []string{noChunks, copied, wild}
+	testenv.WaitFor(t, watchdog, "the forged metas deleted", func() bool {
+		list, err := ledger.ListSnapshots(ctx, env.JS, env.Layout)
+		require.NoError(t, err)
+		for _, s := range list {
+			if slices.Contains(forged, s.Name) {
+				return false
+			}
+		}
+		return true
+	})
+	for _, seq := range []uint64{first, second} {
+		_, err := streams.ReadObject(ctx, store, streams.SnapshotName(seq))
+		require.NoError(t, err, "snapshot %d", seq)
+	}
 }

@@ -64,6 +64,8 @@ type SnapshotInfo struct {
 	// the book for a snapshot it wrote: no commit applies meanwhile, so
 	// every admit waits up to that long (0 for a listed snapshot).
 	Locked time.Duration
+	// nuid names the chunks its meta says are its (a listed snapshot).
+	nuid string
 }
 
 // Snapshot writes a snapshot of this replica's book now and returns what
@@ -215,7 +217,7 @@ func listSnapshots(ctx context.Context, js jetstream.JetStream, bucket string) (
 	var out []SnapshotInfo
 	for _, o := range objs {
 		seq, _ := streams.SnapshotSeq(o.Name)
-		out = append(out, SnapshotInfo{Name: o.Name, Seq: seq, Size: o.Size, At: o.ModTime})
+		out = append(out, SnapshotInfo{Name: o.Name, Seq: seq, Size: o.Size, At: o.ModTime, nuid: o.NUID})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Seq > out[j].Seq })
 	return out, nil
@@ -266,7 +268,12 @@ func (l *Ledger) loadSnapshot(ctx context.Context, last uint64) uint64 {
 		// what the replica is doing before it goes quiet.
 		l.opts.log.Info("ledger: loading snapshot", "snapshot", s.Name, "seq", s.Seq, "bytes", s.Size, "tail", last-s.Seq)
 		start := time.Now()
-		b, sections, err := l.readSnapshot(ctx, store, s.Name)
+		var b *book
+		var sections map[string]json.RawMessage
+		err := l.snapshotChunked(ctx, s)
+		if err == nil {
+			b, sections, err = l.readSnapshot(ctx, store, s.Name)
+		}
 		if err == nil {
 			err = l.checkAnchors(ctx, b)
 		}
@@ -541,18 +548,33 @@ func (l *Ledger) snapshotLoop(ctx context.Context) {
 // might (a newer format, a key it does not trust yet) is left alone and
 // not counted.
 func (l *Ledger) pruneSnapshots(ctx context.Context, store jetstream.ObjectStore) {
-	list, err := listSnapshots(ctx, l.js, l.layout.SnapshotBucket())
+	bucket := l.layout.SnapshotBucket()
+	list, err := listSnapshots(ctx, l.js, bucket)
 	if err != nil || len(list) <= SnapshotsKept {
 		return
 	}
+	// Chunks named by more than one live object (any name, the feed's
+	// checkpoint too): deleting one of them must leave them.
+	all, err := streams.ListObjects(ctx, l.js, bucket, nil)
+	if err != nil {
+		return
+	}
+	owners := map[string]int{}
+	for _, o := range all {
+		owners[o.NUID]++
+	}
 	kept := 0
 	for _, s := range list {
-		line, err := streams.ReadObjectLine(ctx, store, s.Name, snapshotHeaderMax)
+		var line []byte
+		err := l.snapshotChunked(ctx, s)
+		if err == nil {
+			line, err = streams.ReadObjectLine(ctx, store, s.Name, snapshotHeaderMax)
+		}
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return
-		case err != nil && !errors.Is(err, streams.ErrNoLine):
-			// Not read (slow, gone, chunks missing): not junk for sure.
+		case err != nil && !errors.Is(err, streams.ErrNoLine) && !errors.Is(err, errNoChunks):
+			// Not read (slow, gone): not junk for sure.
 			l.opts.log.Warn("ledger: snapshot header unreadable; left alone", "snapshot", s.Name, "err", err)
 			continue
 		}
@@ -591,10 +613,43 @@ func (l *Ledger) pruneSnapshots(ctx context.Context, store jetstream.ObjectStore
 			kept++
 			continue
 		}
-		if err := store.Delete(ctx, s.Name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
-			l.opts.log.Warn("ledger: deleting old snapshot", "snapshot", s.Name, "err", err)
+		var derr error
+		if owners[s.nuid] > 1 || !streams.PlainNUID(s.nuid) {
+			// Its chunks are another object's too (a copy of its meta
+			// under another name), or its meta names all of them ("*",
+			// ">"): the object store's Delete purges what the meta
+			// names, so only the meta is deleted.
+			derr = streams.DeleteObjectMeta(ctx, l.js, bucket, s.Name)
+		} else {
+			derr = store.Delete(ctx, s.Name)
+		}
+		if derr != nil && !errors.Is(derr, jetstream.ErrObjectNotFound) {
+			l.opts.log.Warn("ledger: deleting old snapshot", "snapshot", s.Name, "err", derr)
 		}
 	}
+}
+
+// errNoChunks: a snapshot's meta names no chunk in the bucket
+// (snapshotChunked).
+var errNoChunks = errors.New("its meta names no chunk the bucket holds")
+
+// snapshotChunked checks that the bucket holds a chunk under the NUID
+// listed snapshot s's meta names (one message get), else errNoChunks. An
+// object store writes an object's chunks before its meta, so such a meta
+// was written by someone else; reading it would wait for chunks that never
+// come until the object store's read times out (5 s), at start for each
+// such object and at every pruning.
+func (l *Ledger) snapshotChunked(ctx context.Context, s SnapshotInfo) error {
+	ctx, cancel := context.WithTimeout(ctx, snapshotLookup)
+	defer cancel()
+	has, err := streams.ObjectHasChunks(ctx, l.js, l.layout.SnapshotBucket(), s.nuid)
+	switch {
+	case err != nil:
+		return nil // unknown: the read says
+	case !has && s.Size > 0:
+		return fmt.Errorf("%w: %w (%q)", ErrSnapshotInvalid, errNoChunks, s.nuid)
+	}
+	return nil
 }
 
 // snapshotHeaderMax bounds what pruning reads of an object for its header.

@@ -115,7 +115,8 @@ type SnapshotCheck struct {
 // when there is none (no bucket, no snapshot). An object whose header
 // names another sequence than its name (a snapshot copied under a later
 // name: replicas skip it) is passed over for an older one and listed in
-// misnamed, for the audit to report.
+// misnamed, for the audit to report, as is one that cannot be read (the
+// problems the audit reports, whose snapshots replicas skip).
 // A bucket that cannot be found or listed (it does not exist, or the
 // auditor's permissions do not cover it) means no snapshot to check; the
 // lookup is bounded so that it cannot hold the audit up.
@@ -138,14 +139,24 @@ func newestSnapshot(ctx context.Context, js jetstream.JetStream, layout streams.
 	type cand struct {
 		name string
 		seq  uint64
+		o    streams.ObjectEntry
 	}
 	var cands []cand
 	for _, o := range objs {
 		s, _ := streams.SnapshotSeq(o.Name)
-		cands = append(cands, cand{o.Name, s})
+		cands = append(cands, cand{o.Name, s, o})
 	}
 	slices.SortFunc(cands, func(a, b cand) int { return cmp.Compare(b.seq, a.seq) })
-	for _, c := range cands {
+	for i, c := range cands {
+		if i == snapshotTries {
+			misnamed = append(misnamed, fmt.Sprintf("snapshots: the newest %d at or below seq %d are copies or unreadable; older ones not read", i, last))
+			break
+		}
+		if has, err := streams.ObjectHasChunks(ctx, js, layout.SnapshotBucket(), c.o.NUID); err == nil && !has && c.o.Size > 0 {
+			// Its read would wait for chunks that never come.
+			misnamed = append(misnamed, fmt.Sprintf("snapshot %s: its meta names chunks %q, none of one object the bucket holds: written by no object store, which replicas skip", c.name, c.o.NUID))
+			continue
+		}
 		if line, err := streams.ReadObjectLine(ctx, store, c.name, snapshotHeaderMax); err == nil {
 			var h snapHeader
 			if json.Unmarshal(line, &h) == nil && h.Seq != c.seq {
@@ -155,12 +166,23 @@ func newestSnapshot(ctx context.Context, js jetstream.JetStream, layout streams.
 		}
 		data, err = streams.ReadObject(ctx, store, c.name)
 		if err != nil {
-			return c.name, c.seq, nil, true, misnamed, nil // reported as a problem by verify
+			if ctx.Err() != nil {
+				return "", 0, nil, false, misnamed, ctx.Err()
+			}
+			// Replicas skip it too: the audit checks the next.
+			misnamed = append(misnamed, fmt.Sprintf("snapshot %s: unreadable (%v), which replicas skip", c.name, err))
+			continue
 		}
 		return c.name, c.seq, data, true, misnamed, nil
 	}
 	return "", 0, nil, false, misnamed, nil
 }
+
+// snapshotTries bounds how many snapshots newestSnapshot reads, as a
+// replica at start: each that fails can take seconds (an object whose
+// chunks never come fails when the read times out), and anyone who may
+// write the bucket can write any number of them.
+const snapshotTries = 8
 
 // snapshotHeaderMax bounds what newestSnapshot reads of an object to
 // check its header's sequence.

@@ -34,15 +34,17 @@ func forgeSnapshotMeta(t *testing.T, env *testenv.Env, name, nuid string, size u
 }
 
 // TestSnapshot_ForgedSizeSkipped: the newest snapshot object's meta, written
-// directly to the bucket's meta subject, claims 2^64-1 bytes; the next two
+// directly to the bucket's meta subject, claims 2^64-1 bytes (of which it
+// has a chunk); the next two
 // name chunks the bucket does not hold, and every object's chunks (NUID
 // ">"). A starting replica skips the three (counted), without waiting for
-// chunks, and loads the real one below; the audit names the newest and goes
-// on. How it can fail: ReadObjectAhead sized its buffer from the meta
+// chunks, and loads the real one below; the audit names the three and
+// checks the real one. How it can fail: ReadObjectAhead sized its buffer from the meta
 // before anything was checked, and make panicked with a negative capacity:
 // the replica (and the audit) crashed at start; without the check that the
 // bucket holds a chunk under the meta's NUID, each meta without chunks took
-// 5 s to fail (the object store's read timeout, "nats: timeout" logged).
+// 5 s to fail (the object store's read timeout, "nats: timeout" logged);
+// the audit checked none (the newest, unreadable, was its snapshot).
 func TestSnapshot_ForgedSizeSkipped(t *testing.T) {
 	t.Parallel() // its own server or none; see main_test.go
 	env := snapLayout(t)
@@ -55,7 +57,8 @@ func TestSnapshot_ForgedSizeSkipped(t *testing.T) {
 	snapHistory(t, w, 51, 2, 20)
 	want, last := bookOf(t, w)
 	forged := streams.SnapshotName(last)
-	forgeSnapshotMeta(t, env, forged, "NOSUCHCHUNKS", math.MaxUint64)
+	forgeSnapshotMeta(t, env, forged, "LIARCHUNKS", math.MaxUint64)
+	testenv.ForgeObjectChunk(t, env.JS, env.Layout.SnapshotBucket(), "LIARCHUNKS", []byte("a chunk\n"))
 	forgeSnapshotMeta(t, env, streams.SnapshotName(last-1), "NOSUCHCHUNKS", 1000)
 	forgeSnapshotMeta(t, env, streams.SnapshotName(last-2), ">", info.Size)
 
@@ -67,9 +70,17 @@ func TestSnapshot_ForgedSizeSkipped(t *testing.T) {
 	got, _ := bookOf(t, l)
 	require.Equal(t, withoutQueues(want), withoutQueues(got)) // see TestSnapshot_TailEqualsWholeFold
 
+	// The audit names each and checks the real snapshot below them, as
+	// quickly.
+	start := time.Now()
 	rep, err := projector.Check(ctx, env.JS, env.Layout)
 	require.NoError(t, err)
 	require.Contains(t, rep.String(), "snapshot "+forged+": unreadable")
+	require.Contains(t, rep.String(), "snapshot "+streams.SnapshotName(last-1)+": its meta names chunks")
+	require.Contains(t, rep.String(), "snapshot "+streams.SnapshotName(last-2)+": its meta names chunks")
+	require.Equal(t, info.Name, rep.Snapshot.Name)
+	require.True(t, rep.Snapshot.Verified, rep.String())
+	require.Less(t, time.Since(start), 5*time.Second, "no read waited for chunks")
 }
 
 // TestSnapshot_ForgedManyBounded: a login that may write the snapshot

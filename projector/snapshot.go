@@ -152,6 +152,12 @@ func newestSnapshot(ctx context.Context, js jetstream.JetStream, layout streams.
 			misnamed = append(misnamed, fmt.Sprintf("snapshots: the newest %d at or below seq %d are copies or unreadable; older ones not read", i, last))
 			break
 		}
+		if c.o.Link {
+			// Its read would follow links, one to itself included, until
+			// it timed out.
+			misnamed = append(misnamed, fmt.Sprintf("snapshot %s: its meta links to another object, which replicas skip", c.name))
+			continue
+		}
 		if has, err := streams.ObjectHasChunks(ctx, js, layout.SnapshotBucket(), c.o.NUID); err == nil && !has && c.o.Size > 0 {
 			// Its read would wait for chunks that never come.
 			misnamed = append(misnamed, fmt.Sprintf("snapshot %s: its meta names chunks %q, none of one object the bucket holds: written by no object store, which replicas skip", c.name, c.o.NUID))

@@ -25,6 +25,10 @@ type ObjectEntry struct {
 	NUID   string
 	// ModTime is when its meta was written.
 	ModTime time.Time
+	// Link: its meta links to another object (ObjectStore.Get reads that
+	// one instead, following links without a bound on their number, one
+	// to itself included, until its read times out).
+	Link bool
 }
 
 // ListObjects returns the objects of object store bucket whose name keep
@@ -40,10 +44,11 @@ type ObjectEntry struct {
 // from its subject, decodes no meta keep refuses, and of the others only
 // the few fields above.
 func ListObjects(ctx context.Context, js jetstream.JetStream, bucket string, keep func(name string) bool) ([]ObjectEntry, error) {
-	prefix := "$O." + bucket + ".M."
-	cons, err := js.OrderedConsumer(ctx, "OBJ_"+bucket, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{prefix + ">"},
-		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+	prefix, stream := "$O."+bucket+".M.", "OBJ_"+bucket
+	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects:    []string{prefix + ">"},
+		DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
+		InactiveThreshold: listInactive,
 	})
 	if err != nil {
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -51,6 +56,16 @@ func ListObjects(ctx context.Context, js jetstream.JetStream, bucket string, kee
 		}
 		return nil, fmt.Errorf("streams: listing %s: %w", bucket, err)
 	}
+	// Stopping an ordered pull consumer's messages leaves it on the server
+	// until its inactive threshold (5 minutes by default): a replica lists
+	// the bucket at every snapshot it writes, and piled them up.
+	defer func() {
+		if info := cons.CachedInfo(); info != nil {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), listInactive)
+			_ = js.DeleteConsumer(dctx, stream, info.Name)
+			cancel()
+		}
+	}()
 	if info := cons.CachedInfo(); info != nil && info.NumPending == 0 {
 		return nil, nil
 	}
@@ -79,6 +94,10 @@ func ListObjects(ctx context.Context, js jetstream.JetStream, bucket string, kee
 	}
 }
 
+// listInactive is how long the server keeps a ListObjects consumer whose
+// delete did not reach it.
+const listInactive = 10 * time.Second
+
 // objectEntry decodes the meta data published on subject, if it names an
 // object keep accepts and is not a deletion.
 func objectEntry(subject, prefix string, data []byte, keep func(string) bool) (ObjectEntry, bool) {
@@ -95,11 +114,15 @@ func objectEntry(subject, prefix string, data []byte, keep func(string) bool) (O
 		Chunks  uint32 `json:"chunks"`
 		NUID    string `json:"nuid"`
 		Deleted bool   `json:"deleted"`
+		Options *struct {
+			Link json.RawMessage `json:"link"`
+		} `json:"options"`
 	}
 	if json.Unmarshal(data, &meta) != nil || meta.Deleted {
 		return ObjectEntry{}, false
 	}
-	return ObjectEntry{Name: string(name), Size: meta.Size, Chunks: meta.Chunks, NUID: meta.NUID}, true
+	link := meta.Options != nil && len(meta.Options.Link) > 0 && string(meta.Options.Link) != "null"
+	return ObjectEntry{Name: string(name), Size: meta.Size, Chunks: meta.Chunks, NUID: meta.NUID, Link: link}, true
 }
 
 // PlainNUID reports whether nuid can name an object's chunks: one subject

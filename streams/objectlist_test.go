@@ -18,9 +18,12 @@ import (
 // TestListObjects: the objects of a bucket are listed by the name their
 // meta's subject encodes, with their size and NUID, deleted ones left out,
 // only those keep accepts; an empty bucket lists none and a missing one is
-// ErrBucketNotFound. How it can fail: a lister that waits for a meta that
-// never comes (an empty bucket) times out; one that lists deletions or
-// names keep refuses fails the comparison.
+// ErrBucketNotFound; no listing leaves its consumer behind. How it can
+// fail: a lister that waits for a meta that never comes (an empty bucket)
+// times out; one that lists deletions or names keep refuses fails the
+// comparison; without the delete, each listing's ordered consumer stayed
+// on the server for 5 minutes (a replica writing snapshots every second
+// reached the server's consumer limit).
 func TestListObjects(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
@@ -56,6 +59,19 @@ func TestListObjects(t *testing.T) {
 		have[o.Name] = o.Size
 	}
 	require.Equal(t, want, have)
+
+	// The listing's consumers do not outlive it.
+	for range 20 {
+		_, err = streams.ListObjects(ctx, env.JS, "list", nil)
+		require.NoError(t, err)
+	}
+	s, err := env.JS.Stream(ctx, "OBJ_list")
+	require.NoError(t, err)
+	testenv.WaitFor(t, 5*time.Second, "no consumer left", func() bool {
+		info, err := s.Info(ctx)
+		require.NoError(t, err)
+		return info.State.Consumers == 0
+	})
 }
 
 // TestListObjects_FatMetas: metas written straight to the bucket's meta

@@ -23,6 +23,16 @@ import (
 	"github.com/spendgate/spendgate/testenv"
 )
 
+// forgeSnapshotLink publishes, as forgeSnapshotMeta, the meta of a
+// snapshot object named name that links to itself.
+func forgeSnapshotLink(t *testing.T, env *testenv.Env, name string) {
+	bucket := env.Layout.SnapshotBucket()
+	testenv.ForgeObjectMeta(t, env.JS, bucket, jetstream.ObjectInfo{
+		ObjectMeta: jetstream.ObjectMeta{Name: name, Opts: &jetstream.ObjectMetaOptions{Link: &jetstream.ObjectLink{Bucket: bucket, Name: name}}},
+		NUID:       "SELF",
+	})
+}
+
 // forgeSnapshotMeta publishes, as a login that may write the snapshot
 // bucket could, the meta of a snapshot object named name claiming size
 // bytes in chunks under nuid (none unless the caller publishes some).
@@ -35,16 +45,18 @@ func forgeSnapshotMeta(t *testing.T, env *testenv.Env, name, nuid string, size u
 
 // TestSnapshot_ForgedSizeSkipped: the newest snapshot object's meta, written
 // directly to the bucket's meta subject, claims 2^64-1 bytes (of which it
-// has a chunk); the next two
-// name chunks the bucket does not hold, and every object's chunks (NUID
-// ">"). A starting replica skips the three (counted), without waiting for
-// chunks, and loads the real one below; the audit names the three and
-// checks the real one. How it can fail: ReadObjectAhead sized its buffer from the meta
-// before anything was checked, and make panicked with a negative capacity:
-// the replica (and the audit) crashed at start; without the check that the
+// has a chunk); the next two name chunks the bucket does not hold, and
+// every object's chunks (NUID ">"); the next links to itself. A starting
+// replica skips the four (counted), without waiting for chunks or
+// following the link, and loads the real one below; the audit names the
+// four and checks the real one. How it can fail: ReadObjectAhead sized its
+// buffer from the meta before anything was checked, and make panicked with
+// a negative capacity: the replica (and the audit) crashed at start;
+// without the check that the
 // bucket holds a chunk under the meta's NUID, each meta without chunks took
 // 5 s to fail (the object store's read timeout, "nats: timeout" logged);
-// the audit checked none (the newest, unreadable, was its snapshot).
+// the audit checked none (the newest, unreadable, was its snapshot); the
+// object store's Get followed the self-link until its 5 s timeout.
 func TestSnapshot_ForgedSizeSkipped(t *testing.T) {
 	t.Parallel() // its own server or none; see main_test.go
 	env := snapLayout(t)
@@ -61,12 +73,14 @@ func TestSnapshot_ForgedSizeSkipped(t *testing.T) {
 	testenv.ForgeObjectChunk(t, env.JS, env.Layout.SnapshotBucket(), "LIARCHUNKS", []byte("a chunk\n"))
 	forgeSnapshotMeta(t, env, streams.SnapshotName(last-1), "NOSUCHCHUNKS", 1000)
 	forgeSnapshotMeta(t, env, streams.SnapshotName(last-2), ">", info.Size)
+	forgeSnapshotLink(t, env, streams.SnapshotName(last-3))
 
 	var logs testenv.LogBuffer
 	l := startLedger(t, env, append(snapOpts, ledger.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))...)
 	require.Equal(t, info.Seq, l.SnapshotStats().Loaded, "the real snapshot below the forged ones")
-	require.EqualValues(t, 3, l.SnapshotStats().Skipped)
+	require.EqualValues(t, 4, l.SnapshotStats().Skipped)
 	require.NotContains(t, logs.String(), "nats: timeout", "metas without chunks skipped without waiting for them")
+	require.NotContains(t, logs.String(), "deadline exceeded", "a link skipped without following it")
 	got, _ := bookOf(t, l)
 	require.Equal(t, withoutQueues(want), withoutQueues(got)) // see TestSnapshot_TailEqualsWholeFold
 
@@ -78,6 +92,7 @@ func TestSnapshot_ForgedSizeSkipped(t *testing.T) {
 	require.Contains(t, rep.String(), "snapshot "+forged+": unreadable")
 	require.Contains(t, rep.String(), "snapshot "+streams.SnapshotName(last-1)+": its meta names chunks")
 	require.Contains(t, rep.String(), "snapshot "+streams.SnapshotName(last-2)+": its meta names chunks")
+	require.Contains(t, rep.String(), "snapshot "+streams.SnapshotName(last-3)+": its meta links")
 	require.Equal(t, info.Name, rep.Snapshot.Name)
 	require.True(t, rep.Snapshot.Verified, rep.String())
 	require.Less(t, time.Since(start), 5*time.Second, "no read waited for chunks")
@@ -204,9 +219,11 @@ func TestSnapshot_ForgedMetasPruned(t *testing.T) {
 	cp.Name = copied
 	testenv.ForgeObjectMeta(t, env.JS, bucket, cp)
 	forgeSnapshotMeta(t, env, wild, ">", real.Size)
+	link := streams.SnapshotName(first - 3)
+	forgeSnapshotLink(t, env, link)
 
 	second := written(57)
-	forged := []string{noChunks, copied, wild}
+	forged := []string{noChunks, copied, wild, link}
 	testenv.WaitFor(t, watchdog, "the forged metas deleted", func() bool {
 		list, err := ledger.ListSnapshots(ctx, env.JS, env.Layout)
 		require.NoError(t, err)

@@ -64,8 +64,10 @@ type SnapshotInfo struct {
 	// the book for a snapshot it wrote: no commit applies meanwhile, so
 	// every admit waits up to that long (0 for a listed snapshot).
 	Locked time.Duration
-	// nuid names the chunks its meta says are its (a listed snapshot).
+	// nuid names the chunks its meta says are its, and link is set when
+	// its meta links to another object (a listed snapshot).
 	nuid string
+	link bool
 }
 
 // Snapshot writes a snapshot of this replica's book now and returns what
@@ -217,7 +219,7 @@ func listSnapshots(ctx context.Context, js jetstream.JetStream, bucket string) (
 	var out []SnapshotInfo
 	for _, o := range objs {
 		seq, _ := streams.SnapshotSeq(o.Name)
-		out = append(out, SnapshotInfo{Name: o.Name, Seq: seq, Size: o.Size, At: o.ModTime, nuid: o.NUID})
+		out = append(out, SnapshotInfo{Name: o.Name, Seq: seq, Size: o.Size, At: o.ModTime, nuid: o.NUID, link: o.Link})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Seq > out[j].Seq })
 	return out, nil
@@ -633,13 +635,19 @@ func (l *Ledger) pruneSnapshots(ctx context.Context, store jetstream.ObjectStore
 // (snapshotChunked).
 var errNoChunks = errors.New("its meta names no chunk the bucket holds")
 
-// snapshotChunked checks that the bucket holds a chunk under the NUID
-// listed snapshot s's meta names (one message get), else errNoChunks. An
+// snapshotChunked checks that listed snapshot s's meta is no link and that
+// the bucket holds a chunk under the NUID it names (one message get), else
+// errNoChunks. An
 // object store writes an object's chunks before its meta, so such a meta
 // was written by someone else; reading it would wait for chunks that never
 // come until the object store's read times out (5 s), at start for each
 // such object and at every pruning.
 func (l *Ledger) snapshotChunked(ctx context.Context, s SnapshotInfo) error {
+	if s.link {
+		// No writer links snapshots; reading one follows its links, one
+		// to itself included, until the read times out (5 s).
+		return fmt.Errorf("%w: %w: its meta links to another object", ErrSnapshotInvalid, errNoChunks)
+	}
 	ctx, cancel := context.WithTimeout(ctx, snapshotLookup)
 	defer cancel()
 	has, err := streams.ObjectHasChunks(ctx, l.js, l.layout.SnapshotBucket(), s.nuid)

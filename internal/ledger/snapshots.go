@@ -229,7 +229,8 @@ func listSnapshots(ctx context.Context, js jetstream.JetStream, bucket string) (
 // book and returns its sequence (0: none, the follower folds from the
 // first revision). A snapshot that cannot be read or fails its checks is
 // logged as an error, counted (SnapshotsSkipped), and skipped for an older
-// one, up to snapshotTries read. It runs before the follower starts, so the book is this goroutine's.
+// one, up to snapshotTries tried. It runs before the follower starts, so
+// the book is this goroutine's.
 func (l *Ledger) loadSnapshot(ctx context.Context, last uint64) uint64 {
 	// Finding and listing are bounded: a replica whose permissions do not
 	// cover the bucket must not wait long to fold the whole stream.
@@ -575,7 +576,7 @@ func (l *Ledger) pruneSnapshots(ctx context.Context, store jetstream.ObjectStore
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return
-		case err != nil && !errors.Is(err, streams.ErrNoLine) && !errors.Is(err, errNoChunks):
+		case err != nil && !errors.Is(err, streams.ErrNoLine) && !errors.Is(err, errNoObject):
 			// Not read (slow, gone): not junk for sure.
 			l.opts.log.Warn("ledger: snapshot header unreadable; left alone", "snapshot", s.Name, "err", err)
 			continue
@@ -631,22 +632,19 @@ func (l *Ledger) pruneSnapshots(ctx context.Context, store jetstream.ObjectStore
 	}
 }
 
-// errNoChunks: a snapshot's meta names no chunk in the bucket
-// (snapshotChunked).
-var errNoChunks = errors.New("its meta names no chunk the bucket holds")
+// errNoObject: a snapshot's meta is no object store's (snapshotChunked).
+var errNoObject = errors.New("its meta was written by no object store")
 
 // snapshotChunked checks that listed snapshot s's meta is no link and that
 // the bucket holds a chunk under the NUID it names (one message get), else
-// errNoChunks. An
-// object store writes an object's chunks before its meta, so such a meta
-// was written by someone else; reading it would wait for chunks that never
-// come until the object store's read times out (5 s), at start for each
-// such object and at every pruning.
+// errNoObject: no writer links snapshots, and an object store writes an
+// object's chunks before its meta. Reading such an object would follow its
+// links (one to itself included) or wait for chunks that never come, until
+// the object store's read times out (5 s), at start for each such object
+// and at every pruning.
 func (l *Ledger) snapshotChunked(ctx context.Context, s SnapshotInfo) error {
 	if s.link {
-		// No writer links snapshots; reading one follows its links, one
-		// to itself included, until the read times out (5 s).
-		return fmt.Errorf("%w: %w: its meta links to another object", ErrSnapshotInvalid, errNoChunks)
+		return fmt.Errorf("%w: %w: it links to another object", ErrSnapshotInvalid, errNoObject)
 	}
 	ctx, cancel := context.WithTimeout(ctx, snapshotLookup)
 	defer cancel()
@@ -655,7 +653,7 @@ func (l *Ledger) snapshotChunked(ctx context.Context, s SnapshotInfo) error {
 	case err != nil:
 		return nil // unknown: the read says
 	case !has && s.Size > 0:
-		return fmt.Errorf("%w: %w (%q)", ErrSnapshotInvalid, errNoChunks, s.nuid)
+		return fmt.Errorf("%w: %w: it names chunks %q, of which the bucket holds none", ErrSnapshotInvalid, errNoObject, s.nuid)
 	}
 	return nil
 }

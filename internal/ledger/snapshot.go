@@ -936,6 +936,13 @@ func decodeSnapshotAhead(o objectAhead, checkHeader func(snapshotHeader) error) 
 	} else if _, err := o.All(); err != nil {
 		return nil, h, a, fmt.Errorf("%w: reading: %w", ErrSnapshotInvalid, err)
 	}
+	if end-hl > jsonAheadMax {
+		// A large JSON line is decoded once the body is known to be the
+		// one signed (see jsonAheadMax).
+		if err := a.check(h); err != nil {
+			return nil, h, a, err
+		}
+	}
 	buf, _ = o.Wait(end)
 	if err := json.Unmarshal(buf[hl:end], st); err != nil {
 		return nil, h, a, a.checkFirst(h, bad("body: %v", err))
@@ -950,6 +957,18 @@ func decodeSnapshotAhead(o objectAhead, checkHeader func(snapshotHeader) error) 
 	}
 	return st, h, a, nil
 }
+
+// jsonAheadMax bounds the JSON line decodeSnapshotAhead decodes before the
+// body's digest is checked. Decoding JSON allocates many times its size
+// ("{}," is a reservation of about 200 bytes): a genuine signed header
+// replayed over a forged body of the same size (anyone who may write the
+// bucket can write one under the snapshot's own name) made a replica
+// decode up to 65 times the snapshot's size before the digest failed,
+// gigabytes for a snapshot of tens of MB, at every start. Below the bound
+// the overlap of reading and decoding is kept (the window section, most of
+// a large snapshot, is binary, with counts checked against the bytes
+// left); above it the JSON waits for the whole body, its read time.
+const jsonAheadMax = 4 << 20
 
 // hash hashes the object's bytes from the body's first (at from) on as
 // they arrive.

@@ -73,3 +73,35 @@ func TestReadObjectAhead(t *testing.T) {
 		require.Error(t, err)
 	}
 }
+
+// TestReadObjectAhead_NotCutAtTheDefaultTimeout: a whole object's read is
+// bounded by its size (streams.ObjectMinRate), not by the JetStream
+// context's default timeout: the object store bounds a read whose context
+// has no deadline by that timeout, as a whole, so a snapshot that took
+// longer than 5 s to arrive was always cut short and skipped. Here the
+// default timeout is a millisecond, which reading 8 MB takes longer than.
+// How we know it can fail: with the read's context stripped of its
+// deadline (as openObject had it) this fails with "nats: timeout".
+func TestReadObjectAhead_NotCutAtTheDefaultTimeout(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	store, err := env.JS.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: "slow"})
+	require.NoError(t, err)
+	data := make([]byte, 8<<20)
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := range data {
+		data[i] = byte(rng.Uint32())
+	}
+	_, err = store.PutBytes(ctx, "obj", data)
+	require.NoError(t, err)
+
+	js, err := jetstream.New(env.Connect(t), jetstream.WithDefaultTimeout(time.Millisecond))
+	require.NoError(t, err)
+	short, err := js.ObjectStore(ctx, "slow")
+	require.NoError(t, err)
+	got, err := streams.ReadObject(ctx, short, "obj")
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(data, got))
+}

@@ -1113,16 +1113,29 @@ func isStoreFailed(err error) bool {
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeStreamStoreFailed
 }
 
-// ObjectIdle bounds how long ReadObject waits for the next bytes of an
-// object: a read that makes progress is never cut short, whatever the
-// object's size.
+// ObjectIdle bounds how long ReadObjectLine waits for an object's first
+// line, and with ObjectMinRate how long a whole object's read may take.
 const ObjectIdle = 30 * time.Second
 
-// openObject opens object name of store for reading; done closes it.
-// The object store's reads take their deadline from ctx: they get none,
-// and end on ctx's end (or when the caller stops reading).
-func openObject(ctx context.Context, store jetstream.ObjectStore, name string) (res jetstream.ObjectResult, done func(), err error) {
-	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+// ObjectMinRate is the slowest average rate, in bytes per second, at which
+// an object is read whole: a read is bounded by ObjectIdle plus the
+// object's size at this rate. The object store bounds a read as a whole,
+// by its context's deadline (5 s without one: a snapshot that took longer
+// to arrive was always cut short), never by its progress; honest reads go
+// at hundreds of MB/s.
+const ObjectMinRate = 4 << 20
+
+// objectLimit bounds the read of an object of size bytes.
+func objectLimit(size int) time.Duration {
+	return ObjectIdle + time.Duration(size/ObjectMinRate)*time.Second
+}
+
+// openObject opens object name of store for reading, bounded by limit;
+// done closes it. The read also ends on ctx's end (or when the caller
+// stops reading), but takes its deadline from limit alone: the object
+// store would bound a read without one by its default timeout, 5 s.
+func openObject(ctx context.Context, store jetstream.ObjectStore, name string, limit time.Duration) (res jetstream.ObjectResult, done func(), err error) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit)
 	stop := context.AfterFunc(ctx, cancel)
 	res, err = store.Get(rctx, name)
 	if err != nil {
@@ -1146,7 +1159,7 @@ func ReadObjectLine(ctx context.Context, store jetstream.ObjectStore, name strin
 	// come cannot hold its reader (pruning, the audit) for long.
 	ctx, cancel := context.WithTimeout(ctx, ObjectIdle)
 	defer cancel()
-	res, done, err := openObject(ctx, store, name)
+	res, done, err := openObject(ctx, store, name, ObjectIdle)
 	if err != nil {
 		return nil, err
 	}
@@ -1161,9 +1174,10 @@ func ReadObjectLine(ctx context.Context, store jetstream.ObjectStore, name strin
 	return line[:len(line)-1], nil
 }
 
-// ReadObject reads the whole object name of store. It has no deadline of
-// its own for the whole object (a snapshot of hundreds of MB takes what it
-// takes): it fails when no byte arrived for ObjectIdle, or when ctx ends.
+// ReadObject reads the whole object name of store, bounded by its size
+// (ObjectIdle plus its size at ObjectMinRate: a snapshot of hundreds of
+// MB takes what it takes, well within); it fails past that, or when ctx
+// ends.
 func ReadObject(ctx context.Context, store jetstream.ObjectStore, name string) ([]byte, error) {
 	o, err := ReadObjectAhead(ctx, store, name)
 	if err != nil {
@@ -1193,30 +1207,39 @@ type ObjectAhead struct {
 }
 
 // ReadObjectAhead starts reading object name of store; Close stops it. As
-// ReadObject, it fails when no byte arrived for ObjectIdle, or when ctx
-// ends.
+// ReadObject, it fails past its size's bound, or when ctx ends. Its meta
+// is read and checked first (its size against its bucket's, its chunks
+// one object's, no link), so that a forged one costs no chunk read.
 func ReadObjectAhead(ctx context.Context, store jetstream.ObjectStore, name string) (*ObjectAhead, error) {
-	res, done, err := openObject(ctx, store, name)
+	info, err := store.GetInfo(ctx, name)
 	if err != nil {
-		return nil, err
-	}
-	info, err := res.Info()
-	if err != nil {
-		done()
 		return nil, err
 	}
 	// The size comes from the object's meta, which anyone who may write
 	// the bucket can write: it is checked before it sizes the buffer
-	// (preallocated: honest objects arrive in one array, no copies).
+	// (preallocated: honest objects arrive in one array, no copies) and
+	// the read's bound, and before any chunk is asked for.
 	size, err := objectSize(ctx, store, name, info.Size)
+	if err == nil && info.Opts != nil && info.Opts.Link != nil {
+		// The store would follow it, to the bucket's end or round a loop.
+		err = fmt.Errorf("streams: object %s: its meta is a link, not an object", name)
+	}
 	if err == nil && size > 0 && !PlainNUID(info.NUID) {
-		// Its reader subscribed to $O.<bucket>.C.<nuid>: every object's
-		// chunks, for "*" or ">".
+		// Its reader would subscribe to $O.<bucket>.C.<nuid>: every
+		// object's chunks, for "*" or ">".
 		err = fmt.Errorf("streams: object %s: its meta names chunks %q, not one object's", name, info.NUID)
 	}
 	if err != nil {
-		done()
 		return nil, err
+	}
+	res, done, err := openObject(ctx, store, name, objectLimit(size))
+	if err != nil {
+		return nil, err
+	}
+	if got, err := res.Info(); err != nil || got.NUID != info.NUID || got.Size != info.Size {
+		// The meta changed between the two reads: read it again later.
+		done()
+		return nil, fmt.Errorf("streams: object %s changed while it was opened", name)
 	}
 	o := &ObjectAhead{name: name, buf: make([]byte, 0, size), size: size, done: done, exited: make(chan struct{})}
 	o.more = sync.NewCond(&o.mu)

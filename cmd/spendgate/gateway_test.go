@@ -27,16 +27,7 @@ import (
 // counts the calls; SIGTERM stops the gateway cleanly.
 func TestGateway_Commands(t *testing.T) {
 	t.Parallel()
-	listen := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-	url := "nats://" + listen
-	startProc(t, true, "serve", "--data-dir", filepath.Join(t.TempDir(), "data"), "--listen", listen)
-	env := []string{"SPENDGATE_NATS_URL=" + url}
-	cli := func(args ...string) string {
-		t.Helper()
-		r := runCLI(t, env, args...)
-		require.Equal(t, 0, r.code, "%v: %s %s", args, r.stdout, r.stderr)
-		return strings.TrimSpace(r.stdout)
-	}
+	url, cli := serveForGateway(t)
 	fake := httptest.NewServer(fakellm.New("sk-upstream"))
 	t.Cleanup(fake.Close)
 	cli("pricing", "put", "--model", "gpt-4o-mini", "--input", "0.15", "--output", "0.60")
@@ -47,16 +38,8 @@ func TestGateway_Commands(t *testing.T) {
 	admin := cli("keys", "create", "--access", "admin", "--secret-only")
 
 	gwAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-	gw := startProcEnv(t, []string{"OPENAI_API_KEY=sk-upstream", "SPENDGATE_NATS_URL=" + url}, false, "gateway", "--listen", gwAddr, "--upstream", "openai="+fake.URL+"/v1", "--key-cache", "100ms")
+	gw := startGateway(t, url, gwAddr, "--upstream", "openai="+fake.URL+"/v1", "--key-cache", "100ms")
 	base := "http://" + gwAddr
-	testenv.WaitFor(t, 30*time.Second, "the gateway is ready", func() bool {
-		resp, err := http.Get(base + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
 	oks := 0 // the calls answered 200, for /metrics below
 	call := func(secret string) (int, string, http.Header) {
 		t.Helper()
@@ -151,16 +134,7 @@ func TestGateway_Commands(t *testing.T) {
 // in no budget; the last wait below then times out.
 func TestGateway_KilledMidCallSettlesOnRestart(t *testing.T) {
 	t.Parallel()
-	listen := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-	url := "nats://" + listen
-	startProc(t, true, "serve", "--data-dir", filepath.Join(t.TempDir(), "data"), "--listen", listen)
-	env := []string{"SPENDGATE_NATS_URL=" + url}
-	cli := func(args ...string) string {
-		t.Helper()
-		r := runCLI(t, env, args...)
-		require.Equal(t, 0, r.code, "%v: %s %s", args, r.stdout, r.stderr)
-		return strings.TrimSpace(r.stdout)
-	}
+	url, cli := serveForGateway(t)
 	fakeLLM := fakellm.New("sk-upstream")
 	fake := httptest.NewServer(fakeLLM)
 	t.Cleanup(fake.Close)
@@ -175,20 +149,7 @@ func TestGateway_KilledMidCallSettlesOnRestart(t *testing.T) {
 	}
 
 	gwAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-	startGW := func() *proc {
-		gw := startProcEnv(t, []string{"OPENAI_API_KEY=sk-upstream", "SPENDGATE_NATS_URL=" + url}, false,
-			"gateway", "--listen", gwAddr, "--upstream", "openai="+fake.URL+"/v1")
-		testenv.WaitFor(t, 30*time.Second, "the gateway is ready", func() bool {
-			resp, err := http.Get("http://" + gwAddr + "/readyz")
-			if err != nil {
-				return false
-			}
-			resp.Body.Close()
-			return resp.StatusCode == http.StatusOK
-		})
-		return gw
-	}
-	gw := startGW()
+	gw := startGateway(t, url, gwAddr, "--upstream", "openai="+fake.URL+"/v1")
 	go func() {
 		// A streaming call whose provider waits an hour before its first
 		// chunk: it is at the provider when the gateway dies.
@@ -206,7 +167,7 @@ func TestGateway_KilledMidCallSettlesOnRestart(t *testing.T) {
 	require.NotEqual(t, "0", held.Reserved, "the killed gateway's call holds its reservation")
 	require.Equal(t, "0", held.Spent)
 
-	gw = startGW()
+	gw = startGateway(t, url, gwAddr, "--upstream", "openai="+fake.URL+"/v1")
 	testenv.WaitFor(t, 30*time.Second, "the restarted gateway to settle the call", func() bool { return budget().Reserved == "0" })
 	require.Equal(t, held.Reserved, budget().Spent, "settled at the whole reservation")
 	testenv.WaitFor(t, 10*time.Second, "the recovery's log line", func() bool {
@@ -219,16 +180,7 @@ func TestGateway_KilledMidCallSettlesOnRestart(t *testing.T) {
 	// first's, so it serves without one, and says so; told that journal
 	// in so many words, it refuses to start.
 	second := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-	gw2 := startProcEnv(t, []string{"OPENAI_API_KEY=sk-upstream", "SPENDGATE_NATS_URL=" + url}, false,
-		"gateway", "--listen", second, "--upstream", "openai="+fake.URL+"/v1")
-	testenv.WaitFor(t, 30*time.Second, "the second gateway serves", func() bool {
-		resp, err := http.Get("http://" + second + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+	gw2 := startGateway(t, url, second, "--upstream", "openai="+fake.URL+"/v1")
 	require.Contains(t, gw2.out.String(), "running without a journal")
 	gw2.stop(t)
 	r := runCLI(t, []string{"OPENAI_API_KEY=sk-upstream", "SPENDGATE_NATS_URL=" + url}, "gateway", "--listen", second,
@@ -236,4 +188,38 @@ func TestGateway_KilledMidCallSettlesOnRestart(t *testing.T) {
 	require.Equal(t, exitUsage, r.code, r.stderr)
 	require.Contains(t, r.stderr, "in use by another gateway")
 	gw.stop(t)
+}
+
+// serveForGateway starts spendgate serve on a free port and returns its
+// NATS URL and a runner of commands against it that must succeed (their
+// stdout, trimmed).
+func serveForGateway(t *testing.T) (url string, cli func(args ...string) string) {
+	t.Helper()
+	listen := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	url = "nats://" + listen
+	startProc(t, true, "serve", "--data-dir", filepath.Join(t.TempDir(), "data"), "--listen", listen)
+	env := []string{"SPENDGATE_NATS_URL=" + url}
+	return url, func(args ...string) string {
+		t.Helper()
+		r := runCLI(t, env, args...)
+		require.Equal(t, 0, r.code, "%v: %s %s", args, r.stdout, r.stderr)
+		return strings.TrimSpace(r.stdout)
+	}
+}
+
+// startGateway starts spendgate gateway on addr with args (the upstream's
+// key sk-upstream, the ledger at url) and waits until its /readyz answers.
+func startGateway(t *testing.T, url, addr string, args ...string) *proc {
+	t.Helper()
+	gw := startProcEnv(t, []string{"OPENAI_API_KEY=sk-upstream", "SPENDGATE_NATS_URL=" + url}, false,
+		append([]string{"gateway", "--listen", addr}, args...)...)
+	testenv.WaitFor(t, 30*time.Second, "the gateway at "+addr+" is ready", func() bool {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return gw
 }

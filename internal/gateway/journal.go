@@ -204,14 +204,15 @@ func (j *journal) compact() error {
 	}
 	w := bufio.NewWriter(tmp)
 	var size int64
+	put := func(r journalRecord) {
+		b, _ := json.Marshal(r)
+		n, _ := w.Write(append(b, '\n'))
+		size += int64(n)
+	}
 	for _, c := range j.open {
-		for _, r := range []journalRecord{{Open: &c.open}, {Due: c.due}} {
-			if r.Due == nil && r.Open == nil {
-				continue
-			}
-			b, _ := json.Marshal(r)
-			n, _ := w.Write(append(b, '\n'))
-			size += int64(n)
+		put(journalRecord{Open: &c.open})
+		if c.due != nil {
+			put(journalRecord{Due: c.due})
 		}
 	}
 	if err := errors.Join(w.Flush(), tmp.Sync(), tmp.Chmod(0o600), tmp.Close()); err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/signing"
 )
 
 // Label values of spendgate_admits_total's result label.
@@ -126,11 +127,6 @@ func New(info BuildInfo) *Set {
 	return s
 }
 
-// RejectReasons are the reasons spendgate_revisions_rejected_total counts
-// (the gate's, signing.Reasons; a test keeps the two lists equal).
-var RejectReasons = []string{"unknown-key", "unsigned", "distrusted-key", "retired-key", "untrusted-key",
-	"bad-signature", "old-layout", "malformed", "wrong-lane", "invalid", "replay", "chain"}
-
 // preset creates every series of the labelled counters whose label values
 // are known in advance, at 0. A series that first appears at 1 has no
 // earlier sample, so Prometheus' rate and increase miss its first count:
@@ -150,8 +146,8 @@ func (s *Set) preset() {
 	for _, cause := range []string{BusyInflight, BusyConflicts} {
 		s.LedgerBusy.WithLabelValues(cause)
 	}
-	for _, r := range RejectReasons {
-		s.RevisionsRejected.WithLabelValues(r)
+	for _, r := range signing.Reasons {
+		s.RevisionsRejected.WithLabelValues(string(r))
 	}
 }
 

@@ -498,7 +498,7 @@ func (p *Reader) replayDenials(ctx context.Context, f Filter, add func(k denialK
 	if err != nil || last == 0 {
 		return err
 	}
-	err = readDenials(ctx, p.js, p.layout, p.denialCheck(), 1, last, func(_ uint64, data []byte) {
+	err = readDenials(ctx, p.js, p.layout, p.check, 1, last, func(_ uint64, data []byte) {
 		d, k, ok := denialOf(data)
 		if ok && f.selectsDenial(d.At, k) {
 			add(k)

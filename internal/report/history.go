@@ -31,7 +31,7 @@ func (p *Reader) Denials(ctx context.Context, f Filter, fn func(events.AdmitDeni
 		return err
 	}
 	var ferr error
-	err = readDenials(ctx, p.js, p.layout, p.denialCheck(), 1, last, func(_ uint64, data []byte) {
+	err = readDenials(ctx, p.js, p.layout, p.check, 1, last, func(_ uint64, data []byte) {
 		if ferr != nil {
 			return
 		}

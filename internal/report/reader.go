@@ -31,9 +31,6 @@ func NewReader(js jetstream.JetStream, layout streams.Layout, p *projector.Proje
 	return &Reader{p: p, js: js, layout: layout, check: newDenialCheck(p.Keys, nil)}
 }
 
-// denialCheck is the check of the denial records the Reader reads.
-func (p *Reader) denialCheck() *denialCheck { return p.check }
-
 // DenialsSkipped returns how many denial records the Reader's reads left
 // out, by reason: unsigned, or not signed by a key its replay trusts.
 func (p *Reader) DenialsSkipped() map[signing.Reason]uint64 { return p.check.Skipped() }

@@ -282,7 +282,7 @@ func (p *Reader) eachCheck(ctx context.Context, f Filter, fn func(*events.AdmitC
 		return err
 	}
 	var ferr error
-	err = readDenials(ctx, p.js, p.layout, p.denialCheck(), 1, last, func(_ uint64, data []byte) {
+	err = readDenials(ctx, p.js, p.layout, p.check, 1, last, func(_ uint64, data []byte) {
 		if ferr != nil {
 			return
 		}

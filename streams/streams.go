@@ -684,6 +684,13 @@ func (l Layout) MsgGetSubject(js jetstream.JetStream) string {
 	return apiPrefix(js) + "STREAM.MSG.GET." + l.StreamName()
 }
 
+// DirectGetSubject is the JetStream API subject of a direct get from the
+// layout's stream ("$JS.API.DIRECT.GET.<stream>"), under js's API prefix:
+// any replica of the stream may answer it.
+func (l Layout) DirectGetSubject(js jetstream.JetStream) string {
+	return apiPrefix(js) + "DIRECT.GET." + l.StreamName()
+}
+
 // InfoSubject is the JetStream API subject of the layout's stream info
 // ("$JS.API.STREAM.INFO.<stream>"), under js's API prefix. On a cluster
 // more than one replica may answer it (see ledger's streamEnd).

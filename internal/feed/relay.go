@@ -18,6 +18,7 @@ import (
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/codec"
 	"github.com/spendgate/spendgate/internal/gate"
+	"github.com/spendgate/spendgate/internal/ledger"
 	"github.com/spendgate/spendgate/internal/signing"
 	"github.com/spendgate/spendgate/streams"
 )
@@ -38,10 +39,17 @@ const DefaultQueue = 1 << 16
 // nothing (the feed unreachable, stalled) would otherwise hold the whole
 // ledger back. Past it the relay drops that revision's events and every
 // later one (Dropped), so the ledger keeps serving; the feed stops before
-// the first dropped event, and the relay resumes once the feed holds the
-// last one dropped (another replica's relay appended them), or when its
-// replica starts again (its fold then starts at or before the feed's end,
-// and the relay back-fills). No event is lost from the feed for good.
+// the first dropped event. Once the feed takes appends again, the relay
+// gets the dropped events back from its replica's fold (WithRefold:
+// ledger.Ledger.Refold reads them from the ledger stream again, and hands
+// out only what the fold passed), a few hundred revisions at a time, and
+// queues them; after the last one it queues what the fold hands it
+// again. It resumes sooner if the feed holds the last one dropped
+// (another replica's relay appended them). A relay without a refold, or
+// whose replica has forgotten which revisions its fold refused that far
+// back (more than 65,536 refusals since), resumes when its replica starts
+// again (its fold then starts at or before the feed's end, and the relay
+// back-fills). No event is lost from the feed for good.
 const DefaultQueueWait = 5 * time.Second
 
 // MaxInFlight bounds the feed appends a relay has in flight at once.
@@ -113,6 +121,16 @@ type Relay struct {
 	// dropped (Dropped).
 	dropping atomic.Bool
 	dropped  atomic.Uint64
+	// refold reads again what the replica's fold handed out (WithRefold),
+	// for the events this relay dropped; refolded counts the events it
+	// got back that way (Refolded), refoldGone that the fold no longer
+	// remembers enough to (logged once).
+	refold     Refolder
+	refolded   atomic.Uint64
+	refoldGone bool
+	// appendFault, set only by tests, fails appends while it returns an
+	// error.
+	appendFault func() error
 	// forgedTo is the feed sequence up to which the forged messages the
 	// relay met are counted (countForged): each is counted once, however
 	// often the relay reads past it.
@@ -226,6 +244,33 @@ func WithQueueWait(d time.Duration) Option {
 	}
 }
 
+// Refolder reads again the revisions the replica's fold passed, at stream
+// sequences from to to, at most max messages read (ledger.Ledger.Refold):
+// the revisions in stream order and the sequence after the last one read.
+type Refolder func(ctx context.Context, from, to uint64, max int) ([]*gate.Revision, uint64, error)
+
+// WithRefold has the relay get the events it dropped (a full queue, see
+// DefaultQueueWait) back from its replica's fold once the feed takes
+// appends again, rather than wait for another relay or a restart.
+func WithRefold(f Refolder) Option {
+	return func(r *Relay) error {
+		if f == nil {
+			return errors.New("feed: nil refold")
+		}
+		r.refold = f
+		return nil
+	}
+}
+
+// UnsafeAppendFaultForTesting fails every append while f returns an
+// error, as a feed that takes nothing would. Tests only.
+func UnsafeAppendFaultForTesting(f func() error) Option {
+	return func(r *Relay) error {
+		r.appendFault = f
+		return nil
+	}
+}
+
 // NewRelay returns a relay for the ledger of l. It does no I/O until
 // Ceiling or Run. Hand it to the replica's fold (ledger.AddReader) before
 // the fold starts.
@@ -266,6 +311,10 @@ func (r *Relay) Drift() uint64 { return r.drift.Load() }
 // It also reports a relay that dropped events because its queue
 // overflowed (Dropped) and has not resumed yet.
 func (r *Relay) Stalled() bool { return r.stalled.Load() || r.dropping.Load() }
+
+// Refolded is how many of the events the relay dropped it got back from
+// its replica's fold (WithRefold) and queued again.
+func (r *Relay) Refolded() uint64 { return r.refolded.Load() }
 
 // Dropped is how many events the relay dropped because its queue was
 // full for longer than the queue wait (DefaultQueueWait). The feed stops
@@ -309,7 +358,7 @@ func (r *Relay) Fold(rev *gate.Revision, _ bool) {
 		if len(r.q) >= r.max && !r.closed {
 			r.gap = &gap{from: ms[0].Position()}
 			r.dropping.Store(true)
-			r.log.Error("feed relay: the queue is full and the feed took nothing for the queue wait; dropping events so the ledger keeps serving (the feed stops before them until another relay appends them or this replica starts again)",
+			r.log.Error("feed relay: the queue is full and the feed took nothing for the queue wait; dropping events so the ledger keeps serving (the feed stops before them; once it takes appends again, the relay reads them back from the ledger)",
 				"first_dropped", ms[0].ID, "queued", len(r.q), "wait", r.wait)
 		}
 	}
@@ -331,6 +380,60 @@ func (r *Relay) waitingOnGap() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.q) == 0 && r.gap != nil
+}
+
+// refoldBatch is how many ledger messages one refold step reads.
+const refoldBatch = 256
+
+// refoldGap gets the next dropped events back from the replica's fold
+// (WithRefold) and queues them; once it has queued the last one dropped,
+// the relay queues what its replica's fold hands it again. The queue is
+// empty when it is called (waitingOnGap), and it adds one step's events
+// at most, beyond the queue's bound if a revision holds more. It reports
+// whether it moved (false: no refold, or the fold cannot tell any more).
+func (r *Relay) refoldGap(ctx context.Context) (bool, error) {
+	r.mu.Lock()
+	g := r.gap
+	gone := r.refoldGone
+	r.mu.Unlock()
+	if r.refold == nil || g == nil || gone {
+		return false, nil
+	}
+	revs, next, err := r.refold(ctx, g.from.Seq, g.to.Seq, refoldBatch)
+	if errors.Is(err, ledger.ErrRefoldForgotten) {
+		r.mu.Lock()
+		r.refoldGone = true
+		r.mu.Unlock()
+		r.log.Error("feed relay: the replica no longer remembers the ledger that far back; the events dropped stay out of the feed until another relay appends them or this replica starts again",
+			"from", g.from.ID(), "to", g.to.ID())
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("feed: reading the dropped events again: %w", err)
+	}
+	var ms []Message
+	for _, rev := range revs {
+		for _, m := range SplitRevision(rev) {
+			if p := m.Position(); !p.Before(g.from) && !g.to.Before(p) {
+				ms = append(ms, m)
+			}
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.gap == nil || r.gap.from != g.from {
+		return true, nil // closed meanwhile (another relay appended them)
+	}
+	r.q = append(r.q, ms...)
+	r.refolded.Add(uint64(len(ms)))
+	r.gap.from = Position{Seq: next}
+	if r.gap.to.Before(r.gap.from) {
+		r.log.Info("feed relay: got the events it dropped back from the replica's fold; relaying again", "events", r.refolded.Load())
+		r.gap = nil
+		r.dropping.Store(false)
+	}
+	r.more.Broadcast()
+	return next > g.from.Seq, nil
 }
 
 // closeGap resumes queueing if the feed holds the last event dropped (at
@@ -493,8 +596,14 @@ func (r *Relay) runOnce(ctx context.Context, s jetstream.Stream) (tail, error) {
 	sinceCk := uint64(0)
 	for {
 		if len(win) == 0 && r.waitingOnGap() {
-			// Everything before the dropped events is appended: look
+			// Everything before the dropped events is appended: get
+			// them back from the replica's fold; if it cannot, look
 			// every retry interval whether another relay appended them.
+			if more, err := r.refoldGap(ctx); err != nil {
+				return t, err
+			} else if more {
+				continue
+			}
 			select {
 			case <-ctx.Done():
 				return t, ctx.Err()
@@ -556,8 +665,18 @@ func (r *Relay) runOnce(ctx context.Context, s jetstream.Stream) (tail, error) {
 			// satisfy the expectation.
 			opts = append(opts, jetstream.WithExpectLastMsgID(win[len(win)-1].id))
 		}
+		if r.appendFault != nil {
+			if err := r.appendFault(); err != nil {
+				r.requeue(win)
+				return t, err
+			}
+		}
 		f, err := r.js.PublishMsgAsync(msg, opts...)
 		if err != nil {
+			// The window's events are not lost: they come again from
+			// the queue's front after the relay starts again, and those
+			// the feed holds are dropped then.
+			r.requeue(win)
 			return t, err
 		}
 		r.pop()

@@ -264,3 +264,20 @@ func DropBalanceForTesting(l *Ledger, ref events.BalanceRef) {
 
 // SnapshotTries is how many snapshots a replica reads at start.
 const SnapshotTries = snapshotTries
+
+// LeaderReads reads the messages at from to to one at a time through the
+// stream's leader, as Refold did before its batched read: the baseline of
+// BenchmarkRefold.
+func LeaderReads(ctx context.Context, l *Ledger, from, to uint64) (int, error) {
+	n := 0
+	for seq := from; seq <= to; seq++ {
+		_, found, err := l.leaderGet(ctx, leaderGetRequest{Seq: seq})
+		if err != nil {
+			return n, err
+		}
+		if found {
+			n++
+		}
+	}
+	return n, nil
+}

@@ -28,6 +28,7 @@ func (l *Ledger) fold(m *gate.Message, follower bool) (passed *gate.Revision, re
 	recorded := false
 	if rej != nil {
 		recorded = l.gate.Skip(l.bk.heads, rej)
+		l.skipped.add(m.Seq)
 	}
 	if ok {
 		passed = rev
@@ -65,6 +66,7 @@ func (l *Ledger) foldOwn(revs []keyedRevision, seqs []uint64, hashes []string) e
 		ok, rej := l.gate.Admit(l.bk.heads, r)
 		if rej != nil {
 			l.gate.Skip(l.bk.heads, rej)
+			l.skipped.add(seqs[i])
 			return &events.Error{Code: events.CodeLedgerUnavailable, Message: "own write does not follow the folded revision (a fork)", Err: rej}
 		}
 		if ok {

@@ -48,6 +48,8 @@ type Ledger struct {
 	// folded before the follower reached it, for them.
 	readers []Reader
 	ahead   ahead
+	// skipped is the fold's recent refusals, for Refold.
+	skipped skips
 	// sync coalesces the stream reads of concurrent Syncs.
 	syncs syncer
 

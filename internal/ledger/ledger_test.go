@@ -54,7 +54,7 @@ func (failTx) Decide(ledger.View) (events.Events, error) {
 	return nil, events.Errorf(events.CodeInvalidAmount, "no")
 }
 
-func startLedger(t *testing.T, env *testenv.Env, opts ...ledger.Option) *ledger.Ledger {
+func startLedger(t testing.TB, env *testenv.Env, opts ...ledger.Option) *ledger.Ledger {
 	t.Helper()
 	nc := env.Connect(t)
 	js, err := jetstream.New(nc)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -24,10 +25,11 @@ type leaderGetRequest struct {
 type leaderGetResponse struct {
 	Error   *jetstream.APIError `json:"error,omitempty"`
 	Message *struct {
-		Subject  string `json:"subject"`
-		Sequence uint64 `json:"seq"`
-		Header   []byte `json:"hdrs,omitempty"`
-		Data     []byte `json:"data,omitempty"`
+		Subject  string    `json:"subject"`
+		Sequence uint64    `json:"seq"`
+		Header   []byte    `json:"hdrs,omitempty"`
+		Data     []byte    `json:"data,omitempty"`
+		Time     time.Time `json:"time"`
 	} `json:"message,omitempty"`
 }
 
@@ -37,6 +39,7 @@ type storedMsg struct {
 	seq     uint64
 	header  nats.Header
 	data    []byte
+	at      time.Time // the stream's timestamp
 }
 
 // leaderGet reads one message through the stream leader (not a direct get,
@@ -94,7 +97,7 @@ func (l *Ledger) leaderGet(ctx context.Context, req leaderGetRequest) (m storedM
 	if resp.Message == nil {
 		return m, false, fmt.Errorf("ledger: empty message get reply")
 	}
-	m = storedMsg{subject: resp.Message.Subject, seq: resp.Message.Sequence, data: resp.Message.Data}
+	m = storedMsg{subject: resp.Message.Subject, seq: resp.Message.Sequence, data: resp.Message.Data, at: resp.Message.Time}
 	if len(resp.Message.Header) > 0 {
 		if m.header, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
 			// Unreadable headers are no signature: Verify decides.
@@ -230,4 +233,63 @@ func retryableRead(err error) bool {
 func leaderless(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) && streams.IsTransient(apiErr) && apiErr.ErrorCode != jetstream.JSErrCodeStreamNotFound
+}
+
+// directBatch reads up to n messages of the ledger stream from sequence
+// from on, in order, with one batched direct get (nats-server 2.11's
+// {"seq","batch"}): any replica of the stream may answer, so on a cluster
+// a lagging one may hold fewer than are there; the caller reads on from
+// the last one returned, and treats none returned as "ask the leader".
+// Each message carries its stream timestamp.
+func (l *Ledger) directBatch(ctx context.Context, from uint64, n int) ([]storedMsg, error) {
+	body, err := json.Marshal(struct {
+		Seq   uint64 `json:"seq"`
+		Batch int    `json:"batch"`
+	}{from, n})
+	if err != nil {
+		return nil, err
+	}
+	inbox := l.nc.NewInbox()
+	sub, err := l.nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := l.nc.PublishRequest(l.layout.DirectGetSubject(l.js), inbox, body); err != nil {
+		return nil, err
+	}
+	actx, cancel := context.WithTimeout(ctx, 4*l.opts.commitTimeout)
+	defer cancel()
+	var out []storedMsg
+	for {
+		m, err := sub.NextMsgWithContext(actx)
+		if err != nil {
+			return out, err
+		}
+		if st := m.Header.Get("Status"); st != "" {
+			switch st {
+			case "204", "404": // the batch's end; no message at or after from
+				return out, nil
+			case "503":
+				return out, nats.ErrNoResponders
+			default:
+				return out, fmt.Errorf("ledger: direct get: status %s %s", st, m.Header.Get("Description"))
+			}
+		}
+		seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+		if err != nil {
+			return out, fmt.Errorf("ledger: direct get: no sequence: %w", err)
+		}
+		at, _ := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer))
+		subject := m.Header.Get(jetstream.SubjectHeader)
+		h := nats.Header{}
+		for k, v := range m.Header {
+			switch k {
+			case jetstream.StreamHeader, jetstream.SequenceHeader, jetstream.TimeStampHeaer, jetstream.SubjectHeader, "Nats-Num-Pending", "Nats-Last-Sequence", "Nats-UpTo-Sequence":
+			default:
+				h[k] = v
+			}
+		}
+		out = append(out, storedMsg{subject: subject, seq: seq, header: h, data: m.Data, at: at})
+	}
 }

@@ -468,6 +468,7 @@ func (l *Ledger) resetBook() {
 	l.bk = newBook(l.layout, l.opts.retention, l.opts.expiredKeep)
 	l.publishTenantLimits()
 	l.gate.ResetTrust()
+	l.skipped.reset() // refused under the dropped book's heads
 	l.mu.Unlock()
 	l.ahead.dropUntil(^uint64(0))
 	l.resetSections()

@@ -86,7 +86,7 @@ func fullSet(budgets func() []BudgetSample) *Set {
 	s.RegisterBudgets(3, budgets)
 	s.RegisterFollowerLag(func() uint64 { return 12 })
 	s.RegisterSnapshotAge(func() time.Duration { return -1 })
-	s.RegisterFeedRelay(FeedRelayStats{Relayed: one, Lost: one, Forged: one, Drift: one, Queued: one, Stalled: one, Dropped: one, CheckpointLoaded: one, CheckpointWritten: one})
+	s.RegisterFeedRelay(FeedRelayStats{Relayed: one, Lost: one, Forged: one, Drift: one, Queued: one, Stalled: one, Dropped: one, Refolded: one, CheckpointLoaded: one, CheckpointWritten: one})
 	s.RegisterLedgerHealth(func() LedgerHealth { return LedgerHealth{Ready: true, Leader: true, Delay: time.Second} })
 	s.RegisterTenantConsumerCheck(one, func() int64 { return 0 })
 	s.RegisterDenials(one, one, one)
@@ -152,6 +152,7 @@ func TestSet_Families(t *testing.T) {
 		{"spendgate_feed_queued_events", dto.MetricType_GAUGE, nil},
 		{"spendgate_feed_stalled", dto.MetricType_GAUGE, nil},
 		{"spendgate_feed_dropped_events_total", dto.MetricType_COUNTER, nil},
+		{"spendgate_feed_refolded_events_total", dto.MetricType_COUNTER, nil},
 		{"spendgate_ledger_ready", dto.MetricType_GAUGE, nil},
 		{"spendgate_ledger_stream_leader", dto.MetricType_GAUGE, nil},
 		{"spendgate_follower_delay_seconds", dto.MetricType_GAUGE, nil},

@@ -253,7 +253,9 @@ type FeedRelayStats struct {
 	Stalled func() uint64
 	// Dropped: events the relay dropped because its queue stayed full
 	// (feed.Relay.Dropped); the feed stops before them until it resumes.
-	Dropped func() uint64
+	// Refolded: those of them it got back from its replica's fold
+	// (feed.Relay.Refolded).
+	Dropped, Refolded func() uint64
 	// CheckpointLoaded and CheckpointWritten: the feed sequence of the
 	// checkpoint the relay started from (0: none needed) and of the
 	// newest one it wrote.
@@ -265,6 +267,7 @@ type FeedRelayStats struct {
 // spendgate_feed_forged_total, spendgate_feed_limits_changed_total,
 // spendgate_feed_queued_events, spendgate_feed_stalled,
 // spendgate_feed_dropped_events_total,
+// spendgate_feed_refolded_events_total,
 // spendgate_feed_checkpoint_loaded_seq and
 // spendgate_feed_checkpoint_written_seq.
 func (s *Set) RegisterFeedRelay(st FeedRelayStats) {
@@ -280,7 +283,9 @@ func (s *Set) RegisterFeedRelay(st FeedRelayStats) {
 		gaugeFunc("spendgate_feed_queued_events",
 			"Events this replica's fold handed its relay that the feed has not taken yet.", st.Queued),
 		counterFunc("spendgate_feed_dropped_events_total",
-			"Events this replica's relay dropped because its queue stayed full (the feed took nothing), so that the ledger kept serving; the feed stops before them until another relay appends them or this replica restarts.", st.Dropped),
+			"Events this replica's relay dropped because its queue stayed full (the feed took nothing), so that the ledger kept serving; the feed stops before them until the relay reads them back from the ledger (spendgate_feed_refolded_events_total), another relay appends them or this replica restarts.", st.Dropped),
+		counterFunc("spendgate_feed_refolded_events_total",
+			"Events this replica's relay had dropped and got back from its replica's fold once the feed took appends again.", st.Refolded),
 		gaugeFunc("spendgate_feed_stalled",
 			"1 while this replica's relay cannot find the last feed message a trusted key signed (junk after it) and appends nothing; no event is lost, the feed falls behind.", st.Stalled),
 		gaugeFunc("spendgate_feed_checkpoint_loaded_seq",

@@ -379,7 +379,7 @@ func engine(l *ledger.Ledger, cfg Config, extra ...admit.Option) (*admit.Admitte
 // startRelay adds the feed relay to the fold's readers and runs it.
 func (r *Replica) startRelay(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 	l := r.Ledger
-	fopts := []feed.Option{feed.WithLogger(cfg.Log), feed.WithTrust(l.Trust), feed.WithSigner(l.Signer)}
+	fopts := []feed.Option{feed.WithLogger(cfg.Log), feed.WithTrust(l.Trust), feed.WithSigner(l.Signer), feed.WithRefold(l.Refold)}
 	if cfg.FeedMaxAge != 0 {
 		fopts = append(fopts, feed.WithMaxAge(max(0, cfg.FeedMaxAge)))
 	}
@@ -395,7 +395,7 @@ func (r *Replica) startRelay(ctx context.Context, js jetstream.JetStream, cfg Co
 		cfg.Metrics.RegisterFeedRelay(metrics.FeedRelayStats{
 			Relayed: rl.Relayed, Lost: rl.Lost, Forged: rl.Forged, Drift: rl.Drift,
 			Queued:  func() uint64 { return uint64(rl.Queued()) },
-			Dropped: rl.Dropped,
+			Dropped: rl.Dropped, Refolded: rl.Refolded,
 			Stalled: func() uint64 {
 				if rl.Stalled() {
 					return 1

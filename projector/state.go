@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spendgate/spendgate/events"
@@ -57,6 +58,14 @@ type Balance struct {
 	// starts them anew).
 	Alerted []events.Money
 	Arm     uint64
+	// Zones are the time zones the balance's instance is a date in, as
+	// the admits into it were folded: the zone of the budget's definition
+	// at each ReservationOpened's position in the stream ("UTC" for
+	// none), or "?" for an admit whose time does not fall in the instance
+	// in that zone (the zone changed between the admit's decision and
+	// its write). Each once, in the order first seen; more than one only
+	// if the zone changed during the instance.
+	Zones []string
 }
 
 // ReservationPart is one reservation's lifecycle in one balance.
@@ -155,6 +164,8 @@ type State struct {
 	// defaults holds every version of every kind's default budget, by
 	// default key then revision (a budget created from one names it).
 	defaults map[string]map[uint64]*Budget
+	// locs caches the time zones loaded (zoneLoc); a clone shares it.
+	locs *sync.Map
 	// defaultRev is the last revision of each default key.
 	defaultRev map[string]uint64
 	// settings is the last revision of each API key and tenant limits
@@ -182,6 +193,7 @@ func NewState() *State {
 		defaultRev:   map[string]uint64{},
 		settings:     map[string]uint64{},
 		voided:       map[string]uint64{},
+		locs:         &sync.Map{},
 	}
 }
 
@@ -267,6 +279,7 @@ func (s *State) Clone() *State {
 		defaultRev:   maps.Clone(s.defaultRev),
 		settings:     maps.Clone(s.settings),
 		voided:       maps.Clone(s.voided),
+		locs:         s.locs,
 	}
 	for k, vs := range s.defaults {
 		c.defaults[k] = maps.Clone(vs) // *Budget values are never mutated
@@ -644,7 +657,8 @@ func (s *State) foldBalance(st *stage, seq uint64, lane string, rev *events.Bala
 		if b.Reserved.Sign() < 0 {
 			return Balance{}, errorf(ErrInvariant, "event %d (%s): reserved went negative: %s", i, eventType(e), b.Reserved)
 		}
-		if _, ok := e.(events.ReservationOpened); ok {
+		if ev, ok := e.(events.ReservationOpened); ok {
+			s.noteZone(&b, ev)
 			if total := b.Spent.Add(b.Reserved); total.Cmp(b.Limit) > 0 {
 				return Balance{}, errorf(ErrInvariant, "event %d (%s): at admission spent %s + reserved %s = %s exceeds limit %s",
 					i, eventType(e), b.Spent, b.Reserved, total, b.Limit)
@@ -668,6 +682,43 @@ func (s *State) foldBalance(st *stage, seq uint64, lane string, rev *events.Bala
 		return Balance{}, &MismatchError{Field: "open", Stated: strconv.FormatInt(rev.Open, 10), Folded: strconv.FormatInt(b.Open, 10)}
 	}
 	return b, nil
+}
+
+// noteZone adds to b.Zones the zone ev's instance was computed in (see
+// Balance.Zones).
+func (s *State) noteZone(b *Balance, ev events.ReservationOpened) {
+	tz := "UTC"
+	if def, ok := s.budgets[b.Ref.Budget()]; ok && def.TZ != "" {
+		tz = def.TZ
+	}
+	z := tz
+	if !ev.At.IsZero() {
+		loc := s.zoneLoc(tz)
+		if loc == nil || b.Ref.Period.InstanceIn(ev.At, loc) != b.Ref.Instance {
+			z = "?"
+		}
+	}
+	if !slices.Contains(b.Zones, z) {
+		b.Zones = append(slices.Clip(b.Zones), z) // never into an array a copy shares
+	}
+}
+
+// zoneLoc returns the location of tz (nil if it does not load), cached:
+// loading a zone reads the time zone database.
+func (s *State) zoneLoc(tz string) *time.Location {
+	if s.locs != nil {
+		if loc, ok := s.locs.Load(tz); ok {
+			return loc.(*time.Location)
+		}
+	}
+	loc, err := events.LoadZone(tz)
+	if err != nil {
+		loc = nil
+	}
+	if s.locs != nil {
+		s.locs.Store(tz, loc)
+	}
+	return loc
 }
 
 func eventType(e events.Event) events.Type {

@@ -242,6 +242,7 @@ func audit(args []string) int {
 	}
 	balances := st.Balances()
 	report.DefinedLimits(st, balances)
+	report.DefinedZones(st, balances)
 	balances = append(balances, report.IdleBalances(st, now)...)
 	slices.SortFunc(balances, func(a, b projector.Balance) int { return strings.Compare(a.Key, b.Key) })
 	if err := writeBalances(os.Stdout, balances); err != nil {
@@ -283,7 +284,7 @@ func terminalProgress(w io.Writer, what string) func(seq, last uint64) {
 }
 
 // balanceColumns is the header of audit balances' CSV.
-var balanceColumns = []string{"scope", "period", "instance", "unit", "limit", "spent", "reserved", "overrun", "open", "opened", "settled", "released", "expired", "late"}
+var balanceColumns = []string{"scope", "period", "instance", "unit", "limit", "spent", "reserved", "overrun", "open", "opened", "settled", "released", "expired", "late", "tz"}
 
 // writeBalances writes balances as CSV and returns the first write or
 // flush error: a finance export that ends early must not look complete.
@@ -296,7 +297,8 @@ func writeBalances(out io.Writer, balances []projector.Balance) error {
 		if err := w.Write([]string{string(b.Ref.Scope), string(b.Ref.Period), b.Ref.Instance, b.Unit,
 			b.Limit.String(), b.Spent.String(), b.Reserved.String(), b.Overrun.String(),
 			strconv.FormatInt(b.Open, 10), strconv.FormatInt(b.Opened, 10), strconv.FormatInt(b.Settled, 10),
-			strconv.FormatInt(b.Released, 10), strconv.FormatInt(b.Expired, 10), strconv.FormatInt(b.Late, 10)}); err != nil {
+			strconv.FormatInt(b.Released, 10), strconv.FormatInt(b.Expired, 10), strconv.FormatInt(b.Late, 10),
+			strings.Join(b.Zones, " ")}); err != nil {
 			return err
 		}
 	}

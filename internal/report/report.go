@@ -187,6 +187,23 @@ func DefinedLimits(st *projector.State, bs []projector.Balance) {
 	}
 }
 
+// DefinedZones gives each balance of bs with no zone recorded (no admit
+// folded into it since the fold started, from a snapshot) the zone of its
+// budget's definition ("UTC" for none): see projector.Balance.Zones.
+func DefinedZones(st *projector.State, bs []projector.Balance) {
+	for i := range bs {
+		b := &bs[i]
+		if len(b.Zones) > 0 {
+			continue
+		}
+		tz := "UTC"
+		if def, ok := st.Budget(b.Ref.Budget()); ok && def.TZ != "" {
+			tz = def.TZ
+		}
+		b.Zones = []string{tz}
+	}
+}
+
 // IdleBalances returns, for every budget of st that has no balance in its
 // period instance at t, that balance with zero totals: a budget defined
 // but not used in the current period. Limit and Unit are the budget's;
@@ -202,7 +219,11 @@ func IdleBalances(st *projector.State, t time.Time) []projector.Balance {
 		if _, ok := st.Balance(ref); ok {
 			continue
 		}
-		out = append(out, projector.Balance{Ref: ref, Key: streams.BalanceKey(ref), Unit: b.Unit, Limit: b.Limit})
+		tz := b.TZ
+		if tz == "" {
+			tz = "UTC"
+		}
+		out = append(out, projector.Balance{Ref: ref, Key: streams.BalanceKey(ref), Unit: b.Unit, Limit: b.Limit, Zones: []string{tz}})
 	}
 	slices.SortFunc(out, func(a, b projector.Balance) int { return strings.Compare(a.Key, b.Key) })
 	return out

@@ -357,6 +357,7 @@ func (r *Relay) Fold(rev *gate.Revision, _ bool) {
 		tm.Stop()
 		if len(r.q) >= r.max && !r.closed {
 			r.gap = &gap{from: ms[0].Position()}
+			r.refoldGone = false
 			r.dropping.Store(true)
 			r.log.Error("feed relay: the queue is full and the feed took nothing for the queue wait; dropping events so the ledger keeps serving (the feed stops before them; once it takes appends again, the relay reads them back from the ledger)",
 				"first_dropped", ms[0].ID, "queued", len(r.q), "wait", r.wait)
@@ -404,7 +405,7 @@ func (r *Relay) refoldGap(ctx context.Context) (bool, error) {
 		r.mu.Lock()
 		r.refoldGone = true
 		r.mu.Unlock()
-		r.log.Error("feed relay: the replica no longer remembers the ledger that far back; the events dropped stay out of the feed until another relay appends them or this replica starts again",
+		r.log.Error("feed relay: the replica no longer remembers which revisions its fold refused that far back; the events dropped stay out of the feed until another relay appends them or this replica starts again",
 			"from", g.from.ID(), "to", g.to.ID())
 		return false, nil
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -98,7 +99,7 @@ func TestCLI_ExportReportBalances(t *testing.T) {
 	require.Equal(t, []string{"reservation_id", "request_id", "scopes", "balances", "unit", "reserved",
 		"opened_at", "expires_at", "settled_at", "released_at", "expired_at", "status", "actual", "overrun", "excess", "settle_note", "late",
 		"release_reason", "model", "price_version", "quoted_input_tokens", "quoted_max_output_tokens", "input_tokens",
-		"output_tokens", "cached_input_tokens", "metadata.feature", "metadata.model"}, recs[0])
+		"output_tokens", "cached_input_tokens", "count", "metadata.feature", "metadata.model"}, recs[0])
 	require.Len(t, recs, 5)
 	col := func(rec []string, name string) string { return rec[indexOf(recs[0], name)] }
 	require.Equal(t, []string{r1, r2, r3, r4}, []string{recs[1][0], recs[2][0], recs[3][0], recs[4][0]})
@@ -304,4 +305,52 @@ func unverified(args []string) []string {
 		return args
 	}
 	return append(append([]string(nil), args...), "--unverified")
+}
+
+// The export's count column holds what a reservation's requests budgets
+// hold for it, so a finance engineer reconciles a requests budget's spent
+// from the export: the sum of count over the settled rows that name it.
+// How we know it can fail: without the column (or with the USD amount in
+// it) the sum below is not the budget's spent, 4.
+func TestCLI_ExportCountReconcilesRequestsBudget(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	replicatest.Start(t, env, replica.Config{SweepInterval: -1})
+	ok := e2eOK(t, env.URL())
+	ok("budget", "put", "--scope", "team:ny", "--period", "month", "--limit", "50", "--unit", "USD")
+	ok("budget", "put", "--scope", "team:ny", "--period", "month", "--limit", "1000", "--unit", "requests")
+	var adm struct {
+		ReservationID string `json:"reservation_id"`
+	}
+	admit := func(rid, count string) string {
+		require.NoError(t, json.Unmarshal([]byte(ok("admit", "--scope", "team:ny", "--amount", "0.5", "--count", count, "--request-id", rid)), &adm))
+		return adm.ReservationID
+	}
+	a, b, c := admit("c1", "3"), admit("c2", "1"), admit("c3", "7")
+	ok("settle", "--reservation", a, "--actual", "0.4")
+	ok("settle", "--reservation", b, "--actual", "0.6")
+	ok("release", "--reservation", c)
+
+	var got struct {
+		Spent string `json:"spent"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(ok("budget", "get", "--scope", "team:ny", "--period", "month", "--unit", "requests")), &got))
+	require.Equal(t, "4", got.Spent)
+
+	recs, err := csv.NewReader(strings.NewReader(ok("audit", "export"))).ReadAll()
+	require.NoError(t, err)
+	col := func(rec []string, name string) string { return rec[indexOf(recs[0], name)] }
+	sum := 0
+	counts := map[string]string{}
+	for _, rec := range recs[1:] {
+		counts[col(rec, "reservation_id")] = col(rec, "count")
+		require.Equal(t, "USD", col(rec, "unit"), "a row of money and count is the money's")
+		if col(rec, "status") == "settled" {
+			n, err := strconv.Atoi(col(rec, "count"))
+			require.NoError(t, err)
+			sum += n
+		}
+	}
+	require.Equal(t, map[string]string{a: "3", b: "1", c: "7"}, counts)
+	require.Equal(t, 4, sum, "the settled rows' counts are the requests budget's spent")
 }

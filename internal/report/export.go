@@ -89,6 +89,10 @@ type Row struct {
 	// Overrun below are the money part's settle's likewise.
 	Unit     string
 	Reserved events.Money
+	// Count is the count its count budgets (requests) hold for it, the
+	// admit's count, which a settle charges them in full and a release
+	// gives back; nil when it names no count budget.
+	Count *events.Money
 	// OpenedAt and ExpiresAt come from ReservationOpened. SettledAt is the
 	// settle's At, ReleasedAt a release's At with reason "released",
 	// ExpiredAt the sweeper's release's At (reason "expired"); zero when
@@ -495,6 +499,10 @@ func (rf *rowFold) event(m message, ref events.BalanceRef, e events.Event) error
 		}
 		if events.IsCount(ev.Unit) {
 			t.counts = append(t.counts, ref)
+			if t.row.Count == nil {
+				c := ev.Amount
+				t.row.Count = &c
+			}
 		} else if events.IsCount(t.row.Unit) {
 			// The money part of a reservation whose count part came
 			// first: the row is the money's.

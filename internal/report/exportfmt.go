@@ -17,16 +17,18 @@ import (
 
 // ExportColumns are the fixed columns of a CSV export, in order; one
 // column per metadata key follows, named MetadataColumnPrefix + key. The
-// last seven are set for a reservation priced from a model (empty
-// otherwise): the model and price version it was priced at, the input and
-// the most output tokens it was reserved for, and the tokens its settle
-// reported (empty for a settle with an actual).
+// seven from model to cached_input_tokens are set for a reservation
+// priced from a model (empty otherwise): the model and price version it
+// was priced at, the input and the most output tokens it was reserved
+// for, and the tokens its settle reported (empty for a settle with an
+// actual). count is the count its count budgets hold (Row.Count; empty
+// when it names none).
 var ExportColumns = []string{
 	"reservation_id", "request_id", "scopes", "balances", "unit", "reserved",
 	"opened_at", "expires_at", "settled_at", "released_at", "expired_at",
 	"status", "actual", "overrun", "excess", "settle_note", "late", "release_reason",
 	"model", "price_version", "quoted_input_tokens", "quoted_max_output_tokens",
-	"input_tokens", "output_tokens", "cached_input_tokens",
+	"input_tokens", "output_tokens", "cached_input_tokens", "count",
 }
 
 // MetadataColumnPrefix starts the name of a metadata column of a CSV
@@ -283,6 +285,10 @@ func fillRecord(rec []string, r *Row, keys []string, tf TimeFormat) {
 	if r.Late {
 		late = "true"
 	}
+	count := ""
+	if r.Count != nil {
+		count = r.Count.String()
+	}
 	var priced [7]string
 	if q := r.Pricing; q != nil {
 		priced[0], priced[1] = q.Model, strconv.FormatUint(q.Version, 10)
@@ -297,6 +303,7 @@ func fillRecord(rec []string, r *Row, keys []string, tf TimeFormat) {
 		tf.format(r.OpenedAt), tf.format(r.ExpiresAt), tf.format(r.SettledAt), tf.format(r.ReleasedAt), tf.format(r.ExpiredAt),
 		r.Status, actual, overrun, excess, r.Note, late, r.ReleaseReason,
 		priced[0], priced[1], priced[2], priced[3], priced[4], priced[5], priced[6],
+		count,
 	}
 	n := copy(rec, fixed)
 	for i, k := range keys {
@@ -334,6 +341,8 @@ type jsonRow struct {
 	// token columns).
 	Pricing *events.PriceQuote `json:"pricing,omitempty"`
 	Usage   *events.Usage      `json:"usage,omitempty"`
+	// Count: the CSV's count (null when it names no count budget).
+	Count *events.Money `json:"count"`
 }
 
 func optTime(t time.Time) *string {
@@ -365,7 +374,7 @@ func (p *Reader) ExportJSONL(ctx context.Context, w io.Writer, f Filter) (Totals
 			Unit: r.Unit, Reserved: r.Reserved,
 			OpenedAt: optTime(r.OpenedAt), ExpiresAt: optTime(r.ExpiresAt), SettledAt: optTime(r.SettledAt),
 			ReleasedAt: optTime(r.ReleasedAt), ExpiredAt: optTime(r.ExpiredAt),
-			Status: r.Status, Late: r.Late, Metadata: r.Metadata, Pricing: r.Pricing, Usage: r.Usage,
+			Status: r.Status, Late: r.Late, Metadata: r.Metadata, Pricing: r.Pricing, Usage: r.Usage, Count: r.Count,
 		}
 		if jr.Metadata == nil {
 			jr.Metadata = map[string]string{}

@@ -65,9 +65,9 @@ func (s *skips) forgotten(seq uint64) bool {
 	return seq <= s.floor
 }
 
-// ErrRefoldForgotten: Refold was asked for sequences at or below the
-// oldest refusal this replica still remembers, so it cannot tell which of
-// them the fold passed.
+// ErrRefoldForgotten: Refold was asked for sequences at or below a
+// refusal this replica no longer remembers (more than maxSkips refusals
+// came after it), so it cannot tell which of them the fold passed.
 var ErrRefoldForgotten = errors.New("ledger: the fold's refusals that far back are no longer remembered")
 
 // Refold hands out again what the fold passed at the sequences from to to

@@ -137,6 +137,11 @@ func audit(args []string) int {
 		if err != nil {
 			return cmd.usageError(fs, err.Error())
 		}
+		if t.After(time.Now().Add(atFutureSlack)) {
+			// Balances are known up to now: a time ahead of it (a typo of
+			// the year) would show the periods then as idle budgets.
+			return cmd.usageError(fs, fmt.Sprintf("--at %q is in the future; leave --at out for the balances now", *at))
+		}
 		until = t
 	}
 	var trust *signing.KeySet
@@ -282,6 +287,11 @@ func terminalProgress(w io.Writer, what string) func(seq, last uint64) {
 		fmt.Fprintf(w, "\r\033[K%s %d of %d revisions", what, seq, last)
 	}
 }
+
+// atFutureSlack is how far ahead of this machine's clock audit balances
+// --at may be (the clocks of the server that stamps the revisions and of
+// this machine may differ a little).
+const atFutureSlack = time.Minute
 
 // balanceColumns is the header of audit balances' CSV.
 var balanceColumns = []string{"scope", "period", "instance", "unit", "limit", "spent", "reserved", "overrun", "open", "opened", "settled", "released", "expired", "late", "tz"}

@@ -354,6 +354,7 @@ func TestCLI_UsageErrors(t *testing.T) {
 		{[]string{"audit"}, "which audit?"},
 		{[]string{"audit", "check", "--at", "2026-01-01T00:00:00Z"}, "flag provided but not defined: --at"},
 		{[]string{"audit", "balances", "--at", "yesterday"}, `--at "yesterday"`},
+		{[]string{"audit", "balances", "--at", "2999-01-01T00:00:00Z"}, `--at "2999-01-01T00:00:00Z" is in the future`},
 		{[]string{"bench", "extra"}, `unexpected arguments ["extra"]`},
 		{[]string{"bench", "--scenarios", "nope"}, `unknown scenario "nope"`},
 		{[]string{"bench", "--cluster", "2"}, "--cluster must be 3..5 nodes"},

@@ -123,7 +123,8 @@ func serveCopy(t *testing.T, bin string, nd *node, layout streams.Layout) *stand
 	dir := t.TempDir()
 	require.NoError(t, copyDir(filepath.Join(nd.dir, "store"), filepath.Join(dir, "store")))
 	require.NoError(t, singleReplica(filepath.Join(dir, "store")), "%s's copy", nd.name)
-	port, mon := testenv.FreePort(t), testenv.FreePort(t)
+	ports := testenv.FreePorts(t, 2)
+	port, mon := ports[0], ports[1]
 	conf := fmt.Sprintf("server_name: %s-copy\nlisten: 127.0.0.1:%d\nhttp: 127.0.0.1:%d\njetstream {\n  store_dir: %q\n}\n",
 		nd.name, port, mon, filepath.Join(dir, "store"))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "nats.conf"), []byte(conf), 0o644))
@@ -146,7 +147,9 @@ func serveCopy(t *testing.T, bin string, nd *node, layout streams.Layout) *stand
 		}
 		select {
 		case <-s.exited:
-			t.Fatalf("%s's copy: the standalone server exited; see %s", nd.name, logf.Name())
+			keepCopy(t, nd, dir)
+			b, _ := os.ReadFile(logf.Name())
+			t.Fatalf("%s's copy: the standalone server exited (%v); its log:\n%s", nd.name, cmd.ProcessState, tail(string(b), 60))
 		case <-time.After(100 * time.Millisecond):
 		}
 		require.True(t, time.Now().Before(deadline), "%s's copy: standalone server not up: %v", nd.name, err)
@@ -161,11 +164,28 @@ func serveCopy(t *testing.T, bin string, nd *node, layout streams.Layout) *stand
 			return s
 		}
 		if !time.Now().Before(deadline) {
+			keepCopy(t, nd, dir)
 			b, _ := os.ReadFile(logf.Name())
-			t.Fatalf("%s's copy: stream %s not loaded: %v; its log:\n%s", nd.name, layout.StreamName(), err, b)
+			t.Fatalf("%s's copy: stream %s not loaded: %v; its log:\n%s", nd.name, layout.StreamName(), err, tail(string(b), 60))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// keepCopy copies node nd's directory (its store, configs and logs) and
+// the copy served from it to $SPENDGATE_CLUSTER_KEEP/<node>, when that is
+// set, for a post-mortem of a copy that did not load.
+func keepCopy(t *testing.T, nd *node, copied string) {
+	keep := os.Getenv("SPENDGATE_CLUSTER_KEEP")
+	if keep == "" {
+		return
+	}
+	for src, dst := range map[string]string{nd.dir: "node", copied: "copy"} {
+		if err := copyDir(src, filepath.Join(keep, nd.name, dst)); err != nil {
+			t.Logf("keeping %s: %v", src, err)
+		}
+	}
+	t.Logf("%s's store and its copy are kept in %s", nd.name, filepath.Join(keep, nd.name))
 }
 
 func (s *standalone) close() {

@@ -91,7 +91,11 @@ export async function walkthrough(nc, log = console.log) {
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {
-  const nc = await connect({ servers: process.env.NATS_URL ?? "nats://127.0.0.1:4222" });
+  const url = process.env.NATS_URL ?? "nats://127.0.0.1:4222";
+  const nc = await connect({ servers: url }).catch((err) => {
+    console.error(`cannot reach NATS at ${url} (${err.message}): start spendgate serve, or set NATS_URL to its address`);
+    process.exit(1);
+  });
   try {
     await walkthrough(nc);
   } finally {

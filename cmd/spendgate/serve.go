@@ -228,6 +228,11 @@ func serve(args []string) int {
 			embedded.WithSyncAlways(*syncAlways),
 			embedded.WithLogger(srvLog))
 		if err != nil {
+			if errors.Is(err, syscall.EADDRINUSE) {
+				log.Error("cannot start the embedded NATS server: another program holds the address; stop it, or choose another with --listen "+
+					"(and give the other commands the same address with --nats-url or $NATS_URL)", "err", err)
+				return 1
+			}
 			log.Error("cannot start the embedded NATS server", "err", err)
 			return 1
 		}

@@ -67,6 +67,7 @@ func TestServe_PortInUse(t *testing.T) {
 	require.Equal(t, 1, r.code, r.stderr)
 	require.Contains(t, r.stderr, "cannot listen for clients on "+l.Addr().String())
 	require.Contains(t, r.stderr, "address already in use")
+	require.Contains(t, r.stderr, "choose another with --listen", "what to do about it")
 	require.NotContains(t, r.stderr, "testenv")
 }
 

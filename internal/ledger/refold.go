@@ -52,11 +52,19 @@ func (s *skips) reset() {
 	s.set, s.ring, s.next, s.floor = nil, nil, 0, 0
 }
 
-func (s *skips) has(seq uint64) bool {
+// refused reports whether the fold refused seq, or that it cannot tell
+// (forgotten: seq is at or below a refusal it no longer remembers). One
+// look under the lock: a refusal evicted between two separate looks
+// (more than maxSkips refusals coming in meanwhile) would otherwise read
+// as passed.
+func (s *skips) refused(seq uint64) (refused, forgotten bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, ok := s.set[seq]
-	return ok
+	if seq <= s.floor {
+		return false, true
+	}
+	_, refused = s.set[seq]
+	return refused, false
 }
 
 func (s *skips) forgotten(seq uint64) bool {
@@ -120,8 +128,13 @@ func (l *Ledger) Refold(ctx context.Context, from, to uint64, max int) (revs []*
 		if m.seq < next || m.seq > to {
 			break
 		}
+		refused, forgotten := l.skipped.refused(m.seq)
+		if forgotten {
+			// More than maxSkips refusals came in while this call read.
+			return nil, from, ErrRefoldForgotten
+		}
 		next = m.seq + 1
-		if l.skipped.has(m.seq) {
+		if refused {
 			continue // refused by the fold
 		}
 		rev, rej := l.gate.Inspect(&gate.Message{Seq: m.seq, Subject: m.subject, Header: m.header, Data: m.data, At: m.at})

@@ -228,12 +228,12 @@ func serve(args []string) int {
 			embedded.WithSyncAlways(*syncAlways),
 			embedded.WithLogger(srvLog))
 		if err != nil {
+			msg := "cannot start the embedded NATS server"
 			if errors.Is(err, syscall.EADDRINUSE) {
-				log.Error("cannot start the embedded NATS server: another program holds the address; stop it, or choose another with --listen "+
-					"(and give the other commands the same address with --nats-url or $NATS_URL)", "err", err)
-				return 1
+				msg += ": another program holds the address; stop it, or choose another with --listen " +
+					"(and give the other commands the same address with --nats-url or $NATS_URL)"
 			}
-			log.Error("cannot start the embedded NATS server", "err", err)
+			log.Error(msg, "err", err)
 			return 1
 		}
 		defer srv.Shutdown()

@@ -954,6 +954,7 @@ func decodeSnapshotAhead(o objectAhead, checkHeader func(snapshotHeader) error) 
 		buf, _ = o.Wait(end + 1)
 		st.windowAhead = &sectionReader{src: buf, b: buf[end+1:], end: o.Size(), ahead: o}
 		st.windowAhead.step.entry, st.windowAhead.step.tables = entryAhead, tablesAhead
+		st.windowAhead.verify = func() error { return a.check(h) }
 	}
 	return st, h, a, nil
 }

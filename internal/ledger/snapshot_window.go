@@ -250,6 +250,10 @@ type sectionReader struct {
 	// tables) more waits for bytes: entryAhead and tablesAhead, but
 	// tests make them small.
 	step struct{ entry, tables int }
+	// verify, while set, checks the body's digest (decodeSnapshotAhead):
+	// loadWindow calls it, once, when the entries it decoded cost more
+	// memory than a genuine section's would (aheadAlloc).
+	verify func() error
 }
 
 // objectAhead is what decoding a snapshot while it arrives needs of the
@@ -327,6 +331,27 @@ const (
 	entryAhead = 64 << 10
 	// tablesAhead is the same for the units and quotes tables.
 	tablesAhead = 1 << 20
+)
+
+// A window section is decoded ahead of its digest while its entries cost
+// (windowLoad.cost) at most aheadAlloc times the bytes they were read
+// from, past the first aheadFree bytes; then its digest is checked first.
+// A genuine header replayed over a forged body of its size, packed with
+// the shortest entries (text ids of a few bytes, each a string of its
+// own), allocated 8.2x the body's bytes before the digest failed; a
+// genuine body of UUID ids costs 2.4x by this count, one whose request
+// ids are texts of 10 bytes 3.9x, so those decode as they arrive
+// (TestSnapshot_CostlyWindowWaitsForDigest).
+const (
+	aheadAlloc = 5
+	aheadFree  = 1 << 20
+	// What an entry costs as it loads: a compact one (its ring slot, its
+	// index and its pending handle), its winExt, a part of it, a whole
+	// one (a Reservation, its maps and strings; plus twice its JSON).
+	costCompact = 160
+	costExt     = 80
+	costPart    = 40
+	costWhole   = 600
 )
 
 var errTruncated = errors.New("truncated")
@@ -478,6 +503,15 @@ func (b *book) loadWindow(r *sectionReader, bals []*balance, version int) error 
 		ld.pending = slices.Grow(ld.pending, int(n))
 		var prev int64
 		for i := uint64(0); i < n; i++ {
+			if r.verify != nil && ld.cost > aheadAlloc*(r.pos()-start)+aheadFree {
+				// Costlier than a genuine section: decoded no
+				// further before the body is known to be the one
+				// signed.
+				err := r.verify()
+				if r.verify = nil; err != nil {
+					return err
+				}
+			}
 			r.more(r.step.entry)
 			at, p := r.pos(), prev
 			err := b.loadEntry(r, which, &prev, &ld)
@@ -596,6 +630,9 @@ type windowLoad struct {
 	pending []uint32
 	// extras is a slab the next entries' winExtras are taken from.
 	extras []winExtra
+	// cost estimates the bytes the entries read so far allocated (see
+	// aheadAlloc).
+	cost int
 }
 
 // extraSlab is how many winExtras a loader allocates at once.
@@ -637,6 +674,7 @@ func (b *book) loadEntry(r *sectionReader, which int, prev *int64, ld *windowLoa
 		if r.err != nil {
 			return r.err
 		}
+		ld.cost += costWhole + 2*len(raw)
 		var sr snapReservation
 		if err := json.Unmarshal(raw, &sr); err != nil {
 			return err
@@ -692,6 +730,13 @@ func (b *book) loadEntry(r *sectionReader, which int, prev *int64, ld *windowLoa
 		}
 	}
 	e.setExt(ext, xext)
+	ld.cost += costCompact
+	if e.ext != nil {
+		ld.cost += costExt + len(ext.id) + len(ext.req) + len(ext.hash)
+		if e.ext.more != nil {
+			ld.cost += costPart * len(e.ext.more.parts)
+		}
+	}
 	ld.pending = append(ld.pending, b.win.pushEntry(which, &e))
 	return nil
 }

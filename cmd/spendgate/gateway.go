@@ -72,8 +72,17 @@ func gatewayCmd(args []string) int {
 	// The settings the gateway takes from the environment (each named in
 	// its flag's --help); every other one comes from a flag or --config.
 	env := config.EnvFlags(fs, "listen", "nats-url")
+	// --listen is an HTTP address here and serve's NATS address there, so
+	// one environment holds both: $SPENDGATE_GATEWAY_LISTEN is the
+	// gateway's. $SPENDGATE_LISTEN, which earlier builds read here, is
+	// still read when that is unset, with a warning (below).
+	env.As(fs, "listen", gatewayListenEnv)
 	if code, ok := gatewayCommand.parse(fs, args); !ok {
 		return code
+	}
+	oldListen := os.Getenv(gatewayListenEnv) == "" && os.Getenv(config.EnvName("listen")) != "" && !visited(fs, "listen")
+	if oldListen {
+		env.As(fs, "listen", config.EnvName("listen"))
 	}
 	if err := config.Apply(fs, env); err != nil {
 		return gatewayCommand.usageError(fs, err.Error())
@@ -102,6 +111,10 @@ func gatewayCmd(args []string) int {
 		return gatewayCommand.usageError(fs, fmt.Sprintf("--ledger-timeout must be in (0, %s]", client.MaxTimeout))
 	}
 	log := logging.New(os.Stderr)
+	if oldListen {
+		log.Warn("the gateway's --listen came from $SPENDGATE_LISTEN, which is also serve's NATS address; set $"+gatewayListenEnv+" for the gateway instead (a later release reads only that)",
+			"listen", *listen)
+	}
 
 	reg := metrics.NewRegistry()
 	srv, err := ops.New(*listen, metrics.Handler(reg), ops.WithLogger(log))
@@ -186,3 +199,6 @@ func gatewayCmd(args []string) int {
 	}
 	return exitOK
 }
+
+// gatewayListenEnv is the variable of gateway --listen.
+const gatewayListenEnv = config.EnvPrefix + "GATEWAY_LISTEN"

@@ -207,12 +207,41 @@ func serveForGateway(t *testing.T) (url string, cli func(args ...string) string)
 	}
 }
 
+// TestGateway_ListenFromItsOwnVariable: the gateway's address comes from
+// $SPENDGATE_GATEWAY_LISTEN, so one environment can also hold serve's
+// $SPENDGATE_LISTEN (its NATS address); with only $SPENDGATE_LISTEN set,
+// as earlier builds read it, the gateway still listens there and warns.
+// How it can fail: reading $SPENDGATE_LISTEN first, the first gateway
+// tried serve's NATS address (taken) and exited.
+func TestGateway_ListenFromItsOwnVariable(t *testing.T) {
+	url, _ := serveForGateway(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	gw := startProcEnv(t, []string{"SPENDGATE_NATS_URL=" + url, "SPENDGATE_LISTEN=" + strings.TrimPrefix(url, "nats://"),
+		"SPENDGATE_GATEWAY_LISTEN=" + addr}, false, "gateway", "--journal", "")
+	waitGateway(t, addr)
+	require.NotContains(t, gw.out.String(), "SPENDGATE_LISTEN")
+	gw.stop(t)
+
+	old := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	gw = startProcEnv(t, []string{"SPENDGATE_NATS_URL=" + url, "SPENDGATE_LISTEN=" + old}, false, "gateway", "--journal", "")
+	waitGateway(t, old)
+	require.Contains(t, gw.out.String(), "set $SPENDGATE_GATEWAY_LISTEN for the gateway instead")
+	gw.stop(t)
+}
+
 // startGateway starts spendgate gateway on addr with args (the upstream's
 // key sk-upstream, the ledger at url) and waits until its /readyz answers.
 func startGateway(t *testing.T, url, addr string, args ...string) *proc {
 	t.Helper()
 	gw := startProcEnv(t, []string{"OPENAI_API_KEY=sk-upstream", "SPENDGATE_NATS_URL=" + url}, false,
 		append([]string{"gateway", "--listen", addr}, args...)...)
+	waitGateway(t, addr)
+	return gw
+}
+
+// waitGateway waits until the gateway at addr answers /readyz.
+func waitGateway(t *testing.T, addr string) {
+	t.Helper()
 	testenv.WaitFor(t, 30*time.Second, "the gateway at "+addr+" is ready", func() bool {
 		resp, err := http.Get("http://" + addr + "/readyz")
 		if err != nil {
@@ -221,5 +250,4 @@ func startGateway(t *testing.T, url, addr string, args ...string) *proc {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	})
-	return gw
 }

@@ -35,7 +35,8 @@ func EnvName(name string) string {
 // Env is the set of flags of one command that may come from the
 // environment, made by EnvFlags.
 type Env struct {
-	names map[string]bool
+	// names maps each listed flag to its variable.
+	names map[string]string
 }
 
 // EnvFlags lists the flags of fs, by name, that Apply may set from their
@@ -47,37 +48,56 @@ type Env struct {
 // it after declaring the flags and before parsing; a name fs does not
 // declare panics (a programming error).
 func EnvFlags(fs *flag.FlagSet, names ...string) Env {
-	e := Env{names: map[string]bool{}}
+	e := Env{names: map[string]string{}}
 	for _, n := range names {
-		f := fs.Lookup(n)
-		if f == nil {
-			panic(fmt.Sprintf("config: EnvFlags: %s has no flag %q", fs.Name(), n))
-		}
-		e.names[n] = true
-		if v := "$" + EnvName(n); !strings.Contains(f.Usage, v) {
-			f.Usage += " (" + v + ")"
-		}
+		e.set(fs, n, EnvName(n))
 	}
 	return e
+}
+
+// As makes the flag named name, which e lists, read the variable
+// variable instead of its EnvName: for a flag whose name means something
+// else in another command (gateway --listen is an HTTP address, serve's is
+// NATS's), so that one environment can hold both. Ignored then names its
+// EnvName when set.
+func (e Env) As(fs *flag.FlagSet, name, variable string) {
+	if _, ok := e.names[name]; !ok {
+		panic(fmt.Sprintf("config: Env.As: %s does not list %q", fs.Name(), name))
+	}
+	f := fs.Lookup(name)
+	f.Usage = strings.Replace(f.Usage, " ($"+e.names[name]+")", "", 1)
+	e.set(fs, name, variable)
+}
+
+func (e Env) set(fs *flag.FlagSet, name, variable string) {
+	f := fs.Lookup(name)
+	if f == nil {
+		panic(fmt.Sprintf("config: EnvFlags: %s has no flag %q", fs.Name(), name))
+	}
+	e.names[name] = variable
+	if v := "$" + variable; !strings.Contains(f.Usage, v) {
+		f.Usage += " (" + v + ")"
+	}
 }
 
 // Names returns the environment variables e reads, sorted.
 func (e Env) Names() []string {
 	out := make([]string, 0, len(e.names))
-	for n := range e.names {
-		out = append(out, EnvName(n))
+	for _, v := range e.names {
+		out = append(out, v)
 	}
 	sort.Strings(out)
 	return out
 }
 
 // Ignored returns the variables set in the environment that name a flag of
-// fs (by EnvName) that e does not list, sorted: settings the command does
+// fs (by EnvName) that e does not read (it does not list the flag, or
+// reads it from another variable: As), sorted: settings the command does
 // not take from the environment (worth a warning).
 func (e Env) Ignored(fs *flag.FlagSet) []string {
 	var out []string
 	fs.VisitAll(func(f *flag.Flag) {
-		if e.names[f.Name] {
+		if e.names[f.Name] == EnvName(f.Name) {
 			return
 		}
 		if v, ok := os.LookupEnv(EnvName(f.Name)); ok && v != "" {
@@ -108,10 +128,10 @@ func Apply(fs *flag.FlagSet, env Env) error {
 
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
-		if err != nil || explicit[f.Name] || !env.names[f.Name] {
+		name := env.names[f.Name]
+		if err != nil || explicit[f.Name] || name == "" {
 			return
 		}
-		name := EnvName(f.Name)
 		v, ok := os.LookupEnv(name)
 		if !ok || v == "" {
 			return

@@ -197,6 +197,25 @@ func TestApply_EnvWhitelist(t *testing.T) {
 	require.Equal(t, 1, strings.Count(fs.Lookup("data-dir").Usage, "$SPENDGATE_DATA_DIR"))
 }
 
+// TestEnv_As: a flag read from another variable than its EnvName takes
+// that variable, its help names that one alone, and its EnvName, set, is
+// reported ignored.
+func TestEnv_As(t *testing.T) {
+	fs, s := newFlags()
+	env := config.EnvFlags(fs, "data-dir")
+	env.As(fs, "data-dir", "SPENDGATE_OTHER_DIR")
+	require.Contains(t, fs.Lookup("data-dir").Usage, "($SPENDGATE_OTHER_DIR)")
+	require.NotContains(t, fs.Lookup("data-dir").Usage, "$SPENDGATE_DATA_DIR")
+	require.Equal(t, []string{"SPENDGATE_OTHER_DIR"}, env.Names())
+	t.Setenv("SPENDGATE_DATA_DIR", "serve's")
+	t.Setenv("SPENDGATE_OTHER_DIR", "mine")
+	require.NoError(t, fs.Parse(nil))
+	require.NoError(t, config.Apply(fs, env))
+	require.Equal(t, "mine", *s.dataDir)
+	require.Equal(t, []string{"SPENDGATE_DATA_DIR"}, env.Ignored(fs))
+	require.Panics(t, func() { env.As(fs, "replicas", "SPENDGATE_R") }, "a flag env does not list")
+}
+
 func TestApply_NoFileFlag(t *testing.T) {
 	fs := flag.NewFlagSet("x", flag.ContinueOnError)
 	a := fs.String("a", "def", "")

@@ -41,9 +41,10 @@
 // feed's end, so however many relays run, each event is appended once and
 // in order. Its Nats-Msg-Id is its id and the start of its signature, so
 // that no message another login publishes can take it first (msgID). Up to
-// MaxInFlight appends are pipelined: every relay hands the same verified
-// events in the same order, so the message at a feed sequence is the same
-// event whoever appended it. A relay that loses (another relay appended
+// MaxInFlight appends are pipelined on a feed stream of one replica: every
+// relay hands the same verified events in the same order, so the message
+// at a feed sequence is the same event whoever appended it. On a
+// clustered feed stream a relay appends one at a time (see MaxInFlight). A relay that loses (another relay appended
 // first) finds the feed's end again and resumes after it.
 //
 // A relay signs what it appends and believes only what trusted keys

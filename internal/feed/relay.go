@@ -57,7 +57,26 @@ const DefaultQueueWait = 5 * time.Second
 // it, and every relay hands the same verified events in the same order,
 // so the message at a feed sequence is always the same event, whoever
 // appended it.
+//
+// Only on a feed stream of one replica. On a clustered one (R3) a relay
+// appends one event at a time (inFlight): a pipelined append also expects
+// the previous one's Nats-Msg-Id, and a clustered nats-server checks that
+// header only when each node applies the entry, where a mismatch is a
+// critical write error that stops the stream on every node for good (it
+// stays in the raft log). Another relay appending k events after the tail
+// this one read, with this one's window holding more than k, caused one:
+// the window's first k appends failed on the expected sequence, the next
+// passed it at the leader and failed on the id when applied.
 const MaxInFlight = 256
+
+// inFlight is how many appends the relay pipelines on feed stream s:
+// MaxInFlight on a single replica, 1 on a clustered stream.
+func inFlight(s jetstream.Stream) int {
+	if s.CachedInfo().Config.Replicas > 1 {
+		return 1
+	}
+	return MaxInFlight
+}
 
 // maxWalkBack is how many messages back from the feed's end a relay
 // looks for the last message a trusted key signed before it looks for the
@@ -593,6 +612,7 @@ func (r *Relay) runOnce(ctx context.Context, s jetstream.Stream) (tail, error) {
 		return t, err
 	}
 	next := t.last
+	window := inFlight(s)
 	var win []inflight
 	sinceCk := uint64(0)
 	for {
@@ -683,7 +703,7 @@ func (r *Relay) runOnce(ctx context.Context, s jetstream.Stream) (tail, error) {
 		r.pop()
 		win = append(win, inflight{m: m, id: id, f: f})
 		next = m.Position()
-		if len(win) >= MaxInFlight {
+		if len(win) >= window {
 			if t, err = r.flush(ctx, s, t, win); err != nil {
 				r.requeue(win) // as above
 				return t, err

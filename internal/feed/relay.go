@@ -52,6 +52,13 @@ const DefaultQueue = 1 << 16
 // back-fills). No event is lost from the feed for good.
 const DefaultQueueWait = 5 * time.Second
 
+// DefaultAppendWait bounds how long a relay waits for the feed to
+// acknowledge an append (WithAppendWait). An append that is never
+// answered (the feed stream without a leader, or stopped on its nodes)
+// would otherwise hold the relay for good, past the stream's recovery;
+// past it the relay starts again from the feed's end, as after any error.
+const DefaultAppendWait = 10 * time.Second
+
 // MaxInFlight bounds the feed appends a relay has in flight at once.
 // Pipelining is safe: each append expects the feed's sequence just before
 // it, and every relay hands the same verified events in the same order,
@@ -104,12 +111,16 @@ const DefaultMaxTailScan = 1 << 16
 // feed's write permission can set; a forged message is skipped and
 // counted (Forged), and the relay appends after it.
 type Relay struct {
-	js     jetstream.JetStream
-	l      streams.Layout
-	log    *slog.Logger
-	retry  time.Duration
-	ensure []streams.FeedOption
-	maxAge time.Duration
+	js jetstream.JetStream
+	// pub is js with an acknowledgement timeout of appendWait, for the
+	// appends.
+	pub        jetstream.JetStream
+	appendWait time.Duration
+	l          streams.Layout
+	log        *slog.Logger
+	retry      time.Duration
+	ensure     []streams.FeedOption
+	maxAge     time.Duration
 	// signer signs what this relay appends (nil: unsigned); keys are the
 	// keys whose messages it believes (nil: any).
 	signer  func() *signing.Signer
@@ -239,6 +250,19 @@ func WithQueue(n int) Option {
 	}
 }
 
+// WithAppendWait sets how long the relay waits for the feed to
+// acknowledge an append before it starts again (default
+// DefaultAppendWait).
+func WithAppendWait(d time.Duration) Option {
+	return func(r *Relay) error {
+		if d <= 0 {
+			return fmt.Errorf("feed: append wait must be positive, got %s", d)
+		}
+		r.appendWait = d
+		return nil
+	}
+}
+
 // WithMaxTailScan bounds how many messages the relay reads back from the
 // feed's end to find where it stands (default DefaultMaxTailScan).
 func WithMaxTailScan(n int) Option {
@@ -296,14 +320,40 @@ func UnsafeAppendFaultForTesting(f func() error) Option {
 func NewRelay(js jetstream.JetStream, l streams.Layout, opts ...Option) (*Relay, error) {
 	r := &Relay{js: js, l: l, log: slog.New(slog.DiscardHandler), retry: DefaultRetry, max: DefaultQueue,
 		maxAge: streams.DefaultFeedMaxAge, ckEvery: DefaultCheckpointEvery, maxScan: DefaultMaxTailScan, wait: DefaultQueueWait,
-		signer: func() *signing.Signer { return nil }, keys: func() *signing.KeySet { return nil }}
+		appendWait: DefaultAppendWait,
+		signer:     func() *signing.Signer { return nil }, keys: func() *signing.KeySet { return nil }}
 	r.more = sync.NewCond(&r.mu)
 	for _, o := range opts {
 		if err := o(r); err != nil {
 			return nil, err
 		}
 	}
+	pub, err := withAckTimeout(js, r.appendWait)
+	if err != nil {
+		return nil, err
+	}
+	r.pub = pub
 	return r, nil
+}
+
+// withAckTimeout returns a JetStream context on js's connection, API
+// prefix or domain whose asynchronous publishes fail with
+// jetstream.ErrAsyncPublishTimeout when unanswered for d (js's own may
+// have no such timeout: nats.go's default waits for ever).
+func withAckTimeout(js jetstream.JetStream, d time.Duration) (jetstream.JetStream, error) {
+	o := js.Options()
+	opts := []jetstream.JetStreamOpt{jetstream.WithPublishAsyncTimeout(d)}
+	if o.DefaultTimeout > 0 {
+		opts = append(opts, jetstream.WithDefaultTimeout(o.DefaultTimeout))
+	}
+	switch {
+	case o.Domain != "":
+		return jetstream.NewWithDomain(js.Conn(), o.Domain, opts...)
+	case o.APIPrefix != "":
+		return jetstream.NewWithAPIPrefix(js.Conn(), o.APIPrefix, opts...)
+	default:
+		return jetstream.New(js.Conn(), opts...)
+	}
 }
 
 // Relayed is how many events this relay appended.
@@ -692,7 +742,7 @@ func (r *Relay) runOnce(ctx context.Context, s jetstream.Stream) (tail, error) {
 				return t, err
 			}
 		}
-		f, err := r.js.PublishMsgAsync(msg, opts...)
+		f, err := r.pub.PublishMsgAsync(msg, opts...)
 		if err != nil {
 			// The window's events are not lost: they come again from
 			// the queue's front after the relay starts again, and those
@@ -829,6 +879,10 @@ func (r *Relay) flush(ctx context.Context, s jetstream.Stream, t tail, win []inf
 			t = tail{feedSeq: ack.Sequence, last: p.m.Position(), lastSeq: ack.Sequence}
 			r.known.Store(&mark{pos: t.last, seq: ack.Sequence})
 		case err := <-p.f.Err():
+			if errors.Is(err, jetstream.ErrAsyncPublishTimeout) {
+				return t, fmt.Errorf("feed: the feed stream %s did not acknowledge the append of event %s within %s (has it a leader? nats stream info %s): %w",
+					r.l.FeedStreamName(), p.m.ID, r.appendWait, r.l.FeedStreamName(), err)
+			}
 			if !streams.IsConflict(err) {
 				return t, err
 			}

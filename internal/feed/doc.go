@@ -41,11 +41,12 @@
 // feed's end, so however many relays run, each event is appended once and
 // in order. Its Nats-Msg-Id is its id and the start of its signature, so
 // that no message another login publishes can take it first (msgID). Up to
-// MaxInFlight appends are pipelined on a feed stream of one replica: every
-// relay hands the same verified events in the same order, so the message
-// at a feed sequence is the same event whoever appended it. On a
-// clustered feed stream a relay appends one at a time (see MaxInFlight). A relay that loses (another relay appended
-// first) finds the feed's end again and resumes after it.
+// MaxInFlight appends are pipelined: every relay hands the same verified
+// events in the same order, so the message at a feed sequence is the same
+// event whoever appended it; each also expects the previous append's
+// Nats-Msg-Id, but on a clustered feed stream (expectsMsgID). A relay that
+// loses (another relay appended first) finds the feed's end again and
+// resumes after it.
 //
 // A relay signs what it appends and believes only what trusted keys
 // signed: where the feed stands is the last message a trusted key signed

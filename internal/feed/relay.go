@@ -64,25 +64,22 @@ const DefaultAppendWait = 10 * time.Second
 // it, and every relay hands the same verified events in the same order,
 // so the message at a feed sequence is always the same event, whoever
 // appended it.
-//
-// Only on a feed stream of one replica. On a clustered one (R3) a relay
-// appends one event at a time (inFlight): a pipelined append also expects
-// the previous one's Nats-Msg-Id, and a clustered nats-server checks that
-// header only when each node applies the entry, where a mismatch is a
-// critical write error that stops the stream on every node for good (it
-// stays in the raft log). Another relay appending k events after the tail
-// this one read, with this one's window holding more than k, caused one:
-// the window's first k appends failed on the expected sequence, the next
-// passed it at the leader and failed on the id when applied.
 const MaxInFlight = 256
 
-// inFlight is how many appends the relay pipelines on feed stream s:
-// MaxInFlight on a single replica, 1 on a clustered stream.
-func inFlight(s jetstream.Stream) int {
-	if s.CachedInfo().Config.Replicas > 1 {
-		return 1
-	}
-	return MaxInFlight
+// expectsMsgID reports whether the relay's pipelined appends to feed
+// stream s also expect the previous append's Nats-Msg-Id: only on a
+// stream of one replica. A clustered nats-server checks that header only
+// when each node applies the entry, where a mismatch is a critical write
+// error that stops the stream on every node for good (it stays in the raft
+// log): another relay appending k events after the tail this one read,
+// with this one's window holding more than k, caused one (the window's
+// first k appends failed on the expected sequence, the next passed it at
+// the leader and failed on the id when applied), and so would a single
+// forged message. On a clustered stream the expected sequence alone keeps
+// the appends exactly once and in order among relays, and flush finds a
+// message no trusted key signed that took an event's place (checkBefore).
+func expectsMsgID(s jetstream.Stream) bool {
+	return s.CachedInfo().Config.Replicas <= 1
 }
 
 // maxWalkBack is how many messages back from the feed's end a relay
@@ -662,7 +659,7 @@ func (r *Relay) runOnce(ctx context.Context, s jetstream.Stream) (tail, error) {
 		return t, err
 	}
 	next := t.last
-	window := inFlight(s)
+	byID := expectsMsgID(s)
 	var win []inflight
 	sinceCk := uint64(0)
 	for {
@@ -723,7 +720,7 @@ func (r *Relay) runOnce(ctx context.Context, s jetstream.Stream) (tail, error) {
 		}
 		id := msgID(m, msg.Header)
 		opts := []jetstream.PublishOpt{jetstream.WithMsgID(id), jetstream.WithExpectLastSequence(t.feedSeq + uint64(len(win)))}
-		if len(win) > 0 {
+		if len(win) > 0 && byID {
 			// Pipelined: this append must follow the window's previous
 			// event, not merely the sequence it was expected to take. A
 			// message no relay wrote (a forged one) that took that
@@ -753,7 +750,7 @@ func (r *Relay) runOnce(ctx context.Context, s jetstream.Stream) (tail, error) {
 		r.pop()
 		win = append(win, inflight{m: m, id: id, f: f})
 		next = m.Position()
-		if len(win) >= window {
+		if len(win) >= MaxInFlight {
 			if t, err = r.flush(ctx, s, t, win); err != nil {
 				r.requeue(win) // as above
 				return t, err
@@ -862,7 +859,8 @@ func msgID(m Message, h nats.Header) string {
 // from the tail).
 func (r *Relay) flush(ctx context.Context, s jetstream.Stream, t tail, win []inflight) (tail, error) {
 	lost := false
-	for _, p := range win {
+	refused := false // an append of win failed on its expected sequence
+	for i, p := range win {
 		select {
 		case ack := <-p.f.Ok():
 			if ack.Duplicate {
@@ -875,6 +873,11 @@ func (r *Relay) flush(ctx context.Context, s jetstream.Stream, t tail, win []inf
 				lost = true
 				continue
 			}
+			if refused && i > 0 {
+				// Landed behind an append that lost: the message before it
+				// must be that append's event, another relay's.
+				r.checkBefore(ctx, s, win[i-1], ack.Sequence-1)
+			}
 			r.relayed.Add(1)
 			t = tail{feedSeq: ack.Sequence, last: p.m.Position(), lastSeq: ack.Sequence}
 			r.known.Store(&mark{pos: t.last, seq: ack.Sequence})
@@ -886,7 +889,7 @@ func (r *Relay) flush(ctx context.Context, s jetstream.Stream, t tail, win []inf
 			if !streams.IsConflict(err) {
 				return t, err
 			}
-			lost = true
+			lost, refused = true, true
 		case <-ctx.Done():
 			return t, ctx.Err()
 		}
@@ -903,6 +906,28 @@ func (r *Relay) flush(ctx context.Context, s jetstream.Stream, t tail, win []inf
 		return t, errFeedMoved
 	}
 	return nt, nil
+}
+
+// checkBefore checks that the feed's message at seq, just before an append
+// that landed behind one that lost its compare-and-set (prev), is prev's
+// event signed by a trusted key: another relay appended it. On a clustered
+// feed stream, whose appends expect no previous Nats-Msg-Id
+// (expectsMsgID), a message no trusted key signed can take that place, and
+// prev's event is then missing from the feed: it is counted as forged and
+// logged at error level. A read that fails is logged, not returned: the
+// appends have landed either way.
+func (r *Relay) checkBefore(ctx context.Context, s jetstream.Stream, prev inflight, seq uint64) {
+	sm, err := s.GetMsg(ctx, seq)
+	if err != nil {
+		r.log.Warn("feed: cannot read the message before an append that landed behind one that lost", "feed_seq", seq, "event", prev.m.ID, "err", err)
+		return
+	}
+	if m, ok, _ := r.trusted(sm.Subject, sm.Header, sm.Data); ok && m.Position() == prev.m.Position() {
+		return
+	}
+	r.countForged(seq, seq)
+	r.log.Error("feed: a message no trusted key signed took the place of an event in the feed; the event is missing from it (who may publish to the feed?)",
+		"event", prev.m.ID, "feed_seq", seq)
 }
 
 // checkDuplicate checks that the message an append was deduplicated

@@ -274,7 +274,7 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	case <-r.failed:
 		return nil, fmt.Errorf("replica: ledger follower stopped: %w", r.err)
 	case <-time.After(cfg.ReadyTimeout):
-		return nil, errors.New("replica: ledger fold did not finish in time")
+		return nil, r.foldTimedOut(l, cfg.ReadyTimeout)
 	}
 	// Who may write is the ledger's: this replica's own trusted keys are
 	// merged into the ledger's trust revision (the first one, if the
@@ -374,6 +374,21 @@ func engine(l *ledger.Ledger, cfg Config, extra ...admit.Option) (*admit.Admitte
 		return nil, nil, nil, err
 	}
 	return a, st, sw, nil
+}
+
+// foldTimedOut is the error of a start whose fold of the ledger stream
+// did not finish within the ready timeout d: how far it got, what to
+// raise, and, when the feed relay's queue is full, that the fold waits
+// for the feed's back-fill (a replica with a feed loads no snapshot past
+// the feed's end, so a feed far behind is back-filled at start, at the
+// feed's pace).
+func (r *Replica) foldTimedOut(l *ledger.Ledger, d time.Duration) error {
+	msg := fmt.Sprintf("replica: ledger fold did not finish in time (%s, --ready-timeout): folded to stream sequence %d, %d revisions to go; give the replica a longer --ready-timeout",
+		d, l.Applied(), l.Lag())
+	if r.Relay != nil && r.Relay.Queued() > 0 {
+		msg += fmt.Sprintf(" (the fold waits for the feed relay, which back-fills the feed from where it ends and holds %d events not appended yet: the fold goes at the feed's pace)", r.Relay.Queued())
+	}
+	return errors.New(msg)
 }
 
 // startRelay adds the feed relay to the fold's readers and runs it.

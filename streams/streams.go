@@ -684,6 +684,13 @@ func (l Layout) MsgGetSubject(js jetstream.JetStream) string {
 	return apiPrefix(js) + "STREAM.MSG.GET." + l.StreamName()
 }
 
+// FeedMsgGetSubject is the JetStream API subject that reads one message of
+// the feed stream through its leader ("$JS.API.STREAM.MSG.GET.<bucket>_feed"),
+// under js's API prefix.
+func (l Layout) FeedMsgGetSubject(js jetstream.JetStream) string {
+	return apiPrefix(js) + "STREAM.MSG.GET." + l.FeedStreamName()
+}
+
 // DirectGetSubject is the JetStream API subject of a direct get from the
 // layout's stream ("$JS.API.DIRECT.GET.<stream>"), under js's API prefix:
 // any replica of the stream may answer it.

@@ -117,6 +117,14 @@ func TestRelay_TwoReplicasOnClusterKeepTheFeed(t *testing.T) {
 	t.Parallel()
 	fc := newFeedCluster(t, 2)
 	ctx := ctxT(t)
+	// The relays read the feed through its leader, never by direct get,
+	// which a replica whose copy lags may answer: a relay that found the
+	// feed's last message missing there took an older event for the end
+	// and appended the next one a second time.
+	direct, err := fc.c.Conn.SubscribeSync(jetstream.DefaultAPIPrefix + "DIRECT.GET." + fc.c.Layout.FeedStreamName() + ".>")
+	require.NoError(t, err)
+	direct1, err := fc.c.Conn.SubscribeSync(jetstream.DefaultAPIPrefix + "DIRECT.GET." + fc.c.Layout.FeedStreamName())
+	require.NoError(t, err)
 
 	// b appends 5 events and holds its 6th; a, whose tail is older, holds
 	// its first append until then and until every event is queued, so its
@@ -145,6 +153,11 @@ func TestRelay_TwoReplicasOnClusterKeepTheFeed(t *testing.T) {
 
 	want := ledgerEvents(t, ctx, fc.c.JS, fc.c.Layout)
 	fc.waitFeed(t, ctx, len(want))
+	n1, _, err := direct.Pending()
+	require.NoError(t, err)
+	n2, _, err := direct1.Pending()
+	require.NoError(t, err)
+	require.Zero(t, n1+n2, "direct gets of the feed")
 	require.Equal(t, ids(want), ids(feedMessages(t, ctx, fc.c.JS, fc.c.Layout)))
 	require.NotZero(t, ra.Relay.Lost(), "a's window lost to b's appends")
 	require.Zero(t, ra.Relay.Forged()+rb.Relay.Forged())

@@ -908,6 +908,63 @@ func (r *Relay) flush(ctx context.Context, s jetstream.Stream, t tail, win []inf
 	return nt, nil
 }
 
+// getMsg reads the feed's message at seq through the feed stream's leader
+// (jetstream.ErrMsgNotFound when there is none). Not a direct get: any
+// replica of a clustered feed stream may answer one from a copy that
+// lags, and a relay that read the feed's last message as missing took an
+// older event for the feed's end and appended the next one again (live,
+// on an R3 feed with two relays: an event twice in a row, the one after
+// it missing).
+func (r *Relay) getMsg(ctx context.Context, seq uint64) (*jetstream.RawStreamMsg, error) {
+	body, err := json.Marshal(struct {
+		Seq uint64 `json:"seq"`
+	}{seq})
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, getMsgWait)
+		defer cancel()
+	}
+	reply, err := r.js.Conn().RequestWithContext(ctx, r.l.FeedMsgGetSubject(r.js), body)
+	if err != nil {
+		return nil, err
+	}
+	var resp struct {
+		Error   *jetstream.APIError `json:"error,omitempty"`
+		Message *struct {
+			Subject  string    `json:"subject"`
+			Sequence uint64    `json:"seq"`
+			Header   []byte    `json:"hdrs,omitempty"`
+			Data     []byte    `json:"data,omitempty"`
+			Time     time.Time `json:"time"`
+		} `json:"message,omitempty"`
+	}
+	if err := json.Unmarshal(reply.Data, &resp); err != nil {
+		return nil, fmt.Errorf("feed: message get reply: %w", err)
+	}
+	if resp.Error != nil {
+		if streams.IsNoMessage(resp.Error.ErrorCode) {
+			return nil, jetstream.ErrMsgNotFound
+		}
+		return nil, resp.Error
+	}
+	if resp.Message == nil {
+		return nil, errors.New("feed: empty message get reply")
+	}
+	m := &jetstream.RawStreamMsg{Subject: resp.Message.Subject, Sequence: resp.Message.Sequence, Data: resp.Message.Data, Time: resp.Message.Time}
+	if len(resp.Message.Header) > 0 {
+		if m.Header, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
+			m.Header = nil // unreadable headers are no signature
+		}
+	}
+	return m, nil
+}
+
+// getMsgWait bounds a message get that has no deadline of its own.
+const getMsgWait = 5 * time.Second
+
 // checkBefore checks that the feed's message at seq, just before an append
 // that landed behind one that lost its compare-and-set (prev), is prev's
 // event signed by a trusted key: another relay appended it. On a clustered
@@ -917,7 +974,7 @@ func (r *Relay) flush(ctx context.Context, s jetstream.Stream, t tail, win []inf
 // logged at error level. A read that fails is logged, not returned: the
 // appends have landed either way.
 func (r *Relay) checkBefore(ctx context.Context, s jetstream.Stream, prev inflight, seq uint64) {
-	sm, err := s.GetMsg(ctx, seq)
+	sm, err := r.getMsg(ctx, seq)
 	if err != nil {
 		r.log.Warn("feed: cannot read the message before an append that landed behind one that lost", "feed_seq", seq, "event", prev.m.ID, "err", err)
 		return
@@ -934,7 +991,7 @@ func (r *Relay) checkBefore(ctx context.Context, s jetstream.Stream, prev inflig
 // against, at feed sequence seq, is that append's event signed by a
 // trusted key. Otherwise it counts it as forged and returns errSquatted.
 func (r *Relay) checkDuplicate(ctx context.Context, s jetstream.Stream, p inflight, seq uint64) error {
-	sm, err := s.GetMsg(ctx, seq)
+	sm, err := r.getMsg(ctx, seq)
 	if err != nil {
 		return fmt.Errorf("feed: read the message append %s was deduplicated against (%d): %w", p.id, seq, err)
 	}
@@ -1000,7 +1057,7 @@ func (r *Relay) readTail(ctx context.Context, s jetstream.Stream) (tail, error) 
 	// message (at), or the first error.
 	look := func(seq, stop uint64) (at mark, ok bool, next uint64, err error) {
 		for ; seq >= stop && seq > 0; seq-- {
-			sm, err := s.GetMsg(ctx, seq)
+			sm, err := r.getMsg(ctx, seq)
 			if errors.Is(err, jetstream.ErrMsgNotFound) {
 				continue
 			}
@@ -1102,7 +1159,7 @@ func (r *Relay) checkpointMark(ctx context.Context, s jetstream.Stream, first, l
 	if ck.FeedSeq < first {
 		return m, true // aged out
 	}
-	sm, err := s.GetMsg(ctx, ck.FeedSeq)
+	sm, err := r.getMsg(ctx, ck.FeedSeq)
 	if err != nil {
 		r.log.Warn("feed relay: checkpoint skipped: its message cannot be read", "checkpoint", m.pos.ID(), "checkpoint_feed_seq", ck.FeedSeq, "err", err)
 		return mark{}, false

@@ -192,6 +192,14 @@ func (l *Ledger) Run(ctx context.Context) (err error) {
 	}
 }
 
+// readyPending is how many revisions may still follow the one a starting
+// replica folded past the stream's end at start for it to be ready. A fold
+// that took minutes (a feed's back-fill paces it) ended that far behind a
+// stream under traffic: the replica answered, and its requests were
+// refused "ledger follower is behind" until /readyz caught it
+// (--ready-max-delay) and the follower caught up.
+const readyPending = 16
+
 // follow folds revisions from seq from with one ordered consumer until the
 // consumer fails or ctx ends.
 func (l *Ledger) follow(ctx context.Context, from, startLast uint64) error {
@@ -250,8 +258,15 @@ func (l *Ledger) follow(ctx context.Context, from, startLast uint64) error {
 		l.mu.Unlock()
 		l.advance(seq)
 		if seq >= startLast && !l.isReady() {
-			l.opts.log.Info("ledger: folded the stream; ready", "seq", seq, "folded", seq-from+1, "from_snapshot", l.snapLoaded.Load())
-			l.readyOnce.Do(func() { close(l.ready) })
+			// The end the stream had when the fold began: ready if the
+			// stream has not grown much past it meanwhile (a long fold
+			// under traffic), else fold on to its end now.
+			if end, err := l.streamEnd(ctx); err == nil && end > seq+readyPending {
+				startLast = end
+			} else {
+				l.opts.log.Info("ledger: folded the stream; ready", "seq", seq, "folded", seq-from+1, "from_snapshot", l.snapLoaded.Load())
+				l.readyOnce.Do(func() { close(l.ready) })
+			}
 		} else if seq < startLast && time.Since(logged) >= progressEvery {
 			logged = time.Now()
 			l.opts.log.Info("ledger: folding the stream", "folded", seq-from+1, "of", startLast-from+1, "seq", seq, "from_snapshot", l.snapLoaded.Load())

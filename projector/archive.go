@@ -430,7 +430,8 @@ const ReportSection = "report"
 // newest ledger snapshot cover. First it audits archive + stream (Check
 // with WithArchive): the audit must pass, the newest snapshot must equal
 // the replay at its sequence S, and the archive must reach S. Then, for
-// every lane and budget key the snapshot names at revision R, the stream
+// every lane and budget key the snapshot names at revision R (the
+// snapshot as the audit read and verified it, not read again), the stream
 // drops that key's messages before R. What stays is each key's last
 // revision at or before S (the revisions the snapshot names, which a
 // starting replica reads back) and everything after S; keys of other
@@ -477,17 +478,13 @@ func Trim(ctx context.Context, js jetstream.JetStream, layout streams.Layout, di
 	if s, err = js.Stream(ctx, layout.StreamName()); err != nil {
 		return res, err
 	}
-	store, err := js.ObjectStore(ctx, layout.SnapshotBucket())
-	if err != nil {
-		return res, err
-	}
-	data, err := streams.ReadObject(ctx, store, rep.Snapshot.Name)
-	if err != nil {
-		return res, err
-	}
-	b, err := decodeSnap(data)
+	// The snapshot as the audit read and verified it, never the object
+	// read again: whoever may write the bucket could have replaced it
+	// since with one naming later revisions, whose purge would drop
+	// history no archive holds.
+	b, err := decodeSnap(rep.snapData)
 	if err != nil || b.Seq != rep.Snapshot.Seq {
-		return res, fmt.Errorf("projector: trim: snapshot %s changed since the audit: %v", rep.Snapshot.Name, err)
+		return res, fmt.Errorf("projector: trim: snapshot %s as the audit verified it: %v", rep.Snapshot.Name, err)
 	}
 	if _, ok := b.Sections[ReportSection]; !ok {
 		return res, fmt.Errorf("projector: trim: snapshot %s has no %q section: a replica started after the trim could not rebuild its spend report; let a replica of this version write a snapshot (or spendgate snapshot) and archive up to it", rep.Snapshot.Name, ReportSection)

@@ -34,6 +34,10 @@ type Report struct {
 	// Snapshot is what Check found of the newest ledger snapshot: it is
 	// compared with the replay at its sequence.
 	Snapshot SnapshotCheck
+	// snapData is the snapshot Check verified, as it read it: what Trim
+	// trims to. The bucket is anyone's who may write it (the replica
+	// login), so the object read again later may say something else.
+	snapData []byte
 	// From is the snapshot the replay started from (WithFromSnapshot);
 	// its Name is "" when the replay started at the first message.
 	From SnapshotCheck

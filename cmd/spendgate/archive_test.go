@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -448,4 +451,128 @@ func TestAudit_TrimKeepsReportsAndKeys(t *testing.T) {
 	require.Contains(t, stderr, "stream trimmed")
 	code, out = e2eCLI(t, env.URL(), "audit", "check", "--unverified", "--from-snapshot")
 	require.Equal(t, 0, code, string(out))
+}
+
+// TestAudit_TrimPurgesOnlyWhatItVerified: a login that may write the
+// snapshot bucket (the replica's) replaces the snapshot object that
+// audit trim has just verified, while the audit replays the stream, with
+// one naming lane.0 at the stream's newest revision (its digest its own,
+// its header's signature left stale). The trim must purge below the
+// revisions of the snapshot it verified, never below what a later read of
+// the bucket says: every revision after the snapshot stays in the
+// stream, and with the genuine snapshot put back, the audit of archive +
+// stream passes and a replica starts from it. How it can fail: a trim
+// that reads the snapshot again after its audit purges lane.0 below its
+// newest revision, so the revisions between the snapshot and it, which no
+// archive holds, are gone, and the replay breaks on lane.0's chain.
+func TestAudit_TrimPurgesOnlyWhatItVerified(t *testing.T) {
+	t.Parallel()
+	layout, err := streams.New(streams.Config{Trimmable: true})
+	require.NoError(t, err)
+	env := testenv.New(t, testenv.WithLayout(layout))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	signer, err := signing.NewEphemeral()
+	require.NoError(t, err)
+	l := runLedger(t, env, ledger.WithSnapshotEvery(0, 0), ledger.WithSigner(signer))
+	_, err = l.PutBudget(ctx, events.BudgetRef{Scope: "org:trim", Period: events.PeriodMonth}, events.MustMoney("1000"), "USD", time.Now())
+	require.NoError(t, err)
+	a, err := admit.New(l)
+	require.NoError(t, err)
+	work := func(from, to int) {
+		for i := from; i < to; i++ {
+			rep, err := a.Admit(ctx, events.AdmitRequest{RequestID: fmt.Sprintf("trim-%d", i), Scopes: []string{"org:trim"}, Amount: "0.5"})
+			require.NoError(t, err)
+			require.True(t, rep.Admitted)
+		}
+	}
+	work(0, 20)
+	snap, err := l.Snapshot(ctx)
+	require.NoError(t, err)
+	work(20, 30)
+	dir := t.TempDir()
+	_, err = projector.Archive(ctx, env.JS, env.Layout, dir, projector.ArchiveOptions{})
+	require.NoError(t, err)
+
+	stream, err := env.JS.Stream(ctx, env.Layout.StreamName())
+	require.NoError(t, err)
+	lane := env.Layout.Subject("lane.0")
+	newest, err := stream.GetLastMsgForSubject(ctx, lane)
+	require.NoError(t, err)
+	laneAfter := func() (seqs []uint64) {
+		for seq := snap.Seq + 1; seq <= newest.Sequence; seq++ {
+			m, err := stream.GetMsg(ctx, seq)
+			if err == nil && m.Subject == lane {
+				seqs = append(seqs, seq)
+			}
+		}
+		return seqs
+	}
+	before := laneAfter()
+	require.Len(t, before, 10, "lane.0's revisions after the snapshot")
+
+	store, err := env.JS.ObjectStore(ctx, env.Layout.SnapshotBucket())
+	require.NoError(t, err)
+	genuine, err := store.GetBytes(ctx, snap.Name)
+	require.NoError(t, err)
+	forged := forgeSnapshotLane(t, genuine, "lane.0", newest.Sequence)
+	var swapped bool
+	swap := func(_, _ uint64) {
+		if !swapped {
+			swapped = true
+			_, err := store.PutBytes(ctx, snap.Name, forged)
+			require.NoError(t, err)
+		}
+	}
+	ks, err := signing.NewKeySet([]signing.Key{{Public: signer.PublicKey()}}, 0)
+	require.NoError(t, err)
+	_, err = projector.Trim(ctx, env.JS, env.Layout, dir, projector.WithTrust(ks), projector.WithProgress(swap))
+	require.True(t, swapped, "the object was replaced during the audit")
+	require.NoError(t, err)
+	require.Equal(t, before, laneAfter(), "the trim kept every revision after the snapshot it verified")
+
+	// The operator puts the genuine snapshot back (operator.md: keep a
+	// copy of the snapshot you trim to): the audit passes, a replica starts.
+	_, err = store.PutBytes(ctx, snap.Name, genuine)
+	require.NoError(t, err)
+	rep, err := projector.Check(ctx, env.JS, env.Layout, projector.WithArchive(dir), projector.WithTrust(ks))
+	require.NoError(t, err)
+	require.True(t, rep.OK(), "%s", rep)
+	runLedger(t, env, ledger.WithSnapshotEvery(0, 0), ledger.WithSigner(signer))
+}
+
+// forgeSnapshotLane returns snapshot data naming key at rev instead, with
+// its header's size and digest made to match (its signature left as it
+// was): what a login that may write the snapshot bucket can write.
+func forgeSnapshotLane(t *testing.T, data []byte, key string, rev uint64) []byte {
+	t.Helper()
+	nl := bytes.IndexByte(data, '\n')
+	require.Positive(t, nl)
+	var header map[string]any
+	require.NoError(t, json.Unmarshal(data[:nl], &header))
+	body := data[nl+1:]
+	jl := bytes.IndexByte(body, '\n')
+	require.Positive(t, jl)
+	var doc map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(body[:jl], &doc))
+	var lanes []map[string]any
+	require.NoError(t, json.Unmarshal(doc["lane_revisions"], &lanes))
+	found := false
+	for _, k := range lanes {
+		if k["key"] == key {
+			k["rev"], found = rev, true
+		}
+	}
+	require.True(t, found, "the snapshot names %s", key)
+	var err error
+	doc["lane_revisions"], err = json.Marshal(lanes)
+	require.NoError(t, err)
+	js, err := json.Marshal(doc)
+	require.NoError(t, err)
+	newBody := append(append(js, '\n'), body[jl+1:]...)
+	sum := sha256.Sum256(newBody)
+	header["size"], header["sha256"] = len(newBody), hex.EncodeToString(sum[:])
+	h, err := json.Marshal(header)
+	require.NoError(t, err)
+	return append(append(h, '\n'), newBody...)
 }

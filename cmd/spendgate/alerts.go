@@ -33,7 +33,7 @@ var (
 	}
 	alertsWebhookCommand = command{
 		name:     "spendgate alerts webhook",
-		synopsis: "--url URL [--durable NAME] [--max-deliver N] [--from-start] [--listen 127.0.0.1:9190] [--nats-url URL] ...",
+		synopsis: "--url URL (--trusted-keys KEYS | --unverified) [--durable NAME] [--max-deliver N] [--from-start] [--listen 127.0.0.1:9190] [--nats-url URL] ...",
 		about: `Delivers the alert stream (<bucket>_alerts, which the replicas fill) to a
 webhook: each alert is POSTed as {"text": "...", "alert": {...}} (a Slack
 incoming webhook shows the text), with an Idempotency-Key header holding the
@@ -44,6 +44,10 @@ counted undelivered and left. Progress is a durable consumer (--durable):
 a restarted sink resumes where it was, and sinks sharing it share the work.
 A new consumer starts with the alerts published after it (--from-start: with
 every alert the stream keeps). The URL may come from $` + envAlertWebhookURL + `.
+Only alerts signed by one of --trusted-keys (the replicas' public keys) are
+delivered: the replica login may publish to the alert stream, and anything
+else there is dropped and counted (reason forged); --unverified delivers
+every alert unchecked.
 --listen serves /metrics (spendgate_alert_webhook_deliveries_total,
 spendgate_alert_webhook_failures_total{reason},
 spendgate_alert_webhook_undelivered_total), /healthz and /readyz; "" serves
@@ -72,6 +76,9 @@ func alertsCmd(args []string) int {
 	hookTimeout := fs.Duration("webhook-timeout", alerting.DefaultTimeout, "bound of one POST")
 	fromStart := fs.Bool("from-start", false, "a new consumer delivers every alert the stream keeps, not only those published after it")
 	listen := fs.String("listen", "127.0.0.1:9190", `address of /metrics, /healthz and /readyz ("" serves none)`)
+	var vf verifyFlags
+	fs.StringVar(&vf.trusted, "trusted-keys", os.Getenv("SPENDGATE_TRUSTED_KEYS"), "the replicas' public keys, or files of them, comma-separated ($SPENDGATE_TRUSTED_KEYS; with the embedded server ./spendgate-data/trusted-keys): only alerts one of them signed are delivered")
+	fs.BoolVar(&vf.unverified, "unverified", false, "deliver every alert without checking its signature (replicas of a version that did not sign alerts)")
 	var logging config.Logging
 	logging.AddFlags(fs)
 	if code, ok := alertsWebhookCommand.parse(fs, args[1:]); !ok {
@@ -79,6 +86,13 @@ func alertsCmd(args []string) int {
 	}
 	if *hook == "" {
 		return alertsWebhookCommand.usageError(fs, "--url is required (or $"+envAlertWebhookURL+")")
+	}
+	trust, err := vf.keys()
+	if errors.Is(err, errNeedKeys) {
+		return alertsWebhookCommand.usageError(fs, "needs --trusted-keys KEYS (the replicas' public keys; with the embedded server ./spendgate-data/trusted-keys) to deliver only the alerts they signed, or --unverified to deliver every alert unchecked")
+	}
+	if err != nil {
+		return alertsWebhookCommand.usageError(fs, err.Error())
 	}
 	if *maxDeliver < 1 || *retryBase <= 0 || *retryMax < *retryBase || *hookTimeout <= 0 {
 		return alertsWebhookCommand.usageError(fs, "--max-deliver must be at least 1, --retry-base and --webhook-timeout positive, --retry-max at least --retry-base")
@@ -114,7 +128,7 @@ func alertsCmd(args []string) int {
 		return exitError
 	}
 	sink, err := alerting.NewSink(js, layout, alerting.SinkConfig{URL: *hook, Durable: *durable, MaxDeliver: *maxDeliver,
-		RetryBase: *retryBase, RetryMax: *retryMax, Timeout: *hookTimeout, FromStart: *fromStart,
+		RetryBase: *retryBase, RetryMax: *retryMax, Timeout: *hookTimeout, FromStart: *fromStart, Trust: trust,
 		Metrics: metrics.NewAlertSink(reg), Log: log})
 	if err != nil {
 		log.Error("alerts webhook", "err", err)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/gate"
+	"github.com/spendgate/spendgate/internal/signing"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -42,18 +43,37 @@ const (
 // Publisher appends alerts to the alert stream, off the fold and the
 // request path: Fold and Blocked only queue (counting a drop when the
 // buffer is full); Run publishes. Every replica runs one over the same
-// stream: each alert is published with its id as Nats-Msg-Id on a
-// subject of its own, expecting that subject to be empty, so it is stored
-// once however many replicas (or restarts) publish it (see the alert
-// stream in package streams). Safe for concurrent use.
+// stream: each alert is published on a subject of its own, expecting that
+// subject to be empty, so it is stored once however many replicas (or
+// restarts) publish it (see the alert stream in package streams).
+//
+// The replica login, which must publish alerts, may publish anything on
+// those subjects, and a subject's next alert is predictable. So each alert
+// is signed (WithSigner) and its Nats-Msg-Id carries the start of its
+// signature, which nobody can compute beforehand; and when the subject is
+// not empty, the publisher reads what is there: this alert signed by a
+// trusted key (WithTrust) is stored already, anything else (Forged) is
+// appended after, so a message published first cannot keep the alert
+// out. Safe for concurrent use.
 type Publisher struct {
 	js     jetstream.JetStream
 	layout streams.Layout
 	log    *slog.Logger
 	now    func() time.Time
 	ch     chan events.Alert
+	// signer signs each alert (nil, or returning nil: unsigned); keys
+	// are the keys whose alerts count as stored (nil, or returning nil:
+	// any message that reads as the alert).
+	signer func() *signing.Signer
+	keys   func() *signing.KeySet
 
-	published, duplicates, dropped, failed atomic.Uint64
+	published, duplicates, dropped, failed, forged atomic.Uint64
+	// unread: a check of an alert's subject could not read it (logged
+	// once); unreadUntil: until when (Unix nanoseconds) the publisher
+	// reads no subject (a login that may not read the stream waits for
+	// the read's timeout every time).
+	unread      atomic.Bool
+	unreadUntil atomic.Int64
 
 	mu   sync.Mutex
 	seen map[string]struct{}
@@ -67,6 +87,15 @@ func WithLogger(log *slog.Logger) Option { return func(p *Publisher) { p.log = l
 
 // WithClock sets the clock that dates a folded alert too old to publish.
 func WithClock(now func() time.Time) Option { return func(p *Publisher) { p.now = now } }
+
+// WithSigner signs each alert with the key s returns as it is published
+// (the replica's signing key; nil: unsigned).
+func WithSigner(s func() *signing.Signer) Option { return func(p *Publisher) { p.signer = s } }
+
+// WithTrust sets the keys whose alerts count as stored when an alert's
+// subject is found taken (the replica's trusted keys; nil: any message
+// that reads as the alert counts).
+func WithTrust(keys func() *signing.KeySet) Option { return func(p *Publisher) { p.keys = keys } }
 
 // WithBuffer sets how many alerts wait for Run (default DefaultBuffer).
 func WithBuffer(n int) Option {
@@ -164,6 +193,10 @@ func (p *Publisher) Run(ctx context.Context) error {
 	}
 }
 
+// msgIDSigChars is how much of an alert's signature its Nats-Msg-Id
+// carries (as the feed's, internal/feed).
+const msgIDSigChars = 22
+
 // publish appends a, retrying a transient failure with backoff.
 func (p *Publisher) publish(ctx context.Context, a events.Alert) {
 	data, err := events.EncodeAlert(a)
@@ -175,10 +208,23 @@ func (p *Publisher) publish(ctx context.Context, a events.Alert) {
 	msg := nats.NewMsg(p.layout.AlertMsgSubject(a))
 	msg.Data = data
 	msg.Header.Set(streams.HeaderAlertID, a.ID)
+	// The id must not be one another login can take first: JetStream
+	// answers "duplicate", and stores nothing, for an id in its window.
+	// The alert's own id is predictable; its signature is not.
+	id := a.ID
+	if p.signer != nil {
+		if s := p.signer(); s != nil {
+			s.SignMsg(msg.Header, signing.DomainAlert, msg.Subject, data)
+			if sig := msg.Header.Get(streams.HeaderSig); len(sig) >= msgIDSigChars {
+				id += "." + sig[:msgIDSigChars]
+			}
+		}
+	}
+	expect := uint64(0) // the subject's last sequence the append expects
 	backoff := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		pctx, cancel := context.WithTimeout(ctx, publishTimeout)
-		ack, err := p.js.PublishMsg(pctx, msg, jetstream.WithMsgID(a.ID), jetstream.WithExpectLastSequencePerSubject(0))
+		ack, err := p.js.PublishMsg(pctx, msg, jetstream.WithMsgID(id), jetstream.WithExpectLastSequencePerSubject(expect))
 		cancel()
 		var apiErr *jetstream.APIError
 		switch {
@@ -188,10 +234,32 @@ func (p *Publisher) publish(ctx context.Context, a events.Alert) {
 		case err == nil:
 			p.published.Add(1)
 			return
-		case errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence:
-			// Stored before, past the dedupe window.
-			p.duplicates.Add(1)
-			return
+		case errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence && attempt < publishAttempts:
+			// The subject holds a message: this alert, stored before
+			// (another replica's, or this one's before a restart), or
+			// something a login that may publish alerts put there.
+			last, stored, rerr := p.stored(ctx, msg.Subject, a.ID)
+			if rerr != nil {
+				// Taken as stored, as before the check: a login whose
+				// roles were rendered by an earlier version may not read
+				// the alert stream.
+				if !p.unread.Swap(true) {
+					p.log.Warn("alert: cannot read an alert's subject to check what holds it; taking it as stored (render spendgate roles again: the replica role reads the alert stream)",
+						"id", a.ID, "subject", msg.Subject, "err", rerr)
+				}
+				p.duplicates.Add(1)
+				return
+			}
+			if stored {
+				p.duplicates.Add(1)
+				return
+			}
+			if p.forged.Add(1); expect == 0 {
+				p.log.Error("alert: its subject holds a message that is not this alert signed by a trusted key (written by a login that may publish alerts); publishing after it",
+					"id", a.ID, "subject", msg.Subject, "seq", last)
+			}
+			expect = last
+			continue
 		case apiErr != nil || attempt >= publishAttempts || ctx.Err() != nil:
 			p.failed.Add(1)
 			p.log.Warn("alert: publish failed", "id", a.ID, "subject", msg.Subject, "attempts", attempt, "err", err)
@@ -205,11 +273,73 @@ func (p *Publisher) publish(ctx context.Context, a events.Alert) {
 	}
 }
 
+// unreadPause is how long a publisher whose read of an alert's subject
+// failed reads none before it tries again.
+const unreadPause = 5 * time.Minute
+
+// stored reads the last message on subject: its sequence, and whether it
+// is the alert id signed by a key the publisher trusts (Verify).
+func (p *Publisher) stored(ctx context.Context, subject, id string) (last uint64, ok bool, err error) {
+	if time.Now().UnixNano() < p.unreadUntil.Load() {
+		return 0, false, errors.New("a read of an alert's subject failed a moment ago")
+	}
+	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
+	defer cancel()
+	s, err := p.js.Stream(ctx, p.layout.AlertStreamName())
+	if err == nil {
+		var m *jetstream.RawStreamMsg
+		if m, err = s.GetLastMsgForSubject(ctx, subject); err == nil {
+			return p.check(m, id)
+		}
+	}
+	p.unreadUntil.Store(time.Now().Add(unreadPause).UnixNano())
+	return 0, false, err
+}
+
+// check reports m's sequence and whether it is the alert id signed by a
+// key the publisher trusts.
+func (p *Publisher) check(m *jetstream.RawStreamMsg, id string) (uint64, bool, error) {
+	var ks *signing.KeySet
+	if p.keys != nil {
+		ks = p.keys()
+	}
+	if Verify(ks, m.Subject, m.Header, m.Data) != "" {
+		return m.Sequence, false, nil
+	}
+	a, err := events.DecodeAlert(m.Data)
+	return m.Sequence, err == nil && a.ID == id, nil
+}
+
+// Verify reports why the keys ks refuse the alert message of subject with
+// headers h and body data ("" if they do not): a message counts only if a
+// key of ks that is not distrusted signed it (a retired key's still
+// count). With ks nil nothing is verified.
+func Verify(ks *signing.KeySet, subject string, h nats.Header, data []byte) signing.Reason {
+	if ks == nil {
+		return ""
+	}
+	signer, valid := signing.VerifyMsg(h, signing.DomainAlert, subject, data)
+	switch _, known := ks.Lookup(signer); {
+	case signer == "":
+		return signing.ReasonUnsigned
+	case !valid:
+		return signing.ReasonBadSignature
+	case ks.IsDistrusted(signer):
+		return signing.ReasonDistrustedKey
+	case !known:
+		return signing.ReasonUntrustedKey
+	}
+	return ""
+}
+
 // Published counts the alerts this Publisher stored; Duplicates those the
 // stream held already (another replica's, or its own earlier publish);
 // Dropped those not queued (buffer full); Failed those whose publish
-// failed for good.
+// failed for good; Forged the times an alert's subject held something
+// else than the alert signed by a trusted key (the alert was published
+// after it).
 func (p *Publisher) Published() uint64  { return p.published.Load() }
 func (p *Publisher) Duplicates() uint64 { return p.duplicates.Load() }
 func (p *Publisher) Dropped() uint64    { return p.dropped.Load() }
 func (p *Publisher) Failed() uint64     { return p.failed.Load() }
+func (p *Publisher) Forged() uint64     { return p.forged.Load() }

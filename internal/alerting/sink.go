@@ -16,6 +16,7 @@ import (
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/metrics"
+	"github.com/spendgate/spendgate/internal/signing"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -56,6 +57,12 @@ type SinkConfig struct {
 	FromStart bool
 	// Client sends the POSTs (default: an http.Client of its own).
 	Client *http.Client
+	// Trust is the replicas' public keys: an alert is delivered only if
+	// one of them that is not distrusted signed it (Verify); any other
+	// message on the alert stream, which the replica login may write,
+	// is counted (metrics.SinkFailForged) and dropped. Nil delivers every
+	// alert unverified.
+	Trust *signing.KeySet
 	// Metrics counts deliveries and failures (nil: not counted).
 	Metrics *metrics.AlertSink
 	Log     *slog.Logger
@@ -186,6 +193,14 @@ type WebhookBody struct {
 
 // handle makes one delivery attempt of msg.
 func (s *Sink) handle(ctx context.Context, msg jetstream.Msg) {
+	if reason := Verify(s.cfg.Trust, msg.Subject(), msg.Headers(), msg.Data()); reason != "" {
+		// Never delivered: no replica's key signed it.
+		s.m.Failures.WithLabelValues(metrics.SinkFailForged).Inc()
+		s.cfg.Log.Error("alert webhook: an alert no trusted key signed, dropped (a login that may publish alerts wrote it)",
+			"subject", msg.Subject(), "reason", string(reason))
+		_ = msg.Term()
+		return
+	}
 	a, err := events.DecodeAlert(msg.Data())
 	if err != nil {
 		// Never deliverable: counted and dropped.

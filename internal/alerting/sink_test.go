@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
@@ -21,6 +22,7 @@ import (
 	"github.com/spendgate/spendgate/internal/ledger"
 	"github.com/spendgate/spendgate/internal/metrics"
 	"github.com/spendgate/spendgate/internal/replica"
+	"github.com/spendgate/spendgate/internal/signing"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
 )
@@ -277,4 +279,77 @@ func TestPublisher_OncePerAlert(t *testing.T) {
 	var apiErr *jetstream.APIError
 	require.ErrorAs(t, err, &apiErr)
 	require.Equal(t, jetstream.JSErrCodeStreamWrongLastSequence, apiErr.ErrorCode)
+}
+
+// TestAlerts_ForgedFirstKeepsNothingOut: a login that may publish alerts
+// (the replica's) publishes, before a budget blocks, a well-formed alert
+// of its own on that alert's subject, under the alert's id as
+// Nats-Msg-Id (both predictable), and another alert for a budget that
+// never alerted. The publisher, signing, finds the subject taken by
+// something no trusted key signed and publishes after it (counted
+// forged); the sink, given the trusted keys, delivers the genuine alert
+// once and drops both forged ones (counted). How it can fail: a
+// publisher that takes a taken subject (or a duplicate id) for its alert
+// stored stores nothing, and the webhook gets the forger's alert instead;
+// a sink that delivers what it reads delivers both forged alerts.
+func TestAlerts_ForgedFirstKeepsNothingOut(t *testing.T) {
+	env := testenv.New(t)
+	ctx := context.Background()
+	_, err := streams.EnsureAlerts(ctx, env.JS, env.Layout)
+	require.NoError(t, err)
+	s, err := signing.NewEphemeral()
+	require.NoError(t, err)
+	ks, err := signing.NewKeySet([]signing.Key{{Public: s.PublicKey()}}, 0)
+	require.NoError(t, err)
+
+	rcv := newReceiver(t)
+	rcv.up.Store(true)
+	sinkMetrics := metrics.NewAlertSink(nil)
+	runSink(t, env, alerting.SinkConfig{URL: rcv.srv.URL, Durable: "hook", Trust: ks, Metrics: sinkMetrics})
+
+	bal := events.BalanceRef{Scope: "team:search", Period: events.PeriodMonth, Instance: "2026-12"}
+	genuine := events.BlockingAlert(bal, "USD", events.MustMoney("10"), events.MustMoney("9.9"), "1", "req-1", 0, time.Now())
+	forge := func(a events.Alert) {
+		t.Helper()
+		a.Used = events.MustMoney("10000")
+		data, err := events.EncodeAlert(a)
+		require.NoError(t, err)
+		msg := nats.NewMsg(env.Layout.AlertMsgSubject(a))
+		msg.Data = data
+		msg.Header.Set(streams.HeaderAlertID, a.ID)
+		_, err = env.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(a.ID))
+		require.NoError(t, err)
+	}
+	forge(genuine)
+	forge(events.BlockingAlert(events.BalanceRef{Scope: "org:ceo", Period: events.PeriodMonth, Instance: "2026-12"},
+		"USD", events.MustMoney("10"), events.MustMoney("9.9"), "1", "req-2", 0, time.Now()))
+
+	p := alerting.New(env.JS, env.Layout, alerting.WithSigner(func() *signing.Signer { return s }),
+		alerting.WithTrust(func() *signing.KeySet { return ks }))
+	pctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = p.Run(pctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	p.Blocked(genuine)
+	require.Eventually(t, func() bool { return p.Published()+p.Duplicates()+p.Failed() == 1 }, 30*time.Second, 5*time.Millisecond)
+	require.Equal(t, uint64(1), p.Published(), "the genuine alert is stored")
+	require.Equal(t, uint64(1), p.Forged())
+
+	consumerDone(t, env, "hook")
+	got, keys := rcv.bodies()
+	require.Len(t, got, 1, "only the genuine alert is delivered")
+	require.Equal(t, genuine.ID, got[0].Alert.ID)
+	require.Equal(t, "9.9", got[0].Alert.Used.String())
+	require.Equal(t, []string{genuine.ID}, keys)
+	require.Equal(t, 2.0, testutil.ToFloat64(sinkMetrics.Failures.WithLabelValues(metrics.SinkFailForged)))
+
+	// A second publish of the same alert (a restart folding it again)
+	// finds it stored.
+	p.Blocked(genuine) // remembered: not queued again
+	p2 := alerting.New(env.JS, env.Layout, alerting.WithSigner(func() *signing.Signer { return s }),
+		alerting.WithTrust(func() *signing.KeySet { return ks }))
+	go func() { _ = p2.Run(pctx) }()
+	p2.Blocked(genuine)
+	require.Eventually(t, func() bool { return p2.Duplicates() == 1 }, 30*time.Second, 5*time.Millisecond)
+	require.Zero(t, p2.Published())
 }

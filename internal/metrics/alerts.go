@@ -11,6 +11,9 @@ const (
 	SinkFailTransport = "transport"
 	// SinkFailMalformed: the alert message could not be read (dropped).
 	SinkFailMalformed = "malformed"
+	// SinkFailForged: no trusted key signed the alert message (dropped,
+	// never delivered): a login that may publish alerts wrote it.
+	SinkFailForged = "forged"
 )
 
 // AlertSink is the metric set of the webhook sink (spendgate alerts
@@ -18,7 +21,7 @@ const (
 //
 //	name                                          type     labels  meaning
 //	spendgate_alert_webhook_deliveries_total      counter          alerts the webhook took (2xx)
-//	spendgate_alert_webhook_failures_total        counter  reason  failed delivery attempts; reason status|transport|malformed
+//	spendgate_alert_webhook_failures_total        counter  reason  failed delivery attempts; reason status|transport|malformed|forged
 //	spendgate_alert_webhook_undelivered_total     counter          alerts given up after their last attempt (max deliver)
 type AlertSink struct {
 	Deliveries  prometheus.Counter
@@ -33,11 +36,11 @@ func NewAlertSink(r prometheus.Registerer) *AlertSink {
 		Deliveries: prometheus.NewCounter(prometheus.CounterOpts{Name: "spendgate_alert_webhook_deliveries_total",
 			Help: "Alerts the webhook took (a 2xx answer)."}),
 		Failures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "spendgate_alert_webhook_failures_total",
-			Help: "Failed alert delivery attempts, by reason (status: a non-2xx answer; transport: unreachable or timed out; malformed: an unreadable alert)."}, []string{"reason"}),
+			Help: "Failed alert delivery attempts, by reason (status: a non-2xx answer; transport: unreachable or timed out; malformed: an unreadable alert; forged: an alert no trusted key signed, never delivered)."}, []string{"reason"}),
 		Undelivered: prometheus.NewCounter(prometheus.CounterOpts{Name: "spendgate_alert_webhook_undelivered_total",
 			Help: "Alerts given up after their last delivery attempt."}),
 	}
-	for _, reason := range []string{SinkFailStatus, SinkFailTransport, SinkFailMalformed} {
+	for _, reason := range []string{SinkFailStatus, SinkFailTransport, SinkFailMalformed, SinkFailForged} {
 		s.Failures.WithLabelValues(reason)
 	}
 	if r != nil {
@@ -48,12 +51,14 @@ func NewAlertSink(r prometheus.Registerer) *AlertSink {
 
 // RegisterAlerts adds the counters of the replica's alert publisher
 // (internal/alerting): alerts stored on the alert stream, found there
-// already (another replica's), dropped (buffer full) and failed.
-func (s *Set) RegisterAlerts(published, duplicates, dropped, failed func() uint64) {
+// already (another replica's), dropped (buffer full), failed, and alert
+// subjects found holding something forged.
+func (s *Set) RegisterAlerts(published, duplicates, dropped, failed, forged func() uint64) {
 	s.Registry.MustRegister(
 		counterFunc("spendgate_alerts_published_total", "Alerts this replica stored on the alert stream.", published),
 		counterFunc("spendgate_alerts_duplicate_total", "Alerts this replica published that the alert stream held already (another replica's, or an earlier publish).", duplicates),
 		counterFunc("spendgate_alerts_dropped_total", "Alerts not published because the replica's alert buffer was full.", dropped),
 		counterFunc("spendgate_alerts_failed_total", "Alerts whose publish failed for good.", failed),
+		counterFunc("spendgate_alerts_forged_total", "Times an alert's subject held something other than that alert signed by a trusted key (a login that may publish alerts wrote it); the alert was published after it.", forged),
 	)
 }

@@ -74,7 +74,7 @@
 //
 // RegisterAlerts adds the replica's alert publisher counters
 // (spendgate_alerts_published_total, _duplicate_total, _dropped_total,
-// _failed_total); the webhook sink (spendgate alerts webhook) serves its
+// _failed_total, _forged_total); the webhook sink (spendgate alerts webhook) serves its
 // own AlertSink (spendgate_alert_webhook_deliveries_total,
 // _failures_total{reason}, _undelivered_total). See docs/alerts.md.
 //

@@ -205,7 +205,8 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	if err := cfg.TenantLimits.WithDefaults().Validate(); err != nil {
 		return nil, err
 	}
-	alerts := alerting.New(js, cfg.Layout, alerting.WithLogger(cfg.Log), alerting.WithClock(cfg.Now))
+	alerts := alerting.New(js, cfg.Layout, alerting.WithLogger(cfg.Log), alerting.WithClock(cfg.Now),
+		alerting.WithSigner(l.Signer), alerting.WithTrust(l.Trust))
 	if err := l.AddReader(alerts); err != nil {
 		return nil, err
 	}
@@ -256,7 +257,7 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	}
 	r.goTask(func() { _ = alerts.Run(runCtx) })
 	if cfg.Metrics != nil {
-		cfg.Metrics.RegisterAlerts(alerts.Published, alerts.Duplicates, alerts.Dropped, alerts.Failed)
+		cfg.Metrics.RegisterAlerts(alerts.Published, alerts.Duplicates, alerts.Dropped, alerts.Failed, alerts.Forged)
 	}
 	// The fold. A follower that stops on its own leaves this replica's
 	// book behind the ledger: it must stop answering (Failed).

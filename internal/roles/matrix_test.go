@@ -96,6 +96,12 @@ var pubSubjects = []string{
 	"$JS.FC.spendgate_denials.c1.x",
 	"spendgate.denial.v1.team.search",
 	"spendgate.denial.v1.t.acme.team.search",
+	// The alerts: their subjects, and reads of the alert stream (the
+	// replica reads an alert's subject back by its name).
+	"spendgate.alert.v1.team.search.month.2026-12._.0_8.0",
+	"$JS.API.DIRECT.GET.spendgate_alerts.spendgate.alert.v1.team.search.month.2026-12._.0_8.0",
+	"$JS.API.DIRECT.GET.spendgate_alerts",
+	"$JS.API.STREAM.MSG.GET.spendgate_alerts",
 	// Service endpoints.
 	"spendgate.admit",
 	"spendgate.settle",
@@ -202,7 +208,9 @@ var wantPub = map[string][]string{
 			"spendgate.feed.v1.reservation.opened.v1.t.acme.team.search"},
 		[]string{"$JS.API.STREAM.CREATE.spendgate_denials",
 			"spendgate.denial.v1.team.search", "spendgate.denial.v1.t.acme.team.search"},
-		denialRead),
+		denialRead,
+		[]string{"spendgate.alert.v1.team.search.month.2026-12._.0_8.0",
+			"$JS.API.DIRECT.GET.spendgate_alerts.spendgate.alert.v1.team.search.month.2026-12._.0_8.0"}),
 	roles.Service: {"spendgate.admit", "spendgate.settle", "spendgate.release", "spendgate.void", "spendgate.admit.batch"},
 	roles.Admin: concat([]string{"spendgate.admit", "spendgate.settle", "spendgate.release", "spendgate.void",
 		"spendgate.budget.put", "spendgate.budget.get", "spendgate.budget.list", "spendgate.report",

@@ -339,11 +339,15 @@ func All(l streams.Layout, tenants ...string) []Role {
 	replicaPub = append(replicaPub, denialReads(l)...)
 	// Alerts: create the alert stream (not update it, as for the feed)
 	// and append the alerts (every replica publishes those its fold
-	// derives; the stream keeps each once).
+	// derives; the stream keeps each once), and read an alert's subject
+	// back by its name when it is taken (a direct get of its last
+	// message): this alert signed by a trusted key, or something forged
+	// to keep it out (internal/alerting).
 	alerts := l.AlertFilter()
 	replicaPub = append(replicaPub,
 		jsAPI+"STREAM.CREATE."+l.AlertStreamName(),
 		jsAPI+"STREAM.INFO."+l.AlertStreamName(),
+		jsAPI+"DIRECT.GET."+l.AlertStreamName()+"."+alerts,
 		alerts,
 	)
 	replicaPub = append(replicaPub, snapshotReads(l)...)

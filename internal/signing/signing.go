@@ -590,11 +590,12 @@ func ChainReason(err error) (r Reason, ok bool) {
 // string so that no signature of one kind can pass as another's: a feed
 // message (DomainFeed) over its subject and body, a feed checkpoint
 // (DomainFeedCheckpoint), a denial or check record (DomainDenial) over
-// its subject and body.
+// its subject and body, an alert (DomainAlert) over its subject and body.
 const (
 	DomainFeed           = "spendgate.feed.v1\n"
 	DomainFeedCheckpoint = "spendgate.feed-checkpoint.v1\n"
 	DomainDenial         = "spendgate.denial.v1\n"
+	DomainAlert          = "spendgate.alert.v1\n"
 )
 
 // msgInput is the signed bytes of a message under domain: the domain, the

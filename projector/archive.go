@@ -457,7 +457,8 @@ func Trim(ctx context.Context, js jetstream.JetStream, layout streams.Layout, di
 	if s.CachedInfo().Config.DenyPurge {
 		return res, fmt.Errorf("projector: trim: stream %s denies purges: it was created without streams.Config.Trimmable (serve --trimmable), which JetStream cannot change afterwards", layout.StreamName())
 	}
-	rep, err := Check(ctx, js, layout, append([]CheckOption{WithArchive(dir)}, opts...)...)
+	var verified []byte
+	rep, err := Check(ctx, js, layout, append([]CheckOption{WithArchive(dir)}, append(opts, withVerifiedSnapshot(&verified))...)...)
 	if err != nil {
 		return res, err
 	}
@@ -482,7 +483,7 @@ func Trim(ctx context.Context, js jetstream.JetStream, layout streams.Layout, di
 	// read again: whoever may write the bucket could have replaced it
 	// since with one naming later revisions, whose purge would drop
 	// history no archive holds.
-	b, err := decodeSnap(rep.snapData)
+	b, err := decodeSnap(verified)
 	if err != nil || b.Seq != rep.Snapshot.Seq {
 		return res, fmt.Errorf("projector: trim: snapshot %s as the audit verified it: %v", rep.Snapshot.Name, err)
 	}

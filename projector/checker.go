@@ -34,10 +34,6 @@ type Report struct {
 	// Snapshot is what Check found of the newest ledger snapshot: it is
 	// compared with the replay at its sequence.
 	Snapshot SnapshotCheck
-	// snapData is the snapshot Check verified, as it read it: what Trim
-	// trims to. The bucket is anyone's who may write it (the replica
-	// login), so the object read again later may say something else.
-	snapData []byte
 	// From is the snapshot the replay started from (WithFromSnapshot);
 	// its Name is "" when the replay started at the first message.
 	From SnapshotCheck
@@ -136,6 +132,16 @@ type checkOptions struct {
 	trust           *signing.KeySet
 	unverified      bool
 	reviewed        map[uint64]bool
+	// verified receives the snapshot Check verified, as it read it (Trim
+	// trims to it: the bucket is anyone's who may write it, the replica
+	// login's, so the object read again later may say something else).
+	verified *[]byte
+}
+
+// withVerifiedSnapshot has Check put the bytes of the snapshot it verified
+// in *data (left alone when none was).
+func withVerifiedSnapshot(data *[]byte) CheckOption {
+	return func(o *checkOptions) { o.verified = data }
 }
 
 // WithUnverified makes Check's gate check no signature (see Unverified):
@@ -336,6 +342,9 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout, o
 				}
 			}
 			verifySnapshot(rep, st, layout.Bucket(), snapName, snapSeq, snapData, trusted)
+			if rep.Snapshot.Verified && o.verified != nil {
+				*o.verified = snapData
+			}
 		}
 	}
 	if o.fromSnapshot {

@@ -429,9 +429,6 @@ func verifySnapshot(rep *Report, st *State, bucket, name string, seq uint64, dat
 		}
 	}
 	rep.Snapshot = SnapshotCheck{Name: name, Seq: seq, Verified: len(rep.Problems) == before}
-	if rep.Snapshot.Verified {
-		rep.snapData = data
-	}
 }
 
 // sealed reports whether a replica may have dropped bl from its book: a

@@ -57,8 +57,8 @@
 // A full queue holds the fold back at most the queue wait
 // (DefaultQueueWait); the relay then drops events rather than stop the
 // ledger, and once the feed takes appends again it reads them back
-// through its replica's fold (ledger.Ledger.Refold: the stream read again,
-// the fold's verdicts kept) and appends them before anything later. The ledger keeps every revision, so a feed
+// through its replica's fold (ledger.Ledger.RefoldPassed: the revisions
+// the fold handed it and it dropped, read from the stream again) and appends them before anything later. The ledger keeps every revision, so a feed
 // turned on late, or a relay down for a while, back-fills from where the
 // feed ends.
 package feed

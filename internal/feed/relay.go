@@ -41,15 +41,16 @@ const DefaultQueue = 1 << 16
 // later one (Dropped), so the ledger keeps serving; the feed stops before
 // the first dropped event. Once the feed takes appends again, the relay
 // gets the dropped events back from its replica's fold (WithRefold:
-// ledger.Ledger.Refold reads them from the ledger stream again, and hands
-// out only what the fold passed), a few hundred revisions at a time, and
-// queues them; after the last one it queues what the fold hands it
-// again. It resumes sooner if the feed holds the last one dropped
-// (another replica's relay appended them). A relay without a refold, or
-// whose replica has forgotten which revisions its fold refused that far
-// back (more than 65,536 refusals since), resumes when its replica starts
-// again (its fold then starts at or before the feed's end, and the relay
-// back-fills). No event is lost from the feed for good.
+// ledger.Ledger.RefoldPassed reads the revisions it dropped, whose
+// sequences it keeps, from the ledger stream again), a few hundred
+// revisions at a time, and queues them; after the last one it queues
+// what the fold hands it again. It resumes sooner if the feed holds the
+// last one dropped (another replica's relay appended them). A relay
+// without a refold, or that dropped more than maxGapRuns revisions each
+// apart from the previous one by something the fold refused, resumes
+// when its replica starts again (its fold then starts at or before the
+// feed's end, and the relay back-fills). No event is lost from the feed
+// for good.
 const DefaultQueueWait = 5 * time.Second
 
 // DefaultAppendWait bounds how long a relay waits for the feed to
@@ -285,8 +286,11 @@ func WithQueueWait(d time.Duration) Option {
 }
 
 // Refolder reads again the revisions the replica's fold passed, at stream
-// sequences from to to, at most max messages read (ledger.Ledger.Refold):
-// the revisions in stream order and the sequence after the last one read.
+// sequences from to to, at most max messages read
+// (ledger.Ledger.RefoldPassed): the revisions in stream order and the
+// sequence after the last one read. The relay asks only for runs of
+// sequences whose every revision the fold handed it (and it dropped), so
+// a Refolder need not remember what the fold refused in between.
 type Refolder func(ctx context.Context, from, to uint64, max int) ([]*gate.Revision, uint64, error)
 
 // WithRefold has the relay get the events it dropped (a full queue, see
@@ -387,8 +391,37 @@ func (r *Relay) Refolded() uint64 { return r.refolded.Load() }
 // before the first of them until the relay resumes; none is lost for good.
 func (r *Relay) Dropped() uint64 { return r.dropped.Load() }
 
-// gap is the events a relay dropped: the first and the last.
-type gap struct{ from, to Position }
+// gap is the events a relay dropped: the first and the last, and the
+// sequences of the revisions they came in, as runs of consecutive
+// sequences (what it reads back: the fold passed each). Only revisions
+// the fold passed grow runs, so junk written to the ledger in between
+// costs nothing here; past maxGapRuns runs (that many genuine revisions,
+// each apart from the last by something the fold refused) the relay
+// stops recording (overflow) and waits for another relay or a restart.
+type gap struct {
+	from, to Position
+	runs     []seqRun
+	overflow bool
+}
+
+// seqRun is the stream sequences lo to hi.
+type seqRun struct{ lo, hi uint64 }
+
+// maxGapRuns bounds the runs a gap records.
+const maxGapRuns = 1 << 16
+
+// record adds seq, the sequence of a revision dropped, to g's runs.
+func (g *gap) record(seq uint64) {
+	if n := len(g.runs); n > 0 && seq <= g.runs[n-1].hi+1 && seq >= g.runs[n-1].lo {
+		g.runs[n-1].hi = max(g.runs[n-1].hi, seq)
+		return
+	}
+	if len(g.runs) >= maxGapRuns {
+		g.overflow = true
+		return
+	}
+	g.runs = append(g.runs, seqRun{seq, seq})
+}
 
 // Queued is how many events wait to be appended.
 func (r *Relay) Queued() int {
@@ -434,6 +467,7 @@ func (r *Relay) Fold(rev *gate.Revision, _ bool) {
 	}
 	if r.gap != nil {
 		r.gap.to = ms[len(ms)-1].Position()
+		r.gap.record(rev.Seq)
 		r.dropped.Add(uint64(len(ms)))
 		return
 	}
@@ -462,11 +496,27 @@ func (r *Relay) refoldGap(ctx context.Context) (bool, error) {
 	r.mu.Lock()
 	g := r.gap
 	gone := r.refoldGone
+	var run seqRun
+	var from, to Position
+	if g != nil {
+		for len(g.runs) > 0 && g.runs[0].hi < g.from.Seq {
+			g.runs = g.runs[1:]
+		}
+		if len(g.runs) > 0 {
+			run = g.runs[0]
+		}
+		from, to = g.from, g.to
+		if g.overflow && !gone {
+			gone, r.refoldGone = true, true
+			r.log.Error("feed relay: too many revisions dropped apart from one another to read them back; the events dropped stay out of the feed until another relay appends them or this replica starts again",
+				"from", g.from.ID(), "to", g.to.ID(), "runs", len(g.runs))
+		}
+	}
 	r.mu.Unlock()
-	if r.refold == nil || g == nil || gone {
+	if r.refold == nil || g == nil || gone || run.hi == 0 {
 		return false, nil
 	}
-	revs, next, err := r.refold(ctx, g.from.Seq, g.to.Seq, refoldBatch)
+	revs, next, err := r.refold(ctx, max(run.lo, from.Seq), run.hi, refoldBatch)
 	if errors.Is(err, ledger.ErrRefoldForgotten) {
 		r.mu.Lock()
 		r.refoldGone = true
@@ -481,26 +531,33 @@ func (r *Relay) refoldGap(ctx context.Context) (bool, error) {
 	var ms []Message
 	for _, rev := range revs {
 		for _, m := range SplitRevision(rev) {
-			if p := m.Position(); !p.Before(g.from) && !g.to.Before(p) {
+			if p := m.Position(); !p.Before(from) && !to.Before(p) {
 				ms = append(ms, m)
 			}
 		}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.gap == nil || r.gap.from != g.from {
+	if r.gap != g || r.gap.from != from {
 		return true, nil // closed meanwhile (another relay appended them)
 	}
 	r.q = append(r.q, ms...)
 	r.refolded.Add(uint64(len(ms)))
 	r.gap.from = Position{Seq: next}
+	// What lies between this run and the next, the fold did not pass.
+	for len(g.runs) > 0 && g.runs[0].hi < next {
+		g.runs = g.runs[1:]
+	}
+	if len(g.runs) > 0 {
+		r.gap.from = Position{Seq: max(next, g.runs[0].lo)}
+	}
 	if r.gap.to.Before(r.gap.from) {
 		r.log.Info("feed relay: got the events it dropped back from the replica's fold; relaying again", "events", r.refolded.Load())
 		r.gap = nil
 		r.dropping.Store(false)
 	}
 	r.more.Broadcast()
-	return next > g.from.Seq, nil
+	return next > from.Seq, nil
 }
 
 // closeGap resumes queueing if the feed holds the last event dropped (at

@@ -94,13 +94,27 @@ var ErrRefoldForgotten = errors.New("ledger: the fold's refusals that far back a
 // then stops there). Once the fold's refusals at or below from are forgotten, it
 // returns ErrRefoldForgotten.
 func (l *Ledger) Refold(ctx context.Context, from, to uint64, max int) (revs []*gate.Revision, next uint64, err error) {
+	return l.refold(ctx, from, to, max, true)
+}
+
+// RefoldPassed is Refold for a reader that knows the fold passed every
+// sequence from from to to that is in the stream (it was handed each: a
+// feed relay keeps the sequences of the revisions it dropped): the
+// fold's refusals are not consulted, so it never answers
+// ErrRefoldForgotten, however many refusals came since. A message the
+// gate refuses now is left out and logged, as Refold does.
+func (l *Ledger) RefoldPassed(ctx context.Context, from, to uint64, max int) (revs []*gate.Revision, next uint64, err error) {
+	return l.refold(ctx, from, to, max, false)
+}
+
+func (l *Ledger) refold(ctx context.Context, from, to uint64, max int, skips bool) (revs []*gate.Revision, next uint64, err error) {
 	if from == 0 {
 		from = 1
 	}
 	// What the fold has not handed its readers yet is not theirs to
 	// read again: a later call gets it.
 	to = min(to, l.applied.Load())
-	if l.skipped.forgotten(from) {
+	if skips && l.skipped.forgotten(from) {
 		return nil, from, ErrRefoldForgotten
 	}
 	next = from
@@ -128,15 +142,18 @@ func (l *Ledger) Refold(ctx context.Context, from, to uint64, max int) (revs []*
 		if m.seq < next || m.seq > to {
 			break
 		}
-		refused, forgotten := l.skipped.refused(m.seq)
-		if forgotten {
-			// More than maxSkips refusals came in while this call read.
-			return nil, from, ErrRefoldForgotten
+		if skips {
+			refused, forgotten := l.skipped.refused(m.seq)
+			if forgotten {
+				// More than maxSkips refusals came in while this call read.
+				return nil, from, ErrRefoldForgotten
+			}
+			if refused {
+				next = m.seq + 1
+				continue // refused by the fold
+			}
 		}
 		next = m.seq + 1
-		if refused {
-			continue // refused by the fold
-		}
 		rev, rej := l.gate.Inspect(&gate.Message{Seq: m.seq, Subject: m.subject, Header: m.header, Data: m.data, At: m.at})
 		if rej != nil {
 			l.opts.log.Warn("ledger: a revision the fold passed is refused on a second read (the trusted keys changed since); not handed out again", "seq", m.seq, "reason", string(rej.Reason))

@@ -395,7 +395,7 @@ func (r *Replica) foldTimedOut(l *ledger.Ledger, d time.Duration) error {
 // startRelay adds the feed relay to the fold's readers and runs it.
 func (r *Replica) startRelay(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 	l := r.Ledger
-	fopts := []feed.Option{feed.WithLogger(cfg.Log), feed.WithTrust(l.Trust), feed.WithSigner(l.Signer), feed.WithRefold(l.Refold)}
+	fopts := []feed.Option{feed.WithLogger(cfg.Log), feed.WithTrust(l.Trust), feed.WithSigner(l.Signer), feed.WithRefold(l.RefoldPassed)}
 	if cfg.FeedMaxAge != 0 {
 		fopts = append(fopts, feed.WithMaxAge(max(0, cfg.FeedMaxAge)))
 	}

@@ -22,8 +22,9 @@ leaves whole segments; the next run continues after them.`,
 	}
 	auditTrimCommand = command{
 		name:     "spendgate audit trim",
-		synopsis: "--dir DIR (--trusted-keys KEYS | --unverified) [--within 30m] [--nats-url URL] [--bucket NAME]",
-		about: `Audits archive + stream; if the audit passes, the newest snapshot equals the
+		synopsis: "--dir DIR (--trusted-keys KEYS | --unverified) [--reviewed SEQ,...] [--within 30m] [--nats-url URL] [--bucket NAME]",
+		about: `Audits archive + stream; if the audit passes (skipped revisions named by
+--reviewed, as for audit check, are no failure), the newest snapshot equals the
 replay and the archive reaches it, drops from the stream every revision
 older than the one each key had at the snapshot. Unless a spend report
 snapshot at or after the snapshot's sequence exists, it first writes one
@@ -47,8 +48,10 @@ func auditArchive(which string, args []string) int {
 	var until *uint64
 	var segment *int
 	var vf verifyFlags
+	var reviewed *string
 	if which == "trim" {
 		vf.register(fs)
+		reviewed = fs.String("reviewed", "", reviewedUsage)
 	}
 	if which == "archive" {
 		until = fs.Uint64("until", 0, "last stream sequence to archive (0: the newest snapshot's)")
@@ -64,9 +67,13 @@ func auditArchive(which string, args []string) int {
 		return cmd.usageError(fs, "--within must be positive")
 	}
 	var trust *signing.KeySet
+	var reviewedSeqs []uint64
 	if which == "trim" {
 		var err error
 		if trust, err = vf.keys(); err != nil {
+			return cmd.usageError(fs, err.Error())
+		}
+		if reviewedSeqs, err = parseReviewed(*reviewed); err != nil {
 			return cmd.usageError(fs, err.Error())
 		}
 	}
@@ -89,7 +96,7 @@ func auditArchive(which string, args []string) int {
 	ctx, cancel := offlineContext(*within)
 	defer cancel()
 	if which == "trim" {
-		res, err := projector.Trim(ctx, js, layout, *dir, vf.checkOptions(trust)...)
+		res, err := projector.Trim(ctx, js, layout, *dir, append(vf.checkOptions(trust), projector.WithReviewed(reviewedSeqs...))...)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "spendgate: audit trim:", err)
 			return 1

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -575,4 +576,56 @@ func forgeSnapshotLane(t *testing.T, data []byte, key string, rev uint64) []byte
 	h, err := json.Marshal(header)
 	require.NoError(t, err)
 	return append(append(h, '\n'), newBody...)
+}
+
+// TestCLI_TrimAfterAForgedWrite: a login that may write the ledger (the
+// replica's) writes one unsigned lane revision, which the replicas skip
+// and the audit lists for good (the stream denies deletes). audit trim,
+// which trims only after an audit that passes, refuses; named with
+// --reviewed, as audit check takes it once the operator has looked into
+// it, the trim goes ahead. How it can fail: without --reviewed on audit
+// trim, one forged write made the stream untrimmable for ever.
+func TestCLI_TrimAfterAForgedWrite(t *testing.T) {
+	t.Parallel()
+	layout, err := streams.New(streams.Config{Trimmable: true})
+	require.NoError(t, err)
+	env := testenv.New(t, testenv.WithLayout(layout))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	signer, err := signing.NewEphemeral()
+	require.NoError(t, err)
+	ks, err := signing.NewKeySet([]signing.Key{{Public: signer.PublicKey()}}, 0)
+	require.NoError(t, err)
+	l := runLedger(t, env, ledger.WithSnapshotEvery(0, 0), ledger.WithSigner(signer), ledger.WithTrust(ks))
+	_, err = l.PutBudget(ctx, events.BudgetRef{Scope: "org:forged", Period: events.PeriodMonth}, events.MustMoney("1000"), "USD", time.Now())
+	require.NoError(t, err)
+	a, err := admit.New(l)
+	require.NoError(t, err)
+	work := func(from, to int) {
+		for i := from; i < to; i++ {
+			rep, err := a.Admit(ctx, events.AdmitRequest{RequestID: fmt.Sprintf("forged-%d", i), Scopes: []string{"org:forged"}, Amount: "0.5"})
+			require.NoError(t, err)
+			require.True(t, rep.Admitted)
+		}
+	}
+	work(0, 5)
+	ack, err := env.JS.Publish(ctx, env.Layout.Subject("lane.0"), []byte(`{"forged":true}`))
+	require.NoError(t, err)
+	work(5, 10)
+	_, err = l.Snapshot(ctx)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	_, err = projector.Archive(ctx, env.JS, env.Layout, dir, projector.ArchiveOptions{})
+	require.NoError(t, err)
+	keys := filepath.Join(t.TempDir(), "trusted-keys")
+	require.NoError(t, os.WriteFile(keys, []byte(signer.PublicKey()+"\n"), 0o600))
+
+	code, _, errOut := e2eCLIErr(t, env.URL(), "audit", "trim", "--dir", dir, "--trusted-keys", keys)
+	require.Equal(t, 1, code, errOut)
+	require.Contains(t, errOut, fmt.Sprintf("seq %d lane.0: skipped, unsigned", ack.Sequence))
+	code, out, errOut := e2eCLIErr(t, env.URL(), "audit", "trim", "--dir", dir, "--trusted-keys", keys, "--reviewed", strconv.FormatUint(ack.Sequence, 10))
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "trimmed below snapshot")
+	code, _, errOut = e2eCLIErr(t, env.URL(), "audit", "check", "--archive", dir, "--trusted-keys", keys, "--reviewed", strconv.FormatUint(ack.Sequence, 10))
+	require.Equal(t, 0, code, errOut)
 }

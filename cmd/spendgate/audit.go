@@ -113,7 +113,7 @@ func audit(args []string) int {
 		expiredWindow = fs.Duration("expired-window", projector.DefaultWindowExpired, "forget an expired reservation this long after its expiry (0: keep all)")
 	}
 	if args[0] == "check" {
-		reviewed = fs.String("reviewed", "", "stream sequences of skipped revisions already looked into, comma-separated: still listed, no longer a failure")
+		reviewed = fs.String("reviewed", "", reviewedUsage)
 	}
 	if code, ok := cmd.parse(fs, args[1:]); !ok {
 		return code
@@ -122,13 +122,10 @@ func audit(args []string) int {
 		return cmd.usageError(fs, "--within must be positive")
 	}
 	var reviewedSeqs []uint64
-	if reviewed != nil && *reviewed != "" {
-		for _, f := range strings.Split(*reviewed, ",") {
-			n, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
-			if err != nil || n == 0 {
-				return cmd.usageError(fs, fmt.Sprintf("--reviewed: %q is not a stream sequence", f))
-			}
-			reviewedSeqs = append(reviewedSeqs, n)
+	if reviewed != nil {
+		var err error
+		if reviewedSeqs, err = parseReviewed(*reviewed); err != nil {
+			return cmd.usageError(fs, err.Error())
 		}
 	}
 	var until time.Time
@@ -255,6 +252,25 @@ func audit(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// reviewedUsage is the help of --reviewed (audit check, audit trim).
+const reviewedUsage = "stream sequences of skipped revisions already looked into, comma-separated: still listed, no longer a failure"
+
+// parseReviewed reads --reviewed ("" gives none).
+func parseReviewed(s string) ([]uint64, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var seqs []uint64
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
+		if err != nil || n == 0 {
+			return nil, fmt.Errorf("--reviewed: %q is not a stream sequence", f)
+		}
+		seqs = append(seqs, n)
+	}
+	return seqs, nil
 }
 
 // parseTrusted reads --trusted-keys ("" gives nil: nothing verified).

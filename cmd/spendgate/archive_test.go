@@ -629,3 +629,66 @@ func TestCLI_TrimAfterAForgedWrite(t *testing.T) {
 	code, _, errOut = e2eCLIErr(t, env.URL(), "audit", "check", "--archive", dir, "--trusted-keys", keys, "--reviewed", strconv.FormatUint(ack.Sequence, 10))
 	require.Equal(t, 0, code, errOut)
 }
+
+// TestAudit_TrimmedStreamWithoutSnapshotStops: after a trim, the login
+// that may write the snapshot bucket (the replica's) deletes every
+// snapshot. A replica that starts then must stop (ledger.ErrTrimmed), as
+// operator.md says, never fold the trimmed stream from its first message:
+// that fold skips each lane's first revision left (its predecessor is
+// gone) and every one after it, and answers with a book that has
+// forgotten what was reserved and spent. How it can fail: the ledger
+// before this check became ready on such a fold, with the budget's
+// reservations gone (available its whole limit).
+func TestAudit_TrimmedStreamWithoutSnapshotStops(t *testing.T) {
+	t.Parallel()
+	layout, err := streams.New(streams.Config{Trimmable: true})
+	require.NoError(t, err)
+	env := testenv.New(t, testenv.WithLayout(layout))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	signer, err := signing.NewEphemeral()
+	require.NoError(t, err)
+	l := runLedger(t, env, ledger.WithSnapshotEvery(0, 0), ledger.WithSigner(signer))
+	ref := events.BudgetRef{Scope: "org:trimmed", Period: events.PeriodMonth}
+	_, err = l.PutBudget(ctx, ref, events.MustMoney("10"), "USD", time.Now())
+	require.NoError(t, err)
+	a, err := admit.New(l)
+	require.NoError(t, err)
+	for i := range 6 {
+		rep, err := a.Admit(ctx, events.AdmitRequest{RequestID: fmt.Sprintf("trimmed-%d", i), Scopes: []string{"org:trimmed"}, Amount: "1", TTL: "1h"})
+		require.NoError(t, err)
+		require.True(t, rep.Admitted)
+	}
+	_, err = l.Snapshot(ctx)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	_, err = projector.Archive(ctx, env.JS, env.Layout, dir, projector.ArchiveOptions{})
+	require.NoError(t, err)
+	_, err = projector.Trim(ctx, env.JS, env.Layout, dir)
+	require.NoError(t, err)
+
+	store, err := env.JS.ObjectStore(ctx, env.Layout.SnapshotBucket())
+	require.NoError(t, err)
+	objs, err := store.List(ctx)
+	require.NoError(t, err)
+	for _, o := range objs {
+		require.NoError(t, store.Delete(ctx, o.Name))
+	}
+
+	nc := env.Connect(t)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	l2, err := ledger.New(ctx, nc, js, env.Layout, ledger.WithSigner(signer))
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- l2.Run(ctx) }()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, ledger.ErrTrimmed)
+	case <-l2.Ready():
+		b, _ := l2.Budget(ref)
+		t.Fatalf("ready on a trimmed stream with no snapshot: %+v", l2.Balance(b.Balance(time.Now())))
+	case <-ctx.Done():
+		t.Fatal("the replica neither stopped nor became ready")
+	}
+}

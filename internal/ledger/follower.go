@@ -51,6 +51,14 @@ const (
 // skipped (see Rejection).
 var errFold = errors.New("ledger: the stream does not follow the loaded snapshot")
 
+// ErrTrimmed: the ledger stream was trimmed (spendgate audit trim: it
+// starts after sequence 1, or a key's old revisions were purged) and the
+// replica loaded no snapshot to start from. A fold from the stream's first
+// message would skip every revision whose predecessor the trim dropped, as
+// off its chain, and hold a wrong book (balances without what they held
+// at the trim): the replica stops instead.
+var ErrTrimmed = errors.New("ledger: the stream was trimmed and no snapshot was loaded")
+
 // progressEvery is how often the follower logs its progress while it
 // folds the stream at start.
 const progressEvery = 2 * time.Second
@@ -143,10 +151,14 @@ func (l *Ledger) Run(ctx context.Context) (err error) {
 		l.closeWriter()
 	}()
 	var startLast uint64
+	trimmed := false
 	for {
 		info, err := l.stream.Info(ctx)
 		if err == nil {
 			startLast = info.State.LastSeq
+			// The stream denies deletes and keeps every revision: only a
+			// trim (a purge) leaves it starting late or with gaps.
+			trimmed = info.State.FirstSeq > 1 || info.State.NumDeleted > 0
 			break
 		}
 		if ctx.Err() != nil {
@@ -162,6 +174,9 @@ func (l *Ledger) Run(ctx context.Context) (err error) {
 	if l.opts.snapLoad {
 		l.loadSnapshot(ctx, startLast)
 	}
+	if trimmed && l.snapLoaded.Load() == 0 {
+		return l.trimmedStop()
+	}
 	if l.applied.Load() >= startLast {
 		l.readyOnce.Do(func() { close(l.ready) })
 	}
@@ -174,6 +189,13 @@ func (l *Ledger) Run(ctx context.Context) (err error) {
 		err := l.follow(ctx, l.applied.Load()+1, startLast)
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if errors.Is(err, errFold) && l.snapLoaded.Load() != 0 && !l.isReady() && trimmed {
+			// Folding the whole stream instead is no way out of a
+			// trimmed one.
+			l.snapSkipped.Add(1)
+			l.opts.log.Error("ledger: the stream does not follow the loaded snapshot", "snapshot_seq", l.snapLoaded.Load(), "err", err)
+			return l.trimmedStop()
 		}
 		if errors.Is(err, errFold) && l.snapLoaded.Load() != 0 && !l.isReady() {
 			// The tail does not follow the snapshot (its chain names other
@@ -399,3 +421,11 @@ func (l *Ledger) catchUp(ctx context.Context, key string) error {
 // fold after the last one it folded (0 when caught up): how far this
 // replica's book is behind the stream, as of its last fold.
 func (l *Ledger) Lag() uint64 { return l.lag.Load() }
+
+// trimmedStop is Run's end on a trimmed stream it has no snapshot to start
+// from (ErrTrimmed), logged with what to do.
+func (l *Ledger) trimmedStop() error {
+	l.opts.log.Error("ledger: the stream was trimmed and no snapshot could be loaded; not folding it from its first message, which would give a wrong book: put back the snapshot the trim kept (a copy of it) into the snapshot bucket and start again (docs/operator.md, Archive and trim)",
+		"stream", l.layout.StreamName(), "bucket", l.layout.SnapshotBucket())
+	return fmt.Errorf("%w: put back the snapshot the trim kept into %s (docs/operator.md, Archive and trim)", ErrTrimmed, l.layout.SnapshotBucket())
+}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/spendgate/spendgate/admit"
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/gate"
 	"github.com/spendgate/spendgate/internal/ledger"
 	"github.com/spendgate/spendgate/internal/report"
 	"github.com/spendgate/spendgate/internal/signing"
@@ -630,22 +631,14 @@ func TestCLI_TrimAfterAForgedWrite(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 }
 
-// TestAudit_TrimmedStreamWithoutSnapshotStops: after a trim, the login
-// that may write the snapshot bucket (the replica's) deletes every
-// snapshot. A replica that starts then must stop (ledger.ErrTrimmed), as
-// operator.md says, never fold the trimmed stream from its first message:
-// that fold skips each lane's first revision left (its predecessor is
-// gone) and every one after it, and answers with a book that has
-// forgotten what was reserved and spent. How it can fail: the ledger
-// before this check became ready on such a fold, with the budget's
-// reservations gone (available its whole limit).
-func TestAudit_TrimmedStreamWithoutSnapshotStops(t *testing.T) {
-	t.Parallel()
+// trimmedWithReservations is a trimmable ledger holding 6 of the 10 of
+// org:trimmed's month reserved, trimmed below a snapshot taken after the
+// admits; the signer its replica signed with.
+func trimmedWithReservations(t *testing.T, ctx context.Context) (*testenv.Env, *signing.Signer, events.BudgetRef) {
+	t.Helper()
 	layout, err := streams.New(streams.Config{Trimmable: true})
 	require.NoError(t, err)
 	env := testenv.New(t, testenv.WithLayout(layout))
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
 	signer, err := signing.NewEphemeral()
 	require.NoError(t, err)
 	l := runLedger(t, env, ledger.WithSnapshotEvery(0, 0), ledger.WithSigner(signer))
@@ -666,7 +659,41 @@ func TestAudit_TrimmedStreamWithoutSnapshotStops(t *testing.T) {
 	require.NoError(t, err)
 	_, err = projector.Trim(ctx, env.JS, env.Layout, dir)
 	require.NoError(t, err)
+	return env, signer, ref
+}
 
+// startLedger starts a ledger on env and returns it with Run's result.
+func startLedger(t *testing.T, ctx context.Context, env *testenv.Env, readers []ledger.Reader, opts ...ledger.Option) (*ledger.Ledger, chan error) {
+	t.Helper()
+	nc := env.Connect(t)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	l, err := ledger.New(ctx, nc, js, env.Layout, opts...)
+	require.NoError(t, err)
+	for _, r := range readers {
+		require.NoError(t, l.AddReader(r))
+	}
+	done := make(chan error, 1)
+	rctx, cancel := context.WithCancel(ctx)
+	go func() { done <- l.Run(rctx) }()
+	t.Cleanup(cancel)
+	return l, done
+}
+
+// TestAudit_TrimmedStreamWithoutSnapshotStops: after a trim, the login
+// that may write the snapshot bucket (the replica's) deletes every
+// snapshot. A replica that starts then must stop (ledger.ErrTrimmed), as
+// operator.md says, never fold the trimmed stream from its first message:
+// that fold skips each lane's first revision left (its predecessor is
+// gone) and every one after it, and answers with a book that has
+// forgotten what was reserved and spent. How it can fail: the ledger
+// before this check became ready on such a fold, with the budget's
+// reservations gone (available its whole limit).
+func TestAudit_TrimmedStreamWithoutSnapshotStops(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	env, signer, ref := trimmedWithReservations(t, ctx)
 	store, err := env.JS.ObjectStore(ctx, env.Layout.SnapshotBucket())
 	require.NoError(t, err)
 	objs, err := store.List(ctx)
@@ -674,14 +701,7 @@ func TestAudit_TrimmedStreamWithoutSnapshotStops(t *testing.T) {
 	for _, o := range objs {
 		require.NoError(t, store.Delete(ctx, o.Name))
 	}
-
-	nc := env.Connect(t)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	l2, err := ledger.New(ctx, nc, js, env.Layout, ledger.WithSigner(signer))
-	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() { done <- l2.Run(ctx) }()
+	l2, done := startLedger(t, ctx, env, nil, ledger.WithSigner(signer))
 	select {
 	case err := <-done:
 		require.ErrorIs(t, err, ledger.ErrTrimmed)
@@ -691,4 +711,38 @@ func TestAudit_TrimmedStreamWithoutSnapshotStops(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the replica neither stopped nor became ready")
 	}
+}
+
+// behindReader is a reader that stands before every snapshot (a feed
+// relay whose feed is far behind, or stalled by junk so that it cannot
+// say where it stands).
+type behindReader struct{}
+
+func (behindReader) Fold(*gate.Revision, bool)               {}
+func (behindReader) Ceiling(context.Context) (uint64, error) { return 0, nil }
+
+// TestAudit_TrimmedStreamFeedBehindStarts: on a trimmed stream, a replica
+// whose feed stands before every snapshot (a feed turned on late, or
+// stalled by junk a login that may write the feed published) starts from
+// the newest snapshot anyway, with the book right, rather than stop: no
+// fold can give the feed what the trim dropped. How it can fail: the
+// replica honoured the feed's position, loaded no snapshot, and (before
+// ledger.ErrTrimmed) folded a wrong book, or (with it) stopped.
+func TestAudit_TrimmedStreamFeedBehindStarts(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	env, signer, ref := trimmedWithReservations(t, ctx)
+	l2, done := startLedger(t, ctx, env, []ledger.Reader{behindReader{}}, ledger.WithSigner(signer))
+	select {
+	case err := <-done:
+		t.Fatalf("the replica stopped: %v", err)
+	case <-l2.Ready():
+	case <-ctx.Done():
+		t.Fatal("the replica neither stopped nor became ready")
+	}
+	b, ok := l2.Budget(ref)
+	require.True(t, ok)
+	bal := l2.Balance(b.Balance(time.Now()))
+	require.Equal(t, "6", bal.Reserved.String(), "the book as the snapshot holds it")
 }

@@ -172,7 +172,17 @@ func (l *Ledger) Run(ctx context.Context) (err error) {
 		}
 	}
 	if l.opts.snapLoad {
-		l.loadSnapshot(ctx, startLast)
+		l.loadSnapshot(ctx, startLast, false)
+		if trimmed && l.snapLoaded.Load() == 0 {
+			// A reader (the feed) stands before every snapshot, or
+			// cannot say where (a feed stalled by junk), but what lies
+			// between is trimmed: no fold can give it those revisions.
+			// The book comes first: start from the newest snapshot, and
+			// that reader misses what the trim dropped (the archive
+			// holds it).
+			l.opts.log.Error("ledger: a reader (the feed) stands before every snapshot of a trimmed stream; starting from the newest snapshot anyway: what the trim dropped does not reach that reader (the archive holds it)")
+			l.loadSnapshot(ctx, startLast, true)
+		}
 	}
 	if trimmed && l.snapLoaded.Load() == 0 {
 		return l.trimmedStop()

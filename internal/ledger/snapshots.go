@@ -231,7 +231,7 @@ func listSnapshots(ctx context.Context, js jetstream.JetStream, bucket string) (
 // logged as an error, counted (SnapshotsSkipped), and skipped for an older
 // one, up to snapshotTries tried. It runs before the follower starts, so
 // the book is this goroutine's.
-func (l *Ledger) loadSnapshot(ctx context.Context, last uint64) uint64 {
+func (l *Ledger) loadSnapshot(ctx context.Context, last uint64, ignoreReaders bool) uint64 {
 	// Finding and listing are bounded: a replica whose permissions do not
 	// cover the bucket must not wait long to fold the whole stream.
 	lctx, cancel := context.WithTimeout(ctx, snapshotLookup)
@@ -249,7 +249,10 @@ func (l *Ledger) loadSnapshot(ctx context.Context, last uint64) uint64 {
 		l.opts.log.Warn("ledger: listing snapshots failed; folding the whole stream", "err", err)
 		return 0
 	}
-	ceiling := l.snapshotCeiling(lctx, last)
+	ceiling := last
+	if !ignoreReaders {
+		ceiling = l.snapshotCeiling(lctx, last)
+	}
 	tried := 0
 	for _, s := range list {
 		if s.Seq > last {

@@ -3,6 +3,7 @@ package streams
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -665,6 +666,43 @@ const (
 // IsNoMessage reports whether a JetStream API error code is "no message
 // found" (a get past the end of a subject).
 func IsNoMessage(code jetstream.ErrorCode) bool { return code == jetstream.JSErrCodeMessageNotFound }
+
+// DecodeMsgGetReply decodes the reply of a message get through the
+// stream's leader ($JS.API.STREAM.MSG.GET.<stream>): the message, or found
+// false when none matches; an API error the server answered otherwise.
+// Headers that do not decode are dropped (no signature: the verifier
+// decides).
+func DecodeMsgGetReply(data []byte) (m *jetstream.RawStreamMsg, found bool, err error) {
+	var resp struct {
+		Error   *jetstream.APIError `json:"error,omitempty"`
+		Message *struct {
+			Subject  string    `json:"subject"`
+			Sequence uint64    `json:"seq"`
+			Header   []byte    `json:"hdrs,omitempty"`
+			Data     []byte    `json:"data,omitempty"`
+			Time     time.Time `json:"time"`
+		} `json:"message,omitempty"`
+	}
+	if err := json.Unmarshal(data, &resp); err != nil {
+		return nil, false, fmt.Errorf("streams: message get reply: %w", err)
+	}
+	if resp.Error != nil {
+		if IsNoMessage(resp.Error.ErrorCode) {
+			return nil, false, nil
+		}
+		return nil, false, resp.Error
+	}
+	if resp.Message == nil {
+		return nil, false, errors.New("streams: empty message get reply")
+	}
+	m = &jetstream.RawStreamMsg{Subject: resp.Message.Subject, Sequence: resp.Message.Sequence, Data: resp.Message.Data, Time: resp.Message.Time}
+	if len(resp.Message.Header) > 0 {
+		if h, err := nats.DecodeHeadersMsg(resp.Message.Header); err == nil {
+			m.Header = h
+		}
+	}
+	return m, true, nil
+}
 
 // IsTooLarge reports whether err is a publish over the stream's or the
 // server's maximum message size.

@@ -988,35 +988,11 @@ func (r *Relay) getMsg(ctx context.Context, seq uint64) (*jetstream.RawStreamMsg
 	if err != nil {
 		return nil, err
 	}
-	var resp struct {
-		Error   *jetstream.APIError `json:"error,omitempty"`
-		Message *struct {
-			Subject  string    `json:"subject"`
-			Sequence uint64    `json:"seq"`
-			Header   []byte    `json:"hdrs,omitempty"`
-			Data     []byte    `json:"data,omitempty"`
-			Time     time.Time `json:"time"`
-		} `json:"message,omitempty"`
+	m, found, err := streams.DecodeMsgGetReply(reply.Data)
+	if err == nil && !found {
+		err = jetstream.ErrMsgNotFound
 	}
-	if err := json.Unmarshal(reply.Data, &resp); err != nil {
-		return nil, fmt.Errorf("feed: message get reply: %w", err)
-	}
-	if resp.Error != nil {
-		if streams.IsNoMessage(resp.Error.ErrorCode) {
-			return nil, jetstream.ErrMsgNotFound
-		}
-		return nil, resp.Error
-	}
-	if resp.Message == nil {
-		return nil, errors.New("feed: empty message get reply")
-	}
-	m := &jetstream.RawStreamMsg{Subject: resp.Message.Subject, Sequence: resp.Message.Sequence, Data: resp.Message.Data, Time: resp.Message.Time}
-	if len(resp.Message.Header) > 0 {
-		if m.Header, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
-			m.Header = nil // unreadable headers are no signature
-		}
-	}
-	return m, nil
+	return m, err
 }
 
 // getMsgWait bounds a message get that has no deadline of its own.

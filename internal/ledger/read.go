@@ -22,17 +22,6 @@ type leaderGetRequest struct {
 	LastFor string `json:"last_by_subj,omitempty"`
 }
 
-type leaderGetResponse struct {
-	Error   *jetstream.APIError `json:"error,omitempty"`
-	Message *struct {
-		Subject  string    `json:"subject"`
-		Sequence uint64    `json:"seq"`
-		Header   []byte    `json:"hdrs,omitempty"`
-		Data     []byte    `json:"data,omitempty"`
-		Time     time.Time `json:"time"`
-	} `json:"message,omitempty"`
-}
-
 // storedMsg is one message read back from the ledger stream.
 type storedMsg struct {
 	subject string
@@ -63,17 +52,14 @@ func (l *Ledger) leaderGet(ctx context.Context, req leaderGetRequest) (m storedM
 		ctx, cancel = context.WithTimeout(ctx, 4*l.opts.commitTimeout)
 		defer cancel()
 	}
-	var resp leaderGetResponse
+	var raw *jetstream.RawStreamMsg
 	for {
 		actx, cancel := context.WithTimeout(ctx, l.opts.commitTimeout)
 		var reply *nats.Msg
 		reply, err = l.nc.RequestWithContext(actx, l.layout.MsgGetSubject(l.js), body)
 		cancel()
 		if err == nil {
-			resp = leaderGetResponse{}
-			if err = json.Unmarshal(reply.Data, &resp); err == nil && resp.Error != nil && !streams.IsNoMessage(resp.Error.ErrorCode) {
-				err = resp.Error
-			}
+			raw, found, err = streams.DecodeMsgGetReply(reply.Data)
 		}
 		if err == nil || ctx.Err() != nil || !retryableRead(err) {
 			break
@@ -91,20 +77,10 @@ func (l *Ledger) leaderGet(ctx context.Context, req leaderGetRequest) (m storedM
 	if err != nil {
 		return m, false, &events.Error{Code: events.CodeLedgerUnavailable, Message: "reading the ledger stream", Err: err}
 	}
-	if resp.Error != nil { // no message
+	if !found {
 		return m, false, nil
 	}
-	if resp.Message == nil {
-		return m, false, fmt.Errorf("ledger: empty message get reply")
-	}
-	m = storedMsg{subject: resp.Message.Subject, seq: resp.Message.Sequence, data: resp.Message.Data, at: resp.Message.Time}
-	if len(resp.Message.Header) > 0 {
-		if m.header, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
-			// Unreadable headers are no signature: Verify decides.
-			m.header = nil
-		}
-	}
-	return m, true, nil
+	return storedMsg{subject: raw.Subject, seq: raw.Sequence, header: raw.Header, data: raw.Data, at: raw.Time}, true, nil
 }
 
 // latestRev returns the last revision of key as the stream leader has it

@@ -239,6 +239,14 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 			r.teardown()
 		}
 	}()
+	// The ledger's health is probed and exported from here on, through the
+	// start's fold: an operator scraping a replica that is still folding
+	// sees spendgate_ledger_ready 0 and the lag shrink, not no series at
+	// all (an alert on ready == 0 does not fire on an absent series).
+	if cfg.Metrics != nil {
+		registerHealth(cfg, l, probe)
+	}
+	r.goTask(func() { _ = probe.Run(runCtx) })
 	// The readers of the ledger are fed by the replica's one fold (the
 	// spend report is kept whether or not the report endpoint answers: it
 	// travels in the snapshots, which every replica must be able to load).
@@ -314,7 +322,7 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	}
 	r.Service = svc
 	if cfg.Metrics != nil {
-		registerMetrics(cfg, l, svc, probe)
+		registerMetrics(cfg, l, svc)
 	}
 	if cfg.Feed { // the tenants' feed consumers, checked at start and every minute
 		tc, _ := feed.NewTenantCheck(js, cfg.Layout, feed.CheckLogger(cfg.Log)) // errs on a nil logger only; cfg.Log is set
@@ -327,7 +335,6 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	if cfg.SweepInterval >= 0 {
 		r.goTask(func() { _ = sw.Run(runCtx) })
 	}
-	r.goTask(func() { _ = probe.Run(runCtx) })
 	return r, nil
 }
 
@@ -453,16 +460,29 @@ func (r *Replica) startDenials(ctx, runCtx context.Context, js jetstream.JetStre
 	return nil
 }
 
-// registerMetrics gives cfg.Metrics the replica's gauges.
-func registerMetrics(cfg Config, l *ledger.Ledger, svc *service.Service, probe *health.Probe) {
+// registerHealth gives cfg.Metrics the ledger's health gauges, which are
+// exported from before the start's fold: ready is 0 until that fold has
+// finished.
+func registerHealth(cfg Config, l *ledger.Ledger, probe *health.Probe) {
 	// Lag and health against the stream's end as its leader has it, not
 	// as the follower's own consumer (on any copy) reports it.
 	cfg.Metrics.RegisterFollowerLag(probe.Lag)
 	cfg.Metrics.RegisterSnapshotAge(l.SnapshotAge)
 	cfg.Metrics.RegisterLedgerHealth(func() metrics.LedgerHealth {
 		st := probe.Status()
-		return metrics.LedgerHealth{Ready: probe.Check() == nil, Leader: st.Leader, Delay: st.Delay}
+		folded := false
+		select {
+		case <-l.Ready():
+			folded = true
+		default:
+		}
+		return metrics.LedgerHealth{Ready: folded && probe.Check() == nil, Leader: st.Leader, Delay: st.Delay}
 	})
+}
+
+// registerMetrics gives cfg.Metrics the replica's other gauges, once it
+// serves.
+func registerMetrics(cfg Config, l *ledger.Ledger, svc *service.Service) {
 	// The per-tenant gauges, from the book's counts (the counters are the
 	// service's and the denial recorder's).
 	cfg.Metrics.RegisterTenants(func() []metrics.TenantSample {

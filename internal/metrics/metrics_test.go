@@ -212,9 +212,8 @@ func TestSet_Lint(t *testing.T) {
 }
 
 // TestSet_Promtool pipes a scrape of a full Set through `promtool check
-// metrics`, when promtool is installed (Debian's prometheus package has it;
-// CI does not install it: the package is about 100 MB, and TestSet_Lint
-// runs the same linter in process).
+// metrics`, when promtool is installed (.ci/run unpacks it from Debian's
+// prometheus package; TestSet_Lint runs the same linter in process).
 func TestSet_Promtool(t *testing.T) {
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {

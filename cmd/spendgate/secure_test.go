@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -232,6 +233,20 @@ func TestSecure_RolesWalkthrough(t *testing.T) {
 	w := newWalkthrough(t, nil, "--account", "SPENDGATE")
 	readmeHas(t, "spendgate serve --nats-url nats://127.0.0.1:4222 --replicas 1 --feed --signing-key r1.nk --trusted-keys trusted-keys &")
 	require.NotContains(t, w.serve.out.String(), "signatures are not verified")
+
+	// serve's ready line suggests a command that logs in as the admin
+	// role (serve's own replica login may not list budgets), with the
+	// admin's inbox, and says whose password it needs; run as printed, with
+	// only that password in the environment, it answers. How we know it
+	// can fail: the line suggested the bare command, which under roles
+	// gets no answer.
+	ready := regexp.MustCompile(`try  (spendgate budget list [^\n]*?)  or  nats `).FindStringSubmatch(w.serve.out.String())
+	require.NotNil(t, ready, w.serve.out.String())
+	require.Contains(t, ready[1], "--user admin")
+	require.Contains(t, ready[1], "--inbox-prefix "+roles.InboxPrefix(streams.Default(), roles.Admin))
+	require.Contains(t, w.serve.out.String(), "with $NATS_PASSWORD set to the admin role's password")
+	hint := strings.Fields(ready[1])[1:]
+	w.cli([]string{"NATS_URL=", "NATS_USER=", "SPENDGATE_INBOX_PREFIX=", "NATS_PASSWORD=" + w.pw(roles.Admin)}, hint...)
 
 	readmeHas(t, "spendgate budget put --scope org:sec --period month --limit 1.00 --unit USD")
 	w.cli(w.as(roles.Admin), "budget", "put", "--scope", "org:sec", "--period", "month", "--limit", "1.00", "--unit", "USD")

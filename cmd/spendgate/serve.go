@@ -29,6 +29,7 @@ import (
 	"github.com/spendgate/spendgate/internal/natsconn"
 	"github.com/spendgate/spendgate/internal/ops"
 	"github.com/spendgate/spendgate/internal/replica"
+	"github.com/spendgate/spendgate/internal/roles"
 	"github.com/spendgate/spendgate/internal/secret"
 	"github.com/spendgate/spendgate/internal/service"
 	"github.com/spendgate/spendgate/streams"
@@ -362,8 +363,13 @@ func serve(args []string) int {
 	}
 	log.Info("spendgate serving", "service", streams.ServiceName, "prefix", layout.Prefix(), "stream", layout.StreamName(), "replicas", *replicas, "lanes", layout.Lanes())
 	shown := displayURL(url)
-	fmt.Fprintf(os.Stderr, "ready: clients connect to %s; try  spendgate budget list --nats-url %s  or  nats --server %s micro info %s\n",
-		shown, shown, shown, streams.ServiceName)
+	login := loginHint(conn, layout)
+	ready := fmt.Sprintf("ready: clients connect to %s; try  spendgate budget list --nats-url %s%s  or  nats --server %s%s micro info %s\n",
+		shown, shown, login.spendgate, shown, login.nats, streams.ServiceName)
+	if login.note != "" {
+		ready += "       " + login.note + "\n"
+	}
+	fmt.Fprint(os.Stderr, ready)
 	// SIGHUP reads the --tenant-limits file, the signing key and the
 	// trusted keys again (key rotation without a restart; see
 	// docs/security.md, Keys).
@@ -458,6 +464,53 @@ func displayURL(urls string) string {
 		parts[i] = u.String()
 	}
 	return strings.Join(parts, ",")
+}
+
+// readyLogin is what the ready line adds to its two commands so that they
+// log in as serve does: the flags of the spendgate CLI, those of the nats
+// CLI, and a line saying whose login they need.
+type readyLogin struct{ spendgate, nats, note string }
+
+// loginHint returns the ready line's login for a serve that joined a
+// server with conn's login. serve logs in as the replica role, whose
+// permissions do not cover the commands the line suggests (budget list
+// needs the admin role's), so the hint names the kind of login and not
+// serve's own: never a secret, a file or a user of serve's. A serve with
+// no login (the embedded server) needs none.
+func loginHint(conn natsconn.Options, layout streams.Layout) readyLogin {
+	var h readyLogin
+	if conn.InboxPrefix != "" && conn.InboxPrefix == roles.InboxPrefix(layout, roles.Replica) {
+		// Each role of spendgate roles has a private inbox.
+		admin := roles.InboxPrefix(layout, roles.Admin)
+		h.spendgate += " --inbox-prefix " + admin
+		h.nats += " --inbox-prefix " + admin
+	}
+	if conn.TLSCA != "" {
+		h.spendgate += " --tls-ca " + conn.TLSCA
+		h.nats += " --tlsca " + conn.TLSCA
+	}
+	const note = "(serve's own login is the replica role's, which may not run them; see spendgate roles)"
+	switch {
+	case conn.Creds != "":
+		h.spendgate += " --creds ADMIN.creds"
+		h.nats += " --creds ADMIN.creds"
+		h.note = "with the credentials file of a user with the admin role " + note
+	case conn.NKey != "":
+		h.spendgate += " --nkey ADMIN.nk"
+		h.nats += " --nkey ADMIN.nk"
+		h.note = "with the nkey seed of a user with the admin role " + note
+	case conn.User != "":
+		h.spendgate += " --user admin"
+		h.nats += " --user admin --password \"$" + natsconn.EnvPassword + "\""
+		h.note = "with $" + natsconn.EnvPassword + " set to the admin role's password " + note
+	case conn.Token != "":
+		h.note = "with $" + natsconn.EnvToken + " set to the server's token"
+	case conn.TLSCert != "":
+		h.spendgate += " --tls-cert admin.pem --tls-key admin-key.pem"
+		h.nats += " --tlscert admin.pem --tlskey admin-key.pem"
+		h.note = "with a client certificate that logs in as the admin role (CN=admin) " + note
+	}
+	return h
 }
 
 // feedAge maps --feed-max-age (0: keep every message) to

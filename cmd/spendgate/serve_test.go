@@ -17,6 +17,9 @@ import (
 
 	"github.com/spendgate/spendgate/internal/config"
 	"github.com/spendgate/spendgate/internal/dashboard"
+	"github.com/spendgate/spendgate/internal/natsconn"
+	"github.com/spendgate/spendgate/internal/roles"
+	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
 )
 
@@ -339,4 +342,35 @@ func TestServe_BadValuesRefused(t *testing.T) {
 	r := runUsage(t, nil, "serve", "--config", conf, "--listen", fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)))
 	require.Equal(t, exitUsage, r.code, r.stderr)
 	require.Contains(t, r.stderr, "--ready-timeout must be positive")
+}
+
+// TestLoginHint: the ready line's commands log in the way serve does, as
+// the admin role, and never print serve's own secret, file or user.
+func TestLoginHint(t *testing.T) {
+	layout := streams.Default()
+	for _, tc := range []struct {
+		name      string
+		conn      natsconn.Options
+		spendgate string
+		note      string
+	}{
+		{"embedded", natsconn.Options{}, "", ""},
+		{"password under roles", natsconn.Options{User: "replica", Password: "s3cret", InboxPrefix: roles.InboxPrefix(layout, roles.Replica)},
+			" --inbox-prefix _INBOX_spendgate_admin --user admin", "$NATS_PASSWORD set to the admin role's password"},
+		{"creds", natsconn.Options{Creds: "/etc/spendgate/replica.creds"}, " --creds ADMIN.creds", "credentials file of a user with the admin role"},
+		{"nkey over TLS", natsconn.Options{NKey: "/etc/spendgate/replica.nk", TLSCA: "ca.pem"}, " --tls-ca ca.pem --nkey ADMIN.nk", "nkey seed"},
+		{"client certificate", natsconn.Options{TLSCA: "ca.pem", TLSCert: "replica.pem", TLSKey: "replica-key.pem"},
+			" --tls-ca ca.pem --tls-cert admin.pem --tls-key admin-key.pem", "CN=admin"},
+		{"token", natsconn.Options{Token: "t0ken"}, "", "$NATS_TOKEN"},
+		{"another inbox prefix", natsconn.Options{User: "svc", InboxPrefix: "_INBOX_mine"}, " --user admin", "admin role"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := loginHint(tc.conn, layout)
+			require.Equal(t, tc.spendgate, h.spendgate)
+			require.Contains(t, h.note, tc.note)
+			for _, secret := range []string{"s3cret", "t0ken", "replica.creds", "replica.nk", "replica.pem", "replica-key.pem", "user replica"} {
+				require.NotContains(t, h.spendgate+h.nats+h.note, secret)
+			}
+		})
+	}
 }

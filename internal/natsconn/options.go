@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -387,6 +388,7 @@ func (o *Options) NATSOptions(name string, extra ...nats.Option) ([]nats.Option,
 		opts = append(opts, nats.CustomInboxPrefix(o.InboxPrefix))
 	}
 	if log := o.Log; log != nil {
+		var refused replyRefusals
 		opts = append(opts,
 			nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
 				if err == nil && nc.IsClosed() {
@@ -398,9 +400,21 @@ func (o *Options) NATSOptions(name string, extra ...nats.Option) ([]nats.Option,
 				log.Warn("nats disconnected", "err", err)
 			}),
 			nats.ReconnectHandler(func(nc *nats.Conn) {
+				refused.reconnected(time.Now())
 				log.Info("nats reconnected", "server", redactURL(nc.ConnectedUrl()))
 			}),
 			nats.ErrorHandler(func(nc *nats.Conn, sub *nats.Subscription, err error) {
+				switch refused.count(err, time.Now()) {
+				case 0:
+				case 1:
+					log.Warn("nats: an answer to a request taken before the reconnect was refused by the server the connection moved to "+
+						"(a role may reply only to requests received on its own connection): its caller waits out one attempt and retries; "+
+						"the next ones after this reconnect are logged at debug level", "err", err)
+					return
+				default:
+					log.Debug("nats: an answer to a request taken before the reconnect was refused", "err", err)
+					return
+				}
 				if sub != nil {
 					log.Error("nats async error", "subject", sub.Subject, "err", err)
 					return
@@ -578,4 +592,51 @@ func redactURL(raw string) string {
 		return scheme + userinfo[:i] + ":xxxxx@" + host
 	}
 	return scheme + "xxxxx@" + host
+}
+
+// ReplyGrace is how long after a reconnect a refused answer is taken for
+// one to a request received before it.
+const ReplyGrace = time.Minute
+
+// replyRefusals tells the refusals a reconnect brings from other errors.
+// Under roles (NATS allow_responses) a client may publish to a reply
+// subject only if it received the request on its own connection, and the
+// server that checks is the one the connection is on: answers to requests
+// taken before a reconnect to another server are refused there, one
+// "Permissions Violation for Publish to _INBOX..." per answer. That is
+// expected (the callers retry), not an error to page on.
+type replyRefusals struct {
+	mu sync.Mutex
+	at time.Time // the last reconnect
+	n  int       // refusals counted since
+}
+
+func (r *replyRefusals) reconnected(now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.at, r.n = now, 0
+}
+
+// count returns 0 if err is not a refused answer within ReplyGrace of a
+// reconnect, else how many there were since that reconnect, err included.
+func (r *replyRefusals) count(err error, now time.Time) int {
+	if !errors.Is(err, nats.ErrPermissionViolation) {
+		return 0
+	}
+	msg := err.Error()
+	i := strings.Index(msg, "for Publish to ")
+	if i < 0 {
+		return 0
+	}
+	subject := strings.Trim(msg[i+len("for Publish to "):], `"`)
+	if !strings.HasPrefix(subject, "_INBOX") && !strings.HasPrefix(subject, "_R_.") {
+		return 0
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.at.IsZero() || now.Sub(r.at) > ReplyGrace {
+		return 0
+	}
+	r.n++
+	return r.n
 }

@@ -52,7 +52,7 @@ Usage:
                                          a nats-server permission layout: replica, service, admin, finance, feed, gateway, tenants, TLS
   spendgate alerts webhook --url URL [--durable NAME] [--listen ADDR]   deliver budget alerts to a webhook (Slack-compatible), with retries
   spendgate tenant-limits put --tenant NAME [--max-open N] [--max-default-budgets N] [--rate N] [--burst N] [--denial-bytes N]
-  spendgate tenant-limits get --tenant NAME | list
+  spendgate tenant-limits get [--tenant NAME] | list
                                          a tenant's own limits, kept in the ledger (every replica holds it to them)
   spendgate feed consumer --tenant NAME [--replace]  create (as the admin) a tenant's feed consumer t-NAME, which the tenant may only read
   spendgate key --file FILE              the public key of a signing key (created if FILE does not exist)

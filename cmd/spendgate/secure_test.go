@@ -347,6 +347,18 @@ func TestSecure_TenantsWalkthrough(t *testing.T) {
 	var acmeRes events.AdmitReply
 	require.NoError(t, json.Unmarshal([]byte(out), &acmeRes))
 
+	// A tenant reads its own limits without naming itself (the replica
+	// takes it from the subject); the admin must name one. How we know it
+	// can fail: the CLI refused the tenant's get for a missing --tenant.
+	var own events.TenantLimitsView
+	require.NoError(t, json.Unmarshal([]byte(w.cli(w.tenant("acme"), "tenant-limits", "get")), &own))
+	require.Equal(t, "acme", own.Tenant)
+	require.NotNil(t, own.Usage)
+	require.Equal(t, 1, own.Usage.OpenReservations)
+	r = runCLI(t, w.as(roles.Admin), "tenant-limits", "get")
+	require.NotEqual(t, 0, r.code, r.stdout)
+	require.Contains(t, r.stdout+r.stderr, "name the tenant")
+
 	var list events.BudgetListReply
 	require.NoError(t, json.Unmarshal([]byte(w.cli(w.tenant("globex"), "budget", "list")), &list))
 	require.Len(t, list.Budgets, 1)

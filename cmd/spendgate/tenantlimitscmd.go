@@ -38,13 +38,14 @@ new limits apply on every replica as soon as it has folded the revision
 	}
 	tenantLimitsGetCommand = command{
 		name:     "spendgate tenant-limits get",
-		synopsis: "--tenant NAME",
+		synopsis: "[--tenant NAME]",
 		about: `Prints a tenant's own limits kept in the ledger and their version (none set
 and version 0: the ledger does not name the tenant), then what the replica
 that answered holds it to, each limit with where it comes from (held_to:
 the ledger, the replica's --tenant-limits file or its flag; 0 is no
 limit), and the tenant's open reservations and budgets from defaults in
-that replica's book (usage).`,
+that replica's book (usage). The admin names the tenant; a tenant's own
+login leaves --tenant out and reads its own.`,
 	}
 	tenantLimitsListCommand = command{
 		name:     "spendgate tenant-limits list",
@@ -92,13 +93,14 @@ func tenantLimitsCmd(args []string) int {
 		return c.call(streams.EndpointTenantLimitsPut, req, nil)
 	case "get":
 		var req events.TenantLimitsGetRequest
-		fs.StringVar(&req.Tenant, "tenant", "", "the tenant (required)")
+		fs.StringVar(&req.Tenant, "tenant", "", "the tenant (the admin must name it; a tenant's own login leaves it out and reads its own)")
 		if code, ok := tenantLimitsGetCommand.parse(fs, args[1:]); !ok {
 			return code
 		}
-		if code, ok := tenantLimitsGetCommand.require(fs, "tenant"); !ok {
-			return code
-		}
+		// No --tenant is no tenant in the body: a tenant's own login reads
+		// its own (the replica knows it from the subject); on the
+		// deployment's plain subject the replica answers that a tenant is
+		// needed.
 		return c.call(streams.EndpointTenantLimitsGet, req, nil)
 	case "list":
 		if code, ok := tenantLimitsListCommand.parse(fs, args[1:]); !ok {

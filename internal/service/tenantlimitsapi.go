@@ -82,6 +82,9 @@ func (s *Service) tenantLimitsGet(ctx context.Context, data []byte) (any, error)
 		}
 		req.Tenant = own
 	}
+	if req.Tenant == "" {
+		return nil, events.Errorf(events.CodeInvalidIdentifier, "tenant is empty: name the tenant (\"tenant\", --tenant); a tenant's own login reads its own without it")
+	}
 	if err := events.ValidateTenant(req.Tenant); err != nil {
 		return nil, err
 	}

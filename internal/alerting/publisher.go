@@ -30,10 +30,19 @@ const DefaultBuffer = 1024
 const (
 	// publishTimeout bounds one publish of an alert.
 	publishTimeout = 5 * time.Second
-	// publishAttempts bounds the publishes of one alert that fail for a
-	// transient cause (backoff 100 ms doubling to 5 s: about half a
-	// minute); then the alert is counted failed and the next one goes.
+	// publishAttempts bounds the publishes of one alert in a round that
+	// fail for a transient cause (backoff 100 ms doubling to 5 s: about
+	// half a minute); then the next alert goes, and this one waits to be
+	// published again (retryFirst, doubling to retryMax).
 	publishAttempts = 10
+	// retryFirst and retryMax space the rounds of an alert whose publish
+	// failed: a stream without a leader for minutes, or a login racing
+	// junk onto its subject, delays an alert but does not lose it.
+	retryFirst = 30 * time.Second
+	retryMax   = 5 * time.Minute
+	// maxRetrying bounds the alerts waiting for another round; past it the
+	// one whose round fails is given up (Failed).
+	maxRetrying = DefaultBuffer
 	// maxSeen bounds the blocking alerts a Publisher remembers having
 	// queued (the stream refuses duplicates anyway: this only spares a
 	// publish per denial of a blocked budget).
@@ -68,6 +77,15 @@ type Publisher struct {
 	keys   func() *signing.KeySet
 
 	published, duplicates, dropped, failed, forged atomic.Uint64
+	// retry holds the alerts whose round failed, for another (Run's own:
+	// no lock); retrying is its length, for the gauge.
+	retry    []retrying
+	retrying atomic.Int64
+	// attempts, retryFirst, retryMax and maxRetrying are publishAttempts
+	// and the constants of the same names (tests shorten them).
+	attempts             int
+	retryFirst, retryMax time.Duration
+	maxRetrying          int
 	// unread: a check of an alert's subject could not read it (logged
 	// once); unreadUntil: until when (Unix nanoseconds) the publisher
 	// reads no subject (a login that may not read the stream waits for
@@ -110,7 +128,8 @@ func WithBuffer(n int) Option {
 // stream must exist (streams.EnsureAlerts).
 func New(js jetstream.JetStream, layout streams.Layout, opts ...Option) *Publisher {
 	p := &Publisher{js: js, layout: layout, log: slog.New(slog.DiscardHandler), now: time.Now,
-		ch: make(chan events.Alert, DefaultBuffer), seen: map[string]struct{}{}}
+		ch: make(chan events.Alert, DefaultBuffer), seen: map[string]struct{}{},
+		attempts: publishAttempts, retryFirst: retryFirst, retryMax: retryMax, maxRetrying: maxRetrying}
 	for _, o := range opts {
 		o(p)
 	}
@@ -149,11 +168,15 @@ func (p *Publisher) Blocked(a events.Alert) {
 	p.seen[a.ID] = struct{}{}
 	p.mu.Unlock()
 	if !p.queue(a) {
-		// Dropped: a later denial may queue it again.
-		p.mu.Lock()
-		delete(p.seen, a.ID)
-		p.mu.Unlock()
+		p.forget(a.ID) // dropped: a later denial may queue it again
 	}
+}
+
+// forget lets Blocked queue alert id again.
+func (p *Publisher) forget(id string) {
+	p.mu.Lock()
+	delete(p.seen, id)
+	p.mu.Unlock()
 }
 
 func (p *Publisher) queue(a events.Alert) bool {
@@ -171,21 +194,49 @@ func (p *Publisher) queue(a events.Alert) bool {
 	}
 }
 
+// retrying is an alert whose publish failed, due for another round.
+type retrying struct {
+	a     events.Alert
+	due   time.Time
+	delay time.Duration
+}
+
 // Run publishes queued alerts until ctx ends, then what is queued still
-// within a short drain.
+// within a short drain. An alert whose publish fails is published again
+// later (retryFirst, doubling to retryMax), for as long as the replica
+// runs, unless maxRetrying others wait already.
 func (p *Publisher) Run(ctx context.Context) error {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
 	for {
+		var due <-chan time.Time
+		if next, ok := p.nextDue(); ok {
+			timer.Reset(max(0, time.Until(next)))
+			due = timer.C
+		}
 		select {
 		case a := <-p.ch:
-			p.publish(ctx, a)
+			if !p.publish(ctx, a) {
+				p.later(a, p.retryFirst)
+			}
+		case <-due:
+			p.retryDue(ctx)
 		case <-ctx.Done():
 			drain, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
 			defer cancel()
 			for {
 				select {
 				case a := <-p.ch:
-					p.publish(drain, a)
+					if !p.publish(drain, a) {
+						p.failed.Add(1)
+					}
 				default:
+					if n := len(p.retry); n > 0 {
+						p.failed.Add(uint64(n))
+						p.log.Warn("alert: stopping with alerts not published (a threshold alert is published again when a replica folds its revision again)", "alerts", n)
+						p.retry = nil
+						p.retrying.Store(0)
+					}
 					return ctx.Err()
 				}
 			}
@@ -193,17 +244,72 @@ func (p *Publisher) Run(ctx context.Context) error {
 	}
 }
 
+// nextDue is when the first alert waiting for another round is due.
+func (p *Publisher) nextDue() (time.Time, bool) {
+	if len(p.retry) == 0 {
+		return time.Time{}, false
+	}
+	next := p.retry[0].due
+	for _, r := range p.retry[1:] {
+		if r.due.Before(next) {
+			next = r.due
+		}
+	}
+	return next, true
+}
+
+// later keeps a, whose round failed, for another in delay, or gives it up
+// when maxRetrying alerts wait already.
+func (p *Publisher) later(a events.Alert, delay time.Duration) {
+	if len(p.retry) >= p.maxRetrying {
+		p.failed.Add(1)
+		p.forget(a.ID) // a later denial may queue a blocking alert again
+		p.log.Error("alert: given up, its publish failed and too many alerts wait to be published again", "id", a.ID, "waiting", len(p.retry))
+		return
+	}
+	p.retry = append(p.retry, retrying{a: a, due: time.Now().Add(delay), delay: delay})
+	p.retrying.Store(int64(len(p.retry)))
+	p.log.Warn("alert: publish failed; trying again later", "id", a.ID, "in", delay)
+}
+
+// retryDue publishes again the alerts whose time has come.
+func (p *Publisher) retryDue(ctx context.Context) {
+	now := time.Now()
+	var due []retrying
+	kept := p.retry[:0]
+	for _, r := range p.retry {
+		if r.due.After(now) {
+			kept = append(kept, r)
+		} else {
+			due = append(due, r)
+		}
+	}
+	p.retry = kept
+	p.retrying.Store(int64(len(p.retry)))
+	for _, r := range due {
+		if ctx.Err() != nil {
+			p.retry = append(p.retry, r)
+			continue
+		}
+		if !p.publish(ctx, r.a) {
+			p.later(r.a, min(2*r.delay, p.retryMax))
+		}
+	}
+	p.retrying.Store(int64(len(p.retry)))
+}
+
 // msgIDSigChars is how much of an alert's signature its Nats-Msg-Id
 // carries (as the feed's, internal/feed).
 const msgIDSigChars = 22
 
-// publish appends a, retrying a transient failure with backoff.
-func (p *Publisher) publish(ctx context.Context, a events.Alert) {
+// publish appends a, retrying a transient failure with backoff; false if
+// it did not (the caller keeps a for another round).
+func (p *Publisher) publish(ctx context.Context, a events.Alert) bool {
 	data, err := events.EncodeAlert(a)
 	if err != nil {
 		p.failed.Add(1)
 		p.log.Error("alert: encode", "id", a.ID, "err", err)
-		return
+		return true // never publishable: not kept
 	}
 	msg := nats.NewMsg(p.layout.AlertMsgSubject(a))
 	msg.Data = data
@@ -230,11 +336,11 @@ func (p *Publisher) publish(ctx context.Context, a events.Alert) {
 		switch {
 		case err == nil && ack.Duplicate:
 			p.duplicates.Add(1)
-			return
+			return true
 		case err == nil:
 			p.published.Add(1)
-			return
-		case errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence && attempt < publishAttempts:
+			return true
+		case errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence && attempt < p.attempts:
 			// The subject holds a message: this alert, stored before
 			// (another replica's, or this one's before a restart), or
 			// something a login that may publish alerts put there.
@@ -248,11 +354,11 @@ func (p *Publisher) publish(ctx context.Context, a events.Alert) {
 						"id", a.ID, "subject", msg.Subject, "err", rerr)
 				}
 				p.duplicates.Add(1)
-				return
+				return true
 			}
 			if stored {
 				p.duplicates.Add(1)
-				return
+				return true
 			}
 			if p.forged.Add(1); expect == 0 {
 				p.log.Error("alert: its subject holds a message that is not this alert signed by a trusted key (written by a login that may publish alerts); publishing after it",
@@ -260,10 +366,9 @@ func (p *Publisher) publish(ctx context.Context, a events.Alert) {
 			}
 			expect = last
 			continue
-		case apiErr != nil || attempt >= publishAttempts || ctx.Err() != nil:
-			p.failed.Add(1)
+		case apiErr != nil || attempt >= p.attempts || ctx.Err() != nil:
 			p.log.Warn("alert: publish failed", "id", a.ID, "subject", msg.Subject, "attempts", attempt, "err", err)
-			return
+			return false
 		}
 		select {
 		case <-ctx.Done():
@@ -334,12 +439,14 @@ func Verify(ks *signing.KeySet, subject string, h nats.Header, data []byte) sign
 
 // Published counts the alerts this Publisher stored; Duplicates those the
 // stream held already (another replica's, or its own earlier publish);
-// Dropped those not queued (buffer full); Failed those whose publish
-// failed for good; Forged the times an alert's subject held something
+// Dropped those not queued (buffer full); Failed those given up (their
+// publish failed while maxRetrying others waited for another round, or
+// the replica stopped); Forged the times an alert's subject held something
 // else than the alert signed by a trusted key (the alert was published
-// after it).
+// after it). Retrying is how many alerts wait for another round now.
 func (p *Publisher) Published() uint64  { return p.published.Load() }
 func (p *Publisher) Duplicates() uint64 { return p.duplicates.Load() }
 func (p *Publisher) Dropped() uint64    { return p.dropped.Load() }
 func (p *Publisher) Failed() uint64     { return p.failed.Load() }
 func (p *Publisher) Forged() uint64     { return p.forged.Load() }
+func (p *Publisher) Retrying() uint64   { return uint64(max(0, p.retrying.Load())) }

@@ -51,14 +51,16 @@ func NewAlertSink(r prometheus.Registerer) *AlertSink {
 
 // RegisterAlerts adds the counters of the replica's alert publisher
 // (internal/alerting): alerts stored on the alert stream, found there
-// already (another replica's), dropped (buffer full), failed, and alert
-// subjects found holding something forged.
-func (s *Set) RegisterAlerts(published, duplicates, dropped, failed, forged func() uint64) {
+// already (another replica's), dropped (buffer full), given up, alert
+// subjects found holding something forged, and the gauge of alerts
+// waiting to be published again.
+func (s *Set) RegisterAlerts(published, duplicates, dropped, failed, forged, retrying func() uint64) {
 	s.Registry.MustRegister(
 		counterFunc("spendgate_alerts_published_total", "Alerts this replica stored on the alert stream.", published),
 		counterFunc("spendgate_alerts_duplicate_total", "Alerts this replica published that the alert stream held already (another replica's, or an earlier publish).", duplicates),
 		counterFunc("spendgate_alerts_dropped_total", "Alerts not published because the replica's alert buffer was full.", dropped),
-		counterFunc("spendgate_alerts_failed_total", "Alerts whose publish failed for good.", failed),
+		counterFunc("spendgate_alerts_failed_total", "Alerts given up: their publish failed while too many others waited to be published again, or the replica stopped first.", failed),
+		gaugeFunc("spendgate_alerts_retrying", "Alerts whose publish failed, waiting to be published again (every 30 s, doubling to 5 min).", retrying),
 		counterFunc("spendgate_alerts_forged_total", "Times an alert's subject held something other than that alert signed by a trusted key (a login that may publish alerts wrote it); the alert was published after it.", forged),
 	)
 }

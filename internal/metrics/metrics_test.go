@@ -90,7 +90,7 @@ func fullSet(budgets func() []BudgetSample) *Set {
 	s.RegisterLedgerHealth(func() LedgerHealth { return LedgerHealth{Ready: true, Leader: true, Delay: time.Second} })
 	s.RegisterTenantConsumerCheck(one, func() int64 { return 0 })
 	s.RegisterDenials(one, one, one)
-	s.RegisterAlerts(one, one, one, one, one)
+	s.RegisterAlerts(one, one, one, one, one, one)
 	NewAlertSink(s.Registry)
 	s.RegisterReport(func() (int, int) { return 4, 5 })
 	s.RegisterTenants(func() []TenantSample {

@@ -265,7 +265,7 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	}
 	r.goTask(func() { _ = alerts.Run(runCtx) })
 	if cfg.Metrics != nil {
-		cfg.Metrics.RegisterAlerts(alerts.Published, alerts.Duplicates, alerts.Dropped, alerts.Failed, alerts.Forged)
+		cfg.Metrics.RegisterAlerts(alerts.Published, alerts.Duplicates, alerts.Dropped, alerts.Failed, alerts.Forged, alerts.Retrying)
 	}
 	// The fold. A follower that stops on its own leaves this replica's
 	// book behind the ledger: it must stop answering (Failed).

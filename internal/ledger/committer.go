@@ -676,6 +676,9 @@ func (l *Ledger) write(ctx context.Context, revs []keyedRevision) ([]uint64, []s
 			return nil, nil, err
 		}
 	}
+	if err := l.writable(); err != nil {
+		return nil, hashes, err
+	}
 	var seqs []uint64
 	if len(revs) == 1 {
 		seq, _, err := l.publishOne(ctx, revs[0].key, revs[0].rev, datas[0])

@@ -87,6 +87,11 @@ func (l *Ledger) define(ctx context.Context, what string, p plan) (seq uint64, w
 		if err != nil {
 			return 0, false, &events.Error{Code: events.CodeInternal, Message: "encoding " + what, Err: err}
 		}
+		if key != streams.TrustKey { // a trust write has its own check (PublishTrust)
+			if err := l.writable(); err != nil {
+				return 0, false, err
+			}
+		}
 		seq, hdr, err := l.publishOne(ctx, key, rev, data)
 		if err == nil {
 			if _, rej, _ := l.fold(&gate.Message{Seq: seq, Subject: l.layout.Subject(key), Header: hdr, Data: data}, false); rej != nil {

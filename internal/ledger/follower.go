@@ -36,6 +36,9 @@ type follower struct {
 	// revision naming this replica as its writer is not waited for (it is
 	// an old revision written again, and would hold the follower up).
 	ownWrites atomic.Int64
+	// untrustedWrites counts the writes refused because the ledger no
+	// longer trusts this replica's signing key (writable).
+	untrustedWrites atomic.Uint64
 }
 
 // Lifecycle states of a Ledger.

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/spendgate/spendgate/internal/gate"
+	"github.com/spendgate/spendgate/internal/signing"
 )
 
 // maxSkips bounds the refusals a replica remembers for Refold.
@@ -86,8 +87,10 @@ var ErrRefoldForgotten = errors.New("ledger: the fold's refusals that far back a
 // message, when that returns none), and returns, in stream order, those
 // the fold passed, decoded by the gate as the fold decoded them; the
 // fold's refusals, which this replica remembers (the last maxSkips),
-// stay refused. A message whose signature the gate refuses now (the
-// trusted keys changed since) is left out and logged. next is the
+// stay refused. A message signed by a key the ledger's trust no longer
+// admits (distrusted, dropped or retired since the fold passed it) is
+// handed out as the fold passed it, if its signature holds; any other
+// refusal on the second read is left out and logged. next is the
 // sequence after the last one read.
 //
 // Sequences past what the fold has handed its readers are not read (next
@@ -101,8 +104,8 @@ func (l *Ledger) Refold(ctx context.Context, from, to uint64, max int) (revs []*
 // sequence from from to to that is in the stream (it was handed each: a
 // feed relay keeps the sequences of the revisions it dropped): the
 // fold's refusals are not consulted, so it never answers
-// ErrRefoldForgotten, however many refusals came since. A message the
-// gate refuses now is left out and logged, as Refold does.
+// ErrRefoldForgotten, however many refusals came since. The trust
+// changing since is handled as Refold handles it.
 func (l *Ledger) RefoldPassed(ctx context.Context, from, to uint64, max int) (revs []*gate.Revision, next uint64, err error) {
 	return l.refold(ctx, from, to, max, false)
 }
@@ -154,7 +157,18 @@ func (l *Ledger) refold(ctx context.Context, from, to uint64, max int, skips boo
 			}
 		}
 		next = m.seq + 1
-		rev, rej := l.gate.Inspect(&gate.Message{Seq: m.seq, Subject: m.subject, Header: m.header, Data: m.data, At: m.at})
+		msg := &gate.Message{Seq: m.seq, Subject: m.subject, Header: m.header, Data: m.data, At: m.at}
+		rev, rej := l.gate.Inspect(msg)
+		if rej != nil && trustMovedOn(rej.Reason) {
+			// The fold passed it under the trust state of its place in the
+			// stream; the ledger's trust changed since (its key distrusted,
+			// dropped or retired before it). Its signature still holds:
+			// hand it out as the fold did, so a reader never lacks what the
+			// book holds.
+			if _, ok := signing.VerifyBy(rej.Key, m.header, m.data); ok {
+				rev, rej = gate.NewUnverified(l.layout).Inspect(msg)
+			}
+		}
 		if rej != nil {
 			l.opts.log.Warn("ledger: a revision the fold passed is refused on a second read (the trusted keys changed since); not handed out again", "seq", m.seq, "reason", string(rej.Reason))
 			continue
@@ -165,4 +179,10 @@ func (l *Ledger) refold(ctx context.Context, from, to uint64, max int, skips boo
 		revs = append(revs, rev)
 	}
 	return revs, next, nil
+}
+
+// trustMovedOn reports whether a second read's refusal is the ledger's
+// trust having changed since the fold passed the revision.
+func trustMovedOn(r signing.Reason) bool {
+	return r == signing.ReasonDistrustedKey || r == signing.ReasonUntrustedKey || r == signing.ReasonRetiredKey
 }

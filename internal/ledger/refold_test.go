@@ -8,7 +8,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/gate"
 	"github.com/spendgate/spendgate/internal/ledger"
+	"github.com/spendgate/spendgate/internal/signing"
 	"github.com/spendgate/spendgate/testenv"
 )
 
@@ -57,4 +59,67 @@ func BenchmarkRefold(b *testing.B) {
 		require.Equal(b, b.N*int(last), got)
 		b.ReportMetric(float64(got)/b.Elapsed().Seconds(), "revisions/s")
 	})
+}
+
+// A revision the fold passed is handed out again after the ledger's
+// trust changed: the fold checks each revision against the trust state of
+// its place in the stream, so a key distrusted later leaves its earlier
+// revisions in the book, and a reader that gets them back (a feed relay's
+// dropped events) must get them too, or the feed lacks what the book
+// holds. How we know it can fail: Refold checked each message again
+// against the trust as it stands now and left out every revision of the
+// distrusted key ("refused on a second read").
+func TestRefold_KeyDistrustedLaterStillHandsOutItsRevisions(t *testing.T) {
+	env := testenv.New(t)
+	ctx := context.Background()
+	k1, k2 := newSigner(t), newSigner(t)
+	both := trustOf(t, signing.Key{Public: k1.PublicKey()}, signing.Key{Public: k2.PublicKey()})
+	a := startLedger(t, env, ledger.WithSigner(k1), ledger.WithTrust(both))
+	b := startLedger(t, env, ledger.WithSigner(k2), ledger.WithTrust(both))
+	_, err := a.PutBudget(ctx, bal.Budget(), events.MustMoney("1000"), "USD", t0)
+	require.NoError(t, err)
+	require.NoError(t, b.Sync(ctx))
+	for i := range 5 {
+		require.NoError(t, b.Submit(ctx, &openTx{id: "b" + strconv.Itoa(i), amount: events.MustMoney("1")}))
+		require.NoError(t, a.Submit(ctx, &openTx{id: "a" + strconv.Itoa(i), amount: events.MustMoney("1")}))
+	}
+	require.NoError(t, a.Sync(ctx))
+	last := a.Applied()
+	all := func(refold func(context.Context, uint64, uint64, int) ([]*gate.Revision, uint64, error)) (n, byK2 int) {
+		t.Helper()
+		for next := uint64(1); next <= last; {
+			revs, nx, err := refold(ctx, next, last, 64)
+			require.NoError(t, err)
+			for _, r := range revs {
+				n++
+				if r.Signer == k2.PublicKey() {
+					byK2++
+				}
+			}
+			next = nx
+		}
+		return n, byK2
+	}
+	before, beforeK2 := all(a.Refold)
+	require.GreaterOrEqual(t, beforeK2, 5, "b's revisions, signed by k2")
+
+	// k2 is distrusted from now on: the ledger's trust revision says so.
+	distrustK2, err := trustOf(t, signing.Key{Public: k1.PublicKey()}).WithDistrusted(k2.PublicKey())
+	require.NoError(t, err)
+	a.SetTrust(distrustK2)
+	wrote, err := a.PublishTrust(ctx, distrustK2, t0)
+	require.NoError(t, err)
+	require.True(t, wrote)
+	require.NoError(t, a.Sync(ctx))
+	require.NoError(t, b.Sync(ctx))
+	require.ErrorIs(t, b.Submit(ctx, &openTx{id: "b-after", amount: events.MustMoney("1")}), ledger.ErrNotTrusted,
+		"k2 writes nothing once distrusted")
+
+	for name, refold := range map[string]func(context.Context, uint64, uint64, int) ([]*gate.Revision, uint64, error){
+		"Refold": a.Refold, "RefoldPassed": a.RefoldPassed,
+	} {
+		n, byK2 := all(refold)
+		require.Equal(t, before, n, "%s: every revision the fold passed up to %d", name, last)
+		require.Equal(t, beforeK2, byK2, "%s: k2's revisions from before its distrust", name)
+	}
 }

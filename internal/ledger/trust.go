@@ -83,6 +83,25 @@ func (l *Ledger) CheckWriter() error {
 	return nil
 }
 
+// writable is CheckWriter before each write: a replica whose key the
+// ledger's trust revision stopped trusting while it ran (distrusted, or
+// retired before the stream's end) writes nothing more, since every
+// replica, its own fold included, would skip what it wrote and the
+// callers' acknowledged reservations would vanish. It answers
+// ledger_unavailable, wrapping ErrNotTrusted. (A write decided in the
+// moment between the trust revision landing and this replica folding it
+// still lands and is skipped: the fold reads the trust key's revisions
+// as they come.)
+func (l *Ledger) writable() error {
+	if err := l.CheckWriter(); err != nil {
+		if n := l.untrustedWrites.Add(1); n == 1 || n%1000 == 0 {
+			l.opts.log.Error("ledger: not writing: the ledger no longer trusts this replica's signing key; every write answers ledger_unavailable until it does (restart or SIGHUP with a trusted key)", "refused", n, "err", err)
+		}
+		return &events.Error{Code: events.CodeLedgerUnavailable, Message: "this replica's signing key is not trusted by the ledger", Err: err}
+	}
+	return nil
+}
+
 // genesisTrust is the ledger's first trust revision: local, or pub alone
 // with the history up to last accepted unsigned.
 func genesisTrust(local *signing.KeySet, pub string, last uint64) events.TrustRevision {

@@ -149,6 +149,13 @@ func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
+// Within polls cond every few milliseconds until it returns true or
+// timeout passes, and reports whether it did: for a test that acts again
+// (and waits again) when a condition did not come in time.
+func Within(timeout time.Duration, cond func() bool) bool {
+	return waitCond(timeout, "", cond) == nil
+}
+
 // connect dials urls with a reconnect-forever policy and closes the
 // connection when t ends.
 func connect(t testing.TB, urls, name string) *nats.Conn {

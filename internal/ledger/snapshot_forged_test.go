@@ -224,7 +224,7 @@ func TestSnapshot_ForgedMetasPruned(t *testing.T) {
 
 	second := written(57)
 	forged := []string{noChunks, copied, wild, link}
-	testenv.WaitFor(t, watchdog, "the forged metas deleted", func() bool {
+	deleted := func() bool {
 		list, err := ledger.ListSnapshots(ctx, env.JS, env.Layout)
 		require.NoError(t, err)
 		for _, s := range list {
@@ -233,7 +233,17 @@ func TestSnapshot_ForgedMetasPruned(t *testing.T) {
 			}
 		}
 		return true
-	})
+	}
+	// Each snapshot's pruning deletes what it can read as junk; a header
+	// whose read times out (a loaded machine) is left for the next one,
+	// so a few more snapshots may be needed, never more than a few.
+	for round := 0; ; round++ {
+		if testenv.Within(5*time.Second, deleted) {
+			break
+		}
+		require.Less(t, round, 4, "the forged metas are still listed after %d more snapshots", round)
+		written(58 + uint64(round))
+	}
 	for _, seq := range []uint64{first, second} {
 		_, err := streams.ReadObject(ctx, store, streams.SnapshotName(seq))
 		require.NoError(t, err, "snapshot %d", seq)

@@ -302,6 +302,31 @@ func (g *Gate) MayWrite(pub string, after uint64) error {
 	return nil
 }
 
+// Refuses reports why the trust state as it stands refuses a revision at
+// seq signed by pub: distrusted-key, untrusted-key or retired-key, or ""
+// if it does not (or signatures are not checked). A replica checks its
+// own writes with it: it folds them from memory, without Inspect.
+func (g *Gate) Refuses(pub string, seq uint64) signing.Reason {
+	if g.unverified || pub == "" {
+		return ""
+	}
+	if t := g.trust.Load(); t != nil && t.distrusted[pub] {
+		return signing.ReasonDistrustedKey
+	}
+	ks := g.Keys()
+	if ks == nil {
+		return ""
+	}
+	until, listed := ks.Lookup(pub)
+	switch {
+	case !listed:
+		return signing.ReasonUntrustedKey
+	case until != 0 && seq > until:
+		return signing.ReasonRetiredKey
+	}
+	return ""
+}
+
 // LoadTrust makes rev, the trust revision at seq, the gate's trust state
 // without checking it (a snapshot's, itself verified, see the snapshot
 // format). It fails on a revision no writer could have written.

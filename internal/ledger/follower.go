@@ -203,6 +203,10 @@ func (l *Ledger) Run(ctx context.Context) (err error) {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		if errors.Is(err, ErrOwnWriteRefused) {
+			l.opts.log.Error("ledger: follower stopped", "err", err)
+			return err
+		}
 		if errors.Is(err, errFold) && l.snapLoaded.Load() != 0 && !l.isReady() && trimmed {
 			// Folding the whole stream instead is no way out of a
 			// trimmed one.
@@ -274,6 +278,11 @@ func (l *Ledger) follow(ctx context.Context, from, startLast uint64) error {
 		}
 		gm := &gate.Message{Seq: seq, Subject: msg.Subject(), Header: msg.Headers(), Data: msg.Data(), At: meta.Timestamp}
 		passed, rej, folded := l.fold(gm, true)
+		if passed != nil && passed.Kind == gate.KindTrust {
+			if err := l.ownWritesRefused(seq); err != nil {
+				return err
+			}
+		}
 		if rej != nil && rej.Reason == signing.ReasonChain && l.snapLoaded.Load() != 0 && !l.isReady() {
 			// A gap or a fork in the tail of a loaded snapshot: the
 			// snapshot may not describe this stream (Run then folds the

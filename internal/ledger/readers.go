@@ -99,6 +99,15 @@ func (a *ahead) put(seq uint64, passed *gate.Revision, own bool) {
 	}
 }
 
+// each calls f with every entry, under a's lock (f must not call a).
+func (a *ahead) each(f func(seq uint64, e aheadEntry)) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for s, e := range a.m {
+		f(s, e)
+	}
+}
+
 func (a *ahead) take(seq uint64) (aheadEntry, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()

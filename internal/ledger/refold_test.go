@@ -3,7 +3,12 @@ package ledger_test
 import (
 	"context"
 	"strconv"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/stretchr/testify/require"
 
@@ -121,5 +126,73 @@ func TestRefold_KeyDistrustedLaterStillHandsOutItsRevisions(t *testing.T) {
 		n, byK2 := all(refold)
 		require.Equal(t, before, n, "%s: every revision the fold passed up to %d", name, last)
 		require.Equal(t, beforeK2, byK2, "%s: k2's revisions from before its distrust", name)
+	}
+}
+
+// A write a replica decided before it folded the trust revision that
+// distrusts its key, and that lands after it, is skipped by every replica:
+// the writer either answers its Txs ledger_unavailable and skips the write
+// itself (it folded the trust revision first), or, if it had folded its
+// own write from memory first, its follower stops
+// (ErrOwnWriteRefused) rather than serve a book the others do not hold.
+// The publish hook lands the trust revision between the writer's decision
+// and its write, the window writable cannot close. How we know it can
+// fail: the writer answered the Tx done and kept the reservation in its
+// book while the other replica's book skipped it, and kept serving.
+func TestLedger_WriteLandingAfterItsKeyIsDistrustedIsNotHeld(t *testing.T) {
+	env := testenv.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	k1, k2 := newSigner(t), newSigner(t)
+	both := trustOf(t, signing.Key{Public: k1.PublicKey()}, signing.Key{Public: k2.PublicKey()})
+	a := startLedger(t, env, ledger.WithSigner(k1), ledger.WithTrust(both))
+	_, err := a.PutBudget(ctx, bal.Budget(), events.MustMoney("1000"), "USD", t0)
+	require.NoError(t, err)
+
+	distrustK2, err := trustOf(t, signing.Key{Public: k1.PublicKey()}).WithDistrusted(k2.PublicKey())
+	require.NoError(t, err)
+	var once sync.Once
+	hook := ledger.PublishHookForTesting(func(ctx context.Context, m *nats.Msg, send func(context.Context, *nats.Msg) (*nats.Msg, error)) (*nats.Msg, error) {
+		once.Do(func() {
+			wrote, err := a.PublishTrust(ctx, distrustK2, t0)
+			require.NoError(t, err)
+			require.True(t, wrote)
+		})
+		return send(ctx, m)
+	})
+	nc := env.Connect(t)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	b, err := ledger.New(ctx, nc, js, env.Layout, ledger.WithSigner(k2), ledger.WithTrust(both), hook)
+	require.NoError(t, err)
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	runErr := make(chan error, 1)
+	go func() { runErr <- b.Run(runCtx) }()
+	select {
+	case <-b.Ready():
+	case <-ctx.Done():
+		t.Fatal("b not ready")
+	}
+
+	submitErr := b.Submit(ctx, &openTx{id: "b-race", amount: events.MustMoney("1")})
+	require.NoError(t, a.Sync(ctx))
+	_, held := a.Reservation("b-race")
+	require.False(t, held, "the other replica skips the write")
+	if submitErr != nil {
+		require.ErrorIs(t, submitErr, ledger.ErrNotTrusted)
+		require.NoError(t, b.Sync(ctx))
+		_, held := b.Reservation("b-race")
+		require.False(t, held, "the writer skips its own write too")
+		t.Log("the writer folded the trust revision first: its Tx was answered ledger_unavailable")
+		return
+	}
+	// Answered done: the writer's follower must stop on the trust revision.
+	select {
+	case err := <-runErr:
+		require.ErrorIs(t, err, ledger.ErrOwnWriteRefused)
+		t.Log("the writer had folded its write first: its follower stopped")
+	case <-ctx.Done():
+		t.Fatal("the writer acknowledged a write every other replica skips, and kept running")
 	}
 }

@@ -251,6 +251,14 @@ func (d *Dashboard) rows(now time.Time, tenant string, all bool) []BudgetRow {
 	return out
 }
 
+// Forecasts returns the forecast the page shows for any budget at now,
+// for a reader other than the page (the replica's per-budget gauges); the
+// recent denials are read once, here.
+func (d *Dashboard) Forecasts(now time.Time) func(b ledger.Budget) Forecast {
+	denied := d.deniedAt()
+	return func(b ledger.Budget) Forecast { return d.row(b, now, denied).Forecast }
+}
+
 // instanceRef is a budget's balance in one instance, whatever its unit.
 type instanceRef struct {
 	budget   events.BudgetRef

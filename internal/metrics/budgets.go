@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/cockroachdb/apd/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,6 +31,21 @@ type BudgetSample struct {
 	// Exposure is what its open reservations may still add above what
 	// they hold ("" or "0": nothing).
 	Exposure string
+	// Forecast, if set, is the dashboard's forecast of the budget (its
+	// burn rate and when it runs out), read only for the budgets whose
+	// gauges are written.
+	Forecast func() BudgetForecast
+}
+
+// BudgetForecast is when a budget runs out at its burn rate (the
+// dashboard's forecast).
+type BudgetForecast struct {
+	// Exhausted: nothing more fits now. Paced: it has a burn rate, and
+	// ExhaustsIn is when spent + reserved reaches the limit at it (Paced
+	// and not Exhausted; 0 beyond any horizon). BeforeReset: that comes
+	// before the period resets (always, for lifetime).
+	Exhausted, Paced, BeforeReset bool
+	ExhaustsIn                    time.Duration
 }
 
 // maxDecimalLen caps the length of an amount string before it is parsed
@@ -159,7 +175,7 @@ type budgetCollector struct {
 	limit                                     int
 	f                                         func() []BudgetSample
 	open, spent, reserved, limitD, util, left *prometheus.Desc
-	exposure                                  *prometheus.Desc
+	exposure, exhaustsIn, beforeReset         *prometheus.Desc
 }
 
 var budgetLabels = []string{"scope", "period", "unit"}
@@ -180,13 +196,17 @@ func newBudgetCollector(limit int, f func() []BudgetSample) *budgetCollector {
 			"(spent + reserved) / limit per budget in its current period: 1 is full (+Inf for a zero limit with something used).", budgetLabels, nil),
 		exposure: prometheus.NewDesc("spendgate_exposure_amount",
 			"What the open reservations of each budget may still add above what they hold in its current period (each may settle up to its ceiling), in the budget's unit.", budgetLabels, nil),
+		exhaustsIn: prometheus.NewDesc("spendgate_budget_exhausts_in_seconds",
+			"When spent + reserved reaches the limit at the budget's burn rate (the dashboard's forecast): 0 when nothing more fits now; absent without spend in the last hour.", budgetLabels, nil),
+		beforeReset: prometheus.NewDesc("spendgate_budget_exhausts_before_reset",
+			"1 when the budget is exhausted, or runs out at its burn rate before its period resets (always, for lifetime), else 0.", budgetLabels, nil),
 		left: prometheus.NewDesc("spendgate_budgets_not_exposed",
 			"Budgets left out of the per-budget gauges by their series limit.", nil, nil),
 	}
 }
 
 func (c *budgetCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.open, c.reserved, c.spent, c.limitD, c.util, c.exposure, c.left} {
+	for _, d := range []*prometheus.Desc{c.open, c.reserved, c.spent, c.limitD, c.util, c.exposure, c.exhaustsIn, c.beforeReset, c.left} {
 		ch <- d
 	}
 }
@@ -206,6 +226,21 @@ func (c *budgetCollector) Collect(ch chan<- prometheus.Metric) {
 			exposure = "0"
 		}
 		ch <- prometheus.MustNewConstMetric(c.exposure, prometheus.GaugeValue, sampleValue(exposure), lv...)
+		if r.Forecast == nil {
+			continue
+		}
+		f := r.Forecast()
+		switch {
+		case f.Exhausted:
+			ch <- prometheus.MustNewConstMetric(c.exhaustsIn, prometheus.GaugeValue, 0, lv...)
+		case f.Paced && f.ExhaustsIn > 0:
+			ch <- prometheus.MustNewConstMetric(c.exhaustsIn, prometheus.GaugeValue, f.ExhaustsIn.Seconds(), lv...)
+		}
+		before := 0.0
+		if f.Exhausted || f.Paced && f.ExhaustsIn > 0 && f.BeforeReset {
+			before = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.beforeReset, prometheus.GaugeValue, before, lv...)
 	}
 	ch <- prometheus.MustNewConstMetric(c.left, prometheus.GaugeValue, float64(max(0, len(all)-c.limit)))
 }

@@ -111,7 +111,10 @@ func fullSet(budgets func() []BudgetSample) *Set {
 }
 
 func someBudgets() []BudgetSample {
-	return []BudgetSample{{Scope: "org:a", Period: "month", Unit: "USD", Open: 1, Spent: "1", Reserved: "0.05", Limit: "10"}}
+	return []BudgetSample{{Scope: "org:a", Period: "month", Unit: "USD", Open: 1, Spent: "1", Reserved: "0.05", Limit: "10",
+		Forecast: func() BudgetForecast {
+			return BudgetForecast{Paced: true, ExhaustsIn: 90 * time.Minute, BeforeReset: true}
+		}}}
 }
 
 // TestSet_Families pins every family spendgate had before it moved onto the
@@ -143,6 +146,9 @@ func TestSet_Families(t *testing.T) {
 		{"spendgate_limit_amount", dto.MetricType_GAUGE, []string{"period", "scope", "unit"}},
 		{"spendgate_budget_utilization_ratio", dto.MetricType_GAUGE, []string{"period", "scope", "unit"}},
 		{"spendgate_budgets_not_exposed", dto.MetricType_GAUGE, nil},
+		{"spendgate_budget_exhausts_in_seconds", dto.MetricType_GAUGE, []string{"period", "scope", "unit"}},
+		{"spendgate_budget_exhausts_before_reset", dto.MetricType_GAUGE, []string{"period", "scope", "unit"}},
+		{"spendgate_alerts_retrying", dto.MetricType_GAUGE, nil},
 		{"spendgate_snapshot_age_seconds", dto.MetricType_GAUGE, nil},
 		{"spendgate_build_info", dto.MetricType_GAUGE, []string{"commit", "go_version", "version"}},
 		{"spendgate_feed_events_relayed_total", dto.MetricType_COUNTER, nil},
@@ -526,4 +532,48 @@ func TestNew_PresetsKnownSeries(t *testing.T) {
 		}
 	}
 	require.NotContains(t, events.DenialReasons, events.ReasonLedgerUnavailable, "only clients deny with it")
+}
+
+// TestBudgets_Forecast: the forecast gauges of a budget running out before
+// its reset, of one exhausted now, of one running out after its reset,
+// and of one without a burn rate.
+func TestBudgets_Forecast(t *testing.T) {
+	s := New(BuildInfo{})
+	row := func(scope string, f BudgetForecast) BudgetSample {
+		return BudgetSample{Scope: scope, Period: "month", Unit: "USD", Spent: "1", Reserved: "0", Limit: "10",
+			Forecast: func() BudgetForecast { return f }}
+	}
+	s.RegisterBudgets(10, func() []BudgetSample {
+		return []BudgetSample{
+			row("team:soon", BudgetForecast{Paced: true, ExhaustsIn: 90 * time.Minute, BeforeReset: true}),
+			row("team:out", BudgetForecast{Exhausted: true, Paced: true}),
+			row("team:later", BudgetForecast{Paced: true, ExhaustsIn: 40 * 24 * time.Hour}),
+			row("team:idle", BudgetForecast{}),
+			{Scope: "team:none", Period: "month", Unit: "USD", Spent: "0", Reserved: "0", Limit: "10"},
+		}
+	})
+	fams := gather(t, s.Registry)
+	in, before := fams["spendgate_budget_exhausts_in_seconds"], fams["spendgate_budget_exhausts_before_reset"]
+	for _, tc := range []struct {
+		scope  string
+		in     float64 // -1: no series
+		before float64 // -1: no series
+	}{
+		{"team:soon", 5400, 1}, {"team:out", 0, 1}, {"team:later", 40 * 24 * 3600, 0}, {"team:idle", -1, 0}, {"team:none", -1, -1},
+	} {
+		got := sample(in, "scope", tc.scope, "period", "month", "unit", "USD")
+		if tc.in < 0 {
+			require.Nil(t, got, tc.scope)
+		} else {
+			require.NotNil(t, got, tc.scope)
+			require.Equal(t, tc.in, got.GetGauge().GetValue(), tc.scope)
+		}
+		got = sample(before, "scope", tc.scope, "period", "month", "unit", "USD")
+		if tc.before < 0 {
+			require.Nil(t, got, tc.scope)
+		} else {
+			require.NotNil(t, got, tc.scope)
+			require.Equal(t, tc.before, got.GetGauge().GetValue(), tc.scope)
+		}
+	}
 }

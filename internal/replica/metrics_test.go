@@ -107,3 +107,72 @@ func TestReplica_LedgerHealthExportedDuringTheStartFold(t *testing.T) {
 		return g["spendgate_ledger_ready"] == 1 && g["spendgate_follower_lag_revisions"] == 0
 	}, 30*time.Second, 20*time.Millisecond, "once started: ready 1, lag 0")
 }
+
+// labeled returns the value of family name's series whose scope label is
+// scope, or false.
+func labeled(t *testing.T, m *metrics.Set, name, scope string) (float64, bool) {
+	t.Helper()
+	mfs, err := m.Registry.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, s := range mf.GetMetric() {
+			for _, l := range s.GetLabel() {
+				if l.GetName() == "scope" && l.GetValue() == scope {
+					return s.GetGauge().GetValue(), true
+				}
+			}
+		}
+	}
+	return 0, false
+}
+
+// The per-budget gauges carry the dashboard's forecast: a budget that
+// spends runs out at its burn rate in so many seconds, before its month
+// resets; one without spend has no such series and is not running out.
+// How we know it can fail: there were no forecast gauges, so no
+// Prometheus rule could warn before a budget ran out, only at 90 % used.
+func TestReplica_BudgetGaugesCarryTheForecast(t *testing.T) {
+	env := testenv.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	m := metrics.New(metrics.BuildInfo{Version: "test"})
+	r := replicatest.Start(t, env, replica.Config{SweepInterval: -1, Metrics: m, MetricsBudgets: 10})
+	now := time.Now()
+	for _, s := range []events.Scope{"team:busy", "team:idle"} {
+		_, err := r.Ledger.PutBudget(ctx, events.BudgetRef{Scope: s, Period: "month"}, events.MustMoney("100"), "USD", now)
+		require.NoError(t, err)
+	}
+	rep, err := r.Admitter.Admit(ctx, events.AdmitRequest{RequestID: "spend", Scopes: []string{"team:busy"}, Amount: "10"})
+	require.NoError(t, err)
+	require.True(t, rep.Admitted)
+	_, err = r.Settler.Settle(ctx, events.SettleRequest{ReservationID: rep.ReservationID, Actual: "10"})
+	require.NoError(t, err)
+
+	var in float64
+	require.Eventually(t, func() bool {
+		var ok bool
+		in, ok = labeled(t, m, "spendgate_budget_exhausts_in_seconds", "team:busy")
+		return ok
+	}, 30*time.Second, 20*time.Millisecond, "team:busy runs out at its burn rate")
+	// 90 left at a rate of about 10 * ln 2 * 12 = 83 an hour (the
+	// dashboard's decayed window): a little over an hour.
+	require.Greater(t, in, float64(30*60), "seconds to run out")
+	require.Less(t, in, float64(3*60*60), "seconds to run out")
+	before, ok := labeled(t, m, "spendgate_budget_exhausts_before_reset", "team:busy")
+	require.True(t, ok)
+	want := 1.0
+	t.Logf("team:busy runs out in %.0f s", in)
+	if now.UTC().Add(time.Duration(in)*time.Second).Month() != now.UTC().Month() {
+		want = 0 // the month ends first (the test runs in its last hours)
+	}
+	require.Equal(t, want, before)
+
+	_, ok = labeled(t, m, "spendgate_budget_exhausts_in_seconds", "team:idle")
+	require.False(t, ok, "no burn rate, no forecast")
+	before, ok = labeled(t, m, "spendgate_budget_exhausts_before_reset", "team:idle")
+	require.True(t, ok)
+	require.Equal(t, 0.0, before)
+}

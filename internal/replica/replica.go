@@ -15,6 +15,7 @@ import (
 	"github.com/spendgate/spendgate/admit"
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/alerting"
+	"github.com/spendgate/spendgate/internal/dashboard"
 	"github.com/spendgate/spendgate/internal/feed"
 	"github.com/spendgate/spendgate/internal/health"
 	"github.com/spendgate/spendgate/internal/ledger"
@@ -322,7 +323,7 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	}
 	r.Service = svc
 	if cfg.Metrics != nil {
-		registerMetrics(cfg, l, svc)
+		registerMetrics(cfg, l, svc, r.Series)
 	}
 	if cfg.Feed { // the tenants' feed consumers, checked at start and every minute
 		tc, _ := feed.NewTenantCheck(js, cfg.Layout, feed.CheckLogger(cfg.Log)) // errs on a nil logger only; cfg.Log is set
@@ -482,7 +483,7 @@ func registerHealth(cfg Config, l *ledger.Ledger, probe *health.Probe) {
 
 // registerMetrics gives cfg.Metrics the replica's other gauges, once it
 // serves.
-func registerMetrics(cfg Config, l *ledger.Ledger, svc *service.Service) {
+func registerMetrics(cfg Config, l *ledger.Ledger, svc *service.Service, series *report.Series) {
 	// The per-tenant gauges, from the book's counts (the counters are the
 	// service's and the denial recorder's).
 	cfg.Metrics.RegisterTenants(func() []metrics.TenantSample {
@@ -495,9 +496,17 @@ func registerMetrics(cfg Config, l *ledger.Ledger, svc *service.Service) {
 		}
 		return out
 	})
+	// The dashboard's forecast (burn rate, when a budget runs out) for the
+	// budgets whose gauges are written; the dashboard need not be served.
+	var forecasts *dashboard.Dashboard
+	if series != nil {
+		forecasts, _ = dashboard.New(dashboard.Config{Book: l, Series: series, Denials: svc.RecentDenials, Now: cfg.Now}) // errs only without Book or Series
+	}
 	cfg.Metrics.RegisterBudgets(cfg.MetricsBudgets, func() []metrics.BudgetSample {
 		budgets := l.Budgets()
 		out := make([]metrics.BudgetSample, 0, len(budgets))
+		var forecastOf func(ledger.Budget) dashboard.Forecast
+		now := cfg.Now()
 		for _, b := range budgets {
 			v, err := svc.BudgetView(b.Ref)
 			if err != nil {
@@ -505,11 +514,29 @@ func registerMetrics(cfg Config, l *ledger.Ledger, svc *service.Service) {
 			}
 			// The label is the stored scope: a tenant's carries the
 			// tenant ("acme/team:search").
-			out = append(out, metrics.BudgetSample{Scope: string(b.Ref.Scope), Period: string(v.Period), Unit: v.Unit, Open: int(v.Open),
-				Spent: v.Spent, Reserved: v.Reserved, Limit: v.Limit, Exposure: v.Exposure})
+			sample := metrics.BudgetSample{Scope: string(b.Ref.Scope), Period: string(v.Period), Unit: v.Unit, Open: int(v.Open),
+				Spent: v.Spent, Reserved: v.Reserved, Limit: v.Limit, Exposure: v.Exposure}
+			if forecasts != nil {
+				sample.Forecast = func() metrics.BudgetForecast {
+					if forecastOf == nil {
+						forecastOf = forecasts.Forecasts(now)
+					}
+					return budgetForecast(forecastOf(b), now)
+				}
+			}
+			out = append(out, sample)
 		}
 		return out
 	})
+}
+
+// budgetForecast is f as the per-budget gauges show it.
+func budgetForecast(f dashboard.Forecast, now time.Time) metrics.BudgetForecast {
+	out := metrics.BudgetForecast{Exhausted: f.Exhausted, Paced: f.PerHour != "", BeforeReset: f.BeforeReset}
+	if f.ExhaustsAt != nil {
+		out.ExhaustsIn = max(time.Nanosecond, f.ExhaustsAt.Sub(now))
+	}
+	return out
 }
 
 // Failed is closed if the ledger follower stops on its own (a revision it

@@ -465,15 +465,8 @@ func (g *Gate) verify(kind Kind, key string, m *Message) (signer string, reason 
 		}
 		return "", signing.ReasonUnsigned
 	}
-	if t != nil && t.distrusted[pub] {
-		return pub, signing.ReasonDistrustedKey
-	}
-	until, listed := ks.Lookup(pub)
-	switch {
-	case !listed:
-		return pub, signing.ReasonUntrustedKey
-	case until != 0 && m.Seq > until:
-		return pub, signing.ReasonRetiredKey
+	if reason := g.Refuses(pub, m.Seq); reason != "" {
+		return pub, reason
 	}
 	if signer, ok := signing.VerifyBy(key, m.Header, m.Data); !ok {
 		return signer, signing.ReasonBadSignature

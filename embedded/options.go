@@ -33,6 +33,7 @@ type options struct {
 	port         int
 	name         string
 	syncAlways   bool
+	maxStore     int64
 	log          *slog.Logger
 	readyTimeout time.Duration
 	cluster      *clusterOptions
@@ -80,6 +81,21 @@ func WithServerName(name string) Option {
 func WithSyncAlways(on bool) Option {
 	return func(o *options) error {
 		o.syncAlways = on
+		return nil
+	}
+}
+
+// WithMaxStore caps the server's JetStream file storage at n bytes. 0, the
+// default, leaves it to nats-server: 75% of the free disk under the data
+// dir when the server starts. A stream with a byte cap reserves that cap
+// from it when created, so a server started on a nearly full disk refuses
+// such a stream at once.
+func WithMaxStore(n int64) Option {
+	return func(o *options) error {
+		if n < 0 {
+			return fmt.Errorf("embedded: max store must not be negative, got %d", n)
+		}
+		o.maxStore = n
 		return nil
 	}
 }

@@ -106,6 +106,8 @@ func (o options) natsOptions(dataDir string) *server.Options {
 		JetStream:  true,
 		StoreDir:   dataDir,
 		SyncAlways: o.syncAlways,
+		// 0 leaves nats-server to size it from the free disk.
+		JetStreamMaxStore: o.maxStore,
 		// The server logs through SetLogger, never on its own, and never
 		// handles signals: the embedding process owns both.
 		NoLog:  true,

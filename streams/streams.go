@@ -1106,11 +1106,56 @@ func (l Layout) DenialStreamConfig(maxAge time.Duration, maxBytes int64) jetstre
 // DefaultDenialMaxBytes; negative: no bound). Like Ensure it is idempotent
 // and safe to run from every replica at once; every replica should be
 // given the same limits (the last to start sets them).
+//
+// The server reserves a byte cap whole from its JetStream storage when it
+// creates the stream (or raises the cap), and a server without a storage
+// limit of its own has 75% of the disk free when it started. With the
+// default cap (maxBytes 0) that does not fit, the cap is halved until it
+// does, down to MinDenialMaxBytes: denial records are for reports, and a
+// nearly full disk must not keep the ledger from serving admits. The
+// stream returned says the cap taken (CachedInfo().Config.MaxBytes). A cap
+// given (maxBytes > 0, or none) that does not fit is an error
+// (IsStorageExceeded).
 func EnsureDenials(ctx context.Context, js jetstream.JetStream, l Layout, maxAge time.Duration, maxBytes int64) (jetstream.Stream, error) {
 	if maxAge < 0 {
 		return nil, fmt.Errorf("streams: denial max age must not be negative, got %s", maxAge)
 	}
-	return ensureStream(ctx, js, l.DenialStreamConfig(maxAge, maxBytes))
+	cfg := l.DenialStreamConfig(maxAge, maxBytes)
+	for {
+		s, err := ensureStream(ctx, js, cfg)
+		if !IsStorageExceeded(err) {
+			return s, err
+		}
+		if maxBytes != 0 || cfg.MaxBytes/2 < MinDenialMaxBytes {
+			what := "no cap"
+			if cfg.MaxBytes > 0 {
+				what = fmt.Sprintf("a cap of %d bytes", cfg.MaxBytes)
+			}
+			return nil, fmt.Errorf("streams: the denial stream %s with %s does not fit in the JetStream storage the server has left "+
+				"(a server without a storage limit of its own has 75%% of the disk free when it started): "+
+				"free disk space and restart the server, or give the denial stream a smaller cap: %w",
+				cfg.Name, what, err)
+		}
+		cfg.MaxBytes /= 2
+	}
+}
+
+// MinDenialMaxBytes is the least cap EnsureDenials lowers the default
+// denial stream cap to when the server's storage has no room for it: about
+// a thousand full denial records.
+const MinDenialMaxBytes = 64 << 20
+
+// jsErrCodeStorageExceeded is nats-server's JSStorageResourcesExceededErr
+// ("insufficient storage resources available"): a stream's byte cap is
+// more than the server's (or account's) JetStream storage has left to
+// reserve.
+const jsErrCodeStorageExceeded jetstream.ErrorCode = 10047
+
+// IsStorageExceeded reports whether err is the server's refusal of a
+// stream whose byte cap its JetStream storage cannot reserve.
+func IsStorageExceeded(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeStorageExceeded
 }
 
 // ensureStream creates or updates the stream of cfg, retrying within
@@ -1133,8 +1178,24 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Str
 	}, func(ctx context.Context) error {
 		var err error
 		s, err = js.CreateStream(ctx, cfg)
+		if IsStorageExceeded(err) {
+			// The server checks a create's byte cap against its storage
+			// before it looks for the stream: a stream that exists with
+			// that cap is counted twice, and a restart on a disk with
+			// less than twice the cap free was refused. What exists is
+			// judged as it is.
+			if have, herr := js.Stream(ctx, cfg.Name); herr == nil {
+				if configured(have.CachedInfo().Config, cfg) {
+					s = have
+					return nil
+				}
+				err = jetstream.ErrStreamNameAlreadyInUse
+			}
+		}
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			if s, err = js.UpdateStream(ctx, cfg); err != nil {
+			if s, err = js.UpdateStream(ctx, cfg); IsStorageExceeded(err) {
+				return fmt.Errorf("streams: ensure %s: update: %w", cfg.Name, err)
+			} else if err != nil {
 				// Under spendgate roles a replica may not update these
 				// streams (an update could drop what they hold), and an
 				// identity that may not gets no answer at all.

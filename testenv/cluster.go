@@ -232,6 +232,7 @@ func (c *Cluster) start(i int) error {
 		embedded.WithServerName(nd.name),
 		embedded.WithListen(net.JoinHostPort("127.0.0.1", strconv.Itoa(nd.clientPort))),
 		embedded.WithCluster(clusterName, net.JoinHostPort("127.0.0.1", strconv.Itoa(nd.clusterPort)), routes...),
+		embedded.WithMaxStore(MaxStore),
 	}
 	if c.log != nil {
 		opts = append(opts, embedded.WithLogger(c.log.With("node", nd.name)))

@@ -39,7 +39,20 @@ type ServerConfig struct {
 	SyncAlways bool
 	// NoLog is kept for compatibility: test servers never log.
 	NoLog bool
+	// MaxStore caps the server's JetStream file storage in bytes; 0 means
+	// MaxStore, the package's fixed cap.
+	MaxStore int64
 }
+
+// MaxStore is a test server's JetStream storage cap unless its config
+// gives another: 1 TiB, what nats-server assumes when it cannot read the
+// disk's size. Left to nats-server, the cap is 75% of the disk free when
+// the server starts, and a stream with a byte cap (the denial stream's is
+// 1 GiB) reserves it whole at create: on a machine with little disk left a
+// test would fail at start for what it never writes. Tests write far less
+// than they reserve; the disk's real limit still applies to what they do
+// write.
+const MaxStore = 1 << 40
 
 // StartServer starts an embedded server (package embedded) with JetStream
 // file storage in cfg.StoreDir and returns it once it accepts connections
@@ -53,10 +66,15 @@ func StartServer(cfg ServerConfig) (*embedded.Server, error) {
 	if host == "" {
 		host = "127.0.0.1"
 	}
+	maxStore := cfg.MaxStore
+	if maxStore == 0 {
+		maxStore = MaxStore
+	}
 	return embedded.Start(cfg.StoreDir,
 		embedded.WithListen(net.JoinHostPort(host, strconv.Itoa(cfg.Port))),
 		embedded.WithServerName(cfg.ServerName),
 		embedded.WithSyncAlways(cfg.SyncAlways),
+		embedded.WithMaxStore(maxStore),
 	)
 }
 

@@ -51,6 +51,7 @@ type Option func(*options)
 type options struct {
 	layout     streams.Layout
 	syncAlways bool
+	maxStore   int64
 }
 
 // WithLayout applies l instead of streams.Default().
@@ -61,6 +62,12 @@ func WithLayout(l streams.Layout) Option {
 // WithSyncAlways makes the server fsync every JetStream write.
 func WithSyncAlways() Option {
 	return func(o *options) { o.syncAlways = true }
+}
+
+// WithMaxStore caps the server's JetStream storage at n bytes instead of
+// MaxStore: a server short of room, to test what it refuses.
+func WithMaxStore(n int64) Option {
+	return func(o *options) { o.maxStore = n }
 }
 
 // New starts a JetStream server on 127.0.0.1 with a random port and
@@ -83,6 +90,7 @@ func New(t testing.TB, opts ...Option) *Env {
 		ServerName: serverName,
 		SyncAlways: o.syncAlways,
 		NoLog:      true,
+		MaxStore:   o.maxStore,
 	}
 	s, err := StartServer(e.cfg)
 	require.NoError(t, err, "testenv: start server")

@@ -21,10 +21,12 @@ type tenantLimitFlags struct {
 	denialMaxBytes                                 *int64
 	// own is the --tenant-limits file ("": none).
 	own *string
+	fs  *flag.FlagSet
 }
 
 func addTenantLimitFlags(fs *flag.FlagSet) tenantLimitFlags {
 	return tenantLimitFlags{
+		fs: fs,
 		maxOpen: fs.Int("tenant-max-open", admit.DefaultTenantMaxOpen,
 			"reservations one tenant may hold open at once; past it its admits are answered tenant_limit (0: no limit)"),
 		maxDefaults: fs.Int("tenant-max-default-budgets", admit.DefaultTenantMaxDefaultBudgets,
@@ -38,7 +40,8 @@ func addTenantLimitFlags(fs *flag.FlagSet) tenantLimitFlags {
 		own: fs.String("tenant-limits", "",
 			"`FILE` of the tenants with limits of their own: one per line, its name and key=value pairs (max-open, max-default-budgets, rate, burst, denial-bytes; 0: no limit); read again on SIGHUP. A tenant with limits in the ledger (spendgate tenant-limits put) is held to those instead"),
 		denialMaxBytes: fs.Int64("denial-max-bytes", streams.DefaultDenialMaxBytes,
-			"cap of the denial stream in bytes; past it the oldest records go first (0: no cap; give every replica the same value)"),
+			"cap of the denial stream in bytes; past it the oldest records go first (0: no cap; give every replica the same value). "+
+				"Left unset, a server whose storage has no room for the default gets a smaller cap, with a warning"),
 	}
 }
 
@@ -79,6 +82,12 @@ func (f tenantLimitFlags) limits() (service.TenantLimits, int64, error) {
 	maxBytes := *f.denialMaxBytes
 	if maxBytes == 0 {
 		maxBytes = -1
+	}
+	set := false
+	f.fs.Visit(func(fl *flag.Flag) { set = set || fl.Name == "denial-max-bytes" })
+	if !set {
+		// The default, which EnsureDenials may lower to fit the server.
+		maxBytes = 0
 	}
 	return service.TenantLimits{MaxOpen: off(*f.maxOpen), MaxDefaultBudgets: off(*f.maxDefaults), Rate: off(*f.rate),
 		Burst: *f.burst, DenialBytes: off(*f.denialBytes)}, maxBytes, nil

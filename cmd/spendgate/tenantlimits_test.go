@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -38,7 +39,10 @@ func TestServe_TenantLimitFlags(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, service.TenantLimits{MaxOpen: admit.DefaultTenantMaxOpen, MaxDefaultBudgets: admit.DefaultTenantMaxDefaultBudgets,
 		Rate: service.DefaultTenantRate, DenialBytes: service.DefaultTenantDenialBytes}, l)
-	require.Equal(t, int64(streams.DefaultDenialMaxBytes), maxBytes)
+	require.Zero(t, maxBytes, "unset, the replica's default: the stream's, lowered if the server has no room")
+	_, maxBytes, err = parse("--denial-max-bytes", strconv.Itoa(streams.DefaultDenialMaxBytes))
+	require.NoError(t, err)
+	require.Equal(t, int64(streams.DefaultDenialMaxBytes), maxBytes, "given, exactly that")
 
 	l, maxBytes, err = parse("--tenant-max-open", "0", "--tenant-rate", "0", "--tenant-max-default-budgets", "7",
 		"--tenant-denial-bytes", "0", "--denial-max-bytes", "0")

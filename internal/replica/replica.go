@@ -440,8 +440,14 @@ func (r *Replica) startDenials(ctx, runCtx context.Context, js jetstream.JetStre
 	if name == "" {
 		name = nuid.Next()
 	}
-	if _, err := streams.EnsureDenials(ctx, js, cfg.Layout, cfg.DenialMaxAge, cfg.DenialMaxBytes); err != nil {
+	s, err := streams.EnsureDenials(ctx, js, cfg.Layout, cfg.DenialMaxAge, cfg.DenialMaxBytes)
+	if err != nil {
 		return err
+	}
+	if got := s.CachedInfo().Config.MaxBytes; cfg.DenialMaxBytes == 0 && got > 0 && got < streams.DefaultDenialMaxBytes {
+		cfg.Log.Warn("the denial stream's cap was lowered to fit the JetStream storage the server has left; "+
+			"the oldest denial records go first past it. Free disk space and restart to have the default back, or set --denial-max-bytes",
+			"stream", s.CachedInfo().Config.Name, "max_bytes", got, "default_max_bytes", streams.DefaultDenialMaxBytes)
 	}
 	d, err := service.NewDenialRecorder(js, cfg.Layout, name, cfg.DenialBuffer, cfg.Log)
 	if err != nil {

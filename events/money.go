@@ -75,10 +75,10 @@ func parseDecimal(name, s string, maxLen, maxInt int) (Money, error) {
 	if s[0] == '-' {
 		return Money{}, Errorf(CodeInvalidAmount, "%s %q is negative", name, s)
 	}
-	intPart, frac, hasDot := strings.Cut(s, ".")
-	if !digitsOnly(intPart) || (hasDot && !digitsOnly(frac)) {
+	if !PlainDecimal(s) {
 		return Money{}, Errorf(CodeInvalidAmount, "%s %q is not a plain decimal string (digits, optional '.' and digits)", name, s)
 	}
+	intPart, frac, _ := strings.Cut(s, ".")
 	if len(strings.TrimLeft(intPart, "0")) > maxInt {
 		return Money{}, Errorf(CodeInvalidAmount, "%s %q has more than %d integer digits", name, s, maxInt)
 	}
@@ -134,6 +134,14 @@ func MoneyFromInt(n int64) Money {
 	var m Money
 	m.d.SetInt64(n)
 	return m
+}
+
+// PlainDecimal reports whether s has the shape of a decimal as spendgate
+// writes one: digits, and optionally '.' and digits ("12", "12.50"). It
+// says nothing of its size.
+func PlainDecimal(s string) bool {
+	intPart, frac, hasDot := strings.Cut(s, ".")
+	return digitsOnly(intPart) && (!hasDot || digitsOnly(frac))
 }
 
 func digitsOnly(s string) bool {

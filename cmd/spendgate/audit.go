@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/csv"
 	"fmt"
 	"io"
 	"os"
@@ -62,10 +61,12 @@ sign is what audit check verifies. A trimmed stream needs
 	}
 	auditBalancesCommand = command{
 		name:     "spendgate audit balances",
-		synopsis: "[--at RFC3339] [--archive DIR] (--trusted-keys KEYS | --unverified) [--within D] [--nats-url URL] [--bucket NAME]",
+		synopsis: "[--at RFC3339] [--decimal point|comma] [--archive DIR] (--trusted-keys KEYS | --unverified) [--within D] [--nats-url URL] [--bucket NAME]",
 		about: `Writes the totals of every budget period as CSV on standard output, as of
 now or of --at. A budget defined but not used in its period instance at
---at (or now) gets a row of zeros. Exit status 1 on any error, a failed
+--at (or now) gets a row of zeros. --decimal comma writes 12,50 for 12.50
+and separates the fields with semicolons, for a spreadsheet in a locale
+with a decimal comma. Exit status 1 on any error, a failed
 write included: a file that ends early is never reported as complete.`,
 	}
 )
@@ -96,11 +97,12 @@ func audit(args []string) int {
 	var c clientFlags
 	c.register(fs)
 	bucket := fs.String("bucket", streams.DefaultBucket, "ledger bucket name")
-	var at, reviewed *string
+	var at, reviewed, decimal *string
 	var fromSnap *bool
 	var vf verifyFlags
 	if args[0] == "balances" {
 		at = fs.String("at", "", "balances as of this time (RFC 3339), default now")
+		decimal = decimalFlag(fs)
 	} else {
 		fromSnap = fs.Bool("from-snapshot", false, "start from the newest ledger snapshot and replay only the tail")
 	}
@@ -126,6 +128,13 @@ func audit(args []string) int {
 		var err error
 		if reviewedSeqs, err = parseReviewed(*reviewed); err != nil {
 			return cmd.usageError(fs, err.Error())
+		}
+	}
+	dec := report.DecimalPoint
+	if decimal != nil {
+		var err error
+		if dec, err = report.ParseDecimal(*decimal); err != nil {
+			return cmd.usageError(fs, "--decimal "+strconv.Quote(*decimal)+": want point or comma")
 		}
 	}
 	var until time.Time
@@ -247,7 +256,7 @@ func audit(args []string) int {
 	report.DefinedZones(st, balances)
 	balances = append(balances, report.IdleBalances(st, now)...)
 	slices.SortFunc(balances, func(a, b projector.Balance) int { return strings.Compare(a.Key, b.Key) })
-	if err := writeBalances(os.Stdout, balances); err != nil {
+	if err := writeBalances(os.Stdout, balances, dec); err != nil {
 		fmt.Fprintln(os.Stderr, "spendgate: audit balances: the CSV is incomplete:", err)
 		return 1
 	}
@@ -312,10 +321,10 @@ const atFutureSlack = time.Minute
 // balanceColumns is the header of audit balances' CSV.
 var balanceColumns = []string{"scope", "period", "instance", "unit", "limit", "spent", "reserved", "overrun", "open", "opened", "settled", "released", "expired", "late", "tz"}
 
-// writeBalances writes balances as CSV and returns the first write or
+// writeBalances writes balances as CSV, its decimals in d, and returns the first write or
 // flush error: a finance export that ends early must not look complete.
-func writeBalances(out io.Writer, balances []projector.Balance) error {
-	w := csv.NewWriter(out)
+func writeBalances(out io.Writer, balances []projector.Balance, d report.Decimal) error {
+	w := report.NewCSVWriter(out, d, balanceColumns, "limit", "spent", "reserved", "overrun")
 	if err := w.Write(balanceColumns); err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/replica"
 	"github.com/spendgate/spendgate/internal/replicatest"
+	"github.com/spendgate/spendgate/internal/report"
 	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/testenv"
 )
@@ -41,12 +42,32 @@ func TestWriteBalances_WriteErrors(t *testing.T) {
 			Reserved: events.MustMoney("0"), Overrun: events.MustMoney("0")}
 	}
 	var whole bytes.Buffer
-	require.NoError(t, writeBalances(&whole, balances))
+	require.NoError(t, writeBalances(&whole, balances, report.DecimalPoint))
 	require.Equal(t, len(balances)+1, strings.Count(whole.String(), "\n"))
 	// Cut short anywhere: in the header, in the rows, at the final flush.
 	for _, limit := range []int{0, 10, 5000, whole.Len() - 1} {
-		require.ErrorIs(t, writeBalances(&failingWriter{limit: limit}, balances), io.ErrShortWrite, "limit %d", limit)
+		require.ErrorIs(t, writeBalances(&failingWriter{limit: limit}, balances, report.DecimalPoint), io.ErrShortWrite, "limit %d", limit)
 	}
+}
+
+// --decimal comma: the balances' decimals with a comma, the fields split
+// by semicolons, the rest as it is; and a report whose group column is
+// named like a decimal column (--by metadata.reserved) keeps its values.
+func TestCSV_DecimalComma(t *testing.T) {
+	t.Parallel()
+	b := projector.Balance{Ref: events.BalanceRef{Scope: "team:a.b", Period: "month", Instance: "2026-12"}, Unit: "USD",
+		Limit: events.MustMoney("10.25"), Spent: events.MustMoney("0.5"), Reserved: events.MustMoney("1"), Overrun: events.MustMoney("0")}
+	var out bytes.Buffer
+	require.NoError(t, writeBalances(&out, []projector.Balance{b}, report.DecimalComma))
+	require.Equal(t, "scope;period;instance;unit;limit;spent;reserved;overrun;open;opened;settled;released;expired;late;tz\n"+
+		"team:a.b;month;2026-12;USD;10,25;0,5;1;0;0;0;0;0;0;0;\n", out.String())
+
+	rep := &report.SpendReport{Groups: []report.SpendGroup{{Value: "1.5", Unit: "USD", Spend: events.MustMoney("2.75"),
+		Overrun: events.MustMoney("0"), Reserved: events.MustMoney("0.125")}}}
+	out.Reset()
+	require.NoError(t, writeReportCSV(&out, "reserved", rep, report.DecimalComma))
+	require.Equal(t, "reserved;unit;reservations;open;settled;released;expired;late;spend;overrun;reserved;denials\n"+
+		"1.5;USD;0;0;0;0;0;0;2,75;0;0,125;0\n", out.String())
 }
 
 // A finance export to a full disk exits non-zero: a truncated file is

@@ -1,15 +1,17 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"os"
+	"strconv"
 
 	"github.com/spendgate/spendgate/internal/report"
 )
 
 var auditExportCommand = command{
 	name:     "spendgate audit export",
-	synopsis: "[--from RFC3339] [--to RFC3339] [--scope KIND:ID ...] [--tenant NAME] [--format csv|jsonl] [--times exact|sheet] [--totals FILE] [--shadow] (--trusted-keys KEYS | --unverified) [--within D] [--nats-url URL] [--bucket NAME]",
+	synopsis: "[--from RFC3339] [--to RFC3339] [--scope KIND:ID ...] [--tenant NAME] [--format csv|jsonl] [--times exact|sheet] [--decimal point|comma] [--totals FILE] [--shadow] (--trusted-keys KEYS | --unverified) [--within D] [--nats-url URL] [--bucket NAME]",
 	about: `Writes one row per reservation on standard output: its request id, scopes,
 balances, unit, reserved amount, opened / expires / settled / released /
 expired times, status, actual (the cost the settle gave), overrun, excess
@@ -32,6 +34,9 @@ reservations: a first, cheap pass over the book collects them.
 truncated), which spreadsheets open as dates and times; the default, exact,
 writes them as recorded (2026-12-03T08:25:39.564075996Z), which they open as
 text. JSONL times are always exact.
+--decimal comma writes CSV decimals with a decimal comma (12,50) and separates
+the fields with semicolons, as Excel expects in a locale with a decimal comma
+(de-DE, fr-FR, ...); the totals file too.
 --totals FILE writes the totals per unit (CSV, or JSONL with --format jsonl).
 
 --shadow writes the check and shadow decisions instead (admits with "mode":
@@ -56,6 +61,7 @@ func auditExport(args []string) int {
 	totals := fs.String("totals", "", "also write the totals per unit to this file")
 	shadow := fs.Bool("shadow", false, "write the check and shadow decisions instead of the reservations")
 	times := fs.String("times", "exact", "CSV times: exact (RFC 3339, as recorded) or sheet (2026-12-03 08:25:39, UTC, whole seconds: a spreadsheet reads it as a date)")
+	decimal := decimalFlag(fs)
 	if code, ok := cmd.parse(fs, args); !ok {
 		return code
 	}
@@ -71,6 +77,12 @@ func auditExport(args []string) int {
 	}
 	if f.Times != report.TimesExact && *format != "csv" {
 		return cmd.usageError(fs, "--times sheet is for CSV: JSONL times are always exact")
+	}
+	if f.Decimal, err = report.ParseDecimal(*decimal); err != nil {
+		return cmd.usageError(fs, "--decimal "+strconv.Quote(*decimal)+": want point or comma")
+	}
+	if f.Decimal != report.DecimalPoint && *format != "csv" {
+		return cmd.usageError(fs, "--decimal comma is for CSV: JSONL decimals are always as recorded")
 	}
 	if *shadow && *totals != "" {
 		return cmd.usageError(fs, "--totals is for reservations: not with --shadow")
@@ -107,7 +119,7 @@ func auditExport(args []string) int {
 		return exitError
 	}
 	if *totals != "" {
-		if err := writeTotalsFile(*totals, *format, tot); err != nil {
+		if err := writeTotalsFile(*totals, *format, f.Decimal, tot); err != nil {
 			fmt.Fprintf(os.Stderr, "spendgate: audit export: the totals file %s is incomplete: %v\n", *totals, err)
 			return exitError
 		}
@@ -115,15 +127,15 @@ func auditExport(args []string) int {
 	return exitOK
 }
 
-// writeTotalsFile writes tot to path in format and closes it, checking
-// every error.
-func writeTotalsFile(path, format string, tot report.Totals) error {
+// writeTotalsFile writes tot to path in format (a CSV's decimals in d)
+// and closes it, checking every error.
+func writeTotalsFile(path, format string, d report.Decimal, tot report.Totals) error {
 	out, err := os.Create(path)
 	if err != nil {
 		return err
 	}
 	if format == "csv" {
-		err = report.WriteTotalsCSV(out, tot)
+		err = report.WriteTotalsCSV(out, tot, d)
 	} else {
 		err = report.WriteTotalsJSON(out, tot)
 	}
@@ -131,4 +143,11 @@ func writeTotalsFile(path, format string, tot report.Totals) error {
 		err = cerr
 	}
 	return err
+}
+
+// decimalFlag registers --decimal, how a CSV writes decimals.
+func decimalFlag(fs *flag.FlagSet) *string {
+	return fs.String("decimal", "point",
+		"CSV decimals: point (12.50, fields separated by commas) or comma (12,50, fields separated by semicolons: "+
+			"what Excel expects in a locale with a decimal comma, such as de-DE or fr-FR)")
 }

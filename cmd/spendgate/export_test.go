@@ -137,6 +137,28 @@ func TestCLI_ExportReportBalances(t *testing.T) {
 	totals, err := os.ReadFile(filepath.Join(dir, "totals.csv"))
 	require.NoError(t, err)
 	require.Equal(t, "unit,rows,open,settled,released,expired,late,reserved,actual,overrun,excess\nUSD,4,1,2,1,0,0,6.75,3.5,0.5,0\n", string(totals))
+	// --decimal comma: semicolons between the fields, a comma in each
+	// decimal, every other cell as it was; the totals file too.
+	r := csv.NewReader(strings.NewReader(ok("audit", "export", "--decimal", "comma", "--totals", filepath.Join(dir, "totals-comma.csv"))))
+	r.Comma = ';'
+	comma, err := r.ReadAll()
+	require.NoError(t, err)
+	require.Len(t, comma, len(recs))
+	require.Equal(t, "2,5", col(comma[1], "actual"))
+	require.Equal(t, "1,5", col(comma[2], "reserved"))
+	decimalCols := map[string]bool{"reserved": true, "actual": true, "overrun": true, "excess": true, "count": true}
+	for i := 1; i < len(recs); i++ {
+		for j, name := range recs[0] {
+			want := recs[i][j]
+			if decimalCols[name] {
+				want = strings.Replace(want, ".", ",", 1)
+			}
+			require.Equal(t, want, comma[i][j], "row %d %s", i, name)
+		}
+	}
+	totals, err = os.ReadFile(filepath.Join(dir, "totals-comma.csv"))
+	require.NoError(t, err)
+	require.Equal(t, "unit;rows;open;settled;released;expired;late;reserved;actual;overrun;excess\nUSD;4;1;2;1;0;0;6,75;3,5;0,5;0\n", string(totals))
 
 	// JSONL, filtered by scope.
 	out = ok("audit", "export", "--format", "jsonl", "--scope", "user:u-17")
@@ -163,6 +185,9 @@ func TestCLI_ExportReportBalances(t *testing.T) {
 		"org:acme,USD,3,1,2,0,0,0,3.5,0.5,3,1\n"+
 		"user:u-17,USD,2,0,1,1,0,0,2.5,0.5,0,1\n", out)
 	require.Equal(t, out, ok("report", "--by", "scope", "--format", "csv", "--replay"))
+	require.Equal(t, "scope;unit;reservations;open;settled;released;expired;late;spend;overrun;reserved;denials\n"+
+		"org:acme;USD;3;1;2;0;0;0;3,5;0,5;3;1\n"+
+		"user:u-17;USD;2;0;1;1;0;0;2,5;0,5;0;1\n", ok("report", "--by", "scope", "--format", "csv", "--decimal", "comma"))
 	hour := time.Now().UTC().Truncate(time.Hour)
 	window := []string{"--from", hour.Format(time.RFC3339), "--to", hour.Add(time.Hour).Format(time.RFC3339)}
 	out = ok(append([]string{"report", "--by", "model"}, window...)...)
@@ -180,6 +205,7 @@ func TestCLI_ExportReportBalances(t *testing.T) {
 	// audit balances lists the idle budget with zeros.
 	out = ok("audit", "balances")
 	require.Regexp(t, `(?m)^team:idle,month,\d{4}-\d{2},USD,50,0,0,0,0,0,0,0,0,0,UTC$`, out)
+	require.Regexp(t, `(?m)^team:idle;month;\d{4}-\d{2};USD;50;0;0;0;0;0;0;0;0;0;UTC$`, ok("audit", "balances", "--decimal", "comma"))
 	require.Contains(t, out, "org:acme,month,")
 
 	// Usage errors: a bad time names the flag and the format; exit 64.
@@ -193,6 +219,10 @@ func TestCLI_ExportReportBalances(t *testing.T) {
 		{[]string{"audit", "export", "--format", "xlsx"}, `--format "xlsx": want csv or jsonl`},
 		{[]string{"audit", "export", "--times", "excel"}, `--times "excel": want exact or sheet`},
 		{[]string{"audit", "export", "--times", "sheet", "--format", "jsonl"}, `--times sheet is for CSV`},
+		{[]string{"audit", "export", "--decimal", ","}, `--decimal ",": want point or comma`},
+		{[]string{"audit", "export", "--decimal", "comma", "--format", "jsonl"}, `--decimal comma is for CSV`},
+		{[]string{"audit", "balances", "--decimal", "de"}, `--decimal "de": want point or comma`},
+		{[]string{"report", "--by", "model", "--decimal", "comma"}, `--decimal comma is for --format csv`},
 		{[]string{"audit", "export", "--scope", "acme"}, `--scope "acme"`},
 		{[]string{"audit", "export", "extra"}, `unexpected arguments`},
 		{[]string{"audit", "export", "--from", "2026-12-01T00:00:00Z", "--to", "2026-11-01T00:00:00Z"}, `is not before --to`},

@@ -1,11 +1,11 @@
 package main
 
 import (
-	"encoding/csv"
 	"fmt"
 	"io"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -17,7 +17,7 @@ import (
 
 var reportCommand = command{
 	name:     "spendgate report",
-	synopsis: "--by scope|KEY [--period YYYY-MM|YYYY-Www|YYYY-MM-DD | --from RFC3339 --to RFC3339] [--tenant NAME] [--format table|csv] [--shadow] [--replay (--trusted-keys KEYS | --unverified) [--scope KIND:ID ...] [--bucket NAME]] [--nats-url URL]",
+	synopsis: "--by scope|KEY [--period YYYY-MM|YYYY-Www|YYYY-MM-DD | --from RFC3339 --to RFC3339] [--tenant NAME] [--format table|csv] [--decimal point|comma] [--shadow] [--replay (--trusted-keys KEYS | --unverified) [--scope KIND:ID ...] [--bucket NAME]] [--nats-url URL]",
 	about: `Sums the reservations opened in [--from, --to) (or in the UTC month, week or day
 --period names) by scope or by the value of a metadata key (--by model,
 --by user, ...; --by metadata.KEY names a key called "scope"), one line per
@@ -69,8 +69,16 @@ func reportCmd(args []string) int {
 	replay := fs.Bool("replay", false, "replay the book of record instead of asking a replica")
 	shadow := fs.Bool("shadow", false, "print the check and shadow decisions (not spend) only")
 	period := fs.String("period", "", "a UTC month (2026-11), ISO week (2026-W49) or day (2026-11-30): --from and --to for you")
+	decimal := decimalFlag(fs)
 	if code, ok := cmd.parse(fs, args); !ok {
 		return code
+	}
+	dec, err := report.ParseDecimal(*decimal)
+	if err != nil {
+		return cmd.usageError(fs, "--decimal "+strconv.Quote(*decimal)+": want point or comma")
+	}
+	if dec != report.DecimalPoint && *format != "csv" {
+		return cmd.usageError(fs, "--decimal comma is for --format csv")
 	}
 	if *period != "" {
 		if r.from != "" || r.to != "" {
@@ -156,11 +164,11 @@ func reportCmd(args []string) int {
 	name := strings.TrimPrefix(*by, report.MetadataColumnPrefix)
 	switch {
 	case *shadow && *format == "csv":
-		err = writeShadowCSV(os.Stdout, name, rep)
+		err = writeShadowCSV(os.Stdout, name, rep, dec)
 	case *shadow:
 		err = writeShadowTable(os.Stdout, name, r, rep)
 	case *format == "csv":
-		err = writeReportCSV(os.Stdout, name, rep)
+		err = writeReportCSV(os.Stdout, name, rep, dec)
 	default:
 		err = writeReportTable(os.Stdout, name, r, rep)
 		if err == nil && len(rep.Shadow) > 0 {
@@ -246,8 +254,8 @@ func shadowCells(g report.ShadowGroup) []string {
 }
 
 // writeShadowCSV writes rep's shadow decisions as CSV with a header.
-func writeShadowCSV(out io.Writer, name string, rep *report.SpendReport) error {
-	return writeCSV(out, append([]string{name}, shadowColumns...), shadowRows(rep))
+func writeShadowCSV(out io.Writer, name string, rep *report.SpendReport, d report.Decimal) error {
+	return writeCSV(out, d, name, shadowColumns, shadowRows(rep), "amount", "asked")
 }
 
 // shadowRows are rep's shadow groups as rows, the group value first.
@@ -285,18 +293,20 @@ func itoa(n int64) string { return fmt.Sprint(n) }
 
 // writeReportCSV writes rep as CSV with a header; the group column is
 // named after --by. Cells go through report.SafeCell.
-func writeReportCSV(out io.Writer, name string, rep *report.SpendReport) error {
+func writeReportCSV(out io.Writer, name string, rep *report.SpendReport, d report.Decimal) error {
 	rows := make([][]string, 0, len(rep.Groups))
 	for _, g := range rep.Groups {
 		rows = append(rows, append([]string{g.Value}, reportCells(g)...))
 	}
-	return writeCSV(out, append([]string{name}, reportColumns...), rows)
+	return writeCSV(out, d, name, reportColumns, rows, "spend", "overrun", "reserved")
 }
 
-// writeCSV writes a header and rows as CSV, every cell through
-// report.SafeCell.
-func writeCSV(out io.Writer, header []string, rows [][]string) error {
-	w := csv.NewWriter(out)
+// writeCSV writes a header (the group column name, then columns) and
+// rows as CSV, every cell through report.SafeCell, the columns named in
+// decimals written in d (never the group column, whatever --by named it).
+func writeCSV(out io.Writer, d report.Decimal, name string, columns []string, rows [][]string, decimals ...string) error {
+	header := append([]string{name}, columns...)
+	w := report.NewCSVWriter(out, d, append([]string{""}, columns...), decimals...)
 	for _, rec := range append([][]string{header}, rows...) {
 		for i := range rec {
 			rec[i] = report.SafeCell(rec[i])

@@ -42,6 +42,10 @@ type Filter struct {
 	// Times is how a CSV export (ExportCSV, ExportShadowCSV) writes
 	// times; JSONL exports always write TimesExact.
 	Times TimeFormat
+	// Decimal is how a CSV export (ExportCSV, ExportShadowCSV) writes its
+	// decimals and separates its fields; JSONL exports always write
+	// decimals as recorded.
+	Decimal Decimal
 }
 
 // selects reports whether a reservation opened with ev is in the filter.

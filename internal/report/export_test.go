@@ -3,6 +3,7 @@ package report_test
 import (
 	"bytes"
 	"context"
+	"encoding/csv"
 	"encoding/json"
 	"flag"
 	"io"
@@ -231,7 +232,7 @@ func TestExport_Golden(t *testing.T) {
 	tot2, err := report.NewReader(env.JS, env.Layout, p).ExportJSONL(ctx, &jsonOut, report.Filter{})
 	require.NoError(t, err)
 	require.Equal(t, tot, tot2, "both formats total the same rows")
-	require.NoError(t, report.WriteTotalsCSV(&totCSV, tot))
+	require.NoError(t, report.WriteTotalsCSV(&totCSV, tot, report.DecimalPoint))
 	require.NoError(t, report.WriteTotalsJSON(&totJSON, tot))
 	golden(t, "export.csv", csvOut.Bytes())
 	golden(t, "export.jsonl", jsonOut.Bytes())
@@ -257,6 +258,80 @@ func TestExport_Golden(t *testing.T) {
 	require.Equal(t, "4.25", ba.Spent.Add(bu.Spent).Sub(m("2.5")).String())
 	require.Equal(t, "4.25", tot.Units[0].Actual.String())
 	require.Equal(t, "1.25", tot.Units[0].Overrun.String())
+}
+
+// TestExport_DecimalComma: the export and its totals with a decimal
+// comma are the same file as with a point, read with ';' as the field
+// separator, but for the decimal columns, where each point is a comma.
+// How we know it can fail: it checks every cell of both files against
+// each other, and that some decimal cell changed and some other cell
+// holding a point did not.
+func TestExport_DecimalComma(t *testing.T) {
+	t.Parallel()
+	env := goldenScenario(t)
+	p := projector.New(env.JS, env.Layout)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	read := func(b []byte, sep rune) [][]string {
+		r := csv.NewReader(bytes.NewReader(b))
+		r.Comma = sep
+		recs, err := r.ReadAll()
+		require.NoError(t, err)
+		return recs
+	}
+	compare := func(point, comma [][]string, decimals ...string) (changed, kept int) {
+		require.Len(t, comma, len(point))
+		require.Equal(t, point[0], comma[0], "the header")
+		for i := 1; i < len(point); i++ {
+			require.Len(t, comma[i], len(point[i]))
+			for j, cell := range point[i] {
+				if slices.Contains(decimals, point[0][j]) && cell != "" {
+					require.Equal(t, strings.Replace(cell, ".", ",", 1), comma[i][j], "row %d %s", i, point[0][j])
+					if strings.Contains(cell, ".") {
+						changed++
+					}
+					continue
+				}
+				require.Equal(t, cell, comma[i][j], "row %d %s", i, point[0][j])
+				if strings.Contains(cell, ".") {
+					kept++
+				}
+			}
+		}
+		return changed, kept
+	}
+
+	var pointCSV, commaCSV, pointTot, commaTot bytes.Buffer
+	tot, err := report.NewReader(env.JS, env.Layout, p).ExportCSV(ctx, &pointCSV, report.Filter{})
+	require.NoError(t, err)
+	tot2, err := report.NewReader(env.JS, env.Layout, p).ExportCSV(ctx, &commaCSV, report.Filter{Decimal: report.DecimalComma})
+	require.NoError(t, err)
+	require.Equal(t, tot, tot2)
+	changed, kept := compare(read(pointCSV.Bytes(), ','), read(commaCSV.Bytes(), ';'), "reserved", "actual", "overrun", "excess", "count")
+	require.Positive(t, changed, "some decimal has a point to change")
+	require.Positive(t, kept, "some other cell has a point that stays (a balance, a time)")
+
+	require.NoError(t, report.WriteTotalsCSV(&pointTot, tot, report.DecimalPoint))
+	require.NoError(t, report.WriteTotalsCSV(&commaTot, tot, report.DecimalComma))
+	changed, _ = compare(read(pointTot.Bytes(), ','), read(commaTot.Bytes(), ';'), "reserved", "actual", "overrun", "excess")
+	require.Positive(t, changed)
+}
+
+func TestDecimal_Number(t *testing.T) {
+	for in, want := range map[string]string{
+		"12.50": "12,50", "0.000001": "0,000001", "7": "7", "": "",
+		// Not a plain decimal: as it is.
+		"1.2.3": "1.2.3", ".5": ".5", "5.": "5.", "-1.5": "-1.5", "1e3": "1e3", "v1.2": "v1.2",
+	} {
+		require.Equal(t, want, report.DecimalComma.Number(in), in)
+		require.Equal(t, in, report.DecimalPoint.Number(in), in)
+	}
+	d, err := report.ParseDecimal("comma")
+	require.NoError(t, err)
+	require.Equal(t, report.DecimalComma, d)
+	_, err = report.ParseDecimal(",")
+	require.Error(t, err)
 }
 
 func TestExport_Filter(t *testing.T) {
@@ -328,7 +403,7 @@ func TestExport_WriteErrors(t *testing.T) {
 	}
 	tot, err := report.NewReader(env.JS, env.Layout, p).ExportCSV(ctx, io.Discard, report.Filter{})
 	require.NoError(t, err)
-	require.ErrorIs(t, report.WriteTotalsCSV(&failingWriter{limit: 5}, tot), io.ErrShortWrite)
+	require.ErrorIs(t, report.WriteTotalsCSV(&failingWriter{limit: 5}, tot, report.DecimalPoint), io.ErrShortWrite)
 	require.ErrorIs(t, report.WriteTotalsJSON(&failingWriter{limit: 5}, tot), io.ErrShortWrite)
 }
 

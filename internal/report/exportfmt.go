@@ -3,7 +3,6 @@ package report
 import (
 	"bufio"
 	"context"
-	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -129,6 +128,12 @@ type UnitTotals struct {
 // TotalsColumns is the header of WriteTotalsCSV.
 var TotalsColumns = []string{"unit", "rows", "open", "settled", "released", "expired", "late", "reserved", "actual", "overrun", "excess"}
 
+// totalsDecimals are the decimal columns of TotalsColumns.
+var totalsDecimals = []string{"reserved", "actual", "overrun", "excess"}
+
+// exportDecimals are the decimal columns of ExportColumns.
+var exportDecimals = []string{"reserved", "actual", "overrun", "excess", "count"}
+
 type totaller struct{ by map[string]*UnitTotals }
 
 func (t *totaller) add(r *Row) {
@@ -172,9 +177,10 @@ func (t *totaller) totals(pos uint64) Totals {
 }
 
 // WriteTotalsCSV writes totals as CSV: a header (TotalsColumns) and one
-// row per unit. It returns the first write or flush error.
-func WriteTotalsCSV(w io.Writer, t Totals) error {
-	cw := csv.NewWriter(w)
+// row per unit, its decimals in d. It returns the first write or flush
+// error.
+func WriteTotalsCSV(w io.Writer, t Totals, d Decimal) error {
+	cw := NewCSVWriter(w, d, TotalsColumns, totalsDecimals...)
 	if err := cw.Write(TotalsColumns); err != nil {
 		return err
 	}
@@ -223,7 +229,8 @@ func WriteTotalsJSON(w io.Writer, t Totals) error {
 // pass collects only the metadata keys (memory bounded by the number of
 // distinct keys), a second, up to the same position, writes the rows.
 // Cells are quoted as RFC 4180 says and guarded by SafeCell; decimals are
-// written exactly as recorded; times are RFC 3339 in UTC; an empty cell
+// written exactly as recorded (with a decimal comma, and fields separated
+// by semicolons, with f.Decimal DecimalComma); times are as f.Times says; an empty cell
 // means "did not happen" (or, for a metadata column, "not set").
 //
 // It returns the totals of what it wrote, or Rows' errors, or the first
@@ -234,11 +241,11 @@ func (p *Reader) ExportCSV(ctx context.Context, w io.Writer, f Filter) (Totals, 
 	if err != nil {
 		return Totals{}, err
 	}
-	cw := csv.NewWriter(w)
 	header := slices.Clone(ExportColumns)
 	for _, k := range keys {
 		header = append(header, SafeCell(MetadataColumnPrefix+k))
 	}
+	cw := NewCSVWriter(w, f.Decimal, header, exportDecimals...)
 	if err := cw.Write(header); err != nil {
 		return Totals{}, err
 	}

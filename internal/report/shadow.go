@@ -2,7 +2,6 @@ package report
 
 import (
 	"context"
-	"encoding/csv"
 	"errors"
 	"io"
 	"maps"
@@ -323,11 +322,11 @@ func (p *Reader) ExportShadowCSV(ctx context.Context, w io.Writer, f Filter) (in
 		return 0, err
 	}
 	sorted := slices.Sorted(maps.Keys(keys))
-	cw := csv.NewWriter(w)
 	header := append(slices.Clone(ShadowColumns), make([]string, len(sorted))...)
 	for i, k := range sorted {
 		header[len(ShadowColumns)+i] = MetadataColumnPrefix + k
 	}
+	cw := NewCSVWriter(w, f.Decimal, header, "amount")
 	if err := cw.Write(header); err != nil {
 		return 0, err
 	}

@@ -1026,7 +1026,25 @@ const (
 	// denials can fill the disk (each replica also bounds each tenant's
 	// bytes per second).
 	DefaultDenialMaxBytes = 1 << 30
+	// DenialMaxDelay is the longest a denial or check record may be
+	// stored after its own time ("at"): a replica drops a record it could
+	// not publish sooner, and a reader skips one stored later as a replay
+	// (DenialRecordDelay). Replica clocks must be within it of the NATS
+	// servers'.
+	DenialMaxDelay = 5 * time.Minute
 )
+
+// DenialRecordDelay is the longest a record of a denial stream whose
+// Nats-Msg-Id dedupe window is dup may be stored after its own time and
+// still count: DenialMaxDelay, or half of dup if that is shorter. A
+// signed record published again under its own id within dup is dropped
+// by the stream as a duplicate; after dup it is older than this.
+func DenialRecordDelay(dup time.Duration) time.Duration {
+	if dup > 0 && dup/2 < DenialMaxDelay {
+		return dup / 2
+	}
+	return DenialMaxDelay
+}
 
 // DenialStreamName is the denial stream, "<bucket>_denials".
 func (l Layout) DenialStreamName() string { return l.c.Bucket + "_denials" }

@@ -152,6 +152,6 @@ func printDenialsSkipped(name string, skipped map[signing.Reason]uint64) {
 		}
 	}
 	if total > 0 {
-		fmt.Fprintf(os.Stderr, "spendgate: %s: %d denial records not counted, not signed by a trusted key (%s)\n", name, total, strings.Join(parts, ", "))
+		fmt.Fprintf(os.Stderr, "spendgate: %s: %d denial records not counted: not signed by a trusted key, or replayed (%s)\n", name, total, strings.Join(parts, ", "))
 	}
 }

@@ -2,6 +2,7 @@ package report
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -38,14 +39,18 @@ import (
 // them. A record the fold cannot decode is skipped (counted in neither the
 // aggregate nor the replay).
 //
-// Each replica signs its records (signing.DomainDenial, over subject and
-// body) with its signing key. Where the ledger's revisions are checked
+// Each replica signs its records (signing.SignDenial, over subject,
+// Nats-Msg-Id and body) with its signing key. Where the ledger's revisions are checked
 // against trusted keys, a record counts only if one of those keys signed
 // it (a retired key's records still count; a distrusted key's do not):
 // unsigned records (the replica login can write them, and replicas before
 // records were signed wrote them), records signed by another key and
 // records moved to another subject are skipped, counted by reason
-// (denialCheck.Skipped) and logged once per reason.
+// (denialCheck.Skipped) and logged once per reason. So is a replay: a
+// signed record published again counts once, since the stream drops a
+// copy under the same id within its duplicate window, a copy under
+// another id does not verify, and a copy stored later than
+// streams.DenialRecordDelay after the record's time is skipped.
 
 // denialKind is the selection a denial record is counted under.
 type denialKind struct {
@@ -286,9 +291,14 @@ func newDenialCheck(keys func() *signing.KeySet, log *slog.Logger) *denialCheck 
 	return &denialCheck{keys: keys, log: log, skipped: map[signing.Reason]uint64{}}
 }
 
-// passes reports whether the record at seq (subject, headers, body)
-// counts, counting and logging it if not.
-func (c *denialCheck) passes(seq uint64, subject string, h nats.Header, data []byte) bool {
+// passes reports whether the record at seq (subject, headers, body),
+// which the stream stored at stored, counts, counting and logging it if
+// not. A record stored more than delay after its own time is a replay
+// (signing.ReasonReplay): a copy of a signed record published again
+// under its own Nats-Msg-Id, which the stream's duplicate window no
+// longer drops (streams.DenialRecordDelay), or an old one signed before
+// records signed their id.
+func (c *denialCheck) passes(seq uint64, subject string, h nats.Header, data []byte, stored time.Time, delay time.Duration) bool {
 	if c == nil || c.keys == nil {
 		return true
 	}
@@ -296,7 +306,7 @@ func (c *denialCheck) passes(seq uint64, subject string, h nats.Header, data []b
 	if ks == nil {
 		return true
 	}
-	signer, valid := signing.VerifyMsg(h, signing.DomainDenial, subject, data)
+	signer, valid, _ := signing.VerifyDenial(h, subject, data)
 	var reason signing.Reason
 	switch _, known := ks.Lookup(signer); {
 	case signer == "":
@@ -307,6 +317,8 @@ func (c *denialCheck) passes(seq uint64, subject string, h nats.Header, data []b
 		reason = signing.ReasonDistrustedKey
 	case !known:
 		reason = signing.ReasonUntrustedKey
+	case stale(data, stored, delay):
+		reason = signing.ReasonReplay
 	default:
 		return true
 	}
@@ -323,6 +335,19 @@ func (c *denialCheck) passes(seq uint64, subject string, h nats.Header, data []b
 			"seq", seq, "subject", subject, "reason", string(reason), "signer", signer)
 	}
 	return false
+}
+
+// stale reports whether the record data was stored more than delay
+// after its own time. A record whose time does not decode is not stale:
+// it is skipped as one that does not decode.
+func stale(data []byte, stored time.Time, delay time.Duration) bool {
+	var rec struct {
+		At time.Time `json:"at"`
+	}
+	if err := json.Unmarshal(data, &rec); err != nil || rec.At.IsZero() || stored.IsZero() {
+		return false
+	}
+	return stored.Sub(rec.At) > delay
 }
 
 // Skipped returns how many records the check skipped, by reason.
@@ -345,6 +370,7 @@ func readDenials(ctx context.Context, js jetstream.JetStream, layout streams.Lay
 		}
 		return fmt.Errorf("report: stream %s: %w", layout.DenialStreamName(), err)
 	}
+	delay := streams.DenialRecordDelay(s.CachedInfo().Config.Duplicates)
 	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
 	if from > 1 {
 		cfg = jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from}
@@ -375,7 +401,7 @@ func readDenials(ctx context.Context, js jetstream.JetStream, layout streams.Lay
 			return nil
 		}
 		data := msg.Data()
-		if !check.passes(seq, msg.Subject(), msg.Headers(), data) {
+		if !check.passes(seq, msg.Subject(), msg.Headers(), data, meta.Timestamp, delay) {
 			data = nil // a follower's position still moves past it
 		}
 		fn(seq, data)

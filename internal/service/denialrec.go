@@ -92,8 +92,8 @@ func (r *DenialRecorder) LimitTenantBytes(perSecond int, own *TenantTable, onLim
 	r.onLimited = onLimited
 }
 
-// SignWith has every record signed as it is published, over its subject
-// and body (signing.DomainDenial), by the key signer returns then (the
+// SignWith has every record signed as it is published, over its subject,
+// Nats-Msg-Id and body (signing.SignDenial), by the key signer returns then (the
 // replica's signing key: a rotation applies from the next record); nil
 // leaves them unsigned. Readers that check signatures (the report, the
 // backtest, their replays) count only records a key the ledger trusts
@@ -111,6 +111,9 @@ type record struct {
 	// data is the denial encoded, when counting its tenant's bytes
 	// encoded it already (nil: publish encodes it).
 	data []byte
+	// queued is when it was buffered (this machine's clock, monotonic):
+	// one that waits longer than streams.DenialMaxDelay is not published.
+	queued time.Time
 }
 
 // Record buffers d for publishing, with its replica set, and reports
@@ -147,6 +150,7 @@ func (r *DenialRecorder) RecordCheck(c events.AdmitChecked) bool {
 }
 
 func (r *DenialRecorder) buffer(rec record) bool {
+	rec.queued = time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	select {
@@ -271,12 +275,20 @@ func (r *DenialRecorder) publish(ctx context.Context, rec record) {
 		r.failed.Add(1)
 		return
 	}
+	if waited := time.Since(rec.queued); waited > streams.DenialMaxDelay {
+		// Readers would skip it as a replay (stored too long after its
+		// time): it waited in the buffer that long, the stream
+		// unreachable or far behind.
+		r.failed.Add(1)
+		r.log.Warn("denial record not published: it waited longer than a reader counts a record", "request_id", requestID, "waited", waited.Round(time.Second))
+		return
+	}
 	msg := nats.NewMsg(sub)
 	msg.Data = data
 	msg.Header.Set(jetstream.MsgIDHeader, id)
 	if r.signer != nil {
 		if s := r.signer(); s != nil {
-			s.SignMsg(msg.Header, signing.DomainDenial, sub, data)
+			s.SignDenial(msg.Header, sub, data)
 		}
 	}
 	pctx, cancel := context.WithTimeout(ctx, denialPublishTimeout)

@@ -590,13 +590,45 @@ func ChainReason(err error) (r Reason, ok bool) {
 // string so that no signature of one kind can pass as another's: a feed
 // message (DomainFeed) over its subject and body, a feed checkpoint
 // (DomainFeedCheckpoint), a denial or check record (DomainDenial) over
-// its subject and body, an alert (DomainAlert) over its subject and body.
+// its subject and body (DomainDenialID, SignDenial: its Nats-Msg-Id too),
+// an alert (DomainAlert) over its subject and body.
 const (
 	DomainFeed           = "spendgate.feed.v1\n"
 	DomainFeedCheckpoint = "spendgate.feed-checkpoint.v1\n"
 	DomainDenial         = "spendgate.denial.v1\n"
+	DomainDenialID       = "spendgate.denial.v2\n"
 	DomainAlert          = "spendgate.alert.v1\n"
 )
+
+// SignDenial signs a denial or check record's message under
+// DomainDenialID: its subject, its Nats-Msg-Id (h's, set before) and its
+// body. A copy of the record published again under another id does not
+// verify, and one under the same id is the stream's to drop as a
+// duplicate, so a record signed this way is stored once (within the
+// stream's duplicate window: a later copy is told by its age).
+func (s *Signer) SignDenial(h nats.Header, subject string, body []byte) {
+	s.SignMsg(h, DomainDenialID, denialSubject(subject, h), body)
+}
+
+// VerifyDenial verifies a denial or check record's message as VerifyMsg
+// does: signed under DomainDenialID (SignDenial), or else under
+// DomainDenial, as replicas signed records before they signed the id
+// (legacy true).
+func VerifyDenial(h nats.Header, subject string, body []byte) (signer string, ok, legacy bool) {
+	if signer, ok = VerifyMsg(h, DomainDenialID, denialSubject(subject, h), body); ok {
+		return signer, true, false
+	}
+	if old, ok := VerifyMsg(h, DomainDenial, subject, body); ok {
+		return old, true, true
+	}
+	return signer, false, false
+}
+
+// denialSubject is what DomainDenialID signs as the subject: the subject,
+// a newline, the Nats-Msg-Id (a subject holds no newline).
+func denialSubject(subject string, h nats.Header) string {
+	return subject + "\n" + h.Get(nats.MsgIdHdr)
+}
 
 // msgInput is the signed bytes of a message under domain: the domain, the
 // subject, a newline, then the body.

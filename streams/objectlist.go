@@ -170,3 +170,44 @@ func DeleteObjectMeta(ctx context.Context, js jetstream.JetStream, bucket, name 
 	}
 	return nil
 }
+
+// PurgeOrphanChunks purges the chunks in bucket that no live object's meta
+// names (live: the NUIDs of ListObjects' entries) and that are older than
+// age (their newest chunk), and returns how many objects' chunks it purged.
+// An object store writes an object's chunks before its meta, so chunks
+// without a meta are an object whose writer died or gave up mid-write (a
+// replica killed while it wrote a snapshot): nothing reads them and
+// nothing else would ever delete them. age keeps an object still being
+// written, whose meta is not there yet, from being taken for one.
+func PurgeOrphanChunks(ctx context.Context, js jetstream.JetStream, bucket string, live map[string]bool, age time.Duration) (int, error) {
+	s, err := js.Stream(ctx, "OBJ_"+bucket)
+	if err != nil {
+		return 0, err
+	}
+	prefix := "$O." + bucket + ".C."
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(prefix+">"))
+	if err != nil {
+		return 0, fmt.Errorf("streams: listing the chunks of %s: %w", bucket, err)
+	}
+	purged := 0
+	for subject := range info.State.Subjects {
+		if live[strings.TrimPrefix(subject, prefix)] {
+			continue
+		}
+		last, err := s.GetLastMsgForSubject(ctx, subject)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return purged, fmt.Errorf("streams: reading %s: %w", subject, err)
+		}
+		if time.Since(last.Time) < age {
+			continue
+		}
+		if err := s.Purge(ctx, jetstream.WithPurgeSubject(subject)); err != nil {
+			return purged, fmt.Errorf("streams: purging %s: %w", subject, err)
+		}
+		purged++
+	}
+	return purged, nil
+}

@@ -281,3 +281,12 @@ func LeaderReads(ctx context.Context, l *Ledger, from, to uint64) (int, error) {
 	}
 	return n, nil
 }
+
+// WithOrphanChunkAge sets how old chunks without a meta must be before
+// pruning purges them (orphanChunkAge).
+func WithOrphanChunkAge(d time.Duration) Option {
+	return func(o *options) error {
+		o.orphanAge = d
+		return nil
+	}
+}

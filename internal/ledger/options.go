@@ -64,6 +64,9 @@ type options struct {
 	snapRevisions uint64
 	snapEvents    uint64
 	snapInterval  time.Duration
+	// orphanAge: how old chunks without a meta must be before pruning
+	// purges them (orphanChunkAge).
+	orphanAge time.Duration
 	// signer and trust: see WithSigner and WithTrust.
 	signer *signing.Signer
 	trust  *signing.KeySet
@@ -85,6 +88,7 @@ func defaultOptions() options {
 		snapRevisions: DefaultSnapshotRevisions,
 		snapEvents:    DefaultSnapshotEvents,
 		snapInterval:  DefaultSnapshotInterval,
+		orphanAge:     orphanChunkAge,
 		ownWriter:     true,
 	}
 }

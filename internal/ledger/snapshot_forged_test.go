@@ -198,15 +198,7 @@ func TestSnapshot_ForgedMetasPruned(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*watchdog)
 	defer cancel()
 	bucket := env.Layout.SnapshotBucket()
-	written := func(seed uint64) uint64 {
-		snapHistory(t, p, seed, 2, 10)
-		require.NoError(t, p.Sync(ctx))
-		_, last := bookOf(t, p)
-		testenv.WaitFor(t, watchdog, "a periodic snapshot at the stream's end", func() bool {
-			return p.SnapshotStats().Written == last
-		})
-		return last
-	}
+	written := snapshotWritten(ctx, t, p)
 	first := written(56)
 	store, err := env.JS.ObjectStore(ctx, bucket)
 	require.NoError(t, err)
@@ -247,5 +239,59 @@ func TestSnapshot_ForgedMetasPruned(t *testing.T) {
 	for _, seq := range []uint64{first, second} {
 		_, err := streams.ReadObject(ctx, store, streams.SnapshotName(seq))
 		require.NoError(t, err, "snapshot %d", seq)
+	}
+}
+
+// TestSnapshot_UnfinishedSnapshotChunksPurged: the chunks a snapshot
+// writer left when it was killed between its chunks and its meta (tens
+// of MB each, named by no meta) are purged by the next snapshot's
+// pruning; the snapshots themselves stay readable. How we know it can
+// fail: before, pruning looked only at metas, and such chunks stayed in
+// the bucket for good.
+func TestSnapshot_UnfinishedSnapshotChunksPurged(t *testing.T) {
+	t.Parallel() // its own server or none; see main_test.go
+	env := snapLayout(t)
+	p := startLedger(t, env, ledger.WithSnapshotEvery(1, time.Second), ledger.WithOrphanChunkAge(50*time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*watchdog)
+	defer cancel()
+	bucket := env.Layout.SnapshotBucket()
+	written := snapshotWritten(ctx, t, p)
+	first := written(61)
+	for range 4 {
+		_, err := env.JS.Publish(ctx, "$O."+bucket+".C.KILLEDWRITER", make([]byte, 128<<10))
+		require.NoError(t, err)
+	}
+	orphan := func() bool {
+		has, err := streams.ObjectHasChunks(ctx, env.JS, bucket, "KILLEDWRITER")
+		require.NoError(t, err)
+		return has
+	}
+	require.True(t, orphan())
+	var last uint64
+	for round := 0; orphan(); round++ {
+		require.Less(t, round, 4, "the unfinished snapshot's chunks are still there after %d more snapshots", round)
+		last = written(62 + uint64(round))
+	}
+	store, err := env.JS.ObjectStore(ctx, bucket)
+	require.NoError(t, err)
+	for _, seq := range []uint64{first, last} {
+		_, err := streams.ReadObject(ctx, store, streams.SnapshotName(seq))
+		require.NoError(t, err, "snapshot %d", seq)
+	}
+}
+
+// snapshotWritten returns a func that writes a history from seed through
+// p and waits (bounded) until p's periodic snapshot reaches the stream's
+// end, and returns that sequence.
+func snapshotWritten(ctx context.Context, t *testing.T, p *ledger.Ledger) func(seed uint64) uint64 {
+	return func(seed uint64) uint64 {
+		t.Helper()
+		snapHistory(t, p, seed, 2, 10)
+		require.NoError(t, p.Sync(ctx))
+		_, last := bookOf(t, p)
+		testenv.WaitFor(t, watchdog, "a periodic snapshot at the stream's end", func() bool {
+			return p.SnapshotStats().Written == last
+		})
+		return last
 	}
 }

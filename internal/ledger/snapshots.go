@@ -557,18 +557,32 @@ func (l *Ledger) snapshotLoop(ctx context.Context) {
 func (l *Ledger) pruneSnapshots(ctx context.Context, store jetstream.ObjectStore) {
 	bucket := l.layout.SnapshotBucket()
 	list, err := listSnapshots(ctx, l.js, bucket)
-	if err != nil || len(list) <= SnapshotsKept {
+	if err != nil {
 		return
 	}
 	// Chunks named by more than one live object (any name, the feed's
-	// checkpoint too): deleting one of them must leave them.
+	// checkpoint too): deleting one of them must leave them. Listed after
+	// the snapshots, so that it holds every meta the list does (a meta
+	// written in between is in this one only).
 	all, err := streams.ListObjects(ctx, l.js, bucket, nil)
 	if err != nil {
 		return
 	}
 	owners := map[string]int{}
+	live := map[string]bool{}
 	for _, o := range all {
 		owners[o.NUID]++
+		live[o.NUID] = true
+	}
+	// A snapshot whose writer was killed mid-write left chunks and no
+	// meta: tens of MB each, which nothing else deletes.
+	if n, err := streams.PurgeOrphanChunks(ctx, l.js, bucket, live, l.opts.orphanAge); err != nil {
+		l.opts.log.Warn("ledger: purging chunks no snapshot names", "err", err)
+	} else if n > 0 {
+		l.opts.log.Info("ledger: purged the chunks of unfinished snapshots", "objects", n)
+	}
+	if len(list) <= SnapshotsKept {
+		return
 	}
 	kept := 0
 	for _, s := range list {
@@ -635,6 +649,12 @@ func (l *Ledger) pruneSnapshots(ctx context.Context, store jetstream.ObjectStore
 		}
 	}
 }
+
+// orphanChunkAge is how old the newest chunk of an object without a meta
+// must be before pruning purges it: far longer than a snapshot's write
+// (writeSnapshot gives it a minute), so another replica's write still
+// under way is never taken for a dead one.
+const orphanChunkAge = time.Hour
 
 // errNoObject: a snapshot's meta is no object store's (snapshotChunked).
 var errNoObject = errors.New("its meta was written by no object store")

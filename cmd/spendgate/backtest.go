@@ -5,15 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/backtest"
+	"github.com/spendgate/spendgate/internal/report"
 )
 
 var backtestCommand = command{
 	name:     "spendgate backtest",
-	synopsis: "--scope KIND:ID [--limit DECIMAL] [--period month|week|day|hour|minute|lifetime] [--fixed-slot DECIMAL] [--learn PERCENTILE] [--exposure-cap DECIMAL] [--from RFC3339 --to RFC3339] [--by KEY ...] [-o table|csv|json] (--trusted-keys KEYS | --unverified) [--nats-url URL]",
+	synopsis: "--scope KIND:ID [--limit DECIMAL] [--period month|week|day|hour|minute|lifetime] [--fixed-slot DECIMAL] [--learn PERCENTILE] [--exposure-cap DECIMAL] [--from RFC3339 --to RFC3339] [--by KEY ...] [-o table|csv|json] [--decimal point|comma] (--trusted-keys KEYS | --unverified) [--nats-url URL]",
 	about: `Replays the recorded admits of one scope under other limits: what a limit
 of 50 would have done. It reads the book of record through the same gate as
 audit check (every revision verified against --trusted-keys) and the
@@ -72,8 +74,16 @@ func backtestCmd(args []string) int {
 	out := &choiceFlag{value: backtest.FormatTable, choices: []string{backtest.FormatTable, backtest.FormatCSV, backtest.FormatJSON}}
 	fs.Var(out, "output", "`table|csv|json`: how to print the result")
 	fs.Var(out, "o", "shorthand for --output")
+	decimal := decimalFlag(fs)
 	if code, ok := cmd.parse(fs, args); !ok {
 		return code
+	}
+	dec, err := report.ParseDecimal(*decimal)
+	if err != nil {
+		return cmd.usageError(fs, "--decimal "+strconv.Quote(*decimal)+": want point or comma")
+	}
+	if dec != report.DecimalPoint && out.value != backtest.FormatCSV {
+		return cmd.usageError(fs, "--decimal comma is for -o csv")
 	}
 	if code, ok := cmd.require(fs, "scope"); !ok {
 		return code
@@ -147,7 +157,12 @@ func backtestCmd(args []string) int {
 	if err != nil {
 		return backtestError(cmd, err)
 	}
-	if err := res.Write(os.Stdout, out.value); err != nil {
+	if out.value == backtest.FormatCSV {
+		err = res.WriteCSV(os.Stdout, dec)
+	} else {
+		err = res.Write(os.Stdout, out.value)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "spendgate: backtest:", err)
 		return exitError
 	}

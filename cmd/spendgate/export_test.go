@@ -223,6 +223,7 @@ func TestCLI_ExportReportBalances(t *testing.T) {
 		{[]string{"audit", "export", "--decimal", "comma", "--format", "jsonl"}, `--decimal comma is for CSV`},
 		{[]string{"audit", "balances", "--decimal", "de"}, `--decimal "de": want point or comma`},
 		{[]string{"report", "--by", "model", "--decimal", "comma"}, `--decimal comma is for --format csv`},
+		{[]string{"backtest", "--scope", "team:x", "--unverified", "--decimal", "comma"}, `--decimal comma is for -o csv`},
 		{[]string{"audit", "export", "--scope", "acme"}, `--scope "acme"`},
 		{[]string{"audit", "export", "extra"}, `unexpected arguments`},
 		{[]string{"audit", "export", "--from", "2026-12-01T00:00:00Z", "--to", "2026-11-01T00:00:00Z"}, `is not before --to`},

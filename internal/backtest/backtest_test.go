@@ -229,6 +229,25 @@ func TestReplay_ExactOnARecordedHistory(t *testing.T) {
 		var out strings.Builder
 		require.NoError(t, res.Write(&out, backtest.FormatTable))
 		t.Log("\n" + out.String())
+		// CSV with a decimal comma: the same cells, semicolons between
+		// them, a comma in each amount.
+		var point, comma strings.Builder
+		require.NoError(t, res.Write(&point, backtest.FormatCSV))
+		require.NoError(t, res.WriteCSV(&comma, report.DecimalComma))
+		pl, cl := strings.Split(point.String(), "\n"), strings.Split(comma.String(), "\n")
+		require.Len(t, cl, len(pl))
+		changed := 0
+		for i := range pl {
+			want := strings.Split(pl[i], ",")
+			for j, cell := range want {
+				if events.PlainDecimal(cell) && strings.Contains(cell, ".") {
+					want[j] = strings.Replace(cell, ".", ",", 1)
+					changed++
+				}
+			}
+			require.Equal(t, strings.Join(want, ";"), cl[i], "line %d", i)
+		}
+		require.Positive(t, changed, "some amount has a point")
 		require.False(t, res.Exact.Checked)
 		require.Positive(t, res.NewlyDenied.Calls)
 		require.Positive(t, res.NewlyDenied.Spent.Sign())

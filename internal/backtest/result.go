@@ -1,7 +1,6 @@
 package backtest
 
 import (
-	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -261,12 +260,16 @@ func (res *Result) Write(w io.Writer, format string) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(res)
 	case FormatCSV:
-		return res.writeCSV(w)
+		return res.writeCSV(w, report.DecimalPoint)
 	case FormatTable:
 		return res.writeTable(w)
 	}
 	return events.Errorf(events.CodeInvalidRequest, "format %q: want table, csv or json", format)
 }
+
+// WriteCSV writes res as FormatCSV, its amounts in d (report.DecimalComma:
+// 12,50, and fields separated by semicolons).
+func (res *Result) WriteCSV(w io.Writer, d report.Decimal) error { return res.writeCSV(w, d) }
 
 // summary is the result's lines as (section, what, recorded, replayed).
 func (res *Result) summary() [][4]string {
@@ -329,36 +332,43 @@ func groupCells(g Group) []string {
 // writeCSV writes the summary as section,what,recorded,replayed rows, a
 // blank line, then the groups with a header. Cells go through
 // report.SafeCell.
-func (res *Result) writeCSV(out io.Writer) error {
-	w := csv.NewWriter(out)
-	write := func(rec []string) error {
+func (res *Result) writeCSV(out io.Writer, d report.Decimal) error {
+	summary := []string{"section", "what", "recorded", "replayed"}
+	// recorded and replayed hold counts and amounts: only the amounts,
+	// the cells shaped as decimals, change with d.
+	w := report.NewCSVWriter(out, d, summary, "recorded", "replayed")
+	write := func(w *report.CSVWriter, rec []string) error {
 		for i := range rec {
 			rec[i] = report.SafeCell(rec[i])
 		}
 		return w.Write(rec)
 	}
-	if err := write([]string{"section", "what", "recorded", "replayed"}); err != nil {
+	if err := write(w, summary); err != nil {
 		return err
 	}
 	for _, r := range res.summary() {
-		if err := write(r[:]); err != nil {
+		if err := write(w, r[:]); err != nil {
 			return err
 		}
 	}
 	w.Flush()
+	if err := w.Error(); err != nil {
+		return err
+	}
 	if _, err := io.WriteString(out, "\n"); err != nil {
 		return err
 	}
-	if err := write(append([]string(nil), groupColumns...)); err != nil {
+	g := report.NewCSVWriter(out, d, groupColumns, "replay_denied_amount", "saved")
+	if err := write(g, append([]string(nil), groupColumns...)); err != nil {
 		return err
 	}
-	for _, g := range res.Groups {
-		if err := write(groupCells(g)); err != nil {
+	for _, gr := range res.Groups {
+		if err := write(g, groupCells(gr)); err != nil {
 			return err
 		}
 	}
-	w.Flush()
-	return w.Error()
+	g.Flush()
+	return g.Error()
 }
 
 // writeTable writes a header, the summary and the groups as aligned

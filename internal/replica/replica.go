@@ -454,6 +454,7 @@ func (r *Replica) startDenials(ctx, runCtx context.Context, js jetstream.JetStre
 		return err
 	}
 	d.SignWith(r.Ledger.Signer)
+	d.WaitAtMost(streams.DenialRecordDelay(s.CachedInfo().Config.Duplicates))
 	var limited func(tenant string)
 	if m := cfg.Metrics; m != nil {
 		limited = func(tenant string) { m.TenantLimited(tenant, events.LimitDenialBytes) }

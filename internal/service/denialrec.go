@@ -53,6 +53,9 @@ type DenialRecorder struct {
 	// signer returns the key each record is signed with as it is
 	// published (nil, or returning nil: unsigned); see SignWith.
 	signer func() *signing.Signer
+	// maxWait: a record buffered longer is not published (readers would
+	// skip it as a replay); see WaitAtMost.
+	maxWait time.Duration
 
 	// mu guards queued (records buffered), settled (records whose
 	// publish ended, either way) and progress (closed and replaced as
@@ -77,7 +80,17 @@ func NewDenialRecorder(js jetstream.JetStream, layout streams.Layout, replica st
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &DenialRecorder{js: js, layout: layout, replica: replica, log: log, ch: make(chan record, buffer),
-		progress: make(chan struct{})}, nil
+		progress: make(chan struct{}), maxWait: streams.DenialMaxDelay}, nil
+}
+
+// WaitAtMost sets how long a record may wait in the buffer and still be
+// published: streams.DenialRecordDelay of the denial stream's duplicate
+// window, which readers hold records to (the default is
+// streams.DenialMaxDelay). Call it before Run.
+func (r *DenialRecorder) WaitAtMost(d time.Duration) {
+	if d > 0 {
+		r.maxWait = d
+	}
 }
 
 // LimitTenantBytes bounds the records of each tenant (not the untenanted
@@ -275,7 +288,7 @@ func (r *DenialRecorder) publish(ctx context.Context, rec record) {
 		r.failed.Add(1)
 		return
 	}
-	if waited := time.Since(rec.queued); waited > streams.DenialMaxDelay {
+	if waited := time.Since(rec.queued); waited > r.maxWait {
 		// Readers would skip it as a replay (stored too long after its
 		// time): it waited in the buffer that long, the stream
 		// unreachable or far behind.

@@ -83,14 +83,22 @@ func NewCSVWriter(w io.Writer, d Decimal, header []string, decimals ...string) *
 	return out
 }
 
-// Write writes rec, its decimal columns in the writer's Decimal (rec is
-// changed in place). A header goes through Write too: its names are not
-// decimals, so they stay as they are.
+// Write writes rec, its decimal columns in the writer's Decimal. rec is
+// not changed (a header or a row may be shared: a package's column
+// names, another writer's record): a row with a decimal to change is
+// written from a copy.
 func (w *CSVWriter) Write(rec []string) error {
+	out := rec
 	for _, i := range w.decimals {
-		if i < len(rec) {
-			rec[i] = w.d.Number(rec[i])
+		if i >= len(rec) {
+			continue
+		}
+		if v := w.d.Number(rec[i]); v != rec[i] {
+			if len(out) > 0 && &out[0] == &rec[0] {
+				out = slices.Clone(rec)
+			}
+			out[i] = v
 		}
 	}
-	return w.Writer.Write(rec)
+	return w.Writer.Write(out)
 }

@@ -327,6 +327,15 @@ func TestDecimal_Number(t *testing.T) {
 		require.Equal(t, want, report.DecimalComma.Number(in), in)
 		require.Equal(t, in, report.DecimalPoint.Number(in), in)
 	}
+	// The writer changes what it writes, never the caller's record (a
+	// header of package column names is shared by every export).
+	var out bytes.Buffer
+	w := report.NewCSVWriter(&out, report.DecimalComma, []string{"id", "amount"}, "amount")
+	rec := []string{"a.1", "2.5"}
+	require.NoError(t, w.Write(rec))
+	w.Flush()
+	require.Equal(t, "a.1;2,5\n", out.String())
+	require.Equal(t, []string{"a.1", "2.5"}, rec)
 	d, err := report.ParseDecimal("comma")
 	require.NoError(t, err)
 	require.Equal(t, report.DecimalComma, d)

@@ -88,27 +88,3 @@ func TestEnsureDenials_ExistingCapIsNotCountedTwice(t *testing.T) {
 		require.Equal(t, int64(streams.DefaultDenialMaxBytes), s.CachedInfo().Config.MaxBytes, "ensure %d", i)
 	}
 }
-
-// TestEnsureDenials_ClusterDefaultCapFits: the same on a 3-node cluster
-// whose nodes each have less storage left than the default cap: the
-// denial stream, replicated on all three, gets a cap that fits (the meta
-// leader answers 10005 "insufficient storage", not 10047, and it is not
-// retried as a cluster still forming is).
-func TestEnsureDenials_ClusterDefaultCapFits(t *testing.T) {
-	t.Parallel()
-	c, err := testenv.StartCluster(testenv.ClusterConfig{Nodes: 3, Dir: t.TempDir(), Name: t.Name(), MaxStore: 300 << 20})
-	require.NoError(t, err)
-	t.Cleanup(c.Shutdown)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	_, err = streams.EnsureDenials(ctx, c.JS, c.Layout, 0, streams.DefaultDenialMaxBytes)
-	require.True(t, streams.IsStorageExceeded(err), "%v", err)
-	s, err := streams.EnsureDenials(ctx, c.JS, c.Layout, 0, 0)
-	require.NoError(t, err)
-	got := s.CachedInfo().Config.MaxBytes
-	require.Less(t, got, int64(streams.DefaultDenialMaxBytes))
-	require.Equal(t, 3, s.CachedInfo().Config.Replicas)
-	s, err = streams.EnsureDenials(ctx, c.JS, c.Layout, 0, 0)
-	require.NoError(t, err, "again, as a restart: the stream as it is")
-	require.Equal(t, got, s.CachedInfo().Config.MaxBytes)
-}

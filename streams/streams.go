@@ -1170,18 +1170,10 @@ const MinDenialMaxBytes = 64 << 20
 const jsErrCodeStorageExceeded jetstream.ErrorCode = 10047
 
 // IsStorageExceeded reports whether err is the server's refusal of a
-// stream whose byte cap its JetStream storage cannot reserve: 10047 from
-// a server on its own, and from a cluster's meta leader "no suitable
-// peers for placement, insufficient storage" (10005, which a cluster
-// still forming also answers, with other reasons: that one is
-// transient).
+// stream whose byte cap its JetStream storage cannot reserve.
 func IsStorageExceeded(err error) bool {
 	var apiErr *jetstream.APIError
-	if !errors.As(err, &apiErr) {
-		return false
-	}
-	return apiErr.ErrorCode == jsErrCodeStorageExceeded ||
-		apiErr.ErrorCode == errNoSuitablePeers && strings.Contains(apiErr.Description, "insufficient storage")
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeStorageExceeded
 }
 
 // ensureStream creates or updates the stream of cfg, retrying within
@@ -1200,9 +1192,6 @@ func IsStorageExceeded(err error) bool {
 func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
 	var s jetstream.Stream
 	err := RetryStart(ctx, StartRetryFor, func(err error) bool {
-		if IsStorageExceeded(err) {
-			return false // the caller's to decide (EnsureDenials lowers a default cap)
-		}
 		return errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) || isStoreFailed(err) || IsTransient(err)
 	}, func(ctx context.Context) error {
 		var err error

@@ -125,7 +125,7 @@ type record struct {
 	// encoded it already (nil: publish encodes it).
 	data []byte
 	// queued is when it was buffered (this machine's clock, monotonic):
-	// one that waits longer than streams.DenialMaxDelay is not published.
+	// one that waits longer than maxWait is not published.
 	queued time.Time
 }
 

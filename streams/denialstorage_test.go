@@ -2,6 +2,7 @@ package streams_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -86,5 +87,56 @@ func TestEnsureDenials_ExistingCapIsNotCountedTwice(t *testing.T) {
 		s, err := streams.EnsureDenials(ctx, env.JS, env.Layout, 0, 0)
 		require.NoError(t, err, "ensure %d", i)
 		require.Equal(t, int64(streams.DefaultDenialMaxBytes), s.CachedInfo().Config.MaxBytes, "ensure %d", i)
+	}
+}
+
+// TestEnsureDenials_ClusterDefaultCapFits: the same on a 3-node cluster
+// whose nodes each have less storage left than the default cap: the
+// denial stream, replicated on all three, gets a cap that fits (the meta
+// leader answers 10005 "insufficient storage", not 10047, and it is not
+// retried as a cluster still forming is).
+func TestEnsureDenials_ClusterDefaultCapFits(t *testing.T) {
+	t.Parallel()
+	c, err := testenv.StartCluster(testenv.ClusterConfig{Nodes: 3, Dir: t.TempDir(), Name: t.Name(), MaxStore: 300 << 20})
+	require.NoError(t, err)
+	t.Cleanup(c.Shutdown)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err = streams.EnsureDenials(ctx, c.JS, c.Layout, 0, streams.DefaultDenialMaxBytes)
+	require.True(t, streams.IsStorageExceeded(err), "%v", err)
+	s, err := streams.EnsureDenials(ctx, c.JS, c.Layout, 0, 0)
+	require.NoError(t, err)
+	got := s.CachedInfo().Config.MaxBytes
+	require.Less(t, got, int64(streams.DefaultDenialMaxBytes))
+	require.Equal(t, 3, s.CachedInfo().Config.Replicas)
+	s, err = streams.EnsureDenials(ctx, c.JS, c.Layout, 0, 0)
+	require.NoError(t, err, "again, as a restart: the stream as it is")
+	require.Equal(t, got, s.CachedInfo().Config.MaxBytes)
+}
+
+// TestIsStorageExceeded_ClusterReasons: a cluster's placement refusal is a
+// storage refusal only when storage is all it names; one that also names a
+// peer not heard from yet ("peer offline") or not known yet
+// ("miscellaneous issue") may come from a cluster still forming and is
+// retried as transient instead, so that a start never lowers a cap it did
+// not have to.
+func TestIsStorageExceeded_ClusterReasons(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		code      jetstream.ErrorCode
+		desc      string
+		storage   bool
+		transient bool
+	}{
+		{10047, "insufficient storage resources available", true, false},
+		{10005, "no suitable peers for placement, insufficient storage", true, true},
+		{10005, "no suitable peers for placement, peer offline, insufficient storage", false, true},
+		{10005, "no suitable peers for placement, insufficient storage, miscellaneous issue", false, true},
+		{10005, "no suitable peers for placement, peer offline", false, true},
+		{10058, "stream name already in use with a different configuration", false, false},
+	} {
+		err := fmt.Errorf("streams: ensure: %w", &jetstream.APIError{ErrorCode: c.code, Description: c.desc})
+		require.Equal(t, c.storage, streams.IsStorageExceeded(err), c.desc)
+		require.Equal(t, c.transient, streams.IsTransient(err), c.desc)
 	}
 }

@@ -1170,10 +1170,25 @@ const MinDenialMaxBytes = 64 << 20
 const jsErrCodeStorageExceeded jetstream.ErrorCode = 10047
 
 // IsStorageExceeded reports whether err is the server's refusal of a
-// stream whose byte cap its JetStream storage cannot reserve.
+// stream whose byte cap its JetStream storage cannot reserve: 10047 from
+// a server on its own, and from a cluster's meta leader "no suitable
+// peers for placement, insufficient storage" (10005) when storage is all
+// it names. The meta leader says "insufficient storage" only of a peer
+// that reported its storage (nats-server 2.15.2, selectPeerGroup: a peer
+// it has not heard from yet is "peer offline", one it does not know yet
+// "miscellaneous issue"); an answer that also names either may come from
+// a cluster still forming, and is transient (IsTransient).
 func IsStorageExceeded(err error) bool {
 	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeStorageExceeded
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	if apiErr.ErrorCode == jsErrCodeStorageExceeded {
+		return true
+	}
+	d := apiErr.Description
+	return apiErr.ErrorCode == errNoSuitablePeers && strings.Contains(d, "insufficient storage") &&
+		!strings.Contains(d, "peer offline") && !strings.Contains(d, "miscellaneous issue")
 }
 
 // ensureStream creates or updates the stream of cfg, retrying within
@@ -1192,6 +1207,9 @@ func IsStorageExceeded(err error) bool {
 func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
 	var s jetstream.Stream
 	err := RetryStart(ctx, StartRetryFor, func(err error) bool {
+		if IsStorageExceeded(err) {
+			return false // the caller's to decide (EnsureDenials lowers a default cap)
+		}
 		return errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) || isStoreFailed(err) || IsTransient(err)
 	}, func(ctx context.Context) error {
 		var err error

@@ -46,6 +46,8 @@ type Cluster struct {
 	embedded []*embedded.Server
 	// log receives the nodes' log lines (ClusterConfig.Log); nil: none.
 	log *slog.Logger
+	// maxStore is each node's JetStream storage cap (ClusterConfig.MaxStore).
+	maxStore int64
 }
 
 // node is what a cluster node keeps across restarts.
@@ -94,6 +96,9 @@ type ClusterConfig struct {
 	// Log receives the nodes' own log lines, each with its node's name
 	// (node=n1); nil discards them.
 	Log *slog.Logger
+	// MaxStore caps each node's JetStream storage in bytes; 0 means
+	// MaxStore, the package's fixed cap.
+	MaxStore int64
 }
 
 // StartCluster starts an in-process JetStream cluster on 127.0.0.1 (free
@@ -120,7 +125,10 @@ func StartCluster(cfg ClusterConfig) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{Layout: layout, Servers: make([]*server.Server, cfg.Nodes), nodes: make([]node, cfg.Nodes),
-		embedded: make([]*embedded.Server, cfg.Nodes), log: cfg.Log}
+		embedded: make([]*embedded.Server, cfg.Nodes), log: cfg.Log, maxStore: cfg.MaxStore}
+	if c.maxStore == 0 {
+		c.maxStore = MaxStore
+	}
 	for i := range c.nodes {
 		c.nodes[i] = node{
 			name:        fmt.Sprintf("n%d", i+1),
@@ -232,7 +240,7 @@ func (c *Cluster) start(i int) error {
 		embedded.WithServerName(nd.name),
 		embedded.WithListen(net.JoinHostPort("127.0.0.1", strconv.Itoa(nd.clientPort))),
 		embedded.WithCluster(clusterName, net.JoinHostPort("127.0.0.1", strconv.Itoa(nd.clusterPort)), routes...),
-		embedded.WithMaxStore(MaxStore),
+		embedded.WithMaxStore(c.maxStore),
 	}
 	if c.log != nil {
 		opts = append(opts, embedded.WithLogger(c.log.With("node", nd.name)))

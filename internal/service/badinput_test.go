@@ -256,7 +256,7 @@ func TestBadInput(t *testing.T) {
 		{"budget.put/limit 30 digits", putE, put("org:acme", "month", long30, "USD"), events.CodeInvalidAmount, ""},
 		{"budget.put/limit 100kB", putE, put("org:acme", "month", hundredKB, "USD"), events.CodePayloadTooLarge, ""},
 		{"budget.put/limit empty with replace", putE, events.BudgetPutRequest{Scope: "org:acme", Period: "month", Unit: "USD", Replace: true}, events.CodeInvalidAmount, ""},
-		{"budget.put/limit empty to define", putE, put("org:new", "month", "", "USD"), events.CodeUnknownBudget, ""},
+		{"budget.put/limit empty to define", putE, put("org:new", "month", "", "USD"), events.CodeInvalidAmount, ""},
 		{"budget.put/limit zero without allow_zero", putE, put("org:acme", "month", "0", "USD"), events.CodeInvalidAmount, ""},
 		{"budget.put/tz unknown", putE, events.BudgetPutRequest{Scope: "org:acme", Period: "month", Limit: "5", Unit: "USD", TZ: new("Mars/Olympus")}, events.CodeInvalidTZ, ""},
 		{"budget.put/tz Local", putE, events.BudgetPutRequest{Scope: "org:acme", Period: "month", Limit: "5", Unit: "USD", TZ: new("Local")}, events.CodeInvalidTZ, ""},

@@ -141,9 +141,13 @@ func parseBudgetPut(req events.BudgetPutRequest) (events.BudgetRef, ledger.Budge
 		if !existed || req.Replace {
 			def = ledger.Budget{}
 		}
-		if limit != nil {
+		switch {
+		case limit != nil:
 			def.Limit = *limit
-		} else if !existed {
+		case !existed && req.Unit != "":
+			// It names a unit: it defines the budget, and lacks its limit.
+			return ledger.Budget{}, events.Errorf(events.CodeInvalidAmount, "limit is required to define the budget %s per %s", scope.Local(), period)
+		case !existed:
 			return ledger.Budget{}, events.Errorf(events.CodeUnknownBudget, "no budget is defined for scope %s per %s; a put that defines one needs limit and unit", scope.Local(), period)
 		}
 		if req.Unit != "" {

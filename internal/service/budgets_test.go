@@ -560,6 +560,18 @@ func TestBudgetPut_ChangesNamedFields(t *testing.T) {
 	_, e = h.putDef(events.BudgetPutRequest{Scope: "team:none", Period: "week", Disabled: new(true)})
 	require.NotNil(t, e)
 	require.Equal(t, events.CodeUnknownBudget, e.Code)
+	// One that defines it (a unit) without a limit lacks its limit: the
+	// wire table's invalid_amount, naming the field.
+	_, e = h.putDef(events.BudgetPutRequest{Scope: "team:none", Period: "week", Unit: "USD"})
+	require.NotNil(t, e)
+	require.Equal(t, events.CodeInvalidAmount, e.Code)
+	require.Contains(t, e.Message, "limit is required")
+	require.Nil(t, h.call(streams.EndpointBudgetGet, events.BudgetGetRequest{Scope: "team:ml", Period: "week"}, nil))
+	// A get in a unit the budget is not in says which unit it looked for.
+	e = h.call(streams.EndpointBudgetGet, events.BudgetGetRequest{Scope: "team:ml", Period: "week", Unit: "EUR"}, nil)
+	require.NotNil(t, e)
+	require.Equal(t, events.CodeUnknownBudget, e.Code)
+	require.Equal(t, "no budget in EUR is defined for team:ml per week", e.Message)
 	// A fixed slot cannot land on a requests budget by a later put either.
 	h.putBudget("team:count", "day", "10", "requests")
 	_, e = h.putDef(events.BudgetPutRequest{Scope: "team:count", Period: "day", FixedSlot: new("1")})

@@ -1004,6 +1004,11 @@ func (s *Service) budgetGet(ctx context.Context, data []byte) (any, error) {
 func (s *Service) BudgetView(ref events.BudgetRef) (events.BudgetView, error) {
 	b, ok := s.l.Budget(ref)
 	if !ok {
+		if ref.Unit != "" {
+			// A get that named a unit: say so, as the scope and period
+			// may well have a budget in another one.
+			return events.BudgetView{}, events.Errorf(events.CodeUnknownBudget, "no budget in %s is defined for %s per %s", ref.Unit, ref.Scope.Local(), ref.Period)
+		}
 		return events.BudgetView{}, events.Errorf(events.CodeUnknownBudget, "no budget is defined for %s per %s", ref.Scope.Local(), ref.Period)
 	}
 	bal := s.l.Balance(b.Balance(s.now()))

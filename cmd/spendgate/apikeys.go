@@ -27,8 +27,9 @@ of each secret is stored):
 	}
 	keysCreateCommand = command{
 		name:     "spendgate keys create",
-		synopsis: "--scope KIND:ID [--scope ...] [--budget DECIMAL [--period month] [--unit USD]] [--tenant NAME] [--access service|admin] [--name TEXT] [--end-user KIND] [--secret-only]",
+		synopsis: "[--scope KIND:ID ...] [--budget DECIMAL [--period month] [--unit USD]] [--tenant NAME] [--access service|admin] [--name TEXT] [--end-user KIND] [--secret-only]",
 		about: `Makes a key and prints it with its secret ("secret"), which is shown only now.
+It needs at least one of --scope (repeatable), --budget and --access.
 Every gateway call made with the key is admitted against its scopes, all of
 them or none. --budget also gives the key a budget of its own: the scope
 key:<id> is added to its scopes and a budget of --budget per --period is put

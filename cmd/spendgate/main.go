@@ -56,7 +56,7 @@ Usage:
                                          a tenant's own limits, kept in the ledger (every replica holds it to them)
   spendgate feed consumer --tenant NAME [--replace]  create (as the admin) a tenant's feed consumer t-NAME, which the tenant may only read
   spendgate key --file FILE              the public key of a signing key (created if FILE does not exist)
-  spendgate keys create --scope KIND:ID [--scope ...] [--budget DECIMAL] | list | update|disable|enable|rotate --id ID
+  spendgate keys create [--scope KIND:ID ...] [--budget DECIMAL] [--access service|admin] | list | update|disable|enable|rotate --id ID
                                          API keys of the gateway (only their hashes are stored)
   spendgate gateway --upstream openai=URL|anthropic=URL [--listen 127.0.0.1:8080]
                                          an OpenAI- and Anthropic-compatible proxy that caps every call, and the HTTP API

@@ -23,9 +23,20 @@
 // an Ed25519 signature (Spendgate-Sig) of "spendgate.feed.v1\n" + subject +
 // "\n" + body; verifyFeedMessage checks both against the replicas' trusted
 // keys (the serve's trusted-keys file), with node:crypto alone.
+//
+// Run as a program, it follows the feed and prints a line per event until
+// Ctrl-C (with --until-idle: until nothing arrives for 2 s):
+//   NATS_URL=nats://127.0.0.1:4222 node feed.mjs
+// SPENDGATE_TRUSTED_KEYS is the serve's trusted-keys file (default:
+// ../../spendgate-data/trusted-keys, the quick start's), FEED_DURABLE the
+// consumer's name (default feed-example), FEED_FILTER a subject filter
+// (default every event). The cursor lives in memory here: a real consumer
+// stores it with what it does with each event.
 import { createPublicKey, verify } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { pathToFileURL } from "node:url";
 import { jetstream, jetstreamManager, AckPolicy, DeliverPolicy } from "@nats-io/jetstream";
-import { nanos } from "@nats-io/transport-node";
+import { connect, nanos } from "@nats-io/transport-node";
 
 export const FEED_STREAM = "spendgate_feed";
 export const FEED_PREFIX = "spendgate.feed.v1.";
@@ -151,4 +162,42 @@ export async function follow(nc, durable, cursor, handle, { trusted, stream = FE
     await m.ackAck();
   }
   return { skipped, forged };
+}
+
+/** describe is a one-line account of a feed event. */
+export function describe(ev) {
+  const e = ev.event ?? {};
+  const scope = ev.balance?.ref?.scope ?? e.balance?.scope ?? e.scope ?? e.budget?.scope ?? "";
+  const amount = e.actual ?? e.amount ?? e.limit ?? "";
+  return [ev.id, ev.type, scope, amount].filter((x) => x !== "").join("  ");
+}
+
+async function main() {
+  const url = process.env.NATS_URL ?? "nats://127.0.0.1:4222";
+  const keys = process.env.SPENDGATE_TRUSTED_KEYS ?? new URL("../../spendgate-data/trusted-keys", import.meta.url);
+  const trusted = parseTrustedKeys(readFileSync(keys, "utf8"));
+  const durable = process.env.FEED_DURABLE ?? "feed-example";
+  const untilIdle = process.argv.includes("--until-idle");
+  const nc = await connect({ servers: url });
+  try {
+    await ensureConsumer(nc, durable, { filter: process.env.FEED_FILTER ?? FEED_PREFIX + ">" });
+    const cursor = new Cursor();
+    let stop = false;
+    process.once("SIGINT", () => { stop = true; });
+    let forged = 0;
+    do {
+      const r = await follow(nc, durable, cursor, (ev) => console.log(describe(ev)), { trusted, idleMs: 2000, until: () => stop });
+      forged += r.forged;
+    } while (!untilIdle && !stop);
+    if (forged > 0) console.error(`ignored ${forged} message(s) that no trusted key signed`);
+  } finally {
+    await nc.close();
+  }
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  main().catch((err) => {
+    console.error(err.message ?? err);
+    process.exit(1);
+  });
 }

@@ -8,6 +8,9 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { randomUUID, randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
+import { execFile } from "node:child_process";
+import { promisify } from "node:util";
+import { fileURLToPath } from "node:url";
 import { connect, headers } from "@nats-io/transport-node";
 import { jetstream } from "@nats-io/jetstream";
 import { Spendgate } from "./spendgate.mjs";
@@ -122,4 +125,33 @@ test("feed: a durable consumer killed mid-stream resumes without missing or doub
   } finally {
     await admin.close();
   }
+});
+
+test("feed: node feed.mjs prints every event of the scope, once, as the README says", async () => {
+  const id = "feedrun-" + randomUUID().slice(0, 8);
+  const scope = "team:" + id;
+  const filter = `${FEED_PREFIX}*.*.*.team.${id}`;
+  const admin = await connect({ servers: url });
+  try {
+    const sg = new Spendgate(admin);
+    await sg.request("budget.put", { scope, period: "month", limit: "10", unit: "USD" });
+    const a = await sg.request("admit", { request_id: randomUUID(), scopes: [scope], amount: "1.25" });
+    assert.equal(a.admitted, true);
+    await sg.request("settle", { reservation_id: a.reservation_id, actual: "0.75" });
+    await waitFor("the relay", async () => (await feedIDs(admin, filter)).length === 3);
+  } finally {
+    await admin.close();
+  }
+  const run = () => promisify(execFile)(process.execPath, [fileURLToPath(new URL("./feed.mjs", import.meta.url)), "--until-idle"], {
+    env: { ...process.env, NATS_URL: url, FEED_FILTER: filter, FEED_DURABLE: "run-" + id },
+    timeout: 60000,
+  });
+  const { stdout } = await run();
+  const lines = stdout.trim().split("\n");
+  assert.equal(lines.length, 3, stdout);
+  assert.match(lines[0], new RegExp(`budget\\.defined\\.v\\d+  ${scope}  10$`));
+  assert.match(lines[1], new RegExp(`reservation\\.opened\\.v1  ${scope}  1\\.25$`));
+  assert.match(lines[2], new RegExp(`reservation\\.settled\\.v1  ${scope}  0\\.75$`));
+  // Run again on the same durable consumer: nothing new, nothing printed.
+  assert.equal((await run()).stdout, "");
 });

@@ -170,7 +170,11 @@ func (a *Admitter) validate(req events.AdmitRequest) (request, error) {
 		r.ttl = d
 	}
 	if r.ttl < a.opts.minTTL || r.ttl > a.opts.maxTTL {
-		return r, events.Errorf(events.CodeInvalidTTL, "ttl %v is outside [%v, %v]", r.ttl, a.opts.minTTL, a.opts.maxTTL)
+		given := r.ttl.String()
+		if req.TTL != "" {
+			given = req.TTL // as the caller wrote it: 1000h, not 1000h0m0s
+		}
+		return r, events.Errorf(events.CodeInvalidTTL, "ttl %s is outside [%v, %v]", given, a.opts.minTTL, a.opts.maxTTL)
 	}
 	if len(req.Metadata) > events.MaxMetadata {
 		return r, events.Errorf(events.CodeInvalidMetadata, "metadata has %d entries; the limit is %d", len(req.Metadata), events.MaxMetadata)

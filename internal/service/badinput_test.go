@@ -357,6 +357,9 @@ func TestBadInput(t *testing.T) {
 					// spelled in the body: a settle's "actual".
 					require.True(t, strings.HasPrefix(got.Message, field+" "), "%q does not start with the field %q", got.Message, field)
 				}
+				if c.name == "admit/ttl above maximum" {
+					require.True(t, strings.HasPrefix(got.Message, "ttl 25h is outside"), "the ttl as the caller wrote it: %q", got.Message)
+				}
 				switch c.code {
 				case events.CodeAlreadySettled, events.CodeAlreadyReleased, events.CodeIdempotencyMismatch:
 					require.NotEmpty(t, got.Status, "a refusal about a reservation names its state")

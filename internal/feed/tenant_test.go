@@ -2,6 +2,7 @@ package feed_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
@@ -63,4 +64,42 @@ func TestEnsureTenantConsumer(t *testing.T) {
 	c, err = env.JS.Consumer(ctx, l.FeedStreamName(), streams.TenantFeedConsumer("initech"))
 	require.NoError(t, err)
 	require.Equal(t, l.FeedFilter(), c.CachedInfo().Config.FilterSubject, "left alone")
+
+	// What the feed role can make before the roles name the tenant: the
+	// tenant's filter, pull, but settings that lose its events. Refused,
+	// every setting named, left alone; --replace makes the right one.
+	squat := streams.TenantFeedConsumer("hooli")
+	for _, cfg := range []jetstream.ConsumerConfig{
+		{Durable: squat, FilterSubject: l.TenantFeedFilter("hooli"), AckPolicy: jetstream.AckNonePolicy, MaxDeliver: 1, HeadersOnly: true},
+		{Durable: squat, FilterSubject: l.TenantFeedFilter("hooli"), AckPolicy: jetstream.AckExplicitPolicy, AckWait: feed.DefaultAckWait, MaxAckPending: 1,
+			DeliverPolicy: jetstream.DeliverNewPolicy, MemoryStorage: true, InactiveThreshold: time.Minute},
+	} {
+		_, err = env.JS.CreateOrUpdateConsumer(ctx, l.FeedStreamName(), cfg)
+		if err != nil {
+			require.NoError(t, env.JS.DeleteConsumer(ctx, l.FeedStreamName(), squat))
+			_, err = env.JS.CreateConsumer(ctx, l.FeedStreamName(), cfg)
+		}
+		require.NoError(t, err)
+		_, err = feed.EnsureTenantConsumer(ctx, env.JS, l, "hooli")
+		require.ErrorIs(t, err, feed.ErrTenantConsumerMismatch)
+		if cfg.HeadersOnly {
+			for _, field := range []string{"ack_policy", "ack_wait", "max_deliver", "max_ack_pending", "headers_only"} {
+				require.ErrorContains(t, err, field)
+			}
+		} else {
+			for _, field := range []string{"deliver_policy", "mem_storage", "inactive_threshold"} {
+				require.ErrorContains(t, err, field)
+			}
+			require.NotContains(t, err.Error(), "ack_wait")
+		}
+		c, err = env.JS.Consumer(ctx, l.FeedStreamName(), squat)
+		require.NoError(t, err)
+		require.Equal(t, cfg.HeadersOnly, c.CachedInfo().Config.HeadersOnly, "left alone")
+	}
+	created, replaced, err := feed.ReplaceTenantConsumer(ctx, env.JS, l, "hooli")
+	require.NoError(t, err)
+	require.True(t, created)
+	require.True(t, replaced)
+	_, err = feed.EnsureTenantConsumer(ctx, env.JS, l, "hooli")
+	require.NoError(t, err, "the replacement is the right one")
 }

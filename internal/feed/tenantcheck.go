@@ -26,6 +26,11 @@ const (
 	// alone (streams.Layout.TenantFeedFilter): the tenant would read other
 	// tenants' events, or miss its own.
 	TenantConsumerFilter = "filter"
+	// TenantConsumerSettings: a pull consumer of the tenant's filter whose
+	// settings are not the ones spendgate makes (headers only, acks none,
+	// a limit on deliveries, a later start, memory storage, paused...):
+	// the tenant would miss events or stall.
+	TenantConsumerSettings = "settings"
 )
 
 // TenantProblem is a tenant's feed consumer that is not what
@@ -33,7 +38,8 @@ const (
 type TenantProblem struct {
 	// Consumer is its name ("t-acme"), Tenant the tenant that reads it.
 	Consumer, Tenant string
-	// Reason is TenantConsumerPush or TenantConsumerFilter.
+	// Reason is TenantConsumerPush, TenantConsumerFilter or
+	// TenantConsumerSettings.
 	Reason string
 	// Detail says what the consumer has instead.
 	Detail string
@@ -41,8 +47,10 @@ type TenantProblem struct {
 
 // CheckTenantConsumers lists the consumers of l's feed stream and returns
 // every consumer named for a tenant (streams.TenantFeedConsumer: "t-" and a
-// valid tenant name) that is a push consumer or whose filter is not exactly
-// the tenant's (checkTenantConsumer, as EnsureTenantConsumer decides). It
+// valid tenant name) that is not the one TenantConsumerConfig makes: a push
+// consumer, another filter, or other settings (checkTenantConsumer, as
+// EnsureTenantConsumer decides). A consumer named for a tenant the roles do
+// not name yet is checked too: the feed role may have made it. It
 // changes nothing. A feed stream that does not exist has no problem.
 //
 // Errors: the server's or the connection's (a role without
@@ -62,14 +70,11 @@ func CheckTenantConsumers(ctx context.Context, js jetstream.JetStream, l streams
 		if !ok || events.ValidateTenant(tenant) != nil || streams.TenantFeedConsumer(tenant) != info.Name {
 			continue
 		}
-		err := checkTenantConsumer(info.Config, TenantConsumerConfig(l, tenant))
+		reason, err := checkTenantConsumer(info.Config, TenantConsumerConfig(l, tenant))
 		if err == nil {
 			continue
 		}
-		p := TenantProblem{Consumer: info.Name, Tenant: tenant, Reason: TenantConsumerFilter, Detail: err.Error()}
-		if info.Config.DeliverSubject != "" {
-			p.Reason = TenantConsumerPush
-		}
+		p := TenantProblem{Consumer: info.Name, Tenant: tenant, Reason: reason, Detail: err.Error()}
 		out = append(out, p)
 	}
 	if err := list.Err(); err != nil {

@@ -151,3 +151,40 @@ func TestTenants_FeedConsumersOnlyTheAdminChanges(t *testing.T) {
 	require.False(t, replaced, "a right consumer is left as it is")
 	require.NoError(t, ajs.DeleteConsumer(cctx, f, streams.TenantFeedConsumer("globex")))
 }
+
+// TestTenants_FeedLoginSquatsATenantNotYetNamed: a consumer name cannot be
+// denied by prefix, so the feed login may create the feed consumer of a
+// tenant the roles do not name yet ("t-initech"), with the tenant's filter
+// and settings that lose its events: headers only, no acks, one delivery.
+// The server accepts it (this is what the roles cannot close); the
+// replica's check, as the replica login, reports it as a settings problem,
+// and once the roles name the tenant the admin's ensure refuses it and
+// --replace makes the right one (TestEnsureTenantConsumer). It fails if
+// the check compared only push and filter: this consumer has both right.
+func TestTenants_FeedLoginSquatsATenantNotYetNamed(t *testing.T) {
+	t.Parallel()
+	l, s := tenantServer(t, "acme", "globex")
+	ctx, cancel := context.WithTimeout(context.Background(), waitBound)
+	defer cancel()
+	ensureTenantConsumers(t, dialRole(t, s, l, roles.Admin), l, "acme")
+
+	fjs, err := jetstream.New(dialRole(t, s, l, roles.Feed).nc)
+	require.NoError(t, err)
+	_, err = fjs.CreateConsumer(ctx, l.FeedStreamName(), jetstream.ConsumerConfig{
+		Durable: streams.TenantFeedConsumer("initech"), FilterSubject: l.TenantFeedFilter("initech"),
+		AckPolicy: jetstream.AckNonePolicy, MaxDeliver: 1, HeadersOnly: true,
+	})
+	require.NoError(t, err, "the feed login may create a consumer of a tenant the roles do not name")
+
+	rjs, err := jetstream.New(dialRole(t, s, l, roles.Replica).nc)
+	require.NoError(t, err)
+	problems, err := feed.CheckTenantConsumers(ctx, rjs, l)
+	require.NoError(t, err)
+	require.Len(t, problems, 1, "acme's is right; initech's is not")
+	p := problems[0]
+	require.Equal(t, "t-initech", p.Consumer)
+	require.Equal(t, feed.TenantConsumerSettings, p.Reason)
+	for _, field := range []string{"ack_policy", "max_deliver", "headers_only"} {
+		require.Contains(t, p.Detail, field)
+	}
+}

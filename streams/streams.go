@@ -310,17 +310,76 @@ func (l Layout) SnapshotConfig() jetstream.ObjectStoreConfig {
 	}
 }
 
-// EnsureSnapshots creates or updates the snapshot bucket (idempotent). The
-// writer of a snapshot calls it (the ledger's snapshot writer when it finds
-// no bucket, spendgate snapshot); Ensure does not, so a replica whose
+// EnsureSnapshots creates the snapshot bucket, or opens it if it exists
+// with this configuration (idempotent). The writer of a snapshot calls it
+// (the ledger's snapshot writer and the feed relay when they find no
+// bucket, spendgate snapshot); Ensure does not, so a replica whose
 // permissions do not cover the bucket still starts (it folds the whole
 // stream and logs that it cannot read or write snapshots).
+//
+// A bucket that exists with another configuration (S2-compressed by an
+// older build, another replica count, subjects someone widened) is
+// updated, which under spendgate roles only the operator's identity may
+// do: the replica role may create the bucket, never change it, since an
+// update could make its stream capture other subjects (the endpoints,
+// whose callers would read its acknowledgements as answers, or other
+// roles' inboxes). If the update fails, the error is ErrSnapshotSubjects
+// when the subjects are what differs.
 func EnsureSnapshots(ctx context.Context, js jetstream.JetStream, l Layout) (jetstream.ObjectStore, error) {
-	os, err := js.CreateOrUpdateObjectStore(ctx, l.SnapshotConfig())
-	if err != nil {
+	cfg := l.SnapshotConfig()
+	store, err := js.CreateObjectStore(ctx, cfg)
+	if err == nil {
+		return store, nil
+	}
+	if !errors.Is(err, jetstream.ErrBucketExists) {
 		return nil, fmt.Errorf("streams: ensure %s: %w", l.SnapshotBucket(), err)
 	}
-	return os, nil
+	store, err = js.UpdateObjectStore(ctx, cfg)
+	if err == nil {
+		return store, nil
+	}
+	if cerr := CheckSnapshotBucket(ctx, js, l); errors.Is(cerr, ErrSnapshotSubjects) {
+		return nil, cerr
+	}
+	return nil, fmt.Errorf("streams: ensure %s: it exists with another configuration, and updating it failed "+
+		"(under spendgate roles only the operator's identity may: run spendgate snapshot once with it, or nats stream edit %s): %w",
+		l.SnapshotBucket(), l.SnapshotStreamName(), err)
+}
+
+// SnapshotStreamName is the name of the snapshot bucket's stream.
+func (l Layout) SnapshotStreamName() string { return "OBJ_" + l.SnapshotBucket() }
+
+// SnapshotSubjects are the subjects of the snapshot bucket's stream, and
+// the only ones it may have: its objects' chunks and metadata.
+func (l Layout) SnapshotSubjects() []string {
+	b := l.SnapshotBucket()
+	return []string{"$O." + b + ".C.>", "$O." + b + ".M.>"}
+}
+
+// ErrSnapshotSubjects: the snapshot bucket's stream has subjects besides
+// its own (SnapshotSubjects), which only an update can give it. It would
+// store and answer what is published to them: an endpoint's callers would
+// read its acknowledgements as answers, another role's inbox would be
+// stored where a replica login reads it. Replicas write no snapshot into
+// it and log this at error level; repair it with the operator's identity
+// (spendgate snapshot, or nats stream edit).
+var ErrSnapshotSubjects = errors.New("streams: the snapshot bucket's stream captures subjects other than its own")
+
+// CheckSnapshotBucket reads the snapshot bucket's stream and returns
+// ErrSnapshotSubjects (wrapped, naming them) if its subjects are not
+// exactly SnapshotSubjects; jetstream.ErrStreamNotFound (wrapped) if
+// there is no bucket; the server's or the connection's error otherwise.
+func CheckSnapshotBucket(ctx context.Context, js jetstream.JetStream, l Layout) error {
+	s, err := js.Stream(ctx, l.SnapshotStreamName())
+	if err != nil {
+		return fmt.Errorf("streams: snapshot bucket %s: %w", l.SnapshotBucket(), err)
+	}
+	have, want := s.CachedInfo().Config.Subjects, l.SnapshotSubjects()
+	if !slices.Equal(have, want) {
+		return fmt.Errorf("%w: stream %s has %q, want %q; repair it with the operator's identity (spendgate snapshot, or nats stream edit %s --subjects)",
+			ErrSnapshotSubjects, l.SnapshotStreamName(), have, want, l.SnapshotStreamName())
+	}
+	return nil
 }
 
 // ErrCompressed: the ledger stream is stored S2-compressed (created by an

@@ -76,7 +76,16 @@ func (r *Relay) writeCheckpoint(ctx context.Context, t tail) {
 		store, err = streams.EnsureSnapshots(ctx, r.js, r.l)
 	}
 	if err == nil {
+		// Nothing goes into a bucket whose stream captures other
+		// subjects (streams.ErrSnapshotSubjects).
+		err = streams.CheckSnapshotBucket(ctx, r.js, r.l)
+	}
+	if err == nil {
 		_, err = store.PutBytes(ctx, streams.FeedCheckpointName, data)
+	}
+	if errors.Is(err, streams.ErrSnapshotSubjects) {
+		r.log.Error("feed relay: checkpoint not written", "err", err)
+		return
 	}
 	if err != nil {
 		r.log.Warn("feed relay: checkpoint not written", "err", err)

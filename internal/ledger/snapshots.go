@@ -104,6 +104,12 @@ func (l *Ledger) snapshotBucket(ctx context.Context) (jetstream.ObjectStore, err
 }
 
 func (l *Ledger) writeSnapshot(ctx context.Context, store jetstream.ObjectStore) (SnapshotInfo, error) {
+	// Nothing goes into a bucket whose stream captures other subjects
+	// (its update is the operator's alone): a replica writing on would
+	// keep the damage out of sight.
+	if err := streams.CheckSnapshotBucket(ctx, l.js, l.layout); err != nil {
+		return SnapshotInfo{}, fmt.Errorf("ledger: snapshot not written: %w", err)
+	}
 	st, locked, err := l.dumpExact(ctx, SnapshotVersion)
 	if err != nil {
 		return SnapshotInfo{}, err
@@ -244,6 +250,11 @@ func (l *Ledger) loadSnapshot(ctx context.Context, last uint64, ignoreReaders bo
 		return 0
 	}
 	l.snapStore = store
+	if err := streams.CheckSnapshotBucket(lctx, l.js, l.layout); errors.Is(err, streams.ErrSnapshotSubjects) {
+		// Its snapshots are checked like any others; what it captures
+		// besides them is the operator's to repair.
+		l.opts.log.Error("ledger: the snapshot bucket's stream captures other subjects; no snapshot will be written into it", "err", err)
+	}
 	list, err := listSnapshots(lctx, l.js, l.layout.SnapshotBucket())
 	if err != nil {
 		l.opts.log.Warn("ledger: listing snapshots failed; folding the whole stream", "err", err)
@@ -533,6 +544,11 @@ func (l *Ledger) snapshotLoop(ctx context.Context) {
 		info, err := l.writeSnapshot(wctx, store)
 		cancel()
 		lastAt = time.Now()
+		if errors.Is(err, streams.ErrSnapshotSubjects) {
+			l.opts.log.Error("ledger: periodic snapshot not written: the snapshot bucket's stream captures other subjects", "err", err)
+			notBefore = time.Now().Add(l.opts.snapInterval)
+			continue
+		}
 		if err != nil {
 			l.opts.log.Warn("ledger: periodic snapshot failed", "err", err)
 			notBefore = time.Now().Add(l.opts.snapInterval)

@@ -369,7 +369,7 @@ var wantAdmin = map[string]allows{
 		"spendgate_feed":             {"CREATE"},
 		"spendgate_denials":          {"CREATE"},
 		"spendgate_denials/c1":       readOps,
-		"OBJ_spendgate_snapshots":    {"CREATE", "UPDATE", "PURGE"},
+		"OBJ_spendgate_snapshots":    {"CREATE", "PURGE"},
 		"OBJ_spendgate_snapshots/c1": append([]string{"info"}, readOps...),
 	},
 	roles.Service: {},

@@ -248,7 +248,7 @@ func ledgerReads(l streams.Layout) []string {
 // objects, direct and message gets of an object's metadata, and flow
 // control replies.
 func snapshotReads(l streams.Layout) []string {
-	s := "OBJ_" + l.SnapshotBucket()
+	s := l.SnapshotStreamName()
 	return []string{
 		jsAPI + "STREAM.INFO." + s,
 		jsAPI + "STREAM.MSG.GET." + s,
@@ -264,16 +264,32 @@ func snapshotReads(l streams.Layout) []string {
 
 // snapshotWrites are what a replica needs to write snapshots: create the
 // bucket, publish an object's chunks and metadata, and purge the chunks of
-// a snapshot it replaces or deletes.
+// a snapshot it replaces or deletes. Not update it: an update could make
+// its stream capture other subjects (an endpoint, whose callers would read
+// the stream's acknowledgements as answers; other roles' inboxes), as
+// snapshotAdmin says.
 func snapshotWrites(l streams.Layout) []string {
-	s := "OBJ_" + l.SnapshotBucket()
+	s := l.SnapshotStreamName()
 	return []string{
 		jsAPI + "STREAM.CREATE." + s,
-		jsAPI + "STREAM.UPDATE." + s,
 		jsAPI + "STREAM.PURGE." + s,
 		jsAPI + "CONSUMER.INFO." + s + ".*",
 		"$O." + l.SnapshotBucket() + ".>",
 	}
+}
+
+// snapshotAdmin are the snapshot bucket's writes no role may publish: its
+// update (above), delete, restore, moves and the legacy durable create.
+// Its purge is the replica's (snapshotWrites).
+func snapshotAdmin(l streams.Layout) []string {
+	s := l.SnapshotStreamName()
+	out := []string{jsAPI + "STREAM.UPDATE." + s}
+	for _, a := range streamAdmin(s) {
+		if a != jsAPI+"STREAM.PURGE."+s {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // All returns the roles of layout l: replica, service, admin, finance,
@@ -390,7 +406,7 @@ func All(l streams.Layout, tenants ...string) []Role {
 		{
 			Name:           Replica,
 			Description:    "runs `spendgate serve`: ensures and follows the ledger stream, writes its revisions and snapshots, serves every endpoint and $SRV discovery",
-			Publish:        Rules{Allow: replicaPub, Deny: slices.Concat(ledgerAdmin(l), feedAdmin(l), denialAdmin(l), streamAdmin(l.AlertStreamName()))},
+			Publish:        Rules{Allow: replicaPub, Deny: slices.Concat(ledgerAdmin(l), feedAdmin(l), denialAdmin(l), streamAdmin(l.AlertStreamName()), snapshotAdmin(l))},
 			Subscribe:      Rules{Allow: replicaSub},
 			AllowResponses: true,
 			InboxPrefix:    InboxPrefix(l, Replica),

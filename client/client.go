@@ -559,7 +559,33 @@ func (c *Client) attempt(ctx context.Context, k *coalescer, endpoint, subject st
 		return false, false, &UnavailableError{Subject: subject, Code: events.CodeInternal,
 			Message: fmt.Sprintf("undecodable reply: %v", err), Err: err}
 	}
+	if what := notAnAnswer(out); what != "" {
+		return false, false, &UnavailableError{Subject: subject, Code: events.CodeInternal,
+			Message: fmt.Sprintf("a reply that is not a replica's answer (%s): %.200q", what, msg.Data)}
+	}
 	return false, false, nil
+}
+
+// notAnAnswer says what a decoded admit, settle or release reply lacks
+// that every replica's answer has, or "" if nothing: an admit reply
+// admits or carries its denial, a settle or release reply names its
+// reservation. Anything else on the endpoint's subject answered the
+// request: a JetStream stream capturing it answers with its
+// acknowledgement ({"stream":...,"seq":...}), which would otherwise read as
+// a denial without a reason while the replica may have reserved. Admit
+// then voids the request id, as for any unknown outcome.
+func notAnAnswer(out any) string {
+	switch o := out.(type) {
+	case *events.AdmitReply:
+		if !o.Admitted && o.Denial == nil {
+			return "neither admitted nor denied"
+		}
+	case *events.CloseReply:
+		if o.ReservationID == "" {
+			return "no reservation_id"
+		}
+	}
+	return ""
 }
 
 // marshalRequest encodes a request: the hot path's without reflection.

@@ -334,7 +334,11 @@ func EnsureSnapshots(ctx context.Context, js jetstream.JetStream, l Layout) (jet
 	if !errors.Is(err, jetstream.ErrBucketExists) {
 		return nil, fmt.Errorf("streams: ensure %s: %w", l.SnapshotBucket(), err)
 	}
-	store, err = js.UpdateObjectStore(ctx, cfg)
+	// An identity that may not update gets no answer at all: bound the
+	// wait, so that the check below still has time to say why.
+	uctx, cancel := context.WithTimeout(ctx, snapshotUpdateWait)
+	store, err = js.UpdateObjectStore(uctx, cfg)
+	cancel()
 	if err == nil {
 		return store, nil
 	}
@@ -345,6 +349,9 @@ func EnsureSnapshots(ctx context.Context, js jetstream.JetStream, l Layout) (jet
 		"(under spendgate roles only the operator's identity may: run spendgate snapshot once with it, or nats stream edit %s): %w",
 		l.SnapshotBucket(), l.SnapshotStreamName(), err)
 }
+
+// snapshotUpdateWait bounds EnsureSnapshots' update of an existing bucket.
+const snapshotUpdateWait = 10 * time.Second
 
 // SnapshotStreamName is the name of the snapshot bucket's stream.
 func (l Layout) SnapshotStreamName() string { return "OBJ_" + l.SnapshotBucket() }

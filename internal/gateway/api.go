@@ -214,25 +214,75 @@ func intField(fields map[string]json.RawMessage, name string) (n int64, ok bool,
 // tokenizer: one token per byte of the body (a byte-level tokenizer makes
 // at most one token per UTF-8 byte, and the JSON around the text is more
 // bytes than the chat template's tokens), but ImageTokens for each inline
-// image (a "data:image/..." string) instead of its base64 bytes. At least
-// 1, at most events.MaxTokens.
+// image instead of its base64 bytes. At least 1, at most events.MaxTokens.
+//
+// An inline image is a string that is the value of an image field ("url"
+// or "image_url": OpenAI's image parts) and is a base64 data URL of an
+// image (inlineImage). Text that merely starts "data:image/" is text, and
+// is tokenized as text: discounting it let one caller reserve 3,000
+// tokens for a 300 KB prompt (37,000 tokens) however many calls ran.
 func estimateInput(body []byte) int64 {
 	n := int64(len(body))
-	rest := body
+	from := 0
 	for {
-		i := bytes.Index(rest, []byte(`"data:image/`))
+		i := bytes.Index(body[from:], []byte(`"data:image/`))
 		if i < 0 {
 			break
 		}
-		rest = rest[i+1:]
-		end := closingQuote(rest)
+		start := from + i + 1 // the string's content
+		end := closingQuote(body[start:])
 		if end < 0 {
 			break
 		}
-		n += ImageTokens - int64(end+2)
-		rest = rest[end+1:]
+		if imageField(body[:start-1]) && inlineImage(body[start:start+end]) {
+			n += ImageTokens - int64(end+2)
+		}
+		from = start + end + 1
 	}
 	return max(1, min(n, events.MaxTokens))
+}
+
+// imageField reports whether before, the body up to a string's opening
+// quote, ends with the key of an image field and its colon: "url": or
+// "image_url": (whitespace allowed around the colon).
+func imageField(before []byte) bool {
+	before = bytes.TrimRight(before, " \t\r\n")
+	before, ok := bytes.CutSuffix(before, []byte(":"))
+	if !ok {
+		return false
+	}
+	before = bytes.TrimRight(before, " \t\r\n")
+	return bytes.HasSuffix(before, []byte(`"url"`)) || bytes.HasSuffix(before, []byte(`"image_url"`))
+}
+
+// inlineImage reports whether s, a JSON string's raw content, is a base64
+// data URL of an image: "data:image/" and a subtype, ";base64,", then
+// base64 alone (a "/" may be escaped as "\/").
+func inlineImage(s []byte) bool {
+	rest, ok := bytes.CutPrefix(s, []byte("data:image/"))
+	if !ok {
+		return false
+	}
+	subtype, data, ok := bytes.Cut(rest, []byte(";base64,"))
+	if !ok || len(subtype) == 0 || len(subtype) > 64 {
+		return false
+	}
+	for _, c := range subtype {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '.' || c == '+' || c == '-') {
+			return false
+		}
+	}
+	for i := 0; i < len(data); i++ {
+		c := data[i]
+		switch {
+		case c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '+', c == '/', c == '=':
+		case c == '\\' && i+1 < len(data) && data[i+1] == '/':
+			i++
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // closingQuote returns the index of the quote that ends the JSON string

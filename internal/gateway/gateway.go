@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
@@ -289,8 +290,7 @@ func (g *Gateway) serve(a *api, w http.ResponseWriter, r *http.Request) {
 	base := requestBase(key.ID, r.Header.Get("Idempotency-Key"))
 	if base != "" {
 		if _, busy := g.inflight.LoadOrStore(base, struct{}{}); busy {
-			g.fail(w, a, l, OutcomeBadRequest, &callError{status: http.StatusConflict, typ: "invalid_request_error", code: "idempotency_key_in_use",
-				msg: "spendgate: a call with this Idempotency-Key is running; retry when it ends", retryAfter: 1})
+			g.fail(w, a, l, OutcomeBadRequest, errIdempotencyKeyInUse)
 			return
 		}
 		defer g.inflight.Delete(base)
@@ -340,6 +340,18 @@ func (g *Gateway) clientFor(key events.APIKeyResolveReply) (*client.Client, *cal
 	return cl, nil
 }
 
+// errIdempotencyKeyInUse answers a call whose Idempotency-Key's earlier
+// call still holds its reservation.
+var errIdempotencyKeyInUse = &callError{status: http.StatusConflict, typ: "invalid_request_error", code: "idempotency_key_in_use",
+	msg: "spendgate: a call with this Idempotency-Key is running; retry when it ends", retryAfter: 1}
+
+// callID is a new call's own id: 16 random hex digits.
+func callID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return hex.EncodeToString(b[:])
+}
+
 // requestBase is the request id of a call whose caller sent an
 // Idempotency-Key: "gw-" and 32 hex digits of the SHA-256 of the key's id
 // and the header, so the same header from two keys never meets. "" without
@@ -353,16 +365,25 @@ func requestBase(keyID, idem string) string {
 }
 
 // admit reserves the call's maximum cost in every scope of the key. With
-// an Idempotency-Key, the request id of the first attempt is base: an
-// attempt whose earlier one still holds its reservation (a gateway that
-// died mid-call; a retry of a reply lost on the way) takes that
-// reservation over, and one whose earlier attempt is closed or voided
-// takes the next id of its line (base-2, base-3, ...), so that every call
-// that reaches the upstream has a reservation of its own.
+// an Idempotency-Key, the request id of the first attempt is base, and one
+// whose earlier call is closed or voided takes the next id of its line
+// (base-2, base-3, ...), so that every call that reaches the upstream has
+// a reservation of its own.
+//
+// Each call's admit carries an id of its own (metadata call_id), so the
+// ledger answers another call's admit of the same request id
+// idempotency_mismatch, never a replay: a call whose earlier one still
+// holds its reservation (running on this gateway or another, or left by a
+// gateway that died mid-call until its journal or the reservation's TTL
+// closes it) is refused idempotency_key_in_use. Taking an open
+// reservation over let two gateways given the same header at once call
+// the provider twice on one reservation and record one cost. The
+// client's own retries of one admit send the same body, and get its
+// replay.
 func (g *Gateway) admit(ctx context.Context, cl *client.Client, key events.APIKeyResolveReply, c *call, base string) (*client.Reservation, error) {
 	req := events.AdmitRequest{Scopes: key.Scopes, Model: c.model, InputTokens: c.input, MaxOutputTokens: c.maxOutput,
 		TTL:      (g.cfg.UpstreamTimeout + ttlMargin).String(),
-		Metadata: map[string]string{"key_id": key.ID, "model": c.model, "endpoint": c.api.name}}
+		Metadata: map[string]string{"key_id": key.ID, "model": c.model, "endpoint": c.api.name, "call_id": callID()}}
 	if c.endUserScope != "" {
 		req.Scopes = append(slices.Clip(key.Scopes), c.endUserScope)
 		req.Metadata["end_user"] = c.endUser
@@ -379,7 +400,9 @@ func (g *Gateway) admit(ctx context.Context, cl *client.Client, key events.APIKe
 		switch {
 		case err == nil && (!res.Reply().Replayed || res.Reply().Status == events.StatusOpen):
 			return res, nil
-		case err == nil, errors.As(err, &ee) && ee.Code == events.CodeRequestVoided:
+		case errors.As(err, &ee) && ee.Code == events.CodeIdempotencyMismatch && base != "" && ee.Status == events.StatusOpen:
+			return nil, errIdempotencyKeyInUse
+		case err == nil, errors.As(err, &ee) && (ee.Code == events.CodeRequestVoided || ee.Code == events.CodeIdempotencyMismatch && base != ""):
 			if base == "" || gen >= maxGenerations {
 				return nil, &callError{status: http.StatusConflict, typ: "invalid_request_error", code: "idempotency_key_used",
 					msg: fmt.Sprintf("spendgate: this Idempotency-Key has been used by %d calls; send a new one", gen), noRetry: true}

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -57,6 +58,9 @@ type env struct {
 	stop, start func()
 	// metrics are the gateway's.
 	metrics *gateway.Metrics
+	// another starts another gateway on the same ledger and provider,
+	// and returns its URL.
+	another func() string
 }
 
 type envOpts struct {
@@ -105,33 +109,43 @@ func newEnv(t *testing.T, o envOpts) *env {
 	require.NoError(t, ln.Close())
 
 	logs := &testenv.LogBuffer{}
-	m := gateway.NewMetrics(nil)
-	gnc := te.Connect(t)
-	cs, err := gateway.NewClientSet(gnc, streams.DefaultPrefix, client.WithTimeout(time.Second), client.WithRetries(2))
-	require.NoError(t, err)
-	root, err := cs.For("")
-	require.NoError(t, err)
-	gopts := []gateway.Option{gateway.WithLogger(slog.New(slog.NewTextHandler(logs, nil))), gateway.WithMetrics(m)}
-	if o.journal != "" {
-		gopts = append(gopts, gateway.WithJournal(o.journal))
+	// mk makes a gateway on the ledger and the fake provider, with a
+	// connection and metrics of its own, and serves it.
+	mk := func(m *gateway.Metrics, journal string) (*gateway.Gateway, *httptest.Server) {
+		gnc := te.Connect(t)
+		cs, err := gateway.NewClientSet(gnc, streams.DefaultPrefix, client.WithTimeout(time.Second), client.WithRetries(2))
+		require.NoError(t, err)
+		root, err := cs.For("")
+		require.NoError(t, err)
+		gopts := []gateway.Option{gateway.WithLogger(slog.New(slog.NewTextHandler(logs, nil))), gateway.WithMetrics(m)}
+		if journal != "" {
+			gopts = append(gopts, gateway.WithJournal(journal))
+		}
+		g, err := gateway.New(cs, gateway.NewKeys(root, o.keyCache), gateway.Config{
+			Upstreams: []gateway.Upstream{
+				{Kind: gateway.KindOpenAI, BaseURL: up.URL + "/v1", Key: upstreamKey},
+				{Kind: gateway.KindAnthropic, BaseURL: up.URL, Key: upstreamKey},
+				{Kind: gateway.KindOpenAI, BaseURL: dead + "/v1", Key: upstreamKey, Models: []string{"dead-"}},
+				// The fake provider's root, without /v1: the models "nov1-*".
+				{Kind: gateway.KindOpenAI, BaseURL: up.URL, Key: upstreamKey, Models: []string{"nov1-"}},
+			},
+			MaxOutputTokens: map[string]int64{"claude-*": 4096},
+			KeyCache:        o.keyCache,
+		}, gopts...)
+		require.NoError(t, err)
+		mux := http.NewServeMux()
+		g.Register(mux)
+		gs := httptest.NewServer(mux)
+		t.Cleanup(gs.Close)
+		return g, gs
 	}
-	g, err := gateway.New(cs, gateway.NewKeys(root, o.keyCache), gateway.Config{
-		Upstreams: []gateway.Upstream{
-			{Kind: gateway.KindOpenAI, BaseURL: up.URL + "/v1", Key: upstreamKey},
-			{Kind: gateway.KindAnthropic, BaseURL: up.URL, Key: upstreamKey},
-			{Kind: gateway.KindOpenAI, BaseURL: dead + "/v1", Key: upstreamKey, Models: []string{"dead-"}},
-			// The fake provider's root, without /v1: the models "nov1-*".
-			{Kind: gateway.KindOpenAI, BaseURL: up.URL, Key: upstreamKey, Models: []string{"nov1-"}},
-		},
-		MaxOutputTokens: map[string]int64{"claude-*": 4096},
-		KeyCache:        o.keyCache,
-	}, gopts...)
-	require.NoError(t, err)
-	mux := http.NewServeMux()
-	g.Register(mux)
-	gs := httptest.NewServer(mux)
-	t.Cleanup(gs.Close)
+	m := gateway.NewMetrics(nil)
+	g, gs := mk(m, o.journal)
 	e := &env{t: t, te: te, replica: r, admin: admin, fake: fake, gw: g, url: gs.URL, http: gs.Client(), dead: dead, logs: logs, metrics: m}
+	e.another = func() string {
+		_, gs := mk(gateway.NewMetrics(nil), "")
+		return gs.URL
+	}
 	e.stop = func() { stopped = true; require.NoError(t, r.Stop()) }
 	e.start = func() {
 		require.True(t, stopped, "one replica at a time")
@@ -649,6 +663,67 @@ func TestGateway_IdempotencyKey(t *testing.T) {
 	require.NotEqual(t, ids[0], ids[2])
 	require.NotEqual(t, "0", e.budget("team:i").Spent)
 	require.Equal(t, int64(0), e.budget("team:i").Open)
+}
+
+// TestGateway_IdempotencyKeyOnTwoGateways: the same call with the same
+// Idempotency-Key sent to two gateways of one ledger while the first is
+// at the provider: the second is refused 409 idempotency_key_in_use and
+// never reaches the provider; once the first has ended, the header takes
+// the next id of its line. It fails when a call takes over an open
+// reservation of its request id (the earlier design): the second gateway,
+// whose per-process lock cannot see the first's call, got the ledger's
+// replay, called the provider too, and one of the two costs was lost.
+func TestGateway_IdempotencyKeyOnTwoGateways(t *testing.T) {
+	entered, release := make(chan struct{}, 4), make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(release) }) }
+	// A failing test still lets held calls go before the servers close
+	// (deferred calls run before t.Cleanup's).
+	defer open()
+	e := newEnv(t, envOpts{upstream: func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			entered <- struct{}{}
+			<-release
+			next.ServeHTTP(w, r)
+		})
+	}})
+	secret := e.key("10", "team:twice")
+	second := e.another()
+	body := `{"model":"gpt-x","messages":[{"role":"user","content":"hi"}],"max_tokens":5}`
+
+	first := make(chan *http.Response, 1)
+	go func() { first <- e.post("/v1/chat/completions", secret, body, "Idempotency-Key", "once") }()
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first call never reached the provider")
+	}
+	// Bounded: a second call that reached the provider would wait there
+	// for the first's release.
+	ctx, cancel := context.WithTimeout(ctxT(t), 15*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, second+"/v1/chat/completions", strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+secret)
+	req.Header.Set("Idempotency-Key", "once")
+	resp, err := e.http.Do(req)
+	require.NoError(t, err)
+	got := readAll(t, resp)
+	require.Equal(t, http.StatusConflict, resp.StatusCode, got)
+	require.Contains(t, got, "idempotency_key_in_use")
+	require.Equal(t, "1", resp.Header.Get("Retry-After"))
+	open()
+	resp = <-first
+	readAll(t, resp)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Len(t, e.fake.Calls(), 1, "the second call never reached the provider")
+	require.Len(t, entered, 0)
+
+	resp = e.post("/v1/chat/completions", secret, body, "Idempotency-Key", "once")
+	readAll(t, resp)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.True(t, strings.HasSuffix(resp.Header.Get("X-Spendgate-Request-Id"), "-2"), resp.Header.Get("X-Spendgate-Request-Id"))
+	require.Equal(t, int64(0), e.budget("team:twice").Open)
 }
 
 // TestGateway_CallerLeavesMidStream: a caller that leaves mid-stream has

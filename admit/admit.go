@@ -413,6 +413,9 @@ func (a *Admitter) prepare(ctx context.Context, req events.AdmitRequest) (*admit
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := events.CheckHeld(ctx, "admit with", req.RequestID); err != nil {
+		return nil, nil, err
+	}
 	if tenant := events.TenantFromContext(ctx); tenant != "" {
 		if err := events.ValidateTenant(tenant); err != nil {
 			return nil, nil, err

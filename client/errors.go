@@ -169,7 +169,8 @@ func classify(subject string, e *events.Error, status string) error {
 		return &UnavailableError{Subject: subject, Code: e.Code, Message: e.Message}
 	case events.CodeUnknownReservation, events.CodeUnknownBudget, events.CodeReportUnavailable:
 		return &refusal{err: e, class: ErrNotFound}
-	case events.CodeIdempotencyMismatch, events.CodeAlreadySettled, events.CodeAlreadyReleased, events.CodeRequestVoided:
+	case events.CodeIdempotencyMismatch, events.CodeAlreadySettled, events.CodeAlreadyReleased, events.CodeRequestVoided,
+		events.CodeReservationHeld:
 		return &refusal{err: e, class: ErrConflict}
 	case events.CodeTenantLimit:
 		return &refusal{err: e, class: ErrLimited}

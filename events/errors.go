@@ -87,6 +87,10 @@ const (
 	// TenantLimited, which the error's Err holds); the message names the
 	// limit and its value. Nothing changed.
 	CodeTenantLimit Code = "tenant_limit"
+	// CodeReservationHeld: a settle, release or void of a held reservation
+	// (a gateway's: HeldRequestPrefix), or an admit with such a request
+	// id, through an endpoint other than the held ones. Nothing changed.
+	CodeReservationHeld Code = "reservation_held"
 )
 
 // Denial reasons in an admit reply whose admitted field is false.

@@ -180,6 +180,15 @@ func (s *Settler) prepare(ctx context.Context, id string, k kind, actual events.
 			return nil, events.Errorf(events.CodeUnknownReservation, "reservation %s is unknown", id)
 		}
 	}
+	if !sweeper {
+		what := "settle"
+		if k == kindRelease {
+			what = "release"
+		}
+		if err := events.CheckHeld(ctx, what, r.RequestID); err != nil {
+			return nil, err
+		}
+	}
 	return &closeTx{id: id, kind: k, actual: actual, now: s.now().UTC(), refs: r.Balances}, nil
 }
 

@@ -71,6 +71,9 @@ func (s *Settler) Void(ctx context.Context, req events.VoidRequest) (events.Void
 			scopes[i] = events.TenantScope(tenant, sc)
 		}
 	}
+	if err := events.CheckHeld(ctx, "void", req.RequestID); err != nil {
+		return events.VoidReply{}, err
+	}
 	rid := events.TenantRequestID(tenant, req.RequestID)
 	scopes = events.SortScopes(scopes)
 	reply, err := s.void(ctx, rid, scopes)

@@ -666,9 +666,47 @@ func (l Layout) TenantPrefix(tenant string) string {
 	return l.c.Prefix + TenantToken + "." + tenant + ".>"
 }
 
-// TenantOf returns the tenant of a subject of TenantEndpoints (the token
-// after "<prefix>t."), and false for any other subject.
+// HeldToken is the subject token that starts the held endpoints:
+// "<prefix>held.<endpoint>" and "<prefix>held.t.<tenant>.<endpoint>". Only
+// they may close a held reservation (events.HeldRequestPrefix); under
+// spendgate roles only the gateway and the admin may publish them, and no
+// tenant account imports them.
+const HeldToken = "held"
+
+// HeldEndpoint returns the held subject of endpoint name
+// ("spendgate.held.settle").
+func (l Layout) HeldEndpoint(name string) string { return l.c.Prefix + HeldToken + "." + name }
+
+// HeldTenantEndpoint returns tenant's held subject of endpoint name
+// ("spendgate.held.t.acme.settle").
+func (l Layout) HeldTenantEndpoint(tenant, name string) string {
+	return l.HeldEndpoint(TenantToken + "." + tenant + "." + name)
+}
+
+// HeldTenantEndpoints matches the held endpoint name of every tenant
+// ("spendgate.held.t.*.settle"): the replica's subscription.
+func (l Layout) HeldTenantEndpoints(name string) string { return l.HeldTenantEndpoint("*", name) }
+
+// HeldPrefix is what starts every held subject ("spendgate.held."): a
+// client made with it (client.WithPrefix) calls the held endpoints, and
+// with TenantToken, tenant and "." after it, a tenant's.
+func (l Layout) HeldPrefix() string { return l.c.Prefix + HeldToken + "." }
+
+// Unheld returns the subject a held subject stands for (the plain or
+// tenant endpoint's) and true, or subject and false if it is not held.
+func (l Layout) Unheld(subject string) (string, bool) {
+	rest, ok := strings.CutPrefix(subject, l.HeldPrefix())
+	if !ok {
+		return subject, false
+	}
+	return l.c.Prefix + rest, true
+}
+
+// TenantOf returns the tenant of a subject of TenantEndpoints or
+// HeldTenantEndpoints (the token after "<prefix>t." or
+// "<prefix>held.t."), and false for any other subject.
 func (l Layout) TenantOf(subject string) (string, bool) {
+	subject, _ = l.Unheld(subject)
 	rest, ok := strings.CutPrefix(subject, l.c.Prefix+TenantToken+".")
 	if !ok {
 		return "", false

@@ -219,7 +219,12 @@ func TestRelay_TooMuchJunkStallsLoudly(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	r := signedReplica(t, env, s, log, feed.WithMaxTailScan(1024), feed.WithRetry(50*time.Millisecond))
 	seed(t, ctx, r, "a", 2)
-	waitGenuine(t, ctx, env, s.PublicKey(), time.Minute)
+	genuine := waitGenuine(t, ctx, env, s.PublicKey(), time.Minute)
+	// The relay counts an append once its acknowledgement is back, which
+	// may be after the feed already shows it.
+	testenv.WaitFor(t, 30*time.Second, "the relay to count what the feed holds", func() bool {
+		return r.Relay.Relayed() == uint64(len(genuine))
+	})
 	relayed := r.Relay.Relayed()
 
 	junk(t, ctx, env, 1100)

@@ -25,6 +25,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/spendgate/spendgate/client"
 	"github.com/spendgate/spendgate/events"
 )
@@ -295,7 +297,13 @@ func (g *Gateway) serve(a *api, w http.ResponseWriter, r *http.Request) {
 		}
 		defer g.inflight.Delete(base)
 	}
-	res, err := g.admit(ctx, cl, key, c, base)
+	hcl, herr := g.clients.Held(key.Tenant)
+	if herr != nil {
+		g.fail(w, a, l, OutcomeUnauthorized, &callError{status: http.StatusForbidden, typ: "invalid_request_error", code: "invalid_tenant",
+			msg: "spendgate: key " + key.ID + " names a tenant this gateway cannot serve", noRetry: true})
+		return
+	}
+	res, err := g.admit(ctx, hcl, key, c, base)
 	g.m.AdmitSeconds.WithLabelValues(a.name).Observe(time.Since(l.start).Seconds())
 	if err != nil {
 		g.admitFailed(ctx, w, a, l, cl, err)
@@ -353,7 +361,7 @@ func callID() string {
 }
 
 // requestBase is the request id of a call whose caller sent an
-// Idempotency-Key: "gw-" and 32 hex digits of the SHA-256 of the key's id
+// Idempotency-Key: events.HeldRequestPrefix ("gw-") and 32 hex digits of the SHA-256 of the key's id
 // and the header, so the same header from two keys never meets. "" without
 // the header (the client makes a UUID).
 func requestBase(keyID, idem string) string {
@@ -361,7 +369,7 @@ func requestBase(keyID, idem string) string {
 		return ""
 	}
 	h := sha256.Sum256([]byte(keyID + "\x00" + idem))
-	return "gw-" + hex.EncodeToString(h[:16])
+	return events.HeldRequestPrefix + hex.EncodeToString(h[:16])
 }
 
 // admit reserves the call's maximum cost in every scope of the key. With
@@ -387,6 +395,11 @@ func (g *Gateway) admit(ctx context.Context, cl *client.Client, key events.APIKe
 	if c.endUserScope != "" {
 		req.Scopes = append(slices.Clip(key.Scopes), c.endUserScope)
 		req.Metadata["end_user"] = c.endUser
+	}
+	if base == "" {
+		// Every call's reservation is held (events.HeldRequestPrefix):
+		// only this gateway, through the held subjects, closes it.
+		req.RequestID = events.HeldRequestPrefix + uuid.NewString()
 	}
 	for gen := 1; ; gen++ {
 		if base != "" {

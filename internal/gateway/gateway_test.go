@@ -726,6 +726,52 @@ func TestGateway_IdempotencyKeyOnTwoGateways(t *testing.T) {
 	require.Equal(t, int64(0), e.budget("team:twice").Open)
 }
 
+// TestGateway_HeldReservation: a holder of the key closing the call's
+// reservation while the provider call runs, by its reservation id
+// (release, settle at almost nothing) or by its request id (void), through
+// the plain endpoints any service login or the HTTP API reaches: each is
+// refused reservation_held, and the call settles its real usage. An admit
+// with a request id of the gateway's kind through a plain endpoint is
+// refused too. It fails without held reservations: the release succeeded,
+// the gateway's settle found the reservation released and recorded
+// nothing, and the budget's cap held none of the calls that followed.
+func TestGateway_HeldReservation(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	secret := e.key("10", "team:held")
+	ctx := ctxT(t)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.url+"/v1/chat/completions",
+		strings.NewReader(`{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"fake:slow=20ms fake:out=40"}],"max_tokens":100}`))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+secret)
+	resp, err := e.http.Do(req)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	rid, reqID := resp.Header.Get("X-Spendgate-Reservation-Id"), resp.Header.Get("X-Spendgate-Request-Id")
+	require.True(t, strings.HasPrefix(reqID, events.HeldRequestPrefix), reqID)
+
+	requireHeld := func(err error) {
+		t.Helper()
+		require.ErrorIs(t, err, client.ErrConflict)
+		require.Equal(t, events.CodeReservationHeld, events.CodeOf(err), "%v", err)
+	}
+	_, err = e.admin.Release(ctx, events.ReleaseRequest{ReservationID: rid})
+	requireHeld(err)
+	_, err = e.admin.Settle(ctx, events.SettleRequest{ReservationID: rid, Actual: "0.000000000001"})
+	requireHeld(err)
+	_, err = e.admin.Void(ctx, events.VoidRequest{RequestID: reqID, Scopes: []string{"team:held"}})
+	requireHeld(err)
+	_, err = e.admin.Admit(ctx, events.AdmitRequest{RequestID: events.HeldRequestPrefix + "mine", Scopes: []string{"team:held"}, Amount: "0.01"})
+	requireHeld(err)
+	require.Equal(t, int64(1), e.budget("team:held").Open, "still the call's")
+
+	readAll(t, resp)
+	testenv.WaitFor(t, 10*time.Second, "the call is settled", func() bool { return e.budget("team:held").Open == 0 })
+	calls := e.fake.Calls()
+	require.Len(t, calls, 1)
+	require.NotNil(t, calls[0].Usage)
+	requireMoney(t, cost(*calls[0].Usage), e.budget("team:held").Spent)
+}
+
 // TestGateway_CallerLeavesMidStream: a caller that leaves mid-stream has
 // its call settled at the reservation (what was generated is unknown), and
 // nothing stays reserved.

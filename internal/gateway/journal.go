@@ -345,7 +345,7 @@ func (g *Gateway) RecoverJournal(ctx context.Context) (closed, left int) {
 		return 0, 0
 	}
 	for _, c := range g.jr.leftOpen() {
-		cl, err := g.clients.For(c.open.Tenant)
+		cl, err := g.clients.Held(c.open.Tenant)
 		if err != nil {
 			left++
 			continue

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spendgate/spendgate/client"
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/streams"
 )
 
 // Keys resolves presented secrets to the API keys of the ledger's key
@@ -174,7 +175,9 @@ func BearerSecret(auth string) string {
 // ClientSet holds one client.Client per tenant over one NATS connection:
 // the deployment's ("") on "<prefix><endpoint>", a tenant's on
 // "<prefix>t.<tenant>.<endpoint>", where the replica takes the tenant from
-// the subject. Each is made on first use.
+// the subject. Each is made on first use. Held returns the same on the
+// held subjects ("<prefix>held.<endpoint>", "<prefix>held.t.<tenant>.
+// <endpoint>"), which the gateway's calls admit and close through.
 type ClientSet struct {
 	nc     *nats.Conn
 	prefix string
@@ -182,12 +185,13 @@ type ClientSet struct {
 
 	mu sync.Mutex
 	m  map[string]*client.Client
+	h  map[string]*client.Client
 }
 
 // NewClientSet returns the clients of nc under prefix, each made with
 // opts (which must not set the prefix).
 func NewClientSet(nc *nats.Conn, prefix string, opts ...client.Option) (*ClientSet, error) {
-	s := &ClientSet{nc: nc, prefix: prefix, opts: opts, m: map[string]*client.Client{}}
+	s := &ClientSet{nc: nc, prefix: prefix, opts: opts, m: map[string]*client.Client{}, h: map[string]*client.Client{}}
 	if _, err := s.For(""); err != nil {
 		return nil, err
 	}
@@ -195,13 +199,23 @@ func NewClientSet(nc *nats.Conn, prefix string, opts ...client.Option) (*ClientS
 }
 
 // For returns tenant's client ("" for the deployment's).
-func (s *ClientSet) For(tenant string) (*client.Client, error) {
+func (s *ClientSet) For(tenant string) (*client.Client, error) { return s.get(s.m, s.prefix, tenant) }
+
+// Held returns tenant's client on the held subjects ("" for the
+// deployment's): the one a call's admit and close go through, so that the
+// call's reservation (its request id starts events.HeldRequestPrefix) is
+// closed by this gateway alone, never by a holder of the key through the
+// plain endpoints.
+func (s *ClientSet) Held(tenant string) (*client.Client, error) {
+	return s.get(s.h, s.prefix+streams.HeldToken+".", tenant)
+}
+
+func (s *ClientSet) get(m map[string]*client.Client, prefix, tenant string) (*client.Client, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if c := s.m[tenant]; c != nil {
+	if c := m[tenant]; c != nil {
 		return c, nil
 	}
-	prefix := s.prefix
 	if tenant != "" {
 		if err := events.ValidateTenant(tenant); err != nil {
 			return nil, err
@@ -212,6 +226,6 @@ func (s *ClientSet) For(tenant string) (*client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.m[tenant] = c
+	m[tenant] = c
 	return c, nil
 }

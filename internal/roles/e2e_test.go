@@ -455,7 +455,7 @@ func gatewayRun(t *testing.T, l streams.Layout, ids map[string]*ident) {
 	require.Contains(t, call(http.MethodGet, "/v1/key", proxyKey, ""), `"scope":"team:gw"`)
 	require.Contains(t, call(http.MethodPost, "/spendgate/budget.get", serviceKey, `{"scope":"team:gw","period":"month"}`), `"spent":"0.`)
 	var adm events.AdmitReply
-	require.NoError(t, json.Unmarshal([]byte(call(http.MethodPost, "/spendgate/admit", serviceKey, `{"request_id":"gw-1","scopes":["team:gw"],"amount":"1"}`)), &adm))
+	require.NoError(t, json.Unmarshal([]byte(call(http.MethodPost, "/spendgate/admit", serviceKey, `{"request_id":"api-1","scopes":["team:gw"],"amount":"1"}`)), &adm))
 	require.True(t, adm.Admitted)
 	call(http.MethodPost, "/spendgate/settle", serviceKey, `{"reservation_id":"`+adm.ReservationID+`","actual":"0.5"}`)
 	call(http.MethodPost, "/spendgate/budget.put", adminKey, `{"scope":"team:gw","period":"month","limit":"20","unit":"USD"}`)

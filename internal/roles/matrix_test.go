@@ -137,6 +137,14 @@ var pubSubjects = []string{
 	"spendgate.t.acme.apikey.create",
 	"spendgate.t.acme.tenantlimits.put",
 	"spendgate.t.acme.other",
+	// The held subjects: only the gateway and the admin may close a
+	// gateway's held reservation (a caller holding one of its keys may
+	// not).
+	"spendgate.held.settle",
+	"spendgate.held.release",
+	"spendgate.held.void",
+	"spendgate.held.t.acme.settle",
+	"spendgate.held.t.acme.release.batch",
 	// Discovery.
 	"$SRV.PING", "$SRV.PING.spendgate", "$SRV.PING.spendgate.id1",
 	"$SRV.INFO", "$SRV.INFO.spendgate", "$SRV.INFO.spendgate.id1",
@@ -218,7 +226,7 @@ var wantPub = map[string][]string{
 		"spendgate.apikey.resolve", "spendgate.apikey.create", "spendgate.apikey.rotate", "spendgate.apikey.update", "spendgate.apikey.list",
 		"spendgate.tenantlimits.put", "spendgate.tenantlimits.get",
 		"spendgate.t.acme.admit", "spendgate.t.acme.budget.put", "spendgate.t.acme.budget.list", "spendgate.t.acme.report",
-		"spendgate.t.acme.pricing.list"}, srv),
+		"spendgate.t.acme.pricing.list"}, held, srv),
 	roles.Finance: concat([]string{"spendgate.budget.get", "spendgate.budget.list", "spendgate.report", "spendgate.t.acme.report",
 		"spendgate.pricing.list"}, ledgerRead, denialRead),
 	roles.Feed: feedRead,
@@ -230,8 +238,13 @@ var wantPub = map[string][]string{
 		"spendgate.budget.put", "spendgate.budget.get", "spendgate.budget.list", "spendgate.report",
 		"spendgate.admit.batch", "spendgate.pricing.put", "spendgate.pricing.list", "spendgate.apikey.resolve",
 		"spendgate.t.acme.admit", "spendgate.t.acme.budget.put", "spendgate.t.acme.budget.list", "spendgate.t.acme.report",
-		"spendgate.t.acme.pricing.list"},
+		"spendgate.t.acme.pricing.list", "spendgate.held.settle", "spendgate.held.release", "spendgate.held.void",
+		"spendgate.held.t.acme.settle", "spendgate.held.t.acme.release.batch"},
 }
+
+// held are the held subjects of pubSubjects.
+var held = []string{"spendgate.held.settle", "spendgate.held.release", "spendgate.held.void",
+	"spendgate.held.t.acme.settle", "spendgate.held.t.acme.release.batch"}
 
 // subChecks are (filter, a subject it matches) pairs.
 var subChecks = [][2]string{

@@ -394,8 +394,13 @@ func All(l streams.Layout, tenants ...string) []Role {
 		streams.EndpointAdmitBatch, streams.EndpointSettleBatch, streams.EndpointReleaseBatch, streams.EndpointBatch,
 		streams.EndpointBudgetPut, streams.EndpointBudgetGet, streams.EndpointBudgetList,
 		streams.EndpointPricingPut, streams.EndpointPricingGet, streams.EndpointPricingList, streams.EndpointReport}
-	gatewayPub := slices.Concat(ep(gatewayEps...), tenantEp(gatewayEps...), ep(streams.EndpointAPIKeyResolve))
-	adminPub := slices.Concat(ep(all...), ep(plainOnly...), tenantEp(all...), discovery())
+	// The held subjects (streams.HeldToken): a call's admit and close,
+	// which alone may close the gateway's held reservations. The gateway
+	// and the admin (who may close one stuck) publish them; no other role,
+	// and no tenant account imports them.
+	held := l.HeldPrefix() + ">"
+	gatewayPub := slices.Concat(ep(gatewayEps...), tenantEp(gatewayEps...), ep(streams.EndpointAPIKeyResolve), []string{held})
+	adminPub := slices.Concat(ep(all...), ep(plainOnly...), tenantEp(all...), discovery(), []string{held})
 	adminPub = append(adminPub, alertSink(l)...)
 	feedDeny := slices.Clone(writes)
 	for _, t := range tenants {

@@ -197,11 +197,18 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	s.svc = svc
-	add := func(name, desc string, h handler, bh batchHandler, single string, tenants bool) error {
+	addForm := func(name, desc string, h handler, bh batchHandler, single string, tenants, held bool) error {
 		endpoint, subject := microName(name), layout.Endpoint(name)
 		if tenants {
 			endpoint, subject = "tenant_"+endpoint, layout.TenantEndpoints(name)
 			desc += " (for the tenant named by the subject)"
+		}
+		if held {
+			endpoint, subject = "held_"+endpoint, layout.HeldEndpoint(name)
+			if tenants {
+				subject = layout.HeldTenantEndpoints(name)
+			}
+			desc += "; may close the gateway's held reservations"
 		}
 		return svc.AddEndpoint(endpoint, micro.HandlerFunc(func(r micro.Request) {
 			// micro's Request is not safe to use after the handler returns
@@ -252,6 +259,9 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 			micro.WithEndpointSubject(subject),
 			micro.WithEndpointMetadata(map[string]string{"description": desc}))
 	}
+	add := func(name, desc string, h handler, bh batchHandler, single string, tenants bool) error {
+		return addForm(name, desc, h, bh, single, tenants, false)
+	}
 	for _, e := range []struct {
 		name, desc string
 		h          handler
@@ -281,6 +291,20 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 			if err := add(e.name, e.desc, e.h, e.bh, e.single, tenants); err != nil {
 				_ = svc.Stop()
 				return nil, err
+			}
+		}
+		// The requests that open and close reservations, a third and
+		// fourth time on the held subjects ("<prefix>held.<name>",
+		// "<prefix>held.t.*.<name>"), which alone may close a gateway's
+		// held reservations (events.HeldRequestPrefix; withTenant marks
+		// them).
+		if e.name == streams.EndpointAdmit || e.name == streams.EndpointSettle || e.name == streams.EndpointRelease ||
+			e.name == streams.EndpointVoid || e.single != "" {
+			for _, tenants := range []bool{false, true} {
+				if err := addForm(e.name, e.desc, e.h, e.bh, e.single, tenants, true); err != nil {
+					_ = svc.Stop()
+					return nil, err
+				}
 			}
 		}
 	}
@@ -439,6 +463,11 @@ func (s *Service) answer(dst []byte, endpoint, subject string, data []byte, h ha
 // subject), so a caller cannot choose another tenant. Every handler and the
 // engine read it with events.TenantFromContext.
 func (s *Service) withTenant(ctx context.Context, subject string) (context.Context, error) {
+	if _, held := s.l.Layout().Unheld(subject); held {
+		// A held subject (streams.HeldToken): only the gateway and the
+		// admin may publish it, and no tenant account imports it.
+		ctx = events.ContextWithHeld(ctx)
+	}
 	tenant, ok := s.l.Layout().TenantOf(subject)
 	if !ok {
 		return ctx, nil
@@ -809,7 +838,8 @@ func statusOf(c events.Code) string {
 		return "503"
 	case events.CodeUnknownBudget, events.CodeUnknownReservation, events.CodeUnpricedModel, events.CodeReportUnavailable, events.CodeUnknownKey:
 		return "404"
-	case events.CodeIdempotencyMismatch, events.CodeAlreadySettled, events.CodeAlreadyReleased, events.CodeRequestVoided, events.CodeKeyExists:
+	case events.CodeIdempotencyMismatch, events.CodeAlreadySettled, events.CodeAlreadyReleased, events.CodeRequestVoided, events.CodeKeyExists,
+		events.CodeReservationHeld:
 		return "409"
 	case events.CodeKeyDisabled:
 		return "403"

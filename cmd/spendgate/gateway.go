@@ -63,6 +63,7 @@ func gatewayCmd(args []string) int {
 	upTimeout := fs.Duration("upstream-timeout", gateway.DefaultUpstreamTimeout, "bound of one upstream call, streaming included (a reservation's TTL is this plus 1m)")
 	ledgerTimeout := fs.Duration("ledger-timeout", time.Second, "bound of one attempt of a ledger request (key lookup, admit, void, settle; 2 attempts each): a call the ledger does not answer fails closed with 503 after up to 4x this (admit, then its void), 2x for a key not cached")
 	maxBody := fs.Int64("max-body", gateway.DefaultMaxBody, "largest request body, in bytes")
+	maxBodies := fs.Int64("max-bodies-in-flight", gateway.DefaultMaxBodiesInFlight, "bytes of request bodies held at once (at least --max-body); a call past it is refused 503 gateway_busy before its body is read")
 	settleAfter := fs.Bool("settle-after-reply", false, "settle a call after its answer went to the caller (one ledger round trip less per call; the reservation holds the call's maximum until the settle lands)")
 	httpAPI := fs.Bool("http-api", true, "serve the HTTP API (POST /spendgate/<endpoint>) to keys made with --access")
 	journal := fs.String("journal", "spendgate-gateway.journal", "file of the calls in flight and the settles not landed yet: a gateway killed mid-call and started again on it settles them (at the whole reservation when nothing better is known); \"\" for none, one file per gateway")
@@ -88,7 +89,7 @@ func gatewayCmd(args []string) int {
 		return gatewayCommand.usageError(fs, err.Error())
 	}
 	cfg := gateway.Config{DefaultMaxOutput: *defOut, KeyCache: *keyCache, UpstreamTimeout: *upTimeout, MaxBody: *maxBody,
-		MaxOutputTokens: map[string]int64{}, SettleAfterReply: *settleAfter}
+		MaxBodiesInFlight: max(*maxBodies, *maxBody), MaxOutputTokens: map[string]int64{}, SettleAfterReply: *settleAfter}
 	for _, spec := range ups {
 		u, err := gateway.ParseUpstream(spec, os.Getenv)
 		if err != nil {

@@ -35,6 +35,7 @@ import (
 // (Register), and call Wait before the process exits.
 type Gateway struct {
 	cfg     Config
+	bodies  *bodyBudget
 	ups     []*upstream
 	clients *ClientSet
 	keys    *Keys
@@ -98,7 +99,7 @@ func New(clients *ClientSet, keys *Keys, cfg Config, opts ...Option) (*Gateway, 
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: time.Second,
 	}
-	g := &Gateway{cfg: cfg, ups: ups, clients: clients, keys: keys, hc: &http.Client{Transport: tr},
+	g := &Gateway{cfg: cfg, bodies: &bodyBudget{size: cfg.MaxBodiesInFlight}, ups: ups, clients: clients, keys: keys, hc: &http.Client{Transport: tr},
 		m: o.metrics, log: o.log, now: o.now,
 		retry: retrier{first: settleRetryFirst, max: settleRetryMax, limit: maxPendingCloses}, quit: make(chan struct{})}
 	if o.journal != "" {
@@ -256,6 +257,18 @@ func (g *Gateway) serve(a *api, w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	l.key, l.tenant = key.ID, key.Tenant
+	// Taken before the body is read, for what it says it is (the largest
+	// a body may be when it does not say): given back when the call ends.
+	need := r.ContentLength
+	if need < 0 || need > g.cfg.MaxBody {
+		need = g.cfg.MaxBody
+	}
+	if !g.bodies.take(need) {
+		g.fail(w, a, l, OutcomeBusy, &callError{status: http.StatusServiceUnavailable, typ: "server_error", code: "gateway_busy",
+			msg: "spendgate: the gateway holds as many request bodies as it may; retry", retryAfter: 1})
+		return
+	}
+	defer g.bodies.give(need)
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBody))
 	if err != nil {
 		var mb *http.MaxBytesError
@@ -911,4 +924,30 @@ func redactBytes(b []byte, key string) []byte {
 		return b
 	}
 	return bytes.ReplaceAll(b, []byte(key), []byte("[redacted]"))
+}
+
+// bodyBudget counts the bytes of the request bodies held at once, up to
+// its limit (Config.MaxBodiesInFlight).
+type bodyBudget struct {
+	mu         sync.Mutex
+	used, size int64
+}
+
+// take reserves n bytes, or reports false (reserving nothing) if they
+// would pass the limit.
+func (b *bodyBudget) take(n int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.used+n > b.size {
+		return false
+	}
+	b.used += n
+	return true
+}
+
+// give returns n bytes that take reserved.
+func (b *bodyBudget) give(n int64) {
+	b.mu.Lock()
+	b.used -= n
+	b.mu.Unlock()
 }

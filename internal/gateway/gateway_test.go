@@ -70,6 +70,9 @@ type envOpts struct {
 	upstream func(next http.Handler) http.Handler
 	// journal, when set, is the gateway's journal file.
 	journal string
+	// maxBody and maxBodies, when set, are the gateway's Config.MaxBody
+	// and MaxBodiesInFlight.
+	maxBody, maxBodies int64
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -129,8 +132,10 @@ func newEnv(t *testing.T, o envOpts) *env {
 				// The fake provider's root, without /v1: the models "nov1-*".
 				{Kind: gateway.KindOpenAI, BaseURL: up.URL, Key: upstreamKey, Models: []string{"nov1-"}},
 			},
-			MaxOutputTokens: map[string]int64{"claude-*": 4096},
-			KeyCache:        o.keyCache,
+			MaxOutputTokens:   map[string]int64{"claude-*": 4096},
+			KeyCache:          o.keyCache,
+			MaxBody:           o.maxBody,
+			MaxBodiesInFlight: o.maxBodies,
 		}, gopts...)
 		require.NoError(t, err)
 		mux := http.NewServeMux()
@@ -724,6 +729,63 @@ func TestGateway_IdempotencyKeyOnTwoGateways(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.True(t, strings.HasSuffix(resp.Header.Get("X-Spendgate-Request-Id"), "-2"), resp.Header.Get("X-Spendgate-Request-Id"))
 	require.Equal(t, int64(0), e.budget("team:twice").Open)
+}
+
+// TestGateway_BodiesInFlightBounded: with room for 64 KiB of bodies, a
+// call holding a 40 KiB body at the provider leaves no room for another
+// of 40 KiB, which is refused 503 gateway_busy (Retry-After 1) before its
+// body is read and reaches nobody; a small call still fits, and once the
+// first has ended the large one is served. It fails without the bound:
+// the second call is served (the gateway held every body at once, 2.1 GB
+// for twenty 32 MiB ones).
+func TestGateway_BodiesInFlightBounded(t *testing.T) {
+	entered, release := make(chan struct{}, 4), make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(release) }) }
+	defer open()
+	first := true
+	var mu sync.Mutex
+	e := newEnv(t, envOpts{maxBody: 48 << 10, maxBodies: 64 << 10, upstream: func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			hold := first
+			first = false
+			mu.Unlock()
+			if hold {
+				entered <- struct{}{}
+				<-release
+			}
+			next.ServeHTTP(w, r)
+		})
+	}})
+	secret := e.key("10", "team:big")
+	big := `{"model":"gpt-x","max_tokens":5,"messages":[{"role":"user","content":"` + strings.Repeat("a", 40<<10) + `"}]}`
+	small := `{"model":"gpt-x","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`
+
+	done := make(chan *http.Response, 1)
+	go func() { done <- e.post("/v1/chat/completions", secret, big) }()
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first call never reached the provider")
+	}
+	resp := e.post("/v1/chat/completions", secret, big)
+	got := readAll(t, resp)
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, got)
+	require.Contains(t, got, "gateway_busy")
+	require.Equal(t, "1", resp.Header.Get("Retry-After"))
+	resp = e.post("/v1/chat/completions", secret, small)
+	readAll(t, resp)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "a small body still fits")
+
+	open()
+	resp = <-done
+	readAll(t, resp)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	resp = e.post("/v1/chat/completions", secret, big)
+	readAll(t, resp)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "room again")
+	require.Len(t, e.fake.Calls(), 3)
 }
 
 // TestGateway_HeldReservation: a holder of the key closing the call's

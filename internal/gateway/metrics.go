@@ -14,6 +14,7 @@ const (
 	OutcomeUnauthorized  = "unauthorized"   // no key, an unknown or disabled key
 	OutcomeBadRequest    = "bad_request"    // a body the gateway cannot price
 	OutcomeUnavailable   = "unavailable"    // the ledger did not answer: failed closed
+	OutcomeBusy          = "busy"           // the gateway held as many request bodies as it may (503 gateway_busy)
 	OutcomeUpstreamError = "upstream_error" // the upstream refused it (released)
 	OutcomeUnreachable   = "unreachable"    // no answer from the upstream
 	OutcomeCut           = "cut"            // the answer broke off mid-way

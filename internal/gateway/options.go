@@ -49,6 +49,9 @@ const (
 	MaxCachedKeys = 10000
 	// DefaultMaxBody bounds a request body.
 	DefaultMaxBody = 32 << 20
+	// DefaultMaxBodiesInFlight bounds the bytes of the request bodies the
+	// gateway holds at once (bodyBudget).
+	DefaultMaxBodiesInFlight = 256 << 20
 	// DefaultUpstreamTimeout bounds one upstream call, streaming included.
 	DefaultUpstreamTimeout = 10 * time.Minute
 	// ttlMargin is added to the upstream timeout for a reservation's TTL:
@@ -97,6 +100,12 @@ type Config struct {
 	KeyCache time.Duration
 	// MaxBody bounds a request body (DefaultMaxBody when 0).
 	MaxBody int64
+	// MaxBodiesInFlight bounds the bytes of the request bodies held at
+	// once (DefaultMaxBodiesInFlight when 0; at least MaxBody): a call
+	// whose body would pass it is refused 503 gateway_busy before its
+	// body is read. Holding and parsing a body costs about three times
+	// its size, so without it 20 bodies of 32 MiB at once took 2.1 GB.
+	MaxBodiesInFlight int64
 	// UpstreamTimeout bounds one upstream call (DefaultUpstreamTimeout
 	// when 0); a reservation's TTL is this plus a minute.
 	UpstreamTimeout time.Duration
@@ -218,6 +227,12 @@ func (c *Config) validate() ([]*upstream, error) {
 	}
 	if c.MaxBody < 1024 {
 		return nil, fmt.Errorf("gateway: max body %d is too small", c.MaxBody)
+	}
+	if c.MaxBodiesInFlight == 0 {
+		c.MaxBodiesInFlight = max(DefaultMaxBodiesInFlight, c.MaxBody)
+	}
+	if c.MaxBodiesInFlight < c.MaxBody {
+		return nil, fmt.Errorf("gateway: bodies in flight %d must be at least the max body %d", c.MaxBodiesInFlight, c.MaxBody)
 	}
 	if c.UpstreamTimeout == 0 {
 		c.UpstreamTimeout = DefaultUpstreamTimeout

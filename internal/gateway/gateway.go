@@ -3,7 +3,6 @@ package gateway
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
@@ -310,10 +309,9 @@ func (g *Gateway) serve(a *api, w http.ResponseWriter, r *http.Request) {
 		}
 		defer g.inflight.Delete(base)
 	}
-	hcl, herr := g.clients.Held(key.Tenant)
-	if herr != nil {
-		g.fail(w, a, l, OutcomeUnauthorized, &callError{status: http.StatusForbidden, typ: "invalid_request_error", code: "invalid_tenant",
-			msg: "spendgate: key " + key.ID + " names a tenant this gateway cannot serve", noRetry: true})
+	hcl, cerr := g.heldFor(key)
+	if cerr != nil {
+		g.fail(w, a, l, OutcomeUnauthorized, cerr)
 		return
 	}
 	res, err := g.admit(ctx, hcl, key, c, base)
@@ -353,7 +351,17 @@ func (g *Gateway) authorize(ctx context.Context, r *http.Request) (events.APIKey
 
 // clientFor returns the client of key's tenant.
 func (g *Gateway) clientFor(key events.APIKeyResolveReply) (*client.Client, *callError) {
-	cl, err := g.clients.For(key.Tenant)
+	return tenantClient(g.clients.For, key)
+}
+
+// heldFor returns the client of key's tenant on the held subjects
+// (ClientSet.Held), which a call's admit and close go through.
+func (g *Gateway) heldFor(key events.APIKeyResolveReply) (*client.Client, *callError) {
+	return tenantClient(g.clients.Held, key)
+}
+
+func tenantClient(get func(string) (*client.Client, error), key events.APIKeyResolveReply) (*client.Client, *callError) {
+	cl, err := get(key.Tenant)
 	if err != nil {
 		return nil, &callError{status: http.StatusForbidden, typ: "invalid_request_error", code: "invalid_tenant",
 			msg: "spendgate: key " + key.ID + " names a tenant this gateway cannot serve", noRetry: true}
@@ -365,13 +373,6 @@ func (g *Gateway) clientFor(key events.APIKeyResolveReply) (*client.Client, *cal
 // call still holds its reservation.
 var errIdempotencyKeyInUse = &callError{status: http.StatusConflict, typ: "invalid_request_error", code: "idempotency_key_in_use",
 	msg: "spendgate: a call with this Idempotency-Key is running; retry when it ends", retryAfter: 1}
-
-// callID is a new call's own id: 16 random hex digits.
-func callID() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
-	return hex.EncodeToString(b[:])
-}
 
 // requestBase is the request id of a call whose caller sent an
 // Idempotency-Key: events.HeldRequestPrefix ("gw-") and 32 hex digits of the SHA-256 of the key's id
@@ -404,7 +405,7 @@ func requestBase(keyID, idem string) string {
 func (g *Gateway) admit(ctx context.Context, cl *client.Client, key events.APIKeyResolveReply, c *call, base string) (*client.Reservation, error) {
 	req := events.AdmitRequest{Scopes: key.Scopes, Model: c.model, InputTokens: c.input, MaxOutputTokens: c.maxOutput,
 		TTL:      (g.cfg.UpstreamTimeout + ttlMargin).String(),
-		Metadata: map[string]string{"key_id": key.ID, "model": c.model, "endpoint": c.api.name, "call_id": callID()}}
+		Metadata: map[string]string{"key_id": key.ID, "model": c.model, "endpoint": c.api.name, "call_id": uuid.NewString()}}
 	if c.endUserScope != "" {
 		req.Scopes = append(slices.Clip(key.Scopes), c.endUserScope)
 		req.Metadata["end_user"] = c.endUser

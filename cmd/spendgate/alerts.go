@@ -58,11 +58,7 @@ nothing. Runs until interrupted.`,
 // alertsCmd is spendgate alerts: a subcommand, then the webhook sink.
 func alertsCmd(args []string) int {
 	if len(args) == 0 || args[0] != "webhook" {
-		fs := newFlagSet("alerts")
-		if code, ok := alertsCommand.parse(fs, args); !ok {
-			return code
-		}
-		return alertsCommand.usageError(fs, "which alerts command? (webhook)")
+		return alertsCommand.noSubcommand(args, "which alerts command? (webhook)")
 	}
 	fs := newFlagSet("alerts webhook")
 	var c clientFlags

@@ -80,11 +80,7 @@ func audit(args []string) int {
 		return auditArchive(args[0], args[1:])
 	}
 	if len(args) == 0 || (args[0] != "check" && args[0] != "balances" && args[0] != "keys") {
-		fs := newFlagSet("audit")
-		if code, ok := auditCommand.parse(fs, args); !ok {
-			return code
-		}
-		return auditCommand.usageError(fs, "which audit? (check, balances, export, keys, archive or trim)")
+		return auditCommand.noSubcommand(args, "which audit? (check, balances, export, keys, archive or trim)")
 	}
 	cmd := auditCheckCommand
 	switch args[0] {

@@ -36,11 +36,7 @@ usage error.`,
 // demo.Overrun.
 func demoCmd(args []string) int {
 	if len(args) == 0 || args[0] != "overrun" {
-		fs := newFlagSet("demo")
-		if code, ok := demoCommand.parse(fs, args); !ok {
-			return code
-		}
-		return demoCommand.usageError(fs, "which demo? (overrun)")
+		return demoCommand.noSubcommand(args, "which demo? (overrun)")
 	}
 	o := demo.DefaultOptions()
 	fs := newFlagSet("demo overrun")

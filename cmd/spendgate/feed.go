@@ -44,11 +44,7 @@ the tenant reads its feed again from the start of what the feed keeps.`,
 // feedCmd is spendgate feed: a subcommand, then feed.EnsureTenantConsumer.
 func feedCmd(args []string) int {
 	if len(args) == 0 || args[0] != "consumer" {
-		fs := newFlagSet("feed")
-		if code, ok := feedCommand.parse(fs, args); !ok {
-			return code
-		}
-		return feedCommand.usageError(fs, "which feed command? (consumer)")
+		return feedCommand.noSubcommand(args, "which feed command? (consumer)")
 	}
 	fs := newFlagSet("feed consumer")
 	var c clientFlags

@@ -65,6 +65,21 @@ func (c command) parse(fs *flag.FlagSet, args []string) (int, bool) {
 	return exitOK, true
 }
 
+// noSubcommand answers a command line that names none of c's
+// subcommands: a word first is an unknown subcommand, named as such;
+// --help prints c's help; flags alone are parsed for their errors, then
+// question asks which subcommand.
+func (c command) noSubcommand(args []string, question string) int {
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		return c.usageError(nil, fmt.Sprintf("unknown %s command %q", strings.TrimPrefix(c.name, "spendgate "), args[0]))
+	}
+	fs := newFlagSet(strings.TrimPrefix(c.name, "spendgate "))
+	if code, ok := c.parse(fs, args); !ok {
+		return code
+	}
+	return c.usageError(fs, question)
+}
+
 // flagPackageDash matches a long flag as the flag package's errors name
 // it, "-name" after ": ", " for " or " flag ".
 var flagPackageDash = regexp.MustCompile(`(: | for | flag )-([a-z][a-z-]+)`)

@@ -84,7 +84,7 @@ func ExampleCall() {
 	defer stop()
 	ctx := context.Background()
 
-	nc, err := nats.Connect(url)
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1)) // through any restart
 	if err != nil {
 		fmt.Println("connect:", err)
 		return
@@ -125,7 +125,7 @@ func ExampleErrUnavailable() {
 		return
 	}
 	defer stop()
-	nc, err := nats.Connect(url)
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1)) // through any restart
 	if err != nil {
 		fmt.Println("connect:", err)
 		return
@@ -164,7 +164,7 @@ func ExampleDo() {
 	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	nc, err := nats.Connect(url)
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1)) // through any restart
 	if err != nil {
 		fmt.Println("connect:", err)
 		return
@@ -225,7 +225,7 @@ func ExampleClient_Report() {
 	}
 	defer stop()
 	ctx := context.Background()
-	nc, err := nats.Connect(url)
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1)) // through any restart
 	if err != nil {
 		fmt.Println("connect:", err)
 		return

@@ -92,7 +92,11 @@ export async function walkthrough(nc, log = console.log) {
 
 if (import.meta.url === `file://${process.argv[1]}`) {
   const url = process.env.NATS_URL ?? "nats://127.0.0.1:4222";
-  const nc = await connect({ servers: url }).catch((err) => {
+  // Reconnect for as long as it takes: nats.js gives up after 10 attempts
+  // 2 s apart by default, and a closed connection never comes back, so a
+  // service restart longer than about 20 s would leave the app failing
+  // closed until it is restarted itself.
+  const nc = await connect({ servers: url, maxReconnectAttempts: -1 }).catch((err) => {
     console.error(`cannot reach NATS at ${url} (${err.message}): start spendgate serve, or set NATS_URL to its address`);
     process.exit(1);
   });

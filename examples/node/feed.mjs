@@ -178,7 +178,7 @@ async function main() {
   const trusted = parseTrustedKeys(readFileSync(keys, "utf8"));
   const durable = process.env.FEED_DURABLE ?? "feed-example";
   const untilIdle = process.argv.includes("--until-idle");
-  const nc = await connect({ servers: url });
+  const nc = await connect({ servers: url, maxReconnectAttempts: -1 });
   try {
     await ensureConsumer(nc, durable, { filter: process.env.FEED_FILTER ?? FEED_PREFIX + ">" });
     const cursor = new Cursor();

@@ -419,6 +419,11 @@ type TrimResult struct {
 	Snapshot SnapshotCheck
 	// Before and After are the stream's message counts around the trim.
 	Before, After uint64
+	// SnapshotFile is the copy of that snapshot, as the audit verified
+	// it, kept in the archive's directory: a replica on the trimmed
+	// stream starts only from a snapshot, and this is the one to put back
+	// (spendgate snapshot --restore) if the bucket loses it.
+	SnapshotFile string
 }
 
 // ReportSection is the name of the spend report's section in a replica's
@@ -445,9 +450,12 @@ const ReportSection = "report"
 // replicas write them: a replica that starts after the trim can no longer
 // fold the report from the stream's start.
 //
+// Before it purges, it writes the snapshot as the audit verified it into
+// dir, named as in the bucket (TrimResult.SnapshotFile).
+//
 // Errors: the audit's problems, a snapshot not verified or without the
-// report's section, an archive short of S (nothing is trimmed then), a
-// purge error (the keys purged before it stay purged; a rerun finishes).
+// report's section, an archive short of S (nothing is trimmed then), the
+// snapshot's copy not written (nothing is trimmed then), a purge error (the keys purged before it stay purged; a rerun finishes).
 func Trim(ctx context.Context, js jetstream.JetStream, layout streams.Layout, dir string, opts ...CheckOption) (TrimResult, error) {
 	var res TrimResult
 	s, err := js.Stream(ctx, layout.StreamName())
@@ -489,6 +497,13 @@ func Trim(ctx context.Context, js jetstream.JetStream, layout streams.Layout, di
 	}
 	if _, ok := b.Sections[ReportSection]; !ok {
 		return res, fmt.Errorf("projector: trim: snapshot %s has no %q section: a replica started after the trim could not rebuild its spend report; let a replica of this version write a snapshot (or spendgate snapshot) and archive up to it", rep.Snapshot.Name, ReportSection)
+	}
+	// Kept before anything is purged: once the stream is trimmed, the
+	// bucket's copy is the only start a replica has, and whoever may
+	// write the bucket may delete it.
+	res.SnapshotFile = filepath.Join(dir, rep.Snapshot.Name)
+	if err := writeFileSync(res.SnapshotFile, verified); err != nil {
+		return res, fmt.Errorf("projector: trim: keeping a copy of snapshot %s: %w", rep.Snapshot.Name, err)
 	}
 	res.Before = s.CachedInfo().State.Msgs
 	keys := append([]snapKey(nil), b.LaneRevs...)

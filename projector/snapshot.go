@@ -16,6 +16,7 @@ import (
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/gate"
+	"github.com/spendgate/spendgate/internal/signing"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -193,6 +194,29 @@ const snapshotTries = 8
 // snapshotHeaderMax bounds what newestSnapshot reads of an object to
 // check its header's sequence.
 const snapshotHeaderMax = 4 << 10
+
+// CheckSnapshotFile checks a ledger snapshot's bytes (a copy that Trim
+// kept, say) before they are put back into bucket's snapshot bucket: its
+// header, digest and body decode, and, with trusted (nil: signatures are
+// not checked), its signature by a key trusted at its sequence. It returns
+// the name the snapshot has in the bucket (streams.SnapshotName of its
+// sequence) and the sequence.
+func CheckSnapshotFile(data []byte, bucket string, trusted *signing.KeySet) (name string, seq uint64, err error) {
+	h, err := snapshotHeader(data)
+	if err != nil {
+		return "", 0, fmt.Errorf("projector: not a ledger snapshot: %w", err)
+	}
+	if trusted != nil {
+		id := gate.SnapshotID{Bucket: bucket, Version: h.Version, Seq: h.Seq, Size: h.Size, SHA256: h.SHA256}
+		if err := gate.VerifySnapshot(id, h.Signer, h.Sig, func(pub string) bool { return trusted.Trusts(pub, h.Seq) }); err != nil {
+			return "", 0, fmt.Errorf("projector: snapshot at seq %d: %w", h.Seq, err)
+		}
+	}
+	if _, err := decodeSnap(data); err != nil {
+		return "", 0, fmt.Errorf("projector: snapshot at seq %d: %w", h.Seq, err)
+	}
+	return streams.SnapshotName(h.Seq), h.Seq, nil
+}
 
 func decodeSnap(data []byte) (*snapBody, error) {
 	b, _, err := decodeSnapParts(data)

@@ -102,6 +102,7 @@ func auditArchive(which string, args []string) int {
 			return 1
 		}
 		fmt.Printf("trimmed below snapshot %s (seq %d): %d messages in the stream, %d before\n", res.Snapshot.Name, res.Snapshot.Seq, res.After, res.Before)
+		fmt.Printf("kept a copy of the snapshot in %s: keep it with the archive; a replica on the trimmed stream needs a snapshot to start (spendgate snapshot --restore %s puts it back)\n", res.SnapshotFile, res.SnapshotFile)
 
 		return 0
 	}

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -633,8 +634,9 @@ func TestCLI_TrimAfterAForgedWrite(t *testing.T) {
 
 // trimmedWithReservations is a trimmable ledger holding 6 of the 10 of
 // org:trimmed's month reserved, trimmed below a snapshot taken after the
-// admits; the signer its replica signed with.
-func trimmedWithReservations(t *testing.T, ctx context.Context) (*testenv.Env, *signing.Signer, events.BudgetRef) {
+// admits; the signer its replica signed with, and the copy of the
+// snapshot the trim kept.
+func trimmedWithReservations(t *testing.T, ctx context.Context) (*testenv.Env, *signing.Signer, events.BudgetRef, string) {
 	t.Helper()
 	layout, err := streams.New(streams.Config{Trimmable: true})
 	require.NoError(t, err)
@@ -657,9 +659,10 @@ func trimmedWithReservations(t *testing.T, ctx context.Context) (*testenv.Env, *
 	dir := t.TempDir()
 	_, err = projector.Archive(ctx, env.JS, env.Layout, dir, projector.ArchiveOptions{})
 	require.NoError(t, err)
-	_, err = projector.Trim(ctx, env.JS, env.Layout, dir)
+	res, err := projector.Trim(ctx, env.JS, env.Layout, dir)
 	require.NoError(t, err)
-	return env, signer, ref
+	require.Equal(t, filepath.Join(dir, res.Snapshot.Name), res.SnapshotFile)
+	return env, signer, ref, res.SnapshotFile
 }
 
 // startLedger starts a ledger on env and returns it with Run's result.
@@ -689,11 +692,18 @@ func startLedger(t *testing.T, ctx context.Context, env *testenv.Env, readers []
 // forgotten what was reserved and spent. How it can fail: the ledger
 // before this check became ready on such a fold, with the budget's
 // reservations gone (available its whole limit).
+//
+// Then the copy of the snapshot the trim kept in the archive's directory
+// is put back with `spendgate snapshot --restore` (a copy edited by one
+// byte, or checked against keys that did not sign it, is refused, and
+// nothing is put back), and a replica starts from it with the book
+// right. How that can fail: without the copy (the trim kept none before)
+// the deployment has nothing to start from.
 func TestAudit_TrimmedStreamWithoutSnapshotStops(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	env, signer, ref := trimmedWithReservations(t, ctx)
+	env, signer, ref, kept := trimmedWithReservations(t, ctx)
 	store, err := env.JS.ObjectStore(ctx, env.Layout.SnapshotBucket())
 	require.NoError(t, err)
 	objs, err := store.List(ctx)
@@ -711,6 +721,50 @@ func TestAudit_TrimmedStreamWithoutSnapshotStops(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the replica neither stopped nor became ready")
 	}
+
+	keys := filepath.Join(t.TempDir(), "trusted-keys")
+	require.NoError(t, os.WriteFile(keys, []byte(signer.PublicKey()+"\n"), 0o600))
+	other, err := signing.NewEphemeral()
+	require.NoError(t, err)
+	otherKeys := filepath.Join(t.TempDir(), "trusted-keys")
+	require.NoError(t, os.WriteFile(otherKeys, []byte(other.PublicKey()+"\n"), 0o600))
+	data, err := os.ReadFile(kept)
+	require.NoError(t, err)
+	edited := filepath.Join(t.TempDir(), filepath.Base(kept))
+	bad := slices.Clone(data)
+	bad[len(bad)-2] ^= 1
+	require.NoError(t, os.WriteFile(edited, bad, 0o600))
+	code, _, errOut := e2eCLIErr(t, env.URL(), "snapshot", "--restore", edited, "--trusted-keys", keys)
+	require.Equal(t, exitError, code, errOut)
+	require.Contains(t, errOut, "digest mismatch")
+	code, _, errOut = e2eCLIErr(t, env.URL(), "snapshot", "--restore", kept, "--trusted-keys", otherKeys)
+	require.Equal(t, exitError, code, errOut)
+	require.Contains(t, errOut, "not signed by a trusted key")
+	objs, err = store.List(ctx)
+	require.ErrorIs(t, err, jetstream.ErrNoObjectsFound, "nothing put back: %v", objs)
+
+	code, out, errOut := e2eCLIErr(t, env.URL(), "snapshot", "--restore", kept, "--trusted-keys", keys)
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, `"restored":true`)
+	l3 := startedLedger(t, ctx, env, nil, ledger.WithSigner(signer))
+	b, ok := l3.Budget(ref)
+	require.True(t, ok)
+	require.Equal(t, "6", l3.Balance(b.Balance(time.Now())).Reserved.String(), "the book as the kept snapshot holds it")
+}
+
+// startedLedger is startLedger, once the ledger is ready (failing the
+// test if it stops instead).
+func startedLedger(t *testing.T, ctx context.Context, env *testenv.Env, readers []ledger.Reader, opts ...ledger.Option) *ledger.Ledger {
+	t.Helper()
+	l, done := startLedger(t, ctx, env, readers, opts...)
+	select {
+	case err := <-done:
+		t.Fatalf("the replica stopped: %v", err)
+	case <-l.Ready():
+	case <-ctx.Done():
+		t.Fatal("the replica neither stopped nor became ready")
+	}
+	return l
 }
 
 // behindReader is a reader that stands before every snapshot (a feed
@@ -732,15 +786,8 @@ func TestAudit_TrimmedStreamFeedBehindStarts(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	env, signer, ref := trimmedWithReservations(t, ctx)
-	l2, done := startLedger(t, ctx, env, []ledger.Reader{behindReader{}}, ledger.WithSigner(signer))
-	select {
-	case err := <-done:
-		t.Fatalf("the replica stopped: %v", err)
-	case <-l2.Ready():
-	case <-ctx.Done():
-		t.Fatal("the replica neither stopped nor became ready")
-	}
+	env, signer, ref, _ := trimmedWithReservations(t, ctx)
+	l2 := startedLedger(t, ctx, env, []ledger.Reader{behindReader{}}, ledger.WithSigner(signer))
 	b, ok := l2.Budget(ref)
 	require.True(t, ok)
 	bal := l2.Balance(b.Balance(time.Now()))

@@ -16,22 +16,30 @@ import (
 	"github.com/spendgate/spendgate/internal/ledger"
 	"github.com/spendgate/spendgate/internal/replica"
 	"github.com/spendgate/spendgate/internal/signing"
+	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/streams"
 )
 
 var snapshotCommand = command{
 	name:     "spendgate snapshot",
-	synopsis: "--trusted-keys KEYS --signing-key FILE | --unverified [--list] [--nats-url URL] [--bucket NAME] [--within 10m]",
+	synopsis: "--trusted-keys KEYS --signing-key FILE | --unverified [--list | --restore FILE] [--nats-url URL] [--bucket NAME] [--within 10m]",
 	about: `Writes a snapshot of the ledger's book now, into the object store bucket
 <bucket>_snapshots, and prints it as JSON ({"name","seq","size"}). It folds
 the stream the way a starting replica does (from the newest snapshot a
 trusted key signed, then the tail), verifying every revision against
 --trusted-keys as a replica does, and signs what it writes with
---signing-key (a key the ledger trusts: replicas load only snapshots a
-trusted key signed). It needs no running replica. Replicas also write one
+--signing-key (a key the ledger trusts to write now: replicas load only
+snapshots a trusted key signed, so a retired, distrusted or unknown key is
+refused and nothing is written). A snapshot at the same position that is
+stored already and verifies is kept, never written over: the reply then
+says "kept": true. It needs no running replica. Replicas also write one
 every --snapshot-revisions revisions or --snapshot-interval and when they
 stop (see serve). With --list it prints the stored snapshots, newest first,
-one JSON object a line.`,
+one JSON object a line. With --restore FILE it puts a copy of a snapshot
+back into the bucket (the one audit trim keeps in its archive directory,
+which a replica on a trimmed stream needs to start), after checking its
+digest and that a key of --trusted-keys signed it; it prints the snapshot
+with "restored": true.`,
 }
 
 // snapshotCmd is spendgate snapshot.
@@ -41,6 +49,7 @@ func snapshotCmd(args []string) int {
 	c.register(fs)
 	bucket := fs.String("bucket", streams.DefaultBucket, "ledger bucket name")
 	list := fs.Bool("list", false, "list the stored snapshots instead of writing one")
+	restore := fs.String("restore", "", "put this snapshot file (a copy audit trim kept) back into the bucket instead of writing one")
 	timeout := fs.Duration("within", 10*time.Minute, "how long the fold and the write may take")
 	var vf verifyFlags
 	vf.register(fs)
@@ -53,6 +62,9 @@ func snapshotCmd(args []string) int {
 	if *timeout <= 0 {
 		return snapshotCommand.usageError(fs, "--within must be positive")
 	}
+	if *list && *restore != "" {
+		return snapshotCommand.usageError(fs, "--list and --restore exclude each other")
+	}
 	var trust *signing.KeySet
 	var signer *signing.Signer
 	if !*list {
@@ -61,6 +73,10 @@ func snapshotCmd(args []string) int {
 			return snapshotCommand.usageError(fs, err.Error())
 		}
 		switch {
+		case *restore != "":
+			if *keyFile != "" {
+				return snapshotCommand.usageError(fs, "--restore puts a snapshot back as it was signed: --signing-key does not apply")
+			}
 		case *keyFile == "" && !vf.unverified:
 			return snapshotCommand.usageError(fs, "--signing-key is required: replicas load only a snapshot signed by a key the ledger trusts")
 		case *keyFile != "":
@@ -103,6 +119,16 @@ func snapshotCmd(args []string) int {
 		return fail(err)
 	}
 	enc := json.NewEncoder(os.Stdout)
+	if *restore != "" {
+		out, err := restoreSnapshot(ctx, js, layout, *restore, trust)
+		if err != nil {
+			return fail(err)
+		}
+		if err := enc.Encode(out); err != nil {
+			return fail(err)
+		}
+		return exitOK
+	}
 	if *list {
 		snaps, err := ledger.ListSnapshots(ctx, js, layout)
 		if err != nil {
@@ -157,12 +183,39 @@ func snapshotCmd(args []string) int {
 	return exitOK
 }
 
+// restoreSnapshot puts the snapshot in file back into layout's snapshot
+// bucket, under the name its sequence gives it, once it checks (digest,
+// body, and a signature by a key of trust; nil: --unverified).
+func restoreSnapshot(ctx context.Context, js jetstream.JetStream, layout streams.Layout, file string, trust *signing.KeySet) (snapshotOut, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return snapshotOut{}, err
+	}
+	name, seq, err := projector.CheckSnapshotFile(data, layout.Bucket(), trust)
+	if err != nil {
+		return snapshotOut{}, fmt.Errorf("%s: %w", file, err)
+	}
+	store, err := streams.EnsureSnapshots(ctx, js, layout)
+	if err != nil {
+		return snapshotOut{}, err
+	}
+	info, err := store.PutBytes(ctx, name, data)
+	if err != nil {
+		return snapshotOut{}, fmt.Errorf("putting %s back: %w", name, err)
+	}
+	return snapshotOut{Name: name, Seq: seq, Size: info.Size, Restored: true}, nil
+}
+
 type snapshotOut struct {
 	Name string `json:"name"`
 	Seq  uint64 `json:"seq"`
 	Size uint64 `json:"size"`
+	// Restored: put back from a file (--restore).
+	Restored bool `json:"restored,omitempty"`
+	// Kept: a verified snapshot at this position was stored already.
+	Kept bool `json:"kept,omitempty"`
 }
 
 func snapshotJSON(s ledger.SnapshotInfo) snapshotOut {
-	return snapshotOut{Name: s.Name, Seq: s.Seq, Size: s.Size}
+	return snapshotOut{Name: s.Name, Seq: s.Seq, Size: s.Size, Kept: s.Kept}
 }

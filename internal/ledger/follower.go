@@ -175,8 +175,8 @@ func (l *Ledger) Run(ctx context.Context) (err error) {
 		}
 	}
 	if l.opts.snapLoad {
-		l.loadSnapshot(ctx, startLast, false)
-		if trimmed && l.snapLoaded.Load() == 0 {
+		_, heldBack := l.loadSnapshot(ctx, startLast, false)
+		if trimmed && l.snapLoaded.Load() == 0 && heldBack {
 			// A reader (the feed) stands before every snapshot, or
 			// cannot say where (a feed stalled by junk), but what lies
 			// between is trimmed: no fold can give it those revisions.
@@ -447,7 +447,7 @@ func (l *Ledger) Lag() uint64 { return l.lag.Load() }
 // trimmedStop is Run's end on a trimmed stream it has no snapshot to start
 // from (ErrTrimmed), logged with what to do.
 func (l *Ledger) trimmedStop() error {
-	l.opts.log.Error("ledger: the stream was trimmed and no snapshot could be loaded; not folding it from its first message, which would give a wrong book: put back the snapshot the trim kept (a copy of it) into the snapshot bucket and start again (docs/operator.md, Archive and trim)",
+	l.opts.log.Error("ledger: the stream was trimmed and no snapshot could be loaded; not folding it from its first message, which would give a wrong book: put back the copy of the snapshot the trim kept in its archive directory (spendgate snapshot --restore DIR/snapshot-...) and start again (docs/operator.md, Archive and trim)",
 		"stream", l.layout.StreamName(), "bucket", l.layout.SnapshotBucket())
-	return fmt.Errorf("%w: put back the snapshot the trim kept into %s (docs/operator.md, Archive and trim)", ErrTrimmed, l.layout.SnapshotBucket())
+	return fmt.Errorf("%w: put back the snapshot the trim kept (spendgate snapshot --restore DIR/snapshot-..., from the archive directory) into %s (docs/operator.md, Archive and trim)", ErrTrimmed, l.layout.SnapshotBucket())
 }

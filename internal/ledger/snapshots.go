@@ -64,6 +64,9 @@ type SnapshotInfo struct {
 	// the book for a snapshot it wrote: no commit applies meanwhile, so
 	// every admit waits up to that long (0 for a listed snapshot).
 	Locked time.Duration
+	// Kept is set when a snapshot at the same position was stored
+	// already and verified: it was kept, and nothing written.
+	Kept bool
 	// nuid names the chunks its meta says are its, and link is set when
 	// its meta links to another object (a listed snapshot).
 	nuid string
@@ -110,24 +113,57 @@ func (l *Ledger) writeSnapshot(ctx context.Context, store jetstream.ObjectStore)
 	if err := streams.CheckSnapshotBucket(ctx, l.js, l.layout); err != nil {
 		return SnapshotInfo{}, fmt.Errorf("ledger: snapshot not written: %w", err)
 	}
+	// A snapshot signed by a key the ledger does not trust to write now
+	// (retired, distrusted, or in no list) is one no replica loads: written
+	// over the good one at its position (the one a trim kept), it would
+	// leave nothing to start from.
+	if err := l.CheckWriter(); err != nil {
+		return SnapshotInfo{}, fmt.Errorf("ledger: snapshot not written: %w", err)
+	}
 	st, locked, err := l.dumpExact(ctx, SnapshotVersion)
 	if err != nil {
 		return SnapshotInfo{}, err
+	}
+	name := streams.SnapshotName(st.Seq)
+	if kept, ok := l.keepStored(ctx, store, name, st.Seq); ok {
+		return kept, nil
 	}
 	data, err := encodeSnapshot(st, l.layout.Bucket(), l.keys.signer.Load())
 	if err != nil {
 		return SnapshotInfo{}, err
 	}
-	name := streams.SnapshotName(st.Seq)
 	info, err := store.PutBytes(ctx, name, data)
 	if err != nil {
 		return SnapshotInfo{}, fmt.Errorf("ledger: writing snapshot %s: %w", name, err)
 	}
 	now := time.Now()
-	l.snapWritten.Store(st.Seq)
-	l.snapAt.Store(now.UnixNano())
-	l.foldedEvents.Store(0)
+	l.snapshotAt(st.Seq, now)
 	return SnapshotInfo{Name: name, Seq: st.Seq, Size: info.Size, At: now, Locked: locked}, nil
+}
+
+// keepStored reports whether the bucket holds a snapshot named name that
+// this replica verifies (signature, digest, the book it states): such a
+// snapshot is never written over, since another writer's bytes for the
+// same position would at best be the same book. One that does not verify
+// is written over.
+func (l *Ledger) keepStored(ctx context.Context, store jetstream.ObjectStore, name string, seq uint64) (SnapshotInfo, bool) {
+	oi, err := store.GetInfo(ctx, name)
+	if err != nil || oi.Deleted {
+		return SnapshotInfo{}, false
+	}
+	if _, _, err := l.readSnapshot(ctx, store, name); err != nil {
+		l.opts.log.Warn("ledger: writing over a stored snapshot that does not verify", "snapshot", name, "err", err)
+		return SnapshotInfo{}, false
+	}
+	l.snapshotAt(seq, oi.ModTime)
+	return SnapshotInfo{Name: name, Seq: seq, Size: oi.Size, At: oi.ModTime, Kept: true}, true
+}
+
+// snapshotAt records that a snapshot of the book at seq is stored.
+func (l *Ledger) snapshotAt(seq uint64, at time.Time) {
+	l.snapWritten.Store(seq)
+	l.snapAt.Store(at.UnixNano())
+	l.foldedEvents.Store(0)
 }
 
 // FinalSnapshot writes a snapshot as a replica stops gracefully, so that
@@ -233,11 +269,12 @@ func listSnapshots(ctx context.Context, js jetstream.JetStream, bucket string) (
 
 // loadSnapshot loads the newest valid snapshot at or below last into the
 // book and returns its sequence (0: none, the follower folds from the
-// first revision). A snapshot that cannot be read or fails its checks is
+// first revision), and whether it passed over a snapshot because a reader
+// (the feed) stands before it. A snapshot that cannot be read or fails its checks is
 // logged as an error, counted (SnapshotsSkipped), and skipped for an older
 // one, up to snapshotTries tried. It runs before the follower starts, so
 // the book is this goroutine's.
-func (l *Ledger) loadSnapshot(ctx context.Context, last uint64, ignoreReaders bool) uint64 {
+func (l *Ledger) loadSnapshot(ctx context.Context, last uint64, ignoreReaders bool) (seq uint64, heldBack bool) {
 	// Finding and listing are bounded: a replica whose permissions do not
 	// cover the bucket must not wait long to fold the whole stream.
 	lctx, cancel := context.WithTimeout(ctx, snapshotLookup)
@@ -247,7 +284,7 @@ func (l *Ledger) loadSnapshot(ctx context.Context, last uint64, ignoreReaders bo
 		if !errors.Is(err, jetstream.ErrBucketNotFound) {
 			l.opts.log.Warn("ledger: snapshot bucket unreadable; folding the whole stream", "bucket", l.layout.SnapshotBucket(), "err", err)
 		}
-		return 0
+		return 0, false
 	}
 	l.snapStore = store
 	if err := streams.CheckSnapshotBucket(lctx, l.js, l.layout); errors.Is(err, streams.ErrSnapshotSubjects) {
@@ -258,7 +295,7 @@ func (l *Ledger) loadSnapshot(ctx context.Context, last uint64, ignoreReaders bo
 	list, err := listSnapshots(lctx, l.js, l.layout.SnapshotBucket())
 	if err != nil {
 		l.opts.log.Warn("ledger: listing snapshots failed; folding the whole stream", "err", err)
-		return 0
+		return 0, false
 	}
 	ceiling := last
 	if !ignoreReaders {
@@ -274,11 +311,12 @@ func (l *Ledger) loadSnapshot(ctx context.Context, last uint64, ignoreReaders bo
 			continue
 		}
 		if s.Seq > ceiling {
-			continue // a reader (the feed) stands before it
+			heldBack = true // a reader (the feed) stands before it
+			continue
 		}
 		if tried == snapshotTries {
 			l.opts.log.Error("ledger: too many snapshots failed their checks; folding the whole stream without trying older ones", "tried", tried, "next", s.Name)
-			return 0
+			return 0, false
 		}
 		tried++
 		// Reading a large snapshot takes seconds (most of a restart): say
@@ -320,9 +358,9 @@ func (l *Ledger) loadSnapshot(ctx context.Context, last uint64, ignoreReaders bo
 		l.seenSnapshot(s)
 		l.opts.log.Info("ledger: loaded snapshot", "snapshot", s.Name, "seq", s.Seq, "bytes", s.Size,
 			"reservations", len(b.reservations), "took", time.Since(start), "tail", last-s.Seq)
-		return s.Seq
+		return s.Seq, heldBack
 	}
-	return 0
+	return 0, heldBack
 }
 
 // checkAnchors checks that every lane revision a snapshot's book names is
@@ -343,7 +381,13 @@ func (l *Ledger) checkAnchors(ctx context.Context, b *book) error {
 			err = fmt.Errorf("%w: reading %s at %d: %w", ErrSnapshotInvalid, key, hd.Valid, rerr)
 			return
 		}
-		if !found || m.subject != l.layout.Subject(key) || events.HashPayload(m.data) != hd.Hash {
+		if !found {
+			// A trim keeps each key's revision at the snapshot it trims
+			// to; older snapshots name revisions it dropped.
+			err = fmt.Errorf("%w: the stream no longer holds %s's revision at %d, which the snapshot names (trimmed past it; or a snapshot of another stream)", ErrSnapshotInvalid, key, hd.Valid)
+			return
+		}
+		if m.subject != l.layout.Subject(key) || events.HashPayload(m.data) != hd.Hash {
 			err = fmt.Errorf("%w: the stream's message at %d is not the revision of %s the snapshot names (a snapshot of another stream?)", ErrSnapshotInvalid, hd.Valid, key)
 		}
 	})

@@ -350,6 +350,7 @@ func TestCLI_UsageErrors(t *testing.T) {
 		{[]string{"budget", "list", "extra"}, `unexpected arguments ["extra"]`},
 		{[]string{"admit", "--scope", "org:a", "--amount", "1", "extra"}, `unexpected arguments ["extra"]`},
 		{[]string{"settle", "--bogus"}, "flag provided but not defined: --bogus"},
+		{[]string{"serve", "--sweep-interval", "5"}, `invalid value "5" for flag --sweep-interval: parse error: want a duration such as 5s, 1m or 1h30m`},
 		{[]string{"release", "rsv_1"}, `unexpected arguments ["rsv_1"]`},
 		{[]string{"audit"}, "which audit?"},
 		{[]string{"audit", "check", "--at", "2026-01-01T00:00:00Z"}, "flag provided but not defined: --at"},

@@ -495,6 +495,11 @@ func TestSecure_MoveLedgerIntoAccount(t *testing.T) {
 	require.NoError(t, err, "%s\n%s", block, out)
 	_, err = os.Stat(w.path("nats-data/jetstream/SPENDGATE/streams/KV_spendgate"))
 	require.NoError(t, err, "moved")
+	left, err := os.ReadDir(w.path("nats-data/jetstream/$G/streams"))
+	require.NoError(t, err)
+	for _, e := range left {
+		require.NotContains(t, e.Name(), "spendgate", "every stream of the ledger moves (the alerts' too)")
+	}
 
 	w.srv.start()
 	w.startServe(w.as(roles.Replica))

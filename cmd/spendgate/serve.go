@@ -364,12 +364,23 @@ func serve(args []string) int {
 	log.Info("spendgate serving", "service", streams.ServiceName, "prefix", layout.Prefix(), "stream", layout.StreamName(), "replicas", *replicas, "lanes", layout.Lanes())
 	shown := displayURL(url)
 	login := loginHint(conn, layout)
-	ready := fmt.Sprintf("ready: clients connect to %s; try  spendgate budget list --nats-url %s%s  or  nats --server %s%s micro info %s\n",
-		shown, shown, login.spendgate, shown, login.nats, streams.ServiceName)
-	if login.note != "" {
-		ready += "       " + login.note + "\n"
+	tryCLI := fmt.Sprintf("spendgate budget list --nats-url %s%s", shown, login.spendgate)
+	tryNATS := fmt.Sprintf("nats --server %s%s micro info %s", shown, login.nats, streams.ServiceName)
+	if logging.JSON {
+		// One object a line, as every other line: a log shipper takes
+		// the whole stream.
+		attrs := []any{"url", shown, "try", tryCLI, "or", tryNATS}
+		if login.note != "" {
+			attrs = append(attrs, "note", login.note)
+		}
+		log.Info("ready: clients connect", attrs...)
+	} else {
+		ready := fmt.Sprintf("ready: clients connect to %s; try  %s  or  %s\n", shown, tryCLI, tryNATS)
+		if login.note != "" {
+			ready += "       " + login.note + "\n"
+		}
+		fmt.Fprint(os.Stderr, ready)
 	}
-	fmt.Fprint(os.Stderr, ready)
 	// SIGHUP reads the --tenant-limits file, the signing key and the
 	// trusted keys again (key rotation without a restart; see
 	// docs/security.md, Keys).

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -57,6 +58,40 @@ func TestServe_DataDirInUse(t *testing.T) {
 	// Stopped, the first releases the data dir.
 	first.stop(t)
 	startProc(t, true, "serve", "--data-dir", dir, "--listen", "127.0.0.1:"+strconv.Itoa(testenv.FreePort(t)))
+}
+
+// With --log-format json every line serve writes is a JSON object, its
+// ready line too (it was plain text among them, which a log shipper
+// parsing JSON lines chokes on).
+func TestServe_JSONLogsAreJSON(t *testing.T) {
+	t.Parallel()
+	p := startProc(t, true, "serve", "--data-dir", filepath.Join(t.TempDir(), "data"), "--listen", "127.0.0.1:"+strconv.Itoa(testenv.FreePort(t)), "--log-format", "json")
+	p.stop(t)
+	var ready int
+	for _, line := range strings.Split(strings.TrimSpace(p.out.String()), "\n") {
+		var obj map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &obj), "a line that is not JSON: %q", line)
+		if obj["msg"] == "ready: clients connect" {
+			ready++
+			require.Contains(t, obj["try"], "spendgate budget list --nats-url nats://127.0.0.1:")
+		}
+	}
+	require.Equal(t, 1, ready, p.out.String())
+}
+
+// --trimmable on a ledger stream created without it cannot take effect
+// (JetStream cannot lift deny-purge): serve says so at start, where it was
+// silent and the operator learned it only when audit trim refused.
+func TestServe_TrimmableTooLateIsSaid(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "data")
+	listen := func() string { return "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t)) }
+	first := startProc(t, true, "serve", "--data-dir", dir, "--listen", listen())
+	first.stop(t)
+	require.NotContains(t, first.out.String(), "--trimmable has no effect")
+	again := startProc(t, true, "serve", "--data-dir", dir, "--listen", listen(), "--trimmable")
+	again.stop(t)
+	require.Contains(t, again.out.String(), "--trimmable has no effect: the ledger stream exists and denies purges")
 }
 
 func TestServe_PortInUse(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/spendgate/spendgate/internal/config"
 	"github.com/spendgate/spendgate/internal/natsconn"
 )
 
@@ -57,6 +58,11 @@ func (c command) parse(fs *flag.FlagSet, args []string) (int, bool) {
 		}
 		// The flag package names a flag with one dash; the docs use two.
 		msg := flagPackageDash.ReplaceAllString(err.Error(), "$1--$2")
+		if m := flagParseError.FindStringSubmatch(err.Error()); m != nil {
+			if f := fs.Lookup(m[1]); f != nil && config.Expected(f) != "" {
+				msg += ": want " + config.Expected(f)
+			}
+		}
 		return c.usageError(fs, msg), false
 	}
 	if fs.NArg() > 0 {
@@ -79,6 +85,10 @@ func (c command) noSubcommand(args []string, question string) int {
 	}
 	return c.usageError(fs, question)
 }
+
+// flagParseError matches the flag package's error for a value its flag's
+// type cannot parse, naming the flag.
+var flagParseError = regexp.MustCompile(`for (?:flag )?-([a-z][a-z-]*): parse error$`)
 
 // flagPackageDash matches a long flag as the flag package's errors name
 // it, "-name" after ": ", " for " or " flag ".

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // EnvPrefix starts the name of every environment variable Apply reads (of
@@ -137,7 +138,7 @@ func Apply(fs *flag.FlagSet, env Env) error {
 			return
 		}
 		if e := fs.Set(f.Name, v); e != nil {
-			err = fmt.Errorf("config: $%s: %w", name, e)
+			err = fmt.Errorf("config: $%s: %w", name, setError(fs, f.Name, e))
 			return
 		}
 		explicit[f.Name] = true
@@ -199,7 +200,7 @@ func applyFile(fs *flag.FlagSet, path string, explicit map[string]bool) error {
 			continue
 		}
 		if err := fs.Set(key, value); err != nil {
-			return fmt.Errorf("config: %s:%d: key %q: %w", path, n, key, err)
+			return fmt.Errorf("config: %s:%d: key %q: %w", path, n, key, setError(fs, key, err))
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -209,4 +210,39 @@ func applyFile(fs *flag.FlagSet, path string, explicit map[string]bool) error {
 		return fmt.Errorf("config: %s: %w", path, err)
 	}
 	return nil
+}
+
+// Expected says what a value of flag f must look like, for an error that
+// would otherwise say only "parse error": "a duration such as 5s, 1m or
+// 1h30m", "true or false", "a whole number" (or "" for a string value,
+// whose own Set explains itself).
+func Expected(f *flag.Flag) string {
+	g, ok := f.Value.(flag.Getter)
+	if !ok {
+		return ""
+	}
+	switch g.Get().(type) {
+	case time.Duration:
+		return "a duration such as 5s, 1m or 1h30m"
+	case bool:
+		return "true or false"
+	case int, int64:
+		return "a whole number"
+	case uint, uint64:
+		return "a whole number, 0 or more"
+	case float64:
+		return "a number"
+	}
+	return ""
+}
+
+// setError is err of setting flag name of fs, with what its value must
+// look like when err says no more than that it could not be parsed.
+func setError(fs *flag.FlagSet, name string, err error) error {
+	if f := fs.Lookup(name); f != nil && strings.HasSuffix(err.Error(), "parse error") {
+		if want := Expected(f); want != "" {
+			return fmt.Errorf("%w: want %s", err, want)
+		}
+	}
+	return err
 }

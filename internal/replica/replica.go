@@ -185,8 +185,13 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	if cfg.ReadyTimeout == 0 {
 		cfg.ReadyTimeout = time.Minute
 	}
-	if _, err := streams.Ensure(ctx, js, cfg.Layout); err != nil {
+	s, err := streams.Ensure(ctx, js, cfg.Layout)
+	if err != nil {
 		return nil, err
+	}
+	if cfg.Layout.Config().Trimmable && s.CachedInfo().Config.DenyPurge {
+		cfg.Log.Warn("--trimmable has no effect: the ledger stream exists and denies purges, which JetStream cannot lift; spendgate audit trim will refuse it (archive it, and trim a stream created with --trimmable)",
+			"stream", cfg.Layout.StreamName())
 	}
 	lopts := []ledger.Option{ledger.WithLogger(cfg.Log)}
 	if cfg.Metrics != nil {

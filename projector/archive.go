@@ -463,7 +463,7 @@ func Trim(ctx context.Context, js jetstream.JetStream, layout streams.Layout, di
 		return res, err
 	}
 	if s.CachedInfo().Config.DenyPurge {
-		return res, fmt.Errorf("projector: trim: stream %s denies purges: it was created without streams.Config.Trimmable (serve --trimmable), which JetStream cannot change afterwards", layout.StreamName())
+		return res, fmt.Errorf("projector: trim: stream %s denies purges: it was created without serve --trimmable (streams.Config.Trimmable), which JetStream cannot change afterwards: archive it; only a stream created trimmable can be trimmed", layout.StreamName())
 	}
 	var verified []byte
 	rep, err := Check(ctx, js, layout, append([]CheckOption{WithArchive(dir)}, append(opts, withVerifiedSnapshot(&verified))...)...)

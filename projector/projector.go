@@ -118,7 +118,7 @@ func (p *Projector) whole(s jetstream.Stream, last uint64) error {
 	if last == 0 || (st.FirstSeq <= 1 && st.NumDeleted == 0) || p.arch != nil {
 		return nil
 	}
-	return fmt.Errorf("%w: %s starts at seq %d with %d messages deleted; read its archive first (UseArchive, WithArchive, --archive)",
+	return fmt.Errorf("%w: %s starts at seq %d with %d messages deleted; read its archive first (--archive DIR; in Go, WithArchive or UseArchive)",
 		ErrTrimmed, p.layout.StreamName(), st.FirstSeq, st.NumDeleted)
 }
 

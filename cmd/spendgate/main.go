@@ -36,12 +36,12 @@ Usage:
   spendgate release  --reservation ID
   spendgate void     --request-id ID --scope KIND:ID [--scope ...]   release an admit by its request id, landed or not
   spendgate audit check --trusted-keys KEYS  replay the book of record, verify signatures, reconcile with the live balances
-  spendgate audit keys                   which signing key wrote which revisions
+  spendgate audit keys [--archive DIR]   which signing key wrote which revisions
   spendgate audit balances --trusted-keys KEYS|--unverified [--at TIME] [--decimal point|comma]   totals per budget period as CSV, optionally as of an RFC 3339 time
   spendgate audit export --trusted-keys KEYS|--unverified [--from TIME] [--to TIME] [--scope KIND:ID ...] [--format csv|jsonl] [--times exact|sheet] [--decimal point|comma] [--totals FILE]
                                          one row per reservation, streamed
   spendgate audit archive|trim --dir DIR archive the stream's old revisions; drop what the archive covers
-  spendgate snapshot --trusted-keys KEYS --signing-key FILE | --list   write a snapshot of the book now (replicas also write them periodically)
+  spendgate snapshot --trusted-keys KEYS --signing-key FILE | --list | --restore FILE   write a snapshot of the book now (replicas also write them periodically)
   spendgate report   --by scope|KEY [--from TIME] [--to TIME] [--period PERIOD] [--format table|csv] [--decimal point|comma]   spend by scope or metadata key, from a replica
   spendgate report   --by scope|KEY --replay --trusted-keys KEYS|--unverified [...]   the same, replayed from the book
   spendgate backtest --scope KIND:ID --trusted-keys KEYS|--unverified [--limit DECIMAL] [--period PERIOD] [--fixed-slot DECIMAL] [--from TIME --to TIME] [-o table|csv|json]

@@ -370,10 +370,14 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout, o
 			if o.progress != nil {
 				o.progress(m.seq, last)
 			}
-			st.advance(m.at)
+			// The snapshot is the book as of its own sequence: compared
+			// before the window moves to the next message's time (after
+			// a quiet spell that time has forgotten what the snapshot
+			// still holds).
 			if haveSnap && m.seq > snapSeq {
 				verifySnap()
 			}
+			st.advance(m.at)
 			if bad[m.key] {
 				st.skip(m.seq)
 				return nil

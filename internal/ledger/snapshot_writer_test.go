@@ -3,11 +3,16 @@ package ledger_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/spendgate/spendgate/admit"
+	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/ledger"
 	"github.com/spendgate/spendgate/internal/signing"
+	"github.com/spendgate/spendgate/projector"
+	"github.com/spendgate/spendgate/settle"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -80,4 +85,43 @@ func TestSnapshot_UntrustedWriterRefusedVerifiedKept(t *testing.T) {
 	require.Equal(t, second.Name, third.Name)
 	l := startLedger(t, env, opts(ledger.WithSigner(s1), trust(k1))...)
 	require.Equal(t, second.Seq, l.SnapshotStats().Loaded)
+}
+
+// TestAudit_SnapshotComparedAtItsOwnTime: a quiet spell longer than the
+// audit's window between a snapshot and the next revision. The snapshot
+// holds the book as of its own sequence, the idempotency window's closed
+// reservations included; the audit compares its replay with it there.
+// How it can fail: the audit moved its replay's window to the next
+// revision's time before comparing, forgot the reservation the snapshot
+// still holds, and reported "reservation ... is not in the replay" on a
+// healthy ledger (after every quiet night, until a newer snapshot).
+func TestAudit_SnapshotComparedAtItsOwnTime(t *testing.T) {
+	t.Parallel() // its own server or none; see main_test.go
+	env := snapLayout(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*watchdog)
+	defer cancel()
+	const retention, window, quiet = time.Second, 1500 * time.Millisecond, 2500 * time.Millisecond
+	l := startLedger(t, env, ledger.WithRetention(retention, retention), ledger.WithSnapshotEvery(0, 0))
+	_, err := l.PutBudget(ctx, events.BudgetRef{Scope: "org:quiet", Period: events.PeriodMonth}, events.MustMoney("10"), "USD", time.Now())
+	require.NoError(t, err)
+	a, err := admit.New(l)
+	require.NoError(t, err)
+	s, err := settle.New(l)
+	require.NoError(t, err)
+	rep, err := a.Admit(ctx, events.AdmitRequest{RequestID: "quiet-1", Scopes: []string{"org:quiet"}, Amount: "1"})
+	require.NoError(t, err)
+	_, err = s.Settle(ctx, events.SettleRequest{ReservationID: rep.ReservationID, Actual: "0.5"})
+	require.NoError(t, err)
+	snap, err := l.Snapshot(ctx)
+	require.NoError(t, err)
+	// The quiet spell is what is tested: the server's clock, which stamps
+	// the next revision, must move past the audit's window.
+	time.Sleep(quiet)
+	_, err = a.Admit(ctx, events.AdmitRequest{RequestID: "quiet-2", Scopes: []string{"org:quiet"}, Amount: "1"})
+	require.NoError(t, err)
+	check, err := projector.Check(ctx, env.JS, env.Layout, projector.WithWindow(window, window))
+	require.NoError(t, err)
+	require.Equal(t, snap.Seq, check.Snapshot.Seq)
+	require.True(t, check.Snapshot.Verified, check.String())
+	require.True(t, check.OK(), check.String())
 }

@@ -79,6 +79,9 @@ func TestDashboard_Browser(t *testing.T) {
 	var png []byte
 	var fits struct{ Table, Wrap int }
 	var bobRunsOut string
+	var pcts []string
+	var tenantCell string
+	var nearOnly []string
 	require.NoError(t, chromedp.Run(ctx,
 		cdplog.Enable(),
 		// Pages of one budget: the page walks every page of api/budgets.
@@ -103,7 +106,25 @@ func TestDashboard_Browser(t *testing.T) {
 		chromedp.Evaluate(readRows, &utilAsc),
 		chromedp.SendKeys(`#filter`, "team"),
 		chromedp.Evaluate(readRows, &filtered),
+		chromedp.Evaluate(`[pct(9995), pct(10000), pct(1000), pct(999), pct(78), pct(625)]`, &pcts),
+		// A tenant's budget is shown with its tenant, and "near the limit"
+		// lists what its card counts (80 % up to, not including, 100 %).
+		chromedp.Evaluate(`(() => {
+			const saved = state.budgets, which = state.which, filter = state.filter;
+			const row = (scope, tenant, used) => Object.assign({}, saved[0], {scope: scope, tenant: tenant, kind: "team", used_bp: used});
+			state.filter = ""; state.which = "near";
+			state.budgets = [row("globex/team:search", "globex", 8000), row("team:over", undefined, 10000), row("team:x", undefined, 9999)];
+			renderBudgets();
+			const out = [document.querySelector('#budgets tr[data-scope="globex/team:search"] .c-scope').textContent,
+				Array.from(document.querySelectorAll('#budgets tbody tr')).map(tr => tr.dataset.scope)];
+			state.budgets = saved; state.which = which; state.filter = filter;
+			renderBudgets();
+			return out;
+		})()`, &[]any{&tenantCell, &nearOnly}),
 	))
+	require.Equal(t, []string{"99%", "100%", "10%", "9.9%", "0.7%", "6.2%"}, pcts, "rounded down: 99.95 % is not 100 %")
+	require.Equal(t, "globex/teamsearch", tenantCell, "tenant, kind, id")
+	require.ElementsMatch(t, []string{"globex/team:search", "team:x"}, nearOnly)
 	path := filepath.Join(artifactDir(t), "dashboard.png")
 	require.NoError(t, os.WriteFile(path, png, 0o644))
 	t.Logf("screenshot: %s", path)

@@ -259,10 +259,13 @@ func (d *Dashboard) Forecasts(now time.Time) func(b ledger.Budget) Forecast {
 	return func(b ledger.Budget) Forecast { return d.row(b, now, denied).Forecast }
 }
 
-// instanceRef is a budget's balance in one instance, whatever its unit.
+// instanceRef is a budget's balance in one instance: its scope and
+// period, and its unit, which tells a scope's money budget from its
+// requests budget in the same period.
 type instanceRef struct {
 	budget   events.BudgetRef
 	instance string
+	unit     string
 }
 
 // deniedAt maps each budget instance to its latest limit_reached denial
@@ -274,7 +277,7 @@ func (d *Dashboard) deniedAt() map[instanceRef]*events.AdmitDenied {
 		if n.Reason != events.ReasonLimitReached || n.Scope == "" {
 			continue
 		}
-		k := instanceRef{events.BudgetRef{Scope: events.TenantScope(x.Tenant, n.Scope.Local()), Period: n.Period}, n.Instance}
+		k := instanceRef{events.BudgetRef{Scope: events.TenantScope(x.Tenant, n.Scope.Local()), Period: n.Period}, n.Instance, n.Unit}
 		if prev := out[k]; prev == nil || x.At.After(prev.At) {
 			out[k] = &x
 		}
@@ -294,6 +297,12 @@ func (d *Dashboard) row(b ledger.Budget, now time.Time, denied map[instanceRef]*
 		Limit: b.Limit.String(), Spent: bal.Spent.String(), Reserved: bal.Reserved.String(), Overrun: bal.Overrun.String(),
 		Available: b.Limit.Sub(used).String(), Open: bal.Open,
 		UsedBP: basisPoints(used, b.Limit), SpentBP: basisPoints(bal.Spent, b.Limit)}
+	if b.Limit.IsZero() {
+		// A limit of 0 admits nothing: at its limit, as the per-budget
+		// utilization gauge says (1), and counted with the budgets at or
+		// over theirs.
+		row.UsedBP = 10000
+	}
 	if b.ExposureCap != nil || !bal.Exposure.IsZero() {
 		row.Exposure = bal.Exposure.String()
 	}
@@ -302,7 +311,7 @@ func (d *Dashboard) row(b ledger.Budget, now time.Time, denied map[instanceRef]*
 	}
 	ref := events.BudgetRef{Scope: b.Ref.Scope, Period: b.Ref.Period}
 	row.Forecast = forecast(paceIn{pts: d.cfg.Series.Points(b.Ref, inst), gap: d.cfg.Series.Resolution(b.Ref, inst),
-		limit: b.Limit, used: used, cal: cal, now: now, denied: denied[instanceRef{ref, inst}]})
+		limit: b.Limit, used: used, cal: cal, now: now, denied: denied[instanceRef{ref, inst, b.Unit}]})
 	return row
 }
 

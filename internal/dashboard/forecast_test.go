@@ -173,3 +173,51 @@ func request(t *testing.T, env *testenv.Env, endpoint string, req, reply any) {
 	require.Nil(t, e.Error, "%s: %s", endpoint, msg.Data)
 	require.NoError(t, json.Unmarshal(msg.Data, reply), string(msg.Data))
 }
+
+// A scope with a money and a requests budget in one period: a denial by
+// the requests budget exhausts that budget's row, not the money budget's,
+// whose available amount holds the call (0.4 USD left, a 0.1 call). How it can fail: the denials
+// were looked up by scope and period alone, and the USD row read
+// "exhausted: denied, of 1.00 USD" (the 1 was one request), which the
+// per-budget gauges and the alerting rule on them then repeated.
+func TestDashboard_DenialExhaustsOnlyItsUnit(t *testing.T) {
+	c := startClocked(t, time.Now().UTC().Format(time.RFC3339))
+	c.define(t, "team:mix", "month", "5", "")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := c.r.Ledger.DefineBudget(ctx, ledger.Budget{Ref: events.BudgetRef{Scope: "team:mix", Period: events.PeriodMonth, Unit: "requests"},
+		Limit: events.MustMoney("1"), Unit: "requests"}, c.now())
+	require.NoError(t, err)
+	require.True(t, c.admit(t, "first", "team:mix", "4.6", "").Admitted)
+	rep := c.admit(t, "second", "team:mix", "0.1", "")
+	require.False(t, rep.Admitted)
+	require.Equal(t, events.ReasonLimitReached, rep.Denial.Reason)
+	require.Equal(t, "requests", rep.Denial.Unit)
+
+	c.advance(time.Minute)
+	c.row(t, "team:mix") // the series caught up
+	var b dashboard.BudgetsReply
+	getJSON(t, c.srv.URL+"/dashboard/api/budgets", &b)
+	byUnit := map[string]dashboard.BudgetRow{}
+	for _, r := range b.Budgets {
+		if r.Scope == "team:mix" {
+			byUnit[r.Unit] = r
+		}
+	}
+	require.Len(t, byUnit, 2, "%+v", b.Budgets)
+	require.True(t, byUnit["requests"].Forecast.Exhausted, "%+v", byUnit["requests"].Forecast)
+	require.False(t, byUnit["USD"].Forecast.Exhausted, "0.4 USD available holds a 0.1 call (the denial's 1 is a request): %+v", byUnit["USD"].Forecast)
+}
+
+// A limit of 0 admits nothing: its row is at the limit and exhausted, as
+// the per-budget utilization gauge says (1). How it can fail: it showed
+// 0 % used and not exhausted while every admit was denied.
+func TestDashboard_ZeroLimitExhausted(t *testing.T) {
+	c := startClocked(t, time.Now().UTC().Format(time.RFC3339))
+	c.define(t, "team:frozen", "month", "0", "")
+	require.False(t, c.admit(t, "frozen-1", "team:frozen", "0.01", "").Admitted)
+	row := c.row(t, "team:frozen")
+	require.Equal(t, int64(10000), row.UsedBP)
+	require.True(t, row.Forecast.Exhausted, "%+v", row.Forecast)
+	require.Equal(t, dashboard.ExhaustedLimit, row.Forecast.ExhaustedBy)
+}

@@ -217,7 +217,9 @@ func forecast(in paceIn) Forecast {
 	if f.ResetsAt != nil {
 		f.ResetsLocal = f.ResetsAt.In(in.cal.Location()).Format(LocalLayout)
 	}
-	if in.limit.Sign() > 0 && in.used.Cmp(in.limit) >= 0 {
+	if in.used.Cmp(in.limit) >= 0 {
+		// A limit of 0 (allow_zero) is exhausted from the start: it
+		// admits nothing.
 		f.Exhausted, f.ExhaustedBy = true, ExhaustedLimit
 	}
 	if in.denied != nil {

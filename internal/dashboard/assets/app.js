@@ -47,7 +47,9 @@ function money(v, unit) {
   if (unit !== "requests" && f.length < 2) f = f.padEnd(2, "0");
   return (neg ? "−" : "") + i + (f ? "." + f : "");
 }
-function pct(bp) { return (bp / 100).toFixed(bp >= 1000 ? 0 : 1) + "%"; }
+// pct shows basis points as a percentage rounded down (to 0.1 % below
+// 10 %, whole percents above): 99.95 % of a limit is never "100%".
+function pct(bp) { return bp >= 1000 ? Math.floor(bp / 100) + "%" : (Math.floor(bp / 10) / 10).toFixed(1) + "%"; }
 function dur(ms) {
   const m = Math.round(ms / 60000);
   if (m < 1) return "< 1 min";
@@ -84,7 +86,7 @@ function visible() {
   const rows = state.budgets.filter((b) =>
     (!q || b.scope.toLowerCase().includes(q)) &&
     (!state.period || b.period === state.period) &&
-    (!state.which || (state.which === "near" ? b.used_bp >= 8000 : b.used_bp >= 10000)));
+    (!state.which || (state.which === "near" ? b.used_bp >= 8000 && b.used_bp < 10000 : b.used_bp >= 10000)));
   const { key, dir } = state.sort;
   const cmp = {
     scope: (a, b) => a.scope.localeCompare(b.scope),
@@ -112,7 +114,7 @@ function renderBudgets() {
     const ro = runsOut(b);
     const f = b.forecast || {};
     const tr = el("tr", { "data-scope": b.scope, "data-period": b.period, "data-used-bp": b.used_bp },
-      el("td", { class: "c-scope", "data-label": "Budget" }, el("span", { class: "kind" }, b.kind), el("span", { class: "scope" }, b.scope.slice(b.kind.length + 1))),
+      el("td", { class: "c-scope", "data-label": "Budget" }, b.tenant ? el("span", { class: "tenant" }, b.tenant + "/") : "", el("span", { class: "kind" }, b.kind), el("span", { class: "scope" }, b.scope.slice((b.tenant ? b.tenant.length + 1 : 0) + b.kind.length + 1))),
       el("td", { class: "c-period", "data-label": "Period" }, el("span", {}, b.period + " ", el("span", { class: "muted instance" }, b.instance))),
       el("td", { class: "c-util", "data-label": "Used" }, el("div", { class: "util " + lv, title: "spent " + pct(b.spent_bp) + " + reserved" }, bar, el("span", { class: "pct" }, pct(b.used_bp)))),
       el("td", { class: "num spent", "data-label": "Spent" }, money(b.spent, b.unit)),

@@ -82,6 +82,7 @@ func TestDashboard_Browser(t *testing.T) {
 	var pcts []string
 	var tenantCell string
 	var nearOnly []string
+	var disabledCell string
 	require.NoError(t, chromedp.Run(ctx,
 		cdplog.Enable(),
 		// Pages of one budget: the page walks every page of api/budgets.
@@ -113,18 +114,20 @@ func TestDashboard_Browser(t *testing.T) {
 			const saved = state.budgets, which = state.which, filter = state.filter;
 			const row = (scope, tenant, used) => Object.assign({}, saved[0], {scope: scope, tenant: tenant, kind: "team", used_bp: used});
 			state.filter = ""; state.which = "near";
-			state.budgets = [row("globex/team:search", "globex", 8000), row("team:over", undefined, 10000), row("team:x", undefined, 9999)];
+			state.budgets = [row("globex/team:search", "globex", 8000), row("team:over", undefined, 10000), Object.assign(row("team:x", undefined, 9999), {disabled: true})];
 			renderBudgets();
 			const out = [document.querySelector('#budgets tr[data-scope="globex/team:search"] .c-scope').textContent,
-				Array.from(document.querySelectorAll('#budgets tbody tr')).map(tr => tr.dataset.scope)];
+				Array.from(document.querySelectorAll('#budgets tbody tr')).map(tr => tr.dataset.scope),
+				document.querySelector('#budgets tr[data-scope="team:x"] .runs-out').textContent];
 			state.budgets = saved; state.which = which; state.filter = filter;
 			renderBudgets();
 			return out;
-		})()`, &[]any{&tenantCell, &nearOnly}),
+		})()`, &[]any{&tenantCell, &nearOnly, &disabledCell}),
 	))
 	require.Equal(t, []string{"99%", "100%", "10%", "9.9%", "0.7%", "6.2%"}, pcts, "rounded down: 99.95 % is not 100 %")
 	require.Equal(t, "globex/teamsearch", tenantCell, "tenant, kind, id")
 	require.ElementsMatch(t, []string{"globex/team:search", "team:x"}, nearOnly)
+	require.Equal(t, "disabled", disabledCell, "a disabled budget says so where it runs out")
 	path := filepath.Join(artifactDir(t), "dashboard.png")
 	require.NoError(t, os.WriteFile(path, png, 0o644))
 	t.Logf("screenshot: %s", path)

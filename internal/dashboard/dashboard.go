@@ -152,6 +152,9 @@ type BudgetRow struct {
 	Overrun   string `json:"overrun"`
 	Available string `json:"available"`
 	Open      int    `json:"open"`
+	// Disabled: the budget is disabled (budget disable), and every admit
+	// naming it is denied budget_disabled, whatever it has available.
+	Disabled bool `json:"disabled,omitempty"`
 	// UsedBP is (spent + reserved) / limit and SpentBP spent / limit, in
 	// basis points (10000 = the whole limit), rounded down.
 	UsedBP   int64    `json:"used_bp"`
@@ -295,7 +298,7 @@ func (d *Dashboard) row(b ledger.Budget, now time.Time, denied map[instanceRef]*
 	used := bal.Spent.Add(bal.Reserved)
 	row := BudgetRow{Scope: b.Ref.Scope, Tenant: b.Ref.Scope.Tenant(), Kind: b.Ref.Scope.Local().Kind(), Period: b.Ref.Period, Instance: inst, TZ: b.TZ, Unit: b.Unit,
 		Limit: b.Limit.String(), Spent: bal.Spent.String(), Reserved: bal.Reserved.String(), Overrun: bal.Overrun.String(),
-		Available: b.Limit.Sub(used).String(), Open: bal.Open,
+		Available: b.Limit.Sub(used).String(), Open: bal.Open, Disabled: b.Disabled,
 		UsedBP: basisPoints(used, b.Limit), SpentBP: basisPoints(bal.Spent, b.Limit)}
 	if b.Limit.IsZero() {
 		// A limit of 0 admits nothing: at its limit, as the per-budget
@@ -424,22 +427,26 @@ func (d *Dashboard) seriesOf(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusBadRequest, err)
 		return
 	}
+	// ?unit= picks one of a scope's two budgets in the period (money and
+	// requests); without it, the first.
+	unit := r.URL.Query().Get("unit")
 	now := d.cfg.Now().UTC()
 	var row *BudgetRow
 	var cal events.Calendar
+	var ref events.BudgetRef
 	for _, b := range d.cfg.Book.Budgets() {
-		if b.Ref.Scope == scope && b.Ref.Period == period {
+		if b.Ref.Scope == scope && b.Ref.Period == period && (unit == "" || b.Unit == unit) {
 			r := d.row(b, now, d.deniedAt())
-			row, cal = &r, events.CalendarOf(b.Ref.Period, b.Loc)
+			row, cal, ref = &r, events.CalendarOf(b.Ref.Period, b.Loc), b.Ref
 			break
 		}
 	}
 	if row == nil {
-		writeErr(w, http.StatusNotFound, events.Errorf(events.CodeUnknownBudget, "no budget is defined for %s per %s", scope, period))
+		writeErr(w, http.StatusNotFound, events.Errorf(events.CodeUnknownBudget, "no budget is defined for %s per %s%s", scope, period, unitSuffix(unit)))
 		return
 	}
 	limit, _ := events.ParseMoney(row.Limit)
-	pts := d.cfg.Series.Points(events.BudgetRef{Scope: scope, Period: period}, row.Instance)
+	pts := d.cfg.Series.Points(ref, row.Instance)
 	out := SeriesReply{Budget: *row, Now: now, Ready: d.cfg.Ready(), Capacity: MaxPoints, Points: make([]SeriesPoint, 0, len(pts))}
 	if start, _, ok := cal.Bounds(now); ok {
 		out.Start = start.UTC()
@@ -559,4 +566,12 @@ func writeErr(w http.ResponseWriter, code int, err error) {
 		e = &events.Error{Code: events.CodeInvalidRequest, Message: err.Error()}
 	}
 	writeJSON(w, code, events.ErrorReply{Error: e})
+}
+
+// unitSuffix is " in UNIT" for a unit given, "" for none.
+func unitSuffix(unit string) string {
+	if unit == "" {
+		return ""
+	}
+	return " in " + unit
 }

@@ -207,6 +207,16 @@ func TestDashboard_DenialExhaustsOnlyItsUnit(t *testing.T) {
 	require.Len(t, byUnit, 2, "%+v", b.Budgets)
 	require.True(t, byUnit["requests"].Forecast.Exhausted, "%+v", byUnit["requests"].Forecast)
 	require.False(t, byUnit["USD"].Forecast.Exhausted, "0.4 USD available holds a 0.1 call (the denial's 1 is a request): %+v", byUnit["USD"].Forecast)
+
+	// The chart of each: ?unit= picks it, and its points are its own.
+	// (Without it the points were always the first budget's.)
+	for unit, reserved := range map[string]string{"USD": "4.6", "requests": "1"} {
+		var sr dashboard.SeriesReply
+		getJSON(t, c.srv.URL+"/dashboard/api/series?scope=team:mix&period=month&unit="+unit, &sr)
+		require.Equal(t, unit, sr.Budget.Unit)
+		require.NotEmpty(t, sr.Points, unit)
+		require.Equal(t, reserved, sr.Points[len(sr.Points)-1].Reserved, unit)
+	}
 }
 
 // A limit of 0 admits nothing: its row is at the limit and exhausted, as
@@ -220,4 +230,20 @@ func TestDashboard_ZeroLimitExhausted(t *testing.T) {
 	require.Equal(t, int64(10000), row.UsedBP)
 	require.True(t, row.Forecast.Exhausted, "%+v", row.Forecast)
 	require.Equal(t, dashboard.ExhaustedLimit, row.Forecast.ExhaustedBy)
+}
+
+// A disabled budget denies every admit whatever it has available: its row
+// says so (disabled), where it looked healthy ("runs out in 20 h").
+func TestDashboard_DisabledShown(t *testing.T) {
+	c := startClocked(t, time.Now().UTC().Format(time.RFC3339))
+	c.define(t, "team:off", "month", "10", "")
+	require.False(t, c.row(t, "team:off").Disabled)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := c.r.Ledger.DefineBudget(ctx, ledger.Budget{Ref: events.BudgetRef{Scope: "team:off", Period: events.PeriodMonth},
+		Limit: events.MustMoney("10"), Unit: "USD", Disabled: true}, c.now())
+	require.NoError(t, err)
+	rep := c.admit(t, "off-1", "team:off", "1", "")
+	require.Equal(t, events.ReasonBudgetDisabled, rep.Denial.Reason)
+	testenv.WaitFor(t, 30*time.Second, "the disable on the page", func() bool { return c.row(t, "team:off").Disabled })
 }

@@ -64,6 +64,7 @@ function when(iso) {
 }
 function runsOut(b) {
   const f = b.forecast || {};
+  if (b.disabled) return { text: "disabled", soon: true, at: 0, title: "the budget is disabled: every admit naming it is denied (budget_disabled); spendgate budget enable turns it back on" };
   if (f.exhausted) return { text: "exhausted", soon: true, at: 0, title: f.exhausted_by === "denied"
     ? "its latest admit" + (f.denied_amount ? ", of " + money(f.denied_amount, b.unit) + " " + b.unit + "," : "") + " was denied (limit reached) " + when(f.denied_at) + ", and " + money(b.available, b.unit) + " " + b.unit + " available still does not hold it"
     : "nothing is available" };
@@ -127,8 +128,8 @@ function renderBudgets() {
       el("td", { class: "num burn", "data-label": "Burn / h" }, f.per_hour ? money(f.per_hour, b.unit) : "—"),
       el("td", { class: "runs-out" + (ro.soon ? " soon" : ""), "data-label": "Runs out", title: ro.title || "" }, ro.text),
       el("td", { class: "resets", "data-label": "Resets", title: f.resets_at ? when(f.resets_at) : "" }, f.resets_local || "never"));
-    if (state.selected && state.selected.scope === b.scope && state.selected.period === b.period) tr.classList.add("selected");
-    tr.addEventListener("click", () => { state.selected = { scope: b.scope, period: b.period }; renderBudgets(); loadChart(); });
+    if (isSelected(b)) tr.classList.add("selected");
+    tr.addEventListener("click", () => { state.selected = selection(b); renderBudgets(); loadChart(); });
     return tr;
   }));
   $("empty").hidden = rows.length > 0;
@@ -245,6 +246,14 @@ async function loadShadow() {
   try { renderShadow(await getJSON("api/shadow")); } catch (e) { console.warn(e.message); }
 }
 
+// A budget is its scope, period and unit: a scope may hold a money and a
+// requests budget in one period.
+function selection(b) { return { scope: b.scope, period: b.period, unit: b.unit }; }
+function isSelected(b) {
+  const s = state.selected;
+  return !!s && s.scope === b.scope && s.period === b.period && s.unit === b.unit;
+}
+
 async function loadChart() {
   if (!state.selected) {
     const p = el("p", { class: "empty" }, "No budget yet: define one with spendgate budget put.");
@@ -280,8 +289,8 @@ async function refresh() {
     const [b, d] = await Promise.all([loadBudgets(), getJSON("api/denials")]);
     state.budgets = b.budgets; state.now = b.now;
     state.total = b.total; state.near = b.near; state.over = b.over;
-    if (!state.selected || !b.budgets.some((x) => x.scope === state.selected.scope && x.period === state.selected.period)) {
-      state.selected = b.budgets.length ? { scope: b.budgets[0].scope, period: b.budgets[0].period } : null;
+    if (!state.selected || !b.budgets.some(isSelected)) {
+      state.selected = b.budgets.length ? selection(b.budgets[0]) : null;
     }
     renderBudgets(); renderDenials(d); await loadChart(); await loadShadow();
     $("live").className = "dot on";

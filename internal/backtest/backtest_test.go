@@ -221,6 +221,29 @@ func TestReplay_ExactOnARecordedHistory(t *testing.T) {
 		steps = append(steps[:k], append([]backtest.Step{d}, steps[k:]...)...)
 		requireDiffers(t, h, steps)
 	})
+	t.Run("a limit redefined after the last admit is the recorded limit", func(t *testing.T) {
+		// The budget's limit lowered with no admit since: no lane
+		// revision states it, yet it is the ledger's limit at the end (as
+		// budget get and audit balances say). Before, RECORDED showed the
+		// last lane revision's stale limit under "exact".
+		steps := clone(h.Steps)
+		def := *steps[index(steps, 0, backtest.KindBudget)].Budget
+		for i := range steps {
+			if steps[i].Kind == backtest.KindBudget && steps[i].Budget.Ref.Scope == "team:search" && steps[i].Budget.Ref.Period == events.PeriodMonth {
+				def = *steps[i].Budget
+			}
+		}
+		require.EqualValues(t, "team:search", def.Ref.Scope)
+		def.Limit = events.MustMoney("0.5")
+		last := steps[len(steps)-1]
+		steps = append(steps, backtest.Step{Kind: backtest.KindBudget, Seq: last.Seq + 1, At: last.At, Budget: &def})
+		res, err := backtest.Replay(ctxFor(t), &backtest.History{Scope: h.Scope, Position: h.Position, Steps: steps},
+			backtest.Policy{Period: events.PeriodMonth}, backtest.Options{})
+		require.NoError(t, err)
+		require.Len(t, res.Balances, 1)
+		require.Equal(t, "0.5", res.Balances[0].Recorded.Limit.String())
+		require.Equal(t, "0.5", res.Balances[0].Replayed.Limit.String())
+	})
 	t.Run("a lower limit denies more", func(t *testing.T) {
 		low := events.MustMoney("3")
 		res, err := backtest.Replay(ctxFor(t), h, backtest.Policy{Period: events.PeriodMonth, Limit: &low},
@@ -369,4 +392,26 @@ func TestReplay_BadInput(t *testing.T) {
 	var e *events.Error
 	require.ErrorAs(t, err, &e)
 	require.Equal(t, events.CodeUnknownBudget, e.Code)
+}
+
+// A denial of an admit in another currency than the scope's budget
+// (unit_mismatch) is this scope's, for a reason no limit changes: denied
+// again, and its amount, in dollars, is not added to a table in euros.
+// How it can fail: denied_amount read 10.305 "EUR" for a USD admit.
+func TestReplay_OtherCurrencyNotSummed(t *testing.T) {
+	def := budget("team:eu", events.PeriodMonth)
+	def.Unit = "EUR"
+	at := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	h := &backtest.History{Scope: "team:eu", Steps: []backtest.Step{
+		{Kind: backtest.KindBudget, Seq: 1, At: at, Budget: def},
+		{Kind: backtest.KindDenial, At: at.Add(time.Minute), RequestID: "usd-1", Unit: "USD", Count: 1, Amount: events.MustMoney("10.305"),
+			Denial: &events.Denial{Reason: events.ReasonUnitMismatch, Scope: "team:eu", Period: events.PeriodMonth, Instance: "2026-12", Unit: "EUR"}},
+	}}
+	res, err := backtest.Replay(ctxFor(t), h, backtest.Policy{Period: events.PeriodMonth}, backtest.Options{})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, res.Recorded.Denied)
+	require.EqualValues(t, 1, res.Replayed.Denied)
+	require.EqualValues(t, 1, res.DeniedElsewhere)
+	require.True(t, res.Recorded.DeniedAmount.IsZero(), res.Recorded.DeniedAmount.String())
+	require.True(t, res.Replayed.DeniedAmount.IsZero(), res.Replayed.DeniedAmount.String())
 }

@@ -191,6 +191,18 @@ type replay struct {
 	// touched every balance of the target the replay reserved in.
 	final   map[string]events.BalanceRevision
 	touched map[string]events.BalanceRef
+	// finalAt is the step number at which final was last stated;
+	// defined the limit of the target's recorded definition (before the
+	// policy), and definedAt its step number: a definition after a
+	// balance's last statement (a limit lowered with no admit since) is
+	// the recorded limit at the end.
+	finalAt   map[string]int
+	defined   events.Money
+	definedAt int
+	// stepN numbers the step being replayed, from 1.
+	stepN int
+	// unit is the target budget's unit, as recorded.
+	unit string
 	// peak is the largest exposure and spent + reserved + exposure of
 	// each balance of the target after any step.
 	peak map[string]*[2]events.Money
@@ -220,7 +232,7 @@ func Replay(ctx context.Context, h *History, pol Policy, opts Options) (*Result,
 		return nil, err
 	}
 	r := &replay{h: h, pol: pol, target: target, opts: opts, exact: !pol.changes(), mem: ledger.NewMemory(),
-		calls: map[string]*call{}, ranOut: map[string]*RunOut{}, final: map[string]events.BalanceRevision{},
+		calls: map[string]*call{}, ranOut: map[string]*RunOut{}, final: map[string]events.BalanceRevision{}, finalAt: map[string]int{},
 		touched: map[string]events.BalanceRef{}, peak: map[string]*[2]events.Money{},
 		grp: newGrouper(opts.By)}
 	clock := func() time.Time { return r.now }
@@ -238,6 +250,7 @@ func Replay(ctx context.Context, h *History, pol Policy, opts Options) (*Result,
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
+		r.stepN = i + 1
 		if err := r.step(ctx, &h.Steps[i]); err != nil {
 			return nil, err
 		}
@@ -267,6 +280,7 @@ func (r *replay) step(ctx context.Context, s *Step) error {
 	case KindBudget:
 		def := *s.Budget
 		if def.Ref == r.target {
+			r.defined, r.definedAt, r.unit = def.Limit, r.stepN, def.Unit
 			if r.pol.Limit != nil {
 				def.Limit = *r.pol.Limit
 			}
@@ -427,7 +441,7 @@ func (r *replay) denied(s *Step, d *events.Denial, in bool) {
 		return
 	}
 	r.res.Replayed.Denied++
-	r.res.Replayed.DeniedAmount = r.res.Replayed.DeniedAmount.Add(s.Amount)
+	r.res.Replayed.DeniedAmount = r.res.Replayed.DeniedAmount.Add(r.askedIn(s))
 	if d != nil && d.Reason == events.ReasonExposureCap {
 		r.res.Replayed.ExposureCapDenied++
 	}
@@ -503,11 +517,28 @@ func (r *replay) close(ctx context.Context, s *Step) {
 	}
 }
 
+// askedIn is what denial s asked, counted in the target budget's
+// amounts: nothing when it asked in another currency (a unit_mismatch
+// denial by the scope's budget), which no sum in the budget's unit holds.
+func (r *replay) askedIn(s *Step) events.Money {
+	unit := s.Unit
+	if unit == "" {
+		unit = defaultUnit
+	}
+	if r.unit != "" && !events.IsCount(r.unit) && unit != r.unit {
+		return events.Zero
+	}
+	return s.Amount
+}
+
+// defaultUnit is an admit's unit when it names none.
+const defaultUnit = "USD"
+
 func (r *replay) denial(ctx context.Context, s *Step) {
 	in := r.inWindow(s.At)
 	if in {
 		r.res.Recorded.Denied++
-		r.res.Recorded.DeniedAmount = r.res.Recorded.DeniedAmount.Add(s.Amount)
+		r.res.Recorded.DeniedAmount = r.res.Recorded.DeniedAmount.Add(r.askedIn(s))
 		if d := s.Denial; d.Reason == events.ReasonLimitReached && d.Scope == r.target.Scope && d.Period == r.target.Period {
 			r.runOut(d.Instance, s.At, true)
 		}
@@ -524,7 +555,7 @@ func (r *replay) denial(ctx context.Context, s *Step) {
 			r.grp.add(s.Metadata, func(g *Group) {
 				g.RecordedDenied++
 				g.ReplayDenied++
-				g.ReplayDeniedAmount = g.ReplayDeniedAmount.Add(s.Amount)
+				g.ReplayDeniedAmount = g.ReplayDeniedAmount.Add(r.askedIn(s))
 			})
 		}
 		return
@@ -563,7 +594,7 @@ func (r *replay) denial(ctx context.Context, s *Step) {
 			r.grp.add(s.Metadata, func(g *Group) {
 				g.RecordedDenied++
 				g.ReplayDenied++
-				g.ReplayDeniedAmount = g.ReplayDeniedAmount.Add(s.Amount)
+				g.ReplayDeniedAmount = g.ReplayDeniedAmount.Add(r.askedIn(s))
 			})
 		}
 	}
@@ -585,6 +616,7 @@ func (r *replay) check(s *Step) {
 		ref := events.BudgetRef{Scope: b.Balance.Scope, Period: b.Balance.Period, Unit: b.Balance.Unit}
 		if ref == r.target {
 			r.final[streams.BalanceKey(b.Balance)] = b
+			r.finalAt[streams.BalanceKey(b.Balance)] = r.stepN
 		}
 		if !r.exact {
 			continue
@@ -619,6 +651,9 @@ func (r *replay) finish() {
 			Replayed: Numbers{Limit: got.Limit, Spent: got.Spent, Reserved: got.Reserved, Overrun: got.Overrun, Open: int64(got.Open), Exposure: got.Exposure}}
 		if b, ok := r.final[k]; ok {
 			out.Recorded = &Numbers{Limit: b.Limit, Spent: b.Spent, Reserved: b.Reserved, Overrun: b.Overrun, Open: b.Open}
+			if r.definedAt > r.finalAt[k] {
+				out.Recorded.Limit = r.defined
+			}
 			if b.Exposure != nil {
 				out.Recorded.Exposure = *b.Exposure
 			}

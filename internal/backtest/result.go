@@ -43,7 +43,10 @@ type Result struct {
 	NewlyDenied   Change `json:"newly_denied"`
 	NewlyAdmitted Change `json:"newly_admitted"`
 	// DeniedElsewhere counts the recorded denials another scope's budget
-	// (or an unpriced model) made: denied again, whatever the policy.
+	// made, or one no limit changes (an unpriced model, an admit in
+	// another currency than the budget's): denied again, whatever the
+	// policy. An admit in another currency adds nothing to the denied
+	// amounts, which are in the budget's unit.
 	DeniedElsewhere int64 `json:"denied_elsewhere"`
 	// PlacedByTime counts the recorded denials whose balance numbers
 	// matched no recorded point: replayed at their time only.

@@ -83,6 +83,7 @@ func TestDashboard_Browser(t *testing.T) {
 	var tenantCell string
 	var nearOnly []string
 	var disabledCell string
+	var denialCells []string
 	require.NoError(t, chromedp.Run(ctx,
 		cdplog.Enable(),
 		// Pages of one budget: the page walks every page of api/budgets.
@@ -94,6 +95,7 @@ func TestDashboard_Browser(t *testing.T) {
 		chromedp.AttributeValue(`#forecast-line`, "d", &forecastPath, nil),
 		chromedp.Text(`#forecast`, &forecastText),
 		chromedp.Evaluate(`document.querySelectorAll('#denials tbody tr').length`, &denials),
+		chromedp.Evaluate(`Array.from(document.querySelector('#denials tbody tr').cells).map(td => td.textContent)`, &denialCells),
 		chromedp.WaitVisible(`#shadow tbody tr`),
 		chromedp.Evaluate(`Array.from(document.querySelectorAll('#shadow tbody tr')).map(tr => Array.from(tr.cells).map(td => td.textContent))`, &shadow),
 		chromedp.Evaluate(`["c-budgets", "c-near", "c-over"].map(id => document.getElementById(id).textContent)`, &counts),
@@ -146,6 +148,7 @@ func TestDashboard_Browser(t *testing.T) {
 	require.NotEmpty(t, forecastPath, "acme burns fast: a forecast line")
 	require.Contains(t, forecastText, "runs out")
 	require.Equal(t, 1, denials, "the real denial; the shadow one is not a denial")
+	require.Equal(t, []string{"user:bob per lifetime (USD)", "limit_reached", "9.00USD"}, denialCells[2:5], "blocked by which budget, and what it asked in its unit")
 	require.Equal(t, [][]string{{"user:bob", "shadow", "0", "1", "limit_reached 1", "0.00USD", "12.00USD"}}, shadow,
 		"the shadow decision, apart from denials and spend")
 	require.Equal(t, []string{"4", "1", "0"}, counts, "budgets, near the limit, over it")

@@ -212,12 +212,16 @@ function renderDenials(data) {
   $("no-denials").hidden = rows.length > 0;
   $("denials").tBodies[0].replaceChildren(...rows.slice(0, 50).map((d) => {
     const n = d.denial || {};
+    // What the call asked, in its own unit: a unit_mismatch denial's
+    // request is in another currency than the budget that refused it.
+    const askedUnit = n.reason === "unit_mismatch" || !n.requested ? (d.unit || "USD") : n.unit;
+    const asked = n.reason === "unit_mismatch" ? d.amount : (n.requested || d.amount);
     return el("tr", {},
       el("td", { "data-label": "Time" }, when(d.at)),
       el("td", { "data-label": "Request" }, d.request_id),
-      el("td", { "data-label": "Blocked by" }, (n.scope || "") + (n.period ? " per " + n.period : "")),
+      el("td", { "data-label": "Blocked by" }, (n.scope || "") + (n.period ? " per " + n.period : "") + (n.unit ? " (" + n.unit + ")" : "")),
       el("td", { "data-label": "Reason" }, el("span", { class: "reason" }, n.reason || "")),
-      el("td", { class: "num", "data-label": "Requested" }, money(n.requested || d.amount, n.unit)),
+      el("td", { class: "num", "data-label": "Requested" }, money(asked, askedUnit), askedUnit ? el("span", { class: "unit" }, askedUnit) : ""),
       el("td", { class: "num", "data-label": "Spent" }, money(n.spent, n.unit)),
       el("td", { class: "num", "data-label": "Reserved" }, money(n.reserved, n.unit)),
       el("td", { class: "num", "data-label": "Limit" }, money(n.limit, n.unit)),

@@ -394,24 +394,40 @@ func TestReplay_BadInput(t *testing.T) {
 	require.Equal(t, events.CodeUnknownBudget, e.Code)
 }
 
+// replayOneDenial replays a history of one month budget of scope in
+// budgetUnit and one recorded denial by it of reason, of an admit of 1 in
+// unit.
+func replayOneDenial(t *testing.T, scope events.Scope, budgetUnit, unit string, reason events.Code) *backtest.Result {
+	t.Helper()
+	def := budget(scope, events.PeriodMonth)
+	def.Unit = budgetUnit
+	at := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	h := &backtest.History{Scope: scope, Steps: []backtest.Step{
+		{Kind: backtest.KindBudget, Seq: 1, At: at, Budget: def},
+		{Kind: backtest.KindDenial, At: at.Add(time.Minute), RequestID: "denied-1", Unit: unit, Count: 1, Amount: events.MustMoney("10.305"),
+			Denial: &events.Denial{Reason: reason, Scope: scope, Period: events.PeriodMonth, Instance: "2026-12", Unit: budgetUnit}},
+	}}
+	res, err := backtest.Replay(ctxFor(t), h, backtest.Policy{Period: events.PeriodMonth}, backtest.Options{})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, res.Recorded.Denied)
+	return res
+}
+
 // A denial of an admit in another currency than the scope's budget
 // (unit_mismatch) is this scope's, for a reason no limit changes: denied
 // again, and its amount, in dollars, is not added to a table in euros.
 // How it can fail: denied_amount read 10.305 "EUR" for a USD admit.
 func TestReplay_OtherCurrencyNotSummed(t *testing.T) {
-	def := budget("team:eu", events.PeriodMonth)
-	def.Unit = "EUR"
-	at := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
-	h := &backtest.History{Scope: "team:eu", Steps: []backtest.Step{
-		{Kind: backtest.KindBudget, Seq: 1, At: at, Budget: def},
-		{Kind: backtest.KindDenial, At: at.Add(time.Minute), RequestID: "usd-1", Unit: "USD", Count: 1, Amount: events.MustMoney("10.305"),
-			Denial: &events.Denial{Reason: events.ReasonUnitMismatch, Scope: "team:eu", Period: events.PeriodMonth, Instance: "2026-12", Unit: "EUR"}},
-	}}
-	res, err := backtest.Replay(ctxFor(t), h, backtest.Policy{Period: events.PeriodMonth}, backtest.Options{})
-	require.NoError(t, err)
-	require.EqualValues(t, 1, res.Recorded.Denied)
+	res := replayOneDenial(t, "team:eu", "EUR", "USD", events.ReasonUnitMismatch)
 	require.EqualValues(t, 1, res.Replayed.Denied)
 	require.EqualValues(t, 1, res.DeniedElsewhere)
 	require.True(t, res.Recorded.DeniedAmount.IsZero(), res.Recorded.DeniedAmount.String())
 	require.True(t, res.Replayed.DeniedAmount.IsZero(), res.Replayed.DeniedAmount.String())
+}
+
+// A recorded exposure_cap denial by the budget is counted as recorded
+// (the table's exposure_cap_denied read 0 against the replay's 1).
+func TestReplay_RecordedExposureCapDenialCounted(t *testing.T) {
+	res := replayOneDenial(t, "team:capped", "USD", "USD", events.ReasonExposureCap)
+	require.EqualValues(t, 1, res.Recorded.ExposureCapDenied)
 }

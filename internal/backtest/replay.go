@@ -542,6 +542,9 @@ func (r *replay) denial(ctx context.Context, s *Step) {
 		if d := s.Denial; d.Reason == events.ReasonLimitReached && d.Scope == r.target.Scope && d.Period == r.target.Period {
 			r.runOut(d.Instance, s.At, true)
 		}
+		if d := s.Denial; d.Reason == events.ReasonExposureCap && d.Scope == r.target.Scope && d.Period == r.target.Period {
+			r.res.Recorded.ExposureCapDenied++
+		}
 		if s.Placed == PlacedByTime {
 			r.res.PlacedByTime++
 		}

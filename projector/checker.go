@@ -318,8 +318,7 @@ func Check(ctx context.Context, js jetstream.JetStream, layout streams.Layout, o
 			if herr != nil {
 				return nil, fmt.Errorf("projector: snapshot %s: %w", snapName, herr)
 			}
-			id := gate.SnapshotID{Bucket: layout.Bucket(), Version: h.Version, Seq: h.Seq, Size: h.Size, SHA256: h.SHA256}
-			if err := gate.VerifySnapshot(id, h.Signer, h.Sig, func(pub string) bool { return o.trust.Trusts(pub, h.Seq) }); err != nil {
+			if err := verifySnapshotSig(layout.Bucket(), h, func(pub string) bool { return o.trust.Trusts(pub, h.Seq) }); err != nil {
 				return nil, fmt.Errorf("projector: snapshot %s: %w (audit the whole stream instead)", snapName, err)
 			}
 		}

@@ -207,8 +207,7 @@ func CheckSnapshotFile(data []byte, bucket string, trusted *signing.KeySet) (nam
 		return "", 0, fmt.Errorf("projector: not a ledger snapshot: %w", err)
 	}
 	if trusted != nil {
-		id := gate.SnapshotID{Bucket: bucket, Version: h.Version, Seq: h.Seq, Size: h.Size, SHA256: h.SHA256}
-		if err := gate.VerifySnapshot(id, h.Signer, h.Sig, func(pub string) bool { return trusted.Trusts(pub, h.Seq) }); err != nil {
+		if err := verifySnapshotSig(bucket, h, func(pub string) bool { return trusted.Trusts(pub, h.Seq) }); err != nil {
 			return "", 0, fmt.Errorf("projector: snapshot at seq %d: %w", h.Seq, err)
 		}
 	}
@@ -216,6 +215,14 @@ func CheckSnapshotFile(data []byte, bucket string, trusted *signing.KeySet) (nam
 		return "", 0, fmt.Errorf("projector: snapshot at seq %d: %w", h.Seq, err)
 	}
 	return streams.SnapshotName(h.Seq), h.Seq, nil
+}
+
+// verifySnapshotSig checks that the snapshot whose header is h, in bucket's
+// snapshot bucket, was signed by a key trusted accepts. The signature
+// covers the header (the body's size and digest), not the body itself.
+func verifySnapshotSig(bucket string, h snapHeader, trusted func(pub string) bool) error {
+	id := gate.SnapshotID{Bucket: bucket, Version: h.Version, Seq: h.Seq, Size: h.Size, SHA256: h.SHA256}
+	return gate.VerifySnapshot(id, h.Signer, h.Sig, trusted)
 }
 
 func decodeSnap(data []byte) (*snapBody, error) {
@@ -349,8 +356,7 @@ func verifySnapshot(rep *Report, st *State, bucket, name string, seq uint64, dat
 		// own) is anyone's who may write the bucket. A replica would not
 		// load it; what it holds is not compared.
 		h, _ := snapshotHeader(data)
-		id := gate.SnapshotID{Bucket: bucket, Version: h.Version, Seq: h.Seq, Size: h.Size, SHA256: h.SHA256}
-		if err := gate.VerifySnapshot(id, h.Signer, h.Sig, trusted); err != nil {
+		if err := verifySnapshotSig(bucket, h, trusted); err != nil {
 			pf("%v", err)
 			return
 		}

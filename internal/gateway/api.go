@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
+	"unicode"
 
 	"github.com/spendgate/spendgate/events"
 )
@@ -99,6 +101,9 @@ func (a *api) parse(body []byte, cfg *Config) (*call, error) {
 	if err := json.Unmarshal(body, &fields); err != nil || fields == nil {
 		return nil, badRequest("the request body is not a JSON object")
 	}
+	if err := readOnce(body, "", a.reads()); err != nil {
+		return nil, err
+	}
 	c := &call{api: a, body: body}
 	if err := json.Unmarshal(fields["model"], &c.model); err != nil || c.model == "" {
 		return nil, badRequest("model is required: a model name string")
@@ -151,6 +156,9 @@ func (a *api) parse(body []byte, cfg *Config) (*call, error) {
 			if err := json.Unmarshal(raw, &opts); err != nil {
 				return nil, badRequest("stream_options must be an object")
 			}
+			if err := readOnce(raw, "stream_options.", []string{"include_usage"}); err != nil {
+				return nil, err
+			}
 		}
 		var include bool
 		if raw, ok := opts["include_usage"]; ok && !isNull(raw) {
@@ -184,6 +192,9 @@ func (c *call) readEndUser(fields map[string]json.RawMessage) error {
 			if err := json.Unmarshal(m, &md); err != nil {
 				return badRequest("metadata must be an object")
 			}
+			if err := readOnce(m, "metadata.", []string{"user_id"}); err != nil {
+				return err
+			}
 			raw = md["user_id"]
 		}
 	}
@@ -194,6 +205,72 @@ func (c *call) readEndUser(fields map[string]json.RawMessage) error {
 		return badRequest(field + " must be a string")
 	}
 	return nil
+}
+
+// reads are the body's fields the gateway reads to price and attribute a
+// call.
+func (a *api) reads() []string {
+	r := append([]string{"model", "stream", "stream_options", "user", "metadata"}, a.mult...)
+	return append(r, a.maxOut...)
+}
+
+// readOnce refuses an object (the body, or the object at path in it) that
+// an upstream could read differently from the gateway, priced one way and
+// served another: a key given twice (parsers keep the first or the last),
+// two keys that differ only in letter case, or a key that is one of reads
+// but for its case. Go's encoding/json, and the OpenAI-compatible servers
+// built on it, match a key to a field regardless of case, so an upstream
+// could serve "Model" where the gateway priced "model". raw has been
+// decoded as an object already.
+func readOnce(raw []byte, path string, reads []string) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if _, err := dec.Token(); err != nil {
+		return badRequest("the request body is not a JSON object")
+	}
+	read := make(map[string]string, len(reads))
+	for _, f := range reads {
+		read[foldKey(f)] = f
+	}
+	seen := map[string]string{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return badRequest("the request body is not a JSON object")
+		}
+		key, _ := t.(string)
+		folded := foldKey(key)
+		if prev, ok := seen[folded]; ok {
+			if prev == key {
+				return badRequest(fmt.Sprintf("the request body names %q twice", path+key))
+			}
+			return badRequest(fmt.Sprintf("the request body names both %q and %q: an upstream may read either", path+prev, path+key))
+		}
+		seen[folded] = key
+		if f, ok := read[folded]; ok && f != key {
+			return badRequest(fmt.Sprintf("the request body names %q: write it %q, as the gateway prices the call by it", path+key, path+f))
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return badRequest("the request body is not a JSON object")
+		}
+	}
+	return nil
+}
+
+// foldKey is key with each letter replaced by the least of its case
+// folding (unicode.SimpleFold): keys equal under case folding, as Go's
+// encoding/json matches them (the Kelvin sign with k, long s with s), have
+// the same foldKey.
+func foldKey(key string) string {
+	var b strings.Builder
+	for _, r := range key {
+		least := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			least = min(least, f)
+		}
+		b.WriteRune(least)
+	}
+	return b.String()
 }
 
 func isNull(raw json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(raw), []byte("null")) }

@@ -914,6 +914,47 @@ func TestGateway_BadRequests(t *testing.T) {
 	require.Zero(t, b.Open)
 }
 
+// TestGateway_PricedFieldsReadOnce: a body an upstream could read
+// differently from the gateway is refused 400 before any admit. The fake
+// upstream decodes bodies as Go's encoding/json does, matching keys
+// regardless of case, so without the check the first body is priced as
+// gpt-x (1 per million output tokens) and served as gpt-y, and the fake
+// records a call: that is how each case can fail. A key the gateway does
+// not read may be in any case.
+func TestGateway_PricedFieldsReadOnce(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	secret := e.key("10", "team:b")
+	const msgs = `"messages":[{"role":"user","content":"hi"}]`
+	for _, c := range []struct{ path, body, says string }{
+		{"/v1/chat/completions", `{"model":"gpt-x","Model":"gpt-y",` + msgs + `}`, `both "model" and "Model"`},
+		{"/v1/chat/completions", `{"model":"gpt-x","model":"gpt-y",` + msgs + `}`, `"model" twice`},
+		{"/v1/chat/completions", `{"model":"gpt-x","MAX_TOKENS":100000,` + msgs + `}`, `write it "max_tokens"`},
+		{"/v1/chat/completions", `{"model":"gpt-x","max_completion_to\u212aens":100000,` + msgs + `}`, `write it "max_completion_tokens"`},
+		{"/v1/chat/completions", `{"model":"gpt-x","N":8,` + msgs + `}`, `write it "n"`},
+		{"/v1/chat/completions", `{"model":"gpt-x","stream":true,"stream_options":{"include_usage":true,"Include_Usage":false},` + msgs + `}`, `"stream_options.include_usage" and "stream_options.Include_Usage"`},
+		{"/v1/messages", `{"model":"claude-x","max_tokens":10,"metadata":{"user_id":"a","USER_ID":"b"},` + msgs + `}`, `"metadata.user_id" and "metadata.USER_ID"`},
+	} {
+		resp := e.post(c.path, secret, c.body)
+		got := readAll(t, resp)
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s: %s", c.body, got)
+		var shape struct {
+			Error struct{ Type, Code, Message string }
+		}
+		require.NoError(t, json.Unmarshal([]byte(got), &shape), got)
+		require.Equal(t, "invalid_request_error", shape.Error.Type, got)
+		require.Contains(t, shape.Error.Message, c.says, got)
+	}
+	require.Empty(t, e.fake.Calls())
+	b := e.budget("team:b")
+	require.Equal(t, "0", b.Spent)
+	require.Zero(t, b.Open)
+
+	resp := e.post("/v1/chat/completions", secret, `{"model":"gpt-x","Temperature":0.5,`+msgs+`}`)
+	got := readAll(t, resp)
+	require.Equal(t, http.StatusOK, resp.StatusCode, got)
+	require.Len(t, e.fake.Calls(), 1)
+}
+
 // TestGateway_CallLargerThanTheLimit: a call whose maximum cost is more
 // than its budget's whole limit (100,000 output tokens at 10 per million
 // is 1 USD; the limit is 0.5) can never be admitted, so it is not told to

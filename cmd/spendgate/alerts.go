@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/nats-io/nats.go"
@@ -72,6 +73,7 @@ func alertsCmd(args []string) int {
 	hookTimeout := fs.Duration("webhook-timeout", alerting.DefaultTimeout, "bound of one POST")
 	fromStart := fs.Bool("from-start", false, "a new consumer delivers every alert the stream keeps, not only those published after it")
 	listen := fs.String("listen", "127.0.0.1:9190", `address of /metrics, /healthz and /readyz ("" serves none)`)
+	httpHosts := fs.String("http-hosts", "", "host names, comma-separated, that /metrics answers to besides IP addresses, localhost and the name in --listen (a request naming any other is refused 403)")
 	var vf verifyFlags
 	fs.StringVar(&vf.trusted, "trusted-keys", os.Getenv("SPENDGATE_TRUSTED_KEYS"), "the replicas' public keys, or files of them, comma-separated ($SPENDGATE_TRUSTED_KEYS; with the embedded server ./spendgate-data/trusted-keys): only alerts one of them signed are delivered")
 	fs.BoolVar(&vf.unverified, "unverified", false, "deliver every alert without checking its signature (replicas of a version that did not sign alerts)")
@@ -104,7 +106,7 @@ func alertsCmd(args []string) int {
 	reg := metrics.NewRegistry()
 	var srv *ops.Server
 	if *listen != "" {
-		if srv, err = ops.New(*listen, metrics.Handler(reg), ops.WithLogger(log)); err == nil {
+		if srv, err = ops.New(*listen, metrics.Handler(reg), ops.WithLogger(log), ops.WithHosts(strings.Split(*httpHosts, ",")...)); err == nil {
 			err = srv.Listen()
 		}
 		if err != nil {

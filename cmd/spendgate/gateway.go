@@ -55,6 +55,7 @@ func gatewayCmd(args []string) int {
 	fs := newFlagSet("gateway")
 	c.register(fs)
 	listen := fs.String("listen", "127.0.0.1:8080", "address of the proxy, the HTTP API and /metrics")
+	httpHosts := fs.String("http-hosts", "", "host names, comma-separated, that /metrics answers to besides IP addresses, localhost and the name in --listen (the proxy and the HTTP API answer to any: they take a key); a request naming any other is refused 403")
 	var ups, maxOuts multiFlag
 	fs.Var(&ups, "upstream", "an upstream: openai=URL or anthropic=URL, with ,key-env=VAR and ,models=PREFIX|... (repeatable)")
 	fs.Var(&maxOuts, "max-output", "MODEL=N or PREFIX*=N: the output a call of that model naming no max_tokens reserves (repeatable)")
@@ -118,7 +119,7 @@ func gatewayCmd(args []string) int {
 	}
 
 	reg := metrics.NewRegistry()
-	srv, err := ops.New(*listen, metrics.Handler(reg), ops.WithLogger(log))
+	srv, err := ops.New(*listen, metrics.Handler(reg), ops.WithLogger(log), ops.WithHosts(strings.Split(*httpHosts, ",")...))
 	if err == nil {
 		err = srv.Listen()
 	}

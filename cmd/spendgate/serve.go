@@ -72,6 +72,7 @@ func serve(args []string) int {
 	sweepEvery := fs.Duration("sweep-interval", sweep.DefaultInterval, "how often this replica releases expired reservations (each pass releases everything due, in group commits)")
 	verbose := fs.Bool("v", false, "log debug output, the embedded server's included (--log-level debug)")
 	httpAddr := fs.String("http", "", "serve /metrics, /healthz, /readyz and the spend dashboard (/dashboard/) on this address (e.g. 127.0.0.1:8080); off when empty")
+	httpHosts := fs.String("http-hosts", "", "host names, comma-separated, that /metrics and the dashboard answer to besides IP addresses, localhost and the name in --http (a request naming any other is refused 403, so that no web page can read them by pointing its own name at this machine)")
 	dashboardOn := fs.Bool("dashboard", true, "serve the spend dashboard (/dashboard/) on --http; false: only /metrics, /healthz and /readyz there")
 	metricsBudgets := fs.Int("metrics-budgets", metrics.DefaultBudgetLimit, "per-budget gauges for at most this many budgets, the nearest their limit first")
 	feedOn := fs.Bool("feed", false, "relay every ledger event to the live event feed (stream <bucket>_feed, subjects <prefix>feed.v1.>); off by default: it stores each event a second time, and turning it on later back-fills from the ledger's start")
@@ -198,7 +199,7 @@ func serve(args []string) int {
 	var opsSrv *ops.Server
 	if *httpAddr != "" {
 		var err error
-		if opsSrv, err = ops.New(*httpAddr, m.Handler(), ops.WithLogger(log)); err == nil {
+		if opsSrv, err = ops.New(*httpAddr, m.Handler(), ops.WithLogger(log), ops.WithHosts(strings.Split(*httpHosts, ",")...)); err == nil {
 			err = opsSrv.Listen()
 		}
 		if err != nil {
@@ -353,7 +354,7 @@ func serve(args []string) int {
 				_ = r.Stop()
 				return 1
 			}
-			opsSrv.Handle(dashboard.Path, dash)
+			opsSrv.HandleRestricted(dashboard.Path, dash)
 			if reachableByOthers(*httpAddr) {
 				log.Warn("the spend dashboard has no authentication and --http listens where other machines reach it: "+
 					"whoever reaches it sees every budget, tenant and denial; bind --http to 127.0.0.1, "+
@@ -457,7 +458,7 @@ wait:
 // is or does. SPENDGATE_SIGNING_SEED and, through natsconn, the NATS_*
 // variables and SPENDGATE_INBOX_PREFIX are read too (each flag's help says
 // so).
-var serveEnv = []string{"config", "data-dir", "listen", "nats-url", "inbox-prefix", "http", "log-level", "log-format", "signing-key", "trusted-keys"}
+var serveEnv = []string{"config", "data-dir", "listen", "nats-url", "inbox-prefix", "http", "http-hosts", "log-level", "log-format", "signing-key", "trusted-keys"}
 
 // displayURL is url as a client on this machine can use it in a hint: the
 // wildcard hosts become 127.0.0.1, and user info is left out, never printed.

@@ -2,17 +2,20 @@ package ops
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 )
 
 type options struct {
 	log             *slog.Logger
 	shutdownTimeout time.Duration
+	hosts           map[string]bool
 }
 
 func defaultOptions() options {
-	return options{log: slog.New(slog.DiscardHandler), shutdownTimeout: DefaultShutdownTimeout}
+	return options{log: slog.New(slog.DiscardHandler), shutdownTimeout: DefaultShutdownTimeout, hosts: map[string]bool{}}
 }
 
 // Option configures a Server.
@@ -38,6 +41,26 @@ func WithShutdownTimeout(d time.Duration) Option {
 			return errors.New("ops: shutdown timeout must be positive")
 		}
 		o.shutdownTimeout = d
+		return nil
+	}
+}
+
+// WithHosts adds host names (not IP addresses, which are always answered)
+// that /metrics and the handlers of HandleRestricted answer to, besides
+// localhost and the name in the Server's address. A request naming any
+// other Host is refused 403: see HandleRestricted.
+func WithHosts(names ...string) Option {
+	return func(o *options) error {
+		for _, n := range names {
+			n = strings.TrimSpace(n)
+			if n == "" {
+				continue
+			}
+			if strings.ContainsAny(n, ":/[] ") {
+				return fmt.Errorf("ops: %q is not a host name (give the name alone, without a port or a scheme)", n)
+			}
+			o.hosts[canonicalHost(n)] = true
+		}
 		return nil
 	}
 }

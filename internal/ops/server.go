@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -35,6 +36,8 @@ type Server struct {
 	checks  []check
 	ln      net.Listener
 	running bool
+	// refused are the Host names refused so far, each logged once.
+	refused map[string]bool
 }
 
 type check struct {
@@ -60,9 +63,12 @@ func New(addr string, metrics http.Handler, opts ...Option) (*Server, error) {
 			return nil, err
 		}
 	}
+	if host, _, err := net.SplitHostPort(addr); err == nil && host != "" && net.ParseIP(host) == nil {
+		o.hosts[canonicalHost(host)] = true
+	}
 	s := &Server{addr: addr, mux: http.NewServeMux(), opts: o}
 	if metrics != nil {
-		s.mux.Handle("GET /metrics", metrics)
+		s.HandleRestricted("GET /metrics", metrics)
 	}
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -76,6 +82,68 @@ func New(addr string, metrics http.Handler, opts ...Option) (*Server, error) {
 // "GET /dashboard/"). It panics if pattern conflicts with one already
 // registered, as ServeMux.Handle does.
 func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+
+// HandleRestricted registers h for pattern as Handle does, for a handler
+// that answers without authentication (the metrics, the dashboard): it
+// answers only a request whose Host is an IP address, localhost (or a name
+// under .localhost), the name in the Server's address or one given by
+// WithHosts. Any other name is refused 403, and logged once: a browser
+// sends the name of the page that made the request, so a web page whose
+// name its owner points at 127.0.0.1 (DNS rebinding) could otherwise read
+// a listener bound to loopback.
+func (s *Server) HandleRestricted(pattern string, h http.Handler) {
+	s.mux.Handle(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.hostAllowed(r.Host) {
+			s.refuse(w, r.Host)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+}
+
+// hostAllowed reports whether a request's Host (name or address, with or
+// without a port) is one HandleRestricted answers.
+func (s *Server) hostAllowed(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if host == "" || net.ParseIP(host) != nil {
+		// No Host (HTTP/1.0) or an address: no name a page could
+		// have pointed elsewhere.
+		return true
+	}
+	c := canonicalHost(host)
+	return c == "localhost" || strings.HasSuffix(c, ".localhost") || s.opts.hosts[c]
+}
+
+// maxRefusedLogged bounds the Host names remembered as logged, so that a
+// stream of made-up names cannot grow the set.
+const maxRefusedLogged = 64
+
+func (s *Server) refuse(w http.ResponseWriter, host string) {
+	s.mu.Lock()
+	first := !s.refused[host] && len(s.refused) < maxRefusedLogged
+	if first {
+		if s.refused == nil {
+			s.refused = map[string]bool{}
+		}
+		s.refused[host] = true
+	}
+	s.mu.Unlock()
+	if first {
+		s.opts.log.Warn("ops http: refused a request for a host name this listener does not answer to; if it is yours, add it to --http-hosts",
+			"host", host)
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(http.StatusForbidden)
+	fmt.Fprintf(w, "spendgate: this listener does not answer to the host name %q: it answers to IP addresses, localhost and the names given with --http-hosts (a web page could point any other name at it)\n", host)
+}
+
+// canonicalHost is a host name as compared: lower case, without a
+// trailing dot.
+func canonicalHost(name string) string { return strings.ToLower(strings.TrimSuffix(name, ".")) }
 
 // AddCheck adds a readiness check: /readyz answers 200 only while every
 // check returns nil. f is called on every /readyz request, possibly

@@ -1,12 +1,15 @@
 package ops_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -205,4 +208,60 @@ func TestNew_Options(t *testing.T) {
 	require.Error(t, err)
 	_, err = ops.New(":0", nil, ops.WithLogger(nil))
 	require.Error(t, err)
+}
+
+// TestServer_RestrictedHosts: /metrics and a HandleRestricted handler
+// answer a request naming an IP address, localhost or a name given to
+// WithHosts (in any case, with a trailing dot), and refuse 403 one naming
+// any other host: what a browser sends for a page whose name was pointed at
+// 127.0.0.1 (DNS rebinding). /healthz, /readyz and Handle's handlers (which
+// authenticate their callers) answer any. How it can fail: without the
+// check every request below is 200.
+func TestServer_RestrictedHosts(t *testing.T) {
+	m := metrics.New(metrics.BuildInfo{Version: "v0", Commit: "c0"})
+	var logged bytes.Buffer
+	srv, err := ops.New("127.0.0.1:0", m.Handler(), ops.WithHosts("spendgate-1.internal", " "),
+		ops.WithLogger(slog.New(slog.NewTextHandler(&logged, nil))))
+	require.NoError(t, err)
+	srv.HandleRestricted("GET /dashboard/", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "dash") }))
+	srv.Handle("GET /v1/", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "api") }))
+	base, _ := start(t, srv)
+	port := strings.TrimPrefix(base, "http://127.0.0.1:")
+
+	getHost := func(path, host string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodGet, base+path, nil)
+		require.NoError(t, err)
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(b)
+	}
+	for _, host := range []string{"127.0.0.1:" + port, "[::1]:" + port, "10.0.0.7", "localhost:" + port, "LOCALHOST", "app.localhost",
+		"spendgate-1.internal:" + port, "SpendGate-1.Internal.", "spendgate-1.internal"} {
+		for _, path := range []string{"/metrics", "/dashboard/"} {
+			code, body := getHost(path, host)
+			require.Equal(t, http.StatusOK, code, "%s %s: %s", host, path, body)
+		}
+	}
+	for _, host := range []string{"attacker.example:" + port, "attacker.example", "spendgate-1.internal.attacker.example", "localhost.attacker.example"} {
+		for _, path := range []string{"/metrics", "/dashboard/"} {
+			code, body := getHost(path, host)
+			require.Equal(t, http.StatusForbidden, code, "%s %s: %s", host, path, body)
+			require.Contains(t, body, "--http-hosts")
+			require.NotContains(t, body, "spendgate_", "nothing of the metrics")
+		}
+		for _, path := range []string{"/healthz", "/readyz", "/v1/x"} {
+			code, body := getHost(path, host)
+			require.Equal(t, http.StatusOK, code, "%s %s: %s", host, path, body)
+		}
+	}
+	// Each refused name is logged once.
+	require.Equal(t, 1, strings.Count(logged.String(), `host=attacker.example:`+port))
+
+	_, err = ops.New(":0", nil, ops.WithHosts("host:80"))
+	require.ErrorContains(t, err, "not a host name")
 }

@@ -2,6 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,4 +42,47 @@ func TestCLI_ReportSumsPastOneAmount(t *testing.T) {
 	require.Equal(t, "scope,mode,unit,admitted,denied,amount,asked,reasons\n"+
 		"org:acme,check,USD,0,2,0,1999999999999999998,limit_reached=2\n", out)
 	require.Equal(t, out, ok("report", "--by", "scope", "--shadow", "--format", "csv", "--replay"))
+}
+
+// A reservation's budgets may hold different amounts for it: a fixed slot
+// holds its slot, the others the admit's amount. The report by scope says
+// what each scope's budget holds (what budget get says), live and
+// replayed, whichever scope's name sorts first; by a metadata key and in
+// the export it is the most any budget holds.
+//
+// How we know it can fail: before Row.ReservedIn the report gave every
+// scope the amount of the reservation's first balance by name: org:acme
+// 1.2 (1 + 0.2) where its budget holds 0.4, team:slot 0.2 where its holds 1.
+func TestCLI_ReportReservedPerScope(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	replicatest.Start(t, env, replica.Config{SweepInterval: -1, Reports: true})
+	url := env.URL()
+	ok := e2eOK(t, url)
+	ok("budget", "put", "--scope", "org:acme", "--period", "month", "--limit", "100", "--unit", "USD")
+	ok("budget", "put", "--scope", "a:slot", "--period", "month", "--limit", "10", "--unit", "USD", "--fixed-slot", "1")
+	ok("budget", "put", "--scope", "team:slot", "--period", "month", "--limit", "10", "--unit", "USD", "--fixed-slot", "1")
+	ok("admit", "--scope", "org:acme", "--scope", "a:slot", "--amount", "0.2", "--request-id", "s6", "--meta", "user=ann")
+	ok("admit", "--scope", "team:slot", "--scope", "org:acme", "--amount", "0.2", "--request-id", "s8", "--meta", "user=ann")
+	id := strings.TrimSpace(ok("admit", "--scope", "org:acme", "--scope", "a:slot", "--amount", "0.2", "--request-id", "s5", "-o", "id"))
+	ok("settle", "--reservation", id, "--actual", "0.5")
+
+	out := ok("report", "--by", "scope", "--format", "csv")
+	require.Equal(t, "scope,unit,reservations,open,settled,released,expired,late,spend,overrun,reserved,denials\n"+
+		"a:slot,USD,2,1,1,0,0,0,0.5,0,1,0\n"+
+		"org:acme,USD,3,2,1,0,0,0,0.5,0.3,0.4,0\n"+
+		"team:slot,USD,1,1,0,0,0,0,0,0,1,0\n", out)
+	require.Equal(t, out, ok("report", "--by", "scope", "--format", "csv", "--replay"))
+	for scope, want := range map[string]string{"a:slot": "1", "org:acme": "0.4", "team:slot": "1"} {
+		var b struct{ Reserved string }
+		require.NoError(t, json.Unmarshal([]byte(ok("budget", "get", "--scope", scope, "--period", "month")), &b))
+		require.Equal(t, want, b.Reserved, "budget get --scope %s", scope)
+	}
+	// By a metadata key and in the export's rows: the most a budget holds.
+	require.Contains(t, ok("report", "--by", "user", "--format", "csv"), "\nann,USD,2,2,0,0,0,0,0,0,2,0\n")
+	totals := filepath.Join(t.TempDir(), "totals.csv")
+	ok("audit", "export", "--totals", totals)
+	data, err := os.ReadFile(totals)
+	require.NoError(t, err)
+	require.Equal(t, "unit,rows,open,settled,released,expired,late,reserved,actual,overrun,excess\nUSD,3,2,1,0,0,0,3,0.5,0.3,0\n", string(data))
 }

@@ -66,14 +66,15 @@ type cell struct {
 }
 
 // add adds (sign +1) or removes (-1) one row's contribution.
-// add adds (+1) or removes (-1) row r, whose settle charged this cell
-// spent and overrun (r's own, or its scope's: Row.ChargedIn).
-func (c *cell) add(r *Row, spent, overrun events.Money, sign int64) {
+// add adds (+1) or removes (-1) row r, which holds reserved in this cell
+// and whose settle charged it spent and overrun (r's own, or its scope's:
+// Row.ReservedIn, Row.ChargedIn).
+func (c *cell) add(r *Row, reserved, spent, overrun events.Money, sign int64) {
 	c.Reservations += sign
 	switch r.Status {
 	case events.StatusOpen:
 		c.Open += sign
-		c.Reserved = signedAdd(c.Reserved, r.Reserved, sign)
+		c.Reserved = signedAdd(c.Reserved, reserved, sign)
 	case events.StatusSettled:
 		c.Settled += sign
 	case events.StatusReleased:
@@ -318,13 +319,13 @@ func (a *Aggregate) contribute(r *Row, sign int64) {
 		i, _ := slices.BinarySearch(a.sorted, b)
 		a.sorted = slices.Insert(a.sorted, i, b)
 	}
-	touch := func(k groupKey, spent, overrun events.Money) {
+	touch := func(k groupKey, reserved, spent, overrun events.Money) {
 		c := cells[k]
 		if c == nil {
 			c = &cell{}
 			cells[k] = c
 		}
-		c.add(r, spent, overrun, sign)
+		c.add(r, reserved, spent, overrun, sign)
 		if c.Reservations == 0 {
 			delete(cells, k)
 		}
@@ -333,11 +334,11 @@ func (a *Aggregate) contribute(r *Row, sign int64) {
 	if len(r.Balances) > 0 {
 		tenant = r.Balances[0].Scope.Tenant()
 	}
-	touch(groupKey{Tenant: tenant, Dim: dimTotal, Unit: r.Unit}, r.Actual, r.Overrun)
+	touch(groupKey{Tenant: tenant, Dim: dimTotal, Unit: r.Unit}, r.Reserved, r.Actual, r.Overrun)
 	for _, s := range r.Scopes {
 		v, other := a.slots.value(tenant, dimScope, string(s))
 		spent, overrun := r.ChargedIn(s)
-		touch(groupKey{Tenant: tenant, Dim: dimScope, Value: v, Other: other, Unit: r.Unit}, spent, overrun)
+		touch(groupKey{Tenant: tenant, Dim: dimScope, Value: v, Other: other, Unit: r.Unit}, r.ReservedIn(s), spent, overrun)
 	}
 	for k, v := range r.Metadata {
 		if v == "" {
@@ -348,7 +349,7 @@ func (a *Aggregate) contribute(r *Row, sign int64) {
 			continue
 		}
 		val, other := a.slots.value(tenant, dim, v)
-		touch(groupKey{Tenant: tenant, Dim: dim, Value: val, Other: other, Unit: r.Unit}, r.Actual, r.Overrun)
+		touch(groupKey{Tenant: tenant, Dim: dim, Value: val, Other: other, Unit: r.Unit}, r.Reserved, r.Actual, r.Overrun)
 	}
 	if len(cells) == 0 {
 		delete(a.buckets, b)

@@ -26,10 +26,13 @@ import (
 // half settled in a version 3 snapshot goes on as it was recorded.
 // Version 5 keeps the tracked metadata keys and values per tenant
 // (slots); a version 4 snapshot's, shared by every tenant, become each
-// tenant's it counted.
+// tenant's it counted. Version 6 keeps what each scope of a reservation
+// holds (Row.ReservedIn) where a fixed slot or a learned reservation makes
+// them differ; a reservation open in an earlier snapshot goes on counting
+// the amount it was recorded with in every scope.
 const (
 	AggregateFormat  = "spendgate.report"
-	AggregateVersion = 5
+	AggregateVersion = 6
 )
 
 // aggSlots is one tenant's slots (version 5).
@@ -96,6 +99,13 @@ type aggTracked struct {
 	// MoneySettled and Charges are tracked's (version 4).
 	MoneySettled bool        `json:"money_settled,omitempty"`
 	Charges      []aggCharge `json:"charges,omitempty"`
+	// Holds are tracked's (version 6).
+	Holds []aggHold `json:"holds,omitempty"`
+}
+
+type aggHold struct {
+	Scope  events.Scope `json:"scope"`
+	Amount events.Money `json:"amount"`
 }
 
 type aggCharge struct {
@@ -191,6 +201,9 @@ func (a *Aggregate) MarshalJSON() ([]byte, error) {
 		for _, c := range t.charges {
 			at.Charges = append(at.Charges, aggCharge{Scope: c.scope, Actual: c.actual, Overrun: c.overrun})
 		}
+		for _, h := range t.holds {
+			at.Holds = append(at.Holds, aggHold{Scope: h.scope, Amount: h.amount})
+		}
 		for _, p := range t.parts {
 			at.Parts = append(at.Parts, aggPart{Balance: p.ref, State: p.state, Count: slices.Contains(t.counts, p.ref)})
 		}
@@ -255,6 +268,10 @@ func UnmarshalAggregate(data []byte) (*Aggregate, error) {
 			t.charges = append(t.charges, scopeCharge{scope: c.Scope, charge: charge{c.Actual, c.Overrun}})
 		}
 		t.refreshCharged()
+		for _, h := range at.Holds {
+			t.holds = append(t.holds, scopeAmount{scope: h.Scope, amount: h.Amount})
+		}
+		t.refreshReserved()
 		for _, p := range at.Parts {
 			t.parts.set(p.Balance, p.State)
 			if p.Count {

@@ -87,12 +87,18 @@ type Row struct {
 	// names them; Balances every balance it was admitted in.
 	Scopes   []events.Scope
 	Balances []events.BalanceRef
-	// Unit and Reserved are those of the admit: one amount reserved in
-	// every money balance (a count balance, requests, holds the admit's
-	// count; a row of a reservation with both is the money's). Actual and
-	// Overrun below are the money part's settle's likewise.
+	// Unit is the admit's (a row of a reservation in money and count
+	// budgets, requests, is the money's). Reserved is what its money
+	// budgets hold for it: the admit's amount, or where a budget's fixed
+	// slot or learned reservation holds another amount than the rest, the
+	// most any of them holds (what one scope holds is ReservedIn's). A
+	// row of count budgets alone has the count. Actual and Overrun below
+	// are the money part's settle's likewise.
 	Unit     string
 	Reserved events.Money
+	// reserved is what each scope's money budgets hold, set only when
+	// some scope holds another amount than Reserved.
+	reserved []scopeAmount
 	// Count is the count its count budgets (requests) hold for it, the
 	// admit's count, which a settle charges them in full and a release
 	// gives back; nil when it names no count budget.
@@ -146,6 +152,26 @@ type charge struct{ actual, overrun events.Money }
 type scopeCharge struct {
 	scope events.Scope
 	charge
+}
+
+// scopeAmount is what one scope's money budgets hold for a reservation:
+// the most over them.
+type scopeAmount struct {
+	scope  events.Scope
+	amount events.Money
+}
+
+// ReservedIn returns what scope s's money budgets hold for the row's
+// reservation (the most over them, as a scope's budgets of two periods
+// may hold different amounts): Reserved unless a fixed slot or a learned
+// reservation holds another amount in some budget.
+func (r *Row) ReservedIn(s events.Scope) events.Money {
+	for _, h := range r.reserved {
+		if h.scope == s {
+			return h.amount
+		}
+	}
+	return r.Reserved
 }
 
 // ChargedIn returns what scope s was charged for the row's settle: the
@@ -238,8 +264,10 @@ type tracked struct {
 	// are what each scope's money parts were charged.
 	moneySettled bool
 	charges      []scopeCharge
-	order        uint64 // opening order, for the rows written at the end
-	held         bool   // every part closed, some expired: waiting for a late settle
+	// holds are what each scope's money parts hold (hold).
+	holds []scopeAmount
+	order uint64 // opening order, for the rows written at the end
+	held  bool   // every part closed, some expired: waiting for a late settle
 }
 
 // settle folds a settle of the row's part in balance ref. The row's
@@ -276,6 +304,38 @@ func (t *tracked) settle(ref events.BalanceRef, ev events.ReservationSettled) {
 		o.actual, o.overrun = maxMoney(o.actual, c.actual), maxMoney(o.overrun, c.overrun)
 	}
 	t.refreshCharged()
+}
+
+// hold folds what a money part of the row's, in scope, holds: the row's
+// Reserved is the most any part holds, and what each scope holds is kept
+// apart when the scopes hold different amounts.
+func (t *tracked) hold(scope events.Scope, amount events.Money) {
+	r := &t.row
+	if len(t.holds) == 0 {
+		r.Reserved = amount
+	} else {
+		r.Reserved = maxMoney(r.Reserved, amount)
+	}
+	i := slices.IndexFunc(t.holds, func(h scopeAmount) bool { return h.scope == scope })
+	if i < 0 {
+		t.holds = append(t.holds, scopeAmount{scope, amount})
+	} else {
+		t.holds[i].amount = maxMoney(t.holds[i].amount, amount)
+	}
+	t.refreshReserved()
+}
+
+// refreshReserved sets the row's holds by scope: none while every scope
+// holds the row's Reserved, else t.holds.
+func (t *tracked) refreshReserved() {
+	r := &t.row
+	r.reserved = nil
+	for _, h := range t.holds {
+		if h.amount.Cmp(r.Reserved) != 0 {
+			r.reserved = slices.Clone(t.holds)
+			return
+		}
+	}
 }
 
 // refreshCharged sets the row's charges by scope: none while every scope
@@ -507,10 +567,13 @@ func (rf *rowFold) event(m message, ref events.BalanceRef, e events.Event) error
 				c := ev.Amount
 				t.row.Count = &c
 			}
-		} else if events.IsCount(t.row.Unit) {
-			// The money part of a reservation whose count part came
-			// first: the row is the money's.
-			t.row.Unit, t.row.Reserved = ev.Unit, ev.Amount
+		} else {
+			if events.IsCount(t.row.Unit) {
+				// The money part of a reservation whose count part
+				// came first: the row is the money's.
+				t.row.Unit, t.row.Reserved = ev.Unit, ev.Amount
+			}
+			t.hold(ref.Scope, ev.Amount)
 		}
 		t.parts.set(ref, partOpen)
 		t.refreshStatus()

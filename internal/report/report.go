@@ -47,7 +47,8 @@ type SpendGroup struct {
 	// what the scope's budgets were charged (Row.ChargedIn: an exposure
 	// cap's excess left out, as the balance has it); by a metadata key,
 	// the costs as the settles gave them (Row.Actual). Reserved sums the
-	// amounts the group's open reservations still hold.
+	// amounts the group's open reservations still hold: by scope, what the
+	// scope's budgets hold (Row.ReservedIn); by a metadata key, Row.Reserved.
 	Spend, Overrun, Reserved events.Money
 	// Denials counts the group's denied admits, from the denial records
 	// (not the ledger; see aggregate_denials.go).
@@ -93,13 +94,13 @@ func (p *Reader) Report(ctx context.Context, f Filter, by GroupBy) (*SpendReport
 		}
 		return g
 	}
-	add := func(value string, r *Row, spent, overrun events.Money) {
+	add := func(value string, r *Row, reserved, spent, overrun events.Money) {
 		g := group(value, r.Unit)
 		g.Reservations++
 		switch r.Status {
 		case events.StatusOpen:
 			g.Open++
-			g.Reserved = g.Reserved.Add(r.Reserved)
+			g.Reserved = g.Reserved.Add(reserved)
 		case events.StatusSettled:
 			g.Settled++
 		case events.StatusReleased:
@@ -119,11 +120,11 @@ func (p *Reader) Report(ctx context.Context, f Filter, by GroupBy) (*SpendReport
 		if by.scope {
 			for _, s := range r.Scopes {
 				spent, overrun := r.ChargedIn(s)
-				add(string(s), r, spent, overrun)
+				add(string(s), r, r.ReservedIn(s), spent, overrun)
 			}
 			return nil
 		}
-		add(r.Metadata[by.key], r, r.Actual, r.Overrun)
+		add(r.Metadata[by.key], r, r.Reserved, r.Actual, r.Overrun)
 		return nil
 	})
 	if err != nil {

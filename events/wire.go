@@ -273,7 +273,8 @@ type CloseReply struct {
 
 // BudgetClose is a settled reservation in one of its budgets: what the
 // budget reserved, the actual recorded in it (a count budget records what
-// it reserved) and the overrun, when positive.
+// it reserved), the overrun, when positive, and the excess, when the
+// budget's exposure cap left part of the actual out (ReservationSettled.Excess).
 type BudgetClose struct {
 	Scope    Scope  `json:"scope"`
 	Period   Period `json:"period"`
@@ -282,6 +283,7 @@ type BudgetClose struct {
 	Reserved string `json:"reserved"`
 	Actual   string `json:"actual"`
 	Overrun  string `json:"overrun,omitempty"`
+	Excess   string `json:"excess,omitempty"`
 }
 
 // BudgetPutRequest defines a budget, or changes the fields it names of an

@@ -354,7 +354,7 @@ func (t *closeTx) settle(r *ledger.Reservation, late, afterExpiry bool) (events.
 			t.reply.Excess = excess.String()
 		}
 		if len(t.refs) > 1 {
-			t.reply.Budgets = append(t.reply.Budgets, budgetClose(r, ref, reserved, actual, overrun, count))
+			t.reply.Budgets = append(t.reply.Budgets, budgetClose(r, ref, reserved, actual, overrun, excess, count))
 		}
 		// The balance's totals must stay what the ledger can store: a
 		// revision with a total past MaxIntegerDigits would be read back
@@ -444,7 +444,7 @@ func (t *closeTx) decideClosed(r *ledger.Reservation) (events.Events, error) {
 						continue
 					}
 					count := events.IsCount(p.Unit)
-					t.reply.Budgets = append(t.reply.Budgets, budgetClose(r, ref, p.Amount, p.Actual, p.Actual.Sub(p.Amount).Max(events.Zero), count))
+					t.reply.Budgets = append(t.reply.Budgets, budgetClose(r, ref, p.Amount, p.Actual, p.Actual.Sub(p.Amount).Max(events.Zero), nil, count))
 				}
 			}
 			return nil, nil
@@ -475,13 +475,16 @@ func headPart(r *ledger.Reservation) string {
 }
 
 // budgetClose is one budget's line of a settle reply.
-func budgetClose(r *ledger.Reservation, ref events.BalanceRef, reserved, actual, overrun events.Money, count bool) events.BudgetClose {
+func budgetClose(r *ledger.Reservation, ref events.BalanceRef, reserved, actual, overrun events.Money, excess *events.Money, count bool) events.BudgetClose {
 	c := events.BudgetClose{Scope: ref.Scope, Period: ref.Period, Instance: ref.Instance, Reserved: reserved.String(), Actual: actual.String()}
 	if p := r.Part(streams.BalanceKey(ref)); p != nil {
 		c.Unit = p.Unit
 	}
 	if !count && overrun.Sign() > 0 {
 		c.Overrun = overrun.String()
+	}
+	if excess != nil {
+		c.Excess = excess.String()
 	}
 	return c
 }

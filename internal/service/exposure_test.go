@@ -168,3 +168,35 @@ func scanBalances(t *testing.T, h *harness, scope string) (maxExposure, maxSpent
 	}
 	return maxExposure, maxSpent, excess
 }
+
+// TestExposure_SettleReplyNamesEachBudgetsExcess: a reservation in a budget
+// with an exposure cap (team:cap, cap 0.1, no ceiling: charged at most its
+// 0.2) and one without (org:acme), settled at 0.5: the reply's budgets say
+// what each recorded, team:cap's excess 0.3 included, although the
+// top-level fields are org:acme's, the first by scope name. How it can
+// fail: before budgets[].excess the reply named no excess anywhere, while
+// the event recorded it.
+func TestExposure_SettleReplyNamesEachBudgetsExcess(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpts{})
+	expo := "0.1"
+	require.Nil(t, h.call(streams.EndpointBudgetPut, events.BudgetPutRequest{Scope: "team:cap", Period: "month", Limit: "10", Unit: "USD", ExposureCap: &expo}, nil))
+	require.Nil(t, h.call(streams.EndpointBudgetPut, events.BudgetPutRequest{Scope: "org:acme", Period: "month", Limit: "10", Unit: "USD"}, nil))
+	a, e := h.admit(events.AdmitRequest{RequestID: "x1", Scopes: []string{"team:cap", "org:acme"}, Amount: "0.2", Unit: "USD"})
+	require.Nil(t, e)
+	require.True(t, a.Admitted, "%+v", a.Denial)
+	var r events.CloseReply
+	require.Nil(t, h.call(streams.EndpointSettle, events.SettleRequest{ReservationID: a.ReservationID, Actual: "0.5"}, &r))
+	require.Equal(t, "0.5", r.Actual)
+	require.Equal(t, "0.3", r.Overrun, "org:acme's")
+	require.Empty(t, r.Excess, "org:acme's: none")
+	got := map[events.Scope]events.BudgetClose{}
+	for _, b := range r.Budgets {
+		b.Instance = ""
+		got[b.Scope] = b
+	}
+	require.Equal(t, map[events.Scope]events.BudgetClose{
+		"org:acme": {Scope: "org:acme", Period: events.PeriodMonth, Unit: "USD", Reserved: "0.2", Actual: "0.5", Overrun: "0.3"},
+		"team:cap": {Scope: "team:cap", Period: events.PeriodMonth, Unit: "USD", Reserved: "0.2", Actual: "0.2", Excess: "0.3"},
+	}, got)
+}

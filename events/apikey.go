@@ -32,7 +32,21 @@ const (
 	CodeKeyDisabled Code = "key_disabled"
 	// CodeKeyExists: apikey.create of an id that is already taken.
 	CodeKeyExists Code = "key_exists"
+	// CodeKeyForbidden: a keyed request (KeyedRequest) whose key's access
+	// does not reach the endpoint: budget.put and pricing.put need
+	// AccessAdmin.
+	CodeKeyForbidden Code = "key_forbidden"
 )
+
+// KeyedRequest is a request made on behalf of the holder of an API key,
+// on the keyed subjects (streams.EndpointKeyedBudgetPut,
+// streams.EndpointKeyedPricingPut): Key is the key's secret, which the
+// replica checks against the ledger's key table, and Request the
+// endpoint's own request body, which it runs for the key's tenant.
+type KeyedRequest struct {
+	Key     string          `json:"key"`
+	Request json.RawMessage `json:"request"`
+}
 
 // HTTP API access of a key (APIKeyDefined.Access).
 const (

@@ -640,7 +640,19 @@ const (
 	// EndpointReport answers spend reports from a replica's maintained
 	// aggregate.
 	EndpointReport = "report"
+	// EndpointKeyedBudgetPut and EndpointKeyedPricingPut are budget.put
+	// and pricing.put on behalf of an API key (events.KeyedRequest): the
+	// replica answers them only for an enabled key with admin access, in
+	// the key's tenant. The gateway's HTTP API sends them; under spendgate
+	// roles the gateway may publish these and not the plain puts, so its
+	// login alone changes no budget and no price.
+	EndpointKeyedBudgetPut  = "keyed.budget.put"
+	EndpointKeyedPricingPut = "keyed.pricing.put"
 )
+
+// KeyedEndpoints are the endpoints on behalf of an API key, which have no
+// tenant subject (the key names its tenant).
+var KeyedEndpoints = []string{EndpointKeyedBudgetPut, EndpointKeyedPricingPut}
 
 // Endpoint returns the subject of an endpoint ("spendgate.admit").
 func (l Layout) Endpoint(name string) string { return l.c.Prefix + name }

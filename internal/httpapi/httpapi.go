@@ -15,7 +15,10 @@
 // budget.put and pricing.put; AccessAdmin: all), and a key of a tenant
 // calls the tenant's subjects ("<prefix>t.<tenant>.<endpoint>"), where the
 // replica takes the tenant from the subject exactly as it does for a
-// tenant's NATS account. Errors of the HTTP layer itself have the wire's
+// tenant's NATS account. budget.put and pricing.put go instead to the
+// keyed subjects (streams.EndpointKeyedBudgetPut, EndpointKeyedPricingPut)
+// with the key itself (events.KeyedRequest): the replica checks the key's
+// access and takes its tenant, so the gateway's login alone cannot put. Errors of the HTTP layer itself have the wire's
 // shape too ({"error":{"code","message"}}): unauthorized (401, no key or
 // an unknown one), key_disabled (401), forbidden (403, an endpoint the
 // key's access does not reach), not_found (404, no such endpoint),
@@ -67,6 +70,13 @@ const (
 // one.
 type Authenticator interface {
 	Authenticate(ctx context.Context, secret string) (events.APIKeyResolveReply, error)
+}
+
+// keyedEndpoints maps the endpoints only a key with admin access may call
+// to their keyed subjects (events.KeyedRequest).
+var keyedEndpoints = map[string]string{
+	streams.EndpointBudgetPut:  streams.EndpointKeyedBudgetPut,
+	streams.EndpointPricingPut: streams.EndpointKeyedPricingPut,
 }
 
 // endpoints maps each endpoint to the access that may call it.
@@ -213,6 +223,15 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	subject := a.layout.Endpoint(endpoint)
 	if key.Tenant != "" {
 		subject = a.layout.TenantEndpoint(key.Tenant, endpoint)
+	}
+	if keyed, ok := keyedEndpoints[endpoint]; ok {
+		// The replica checks the key itself and takes its tenant from
+		// it: the gateway's login may not publish the plain puts.
+		subject = a.layout.Endpoint(keyed)
+		if body, err = json.Marshal(events.KeyedRequest{Key: secret, Request: body}); err != nil {
+			a.fail(w, endpoint, http.StatusBadRequest, events.CodeInvalidRequest, "request body must be a JSON object")
+			return
+		}
 	}
 	rctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()

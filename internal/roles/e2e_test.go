@@ -269,6 +269,12 @@ func endToEnd(t *testing.T, l streams.Layout) {
 		refused(t, ids[roles.Gateway], l.TenantEndpoint("acme", ep))
 	}
 	refused(t, ids[roles.Gateway], "$SRV.PING")
+	// Nor change a budget or a price with its login alone: only on the
+	// keyed subjects, for a key the replica checks (gatewayRun puts one).
+	for _, ep := range []string{streams.EndpointBudgetPut, streams.EndpointPricingPut} {
+		refused(t, ids[roles.Gateway], l.Endpoint(ep))
+		refused(t, ids[roles.Gateway], l.TenantEndpoint("acme", ep))
+	}
 	refused(t, ids[roles.Feed], l.Subject("lane.0"))
 	refused(t, ids[roles.Feed], l.Endpoint(streams.EndpointAdmit))
 

@@ -117,6 +117,10 @@ var pubSubjects = []string{
 	// The key table: the gateway resolves a presented key; only the admin
 	// manages and lists them.
 	"spendgate.apikey.resolve",
+	// Budget and pricing puts on behalf of a presented key: the gateway
+	// (and the admin) publish them; the replica checks the key.
+	"spendgate.keyed.budget.put",
+	"spendgate.keyed.pricing.put",
 	"spendgate.apikey.create",
 	"spendgate.apikey.rotate",
 	"spendgate.apikey.update",
@@ -224,6 +228,7 @@ var wantPub = map[string][]string{
 		"spendgate.budget.put", "spendgate.budget.get", "spendgate.budget.list", "spendgate.report",
 		"spendgate.admit.batch", "spendgate.pricing.put", "spendgate.pricing.list",
 		"spendgate.apikey.resolve", "spendgate.apikey.create", "spendgate.apikey.rotate", "spendgate.apikey.update", "spendgate.apikey.list",
+		"spendgate.keyed.budget.put", "spendgate.keyed.pricing.put",
 		"spendgate.tenantlimits.put", "spendgate.tenantlimits.get",
 		"spendgate.t.acme.admit", "spendgate.t.acme.budget.put", "spendgate.t.acme.budget.list", "spendgate.t.acme.report",
 		"spendgate.t.acme.pricing.list"}, held, srv),
@@ -233,11 +238,13 @@ var wantPub = map[string][]string{
 	// The gateway: what its keys' calls and the HTTP API send, for the
 	// deployment and each tenant, and the key lookup; no key management
 	// (a gateway's host could otherwise mint or rotate keys), no
-	// discovery, no stream.
+	// discovery, no stream, and budget and pricing puts only on the keyed
+	// subjects (its login alone changes no budget and no price).
 	roles.Gateway: {"spendgate.admit", "spendgate.settle", "spendgate.release", "spendgate.void",
-		"spendgate.budget.put", "spendgate.budget.get", "spendgate.budget.list", "spendgate.report",
-		"spendgate.admit.batch", "spendgate.pricing.put", "spendgate.pricing.list", "spendgate.apikey.resolve",
-		"spendgate.t.acme.admit", "spendgate.t.acme.budget.put", "spendgate.t.acme.budget.list", "spendgate.t.acme.report",
+		"spendgate.budget.get", "spendgate.budget.list", "spendgate.report",
+		"spendgate.admit.batch", "spendgate.pricing.list", "spendgate.apikey.resolve",
+		"spendgate.keyed.budget.put", "spendgate.keyed.pricing.put",
+		"spendgate.t.acme.admit", "spendgate.t.acme.budget.list", "spendgate.t.acme.report",
 		"spendgate.t.acme.pricing.list", "spendgate.held.settle", "spendgate.held.release", "spendgate.held.void",
 		"spendgate.held.t.acme.settle", "spendgate.held.t.acme.release.batch"},
 }

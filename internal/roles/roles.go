@@ -378,7 +378,7 @@ func All(l streams.Layout, tenants ...string) []Role {
 	// The key table's and the tenant limits' endpoints have no tenant
 	// subject (spendgate keys, a gateway run as admin; spendgate
 	// tenant-limits).
-	plainOnly := slices.Concat(streams.APIKeyEndpoints, streams.TenantLimitsEndpoints)
+	plainOnly := slices.Concat(streams.APIKeyEndpoints, streams.TenantLimitsEndpoints, streams.KeyedEndpoints)
 	// Finance reads every tenant's book anyway; a tenant's report subject
 	// is how it asks a replica for one tenant's report.
 	financePub := append(ep(streams.EndpointBudgetGet, streams.EndpointBudgetList, streams.EndpointPricingGet, streams.EndpointPricingList, streams.EndpointReport), tenantEp(streams.EndpointReport)...)
@@ -387,19 +387,21 @@ func All(l streams.Layout, tenants ...string) []Role {
 	financePub = append(financePub, denialReads(l)...)
 	// The gateway (spendgate gateway) calls, for the deployment and for
 	// every tenant its keys name: the calls of the keys' requests, the
-	// HTTP API's endpoints (reads, and budget and pricing puts for keys
-	// with admin access), and the key table's resolve; never the key
-	// table's management, discovery or any stream.
+	// HTTP API's reads, and the key table's resolve; never the key
+	// table's management, discovery or any stream. Budget and pricing
+	// puts only on the keyed subjects (streams.KeyedEndpoints), which the
+	// replica answers only for a presented key with admin access: the
+	// login alone changes no budget and no price.
 	gatewayEps := []string{streams.EndpointAdmit, streams.EndpointSettle, streams.EndpointRelease, streams.EndpointVoid,
 		streams.EndpointAdmitBatch, streams.EndpointSettleBatch, streams.EndpointReleaseBatch, streams.EndpointBatch,
-		streams.EndpointBudgetPut, streams.EndpointBudgetGet, streams.EndpointBudgetList,
-		streams.EndpointPricingPut, streams.EndpointPricingGet, streams.EndpointPricingList, streams.EndpointReport}
+		streams.EndpointBudgetGet, streams.EndpointBudgetList,
+		streams.EndpointPricingGet, streams.EndpointPricingList, streams.EndpointReport}
 	// The held subjects (streams.HeldToken): a call's admit and close,
 	// which alone may close the gateway's held reservations. The gateway
 	// and the admin (who may close one stuck) publish them; no other role,
 	// and no tenant account imports them.
 	held := l.HeldPrefix() + ">"
-	gatewayPub := slices.Concat(ep(gatewayEps...), tenantEp(gatewayEps...), ep(streams.EndpointAPIKeyResolve), []string{held})
+	gatewayPub := slices.Concat(ep(gatewayEps...), tenantEp(gatewayEps...), ep(streams.EndpointAPIKeyResolve), ep(streams.KeyedEndpoints...), []string{held})
 	adminPub := slices.Concat(ep(all...), ep(plainOnly...), tenantEp(all...), discovery(), []string{held})
 	adminPub = append(adminPub, alertSink(l)...)
 	feedDeny := slices.Clone(writes)
@@ -447,7 +449,7 @@ func All(l streams.Layout, tenants ...string) []Role {
 		},
 		{
 			Name:        Gateway,
-			Description: "runs `spendgate gateway`: its keys' admits, settles, releases and voids and the HTTP API's endpoints, for the deployment and every tenant, and apikey.resolve; not the key table's management, discovery or any stream",
+			Description: "runs `spendgate gateway`: its keys' admits, settles, releases and voids and the HTTP API's endpoints, for the deployment and every tenant, and apikey.resolve; budget and pricing puts only on the keyed subjects, which the replica answers only for a presented admin key; not the key table's management, discovery or any stream",
 			Publish:     Rules{Allow: gatewayPub, Deny: writes},
 			Subscribe:   Rules{Allow: inbox(Gateway)},
 			InboxPrefix: InboxPrefix(l, Gateway),

@@ -32,7 +32,60 @@ func (s *Service) addAPIKeyEndpoints(add func(name, desc string, h handler, bh b
 			return err
 		}
 	}
+	for _, e := range []struct {
+		name, desc string
+		h          handler
+	}{
+		{streams.EndpointKeyedBudgetPut, "budget.put for the holder of an API key with admin access, in the key's tenant", s.keyed(s.budgetPut)},
+		{streams.EndpointKeyedPricingPut, "pricing.put for the holder of an API key with admin access, in the key's tenant", s.keyed(s.pricingPut)},
+	} {
+		if err := add(e.name, e.desc, e.h, nil, "", false); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// keyed runs h (budget.put, pricing.put) on behalf of the API key its
+// request presents (events.KeyedRequest), in the key's tenant: only for an
+// enabled key of the ledger's key table, as of the ledger's head, whose
+// access is admin. The gateway's HTTP API sends these for the keys its
+// callers present, so that a gateway's NATS login alone changes no budget
+// and no price. Errors: CodeUnknownKey (not a key, or not this key's
+// secret), CodeKeyDisabled, CodeKeyForbidden, then h's.
+func (s *Service) keyed(h handler) handler {
+	return func(ctx context.Context, data []byte) (any, error) {
+		var req events.KeyedRequest
+		if err := codec.DecodeRequest(data, &req); err != nil {
+			return nil, err
+		}
+		if err := refuseTenant(ctx); err != nil {
+			return nil, err
+		}
+		id, ok := events.ParseAPIKey(req.Key)
+		if !ok {
+			return nil, events.Errorf(events.CodeUnknownKey, "key is not a spendgate key (sgk_...)")
+		}
+		// As of the ledger's head: a key disabled or rotated through
+		// another replica a moment ago must not change a budget here.
+		if err := s.l.Sync(ctx); err != nil {
+			return nil, err
+		}
+		k, ok := s.l.APIKey(id)
+		if !ok || subtle.ConstantTimeCompare([]byte(k.Hash), []byte(events.HashAPIKey(req.Key))) != 1 {
+			return nil, events.Errorf(events.CodeUnknownKey, "no key has id %s", id)
+		}
+		if k.Disabled {
+			return nil, events.Errorf(events.CodeKeyDisabled, "key %s is disabled", id)
+		}
+		if k.Access != events.AccessAdmin {
+			return nil, events.Errorf(events.CodeKeyForbidden, "key %s may not change budgets or prices (its access: %q; admin may)", id, k.Access)
+		}
+		if k.Tenant != "" {
+			ctx = events.ContextWithTenant(ctx, k.Tenant)
+		}
+		return h(ctx, req.Request)
+	}
 }
 
 // APIKeyView is k on the wire: never its hash.

@@ -197,3 +197,73 @@ func TestAPIKeys_BadInput(t *testing.T) {
 	seq, _ := h.streamState()
 	require.Zero(t, seq, "nothing was written")
 }
+
+// TestAPIKeys_KeyedPuts: keyed.budget.put and keyed.pricing.put (what the
+// gateway's HTTP API sends, the only puts its login may publish) change a
+// budget or a price only for an enabled key with admin access, in the
+// key's tenant; a service key, a disabled key, a wrong secret and a made-up
+// one are refused with their codes, and nothing changes. How it can fail:
+// a keyed put that ran its request without checking the key would let the
+// gateway's login alone set any limit (the service key's put below would
+// raise org:acme to 1000000).
+func TestAPIKeys_KeyedPuts(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpts{replicas: 2})
+	h.putBudget("org:acme", "month", "10", "USD")
+	newKey := func(access, tenant string) string {
+		id, secret, err := events.NewAPIKey()
+		require.NoError(t, err)
+		require.Nil(t, h.call(streams.EndpointAPIKeyCreate, events.APIKeyCreateRequest{ID: id, Hash: events.HashAPIKey(secret),
+			Access: access, Tenant: tenant}, nil))
+		return secret
+	}
+	admin, service, disabled, acmeAdmin := newKey(events.AccessAdmin, ""), newKey(events.AccessService, ""), newKey(events.AccessAdmin, ""), newKey(events.AccessAdmin, "acme")
+	disabledID, _ := events.ParseAPIKey(disabled)
+	require.Nil(t, h.call(streams.EndpointAPIKeyDisable, events.APIKeyIDRequest{ID: disabledID}, nil))
+	put := func(endpoint, secret string, req any) *events.Error {
+		t.Helper()
+		body, err := json.Marshal(req)
+		require.NoError(t, err)
+		return h.call(endpoint, events.KeyedRequest{Key: secret, Request: body}, nil)
+	}
+	raise := events.BudgetPutRequest{Scope: "org:acme", Period: "month", Limit: "1000000"}
+	free := events.PricingPutRequest{Model: "gpt-x", Input: "0", Output: "0"}
+	for _, c := range []struct {
+		secret string
+		code   events.Code
+	}{
+		{service, events.CodeKeyForbidden},
+		{disabled, events.CodeKeyDisabled},
+		{admin + "x", events.CodeUnknownKey},
+		{"sgk_000000000000_00", events.CodeUnknownKey},
+		{"not a key", events.CodeUnknownKey},
+	} {
+		e := put(streams.EndpointKeyedBudgetPut, c.secret, raise)
+		require.NotNil(t, e, c.secret)
+		require.Equal(t, c.code, e.Code, "%s: %s", c.secret, e.Message)
+		e = put(streams.EndpointKeyedPricingPut, c.secret, free)
+		require.NotNil(t, e, c.secret)
+		require.Equal(t, c.code, e.Code, "%s: %s", c.secret, e.Message)
+	}
+	require.Equal(t, "10", h.budget("org:acme", "month").Limit)
+	e := h.call(streams.EndpointPricingGet, events.PricingGetRequest{Model: "gpt-x"}, nil)
+	require.NotNil(t, e, "no price was set")
+
+	// The admin key: the put runs; a tenant's admin key puts in its tenant.
+	require.Nil(t, put(streams.EndpointKeyedBudgetPut, admin, raise))
+	require.Equal(t, "1000000", h.budget("org:acme", "month").Limit)
+	require.Nil(t, put(streams.EndpointKeyedPricingPut, admin, free))
+	require.Nil(t, put(streams.EndpointKeyedBudgetPut, acmeAdmin, events.BudgetPutRequest{Scope: "team:t", Period: "month", Limit: "5", Unit: "USD"}))
+	var v events.BudgetView
+	e, _, err := h.requestE(h.env.Layout.TenantEndpoint("acme", streams.EndpointBudgetGet), events.BudgetGetRequest{Scope: "team:t", Period: "month"}, &v)
+	require.NoError(t, err)
+	require.Nil(t, e)
+	require.Equal(t, "5", v.Limit)
+	e = h.call(streams.EndpointBudgetGet, events.BudgetGetRequest{Scope: "team:t", Period: "month"}, nil)
+	require.NotNil(t, e, "not in the deployment's own budgets")
+	require.Equal(t, events.CodeUnknownBudget, e.Code)
+	// A body that is not a keyed request is refused.
+	e = h.call(streams.EndpointKeyedBudgetPut, raise, nil)
+	require.NotNil(t, e)
+	require.Equal(t, events.CodeInvalidRequest, e.Code)
+}

@@ -841,7 +841,7 @@ func statusOf(c events.Code) string {
 	case events.CodeIdempotencyMismatch, events.CodeAlreadySettled, events.CodeAlreadyReleased, events.CodeRequestVoided, events.CodeKeyExists,
 		events.CodeReservationHeld:
 		return "409"
-	case events.CodeKeyDisabled:
+	case events.CodeKeyDisabled, events.CodeKeyForbidden:
 		return "403"
 	case events.CodePayloadTooLarge:
 		return "413"

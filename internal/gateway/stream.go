@@ -87,6 +87,40 @@ type streamState struct {
 	// is the answer's last word on it; done: the stream's terminal event
 	// came; failed: an error event came.
 	input, final, done, failed bool
+	// anth is Anthropic's input in its three counts, each as its latest
+	// event gave it: u.input is their sum, u.cached the cache read.
+	anth anthropicInput
+}
+
+// anthropicInput is an Anthropic stream's input as its events give it.
+type anthropicInput struct {
+	// The pointers are the fields an event may leave out (or null), which
+	// keep the count an earlier event gave.
+	InputTokens   *int64 `json:"input_tokens"`
+	CacheCreation *int64 `json:"cache_creation_input_tokens"`
+	CacheRead     *int64 `json:"cache_read_input_tokens"`
+}
+
+// merge takes the counts o names over a's.
+func (a *anthropicInput) merge(o anthropicInput) {
+	for _, f := range []struct{ dst, src **int64 }{{&a.InputTokens, &o.InputTokens}, {&a.CacheCreation, &o.CacheCreation}, {&a.CacheRead, &o.CacheRead}} {
+		if *f.src != nil {
+			*f.dst = *f.src
+		}
+	}
+}
+
+// sum is the whole input and the cache read.
+func (a anthropicInput) sum() (input, cached int64) {
+	for _, p := range []*int64{a.InputTokens, a.CacheCreation, a.CacheRead} {
+		if p != nil {
+			input += *p
+		}
+	}
+	if a.CacheRead != nil {
+		cached = *a.CacheRead
+	}
+	return input, cached
 }
 
 var (
@@ -181,20 +215,29 @@ func (s *streamState) observeAnthropic(name, data []byte) {
 		}
 		if json.Unmarshal(data, &e) == nil {
 			if u, ok := s.a.usageOf(e.Message.Usage); ok {
-				s.u, s.input = u, true
+				var in anthropicInput
+				_ = json.Unmarshal(e.Message.Usage, &in) // usageOf read it
+				s.u, s.input, s.anth = u, true, in
 			}
 		}
 	case "message_delta":
 		var e struct {
-			Usage *rawUsage `json:"usage"`
+			Usage *struct {
+				anthropicInput
+				OutputTokens *int64 `json:"output_tokens"`
+			} `json:"usage"`
 		}
 		if json.Unmarshal(data, &e) != nil || e.Usage == nil || e.Usage.OutputTokens == nil {
 			return
 		}
 		if e.Usage.InputTokens != nil {
-			// Newer API versions repeat the (cumulative) input here.
-			s.u.input = *e.Usage.InputTokens + e.Usage.CacheCreation + e.Usage.CacheRead
-			s.u.cached, s.input = e.Usage.CacheRead, true
+			// Newer API versions repeat the (cumulative) input here,
+			// each count only when they give it: a count left out (or
+			// null) keeps message_start's, so a delta naming the input
+			// without the cache counts does not drop the cache.
+			s.anth.merge(e.Usage.anthropicInput)
+			s.u.input, s.u.cached = s.anth.sum()
+			s.input = true
 		}
 		s.u.output = *e.Usage.OutputTokens
 		s.final = s.input

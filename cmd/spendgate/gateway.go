@@ -60,6 +60,7 @@ func gatewayCmd(args []string) int {
 	fs.Var(&ups, "upstream", "an upstream: openai=URL or anthropic=URL, with ,key-env=VAR and ,models=PREFIX|... (repeatable)")
 	fs.Var(&maxOuts, "max-output", "MODEL=N or PREFIX*=N: the output a call of that model naming no max_tokens reserves (repeatable)")
 	defOut := fs.Int64("max-output-tokens", gateway.DefaultMaxOutputTokens, "the output a call naming no max_tokens reserves, for models no --max-output names")
+	imageTokens := fs.Int64("image-tokens", gateway.ImageTokens, "the input one image or file counts, inline or by reference (a URL, a file_id): raise it for models that bill an image above it (gpt-4o-mini: up to 25501)")
 	keyCache := fs.Duration("key-cache", gateway.DefaultKeyCache, "how long a key is trusted without asking the ledger: a disabled or rotated key is refused at most this long after")
 	upTimeout := fs.Duration("upstream-timeout", gateway.DefaultUpstreamTimeout, "bound of one upstream call, streaming included (a reservation's TTL is this plus 1m)")
 	ledgerTimeout := fs.Duration("ledger-timeout", time.Second, "bound of one attempt of a ledger request (key lookup, admit, void, settle; 2 attempts each): a call the ledger does not answer fails closed with 503 after up to 4x this (admit, then its void), 2x for a key not cached")
@@ -89,7 +90,7 @@ func gatewayCmd(args []string) int {
 	if err := config.Apply(fs, env); err != nil {
 		return gatewayCommand.usageError(fs, err.Error())
 	}
-	cfg := gateway.Config{DefaultMaxOutput: *defOut, KeyCache: *keyCache, UpstreamTimeout: *upTimeout, MaxBody: *maxBody,
+	cfg := gateway.Config{DefaultMaxOutput: *defOut, ImageTokens: *imageTokens, KeyCache: *keyCache, UpstreamTimeout: *upTimeout, MaxBody: *maxBody,
 		MaxBodiesInFlight: max(*maxBodies, *maxBody), MaxOutputTokens: map[string]int64{}, SettleAfterReply: *settleAfter}
 	for _, spec := range ups {
 		u, err := gateway.ParseUpstream(spec, os.Getenv)

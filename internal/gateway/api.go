@@ -130,8 +130,11 @@ func (a *api) parse(body []byte, cfg *Config) (*call, error) {
 		c.maxOutput = -1
 		for _, f := range a.maxOut {
 			n, ok, err := intField(fields, f)
-			if err != nil || ok && n < 0 {
-				return nil, badRequest(f + " must be a whole number of tokens")
+			if err != nil || ok && n < 1 {
+				// 0 too: servers that read "max_completion_tokens or
+				// max_tokens" take 0 for no limit at all, where the
+				// gateway would reserve no output.
+				return nil, badRequest(f + " must be a whole number of tokens, at least 1")
 			}
 			if ok {
 				c.maxOutput = n
@@ -149,7 +152,7 @@ func (a *api) parse(body []byte, cfg *Config) (*call, error) {
 	if err := c.readEndUser(fields); err != nil {
 		return nil, err
 	}
-	c.input = estimateInput(body)
+	c.input = estimateInput(body, cfg.ImageTokens)
 	if a.usageChunk && c.stream {
 		opts := map[string]json.RawMessage{}
 		if raw, ok := fields["stream_options"]; ok && !isNull(raw) {
@@ -287,49 +290,76 @@ func intField(fields map[string]json.RawMessage, name string) (n int64, ok bool,
 	return n, true, nil
 }
 
-// estimateInput bounds a request's input tokens from above without a
-// tokenizer: one token per byte of the body (a byte-level tokenizer makes
-// at most one token per UTF-8 byte, and the JSON around the text is more
-// bytes than the chat template's tokens), but ImageTokens for each inline
-// image instead of its base64 bytes. At least 1, at most events.MaxTokens.
+// estimateInput bounds a request's input tokens without a tokenizer: one
+// token per byte of the body (a byte-level tokenizer makes at most one
+// token per UTF-8 byte, and the JSON around the text is more bytes than
+// the chat template's tokens), but image tokens for each image or file the
+// body names as the value of an image field ("url", "image_url": OpenAI's
+// image parts, Anthropic's URL sources) or a "file_id": an inline image
+// (inlineImage) instead of its base64 bytes, an http(s) URL or a file id
+// instead of the reference's bytes when they are fewer. At least 1, at
+// most events.MaxTokens. Text is bounded; an image or file by reference is
+// not (its size is unknown here): image is what one counts.
 //
-// An inline image is a string that is the value of an image field ("url"
-// or "image_url": OpenAI's image parts) and is a base64 data URL of an
-// image (inlineImage). Text that merely starts "data:image/" is text, and
-// is tokenized as text: discounting it let one caller reserve 3,000
-// tokens for a 300 KB prompt (37,000 tokens) however many calls ran.
-func estimateInput(body []byte) int64 {
+// Text that merely starts "data:image/" is text, and is tokenized as text:
+// discounting it let one caller reserve 3,000 tokens for a 300 KB prompt
+// (37,000 tokens) however many calls ran.
+func estimateInput(body []byte, image int64) int64 {
 	n := int64(len(body))
-	from := 0
-	for {
-		i := bytes.Index(body[from:], []byte(`"data:image/`))
-		if i < 0 {
-			break
+	var key []byte // the last string, while a colon may make it a key
+	colon := false
+	for i := 0; i < len(body); i++ {
+		switch body[i] {
+		case '"':
+			end := closingQuote(body[i+1:])
+			if end < 0 {
+				return max(1, min(n, events.MaxTokens))
+			}
+			s := body[i+1 : i+1+end]
+			if colon {
+				switch imageRef(key, s) {
+				case refInline:
+					n += image - int64(end+2)
+				case refOther:
+					n += max(0, image-int64(end+2))
+				}
+				key, colon = nil, false
+			} else {
+				key = s
+			}
+			i += end + 1
+		case ':':
+			colon = key != nil
+		case ' ', '\t', '\r', '\n':
+		default:
+			key, colon = nil, false
 		}
-		start := from + i + 1 // the string's content
-		end := closingQuote(body[start:])
-		if end < 0 {
-			break
-		}
-		if imageField(body[:start-1]) && inlineImage(body[start:start+end]) {
-			n += ImageTokens - int64(end+2)
-		}
-		from = start + end + 1
 	}
 	return max(1, min(n, events.MaxTokens))
 }
 
-// imageField reports whether before, the body up to a string's opening
-// quote, ends with the key of an image field and its colon: "url": or
-// "image_url": (whitespace allowed around the colon).
-func imageField(before []byte) bool {
-	before = bytes.TrimRight(before, " \t\r\n")
-	before, ok := bytes.CutSuffix(before, []byte(":"))
-	if !ok {
-		return false
+// Kinds of image or file reference (imageRef).
+const (
+	refNone = iota
+	refInline
+	refOther
+)
+
+// imageRef tells what the string s, the value of key, names: an inline
+// image, an image or file by reference, or neither.
+func imageRef(key, s []byte) int {
+	switch string(key) {
+	case "url", "image_url":
+		switch {
+		case inlineImage(s):
+			return refInline
+		case bytes.HasPrefix(s, []byte("https:")) || bytes.HasPrefix(s, []byte("http:")):
+			return refOther
+		}
+	case "file_id":
+		return refOther
 	}
-	before = bytes.TrimRight(before, " \t\r\n")
-	return bytes.HasSuffix(before, []byte(`"url"`)) || bytes.HasSuffix(before, []byte(`"image_url"`))
+	return refNone
 }
 
 // inlineImage reports whether s, a JSON string's raw content, is a base64

@@ -29,12 +29,43 @@ func TestEstimateInput_OnlyInlineImagesDiscounted(t *testing.T) {
 		{"url that is not base64", `{"messages":[{"content":[{"image_url":{"url":"data:image/png;base64,` + lorem + `"}}]}]}`, false},
 		{"no base64 marker", `{"messages":[{"content":[{"image_url":{"url":"data:image/png,` + b64 + `"}}]}]}`, false},
 	} {
-		got := estimateInput([]byte(c.body))
+		got := estimateInput([]byte(c.body), ImageTokens)
 		if c.image {
 			require.Less(t, got, int64(ImageTokens+200), c.name)
 			require.Greater(t, got, int64(ImageTokens), c.name)
 		} else {
 			require.EqualValues(t, len(c.body), got, c.name)
 		}
+	}
+}
+
+// TestEstimateInput_ReferencesCountImageTokens: an image by URL (OpenAI's
+// image parts, the Responses API's input_image, Anthropic's URL source) or
+// a file by id counts the configured image tokens, not the few bytes of
+// its reference; a URL under a key that names no image, and a URL in text,
+// count their bytes. How it can fail: the earlier estimate counted the
+// reference's bytes, about 40 tokens for an image gpt-4o-mini bills at up
+// to 25,501, so concurrent calls passed the limit far beyond one call's
+// overrun.
+func TestEstimateInput_ReferencesCountImageTokens(t *testing.T) {
+	const image = 25501
+	for _, c := range []struct {
+		name   string
+		body   string
+		images int
+	}{
+		{"chat image_url", `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://example.com/cat.png","detail":"high"}}]}]}`, 1},
+		{"responses input_image", `{"input":[{"role":"user","content":[{"type":"input_image","image_url": "https://example.com/a.png"},{"type":"input_file","file_id":"file-abc"}]}]}`, 2},
+		{"anthropic url source", `{"messages":[{"role":"user","content":[{"type":"image","source":{"type":"url","url":"http://example.com/a.jpg"}},{"type":"document","source":{"type":"url","url":"https://example.com/a.pdf"}}]}]}`, 2},
+		{"url in text", `{"messages":[{"role":"user","content":"see https://example.com/cat.png"}]}`, 0},
+		{"url of a tool", `{"tools":[{"type":"mcp","server_url":"https://example.com/mcp"}],"messages":[]}`, 0},
+	} {
+		got := estimateInput([]byte(c.body), image)
+		if c.images == 0 {
+			require.EqualValues(t, len(c.body), got, c.name)
+			continue
+		}
+		require.GreaterOrEqual(t, got, int64(c.images*image), c.name)
+		require.Less(t, got, int64(c.images*image+len(c.body)), c.name)
 	}
 }

@@ -633,8 +633,15 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *api, c *cal
 			o.label = OutcomeCallerGone
 		}
 		g.close(res, o, l)
-		(&callError{status: http.StatusBadGateway, typ: "server_error", code: "upstream_unreachable",
-			msg: "spendgate: the " + up.Kind + " upstream did not answer (" + unreachableCause(err) + ")"}).write(w, a.kind)
+		e := &callError{status: http.StatusBadGateway, typ: "server_error", code: "upstream_unreachable",
+			msg: "spendgate: the " + up.Kind + " upstream did not answer (" + unreachableCause(err) + ")"}
+		if !o.released {
+			// Sent and charged its reservation (the upstream may have
+			// run it): an SDK's automatic retry would be charged again.
+			e.noRetry = true
+			e.msg += "; the call was sent, so it was charged its reservation: a retry is a new call, charged again"
+		}
+		e.write(w, a.kind)
 		l.status = http.StatusBadGateway
 		return
 	}
@@ -718,8 +725,8 @@ func (g *Gateway) plain(w http.ResponseWriter, a *api, resp *http.Response, res 
 		// Cut mid-answer: nothing was passed on yet, and half an answer
 		// is no answer. The call may have been billed in full.
 		g.close(res, outcome{label: OutcomeCut, err: err}, l)
-		(&callError{status: http.StatusBadGateway, typ: "server_error", code: "upstream_cut",
-			msg: "spendgate: the upstream's answer broke off"}).write(w, a.kind)
+		(&callError{status: http.StatusBadGateway, typ: "server_error", code: "upstream_cut", noRetry: true,
+			msg: "spendgate: the upstream's answer broke off; the call was charged its reservation: a retry is a new call, charged again"}).write(w, a.kind)
 		l.status = http.StatusBadGateway
 		return
 	}

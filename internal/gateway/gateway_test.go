@@ -73,6 +73,8 @@ type envOpts struct {
 	// maxBody and maxBodies, when set, are the gateway's Config.MaxBody
 	// and MaxBodiesInFlight.
 	maxBody, maxBodies int64
+	// upstreamTimeout, when set, is the gateway's Config.UpstreamTimeout.
+	upstreamTimeout time.Duration
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -136,6 +138,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 			KeyCache:          o.keyCache,
 			MaxBody:           o.maxBody,
 			MaxBodiesInFlight: o.maxBodies,
+			UpstreamTimeout:   o.upstreamTimeout,
 		}, gopts...)
 		require.NoError(t, err)
 		mux := http.NewServeMux()
@@ -411,6 +414,12 @@ func TestGateway_FailuresLeaveNothingReserved(t *testing.T) {
 			require.Equal(t, c.status, resp.StatusCode, string(body))
 			require.NotContains(t, string(body), upstreamKey)
 			requireSpendgateHeaders(t, resp)
+			if c.status == http.StatusBadGateway {
+				// Charged its reservation: an SDK's own retry would be
+				// charged again.
+				require.Equal(t, "false", resp.Header.Get("X-Should-Retry"), string(body))
+				require.Contains(t, string(body), "charged again")
+			}
 			b := e.budget(scope)
 			require.Equal(t, "0", b.Reserved, "nothing stays reserved")
 			require.Zero(t, b.Open)
@@ -441,12 +450,38 @@ func TestGateway_UnreachableUpstream(t *testing.T) {
 	require.Equal(t, "upstream_unreachable", shape.Error.Code)
 	requireSpendgateHeaders(t, resp)
 	require.Equal(t, "spendgate: the openai upstream did not answer (connection refused)", shape.Error.Message)
+	require.Empty(t, resp.Header.Get("X-Should-Retry"), "released: a retry is free")
 	host := strings.TrimPrefix(e.dead, "http://")
 	require.NotContains(t, body, host, "the upstream's address stays in the gateway's log")
 	require.NotContains(t, body, "127.0.0.1")
 	b := e.budget("team:u")
 	require.Equal(t, "0", b.Spent, "the upstream never got the call: released")
 	require.Equal(t, "0", b.Reserved)
+	require.Zero(t, b.Open)
+}
+
+// TestGateway_UpstreamTimeoutChargedNotRetried: an upstream that takes
+// the call and does not answer within the upstream timeout is answered 502
+// upstream_unreachable, the call charged its reservation (the provider may
+// have run it), and x-should-retry: false, so that an SDK does not retry
+// on its own and pay a second reservation. How it can fail: before, the
+// 502 invited the SDK's retries, each charged in full.
+func TestGateway_UpstreamTimeoutChargedNotRetried(t *testing.T) {
+	e := newEnv(t, envOpts{upstreamTimeout: time.Second, upstream: func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			<-r.Context().Done() // holds the call until the gateway gives up
+		})
+	}})
+	secret := e.key("10", "team:hang")
+	resp := e.post("/v1/chat/completions", secret, `{"model":"gpt-x","messages":[{"role":"user","content":"hi"}],"max_tokens":5}`)
+	body := readAll(t, resp)
+	require.Equal(t, http.StatusBadGateway, resp.StatusCode, body)
+	require.Contains(t, body, "upstream_unreachable")
+	require.Contains(t, body, "charged again")
+	require.Equal(t, "false", resp.Header.Get("X-Should-Retry"))
+	b := e.budget("team:hang")
+	requireMoney(t, reserved(t, resp), b.Spent)
 	require.Zero(t, b.Open)
 }
 
@@ -876,7 +911,8 @@ func TestGateway_BadRequests(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	secret := e.key("10", "team:b")
 	for _, body := range []string{`nope`, `{"messages":[]}`, `{"model":"gpt x"}`, `{"model":"gpt-x","max_tokens":-1}`,
-		`{"model":"gpt-x","stream":"yes"}`, `{"model":"gpt-x","n":0}`, `{"model":"gpt-x","max_tokens":20000000}`} {
+		`{"model":"gpt-x","stream":"yes"}`, `{"model":"gpt-x","n":0}`, `{"model":"gpt-x","max_tokens":20000000}`,
+		`{"model":"gpt-x","max_tokens":0}`, `{"model":"gpt-x","max_completion_tokens":0,"max_tokens":1000}`} {
 		resp := e.post("/v1/chat/completions", secret, body)
 		got := readAll(t, resp)
 		require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s: %s", body, got)

@@ -31,9 +31,12 @@ const (
 	// (max_tokens, max_completion_tokens, max_output_tokens) reserves for
 	// its output when Config.MaxOutputTokens has no entry for its model.
 	DefaultMaxOutputTokens = 16384
-	// ImageTokens is what one image given inline (a data:image/ URL)
-	// counts as input instead of its bytes: above what a high-detail
-	// image costs on the OpenAI models.
+	// ImageTokens is what one image or file counts as input by default
+	// (Config.ImageTokens): given inline (a data:image/ URL), instead of
+	// its bytes; given by reference (an http(s) URL, a file_id), instead
+	// of the reference's bytes, which say nothing of its size. Above what
+	// a high-detail image costs on gpt-4o and Claude, below what
+	// gpt-4o-mini bills one (up to 25,501).
 	ImageTokens = 3000
 	// DefaultKeyCache bounds how long a resolved key is trusted without
 	// asking the ledger again: a disabled or rotated key is refused at
@@ -95,6 +98,8 @@ type Config struct {
 	MaxOutputTokens map[string]int64
 	// DefaultMaxOutput replaces DefaultMaxOutputTokens when positive.
 	DefaultMaxOutput int64
+	// ImageTokens replaces the default ImageTokens when positive.
+	ImageTokens int64
 	// KeyCache bounds how long a resolved key is trusted (DefaultKeyCache
 	// when 0; at most MaxKeyCache).
 	KeyCache time.Duration
@@ -215,6 +220,12 @@ func (c *Config) validate() ([]*upstream, error) {
 	}
 	if c.DefaultMaxOutput == 0 {
 		c.DefaultMaxOutput = DefaultMaxOutputTokens
+	}
+	if c.ImageTokens < 0 || c.ImageTokens > events.MaxTokens {
+		return nil, fmt.Errorf("gateway: image tokens %d out of range", c.ImageTokens)
+	}
+	if c.ImageTokens == 0 {
+		c.ImageTokens = ImageTokens
 	}
 	switch {
 	case c.KeyCache == 0:

@@ -7,3 +7,7 @@ import "time"
 func SetRetry(g *Gateway, first, maxWait time.Duration, limit int) {
 	g.retry = retrier{first: first, max: maxWait, limit: limit}
 }
+
+// SetWriteGrace sets how long after its upstream timeout a call of g may
+// still write to its caller.
+func SetWriteGrace(g *Gateway, d time.Duration) { g.writeGrace = d }

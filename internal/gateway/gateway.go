@@ -53,6 +53,8 @@ type Gateway struct {
 
 	// retry bounds the background retries of failed closes (retry.go).
 	retry retrier
+	// writeGrace is writeGrace (a test's shorter one: SetWriteGrace).
+	writeGrace time.Duration
 	// quit is closed by Wait: every pending close makes its last attempt.
 	quit     chan struct{}
 	quitOnce sync.Once
@@ -100,7 +102,7 @@ func New(clients *ClientSet, keys *Keys, cfg Config, opts ...Option) (*Gateway, 
 	}
 	g := &Gateway{cfg: cfg, bodies: &bodyBudget{size: cfg.MaxBodiesInFlight}, ups: ups, clients: clients, keys: keys, hc: &http.Client{Transport: tr},
 		m: o.metrics, log: o.log, now: o.now,
-		retry: retrier{first: settleRetryFirst, max: settleRetryMax, limit: maxPendingCloses}, quit: make(chan struct{})}
+		retry: retrier{first: settleRetryFirst, max: settleRetryMax, limit: maxPendingCloses}, writeGrace: writeGrace, quit: make(chan struct{})}
 	if o.journal != "" {
 		if g.jr, err = openJournal(o.journal); err != nil {
 			return nil, err
@@ -594,6 +596,14 @@ type outcome struct {
 func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *api, c *call, up *upstream, res *client.Reservation, l *callLog) {
 	ctx, cancel := context.WithTimeout(r.Context(), g.cfg.UpstreamTimeout)
 	defer cancel()
+	// A caller that stops reading must not hold the call open past its
+	// reservation's expiry: the sweeper would release the reservation
+	// while the call runs, its budget room free again, and the settle
+	// would come late. Writes to the caller end writeGrace after the
+	// upstream's bound (time to answer a timed-out call's 502), well
+	// inside the TTL's margin; a write that misses it is a caller gone.
+	// A ResponseWriter without deadlines (a wrapper) keeps the old way.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(g.cfg.UpstreamTimeout + g.writeGrace))
 	var wrote atomic.Bool
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) {
 		if i.Err == nil {

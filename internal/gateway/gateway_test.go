@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -483,6 +485,42 @@ func TestGateway_UpstreamTimeoutChargedNotRetried(t *testing.T) {
 	b := e.budget("team:hang")
 	requireMoney(t, reserved(t, resp), b.Spent)
 	require.Zero(t, b.Open)
+}
+
+// TestGateway_StalledReaderSettledInTime: a caller that reads the
+// response's headers of a long stream and then stops reading (a small
+// receive buffer, never drained) does not hold the call open: its writes
+// end at the upstream timeout plus the write grace, and the call is
+// settled then, while the caller still holds its connection, before the
+// reservation's expiry. How it can fail: without the write deadline the
+// handler blocks in its write until the caller closes, the reservation
+// stays open (and, past its TTL, the sweeper frees its room while the call
+// was billed); the wait below then times out with open 1.
+func TestGateway_StalledReaderSettledInTime(t *testing.T) {
+	e := newEnv(t, envOpts{upstreamTimeout: time.Second})
+	gateway.SetWriteGrace(e.gw, time.Second)
+	secret := e.key("10", "team:stall")
+	body := `{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"hi fake:out=60000"}],"max_tokens":100000}`
+	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 2048) })
+		return errors.Join(err, serr)
+	}}
+	conn, err := d.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", secret, len(body), body)
+	require.NoError(t, err)
+	head := make([]byte, 64)
+	_, err = io.ReadFull(conn, head)
+	require.NoError(t, err)
+	require.Contains(t, string(head), "200 OK")
+	testenv.WaitFor(t, 30*time.Second, "the stalled call settled", func() bool {
+		b := e.budget("team:stall")
+		return b.Open == 0 && b.Spent != "0"
+	})
+	b := e.budget("team:stall")
+	require.Equal(t, "0", b.Reserved)
 }
 
 // TestGateway_UpstreamWithoutV1Hinted: an openai upstream given without

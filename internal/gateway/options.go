@@ -60,6 +60,10 @@ const (
 	// ttlMargin is added to the upstream timeout for a reservation's TTL:
 	// the sweeper never releases a call still running.
 	ttlMargin = time.Minute
+	// writeGrace is how long after the upstream timeout a call may still
+	// write to its caller (forward): under ttlMargin, so a caller that
+	// stops reading is settled before its reservation expires.
+	writeGrace = 10 * time.Second
 	// maxErrorBody bounds the upstream error body passed to the caller.
 	maxErrorBody = 1 << 20
 	// maxUsageScan bounds what of a plain answer is kept to read its

@@ -337,3 +337,29 @@ func TestGate_AuditorMarksWhatItsListRefuses(t *testing.T) {
 		})
 	}
 }
+
+// TestGate_SkippedOnlyHeadsBounded: garbage under keys no one defined
+// ("budget.<anything>", "pricing.<anything>", ...), which a login that may
+// write the stream can name without end, holds at most MaxSkippedOnly heads;
+// the oldest are forgotten first, a key whose revision passed keeps its
+// head, and a snapshot's heads (Set) are bounded alike. How it can fail:
+// without the bound every key below keeps a head, 3x the bound.
+func TestGate_SkippedOnlyHeadsBounded(t *testing.T) {
+	f := newFixture(t, nil)
+	f.write(nil, "pricing.kept", []byte("junk"))
+	for i := range 3 * gate.MaxSkippedOnly {
+		_, rej := f.write(nil, fmt.Sprintf("budget.org.g%d.month", i), []byte("junk"))
+		require.NotNil(t, rej)
+	}
+	require.LessOrEqual(t, f.h.Len(), gate.MaxSkippedOnly)
+	require.Zero(t, f.h.Rev("pricing.kept"), "the oldest is forgotten")
+	require.NotZero(t, f.h.Rev(fmt.Sprintf("budget.org.g%d.month", 3*gate.MaxSkippedOnly-1)), "the newest is kept")
+
+	h := gate.NewHeads()
+	h.Set("lane.0", gate.Head{Valid: 7, Hash: "h"})
+	for i := range 2 * gate.MaxSkippedOnly {
+		h.Set(fmt.Sprintf("budget.org.s%d.month", i), gate.Head{Seen: uint64(10 + i)})
+	}
+	require.Equal(t, gate.MaxSkippedOnly+1, h.Len())
+	require.Equal(t, uint64(7), h.Rev("lane.0"), "a head a revision passed is never forgotten")
+}

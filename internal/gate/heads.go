@@ -26,7 +26,20 @@ type Heads struct {
 	m map[string]*Head
 	// after: see NewHeadsAfter.
 	after uint64
+	// skippedOnly are the keys whose head was made by a skipped revision
+	// (no revision of theirs had passed), oldest first: at most
+	// MaxSkippedOnly are kept (see forgetSkippedOnly).
+	skippedOnly []string
 }
+
+// MaxSkippedOnly bounds the heads of keys no revision of which has passed
+// the gate, only skipped ones: garbage under a key no one defined
+// ("budget.<anything>", "pricing.<anything>", ...) made by a login that
+// may write the stream. Without a bound each such key held a head in every
+// replica's memory and snapshot, as many as the garbage names. A head
+// forgotten costs its key's next writer one lost compare-and-set and a
+// catch-up, which folds the skipped revision again and records it.
+const MaxSkippedOnly = 4096
 
 // NewHeads returns empty Heads: a fold from the stream's first message.
 func NewHeads() *Heads {
@@ -74,7 +87,29 @@ func (h *Heads) Valid(key string) (uint64, string) {
 // Set sets the head of key as a snapshot recorded it.
 func (h *Heads) Set(key string, hd Head) {
 	c := hd
+	_, had := h.m[key]
 	h.m[key] = &c
+	if !had && c.Valid == 0 {
+		h.addSkippedOnly(key)
+	}
+}
+
+// addSkippedOnly notes that key's new head holds only a skipped revision,
+// and forgets the oldest such head past MaxSkippedOnly whose key has still
+// had no revision pass.
+func (h *Heads) addSkippedOnly(key string) {
+	h.skippedOnly = append(h.skippedOnly, key)
+	for len(h.skippedOnly) > MaxSkippedOnly {
+		old := h.skippedOnly[0]
+		h.skippedOnly[0] = ""
+		h.skippedOnly = h.skippedOnly[1:]
+		if hd := h.m[old]; hd != nil && hd.Valid == 0 {
+			delete(h.m, old)
+		}
+	}
+	if cap(h.skippedOnly) > 4*MaxSkippedOnly {
+		h.skippedOnly = append([]string(nil), h.skippedOnly...) // let the front go
+	}
 }
 
 // Len returns the number of keys with a head.
@@ -104,6 +139,7 @@ func (h *Heads) see(key string, seq uint64) {
 	if hd == nil {
 		hd = &Head{}
 		h.m[key] = hd
+		h.addSkippedOnly(key)
 	}
 	if seq > max(hd.Valid, hd.Seen) {
 		hd.Seen = seq

@@ -366,11 +366,18 @@ type Stats struct {
 	// folding (unsigned, badly signed, untrusted key, malformed, replayed,
 	// off the chain; see Rejection).
 	Rejected int64
+	// Heads is the number of keys the gate holds a head of (a gauge):
+	// every key a revision of passed, and at most gate.MaxSkippedOnly
+	// keys only skipped revisions were seen under.
+	Heads int
 }
 
 // Stats returns the commit counters.
 func (l *Ledger) Stats() Stats {
+	l.mu.RLock()
+	heads := l.bk.heads.Len()
+	l.mu.RUnlock()
 	return Stats{Commits: l.stats.commits.Load(), Batches: l.stats.batches.Load(), Txs: l.stats.txs.Load(), Conflicts: l.stats.conflicts.Load(), Queued: l.stats.queued.Load(),
 		SyncReads: l.syncs.reads.Load(), Timeouts: l.stats.timeouts.Load(), Rejected: l.keys.rejected.Load(),
-		AttemptTime: time.Duration(l.stats.attemptNanos.Load()), WriteTime: time.Duration(l.stats.writeNanos.Load())}
+		AttemptTime: time.Duration(l.stats.attemptNanos.Load()), WriteTime: time.Duration(l.stats.writeNanos.Load()), Heads: heads}
 }

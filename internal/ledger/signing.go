@@ -1,7 +1,9 @@
 package ledger
 
 import (
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -16,6 +18,30 @@ import (
 type keys struct {
 	signer   atomic.Pointer[signing.Signer]
 	rejected atomic.Int64
+	// logMu guards logged: how the skipped revisions of each reason were
+	// logged (reject).
+	logMu  sync.Mutex
+	logged map[signing.Reason]*rejectLog
+}
+
+// Bounds of the rejection log (reject): each reason's first
+// rejectLogBurst skipped revisions are logged one by one, with their
+// sequence and key; after that one line a minute sums up the rest of the
+// reason's, with the first and last sequence. A login that may write the
+// stream could otherwise fill every replica's log with a line per garbage
+// message, as many bytes as it writes. The count (Stats.Rejected, the
+// metric) and the audit's list stay whole.
+const (
+	rejectLogBurst = 100
+	rejectLogEvery = time.Minute
+)
+
+// rejectLog is one reason's rejections past the burst, not logged yet.
+type rejectLog struct {
+	logged      int
+	held        int64
+	first, last uint64
+	since       time.Time
 }
 
 // RejectObserver is an Observer that is also told of every revision the
@@ -66,14 +92,44 @@ type Rejection = gate.Rejection
 // in the heads).
 func (l *Ledger) reject(r *Rejection) {
 	l.keys.rejected.Add(1)
-	args := []any{"seq", r.Seq, "key", r.Key, "reason", string(r.Reason)}
-	if r.Err != nil {
-		args = append(args, "err", r.Err)
-	}
-	l.opts.log.Error("ledger: revision skipped; not folded", args...)
 	if o, ok := l.opts.observer.(RejectObserver); ok {
 		o.Rejected(string(r.Reason))
 	}
+	k := &l.keys
+	k.logMu.Lock()
+	if k.logged == nil {
+		k.logged = map[signing.Reason]*rejectLog{}
+	}
+	rl := k.logged[r.Reason]
+	if rl == nil {
+		rl = &rejectLog{}
+		k.logged[r.Reason] = rl
+	}
+	if rl.logged < rejectLogBurst {
+		rl.logged++
+		rl.since = time.Now()
+		k.logMu.Unlock()
+		args := []any{"seq", r.Seq, "key", r.Key, "reason", string(r.Reason)}
+		if r.Err != nil {
+			args = append(args, "err", r.Err)
+		}
+		l.opts.log.Error("ledger: revision skipped; not folded", args...)
+		return
+	}
+	if rl.held == 0 {
+		rl.first = r.Seq
+	}
+	rl.held++
+	rl.last = r.Seq
+	if time.Since(rl.since) < rejectLogEvery {
+		k.logMu.Unlock()
+		return
+	}
+	held, first, last := rl.held, rl.first, rl.last
+	rl.held, rl.since = 0, time.Now()
+	k.logMu.Unlock()
+	l.opts.log.Error("ledger: more revisions skipped for this reason; not folded (past the first few, summed up once a minute: spendgate audit lists each)",
+		"reason", string(r.Reason), "skipped", held, "first_seq", first, "last_seq", last)
 }
 
 // sign adds the signature headers of a revision of key with payload data

@@ -71,12 +71,9 @@ func (s *Service) keyed(h handler) handler {
 		if err := s.l.Sync(ctx); err != nil {
 			return nil, err
 		}
-		k, ok := s.l.APIKey(id)
-		if !ok || subtle.ConstantTimeCompare([]byte(k.Hash), []byte(events.HashAPIKey(req.Key))) != 1 {
-			return nil, events.Errorf(events.CodeUnknownKey, "no key has id %s", id)
-		}
-		if k.Disabled {
-			return nil, events.Errorf(events.CodeKeyDisabled, "key %s is disabled", id)
+		k, err := s.openKey(ctx, id, events.HashAPIKey(req.Key))
+		if err != nil {
+			return nil, err
 		}
 		if k.Access != events.AccessAdmin {
 			return nil, events.Errorf(events.CodeKeyForbidden, "key %s may not change budgets or prices (its access: %q; admin may)", id, k.Access)
@@ -405,6 +402,23 @@ func (s *Service) apikeyList(ctx context.Context, data []byte) (any, error) {
 	return out, nil
 }
 
+// openKey returns key id if hash is its secret's and it is enabled.
+// Errors: CodeUnknownKey (no such key, or another hash: not told apart),
+// CodeKeyDisabled, lookupAPIKey's.
+func (s *Service) openKey(ctx context.Context, id, hash string) (ledger.APIKey, error) {
+	k, err := s.lookupAPIKey(ctx, id)
+	if err != nil {
+		return ledger.APIKey{}, err
+	}
+	if subtle.ConstantTimeCompare([]byte(k.Hash), []byte(hash)) != 1 {
+		return ledger.APIKey{}, events.Errorf(events.CodeUnknownKey, "no key has id %s", id)
+	}
+	if k.Disabled {
+		return ledger.APIKey{}, events.Errorf(events.CodeKeyDisabled, "key %s is disabled", id)
+	}
+	return k, nil
+}
+
 // apikeyResolve answers what the key a presented secret opens may do.
 // Errors, in precedence order: CodeInvalidRequest (body), CodeInvalidIdentifier
 // (id), CodeInvalidRequest (hash), CodeUnknownKey (no such key, or another
@@ -423,15 +437,9 @@ func (s *Service) apikeyResolve(ctx context.Context, data []byte) (any, error) {
 	if err := events.ValidateKeyHash(req.Hash); err != nil {
 		return nil, err
 	}
-	k, err := s.lookupAPIKey(ctx, req.ID)
+	k, err := s.openKey(ctx, req.ID, req.Hash)
 	if err != nil {
 		return nil, err
-	}
-	if subtle.ConstantTimeCompare([]byte(k.Hash), []byte(req.Hash)) != 1 {
-		return nil, events.Errorf(events.CodeUnknownKey, "no key has id %s", req.ID)
-	}
-	if k.Disabled {
-		return nil, events.Errorf(events.CodeKeyDisabled, "key %s is disabled", req.ID)
 	}
 	scopes := k.Scopes
 	if scopes == nil {

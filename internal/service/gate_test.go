@@ -201,19 +201,22 @@ func TestReplica_GarbageUnderUndefinedKeysBounded(t *testing.T) {
 	for i, r := range h.replicas {
 		before[i] = r.Ledger.Stats().Rejected
 	}
-	var acks []jetstream.PubAckFuture
-	for _, key := range keys {
-		a, err := h.env.JS.PublishAsync(h.env.Layout.Subject(key), []byte("junk"))
-		require.NoError(t, err)
-		acks = append(acks, a)
-	}
-	for _, a := range acks {
-		select {
-		case <-a.Ok():
-		case err := <-a.Err():
+	// In rounds of 500: the client stalls past its 4,000 acks outstanding.
+	for start := 0; start < len(keys); start += 500 {
+		var acks []jetstream.PubAckFuture
+		for _, key := range keys[start:min(start+500, len(keys))] {
+			a, err := h.env.JS.PublishAsync(h.env.Layout.Subject(key), []byte("junk"))
 			require.NoError(t, err)
-		case <-ctx.Done():
-			t.Fatal("garbage not acknowledged")
+			acks = append(acks, a)
+		}
+		for _, a := range acks {
+			select {
+			case <-a.Ok():
+			case err := <-a.Err():
+				require.NoError(t, err)
+			case <-ctx.Done():
+				t.Fatal("garbage not acknowledged")
+			}
 		}
 	}
 	for i, r := range h.replicas {

@@ -89,13 +89,19 @@ func (r *Reservation) SettleWithNote(ctx context.Context, actual, note string) (
 // Errors: those of Client.Settle, and not_priced (ErrInvalid) for a
 // reservation admitted with an amount.
 func (r *Reservation) SettleUsage(ctx context.Context, u events.Usage) (events.CloseReply, error) {
+	return r.SettleUsageWithNote(ctx, u, "")
+}
+
+// SettleUsageWithNote is SettleUsage with a note (events.SettleRequest.Note),
+// recorded in the settle's events and exported with the reservation.
+func (r *Reservation) SettleUsageWithNote(ctx context.Context, u events.Usage, note string) (events.CloseReply, error) {
 	if r.failedOpen {
 		r.c.failOpen.Warn("spendgate: settle of a fail-open admission is not recorded",
 			"request_id", r.reply.RequestID, "amount", r.reply.Amount, "input_tokens", u.InputTokens, "output_tokens", u.OutputTokens)
 		return events.CloseReply{}, nil
 	}
 	return r.c.Settle(ctx, events.SettleRequest{ReservationID: r.reply.ReservationID,
-		InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CachedInputTokens: u.CachedInputTokens})
+		InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CachedInputTokens: u.CachedInputTokens, Note: note})
 }
 
 // Release gives the whole reservation back. It runs under

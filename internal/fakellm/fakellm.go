@@ -12,6 +12,8 @@
 //	fake:out=N         answer N output tokens (default DefaultOutputTokens)
 //	fake:cached=N      report N of the input tokens as cached
 //	fake:slow=DUR      wait DUR (a Go duration) before each streamed chunk
+//	fake:serve=MODEL   name MODEL in the answer, as a provider (or a router
+//	                   falling back) that served another model would
 //
 // Input tokens are InputTokens(body): a deterministic count below the
 // body's length in bytes. Every answer's usage, and every call, is kept for
@@ -100,7 +102,7 @@ func (s *Server) record(c Call) {
 	s.mu.Unlock()
 }
 
-var directive = regexp.MustCompile(`fake:(status|nousage|cut|out|cached|slow)(=([0-9a-z.]+))?`)
+var directive = regexp.MustCompile(`fake:(status|nousage|cut|out|cached|slow|serve)(=([0-9a-zA-Z._/-]+))?`)
 
 // steer is a request's directives.
 type steer struct {
@@ -110,6 +112,7 @@ type steer struct {
 	out     int64
 	cached  int64
 	slow    time.Duration
+	serve   string
 }
 
 func parseSteer(body []byte) steer {
@@ -129,6 +132,8 @@ func parseSteer(body []byte) steer {
 			st.cached, _ = strconv.ParseInt(v, 10, 64)
 		case "slow":
 			st.slow, _ = time.ParseDuration(v)
+		case "serve":
+			st.serve = v
 		}
 	}
 	return st
@@ -208,6 +213,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	call.Cut = st.cut
 	s.record(call)
+	if st.serve != "" {
+		req.Model = st.serve // the answer names the model served
+	}
 	a := answer{req: req, u: u, st: st, w: w, api: api, gone: r.Context().Done()}
 	if req.Stream && api != apiEmbeddings {
 		a.stream()

@@ -477,21 +477,24 @@ func (a *api) usageOf(raw json.RawMessage) (usage, bool) {
 // bodyUsage reads the usage of a plain (not streamed) answer: the top
 // level "usage" of the whole body, or, when only its tail was kept
 // (complete false), of the last top-level-looking "usage" key in the tail.
-func (a *api) bodyUsage(body []byte, whole bool) (usage, bool) {
+// served is the whole body's top-level "model" ("" from a tail).
+func (a *api) bodyUsage(body []byte, whole bool) (u usage, served string, ok bool) {
 	if whole {
 		var top struct {
 			Usage json.RawMessage `json:"usage"`
+			Model string          `json:"model"`
 		}
 		if json.Unmarshal(body, &top) != nil {
-			return usage{}, false
+			return usage{}, "", false
 		}
-		return a.usageOf(top.Usage)
+		u, ok = a.usageOf(top.Usage)
+		return u, top.Model, ok
 	}
 	key := []byte(`"usage"`)
 	for end := len(body); ; {
 		i := bytes.LastIndex(body[:end], key)
 		if i < 0 {
-			return usage{}, false
+			return usage{}, "", false
 		}
 		end = i
 		rest := bytes.TrimLeft(body[i+len(key):], " \t\r\n")
@@ -503,7 +506,31 @@ func (a *api) bodyUsage(body []byte, whole bool) (usage, bool) {
 			continue
 		}
 		if u, ok := a.usageOf(raw); ok {
-			return u, true
+			return u, "", true
 		}
 	}
+}
+
+// otherModel reports whether an answer naming served was served by
+// another model than the one priced: not when the answer names none, the
+// priced one, or a dated version of it (the providers answer "gpt-4o" with
+// "gpt-4o-2024-08-06", "claude-3-5-sonnet-latest" with
+// "claude-3-5-sonnet-20241022"). A router's fallback, or an upstream
+// that substitutes, answers with another name: its tokens were billed at
+// that model's prices while the ledger priced them at the one asked for.
+func otherModel(priced, served string) bool {
+	if served == "" || served == priced {
+		return false
+	}
+	base := strings.TrimSuffix(priced, "-latest")
+	date, ok := strings.CutPrefix(served, base+"-")
+	if !ok || date == "" {
+		return true
+	}
+	for _, r := range date {
+		if (r < '0' || r > '9') && r != '-' {
+			return true
+		}
+	}
+	return false
 }

@@ -69,3 +69,29 @@ func TestEstimateInput_ReferencesCountImageTokens(t *testing.T) {
 		require.Less(t, got, int64(c.images*image+len(c.body)), c.name)
 	}
 }
+
+// TestOtherModel: the priced model, a dated version of it and an answer
+// naming none are the same model; anything else is another.
+func TestOtherModel(t *testing.T) {
+	for _, c := range []struct {
+		priced, served string
+		other          bool
+	}{
+		{"gpt-4o", "", false},
+		{"gpt-4o", "gpt-4o", false},
+		{"gpt-4o", "gpt-4o-2024-08-06", false},
+		{"gpt-4", "gpt-4-0613", false},
+		{"claude-3-5-sonnet-latest", "claude-3-5-sonnet-20241022", false},
+		{"openai/gpt-4o", "openai/gpt-4o", false},
+		{"gpt-4o", "gpt-4o-mini", true},
+		{"gpt-4o", "gpt-4o-mini-2024-07-18", true},
+		{"gpt-4o-mini", "gpt-4o", true},
+		{"gpt-4o", "gpt-4o-", true},
+		{"gpt-4o", "GPT-4O", true},
+		{"claude-3-5-sonnet-latest", "claude-3-opus-20240229", true},
+	} {
+		if got := otherModel(c.priced, c.served); got != c.other {
+			t.Errorf("otherModel(%q, %q) = %v, want %v", c.priced, c.served, got, c.other)
+		}
+	}
+}

@@ -194,10 +194,12 @@ type callLog struct {
 	requestID, reservation, reserved string
 	settled, actual                  string
 	usage                            *usage
-	denial                           string
-	err                              error
-	start                            time.Time
-	upstream                         time.Duration
+	// served is the model the answer named when otherModel.
+	served   string
+	denial   string
+	err      error
+	start    time.Time
+	upstream time.Duration
 	// async: the call is closed and logged after its reply
 	// (Config.SettleAfterReply), by a copy of this line.
 	async bool
@@ -218,6 +220,9 @@ func (g *Gateway) logCall(l *callLog) {
 	}
 	if l.usage != nil {
 		attrs = append(attrs, "input_tokens", l.usage.input, "output_tokens", l.usage.output, "cached_input_tokens", l.usage.cached)
+	}
+	if l.served != "" {
+		attrs = append(attrs, "served_model", l.served)
 	}
 	if l.upstream > 0 {
 		attrs = append(attrs, "upstream_ms", l.upstream.Milliseconds())
@@ -584,6 +589,8 @@ type outcome struct {
 	u        usage
 	final    bool
 	released bool
+	// served is the model the answer named ("" if none).
+	served string
 	// label is the call's outcome (OutcomeOK, ...); err why it failed.
 	label string
 	err   error
@@ -678,7 +685,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *api, c *cal
 		closed := false
 		gone, err := pumpStream(w, resp.Body, st, func() {
 			closed = true
-			o := outcome{u: st.u, final: st.final, label: OutcomeOK}
+			o := outcome{u: st.u, final: st.final, label: OutcomeOK, served: st.served}
 			switch {
 			case r.Context().Err() != nil && !st.done:
 				o.label = OutcomeCallerGone
@@ -716,8 +723,8 @@ func (g *Gateway) plain(w http.ResponseWriter, a *api, resp *http.Response, res 
 	buf := bytes.NewBuffer(make([]byte, 0, max(0, min(resp.ContentLength, maxUsageScan))+512))
 	n, err := io.Copy(buf, io.LimitReader(resp.Body, maxUsageScan+1))
 	if err == nil && n <= maxUsageScan {
-		u, ok := a.bodyUsage(buf.Bytes(), true)
-		o := outcome{u: u, final: ok, label: OutcomeOK}
+		u, served, ok := a.bodyUsage(buf.Bytes(), true)
+		o := outcome{u: u, final: ok, label: OutcomeOK, served: served}
 		if !g.cfg.SettleAfterReply {
 			g.close(res, o, l)
 		}
@@ -753,7 +760,7 @@ func (g *Gateway) plain(w http.ResponseWriter, a *api, resp *http.Response, res 
 		dst = io.MultiWriter(tail, w)
 	}
 	_, err = io.Copy(dst, resp.Body)
-	u, ok := a.bodyUsage(tail.b, false)
+	u, _, ok := a.bodyUsage(tail.b, false)
 	o := outcome{u: u, final: ok && err == nil, label: OutcomeOK, err: err}
 	if err != nil {
 		o.label = OutcomeCut
@@ -819,9 +826,15 @@ func (g *Gateway) close(res *client.Reservation, o outcome, l *callLog) {
 		p.how = "released"
 	case o.final:
 		p.how, l.usage = "usage", &o.u
+		if otherModel(l.model, o.served) {
+			// Priced at the model asked for, served by another: the
+			// settle and the log say so, and the metric counts it.
+			p.note, l.served = NoteOtherModel, o.served
+			g.m.OtherModel.WithLabelValues(l.api).Inc()
+		}
 	default:
 		// No usage: the call may have cost up to its reservation.
-		p.how = "reservation"
+		p.how, p.note = "reservation", noteOf(o.label)
 	}
 	if !o.released {
 		p.deadline = p.deadline.Add(lateSettleWindow)

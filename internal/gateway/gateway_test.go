@@ -943,6 +943,65 @@ func TestGateway_CallerLeavesMidStream(t *testing.T) {
 	require.Equal(t, []string{"reservation_caller_gone"}, notes)
 }
 
+// TestGateway_ServedOtherModelNoted: an answer naming another model than
+// the one priced (a router falling back, an upstream substituting) is
+// settled from its usage as before, at the model asked for, and its settle
+// carries the note served_other_model, exported with the reservation; the
+// call's log line names the served model and the metric counts it by API.
+// A dated version of the priced model ("gpt-x-2024-08-06") is the same
+// model: no note. Plain and streamed answers of the three APIs that name
+// their model. Without the check every note below is empty and the metric
+// stays 0.
+func TestGateway_ServedOtherModelNoted(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	secret := e.key("10", "team:m")
+	calls := []struct{ api, path, body string }{
+		{"chat.completions", "/v1/chat/completions", `{"model":"gpt-x","messages":[{"role":"user","content":"hi fake:serve=big-y"}],"max_tokens":9}`},
+		{"chat.completions", "/v1/chat/completions", `{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"hi fake:serve=big-y"}],"max_tokens":9}`},
+		{"responses", "/v1/responses", `{"model":"gpt-x","input":"hi fake:serve=big-y","max_output_tokens":9}`},
+		{"responses", "/v1/responses", `{"model":"gpt-x","input":"hi fake:serve=big-y","stream":true,"max_output_tokens":9}`},
+		{"messages", "/v1/messages", `{"model":"claude-x","max_tokens":9,"messages":[{"role":"user","content":"hi fake:serve=claude-x-opus"}]}`},
+		{"messages", "/v1/messages", `{"model":"claude-x","stream":true,"max_tokens":9,"messages":[{"role":"user","content":"hi fake:serve=claude-x-opus"}]}`},
+		// A dated version of the model priced: not another model.
+		{"", "/v1/chat/completions", `{"model":"gpt-x","messages":[{"role":"user","content":"hi fake:serve=gpt-x-2024-08-06"}],"max_tokens":9}`},
+		{"", "/v1/messages", `{"model":"claude-x","stream":true,"max_tokens":9,"messages":[{"role":"user","content":"hi fake:serve=claude-x-20241022"}]}`},
+	}
+	ids := map[string]string{} // reservation id -> the api whose note is due ("" none)
+	for _, c := range calls {
+		resp := e.post(c.path, secret, c.body)
+		body := readAll(t, resp)
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%s: %s", c.path, body)
+		ids[resp.Header.Get("X-Spendgate-Reservation-Id")] = c.api
+	}
+	testenv.WaitFor(t, 10*time.Second, "every call is settled", func() bool { return e.budget("team:m").Open == 0 })
+	want := events.MustMoney("0")
+	for _, c := range e.fake.Calls() {
+		require.NotNil(t, c.Usage)
+		want = want.Add(cost(*c.Usage))
+	}
+	requireMoney(t, want, e.budget("team:m").Spent, "settled from the usage, at the model priced")
+	notes := map[string]string{}
+	_, err := report.NewReader(e.te.JS, e.te.Layout, projector.New(e.te.JS, e.te.Layout)).Rows(ctxT(t), report.Filter{}, func(r *report.Row) error {
+		notes[r.ReservationID] = r.Note
+		return nil
+	})
+	require.NoError(t, err)
+	require.Len(t, notes, len(ids))
+	for id, api := range ids {
+		if api == "" {
+			require.Empty(t, notes[id], "a dated version is the model priced")
+		} else {
+			require.Equal(t, gateway.NoteOtherModel, notes[id], api)
+		}
+	}
+	for api, n := range map[string]float64{"chat.completions": 2, "responses": 2, "messages": 2, "embeddings": 0} {
+		require.Equal(t, n, testutil.ToFloat64(e.metrics.OtherModel.WithLabelValues(api)), api)
+	}
+	logs := e.logs.String()
+	require.Equal(t, 4, strings.Count(logs, "served_model=big-y"), logs)
+	require.Equal(t, 2, strings.Count(logs, "served_model=claude-x-opus"), logs)
+}
+
 // TestGateway_BadRequests: what the gateway cannot price is refused 400
 // before any admit, in the provider's shape.
 func TestGateway_BadRequests(t *testing.T) {

@@ -68,7 +68,7 @@ type journalOpen struct {
 
 // journalDue is the close decided for a call whose close did not land yet:
 // how ("usage", "reservation" or "released"), the usage's tokens, and the
-// note of a settle at the reservation.
+// settle's note.
 type journalDue struct {
 	ReservationID string `json:"reservation_id"`
 	How           string `json:"how"`
@@ -268,11 +268,11 @@ func (j *journal) opened(tenant string, res *client.Reservation) {
 // owes records the close p is due, waiting for a retry.
 func (j *journal) owes(p *pendingClose) {
 	d := &journalDue{ReservationID: p.res.ID(), How: p.how}
-	switch p.how {
-	case "usage":
+	if p.how == "usage" {
 		d.Input, d.Output, d.Cached = p.o.u.input, p.o.u.output, p.o.u.cached
-	case "reservation":
-		d.Note = noteOf(p.o.label)
+	}
+	if p.how != "released" {
+		d.Note = p.note
 	}
 	j.write(journalRecord{Due: d})
 }
@@ -385,7 +385,7 @@ func recoverCall(ctx context.Context, cl *client.Client, c journalCall) (string,
 			r, err := cl.Release(ctx, events.ReleaseRequest{ReservationID: id})
 			return d.How, r, err
 		case "usage":
-			r, err := cl.Settle(ctx, events.SettleRequest{ReservationID: id, InputTokens: d.Input, OutputTokens: d.Output, CachedInputTokens: d.Cached})
+			r, err := cl.Settle(ctx, events.SettleRequest{ReservationID: id, InputTokens: d.Input, OutputTokens: d.Output, CachedInputTokens: d.Cached, Note: d.Note})
 			return d.How, r, err
 		case "reservation":
 			r, err := cl.Settle(ctx, events.SettleRequest{ReservationID: id, Actual: c.open.Amount, Note: d.Note})

@@ -57,6 +57,11 @@ type Metrics struct {
 	// KeyLookups counts key lookups: WithLabelValues(result), "hit" (from
 	// the cache) or "miss".
 	KeyLookups *prometheus.CounterVec
+	// OtherModel counts calls settled from usage whose answer named
+	// another model than the one priced (a router's fallback, an upstream
+	// substituting): WithLabelValues(api). Their settles carry the note
+	// NoteOtherModel.
+	OtherModel *prometheus.CounterVec
 }
 
 // NewMetrics returns the gateway's metrics, registered in r when r is not
@@ -82,6 +87,8 @@ func NewMetrics(r *prometheus.Registry) *Metrics {
 			Help: "Settles and releases waiting for a background retry."}),
 		Inflight:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "spendgate_gateway_inflight_calls", Help: "Gateway calls being handled now."}),
 		KeyLookups: counters("spendgate_gateway_key_lookups_total", "API key lookups, by result (hit: from the cache; miss).", "result"),
+		OtherModel: counters("spendgate_gateway_served_other_model_total",
+			"Calls settled from usage whose answer named another model than the one priced, by API.", "api"),
 	}
 	// Every series whose labels are known is there from the start, at 0:
 	// Prometheus' rate and increase miss the first count of a series that
@@ -91,6 +98,7 @@ func NewMetrics(r *prometheus.Registry) *Metrics {
 			OutcomeUpstreamError, OutcomeUnreachable, OutcomeCut, OutcomeCallerGone} {
 			m.Calls.WithLabelValues(a.name, o)
 		}
+		m.OtherModel.WithLabelValues(a.name)
 	}
 	for _, reason := range events.DenialReasons {
 		m.Denials.WithLabelValues(string(reason))
@@ -106,7 +114,7 @@ func NewMetrics(r *prometheus.Registry) *Metrics {
 	}
 	if r != nil {
 		r.MustRegister(m.Calls, m.Denials, m.UpstreamSeconds, m.AdmitSeconds, m.SettleLag, m.SettleFailures, m.SettleRetries, m.SettlesPending,
-			m.Inflight, m.KeyLookups)
+			m.Inflight, m.KeyLookups, m.OtherModel)
 	}
 	return m
 }

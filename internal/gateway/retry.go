@@ -57,6 +57,9 @@ type pendingClose struct {
 	o   outcome
 	// how is the call log's "closed": usage, reservation or released.
 	how string
+	// note is the settle's note: why a settle at the reservation is that
+	// (noteOf), NoteOtherModel for a usage served by another model.
+	note string
 	// deadline is when the retries stop.
 	deadline time.Time
 	// attempts counts the attempts made, the first (failed) one included.
@@ -80,11 +83,16 @@ func (g *Gateway) closeOnce(p *pendingClose) (events.CloseReply, error) {
 	case "released":
 		return p.res.Release(ctx)
 	case "usage":
-		return p.res.SettleUsage(ctx, events.Usage{InputTokens: p.o.u.input, OutputTokens: p.o.u.output, CachedInputTokens: p.o.u.cached})
+		u := events.Usage{InputTokens: p.o.u.input, OutputTokens: p.o.u.output, CachedInputTokens: p.o.u.cached}
+		reply, err := p.res.SettleUsageWithNote(ctx, u, p.note)
+		if p.note != "" && events.CodeOf(err) == events.CodeInvalidRequest {
+			return p.res.SettleUsage(ctx, u) // as below: a replica before notes
+		}
+		return reply, err
 	default:
 		// The settle says why it is the whole reservation: the call's
 		// outcome (the answer broke off, the caller left, no usage).
-		reply, err := p.res.SettleWithNote(ctx, p.res.Amount(), noteOf(p.o.label))
+		reply, err := p.res.SettleWithNote(ctx, p.res.Amount(), p.note)
 		if events.CodeOf(err) == events.CodeInvalidRequest {
 			// A replica of a version before notes refuses the field,
 			// deciding nothing: the settle itself must still land.
@@ -93,6 +101,11 @@ func (g *Gateway) closeOnce(p *pendingClose) (events.CloseReply, error) {
 		return reply, err
 	}
 }
+
+// NoteOtherModel is the settle note of a call whose answer named another
+// model than the one it was priced at (otherModel): its usage is priced at
+// the model asked for, which the upstream may have billed differently.
+const NoteOtherModel = "served_other_model"
 
 // noteOf is the settle note of a call closed at its whole reservation
 // with outcome label: "reservation_<label>" ("reservation_cut",

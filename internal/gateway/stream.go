@@ -90,6 +90,9 @@ type streamState struct {
 	// anth is Anthropic's input in its three counts, each as its latest
 	// event gave it: u.input is their sum, u.cached the cache read.
 	anth anthropicInput
+	// served is the model the answer named (in its usage chunk, its
+	// terminal response event, or message_start).
+	served string
 }
 
 // anthropicInput is an Anthropic stream's input as its events give it.
@@ -154,12 +157,13 @@ func (s *streamState) observe(ev []byte) (drop bool) {
 		var c struct {
 			Usage   json.RawMessage   `json:"usage"`
 			Choices []json.RawMessage `json:"choices"`
+			Model   string            `json:"model"`
 		}
 		if json.Unmarshal(data, &c) != nil {
 			return false
 		}
 		if u, ok := s.a.usageOf(c.Usage); ok {
-			s.u, s.final = u, true
+			s.u, s.final, s.served = u, true, c.Model
 			return s.strip && len(c.Choices) == 0
 		}
 	default: // responses
@@ -177,6 +181,7 @@ func (s *streamState) observe(ev []byte) (drop bool) {
 			Type     string `json:"type"`
 			Response struct {
 				Usage json.RawMessage `json:"usage"`
+				Model string          `json:"model"`
 			} `json:"response"`
 		}
 		if json.Unmarshal(data, &e) != nil {
@@ -185,6 +190,7 @@ func (s *streamState) observe(ev []byte) (drop bool) {
 		switch e.Type {
 		case "response.completed", "response.incomplete", "response.failed":
 			s.done = true
+			s.served = e.Response.Model
 			if u, ok := s.a.usageOf(e.Response.Usage); ok {
 				s.u, s.final = u, true
 			}
@@ -211,9 +217,11 @@ func (s *streamState) observeAnthropic(name, data []byte) {
 		var e struct {
 			Message struct {
 				Usage json.RawMessage `json:"usage"`
+				Model string          `json:"model"`
 			} `json:"message"`
 		}
 		if json.Unmarshal(data, &e) == nil {
+			s.served = e.Message.Model
 			if u, ok := s.a.usageOf(e.Message.Usage); ok {
 				var in anthropicInput
 				_ = json.Unmarshal(e.Message.Usage, &in) // usageOf read it

@@ -124,6 +124,9 @@ func auditExport(args []string) int {
 			return exitError
 		}
 	}
+	// Two exports (or an export and a report) agree row for row when
+	// they read up to the same position.
+	fmt.Fprintf(os.Stderr, "spendgate: audit export: %d rows, as of book position %d\n", tot.Rows(), tot.Position)
 	return exitOK
 }
 

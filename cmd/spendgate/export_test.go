@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -93,7 +94,11 @@ func TestCLI_ExportReportBalances(t *testing.T) {
 	// CSV: header, one row per reservation (r1 once, not once per
 	// balance), closed rows in closing order, the open one last.
 	dir := t.TempDir()
-	out := ok("audit", "export", "--totals", filepath.Join(dir, "totals.csv"))
+	code, out, exportErr := e2eCLIErr(t, url, "audit", "export", "--unverified", "--totals", filepath.Join(dir, "totals.csv"))
+	require.Equal(t, 0, code, exportErr)
+	// The rows and the book position go to stderr, the CSV alone to stdout.
+	exportPos := regexp.MustCompile(`^spendgate: audit export: 4 rows, as of book position ([1-9][0-9]*)\n$`).FindStringSubmatch(exportErr)
+	require.NotNil(t, exportPos, exportErr)
 	recs, err := csv.NewReader(strings.NewReader(out)).ReadAll()
 	require.NoError(t, err)
 	require.Equal(t, []string{"reservation_id", "request_id", "scopes", "balances", "unit", "reserved",
@@ -179,8 +184,10 @@ func TestCLI_ExportReportBalances(t *testing.T) {
 	require.Regexp(t, `(?m)^gpt-4o\s+USD\s+2\s+1\s+1\s+0\s+0\s+0\s+2\.5\s+0\.5\s+3\s+1\s*$`, out)
 	require.Regexp(t, `(?m)^\(none\)\s+USD\s+1\s+0\s+0\s+1\s`, out)
 	require.Equal(t, out, ok("report", "--by", "model", "--replay"))
-	code, out, _ = e2eCLIErr(t, url, "report", "--by", "scope", "--format", "csv")
+	code, out, errOut := e2eCLIErr(t, url, "report", "--by", "scope", "--format", "csv")
 	require.Equal(t, 0, code)
+	// Nothing was written since the export: the same position.
+	require.Equal(t, "spendgate: report: as of book position "+exportPos[1]+"\n", errOut)
 	require.Equal(t, "scope,unit,reservations,open,settled,released,expired,late,spend,overrun,reserved,denials\n"+
 		"org:acme,USD,3,1,2,0,0,0,3.5,0.5,3,1\n"+
 		"user:u-17,USD,2,0,1,1,0,0,2.5,0.5,0,1\n", out)
@@ -197,7 +204,7 @@ func TestCLI_ExportReportBalances(t *testing.T) {
 	require.Contains(t, out, "opened from "+day+"T00:00:00Z to ")
 	require.Equal(t, out, ok("report", "--by", "scope", "--period", day, "--replay"))
 	// Bad input to the endpoint: the reply's error, exit 1.
-	code, out, errOut := e2eCLIErr(t, url, "report", "--by", "model", "--from", hour.Add(time.Minute).Format(time.RFC3339))
+	code, out, errOut = e2eCLIErr(t, url, "report", "--by", "model", "--from", hour.Add(time.Minute).Format(time.RFC3339))
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, `"code": "invalid_time"`)
 	require.Empty(t, out, "an error reply is not the report: report --format csv > file must not fill the file with it")

@@ -169,6 +169,11 @@ func reportCmd(args []string) int {
 		err = writeShadowTable(os.Stdout, name, r, rep)
 	case *format == "csv":
 		err = writeReportCSV(os.Stdout, name, rep, dec)
+		if err == nil {
+			// The table's header names the book position; a CSV has no
+			// place for it that a spreadsheet would not take for a row.
+			fmt.Fprintf(os.Stderr, "spendgate: report: as of book position %d\n", rep.Position)
+		}
 	default:
 		err = writeReportTable(os.Stdout, name, r, rep)
 		if err == nil && len(rep.Shadow) > 0 {

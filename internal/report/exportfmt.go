@@ -114,6 +114,14 @@ type Totals struct {
 	Position uint64
 }
 
+// Rows is how many rows were written, over every unit.
+func (t Totals) Rows() (n int64) {
+	for _, u := range t.Units {
+		n += u.Rows
+	}
+	return n
+}
+
 // UnitTotals is the sum of the rows of one unit.
 type UnitTotals struct {
 	Unit string

@@ -102,3 +102,66 @@ test("an internal error reply fails closed and voids the admit, without a retry"
     await nc.close();
   }
 });
+
+test("a settle whose outcome stays unknown is sent again, same body, until it lands", async () => {
+  const nc = await connect({ servers: process.env.NATS_URL ?? "nats://127.0.0.1:4222" });
+  const unavailable = { error: { code: "ledger_unavailable", message: "the outcome is unknown" } };
+  const settled = { reservation_id: "rsv_2", status: "settled", reserved: "0.05", actual: "0.04" };
+  // Two attempts fail (the error is thrown), the background's first again
+  // too, its second lands.
+  const s = stub(nc, { settle: [unavailable, unavailable, unavailable, settled] });
+  try {
+    await nc.flush();
+    const sg = new Spendgate(nc, { prefix: s.prefix, timeoutMs: 500, attempts: 2, closeBackoffMs: 10 });
+    let retrying;
+    await assert.rejects(sg.settle("rsv_2", "0.04"), (err) => {
+      assert.ok(err instanceof UnavailableError, `want an UnavailableError, got ${err}`);
+      retrying = err.retrying;
+      return true;
+    });
+    assert.ok(retrying, "the settle is kept");
+    assert.equal(sg.owed, 1);
+    assert.deepEqual(await retrying, settled);
+    await sg.drain();
+    assert.equal(sg.owed, 0);
+    assert.deepEqual(s.seen.map((m) => [m.endpoint, m.body.reservation_id, m.body.actual]),
+      Array(4).fill(["settle", "rsv_2", "0.04"]), "the same settle every time");
+  } finally {
+    s.stop();
+    await nc.close();
+  }
+});
+
+test("a settle sent again stops when the ledger refuses it", async () => {
+  const nc = await connect({ servers: process.env.NATS_URL ?? "nats://127.0.0.1:4222" });
+  const unavailable = { error: { code: "ledger_unavailable", message: "the outcome is unknown" } };
+  const refused = { error: { code: "unknown_reservation", message: "no such reservation" } };
+  const s = stub(nc, { settle: [unavailable, refused] });
+  try {
+    await nc.flush();
+    const sg = new Spendgate(nc, { prefix: s.prefix, timeoutMs: 500, attempts: 1, closeBackoffMs: 10 });
+    const err = await sg.settle("rsv_3", "0.01").catch((e) => e);
+    assert.ok(err instanceof UnavailableError);
+    await assert.rejects(err.retrying, (e) => e.code === "unknown_reservation");
+    await sg.drain();
+    assert.equal(sg.owed, 0);
+    assert.equal(s.seen.length, 2);
+  } finally {
+    s.stop();
+    await nc.close();
+  }
+});
+
+test("an admit given request_id undefined makes one", async () => {
+  const nc = await connect({ servers: process.env.NATS_URL ?? "nats://127.0.0.1:4222" });
+  const s = stub(nc, { admit: [{ admitted: true, reservation_id: "rsv_4" }] });
+  try {
+    await nc.flush();
+    const sg = new Spendgate(nc, { prefix: s.prefix, timeoutMs: 500 });
+    await sg.admit({ request_id: undefined, scopes: ["org:x"], amount: "0.01" });
+    assert.match(s.seen[0].body.request_id, /^[0-9a-f-]{36}$/);
+  } finally {
+    s.stop();
+    await nc.close();
+  }
+});

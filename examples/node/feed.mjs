@@ -175,7 +175,14 @@ export function describe(ev) {
 async function main() {
   const url = process.env.NATS_URL ?? "nats://127.0.0.1:4222";
   const keys = process.env.SPENDGATE_TRUSTED_KEYS ?? new URL("../../spendgate-data/trusted-keys", import.meta.url);
-  const trusted = parseTrustedKeys(readFileSync(keys, "utf8"));
+  let text;
+  try {
+    text = readFileSync(keys, "utf8");
+  } catch (err) {
+    console.error(`cannot read the replicas' trusted keys (${err.message}): set SPENDGATE_TRUSTED_KEYS to the trusted-keys file in the data directory \`spendgate serve --data-dir\` uses`);
+    process.exit(1);
+  }
+  const trusted = parseTrustedKeys(text);
   const durable = process.env.FEED_DURABLE ?? "feed-example";
   const untilIdle = process.argv.includes("--until-idle");
   const nc = await connect({ servers: url, maxReconnectAttempts: -1 });

@@ -1,5 +1,5 @@
 // A small spendgate client for Node.js: JSON over NATS request-reply, with the
-// three rules every caller in any language must keep.
+// four rules every caller in any language must keep.
 //
 //  1. Make the request id before the first attempt and reuse it on every retry:
 //     a retried admit whose first reply was lost gets the original answer
@@ -12,6 +12,10 @@
 //  3. Void what you gave up on: before reporting such a denial, send
 //     spendgate.void with the admit's request id and scopes, so an admit that
 //     landed is released at once and one still in flight reserves nothing.
+//  4. Keep a settle (or release) whose outcome is unknown and send it again,
+//     same body, until it lands: it is idempotent, and the ledger takes a settle
+//     up to 48 hours after the reservation's expiry. Dropped, the call's spend
+//     is never recorded and the sweeper gives its room back at the expiry.
 import { randomUUID } from "node:crypto";
 import { errors } from "@nats-io/transport-node";
 
@@ -45,16 +49,24 @@ const retryCodes = new Set(["ledger_busy", "ledger_unavailable"]);
 const unknownCodes = new Set([...retryCodes, "internal"]);
 
 export class Spendgate {
+  /** owed holds the settles and releases being sent again (rule 4). */
+  #owed = new Set();
+
   /**
    * @param nc a connection from @nats-io/transport-node's connect()
    * @param opts prefix (default "spendgate."), timeoutMs per attempt
-   *        (default 2000), attempts (default 3)
+   *        (default 2000), attempts (default 3), closeRetryMs: how long a
+   *        settle or release whose outcome is unknown is sent again (default
+   *        48 hours), closeBackoffMs: the first wait before it is (default
+   *        1000, doubling up to 30 s)
    */
-  constructor(nc, { prefix = "spendgate.", timeoutMs = 2000, attempts = 3 } = {}) {
+  constructor(nc, { prefix = "spendgate.", timeoutMs = 2000, attempts = 3, closeRetryMs = 48 * 3600 * 1000, closeBackoffMs = 1000 } = {}) {
     this.nc = nc;
     this.prefix = prefix;
     this.timeoutMs = timeoutMs;
     this.attempts = attempts;
+    this.closeRetryMs = closeRetryMs;
+    this.closeBackoffMs = closeBackoffMs;
   }
 
   /**
@@ -94,7 +106,7 @@ export class Spendgate {
    * is undefined if the void got no answer either.
    */
   async admit(req) {
-    const body = { request_id: req.request_id ?? randomUUID(), ...req };
+    const body = { ...req, request_id: req.request_id ?? randomUUID() };
     try {
       return await this.request("admit", body);
     } catch (err) {
@@ -110,12 +122,58 @@ export class Spendgate {
     return this.request("void", { request_id: requestId, scopes });
   }
 
+  /**
+   * settle closes a reservation with its actual cost, a decimal string. If
+   * its outcome stays unknown (UnavailableError), the settle is kept and sent
+   * again in the background until it lands, is refused, the connection is
+   * closed or closeRetryMs passes (rule 4); the error is thrown all the same,
+   * with err.retrying the promise of that settle's reply. drain() waits for
+   * every settle and release being sent again: call it before exiting.
+   */
   settle(reservationId, actual) {
-    return this.request("settle", { reservation_id: reservationId, actual });
+    return this.#close("settle", { reservation_id: reservationId, actual });
   }
 
+  /** release gives the whole reservation back; kept and sent again as settle is. */
   release(reservationId) {
-    return this.request("release", { reservation_id: reservationId });
+    return this.#close("release", { reservation_id: reservationId });
+  }
+
+  /** owed is how many settles and releases are being sent again. */
+  get owed() {
+    return this.#owed.size;
+  }
+
+  /** drain waits until every settle and release being sent again has landed or given up. */
+  async drain() {
+    await Promise.allSettled([...this.#owed]);
+  }
+
+  async #close(endpoint, body) {
+    try {
+      return await this.request(endpoint, body);
+    } catch (err) {
+      if (err instanceof UnavailableError) {
+        const retrying = this.#closeAgain(endpoint, body);
+        this.#owed.add(retrying);
+        retrying.then(() => this.#owed.delete(retrying), () => this.#owed.delete(retrying));
+        err.retrying = retrying;
+      }
+      throw err;
+    }
+  }
+
+  async #closeAgain(endpoint, body) {
+    const deadline = Date.now() + this.closeRetryMs;
+    for (let wait = this.closeBackoffMs; ; wait = Math.min(2 * wait, 30_000)) {
+      await new Promise((r) => setTimeout(r, Math.min(wait, Math.max(0, deadline - Date.now()))));
+      if (this.nc.isClosed()) throw new UnavailableError(new Error(`the connection is closed: the ${endpoint} of ${body.reservation_id} is not recorded`));
+      try {
+        return await this.request(endpoint, body);
+      } catch (err) {
+        if (!(err instanceof UnavailableError) || Date.now() >= deadline) throw err;
+      }
+    }
   }
 
   putBudget(budget) {

@@ -212,7 +212,12 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if key.Access != events.AccessAdmin && (key.Access != events.AccessService || need == events.AccessAdmin) {
-		a.fail(w, endpoint, http.StatusForbidden, CodeForbidden, "key "+key.ID+" may not call "+endpoint+" (its access: "+accessName(key.Access)+")")
+		want := "service"
+		if need == events.AccessAdmin {
+			want = "admin"
+		}
+		a.fail(w, endpoint, http.StatusForbidden, CodeForbidden, "key "+key.ID+" may not call "+endpoint+" (its access: "+accessName(key.Access)+
+			"; the deployment's admin gives it with spendgate keys update --id "+key.ID+" --access "+want+")")
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))

@@ -199,6 +199,14 @@ func TestAPI_Access(t *testing.T) {
 		if c.secret == none {
 			require.Contains(t, body, "send Authorization: Bearer <key>", "as written, not \\u003ckey\\u003e")
 		}
+		if c.status == http.StatusForbidden {
+			// The refusal says how the access is given.
+			want := "--access admin"
+			if c.secret == proxyOnly {
+				want = "--access service"
+			}
+			require.Regexp(t, `spendgate keys update --id [0-9a-f]+ `+want+`\)`, body)
+		}
 	}
 	// Another method than POST: 405 in the wire's shape, Allow: POST.
 	for _, method := range []string{http.MethodGet, http.MethodPut, http.MethodDelete} {

@@ -505,6 +505,7 @@ func (a *Admitter) plan(ctx context.Context, r request) (*admitTx, *events.Admit
 	// budget's time zone, and stored with the reservation.
 	for _, b := range budgets {
 		tx.refs = append(tx.refs, b.Balance(now))
+		tx.locs = append(tx.locs, b.Loc)
 	}
 	return tx, nil, nil
 }
@@ -653,10 +654,12 @@ func (a *Admitter) defaultsFor(s events.Scope, bs []ledger.Budget) []ledger.Defa
 
 // admitTx reserves one request in every balance it names.
 type admitTx struct {
-	req   request
-	now   time.Time
-	id    string
-	refs  []events.BalanceRef
+	req  request
+	now  time.Time
+	id   string
+	refs []events.BalanceRef
+	// locs are the time zones of refs' budgets.
+	locs  []*time.Location
 	reply events.AdmitReply
 	// virtual are the budgets a check or shadow admit would create from
 	// defaults, by balance key (see budgets).
@@ -672,6 +675,17 @@ type admitTx struct {
 }
 
 func (t *admitTx) Balances() []events.BalanceRef { return t.refs }
+
+// resetsAt is when refs[i]'s period instance ends, in UTC (nil for
+// lifetime).
+func (t *admitTx) resetsAt(i int) *time.Time {
+	end, ok := events.CalendarOf(t.refs[i].Period, t.locs[i]).ResetAt(t.now)
+	if !ok {
+		return nil
+	}
+	end = end.UTC()
+	return &end
+}
 
 func (t *admitTx) Decide(v ledger.View) (events.Events, error) {
 	t.reply = events.AdmitReply{RequestID: t.req.id, Mode: t.req.replyMode()}
@@ -701,7 +715,7 @@ func (t *admitTx) Decide(v ledger.View) (events.Events, error) {
 	t.alerts, t.blocked = nil, nil
 	evs := make(events.Events, 0, len(t.refs))
 	uses := make([]events.BudgetUse, 0, len(t.refs))
-	for _, ref := range t.refs {
+	for i, ref := range t.refs {
 		b := v.Balance(streams.BalanceKey(ref))
 		if vb, ok := t.virtual[streams.BalanceKey(ref)]; ok && !b.Defined {
 			b.Defined, b.Unit, b.Limit, b.Disabled, b.FixedSlot, b.Thresholds = true, vb.Unit, vb.Limit, vb.Disabled, vb.FixedSlot, vb.Thresholds
@@ -752,6 +766,9 @@ func (t *admitTx) Decide(v ledger.View) (events.Events, error) {
 			}
 			deny(events.ReasonLimitReached, msg)
 			t.reply.Denial.Requested = amt.String()
+			if amt.Cmp(b.Limit) <= 0 {
+				t.reply.Denial.ResetsAt = t.resetsAt(i)
+			}
 			if len(b.Thresholds) > 0 && t.req.mode == events.ModeAdmit {
 				a := events.BlockingAlert(ref, b.Unit, b.Limit, b.Spent.Add(b.Reserved), amt.String(),
 					events.LocalRequestID(t.req.id), b.Arm, t.now)
@@ -769,6 +786,7 @@ func (t *admitTx) Decide(v ledger.View) (events.Events, error) {
 				deny(events.ReasonExposureCap, fmt.Sprintf("%s per %s: exposure %s + this admit's %s (ceiling %s - reserved %s) exceeds the exposure cap %s %s",
 					ref.Scope.Local(), ref.Period, b.Exposure, part.Exposure(), ceiling, amt, *b.ExposureCap, b.Unit))
 				t.reply.Denial.Requested = amt.String()
+				t.reply.Denial.ResetsAt = t.resetsAt(i)
 				return nil, nil
 			}
 		}

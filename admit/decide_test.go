@@ -166,3 +166,49 @@ func TestDecide_TenantOpenLimitInTheTx(t *testing.T) {
 	require.Equal(t, 2, m.TenantOpen("acme"))
 	require.Equal(t, 3, m.TenantOpen(""))
 }
+
+// TestDecide_DenialSaysWhenItResets: a limit_reached denial by a budget of
+// a period says when that period instance ends, in UTC, from the budget's
+// own time zone; a lifetime budget never resets, a request above the
+// whole limit is never lifted by a reset, and a disabled budget is not
+// lifted by one either: none of those says a time.
+func TestDecide_DenialSaysWhenItResets(t *testing.T) {
+	ny, err := time.LoadLocation("America/New_York")
+	require.NoError(t, err)
+	day := usd("team:ny", events.PeriodDay, "0.5")
+	day.TZ, day.Loc = "America/New_York", ny
+	off := usd("org:off", events.PeriodMonth, "10")
+	off.Disabled = true
+	_, a := memLedger(t, usd("org:acme", events.PeriodMonth, "1"), day, usd("key:k", events.PeriodLifetime, "0.2"), off)
+	ctx := context.Background()
+	for i, c := range []struct {
+		scope, amount string
+		reason        events.Code
+		resets        string // "" none
+	}{
+		{"org:acme", "0.8", "", ""},
+		{"org:acme", "0.3", events.ReasonLimitReached, "2027-01-01T00:00:00Z"},
+		{"team:ny", "0.4", "", ""},
+		// 12:00 UTC is 07:00 in New York: its day ends at 05:00 UTC.
+		{"team:ny", "0.2", events.ReasonLimitReached, "2026-12-02T05:00:00Z"},
+		{"team:ny", "0.6", events.ReasonLimitReached, ""},
+		{"key:k", "0.2", "", ""},
+		{"key:k", "0.1", events.ReasonLimitReached, ""},
+		{"org:off", "0.1", events.ReasonBudgetDisabled, ""},
+	} {
+		r, err := a.Admit(ctx, req(fmt.Sprint("r", i), c.amount, c.scope))
+		require.NoError(t, err)
+		if c.reason == "" {
+			require.True(t, r.Admitted, "%d", i)
+			continue
+		}
+		require.Equal(t, c.reason, r.Denial.Reason, "%d", i)
+		if c.resets == "" {
+			require.Nil(t, r.Denial.ResetsAt, "%d", i)
+			continue
+		}
+		require.NotNil(t, r.Denial.ResetsAt, "%d", i)
+		require.Equal(t, c.resets, r.Denial.ResetsAt.Format(time.RFC3339), "%d", i)
+		require.Equal(t, time.UTC, r.Denial.ResetsAt.Location(), "%d", i)
+	}
+}

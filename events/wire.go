@@ -155,6 +155,12 @@ type Denial struct {
 	Requested string `json:"requested,omitempty"`
 	// Model is the model of an unpriced_model denial.
 	Model string `json:"model,omitempty"`
+	// ResetsAt is when the denying budget's period instance ends (UTC),
+	// set for limit_reached and exposure_cap by a budget of a period (not
+	// lifetime) when the request fits its limit: the denial lifts then at
+	// the latest (sooner when open reservations close, which spent +
+	// requested <= limit says). Not kept in denial records.
+	ResetsAt *time.Time `json:"resets_at,omitempty"`
 }
 
 // SettleRequest closes a reservation with its actual cost.

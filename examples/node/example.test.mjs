@@ -15,6 +15,8 @@ test("walkthrough: budget, admit, settle, denial, error, lost reply, void, fail 
     assert.match(out.admit.reservation_id, /^rsv_/);
     assert.equal(out.denied.admitted, false);
     assert.equal(out.denied.denial.reason, "limit_reached");
+    // A month budget's denial says when the month ends (UTC), when waiting lifts it.
+    assert.match(out.denied.denial.resets_at, /^\d{4}-\d{2}-01T00:00:00Z$/);
     assert.equal(out.errorCode, "invalid_amount");
     assert.equal(out.settle.status, "settled");
     assert.equal(out.settle.actual, "0.35");

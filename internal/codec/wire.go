@@ -206,6 +206,10 @@ func appendDenial(b []byte, d *events.Denial) []byte {
 			b = appendString(b, f.v)
 		}
 	}
+	if d.ResetsAt != nil {
+		b = appendKey(b, "resets_at")
+		b = appendTime(b, *d.ResetsAt)
+	}
 	return append(b, '}')
 }
 
@@ -660,6 +664,16 @@ func DecodeAdmitReply(data []byte, v *events.AdmitReply) error {
 					d.Reserved = s
 				case "requested":
 					d.Requested = s
+				case "model":
+					d.Model = s
+				case "resets_at":
+					// s had no escapes (raw refuses them): quoted, it is
+					// the token encoding/json reads.
+					t := new(time.Time)
+					if err := t.UnmarshalJSON([]byte(`"` + s + `"`)); err != nil {
+						r.ok = false
+					}
+					d.ResetsAt = t
 				default:
 					r.ok = false
 				}

@@ -107,6 +107,8 @@ func FuzzAppendWire(f *testing.F) {
 			reply.Pricing = &events.PriceQuote{Model: k, Version: uint64(nanos & 0xffff), Unit: d, Input: events.MustMoney("2.5"), Output: events.MustMoney("10"), InputTokens: nanos, MaxOutputTokens: 3}
 		} else {
 			reply.Denial.Model = v
+			reset := at.UTC()
+			reply.Denial.ResetsAt = &reset
 		}
 		same("admit reply with pricing or model", AppendAdmitReply(nil, &reply), reply)
 		cr := events.CloseReply{ReservationID: a, Status: b, Reserved: c, Actual: d, Overrun: e, Late: flag, Balances: refs, Replayed: !flag}
@@ -143,6 +145,8 @@ func FuzzDecodeReplies(f *testing.F) {
 	for _, s := range []string{
 		`{"admitted":true,"request_id":"r","reservation_id":"rsv_1","amount":"0.05","unit":"USD","balances":[{"scope":"org:a","period":"month","instance":"2026-11"}],"expires_at":"2026-12-01T05:00:00.123Z","status":"open","budgets":[{"scope":"org:a","period":"month","instance":"2026-11","unit":"USD","limit":"1","amount":"0.05","spent":"0","reserved":"0.05","available":"0.95"}]}`,
 		`{"admitted":false,"request_id":"r","denial":{"reason":"limit_reached","message":"m","scope":"org:a","period":"month"}}`,
+		`{"admitted":false,"request_id":"r","denial":{"reason":"limit_reached","message":"m","scope":"org:a","period":"month","resets_at":"2027-01-01T05:00:00Z"}}`,
+		`{"admitted":false,"request_id":"r","denial":{"reason":"limit_reached","resets_at":"2027-01-01 05:00"}}`,
 		`{"reservation_id":"rsv_1","status":"settled","reserved":"0.05","actual":"0.04","balances":[{"scope":"org:a","period":"month","instance":"2026-11"}],"replayed":true}`,
 		`{"admitted":true,"admitted":false}`,
 		`{"expires_at":"not a time"}`,
@@ -202,7 +206,7 @@ func TestWireCodec_KnowsEveryField(t *testing.T) {
 		reflect.TypeOf(events.ReleaseRequest{}): 1,
 		reflect.TypeOf(events.AdmitReply{}):     13,
 		reflect.TypeOf(events.CloseReply{}):     11,
-		reflect.TypeOf(events.Denial{}):         11,
+		reflect.TypeOf(events.Denial{}):         12,
 		reflect.TypeOf(events.BudgetUse{}):      9,
 		reflect.TypeOf(events.BalanceRef{}):     4,
 		reflect.TypeOf(events.Error{}):          5,

@@ -513,7 +513,13 @@ func (g *Gateway) denial(ctx context.Context, cl *client.Client, d events.Denial
 				d.Scope, d.Period, d.Instance, d.Limit, d.Unit, d.Spent, d.Reserved, d.Requested)
 			break
 		}
-		if end, ok := g.resetOf(ctx, cl, d); ok {
+		end, ok := time.Time{}, d.ResetsAt != nil
+		if ok {
+			end = *d.ResetsAt
+		} else {
+			end, ok = g.resetOf(ctx, cl, d) // a replica before resets_at
+		}
+		if ok {
 			secs := int64(end.Sub(g.now()).Seconds()) + 1
 			e.retryAfter = max(secs, 1)
 			e.noRetry = secs > 60

@@ -900,6 +900,7 @@ func (s *Service) countAdmit(ctx context.Context, req events.AdmitRequest, reply
 		// request's, its price's, or the default).
 		d := events.AdmitDenied{Type: events.TypeAdmitDenied, At: s.now().UTC(), Tenant: events.TenantFromContext(ctx),
 			RequestID: req.RequestID, Scopes: req.Scopes, Amount: req.Amount, Model: req.Model, Unit: admitUnit(req, reply), Metadata: req.Metadata, Denial: *reply.Denial}
+		d.Denial.ResetsAt = nil // derived from the budget; a record's readers decode strictly
 		// A tenant's denial for a scope it has no budget for is counted,
 		// never recorded, and kept in the ring without its metadata: the
 		// scope is any name the tenant makes up, and recording it (with up

@@ -1,0 +1,227 @@
+// Types for spendgate.mjs: the client's surface and the wire's shapes (the
+// full wire reference is docs/wire.md). Amounts are decimal strings, never
+// numbers: a binary float is refused (invalid_amount) or off by a cent.
+import type { NatsConnection } from "@nats-io/transport-node";
+
+/** A decimal amount as a string: "0.05". */
+export type Decimal = string;
+export type Period = "minute" | "hour" | "day" | "week" | "month" | "lifetime";
+
+export interface ErrorBody {
+  code: string;
+  message: string;
+  reservation_id?: string;
+  status?: string;
+}
+
+/** An error reply: a refusal with a stable code (invalid_amount, unknown_reservation, ...). */
+export class SpendgateError extends Error {
+  constructor(body: ErrorBody);
+  code: string;
+  body: ErrorBody;
+}
+
+/**
+ * The outcome is unknown: fail closed. code is "ledger_unavailable" when no
+ * answer came, else the last answer's code.
+ */
+export class UnavailableError extends Error {
+  constructor(cause: Error, code?: string);
+  code: string;
+  /** admit: the void's reply, undefined if the void got no answer either. */
+  voided?: VoidReply;
+  /** settle, release: the reply of the same close sent again, once it lands (rule 4). */
+  retrying?: Promise<CloseReply>;
+}
+
+export interface SpendgateOptions {
+  /** Subject prefix, default "spendgate." ("spendgate.t.<tenant>." is a tenant's). */
+  prefix?: string;
+  /** Per attempt, default 2000. */
+  timeoutMs?: number;
+  /** Attempts per request, default 3. */
+  attempts?: number;
+  /** How long a settle or release whose outcome is unknown is sent again, default 48 hours. */
+  closeRetryMs?: number;
+  /** The first wait before it is, default 1000 (doubling up to 30 s). */
+  closeBackoffMs?: number;
+}
+
+export interface AdmitRequest {
+  /** Made once by admit() when left out; reuse it on every retry. */
+  request_id?: string;
+  scopes: string[];
+  /** Required unless model prices the request. */
+  amount?: Decimal;
+  unit?: string;
+  /** A Go duration: "30s", "5m", "1h30m". */
+  ttl?: string;
+  metadata?: Record<string, string>;
+  mode?: "admit" | "check" | "shadow";
+  count?: number;
+  brief?: boolean;
+  model?: string;
+  input_tokens?: number;
+  input_chars?: number;
+  max_output_tokens?: number;
+  retry?: boolean;
+}
+
+export interface BalanceRef {
+  scope: string;
+  period: Period;
+  instance: string;
+  unit?: string;
+}
+
+export interface BudgetUse extends BalanceRef {
+  unit: string;
+  limit: Decimal;
+  amount: Decimal;
+  spent: Decimal;
+  reserved: Decimal;
+  available: Decimal;
+}
+
+export interface Denial {
+  reason: "limit_reached" | "unknown_budget" | "unit_mismatch" | "budget_disabled" | "unpriced_model" | "exposure_cap" | string;
+  message: string;
+  scope: string;
+  period?: Period;
+  instance?: string;
+  unit?: string;
+  limit?: Decimal;
+  spent?: Decimal;
+  reserved?: Decimal;
+  requested?: Decimal;
+  model?: string;
+  /** When the blocking budget's period instance ends (RFC 3339, UTC); absent when a reset does not help. */
+  resets_at?: string;
+}
+
+export interface PriceQuote {
+  model: string;
+  version: number;
+  unit: string;
+  input: Decimal;
+  output: Decimal;
+  cached_input?: Decimal;
+  input_tokens: number;
+  max_output_tokens: number;
+}
+
+/** A denial is a reply (admitted false, denial set), not an error. */
+export interface AdmitReply {
+  admitted: boolean;
+  request_id: string;
+  reservation_id?: string;
+  amount?: Decimal;
+  unit?: string;
+  balances?: BalanceRef[];
+  expires_at?: string;
+  status?: "open" | "settled" | "released" | "expired";
+  replayed?: boolean;
+  denial?: Denial;
+  mode?: "check" | "shadow";
+  budgets?: BudgetUse[];
+  pricing?: PriceQuote;
+}
+
+export interface BudgetClose extends BalanceRef {
+  unit: string;
+  reserved: Decimal;
+  actual: Decimal;
+  overrun?: Decimal;
+  excess?: Decimal;
+}
+
+export interface CloseReply {
+  reservation_id: string;
+  status: "settled" | "released";
+  reserved: Decimal;
+  actual?: Decimal;
+  overrun?: Decimal;
+  excess?: Decimal;
+  late?: boolean;
+  balances: BalanceRef[];
+  replayed?: boolean;
+  usage?: { input_tokens: number; output_tokens: number; cached_input_tokens?: number; price_version: number };
+  budgets?: BudgetClose[];
+}
+
+export interface VoidReply {
+  request_id: string;
+  status: string;
+  reservation_id?: string;
+  reservation_status?: string;
+  reserved?: Decimal;
+  balances?: BalanceRef[];
+  replayed?: boolean;
+}
+
+export interface BudgetPutRequest {
+  scope: string;
+  period: Period;
+  limit?: Decimal;
+  unit?: string;
+  tz?: string;
+  disabled?: boolean;
+  allow_zero?: boolean;
+  fixed_slot?: Decimal;
+  alerts?: boolean;
+  thresholds?: string[];
+  exposure_cap?: Decimal;
+  learn?: string;
+  learn_window?: number;
+  learn_min_samples?: number;
+  learn_floor?: Decimal;
+  replace?: boolean;
+}
+
+export interface BudgetView {
+  scope: string;
+  period: Period;
+  limit: Decimal;
+  unit: string;
+  instance: string;
+  spent: Decimal;
+  reserved: Decimal;
+  overrun: Decimal;
+  available: Decimal;
+  open: number;
+  tz?: string;
+  disabled?: boolean;
+  fixed_slot?: Decimal;
+  max_in_flight?: Decimal;
+  overshoot_bound?: Decimal;
+  thresholds?: string[];
+  exposure?: Decimal;
+  exposure_cap?: Decimal;
+  learn?: string;
+}
+
+export interface BudgetPutReply extends BudgetView {
+  created?: boolean;
+  changed: string[];
+}
+
+export class Spendgate {
+  constructor(nc: NatsConnection, opts?: SpendgateOptions);
+  nc: NatsConnection;
+  prefix: string;
+  timeoutMs: number;
+  attempts: number;
+  closeRetryMs: number;
+  closeBackoffMs: number;
+  /** Any endpoint ("budget.get", ...): the reply, or SpendgateError, or UnavailableError. */
+  request<T = unknown>(endpoint: string, body: unknown): Promise<T>;
+  admit(req: AdmitRequest): Promise<AdmitReply>;
+  void(requestId: string, scopes: string[]): Promise<VoidReply>;
+  settle(reservationId: string, actual: Decimal): Promise<CloseReply>;
+  release(reservationId: string): Promise<CloseReply>;
+  putBudget(budget: BudgetPutRequest): Promise<BudgetPutReply>;
+  /** How many settles and releases are being sent again. */
+  readonly owed: number;
+  /** Waits until every settle and release being sent again has landed or given up. */
+  drain(): Promise<void>;
+}

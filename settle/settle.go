@@ -326,13 +326,18 @@ func (t *closeTx) settle(r *ledger.Reservation, late, afterExpiry bool) (events.
 			actual, count = p.Amount, true
 		}
 		var excess *events.Money
-		if b := t.view.Balance(key); !count && b.ExposureCap != nil {
-			// A budget with an exposure cap is charged at most what its
-			// rules allow: the part's ceiling (its amount without one),
-			// or after expiry, when nothing is held for it any more, the
-			// budget's headroom above limit + cap. The rest is recorded
-			// as excess, never spent: spent stays <= limit + cap.
-			bound := r.Part(key).Amount.Add(r.Part(key).Exposure())
+		if b, p := t.view.Balance(key), r.Part(key); !count && b.ExposureCap != nil && p != nil && p.Ceiling != nil {
+			// A budget with an exposure cap charges a reservation with a
+			// ceiling (a learned one) at most what its rules allow: the
+			// ceiling, or after expiry, when nothing is held for it any
+			// more, the budget's headroom above limit + cap. The rest is
+			// recorded as excess, never spent: spent stays <= limit + cap.
+			// A reservation without a ceiling reserved what its caller
+			// said the call may cost: what it cost above that is charged
+			// in full, as in a budget without a cap, so that an
+			// under-reserving caller is stopped by the limit instead of
+			// spending past it unseen.
+			bound := p.Amount.Add(p.Exposure())
 			if afterExpiry {
 				bound = b.Headroom()
 			}

@@ -59,8 +59,11 @@ type Step struct {
 	Refs []events.BalanceRef
 	// Amount is what an admit or denial asked to reserve (a priced admit's
 	// maximum cost), in Unit; Count what it asked of a requests budget.
-	// Amount of a settle is its actual cost.
+	// Amount of a settle is its actual cost, as its caller gave it:
+	// Excess, the part an exposure cap kept out of the scope's spent,
+	// included.
 	Amount events.Money
+	Excess events.Money
 	Unit   string
 	Count  int64
 	// Pricing is a priced admit's quote (nil: the admit named an amount):
@@ -237,7 +240,12 @@ func (l *loader) lane(seq uint64, at time.Time, lr *events.LaneRevision) {
 					p.reserved = p.reserved.Sub(e.Reserved)
 				}
 				if !events.IsCount(b.Unit) {
-					st.Amount = e.Actual
+					st.Amount, st.Excess = e.Actual, events.Money{}
+					if e.Excess != nil {
+						// The replay settles at what the call cost, and
+						// its own cap (or none) decides what is charged.
+						st.Amount, st.Excess = e.Actual.Add(*e.Excess), *e.Excess
+					}
 				}
 			case events.ReservationReleased:
 				p.reserved = p.reserved.Sub(e.Reserved)

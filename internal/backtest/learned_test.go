@@ -95,6 +95,13 @@ func TestReplay_LearnedCappedHistory(t *testing.T) {
 	require.Zero(t, res.Exact.Mismatches, "%v", res.Exact.Examples)
 	require.True(t, res.Exact.Same)
 	require.Equal(t, *res.Balances[0].Recorded, res.Balances[0].Replayed)
+	// Each cut settle (1.5 at a ceiling of 1) kept 0.5 out of spent: the
+	// history says so, and the replay, settling at what the call cost
+	// (1.5, not the 1 charged), cuts the same. Before, the history took
+	// the charged 1 as the call's cost: both figures were 0.
+	wantExcess := events.MustMoney("0.5").Mul(events.MustMoney(fmt.Sprint(excess)))
+	require.Equal(t, wantExcess.String(), res.Recorded.Excess.String())
+	require.Equal(t, wantExcess.String(), res.Replayed.Excess.String())
 
 	t.Run("without learning the replay differs", func(t *testing.T) {
 		steps := clone(h.Steps)

@@ -475,7 +475,8 @@ func (r *replay) close(ctx context.Context, s *Step) {
 		return
 	}
 	if s.Kind == KindSettle && c.inWindow {
-		r.res.Recorded.Spent = r.res.Recorded.Spent.Add(s.Amount)
+		r.res.Recorded.Spent = r.res.Recorded.Spent.Add(s.Amount.Sub(s.Excess))
+		r.res.Recorded.Excess = r.res.Recorded.Excess.Add(s.Excess)
 	}
 	if c.id == "" {
 		// The replay denied its admit: the call was never made.

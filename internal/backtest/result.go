@@ -72,10 +72,10 @@ type Tally struct {
 	Denied       int64        `json:"denied"`
 	DeniedAmount events.Money `json:"denied_amount"`
 	Spent        events.Money `json:"spent"`
-	// ExposureCapDenied counts the denials of reason exposure_cap, and
-	// Excess the part of the admitted calls' cost an exposure cap kept
-	// out of spent (a settle is charged at most its ceiling): both only
-	// of the replay.
+	// ExposureCapDenied counts the denials of reason exposure_cap (only
+	// of the replay), and Excess the part of the admitted calls' cost an
+	// exposure cap kept out of spent (a settle is charged at most its
+	// ceiling).
 	ExposureCapDenied int64        `json:"exposure_cap_denied,omitempty"`
 	Excess            events.Money `json:"excess,omitzero"`
 }

@@ -169,25 +169,34 @@ func scanBalances(t *testing.T, h *harness, scope string) (maxExposure, maxSpent
 	return maxExposure, maxSpent, excess
 }
 
-// TestExposure_SettleReplyNamesEachBudgetsExcess: a reservation in a budget
-// with an exposure cap (team:cap, cap 0.1, no ceiling: charged at most its
-// 0.2) and one without (org:acme), settled at 0.5: the reply's budgets say
-// what each recorded, team:cap's excess 0.3 included, although the
-// top-level fields are org:acme's, the first by scope name. How it can
-// fail: before budgets[].excess the reply named no excess anywhere, while
-// the event recorded it.
+// TestExposure_SettleReplyNamesEachBudgetsExcess: a priced reservation in
+// a learned budget with an exposure cap (team:cap: learned 0.05, ceiling
+// 0.5) and in one without a cap (org:acme, holding the priced 0.5),
+// settled at 0.8: the reply's budgets say what each recorded, team:cap
+// charged its ceiling with 0.3 of excess, although the top-level fields
+// are org:acme's, the first by scope name. How it can fail: before
+// budgets[].excess the reply named no excess anywhere, while the event
+// recorded it.
 func TestExposure_SettleReplyNamesEachBudgetsExcess(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, harnessOpts{})
-	expo := "0.1"
-	require.Nil(t, h.call(streams.EndpointBudgetPut, events.BudgetPutRequest{Scope: "team:cap", Period: "month", Limit: "10", Unit: "USD", ExposureCap: &expo}, nil))
+	putExposureBudget(t, h, "team:cap", "10", "2")
+	for i := 0; i < 5; i++ { // cold start: five calls that cost 0.05
+		r, e := h.admit(expoPriced(fmt.Sprintf("warm-%d", i), "team:cap"))
+		require.Nil(t, e)
+		require.True(t, r.Admitted, "%+v", r.Denial)
+		_, e = h.settle(r.ReservationID, "0.05")
+		require.Nil(t, e)
+	}
 	require.Nil(t, h.call(streams.EndpointBudgetPut, events.BudgetPutRequest{Scope: "org:acme", Period: "month", Limit: "10", Unit: "USD"}, nil))
-	a, e := h.admit(events.AdmitRequest{RequestID: "x1", Scopes: []string{"team:cap", "org:acme"}, Amount: "0.2", Unit: "USD"})
+	req := expoPriced("x1", "team:cap")
+	req.Scopes = append(req.Scopes, "org:acme")
+	a, e := h.admit(req)
 	require.Nil(t, e)
 	require.True(t, a.Admitted, "%+v", a.Denial)
 	var r events.CloseReply
-	require.Nil(t, h.call(streams.EndpointSettle, events.SettleRequest{ReservationID: a.ReservationID, Actual: "0.5"}, &r))
-	require.Equal(t, "0.5", r.Actual)
+	require.Nil(t, h.call(streams.EndpointSettle, events.SettleRequest{ReservationID: a.ReservationID, Actual: "0.8"}, &r))
+	require.Equal(t, "0.8", r.Actual)
 	require.Equal(t, "0.3", r.Overrun, "org:acme's")
 	require.Empty(t, r.Excess, "org:acme's: none")
 	got := map[events.Scope]events.BudgetClose{}
@@ -196,7 +205,38 @@ func TestExposure_SettleReplyNamesEachBudgetsExcess(t *testing.T) {
 		got[b.Scope] = b
 	}
 	require.Equal(t, map[events.Scope]events.BudgetClose{
-		"org:acme": {Scope: "org:acme", Period: events.PeriodMonth, Unit: "USD", Reserved: "0.2", Actual: "0.5", Overrun: "0.3"},
-		"team:cap": {Scope: "team:cap", Period: events.PeriodMonth, Unit: "USD", Reserved: "0.2", Actual: "0.2", Excess: "0.3"},
+		"org:acme": {Scope: "org:acme", Period: events.PeriodMonth, Unit: "USD", Reserved: "0.5", Actual: "0.8", Overrun: "0.3"},
+		"team:cap": {Scope: "team:cap", Period: events.PeriodMonth, Unit: "USD", Reserved: "0.05", Actual: "0.5", Overrun: "0.45", Excess: "0.3"},
 	}, got)
+}
+
+// TestExposure_CapDoesNotHideAPlainOverrun: in a budget with an exposure
+// cap, a reservation without a ceiling (an amount its caller gave) settled
+// above its amount is charged in full, as in a budget without a cap: spent
+// counts it, and the limit then denies. How it can fail: charged at most
+// its amount (the rule before), a caller reserving 0.01 and settling 5
+// left spent at 0.01 a call, its 4.99 recorded only as excess, and the
+// budget admitted it for ever while it spent.
+func TestExposure_CapDoesNotHideAPlainOverrun(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpts{})
+	expo := "1"
+	require.Nil(t, h.call(streams.EndpointBudgetPut, events.BudgetPutRequest{Scope: "team:capped", Period: "month", Limit: "10", Unit: "USD", ExposureCap: &expo}, nil))
+	for i := 0; i < 2; i++ {
+		a, e := h.admit(events.AdmitRequest{RequestID: fmt.Sprint("p", i), Scopes: []string{"team:capped"}, Amount: "0.01", Unit: "USD"})
+		require.Nil(t, e)
+		require.True(t, a.Admitted, "%+v", a.Denial)
+		r, e := h.settle(a.ReservationID, "5")
+		require.Nil(t, e)
+		require.Equal(t, "5", r.Actual)
+		require.Equal(t, "4.99", r.Overrun)
+		require.Empty(t, r.Excess, "nothing kept out of spent")
+	}
+	v := h.budget("team:capped", "month")
+	require.Equal(t, "10", v.Spent)
+	require.Equal(t, "9.98", v.Overrun)
+	a, e := h.admit(events.AdmitRequest{RequestID: "p2", Scopes: []string{"team:capped"}, Amount: "0.01", Unit: "USD"})
+	require.Nil(t, e)
+	require.False(t, a.Admitted, "the limit stops a caller that spent it")
+	require.Equal(t, events.ReasonLimitReached, a.Denial.Reason)
 }

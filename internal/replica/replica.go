@@ -608,11 +608,13 @@ func AddReadModels(l *ledger.Ledger, js jetstream.JetStream, layout streams.Layo
 	if err != nil {
 		return nil, nil, err
 	}
-	// The series copy under the book's lock and encode after it
-	// (ledger.SectionCopier), so a snapshot does not hold admits while
-	// thousands of budgets' series are encoded.
+	// The report and the series copy under the book's lock and encode
+	// after it (ledger.SectionCopier), so a snapshot does not hold admits
+	// while the reservations the report tracks and thousands of budgets'
+	// series are encoded.
 	series := report.NewSeries()
 	var _ ledger.SectionCopier = series
+	var _ ledger.SectionCopier = agg
 	for _, r := range []ledger.Reader{agg, series} {
 		if err := l.AddReader(r); err != nil {
 			return nil, nil, err

@@ -188,14 +188,20 @@ type aggSnapshot struct {
 // MarshalJSON writes the whole Aggregate (its sums, the reservations it
 // follows, and the chain of every lane it folded) at its position, in a
 // deterministic order.
-func (a *Aggregate) MarshalJSON() ([]byte, error) {
+func (a *Aggregate) MarshalJSON() ([]byte, error) { return a.snapshotCopy().encode() }
+
+// snapshotCopy copies what MarshalJSON writes, unsorted: what a later
+// fold changes is not shared with it (rows and cells are copied by value;
+// the maps and slices they hold are written once, when a reservation
+// opens). encode sorts and encodes it, so that a replica writing a
+// snapshot holds its book's lock only for the copy.
+func (a *Aggregate) snapshotCopy() *aggSnapshot {
 	rf := a.rf
-	s := aggSnapshot{Format: AggregateFormat, Version: AggregateVersion, Seq: a.pos, Order: rf.order,
-		Latest: a.latest, DayBefore: a.dayBefore}
+	s := &aggSnapshot{Format: AggregateFormat, Version: AggregateVersion, Seq: a.pos, Order: rf.order,
+		Latest: a.latest, DayBefore: a.dayBefore, Chain: make([]aggChain, 0, len(rf.chain)), Live: make([]aggTracked, 0, len(rf.live))}
 	for k, c := range rf.chain {
 		s.Chain = append(s.Chain, aggChain{Key: k, Chain: c})
 	}
-	sort.Slice(s.Chain, func(i, j int) bool { return s.Chain[i].Key < s.Chain[j].Key })
 	for _, t := range rf.live {
 		at := aggTracked{Row: t.row, Order: t.order, Held: t.held, MoneySettled: t.moneySettled}
 		for _, c := range t.charges {
@@ -207,10 +213,8 @@ func (a *Aggregate) MarshalJSON() ([]byte, error) {
 		for _, p := range t.parts {
 			at.Parts = append(at.Parts, aggPart{Balance: p.ref, State: p.state, Count: slices.Contains(t.counts, p.ref)})
 		}
-		sort.Slice(at.Parts, func(i, j int) bool { return at.Parts[i].Balance.String() < at.Parts[j].Balance.String() })
 		s.Live = append(s.Live, at)
 	}
-	sort.Slice(s.Live, func(i, j int) bool { return s.Live[i].Order < s.Live[j].Order })
 	for _, h := range rf.held {
 		if h.t.held && rf.live[h.t.row.ReservationID] == h.t {
 			s.Held = append(s.Held, aggHeld{ID: h.t.row.ReservationID, Deadline: h.deadline})
@@ -219,30 +223,43 @@ func (a *Aggregate) MarshalJSON() ([]byte, error) {
 	for tenant, t := range a.slots {
 		s.Slots = append(s.Slots, t.marshal(tenant))
 	}
-	sort.Slice(s.Slots, func(i, j int) bool { return s.Slots[i].Tenant < s.Slots[j].Tenant })
 	for _, b := range a.sorted {
-		start := len(s.Cells)
 		for k, c := range a.buckets[b] {
 			s.Cells = append(s.Cells, aggCell{Bucket: b, groupKey: k, cell: *c})
 		}
-		cs := s.Cells[start:]
-		sort.Slice(cs, func(i, j int) bool {
-			x, y := cs[i].groupKey, cs[j].groupKey
-			if x.Tenant != y.Tenant {
-				return x.Tenant < y.Tenant
-			}
-			if x.Dim != y.Dim {
-				return x.Dim < y.Dim
-			}
-			if x.Value != y.Value {
-				return x.Value < y.Value
-			}
-			if x.Other != y.Other {
-				return !x.Other
-			}
-			return x.Unit < y.Unit
-		})
 	}
+	return s
+}
+
+// encode sorts s as MarshalJSON writes it (every part by what names it;
+// cells by bucket, then group) and encodes it.
+func (s *aggSnapshot) encode() ([]byte, error) {
+	sort.Slice(s.Chain, func(i, j int) bool { return s.Chain[i].Key < s.Chain[j].Key })
+	for i := range s.Live {
+		ps := s.Live[i].Parts
+		sort.Slice(ps, func(i, j int) bool { return ps[i].Balance.String() < ps[j].Balance.String() })
+	}
+	sort.Slice(s.Live, func(i, j int) bool { return s.Live[i].Order < s.Live[j].Order })
+	sort.Slice(s.Slots, func(i, j int) bool { return s.Slots[i].Tenant < s.Slots[j].Tenant })
+	sort.Slice(s.Cells, func(i, j int) bool {
+		x, y := s.Cells[i], s.Cells[j]
+		if x.Bucket != y.Bucket {
+			return x.Bucket < y.Bucket
+		}
+		if x.Tenant != y.Tenant {
+			return x.Tenant < y.Tenant
+		}
+		if x.Dim != y.Dim {
+			return x.Dim < y.Dim
+		}
+		if x.Value != y.Value {
+			return x.Value < y.Value
+		}
+		if x.Other != y.Other {
+			return !x.Other
+		}
+		return x.Unit < y.Unit
+	})
 	return json.Marshal(s)
 }
 

@@ -156,9 +156,20 @@ func TestAggregate_EqualsReplay(t *testing.T) {
 	again, err := restored.MarshalJSON()
 	require.NoError(t, err)
 	require.Equal(t, string(data), string(again), "a snapshot reads back to itself")
+	// A replica copies the aggregate under its book's lock and encodes
+	// the copy after it, while the fold goes on: the copy shares nothing
+	// the later folds change, and encodes as MarshalJSON did when it was
+	// taken.
+	encodeLater := a.CopySnapshot()
 	foldStream(t, env, a, 0)
 	foldStream(t, env, restored, 0)
 	require.Positive(t, a.Tracked(), "some reservations are left open")
+	later, err := encodeLater()
+	require.NoError(t, err)
+	require.Equal(t, string(data), string(later), "the copy, encoded after the rest of the fold")
+	now, err := a.MarshalJSON()
+	require.NoError(t, err)
+	require.NotEqual(t, string(data), string(now), "the fold moved on")
 
 	// Windows: open bounds, the whole span, each single hour, and
 	// half-open ones (each replay costs a consumer, so not every pair).

@@ -135,9 +135,20 @@ func (g *Aggregator) SectionName() string { return projector.ReportSection }
 
 // MarshalSection returns the Aggregate as a snapshot section.
 func (g *Aggregator) MarshalSection() ([]byte, error) {
+	return g.CopySection()()
+}
+
+// CopySection copies the Aggregate and returns the function that encodes
+// the copy as MarshalSection does (ledger.SectionCopier): a replica copies
+// while it holds its book's lock and encodes after it. Every open or
+// expired reservation the report tracks is in the section (hundreds of
+// thousands when callers let reservations expire), and encoding them
+// under the lock held every admit for seconds.
+func (g *Aggregator) CopySection() func() ([]byte, error) {
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.agg.MarshalJSON()
+	s := g.agg.snapshotCopy()
+	g.mu.Unlock()
+	return s.encode
 }
 
 // LoadSection replaces the Aggregate by a snapshot's section at seq.

@@ -687,6 +687,26 @@ func (t *admitTx) resetsAt(i int) *time.Time {
 	return &end
 }
 
+// balance is ref's balance in v; for a check or shadow admit, a budget
+// its default would create counts as defined (t.virtual).
+func (t *admitTx) balance(v ledger.View, ref events.BalanceRef) ledger.Balance {
+	b := v.Balance(streams.BalanceKey(ref))
+	if vb, ok := t.virtual[streams.BalanceKey(ref)]; ok && !b.Defined {
+		b.Defined, b.Unit, b.Limit, b.Disabled, b.FixedSlot, b.Thresholds = true, vb.Unit, vb.Limit, vb.Disabled, vb.FixedSlot, vb.Thresholds
+		b.ExposureCap, b.Learn = vb.ExposureCap, vb.Learn
+	}
+	return b
+}
+
+// deny sets the reply's denial by ref's balance b.
+func (t *admitTx) deny(ref events.BalanceRef, b ledger.Balance, reason events.Code, msg string) {
+	t.reply.Denial = &events.Denial{
+		Reason: reason, Message: msg, Scope: ref.Scope, Period: ref.Period, Instance: ref.Instance,
+		Unit: b.Unit, Limit: b.Limit.String(), Spent: b.Spent.String(), Reserved: b.Reserved.String(),
+		Requested: t.req.amount.String(),
+	}
+}
+
 func (t *admitTx) Decide(v ledger.View) (events.Events, error) {
 	t.reply = events.AdmitReply{RequestID: t.req.id, Mode: t.req.replyMode()}
 	if v.Voided(t.req.id) {
@@ -715,27 +735,29 @@ func (t *admitTx) Decide(v ledger.View) (events.Events, error) {
 	t.alerts, t.blocked = nil, nil
 	evs := make(events.Events, 0, len(t.refs))
 	uses := make([]events.BudgetUse, 0, len(t.refs))
+	// A reason no reset lifts (no budget, disabled, another unit) is named
+	// before a limit that one does, whatever the order of the scopes: a
+	// caller told when a limit resets would be denied again then.
+	for _, ref := range t.refs {
+		b := t.balance(v, ref)
+		var reason events.Code
+		var msg string
+		switch {
+		case !b.Defined:
+			reason, msg = events.ReasonUnknownBudget, fmt.Sprintf("no budget is defined for %s per %s", ref.Scope.Local(), ref.Period)
+		case b.Disabled:
+			reason, msg = events.ReasonBudgetDisabled, fmt.Sprintf("budget %s per %s is disabled", ref.Scope.Local(), ref.Period)
+		case !events.IsCount(b.Unit) && b.Unit != t.req.unit:
+			reason, msg = events.ReasonUnitMismatch, fmt.Sprintf("budget %s per %s is in %s, the request in %s", ref.Scope.Local(), ref.Period, b.Unit, t.req.unit)
+		default:
+			continue
+		}
+		t.deny(ref, b, reason, msg)
+		return nil, nil
+	}
 	for i, ref := range t.refs {
-		b := v.Balance(streams.BalanceKey(ref))
-		if vb, ok := t.virtual[streams.BalanceKey(ref)]; ok && !b.Defined {
-			b.Defined, b.Unit, b.Limit, b.Disabled, b.FixedSlot, b.Thresholds = true, vb.Unit, vb.Limit, vb.Disabled, vb.FixedSlot, vb.Thresholds
-			b.ExposureCap, b.Learn = vb.ExposureCap, vb.Learn
-		}
-		deny := func(reason events.Code, msg string) {
-			t.reply.Denial = &events.Denial{
-				Reason: reason, Message: msg, Scope: ref.Scope, Period: ref.Period, Instance: ref.Instance,
-				Unit: b.Unit, Limit: b.Limit.String(), Spent: b.Spent.String(), Reserved: b.Reserved.String(),
-				Requested: t.req.amount.String(),
-			}
-		}
-		if !b.Defined {
-			deny(events.ReasonUnknownBudget, fmt.Sprintf("no budget is defined for %s per %s", ref.Scope.Local(), ref.Period))
-			return nil, nil
-		}
-		if b.Disabled {
-			deny(events.ReasonBudgetDisabled, fmt.Sprintf("budget %s per %s is disabled", ref.Scope.Local(), ref.Period))
-			return nil, nil
-		}
+		b := t.balance(v, ref)
+		deny := func(reason events.Code, msg string) { t.deny(ref, b, reason, msg) }
 		amt := t.req.amount
 		// ceiling is what the reservation may settle at in this budget,
 		// when that is above amt (a learned reservation's priced maximum).
@@ -743,9 +765,6 @@ func (t *admitTx) Decide(v ledger.View) (events.Events, error) {
 		switch {
 		case events.IsCount(b.Unit):
 			amt = events.MoneyFromInt(t.req.count)
-		case b.Unit != t.req.unit:
-			deny(events.ReasonUnitMismatch, fmt.Sprintf("budget %s per %s is in %s, the request in %s", ref.Scope.Local(), ref.Period, b.Unit, t.req.unit))
-			return nil, nil
 		case b.FixedSlot != nil:
 			amt = *b.FixedSlot
 		case b.Learn != nil && t.req.quote != nil:

@@ -212,3 +212,36 @@ func TestDecide_DenialSaysWhenItResets(t *testing.T) {
 		require.Equal(t, time.UTC, r.Denial.ResetsAt.Location(), "%d", i)
 	}
 }
+
+// TestDecide_AReasonNoResetLiftsIsNamedFirst: an admit denied both by a
+// spent limit and by a budget no reset lifts (disabled, in another
+// currency, none at all) names the latter, whichever scope comes first:
+// told when the limit resets, its caller would be denied again then.
+// Before, the first failing budget in the scopes' order was named:
+// org:a's limit_reached, with a reset time.
+func TestDecide_AReasonNoResetLiftsIsNamedFirst(t *testing.T) {
+	off := usd("team:off", events.PeriodMonth, "10")
+	off.Disabled = true
+	eur := usd("team:eur", events.PeriodMonth, "10")
+	eur.Unit = "EUR"
+	_, a := memLedger(t, usd("org:a", events.PeriodMonth, "1"), off, eur)
+	ctx := context.Background()
+	r, err := a.Admit(ctx, req("fill", "1", "org:a"))
+	require.NoError(t, err)
+	require.True(t, r.Admitted)
+	for i, c := range []struct {
+		other  string
+		reason events.Code
+	}{
+		{"team:off", events.ReasonBudgetDisabled},
+		{"team:eur", events.ReasonUnitMismatch},
+		{"team:none", events.ReasonUnknownBudget},
+	} {
+		r, err := a.Admit(ctx, req(fmt.Sprint("x", i), "0.1", "org:a", c.other))
+		require.NoError(t, err)
+		require.False(t, r.Admitted)
+		require.Equal(t, c.reason, r.Denial.Reason, c.other)
+		require.Equal(t, events.Scope(c.other), r.Denial.Scope)
+		require.Nil(t, r.Denial.ResetsAt, c.other)
+	}
+}

@@ -25,6 +25,10 @@ const (
 	// PaceWindow is the trailing window of the burn rate: older spend
 	// does not count.
 	PaceWindow = time.Hour
+	// MinPaceSpends is how many moments of spend in the window make a
+	// forecast (ExhaustsAt) on their own; fewer forecast only when what
+	// they spent is at least what is left.
+	MinPaceSpends = 3
 )
 
 // MaxPoints bounds the points kept per budget (report.MaxPoints).
@@ -157,9 +161,10 @@ func decay(age time.Duration) *apd.Decimal {
 // x contributes x * (2^(-a/H) - 2^(-b/H)) / (b - a) per unit of time (the
 // mean of the decay over the stretch, times ln 2 / H); at one instant
 // (a = b), x * 2^(-a/H) * ln 2 / H.
-func pace(pts []point, gap time.Duration, now time.Time) (*apd.Decimal, time.Time) {
+//
+// n counts the points that spent in the window and sum what they spent.
+func pace(pts []point, gap time.Duration, now time.Time) (rate *apd.Decimal, last time.Time, n int, sum events.Money) {
 	total := apd.New(0, 0)
-	var last time.Time
 	prev := events.Zero
 	for i, p := range pts {
 		x := p.Spent.Sub(prev)
@@ -172,6 +177,7 @@ func pace(pts []point, gap time.Duration, now time.Time) (*apd.Decimal, time.Tim
 		if newest >= PaceWindow {
 			continue
 		}
+		n, sum = n+1, sum.Add(x)
 		oldest := newest
 		if gap > 0 && i > 0 {
 			oldest = min(max(now.Sub(pts[i-1].T), 0), PaceWindow)
@@ -196,7 +202,7 @@ func pace(pts []point, gap time.Duration, now time.Time) (*apd.Decimal, time.Tim
 		}
 		_, _ = paceCalc.Add(total, total, &c)
 	}
-	return total, last
+	return total, last, n, sum
 }
 
 // resetAt is when the instance of cal containing now ends (the
@@ -232,7 +238,7 @@ func forecast(in paceIn) Forecast {
 			f.Exhausted, f.ExhaustedBy = true, ExhaustedDenied
 		}
 	}
-	rate, last := pace(in.pts, in.gap, in.now)
+	rate, last, spends, sum := pace(in.pts, in.gap, in.now)
 	if !last.IsZero() {
 		l := last.UTC()
 		f.LastSpendAt = &l
@@ -246,6 +252,12 @@ func forecast(in paceIn) Forecast {
 		f.PerHour = shown.Text('f')
 	}
 	if f.Exhausted || in.limit.Sign() <= 0 {
+		return f
+	}
+	if spends < MinPaceSpends && in.limit.Sub(in.used).Cmp(sum) > 0 {
+		// One or two calls are no pace: extrapolated, a single call of
+		// 1% of a month's budget "runs out" in days for half an hour.
+		// They forecast only when as much again would use up the rest.
 		return f
 	}
 	// remaining time = (limit - used) / rate, in nanoseconds.

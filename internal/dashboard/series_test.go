@@ -101,3 +101,28 @@ func TestForecast_Exhausted(t *testing.T) {
 	require.Equal(t, int64(3333), basisPoints(events.MustMoney("1"), events.MustMoney("3")))
 	require.Equal(t, int64(0), basisPoints(events.Zero, events.Zero))
 }
+
+// One call is no pace: 10 of a 1,000 month budget spent at once shows a
+// burn rate, but no "runs out" (extrapolated, it read "runs out in 12 h",
+// before the month's reset, for half an hour, and the Prometheus rule on
+// spendgate_budget_exhausts_before_reset fired on a budget 1% used).
+// Three moments of spend make a pace; so do one or two that spent as much
+// as is left.
+func TestForecast_OneCallIsNoPace(t *testing.T) {
+	t0 := time.Date(2026, 12, 10, 12, 0, 0, 0, time.UTC)
+	month := events.CalendarOf(events.PeriodMonth, nil)
+	one := []point{{T: t0, Spent: events.MustMoney("10")}}
+	f := forecast(in(one, 0, "1000", "10", month, t0.Add(time.Minute)))
+	require.NotEmpty(t, f.PerHour, "the pace is shown")
+	require.Nil(t, f.ExhaustsAt)
+	require.False(t, f.BeforeReset)
+
+	three := []point{{T: t0, Spent: events.MustMoney("10")}, {T: t0.Add(time.Minute), Spent: events.MustMoney("20")},
+		{T: t0.Add(2 * time.Minute), Spent: events.MustMoney("30")}}
+	f = forecast(in(three, 0, "1000", "30", month, t0.Add(3*time.Minute)))
+	require.NotNil(t, f.ExhaustsAt, "three calls in three minutes are a pace")
+	require.True(t, f.BeforeReset)
+
+	f = forecast(in(one, 0, "15", "10", month, t0.Add(time.Minute)))
+	require.NotNil(t, f.ExhaustsAt, "one call spent more than is left: as much again runs it out")
+}

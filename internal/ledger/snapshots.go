@@ -684,6 +684,11 @@ func (l *Ledger) pruneSnapshots(ctx context.Context, store jetstream.ObjectStore
 			}
 		}
 		switch {
+		case errors.Is(err, errNoObject) && objectGone(ctx, store, s.Name):
+			// Another replica pruned it while this one read it: its
+			// chunks went first, then its meta.
+			l.opts.log.Debug("ledger: a snapshot another replica pruned meanwhile", "snapshot", s.Name)
+			continue
 		case err != nil:
 			l.opts.log.Warn("ledger: deleting an object that is not a snapshot of this ledger", "snapshot", s.Name, "err", err)
 		case h.Seq > l.applied.Load():
@@ -718,6 +723,13 @@ const orphanChunkAge = time.Hour
 
 // errNoObject: a snapshot's meta is no object store's (snapshotChunked).
 var errNoObject = errors.New("its meta was written by no object store")
+
+// objectGone reports whether name's meta is gone from store now (a
+// replica pruning it deletes its chunks, then its meta).
+func objectGone(ctx context.Context, store jetstream.ObjectStore, name string) bool {
+	_, err := store.GetInfo(ctx, name)
+	return errors.Is(err, jetstream.ErrObjectNotFound)
+}
 
 // snapshotChunked checks that listed snapshot s's meta is no link and that
 // the bucket holds a chunk under the NUID it names (one message get), else

@@ -62,6 +62,7 @@ func gatewayCmd(args []string) int {
 	defOut := fs.Int64("max-output-tokens", gateway.DefaultMaxOutputTokens, "the output a call naming no max_tokens reserves, for models no --max-output names")
 	imageTokens := fs.Int64("image-tokens", gateway.ImageTokens, "the input one image or file counts, inline or by reference (a URL, a file_id): raise it for models that bill an image above it (gpt-4o-mini: up to 25501)")
 	keyCache := fs.Duration("key-cache", gateway.DefaultKeyCache, "how long a key is trusted without asking the ledger: a disabled or rotated key is refused at most this long after")
+	authFailures := fs.Int("auth-failures", gateway.DefaultAuthFailures, "unknown API keys a second one client address may present (a burst of twice this): past it, a key not cached as valid is refused 429 without a ledger lookup; 0 for no limit")
 	upTimeout := fs.Duration("upstream-timeout", gateway.DefaultUpstreamTimeout, "bound of one upstream call, streaming included (a reservation's TTL is this plus 1m)")
 	ledgerTimeout := fs.Duration("ledger-timeout", time.Second, "bound of one attempt of a ledger request (key lookup, admit, void, settle; 2 attempts each): a call the ledger does not answer fails closed with 503 after up to 4x this (admit, then its void), 2x for a key not cached")
 	maxBody := fs.Int64("max-body", gateway.DefaultMaxBody, "largest request body, in bytes")
@@ -92,6 +93,14 @@ func gatewayCmd(args []string) int {
 	}
 	cfg := gateway.Config{DefaultMaxOutput: *defOut, ImageTokens: *imageTokens, KeyCache: *keyCache, UpstreamTimeout: *upTimeout, MaxBody: *maxBody,
 		MaxBodiesInFlight: max(*maxBodies, *maxBody), MaxOutputTokens: map[string]int64{}, SettleAfterReply: *settleAfter}
+	switch {
+	case *authFailures < 0:
+		return gatewayCommand.usageError(fs, "--auth-failures must be at least 0 (0: no limit)")
+	case *authFailures == 0:
+		cfg.AuthFailures = -1
+	default:
+		cfg.AuthFailures = *authFailures
+	}
 	for _, spec := range ups {
 		u, err := gateway.ParseUpstream(spec, os.Getenv)
 		if err != nil {

@@ -14,6 +14,11 @@ import (
 // wait can lift, unlike a 429. Its body still carries the ledger's denial.
 const CodeExceedsBudgetLimit = "exceeds_budget_limit"
 
+// CodeTooManyUnknownKeys is the error code (429, with Retry-After) of a
+// request whose client address presented more unknown keys than
+// Config.AuthFailures lets it: its key was not looked up.
+const CodeTooManyUnknownKeys = "too_many_unknown_keys"
+
 // CodeUnknownEndpoint is the error code (404) of a path under /v1/ that
 // the gateway does not proxy.
 const CodeUnknownEndpoint = "unknown_endpoint"

@@ -11,3 +11,7 @@ func SetRetry(g *Gateway, first, maxWait time.Duration, limit int) {
 // SetWriteGrace sets how long after its upstream timeout a call of g may
 // still write to its caller.
 func SetWriteGrace(g *Gateway, d time.Duration) { g.writeGrace = d }
+
+// SetAuthClock sets the clock of g's limiter of unknown keys (a frozen one:
+// no token comes back while a test runs).
+func SetAuthClock(g *Gateway, now func() time.Time) { g.failures.now = now }

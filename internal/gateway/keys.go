@@ -30,7 +30,11 @@ type Keys struct {
 	now func() time.Time
 
 	mu sync.Mutex
-	m  map[string]*keyEntry // by the secret's hash
+	// m holds the lookups in flight and the valid keys, neg the unknown
+	// and disabled ones, each by the secret's hash: apart, so that a flood
+	// of made-up secrets fills neg alone and never pushes a valid key out
+	// (evict).
+	m, neg map[string]*keyEntry
 	// hits and misses count lookups answered from the cache or not.
 	hits, misses func()
 }
@@ -48,7 +52,7 @@ func NewKeys(cl *client.Client, ttl time.Duration) *Keys {
 	if ttl <= 0 {
 		ttl = DefaultKeyCache
 	}
-	return &Keys{cl: cl, ttl: ttl, now: time.Now, m: map[string]*keyEntry{}, hits: func() {}, misses: func() {}}
+	return &Keys{cl: cl, ttl: ttl, now: time.Now, m: map[string]*keyEntry{}, neg: map[string]*keyEntry{}, hits: func() {}, misses: func() {}}
 }
 
 // resolveTimeout bounds one resolve (the client's own attempts are
@@ -63,17 +67,42 @@ var ErrNoKey = errors.New("gateway: no API key")
 // spendgate's format) or key_disabled; an error matching
 // client.ErrUnavailable when the ledger did not answer; ctx's error.
 func (k *Keys) Authenticate(ctx context.Context, secret string) (events.APIKeyResolveReply, error) {
+	return k.authenticate(ctx, secret, nil)
+}
+
+// errTooManyFailures: the guard of authenticate refused the lookup.
+var errTooManyFailures = errors.New("gateway: too many unknown keys from this address")
+
+// authenticate is Authenticate, where guard (when not nil) is asked first
+// for every secret the cache does not know as a valid key's (a malformed
+// one, an unknown or disabled one cached, one to look up): when it says
+// no, the answer is errTooManyFailures and the ledger is not asked. A
+// secret that resolved to a valid key, even one whose entry has expired,
+// is never held back by it.
+func (k *Keys) authenticate(ctx context.Context, secret string, guard func() bool) (events.APIKeyResolveReply, error) {
 	if secret == "" {
 		return events.APIKeyResolveReply{}, ErrNoKey
 	}
 	id, ok := events.ParseAPIKey(secret)
 	if !ok {
+		if guard != nil && !guard() {
+			return events.APIKeyResolveReply{}, errTooManyFailures
+		}
 		return events.APIKeyResolveReply{}, events.Errorf(events.CodeUnknownKey, "the key is not a spendgate key (sgk_...)")
 	}
 	hash := events.HashAPIKey(secret)
 	now := k.now()
 	k.mu.Lock()
 	e := k.m[hash]
+	if e == nil {
+		e = k.neg[hash]
+	}
+	// A settled entry's fields are written under mu.
+	valid := e != nil && !e.pending() && e.err == nil
+	if guard != nil && !valid && !guard() {
+		k.mu.Unlock()
+		return events.APIKeyResolveReply{}, errTooManyFailures
+	}
 	if e != nil && now.Before(e.expires) {
 		k.mu.Unlock()
 		k.hits()
@@ -85,6 +114,7 @@ func (k *Keys) Authenticate(ctx context.Context, secret string) (events.APIKeyRe
 	// Until resolved, the entry holds the callers that come meanwhile.
 	e = &keyEntry{ready: make(chan struct{}), expires: now.Add(time.Hour)}
 	k.m[hash] = e
+	delete(k.neg, hash)
 	k.mu.Unlock()
 	k.misses()
 	k.resolve(e, hash, id)
@@ -106,8 +136,13 @@ func (k *Keys) resolve(e *keyEntry, hash, id string) {
 		e.expires = now.Add(k.ttl)
 	case errors.As(err, &ee) && !errors.Is(err, client.ErrUnavailable):
 		e.expires = now.Add(min(k.ttl, negativeKeyCache))
+		k.drop(hash, e)
+		if len(k.neg) >= MaxCachedKeys {
+			k.evictNegative(now)
+		}
+		k.neg[hash] = e
 	default:
-		delete(k.m, hash) // not an answer: ask again next time
+		k.drop(hash, e) // not an answer: ask again next time
 		e.expires = now
 	}
 	close(e.ready)
@@ -132,9 +167,20 @@ func (e *keyEntry) wait(ctx context.Context) (events.APIKeyResolveReply, error) 
 	}
 }
 
-// evict drops expired entries, and if none were, every settled one: the
-// cache stays under MaxCachedKeys whatever secrets are sprayed at it.
-// Called with mu held.
+// drop removes e from m, if it is still hash's entry there. Called with
+// mu held.
+func (k *Keys) drop(hash string, e *keyEntry) {
+	if k.m[hash] == e {
+		delete(k.m, hash)
+	}
+}
+
+// evict makes room in m, which holds only lookups in flight and valid
+// keys (unknown and disabled ones are in neg, bounded on their own): it
+// drops the expired entries, and if m is still full (as many valid keys
+// in use as it may hold), settled entries at random until a tenth of it is
+// free, so that the next lookups do not scan it again. Secrets made up by
+// a caller never push a valid key out. Called with mu held.
 func (k *Keys) evict(now time.Time) {
 	for h, e := range k.m {
 		if !e.pending() && !now.Before(e.expires) {
@@ -145,9 +191,26 @@ func (k *Keys) evict(now time.Time) {
 		return
 	}
 	for h, e := range k.m {
+		if len(k.m) < MaxCachedKeys-MaxCachedKeys/10 {
+			return
+		}
 		if !e.pending() {
 			delete(k.m, h)
 		}
+	}
+}
+
+// evictNegative makes room in neg: it drops the expired entries, and if
+// none were, every one (each is an answer of at most a second, asked
+// again at worst). Called with mu held.
+func (k *Keys) evictNegative(now time.Time) {
+	for h, e := range k.neg {
+		if !now.Before(e.expires) {
+			delete(k.neg, h)
+		}
+	}
+	if len(k.neg) >= MaxCachedKeys {
+		clear(k.neg)
 	}
 }
 

@@ -57,6 +57,10 @@ type Metrics struct {
 	// KeyLookups counts key lookups: WithLabelValues(result), "hit" (from
 	// the cache) or "miss".
 	KeyLookups *prometheus.CounterVec
+	// AuthLimited counts the requests refused 429 too_many_unknown_keys:
+	// their client address had presented too many unknown keys
+	// (Config.AuthFailures), and their key was not looked up.
+	AuthLimited prometheus.Counter
 	// OtherModel counts calls settled from usage whose answer named
 	// another model than the one priced (a router's fallback, an upstream
 	// substituting): WithLabelValues(api). Their settles carry the note
@@ -87,6 +91,8 @@ func NewMetrics(r *prometheus.Registry) *Metrics {
 			Help: "Settles and releases waiting for a background retry."}),
 		Inflight:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "spendgate_gateway_inflight_calls", Help: "Gateway calls being handled now."}),
 		KeyLookups: counters("spendgate_gateway_key_lookups_total", "API key lookups, by result (hit: from the cache; miss).", "result"),
+		AuthLimited: prometheus.NewCounter(prometheus.CounterOpts{Name: "spendgate_gateway_auth_limited_total",
+			Help: "Requests refused 429 too_many_unknown_keys (their address presented too many unknown keys) without a key lookup."}),
 		OtherModel: counters("spendgate_gateway_served_other_model_total",
 			"Calls settled from usage whose answer named another model than the one priced, by API.", "api"),
 	}
@@ -114,7 +120,7 @@ func NewMetrics(r *prometheus.Registry) *Metrics {
 	}
 	if r != nil {
 		r.MustRegister(m.Calls, m.Denials, m.UpstreamSeconds, m.AdmitSeconds, m.SettleLag, m.SettleFailures, m.SettleRetries, m.SettlesPending,
-			m.Inflight, m.KeyLookups, m.OtherModel)
+			m.Inflight, m.KeyLookups, m.AuthLimited, m.OtherModel)
 	}
 	return m
 }

@@ -107,6 +107,12 @@ type Config struct {
 	// KeyCache bounds how long a resolved key is trusted (DefaultKeyCache
 	// when 0; at most MaxKeyCache).
 	KeyCache time.Duration
+	// AuthFailures is how many unknown keys a second one client address
+	// may present, with a burst of twice that (DefaultAuthFailures when
+	// 0; no limit when negative): past it, a key the cache does not know
+	// as valid is refused 429 too_many_unknown_keys without asking the
+	// ledger. A valid key never spends from it.
+	AuthFailures int
 	// MaxBody bounds a request body (DefaultMaxBody when 0).
 	MaxBody int64
 	// MaxBodiesInFlight bounds the bytes of the request bodies held at
@@ -236,6 +242,9 @@ func (c *Config) validate() ([]*upstream, error) {
 		c.KeyCache = DefaultKeyCache
 	case c.KeyCache < 0 || c.KeyCache > MaxKeyCache:
 		return nil, fmt.Errorf("gateway: key cache %s out of range (0, %s]", c.KeyCache, MaxKeyCache)
+	}
+	if c.AuthFailures == 0 {
+		c.AuthFailures = DefaultAuthFailures
 	}
 	if c.MaxBody == 0 {
 		c.MaxBody = DefaultMaxBody

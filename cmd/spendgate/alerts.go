@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"os/signal"
@@ -17,6 +18,7 @@ import (
 	"github.com/spendgate/spendgate/internal/config"
 	"github.com/spendgate/spendgate/internal/metrics"
 	"github.com/spendgate/spendgate/internal/ops"
+	"github.com/spendgate/spendgate/internal/signing"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -48,7 +50,10 @@ every alert the stream keeps). The URL may come from $` + envAlertWebhookURL + `
 Only alerts signed by one of --trusted-keys (the replicas' public keys) are
 delivered: the replica login may publish to the alert stream, and anything
 else there is dropped and counted (reason forged); --unverified delivers
-every alert unchecked.
+every alert unchecked. An alert signed by a key not in the list (a replica
+with a new key) is held for a key reload, tried again every 30 s doubling
+to 5 min (reason untrusted-key) until --max-deliver attempts: SIGHUP reads
+--trusted-keys again, as it does for serve.
 --listen serves /metrics (spendgate_alert_webhook_deliveries_total,
 spendgate_alert_webhook_failures_total{reason},
 spendgate_alert_webhook_undelivered_total), /healthz and /readyz; "" serves
@@ -75,7 +80,7 @@ func alertsCmd(args []string) int {
 	listen := fs.String("listen", "127.0.0.1:9190", `address of /metrics, /healthz and /readyz ("" serves none)`)
 	httpHosts := fs.String("http-hosts", "", "host names, comma-separated, that /metrics answers to besides IP addresses, localhost and the name in --listen (a request naming any other is refused 403)")
 	var vf verifyFlags
-	fs.StringVar(&vf.trusted, "trusted-keys", os.Getenv("SPENDGATE_TRUSTED_KEYS"), "the replicas' public keys, or files of them, comma-separated ($SPENDGATE_TRUSTED_KEYS; with the embedded server ./spendgate-data/trusted-keys): only alerts one of them signed are delivered")
+	fs.StringVar(&vf.trusted, "trusted-keys", os.Getenv("SPENDGATE_TRUSTED_KEYS"), "the replicas' public keys, or files of them, comma-separated ($SPENDGATE_TRUSTED_KEYS; with the embedded server ./spendgate-data/trusted-keys): only alerts one of them signed are delivered; re-read on SIGHUP")
 	fs.BoolVar(&vf.unverified, "unverified", false, "deliver every alert without checking its signature (replicas of a version that did not sign alerts)")
 	var logging config.Logging
 	logging.AddFlags(fs)
@@ -103,6 +108,14 @@ func alertsCmd(args []string) int {
 		return alertsWebhookCommand.usageError(fs, "--url: "+err.Error())
 	}
 	log := logging.New(os.Stderr)
+	// SIGHUP reads --trusted-keys again, as serve does (key rotation, a
+	// replica with a key of its own joining; see docs/security.md, Keys):
+	// alerts held because their key was unknown are delivered at their
+	// next attempt. Taken from here on, so that one sent while the sink
+	// connects does not kill it; it is acted on once the sink runs.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	reg := metrics.NewRegistry()
 	var srv *ops.Server
 	if *listen != "" {
@@ -134,6 +147,16 @@ func alertsCmd(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	go func() {
+		for {
+			select {
+			case <-hup:
+				reloadAlertTrust(log, vf, sink)
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
 	done := make(chan error, 1)
 	if srv != nil {
 		srv.AddCheck("nats", func() error {
@@ -151,7 +174,7 @@ func alertsCmd(args []string) int {
 		host = u.Host
 	}
 	log.Info("alerts webhook sink running", "stream", layout.AlertStreamName(), "consumer", *durable, "webhook_host", host,
-		"nats", nc.ConnectedUrlRedacted())
+		"nats", nc.ConnectedUrlRedacted(), "unverified", vf.unverified, "trusted_keys", trustedKeyNames(trust))
 	err = sink.Run(ctx)
 	if srv != nil {
 		if serr := <-done; serr != nil && err == nil {
@@ -163,4 +186,31 @@ func alertsCmd(args []string) int {
 		return exitError
 	}
 	return exitOK
+}
+
+// reloadAlertTrust reads --trusted-keys again (SIGHUP) with the loader
+// that read it at start, and gives the sink what it read; on error the
+// sink keeps the keys it has.
+func reloadAlertTrust(log *slog.Logger, vf verifyFlags, sink *alerting.Sink) {
+	if vf.unverified {
+		log.Warn("SIGHUP: --unverified: no trusted keys to reload, alerts are delivered unchecked")
+		return
+	}
+	ks, err := vf.keys()
+	if err != nil {
+		log.Error("SIGHUP: trusted keys not reloaded; the old ones stay in use", "err", err)
+		return
+	}
+	changed := ks.String() != sink.Trust().String()
+	sink.SetTrust(ks)
+	log.Info("SIGHUP: trusted keys reloaded", "changed", changed, "trusted_keys", trustedKeyNames(ks), "distrusted", len(ks.Distrusted()), "held", sink.Held())
+}
+
+// trustedKeyNames lists the public keys ks trusts, for a log line.
+func trustedKeyNames(ks *signing.KeySet) []string {
+	var pubs []string
+	for _, k := range ks.Keys() {
+		pubs = append(pubs, k.Public)
+	}
+	return pubs
 }

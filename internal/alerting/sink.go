@@ -10,6 +10,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -36,6 +38,25 @@ const (
 	DefaultRetryMax  = 10 * time.Minute
 )
 
+const (
+	// keyWaitFirst and keyWaitMax space the attempts of an alert held for
+	// a key reload (signed by a key the sink does not trust yet): 30 s,
+	// doubling to 5 min, so that the default 12 attempts hold it about
+	// 40 minutes before it is given up, and a reload delivers it within
+	// 5 minutes.
+	keyWaitFirst = 30 * time.Second
+	keyWaitMax   = 5 * time.Minute
+	// maxHeld bounds the alerts held for a key reload at once. A held
+	// alert stays pending on the consumer (MaxAckPending 256): past this
+	// many, one more is dropped as before holding existed, so that a login
+	// that may publish alerts cannot stall the genuine ones by signing
+	// junk with a key of its own.
+	maxHeld = 64
+	// heldLogEvery spaces the log lines of held alerts (one per alert
+	// attempt would flood the log).
+	heldLogEvery = time.Minute
+)
+
 // SinkConfig configures a Sink. URL is required; the rest have defaults.
 type SinkConfig struct {
 	// URL is the webhook (a Slack incoming webhook, or anything that takes
@@ -58,10 +79,15 @@ type SinkConfig struct {
 	// Client sends the POSTs (default: an http.Client of its own).
 	Client *http.Client
 	// Trust is the replicas' public keys: an alert is delivered only if
-	// one of them that is not distrusted signed it (Verify); any other
-	// message on the alert stream, which the replica login may write,
-	// is counted (metrics.SinkFailForged) and dropped. Nil delivers every
-	// alert unverified.
+	// one of them that is not distrusted signed it (Verify). An alert
+	// validly signed by a key not among them (a replica with a new key,
+	// whose key the sink has not been given yet) is held for a key reload
+	// (SetTrust): tried again with a growing delay, counted
+	// (metrics.SinkFailUntrustedKey) at each attempt, and given up as
+	// undelivered after the last. Any other message on the alert stream,
+	// which the replica login may write, is counted
+	// (metrics.SinkFailForged) and dropped. Nil delivers every alert
+	// unverified.
 	Trust *signing.KeySet
 	// Metrics counts deliveries and failures (nil: not counted).
 	Metrics *metrics.AlertSink
@@ -72,7 +98,9 @@ type SinkConfig struct {
 // explicit acks, each alert POSTed as Slack-compatible JSON (WebhookBody)
 // and acknowledged only after a 2xx answer; any other outcome is a nak
 // with the next backoff delay, until MaxDeliver attempts, after which the
-// alert is terminated and counted undelivered. Delivery is at least once:
+// alert is terminated and counted undelivered. An alert signed by a key it
+// does not trust yet is held for a key reload (SetTrust) the same way.
+// Delivery is at least once:
 // a POST whose ack is lost is sent again, with the same Idempotency-Key
 // header (the alert's id) for a receiver that dedupes.
 type Sink struct {
@@ -80,6 +108,20 @@ type Sink struct {
 	layout streams.Layout
 	cfg    SinkConfig
 	m      *metrics.AlertSink
+	// trust is the keys alerts are verified against (cfg.Trust, then
+	// SetTrust's).
+	trust atomic.Pointer[signing.KeySet]
+	// keyWaitFirst and keyWaitMax space a held alert's attempts (the
+	// package's constants; tests shorten them).
+	keyWaitFirst, keyWaitMax time.Duration
+
+	mu sync.Mutex
+	// held is the stream sequences of the alerts held for a key reload.
+	held map[uint64]struct{}
+	// heldLogged is when a held alert was last logged; heldQuiet counts
+	// the attempts held since without a log line.
+	heldLogged time.Time
+	heldQuiet  int
 }
 
 // CheckURL checks that raw is an http(s) URL with a host. Its error does
@@ -123,7 +165,31 @@ func NewSink(js jetstream.JetStream, layout streams.Layout, cfg SinkConfig) (*Si
 	if m == nil {
 		m = metrics.NewAlertSink(nil)
 	}
-	return &Sink{js: js, layout: layout, cfg: cfg, m: m}, nil
+	s := &Sink{js: js, layout: layout, cfg: cfg, m: m, keyWaitFirst: keyWaitFirst, keyWaitMax: keyWaitMax,
+		held: map[uint64]struct{}{}}
+	s.trust.Store(cfg.Trust)
+	return s, nil
+}
+
+// SetTrust replaces the keys alerts are verified against (a SIGHUP that
+// read --trusted-keys again), for the alerts handled from now on: an alert
+// held because its key was unknown is delivered at its next attempt if ks
+// trusts its key. Nil is ignored: a sink that verifies never stops.
+func (s *Sink) SetTrust(ks *signing.KeySet) {
+	if ks != nil {
+		s.trust.Store(ks)
+	}
+}
+
+// Trust returns the keys alerts are verified against now (nil: none are
+// verified).
+func (s *Sink) Trust() *signing.KeySet { return s.trust.Load() }
+
+// Held returns how many alerts are held for a key reload now.
+func (s *Sink) Held() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.held)
 }
 
 // ConsumerConfig is the sink's durable consumer on the alert stream.
@@ -193,11 +259,18 @@ type WebhookBody struct {
 
 // handle makes one delivery attempt of msg.
 func (s *Sink) handle(ctx context.Context, msg jetstream.Msg) {
-	if reason := Verify(s.cfg.Trust, msg.Subject(), msg.Headers(), msg.Data()); reason != "" {
+	sig := Verify(s.trust.Load(), msg.Subject(), msg.Headers(), msg.Data())
+	if sig == signing.ReasonUntrustedKey {
+		s.untrusted(msg)
+		return
+	}
+	// Held no longer, if it was: it verifies now, or fails for good.
+	s.release(msg)
+	if sig != "" {
 		// Never delivered: no replica's key signed it.
 		s.m.Failures.WithLabelValues(metrics.SinkFailForged).Inc()
 		s.cfg.Log.Error("alert webhook: an alert no trusted key signed, dropped (a login that may publish alerts wrote it)",
-			"subject", msg.Subject(), "reason", string(reason))
+			"subject", msg.Subject(), "reason", string(sig))
 		_ = msg.Term()
 		return
 	}
@@ -232,6 +305,76 @@ func (s *Sink) handle(ctx context.Context, msg jetstream.Msg) {
 	delay := s.backoff(n)
 	s.cfg.Log.Warn("alert webhook: delivery failed, retrying", "id", a.ID, "attempt", n, "retry_in", delay, "err", err)
 	_ = msg.NakWithDelay(delay)
+}
+
+// untrusted handles an alert validly signed by a key the sink does not
+// trust: the key of a replica that joined, or rotated its key, before the
+// sink was given it (--trusted-keys and SIGHUP). It is held: a nak with a
+// delay (keyWaitFirst doubling to keyWaitMax), so that once the keys are
+// reloaded it verifies and is delivered, where a term would lose it for
+// good. An alert on its last attempt, or one more while maxHeld others are
+// held, is given up: terminated and counted undelivered.
+func (s *Sink) untrusted(msg jetstream.Msg) {
+	s.m.Failures.WithLabelValues(metrics.SinkFailUntrustedKey).Inc()
+	key := msg.Headers().Get(streams.HeaderSigKey)
+	md, err := msg.Metadata()
+	if err != nil {
+		// Not from a consumer: nothing to hold it with.
+		s.cfg.Log.Error("alert webhook: an alert signed by a key the sink does not trust, dropped", "subject", msg.Subject(), "key", key, "err", err)
+		_ = msg.Term()
+		return
+	}
+	n, seq := md.NumDelivered, md.Sequence.Stream
+	s.mu.Lock()
+	_, already := s.held[seq]
+	giveUp := n >= uint64(s.cfg.MaxDeliver) || (!already && len(s.held) >= maxHeld)
+	if giveUp {
+		delete(s.held, seq)
+	} else {
+		s.held[seq] = struct{}{}
+	}
+	held := len(s.held)
+	logIt := giveUp || time.Since(s.heldLogged) >= heldLogEvery
+	quiet := s.heldQuiet
+	if logIt && !giveUp {
+		s.heldLogged, s.heldQuiet = time.Now(), 0
+	} else if !logIt {
+		s.heldQuiet++
+	}
+	s.mu.Unlock()
+	if giveUp {
+		s.m.Undelivered.Inc()
+		s.cfg.Log.Error("alert webhook: giving up on an alert signed by a key the sink does not trust (add the key to --trusted-keys and send the sink SIGHUP)",
+			"subject", msg.Subject(), "key", key, "attempts", n, "held", held)
+		_ = msg.Term()
+		return
+	}
+	delay := s.keyWait(n)
+	if logIt {
+		s.cfg.Log.Warn("alert webhook: an alert signed by a key the sink does not trust (yet), held for a key reload: add the key to --trusted-keys and send the sink SIGHUP",
+			"subject", msg.Subject(), "key", key, "attempt", n, "retry_in", delay, "held", held, "held_attempts_not_logged", quiet)
+	}
+	_ = msg.NakWithDelay(delay)
+}
+
+// release forgets msg as held.
+func (s *Sink) release(msg jetstream.Msg) {
+	md, err := msg.Metadata()
+	if err != nil {
+		return
+	}
+	s.mu.Lock()
+	delete(s.held, md.Sequence.Stream)
+	s.mu.Unlock()
+}
+
+// keyWait is the delay after the n-th attempt of a held alert.
+func (s *Sink) keyWait(n uint64) time.Duration {
+	d := s.keyWaitFirst
+	for i := uint64(1); i < n && d < s.keyWaitMax; i++ {
+		d *= 2
+	}
+	return min(d, s.keyWaitMax)
 }
 
 // backoff is the delay after the n-th failed attempt.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -352,4 +353,110 @@ func TestAlerts_ForgedFirstKeepsNothingOut(t *testing.T) {
 	p2.Blocked(genuine)
 	require.Eventually(t, func() bool { return p2.Duplicates() == 1 }, 30*time.Second, 5*time.Millisecond)
 	require.Zero(t, p2.Published())
+}
+
+// TestSink_UnknownKeyHeldUntilReload: a replica signs an alert with a key
+// the sink has not been given yet (it joined with a key of its own, or
+// rotated its key, before the sink was sent SIGHUP). The sink holds the
+// alert: it is not delivered, not terminated but tried again (the
+// consumer redelivers it, it stays pending, nothing is counted
+// undelivered), and logged once as held for a key reload, not per
+// attempt. A message signed with a known key whose signature does not
+// verify is still dropped at once. Once the keys are reloaded (SetTrust,
+// what the sink's SIGHUP calls) the held alert is delivered, exactly once.
+// How we know it can fail: the sink terminated such an alert at its first
+// attempt (reason forged), so the consumer never redelivered it and
+// nothing pending remained (the first wait times out), and after a reload
+// it was never delivered; run against that handling (Term for every
+// Verify reason) this test fails at the first wait.
+func TestSink_UnknownKeyHeldUntilReload(t *testing.T) {
+	env := testenv.New(t)
+	ctx := context.Background()
+	_, err := streams.EnsureAlerts(ctx, env.JS, env.Layout)
+	require.NoError(t, err)
+	oldKey, err := signing.NewEphemeral()
+	require.NoError(t, err)
+	newKey, err := signing.NewEphemeral()
+	require.NoError(t, err)
+	before, err := signing.NewKeySet([]signing.Key{{Public: oldKey.PublicKey()}}, 0)
+	require.NoError(t, err)
+	after, err := signing.NewKeySet([]signing.Key{{Public: oldKey.PublicKey()}, {Public: newKey.PublicKey()}}, 0)
+	require.NoError(t, err)
+
+	rcv := newReceiver(t)
+	rcv.up.Store(true)
+	m := metrics.NewAlertSink(nil)
+	var logs testenv.LogBuffer
+	sink, err := alerting.NewSink(env.JS, env.Layout, alerting.SinkConfig{URL: rcv.srv.URL, Durable: "hook", MaxDeliver: 1000,
+		Trust: before, Metrics: m, Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	require.NoError(t, err)
+	alerting.ShortenKeyWait(sink, 20*time.Millisecond, 100*time.Millisecond)
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = sink.Run(sctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	consumerReady(t, env, "hook")
+	consumer := func() (*jetstream.ConsumerInfo, error) {
+		c, err := env.JS.Consumer(ctx, env.Layout.AlertStreamName(), "hook")
+		if err != nil {
+			return nil, err
+		}
+		return c.Info(ctx)
+	}
+
+	// The new replica's alert, signed and published as a replica does.
+	bal := events.BalanceRef{Scope: "team:search", Period: events.PeriodMonth, Instance: "2026-12"}
+	alert := events.BlockingAlert(bal, "USD", events.MustMoney("10"), events.MustMoney("9.9"), "1", "req-1", 0, time.Now())
+	p := alerting.New(env.JS, env.Layout, alerting.WithSigner(func() *signing.Signer { return newKey }),
+		alerting.WithTrust(func() *signing.KeySet { return after }))
+	pctx, pcancel := context.WithCancel(ctx)
+	pdone := make(chan struct{})
+	go func() { defer close(pdone); _ = p.Run(pctx) }()
+	t.Cleanup(func() { pcancel(); <-pdone })
+	p.Blocked(alert)
+	require.Eventually(t, func() bool { return p.Published() == 1 }, 30*time.Second, 5*time.Millisecond)
+
+	// Held: delivered to the sink again and again (each attempt counted),
+	// still pending on the consumer, never posted nor given up.
+	require.Eventually(t, func() bool {
+		ci, err := consumer()
+		return err == nil && ci.Delivered.Consumer >= 4 && testutil.ToFloat64(m.Failures.WithLabelValues(metrics.SinkFailUntrustedKey)) >= 4
+	}, 30*time.Second, 5*time.Millisecond, "the alert is tried again, not terminated")
+	ci, err := consumer()
+	require.NoError(t, err)
+	require.Equal(t, 1, ci.NumAckPending, "held, not terminated")
+	require.Equal(t, 1, sink.Held())
+	got, _ := rcv.bodies()
+	require.Empty(t, got)
+	require.Zero(t, testutil.ToFloat64(m.Undelivered))
+	require.Zero(t, testutil.ToFloat64(m.Failures.WithLabelValues(metrics.SinkFailForged)))
+	require.Equal(t, 1, strings.Count(logs.String(), "held for a key reload"), "logged once, not per attempt:\n%s", logs.String())
+	require.Contains(t, logs.String(), newKey.PublicKey())
+	require.NotContains(t, logs.String(), "dropped")
+
+	// A known key's signature that does not verify is dropped at once, as
+	// before.
+	bad := events.BlockingAlert(events.BalanceRef{Scope: "org:ceo", Period: events.PeriodMonth, Instance: "2026-12"},
+		"USD", events.MustMoney("10"), events.MustMoney("9.9"), "1", "req-2", 0, time.Now())
+	data, err := events.EncodeAlert(bad)
+	require.NoError(t, err)
+	msg := nats.NewMsg(env.Layout.AlertMsgSubject(bad))
+	oldKey.SignMsg(msg.Header, signing.DomainAlert, msg.Subject, data)
+	msg.Data = append(data[:len(data):len(data)], ' ')
+	_, err = env.JS.PublishMsg(ctx, msg)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		return testutil.ToFloat64(m.Failures.WithLabelValues(metrics.SinkFailForged)) == 1
+	}, 30*time.Second, 5*time.Millisecond)
+
+	// The keys reloaded: the held alert is delivered, once.
+	sink.SetTrust(after)
+	consumerDone(t, env, "hook")
+	got, keys := rcv.bodies()
+	require.Len(t, got, 1, "the held alert is delivered once")
+	require.Equal(t, alert.ID, got[0].Alert.ID)
+	require.Equal(t, []string{alert.ID}, keys)
+	require.Equal(t, 1.0, testutil.ToFloat64(m.Deliveries))
+	require.Zero(t, testutil.ToFloat64(m.Undelivered))
+	require.Zero(t, sink.Held())
 }

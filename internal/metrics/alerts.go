@@ -14,6 +14,11 @@ const (
 	// SinkFailForged: no trusted key signed the alert message (dropped,
 	// never delivered): a login that may publish alerts wrote it.
 	SinkFailForged = "forged"
+	// SinkFailUntrustedKey: the alert message is validly signed by a key
+	// the sink does not trust (yet): held for a key reload (SIGHUP) and
+	// tried again; given up, and counted undelivered, after its last
+	// attempt.
+	SinkFailUntrustedKey = "untrusted-key"
 )
 
 // AlertSink is the metric set of the webhook sink (spendgate alerts
@@ -36,11 +41,11 @@ func NewAlertSink(r prometheus.Registerer) *AlertSink {
 		Deliveries: prometheus.NewCounter(prometheus.CounterOpts{Name: "spendgate_alert_webhook_deliveries_total",
 			Help: "Alerts the webhook took (a 2xx answer)."}),
 		Failures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "spendgate_alert_webhook_failures_total",
-			Help: "Failed alert delivery attempts, by reason (status: a non-2xx answer; transport: unreachable or timed out; malformed: an unreadable alert; forged: an alert no trusted key signed, never delivered)."}, []string{"reason"}),
+			Help: "Failed alert delivery attempts, by reason (status: a non-2xx answer; transport: unreachable or timed out; malformed: an unreadable alert; forged: an alert no trusted key signed, never delivered; untrusted-key: an alert signed by a key the sink does not trust yet, held for a key reload)."}, []string{"reason"}),
 		Undelivered: prometheus.NewCounter(prometheus.CounterOpts{Name: "spendgate_alert_webhook_undelivered_total",
 			Help: "Alerts given up after their last delivery attempt."}),
 	}
-	for _, reason := range []string{SinkFailStatus, SinkFailTransport, SinkFailMalformed, SinkFailForged} {
+	for _, reason := range []string{SinkFailStatus, SinkFailTransport, SinkFailMalformed, SinkFailForged, SinkFailUntrustedKey} {
 		s.Failures.WithLabelValues(reason)
 	}
 	if r != nil {

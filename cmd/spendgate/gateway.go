@@ -151,6 +151,8 @@ func gatewayCmd(args []string) int {
 	}
 	root, _ := clients.For("")
 	keys := gateway.NewKeys(root, *keyCache)
+	// The proxy and the HTTP API share the limit of unknown keys.
+	keys.LimitUnknown(cfg.AuthFailures, time.Now)
 	// Without an upstream the listener serves the HTTP API alone.
 	wait := func() {}
 	if len(cfg.Upstreams) > 0 {

@@ -14,4 +14,4 @@ func SetWriteGrace(g *Gateway, d time.Duration) { g.writeGrace = d }
 
 // SetAuthClock sets the clock of g's limiter of unknown keys (a frozen one:
 // no token comes back while a test runs).
-func SetAuthClock(g *Gateway, now func() time.Time) { g.failures.now = now }
+func SetAuthClock(g *Gateway, now func() time.Time) { g.keys.failures.now = now }

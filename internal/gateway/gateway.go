@@ -68,9 +68,7 @@ type Gateway struct {
 	// jr is the journal of the calls in flight (nil: none; WithJournal).
 	jr *journal
 
-	// failures limits the unknown keys of each client address (nil: no
-	// limit); refusals bounds the log lines of calls refused for their key.
-	failures *failLimiter
+	// refusals bounds the log lines of calls refused for their key.
 	refusals refusalLog
 }
 
@@ -107,8 +105,11 @@ func New(clients *ClientSet, keys *Keys, cfg Config, opts ...Option) (*Gateway, 
 	}
 	g := &Gateway{cfg: cfg, bodies: &bodyBudget{size: cfg.MaxBodiesInFlight}, ups: ups, clients: clients, keys: keys, hc: &http.Client{Transport: tr},
 		m: o.metrics, log: o.log, now: o.now,
-		retry: retrier{first: settleRetryFirst, max: settleRetryMax, limit: maxPendingCloses}, writeGrace: writeGrace, quit: make(chan struct{}),
-		failures: newFailLimiter(cfg.AuthFailures, o.now)}
+		retry: retrier{first: settleRetryFirst, max: settleRetryMax, limit: maxPendingCloses}, writeGrace: writeGrace, quit: make(chan struct{})}
+	if keys.failures == nil {
+		// The limit the HTTP API on the same Keys shares (LimitUnknown).
+		keys.LimitUnknown(cfg.AuthFailures, o.now)
+	}
 	if o.journal != "" {
 		if g.jr, err = openJournal(o.journal); err != nil {
 			return nil, err
@@ -373,40 +374,15 @@ func (g *Gateway) authorize(ctx context.Context, r *http.Request) (events.APIKey
 	return key, "", nil
 }
 
-// authenticate looks up r's key, under the limit of unknown keys of r's
-// client address (failLimiter): a lookup the cache cannot answer with a
-// valid key takes a token of the address's bucket first, and gives it back
-// unless the key turned out unknown; with none left, it fails with a
-// *tooManyFailures and the ledger is not asked.
+// authenticate looks up r's key under the limit of unknown keys of r's
+// client address (Keys.AuthenticateFrom), counting the calls it refuses.
 func (g *Gateway) authenticate(ctx context.Context, r *http.Request) (events.APIKeyResolveReply, error) {
-	if g.failures == nil {
-		return g.keys.Authenticate(ctx, secretOf(r))
-	}
-	addr := clientAddr(r)
-	var took bool
-	var wait time.Duration
-	key, err := g.keys.authenticate(ctx, secretOf(r), func() bool {
-		took, wait = g.failures.take(addr)
-		return took
-	})
-	var ee *events.Error
-	if took && !(errors.As(err, &ee) && ee.Code == events.CodeUnknownKey) {
-		g.failures.give(addr)
-	}
+	key, err := g.keys.AuthenticateFrom(ctx, r, secretOf(r))
 	if errors.Is(err, errTooManyFailures) {
 		g.m.AuthLimited.Inc()
-		return key, &tooManyFailures{wait: wait}
 	}
 	return key, err
 }
-
-// tooManyFailures: the caller's address presented too many unknown keys;
-// wait is how long until it may present another.
-type tooManyFailures struct{ wait time.Duration }
-
-func (e *tooManyFailures) Error() string { return errTooManyFailures.Error() }
-
-func (e *tooManyFailures) Unwrap() error { return errTooManyFailures }
 
 // clientFor returns the client of key's tenant.
 func (g *Gateway) clientFor(key events.APIKeyResolveReply) (*client.Client, *callError) {
@@ -615,12 +591,12 @@ func outcomeOfKeyError(err error) string {
 // one, 401 key_disabled, 503 when the ledger did not answer.
 func keyError(err error) *callError {
 	var ee *events.Error
-	var tf *tooManyFailures
+	var tf *TooManyUnknownKeys
 	switch {
 	case errors.As(err, &tf):
 		return &callError{status: http.StatusTooManyRequests, typ: "rate_limit_error", code: CodeTooManyUnknownKeys,
 			msg:        "spendgate: too many unknown API keys from this address; the key was not checked: retry after Retry-After seconds with a valid key",
-			retryAfter: max(1, int64((tf.wait+time.Second-1)/time.Second))}
+			retryAfter: tf.RetryAfter()}
 	case errors.Is(err, ErrNoKey):
 		return &callError{status: http.StatusUnauthorized, typ: "invalid_request_error", code: "missing_api_key",
 			msg: "spendgate: no API key: send Authorization: Bearer <key> (or x-api-key)", noRetry: true}

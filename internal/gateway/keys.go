@@ -37,6 +37,57 @@ type Keys struct {
 	m, neg map[string]*keyEntry
 	// hits and misses count lookups answered from the cache or not.
 	hits, misses func()
+	// failures limits the unknown keys of each client address through
+	// AuthenticateFrom (LimitUnknown; nil: no limit).
+	failures *failLimiter
+}
+
+// LimitUnknown limits the unknown keys each client address may present
+// through AuthenticateFrom to perSecond a second, with a burst of twice
+// that (negative: no limit), on the clock now. Call it before the first
+// lookup; the gateway's proxy and its HTTP API share the limit.
+func (k *Keys) LimitUnknown(perSecond int, now func() time.Time) {
+	k.failures = newFailLimiter(perSecond, now)
+}
+
+// AuthenticateFrom is Authenticate under the limit of unknown keys of r's
+// client address (failLimiter): a lookup the cache cannot answer with a
+// valid key takes a token of the address's bucket first, and gives it back
+// unless the key turned out unknown; with none left it fails with a
+// *TooManyUnknownKeys and the ledger is not asked.
+func (k *Keys) AuthenticateFrom(ctx context.Context, r *http.Request, secret string) (events.APIKeyResolveReply, error) {
+	if k.failures == nil {
+		return k.Authenticate(ctx, secret)
+	}
+	addr := clientAddr(r)
+	var took bool
+	var wait time.Duration
+	key, err := k.authenticate(ctx, secret, func() bool {
+		took, wait = k.failures.take(addr)
+		return took
+	})
+	var ee *events.Error
+	if took && !(errors.As(err, &ee) && ee.Code == events.CodeUnknownKey) {
+		k.failures.give(addr)
+	}
+	if errors.Is(err, errTooManyFailures) {
+		return key, &TooManyUnknownKeys{wait: wait}
+	}
+	return key, err
+}
+
+// TooManyUnknownKeys: the caller's address presented too many unknown
+// keys; its key was not looked up.
+type TooManyUnknownKeys struct{ wait time.Duration }
+
+func (e *TooManyUnknownKeys) Error() string { return errTooManyFailures.Error() }
+
+func (e *TooManyUnknownKeys) Unwrap() error { return errTooManyFailures }
+
+// RetryAfter is the whole seconds until the address may present another
+// key (at least 1).
+func (e *TooManyUnknownKeys) RetryAfter() int64 {
+	return max(1, int64((e.wait+time.Second-1)/time.Second))
 }
 
 type keyEntry struct {

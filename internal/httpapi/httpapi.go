@@ -194,10 +194,26 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, endpoint, http.StatusUnauthorized, CodeUnauthorized, "send Authorization: Bearer <key> (spendgate keys create --access service)")
 		return
 	}
-	key, err := a.auth.Authenticate(ctx, secret)
+	var key events.APIKeyResolveReply
+	var err error
+	if from, ok := a.auth.(interface {
+		AuthenticateFrom(context.Context, *http.Request, string) (events.APIKeyResolveReply, error)
+	}); ok {
+		// The gateway's Keys: under its limit of unknown keys per client
+		// address, shared with the proxy on the same listener.
+		key, err = from.AuthenticateFrom(ctx, r, secret)
+	} else {
+		key, err = a.auth.Authenticate(ctx, secret)
+	}
 	var ee *events.Error
+	var tm *gateway.TooManyUnknownKeys
 	switch {
 	case err == nil:
+	case errors.As(err, &tm):
+		w.Header().Set("Retry-After", strconv.FormatInt(tm.RetryAfter(), 10))
+		a.fail(w, endpoint, http.StatusTooManyRequests, gateway.CodeTooManyUnknownKeys,
+			"too many unknown keys from this address; the key was not checked: retry after Retry-After seconds with a valid key")
+		return
 	case errors.Is(err, client.ErrUnavailable):
 		a.fail(w, endpoint, http.StatusServiceUnavailable, events.CodeLedgerUnavailable, "the ledger did not answer the key lookup; retry")
 		return

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,6 +32,8 @@ type env struct {
 	nc   *nats.Conn
 	url  string
 	stop func()
+	// keys is the API's key cache (gateway.Keys).
+	keys *gateway.Keys
 }
 
 func newEnv(t *testing.T) *env {
@@ -55,13 +58,14 @@ func newEnv(t *testing.T) *env {
 	cnc := te.Connect(t)
 	cl, err := client.New(cnc)
 	require.NoError(t, err)
-	api, err := httpapi.New(cnc, streams.DefaultPrefix, gateway.NewKeys(cl, 0), httpapi.WithMetrics(metrics.NewRegistry()))
+	keys := gateway.NewKeys(cl, 0)
+	api, err := httpapi.New(cnc, streams.DefaultPrefix, keys, httpapi.WithMetrics(metrics.NewRegistry()))
 	require.NoError(t, err)
 	mux := http.NewServeMux()
 	api.Register(mux)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	return &env{t: t, te: te, nc: te.Connect(t), url: srv.URL, stop: func() { stopped = true; require.NoError(t, r.Stop()) }}
+	return &env{t: t, te: te, nc: te.Connect(t), url: srv.URL, keys: keys, stop: func() { stopped = true; require.NoError(t, r.Stop()) }}
 }
 
 // nats sends body to endpoint's subject (subject when set) and returns the
@@ -224,6 +228,45 @@ func TestAPI_Access(t *testing.T) {
 	status, body := e.post(svc, "budget.list", ``)
 	require.Equal(t, http.StatusServiceUnavailable, status, body)
 	require.Equal(t, events.CodeLedgerUnavailable, code(t, body))
+}
+
+// TestAPI_UnknownKeysLimitedPerAddress: the HTTP API shares the gateway's
+// limit of unknown keys per client address (Keys.LimitUnknown): past the
+// burst, a made-up key is refused 429 too_many_unknown_keys with
+// Retry-After and never looked up, while a valid key from the same
+// address still works. Without it every made-up secret cost the replicas
+// an apikey.resolve: the 5th below was a 401 after one.
+func TestAPI_UnknownKeysLimitedPerAddress(t *testing.T) {
+	e := newEnv(t)
+	frozen := time.Now()
+	e.keys.LimitUnknown(2, func() time.Time { return frozen }) // a burst of 4; no token comes back
+	svc := e.key(events.AccessService, "")
+	var resolves atomic.Int64
+	sub, err := e.nc.Subscribe(e.te.Layout.Endpoint(streams.EndpointAPIKeyResolve), func(*nats.Msg) { resolves.Add(1) })
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	require.NoError(t, e.nc.Flush())
+	// The valid key is in use (cached) before the flood: a key this
+	// gateway never saw, from an address out of tokens, waits for one.
+	status, body := e.post(svc, "budget.list", "")
+	require.Equal(t, http.StatusOK, status, body)
+	for i := range 6 {
+		_, bogus, err := events.NewAPIKey()
+		require.NoError(t, err)
+		status, h, body := e.send(http.MethodPost, bogus, "budget.list", "")
+		if i < 4 {
+			require.Equal(t, http.StatusUnauthorized, status, "%d: %s", i, body)
+			continue
+		}
+		require.Equal(t, http.StatusTooManyRequests, status, "%d: %s", i, body)
+		require.Equal(t, events.Code(gateway.CodeTooManyUnknownKeys), code(t, body))
+		require.Equal(t, "1", h.Get("Retry-After"))
+	}
+	status, body = e.post(svc, "budget.list", "")
+	require.Equal(t, http.StatusOK, status, "a valid key from the same address: %s", body)
+	require.NoError(t, e.nc.Flush())
+	testenv.WaitFor(t, 10*time.Second, "the resolves seen", func() bool { return resolves.Load() >= 5 })
+	require.Equal(t, int64(5), resolves.Load(), "the valid key once and four made-up keys; the refused two never asked")
 }
 
 // TestAPI_TenantKey: a tenant's key calls the tenant's subjects: its

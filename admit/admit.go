@@ -486,6 +486,61 @@ func (a *Admitter) plan(ctx context.Context, r request) (*admitTx, *events.Admit
 			return nil, &events.AdmitReply{RequestID: r.id, Denial: denial, Mode: r.replyMode()}, nil
 		}
 	}
+	if r.mode == events.ModeAdmit && a.needsDefaults(r) {
+		if denied, err := a.deniedAnyway(ctx, r, now); err != nil || denied != nil {
+			return nil, denied, err
+		}
+	}
+	return a.planBudgets(ctx, r, now)
+}
+
+// needsDefaults reports whether a scope of r has no budget in a period its
+// kind has a default for (as the book stands: budgets names it for sure).
+func (a *Admitter) needsDefaults(r request) bool {
+	for _, s := range r.scopes {
+		if len(a.defaultsFor(s, a.l.BudgetsOf(s))) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// deniedAnyway decides admit r as a check first, when a scope of it would
+// take budgets from defaults (which, once created, stay for good): the
+// denial, as r's reply, if the check is denied, so that an admit denied
+// anyway creates none (a key whose every call is denied, naming a new end
+// user each time, made a budget per call); nil, and r is decided for real,
+// creating them, if it is admitted. A denial by a budget with alerts is
+// left to the real decision, which publishes its blocking alert.
+func (a *Admitter) deniedAnyway(ctx context.Context, r request, now time.Time) (*events.AdmitReply, error) {
+	c := r
+	c.mode = events.ModeCheck
+	tx, denied, err := a.planBudgets(ctx, c, now)
+	if err != nil {
+		return nil, err
+	}
+	if denied == nil {
+		if err := a.l.SubmitAll(ctx, []ledger.Tx{tx})[0]; err != nil {
+			return nil, err
+		}
+		if tx.reply.Denial == nil {
+			return nil, nil
+		}
+		denied = &tx.reply
+	}
+	if d := denied.Denial; d.Reason == events.ReasonLimitReached {
+		for _, b := range a.l.BudgetsOf(d.Scope) {
+			if b.Ref.Period == d.Period && len(b.Thresholds) > 0 {
+				return nil, nil
+			}
+		}
+	}
+	reply := events.AdmitReply{RequestID: r.id, Denial: denied.Denial, Mode: r.replyMode()}
+	return &reply, nil
+}
+
+// planBudgets is plan after pricing: r's budgets, and its Tx or denial.
+func (a *Admitter) planBudgets(ctx context.Context, r request, now time.Time) (*admitTx, *events.AdmitReply, error) {
 	budgets, virtual, denial, err := a.budgets(ctx, r, now)
 	if err != nil {
 		return nil, nil, err

@@ -171,3 +171,48 @@ func TestDefaults_PerTenant(t *testing.T) {
 	require.Equal(t, events.CodeInvalidRequest, e.Code)
 	require.Equal(t, "spendgate.alert.v1.t.acme.user.u1", h.env.Layout.AlertSubject("acme/user:u1"))
 }
+
+// TestDefaults_DeniedAdmitCreatesNone: an admit denied anyway (here by
+// its key's own spent budget) creates no budget from a default for its
+// new scope: a gateway key whose every call was denied, naming a new end
+// user each time, made one user:* budget per call, for good (50,000 in a
+// minute in the untenanted deployment, which has no limit of them). The
+// denial is the same as before, named by the spent budget. An admit that
+// fits creates the scope's budget as before; so does a denial by a budget
+// with alerts, whose blocking alert the real decision publishes. Without
+// the check first, the user budgets below exist after the denials.
+func TestDefaults_DeniedAdmitCreatesNone(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpts{})
+	_, e := h.putDef(events.BudgetPutRequest{Scope: "user:*", Period: "day", Limit: "1", Unit: "USD"})
+	require.Nil(t, e)
+	require.Nil(t, h.call(streams.EndpointBudgetPut, events.BudgetPutRequest{Scope: "key:k1", Period: "lifetime", Limit: "0.5", Unit: "USD"}, nil))
+	a, err := h.replicas[0].Admitter.Admit(context.Background(), events.AdmitRequest{RequestID: "fill", Scopes: []string{"key:k1", "user:first"}, Amount: "0.5"})
+	require.NoError(t, err)
+	require.True(t, a.Admitted, "%+v", a.Denial)
+	for i := range 5 {
+		r, err := h.replicas[0].Admitter.Admit(context.Background(), events.AdmitRequest{RequestID: fmt.Sprint("d", i),
+			Scopes: []string{"key:k1", fmt.Sprintf("user:u%d", i)}, Amount: "0.1"})
+		require.NoError(t, err)
+		require.False(t, r.Admitted)
+		require.Equal(t, events.ReasonLimitReached, r.Denial.Reason)
+		require.Equal(t, events.Scope("key:k1"), r.Denial.Scope)
+		require.Empty(t, r.Mode, "an admit's denial, not a check's")
+	}
+	var list events.BudgetListReply
+	require.Nil(t, h.call(streams.EndpointBudgetList, events.BudgetListRequest{Kind: "user"}, &list))
+	var users []string
+	for _, b := range list.Budgets {
+		users = append(users, string(b.Scope))
+	}
+	require.Equal(t, []string{"user:first"}, users, "the denied admits created no budget")
+
+	// A denial by a budget with alerts goes the real way (creating).
+	th := []string{"0.5"}
+	require.Nil(t, h.call(streams.EndpointBudgetPut, events.BudgetPutRequest{Scope: "key:k2", Period: "lifetime", Limit: "0", Unit: "USD", AllowZero: true, Thresholds: th}, nil))
+	r, err := h.replicas[0].Admitter.Admit(context.Background(), events.AdmitRequest{RequestID: "al", Scopes: []string{"key:k2", "user:alerted"}, Amount: "0.1"})
+	require.NoError(t, err)
+	require.False(t, r.Admitted)
+	require.Nil(t, h.call(streams.EndpointBudgetList, events.BudgetListRequest{Kind: "user"}, &list))
+	require.Len(t, list.Budgets, 2, "user:first and user:alerted")
+}

@@ -2,6 +2,7 @@ package replica_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -145,11 +146,15 @@ func TestReplica_BudgetGaugesCarryTheForecast(t *testing.T) {
 		_, err := r.Ledger.PutBudget(ctx, events.BudgetRef{Scope: s, Period: "month"}, events.MustMoney("100"), "USD", now)
 		require.NoError(t, err)
 	}
-	rep, err := r.Admitter.Admit(ctx, events.AdmitRequest{RequestID: "spend", Scopes: []string{"team:busy"}, Amount: "10"})
-	require.NoError(t, err)
-	require.True(t, rep.Admitted)
-	_, err = r.Settler.Settle(ctx, events.SettleRequest{ReservationID: rep.ReservationID, Actual: "10"})
-	require.NoError(t, err)
+	// Three calls: a pace (one call alone forecasts nothing unless it
+	// spent as much as is left).
+	for i := range 3 {
+		rep, err := r.Admitter.Admit(ctx, events.AdmitRequest{RequestID: fmt.Sprint("spend-", i), Scopes: []string{"team:busy"}, Amount: "5"})
+		require.NoError(t, err)
+		require.True(t, rep.Admitted)
+		_, err = r.Settler.Settle(ctx, events.SettleRequest{ReservationID: rep.ReservationID, Actual: "5"})
+		require.NoError(t, err)
+	}
 
 	var in float64
 	require.Eventually(t, func() bool {
@@ -157,8 +162,8 @@ func TestReplica_BudgetGaugesCarryTheForecast(t *testing.T) {
 		in, ok = labeled(t, m, "spendgate_budget_exhausts_in_seconds", "team:busy")
 		return ok
 	}, 30*time.Second, 20*time.Millisecond, "team:busy runs out at its burn rate")
-	// 90 left at a rate of about 10 * ln 2 * 12 = 83 an hour (the
-	// dashboard's decayed window): a little over an hour.
+	// 85 left at a rate of about 15 * ln 2 * 12 = 125 an hour (the
+	// dashboard's decayed window): about 41 minutes.
 	require.Greater(t, in, float64(30*60), "seconds to run out")
 	require.Less(t, in, float64(3*60*60), "seconds to run out")
 	before, ok := labeled(t, m, "spendgate_budget_exhausts_before_reset", "team:busy")

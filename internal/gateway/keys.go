@@ -50,14 +50,18 @@ func (k *Keys) LimitUnknown(perSecond int, now func() time.Time) {
 	k.failures = newFailLimiter(perSecond, now)
 }
 
-// AuthenticateFrom is Authenticate under the limit of unknown keys of r's
-// client address (failLimiter): a lookup the cache cannot answer with a
-// valid key takes a token of the address's bucket first, and gives it back
-// unless the key turned out unknown; with none left it fails with a
-// *TooManyUnknownKeys and the ledger is not asked.
+// AuthenticateFrom returns the key secret, presented with request r,
+// opens, under the limit of unknown keys of r's client address
+// (LimitUnknown): a lookup the cache cannot answer with a valid key takes
+// a token of the address's bucket first, and gives it back unless the key
+// turned out unknown; with none left it fails with a *TooManyUnknownKeys
+// and the ledger is not asked. Other errors: ErrNoKey (empty secret); an
+// *events.Error with code unknown_key (also for a secret not of
+// spendgate's format) or key_disabled; an error matching
+// client.ErrUnavailable when the ledger did not answer; ctx's error.
 func (k *Keys) AuthenticateFrom(ctx context.Context, r *http.Request, secret string) (events.APIKeyResolveReply, error) {
 	if k.failures == nil {
-		return k.Authenticate(ctx, secret)
+		return k.authenticate(ctx, secret, nil)
 	}
 	addr := clientAddr(r)
 	var took bool
@@ -112,14 +116,6 @@ const resolveTimeout = 10 * time.Second
 
 // ErrNoKey: no secret was presented.
 var ErrNoKey = errors.New("gateway: no API key")
-
-// Authenticate returns the key secret opens. Errors: ErrNoKey (empty
-// secret); an *events.Error with code unknown_key (also for a secret not of
-// spendgate's format) or key_disabled; an error matching
-// client.ErrUnavailable when the ledger did not answer; ctx's error.
-func (k *Keys) Authenticate(ctx context.Context, secret string) (events.APIKeyResolveReply, error) {
-	return k.authenticate(ctx, secret, nil)
-}
 
 // errTooManyFailures: the guard of authenticate refused the lookup.
 var errTooManyFailures = errors.New("gateway: too many unknown keys from this address")

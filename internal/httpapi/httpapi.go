@@ -66,10 +66,12 @@ const (
 	PathPrefix = "/spendgate/"
 )
 
-// Authenticator resolves a presented secret to its key; gateway.Keys is
-// one.
+// Authenticator resolves a secret presented with request r to its key;
+// gateway.Keys is one (under its limit of unknown keys per client address,
+// shared with the proxy on the same listener: a *gateway.TooManyUnknownKeys
+// is answered 429).
 type Authenticator interface {
-	Authenticate(ctx context.Context, secret string) (events.APIKeyResolveReply, error)
+	AuthenticateFrom(ctx context.Context, r *http.Request, secret string) (events.APIKeyResolveReply, error)
 }
 
 // keyedEndpoints maps the endpoints only a key with admin access may call
@@ -194,17 +196,7 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, endpoint, http.StatusUnauthorized, CodeUnauthorized, "send Authorization: Bearer <key> (spendgate keys create --access service)")
 		return
 	}
-	var key events.APIKeyResolveReply
-	var err error
-	if from, ok := a.auth.(interface {
-		AuthenticateFrom(context.Context, *http.Request, string) (events.APIKeyResolveReply, error)
-	}); ok {
-		// The gateway's Keys: under its limit of unknown keys per client
-		// address, shared with the proxy on the same listener.
-		key, err = from.AuthenticateFrom(ctx, r, secret)
-	} else {
-		key, err = a.auth.Authenticate(ctx, secret)
-	}
+	key, err := a.auth.AuthenticateFrom(ctx, r, secret)
 	var ee *events.Error
 	var tm *gateway.TooManyUnknownKeys
 	switch {

@@ -9,13 +9,15 @@ bearer token.
 
     SPENDGATE_HTTP=http://127.0.0.1:8080 SPENDGATE_KEY=sgk_... python3 http_api.py
 
-The three rules of every caller hold here too: make the request id once and
+The four rules of every caller hold here too: make the request id once and
 reuse it on every retry; fail closed (no answer means do not call the paid
-upstream); void what you gave up on.
+upstream); void what you gave up on; send a settle (or release) whose outcome
+is unknown again, same body, until it lands.
 """
 import json
 import os
 import sys
+import time
 import uuid
 import urllib.error
 import urllib.request
@@ -66,6 +68,29 @@ def admit(scopes, amount, request_id, attempts=3):
     return 503, {"admitted": False, "denial": {"reason": "ledger_unavailable"}}
 
 
+def close(endpoint, body, give_up_after=48 * 3600, backoff=1.0):
+    """Settles or releases (endpoint "settle" or "release"). An answer that
+    leaves the outcome unknown (none, ledger_unavailable, ledger_busy,
+    internal, a proxy's 5xx) is sent again, same body, with a back-off
+    doubling to 30 s, until it is answered or give_up_after seconds pass:
+    the same settle twice is answered as the first, and the ledger takes a
+    settle up to 48 hours after the reservation expired. Dropped, the call's
+    spend would never be recorded. This waits; an app would hand it to a
+    background worker or a durable queue."""
+    deadline = time.monotonic() + give_up_after
+    while True:
+        try:
+            status, reply = call(endpoint, body)
+        except (urllib.error.URLError, TimeoutError, ValueError):
+            status, reply = None, None  # no answer, or not spendgate's
+        if status is not None and status < 500:
+            return status, reply
+        if time.monotonic() + backoff > deadline:
+            return status or 503, reply or {"error": {"code": "ledger_unavailable"}}
+        time.sleep(backoff)
+        backoff = min(2 * backoff, 30.0)
+
+
 def expect(what, got, want):
     print(f"{what}: {got}")
     if got != want:
@@ -86,7 +111,7 @@ def main():
     status, d = admit([scope], "0.60", str(uuid.uuid4()))
     expect("a second admit of 0.60 (denied: 200 and admitted false)", (status, d["admitted"], d["denial"]["reason"]), (200, False, "limit_reached"))
 
-    status, s = call("settle", {"reservation_id": a["reservation_id"], "actual": "0.50"})
+    status, s = close("settle", {"reservation_id": a["reservation_id"], "actual": "0.50"})
     expect("settle 0.50", (status, s["status"], s["actual"]), (200, "settled", "0.5"))
     status, e = call("settle", {"reservation_id": a["reservation_id"], "actual": "0.40"})
     expect("settle again with another actual", (status, e["error"]["code"]), (409, "already_settled"))

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Tests of http_api.py's admit against a stand-in HTTP API on a random
-loopback port: the replies that leave an admit's outcome unknown end in a
-void of its request id (standard library only)."""
+"""Tests of http_api.py against a stand-in HTTP API on a random loopback
+port: the replies that leave an admit's outcome unknown end in a void of its
+request id, and a settle's are followed by the same settle until it lands
+(standard library only)."""
 import json
 import os
 import sys
@@ -67,6 +68,21 @@ class AdmitTest(unittest.TestCase):
         self.assertEqual(status, 503)
         self.assertEqual([(e, b.get("retry", False)) for e, b in Stub.seen],
                          [("admit", False), ("admit", True), ("admit", True), ("void", False)])
+
+    def test_settle_is_sent_again_until_it_lands(self):
+        unavailable = (503, {"error": {"code": "ledger_unavailable", "message": "unknown"}})
+        settled = {"reservation_id": "rsv_1", "status": "settled", "actual": "0.5"}
+        Stub.replies = {"settle": [unavailable, (500, {"error": {"code": "internal", "message": "boom"}}), (200, settled)]}
+        status, reply = http_api.close("settle", {"reservation_id": "rsv_1", "actual": "0.50"}, backoff=0.01)
+        self.assertEqual((status, reply), (200, settled))
+        self.assertEqual([b for _, b in Stub.seen], [{"reservation_id": "rsv_1", "actual": "0.50"}] * 3)
+
+    def test_settle_refused_is_not_sent_again(self):
+        refused = (409, {"error": {"code": "already_released", "message": "released", "status": "released"}})
+        Stub.replies = {"settle": [refused]}
+        status, reply = http_api.close("settle", {"reservation_id": "rsv_1", "actual": "0.50"}, backoff=0.01)
+        self.assertEqual((status, reply["error"]["code"]), (409, "already_released"))
+        self.assertEqual(len(Stub.seen), 1)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,149 @@
+// The four rules of spendgate-http.mjs against a stand-in HTTP API on a random
+// loopback port (no service needed), and the walk-through against a live
+// gateway when SPENDGATE_HTTP and SPENDGATE_KEY are set (.ci/run sets them).
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { createServer } from "node:http";
+import { SpendgateError, SpendgateHTTP, UnavailableError } from "./spendgate-http.mjs";
+import { walkthrough } from "./example.mjs";
+
+// stub answers each endpoint with the replies queued for it, in turn ([status,
+// body], or "hang" for no answer), and records what it was sent.
+async function stub(replies) {
+  const seen = [];
+  const server = createServer((req, res) => {
+    let data = "";
+    req.on("data", (c) => (data += c));
+    req.on("end", () => {
+      const endpoint = req.url.replace(/^\/spendgate\//, "");
+      seen.push({ endpoint, body: JSON.parse(data), auth: req.headers.authorization });
+      const next = (replies[endpoint] ?? []).shift();
+      if (next === undefined || next === "hang") return; // no answer: the client times out
+      const [status, body] = next;
+      const text = typeof body === "string" ? body : JSON.stringify(body);
+      res.writeHead(status, { "Content-Type": typeof body === "string" ? "text/html" : "application/json" });
+      res.end(text);
+    });
+  });
+  await new Promise((r) => server.listen(0, "127.0.0.1", r));
+  const baseUrl = `http://127.0.0.1:${server.address().port}`;
+  const stop = () =>
+    new Promise((r) => {
+      server.close(r);
+      server.closeAllConnections(); // requests left hanging
+    });
+  return { baseUrl, seen, stop };
+}
+
+const unavailable = [503, { error: { code: "ledger_unavailable", message: "no reply from the ledger in time" } }];
+const busy = [503, { error: { code: "ledger_busy", message: "retry" } }];
+
+test("an admit without a decided answer is retried as a retry, under the same request id, then voided", async () => {
+  const s = await stub({ admit: [unavailable, "hang", busy], void: [[200, { request_id: "r-1", status: "voided" }]] });
+  try {
+    const sg = new SpendgateHTTP({ baseUrl: s.baseUrl, key: "sgk_test", timeoutMs: 300, attempts: 3 });
+    await assert.rejects(sg.admit({ request_id: "r-1", scopes: ["org:x"], amount: "0.01" }), (err) => {
+      assert.ok(err instanceof UnavailableError, "fail closed");
+      assert.equal(err.code, "ledger_busy");
+      assert.equal(err.voided.status, "voided");
+      return true;
+    });
+    assert.deepEqual(
+      s.seen.map((x) => [x.endpoint, x.body.request_id, x.body.retry ?? false]),
+      [["admit", "r-1", false], ["admit", "r-1", true], ["admit", "r-1", true], ["void", "r-1", false]],
+    );
+    assert.deepEqual(s.seen[3].body, { request_id: "r-1", scopes: ["org:x"] });
+    assert.equal(s.seen[0].auth, "Bearer sgk_test");
+  } finally {
+    await s.stop();
+  }
+});
+
+test("internal is voided at once, and a load balancer's 502 is retried", async () => {
+  const s = await stub({
+    admit: [[502, "<html>Bad Gateway</html>"], [500, { error: { code: "internal", message: "boom" } }]],
+    void: [[200, { request_id: "r-2", status: "voided" }]],
+  });
+  try {
+    const sg = new SpendgateHTTP({ baseUrl: s.baseUrl, key: "sgk_test", timeoutMs: 1000 });
+    await assert.rejects(sg.admit({ request_id: "r-2", scopes: ["org:x"], amount: "0.01" }), (err) => err instanceof UnavailableError && err.code === "internal");
+    assert.deepEqual(s.seen.map((x) => x.endpoint), ["admit", "admit", "void"]);
+  } finally {
+    await s.stop();
+  }
+});
+
+test("a denial is an answer and a refusal is a SpendgateError: neither is retried", async () => {
+  const denied = { admitted: false, denial: { reason: "limit_reached", scope: "org:x" } };
+  const s = await stub({ admit: [[200, denied], [400, { error: { code: "invalid_amount", message: "amount: -1" } }]] });
+  try {
+    const sg = new SpendgateHTTP({ baseUrl: s.baseUrl, key: "sgk_test" });
+    assert.deepEqual(await sg.admit({ scopes: ["org:x"], amount: "1" }), denied);
+    await assert.rejects(sg.admit({ scopes: ["org:x"], amount: "-1" }), (err) => err instanceof SpendgateError && err.code === "invalid_amount" && err.status === 400);
+    assert.equal(s.seen.length, 2);
+    assert.ok(s.seen[0].body.request_id, "a request id is made when the caller gives none");
+  } finally {
+    await s.stop();
+  }
+});
+
+test("a settle whose outcome is unknown is kept and sent again, same body, until it lands", async () => {
+  const settled = { reservation_id: "rsv_1", status: "settled", actual: "0.5" };
+  const s = await stub({ settle: [unavailable, "hang", unavailable, busy, [200, settled]] });
+  try {
+    const sg = new SpendgateHTTP({ baseUrl: s.baseUrl, key: "sgk_test", timeoutMs: 300, attempts: 2, closeBackoffMs: 10 });
+    let retrying;
+    await assert.rejects(sg.settle("rsv_1", "0.50"), (err) => {
+      assert.ok(err instanceof UnavailableError);
+      retrying = err.retrying;
+      return true;
+    });
+    assert.equal(sg.owed, 1);
+    assert.deepEqual(await retrying, settled);
+    await sg.drain();
+    assert.equal(sg.owed, 0);
+    assert.equal(s.seen.length, 5);
+    for (const x of s.seen) assert.deepEqual(x.body, { reservation_id: "rsv_1", actual: "0.50" });
+  } finally {
+    await s.stop();
+  }
+});
+
+test("a settle being sent again stops at a refusal, and at close()", async () => {
+  const s = await stub({ settle: [unavailable, [409, { error: { code: "already_released", message: "released", status: "released" } }]], release: [unavailable] });
+  try {
+    const sg = new SpendgateHTTP({ baseUrl: s.baseUrl, key: "sgk_test", attempts: 1, closeBackoffMs: 10 });
+    const settle = await sg.settle("rsv_1", "0.50").catch((err) => err);
+    await assert.rejects(settle.retrying, (err) => err instanceof SpendgateError && err.code === "already_released");
+
+    const slow = new SpendgateHTTP({ baseUrl: s.baseUrl, key: "sgk_test", attempts: 1, closeBackoffMs: 60_000 });
+    const release = await slow.release("rsv_2").catch((err) => err);
+    slow.close();
+    await assert.rejects(release.retrying, (err) => err instanceof UnavailableError && /closed/.test(err.message));
+    assert.equal(slow.owed, 0);
+  } finally {
+    await s.stop();
+  }
+});
+
+const live = process.env.SPENDGATE_HTTP && process.env.SPENDGATE_KEY;
+test("walkthrough against a live gateway", { skip: !live && "SPENDGATE_HTTP and SPENDGATE_KEY are not set" }, async () => {
+  const sg = new SpendgateHTTP({ baseUrl: process.env.SPENDGATE_HTTP, key: process.env.SPENDGATE_KEY });
+  const out = await walkthrough(sg, () => {});
+  assert.equal(out.budget.limit, "1");
+  assert.equal(out.admit.admitted, true);
+  assert.match(out.admit.reservation_id, /^rsv_/);
+  assert.equal(out.replay.replayed, true, "the retry returns the first answer, not a second reservation");
+  assert.equal(out.replay.reservation_id, out.admit.reservation_id);
+  assert.equal(out.denied.admitted, false);
+  assert.equal(out.denied.denial.reason, "limit_reached");
+  assert.match(out.denied.denial.resets_at, /^\d{4}-\d{2}-01T00:00:00Z$/);
+  assert.equal(out.settle.status, "settled");
+  assert.equal(out.settle.actual, "0.5");
+  assert.deepEqual([out.settleAgain.status, out.settleAgain.code], [409, "already_settled"]);
+  assert.deepEqual([out.invalid.status, out.invalid.code], [400, "invalid_amount"]);
+  assert.deepEqual([out.unknown.status, out.unknown.code], [404, "unknown_reservation"]);
+  assert.equal(out.void.status, "voided");
+  assert.deepEqual([out.after.spent, out.after.reserved, out.after.available], ["0.5", "0", "0.5"]);
+  assert.equal(sg.owed, 0);
+});

@@ -660,7 +660,7 @@ func (a *Admitter) budgets(ctx context.Context, r request, now time.Time) ([]led
 				if virtual == nil {
 					virtual = map[string]ledger.Budget{}
 				}
-				b := d.For(s)
+				b := d.For(s, bs)
 				virtual[streams.BalanceKey(b.Balance(now))] = b
 				bs = append(bs, b)
 				continue
@@ -685,10 +685,11 @@ func (a *Admitter) budgets(ctx context.Context, r request, now time.Time) ([]led
 	return out, virtual, nil, nil
 }
 
-// defaultsFor returns the defaults of s's kind for the periods in which s
-// has no budget (bs, its budgets, own or from defaults): defaults apply
-// per period, so a scope with a day budget of its own still takes its
-// kind's month default.
+// defaultsFor returns the defaults of s's kind for the periods and kinds
+// of unit (count or money) in which s has no budget (bs, its budgets, own
+// or from defaults): defaults apply per period and kind, so a scope with a
+// day budget of its own still takes its kind's month default, and one
+// with a requests budget of its own its kind's money default.
 func (a *Admitter) defaultsFor(s events.Scope, bs []ledger.Budget) []ledger.Default {
 	ds := a.l.DefaultsOf(s.Kind())
 	if len(ds) == 0 {
@@ -696,11 +697,7 @@ func (a *Admitter) defaultsFor(s events.Scope, bs []ledger.Budget) []ledger.Defa
 	}
 	var missing []ledger.Default
 	for _, d := range ds {
-		have := false
-		for _, b := range bs {
-			have = have || b.Ref.Period == d.Def.Ref.Period
-		}
-		if !have {
+		if !slices.ContainsFunc(bs, d.Covers) {
 			missing = append(missing, d)
 		}
 	}

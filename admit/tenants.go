@@ -251,8 +251,9 @@ func (a *Admitter) defaultsLimit(s events.Scope, ds []ledger.Default, l limit) (
 	for ref := range creating {
 		all = append(all, ref)
 	}
+	bs := a.l.BudgetsOf(s)
 	for _, d := range ds {
-		ref := d.For(s).Ref
+		ref := d.For(s, bs).Ref
 		if !slices.Contains(refs, ref) {
 			refs = append(refs, ref)
 			if _, ok := creating[ref]; !ok {

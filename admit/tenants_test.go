@@ -45,7 +45,7 @@ func (f *defaultsLedger) CreateFromDefault(_ context.Context, s events.Scope, d 
 	if f.hold != nil {
 		f.hold(s, true)
 	}
-	b := d.For(s)
+	b := d.For(s, nil)
 	f.mu.Lock()
 	_, had := f.Budget(b.Ref)
 	if !had {

@@ -18,13 +18,29 @@ type Default struct {
 	Def Budget
 }
 
-// For returns the budget the default gives scope: its definition under
-// scope's ref, FromDefault naming the default's revision.
-func (d Default) For(scope events.Scope) Budget {
+// For returns the budget the default gives scope, whose budgets are bs:
+// its definition under scope's ref, FromDefault naming the default's
+// revision. When bs hold a budget of the other kind (count or money) in
+// the default's period, the one from the default is defined alongside it,
+// its ref carrying its unit, as a put of the other kind would be.
+func (d Default) For(scope events.Scope, bs []Budget) Budget {
 	b := d.Def
 	b.Ref.Scope = scope
 	b.FromDefault, b.Revision = d.Def.Revision, 0
+	for _, o := range bs {
+		if o.Ref.Period == b.Ref.Period && events.IsCount(o.Unit) != events.IsCount(b.Unit) {
+			b.Ref.Unit = b.Unit
+		}
+	}
 	return b
+}
+
+// Covers reports whether budget b, a budget of a scope, stands in the
+// scope for the default d: the same period and the same kind of unit
+// (count or money). A scope takes a kind's default in each period and
+// kind it has no budget of its own in.
+func (d Default) Covers(b Budget) bool {
+	return b.Ref.Period == d.Def.Ref.Period && events.IsCount(b.Unit) == events.IsCount(d.Def.Unit)
 }
 
 // dflt is the replica's folded state of one default key.
@@ -69,7 +85,7 @@ func (l *Ledger) DefineDefault(ctx context.Context, kind string, def Budget, now
 	if _, err := events.LoadZone(def.TZ); err != nil {
 		return BudgetChange{}, err
 	}
-	return l.EditDefault(ctx, kind, def.Ref.Period, func(Budget, bool) (Budget, error) { return def, nil }, now)
+	return l.EditDefault(ctx, kind, def.Ref.Period, func(Budget, bool) (Budget, error) { return def, nil }, true, now)
 }
 
 // EditDefault defines or changes the default budget of kind for period:
@@ -78,11 +94,12 @@ func (l *Ledger) DefineDefault(ctx context.Context, kind string, def Budget, now
 // the default key. It changes no budget that exists: a scope's budget is
 // created from the default on the scope's first admit in the period, and
 // keeps that definition. A definition equal to the current one changes
-// nothing.
+// nothing. A change of the default's unit is refused unless unitChange
+// (a put with replace) says it is meant.
 //
-// Errors: edit's own; *events.Error with CodeLedgerUnavailable or
-// CodeLedgerBusy.
-func (l *Ledger) EditDefault(ctx context.Context, kind string, period events.Period, edit BudgetEdit, now time.Time) (BudgetChange, error) {
+// Errors: edit's own; *events.Error with CodeUnitChangeRefused,
+// CodeLedgerUnavailable or CodeLedgerBusy.
+func (l *Ledger) EditDefault(ctx context.Context, kind string, period events.Period, edit BudgetEdit, unitChange bool, now time.Time) (BudgetChange, error) {
 	key := streams.DefaultKey(kind, period)
 	var def, cur Budget
 	var existed bool
@@ -99,6 +116,15 @@ func (l *Ledger) EditDefault(ctx context.Context, kind string, period events.Per
 		if existed {
 			if changed = def.Changes(cur); len(changed) == 0 {
 				return key, nil, true, nil
+			}
+			if cur.Unit != def.Unit && !unitChange {
+				// A put of the other kind meant as a second default
+				// would otherwise take the place of the first: the
+				// kind's new scopes would lose their money (or count)
+				// cap without a word.
+				return "", nil, false, events.Errorf(events.CodeUnitChangeRefused,
+					"the default of kind %s per %s is in %s; a kind has one default per period, and its unit changes to %s only with replace (the scopes created from it keep theirs). For a cap in %s too, define it for another period, or give the scopes budgets of their own",
+					kind, period, cur.Unit, def.Unit, def.Unit)
 			}
 		}
 		d := def
@@ -132,10 +158,12 @@ func (l *Ledger) EditDefault(ctx context.Context, kind string, period events.Per
 //
 // Errors: *events.Error with CodeLedgerUnavailable or CodeLedgerBusy.
 func (l *Ledger) CreateFromDefault(ctx context.Context, scope events.Scope, d Default, now time.Time) (bool, error) {
-	def := d.For(scope)
-	ref := def.Ref
-	key := streams.BudgetKey(ref)
-	_, wrote, err := l.define(ctx, "budget "+string(ref.Scope)+"/"+string(ref.Period)+" from its default", func(b *book) (string, func(events.Chain) any, bool, error) {
+	def := d.For(scope, nil)
+	_, wrote, err := l.define(ctx, "budget "+string(scope)+"/"+string(def.Ref.Period)+" from its default", func(b *book) (string, func(events.Chain) any, bool, error) {
+		// Alongside a budget of the other kind in the period, if the
+		// scope has one (as a put of the other kind is).
+		ref := b.target(def.Ref, def.Unit)
+		key := streams.BudgetKey(ref)
 		// The existence check and the revision the write expects are read
 		// together (define reads both under one lock): a budget folded
 		// between them (another goroutine's create) would otherwise be

@@ -21,7 +21,7 @@ func (s *Service) defaultPut(ctx context.Context, kind string, req events.Budget
 	if err != nil {
 		return nil, err
 	}
-	ch, err := s.l.EditDefault(ctx, kind, ref.Period, edit, s.now())
+	ch, err := s.l.EditDefault(ctx, kind, ref.Period, edit, req.Replace, s.now())
 	if err != nil {
 		return nil, err
 	}

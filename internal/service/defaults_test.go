@@ -216,3 +216,45 @@ func TestDefaults_DeniedAdmitCreatesNone(t *testing.T) {
 	require.Nil(t, h.call(streams.EndpointBudgetList, events.BudgetListRequest{Kind: "user"}, &list))
 	require.Len(t, list.Budgets, 2, "user:first and user:alerted")
 }
+
+// A kind has one default per period: a put of the other kind of unit
+// (requests after USD) is refused unless it says replace, instead of
+// taking the money default's place and leaving the kind's new scopes
+// without their money cap. And a scope with a requests budget of its own
+// still takes the kind's money default for the period, alongside it.
+func TestDefaults_OtherUnitRefusedAndAlongside(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpts{})
+	_, e := h.putDef(events.BudgetPutRequest{Scope: "run:*", Period: "lifetime", Limit: "1.00", Unit: "USD"})
+	require.Nil(t, e)
+	for _, unit := range []string{"requests", "EUR"} {
+		_, e = h.putDef(events.BudgetPutRequest{Scope: "run:*", Period: "lifetime", Limit: "20", Unit: unit})
+		require.NotNil(t, e, unit)
+		require.Equal(t, events.CodeUnitChangeRefused, e.Code, e.Message)
+	}
+	var got events.BudgetView
+	require.Nil(t, h.call(streams.EndpointBudgetGet, events.BudgetGetRequest{Scope: "run:*", Period: "lifetime"}, &got))
+	require.Equal(t, []string{"1", "USD"}, []string{got.Limit, got.Unit}, "the refused puts changed nothing")
+
+	// A run with a count budget of its own: 2 requests and 1.00 USD.
+	require.Nil(t, h.call(streams.EndpointBudgetPut, events.BudgetPutRequest{Scope: "run:r1", Period: "lifetime", Limit: "2", Unit: "requests"}, nil))
+	a, err := h.replicas[0].Admitter.Admit(context.Background(), events.AdmitRequest{RequestID: "a1", Scopes: []string{"run:r1"}, Amount: "0.8"})
+	require.NoError(t, err)
+	require.True(t, a.Admitted, "%+v", a.Denial)
+	r, err := h.replicas[0].Admitter.Admit(context.Background(), events.AdmitRequest{RequestID: "a2", Scopes: []string{"run:r1"}, Amount: "0.3"})
+	require.NoError(t, err)
+	require.False(t, r.Admitted, "0.8 + 0.3 passes the money default's 1.00: the count budget of its own must not hide it")
+	require.Equal(t, events.ReasonLimitReached, r.Denial.Reason)
+	require.Equal(t, "USD", r.Denial.Unit)
+	var list events.BudgetListReply
+	require.Nil(t, h.call(streams.EndpointBudgetList, events.BudgetListRequest{Kind: "run"}, &list))
+	require.Len(t, list.Budgets, 2, "%+v", list.Budgets)
+	units := []string{list.Budgets[0].Unit, list.Budgets[1].Unit}
+	require.ElementsMatch(t, []string{"requests", "USD"}, units)
+
+	// With replace, the default's unit changes (for scopes created from now on).
+	_, e = h.putDef(events.BudgetPutRequest{Scope: "run:*", Period: "lifetime", Limit: "20", Unit: "requests", Replace: true})
+	require.Nil(t, e)
+	require.Nil(t, h.call(streams.EndpointBudgetGet, events.BudgetGetRequest{Scope: "run:*", Period: "lifetime"}, &got))
+	require.Equal(t, []string{"20", "requests"}, []string{got.Limit, got.Unit})
+}

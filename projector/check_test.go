@@ -274,3 +274,25 @@ func TestCheck_Progress(t *testing.T) {
 	require.Equal(t, []uint64{1, 2, 3}, seen)
 	require.Equal(t, []uint64{last, last, last}, lasts)
 }
+
+// A limit lowered below what a balance already spent and held is the one
+// way past the limit the guarantees allow: no admit lands while the
+// balance is above it. The end-state check takes it (an auditor's check
+// failed on a release written after a limit was lowered from 10 to 2 below
+// the 5 spent). Without Lowered this reports "exceeds limit 2".
+func TestCheck_LimitLoweredBelowSpent(t *testing.T) {
+	env := testenv.New(t) // one lane
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	publish := publisher(t, ctx, env.JS, env.Layout)
+	l0 := env.Layout.LaneKey(acme)
+	publish(l0, balanceRev(t, acme, usd("0", "6", "0", 2), opened("r1", acme, "5"), opened("r2", acme, "1")))
+	publish(l0, balanceRev(t, acme, usd("5", "1", "0", 1), settled("r1", acme, "5", "5", "0")))
+	lowered := usd("5", "0", "0", 0)
+	lowered.limit = "2"
+	publish(l0, balanceRev(t, acme, lowered, released("r2", acme, "1", events.ReasonReleased)))
+
+	rep, err := projector.Check(ctx, env.JS, env.Layout)
+	require.NoError(t, err)
+	require.NotContains(t, rep.String(), "exceeds limit", "a lowered limit is not an over-admission")
+}

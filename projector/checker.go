@@ -717,9 +717,16 @@ func checkInvariants(rep *Report, st *State, layout streams.Layout, bad map[stri
 		if b.Reserved.Sign() < 0 {
 			rep.problemf("balance %s: reserved %s is negative", b.Key, b.Reserved)
 		}
-		if total, bound := b.Spent.Add(b.Reserved), b.Limit.Add(b.Overrun); total.Cmp(bound) > 0 {
-			rep.problemf("balance %s: spent %s + reserved %s = %s exceeds limit %s + overrun %s = %s",
-				b.Key, b.Spent, b.Reserved, total, b.Limit, b.Overrun, bound)
+		// A limit lowered below what the balance held lets it stay above
+		// the limit (no admit lands meanwhile): the bound is what it held
+		// then, if larger.
+		limit, lowered := b.Limit, ""
+		if b.Lowered.Cmp(limit) > 0 {
+			limit, lowered = b.Lowered, fmt.Sprintf(" (the limit %s was lowered below the %s it held)", b.Limit, b.Lowered)
+		}
+		if total, bound := b.Spent.Add(b.Reserved), limit.Add(b.Overrun); total.Cmp(bound) > 0 {
+			rep.problemf("balance %s: spent %s + reserved %s = %s exceeds limit %s + overrun %s = %s%s",
+				b.Key, b.Spent, b.Reserved, total, limit, b.Overrun, bound, lowered)
 		}
 	}
 }

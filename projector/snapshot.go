@@ -775,6 +775,11 @@ func (s *State) loadSnapshot(ctx context.Context, stream jetstream.Stream, layou
 	for _, sb := range b.Balances {
 		s.balances[sb.Ref] = &Balance{Ref: sb.Ref, Key: sb.Key, Lane: layout.LaneKey(sb.Ref), Unit: sb.Unit, Limit: sb.Limit,
 			Spent: sb.Spent, Reserved: sb.Reserved, Overrun: sb.Overrun, Open: int64(len(sb.Open)), Revision: sb.Rev, Alerted: sb.Alerted, Arm: sb.Arm}
+		if bl := s.balances[sb.Ref]; bl.Spent.Add(bl.Reserved).Cmp(bl.Limit.Add(bl.Overrun)) > 0 {
+			// Above its limit in the snapshot: lowered before it (the
+			// revisions that show it are behind the snapshot).
+			bl.Lowered = bl.Spent.Add(bl.Reserved)
+		}
 		openIn[sb.Key] = map[string]bool{}
 		for _, id := range sb.Open {
 			openIn[sb.Key][id] = true

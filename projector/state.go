@@ -40,6 +40,13 @@ type Balance struct {
 	Spent    events.Money
 	Reserved events.Money
 	Overrun  events.Money
+	// Lowered is spent + reserved as they were when a revision stated a
+	// limit below them (a limit lowered below what was already spent or
+	// held), the largest such, zero if none: the balance may stay above
+	// its limit by that much, plus its overrun, as no admit lands while it
+	// is (Checker's end-state invariant). A fold that starts from a
+	// snapshot takes a balance above its limit + overrun there as lowered.
+	Lowered events.Money
 	// Open is the number of reservations open in this balance.
 	Open int64
 	// Opened counts ReservationOpened events; Settled every settle
@@ -647,6 +654,9 @@ func (s *State) foldBalance(st *stage, seq uint64, lane string, rev *events.Bala
 		b = *cur
 	} else {
 		b = Balance{Ref: ref, Key: streams.BalanceKey(ref), Lane: lane}
+	}
+	if total := b.Spent.Add(b.Reserved); rev.Limit.Cmp(total) < 0 && total.Cmp(b.Lowered) > 0 {
+		b.Lowered = total // the limit was lowered below what the balance held
 	}
 	b.Unit, b.Limit = rev.Unit, rev.Limit
 

@@ -837,7 +837,10 @@ func (g *Gateway) refused(w http.ResponseWriter, a *api, resp *http.Response, up
 	}
 	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
 		g.log.Error("gateway: the upstream refused the gateway's credentials", "upstream", up.base.Host, "status", resp.StatusCode)
-		(&callError{status: http.StatusBadGateway, typ: "server_error", code: "upstream_auth",
+		// A misconfiguration of the gateway: no retry of the caller's can
+		// mend it, so its SDK is told not to try (as for the other
+		// refusals that waiting never lifts).
+		(&callError{status: http.StatusBadGateway, typ: "server_error", code: "upstream_auth", noRetry: true,
 			msg: "spendgate: the upstream refused the gateway's credentials"}).write(w, a.kind)
 		l.status = http.StatusBadGateway
 		return

@@ -824,8 +824,13 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 // refused passes an upstream's refusal (a status that is not 2xx) and
 // releases the reservation: a refused call is not billed. A refusal of the
 // gateway's own credentials (401, 403) is not passed on: it is the
-// gateway's fault, answered 502, and its body may name the key.
+// gateway's fault, answered 502, and its body may name the key. 504 and
+// 524 are no refusal but an intermediary's timeout (sentNoAnswer): charged.
 func (g *Gateway) refused(w http.ResponseWriter, a *api, resp *http.Response, up *upstream, res *client.Reservation, l *callLog) {
+	if sentNoAnswer(resp.StatusCode) {
+		g.timedOutBetween(w, a, resp, up, res, l)
+		return
+	}
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 	g.close(res, outcome{released: true, label: OutcomeUpstreamError,
 		err: fmt.Errorf("upstream answered %d", resp.StatusCode)}, l)
@@ -854,6 +859,34 @@ func (g *Gateway) refused(w http.ResponseWriter, a *api, resp *http.Response, up
 	h.Set("Content-Length", strconv.Itoa(len(redactBytes(body, up.Key))))
 	w.WriteHeader(resp.StatusCode)
 	_, _ = w.Write(redactBytes(body, up.Key))
+}
+
+// sentNoAnswer reports whether an upstream's status says the call went
+// through to the provider and its answer was lost on the way back, not
+// that the provider refused it: 504 and Cloudflare's 524, which a proxy
+// or CDN in front of the provider answers when the origin did not answer
+// in its time, while the origin may have run (and billed) the call.
+func sentNoAnswer(status int) bool {
+	return status == http.StatusGatewayTimeout || status == statusCloudflareTimeout
+}
+
+// statusCloudflareTimeout is Cloudflare's "a timeout occurred": the origin
+// took the request and did not answer in time.
+const statusCloudflareTimeout = 524
+
+// timedOutBetween answers a call whose answer an intermediary gave up on
+// (sentNoAnswer) as a call sent with no answer: charged its reservation
+// (note reservation_unreachable), answered 502 upstream_unreachable with
+// x-should-retry: false, since a retry is a new call, charged again. The
+// intermediary's body (often an HTML page) goes to the log, not the caller.
+func (g *Gateway) timedOutBetween(w http.ResponseWriter, a *api, resp *http.Response, up *upstream, res *client.Reservation, l *callLog) {
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	g.close(res, outcome{label: OutcomeUnreachable,
+		err: fmt.Errorf("upstream answered %d (an intermediary timed out; the provider may have run the call): %q", resp.StatusCode, redactBytes(body, up.Key))}, l)
+	(&callError{status: http.StatusBadGateway, typ: "server_error", code: "upstream_unreachable", noRetry: true,
+		msg: fmt.Sprintf("spendgate: the %s upstream did not answer (an intermediary before it timed out: %d); "+
+			"the call was sent, so it was charged its reservation: a retry is a new call, charged again", up.Kind, resp.StatusCode)}).write(w, a.kind)
+	l.status = http.StatusBadGateway
 }
 
 // close settles or releases the call's reservation, under its own

@@ -1,12 +1,16 @@
 package gateway_test
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/spendgate/spendgate/internal/report"
+	"github.com/spendgate/spendgate/projector"
 )
 
 // badKey makes the fake provider see a wrong key on the calls whose body
@@ -56,3 +60,66 @@ func readBody(r *http.Request) string {
 }
 
 func readCloser(s string) io.ReadCloser { return io.NopCloser(strings.NewReader(s)) }
+
+// TestGateway_IntermediaryTimeoutCharged: a 504 or 524 comes from a proxy
+// or CDN in front of the provider that gave up waiting while the provider
+// may have run and billed the call: it is a call sent with no answer,
+// charged its reservation with the note reservation_unreachable and
+// answered 502 upstream_unreachable, x-should-retry: false. Every other
+// error status (400, 429, 500, 502, 503, 529) is the provider's refusal:
+// passed on and released. Without sentNoAnswer the 504 and 524 were
+// released, spending nothing, and passed on for the SDK to retry.
+func TestGateway_IntermediaryTimeoutCharged(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	charged := map[string]bool{}
+	for _, c := range []struct {
+		path   string
+		status int
+		charge bool
+	}{
+		{"/v1/chat/completions", 504, true},
+		{"/v1/chat/completions", 524, true},
+		{"/v1/messages", 504, true},
+		{"/v1/chat/completions", 400, false},
+		{"/v1/chat/completions", 429, false},
+		{"/v1/chat/completions", 500, false},
+		{"/v1/chat/completions", 502, false},
+		{"/v1/chat/completions", 503, false},
+		{"/v1/messages", 529, false},
+	} {
+		scope := fmt.Sprintf("team:s%d-%s", c.status, strings.Trim(strings.ReplaceAll(c.path, "/", "-"), "-"))
+		secret := e.key("10", scope)
+		body := fmt.Sprintf(`{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"fake:status=%d"}],"max_tokens":5}`, c.status)
+		if c.path == "/v1/messages" {
+			body = fmt.Sprintf(`{"model":"claude-x","max_tokens":5,"messages":[{"role":"user","content":"fake:status=%d"}]}`, c.status)
+		}
+		resp := e.post(c.path, secret, body)
+		got := readAll(t, resp)
+		requireSpendgateHeaders(t, resp)
+		b := e.budget(scope)
+		require.Zero(t, b.Open, "%d: closed", c.status)
+		if !c.charge {
+			require.Equal(t, c.status, resp.StatusCode, "%d passed on: %s", c.status, got)
+			require.Empty(t, resp.Header.Get("X-Should-Retry"), c.status)
+			require.Equal(t, "0", b.Spent, "%d: a refusal is released", c.status)
+			continue
+		}
+		require.Equal(t, http.StatusBadGateway, resp.StatusCode, got)
+		require.Equal(t, "upstream_unreachable", resp.Header.Get("X-Spendgate-Error-Code"), got)
+		require.Equal(t, "false", resp.Header.Get("X-Should-Retry"), "%d: charged, so not retried", c.status)
+		require.Contains(t, got, fmt.Sprintf("timed out: %d", c.status))
+		require.Contains(t, got, "charged again")
+		requireMoney(t, reserved(t, resp), b.Spent, c.status)
+		charged[resp.Header.Get("X-Spendgate-Reservation-Id")] = true
+	}
+	notes := map[string]string{}
+	_, err := report.NewReader(e.te.JS, e.te.Layout, projector.New(e.te.JS, e.te.Layout)).Rows(ctxT(t), report.Filter{}, func(r *report.Row) error {
+		notes[r.ReservationID] = r.Note
+		return nil
+	})
+	require.NoError(t, err)
+	require.Len(t, charged, 3)
+	for id := range charged {
+		require.Equal(t, "reservation_unreachable", notes[id], "the note of a call sent with no answer")
+	}
+}

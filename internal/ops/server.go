@@ -38,6 +38,10 @@ type Server struct {
 	running bool
 	// refused are the Host names refused so far, each logged once.
 	refused map[string]bool
+	// drains are the OnDrain hooks; draining is set once Run's context
+	// ended (/readyz then answers 503).
+	drains   []func(context.Context)
+	draining bool
 }
 
 type check struct {
@@ -158,12 +162,33 @@ func (s *Server) AddCheck(name string, f func() error) {
 	s.checks = append(s.checks, check{name: name, f: f})
 }
 
+// OnDrain adds a hook that Run calls once its context ends, before it
+// stops the listener: f is given a context that ends at the shutdown
+// timeout (WithShutdownTimeout), and should return once its work in
+// flight has ended, or soon after that context ends, having cut what was
+// left. Meanwhile the listener still answers, /readyz with 503
+// (draining), so that a load balancer takes the server out of rotation
+// while it finishes. The hooks run at once, each in its own goroutine.
+func (s *Server) OnDrain(f func(ctx context.Context)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.drains = append(s.drains, f)
+}
+
+// Draining is the reason /readyz gives, under the check "shutdown", from
+// the moment Run's context ends.
+const Draining = "draining: the server is shutting down"
+
 // Ready runs the checks and reports the result /readyz would give.
 func (s *Server) Ready() ReadyStatus {
 	s.mu.Lock()
 	checks := append([]check(nil), s.checks...)
+	draining := s.draining
 	s.mu.Unlock()
-	st := ReadyStatus{Ready: true, Checks: make(map[string]string, len(checks))}
+	st := ReadyStatus{Ready: !draining, Checks: make(map[string]string, len(checks)+1)}
+	if draining {
+		st.Checks["shutdown"] = Draining
+	}
 	for _, c := range checks {
 		if err := c.f(); err != nil {
 			st.Ready = false
@@ -226,12 +251,14 @@ func (s *Server) Addr() string {
 }
 
 // Run binds the address if Listen was not called, serves until ctx ends,
-// then shuts down gracefully: it stops accepting, lets requests in flight
-// finish for up to the shutdown timeout (WithShutdownTimeout), and returns
-// nil. It returns Listen's error if binding fails, an error if the server
-// fails while serving, an error if requests were still running at the
-// shutdown timeout (they are then cut off), and an error if Run was
-// already called.
+// then shuts down gracefully: /readyz answers 503 (Draining) at once, the
+// OnDrain hooks run while the listener still answers, up to the shutdown
+// timeout (WithShutdownTimeout); then it stops accepting, lets requests in
+// flight finish for what is left of the shutdown timeout (at least
+// DefaultShutdownTimeout when there were hooks), and returns nil. It
+// returns Listen's error if binding fails, an error if the server fails
+// while serving, an error if requests were still running at the shutdown
+// timeout (they are then cut off), and an error if Run was already called.
 func (s *Server) Run(ctx context.Context) error {
 	if err := s.Listen(); err != nil {
 		return err
@@ -260,7 +287,25 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("ops: serving on %s: %w", ln.Addr(), err)
 	case <-ctx.Done():
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), s.opts.shutdownTimeout)
+	deadline := time.Now().Add(s.opts.shutdownTimeout)
+	s.mu.Lock()
+	s.draining = true
+	drains := s.drains
+	s.mu.Unlock()
+	if len(drains) > 0 {
+		s.opts.log.Info("ops http draining", "timeout", s.opts.shutdownTimeout.String())
+		dctx, dcancel := context.WithDeadline(context.Background(), deadline)
+		var wg sync.WaitGroup
+		for _, f := range drains {
+			wg.Go(func() { f(dctx) })
+		}
+		wg.Wait()
+		dcancel()
+		// What the hooks left (the HTTP API's requests, say) gets at
+		// least the default's time.
+		deadline = later(deadline, time.Now().Add(DefaultShutdownTimeout))
+	}
+	sctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	err := srv.Shutdown(sctx)
 	<-served // http.ErrServerClosed
@@ -269,4 +314,11 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("ops: requests still running after %s at shutdown: %w", s.opts.shutdownTimeout, err)
 	}
 	return nil
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

@@ -265,3 +265,55 @@ func TestServer_RestrictedHosts(t *testing.T) {
 	_, err = ops.New(":0", nil, ops.WithHosts("host:80"))
 	require.ErrorContains(t, err, "not a host name")
 }
+
+// TestServer_DrainHooks: once Run's context ends, /readyz answers 503
+// with the check "shutdown" at once while the listener still serves, the
+// OnDrain hooks run, and only when they return does the listener stop;
+// a hook is given a context that ends at the shutdown timeout. Without
+// the drain phase the listener closes at once (/readyz is refused, not
+// 503) and a hook never runs.
+func TestServer_DrainHooks(t *testing.T) {
+	srv, err := ops.New("127.0.0.1:0", nil, ops.WithShutdownTimeout(300*time.Millisecond))
+	require.NoError(t, err)
+	srv.Handle("GET /work", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "served") }))
+	entered, release := make(chan struct{}), make(chan struct{})
+	var hookEnded atomic.Bool
+	srv.OnDrain(func(ctx context.Context) {
+		close(entered)
+		<-release
+		<-ctx.Done() // ends at the shutdown timeout
+		hookEnded.Store(true)
+	})
+	require.NoError(t, srv.Listen())
+	base := "http://" + srv.Addr()
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- srv.Run(ctx) }()
+	code, _, _ := get(t, base+"/readyz")
+	require.Equal(t, http.StatusOK, code)
+
+	cancel()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the drain hook did not run")
+	}
+	code, body, _ := get(t, base+"/readyz")
+	require.Equal(t, http.StatusServiceUnavailable, code, body)
+	var st ops.ReadyStatus
+	require.NoError(t, json.Unmarshal([]byte(body), &st))
+	require.Equal(t, ops.Draining, st.Checks["shutdown"])
+	code, body, _ = get(t, base+"/work")
+	require.Equal(t, http.StatusOK, code, "the listener serves while draining")
+	require.Equal(t, "served", body)
+	close(release)
+	select {
+	case err := <-ran:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after its hook")
+	}
+	require.True(t, hookEnded.Load(), "the hook's context ended at the shutdown timeout")
+	_, err = net.DialTimeout("tcp", srv.Addr(), time.Second)
+	require.Error(t, err, "the listener is closed after the hooks")
+}

@@ -414,6 +414,9 @@ func (a answer) stream() {
 	h.Set("Content-Type", "text/event-stream; charset=utf-8")
 	h.Set("Cache-Control", "no-cache")
 	a.w.WriteHeader(http.StatusOK)
+	// The headers leave at once, as a provider's do: a stream's first
+	// chunk may be long in coming (fake:slow).
+	flush(a.w)
 	sent := 0
 	event := func(name string, v any) {
 		if a.st.cut && sent == 2 {

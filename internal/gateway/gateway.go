@@ -639,17 +639,26 @@ type outcome struct {
 // closes the reservation: from the reported usage, at the reservation when
 // none was reported, released when the upstream refused the call or never
 // got it.
+//
+// The upstream timeout bounds the wait for the response's headers and, for
+// a streamed answer, each wait for its next bytes (idle), never a stream
+// that keeps sending; a plain answer, which comes whole at the end, is
+// bounded as a whole call.
 func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *api, c *call, up *upstream, res *client.Reservation, l *callLog) {
-	ctx, cancel := context.WithTimeout(r.Context(), g.cfg.UpstreamTimeout)
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	idle := time.AfterFunc(g.cfg.UpstreamTimeout, func() { cancel(errUpstreamTimeout) })
+	defer idle.Stop()
 	// A caller that stops reading must not hold the call open past its
 	// reservation's expiry: the sweeper would release the reservation
 	// while the call runs, its budget room free again, and the settle
 	// would come late. Writes to the caller end writeGrace after the
 	// upstream's bound (time to answer a timed-out call's 502), well
 	// inside the TTL's margin; a write that misses it is a caller gone.
+	// A stream moves the deadline on as it writes (keepWriting).
 	// A ResponseWriter without deadlines (a wrapper) keeps the old way.
-	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(g.cfg.UpstreamTimeout + g.writeGrace))
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Now().Add(g.cfg.UpstreamTimeout + g.writeGrace))
 	var wrote atomic.Bool
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) {
 		if i.Err == nil {
@@ -681,16 +690,24 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *api, c *cal
 	l.upstream = time.Since(t0)
 	g.m.UpstreamSeconds.WithLabelValues(a.name).Observe(l.upstream.Seconds())
 	if err != nil {
+		err = endedBy(ctx, r, err)
 		o := outcome{label: OutcomeUnreachable, err: redact(err, up.Key)}
 		if !wrote.Load() {
 			o.released = true // the upstream never got the call
 		}
-		if r.Context().Err() != nil {
+		switch {
+		case r.Context().Err() != nil:
 			o.label = OutcomeCallerGone
+		case errors.Is(err, errGatewayShutdown):
+			o.label = OutcomeShutdown
 		}
 		g.close(res, o, l)
 		e := &callError{status: http.StatusBadGateway, typ: "server_error", code: "upstream_unreachable",
 			msg: "spendgate: the " + up.Kind + " upstream did not answer (" + unreachableCause(err) + ")"}
+		if o.label == OutcomeShutdown {
+			e.status, e.code = http.StatusServiceUnavailable, CodeGatewayShutdown
+			e.msg = "spendgate: the gateway shut down before the " + up.Kind + " upstream answered"
+		}
 		if !o.released {
 			// Sent and charged its reservation (the upstream may have
 			// run it): an SDK's automatic retry would be charged again.
@@ -698,7 +715,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *api, c *cal
 			e.msg += "; the call was sent, so it was charged its reservation: a retry is a new call, charged again"
 		}
 		e.write(w, a.kind)
-		l.status = http.StatusBadGateway
+		l.status = e.status
 		return
 	}
 	defer resp.Body.Close()
@@ -713,52 +730,107 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *api, c *cal
 			h[k] = v
 		}
 	}
-	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "text/event-stream" {
-		h.Set("X-Accel-Buffering", "no")
-		h.Del("Content-Length")
-		w.WriteHeader(resp.StatusCode)
-		if fl, ok := w.(http.Flusher); ok {
-			fl.Flush()
-		}
-		st := &streamState{a: a, strip: c.stripUsage}
-		closed := false
-		gone, err := pumpStream(w, resp.Body, st, func() {
-			closed = true
-			o := outcome{u: st.u, final: st.final, label: OutcomeOK, served: st.served}
-			switch {
-			case r.Context().Err() != nil && !st.done:
-				o.label = OutcomeCallerGone
-			case !st.done || st.failed:
-				o.label = OutcomeCut
-			}
-			if g.cfg.SettleAfterReply {
-				g.closeAfter(res, o, l)
-				return
-			}
-			g.close(res, o, l)
-		})
-		if !closed {
-			g.close(res, outcome{label: OutcomeCut, err: err}, l)
-		}
-		if err != nil && l.err == nil {
-			l.err = redact(err, up.Key)
-		}
-		if err != nil && !gone && !st.done {
-			// The upstream broke off: so does the answer, so that the
-			// caller's SDK raises instead of taking half an answer for
-			// a whole one.
-			panic(http.ErrAbortHandler)
-		}
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
+		g.plain(w, a, resp, res, l, func(err error) error { return endedBy(ctx, r, err) })
 		return
 	}
-	g.plain(w, a, resp, res, l)
+	h.Set("X-Accel-Buffering", "no")
+	h.Del("Content-Length")
+	w.WriteHeader(resp.StatusCode)
+	if fl, ok := w.(http.Flusher); ok {
+		fl.Flush()
+	}
+	st := &streamState{a: a, strip: c.stripUsage}
+	closed := false
+	// Each read that brings bytes starts the idle bound again.
+	body := &activityReader{r: resp.Body, active: func() { idle.Reset(g.cfg.UpstreamTimeout) }}
+	keep := keepWriting(rc, g.cfg.UpstreamTimeout+g.writeGrace)
+	gone, err := pumpStream(w, body, st, keep, func() {
+		closed = true
+		o := outcome{u: st.u, final: st.final, label: OutcomeOK, served: st.served}
+		switch {
+		case r.Context().Err() != nil && !st.done:
+			o.label = OutcomeCallerGone
+		case !st.done && errors.Is(context.Cause(ctx), errGatewayShutdown):
+			o.label = OutcomeShutdown
+		case !st.done || st.failed:
+			o.label = OutcomeCut
+		}
+		if g.cfg.SettleAfterReply {
+			g.closeAfter(res, o, l)
+			return
+		}
+		g.close(res, o, l)
+	})
+	if err != nil {
+		err = endedBy(ctx, r, err)
+	}
+	if !closed {
+		g.close(res, outcome{label: OutcomeCut, err: err}, l)
+	}
+	if err != nil && l.err == nil {
+		l.err = redact(err, up.Key)
+	}
+	if err != nil && !gone && !st.done && !st.failed {
+		// The stream ends without its terminal event: the caller's SDK
+		// is told why in the provider's own error event, so it raises
+		// its API error with the code instead of a bare connection drop
+		// (or, worse, taking half an answer for a whole one).
+		e := streamEndError(up.Kind, err)
+		writeStreamError(w, a.kind, e)
+		l.err = fmt.Errorf("%s: %w", e.code, l.err)
+	}
+}
+
+// endedBy is err of a call's upstream request or read, wrapped with why
+// the gateway ended it (errUpstreamTimeout, errGatewayShutdown) when it
+// did and the caller is still there.
+func endedBy(ctx context.Context, r *http.Request, err error) error {
+	if ctx.Err() == nil || r.Context().Err() != nil {
+		return err
+	}
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(err, cause) {
+		return fmt.Errorf("%w (%w)", cause, err)
+	}
+	return err
+}
+
+// activityReader calls active after each read that brought bytes.
+type activityReader struct {
+	r      io.Reader
+	active func()
+}
+
+func (a *activityReader) Read(p []byte) (int, error) {
+	n, err := a.r.Read(p)
+	if n > 0 {
+		a.active()
+	}
+	return n, err
+}
+
+// keepWriting returns what a stream calls before each write to its
+// caller: it moves the write deadline to d from now (at most once a
+// second), so a stream that keeps sending is never cut by it, and a
+// caller that stops reading is still let go d after its last write.
+func keepWriting(rc *http.ResponseController, d time.Duration) func() {
+	var last time.Time
+	return func() {
+		if now := time.Now(); now.Sub(last) >= time.Second {
+			last = now
+			_ = rc.SetWriteDeadline(now.Add(d))
+		}
+	}
 }
 
 // plain passes a whole (not streamed) answer: it reads it (keeping what
 // its usage needs), settles, then writes it, so a caller that has the
 // answer finds its spend in the ledger. An answer larger than maxUsageScan
 // is written as it comes and settled after.
-func (g *Gateway) plain(w http.ResponseWriter, a *api, resp *http.Response, res *client.Reservation, l *callLog) {
+//
+// why wraps a read error with the reason the gateway ended the read
+// (endedBy).
+func (g *Gateway) plain(w http.ResponseWriter, a *api, resp *http.Response, res *client.Reservation, l *callLog, why func(error) error) {
 	buf := bytes.NewBuffer(make([]byte, 0, max(0, min(resp.ContentLength, maxUsageScan))+512))
 	n, err := io.Copy(buf, io.LimitReader(resp.Body, maxUsageScan+1))
 	if err == nil && n <= maxUsageScan {
@@ -780,10 +852,22 @@ func (g *Gateway) plain(w http.ResponseWriter, a *api, resp *http.Response, res 
 	if err != nil {
 		// Cut mid-answer: nothing was passed on yet, and half an answer
 		// is no answer. The call may have been billed in full.
-		g.close(res, outcome{label: OutcomeCut, err: err}, l)
-		(&callError{status: http.StatusBadGateway, typ: "server_error", code: "upstream_cut", noRetry: true,
-			msg: "spendgate: the upstream's answer broke off; the call was charged its reservation: a retry is a new call, charged again"}).write(w, a.kind)
-		l.status = http.StatusBadGateway
+		err = why(err)
+		o := outcome{label: OutcomeCut, err: err}
+		e := &callError{status: http.StatusBadGateway, typ: "server_error", code: "upstream_cut", noRetry: true,
+			msg: "spendgate: the upstream's answer broke off; the call was charged its reservation: a retry is a new call, charged again"}
+		switch {
+		case errors.Is(err, errGatewayShutdown):
+			o.label = OutcomeShutdown
+			e.status, e.code = http.StatusServiceUnavailable, CodeGatewayShutdown
+			e.msg = "spendgate: the gateway shut down before the upstream's answer ended; the call was charged its reservation: a retry is a new call, charged again"
+		case errors.Is(err, errUpstreamTimeout):
+			e.code = "upstream_timeout"
+			e.msg = "spendgate: the upstream's answer did not end within the upstream timeout; the call was charged its reservation: a retry is a new call, charged again"
+		}
+		g.close(res, o, l)
+		e.write(w, a.kind)
+		l.status = e.status
 		return
 	}
 	// Large: stream the rest through, keeping only its tail for the usage.
@@ -802,7 +886,10 @@ func (g *Gateway) plain(w http.ResponseWriter, a *api, resp *http.Response, res 
 	u, _, ok := a.bodyUsage(tail.b, false)
 	o := outcome{u: u, final: ok && err == nil, label: OutcomeOK, err: err}
 	if err != nil {
-		o.label = OutcomeCut
+		o.label, o.err = OutcomeCut, why(err)
+		if errors.Is(o.err, errGatewayShutdown) {
+			o.label = OutcomeShutdown
+		}
 	}
 	g.close(res, o, l)
 }

@@ -408,10 +408,12 @@ func TestGateway_FailuresLeaveNothingReserved(t *testing.T) {
 			resp := e.post(c.path, secret, c.body)
 			body, err := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if strings.HasPrefix(c.name, "cut stream") || strings.HasPrefix(c.name, "anthropic cut stream") {
-				require.Error(t, err, "a stream the upstream broke off breaks off for the caller too")
-			} else {
-				require.NoError(t, err)
+			require.NoError(t, err)
+			if strings.Contains(c.name, "cut stream") {
+				// A stream the upstream broke off ends in the provider's
+				// error event, so the SDK raises instead of taking half an
+				// answer for a whole one.
+				require.Contains(t, string(body), "upstream_cut", string(body))
 			}
 			require.Equal(t, c.status, resp.StatusCode, string(body))
 			require.NotContains(t, string(body), upstreamKey)

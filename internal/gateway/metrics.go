@@ -19,6 +19,13 @@ const (
 	OutcomeUnreachable   = "unreachable"    // no answer from the upstream
 	OutcomeCut           = "cut"            // the answer broke off mid-way
 	OutcomeCallerGone    = "caller_gone"    // the caller left before the answer's end
+	// OutcomeShutdown: the gateway's shutdown cut the call at
+	// --shutdown-timeout, its caller still there (settle note
+	// reservation_gateway_shutdown).
+	OutcomeShutdown = "gateway_shutdown"
+	// OutcomeDraining: refused 503 gateway_draining, the gateway shutting
+	// down; never sent upstream.
+	OutcomeDraining = "draining"
 )
 
 // Metrics are the gateway's: register them in the registry its listener
@@ -101,7 +108,7 @@ func NewMetrics(r *prometheus.Registry) *Metrics {
 	// first appears at 1 (the first denial, the first settle given up).
 	for _, a := range apis {
 		for _, o := range []string{OutcomeOK, OutcomeDenied, OutcomeUnauthorized, OutcomeBadRequest, OutcomeUnavailable,
-			OutcomeUpstreamError, OutcomeUnreachable, OutcomeCut, OutcomeCallerGone} {
+			OutcomeUpstreamError, OutcomeUnreachable, OutcomeCut, OutcomeCallerGone, OutcomeShutdown, OutcomeDraining} {
 			m.Calls.WithLabelValues(a.name, o)
 		}
 		m.OtherModel.WithLabelValues(a.name)

@@ -3,8 +3,10 @@ package gateway
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 )
@@ -259,9 +261,10 @@ func (s *streamState) observeAnthropic(name, data []byte) {
 // pumpStream forwards the upstream's events to the caller as they come,
 // each flushed at once; the terminal event is held back until hold
 // returns, so that a caller that sees the answer's end sees its spend in
-// the ledger. It stops at the stream's end or when either side fails, and
-// reports whether the caller left (a write failed).
-func pumpStream(w http.ResponseWriter, body io.Reader, st *streamState, hold func()) (callerGone bool, err error) {
+// the ledger. keep is called before each write (keepWriting). It stops at
+// the stream's end or when either side fails, and reports whether the
+// caller left (a write failed).
+func pumpStream(w http.ResponseWriter, body io.Reader, st *streamState, keep, hold func()) (callerGone bool, err error) {
 	fl, _ := w.(http.Flusher)
 	r := newStreamReader(body)
 	held := false
@@ -274,6 +277,7 @@ func pumpStream(w http.ResponseWriter, body io.Reader, st *streamState, hold fun
 				hold()
 			}
 			if !drop && !callerGone {
+				keep()
 				if _, werr := w.Write(ev); werr != nil {
 					callerGone = true
 				} else if fl != nil && (!r.eventWaiting() || st.done) {
@@ -297,6 +301,61 @@ func pumpStream(w http.ResponseWriter, body io.Reader, st *streamState, hold fun
 				hold()
 			}
 			return true, nil
+		}
+	}
+}
+
+// Why the gateway ended an upstream call itself (the cause of its
+// context's cancellation).
+var (
+	// errUpstreamTimeout: the upstream timeout passed, waiting for the
+	// response's headers, a plain answer's end, or a stream's next bytes.
+	errUpstreamTimeout = fmt.Errorf("the upstream timeout passed: %w", context.DeadlineExceeded)
+	// errGatewayShutdown: the gateway's shutdown timeout passed with the
+	// call still running (Drain).
+	errGatewayShutdown = errors.New("the gateway shut down")
+)
+
+// CodeGatewayShutdown is the error code of a call the gateway cut at its
+// shutdown timeout: in a stream's error event, or a 503.
+const CodeGatewayShutdown = "gateway_shutdown"
+
+// streamEndError is why a stream ends without its terminal event, err
+// being what ended the upstream's read (endedBy): the gateway's shutdown,
+// the upstream's silence past the timeout, or the upstream breaking off.
+func streamEndError(kind string, err error) *callError {
+	const charged = "; the call was charged its reservation: a retry is a new call, charged again"
+	e := &callError{status: http.StatusBadGateway, typ: "server_error", code: "upstream_cut",
+		msg: "spendgate: the " + kind + " upstream's stream broke off before its end" + charged}
+	switch {
+	case errors.Is(err, errGatewayShutdown):
+		e.code, e.status = CodeGatewayShutdown, http.StatusServiceUnavailable
+		e.msg = "spendgate: the gateway shut down before the stream's end (its --shutdown-timeout passed)" + charged
+	case errors.Is(err, errUpstreamTimeout):
+		e.code = "upstream_timeout"
+		e.msg = "spendgate: the " + kind + " upstream sent nothing for the upstream timeout (--upstream-timeout) mid-stream" + charged
+	}
+	return e
+}
+
+// writeStreamError ends a stream with e as the provider's own error event,
+// which the SDKs raise as their API error: OpenAI's a data line of
+// {"error":{...}} (openai-node throws APIError for a chunk with "error"),
+// Anthropic's an "error" event of {"type":"error","error":{...}}. Each
+// carries the code beside the message.
+func writeStreamError(w http.ResponseWriter, kind string, e *callError) {
+	var b []byte
+	if kind == KindAnthropic {
+		b, _ = json.Marshal(map[string]any{"type": "error",
+			"error": map[string]string{"type": anthropicType(e.status), "message": e.msg, "code": e.code}})
+		b = append(append([]byte("event: error\ndata: "), b...), "\n\n"...)
+	} else {
+		b, _ = json.Marshal(map[string]any{"error": map[string]any{"message": e.msg, "type": "server_error", "param": nil, "code": e.code}})
+		b = append(append([]byte("data: "), b...), "\n\n"...)
+	}
+	if _, err := w.Write(b); err == nil {
+		if fl, ok := w.(http.Flusher); ok {
+			fl.Flush()
 		}
 	}
 }

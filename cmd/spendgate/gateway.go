@@ -63,7 +63,8 @@ func gatewayCmd(args []string) int {
 	imageTokens := fs.Int64("image-tokens", gateway.ImageTokens, "the input one image or file counts, inline or by reference (a URL, a file_id): raise it for models that bill an image above it (gpt-4o-mini: up to 25501)")
 	keyCache := fs.Duration("key-cache", gateway.DefaultKeyCache, "how long a key is trusted without asking the ledger: a disabled or rotated key is refused at most this long after")
 	authFailures := fs.Int("auth-failures", gateway.DefaultAuthFailures, "unknown API keys a second one client address may present (a burst of twice this): past it, a key not cached as valid is refused 429 without a ledger lookup; 0 for no limit")
-	upTimeout := fs.Duration("upstream-timeout", gateway.DefaultUpstreamTimeout, "bound of one upstream call, streaming included (a reservation's TTL is this plus 1m)")
+	upTimeout := fs.Duration("upstream-timeout", gateway.DefaultUpstreamTimeout, "bound of the wait for the provider: its response headers, then a plain answer's end or each gap between a stream's chunks (a stream that keeps sending is never cut); a reservation's TTL is this plus 1m")
+	shutdownTimeout := fs.Duration("shutdown-timeout", defaultGatewayShutdown, "on SIGTERM or SIGINT, how long the calls in flight may run to their end while /readyz answers 503 and new calls are refused 503 gateway_draining; the calls still running then are cut (settle note reservation_gateway_shutdown)")
 	ledgerTimeout := fs.Duration("ledger-timeout", time.Second, "bound of one attempt of a ledger request (key lookup, admit, void, settle; 2 attempts each): a call the ledger does not answer fails closed with 503 after up to 4x this (admit, then its void), 2x for a key not cached")
 	maxBody := fs.Int64("max-body", gateway.DefaultMaxBody, "largest request body, in bytes")
 	maxBodies := fs.Int64("max-bodies-in-flight", gateway.DefaultMaxBodiesInFlight, "bytes of request bodies held at once (at least --max-body); a call past it is refused 503 gateway_busy before its body is read")
@@ -119,6 +120,9 @@ func gatewayCmd(args []string) int {
 		}
 		cfg.MaxOutputTokens[model] = v
 	}
+	if *shutdownTimeout <= 0 {
+		return gatewayCommand.usageError(fs, "--shutdown-timeout must be positive")
+	}
 	if *ledgerTimeout <= 0 || *ledgerTimeout > client.MaxTimeout {
 		return gatewayCommand.usageError(fs, fmt.Sprintf("--ledger-timeout must be in (0, %s]", client.MaxTimeout))
 	}
@@ -129,7 +133,8 @@ func gatewayCmd(args []string) int {
 	}
 
 	reg := metrics.NewRegistry()
-	srv, err := ops.New(*listen, metrics.Handler(reg), ops.WithLogger(log), ops.WithHosts(strings.Split(*httpHosts, ",")...))
+	srv, err := ops.New(*listen, metrics.Handler(reg), ops.WithLogger(log), ops.WithHosts(strings.Split(*httpHosts, ",")...),
+		ops.WithShutdownTimeout(*shutdownTimeout))
 	if err == nil {
 		err = srv.Listen()
 	}
@@ -170,6 +175,9 @@ func gatewayCmd(args []string) int {
 			return gatewayCommand.usageError(fs, err.Error())
 		}
 		g.Register(srv)
+		// On SIGTERM the listener stays up, /readyz answering 503, until
+		// the calls in flight end or --shutdown-timeout cuts them.
+		srv.OnDrain(g.Drain)
 		wait = func() {
 			g.Wait()
 			if err := g.Close(); err != nil {
@@ -213,6 +221,10 @@ func gatewayCmd(args []string) int {
 	}
 	return exitOK
 }
+
+// defaultGatewayShutdown is gateway --shutdown-timeout's default: streams
+// of long generations run for minutes.
+const defaultGatewayShutdown = 2 * time.Minute
 
 // gatewayListenEnv is the variable of gateway --listen.
 const gatewayListenEnv = config.EnvPrefix + "GATEWAY_LISTEN"

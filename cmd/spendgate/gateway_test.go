@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -250,4 +251,75 @@ func waitGateway(t *testing.T, addr string) {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	})
+}
+
+// TestGateway_SIGTERMDrains: on SIGTERM the gateway's /readyz answers 503
+// draining at once while its listener still answers, a stream in flight
+// that ends within --shutdown-timeout runs to its end, and one still
+// running at the timeout is cut: it ends in the provider's error event
+// gateway_shutdown and is settled with the note
+// reservation_gateway_shutdown, never reservation_caller_gone; then the
+// gateway exits 0. Before, the listener closed at once (/readyz refused),
+// every stream was cut 5 s later as a bare connection drop, and its
+// settle blamed the caller.
+func TestGateway_SIGTERMDrains(t *testing.T) {
+	t.Parallel()
+	url, cli := serveForGateway(t)
+	fake := httptest.NewServer(fakellm.New("sk-upstream"))
+	t.Cleanup(fake.Close)
+	cli("pricing", "put", "--model", "gpt-4o-mini", "--input", "0.15", "--output", "0.60")
+	cli("budget", "put", "--scope", "team:drain", "--period", "month", "--limit", "5.00", "--unit", "USD")
+	secret := cli("keys", "create", "--scope", "team:drain", "--secret-only")
+	gwAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	gw := startGateway(t, url, gwAddr, "--upstream", "openai="+fake.URL+"/v1", "--shutdown-timeout", "3s")
+	base := "http://" + gwAddr
+
+	type stream struct {
+		body chan string
+	}
+	open := func(prompt string) stream {
+		req, err := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", strings.NewReader(
+			`{"model":"gpt-4o-mini","stream":true,"max_tokens":2000,"messages":[{"role":"user","content":"`+prompt+`"}]}`))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+secret)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		s := stream{body: make(chan string, 1)}
+		go func() {
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			if err != nil {
+				b = append(b, "\nread error: "+err.Error()...)
+			}
+			s.body <- string(b)
+		}()
+		return s
+	}
+	short := open("fake:slow=100ms fake:out=15")
+	long := open("fake:slow=100ms fake:out=1000")
+	require.NoError(t, gw.cmd.Process.Signal(syscall.SIGTERM))
+	testenv.WaitFor(t, 10*time.Second, "/readyz says draining", func() bool {
+		resp, err := http.Get(base + "/readyz")
+		if err != nil {
+			return false
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusServiceUnavailable && strings.Contains(string(b), "draining")
+	})
+	body := <-short.body
+	require.True(t, strings.HasSuffix(body, "data: [DONE]\n\n"), "the short stream ran to its end: %s", body)
+	body = <-long.body
+	require.Contains(t, body, `"code":"gateway_shutdown"`, body)
+	require.NotContains(t, body, "read error", "the cut stream ends cleanly, in its error event")
+	select {
+	case <-gw.done:
+		require.NoError(t, gw.err, gw.out.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the gateway did not exit:\n%s", gw.out.String())
+	}
+	export := cli("audit", "export", "--unverified")
+	require.Contains(t, export, "reservation_gateway_shutdown")
+	require.NotContains(t, export, "reservation_caller_gone")
 }

@@ -70,6 +70,9 @@ type Gateway struct {
 
 	// refusals bounds the log lines of calls refused for their key.
 	refusals refusalLog
+
+	// dr counts the calls in flight, for Drain.
+	dr drainState
 }
 
 // New returns a gateway that admits through clients and resolves keys
@@ -273,6 +276,11 @@ func (g *Gateway) serve(a *api, w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	ctx := r.Context()
+	if !g.dr.enter() {
+		g.fail(w, a, l, OutcomeDraining, errDraining)
+		return
+	}
+	defer g.dr.leave()
 
 	key, outcome, cerr := g.authorize(ctx, r)
 	if cerr != nil {
@@ -647,6 +655,7 @@ type outcome struct {
 func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *api, c *call, up *upstream, res *client.Reservation, l *callLog) {
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
+	defer g.dr.track(cancel)() // Drain's cut
 	idle := time.AfterFunc(g.cfg.UpstreamTimeout, func() { cancel(errUpstreamTimeout) })
 	defer idle.Stop()
 	// A caller that stops reading must not hold the call open past its

@@ -8,9 +8,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/spendgate/spendgate/internal/report"
-	"github.com/spendgate/spendgate/projector"
 )
 
 // badKey makes the fake provider see a wrong key on the calls whose body
@@ -112,12 +109,7 @@ func TestGateway_IntermediaryTimeoutCharged(t *testing.T) {
 		requireMoney(t, reserved(t, resp), b.Spent, c.status)
 		charged[resp.Header.Get("X-Spendgate-Reservation-Id")] = true
 	}
-	notes := map[string]string{}
-	_, err := report.NewReader(e.te.JS, e.te.Layout, projector.New(e.te.JS, e.te.Layout)).Rows(ctxT(t), report.Filter{}, func(r *report.Row) error {
-		notes[r.ReservationID] = r.Note
-		return nil
-	})
-	require.NoError(t, err)
+	notes := e.notes()
 	require.Len(t, charged, 3)
 	for id := range charged {
 		require.Equal(t, "reservation_unreachable", notes[id], "the note of a call sent with no answer")

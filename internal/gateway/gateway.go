@@ -622,12 +622,36 @@ func keyError(err error) *callError {
 		msg: "spendgate: the key lookup did not finish", noRetry: false}
 }
 
-// Headers passed from the caller to the upstream, and back.
+// Headers passed from the caller to the upstream, and back. Any other
+// request header stays here: the gateway's own key decides the provider's
+// account, so OpenAI-Organization and OpenAI-Project are not forwarded.
 var (
 	forwardRequestHeaders  = []string{"Accept", "OpenAI-Beta", "Anthropic-Version", "Anthropic-Beta", "User-Agent"}
 	forwardResponseHeaders = []string{"Content-Type", "Cache-Control", "X-Request-Id", "Request-Id", "Openai-Processing-Ms",
-		"Openai-Version", "Retry-After", "Retry-After-Ms"}
+		"Openai-Version", "Retry-After", "Retry-After-Ms", "X-Should-Retry"}
+	// forwardResponsePrefixes pass back the providers' rate-limit
+	// headers (x-ratelimit-remaining-tokens,
+	// anthropic-ratelimit-requests-reset, ...), which routers and the
+	// SDKs' callers pace themselves by.
+	forwardResponsePrefixes = []string{"X-Ratelimit-", "Anthropic-Ratelimit-"}
 )
+
+// passResponseHeaders copies the upstream's headers the caller is given
+// (forwardResponseHeaders, forwardResponsePrefixes) into h.
+func passResponseHeaders(h, upstream http.Header) {
+	for _, k := range forwardResponseHeaders {
+		if v := upstream.Values(k); len(v) > 0 {
+			h[k] = v
+		}
+	}
+	for k, v := range upstream {
+		for _, p := range forwardResponsePrefixes {
+			if strings.HasPrefix(k, p) {
+				h[k] = v
+			}
+		}
+	}
+}
 
 // outcome is how a forwarded call ended.
 type outcome struct {
@@ -734,11 +758,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *api, c *cal
 		return
 	}
 	h := w.Header()
-	for _, k := range forwardResponseHeaders {
-		if v := resp.Header.Values(k); len(v) > 0 {
-			h[k] = v
-		}
-	}
+	passResponseHeaders(h, resp.Header)
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
 		g.plain(w, a, resp, res, l, func(err error) error { return endedBy(ctx, r, err) })
 		return
@@ -947,11 +967,7 @@ func (g *Gateway) refused(w http.ResponseWriter, a *api, resp *http.Response, up
 		return
 	}
 	h := w.Header()
-	for _, k := range forwardResponseHeaders {
-		if v := resp.Header.Values(k); len(v) > 0 {
-			h[k] = v
-		}
-	}
+	passResponseHeaders(h, resp.Header)
 	h.Set("Content-Length", strconv.Itoa(len(redactBytes(body, up.Key))))
 	w.WriteHeader(resp.StatusCode)
 	_, _ = w.Write(redactBytes(body, up.Key))

@@ -115,3 +115,46 @@ func TestGateway_IntermediaryTimeoutCharged(t *testing.T) {
 		require.Equal(t, "reservation_unreachable", notes[id], "the note of a call sent with no answer")
 	}
 }
+
+// TestGateway_ProviderRateLimitHeadersPassed: the provider's rate-limit
+// headers (x-ratelimit-*, anthropic-ratelimit-*) and its x-should-retry
+// reach the caller, on an answer and on a refusal passed on, while the
+// headers the gateway does not pass (a cookie, the provider's
+// organization) stay there. Before, only a fixed list came back, so a
+// router could not pace itself by the provider's limits.
+func TestGateway_ProviderRateLimitHeadersPassed(t *testing.T) {
+	limits := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			h := w.Header()
+			h.Set("x-ratelimit-remaining-tokens", "149984")
+			h.Set("x-ratelimit-reset-requests", "6m0s")
+			h.Set("anthropic-ratelimit-requests-remaining", "49")
+			h.Set("x-should-retry", "true")
+			h.Set("openai-organization", "org-of-the-gateway")
+			h.Set("set-cookie", "__cf_bm=provider")
+			next.ServeHTTP(w, r)
+		})
+	}
+	e := newEnv(t, envOpts{upstream: limits})
+	secret := e.key("10", "team:limits")
+	for _, c := range []struct {
+		path, body string
+		status     int
+	}{
+		{"/v1/chat/completions", `{"model":"gpt-x","messages":[{"role":"user","content":"hi"}],"max_tokens":5}`, 200},
+		{"/v1/chat/completions", `{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"hi"}],"max_tokens":5}`, 200},
+		{"/v1/chat/completions", `{"model":"gpt-x","messages":[{"role":"user","content":"fake:status=429"}],"max_tokens":5}`, 429},
+		{"/v1/messages", `{"model":"claude-x","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`, 200},
+	} {
+		resp := e.post(c.path, secret, c.body)
+		body := readAll(t, resp)
+		require.Equal(t, c.status, resp.StatusCode, body)
+		h := resp.Header
+		require.Equal(t, "149984", h.Get("X-Ratelimit-Remaining-Tokens"), c.body)
+		require.Equal(t, "6m0s", h.Get("X-Ratelimit-Reset-Requests"))
+		require.Equal(t, "49", h.Get("Anthropic-Ratelimit-Requests-Remaining"))
+		require.Equal(t, "true", h.Get("X-Should-Retry"))
+		require.Empty(t, h.Get("Openai-Organization"), "the gateway's account is its own business")
+		require.Empty(t, h.Get("Set-Cookie"))
+	}
+}

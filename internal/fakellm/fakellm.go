@@ -12,6 +12,7 @@
 //	fake:out=N         answer N output tokens (default DefaultOutputTokens)
 //	fake:cached=N      report N of the input tokens as cached
 //	fake:slow=DUR      wait DUR (a Go duration) before each streamed chunk
+//	                   (a stream's headers are sent at once)
 //	fake:serve=MODEL   name MODEL in the answer, as a provider (or a router
 //	                   falling back) that served another model would
 //

@@ -1,7 +1,8 @@
 // The official OpenAI and Anthropic SDKs, unmodified but for their base URL
 // and key, through `spendgate gateway` against a fake provider: plain and
 // streaming calls of every API, the model list, usage present and absent, an upstream 500
-// and 429, a stream cut mid-way, and budget denials. After each, the
+// and 429, a stream cut mid-way (raised as the SDK's APIError with spendgate's code), an
+// intermediary's 504 and 524 (charged, not retried), and budget denials. After each, the
 // budgets hold exactly the fake's reported usage priced with the table (or
 // the reservation of a call that may have been billed without a usage),
 // denied calls never reached the fake, and nothing stays reserved.
@@ -159,7 +160,7 @@ test('upstream 500 and 429 reach the SDK as its errors and are released', async 
   await settledAt(scope, 0n);
 });
 
-test('usage absent, and a stream cut mid-way, settle at the reservation', async () => {
+test('usage absent, a stream cut mid-way (the SDK\'s APIError with the code) and a 504 settle at the reservation', async () => {
   const { secret, scope } = key();
   const openai = new OpenAI({ baseURL: env.openai, apiKey: secret, maxRetries: 0 });
   let want = 0n;
@@ -173,13 +174,46 @@ test('usage absent, and a stream cut mid-way, settle at the reservation', async 
   const { data: cut, response: r2 } = await openai.chat.completions.create({ model: 'gpt-sdk', stream: true,
     messages: [{ role: 'user', content: 'fake:cut' }], max_tokens: 40 }).withResponse();
   want += reservedOf(r2);
-  await assert.rejects(async () => { for await (const _ of cut); }, 'the SDK sees the stream break');
+  // The gateway ends the stream in OpenAI's own error event: the SDK
+  // raises its APIError with spendgate's code, not a bare connection drop.
+  await assert.rejects(async () => { for await (const _ of cut); }, (err) => {
+    assert.ok(err instanceof OpenAI.APIError, `an APIError, not ${err}`);
+    assert.equal(err.code, 'upstream_cut');
+    assert.equal(err.type, 'server_error');
+    assert.match(err.message, /charged its reservation/);
+    return true;
+  });
 
   const anthropic = new Anthropic({ baseURL: env.gateway, apiKey: secret, maxRetries: 0 });
   const { data: acut, response: r3 } = await anthropic.messages.create({ model: 'claude-sdk', max_tokens: 40, stream: true,
     messages: [{ role: 'user', content: 'fake:cut' }] }).withResponse();
   want += reservedOf(r3);
-  await assert.rejects(async () => { for await (const _ of acut); });
+  await assert.rejects(async () => { for await (const _ of acut); }, (err) => {
+    assert.ok(err instanceof Anthropic.APIError, `an APIError, not ${err}`);
+    assert.equal(err.error.error.type, 'api_error');
+    assert.equal(err.error.error.code, 'upstream_cut');
+    assert.match(err.message, /charged its reservation/);
+    return true;
+  });
+
+  // A 504 (or 524) from an intermediary before the provider: the call may
+  // have run, so it is charged and the SDK is told not to retry it.
+  const started = Date.now();
+  const r4 = await openai.chat.completions.create({ model: 'gpt-sdk', messages: [{ role: 'user', content: 'fake:status=504' }], max_tokens: 40 })
+    .withResponse().then(() => assert.fail('a 504 must raise'), (err) => err);
+  assert.ok(r4 instanceof OpenAI.InternalServerError, String(r4));
+  assert.equal(r4.status, 502);
+  assert.equal(r4.code, 'upstream_unreachable');
+  assert.equal(r4.headers.get('x-should-retry'), 'false');
+  want += micros(r4.headers.get('x-spendgate-reserved').split(' ')[0]);
+  const retrying = new OpenAI({ baseURL: env.openai, apiKey: secret });
+  await assert.rejects(retrying.chat.completions.create({ model: 'gpt-sdk', messages: [{ role: 'user', content: 'fake:status=524' }], max_tokens: 40 }).withResponse(),
+    (err) => {
+      assert.equal(err.code, 'upstream_unreachable');
+      want += micros(err.headers.get('x-spendgate-reserved').split(' ')[0]);
+      return true;
+    });
+  assert.ok(Date.now() - started < 400, 'x-should-retry: false: the SDK with retries on did not retry');
 
   // The gateway settles a cut call as it notices the cut; wait for it.
   for (let i = 0; i < 100 && (await budget(scope)).open > 0; i++) await new Promise((r) => setTimeout(r, 50));

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/spendgate/spendgate/client"
@@ -43,7 +44,7 @@ func modelsKind(r *http.Request) string {
 
 // models answers the models the key can call: those the pricing table
 // prices (an unpriced model is denied) and an upstream of the request's
-// kind serves, sorted by name. A key that may call only the HTTP API, or
+// kind serves (listedKind), sorted by name. A key that may call only the HTTP API, or
 // of a tenant this gateway cannot serve, gets the proxy's refusal.
 func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
 	kind := modelsKind(r)
@@ -61,7 +62,7 @@ func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
 	var ids []string
 	at := map[string]time.Time{}
 	for _, p := range prices.Prices {
-		if route(g.ups, kind, p.Model) != nil {
+		if listedKind(g.ups, p.Model) == kind {
 			ids = append(ids, p.Model)
 			at[p.Model] = p.DefinedAt.UTC()
 		}
@@ -95,6 +96,38 @@ func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
 		body = list
 	}
 	writeJSON(w, body)
+}
+
+// listedKind is the API whose model list names model ("" for none): the
+// kind of the upstream that claims it by the longest prefix (models=), of
+// either kind; else, for a model no upstream claims, the kind whose
+// upstream without prefixes takes it, and when both kinds have one (each
+// would take any model), Anthropic's for a Claude model (its name starts
+// "claude") and OpenAI's for the rest. So each SDK's models.list() shows
+// its own provider's models, not the other's. Calls are routed as before
+// (route): this decides the lists only.
+func listedKind(ups []*upstream, model string) string {
+	kind, best := "", -1
+	for _, u := range ups {
+		for _, p := range u.Models {
+			if strings.HasPrefix(model, p) && len(p) > best {
+				kind, best = u.Kind, len(p)
+			}
+		}
+	}
+	if kind != "" {
+		return kind
+	}
+	openai, anthropic := route(ups, KindOpenAI, model) != nil, route(ups, KindAnthropic, model) != nil
+	switch {
+	case openai && anthropic && strings.HasPrefix(model, "claude"):
+		return KindAnthropic
+	case openai:
+		return KindOpenAI
+	case anthropic:
+		return KindAnthropic
+	}
+	return ""
 }
 
 // writeJSON answers body as JSON (200).

@@ -58,14 +58,18 @@ func (l openAIList) ids() []string {
 func TestGateway_Models(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	secret := e.key("10", "team:m")
-	all := []string{"claude-x", "dead-x", "embed-x", "gpt-x", "nov1-x"} // every priced model, sorted
+	// Both kinds have an upstream without prefixes: each list has its
+	// provider's models, Claude's in Anthropic's, the rest (and those an
+	// openai upstream claims, dead- and nov1-) in OpenAI's. Before, both
+	// lists had every model: the Anthropic SDK listed gpt-x and embed-x.
+	all := []string{"dead-x", "embed-x", "gpt-x", "nov1-x"}
 
 	status, _, body := get(t, e.url, "/v1/models", secret, false)
 	require.Equal(t, http.StatusOK, status, body)
 	var list openAIList
 	require.NoError(t, json.Unmarshal([]byte(body), &list), body)
 	require.Equal(t, "list", list.Object)
-	require.Equal(t, all, list.ids(), "an OpenAI upstream without model prefixes serves every model")
+	require.Equal(t, all, list.ids(), "an OpenAI upstream without model prefixes lists every model but Claude's")
 	require.Equal(t, "model", list.Data[0].Object)
 
 	status, _, body = get(t, e.url, "/v1/models", secret, true)
@@ -79,11 +83,11 @@ func TestGateway_Models(t *testing.T) {
 		LastID  *string `json:"last_id"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(body), &alist), body)
-	require.Len(t, alist.Data, len(all))
+	require.Len(t, alist.Data, 1, "Anthropic's list has Claude's models only: %s", body)
 	require.Equal(t, "model", alist.Data[0].Type)
 	require.False(t, alist.HasMore)
 	require.Equal(t, "claude-x", *alist.FirstID)
-	require.Equal(t, "nov1-x", *alist.LastID)
+	require.Equal(t, "claude-x", *alist.LastID)
 
 	// A model's creation time is when its price was put.
 	gp, err := e.admin.GetPrice(ctxT(t), "gpt-x")

@@ -55,7 +55,7 @@ const (
 	// DefaultMaxBodiesInFlight bounds the bytes of the request bodies the
 	// gateway holds at once (bodyBudget).
 	DefaultMaxBodiesInFlight = 256 << 20
-	// DefaultUpstreamTimeout bounds one upstream call, streaming included.
+	// DefaultUpstreamTimeout is Config.UpstreamTimeout's default.
 	DefaultUpstreamTimeout = 10 * time.Minute
 	// ttlMargin is added to the upstream timeout for a reservation's TTL:
 	// the sweeper never releases a call still running.
@@ -121,8 +121,11 @@ type Config struct {
 	// body is read. Holding and parsing a body costs about three times
 	// its size, so without it 20 bodies of 32 MiB at once took 2.1 GB.
 	MaxBodiesInFlight int64
-	// UpstreamTimeout bounds one upstream call (DefaultUpstreamTimeout
-	// when 0); a reservation's TTL is this plus a minute.
+	// UpstreamTimeout bounds the wait for the upstream
+	// (DefaultUpstreamTimeout when 0): for its response headers, then a
+	// plain answer's whole call, or each wait for a stream's next bytes
+	// (never a stream that keeps sending). A reservation's TTL is this
+	// plus a minute.
 	UpstreamTimeout time.Duration
 	// SettleAfterReply settles a successful call after its answer has
 	// gone to the caller, off the caller's path (one ledger round trip

@@ -63,7 +63,8 @@ func gatewayCmd(args []string) int {
 	imageTokens := fs.Int64("image-tokens", gateway.ImageTokens, "the input one image or file counts, inline or by reference (a URL, a file_id): raise it for models that bill an image above it (gpt-4o-mini: up to 25501)")
 	keyCache := fs.Duration("key-cache", gateway.DefaultKeyCache, "how long a key is trusted without asking the ledger: a disabled or rotated key is refused at most this long after")
 	authFailures := fs.Int("auth-failures", gateway.DefaultAuthFailures, "unknown API keys a second one client address may present (a burst of twice this): past it, a key not cached as valid is refused 429 without a ledger lookup; 0 for no limit")
-	upTimeout := fs.Duration("upstream-timeout", gateway.DefaultUpstreamTimeout, "bound of the wait for the provider: its response headers, then a plain answer's end or each gap between a stream's chunks (a stream that keeps sending is never cut); a reservation's TTL is this plus 1m")
+	upTimeout := fs.Duration("upstream-timeout", gateway.DefaultUpstreamTimeout, "bound of the wait for the provider: its response headers, then a plain answer's end or each gap between a stream's chunks; a plain call's reservation has a TTL of this plus 1m")
+	maxStream := fs.Duration("max-stream", gateway.DefaultMaxStream, "bound of a streamed call as a whole (at least --upstream-timeout): a stream still running then is cut as a silent one is; a streamed call's reservation has a TTL of this plus 1m")
 	shutdownTimeout := fs.Duration("shutdown-timeout", defaultGatewayShutdown, "on SIGTERM or SIGINT, how long the calls in flight may run to their end while /readyz answers 503 and new calls are refused 503 gateway_draining; the calls still running then are cut (settle note reservation_gateway_shutdown)")
 	ledgerTimeout := fs.Duration("ledger-timeout", time.Second, "bound of one attempt of a ledger request (key lookup, admit, void, settle; 2 attempts each): a call the ledger does not answer fails closed with 503 after up to 4x this (admit, then its void), 2x for a key not cached")
 	maxBody := fs.Int64("max-body", gateway.DefaultMaxBody, "largest request body, in bytes")
@@ -92,7 +93,7 @@ func gatewayCmd(args []string) int {
 	if err := config.Apply(fs, env); err != nil {
 		return gatewayCommand.usageError(fs, err.Error())
 	}
-	cfg := gateway.Config{DefaultMaxOutput: *defOut, ImageTokens: *imageTokens, KeyCache: *keyCache, UpstreamTimeout: *upTimeout, MaxBody: *maxBody,
+	cfg := gateway.Config{DefaultMaxOutput: *defOut, ImageTokens: *imageTokens, KeyCache: *keyCache, UpstreamTimeout: *upTimeout, MaxStream: *maxStream, MaxBody: *maxBody,
 		MaxBodiesInFlight: max(*maxBodies, *maxBody), MaxOutputTokens: map[string]int64{}, SettleAfterReply: *settleAfter}
 	switch {
 	case *authFailures < 0:

@@ -447,7 +447,7 @@ func requestBase(keyID, idem string) string {
 // replay.
 func (g *Gateway) admit(ctx context.Context, cl *client.Client, key events.APIKeyResolveReply, c *call, base string) (*client.Reservation, error) {
 	req := events.AdmitRequest{Scopes: key.Scopes, Model: c.model, InputTokens: c.input, MaxOutputTokens: c.maxOutput,
-		TTL:      (g.cfg.UpstreamTimeout + ttlMargin).String(),
+		TTL:      (g.callBound(c) + ttlMargin).String(),
 		Metadata: map[string]string{"key_id": key.ID, "model": c.model, "endpoint": c.api.name, "call_id": uuid.NewString()}}
 	if c.endUserScope != "" {
 		req.Scopes = append(slices.Clip(key.Scopes), c.endUserScope)
@@ -667,6 +667,16 @@ type outcome struct {
 	err   error
 }
 
+// callBound is the longest call c may be: MaxStream for a stream, the
+// upstream timeout for a plain call. Its reservation's TTL is this plus
+// ttlMargin.
+func (g *Gateway) callBound(c *call) time.Duration {
+	if c.stream {
+		return g.cfg.MaxStream
+	}
+	return g.cfg.UpstreamTimeout
+}
+
 // forward sends the call upstream, passes its answer to the caller, and
 // closes the reservation: from the reported usage, at the reservation when
 // none was reported, released when the upstream refused the call or never
@@ -674,14 +684,19 @@ type outcome struct {
 //
 // The upstream timeout bounds the wait for the response's headers and, for
 // a streamed answer, each wait for its next bytes (idle), never a stream
-// that keeps sending; a plain answer, which comes whole at the end, is
-// bounded as a whole call.
+// that keeps sending (MaxStream bounds it as a whole); a plain answer,
+// which comes whole at the end, is bounded as a whole call.
 func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *api, c *call, up *upstream, res *client.Reservation, l *callLog) {
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
 	defer g.dr.track(cancel)() // Drain's cut
 	idle := time.AfterFunc(g.cfg.UpstreamTimeout, func() { cancel(errUpstreamTimeout) })
 	defer idle.Stop()
+	if c.stream {
+		// A stream that keeps sending ends within its reservation's TTL.
+		whole := time.AfterFunc(g.cfg.MaxStream, func() { cancel(errStreamTooLong) })
+		defer whole.Stop()
+	}
 	// A caller that stops reading must not hold the call open past its
 	// reservation's expiry: the sweeper would release the reservation
 	// while the call runs, its budget room free again, and the settle

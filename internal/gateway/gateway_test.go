@@ -75,8 +75,9 @@ type envOpts struct {
 	// maxBody and maxBodies, when set, are the gateway's Config.MaxBody
 	// and MaxBodiesInFlight.
 	maxBody, maxBodies int64
-	// upstreamTimeout, when set, is the gateway's Config.UpstreamTimeout.
-	upstreamTimeout time.Duration
+	// upstreamTimeout and maxStream, when set, are the gateway's
+	// Config.UpstreamTimeout and MaxStream.
+	upstreamTimeout, maxStream time.Duration
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -141,6 +142,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 			MaxBody:           o.maxBody,
 			MaxBodiesInFlight: o.maxBodies,
 			UpstreamTimeout:   o.upstreamTimeout,
+			MaxStream:         o.maxStream,
 		}, gopts...)
 		require.NoError(t, err)
 		mux := http.NewServeMux()

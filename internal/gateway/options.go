@@ -57,6 +57,9 @@ const (
 	DefaultMaxBodiesInFlight = 256 << 20
 	// DefaultUpstreamTimeout is Config.UpstreamTimeout's default.
 	DefaultUpstreamTimeout = 10 * time.Minute
+	// DefaultMaxStream is Config.MaxStream's default: a 128k-token
+	// answer at 50 tokens a second streams for 43 minutes.
+	DefaultMaxStream = time.Hour
 	// ttlMargin is added to the upstream timeout for a reservation's TTL:
 	// the sweeper never releases a call still running.
 	ttlMargin = time.Minute
@@ -127,6 +130,12 @@ type Config struct {
 	// (never a stream that keeps sending). A reservation's TTL is this
 	// plus a minute.
 	UpstreamTimeout time.Duration
+	// MaxStream bounds a streamed call as a whole (DefaultMaxStream when
+	// 0; at least UpstreamTimeout): a stream still running then is cut
+	// as one silent for UpstreamTimeout is. A streamed call's reservation
+	// has a TTL of this plus a minute, so that the sweeper never frees the
+	// room of a stream still running.
+	MaxStream time.Duration
 	// SettleAfterReply settles a successful call after its answer has
 	// gone to the caller, off the caller's path (one ledger round trip
 	// less on every call), instead of before the answer's end. The
@@ -266,6 +275,12 @@ func (c *Config) validate() ([]*upstream, error) {
 	}
 	if c.UpstreamTimeout < time.Second || c.UpstreamTimeout+ttlMargin > events.MaxTTL {
 		return nil, fmt.Errorf("gateway: upstream timeout %s out of range [1s, %s]", c.UpstreamTimeout, events.MaxTTL-ttlMargin)
+	}
+	if c.MaxStream == 0 {
+		c.MaxStream = max(DefaultMaxStream, c.UpstreamTimeout)
+	}
+	if c.MaxStream < c.UpstreamTimeout || c.MaxStream+ttlMargin > events.MaxTTL {
+		return nil, fmt.Errorf("gateway: max stream %s out of range [the upstream timeout %s, %s]", c.MaxStream, c.UpstreamTimeout, events.MaxTTL-ttlMargin)
 	}
 	return ups, nil
 }

@@ -311,6 +311,9 @@ var (
 	// errUpstreamTimeout: the upstream timeout passed, waiting for the
 	// response's headers, a plain answer's end, or a stream's next bytes.
 	errUpstreamTimeout = fmt.Errorf("the upstream timeout passed: %w", context.DeadlineExceeded)
+	// errStreamTooLong: the stream ran for the whole MaxStream; it ends as
+	// a timed-out one does.
+	errStreamTooLong = fmt.Errorf("the stream ran for the gateway's --max-stream: %w", errUpstreamTimeout)
 	// errGatewayShutdown: the gateway's shutdown timeout passed with the
 	// call still running (Drain).
 	errGatewayShutdown = errors.New("the gateway shut down")

@@ -149,3 +149,33 @@ func TestGateway_UpstreamTimeoutIsIdleForStreams(t *testing.T) {
 	require.Equal(t, "false", resp.Header.Get("X-Should-Retry"))
 	requireMoney(t, reserved(t, resp), e.budget("team:trickle").Spent)
 }
+
+// TestGateway_MaxStreamBoundsAStream: a stream that keeps sending is cut at
+// MaxStream (its error event upstream_timeout, charged its reservation),
+// and its reservation's TTL is MaxStream plus the margin, a plain call's
+// the upstream timeout plus it: the sweeper never frees the room of a
+// stream still running. Without MaxStream, a stream sending every 250 ms
+// ran to its end, 5 s, past its reservation's expiry (upstream timeout +
+// margin), and this fails on the cut.
+func TestGateway_MaxStreamBoundsAStream(t *testing.T) {
+	e := newEnv(t, envOpts{upstreamTimeout: time.Second, maxStream: 2 * time.Second})
+	secret := e.key("10", "team:endless")
+	start := time.Now()
+	resp := e.post("/v1/chat/completions", secret, `{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"fake:slow=250ms fake:out=20"}],"max_tokens":20}`)
+	body := readAll(t, resp)
+	took := time.Since(start)
+	requireStreamError(t, "/v1/chat/completions", body, "upstream_timeout")
+	require.Less(t, took, 4500*time.Millisecond, "cut at the 2 s bound, not run to its 5 s end")
+	b := e.budget("team:endless")
+	require.Zero(t, b.Open)
+	requireMoney(t, reserved(t, resp), b.Spent, "a cut stream is charged its reservation")
+	r, ok := e.replica.Ledger.Reservation(resp.Header.Get("X-Spendgate-Reservation-Id"))
+	require.True(t, ok)
+	require.Equal(t, 2*time.Second+time.Minute, r.ExpiresAt.Sub(r.OpenedAt), "a stream's TTL")
+
+	resp = e.post("/v1/chat/completions", secret, `{"model":"gpt-x","messages":[{"role":"user","content":"hi"}],"max_tokens":20}`)
+	readAll(t, resp)
+	r, ok = e.replica.Ledger.Reservation(resp.Header.Get("X-Spendgate-Reservation-Id"))
+	require.True(t, ok)
+	require.Equal(t, time.Second+time.Minute, r.ExpiresAt.Sub(r.OpenedAt), "a plain call's TTL")
+}

@@ -146,9 +146,13 @@ func boolInt(b bool) int {
 	return 0
 }
 
-// rankBudgets returns the limit budgets nearest their limit: utilization
-// (exact), then more open reservations, then scope, period and unit. all
-// is not modified.
+// rankBudgets returns limit budgets, the nearest their limit first
+// (utilization, exact, then more open reservations, then scope, period
+// and unit), taken kind by kind: the nearest of each scope kind (with its
+// tenant: "acme/team"), then the next of each, and so on. A kind with many
+// budgets near their limit (a budget per agent run, each spent for good)
+// then cannot push every other kind's out: an org or team at 99 % keeps its
+// gauges, and the alerting rules on them keep firing. all is not modified.
 func rankBudgets(all []BudgetSample, limit int) []budgetRow {
 	rows := make([]budgetRow, len(all))
 	for i, b := range all {
@@ -166,7 +170,24 @@ func rankBudgets(all []BudgetSample, limit int) []budgetRow {
 		}
 		return cmp.Or(strings.Compare(a.Scope, b.Scope), strings.Compare(a.Period, b.Period), strings.Compare(a.Unit, b.Unit))
 	})
-	return rows[:limit]
+	var kinds []string // in the order of each kind's nearest
+	byKind := map[string][]budgetRow{}
+	for _, r := range rows {
+		k, _, _ := strings.Cut(r.Scope, ":")
+		if byKind[k] == nil {
+			kinds = append(kinds, k)
+		}
+		byKind[k] = append(byKind[k], r)
+	}
+	out := make([]budgetRow, 0, limit)
+	for round := 0; len(out) < limit; round++ {
+		for _, k := range kinds {
+			if round < len(byKind[k]) && len(out) < limit {
+				out = append(out, byKind[k][round])
+			}
+		}
+	}
+	return out
 }
 
 // budgetCollector writes the per-budget gauges from one read of the book

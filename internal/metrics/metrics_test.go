@@ -334,6 +334,29 @@ func TestRankBudgets(t *testing.T) {
 	require.Equal(t, []string{"f", "g", "c", "a", "b", "d"}, got)
 }
 
+// TestRankBudgets_KindByKind: 300 agent runs, each spent to its limit for
+// good, and an org and two teams at 99 % and 95 %: with 100 gauges, the org
+// and the teams keep theirs (ranked by utilization alone, the 300 runs
+// took all 100 and the documented 90 % rule could no longer fire for an
+// org), and the rest go to the runs.
+func TestRankBudgets_KindByKind(t *testing.T) {
+	var all []BudgetSample
+	for i := range 300 {
+		all = append(all, BudgetSample{Scope: fmt.Sprintf("run:r%03d", i), Period: "lifetime", Spent: "1", Reserved: "0", Limit: "1"})
+	}
+	all = append(all,
+		BudgetSample{Scope: "org:acme", Period: "month", Spent: "99", Reserved: "0", Limit: "100"},
+		BudgetSample{Scope: "team:a", Period: "month", Spent: "95", Reserved: "0", Limit: "100"},
+		BudgetSample{Scope: "team:b", Period: "month", Spent: "1", Reserved: "0", Limit: "100"},
+		BudgetSample{Scope: "acme/run:x", Period: "lifetime", Spent: "1", Reserved: "0", Limit: "1"})
+	got := map[string]int{}
+	for _, r := range rankBudgets(all, 100) {
+		k, _, _ := strings.Cut(r.Scope, ":")
+		got[k]++
+	}
+	require.Equal(t, map[string]int{"run": 96, "org": 1, "team": 2, "acme/run": 1}, got)
+}
+
 // TestSet_Concurrent increments from many goroutines while others scrape
 // over HTTP: every scrape parses, and the totals are exact.
 func TestSet_Concurrent(t *testing.T) {

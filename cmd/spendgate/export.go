@@ -5,13 +5,14 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/spendgate/spendgate/internal/report"
 )
 
 var auditExportCommand = command{
 	name:     "spendgate audit export",
-	synopsis: "[--from RFC3339] [--to RFC3339] [--scope KIND:ID ...] [--tenant NAME] [--format csv|jsonl] [--times exact|sheet] [--decimal point|comma] [--totals FILE] [--shadow] (--trusted-keys KEYS | --unverified) [--within D] [--nats-url URL] [--bucket NAME]",
+	synopsis: "[--from RFC3339] [--to RFC3339] [--scope KIND:ID ...] [--tenant NAME] [--format csv|jsonl] [--times exact|sheet] [--decimal point|comma] [--totals FILE] [--as-of RFC3339|POSITION] [--shadow] (--trusted-keys KEYS | --unverified) [--within D] [--nats-url URL] [--bucket NAME]",
 	about: `Writes one row per reservation on standard output: its request id, scopes,
 balances, unit, reserved amount, opened / expires / settled / released /
 expired times, status, actual (the cost the settle gave), overrun, excess
@@ -24,6 +25,10 @@ order the book closed them; an expired reservation when a late settle comes
 or 72 h (of the server's clock) after it expired; the reservations still open
 at the end come last, in the order they opened. --from/--to select by the
 time a reservation opened (from inclusive, to exclusive).
+--as-of reads the book as it stood at a time, or at a book position (each
+export ends with "as of book position N" on stderr): rows that closed later
+are written as they were then (open, or expired), so the same command gives
+the same file tomorrow.
 
 CSV: RFC 4180 quoting, a header row, decimals exactly as recorded, RFC 3339
 UTC times, an empty cell for what did not happen; a cell starting with = + -
@@ -62,12 +67,27 @@ func auditExport(args []string) int {
 	shadow := fs.Bool("shadow", false, "write the check and shadow decisions instead of the reservations")
 	times := fs.String("times", "exact", "CSV times: exact (RFC 3339, as recorded) or sheet (2026-12-03 08:25:39, UTC, whole seconds: a spreadsheet reads it as a date)")
 	decimal := decimalFlag(fs)
+	asOf := fs.String("as-of", "", "the book as it stood at this RFC 3339 time, or at this book position (as an earlier export printed it): the same rows however often it runs; default now")
 	if code, ok := cmd.parse(fs, args); !ok {
 		return code
 	}
 	f, err := r.filter()
 	if err != nil {
 		return cmd.usageError(fs, err.Error())
+	}
+	if *asOf != "" {
+		if *shadow {
+			return cmd.usageError(fs, "--as-of is for reservations: not with --shadow")
+		}
+		if f.AsOf, err = strconv.ParseUint(*asOf, 10, 64); err != nil || f.AsOf == 0 {
+			f.AsOf = 0
+			if f.AsOfTime, err = parseTimeFlag("as-of", *asOf); err != nil {
+				return cmd.usageError(fs, fmt.Sprintf("--as-of %q: want an RFC 3339 time like %s, or a book position (a whole number > 0)", *asOf, timeExample))
+			}
+			if f.AsOfTime.After(time.Now().Add(atFutureSlack)) {
+				return cmd.usageError(fs, fmt.Sprintf("--as-of %q is in the future; leave --as-of out for the book now", *asOf))
+			}
+		}
 	}
 	if *format != "csv" && *format != "jsonl" {
 		return cmd.usageError(fs, fmt.Sprintf("--format %q: want csv or jsonl", *format))

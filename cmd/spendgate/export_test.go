@@ -392,3 +392,34 @@ func TestCLI_ExportCountReconcilesRequestsBudget(t *testing.T) {
 	require.Equal(t, map[string]string{a: "3", b: "1", c: "7"}, counts)
 	require.Equal(t, 4, sum, "the settled rows' counts are the requests budget's spent")
 }
+
+// audit export --as-of POSITION writes the file an earlier export wrote,
+// however the book moved since (the finance use: the same command, the same
+// numbers, for a closed period); --as-of TIME too; bad values are usage
+// errors.
+func TestCLI_ExportAsOf(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	replicatest.Start(t, env, replica.Config{SweepInterval: -1})
+	url := env.URL()
+	ok := e2eOK(t, url)
+	ok("budget", "put", "--scope", "org:acme", "--period", "month", "--limit", "100", "--unit", "USD")
+	r1 := strings.TrimSpace(ok("admit", "--scope", "org:acme", "--amount", "2", "-o", "id"))
+	code, before, stderr := e2eCLIErr(t, url, "audit", "export", "--unverified")
+	require.Equal(t, 0, code, stderr)
+	m := regexp.MustCompile(`as of book position ([1-9][0-9]*)`).FindStringSubmatch(stderr)
+	require.NotNil(t, m, stderr)
+	cut := time.Now().UTC().Format(time.RFC3339Nano)
+
+	ok("settle", "--reservation", r1, "--actual", "1.5")
+	ok("admit", "--scope", "org:acme", "--amount", "3")
+	now := ok("audit", "export", "--unverified")
+	require.NotEqual(t, before, now, "the book moved")
+	require.Equal(t, before, ok("audit", "export", "--unverified", "--as-of", m[1]), "as of the earlier position: the earlier file")
+	require.Equal(t, before, ok("audit", "export", "--unverified", "--as-of", cut), "as of a time between: the same")
+
+	for _, bad := range [][]string{{"--as-of", "yesterday"}, {"--as-of", "0"}, {"--as-of", "2999-01-01T00:00:00Z"}, {"--as-of", m[1], "--shadow"}} {
+		code, _, stderr := e2eCLIErr(t, url, append([]string{"audit", "export", "--unverified"}, bad...)...)
+		require.Equal(t, 64, code, "%v: %s", bad, stderr)
+	}
+}

@@ -38,7 +38,7 @@ Usage:
   spendgate audit check --trusted-keys KEYS  replay the book of record, verify signatures, reconcile with the live balances
   spendgate audit keys [--archive DIR]   which signing key wrote which revisions
   spendgate audit balances --trusted-keys KEYS|--unverified [--at TIME] [--decimal point|comma]   totals per budget period as CSV, optionally as of an RFC 3339 time
-  spendgate audit export --trusted-keys KEYS|--unverified [--from TIME] [--to TIME] [--scope KIND:ID ...] [--format csv|jsonl] [--times exact|sheet] [--decimal point|comma] [--totals FILE]
+  spendgate audit export --trusted-keys KEYS|--unverified [--from TIME] [--to TIME] [--scope KIND:ID ...] [--format csv|jsonl] [--times exact|sheet] [--decimal point|comma] [--totals FILE] [--as-of TIME|POSITION]
                                          one row per reservation, streamed
   spendgate audit archive|trim --dir DIR archive the stream's old revisions; drop what the archive covers
   spendgate snapshot --trusted-keys KEYS --signing-key FILE | --list | --restore FILE   write a snapshot of the book now (replicas also write them periodically)

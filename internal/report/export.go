@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -46,6 +47,42 @@ type Filter struct {
 	// decimals and separates its fields; JSONL exports always write
 	// decimals as recorded.
 	Decimal Decimal
+	// AsOf, when not 0, reads the book up to this position (the one an
+	// earlier export or report said it was as of), and AsOfTime, when not
+	// zero, up to the last revision stored at or before it: the rows as
+	// they stood then (closed or open), the same however often the export
+	// runs. Rows, MetadataKeys and the reservation exports take them.
+	AsOf     uint64
+	AsOfTime time.Time
+}
+
+// errPastAsOf ends a read at the first revision stored after
+// Filter.AsOfTime.
+var errPastAsOf = errors.New("report: past the as-of time")
+
+// read is the projector's Read bounded by until (0: the last message as
+// of the call) and by f's AsOf and AsOfTime. It returns the position read
+// up to: with AsOfTime, that of the last revision stored at or before it
+// (0 if none).
+func (p *Reader) read(ctx context.Context, f Filter, until uint64, fn func(projector.Message) error) (uint64, error) {
+	if f.AsOf > 0 && (until == 0 || f.AsOf < until) {
+		until = f.AsOf
+	}
+	if f.AsOfTime.IsZero() {
+		return p.p.Read(ctx, until, fn)
+	}
+	var last uint64
+	pos, err := p.p.Read(ctx, until, func(m projector.Message) error {
+		if m.At.After(f.AsOfTime) {
+			return errPastAsOf
+		}
+		last = m.Seq
+		return fn(m)
+	})
+	if errors.Is(err, errPastAsOf) {
+		return last, nil
+	}
+	return pos, err
 }
 
 // selects reports whether a reservation opened with ev is in the filter.
@@ -717,14 +754,15 @@ func (p *Reader) Rows(ctx context.Context, f Filter, fn func(*Row) error) (uint6
 // rows is Rows up to until (0: the last message as of the call).
 func (p *Reader) rows(ctx context.Context, f Filter, until uint64, fn func(*Row) error) (uint64, error) {
 	rf := newRowFold(f, fn)
-	pos, err := p.p.Read(ctx, until, func(m projector.Message) error { return rf.apply(fromProjector(m)) })
+	pos, err := p.read(ctx, f, until, func(m projector.Message) error { return rf.apply(fromProjector(m)) })
 	if err != nil {
 		return 0, err
 	}
 	return pos, rf.finish()
 }
 
-// MetadataKeys reads the stream up to its last message as of the call and
+// MetadataKeys reads the stream up to its last message as of the call (or
+// f's AsOf or AsOfTime) and
 // returns the sorted union of the metadata keys of the reservations f
 // selects, and the position it read up to. It keeps only the keys (at
 // most events.MaxMetadata per reservation), so its memory is bounded by
@@ -732,7 +770,7 @@ func (p *Reader) rows(ctx context.Context, f Filter, until uint64, fn func(*Row)
 func (p *Reader) MetadataKeys(ctx context.Context, f Filter) ([]string, uint64, error) {
 	rf := newRowFold(f, nil)
 	rf.keys = map[string]struct{}{}
-	last, err := p.p.Read(ctx, 0, func(m projector.Message) error { return rf.collectKeys(fromProjector(m)) })
+	last, err := p.read(ctx, f, 0, func(m projector.Message) error { return rf.collectKeys(fromProjector(m)) })
 	if err != nil {
 		return nil, 0, err
 	}

@@ -613,3 +613,63 @@ func TestExport_LateSettleEndingItsHold(t *testing.T) {
 	require.Equal(t, events.StatusSettled, rows[0].Status)
 	require.Equal(t, "0.5", rows[0].Actual.String())
 }
+
+// An export as of a book position or a time gives the rows as they stood
+// then: reservations closed later are written as they were (open), later
+// ones not at all; as of a time, the same as of the last position stored at
+// or before it; as of a time before the book, nothing. (Without AsOf the
+// first read gives the whole book's rows, and this fails on the open one.)
+func TestExport_AsOf(t *testing.T) {
+	t.Parallel()
+	env := goldenScenario(t)
+	p := projector.New(env.JS, env.Layout)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rd := report.NewReader(env.JS, env.Layout, p)
+	var msgs []projector.Message
+	_, err := p.Read(ctx, 0, func(m projector.Message) error { msgs = append(msgs, m); return nil })
+	require.NoError(t, err)
+	require.Greater(t, len(msgs), 3)
+	rows := func(f report.Filter) (map[string]string, uint64) {
+		out := map[string]string{}
+		pos, err := rd.Rows(ctx, f, func(r *report.Row) error { out[r.ReservationID] = r.Status; return nil })
+		require.NoError(t, err)
+		return out, pos
+	}
+	all, end := rows(report.Filter{})
+	require.Equal(t, msgs[len(msgs)-1].Seq, end)
+
+	// As of the first lane revision: its reservations, all open.
+	first := slices.IndexFunc(msgs, func(m projector.Message) bool { return streams.IsLaneKey(m.Key) })
+	require.GreaterOrEqual(t, first, 0)
+	then, pos := rows(report.Filter{AsOf: msgs[first].Seq})
+	require.Equal(t, msgs[first].Seq, pos)
+	require.NotEmpty(t, then)
+	require.Less(t, len(then), len(all), "later reservations are not there yet")
+	for id, status := range then {
+		require.Equal(t, "open", status, id)
+		require.Contains(t, all, id)
+	}
+
+	// As of a time: the rows as of the last revision stored at or before it.
+	at := msgs[first].At
+	last := uint64(0)
+	for _, m := range msgs {
+		if !m.At.After(at) {
+			last = m.Seq
+		}
+	}
+	byTime, pos := rows(report.Filter{AsOfTime: at})
+	byPos, _ := rows(report.Filter{AsOf: last})
+	require.Equal(t, last, pos)
+	require.Equal(t, byPos, byTime)
+
+	none, pos := rows(report.Filter{AsOfTime: msgs[0].At.Add(-time.Second)})
+	require.Empty(t, none)
+	require.Zero(t, pos)
+	var out bytes.Buffer
+	tot, err := rd.ExportCSV(ctx, &out, report.Filter{AsOfTime: msgs[0].At.Add(-time.Second)})
+	require.NoError(t, err)
+	require.Zero(t, tot.Rows())
+	require.Equal(t, 1, strings.Count(out.String(), "\n"), "the header alone")
+}

@@ -313,7 +313,10 @@ func (d *Dashboard) row(b ledger.Budget, now time.Time, denied map[instanceRef]*
 		row.ExposureCap = b.ExposureCap.String()
 	}
 	ref := events.BudgetRef{Scope: b.Ref.Scope, Period: b.Ref.Period}
-	row.Forecast = forecast(paceIn{pts: d.cfg.Series.Points(b.Ref, inst), gap: d.cfg.Series.Resolution(b.Ref, inst),
+	// Only the points in the burn rate's window (and the one before
+	// them), not every point of the series.
+	rec, _ := d.cfg.Series.Recent(b.Ref, inst, now.Add(-PaceWindow))
+	row.Forecast = forecast(paceIn{pts: rec.Points, before: rec.Before, gap: rec.Gap, recent: true, lastSpend: rec.LastSpend,
 		limit: b.Limit, used: used, cal: cal, now: now, denied: denied[instanceRef{ref, inst, b.Unit}]})
 	return row
 }

@@ -8,6 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/gate"
+	"github.com/spendgate/spendgate/internal/report"
 )
 
 // steady is a spend of 1 every minute for two hours before now (and 30 s).
@@ -125,4 +127,41 @@ func TestForecast_OneCallIsNoPace(t *testing.T) {
 
 	f = forecast(in(one, 0, "15", "10", month, t0.Add(time.Minute)))
 	require.NotNil(t, f.ExhaustsAt, "one call spent more than is left: as much again runs it out")
+}
+
+// The forecast from a series' Recent (the points in the window and the
+// one before them) is the forecast from every point, downsampled or not,
+// busy or idle.
+func TestForecast_RecentIsAllPoints(t *testing.T) {
+	now := time.Date(2026, 12, 10, 12, 0, 0, 0, time.UTC)
+	month := events.CalendarOf(events.PeriodMonth, nil)
+	ref := events.BudgetRef{Scope: "team:a", Period: events.PeriodMonth}
+	for _, tc := range []struct {
+		name  string
+		spans time.Duration // the points are a spend a minute for spans
+		at    time.Time     // the forecast's time
+	}{
+		{"two hours", 2 * time.Hour, now},
+		{"a day, downsampled", 24 * time.Hour, now},
+		{"idle 30 min", 2 * time.Hour, now.Add(30 * time.Minute)},
+		{"idle 2 h", 2 * time.Hour, now.Add(2 * time.Hour)},
+		{"within the window", 20 * time.Minute, now},
+	} {
+		s := report.NewSeries()
+		n := int(tc.spans / time.Minute)
+		for i := range n {
+			at := now.Add(-tc.spans + time.Duration(i)*time.Minute)
+			s.Fold(&gate.Revision{Kind: gate.KindLane, At: at, Lane: &events.LaneRevision{Balances: []events.BalanceRevision{
+				{Balance: events.BalanceRef{Scope: ref.Scope, Period: ref.Period, Instance: "2026-12"}, Spent: events.MoneyFromInt(int64(i / 2))}}}}, false)
+		}
+		all := in(s.Points(ref, "2026-12"), s.Resolution(ref, "2026-12"), "100000", "720", month, tc.at)
+		rec, ok := s.Recent(ref, "2026-12", tc.at.Add(-PaceWindow))
+		require.True(t, ok)
+		require.Less(t, len(rec.Points), 62, tc.name)
+		part := all
+		part.pts, part.before, part.recent, part.lastSpend = rec.Points, rec.Before, true, rec.LastSpend
+		want, got := forecast(all), forecast(part)
+		require.Equal(t, want, got, tc.name)
+		require.NotNil(t, got.LastSpendAt, tc.name)
+	}
 }

@@ -113,6 +113,55 @@ func (s *Series) Points(ref events.BudgetRef, inst string) []Point {
 	return append([]Point(nil), ss.Points...)
 }
 
+// Recent is what a burn rate reads of one budget's series (Series.Recent).
+type Recent struct {
+	// Points are the series' latest points after a time, oldest first,
+	// led by the point before them when there is one (then Before is
+	// set): a copy.
+	Points []Point
+	Before bool
+	// Gap is the series' resolution (Series.Resolution).
+	Gap time.Duration
+	// LastSpend is the time of the series' latest point whose spent grew
+	// over the point before it (the first point: over zero); zero if none.
+	LastSpend time.Time
+}
+
+// Recent returns what a burn rate at a time after from needs of ref's
+// series if it is of instance inst (ok false otherwise): the trailing
+// points later than from, the one before them, the resolution and when
+// the spend last grew, without copying the older points. Points are kept
+// in the order they are folded, which is the ledger's order of revisions
+// and their times: a point out of that order before the trailing run is
+// not returned. The dashboard computes every budget's forecast from it,
+// each call taking the lock for the copy of a few points (Points copies
+// up to MaxPoints).
+func (s *Series) Recent(ref events.BudgetRef, inst string, from time.Time) (r Recent, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ss := s.m[ref]
+	if ss == nil || ss.Instance != inst {
+		return Recent{}, false
+	}
+	pts := ss.Points
+	for i := len(pts) - 1; i >= 0; i-- {
+		if i == 0 && pts[0].Spent.Sign() > 0 || i > 0 && pts[i].Spent.Cmp(pts[i-1].Spent) > 0 {
+			r.LastSpend = pts[i].T
+			break
+		}
+	}
+	k := len(pts)
+	for k > 0 && pts[k-1].T.After(from) {
+		k--
+	}
+	if k > 0 {
+		k, r.Before = k-1, true
+	}
+	r.Points = append([]Point(nil), pts[k:]...)
+	r.Gap = ss.Gap
+	return r, true
+}
+
 // Resolution returns the minimum gap between ref's points if its series
 // is of instance inst: 0 while every point is one revision (the series was
 // never downsampled); after a downsampling, a point holds the balance

@@ -1,0 +1,101 @@
+package dashboard_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/dashboard"
+	"github.com/spendgate/spendgate/internal/gate"
+	"github.com/spendgate/spendgate/internal/ledger"
+	"github.com/spendgate/spendgate/internal/report"
+)
+
+// bigBook is a dashboard.Book of n budgets, as an agent platform's
+// ledger holds them (one short-lived budget per agent run), each with a
+// balance behind a read-write lock as the ledger's book has one; locked
+// counts the read locks taken.
+type bigBook struct {
+	mu      sync.RWMutex
+	budgets []ledger.Budget
+	bal     map[events.BalanceRef]ledger.Balance
+}
+
+func (b *bigBook) Budgets() []ledger.Budget {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return append([]ledger.Budget(nil), b.budgets...)
+}
+
+func (b *bigBook) Balance(ref events.BalanceRef) ledger.Balance {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return b.bal[ref]
+}
+
+// bigNow is the clock of the big books: their spends are in the hour
+// before it.
+var bigNow = time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+
+// budgetsFromEnv is SPENDGATE_BUDGETS, or def.
+func budgetsFromEnv(def int) int {
+	if v, err := strconv.Atoi(os.Getenv("SPENDGATE_BUDGETS")); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// newBigBook returns a book of n day budgets of 100 USD, each spent in
+// steps of spends calls over the hour before now (every third budget
+// more than the others), and the series of those spends (folded into
+// series, or a new one if nil).
+func newBigBook(n, spends int, series *report.Series, now time.Time) (*bigBook, *report.Series) {
+	bk := &bigBook{bal: make(map[events.BalanceRef]ledger.Balance, n)}
+	if series == nil {
+		series = report.NewSeries()
+	}
+	inst := events.CalendarOf(events.PeriodDay, nil).Instance(now)
+	refs := make([]events.BalanceRef, n)
+	for i := range n {
+		ref := events.BudgetRef{Scope: events.Scope("user:run-" + strconv.Itoa(i)), Period: events.PeriodDay}
+		bk.budgets = append(bk.budgets, ledger.Budget{Ref: ref, Limit: events.MustMoney("100"), Unit: "USD"})
+		refs[i] = events.BalanceRef{Scope: ref.Scope, Period: ref.Period, Instance: inst}
+	}
+	for s := 1; s <= spends; s++ {
+		rev := &gate.Revision{Kind: gate.KindLane, At: now.Add(-time.Hour + time.Duration(s)*time.Hour/time.Duration(spends+1)),
+			Lane: &events.LaneRevision{Balances: make([]events.BalanceRevision, 0, n)}}
+		for i, ref := range refs {
+			spent := events.MoneyFromInt(int64(s * (1 + i%3)))
+			rev.Lane.Balances = append(rev.Lane.Balances, events.BalanceRevision{Balance: ref, Unit: "USD", Limit: events.MustMoney("100"), Spent: spent})
+			bk.bal[ref] = ledger.Balance{Ref: ref, Defined: true, Unit: "USD", Limit: events.MustMoney("100"), Spent: spent}
+		}
+		series.Fold(rev, false)
+	}
+	return bk, series
+}
+
+// BenchmarkBudgetsAPI: one GET /dashboard/api/budgets?limit=5 over a book
+// of 30,000 budgets (SPENDGATE_BUDGETS=n for another size) each with 4
+// points in its series, as the agent platform's review measured it:
+//
+//	go test -run '^$' -bench BenchmarkBudgetsAPI -benchtime 3x -count 5 ./internal/dashboard/
+func BenchmarkBudgetsAPI(b *testing.B) {
+	bk, series := newBigBook(budgetsFromEnv(30_000), 4, nil, bigNow)
+	d, err := dashboard.New(dashboard.Config{Book: bk, Series: series, Now: func() time.Time { return bigNow }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for range b.N {
+		w := httptest.NewRecorder()
+		d.ServeHTTP(w, httptest.NewRequest(http.MethodGet, dashboard.Path+"api/budgets?limit=5", nil))
+		if w.Code != http.StatusOK {
+			b.Fatalf("HTTP %d: %s", w.Code, w.Body)
+		}
+	}
+}

@@ -13,6 +13,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/spendgate/spendgate/events"
@@ -56,13 +58,44 @@ type Config struct {
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 	Log *slog.Logger
+	// Reuse is how long one build of the budget rows answers
+	// /api/budgets (DefaultReuse when 0; below 0, every request that
+	// finds no build under way starts one).
+	Reuse time.Duration
 }
+
+// DefaultReuse is how long a build of the budget rows answers
+// /api/budgets (Config.Reuse): every request in that time after its start
+// is answered from it, and a request that comes while it is built waits
+// for it. One build runs at a time, however many tabs and scripts ask: a
+// build reads every budget's balance and series and computes its forecast
+// (hundreds of milliseconds at 30,000 budgets), and several at once
+// starved the replica's admits of CPU.
+const DefaultReuse = 2 * time.Second
 
 // Dashboard serves the page and its JSON. It reads the replica's book and
 // the spend series its fold keeps; it opens no consumer of its own.
 type Dashboard struct {
 	cfg Config
 	mux *http.ServeMux
+
+	// mu guards last and building: the latest build of the budget rows
+	// and the one under way (nil: none).
+	mu       sync.Mutex
+	last     *build
+	building *build
+	// builds counts the builds started (the tests' hook).
+	builds atomic.Int64
+}
+
+// build is every budget's row at now, sorted as /api/budgets pages them:
+// shared by the requests that come while it is built and for Reuse after.
+type build struct {
+	now     time.Time // the clock (Config.Now) when it started, in UTC
+	started time.Time // time.Now when it started (monotonic)
+	ready   bool
+	rows    []BudgetRow
+	done    chan struct{} // closed when rows are set
 }
 
 // New returns a Dashboard; mount it at Path and start Run.
@@ -81,6 +114,9 @@ func New(cfg Config) (*Dashboard, error) {
 	}
 	if cfg.Denials == nil {
 		cfg.Denials = func() []events.AdmitDenied { return nil }
+	}
+	if cfg.Reuse == 0 {
+		cfg.Reuse = DefaultReuse
 	}
 	d := &Dashboard{cfg: cfg, mux: http.NewServeMux()}
 	sub, err := fs.Sub(assets, "assets")
@@ -231,15 +267,56 @@ func decodeCursor(s string) (budgetCursor, error) {
 	return c, nil
 }
 
-// rows are the budgets of tenant (all of them if all) at now.
-func (d *Dashboard) rows(now time.Time, tenant string, all bool) []BudgetRow {
+// current returns a build of every budget's row no older than Reuse by
+// the clock and the wall clock, else the build under way, else a new one
+// (built here, while the requests that come meanwhile wait for it); nil
+// if ctx ends first.
+func (d *Dashboard) current(ctx context.Context) *build {
+	now := d.cfg.Now().UTC()
+	d.mu.Lock()
+	if b := d.last; b != nil {
+		if age := now.Sub(b.now); age >= 0 && age < d.cfg.Reuse && time.Since(b.started) < d.cfg.Reuse {
+			d.mu.Unlock()
+			return b
+		}
+	}
+	if b := d.building; b != nil {
+		d.mu.Unlock()
+		select {
+		case <-b.done:
+			return b
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	b := &build{now: now, started: time.Now(), done: make(chan struct{})}
+	d.building = b
+	d.builds.Add(1)
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		d.building = nil
+		if b.rows != nil {
+			d.last = b
+		}
+		d.mu.Unlock()
+		close(b.done)
+	}()
+	b.ready = d.cfg.Ready()
+	b.rows = d.rows(now)
+	return b
+}
+
+// rows are every budget's row at now, the nearest to its limit first
+// (used_bp descending, then scope, then period). Each budget's balance is
+// read under the book's lock and its recent points under the series' on
+// their own: no lock is held for more than a copy of one budget's.
+func (d *Dashboard) rows(now time.Time) []BudgetRow {
 	budgets := d.cfg.Book.Budgets()
 	denied := d.deniedAt()
 	out := make([]BudgetRow, 0, len(budgets))
 	for _, b := range budgets {
-		if all || b.Ref.Scope.Tenant() == tenant {
-			out = append(out, d.row(b, now, denied))
-		}
+		out = append(out, d.row(b, now, denied))
 	}
 	// The nearest to the limit first.
 	sort.SliceStable(out, func(i, j int) bool {
@@ -364,9 +441,28 @@ func (d *Dashboard) budgets(w http.ResponseWriter, r *http.Request) {
 		}
 		cur = &c
 	}
-	now := d.cfg.Now().UTC()
-	rows := d.rows(now, tenant, all)
-	out := BudgetsReply{Now: now, Replica: d.cfg.Replica, Ready: d.cfg.Ready(), Total: len(rows), Budgets: []BudgetRow{}}
+	b := d.current(r.Context())
+	if b == nil {
+		return // the client is gone
+	}
+	if b.rows == nil {
+		// The build this request waited for failed (a panic in the
+		// request that ran it).
+		writeErr(w, http.StatusServiceUnavailable, &events.Error{Code: events.CodeLedgerUnavailable, Message: "the budgets could not be read; try again"})
+		return
+	}
+	rows := b.rows
+	if !all {
+		// The tenant's, in the build's order.
+		mine := make([]BudgetRow, 0)
+		for _, row := range rows {
+			if row.Tenant == tenant {
+				mine = append(mine, row)
+			}
+		}
+		rows = mine
+	}
+	out := BudgetsReply{Now: b.now, Replica: d.cfg.Replica, Ready: b.ready, Total: len(rows), Budgets: []BudgetRow{}}
 	for _, row := range rows {
 		switch {
 		case row.UsedBP >= 10000:

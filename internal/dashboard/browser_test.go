@@ -84,6 +84,7 @@ func TestDashboard_Browser(t *testing.T) {
 	var nearOnly []string
 	var disabledCell string
 	var denialCells []string
+	var moreHidden bool
 	require.NoError(t, chromedp.Run(ctx,
 		cdplog.Enable(),
 		// Pages of one budget: the page walks every page of api/budgets.
@@ -91,6 +92,7 @@ func TestDashboard_Browser(t *testing.T) {
 		chromedp.WaitVisible(`body[data-loaded="true"]`),
 		chromedp.WaitVisible(`#chart-svg #spent-line`),
 		chromedp.Evaluate(readRows, &initial),
+		chromedp.Evaluate(`document.getElementById('more').hidden`, &moreHidden),
 		chromedp.AttributeValue(`#spent-line`, "d", &spentPath, nil),
 		chromedp.AttributeValue(`#forecast-line`, "d", &forecastPath, nil),
 		chromedp.Text(`#forecast`, &forecastText),
@@ -140,6 +142,7 @@ func TestDashboard_Browser(t *testing.T) {
 		{Scope: "user:bob", Used: 2000, Spent: "2.00", Reserved: "0.00", Limit: "10.00", Exposure: "—"},
 		{Scope: "team:ads", Used: 1000, Spent: "100.00", Reserved: "0.00", Limit: "1,000.00", Exposure: "—"},
 	}, initial, "nearest to the limit first, numbers as in the ledger, the exposure bound and its cap")
+	require.True(t, moreHidden, "every budget loaded: no Show more")
 	require.Equal(t, []string{"org:acme", "team:ads", "team:search", "user:bob"}, scopes(byScope))
 	require.Equal(t, []string{"team:ads", "user:bob", "team:search", "org:acme"}, scopes(utilAsc))
 	require.Equal(t, []string{"team:ads", "team:search"}, scopes(filtered))

@@ -3,7 +3,7 @@
 // only basis points (integers from the server) place pixels.
 "use strict";
 
-const state = { budgets: [], total: 0, near: 0, over: 0, sort: { key: "used_bp", dir: -1 }, filter: "", period: "", which: "", selected: null, now: null };
+const state = { budgets: [], want: 0, total: 0, near: 0, over: 0, sort: { key: "used_bp", dir: -1 }, filter: "", period: "", which: "", selected: null, now: null };
 const $ = (id) => document.getElementById(id);
 const SVGNS = "http://www.w3.org/2000/svg";
 
@@ -134,6 +134,7 @@ function renderBudgets() {
   }));
   $("empty").hidden = rows.length > 0;
   $("shown").textContent = rows.length + " of " + state.budgets.length + (state.total > state.budgets.length ? " loaded (" + state.total + " budgets; the nearest to their limit first)" : "");
+  $("more").hidden = !(state.total > state.budgets.length && state.want < MAX_BUDGETS);
   for (const th of document.querySelectorAll("#budgets th.sortable")) {
     th.classList.toggle("sorted-asc", th.dataset.key === state.sort.key && state.sort.dir > 0);
     th.classList.toggle("sorted-desc", th.dataset.key === state.sort.key && state.sort.dir < 0);
@@ -270,22 +271,41 @@ async function loadChart() {
   try { renderChart(await getJSON("api/series?" + q)); } catch (e) { console.warn(e.message); }
 }
 
-// MAX_BUDGETS bounds the budgets the page loads (pages of PAGE, nearest
-// their limit first; ?page=N in the address sets PAGE); the counters above
-// the table cover every budget.
+// The page loads the SHOW budgets nearest their limit (in pages of PAGE;
+// ?page=N in the address sets PAGE), and SHOW more each time "Show more"
+// is pressed, up to MAX_BUDGETS; the counters above the table cover every
+// budget. A replica with 100,000 budgets sends the page 500 of them.
 const PAGE = Math.min(1000, Math.max(1, parseInt(new URLSearchParams(location.search).get("page"), 10) || 500));
+const SHOW = 500;
 const MAX_BUDGETS = 5000;
+state.want = SHOW;
 
 async function loadBudgets() {
   let first = null, all = [], cursor = "";
   do {
-    const page = await getJSON("api/budgets?limit=" + PAGE + (cursor ? "&cursor=" + encodeURIComponent(cursor) : ""));
+    const page = await getJSON("api/budgets?limit=" + Math.min(PAGE, state.want - all.length) + (cursor ? "&cursor=" + encodeURIComponent(cursor) : ""));
     if (!first) first = page;
     all = all.concat(page.budgets);
     cursor = page.next_cursor || "";
-  } while (cursor && all.length < MAX_BUDGETS);
+  } while (cursor && all.length < state.want);
   first.budgets = all;
   return first;
+}
+
+// One refresh at a time: the next starts REFRESH_MS after the last one
+// ended (however long the replica took to answer), or at once when asked
+// (tick) if none is under way; a hidden tab waits until it is shown.
+const REFRESH_MS = 5000;
+let refreshing = false, again = false, timer = 0;
+async function tick() {
+  clearTimeout(timer);
+  if (refreshing) { again = true; return; }
+  if (document.hidden) { timer = setTimeout(tick, REFRESH_MS); return; }
+  refreshing = true;
+  try { await refresh(); } finally {
+    refreshing = false;
+    if (again) { again = false; tick(); } else timer = setTimeout(tick, REFRESH_MS);
+  }
 }
 
 async function refresh() {
@@ -317,6 +337,7 @@ document.addEventListener("DOMContentLoaded", () => {
   $("filter").addEventListener("input", (e) => { state.filter = e.target.value; renderBudgets(); });
   $("f-period").addEventListener("change", (e) => { state.period = e.target.value; renderBudgets(); });
   $("f-state").addEventListener("change", (e) => { state.which = e.target.value; renderBudgets(); });
-  refresh();
-  setInterval(refresh, 5000);
+  $("more").addEventListener("click", () => { state.want = Math.min(MAX_BUDGETS, state.want + SHOW); tick(); });
+  document.addEventListener("visibilitychange", () => { if (!document.hidden) tick(); });
+  tick();
 });

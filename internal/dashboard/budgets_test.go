@@ -103,3 +103,35 @@ func TestBudgetsAPI_OneBuild(t *testing.T) {
 	require.EqualValues(t, 2, dashboard.Builds(d))
 	require.Equal(t, replies[0].Now.Add(time.Minute), later.Now)
 }
+
+// A build that took long is reused five times as long as it took, when
+// that is longer than Reuse: a build held for a second, with Reuse 100 ms,
+// still answers a request 200 ms later by the clock (before, it built
+// again: at 100,000 budgets a build takes about 6 s, and with a tab open
+// builds then ran back to back on one core).
+func TestBudgetsAPI_LongBuildReusedLonger(t *testing.T) {
+	bk, series := newBigBook(50, 3, nil, bigNow)
+	h := &heldBook{bigBook: bk, release: make(chan struct{})}
+	var clock atomic.Int64
+	clock.Store(bigNow.UnixNano())
+	d, err := dashboard.New(dashboard.Config{Book: h, Series: series, Reuse: 100 * time.Millisecond,
+		Now: func() time.Time { return time.Unix(0, clock.Load()).UTC() }})
+	require.NoError(t, err)
+	srv := httptest.NewServer(d)
+	t.Cleanup(srv.Close)
+	get := func() {
+		resp, err := http.Get(srv.URL + dashboard.Path + "api/budgets?limit=5")
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		resp.Body.Close()
+	}
+	time.AfterFunc(time.Second, func() { close(h.release) }) // the build takes a second
+	get()
+	require.EqualValues(t, 1, dashboard.Builds(d))
+	clock.Add(int64(200 * time.Millisecond))
+	get()
+	require.EqualValues(t, 1, dashboard.Builds(d), "reused: it took a second, so it answers for five")
+	clock.Add(int64(5 * time.Second))
+	get()
+	require.EqualValues(t, 2, dashboard.Builds(d), "past five times what it took: built again")
+}

@@ -334,6 +334,9 @@ func streamEndError(kind string, err error) *callError {
 	case errors.Is(err, errGatewayShutdown):
 		e.code, e.status = CodeGatewayShutdown, http.StatusServiceUnavailable
 		e.msg = "spendgate: the gateway shut down before the stream's end (its --shutdown-timeout passed)" + charged
+	case errors.Is(err, errStreamTooLong):
+		e.code = "upstream_timeout"
+		e.msg = "spendgate: the " + kind + " upstream's stream ran for the gateway's whole --max-stream without ending" + charged
 	case errors.Is(err, errUpstreamTimeout):
 		e.code = "upstream_timeout"
 		e.msg = "spendgate: the " + kind + " upstream sent nothing for the upstream timeout (--upstream-timeout) mid-stream" + charged

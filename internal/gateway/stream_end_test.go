@@ -165,6 +165,7 @@ func TestGateway_MaxStreamBoundsAStream(t *testing.T) {
 	body := readAll(t, resp)
 	took := time.Since(start)
 	requireStreamError(t, "/v1/chat/completions", body, "upstream_timeout")
+	require.Contains(t, body, "--max-stream", "the event says which bound cut it")
 	require.Less(t, took, 4500*time.Millisecond, "cut at the 2 s bound, not run to its 5 s end")
 	b := e.budget("team:endless")
 	require.Zero(t, b.Open)

@@ -48,7 +48,10 @@ export async function walkthrough(sg, log = console.log) {
   return out;
 }
 
-if (process.argv[1] === fileURLToPath(import.meta.url)) {
+if (process.argv[1] === fileURLToPath(import.meta.url) && !process.env.SPENDGATE_KEY) {
+  console.error("SPENDGATE_KEY is not set: make one with `spendgate keys create --access admin --secret-only`");
+  process.exitCode = 64;
+} else if (process.argv[1] === fileURLToPath(import.meta.url)) {
   const sg = new SpendgateHTTP({
     baseUrl: process.env.SPENDGATE_HTTP ?? "http://127.0.0.1:8080",
     key: process.env.SPENDGATE_KEY,

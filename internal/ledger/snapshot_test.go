@@ -328,12 +328,17 @@ func TestSnapshot_Periodic(t *testing.T) {
 	t.Parallel() // its own server or none; see main_test.go
 	env := snapLayout(t)
 	w := startLedger(t, env, ledger.WithSnapshotEvery(1, time.Second))
-	ctx, cancel := context.WithTimeout(context.Background(), 2*watchdog)
-	defer cancel()
+	// Each step gets its own bound: one bound over all the rounds ran out on
+	// a loaded CI machine although every step finished.
+	bounded := func() context.Context {
+		ctx, cancel := context.WithTimeout(context.Background(), watchdog)
+		t.Cleanup(cancel)
+		return ctx
+	}
 	var seqs []uint64
 	for round := 0; round < ledger.SnapshotsKept+2; round++ {
 		snapHistory(t, w, uint64(40+round), 2, 10)
-		require.NoError(t, w.Sync(ctx))
+		require.NoError(t, w.Sync(bounded()))
 		_, last := bookOf(t, w)
 		testenv.WaitFor(t, watchdog, "a periodic snapshot at the stream's end", func() bool {
 			return w.SnapshotStats().Written == last
@@ -344,7 +349,7 @@ func TestSnapshot_Periodic(t *testing.T) {
 	var list []ledger.SnapshotInfo
 	testenv.WaitFor(t, watchdog, "older snapshots deleted", func() bool {
 		var err error
-		list, err = ledger.ListSnapshots(ctx, env.JS, env.Layout)
+		list, err = ledger.ListSnapshots(bounded(), env.JS, env.Layout)
 		require.NoError(t, err)
 		return len(list) == ledger.SnapshotsKept
 	})

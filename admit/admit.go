@@ -615,6 +615,12 @@ func (a *Admitter) budgets(ctx context.Context, r request, now time.Time) ([]led
 	synced := false
 	for _, s := range r.scopes {
 		bs := a.l.BudgetsOf(s)
+		if d := retiredIn(s, bs); d != nil {
+			// A scope with a retired budget is over (an agent run that
+			// ended): denied before any default could create a budget
+			// for it again.
+			return nil, nil, d, nil
+		}
 		ds := a.defaultsFor(s, bs)
 		// "No budget" must be definitive, and a budget created from a
 		// default must be created from the latest one (a default changed
@@ -683,6 +689,18 @@ func (a *Admitter) budgets(ctx context.Context, r request, now time.Time) ([]led
 		out = append(out, bs...)
 	}
 	return out, virtual, nil, nil
+}
+
+// retiredIn returns the denial of an admit naming scope s when one of
+// its budgets bs is retired, nil when none is.
+func retiredIn(s events.Scope, bs []ledger.Budget) *events.Denial {
+	for _, b := range bs {
+		if b.Retired {
+			return &events.Denial{Reason: events.ReasonBudgetRetired, Scope: s, Period: b.Ref.Period, Unit: b.Unit, Limit: b.Limit.String(),
+				Message: fmt.Sprintf("budget %s per %s was retired", s.Local(), b.Ref.Period)}
+		}
+	}
+	return nil
 }
 
 // defaultsFor returns the defaults of s's kind for the periods and kinds
@@ -797,6 +815,8 @@ func (t *admitTx) Decide(v ledger.View) (events.Events, error) {
 		switch {
 		case !b.Defined:
 			reason, msg = events.ReasonUnknownBudget, fmt.Sprintf("no budget is defined for %s per %s", ref.Scope.Local(), ref.Period)
+		case b.Retired:
+			reason, msg = events.ReasonBudgetRetired, fmt.Sprintf("budget %s per %s was retired", ref.Scope.Local(), ref.Period)
 		case b.Disabled:
 			reason, msg = events.ReasonBudgetDisabled, fmt.Sprintf("budget %s per %s is disabled", ref.Scope.Local(), ref.Period)
 		case !events.IsCount(b.Unit) && b.Unit != t.req.unit:

@@ -290,6 +290,21 @@ func (c *Client) PutBudget(ctx context.Context, req events.BudgetPutRequest) (ev
 	return v, nil
 }
 
+// RetireBudget retires a budget for good (see events.BudgetRetired) and
+// returns it as retired; Already is set when it was retired before.
+//
+// Errors, in precedence order: an *events.Error matching ErrInvalid
+// (invalid_identifier, invalid_period, invalid_unit, unknown_budget, ...);
+// then an *UnavailableError matching ErrUnavailable; then ctx's error,
+// wrapped.
+func (c *Client) RetireBudget(ctx context.Context, req events.BudgetRetireRequest) (events.BudgetRetireReply, error) {
+	var v events.BudgetRetireReply
+	if err := c.request(ctx, streams.EndpointBudgetRetire, req, &v); err != nil {
+		return events.BudgetRetireReply{}, err
+	}
+	return v, nil
+}
+
 // PutPrice sets a model's prices per million tokens and returns them with
 // their new version and what the put changed.
 //

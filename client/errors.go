@@ -48,8 +48,8 @@ var (
 	ErrNotFound = errors.New("spendgate: not found")
 
 	// ErrConflict matches the service's refusal of a request that
-	// contradicts what already happened: already_settled, already_released
-	// and idempotency_mismatch. The error is also the service's
+	// contradicts what already happened: already_settled, already_released,
+	// idempotency_mismatch and budget_retired (a put of a retired budget). The error is also the service's
 	// *events.Error, whose ReservationID and Status name the reservation
 	// and its state.
 	ErrConflict = errors.New("spendgate: conflict")
@@ -170,7 +170,7 @@ func classify(subject string, e *events.Error, status string) error {
 	case events.CodeUnknownReservation, events.CodeUnknownBudget, events.CodeReportUnavailable:
 		return &refusal{err: e, class: ErrNotFound}
 	case events.CodeIdempotencyMismatch, events.CodeAlreadySettled, events.CodeAlreadyReleased, events.CodeRequestVoided,
-		events.CodeReservationHeld:
+		events.CodeReservationHeld, events.CodeBudgetRetired:
 		return &refusal{err: e, class: ErrConflict}
 	case events.CodeTenantLimit:
 		return &refusal{err: e, class: ErrLimited}

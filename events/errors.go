@@ -40,6 +40,10 @@ const (
 	CodeInvalidMetadata Code = "invalid_metadata"
 	// CodeUnknownBudget: no budget is defined for the scope (budget get).
 	CodeUnknownBudget Code = "unknown_budget"
+	// CodeBudgetRetired: a put of a budget that was retired (see
+	// BudgetRetired); nothing changed. A retired budget is never defined
+	// again: define one of another scope.
+	CodeBudgetRetired Code = "budget_retired"
 	// CodeUnknownReservation: settle or release of a reservation the ledger
 	// has never opened.
 	CodeUnknownReservation Code = "unknown_reservation"
@@ -103,6 +107,8 @@ const (
 	ReasonUnitMismatch Code = "unit_mismatch"
 	// ReasonBudgetDisabled: a budget of a named scope is disabled.
 	ReasonBudgetDisabled Code = "budget_disabled"
+	// ReasonBudgetRetired: a budget of a named scope was retired.
+	ReasonBudgetRetired Code = "budget_retired"
 	// ReasonUnpricedModel: the admit named a model that the pricing
 	// table has no price for; it is never costed at zero.
 	ReasonUnpricedModel Code = "unpriced_model"
@@ -117,7 +123,7 @@ const (
 // DenialReasons are the reasons a replica denies an admit with (every
 // denial reason but ReasonLedgerUnavailable, which only clients set).
 var DenialReasons = []Code{ReasonLimitReached, ReasonUnknownBudget, ReasonUnitMismatch, ReasonBudgetDisabled,
-	ReasonUnpricedModel, ReasonExposureCap}
+	ReasonUnpricedModel, ReasonExposureCap, ReasonBudgetRetired}
 
 // Error is a structured error with a stable code. It is what every
 // spendgate package returns for a failure that a caller can act on.

@@ -25,6 +25,7 @@ const (
 	TypeReservationSettled  Type = "reservation.settled.v1"
 	TypeReservationReleased Type = "reservation.released.v1"
 	TypeRequestVoided       Type = "request.voided.v1"
+	TypeBudgetRetired       Type = "budget.retired.v1"
 )
 
 // Event is one past-tense fact in the book of record.
@@ -94,6 +95,25 @@ func AsBudgetDefinedV2(e Event) (BudgetDefinedV2, bool) {
 	}
 	return BudgetDefinedV2{}, false
 }
+
+// BudgetRetired: a budget was retired for good (a budget per agent run,
+// once the run is over). Every admit that names it from then on is denied
+// (ReasonBudgetRetired), a default never creates it again and a put of it
+// is refused (CodeBudgetRetired). Its reservations still open settle,
+// release and expire as before; each of its balances leaves the
+// replicas' memory once nothing can change it any more (nothing open, and
+// its last reservation out of the idempotency window), and its numbers
+// stay in the stream. The revision that carries it states the budget's
+// last definition, with Retired set.
+type BudgetRetired struct {
+	Budget BudgetRef `json:"budget"`
+	// Reason is the caller's note, at most MaxRetireReasonLen bytes.
+	Reason string    `json:"reason,omitempty"`
+	At     time.Time `json:"at"`
+}
+
+// MaxRetireReasonLen bounds BudgetRetired.Reason.
+const MaxRetireReasonLen = 200
 
 // ReservationOpened: Amount was reserved in one balance. A reservation across
 // several budgets is one ReservationOpened per balance, all committed in one
@@ -188,6 +208,7 @@ func (ReservationOpened) EventType() Type   { return TypeReservationOpened }
 func (ReservationSettled) EventType() Type  { return TypeReservationSettled }
 func (ReservationReleased) EventType() Type { return TypeReservationReleased }
 func (RequestVoided) EventType() Type       { return TypeRequestVoided }
+func (BudgetRetired) EventType() Type       { return TypeBudgetRetired }
 
 // BalanceEvent is an event of one balance: what a lane revision's balance
 // carries.
@@ -318,6 +339,12 @@ var eventTypes = map[Type]eventType{
 		RequestVoided
 	}) *RequestVoided {
 		return &v.RequestVoided
+	}),
+	TypeBudgetRetired: typed(func(v *struct {
+		typeKey
+		BudgetRetired
+	}) *BudgetRetired {
+		return &v.BudgetRetired
 	}),
 	TypeThresholdCrossed: typed(func(v *struct {
 		typeKey
@@ -620,5 +647,9 @@ type BudgetRevision struct {
 	Learn       *LearnRule `json:"learn,omitempty"`
 	// FromDefault is the FromDefault of the revision's BudgetDefinedV2.
 	FromDefault uint64 `json:"from_default,omitempty"`
-	Events      Events `json:"events"`
+	// Retired: the budget is retired (see BudgetRetired), for good: the
+	// revision that retires it carries a BudgetRetired, and no revision
+	// follows it.
+	Retired bool   `json:"retired,omitempty"`
+	Events  Events `json:"events"`
 }

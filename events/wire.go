@@ -394,6 +394,9 @@ type BudgetGetRequest struct {
 // page of DefaultBudgetPage budgets of every kind, sorted by scope.
 type BudgetListRequest struct {
 	Kind string `json:"kind,omitempty"`
+	// Retired lists the retired budgets too (see BudgetRetired); a list
+	// leaves them out by default.
+	Retired bool `json:"retired,omitempty"`
 	// Limit is the page size, 1..MaxBudgetPage; 0 means DefaultBudgetPage.
 	// A page may hold fewer (the reply is kept under the connection's max
 	// payload); only an empty NextCursor means the list is done.
@@ -439,6 +442,10 @@ type BudgetView struct {
 	// denies every admit; both omitted when unset.
 	TZ       string `json:"tz,omitempty"`
 	Disabled bool   `json:"disabled,omitempty"`
+	// Retired: the budget was retired (see BudgetRetired) and denies
+	// every admit. Its balance's numbers read 0 once it left the
+	// replicas' memory (the ledger stream keeps them: audit balances).
+	Retired bool `json:"retired,omitempty"`
 	// FixedSlot is what each admit reserves, when set. MaxInFlight is then
 	// floor(limit / fixed_slot), the most reservations a period can hold
 	// open at once, and OvershootBound the worst case it implies: every one
@@ -457,6 +464,28 @@ type BudgetView struct {
 	Exposure    string `json:"exposure,omitempty"`
 	ExposureCap string `json:"exposure_cap,omitempty"`
 	Learn       string `json:"learn,omitempty"`
+}
+
+// BudgetRetireRequest retires a budget for good (budget.retire; see
+// BudgetRetired): every admit naming its scope is denied from then on, no
+// default creates it again, a put of it is refused, and its balances
+// leave the replicas' memory once nothing can change them.
+type BudgetRetireRequest struct {
+	Scope  string `json:"scope"`
+	Period string `json:"period"`
+	// Unit picks, when the scope has a money and a count budget in the
+	// period, which one; "" picks the one defined first.
+	Unit string `json:"unit,omitempty"`
+	// Reason is a note kept in the event, at most MaxRetireReasonLen
+	// bytes ("run finished").
+	Reason string `json:"reason,omitempty"`
+}
+
+// BudgetRetireReply is the budget as retired; Already is set when it was
+// retired before this request (nothing was written).
+type BudgetRetireReply struct {
+	BudgetView
+	Already bool `json:"already,omitempty"`
 }
 
 // BudgetListReply lists budgets sorted by scope and period (or as the

@@ -495,6 +495,9 @@ func verifyDefinitions(pf func(string, ...any), st *State, b *snapBody) {
 		if !ok || streams.BudgetKey(rev.Budget) != d.Key {
 			continue // reported as missing or not in the replay by the hash check
 		}
+		if cur.Retired != rev.Retired {
+			pf("budget %s: retired %v; the replay: retired %v", d.Key, rev.Retired, cur.Retired)
+		}
 		if cur.Limit.Cmp(rev.Limit) != 0 || cur.Unit != rev.Unit || cur.TZ != rev.TZ || cur.Disabled != rev.Disabled ||
 			slotString(cur.FixedSlot) != slotString(rev.FixedSlot) || moneyList(cur.Thresholds) != moneyList(rev.Thresholds) {
 			pf("budget %s: limit %s %s tz %q disabled %v slot %s thresholds %s; the replay: limit %s %s tz %q disabled %v slot %s thresholds %s",
@@ -678,7 +681,18 @@ func (s *State) loadSnapshot(ctx context.Context, stream jetstream.Stream, layou
 			return fmt.Errorf("budget %s: %v", sb.Key, err)
 		}
 		s.budgets[rev.Budget] = &Budget{Ref: rev.Budget, Limit: rev.Limit, Unit: rev.Unit, TZ: rev.TZ, Disabled: rev.Disabled,
-			FixedSlot: rev.FixedSlot, Thresholds: rev.Thresholds, Revision: sb.Rev}
+			FixedSlot: rev.FixedSlot, Thresholds: rev.Thresholds, ExposureCap: rev.ExposureCap, Learn: rev.Learn,
+			FromDefault: rev.FromDefault, Revision: sb.Rev, Retired: rev.Retired}
+		if rev.Retired {
+			// The snapshot carries the retiring revision (no definition
+			// follows one).
+			s.budgets[rev.Budget].RetiredRevision = sb.Rev
+			for _, e := range rev.Events {
+				if r, ok := e.(events.BudgetRetired); ok {
+					s.budgets[rev.Budget].RetiredAt, s.budgets[rev.Budget].RetiredReason = r.At, r.Reason
+				}
+			}
+		}
 		s.hashes[sb.Key] = sb.Hash
 	}
 	// A pricing or default key keeps every version (a quote or a budget

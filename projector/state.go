@@ -148,6 +148,12 @@ type Budget struct {
 	// FromDefault is the revision of the kind's default the budget was
 	// created from (0: put for the scope itself).
 	FromDefault uint64
+	// Retired is set by a BudgetRetired, at RetiredAt (its At) in
+	// revision RetiredRevision, with its Reason; no definition follows.
+	Retired         bool
+	RetiredAt       time.Time
+	RetiredRevision uint64
+	RetiredReason   string
 }
 
 // State is the fold of the ledger stream up to Position. The zero value is
@@ -992,6 +998,20 @@ func (s *State) applyBudget(seq uint64, key string, data []byte) error {
 		b = Budget{Ref: rev.Budget}
 	}
 	for i, e := range rev.Events {
+		if r, ok := e.(events.BudgetRetired); ok {
+			switch {
+			case r.Budget != rev.Budget:
+				return errorf(ErrMalformed, "event %d (%s): budget %s/%s differs from the revision's", i, eventType(e), r.Budget.Scope, r.Budget.Period)
+			case b.Definitions == 0 && b.Revision == 0: // (a snapshot's budget has its Revision)
+				return errorf(ErrTransition, "event %d (%s): retires a budget never defined", i, eventType(e))
+			case b.Retired:
+				return errorf(ErrTransition, "event %d (%s): retires a budget retired at %d", i, eventType(e), b.RetiredRevision)
+			case len(r.Reason) > events.MaxRetireReasonLen:
+				return errorf(ErrMalformed, "event %d (%s): reason of %d bytes", i, eventType(e), len(r.Reason))
+			}
+			b.Retired, b.RetiredAt, b.RetiredRevision, b.RetiredReason = true, r.At, seq, r.Reason
+			continue
+		}
 		ev, ok := events.AsBudgetDefinedV2(e)
 		if !ok {
 			return errorf(ErrMalformed, "event %d (%s): not a budget definition in a budget revision", i, eventType(e))
@@ -1010,6 +1030,9 @@ func (s *State) applyBudget(seq uint64, key string, data []byte) error {
 		}
 		if ev.FixedSlot != nil && ev.FixedSlot.Sign() <= 0 {
 			return errorf(ErrMalformed, "event %d (%s): fixed slot %s is not positive", i, eventType(e), ev.FixedSlot)
+		}
+		if b.Retired {
+			return errorf(ErrTransition, "event %d (%s): defines a budget retired at %d", i, eventType(e), b.RetiredRevision)
 		}
 		b.Limit, b.Unit, b.DefinedAt = ev.Limit, ev.Unit, ev.At
 		b.TZ, b.Disabled, b.FixedSlot, b.Thresholds = ev.TZ, ev.Disabled, ev.FixedSlot, ev.Thresholds
@@ -1039,6 +1062,9 @@ func (s *State) applyBudget(seq uint64, key string, data []byte) error {
 	}
 	if st, fo := moneyList(rev.Thresholds), moneyList(b.Thresholds); st != fo {
 		return &MismatchError{Field: "thresholds", Stated: st, Folded: fo}
+	}
+	if rev.Retired != b.Retired {
+		return &MismatchError{Field: "retired", Stated: strconv.FormatBool(rev.Retired), Folded: strconv.FormatBool(b.Retired)}
 	}
 	if rev.FromDefault != b.FromDefault {
 		return &MismatchError{Field: "from_default", Stated: strconv.FormatUint(rev.FromDefault, 10), Folded: strconv.FormatUint(b.FromDefault, 10)}

@@ -99,6 +99,7 @@ func (s *Settler) void(ctx context.Context, rid string, scopes []events.Scope) (
 		}
 		marks = s.marks(scopes, now)
 	}
+	marks = slices.DeleteFunc(marks, func(r events.BalanceRef) bool { return r == events.BalanceRef{} })
 	tx := &voidTx{rid: rid, scopes: scopes, marks: marks, now: now}
 	if r, ok := s.l.ByRequest(rid); ok {
 		tx.refs = union(marks, r.Balances)
@@ -127,11 +128,18 @@ func (s *Settler) void(ctx context.Context, rid string, scopes []events.Scope) (
 }
 
 // marks returns one balance (its first period's, at now) of each scope
-// that has a budget: where the tombstone is written.
+// that has a budget: where the tombstone is written. A scope with a
+// retired budget gets none (every admit naming it is denied anyway, and
+// a revision of a retired budget's balance that may have left memory
+// would state its totals from zero); it still counts as marked.
 func (s *Settler) marks(scopes []events.Scope, now time.Time) []events.BalanceRef {
 	var out []events.BalanceRef
 	for _, sc := range scopes {
-		if bs := s.l.BudgetsOf(sc); len(bs) > 0 {
+		bs := s.l.BudgetsOf(sc)
+		switch {
+		case slices.ContainsFunc(bs, func(b ledger.Budget) bool { return b.Retired }):
+			out = append(out, events.BalanceRef{})
+		case len(bs) > 0:
 			out = append(out, bs[0].Balance(now))
 		}
 	}

@@ -621,6 +621,9 @@ const (
 	EndpointBudgetPut  = "budget.put"
 	EndpointBudgetGet  = "budget.get"
 	EndpointBudgetList = "budget.list"
+	// EndpointBudgetRetire retires a budget for good
+	// (events.BudgetRetireRequest).
+	EndpointBudgetRetire = "budget.retire"
 	// EndpointPricingPut, EndpointPricingGet and EndpointPricingList
 	// manage the pricing table.
 	EndpointPricingPut  = "pricing.put"

@@ -13,14 +13,15 @@ import (
 var (
 	budgetCommand = command{
 		name:     "spendgate budget",
-		synopsis: "put|get|list|disable|enable [flags]",
+		synopsis: "put|get|list|disable|enable|retire [flags]",
 		about: `Manages budgets on a running service:
 
   put      define or change a budget: a limit per period for a scope
   get      one budget of a scope, with what is spent and reserved
   list     every budget, optionally of one kind of scope
   disable  deny every admit that names the budget (budget_disabled)
-  enable   admit against the budget again`,
+  enable   admit against the budget again
+  retire   retire a budget for good (an agent run's, once the run is over)`,
 	}
 	budgetPutCommand = command{
 		name:     "spendgate budget put",
@@ -48,6 +49,19 @@ another change landed between the read and the put, it shows that too.`,
 		synopsis: "--scope KIND:ID --period month|week|day|hour|minute|lifetime [--tenant NAME]",
 		about:    "Enables a disabled budget again, keeping the rest of its definition (see\nspendgate budget disable).",
 	}
+	budgetRetireCommand = command{
+		name:     "spendgate budget retire",
+		synopsis: "--scope KIND:ID --period month|week|day|hour|minute|lifetime [--unit UNIT] [--reason TEXT] [--tenant NAME]",
+		about: `Retires a budget for good: every admit naming its scope is denied budget_retired,
+no default creates a budget for the scope again, and a put of it is refused
+(budget_retired). Its open reservations still settle, release and expire. Its
+balances leave the replicas' memory, their snapshots and what a restart loads
+once nothing can change them (nothing open in them, and their last
+reservation out of the idempotency window); the ledger stream keeps every
+number for audits and exports. Retiring a retired budget changes nothing
+("already": true). It cannot be undone: use it for scopes that are over, an
+agent run's or a job's, not to pause one (see spendgate budget disable).`,
+	}
 	budgetGetCommand = command{
 		name:     "spendgate budget get",
 		synopsis: "--scope KIND:ID [--period month|week|day|hour|minute|lifetime [--unit UNIT]] [--tenant NAME]",
@@ -55,7 +69,7 @@ another change landed between the read and the put, it shows that too.`,
 	}
 	budgetListCommand = command{
 		name:     "spendgate budget list",
-		synopsis: "[--kind KIND] [--sort scope|utilization] [--max N] [--page-size N] [--cursor C] [--tenant NAME]",
+		synopsis: "[--kind KIND] [--sort scope|utilization] [--retired] [--max N] [--page-size N] [--cursor C] [--tenant NAME]",
 		about: `Prints every budget, or those whose scope is of one kind, fetching them page
 by page. --sort utilization lists the budgets nearest their limit first
 (e.g. --sort utilization --max 10). With --cursor it prints one page and its
@@ -70,7 +84,7 @@ func budget(args []string) int {
 		if code, ok := budgetCommand.parse(fs, args); !ok {
 			return code
 		}
-		return budgetCommand.usageError(fs, "which budget command? (put, get, list, disable or enable)")
+		return budgetCommand.usageError(fs, "which budget command? (put, get, list, disable, enable or retire)")
 	}
 	var c clientFlags
 	fs := newFlagSet("budget " + args[0])
@@ -145,6 +159,7 @@ func budget(args []string) int {
 		fs.StringVar(&req.Sort, "sort", events.SortScope, "scope (by scope, then period) or utilization ((spent+reserved)/limit, highest first)")
 		fs.IntVar(&req.Limit, "page-size", 0, fmt.Sprintf("budgets per request, 1..%d (default %d)", events.MaxBudgetPage, events.DefaultBudgetPage))
 		fs.StringVar(&req.Cursor, "cursor", "", "print only the page after this next_cursor (with its next_cursor)")
+		fs.BoolVar(&req.Retired, "retired", false, "list the retired budgets too")
 		maxN := fs.Int("max", 0, "print at most this many budgets (0: all)")
 		if code, ok := budgetListCommand.parse(fs, args[1:]); !ok {
 			return code
@@ -156,6 +171,22 @@ func budget(args []string) int {
 			return c.call(streams.EndpointBudgetList, req, nil)
 		}
 		return c.listAll(req, *maxN)
+	case "retire":
+		var req events.BudgetRetireRequest
+		fs.StringVar(&req.Scope, "scope", "", "scope, kind:id")
+		fs.StringVar(&req.Period, "period", "", "month, week, day, hour, minute or lifetime; required")
+		fs.StringVar(&req.Unit, "unit", "", "the budget of this unit, when the scope has a money and a requests budget in the period")
+		fs.StringVar(&req.Reason, "reason", "", fmt.Sprintf("a note kept with the retirement, at most %d bytes", events.MaxRetireReasonLen))
+		if code, ok := budgetRetireCommand.parse(fs, args[1:]); !ok {
+			return code
+		}
+		if req.Period == "" {
+			return budgetRetireCommand.usageError(fs, "--period is required (month, week, day, hour, minute or lifetime)")
+		}
+		if code, ok := budgetRetireCommand.require(fs, "scope"); !ok {
+			return code
+		}
+		return c.call(streams.EndpointBudgetRetire, req, nil)
 	case "disable", "enable":
 		var get events.BudgetGetRequest
 		fs.StringVar(&get.Scope, "scope", "", "scope, kind:id")

@@ -118,6 +118,8 @@ var fieldWants = map[string]string{
 	"access":              `one of the strings "service", "admin" or ""`,
 	"name":                `a string`,
 	"end_user":            `a scope kind string like "user", or ""`,
+	"retired":             `true or false`,
+	"reason":              `a string (a note, at most 200 bytes) like "run finished"`,
 }
 
 // fieldWantsOf overrides fieldWants for a field whose name means another

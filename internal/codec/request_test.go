@@ -252,7 +252,7 @@ func BenchmarkDecodeAdmitRequest(b *testing.B) {
 // requestTypes are the request bodies of every endpoint a client may call.
 var requestTypes = []any{
 	&events.AdmitRequest{}, &events.SettleRequest{}, &events.ReleaseRequest{}, &events.VoidRequest{},
-	&events.BudgetPutRequest{}, &events.BudgetGetRequest{}, &events.BudgetListRequest{},
+	&events.BudgetPutRequest{}, &events.BudgetGetRequest{}, &events.BudgetListRequest{}, &events.BudgetRetireRequest{},
 	&events.PricingPutRequest{}, &events.PricingGetRequest{}, &events.ReportRequest{},
 	&events.BatchRequest{}, &events.TenantLimitsPutRequest{}, &events.TenantLimitsGetRequest{},
 	&events.APIKeyCreateRequest{}, &events.APIKeyRotateRequest{}, &events.APIKeyUpdateRequest{},

@@ -329,6 +329,9 @@ func (d *Dashboard) rows(now time.Time) []BudgetRow {
 	denied := d.deniedAt()
 	out := make([]BudgetRow, 0, len(budgets))
 	for _, b := range budgets {
+		if b.Retired {
+			continue // over for good (budget retire): nothing to watch
+		}
 		out = append(out, d.row(b, now, denied))
 	}
 	// The nearest to the limit first.

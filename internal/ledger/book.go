@@ -153,14 +153,23 @@ func (b *book) setBudget(key string, seq uint64, rev *events.BudgetRevision, loc
 // makes seq the generation; 0 for a budget's first definition.
 func (b *book) setBudgetArm(key string, seq uint64, rev *events.BudgetRevision, loc *time.Location, arm *uint64) {
 	d := b.budgets[key]
-	b.budgetChanged(rev.Budget.Scope, d != nil, d != nil && d.def.FromDefault != 0, rev.FromDefault != 0)
+	wasRetired := d != nil && d.def.Retired
+	src := *rev
+	if wasRetired && !src.Retired {
+		// Retired is final: a later definition (which no replica writes:
+		// a put of a retired budget is refused) does not bring it back.
+		src.Retired = true
+	}
+	// A retired budget no longer counts toward its tenant's budgets from
+	// defaults: it holds no room any more.
+	b.budgetChanged(rev.Budget.Scope, d != nil, d != nil && d.def.FromDefault != 0 && !wasRetired, src.FromDefault != 0 && !src.Retired)
 	if d == nil {
 		d = &budget{}
 		b.budgets[key] = d
 	}
 	def := Budget{Ref: rev.Budget, Limit: rev.Limit, Unit: rev.Unit, TZ: rev.TZ, Loc: loc, Disabled: rev.Disabled,
 		FixedSlot: rev.FixedSlot, Thresholds: rev.Thresholds, ExposureCap: rev.ExposureCap, Learn: rev.Learn,
-		Revision: seq, FromDefault: rev.FromDefault}
+		Revision: seq, FromDefault: rev.FromDefault, Retired: src.Retired}
 	switch {
 	case arm != nil:
 		def.Arm = *arm
@@ -173,8 +182,11 @@ func (b *book) setBudgetArm(key string, seq uint64, rev *events.BudgetRevision, 
 		def.Arm = d.def.Arm
 	}
 	d.rev = seq
-	d.src = *rev
+	d.src = src
 	d.def = def
+	if def.Retired && !wasRetired {
+		b.retire(d)
+	}
 	// Rebuild the scope's index (a new slice: readers hold the old one),
 	// in period order, a budget alongside another after it.
 	old := b.byScope[rev.Budget.Scope]
@@ -195,6 +207,7 @@ func (b *book) applyBalance(key string, seq uint64, rev *events.BalanceRevision)
 	if bl == nil {
 		bl = &balance{key: key, ref: rev.Balance, self: []events.BalanceRef{rev.Balance}, open: map[string]*Reservation{}}
 		b.balances[key] = bl
+		b.indexBalance(bl)
 	}
 	if seq <= bl.rev {
 		return
@@ -209,7 +222,7 @@ func (b *book) applyBalance(key string, seq uint64, rev *events.BalanceRevision)
 	if rev.Exposure != nil {
 		bl.exposure = *rev.Exposure
 	}
-	if short(rev.Balance.Period) {
+	if b.prunable(rev.Balance) {
 		b.queueStamp(bl, seq, rev.Events)
 	}
 }
@@ -294,6 +307,14 @@ func (b *book) forgetUntil(seq uint64, t time.Time) {
 		which := winClosed
 		if p.status == events.StatusExpired {
 			which = winExpired
+			// Every balance keeps when a reservation last expired in it:
+			// a late settle may land there for the expired retention, so
+			// a balance of a retired budget waits that long (prune.go).
+			for _, ref := range r.Balances {
+				if bl := b.balances[streams.BalanceKey(ref)]; bl != nil {
+					bl.expiredAt = b.serverNow
+				}
+			}
 		}
 		switch {
 		case p.status == events.StatusVoided:
@@ -526,6 +547,7 @@ func (b *book) balance(key string, ref events.BalanceRef) Balance {
 	if d := b.budgets[streams.BudgetKey(ref.Budget())]; d != nil {
 		out.Defined, out.Unit, out.Limit = true, d.def.Unit, d.def.Limit
 		out.Disabled, out.FixedSlot, out.Thresholds = d.def.Disabled, d.def.FixedSlot, d.def.Thresholds
+		out.Retired = d.def.Retired
 		if out.Arm != d.def.Arm {
 			// Crossed in an earlier arm generation: re-armed.
 			out.Alerted, out.Arm = nil, d.def.Arm

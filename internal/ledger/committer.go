@@ -570,6 +570,11 @@ func (l *Ledger) attempt(ctx context.Context, refs []events.BalanceRef, group []
 		if err != nil || len(evs) == 0 {
 			continue
 		}
+		if ref, gone := v.gone(evs); gone {
+			p.err = events.Errorf(events.CodeBudgetRetired, "budget %s per %s was retired and its balance %s has left the ledger's memory; nothing was written (the ledger stream keeps its numbers)",
+				ref.Scope.Local(), ref.Period, ref.Instance)
+			continue
+		}
 		if err := v.apply(evs); err != nil {
 			p.err = &events.Error{Code: events.CodeInternal, Message: "applying decision", Err: err}
 		}

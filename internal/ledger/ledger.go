@@ -293,6 +293,9 @@ func (l *Ledger) EditBudget(ctx context.Context, ref events.BudgetRef, unit stri
 			changed = def.Changes(cur)
 		}
 		switch {
+		case existed && cur.Retired:
+			return "", nil, false, events.Errorf(events.CodeBudgetRetired,
+				"budget %s per %s was retired; a retired budget is never defined again (define one of another scope)", cur.Ref.Scope, cur.Ref.Period)
 		case existed && len(changed) == 0:
 			return key, nil, true, nil
 		case existed && cur.Unit != def.Unit:
@@ -326,6 +329,53 @@ func (l *Ledger) EditBudget(ctx context.Context, ref events.BudgetRef, unit stri
 	}
 	def.Revision = seq
 	return BudgetChange{Budget: def, Existed: existed, Prev: cur, Changed: changed}, nil
+}
+
+// RetireBudget retires the budget ref names for good (see
+// events.BudgetRetired), as of now, with the caller's reason: one
+// revision of its key, stating its last definition with Retired set and
+// carrying one BudgetRetired. unit picks among a money and a count budget
+// of the scope and period as for EditBudget. Retiring a retired budget
+// changes nothing and reports already true.
+//
+// Errors: *events.Error with CodeUnknownBudget (no such budget),
+// CodeInvalidRequest (reason too long) or EditBudget's.
+func (l *Ledger) RetireBudget(ctx context.Context, ref events.BudgetRef, unit, reason string, now time.Time) (b Budget, already bool, err error) {
+	if len(reason) > events.MaxRetireReasonLen {
+		return Budget{}, false, events.Errorf(events.CodeInvalidRequest, "reason is %d bytes, at most %d", len(reason), events.MaxRetireReasonLen)
+	}
+	var cur Budget
+	seq, wrote, err := l.define(ctx, "budget", func(bk *book) (string, func(events.Chain) any, bool, error) {
+		target := ref
+		if unit != "" {
+			target = bk.target(ref, unit)
+		}
+		key := streams.BudgetKey(target)
+		d := bk.budgets[key]
+		if d == nil {
+			return "", nil, false, events.Errorf(events.CodeUnknownBudget, "no budget is defined for %s per %s", target.Scope, target.Period)
+		}
+		cur = d.def
+		if cur.Retired {
+			return key, nil, true, nil
+		}
+		src := d.src
+		return key, func(ch events.Chain) any {
+			return events.BudgetRevision{Schema: events.SchemaBudget, Chain: ch,
+				Budget: src.Budget, Limit: src.Limit, Unit: src.Unit, TZ: src.TZ, Disabled: src.Disabled,
+				FixedSlot: src.FixedSlot, Thresholds: src.Thresholds, ExposureCap: src.ExposureCap, Learn: src.Learn,
+				FromDefault: src.FromDefault, Retired: true,
+				Events: events.Events{events.BudgetRetired{Budget: src.Budget, Reason: reason, At: now.UTC()}}}
+		}, false, nil
+	})
+	if err != nil {
+		return Budget{}, false, err
+	}
+	if !wrote {
+		return cur, true, nil
+	}
+	cur.Retired, cur.Revision = true, seq
+	return cur, false, nil
 }
 
 func isTimeout(err error) bool {
@@ -370,14 +420,21 @@ type Stats struct {
 	// every key a revision of passed, and at most gate.MaxSkippedOnly
 	// keys only skipped revisions were seen under.
 	Heads int
+	// Balances is the number of balances the book holds (a gauge), and
+	// Pruned how many it has dropped since it started: past minute and
+	// hour balances, and the balances of retired budgets, once nothing
+	// can change them (prune.go).
+	Balances int
+	Pruned   int64
 }
 
 // Stats returns the commit counters.
 func (l *Ledger) Stats() Stats {
 	l.mu.RLock()
-	heads := l.bk.heads.Len()
+	heads, balances, pruned := l.bk.heads.Len(), len(l.bk.balances), l.bk.pruned
 	l.mu.RUnlock()
 	return Stats{Commits: l.stats.commits.Load(), Batches: l.stats.batches.Load(), Txs: l.stats.txs.Load(), Conflicts: l.stats.conflicts.Load(), Queued: l.stats.queued.Load(),
 		SyncReads: l.syncs.reads.Load(), Timeouts: l.stats.timeouts.Load(), Rejected: l.keys.rejected.Load(),
-		AttemptTime: time.Duration(l.stats.attemptNanos.Load()), WriteTime: time.Duration(l.stats.writeNanos.Load()), Heads: heads}
+		AttemptTime: time.Duration(l.stats.attemptNanos.Load()), WriteTime: time.Duration(l.stats.writeNanos.Load()), Heads: heads,
+		Balances: balances, Pruned: pruned}
 }

@@ -40,6 +40,50 @@ import (
 // short reports whether balances of period p are pruned.
 func short(p events.Period) bool { return p == events.PeriodMinute || p == events.PeriodHour }
 
+// Retired budgets. A retired budget's balances (every period) are pruned
+// as a short one's, but without waiting for the instance to end: no admit
+// is decided into them any more (a retired budget denies every admit), so
+// once nothing is open in one and its last revision is stamped past the
+// retentions, nothing can change it. An admit decided before the
+// retirement was folded may still land in one: it is open there, and the
+// balance waits for it as for any other.
+
+// prunable reports whether the balance ref is pruned: a short one, or one
+// of a retired budget.
+func (b *book) prunable(ref events.BalanceRef) bool {
+	if short(ref.Period) {
+		return true
+	}
+	d := b.budgets[streams.BudgetKey(ref.Budget())]
+	return d != nil && d.def.Retired
+}
+
+// indexBalance records new balance bl under its budget (budget.bals), or
+// queues it for pruning when the budget is retired already.
+func (b *book) indexBalance(bl *balance) {
+	if short(bl.ref.Period) {
+		return
+	}
+	d := b.budgets[streams.BudgetKey(bl.ref.Budget())]
+	if d == nil || d.def.Retired {
+		return
+	}
+	d.bals = append(d.bals, bl)
+}
+
+// retire makes the balances of d, just retired, prunable: each waits for
+// the follower to stamp its last revision, for the expired retention
+// after the last expiry in it (balance.expiredAt, which the book keeps
+// for every balance), and for nothing to be open in it.
+func (b *book) retire(d *budget) {
+	for _, bl := range d.bals {
+		if b.balances[bl.key] == bl {
+			b.queueStamp(bl, bl.rev, nil)
+		}
+	}
+	d.bals = nil
+}
+
 // balStamp is a revision of a short balance the follower has not stamped
 // yet; expiry is whether it expired a reservation in the balance.
 type balStamp struct {
@@ -116,14 +160,17 @@ func (b *book) prune() {
 			continue
 		}
 		var cal events.Calendar
-		if d := b.budgets[streams.BudgetKey(bl.ref.Budget())]; d != nil {
+		d := b.budgets[streams.BudgetKey(bl.ref.Budget())]
+		if d != nil {
 			cal = events.CalendarOf(bl.ref.Period, d.def.Loc)
 		} else {
 			cal = events.CalendarOf(bl.ref.Period, nil)
 		}
-		_, end, ok := cal.InstanceBounds(bl.ref.Instance)
-		if !ok || !end.Before(closedBefore) {
-			continue
+		if d == nil || !d.def.Retired {
+			_, end, ok := cal.InstanceBounds(bl.ref.Instance)
+			if !ok || !end.Before(closedBefore) {
+				continue
+			}
 		}
 		delete(b.balances, key)
 		delete(b.short, key)

@@ -277,9 +277,10 @@ type snapBalance struct {
 	Alerted  []events.Money `json:"alerted,omitempty"`
 	// Arm is the arm generation of Alerted.
 	Arm uint64 `json:"arm,omitempty"`
-	// StampedAt and ExpiredAt are a minute or hour balance's stamps (see
-	// prune.go): the server time its last revision was stamped at (absent:
-	// not stamped yet), and that of its last expiry (absent: none).
+	// StampedAt and ExpiredAt are a balance's stamps (see prune.go): the
+	// server time its last revision was stamped at (absent: not stamped
+	// yet; kept for a minute or hour balance and a retired budget's), and
+	// that of its last expiry (absent: none; kept for every balance).
 	StampedAt *time.Time `json:"stamped_at,omitempty"`
 	ExpiredAt *time.Time `json:"expired_at,omitempty"`
 }
@@ -409,15 +410,13 @@ func (b *book) snapshotCopy(seq uint64, version int) (*snapshotState, error) {
 			exp := bl.exposure
 			sb.Exposure = &exp
 		}
-		if short(bl.ref.Period) {
-			if bl.stampedSeq >= bl.rev && !bl.stampedAt.IsZero() {
-				at := bl.stampedAt
-				sb.StampedAt = &at
-			}
-			if !bl.expiredAt.IsZero() {
-				at := bl.expiredAt
-				sb.ExpiredAt = &at
-			}
+		if b.prunable(bl.ref) && bl.stampedSeq >= bl.rev && !bl.stampedAt.IsZero() {
+			at := bl.stampedAt
+			sb.StampedAt = &at
+		}
+		if !bl.expiredAt.IsZero() {
+			at := bl.expiredAt
+			sb.ExpiredAt = &at
 		}
 		for id := range bl.open {
 			sb.Open = append(sb.Open, id)
@@ -622,12 +621,12 @@ func bookFromSnapshot(layout streams.Layout, retention, expiredKeep time.Duratio
 		if sb.Exposure != nil {
 			bals[i].exposure = *sb.Exposure
 		}
-		if short(sb.Ref.Period) {
+		if sb.ExpiredAt != nil {
+			bals[i].expiredAt = *sb.ExpiredAt
+		}
+		if b.prunable(sb.Ref) {
 			// Stamped as the snapshot says; a revision it did not stamp
 			// waits for the follower, which folds on from the snapshot.
-			if sb.ExpiredAt != nil {
-				bals[i].expiredAt = *sb.ExpiredAt
-			}
 			if sb.StampedAt != nil {
 				bals[i].stampedSeq, bals[i].stampedAt = sb.Rev, *sb.StampedAt
 				b.short[sb.Key] = bals[i]
@@ -636,6 +635,7 @@ func bookFromSnapshot(layout streams.Layout, retention, expiredKeep time.Duratio
 			}
 		}
 		b.balances[sb.Key] = bals[i]
+		b.indexBalance(bals[i])
 	}
 	for _, sr := range st.Reservations {
 		switch sr.Status {

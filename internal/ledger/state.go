@@ -16,6 +16,8 @@ type Balance struct {
 	// Disabled is the budget's Disabled; FixedSlot its FixedSlot.
 	Disabled  bool
 	FixedSlot *events.Money
+	// Retired is the budget's Retired.
+	Retired bool
 	// Thresholds are the budget's alert thresholds; Alerted those already
 	// crossed in this balance (events.ThresholdCrossed), in the order
 	// crossed. Append to Alerted only through a copy.
@@ -70,6 +72,10 @@ type Budget struct {
 	Loc *time.Location
 	// Disabled: admits naming the budget are denied (budget_disabled).
 	Disabled bool
+	// Retired: the budget was retired for good (events.BudgetRetired):
+	// admits naming it are denied (budget_retired), no default creates it
+	// again and a put of it is refused.
+	Retired bool
 	// FixedSlot, when not nil, is what an admit reserves in this budget
 	// instead of the requested amount; Thresholds are alert thresholds.
 	// Both are carried from the definition as they are.
@@ -272,6 +278,11 @@ type balance struct {
 type budget struct {
 	rev uint64
 	def Budget
+	// bals are the balances of the budget's calendar periods longer than
+	// an hour and of lifetime that the book holds or held (minute and hour
+	// ones are pruned on their own: prune.go), so that a retirement finds
+	// them without a walk of every balance. Nil once retired.
+	bals []*balance
 	// src is the revision def was folded from: a snapshot carries it
 	// whole, so whatever a budget revision holds travels with it.
 	src events.BudgetRevision

@@ -100,6 +100,10 @@ func (v *group) checkLanes(refs []events.BalanceRef) {
 
 type viewBalance struct {
 	Balance
+	// gone: the balance is a retired budget's and the book no longer
+	// holds it (pruned): nothing may be written to it (its revision would
+	// state its totals from zero).
+	gone    bool
 	lane    string
 	added   map[string]events.Money
 	removed map[string]bool
@@ -117,9 +121,23 @@ func (l *Ledger) newView(refs []events.BalanceRef) *group {
 		v.prev[lane], v.hash[lane] = l.bk.valid(lane)
 		vb := &viewBalance{lane: lane, added: map[string]events.Money{}, removed: map[string]bool{}}
 		vb.Balance = l.bk.balance(k, ref)
+		vb.gone = vb.Retired && l.bk.balances[k] == nil
 		v.bal[k] = vb
 	}
 	return v
+}
+
+// gone returns the first balance evs write to that is gone (see
+// viewBalance.gone).
+func (v *group) gone(evs events.Events) (events.BalanceRef, bool) {
+	for _, e := range evs {
+		if be, ok := e.(events.BalanceEvent); ok {
+			if vb := v.bal[streams.BalanceKey(be.BalanceOf())]; vb != nil && vb.gone {
+				return vb.Ref, true
+			}
+		}
+	}
+	return events.BalanceRef{}, false
 }
 
 // Balance returns the balance of key as of this decision.

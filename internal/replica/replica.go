@@ -520,6 +520,9 @@ func registerMetrics(cfg Config, l *ledger.Ledger, svc *service.Service, series 
 		var forecastOf func(ledger.Budget) dashboard.Forecast
 		now := cfg.Now()
 		for _, b := range budgets {
+			if b.Retired {
+				continue // over for good: no gauge
+			}
 			v, err := svc.BudgetView(b.Ref)
 			if err != nil {
 				continue

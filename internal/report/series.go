@@ -82,6 +82,13 @@ func NewSeries() *Series { return &Series{m: map[events.BudgetRef]*series{}} }
 
 // Fold records every balance of a lane revision (ledger.Reader).
 func (s *Series) Fold(rev *gate.Revision, _ bool) {
+	if rev.Kind == gate.KindBudget && rev.Budget.Retired {
+		// Over for good (budget retire): its chart goes with it.
+		s.mu.Lock()
+		delete(s.m, rev.Budget.Budget)
+		s.mu.Unlock()
+		return
+	}
 	if rev.Kind != gate.KindLane {
 		return
 	}

@@ -373,7 +373,7 @@ func All(l streams.Layout, tenants ...string) []Role {
 
 	all := []string{streams.EndpointAdmit, streams.EndpointSettle, streams.EndpointRelease, streams.EndpointVoid,
 		streams.EndpointAdmitBatch, streams.EndpointSettleBatch, streams.EndpointReleaseBatch, streams.EndpointBatch,
-		streams.EndpointBudgetPut, streams.EndpointBudgetGet, streams.EndpointBudgetList,
+		streams.EndpointBudgetPut, streams.EndpointBudgetGet, streams.EndpointBudgetList, streams.EndpointBudgetRetire,
 		streams.EndpointPricingPut, streams.EndpointPricingGet, streams.EndpointPricingList, streams.EndpointReport}
 	// The key table's and the tenant limits' endpoints have no tenant
 	// subject (spendgate keys, a gateway run as admin; spendgate

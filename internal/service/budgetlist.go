@@ -77,7 +77,7 @@ func (s *Service) budgetList(ctx context.Context, data []byte) (any, error) {
 	if err := s.l.Sync(ctx); err != nil {
 		return nil, err
 	}
-	entries := s.listEntries(events.TenantFromContext(ctx), req.Kind, sortBy == events.SortUtilization)
+	entries := s.listEntries(events.TenantFromContext(ctx), req.Kind, sortBy == events.SortUtilization, req.Retired)
 	from := 0
 	if cur != nil {
 		ce, ok := cursorEntry(*cur)
@@ -112,12 +112,12 @@ func (s *Service) budgetList(ctx context.Context, data []byte) (any, error) {
 
 // listEntries returns the budgets of tenant ("" for the untenanted ones)
 // and kind ("" for all) in listing order.
-func (s *Service) listEntries(tenant, kind string, byUtil bool) []listEntry {
+func (s *Service) listEntries(tenant, kind string, byUtil, retired bool) []listEntry {
 	budgets := s.l.Budgets() // by scope, then period
 	entries := make([]listEntry, 0, len(budgets))
 	now := s.now()
 	for _, b := range budgets {
-		if b.Ref.Scope.Tenant() != tenant || kind != "" && b.Ref.Scope.Local().Kind() != kind {
+		if b.Ref.Scope.Tenant() != tenant || kind != "" && b.Ref.Scope.Local().Kind() != kind || b.Retired && !retired {
 			continue
 		}
 		e := listEntry{ref: b.Ref}

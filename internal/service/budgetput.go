@@ -42,6 +42,40 @@ func (s *Service) budgetPut(ctx context.Context, data []byte) (any, error) {
 	return putReply(v, ch), nil
 }
 
+func (s *Service) budgetRetire(ctx context.Context, data []byte) (any, error) {
+	var req events.BudgetRetireRequest
+	if err := codec.DecodeRequest(data, &req); err != nil {
+		return nil, err
+	}
+	scope, err := events.ParseScope(req.Scope)
+	if err != nil {
+		return nil, err
+	}
+	period, err := events.ParsePeriod(req.Period)
+	if err != nil {
+		return nil, err
+	}
+	if req.Unit != "" {
+		if err := events.ValidateUnit(req.Unit); err != nil {
+			return nil, err
+		}
+	}
+	ref := events.BudgetRef{Scope: events.TenantScope(events.TenantFromContext(ctx), scope), Period: period}
+	// Fold every definition written so far, from any replica, first.
+	if err := s.l.Sync(ctx); err != nil {
+		return nil, err
+	}
+	b, already, err := s.l.RetireBudget(ctx, ref, req.Unit, req.Reason, s.now())
+	if err != nil {
+		return nil, err
+	}
+	v, err := s.BudgetView(b.Ref)
+	if err != nil {
+		return nil, err
+	}
+	return events.BudgetRetireReply{BudgetView: v, Already: already}, nil
+}
+
 // putReply is the reply to a put of a budget (v, its view) or a default.
 func putReply(v events.BudgetView, ch ledger.BudgetChange) events.BudgetPutReply {
 	out := events.BudgetPutReply{BudgetView: v, Created: !ch.Existed, Changed: ch.Changed}

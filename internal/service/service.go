@@ -279,6 +279,7 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 		{streams.EndpointBudgetPut, "define or change a budget", s.budgetPut, nil, ""},
 		{streams.EndpointBudgetGet, "read a budget and its current balance, or every budget of a scope", s.budgetGet, nil, ""},
 		{streams.EndpointBudgetList, "list budgets", s.budgetList, nil, ""},
+		{streams.EndpointBudgetRetire, "retire a budget for good: every admit naming its scope is denied, and its balances leave memory", s.budgetRetire, nil, ""},
 		{streams.EndpointPricingPut, "set a model's prices per million tokens", s.pricingPut, nil, ""},
 		{streams.EndpointPricingGet, "read a model's current prices", s.pricingGet, nil, ""},
 		{streams.EndpointPricingList, "list every priced model", s.pricingList, nil, ""},
@@ -839,7 +840,7 @@ func statusOf(c events.Code) string {
 	case events.CodeUnknownBudget, events.CodeUnknownReservation, events.CodeUnpricedModel, events.CodeReportUnavailable, events.CodeUnknownKey:
 		return "404"
 	case events.CodeIdempotencyMismatch, events.CodeAlreadySettled, events.CodeAlreadyReleased, events.CodeRequestVoided, events.CodeKeyExists,
-		events.CodeReservationHeld:
+		events.CodeReservationHeld, events.CodeBudgetRetired:
 		return "409"
 	case events.CodeKeyDisabled, events.CodeKeyForbidden:
 		return "403"
@@ -1047,7 +1048,7 @@ func (s *Service) BudgetView(ref events.BudgetRef) (events.BudgetView, error) {
 		Scope: ref.Scope.Local(), Period: ref.Period, Limit: b.Limit.String(), Unit: b.Unit,
 		Instance: bal.Ref.Instance, Spent: bal.Spent.String(), Reserved: bal.Reserved.String(),
 		Overrun: bal.Overrun.String(), Available: bal.Available().String(), Open: int64(bal.Open),
-		TZ: b.TZ, Disabled: b.Disabled, Thresholds: moneyStrings(b.Thresholds),
+		TZ: b.TZ, Disabled: b.Disabled, Retired: b.Retired, Thresholds: moneyStrings(b.Thresholds),
 	}
 	if b.FixedSlot != nil {
 		n := b.Limit.Slots(*b.FixedSlot)

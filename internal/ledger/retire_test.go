@@ -1,0 +1,174 @@
+package ledger
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/streams"
+)
+
+// runHistory folds into bk, from seq, runs budgets of agent runs as a
+// platform with a lifetime budget per run makes them: each run's budget
+// is created from a default, two calls are admitted and settled in it,
+// and (when retire) the budget is retired when the run is over. Run 7
+// leaves a call open and run 8 lets one expire before it is retired. Each
+// revision is stamped by the follower at its own time, a second apart.
+// It returns the last sequence and the time of the last revision.
+func runHistory(t testing.TB, bk *book, seq uint64, at time.Time, runs int, retire bool) (uint64, time.Time) {
+	t.Helper()
+	one := events.MustMoney("0.01")
+	for i := range runs {
+		ref := events.BudgetRef{Scope: events.Scope(fmt.Sprintf("run:r-%d", i)), Period: events.PeriodLifetime}
+		def := events.BudgetRevision{Schema: events.SchemaBudget, Budget: ref, Limit: events.MustMoney("1"), Unit: "USD", FromDefault: 1}
+		seq++
+		bk.setBudget(streams.BudgetKey(ref), seq, &def, nil)
+		bal := events.BalanceRef{Scope: ref.Scope, Period: ref.Period, Instance: events.InstanceLifetime}
+		var spent, reserved events.Money
+		write := func(evs ...events.Event) {
+			seq++
+			at = at.Add(time.Second)
+			bk.applyBalance(streams.BalanceKey(bal), seq, &events.BalanceRevision{Schema: events.SchemaBalance, Balance: bal,
+				Unit: "USD", Limit: def.Limit, Spent: spent, Reserved: reserved, Overrun: events.Zero, Events: evs})
+			bk.forgetUntil(seq, at)
+		}
+		open := func(id string) events.Event {
+			reserved = reserved.Add(one)
+			return events.ReservationOpened{ReservationID: id, RequestID: id, RequestHash: "h", Balance: bal, Amount: one,
+				Unit: "USD", Balances: []events.BalanceRef{bal}, ExpiresAt: at.Add(time.Hour), At: at}
+		}
+		settle := func(id string) events.Event {
+			reserved, spent = reserved.Sub(one), spent.Add(one)
+			return events.ReservationSettled{ReservationID: id, Balance: bal, Reserved: one, Actual: one, Overrun: events.Zero, At: at}
+		}
+		a, b := fmt.Sprintf("a-%d", i), fmt.Sprintf("b-%d", i)
+		write(open(a), open(b))
+		write(settle(a), settle(b))
+		switch i {
+		case 7:
+			write(open("stays-open"))
+		case 8:
+			write(open("expires"))
+			reserved = reserved.Sub(one)
+			write(events.ReservationReleased{ReservationID: "expires", Balance: bal, Reserved: one, Reason: events.ReasonExpired, At: at})
+		}
+		if retire {
+			rev := def
+			rev.Retired, rev.Events = true, events.Events{events.BudgetRetired{Budget: ref, Reason: "run over", At: at}}
+			seq++
+			at = at.Add(time.Second)
+			bk.setBudget(streams.BudgetKey(ref), seq, &rev, nil)
+			bk.forgetUntil(seq, at)
+		}
+	}
+	return seq, at
+}
+
+// TestRetire_BalancesLeaveTheBook: 2,000 agent runs, each a lifetime
+// budget from a default. Without retirement the book keeps every run's
+// balance for good; with it, once the retention has passed, the book
+// keeps only the run whose call is still open and the run whose call
+// expired (a late settle may still land there for the expired
+// retention), with the numbers of the book that keeps everything. Every
+// retired budget stays as a tombstone (an admit is denied, a default never
+// creates it again) and no longer counts toward its tenant's budgets from
+// defaults. The snapshot shrinks and loads into a book that prunes on. It
+// logs the heap and snapshot sizes. It can fail: a retire that dropped
+// nothing, or one that ignored the open reservation or the expiry,
+// leaves a count the test names.
+func TestRetire_BalancesLeaveTheBook(t *testing.T) {
+	const runs = 2000
+	start := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	build := func(retire bool) (*book, uint64, time.Time, uint64) {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		bk := newBook(streams.Default(), 15*time.Minute, 48*time.Hour)
+		seq, at := runHistory(t, bk, 0, start, runs, retire)
+		// The follower reaches a revision written an hour later: the
+		// retention of every closed call has passed.
+		at = at.Add(time.Hour)
+		bk.forgetUntil(seq, at)
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		return bk, seq, at, after.HeapAlloc - min(before.HeapAlloc, after.HeapAlloc)
+	}
+	all, seq, _, allHeap := build(false)
+	bk, seq2, at, bkHeap := build(true)
+	require.Equal(t, seq+runs, seq2, "one retiring revision per run")
+	require.Equal(t, runs, len(all.balances), "without retirement: every run's balance stays")
+	require.Equal(t, runs, all.tenants.defaults[""])
+
+	require.Equal(t, 2, len(bk.balances), "with it: the run with an open call and the run with an expired one")
+	for _, i := range []int{7, 8} {
+		ref := events.BalanceRef{Scope: events.Scope(fmt.Sprintf("run:r-%d", i)), Period: events.PeriodLifetime, Instance: events.InstanceLifetime}
+		key := streams.BalanceKey(ref)
+		require.Contains(t, bk.balances, key)
+		want, got := all.balance(key, ref), bk.balance(key, ref)
+		require.True(t, got.Retired)
+		got.Retired = false
+		require.Equal(t, want, got, "run %d: the same numbers", i)
+	}
+	require.EqualValues(t, runs-2, bk.pruned)
+	require.Equal(t, runs, len(bk.budgets), "every retired budget stays, as a tombstone")
+	require.True(t, bk.byScope["run:r-0"][0].Retired)
+	require.Zero(t, bk.tenants.defaults[""], "retired budgets no longer count toward the tenant's budgets from defaults")
+
+	allSnap, bkSnap := snapshotBytes(t, all, seq), snapshotBytes(t, bk, seq2)
+	t.Logf("%d agent runs, a lifetime budget each, two calls a run: heap %d KB, snapshot %d KB, %d balances kept; "+
+		"retired when over: heap %d KB, snapshot %d KB, %d balances kept", runs, allHeap/1024, len(allSnap)/1024, len(all.balances),
+		bkHeap/1024, len(bkSnap)/1024, len(bk.balances))
+	require.Less(t, len(bkSnap), len(allSnap), "the snapshot shrinks")
+
+	// The snapshot keeps the tombstones and the two balances; the loaded
+	// book prunes on: 48 hours later the expired run's balance goes too,
+	// and the open one stays.
+	dec, err := decodeSnapshot(bkSnap)
+	require.NoError(t, err)
+	loaded, err := bookFromSnapshot(bk.layout, bk.retention, bk.expiredKeep, dec)
+	require.NoError(t, err)
+	require.Equal(t, 2, len(loaded.balances))
+	require.Equal(t, runs, len(loaded.budgets))
+	require.True(t, loaded.byScope["run:r-5"][0].Retired)
+	require.Zero(t, loaded.tenants.defaults[""])
+	later := at.Add(49 * time.Hour)
+	loaded.forgetUntil(seq2, later)
+	loaded.forgetUntil(seq2, later.Add(time.Hour))
+	require.Equal(t, 1, len(loaded.balances), "the run whose call is still open")
+	require.Contains(t, loaded.balances, streams.BalanceKey(events.BalanceRef{Scope: "run:r-7", Period: events.PeriodLifetime, Instance: events.InstanceLifetime}))
+}
+
+// TestRetire_Final: a definition folded after a budget's retirement (no
+// replica writes one: a put of a retired budget is refused) does not bring
+// it back, in the book or in what its snapshot carries, and a balance
+// revision after the retirement (an admit decided before it was folded)
+// is folded and then waits, as any retired balance, to be pruned.
+func TestRetire_Final(t *testing.T) {
+	bk := newBook(streams.Default(), 15*time.Minute, 48*time.Hour)
+	ref := events.BudgetRef{Scope: "run:late", Period: events.PeriodLifetime}
+	key := streams.BudgetKey(ref)
+	def := events.BudgetRevision{Schema: events.SchemaBudget, Budget: ref, Limit: events.MustMoney("1"), Unit: "USD"}
+	bk.setBudget(key, 1, &def, nil)
+	retired := def
+	retired.Retired = true
+	bk.setBudget(key, 2, &retired, nil)
+	again := def
+	again.Limit = events.MustMoney("100")
+	bk.setBudget(key, 3, &again, nil)
+	require.True(t, bk.budgets[key].def.Retired)
+	require.True(t, bk.budgets[key].src.Retired, "a snapshot carries it retired")
+
+	bal := events.BalanceRef{Scope: ref.Scope, Period: ref.Period, Instance: events.InstanceLifetime}
+	at := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	bk.applyBalance(streams.BalanceKey(bal), 4, &events.BalanceRevision{Schema: events.SchemaBalance, Balance: bal, Unit: "USD",
+		Limit: def.Limit, Spent: events.MustMoney("0.5"), Reserved: events.Zero, Overrun: events.Zero})
+	bk.forgetUntil(4, at)
+	require.Contains(t, bk.balances, streams.BalanceKey(bal))
+	bk.forgetUntil(4, at.Add(49*time.Hour))
+	bk.forgetUntil(4, at.Add(50*time.Hour))
+	require.NotContains(t, bk.balances, streams.BalanceKey(bal))
+}

@@ -160,6 +160,12 @@ func (b *book) setBudgetArm(key string, seq uint64, rev *events.BudgetRevision, 
 		// a put of a retired budget is refused) does not bring it back.
 		src.Retired = true
 	}
+	if src.Retired {
+		// A tombstone: what a snapshot needs is the definition; the
+		// event and the chain are the stream's (the key's head keeps
+		// the hash a later revision would name).
+		src.Events, src.Chain = nil, events.Chain{}
+	}
 	// A retired budget no longer counts toward its tenant's budgets from
 	// defaults: it holds no room any more.
 	b.budgetChanged(rev.Budget.Scope, d != nil, d != nil && d.def.FromDefault != 0 && !wasRetired, src.FromDefault != 0 && !src.Retired)

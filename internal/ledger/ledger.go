@@ -426,15 +426,18 @@ type Stats struct {
 	// can change them (prune.go).
 	Balances int
 	Pruned   int64
+	// Window is the number of closed reservations the idempotency window
+	// holds (a gauge): each is forgotten after its retention.
+	Window int
 }
 
 // Stats returns the commit counters.
 func (l *Ledger) Stats() Stats {
 	l.mu.RLock()
-	heads, balances, pruned := l.bk.heads.Len(), len(l.bk.balances), l.bk.pruned
+	heads, balances, pruned, window := l.bk.heads.Len(), len(l.bk.balances), l.bk.pruned, l.bk.win.len()
 	l.mu.RUnlock()
 	return Stats{Commits: l.stats.commits.Load(), Batches: l.stats.batches.Load(), Txs: l.stats.txs.Load(), Conflicts: l.stats.conflicts.Load(), Queued: l.stats.queued.Load(),
 		SyncReads: l.syncs.reads.Load(), Timeouts: l.stats.timeouts.Load(), Rejected: l.keys.rejected.Load(),
 		AttemptTime: time.Duration(l.stats.attemptNanos.Load()), WriteTime: time.Duration(l.stats.writeNanos.Load()), Heads: heads,
-		Balances: balances, Pruned: pruned}
+		Balances: balances, Pruned: pruned, Window: window}
 }

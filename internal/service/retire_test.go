@@ -12,6 +12,7 @@ import (
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/ledger"
+	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/streams"
 	"github.com/spendgate/spendgate/testenv"
 )
@@ -108,6 +109,15 @@ func TestRetire_RunOver(t *testing.T) {
 		h.env.Layout.LaneKey(events.BalanceRef{Scope: "team:search", Period: events.PeriodMonth, Instance: "2026-11"}) {
 		require.Equal(t, before, h.revisionsOf(h.env.Layout.LaneKey(events.BalanceRef{Scope: "run:r1", Period: events.PeriodLifetime, Instance: events.InstanceLifetime})))
 	}
+
+	// A snapshot carries the tombstone: a replica's restart and the
+	// audit from the snapshot (which compares its definitions with the
+	// replay's) agree with the stream.
+	_, err := h.replicas[1].Ledger.Snapshot(ctxT(t))
+	require.NoError(t, err)
+	chk, err := projector.Check(ctxT(t), h.env.JS, h.env.Layout, projector.WithFromSnapshot())
+	require.NoError(t, err)
+	require.True(t, chk.OK(), "audit from the snapshot: %s", chk)
 
 	// Bad requests change nothing.
 	seq, _ := h.streamState()

@@ -651,11 +651,14 @@ const (
 	// login alone changes no budget and no price.
 	EndpointKeyedBudgetPut  = "keyed.budget.put"
 	EndpointKeyedPricingPut = "keyed.pricing.put"
+	// EndpointKeyedBudgetRetire is budget.retire on behalf of an API key
+	// with admin access, as the keyed puts are.
+	EndpointKeyedBudgetRetire = "keyed.budget.retire"
 )
 
 // KeyedEndpoints are the endpoints on behalf of an API key, which have no
 // tenant subject (the key names its tenant).
-var KeyedEndpoints = []string{EndpointKeyedBudgetPut, EndpointKeyedPricingPut}
+var KeyedEndpoints = []string{EndpointKeyedBudgetPut, EndpointKeyedPricingPut, EndpointKeyedBudgetRetire}
 
 // Endpoint returns the subject of an endpoint ("spendgate.admit").
 func (l Layout) Endpoint(name string) string { return l.c.Prefix + name }

@@ -12,11 +12,11 @@
 // A caller authenticates with "Authorization: Bearer <key>", a key of the
 // ledger's key table (spendgate keys create --access service|admin): the
 // key's access decides the endpoints it may call (AccessService: all but
-// budget.put and pricing.put; AccessAdmin: all), and a key of a tenant
+// budget.put, pricing.put and budget.retire; AccessAdmin: all), and a key of a tenant
 // calls the tenant's subjects ("<prefix>t.<tenant>.<endpoint>"), where the
 // replica takes the tenant from the subject exactly as it does for a
-// tenant's NATS account. budget.put and pricing.put go instead to the
-// keyed subjects (streams.EndpointKeyedBudgetPut, EndpointKeyedPricingPut)
+// tenant's NATS account. budget.put, pricing.put and budget.retire go
+// instead to the keyed subjects (streams.KeyedEndpoints)
 // with the key itself (events.KeyedRequest): the replica checks the key's
 // access and takes its tenant, so the gateway's login alone cannot put. Errors of the HTTP layer itself have the wire's
 // shape too ({"error":{"code","message"}}): unauthorized (401, no key or
@@ -77,8 +77,9 @@ type Authenticator interface {
 // keyedEndpoints maps the endpoints only a key with admin access may call
 // to their keyed subjects (events.KeyedRequest).
 var keyedEndpoints = map[string]string{
-	streams.EndpointBudgetPut:  streams.EndpointKeyedBudgetPut,
-	streams.EndpointPricingPut: streams.EndpointKeyedPricingPut,
+	streams.EndpointBudgetPut:    streams.EndpointKeyedBudgetPut,
+	streams.EndpointPricingPut:   streams.EndpointKeyedPricingPut,
+	streams.EndpointBudgetRetire: streams.EndpointKeyedBudgetRetire,
 }
 
 // endpoints maps each endpoint to the access that may call it.
@@ -91,6 +92,7 @@ var endpoints = map[string]string{
 	streams.EndpointBudgetList: events.AccessService, streams.EndpointPricingGet: events.AccessService,
 	streams.EndpointPricingList: events.AccessService, streams.EndpointReport: events.AccessService,
 	streams.EndpointBudgetPut: events.AccessAdmin, streams.EndpointPricingPut: events.AccessAdmin,
+	streams.EndpointBudgetRetire: events.AccessAdmin,
 }
 
 // API serves the HTTP API. Make one with New and Register it on a mux.

@@ -288,6 +288,38 @@ func TestAPI_TenantKey(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, status, "the replica refuses a tenant's pricing.put: %s", body)
 }
 
+// TestAPI_Retire: budget.retire over HTTP is an admin key's, as a put is:
+// a service key gets 403 and the budget stays; a tenant's admin key
+// retires its own tenant's budget (another tenant's same name is
+// untouched), and an admit naming it is then denied budget_retired; a
+// put of it is 409 budget_retired.
+func TestAPI_Retire(t *testing.T) {
+	e := newEnv(t)
+	acme, globex := e.key(events.AccessAdmin, "acme"), e.key(events.AccessAdmin, "globex")
+	acmeSvc := e.key(events.AccessService, "acme")
+	for _, k := range []string{acme, globex} {
+		status, body := e.post(k, "budget.put", `{"scope":"run:r-1","period":"lifetime","limit":"1","unit":"USD"}`)
+		require.Equal(t, http.StatusOK, status, body)
+	}
+	status, body := e.post(acmeSvc, "budget.retire", `{"scope":"run:r-1","period":"lifetime"}`)
+	require.Equal(t, http.StatusForbidden, status, body)
+	require.Equal(t, httpapi.CodeForbidden, code(t, body))
+
+	status, body = e.post(acme, "budget.retire", `{"scope":"run:r-1","period":"lifetime","reason":"run finished"}`)
+	require.Equal(t, http.StatusOK, status, body)
+	require.Contains(t, body, `"retired":true`)
+	status, body = e.post(acmeSvc, "admit", `{"request_id":"after","scopes":["run:r-1"],"amount":"0.1"}`)
+	require.Equal(t, http.StatusOK, status, body)
+	require.Contains(t, body, `"reason":"budget_retired"`)
+	status, body = e.post(acme, "budget.put", `{"scope":"run:r-1","period":"lifetime","limit":"5"}`)
+	require.Equal(t, http.StatusConflict, status, body)
+	require.Equal(t, events.CodeBudgetRetired, code(t, body))
+
+	status, body = e.post(globex, "budget.get", `{"scope":"run:r-1","period":"lifetime"}`)
+	require.Equal(t, http.StatusOK, status, body)
+	require.NotContains(t, body, `"retired"`, "another tenant's budget of the same name stays")
+}
+
 // TestAPI_BearerSchemeAnyCase: the auth scheme is case-insensitive (RFC
 // 7235), so "bearer <key>", as hand-written clients send it, authenticates
 // as "Bearer <key>" does; another scheme is still 401.

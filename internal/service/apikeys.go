@@ -38,6 +38,7 @@ func (s *Service) addAPIKeyEndpoints(add func(name, desc string, h handler, bh b
 	}{
 		{streams.EndpointKeyedBudgetPut, "budget.put for the holder of an API key with admin access, in the key's tenant", s.keyed(s.budgetPut)},
 		{streams.EndpointKeyedPricingPut, "pricing.put for the holder of an API key with admin access, in the key's tenant", s.keyed(s.pricingPut)},
+		{streams.EndpointKeyedBudgetRetire, "budget.retire for the holder of an API key with admin access, in the key's tenant", s.keyed(s.budgetRetire)},
 	} {
 		if err := add(e.name, e.desc, e.h, nil, "", false); err != nil {
 			return err

@@ -104,7 +104,7 @@ func TestCLI_ExportReportBalances(t *testing.T) {
 	require.Equal(t, []string{"reservation_id", "request_id", "scopes", "balances", "unit", "reserved",
 		"opened_at", "expires_at", "settled_at", "released_at", "expired_at", "status", "actual", "overrun", "excess", "settle_note", "late",
 		"release_reason", "model", "price_version", "quoted_input_tokens", "quoted_max_output_tokens", "input_tokens",
-		"output_tokens", "cached_input_tokens", "count", "metadata.feature", "metadata.model"}, recs[0])
+		"output_tokens", "cached_input_tokens", "count", "price_input", "price_output", "price_cached_input", "metadata.feature", "metadata.model"}, recs[0])
 	require.Len(t, recs, 5)
 	col := func(rec []string, name string) string { return rec[indexOf(recs[0], name)] }
 	require.Equal(t, []string{r1, r2, r3, r4}, []string{recs[1][0], recs[2][0], recs[3][0], recs[4][0]})

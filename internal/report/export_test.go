@@ -367,7 +367,7 @@ func TestExport_Filter(t *testing.T) {
 	_, err := report.NewReader(env.JS, env.Layout, p).ExportCSV(ctx, &out, report.Filter{Scopes: []events.Scope{"user:u-17"}, To: s(2)})
 	require.NoError(t, err)
 	header, _, _ := strings.Cut(out.String(), "\n")
-	require.True(t, strings.HasSuffix(header, ",cached_input_tokens,count,metadata.feature,metadata.model,metadata.user"), header)
+	require.True(t, strings.HasSuffix(header, ",count,price_input,price_output,price_cached_input,metadata.feature,metadata.model,metadata.user"), header)
 
 	// A hold shorter than the time between the expiry and the late settle
 	// writes rsv_02 without its settle; the settle is then not exported.

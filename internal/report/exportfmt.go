@@ -21,13 +21,18 @@ import (
 // was priced at, the input and the most output tokens it was reserved
 // for, and the tokens its settle reported (empty for a settle with an
 // actual). count is the count its count budgets hold (Row.Count; empty
-// when it names none).
+// when it names none). price_input, price_output and price_cached_input
+// are the prices per million tokens the reservation was priced at (its
+// quote's, at price_version; empty when not priced from a model, and
+// price_cached_input when the model had no cached price), so that a
+// row's cost can be recomputed from the row alone.
 var ExportColumns = []string{
 	"reservation_id", "request_id", "scopes", "balances", "unit", "reserved",
 	"opened_at", "expires_at", "settled_at", "released_at", "expired_at",
 	"status", "actual", "overrun", "excess", "settle_note", "late", "release_reason",
 	"model", "price_version", "quoted_input_tokens", "quoted_max_output_tokens",
 	"input_tokens", "output_tokens", "cached_input_tokens", "count",
+	"price_input", "price_output", "price_cached_input",
 }
 
 // MetadataColumnPrefix starts the name of a metadata column of a CSV
@@ -305,9 +310,14 @@ func fillRecord(rec []string, r *Row, keys []string, tf TimeFormat) {
 		count = r.Count.String()
 	}
 	var priced [7]string
+	var prices [3]string
 	if q := r.Pricing; q != nil {
 		priced[0], priced[1] = q.Model, strconv.FormatUint(q.Version, 10)
 		priced[2], priced[3] = itoa(q.InputTokens), itoa(q.MaxOutputTokens)
+		prices[0], prices[1] = q.Input.String(), q.Output.String()
+		if q.CachedInput != nil {
+			prices[2] = q.CachedInput.String()
+		}
 		if u := r.Usage; u != nil {
 			priced[4], priced[5], priced[6] = itoa(u.InputTokens), itoa(u.OutputTokens), itoa(u.CachedInputTokens)
 		}
@@ -318,7 +328,7 @@ func fillRecord(rec []string, r *Row, keys []string, tf TimeFormat) {
 		tf.format(r.OpenedAt), tf.format(r.ExpiresAt), tf.format(r.SettledAt), tf.format(r.ReleasedAt), tf.format(r.ExpiredAt),
 		r.Status, actual, overrun, excess, r.Note, late, r.ReleaseReason,
 		priced[0], priced[1], priced[2], priced[3], priced[4], priced[5], priced[6],
-		count,
+		count, prices[0], prices[1], prices[2],
 	}
 	n := copy(rec, fixed)
 	for i, k := range keys {

@@ -253,8 +253,9 @@ func TestPricing_ReportsByModel(t *testing.T) {
 		}
 		return out
 	}
-	names := []string{"model", "price_version", "quoted_input_tokens", "quoted_max_output_tokens", "input_tokens", "output_tokens", "cached_input_tokens", "metadata.model"}
-	require.Equal(t, []string{"gpt-x.1", version, "1200", "800", "1200", "640", "1000", "gpt-x.1"}, cells("p1", names...))
-	require.Equal(t, []string{"gpt-x.1", version, "10", "10", "", "", "", "label-x"}, cells("p2", names...))
-	require.Equal(t, []string{"", "", "", "", "", "", "", "manual"}, cells("plain", names...))
+	names := []string{"model", "price_version", "quoted_input_tokens", "quoted_max_output_tokens", "input_tokens", "output_tokens", "cached_input_tokens",
+		"price_input", "price_output", "price_cached_input", "metadata.model"}
+	require.Equal(t, []string{"gpt-x.1", version, "1200", "800", "1200", "640", "1000", "2.5", "10", "1.25", "gpt-x.1"}, cells("p1", names...))
+	require.Equal(t, []string{"gpt-x.1", version, "10", "10", "", "", "", "2.5", "10", "1.25", "label-x"}, cells("p2", names...))
+	require.Equal(t, []string{"", "", "", "", "", "", "", "", "", "", "manual"}, cells("plain", names...))
 }

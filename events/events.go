@@ -210,6 +210,34 @@ func (ReservationReleased) EventType() Type { return TypeReservationReleased }
 func (RequestVoided) EventType() Type       { return TypeRequestVoided }
 func (BudgetRetired) EventType() Type       { return TypeBudgetRetired }
 
+// TimeOf returns when event e happened (its At; the zero time for an
+// event without one).
+func TimeOf(e Event) time.Time {
+	switch e := e.(type) {
+	case ReservationOpened:
+		return e.At
+	case ReservationSettled:
+		return e.At
+	case ReservationReleased:
+		return e.At
+	case RequestVoided:
+		return e.At
+	case ThresholdCrossed:
+		return e.At
+	case BudgetDefined:
+		return e.At
+	case BudgetDefinedV2:
+		return e.At
+	case BudgetRetired:
+		return e.At
+	case DefaultDefined:
+		return e.At
+	case PricingDefined:
+		return e.At
+	}
+	return time.Time{}
+}
+
 // BalanceEvent is an event of one balance: what a lane revision's balance
 // carries.
 type BalanceEvent interface {

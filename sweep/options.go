@@ -76,3 +76,32 @@ func WithOnExpired(f func(n int)) Option {
 		return nil
 	}
 }
+
+// WithIdleRetire has the sweeper retire, every every (default
+// DefaultIdleEvery; 100ms..24h), the budgets created from defaults that
+// have been idle for their scope kind's rule: rules maps a scope kind
+// ("run") to how long (at least a minute), and r retires them
+// (ledger.Ledger). Sweepers on several replicas may retire the same
+// budget: the second finds it retired and writes nothing.
+func WithIdleRetire(r IdleRetirer, rules map[string]time.Duration, every time.Duration) Option {
+	return func(s *Sweeper) error {
+		if r == nil {
+			return errors.New("sweep: nil idle retirer")
+		}
+		for kind, d := range rules {
+			if d < time.Minute {
+				return fmt.Errorf("sweep: idle rule %s=%v under a minute", kind, d)
+			}
+		}
+		if every == 0 {
+			every = DefaultIdleEvery
+		}
+		if every < 100*time.Millisecond || every > 24*time.Hour {
+			return fmt.Errorf("sweep: idle period %v out of range 100ms..24h", every)
+		}
+		if len(rules) > 0 {
+			s.idle, s.idleRules, s.idleEvery = r, rules, every
+		}
+		return nil
+	}
+}

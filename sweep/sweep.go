@@ -65,7 +65,29 @@ type Sweeper struct {
 	log      *slog.Logger
 	// onExpired, if set, is told each pass's count.
 	onExpired func(n int)
+	// idle retires idle budgets under idleRules, every idleEvery (see
+	// WithIdleRetire); lastIdle is when it last ran.
+	idle      IdleRetirer
+	idleRules map[string]time.Duration
+	idleEvery time.Duration
+	lastIdle  time.Time
 }
+
+// IdleRetirer retires the budgets created from defaults that have been
+// idle for their scope kind's rule (ledger.Ledger implements it).
+type IdleRetirer interface {
+	RetireIdle(ctx context.Context, rules map[string]time.Duration, now time.Time, max int) (int, error)
+}
+
+// Defaults of idle retirement.
+const (
+	// DefaultIdleEvery is how often a sweeper with idle rules looks for
+	// idle budgets: a look walks every budget, so not every pass.
+	DefaultIdleEvery = time.Minute
+	// MaxIdlePerPass bounds the budgets one look retires; the rest wait
+	// for the next.
+	MaxIdlePerPass = 10_000
+)
 
 // New returns a Sweeper.
 func New(list Lister, exp Expirer, opts ...Option) (*Sweeper, error) {
@@ -151,6 +173,22 @@ func (s *Sweeper) Pass(ctx context.Context) (int, error) {
 	return n, firstErr
 }
 
+// IdlePass retires the budgets idle under the sweeper's rules (see
+// WithIdleRetire) and returns how many; Run calls it every idle period.
+func (s *Sweeper) IdlePass(ctx context.Context) int {
+	if s.idle == nil {
+		return 0
+	}
+	start := time.Now()
+	n, err := s.idle.RetireIdle(ctx, s.idleRules, s.now(), MaxIdlePerPass)
+	if err != nil && ctx.Err() == nil {
+		s.log.Warn("sweep: retiring idle budgets stopped", "retired", n, "err", err)
+	} else if n > 0 {
+		s.log.Info("sweep: retired idle budgets", "retired", n, "took", time.Since(start))
+	}
+	return n
+}
+
 // Run sweeps every interval until ctx ends, and returns ctx's error.
 func (s *Sweeper) Run(ctx context.Context) error {
 	t := time.NewTicker(s.interval)
@@ -160,6 +198,10 @@ func (s *Sweeper) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C:
+			if s.idle != nil && time.Since(s.lastIdle) >= s.idleEvery {
+				s.lastIdle = time.Now()
+				s.IdlePass(ctx)
+			}
 			start := time.Now()
 			n, err := s.Pass(ctx)
 			if s.onExpired != nil {

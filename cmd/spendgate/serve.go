@@ -70,6 +70,7 @@ func serve(args []string) int {
 	defTTL := fs.Duration("default-ttl", 5*time.Minute, "reservation TTL when the request names none")
 	maxTTL := fs.Duration("max-ttl", 24*time.Hour, "largest TTL a request may ask for")
 	sweepEvery := fs.Duration("sweep-interval", sweep.DefaultInterval, "how often this replica releases expired reservations (each pass releases everything due, in group commits)")
+	retireIdle := fs.String("retire-idle", "", "retire the budgets created from a kind's default once idle this long: KIND=DURATION, comma-separated (run=24h: a run's budget with nothing open and no call for 24 hours is retired, as spendgate budget retire does; at least 1m each; empty: never)")
 	verbose := fs.Bool("v", false, "log debug output, the embedded server's included (--log-level debug)")
 	httpAddr := fs.String("http", "", "serve /metrics, /healthz, /readyz and the spend dashboard (/dashboard/) on this address (e.g. 127.0.0.1:8080); off when empty")
 	httpHosts := fs.String("http-hosts", "", "host names, comma-separated, that /metrics and the dashboard answer to besides IP addresses, localhost and the name in --http (a request naming any other is refused 403, so that no web page can read them by pointing its own name at this machine)")
@@ -129,6 +130,10 @@ func serve(args []string) int {
 	}
 	if *sweepEvery <= 0 {
 		return serveCommand.usageError(fs, "--sweep-interval must be positive")
+	}
+	idleRules, err := parseRetireIdle(*retireIdle)
+	if err != nil {
+		return serveCommand.usageError(fs, err.Error())
 	}
 	if *readyMaxDelay <= 0 {
 		return serveCommand.usageError(fs, "--ready-max-delay must be positive")
@@ -319,7 +324,7 @@ func serve(args []string) int {
 		go func() { opsDone <- opsSrv.Run(opsCtx) }()
 	}
 	r, err := replica.Start(ctx, nc, js, replica.Config{
-		Layout: layout, DefaultTTL: *defTTL, MaxTTL: *maxTTL, SweepInterval: *sweepEvery, Log: log,
+		Layout: layout, DefaultTTL: *defTTL, MaxTTL: *maxTTL, SweepInterval: *sweepEvery, RetireIdle: idleRules, Log: log,
 		LedgerOptions: []ledger.Option{ledger.WithSnapshotEvery(*snapRevisions, *snapInterval),
 			ledger.WithSigner(keys.signer), ledger.WithTrust(keys.trust)},
 		ReadyTimeout: *readyTimeout, Metrics: m, MetricsBudgets: *metricsBudgets, Feed: *feedOn,
@@ -595,3 +600,30 @@ func notClustered(err error) bool {
 // ("replicas > 1 not supported in non-clustered mode"); nats.go has no name
 // for it.
 const errCodeReplicasNotSupported jetstream.ErrorCode = 10074
+
+// parseRetireIdle parses --retire-idle: KIND=DURATION, comma-separated,
+// each kind a scope kind named once, each duration at least a minute.
+func parseRetireIdle(v string) (map[string]time.Duration, error) {
+	if strings.TrimSpace(v) == "" {
+		return nil, nil
+	}
+	rules := map[string]time.Duration{}
+	for _, part := range strings.Split(v, ",") {
+		kind, d, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok {
+			return nil, fmt.Errorf("--retire-idle %q: want KIND=DURATION (run=24h)", part)
+		}
+		if _, err := events.ParseScope(kind + ":x"); err != nil || kind == "" {
+			return nil, fmt.Errorf("--retire-idle %q: %q is not a scope kind (lower case letters, digits, '_' or '-', starting with a letter)", part, kind)
+		}
+		if _, dup := rules[kind]; dup {
+			return nil, fmt.Errorf("--retire-idle: kind %s named twice", kind)
+		}
+		dur, err := time.ParseDuration(d)
+		if err != nil || dur < time.Minute {
+			return nil, fmt.Errorf("--retire-idle %q: want a duration of at least 1m (24h, 90m)", part)
+		}
+		rules[kind] = dur
+	}
+	return rules, nil
+}

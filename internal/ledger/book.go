@@ -19,6 +19,10 @@ import (
 // each after the gate passed it and recorded it in heads (see apply).
 type book struct {
 	layout streams.Layout
+	// born is when this book was made (this process's clock): a balance
+	// whose latest event a snapshot did not say counts as active then
+	// (IdleBudgets).
+	born time.Time
 
 	budgets  map[string]*budget  // by budget key
 	prices   map[string]*pricing // by pricing key
@@ -89,6 +93,7 @@ type book struct {
 
 func newBook(layout streams.Layout, retention, expiredKeep time.Duration) *book {
 	return &book{
+		born:         time.Now(),
 		layout:       layout,
 		budgets:      map[string]*budget{},
 		prices:       map[string]*pricing{},
@@ -220,6 +225,9 @@ func (b *book) applyBalance(key string, seq uint64, rev *events.BalanceRevision)
 	}
 	for _, e := range rev.Events {
 		b.applyEvent(bl, key, seq, e)
+		if t := events.TimeOf(e); t.After(bl.lastAt) {
+			bl.lastAt = t
+		}
 	}
 	bl.rev = seq
 	bl.unit, bl.limit = rev.Unit, rev.Limit

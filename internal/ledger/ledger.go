@@ -341,6 +341,13 @@ func (l *Ledger) EditBudget(ctx context.Context, ref events.BudgetRef, unit stri
 // Errors: *events.Error with CodeUnknownBudget (no such budget),
 // CodeInvalidRequest (reason too long) or EditBudget's.
 func (l *Ledger) RetireBudget(ctx context.Context, ref events.BudgetRef, unit, reason string, now time.Time) (b Budget, already bool, err error) {
+	return l.retireBudget(ctx, ref, unit, reason, now, nil)
+}
+
+// retireBudget is RetireBudget, which when cond is set retires the budget
+// only if cond holds of it under the book's lock (else it answers already
+// true and writes nothing).
+func (l *Ledger) retireBudget(ctx context.Context, ref events.BudgetRef, unit, reason string, now time.Time, cond func(*book, *budget) bool) (b Budget, already bool, err error) {
 	if len(reason) > events.MaxRetireReasonLen {
 		return Budget{}, false, events.Errorf(events.CodeInvalidRequest, "reason is %d bytes, at most %d", len(reason), events.MaxRetireReasonLen)
 	}
@@ -356,7 +363,7 @@ func (l *Ledger) RetireBudget(ctx context.Context, ref events.BudgetRef, unit, r
 			return "", nil, false, events.Errorf(events.CodeUnknownBudget, "no budget is defined for %s per %s", target.Scope, target.Period)
 		}
 		cur = d.def
-		if cur.Retired {
+		if cur.Retired || cond != nil && !cond(bk, d) {
 			return key, nil, true, nil
 		}
 		src := d.src

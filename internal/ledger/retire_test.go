@@ -172,3 +172,67 @@ func TestRetire_Final(t *testing.T) {
 	bk.forgetUntil(4, at.Add(50*time.Hour))
 	require.NotContains(t, bk.balances, streams.BalanceKey(bal))
 }
+
+// TestIdleBudgets: under a rule run=1h, two hours after the last call,
+// every run's budget from the default is idle except the run whose call
+// is still open; a budget put for its scope and a kind without a rule are
+// never listed, nor is one retired. The latest call's time travels in the
+// snapshot, so a book loaded from it lists the same; a snapshot that does
+// not say (written before it was kept) makes its balances count as
+// active when the book was loaded. It can fail: without the open
+// reservation's check run 7 is listed; without the time of the latest
+// call every run is idle at once, or never.
+func TestIdleBudgets(t *testing.T) {
+	bk := newBook(streams.Default(), 15*time.Minute, 48*time.Hour)
+	start := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	seq, at := runHistory(t, bk, 0, start, 10, false)
+	// A budget put for its scope, and a team's: used, never listed.
+	for _, ref := range []events.BudgetRef{{Scope: "run:manual", Period: events.PeriodLifetime}, {Scope: "team:t", Period: events.PeriodMonth}} {
+		seq++
+		bk.setBudget(streams.BudgetKey(ref), seq, &events.BudgetRevision{Schema: events.SchemaBudget, Budget: ref, Limit: events.MustMoney("5"), Unit: "USD"}, nil)
+		bal := events.BalanceRef{Scope: ref.Scope, Period: ref.Period, Instance: ref.Period.Instance(start)}
+		seq++
+		bk.applyBalance(streams.BalanceKey(bal), seq, &events.BalanceRevision{Schema: events.SchemaBalance, Balance: bal, Unit: "USD",
+			Limit: events.MustMoney("5"), Spent: events.Zero, Reserved: events.Zero, Overrun: events.Zero,
+			Events: events.Events{events.RequestVoided{RequestID: "v", Scopes: []events.Scope{ref.Scope}, At: start}}})
+	}
+	rules := map[string]time.Duration{"run": time.Hour, "team": time.Hour}
+	scopes := func(ib []IdleBudget) []string {
+		var out []string
+		for _, b := range ib {
+			out = append(out, string(b.Ref.Scope))
+		}
+		return out
+	}
+	require.Empty(t, bk.idleBudgets(rules, at.Add(30*time.Minute), 100), "nothing is idle for an hour yet")
+	want := []string{"run:r-0", "run:r-1", "run:r-2", "run:r-3", "run:r-4", "run:r-5", "run:r-6", "run:r-8", "run:r-9"}
+	later := at.Add(2 * time.Hour)
+	got := bk.idleBudgets(rules, later, 100)
+	require.Equal(t, want, scopes(got), "oldest first; run 7's call is open")
+	require.Equal(t, []string{"run:r-0", "run:r-1"}, scopes(bk.idleBudgets(rules, later, 2)))
+
+	// Retired: never listed again.
+	d := bk.budgets[streams.BudgetKey(got[0].Ref)]
+	retired := d.src
+	retired.Retired = true
+	seq++
+	bk.setBudget(streams.BudgetKey(got[0].Ref), seq, &retired, nil)
+	require.Equal(t, want[1:], scopes(bk.idleBudgets(rules, later, 100)))
+
+	// The snapshot carries the latest call's time.
+	data := snapshotBytes(t, bk, seq)
+	dec, err := decodeSnapshot(data)
+	require.NoError(t, err)
+	loaded, err := bookFromSnapshot(bk.layout, bk.retention, bk.expiredKeep, dec)
+	require.NoError(t, err)
+	require.Equal(t, want[1:], scopes(loaded.idleBudgets(rules, later, 100)))
+
+	// One that does not: active when the book was loaded.
+	for i := range dec.Balances {
+		dec.Balances[i].LastAt = nil
+	}
+	old, err := bookFromSnapshot(bk.layout, bk.retention, bk.expiredKeep, dec)
+	require.NoError(t, err)
+	require.Empty(t, old.idleBudgets(rules, later, 100))
+	require.Equal(t, want[1:], scopes(old.idleBudgets(rules, old.born.Add(time.Hour), 100)))
+}

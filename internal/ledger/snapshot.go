@@ -283,6 +283,9 @@ type snapBalance struct {
 	// that of its last expiry (absent: none; kept for every balance).
 	StampedAt *time.Time `json:"stamped_at,omitempty"`
 	ExpiredAt *time.Time `json:"expired_at,omitempty"`
+	// LastAt is the time of the balance's latest event (balance.lastAt);
+	// absent in snapshots written before it was kept.
+	LastAt *time.Time `json:"last_at,omitempty"`
 }
 
 type snapReservation struct {
@@ -417,6 +420,10 @@ func (b *book) snapshotCopy(seq uint64, version int) (*snapshotState, error) {
 		if !bl.expiredAt.IsZero() {
 			at := bl.expiredAt
 			sb.ExpiredAt = &at
+		}
+		if !bl.lastAt.IsZero() {
+			at := bl.lastAt
+			sb.LastAt = &at
 		}
 		for id := range bl.open {
 			sb.Open = append(sb.Open, id)
@@ -623,6 +630,9 @@ func bookFromSnapshot(layout streams.Layout, retention, expiredKeep time.Duratio
 		}
 		if sb.ExpiredAt != nil {
 			bals[i].expiredAt = *sb.ExpiredAt
+		}
+		if sb.LastAt != nil {
+			bals[i].lastAt = *sb.LastAt
 		}
 		if b.prunable(sb.Ref) {
 			// Stamped as the snapshot says; a revision it did not stamp

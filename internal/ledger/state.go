@@ -272,6 +272,10 @@ type balance struct {
 	// in it (zero: none). See prune.go.
 	stampedSeq           uint64
 	stampedAt, expiredAt time.Time
+	// lastAt is the time of the latest event folded into the balance
+	// (events.TimeOf; zero: none since a snapshot that did not say): how
+	// long a budget has been idle (Ledger.IdleBudgets).
+	lastAt time.Time
 }
 
 // budget is the replica's folded state of one budget key.

@@ -36,6 +36,12 @@ type Config struct {
 	// DefaultTTL, MinTTL, MaxTTL bound reservation TTLs; zero values take
 	// the events package defaults.
 	DefaultTTL, MinTTL, MaxTTL time.Duration
+	// RetireIdle maps a scope kind to how long a budget of that kind
+	// created from a default may stay idle before this replica's sweeper
+	// retires it (serve --retire-idle; sweep.WithIdleRetire); RetireIdleEvery
+	// is how often it looks (0: sweep.DefaultIdleEvery).
+	RetireIdle      map[string]time.Duration
+	RetireIdleEvery time.Duration
 	// SweepInterval is the sweeper's period; default sweep.DefaultInterval.
 	// Negative disables the sweeper (tests drive it by hand).
 	SweepInterval time.Duration
@@ -382,6 +388,9 @@ func engine(l *ledger.Ledger, cfg Config, extra ...admit.Option) (*admit.Admitte
 	}
 	if cfg.Metrics != nil {
 		sopts = append(sopts, sweep.WithOnExpired(cfg.Metrics.Expired))
+	}
+	if len(cfg.RetireIdle) > 0 {
+		sopts = append(sopts, sweep.WithIdleRetire(l, cfg.RetireIdle, cfg.RetireIdleEvery))
 	}
 	sw, err := sweep.New(l, st, sopts...)
 	if err != nil {

@@ -64,6 +64,8 @@ type harnessOpts struct {
 	// --tenant-limits) if set.
 	tenantLimits service.TenantLimits
 	tenantOwn    *service.TenantTable
+	// retireIdle is the first replica's serve --retire-idle.
+	retireIdle map[string]time.Duration
 }
 
 type clock struct{ now atomicTime }
@@ -79,10 +81,10 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 	h := &harness{t: t, env: env, nc: env.Connect(t), clock: &clock{}}
 	h.clock.now.Store(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	for i := 0; i < o.replicas; i++ {
-		// A metrics set serves one replica: the first.
-		m := o.metrics
+		// A metrics set serves one replica: the first; so do idle rules.
+		m, idle := o.metrics, o.retireIdle
 		if i > 0 {
-			m = nil
+			m, idle = nil, nil
 		}
 		nc := env.Connect(t)
 		js, err := jetstream.New(nc)
@@ -90,7 +92,7 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 		r, err := replica.Start(ctxT(t), nc, js, replica.Config{
 			Layout: env.Layout, Now: h.clock.now.Load, SweepInterval: -1, LedgerOptions: o.ledgerOpts,
 			MaxInFlight: o.maxInFlight, Metrics: m, Reports: o.reports, ReportOptions: o.reportOpts,
-			TenantLimits: o.tenantLimits, TenantOwn: o.tenantOwn, ServiceConn: env.Connect(t),
+			TenantLimits: o.tenantLimits, TenantOwn: o.tenantOwn, ServiceConn: env.Connect(t), RetireIdle: idle,
 		})
 		require.NoError(t, err)
 		t.Cleanup(func() {

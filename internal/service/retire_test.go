@@ -240,3 +240,60 @@ func TestRetire_BalancesLeaveMemory(t *testing.T) {
 	}
 	require.Equal(t, want.String(), h.budget("team:agents", "month").Spent, "the team's budget holds every call")
 }
+
+// TestRetire_IdleRunsBySweeper: a replica run with --retire-idle run=1h
+// retires, at its sweeper's idle pass, the run budgets from the default
+// with nothing open and no call for an hour: not the run whose call is
+// open, not the one called half an hour ago, not a run budget put for its
+// scope. The other replica (no rule) sees the retirement as any other;
+// an admit naming the retired run is denied; a second pass retires
+// nothing more. It can fail: a pass that ignored the open call or the
+// latest call's time retires those runs too.
+func TestRetire_IdleRunsBySweeper(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpts{replicas: 2, retireIdle: map[string]time.Duration{"run": time.Hour}})
+	_, e := h.putDef(events.BudgetPutRequest{Scope: "run:*", Period: "lifetime", Limit: "1", Unit: "USD"})
+	require.Nil(t, e)
+	h.putBudget("run:manual", "lifetime", "1", "USD")
+	admit := func(rid, run string) events.AdmitReply {
+		rep, err := h.replicas[0].Admitter.Admit(ctxT(t), events.AdmitRequest{RequestID: rid, Scopes: []string{run}, Amount: "0.1", TTL: "24h"})
+		require.NoError(t, err)
+		require.True(t, rep.Admitted, rid)
+		return rep
+	}
+	for _, run := range []string{"run:done", "run:open", "run:recent", "run:manual"} {
+		rep := admit(strings.ReplaceAll(run, ":", "-")+"-1", run)
+		_, e := h.settle(rep.ReservationID, "0.05")
+		require.Nil(t, e)
+	}
+	open := admit("open-2", "run:open")
+	t0 := h.clock.now.Load()
+	h.clock.now.Store(t0.Add(90 * time.Minute))
+	recent := admit("recent-2", "run:recent")
+	_, e = h.settle(recent.ReservationID, "0.05")
+	require.Nil(t, e)
+	h.clock.now.Store(t0.Add(2 * time.Hour))
+
+	sw := h.replicas[0].Sweeper
+	require.Equal(t, 1, sw.IdlePass(ctxT(t)))
+	require.Zero(t, sw.IdlePass(ctxT(t)), "nothing more is idle")
+	require.NoError(t, h.replicas[1].Ledger.Sync(ctxT(t)))
+	for _, c := range []struct {
+		run     string
+		retired bool
+	}{{"run:done", true}, {"run:open", false}, {"run:recent", false}, {"run:manual", false}} {
+		b, ok := h.replicas[1].Ledger.Budget(events.BudgetRef{Scope: events.Scope(c.run), Period: events.PeriodLifetime})
+		require.True(t, ok)
+		require.Equal(t, c.retired, b.Retired, c.run)
+	}
+	rep, err := h.replicas[1].Admitter.Admit(ctxT(t), events.AdmitRequest{RequestID: "done-3", Scopes: []string{"run:done"}, Amount: "0.1"})
+	require.NoError(t, err)
+	require.False(t, rep.Admitted)
+	require.Equal(t, events.ReasonBudgetRetired, rep.Denial.Reason)
+
+	// The open call closes; an hour later the run is idle too.
+	_, e = h.settle(open.ReservationID, "0.05")
+	require.Nil(t, e)
+	h.clock.now.Store(t0.Add(4 * time.Hour))
+	require.Equal(t, 2, sw.IdlePass(ctxT(t)), "the run whose call closed, and the recent one")
+}

@@ -1,0 +1,119 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/spendgate/spendgate/events"
+)
+
+// IdleBudget is a budget IdleBudgets found idle.
+type IdleBudget struct {
+	Ref  events.BudgetRef
+	Unit string
+	// Since is the time of the latest event in its balances.
+	Since time.Time
+}
+
+// IdleBudgets returns up to max budgets created from defaults (never one
+// put for its scope) that are not retired and have been idle for their
+// scope kind's rule: rules maps a scope kind ("run", of the scope's own
+// name, without its tenant) to how long. A budget is idle when it has a
+// balance of a period longer than an hour (month, week, day, lifetime),
+// nothing is open in any of them, and the latest event in them is at
+// least that long before now. A balance whose latest event is not known
+// (loaded from a snapshot written before it was kept) counts as active
+// when this book was made. Oldest first.
+func (l *Ledger) IdleBudgets(rules map[string]time.Duration, now time.Time, max int) []IdleBudget {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.bk.idleBudgets(rules, now, max)
+}
+
+// idleBudgets is IdleBudgets on the book.
+func (b *book) idleBudgets(rules map[string]time.Duration, now time.Time, max int) []IdleBudget {
+	if len(rules) == 0 || max <= 0 {
+		return nil
+	}
+	var out []IdleBudget
+	for _, d := range b.budgets {
+		idle, ok := rules[d.def.Ref.Scope.Local().Kind()]
+		if !ok || !idleIn(b, d, idle, now) {
+			continue
+		}
+		var since time.Time
+		for _, bl := range d.bals {
+			if b.balances[bl.key] != bl {
+				continue
+			}
+			at := bl.lastAt
+			if at.IsZero() {
+				at = b.born
+			}
+			if at.After(since) {
+				since = at
+			}
+		}
+		out = append(out, IdleBudget{Ref: d.def.Ref, Unit: d.def.Unit, Since: since})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].Since.Equal(out[j].Since) {
+			return out[i].Since.Before(out[j].Since)
+		}
+		return out[i].Ref.Scope < out[j].Ref.Scope
+	})
+	if len(out) > max {
+		out = out[:max]
+	}
+	return out
+}
+
+// RetireIdle retires up to max budgets IdleBudgets finds idle under rules
+// at now, each as RetireBudget does, with a reason naming its rule, and
+// returns how many it retired. A budget is checked again under the book's
+// lock just before its retirement is written (a call admitted since makes
+// it busy). It stops at the first error that says the ledger is
+// unavailable, and skips a budget whose retirement failed otherwise
+// (logged).
+func (l *Ledger) RetireIdle(ctx context.Context, rules map[string]time.Duration, now time.Time, max int) (int, error) {
+	n := 0
+	for _, ib := range l.IdleBudgets(rules, now, max) {
+		idle := rules[ib.Ref.Scope.Local().Kind()]
+		reason := fmt.Sprintf("idle for %s (serve --retire-idle %s=%s)", idle, ib.Ref.Scope.Local().Kind(), idle)
+		_, already, err := l.retireBudget(ctx, ib.Ref, "", reason, now, func(bk *book, d *budget) bool {
+			return idleIn(bk, d, idle, now)
+		})
+		switch {
+		case err != nil && (events.CodeOf(err) == events.CodeLedgerUnavailable || ctx.Err() != nil):
+			return n, err
+		case err != nil:
+			l.opts.log.Warn("ledger: retiring an idle budget failed; skipping it", "scope", ib.Ref.Scope, "period", ib.Ref.Period, "err", err)
+		case !already:
+			n++
+		}
+	}
+	return n, nil
+}
+
+// idleIn reports whether budget d of bk has been idle for idle at now
+// (see IdleBudgets), nothing open in its balances included.
+func idleIn(bk *book, d *budget, idle time.Duration, now time.Time) bool {
+	if d.def.FromDefault == 0 || d.def.Retired || len(d.bals) == 0 {
+		return false
+	}
+	for _, bl := range d.bals {
+		if bk.balances[bl.key] != bl {
+			continue
+		}
+		at := bl.lastAt
+		if at.IsZero() {
+			at = bk.born
+		}
+		if len(bl.open) > 0 || now.Sub(at) < idle {
+			return false
+		}
+	}
+	return true
+}

@@ -48,11 +48,7 @@ func (b *book) idleBudgets(rules map[string]time.Duration, now time.Time, max in
 			if b.balances[bl.key] != bl {
 				continue
 			}
-			at := bl.lastAt
-			if at.IsZero() {
-				at = b.born
-			}
-			if at.After(since) {
+			if at := b.activeAt(bl); at.After(since) {
 				since = at
 			}
 		}
@@ -107,13 +103,18 @@ func idleIn(bk *book, d *budget, idle time.Duration, now time.Time) bool {
 		if bk.balances[bl.key] != bl {
 			continue
 		}
-		at := bl.lastAt
-		if at.IsZero() {
-			at = bk.born
-		}
-		if len(bl.open) > 0 || now.Sub(at) < idle {
+		if len(bl.open) > 0 || now.Sub(bk.activeAt(bl)) < idle {
 			return false
 		}
 	}
 	return true
+}
+
+// activeAt is when balance bl was last active: its latest event, or when
+// the book was made if that is not known.
+func (b *book) activeAt(bl *balance) time.Time {
+	if bl.lastAt.IsZero() {
+		return b.born
+	}
+	return bl.lastAt
 }

@@ -1,5 +1,6 @@
 // The HTTP API from Node.js, walked through against a live `spendgate gateway`:
-// a budget, an admit and its replay, a denial, a settle, refusals, a void.
+// a budget, an admit and its replay, a denial, a settle, refusals, a void, and
+// the budget's retirement.
 //
 //   SPENDGATE_HTTP=http://127.0.0.1:8080 SPENDGATE_KEY=sgk_... node example.mjs
 //
@@ -45,6 +46,13 @@ export async function walkthrough(sg, log = console.log) {
 
   out.after = await sg.getBudget(scope, "month");
   log("budget.get: spent", out.after.spent, "reserved", out.after.reserved, "available", out.after.available);
+
+  // A scope that is over (an agent run, a job) is retired: every later
+  // admit naming it is denied, and its budget leaves the ledger's memory.
+  out.retired = await sg.retireBudget(scope, "month", "walkthrough over");
+  log("budget.retire:", out.retired.retired);
+  out.afterRetire = await sg.admit({ scopes: [scope], amount: "0.01" });
+  log("an admit after it:", out.afterRetire.admitted, out.afterRetire.denial.reason);
   return out;
 }
 

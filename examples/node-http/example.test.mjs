@@ -145,5 +145,7 @@ test("walkthrough against a live gateway", { skip: !live && "SPENDGATE_HTTP and 
   assert.deepEqual([out.unknown.status, out.unknown.code], [404, "unknown_reservation"]);
   assert.equal(out.void.status, "voided");
   assert.deepEqual([out.after.spent, out.after.reserved, out.after.available], ["0.5", "0", "0.5"]);
+  assert.equal(out.retired.retired, true);
+  assert.deepEqual([out.afterRetire.admitted, out.afterRetire.denial.reason], [false, "budget_retired"]);
   assert.equal(sg.owed, 0);
 });

@@ -3,7 +3,7 @@
 // code that cannot hold a NATS connection (serverless functions, edge runtimes,
 // short-lived jobs). The bodies and error codes are the NATS API's; a key made
 // with `spendgate keys create --access service` (admit, settle, release, void,
-// reads) or `--access admin` (also budget.put and pricing.put) is the bearer
+// reads) or `--access admin` (also budget.put, budget.retire and pricing.put) is the bearer
 // token. It keeps the four rules every caller in any language must keep:
 //
 //  1. Make the request id before the first attempt and reuse it on every retry:
@@ -225,5 +225,12 @@ export class SpendgateHTTP {
 
   getBudget(scope, period) {
     return this.request("budget.get", { scope, period });
+  }
+
+  // retireBudget retires a budget for good (an agent run's, once the run is
+  // over): every later admit naming its scope is denied budget_retired. An
+  // admin key's; retiring it again answers "already": true.
+  retireBudget(scope, period, reason) {
+    return this.request("budget.retire", reason ? { scope, period, reason } : { scope, period });
   }
 }

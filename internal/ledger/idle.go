@@ -39,6 +39,9 @@ func (b *book) idleBudgets(rules map[string]time.Duration, now time.Time, max in
 	}
 	var out []IdleBudget
 	for _, d := range b.budgets {
+		if d.def.Retired || d.def.FromDefault == 0 || len(d.bals) == 0 {
+			continue // the cheap checks first: this walks every budget
+		}
 		idle, ok := rules[d.def.Ref.Scope.Local().Kind()]
 		if !ok || !idleIn(b, d, idle, now) {
 			continue

@@ -62,14 +62,16 @@ type View interface {
 // group decide again, so every answer rests on the revisions written or
 // verified.
 type group struct {
-	l     *Ledger
-	bal   map[string]*viewBalance
-	lanes map[string]uint64       // the revision of each lane the view was taken at (folded or skipped): the write's compare-and-set
-	prev  map[string]uint64       // the last valid revision of each lane: what the write's chain names
-	hash  map[string]string       // the payload hash of each prev revision
-	res   map[string]*Reservation // reservations changed in this group
-	req   map[string]*Reservation // request ids opened in this group
-	voids map[string]bool         // request ids voided in this group
+	l   *Ledger
+	bal map[string]*viewBalance
+	// anyGone: some balance of bal is gone (viewBalance.gone).
+	anyGone bool
+	lanes   map[string]uint64       // the revision of each lane the view was taken at (folded or skipped): the write's compare-and-set
+	prev    map[string]uint64       // the last valid revision of each lane: what the write's chain names
+	hash    map[string]string       // the payload hash of each prev revision
+	res     map[string]*Reservation // reservations changed in this group
+	req     map[string]*Reservation // request ids opened in this group
+	voids   map[string]bool         // request ids voided in this group
 	// tenantOpen is the change of each tenant's open reservations made
 	// by the group's decisions so far (see TenantOpen, tenants.go).
 	tenantOpen map[string]int
@@ -122,6 +124,7 @@ func (l *Ledger) newView(refs []events.BalanceRef) *group {
 		vb := &viewBalance{lane: lane, added: map[string]events.Money{}, removed: map[string]bool{}}
 		vb.Balance = l.bk.balance(k, ref)
 		vb.gone = vb.Retired && l.bk.balances[k] == nil
+		v.anyGone = v.anyGone || vb.gone
 		v.bal[k] = vb
 	}
 	return v
@@ -130,6 +133,9 @@ func (l *Ledger) newView(refs []events.BalanceRef) *group {
 // gone returns the first balance evs write to that is gone (see
 // viewBalance.gone).
 func (v *group) gone(evs events.Events) (events.BalanceRef, bool) {
+	if !v.anyGone {
+		return events.BalanceRef{}, false // the commit path's case: no key to build
+	}
 	for _, e := range evs {
 		if be, ok := e.(events.BalanceEvent); ok {
 			if vb := v.bal[streams.BalanceKey(be.BalanceOf())]; vb != nil && vb.gone {

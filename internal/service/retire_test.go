@@ -234,6 +234,14 @@ func TestRetire_BalancesLeaveMemory(t *testing.T) {
 	for _, r := range h.replicas {
 		require.GreaterOrEqual(t, r.Ledger.Stats().Pruned, int64(runs))
 	}
+	// Nothing may write to a balance that left memory: its revision would
+	// state its totals from zero (the audit above would refuse them).
+	seq, _ := h.streamState()
+	gone := events.BalanceRef{Scope: "run:r-0", Period: events.PeriodLifetime, Instance: events.InstanceLifetime}
+	err := h.replicas[0].Ledger.Submit(ctxT(t), voidInto{gone})
+	require.Equal(t, events.CodeBudgetRetired, events.CodeOf(err), "%v", err)
+	after, _ := h.streamState()
+	require.Equal(t, seq, after, "nothing was written")
 	want := events.Zero
 	for range 2*runs + n {
 		want = want.Add(events.MustMoney("0.05"))
@@ -296,4 +304,14 @@ func TestRetire_IdleRunsBySweeper(t *testing.T) {
 	require.Nil(t, e)
 	h.clock.now.Store(t0.Add(4 * time.Hour))
 	require.Equal(t, 2, sw.IdlePass(ctxT(t)), "the run whose call closed, and the recent one")
+}
+
+// voidInto is a Tx that writes a void's tombstone into one balance, as a
+// void naming its scope would.
+type voidInto struct{ ref events.BalanceRef }
+
+func (v voidInto) Balances() []events.BalanceRef { return []events.BalanceRef{v.ref} }
+
+func (v voidInto) Decide(ledger.View) (events.Events, error) {
+	return events.Events{events.RequestVoided{RequestID: "into-gone", Balance: v.ref, Scopes: []events.Scope{v.ref.Scope}, At: time.Now().UTC()}}, nil
 }

@@ -81,7 +81,7 @@ func runBin(t *testing.T, bin string, cred *syscall.Credential, env []string, ar
 // checks that it names every command and every subcommand the commands
 // themselves list).
 var allCommands = [][]string{
-	{"serve"}, {"budget"}, {"budget", "put"}, {"budget", "get"}, {"budget", "list"}, {"budget", "disable"}, {"budget", "enable"},
+	{"serve"}, {"budget"}, {"budget", "put"}, {"budget", "get"}, {"budget", "list"}, {"budget", "disable"}, {"budget", "enable"}, {"budget", "retire"},
 	{"pricing"}, {"pricing", "put"}, {"pricing", "get"}, {"pricing", "list"}, {"pricing", "import"},
 	{"admit"}, {"settle"}, {"release"}, {"void"},
 	{"audit"}, {"audit", "check"}, {"audit", "keys"}, {"audit", "balances"}, {"audit", "export"}, {"audit", "archive"}, {"audit", "trim"},

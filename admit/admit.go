@@ -615,11 +615,13 @@ func (a *Admitter) budgets(ctx context.Context, r request, now time.Time) ([]led
 	synced := false
 	for _, s := range r.scopes {
 		bs := a.l.BudgetsOf(s)
-		if d := retiredIn(s, bs); d != nil {
+		if slices.ContainsFunc(bs, func(b ledger.Budget) bool { return b.Retired }) {
 			// A scope with a retired budget is over (an agent run that
-			// ended): denied before any default could create a budget
-			// for it again.
-			return nil, nil, d, nil
+			// ended): no default creates a budget for it again, and the
+			// Tx denies the admit (budget_retired) after it answers a
+			// replay, a voided id or a reused one as for any scope.
+			out = append(out, bs...)
+			continue
 		}
 		ds := a.defaultsFor(s, bs)
 		// "No budget" must be definitive, and a budget created from a
@@ -689,18 +691,6 @@ func (a *Admitter) budgets(ctx context.Context, r request, now time.Time) ([]led
 		out = append(out, bs...)
 	}
 	return out, virtual, nil, nil
-}
-
-// retiredIn returns the denial of an admit naming scope s when one of
-// its budgets bs is retired, nil when none is.
-func retiredIn(s events.Scope, bs []ledger.Budget) *events.Denial {
-	for _, b := range bs {
-		if b.Retired {
-			return &events.Denial{Reason: events.ReasonBudgetRetired, Scope: s, Period: b.Ref.Period, Unit: b.Unit, Limit: b.Limit.String(),
-				Message: fmt.Sprintf("budget %s per %s was retired", s.Local(), b.Ref.Period)}
-		}
-	}
-	return nil
 }
 
 // defaultsFor returns the defaults of s's kind for the periods and kinds

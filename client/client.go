@@ -294,8 +294,8 @@ func (c *Client) PutBudget(ctx context.Context, req events.BudgetPutRequest) (ev
 // returns it as retired; Already is set when it was retired before.
 //
 // Errors, in precedence order: an *events.Error matching ErrInvalid
-// (invalid_identifier, invalid_period, invalid_unit, unknown_budget, ...);
-// then an *UnavailableError matching ErrUnavailable; then ctx's error,
+// (invalid_identifier, invalid_period, invalid_unit, invalid_request) or
+// ErrNotFound (unknown_budget); then an *UnavailableError matching ErrUnavailable; then ctx's error,
 // wrapped.
 func (c *Client) RetireBudget(ctx context.Context, req events.BudgetRetireRequest) (events.BudgetRetireReply, error) {
 	var v events.BudgetRetireReply

@@ -33,8 +33,8 @@ const (
 	// CodeKeyExists: apikey.create of an id that is already taken.
 	CodeKeyExists Code = "key_exists"
 	// CodeKeyForbidden: a keyed request (KeyedRequest) whose key's access
-	// does not reach the endpoint: budget.put and pricing.put need
-	// AccessAdmin.
+	// does not reach the endpoint: budget.put, budget.retire and
+	// pricing.put need AccessAdmin.
 	CodeKeyForbidden Code = "key_forbidden"
 )
 
@@ -56,7 +56,8 @@ const (
 	// release, void, their batches, budget.get, budget.list,
 	// pricing.get, pricing.list and report, for its tenant.
 	AccessService = "service"
-	// AccessAdmin: AccessService and budget.put and pricing.put.
+	// AccessAdmin: AccessService and budget.put, budget.retire and
+	// pricing.put.
 	AccessAdmin = "admin"
 )
 

@@ -396,9 +396,10 @@ func verifySnapshot(rep *Report, st *State, bucket, name string, seq uint64, dat
 	for _, sb := range b.Balances {
 		inSnap[sb.Ref] = true
 	}
-	// A replica drops a minute or hour balance that can no longer change
-	// (internal/ledger/prune.go): the snapshot may leave out a balance of
-	// the replay whose instance has ended with nothing open in it. Any
+	// A replica drops a minute or hour balance that can no longer change,
+	// and a retired budget's (internal/ledger/prune.go): the snapshot may
+	// leave out a balance of the replay whose instance has ended, or whose
+	// budget was retired, with nothing open in it. Any
 	// other balance must be there; that the dropped one is never written
 	// again is checked by the replay's fold of every later revision.
 	for ref, bl := range st.balances {
@@ -462,11 +463,18 @@ func verifySnapshot(rep *Report, st *State, bucket, name string, seq uint64, dat
 }
 
 // sealed reports whether a replica may have dropped bl from its book: a
-// minute or hour balance with nothing open, whose instance (in its
+// balance with nothing open of a budget retired by the replay's position,
+// or a minute or hour balance with nothing open whose instance (in its
 // budget's time zone) ended by the replay's time.
 func (s *State) sealed(bl *Balance) bool {
 	ref := bl.Ref
-	if bl.Open != 0 || ref.Period != events.PeriodMinute && ref.Period != events.PeriodHour {
+	if bl.Open != 0 {
+		return false
+	}
+	if b := s.budgets[ref.Budget()]; b != nil && b.Retired {
+		return true
+	}
+	if ref.Period != events.PeriodMinute && ref.Period != events.PeriodHour {
 		return false
 	}
 	var loc *time.Location

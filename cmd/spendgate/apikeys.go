@@ -37,7 +37,7 @@ for it (before the key exists, so the key never runs without it). --tenant
 makes the key's calls the tenant's (its scopes are the tenant's names).
 --access lets the key call the HTTP API (service: admit, settle, release,
 void, batches, budget.get/list, pricing.get/list, report; admin: also
-budget.put and pricing.put). --end-user KIND makes every gateway call of the
+budget.put, budget.retire and pricing.put). --end-user KIND makes every gateway call of the
 key name its end user (OpenAI's "user", Anthropic's metadata.user_id, or the
 X-Spendgate-End-User header) and admits it against KIND:<end user> too, so
 each end user's budget (or a default budget for KIND) caps it; a call that

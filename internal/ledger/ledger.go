@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
@@ -295,7 +298,12 @@ func (l *Ledger) EditBudget(ctx context.Context, ref events.BudgetRef, unit stri
 		switch {
 		case existed && cur.Retired:
 			return "", nil, false, events.Errorf(events.CodeBudgetRetired,
-				"budget %s per %s was retired; a retired budget is never defined again (define one of another scope)", cur.Ref.Scope, cur.Ref.Period)
+				"budget %s per %s was retired; a retired budget is never defined again (define one of another scope)", cur.Ref.Scope.Local(), cur.Ref.Period)
+		case !existed && slices.ContainsFunc(b.byScope[target.Scope], func(o Budget) bool { return o.Retired }):
+			// Every admit naming a scope with a retired budget is denied:
+			// a new budget of it could never be used.
+			return "", nil, false, events.Errorf(events.CodeBudgetRetired,
+				"scope %s has a retired budget, so every admit naming it is denied; a new budget of it could never be used (define one of another scope)", target.Scope.Local())
 		case existed && len(changed) == 0:
 			return key, nil, true, nil
 		case existed && cur.Unit != def.Unit:
@@ -351,6 +359,9 @@ func (l *Ledger) retireBudget(ctx context.Context, ref events.BudgetRef, unit, r
 	if len(reason) > events.MaxRetireReasonLen {
 		return Budget{}, false, events.Errorf(events.CodeInvalidRequest, "reason is %d bytes, at most %d", len(reason), events.MaxRetireReasonLen)
 	}
+	if !utf8.ValidString(reason) || strings.ContainsFunc(reason, func(r rune) bool { return r < 0x20 || r >= 0x7f && r < 0xa0 || r == utf8.RuneError }) {
+		return Budget{}, false, events.Errorf(events.CodeInvalidRequest, "reason must be one line of UTF-8 text, without control characters")
+	}
 	var cur Budget
 	seq, wrote, err := l.define(ctx, "budget", func(bk *book) (string, func(events.Chain) any, bool, error) {
 		target := ref
@@ -359,8 +370,18 @@ func (l *Ledger) retireBudget(ctx context.Context, ref events.BudgetRef, unit, r
 		}
 		key := streams.BudgetKey(target)
 		d := bk.budgets[key]
-		if d == nil {
-			return "", nil, false, events.Errorf(events.CodeUnknownBudget, "no budget is defined for %s per %s", target.Scope, target.Period)
+		switch {
+		case d == nil && unit != "":
+			return "", nil, false, events.Errorf(events.CodeUnknownBudget, "no budget in %s is defined for %s per %s", unit, target.Scope.Local(), target.Period)
+		case d == nil:
+			return "", nil, false, events.Errorf(events.CodeUnknownBudget, "no budget is defined for %s per %s", target.Scope.Local(), target.Period)
+		case unit != "" && d.def.Unit != unit:
+			// target names the plain budget for another currency of
+			// money (a put of it is refused as a unit change): a
+			// retirement, which cannot be undone, names its budget
+			// exactly.
+			return "", nil, false, events.Errorf(events.CodeUnknownBudget, "no budget in %s is defined for %s per %s (its budget is in %s)",
+				unit, target.Scope.Local(), target.Period, d.def.Unit)
 		}
 		cur = d.def
 		if cur.Retired || cond != nil && !cond(bk, d) {

@@ -35,6 +35,11 @@ func TestServe_SnapshotAgeMetric(t *testing.T) {
 	})
 	m := scrape(t, base)
 	require.Contains(t, m, "spendgate_snapshot_age_seconds")
+	// The book's sizes (docs/operator.md): empty so far.
+	for _, name := range []string{"spendgate_book_balances", "spendgate_book_window", "spendgate_book_balances_pruned_total"} {
+		require.Contains(t, m, name)
+		require.Zero(t, m[name], name)
+	}
 	require.True(t, math.IsNaN(m["spendgate_snapshot_age_seconds"]), "no snapshot yet: NaN, not %v", m["spendgate_snapshot_age_seconds"])
 
 	nc := connect(t, "nats://"+listen)

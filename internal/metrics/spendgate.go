@@ -220,6 +220,31 @@ func (s *Set) RegisterLedgerHealth(f func() LedgerHealth) {
 	)
 }
 
+// BookStats are the sizes of the replica's book, read at each scrape
+// (ledger.Stats); f must not block for long.
+type BookStats struct {
+	// Balances held, balances dropped since the start (past minute and
+	// hour balances, retired budgets'), and closed reservations in the
+	// idempotency window.
+	Balances, Window int
+	Pruned           int64
+}
+
+// RegisterBook adds spendgate_book_balances, spendgate_book_window and
+// spendgate_book_balances_pruned_total: how big the book is, and whether
+// retiring budgets frees memory.
+func (s *Set) RegisterBook(f func() BookStats) {
+	s.Registry.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "spendgate_book_balances",
+			Help: "Balances this replica's book holds (each budget's period instances, until pruned)."}, func() float64 { return float64(f().Balances) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "spendgate_book_window",
+			Help: "Closed reservations in this replica's idempotency window."}, func() float64 { return float64(f().Window) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "spendgate_book_balances_pruned_total",
+			Help: "Balances this replica's book dropped since it started: past minute and hour balances, and retired budgets' once nothing can change them."},
+			func() float64 { return float64(f().Pruned) }),
+	)
+}
+
 // RegisterSnapshotAge adds spendgate_snapshot_age_seconds, the age of the
 // newest book snapshot; f returns a negative duration when there is none,
 // which is written as NaN.

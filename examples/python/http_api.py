@@ -126,6 +126,13 @@ def main():
 
     status, b = call("budget.get", {"scope": scope, "period": "month"})
     expect("budget.get", (status, b["spent"], b["reserved"], b["available"]), (200, "0.5", "0", "0.5"))
+
+    # A scope that is over (an agent run, a job) is retired: every later
+    # admit naming it is denied, and its budget leaves the ledger's memory.
+    status, r = call("budget.retire", {"scope": scope, "period": "month", "reason": "walkthrough over"})
+    expect("budget.retire", (status, r["retired"]), (200, True))
+    status, d = call("admit", {"request_id": str(uuid.uuid4()), "scopes": [scope], "amount": "0.01"})
+    expect("an admit after it", (status, d["admitted"], d["denial"]["reason"]), (200, False, "budget_retired"))
     print("OK")
 
 

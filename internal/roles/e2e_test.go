@@ -233,6 +233,9 @@ func endToEnd(t *testing.T, l streams.Layout) {
 	})
 	refused(t, ids[roles.Service], l.Endpoint(streams.EndpointBudgetPut))
 	refused(t, ids[roles.Finance], l.Endpoint(streams.EndpointBudgetPut))
+	// Nor retire one: a retirement cannot be undone.
+	refused(t, ids[roles.Service], l.Endpoint(streams.EndpointBudgetRetire))
+	refused(t, ids[roles.Finance], l.Endpoint(streams.EndpointBudgetRetire))
 
 	// `nats kv put spendgate budget.org.acme.lifetime ...` and friends,
 	// by everyone but the replica.
@@ -271,7 +274,7 @@ func endToEnd(t *testing.T, l streams.Layout) {
 	refused(t, ids[roles.Gateway], "$SRV.PING")
 	// Nor change a budget or a price with its login alone: only on the
 	// keyed subjects, for a key the replica checks (gatewayRun puts one).
-	for _, ep := range []string{streams.EndpointBudgetPut, streams.EndpointPricingPut} {
+	for _, ep := range []string{streams.EndpointBudgetPut, streams.EndpointPricingPut, streams.EndpointBudgetRetire} {
 		refused(t, ids[roles.Gateway], l.Endpoint(ep))
 		refused(t, ids[roles.Gateway], l.TenantEndpoint("acme", ep))
 	}

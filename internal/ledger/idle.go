@@ -11,8 +11,7 @@ import (
 
 // IdleBudget is a budget IdleBudgets found idle.
 type IdleBudget struct {
-	Ref  events.BudgetRef
-	Unit string
+	Ref events.BudgetRef
 	// Since is the time of the latest event in its balances.
 	Since time.Time
 }
@@ -55,7 +54,7 @@ func (b *book) idleBudgets(rules map[string]time.Duration, now time.Time, max in
 				since = at
 			}
 		}
-		out = append(out, IdleBudget{Ref: d.def.Ref, Unit: d.def.Unit, Since: since})
+		out = append(out, IdleBudget{Ref: d.def.Ref, Since: since})
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if !out[i].Since.Equal(out[j].Since) {

@@ -413,18 +413,10 @@ func (b *book) snapshotCopy(seq uint64, version int) (*snapshotState, error) {
 			exp := bl.exposure
 			sb.Exposure = &exp
 		}
-		if b.prunable(bl.ref) && bl.stampedSeq >= bl.rev && !bl.stampedAt.IsZero() {
-			at := bl.stampedAt
-			sb.StampedAt = &at
+		if b.prunable(bl.ref) && bl.stampedSeq >= bl.rev {
+			sb.StampedAt = optTime(bl.stampedAt)
 		}
-		if !bl.expiredAt.IsZero() {
-			at := bl.expiredAt
-			sb.ExpiredAt = &at
-		}
-		if !bl.lastAt.IsZero() {
-			at := bl.lastAt
-			sb.LastAt = &at
-		}
+		sb.ExpiredAt, sb.LastAt = optTime(bl.expiredAt), optTime(bl.lastAt)
 		for id := range bl.open {
 			sb.Open = append(sb.Open, id)
 		}
@@ -1023,4 +1015,12 @@ func (a *snapshotAhead) check(h snapshotHeader) error {
 		return fmt.Errorf("%w: digest mismatch", ErrSnapshotInvalid)
 	}
 	return nil
+}
+
+// optTime is t, or nil for the zero time (a snapshot field left out).
+func optTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }

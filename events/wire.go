@@ -443,9 +443,12 @@ type BudgetView struct {
 	TZ       string `json:"tz,omitempty"`
 	Disabled bool   `json:"disabled,omitempty"`
 	// Retired: the budget was retired (see BudgetRetired) and denies
-	// every admit. Its balance's numbers read 0 once it left the
-	// replicas' memory (the ledger stream keeps them: audit balances).
-	Retired bool `json:"retired,omitempty"`
+	// every admit; RetiredAt (RFC 3339) and RetiredReason are the
+	// retirement's. A retired budget's balance keeps its final numbers
+	// once it has left the replicas' memory.
+	Retired       bool   `json:"retired,omitempty"`
+	RetiredAt     string `json:"retired_at,omitempty"`
+	RetiredReason string `json:"retired_reason,omitempty"`
 	// FixedSlot is what each admit reserves, when set. MaxInFlight is then
 	// floor(limit / fixed_slot), the most reservations a period can hold
 	// open at once, and OvershootBound the worst case it implies: every one

@@ -81,6 +81,19 @@ type snapBody struct {
 	} `json:"voids"`
 	// Sections are the readers' states (version 4), not read here.
 	Sections map[string]json.RawMessage `json:"sections"`
+	// Retirements are the retired budgets' time and reason and the final
+	// numbers of the latest of their balances a replica dropped, by
+	// budget key.
+	Retirements map[string]struct {
+		At     *time.Time `json:"at"`
+		Reason string     `json:"reason"`
+		Last   *struct {
+			Ref     events.BalanceRef `json:"ref"`
+			Rev     uint64            `json:"rev"`
+			Spent   events.Money      `json:"spent"`
+			Overrun events.Money      `json:"overrun"`
+		} `json:"last"`
+	} `json:"retirements"`
 }
 
 type snapRes struct {
@@ -367,6 +380,7 @@ func verifySnapshot(rep *Report, st *State, bucket, name string, seq uint64, dat
 		return
 	}
 	verifyDefinitions(pf, st, b)
+	verifyRetirements(pf, st, b)
 	verifyLastRevisions(pf, st, b)
 	lanes := map[string]bool{}
 	for _, k := range b.LaneRevs {
@@ -531,6 +545,54 @@ func verifyDefinitions(pf func(string, ...any), st *State, b *snapBody) {
 	}
 }
 
+// verifyRetirements compares what a snapshot states of each retired
+// budget, which a replica shows in the budget once its balance has left
+// memory, with the replay: the retirement's time and reason, and the
+// final numbers of the balance it names, when the replay holds that
+// balance (one that started from a snapshot without it does not).
+func verifyRetirements(pf func(string, ...any), st *State, b *snapBody) {
+	if len(b.Retirements) == 0 {
+		return
+	}
+	refs := make(map[string]events.BudgetRef, len(b.Retirements))
+	for _, d := range b.Budgets {
+		if _, ok := b.Retirements[d.Key]; !ok {
+			continue
+		}
+		if rev, err := events.DecodeBudgetRevision(d.Revision); err == nil {
+			refs[d.Key] = rev.Budget
+		}
+	}
+	for key, r := range b.Retirements {
+		ref, ok := refs[key]
+		cur := st.budgets[ref]
+		if !ok || cur == nil || !cur.Retired {
+			pf("retirement of budget %s, which the replay has not retired", key)
+			continue
+		}
+		if r.At != nil && !cur.RetiredAt.IsZero() && (!r.At.Equal(cur.RetiredAt) || r.Reason != cur.RetiredReason) {
+			pf("budget %s: retired at %s (%q); the replay: at %s (%q)", key, r.At.Format(time.RFC3339Nano), r.Reason,
+				cur.RetiredAt.Format(time.RFC3339Nano), cur.RetiredReason)
+		}
+		l := r.Last
+		if l == nil {
+			continue
+		}
+		if l.Ref.Budget() != ref {
+			pf("budget %s: its last balance %s is another budget's", key, streams.BalanceKey(l.Ref))
+			continue
+		}
+		bl, ok := st.balances[l.Ref]
+		if !ok {
+			continue
+		}
+		if bl.Open != 0 || bl.Revision != l.Rev || bl.Spent.Cmp(l.Spent) != 0 || bl.Overrun.Cmp(l.Overrun) != 0 {
+			pf("budget %s: last balance %s spent %s overrun %s at %d; the replay: spent %s overrun %s at %d, %d open", key,
+				bl.Key, l.Spent, l.Overrun, l.Rev, bl.Spent, bl.Overrun, bl.Revision, bl.Open)
+		}
+	}
+}
+
 // verifyLastRevisions compares the last revision a snapshot states for
 // each default, API key and tenant limits key with the replay's, and the
 // revision it carries with its hash: a replica loads them from the
@@ -663,15 +725,19 @@ func (s *State) loadSnapshot(ctx context.Context, stream jetstream.Stream, layou
 	if parts.window != nil {
 		b.Closed, b.Expired = parts.window[0], parts.window[1]
 	}
-	anchor := func(key string, rev uint64, hash string) error {
+	anchorData := func(key string, rev uint64, hash string) ([]byte, error) {
 		m, err := stream.GetMsg(ctx, rev)
 		if err != nil {
-			return fmt.Errorf("%s at %d: %w", key, rev, err)
+			return nil, fmt.Errorf("%s at %d: %w", key, rev, err)
 		}
 		if k, ok := layout.KeyOf(m.Subject); !ok || k != key || events.HashPayload(m.Data) != hash {
-			return fmt.Errorf("the stream's message at %d is not the revision of %s the snapshot names", rev, key)
+			return nil, fmt.Errorf("the stream's message at %d is not the revision of %s the snapshot names", rev, key)
 		}
-		return nil
+		return m.Data, nil
+	}
+	anchor := func(key string, rev uint64, hash string) error {
+		_, err := anchorData(key, rev, hash)
+		return err
 	}
 	for _, k := range b.LaneRevs {
 		if err := anchor(k.Key, k.Rev, k.Hash); err != nil {
@@ -681,7 +747,8 @@ func (s *State) loadSnapshot(ctx context.Context, stream jetstream.Stream, layou
 		s.hashes[k.Key] = k.Hash
 	}
 	for _, sb := range b.Budgets {
-		if err := anchor(sb.Key, sb.Rev, sb.Hash); err != nil {
+		data, err := anchorData(sb.Key, sb.Rev, sb.Hash)
+		if err != nil {
 			return err
 		}
 		rev, err := events.DecodeBudgetRevision(sb.Revision)
@@ -692,10 +759,15 @@ func (s *State) loadSnapshot(ctx context.Context, stream jetstream.Stream, layou
 			FixedSlot: rev.FixedSlot, Thresholds: rev.Thresholds, ExposureCap: rev.ExposureCap, Learn: rev.Learn,
 			FromDefault: rev.FromDefault, Revision: sb.Rev, Retired: rev.Retired}
 		if rev.Retired {
-			// The snapshot carries the retiring revision (no definition
-			// follows one).
+			// The snapshot names the retiring revision (no definition
+			// follows one); the stream's message carries its event (the
+			// snapshot's tombstone does not).
 			s.budgets[rev.Budget].RetiredRevision = sb.Rev
-			for _, e := range rev.Events {
+			retiring, err := events.DecodeBudgetRevision(data)
+			if err != nil {
+				return fmt.Errorf("budget %s: the stream's revision at %d: %v", sb.Key, sb.Rev, err)
+			}
+			for _, e := range retiring.Events {
 				if r, ok := e.(events.BudgetRetired); ok {
 					s.budgets[rev.Budget].RetiredAt, s.budgets[rev.Budget].RetiredReason = r.At, r.Reason
 				}

@@ -294,7 +294,7 @@ func readmeNormalize(v any) {
 	case map[string]any:
 		for k, x := range v {
 			switch k {
-			case "instance", "expires_at", "resets_at", "at", "defined_at", "version", "price_version", "position":
+			case "instance", "expires_at", "resets_at", "at", "defined_at", "retired_at", "version", "price_version", "position":
 				v[k] = "<" + k + ">"
 			default:
 				readmeNormalize(x)

@@ -146,6 +146,8 @@ test("walkthrough against a live gateway", { skip: !live && "SPENDGATE_HTTP and 
   assert.equal(out.void.status, "voided");
   assert.deepEqual([out.after.spent, out.after.reserved, out.after.available], ["0.5", "0", "0.5"]);
   assert.equal(out.retired.retired, true);
+  assert.equal(out.retired.retired_reason, "walkthrough over");
+  assert.ok(out.retired.retired_at, "retired_at is set");
   assert.deepEqual([out.afterRetire.admitted, out.afterRetire.denial.reason], [false, "budget_retired"]);
   assert.equal(sg.owed, 0);
 });

@@ -130,7 +130,7 @@ def main():
     # A scope that is over (an agent run, a job) is retired: every later
     # admit naming it is denied, and its budget leaves the ledger's memory.
     status, r = call("budget.retire", {"scope": scope, "period": "month", "reason": "walkthrough over"})
-    expect("budget.retire", (status, r["retired"]), (200, True))
+    expect("budget.retire", (status, r["retired"], r["retired_reason"], r["spent"]), (200, True, "walkthrough over", "0.5"))
     status, d = call("admit", {"request_id": str(uuid.uuid4()), "scopes": [scope], "amount": "0.01"})
     expect("an admit after it", (status, d["admitted"], d["denial"]["reason"]), (200, False, "budget_retired"))
     print("OK")

@@ -78,20 +78,18 @@ func (w *Window) Clone() *Window {
 	return &Window{ring: append([]events.Money(nil), w.ring...), next: w.next}
 }
 
-// State is the windows of every key. Its zero value is empty and usable.
+// State is the windows of every key, by scope then model. Its zero value
+// is empty and usable.
 type State struct {
-	w map[Key]*Window
+	w map[events.Scope]map[string]*Window
 }
 
 // Observe folds one settled call of key that cost actual.
 func (s *State) Observe(k Key, actual events.Money) {
-	if s.w == nil {
-		s.w = map[Key]*Window{}
-	}
-	w := s.w[k]
+	w := s.Window(k)
 	if w == nil {
 		w = &Window{}
-		s.w[k] = w
+		s.Set(k, w)
 	}
 	w.Observe(actual)
 }
@@ -102,15 +100,43 @@ func (s *State) Window(k Key) *Window {
 	if s == nil {
 		return nil
 	}
-	return s.w[k]
+	return s.w[k.Scope][k.Model]
 }
 
 // Set replaces key's window (a snapshot's load).
 func (s *State) Set(k Key, w *Window) {
 	if s.w == nil {
-		s.w = map[Key]*Window{}
+		s.w = map[events.Scope]map[string]*Window{}
 	}
-	s.w[k] = w
+	m := s.w[k.Scope]
+	if m == nil {
+		m = map[string]*Window{}
+		s.w[k.Scope] = m
+	}
+	m[k.Model] = w
+}
+
+// Forget drops every window of scope (a scope whose budget was retired:
+// no call is admitted in it again). It returns how many it dropped.
+func (s *State) Forget(scope events.Scope) int {
+	if s == nil {
+		return 0
+	}
+	n := len(s.w[scope])
+	delete(s.w, scope)
+	return n
+}
+
+// Len returns how many windows the state holds.
+func (s *State) Len() int {
+	if s == nil {
+		return 0
+	}
+	n := 0
+	for _, m := range s.w {
+		n += len(m)
+	}
+	return n
 }
 
 // Keys returns every key, sorted by scope then model.
@@ -118,9 +144,11 @@ func (s *State) Keys() []Key {
 	if s == nil {
 		return nil
 	}
-	out := make([]Key, 0, len(s.w))
-	for k := range s.w {
-		out = append(out, k)
+	var out []Key
+	for scope, m := range s.w {
+		for model := range m {
+			out = append(out, Key{Scope: scope, Model: model})
+		}
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Scope != out[j].Scope {

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"slices"
 	"sort"
 	"time"
 
@@ -24,10 +25,14 @@ type book struct {
 	// (IdleBudgets).
 	born time.Time
 
-	budgets  map[string]*budget  // by budget key
-	prices   map[string]*pricing // by pricing key
-	defaults map[string]*dflt    // by default key
-	apikeys  map[string]*apiKey  // by API key's key
+	budgets map[string]*budget // by budget key
+	// fromDefaults are the budgets created from a default and not
+	// retired, by budget key: what the idle walk looks at (it would
+	// otherwise walk every retired run's tombstone, once a minute).
+	fromDefaults map[string]*budget
+	prices       map[string]*pricing // by pricing key
+	defaults     map[string]*dflt    // by default key
+	apikeys      map[string]*apiKey  // by API key's key
 	// tenantLimits are the tenants' own limits, by tenant limits key.
 	tenantLimits map[string]*tenantLimits
 	// byKind indexes defaults by scope kind, in period order.
@@ -96,6 +101,7 @@ func newBook(layout streams.Layout, retention, expiredKeep time.Duration) *book 
 		born:         time.Now(),
 		layout:       layout,
 		budgets:      map[string]*budget{},
+		fromDefaults: map[string]*budget{},
 		prices:       map[string]*pricing{},
 		defaults:     map[string]*dflt{},
 		byKind:       map[string][]Default{},
@@ -165,7 +171,17 @@ func (b *book) setBudgetArm(key string, seq uint64, rev *events.BudgetRevision, 
 		// a put of a retired budget is refused) does not bring it back.
 		src.Retired = true
 	}
+	var retiredAt time.Time
+	var retiredReason string
+	if wasRetired {
+		retiredAt, retiredReason = d.def.RetiredAt, d.def.RetiredReason
+	}
 	if src.Retired {
+		for _, e := range rev.Events {
+			if r, ok := e.(events.BudgetRetired); ok && retiredAt.IsZero() {
+				retiredAt, retiredReason = r.At, r.Reason
+			}
+		}
 		// A tombstone: what a snapshot needs is the definition; the
 		// event and the chain are the stream's (the key's head keeps
 		// the hash a later revision would name).
@@ -178,9 +194,14 @@ func (b *book) setBudgetArm(key string, seq uint64, rev *events.BudgetRevision, 
 		d = &budget{}
 		b.budgets[key] = d
 	}
+	if src.FromDefault != 0 && !src.Retired {
+		b.fromDefaults[key] = d
+	} else {
+		delete(b.fromDefaults, key)
+	}
 	def := Budget{Ref: rev.Budget, Limit: rev.Limit, Unit: rev.Unit, TZ: rev.TZ, Loc: loc, Disabled: rev.Disabled,
 		FixedSlot: rev.FixedSlot, Thresholds: rev.Thresholds, ExposureCap: rev.ExposureCap, Learn: rev.Learn,
-		Revision: seq, FromDefault: rev.FromDefault, Retired: src.Retired}
+		Revision: seq, FromDefault: rev.FromDefault, Retired: src.Retired, RetiredAt: retiredAt, RetiredReason: retiredReason}
 	switch {
 	case arm != nil:
 		def.Arm = *arm
@@ -197,6 +218,9 @@ func (b *book) setBudgetArm(key string, seq uint64, rev *events.BudgetRevision, 
 	d.def = def
 	if def.Retired && !wasRetired {
 		b.retire(d)
+		// What the scope's calls taught its learned reservations is of no
+		// use any more: no call is admitted in it again.
+		b.learned.Forget(rev.Budget.Scope)
 	}
 	// Rebuild the scope's index (a new slice: readers hold the old one),
 	// in period order, a budget alongside another after it.
@@ -471,10 +495,23 @@ func (b *bookApply) alert(_ string, e events.ThresholdCrossed) {
 	}
 	b.cur.alerted = append(b.cur.alerted, e.Threshold)
 }
-func (b *bookApply) learn(k learn.Key, actual events.Money) { b.learned.Observe(k, actual) }
-func (b *bookApply) held(id string) *Reservation            { return b.reservations[id] }
-func (b *bookApply) opens(_ string, r *Reservation)         { b.cur.open[r.ID] = r }
-func (b *bookApply) closes(_ string, id string)             { delete(b.cur.open, id) }
+func (b *bookApply) learn(k learn.Key, actual events.Money) {
+	if (*book)(b).scopeRetired(k.Scope) {
+		// A settle after its scope's budget was retired: no call is
+		// admitted there again, and the scope's windows were dropped.
+		return
+	}
+	b.learned.Observe(k, actual)
+}
+
+// scopeRetired reports whether a budget of scope is retired: every admit
+// naming it is denied.
+func (b *book) scopeRetired(scope events.Scope) bool {
+	return slices.ContainsFunc(b.byScope[scope], func(o Budget) bool { return o.Retired })
+}
+func (b *bookApply) held(id string) *Reservation    { return b.reservations[id] }
+func (b *bookApply) opens(_ string, r *Reservation) { b.cur.open[r.ID] = r }
+func (b *bookApply) closes(_ string, id string)     { delete(b.cur.open, id) }
 
 // stamped returns reservation id from the window, to change in place: a
 // settle of another balance of a reservation settled and stamped already
@@ -552,13 +589,19 @@ func (b *bookApply) void(e events.RequestVoided) {
 // balance returns the balance of ref (whose balance key is key).
 func (b *book) balance(key string, ref events.BalanceRef) Balance {
 	out := Balance{Ref: ref}
-	if bl := b.balances[key]; bl != nil {
+	bl := b.balances[key]
+	if bl != nil {
 		out.Unit, out.Limit = bl.unit, bl.limit
 		out.Spent, out.Reserved, out.Overrun, out.Open = bl.spent, bl.reserved, bl.overrun, len(bl.open)
 		out.Exposure = bl.exposure
 		out.Alerted, out.Arm = bl.alerted[:len(bl.alerted):len(bl.alerted)], bl.arm
 	}
 	if d := b.budgets[streams.BudgetKey(ref.Budget())]; d != nil {
+		if bl == nil && d.last != nil && d.last.key == key {
+			// A retired budget's balance the book dropped: its final
+			// numbers (nothing was open in it).
+			out.Spent, out.Overrun = d.last.spent, d.last.overrun
+		}
 		out.Defined, out.Unit, out.Limit = true, d.def.Unit, d.def.Limit
 		out.Disabled, out.FixedSlot, out.Thresholds = d.def.Disabled, d.def.FixedSlot, d.def.Thresholds
 		out.Retired = d.def.Retired

@@ -37,9 +37,9 @@ func (b *book) idleBudgets(rules map[string]time.Duration, now time.Time, max in
 		return nil
 	}
 	var out []IdleBudget
-	for _, d := range b.budgets {
-		if d.def.Retired || d.def.FromDefault == 0 || len(d.bals) == 0 {
-			continue // the cheap checks first: this walks every budget
+	for _, d := range b.fromDefaults {
+		if len(d.bals) == 0 {
+			continue // the cheap checks first: this walks every live budget from a default
 		}
 		idle, ok := rules[d.def.Ref.Scope.Local().Kind()]
 		if !ok || !idleIn(b, d, idle, now) {

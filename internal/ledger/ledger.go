@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -299,7 +298,7 @@ func (l *Ledger) EditBudget(ctx context.Context, ref events.BudgetRef, unit stri
 		case existed && cur.Retired:
 			return "", nil, false, events.Errorf(events.CodeBudgetRetired,
 				"budget %s per %s was retired; a retired budget is never defined again (define one of another scope)", cur.Ref.Scope.Local(), cur.Ref.Period)
-		case !existed && slices.ContainsFunc(b.byScope[target.Scope], func(o Budget) bool { return o.Retired }):
+		case !existed && b.scopeRetired(target.Scope):
 			// Every admit naming a scope with a retired budget is denied:
 			// a new budget of it could never be used.
 			return "", nil, false, events.Errorf(events.CodeBudgetRetired,
@@ -402,7 +401,7 @@ func (l *Ledger) retireBudget(ctx context.Context, ref events.BudgetRef, unit, r
 	if !wrote {
 		return cur, true, nil
 	}
-	cur.Retired, cur.Revision = true, seq
+	cur.Retired, cur.Revision, cur.RetiredAt, cur.RetiredReason = true, seq, now.UTC(), reason
 	return cur, false, nil
 }
 

@@ -172,6 +172,9 @@ func (b *book) prune() {
 				continue
 			}
 		}
+		if d != nil && d.def.Retired && (d.last == nil || bl.rev >= d.last.rev) {
+			d.last = &lastBalance{key: key, ref: bl.ref, rev: bl.rev, spent: bl.spent, overrun: bl.overrun}
+		}
 		delete(b.balances, key)
 		delete(b.short, key)
 		b.pruned++

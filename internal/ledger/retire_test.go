@@ -76,10 +76,12 @@ func runHistory(t testing.TB, bk *book, seq uint64, at time.Time, runs int, reti
 // retention), with the numbers of the book that keeps everything. Every
 // retired budget stays as a tombstone (an admit is denied, a default never
 // creates it again) and no longer counts toward its tenant's budgets from
-// defaults. The snapshot shrinks and loads into a book that prunes on. It
-// logs the heap and snapshot sizes. It can fail: a retire that dropped
-// nothing, or one that ignored the open reservation or the expiry,
-// leaves a count the test names.
+// defaults. A dropped balance reads its final numbers and the budget its
+// retirement's time and reason. The snapshot shrinks and loads into a
+// book that prunes on and reads the same. It logs the heap and snapshot
+// sizes. It can fail: a retire that dropped nothing, or one that ignored
+// the open reservation or the expiry, leaves a count the test names; a
+// book (or snapshot) that forgot a dropped balance's numbers reads 0.
 func TestRetire_BalancesLeaveTheBook(t *testing.T) {
 	const runs = 2000
 	start := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
@@ -116,6 +118,15 @@ func TestRetire_BalancesLeaveTheBook(t *testing.T) {
 	require.EqualValues(t, runs-2, bk.pruned)
 	require.Equal(t, runs, len(bk.budgets), "every retired budget stays, as a tombstone")
 	require.True(t, bk.byScope["run:r-0"][0].Retired)
+	// A dropped run's balance reads its final numbers, not zero, and its
+	// budget says when and why it was retired.
+	run0 := events.BalanceRef{Scope: "run:r-0", Period: events.PeriodLifetime, Instance: events.InstanceLifetime}
+	key0 := streams.BalanceKey(run0)
+	require.NotContains(t, bk.balances, key0)
+	require.Equal(t, "0.02", bk.balance(key0, run0).Spent.String(), "the two calls the run settled")
+	require.Equal(t, all.balance(key0, run0).Spent.String(), bk.balance(key0, run0).Spent.String())
+	require.Equal(t, "run over", bk.byScope["run:r-0"][0].RetiredReason)
+	require.False(t, bk.byScope["run:r-0"][0].RetiredAt.IsZero())
 	require.Zero(t, bk.tenants.defaults[""], "retired budgets no longer count toward the tenant's budgets from defaults")
 
 	allSnap, bkSnap := snapshotBytes(t, all, seq), snapshotBytes(t, bk, seq2)
@@ -135,10 +146,16 @@ func TestRetire_BalancesLeaveTheBook(t *testing.T) {
 	require.Equal(t, runs, len(loaded.budgets))
 	require.True(t, loaded.byScope["run:r-5"][0].Retired)
 	require.Zero(t, loaded.tenants.defaults[""])
+	require.Equal(t, "0.02", loaded.balance(key0, run0).Spent.String(), "the snapshot carries the final numbers")
+	require.Equal(t, bk.byScope["run:r-0"][0].RetiredAt, loaded.byScope["run:r-0"][0].RetiredAt)
+	require.Equal(t, "run over", loaded.byScope["run:r-0"][0].RetiredReason)
 	later := at.Add(49 * time.Hour)
 	loaded.forgetUntil(seq2, later)
 	loaded.forgetUntil(seq2, later.Add(time.Hour))
 	require.Equal(t, 1, len(loaded.balances), "the run whose call is still open")
+	run8 := events.BalanceRef{Scope: "run:r-8", Period: events.PeriodLifetime, Instance: events.InstanceLifetime}
+	require.Equal(t, all.balance(streams.BalanceKey(run8), run8).Spent.String(), loaded.balance(streams.BalanceKey(run8), run8).Spent.String(),
+		"dropped after the load: its final numbers kept")
 	require.Contains(t, loaded.balances, streams.BalanceKey(events.BalanceRef{Scope: "run:r-7", Period: events.PeriodLifetime, Instance: events.InstanceLifetime}))
 }
 
@@ -235,4 +252,30 @@ func TestIdleBudgets(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, old.idleBudgets(rules, later, 100))
 	require.Equal(t, want[1:], scopes(old.idleBudgets(rules, old.born.Add(time.Hour), 100)))
+}
+
+// BenchmarkIdleBudgets is the sweeper's idle walk (once a minute, under
+// the book's read lock) in a book holding 100,000 retired runs'
+// tombstones and 1,000 live runs, none idle yet.
+func BenchmarkIdleBudgets(b *testing.B) {
+	bk := newBook(streams.Default(), 15*time.Minute, 48*time.Hour)
+	start := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	seq, at := runHistory(b, bk, 0, start, 100_000, true)
+	for i := range 1000 {
+		ref := events.BudgetRef{Scope: events.Scope(fmt.Sprintf("run:live-%d", i)), Period: events.PeriodLifetime}
+		seq++
+		bk.setBudget(streams.BudgetKey(ref), seq, &events.BudgetRevision{Schema: events.SchemaBudget, Budget: ref, Limit: events.MustMoney("1"), Unit: "USD", FromDefault: 1}, nil)
+		bal := events.BalanceRef{Scope: ref.Scope, Period: ref.Period, Instance: events.InstanceLifetime}
+		seq++
+		bk.applyBalance(streams.BalanceKey(bal), seq, &events.BalanceRevision{Schema: events.SchemaBalance, Balance: bal, Unit: "USD",
+			Limit: events.MustMoney("1"), Spent: events.Zero, Reserved: events.Zero, Overrun: events.Zero,
+			Events: events.Events{events.RequestVoided{RequestID: fmt.Sprint("v-", i), Scopes: []events.Scope{ref.Scope}, At: at}}})
+	}
+	rules := map[string]time.Duration{"run": 24 * time.Hour}
+	b.ResetTimer()
+	for b.Loop() {
+		if got := bk.idleBudgets(rules, at.Add(time.Hour), 10_000); len(got) != 0 {
+			b.Fatalf("%d idle", len(got))
+		}
+	}
 }

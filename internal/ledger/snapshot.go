@@ -176,6 +176,11 @@ type snapshotState struct {
 	// not 0, by budget key: the fold computes them from the definitions
 	// before the one Budgets carries.
 	BudgetArms map[string]uint64 `json:"budget_arms,omitempty"`
+	// Retirements are the retired budgets' retirement (its time and
+	// reason) and the final numbers of the latest of their balances the
+	// book dropped, by budget key (absent: a snapshot written before they
+	// were kept; the budget reads as retired, with neither).
+	Retirements map[string]snapRetirement `json:"retirements,omitempty"`
 	// Prices travel as the pricing revision they were folded from.
 	Prices []snapBudget `json:"prices,omitempty"`
 	// Defaults travel as the default revision they were folded from.
@@ -254,6 +259,22 @@ type snapKey struct {
 	Key  string `json:"key"`
 	Rev  uint64 `json:"rev"`
 	Hash string `json:"hash"`
+}
+
+// snapRetirement is a retired budget's Budget.RetiredAt and RetiredReason
+// and its budget.last.
+type snapRetirement struct {
+	At     *time.Time       `json:"at,omitempty"`
+	Reason string           `json:"reason,omitempty"`
+	Last   *snapLastBalance `json:"last,omitempty"`
+}
+
+// snapLastBalance is a lastBalance.
+type snapLastBalance struct {
+	Ref     events.BalanceRef `json:"ref"`
+	Rev     uint64            `json:"rev"`
+	Spent   events.Money      `json:"spent"`
+	Overrun events.Money      `json:"overrun"`
 }
 
 type snapBudget struct {
@@ -367,6 +388,16 @@ func (b *book) snapshotCopy(seq uint64, version int) (*snapshotState, error) {
 				st.BudgetArms = map[string]uint64{}
 			}
 			st.BudgetArms[key] = d.def.Arm
+		}
+		if d.def.Retired && (!d.def.RetiredAt.IsZero() || d.last != nil) {
+			r := snapRetirement{At: optTime(d.def.RetiredAt), Reason: d.def.RetiredReason}
+			if l := d.last; l != nil {
+				r.Last = &snapLastBalance{Ref: l.ref, Rev: l.rev, Spent: l.spent, Overrun: l.overrun}
+			}
+			if st.Retirements == nil {
+				st.Retirements = map[string]snapRetirement{}
+			}
+			st.Retirements[key] = r
 		}
 	}
 	sort.Slice(st.Budgets, func(i, j int) bool { return st.Budgets[i].Key < st.Budgets[j].Key })
@@ -554,7 +585,24 @@ func bookFromSnapshot(layout streams.Layout, retention, expiredKeep time.Duratio
 			loc = nil
 		}
 		arm := st.BudgetArms[sb.Key]
+		r, retired := st.Retirements[sb.Key]
+		if retired {
+			if !rev.Retired {
+				return nil, bad("budget %s: a retirement of a budget that is not retired", sb.Key)
+			}
+			if r.At != nil {
+				// The tombstone's definition, with the event it was
+				// retired by, as the fold hands it.
+				rev.Events = events.Events{events.BudgetRetired{Budget: rev.Budget, Reason: r.Reason, At: *r.At}}
+			}
+		}
 		b.setBudgetArm(sb.Key, sb.Rev, &rev, loc, &arm)
+		if l := r.Last; retired && l != nil {
+			if streams.BudgetKey(l.Ref.Budget()) != sb.Key || l.Rev == 0 || l.Rev > st.Seq {
+				return nil, bad("budget %s: last balance %s at %d", sb.Key, streams.BalanceKey(l.Ref), l.Rev)
+			}
+			b.budgets[sb.Key].last = &lastBalance{key: streams.BalanceKey(l.Ref), ref: l.Ref, rev: l.Rev, spent: l.Spent, overrun: l.Overrun}
+		}
 		b.heads.Set(sb.Key, gate.Head{Valid: sb.Rev, Hash: sb.Hash, Chained: rev.Chained()})
 	}
 	if err := loadDefs(b, "pricing", st.Prices, st.Seq, events.DecodePricingRevision,
@@ -708,6 +756,10 @@ func bookFromSnapshot(layout streams.Layout, retention, expiredKeep time.Duratio
 		if len(sl.Costs) == 0 || len(sl.Costs) > events.MaxLearnWindow || b.learned.Window(k) != nil ||
 			i > 0 && (st.Learned[i-1].Scope > sl.Scope || st.Learned[i-1].Scope == sl.Scope && st.Learned[i-1].Model >= sl.Model) {
 			return nil, bad("learned window of %s %s: %d costs, or out of order", sl.Scope, sl.Model, len(sl.Costs))
+		}
+		if b.scopeRetired(sl.Scope) {
+			// Written before a retirement dropped its scope's windows.
+			continue
 		}
 		b.learned.Set(k, learn.WindowOf(sl.Costs))
 	}

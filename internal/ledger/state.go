@@ -74,8 +74,12 @@ type Budget struct {
 	Disabled bool
 	// Retired: the budget was retired for good (events.BudgetRetired):
 	// admits naming it are denied (budget_retired), no default creates it
-	// again and a put of it is refused.
-	Retired bool
+	// again and a put of it is refused. RetiredAt and RetiredReason are
+	// the event's (zero and "" for a tombstone loaded from a snapshot
+	// written before they were kept).
+	Retired       bool
+	RetiredAt     time.Time
+	RetiredReason string
 	// FixedSlot, when not nil, is what an admit reserves in this budget
 	// instead of the requested amount; Thresholds are alert thresholds.
 	// Both are carried from the definition as they are.
@@ -290,4 +294,18 @@ type budget struct {
 	// src is the revision def was folded from: a snapshot carries it
 	// whole, so whatever a budget revision holds travels with it.
 	src events.BudgetRevision
+	// last is, for a retired budget, the final numbers of the latest of
+	// its balances the book has dropped (nil: none dropped yet), so that
+	// reading the budget does not show zero for what a finished run
+	// spent. A snapshot carries it.
+	last *lastBalance
+}
+
+// lastBalance is the final state of a retired budget's balance that left
+// the book: nothing was open in it, so reserved and exposure were zero.
+type lastBalance struct {
+	key            string
+	ref            events.BalanceRef
+	rev            uint64
+	spent, overrun events.Money
 }

@@ -359,6 +359,16 @@ func TestAudit_SnapshotSettingsEqualTheReplay(t *testing.T) {
 
 	// The entry's revision says 5000, and the snapshot is signed again by
 	// the trusted key.
+	s.resign(t, info, `"max_open":5,`, `"max_open":5000,`)
+	s.requireNamed(t, info, "tenantlimits.acme")
+}
+
+// resign replaces from with to in snapshot info's body and signs it again
+// with the trusted key: a writer that holds the key and states something
+// the stream does not.
+func (s *signedEnv) resign(t *testing.T, info ledger.SnapshotInfo, from, to string) {
+	t.Helper()
+	ctx := ctxT(t)
 	store, err := s.env.JS.ObjectStore(ctx, s.env.Layout.SnapshotBucket())
 	require.NoError(t, err)
 	data, err := store.GetBytes(ctx, info.Name)
@@ -366,8 +376,8 @@ func TestAudit_SnapshotSettingsEqualTheReplay(t *testing.T) {
 	nl := bytes.IndexByte(data, '\n')
 	var h map[string]any
 	require.NoError(t, json.Unmarshal(data[:nl], &h))
-	body := bytes.Replace(data[nl+1:], []byte(`"max_open":5,`), []byte(`"max_open":5000,`), -1)
-	require.NotEqual(t, data[nl+1:], body, "the forgery changed the tenant's limit")
+	body := bytes.Replace(data[nl+1:], []byte(from), []byte(to), -1)
+	require.NotEqual(t, data[nl+1:], body, "the forgery changed %s", from)
 	sum := sha256.Sum256(body)
 	h["size"], h["sha256"] = len(body), hex.EncodeToString(sum[:])
 	version, _ := h["version"].(float64)
@@ -377,14 +387,69 @@ func TestAudit_SnapshotSettingsEqualTheReplay(t *testing.T) {
 	require.NoError(t, err)
 	_, err = store.PutBytes(ctx, info.Name, append(append(head, '\n'), body...))
 	require.NoError(t, err)
+}
 
-	audit, err = projector.Check(ctx, s.env.JS, s.env.Layout, projector.WithTrust(s.trust))
+// requireNamed checks that the audit names what in snapshot info, and
+// not its signature (the trusted key signed it).
+func (s *signedEnv) requireNamed(t *testing.T, info ledger.SnapshotInfo, what string) {
+	t.Helper()
+	audit, err := projector.Check(ctxT(t), s.env.JS, s.env.Layout, projector.WithTrust(s.trust))
 	require.NoError(t, err)
 	require.False(t, audit.OK())
 	named := false
 	for _, p := range audit.Problems {
-		named = named || strings.Contains(p, "snapshot "+info.Name) && strings.Contains(p, "tenantlimits.acme")
+		named = named || strings.Contains(p, "snapshot "+info.Name) && strings.Contains(p, what)
 		require.NotContains(t, p, "signature", "the forgery is signed by the trusted key: only what it says is wrong")
 	}
-	require.True(t, named, "the audit names the snapshot's tenant limits: %s", audit)
+	require.True(t, named, "the audit names the snapshot's %s: %s", what, audit)
+}
+
+// TestAudit_SnapshotRetirementEqualsTheReplay: a retired run's balance
+// has left the replica's memory, and its budget reads the final numbers
+// the snapshot keeps for it. The audit compares them with the replay: a
+// snapshot signed by the trusted key whose numbers (or whose retirement's
+// reason) the stream does not hold is named. How it can fail: without the
+// audit's check of a snapshot's retirements, the forged final spend
+// passes and "equals the replay".
+func TestAudit_SnapshotRetirementEqualsTheReplay(t *testing.T) {
+	t.Parallel()
+	s := newSignedEnv(t)
+	ctx := ctxT(t)
+	r := replicatest.Start(t, s.env, replica.Config{SweepInterval: -1, LedgerOptions: []ledger.Option{ledger.WithSigner(s.k),
+		ledger.WithTrust(s.trust), ledger.WithSnapshotEvery(0, 0), ledger.WithRetention(time.Second, 2*time.Second)}})
+	now := time.Now()
+	_, err := r.Ledger.PutBudget(ctx, events.BudgetRef{Scope: "run:r1", Period: events.PeriodLifetime}, events.MustMoney("1"), "USD", now)
+	require.NoError(t, err)
+	_, err = r.Ledger.PutBudget(ctx, events.BudgetRef{Scope: "team:t", Period: events.PeriodMonth}, events.MustMoney("100"), "USD", now)
+	require.NoError(t, err)
+	call := func(rid string, scopes ...string) {
+		rep, err := r.Admitter.Admit(ctx, events.AdmitRequest{RequestID: rid, Scopes: scopes, Amount: "0.5"})
+		require.NoError(t, err)
+		require.True(t, rep.Admitted, "%+v", rep.Denial)
+		_, err = r.Settler.Settle(ctx, events.SettleRequest{ReservationID: rep.ReservationID, Actual: "0.375"})
+		require.NoError(t, err)
+	}
+	call("c1", "run:r1", "team:t")
+	_, _, err = r.Ledger.RetireBudget(ctx, events.BudgetRef{Scope: "run:r1", Period: events.PeriodLifetime}, "", "run over", time.Now())
+	require.NoError(t, err)
+	n := 0
+	testenv.WaitFor(t, 30*time.Second, "the run's balance leaves memory", func() bool {
+		n++
+		call(fmt.Sprint("team-", n), "team:t")
+		return r.Ledger.Stats().Balances == 1
+	})
+	v, err := r.Service.BudgetView(events.BudgetRef{Scope: "run:r1", Period: events.PeriodLifetime})
+	require.NoError(t, err)
+	require.Equal(t, "0.375", v.Spent)
+	info, err := r.Ledger.Snapshot(ctx)
+	require.NoError(t, err)
+	require.NoError(t, r.Stop())
+	audit, err := projector.Check(ctx, s.env.JS, s.env.Layout, projector.WithTrust(s.trust))
+	require.NoError(t, err)
+	require.True(t, audit.OK(), audit.String())
+
+	s.resign(t, info, `"spent":"0.375","overrun":"0"}`, `"spent":"0.001","overrun":"0"}`)
+	s.requireNamed(t, info, "last balance")
+	s.resign(t, info, `"reason":"run over"`, `"reason":"never ran"`)
+	s.requireNamed(t, info, "retired at")
 }

@@ -62,6 +62,10 @@ func TestRetire_RunOver(t *testing.T) {
 	require.True(t, got.Retired)
 	require.False(t, got.Already)
 	require.Equal(t, "0.25", got.Spent)
+	require.Equal(t, "run over", got.RetiredReason)
+	at, err := time.Parse(time.RFC3339Nano, got.RetiredAt)
+	require.NoError(t, err, "retired_at %q", got.RetiredAt)
+	require.False(t, at.IsZero())
 	require.Equal(t, "0.3", got.Reserved, "the open call still holds its room")
 	again, e := h.retire(events.BudgetRetireRequest{Scope: "run:r1", Period: "lifetime"})
 	require.Nil(t, e)
@@ -216,9 +220,10 @@ func TestRetire_RacingAdmits(t *testing.T) {
 // default, with two calls in it and its team's budget; then every run is
 // retired. With the retentions at 1 and 2 seconds, and traffic on the
 // team going on (the follower's stamps move with the server's clock), both
-// replicas drop every run's balance and keep the team's. It can fail: a
-// retirement that left the balances in the book keeps 51, and the wait
-// times out.
+// replicas drop every run's balance and keep the team's, and each run's
+// budget still reads what it spent. It can fail: a retirement that left
+// the balances in the book keeps 51, and the wait times out; a dropped
+// balance that forgot its numbers reads 0.
 func TestRetire_BalancesLeaveMemory(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, harnessOpts{replicas: 2, ledgerOpts: []ledger.Option{ledger.WithRetention(time.Second, 2*time.Second)}})
@@ -259,6 +264,16 @@ func TestRetire_BalancesLeaveMemory(t *testing.T) {
 	})
 	for _, r := range h.replicas {
 		require.GreaterOrEqual(t, r.Ledger.Stats().Pruned, int64(runs))
+	}
+	// What a finished run spent still reads in its budget, on both
+	// replicas, with when and why it was retired.
+	for i, r := range h.replicas {
+		v, err := r.Service.BudgetView(events.BudgetRef{Scope: "run:r-3", Period: events.PeriodLifetime})
+		require.NoError(t, err)
+		require.Equal(t, "0.1", v.Spent, "replica %d: the run's two calls, not zero", i)
+		require.True(t, v.Retired)
+		require.Equal(t, "run over", v.RetiredReason)
+		require.NotEmpty(t, v.RetiredAt)
 	}
 	// Nothing may write to a balance that left memory: its revision would
 	// state its totals from zero (the audit above would refuse them).

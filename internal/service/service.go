@@ -1048,7 +1048,10 @@ func (s *Service) BudgetView(ref events.BudgetRef) (events.BudgetView, error) {
 		Scope: ref.Scope.Local(), Period: ref.Period, Limit: b.Limit.String(), Unit: b.Unit,
 		Instance: bal.Ref.Instance, Spent: bal.Spent.String(), Reserved: bal.Reserved.String(),
 		Overrun: bal.Overrun.String(), Available: bal.Available().String(), Open: int64(bal.Open),
-		TZ: b.TZ, Disabled: b.Disabled, Retired: b.Retired, Thresholds: moneyStrings(b.Thresholds),
+		TZ: b.TZ, Disabled: b.Disabled, Retired: b.Retired, RetiredReason: b.RetiredReason, Thresholds: moneyStrings(b.Thresholds),
+	}
+	if !b.RetiredAt.IsZero() {
+		v.RetiredAt = b.RetiredAt.UTC().Format(time.RFC3339Nano)
 	}
 	if b.FixedSlot != nil {
 		n := b.Limit.Slots(*b.FixedSlot)

@@ -49,6 +49,18 @@ type snapKey struct {
 type snapDef struct {
 	snapKey
 	Revision json.RawMessage `json:"revision"`
+	// Retirement is a retired budget's time and reason and the final
+	// numbers of the latest of its balances a replica dropped.
+	Retirement *struct {
+		At     *time.Time `json:"at"`
+		Reason string     `json:"reason"`
+		Last   *struct {
+			Instance string        `json:"instance"`
+			Rev      uint64        `json:"rev"`
+			Spent    events.Money  `json:"spent"`
+			Overrun  *events.Money `json:"overrun"`
+		} `json:"last"`
+	} `json:"retirement"`
 }
 
 type snapBody struct {
@@ -81,19 +93,6 @@ type snapBody struct {
 	} `json:"voids"`
 	// Sections are the readers' states (version 4), not read here.
 	Sections map[string]json.RawMessage `json:"sections"`
-	// Retirements are the retired budgets' time and reason and the final
-	// numbers of the latest of their balances a replica dropped, by
-	// budget key.
-	Retirements map[string]struct {
-		At     *time.Time `json:"at"`
-		Reason string     `json:"reason"`
-		Last   *struct {
-			Ref     events.BalanceRef `json:"ref"`
-			Rev     uint64            `json:"rev"`
-			Spent   events.Money      `json:"spent"`
-			Overrun events.Money      `json:"overrun"`
-		} `json:"last"`
-	} `json:"retirements"`
 }
 
 type snapRes struct {
@@ -551,44 +550,40 @@ func verifyDefinitions(pf func(string, ...any), st *State, b *snapBody) {
 // final numbers of the balance it names, when the replay holds that
 // balance (one that started from a snapshot without it does not).
 func verifyRetirements(pf func(string, ...any), st *State, b *snapBody) {
-	if len(b.Retirements) == 0 {
-		return
-	}
-	refs := make(map[string]events.BudgetRef, len(b.Retirements))
 	for _, d := range b.Budgets {
-		if _, ok := b.Retirements[d.Key]; !ok {
+		r := d.Retirement
+		if r == nil {
 			continue
 		}
-		if rev, err := events.DecodeBudgetRevision(d.Revision); err == nil {
-			refs[d.Key] = rev.Budget
+		rev, err := events.DecodeBudgetRevision(d.Revision)
+		if err != nil {
+			continue // reported by verifyDefinitions
 		}
-	}
-	for key, r := range b.Retirements {
-		ref, ok := refs[key]
-		cur := st.budgets[ref]
-		if !ok || cur == nil || !cur.Retired {
-			pf("retirement of budget %s, which the replay has not retired", key)
+		cur := st.budgets[rev.Budget]
+		if cur == nil || !cur.Retired {
+			pf("budget %s: a retirement, and the replay has not retired it", d.Key)
 			continue
 		}
 		if r.At != nil && !cur.RetiredAt.IsZero() && (!r.At.Equal(cur.RetiredAt) || r.Reason != cur.RetiredReason) {
-			pf("budget %s: retired at %s (%q); the replay: at %s (%q)", key, r.At.Format(time.RFC3339Nano), r.Reason,
+			pf("budget %s: retired at %s (%q); the replay: at %s (%q)", d.Key, r.At.Format(time.RFC3339Nano), r.Reason,
 				cur.RetiredAt.Format(time.RFC3339Nano), cur.RetiredReason)
 		}
 		l := r.Last
 		if l == nil {
 			continue
 		}
-		if l.Ref.Budget() != ref {
-			pf("budget %s: its last balance %s is another budget's", key, streams.BalanceKey(l.Ref))
-			continue
-		}
-		bl, ok := st.balances[l.Ref]
+		ref := events.BalanceRef{Scope: rev.Budget.Scope, Period: rev.Budget.Period, Instance: l.Instance, Unit: rev.Budget.Unit}
+		bl, ok := st.balances[ref]
 		if !ok {
 			continue
 		}
-		if bl.Open != 0 || bl.Revision != l.Rev || bl.Spent.Cmp(l.Spent) != 0 || bl.Overrun.Cmp(l.Overrun) != 0 {
-			pf("budget %s: last balance %s spent %s overrun %s at %d; the replay: spent %s overrun %s at %d, %d open", key,
-				bl.Key, l.Spent, l.Overrun, l.Rev, bl.Spent, bl.Overrun, bl.Revision, bl.Open)
+		overrun := events.Zero
+		if l.Overrun != nil {
+			overrun = *l.Overrun
+		}
+		if bl.Open != 0 || bl.Revision != l.Rev || bl.Spent.Cmp(l.Spent) != 0 || bl.Overrun.Cmp(overrun) != 0 {
+			pf("budget %s: last balance %s spent %s overrun %s at %d; the replay: spent %s overrun %s at %d, %d open", d.Key,
+				bl.Key, l.Spent, overrun, l.Rev, bl.Spent, bl.Overrun, bl.Revision, bl.Open)
 		}
 	}
 }

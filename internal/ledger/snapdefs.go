@@ -25,7 +25,7 @@ func snapDefs[T any](b *book, what string, defs map[string]T, at func(T) (rev ui
 			return nil, fmt.Errorf("ledger: snapshot of %s %s: %w", what, key, err)
 		}
 		_, hash := b.valid(key)
-		out = append(out, snapBudget{snapKey{key, rev, hash}, raw})
+		out = append(out, snapBudget{snapKey: snapKey{key, rev, hash}, Revision: raw})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out, nil

@@ -176,11 +176,6 @@ type snapshotState struct {
 	// not 0, by budget key: the fold computes them from the definitions
 	// before the one Budgets carries.
 	BudgetArms map[string]uint64 `json:"budget_arms,omitempty"`
-	// Retirements are the retired budgets' retirement (its time and
-	// reason) and the final numbers of the latest of their balances the
-	// book dropped, by budget key (absent: a snapshot written before they
-	// were kept; the budget reads as retired, with neither).
-	Retirements map[string]snapRetirement `json:"retirements,omitempty"`
 	// Prices travel as the pricing revision they were folded from.
 	Prices []snapBudget `json:"prices,omitempty"`
 	// Defaults travel as the default revision they were folded from.
@@ -262,24 +257,28 @@ type snapKey struct {
 }
 
 // snapRetirement is a retired budget's Budget.RetiredAt and RetiredReason
-// and its budget.last.
+// and its budget.last (absent: a snapshot written before they were kept;
+// the budget reads as retired, with neither).
 type snapRetirement struct {
 	At     *time.Time       `json:"at,omitempty"`
 	Reason string           `json:"reason,omitempty"`
 	Last   *snapLastBalance `json:"last,omitempty"`
 }
 
-// snapLastBalance is a lastBalance.
+// snapLastBalance is a lastBalance: its balance is the budget's in
+// Instance.
 type snapLastBalance struct {
-	Ref     events.BalanceRef `json:"ref"`
-	Rev     uint64            `json:"rev"`
-	Spent   events.Money      `json:"spent"`
-	Overrun events.Money      `json:"overrun"`
+	Instance string        `json:"instance"`
+	Rev      uint64        `json:"rev"`
+	Spent    events.Money  `json:"spent"`
+	Overrun  *events.Money `json:"overrun,omitempty"`
 }
 
 type snapBudget struct {
 	snapKey
 	Revision json.RawMessage `json:"revision"`
+	// Retirement is a retired budget's (budgets only).
+	Retirement *snapRetirement `json:"retirement,omitempty"`
 }
 
 type snapBalance struct {
@@ -382,22 +381,22 @@ func (b *book) snapshotCopy(seq uint64, version int) (*snapshotState, error) {
 			return nil, fmt.Errorf("ledger: snapshot of budget %s: %w", key, err)
 		}
 		_, hash := b.valid(key)
-		st.Budgets = append(st.Budgets, snapBudget{snapKey{key, d.rev, hash}, raw})
+		sb := snapBudget{snapKey: snapKey{key, d.rev, hash}, Revision: raw}
+		if d.def.Retired && (!d.def.RetiredAt.IsZero() || d.last != nil) {
+			sb.Retirement = &snapRetirement{At: optTime(d.def.RetiredAt), Reason: d.def.RetiredReason}
+			if l := d.last; l != nil {
+				sb.Retirement.Last = &snapLastBalance{Instance: l.ref.Instance, Rev: l.rev, Spent: l.spent}
+				if !l.overrun.IsZero() {
+					sb.Retirement.Last.Overrun = &l.overrun
+				}
+			}
+		}
+		st.Budgets = append(st.Budgets, sb)
 		if d.def.Arm != 0 {
 			if st.BudgetArms == nil {
 				st.BudgetArms = map[string]uint64{}
 			}
 			st.BudgetArms[key] = d.def.Arm
-		}
-		if d.def.Retired && (!d.def.RetiredAt.IsZero() || d.last != nil) {
-			r := snapRetirement{At: optTime(d.def.RetiredAt), Reason: d.def.RetiredReason}
-			if l := d.last; l != nil {
-				r.Last = &snapLastBalance{Ref: l.ref, Rev: l.rev, Spent: l.spent, Overrun: l.overrun}
-			}
-			if st.Retirements == nil {
-				st.Retirements = map[string]snapRetirement{}
-			}
-			st.Retirements[key] = r
 		}
 	}
 	sort.Slice(st.Budgets, func(i, j int) bool { return st.Budgets[i].Key < st.Budgets[j].Key })
@@ -413,7 +412,7 @@ func (b *book) snapshotCopy(seq uint64, version int) (*snapshotState, error) {
 		if err != nil {
 			return nil, fmt.Errorf("ledger: snapshot of trust: %w", err)
 		}
-		st.Trust = &snapBudget{snapKey{t.Key, t.Seq, t.Hash}, raw}
+		st.Trust = &snapBudget{snapKey: snapKey{t.Key, t.Seq, t.Hash}, Revision: raw}
 	}
 	if st.APIKeys, err = snapDefs(b, "API key", b.apikeys, func(k *apiKey) (uint64, any) { return k.def.Version, &k.src }); err != nil {
 		return nil, err
@@ -585,8 +584,8 @@ func bookFromSnapshot(layout streams.Layout, retention, expiredKeep time.Duratio
 			loc = nil
 		}
 		arm := st.BudgetArms[sb.Key]
-		r, retired := st.Retirements[sb.Key]
-		if retired {
+		r := sb.Retirement
+		if r != nil {
 			if !rev.Retired {
 				return nil, bad("budget %s: a retirement of a budget that is not retired", sb.Key)
 			}
@@ -597,11 +596,17 @@ func bookFromSnapshot(layout streams.Layout, retention, expiredKeep time.Duratio
 			}
 		}
 		b.setBudgetArm(sb.Key, sb.Rev, &rev, loc, &arm)
-		if l := r.Last; retired && l != nil {
-			if streams.BudgetKey(l.Ref.Budget()) != sb.Key || l.Rev == 0 || l.Rev > st.Seq {
-				return nil, bad("budget %s: last balance %s at %d", sb.Key, streams.BalanceKey(l.Ref), l.Rev)
+		if r != nil && r.Last != nil {
+			l := r.Last
+			ref := events.BalanceRef{Scope: rev.Budget.Scope, Period: rev.Budget.Period, Instance: l.Instance, Unit: rev.Budget.Unit}
+			if l.Instance == "" || l.Rev == 0 || l.Rev > st.Seq {
+				return nil, bad("budget %s: last balance %q at %d", sb.Key, l.Instance, l.Rev)
 			}
-			b.budgets[sb.Key].last = &lastBalance{key: streams.BalanceKey(l.Ref), ref: l.Ref, rev: l.Rev, spent: l.Spent, overrun: l.Overrun}
+			last := &lastBalance{key: streams.BalanceKey(ref), ref: ref, rev: l.Rev, spent: l.Spent}
+			if l.Overrun != nil {
+				last.overrun = *l.Overrun
+			}
+			b.budgets[sb.Key].last = last
 		}
 		b.heads.Set(sb.Key, gate.Head{Valid: sb.Rev, Hash: sb.Hash, Chained: rev.Chained()})
 	}

@@ -36,7 +36,8 @@ func TestServe_SnapshotAgeMetric(t *testing.T) {
 	m := scrape(t, base)
 	require.Contains(t, m, "spendgate_snapshot_age_seconds")
 	// The book's sizes (docs/operator.md): empty so far.
-	for _, name := range []string{"spendgate_book_balances", "spendgate_book_window", "spendgate_book_balances_pruned_total"} {
+	for _, name := range []string{"spendgate_book_balances", "spendgate_book_window", "spendgate_book_balances_pruned_total",
+		`spendgate_book_budgets{state="live"}`, `spendgate_book_budgets{state="retired"}`, "spendgate_book_learned_windows"} {
 		require.Contains(t, m, name)
 		require.Zero(t, m[name], name)
 	}
@@ -45,6 +46,13 @@ func TestServe_SnapshotAgeMetric(t *testing.T) {
 	nc := connect(t, "nats://"+listen)
 	var bv events.BudgetView
 	require.Nil(t, e2eRequest(t, nc, "spendgate.budget.put", events.BudgetPutRequest{Scope: "org:age", Period: "month", Limit: "1", Unit: "USD"}, &bv))
+	require.Nil(t, e2eRequest(t, nc, "spendgate.budget.put", events.BudgetPutRequest{Scope: "run:done", Period: "lifetime", Limit: "1", Unit: "USD"}, &bv))
+	var rr events.BudgetRetireReply
+	require.Nil(t, e2eRequest(t, nc, "spendgate.budget.retire", events.BudgetRetireRequest{Scope: "run:done", Period: "lifetime"}, &rr))
+	testenv.WaitFor(t, 10*time.Second, "one live budget and one retired", func() bool {
+		m := scrape(t, base)
+		return m[`spendgate_book_budgets{state="live"}`] == 1 && m[`spendgate_book_budgets{state="retired"}`] == 1
+	})
 	testenv.WaitFor(t, 30*time.Second, "a periodic snapshot, and its age", func() bool {
 		age := scrape(t, base)["spendgate_snapshot_age_seconds"]
 		return !math.IsNaN(age) && age >= 0 && age < 30

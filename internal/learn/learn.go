@@ -82,6 +82,7 @@ func (w *Window) Clone() *Window {
 // is empty and usable.
 type State struct {
 	w map[events.Scope]map[string]*Window
+	n int // windows held
 }
 
 // Observe folds one settled call of key that cost actual.
@@ -113,6 +114,9 @@ func (s *State) Set(k Key, w *Window) {
 		m = map[string]*Window{}
 		s.w[k.Scope] = m
 	}
+	if _, ok := m[k.Model]; !ok {
+		s.n++
+	}
 	m[k.Model] = w
 }
 
@@ -124,6 +128,7 @@ func (s *State) Forget(scope events.Scope) int {
 	}
 	n := len(s.w[scope])
 	delete(s.w, scope)
+	s.n -= n
 	return n
 }
 
@@ -132,11 +137,7 @@ func (s *State) Len() int {
 	if s == nil {
 		return 0
 	}
-	n := 0
-	for _, m := range s.w {
-		n += len(m)
-	}
-	return n
+	return s.n
 }
 
 // Keys returns every key, sorted by scope then model.

@@ -96,3 +96,23 @@ func TestLearnRule_Validate(t *testing.T) {
 		require.Error(t, bad.Validate(), bad.String())
 	}
 }
+
+// TestState_Forget: a scope's windows go together, the others stay, and
+// Len follows every change (the book's gauge reads it). It can fail: a
+// Forget that left a model's window, or a Len that counted a window set
+// twice.
+func TestState_Forget(t *testing.T) {
+	var s learn.State
+	one := events.MustMoney("1")
+	s.Observe(learn.Key{Scope: "run:a", Model: "m1"}, one)
+	s.Observe(learn.Key{Scope: "run:a", Model: "m2"}, one)
+	s.Observe(learn.Key{Scope: "run:a", Model: "m2"}, one)
+	s.Observe(learn.Key{Scope: "team:t", Model: "m1"}, one)
+	s.Set(learn.Key{Scope: "team:t", Model: "m1"}, learn.WindowOf([]events.Money{one}))
+	require.Equal(t, 3, s.Len())
+	require.Equal(t, 2, s.Forget("run:a"))
+	require.Equal(t, 0, s.Forget("run:a"))
+	require.Nil(t, s.Window(learn.Key{Scope: "run:a", Model: "m2"}))
+	require.Equal(t, 1, s.Len())
+	require.Equal(t, []learn.Key{{Scope: "team:t", Model: "m1"}}, s.Keys())
+}

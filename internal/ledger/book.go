@@ -30,9 +30,11 @@ type book struct {
 	// retired, by budget key: what the idle walk looks at (it would
 	// otherwise walk every retired run's tombstone, once a minute).
 	fromDefaults map[string]*budget
-	prices       map[string]*pricing // by pricing key
-	defaults     map[string]*dflt    // by default key
-	apikeys      map[string]*apiKey  // by API key's key
+	// retired counts the retired budgets (their tombstones).
+	retired  int
+	prices   map[string]*pricing // by pricing key
+	defaults map[string]*dflt    // by default key
+	apikeys  map[string]*apiKey  // by API key's key
 	// tenantLimits are the tenants' own limits, by tenant limits key.
 	tenantLimits map[string]*tenantLimits
 	// byKind indexes defaults by scope kind, in period order.
@@ -217,6 +219,7 @@ func (b *book) setBudgetArm(key string, seq uint64, rev *events.BudgetRevision, 
 	d.src = src
 	d.def = def
 	if def.Retired && !wasRetired {
+		b.retired++
 		b.retire(d)
 		// What the scope's calls taught its learned reservations is of no
 		// use any more: no call is admitted in it again.

@@ -456,15 +456,20 @@ type Stats struct {
 	// Window is the number of closed reservations the idempotency window
 	// holds (a gauge): each is forgotten after its retention.
 	Window int
+	// Budgets is the number of budgets the book holds (a gauge), Retired
+	// those of them that are retired (tombstones), and Learned the
+	// learned-reservation windows (one per scope and model).
+	Budgets, Retired, Learned int
 }
 
 // Stats returns the commit counters.
 func (l *Ledger) Stats() Stats {
 	l.mu.RLock()
 	heads, balances, pruned, window := l.bk.heads.Len(), len(l.bk.balances), l.bk.pruned, l.bk.win.len()
+	budgets, retired, learned := len(l.bk.budgets), l.bk.retired, l.bk.learned.Len()
 	l.mu.RUnlock()
 	return Stats{Commits: l.stats.commits.Load(), Batches: l.stats.batches.Load(), Txs: l.stats.txs.Load(), Conflicts: l.stats.conflicts.Load(), Queued: l.stats.queued.Load(),
 		SyncReads: l.syncs.reads.Load(), Timeouts: l.stats.timeouts.Load(), Rejected: l.keys.rejected.Load(),
 		AttemptTime: time.Duration(l.stats.attemptNanos.Load()), WriteTime: time.Duration(l.stats.writeNanos.Load()), Heads: heads,
-		Balances: balances, Pruned: pruned, Window: window}
+		Balances: balances, Pruned: pruned, Window: window, Budgets: budgets, Retired: retired, Learned: learned}
 }

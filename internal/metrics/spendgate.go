@@ -228,10 +228,14 @@ type BookStats struct {
 	// idempotency window.
 	Balances, Window int
 	Pruned           int64
+	// Budgets held, of which Retired are retired (tombstones), and
+	// learned-reservation windows held.
+	Budgets, Retired, Learned int
 }
 
-// RegisterBook adds spendgate_book_balances, spendgate_book_window and
-// spendgate_book_balances_pruned_total: how big the book is, and whether
+// RegisterBook adds spendgate_book_balances, spendgate_book_window,
+// spendgate_book_balances_pruned_total, spendgate_book_budgets (by state)
+// and spendgate_book_learned_windows: how big the book is, and whether
 // retiring budgets frees memory.
 func (s *Set) RegisterBook(f func() BookStats) {
 	s.Registry.MustRegister(
@@ -242,6 +246,15 @@ func (s *Set) RegisterBook(f func() BookStats) {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "spendgate_book_balances_pruned_total",
 			Help: "Balances this replica's book dropped since it started: past minute and hour balances, and retired budgets' once nothing can change them."},
 			func() float64 { return float64(f().Pruned) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "spendgate_book_budgets", ConstLabels: prometheus.Labels{"state": "live"},
+			Help: "Budgets this replica's book holds, by state: live, or retired (a tombstone each)."},
+			func() float64 { st := f(); return float64(st.Budgets - st.Retired) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "spendgate_book_budgets", ConstLabels: prometheus.Labels{"state": "retired"},
+			Help: "Budgets this replica's book holds, by state: live, or retired (a tombstone each)."},
+			func() float64 { return float64(f().Retired) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "spendgate_book_learned_windows",
+			Help: "Learned-reservation windows this replica's book holds (one per scope and model; a retired scope's are dropped)."},
+			func() float64 { return float64(f().Learned) }),
 	)
 }
 

@@ -492,7 +492,7 @@ func registerHealth(cfg Config, l *ledger.Ledger, probe *health.Probe) {
 	cfg.Metrics.RegisterSnapshotAge(l.SnapshotAge)
 	cfg.Metrics.RegisterBook(func() metrics.BookStats {
 		st := l.Stats()
-		return metrics.BookStats{Balances: st.Balances, Window: st.Window, Pruned: st.Pruned}
+		return metrics.BookStats{Balances: st.Balances, Window: st.Window, Pruned: st.Pruned, Budgets: st.Budgets, Retired: st.Retired, Learned: st.Learned}
 	})
 	cfg.Metrics.RegisterLedgerHealth(func() metrics.LedgerHealth {
 		st := probe.Status()

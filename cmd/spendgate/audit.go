@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/spendgate/spendgate/events"
 	"io"
 	"os"
 	"slices"
@@ -252,7 +253,13 @@ func audit(args []string) int {
 	report.DefinedZones(st, balances)
 	balances = append(balances, report.IdleBalances(st, now)...)
 	slices.SortFunc(balances, func(a, b projector.Balance) int { return strings.Compare(a.Key, b.Key) })
-	if err := writeBalances(os.Stdout, balances, dec); err != nil {
+	retired := map[events.BudgetRef]time.Time{}
+	for _, b := range st.Budgets() {
+		if b.Retired {
+			retired[b.Ref] = b.RetiredAt
+		}
+	}
+	if err := writeBalances(os.Stdout, balances, retired, dec); err != nil {
 		fmt.Fprintln(os.Stderr, "spendgate: audit balances: the CSV is incomplete:", err)
 		return 1
 	}
@@ -309,17 +316,29 @@ func terminalProgress(w io.Writer, what string) func(seq, last uint64) {
 	}
 }
 
+// retiredAt is the retired_at column of budget ref: its retirement's time
+// in UTC, "" for a live budget (or a retirement whose time is unknown).
+func retiredAt(retired map[events.BudgetRef]time.Time, ref events.BudgetRef) string {
+	at, ok := retired[ref]
+	if !ok || at.IsZero() {
+		return ""
+	}
+	return at.UTC().Format(time.RFC3339Nano)
+}
+
 // atFutureSlack is how far ahead of this machine's clock audit balances
 // --at may be (the clocks of the server that stamps the revisions and of
 // this machine may differ a little).
 const atFutureSlack = time.Minute
 
 // balanceColumns is the header of audit balances' CSV.
-var balanceColumns = []string{"scope", "period", "instance", "unit", "limit", "spent", "reserved", "overrun", "open", "opened", "settled", "released", "expired", "late", "tz"}
+var balanceColumns = []string{"scope", "period", "instance", "unit", "limit", "spent", "reserved", "overrun", "open", "opened", "settled", "released", "expired", "late", "tz", "retired_at"}
 
 // writeBalances writes balances as CSV, its decimals in d, and returns the first write or
 // flush error: a finance export that ends early must not look complete.
-func writeBalances(out io.Writer, balances []projector.Balance, d report.Decimal) error {
+// retired holds the retired budgets' retirement times (retired_at; empty
+// for a live budget).
+func writeBalances(out io.Writer, balances []projector.Balance, retired map[events.BudgetRef]time.Time, d report.Decimal) error {
 	w := report.NewCSVWriter(out, d, balanceColumns, "limit", "spent", "reserved", "overrun")
 	if err := w.Write(balanceColumns); err != nil {
 		return err
@@ -329,7 +348,7 @@ func writeBalances(out io.Writer, balances []projector.Balance, d report.Decimal
 			b.Limit.String(), b.Spent.String(), b.Reserved.String(), b.Overrun.String(),
 			strconv.FormatInt(b.Open, 10), strconv.FormatInt(b.Opened, 10), strconv.FormatInt(b.Settled, 10),
 			strconv.FormatInt(b.Released, 10), strconv.FormatInt(b.Expired, 10), strconv.FormatInt(b.Late, 10),
-			strings.Join(b.Zones, " ")}); err != nil {
+			strings.Join(b.Zones, " "), retiredAt(retired, b.Ref.Budget())}); err != nil {
 			return err
 		}
 	}

@@ -42,11 +42,11 @@ func TestWriteBalances_WriteErrors(t *testing.T) {
 			Reserved: events.MustMoney("0"), Overrun: events.MustMoney("0")}
 	}
 	var whole bytes.Buffer
-	require.NoError(t, writeBalances(&whole, balances, report.DecimalPoint))
+	require.NoError(t, writeBalances(&whole, balances, nil, report.DecimalPoint))
 	require.Equal(t, len(balances)+1, strings.Count(whole.String(), "\n"))
 	// Cut short anywhere: in the header, in the rows, at the final flush.
 	for _, limit := range []int{0, 10, 5000, whole.Len() - 1} {
-		require.ErrorIs(t, writeBalances(&failingWriter{limit: limit}, balances, report.DecimalPoint), io.ErrShortWrite, "limit %d", limit)
+		require.ErrorIs(t, writeBalances(&failingWriter{limit: limit}, balances, nil, report.DecimalPoint), io.ErrShortWrite, "limit %d", limit)
 	}
 }
 
@@ -58,9 +58,13 @@ func TestCSV_DecimalComma(t *testing.T) {
 	b := projector.Balance{Ref: events.BalanceRef{Scope: "team:a.b", Period: "month", Instance: "2026-12"}, Unit: "USD",
 		Limit: events.MustMoney("10.25"), Spent: events.MustMoney("0.5"), Reserved: events.MustMoney("1"), Overrun: events.MustMoney("0")}
 	var out bytes.Buffer
-	require.NoError(t, writeBalances(&out, []projector.Balance{b}, report.DecimalComma))
-	require.Equal(t, "scope;period;instance;unit;limit;spent;reserved;overrun;open;opened;settled;released;expired;late;tz\n"+
-		"team:a.b;month;2026-12;USD;10,25;0,5;1;0;0;0;0;0;0;0;\n", out.String())
+	retired := b
+	retired.Ref.Scope = "run:r1"
+	at := map[events.BudgetRef]time.Time{retired.Ref.Budget(): time.Date(2026, 12, 6, 9, 30, 0, 0, time.UTC)}
+	require.NoError(t, writeBalances(&out, []projector.Balance{retired, b}, at, report.DecimalComma))
+	require.Equal(t, "scope;period;instance;unit;limit;spent;reserved;overrun;open;opened;settled;released;expired;late;tz;retired_at\n"+
+		"run:r1;month;2026-12;USD;10,25;0,5;1;0;0;0;0;0;0;0;;2026-12-06T09:30:00Z\n"+
+		"team:a.b;month;2026-12;USD;10,25;0,5;1;0;0;0;0;0;0;0;;\n", out.String())
 
 	rep := &report.SpendReport{Groups: []report.SpendGroup{{Value: "1.5", Unit: "USD", Spend: events.MustMoney("2.75"),
 		Overrun: events.MustMoney("0"), Reserved: events.MustMoney("0.125")}}}

@@ -211,8 +211,8 @@ func TestCLI_ExportReportBalances(t *testing.T) {
 
 	// audit balances lists the idle budget with zeros.
 	out = ok("audit", "balances")
-	require.Regexp(t, `(?m)^team:idle,month,\d{4}-\d{2},USD,50,0,0,0,0,0,0,0,0,0,UTC$`, out)
-	require.Regexp(t, `(?m)^team:idle;month;\d{4}-\d{2};USD;50;0;0;0;0;0;0;0;0;0;UTC$`, ok("audit", "balances", "--decimal", "comma"))
+	require.Regexp(t, `(?m)^team:idle,month,\d{4}-\d{2},USD,50,0,0,0,0,0,0,0,0,0,UTC,$`, out)
+	require.Regexp(t, `(?m)^team:idle;month;\d{4}-\d{2};USD;50;0;0;0;0;0;0;0;0;0;UTC;$`, ok("audit", "balances", "--decimal", "comma"))
 	require.Contains(t, out, "org:acme,month,")
 
 	// Usage errors: a bad time names the flag and the format; exit 64.

@@ -26,7 +26,8 @@ Usage:
   spendgate budget put  --scope KIND:ID --period month|week|day|hour|minute|lifetime [--limit DECIMAL] [--unit USD|requests|...] [--tz ZONE] [--fixed-slot DECIMAL] [--replace]
   spendgate budget get  --scope KIND:ID [--period month|week|day|hour|minute|lifetime [--unit UNIT]]
   spendgate budget disable|enable --scope KIND:ID --period PERIOD
-  spendgate budget list [--kind KIND] [--sort scope|utilization] [--max N]
+  spendgate budget retire --scope KIND:ID --period PERIOD [--reason TEXT]   for good: a finished run's or job's
+  spendgate budget list [--kind KIND] [--sort scope|utilization] [--retired] [--max N]
   spendgate pricing put --model NAME --input DECIMAL --output DECIMAL [--cached-input DECIMAL] [--unit USD]
   spendgate pricing get --model NAME | list | import --file PATH [--format json|csv]
   spendgate admit    --scope KIND:ID [--scope ...] --amount DECIMAL [--unit USD] [--ttl 5m] [--request-id ID] [--meta K=V] [--mode check|shadow] [-o json|id]

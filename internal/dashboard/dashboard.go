@@ -196,6 +196,10 @@ type BudgetRow struct {
 	// Disabled: the budget is disabled (budget disable), and every admit
 	// naming it is denied budget_disabled, whatever it has available.
 	Disabled bool `json:"disabled,omitempty"`
+	// Retired: the budget was retired (budget retire). The dashboard
+	// lists only live budgets; a series asked for a retired one says so,
+	// with no points (its chart left with the retirement).
+	Retired bool `json:"retired,omitempty"`
 	// UsedBP is (spent + reserved) / limit and SpentBP spent / limit, in
 	// basis points (10000 = the whole limit), rounded down.
 	UsedBP   int64    `json:"used_bp"`
@@ -391,8 +395,11 @@ func (d *Dashboard) row(b ledger.Budget, now time.Time, denied map[instanceRef]*
 	used := bal.Spent.Add(bal.Reserved)
 	row := BudgetRow{Scope: b.Ref.Scope, Tenant: b.Ref.Scope.Tenant(), Kind: b.Ref.Scope.Local().Kind(), Period: b.Ref.Period, Instance: inst, TZ: b.TZ, Unit: b.Unit,
 		Limit: b.Limit.String(), Spent: bal.Spent.String(), Reserved: bal.Reserved.String(), Overrun: bal.Overrun.String(),
-		Available: b.Limit.Sub(used).String(), Open: bal.Open, Disabled: b.Disabled,
+		Available: b.Limit.Sub(used).String(), Open: bal.Open, Disabled: b.Disabled, Retired: b.Retired,
 		UsedBP: basisPoints(used, b.Limit), SpentBP: basisPoints(bal.Spent, b.Limit)}
+	if b.Retired {
+		row.Available = "0" // every admit naming it is denied, as budget get says
+	}
 	if b.Limit.IsZero() {
 		// A limit of 0 admits nothing: at its limit, as the per-budget
 		// utilization gauge says (1), and counted with the budgets at or

@@ -106,3 +106,27 @@ func TestDashboard_API(t *testing.T) {
 		require.Contains(t, missing.Error.Message, "/dashboard/api/budgets, /dashboard/api/series", path)
 	}
 }
+
+// TestDashboard_RetiredBudget: a retired budget leaves the dashboard's
+// list (it holds nothing any more), and its series, asked for by scope,
+// says it is retired, with no points, rather than an empty chart that
+// looks like a budget nothing was spent in. It can fail: without the
+// flag the series reply reads as a live budget with no spend.
+func TestDashboard_RetiredBudget(t *testing.T) {
+	s := seed(t)
+	var sr dashboard.SeriesReply
+	require.Equal(t, http.StatusOK, getJSON(t, s.srv.URL+"/dashboard/api/series?scope=org:acme&period=month", &sr))
+	require.NotEmpty(t, sr.Points)
+	require.False(t, sr.Budget.Retired)
+	_, _, err := s.r.Ledger.RetireBudget(t.Context(), events.BudgetRef{Scope: "org:acme", Period: events.PeriodMonth}, "", "closed", time.Now())
+	require.NoError(t, err)
+	testenv.WaitFor(t, 30*time.Second, "the retirement reaches the dashboard", func() bool {
+		var b dashboard.BudgetsReply
+		getJSON(t, s.srv.URL+"/dashboard/api/budgets", &b)
+		return b.Total == 3
+	})
+	require.Equal(t, http.StatusOK, getJSON(t, s.srv.URL+"/dashboard/api/series?scope=org:acme&period=month", &sr))
+	require.True(t, sr.Budget.Retired)
+	require.Empty(t, sr.Points)
+	require.Equal(t, [2]string{"85", "0"}, [2]string{sr.Budget.Spent, sr.Budget.Available}, "what it spent; nothing available")
+}

@@ -47,6 +47,10 @@ func (s *Service) budgetRetire(ctx context.Context, data []byte) (any, error) {
 	if err := codec.DecodeRequest(data, &req); err != nil {
 		return nil, err
 	}
+	if kind, id, ok := strings.Cut(req.Scope, ":"); ok && id == events.DefaultScopeID {
+		return nil, events.Errorf(events.CodeInvalidIdentifier,
+			"%s is a default, not a budget: a default is never retired; retire the budgets it created one by one (--scope %s:ID), or let serve --retire-idle %s=DURATION retire them once idle", req.Scope, kind, kind)
+	}
 	scope, err := events.ParseScope(req.Scope)
 	if err != nil {
 		return nil, err

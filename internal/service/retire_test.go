@@ -158,10 +158,15 @@ func TestRetire_RunOver(t *testing.T) {
 		// (a retirement cannot be undone); nor a count budget it lacks.
 		{events.BudgetRetireRequest{Scope: "team:search", Period: "month", Unit: "EUR"}, events.CodeUnknownBudget},
 		{events.BudgetRetireRequest{Scope: "team:search", Period: "month", Unit: "requests"}, events.CodeUnknownBudget},
+		// A default is not a budget: said so, with what to do instead.
+		{events.BudgetRetireRequest{Scope: "run:*", Period: "lifetime"}, events.CodeInvalidIdentifier},
 	} {
 		_, e := h.retire(c.req)
 		require.NotNil(t, e, "%+v", c.req)
 		require.Equal(t, c.code, e.Code, "%+v", c.req)
+		if c.req.Scope == "run:*" {
+			require.Contains(t, e.Message, "run:* is a default, not a budget")
+		}
 	}
 	after, _ := h.streamState()
 	require.Equal(t, seq, after)

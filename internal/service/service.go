@@ -1050,6 +1050,10 @@ func (s *Service) BudgetView(ref events.BudgetRef) (events.BudgetView, error) {
 		Overrun: bal.Overrun.String(), Available: bal.Available().String(), Open: int64(bal.Open),
 		TZ: b.TZ, Disabled: b.Disabled, Retired: b.Retired, RetiredReason: b.RetiredReason, Thresholds: moneyStrings(b.Thresholds),
 	}
+	if b.Retired {
+		// Every admit naming it is denied: nothing is available.
+		v.Available = "0"
+	}
 	if !b.RetiredAt.IsZero() {
 		v.RetiredAt = b.RetiredAt.UTC().Format(time.RFC3339Nano)
 	}

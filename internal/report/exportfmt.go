@@ -360,10 +360,23 @@ type jsonRow struct {
 	SettleNote    *string             `json:"settle_note"`
 	Late          bool                `json:"late"`
 	ReleaseReason *string             `json:"release_reason"`
-	Metadata      map[string]string   `json:"metadata"`
-	// Pricing and Usage: a reservation priced from a model and its settle
-	// from usage; absent otherwise (the CSV's model, price_version and
-	// token columns).
+	// The CSV's columns from model to cached_input_tokens and its three
+	// price_ columns, under the same names: null for an admit not priced
+	// from a model (the usage ones until it settles from usage).
+	Model                 *string           `json:"model"`
+	PriceVersion          *uint64           `json:"price_version"`
+	QuotedInputTokens     *int64            `json:"quoted_input_tokens"`
+	QuotedMaxOutputTokens *int64            `json:"quoted_max_output_tokens"`
+	InputTokens           *int64            `json:"input_tokens"`
+	OutputTokens          *int64            `json:"output_tokens"`
+	CachedInputTokens     *int64            `json:"cached_input_tokens"`
+	PriceInput            *events.Money     `json:"price_input"`
+	PriceOutput           *events.Money     `json:"price_output"`
+	PriceCachedInput      *events.Money     `json:"price_cached_input"`
+	Metadata              map[string]string `json:"metadata"`
+	// Pricing and Usage: the same quote and usage as objects, as the
+	// events carry them (kept for readers written against them); absent
+	// when there is none.
 	Pricing *events.PriceQuote `json:"pricing,omitempty"`
 	Usage   *events.Usage      `json:"usage,omitempty"`
 	// Count: the CSV's count (null when it names no count budget).
@@ -380,8 +393,9 @@ func optTime(t time.Time) *string {
 
 // ExportJSONL writes the reservations f selects as JSON Lines on w: one
 // object per reservation, in the order Rows hands them over, with the
-// fields named like ExportColumns plus "metadata" (an object, {} when
-// none); scopes and balances are arrays, amounts decimal strings exactly
+// fields named like ExportColumns (but the metadata columns) plus
+// "metadata" (an object, {} when none), and the quote and usage also as
+// the objects "pricing" and "usage"; scopes and balances are arrays, amounts decimal strings exactly
 // as recorded, times RFC 3339 strings in UTC, and what did not happen is
 // null. It reads the stream once.
 //
@@ -403,6 +417,14 @@ func (p *Reader) ExportJSONL(ctx context.Context, w io.Writer, f Filter) (Totals
 		}
 		if jr.Metadata == nil {
 			jr.Metadata = map[string]string{}
+		}
+		if q := r.Pricing; q != nil {
+			jr.Model, jr.PriceVersion = &q.Model, &q.Version
+			jr.QuotedInputTokens, jr.QuotedMaxOutputTokens = &q.InputTokens, &q.MaxOutputTokens
+			jr.PriceInput, jr.PriceOutput, jr.PriceCachedInput = &q.Input, &q.Output, q.CachedInput
+			if u := r.Usage; u != nil {
+				jr.InputTokens, jr.OutputTokens, jr.CachedInputTokens = &u.InputTokens, &u.OutputTokens, &u.CachedInputTokens
+			}
 		}
 		if r.Settled {
 			jr.Actual, jr.Overrun, jr.Excess = &r.Actual, &r.Overrun, &r.Excess

@@ -3,6 +3,7 @@ package report
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -34,10 +35,17 @@ const (
 	// (events.CodeReportUnavailable); the replay answers it.
 	MaxReportKeys = 32
 	// MaxReportValues is how many distinct values of each tenant's an
-	// Aggregate keeps per dimension (scopes, or the values of one
-	// metadata key), the first ones it meets in stream order. Reservations with a value met later
-	// add up in that dimension's Other group.
+	// Aggregate keeps per metadata key, and how many scopes per scope
+	// kind (the part before ':'), the first ones it meets in stream
+	// order (slots). Reservations with a value met later add up in the
+	// key's Other group; those with a scope met later, in the Other group
+	// of the scope's kind (named as its default is: "run:*").
 	MaxReportValues = 500
+	// MaxReportKinds is how many scope kinds of each tenant's an
+	// Aggregate keeps scopes of, the first ones it meets. Reservations in
+	// a scope of a kind met later add up in the one Other group of
+	// scopes.
+	MaxReportKinds = 32
 )
 
 // dimScope is the dimension of scopes; dimTotal the one cell per bucket
@@ -125,7 +133,8 @@ func signedAdd(m, x events.Money, sign int64) events.Money {
 
 // Aggregate is the spend report kept up to date as the ledger stream
 // folds: the sums of Report for every scope and every metadata key (up to
-// MaxReportKeys keys and MaxReportValues values each per tenant), per hour bucket of
+// MaxReportKeys keys and MaxReportValues values each per tenant, and
+// MaxReportValues scopes of each of MaxReportKinds kinds), per hour bucket of
 // the reservations' opening time. It folds reservations exactly as Rows
 // does (the same fold, late-settle hold included), so a report from it
 // equals the replay's Report of the same stream position, by construction
@@ -312,28 +321,11 @@ func (a *Aggregate) contribute(r *Row, sign int64) {
 		}
 		a.latest = max(a.latest, h)
 	}
-	cells := a.buckets[b]
-	if cells == nil {
-		cells = map[groupKey]*cell{}
-		a.buckets[b] = cells
-		i, _ := slices.BinarySearch(a.sorted, b)
-		a.sorted = slices.Insert(a.sorted, i, b)
-	}
+	cells := a.cells(b)
 	touch := func(k groupKey, reserved, spent, overrun events.Money) {
-		c := cells[k]
-		if c == nil {
-			c = &cell{}
-			cells[k] = c
-		}
-		c.add(r, reserved, spent, overrun, sign)
-		if c.Reservations == 0 {
-			delete(cells, k)
-		}
+		touchCell(cells, k, r, reserved, spent, overrun, sign)
 	}
-	tenant := ""
-	if len(r.Balances) > 0 {
-		tenant = r.Balances[0].Scope.Tenant()
-	}
+	tenant := rowTenant(r)
 	touch(groupKey{Tenant: tenant, Dim: dimTotal, Unit: r.Unit}, r.Reserved, r.Actual, r.Overrun)
 	for _, s := range r.Scopes {
 		v, other := a.slots.value(tenant, dimScope, string(s))
@@ -351,11 +343,51 @@ func (a *Aggregate) contribute(r *Row, sign int64) {
 		val, other := a.slots.value(tenant, dim, v)
 		touch(groupKey{Tenant: tenant, Dim: dim, Value: val, Other: other, Unit: r.Unit}, r.Reserved, r.Actual, r.Overrun)
 	}
-	if len(cells) == 0 {
+	a.dropEmpty(b)
+}
+
+// cells returns bucket b's cells, made empty on first use.
+func (a *Aggregate) cells(b int64) map[groupKey]*cell {
+	cells := a.buckets[b]
+	if cells == nil {
+		cells = map[groupKey]*cell{}
+		a.buckets[b] = cells
+		i, _ := slices.BinarySearch(a.sorted, b)
+		a.sorted = slices.Insert(a.sorted, i, b)
+	}
+	return cells
+}
+
+// dropEmpty drops bucket b if it holds no cell.
+func (a *Aggregate) dropEmpty(b int64) {
+	if cells, ok := a.buckets[b]; ok && len(cells) == 0 {
 		delete(a.buckets, b)
 		i, _ := slices.BinarySearch(a.sorted, b)
 		a.sorted = slices.Delete(a.sorted, i, i+1)
 	}
+}
+
+// touchCell adds (+1) or removes (-1) row r in cells[k] (see cell.add),
+// dropping the cell once it counts no reservation.
+func touchCell(cells map[groupKey]*cell, k groupKey, r *Row, reserved, spent, overrun events.Money, sign int64) {
+	c := cells[k]
+	if c == nil {
+		c = &cell{}
+		cells[k] = c
+	}
+	c.add(r, reserved, spent, overrun, sign)
+	if c.Reservations == 0 {
+		delete(cells, k)
+	}
+}
+
+// rowTenant is the tenant r counts under (events.Scope.Tenant of its
+// balances; "" untenanted).
+func rowTenant(r *Row) string {
+	if len(r.Balances) > 0 {
+		return r.Balances[0].Scope.Tenant()
+	}
+	return ""
 }
 
 // Cells is the number of non-empty cells the Aggregate holds (its memory,
@@ -399,8 +431,10 @@ var ErrScopesFilter = errors.New("report: the aggregate's report cannot select r
 // before RolledUpBefore, else ErrRolledUp), of f's tenant
 // when f.OneTenant, grouped by. It reads only the buckets it covers. The
 // result has the same groups and sums as Projector.Report with the same
-// Filter at the same position, except that values past MaxReportValues
-// add up in one group with Other set. It returns ErrScopesFilter when
+// Filter at the same position, except that the values it does not track
+// add up in Other groups (AggregateReport.Other): a metadata key's in
+// one, scopes in their kind's ("run:*") or, past MaxReportKinds kinds,
+// in one (""). It returns ErrScopesFilter when
 // f.Scopes is set, and ErrKeyNotTracked for a metadata key that is not
 // tracked while others were dropped.
 func (a *Aggregate) Report(by GroupBy, f Filter) (*AggregateReport, error) {
@@ -437,10 +471,23 @@ func (a *Aggregate) Report(by GroupBy, f Filter) (*AggregateReport, error) {
 		s.merge(c)
 	}
 	totals := map[string]*cell{}
+	fromUnix := int64(math.MinInt64)
+	if !from.IsZero() {
+		fromUnix = from.Unix()
+	}
+	var fold func(string) (string, bool)
+	if by.scope {
+		fold = a.slots.legacyFold(fromUnix)
+	}
 	for _, b := range a.sorted[lo:max(lo, hi)] {
 		for k, c := range a.buckets[b] {
 			if f.OneTenant && k.Tenant != f.Tenant {
 				continue
+			}
+			if fold != nil && k.Dim == dim && !k.Other {
+				// A scope whose spend before a snapshot of the older
+				// slots may be in the one Other group (legacyScopes).
+				k.Value, k.Other = fold(k.Value)
 			}
 			k.Tenant = ""
 			switch k.Dim {
@@ -469,7 +516,7 @@ func (a *Aggregate) Report(by GroupBy, f Filter) (*AggregateReport, error) {
 			sums[groupKey{Dim: dim, Unit: unit}] = t
 		}
 	}
-	rep := &AggregateReport{SpendReport: SpendReport{By: by, Filter: f, Position: a.pos}}
+	rep := &AggregateReport{SpendReport: SpendReport{By: by, Filter: f, Position: a.pos}, fold: fold}
 	for k, c := range sums {
 		rep.Groups = append(rep.Groups, SpendGroup{Value: k.Value, Unit: k.Unit,
 			Reservations: c.Reservations, Open: c.Open, Settled: c.Settled, Released: c.Released,
@@ -483,11 +530,17 @@ func (a *Aggregate) Report(by GroupBy, f Filter) (*AggregateReport, error) {
 }
 
 // AggregateReport is a SpendReport from an Aggregate. Other holds the
-// indexes in Groups of the groups that sum the values past
-// MaxReportValues (their Value is "").
+// indexes in Groups of the Other groups: that of the metadata values past
+// MaxReportValues, or of the scopes of kinds past MaxReportKinds (Value
+// ""), and those of the scopes of one kind past MaxReportValues (Value
+// KindOther, "run:*").
 type AggregateReport struct {
 	SpendReport
 	Other []int
+	// fold maps a scope this report counts in its kind's Other group
+	// (legacyScopes) to it, so that its denials and check decisions count
+	// there too (nil: none).
+	fold func(string) (string, bool)
 }
 
 // IsOther reports whether Groups[i] is an Other group.

@@ -253,6 +253,9 @@ func addDenials(rep *AggregateReport, counts map[groupKey]int64) {
 		return
 	}
 	for k, n := range counts {
+		if rep.fold != nil && !k.Other {
+			k.Value, k.Other = rep.fold(k.Value)
+		}
 		found := false
 		for i := range rep.Groups {
 			g := &rep.Groups[i]

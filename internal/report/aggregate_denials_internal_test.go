@@ -13,9 +13,10 @@ import (
 // TestDenialAggregate folds denial records by hand: counts per scope (every
 // scope named, once each even if named twice), per metadata value with the
 // "" group for the key's absence, per tenant, within whole-hour bounds;
-// values past MaxReportValues add up in Other; an undecodable record is
-// skipped; prune drops the hours whose records all left the stream; and
-// addDenials merges the counts into a report's groups.
+// values past MaxReportValues add up in Other (scopes in their kind's);
+// an undecodable record is skipped; prune drops the hours whose records
+// all left the stream; and addDenials merges the counts into a report's
+// groups.
 func TestDenialAggregate(t *testing.T) {
 	h0 := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 	rec := func(at time.Time, tenant string, scopes []string, meta map[string]string) []byte {
@@ -62,14 +63,17 @@ func TestDenialAggregate(t *testing.T) {
 	c, _ = a.counts(ByScope, Filter{})
 	require.Equal(t, map[groupKey]int64{{Value: "org:a", Unit: "USD"}: 1, {Value: "acme/org:a", Unit: "USD"}: 1}, c)
 
-	// Past MaxReportValues scopes: Other.
+	// Past MaxReportValues scopes of a kind: its Other group (team:*);
+	// a scope of another kind still has its own.
 	b := newDenialAggregate()
 	for i := range MaxReportValues + 3 {
 		b.apply(uint64(i+1), rec(h0, "", []string{fmt.Sprintf("team:t%d", i)}, nil))
 	}
+	b.apply(b.pos+1, rec(h0, "", []string{"org:late"}, nil))
 	c, _ = b.counts(ByScope, Filter{})
-	require.Len(t, c, MaxReportValues+1)
-	require.Equal(t, int64(3), c[groupKey{Other: true, Unit: "USD"}])
+	require.Len(t, c, MaxReportValues+2)
+	require.Equal(t, int64(3), c[groupKey{Value: "team:*", Other: true, Unit: "USD"}])
+	require.Equal(t, int64(1), c[groupKey{Value: "org:late", Unit: "USD"}])
 
 	// Each tenant has its own slots: after b's, another tenant's new
 	// scope and its keys are its own, not Other nor refused.

@@ -29,22 +29,40 @@ import (
 // tenant's it counted. Version 6 keeps what each scope of a reservation
 // holds (Row.ReservedIn) where a fixed slot or a learned reservation makes
 // them differ; a reservation open in an earlier snapshot goes on counting
-// the amount it was recorded with in every scope.
+// the amount it was recorded with in every scope. Version 7 tracks
+// MaxReportValues scopes per scope kind instead of MaxReportValues scopes
+// in all (the values written are the same, the count per kind is made
+// when read) and keeps what an earlier snapshot had counted in the one
+// Other group of scopes (legacy_until, legacy: see legacyScopes); an
+// earlier snapshot's tenant that had counted scopes there gets them when
+// loaded (upgradeSlots).
 const (
 	AggregateFormat  = "spendgate.report"
-	AggregateVersion = 6
+	AggregateVersion = 7
 )
 
-// aggSlots is one tenant's slots (version 5).
+// aggSlots is one tenant's slots (version 5). LegacyUntil and Legacy are
+// its legacyScopes' until and known, sorted (version 7; none when
+// LegacyUntil is 0).
 type aggSlots struct {
-	Tenant   string              `json:"tenant"`
-	Keys     []string            `json:"keys"`
-	OverKeys bool                `json:"over_keys,omitempty"`
-	Values   map[string][]string `json:"values"`
+	Tenant      string              `json:"tenant"`
+	Keys        []string            `json:"keys"`
+	OverKeys    bool                `json:"over_keys,omitempty"`
+	Values      map[string][]string `json:"values"`
+	LegacyUntil int64               `json:"legacy_until,omitempty"`
+	Legacy      []string            `json:"legacy,omitempty"`
 }
 
 func (t *tenantSlots) marshal(tenant string) aggSlots {
 	out := aggSlots{Tenant: tenant, OverKeys: t.overKeys, Values: map[string][]string{}}
+	if l := t.legacy; l != nil {
+		out.LegacyUntil = l.until
+		out.Legacy = make([]string, 0, len(l.known))
+		for v := range l.known {
+			out.Legacy = append(out.Legacy, v)
+		}
+		slices.Sort(out.Legacy)
+	}
 	for k := range t.keys {
 		out.Keys = append(out.Keys, k)
 	}
@@ -61,8 +79,11 @@ func (t *tenantSlots) marshal(tenant string) aggSlots {
 }
 
 // tenantSlotsOf reads what marshal wrote (or a version 4 snapshot's
-// shared slots), checking the limits.
-func tenantSlotsOf(keys []string, overKeys bool, values map[string][]string) (*tenantSlots, error) {
+// shared slots) in a snapshot of version, checking the limits: before
+// version 7, MaxReportValues scopes in all; from it, MaxReportValues per
+// kind, of at most MaxReportValues kinds (MaxReportKinds, or the kinds
+// among the scopes an earlier snapshot left).
+func tenantSlotsOf(keys []string, overKeys bool, values map[string][]string, version int) (*tenantSlots, error) {
 	if len(keys) > MaxReportKeys {
 		return nil, fmt.Errorf("report: report snapshot: %d metadata keys tracked, more than %d", len(keys), MaxReportKeys)
 	}
@@ -72,7 +93,7 @@ func tenantSlotsOf(keys []string, overKeys bool, values map[string][]string) (*t
 		t.track(k)
 	}
 	for d, vs := range values {
-		if len(vs) > MaxReportValues {
+		if len(vs) > MaxReportValues && (d != dimScope || version < 7) {
 			return nil, fmt.Errorf("report: report snapshot: %d values of %s tracked, more than %d", len(vs), d, MaxReportValues)
 		}
 		m := make(map[string]bool, len(vs))
@@ -80,6 +101,15 @@ func tenantSlotsOf(keys []string, overKeys bool, values map[string][]string) (*t
 			m[v] = true
 		}
 		t.values[d] = m
+	}
+	t.countKinds()
+	if len(t.kinds) > MaxReportValues {
+		return nil, fmt.Errorf("report: report snapshot: scopes of %d kinds tracked, more than %d", len(t.kinds), MaxReportValues)
+	}
+	for kind, n := range t.kinds {
+		if n > MaxReportValues {
+			return nil, fmt.Errorf("report: report snapshot: %d scopes of kind %q tracked, more than %d", n, kind, MaxReportValues)
+		}
 	}
 	return t, nil
 }
@@ -311,9 +341,15 @@ func UnmarshalAggregate(data []byte) (*Aggregate, error) {
 		if _, dup := a.slots[ts.Tenant]; dup {
 			return nil, fmt.Errorf("report: report snapshot: slots of tenant %q twice", ts.Tenant)
 		}
-		t, err := tenantSlotsOf(ts.Keys, ts.OverKeys, ts.Values)
+		t, err := tenantSlotsOf(ts.Keys, ts.OverKeys, ts.Values, s.Version)
 		if err != nil {
 			return nil, err
+		}
+		if ts.LegacyUntil != 0 {
+			t.legacy = &legacyScopes{until: ts.LegacyUntil, known: make(map[string]bool, len(ts.Legacy))}
+			for _, v := range ts.Legacy {
+				t.legacy.known[v] = true
+			}
 		}
 		a.slots[ts.Tenant] = t
 	}
@@ -334,7 +370,7 @@ func UnmarshalAggregate(data []byte) (*Aggregate, error) {
 		// The slots were shared: each tenant the sums count starts with
 		// them, so that what it counted under a value (or under Other) is
 		// found there again.
-		shared, err := tenantSlotsOf(s.Keys, s.OverKeys, s.Values)
+		shared, err := tenantSlotsOf(s.Keys, s.OverKeys, s.Values, s.Version)
 		if err != nil {
 			return nil, err
 		}
@@ -356,5 +392,72 @@ func UnmarshalAggregate(data []byte) (*Aggregate, error) {
 	if a.dayBefore%(24*60*60) != 0 || a.dayBefore > a.latest {
 		return nil, fmt.Errorf("report: report snapshot: day_before %d is not a day at or before the latest hour %d", a.dayBefore, a.latest)
 	}
+	if s.Version < 7 {
+		a.upgradeSlots()
+	}
 	return a, nil
+}
+
+// upgradeSlots makes the slots of a snapshot before version 7 (the first
+// MaxReportValues scopes of every kind together, the rest counted in the
+// one Other group) go on as per-kind slots. The scopes tracked stay
+// tracked (countKinds made their counts per kind). A tenant that counted
+// scopes in the one Other group keeps which scopes were tracked then and
+// the end of the last bucket that group is in (legacyScopes), and each
+// reservation it still follows with a scope counted there is moved to
+// where that scope counts now (tracked, or its kind's Other group), in
+// the order it was opened: the next change to it takes it out of there.
+func (a *Aggregate) upgradeSlots() {
+	const hour, day = 60 * 60, 24 * 60 * 60
+	until := map[string]int64{}
+	for b, cs := range a.buckets {
+		end := b + hour
+		if b < a.dayBefore {
+			end = b + day
+		}
+		for k := range cs {
+			if k.Dim == dimScope && k.Other && k.Value == "" {
+				until[k.Tenant] = max(until[k.Tenant], end)
+			}
+		}
+	}
+	if len(until) == 0 {
+		return
+	}
+	for tenant, u := range until {
+		t := a.slots.of(tenant)
+		known := make(map[string]bool, len(t.values[dimScope]))
+		for v := range t.values[dimScope] {
+			known[v] = true
+		}
+		t.legacy = &legacyScopes{until: u, known: known}
+	}
+	live := make([]*tracked, 0, len(a.rf.live))
+	for _, t := range a.rf.live {
+		live = append(live, t)
+	}
+	sort.Slice(live, func(i, j int) bool { return live[i].order < live[j].order })
+	for _, tr := range live {
+		r := &tr.row
+		tenant := rowTenant(r)
+		t := a.slots[tenant]
+		if t == nil || t.legacy == nil {
+			continue // every scope it counted is tracked
+		}
+		for _, s := range r.Scopes {
+			if t.legacy.known[string(s)] {
+				continue
+			}
+			v, other := a.slots.value(tenant, dimScope, string(s))
+			if v == "" && other {
+				continue // a kind past MaxReportKinds: still there
+			}
+			b := a.bucket(r.OpenedAt)
+			cells := a.cells(b)
+			spent, overrun := r.ChargedIn(s)
+			touchCell(cells, groupKey{Tenant: tenant, Dim: dimScope, Other: true, Unit: r.Unit}, r, r.ReservedIn(s), spent, overrun, -1)
+			touchCell(cells, groupKey{Tenant: tenant, Dim: dimScope, Value: v, Other: other, Unit: r.Unit}, r, r.ReservedIn(s), spent, overrun, +1)
+			a.dropEmpty(b)
+		}
+	}
 }

@@ -250,6 +250,6 @@ func (g *Aggregator) Report(ctx context.Context, by GroupBy, f Filter) (*Aggrega
 		return nil, err
 	}
 	addDenials(rep, counts)
-	rep.Shadow = shadow
+	rep.Shadow = foldShadow(shadow, rep.fold)
 	return rep, nil
 }

@@ -26,7 +26,7 @@ import (
 // shadow answers of one group value, mode and unit.
 type ShadowGroup struct {
 	// Value is the scope, or the metadata value ("" when the key is not
-	// set); Other is set on the group of the values past MaxReportValues.
+	// set); Other is set on an Other group (see AggregateReport.Other).
 	Value string
 	Other bool
 	// Mode is events.ModeCheck or events.ModeShadow.
@@ -216,6 +216,39 @@ func (a *shadowAggregate) groups(by GroupBy, f Filter) ([]ShadowGroup, error) {
 	}
 	sortShadow(groups)
 	return groups, nil
+}
+
+// foldShadow counts the groups of the scopes fold maps to their kind's
+// Other group there (see AggregateReport.fold), sorted again.
+func foldShadow(gs []ShadowGroup, fold func(string) (string, bool)) []ShadowGroup {
+	if fold == nil {
+		return gs
+	}
+	type gk struct {
+		value      string
+		other      bool
+		unit, mode string
+	}
+	at := map[gk]int{}
+	out := gs[:0:0]
+	for _, g := range gs {
+		if !g.Other {
+			g.Value, g.Other = fold(g.Value)
+		}
+		k := gk{g.Value, g.Other, g.Unit, g.Mode}
+		if i, ok := at[k]; ok {
+			out[i].merge(&g)
+			continue
+		}
+		if g.Other {
+			// merge adds to the group's own reasons: not those of gs.
+			g.Reasons = maps.Clone(g.Reasons)
+		}
+		at[k] = len(out)
+		out = append(out, g)
+	}
+	sortShadow(out)
+	return out
 }
 
 // sortShadow sorts shadow groups by unit, then the most denied first, then

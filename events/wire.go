@@ -523,8 +523,11 @@ const ReportBucket = time.Hour
 // in one unit. Amounts are decimal strings.
 type ReportGroup struct {
 	// Value is the scope or the metadata value ("" when the key is not
-	// set). Other is set on the group that sums the values past the
-	// number a replica tracks per key (Value is then "").
+	// set). Other is set on a group that sums the values a replica does
+	// not track: a metadata key's past the number it tracks per key, and
+	// scopes of kinds past the number of kinds it tracks (Value is then
+	// ""); or the scopes of one kind past the number it tracks per kind
+	// (Value is then the kind's default, "run:*").
 	Value string `json:"value"`
 	Other bool   `json:"other,omitempty"`
 	Unit  string `json:"unit"`

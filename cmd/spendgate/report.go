@@ -31,8 +31,11 @@ spend, largest first.
 By default it asks a running replica (the report endpoint), which keeps
 these sums per hour as it folds the ledger: --from and --to must then fall
 on whole UTC hours, and the answer costs the hours it covers. A replica
-keeps the first 32 metadata keys and 500 values per key or for scopes; the
-values past that add up in a group shown as (other). With --replay it
+keeps, per tenant, the first 32 metadata keys and 500 values per key, and
+the first 500 scopes of each of 32 scope kinds (the part before ':'). The
+values past a key's 500 add up in a group shown as (other); the scopes
+past a kind's 500 in a group named as the kind's default (run:*), and
+those of kinds past 32 in (other). With --replay it
 replays the book of record instead (any --from/--to, --scope, no limits;
 memory follows the open reservations and the number of groups): the same
 numbers, for auditors to cross-check.
@@ -144,17 +147,7 @@ func reportCmd(args []string) int {
 			return code
 		}
 		if r.tenant != "" && group == report.ByScope {
-			// Scopes as stored, as the replay prints them.
-			for i := range reply.Groups {
-				if !reply.Groups[i].Other {
-					reply.Groups[i].Value = string(events.TenantScope(r.tenant, events.Scope(reply.Groups[i].Value)))
-				}
-			}
-			for i := range reply.Shadow {
-				if !reply.Shadow[i].Other {
-					reply.Shadow[i].Value = string(events.TenantScope(r.tenant, events.Scope(reply.Shadow[i].Value)))
-				}
-			}
+			storedScopes(r.tenant, &reply)
 		}
 		if rep, err = reportOf(group, f, reply); err != nil {
 			fmt.Fprintln(os.Stderr, "spendgate: report:", err)
@@ -202,9 +195,27 @@ func periodBounds(p string) (time.Time, time.Time, error) {
 	return time.Time{}, time.Time{}, fmt.Errorf("--period %q: want a UTC month like 2026-11, a week like 2026-W49 or a day like 2026-11-30", p)
 }
 
-// otherValue names, in a printed report, the group of the values past
-// what a replica tracks.
+// otherValue names, in a printed report, the one Other group (value ""):
+// the metadata values past what a replica tracks, or the scopes of the
+// kinds past it. The Other group of a scope kind keeps its value
+// ("run:*"), which no scope has.
 const otherValue = "(other)"
+
+// storedScopes names the scopes of tenant's report by scope as stored,
+// as the replay prints them: a kind's Other group too (acme/run:*), not
+// the one Other group (value "").
+func storedScopes(tenant string, reply *events.ReportReply) {
+	for i := range reply.Groups {
+		if reply.Groups[i].Value != "" {
+			reply.Groups[i].Value = string(events.TenantScope(tenant, events.Scope(reply.Groups[i].Value)))
+		}
+	}
+	for i := range reply.Shadow {
+		if reply.Shadow[i].Value != "" {
+			reply.Shadow[i].Value = string(events.TenantScope(tenant, events.Scope(reply.Shadow[i].Value)))
+		}
+	}
+}
 
 // reportOf reads a report endpoint's reply as a SpendReport.
 func reportOf(by report.GroupBy, f report.Filter, reply events.ReportReply) (*report.SpendReport, error) {
@@ -212,7 +223,7 @@ func reportOf(by report.GroupBy, f report.Filter, reply events.ReportReply) (*re
 	for _, g := range reply.Groups {
 		sg := report.SpendGroup{Value: g.Value, Unit: g.Unit, Reservations: g.Reservations, Open: g.Open,
 			Settled: g.Settled, Released: g.Released, Expired: g.Expired, Late: g.Late, Denials: g.Denials}
-		if g.Other {
+		if g.Other && g.Value == "" {
 			sg.Value = otherValue
 		}
 		for _, m := range []struct {
@@ -229,7 +240,7 @@ func reportOf(by report.GroupBy, f report.Filter, reply events.ReportReply) (*re
 	}
 	for _, g := range reply.Shadow {
 		sg := report.ShadowGroup{Value: g.Value, Other: g.Other, Mode: g.Mode, Unit: g.Unit, Admitted: g.Admitted, Denied: g.Denied, Reasons: g.Reasons}
-		if g.Other {
+		if g.Other && g.Value == "" {
 			sg.Value = otherValue
 		}
 		for _, m := range []struct {

@@ -237,7 +237,7 @@ function renderShadow(data) {
   $("shadow").tBodies[0].replaceChildren(...rows.map((g) => {
     const reasons = Object.entries(g.reasons || {}).sort().map(([r, n]) => el("span", { class: "reason" }, r + " " + n));
     return el("tr", { "data-scope": g.value, "data-mode": g.mode },
-      el("td", { class: "c-scope", "data-label": "Scope" }, g.other ? "(other)" : g.value),
+      el("td", { class: "c-scope", "data-label": "Scope" }, g.other && !g.value ? "(other)" : g.value),
       el("td", { "data-label": "Mode" }, g.mode),
       el("td", { class: "num admitted", "data-label": "Would admit" }, g.admitted),
       el("td", { class: "num denied", "data-label": "Would deny" }, g.denied),

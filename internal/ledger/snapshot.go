@@ -39,7 +39,8 @@ import (
 // definitions as the budget revisions they were folded from
 // (events.BudgetRevision, decoded again with events.DecodeBudgetRevision,
 // so a field a budget revision gains travels with it without a change
-// here), prices and defaults likewise, lane revisions and hashes,
+// here; a retired budget's with its "retirement": when, why, and the
+// final numbers of its latest balance the book dropped), prices and defaults likewise, lane revisions and hashes,
 // balances (with their exposure), open reservations (their parts with
 // their ceilings) and voids, the learned reservations' windows (package
 // learn: the last costs per scope and model, so a restored replica

@@ -66,11 +66,10 @@ type Sweeper struct {
 	// onExpired, if set, is told each pass's count.
 	onExpired func(n int)
 	// idle retires idle budgets under idleRules, every idleEvery (see
-	// WithIdleRetire); lastIdle is when it last ran.
+	// WithIdleRetire).
 	idle      IdleRetirer
 	idleRules map[string]time.Duration
 	idleEvery time.Duration
-	lastIdle  time.Time
 }
 
 // IdleRetirer retires the budgets created from defaults that have been
@@ -189,8 +188,19 @@ func (s *Sweeper) IdlePass(ctx context.Context) int {
 	return n
 }
 
-// Run sweeps every interval until ctx ends, and returns ctx's error.
+// Run sweeps every interval until ctx ends, and returns ctx's error. With
+// idle rules it also runs an idle pass an interval after it starts and
+// then every idle period, on a goroutine of its own: retiring thousands
+// of idle budgets takes seconds, and expiry must not wait for it.
 func (s *Sweeper) Run(ctx context.Context) error {
+	if s.idle != nil {
+		idleDone := make(chan struct{})
+		go func() {
+			defer close(idleDone)
+			s.runIdle(ctx)
+		}()
+		defer func() { <-idleDone }()
+	}
 	t := time.NewTicker(s.interval)
 	defer t.Stop()
 	for {
@@ -198,10 +208,6 @@ func (s *Sweeper) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C:
-			if s.idle != nil && time.Since(s.lastIdle) >= s.idleEvery {
-				s.lastIdle = time.Now()
-				s.IdlePass(ctx)
-			}
 			start := time.Now()
 			n, err := s.Pass(ctx)
 			if s.onExpired != nil {
@@ -212,6 +218,22 @@ func (s *Sweeper) Run(ctx context.Context) error {
 			} else if n > 0 {
 				s.log.Info("sweep pass", "expired", n, "took", time.Since(start))
 			}
+		}
+	}
+}
+
+// runIdle runs IdlePass an interval after it starts, then every idle
+// period, until ctx ends.
+func (s *Sweeper) runIdle(ctx context.Context) {
+	t := time.NewTimer(s.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.IdlePass(ctx)
+			t.Reset(s.idleEvery)
 		}
 	}
 }

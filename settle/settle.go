@@ -216,10 +216,25 @@ func (s *Settler) submit(ctx context.Context, txs []*closeTx, errs []error) ([]e
 			out[idx[j]] = txs[idx[j]].reply
 			if tenant != "" {
 				out[idx[j]].Balances = events.LocalBalances(out[idx[j]].Balances)
+				out[idx[j]].Budgets = localBudgets(out[idx[j]].Budgets)
 			}
 		}
 	}
 	return out, errs
+}
+
+// localBudgets returns bs (a new slice) with every scope as its tenant
+// names it, as the reply's balances are.
+func localBudgets(bs []events.BudgetClose) []events.BudgetClose {
+	if len(bs) == 0 {
+		return bs
+	}
+	out := make([]events.BudgetClose, len(bs))
+	for i, b := range bs {
+		b.Scope = b.Scope.Local()
+		out[i] = b
+	}
+	return out
 }
 
 // ownedBy reports whether every balance of r belongs to tenant ("" for the

@@ -17,14 +17,15 @@ type IdleBudget struct {
 }
 
 // IdleBudgets returns up to max budgets created from defaults (never one
-// put for its scope) that are not retired and have been idle for their
-// scope kind's rule: rules maps a scope kind ("run", of the scope's own
-// name, without its tenant) to how long. A budget is idle when it has a
-// balance of a period longer than an hour (month, week, day, lifetime),
-// nothing is open in any of them, and the latest event in them is at
-// least that long before now. A balance whose latest event is not known
-// (loaded from a snapshot written before it was kept) counts as active
-// when this book was made. Oldest first.
+// put for its scope, nor one of a scope that has a budget put for it:
+// retiring it would deny that one's admits too) that are not retired and
+// have been idle for their scope kind's rule: rules maps a scope kind
+// ("run", of the scope's own name, without its tenant) to how long. A
+// budget is idle when it has a balance of a period longer than an hour
+// (month, week, day, lifetime), nothing is open in any of them, and the
+// latest event in them is at least that long before now. A balance whose
+// latest event is not known (loaded from a snapshot written before it was
+// kept) counts as active when this book was made. Oldest first.
 func (l *Ledger) IdleBudgets(rules map[string]time.Duration, now time.Time, max int) []IdleBudget {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
@@ -100,6 +101,13 @@ func (l *Ledger) RetireIdle(ctx context.Context, rules map[string]time.Duration,
 func idleIn(bk *book, d *budget, idle time.Duration, now time.Time) bool {
 	if d.def.FromDefault == 0 || d.def.Retired || len(d.bals) == 0 {
 		return false
+	}
+	for _, o := range bk.byScope[d.def.Ref.Scope] {
+		if o.FromDefault == 0 && !o.Retired {
+			// A budget put for the scope: retiring this one would deny
+			// every admit naming the scope, the put one's included.
+			return false
+		}
 	}
 	for _, bl := range d.bals {
 		if bk.balances[bl.key] != bl {

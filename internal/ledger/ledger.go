@@ -153,6 +153,14 @@ func (l *Ledger) Budget(ref events.BudgetRef) (Budget, bool) {
 	return b.def, true
 }
 
+// ScopeRetired reports whether a budget of scope is retired, as this
+// replica has folded the stream: every admit naming the scope is denied.
+func (l *Ledger) ScopeRetired(scope events.Scope) bool {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.bk.scopeRetired(scope)
+}
+
 // Budgets returns every budget, sorted by scope then period.
 func (l *Ledger) Budgets() []Budget {
 	l.mu.RLock()
@@ -303,6 +311,10 @@ func (l *Ledger) EditBudget(ctx context.Context, ref events.BudgetRef, unit stri
 			// a new budget of it could never be used.
 			return "", nil, false, events.Errorf(events.CodeBudgetRetired,
 				"scope %s has a retired budget, so every admit naming it is denied; a new budget of it could never be used (define one of another scope)", target.Scope.Local())
+		case existed && len(changed) > 0 && b.scopeRetired(target.Scope):
+			// Nor would a change of one of its other budgets do anything.
+			return "", nil, false, events.Errorf(events.CodeBudgetRetired,
+				"scope %s has a retired budget, so every admit naming it is denied; a change of its budget per %s would have no effect", target.Scope.Local(), target.Period)
 		case existed && len(changed) == 0:
 			return key, nil, true, nil
 		case existed && cur.Unit != def.Unit:

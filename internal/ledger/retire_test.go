@@ -197,14 +197,18 @@ func TestRetire_Final(t *testing.T) {
 // snapshot, so a book loaded from it lists the same; a snapshot that does
 // not say (written before it was kept) makes its balances count as
 // active when the book was loaded. It can fail: without the open
-// reservation's check run 7 is listed; without the time of the latest
+// reservation's check run 7 is listed; without the scope's put budget's
+// check run 2 is; without the time of the latest
 // call every run is idle at once, or never.
 func TestIdleBudgets(t *testing.T) {
 	bk := newBook(streams.Default(), 15*time.Minute, 48*time.Hour)
 	start := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	seq, at := runHistory(t, bk, 0, start, 10, false)
-	// A budget put for its scope, and a team's: used, never listed.
-	for _, ref := range []events.BudgetRef{{Scope: "run:manual", Period: events.PeriodLifetime}, {Scope: "team:t", Period: events.PeriodMonth}} {
+	// A budget put for its scope, and a team's: used, never listed; nor
+	// is run 2's budget from the default, as its scope has a budget put
+	// for it (retiring the one would deny the other's admits).
+	for _, ref := range []events.BudgetRef{{Scope: "run:manual", Period: events.PeriodLifetime}, {Scope: "team:t", Period: events.PeriodMonth},
+		{Scope: "run:r-2", Period: events.PeriodDay}} {
 		seq++
 		bk.setBudget(streams.BudgetKey(ref), seq, &events.BudgetRevision{Schema: events.SchemaBudget, Budget: ref, Limit: events.MustMoney("5"), Unit: "USD"}, nil)
 		bal := events.BalanceRef{Scope: ref.Scope, Period: ref.Period, Instance: ref.Period.Instance(start)}
@@ -222,7 +226,7 @@ func TestIdleBudgets(t *testing.T) {
 		return out
 	}
 	require.Empty(t, bk.idleBudgets(rules, at.Add(30*time.Minute), 100), "nothing is idle for an hour yet")
-	want := []string{"run:r-0", "run:r-1", "run:r-2", "run:r-3", "run:r-4", "run:r-5", "run:r-6", "run:r-8", "run:r-9"}
+	want := []string{"run:r-0", "run:r-1", "run:r-3", "run:r-4", "run:r-5", "run:r-6", "run:r-8", "run:r-9"}
 	later := at.Add(2 * time.Hour)
 	got := bk.idleBudgets(rules, later, 100)
 	require.Equal(t, want, scopes(got), "oldest first; run 7's call is open")

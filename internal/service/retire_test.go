@@ -370,3 +370,42 @@ func (v voidInto) Balances() []events.BalanceRef { return []events.BalanceRef{v.
 func (v voidInto) Decide(ledger.View) (events.Events, error) {
 	return events.Events{events.RequestVoided{RequestID: "into-gone", Balance: v.ref, Scopes: []events.Scope{v.ref.Scope}, At: time.Now().UTC()}}, nil
 }
+
+// TestRetire_ViewsAfterwards: a retired budget of a calendar period reads
+// the instance it was retired in, with what it spent there, once its
+// period has rolled over (not a new instance with nothing spent); and the
+// other budgets of a retired scope show nothing available, and a change
+// of one is refused (every admit naming the scope is denied, so it would
+// have no effect). It can fail: a view of the current instance reads
+// spent 0 after the minute; a view of the scope's other budget reads its
+// limit available; the put is accepted.
+func TestRetire_ViewsAfterwards(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpts{})
+	h.putBudget("job:m-1", "minute", "5", "USD")
+	h.putBudget("job:m-1", "lifetime", "50", "USD")
+	rep, err := h.replicas[0].Admitter.Admit(ctxT(t), events.AdmitRequest{RequestID: "m1", Scopes: []string{"job:m-1"}, Amount: "1"})
+	require.NoError(t, err)
+	require.True(t, rep.Admitted)
+	_, e := h.settle(rep.ReservationID, "0.7")
+	require.Nil(t, e)
+	got, e := h.retire(events.BudgetRetireRequest{Scope: "job:m-1", Period: "minute", Reason: "job done"})
+	require.Nil(t, e)
+	require.Equal(t, "0.7", got.Spent)
+	instance := got.Instance
+
+	h.clock.now.Store(h.clock.now.Load().Add(3 * time.Minute))
+	v := h.budget("job:m-1", "minute")
+	require.Equal(t, [3]string{instance, "0.7", "0"}, [3]string{v.Instance, v.Spent, v.Available}, "the minute it was retired in")
+	life := h.budget("job:m-1", "lifetime")
+	require.False(t, life.Retired)
+	require.Equal(t, [2]string{"0.7", "0"}, [2]string{life.Spent, life.Available}, "its scope's other budget: nothing available")
+
+	seq, _ := h.streamState()
+	_, e = h.putDef(events.BudgetPutRequest{Scope: "job:m-1", Period: "lifetime", Limit: "500", Unit: "USD"})
+	require.NotNil(t, e)
+	require.Equal(t, events.CodeBudgetRetired, e.Code)
+	require.Contains(t, e.Message, "would have no effect")
+	after, _ := h.streamState()
+	require.Equal(t, seq, after, "nothing was written")
+}

@@ -1043,15 +1043,22 @@ func (s *Service) BudgetView(ref events.BudgetRef) (events.BudgetView, error) {
 		}
 		return events.BudgetView{}, events.Errorf(events.CodeUnknownBudget, "no budget is defined for %s per %s", ref.Scope.Local(), ref.Period)
 	}
-	bal := s.l.Balance(b.Balance(s.now()))
+	at := s.now()
+	if b.Retired && !b.RetiredAt.IsZero() {
+		// Over for good: the period instance it was retired in, not one
+		// it will never be used in.
+		at = b.RetiredAt
+	}
+	bal := s.l.Balance(b.Balance(at))
 	v := events.BudgetView{
 		Scope: ref.Scope.Local(), Period: ref.Period, Limit: b.Limit.String(), Unit: b.Unit,
 		Instance: bal.Ref.Instance, Spent: bal.Spent.String(), Reserved: bal.Reserved.String(),
 		Overrun: bal.Overrun.String(), Available: bal.Available().String(), Open: int64(bal.Open),
 		TZ: b.TZ, Disabled: b.Disabled, Retired: b.Retired, RetiredReason: b.RetiredReason, Thresholds: moneyStrings(b.Thresholds),
 	}
-	if b.Retired {
-		// Every admit naming it is denied: nothing is available.
+	if b.Retired || s.l.ScopeRetired(ref.Scope) {
+		// Every admit naming it (or its scope) is denied: nothing is
+		// available.
 		v.Available = "0"
 	}
 	if !b.RetiredAt.IsZero() {

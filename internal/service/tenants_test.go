@@ -2,6 +2,7 @@ package service_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -141,4 +142,27 @@ func TestTenants_Wire(t *testing.T) {
 	require.Equal(t, events.StatusExpired, c.Status)
 	require.Equal(t, events.Scope("team:search"), c.Balances[0].Scope)
 	h.check()
+}
+
+// TestTenants_SettleReplyNamesLocalScopes: a tenant's settle of a
+// reservation held in two budgets answers each budget's figures with the
+// scope as the tenant names it, as its balances are. It can fail: the
+// budgets were answered with the stored scope ("acme/run:a-1"), which
+// names the tenant the reply is already for.
+func TestTenants_SettleReplyNamesLocalScopes(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpts{})
+	for _, scope := range []string{"run:a-1", "team:search"} {
+		require.Nil(t, h.tcall("acme", streams.EndpointBudgetPut, events.BudgetPutRequest{Scope: scope, Period: "month", Limit: "1", Unit: "USD"}, nil))
+	}
+	var a events.AdmitReply
+	require.Nil(t, h.tcall("acme", streams.EndpointAdmit, events.AdmitRequest{RequestID: "two", Scopes: []string{"run:a-1", "team:search"}, Amount: "0.3"}, &a))
+	require.True(t, a.Admitted)
+	var c events.CloseReply
+	require.Nil(t, h.tcall("acme", streams.EndpointSettle, events.SettleRequest{ReservationID: a.ReservationID, Actual: "0.25"}, &c))
+	require.Len(t, c.Budgets, 2)
+	for _, b := range c.Budgets {
+		require.False(t, strings.Contains(string(b.Scope), "/"), "budget scope %q", b.Scope)
+	}
+	require.ElementsMatch(t, []events.Scope{"run:a-1", "team:search"}, []events.Scope{c.Budgets[0].Scope, c.Budgets[1].Scope})
 }

@@ -568,7 +568,15 @@ func (d *Dashboard) seriesOf(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	limit, _ := events.ParseMoney(row.Limit)
-	pts := d.cfg.Series.Points(ref, row.Instance)
+	var pts []report.Point
+	if !row.Retired {
+		// A retired budget's chart left with the retirement. The series
+		// drops it when its own reader of the fold reaches the retiring
+		// revision, which may be just after the book did: the row's flag,
+		// read from the book, decides, so the reply never pairs "retired"
+		// with a chart.
+		pts = d.cfg.Series.Points(ref, row.Instance)
+	}
 	out := SeriesReply{Budget: *row, Now: now, Ready: d.cfg.Ready(), Capacity: MaxPoints, Points: make([]SeriesPoint, 0, len(pts))}
 	if start, _, ok := cal.Bounds(now); ok {
 		out.Start = start.UTC()

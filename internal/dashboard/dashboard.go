@@ -412,6 +412,9 @@ func (d *Dashboard) row(b ledger.Budget, now time.Time, denied map[instanceRef]*
 	if b.ExposureCap != nil {
 		row.ExposureCap = b.ExposureCap.String()
 	}
+	if b.Retired {
+		return row // no pace and no exhaustion date: it admits nothing any more
+	}
 	ref := events.BudgetRef{Scope: b.Ref.Scope, Period: b.Ref.Period}
 	// Only the points in the burn rate's window (and the one before
 	// them), not every point of the series.

@@ -125,8 +125,10 @@ func TestDashboard_RetiredBudget(t *testing.T) {
 		getJSON(t, s.srv.URL+"/dashboard/api/budgets", &b)
 		return b.Total == 3
 	})
+	sr = dashboard.SeriesReply{} // a fresh decode: omitted fields must not keep the first reply's
 	require.Equal(t, http.StatusOK, getJSON(t, s.srv.URL+"/dashboard/api/series?scope=org:acme&period=month", &sr))
 	require.True(t, sr.Budget.Retired)
 	require.Empty(t, sr.Points)
+	require.Equal(t, dashboard.Forecast{}, sr.Budget.Forecast, "no pace or exhaustion date for a budget that admits nothing")
 	require.Equal(t, [2]string{"85", "0"}, [2]string{sr.Budget.Spent, sr.Budget.Available}, "what it spent; nothing available")
 }

@@ -78,6 +78,9 @@ func (c *clocked) admit(t *testing.T, id, scope, amount, actual string) events.A
 // row is scope's row of /api/budgets once the series caught up.
 func (c *clocked) row(t *testing.T, scope string) dashboard.BudgetRow {
 	t.Helper()
+	// The series has a write when the follower hands it on, after the
+	// book has it: Sync waits for the follower.
+	require.NoError(t, c.r.Ledger.Sync(t.Context()))
 	var b dashboard.BudgetsReply
 	testenv.WaitFor(t, 30*time.Second, "the series to catch up", func() bool {
 		getJSON(t, c.srv.URL+"/dashboard/api/budgets", &b)

@@ -101,5 +101,9 @@ func seed(t *testing.T) *seeded {
 	require.NoError(t, err)
 	srv := httptest.NewServer(d)
 	t.Cleanup(srv.Close)
+	// The book has each write when its call returns; the series when the
+	// replica's follower hands it on. Sync waits for the follower, which
+	// feeds its readers before it moves on.
+	require.NoError(t, r.Ledger.Sync(ctx))
 	return &seeded{env: env, r: r, d: d, srv: srv}
 }

@@ -677,7 +677,10 @@ type snapFullRes struct {
 	ExpiresAt time.Time           `json:"expires_at"`
 	Status    string              `json:"status"`
 	Late      bool                `json:"late"`
-	Pricing   *events.PriceQuote  `json:"pricing"`
+	// AfterExpiry: settled after the sweeper released it (absent in a
+	// snapshot written before the ledger kept it).
+	AfterExpiry bool               `json:"after_expiry"`
+	Pricing     *events.PriceQuote `json:"pricing"`
 	// RequestHash is not compared; it is decoded so that a value of
 	// another type is refused, as the ledger's loader refuses it.
 	RequestHash string `json:"request_hash"`
@@ -886,6 +889,9 @@ func (s *State) loadSnapshot(ctx context.Context, stream jetstream.Stream, layou
 				part := ReservationPart{Status: sr.Status, Amount: p.Amount, Actual: p.Actual}
 				if openIn[p.Key][sr.ID] {
 					part.Status = events.StatusOpen
+				}
+				if part.Status == events.StatusSettled {
+					part.Late, part.AfterExpiry = sr.Late, sr.AfterExpiry
 				}
 				r.Parts[ref] = part
 				if r.Unit == "" || !events.IsCount(p.Unit) {

@@ -452,9 +452,18 @@ func (t *closeTx) decideClosed(r *ledger.Reservation) (events.Events, error) {
 		// not the caller's actual: any settle of it again is a replay.
 		if recorded.Cmp(t.actual) == 0 || !hasMoney(r) || t.clampedBefore(r, recorded) {
 			t.reply.Actual, t.reply.Late, t.reply.Replayed = recorded.String(), r.Late, true
+			// The overrun the first settle answered: the actual beyond the
+			// reservation, or all of it when it came after the sweeper
+			// had released the reservation.
+			overrun := func(reserved, actual events.Money) events.Money {
+				if r.AfterExpiry {
+					return actual
+				}
+				return actual.Sub(reserved).Max(events.Zero)
+			}
 			if !hasMoney(r) {
 				t.reply.Actual = t.actual.String()
-			} else if over := recorded.Sub(r.Amount()); over.Sign() > 0 {
+			} else if over := overrun(r.Amount(), recorded); over.Sign() > 0 {
 				t.reply.Overrun = over.String()
 			}
 			if len(r.Balances) > 1 {
@@ -464,7 +473,7 @@ func (t *closeTx) decideClosed(r *ledger.Reservation) (events.Events, error) {
 						continue
 					}
 					count := events.IsCount(p.Unit)
-					t.reply.Budgets = append(t.reply.Budgets, budgetClose(r, ref, p.Amount, p.Actual, p.Actual.Sub(p.Amount).Max(events.Zero), nil, count))
+					t.reply.Budgets = append(t.reply.Budgets, budgetClose(r, ref, p.Amount, p.Actual, overrun(p.Amount, p.Actual), nil, count))
 				}
 			}
 			return nil, nil

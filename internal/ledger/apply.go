@@ -109,6 +109,7 @@ func applyEvent(t target, key string, e events.Event) {
 		r.Status = events.StatusSettled
 		r.part(key).Actual = e.Actual
 		r.Late = r.Late || e.Late
+		r.AfterExpiry = r.AfterExpiry || e.AfterExpiry
 		t.closed(r, was == events.StatusSettled)
 	case events.ReservationReleased:
 		r := t.held(e.ReservationID)

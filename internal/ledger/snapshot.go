@@ -319,7 +319,10 @@ type snapReservation struct {
 	ExpiresAt   time.Time           `json:"expires_at"`
 	Status      string              `json:"status"`
 	Late        bool                `json:"late,omitempty"`
-	Pricing     *events.PriceQuote  `json:"pricing,omitempty"`
+	// AfterExpiry (absent: false, or a snapshot written before it was
+	// kept): settled after the sweeper released it.
+	AfterExpiry bool               `json:"after_expiry,omitempty"`
+	Pricing     *events.PriceQuote `json:"pricing,omitempty"`
 }
 
 type snapPart struct {
@@ -527,7 +530,7 @@ type laterSection struct {
 func snapRes(r *Reservation) snapReservation {
 	sr := snapReservation{ID: r.ID, RequestID: r.RequestID, RequestHash: r.RequestHash,
 		Balances: append([]events.BalanceRef(nil), r.Balances...), OpenedAt: r.OpenedAt, ExpiresAt: r.ExpiresAt,
-		Status: r.Status, Late: r.Late, Pricing: r.Pricing}
+		Status: r.Status, Late: r.Late, AfterExpiry: r.AfterExpiry, Pricing: r.Pricing}
 	for _, p := range r.Parts {
 		sr.Parts = append(sr.Parts, snapPart(p))
 	}
@@ -536,7 +539,7 @@ func snapRes(r *Reservation) snapReservation {
 
 func (sr *snapReservation) reservation() *Reservation {
 	r := &Reservation{ID: sr.ID, RequestID: sr.RequestID, RequestHash: sr.RequestHash, Balances: sr.Balances,
-		Parts: make([]Part, 0, len(sr.Parts)), OpenedAt: sr.OpenedAt, ExpiresAt: sr.ExpiresAt, Status: sr.Status, Late: sr.Late, Pricing: sr.Pricing}
+		Parts: make([]Part, 0, len(sr.Parts)), OpenedAt: sr.OpenedAt, ExpiresAt: sr.ExpiresAt, Status: sr.Status, Late: sr.Late, AfterExpiry: sr.AfterExpiry, Pricing: sr.Pricing}
 	for _, p := range sr.Parts {
 		r.Parts = append(r.Parts, Part(p))
 	}

@@ -165,6 +165,10 @@ type Reservation struct {
 	Status string
 	// Late is set when the settle arrived after ExpiresAt.
 	Late bool
+	// AfterExpiry is set when the settle came after the sweeper had
+	// released the reservation: its whole actual was overrun (a retried
+	// settle answers so again).
+	AfterExpiry bool
 	// Pricing is the price quote of a reservation priced from a model
 	// (nil otherwise): a settle from usage prices at it.
 	Pricing *events.PriceQuote

@@ -664,7 +664,9 @@ func (w *window) shared(h uint32) *Reservation {
 func (w *window) compact(r *Reservation, bals map[string]*balance) winEntry {
 	whole := winEntry{ext: &winExt{res: r}, status: winStatus(r.Status)}
 	e := winEntry{status: winStatus(r.Status)}
-	if e.status == 0 || len(r.Parts) == 0 || len(r.Parts) != len(r.Balances) || len(r.Parts) > 1+maxMoreParts {
+	if e.status == 0 || len(r.Parts) == 0 || len(r.Parts) != len(r.Balances) || len(r.Parts) > 1+maxMoreParts || r.AfterExpiry {
+		// (A settle after the sweeper released the reservation is rare:
+		// the compact form has no bit for it.)
 		return whole
 	}
 	var ok3, ok4 bool

@@ -72,6 +72,17 @@ func TestBook_LateSettleTwoLanesCompact(t *testing.T) {
 	for _, p := range r.Parts {
 		require.Equal(t, "0.3", p.Actual.String(), p.Key)
 	}
+	// Settled after the sweeper released it: a retried settle answers
+	// its whole actual as overrun, as the first did, on a replica that
+	// restarted from a snapshot too (the window keeps it whole, the
+	// snapshot says after_expiry). Without the flag kept, the retry
+	// answered actual - reserved.
+	require.True(t, r.AfterExpiry)
+	loaded, _ := roundTrip(t, fold, 6, SnapshotVersion)
+	require.Equal(t, want, bookView(loaded))
+	r, ok = loaded.get("rsv_0b0e9f0a-6a2b-4c1e-9d51-1f2d3c4b5a69")
+	require.True(t, ok)
+	require.True(t, r.AfterExpiry)
 	require.Equal(t, want, bookView(run(1, -1, 2, -2, 3, 4, 5, 6, -3, -4, -5, -6)), "all folded before any stamp")
 	require.Equal(t, want, bookView(run(1, -1, 2, -2, 3, 4, 5, -3, 6, -4, -5, -6)), "the second settle folded between the stamps")
 	require.Equal(t, want, bookView(run(1, -1, 2, -2, 3, 4, 6, -3, 5, -4, -5, -6)), "the later settle folded first, between the stamps")

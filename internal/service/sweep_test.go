@@ -691,3 +691,43 @@ func (r reversedLister) Expired(now time.Time, max int) []string {
 	slices.Reverse(ids)
 	return ids
 }
+
+// TestSettle_RetryAfterExpiryAnswersTheSameOverrun: a settle that came
+// after the sweeper released its reservation charged its whole actual as
+// overrun (nothing was reserved for it any more); a retry of it, the
+// client's answer to a lost reply, must say the same, in the reply's
+// overrun and in each budget's, on the replica that wrote it and on one
+// that folded it. How it can fail: the retry answered actual - reserved
+// (0.1 of 0.3 where the ledger holds 0.3), as it did before the book kept
+// that the settle came after the release.
+func TestSettle_RetryAfterExpiryAnswersTheSameOverrun(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpts{replicas: 2})
+	h.putBudget("team:ls1", "month", "1", "USD")
+	h.putBudget("team:ls2", "day", "1", "USD")
+	r, e := h.admit(events.AdmitRequest{RequestID: "ls-1", Scopes: []string{"team:ls1", "team:ls2"}, Amount: "0.20", TTL: "5s"})
+	require.Nil(t, e)
+	require.True(t, r.Admitted)
+	h.clock.now.Store(h.clock.now.Load().Add(10 * time.Second))
+	require.Equal(t, 1, sweepPass(t, h.replicas[0]))
+
+	first, e := h.settle(r.ReservationID, "0.30")
+	require.Nil(t, e)
+	require.False(t, first.Replayed)
+	require.Equal(t, "0.3", first.Overrun, "the sweeper had returned the reservation: all of it is overrun")
+	require.Len(t, first.Budgets, 2)
+	for _, b := range first.Budgets {
+		require.Equal(t, "0.3", b.Overrun, b.Scope)
+	}
+	for i, rep := range h.replicas {
+		require.NoError(t, rep.Ledger.Sync(ctxT(t)))
+		again, err := rep.Settler.Settle(ctxT(t), events.SettleRequest{ReservationID: r.ReservationID, Actual: "0.3"})
+		require.NoError(t, err, "replica %d", i)
+		require.True(t, again.Replayed, "replica %d", i)
+		require.Equal(t, first.Overrun, again.Overrun, "replica %d", i)
+		require.Equal(t, first.Budgets, again.Budgets, "replica %d", i)
+		for _, ref := range r.Balances {
+			require.Equal(t, "0.3", rep.Ledger.Balance(ref).Overrun.String(), "replica %d: %s", i, ref.Scope)
+		}
+	}
+}

@@ -72,7 +72,7 @@ func serve(args []string) int {
 	sweepEvery := fs.Duration("sweep-interval", sweep.DefaultInterval, "how often this replica releases expired reservations (each pass releases everything due, in group commits)")
 	retireIdle := fs.String("retire-idle", "", "retire the budgets created from a kind's default once idle this long: KIND=DURATION, comma-separated (run=24h: a run's budget with nothing open and no call for 24 hours is retired, as spendgate budget retire does; at least 1m each; empty: never)")
 	verbose := fs.Bool("v", false, "log debug output, the embedded server's included (--log-level debug)")
-	httpAddr := fs.String("http", "", "serve /metrics, /healthz, /readyz and the spend dashboard (/dashboard/) on this address (e.g. 127.0.0.1:8080); off when empty")
+	httpAddr := fs.String("http", "", "serve /metrics, /healthz, /readyz and the spend dashboard (/dashboard/) on this address (e.g. 127.0.0.1:8081; the gateway listens on 8080 by default); off when empty")
 	httpHosts := fs.String("http-hosts", "", "host names, comma-separated, that /metrics and the dashboard answer to besides IP addresses, localhost and the name in --http (a request naming any other is refused 403, so that no web page can read them by pointing its own name at this machine)")
 	dashboardOn := fs.Bool("dashboard", true, "serve the spend dashboard (/dashboard/) on --http; false: only /metrics, /healthz and /readyz there")
 	metricsBudgets := fs.Int("metrics-budgets", metrics.DefaultBudgetLimit, "per-budget gauges for at most this many budgets, the nearest their limit first")

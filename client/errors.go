@@ -174,7 +174,7 @@ func classify(subject string, e *events.Error, status string) error {
 		return &refusal{err: e, class: ErrConflict}
 	case events.CodeTenantLimit:
 		return &refusal{err: e, class: ErrLimited}
-	case events.CodeInvalidRequest, events.CodePayloadTooLarge, events.CodeInvalidAmount,
+	case events.CodeInvalidRequest, events.CodePayloadTooLarge, events.CodeReplyTooLarge, events.CodeInvalidAmount,
 		events.CodeInvalidIdentifier, events.CodeInvalidTTL, events.CodeInvalidPeriod,
 		events.CodeInvalidUnit, events.CodeInvalidMetadata, events.CodeInvalidTime:
 		return &refusal{err: e, class: ErrInvalid}

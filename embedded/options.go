@@ -34,6 +34,7 @@ type options struct {
 	name         string
 	syncAlways   bool
 	maxStore     int64
+	maxPayload   int32
 	log          *slog.Logger
 	readyTimeout time.Duration
 	cluster      *clusterOptions
@@ -96,6 +97,18 @@ func WithMaxStore(n int64) Option {
 			return fmt.Errorf("embedded: max store must not be negative, got %d", n)
 		}
 		o.maxStore = n
+		return nil
+	}
+}
+
+// WithMaxPayload sets the most bytes a message may carry (nats-server's
+// max_payload). 0, the default, leaves nats-server's 1 MiB.
+func WithMaxPayload(n int32) Option {
+	return func(o *options) error {
+		if n < 0 {
+			return fmt.Errorf("embedded: max payload must not be negative, got %d", n)
+		}
+		o.maxPayload = n
 		return nil
 	}
 }

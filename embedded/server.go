@@ -108,6 +108,7 @@ func (o options) natsOptions(dataDir string) *server.Options {
 		SyncAlways: o.syncAlways,
 		// 0 leaves nats-server to size it from the free disk.
 		JetStreamMaxStore: o.maxStore,
+		MaxPayload:        o.maxPayload,
 		// The server logs through SetLogger, never on its own, and never
 		// handles signals: the embedding process owns both.
 		NoLog:  true,

@@ -95,6 +95,10 @@ const (
 	// (a gateway's: HeldRequestPrefix), or an admit with such a request
 	// id, through an endpoint other than the held ones. Nothing changed.
 	CodeReservationHeld Code = "reservation_held"
+	// CodeReplyTooLarge: the answer would not fit in one message on the
+	// replica's connection (its max payload); nothing changed. Ask for
+	// less (a report's range; spendgate report --replay has no bound).
+	CodeReplyTooLarge Code = "reply_too_large"
 )
 
 // Denial reasons in an admit reply whose admitted field is false.

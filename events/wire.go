@@ -564,6 +564,11 @@ type ReportReply struct {
 	// from the spend in Groups, when the request asked for them
 	// (ReportRequest.Shadow); omitted when there were none.
 	Shadow []ShadowGroup `json:"shadow,omitempty"`
+	// Folded counts the groups with the least spend that a live report
+	// summed into the Other group of their unit (Value "", Other) so
+	// that its reply fits one message (omitted: none). The totals are
+	// unchanged; spendgate report --replay lists every group.
+	Folded int `json:"folded,omitempty"`
 }
 
 // ShadowGroup is one group of a report's check and shadow decisions: those

@@ -42,6 +42,9 @@ type ServerConfig struct {
 	// MaxStore caps the server's JetStream file storage in bytes; 0 means
 	// MaxStore, the package's fixed cap.
 	MaxStore int64
+	// MaxPayload is the most bytes a message may carry; 0 means
+	// nats-server's default (1 MiB).
+	MaxPayload int32
 }
 
 // MaxStore is a test server's JetStream storage cap unless its config
@@ -75,6 +78,7 @@ func StartServer(cfg ServerConfig) (*embedded.Server, error) {
 		embedded.WithServerName(cfg.ServerName),
 		embedded.WithSyncAlways(cfg.SyncAlways),
 		embedded.WithMaxStore(maxStore),
+		embedded.WithMaxPayload(cfg.MaxPayload),
 	)
 }
 

@@ -52,6 +52,7 @@ type options struct {
 	layout     streams.Layout
 	syncAlways bool
 	maxStore   int64
+	maxPayload int32
 }
 
 // WithLayout applies l instead of streams.Default().
@@ -68,6 +69,13 @@ func WithSyncAlways() Option {
 // MaxStore: a server short of room, to test what it refuses.
 func WithMaxStore(n int64) Option {
 	return func(o *options) { o.maxStore = n }
+}
+
+// WithMaxPayload caps a message at n bytes instead of nats-server's
+// 1 MiB: a connection whose replies must be small, to test what does
+// not fit.
+func WithMaxPayload(n int32) Option {
+	return func(o *options) { o.maxPayload = n }
 }
 
 // New starts a JetStream server on 127.0.0.1 with a random port and
@@ -91,6 +99,7 @@ func New(t testing.TB, opts ...Option) *Env {
 		SyncAlways: o.syncAlways,
 		NoLog:      true,
 		MaxStore:   o.maxStore,
+		MaxPayload: o.maxPayload,
 	}
 	s, err := StartServer(e.cfg)
 	require.NoError(t, err, "testenv: start server")

@@ -153,6 +153,9 @@ func reportCmd(args []string) int {
 			fmt.Fprintln(os.Stderr, "spendgate: report:", err)
 			return exitError
 		}
+		if reply.Folded > 0 {
+			fmt.Fprintf(os.Stderr, "spendgate: report: the %d groups with the least spend are summed in (other) so that the reply fits one message; spendgate report --replay lists every group\n", reply.Folded)
+		}
 	}
 	name := strings.TrimPrefix(*by, report.MetadataColumnPrefix)
 	switch {

@@ -12,8 +12,8 @@ import (
 	"github.com/spendgate/spendgate/internal/codec"
 )
 
-// replyHeadroom is what a budget.list page leaves of the connection's max
-// payload for the reply's headers.
+// replyHeadroom is what a budget.list page or a report reply leaves of
+// the connection's max payload for the reply's headers.
 const replyHeadroom = 4 << 10
 
 // listCursor is what a budget.list cursor encodes (base64url JSON, opaque

@@ -66,6 +66,8 @@ type harnessOpts struct {
 	tenantOwn    *service.TenantTable
 	// retireIdle is the first replica's serve --retire-idle.
 	retireIdle map[string]time.Duration
+	// maxPayload is the server's max_payload (0: nats-server's 1 MiB).
+	maxPayload int32
 }
 
 type clock struct{ now atomicTime }
@@ -77,7 +79,7 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 	}
 	layout, err := streams.New(streams.Config{Lanes: o.lanes})
 	require.NoError(t, err)
-	env := testenv.New(t, testenv.WithLayout(layout))
+	env := testenv.New(t, testenv.WithLayout(layout), testenv.WithMaxPayload(o.maxPayload))
 	h := &harness{t: t, env: env, nc: env.Connect(t), clock: &clock{}}
 	h.clock.now.Store(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	for i := 0; i < o.replicas; i++ {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -54,7 +55,9 @@ type Service struct {
 	inflight chan struct{}
 	pool     *workers
 	nc       *nats.Conn
-	m        *metrics.Set
+	// reportReplyMax is Config.ReportReplyMax.
+	reportReplyMax int
+	m              *metrics.Set
 	// lastDispatch is when micro last handed a request to the service
 	// (unix nanoseconds).
 	lastDispatch atomic.Int64
@@ -151,6 +154,10 @@ type Config struct {
 	// TenantOwn, if set, gives some tenants limits of their own, which
 	// replace TenantLimits' for them (see TenantTable).
 	TenantOwn *TenantTable
+	// ReportReplyMax bounds the bytes of a report reply (0: the
+	// connection's max payload less replyHeadroom): past it, the groups
+	// with the least spend are summed into Other groups (fitReport).
+	ReportReplyMax int
 }
 
 // Start registers the spendgate endpoints on nc under the ledger layout's
@@ -171,7 +178,7 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	s := &Service{l: cfg.Ledger, a: cfg.Admitter, s: cfg.Settler, now: cfg.Now, log: cfg.Log,
-		ctx: context.Background(), inflight: make(chan struct{}, limit), pool: newWorkers(), nc: nc, reports: cfg.Reports,
+		ctx: context.Background(), inflight: make(chan struct{}, limit), pool: newWorkers(), nc: nc, reports: cfg.Reports, reportReplyMax: cfg.ReportReplyMax,
 		tenants: newTenantShare(limit), denialRec: cfg.Denials,
 		limits: limits, own: cfg.TenantOwn, rate: newTenantBuckets(limits.Rate, limits.Burst, time.Now, cfg.TenantOwn.rateOf(limits))}
 	s.idle = sync.NewCond(&s.mu)
@@ -490,7 +497,14 @@ func (s *Service) encode(dst []byte, endpoint, subject string, out any, err erro
 	}()
 	if err == nil {
 		if body, err = marshalReply(dst, out); err == nil {
-			return body, nil
+			max := int(s.nc.MaxPayload()) - replyHeadroom
+			if len(body) <= max || max <= 0 {
+				return body, nil
+			}
+			// Unsent, the caller would wait out its timeout as if no
+			// replica answered: a refusal says why, at once.
+			err = events.Errorf(events.CodeReplyTooLarge, "the reply would be %d bytes, past the %d a message may carry on this connection: ask for less (for a report: a narrower from and to, or without shadow; spendgate report --replay has no such bound)", len(body)-len(dst), max)
+			dst = body[:len(dst)]
 		}
 	}
 	// A refusal past a tenant's limit is counted, not logged (a retry's
@@ -846,6 +860,8 @@ func statusOf(c events.Code) string {
 		return "403"
 	case events.CodePayloadTooLarge:
 		return "413"
+	case events.CodeReplyTooLarge:
+		return "500"
 	case events.CodeTenantLimit:
 		return "429"
 	}
@@ -1132,7 +1148,7 @@ func (s *Service) report(ctx context.Context, data []byte) (any, error) {
 	case err != nil:
 		return nil, &events.Error{Code: events.CodeLedgerUnavailable, Message: "the spend report could not catch up with the ledger", Err: err}
 	}
-	out := ReportReply(req, rep)
+	out := s.fitReport(req, rep)
 	if tenant != "" && by == report.ByScope {
 		for i := range out.Groups {
 			out.Groups[i].Value = string(events.Scope(out.Groups[i].Value).Local())
@@ -1142,6 +1158,62 @@ func (s *Service) report(ctx context.Context, data []byte) (any, error) {
 		}
 	}
 	return out, nil
+}
+
+// fitReport is rep on the wire in at most the reply's bytes
+// (Config.ReportReplyMax): a report of many groups (scopes of many kinds,
+// tenants, metadata values) could otherwise exceed the connection's max
+// payload, and a reply that cannot be sent leaves its caller waiting out
+// its timeout. The fewest groups with the least spend that make it fit
+// are summed into the Other group of their unit (ReportReply.Folded says
+// how many): the totals still add up, and report --replay lists every
+// group.
+func (s *Service) fitReport(req events.ReportRequest, rep *report.AggregateReport) events.ReportReply {
+	limit := s.reportReplyMax
+	if limit <= 0 {
+		limit = int(s.nc.MaxPayload()) - replyHeadroom
+	}
+	out := ReportReply(req, rep)
+	if reportFits(out, limit) {
+		return out
+	}
+	// The least n that fits: n = every group always does, bar the
+	// shadow groups (the serve fallback then answers reply_too_large).
+	// The least n spend groups folded that fits, and if folding them all
+	// does not, the least m shadow groups besides (the CLI asks for them).
+	folded := func(n, m int) events.ReportReply {
+		c := *rep
+		c.Groups, c.Other, c.Shadow = slices.Clone(rep.Groups), slices.Clone(rep.Other), slices.Clone(rep.Shadow)
+		n = c.FoldSmallest(n)
+		m = c.FoldSmallestShadow(m)
+		o := ReportReply(req, &c)
+		o.Folded = n + m
+		return o
+	}
+	least := func(max int, fit func(int) bool) int {
+		lo, hi := 0, max
+		for lo < hi {
+			mid := lo + (hi-lo)/2
+			if fit(mid) {
+				hi = mid
+			} else {
+				lo = mid + 1
+			}
+		}
+		return lo
+	}
+	all := len(rep.Groups)
+	if reportFits(folded(all, 0), limit) {
+		return folded(least(all, func(n int) bool { return reportFits(folded(n, 0), limit) }), 0)
+	}
+	// Past this, the serve fallback answers reply_too_large.
+	return folded(all, least(len(rep.Shadow), func(m int) bool { return reportFits(folded(all, m), limit) }))
+}
+
+// reportFits reports whether r encodes in at most limit bytes.
+func reportFits(r events.ReportReply, limit int) bool {
+	b, err := json.Marshal(r)
+	return err == nil && len(b) <= limit
 }
 
 // ReportReply is rep on the wire.

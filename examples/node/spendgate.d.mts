@@ -83,8 +83,26 @@ export interface BudgetUse extends BalanceRef {
   available: Decimal;
 }
 
+/**
+ * Why an admit was denied: every reason a replica denies with (events.DenialReasons
+ * in the Go code; docs/wire.md lists what each means). The Go client also makes
+ * ledger_unavailable denials itself; this client throws UnavailableError
+ * instead.
+ */
+export type DenialReason =
+  | "limit_reached"
+  | "unknown_budget"
+  | "unit_mismatch"
+  | "budget_disabled"
+  | "budget_retired"
+  | "unpriced_model"
+  | "exposure_cap"
+  // Any other string (a reason a later version adds); "& {}" keeps the
+  // names above in an editor's completions, which a plain "| string" loses.
+  | (string & {});
+
 export interface Denial {
-  reason: "limit_reached" | "unknown_budget" | "unit_mismatch" | "budget_disabled" | "unpriced_model" | "exposure_cap" | string;
+  reason: DenialReason;
   message: string;
   scope: string;
   period?: Period;
@@ -137,7 +155,8 @@ export interface BudgetClose extends BalanceRef {
 
 export interface CloseReply {
   reservation_id: string;
-  status: "settled" | "released";
+  /** expired: a release of a reservation the sweeper released at its expiry. */
+  status: "settled" | "released" | "expired";
   reserved: Decimal;
   actual?: Decimal;
   overrun?: Decimal;
@@ -191,6 +210,10 @@ export interface BudgetView {
   open: number;
   tz?: string;
   disabled?: boolean;
+  retired?: boolean;
+  /** RFC 3339, UTC. */
+  retired_at?: string;
+  retired_reason?: string;
   fixed_slot?: Decimal;
   max_in_flight?: Decimal;
   overshoot_bound?: Decimal;

@@ -2,7 +2,7 @@
 // app importing spendgate.mjs writes, against spendgate.d.mts. Each line
 // marked to expect an error must fail to compile, or tsc fails the test.
 import { connect } from "@nats-io/transport-node";
-import { Spendgate, SpendgateError, UnavailableError, type AdmitReply, type CloseReply } from "./spendgate.mjs";
+import { Spendgate, SpendgateError, UnavailableError, type AdmitReply, type CloseReply, type DenialReason } from "./spendgate.mjs";
 
 export async function typed(): Promise<void> {
   const nc = await connect({ servers: "nats://127.0.0.1:4222", maxReconnectAttempts: -1 });
@@ -12,6 +12,7 @@ export async function typed(): Promise<void> {
   if (!r.admitted) {
     const when: string | undefined = r.denial?.resets_at;
     console.log(r.denial?.reason, when);
+    if (r.denial?.reason === "budget_retired") console.log("define a budget of another scope");
     return;
   }
   try {
@@ -21,6 +22,8 @@ export async function typed(): Promise<void> {
     if (err instanceof UnavailableError) await err.retrying?.catch(() => undefined);
     else if (err instanceof SpendgateError) console.log(err.code);
   }
+  const later: DenialReason = "a_reason_added_later";
+  console.log(later);
   await sg.drain();
   const n: number = sg.owed;
   console.log(n);

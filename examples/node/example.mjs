@@ -87,6 +87,19 @@ export async function walkthrough(nc, log = console.log) {
     out.unavailable = err.code;
     log(`no answer: ${err.code}, so the upstream is not called`);
   }
+
+  // 8. A model call, priced from the pricing table: the admit reserves its
+  //    most (1200 input tokens, up to 800 output: 0.011), the settle gives
+  //    what it used and the ledger prices it at the admit's price version.
+  //    The note says how the actual was known (events and export keep it).
+  //    The model's name is this run's, so no real model's price changes.
+  const model = `node-example-${scope.slice(-8)}`;
+  out.price = await sg.request("pricing.put", { model, input: "2.50", output: "10", cached_input: "1.25" });
+  out.priced = await sg.admit({ scopes: [scope], model, input_tokens: 1200, max_output_tokens: 800 });
+  log(`admitted ${model}: reserved ${out.priced.amount} at price version ${out.priced.pricing.version}`);
+  const usage = { input_tokens: 1200, cached_input_tokens: 1000, output_tokens: 640 };
+  out.usageSettle = await sg.settle(out.priced.reservation_id, undefined, { usage, note: "provider_usage" });
+  log(`${out.usageSettle.status} from usage: actual ${out.usageSettle.actual} of ${out.usageSettle.reserved} reserved`);
   return out;
 }
 

@@ -21,18 +21,23 @@ const trusted = parseTrustedKeys(
   readFileSync(process.env.SPENDGATE_TRUSTED_KEYS ?? new URL("../../spendgate-data/trusted-keys", import.meta.url), "utf8"),
 );
 
-// feedIDs reads the ids of the scope's signed events in the feed, in order.
-async function feedIDs(nc, filter) {
+// feedEvents reads the scope's signed events in the feed, in order.
+async function feedEvents(nc, filter) {
   const js = jetstream(nc);
   const oc = await js.consumers.get(FEED_STREAM, { filter_subjects: [filter] });
-  const ids = [];
+  const evs = [];
   for (;;) {
     const m = await oc.next({ expires: 1000 });
-    if (m === null) return ids;
+    if (m === null) return evs;
     const ev = verifyFeedMessage(m, trusted);
-    if (ev !== null) ids.push(ev.id);
-    if (m.info.pending === 0) return ids;
+    if (ev !== null) evs.push(ev);
+    if (m.info.pending === 0) return evs;
   }
+}
+
+// feedIDs reads the ids of the scope's signed events in the feed, in order.
+async function feedIDs(nc, filter) {
+  return (await feedEvents(nc, filter)).map((ev) => ev.id);
 }
 
 test("feed: trusted keys are nkeys, checked to the checksum", () => {
@@ -154,4 +159,30 @@ test("feed: node feed.mjs prints every event of the scope, once, as the README s
   assert.match(lines[2], new RegExp(`reservation\\.settled\\.v1  ${scope}  0\\.75$`));
   // Run again on the same durable consumer: nothing new, nothing printed.
   assert.equal((await run()).stdout, "");
+});
+
+test("feed: a settle's note, and its usage, are in its reservation.settled.v1 event", async () => {
+  const id = "feednote-" + randomUUID().slice(0, 8);
+  const scope = "team:" + id;
+  const filter = `${FEED_PREFIX}reservation.settled.v1.team.${id}`;
+  const nc = await connect({ servers: url });
+  try {
+    const sg = new Spendgate(nc);
+    await sg.putBudget({ scope, period: "month", limit: "10", unit: "USD" });
+    const price = await sg.request("pricing.put", { model: id, input: "2.50", output: "10", cached_input: "1.25" });
+    const plain = await sg.admit({ scopes: [scope], amount: "1.25" });
+    await sg.settle(plain.reservation_id, "0.75", { note: "invoice" });
+    const priced = await sg.admit({ scopes: [scope], model: id, input_tokens: 1200, max_output_tokens: 800 });
+    await sg.settle(priced.reservation_id, undefined, { usage: { input_tokens: 1200, cached_input_tokens: 1000, output_tokens: 640 }, note: "provider_usage" });
+    let evs;
+    await waitFor("the relay", async () => (evs = await feedEvents(nc, filter)).length === 2);
+    assert.deepEqual(evs.map((ev) => [ev.type, ev.event.reservation_id, ev.event.actual, ev.event.note]), [
+      ["reservation.settled.v1", plain.reservation_id, "0.75", "invoice"],
+      ["reservation.settled.v1", priced.reservation_id, "0.00815", "provider_usage"],
+    ]);
+    assert.equal(evs[0].event.usage, undefined);
+    assert.deepEqual(evs[1].event.usage, { input_tokens: 1200, cached_input_tokens: 1000, output_tokens: 640, price_version: price.version });
+  } finally {
+    await nc.close();
+  }
 });

@@ -153,6 +153,37 @@ export interface BudgetClose extends BalanceRef {
   excess?: Decimal;
 }
 
+/** What a call priced from a model used: the wire's names. */
+export interface SettleUsage {
+  input_tokens: number;
+  output_tokens: number;
+  /** The part of input_tokens that was cached (priced at cached_input); at most input_tokens. */
+  cached_input_tokens?: number;
+}
+
+export interface SettleOptions {
+  /**
+   * One word on how the actual was known ("estimate", "invoice"): 1-32 of
+   * letters, digits, "_" and "-", else invalid_request. Recorded in the
+   * settle's events (reservation.settled.v1 note) and the export
+   * (settle_note); it changes nothing else.
+   */
+  note?: string;
+  /** Only with actual undefined: see SettleUsageOptions. */
+  usage?: never;
+}
+
+/**
+ * Settles a reservation priced from a model (an admit with model) from its
+ * usage: the ledger prices it at the admit's price version (not_priced for
+ * a reservation that was not). Every count 0 is refused (invalid_amount):
+ * settle such a call with actual "0".
+ */
+export interface SettleUsageOptions {
+  usage: SettleUsage;
+  note?: string;
+}
+
 export interface CloseReply {
   reservation_id: string;
   /** expired: a release of a reservation the sweeper released at its expiry. */
@@ -164,7 +195,8 @@ export interface CloseReply {
   late?: boolean;
   balances: BalanceRef[];
   replayed?: boolean;
-  usage?: { input_tokens: number; output_tokens: number; cached_input_tokens?: number; price_version: number };
+  /** A settle from usage: the counts and the price version actual was computed at (left out of a replay's reply). */
+  usage?: SettleUsage & { price_version: number };
   budgets?: BudgetClose[];
 }
 
@@ -240,7 +272,10 @@ export class Spendgate {
   request<T = unknown>(endpoint: string, body: unknown): Promise<T>;
   admit(req: AdmitRequest): Promise<AdmitReply>;
   void(requestId: string, scopes: string[]): Promise<VoidReply>;
-  settle(reservationId: string, actual: Decimal): Promise<CloseReply>;
+  /** Settles with the actual cost; kept and sent again, same body, while its outcome is unknown (rule 4). */
+  settle(reservationId: string, actual: Decimal, opts?: SettleOptions): Promise<CloseReply>;
+  /** Settles a reservation priced from a model from its usage: sg.settle(id, undefined, { usage }). */
+  settle(reservationId: string, actual: undefined, opts: SettleUsageOptions): Promise<CloseReply>;
   release(reservationId: string): Promise<CloseReply>;
   putBudget(budget: BudgetPutRequest): Promise<BudgetPutReply>;
   /** How many settles and releases are being sent again. */

@@ -22,6 +22,15 @@ export async function typed(): Promise<void> {
     if (err instanceof UnavailableError) await err.retrying?.catch(() => undefined);
     else if (err instanceof SpendgateError) console.log(err.code);
   }
+  const priced = await sg.admit({ scopes: ["org:acme"], model: "gpt-x", input_tokens: 1200, max_output_tokens: 800 });
+  const byUsage: CloseReply = await sg.settle(priced.reservation_id!, undefined, {
+    usage: { input_tokens: 1200, output_tokens: 640, cached_input_tokens: 1000 },
+    note: "provider_usage",
+  });
+  const version: number | undefined = byUsage.usage?.price_version;
+  console.log(version);
+  await sg.settle("rsv_2", "0.04", { note: "invoice" });
+  await sg.settle("rsv_3", undefined, { usage: { input_tokens: 10, output_tokens: 0 } });
   const later: DenialReason = "a_reason_added_later";
   console.log(later);
   await sg.drain();
@@ -31,6 +40,16 @@ export async function typed(): Promise<void> {
   await sg.admit({ scopes: ["org:acme"], amount: 0.05 });
   // @ts-expect-error the actual is a decimal string too
   await sg.settle("rsv_1", 0.04);
+  // @ts-expect-error an actual or a usage, not both
+  await sg.settle("rsv_1", "0.04", { usage: { input_tokens: 10, output_tokens: 5 } });
+  // @ts-expect-error without an actual, the usage is required
+  await sg.settle("rsv_1", undefined, { note: "estimate" });
+  // @ts-expect-error without an actual, the usage is required
+  await sg.settle("rsv_1", undefined);
+  // @ts-expect-error a usage's counts are numbers
+  await sg.settle("rsv_1", undefined, { usage: { input_tokens: "10", output_tokens: 5 } });
+  // @ts-expect-error the usage's fields are the wire's names
+  await sg.settle("rsv_1", undefined, { usage: { inputTokens: 10, outputTokens: 5 } });
   // @ts-expect-error scopes is required
   await sg.admit({ amount: "0.05" });
   // @ts-expect-error there is no period "year"

@@ -1,6 +1,6 @@
 // The HTTP API from Node.js, walked through against a live `spendgate gateway`:
-// a budget, an admit and its replay, a denial, a settle, refusals, a void, and
-// the budget's retirement.
+// a budget, an admit and its replay, a denial, a settle, refusals, a void, a
+// model call settled from its usage, and the budget's retirement.
 //
 //   SPENDGATE_HTTP=http://127.0.0.1:8080 SPENDGATE_KEY=sgk_... node example.mjs
 //
@@ -43,6 +43,22 @@ export async function walkthrough(sg, log = console.log) {
   // Rule 3: void what you gave up on (here, an admit that never landed).
   out.void = await sg.void(randomUUID(), [scope]);
   log("void of an admit that never landed:", out.void.status);
+
+  // A model call, priced from the pricing table (the model is this run's, so
+  // no real model's price changes): the admit reserves the most it can cost,
+  // 1200 input tokens and up to 800 output, and the settle gives what it
+  // used, priced at the admit's price version, with a note on how the actual
+  // was known (the settle's events and the export keep it).
+  const model = `node-http-${scope.slice(-8)}`;
+  out.price = await sg.request("pricing.put", { model, input: "2.50", output: "10", cached_input: "1.25" });
+  out.priced = await sg.admit({ scopes: [scope], model, input_tokens: 1200, max_output_tokens: 800 });
+  log(`admit ${model}:`, out.priced.admitted, "reserved", out.priced.amount);
+  const usage = { input_tokens: 1200, cached_input_tokens: 1000, output_tokens: 640 };
+  out.usageSettle = await sg.settle(out.priced.reservation_id, undefined, { usage, note: "provider_usage" });
+  log("settle from usage:", out.usageSettle.status, out.usageSettle.actual);
+  // Rule 4 sends the same body again when a reply is lost: it is replayed.
+  out.usageAgain = await sg.settle(out.priced.reservation_id, undefined, { usage, note: "provider_usage" });
+  log("the same settle again: replayed", out.usageAgain.replayed, out.usageAgain.actual);
 
   out.after = await sg.getBudget(scope, "month");
   log("budget.get: spent", out.after.spent, "reserved", out.after.reserved, "available", out.after.available);

@@ -3,6 +3,7 @@
 // gateway when SPENDGATE_HTTP and SPENDGATE_KEY are set (.ci/run sets them).
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { randomUUID } from "node:crypto";
 import { createServer } from "node:http";
 import { SpendgateError, SpendgateHTTP, UnavailableError } from "./spendgate-http.mjs";
 import { walkthrough } from "./example.mjs";
@@ -126,6 +127,24 @@ test("a settle being sent again stops at a refusal, and at close()", async () =>
   }
 });
 
+test("a settle from usage, with a note, sends the counts without an actual, the same body every time", async () => {
+  const settled = { reservation_id: "rsv_5", status: "settled", reserved: "0.011", actual: "0.00815" };
+  const s = await stub({ settle: [unavailable, busy, unavailable, [200, settled], [200, { reservation_id: "rsv_6", status: "settled", actual: "0.07" }]] });
+  try {
+    const sg = new SpendgateHTTP({ baseUrl: s.baseUrl, key: "sgk_test", attempts: 2, closeBackoffMs: 10 });
+    // A usage object with more than the counts (a reply's, say): only the counts go.
+    const usage = { input_tokens: 1200, cached_input_tokens: 1000, output_tokens: 640, price_version: 7 };
+    const err = await sg.settle("rsv_5", undefined, { usage, note: "provider_usage" }).catch((e) => e);
+    assert.ok(err instanceof UnavailableError, `want an UnavailableError, got ${err}`);
+    assert.deepEqual(await err.retrying, settled);
+    await sg.settle("rsv_6", "0.07", { note: "invoice" });
+    const want = { reservation_id: "rsv_5", input_tokens: 1200, output_tokens: 640, cached_input_tokens: 1000, note: "provider_usage" };
+    assert.deepEqual(s.seen.map((x) => x.body), [want, want, want, want, { reservation_id: "rsv_6", actual: "0.07", note: "invoice" }]);
+  } finally {
+    await s.stop();
+  }
+});
+
 const live = process.env.SPENDGATE_HTTP && process.env.SPENDGATE_KEY;
 test("walkthrough against a live gateway", { skip: !live && "SPENDGATE_HTTP and SPENDGATE_KEY are not set" }, async () => {
   const sg = new SpendgateHTTP({ baseUrl: process.env.SPENDGATE_HTTP, key: process.env.SPENDGATE_KEY });
@@ -144,10 +163,63 @@ test("walkthrough against a live gateway", { skip: !live && "SPENDGATE_HTTP and 
   assert.deepEqual([out.invalid.status, out.invalid.code], [400, "invalid_amount"]);
   assert.deepEqual([out.unknown.status, out.unknown.code], [404, "unknown_reservation"]);
   assert.equal(out.void.status, "voided");
-  assert.deepEqual([out.after.spent, out.after.reserved, out.after.available], ["0.5", "0", "0.5"]);
+  // The most the model call can cost, 1200 x 2.50 + 800 x 10 per million
+  // tokens, then what it used: 200 input tokens at 2.50, 1000 cached at
+  // 1.25 and 640 output at 10 per million.
+  assert.equal(out.priced.admitted, true);
+  assert.equal(out.priced.amount, "0.011");
+  assert.equal(out.priced.pricing.version, out.price.version);
+  assert.deepEqual([out.usageSettle.status, out.usageSettle.reserved, out.usageSettle.actual], ["settled", "0.011", "0.00815"]);
+  assert.deepEqual(out.usageSettle.usage, { input_tokens: 1200, cached_input_tokens: 1000, output_tokens: 640, price_version: out.price.version });
+  assert.deepEqual([out.usageAgain.replayed, out.usageAgain.actual], [true, "0.00815"]);
+  assert.deepEqual([out.after.spent, out.after.reserved, out.after.available], ["0.50815", "0", "0.49185"]);
   assert.equal(out.retired.retired, true);
   assert.equal(out.retired.retired_reason, "walkthrough over");
   assert.ok(out.retired.retired_at, "retired_at is set");
   assert.deepEqual([out.afterRetire.admitted, out.afterRetire.denial.reason], [false, "budget_retired"]);
   assert.equal(sg.owed, 0);
+});
+
+test("settle options against a live gateway: an actual with a note, refusals", { skip: !live && "SPENDGATE_HTTP and SPENDGATE_KEY are not set" }, async () => {
+  const sg = new SpendgateHTTP({ baseUrl: process.env.SPENDGATE_HTTP, key: process.env.SPENDGATE_KEY });
+  const id = randomUUID().slice(0, 8);
+  const scope = `org:node-http-settle-${id}`;
+  const model = `node-http-settle-${id}`;
+  await sg.putBudget({ scope, period: "month", limit: "1", unit: "USD" });
+  const price = await sg.request("pricing.put", { model, input: "3", output: "15" });
+  try {
+    // An actual with a note: the note is refused unless it is one word.
+    const plain = await sg.admit({ scopes: [scope], amount: "0.10" });
+    for (const note of ["two words", "x".repeat(33)]) {
+      await assert.rejects(sg.settle(plain.reservation_id, "0.07", { note }), (err) => {
+        assert.ok(err instanceof SpendgateError, `a refusal, got ${err}`);
+        assert.deepEqual([err.status, err.code], [400, "invalid_request"]);
+        return true;
+      });
+    }
+    assert.equal(sg.owed, 0, "a refusal is not sent again");
+    const noted = await sg.settle(plain.reservation_id, "0.07", { note: "invoice" });
+    assert.deepEqual([noted.status, noted.actual, noted.usage], ["settled", "0.07", undefined]);
+    // Usage of a reservation not priced from a model is refused.
+    const unpriced = await sg.admit({ scopes: [scope], amount: "0.10" });
+    await assert.rejects(sg.settle(unpriced.reservation_id, undefined, { usage: { input_tokens: 10, output_tokens: 10 } }),
+      (err) => err instanceof SpendgateError && err.status === 400 && err.code === "not_priced");
+    await sg.release(unpriced.reservation_id);
+
+    // No cached price: cached input costs the input price. 5000 x 3 + 2000
+    // x 15 per million = 0.045; reserved 5000 x 3 + 4000 x 15 = 0.075.
+    const a = await sg.admit({ scopes: [scope], model, input_tokens: 5000, max_output_tokens: 4000 });
+    assert.equal(a.amount, "0.075");
+    const usage = { input_tokens: 5000, cached_input_tokens: 4000, output_tokens: 2000 };
+    const settled = await sg.settle(a.reservation_id, undefined, { usage });
+    assert.deepEqual([settled.actual, settled.usage], ["0.045", { ...usage, price_version: price.version }]);
+    // Other usage is another actual: refused, nothing changes.
+    await assert.rejects(sg.settle(a.reservation_id, undefined, { usage: { ...usage, output_tokens: 2001 } }),
+      (err) => err instanceof SpendgateError && err.status === 409 && err.code === "already_settled");
+
+    const b = await sg.getBudget(scope, "month");
+    assert.deepEqual([b.spent, b.reserved, b.open], ["0.115", "0", 0], "0.07 with a note and 0.045 from usage");
+  } finally {
+    await sg.retireBudget(scope, "month", "test over");
+  }
 });

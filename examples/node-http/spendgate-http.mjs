@@ -163,13 +163,30 @@ export class SpendgateHTTP {
   /**
    * settle closes a reservation with its actual cost, a decimal string. If
    * its outcome stays unknown (UnavailableError), the settle is kept and sent
-   * again in the background until it lands, is refused, close() is called or
-   * closeRetryMs passes (rule 4); the error is thrown all the same, with
-   * err.retrying the promise of that settle's reply. drain() waits for every
-   * settle and release being sent again: call it before exiting.
+   * again in the background, the same body, until it lands, is refused,
+   * close() is called or closeRetryMs passes (rule 4); the error is thrown
+   * all the same, with err.retrying the promise of that settle's reply.
+   * drain() waits for every settle and release being sent again: call it
+   * before exiting.
+   *
+   * opts.usage settles a reservation priced from a model (an admit with
+   * model) from what the call used instead: actual undefined and usage
+   * {input_tokens, output_tokens, cached_input_tokens}, the wire's names
+   * (cached_input_tokens, the part of input_tokens that was cached, may be
+   * left out). The ledger prices it at the admit's price version: the reply's
+   * actual is the cost, its usage the counts and price_version. Usage with
+   * every count 0 is refused (invalid_amount): settle such a call with
+   * actual "0". opts.note is one word on how the actual was known
+   * ("estimate", "invoice": 1-32 letters, digits, _ and -), recorded in the
+   * settle's events and the export. A refusal (400 invalid_request for actual
+   * and usage both, or a bad note; 400 not_priced for usage of a reservation
+   * not priced from a model) is a SpendgateError, never sent again.
+   *
+   *     await sg.settle(id, "0.35", { note: "invoice" });
+   *     await sg.settle(id, undefined, { usage: { input_tokens: 1200, output_tokens: 640 } });
    */
-  settle(reservationId, actual) {
-    return this.#close("settle", { reservation_id: reservationId, actual });
+  settle(reservationId, actual, { usage, note } = {}) {
+    return this.#close("settle", settleBody(reservationId, actual, usage, note));
   }
 
   /** release gives the whole reservation back; kept and sent again as settle is. */
@@ -233,4 +250,18 @@ export class SpendgateHTTP {
   retireBudget(scope, period, reason) {
     return this.request("budget.retire", reason ? { scope, period, reason } : { scope, period });
   }
+}
+
+// settleBody is a settle's body, made once: every attempt sends it. Of
+// usage only the three counts go (the wire refuses a field it does not
+// know); a field left undefined is left out of the JSON.
+function settleBody(reservationId, actual, usage, note) {
+  const body = { reservation_id: reservationId, actual };
+  if (usage) {
+    body.input_tokens = usage.input_tokens;
+    body.output_tokens = usage.output_tokens;
+    body.cached_input_tokens = usage.cached_input_tokens;
+  }
+  body.note = note;
+  return body;
 }

@@ -4,6 +4,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
+import { existsSync, readFileSync } from "node:fs";
 import { createServer } from "node:http";
 import { SpendgateError, SpendgateHTTP, UnavailableError } from "./spendgate-http.mjs";
 import { walkthrough } from "./example.mjs";
@@ -143,6 +144,48 @@ test("a settle from usage, with a note, sends the counts without an actual, the 
   } finally {
     await s.stop();
   }
+});
+
+// declarations maps each top-level "export interface" and "export type" of
+// a .d.mts to its text (up to the next blank line or export).
+function declarations(text) {
+  const out = new Map();
+  const lines = text.split("\n");
+  for (let i = 0; i < lines.length; i++) {
+    const m = /^export (?:interface|type) (\w+)/.exec(lines[i]);
+    if (!m) continue;
+    let j = i + 1;
+    while (j < lines.length && lines[j] !== "" && !lines[j].startsWith("export ")) j++;
+    out.set(m[1], lines.slice(i, j).join("\n"));
+  }
+  return out;
+}
+
+const typesFile = (path) => readFileSync(new URL(path, import.meta.url), "utf8");
+const nodeTypes = new URL("../node/spendgate.d.mts", import.meta.url);
+
+test("spendgate-http.d.mts: the wire's shapes are examples/node's, word for word", { skip: !existsSync(nodeTypes) && "no ../node" }, () => {
+  const mine = declarations(typesFile("./spendgate-http.d.mts"));
+  const theirs = declarations(readFileSync(nodeTypes, "utf8"));
+  for (const [name, decl] of mine) if (theirs.has(name)) assert.equal(decl, theirs.get(name), `${name} differs from examples/node's`);
+  // Every shape there is here too, but its client's options; those only
+  // here are the HTTP client's own.
+  assert.deepEqual([...theirs.keys()].filter((name) => !mine.has(name)), ["SpendgateOptions"]);
+  assert.deepEqual([...mine.keys()].filter((name) => !theirs.has(name)), ["HTTPStatusError", "SpendgateHTTPOptions", "BudgetRetireReply"]);
+});
+
+test("spendgate-http.d.mts declares what spendgate-http.mjs has", () => {
+  const text = typesFile("./spendgate-http.d.mts");
+  const cls = text.slice(text.indexOf("export class SpendgateHTTP {"));
+  const members = new Set([...cls.matchAll(/^  (?:readonly )?(\w+)[<(:?]/gm)].map((m) => m[1]));
+  const sg = new SpendgateHTTP({ baseUrl: "http://127.0.0.1:1", key: "sgk_test" });
+  for (const name of members) {
+    if (name === "constructor") continue;
+    assert.ok(name in sg, `${name} is declared but the client has none`);
+  }
+  const methods = Object.getOwnPropertyNames(SpendgateHTTP.prototype).filter((n) => n !== "constructor");
+  assert.deepEqual(methods.filter((n) => !members.has(n)), [], "every method of the client is declared");
+  assert.deepEqual(Object.keys(sg).filter((n) => !members.has(n)), [], "every field of the client is declared");
 });
 
 const live = process.env.SPENDGATE_HTTP && process.env.SPENDGATE_KEY;

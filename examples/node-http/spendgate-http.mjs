@@ -4,7 +4,8 @@
 // short-lived jobs). The bodies and error codes are the NATS API's; a key made
 // with `spendgate keys create --access service` (admit, settle, release, void,
 // reads) or `--access admin` (also budget.put, budget.retire and pricing.put) is the bearer
-// token. It keeps the four rules every caller in any language must keep:
+// token. Its TypeScript types are in spendgate-http.d.mts. It keeps the four
+// rules every caller in any language must keep:
 //
 //  1. Make the request id before the first attempt and reuse it on every retry:
 //     a retried admit whose first reply was lost gets the original answer

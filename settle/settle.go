@@ -452,6 +452,10 @@ func (t *closeTx) decideClosed(r *ledger.Reservation) (events.Events, error) {
 		// not the caller's actual: any settle of it again is a replay.
 		if recorded.Cmp(t.actual) == 0 || !hasMoney(r) || t.clampedBefore(r, recorded) {
 			t.reply.Actual, t.reply.Late, t.reply.Replayed = recorded.String(), r.Late, true
+			// A settle from usage retried: its usage priced at the
+			// reservation's version, as the first reply said (the same
+			// cost, or it would not be a replay).
+			t.reply.Usage = t.priced
 			// The overrun the first settle answered: the actual beyond the
 			// reservation, or all of it when it came after the sweeper
 			// had released the reservation.

@@ -232,7 +232,7 @@ export interface CloseReply {
   late?: boolean;
   balances: BalanceRef[];
   replayed?: boolean;
-  /** A settle from usage: the counts and the price version actual was computed at (left out of a replay's reply). */
+  /** A settle from usage: the counts and the price version actual was computed at (a replay of it says them too). */
   usage?: SettleUsage & { price_version: number };
   budgets?: BudgetClose[];
 }

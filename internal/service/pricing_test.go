@@ -65,9 +65,13 @@ func TestPricing_AdmitSettleFromUsage(t *testing.T) {
 	// At v1: 200 x 2.5 + 1000 x 1.25 + 640 x 10 = 8150 per million.
 	require.Equal(t, "0.00815", s.Actual)
 	require.Equal(t, v1.Version, s.Usage.PriceVersion)
-	// The same usage again is a replay.
-	require.Nil(t, h.call(streams.EndpointSettle, events.SettleRequest{ReservationID: a.ReservationID, InputTokens: 1200, CachedInputTokens: 1000, OutputTokens: 640}, &s))
-	require.True(t, s.Replayed)
+	// The same usage again is a replay, whose reply says the usage as the
+	// first did (a fresh decode: before, it had none).
+	var again events.CloseReply
+	require.Nil(t, h.call(streams.EndpointSettle, events.SettleRequest{ReservationID: a.ReservationID, InputTokens: 1200, CachedInputTokens: 1000, OutputTokens: 640}, &again))
+	require.True(t, again.Replayed)
+	require.Equal(t, s.Actual, again.Actual)
+	require.Equal(t, s.Usage, again.Usage)
 
 	// A price change takes effect on each replica as it folds it (like a
 	// budget change): wait for both before the admit that must use it.

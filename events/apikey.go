@@ -162,6 +162,8 @@ type APIKeyDefined struct {
 	Name   string   `json:"name,omitempty"`
 	// EndUser is the key's end-user scope kind (APIKeyCreateRequest).
 	EndUser string `json:"end_user,omitempty"`
+	// Run is the key's run scope kind (APIKeyCreateRequest).
+	Run string `json:"run,omitempty"`
 	// Disabled keys are refused (key_disabled).
 	Disabled bool      `json:"disabled,omitempty"`
 	Changed  []string  `json:"changed,omitempty"`
@@ -184,6 +186,7 @@ type APIKeyRevision struct {
 	Access    string     `json:"access,omitempty"`
 	Name      string     `json:"name,omitempty"`
 	EndUser   string     `json:"end_user,omitempty"`
+	Run       string     `json:"run,omitempty"`
 	Disabled  bool       `json:"disabled,omitempty"`
 	CreatedAt time.Time  `json:"created_at"`
 	RotatedAt *time.Time `json:"rotated_at,omitempty"`
@@ -224,9 +227,15 @@ type APIKeyCreateRequest struct {
 	// gateway call of the key names its end user (OpenAI's "user",
 	// Anthropic's metadata.user_id, or the X-Spendgate-End-User header),
 	// and is admitted against the scope "<kind>:<end user>" as well as
-	// the key's own scopes (at most MaxScopes-1 then). A call that names
-	// none is refused.
+	// the key's own scopes (one fewer of them then: a call names at most
+	// MaxScopes). A call that names none is refused.
 	EndUser string `json:"end_user,omitempty"`
+	// Run, when set, is a scope kind ("run"): every gateway call of the
+	// key names its run (an agent run, a job) in the X-Spendgate-Run
+	// header, and is admitted against the scope "<kind>:<run>" as well
+	// as the key's own scopes and its end user's (one fewer of the key's
+	// own then). A call that names none is refused.
+	Run string `json:"run,omitempty"`
 }
 
 // APIKeyRotateRequest replaces a key's hash (apikey.rotate): the old
@@ -239,7 +248,8 @@ type APIKeyRotateRequest struct {
 // APIKeyUpdateRequest changes a key (apikey.update): each field given
 // replaces the key's, each left out stays. Scopes replaces the whole list
 // (an empty list leaves a key with HTTP API access only); Access "" takes
-// the key's HTTP API access away, EndUser "" its end-user scope. The key's id, secret and tenant stay:
+// the key's HTTP API access away, EndUser "" its end-user scope, Run ""
+// its run scope. The key's id, secret and tenant stay:
 // rotate the secret with apikey.rotate, and make a new key for another
 // tenant.
 type APIKeyUpdateRequest struct {
@@ -248,6 +258,7 @@ type APIKeyUpdateRequest struct {
 	Access  *string   `json:"access,omitempty"`
 	Name    *string   `json:"name,omitempty"`
 	EndUser *string   `json:"end_user,omitempty"`
+	Run     *string   `json:"run,omitempty"`
 }
 
 // APIKeyIDRequest names one key: apikey.get, apikey.disable,
@@ -276,6 +287,7 @@ type APIKeyView struct {
 	Access    string     `json:"access,omitempty"`
 	Name      string     `json:"name,omitempty"`
 	EndUser   string     `json:"end_user,omitempty"`
+	Run       string     `json:"run,omitempty"`
 	Disabled  bool       `json:"disabled,omitempty"`
 	CreatedAt time.Time  `json:"created_at"`
 	RotatedAt *time.Time `json:"rotated_at,omitempty"`
@@ -303,5 +315,6 @@ type APIKeyResolveReply struct {
 	Tenant  string   `json:"tenant,omitempty"`
 	Access  string   `json:"access,omitempty"`
 	EndUser string   `json:"end_user,omitempty"`
+	Run     string   `json:"run,omitempty"`
 	Version uint64   `json:"version"`
 }

@@ -22,8 +22,8 @@ const (
 	EndpointAPIKeyCreate = "apikey.create"
 	// EndpointAPIKeyRotate replaces a key's hash.
 	EndpointAPIKeyRotate = "apikey.rotate"
-	// EndpointAPIKeyUpdate changes a key's scopes, HTTP API access, name
-	// or end-user kind.
+	// EndpointAPIKeyUpdate changes a key's scopes, HTTP API access, name,
+	// end-user or run kind.
 	EndpointAPIKeyUpdate = "apikey.update"
 	// EndpointAPIKeyDisable and EndpointAPIKeyEnable switch a key off
 	// and on.

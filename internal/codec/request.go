@@ -118,6 +118,7 @@ var fieldWants = map[string]string{
 	"access":              `one of the strings "service", "admin" or ""`,
 	"name":                `a string`,
 	"end_user":            `a scope kind string like "user", or ""`,
+	"run":                 `a scope kind string like "run", or ""`,
 	"retired":             `true or false`,
 	"reason":              `a string (a note, at most 200 bytes) like "run finished"`,
 }

@@ -22,6 +22,9 @@ type APIKey struct {
 	// EndUser is the scope kind of the key's end users
 	// (events.APIKeyCreateRequest.EndUser), "" for none.
 	EndUser string
+	// Run is the scope kind of the key's runs
+	// (events.APIKeyCreateRequest.Run), "" for none.
+	Run string
 	// Disabled keys are refused.
 	Disabled  bool
 	CreatedAt time.Time
@@ -32,7 +35,7 @@ type APIKey struct {
 }
 
 // changes names the fields of k that differ from prev: hash, scopes,
-// tenant, access, name, end_user, disabled, in that order.
+// tenant, access, name, end_user, run, disabled, in that order.
 func (k APIKey) changes(prev APIKey) []string {
 	out := []string{}
 	if k.Hash != prev.Hash {
@@ -53,6 +56,9 @@ func (k APIKey) changes(prev APIKey) []string {
 	if k.EndUser != prev.EndUser {
 		out = append(out, "end_user")
 	}
+	if k.Run != prev.Run {
+		out = append(out, "run")
+	}
 	if k.Disabled != prev.Disabled {
 		out = append(out, "disabled")
 	}
@@ -71,7 +77,7 @@ func (b *book) setAPIKey(key string, seq uint64, rev *events.APIKeyRevision) {
 		b.apikeys = map[string]*apiKey{}
 	}
 	k := APIKey{ID: rev.ID, Hash: rev.Hash, Scopes: rev.Scopes, Tenant: rev.Tenant, Access: rev.Access, Name: rev.Name,
-		EndUser: rev.EndUser, Disabled: rev.Disabled, CreatedAt: rev.CreatedAt, Version: seq}
+		EndUser: rev.EndUser, Run: rev.Run, Disabled: rev.Disabled, CreatedAt: rev.CreatedAt, Version: seq}
 	if rev.RotatedAt != nil {
 		k.RotatedAt = *rev.RotatedAt
 	}
@@ -108,7 +114,8 @@ type APIKeyChange struct {
 	// Existed is true when the key existed before.
 	Existed bool
 	// Changed names the changed fields (hash, scopes, tenant, access,
-	// name, disabled); empty for a new key and when nothing changed.
+	// name, end_user, run, disabled); empty for a new key and when
+	// nothing changed.
 	Changed []string
 }
 
@@ -148,7 +155,7 @@ func (l *Ledger) DefineAPIKey(ctx context.Context, id string, change func(cur AP
 		return key, func(ch events.Chain) any {
 			value := events.APIKeyRevision{Schema: events.SchemaAPIKey, Chain: ch,
 				ID: id, Hash: def.Hash, Scopes: def.Scopes, Tenant: def.Tenant, Access: def.Access, Name: def.Name, EndUser: def.EndUser,
-				Disabled: def.Disabled, CreatedAt: at, RotatedAt: src.RotatedAt}
+				Run: def.Run, Disabled: def.Disabled, CreatedAt: at, RotatedAt: src.RotatedAt}
 			if existed {
 				value.CreatedAt = src.CreatedAt
 				if slices.Contains(changed, "hash") {
@@ -156,7 +163,7 @@ func (l *Ledger) DefineAPIKey(ctx context.Context, id string, change func(cur AP
 				}
 			}
 			value.Events = events.Events{events.APIKeyDefined{ID: id, Hash: def.Hash, Scopes: def.Scopes, Tenant: def.Tenant,
-				Access: def.Access, Name: def.Name, EndUser: def.EndUser, Disabled: def.Disabled, Changed: changed, At: at}}
+				Access: def.Access, Name: def.Name, EndUser: def.EndUser, Run: def.Run, Disabled: def.Disabled, Changed: changed, At: at}}
 			return value
 		}, false, nil
 	})

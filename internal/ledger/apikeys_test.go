@@ -26,10 +26,11 @@ func setKey(f func(k *ledger.APIKey)) func(ledger.APIKey, bool) (ledger.APIKey, 
 // TestDefineAPIKey_FoldedEverywhereAndSnapshotted: a key's create, rotate
 // and disable are chained revisions that a second replica folds, a change
 // that changes nothing writes nothing, and a replica started from a
-// snapshot holds the keys and folds a later change of one. How it can
-// fail: a key the snapshot drops is unknown on the replica from the
-// snapshot, and a chain it mangles stops that replica's fold of the change
-// after it.
+// snapshot holds the keys, their end-user and run kinds too, and folds a
+// later change of one. How it can fail: a key the snapshot drops is
+// unknown on the replica from the snapshot, a field it drops (the run
+// kind) lets that replica resolve the key without it, and a chain it
+// mangles stops that replica's fold of the change after it.
 func TestDefineAPIKey_FoldedEverywhereAndSnapshotted(t *testing.T) {
 	env := snapLayout(t)
 	w := startLedger(t, env, snapOpts...)
@@ -40,6 +41,7 @@ func TestDefineAPIKey_FoldedEverywhereAndSnapshotted(t *testing.T) {
 
 	c, err := w.DefineAPIKey(ctx, "k1", setKey(func(k *ledger.APIKey) {
 		k.Hash, k.Scopes, k.Tenant, k.Name = h1, []string{"team:search", "user:u-17"}, "acme", "search"
+		k.EndUser, k.Run = "customer", "run"
 	}), now)
 	require.NoError(t, err)
 	require.False(t, c.Existed)
@@ -79,6 +81,9 @@ func TestDefineAPIKey_FoldedEverywhereAndSnapshotted(t *testing.T) {
 	fromSnap := startLedger(t, env, snapOpts...)
 	require.Equal(t, info.Seq, fromSnap.SnapshotStats().Loaded)
 	require.Equal(t, w.APIKeys(), fromSnap.APIKeys())
+	snapped, _ := fromSnap.APIKey("k1")
+	require.Equal(t, "customer", snapped.EndUser)
+	require.Equal(t, "run", snapped.Run, "the run kind travels in the snapshot")
 	got, _ := bookOf(t, fromSnap)
 	whole := startLedger(t, env, append(snapOpts, ledger.WithSnapshotLoad(false))...)
 	full, _ := bookOf(t, whole)

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"crypto/subtle"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/spendgate/spendgate/events"
@@ -21,7 +22,7 @@ func (s *Service) addAPIKeyEndpoints(add func(name, desc string, h handler, bh b
 	}{
 		{streams.EndpointAPIKeyCreate, "store a new gateway API key: the hash of its secret, its scopes", s.apikeyCreate},
 		{streams.EndpointAPIKeyRotate, "replace an API key's hash: the old secret stops working", s.apikeyRotate},
-		{streams.EndpointAPIKeyUpdate, "change an API key's scopes, HTTP API access, name or end-user kind", s.apikeyUpdate},
+		{streams.EndpointAPIKeyUpdate, "change an API key's scopes, HTTP API access, name, end-user or run kind", s.apikeyUpdate},
 		{streams.EndpointAPIKeyDisable, "disable an API key", s.apikeyDisable},
 		{streams.EndpointAPIKeyEnable, "enable a disabled API key", s.apikeyEnable},
 		{streams.EndpointAPIKeyGet, "read an API key (never its hash)", s.apikeyGet},
@@ -89,7 +90,7 @@ func (s *Service) keyed(h handler) handler {
 // APIKeyView is k on the wire: never its hash.
 func APIKeyView(k ledger.APIKey) events.APIKeyView {
 	v := events.APIKeyView{ID: k.ID, Prefix: events.APIKeyPrefix + k.ID + "_", Scopes: k.Scopes, Tenant: k.Tenant,
-		Access: k.Access, Name: k.Name, EndUser: k.EndUser, Disabled: k.Disabled, CreatedAt: k.CreatedAt, Version: k.Version}
+		Access: k.Access, Name: k.Name, EndUser: k.EndUser, Run: k.Run, Disabled: k.Disabled, CreatedAt: k.CreatedAt, Version: k.Version}
 	if v.Scopes == nil {
 		v.Scopes = []string{}
 	}
@@ -103,7 +104,8 @@ func APIKeyView(k ledger.APIKey) events.APIKeyView {
 // ParseAPIKeyCreate validates apikey.create. Errors (*events.Error), in
 // precedence order: CodeInvalidIdentifier (id, a scope, tenant),
 // CodeInvalidRequest (hash; more than events.MaxScopes scopes or one
-// twice; access; name; a key with neither scopes nor access).
+// twice; access; name), CodeInvalidIdentifier (end_user, run),
+// CodeInvalidRequest (a key with neither scopes nor access; fits).
 func ParseAPIKeyCreate(req events.APIKeyCreateRequest) (ledger.APIKey, error) {
 	if err := events.ValidateKeyID(req.ID); err != nil {
 		return ledger.APIKey{}, err
@@ -125,45 +127,72 @@ func ParseAPIKeyCreate(req events.APIKeyCreateRequest) (ledger.APIKey, error) {
 	if err := validateKeyName(req.Name); err != nil {
 		return ledger.APIKey{}, err
 	}
-	if err := validateEndUser(req.EndUser); err != nil {
+	if err := validateCallKind("end_user", req.EndUser); err != nil {
 		return ledger.APIKey{}, err
 	}
-	k := ledger.APIKey{ID: req.ID, Hash: req.Hash, Scopes: req.Scopes, Tenant: req.Tenant, Access: req.Access, Name: req.Name, EndUser: req.EndUser}
+	if err := validateCallKind("run", req.Run); err != nil {
+		return ledger.APIKey{}, err
+	}
+	k := ledger.APIKey{ID: req.ID, Hash: req.Hash, Scopes: req.Scopes, Tenant: req.Tenant, Access: req.Access, Name: req.Name,
+		EndUser: req.EndUser, Run: req.Run}
 	return k, fits(k)
 }
 
-// validateEndUser checks an end-user scope kind: "" (none) or a scope
-// kind. Errors: CodeInvalidIdentifier.
-func validateEndUser(kind string) error {
+// validateCallKind checks the scope kind of field (end_user, run): ""
+// (none) or a scope kind. Errors: CodeInvalidIdentifier.
+func validateCallKind(field, kind string) error {
 	if kind == "" {
 		return nil
 	}
 	if _, err := events.ParseScope(kind + ":x"); err != nil {
-		return events.Errorf(events.CodeInvalidIdentifier, "end_user %q is not a scope kind like \"user\"", kind)
+		example := map[string]string{"end_user": "user", "run": "run"}[field]
+		return events.Errorf(events.CodeInvalidIdentifier, "%s %q is not a scope kind like %q", field, kind, example)
 	}
 	return nil
 }
 
 // fits refuses a key that could call nothing, or whose calls would name
-// more than events.MaxScopes scopes with its end user's.
+// more than events.MaxScopes scopes with its end user's and its run's, or
+// whose caller could name, as its end user or run, a scope it must not
+// charge.
 func fits(k ledger.APIKey) error {
 	if err := callsSomething(k); err != nil {
 		return err
 	}
-	if k.EndUser != "" && len(k.Scopes) > events.MaxScopes-1 {
-		return events.Errorf(events.CodeInvalidRequest, "a key with an end-user scope names at most %d scopes of its own (a call names its end user's too)", events.MaxScopes-1)
+	// The scopes a call names beside the key's own.
+	var with, names []string
+	if k.EndUser != "" {
+		with, names = append(with, "an end-user scope"), append(names, "end user's")
 	}
-	if k.EndUser != "" && len(k.Scopes) == 0 {
-		return events.Errorf(events.CodeInvalidRequest, "an end-user scope needs scopes of the key's own: its gateway calls are admitted against both")
+	if k.Run != "" {
+		with, names = append(with, "a run scope"), append(names, "run's")
 	}
-	if k.EndUser == "key" {
-		// A caller naming its "end user" would charge any key's budget.
-		return events.Errorf(events.CodeInvalidRequest, "end_user \"key\" would let a caller charge another key's budget: name a kind of your end users, like user or customer")
+	if own := events.MaxScopes - len(with); len(k.Scopes) > own {
+		return events.Errorf(events.CodeInvalidRequest, "a key with %s names at most %d scopes of its own (a call names its %s too)",
+			strings.Join(with, " and "), own, strings.Join(names, " and "))
 	}
-	for _, sc := range k.Scopes {
-		if events.Scope(sc).Kind() == k.EndUser {
-			return events.Errorf(events.CodeInvalidRequest, "end_user %q is the kind of the key's own scope %s: a caller could name that scope, or another of its kind, as its end user", k.EndUser, sc)
+	for _, c := range []struct{ field, kind, who, like string }{
+		{"end_user", k.EndUser, "end user", "user or customer"}, {"run", k.Run, "run", "run or job"},
+	} {
+		if c.kind == "" {
+			continue
 		}
+		if len(k.Scopes) == 0 {
+			return events.Errorf(events.CodeInvalidRequest, "%s %q needs scopes of the key's own: its gateway calls are admitted against both", c.field, c.kind)
+		}
+		if c.kind == "key" {
+			// A caller naming its end user (run) would charge any key's budget.
+			return events.Errorf(events.CodeInvalidRequest, "%s \"key\" would let a caller charge another key's budget: name a kind of your %ss, like %s",
+				c.field, c.who, c.like)
+		}
+		for _, sc := range k.Scopes {
+			if events.Scope(sc).Kind() == c.kind {
+				return events.Errorf(events.CodeInvalidRequest, "%s %q is the kind of the key's own scope %s: a caller could name that scope, or another of its kind, as its %s", c.field, c.kind, sc, c.who)
+			}
+		}
+	}
+	if k.EndUser != "" && k.EndUser == k.Run {
+		return events.Errorf(events.CodeInvalidRequest, "end_user and run are both %q: a caller could name an end user as its run, and a call whose end user and run are one id would name one scope twice", k.Run)
 	}
 	return nil
 }
@@ -287,8 +316,8 @@ func (s *Service) apikeyUpdate(ctx context.Context, data []byte) (any, error) {
 	if err := codec.DecodeRequest(data, &req); err != nil {
 		return nil, err
 	}
-	if req.Scopes == nil && req.Access == nil && req.Name == nil && req.EndUser == nil {
-		return nil, events.Errorf(events.CodeInvalidRequest, "nothing to change: give scopes, access, name or end_user")
+	if req.Scopes == nil && req.Access == nil && req.Name == nil && req.EndUser == nil && req.Run == nil {
+		return nil, events.Errorf(events.CodeInvalidRequest, "nothing to change: give scopes, access, name, end_user or run")
 	}
 	if err := events.ValidateKeyID(req.ID); err != nil {
 		return nil, err
@@ -309,7 +338,12 @@ func (s *Service) apikeyUpdate(ctx context.Context, data []byte) (any, error) {
 		}
 	}
 	if req.EndUser != nil {
-		if err := validateEndUser(*req.EndUser); err != nil {
+		if err := validateCallKind("end_user", *req.EndUser); err != nil {
+			return nil, err
+		}
+	}
+	if req.Run != nil {
+		if err := validateCallKind("run", *req.Run); err != nil {
 			return nil, err
 		}
 	}
@@ -325,6 +359,9 @@ func (s *Service) apikeyUpdate(ctx context.Context, data []byte) (any, error) {
 		}
 		if req.EndUser != nil {
 			k.EndUser = *req.EndUser
+		}
+		if req.Run != nil {
+			k.Run = *req.Run
 		}
 		return fits(*k)
 	})
@@ -446,5 +483,5 @@ func (s *Service) apikeyResolve(ctx context.Context, data []byte) (any, error) {
 	if scopes == nil {
 		scopes = []string{}
 	}
-	return events.APIKeyResolveReply{ID: k.ID, Scopes: scopes, Tenant: k.Tenant, Access: k.Access, EndUser: k.EndUser, Version: k.Version}, nil
+	return events.APIKeyResolveReply{ID: k.ID, Scopes: scopes, Tenant: k.Tenant, Access: k.Access, EndUser: k.EndUser, Run: k.Run, Version: k.Version}, nil
 }

@@ -2,6 +2,7 @@ package service_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -182,6 +183,12 @@ func TestAPIKeys_BadInput(t *testing.T) {
 		{streams.EndpointAPIKeyCreate, `{"id":"ab","hash":"` + hash + `","scopes":["team:a"],"end_user":"key"}`, events.CodeInvalidRequest},
 		{streams.EndpointAPIKeyCreate, `{"id":"ab","hash":"` + hash + `","scopes":["user:a"],"end_user":"user"}`, events.CodeInvalidRequest},
 		{streams.EndpointAPIKeyCreate, `{"id":"ab","hash":"` + hash + `","scopes":["team:a"],"end_user":"User"}`, events.CodeInvalidIdentifier},
+		{streams.EndpointAPIKeyCreate, `{"id":"ab","hash":"` + hash + `","scopes":["team:a"],"run":"key"}`, events.CodeInvalidRequest},
+		{streams.EndpointAPIKeyCreate, `{"id":"ab","hash":"` + hash + `","scopes":["run:a"],"run":"run"}`, events.CodeInvalidRequest},
+		{streams.EndpointAPIKeyCreate, `{"id":"ab","hash":"` + hash + `","scopes":["team:a"],"run":"Run"}`, events.CodeInvalidIdentifier},
+		{streams.EndpointAPIKeyCreate, `{"id":"ab","hash":"` + hash + `","scopes":["team:a"],"run":1}`, events.CodeInvalidRequest},
+		{streams.EndpointAPIKeyCreate, `{"id":"ab","hash":"` + hash + `","access":"service","run":"run"}`, events.CodeInvalidRequest},
+		{streams.EndpointAPIKeyCreate, `{"id":"ab","hash":"` + hash + `","scopes":["team:a"],"end_user":"user","run":"user"}`, events.CodeInvalidRequest},
 		{streams.EndpointAPIKeyRotate, `{"id":"ab","hash":"` + hash + `"}`, events.CodeUnknownKey},
 		{streams.EndpointAPIKeyDisable, `{"id":"ab"}`, events.CodeUnknownKey},
 		{streams.EndpointAPIKeyResolve, `{"id":"ab","hash":"short"}`, events.CodeInvalidRequest},
@@ -266,4 +273,82 @@ func TestAPIKeys_KeyedPuts(t *testing.T) {
 	e = h.call(streams.EndpointKeyedBudgetPut, raise, nil)
 	require.NotNil(t, e)
 	require.Equal(t, events.CodeInvalidRequest, e.Code)
+}
+
+// TestAPIKeys_RunKind: a key's run scope kind is stored with the key
+// (apikey.create "run"), shown by get, list and resolve, set and cleared
+// by apikey.update (changed "run"), and counted against the admit's
+// scope limit with the end user's: a key with both kinds names at most
+// events.MaxScopes-2 scopes of its own. How it can fail: a replica that
+// drops the field resolves the key without its run kind, and the gateway
+// then admits its calls against no run's budget; a limit that counts
+// only the end user lets a key whose every call names 9 scopes, which
+// every admit refuses.
+func TestAPIKeys_RunKind(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpts{replicas: 2})
+	id, secret, err := events.NewAPIKey()
+	require.NoError(t, err)
+	hash := events.HashAPIKey(secret)
+	own := make([]string, events.MaxScopes-1)
+	for i := range own {
+		own[i] = fmt.Sprintf("team:t%d", i)
+	}
+	e := h.call(streams.EndpointAPIKeyCreate, events.APIKeyCreateRequest{ID: id, Hash: hash, Scopes: own, EndUser: "user", Run: "run"}, nil)
+	require.NotNil(t, e, "7 scopes of its own, an end user's and a run's: 9 in each call")
+	require.Equal(t, events.CodeInvalidRequest, e.Code)
+	require.Contains(t, e.Message, fmt.Sprintf("at most %d scopes of its own", events.MaxScopes-2))
+	var created events.APIKeyPutReply
+	require.Nil(t, h.call(streams.EndpointAPIKeyCreate, events.APIKeyCreateRequest{ID: id, Hash: hash,
+		Scopes: own[:events.MaxScopes-2], EndUser: "user", Run: "run"}, &created))
+	require.Equal(t, "run", created.Run)
+	require.Equal(t, "user", created.EndUser)
+	var r events.APIKeyResolveReply
+	require.Nil(t, h.call(streams.EndpointAPIKeyResolve, events.APIKeyResolveRequest{ID: id, Hash: hash}, &r))
+	require.Equal(t, "run", r.Run)
+	var raw json.RawMessage
+	require.Nil(t, h.call(streams.EndpointAPIKeyList, events.APIKeyListRequest{}, &raw))
+	require.Contains(t, string(raw), `"end_user":"user","run":"run"`)
+	var got events.APIKeyView
+	require.Nil(t, h.call(streams.EndpointAPIKeyGet, events.APIKeyIDRequest{ID: id}, &got))
+	require.Equal(t, "run", got.Run)
+
+	// A seventh scope of its own fits once the end user's is gone.
+	e = h.call(streams.EndpointAPIKeyUpdate, []byte(`{"id":"`+id+`","scopes":["team:a","team:b","team:c","team:d","team:e","team:f","team:g"]}`), nil)
+	require.NotNil(t, e)
+	require.Equal(t, events.CodeInvalidRequest, e.Code)
+	var up events.APIKeyPutReply
+	require.Nil(t, h.call(streams.EndpointAPIKeyUpdate, []byte(`{"id":"`+id+`","scopes":["team:a","team:b","team:c","team:d","team:e","team:f","team:g"],"end_user":""}`), &up))
+	require.Equal(t, []string{"scopes", "end_user"}, up.Changed)
+	require.Equal(t, "run", up.Run, "a field left out stays")
+
+	require.Nil(t, h.call(streams.EndpointAPIKeyUpdate, []byte(`{"id":"`+id+`","run":"job"}`), &up))
+	require.Equal(t, []string{"run"}, up.Changed)
+	require.Equal(t, "job", up.Run)
+	up = events.APIKeyPutReply{} // a cleared run is left out of the reply
+	require.Nil(t, h.call(streams.EndpointAPIKeyUpdate, []byte(`{"id":"`+id+`","run":""}`), &up))
+	require.Equal(t, []string{"run"}, up.Changed)
+	require.Empty(t, up.Run)
+	h.foldedKey(id, up.Version)
+	for range 4 { // either replica
+		r = events.APIKeyResolveReply{}
+		require.Nil(t, h.call(streams.EndpointAPIKeyResolve, events.APIKeyResolveRequest{ID: id, Hash: hash}, &r))
+		require.Empty(t, r.Run, "cleared on every replica")
+		require.Equal(t, up.Version, r.Version)
+	}
+	seq, _ := h.streamState()
+	for body, code := range map[string]events.Code{
+		`{"id":"` + id + `","run":"No Kind"}`:               events.CodeInvalidIdentifier,
+		`{"id":"` + id + `","run":"team"}`:                  events.CodeInvalidRequest, // the kind of its own scopes
+		`{"id":"` + id + `","run":"key"}`:                   events.CodeInvalidRequest,
+		`{"id":"` + id + `","run":"run","end_user":"user"}`: events.CodeInvalidRequest, // 7 of its own, and 2: 9 scopes
+	} {
+		e := h.call(streams.EndpointAPIKeyUpdate, []byte(body), nil)
+		require.NotNil(t, e, body)
+		require.Equal(t, code, e.Code, "%s: %s", body, e.Message)
+	}
+	after, _ := h.streamState()
+	require.Equal(t, seq, after, "refused updates wrote nothing")
+	require.Nil(t, h.call(streams.EndpointAPIKeyUpdate, []byte(`{"id":"`+id+`","run":"run"}`), &up), "7 of its own and a run's: 8")
+	require.Equal(t, "run", up.Run)
 }

@@ -20,14 +20,14 @@ of each secret is stored):
   create   make a key: its secret is printed once, here, and never again
   list     every key (id, prefix, scopes, state; never a hash)
   get      one key
-  update   change a key's scopes, HTTP API access, name or end-user kind
+  update   change a key's scopes, HTTP API access, name, end-user or run kind
   disable  refuse the key (a gateway notices within its --key-cache bound)
   enable   accept a disabled key again
   rotate   give a key a new secret: the old one stops working`,
 	}
 	keysCreateCommand = command{
 		name:     "spendgate keys create",
-		synopsis: "[--scope KIND:ID ...] [--budget DECIMAL [--period month] [--unit USD]] [--tenant NAME] [--access service|admin] [--name TEXT] [--end-user KIND] [--secret-only]",
+		synopsis: "[--scope KIND:ID ...] [--budget DECIMAL [--period month] [--unit USD]] [--tenant NAME] [--access service|admin] [--name TEXT] [--end-user KIND] [--run KIND] [--secret-only]",
 		about: `Makes a key and prints it with its secret ("secret"), which is shown only now.
 It needs at least one of --scope (repeatable), --budget and --access.
 Every gateway call made with the key is admitted against its scopes, all of
@@ -41,7 +41,11 @@ budget.put, budget.retire and pricing.put). --end-user KIND makes every gateway 
 key name its end user (OpenAI's "user", Anthropic's metadata.user_id, or the
 X-Spendgate-End-User header) and admits it against KIND:<end user> too, so
 each end user's budget (or a default budget for KIND) caps it; a call that
-names none is refused. --secret-only prints the secret alone.`,
+names none is refused. --run KIND likewise makes every gateway call name its
+run (an agent run, a job) in the X-Spendgate-Run header and admits it
+against KIND:<run> too, so each run's budget (or a default budget for KIND)
+caps it; a call that names none is refused. --secret-only prints the secret
+alone.`,
 	}
 	keysIDCommands = map[string]command{
 		"get":     {name: "spendgate keys get", synopsis: "--id ID", about: "Prints a key (never its hash)."},
@@ -55,13 +59,13 @@ names none is refused. --secret-only prints the secret alone.`,
 	}
 	keysUpdateCommand = command{
 		name:     "spendgate keys update",
-		synopsis: "--id ID [--scope KIND:ID ...] [--access service|admin|none] [--name TEXT] [--end-user KIND|none]",
+		synopsis: "--id ID [--scope KIND:ID ...] [--access service|admin|none] [--name TEXT] [--end-user KIND|none] [--run KIND|none]",
 		about: `Changes a key: the flags given replace the key's, the others stay (its secret
 and tenant always do). --scope, repeated, is the whole new list of scopes
 (to give the key a budget of its own, put one for key:<id> and add that
 scope); --access none takes its HTTP API access away, --end-user none its
-end-user scope (see keys create). A gateway uses the change within its
---key-cache bound.`,
+end-user scope, --run none its run scope (see keys create). A gateway uses
+the change within its --key-cache bound.`,
 	}
 	keysListCommand = command{
 		name:     "spendgate keys list",
@@ -94,6 +98,7 @@ func keysCmd(args []string) int {
 		fs.StringVar(&req.Access, "access", "", "HTTP API access: service or admin (default: the gateway's proxy only)")
 		fs.StringVar(&req.Name, "name", "", "a label for listings")
 		fs.StringVar(&req.EndUser, "end-user", "", "a scope kind, like user: every call names its end user and is admitted against KIND:<end user> too")
+		fs.StringVar(&req.Run, "run", "", "a scope kind, like run: every call names its run in the X-Spendgate-Run header and is admitted against KIND:<run> too")
 		secretOnly := fs.Bool("secret-only", false, "print only the secret")
 		if code, ok := keysCreateCommand.parse(fs, args[1:]); !ok {
 			return code
@@ -156,6 +161,7 @@ func keysCmd(args []string) int {
 		access := fs.String("access", "", "HTTP API access: service, admin or none")
 		name := fs.String("name", "", "a label for listings")
 		endUser := fs.String("end-user", "", "the end-user scope kind, like user, or none")
+		run := fs.String("run", "", "the run scope kind, like run, or none")
 		if code, ok := keysUpdateCommand.parse(fs, args[1:]); !ok {
 			return code
 		}
@@ -180,10 +186,16 @@ func keysCmd(args []string) int {
 					k = ""
 				}
 				req.EndUser = &k
+			case "run":
+				k := *run
+				if k == "none" {
+					k = ""
+				}
+				req.Run = &k
 			}
 		})
-		if req.Scopes == nil && req.Access == nil && req.Name == nil && req.EndUser == nil {
-			return keysUpdateCommand.usageError(fs, "nothing to change: give --scope, --access, --name or --end-user")
+		if req.Scopes == nil && req.Access == nil && req.Name == nil && req.EndUser == nil && req.Run == nil {
+			return keysUpdateCommand.usageError(fs, "nothing to change: give --scope, --access, --name, --end-user or --run")
 		}
 		return c.call(streams.EndpointAPIKeyUpdate, req, nil)
 	case "get", "disable", "enable":

@@ -56,6 +56,9 @@ type call struct {
 	// X-Spendgate-End-User header; endUserScope is its scope under a key
 	// with an end-user kind (resolveEndUser).
 	endUser, endUserScope string
+	// run is the run the X-Spendgate-Run header names, and runScope its
+	// scope under a key with a run kind (resolveRun).
+	run, runScope string
 }
 
 // HeaderEndUser names the end user of a call, for a key with an end-user
@@ -78,13 +81,59 @@ func (c *call) resolveEndUser(key events.APIKeyResolveReply, header string) *cal
 		return &callError{status: http.StatusBadRequest, typ: "invalid_request_error", code: "end_user_required", noRetry: true,
 			msg: "spendgate: key " + key.ID + " admits every call against its end user's " + key.EndUser + " budget: name the end user in " + c.endUserField() + " or the " + HeaderEndUser + " header"}
 	}
-	scope := key.EndUser + ":" + c.endUser
-	if _, err := events.ParseScope(scope); err != nil {
-		return &callError{status: http.StatusBadRequest, typ: "invalid_request_error", code: "invalid_end_user", noRetry: true,
-			msg: fmt.Sprintf("spendgate: end user %q cannot name a scope: %s", c.endUser, err.(*events.Error).Message)}
+	scope, cerr := endUserScope(key, c.endUser)
+	if cerr != nil {
+		return cerr
 	}
 	c.endUserScope = scope
 	return nil
+}
+
+// endUserScope is the scope of endUser under key's end-user kind. Errors:
+// 400 invalid_end_user.
+func endUserScope(key events.APIKeyResolveReply, endUser string) (string, *callError) {
+	return callScope(key.EndUser, endUser, "end user", "invalid_end_user")
+}
+
+// callScope is the scope "<kind>:<name>" of a call's end user or run
+// (what). Errors: 400 code, when no scope can hold name.
+func callScope(kind, name, what, code string) (string, *callError) {
+	scope := kind + ":" + name
+	if _, err := events.ParseScope(scope); err != nil {
+		return "", &callError{status: http.StatusBadRequest, typ: "invalid_request_error", code: code, noRetry: true,
+			msg: fmt.Sprintf("spendgate: %s %q cannot name a scope: %s", what, name, err.(*events.Error).Message)}
+	}
+	return scope, nil
+}
+
+// HeaderRun names the run (an agent run, a job) of a call, for a key with
+// a run scope kind. A request body has no field for it.
+const HeaderRun = "X-Spendgate-Run"
+
+// resolveRun sets the call's run scope under key: "<kind>:<run>" for a
+// key with a run kind, from header. A key without one ignores it. Errors:
+// 400 run_required (a key with a kind, a call naming no run), 400
+// invalid_run.
+func (c *call) resolveRun(key events.APIKeyResolveReply, header string) *callError {
+	if key.Run == "" {
+		return nil
+	}
+	if header == "" {
+		return &callError{status: http.StatusBadRequest, typ: "invalid_request_error", code: "run_required", noRetry: true,
+			msg: "spendgate: key " + key.ID + " admits every call against its run's " + key.Run + " budget: name the run in the " + HeaderRun + " header"}
+	}
+	scope, cerr := runScope(key, header)
+	if cerr != nil {
+		return cerr
+	}
+	c.run, c.runScope = header, scope
+	return nil
+}
+
+// runScope is the scope of run under key's run kind. Errors: 400
+// invalid_run.
+func runScope(key events.APIKeyResolveReply, run string) (string, *callError) {
+	return callScope(key.Run, run, "run", "invalid_run")
 }
 
 // endUserField is where the call's body names its end user.

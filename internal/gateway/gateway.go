@@ -322,6 +322,10 @@ func (g *Gateway) serve(a *api, w http.ResponseWriter, r *http.Request) {
 		g.fail(w, a, l, OutcomeBadRequest, cerr)
 		return
 	}
+	if cerr := c.resolveRun(key, r.Header.Get(HeaderRun)); cerr != nil {
+		g.fail(w, a, l, OutcomeBadRequest, cerr)
+		return
+	}
 	up := route(g.ups, a.kind, c.model)
 	if up == nil {
 		g.fail(w, a, l, OutcomeBadRequest, &callError{status: http.StatusNotFound, typ: "invalid_request_error", code: "model_not_found",
@@ -429,7 +433,8 @@ func requestBase(keyID, idem string) string {
 	return events.HeldRequestPrefix + hex.EncodeToString(h[:16])
 }
 
-// admit reserves the call's maximum cost in every scope of the key. With
+// admit reserves the call's maximum cost in every scope of the key, its
+// end user's and its run's (metadata end_user and run name them). With
 // an Idempotency-Key, the request id of the first attempt is base, and one
 // whose earlier call is closed or voided takes the next id of its line
 // (base-2, base-3, ...), so that every call that reaches the upstream has
@@ -450,8 +455,12 @@ func (g *Gateway) admit(ctx context.Context, cl *client.Client, key events.APIKe
 		TTL:      (g.callBound(c) + ttlMargin).String(),
 		Metadata: map[string]string{"key_id": key.ID, "model": c.model, "endpoint": c.api.name, "call_id": uuid.NewString()}}
 	if c.endUserScope != "" {
-		req.Scopes = append(slices.Clip(key.Scopes), c.endUserScope)
+		req.Scopes = append(slices.Clip(req.Scopes), c.endUserScope)
 		req.Metadata["end_user"] = c.endUser
+	}
+	if c.runScope != "" {
+		req.Scopes = append(slices.Clip(req.Scopes), c.runScope)
+		req.Metadata["run"] = c.run
 	}
 	if base == "" {
 		// Every call's reservation is held (events.HeldRequestPrefix):

@@ -3,6 +3,7 @@ package gateway
 import (
 	"errors"
 	"net/http"
+	"slices"
 
 	"github.com/spendgate/spendgate/client"
 	"github.com/spendgate/spendgate/events"
@@ -11,8 +12,9 @@ import (
 // KeyPath answers, to the holder of a key, the budgets its calls are
 // admitted against: GET KeyPath with the key, as a call sends it. A
 // developer sees what is left before a call is denied, without a key of
-// the HTTP API. A key sees its own scopes only, and nothing a denial of
-// its own calls would not show.
+// the HTTP API. A key sees its own scopes only, and its end users' and
+// runs' when it has those kinds (HeaderEndUser, HeaderRun name one): nothing
+// a denial of its own calls would not show.
 const KeyPath = "/v1/key"
 
 // KeyInfo is the answer of GET KeyPath.
@@ -22,14 +24,28 @@ type KeyInfo struct {
 	// Tenant is the key's tenant, when it has one; its scopes are then
 	// the tenant's names.
 	Tenant string `json:"tenant,omitempty"`
-	// Scopes are the scopes every call of the key is admitted against.
+	// EndUser and Run are the key's end-user and run scope kinds, when
+	// it has them: each of its calls names its end user (run) and is
+	// admitted against "<kind>:<end user>" ("<kind>:<run>") too.
+	EndUser string `json:"end_user,omitempty"`
+	Run     string `json:"run,omitempty"`
+	// Scopes are the scopes a call of the key is admitted against: the
+	// key's own, then EndUserScope and RunScope when the request names
+	// them.
 	Scopes []string `json:"scopes"`
+	// EndUserScope and RunScope are the scopes of the end user and the
+	// run the request names in HeaderEndUser and HeaderRun, for a key
+	// with those kinds ("" when it names none, or the key has no such
+	// kind: a call ignores the header then too).
+	EndUserScope string `json:"end_user_scope,omitempty"`
+	RunScope     string `json:"run_scope,omitempty"`
 	// Budgets are every budget of those scopes with its balance in the
-	// current period, scope by scope in the key's order, then by period.
+	// current period, scope by scope in Scopes' order, then by period.
 	Budgets []events.BudgetView `json:"budgets"`
 	// WithoutBudget are the scopes that have no budget of their own: a
 	// call is admitted against the default of the scope's kind (kind:*)
-	// from its first admit on, and denied when there is none.
+	// from its first admit on, and denied when there is none. A read
+	// creates no budget.
 	WithoutBudget []string `json:"without_budget"`
 }
 
@@ -43,8 +59,10 @@ func (g *Gateway) registerKey(mux interface{ Handle(string, http.Handler) }) {
 }
 
 // keyInfo answers KeyInfo for the request's key: each of its scopes'
-// budgets, read from the ledger (budget.get by scope, on the key's
-// tenant's subject for a tenant's key).
+// budgets, and those of the end user and run the request's headers name,
+// read from the ledger (budget.get by scope, on the key's tenant's
+// subject for a tenant's key). Errors: the calls' 400 invalid_end_user and
+// invalid_run for a name no scope can hold.
 func (g *Gateway) keyInfo(w http.ResponseWriter, r *http.Request) {
 	kind := modelsKind(r)
 	ctx := r.Context()
@@ -52,8 +70,28 @@ func (g *Gateway) keyInfo(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	info := KeyInfo{ID: key.ID, Tenant: key.Tenant, Scopes: key.Scopes, Budgets: []events.BudgetView{}, WithoutBudget: []string{}}
-	for _, scope := range key.Scopes {
+	info := KeyInfo{ID: key.ID, Tenant: key.Tenant, EndUser: key.EndUser, Run: key.Run, Scopes: key.Scopes,
+		Budgets: []events.BudgetView{}, WithoutBudget: []string{}}
+	for _, n := range []struct {
+		header, kind string
+		scope        func(events.APIKeyResolveReply, string) (string, *callError)
+		set          *string
+	}{
+		{HeaderEndUser, key.EndUser, endUserScope, &info.EndUserScope},
+		{HeaderRun, key.Run, runScope, &info.RunScope},
+	} {
+		name := r.Header.Get(n.header)
+		if name == "" || n.kind == "" {
+			continue // as a call of a key without the kind ignores it
+		}
+		scope, cerr := n.scope(key, name)
+		if cerr != nil {
+			cerr.write(w, kind)
+			return
+		}
+		*n.set, info.Scopes = scope, append(slices.Clip(info.Scopes), scope)
+	}
+	for _, scope := range info.Scopes {
 		v, err := cl.GetScopeBudgets(ctx, scope)
 		switch {
 		case errors.Is(err, client.ErrNotFound):

@@ -227,7 +227,8 @@ func TestGateway_Runs(t *testing.T) {
 // calls against the tenant's run scope, never the deployment's scope of
 // the same name. How it can fail: a run scope admitted on the
 // deployment's subject would be denied by the deployment's spent run:r1
-// (and would charge it).
+// (and would charge it). GET /v1/key with the run names the tenant's
+// budget.
 func TestGateway_RunsOfATenant(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	acme, err := client.New(e.te.Connect(t), client.WithPrefix(streams.DefaultPrefix+"t.acme."))
@@ -252,4 +253,13 @@ func TestGateway_RunsOfATenant(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "0", mine.Spent, "the deployment's run:r1 is not the tenant's")
 	require.Equal(t, "0", mine.Reserved)
+
+	// GET /v1/key with the run names the tenant's budget.
+	status, info, body := keyInfo(t, e.url, secret, gateway.HeaderRun, "r1")
+	require.Equal(t, http.StatusOK, status, body)
+	require.Equal(t, "acme", info.Tenant)
+	require.Equal(t, "run:r1", info.RunScope)
+	require.Len(t, info.Budgets, 2)
+	require.Equal(t, "5", info.Budgets[1].Limit, "the tenant's run:r1, not the deployment's (limit 0)")
+	require.Equal(t, "1", info.Budgets[1].Spent)
 }

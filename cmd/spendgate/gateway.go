@@ -28,10 +28,12 @@ var gatewayCommand = command{
 spendgate budgets: point an SDK's base URL at it (http://HOST:PORT/v1 for
 OpenAI's, http://HOST:PORT for Anthropic's) and give it a key made with
 spendgate keys create. Each call is priced from the pricing table, admitted
-against the key's scopes (429 when a budget denies it, 503 when the ledger
-does not answer), forwarded with the upstream's own key, and settled with the
-usage the provider reports. GET /v1/models lists the priced models and GET
-/v1/key a key's own budgets. The same listener serves the HTTP API
+against the key's scopes, and its end user's and run's when the key has
+those kinds (429 when a budget denies it, 503 when the ledger does not
+answer), forwarded with the upstream's own key, and settled with the usage
+the provider reports. GET /v1/models lists the priced models and GET /v1/key
+a key's budgets (with X-Spendgate-End-User and X-Spendgate-Run, those a call
+for them is charged against). The same listener serves the HTTP API
 (POST /spendgate/<endpoint>, keys with --access), /metrics, /healthz and
 /readyz; without --upstream it serves the HTTP API alone.
 

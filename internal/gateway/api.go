@@ -79,7 +79,7 @@ func (c *call) resolveEndUser(key events.APIKeyResolveReply, header string) *cal
 	}
 	if c.endUser == "" {
 		return &callError{status: http.StatusBadRequest, typ: "invalid_request_error", code: "end_user_required", noRetry: true,
-			msg: "spendgate: key " + key.ID + " admits every call against its end user's " + key.EndUser + " budget: name the end user in " + c.endUserField() + " or the " + HeaderEndUser + " header"}
+			msg: "spendgate: key " + key.ID + " admits every call against its end user's budget (" + key.EndUser + ":<end user>): name the end user in " + c.endUserField() + " or the " + HeaderEndUser + " header"}
 	}
 	scope, cerr := endUserScope(key, c.endUser)
 	if cerr != nil {
@@ -120,7 +120,7 @@ func (c *call) resolveRun(key events.APIKeyResolveReply, header string) *callErr
 	}
 	if header == "" {
 		return &callError{status: http.StatusBadRequest, typ: "invalid_request_error", code: "run_required", noRetry: true,
-			msg: "spendgate: key " + key.ID + " admits every call against its run's " + key.Run + " budget: name the run in the " + HeaderRun + " header"}
+			msg: "spendgate: key " + key.ID + " admits every call against its run's budget (" + key.Run + ":<run>): name the run in the " + HeaderRun + " header"}
 	}
 	scope, cerr := runScope(key, header)
 	if cerr != nil {

@@ -3,8 +3,6 @@ package report
 import (
 	"slices"
 	"sort"
-
-	"github.com/spendgate/spendgate/events"
 )
 
 // FoldSmallest moves the n groups with the least spend (then the fewest
@@ -130,17 +128,7 @@ func (r *AggregateReport) FoldSmallestShadow(m int) int {
 			j = len(kept) - 1
 			into[modeUnit{g.Mode, g.Unit}] = j
 		}
-		o := &kept[j]
-		o.Admitted += g.Admitted
-		o.Denied += g.Denied
-		o.Amount = o.Amount.Add(g.Amount)
-		o.Asked = o.Asked.Add(g.Asked)
-		for reason, n := range g.Reasons {
-			if o.Reasons == nil {
-				o.Reasons = map[events.Code]int64{}
-			}
-			o.Reasons[reason] += n
-		}
+		kept[j].merge(&g)
 	}
 	sortShadow(kept)
 	r.Shadow = kept

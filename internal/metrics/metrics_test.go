@@ -89,7 +89,7 @@ func fullSet(budgets func() []BudgetSample) *Set {
 	s.RegisterFeedRelay(FeedRelayStats{Relayed: one, Lost: one, Forged: one, Drift: one, Queued: one, Stalled: one, Dropped: one, Refolded: one, CheckpointLoaded: one, CheckpointWritten: one})
 	s.RegisterLedgerHealth(func() LedgerHealth { return LedgerHealth{Ready: true, Leader: true, Delay: time.Second} })
 	s.RegisterTenantConsumerCheck(one, func() int64 { return 0 })
-	s.RegisterDenials(one, one, one)
+	s.RegisterDenials(one, one, one, one)
 	s.RegisterAlerts(one, one, one, one, one, one)
 	NewAlertSink(s.Registry)
 	s.RegisterReport(func() (int, int) { return 4, 5 })
@@ -168,6 +168,7 @@ func TestSet_Families(t *testing.T) {
 		{"spendgate_feed_tenant_consumers_wrong", dto.MetricType_GAUGE, nil},
 		{"spendgate_denials_recorded_total", dto.MetricType_COUNTER, nil},
 		{"spendgate_denials_dropped_total", dto.MetricType_COUNTER, nil},
+		{"spendgate_denials_limited_total", dto.MetricType_COUNTER, nil},
 		{"spendgate_denials_failed_total", dto.MetricType_COUNTER, nil},
 		{"spendgate_report_cells", dto.MetricType_GAUGE, nil},
 		{"spendgate_report_reservations", dto.MetricType_GAUGE, nil},

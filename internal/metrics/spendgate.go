@@ -350,8 +350,9 @@ func (s *Set) RegisterTenantConsumerCheck(problems func() uint64, wrong func() i
 // RegisterDenials adds the denial records this replica published to the
 // denial stream (spendgate_denials_recorded_total), those it dropped
 // because its buffer was full (spendgate_denials_dropped_total) and those
-// whose publish failed (spendgate_denials_failed_total).
-func (s *Set) RegisterDenials(recorded, dropped, failed func() uint64) {
+// whose publish failed (spendgate_denials_failed_total), and those left
+// out past a bound of bytes per second (spendgate_denials_limited_total).
+func (s *Set) RegisterDenials(recorded, dropped, failed, limited func() uint64) {
 	s.Registry.MustRegister(
 		counterFunc("spendgate_denials_recorded_total",
 			"Denied admits this replica recorded on the denial stream.", recorded),
@@ -359,6 +360,8 @@ func (s *Set) RegisterDenials(recorded, dropped, failed func() uint64) {
 			"Denied admits this replica did not record because its denial buffer was full.", dropped),
 		counterFunc("spendgate_denials_failed_total",
 			"Denied admits this replica did not record because the publish failed.", failed),
+		counterFunc("spendgate_denials_limited_total",
+			"Denied admits this replica did not record past a bound of bytes per second: a tenant's (also in spendgate_tenant_limited_total), or the untenanted deployment's for budgets it does not have (unknown_budget).", limited),
 	)
 }
 

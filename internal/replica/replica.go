@@ -476,7 +476,7 @@ func (r *Replica) startDenials(ctx, runCtx context.Context, js jetstream.JetStre
 	d.LimitTenantBytes(cfg.TenantLimits.WithDefaults().DenialBytes, cfg.TenantOwn, limited)
 	r.Denials = d
 	if cfg.Metrics != nil {
-		cfg.Metrics.RegisterDenials(d.Recorded, d.Dropped, d.Failed)
+		cfg.Metrics.RegisterDenials(d.Recorded, d.Dropped, d.Failed, d.Limited)
 	}
 	r.goTask(func() { _ = d.Run(runCtx) })
 	return nil

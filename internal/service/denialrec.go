@@ -50,6 +50,10 @@ type DenialRecorder struct {
 	// leaves out.
 	tenantBytes *tenantBuckets
 	onLimited   func(tenant string)
+	// unknownBytes bounds the untenanted deployment's records of admits
+	// naming a budget it does not have (unknown_budget), as one tenant's
+	// are: nil, no bound (LimitTenantBytes).
+	unknownBytes *tenantBuckets
 	// signer returns the key each record is signed with as it is
 	// published (nil, or returning nil: unsigned); see SignWith.
 	signer func() *signing.Signer
@@ -93,15 +97,20 @@ func (r *DenialRecorder) WaitAtMost(d time.Duration) {
 	}
 }
 
-// LimitTenantBytes bounds the records of each tenant (not the untenanted
-// deployment's) to perSecond bytes per second, encoded, with a burst of
-// TenantDenialBurst seconds' worth: a record past it is not recorded, is
-// counted in Limited, and onLimited (if not nil) is called with its
-// tenant. perSecond <= 0 leaves records unbounded. own, if not nil, gives
-// the tenants whose own limits set DenialBytes theirs. Call it before
-// Run.
+// LimitTenantBytes bounds the records of each tenant to perSecond bytes
+// per second, encoded, with a burst of TenantDenialBurst seconds' worth: a
+// record past it is not recorded, is counted in Limited, and onLimited
+// (if not nil) is called with its tenant. perSecond <= 0 leaves records
+// unbounded. own, if not nil, gives the tenants whose own limits set
+// DenialBytes theirs. The untenanted deployment's denials are not
+// bounded, except those of admits naming a budget it does not have
+// (unknown_budget), which share one bound of perSecond: any name is
+// such a scope, so a caller sending made-up names as fast as it can
+// would otherwise fill the buffer every record shares and crowd out the
+// denials of real budgets. Call it before Run.
 func (r *DenialRecorder) LimitTenantBytes(perSecond int, own *TenantTable, onLimited func(tenant string)) {
 	r.tenantBytes = newTenantBuckets(perSecond, perSecond*TenantDenialBurst, time.Now, own.bytesOf())
+	r.unknownBytes = newTenantBuckets(perSecond, perSecond*TenantDenialBurst, time.Now, nil)
 	r.onLimited = onLimited
 }
 
@@ -136,7 +145,14 @@ type record struct {
 func (r *DenialRecorder) Record(d events.AdmitDenied) bool {
 	d.Replica = r.replica
 	rec := record{denial: &d}
-	if d.Tenant != "" && r.tenantBytes != nil {
+	bound := r.tenantBytes
+	if d.Tenant == "" {
+		bound = nil
+		if d.Denial.Reason == events.ReasonUnknownBudget {
+			bound = r.unknownBytes
+		}
+	}
+	if bound != nil {
 		// Counted at its encoded size, before it takes a place in the
 		// buffer, which every tenant shares.
 		data, err := events.EncodeAdmitDenied(d)
@@ -144,9 +160,9 @@ func (r *DenialRecorder) Record(d events.AdmitDenied) bool {
 			r.failed.Add(1)
 			return false
 		}
-		if !r.tenantBytes.take(d.Tenant, len(data)) {
+		if !bound.take(d.Tenant, len(data)) {
 			r.limited.Add(1)
-			if r.onLimited != nil {
+			if r.onLimited != nil && d.Tenant != "" {
 				r.onLimited(d.Tenant)
 			}
 			return false
@@ -220,8 +236,9 @@ func (r *DenialRecorder) Dropped() uint64 { return r.dropped.Load() }
 // Failed counts the records whose publish failed.
 func (r *DenialRecorder) Failed() uint64 { return r.failed.Load() }
 
-// Limited counts the records left out because their tenant was past its
-// bytes per second (LimitTenantBytes).
+// Limited counts the records left out past their bound of bytes per
+// second (LimitTenantBytes): their tenant's, or the untenanted
+// deployment's unknown_budget denials'.
 func (r *DenialRecorder) Limited() uint64 { return r.limited.Load() }
 
 // Run publishes buffered records until ctx ends, then publishes what is

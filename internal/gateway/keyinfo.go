@@ -47,6 +47,12 @@ type KeyInfo struct {
 	// from its first admit on, and denied when there is none. A read
 	// creates no budget.
 	WithoutBudget []string `json:"without_budget"`
+	// Defaults are the defaults (scope "<kind>:*") of the kinds of the
+	// scopes in WithoutBudget: the budgets a first call makes for such a
+	// scope, each with its limit, period and unit (its balance figures
+	// are the default's own, not a scope's). A scope in WithoutBudget
+	// whose kind has none is denied unknown_budget.
+	Defaults []events.BudgetView `json:"defaults"`
 }
 
 // registerKey adds GET KeyPath to mux, and the API's 405 for any other
@@ -71,7 +77,7 @@ func (g *Gateway) keyInfo(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	info := KeyInfo{ID: key.ID, Tenant: key.Tenant, EndUser: key.EndUser, Run: key.Run, Scopes: key.Scopes,
-		Budgets: []events.BudgetView{}, WithoutBudget: []string{}}
+		Budgets: []events.BudgetView{}, WithoutBudget: []string{}, Defaults: []events.BudgetView{}}
 	for _, n := range []struct {
 		header, kind string
 		scope        func(events.APIKeyResolveReply, string) (string, *callError)
@@ -91,17 +97,37 @@ func (g *Gateway) keyInfo(w http.ResponseWriter, r *http.Request) {
 		}
 		*n.set, info.Scopes = scope, append(slices.Clip(info.Scopes), scope)
 	}
-	for _, scope := range info.Scopes {
+	// read adds the budgets of scope to *to; found is false for a scope
+	// with none.
+	read := func(scope string, to *[]events.BudgetView) (found, ok bool) {
 		v, err := cl.GetScopeBudgets(ctx, scope)
 		switch {
 		case errors.Is(err, client.ErrNotFound):
-			info.WithoutBudget = append(info.WithoutBudget, scope)
+			return false, true
 		case err != nil:
 			(&callError{status: http.StatusServiceUnavailable, typ: "server_error", code: "ledger_unavailable",
 				msg: "spendgate: the ledger did not answer the budgets of " + scope}).write(w, kind)
+			return false, false
+		}
+		*to = append(*to, v.Budgets...)
+		return true, true
+	}
+	var kinds []string
+	for _, scope := range info.Scopes {
+		found, ok := read(scope, &info.Budgets)
+		if !ok {
 			return
-		default:
-			info.Budgets = append(info.Budgets, v.Budgets...)
+		}
+		if !found {
+			info.WithoutBudget = append(info.WithoutBudget, scope)
+			if k := events.Scope(scope).Kind(); k != "" && !slices.Contains(kinds, k) {
+				kinds = append(kinds, k)
+			}
+		}
+	}
+	for _, k := range kinds {
+		if _, ok := read(k+":*", &info.Defaults); !ok {
+			return
 		}
 	}
 	writeJSON(w, info)

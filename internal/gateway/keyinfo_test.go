@@ -170,6 +170,13 @@ func TestGateway_KeyInfoOfEndUserAndRun(t *testing.T) {
 	require.Equal(t, http.StatusOK, status, body)
 	require.Equal(t, []string{"user:bob", "run:r-new"}, info.WithoutBudget)
 	require.Len(t, info.Budgets, 1)
+	// What their first call would be held to: run:* (user has no
+	// default, so bob's first call is denied unknown_budget).
+	require.Len(t, info.Defaults, 1, "%+v", info.Defaults)
+	require.Equal(t, events.Scope("run:*"), info.Defaults[0].Scope)
+	require.EqualValues(t, "lifetime", info.Defaults[0].Period)
+	require.Equal(t, "2", info.Defaults[0].Limit)
+	require.Equal(t, "requests", info.Defaults[0].Unit)
 	require.Equal(t, seq, e.lastSeq(), "a read writes nothing")
 	_, err = e.admin.GetScopeBudgets(ctxT(t), "run:r-new")
 	require.True(t, errors.Is(err, client.ErrNotFound), "the read made no budget from run:*: %v", err)

@@ -3,6 +3,7 @@ package projector
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"sync"
 	"time"
@@ -180,8 +181,9 @@ type Message struct {
 // projector is Unverified), the archive's first if it reads one. It is the
 // one read that reports and exports build on: they never open a consumer
 // of their own. It returns the position it read up to; ErrTrimmed for a
-// trimmed stream without its archive; the stream lookup or consumer
-// error, ctx's error, or fn's.
+// trimmed stream without its archive; ErrPastEnd for an until past the
+// stream's last message; the stream lookup or consumer error, ctx's
+// error, or fn's.
 func (p *Projector) Read(ctx context.Context, until uint64, fn func(Message) error) (uint64, error) {
 	s, last, err := p.stream(ctx)
 	if err != nil {
@@ -189,6 +191,9 @@ func (p *Projector) Read(ctx context.Context, until uint64, fn func(Message) err
 	}
 	if until == 0 {
 		until = last
+	}
+	if until > last {
+		return 0, fmt.Errorf("%w: position %d, the last is %d", ErrPastEnd, until, last)
 	}
 	if err := p.whole(s, last); err != nil {
 		return 0, err

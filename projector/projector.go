@@ -108,6 +108,12 @@ func (p *Projector) State() *State {
 // not short.
 var ErrTrimmed = errors.New("projector: stream trimmed")
 
+// ErrPastEnd: a read asked to end at a position past the stream's last
+// message. A position names a revision the book has; one past its end
+// would read the book as it stands and be reported as a position that
+// never existed, giving other rows each time it runs.
+var ErrPastEnd = errors.New("projector: position past the end of the book")
+
 // whole returns ErrTrimmed when the stream s, whose last sequence is last,
 // lacks messages (trimmed: it starts after seq 1, or has gaps where a
 // trim purged a key's old revisions) and the projector reads no archive.

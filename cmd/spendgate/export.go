@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spendgate/spendgate/internal/report"
+	"github.com/spendgate/spendgate/projector"
 )
 
 var auditExportCommand = command{
@@ -133,6 +135,11 @@ func auditExport(args []string) int {
 		tot, err = p.ExportCSV(ctx, os.Stdout, f)
 	} else {
 		tot, err = p.ExportJSONL(ctx, os.Stdout, f)
+	}
+	if errors.Is(err, projector.ErrPastEnd) {
+		// Nothing was written: the read refuses before its first row.
+		fmt.Fprintf(os.Stderr, "spendgate: audit export: --as-of %s: %v; give a position an export or report printed, or leave --as-of out for the book now\n", *asOf, err)
+		return exitUsage
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "spendgate: audit export: the export is incomplete:", err)

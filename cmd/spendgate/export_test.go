@@ -151,7 +151,7 @@ func TestCLI_ExportReportBalances(t *testing.T) {
 	require.Len(t, comma, len(recs))
 	require.Equal(t, "2,5", col(comma[1], "actual"))
 	require.Equal(t, "1,5", col(comma[2], "reserved"))
-	decimalCols := map[string]bool{"reserved": true, "actual": true, "overrun": true, "excess": true, "count": true}
+	decimalCols := map[string]bool{"reserved": true, "actual": true, "overrun": true, "excess": true, "count": true, "price_input": true, "price_output": true, "price_cached_input": true}
 	for i := 1; i < len(recs); i++ {
 		for j, name := range recs[0] {
 			want := recs[i][j]
@@ -421,5 +421,36 @@ func TestCLI_ExportAsOf(t *testing.T) {
 	for _, bad := range [][]string{{"--as-of", "yesterday"}, {"--as-of", "0"}, {"--as-of", "2999-01-01T00:00:00Z"}, {"--as-of", m[1], "--shadow"}} {
 		code, _, stderr := e2eCLIErr(t, url, append([]string{"audit", "export", "--unverified"}, bad...)...)
 		require.Equal(t, 64, code, "%v: %s", bad, stderr)
+	}
+	// A position past the book's end names no book that ever was: refused,
+	// nothing written (it used to export the book now and print the
+	// position given as its own, another file once traffic came).
+	for _, format := range []string{"csv", "jsonl"} {
+		code, stdout, stderr := e2eCLIErr(t, url, "audit", "export", "--unverified", "--format", format, "--as-of", "99999")
+		require.Equal(t, 64, code, stderr)
+		require.Empty(t, stdout)
+		require.Contains(t, stderr, "past the end of the book")
+	}
+}
+
+// --decimal comma writes every decimal column with a comma, the prices a
+// row is priced at included (they were written with a point, which a
+// spreadsheet in a decimal-comma locale reads as text or a date).
+func TestCLI_ExportDecimalCommaPrices(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	replicatest.Start(t, env, replica.Config{SweepInterval: -1})
+	ok := e2eOK(t, env.URL())
+	ok("budget", "put", "--scope", "org:acme", "--period", "month", "--limit", "100", "--unit", "USD")
+	ok("pricing", "put", "--model", "m", "--input", "0.15", "--output", "0.60", "--cached-input", "0.075")
+	id := strings.TrimSpace(ok("admit", "--scope", "org:acme", "--model", "m", "--input-tokens", "1000", "--max-output-tokens", "100", "-o", "id"))
+	ok("settle", "--reservation", id, "--input-tokens", "1000", "--output-tokens", "50")
+	r := csv.NewReader(strings.NewReader(ok("audit", "export", "--unverified", "--decimal", "comma")))
+	r.Comma = ';'
+	recs, err := r.ReadAll()
+	require.NoError(t, err)
+	require.Len(t, recs, 2)
+	for name, want := range map[string]string{"price_input": "0,15", "price_output": "0,6", "price_cached_input": "0,075", "actual": "0,00018"} {
+		require.Equal(t, want, recs[1][indexOf(recs[0], name)], name)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/csv"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -84,5 +85,53 @@ func TestCLI_ReportReservedPerScope(t *testing.T) {
 	ok("audit", "export", "--totals", totals)
 	data, err := os.ReadFile(totals)
 	require.NoError(t, err)
-	require.Equal(t, "unit,rows,open,settled,released,expired,late,reserved,actual,overrun,excess\nUSD,3,2,1,0,0,0,3,0.5,0.3,0\n", string(data))
+	// The row's overrun is what the budget holding its reserved was
+	// charged above it (a:slot holds 1 of s5's 0.5: none), not org:acme's
+	// 0.3 beside a:slot's hold.
+	require.Equal(t, "unit,rows,open,settled,released,expired,late,reserved,actual,overrun,excess\nUSD,3,2,1,0,0,0,3,0.5,0,0\n", string(data))
+
+	// A settle above the slot: team:slot is charged 0.5 above its 1,
+	// org:acme 1.3 above its 0.2. Unfiltered, s8's row reads as team:slot's
+	// (reserved 1, overrun 0.5: reserved + overrun = actual); an export of
+	// one scope writes each row as that scope's budget holds and was
+	// charged it, so its rows' overruns sum to the scope's balance.
+	ok("settle", "--reservation", strings.TrimSpace(ok("admit", "--scope", "team:slot", "--scope", "org:acme", "--amount", "0.2", "--request-id", "s8", "--meta", "user=ann", "-o", "id")), "--actual", "1.5")
+	row := func(args ...string) map[string]string {
+		recs, err := csv.NewReader(strings.NewReader(ok(append([]string{"audit", "export"}, args...)...))).ReadAll()
+		require.NoError(t, err)
+		for _, rec := range recs[1:] {
+			if rec[1] == "s8" {
+				m := map[string]string{}
+				for i, name := range recs[0] {
+					m[name] = rec[i]
+				}
+				return m
+			}
+		}
+		t.Fatalf("no row of s8 in %v", recs)
+		return nil
+	}
+	for _, c := range []struct {
+		args                      []string
+		reserved, actual, overrun string
+	}{
+		{nil, "1", "1.5", "0.5"},
+		{[]string{"--scope", "team:slot"}, "1", "1.5", "0.5"},
+		{[]string{"--scope", "org:acme"}, "0.2", "1.5", "1.3"},
+	} {
+		r := row(c.args...)
+		require.Equal(t, []string{c.reserved, c.actual, c.overrun}, []string{r["reserved"], r["actual"], r["overrun"]}, "%v", c.args)
+	}
+	for scope, want := range map[string]string{"org:acme": "1.6", "team:slot": "0.5", "a:slot": "0"} {
+		totals := filepath.Join(t.TempDir(), "totals.csv")
+		ok("audit", "export", "--scope", scope, "--totals", totals)
+		data, err := os.ReadFile(totals)
+		require.NoError(t, err)
+		recs, err := csv.NewReader(strings.NewReader(string(data))).ReadAll()
+		require.NoError(t, err)
+		var b struct{ Overrun string }
+		require.NoError(t, json.Unmarshal([]byte(ok("budget", "get", "--scope", scope, "--period", "month")), &b))
+		require.Equal(t, want, b.Overrun, "budget get --scope %s", scope)
+		require.Equal(t, want, recs[1][9], "the export of %s sums to its balance's overrun", scope)
+	}
 }

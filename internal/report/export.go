@@ -85,6 +85,17 @@ func (p *Reader) read(ctx context.Context, f Filter, until uint64, fn func(proje
 	return pos, err
 }
 
+// view is r as an export of f writes it: as its scope sees it (seenBy)
+// when f names one scope, so that the rows of a scope's export sum to its
+// balances where its budgets hold or were charged other amounts than the
+// reservation's other scopes.
+func (f Filter) view(r *Row) *Row {
+	if len(f.Scopes) == 1 {
+		return r.seenBy(f.Scopes[0])
+	}
+	return r
+}
+
 // selects reports whether a reservation opened with ev is in the filter.
 func (f Filter) selects(ev events.ReservationOpened) bool {
 	if !f.From.IsZero() && ev.At.Before(f.From) {
@@ -154,8 +165,9 @@ type Row struct {
 	// actual), Excess the part of it a budget with an exposure cap was
 	// not charged (zero when every budget was charged in full: the most
 	// any of its budgets left out), Overrun what a budget was charged
-	// above the reservation (the most, over its budgets). What one scope
-	// was charged is ChargedIn's.
+	// above the reservation (the most, over its budgets; where they hold
+	// different amounts, that of the budgets holding Reserved: see
+	// refreshOverrun). What one scope was charged is ChargedIn's.
 	Settled                 bool
 	Actual, Overrun, Excess events.Money
 	// Note is the settle's note (events.SettleRequest.Note): how its
@@ -340,7 +352,54 @@ func (t *tracked) settle(ref events.BalanceRef, ev events.ReservationSettled) {
 		o := &t.charges[i].charge
 		o.actual, o.overrun = maxMoney(o.actual, c.actual), maxMoney(o.overrun, c.overrun)
 	}
+	t.refreshOverrun()
 	t.refreshCharged()
+}
+
+// refreshOverrun sets the row's Overrun, where its scopes hold different
+// amounts (a fixed slot, a learned reservation), to what the scopes
+// holding its Reserved were charged above it, so that the row reads as
+// one budget's (reserved, then overrun above it), not the most hold
+// beside another budget's overrun; what each scope was charged stays
+// ChargedIn's. Until one of those scopes has settled, the most over the
+// scopes that have.
+func (t *tracked) refreshOverrun() {
+	r := &t.row
+	if r.reserved == nil || !t.moneySettled {
+		return
+	}
+	var most *events.Money
+	for _, h := range t.holds {
+		if h.amount.Cmp(r.Reserved) != 0 {
+			continue
+		}
+		for _, c := range t.charges {
+			if c.scope == h.scope && (most == nil || c.overrun.Cmp(*most) > 0) {
+				o := c.overrun
+				most = &o
+			}
+		}
+	}
+	if most != nil {
+		r.Overrun = *most
+	}
+}
+
+// seenBy is r as scope s's budgets hold and were charged it: Reserved
+// ReservedIn's, Overrun ChargedIn's, and Excess what s was not charged of
+// Actual. An export of one scope writes its rows so, and they sum to the
+// scope's balances.
+func (r *Row) seenBy(s events.Scope) *Row {
+	if r.reserved == nil && r.charged == nil {
+		return r
+	}
+	v := *r
+	v.Reserved = r.ReservedIn(s)
+	if r.Settled {
+		spent, overrun := r.ChargedIn(s)
+		v.Overrun, v.Excess = overrun, r.Actual.Sub(spent)
+	}
+	return &v
 }
 
 // hold folds what a money part of the row's, in scope, holds: the row's
@@ -360,6 +419,10 @@ func (t *tracked) hold(scope events.Scope, amount events.Money) {
 		t.holds[i].amount = maxMoney(t.holds[i].amount, amount)
 	}
 	t.refreshReserved()
+	if t.moneySettled {
+		t.refreshOverrun()
+		t.refreshCharged()
+	}
 }
 
 // refreshReserved sets the row's holds by scope: none while every scope

@@ -145,7 +145,7 @@ var TotalsColumns = []string{"unit", "rows", "open", "settled", "released", "exp
 var totalsDecimals = []string{"reserved", "actual", "overrun", "excess"}
 
 // exportDecimals are the decimal columns of ExportColumns.
-var exportDecimals = []string{"reserved", "actual", "overrun", "excess", "count"}
+var exportDecimals = []string{"reserved", "actual", "overrun", "excess", "count", "price_input", "price_output", "price_cached_input"}
 
 type totaller struct{ by map[string]*UnitTotals }
 
@@ -269,6 +269,7 @@ func (p *Reader) ExportCSV(ctx context.Context, w io.Writer, f Filter) (Totals, 
 	}
 	rec := make([]string, len(header))
 	pos, err := p.rows(ctx, f, last, func(r *Row) error {
+		r = f.view(r)
 		tot.add(r)
 		fillRecord(rec, r, keys, f.Times)
 		if err := cw.Write(rec); err != nil {
@@ -407,6 +408,7 @@ func (p *Reader) ExportJSONL(ctx context.Context, w io.Writer, f Filter) (Totals
 	enc.SetEscapeHTML(false)
 	var tot totaller
 	pos, err := p.rows(ctx, f, 0, func(r *Row) error {
+		r = f.view(r)
 		tot.add(r)
 		jr := jsonRow{
 			ReservationID: r.ReservationID, RequestID: r.RequestID, Scopes: r.Scopes, Balances: r.Balances,

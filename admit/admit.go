@@ -86,6 +86,10 @@ type request struct {
 	quote       *events.PriceQuote
 	// count is what the request reserves in a requests budget.
 	count int64
+	// alertBlocking: a check decided for an admit (deniedAnyway) makes
+	// the blocking alert of a budget with alerts that denies it, as the
+	// admit would.
+	alertBlocking bool
 }
 
 // Validate checks an AdmitRequest without touching the ledger.
@@ -510,11 +514,14 @@ func (a *Admitter) needsDefaults(r request) bool {
 // denial, as r's reply, if the check is denied, so that an admit denied
 // anyway creates none (a key whose every call is denied, naming a new end
 // user each time, made a budget per call); nil, and r is decided for real,
-// creating them, if it is admitted. A denial by a budget with alerts is
-// left to the real decision, which publishes its blocking alert.
+// creating them, if it is admitted. A denial by a budget with alerts
+// publishes its blocking alert from the check, as the admit would have:
+// it creates nothing either (it used to be left to the real decision,
+// which made the budgets of every scope from defaults on each denied call).
 func (a *Admitter) deniedAnyway(ctx context.Context, r request, now time.Time) (*events.AdmitReply, error) {
 	c := r
 	c.mode = events.ModeCheck
+	c.alertBlocking = r.mode == events.ModeAdmit
 	tx, denied, err := a.planBudgets(ctx, c, now)
 	if err != nil {
 		return nil, err
@@ -526,14 +533,10 @@ func (a *Admitter) deniedAnyway(ctx context.Context, r request, now time.Time) (
 		if tx.reply.Denial == nil {
 			return nil, nil
 		}
-		denied = &tx.reply
-	}
-	if d := denied.Denial; d.Reason == events.ReasonLimitReached {
-		for _, b := range a.l.BudgetsOf(d.Scope) {
-			if b.Ref.Period == d.Period && len(b.Thresholds) > 0 {
-				return nil, nil
-			}
+		if tx.blocked != nil && a.opts.blocking != nil {
+			a.opts.blocking(*tx.blocked)
 		}
+		denied = &tx.reply
 	}
 	reply := events.AdmitReply{RequestID: r.id, Denial: denied.Denial, Mode: r.replyMode()}
 	return &reply, nil
@@ -850,7 +853,11 @@ func (t *admitTx) Decide(v ledger.View) (events.Events, error) {
 			if amt.Cmp(b.Limit) <= 0 {
 				t.reply.Denial.ResetsAt = t.resetsAt(i)
 			}
-			if len(b.Thresholds) > 0 && t.req.mode == events.ModeAdmit {
+			// The blocking alert says the budget is full: not for a
+			// request that could never fit (the budget may be nearly
+			// empty), which would spend the arm's one blocking alert and
+			// leave the real blocking unannounced.
+			if len(b.Thresholds) > 0 && (t.req.mode == events.ModeAdmit || t.req.alertBlocking) && amt.Cmp(b.Limit) <= 0 {
 				a := events.BlockingAlert(ref, b.Unit, b.Limit, b.Spent.Add(b.Reserved), amt.String(),
 					events.LocalRequestID(t.req.id), b.Arm, t.now)
 				t.blocked = &a

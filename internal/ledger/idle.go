@@ -23,7 +23,9 @@ type IdleBudget struct {
 // ("run", of the scope's own name, without its tenant) to how long. A
 // budget is idle when it has a balance of a period longer than an hour
 // (month, week, day, lifetime), nothing is open in any of them, and the
-// latest event in them is at least that long before now. A balance whose
+// latest event in them is at least that long before now; or when such a
+// budget has no balance at all (nothing was ever admitted into it) and was
+// defined at least that long before now. A balance whose
 // latest event is not known (loaded from a snapshot written before it was
 // kept) counts as active when this book was made. Oldest first.
 func (l *Ledger) IdleBudgets(rules map[string]time.Duration, now time.Time, max int) []IdleBudget {
@@ -39,14 +41,14 @@ func (b *book) idleBudgets(rules map[string]time.Duration, now time.Time, max in
 	}
 	var out []IdleBudget
 	for _, d := range b.fromDefaults {
-		if len(d.bals) == 0 {
-			continue // the cheap checks first: this walks every live budget from a default
-		}
 		idle, ok := rules[d.def.Ref.Scope.Local().Kind()]
 		if !ok || !idleIn(b, d, idle, now) {
 			continue
 		}
 		var since time.Time
+		if len(d.bals) == 0 {
+			since = b.definedAt(d)
+		}
 		for _, bl := range d.bals {
 			if b.balances[bl.key] != bl {
 				continue
@@ -99,7 +101,7 @@ func (l *Ledger) RetireIdle(ctx context.Context, rules map[string]time.Duration,
 // idleIn reports whether budget d of bk has been idle for idle at now
 // (see IdleBudgets), nothing open in its balances included.
 func idleIn(bk *book, d *budget, idle time.Duration, now time.Time) bool {
-	if d.def.FromDefault == 0 || d.def.Retired || len(d.bals) == 0 {
+	if d.def.FromDefault == 0 || d.def.Retired {
 		return false
 	}
 	for _, o := range bk.byScope[d.def.Ref.Scope] {
@@ -108,6 +110,13 @@ func idleIn(bk *book, d *budget, idle time.Duration, now time.Time) bool {
 			// every admit naming the scope, the put one's included.
 			return false
 		}
+	}
+	if len(d.bals) == 0 {
+		// Never admitted into (a denied admit made it, which admits
+		// denied by a budget with alerts did before they stopped making
+		// budgets from defaults): idle since it was defined. A minute or hour budget keeps no bals (prune.go)
+		// however busy it is: never idle here.
+		return !short(d.def.Ref.Period) && now.Sub(bk.definedAt(d)) >= idle
 	}
 	for _, bl := range d.bals {
 		if bk.balances[bl.key] != bl {
@@ -122,6 +131,20 @@ func idleIn(bk *book, d *budget, idle time.Duration, now time.Time) bool {
 
 // activeAt is when balance bl was last active: its latest event, or when
 // the book was made if that is not known.
+// definedAt is when budget d was defined: the time of its revision's
+// definition event, or, when that is not known, when this book was made.
+func (b *book) definedAt(d *budget) time.Time {
+	for _, e := range d.src.Events {
+		switch ev := e.(type) {
+		case events.BudgetDefinedV2:
+			return ev.At
+		case events.BudgetDefined:
+			return ev.At
+		}
+	}
+	return b.born
+}
+
 func (b *book) activeAt(bl *balance) time.Time {
 	if bl.lastAt.IsZero() {
 		return b.born

@@ -256,6 +256,27 @@ func TestIdleBudgets(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, old.idleBudgets(rules, later, 100))
 	require.Equal(t, want[1:], scopes(old.idleBudgets(rules, old.born.Add(time.Hour), 100)))
+
+	// A budget from a default that was never admitted into (a denied
+	// admit made it): idle from its definition's time, oldest first among
+	// the rest. One of a minute period keeps no balances however busy it
+	// is: never listed. How it can fail: they were skipped for having no
+	// balance, so such budgets stayed for good (and counted toward their
+	// tenant's budgets from defaults).
+	for _, c := range []struct {
+		scope  events.Scope
+		period events.Period
+	}{{"run:never", events.PeriodLifetime}, {"run:busy-minute", events.PeriodMinute}} {
+		ref := events.BudgetRef{Scope: c.scope, Period: c.period}
+		seq++
+		bk.setBudget(streams.BudgetKey(ref), seq, &events.BudgetRevision{Schema: events.SchemaBudget, Budget: ref,
+			Limit: events.MustMoney("1"), Unit: "USD", FromDefault: 1,
+			Events: events.Events{events.BudgetDefinedV2{Budget: ref, Limit: events.MustMoney("1"), Unit: "USD", At: start}}}, nil)
+	}
+	got = bk.idleBudgets(rules, later, 100)
+	require.Equal(t, append([]string{"run:never"}, want[1:]...), scopes(got))
+	require.Equal(t, start, got[0].Since)
+	require.Empty(t, bk.idleBudgets(rules, start.Add(30*time.Minute), 100), "defined half an hour ago: not idle for an hour")
 }
 
 // BenchmarkIdleBudgets is the sweeper's idle walk (once a minute, under

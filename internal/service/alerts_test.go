@@ -293,6 +293,13 @@ func TestAlerts_BlockingOnFirstDenial(t *testing.T) {
 	put, e = h.putDef(events.BudgetPutRequest{Scope: "org:quiet", Period: "month", Limit: "1", Unit: "USD"})
 	require.Nil(t, e)
 	h.foldedEverywhere(put)
+	// A request larger than the whole limit can never fit: denied, with
+	// no blocking alert (the budget is not full; with one, the arm's
+	// blocking alert said "0 of 10 used" and the real blocking below was
+	// never announced: the assertions on the stored alert fail so).
+	o, e := h.admit(events.AdmitRequest{RequestID: "oversized", Scopes: []string{"org:acme"}, Amount: "11"})
+	require.Nil(t, e)
+	require.False(t, o.Admitted)
 	a, e := h.admit(events.AdmitRequest{RequestID: "big", Scopes: []string{"org:acme"}, Amount: "9.8"})
 	require.Nil(t, e)
 	require.True(t, a.Admitted)

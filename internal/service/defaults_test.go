@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/streams"
+	"github.com/spendgate/spendgate/testenv"
 )
 
 // revisionsOf counts the revisions of one ledger key in the stream.
@@ -178,9 +180,9 @@ func TestDefaults_PerTenant(t *testing.T) {
 // user each time, made one user:* budget per call, for good (50,000 in a
 // minute in the untenanted deployment, which has no limit of them). The
 // denial is the same as before, named by the spent budget. An admit that
-// fits creates the scope's budget as before; so does a denial by a budget
-// with alerts, whose blocking alert the real decision publishes. Without
-// the check first, the user budgets below exist after the denials.
+// fits creates the scope's budget as before; a denial by a budget with
+// alerts creates none, and publishes its blocking alert. Without the
+// check first, the user budgets below exist after the denials.
 func TestDefaults_DeniedAdmitCreatesNone(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, harnessOpts{})
@@ -207,14 +209,35 @@ func TestDefaults_DeniedAdmitCreatesNone(t *testing.T) {
 	}
 	require.Equal(t, []string{"user:first"}, users, "the denied admits created no budget")
 
-	// A denial by a budget with alerts goes the real way (creating).
-	th := []string{"0.5"}
-	require.Nil(t, h.call(streams.EndpointBudgetPut, events.BudgetPutRequest{Scope: "key:k2", Period: "lifetime", Limit: "0", Unit: "USD", AllowZero: true, Thresholds: th}, nil))
+	// A denial by a budget with alerts creates none either, and its
+	// blocking alert is published all the same. How it can fail: such a
+	// denial went the real way, creating user:alerted (and one user
+	// budget per denied call, which --retire-idle did not retire).
+	require.Nil(t, h.call(streams.EndpointBudgetPut, events.BudgetPutRequest{Scope: "key:k2", Period: "lifetime", Limit: "0.1", Unit: "USD", Thresholds: []string{"0.5"}}, nil))
+	a, err = h.replicas[0].Admitter.Admit(context.Background(), events.AdmitRequest{RequestID: "fill2", Scopes: []string{"key:k2", "user:first"}, Amount: "0.1"})
+	require.NoError(t, err)
+	require.True(t, a.Admitted, "%+v", a.Denial)
 	r, err := h.replicas[0].Admitter.Admit(context.Background(), events.AdmitRequest{RequestID: "al", Scopes: []string{"key:k2", "user:alerted"}, Amount: "0.1"})
 	require.NoError(t, err)
 	require.False(t, r.Admitted)
+	require.Equal(t, events.Scope("key:k2"), r.Denial.Scope)
 	require.Nil(t, h.call(streams.EndpointBudgetList, events.BudgetListRequest{Kind: "user"}, &list))
-	require.Len(t, list.Budgets, 2, "user:first and user:alerted")
+	require.Len(t, list.Budgets, 1, "user:first only: %+v", list.Budgets)
+	s, err := h.env.JS.Stream(ctxT(t), h.env.Layout.AlertStreamName())
+	require.NoError(t, err)
+	var al events.Alert
+	testenv.WaitFor(t, 10*time.Second, "the blocking alert of key:k2", func() bool {
+		m, err := s.GetLastMsgForSubject(ctxT(t), "spendgate.alert.v1.key.k2.lifetime.all._.blocking.0")
+		if err != nil {
+			return false
+		}
+		al, err = events.DecodeAlert(m.Data)
+		require.NoError(t, err)
+		return true
+	})
+	require.Equal(t, events.AlertBlocking, al.Kind)
+	require.Equal(t, "0.1", al.Used.String())
+	require.Equal(t, "0.1", al.Requested)
 }
 
 // A kind has one default per period: a put of the other kind of unit

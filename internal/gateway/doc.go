@@ -32,8 +32,12 @@
 //     sees the answer's end; releases a call the upstream refused (not
 //     2xx) or never received; and settles at the reservation a call that
 //     may have been billed without a usage to show for it (no usage, an
-//     answer cut mid-way, a caller that left); a settle or release the
-//     ledger does not answer is retried in the background (retry.go);
+//     answer cut mid-way); a caller that leaves before the answer's end
+//     does not end the call upstream: its answer is read on, for at most
+//     Config.DrainAbandoned, and settled from its usage (note
+//     caller_gone), or at the reservation when none came (abandon.go);
+//     a settle or release the ledger does not answer is retried in the
+//     background (retry.go);
 //   - counts it (Metrics) and logs one line.
 //
 // The gateway is a client of the ledger, like any service: it talks to

@@ -15,3 +15,7 @@ func SetWriteGrace(g *Gateway, d time.Duration) { g.writeGrace = d }
 // SetAuthClock sets the clock of g's limiter of unknown keys (a frozen one:
 // no token comes back while a test runs).
 func SetAuthClock(g *Gateway, now func() time.Time) { g.keys.failures.now = now }
+
+// SetCallerLeft makes g call f each time it finds a call's caller gone,
+// before it bounds the call's drain (DrainAbandoned).
+func SetCallerLeft(g *Gateway, f func()) { g.callerLeft = f }

@@ -73,6 +73,10 @@ type Gateway struct {
 
 	// dr counts the calls in flight, for Drain.
 	dr drainState
+
+	// callerLeft, when set (a test's: SetCallerLeft), is called when a
+	// call's caller is found gone (abandon.left).
+	callerLeft func()
 }
 
 // New returns a gateway that admits through clients and resolves keys
@@ -205,7 +209,10 @@ type callLog struct {
 	settled, actual                  string
 	usage                            *usage
 	// served is the model the answer named when otherModel.
-	served   string
+	served string
+	// drained: the caller left, and the gateway read the answer this
+	// long after (abandon.go).
+	drained  time.Duration
 	denial   string
 	err      error
 	start    time.Time
@@ -247,6 +254,9 @@ func (g *Gateway) logCall(l *callLog) {
 	}
 	if l.upstream > 0 {
 		attrs = append(attrs, "upstream_ms", l.upstream.Milliseconds())
+	}
+	if l.outcome == OutcomeCallerGone && l.reservation != "" {
+		attrs = append(attrs, "drained_ms", l.drained.Milliseconds())
 	}
 	if l.denial != "" {
 		attrs = append(attrs, "denial", l.denial)
@@ -674,6 +684,9 @@ type outcome struct {
 	// label is the call's outcome (OutcomeOK, ...); err why it failed.
 	label string
 	err   error
+	// drained is, for a caller gone, how long the gateway read the
+	// answer after it left.
+	drained time.Duration
 }
 
 // callBound is the longest call c may be: MaxStream for a stream, the
@@ -696,8 +709,14 @@ func (g *Gateway) callBound(c *call) time.Duration {
 // that keeps sending (MaxStream bounds it as a whole); a plain answer,
 // which comes whole at the end, is bounded as a whole call.
 func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *api, c *call, up *upstream, res *client.Reservation, l *callLog) {
-	ctx, cancel := context.WithCancelCause(r.Context())
+	// The upstream request outlives a caller that leaves, for at most
+	// DrainAbandoned (abandon.go): the answer is read to its end for the
+	// usage the provider reports. The other bounds below end it all the
+	// same.
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(r.Context()))
 	defer cancel(nil)
+	ab := watchCaller(r.Context(), g.cfg.DrainAbandoned, cancel, g.callerLeft)
+	defer ab.end()
 	defer g.dr.track(cancel)() // Drain's cut
 	idle := time.AfterFunc(g.cfg.UpstreamTimeout, func() { cancel(errUpstreamTimeout) })
 	defer idle.Stop()
@@ -742,19 +761,24 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *api, c *cal
 	} else {
 		ureq.Header.Set("Authorization", "Bearer "+up.Key)
 	}
+	if ab.gone() {
+		// Left before anything was sent: nothing to bill, nothing to wait for.
+		g.close(res, outcome{released: true, label: OutcomeCallerGone, err: context.Cause(r.Context())}, l)
+		return
+	}
 	t0 := time.Now()
 	resp, err := g.hc.Do(ureq)
 	l.upstream = time.Since(t0)
 	g.m.UpstreamSeconds.WithLabelValues(a.name).Observe(l.upstream.Seconds())
 	if err != nil {
-		err = endedBy(ctx, r, err)
+		err = endedBy(ctx, err)
 		o := outcome{label: OutcomeUnreachable, err: redact(err, up.Key)}
 		if !wrote.Load() {
 			o.released = true // the upstream never got the call
 		}
 		switch {
-		case r.Context().Err() != nil:
-			o.label = OutcomeCallerGone
+		case ab.gone():
+			o.label, o.drained = OutcomeCallerGone, ab.since()
 		case errors.Is(err, errGatewayShutdown):
 			o.label = OutcomeShutdown
 		}
@@ -784,7 +808,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *api, c *cal
 	h := w.Header()
 	passResponseHeaders(h, resp.Header)
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
-		g.plain(w, a, resp, res, l, func(err error) error { return endedBy(ctx, r, err) })
+		g.plain(w, a, resp, res, l, ab, func(err error) error { return endedBy(ctx, err) })
 		return
 	}
 	h.Set("X-Accel-Buffering", "no")
@@ -798,12 +822,15 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *api, c *cal
 	// Each read that brings bytes starts the idle bound again.
 	body := &activityReader{r: resp.Body, active: func() { idle.Reset(g.cfg.UpstreamTimeout) }}
 	keep := keepWriting(rc, g.cfg.UpstreamTimeout+g.writeGrace)
-	gone, err := pumpStream(w, body, st, keep, func() {
+	err = pumpStream(w, body, st, ab, keep, func() {
 		closed = true
 		o := outcome{u: st.u, final: st.final, label: OutcomeOK, served: st.served}
 		switch {
-		case r.Context().Err() != nil && !st.done:
-			o.label = OutcomeCallerGone
+		case ab.gone():
+			// Left before the answer's end: settled from the usage
+			// if the rest of the stream brought it (NoteCallerGone),
+			// else at the reservation.
+			o.label, o.drained = OutcomeCallerGone, ab.since()
 		case !st.done && errors.Is(context.Cause(ctx), errGatewayShutdown):
 			o.label = OutcomeShutdown
 		case !st.done || st.failed:
@@ -816,7 +843,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *api, c *cal
 		g.close(res, o, l)
 	})
 	if err != nil {
-		err = endedBy(ctx, r, err)
+		err = endedBy(ctx, err)
 	}
 	if !closed {
 		g.close(res, outcome{label: OutcomeCut, err: err}, l)
@@ -824,7 +851,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *api, c *cal
 	if err != nil && l.err == nil {
 		l.err = redact(err, up.Key)
 	}
-	if err != nil && !gone && !st.done && !st.failed {
+	if err != nil && !ab.gone() && !st.done && !st.failed {
 		// The stream ends without its terminal event: the caller's SDK
 		// is told why in the provider's own error event, so it raises
 		// its API error with the code instead of a bare connection drop
@@ -836,10 +863,11 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *api, c *cal
 }
 
 // endedBy is err of a call's upstream request or read, wrapped with why
-// the gateway ended it (errUpstreamTimeout, errGatewayShutdown) when it
-// did and the caller is still there.
-func endedBy(ctx context.Context, r *http.Request, err error) error {
-	if ctx.Err() == nil || r.Context().Err() != nil {
+// the gateway ended it (errUpstreamTimeout, errGatewayShutdown,
+// errAbandonBound) when it did: the upstream request's context is the
+// gateway's own, never cancelled by the caller.
+func endedBy(ctx context.Context, err error) error {
+	if ctx.Err() == nil {
 		return err
 	}
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(err, cause) {
@@ -879,16 +907,21 @@ func keepWriting(rc *http.ResponseController, d time.Duration) func() {
 // plain passes a whole (not streamed) answer: it reads it (keeping what
 // its usage needs), settles, then writes it, so a caller that has the
 // answer finds its spend in the ledger. An answer larger than maxUsageScan
-// is written as it comes and settled after.
+// is written as it comes and settled after. A caller that leaves does not
+// end the read (abandon.go): the call is settled from the answer's usage
+// if it ends within DrainAbandoned, outcome caller_gone either way.
 //
 // why wraps a read error with the reason the gateway ended the read
 // (endedBy).
-func (g *Gateway) plain(w http.ResponseWriter, a *api, resp *http.Response, res *client.Reservation, l *callLog, why func(error) error) {
+func (g *Gateway) plain(w http.ResponseWriter, a *api, resp *http.Response, res *client.Reservation, l *callLog, ab *abandon, why func(error) error) {
 	buf := bytes.NewBuffer(make([]byte, 0, max(0, min(resp.ContentLength, maxUsageScan))+512))
 	n, err := io.Copy(buf, io.LimitReader(resp.Body, maxUsageScan+1))
 	if err == nil && n <= maxUsageScan {
 		u, served, ok := a.bodyUsage(buf.Bytes(), true)
 		o := outcome{u: u, final: ok, label: OutcomeOK, served: served}
+		if ab.gone() {
+			o.label, o.drained = OutcomeCallerGone, ab.since()
+		}
 		if !g.cfg.SettleAfterReply {
 			g.close(res, o, l)
 		}
@@ -910,6 +943,8 @@ func (g *Gateway) plain(w http.ResponseWriter, a *api, resp *http.Response, res 
 		e := &callError{status: http.StatusBadGateway, typ: "server_error", code: "upstream_cut", noRetry: true,
 			msg: "spendgate: the upstream's answer broke off; the call was charged its reservation: a retry is a new call, charged again"}
 		switch {
+		case ab.gone():
+			o.label, o.drained = OutcomeCallerGone, ab.since()
 		case errors.Is(err, errGatewayShutdown):
 			o.label = OutcomeShutdown
 			e.status, e.code = http.StatusServiceUnavailable, CodeGatewayShutdown
@@ -926,19 +961,19 @@ func (g *Gateway) plain(w http.ResponseWriter, a *api, resp *http.Response, res 
 	// Large: stream the rest through, keeping only its tail for the usage.
 	w.WriteHeader(resp.StatusCode)
 	tail := &tailBuffer{max: usageTail}
-	_, _ = tail.Write(buf.Bytes())
-	callerGone := false
-	if _, werr := w.Write(buf.Bytes()); werr != nil {
-		callerGone = true
-	}
-	var dst io.Writer = tail
-	if !callerGone {
-		dst = io.MultiWriter(tail, w)
-	}
+	// A write to the caller that fails stops the writes, not the read.
+	dst := io.MultiWriter(tail, &callerWriter{w: w, ab: ab})
+	_, _ = dst.Write(buf.Bytes())
 	_, err = io.Copy(dst, resp.Body)
 	u, _, ok := a.bodyUsage(tail.b, false)
 	o := outcome{u: u, final: ok && err == nil, label: OutcomeOK, err: err}
-	if err != nil {
+	switch {
+	case ab.gone():
+		o.label, o.drained = OutcomeCallerGone, ab.since()
+		if err != nil {
+			o.err = why(err)
+		}
+	case err != nil:
 		o.label, o.err = OutcomeCut, why(err)
 		if errors.Is(o.err, errGatewayShutdown) {
 			o.label = OutcomeShutdown
@@ -1037,10 +1072,19 @@ func (g *Gateway) close(res *client.Reservation, o outcome, l *callLog) {
 		p.how = "released"
 	case o.final:
 		p.how, l.usage = "usage", &o.u
+		if o.label == OutcomeCallerGone {
+			// Its caller left; the gateway read the answer to its
+			// end for this usage (abandon.go): the note says so.
+			p.note = NoteCallerGone
+			g.m.AbandonedDrained.WithLabelValues(l.api).Inc()
+		}
 		if otherModel(l.model, o.served) {
 			// Priced at the model asked for, served by another: the
 			// settle and the log say so, and the metric counts it.
 			p.note, l.served = NoteOtherModel, o.served
+			if o.label == OutcomeCallerGone {
+				p.note = NoteCallerGoneOtherModel
+			}
 			g.m.OtherModel.WithLabelValues(l.api).Inc()
 		}
 	default:
@@ -1050,7 +1094,7 @@ func (g *Gateway) close(res *client.Reservation, o outcome, l *callLog) {
 	if !o.released {
 		p.deadline = p.deadline.Add(lateSettleWindow)
 	}
-	l.settled = p.how
+	l.settled, l.drained = p.how, o.drained
 	start := time.Now()
 	reply, err := g.closeOnce(p)
 	g.m.SettleLag.Observe(time.Since(start).Seconds())

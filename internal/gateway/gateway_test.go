@@ -78,6 +78,9 @@ type envOpts struct {
 	// upstreamTimeout and maxStream, when set, are the gateway's
 	// Config.UpstreamTimeout and MaxStream.
 	upstreamTimeout, maxStream time.Duration
+	// drainAbandoned, when set, is the gateway's Config.DrainAbandoned
+	// (negative: cut at once).
+	drainAbandoned time.Duration
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -143,6 +146,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 			MaxBodiesInFlight: o.maxBodies,
 			UpstreamTimeout:   o.upstreamTimeout,
 			MaxStream:         o.maxStream,
+			DrainAbandoned:    o.drainAbandoned,
 		}, gopts...)
 		require.NoError(t, err)
 		mux := http.NewServeMux()
@@ -911,11 +915,12 @@ func TestGateway_HeldReservation(t *testing.T) {
 	requireMoney(t, cost(*calls[0].Usage), e.budget("team:held").Spent)
 }
 
-// TestGateway_CallerLeavesMidStream: a caller that leaves mid-stream has
-// its call settled at the reservation (what was generated is unknown), and
-// nothing stays reserved.
+// TestGateway_CallerLeavesMidStream: with DrainAbandoned none (the
+// flag's 0), a caller that leaves mid-stream has its call cut at once and
+// settled at the reservation (what was generated is unknown), and nothing
+// stays reserved. The drain's own tests are in abandon_test.go.
 func TestGateway_CallerLeavesMidStream(t *testing.T) {
-	e := newEnv(t, envOpts{})
+	e := newEnv(t, envOpts{drainAbandoned: -1})
 	secret := e.key("10", "team:c")
 	ctx, cancel := context.WithCancel(ctxT(t))
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.url+"/v1/chat/completions",

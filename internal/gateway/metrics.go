@@ -18,7 +18,7 @@ const (
 	OutcomeUpstreamError = "upstream_error" // the upstream refused it (released)
 	OutcomeUnreachable   = "unreachable"    // no answer from the upstream
 	OutcomeCut           = "cut"            // the answer broke off mid-way
-	OutcomeCallerGone    = "caller_gone"    // the caller left before the answer's end
+	OutcomeCallerGone    = "caller_gone"    // the caller left before the answer's end (settled from the usage read after it, else at the reservation)
 	// OutcomeShutdown: the gateway's shutdown cut the call at
 	// --shutdown-timeout, its caller still there (settle note
 	// reservation_gateway_shutdown).
@@ -73,6 +73,13 @@ type Metrics struct {
 	// substituting): WithLabelValues(api). Their settles carry the note
 	// NoteOtherModel.
 	OtherModel *prometheus.CounterVec
+	// AbandonedDrained counts calls whose caller left before the
+	// answer's end and that were settled from the provider's usage, read
+	// by the gateway after the caller left (Config.DrainAbandoned):
+	// WithLabelValues(api). Their settles carry the note NoteCallerGone;
+	// those of outcome caller_gone not counted here were charged their
+	// reservation.
+	AbandonedDrained *prometheus.CounterVec
 }
 
 // NewMetrics returns the gateway's metrics, registered in r when r is not
@@ -102,6 +109,8 @@ func NewMetrics(r *prometheus.Registry) *Metrics {
 			Help: "Requests refused 429 too_many_unknown_keys (their address presented too many unknown keys) without a key lookup."}),
 		OtherModel: counters("spendgate_gateway_served_other_model_total",
 			"Calls settled from usage whose answer named another model than the one priced, by API.", "api"),
+		AbandonedDrained: counters("spendgate_gateway_abandoned_drained_total",
+			"Calls whose caller left before the answer's end, settled from the usage the gateway read after it left (--drain-abandoned), by API.", "api"),
 	}
 	// Every series whose labels are known is there from the start, at 0:
 	// Prometheus' rate and increase miss the first count of a series that
@@ -112,6 +121,7 @@ func NewMetrics(r *prometheus.Registry) *Metrics {
 			m.Calls.WithLabelValues(a.name, o)
 		}
 		m.OtherModel.WithLabelValues(a.name)
+		m.AbandonedDrained.WithLabelValues(a.name)
 	}
 	for _, reason := range events.DenialReasons {
 		m.Denials.WithLabelValues(string(reason))
@@ -127,7 +137,7 @@ func NewMetrics(r *prometheus.Registry) *Metrics {
 	}
 	if r != nil {
 		r.MustRegister(m.Calls, m.Denials, m.UpstreamSeconds, m.AdmitSeconds, m.SettleLag, m.SettleFailures, m.SettleRetries, m.SettlesPending,
-			m.Inflight, m.KeyLookups, m.AuthLimited, m.OtherModel)
+			m.Inflight, m.KeyLookups, m.AuthLimited, m.OtherModel, m.AbandonedDrained)
 	}
 	return m
 }

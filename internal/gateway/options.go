@@ -60,6 +60,10 @@ const (
 	// DefaultMaxStream is Config.MaxStream's default: a 128k-token
 	// answer at 50 tokens a second streams for 43 minutes.
 	DefaultMaxStream = time.Hour
+	// DefaultDrainAbandoned is Config.DrainAbandoned's default: the rest
+	// of a chat answer (6,000 tokens at 50 a second) comes within it,
+	// and a gateway holds a connection for a caller gone no longer.
+	DefaultDrainAbandoned = 2 * time.Minute
 	// ttlMargin is added to the upstream timeout for a reservation's TTL:
 	// the sweeper never releases a call still running.
 	ttlMargin = time.Minute
@@ -136,6 +140,16 @@ type Config struct {
 	// has a TTL of this plus a minute, so that the sweeper never frees the
 	// room of a stream still running.
 	MaxStream time.Duration
+	// DrainAbandoned bounds how long the gateway keeps reading the answer
+	// of a call whose caller left before its end (a chat's "stop", a
+	// client timeout), passing nothing on, for the usage the provider
+	// reports at the end: a call whose answer ends within it is settled
+	// from that usage (note NoteCallerGone), one that does not is cut
+	// then and charged its reservation (note reservation_caller_gone),
+	// as is every such call when DrainAbandoned is negative (cut at once).
+	// DefaultDrainAbandoned when 0. The upstream timeout, MaxStream and
+	// Drain bound the call all the same.
+	DrainAbandoned time.Duration
 	// SettleAfterReply settles a successful call after its answer has
 	// gone to the caller, off the caller's path (one ledger round trip
 	// less on every call), instead of before the answer's end. The
@@ -281,6 +295,9 @@ func (c *Config) validate() ([]*upstream, error) {
 	}
 	if c.MaxStream < c.UpstreamTimeout || c.MaxStream+ttlMargin > events.MaxTTL {
 		return nil, fmt.Errorf("gateway: max stream %s out of range [the upstream timeout %s, %s]", c.MaxStream, c.UpstreamTimeout, events.MaxTTL-ttlMargin)
+	}
+	if c.DrainAbandoned == 0 {
+		c.DrainAbandoned = DefaultDrainAbandoned
 	}
 	return ups, nil
 }

@@ -261,10 +261,13 @@ func (s *streamState) observeAnthropic(name, data []byte) {
 // pumpStream forwards the upstream's events to the caller as they come,
 // each flushed at once; the terminal event is held back until hold
 // returns, so that a caller that sees the answer's end sees its spend in
-// the ledger. keep is called before each write (keepWriting). It stops at
-// the stream's end or when either side fails, and reports whether the
-// caller left (a write failed).
-func pumpStream(w http.ResponseWriter, body io.Reader, st *streamState, keep, hold func()) (callerGone bool, err error) {
+// the ledger. keep is called before each write (keepWriting). A caller
+// that leaves (ab: its connection closed, or a write to it failed) is
+// written nothing more, and the stream is still read, for its usage, until
+// its end or until the upstream request is ended (DrainAbandoned's bound,
+// the upstream timeout, the gateway's shutdown: abandon.go). It stops at
+// the stream's end or when the upstream fails.
+func pumpStream(w http.ResponseWriter, body io.Reader, st *streamState, ab *abandon, keep, hold func()) error {
 	fl, _ := w.(http.Flusher)
 	r := newStreamReader(body)
 	held := false
@@ -276,10 +279,10 @@ func pumpStream(w http.ResponseWriter, body io.Reader, st *streamState, keep, ho
 				held = true
 				hold()
 			}
-			if !drop && !callerGone {
+			if !drop && !ab.gone() {
 				keep()
 				if _, werr := w.Write(ev); werr != nil {
-					callerGone = true
+					ab.left()
 				} else if fl != nil && (!r.eventWaiting() || st.done) {
 					// Flushed unless a whole event is already here: events
 					// that came together leave together, none waits.
@@ -292,15 +295,9 @@ func pumpStream(w http.ResponseWriter, body io.Reader, st *streamState, keep, ho
 				hold()
 			}
 			if errors.Is(rerr, io.EOF) {
-				return callerGone, nil
+				return nil
 			}
-			return callerGone, rerr
-		}
-		if callerGone {
-			if !held {
-				hold()
-			}
-			return true, nil
+			return rerr
 		}
 	}
 }

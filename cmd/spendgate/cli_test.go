@@ -379,6 +379,7 @@ func TestCLI_UsageErrors(t *testing.T) {
 		{[]string{"gateway", "--upstream", "mistral=https://x"}, "want openai=URL or anthropic=URL"},
 		{[]string{"gateway", "--upstream", "openai=https://x,key-env=SPENDGATE_TEST_NO_SUCH_VAR"}, "$SPENDGATE_TEST_NO_SUCH_VAR, its key, is empty"},
 		{[]string{"gateway", "--max-output", "gpt-4o"}, "want MODEL=N"},
+		{[]string{"gateway", "--drain-abandoned", "-1s"}, "--drain-abandoned must be at least 0 (0: cut at once)"},
 		// Bad flag values, named with two dashes.
 		{[]string{"serve", "--feed=maybe"}, `invalid boolean value "maybe" for --feed`},
 		{[]string{"admit", "--scope", "org:a", "--amount", "1", "--count", "x"}, `invalid value "x" for flag --count`},

@@ -67,6 +67,7 @@ func gatewayCmd(args []string) int {
 	authFailures := fs.Int("auth-failures", gateway.DefaultAuthFailures, "unknown API keys a second one client address may present (a burst of twice this): past it, a key not cached as valid is refused 429 without a ledger lookup; 0 for no limit")
 	upTimeout := fs.Duration("upstream-timeout", gateway.DefaultUpstreamTimeout, "bound of the wait for the provider: its response headers, then a plain answer's end or each gap between a stream's chunks; a plain call's reservation has a TTL of this plus 1m")
 	maxStream := fs.Duration("max-stream", gateway.DefaultMaxStream, "bound of a streamed call as a whole (at least --upstream-timeout): a stream still running then is cut as a silent one is; a streamed call's reservation has a TTL of this plus 1m")
+	drainAbandoned := fs.Duration("drain-abandoned", gateway.DefaultDrainAbandoned, "how long the gateway keeps reading the answer of a call whose caller left before its end (a chat's stop, a client timeout), passing nothing on, for the usage the provider reports: settled from it within this (settle note caller_gone), else cut then and charged the whole reservation (reservation_caller_gone); 0 cuts at once. The provider generates, and bills, the rest of the answer meanwhile")
 	shutdownTimeout := fs.Duration("shutdown-timeout", defaultGatewayShutdown, "on SIGTERM or SIGINT, how long the calls in flight may run to their end while /readyz answers 503 and new calls are refused 503 gateway_draining; the calls still running then are cut (settle note reservation_gateway_shutdown)")
 	ledgerTimeout := fs.Duration("ledger-timeout", time.Second, "bound of one attempt of a ledger request (key lookup, admit, void, settle; 2 attempts each): a call the ledger does not answer fails closed with 503 after up to 4x this (admit, then its void), 2x for a key not cached")
 	maxBody := fs.Int64("max-body", gateway.DefaultMaxBody, "largest request body, in bytes")
@@ -97,6 +98,14 @@ func gatewayCmd(args []string) int {
 	}
 	cfg := gateway.Config{DefaultMaxOutput: *defOut, ImageTokens: *imageTokens, KeyCache: *keyCache, UpstreamTimeout: *upTimeout, MaxStream: *maxStream, MaxBody: *maxBody,
 		MaxBodiesInFlight: max(*maxBodies, *maxBody), MaxOutputTokens: map[string]int64{}, SettleAfterReply: *settleAfter}
+	switch {
+	case *drainAbandoned < 0:
+		return gatewayCommand.usageError(fs, "--drain-abandoned must be at least 0 (0: cut at once)")
+	case *drainAbandoned == 0:
+		cfg.DrainAbandoned = -1
+	default:
+		cfg.DrainAbandoned = *drainAbandoned
+	}
 	switch {
 	case *authFailures < 0:
 		return gatewayCommand.usageError(fs, "--auth-failures must be at least 0 (0: no limit)")

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -322,4 +324,84 @@ func TestGateway_SIGTERMDrains(t *testing.T) {
 	export := cli("audit", "export", "--unverified")
 	require.Contains(t, export, "reservation_gateway_shutdown")
 	require.NotContains(t, export, "reservation_caller_gone")
+}
+
+// TestGateway_DrainAbandonedFlag: a caller that reads a few events of a
+// stream and leaves has its call settled from the provider's usage (note
+// caller_gone) by a gateway with the default --drain-abandoned, and at
+// its whole reservation (note reservation_caller_gone) by one with
+// --drain-abandoned 0. How we know it can fail: 0 passed on as it is
+// would be the library's default (2m), not "cut at once", and the second
+// gateway's call would be settled from its usage too; and a gateway
+// without the drain settles the first at its reservation.
+func TestGateway_DrainAbandonedFlag(t *testing.T) {
+	t.Parallel()
+	url, cli := serveForGateway(t)
+	fake := httptest.NewServer(fakellm.New("sk-upstream"))
+	t.Cleanup(fake.Close)
+	cli("pricing", "put", "--model", "gpt-4o-mini", "--input", "0.15", "--output", "0.60")
+	budget := func(scope string) events.BudgetView {
+		t.Helper()
+		var b events.BudgetView
+		require.NoError(t, json.Unmarshal([]byte(cli("budget", "get", "--scope", scope, "--period", "month")), &b))
+		return b
+	}
+	// leave sends a stream through the gateway at addr, reads its first
+	// three events and leaves; it returns what the call reserved.
+	leave := func(addr, secret string) string {
+		t.Helper()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/v1/chat/completions", strings.NewReader(
+			`{"model":"gpt-4o-mini","stream":true,"max_tokens":400,"messages":[{"role":"user","content":"fake:slow=20ms fake:out=40"}]}`))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+secret)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		br := bufio.NewReader(resp.Body)
+		for seen := 0; seen < 3; {
+			line, err := br.ReadString('\n')
+			require.NoError(t, err)
+			if strings.HasPrefix(line, "data:") {
+				seen++
+			}
+		}
+		cancel()
+		resp.Body.Close()
+		amount, _, _ := strings.Cut(resp.Header.Get("X-Spendgate-Reserved"), " ")
+		return amount
+	}
+	for _, tc := range []struct {
+		scope, note string
+		args        []string
+	}{
+		{"team:drained", "caller_gone", nil},
+		{"team:cut-at-once", "reservation_caller_gone", []string{"--drain-abandoned", "0", "--journal", ""}},
+	} {
+		cli("budget", "put", "--scope", tc.scope, "--period", "month", "--limit", "5.00", "--unit", "USD")
+		secret := cli("keys", "create", "--scope", tc.scope, "--secret-only")
+		addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+		gw := startGateway(t, url, addr, append([]string{"--upstream", "openai=" + fake.URL + "/v1"}, tc.args...)...)
+		reserved := leave(addr, secret)
+		testenv.WaitFor(t, 30*time.Second, tc.scope+": the call is settled", func() bool {
+			b := budget(tc.scope)
+			return b.Reserved == "0" && b.Spent != "0"
+		})
+		spent := events.MustMoney(budget(tc.scope).Spent)
+		if tc.note == "caller_gone" {
+			require.Negative(t, spent.Cmp(events.MustMoney(reserved)), "settled from the usage, under the reservation")
+		} else {
+			require.Zero(t, spent.Cmp(events.MustMoney(reserved)), "settled at the reservation")
+		}
+		var row struct {
+			SettleNote *string `json:"settle_note"`
+		}
+		rows := strings.Split(strings.TrimSpace(cli("audit", "export", "--unverified", "--format", "jsonl", "--scope", tc.scope)), "\n")
+		require.Len(t, rows, 1)
+		require.NoError(t, json.Unmarshal([]byte(rows[0]), &row))
+		require.NotNil(t, row.SettleNote)
+		require.Equal(t, tc.note, *row.SettleNote)
+		gw.stop(t)
+	}
 }

@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"bufio"
 	"context"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -244,4 +245,61 @@ func waitChan[T any](t *testing.T, c <-chan T, what string) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("timed out waiting: " + what)
 	}
+}
+
+// TestGateway_AbandonedLargePlainAnswer: a plain answer larger than what
+// the gateway keeps whole (8 MiB) is passed on as it comes; its caller
+// reads a little of it and leaves. The upstream (a handler of the test's:
+// 9 MiB of content, then, once the gateway has seen the caller go, the
+// rest with the usage) is read to its end all the same, and the call is
+// settled from that usage, note caller_gone.
+//
+// How it can fail: on the old code the caller's leaving cancelled the
+// upstream read (and a failed write to the caller stopped the copy
+// anyway), so the call was charged its whole reservation, noted
+// reservation_cut as if the upstream had broken off.
+func TestGateway_AbandonedLargePlainAnswer(t *testing.T) {
+	left := make(chan struct{}, 1)
+	const usage = `"usage":{"prompt_tokens":12,"completion_tokens":3000,"total_tokens":3012}`
+	e := newEnv(t, envOpts{upstream: func(http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"id":"chatcmpl-big","object":"chat.completion","model":"gpt-x","choices":[{"index":0,"message":{"role":"assistant","content":"`)
+			_, _ = io.WriteString(w, strings.Repeat("a", 9<<20))
+			w.(http.Flusher).Flush()
+			select {
+			case <-left:
+			case <-time.After(10 * time.Second):
+			}
+			_, _ = io.WriteString(w, `"},"finish_reason":"stop"}],`+usage+`}`)
+		})
+	}})
+	gateway.SetCallerLeft(e.gw, func() {
+		select {
+		case left <- struct{}{}:
+		default:
+		}
+	})
+	secret := e.key("10", "team:big")
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.url+"/v1/chat/completions",
+		strings.NewReader(`{"model":"gpt-x","messages":[{"role":"user","content":"hi"}],"max_tokens":4000}`))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+secret)
+	resp, err := e.http.Do(req)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	_, err = io.ReadFull(resp.Body, make([]byte, 1024))
+	require.NoError(t, err)
+	cancel()
+	resp.Body.Close()
+	testenv.WaitFor(t, 20*time.Second, "the call is settled", func() bool { return e.budget("team:big").Open == 0 })
+	want := cost(fakellm.Usage{Input: 12, Output: 3000})
+	require.Positive(t, reserved(t, resp).Cmp(want))
+	requireMoney(t, want, e.budget("team:big").Spent)
+	id := resp.Header.Get("X-Spendgate-Reservation-Id")
+	require.Equal(t, gateway.NoteCallerGone, e.notes()[id])
+	require.Contains(t, e.callLine(id), "outcome=caller_gone")
 }

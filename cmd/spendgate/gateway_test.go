@@ -184,7 +184,11 @@ func TestGateway_KilledMidCallSettlesOnRestart(t *testing.T) {
 	// in so many words, it refuses to start.
 	second := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	gw2 := startGateway(t, url, second, "--upstream", "openai="+fake.URL+"/v1")
-	require.Contains(t, gw2.out.String(), "running without a journal")
+	// Logged before it was ready, but its output reaches gw2.out through
+	// a pipe the test process copies on its own time.
+	testenv.WaitFor(t, 10*time.Second, "the second gateway's warning", func() bool {
+		return strings.Contains(gw2.out.String(), "running without a journal")
+	})
 	gw2.stop(t)
 	r := runCLI(t, []string{"OPENAI_API_KEY=sk-upstream", "SPENDGATE_NATS_URL=" + url}, "gateway", "--listen", second,
 		"--upstream", "openai="+fake.URL+"/v1", "--journal", filepath.Join(testDir(t), "spendgate-gateway.journal"))

@@ -88,6 +88,7 @@ func TestDashboard_API(t *testing.T) {
 	require.Len(t, dr.Denials, 1)
 	require.Equal(t, "too-big", dr.Denials[0].RequestID)
 	require.Equal(t, "user:bob", string(dr.Denials[0].Denial.Scope))
+	require.Nil(t, dr.Denials[0].Denial.ResetsAt, "a lifetime budget never resets")
 
 	// Read-only, and a wrong method or path is answered in the API's
 	// error shape with a code, not the mux's plain text.

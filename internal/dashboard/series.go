@@ -77,8 +77,9 @@ func basisPoints(amount, limit events.Money) int64 {
 // whether it already has.
 type Forecast struct {
 	// PerHour is the burn rate (see PaceHalfLife): spend per hour, a
-	// decimal string rounded to 2 places ("" without spend in the last
-	// PaceWindow).
+	// decimal string rounded to 2 places, or below 1 to 3 significant
+	// digits (at most 12 places: a per-user budget spends fractions of a
+	// cent an hour); "" without spend in the last PaceWindow.
 	PerHour string `json:"per_hour,omitempty"`
 	// LastSpendAt is when the budget's spent last grew in this instance.
 	LastSpendAt *time.Time `json:"last_spend_at,omitempty"`
@@ -271,11 +272,7 @@ func forecast(in paceIn) Forecast {
 	if rate.Sign() <= 0 {
 		return f
 	}
-	var shown apd.Decimal
-	if _, err := calc.Quantize(&shown, rate, -2); err == nil {
-		shown.Reduce(&shown)
-		f.PerHour = shown.Text('f')
-	}
+	f.PerHour = shownRate(rate)
 	if f.Exhausted || in.limit.Sign() <= 0 {
 		return f
 	}
@@ -301,4 +298,20 @@ func forecast(in paceIn) Forecast {
 	f.ExhaustsAt = &at
 	f.BeforeReset = f.ResetsAt == nil || at.Before(*f.ResetsAt)
 	return f
+}
+
+// shownRate is a positive burn rate as Forecast.PerHour shows it: 2
+// places, or 3 significant digits below 1 (at most 12 places, the
+// places an amount has).
+func shownRate(rate *apd.Decimal) string {
+	exp := int32(-2)
+	if adj := int32(rate.NumDigits()) + rate.Exponent - 1; adj < 0 {
+		exp = max(adj-2, -12)
+	}
+	var shown apd.Decimal
+	if _, err := calc.Quantize(&shown, rate, exp); err != nil {
+		return ""
+	}
+	shown.Reduce(&shown)
+	return shown.Text('f')
 }

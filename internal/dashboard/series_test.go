@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"github.com/cockroachdb/apd/v3"
 	"strconv"
 	"testing"
 	"time"
@@ -163,5 +164,22 @@ func TestForecast_RecentIsAllPoints(t *testing.T) {
 		want, got := forecast(all), forecast(part)
 		require.Equal(t, want, got, tc.name)
 		require.NotNil(t, got.LastSpendAt, tc.name)
+	}
+}
+
+// A burn rate shows 2 places, or 3 significant digits below 1: a per-user
+// budget burning 0.0000432 an hour showed "0" beside a date it runs out.
+func TestForecast_ShownRate(t *testing.T) {
+	for in, want := range map[string]string{
+		"203.7861":        "203.79",
+		"1":               "1",
+		"0.999":           "0.999",
+		"0.12345":         "0.123",
+		"0.0000432198":    "0.0000432",
+		"0.0000000000049": "0.000000000005",
+	} {
+		d, _, err := apd.NewFromString(in)
+		require.NoError(t, err)
+		require.Equal(t, want, shownRate(d), in)
 	}
 }

@@ -34,8 +34,11 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -94,6 +97,10 @@ var endpoints = map[string]string{
 	streams.EndpointBudgetPut: events.AccessAdmin, streams.EndpointPricingPut: events.AccessAdmin,
 	streams.EndpointBudgetRetire: events.AccessAdmin,
 }
+
+// endpointList names every endpoint, sorted, for the answer to an unknown
+// one (from endpoints: a list written apart left budget.retire out).
+var endpointList = strings.Join(slices.Sorted(maps.Keys(endpoints)), ", ")
 
 // API serves the HTTP API. Make one with New and Register it on a mux.
 type API struct {
@@ -189,7 +196,7 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	endpoint := r.PathValue("endpoint")
 	need, ok := endpoints[endpoint]
 	if !ok {
-		a.fail(w, "other", http.StatusNotFound, CodeNotFound, "no endpoint "+strconv.Quote(endpoint)+" (admit, settle, release, void, admit.batch, settle.batch, release.batch, batch, budget.put, budget.get, budget.list, pricing.put, pricing.get, pricing.list, report)")
+		a.fail(w, "other", http.StatusNotFound, CodeNotFound, "no endpoint "+strconv.Quote(endpoint)+" ("+endpointList+")")
 		return
 	}
 	ctx := r.Context()

@@ -203,6 +203,12 @@ func TestAPI_Access(t *testing.T) {
 		if c.secret == none {
 			require.Contains(t, body, "send Authorization: Bearer <key>", "as written, not \\u003ckey\\u003e")
 		}
+		if c.status == http.StatusNotFound {
+			// It lists every endpoint there is (budget.retire was left out).
+			for _, ep := range []string{"admit", "budget.retire", "pricing.list", "report"} {
+				require.Contains(t, body, ep)
+			}
+		}
 		if c.status == http.StatusForbidden {
 			// The refusal says how the access is given.
 			want := "--access admin"

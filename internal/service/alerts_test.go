@@ -353,3 +353,25 @@ func TestAlerts_BlockingOnFirstDenial(t *testing.T) {
 	require.NotZero(t, def.Arm)
 	require.Equal(t, 1, got[events.AlertMsgID(events.AlertBlocking, bal, events.Money{}, def.Arm)])
 }
+
+// The replica's recent denials (the dashboard's list) say when the
+// denying budget resets, as the denial did; the denial record on the
+// stream leaves it out (its readers decode it strictly). How it can fail:
+// the ring kept the record's copy, without it.
+func TestService_RecentDenialsSayWhenTheBudgetResets(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpts{})
+	_, e := h.putDef(events.BudgetPutRequest{Scope: "org:acme", Period: "month", Limit: "1", Unit: "USD"})
+	require.Nil(t, e)
+	a, e := h.admit(events.AdmitRequest{RequestID: "fill", Scopes: []string{"org:acme"}, Amount: "0.8"})
+	require.Nil(t, e)
+	require.True(t, a.Admitted)
+	d, e := h.admit(events.AdmitRequest{RequestID: "over", Scopes: []string{"org:acme"}, Amount: "0.5"})
+	require.Nil(t, e)
+	require.False(t, d.Admitted)
+	require.NotNil(t, d.Denial.ResetsAt)
+	got := h.replicas[0].Service.RecentDenials()
+	require.Len(t, got, 1)
+	require.NotNil(t, got[0].Denial.ResetsAt)
+	require.True(t, d.Denial.ResetsAt.Equal(*got[0].Denial.ResetsAt))
+}

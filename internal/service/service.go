@@ -934,6 +934,9 @@ func (s *Service) countAdmit(ctx context.Context, req events.AdmitRequest, reply
 				s.denialRec.Record(d)
 			}
 		}
+		// The ring keeps when the budget resets: the dashboard's list of
+		// denials says it (the record leaves it out, above).
+		d.Denial.ResetsAt = reply.Denial.ResetsAt
 		s.denials.add(d)
 	}
 }

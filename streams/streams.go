@@ -965,6 +965,12 @@ func (l Layout) AlertStreamName() string { return l.c.Bucket + "_alerts" }
 // AlertFilter matches every alert subject ("spendgate.alert.v1.>").
 func (l Layout) AlertFilter() string { return l.c.Prefix + "alert." + AlertVersion + ".>" }
 
+// TenantAlertFilter matches the alert subjects of tenant's budgets
+// ("spendgate.alert.v1.t.acme.>").
+func (l Layout) TenantAlertFilter(tenant string) string {
+	return l.c.Prefix + "alert." + AlertVersion + "." + TenantToken + "." + tenant + ".>"
+}
+
 // AlertMsgSubject is the subject of alert a: its scope's AlertSubject,
 // then its period, period instance, unit ("_" for none), what it reports
 // (the threshold with "_" for its point, "0_8", or "blocking") and its arm

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/alerting"
 	"github.com/spendgate/spendgate/internal/config"
 	"github.com/spendgate/spendgate/internal/metrics"
@@ -36,7 +37,7 @@ var (
 	}
 	alertsWebhookCommand = command{
 		name:     "spendgate alerts webhook",
-		synopsis: "--url URL (--trusted-keys KEYS | --unverified) [--durable NAME] [--max-deliver N] [--from-start] [--listen 127.0.0.1:9190] [--nats-url URL] ...",
+		synopsis: "--url URL (--trusted-keys KEYS | --unverified) [--tenant NAME] [--durable NAME] [--max-deliver N] [--from-start] [--listen 127.0.0.1:9190] [--nats-url URL] ...",
 		about: `Delivers the alert stream (<bucket>_alerts, which the replicas fill) to a
 webhook: each alert is POSTed as {"text": "...", "alert": {...}} (a Slack
 incoming webhook shows the text), with an Idempotency-Key header holding the
@@ -46,7 +47,11 @@ doubling up to --retry-max) until --max-deliver attempts; then the alert is
 counted undelivered and left. Progress is a durable consumer (--durable):
 a restarted sink resumes where it was, and sinks sharing it share the work.
 A new consumer starts with the alerts published after it (--from-start: with
-every alert the stream keeps). The URL may come from $` + envAlertWebhookURL + `.
+every alert the stream keeps). --tenant NAME delivers that tenant's alerts
+only, on a consumer of its own (default durable spendgate-alerts-webhook-NAME):
+one sink per tenant gives each its own webhook, which no other tenant's alert
+reaches. A durable that exists with another filter is refused.
+The URL may come from $` + envAlertWebhookURL + `.
 Only alerts signed by one of --trusted-keys (the replicas' public keys) are
 delivered: the replica login may publish to the alert stream, and anything
 else there is dropped and counted (reason forged); --unverified delivers
@@ -71,7 +76,8 @@ func alertsCmd(args []string) int {
 	c.register(fs)
 	bucket := fs.String("bucket", streams.DefaultBucket, "ledger bucket name")
 	hook := fs.String("url", os.Getenv(envAlertWebhookURL), "the webhook's http(s) URL (default $"+envAlertWebhookURL+"; required)")
-	durable := fs.String("durable", alerting.DefaultDurable, "name of the sink's durable consumer on the alert stream")
+	durable := fs.String("durable", "", "the sink's durable consumer on the alert stream (default "+alerting.DefaultDurable+"[-TENANT])")
+	tenant := fs.String("tenant", "", "deliver this tenant's alerts only (a webhook of the tenant's own); default every alert")
 	maxDeliver := fs.Int("max-deliver", alerting.DefaultMaxDeliver, "delivery attempts of one alert before it is counted undelivered")
 	retryBase := fs.Duration("retry-base", alerting.DefaultRetryBase, "delay before the second attempt; it doubles with each attempt")
 	retryMax := fs.Duration("retry-max", alerting.DefaultRetryMax, "longest delay between attempts")
@@ -107,6 +113,11 @@ func alertsCmd(args []string) int {
 	if err := alerting.CheckURL(*hook); err != nil {
 		return alertsWebhookCommand.usageError(fs, "--url: "+err.Error())
 	}
+	if *tenant != "" {
+		if err := events.ValidateTenant(*tenant); err != nil {
+			return alertsWebhookCommand.usageError(fs, "--tenant: "+err.Error())
+		}
+	}
 	log := logging.New(os.Stderr)
 	// SIGHUP reads --trusted-keys again, as serve does (key rotation, a
 	// replica with a key of its own joining; see docs/security.md, Keys):
@@ -138,7 +149,7 @@ func alertsCmd(args []string) int {
 		log.Error("jetstream", "err", err)
 		return exitError
 	}
-	sink, err := alerting.NewSink(js, layout, alerting.SinkConfig{URL: *hook, Durable: *durable, MaxDeliver: *maxDeliver,
+	sink, err := alerting.NewSink(js, layout, alerting.SinkConfig{URL: *hook, Durable: *durable, Tenant: *tenant, MaxDeliver: *maxDeliver,
 		RetryBase: *retryBase, RetryMax: *retryMax, Timeout: *hookTimeout, FromStart: *fromStart, Trust: trust,
 		Metrics: metrics.NewAlertSink(reg), Log: log})
 	if err != nil {

@@ -22,6 +22,11 @@ import (
 	"github.com/spendgate/spendgate/streams"
 )
 
+// ErrConsumerFilter: the sink's durable consumer exists with another
+// filter than the sink's (a sink of every alert, or of another tenant,
+// made it).
+var ErrConsumerFilter = errors.New("alerting: the durable consumer filters other alerts")
+
 // Defaults of a Sink.
 const (
 	// DefaultDurable is the name of the webhook sink's durable consumer
@@ -62,9 +67,15 @@ type SinkConfig struct {
 	// URL is the webhook (a Slack incoming webhook, or anything that takes
 	// a JSON POST).
 	URL string
-	// Durable names the consumer (DefaultDurable). Sinks sharing it share
-	// the work: each alert goes to one of them.
+	// Durable names the consumer (DefaultDurable, or DefaultDurable-TENANT
+	// for a Tenant's sink). Sinks sharing it share the work: each alert
+	// goes to one of them.
 	Durable string
+	// Tenant, when set, delivers that tenant's alerts only (its consumer
+	// filters streams.Layout.TenantAlertFilter): a platform gives each
+	// tenant a webhook of its own, which no other tenant's alert reaches.
+	// "" delivers every alert.
+	Tenant string
 	// MaxDeliver bounds one alert's attempts (DefaultMaxDeliver); after
 	// the last fails it is counted undelivered and left.
 	MaxDeliver int
@@ -140,8 +151,16 @@ func NewSink(js jetstream.JetStream, layout streams.Layout, cfg SinkConfig) (*Si
 	if err := CheckURL(cfg.URL); err != nil {
 		return nil, err
 	}
+	if cfg.Tenant != "" {
+		if err := events.ValidateTenant(cfg.Tenant); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.Durable == "" {
 		cfg.Durable = DefaultDurable
+		if cfg.Tenant != "" {
+			cfg.Durable += "-" + cfg.Tenant
+		}
 	}
 	if cfg.MaxDeliver <= 0 {
 		cfg.MaxDeliver = DefaultMaxDeliver
@@ -198,10 +217,14 @@ func (s *Sink) ConsumerConfig() jetstream.ConsumerConfig {
 	if s.cfg.FromStart {
 		policy = jetstream.DeliverAllPolicy
 	}
+	filter, desc := s.layout.AlertFilter(), "spendgate alerts webhook sink"
+	if s.cfg.Tenant != "" {
+		filter, desc = s.layout.TenantAlertFilter(s.cfg.Tenant), desc+" of tenant "+s.cfg.Tenant
+	}
 	return jetstream.ConsumerConfig{
 		Durable:       s.cfg.Durable,
-		Description:   "spendgate alerts webhook sink",
-		FilterSubject: s.layout.AlertFilter(),
+		Description:   desc,
+		FilterSubject: filter,
 		DeliverPolicy: policy,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		// An attempt takes at most Timeout; the ack wait leaves room so a
@@ -238,6 +261,11 @@ func (s *Sink) Run(ctx context.Context) error {
 	}
 	if err != nil {
 		return fmt.Errorf("alerting: consumer %s: %w", cfg.Durable, err)
+	}
+	if got := cons.CachedInfo().Config.FilterSubject; got != cfg.FilterSubject {
+		// Another sink's consumer (every alert, or another tenant's):
+		// resuming it would deliver alerts this webhook must not get.
+		return fmt.Errorf("%w: consumer %s delivers %q, this sink %q: give it a --durable of its own", ErrConsumerFilter, cfg.Durable, got, cfg.FilterSubject)
 	}
 	cc, err := cons.Consume(func(msg jetstream.Msg) { s.handle(ctx, msg) })
 	if err != nil {

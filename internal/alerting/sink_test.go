@@ -460,3 +460,58 @@ func TestSink_UnknownKeyHeldUntilReload(t *testing.T) {
 	require.Zero(t, testutil.ToFloat64(m.Undelivered))
 	require.Zero(t, sink.Held())
 }
+
+// TestSink_TenantOnly: a sink given a tenant delivers that tenant's alerts
+// and no other's (a platform's webhook per tenant), on a consumer of its
+// own; a sink of every alert beside it still gets them all. A sink whose
+// durable exists with another filter refuses to run instead of delivering
+// alerts its webhook must not get. How it can fail: without the tenant's
+// filter, acme's webhook gets globex's and the deployment's alerts too.
+func TestSink_TenantOnly(t *testing.T) {
+	env := testenv.New(t)
+	_, err := streams.EnsureAlerts(context.Background(), env.JS, env.Layout)
+	require.NoError(t, err)
+	acme, all := newReceiver(t), newReceiver(t)
+	acme.up.Store(true)
+	all.up.Store(true)
+	runSink(t, env, alerting.SinkConfig{URL: acme.srv.URL, Tenant: "acme", Durable: alerting.DefaultDurable + "-acme"})
+	runSink(t, env, alerting.SinkConfig{URL: all.srv.URL, Durable: alerting.DefaultDurable})
+
+	p := alerting.New(env.JS, env.Layout)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = p.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	for _, scope := range []events.Scope{events.TenantScope("acme", "org:a"), events.TenantScope("globex", "org:g"), "org:own"} {
+		bal := events.BalanceRef{Scope: scope, Period: events.PeriodDay, Instance: "2026-12-02"}
+		p.Blocked(events.BlockingAlert(bal, "USD", events.MustMoney("5"), events.MustMoney("4.9"), "1", "r1", 0, time.Now()))
+	}
+	scopes := func(r *receiver) []string {
+		got, _ := r.bodies()
+		var out []string
+		for _, b := range got {
+			out = append(out, string(b.Alert.Balance.Scope))
+		}
+		return out
+	}
+	require.Eventually(t, func() bool { return len(scopes(all)) == 3 }, 30*time.Second, 5*time.Millisecond, "every alert reaches the sink of all")
+	consumerDone(t, env, alerting.DefaultDurable)
+	s, err := env.JS.Stream(context.Background(), env.Layout.AlertStreamName())
+	require.NoError(t, err)
+	c, err := s.Consumer(context.Background(), alerting.DefaultDurable+"-acme")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		ci, err := c.Info(context.Background())
+		return err == nil && ci.NumPending == 0 && ci.NumAckPending == 0 && ci.Delivered.Consumer == 1
+	}, 30*time.Second, 5*time.Millisecond, "acme's consumer took its one alert")
+	require.Equal(t, []string{"acme/org:a"}, scopes(acme), "acme's webhook: acme's alert only")
+
+	// globex's sink on acme's durable: refused, nothing delivered.
+	other, err := alerting.NewSink(env.JS, env.Layout, alerting.SinkConfig{URL: all.srv.URL, Tenant: "globex", Durable: alerting.DefaultDurable + "-acme"})
+	require.NoError(t, err)
+	rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer rcancel()
+	require.ErrorIs(t, other.Run(rctx), alerting.ErrConsumerFilter)
+	_, err = alerting.NewSink(env.JS, env.Layout, alerting.SinkConfig{URL: all.srv.URL, Tenant: "Not A Tenant"})
+	require.Error(t, err)
+}

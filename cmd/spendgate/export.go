@@ -5,16 +5,19 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/report"
 	"github.com/spendgate/spendgate/projector"
 )
 
 var auditExportCommand = command{
 	name:     "spendgate audit export",
-	synopsis: "[--from RFC3339] [--to RFC3339] [--scope KIND:ID ...] [--tenant NAME] [--format csv|jsonl] [--times exact|sheet] [--decimal point|comma] [--totals FILE] [--as-of RFC3339|POSITION] [--shadow] (--trusted-keys KEYS | --unverified) [--within D] [--nats-url URL] [--bucket NAME]",
+	synopsis: "[--from RFC3339] [--to RFC3339] [--scope KIND:ID ...] [--tenant NAME] [--format csv|jsonl] [--times exact|sheet] [--decimal point|comma] [--metadata KEYS] [--totals FILE] [--as-of RFC3339|POSITION] [--shadow] (--trusted-keys KEYS | --unverified) [--within D] [--nats-url URL] [--bucket NAME]",
 	about: `Writes one row per reservation on standard output: its request id, scopes,
 balances, unit, reserved amount, opened / expires / settled / released /
 expired times, status, actual (the cost the settle gave), overrun, excess
@@ -69,6 +72,7 @@ func auditExport(args []string) int {
 	shadow := fs.Bool("shadow", false, "write the check and shadow decisions instead of the reservations")
 	times := fs.String("times", "exact", "CSV times: exact (RFC 3339, as recorded) or sheet (2026-12-03 08:25:39, UTC, whole seconds: a spreadsheet reads it as a date)")
 	decimal := decimalFlag(fs)
+	metaCols := fs.String("metadata", "", "CSV: these metadata keys' columns, comma-separated, in this order, set or not, and no others (default: one per key seen, sorted), so a spreadsheet's columns stay put from one file to the next")
 	asOf := fs.String("as-of", "", "the book as it stood at this RFC 3339 time, or at this book position (as an earlier export printed it): the same rows however often it runs; default now")
 	if code, ok := cmd.parse(fs, args); !ok {
 		return code
@@ -105,6 +109,19 @@ func auditExport(args []string) int {
 	}
 	if f.Decimal != report.DecimalPoint && *format != "csv" {
 		return cmd.usageError(fs, "--decimal comma is for CSV: JSONL decimals are always as recorded")
+	}
+	if *metaCols != "" {
+		if *format != "csv" {
+			return cmd.usageError(fs, "--metadata is for CSV: a JSONL line has every key in its metadata object")
+		}
+		f.MetadataColumns = []string{}
+		for k := range strings.SplitSeq(*metaCols, ",") {
+			k = strings.TrimSpace(k)
+			if k == "" || slices.Contains(f.MetadataColumns, k) {
+				return cmd.usageError(fs, fmt.Sprintf("--metadata %q: want distinct keys, comma-separated", *metaCols))
+			}
+			f.MetadataColumns = append(f.MetadataColumns, k)
+		}
 	}
 	if *shadow && *totals != "" {
 		return cmd.usageError(fs, "--totals is for reservations: not with --shadow")
@@ -154,6 +171,10 @@ func auditExport(args []string) int {
 	// Two exports (or an export and a report) agree row for row when
 	// they read up to the same position.
 	fmt.Fprintf(os.Stderr, "spendgate: audit export: %d rows, as of book position %d\n", tot.Rows(), tot.Position)
+	if tot.Rows() == 0 && len(f.Scopes) > 0 {
+		// A scope misspelt exports a header and nothing else: say so.
+		fmt.Fprintf(os.Stderr, "spendgate: audit export: no reservation in the range names %s; check the spelling against spendgate budget list\n", scopeList(f.Scopes))
+	}
 	return exitOK
 }
 
@@ -180,4 +201,13 @@ func decimalFlag(fs *flag.FlagSet) *string {
 	return fs.String("decimal", "point",
 		"CSV decimals: point (12.50, fields separated by commas) or comma (12,50, fields separated by semicolons: "+
 			"what Excel expects in a locale with a decimal comma, such as de-DE or fr-FR)")
+}
+
+// scopeList names scopes for a message: "team:a" or "team:a or team:b".
+func scopeList(scopes []events.Scope) string {
+	names := make([]string, len(scopes))
+	for i, sc := range scopes {
+		names[i] = string(sc.Local())
+	}
+	return strings.Join(names, " or ")
 }

@@ -104,7 +104,7 @@ func TestCLI_ExportReportBalances(t *testing.T) {
 	require.Equal(t, []string{"reservation_id", "request_id", "scopes", "balances", "unit", "reserved",
 		"opened_at", "expires_at", "settled_at", "released_at", "expired_at", "status", "actual", "overrun", "excess", "settle_note", "late",
 		"release_reason", "model", "price_version", "quoted_input_tokens", "quoted_max_output_tokens", "input_tokens",
-		"output_tokens", "cached_input_tokens", "count", "price_input", "price_output", "price_cached_input", "metadata.feature", "metadata.model"}, recs[0])
+		"output_tokens", "cached_input_tokens", "count", "price_input", "price_output", "price_cached_input", "tenant", "metadata.feature", "metadata.model"}, recs[0])
 	require.Len(t, recs, 5)
 	col := func(rec []string, name string) string { return rec[indexOf(recs[0], name)] }
 	require.Equal(t, []string{r1, r2, r3, r4}, []string{recs[1][0], recs[2][0], recs[3][0], recs[4][0]})
@@ -452,5 +452,42 @@ func TestCLI_ExportDecimalCommaPrices(t *testing.T) {
 	require.Len(t, recs, 2)
 	for name, want := range map[string]string{"price_input": "0,15", "price_output": "0,6", "price_cached_input": "0,075", "actual": "0,00018"} {
 		require.Equal(t, want, recs[1][indexOf(recs[0], name)], name)
+	}
+}
+
+// What a spreadsheet needs of a month's file: --metadata fixes the
+// metadata columns (in its order, set or not) so a template's columns stay
+// put; tenant is a column of its own; a --scope no row names says so on
+// stderr instead of a header alone and silence. How it can fail: without
+// --metadata the header holds the keys seen (project absent, user last);
+// the tenant was only a prefix of request_id and scopes.
+func TestCLI_ExportColumnsForASpreadsheet(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	replicatest.Start(t, env, replica.Config{SweepInterval: -1})
+	url := env.URL()
+	ok := e2eOK(t, url)
+	ok("budget", "put", "--scope", "org:acme", "--period", "month", "--limit", "100", "--unit", "USD")
+	ok("budget", "put", "--tenant", "globex", "--scope", "team:g", "--period", "month", "--limit", "100", "--unit", "USD")
+	ok("admit", "--scope", "org:acme", "--amount", "1", "--meta", "user=ann", "--meta", "zone=eu")
+	ok("admit", "--tenant", "globex", "--scope", "team:g", "--amount", "2")
+
+	recs, err := csv.NewReader(strings.NewReader(ok("audit", "export", "--unverified", "--metadata", "project,user"))).ReadAll()
+	require.NoError(t, err)
+	require.Equal(t, []string{"tenant", "metadata.project", "metadata.user"}, recs[0][len(recs[0])-3:])
+	tenants := map[string][]string{}
+	for _, rec := range recs[1:] {
+		require.Len(t, rec, len(recs[0]))
+		tenants[rec[len(rec)-3]] = rec[len(rec)-2:]
+	}
+	require.Equal(t, map[string][]string{"": {"", "ann"}, "globex": {"", ""}}, tenants)
+
+	code, stdout, stderr := e2eCLIErr(t, url, "audit", "export", "--unverified", "--scope", "team:nope")
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, 1, strings.Count(stdout, "\n"), "a header alone")
+	require.Contains(t, stderr, "no reservation in the range names team:nope")
+	for _, bad := range [][]string{{"--metadata", "a,,b"}, {"--metadata", "a,a"}, {"--metadata", "a", "--format", "jsonl"}} {
+		code, _, stderr := e2eCLIErr(t, url, append([]string{"audit", "export", "--unverified"}, bad...)...)
+		require.Equal(t, 64, code, "%v: %s", bad, stderr)
 	}
 }

@@ -54,6 +54,11 @@ type Filter struct {
 	// runs. Rows, MetadataKeys and the reservation exports take them.
 	AsOf     uint64
 	AsOfTime time.Time
+	// MetadataColumns, when not nil, are a CSV export's metadata
+	// columns, in this order, whether or not any row sets them, and no
+	// others: a spreadsheet template's columns stay where they are from
+	// one month's file to the next. Nil: one per key seen, sorted.
+	MetadataColumns []string
 }
 
 // errPastAsOf ends a read at the first revision stored after
@@ -208,6 +213,15 @@ type scopeCharge struct {
 type scopeAmount struct {
 	scope  events.Scope
 	amount events.Money
+}
+
+// Tenant is the tenant whose scopes the row's reservation was admitted in
+// ("" for the untenanted deployment's).
+func (r *Row) Tenant() string {
+	if len(r.Scopes) == 0 {
+		return ""
+	}
+	return r.Scopes[0].Tenant()
 }
 
 // ReservedIn returns what scope s's money budgets hold for the row's

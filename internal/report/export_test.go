@@ -368,7 +368,19 @@ func TestExport_Filter(t *testing.T) {
 	_, err := report.NewReader(env.JS, env.Layout, p).ExportCSV(ctx, &out, report.Filter{Scopes: []events.Scope{"user:u-17"}, To: s(2)})
 	require.NoError(t, err)
 	header, _, _ := strings.Cut(out.String(), "\n")
-	require.True(t, strings.HasSuffix(header, ",count,price_input,price_output,price_cached_input,metadata.feature,metadata.model,metadata.user"), header)
+	require.True(t, strings.HasSuffix(header, ",count,price_input,price_output,price_cached_input,tenant,metadata.feature,metadata.model,metadata.user"), header)
+	// Unless the columns are asked for: those, in that order, set or not.
+	out.Reset()
+	_, err = report.NewReader(env.JS, env.Layout, p).ExportCSV(ctx, &out, report.Filter{Scopes: []events.Scope{"user:u-17"}, To: s(2),
+		MetadataColumns: []string{"user", "project"}})
+	require.NoError(t, err)
+	recs, err := csv.NewReader(&out).ReadAll()
+	require.NoError(t, err)
+	require.Equal(t, []string{"tenant", "metadata.user", "metadata.project"}, recs[0][len(recs[0])-3:])
+	for _, rec := range recs[1:] {
+		require.Equal(t, "", rec[len(rec)-1], "no row sets project")
+		require.Len(t, rec, len(recs[0]))
+	}
 
 	// A hold shorter than the time between the expiry and the late settle
 	// writes rsv_02 without its settle; the settle is then not exported.

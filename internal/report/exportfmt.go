@@ -25,14 +25,17 @@ import (
 // are the prices per million tokens the reservation was priced at (its
 // quote's, at price_version; empty when not priced from a model, and
 // price_cached_input when the model had no cached price), so that a
-// row's cost can be recomputed from the row alone.
+// row's cost can be recomputed from the row alone. tenant is the tenant
+// whose scopes the reservation was admitted in (empty for the untenanted
+// deployment's): its request_id, scopes and balances carry the tenant's
+// prefix ("acme/..."), as the book stores them.
 var ExportColumns = []string{
 	"reservation_id", "request_id", "scopes", "balances", "unit", "reserved",
 	"opened_at", "expires_at", "settled_at", "released_at", "expired_at",
 	"status", "actual", "overrun", "excess", "settle_note", "late", "release_reason",
 	"model", "price_version", "quoted_input_tokens", "quoted_max_output_tokens",
 	"input_tokens", "output_tokens", "cached_input_tokens", "count",
-	"price_input", "price_output", "price_cached_input",
+	"price_input", "price_output", "price_cached_input", "tenant",
 }
 
 // MetadataColumnPrefix starts the name of a metadata column of a CSV
@@ -254,6 +257,11 @@ func (p *Reader) ExportCSV(ctx context.Context, w io.Writer, f Filter) (Totals, 
 	if err != nil {
 		return Totals{}, err
 	}
+	if f.MetadataColumns != nil {
+		// The columns asked for, in their order, whether or not a row
+		// sets them (the first pass still fixes the position read up to).
+		keys = f.MetadataColumns
+	}
 	header := slices.Clone(ExportColumns)
 	for _, k := range keys {
 		header = append(header, SafeCell(MetadataColumnPrefix+k))
@@ -329,7 +337,7 @@ func fillRecord(rec []string, r *Row, keys []string, tf TimeFormat) {
 		tf.format(r.OpenedAt), tf.format(r.ExpiresAt), tf.format(r.SettledAt), tf.format(r.ReleasedAt), tf.format(r.ExpiredAt),
 		r.Status, actual, overrun, excess, r.Note, late, r.ReleaseReason,
 		priced[0], priced[1], priced[2], priced[3], priced[4], priced[5], priced[6],
-		count, prices[0], prices[1], prices[2],
+		count, prices[0], prices[1], prices[2], r.Tenant(),
 	}
 	n := copy(rec, fixed)
 	for i, k := range keys {
@@ -364,17 +372,20 @@ type jsonRow struct {
 	// The CSV's columns from model to cached_input_tokens and its three
 	// price_ columns, under the same names: null for an admit not priced
 	// from a model (the usage ones until it settles from usage).
-	Model                 *string           `json:"model"`
-	PriceVersion          *uint64           `json:"price_version"`
-	QuotedInputTokens     *int64            `json:"quoted_input_tokens"`
-	QuotedMaxOutputTokens *int64            `json:"quoted_max_output_tokens"`
-	InputTokens           *int64            `json:"input_tokens"`
-	OutputTokens          *int64            `json:"output_tokens"`
-	CachedInputTokens     *int64            `json:"cached_input_tokens"`
-	PriceInput            *events.Money     `json:"price_input"`
-	PriceOutput           *events.Money     `json:"price_output"`
-	PriceCachedInput      *events.Money     `json:"price_cached_input"`
-	Metadata              map[string]string `json:"metadata"`
+	Model                 *string       `json:"model"`
+	PriceVersion          *uint64       `json:"price_version"`
+	QuotedInputTokens     *int64        `json:"quoted_input_tokens"`
+	QuotedMaxOutputTokens *int64        `json:"quoted_max_output_tokens"`
+	InputTokens           *int64        `json:"input_tokens"`
+	OutputTokens          *int64        `json:"output_tokens"`
+	CachedInputTokens     *int64        `json:"cached_input_tokens"`
+	PriceInput            *events.Money `json:"price_input"`
+	PriceOutput           *events.Money `json:"price_output"`
+	PriceCachedInput      *events.Money `json:"price_cached_input"`
+	// Tenant is the CSV's tenant column ("" for the untenanted
+	// deployment's).
+	Tenant   string            `json:"tenant"`
+	Metadata map[string]string `json:"metadata"`
 	// Pricing and Usage: the same quote and usage as objects, as the
 	// events carry them (kept for readers written against them); absent
 	// when there is none.
@@ -416,6 +427,7 @@ func (p *Reader) ExportJSONL(ctx context.Context, w io.Writer, f Filter) (Totals
 			OpenedAt: optTime(r.OpenedAt), ExpiresAt: optTime(r.ExpiresAt), SettledAt: optTime(r.SettledAt),
 			ReleasedAt: optTime(r.ReleasedAt), ExpiredAt: optTime(r.ExpiredAt),
 			Status: r.Status, Late: r.Late, Metadata: r.Metadata, Pricing: r.Pricing, Usage: r.Usage, Count: r.Count,
+			Tenant: r.Tenant(),
 		}
 		if jr.Metadata == nil {
 			jr.Metadata = map[string]string{}

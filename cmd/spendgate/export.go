@@ -85,14 +85,8 @@ func auditExport(args []string) int {
 		if *shadow {
 			return cmd.usageError(fs, "--as-of is for reservations: not with --shadow")
 		}
-		if f.AsOf, err = strconv.ParseUint(*asOf, 10, 64); err != nil || f.AsOf == 0 {
-			f.AsOf = 0
-			if f.AsOfTime, err = parseTimeFlag("as-of", *asOf); err != nil {
-				return cmd.usageError(fs, fmt.Sprintf("--as-of %q: want an RFC 3339 time like %s, or a book position (a whole number > 0)", *asOf, timeExample))
-			}
-			if f.AsOfTime.After(time.Now().Add(atFutureSlack)) {
-				return cmd.usageError(fs, fmt.Sprintf("--as-of %q is in the future; leave --as-of out for the book now", *asOf))
-			}
+		if msg := parseAsOf(*asOf, &f); msg != "" {
+			return cmd.usageError(fs, msg)
 		}
 	}
 	if *format != "csv" && *format != "jsonl" {
@@ -210,4 +204,24 @@ func scopeList(scopes []events.Scope) string {
 		names[i] = string(sc.Local())
 	}
 	return strings.Join(names, " or ")
+}
+
+// parseAsOf sets f's AsOf (a book position) or AsOfTime (an RFC 3339
+// time, not in the future) from an --as-of value, or returns what is
+// wrong with it.
+func parseAsOf(v string, f *report.Filter) string {
+	pos, err := strconv.ParseUint(v, 10, 64)
+	if err == nil && pos > 0 {
+		f.AsOf = pos
+		return ""
+	}
+	at, err := parseTimeFlag("as-of", v)
+	if err != nil {
+		return fmt.Sprintf("--as-of %q: want an RFC 3339 time like %s, or a book position (a whole number > 0)", v, timeExample)
+	}
+	if at.After(time.Now().Add(atFutureSlack)) {
+		return fmt.Sprintf("--as-of %q is in the future; leave --as-of out for the book now", v)
+	}
+	f.AsOfTime = at
+	return ""
 }

@@ -409,10 +409,25 @@ func TestCLI_ExportAsOf(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	m := regexp.MustCompile(`as of book position ([1-9][0-9]*)`).FindStringSubmatch(stderr)
 	require.NotNil(t, m, stderr)
+	reportBefore := ok("report", "--by", "scope", "--format", "csv", "--replay", "--unverified")
 	cut := time.Now().UTC().Format(time.RFC3339Nano)
 
 	ok("settle", "--reservation", r1, "--actual", "1.5")
 	ok("admit", "--scope", "org:acme", "--amount", "3")
+	code, _, stderr = e2eCLIErr(t, url, "admit", "--scope", "org:acme", "--amount", "99")
+	require.Equal(t, 2, code, "denied: %s", stderr)
+	// The report replayed as of the earlier position or time: the earlier
+	// report, its denials included (none then; one now).
+	testenv.WaitFor(t, 30*time.Second, "the denial is on the denial stream", func() bool {
+		return strings.HasSuffix(strings.TrimSpace(ok("report", "--by", "scope", "--format", "csv", "--replay", "--unverified")), ",1")
+	})
+	require.Equal(t, reportBefore, ok("report", "--by", "scope", "--format", "csv", "--replay", "--unverified", "--as-of", m[1]))
+	require.Equal(t, reportBefore, ok("report", "--by", "scope", "--format", "csv", "--replay", "--unverified", "--as-of", cut))
+	for _, bad := range [][]string{{"--as-of", m[1]}, {"--replay", "--unverified", "--as-of", "99999"}, {"--replay", "--unverified", "--as-of", "2999-01-01T00:00:00Z"}} {
+		code, stdout, stderr := e2eCLIErr(t, url, append([]string{"report", "--by", "scope"}, bad...)...)
+		require.Equal(t, 64, code, "%v: %s", bad, stderr)
+		require.Empty(t, stdout)
+	}
 	now := ok("audit", "export", "--unverified")
 	require.NotEqual(t, before, now, "the book moved")
 	require.Equal(t, before, ok("audit", "export", "--unverified", "--as-of", m[1]), "as of the earlier position: the earlier file")

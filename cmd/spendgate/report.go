@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -12,12 +13,13 @@ import (
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/report"
+	"github.com/spendgate/spendgate/projector"
 	"github.com/spendgate/spendgate/streams"
 )
 
 var reportCommand = command{
 	name:     "spendgate report",
-	synopsis: "--by scope|KEY [--period YYYY-MM|YYYY-Www|YYYY-MM-DD | --from RFC3339 --to RFC3339] [--tenant NAME] [--format table|csv] [--decimal point|comma] [--shadow] [--replay (--trusted-keys KEYS | --unverified) [--scope KIND:ID ...] [--bucket NAME]] [--nats-url URL]",
+	synopsis: "--by scope|KEY [--period YYYY-MM|YYYY-Www|YYYY-MM-DD | --from RFC3339 --to RFC3339] [--tenant NAME] [--format table|csv] [--decimal point|comma] [--shadow] [--replay (--trusted-keys KEYS | --unverified) [--scope KIND:ID ...] [--as-of RFC3339|POSITION] [--bucket NAME]] [--nats-url URL]",
 	about: `Sums the reservations opened in [--from, --to) (or in the UTC month, week or day
 --period names) by scope or by the value of a metadata key (--by model,
 --by user, ...; --by metadata.KEY names a key called "scope"), one line per
@@ -38,7 +40,10 @@ past a kind's 500 in a group named as the kind's default (run:*), and
 those of kinds past 32 in (other). With --replay it
 replays the book of record instead (any --from/--to, --scope, no limits;
 memory follows the open reservations and the number of groups): the same
-numbers, for auditors to cross-check.
+numbers, for auditors to cross-check. --as-of (with --replay) reports the
+book as it stood at a book position (as a report or export printed it) or
+an RFC 3339 time, with the denials and checks of that instant or before:
+the month's close report, the same however often it runs.
 
 Check and shadow decisions (admits with "mode": "check" or "shadow", which
 reserve nothing) are reported apart from the spend: the table ends with
@@ -73,6 +78,7 @@ func reportCmd(args []string) int {
 	shadow := fs.Bool("shadow", false, "print the check and shadow decisions (not spend) only")
 	period := fs.String("period", "", "a UTC month (2026-11), ISO week (2026-W49) or day (2026-11-30): --from and --to for you")
 	decimal := decimalFlag(fs)
+	asOf := fs.String("as-of", "", "with --replay: the book as it stood at this RFC 3339 time or book position (as an export or report printed it), denials up to that instant: the same report however often it runs")
 	if code, ok := cmd.parse(fs, args); !ok {
 		return code
 	}
@@ -99,6 +105,14 @@ func reportCmd(args []string) int {
 	f, err := r.filter()
 	if err != nil {
 		return cmd.usageError(fs, err.Error())
+	}
+	if *asOf != "" {
+		if !*replay {
+			return cmd.usageError(fs, "--as-of needs --replay: a replica's report is of the book now")
+		}
+		if msg := parseAsOf(*asOf, &f); msg != "" {
+			return cmd.usageError(fs, msg)
+		}
 	}
 	if *replay {
 		if _, err := r.verify.keys(); err != nil {
@@ -131,7 +145,10 @@ func reportCmd(args []string) int {
 			return exitError
 		}
 		defer done()
-		if rep, err = p.Report(ctx, f, group); err != nil {
+		if rep, err = p.Report(ctx, f, group); errors.Is(err, projector.ErrPastEnd) {
+			fmt.Fprintf(os.Stderr, "spendgate: report: --as-of %s: %v; give a position an export or report printed, or leave --as-of out for the book now\n", *asOf, err)
+			return exitUsage
+		} else if err != nil {
 			fmt.Fprintln(os.Stderr, "spendgate: report:", err)
 			return exitError
 		}

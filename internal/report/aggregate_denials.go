@@ -81,6 +81,9 @@ func (f Filter) selectsDenial(at time.Time, k denialKind) bool {
 	if !f.From.IsZero() && at.Before(f.From) {
 		return false
 	}
+	if !f.denialsUntil.IsZero() && at.After(f.denialsUntil) {
+		return false
+	}
 	if !f.To.IsZero() && !at.Before(f.To) {
 		return false
 	}

@@ -54,6 +54,9 @@ type Filter struct {
 	// runs. Rows, MetadataKeys and the reservation exports take them.
 	AsOf     uint64
 	AsOfTime time.Time
+	// denialsUntil, when not zero, leaves out the denial and check
+	// records of a later time (Reader.Report as of a position or time).
+	denialsUntil time.Time
 	// MetadataColumns, when not nil, are a CSV export's metadata
 	// columns, in this order, whether or not any row sets them, and no
 	// others: a spreadsheet template's columns stay where they are from

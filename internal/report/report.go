@@ -2,6 +2,7 @@ package report
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -130,6 +131,17 @@ func (p *Reader) Report(ctx context.Context, f Filter, by GroupBy) (*SpendReport
 	if err != nil {
 		return nil, err
 	}
+	if f.AsOf > 0 || !f.AsOfTime.IsZero() {
+		// As of then: the denials and checks of that time or before (the
+		// denial stream is not the book: a record is stored within
+		// seconds of its time, never by a position).
+		f.denialsUntil = f.AsOfTime
+		if f.AsOf > 0 {
+			if f.denialsUntil, err = p.storedAt(ctx, f.AsOf); err != nil {
+				return nil, err
+			}
+		}
+	}
 	err = p.replayDenials(ctx, f, func(k denialKind) {
 		if by.scope {
 			for _, s := range k.scopes {
@@ -228,4 +240,17 @@ func IdleBalances(st *projector.State, t time.Time) []projector.Balance {
 	}
 	slices.SortFunc(out, func(a, b projector.Balance) int { return strings.Compare(a.Key, b.Key) })
 	return out
+}
+
+// storedAt is when the ledger stream stored the revision at seq.
+func (p *Reader) storedAt(ctx context.Context, seq uint64) (time.Time, error) {
+	s, err := p.js.Stream(ctx, p.layout.StreamName())
+	if err != nil {
+		return time.Time{}, err
+	}
+	m, err := s.GetMsg(ctx, seq)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("report: the revision at position %d (its time bounds the denials counted as of it): %w; give --as-of a time instead", seq, err)
+	}
+	return m.Time, nil
 }

@@ -352,7 +352,7 @@ func serve(args []string) int {
 		// The spend dashboard, read-only, on the operator listener.
 		if *dashboardOn {
 			host, _ := os.Hostname()
-			dash, err := dashboard.New(dashboard.Config{Book: r.Ledger, Series: r.Series, Denials: r.Service.RecentDenials,
+			dash, err := dashboard.New(dashboard.Config{Book: r.Ledger, Series: r.Series, Denials: r.RecentDenials,
 				Shadow: dashboard.ShadowOf(r.Reports), Replica: host, Log: log})
 			if err != nil {
 				log.Error("dashboard", "err", err)

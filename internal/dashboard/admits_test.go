@@ -33,6 +33,8 @@ type withBig struct {
 
 func (w withBig) Budgets() []ledger.Budget { return append(w.l.Budgets(), w.big.Budgets()...) }
 
+func (w withBig) Budget(ref events.BudgetRef) (ledger.Budget, bool) { return w.l.Budget(ref) }
+
 func (w withBig) Balance(ref events.BalanceRef) ledger.Balance {
 	bal := w.l.Balance(ref)
 	if x, ok := w.big.bal[ref]; ok {

@@ -32,6 +32,17 @@ func (b *bigBook) Budgets() []ledger.Budget {
 	return append([]ledger.Budget(nil), b.budgets...)
 }
 
+func (b *bigBook) Budget(ref events.BudgetRef) (ledger.Budget, bool) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	for _, x := range b.budgets {
+		if x.Ref == ref {
+			return x, true
+		}
+	}
+	return ledger.Budget{}, false
+}
+
 func (b *bigBook) Balance(ref events.BalanceRef) ledger.Balance {
 	b.mu.RLock()
 	defer b.mu.RUnlock()

@@ -34,6 +34,7 @@ const MaxDenials = 256
 // Book is what the dashboard reads of a replica's fold (a *ledger.Ledger).
 type Book interface {
 	Budgets() []ledger.Budget
+	Budget(events.BudgetRef) (ledger.Budget, bool)
 	Balance(events.BalanceRef) ledger.Balance
 }
 
@@ -620,7 +621,46 @@ func (d *Dashboard) denials(w http.ResponseWriter, r *http.Request) {
 		}
 		ds = mine
 	}
-	writeJSON(w, http.StatusOK, DenialsReply{Replica: d.cfg.Replica, Denials: ds[:min(len(ds), MaxDenials)]})
+	ds = ds[:min(len(ds), MaxDenials)]
+	for i := range ds {
+		d.withResetsAt(&ds[i])
+	}
+	writeJSON(w, http.StatusOK, DenialsReply{Replica: d.cfg.Replica, Denials: ds})
+}
+
+// withResetsAt sets x's ResetsAt where the denial has none (a record read
+// from the denial stream leaves it out) and waiting ends it: a
+// limit_reached denial of a request within the limit, or an exposure_cap
+// one; the end, in the denying budget's zone, of its period instance at
+// the denial's time, as the denial's reply said it.
+func (d *Dashboard) withResetsAt(x *events.AdmitDenied) {
+	n := &x.Denial
+	if n.ResetsAt != nil || n.Scope == "" || n.Period == "" {
+		return
+	}
+	switch n.Reason {
+	case events.ReasonLimitReached:
+		limit, err1 := events.ParseMoney(n.Limit)
+		asked, err2 := events.ParseMoney(n.Requested)
+		if err1 != nil || err2 != nil || asked.Cmp(limit) > 0 {
+			return // it can never fit: no wait ends it
+		}
+	case events.ReasonExposureCap:
+	default:
+		return
+	}
+	ref := events.BudgetRef{Scope: events.TenantScope(x.Tenant, n.Scope.Local()), Period: n.Period}
+	b, ok := d.cfg.Book.Budget(ref)
+	if !ok {
+		ref.Unit = n.Unit
+		if b, ok = d.cfg.Book.Budget(ref); !ok {
+			return
+		}
+	}
+	if end, ok := events.CalendarOf(n.Period, b.Loc).ResetAt(x.At); ok {
+		end = end.UTC()
+		n.ResetsAt = &end
+	}
 }
 
 // ShadowOf is Config.Shadow read from a replica's report aggregate (nil

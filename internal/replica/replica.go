@@ -334,7 +334,7 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	}
 	r.Service = svc
 	if cfg.Metrics != nil {
-		registerMetrics(cfg, l, svc, r.Series)
+		registerMetrics(cfg, l, svc, r.RecentDenials, r.Series)
 	}
 	if cfg.Feed { // the tenants' feed consumers, checked at start and every minute
 		tc, _ := feed.NewTenantCheck(js, cfg.Layout, feed.CheckLogger(cfg.Log)) // errs on a nil logger only; cfg.Log is set
@@ -506,9 +506,21 @@ func registerHealth(cfg Config, l *ledger.Ledger, probe *health.Probe) {
 	})
 }
 
+// RecentDenials are the newest denials the dashboard shows: every
+// replica's, from the denial stream as the spend report reads it (signed
+// records only; they outlive a restart, the stream being read again from
+// its start), when this replica keeps a report and records denials; else
+// this replica's own, kept in memory.
+func (r *Replica) RecentDenials() []events.AdmitDenied {
+	if r.Reports != nil && r.Denials != nil {
+		return r.Reports.RecentDenials()
+	}
+	return r.Service.RecentDenials()
+}
+
 // registerMetrics gives cfg.Metrics the replica's other gauges, once it
 // serves.
-func registerMetrics(cfg Config, l *ledger.Ledger, svc *service.Service, series *report.Series) {
+func registerMetrics(cfg Config, l *ledger.Ledger, svc *service.Service, recent func() []events.AdmitDenied, series *report.Series) {
 	// The per-tenant gauges, from the book's counts (the counters are the
 	// service's and the denial recorder's).
 	cfg.Metrics.RegisterTenants(func() []metrics.TenantSample {
@@ -525,7 +537,7 @@ func registerMetrics(cfg Config, l *ledger.Ledger, svc *service.Service, series 
 	// budgets whose gauges are written; the dashboard need not be served.
 	var forecasts *dashboard.Dashboard
 	if series != nil {
-		forecasts, _ = dashboard.New(dashboard.Config{Book: l, Series: series, Denials: svc.RecentDenials, Now: cfg.Now}) // errs only without Book or Series
+		forecasts, _ = dashboard.New(dashboard.Config{Book: l, Series: series, Denials: recent, Now: cfg.Now}) // errs only without Book or Series
 	}
 	cfg.Metrics.RegisterBudgets(cfg.MetricsBudgets, func() []metrics.BudgetSample {
 		budgets := l.Budgets()

@@ -115,6 +115,10 @@ type denialAggregate struct {
 	slots  slots
 	// shadow counts the check and shadow records among them (shadow.go).
 	shadow *shadowAggregate
+	// recent keeps the newest denial records, every replica's (the
+	// dashboard's recent denials): the fold reads the stream from its
+	// start when the replica starts, so they outlive a restart.
+	recent DenialRing
 }
 
 func newDenialAggregate() *denialAggregate {
@@ -136,6 +140,7 @@ func (a *denialAggregate) apply(seq uint64, data []byte) {
 		a.shadow.apply(seq, data)
 		return
 	}
+	a.recent.Add(d)
 	b := bucketOf(d.At)
 	cells := a.buckets[b]
 	if cells == nil {

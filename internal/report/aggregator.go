@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/gate"
 	"github.com/spendgate/spendgate/internal/signing"
 	"github.com/spendgate/spendgate/projector"
@@ -101,6 +102,17 @@ func WithDenialTrust(keys func() *signing.KeySet) AggregatorOption {
 		g.denialKeys = keys
 		return nil
 	}
+}
+
+// RecentDenials returns the newest denial records on the denial stream
+// (up to RecentDenialsSize, newest first by the order they were stored),
+// every replica's, those the report counts: a record no trusted key
+// signed is not among them. The stream's records have no ResetsAt.
+func (g *Aggregator) RecentDenials() []events.AdmitDenied {
+	g.den.mu.Lock()
+	agg := g.den.agg
+	g.den.mu.Unlock()
+	return agg.recent.Newest()
 }
 
 // DenialsSkipped returns how many denial records the report left out, by

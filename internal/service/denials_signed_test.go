@@ -136,6 +136,13 @@ func TestReport_DenialRecordsSigned(t *testing.T) {
 		return total(&live.SpendReport) == 4
 	}, 10*time.Second, 10*time.Millisecond, "the live report counts the genuine records and the legacy one, once each")
 	require.Equal(t, want, r.Reports.DenialsSkipped())
+	// The dashboard's recent denials are the records the report counts:
+	// the genuine three and the legacy one, none of the forged.
+	var recent []string
+	for _, x := range r.RecentDenials() {
+		recent = append(recent, x.RequestID)
+	}
+	require.ElementsMatch(t, []string{"d-1", "d-2", "d-3", "d-legacy"}, recent)
 
 	rd := report.NewReader(s.env.JS, s.env.Layout, projector.New(s.env.JS, s.env.Layout, projector.Verifying(s.trust)))
 	replay, err := rd.Report(ctx, report.Filter{}, report.ByMetadata("model"))

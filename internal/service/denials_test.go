@@ -14,7 +14,7 @@ func TestService_RecentDenials(t *testing.T) {
 	var s Service
 	require.Empty(t, s.RecentDenials())
 	for i := range DenialRingSize + 10 {
-		s.denials.add(events.AdmitDenied{RequestID: strconv.Itoa(i)})
+		s.denials.Add(events.AdmitDenied{RequestID: strconv.Itoa(i)})
 	}
 	got := s.RecentDenials()
 	require.Len(t, got, DenialRingSize)

@@ -65,7 +65,7 @@ type Service struct {
 	stats endpointStats
 
 	// denials keeps this replica's recent denials (RecentDenials).
-	denials denialRing
+	denials report.DenialRing
 	// reports answers the report endpoint; nil: report_unavailable.
 	reports *report.Aggregator
 	// denialRec records denied admits on the denial stream; nil: none.
@@ -937,7 +937,7 @@ func (s *Service) countAdmit(ctx context.Context, req events.AdmitRequest, reply
 		// The ring keeps when the budget resets: the dashboard's list of
 		// denials says it (the record leaves it out, above).
 		d.Denial.ResetsAt = reply.Denial.ResetsAt
-		s.denials.add(d)
+		s.denials.Add(d)
 	}
 }
 

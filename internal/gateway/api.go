@@ -185,9 +185,12 @@ func (a *api) parse(body []byte, cfg *Config) (*call, error) {
 				// gateway would reserve no output.
 				return nil, badRequest(f + " must be a whole number of tokens, at least 1")
 			}
-			if ok {
+			if ok && n > c.maxOutput {
+				// Both named (max_completion_tokens and the older
+				// max_tokens): the larger, since a provider or router
+				// may honour either, and the reservation must hold what
+				// it may produce.
 				c.maxOutput = n
-				break
 			}
 		}
 		if c.maxOutput < 0 {

@@ -821,8 +821,13 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *api, c *cal
 	closed := false
 	// Each read that brings bytes starts the idle bound again.
 	body := &activityReader{r: resp.Body, active: func() { idle.Reset(g.cfg.UpstreamTimeout) }}
-	keep := keepWriting(rc, g.cfg.UpstreamTimeout+g.writeGrace)
-	err = pumpStream(w, body, st, ab, keep, func() {
+	// A write the caller holds up (not reading) stops the upstream's
+	// idle bound: the provider is not silent, the gateway is not reading.
+	// The write's own deadline (keepWriting) bounds the caller.
+	keepW := keepWriting(rc, g.cfg.UpstreamTimeout+g.writeGrace)
+	keep := func() { idle.Stop(); keepW() }
+	written := func() { idle.Reset(g.cfg.UpstreamTimeout) }
+	err = pumpStream(w, body, st, ab, keep, written, func() {
 		closed = true
 		o := outcome{u: st.u, final: st.final, label: OutcomeOK, served: st.served}
 		switch {
@@ -851,13 +856,17 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *api, c *cal
 	if err != nil && l.err == nil {
 		l.err = redact(err, up.Key)
 	}
-	if err != nil && !ab.gone() && !st.done && !st.failed {
-		// The stream ends without its terminal event: the caller's SDK
-		// is told why in the provider's own error event, so it raises
-		// its API error with the code instead of a bare connection drop
-		// (or, worse, taking half an answer for a whole one).
+	if !ab.gone() && !st.done && !st.failed {
+		// The stream ends without its terminal event (broken off, or
+		// ended cleanly without it): the caller's SDK is told why in the
+		// provider's own error event, so it raises its API error with
+		// the code instead of a bare connection drop (or, worse, taking
+		// half an answer for a whole one).
 		e := streamEndError(up.Kind, err)
 		writeStreamError(w, a.kind, e)
+		if l.err == nil {
+			l.err = errors.New("the stream ended without its terminal event")
+		}
 		l.err = fmt.Errorf("%s: %w", e.code, l.err)
 	}
 }

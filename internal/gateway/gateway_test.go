@@ -1325,3 +1325,25 @@ func TestGateway_DenialByOpenReservationsSaysSo(t *testing.T) {
 	require.NotContains(t, shape.Error.Message, "is spent")
 	readAll(t, first)
 }
+
+// TestGateway_BothMaxTokensReserveTheLarger: a chat call naming both
+// max_completion_tokens and the older max_tokens reserves for the larger,
+// since a provider or router may honour either; it reserved for the first
+// field found, so {"max_completion_tokens":5,"max_tokens":100000000} was
+// admitted for 5 tokens (and passed the 10,000,000-token cap).
+func TestGateway_BothMaxTokensReserveTheLarger(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	secret := e.key("100", "team:both")
+	msgs := `"messages":[{"role":"user","content":"hi"}]`
+	post := func(limits string) *http.Response {
+		resp := e.post("/v1/chat/completions", secret, `{"model":"gpt-x",`+msgs+`,`+limits+`}`)
+		readAll(t, resp)
+		return resp
+	}
+	// The same body length both ways (the input is reserved by bytes).
+	a := reserved(t, post(`"max_completion_tokens":5,"max_tokens":5000`))
+	require.Equal(t, a, reserved(t, post(`"max_completion_tokens":5000,"max_tokens":5`)))
+	require.Positive(t, a.Cmp(reserved(t, post(`"max_completion_tokens":5,"max_tokens":9`))), "5000 output tokens reserved, not 5")
+	resp := post(`"max_completion_tokens":5,"max_tokens":100000000`)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode, "past the cap on output tokens")
+}

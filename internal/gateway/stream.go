@@ -261,18 +261,31 @@ func (s *streamState) observeAnthropic(name, data []byte) {
 // pumpStream forwards the upstream's events to the caller as they come,
 // each flushed at once; the terminal event is held back until hold
 // returns, so that a caller that sees the answer's end sees its spend in
-// the ledger. keep is called before each write (keepWriting). A caller
+// the ledger. keep is called before each write (keepWriting), wrote after
+// it (with flushing: the time a caller that does not read holds the
+// write up is not the upstream's silence). A caller
 // that leaves (ab: its connection closed, or a write to it failed) is
 // written nothing more, and the stream is still read, for its usage, until
 // its end or until the upstream request is ended (DrainAbandoned's bound,
 // the upstream timeout, the gateway's shutdown: abandon.go). It stops at
 // the stream's end or when the upstream fails.
-func pumpStream(w http.ResponseWriter, body io.Reader, st *streamState, ab *abandon, keep, hold func()) error {
+func pumpStream(w http.ResponseWriter, body io.Reader, st *streamState, ab *abandon, keep, wrote, hold func()) error {
 	fl, _ := w.(http.Flusher)
 	r := newStreamReader(body)
 	held := false
 	for {
 		ev, rerr := r.next()
+		if rerr != nil && len(ev) > 0 {
+			// What the stream broke off in, or ended on without its
+			// blank line: whole lines make an event (ended here), a
+			// line cut short is no event, and written on it would join
+			// the error event that follows into one line of broken JSON.
+			if ev[len(ev)-1] != '\n' {
+				ev = nil
+			} else {
+				ev = append(ev, '\n')
+			}
+		}
 		if len(ev) > 0 {
 			drop := st.observe(ev)
 			if st.done && !held {
@@ -281,12 +294,15 @@ func pumpStream(w http.ResponseWriter, body io.Reader, st *streamState, ab *aban
 			}
 			if !drop && !ab.gone() {
 				keep()
-				if _, werr := w.Write(ev); werr != nil {
-					ab.left()
-				} else if fl != nil && (!r.eventWaiting() || st.done) {
+				_, werr := w.Write(ev)
+				if werr == nil && fl != nil && (!r.eventWaiting() || st.done) {
 					// Flushed unless a whole event is already here: events
 					// that came together leave together, none waits.
 					fl.Flush()
+				}
+				wrote()
+				if werr != nil {
+					ab.left()
 				}
 			}
 		}

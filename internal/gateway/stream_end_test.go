@@ -2,12 +2,17 @@ package gateway_test
 
 import (
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/spendgate/spendgate/internal/gateway"
+	"github.com/spendgate/spendgate/testenv"
 )
 
 // sseEvents splits an SSE body into its events' (name, data).
@@ -179,4 +184,94 @@ func TestGateway_MaxStreamBoundsAStream(t *testing.T) {
 	r, ok = e.replica.Ledger.Reservation(resp.Header.Get("X-Spendgate-Reservation-Id"))
 	require.True(t, ok)
 	require.Equal(t, time.Second+time.Minute, r.ExpiresAt.Sub(r.OpenedAt), "a plain call's TTL")
+}
+
+// brokenStreams is an upstream that answers a chat stream whose body says
+// "midevent" with two whole events and then a third cut in the middle of
+// its data line (the connection closed with the chunked body unfinished:
+// a read error), and one that says "cleanend" with two whole events and a
+// clean end, without [DONE] nor a usage.
+func brokenStreams(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body := readBody(r)
+		mid, clean := strings.Contains(body, "midevent"), strings.Contains(body, "cleanend")
+		if !mid && !clean {
+			r.Body = readCloser(body)
+			next.ServeHTTP(w, r)
+			return
+		}
+		const ev = `data: {"id":"c1","object":"chat.completion.chunk","model":"gpt-x","choices":[{"index":0,"delta":{"content":"a"}}]}` + "\n\n"
+		if clean {
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = w.Write([]byte(ev + ev))
+			return
+		}
+		conn, buf, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		_, _ = buf.WriteString("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+		for _, part := range []string{ev, ev, `data: {"id":"c1","choices":[{"delta":{"c`} {
+			_, _ = fmt.Fprintf(buf, "%x\r\n%s\r\n", len(part), part)
+		}
+		_ = buf.Flush()
+	})
+}
+
+// TestGateway_BrokenStreamEndsInAWholeErrorEvent: a stream broken off in
+// the middle of an event ends, for the caller, in the two whole events
+// and the error event, every data line whole JSON: the half event is not
+// passed on (it was, and the error event joined it into one line of
+// broken JSON, which the SDKs fail to parse instead of raising the error's
+// code). A stream that ends cleanly without its terminal event gets the
+// error event too (it got none: an SDK took half an answer for a whole
+// one). Both are charged their reservation.
+func TestGateway_BrokenStreamEndsInAWholeErrorEvent(t *testing.T) {
+	e := newEnv(t, envOpts{upstream: brokenStreams})
+	for _, c := range []string{"midevent", "cleanend"} {
+		scope := "team:" + c
+		secret := e.key("10", scope)
+		resp := e.post("/v1/chat/completions", secret, `{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"`+c+`"}],"max_tokens":5}`)
+		body := readAll(t, resp)
+		require.Equal(t, http.StatusOK, resp.StatusCode, body)
+		_, data := sseEvents(body)
+		require.Len(t, data, 3, "%s: the two whole events, then the error: %s", c, body)
+		for _, d := range data {
+			require.True(t, json.Valid([]byte(d)), "%s: every data line is whole JSON: %q", c, d)
+		}
+		requireStreamError(t, "/v1/chat/completions", body, "upstream_cut")
+		b := e.budget(scope)
+		require.Zero(t, b.Open)
+		requireMoney(t, reserved(t, resp), b.Spent, "charged its reservation")
+	}
+}
+
+// TestGateway_StalledReaderIsNotAnUpstreamTimeout: a caller that stops
+// reading a stream for longer than the upstream timeout (but less than
+// the write's grace after it) holds the gateway's writes up, not the
+// provider: the stream goes on when it reads again, to its end, settled
+// from its usage. Before, the upstream's idle bound ran while the gateway
+// was blocked writing, cut the stream as upstream_timeout and charged its
+// reservation. The pause is the behaviour under test (a caller that does
+// not read for 2.5 s), not a wait for something; the answer is large
+// enough (about 30 MB) that the connection's buffers fill.
+func TestGateway_StalledReaderIsNotAnUpstreamTimeout(t *testing.T) {
+	e := newEnv(t, envOpts{upstreamTimeout: time.Second})
+	gateway.SetWriteGrace(e.gw, 10*time.Second)
+	secret := e.key("1000", "team:stall")
+	resp := e.post("/v1/chat/completions", secret, `{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"fake:out=400000"}],"max_tokens":400000}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	first := make([]byte, 1024)
+	_, err := io.ReadFull(resp.Body, first)
+	require.NoError(t, err)
+	time.Sleep(2500 * time.Millisecond) // the caller does not read
+	body := string(first) + readAll(t, resp)
+	_, data := sseEvents(body)
+	require.Equal(t, "[DONE]", data[len(data)-1], "the stream ran to its end")
+	calls := e.fake.Calls()
+	require.Len(t, calls, 1)
+	require.NotNil(t, calls[0].Usage)
+	testenv.WaitFor(t, 10*time.Second, "settled", func() bool { return e.budget("team:stall").Open == 0 })
+	requireMoney(t, cost(*calls[0].Usage), e.budget("team:stall").Spent, "settled from its usage")
 }

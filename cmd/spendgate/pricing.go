@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/csv"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -53,8 +54,10 @@ of pricing put (model, unit, input, output, cached_input), or the output of
 pricing list. CSV has a header row naming the columns model, input, output and
 optionally unit and cached_input. Every row is checked before the first put;
 the puts then run in order and stop at the first error (a row already put
-stays put: running the import again is safe). --format defaults to the file's
-extension. Prints {"prices": [the reply of each put]}.`,
+stays put: running the import again is safe). A file with no rows, or a JSON
+object with no "prices" array (LiteLLM's per-token price file is one), is
+refused and nothing is put. --format defaults to the file's extension. Prints
+{"prices": [the reply of each put]}.`,
 	}
 )
 
@@ -155,6 +158,15 @@ func pricing(args []string) int {
 // maxPriceTable bounds the size of an imported price table.
 const maxPriceTable = 4 << 20
 
+// errNoPricesArray refuses a JSON object that is not what pricing list
+// prints, such as LiteLLM's model_prices_and_context_window.json (model
+// names as keys, prices per token), which would otherwise import nothing.
+var errNoPricesArray = errors.New(`json: an object with no "prices" array: want an array of ` +
+	`{"model", "input", "output", ...} or {"prices": [...]} as pricing list prints it. ` +
+	`LiteLLM's model_prices_and_context_window.json is not read: its prices are per token; ` +
+	`input_cost_per_token and output_cost_per_token times 1,000,000 are the input and output ` +
+	`prices per million tokens this table takes`)
+
 // parsePriceTable reads a price table (see pricing import) and checks
 // every row as pricing.put would, naming the row of the first bad one.
 func parsePriceTable(data []byte, format string) ([]events.PricingPutRequest, error) {
@@ -166,7 +178,17 @@ func parsePriceTable(data []byte, format string) ([]events.PricingPutRequest, er
 	switch format {
 	case "json":
 		t := bytes.TrimSpace(data)
-		if len(t) > 0 && t[0] == '{' {
+		if len(t) == 0 {
+			return nil, fmt.Errorf("the file is empty: no prices to import")
+		}
+		if t[0] == '{' {
+			var obj map[string]json.RawMessage
+			if err := json.Unmarshal(t, &obj); err != nil {
+				return nil, fmt.Errorf("json: %v", err)
+			}
+			if _, ok := obj["prices"]; !ok {
+				return nil, errNoPricesArray
+			}
 			var list struct {
 				Prices []events.PricingPutRequest `json:"prices"`
 			}
@@ -212,6 +234,9 @@ func parsePriceTable(data []byte, format string) ([]events.PricingPutRequest, er
 			rows = append(rows, events.PricingPutRequest{Model: get(rec, "model"), Unit: get(rec, "unit"),
 				Input: get(rec, "input"), Output: get(rec, "output"), CachedInput: get(rec, "cached_input")})
 		}
+	}
+	if len(rows) == 0 {
+		return nil, fmt.Errorf("no prices in the file: nothing to import")
 	}
 	for i, row := range rows {
 		if _, err := service.ParsePricingPut(row); err != nil {

@@ -77,9 +77,13 @@ func TestServe_FeedAndDashboard(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(body), &br))
 	require.Len(t, br.Budgets, 1)
 	require.Equal(t, "0.25", br.Budgets[0].Spent)
-	code, body = httpStatus(t, base+"api/denials")
-	require.Equal(t, http.StatusOK, code)
-	require.Contains(t, body, `"request_id":"f-2"`)
+	// The recent denials are read from the denial stream, where the
+	// record lands off the request path: wait for it.
+	testenv.WaitFor(t, 30*time.Second, "the denial in the dashboard's recent denials", func() bool {
+		code, body = httpStatus(t, base+"api/denials")
+		require.Equal(t, http.StatusOK, code)
+		return strings.Contains(body, `"request_id":"f-2"`)
+	})
 }
 
 // TestServe_TenantConsumerCheck: a replica with --feed checks the tenants'

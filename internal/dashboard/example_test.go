@@ -18,7 +18,7 @@ func Example() {
 	}
 	d, err := dashboard.New(dashboard.Config{
 		Book: replica.Ledger, Series: replica.Series, // the replica's fold keeps the charts' series
-		Denials: replica.Service.RecentDenials, Replica: "replica-1",
+		Denials: replica.RecentDenials, Replica: "replica-1", // every replica's, from the denial stream
 	})
 	if err != nil {
 		return

@@ -296,6 +296,9 @@ func (l *Ledger) follow(ctx context.Context, from, startLast uint64) error {
 			}
 			l.foldedEvents.Add(uint64(n))
 		}
+		if l.isReady() {
+			l.noteStamp(meta.Timestamp)
+		}
 		l.mu.Lock()
 		l.bk.forgetUntil(seq, meta.Timestamp)
 		l.lag.Store(meta.NumPending)

@@ -34,6 +34,8 @@ type Ledger struct {
 	// mu guards bk.
 	mu sync.RWMutex
 	bk *book
+	// skew samples this machine's clock against the server's (skew.go).
+	skew clockSkew
 	// tenantLimits is the book's tenant limits, published by the fold
 	// for lock-free reads (TenantLimitsOf).
 	tenantLimits atomic.Pointer[map[string]TenantLimits]

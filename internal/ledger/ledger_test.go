@@ -221,3 +221,21 @@ func TestLedger_DecideErrorCommitsNothing(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, before.State.LastSeq, after.State.LastSeq)
 }
+
+// A replica measures its clock against the server's from the messages it
+// folds: on one machine, within a second of zero, once one was folded.
+func TestLedger_ClockSkew(t *testing.T) {
+	env := testenv.New(t)
+	l := startLedger(t, env)
+	_, ok := l.ClockSkew()
+	require.False(t, ok, "nothing folded yet")
+	ref := events.BudgetRef{Scope: "org:skew", Period: events.PeriodMonth}
+	_, err := l.PutBudget(context.Background(), ref, events.MustMoney("1"), "USD", time.Now())
+	require.NoError(t, err)
+	testenv.WaitFor(t, 10*time.Second, "the skew measured from the write", func() bool {
+		_, ok := l.ClockSkew()
+		return ok
+	})
+	d, _ := l.ClockSkew()
+	require.Less(t, d.Abs(), time.Second, "%s", d)
+}

@@ -86,6 +86,7 @@ func fullSet(budgets func() []BudgetSample) *Set {
 	s.RegisterBudgets(3, budgets)
 	s.RegisterFollowerLag(func() uint64 { return 12 })
 	s.RegisterSnapshotAge(func() time.Duration { return -1 })
+	s.RegisterClockSkew(func() (time.Duration, bool) { return 0, false })
 	s.RegisterFeedRelay(FeedRelayStats{Relayed: one, Lost: one, Forged: one, Drift: one, Queued: one, Stalled: one, Dropped: one, Refolded: one, CheckpointLoaded: one, CheckpointWritten: one})
 	s.RegisterLedgerHealth(func() LedgerHealth { return LedgerHealth{Ready: true, Leader: true, Delay: time.Second} })
 	s.RegisterTenantConsumerCheck(one, func() int64 { return 0 })
@@ -169,6 +170,7 @@ func TestSet_Families(t *testing.T) {
 		{"spendgate_denials_recorded_total", dto.MetricType_COUNTER, nil},
 		{"spendgate_denials_dropped_total", dto.MetricType_COUNTER, nil},
 		{"spendgate_denials_limited_total", dto.MetricType_COUNTER, nil},
+		{"spendgate_clock_skew_seconds", dto.MetricType_GAUGE, nil},
 		{"spendgate_denials_failed_total", dto.MetricType_COUNTER, nil},
 		{"spendgate_report_cells", dto.MetricType_GAUGE, nil},
 		{"spendgate_report_reservations", dto.MetricType_GAUGE, nil},

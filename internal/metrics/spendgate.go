@@ -258,6 +258,20 @@ func (s *Set) RegisterBook(f func() BookStats) {
 	)
 }
 
+// RegisterClockSkew adds spendgate_clock_skew_seconds, how far this
+// machine's clock is ahead of the NATS server's (negative: behind), as f
+// measures it (NaN before it has).
+func (s *Set) RegisterClockSkew(f func() (time.Duration, bool)) {
+	s.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "spendgate_clock_skew_seconds",
+		Help: "How far this machine's clock is ahead of the NATS server's (negative: behind), from the messages its follower folded in the last 10 minutes (NaN when none was). Expiry and period boundaries follow the machine clock: alert past a second."}, func() float64 {
+		d, ok := f()
+		if !ok {
+			return math.NaN()
+		}
+		return d.Seconds()
+	}))
+}
+
 // RegisterSnapshotAge adds spendgate_snapshot_age_seconds, the age of the
 // newest book snapshot; f returns a negative duration when there is none,
 // which is written as NaN.

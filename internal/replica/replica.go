@@ -490,6 +490,7 @@ func registerHealth(cfg Config, l *ledger.Ledger, probe *health.Probe) {
 	// as the follower's own consumer (on any copy) reports it.
 	cfg.Metrics.RegisterFollowerLag(probe.Lag)
 	cfg.Metrics.RegisterSnapshotAge(l.SnapshotAge)
+	cfg.Metrics.RegisterClockSkew(l.ClockSkew)
 	cfg.Metrics.RegisterBook(func() metrics.BookStats {
 		st := l.Stats()
 		return metrics.BookStats{Balances: st.Balances, Window: st.Window, Pruned: st.Pruned, Budgets: st.Budgets, Retired: st.Retired, Learned: st.Learned}

@@ -93,7 +93,10 @@ func (l *Ledger) ClockSkew() (time.Duration, bool) { return l.skew.estimate(time
 func (l *Ledger) noteStamp(stamp time.Time) {
 	now := time.Now()
 	l.skew.add(now, stamp)
-	if d, ok := l.skew.estimate(now); ok && (d > skewWarn || d < -skewWarn) && l.skew.shouldWarn(now) {
+	if lag := now.Sub(stamp); lag.Abs() <= skewWarn {
+		return // the estimate is at most this: nothing to warn of (the cheap path, every message)
+	}
+	if d, ok := l.skew.estimate(now); ok && d.Abs() > skewWarn && l.skew.shouldWarn(now) {
 		l.opts.log.Warn("ledger: this machine's clock is off the NATS server's; expiry and period boundaries follow the machine clock, so keep the replicas' clocks in sync (NTP): a replica ahead releases other replicas' reservations early",
 			"skew", d.Round(time.Millisecond))
 	}

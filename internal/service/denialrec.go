@@ -50,10 +50,6 @@ type DenialRecorder struct {
 	// leaves out.
 	tenantBytes *tenantBuckets
 	onLimited   func(tenant string)
-	// unknownBytes bounds the untenanted deployment's records of admits
-	// naming a budget it does not have (unknown_budget), as one tenant's
-	// are: nil, no bound (LimitTenantBytes).
-	unknownBytes *tenantBuckets
 	// signer returns the key each record is signed with as it is
 	// published (nil, or returning nil: unsigned); see SignWith.
 	signer func() *signing.Signer
@@ -104,13 +100,13 @@ func (r *DenialRecorder) WaitAtMost(d time.Duration) {
 // unbounded. own, if not nil, gives the tenants whose own limits set
 // DenialBytes theirs. The untenanted deployment's denials are not
 // bounded, except those of admits naming a budget it does not have
-// (unknown_budget), which share one bound of perSecond: any name is
+// (unknown_budget), which share one bound of perSecond (the bucket of
+// tenant "", a name no tenant has): any name is
 // such a scope, so a caller sending made-up names as fast as it can
 // would otherwise fill the buffer every record shares and crowd out the
 // denials of real budgets. Call it before Run.
 func (r *DenialRecorder) LimitTenantBytes(perSecond int, own *TenantTable, onLimited func(tenant string)) {
 	r.tenantBytes = newTenantBuckets(perSecond, perSecond*TenantDenialBurst, time.Now, own.bytesOf())
-	r.unknownBytes = newTenantBuckets(perSecond, perSecond*TenantDenialBurst, time.Now, nil)
 	r.onLimited = onLimited
 }
 
@@ -145,14 +141,8 @@ type record struct {
 func (r *DenialRecorder) Record(d events.AdmitDenied) bool {
 	d.Replica = r.replica
 	rec := record{denial: &d}
-	bound := r.tenantBytes
-	if d.Tenant == "" {
-		bound = nil
-		if d.Denial.Reason == events.ReasonUnknownBudget {
-			bound = r.unknownBytes
-		}
-	}
-	if bound != nil {
+	bounded := d.Tenant != "" || d.Denial.Reason == events.ReasonUnknownBudget
+	if bounded && r.tenantBytes != nil {
 		// Counted at its encoded size, before it takes a place in the
 		// buffer, which every tenant shares.
 		data, err := events.EncodeAdmitDenied(d)
@@ -160,7 +150,7 @@ func (r *DenialRecorder) Record(d events.AdmitDenied) bool {
 			r.failed.Add(1)
 			return false
 		}
-		if !bound.take(d.Tenant, len(data)) {
+		if !r.tenantBytes.take(d.Tenant, len(data)) {
 			r.limited.Add(1)
 			if r.onLimited != nil && d.Tenant != "" {
 				r.onLimited(d.Tenant)

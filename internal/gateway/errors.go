@@ -103,8 +103,15 @@ const HeaderErrorCode = "X-Spendgate-Error-Code"
 func (e *callError) write(w http.ResponseWriter, kind string) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
-	if e.retryAfter > 0 {
-		h.Set("Retry-After", strconv.FormatInt(e.retryAfter, 10))
+	retryAfter := e.retryAfter
+	if retryAfter == 0 && e.code == "ledger_unavailable" {
+		// A replica comes back (or another takes over) within seconds:
+		// the SDKs honour a Retry-After of at most a minute, so their
+		// retry comes a second later instead of after their own backoff.
+		retryAfter = 1
+	}
+	if retryAfter > 0 {
+		h.Set("Retry-After", strconv.FormatInt(retryAfter, 10))
 	}
 	if e.noRetry {
 		h.Set("X-Should-Retry", "false")

@@ -720,12 +720,14 @@ func TestGateway_LedgerDownFailsClosed(t *testing.T) {
 	got := readAll(t, resp)
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, got)
 	require.Contains(t, got, "ledger_unavailable")
+	require.Equal(t, "1", resp.Header.Get("Retry-After"), "the SDKs retry a second later, not after their own backoff")
 	// A key the gateway has not cached cannot be checked either.
 	_, unknown, err := events.NewAPIKey()
 	require.NoError(t, err)
 	resp = e.post("/v1/chat/completions", unknown, body)
 	readAll(t, resp)
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	require.Equal(t, "1", resp.Header.Get("Retry-After"))
 	require.Len(t, e.fake.Calls(), 1)
 }
 

@@ -23,8 +23,9 @@
 // an unknown one), key_disabled (401), forbidden (403, an endpoint the
 // key's access does not reach), not_found (404, no such endpoint),
 // method_not_allowed (405, a method other than POST; the answer says
-// Allow: POST), ledger_unavailable (503, no replica answered in time;
-// retry with the same request id, an admit with "retry":true).
+// Allow: POST), ledger_unavailable (503 with Retry-After: 1, no replica
+// answered in time; retry with the same request id, an admit with
+// "retry":true).
 package httpapi
 
 import (
@@ -188,6 +189,12 @@ func (a *API) fail(w http.ResponseWriter, endpoint string, status int, code even
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(events.ErrorReply{Error: &events.Error{Code: code, Message: msg}})
 	w.Header().Set("Content-Type", "application/json")
+	if code == events.CodeLedgerUnavailable {
+		// A replica comes back (or another takes over) within seconds:
+		// a client that honours Retry-After tries again soon, not after
+		// its own longer backoff.
+		w.Header().Set("Retry-After", "1")
+	}
 	w.WriteHeader(status)
 	_, _ = w.Write(b.Bytes())
 }
@@ -281,6 +288,11 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	a.requests.WithLabelValues(endpoint, code).Inc()
 	w.Header().Set("Content-Type", "application/json")
+	if code == string(events.CodeLedgerUnavailable) || code == string(events.CodeLedgerBusy) {
+		// The replica answered that it cannot decide now (an election, a
+		// lane contended past its retries): as the HTTP layer's own 503.
+		w.Header().Set("Retry-After", "1")
+	}
 	w.Header().Set("Content-Length", strconv.Itoa(len(msg.Data)))
 	w.WriteHeader(status)
 	_, _ = w.Write(msg.Data)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/client"
@@ -231,9 +232,29 @@ func TestAPI_Access(t *testing.T) {
 	status, _ := e.post(svc, "budget.list", ``) // caches the key
 	require.Equal(t, http.StatusOK, status)
 	e.stop()
-	status, body := e.post(svc, "budget.list", ``)
+	status, h, body := e.send(http.MethodPost, svc, "budget.list", ``)
 	require.Equal(t, http.StatusServiceUnavailable, status, body)
 	require.Equal(t, events.CodeLedgerUnavailable, code(t, body))
+	require.Equal(t, "1", h.Get("Retry-After"), "a client retries a second later")
+
+	// A replica that answers it cannot decide now (ledger_busy, or
+	// ledger_unavailable during an election): its answer passes through
+	// with Retry-After too. A responder of our own stands in for it, since
+	// a real one answers so only under contention or a lost leader.
+	sub, err := e.nc.Subscribe(e.te.Layout.Endpoint(">"), func(m *nats.Msg) {
+		r := nats.NewMsg(m.Reply)
+		r.Header.Set(micro.ErrorHeader, string(events.CodeLedgerBusy))
+		r.Header.Set(micro.ErrorCodeHeader, "503")
+		r.Data = []byte(`{"error":{"code":"ledger_busy","message":"busy"}}`)
+		_ = m.RespondMsg(r)
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	require.NoError(t, e.nc.Flush())
+	status, h, body = e.send(http.MethodPost, svc, "budget.list", ``)
+	require.Equal(t, http.StatusServiceUnavailable, status, body)
+	require.Equal(t, events.CodeLedgerBusy, code(t, body))
+	require.Equal(t, "1", h.Get("Retry-After"))
 }
 
 // TestAPI_UnknownKeysLimitedPerAddress: the HTTP API shares the gateway's

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/ledger"
 	"github.com/spendgate/spendgate/internal/replica"
 	"github.com/spendgate/spendgate/internal/replicatest"
 	"github.com/spendgate/spendgate/internal/soak"
@@ -177,4 +178,53 @@ func BenchmarkSweep100k(b *testing.B) {
 		b.ReportMetric(time.Since(start).Seconds(), "s-to-release-100k")
 		b.StopTimer()
 	}
+}
+
+// A replica whose machine clock runs ten minutes ahead of the NATS
+// server's (and of the other replica's) sweeps on the server's time: it
+// releases a reservation the other replica admitted when its TTL is over,
+// not ten minutes early, and the reservations it admits itself expire a
+// TTL after the server's now. How we know it can fail: with the replica's
+// clock the machine's (Ledger.Now returning the machine clock unchanged,
+// as before the correction), the first sweep released the 30-second
+// reservation at once, and the replica's own admit expired ten minutes
+// late.
+func TestSweep_ClockAheadIsCorrected(t *testing.T) {
+	env := testenv.New(t)
+	ahead := 10 * time.Minute
+	a := replicatest.Start(t, env, replica.Config{SweepInterval: -1})
+	b := replicatest.Start(t, env, replica.Config{SweepInterval: time.Hour, LedgerOptions: []ledger.Option{
+		ledger.WithMachineClock(func() time.Time { return time.Now().Add(ahead) })}})
+	ctx := ctxFor(t)
+
+	d, ok := b.Ledger.ClockSkew()
+	require.True(t, ok, "measured when the replica started")
+	require.InDelta(t, ahead.Seconds(), d.Seconds(), 5, "the measured skew")
+	require.WithinDuration(t, time.Now(), b.Ledger.Now(), 5*time.Second, "the replica's clock is the server's")
+
+	_, err := a.Ledger.PutBudget(ctx, events.BudgetRef{Scope: "org:skew", Period: events.PeriodMonth}, events.MustMoney("10"), "USD", time.Now())
+	require.NoError(t, err)
+	long, err := a.Admitter.Admit(ctx, events.AdmitRequest{RequestID: "long", Scopes: []string{"org:skew"}, Amount: "1", TTL: "30s"})
+	require.NoError(t, err)
+	require.True(t, long.Admitted)
+	short, err := a.Admitter.Admit(ctx, events.AdmitRequest{RequestID: "short", Scopes: []string{"org:skew"}, Amount: "1", TTL: "1s"})
+	require.NoError(t, err)
+	require.True(t, short.Admitted)
+	require.NoError(t, b.Ledger.Sync(ctx))
+
+	testenv.WaitFor(t, 30*time.Second, "b's sweeper releases the 1-second reservation once it is due", func() bool {
+		_, err := b.Sweeper.Pass(ctx)
+		require.NoError(t, err)
+		r, ok := b.Ledger.Reservation(short.ReservationID)
+		return ok && r.Status == events.StatusExpired
+	})
+	r, ok := b.Ledger.Reservation(long.ReservationID)
+	require.True(t, ok)
+	require.Equal(t, events.StatusOpen, r.Status, "released %s before its TTL (expires %s)", time.Until(*long.ExpiresAt), long.ExpiresAt)
+
+	own, err := b.Admitter.Admit(ctx, events.AdmitRequest{RequestID: "own", Scopes: []string{"org:skew"}, Amount: "1", TTL: "30s"})
+	require.NoError(t, err)
+	require.True(t, own.Admitted)
+	require.NotNil(t, own.ExpiresAt)
+	require.WithinDuration(t, time.Now().Add(30*time.Second), *own.ExpiresAt, 5*time.Second, "expires a TTL after the server's now")
 }

@@ -156,8 +156,12 @@ func (l *Ledger) Run(ctx context.Context) (err error) {
 	var startLast uint64
 	trimmed := false
 	for {
+		sent := l.opts.clock()
 		info, err := l.stream.Info(ctx)
 		if err == nil {
+			// The first sample of the clock's skew, before the replica
+			// decides anything (see Now).
+			l.sampleInfo(sent, info)
 			startLast = info.State.LastSeq
 			// The stream denies deletes and keeps every revision: only a
 			// trim (a purge) leaves it starting late or with gaps.
@@ -198,6 +202,7 @@ func (l *Ledger) Run(ctx context.Context) (err error) {
 	loopCtx, stopLoop := context.WithCancel(ctx)
 	defer stopLoop()
 	l.goOwned(func() { l.snapshotLoop(loopCtx) })
+	l.goOwned(func() { l.probeClock(loopCtx) })
 	for {
 		err := l.follow(ctx, l.applied.Load()+1, startLast)
 		if ctx.Err() != nil {

@@ -222,20 +222,37 @@ func TestLedger_DecideErrorCommitsNothing(t *testing.T) {
 	require.Equal(t, before.State.LastSeq, after.State.LastSeq)
 }
 
-// A replica measures its clock against the server's from the messages it
-// folds: on one machine, within a second of zero, once one was folded.
+// A replica measures its clock against the server's, from the stream
+// info it reads when it starts and the messages it folds: on one machine,
+// within a second of zero, and not corrected.
 func TestLedger_ClockSkew(t *testing.T) {
 	env := testenv.New(t)
 	l := startLedger(t, env)
-	_, ok := l.ClockSkew()
-	require.False(t, ok, "nothing folded yet")
+	d, ok := l.ClockSkew()
+	require.True(t, ok, "measured at start")
+	require.Less(t, d.Abs(), time.Second, "%s", d)
 	ref := events.BudgetRef{Scope: "org:skew", Period: events.PeriodMonth}
 	_, err := l.PutBudget(context.Background(), ref, events.MustMoney("1"), "USD", time.Now())
 	require.NoError(t, err)
-	testenv.WaitFor(t, 10*time.Second, "the skew measured from the write", func() bool {
-		_, ok := l.ClockSkew()
-		return ok
-	})
-	d, _ := l.ClockSkew()
+	require.NoError(t, l.Sync(context.Background()))
+	d, _ = l.ClockSkew()
 	require.Less(t, d.Abs(), time.Second, "%s", d)
+	before := time.Now()
+	now := l.Now()
+	require.False(t, now.Before(before), "within a second of the server's: the machine's clock, uncorrected")
+	require.WithinDuration(t, time.Now(), now, time.Second)
+}
+
+// A machine clock minutes behind (or ahead of) the server's is corrected:
+// the ledger's Now is the server's time. How we know it can fail: Now
+// returning the machine's clock was ten minutes off.
+func TestLedger_ClockOffIsCorrected(t *testing.T) {
+	env := testenv.New(t)
+	for _, off := range []time.Duration{-10 * time.Minute, 10 * time.Minute} {
+		l := startLedger(t, env, ledger.WithMachineClock(func() time.Time { return time.Now().Add(off) }))
+		d, ok := l.ClockSkew()
+		require.True(t, ok)
+		require.InDelta(t, off.Seconds(), d.Seconds(), 5, "%s", off)
+		require.WithinDuration(t, time.Now(), l.Now(), 5*time.Second, "%s", off)
+	}
 }

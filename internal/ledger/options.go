@@ -73,6 +73,9 @@ type options struct {
 	// ownWriter: Run dials a connection of its own for the writes (see
 	// WithWriteConn).
 	ownWriter bool
+	// clock is the machine's clock, which Now corrects (see
+	// WithMachineClock).
+	clock func() time.Time
 }
 
 func defaultOptions() options {
@@ -90,6 +93,21 @@ func defaultOptions() options {
 		snapInterval:  DefaultSnapshotInterval,
 		orphanAge:     orphanChunkAge,
 		ownWriter:     true,
+		clock:         time.Now,
+	}
+}
+
+// WithMachineClock sets the clock the ledger takes for this machine's
+// (default time.Now): the one it measures against the NATS server's
+// stamps (ClockSkew) and corrects (Now). Tests set one off the server's
+// to stand for a machine whose clock is wrong.
+func WithMachineClock(now func() time.Time) Option {
+	return func(o *options) error {
+		if now == nil {
+			return fmt.Errorf("ledger: nil machine clock")
+		}
+		o.clock = now
+		return nil
 	}
 }
 

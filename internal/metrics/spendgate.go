@@ -263,7 +263,7 @@ func (s *Set) RegisterBook(f func() BookStats) {
 // measures it (NaN before it has).
 func (s *Set) RegisterClockSkew(f func() (time.Duration, bool)) {
 	s.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "spendgate_clock_skew_seconds",
-		Help: "How far this machine's clock is ahead of the NATS server's (negative: behind), from the messages its follower folded in the last 10 minutes (NaN when none was). Expiry and period boundaries follow the machine clock: alert past a second."}, func() float64 {
+		Help: "How far this machine's clock is ahead of the NATS server's (negative: behind), from the messages its follower folded and the stream infos read in the last 30 seconds (NaN when none was). Past a second the replica corrects its clock by it; alert past a second all the same (fix the host's NTP)."}, func() float64 {
 		d, ok := f()
 		if !ok {
 			return math.NaN()

@@ -31,7 +31,8 @@ import (
 type Config struct {
 	Layout streams.Layout
 	// Now is the clock of admissions, settles and the sweeper; default
-	// time.Now.
+	// the machine's clock corrected by its skew from the NATS server's
+	// (ledger.Ledger.Now).
 	Now func() time.Time
 	// DefaultTTL, MinTTL, MaxTTL bound reservation TTLs; zero values take
 	// the events package defaults.
@@ -182,7 +183,8 @@ func (r *Replica) teardown() {
 // It returns once the replica answers requests; on an error, what it had
 // started is stopped.
 func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config) (_ *Replica, err error) {
-	if cfg.Now == nil {
+	machineClock := cfg.Now == nil
+	if machineClock {
 		cfg.Now = time.Now
 	}
 	if cfg.Log == nil {
@@ -206,6 +208,12 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	l, err := ledger.New(ctx, nc, js, cfg.Layout, append(lopts, cfg.LedgerOptions...)...)
 	if err != nil {
 		return nil, err
+	}
+	if machineClock {
+		// The machine's clock corrected by its measured skew from the
+		// NATS server's: replicas whose clocks disagree still agree on
+		// expiry and periods.
+		cfg.Now = l.Now
 	}
 	// Alerts: the threshold alerts are derived from the fold (every
 	// crossing any replica committed: every replica publishes, the alert

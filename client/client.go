@@ -517,7 +517,13 @@ func (c *Client) request(ctx context.Context, endpoint string, req, out any) err
 			all, cancel = context.WithDeadline(ctx, start.Add(c.timeout*time.Duration(c.attempts)))
 			defer cancel()
 		}
-		if !retry || attempt >= c.attempts || all.Err() != nil {
+		// No responders is answered at once: no replica serves the
+		// subject yet (one restarting, the embedded server back before its
+		// service). Counted as attempts, its retries would span only their
+		// pauses (60 ms by default), not the request's bound: it is retried,
+		// with growing pauses, until that bound has passed.
+		noResponders := errors.Is(err, nats.ErrNoResponders) && c.attempts > 1
+		if !retry || (attempt >= c.attempts && !noResponders) || all.Err() != nil {
 			return err
 		}
 		if r, ok := req.(events.AdmitRequest); ok && !r.Retry {

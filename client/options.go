@@ -121,7 +121,10 @@ func WithTimeout(d time.Duration) Option {
 // WithRetries sets the total number of attempts of a request, the first
 // included (default DefaultAttempts); it must be in [1, MaxAttempts].
 // Only failures that leave the request unanswered are retried: timeouts, no
-// responders, ledger_busy and ledger_unavailable.
+// responders, ledger_busy and ledger_unavailable. No responders, which
+// comes back at once while no replica serves the subject (one restarting),
+// is retried with growing pauses until timeout × attempts has passed,
+// however many attempts that takes (with attempts > 1).
 //
 // Sizing: a request rides through a leader change of the ledger stream
 // when timeout × attempts exceeds it. The defaults (6 s) cover a graceful

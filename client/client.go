@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -36,6 +37,10 @@ type Client struct {
 	coalesce *coalescer
 	mux      *replyMux
 	brief    bool
+	// voiding maps the request id of an admit being voided in the
+	// background (its caller gave up mid-request) to a channel closed when
+	// the void is done: an admit of that id waits for it (see Admit).
+	voiding sync.Map
 }
 
 // New returns a client that sends requests on nc under the service prefix
@@ -134,7 +139,10 @@ func (c *Client) errorLog() *slog.Logger {
 // returns at once) (Void, with the
 // admit's scopes, under context.WithoutCancel and its own timeout ×
 // attempts): a reservation that landed is released at once, and an admit
-// still in flight reserves nothing when it lands. The DeniedError's Void
+// still in flight reserves nothing when it lands. An Admit of the same
+// request id on this client while such a background void is under way
+// waits for it, and is then refused request_voided (ErrConflict): retry
+// with a new request id. The DeniedError's Void
 // holds the void's reply; if the void failed too (the ledger is down), it
 // is nil, the failure is logged at WARN, and a reservation that landed expires
 // after its TTL.
@@ -145,6 +153,18 @@ func (c *Client) Admit(ctx context.Context, req events.AdmitRequest) (*Reservati
 	if c.brief {
 		req.Brief = true
 	}
+	if done, ok := c.voiding.Load(req.RequestID); ok {
+		// A retry of an admit whose caller gave up, while its void is
+		// under way: sent now, it could be answered with the reservation
+		// (a replay) that the void then releases under the caller, whose
+		// call would run unreserved and whose settle would be refused.
+		// After the void, it is answered request_voided.
+		select {
+		case <-done.(chan struct{}):
+		case <-ctx.Done():
+			return nil, fmt.Errorf("spendgate: %s: %w", c.layout.Endpoint(streams.EndpointAdmit), ctx.Err())
+		}
+	}
 	var reply events.AdmitReply
 	err := c.request(ctx, streams.EndpointAdmit, req, &reply)
 	if err != nil {
@@ -153,7 +173,13 @@ func (c *Client) Admit(ctx context.Context, req events.AdmitRequest) (*Reservati
 				// The caller gave up mid-request: the admit may have
 				// landed. Void it so that it holds nothing, without
 				// holding the caller (it returns ctx's error at once).
-				go c.voidUnknown(ctx, req, err)
+				done := make(chan struct{})
+				c.voiding.Store(req.RequestID, done)
+				go func() {
+					defer close(done)
+					defer c.voiding.CompareAndDelete(req.RequestID, done)
+					c.voidUnknown(ctx, req, err)
+				}()
 			}
 			return nil, err
 		}

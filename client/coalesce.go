@@ -397,7 +397,8 @@ func (m *replyMux) add(f *flight, timeout time.Duration) (reply, token string, e
 	// Set under m.mu: complete reads it after take, which locks m.mu.
 	f.timer = time.AfterFunc(timeout, func() {
 		if m.take(token) != nil {
-			f.complete(nil, fmt.Errorf("no reply within %s: %w", timeout, errAttemptTimeout))
+			// attempt names the timeout in its error.
+			f.complete(nil, errAttemptTimeout)
 		}
 	})
 	m.mu.Unlock()

@@ -165,6 +165,8 @@ type Outcome struct {
 //
 // Errors, in precedence order:
 //
+//   - invalid_mode matching ErrInvalid (nothing is sent, call is not
+//     run): req.Mode is check or shadow, which reserve nothing.
 //   - Admit's error (call is not run): a *DeniedError matching ErrDenied
 //     (and ErrUnavailable when the ledger did not answer: fail closed); a
 //     refusal matching ErrInvalid or ErrConflict (an *events.Error); or
@@ -182,6 +184,11 @@ type Outcome struct {
 //     reservation stays open until it expires.
 func Call(ctx context.Context, c *Client, req events.AdmitRequest, call func(ctx context.Context) (actual string, err error)) (Outcome, error) {
 	var out Outcome
+	if req.Mode == events.ModeCheck || req.Mode == events.ModeShadow {
+		// Such an admit reserves nothing: there would be nothing to settle
+		// after the call, and its settle would fail once the call ran.
+		return out, invalid(events.CodeInvalidMode, "Call reserves before it calls, and mode %q reserves nothing: use Client.Admit to ask what an admit would do", req.Mode)
+	}
 	res, err := c.Admit(ctx, req)
 	if err != nil {
 		var de *DeniedError

@@ -310,6 +310,14 @@ func (s *Sink) handle(ctx context.Context, msg jetstream.Msg) {
 		_ = msg.Term()
 		return
 	}
+	if s.cfg.Tenant != "" && a.Balance.Scope.Tenant() != s.cfg.Tenant {
+		// The tenant's filter also matches the alerts of an untenanted
+		// budget whose scope is t:<tenant> ("spendgate.alert.v1.t.acme.month..."):
+		// the deployment's alert, never the tenant's, so its webhook must
+		// not get it.
+		_ = msg.Ack()
+		return
+	}
 	reason, err := s.post(ctx, a)
 	if err == nil {
 		s.m.Deliveries.Inc()

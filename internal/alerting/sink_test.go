@@ -515,3 +515,41 @@ func TestSink_TenantOnly(t *testing.T) {
 	_, err = alerting.NewSink(env.JS, env.Layout, alerting.SinkConfig{URL: all.srv.URL, Tenant: "Not A Tenant"})
 	require.Error(t, err)
 }
+
+// TestSink_TenantOnlyNotAnUntenantedTScope: the untenanted budget t:acme
+// has its alerts on "spendgate.alert.v1.t.acme.<period>...", which the
+// tenant's filter "spendgate.alert.v1.t.acme.>" matches too. How it can
+// fail: acme's webhook gets the deployment's alerts of t:acme (a budget
+// acme has nothing to do with).
+func TestSink_TenantOnlyNotAnUntenantedTScope(t *testing.T) {
+	env := testenv.New(t)
+	_, err := streams.EnsureAlerts(context.Background(), env.JS, env.Layout)
+	require.NoError(t, err)
+	acme := newReceiver(t)
+	acme.up.Store(true)
+	runSink(t, env, alerting.SinkConfig{URL: acme.srv.URL, Tenant: "acme", Durable: alerting.DefaultDurable + "-acme"})
+
+	p := alerting.New(env.JS, env.Layout)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = p.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	for _, scope := range []events.Scope{"t:acme", events.TenantScope("acme", "org:a")} {
+		bal := events.BalanceRef{Scope: scope, Period: events.PeriodDay, Instance: "2026-12-02"}
+		p.Blocked(events.BlockingAlert(bal, "USD", events.MustMoney("5"), events.MustMoney("4.9"), "1", "r1", 0, time.Now()))
+	}
+	s, err := env.JS.Stream(context.Background(), env.Layout.AlertStreamName())
+	require.NoError(t, err)
+	c, err := s.Consumer(context.Background(), alerting.DefaultDurable+"-acme")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		ci, err := c.Info(context.Background())
+		return err == nil && ci.NumPending == 0 && ci.NumAckPending == 0 && ci.Delivered.Consumer == 2
+	}, 30*time.Second, 5*time.Millisecond, "acme's consumer took both alerts its filter matches")
+	got, _ := acme.bodies()
+	var scopes []string
+	for _, b := range got {
+		scopes = append(scopes, string(b.Alert.Balance.Scope))
+	}
+	require.Equal(t, []string{"acme/org:a"}, scopes, "acme's webhook: acme's alert only, not the untenanted t:acme's")
+}

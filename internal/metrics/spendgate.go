@@ -375,7 +375,7 @@ func (s *Set) RegisterDenials(recorded, dropped, failed, limited func() uint64) 
 		counterFunc("spendgate_denials_failed_total",
 			"Denied admits this replica did not record because the publish failed.", failed),
 		counterFunc("spendgate_denials_limited_total",
-			"Denied admits this replica did not record past a bound of bytes per second: a tenant's (also in spendgate_tenant_limited_total), or the untenanted deployment's for budgets it does not have (unknown_budget).", limited),
+			"Denied admits (and check and shadow answers) this replica did not record past a bound of bytes per second: a tenant's (also in spendgate_tenant_limited_total), or the untenanted deployment's for budgets it does not have (unknown_budget).", limited),
 	)
 }
 

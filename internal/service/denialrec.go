@@ -126,8 +126,8 @@ func (r *DenialRecorder) Replica() string { return r.replica }
 type record struct {
 	denial *events.AdmitDenied
 	check  *events.AdmitChecked
-	// data is the denial encoded, when counting its tenant's bytes
-	// encoded it already (nil: publish encodes it).
+	// data is the denial or check encoded, when counting its tenant's
+	// bytes encoded it already (nil: publish encodes it).
 	data []byte
 	// queued is when it was buffered (this machine's clock, monotonic):
 	// one that waits longer than maxWait is not published.
@@ -162,10 +162,33 @@ func (r *DenialRecorder) Record(d events.AdmitDenied) bool {
 	return r.buffer(rec)
 }
 
-// RecordCheck buffers a check or shadow answer as Record does a denial.
+// RecordCheck buffers a check or shadow answer as Record does a denial,
+// under the same bound (LimitTenantBytes): a tenant's check answers, and
+// the untenanted deployment's denied for a budget it does not have, take
+// their bytes from the same bucket as its denials. Without it a tenant
+// sending "mode": "check" admits (any scope name, 4 KB of metadata each)
+// filled the denial stream, and the buffer every record shares, at the
+// rate it may send requests.
 func (r *DenialRecorder) RecordCheck(c events.AdmitChecked) bool {
 	c.Replica = r.replica
-	return r.buffer(record{check: &c})
+	rec := record{check: &c}
+	bounded := c.Tenant != "" || c.Denial != nil && c.Denial.Reason == events.ReasonUnknownBudget
+	if bounded && r.tenantBytes != nil {
+		data, err := events.EncodeAdmitChecked(c)
+		if err != nil {
+			r.failed.Add(1)
+			return false
+		}
+		if !r.tenantBytes.take(c.Tenant, len(data)) {
+			r.limited.Add(1)
+			if r.onLimited != nil && c.Tenant != "" {
+				r.onLimited(c.Tenant)
+			}
+			return false
+		}
+		rec.data = data
+	}
+	return r.buffer(rec)
 }
 
 func (r *DenialRecorder) buffer(rec record) bool {
@@ -286,7 +309,10 @@ func (r *DenialRecorder) publish(ctx context.Context, rec record) {
 		id = streams.DenialMsgID(r.replica, d.Tenant, d.RequestID)
 	} else {
 		c := rec.check
-		data, err = events.EncodeAdmitChecked(*c)
+		data = rec.data // encoded already when its tenant's bytes were counted
+		if data == nil {
+			data, err = events.EncodeAdmitChecked(*c)
+		}
 		requestID = c.RequestID
 		sub = r.layout.DenialSubject(c.Tenant, recordScope(c.Denial, c.Scopes))
 		id = streams.CheckMsgID(r.replica, c.Tenant, c.Mode, c.RequestID, c.At)

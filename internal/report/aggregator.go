@@ -105,7 +105,8 @@ func WithDenialTrust(keys func() *signing.KeySet) AggregatorOption {
 }
 
 // RecentDenials returns the newest denial records on the denial stream
-// (up to RecentDenialsSize, newest first by the order they were stored),
+// (each tenant's newest, see DenialRing; newest first by the order they
+// were stored),
 // every replica's, those the report counts: a record no trusted key
 // signed is not among them. The stream's records have no ResetsAt.
 func (g *Aggregator) RecentDenials() []events.AdmitDenied {

@@ -191,7 +191,7 @@ func (a *Admitter) validate(req events.AdmitRequest) (request, error) {
 			return r, events.Errorf(events.CodeInvalidMetadata, "metadata %q is longer than %d bytes", k, events.MaxMetaLen)
 		}
 		if strings.IndexFunc(v, unprintable) >= 0 || !utf8.ValidString(v) {
-			return r, events.Errorf(events.CodeInvalidMetadata, "metadata %q must be UTF-8 text without control characters", k)
+			return r, events.Errorf(events.CodeInvalidMetadata, "metadata %q must be UTF-8 text without control characters (bidirectional controls included)", k)
 		}
 	}
 	r.metadata = req.Metadata
@@ -925,9 +925,19 @@ func admittedReply(r request, id string, refs []events.BalanceRef, expires time.
 }
 
 // unprintable reports whether r may not stand in a metadata value: a
-// control character (C0, DEL, C1) or the replacement character a decoder
-// puts for bytes that are not UTF-8. Reports, exports and the dashboard
-// group and show values as text, so each must be one line of it.
+// control character (C0, DEL, C1), a bidirectional control (the marks,
+// embeddings, overrides and isolates: U+061C, U+200E-F, U+202A-E,
+// U+2066-9) or the replacement character a decoder puts for bytes that
+// are not UTF-8. Reports, exports and the dashboard group and show values
+// as text, so each must be one line of it, shown in the order it was
+// sent: an override (U+202E) makes a cell of a finance export read
+// otherwise than it sorts and sums.
 func unprintable(r rune) bool {
-	return r < 0x20 || (r >= 0x7f && r < 0xa0) || r == utf8.RuneError
+	switch {
+	case r < 0x20 || (r >= 0x7f && r < 0xa0) || r == utf8.RuneError:
+		return true
+	case r == 0x061c || r == 0x200e || r == 0x200f || (r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069):
+		return true
+	}
+	return false
 }

@@ -50,7 +50,7 @@ Usage:
   spendgate bench    [--duration 3s] [--reps 3] [--conns 4] [--scenarios hot1,...|mem] [--json]   throughput vs floor and naive CAS
   spendgate demo overrun [--concurrency 20] [--ceiling 0.10] [--price 0.02] [--json]   naive ledger vs spendgate, no setup
   spendgate roles [--account NAME] [--tenant NAME ...] [--tls-cert FILE --tls-key FILE [--tls-ca FILE]] [--nsc]
-                                         a nats-server permission layout: replica, service, admin, finance, feed, gateway, tenants, TLS
+                                         a nats-server permission layout: replica, service, admin, finance, feed, gateway, alerts, tenants, TLS
   spendgate alerts webhook --url URL [--durable NAME] [--listen ADDR]   deliver budget alerts to a webhook (Slack-compatible), with retries
   spendgate tenant-limits put --tenant NAME [--max-open N] [--max-default-budgets N] [--rate N] [--burst N] [--denial-bytes N]
   spendgate tenant-limits get [--tenant NAME] | list

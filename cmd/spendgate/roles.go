@@ -11,10 +11,11 @@ import (
 var rolesCommand = command{
 	name:     "spendgate roles",
 	synopsis: "[--bucket NAME] [--prefix PREFIX] [--account NAME] [--tenant NAME ...] [--tls-cert FILE --tls-key FILE [--tls-ca FILE]] [--nsc]",
-	about: `Prints a nats-server permission layout with six roles: replica (runs serve),
+	about: `Prints a nats-server permission layout with seven roles: replica (runs serve),
 service (admit, settle, release, void), admin (every endpoint), finance (reads
-the ledger and runs audits; writes nothing), feed (follows the live event feed)
-and gateway (runs spendgate gateway: resolves keys, never manages them).
+the ledger and runs audits; writes nothing), feed (follows the live event feed),
+gateway (runs spendgate gateway: resolves keys, never manages them) and alerts
+(runs spendgate alerts webhook: reads and acknowledges the alert stream only).
 Include it in the server's config; the file holds no password: the server
 reads SPENDGATE_<USER>_PASSWORD from its environment. With --account it prints
 the layout inside an account with JetStream; with --nsc, the same as nsc

@@ -20,6 +20,7 @@ import (
 
 	"github.com/spendgate/spendgate/client"
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/alerting"
 	"github.com/spendgate/spendgate/internal/fakellm"
 	"github.com/spendgate/spendgate/internal/feed"
 	"github.com/spendgate/spendgate/internal/gateway"
@@ -195,9 +196,10 @@ func endToEnd(t *testing.T, l streams.Layout) {
 	for _, n := range roles.Names {
 		ids[n] = dialRole(t, s, l, n)
 	}
-	startReplica(t, ids[roles.Replica], l)
+	r := startReplica(t, ids[roles.Replica], l)
 	st := scenario(t, l, ids)
 	gatewayRun(t, l, ids)
+	alertsRun(t, l, ids, r)
 	_, ok := st.Budget(events.BudgetRef{Scope: "org:acme", Period: "lifetime"})
 	require.True(t, ok)
 	// The whole run met no permission violation on any connection.
@@ -472,4 +474,84 @@ func gatewayRun(t *testing.T, l streams.Layout, ids map[string]*ident) {
 	require.NoError(t, err)
 	require.Equal(t, "20", v.Limit)
 	require.EqualValues(t, 0, v.Open, "the chat call and the admit were settled")
+}
+
+// alertsRun runs the webhook sink under the alerts role, once for every
+// alert and once for a tenant's (each on a durable consumer of its own),
+// and has the replica publish a blocking alert of the deployment and one
+// of acme: each reaches its webhook, so the role holds what the sink needs
+// (the alert stream's info, its consumer's create with either filter,
+// pulls and acks). How we know it can fail: without its consumer create
+// the sink's Run stops at once (a permission violation, then a timeout).
+func alertsRun(t *testing.T, l streams.Layout, ids map[string]*ident, r *replica.Replica) {
+	t.Helper()
+	js, err := jetstream.New(ids[roles.Alerts].nc)
+	require.NoError(t, err)
+	type got struct {
+		mu     sync.Mutex
+		scopes []string
+	}
+	run := func(tenant string) *got {
+		g := &got{}
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			var body struct {
+				Alert events.Alert `json:"alert"`
+			}
+			_ = json.NewDecoder(req.Body).Decode(&body)
+			g.mu.Lock()
+			g.scopes = append(g.scopes, string(body.Alert.Balance.Scope))
+			g.mu.Unlock()
+		}))
+		t.Cleanup(srv.Close)
+		s, err := alerting.NewSink(js, l, alerting.SinkConfig{URL: srv.URL, Tenant: tenant})
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- s.Run(ctx) }()
+		var stopped error
+		t.Cleanup(func() {
+			cancel()
+			if stopped == nil {
+				<-done
+			}
+		})
+		durable := alerting.DefaultDurable
+		if tenant != "" {
+			durable += "-" + tenant
+		}
+		require.Eventually(t, func() bool {
+			select {
+			case stopped = <-done:
+				return true
+			default:
+			}
+			st, err := js.Stream(ctx, l.AlertStreamName())
+			if err != nil {
+				return false
+			}
+			_, err = st.Consumer(ctx, durable)
+			return err == nil
+		}, 30*time.Second, 10*time.Millisecond, "the sink's consumer %s", durable)
+		require.NoError(t, stopped, "the sink of %q stopped", tenant)
+		return g
+	}
+	all, acme := run(""), run("acme")
+	for _, scope := range []events.Scope{"org:own", events.TenantScope("acme", "org:a")} {
+		bal := events.BalanceRef{Scope: scope, Period: events.PeriodDay, Instance: "2026-12-02"}
+		r.Alerts.Blocked(events.BlockingAlert(bal, "USD", events.MustMoney("5"), events.MustMoney("4.9"), "1", "r1", 0, time.Now()))
+	}
+	scopes := func(g *got) []string {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return slices.Sorted(slices.Values(g.scopes))
+	}
+	require.Eventually(t, func() bool { return len(scopes(all)) == 2 && len(scopes(acme)) == 1 }, 30*time.Second, 10*time.Millisecond,
+		"each alert reaches its webhooks")
+	require.Equal(t, []string{"acme/org:a", "org:own"}, scopes(all))
+	require.Equal(t, []string{"acme/org:a"}, scopes(acme))
+	select {
+	case err := <-ids[roles.Alerts].errs:
+		t.Fatalf("alerts: a permission violation in a permitted run: %v", err)
+	default:
+	}
 }

@@ -102,6 +102,14 @@ var pubSubjects = []string{
 	"$JS.API.DIRECT.GET.spendgate_alerts.spendgate.alert.v1.team.search.month.2026-12._.0_8.0",
 	"$JS.API.DIRECT.GET.spendgate_alerts",
 	"$JS.API.STREAM.MSG.GET.spendgate_alerts",
+	// The webhook sink (the alerts role, and the admin): the stream's
+	// info, its durable consumer (one per tenant too), pulls and acks.
+	"$JS.API.STREAM.INFO.spendgate_alerts",
+	"$JS.API.CONSUMER.CREATE.spendgate_alerts.spendgate-alerts-webhook",
+	"$JS.API.CONSUMER.CREATE.spendgate_alerts.spendgate-alerts-webhook-acme.spendgate.alert.v1.t.acme.>",
+	"$JS.API.CONSUMER.INFO.spendgate_alerts.spendgate-alerts-webhook",
+	"$JS.API.CONSUMER.MSG.NEXT.spendgate_alerts.spendgate-alerts-webhook",
+	"$JS.ACK.spendgate_alerts.spendgate-alerts-webhook.1.1.1.1.0",
 	// Service endpoints.
 	"spendgate.admit",
 	"spendgate.settle",
@@ -161,6 +169,7 @@ var pubSubjects = []string{
 	"_INBOX_spendgate_finance.x",
 	"_INBOX_spendgate_feed.x",
 	"_INBOX_spendgate_gateway.x",
+	"_INBOX_spendgate_alerts.x",
 	"anything.else",
 }
 
@@ -222,7 +231,8 @@ var wantPub = map[string][]string{
 			"spendgate.denial.v1.team.search", "spendgate.denial.v1.t.acme.team.search"},
 		denialRead,
 		[]string{"spendgate.alert.v1.team.search.month.2026-12._.0_8.0",
-			"$JS.API.DIRECT.GET.spendgate_alerts.spendgate.alert.v1.team.search.month.2026-12._.0_8.0"}),
+			"$JS.API.DIRECT.GET.spendgate_alerts.spendgate.alert.v1.team.search.month.2026-12._.0_8.0",
+			"$JS.API.STREAM.INFO.spendgate_alerts"}),
 	roles.Service: {"spendgate.admit", "spendgate.settle", "spendgate.release", "spendgate.void", "spendgate.admit.batch"},
 	roles.Admin: concat([]string{"spendgate.admit", "spendgate.settle", "spendgate.release", "spendgate.void",
 		"spendgate.budget.put", "spendgate.budget.get", "spendgate.budget.list", "spendgate.report",
@@ -231,7 +241,7 @@ var wantPub = map[string][]string{
 		"spendgate.keyed.budget.put", "spendgate.keyed.pricing.put",
 		"spendgate.tenantlimits.put", "spendgate.tenantlimits.get",
 		"spendgate.t.acme.admit", "spendgate.t.acme.budget.put", "spendgate.t.acme.budget.list", "spendgate.t.acme.report",
-		"spendgate.t.acme.pricing.list"}, held, srv),
+		"spendgate.t.acme.pricing.list"}, held, srv, alertSink),
 	roles.Finance: concat([]string{"spendgate.budget.get", "spendgate.budget.list", "spendgate.report", "spendgate.t.acme.report",
 		"spendgate.pricing.list"}, ledgerRead, denialRead),
 	roles.Feed: feedRead,
@@ -247,7 +257,19 @@ var wantPub = map[string][]string{
 		"spendgate.t.acme.admit", "spendgate.t.acme.budget.list", "spendgate.t.acme.report",
 		"spendgate.t.acme.pricing.list", "spendgate.held.settle", "spendgate.held.release", "spendgate.held.void",
 		"spendgate.held.t.acme.settle", "spendgate.held.t.acme.release.batch"},
+	// The alert sink: the alert stream's consumer, pulls and acks, and
+	// nothing else (no budget, key or stream of any kind).
+	roles.Alerts: alertSink,
 }
+
+// alertSink is what the webhook sink publishes (the alerts role, and the
+// admin).
+var alertSink = []string{"$JS.API.STREAM.INFO.spendgate_alerts",
+	"$JS.API.CONSUMER.CREATE.spendgate_alerts.spendgate-alerts-webhook",
+	"$JS.API.CONSUMER.CREATE.spendgate_alerts.spendgate-alerts-webhook-acme.spendgate.alert.v1.t.acme.>",
+	"$JS.API.CONSUMER.INFO.spendgate_alerts.spendgate-alerts-webhook",
+	"$JS.API.CONSUMER.MSG.NEXT.spendgate_alerts.spendgate-alerts-webhook",
+	"$JS.ACK.spendgate_alerts.spendgate-alerts-webhook.1.1.1.1.0"}
 
 // held are the held subjects of pubSubjects.
 var held = []string{"spendgate.held.settle", "spendgate.held.release", "spendgate.held.void",
@@ -280,6 +302,7 @@ var subChecks = [][2]string{
 	{"_INBOX_spendgate_finance.>", "_INBOX_spendgate_finance.x"},
 	{"_INBOX_spendgate_feed.x", "_INBOX_spendgate_feed.x"},
 	{"_INBOX_spendgate_gateway.x", "_INBOX_spendgate_gateway.x"},
+	{"_INBOX_spendgate_alerts.x", "_INBOX_spendgate_alerts.x"},
 	{">", "anything.else"},
 }
 
@@ -291,6 +314,7 @@ var wantSub = map[string][]string{
 	roles.Finance: {"_INBOX_spendgate_finance.x", "_INBOX_spendgate_finance.>"},
 	roles.Feed:    {"_INBOX_spendgate_feed.x"},
 	roles.Gateway: {"_INBOX_spendgate_gateway.x"},
+	roles.Alerts:  {"_INBOX_spendgate_alerts.x"},
 }
 
 func concat(parts ...[]string) []string { return slices.Concat(parts...) }

@@ -17,10 +17,11 @@ const (
 	Finance = "finance"
 	Feed    = "feed"
 	Gateway = "gateway"
+	Alerts  = "alerts"
 )
 
 // Names lists the roles in the order All returns them.
-var Names = []string{Replica, Service, Admin, Finance, Feed, Gateway}
+var Names = []string{Replica, Service, Admin, Finance, Feed, Gateway, Alerts}
 
 // Rules is one direction (publish or subscribe) of a permission set, as
 // nats-server reads it: a subject is permitted if it matches an Allow
@@ -130,8 +131,8 @@ func AlertWrites(l streams.Layout) []string {
 }
 
 // alertSink is what the webhook sink (spendgate alerts webhook, as the
-// admin) publishes: stream info, its durable consumer's create, info and
-// pulls, and acknowledgements.
+// alerts role or the admin) publishes: stream info, its durable
+// consumer's create, info and pulls, and acknowledgements.
 func alertSink(l streams.Layout) []string {
 	a := l.AlertStreamName()
 	return []string{
@@ -293,7 +294,7 @@ func snapshotAdmin(l streams.Layout) []string {
 }
 
 // All returns the roles of layout l: replica, service, admin, finance,
-// feed, gateway.
+// feed, gateway, alerts.
 //
 // tenants are the tenants the deployment serves (Config's): the admin may
 // create, read and delete each one's feed consumer (TenantConsumerAdmin),
@@ -453,6 +454,13 @@ func All(l streams.Layout, tenants ...string) []Role {
 			Publish:     Rules{Allow: gatewayPub, Deny: writes},
 			Subscribe:   Rules{Allow: inbox(Gateway)},
 			InboxPrefix: InboxPrefix(l, Gateway),
+		},
+		{
+			Name:        Alerts,
+			Description: "runs `spendgate alerts webhook`: reads the alert stream with its durable consumer and acknowledges; nothing else, so a sink per tenant, on that tenant's host, holds no login that changes budgets or keys",
+			Publish:     Rules{Allow: alertSink(l), Deny: writes},
+			Subscribe:   Rules{Allow: inbox(Alerts)},
+			InboxPrefix: InboxPrefix(l, Alerts),
 		},
 	}
 }

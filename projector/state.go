@@ -597,6 +597,13 @@ func (s *State) applyLaneQuarantine(seq uint64, key string, data []byte, pre *pa
 		prev = k
 	}
 	failed = map[events.BalanceRef]error{}
+	// The reservations the revision touched are handed to the window
+	// once every balance is folded: one opened and closed in the same
+	// revision (an admit and its void in one group commit) is closed in
+	// its first balance before its other balances have opened it, and
+	// forgetting it then would check it with one part and open it anew in
+	// the next balance.
+	var touched []string
 	for i := range rev.Balances {
 		br := &rev.Balances[i]
 		if bad[streams.BalanceKey(br.Balance)] {
@@ -617,10 +624,16 @@ func (s *State) applyLaneQuarantine(seq uint64, key string, data []byte, pre *pa
 		s.balances[b.Ref] = &b
 		for id, r := range st.mod {
 			s.reservations[id] = r
-			s.closed(r, seq)
+			touched = append(touched, id)
 		}
 		s.void(st.voids, seq)
 		s.events += len(br.Events)
+	}
+	slices.Sort(touched)
+	for _, id := range slices.Compact(touched) {
+		if r, ok := s.reservations[id]; ok {
+			s.closed(r, seq)
+		}
 	}
 	s.lanes[key] = seq
 	s.hashes[key] = events.HashPayload(data)

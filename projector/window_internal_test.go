@@ -183,3 +183,45 @@ func TestState_VoidWindow(t *testing.T) {
 	require.Empty(t, c.win.voids)
 	require.NotEmpty(t, lean.voided)
 }
+
+// TestState_QuarantineWindowOpenedAndVoidedInOneRevision: the audit's
+// fold (applyLaneQuarantine, which folds a lane revision balance by
+// balance) with a window hands a reservation to the window once the
+// whole revision is folded. An admit in two budgets and its void, in one
+// group commit, make one lane revision in which the reservation opens and
+// is released in each balance; forgetting it after its first balance
+// checked it with one part ("lists balance ... but was never opened
+// there", once per other balance) and opened it anew in the next, so
+// audit check failed on a ledger the replicas fold without a problem (it
+// happens when a client voids an admit whose answer it lost, and both
+// reach a replica together after a NATS outage). How we know it can fail:
+// with closed() called per balance, as before, onForget sees the
+// reservation twice, each time with one part.
+func TestState_QuarantineWindowOpenedAndVoidedInOneRevision(t *testing.T) {
+	at := time.Date(2026, 12, 6, 18, 51, 38, 0, time.UTC)
+	org := events.BalanceRef{Scope: "org:acme", Period: events.PeriodMonth, Instance: "2026-12"}
+	team := events.BalanceRef{Scope: "team:a", Period: events.PeriodMonth, Instance: "2026-12"}
+	both := []events.BalanceRef{org, team}
+	one := func(ref events.BalanceRef) events.BalanceRevision {
+		return events.BalanceRevision{Schema: events.SchemaBalance, Balance: ref, Unit: "USD", Limit: events.MustMoney("100"),
+			Events: events.Events{
+				events.ReservationOpened{ReservationID: "r1", RequestID: "q1", Balance: ref, Amount: events.MustMoney("1"), Unit: "USD",
+					Balances: both, ExpiresAt: at.Add(time.Minute), At: at},
+				events.ReservationReleased{ReservationID: "r1", Balance: ref, Reserved: events.MustMoney("1"), Reason: events.ReasonVoided, At: at},
+				events.RequestVoided{RequestID: "q1", Balance: ref, Scopes: []events.Scope{org.Scope, team.Scope}, ReservationID: "r1", At: at},
+			}}
+	}
+	st := NewState()
+	var forgotten []Reservation
+	st.setWindow(time.Minute, 3*time.Hour, func(r *Reservation) { forgotten = append(forgotten, *r.clone()) })
+	st.advance(at)
+	failed, err := st.applyLaneQuarantine(1, "lane.0", laneJSON(t, one(org), one(team)), nil, map[string]bool{})
+	require.NoError(t, err)
+	require.Empty(t, failed)
+	require.Len(t, forgotten, 1, "the reservation is forgotten once, after the whole revision")
+	require.Len(t, forgotten[0].Parts, 2, "with its part in each balance")
+	for _, ref := range both {
+		require.Equal(t, events.StatusReleased, forgotten[0].Parts[ref].Status)
+	}
+	require.Equal(t, 1, st.Forgotten())
+}

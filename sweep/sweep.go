@@ -216,7 +216,10 @@ func (s *Sweeper) Run(ctx context.Context) error {
 			if err != nil && ctx.Err() == nil {
 				s.log.Warn("sweep pass stopped", "expired", n, "err", err)
 			} else if n > 0 {
-				s.log.Info("sweep pass", "expired", n, "took", time.Since(start))
+				// Debug: a replica whose callers let reservations expire
+				// would log a line a second at info;
+				// spendgate_sweeper_released_total counts them.
+				s.log.Debug("sweep pass", "expired", n, "took", time.Since(start))
 			}
 		}
 	}

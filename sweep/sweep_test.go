@@ -363,6 +363,32 @@ func TestSweeper_Run(t *testing.T) {
 		require.GreaterOrEqual(t, logs.count(slog.LevelWarn, "sweep pass stopped"), 2)
 		waitGoroutines(t, before)
 	})
+	t.Run("a pass that expired logs at debug", func(t *testing.T) {
+		// Every pass that expires something would otherwise be an info
+		// line, one a second (the default interval) on a replica whose
+		// callers let reservations expire; the metric counts them.
+		before := runtime.NumGoroutine()
+		l := dueAll(2)
+		l.called = make(chan struct{}, 1)
+		logs := &recordHandler{}
+		s, err := sweep.New(l, &fakeExpirer{}, sweep.WithClock(fixed(t0)), sweep.WithInterval(100*time.Millisecond), sweep.WithLogger(slog.New(logs)))
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- s.Run(ctx) }()
+		for i := 0; i < 2; i++ { // the first pass has logged once the second lists
+			select {
+			case <-l.called:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("pass %d did not happen", i+1)
+			}
+		}
+		cancel()
+		require.ErrorIs(t, <-done, context.Canceled)
+		require.GreaterOrEqual(t, logs.count(slog.LevelDebug, "sweep pass"), 1)
+		require.Zero(t, logs.count(slog.LevelInfo, "sweep pass"))
+		waitGoroutines(t, before)
+	})
 	t.Run("cancel while a pass is blocked", func(t *testing.T) {
 		before := runtime.NumGoroutine()
 		entered := make(chan struct{})

@@ -63,6 +63,8 @@ type Service struct {
 	lastDispatch atomic.Int64
 	// stats counts every answer per endpoint, for micro's STATS data.
 	stats endpointStats
+	// failures bounds the log lines of failed requests (faillog.go).
+	failures failLog
 
 	// denials keeps this replica's recent denials (RecentDenials).
 	denials report.DenialRing
@@ -513,10 +515,10 @@ func (s *Service) encode(dst []byte, endpoint, subject string, out any, err erro
 	var tl *events.TenantLimited
 	limited := errors.As(err, &tl)
 	if !errors.As(err, &e) {
-		s.log.Error("request failed", "subject", subject, "err", err)
+		s.logFailure(subject, err)
 		e = &events.Error{Code: events.CodeInternal, Message: "internal error"}
 	} else if (e.Code == events.CodeInternal || e.Code == events.CodeLedgerUnavailable) && !limited {
-		s.log.Error("request failed", "subject", subject, "err", err)
+		s.logFailure(subject, err)
 	}
 	code = string(e.Code)
 	errCode, errMsg = code, e.Message

@@ -111,17 +111,23 @@ func (c *Client) errorLog() *slog.Logger {
 // answers ledger_unavailable), and returns within timeout × attempts
 // (sooner if ctx ends).
 //
-// A nil error means admitted: the *Reservation must then be settled or
-// released. Its Reply().Status is "open", or for a replayed request id the
-// reservation's state now ("settled", "released", "expired"): a replay of
-// a closed reservation holds nothing to settle. Every non-nil error means
-// not admitted. In precedence order:
+// A nil error means admitted: the *Reservation holds an open reservation
+// (Reply().Status "open", also for a replayed request id whose reservation
+// is still open), to be settled or released. Every non-nil error means
+// not admitted, nothing held for this call. In precedence order:
 //
 //   - the service's refusal of the request, an *events.Error (errors.As)
 //     matching ErrInvalid (invalid_amount, invalid_identifier, ...: the
 //     caller's bug), ErrConflict (idempotency_mismatch: the request id
 //     was used with another body) or ErrLimited (tenant_limit: the
 //     tenant is at one of its limits; nothing was reserved).
+//   - an *events.Error already_settled or already_released matching
+//     ErrConflict: the request id was admitted before (the same body, a
+//     replay) and its reservation is closed, settled or released or
+//     expired (the error's ReservationID and Status name it). The call it
+//     paid for already ran, or was given up on; nothing is reserved now,
+//     so do not make the call again under it (a new call takes a new
+//     request id). Call's Outcome.Admit keeps the replayed reply.
 //   - *DeniedError (matches ErrDenied): a budget denied the request
 //     (Denial.Reason limit_reached, unknown_budget, unit_mismatch).
 //   - *DeniedError with Denial.Reason ledger_unavailable, matching both
@@ -147,6 +153,19 @@ func (c *Client) errorLog() *slog.Logger {
 // is nil, the failure is logged at WARN, and a reservation that landed expires
 // after its TTL.
 func (c *Client) Admit(ctx context.Context, req events.AdmitRequest) (*Reservation, error) {
+	res, err := c.admit(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if err := closedReplay(res.reply); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// admit is Admit, but returns the reservation of a replay of a closed
+// reservation as admitted (Call tells it apart, keeping its reply).
+func (c *Client) admit(ctx context.Context, req events.AdmitRequest) (*Reservation, error) {
 	if req.RequestID == "" {
 		req.RequestID = uuid.NewString()
 	}
@@ -210,6 +229,27 @@ func (c *Client) Admit(ctx context.Context, req events.AdmitRequest) (*Reservati
 		return nil, &DeniedError{RequestID: reply.RequestID, Denial: d}
 	}
 	return &Reservation{c: c, reply: reply}, nil
+}
+
+// closedReplay returns the error of an admit answered as a replay of a
+// reservation that is no longer open (settled, released or expired), nil
+// otherwise: such an answer holds nothing, and a caller told "admitted"
+// would make the paid call again with nothing reserved for it. The error
+// matches ErrConflict and is an *events.Error already_settled (settled) or
+// already_released (released or expired), with the reservation's id and
+// status.
+func closedReplay(reply events.AdmitReply) error {
+	st := reply.Status
+	if !reply.Replayed || st == "" || st == events.StatusOpen || reply.Mode != "" {
+		return nil
+	}
+	code := events.CodeAlreadyReleased
+	if st == events.StatusSettled {
+		code = events.CodeAlreadySettled
+	}
+	return &refusal{class: ErrConflict, err: events.ReservationErrorf(code, reply.ReservationID, st,
+		"request_id %s was already admitted and its reservation %s is %s: nothing is reserved for this admit; a new call needs a new request id",
+		reply.RequestID, reply.ReservationID, st)}
 }
 
 // voidUnknown voids the request id of an admit whose outcome is unknown

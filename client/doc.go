@@ -59,6 +59,11 @@
 // Admit sets the request id before the first attempt and every retry
 // reuses it, so a retried admit whose first reply was lost reserves once
 // (the reply then says "replayed" and the reservation's current status).
+// An admit answered as a replay of a reservation that is closed already
+// (settled, released or expired) holds nothing: Admit returns it as an
+// error matching ErrConflict (already_settled or already_released, its
+// *events.Error naming the reservation and its Status), never as
+// admitted, so that the paid call is not made again unreserved.
 // Settle and Release run under context.WithoutCancel: a cancelled caller
 // is exactly the one that must still give its reservation back.
 //

@@ -189,7 +189,7 @@ func Call(ctx context.Context, c *Client, req events.AdmitRequest, call func(ctx
 		// after the call, and its settle would fail once the call ran.
 		return out, invalid(events.CodeInvalidMode, "Call reserves before it calls, and mode %q reserves nothing: use Client.Admit to ask what an admit would do", req.Mode)
 	}
-	res, err := c.Admit(ctx, req)
+	res, err := c.admit(ctx, req)
 	if err != nil {
 		var de *DeniedError
 		if errors.As(err, &de) && de.Err == nil {
@@ -199,16 +199,11 @@ func Call(ctx context.Context, c *Client, req events.AdmitRequest, call func(ctx
 		return out, err
 	}
 	out.Admit, out.FailedOpen = res.Reply(), res.FailedOpen()
-	if st := out.Admit.Status; out.Admit.Replayed && st != "" && st != events.StatusOpen {
+	if err := closedReplay(out.Admit); err != nil {
 		// The request id was admitted before and its reservation is
 		// closed: the call it paid for already ran. Running it again would
 		// spend money no reservation covers.
-		code := events.CodeAlreadyReleased
-		if st == events.StatusSettled {
-			code = events.CodeAlreadySettled
-		}
-		return out, &refusal{class: ErrConflict, err: events.ReservationErrorf(code, res.ID(), st,
-			"request_id %s was already admitted and its reservation %s is %s; the call is not run again", res.RequestID(), res.ID(), st)}
+		return out, err
 	}
 	finished := false
 	defer func() {

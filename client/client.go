@@ -41,6 +41,69 @@ type Client struct {
 	// background (its caller gave up mid-request) to a channel closed when
 	// the void is done: an admit of that id waits for it (see Admit).
 	voiding sync.Map
+	// bg tracks the work the client runs in the background (see Drain).
+	bg background
+}
+
+// background tracks the client's background work: each piece's channel,
+// closed when it is done, under its own number.
+type background struct {
+	mu      sync.Mutex
+	next    uint64
+	pending map[uint64]chan struct{}
+}
+
+// goBackground runs f in a goroutine of its own, tracked for Drain from
+// before goBackground returns.
+func (c *Client) goBackground(f func()) {
+	done := make(chan struct{})
+	b := &c.bg
+	b.mu.Lock()
+	if b.pending == nil {
+		b.pending = map[uint64]chan struct{}{}
+	}
+	b.next++
+	id := b.next
+	b.pending[id] = done
+	b.mu.Unlock()
+	go func() {
+		defer func() {
+			b.mu.Lock()
+			delete(b.pending, id)
+			b.mu.Unlock()
+			close(done)
+		}()
+		f()
+	}()
+}
+
+// Drain waits until the work the client started in the background before
+// Drain was called has finished: the voids of admits whose callers gave
+// up mid-request (see Admit) and the releases of admits answered after
+// their callers had gone (see WithBatching). Each is bounded by the
+// client's timeout × attempts. Call it before closing the connection, at
+// shutdown: closed under them, they fail (logged), and what they would
+// have given back stays reserved until its reservation's TTL.
+//
+// It returns nil once they are done, or ctx's error if ctx ends first
+// (they go on). Work started while Drain waits is not waited for; the
+// client stays usable.
+func (c *Client) Drain(ctx context.Context) error {
+	b := &c.bg
+	b.mu.Lock()
+	waits := make([]chan struct{}, 0, len(b.pending))
+	for _, done := range b.pending {
+		waits = append(waits, done)
+	}
+	b.mu.Unlock()
+	for _, done := range waits {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
 }
 
 // New returns a client that sends requests on nc under the service prefix
@@ -84,12 +147,12 @@ func (c *Client) releaseAbandoned(answer *nats.Msg) {
 	if !reply.Admitted || reply.ReservationID == "" || reply.Mode != "" || reply.Status != events.StatusOpen {
 		return
 	}
-	go func() {
+	c.goBackground(func() {
 		if _, err := c.Release(context.Background(), events.ReleaseRequest{ReservationID: reply.ReservationID}); err != nil {
 			c.errorLog().Error("spendgate: release of an admit whose caller gave up failed; the reservation stays open until it expires",
 				"reservation_id", reply.ReservationID, "request_id", reply.RequestID, "err", err)
 		}
-	}()
+	})
 }
 
 // errorLog is where failures that no return value can carry are logged:
@@ -148,7 +211,8 @@ func (c *Client) errorLog() *slog.Logger {
 // still in flight reserves nothing when it lands. An Admit of the same
 // request id on this client while such a background void is under way
 // waits for it, and is then refused request_voided (ErrConflict): retry
-// with a new request id. The DeniedError's Void
+// with a new request id. Drain waits for such background voids (call it
+// before closing the connection). The DeniedError's Void
 // holds the void's reply; if the void failed too (the ledger is down), it
 // is nil, the failure is logged at WARN, and a reservation that landed expires
 // after its TTL.
@@ -194,11 +258,11 @@ func (c *Client) admit(ctx context.Context, req events.AdmitRequest) (*Reservati
 				// holding the caller (it returns ctx's error at once).
 				done := make(chan struct{})
 				c.voiding.Store(req.RequestID, done)
-				go func() {
+				c.goBackground(func() {
 					defer close(done)
 					defer c.voiding.CompareAndDelete(req.RequestID, done)
 					c.voidUnknown(ctx, req, err)
-				}()
+				})
 			}
 			return nil, err
 		}

@@ -80,4 +80,18 @@
 // never sent; one whose caller's ctx ends while its batch is in flight is
 // released when the batch's answer comes. Share one Client per connection
 // among a process's goroutines so that their calls can meet.
+//
+// # Shutting down
+//
+// The client works in the background for callers that gave up: it voids
+// the request id of an admit whose ctx ended mid-request, and releases
+// what a batched admit reserved after its caller had gone. Call Drain
+// before closing the connection: it waits for that work (each piece
+// bounded by timeout × attempts), which, cut off by the close, would
+// leave its reservations held until their TTL.
+//
+//	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+//	defer cancel()
+//	_ = c.Drain(ctx) // the background voids and releases are done
+//	nc.Close()
 package client

@@ -171,8 +171,13 @@ func (c *Client) errorLog() *slog.Logger {
 // ledger_busy and ledger_unavailable within the attempt budget, marking
 // every attempt after the first as a retry (events.AdmitRequest.Retry: the
 // service never denies a retry, whose first attempt may still commit, but
-// answers ledger_unavailable), and returns within timeout × attempts
-// (sooner if ctx ends).
+// answers ledger_unavailable). Its bound, sooner if ctx ends: timeout ×
+// attempts for the admit's own attempts, plus, when it fails closed on an
+// outcome it cannot know, up to another timeout × attempts for the void
+// that comes first (below): 2 × timeout × attempts in all, 12 s with the
+// defaults. An admit that no attempt delivered (no responders on every
+// attempt: no replica serves the subject) needs no void, and fails closed
+// after timeout × attempts.
 //
 // A nil error means admitted: the *Reservation holds an open reservation
 // (Reply().Status "open", also for a replayed request id whose reservation
@@ -200,7 +205,7 @@ func (c *Client) errorLog() *slog.Logger {
 //     Reservation whose FailedOpen is true, and logs it at WARN.
 //   - ctx's error, wrapped, if ctx ended before an answer; never fails open.
 //
-// When the admit's outcome is unknown (every attempt timed out or was
+// When the admit's outcome is unknown (an attempt timed out or was
 // answered ledger_busy, ledger_unavailable or internal, or ctx ended
 // mid-request), the service may have reserved without the client knowing.
 // Admit then voids the request id (before it returns the fail-closed
@@ -208,14 +213,17 @@ func (c *Client) errorLog() *slog.Logger {
 // returns at once) (Void, with the
 // admit's scopes, under context.WithoutCancel and its own timeout ×
 // attempts): a reservation that landed is released at once, and an admit
-// still in flight reserves nothing when it lands. An Admit of the same
+// still in flight reserves nothing when it lands. When every attempt was
+// answered no responders (the server delivered none), or none was sent,
+// nothing can have landed and Admit sends no void. An Admit of the same
 // request id on this client while such a background void is under way
 // waits for it, and is then refused request_voided (ErrConflict): retry
 // with a new request id. Drain waits for such background voids (call it
 // before closing the connection). The DeniedError's Void
-// holds the void's reply; if the void failed too (the ledger is down), it
-// is nil, the failure is logged at WARN, and a reservation that landed expires
-// after its TTL.
+// holds the void's reply; it is nil when no void was needed (no attempt
+// delivered), or when the void failed too (the ledger is down): then the
+// failure is logged at WARN, and a reservation that landed expires after
+// its TTL.
 func (c *Client) Admit(ctx context.Context, req events.AdmitRequest) (*Reservation, error) {
 	res, err := c.admit(ctx, req)
 	if err != nil {
@@ -249,10 +257,10 @@ func (c *Client) admit(ctx context.Context, req events.AdmitRequest) (*Reservati
 		}
 	}
 	var reply events.AdmitReply
-	err := c.request(ctx, streams.EndpointAdmit, req, &reply)
+	reached, err := c.send(ctx, streams.EndpointAdmit, req, &reply)
 	if err != nil {
 		if !errors.Is(err, ErrUnavailable) {
-			if ctx.Err() != nil && !isRefusal(err) {
+			if ctx.Err() != nil && !isRefusal(err) && reached {
 				// The caller gave up mid-request: the admit may have
 				// landed. Void it so that it holds nothing, without
 				// holding the caller (it returns ctx's error at once).
@@ -266,7 +274,15 @@ func (c *Client) admit(ctx context.Context, req events.AdmitRequest) (*Reservati
 			}
 			return nil, err
 		}
-		void := c.voidUnknown(ctx, req, err)
+		var void *events.VoidReply
+		if reached {
+			// The admit may have landed: void it before answering, so
+			// that it holds nothing. One that reached no replica (no
+			// responders on every attempt) reserved nothing: waiting
+			// another timeout × attempts for a void would only double
+			// the caller's wait.
+			void = c.voidUnknown(ctx, req, err)
+		}
 		if c.failOpen != nil {
 			return c.admitFailedOpen(req, err), nil
 		}
@@ -616,13 +632,23 @@ func (c *Client) Report(ctx context.Context, req events.ReportRequest) (events.R
 // ErrInvalid, ErrNotFound, ErrConflict or ErrLimited); an *UnavailableError; ctx's
 // error, wrapped, when ctx (the caller's) ended.
 func (c *Client) request(ctx context.Context, endpoint string, req, out any) error {
+	_, err := c.send(ctx, endpoint, req, out)
+	return err
+}
+
+// send is request, and also reports, when it fails, whether the request
+// may have reached the service (reached): false only when no attempt was
+// made or every attempt was answered no responders, which the server
+// sends when no subscriber got the message. An admit that reached nothing
+// reserved nothing: it needs no void.
+func (c *Client) send(ctx context.Context, endpoint string, req, out any) (reached bool, err error) {
 	subject := c.layout.Endpoint(endpoint)
 	data, err := marshalRequest(req)
 	if err != nil {
-		return invalid(events.CodeInvalidRequest, "encoding request: %v", err)
+		return false, invalid(events.CodeInvalidRequest, "encoding request: %v", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("spendgate: %s: %w", subject, err)
+		return false, fmt.Errorf("spendgate: %s: %w", subject, err)
 	}
 	// The first attempt is bounded by its own timeout (c.timeout), within
 	// the whole request's: only a retry needs the whole request's bound as
@@ -637,10 +663,12 @@ func (c *Client) request(ctx context.Context, endpoint string, req, out any) err
 	for attempt := 1; ; attempt++ {
 		retry, wait, err := c.attempt(all, k, endpoint, subject, data, out)
 		if err == nil {
-			return nil
+			return true, nil
 		}
+		noResponders := errors.Is(err, nats.ErrNoResponders)
+		reached = reached || !noResponders
 		if ctx.Err() != nil {
-			return fmt.Errorf("spendgate: %s: %w", subject, ctx.Err())
+			return reached, fmt.Errorf("spendgate: %s: %w", subject, ctx.Err())
 		}
 		if attempt == 1 && retry && attempt < c.attempts {
 			var cancel context.CancelFunc
@@ -652,9 +680,8 @@ func (c *Client) request(ctx context.Context, endpoint string, req, out any) err
 		// service). Counted as attempts, its retries would span only their
 		// pauses (60 ms by default), not the request's bound: it is retried,
 		// with growing pauses, until that bound has passed.
-		noResponders := errors.Is(err, nats.ErrNoResponders) && c.attempts > 1
-		if !retry || (attempt >= c.attempts && !noResponders) || all.Err() != nil {
-			return err
+		if !retry || (attempt >= c.attempts && !(noResponders && c.attempts > 1)) || all.Err() != nil {
+			return reached, err
 		}
 		if r, ok := req.(events.AdmitRequest); ok && !r.Retry {
 			// The first attempt may still commit: the service must not
@@ -669,9 +696,9 @@ func (c *Client) request(ctx context.Context, endpoint string, req, out any) err
 			case <-all.Done():
 				t.Stop()
 				if ctx.Err() != nil {
-					return fmt.Errorf("spendgate: %s: %w", subject, ctx.Err())
+					return reached, fmt.Errorf("spendgate: %s: %w", subject, ctx.Err())
 				}
-				return err
+				return reached, err
 			case <-t.C:
 			}
 			pause *= 2

@@ -78,8 +78,9 @@ type DeniedError struct {
 	Err error
 	// Void is, for a fail-closed denial, the reply of the void the client
 	// sent for the request id (see Client.Void): nothing is or will be
-	// reserved for it. Nil when the void failed too, or for a budget's
-	// denial.
+	// reserved for it. Nil when the void failed too, when no void was
+	// needed (every attempt was answered no responders: none was
+	// delivered), or for a budget's denial.
 	Void *events.VoidReply
 }
 

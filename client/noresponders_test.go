@@ -5,7 +5,9 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -76,4 +78,27 @@ func TestClient_noRespondersRideThroughARestart(t *testing.T) {
 	v := budget(t, c, "org:acme")
 	requireMoney(t, "0.05", v.Spent)
 	requireMoney(t, "0", v.Reserved)
+}
+
+// No replica serves the subjects at all: every attempt of an admit is
+// answered no responders, so the server delivered none and nothing can
+// have been reserved. The admit fails closed after timeout × attempts
+// without voiding (a void, retried through no responders for its own
+// timeout × attempts, doubled the caller's wait: 12 s with the defaults).
+func TestClient_Admit_noRespondersFailsClosedWithoutAVoid(t *testing.T) {
+	env := testenv.New(t)
+	var logs testenv.LogBuffer
+	const timeout, attempts = 500 * time.Millisecond, 2
+	c := newClient(t, env.Connect(t), client.WithTimeout(timeout), client.WithRetries(attempts),
+		client.WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+
+	start := time.Now()
+	res, err := c.Admit(ctxT(t), admitReq("0.10", "org:acme"))
+	elapsed := time.Since(start)
+	de := requireUnavailableDenial(t, res, err)
+	require.ErrorIs(t, err, nats.ErrNoResponders)
+	require.Nil(t, de.Void)
+	require.Contains(t, logs.String(), "subject=spendgate.admit", "the admit was retried")
+	require.NotContains(t, logs.String(), "spendgate.void", "a void was sent for an admit no replica received")
+	require.Less(t, elapsed, 2*timeout*attempts, "the admit's bound, not twice it")
 }

@@ -107,7 +107,12 @@ func WithPrefix(prefix string) Option {
 
 // WithTimeout sets how long one attempt of a request waits for its reply
 // (default DefaultTimeout); it must be in (0, MaxTimeout]. A whole request,
-// retries included, takes at most timeout × attempts.
+// retries included, takes at most timeout × attempts, with one exception:
+// an admit that fails closed on an outcome it cannot know (its attempts
+// timed out: it may have landed) first voids its request id, which takes
+// up to another timeout × attempts, so it returns within 2 × timeout ×
+// attempts (see Client.Admit). One that no attempt delivered (no
+// responders every time) is not voided.
 func WithTimeout(d time.Duration) Option {
 	return func(o *options) error {
 		if d <= 0 || d > MaxTimeout {

@@ -240,3 +240,29 @@ func requireRefused(t *testing.T, err error, class error, code events.Code) *eve
 	}
 	return ee
 }
+
+// TestCall_noActualNoError: a call that returns neither a cost nor an
+// error ran and was likely billed. Its settle of "" was refused
+// invalid_amount, leaving the reservation held until its TTL and its
+// spend unrecorded; it is settled at its whole reservation instead (never
+// recorded as zero), noted and logged.
+func TestCall_noActualNoError(t *testing.T) {
+	env := testenv.New(t)
+	startService(t, env)
+	var logs testenv.LogBuffer
+	c := newClient(t, env.Connect(t), client.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	putBudget(t, c, "org:acme", "1.00")
+
+	out, err := client.Call(ctxT(t), c, admitReq("0.40", "org:acme"), func(context.Context) (string, error) { return "", nil })
+	require.NoError(t, err, "the call succeeded and its spend is recorded")
+	require.True(t, out.Called)
+	require.Empty(t, out.Actual)
+	require.Equal(t, events.StatusSettled, out.Close.Status)
+	requireMoney(t, "0.40", out.Close.Actual, "settled at the whole reservation")
+	v := budget(t, c, "org:acme")
+	requireMoney(t, "0.40", v.Spent)
+	requireMoney(t, "0", v.Reserved)
+	require.Equal(t, int64(0), v.Open)
+	require.Contains(t, logs.String(), "level=WARN")
+	require.Contains(t, logs.String(), client.NoteNoActual)
+}

@@ -18,7 +18,8 @@
 // admit reply with the reservation and its status, the settle or release
 // reply); Do is Call without the Outcome. A function that fails after it
 // was billed returns its cost next to its error and is settled with it:
-// money spent is never recorded as zero.
+// money spent is never recorded as zero. One that returns no cost and no
+// error is settled at its whole reservation (note NoteNoActual).
 //
 // # Errors
 //

@@ -144,6 +144,11 @@ type Outcome struct {
 	FailedOpen bool
 }
 
+// NoteNoActual is the settle note of Call's settle of a call that
+// returned neither an actual cost nor an error: settled at its whole
+// reservation, as the gateway does for an answer without usage.
+const NoteNoActual = "reservation_ok"
+
 // Call runs call under a reservation: price -> reserve -> call -> settle |
 // release. It admits req (req.Amount is the priced maximum); if admitted it
 // runs call and then:
@@ -154,6 +159,13 @@ type Outcome struct {
 //     recorded, never zeroed.
 //   - call returned an error and no actual (""): the reservation is
 //     released in full.
+//   - call returned neither an actual nor an error (a bug: a call that
+//     ran must report its cost): the reservation is settled at its
+//     whole amount, the most the call could cost, with note
+//     NoteNoActual, and a WARN line is logged on the client's logger.
+//     Its cost is unknown, so it is neither recorded as zero (a release
+//     or a settle of 0 would) nor left held until its TTL. Outcome.Actual
+//     is "" and Outcome.Close.Actual the amount settled.
 //   - call panicked (or called runtime.Goexit): the reservation is
 //     released, and the panic goes on unchanged. A failed release is
 //     logged at ERROR on the client's logger (WithLogger; slog.Default()
@@ -230,7 +242,20 @@ func Call(ctx context.Context, c *Client, req events.AdmitRequest, call func(ctx
 		out.Close = cr
 		return out, callErr
 	}
-	cr, err := res.Settle(ctx, actual)
+	var cr events.CloseReply
+	if actual == "" && callErr == nil {
+		// The call succeeded and reported no cost: a bug of the caller's,
+		// but the call ran and was likely billed. Settling "" is refused
+		// (invalid_amount), leaving the reservation held until its TTL and
+		// the spend unrecorded; releasing (or settling 0) records it as
+		// free. It is settled at its whole reservation, the most it could
+		// cost, with the note that says so, and logged.
+		c.errorLog().Warn("spendgate: the call succeeded without reporting its cost; settled at its whole reservation (note "+NoteNoActual+")",
+			"reservation_id", res.ID(), "request_id", res.RequestID(), "amount", res.Amount(), "unit", res.Unit())
+		cr, err = res.SettleWithNote(ctx, res.Amount(), NoteNoActual)
+	} else {
+		cr, err = res.Settle(ctx, actual)
+	}
 	if err != nil {
 		if callErr != nil {
 			return out, errors.Join(callErr, fmt.Errorf("spendgate: settle of %s at %s after the failed, billed call: %w", res.ID(), actual, err))
@@ -244,8 +269,9 @@ func Call(ctx context.Context, c *Client, req events.AdmitRequest, call func(ctx
 // Do is Call without the Outcome: it runs call under a reservation
 // (price -> reserve -> call -> settle | release) and returns Call's error.
 // A call that fails after it was billed reports its cost next to its error
-// (return "0.03", err) and is settled with it; one that reports no actual
-// is released.
+// (return "0.03", err) and is settled with it; one that fails and reports
+// no actual is released; one that neither fails nor reports an actual is
+// settled at its whole reservation (see Call).
 //
 // Errors: those of Call.
 func Do(ctx context.Context, c *Client, req events.AdmitRequest, call func(ctx context.Context) (actual string, err error)) error {

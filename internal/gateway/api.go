@@ -153,6 +153,9 @@ func (a *api) parse(body []byte, cfg *Config) (*call, error) {
 	if err := readOnce(body, "", a.reads()); err != nil {
 		return nil, err
 	}
+	if err := a.checkBilling(fields); err != nil {
+		return nil, err
+	}
 	c := &call{api: a, body: body}
 	if err := json.Unmarshal(fields["model"], &c.model); err != nil || c.model == "" {
 		return nil, badRequest("model is required: a model name string")
@@ -263,9 +266,10 @@ func (c *call) readEndUser(fields map[string]json.RawMessage) error {
 }
 
 // reads are the body's fields the gateway reads to price and attribute a
-// call.
+// call, or to refuse an option it does not price (billingReads).
 func (a *api) reads() []string {
 	r := append([]string{"model", "stream", "stream_options", "user", "metadata"}, a.mult...)
+	r = append(r, a.billingReads()...)
 	return append(r, a.maxOut...)
 }
 

@@ -31,6 +31,9 @@ type callError struct {
 	// outcome label of the call's metrics).
 	typ, code string
 	msg       string
+	// param, when set, is the request field the error is about: OpenAI's
+	// "param" (null otherwise).
+	param string
 	// retryAfter, when positive, is sent as Retry-After (seconds).
 	retryAfter int64
 	// noRetry sends "x-should-retry: false": the OpenAI and Anthropic
@@ -57,6 +60,14 @@ func bodyOf(d *events.Denial) *denialBody {
 		return nil
 	}
 	return &denialBody{Denial: *d, Scope: d.Scope}
+}
+
+// paramOf is OpenAI's "param" of an error about field: nil (null) for "".
+func paramOf(field string) *string {
+	if field == "" {
+		return nil
+	}
+	return &field
 }
 
 func (e *callError) Error() string { return e.code + ": " + e.msg }
@@ -151,7 +162,7 @@ func (e *callError) write(w http.ResponseWriter, kind string) {
 			Param     *string     `json:"param"`
 			Code      string      `json:"code"`
 			Spendgate *denialBody `json:"spendgate,omitempty"`
-		}{Message: e.msg, Type: e.typ, Code: e.code, Spendgate: bodyOf(e.denial)}}
+		}{Message: e.msg, Type: e.typ, Param: paramOf(e.param), Code: e.code, Spendgate: bodyOf(e.denial)}}
 	}
 	// Not escaped for HTML: a message says "Bearer <key>" as written.
 	var b bytes.Buffer

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 )
 
 // CodeUnpricedOption is the error code (400) of a call that asks the
@@ -51,12 +52,88 @@ func (a *api) checkBilling(fields map[string]json.RawMessage) error {
 				"drop service_tier, or use one the gateway prices (%s)", clip(raw), quoteAll(allowed)))
 		}
 	}
+	if a.kind == KindOpenAI {
+		if raw, ok := fields["web_search_options"]; ok && !isNull(raw) {
+			return unpricedOption("web_search_options", "the gateway does not price web_search_options: the provider bills web search per call, "+
+				"beyond the call's tokens: drop web_search_options")
+		}
+	}
+	raw, ok := fields["tools"]
+	if !ok || isNull(raw) {
+		return nil
+	}
+	var tools []json.RawMessage
+	if json.Unmarshal(raw, &tools) != nil {
+		return badRequest("tools must be an array")
+	}
+	for i, t := range tools {
+		var tool map[string]json.RawMessage
+		if json.Unmarshal(t, &tool) != nil || tool == nil {
+			return badRequest(fmt.Sprintf("tools[%d] must be an object", i))
+		}
+		path := fmt.Sprintf("tools[%d].", i)
+		if err := readOnce(t, path, []string{"type"}); err != nil {
+			return err
+		}
+		if a.pricedTool(tool["type"]) {
+			continue
+		}
+		what, use := `of type `+clip(tool["type"]), `a function tool ("type":"function")`
+		if tool["type"] == nil {
+			what = "with no type"
+		}
+		if a.kind == KindAnthropic {
+			use = `a client tool (no type, or "type":"custom")`
+		}
+		return unpricedOption("tools", fmt.Sprintf("the gateway does not price tools[%d] %s: the provider may bill a hosted or server tool per call, beyond the call's tokens: "+
+			"drop it, or use %s", i, what, use))
+	}
 	return nil
+}
+
+// anthropicClientTools are the type prefixes of the tools Anthropic
+// defines that the caller's code runs, each followed by its version's
+// date (bash_20250124, text_editor_20250728, computer_20250124,
+// memory_20250818): billed as tokens only, like a custom tool.
+var anthropicClientTools = []string{"bash_", "text_editor_", "computer_", "memory_"}
+
+// pricedTool reports whether a tool of type typ (raw JSON; nil when the
+// tool names none) is billed as tokens alone, which the gateway prices:
+// OpenAI's "function" and "custom" tools, which the caller's code runs;
+// Anthropic's tools without a type or "custom", and the client tools it
+// defines (anthropicClientTools). A hosted tool (OpenAI's web_search,
+// file_search, code_interpreter, image_generation, computer_use_preview,
+// mcp, ...) or a server tool (Anthropic's web_search_20250305,
+// web_fetch_..., code_execution_...), billed per call or per use, is not;
+// nor is any type the gateway does not know (fail closed).
+func (a *api) pricedTool(typ json.RawMessage) bool {
+	if typ == nil || isNull(typ) {
+		return a.kind == KindAnthropic
+	}
+	var t string
+	if json.Unmarshal(typ, &t) != nil {
+		return false
+	}
+	if a.kind == KindOpenAI {
+		return t == "function" || t == "custom"
+	}
+	if t == "custom" {
+		return true
+	}
+	for _, p := range anthropicClientTools {
+		if date, ok := strings.CutPrefix(t, p); ok && date != "" && strings.Trim(date, "0123456789") == "" {
+			return true
+		}
+	}
+	return false
 }
 
 // billingReads are the body's fields checkBilling reads, for readOnce.
 func (a *api) billingReads() []string {
-	return []string{"service_tier"}
+	if a.kind == KindOpenAI {
+		return []string{"service_tier", "tools", "web_search_options"}
+	}
+	return []string{"service_tier", "tools"}
 }
 
 // clip is raw JSON for a message: at most 64 bytes of it.

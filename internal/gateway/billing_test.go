@@ -129,3 +129,59 @@ func TestGateway_ServiceTierNotPricedIsRefused(t *testing.T) {
 	}
 	e.requireCharged(secret, "team:tier", ok)
 }
+
+// TestGateway_HostedToolsAreRefused: a call naming a tool the provider
+// bills per call or per use beyond its tokens (OpenAI's hosted tools,
+// Chat Completions' web_search_options, Anthropic's server tools), or a
+// tool type the gateway does not know, is refused 400 unpriced_option
+// before its admit, naming the tool; a tool's "type" in another letter
+// case or given twice is refused as the priced fields are. Function
+// tools (OpenAI's "function" and "custom", Anthropic's untyped, "custom"
+// and its client tools such as bash_20250124) are tokens alone and go
+// through, charged as before. How it can fail: without the check the
+// hosted tools are forwarded, their per-call fees reserved and settled
+// by nothing, so the fake records the calls and the budget is charged.
+func TestGateway_HostedToolsAreRefused(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	secret := e.key("10", "team:tools")
+	const chat, msgs = "/v1/chat/completions", `"messages":[{"role":"user","content":"hi"}]`
+	const fn = `{"type":"function","name":"f","parameters":{"type":"object"}}`
+	responses := func(tools string) string {
+		return `{"model":"gpt-x","input":"hi","max_output_tokens":64,"tools":[` + tools + `]}`
+	}
+	messages := func(tools string) string {
+		return `{"model":"claude-x","max_tokens":64,` + msgs + `,"tools":[` + tools + `]}`
+	}
+	const code = gateway.CodeUnpricedOption
+	var cases []refusedCase
+	for _, typ := range []string{"web_search", "web_search_preview", "file_search", "code_interpreter", "image_generation", "computer_use_preview", "mcp", "tool_search_2027"} {
+		cases = append(cases, refusedCase{path: "/v1/responses", body: responses(fn + `,{"type":"` + typ + `"}`), code: code,
+			says: `tools[1] of type "` + typ + `"`, param: "tools"})
+	}
+	for _, typ := range []string{"web_search_20250305", "web_fetch_20250910", "code_execution_20250522", "bash_server", "function"} {
+		cases = append(cases, refusedCase{path: "/v1/messages", body: messages(`{"name":"f","input_schema":{"type":"object"}},{"type":"` + typ + `","name":"x"}`), code: code,
+			says: `tools[1] of type "` + typ + `"`})
+	}
+	cases = append(cases,
+		refusedCase{path: chat, body: `{"model":"gpt-x","max_tokens":64,` + msgs + `,"web_search_options":{}}`, code: code, says: "drop web_search_options", param: "web_search_options"},
+		refusedCase{path: chat, body: `{"model":"gpt-x","max_tokens":64,` + msgs + `,"tools":[{"type":"web_search"}]}`, code: code, says: `use a function tool ("type":"function")`},
+		refusedCase{path: chat, body: `{"model":"gpt-x","max_tokens":64,` + msgs + `,"tools":[{"function":{"name":"f"}}]}`, code: code, says: `tools[0] with no type`},
+		refusedCase{path: "/v1/responses", body: responses(`{"type":7}`), code: code, says: `tools[0] of type 7`},
+		// Read as the priced fields are: no case variant, no second one.
+		refusedCase{path: "/v1/responses", body: responses(`{"type":"function","Type":"web_search"}`), code: "invalid_request", says: `both "tools[0].type" and "tools[0].Type"`},
+		refusedCase{path: "/v1/responses", body: responses(`{"TYPE":"web_search"}`), code: "invalid_request", says: `write it "tools[0].type"`},
+		refusedCase{path: "/v1/messages", body: messages(`{"name":"f","type":"custom","type":"web_search_20250305"}`), code: "invalid_request", says: `"tools[0].type" twice`},
+		refusedCase{path: "/v1/responses", body: `{"model":"gpt-x","input":"hi","Tools":[{"type":"web_search"}]}`, code: "invalid_request", says: `write it "tools"`},
+		refusedCase{path: chat, body: `{"model":"gpt-x",` + msgs + `,"Web_Search_Options":{}}`, code: "invalid_request", says: `write it "web_search_options"`},
+		refusedCase{path: "/v1/responses", body: `{"model":"gpt-x","input":"hi","tools":{"type":"web_search"}}`, code: "invalid_request", says: "tools must be an array"},
+	)
+	e.requireRefused(secret, "team:tools", cases)
+
+	e.requireCharged(secret, "team:tools", [][2]string{
+		{chat, `{"model":"gpt-x","max_tokens":64,` + msgs + `,"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],"web_search_options":null}`},
+		{"/v1/responses", responses(fn + `,{"type":"custom","name":"g"}`)},
+		{"/v1/responses", `{"model":"gpt-x","input":"hi","tools":[]}`},
+		{"/v1/messages", messages(`{"name":"f","input_schema":{"type":"object"}},{"type":"custom","name":"g","input_schema":{"type":"object"}},` +
+			`{"type":"bash_20250124","name":"bash"},{"type":"text_editor_20250728","name":"str_replace_based_edit_tool"}`)},
+	})
+}

@@ -156,3 +156,30 @@ func quoteAll(vs []string) string {
 	}
 	return s
 }
+
+// unpricedBetas are the prefixes of the Anthropic betas that turn on
+// pricing the gateway does not have: context-1m-2025-08-07 bills the input
+// of a call past 200K tokens at about twice the standard rate (and its
+// output at 1.5x). Other betas are forwarded: they change what a call may
+// do, not the rate of its tokens, and a server tool one of them enables is
+// refused by its entry in tools (checkBilling).
+var unpricedBetas = []string{"context-1m"}
+
+// checkBetas refuses a call whose anthropic-beta header (values, each a
+// comma-separated list) names a beta of unpricedBetas, matched in any
+// letter case: 400 CodeUnpricedOption. Any endpoint: an OpenAI-shaped
+// upstream may be a router to Anthropic that passes the header on.
+func checkBetas(values []string) *callError {
+	for _, v := range values {
+		for beta := range strings.SplitSeq(v, ",") {
+			beta = strings.TrimSpace(beta)
+			for _, p := range unpricedBetas {
+				if len(beta) >= len(p) && strings.EqualFold(beta[:len(p)], p) {
+					return unpricedOption("anthropic-beta", fmt.Sprintf("the gateway does not price the anthropic-beta %q: it bills a long context's input above the standard rate: "+
+						"drop it from the anthropic-beta header (other betas are forwarded)", beta))
+				}
+			}
+		}
+	}
+	return nil
+}

@@ -185,3 +185,29 @@ func TestGateway_HostedToolsAreRefused(t *testing.T) {
 			`{"type":"bash_20250124","name":"bash"},{"type":"text_editor_20250728","name":"str_replace_based_edit_tool"}`)},
 	})
 }
+
+// TestGateway_LongContextBetaIsRefused: a call whose anthropic-beta header
+// names context-1m (Anthropic's 1M-token context, its input past 200K
+// tokens billed at about 2x), alone, in a list or in another letter case,
+// is refused 400 unpriced_option before its admit, on any endpoint, in
+// its API's shape; other betas are forwarded and charged as before. How
+// it can fail: without the check the header is forwarded (it is one the
+// gateway passes) and the fake records the call.
+func TestGateway_LongContextBetaIsRefused(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	secret := e.key("10", "team:beta")
+	const msgs = `"messages":[{"role":"user","content":"hi"}]`
+	const claude = `{"model":"claude-x","max_tokens":64,` + msgs + `}`
+	const code = gateway.CodeUnpricedOption
+	var cases []refusedCase
+	for _, v := range []string{"context-1m-2025-08-07", "interleaved-thinking-2025-05-14, context-1m-2025-08-07", "Context-1M-2026-01-01"} {
+		cases = append(cases, refusedCase{path: "/v1/messages", body: claude, hdr: []string{"Anthropic-Beta", v}, code: code,
+			says: "drop it from the anthropic-beta header"})
+	}
+	cases = append(cases, refusedCase{path: "/v1/chat/completions", body: `{"model":"gpt-x","max_tokens":64,` + msgs + `}`,
+		hdr: []string{"Anthropic-Beta", "context-1m-2025-08-07"}, code: code, says: `anthropic-beta "context-1m-2025-08-07"`, param: "anthropic-beta"})
+	e.requireRefused(secret, "team:beta", cases)
+
+	e.requireCharged(secret, "team:beta", [][2]string{{"/v1/messages", claude}},
+		"Anthropic-Beta", "interleaved-thinking-2025-05-14,token-efficient-tools-2025-02-19")
+}

@@ -328,6 +328,10 @@ func (g *Gateway) serve(a *api, w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	l.model, l.stream = c.model, c.stream
+	if cerr := checkBetas(r.Header.Values("Anthropic-Beta")); cerr != nil {
+		g.fail(w, a, l, OutcomeBadRequest, cerr)
+		return
+	}
 	if cerr := c.resolveEndUser(key, r.Header.Get(HeaderEndUser)); cerr != nil {
 		g.fail(w, a, l, OutcomeBadRequest, cerr)
 		return
@@ -644,6 +648,8 @@ func keyError(err error) *callError {
 // Headers passed from the caller to the upstream, and back. Any other
 // request header stays here: the gateway's own key decides the provider's
 // account, so OpenAI-Organization and OpenAI-Project are not forwarded.
+// A call whose Anthropic-Beta names a beta with pricing the gateway does
+// not have is refused before its admit (checkBetas).
 var (
 	forwardRequestHeaders  = []string{"Accept", "OpenAI-Beta", "Anthropic-Version", "Anthropic-Beta", "User-Agent"}
 	forwardResponseHeaders = []string{"Content-Type", "Cache-Control", "X-Request-Id", "Request-Id", "Openai-Processing-Ms",

@@ -14,7 +14,11 @@
 //     tokenizer), and the most output it may produce (max_tokens and its
 //     kin, or Config.MaxOutputTokens), and admits it against every scope
 //     of the key, all or none, with a request id derived from the
-//     caller's Idempotency-Key when it sends one;
+//     caller's Idempotency-Key when it sends one; a call that asks for a
+//     billing option the table does not price (a service tier above
+//     standard, a hosted tool billed per call, Anthropic's context-1m
+//     beta: billing.go) is refused before its admit, 400
+//     CodeUnpricedOption, never sent;
 //   - answers a denial as the SDKs expect (429, the provider's error
 //     shape naming the budget and the reason, Retry-After at the period's
 //     reset when that is when it frees up; 400 exceeds_budget_limit, with

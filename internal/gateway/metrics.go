@@ -12,7 +12,7 @@ const (
 	OutcomeOK            = "ok"             // answered by the upstream and settled
 	OutcomeDenied        = "denied"         // a budget denied it: never sent upstream
 	OutcomeUnauthorized  = "unauthorized"   // no key, an unknown or disabled key
-	OutcomeBadRequest    = "bad_request"    // a body the gateway cannot price
+	OutcomeBadRequest    = "bad_request"    // a body the gateway cannot price (unpriced_option included)
 	OutcomeUnavailable   = "unavailable"    // the ledger did not answer: failed closed
 	OutcomeBusy          = "busy"           // the gateway held as many request bodies as it may (503 gateway_busy)
 	OutcomeUpstreamError = "upstream_error" // the upstream refused it (released)

@@ -495,7 +495,11 @@ func (g *Gateway) admit(ctx context.Context, cl *client.Client, key events.APIKe
 			return res, nil
 		case errors.As(err, &ee) && ee.Code == events.CodeIdempotencyMismatch && base != "" && ee.Status == events.StatusOpen:
 			return nil, errIdempotencyKeyInUse
-		case err == nil, errors.As(err, &ee) && (ee.Code == events.CodeRequestVoided || ee.Code == events.CodeIdempotencyMismatch && base != ""):
+		case err == nil, errors.As(err, &ee) && (ee.Code == events.CodeRequestVoided || ee.Code == events.CodeIdempotencyMismatch && base != "" ||
+			// A replay of this id's reservation, closed already (the
+			// client's own retry met it settled or released): the id
+			// is spent, as a voided one is.
+			ee.Code == events.CodeAlreadySettled || ee.Code == events.CodeAlreadyReleased):
 			if base == "" || gen >= maxGenerations {
 				return nil, &callError{status: http.StatusConflict, typ: "invalid_request_error", code: "idempotency_key_used",
 					msg: fmt.Sprintf("spendgate: this Idempotency-Key has been used by %d calls; send a new one", gen), noRetry: true}

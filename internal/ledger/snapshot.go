@@ -201,6 +201,11 @@ type snapshotState struct {
 	// sectionsLater are the readers' sections copied under the book's
 	// lock (SectionCopier), which finish encodes into Sections.
 	sectionsLater []laterSection
+	// budgetsLater are the budgets' revisions copied under the book's
+	// lock, in the order of Budgets, which finish encodes into each
+	// one's Revision: a revision is never changed once folded (the book
+	// replaces it), so the copy shares its slices safely.
+	budgetsLater []events.BudgetRevision
 	// Voids are the voided request ids the book remembers, in the order
 	// their voids were stamped (absent in a snapshot written before voids
 	// existed, which holds none).
@@ -379,13 +384,18 @@ func (b *book) snapshotAs(seq uint64, version int) (*snapshotState, error) {
 // the book's read lock, and encodes those outside it.
 func (b *book) snapshotCopy(seq uint64, version int) (*snapshotState, error) {
 	st := &snapshotState{Version: version, Seq: seq, Lanes: b.layout.Lanes(), ServerNow: b.serverNow}
+	// The budgets' revisions are encoded by finish, off the lock: with
+	// tens of thousands of budgets (most of them retired runs) their JSON
+	// held the book, and every admit, for half a second to 2.7 s per
+	// snapshot.
+	if len(b.budgets) > 0 {
+		st.Budgets = make([]snapBudget, 0, len(b.budgets))
+		st.budgetsLater = make([]events.BudgetRevision, 0, len(b.budgets))
+	}
 	for key, d := range b.budgets {
-		raw, err := json.Marshal(&d.src)
-		if err != nil {
-			return nil, fmt.Errorf("ledger: snapshot of budget %s: %w", key, err)
-		}
+		st.budgetsLater = append(st.budgetsLater, d.src)
 		_, hash := b.valid(key)
-		sb := snapBudget{snapKey: snapKey{key, d.rev, hash}, Revision: raw}
+		sb := snapBudget{snapKey: snapKey{key, d.rev, hash}}
 		if d.def.Retired && (!d.def.RetiredAt.IsZero() || d.last != nil) {
 			sb.Retirement = &snapRetirement{At: optTime(d.def.RetiredAt), Reason: d.def.RetiredReason}
 			if l := d.last; l != nil {
@@ -403,7 +413,7 @@ func (b *book) snapshotCopy(seq uint64, version int) (*snapshotState, error) {
 			st.BudgetArms[key] = d.def.Arm
 		}
 	}
-	sort.Slice(st.Budgets, func(i, j int) bool { return st.Budgets[i].Key < st.Budgets[j].Key })
+	sort.Sort(budgetsByKey{st})
 	var err error
 	if st.Prices, err = snapDefs(b, "pricing", b.prices, func(p *pricing) (uint64, any) { return p.def.Version, &p.src }); err != nil {
 		return nil, err
@@ -498,6 +508,14 @@ func (b *book) snapshotCopy(seq uint64, version int) (*snapshotState, error) {
 // (snapshotCopy and dumpSections leave them out); once done it does
 // nothing.
 func (st *snapshotState) finish() error {
+	for i := range st.budgetsLater {
+		raw, err := json.Marshal(&st.budgetsLater[i])
+		if err != nil {
+			return fmt.Errorf("ledger: snapshot of budget %s: %w", st.Budgets[i].Key, err)
+		}
+		st.Budgets[i].Revision = raw
+	}
+	st.budgetsLater = nil
 	for _, ls := range st.sectionsLater {
 		data, err := ls.encode()
 		if err != nil {
@@ -518,6 +536,18 @@ func (st *snapshotState) finish() error {
 	}
 	st.window, st.WindowSize, st.whole = win, len(win), nil
 	return nil
+}
+
+// budgetsByKey sorts a snapshot's budgets by key, their revisions to
+// encode with them.
+type budgetsByKey struct{ st *snapshotState }
+
+func (s budgetsByKey) Len() int           { return len(s.st.Budgets) }
+func (s budgetsByKey) Less(i, j int) bool { return s.st.Budgets[i].Key < s.st.Budgets[j].Key }
+func (s budgetsByKey) Swap(i, j int) {
+	b, l := s.st.Budgets, s.st.budgetsLater
+	b[i], b[j] = b[j], b[i]
+	l[i], l[j] = l[j], l[i]
 }
 
 // laterSection is a reader's section copied under the book's lock, and

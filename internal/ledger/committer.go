@@ -646,7 +646,16 @@ func (l *Ledger) attempt(ctx context.Context, refs []events.BalanceRef, group []
 		}
 		return actRetryUnknown, nil
 	default:
-		l.opts.log.Warn("ledger write failed", "err", err)
+		// Bounded: with the stream out of disk every commit fails, and a
+		// line each buried the log (and filled the disk it shares).
+		if log, held := l.writeFails.Note(time.Now()); log || held > 0 {
+			if held > 0 {
+				l.opts.log.Warn("more ledger writes failed; not logged one by one (past the first 20 a minute, summed up once a minute)", "failed", held)
+			}
+			if log {
+				l.opts.log.Warn("ledger write failed", "err", err)
+			}
+		}
 		return actFail, &events.Error{Code: events.CodeLedgerUnavailable, Message: "writing to the ledger stream", Err: err}
 	}
 }

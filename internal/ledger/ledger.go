@@ -17,6 +17,7 @@ import (
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/gate"
+	"github.com/spendgate/spendgate/internal/logbound"
 	"github.com/spendgate/spendgate/streams"
 )
 
@@ -36,6 +37,8 @@ type Ledger struct {
 	bk *book
 	// skew samples this machine's clock against the server's (skew.go).
 	skew clockSkew
+	// writeFails bounds the log lines of failed writes (committer.go).
+	writeFails logbound.Bound
 	// tenantLimits is the book's tenant limits, published by the fold
 	// for lock-free reads (TenantLimitsOf).
 	tenantLimits atomic.Pointer[map[string]TenantLimits]

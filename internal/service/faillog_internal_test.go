@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/logbound"
 	"github.com/spendgate/spendgate/internal/metrics"
 )
 
@@ -48,7 +49,7 @@ func (h *countHandler) count(msg string) int {
 
 // TestEncode_FailedRequestsLogBounded: requests answered
 // ledger_unavailable (the ledger stream out of disk, its server gone) are
-// logged one by one up to failLogBurst a minute, and the rest summed up
+// logged one by one up to logbound.DefaultBurst a minute, and the rest summed up
 // in one line once the minute is over; each is still counted in
 // spendgate_requests_total. How we know it can fail: with a line per
 // failed request, as before, 100 failures are 100 lines (22,000 in 45 s
@@ -65,12 +66,12 @@ func TestEncode_FailedRequestsLogBounded(t *testing.T) {
 	for range 100 {
 		fail()
 	}
-	require.Equal(t, failLogBurst, logs.count("request failed"))
+	require.Equal(t, logbound.DefaultBurst, logs.count("request failed"))
 	summary := "more requests failed; not logged one by one (past the first 20 a minute, summed up once a minute; spendgate_requests_total counts each by endpoint and code)"
 	require.Zero(t, logs.count(summary))
-	now = now.Add(failLogEvery)
+	now = now.Add(logbound.Every)
 	fail()
 	require.Equal(t, 1, logs.count(summary))
-	require.EqualValues(t, 100-failLogBurst, logs.held)
-	require.Equal(t, failLogBurst+1, logs.count("request failed"))
+	require.EqualValues(t, 100-logbound.DefaultBurst, logs.held)
+	require.Equal(t, logbound.DefaultBurst+1, logs.count("request failed"))
 }

@@ -63,9 +63,13 @@ const (
 	demoUnit          = "USD"
 	demoTTL           = "1m"
 	// demoOutageTimeout and demoOutageAttempts bound the client of the
-	// outage pattern, so that its fail-closed denials come quickly.
-	demoOutageTimeout  = 500 * time.Millisecond
-	demoOutageAttempts = 2
+	// outage pattern, so that its fail-closed denials come quickly: with
+	// more than one attempt the client waits out "no responders" (a
+	// replica restarting) for the whole bound, a second per denied call
+	// here. One attempt, generous, fails closed at once while no replica
+	// serves.
+	demoOutageTimeout  = 2 * time.Second
+	demoOutageAttempts = 1
 	demoTimeout        = 5 * time.Minute
 
 	demoHeld     = "held"

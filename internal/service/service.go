@@ -235,7 +235,7 @@ func Start(nc *nats.Conn, cfg Config) (*Service, error) {
 				tenant, _ = layout.TenantOf(subject)
 			}
 			// A batch's items are counted one by one (serveBatch).
-			if single == "" && !s.allowRate(tenant) {
+			if single == "" && !s.allowRate(tenant, name) {
 				s.refuseRate(r, name, tenant)
 				return
 			}
@@ -746,7 +746,7 @@ func (s *Service) serveBatch(nc *nats.Conn, endpoint, single, subject, reply str
 		return items[i]
 	}
 	for i := range items {
-		if !s.allowRate(tenant) {
+		if !s.allowRate(tenant, singleOf(i)) {
 			if limited == nil {
 				limited = make([]*events.Error, len(items))
 			}

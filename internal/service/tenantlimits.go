@@ -12,6 +12,7 @@ import (
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/codec"
+	"github.com/spendgate/spendgate/streams"
 )
 
 // Per-tenant limits of a replica (replica.Config.TenantLimits). Two live
@@ -302,7 +303,19 @@ func rateTerms(rate, burst int) (per, b time.Duration) {
 
 // take takes n tokens from tenant's bucket and reports whether it had
 // them (if not, it takes none). A nil *tenantBuckets always has them.
-func (b *tenantBuckets) take(tenant string, n int) bool {
+func (b *tenantBuckets) take(tenant string, n int) bool { return b.takeWithin(tenant, n, 1) }
+
+// takeClosing takes one token for a request that closes a reservation (a
+// settle, a release, a void), which may run the bucket a second burst
+// into debt: the admits that follow are refused until the rate has paid
+// it back, but the record of money already spent is not. Refused, a
+// settle left its paid call's cost unrecorded (the reservation expired),
+// while the admits that opened those reservations had each taken a token
+// already; a flood of closings alone is still held to the rate.
+func (b *tenantBuckets) takeClosing(tenant string) bool { return b.takeWithin(tenant, 1, 2) }
+
+// takeWithin is take with the burst multiplied by bursts.
+func (b *tenantBuckets) takeWithin(tenant string, n int, bursts time.Duration) bool {
 	if b == nil {
 		return true
 	}
@@ -323,7 +336,7 @@ func (b *tenantBuckets) take(tenant string, n int) bool {
 		tat = now
 	}
 	next := tat.Add(per * time.Duration(n))
-	if next.Sub(now) > burst {
+	if next.Sub(now) > burst*bursts {
 		return false
 	}
 	if !ok && len(b.tat) >= tenantBucketsSweep {
@@ -337,10 +350,18 @@ func (b *tenantBuckets) take(tenant string, n int) bool {
 	return true
 }
 
-// allowRate takes one request of tenant's rate; the untenanted deployment
-// is not limited.
-func (s *Service) allowRate(tenant string) bool {
-	return tenant == "" || s.rate.take(tenant, 1)
+// allowRate takes one request to endpoint of tenant's rate; the
+// untenanted deployment is not limited. A settle, a release or a void
+// may take it a burst further than an admit (takeClosing).
+func (s *Service) allowRate(tenant, endpoint string) bool {
+	if tenant == "" {
+		return true
+	}
+	switch endpoint {
+	case streams.EndpointSettle, streams.EndpointRelease, streams.EndpointVoid:
+		return s.rate.takeClosing(tenant)
+	}
+	return s.rate.take(tenant, 1)
 }
 
 // rateRefusal is the answer to a request of tenant past its rate on

@@ -123,3 +123,30 @@ func TestTenantBuckets_OwnRates(t *testing.T) {
 	require.True(t, d.take("big", 1<<20))
 	require.False(t, d.take("small", 16*TenantDenialBurst+1))
 }
+
+// A settle, a release or a void may run a tenant's bucket one burst into
+// debt: the admits that opened those reservations took their tokens
+// already, and a settle refused leaves a paid call unrecorded. The admits
+// after it are refused until the rate pays the debt back, and closings
+// alone are still held to the rate. How we know it can fail: with closings
+// taking tokens as admits do, the first settle after five admits was
+// refused.
+func TestTenantBuckets_ClosingsRunIntoDebt(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	b := newTenantBuckets(10, 5, func() time.Time { return now }, nil)
+	for i := range 5 {
+		require.True(t, b.take("acme", 1), "admit %d", i)
+	}
+	require.False(t, b.take("acme", 1), "a sixth admit: the burst is spent")
+	for i := range 5 {
+		require.True(t, b.takeClosing("acme"), "the settle of admit %d", i)
+	}
+	require.False(t, b.takeClosing("acme"), "a closing past the second burst")
+	now = now.Add(500 * time.Millisecond) // five tokens back: the debt paid
+	require.False(t, b.take("acme", 1), "admits wait until the debt is paid back")
+	now = now.Add(100 * time.Millisecond)
+	require.True(t, b.take("acme", 1))
+	var none *tenantBuckets
+	require.True(t, none.takeClosing("acme"), "no limit")
+}

@@ -754,3 +754,35 @@ func (w ledgerWork) String() string {
 	return fmt.Sprintf("%d commits of %d txs, %d conflicts, %v in attempts (%v writing)",
 		w.commits, w.txs, w.conflicts, w.attempt.Round(time.Millisecond), w.write.Round(time.Millisecond))
 }
+
+// TestTenantLimits_SettlesPastTheRate: a tenant that spent its burst on
+// admits still settles them: a settle, release or void may run its bucket
+// a burst into debt, and the next admit is refused instead. How we know it
+// can fail: with settles taking tokens as admits do, the first settle
+// after the burst was refused tenant_limit, and its call's cost went
+// unrecorded when the reservation expired.
+func TestTenantLimits_SettlesPastTheRate(t *testing.T) {
+	h := newHarness(t, harnessOpts{tenantLimits: service.TenantLimits{Rate: 1, Burst: 10}})
+	h.tputBudget("initech", "team:search", "month", "1000") // one token of the ten
+	var ids []string
+	for i := range 30 {
+		var r events.AdmitReply
+		e := h.tcall("initech", streams.EndpointAdmit, events.AdmitRequest{RequestID: fmt.Sprint("s-", i), Scopes: []string{"team:search"}, Amount: "0.01"}, &r)
+		if e != nil {
+			require.Equal(t, events.CodeTenantLimit, e.Code)
+			break
+		}
+		require.True(t, r.Admitted)
+		ids = append(ids, r.ReservationID)
+	}
+	require.GreaterOrEqual(t, len(ids), 9, "the burst less the put's token")
+	require.Less(t, len(ids), 30, "the burst was spent")
+	for _, id := range ids {
+		var r events.CloseReply
+		require.Nil(t, h.tcall("initech", streams.EndpointSettle, events.SettleRequest{ReservationID: id, Actual: "0.01"}, &r), "the settle of %s", id)
+		require.Equal(t, events.StatusSettled, r.Status)
+	}
+	e := h.tcall("initech", streams.EndpointAdmit, events.AdmitRequest{RequestID: "after", Scopes: []string{"team:search"}, Amount: "0.01"}, nil)
+	require.NotNil(t, e, "admits wait for the debt to be paid back")
+	require.Equal(t, events.CodeTenantLimit, e.Code)
+}

@@ -189,9 +189,13 @@ func (b *book) setBudgetArm(key string, seq uint64, rev *events.BudgetRevision, 
 		// the hash a later revision would name).
 		src.Events, src.Chain = nil, events.Chain{}
 	}
-	// A retired budget no longer counts toward its tenant's budgets from
-	// defaults: it holds no room any more.
-	b.budgetChanged(rev.Budget.Scope, d != nil, d != nil && d.def.FromDefault != 0 && !wasRetired, src.FromDefault != 0 && !src.Retired)
+	// A retired budget no longer counts toward its tenant's budgets (from
+	// defaults, or its own): it holds no room any more.
+	before := budgetNone
+	if d != nil {
+		before = budgetClassOf(d.def.FromDefault, wasRetired)
+	}
+	b.budgetChanged(rev.Budget.Scope, before, budgetClassOf(src.FromDefault, src.Retired))
 	if d == nil {
 		d = &budget{}
 		b.budgets[key] = d

@@ -198,6 +198,9 @@ func bookView(b *book) string {
 	for t, n := range b.tenants.defaults {
 		add("tenant %q default budgets %d", t, n)
 	}
+	for t, n := range b.tenants.budgets {
+		add("tenant %q budgets %d", t, n)
+	}
 	recount := newTenantCounts()
 	for _, r := range b.reservations {
 		if r.Status == events.StatusOpen {
@@ -205,12 +208,13 @@ func bookView(b *book) string {
 		}
 	}
 	for _, d := range b.budgets {
-		if d.def.FromDefault != 0 {
-			addCount(recount.defaults, d.def.Ref.Scope.Tenant(), 1)
+		if m := recount.of(budgetClassOf(d.def.FromDefault, d.def.Retired)); m != nil {
+			addCount(m, d.def.Ref.Scope.Tenant(), 1)
 		}
 	}
-	if !maps.Equal(recount.open, b.tenants.open) || !maps.Equal(recount.defaults, b.tenants.defaults) {
-		add("tenant counts %v %v differ from a recount of the book %v %v", b.tenants.open, b.tenants.defaults, recount.open, recount.defaults)
+	if !maps.Equal(recount.open, b.tenants.open) || !maps.Equal(recount.defaults, b.tenants.defaults) || !maps.Equal(recount.budgets, b.tenants.budgets) {
+		add("tenant counts %v %v %v differ from a recount of the book %v %v %v", b.tenants.open, b.tenants.defaults, b.tenants.budgets,
+			recount.open, recount.defaults, recount.budgets)
 	}
 	// closed and expired keep their order; the rest is sorted.
 	sortStrings(out)

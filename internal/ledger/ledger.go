@@ -42,6 +42,9 @@ type Ledger struct {
 	// tenantLimits is the book's tenant limits, published by the fold
 	// for lock-free reads (TenantLimitsOf).
 	tenantLimits atomic.Pointer[map[string]TenantLimits]
+	// creating are the budgets this replica's puts are creating, for the
+	// tenants' limits of budgets (EditBudgetWithin).
+	creating creatingBudgets
 
 	follower
 	committer
@@ -284,10 +287,34 @@ type BudgetEdit func(cur Budget, existed bool) (Budget, error)
 // CodeLedgerUnavailable (the follower is not running, JetStream could not
 // be reached, or the deadline passed) or CodeLedgerBusy.
 func (l *Ledger) EditBudget(ctx context.Context, ref events.BudgetRef, unit string, edit BudgetEdit, now time.Time) (BudgetChange, error) {
+	return l.EditBudgetWithin(ctx, ref, unit, edit, BudgetLimit{}, now)
+}
+
+// EditBudgetWithin is EditBudget, which refuses a put that would create a
+// new budget of a tenant (the scope's, never the untenanted deployment's)
+// when the tenant has lim.Max budgets put for their scopes (not created
+// from defaults, not retired) with lim.Refusal, before anything is
+// written. A change of a budget that exists is never refused.
+//
+// On this replica the count is exact: the budgets its other puts are
+// creating right now count with those folded. Across replicas a creation
+// another replica wrote and this one has not folded yet is missed (the
+// caller syncs with the stream first, so only what was written since).
+func (l *Ledger) EditBudgetWithin(ctx context.Context, ref events.BudgetRef, unit string, edit BudgetEdit, lim BudgetLimit, now time.Time) (BudgetChange, error) {
 	asked := ref
 	var def, cur Budget
 	var existed bool
 	var changed []string
+	tenant := ref.Scope.Tenant()
+	limited := tenant != "" && lim.Max > 0
+	// reserved is the budget key this call holds as being created (one
+	// attempt's decision: a later attempt may find it defined).
+	reserved := ""
+	defer func() {
+		if reserved != "" {
+			l.creating.release(tenant, reserved)
+		}
+	}()
 	seq, wrote, err := l.define(ctx, "budget", func(b *book) (string, func(events.Chain) any, bool, error) {
 		target := asked
 		if unit != "" {
@@ -331,6 +358,16 @@ func (l *Ledger) EditBudget(ctx context.Context, ref events.BudgetRef, unit stri
 			return "", nil, false, events.Errorf(events.CodeUnitChangeRefused,
 				"budget %s per %s is in %s; a budget's unit cannot change to %s (define a budget of another scope or period instead)",
 				def.Ref.Scope, def.Ref.Period, cur.Unit, def.Unit)
+		}
+		if limited && !existed && reserved != key {
+			if reserved != "" {
+				l.creating.release(tenant, reserved)
+				reserved = ""
+			}
+			if err := l.creating.reserve(b, tenant, key, lim); err != nil {
+				return "", nil, false, err
+			}
+			reserved = key
 		}
 		d := def
 		return key, func(ch events.Chain) any {

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"sort"
+	"sync"
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/streams"
@@ -9,7 +10,8 @@ import (
 
 // Per-tenant counts of the book, for the tenant limits (admit's
 // WithTenantLimits): how many reservations each tenant holds open and how
-// many budgets were created for it from defaults. They are kept by the one
+// many budgets were created for it from defaults, and how many it has
+// put for their scopes (not retired). They are kept by the one
 // fold (applyEvent's openChanged, book.setBudget, a snapshot's load), so every
 // replica derives them from the stream, not from what it served itself.
 // The tenant of a reservation or budget is its scope's (events.Scope.Tenant);
@@ -20,10 +22,13 @@ import (
 type tenantCounts struct {
 	open     map[string]int // open reservations per tenant
 	defaults map[string]int // budgets created from a default per tenant
+	// budgets are the budgets put for their scopes (not created from a
+	// default), not retired, per tenant.
+	budgets map[string]int
 }
 
 func newTenantCounts() tenantCounts {
-	return tenantCounts{open: map[string]int{}, defaults: map[string]int{}}
+	return tenantCounts{open: map[string]int{}, defaults: map[string]int{}, budgets: map[string]int{}}
 }
 
 func addCount(m map[string]int, tenant string, d int) {
@@ -49,15 +54,54 @@ func (b *book) openChanged(r *Reservation, d int) {
 	addCount(b.tenants.open, reservationTenant(r), d)
 }
 
-// budgetChanged records a budget definition of scope replacing another
-// (existed, fromDefault before) with one whose FromDefault is now.
-func (b *book) budgetChanged(scope events.Scope, existed, before bool, now bool) {
+// budgetClass is what a budget definition counts toward in its tenant's
+// counts.
+type budgetClass int
+
+const (
+	budgetNone    budgetClass = iota // none (no budget, or a retired one)
+	budgetDefault                    // the budgets created from defaults
+	budgetOwn                        // the budgets put for their scopes
+)
+
+// budgetClassOf is the class of a budget created from the default
+// fromDefault (0: put for its scope), retired or not.
+func budgetClassOf(fromDefault uint64, retired bool) budgetClass {
 	switch {
-	case now && (!existed || !before):
-		addCount(b.tenants.defaults, scope.Tenant(), 1)
-	case !now && existed && before:
-		addCount(b.tenants.defaults, scope.Tenant(), -1)
+	case retired:
+		return budgetNone
+	case fromDefault != 0:
+		return budgetDefault
 	}
+	return budgetOwn
+}
+
+// budgetChanged records a budget definition of scope replacing another
+// of class before (budgetNone: none, or a retired one) with one of class
+// now. A put changing a budget created from a default makes it one put
+// for its scope (its FromDefault is 0): it moves from one count to the
+// other.
+func (b *book) budgetChanged(scope events.Scope, before, now budgetClass) {
+	if before == now {
+		return
+	}
+	if m := b.tenants.of(before); m != nil {
+		addCount(m, scope.Tenant(), -1)
+	}
+	if m := b.tenants.of(now); m != nil {
+		addCount(m, scope.Tenant(), 1)
+	}
+}
+
+// of is the count of the budgets of class c (nil for budgetNone).
+func (t tenantCounts) of(c budgetClass) map[string]int {
+	switch c {
+	case budgetDefault:
+		return t.defaults
+	case budgetOwn:
+		return t.budgets
+	}
+	return nil
 }
 
 // TenantOpen returns how many reservations tenant holds open, as this
@@ -76,6 +120,15 @@ func (l *Ledger) TenantDefaultBudgets(tenant string) int {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	return l.bk.tenants.defaults[tenant]
+}
+
+// TenantBudgets returns how many budgets tenant has that were put for
+// their scopes (not created from defaults) and are not retired, as this
+// replica has folded the stream (see EditBudgetWithin).
+func (l *Ledger) TenantBudgets(tenant string) int {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.bk.tenants.budgets[tenant]
 }
 
 // TenantDefaultBudgetsAnd returns, read at one instant, how many budgets
@@ -102,16 +155,17 @@ func (l *Ledger) TenantDefaultBudgetsAnd(tenant string, refs []events.BudgetRef)
 type TenantCount struct {
 	Tenant string
 	// Open is the reservations it holds open; DefaultBudgets the budgets
-	// created for it from defaults.
-	Open, DefaultBudgets int
+	// created for it from defaults; Budgets those put for their scopes
+	// (not retired).
+	Open, DefaultBudgets, Budgets int
 }
 
 // TenantCounts returns the counts of every tenant that holds an open
-// reservation or a budget created from a default, by tenant name; the
+// reservation or a budget (from a default or its own), by tenant name; the
 // untenanted deployment ("") is left out.
 func (l *Ledger) TenantCounts() []TenantCount {
 	l.mu.RLock()
-	byName := make(map[string]*TenantCount, len(l.bk.tenants.open)+len(l.bk.tenants.defaults))
+	byName := make(map[string]*TenantCount, len(l.bk.tenants.open)+len(l.bk.tenants.defaults)+len(l.bk.tenants.budgets))
 	get := func(t string) *TenantCount {
 		c := byName[t]
 		if c == nil {
@@ -125,6 +179,9 @@ func (l *Ledger) TenantCounts() []TenantCount {
 	}
 	for t, n := range l.bk.tenants.defaults {
 		get(t).DefaultBudgets = n
+	}
+	for t, n := range l.bk.tenants.budgets {
+		get(t).Budgets = n
 	}
 	l.mu.RUnlock()
 	out := make([]TenantCount, 0, len(byName))
@@ -171,4 +228,67 @@ func (v *group) openDelta(r *Reservation, d int) {
 	}
 	v.tenantOpen[t] += d
 	v.journal = append(v.journal, undoEntry{op: undoTenant, id: t, n: d})
+}
+
+// BudgetLimit bounds the budgets one tenant has put for their scopes (not
+// created from defaults, not retired): see EditBudgetWithin.
+type BudgetLimit struct {
+	// Max is how many the budget's tenant may have; 0 or less: no limit.
+	Max int
+	// Refusal is the error refusing a put that would create one more
+	// when the tenant has have (folded and being created on this
+	// replica).
+	Refusal func(have int) error
+}
+
+// creatingBudgets holds, per tenant, the budgets this replica is creating
+// by a put right now (EditBudgetWithin), by budget key, each with how many
+// puts are creating it: with the book's count of those it has folded,
+// what a new one is checked against.
+type creatingBudgets struct {
+	mu sync.Mutex
+	m  map[string]map[string]int
+}
+
+// reserve decides, against b (read locked by the caller), whether the
+// tenant may create the budget under key past its count, and if so takes
+// it as being created; release gives it back. A budget is counted once:
+// folded (in the book's count), or being created and not folded yet, so
+// the count is exact on this replica even while creations land. It
+// returns the refusal of lim, or nil.
+func (c *creatingBudgets) reserve(b *book, tenant, key string, lim BudgetLimit) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	mine := c.m[tenant]
+	have := b.tenants.budgets[tenant]
+	for k := range mine {
+		if k != key && b.budgets[k] == nil {
+			have++ // being created by another put, not folded yet
+		}
+	}
+	if have >= lim.Max {
+		return lim.Refusal(have)
+	}
+	if mine == nil {
+		if c.m == nil {
+			c.m = map[string]map[string]int{}
+		}
+		mine = map[string]int{}
+		c.m[tenant] = mine
+	}
+	mine[key]++
+	return nil
+}
+
+// release gives back a budget reserve took.
+func (c *creatingBudgets) release(tenant, key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	mine := c.m[tenant]
+	if mine[key]--; mine[key] <= 0 {
+		delete(mine, key)
+	}
+	if len(mine) == 0 {
+		delete(c.m, tenant)
+	}
 }

@@ -144,6 +144,9 @@ const (
 	// LimitDefaultBudgets: budgets created for a tenant from its kinds'
 	// defaults.
 	LimitDefaultBudgets = "default_budgets"
+	// LimitBudgets: budgets a tenant has put for their scopes (not
+	// created from defaults, not retired).
+	LimitBudgets = "budgets"
 	// LimitDenialBytes: bytes per second of a tenant's denial records one
 	// replica stores (past it a denial is answered as ever, and counted
 	// instead of recorded: no refusal).

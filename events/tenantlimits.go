@@ -34,6 +34,9 @@ type TenantLimitValues struct {
 	// MaxDefaultBudgets is the budgets that may be created for it from
 	// its scope kinds' defaults.
 	MaxDefaultBudgets *int64 `json:"max_default_budgets,omitempty"`
+	// MaxBudgets is the budgets it may have put for their scopes (not
+	// created from defaults, not retired).
+	MaxBudgets *int64 `json:"max_budgets,omitempty"`
 	// Rate is the requests per second it may send one replica, Burst how
 	// many at once after a pause.
 	Rate  *int64 `json:"rate,omitempty"`
@@ -51,7 +54,7 @@ func (v *TenantLimitValues) fields() []struct {
 	return []struct {
 		name string
 		p    **int64
-	}{{"max_open", &v.MaxOpen}, {"max_default_budgets", &v.MaxDefaultBudgets}, {"rate", &v.Rate},
+	}{{"max_open", &v.MaxOpen}, {"max_default_budgets", &v.MaxDefaultBudgets}, {"max_budgets", &v.MaxBudgets}, {"rate", &v.Rate},
 		{"burst", &v.Burst}, {"denial_bytes", &v.DenialBytes}}
 }
 
@@ -113,7 +116,8 @@ func (v TenantLimitValues) Clone() TenantLimitValues {
 
 // TenantLimitsDefined sets a tenant's own limits: the whole set (a field
 // left out is the common limit again). Changed names the fields that
-// changed (max_open, max_default_budgets, rate, burst, denial_bytes),
+// changed (max_open, max_default_budgets, max_budgets, rate, burst,
+// denial_bytes),
 // empty for a tenant's first definition.
 type TenantLimitsDefined struct {
 	Tenant string `json:"tenant"`
@@ -164,6 +168,7 @@ type TenantLimitsPutRequest struct {
 	Tenant            string `json:"tenant"`
 	MaxOpen           *int64 `json:"max_open,omitempty"`
 	MaxDefaultBudgets *int64 `json:"max_default_budgets,omitempty"`
+	MaxBudgets        *int64 `json:"max_budgets,omitempty"`
 	Rate              *int64 `json:"rate,omitempty"`
 	Burst             *int64 `json:"burst,omitempty"`
 	DenialBytes       *int64 `json:"denial_bytes,omitempty"`
@@ -171,8 +176,8 @@ type TenantLimitsPutRequest struct {
 
 // Values returns the limits the request puts.
 func (r TenantLimitsPutRequest) Values() TenantLimitValues {
-	return TenantLimitValues{MaxOpen: r.MaxOpen, MaxDefaultBudgets: r.MaxDefaultBudgets, Rate: r.Rate, Burst: r.Burst,
-		DenialBytes: r.DenialBytes}
+	return TenantLimitValues{MaxOpen: r.MaxOpen, MaxDefaultBudgets: r.MaxDefaultBudgets, MaxBudgets: r.MaxBudgets, Rate: r.Rate,
+		Burst: r.Burst, DenialBytes: r.DenialBytes}
 }
 
 // TenantLimitsGetRequest reads one tenant's own limits
@@ -211,6 +216,7 @@ type TenantHeldTo struct {
 	Replica           string            `json:"replica"`
 	MaxOpen           int64             `json:"max_open"`
 	MaxDefaultBudgets int64             `json:"max_default_budgets"`
+	MaxBudgets        int64             `json:"max_budgets"`
 	Rate              int64             `json:"rate"`
 	Burst             int64             `json:"burst"`
 	DenialBytes       int64             `json:"denial_bytes"`
@@ -222,6 +228,8 @@ type TenantHeldTo struct {
 type TenantUsage struct {
 	OpenReservations int `json:"open_reservations"`
 	DefaultBudgets   int `json:"default_budgets"`
+	// Budgets are those it has put for their scopes (not retired).
+	Budgets int `json:"budgets"`
 }
 
 // TenantLimitsPutReply is a tenant's limits after a put and what changed.

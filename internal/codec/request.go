@@ -102,6 +102,7 @@ var fieldWants = map[string]string{
 	"tenant":              `a tenant name string like "acme"`,
 	"max_open":            `a whole number of reservations like 10000 (0: no limit)`,
 	"max_default_budgets": `a whole number of budgets like 10000 (0: no limit)`,
+	"max_budgets":         `a whole number of budgets like 5000 (0: no limit)`,
 	"rate":                `a whole number of requests per second like 500 (0: no limit)`,
 	"burst":               `a whole number of requests like 256`,
 	"denial_bytes":        `a whole number of bytes per second like 16384 (0: no limit)`,

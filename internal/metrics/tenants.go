@@ -60,7 +60,7 @@ type tenantFamilies struct {
 func newTenantFamilies() *tenantFamilies {
 	return &tenantFamilies{
 		limited: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "spendgate_tenant_limited_total",
-			Help: "Requests refused tenant_limit (limit open_reservations, request_rate, default_budgets), and denial records not stored past a tenant's bytes per second (limit denial_bytes), by tenant (past " + strconv.Itoa(MaxTenantSeries) + " tenants: " + TenantOther + ")."},
+			Help: "Requests refused tenant_limit (limit open_reservations, request_rate, default_budgets, budgets), and denial records not stored past a tenant's bytes per second (limit denial_bytes), by tenant (past " + strconv.Itoa(MaxTenantSeries) + " tenants: " + TenantOther + ")."},
 			[]string{"tenant", "limit"}),
 		unknownScope: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "spendgate_tenant_unknown_scope_denials_total",
 			Help: "Admits a tenant sent naming a scope it has no budget for (denied unknown_budget): counted here, never recorded on the denial stream."},
@@ -85,18 +85,21 @@ func (s *Set) TenantUnknownScopeDenial(tenant string) {
 type TenantSample struct {
 	Tenant string
 	// Open is the reservations it holds open; DefaultBudgets the budgets
-	// created for it from defaults.
-	Open, DefaultBudgets int
-	// MaxOpen and MaxDefaultBudgets are the tenant's limits on this
-	// replica (0: no limit, no series).
-	MaxOpen, MaxDefaultBudgets int64
+	// created for it from defaults; Budgets those it put for their scopes
+	// (not retired).
+	Open, DefaultBudgets, Budgets int
+	// MaxOpen, MaxDefaultBudgets and MaxBudgets are the tenant's limits on
+	// this replica (0: no limit, no series).
+	MaxOpen, MaxDefaultBudgets, MaxBudgets int64
 }
 
-// RegisterTenants adds spendgate_tenant_open_reservations{tenant} and
-// spendgate_tenant_default_budgets{tenant}, read from f once a scrape (f
-// must not block: it reads the book). Each names at most MaxTenantSeries
-// tenants, those with the most open reservations (then the most budgets
-// from defaults, then by name). Call it once.
+// RegisterTenants adds spendgate_tenant_open_reservations{tenant},
+// spendgate_tenant_default_budgets{tenant} and
+// spendgate_tenant_budgets{tenant}, with the limits of each, read from f
+// once a scrape (f must not block: it reads the book). Each names at most
+// MaxTenantSeries tenants, those with the most open reservations (then the
+// most budgets from defaults, then the most budgets of their own, then by
+// name). Call it once.
 func (s *Set) RegisterTenants(f func() []TenantSample) {
 	s.Registry.MustRegister(&tenantCollector{f: f,
 		open: prometheus.NewDesc("spendgate_tenant_open_reservations",
@@ -107,6 +110,10 @@ func (s *Set) RegisterTenants(f func() []TenantSample) {
 			"The open reservations each tenant may hold on this replica: its own limit (tenant-limits put, --tenant-limits) or serve --tenant-max-open; absent: no limit.", []string{"tenant"}, nil),
 		maxDefaults: prometheus.NewDesc("spendgate_tenant_max_default_budgets",
 			"The budgets that may be created for each tenant from defaults on this replica: its own limit or serve --tenant-max-default-budgets; absent: no limit.", []string{"tenant"}, nil),
+		budgets: prometheus.NewDesc("spendgate_tenant_budgets",
+			"Budgets each tenant has put for their scopes (not created from defaults, not retired), as this replica's book has them (limit: serve --tenant-max-budgets).", []string{"tenant"}, nil),
+		maxBudgets: prometheus.NewDesc("spendgate_tenant_max_budgets",
+			"The budgets each tenant may put for their scopes on this replica: its own limit or serve --tenant-max-budgets; absent: no limit.", []string{"tenant"}, nil),
 	})
 }
 
@@ -115,6 +122,7 @@ func (s *Set) RegisterTenants(f func() []TenantSample) {
 type tenantCollector struct {
 	f                                    func() []TenantSample
 	open, defaults, maxOpen, maxDefaults *prometheus.Desc
+	budgets, maxBudgets                  *prometheus.Desc
 }
 
 func (c *tenantCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -122,6 +130,8 @@ func (c *tenantCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.defaults
 	ch <- c.maxOpen
 	ch <- c.maxDefaults
+	ch <- c.budgets
+	ch <- c.maxBudgets
 }
 
 func (c *tenantCollector) Collect(ch chan<- prometheus.Metric) {
@@ -134,11 +144,16 @@ func (c *tenantCollector) Collect(ch chan<- prometheus.Metric) {
 		if t.MaxDefaultBudgets > 0 {
 			ch <- prometheus.MustNewConstMetric(c.maxDefaults, prometheus.GaugeValue, float64(t.MaxDefaultBudgets), t.Tenant)
 		}
+		ch <- prometheus.MustNewConstMetric(c.budgets, prometheus.GaugeValue, float64(t.Budgets), t.Tenant)
+		if t.MaxBudgets > 0 {
+			ch <- prometheus.MustNewConstMetric(c.maxBudgets, prometheus.GaugeValue, float64(t.MaxBudgets), t.Tenant)
+		}
 	}
 }
 
 // topTenants returns the MaxTenantSeries tenants of all with the most open
-// reservations (then budgets from defaults, then by name); all is not
+// reservations (then budgets from defaults, then budgets of their own,
+// then by name); all is not
 // modified.
 func topTenants(all []TenantSample) []TenantSample {
 	if len(all) <= MaxTenantSeries {
@@ -146,7 +161,8 @@ func topTenants(all []TenantSample) []TenantSample {
 	}
 	all = slices.Clone(all)
 	slices.SortFunc(all, func(a, b TenantSample) int {
-		return cmp.Or(cmp.Compare(b.Open, a.Open), cmp.Compare(b.DefaultBudgets, a.DefaultBudgets), strings.Compare(a.Tenant, b.Tenant))
+		return cmp.Or(cmp.Compare(b.Open, a.Open), cmp.Compare(b.DefaultBudgets, a.DefaultBudgets), cmp.Compare(b.Budgets, a.Budgets),
+			strings.Compare(a.Tenant, b.Tenant))
 	})
 	return all[:MaxTenantSeries]
 }

@@ -537,8 +537,8 @@ func registerMetrics(cfg Config, l *ledger.Ledger, svc *service.Service, recent 
 		out := make([]metrics.TenantSample, len(counts))
 		for i, c := range counts {
 			held := svc.HeldTo(c.Tenant)
-			out[i] = metrics.TenantSample{Tenant: c.Tenant, Open: c.Open, DefaultBudgets: c.DefaultBudgets,
-				MaxOpen: held.MaxOpen, MaxDefaultBudgets: held.MaxDefaultBudgets}
+			out[i] = metrics.TenantSample{Tenant: c.Tenant, Open: c.Open, DefaultBudgets: c.DefaultBudgets, Budgets: c.Budgets,
+				MaxOpen: held.MaxOpen, MaxDefaultBudgets: held.MaxDefaultBudgets, MaxBudgets: held.MaxBudgets}
 		}
 		return out
 	})

@@ -31,7 +31,9 @@ func (s *Service) budgetPut(ctx context.Context, data []byte) (any, error) {
 	if err := s.l.Sync(ctx); err != nil {
 		return nil, err
 	}
-	ch, err := s.l.EditBudget(ctx, ref, req.Unit, edit, s.now())
+	// A tenant's put that would create a budget past its limit is refused
+	// before anything is written; a change of one it has never is.
+	ch, err := s.l.EditBudgetWithin(ctx, ref, req.Unit, edit, s.budgetLimit(ref.Scope.Tenant()), s.now())
 	if err != nil {
 		return nil, err
 	}

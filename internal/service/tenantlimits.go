@@ -12,15 +12,24 @@ import (
 
 	"github.com/spendgate/spendgate/events"
 	"github.com/spendgate/spendgate/internal/codec"
+	"github.com/spendgate/spendgate/internal/ledger"
 	"github.com/spendgate/spendgate/streams"
 )
 
-// Per-tenant limits of a replica (replica.Config.TenantLimits). Two live
-// here, per replica: the request rate (checked before a request takes an
-// in-flight slot) and the bytes of denial records (DenialRecorder). The
+// Per-tenant limits of a replica (replica.Config.TenantLimits). Three live
+// here: the request rate (checked before a request takes an in-flight
+// slot) and the bytes of denial records (DenialRecorder), per replica, and
+// the budgets a tenant puts (budget.put, decided against the ledger). The
 // open reservations and the budgets from defaults are the admitter's
 // (admit.TenantLimits), decided against the ledger.
 const (
+	// DefaultTenantMaxBudgets is how many budgets one tenant may have put
+	// for their scopes (not created from defaults, not retired). A
+	// platform's tenant defines its budgets per team, project, key or
+	// model, in a period or two: hundreds, a few thousand for a large one
+	// (a budget per user or per run comes from a default, counted apart).
+	// Each budget stays in every replica's book and every snapshot.
+	DefaultTenantMaxBudgets = 5000
 	// DefaultTenantRate is how many requests per second one tenant may
 	// send one replica (each item of a batch counts), with a burst of
 	// TenantBurst(DefaultTenantRate).
@@ -45,6 +54,12 @@ type TenantLimits struct {
 	// from defaults (admit.DefaultTenantMaxOpen,
 	// admit.DefaultTenantMaxDefaultBudgets).
 	MaxOpen, MaxDefaultBudgets int
+	// MaxBudgets is the budgets one tenant may have put for their scopes
+	// (DefaultTenantMaxBudgets): not created from defaults, not retired.
+	// A budget.put on a tenant's subject that would create one past it is
+	// refused tenant_limit and writes nothing; a change of one it has is
+	// never refused.
+	MaxBudgets int
 	// Rate is the requests per second one tenant may send this replica
 	// (DefaultTenantRate); past it a request is answered tenant_limit at
 	// once, before any ledger work. Burst is how many it may send at once
@@ -76,7 +91,7 @@ func LedgerLimits(v events.TenantLimitValues) TenantLimits {
 		}
 		return int(*p)
 	}
-	l := TenantLimits{MaxOpen: get(v.MaxOpen), MaxDefaultBudgets: get(v.MaxDefaultBudgets), Rate: get(v.Rate),
+	l := TenantLimits{MaxOpen: get(v.MaxOpen), MaxDefaultBudgets: get(v.MaxDefaultBudgets), MaxBudgets: get(v.MaxBudgets), Rate: get(v.Rate),
 		DenialBytes: get(v.DenialBytes), Source: SourceLedger}
 	if v.Burst != nil {
 		l.Burst = int(*v.Burst)
@@ -94,9 +109,12 @@ func (t TenantLimits) source(key string, value int) string {
 	return fmt.Sprintf("its own, %s %s=%d", src, key, value)
 }
 
-// WithDefaults fills the zero fields of the replica's own limits (Rate,
-// DenialBytes; the admitter fills its own).
+// WithDefaults fills the zero fields of the replica's own limits
+// (MaxBudgets, Rate, DenialBytes; the admitter fills its own).
 func (t TenantLimits) WithDefaults() TenantLimits {
+	if t.MaxBudgets == 0 {
+		t.MaxBudgets = DefaultTenantMaxBudgets
+	}
 	if t.Rate == 0 {
 		t.Rate = DefaultTenantRate
 	}
@@ -244,6 +262,9 @@ func (own TenantLimits) over(common TenantLimits) TenantLimits {
 	if own.MaxDefaultBudgets != 0 {
 		common.MaxDefaultBudgets = own.MaxDefaultBudgets
 	}
+	if own.MaxBudgets != 0 {
+		common.MaxBudgets = own.MaxBudgets
+	}
 	if own.Rate != 0 {
 		common.Rate, common.Burst = own.Rate, own.Burst
 		if common.Burst == 0 && own.Rate > 0 {
@@ -348,6 +369,35 @@ func (b *tenantBuckets) takeWithin(tenant string, n int, bursts time.Duration) b
 	}
 	b.tat[tenant] = next
 	return true
+}
+
+// budgetLimit is the limit of tenant's budgets put for their scopes, as
+// this replica holds it (its own, or the common one), for
+// Ledger.EditBudgetWithin; none for the untenanted deployment.
+func (s *Service) budgetLimit(tenant string) ledger.BudgetLimit {
+	if tenant == "" {
+		return ledger.BudgetLimit{}
+	}
+	n, source := s.limits.MaxBudgets, fmt.Sprintf("serve --tenant-max-budgets %d", s.limits.MaxBudgets)
+	if own, ok := s.own.Get(tenant); ok && own.MaxBudgets != 0 {
+		n, source = own.MaxBudgets, own.source("max-budgets", max(own.MaxBudgets, 0))
+	}
+	if n <= 0 {
+		return ledger.BudgetLimit{}
+	}
+	return ledger.BudgetLimit{Max: n, Refusal: func(have int) error {
+		return events.TenantLimitError(tenant, events.LimitBudgets, int64(n), fmt.Sprintf(
+			"tenant %s has %d %s of its own, its limit (%s): this put would define a new one; nothing was written; retire budgets it no longer needs first",
+			tenant, have, plural(have, "budget", "budgets"), source))
+	}}
+}
+
+// plural is one for n == 1, else many.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // allowRate takes one request to endpoint of tenant's rate; the

@@ -101,10 +101,11 @@ func TestTenantLimits_KeptInLedger(t *testing.T) {
 	}
 	require.Contains(t, ids, got.HeldTo.Replica)
 	got.HeldTo.Replica = ""
-	require.Equal(t, &events.TenantHeldTo{MaxOpen: 5, MaxDefaultBudgets: 10000, Rate: 1000, Burst: 256, DenialBytes: 16384,
+	require.Equal(t, &events.TenantHeldTo{MaxOpen: 5, MaxDefaultBudgets: 10000, MaxBudgets: 5000, Rate: 1000, Burst: 256, DenialBytes: 16384,
 		From: map[string]string{"max_open": "tenant-limits put", "max_default_budgets": "serve --tenant-max-default-budgets",
-			"rate": "tenant-limits put", "burst": "tenant-limits put", "denial_bytes": "serve --tenant-denial-bytes"}}, got.HeldTo)
-	require.Equal(t, &events.TenantUsage{OpenReservations: 5}, got.Usage)
+			"max_budgets": "serve --tenant-max-budgets", "rate": "tenant-limits put", "burst": "tenant-limits put",
+			"denial_bytes": "serve --tenant-denial-bytes"}}, got.HeldTo)
+	require.Equal(t, &events.TenantUsage{OpenReservations: 5, Budgets: 1}, got.Usage)
 	var none events.TenantLimitsView
 	require.Nil(t, h.call(streams.EndpointTenantLimitsGet, events.TenantLimitsGetRequest{Tenant: "globex"}, &none))
 	require.Equal(t, uint64(0), none.Version, "no limits in the ledger: version 0")

@@ -19,7 +19,7 @@ func (s *Service) addTenantLimitsEndpoints(add func(name, desc string, h handler
 		h          handler
 		tenants    bool
 	}{
-		{streams.EndpointTenantLimitsPut, "set a tenant's own limits (open reservations, budgets from defaults, request rate, denial bytes) in the ledger", s.tenantLimitsPut, false},
+		{streams.EndpointTenantLimitsPut, "set a tenant's own limits (open reservations, budgets from defaults, its own budgets, request rate, denial bytes) in the ledger", s.tenantLimitsPut, false},
 		{streams.EndpointTenantLimitsGet, "read a tenant's own limits kept in the ledger, what this replica holds it to, and where it stands", s.tenantLimitsGet, false},
 		{streams.EndpointTenantLimitsGet, "a tenant's own limits, what this replica holds it to, and where it stands", s.tenantLimitsGet, true},
 		{streams.EndpointTenantLimitsList, "list every tenant with limits kept in the ledger", s.tenantLimitsList, false},
@@ -99,7 +99,8 @@ func (s *Service) tenantLimitsGet(ctx context.Context, data []byte) (any, error)
 	held := s.HeldTo(req.Tenant)
 	held.Replica = s.svc.Info().ID
 	v.HeldTo = &held
-	v.Usage = &events.TenantUsage{OpenReservations: s.l.TenantOpen(req.Tenant), DefaultBudgets: s.l.TenantDefaultBudgets(req.Tenant)}
+	v.Usage = &events.TenantUsage{OpenReservations: s.l.TenantOpen(req.Tenant), DefaultBudgets: s.l.TenantDefaultBudgets(req.Tenant),
+		Budgets: s.l.TenantBudgets(req.Tenant)}
 	return v, nil
 }
 
@@ -123,7 +124,7 @@ func (s *Service) HeldTo(tenant string) events.TenantHeldTo {
 		src = "--tenant-limits"
 	}
 	n := func(v int) int64 { return int64(max(v, 0)) }
-	out := events.TenantHeldTo{MaxOpen: n(l.MaxOpen), MaxDefaultBudgets: n(l.MaxDefaultBudgets), Rate: n(l.Rate),
+	out := events.TenantHeldTo{MaxOpen: n(l.MaxOpen), MaxDefaultBudgets: n(l.MaxDefaultBudgets), MaxBudgets: n(l.MaxBudgets), Rate: n(l.Rate),
 		DenialBytes: n(l.DenialBytes), From: map[string]string{}}
 	if l.Rate > 0 {
 		out.Burst = n(l.Burst)
@@ -134,6 +135,7 @@ func (s *Service) HeldTo(tenant string) events.TenantHeldTo {
 	}{
 		{"max_open", "max-open", own.MaxOpen != 0},
 		{"max_default_budgets", "max-default-budgets", own.MaxDefaultBudgets != 0},
+		{"max_budgets", "max-budgets", own.MaxBudgets != 0},
 		{"rate", "rate", own.Rate != 0},
 		{"burst", "burst", own.Rate != 0 || own.Burst != 0},
 		{"denial_bytes", "denial-bytes", own.DenialBytes != 0},

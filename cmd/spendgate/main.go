@@ -52,7 +52,8 @@ Usage:
   spendgate roles [--account NAME] [--tenant NAME ...] [--tls-cert FILE --tls-key FILE [--tls-ca FILE]] [--nsc]
                                          a nats-server permission layout: replica, service, admin, finance, feed, gateway, alerts, tenants, TLS
   spendgate alerts webhook --url URL [--durable NAME] [--listen ADDR]   deliver budget alerts to a webhook (Slack-compatible), with retries
-  spendgate tenant-limits put --tenant NAME [--max-open N] [--max-default-budgets N] [--rate N] [--burst N] [--denial-bytes N]
+  spendgate tenant-limits put --tenant NAME [--max-open N] [--max-default-budgets N] [--max-budgets N]
+                              [--rate N] [--burst N] [--denial-bytes N]
   spendgate tenant-limits get [--tenant NAME] | list
                                          a tenant's own limits, kept in the ledger (every replica holds it to them)
   spendgate feed consumer --tenant NAME [--replace]  create (as the admin) a tenant's feed consumer t-NAME, which the tenant may only read

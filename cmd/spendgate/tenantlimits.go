@@ -17,8 +17,8 @@ import (
 // tenantLimitFlags are serve's per-tenant limits and the denial stream's
 // byte cap (docs/tenant-limits.md).
 type tenantLimitFlags struct {
-	maxOpen, maxDefaults, rate, burst, denialBytes *int
-	denialMaxBytes                                 *int64
+	maxOpen, maxDefaults, maxBudgets, rate, burst, denialBytes *int
+	denialMaxBytes                                             *int64
 	// own is the --tenant-limits file ("": none).
 	own *string
 	fs  *flag.FlagSet
@@ -31,6 +31,8 @@ func addTenantLimitFlags(fs *flag.FlagSet) tenantLimitFlags {
 			"reservations one tenant may hold open at once; past it its admits are answered tenant_limit (0: no limit)"),
 		maxDefaults: fs.Int("tenant-max-default-budgets", admit.DefaultTenantMaxDefaultBudgets,
 			"budgets that may be created for one tenant from its scope kinds' defaults; past it an admit that would create one is answered tenant_limit (0: no limit)"),
+		maxBudgets: fs.Int("tenant-max-budgets", service.DefaultTenantMaxBudgets,
+			"budgets one tenant may put for their scopes (not from defaults, not retired); past it a budget.put of a new one is answered tenant_limit (0: no limit)"),
 		rate: fs.Int("tenant-rate", service.DefaultTenantRate,
 			"requests per second one tenant may send this replica (each batch item counts; burst: --tenant-burst); past it a request is answered tenant_limit at once (0: no limit)"),
 		burst: fs.Int("tenant-burst", 0,
@@ -38,7 +40,7 @@ func addTenantLimitFlags(fs *flag.FlagSet) tenantLimitFlags {
 		denialBytes: fs.Int("tenant-denial-bytes", service.DefaultTenantDenialBytes,
 			"bytes per second of denial records this replica stores for one tenant (burst: 16 seconds' worth); past it a denial is answered as ever but counted, not recorded (0: no limit)"),
 		own: fs.String("tenant-limits", "",
-			"`FILE` of the tenants with limits of their own: one per line, its name and key=value pairs (max-open, max-default-budgets, rate, burst, denial-bytes; 0: no limit); read again on SIGHUP. A tenant with limits in the ledger (spendgate tenant-limits put) is held to those instead"),
+			"`FILE` of the tenants with limits of their own: one per line, its name and key=value pairs (max-open, max-default-budgets, max-budgets, rate, burst, denial-bytes; 0: no limit); read again on SIGHUP. A tenant with limits in the ledger (spendgate tenant-limits put) is held to those instead"),
 		denialMaxBytes: fs.Int64("denial-max-bytes", streams.DefaultDenialMaxBytes,
 			"cap of the denial stream in bytes; past it the oldest records go first (0: no cap; give every replica the same value). "+
 				"Left unset, a server whose storage has no room for the default gets a smaller cap, with a warning"),
@@ -60,7 +62,8 @@ func (f tenantLimitFlags) limits() (service.TenantLimits, int64, error) {
 	for _, v := range []struct {
 		name string
 		n    int
-	}{{"--tenant-max-open", *f.maxOpen}, {"--tenant-max-default-budgets", *f.maxDefaults}, {"--tenant-rate", *f.rate}, {"--tenant-denial-bytes", *f.denialBytes}} {
+	}{{"--tenant-max-open", *f.maxOpen}, {"--tenant-max-default-budgets", *f.maxDefaults}, {"--tenant-max-budgets", *f.maxBudgets},
+		{"--tenant-rate", *f.rate}, {"--tenant-denial-bytes", *f.denialBytes}} {
 		if v.n < 0 {
 			return service.TenantLimits{}, 0, fmt.Errorf("%s must not be negative (0: no limit)", v.name)
 		}
@@ -71,7 +74,8 @@ func (f tenantLimitFlags) limits() (service.TenantLimits, int64, error) {
 	for _, v := range []struct {
 		name string
 		n    int
-	}{{"--tenant-max-open", *f.maxOpen}, {"--tenant-max-default-budgets", *f.maxDefaults}, {"--tenant-rate", *f.rate}, {"--tenant-burst", *f.burst}, {"--tenant-denial-bytes", *f.denialBytes}} {
+	}{{"--tenant-max-open", *f.maxOpen}, {"--tenant-max-default-budgets", *f.maxDefaults}, {"--tenant-max-budgets", *f.maxBudgets},
+		{"--tenant-rate", *f.rate}, {"--tenant-burst", *f.burst}, {"--tenant-denial-bytes", *f.denialBytes}} {
 		if v.n > events.MaxTenantLimit {
 			return service.TenantLimits{}, 0, fmt.Errorf("%s %d: at most %d, as tenant-limits put takes", v.name, v.n, events.MaxTenantLimit)
 		}
@@ -89,14 +93,14 @@ func (f tenantLimitFlags) limits() (service.TenantLimits, int64, error) {
 		// The default, which EnsureDenials may lower to fit the server.
 		maxBytes = 0
 	}
-	return service.TenantLimits{MaxOpen: off(*f.maxOpen), MaxDefaultBudgets: off(*f.maxDefaults), Rate: off(*f.rate),
+	return service.TenantLimits{MaxOpen: off(*f.maxOpen), MaxDefaultBudgets: off(*f.maxDefaults), MaxBudgets: off(*f.maxBudgets), Rate: off(*f.rate),
 		Burst: *f.burst, DenialBytes: off(*f.denialBytes)}, maxBytes, nil
 }
 
 // readTenantLimits reads a --tenant-limits file: the tenants with limits
 // of their own. Each line is a tenant's name and its limits as key=value
 // pairs, the keys those of serve's flags without "tenant-" (max-open,
-// max-default-budgets, rate, burst, denial-bytes), the values as the
+// max-default-budgets, max-budgets, rate, burst, denial-bytes), the values as the
 // flags take them (0: no limit for that tenant); a key left out keeps the
 // flag's value. '#' starts a comment line. A tenant named twice, an
 // unknown key or a bad value is an error naming its line.
@@ -124,7 +128,7 @@ func readTenantLimits(path string) (map[string]service.TenantLimits, error) {
 			return nil, fmt.Errorf("%s: tenant %s is named twice", where, tenant)
 		}
 		if len(fields) == 1 {
-			return nil, fmt.Errorf("%s: tenant %s has no limits: give key=value pairs (max-open, max-default-budgets, rate, burst, denial-bytes)", where, tenant)
+			return nil, fmt.Errorf("%s: tenant %s has no limits: give key=value pairs (max-open, max-default-budgets, max-budgets, rate, burst, denial-bytes)", where, tenant)
 		}
 		var l service.TenantLimits
 		seen := map[string]bool{}
@@ -147,6 +151,8 @@ func readTenantLimits(path string) (map[string]service.TenantLimits, error) {
 				l.MaxOpen = off(n)
 			case "max-default-budgets":
 				l.MaxDefaultBudgets = off(n)
+			case "max-budgets":
+				l.MaxBudgets = off(n)
 			case "rate":
 				l.Rate = off(n)
 			case "burst":
@@ -157,7 +163,7 @@ func readTenantLimits(path string) (map[string]service.TenantLimits, error) {
 			case "denial-bytes":
 				l.DenialBytes = off(n)
 			default:
-				return nil, fmt.Errorf("%s: unknown key %q (max-open, max-default-budgets, rate, burst, denial-bytes)", where, key)
+				return nil, fmt.Errorf("%s: unknown key %q (max-open, max-default-budgets, max-budgets, rate, burst, denial-bytes)", where, key)
 			}
 		}
 		out[tenant] = l

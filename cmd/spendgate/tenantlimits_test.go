@@ -38,16 +38,19 @@ func TestServe_TenantLimitFlags(t *testing.T) {
 	l, maxBytes, err := parse()
 	require.NoError(t, err)
 	require.Equal(t, service.TenantLimits{MaxOpen: admit.DefaultTenantMaxOpen, MaxDefaultBudgets: admit.DefaultTenantMaxDefaultBudgets,
-		Rate: service.DefaultTenantRate, DenialBytes: service.DefaultTenantDenialBytes}, l)
+		MaxBudgets: service.DefaultTenantMaxBudgets, Rate: service.DefaultTenantRate, DenialBytes: service.DefaultTenantDenialBytes}, l)
 	require.Zero(t, maxBytes, "unset, the replica's default: the stream's, lowered if the server has no room")
 	_, maxBytes, err = parse("--denial-max-bytes", strconv.Itoa(streams.DefaultDenialMaxBytes))
 	require.NoError(t, err)
 	require.Equal(t, int64(streams.DefaultDenialMaxBytes), maxBytes, "given, exactly that")
 
 	l, maxBytes, err = parse("--tenant-max-open", "0", "--tenant-rate", "0", "--tenant-max-default-budgets", "7",
-		"--tenant-denial-bytes", "0", "--denial-max-bytes", "0")
+		"--tenant-max-budgets", "0", "--tenant-denial-bytes", "0", "--denial-max-bytes", "0")
 	require.NoError(t, err)
-	require.Equal(t, service.TenantLimits{MaxOpen: -1, MaxDefaultBudgets: 7, Rate: -1, DenialBytes: -1}, l)
+	require.Equal(t, service.TenantLimits{MaxOpen: -1, MaxDefaultBudgets: 7, MaxBudgets: -1, Rate: -1, DenialBytes: -1}, l)
+	l, _, err = parse("--tenant-max-budgets", "300")
+	require.NoError(t, err)
+	require.Equal(t, 300, l.MaxBudgets)
 	require.Equal(t, int64(-1), maxBytes)
 
 	l, _, err = parse("--tenant-burst", "1000")
@@ -60,6 +63,10 @@ func TestServe_TenantLimitFlags(t *testing.T) {
 
 	_, _, err = parse("--tenant-max-default-budgets", "-1")
 	require.ErrorContains(t, err, "--tenant-max-default-budgets must not be negative")
+	_, _, err = parse("--tenant-max-budgets", "-1")
+	require.ErrorContains(t, err, "--tenant-max-budgets must not be negative")
+	_, _, err = parse("--tenant-max-budgets", "1073741825")
+	require.ErrorContains(t, err, "--tenant-max-budgets 1073741825: at most 1073741824")
 }
 
 // A --tenant-limits file: each line a tenant and its own limits; a flag's
@@ -73,11 +80,13 @@ func TestReadTenantLimits(t *testing.T) {
 		require.NoError(t, os.WriteFile(p, []byte(body), 0o600))
 		return p
 	}
-	own, err := readTenantLimits(write("# big customers\nacme max-open=50000 rate=2000\n\n  globex   max-default-budgets=0 burst=900 denial-bytes=1\n"))
+	own, err := readTenantLimits(write("# big customers\nacme max-open=50000 rate=2000\n\n  globex   max-default-budgets=0 burst=900 denial-bytes=1\nfree max-budgets=50\nbig max-budgets=0\n"))
 	require.NoError(t, err)
 	require.Equal(t, map[string]service.TenantLimits{
 		"acme":   {MaxOpen: 50000, Rate: 2000},
 		"globex": {MaxDefaultBudgets: -1, Burst: 900, DenialBytes: 1},
+		"free":   {MaxBudgets: 50},
+		"big":    {MaxBudgets: -1},
 	}, own)
 
 	for body, want := range map[string]string{
@@ -172,9 +181,12 @@ func TestServe_TenantOwnLimitsReloadOnSIGHUP(t *testing.T) {
 // TestServe_TenantLimitsInLedger: the operator's `tenant-limits put`
 // holds a tenant to its own limit at once, `get` and `list` show it, and
 // after a restart (from the snapshot the graceful stop wrote) the replica
-// still holds the tenant to it. How it can fail: limits kept only in the
-// replica's memory are lost on the restart (a3 would be admitted), and a
-// put the replica did not fold would leave acme at the common limit.
+// still holds the tenant to it; its limit of budgets refuses a second
+// budget put for it, the operator's `budget put --tenant` included, and
+// its count of budgets survives the restart. How it can fail: limits kept
+// only in the replica's memory are lost on the restart (a3 would be
+// admitted), and a put the replica did not fold would leave acme at the
+// common limit.
 func TestServe_TenantLimitsInLedger(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -195,7 +207,7 @@ func TestServe_TenantLimitsInLedger(t *testing.T) {
 	}
 	r := runCLI(t, env, "budget", "put", "--tenant", "acme", "--scope", "org:a", "--period", "month", "--limit", "100", "--unit", "USD")
 	require.Equal(t, 0, r.code, r.stderr)
-	r = runCLI(t, env, "tenant-limits", "put", "--tenant", "acme", "--max-open", "1", "--rate", "0")
+	r = runCLI(t, env, "tenant-limits", "put", "--tenant", "acme", "--max-open", "1", "--max-budgets", "1", "--rate", "0")
 	require.Equal(t, 0, r.code, r.stderr)
 	var put events.TenantLimitsPutReply
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &put), r.stdout)
@@ -203,6 +215,15 @@ func TestServe_TenantLimitsInLedger(t *testing.T) {
 	require.Equal(t, int64(1), *put.MaxOpen)
 	require.Equal(t, int64(0), *put.Rate, "0, no limit, is kept apart from left out")
 	require.Nil(t, put.Burst)
+	require.Equal(t, int64(1), *put.MaxBudgets)
+	// acme has its one budget: a put of another, even the operator's
+	// acting for it, is refused (exit 1); a change of the one it has is not.
+	r = runCLI(t, env, "budget", "put", "--tenant", "acme", "--scope", "org:b", "--period", "month", "--limit", "100", "--unit", "USD")
+	require.Equal(t, 1, r.code, r.stdout)
+	require.Contains(t, r.stdout, `"code": "tenant_limit"`)
+	require.Contains(t, r.stdout, "its own, tenant-limits put max-budgets=1")
+	r = runCLI(t, env, "budget", "put", "--tenant", "acme", "--scope", "org:a", "--period", "month", "--limit", "200")
+	require.Equal(t, 0, r.code, r.stderr)
 
 	require.Contains(t, admitAs("acme", "a1"), `"admitted":true`)
 	refused := admitAs("acme", "a2")
@@ -226,6 +247,10 @@ func TestServe_TenantLimitsInLedger(t *testing.T) {
 	require.Equal(t, int64(1), got.HeldTo.MaxOpen)
 	require.Equal(t, "tenant-limits put", got.HeldTo.From["max_open"])
 	require.Equal(t, 1, got.Usage.OpenReservations, "a1 is still open after the restart")
+	require.Equal(t, 1, got.Usage.Budgets, "its budget is counted after the restart")
+	require.Equal(t, int64(1), got.HeldTo.MaxBudgets)
+	r = runCLI(t, env, "budget", "put", "--tenant", "acme", "--scope", "org:b", "--period", "month", "--limit", "100", "--unit", "USD")
+	require.Equal(t, 1, r.code, "the limit of budgets survives the restart: %s", r.stdout)
 	require.Contains(t, admitAs("acme", "a3"), "its own, tenant-limits put max-open=1", "the limit survives the restart")
 	p.stop(t)
 }

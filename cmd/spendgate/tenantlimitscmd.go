@@ -26,7 +26,7 @@ sets them; a tenant cannot set its own.
 	}
 	tenantLimitsPutCommand = command{
 		name:     "spendgate tenant-limits put",
-		synopsis: "--tenant NAME [--max-open N] [--max-default-budgets N] [--rate N] [--burst N] [--denial-bytes N]",
+		synopsis: "--tenant NAME [--max-open N] [--max-default-budgets N] [--max-budgets N] [--rate N] [--burst N] [--denial-bytes N]",
 		about: `Sets a tenant's own limits. The put is the whole set: a flag left out is the
 replicas' common limit (their --tenant-* flag), and 0 is no limit for the
 tenant. A put with no limit flag removes the tenant's limits from the
@@ -43,8 +43,8 @@ new limits apply on every replica as soon as it has folded the revision
 and version 0: the ledger does not name the tenant), then what the replica
 that answered holds it to, each limit with where it comes from (held_to:
 the ledger, the replica's --tenant-limits file or its flag; 0 is no
-limit), and the tenant's open reservations and budgets from defaults in
-that replica's book (usage). The admin names the tenant; a tenant's own
+limit), and the tenant's open reservations, budgets from defaults and
+budgets of its own in that replica's book (usage). The admin names the tenant; a tenant's own
 login leaves --tenant out and reads its own.`,
 	}
 	tenantLimitsListCommand = command{
@@ -77,6 +77,7 @@ func tenantLimitsCmd(args []string) int {
 		}{
 			{"max-open", "`N` reservations the tenant may hold open at once" + common, &req.MaxOpen},
 			{"max-default-budgets", "`N` budgets that may be created for the tenant from defaults" + common, &req.MaxDefaultBudgets},
+			{"max-budgets", "`N` budgets the tenant may put for their scopes (not from defaults, not retired)" + common, &req.MaxBudgets},
 			{"rate", "`N` requests per second the tenant may send one replica" + common, &req.Rate},
 			{"burst", "`N` requests the tenant may send one replica at once after a pause, at least 1 (left out: a tenth of a second's worth of its own --rate, at least a full batch; without --rate, the common burst)", &req.Burst},
 			{"denial-bytes", "`N` bytes per second of the tenant's denial records one replica stores" + common, &req.DenialBytes},

@@ -387,7 +387,7 @@ func floodSetup() (l service.TenantLimits, offer int, pace time.Duration) {
 	offer = 1500 // docs/tenant-limits.md's attack: 29,714 admits in 20 s
 	pace = 10 * time.Millisecond
 	if os.Getenv("SPENDGATE_FLOOD_NO_LIMITS") != "" {
-		l = service.TenantLimits{MaxOpen: -1, MaxDefaultBudgets: -1, Rate: -1, DenialBytes: -1}
+		l = service.TenantLimits{MaxOpen: -1, MaxDefaultBudgets: -1, MaxBudgets: -1, Rate: -1, DenialBytes: -1}
 	}
 	if r, err := strconv.Atoi(os.Getenv("SPENDGATE_FLOOD_RATE")); err == nil {
 		l.Rate = r

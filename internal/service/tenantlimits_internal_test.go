@@ -73,18 +73,24 @@ func TestTenantTable_Of(t *testing.T) {
 	tab := NewTenantTable(map[string]TenantLimits{
 		"big":   {MaxOpen: 50000, Rate: 20000},
 		"burst": {Burst: 900},
-		"free":  {Rate: -1, MaxDefaultBudgets: -1, DenialBytes: -1},
+		"free":  {Rate: -1, MaxDefaultBudgets: -1, DenialBytes: -1, MaxBudgets: -1},
+		"many":  {MaxBudgets: 20000},
 	})
+	require.Equal(t, DefaultTenantMaxBudgets, common.MaxBudgets, "the default")
 	require.Equal(t, common, tab.Of("small", common))
 	require.Equal(t, common, tab.Of("", common), "the untenanted deployment has none")
 	big := tab.Of("big", common)
-	require.Equal(t, TenantLimits{MaxOpen: 50000, MaxDefaultBudgets: 10000, Rate: 20000, Burst: 2000, DenialBytes: common.DenialBytes}, big)
-	require.Equal(t, TenantLimits{MaxOpen: 10000, MaxDefaultBudgets: 10000, Rate: 500, Burst: 900, DenialBytes: common.DenialBytes}, tab.Of("burst", common))
+	require.Equal(t, TenantLimits{MaxOpen: 50000, MaxDefaultBudgets: 10000, MaxBudgets: DefaultTenantMaxBudgets, Rate: 20000, Burst: 2000,
+		DenialBytes: common.DenialBytes}, big)
+	require.Equal(t, TenantLimits{MaxOpen: 10000, MaxDefaultBudgets: 10000, MaxBudgets: DefaultTenantMaxBudgets, Rate: 500, Burst: 900,
+		DenialBytes: common.DenialBytes}, tab.Of("burst", common))
+	require.Equal(t, 20000, tab.Of("many", common).MaxBudgets)
 	free := tab.Of("free", common)
 	require.Equal(t, -1, free.Rate)
 	require.Equal(t, -1, free.MaxDefaultBudgets)
 	require.Equal(t, -1, free.DenialBytes)
-	require.Equal(t, 3, tab.Len())
+	require.Equal(t, -1, free.MaxBudgets)
+	require.Equal(t, 4, tab.Len())
 	tab.Set(nil)
 	require.Equal(t, common, tab.Of("big", common))
 	var none *TenantTable

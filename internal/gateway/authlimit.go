@@ -21,10 +21,6 @@ const (
 	// authSweepEvery bounds how often a full table is swept of idle
 	// addresses.
 	authSweepEvery = time.Second
-	// refusalLogBurst is how many refusals for a key a minute are logged
-	// one by one (refusalLog); the rest are summed up once a minute.
-	refusalLogBurst = 20
-	refusalLogEvery = time.Minute
 )
 
 // failLimiter is a token bucket per client address over the keys it
@@ -136,34 +132,4 @@ func clientAddr(r *http.Request) string {
 		}
 	}
 	return ip.String()
-}
-
-// refusalLog bounds the log lines of calls refused for their key (no key,
-// an unknown or disabled one, too many unknown ones): each minute's first
-// refusalLogBurst are logged one by one, and the rest summed up in one
-// line when the minute has passed (at the next refusal), as the ledger's
-// log of skipped revisions does. Without it, a caller spraying made-up
-// keys wrote a line per request (57,000 in 20 s). The metrics count each.
-type refusalLog struct {
-	mu     sync.Mutex
-	since  time.Time
-	logged int
-	held   int64
-}
-
-// note says whether a refusal at now is logged one by one, and how many
-// refusals of the minute before, not logged, to sum up first.
-func (s *refusalLog) note(now time.Time) (log bool, held int64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if now.Sub(s.since) >= refusalLogEvery {
-		held = s.held
-		s.since, s.logged, s.held = now, 0, 0
-	}
-	if s.logged < refusalLogBurst {
-		s.logged++
-		return true, held
-	}
-	s.held++
-	return false, held
 }

@@ -28,6 +28,7 @@ import (
 
 	"github.com/spendgate/spendgate/client"
 	"github.com/spendgate/spendgate/events"
+	"github.com/spendgate/spendgate/internal/logbound"
 )
 
 // Gateway is the proxy. Make one with New, register its routes on a mux
@@ -68,8 +69,11 @@ type Gateway struct {
 	// jr is the journal of the calls in flight (nil: none; WithJournal).
 	jr *journal
 
-	// refusals bounds the log lines of calls refused for their key.
-	refusals refusalLog
+	// refusals bounds the log lines of calls refused for their key (no
+	// key, an unknown or disabled one, too many unknown ones): a caller
+	// spraying made-up keys wrote a line per request (57,000 in 20 s).
+	// The metrics count each.
+	refusals logbound.Bound
 
 	// dr counts the calls in flight, for Drain.
 	dr drainState
@@ -226,7 +230,7 @@ func (g *Gateway) logCall(l *callLog) {
 	g.m.Calls.WithLabelValues(l.api, l.outcome).Inc()
 	if l.outcome == OutcomeUnauthorized {
 		// Anyone may send these, as fast as they like: bounded.
-		log, held := g.refusals.note(time.Now())
+		log, held := g.refusals.Note(time.Now())
 		if held > 0 {
 			g.log.Info("gateway: more calls refused for their key; not logged one by one (past the first few a minute, summed up once a minute)",
 				"refused", held)
